@@ -1,0 +1,556 @@
+#include "bench/workload.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+namespace strata::bench {
+namespace {
+
+// ---- small hashing / RNG helpers ----
+
+std::uint64_t splitmix64(std::uint64_t& x) noexcept {
+  std::uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// A stateless 64-bit mixer (the splitmix64 finalizer); a good Feistel round function.
+std::uint64_t mix64(std::uint64_t z) noexcept {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+std::uint64_t mix2(std::uint64_t a, std::uint64_t b) noexcept {
+  return mix64(a ^ mix64(b + 0x9e3779b97f4a7c15ull));
+}
+
+std::uint64_t rotl(std::uint64_t x, int k) noexcept { return (x << k) | (x >> (64 - k)); }
+
+std::uint64_t low_mask(int bits) noexcept { return bits >= 64 ? ~0ull : ((1ull << bits) - 1); }
+
+// log1p(x)/x and expm1(x)/x, continuous at 0 (needed so alpha == 1 needs no special case).
+double helper1(double x) noexcept {
+  if (std::fabs(x) > 1e-8) return std::log1p(x) / x;
+  return 1.0 - x * (0.5 - x * (1.0 / 3.0 - x * 0.25));
+}
+double helper2(double x) noexcept {
+  if (std::fabs(x) > 1e-8) return std::expm1(x) / x;
+  return 1.0 + x * 0.5 * (1.0 + x * (1.0 / 3.0) * (1.0 + x * 0.25));
+}
+
+// ---- JSON field readers ----
+
+const char* json_type(const nlohmann::json& v) noexcept { return v.type_name(); }
+
+Result<std::int64_t> json_integer(const std::string& key, const nlohmann::json& v, std::int64_t lo,
+                                  std::int64_t hi) {
+  std::int64_t x = 0;
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+      return Status::invalid_argument("workload key '" + key + "': " + std::to_string(u) + " is too large");
+    x = static_cast<std::int64_t>(u);
+  } else if (v.is_number_integer()) {
+    x = v.get<std::int64_t>();
+  } else if (v.is_number_float()) {
+    // Accept integral floats so "rows": 1e8 works.
+    const double d = v.get<double>();
+    if (!(std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.2e18))
+      return Status::invalid_argument("workload key '" + key + "' must be an integer (got " + v.dump() + ")");
+    x = static_cast<std::int64_t>(d);
+  } else {
+    return Status::invalid_argument("workload key '" + key + "' must be an integer (got " + json_type(v) + " " +
+                                    v.dump() + ")");
+  }
+  if (x < lo || x > hi)
+    return Status::invalid_argument("workload key '" + key + "': " + std::to_string(x) + " out of range [" +
+                                    std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return x;
+}
+
+constexpr std::int64_t kIntMin = std::numeric_limits<int>::min();
+constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
+constexpr std::int64_t kI64Min = std::numeric_limits<std::int64_t>::min();
+constexpr std::int64_t kI64Max = std::numeric_limits<std::int64_t>::max();
+
+// ---- little-endian writer ----
+
+class RawWriter {
+ public:
+  explicit RawWriter(std::FILE* f) : f_(f) {}
+  bool ok() const noexcept { return ok_; }
+  void bytes(const void* p, std::size_t n) {
+    if (ok_ && n > 0 && std::fwrite(p, 1, n, f_) != n) ok_ = false;
+  }
+  void u32(std::uint32_t v) {
+    unsigned char b[4];
+    for (int i = 0; i < 4; ++i) b[i] = static_cast<unsigned char>(v >> (8 * i));
+    bytes(b, 4);
+  }
+  void u64(std::uint64_t v) {
+    unsigned char b[8];
+    for (int i = 0; i < 8; ++i) b[i] = static_cast<unsigned char>(v >> (8 * i));
+    bytes(b, 8);
+  }
+  void i64_array(const std::int64_t* p, std::size_t n) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    bytes(p, n * sizeof(std::int64_t));  // already in file order
+#else
+    for (std::size_t i = 0; i < n; ++i) u64(static_cast<std::uint64_t>(p[i]));
+#endif
+  }
+
+ private:
+  std::FILE* f_;
+  bool ok_ = true;
+};
+
+struct FileCloser {
+  void operator()(std::FILE* f) const noexcept {
+    if (f) std::fclose(f);
+  }
+};
+
+struct FreeDeleter {
+  void operator()(void* p) const noexcept { std::free(p); }
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// WorkloadSpec
+
+Result<Distribution> parse_distribution(const std::string& s) {
+  const auto unknown = [&] {
+    return Status::invalid_argument("unknown distribution '" + s + "' (expected uniform or zipf:ALPHA)");
+  };
+  if (s == "uniform") return Distribution{Distribution::Kind::kUniform, 0.0};
+  const std::string prefix = "zipf:";
+  if (s.compare(0, prefix.size(), prefix) != 0 || s.size() == prefix.size()) return unknown();
+  const char* begin = s.c_str() + prefix.size();
+  char* end = nullptr;
+  errno = 0;
+  const double alpha = std::strtod(begin, &end);
+  if (end == begin || *end != '\0' || errno == ERANGE || !std::isfinite(alpha) || !(alpha > 0.0)) return unknown();
+  return Distribution{Distribution::Kind::kZipf, alpha};
+}
+
+Status validate(const WorkloadSpec& s) {
+  if (s.tables < 1) return Status::invalid_argument("workload: tables " + std::to_string(s.tables) + " must be >= 1");
+  if (s.rows <= 0) return Status::invalid_argument("workload: rows " + std::to_string(s.rows) + " must be > 0");
+  if (s.dim <= 0) return Status::invalid_argument("workload: dim " + std::to_string(s.dim) + " must be > 0");
+  if (s.batch <= 0) return Status::invalid_argument("workload: batch " + std::to_string(s.batch) + " must be > 0");
+  if (s.bag_size < 0)
+    return Status::invalid_argument("workload: bag_size " + std::to_string(s.bag_size) + " must be >= 0");
+  if (s.distinct_batches < 1)
+    return Status::invalid_argument("workload: distinct_batches " + std::to_string(s.distinct_batches) +
+                                    " must be >= 1");
+  if (s.batch > kI64Max / std::max(1, s.bag_size))
+    return Status::invalid_argument("workload: batch " + std::to_string(s.batch) + " x bag_size " +
+                                    std::to_string(s.bag_size) + " overflows the key count");
+  auto d = parse_distribution(s.dist);
+  if (!d.is_ok()) return d.status().with_context("workload");
+  return Status::ok();
+}
+
+Result<WorkloadSpec> parse_workload_json(const std::string& json_text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(json_text);
+  } catch (const nlohmann::json::parse_error& e) {
+    return Status::invalid_argument(std::string("workload: invalid JSON: ") + e.what());
+  }
+  if (!j.is_object())
+    return Status::invalid_argument(std::string("workload: expected a JSON object, got ") + json_type(j));
+  WorkloadSpec s;
+  for (const auto& [key, v] : j.items()) {
+    if (key == "tables") {
+      STRATA_ASSIGN_OR_RETURN(auto x, json_integer(key, v, kIntMin, kIntMax));
+      s.tables = static_cast<int>(x);
+    } else if (key == "rows") {
+      STRATA_ASSIGN_OR_RETURN(s.rows, json_integer(key, v, kI64Min, kI64Max));
+    } else if (key == "dim") {
+      STRATA_ASSIGN_OR_RETURN(auto x, json_integer(key, v, kIntMin, kIntMax));
+      s.dim = static_cast<int>(x);
+    } else if (key == "batch") {
+      STRATA_ASSIGN_OR_RETURN(s.batch, json_integer(key, v, kI64Min, kI64Max));
+    } else if (key == "bag_size") {
+      STRATA_ASSIGN_OR_RETURN(auto x, json_integer(key, v, kIntMin, kIntMax));
+      s.bag_size = static_cast<int>(x);
+    } else if (key == "dist") {
+      if (!v.is_string())
+        return Status::invalid_argument(std::string("workload key 'dist' must be a string (got ") + json_type(v) +
+                                        " " + v.dump() + ")");
+      s.dist = v.get<std::string>();
+    } else if (key == "seed") {
+      if (v.is_number_unsigned()) {
+        s.seed = v.get<std::uint64_t>();
+      } else {
+        STRATA_ASSIGN_OR_RETURN(auto x, json_integer(key, v, 0, kI64Max));
+        s.seed = static_cast<std::uint64_t>(x);
+      }
+    } else if (key == "distinct_batches") {
+      STRATA_ASSIGN_OR_RETURN(auto x, json_integer(key, v, kIntMin, kIntMax));
+      s.distinct_batches = static_cast<int>(x);
+    } else {
+      return Status::invalid_argument("unknown workload key '" + key +
+                                      "' (expected tables, rows, dim, batch, bag_size, dist, seed, "
+                                      "distinct_batches)");
+    }
+  }
+  STRATA_RETURN_IF_ERROR(validate(s));
+  return s;
+}
+
+std::string workload_to_json(const WorkloadSpec& s) {
+  nlohmann::json j;
+  j["tables"] = s.tables;
+  j["rows"] = s.rows;
+  j["dim"] = s.dim;
+  j["batch"] = s.batch;
+  j["bag_size"] = s.bag_size;
+  j["dist"] = s.dist;
+  j["seed"] = s.seed;
+  j["distinct_batches"] = s.distinct_batches;
+  return j.dump();
+}
+
+// ---------------------------------------------------------------------------------------------
+// RowPermutation
+
+RowPermutation::RowPermutation(std::int64_t n, std::uint64_t seed) : n_(n), bits_(2) {
+  STRATA_CHECK(n >= 1);
+  while (bits_ < 63 && (std::int64_t{1} << bits_) < n) ++bits_;
+  std::uint64_t sm = seed ^ 0x5bd1e9955bd1e995ull;
+  for (auto& k : keys_) k = splitmix64(sm);
+}
+
+std::uint64_t RowPermutation::network(std::uint64_t x) const noexcept {
+  // Unbalanced Feistel over `bits_` bits: each round maps (hi, lo) -> (lo, hi ^ F(lo)) and the
+  // halves swap widths, so every round is a bijection of [0, 2^bits_) even when bits_ is odd.
+  int lo_bits = bits_ - bits_ / 2;
+  for (const std::uint64_t key : keys_) {
+    const int hi_bits = bits_ - lo_bits;
+    const std::uint64_t hi = x >> lo_bits;
+    const std::uint64_t lo = x & low_mask(lo_bits);
+    const std::uint64_t f = mix64(lo ^ key) & low_mask(hi_bits);
+    x = (lo << hi_bits) | (hi ^ f);
+    lo_bits = hi_bits;
+  }
+  return x;
+}
+
+std::int64_t RowPermutation::operator()(std::int64_t x) const noexcept {
+  // Cycle-walking: the network permutes [0, 2^bits_) with 2^bits_ < 2n (n >= 3), so following
+  // the cycle until it re-enters [0, n) restricts it to a bijection of [0, n).
+  std::uint64_t y = static_cast<std::uint64_t>(x);
+  do {
+    y = network(y);
+  } while (y >= static_cast<std::uint64_t>(n_));
+  return static_cast<std::int64_t>(y);
+}
+
+// ---------------------------------------------------------------------------------------------
+// KeySampler
+
+KeySampler::KeySampler(Distribution dist, std::int64_t rows, std::uint64_t seed)
+    : dist_(dist), rows_(rows), seed_(seed), perm_(rows, mix2(seed, 0x7065726d75746174ull /* "permutat" */)) {
+  if (dist_.kind == Distribution::Kind::kZipf) {
+    // Hörmann & Derflinger (1996), "Rejection-inversion to generate variates from monotone
+    // discrete distributions", with H(x) = ((x)^(1-a) - 1) / (1-a) (log x at a == 1) as the
+    // integral of the hat function h(x) = x^-a, as in Apache Commons' ZipfRejectionInversionSampler.
+    h_integral_x1_ = h_integral(1.5) - 1.0;
+    h_integral_n_ = h_integral(static_cast<double>(rows_) + 0.5);
+    s_ = 2.0 - h_integral_inverse(h_integral(2.5) - h(2.0));
+  }
+  set_stream(0);
+}
+
+Result<KeySampler> KeySampler::create(const std::string& dist, std::int64_t rows, std::uint64_t seed) {
+  STRATA_ASSIGN_OR_RETURN(Distribution d, parse_distribution(dist));
+  if (rows <= 0) return Status::invalid_argument("key sampler: rows " + std::to_string(rows) + " must be > 0");
+  return KeySampler(d, rows, seed);
+}
+
+void KeySampler::set_stream(std::uint64_t stream) noexcept {
+  std::uint64_t sm = mix2(seed_, stream);
+  for (auto& s : state_) s = splitmix64(sm);
+  // xoshiro must not start from the all-zero state (splitmix64 makes that practically impossible).
+  if ((state_[0] | state_[1] | state_[2] | state_[3]) == 0) state_[0] = 1;
+}
+
+std::uint64_t KeySampler::next_u64() noexcept {
+  // xoshiro256** (Blackman & Vigna).
+  const std::uint64_t result = rotl(state_[1] * 5, 7) * 9;
+  const std::uint64_t t = state_[1] << 17;
+  state_[2] ^= state_[0];
+  state_[3] ^= state_[1];
+  state_[1] ^= state_[2];
+  state_[0] ^= state_[3];
+  state_[2] ^= t;
+  state_[3] = rotl(state_[3], 45);
+  return result;
+}
+
+double KeySampler::next_unit() noexcept { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
+
+std::int64_t KeySampler::next_below(std::uint64_t range) noexcept {
+  // Lemire's nearly divisionless multiply-shift with rejection: exactly uniform.
+  unsigned __int128 m = static_cast<unsigned __int128>(next_u64()) * range;
+  auto low = static_cast<std::uint64_t>(m);
+  if (low < range) {
+    const std::uint64_t threshold = (0 - range) % range;
+    while (low < threshold) {
+      m = static_cast<unsigned __int128>(next_u64()) * range;
+      low = static_cast<std::uint64_t>(m);
+    }
+  }
+  return static_cast<std::int64_t>(m >> 64);
+}
+
+double KeySampler::h(double x) const noexcept { return std::exp(-dist_.alpha * std::log(x)); }
+
+double KeySampler::h_integral(double x) const noexcept {
+  const double log_x = std::log(x);
+  return helper2((1.0 - dist_.alpha) * log_x) * log_x;
+}
+
+double KeySampler::h_integral_inverse(double x) const noexcept {
+  double t = x * (1.0 - dist_.alpha);
+  if (t < -1.0) t = -1.0;  // rounding can push t just below the domain of log1p
+  return std::exp(helper1(t) * x);
+}
+
+std::int64_t KeySampler::next_zipf_rank() noexcept {
+  for (;;) {
+    // u uniform in (H(1.5) - 1, H(rows + 0.5)]
+    const double u = h_integral_n_ + next_unit() * (h_integral_x1_ - h_integral_n_);
+    const double x = h_integral_inverse(u);
+    double kd = std::floor(x + 0.5);
+    // Clamp: rounding can put x just outside [0.5, rows + 0.5].
+    kd = std::min(std::max(kd, 1.0), static_cast<double>(rows_));
+    // Accept if k is in the squeeze region, or under the hat: P(k) = H(k+.5) - H(k-.5) exactly.
+    if (kd - x <= s_ || u >= h_integral(kd + 0.5) - h(kd)) return static_cast<std::int64_t>(kd) - 1;
+  }
+}
+
+std::int64_t KeySampler::next_rank() noexcept {
+  if (dist_.kind == Distribution::Kind::kZipf) return next_zipf_rank();
+  return next_below(static_cast<std::uint64_t>(rows_));
+}
+
+void KeySampler::fill(Key* out, std::int64_t n) noexcept {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = next();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Batches
+
+std::vector<KeyBatch> make_batches(const WorkloadSpec& spec, const std::vector<std::string>& table_names,
+                                   int threads) {
+  {
+    const Status st = validate(spec);
+    if (!st.is_ok()) {
+      std::fprintf(stderr, "strata: make_batches: %s\n", st.to_string().c_str());
+      std::abort();
+    }
+  }
+  STRATA_CHECK(table_names.size() == static_cast<std::size_t>(spec.tables));
+
+  // Bags per chunk: the unit of work and of random streams, fixed so results are independent of
+  // the thread count.
+  constexpr std::int64_t kChunkBags = 1024;
+  const std::int64_t chunks_per_feature = (spec.batch + kChunkBags - 1) / kChunkBags;
+  const std::int64_t keys_per_feature = spec.batch * spec.bag_size;
+
+  std::vector<KeySampler> prototypes;
+  prototypes.reserve(table_names.size());
+  for (const auto& name : table_names) {
+    auto s = KeySampler::create(spec.dist, spec.rows, mix2(spec.seed, table_name_hash(name)));
+    STRATA_CHECK(s.is_ok());
+    prototypes.push_back(std::move(s).value());
+  }
+
+  std::vector<KeyBatch> batches(static_cast<std::size_t>(spec.distinct_batches));
+  for (auto& b : batches) {
+    b.features.resize(table_names.size());
+    for (std::size_t t = 0; t < table_names.size(); ++t) {
+      JaggedKeys& f = b.features[t];
+      f.table = table_names[t];
+      f.offsets.resize(static_cast<std::size_t>(spec.batch) + 1);
+      for (std::int64_t i = 0; i <= spec.batch; ++i) f.offsets[static_cast<std::size_t>(i)] = i * spec.bag_size;
+      f.keys.resize(static_cast<std::size_t>(keys_per_feature));
+    }
+  }
+
+  const std::int64_t total_chunks = static_cast<std::int64_t>(batches.size()) * spec.tables * chunks_per_feature;
+  std::atomic<std::int64_t> next_chunk{0};
+  const auto worker = [&] {
+    for (;;) {
+      const std::int64_t c = next_chunk.fetch_add(1, std::memory_order_relaxed);
+      if (c >= total_chunks) return;
+      const std::int64_t chunk = c % chunks_per_feature;
+      const std::int64_t feature = c / chunks_per_feature;
+      const std::int64_t t = feature % spec.tables;
+      const std::int64_t b = feature / spec.tables;
+      KeySampler s = prototypes[static_cast<std::size_t>(t)];
+      s.set_stream((static_cast<std::uint64_t>(b) << 32) ^ static_cast<std::uint64_t>(chunk));
+      const std::int64_t bag_begin = chunk * kChunkBags;
+      const std::int64_t bag_end = std::min(spec.batch, bag_begin + kChunkBags);
+      JaggedKeys& f = batches[static_cast<std::size_t>(b)].features[static_cast<std::size_t>(t)];
+      s.fill(f.keys.data() + bag_begin * spec.bag_size, (bag_end - bag_begin) * spec.bag_size);
+    }
+  };
+
+  int n_threads = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  n_threads = static_cast<int>(std::min<std::int64_t>(n_threads, total_chunks));
+  if (n_threads <= 1) {
+    worker();
+  } else {
+    std::vector<std::thread> pool;
+    pool.reserve(static_cast<std::size_t>(n_threads));
+    for (int i = 0; i < n_threads; ++i) pool.emplace_back(worker);
+    for (auto& th : pool) th.join();
+  }
+  return batches;
+}
+
+Status write_batches_raw(const std::string& path, const std::vector<KeyBatch>& batches) {
+  const std::size_t num_tables = batches.empty() ? 0 : batches.front().features.size();
+  for (std::size_t b = 0; b < batches.size(); ++b) {
+    if (batches[b].features.size() != num_tables)
+      return Status::invalid_argument("write_batches_raw: batch " + std::to_string(b) + " has " +
+                                      std::to_string(batches[b].features.size()) + " features (expected " +
+                                      std::to_string(num_tables) + " like batch 0)");
+  }
+  if (batches.size() > 0xffffffffu || num_tables > 0xffffffffu)
+    return Status::invalid_argument("write_batches_raw: too many batches or tables for a u32 count");
+
+  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "wb"));
+  if (!f) return Status::io_error("cannot open '" + path + "' for writing: " + std::strerror(errno));
+  RawWriter w(f.get());
+  w.bytes("STRKEYS1", 8);
+  w.u32(1);
+  w.u32(static_cast<std::uint32_t>(batches.size()));
+  w.u32(static_cast<std::uint32_t>(num_tables));
+  for (const KeyBatch& b : batches) {
+    for (const JaggedKeys& jk : b.features) {
+      w.u64(jk.offsets.size());
+      w.i64_array(jk.offsets.data(), jk.offsets.size());
+      w.u64(jk.keys.size());
+      w.i64_array(jk.keys.data(), jk.keys.size());
+    }
+  }
+  if (!w.ok()) return Status::io_error("cannot write '" + path + "': " + std::strerror(errno));
+  std::FILE* raw = f.release();
+  if (std::fclose(raw) != 0) return Status::io_error("cannot close '" + path + "': " + std::strerror(errno));
+  return Status::ok();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bandwidth probe
+
+namespace {
+
+// Sums `n` words with independent accumulators so the loop is bandwidth-bound, not latency-bound,
+// and the compiler can vectorize it.
+std::uint64_t sum_words(const std::uint64_t* p, std::size_t n) noexcept {
+  std::uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    a0 += p[i + 0];
+    a1 += p[i + 1];
+    a2 += p[i + 2];
+    a3 += p[i + 3];
+    a4 += p[i + 4];
+    a5 += p[i + 5];
+    a6 += p[i + 6];
+    a7 += p[i + 7];
+  }
+  for (; i < n; ++i) a0 += p[i];
+  return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
+}
+
+// Runs fn(thread_index) on `threads` threads started before the clock and released together;
+// returns the seconds from release until all have finished.
+template <typename Fn>
+double timed_parallel(int threads, Fn fn) {
+  std::atomic<bool> go{false};
+  std::atomic<int> ready{0};
+  std::vector<std::thread> pool;
+  pool.reserve(static_cast<std::size_t>(threads));
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      ready.fetch_add(1, std::memory_order_acq_rel);
+      while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+      fn(t);
+    });
+  }
+  while (ready.load(std::memory_order_acquire) < threads) std::this_thread::yield();
+  const auto t0 = std::chrono::steady_clock::now();
+  go.store(true, std::memory_order_release);
+  for (auto& th : pool) th.join();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+double measure_read_bandwidth_gbs(std::size_t bytes, int threads) {
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (bytes == 0) bytes = std::size_t{1} << 30;
+  const std::size_t unit = 64 * static_cast<std::size_t>(threads);
+  bytes = std::max(unit, bytes / unit * unit);
+
+  constexpr std::size_t kAlign = std::size_t{2} << 20;  // 2 MiB: lets the kernel use huge pages
+  const std::size_t alloc_bytes = (bytes + kAlign - 1) / kAlign * kAlign;
+  std::unique_ptr<void, FreeDeleter> mem(std::aligned_alloc(kAlign, alloc_bytes));
+  if (!mem) return 0.0;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  (void)madvise(mem.get(), alloc_bytes, MADV_HUGEPAGE);  // a hint; failure is harmless
+#endif
+  auto* words = static_cast<std::uint64_t*>(mem.get());
+  const std::size_t n_words = bytes / sizeof(std::uint64_t);
+  const std::size_t per_thread = n_words / static_cast<std::size_t>(threads);
+
+  // First touch from the reading threads, so pages land near the threads that read them.
+  (void)timed_parallel(threads, [&](int t) {
+    std::uint64_t* p = words + per_thread * static_cast<std::size_t>(t);
+    for (std::size_t i = 0; i < per_thread; ++i) p[i] = i ^ static_cast<std::uint64_t>(t);
+  });
+
+  volatile std::uint64_t sink = 0;
+  std::vector<std::uint64_t> partial(static_cast<std::size_t>(threads) * 8, 0);  // a cache line apart
+  constexpr int kPasses = 5;
+  std::vector<double> gbs;
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const double sec = timed_parallel(threads, [&](int t) {
+      const std::size_t slice = static_cast<std::size_t>(t);
+      partial[slice * 8] = sum_words(words + per_thread * slice, per_thread);
+    });
+    for (int t = 0; t < threads; ++t) sink = sink + partial[static_cast<std::size_t>(t) * 8];
+    gbs.push_back(static_cast<double>(per_thread * static_cast<std::size_t>(threads) * sizeof(std::uint64_t)) /
+                  sec / 1e9);
+  }
+  (void)sink;
+  std::sort(gbs.begin(), gbs.end());
+  return gbs[gbs.size() / 2];
+}
+
+}  // namespace strata::bench

@@ -1,0 +1,50 @@
+#include "core/key_batch.hpp"
+
+#include <cmath>
+
+namespace strata {
+
+std::int64_t KeyBatch::total_keys() const noexcept {
+  std::int64_t n = 0;
+  for (const auto& f : features) n += f.num_keys();
+  return n;
+}
+
+Status validate(const JaggedKeys& f, const TableSpec& spec, std::int64_t expected_batch) {
+  const std::string who = "table '" + spec.name + "'";
+  if (f.offsets.empty())
+    return Status::invalid_argument(who + ": offsets are empty (expected batch+1 = " +
+                                    std::to_string(expected_batch + 1) + " entries)");
+  if (f.batch_size() != expected_batch)
+    return Status::invalid_argument(who + ": batch size " + std::to_string(f.batch_size()) +
+                                    " (offsets of length " + std::to_string(f.offsets.size()) +
+                                    ") differs from the batch size " + std::to_string(expected_batch) +
+                                    " of the other tables");
+  if (f.offsets.front() != 0)
+    return Status::invalid_argument(who + ": offsets[0] is " + std::to_string(f.offsets.front()) + " (expected 0)");
+  for (std::size_t b = 1; b < f.offsets.size(); ++b) {
+    if (f.offsets[b] < f.offsets[b - 1])
+      return Status::invalid_argument(who + ": offsets are not monotone: offsets[" + std::to_string(b) + "] = " +
+                                      std::to_string(f.offsets[b]) + " < offsets[" + std::to_string(b - 1) +
+                                      "] = " + std::to_string(f.offsets[b - 1]));
+  }
+  if (f.offsets.back() != f.num_keys())
+    return Status::invalid_argument(who + ": offsets end at " + std::to_string(f.offsets.back()) +
+                                    " (expected the key count " + std::to_string(f.num_keys()) + ")");
+  if (!f.weights.empty() && f.weights.size() != f.keys.size())
+    return Status::invalid_argument(who + ": " + std::to_string(f.weights.size()) + " weights for " +
+                                    std::to_string(f.keys.size()) + " keys (expected none or one per key)");
+  for (std::size_t i = 0; i < f.keys.size(); ++i) {
+    const Key k = f.keys[i];
+    if (k < 0 || k >= spec.rows)
+      return Status::out_of_range(who + ": key " + std::to_string(k) + " at position " + std::to_string(i) +
+                                  " out of range [0, " + std::to_string(spec.rows) + ")");
+  }
+  for (std::size_t i = 0; i < f.weights.size(); ++i) {
+    if (!std::isfinite(f.weights[i]))
+      return Status::invalid_argument(who + ": weight at position " + std::to_string(i) + " is not finite");
+  }
+  return Status::ok();
+}
+
+}  // namespace strata

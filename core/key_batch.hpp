@@ -1,0 +1,59 @@
+#pragma once
+// KeyBatch: one training batch for several tables, jagged per table, in the shape of TorchRec's
+// KeyedJaggedTensor (one offsets array per table of length batch+1, keys, optional weights).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.hpp"
+#include "core/table_spec.hpp"
+
+namespace strata {
+
+/// The keys of one table for one batch. Bag b holds keys[offsets[b] .. offsets[b+1]).
+struct JaggedKeys {
+  std::string table;               ///< table name
+  std::vector<std::int64_t> offsets;  ///< (batch + 1), offsets[0] == 0, non-decreasing, back() == keys.size()
+  std::vector<Key> keys;           ///< (num_keys) row ids in [0, rows)
+  std::vector<float> weights;      ///< empty, or (num_keys) per-key weights multiplied into the pooled sum
+
+  std::int64_t batch_size() const noexcept { return offsets.empty() ? 0 : static_cast<std::int64_t>(offsets.size()) - 1; }
+  std::int64_t num_keys() const noexcept { return static_cast<std::int64_t>(keys.size()); }
+};
+
+/// One batch: every table's keys for the same `batch_size` samples. A table may appear at most once.
+struct KeyBatch {
+  std::vector<JaggedKeys> features;  ///< one entry per table used by this batch
+
+  /// Batch size (bags per table); 0 when there are no features.
+  std::int64_t batch_size() const noexcept { return features.empty() ? 0 : features.front().batch_size(); }
+  /// Total keys over all tables.
+  std::int64_t total_keys() const noexcept;
+};
+
+/// Checks the shape of one feature against its table: offsets of length batch+1 starting at 0,
+/// non-decreasing, ending at the key count; keys in [0, rows); weights empty or one per key.
+/// The message names the table, the offending value and what was expected.
+Status validate(const JaggedKeys& f, const TableSpec& spec, std::int64_t expected_batch);
+
+/// Row-major float matrix view (host memory unless a function says otherwise). Non-owning.
+struct MatrixView {
+  float* data = nullptr;  ///< (rows, cols), row-major
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+};
+/// Read-only counterpart of MatrixView.
+struct ConstMatrixView {
+  const float* data = nullptr;  ///< (rows, cols), row-major
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+};
+
+/// Shape of a table's forward output for a feature: (batch, dim) when pooled, (num_keys, dim) for
+/// pooling none. Gradients given to backward() have the same shape.
+inline std::int64_t output_rows(const JaggedKeys& f, Pooling p) noexcept {
+  return p == Pooling::kNone ? f.num_keys() : f.batch_size();
+}
+
+}  // namespace strata

@@ -1,0 +1,134 @@
+#pragma once
+// Per-row math written once for host code and (later) CUDA kernels: initial values, pooling
+// accumulation and the fused optimizer steps. Every mode calls these, so results agree bit for bit
+// wherever the order of reductions is the same.
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/table_spec.hpp"
+
+#if defined(__CUDACC__)
+#define STRATA_HD __host__ __device__ __forceinline__
+#else
+#define STRATA_HD inline
+#endif
+
+namespace strata {
+
+/// SplitMix64 finaliser: a cheap, well-mixed 64-bit hash.
+STRATA_HD std::uint64_t mix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+/// Per-table seed: mixes the store seed with the table's name hash.
+STRATA_HD std::uint64_t table_seed(std::uint64_t seed, std::uint64_t name_hash) { return mix64(seed ^ mix64(name_hash)); }
+
+/// Initial value of element (row, col): uniform in [-bound, bound), pure in its arguments.
+STRATA_HD float initial_value(std::uint64_t tseed, std::int64_t row, std::int32_t col, float bound) {
+  const std::uint64_t h = mix64(tseed ^ mix64(static_cast<std::uint64_t>(row) * 0x100000001B3ull + static_cast<std::uint32_t>(col)));
+  const float u = static_cast<float>(h >> 40) * (1.0f / 16777216.0f);  // 24 bits -> [0, 1)
+  return (2.0f * u - 1.0f) * bound;
+}
+
+/// Fills one row (dim floats) with its initial values.
+STRATA_HD void init_row(float* row, std::uint64_t tseed, std::int64_t r, std::int32_t dim, float bound) {
+  for (std::int32_t c = 0; c < dim; ++c) row[c] = initial_value(tseed, r, c, bound);
+}
+
+/// Initial optimizer state of one row (state_dim floats).
+STRATA_HD void init_state(float* state, const OptimizerSpec& o, std::int32_t state_dim) {
+  const float v = (o.kind == OptimizerKind::kAdagrad || o.kind == OptimizerKind::kRowwiseAdagrad) ? o.initial_accumulator : 0.0f;
+  for (std::int32_t c = 0; c < state_dim; ++c) state[c] = v;
+}
+
+/// acc[0..dim) += w * row[0..dim)
+STRATA_HD void row_axpy(float* __restrict__ acc, const float* __restrict__ row, float w, std::int32_t dim) {
+  for (std::int32_t c = 0; c < dim; ++c) acc[c] += w * row[c];
+}
+/// acc[0..dim) += row[0..dim)
+STRATA_HD void row_add(float* __restrict__ acc, const float* __restrict__ row, std::int32_t dim) {
+  for (std::int32_t c = 0; c < dim; ++c) acc[c] += row[c];
+}
+/// row[0..dim) *= s
+STRATA_HD void row_scale(float* row, float s, std::int32_t dim) {
+  for (std::int32_t c = 0; c < dim; ++c) row[c] *= s;
+}
+
+/// Factor applied to each row of a bag of `len` keys: 1 for sum, 1/len for mean.
+STRATA_HD float bag_scale(Pooling p, std::int64_t len) {
+  return (p == Pooling::kMean && len > 0) ? 1.0f / static_cast<float>(len) : 1.0f;
+}
+
+/// Gradient scale of key position j in a bag of `len` keys: bag_scale * weight (weights may be
+/// null). For pooling none a "bag" is the key itself (len 1).
+STRATA_HD float grad_scale(Pooling p, std::int64_t len, const float* weights, std::int64_t j) {
+  const float s = bag_scale(p, len);
+  return weights ? s * weights[j] : s;
+}
+
+/// Everything one optimizer step needs besides the row: the spec plus Adam's bias corrections for
+/// the store-wide step number t (1-based), precomputed once per backward on the host.
+struct OptimizerStep {
+  OptimizerSpec spec;
+  float bias1 = 1.0f;  ///< 1 - beta1^t
+  float bias2 = 1.0f;  ///< 1 - beta2^t
+};
+
+/// Builds the step parameters for store step t >= 1.
+inline OptimizerStep make_optimizer_step(const OptimizerSpec& spec, std::int64_t t) {
+  OptimizerStep s;
+  s.spec = spec;
+  s.bias1 = static_cast<float>(1.0 - std::pow(static_cast<double>(spec.beta1), static_cast<double>(t)));
+  s.bias2 = static_cast<float>(1.0 - std::pow(static_cast<double>(spec.beta2), static_cast<double>(t)));
+  return s;
+}
+
+/// Applies one optimizer step to a row in place.
+///   w     (dim)        the row's weights
+///   state (state_dim)  its optimizer state (see optimizer_state_dim)
+///   g     (dim)        the row's gradient, already summed over all its uses in the batch;
+///                      modified (weight decay is folded in)
+STRATA_HD void apply_optimizer(const OptimizerStep& st, float* __restrict__ w, float* __restrict__ state,
+                               float* __restrict__ g, std::int32_t dim) {
+  const OptimizerSpec& o = st.spec;
+  if (o.weight_decay != 0.0f) {
+    for (std::int32_t c = 0; c < dim; ++c) g[c] += o.weight_decay * w[c];
+  }
+  switch (o.kind) {
+    case OptimizerKind::kSgd:
+      for (std::int32_t c = 0; c < dim; ++c) w[c] -= o.learning_rate * g[c];
+      break;
+    case OptimizerKind::kAdagrad:
+      for (std::int32_t c = 0; c < dim; ++c) {
+        state[c] += g[c] * g[c];
+        w[c] -= o.learning_rate * g[c] / (std::sqrt(state[c]) + o.eps);
+      }
+      break;
+    case OptimizerKind::kRowwiseAdagrad: {
+      float sq = 0.0f;
+      for (std::int32_t c = 0; c < dim; ++c) sq += g[c] * g[c];
+      state[0] += sq / static_cast<float>(dim);
+      const float m = o.learning_rate / (std::sqrt(state[0]) + o.eps);
+      for (std::int32_t c = 0; c < dim; ++c) w[c] -= m * g[c];
+      break;
+    }
+    case OptimizerKind::kAdam: {
+      float* m = state;
+      float* v = state + dim;
+      for (std::int32_t c = 0; c < dim; ++c) {
+        m[c] = o.beta1 * m[c] + (1.0f - o.beta1) * g[c];
+        v[c] = o.beta2 * v[c] + (1.0f - o.beta2) * g[c] * g[c];
+        const float mh = m[c] / st.bias1;
+        const float vh = v[c] / st.bias2;
+        w[c] -= o.learning_rate * mh / (std::sqrt(vh) + o.eps);
+      }
+      break;
+    }
+  }
+}
+
+}  // namespace strata

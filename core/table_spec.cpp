@@ -1,0 +1,102 @@
+#include "core/table_spec.hpp"
+
+#include <cmath>
+
+namespace strata {
+
+std::int32_t optimizer_state_dim(OptimizerKind kind, std::int32_t dim) noexcept {
+  switch (kind) {
+    case OptimizerKind::kSgd: return 0;
+    case OptimizerKind::kAdagrad: return dim;
+    case OptimizerKind::kRowwiseAdagrad: return 1;
+    case OptimizerKind::kAdam: return 2 * dim;
+  }
+  return 0;
+}
+
+Status validate(const TableSpec& s) {
+  const std::string who = "table '" + s.name + "'";
+  if (s.name.empty()) return Status::invalid_argument("table name must not be empty");
+  for (char c : s.name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                    c == '-' || c == '.';
+    if (!ok) return Status::invalid_argument(who + ": name may hold only letters, digits, '_', '-' and '.'");
+  }
+  if (s.rows <= 0) return Status::invalid_argument(who + ": rows " + std::to_string(s.rows) + " must be > 0");
+  if (s.dim <= 0) return Status::invalid_argument(who + ": dim " + std::to_string(s.dim) + " must be > 0");
+  if (s.dtype != DType::kF32)
+    return Status::invalid_argument(who + ": dtype " + to_string(s.dtype) + " is not supported yet (expected fp32)");
+  if (!(s.init.bound >= 0.0f) || !std::isfinite(s.init.bound))
+    return Status::invalid_argument(who + ": initializer bound " + std::to_string(s.init.bound) + " must be >= 0");
+  const OptimizerSpec& o = s.optimizer;
+  if (!(o.learning_rate > 0.0f) || !std::isfinite(o.learning_rate))
+    return Status::invalid_argument(who + ": learning_rate " + std::to_string(o.learning_rate) + " must be > 0");
+  if (!(o.eps > 0.0f)) return Status::invalid_argument(who + ": eps " + std::to_string(o.eps) + " must be > 0");
+  if (!(o.beta1 >= 0.0f && o.beta1 < 1.0f))
+    return Status::invalid_argument(who + ": beta1 " + std::to_string(o.beta1) + " must be in [0, 1)");
+  if (!(o.beta2 >= 0.0f && o.beta2 < 1.0f))
+    return Status::invalid_argument(who + ": beta2 " + std::to_string(o.beta2) + " must be in [0, 1)");
+  if (!(o.weight_decay >= 0.0f))
+    return Status::invalid_argument(who + ": weight_decay " + std::to_string(o.weight_decay) + " must be >= 0");
+  if (!(o.initial_accumulator >= 0.0f))
+    return Status::invalid_argument(who + ": initial_accumulator " + std::to_string(o.initial_accumulator) +
+                                    " must be >= 0");
+  return Status::ok();
+}
+
+const char* to_string(DType v) noexcept {
+  switch (v) {
+    case DType::kF32: return "fp32";
+    case DType::kF16: return "fp16";
+    case DType::kBF16: return "bf16";
+  }
+  return "?";
+}
+const char* to_string(Pooling v) noexcept {
+  switch (v) {
+    case Pooling::kSum: return "sum";
+    case Pooling::kMean: return "mean";
+    case Pooling::kNone: return "none";
+  }
+  return "?";
+}
+const char* to_string(OptimizerKind v) noexcept {
+  switch (v) {
+    case OptimizerKind::kSgd: return "sgd";
+    case OptimizerKind::kAdagrad: return "adagrad";
+    case OptimizerKind::kRowwiseAdagrad: return "rowwise_adagrad";
+    case OptimizerKind::kAdam: return "adam";
+  }
+  return "?";
+}
+
+Result<DType> parse_dtype(const std::string& s) {
+  if (s == "fp32") return DType::kF32;
+  if (s == "fp16") return DType::kF16;
+  if (s == "bf16") return DType::kBF16;
+  return Status::invalid_argument("unknown dtype '" + s + "' (expected fp32, fp16 or bf16)");
+}
+Result<Pooling> parse_pooling(const std::string& s) {
+  if (s == "sum") return Pooling::kSum;
+  if (s == "mean") return Pooling::kMean;
+  if (s == "none") return Pooling::kNone;
+  return Status::invalid_argument("unknown pooling '" + s + "' (expected sum, mean or none)");
+}
+Result<OptimizerKind> parse_optimizer(const std::string& s) {
+  if (s == "sgd") return OptimizerKind::kSgd;
+  if (s == "adagrad") return OptimizerKind::kAdagrad;
+  if (s == "rowwise_adagrad") return OptimizerKind::kRowwiseAdagrad;
+  if (s == "adam") return OptimizerKind::kAdam;
+  return Status::invalid_argument("unknown optimizer '" + s + "' (expected sgd, adagrad, rowwise_adagrad or adam)");
+}
+
+std::uint64_t table_name_hash(const std::string& name) noexcept {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : name) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace strata

@@ -1,0 +1,76 @@
+#pragma once
+// TableSpec: the description of one embedding table (shape, pooling, initial values, optimizer).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.hpp"
+
+namespace strata {
+
+/// Keys are signed 64-bit; a key of a dense table is its row id in [0, rows).
+using Key = std::int64_t;
+
+/// Element type of a table's rows. Only fp32 is implemented; the others are reserved so the
+/// vocabulary (and the checkpoint format, which records the dtype) does not change when they land.
+enum class DType : std::uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+/// How the rows of one bag are combined.
+enum class Pooling : std::uint8_t {
+  kSum = 0,   ///< sum of (weighted) rows
+  kMean = 1,  ///< sum divided by the bag length (an empty bag gives zeros)
+  kNone = 2,  ///< no pooling: one output row per key
+};
+
+/// Which optimizer backward() applies to the rows it touched (fused, sparse: untouched rows do not
+/// change, including their optimizer state).
+enum class OptimizerKind : std::uint8_t { kSgd = 0, kAdagrad = 1, kRowwiseAdagrad = 2, kAdam = 3 };
+
+/// Hyper-parameters of the optimizer; fields an optimizer does not use are ignored.
+struct OptimizerSpec {
+  OptimizerKind kind = OptimizerKind::kSgd;  ///< which update rule
+  float learning_rate = 0.01f;               ///< step size (> 0)
+  float eps = 1e-8f;                         ///< adagrad/adam denominator guard (> 0)
+  float beta1 = 0.9f;                        ///< adam first-moment decay, in [0, 1)
+  float beta2 = 0.999f;                      ///< adam second-moment decay, in [0, 1)
+  float weight_decay = 0.0f;                 ///< L2 penalty added to the gradient (>= 0)
+  float initial_accumulator = 0.0f;          ///< starting value of adagrad accumulators (>= 0)
+};
+
+/// Initial values: uniform(-bound, bound), a pure function of (seed, table name, row, column), so
+/// any shard, cache or rank can create the same initial row without talking to anyone.
+struct InitializerSpec {
+  float bound = 0.01f;        ///< half-width of the uniform range (>= 0)
+  std::uint64_t seed = 0;     ///< seed shared by all tables; the table name is mixed in
+};
+
+/// Complete description of one table.
+struct TableSpec {
+  std::string name;                ///< unique, non-empty; used in errors and file names
+  std::int64_t rows = 0;           ///< number of rows (> 0); keys are in [0, rows)
+  std::int32_t dim = 0;            ///< row width in elements (> 0)
+  DType dtype = DType::kF32;       ///< element type (fp32 only for now)
+  Pooling pooling = Pooling::kSum; ///< bag pooling
+  InitializerSpec init;            ///< initial values
+  OptimizerSpec optimizer;         ///< update rule applied by backward()
+};
+
+/// Optimizer-state floats kept per row: sgd 0, adagrad dim, rowwise_adagrad 1, adam 2*dim.
+std::int32_t optimizer_state_dim(OptimizerKind kind, std::int32_t dim) noexcept;
+
+/// Checks a spec: "table 'user': dim 0 must be > 0". Does not check name uniqueness.
+Status validate(const TableSpec& spec);
+
+/// Names used in configs and messages ("sum", "rowwise_adagrad", "fp32") and their parsers.
+const char* to_string(DType v) noexcept;
+const char* to_string(Pooling v) noexcept;
+const char* to_string(OptimizerKind v) noexcept;
+Result<DType> parse_dtype(const std::string& s);
+Result<Pooling> parse_pooling(const std::string& s);
+Result<OptimizerKind> parse_optimizer(const std::string& s);
+
+/// Stable 64-bit hash of a table name (FNV-1a), used to give each table its own initial values.
+std::uint64_t table_name_hash(const std::string& name) noexcept;
+
+}  // namespace strata

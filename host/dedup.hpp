@@ -1,0 +1,29 @@
+#pragma once
+// Dedup of one table's keys for a batch: the unique keys in first-use order and, for each unique
+// key, the positions where it is used (ascending), as a CSR. Backward reduces gradients per unique
+// row from this; the cache planner probes only unique keys.
+
+#include <cstdint>
+#include <vector>
+
+#include "core/table_spec.hpp"
+
+namespace strata {
+
+/// Result of dedup_keys. Positions index the original key array.
+struct UniqueKeys {
+  std::vector<Key> keys;               ///< (U) unique keys in order of first use
+  std::vector<std::int64_t> offsets;   ///< (U + 1) CSR offsets into `positions`
+  std::vector<std::int32_t> positions; ///< (n) key positions grouped by unique key, ascending within each
+
+  std::int64_t size() const noexcept { return static_cast<std::int64_t>(keys.size()); }
+};
+
+/// Dedups keys[0..n) (host memory; n < 2^31). O(n) with an open-addressing hash table. Single
+/// threaded and reentrant: call it from several threads for several tables.
+UniqueKeys dedup_keys(const Key* keys, std::int64_t n);
+
+/// bag_of[j] = the bag of key position j, for offsets (batch + 1).
+std::vector<std::int32_t> bag_of_positions(const std::int64_t* offsets, std::int64_t batch);
+
+}  // namespace strata

@@ -1,0 +1,104 @@
+#include "host/kernels.hpp"
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace strata {
+
+namespace {
+
+// Rows ahead of the current one that are prefetched: enough to keep ~10 misses in flight per core.
+constexpr std::int64_t kPrefetchDistance = 8;
+
+inline void prefetch_row(const float* p, std::int32_t dim) {
+  const char* c = reinterpret_cast<const char*>(p);
+  const std::int64_t bytes = std::int64_t{dim} * 4;
+  for (std::int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, 3);
+}
+
+inline void prefetch_row_rw(const float* p, std::int64_t floats) {
+  const char* c = reinterpret_cast<const char*>(p);
+  for (std::int64_t off = 0; off < floats * 4; off += 64) __builtin_prefetch(c + off, 1, 3);
+}
+
+// Bags per task: large enough to amortise scheduling, small enough to balance two cores.
+std::int64_t bag_grain(std::int64_t batch) { return std::max<std::int64_t>(8, std::min<std::int64_t>(256, batch / 64)); }
+
+}  // namespace
+
+void gather_pool(RowRef t, const BagsView& bags, Pooling pooling, float* out) {
+  const std::int32_t dim = t.dim;
+  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, bags.batch, bag_grain(bags.batch)),
+                    [&](const tbb::blocked_range<std::int64_t>& r) {
+                      const std::int64_t j_end = bags.offsets[r.end()];
+                      for (std::int64_t j = bags.offsets[r.begin()]; j < std::min(j_end, bags.offsets[r.begin()] + kPrefetchDistance); ++j)
+                        prefetch_row(t.row(bags.keys[j]), dim);
+                      for (std::int64_t b = r.begin(); b < r.end(); ++b) {
+                        float* o = out + b * dim;
+                        std::memset(o, 0, sizeof(float) * static_cast<std::size_t>(dim));
+                        const std::int64_t lo = bags.offsets[b], hi = bags.offsets[b + 1];
+                        for (std::int64_t j = lo; j < hi; ++j) {
+                          if (j + kPrefetchDistance < j_end) prefetch_row(t.row(bags.keys[j + kPrefetchDistance]), dim);
+                          const float* row = t.row(bags.keys[j]);
+                          if (bags.weights) {
+                            row_axpy(o, row, bags.weights[j], dim);
+                          } else {
+                            row_add(o, row, dim);
+                          }
+                        }
+                        if (pooling == Pooling::kMean && hi > lo) row_scale(o, bag_scale(pooling, hi - lo), dim);
+                      }
+                    });
+}
+
+void gather_rows(RowRef t, const Key* keys, const float* weights, std::int64_t n, float* out) {
+  const std::int32_t dim = t.dim;
+  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, n, 256), [&](const tbb::blocked_range<std::int64_t>& r) {
+    for (std::int64_t j = r.begin(); j < std::min(r.end(), r.begin() + kPrefetchDistance); ++j) prefetch_row(t.row(keys[j]), dim);
+    for (std::int64_t j = r.begin(); j < r.end(); ++j) {
+      if (j + kPrefetchDistance < r.end()) prefetch_row(t.row(keys[j + kPrefetchDistance]), dim);
+      const float* row = t.row(keys[j]);
+      float* o = out + j * dim;
+      if (weights) {
+        const float w = weights[j];
+        for (std::int32_t c = 0; c < dim; ++c) o[c] = w * row[c];
+      } else {
+        std::memcpy(o, row, sizeof(float) * static_cast<std::size_t>(dim));
+      }
+    }
+  });
+}
+
+void backward_update(RowRef t, const BagsView& bags, Pooling pooling, const UniqueKeys& unique,
+                     const std::int32_t* bag_of, const float* grads, const OptimizerStep& step) {
+  const std::int32_t dim = t.dim;
+  const std::int64_t rec = dim + t.state_dim;
+  const std::int64_t U = unique.size();
+  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, U, 128), [&](const tbb::blocked_range<std::int64_t>& r) {
+    std::vector<float> acc(static_cast<std::size_t>(dim));
+    for (std::int64_t u = r.begin(); u < std::min(r.end(), r.begin() + kPrefetchDistance); ++u)
+      prefetch_row_rw(t.row(unique.keys[static_cast<std::size_t>(u)]), rec);
+    for (std::int64_t u = r.begin(); u < r.end(); ++u) {
+      if (u + kPrefetchDistance < r.end()) prefetch_row_rw(t.row(unique.keys[static_cast<std::size_t>(u + kPrefetchDistance)]), rec);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (std::int64_t p = unique.offsets[static_cast<std::size_t>(u)]; p < unique.offsets[static_cast<std::size_t>(u) + 1]; ++p) {
+        const std::int64_t j = unique.positions[static_cast<std::size_t>(p)];
+        if (pooling == Pooling::kNone) {
+          row_axpy(acc.data(), grads + j * dim, grad_scale(pooling, 1, bags.weights, j), dim);
+        } else {
+          const std::int64_t b = bag_of[j];
+          const float s = grad_scale(pooling, bags.offsets[b + 1] - bags.offsets[b], bags.weights, j);
+          row_axpy(acc.data(), grads + b * dim, s, dim);
+        }
+      }
+      float* w = t.row(unique.keys[static_cast<std::size_t>(u)]);
+      apply_optimizer(step, w, w + dim, acc.data(), dim);
+    }
+  });
+}
+
+}  // namespace strata

@@ -1,0 +1,38 @@
+#pragma once
+// CPU kernels on oneTBB: gather-pool, unpooled gather, and the fused backward (gradient reduction
+// per unique row + optimizer update). `cpu` mode runs these on HostTables; the `emu` device runs
+// them on slot pools. All run in the caller's tbb::task_arena, block until done, and are
+// thread-safe for distinct outputs.
+
+#include <cstdint>
+
+#include "core/row_math.hpp"
+#include "host/dedup.hpp"
+#include "host/row_ref.hpp"
+
+namespace strata {
+
+/// The keys of one table in one batch, as raw host pointers (a view of a JaggedKeys).
+struct BagsView {
+  const std::int64_t* offsets = nullptr;  ///< (batch + 1)
+  std::int64_t batch = 0;
+  const Key* keys = nullptr;              ///< (offsets[batch]) row ids, already validated
+  const float* weights = nullptr;         ///< (offsets[batch]) or nullptr
+};
+
+/// Pooled lookup: out[b] = scale(b) * sum_j w_j * row(keys[j]) over bag b (empty bags give zeros).
+///   out: (batch, dim) host, row-major, fully overwritten.
+void gather_pool(RowRef table, const BagsView& bags, Pooling pooling, float* out);
+
+/// Unpooled lookup: out[j] = w_j * row(keys[j]).  out: (n, dim) host.
+void gather_rows(RowRef table, const Key* keys, const float* weights, std::int64_t n, float* out);
+
+/// Fused backward for one table: for each unique row, sums the gradients of all its uses (in
+/// ascending position order, so the result is deterministic) and applies the optimizer in place.
+///   grads: (batch, dim) for pooled tables, (num_keys, dim) for pooling none; host.
+///   bag_of: (num_keys) bag of each key position (unused for pooling none).
+/// Rows not in `unique` are untouched.
+void backward_update(RowRef table, const BagsView& bags, Pooling pooling, const UniqueKeys& unique,
+                     const std::int32_t* bag_of, const float* grads, const OptimizerStep& step);
+
+}  // namespace strata

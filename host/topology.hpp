@@ -1,0 +1,66 @@
+#pragma once
+// Topology: NUMA nodes, their cores and memory, and which node each GPU hangs off, read from hwloc.
+// A fake topology with N nodes lets tests exercise NUMA placement on a one-node machine.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.hpp"
+
+namespace strata {
+
+/// One NUMA node as seen by the store.
+struct NumaNode {
+  int id = 0;                      ///< logical node index in [0, nodes)
+  int os_index = 0;                ///< the operating system's node number (what membind uses)
+  std::vector<int> cpus;           ///< OS indices of the processing units (hyperthreads) on it
+  std::uint64_t memory_bytes = 0;  ///< local memory (0 when unknown)
+};
+
+/// A PCI GPU found by hwloc, with the node it is attached to (-1 when hwloc does not know).
+struct GpuInfo {
+  std::string pci_bus_id;  ///< "0000:3b:00.0"
+  std::string name;        ///< device name when known
+  int numa_node = -1;      ///< logical NUMA node, or -1
+};
+
+/// The machine's NUMA layout. Move-only; all methods are const and thread-safe after creation.
+class Topology {
+ public:
+  /// Reads the real machine through hwloc (with I/O devices, to find GPUs).
+  static Result<Topology> discover();
+  /// A pretend machine with `nodes` nodes that splits the real CPUs round-robin among them and
+  /// binds every fake node's memory to real node 0 (so it runs anywhere). For tests.
+  static Topology fake(int nodes);
+
+  Topology(Topology&&) noexcept;
+  Topology& operator=(Topology&&) noexcept;
+  ~Topology();
+
+  const std::vector<NumaNode>& nodes() const noexcept { return nodes_; }
+  int num_nodes() const noexcept { return static_cast<int>(nodes_.size()); }
+  const std::vector<GpuInfo>& gpus() const noexcept { return gpus_; }
+  bool is_fake() const noexcept { return fake_; }
+  /// Total processing units over all nodes.
+  int num_cpus() const noexcept;
+  /// One-line summary: "1 NUMA node(s): node0 cpus=2 mem=23.4GiB; gpus: none".
+  std::string describe() const;
+
+  /// Binds `len` bytes at `addr` to logical node `node` (no-op for a fake topology's missing nodes).
+  /// The range must be page aligned. Thread-safe.
+  Status bind_memory(void* addr, std::size_t len, int node) const;
+  /// Binds the calling thread to the CPUs of logical node `node`. Thread-safe.
+  Status bind_current_thread(int node) const;
+
+ private:
+  Topology() = default;
+  struct Handle;  // owns the hwloc topology (null for fake)
+  std::unique_ptr<Handle> handle_;
+  std::vector<NumaNode> nodes_;
+  std::vector<GpuInfo> gpus_;
+  bool fake_ = false;
+};
+
+}  // namespace strata

@@ -1,0 +1,297 @@
+// Store::save / load / export_npy / import_npy, written once on top of the Store's row access so
+// every placement mode shares them.
+//
+// Layout of a checkpoint directory:
+//   MANIFEST            JSON (format, version, generation, step, one entry per table) followed by a
+//                       line "crc32c XXXXXXXX" over the JSON text
+//   <table>.<gen>.tbl   64-byte header, then rows records of (dim weights | state_dim state) fp32
+// Table files of a new save get a new generation number, so the old ones stay untouched until the
+// new MANIFEST has been renamed into place (the commit point); then the old generation is removed.
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "store/detail/batch_checks.hpp"
+#include "store/detail/crc32c.hpp"
+#include "store/detail/file_io.hpp"
+#include "store/npy.hpp"
+#include "store/store.hpp"
+
+namespace strata {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kManifest[] = "MANIFEST";
+constexpr char kTableMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'T', 'B'};
+constexpr std::uint32_t kFormatVersion = 1;
+constexpr std::size_t kHeaderBytes = 64;
+constexpr std::int64_t kChunkRows = 1 << 14;
+
+struct TableHeader {
+  char magic[8];
+  std::uint32_t version;
+  std::uint32_t dtype;
+  std::int64_t rows;
+  std::int32_t dim;
+  std::int32_t state_dim;
+  std::uint32_t optimizer;
+  std::uint8_t pad[kHeaderBytes - 36];
+};
+static_assert(sizeof(TableHeader) == kHeaderBytes, "table header is 64 bytes");
+
+std::string hex32(std::uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+std::string join(const std::string& dir, const std::string& name) { return dir + "/" + name; }
+
+struct ManifestTable {
+  std::string name, file;
+  std::int64_t rows = 0;
+  std::int32_t dim = 0, state_dim = 0;
+  std::string dtype, optimizer;
+  std::uint64_t bytes = 0;
+  std::uint32_t crc = 0;
+};
+struct Manifest {
+  std::uint64_t generation = 0;
+  std::int64_t step = 0;
+  std::vector<ManifestTable> tables;
+};
+
+Result<Manifest> read_manifest(const std::string& dir) {
+  const std::string path = join(dir, kManifest);
+  STRATA_ASSIGN_OR_RETURN(std::string text, detail::read_file(path));
+  const std::size_t cut = text.rfind("\ncrc32c ");
+  if (cut == std::string::npos) return Status::data_loss(path + ": no checksum line (truncated or not a Strata manifest)");
+  const std::string body = text.substr(0, cut);
+  const std::string want = text.substr(cut + 8, 8);
+  const std::string got = hex32(detail::crc32c(body.data(), body.size()));
+  if (want != got) return Status::data_loss(path + ": checksum " + got + " does not match the recorded " + want + " (corrupt)");
+  Manifest m;
+  try {
+    const json j = json::parse(body);
+    if (j.at("format").get<std::string>() != "strata-checkpoint")
+      return Status::data_loss(path + ": not a Strata checkpoint manifest");
+    const auto version = j.at("version").get<std::uint32_t>();
+    if (version != kFormatVersion)
+      return Status::invalid_argument(path + ": format version " + std::to_string(version) + " (expected " +
+                                      std::to_string(kFormatVersion) + ")");
+    m.generation = j.at("generation").get<std::uint64_t>();
+    m.step = j.at("step").get<std::int64_t>();
+    for (const auto& t : j.at("tables")) {
+      ManifestTable mt;
+      mt.name = t.at("name").get<std::string>();
+      mt.file = t.at("file").get<std::string>();
+      mt.rows = t.at("rows").get<std::int64_t>();
+      mt.dim = t.at("dim").get<std::int32_t>();
+      mt.state_dim = t.at("state_dim").get<std::int32_t>();
+      mt.dtype = t.at("dtype").get<std::string>();
+      mt.optimizer = t.at("optimizer").get<std::string>();
+      mt.bytes = t.at("bytes").get<std::uint64_t>();
+      mt.crc = static_cast<std::uint32_t>(std::stoul(t.at("crc32c").get<std::string>(), nullptr, 16));
+      m.tables.push_back(std::move(mt));
+    }
+  } catch (const std::exception& e) {
+    return Status::data_loss(path + ": malformed manifest (" + e.what() + ")");
+  }
+  return m;
+}
+
+// Removes table files and temp files of other generations (best effort: leftovers cost only space).
+void remove_stale_files(const std::string& dir, const Manifest& keep) {
+  DIR* d = opendir(dir.c_str());
+  if (!d) return;
+  std::vector<std::string> doomed;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    const bool ours = name.size() > 4 && name.compare(name.size() - 4, 4, ".tbl") == 0;
+    const bool temp = name.find(".tmp-") != std::string::npos;
+    if (!ours && !temp) continue;
+    bool referenced = false;
+    for (const auto& t : keep.tables) referenced = referenced || t.file == name;
+    if (!referenced) doomed.push_back(name);
+  }
+  closedir(d);
+  for (const auto& name : doomed) ::unlink(join(dir, name).c_str());
+}
+
+// Checks a checkpoint's table entry against the store's spec: "checkpoint from another config".
+Status check_entry(const ManifestTable& m, const TableSpec& spec, std::int32_t state_dim, const std::string& dir) {
+  const std::string who = dir + ": table '" + spec.name + "'";
+  auto mismatch = [&](const char* what, const std::string& got, const std::string& want) {
+    return Status::invalid_argument(who + ": " + what + " " + got + " in the checkpoint (expected " + want +
+                                    " from the store config)");
+  };
+  if (m.rows != spec.rows) return mismatch("rows", std::to_string(m.rows), std::to_string(spec.rows));
+  if (m.dim != spec.dim) return mismatch("dim", std::to_string(m.dim), std::to_string(spec.dim));
+  if (m.dtype != to_string(spec.dtype)) return mismatch("dtype", m.dtype, to_string(spec.dtype));
+  if (m.optimizer != to_string(spec.optimizer.kind)) return mismatch("optimizer", m.optimizer, to_string(spec.optimizer.kind));
+  if (m.state_dim != state_dim) return mismatch("state_dim", std::to_string(m.state_dim), std::to_string(state_dim));
+  return Status::ok();
+}
+
+std::uint64_t expected_file_bytes(const ManifestTable& m) {
+  return kHeaderBytes + static_cast<std::uint64_t>(m.rows) * static_cast<std::uint64_t>(m.dim + m.state_dim) * 4u;
+}
+
+// Streams a table file's records; calls fn(row0, n, records) per chunk. Verifies header, size and
+// checksum; when `fn` is null only verifies.
+template <typename Fn>
+Status scan_table_file(const std::string& dir, const ManifestTable& m, Fn&& fn) {
+  const std::string path = join(dir, m.file);
+  STRATA_ASSIGN_OR_RETURN(detail::FileReader reader, detail::FileReader::open(path));
+  const std::uint64_t want = expected_file_bytes(m);
+  if (reader.size() != want || m.bytes != want)
+    return Status::data_loss(path + ": " + std::to_string(reader.size()) + " bytes (expected " + std::to_string(want) +
+                             " for table '" + m.name + "'; truncated or corrupt)");
+  TableHeader h{};
+  STRATA_RETURN_IF_ERROR(reader.read_at(0, &h, sizeof h));
+  if (std::memcmp(h.magic, kTableMagic, sizeof kTableMagic) != 0 || h.version != kFormatVersion || h.rows != m.rows ||
+      h.dim != m.dim || h.state_dim != m.state_dim)
+    return Status::data_loss(path + ": table header does not match the manifest (corrupt)");
+  std::uint32_t crc = detail::crc32c(&h, sizeof h);
+  const std::int64_t rec = m.dim + m.state_dim;
+  std::vector<float> buf(static_cast<std::size_t>(std::min(kChunkRows, m.rows) * rec));
+  for (std::int64_t r = 0; r < m.rows; r += kChunkRows) {
+    const std::int64_t n = std::min(kChunkRows, m.rows - r);
+    const std::size_t bytes = static_cast<std::size_t>(n * rec) * sizeof(float);
+    STRATA_RETURN_IF_ERROR(reader.read_at(kHeaderBytes + static_cast<std::uint64_t>(r * rec) * 4u, buf.data(), bytes));
+    crc = detail::crc32c(buf.data(), bytes, crc);
+    STRATA_RETURN_IF_ERROR(fn(r, n, buf.data()));
+  }
+  if (crc != m.crc)
+    return Status::data_loss(path + ": checksum " + hex32(crc) + " does not match the manifest's " + hex32(m.crc) +
+                             " (corrupt)");
+  return Status::ok();
+}
+
+}  // namespace
+
+Status Store::save(const std::string& dir) {
+  STRATA_RETURN_IF_ERROR(flush());
+  STRATA_RETURN_IF_ERROR(detail::make_dirs(dir));
+  Manifest old;
+  if (auto m = read_manifest(dir)) old = std::move(m).value();
+  Manifest next;
+  next.generation = old.generation + 1;
+  next.step = step_;
+  for (std::size_t ti = 0; ti < config_.tables.size(); ++ti) {
+    const TableSpec& spec = config_.tables[ti].spec;
+    const std::int32_t sd = optimizer_state_dim(spec.optimizer.kind, spec.dim);
+    ManifestTable mt;
+    mt.name = spec.name;
+    mt.file = spec.name + "." + std::to_string(next.generation) + ".tbl";
+    mt.rows = spec.rows;
+    mt.dim = spec.dim;
+    mt.state_dim = sd;
+    mt.dtype = to_string(spec.dtype);
+    mt.optimizer = to_string(spec.optimizer.kind);
+    STRATA_ASSIGN_OR_RETURN(detail::AtomicFileWriter w, detail::AtomicFileWriter::create(join(dir, mt.file)));
+    TableHeader h{};
+    std::memcpy(h.magic, kTableMagic, sizeof kTableMagic);
+    h.version = kFormatVersion;
+    h.dtype = static_cast<std::uint32_t>(spec.dtype);
+    h.rows = spec.rows;
+    h.dim = spec.dim;
+    h.state_dim = sd;
+    h.optimizer = static_cast<std::uint32_t>(spec.optimizer.kind);
+    STRATA_RETURN_IF_ERROR(w.append(&h, sizeof h));
+    const std::int64_t n_max = std::min(kChunkRows, spec.rows);
+    std::vector<float> weights(static_cast<std::size_t>(n_max * spec.dim)), state(static_cast<std::size_t>(n_max * sd));
+    std::vector<float> records(static_cast<std::size_t>(n_max * (spec.dim + sd)));
+    for (std::int64_t r = 0; r < spec.rows; r += kChunkRows) {
+      const std::int64_t n = std::min(kChunkRows, spec.rows - r);
+      STRATA_RETURN_IF_ERROR(read_rows(static_cast<int>(ti), r, n, weights.data(), sd ? state.data() : nullptr));
+      for (std::int64_t i = 0; i < n; ++i) {
+        float* rec = records.data() + i * (spec.dim + sd);
+        std::memcpy(rec, weights.data() + i * spec.dim, sizeof(float) * static_cast<std::size_t>(spec.dim));
+        if (sd) std::memcpy(rec + spec.dim, state.data() + i * sd, sizeof(float) * static_cast<std::size_t>(sd));
+      }
+      STRATA_RETURN_IF_ERROR(w.append(records.data(), sizeof(float) * static_cast<std::size_t>(n * (spec.dim + sd))));
+    }
+    mt.bytes = w.bytes();
+    mt.crc = w.crc();
+    STRATA_RETURN_IF_ERROR(w.commit());
+    next.tables.push_back(std::move(mt));
+  }
+  json j;
+  j["format"] = "strata-checkpoint";
+  j["version"] = kFormatVersion;
+  j["generation"] = next.generation;
+  j["step"] = next.step;
+  j["tables"] = json::array();
+  for (const auto& t : next.tables)
+    j["tables"].push_back({{"name", t.name}, {"file", t.file}, {"rows", t.rows}, {"dim", t.dim},
+                           {"state_dim", t.state_dim}, {"dtype", t.dtype}, {"optimizer", t.optimizer},
+                           {"bytes", t.bytes}, {"crc32c", hex32(t.crc)}});
+  const std::string body = j.dump(2);
+  STRATA_RETURN_IF_ERROR(
+      detail::write_file_atomic(join(dir, kManifest), body + "\ncrc32c " + hex32(detail::crc32c(body.data(), body.size())) + "\n"));
+  remove_stale_files(dir, next);
+  return Status::ok();
+}
+
+Status Store::load(const std::string& dir) {
+  if (in_flight() > 0) return detail::busy("load", in_flight());
+  STRATA_ASSIGN_OR_RETURN(Manifest m, read_manifest(dir));
+  // Pass 1: every table matches the config and every file is whole, before any row changes.
+  std::vector<const ManifestTable*> entries(config_.tables.size(), nullptr);
+  for (const auto& mt : m.tables) {
+    auto idx = table_index(mt.name);
+    if (!idx) return Status::invalid_argument(dir + ": checkpoint has table '" + mt.name + "' that the store config does not define");
+    entries[static_cast<std::size_t>(idx.value())] = &mt;
+  }
+  for (std::size_t ti = 0; ti < config_.tables.size(); ++ti) {
+    const TableSpec& spec = config_.tables[ti].spec;
+    if (!entries[ti]) return Status::invalid_argument(dir + ": checkpoint has no table '" + spec.name + "' (expected every table of the config)");
+    STRATA_RETURN_IF_ERROR(check_entry(*entries[ti], spec, optimizer_state_dim(spec.optimizer.kind, spec.dim), dir));
+    STRATA_RETURN_IF_ERROR(scan_table_file(dir, *entries[ti], [](std::int64_t, std::int64_t, const float*) { return Status::ok(); }));
+  }
+  // Pass 2: copy the rows in.
+  for (std::size_t ti = 0; ti < config_.tables.size(); ++ti) {
+    const ManifestTable& mt = *entries[ti];
+    std::vector<float> weights, state;
+    STRATA_RETURN_IF_ERROR(scan_table_file(dir, mt, [&](std::int64_t r, std::int64_t n, const float* recs) {
+      weights.resize(static_cast<std::size_t>(n * mt.dim));
+      state.resize(static_cast<std::size_t>(n * mt.state_dim));
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float* rec = recs + i * (mt.dim + mt.state_dim);
+        std::memcpy(weights.data() + i * mt.dim, rec, sizeof(float) * static_cast<std::size_t>(mt.dim));
+        std::memcpy(state.data() + i * mt.state_dim, rec + mt.dim, sizeof(float) * static_cast<std::size_t>(mt.state_dim));
+      }
+      return write_rows(static_cast<int>(ti), r, n, weights.data(), mt.state_dim ? state.data() : nullptr);
+    }));
+  }
+  step_ = m.step;
+  return Status::ok();
+}
+
+Status Store::export_npy(const std::string& table, const std::string& path) {
+  STRATA_ASSIGN_OR_RETURN(int ti, table_index(table));
+  const TableSpec& spec = config_.tables[static_cast<std::size_t>(ti)].spec;
+  std::vector<float> rows(static_cast<std::size_t>(spec.rows * spec.dim));
+  STRATA_RETURN_IF_ERROR(read_rows(ti, 0, spec.rows, rows.data(), nullptr));
+  Status s = write_npy(path, rows.data(), spec.rows, spec.dim);
+  return s.is_ok() ? s : s.with_context("table '" + table + "'");
+}
+
+Status Store::import_npy(const std::string& table, const std::string& path) {
+  STRATA_ASSIGN_OR_RETURN(int ti, table_index(table));
+  if (in_flight() > 0) return detail::busy("import_npy", in_flight());
+  const TableSpec& spec = config_.tables[static_cast<std::size_t>(ti)].spec;
+  auto rows = read_npy_f32_matrix(path, spec.rows, spec.dim);
+  if (!rows) return rows.status().with_context("table '" + table + "'");
+  return write_rows(ti, 0, spec.rows, rows.value().data(), nullptr);
+}
+
+}  // namespace strata

@@ -1,0 +1,63 @@
+#include "store/detail/batch_checks.hpp"
+
+namespace strata::detail {
+
+TableIndex make_table_index(const StoreConfig& config) {
+  TableIndex index;
+  for (std::size_t i = 0; i < config.tables.size(); ++i) index.emplace(config.tables[i].spec.name, static_cast<int>(i));
+  return index;
+}
+
+Result<std::vector<int>> check_batch(std::int64_t batch_id, const KeyBatch& batch, const StoreConfig& config,
+                                     const TableIndex& index) {
+  const std::string who = "batch " + std::to_string(batch_id);
+  std::vector<int> tables;
+  tables.reserve(batch.features.size());
+  std::vector<bool> seen(config.tables.size(), false);
+  const std::int64_t batch_size = batch.batch_size();
+  for (const JaggedKeys& f : batch.features) {
+    auto it = index.find(f.table);
+    if (it == index.end()) return Status::not_found(who + ": unknown table '" + f.table + "'");
+    if (seen[static_cast<std::size_t>(it->second)])
+      return Status::invalid_argument(who + ": table '" + f.table + "' appears twice (expected at most once)");
+    seen[static_cast<std::size_t>(it->second)] = true;
+    const TableSpec& spec = config.tables[static_cast<std::size_t>(it->second)].spec;
+    Status s = validate(f, spec, batch_size);
+    if (!s.is_ok()) return s.with_context(who);
+    if (f.num_keys() >= (std::int64_t{1} << 31))
+      return Status::invalid_argument(who + ", table '" + f.table + "': " + std::to_string(f.num_keys()) +
+                                      " keys (expected fewer than 2^31 per table per batch)");
+    tables.push_back(it->second);
+  }
+  return tables;
+}
+
+Status unknown_batch(std::int64_t batch_id) {
+  return Status::not_found("batch " + std::to_string(batch_id) + " was not submitted (or is already retired)");
+}
+Status duplicate_batch(std::int64_t batch_id) {
+  return Status::already_exists("batch " + std::to_string(batch_id) + " is already in flight (expected a new batch id)");
+}
+Status backward_before_forward(std::int64_t batch_id) {
+  return Status::failed_precondition("batch " + std::to_string(batch_id) + ": backward before forward (expected forward first)");
+}
+Status busy(const char* operation, std::int64_t in_flight) {
+  return Status::failed_precondition(std::string(operation) + " with " + std::to_string(in_flight) +
+                                     " batch(es) in flight (expected none: finish or discard them first)");
+}
+Status check_table(int table, const StoreConfig& config) {
+  if (table < 0 || table >= static_cast<int>(config.tables.size()))
+    return Status::not_found("table index " + std::to_string(table) + " out of range [0, " +
+                             std::to_string(config.tables.size()) + ")");
+  return Status::ok();
+}
+Status check_row_range(int table, std::int64_t row0, std::int64_t n, const StoreConfig& config) {
+  STRATA_RETURN_IF_ERROR(check_table(table, config));
+  const TableSpec& s = config.tables[static_cast<std::size_t>(table)].spec;
+  if (row0 < 0 || n < 0 || row0 > s.rows - n)
+    return Status::out_of_range("table '" + s.name + "': rows [" + std::to_string(row0) + ", " + std::to_string(row0 + n) +
+                                ") out of range [0, " + std::to_string(s.rows) + ")");
+  return Status::ok();
+}
+
+}  // namespace strata::detail

@@ -1,0 +1,54 @@
+#pragma once
+// Checks shared by every Store implementation: a batch against the tables, output and gradient
+// views against the batch, and the batch-id lifecycle. Validation happens here, before any state
+// changes, so every mode rejects bad input with the same message.
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/key_batch.hpp"
+#include "store/store_config.hpp"
+
+namespace strata::detail {
+
+/// Name -> table index of a config.
+using TableIndex = std::unordered_map<std::string, int>;
+TableIndex make_table_index(const StoreConfig& config);
+
+/// Validates a whole batch; on success returns the table index of each feature.
+Result<std::vector<int>> check_batch(std::int64_t batch_id, const KeyBatch& batch, const StoreConfig& config,
+                                     const TableIndex& index);
+
+/// Validates one view per feature with the shape forward produces (`what` is "output" or "gradient").
+template <typename View>
+Status check_views(std::int64_t batch_id, const KeyBatch& batch, const std::vector<int>& tables,
+                   const StoreConfig& config, const std::vector<View>& views, const char* what) {
+  const std::string who = "batch " + std::to_string(batch_id);
+  if (views.size() != batch.features.size())
+    return Status::invalid_argument(who + ": " + std::to_string(views.size()) + " " + what + " views for " +
+                                    std::to_string(batch.features.size()) + " features (expected one per feature)");
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    const TableSpec& spec = config.tables[static_cast<std::size_t>(tables[i])].spec;
+    const std::int64_t rows = output_rows(batch.features[i], spec.pooling);
+    const View& v = views[i];
+    if (v.rows != rows || v.cols != spec.dim)
+      return Status::invalid_argument(who + ", table '" + spec.name + "': " + what + " shape (" + std::to_string(v.rows) +
+                                      ", " + std::to_string(v.cols) + ") (expected (" + std::to_string(rows) + ", " +
+                                      std::to_string(spec.dim) + "))");
+    if (v.data == nullptr && rows > 0)
+      return Status::invalid_argument(who + ", table '" + spec.name + "': " + what + " data is null");
+  }
+  return Status::ok();
+}
+
+/// Errors for the batch lifecycle, shared so every mode words them the same way.
+Status unknown_batch(std::int64_t batch_id);
+Status duplicate_batch(std::int64_t batch_id);
+Status backward_before_forward(std::int64_t batch_id);
+Status busy(const char* operation, std::int64_t in_flight);
+Status check_table(int table, const StoreConfig& config);
+Status check_row_range(int table, std::int64_t row0, std::int64_t n, const StoreConfig& config);
+
+}  // namespace strata::detail

@@ -1,0 +1,155 @@
+// The reference implementation: the oracle for every mode. Deliberately simple: rows in plain
+// vectors, one thread, no dedup; gradients are summed per row in the order keys appear (the order
+// the fast kernels also use, so fp32 results match bit for bit).
+
+#include <cstring>
+#include <map>
+#include <unordered_map>
+
+#include "core/row_math.hpp"
+#include "store/detail/batch_checks.hpp"
+#include "store/store.hpp"
+
+namespace strata {
+namespace {
+
+class ReferenceStore final : public Store {
+ public:
+  explicit ReferenceStore(StoreConfig config) : Store(std::move(config)), index_(detail::make_table_index(config_)) {
+    for (const auto& t : config_.tables) {
+      Table tab;
+      tab.spec = t.spec;
+      tab.state_dim = optimizer_state_dim(t.spec.optimizer.kind, t.spec.dim);
+      tab.weights.resize(static_cast<std::size_t>(t.spec.rows * t.spec.dim));
+      tab.state.resize(static_cast<std::size_t>(t.spec.rows * tab.state_dim));
+      const std::uint64_t seed = table_seed(t.spec.init.seed, table_name_hash(t.spec.name));
+      for (std::int64_t r = 0; r < t.spec.rows; ++r) {
+        init_row(tab.weights.data() + r * t.spec.dim, seed, r, t.spec.dim, t.spec.init.bound);
+        init_state(tab.state.data() + r * tab.state_dim, t.spec.optimizer, tab.state_dim);
+      }
+      tables_.push_back(std::move(tab));
+    }
+  }
+
+  Status submit(std::int64_t id, KeyBatch batch) override {
+    if (batches_.count(id)) return detail::duplicate_batch(id);
+    STRATA_ASSIGN_OR_RETURN(std::vector<int> tables, detail::check_batch(id, batch, config_, index_));
+    batches_.emplace(id, Entry{std::move(batch), std::move(tables), false});
+    return Status::ok();
+  }
+
+  Status forward(std::int64_t id, const std::vector<MatrixView>& outputs) override {
+    auto it = batches_.find(id);
+    if (it == batches_.end()) return detail::unknown_batch(id);
+    Entry& e = it->second;
+    STRATA_RETURN_IF_ERROR(detail::check_views(id, e.batch, e.tables, config_, outputs, "output"));
+    for (std::size_t i = 0; i < e.tables.size(); ++i) {
+      const Table& t = tables_[static_cast<std::size_t>(e.tables[i])];
+      const JaggedKeys& f = e.batch.features[i];
+      const std::int32_t dim = t.spec.dim;
+      const float* w = f.weights.empty() ? nullptr : f.weights.data();
+      float* out = outputs[i].data;
+      if (t.spec.pooling == Pooling::kNone) {
+        for (std::int64_t j = 0; j < f.num_keys(); ++j) {
+          float* o = out + j * dim;
+          for (std::int32_t c = 0; c < dim; ++c) o[c] = 0.0f;
+          row_axpy(o, t.row(f.keys[static_cast<std::size_t>(j)]), w ? w[j] : 1.0f, dim);
+        }
+        continue;
+      }
+      for (std::int64_t b = 0; b < f.batch_size(); ++b) {
+        float* o = out + b * dim;
+        for (std::int32_t c = 0; c < dim; ++c) o[c] = 0.0f;
+        const std::int64_t lo = f.offsets[static_cast<std::size_t>(b)], hi = f.offsets[static_cast<std::size_t>(b) + 1];
+        for (std::int64_t j = lo; j < hi; ++j) row_axpy(o, t.row(f.keys[static_cast<std::size_t>(j)]), w ? w[j] : 1.0f, dim);
+        if (t.spec.pooling == Pooling::kMean && hi > lo) row_scale(o, bag_scale(t.spec.pooling, hi - lo), dim);
+      }
+    }
+    e.forwarded = true;
+    return Status::ok();
+  }
+
+  Status backward(std::int64_t id, const std::vector<ConstMatrixView>& grads) override {
+    auto it = batches_.find(id);
+    if (it == batches_.end()) return detail::unknown_batch(id);
+    Entry& e = it->second;
+    if (!e.forwarded) return detail::backward_before_forward(id);
+    STRATA_RETURN_IF_ERROR(detail::check_views(id, e.batch, e.tables, config_, grads, "gradient"));
+    ++step_;
+    for (std::size_t i = 0; i < e.tables.size(); ++i) {
+      Table& t = tables_[static_cast<std::size_t>(e.tables[i])];
+      const JaggedKeys& f = e.batch.features[i];
+      const std::int32_t dim = t.spec.dim;
+      const float* w = f.weights.empty() ? nullptr : f.weights.data();
+      // Per-row gradient sums, each accumulated in the order its keys appear.
+      std::map<Key, std::vector<float>> sums;
+      for (std::int64_t b = 0; b < f.batch_size(); ++b) {
+        const std::int64_t lo = f.offsets[static_cast<std::size_t>(b)], hi = f.offsets[static_cast<std::size_t>(b) + 1];
+        for (std::int64_t j = lo; j < hi; ++j) {
+          auto& acc = sums[f.keys[static_cast<std::size_t>(j)]];
+          if (acc.empty()) acc.assign(static_cast<std::size_t>(dim), 0.0f);
+          if (t.spec.pooling == Pooling::kNone) {
+            row_axpy(acc.data(), grads[i].data + j * dim, grad_scale(Pooling::kNone, 1, w, j), dim);
+          } else {
+            row_axpy(acc.data(), grads[i].data + b * dim, grad_scale(t.spec.pooling, hi - lo, w, j), dim);
+          }
+        }
+      }
+      const OptimizerStep st = make_optimizer_step(t.spec.optimizer, step_);
+      for (auto& [key, g] : sums) apply_optimizer(st, t.row(key), t.state_of(key), g.data(), dim);
+    }
+    batches_.erase(it);
+    return Status::ok();
+  }
+
+  Status discard(std::int64_t id) override {
+    if (!batches_.erase(id)) return detail::unknown_batch(id);
+    return Status::ok();
+  }
+  Status flush() override { return Status::ok(); }
+  std::int64_t in_flight() const noexcept override { return static_cast<std::int64_t>(batches_.size()); }
+
+  Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
+    STRATA_RETURN_IF_ERROR(detail::check_row_range(table, row0, n, config_));
+    const Table& t = tables_[static_cast<std::size_t>(table)];
+    std::memcpy(weights, t.row(row0), sizeof(float) * static_cast<std::size_t>(n * t.spec.dim));
+    if (state && t.state_dim) std::memcpy(state, t.state.data() + row0 * t.state_dim, sizeof(float) * static_cast<std::size_t>(n * t.state_dim));
+    return Status::ok();
+  }
+  Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) override {
+    if (!batches_.empty()) return detail::busy("write_rows", in_flight());
+    STRATA_RETURN_IF_ERROR(detail::check_row_range(table, row0, n, config_));
+    Table& t = tables_[static_cast<std::size_t>(table)];
+    std::memcpy(t.row(row0), weights, sizeof(float) * static_cast<std::size_t>(n * t.spec.dim));
+    if (state && t.state_dim) std::memcpy(t.state_of(row0), state, sizeof(float) * static_cast<std::size_t>(n * t.state_dim));
+    return Status::ok();
+  }
+
+ private:
+  struct Table {
+    TableSpec spec;
+    std::int32_t state_dim = 0;
+    std::vector<float> weights;  // (rows, dim)
+    std::vector<float> state;    // (rows, state_dim)
+    float* row(Key k) { return weights.data() + k * spec.dim; }
+    const float* row(Key k) const { return weights.data() + k * spec.dim; }
+    float* state_of(Key k) { return state.data() + k * state_dim; }
+  };
+  struct Entry {
+    KeyBatch batch;
+    std::vector<int> tables;
+    bool forwarded = false;
+  };
+  detail::TableIndex index_;
+  std::vector<Table> tables_;
+  std::unordered_map<std::int64_t, Entry> batches_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> open_reference_store(const StoreConfig& config) {
+  STRATA_RETURN_IF_ERROR(validate(config));
+  return std::unique_ptr<Store>(std::make_unique<ReferenceStore>(config));
+}
+
+}  // namespace strata

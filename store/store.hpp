@@ -1,0 +1,88 @@
+#pragma once
+// Store: the public API of Strata. A trainer submits batches ahead of time, runs forward and
+// backward (the optimizer is fused into backward), and checkpoints. Every placement mode sits
+// behind this one interface, and so does the reference implementation used as the test oracle.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/key_batch.hpp"
+#include "core/status.hpp"
+#include "store/store_config.hpp"
+
+namespace strata {
+
+/// An embedding store. Create with Store::open (or open_reference_store for the oracle).
+///
+/// Training step protocol, per batch id (any int64, unique among batches in flight):
+///   submit(id, batch) -> forward(id, outputs) -> backward(id, grads)   (or discard(id) for inference)
+/// Several batches may be in flight (submitted, not yet backward); later modes prefetch them.
+/// forward reads the rows as of the call; backward applies the optimizer to the rows the batch used.
+/// Every call validates all its input before changing anything: on error nothing changed.
+///
+/// Thread-safety: one thread drives a Store (calls are not concurrent); kernels run on the
+/// store's own oneTBB arena of `threads` workers.
+class Store {
+ public:
+  /// Validates the config and builds the tables (allocating and initialising host memory).
+  static Result<std::unique_ptr<Store>> open(const StoreConfig& config);
+
+  virtual ~Store() = default;
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  /// The config this store was opened with.
+  const StoreConfig& config() const noexcept { return config_; }
+  /// Index of a table by name, or NotFound.
+  Result<int> table_index(const std::string& name) const;
+  /// Number of backward() calls applied so far (Adam's step t is step() + 1 in the next backward).
+  std::int64_t step() const noexcept { return step_; }
+
+  /// Validates `batch` (known tables, each at most once, one batch size, offsets, key ranges,
+  /// weights) and dedups its keys. Fails with AlreadyExists when `batch_id` is in flight.
+  virtual Status submit(std::int64_t batch_id, KeyBatch batch) = 0;
+  /// Looks up a submitted batch. `outputs[i]` receives feature i of the batch (host memory):
+  /// (batch, dim) for pooled tables, (num_keys, dim) for pooling none. Synchronous.
+  virtual Status forward(std::int64_t batch_id, const std::vector<MatrixView>& outputs) = 0;
+  /// Applies gradients of the outputs (same shapes as forward's) to the rows the batch used, with
+  /// each table's optimizer, then retires the batch. Requires forward(batch_id) first. Synchronous.
+  virtual Status backward(std::int64_t batch_id, const std::vector<ConstMatrixView>& grads) = 0;
+  /// Retires a submitted batch without backward (inference).
+  virtual Status discard(std::int64_t batch_id) = 0;
+  /// Makes every update visible in host memory (a no-op for `cpu`; caches write back).
+  virtual Status flush() = 0;
+
+  /// Copies rows [row0, row0+n) of a table: weights (n, dim) and, when non-null, optimizer state
+  /// (n, state_dim), into host buffers. Sees every applied backward.
+  virtual Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) = 0;
+  /// Overwrites rows [row0, row0+n) (weights, and state when non-null). Fails if batches are in flight.
+  virtual Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) = 0;
+  /// Batches submitted and not yet retired.
+  virtual std::int64_t in_flight() const noexcept = 0;
+
+  /// Writes a checkpoint of every table (rows and optimizer state) and the step counter into
+  /// `dir`: one checksummed file per table plus a manifest, each written to a temporary name,
+  /// fsynced and renamed, the manifest last, so a crash mid-save leaves the previous checkpoint
+  /// in `dir` intact. Flushes first.
+  Status save(const std::string& dir);
+  /// Restores a checkpoint written by save() for the same tables (names, rows, dims, optimizers).
+  /// Verifies every file's size and checksum before changing any row. Fails if batches are in flight.
+  Status load(const std::string& dir);
+  /// Writes a table's weights as a NumPy .npy file (rows, dim) fp32.
+  Status export_npy(const std::string& table, const std::string& path);
+  /// Replaces a table's weights from a .npy file of shape (rows, dim), dtype <f4 (state unchanged).
+  Status import_npy(const std::string& table, const std::string& path);
+
+ protected:
+  explicit Store(StoreConfig config) : config_(std::move(config)) {}
+  StoreConfig config_;
+  std::int64_t step_ = 0;
+};
+
+/// The oracle: a deliberately simple implementation (plain loops over std::vector rows, no
+/// dedup, no threads) that every mode is tested against. Same API, same results.
+Result<std::unique_ptr<Store>> open_reference_store(const StoreConfig& config);
+
+}  // namespace strata

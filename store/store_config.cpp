@@ -1,0 +1,193 @@
+#include "store/store_config.hpp"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace strata {
+
+using nlohmann::json;
+
+const char* to_string(Placement p) noexcept {
+  switch (p) {
+    case Placement::kCpu: return "cpu";
+  }
+  return "?";
+}
+Result<Placement> parse_placement(const std::string& s) {
+  if (s == "cpu") return Placement::kCpu;
+  if (s == "offload" || s == "cached" || s == "gpu" || s == "hybrid")
+    return Status::invalid_argument("placement '" + s + "' is not implemented yet (available: cpu)");
+  return Status::invalid_argument("unknown placement '" + s + "' (expected cpu, offload, cached, gpu or hybrid)");
+}
+const char* to_string(NumaPolicy p) noexcept { return p == NumaPolicy::kBind ? "bind" : "interleave"; }
+Result<NumaPolicy> parse_numa_policy(const std::string& s) {
+  if (s == "interleave") return NumaPolicy::kInterleave;
+  if (s == "bind") return NumaPolicy::kBind;
+  return Status::invalid_argument("unknown numa policy '" + s + "' (expected interleave or bind)");
+}
+
+Status validate(const StoreConfig& c) {
+  if (c.tables.empty()) return Status::invalid_argument("config has no tables (expected at least one)");
+  std::set<std::string> names;
+  for (const auto& t : c.tables) {
+    STRATA_RETURN_IF_ERROR(validate(t.spec));
+    if (!names.insert(t.spec.name).second)
+      return Status::invalid_argument("table '" + t.spec.name + "' is defined twice (names must be unique)");
+  }
+  if (c.threads < 0) return Status::invalid_argument("threads " + std::to_string(c.threads) + " must be >= 0");
+  if (c.numa_node < 0) return Status::invalid_argument("numa_node " + std::to_string(c.numa_node) + " must be >= 0");
+  if (c.fake_numa_nodes < 0 || c.fake_numa_nodes > 64)
+    return Status::invalid_argument("fake_numa_nodes " + std::to_string(c.fake_numa_nodes) + " must be in [0, 64]");
+  return Status::ok();
+}
+
+namespace {
+
+// Reads j[key] into out when present, checking the type; records the key as known.
+template <typename T>
+Status get(const json& j, const char* key, T& out, std::set<std::string>& known, const std::string& where) {
+  known.insert(key);
+  auto it = j.find(key);
+  if (it == j.end()) return Status::ok();
+  try {
+    out = it->get<T>();
+  } catch (const json::exception& e) {
+    return Status::invalid_argument(where + ": field '" + key + "' has the wrong type (" + e.what() + ")");
+  }
+  return Status::ok();
+}
+
+Status check_unknown(const json& j, const std::set<std::string>& known, const std::string& where) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (!known.count(it.key())) {
+      std::string list;
+      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+      return Status::invalid_argument(where + ": unknown field '" + it.key() + "' (expected one of " + list + ")");
+    }
+  }
+  return Status::ok();
+}
+
+Status parse_table(const json& j, std::size_t index, TableConfig& t) {
+  std::string where = "tables[" + std::to_string(index) + "]";
+  if (!j.is_object()) return Status::invalid_argument(where + ": expected an object");
+  std::set<std::string> known;
+  STRATA_RETURN_IF_ERROR(get(j, "name", t.spec.name, known, where));
+  if (!t.spec.name.empty()) where = "table '" + t.spec.name + "'";
+  if (!j.contains("name") || !j.contains("rows") || !j.contains("dim"))
+    return Status::invalid_argument(where + ": name, rows and dim are required");
+  STRATA_RETURN_IF_ERROR(get(j, "rows", t.spec.rows, known, where));
+  STRATA_RETURN_IF_ERROR(get(j, "dim", t.spec.dim, known, where));
+  std::string dtype = to_string(t.spec.dtype), pooling = to_string(t.spec.pooling), placement = to_string(t.placement);
+  STRATA_RETURN_IF_ERROR(get(j, "dtype", dtype, known, where));
+  STRATA_RETURN_IF_ERROR(get(j, "pooling", pooling, known, where));
+  STRATA_RETURN_IF_ERROR(get(j, "placement", placement, known, where));
+  STRATA_ASSIGN_OR_RETURN(t.spec.dtype, parse_dtype(dtype));
+  STRATA_ASSIGN_OR_RETURN(t.spec.pooling, parse_pooling(pooling));
+  auto pl = parse_placement(placement);
+  if (!pl) return pl.status().with_context(where);
+  t.placement = pl.value();
+  known.insert("init");
+  if (auto it = j.find("init"); it != j.end()) {
+    std::set<std::string> k2;
+    STRATA_RETURN_IF_ERROR(get(*it, "bound", t.spec.init.bound, k2, where + ".init"));
+    STRATA_RETURN_IF_ERROR(get(*it, "seed", t.spec.init.seed, k2, where + ".init"));
+    STRATA_RETURN_IF_ERROR(check_unknown(*it, k2, where + ".init"));
+  }
+  known.insert("optimizer");
+  if (auto it = j.find("optimizer"); it != j.end()) {
+    std::set<std::string> k2;
+    OptimizerSpec& o = t.spec.optimizer;
+    std::string kind = to_string(o.kind);
+    const std::string w = where + ".optimizer";
+    STRATA_RETURN_IF_ERROR(get(*it, "kind", kind, k2, w));
+    auto parsed = parse_optimizer(kind);
+    if (!parsed) return parsed.status().with_context(where);
+    o.kind = parsed.value();
+    STRATA_RETURN_IF_ERROR(get(*it, "learning_rate", o.learning_rate, k2, w));
+    STRATA_RETURN_IF_ERROR(get(*it, "eps", o.eps, k2, w));
+    STRATA_RETURN_IF_ERROR(get(*it, "beta1", o.beta1, k2, w));
+    STRATA_RETURN_IF_ERROR(get(*it, "beta2", o.beta2, k2, w));
+    STRATA_RETURN_IF_ERROR(get(*it, "weight_decay", o.weight_decay, k2, w));
+    STRATA_RETURN_IF_ERROR(get(*it, "initial_accumulator", o.initial_accumulator, k2, w));
+    STRATA_RETURN_IF_ERROR(check_unknown(*it, k2, w));
+  }
+  return check_unknown(j, known, where);
+}
+
+}  // namespace
+
+Result<StoreConfig> parse_store_config(const std::string& text) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    return Status::invalid_argument(std::string("config is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) return Status::invalid_argument("config: expected a JSON object at the top level");
+  StoreConfig c;
+  std::set<std::string> known;
+  const std::string where = "config";
+  STRATA_RETURN_IF_ERROR(get(j, "threads", c.threads, known, where));
+  std::string numa = to_string(c.numa);
+  STRATA_RETURN_IF_ERROR(get(j, "numa", numa, known, where));
+  STRATA_ASSIGN_OR_RETURN(c.numa, parse_numa_policy(numa));
+  STRATA_RETURN_IF_ERROR(get(j, "numa_node", c.numa_node, known, where));
+  STRATA_RETURN_IF_ERROR(get(j, "huge_pages", c.huge_pages, known, where));
+  STRATA_RETURN_IF_ERROR(get(j, "fake_numa_nodes", c.fake_numa_nodes, known, where));
+  known.insert("tables");
+  auto it = j.find("tables");
+  if (it == j.end() || !it->is_array()) return Status::invalid_argument("config: 'tables' must be an array of tables");
+  for (std::size_t i = 0; i < it->size(); ++i) {
+    TableConfig t;
+    STRATA_RETURN_IF_ERROR(parse_table((*it)[i], i, t));
+    c.tables.push_back(std::move(t));
+  }
+  STRATA_RETURN_IF_ERROR(check_unknown(j, known, where));
+  STRATA_RETURN_IF_ERROR(validate(c));
+  return c;
+}
+
+Result<StoreConfig> load_store_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::not_found("config file '" + path + "' cannot be opened");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto c = parse_store_config(ss.str());
+  if (!c) return c.status().with_context(path);
+  return c;
+}
+
+std::string to_json(const StoreConfig& c) {
+  json j;
+  j["threads"] = c.threads;
+  j["numa"] = to_string(c.numa);
+  j["numa_node"] = c.numa_node;
+  j["huge_pages"] = c.huge_pages;
+  j["fake_numa_nodes"] = c.fake_numa_nodes;
+  j["tables"] = json::array();
+  for (const auto& t : c.tables) {
+    const OptimizerSpec& o = t.spec.optimizer;
+    j["tables"].push_back({{"name", t.spec.name},
+                           {"rows", t.spec.rows},
+                           {"dim", t.spec.dim},
+                           {"dtype", to_string(t.spec.dtype)},
+                           {"pooling", to_string(t.spec.pooling)},
+                           {"placement", to_string(t.placement)},
+                           {"init", {{"bound", t.spec.init.bound}, {"seed", t.spec.init.seed}}},
+                           {"optimizer",
+                            {{"kind", to_string(o.kind)},
+                             {"learning_rate", o.learning_rate},
+                             {"eps", o.eps},
+                             {"beta1", o.beta1},
+                             {"beta2", o.beta2},
+                             {"weight_decay", o.weight_decay},
+                             {"initial_accumulator", o.initial_accumulator}}}});
+  }
+  return j.dump(2);
+}
+
+}  // namespace strata

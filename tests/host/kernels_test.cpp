@@ -1,0 +1,107 @@
+// The CPU kernels against naive loops, over dims, poolings, weights and NUMA layouts.
+#include "host/kernels.hpp"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+#include "host/host_table.hpp"
+
+namespace strata {
+namespace {
+
+struct Case {
+  int dim;
+  Pooling pooling;
+  bool weighted;
+  int nodes;
+};
+
+class Kernels : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Kernels, GatherAndBackwardMatchNaiveLoops) {
+  const Case c = GetParam();
+  TableSpec spec;
+  spec.name = "k";
+  spec.rows = 3000;
+  spec.dim = c.dim;
+  spec.pooling = c.pooling;
+  spec.init.bound = 1.0f;
+  spec.optimizer.learning_rate = 0.1f;
+  HostTableOptions ho;
+  ho.block_rows_log2 = 6;
+  auto table = HostTable::create(Topology::fake(c.nodes), spec, ho);
+  ASSERT_TRUE(table.is_ok());
+  std::mt19937_64 rng(c.dim * 31 + c.nodes);
+  const std::int64_t batch = 300;
+  std::vector<std::int64_t> offsets{0};
+  std::vector<Key> keys;
+  std::vector<float> weights;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const int len = static_cast<int>(rng() % 7);  // includes empty bags
+    for (int i = 0; i < len; ++i) {
+      keys.push_back(static_cast<Key>(rng() % 200));  // many duplicates
+      weights.push_back(static_cast<float>(rng() % 100) / 50.0f);
+    }
+    offsets.push_back(static_cast<std::int64_t>(keys.size()));
+  }
+  const std::int64_t n = static_cast<std::int64_t>(keys.size());
+  BagsView bags{offsets.data(), batch, keys.data(), c.weighted ? weights.data() : nullptr};
+  const std::int64_t out_rows = c.pooling == Pooling::kNone ? n : batch;
+  std::vector<float> out(static_cast<std::size_t>(out_rows * c.dim), -1.0f);
+  if (c.pooling == Pooling::kNone) {
+    gather_rows(table->ref(), keys.data(), bags.weights, n, out.data());
+  } else {
+    gather_pool(table->ref(), bags, c.pooling, out.data());
+  }
+  auto w_of = [&](std::int64_t j) { return c.weighted ? weights[static_cast<std::size_t>(j)] : 1.0f; };
+  for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t j = offsets[b]; j < offsets[b + 1]; ++j) {
+      if (c.pooling != Pooling::kNone) continue;
+      for (int d = 0; d < c.dim; ++d) ASSERT_EQ(out[j * c.dim + d], w_of(j) * table->row(keys[j])[d]);
+    }
+    if (c.pooling == Pooling::kNone) continue;
+    const std::int64_t len = offsets[b + 1] - offsets[b];
+    for (int d = 0; d < c.dim; ++d) {
+      double want = 0;
+      for (std::int64_t j = offsets[b]; j < offsets[b + 1]; ++j) want += w_of(j) * table->row(keys[j])[d];
+      if (c.pooling == Pooling::kMean && len) want /= static_cast<double>(len);
+      ASSERT_NEAR(out[b * c.dim + d], want, 1e-4) << "bag " << b << " col " << d;
+    }
+  }
+
+  // Backward with SGD: each touched row moves by -lr * (sum of its scaled gradients).
+  std::vector<float> grads(out.size());
+  for (auto& g : grads) g = static_cast<float>(static_cast<int>(rng() % 200) - 100) / 100.0f;
+  std::map<Key, std::vector<double>> want;
+  std::map<Key, std::vector<float>> before;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::int64_t len = offsets[b + 1] - offsets[b];
+    for (std::int64_t j = offsets[b]; j < offsets[b + 1]; ++j) {
+      auto& acc = want[keys[j]];
+      acc.resize(static_cast<std::size_t>(c.dim));
+      const float* g = grads.data() + (c.pooling == Pooling::kNone ? j : b) * c.dim;
+      const double s = (c.pooling == Pooling::kMean ? 1.0 / static_cast<double>(len) : 1.0) * w_of(j);
+      for (int d = 0; d < c.dim; ++d) acc[static_cast<std::size_t>(d)] += s * g[d];
+    }
+  }
+  for (auto& [k, _] : want) before[k].assign(table->row(k), table->row(k) + c.dim);
+  const float untouched = table->row(2999)[0];
+  auto unique = dedup_keys(keys.data(), n);
+  auto bag_of = bag_of_positions(offsets.data(), batch);
+  backward_update(table->ref(), bags, c.pooling, unique, bag_of.data(), grads.data(), make_optimizer_step(spec.optimizer, 1));
+  for (auto& [k, acc] : want)
+    for (int d = 0; d < c.dim; ++d)
+      ASSERT_NEAR(table->row(k)[d], before[k][static_cast<std::size_t>(d)] - 0.1 * acc[static_cast<std::size_t>(d)], 1e-4);
+  EXPECT_EQ(table->row(2999)[0], untouched);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, Kernels,
+    ::testing::Values(Case{1, Pooling::kSum, false, 1}, Case{3, Pooling::kMean, true, 2}, Case{16, Pooling::kSum, true, 1},
+                      Case{17, Pooling::kNone, false, 3}, Case{64, Pooling::kMean, false, 2},
+                      Case{128, Pooling::kSum, false, 1}, Case{5, Pooling::kNone, true, 1}, Case{256, Pooling::kMean, true, 4}));
+
+}  // namespace
+}  // namespace strata

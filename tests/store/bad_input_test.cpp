@@ -1,0 +1,180 @@
+// Invariant 4 (validate before mutate): every bad input returns a Status that names the table, the
+// value and what was expected, and leaves the store exactly as it was. Run against both the cpu
+// store and the reference so every implementation rejects input the same way.
+#include <gtest/gtest.h>
+
+#include "tests/store/store_test_util.hpp"
+
+namespace strata {
+namespace {
+
+using namespace strata::testing;
+
+StoreConfig two_tables() {
+  StoreConfig c;
+  c.threads = 2;
+  for (const char* name : {"user", "item"}) {
+    TableConfig t;
+    t.spec.name = name;
+    t.spec.rows = 100;
+    t.spec.dim = 4;
+    t.spec.optimizer.kind = OptimizerKind::kAdagrad;
+    c.tables.push_back(t);
+  }
+  return c;
+}
+
+KeyBatch good_batch() {
+  KeyBatch kb;
+  kb.features.push_back({"user", {0, 2, 3}, {1, 2, 99}, {}});
+  kb.features.push_back({"item", {0, 0, 1}, {5}, {}});
+  return kb;
+}
+
+using Opener = Result<std::unique_ptr<Store>> (*)(const StoreConfig&);
+class BadInput : public ::testing::TestWithParam<Opener> {
+ protected:
+  void SetUp() override {
+    auto s = GetParam()(two_tables());
+    ASSERT_TRUE(s.is_ok());
+    store_ = std::move(s).value();
+    // One batch in flight (forwarded) so we can check it survives every rejected call.
+    ASSERT_TRUE(store_->submit(7, good_batch()).is_ok());
+    out_ = make_buffers(store_->config(), good_batch());
+    ASSERT_TRUE(store_->forward(7, out_.views).is_ok());
+    before_ = snapshot(*store_);
+  }
+  void ExpectUnchanged() {
+    EXPECT_EQ(store_->in_flight(), 1);
+    EXPECT_EQ(store_->step(), 0);
+    EXPECT_TRUE(same_state(before_, snapshot(*store_)));
+    // The batch in flight still completes.
+    Buffers g = make_buffers(store_->config(), good_batch());
+    fill_random(rng_, g);
+    EXPECT_TRUE(store_->backward(7, g.cviews).is_ok());
+  }
+  Status submit_bad(KeyBatch kb) { return store_->submit(8, std::move(kb)); }
+
+  std::unique_ptr<Store> store_;
+  Buffers out_;
+  Snapshot before_;
+  std::mt19937_64 rng_{5};
+};
+
+TEST_P(BadInput, KeyOutOfRange) {
+  auto kb = good_batch();
+  kb.features[1].keys[0] = 100;
+  Status s = submit_bad(kb);
+  EXPECT_EQ(s.code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(s.message(), "batch 8: table 'item': key 100 at position 0 out of range [0, 100)");
+  ExpectUnchanged();
+}
+
+TEST_P(BadInput, NegativeKey) {
+  auto kb = good_batch();
+  kb.features[0].keys[2] = -4;
+  EXPECT_EQ(submit_bad(kb).message(), "batch 8: table 'user': key -4 at position 2 out of range [0, 100)");
+  ExpectUnchanged();
+}
+
+TEST_P(BadInput, OffsetsNotMonotone) {
+  auto kb = good_batch();
+  kb.features[0].offsets = {0, 3, 2};
+  EXPECT_NE(submit_bad(kb).message().find("table 'user': offsets are not monotone"), std::string::npos);
+  ExpectUnchanged();
+}
+
+TEST_P(BadInput, OffsetsDoNotEndAtKeyCount) {
+  auto kb = good_batch();
+  kb.features[0].offsets = {0, 1, 2};
+  EXPECT_EQ(submit_bad(kb).message(), "batch 8: table 'user': offsets end at 2 (expected the key count 3)");
+  ExpectUnchanged();
+}
+
+TEST_P(BadInput, UnknownTable) {
+  auto kb = good_batch();
+  kb.features[1].table = "ads";
+  EXPECT_EQ(submit_bad(kb).message(), "batch 8: unknown table 'ads'");
+  ExpectUnchanged();
+}
+
+TEST_P(BadInput, TableTwiceAndMismatchedBatchSizes) {
+  auto kb = good_batch();
+  kb.features[1].table = "user";
+  EXPECT_NE(submit_bad(kb).message().find("appears twice"), std::string::npos);
+  kb = good_batch();
+  kb.features[1].offsets = {0, 1};
+  EXPECT_NE(submit_bad(kb).message().find("table 'item': batch size 1"), std::string::npos);
+  ExpectUnchanged();
+}
+
+TEST_P(BadInput, DuplicateBatchId) {
+  EXPECT_EQ(store_->submit(7, good_batch()).code(), StatusCode::kAlreadyExists);
+  ExpectUnchanged();
+}
+
+TEST_P(BadInput, GradientsOfTheWrongShape) {
+  Buffers g = make_buffers(store_->config(), good_batch());
+  auto bad = g.cviews;
+  bad[1].cols = 5;
+  Status s = store_->backward(7, bad);
+  EXPECT_EQ(s.message(), "batch 7, table 'item': gradient shape (2, 5) (expected (2, 4))");
+  bad = g.cviews;
+  bad.pop_back();
+  EXPECT_NE(store_->backward(7, bad).message().find("1 gradient views for 2 features"), std::string::npos);
+  bad = g.cviews;
+  bad[0].rows = 3;
+  EXPECT_FALSE(store_->backward(7, bad).is_ok());
+  ExpectUnchanged();
+}
+
+TEST_P(BadInput, OutputsOfTheWrongShapeAndUnknownBatches) {
+  auto views = out_.views;
+  views[0].rows = 1;
+  EXPECT_NE(store_->forward(7, views).message().find("output shape (1, 4) (expected (2, 4))"), std::string::npos);
+  EXPECT_EQ(store_->forward(9, out_.views).code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->backward(9, out_.cviews).code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->discard(9).code(), StatusCode::kNotFound);
+  ExpectUnchanged();
+}
+
+TEST_P(BadInput, BackwardBeforeForward) {
+  ASSERT_TRUE(store_->submit(8, good_batch()).is_ok());
+  Buffers g = make_buffers(store_->config(), good_batch());
+  EXPECT_EQ(store_->backward(8, g.cviews).code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(store_->discard(8).is_ok());
+  ExpectUnchanged();
+}
+
+TEST_P(BadInput, WritesWhileBatchesInFlight) {
+  std::vector<float> w(4);
+  EXPECT_EQ(store_->write_rows(0, 0, 1, w.data(), nullptr).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store_->read_rows(0, 99, 2, w.data(), nullptr).message(), "table 'user': rows [99, 101) out of range [0, 100)");
+  EXPECT_EQ(store_->read_rows(5, 0, 1, w.data(), nullptr).code(), StatusCode::kNotFound);
+  ExpectUnchanged();
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, BadInput, ::testing::Values(&Store::open, &open_reference_store),
+                         [](const auto& info) { return info.index == 0 ? std::string("cpu") : std::string("reference"); });
+
+TEST(BadConfig, ZeroRowsOrDimNamesTheTable) {
+  auto c = two_tables();
+  c.tables[1].spec.rows = 0;
+  EXPECT_EQ(Store::open(c).status().message(), "table 'item': rows 0 must be > 0");
+  c = two_tables();
+  c.tables[0].spec.dim = 0;
+  EXPECT_EQ(Store::open(c).status().message(), "table 'user': dim 0 must be > 0");
+  c = two_tables();
+  c.tables[1].spec.name = "user";
+  EXPECT_NE(Store::open(c).status().message().find("defined twice"), std::string::npos);
+  c.tables.clear();
+  EXPECT_FALSE(Store::open(c).is_ok());
+  c = two_tables();
+  c.numa = NumaPolicy::kBind;
+  c.numa_node = 7;
+  c.fake_numa_nodes = 2;
+  EXPECT_EQ(Store::open(c).status().message(), "numa_node 7 out of range [0, 2)");
+}
+
+}  // namespace
+}  // namespace strata

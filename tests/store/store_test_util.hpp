@@ -1,0 +1,123 @@
+#pragma once
+// Random workloads for store tests: configs with several tables, dims, poolings and optimizers;
+// batches with empty bags, duplicate keys and optional weights; and a full-state comparison.
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "store/store.hpp"
+
+namespace strata::testing {
+
+inline StoreConfig random_config(std::mt19937_64& rng, int tables) {
+  StoreConfig c;
+  c.threads = 2;
+  c.fake_numa_nodes = 1 + static_cast<int>(rng() % 3);
+  const int dims[] = {1, 2, 3, 4, 7, 8, 16, 31, 64, 128, 256};
+  for (int t = 0; t < tables; ++t) {
+    TableConfig tc;
+    tc.spec.name = "t" + std::to_string(t);
+    tc.spec.rows = 1 + static_cast<std::int64_t>(rng() % 400);
+    tc.spec.dim = dims[rng() % (sizeof dims / sizeof dims[0])];
+    tc.spec.pooling = static_cast<Pooling>(rng() % 3);
+    tc.spec.init.bound = 0.5f;
+    tc.spec.init.seed = rng() % 1000;
+    tc.spec.optimizer.kind = static_cast<OptimizerKind>(rng() % 4);
+    tc.spec.optimizer.learning_rate = 0.05f;
+    tc.spec.optimizer.weight_decay = (rng() % 2) ? 0.01f : 0.0f;
+    tc.spec.optimizer.initial_accumulator = 0.1f;
+    c.tables.push_back(tc);
+  }
+  return c;
+}
+
+/// A batch over a random subset of the tables (at least one), batch size `batch`.
+inline KeyBatch random_batch(std::mt19937_64& rng, const StoreConfig& c, std::int64_t batch) {
+  KeyBatch kb;
+  for (const auto& t : c.tables) {
+    if (c.tables.size() > 1 && rng() % 4 == 0) continue;
+    JaggedKeys f;
+    f.table = t.spec.name;
+    f.offsets.push_back(0);
+    const bool weighted = rng() % 3 == 0;
+    const std::int64_t hot = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(t.spec.rows));
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const int len = static_cast<int>(rng() % 6);  // 0: empty bag
+      for (int i = 0; i < len; ++i) {
+        // A small hot range makes duplicate keys (within and across bags) common.
+        const std::int64_t range = (rng() % 2) ? hot : t.spec.rows;
+        f.keys.push_back(static_cast<Key>(rng() % static_cast<std::uint64_t>(range)));
+        if (weighted) f.weights.push_back(static_cast<float>(rng() % 1000) / 500.0f);
+      }
+      f.offsets.push_back(static_cast<std::int64_t>(f.keys.size()));
+    }
+    kb.features.push_back(std::move(f));
+  }
+  if (kb.features.empty()) return random_batch(rng, c, batch);
+  return kb;
+}
+
+/// Output/gradient buffers shaped for a batch.
+struct Buffers {
+  std::vector<std::vector<float>> data;
+  std::vector<MatrixView> views;
+  std::vector<ConstMatrixView> cviews;
+};
+inline Buffers make_buffers(const StoreConfig& c, const KeyBatch& kb) {
+  Buffers b;
+  for (const auto& f : kb.features) {
+    const TableSpec* spec = nullptr;
+    for (const auto& t : c.tables)
+      if (t.spec.name == f.table) spec = &t.spec;
+    const std::int64_t rows = output_rows(f, spec->pooling);
+    b.data.emplace_back(static_cast<std::size_t>(rows * spec->dim), 0.0f);
+  }
+  for (std::size_t i = 0; i < b.data.size(); ++i) {
+    const std::int64_t cols = [&] {
+      for (const auto& t : c.tables)
+        if (t.spec.name == kb.features[i].table) return static_cast<std::int64_t>(t.spec.dim);
+      return std::int64_t{0};
+    }();
+    const std::int64_t rows = cols ? static_cast<std::int64_t>(b.data[i].size()) / cols : 0;
+    b.views.push_back({b.data[i].data(), rows, cols});
+    b.cviews.push_back({b.data[i].data(), rows, cols});
+  }
+  return b;
+}
+inline void fill_random(std::mt19937_64& rng, Buffers& b) {
+  for (auto& d : b.data)
+    for (auto& x : d) x = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 1000.0f;
+}
+
+/// Every row and optimizer state of every table, flattened.
+struct Snapshot {
+  std::vector<std::vector<float>> weights, state;
+};
+inline Snapshot snapshot(Store& s) {
+  Snapshot snap;
+  for (std::size_t t = 0; t < s.config().tables.size(); ++t) {
+    const auto& spec = s.config().tables[t].spec;
+    const auto sd = optimizer_state_dim(spec.optimizer.kind, spec.dim);
+    snap.weights.emplace_back(static_cast<std::size_t>(spec.rows * spec.dim));
+    snap.state.emplace_back(static_cast<std::size_t>(spec.rows * sd));
+    EXPECT_TRUE(s.read_rows(static_cast<int>(t), 0, spec.rows, snap.weights.back().data(), sd ? snap.state.back().data() : nullptr).is_ok());
+  }
+  return snap;
+}
+/// Exact (==) comparison: every mode must reproduce the oracle bit for bit on the CPU.
+inline ::testing::AssertionResult same_state(const Snapshot& a, const Snapshot& b) {
+  for (std::size_t t = 0; t < a.weights.size(); ++t) {
+    for (std::size_t i = 0; i < a.weights[t].size(); ++i)
+      if (!(a.weights[t][i] == b.weights[t][i]))
+        return ::testing::AssertionFailure() << "table " << t << " weight " << i << ": " << a.weights[t][i] << " vs " << b.weights[t][i];
+    for (std::size_t i = 0; i < a.state[t].size(); ++i)
+      if (!(a.state[t][i] == b.state[t][i]))
+        return ::testing::AssertionFailure() << "table " << t << " state " << i << ": " << a.state[t][i] << " vs " << b.state[t][i];
+  }
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace strata::testing
