@@ -8,10 +8,9 @@
 namespace strata::detail {
 namespace {
 
-struct CpuPrepared final : PreparedFeature {
-  UniqueKeys unique;
-  std::vector<std::int32_t> bag_of;
-};
+// Dedup is only needed by backward, so it is done there: inference (submit, forward, discard)
+// never pays for it, and `cpu` mode has nothing to prefetch at submit.
+struct CpuPrepared final : PreparedFeature {};
 
 BagsView bags_of(const JaggedKeys& f) {
   BagsView v;
@@ -27,10 +26,8 @@ class CpuEngine final : public TableEngine {
   explicit CpuEngine(HostTable table) : table_(std::move(table)) {}
 
   std::unique_ptr<PreparedFeature> prepare(const JaggedKeys& f) override {
-    auto p = std::make_unique<CpuPrepared>();
-    p->unique = dedup_keys(f.keys.data(), f.num_keys());
-    if (table_.spec().pooling != Pooling::kNone) p->bag_of = bag_of_positions(f.offsets.data(), f.batch_size());
-    return p;
+    (void)f;
+    return std::make_unique<CpuPrepared>();
   }
 
   Status forward(const JaggedKeys& f, PreparedFeature&, MatrixView out) override {
@@ -42,9 +39,11 @@ class CpuEngine final : public TableEngine {
     return Status::ok();
   }
 
-  Status backward(const JaggedKeys& f, PreparedFeature& prepared, ConstMatrixView grad, const OptimizerStep& st) override {
-    auto& p = static_cast<CpuPrepared&>(prepared);
-    backward_update(table_.ref(), bags_of(f), table_.spec().pooling, p.unique, p.bag_of.data(), grad.data, st);
+  Status backward(const JaggedKeys& f, PreparedFeature&, ConstMatrixView grad, const OptimizerStep& st) override {
+    const UniqueKeys unique = dedup_keys(f.keys.data(), f.num_keys());
+    std::vector<std::int32_t> bag_of;
+    if (table_.spec().pooling != Pooling::kNone) bag_of = bag_of_positions(f.offsets.data(), f.batch_size());
+    backward_update(table_.ref(), bags_of(f), table_.spec().pooling, unique, bag_of.data(), grad.data, st);
     return Status::ok();
   }
 

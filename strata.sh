@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Strata's one entry point: setup | build | test | bench | peers. See README.md.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+# Debian packages the build and tests need (Debian 12).
+CORE_PACKAGES=(build-essential cmake ninja-build pkg-config git
+  libhwloc-dev hwloc libtbb-dev libjemalloc-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev)
+# Only for the PyTorch peer benchmark (bench/peers): large, so installed on demand.
+PEER_PACKAGES=(python3-torch python3-numpy)
+
+log() { printf '[strata] %s\n' "$*" >&2; }
+
+missing_packages() {
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
+  done
+}
+
+install_packages() {
+  local missing
+  missing=$(missing_packages "$@")
+  [ -z "$missing" ] && return 0
+  log "installing: $(echo $missing | tr '\n' ' ')"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  # shellcheck disable=SC2086
+  $sudo apt-get install -y -qq --no-install-recommends $missing >/dev/null
+}
+
+cmd_setup() {
+  install_packages "${CORE_PACKAGES[@]}"
+  if [ "${1:-}" = "--peers" ]; then install_packages "${PEER_PACKAGES[@]}"; fi
+}
+
+preset_of() { echo "${1:-default}"; }
+
+cmd_build() {
+  local preset
+  preset=$(preset_of "${1:-}")
+  cmd_setup
+  if [ ! -f "build/$preset/build.ninja" ] && [ ! -f "build/$preset/Makefile" ]; then
+    cmake --preset "$preset" -G Ninja >/dev/null
+  fi
+  cmake --build --preset "$preset" -j "$(nproc)"
+}
+
+cmd_test() {
+  local preset
+  preset=$(preset_of "${1:-}")
+  cmd_build "$preset"
+  ctest --preset "$preset" -j "$(nproc)"
+}
+
+cmd_bench() {
+  cmd_build default
+  local out="results/bench-$(date +%Y%m%d-%H%M%S)"
+  mkdir -p "$out"
+  log "placement-mode benchmark; results in $out/"
+  ./build/default/bench/strata-bench --json "$out/bench.json" "$@"
+}
+
+cmd_peers() {
+  cmd_setup --peers
+  cmd_build default
+  bash bench/peers/compare_torch.sh "$@"
+}
+
+usage() {
+  cat <<'USAGE'
+usage: ./strata.sh COMMAND [ARGS]
+  setup [--peers]     install missing Debian packages (idempotent; --peers adds python3-torch)
+  build [PRESET]      configure and build (presets: default, asan, tsan)
+  test  [PRESET]      build and run every test with ctest
+  bench [FLAGS]       run strata-bench on the built-in workload (flags go to strata-bench)
+  peers [FLAGS]       Strata cpu mode vs torch.nn.EmbeddingBag on the same keys, with ratios
+USAGE
+}
+
+case "${1:-}" in
+  setup) shift; cmd_setup "$@" ;;
+  build) shift; cmd_build "$@" ;;
+  test) shift; cmd_test "$@" ;;
+  bench) shift; cmd_bench "$@" ;;
+  peers) shift; cmd_peers "$@" ;;
+  -h|--help|help|"") usage ;;
+  *) usage; exit 2 ;;
+esac
