@@ -70,6 +70,7 @@ struct Options {
 struct ModeResult {
   std::string mode;
   std::vector<double> forward_s, train_s;
+  std::vector<double> submit_s, lookup_s, backward_s;  // phases of the training step
   double keys_per_step = 0, samples_per_step = 0;
   double setup_s = 0;
 };
@@ -137,9 +138,16 @@ Result<ModeResult> run_mode(const Options& o, const std::string& mode, const std
     const KeyBatch& kb = batches[static_cast<std::size_t>(s) % batches.size()];
     const auto t = Clock::now();
     STRATA_RETURN_IF_ERROR(store->submit(id, kb));
+    const auto t1 = Clock::now();
     STRATA_RETURN_IF_ERROR(store->forward(id, out_views));
+    const auto t2 = Clock::now();
     STRATA_RETURN_IF_ERROR(store->backward(id, grad_views));
-    if (s >= o.warmup) r.train_s.push_back(seconds_since(t));
+    if (s >= o.warmup) {
+      r.train_s.push_back(seconds_since(t));
+      r.submit_s.push_back(std::chrono::duration<double>(t1 - t).count());
+      r.lookup_s.push_back(std::chrono::duration<double>(t2 - t1).count());
+      r.backward_s.push_back(seconds_since(t2));
+    }
     ++id;
     train.tick(s + 1);
   }
@@ -254,6 +262,9 @@ int run(const Options& o_in) {
     m["gather_gbs"] = gather_gbs;
     m["gather_fraction_of_read_bandwidth"] = gather_gbs / read_gbs;
     m["setup_s"] = r.setup_s;
+    m["train_phase_ms_p50"] = {{"submit", percentile(r.submit_s, 0.5) * 1e3},
+                               {"forward", percentile(r.lookup_s, 0.5) * 1e3},
+                               {"backward", percentile(r.backward_s, 0.5) * 1e3}};
     m["forward_step_s"] = r.forward_s;
     m["train_step_s"] = r.train_s;
     j["results"].push_back(m);
@@ -261,6 +272,10 @@ int run(const Options& o_in) {
                 r.keys_per_step / t50, r.samples_per_step / t50, f50 * 1e3, percentile(r.forward_s, 0.99) * 1e3, t50 * 1e3,
                 percentile(r.train_s, 0.99) * 1e3, gather_gbs);
   }
+  for (const auto& r : results)
+    std::printf("%-8s training step p50 by phase: submit %.2f ms, forward %.2f ms, backward+optimizer %.2f ms\n",
+                r.mode.c_str(), percentile(r.submit_s, 0.5) * 1e3, percentile(r.lookup_s, 0.5) * 1e3,
+                percentile(r.backward_s, 0.5) * 1e3);
   std::printf("sequential read bandwidth (same run, %d threads): %.2f GB/s\n", o.threads, read_gbs);
   if (!o.json_out.empty()) {
     std::ofstream f(o.json_out);

@@ -19,11 +19,23 @@ struct UniqueKeys {
   std::int64_t size() const noexcept { return static_cast<std::int64_t>(keys.size()); }
 };
 
-/// Dedups keys[0..n) (host memory; n < 2^31). O(n) with an open-addressing hash table. Single
-/// threaded and reentrant: call it from several threads for several tables.
+/// Reusable scratch memory of dedup_keys: keeping it (and the UniqueKeys) across batches avoids
+/// page-faulting megabytes of fresh memory every step.
+struct DedupScratch {
+  std::vector<std::int32_t> slots;  ///< hash table: unique id + 1, 0 = empty
+  std::vector<std::int32_t> uid;    ///< (n) unique id of each position
+  std::vector<std::int64_t> cursor; ///< (U) scatter cursors
+};
+
+/// Dedups keys[0..n) (host memory; n < 2^31) into `out`, reusing the capacity of `out` and
+/// `scratch`. O(n) with an open-addressing hash table. Single threaded and reentrant: call it from
+/// several threads for several tables (each with its own out and scratch).
+void dedup_keys(const Key* keys, std::int64_t n, UniqueKeys& out, DedupScratch& scratch);
+/// Convenience form with fresh memory.
 UniqueKeys dedup_keys(const Key* keys, std::int64_t n);
 
-/// bag_of[j] = the bag of key position j, for offsets (batch + 1).
+/// bag_of[j] = the bag of key position j, for offsets (batch + 1); `out` is resized to offsets[batch].
+void bag_of_positions(const std::int64_t* offsets, std::int64_t batch, std::vector<std::int32_t>& out);
 std::vector<std::int32_t> bag_of_positions(const std::int64_t* offsets, std::int64_t batch);
 
 }  // namespace strata

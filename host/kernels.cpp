@@ -12,12 +12,14 @@ namespace strata {
 namespace {
 
 // Rows ahead of the current one that are prefetched: enough to keep ~10 misses in flight per core.
-constexpr std::int64_t kPrefetchDistance = 8;
+constexpr std::int64_t kPrefetchDistance = 16;
+// Gradient rows (mostly in L3) prefetched ahead in backward.
+constexpr std::int64_t kGradPrefetch = 8;
 
 inline void prefetch_row(const float* p, std::int32_t dim) {
   const char* c = reinterpret_cast<const char*>(p);
   const std::int64_t bytes = std::int64_t{dim} * 4;
-  for (std::int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, 3);
+  for (std::int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, 1);
 }
 
 inline void prefetch_row_rw(const float* p, std::int64_t floats) {
@@ -80,12 +82,18 @@ void backward_update(RowRef t, const BagsView& bags, Pooling pooling, const Uniq
   const std::int64_t U = unique.size();
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, U, 128), [&](const tbb::blocked_range<std::int64_t>& r) {
     std::vector<float> acc(static_cast<std::size_t>(dim));
+    const std::int64_t p_end = unique.offsets[static_cast<std::size_t>(r.end())];
     for (std::int64_t u = r.begin(); u < std::min(r.end(), r.begin() + kPrefetchDistance); ++u)
       prefetch_row_rw(t.row(unique.keys[static_cast<std::size_t>(u)]), rec);
     for (std::int64_t u = r.begin(); u < r.end(); ++u) {
       if (u + kPrefetchDistance < r.end()) prefetch_row_rw(t.row(unique.keys[static_cast<std::size_t>(u + kPrefetchDistance)]), rec);
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (std::int64_t p = unique.offsets[static_cast<std::size_t>(u)]; p < unique.offsets[static_cast<std::size_t>(u) + 1]; ++p) {
+        // Gradient rows are read in a random order from a buffer larger than L2: prefetch them too.
+        if (p + kGradPrefetch < p_end) {
+          const std::int64_t jp = unique.positions[static_cast<std::size_t>(p + kGradPrefetch)];
+          prefetch_row(grads + (pooling == Pooling::kNone ? jp : bag_of[jp]) * dim, dim);
+        }
         const std::int64_t j = unique.positions[static_cast<std::size_t>(p)];
         if (pooling == Pooling::kNone) {
           row_axpy(acc.data(), grads + j * dim, grad_scale(pooling, 1, bags.weights, j), dim);

@@ -40,10 +40,10 @@ class CpuEngine final : public TableEngine {
   }
 
   Status backward(const JaggedKeys& f, PreparedFeature&, ConstMatrixView grad, const OptimizerStep& st) override {
-    const UniqueKeys unique = dedup_keys(f.keys.data(), f.num_keys());
-    std::vector<std::int32_t> bag_of;
-    if (table_.spec().pooling != Pooling::kNone) bag_of = bag_of_positions(f.offsets.data(), f.batch_size());
-    backward_update(table_.ref(), bags_of(f), table_.spec().pooling, unique, bag_of.data(), grad.data, st);
+    // Reused across batches: the store drives one call at a time.
+    dedup_keys(f.keys.data(), f.num_keys(), unique_, scratch_);
+    if (table_.spec().pooling != Pooling::kNone) bag_of_positions(f.offsets.data(), f.batch_size(), bag_of_);
+    backward_update(table_.ref(), bags_of(f), table_.spec().pooling, unique_, bag_of_.data(), grad.data, st);
     return Status::ok();
   }
 
@@ -69,6 +69,9 @@ class CpuEngine final : public TableEngine {
 
  private:
   HostTable table_;
+  UniqueKeys unique_;
+  DedupScratch scratch_;
+  std::vector<std::int32_t> bag_of_;
 };
 
 }  // namespace
