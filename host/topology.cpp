@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -33,10 +34,22 @@ std::vector<int> cpus_of(hwloc_const_bitmap_t set) {
 }  // namespace
 
 Result<Topology> Topology::discover() {
-  auto handle = std::make_unique<Handle>();
-  if (hwloc_topology_init(&handle->topo) != 0) return Status::internal("hwloc_topology_init failed");
-  hwloc_topology_set_io_types_filter(handle->topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
-  if (hwloc_topology_load(handle->topo) != 0) return Status::internal("hwloc_topology_load failed");
+  // Loaded once and never destroyed (see the header); hwloc is thread-safe for the read-only
+  // queries and binding calls made here.
+  static std::mutex mutex;
+  static std::shared_ptr<const Handle>* shared = nullptr;
+  std::shared_ptr<const Handle> handle;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!shared) {
+      auto h = std::make_shared<Handle>();
+      if (hwloc_topology_init(&h->topo) != 0) return Status::internal("hwloc_topology_init failed");
+      hwloc_topology_set_io_types_filter(h->topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+      if (hwloc_topology_load(h->topo) != 0) return Status::internal("hwloc_topology_load failed");
+      shared = new std::shared_ptr<const Handle>(std::move(h));  // intentionally immortal
+    }
+    handle = *shared;
+  }
   hwloc_topology_t t = handle->topo;
 
   Topology topo;

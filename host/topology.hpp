@@ -29,7 +29,9 @@ struct GpuInfo {
 /// The machine's NUMA layout. Move-only; all methods are const and thread-safe after creation.
 class Topology {
  public:
-  /// Reads the real machine through hwloc (with I/O devices, to find GPUs).
+  /// Reads the real machine through hwloc (with I/O devices, to find GPUs). The hwloc topology is
+  /// loaded once per process and shared by every Topology (loading takes tens of milliseconds, and
+  /// hwloc's PCI plugin leaks when it is unloaded). Thread-safe.
   static Result<Topology> discover();
   /// A pretend machine with `nodes` nodes that splits the real CPUs round-robin among them and
   /// binds every fake node's memory to real node 0 (so it runs anywhere). For tests.
@@ -56,8 +58,8 @@ class Topology {
 
  private:
   Topology() = default;
-  struct Handle;  // owns the hwloc topology (null for fake)
-  std::unique_ptr<Handle> handle_;
+  struct Handle;  // the process-wide hwloc topology (null for fake)
+  std::shared_ptr<const Handle> handle_;
   std::vector<NumaNode> nodes_;
   std::vector<GpuInfo> gpus_;
   bool fake_ = false;

@@ -39,10 +39,8 @@ class ReferenceStore final : public Store {
   }
 
   Status forward(std::int64_t id, const std::vector<MatrixView>& outputs) override {
-    auto it = batches_.find(id);
-    if (it == batches_.end()) return detail::unknown_batch(id);
-    Entry& e = it->second;
-    STRATA_RETURN_IF_ERROR(detail::check_views(id, e.batch, e.tables, config_, outputs, "output"));
+    STRATA_ASSIGN_OR_RETURN(Entry * found, detail::find_batch(batches_, id, config_, outputs, "output", false));
+    Entry& e = *found;
     for (std::size_t i = 0; i < e.tables.size(); ++i) {
       const Table& t = tables_[static_cast<std::size_t>(e.tables[i])];
       const JaggedKeys& f = e.batch.features[i];
@@ -70,11 +68,8 @@ class ReferenceStore final : public Store {
   }
 
   Status backward(std::int64_t id, const std::vector<ConstMatrixView>& grads) override {
-    auto it = batches_.find(id);
-    if (it == batches_.end()) return detail::unknown_batch(id);
-    Entry& e = it->second;
-    if (!e.forwarded) return detail::backward_before_forward(id);
-    STRATA_RETURN_IF_ERROR(detail::check_views(id, e.batch, e.tables, config_, grads, "gradient"));
+    STRATA_ASSIGN_OR_RETURN(Entry * found, detail::find_batch(batches_, id, config_, grads, "gradient", true));
+    Entry& e = *found;
     ++step_;
     for (std::size_t i = 0; i < e.tables.size(); ++i) {
       Table& t = tables_[static_cast<std::size_t>(e.tables[i])];
@@ -98,7 +93,7 @@ class ReferenceStore final : public Store {
       const OptimizerStep st = make_optimizer_step(t.spec.optimizer, step_);
       for (auto& [key, g] : sums) apply_optimizer(st, t.row(key), t.state_of(key), g.data(), dim);
     }
-    batches_.erase(it);
+    batches_.erase(id);
     return Status::ok();
   }
 

@@ -60,10 +60,8 @@ class StoreImpl final : public Store {
   }
 
   Status forward(std::int64_t id, const std::vector<MatrixView>& outputs) override {
-    auto it = batches_.find(id);
-    if (it == batches_.end()) return detail::unknown_batch(id);
-    Entry& e = it->second;
-    STRATA_RETURN_IF_ERROR(detail::check_views(id, e.batch, e.tables, config_, outputs, "output"));
+    STRATA_ASSIGN_OR_RETURN(Entry * found, detail::find_batch(batches_, id, config_, outputs, "output", false));
+    Entry& e = *found;
     Status status;
     arena_.execute([&] {
       for (std::size_t i = 0; i < e.tables.size() && status.is_ok(); ++i)
@@ -74,11 +72,8 @@ class StoreImpl final : public Store {
   }
 
   Status backward(std::int64_t id, const std::vector<ConstMatrixView>& grads) override {
-    auto it = batches_.find(id);
-    if (it == batches_.end()) return detail::unknown_batch(id);
-    Entry& e = it->second;
-    if (!e.forwarded) return detail::backward_before_forward(id);
-    STRATA_RETURN_IF_ERROR(detail::check_views(id, e.batch, e.tables, config_, grads, "gradient"));
+    STRATA_ASSIGN_OR_RETURN(Entry * found, detail::find_batch(batches_, id, config_, grads, "gradient", true));
+    Entry& e = *found;
     const std::int64_t t = step_ + 1;
     Status status;
     arena_.execute([&] {
@@ -89,7 +84,7 @@ class StoreImpl final : public Store {
       }
     });
     step_ = t;
-    batches_.erase(it);
+    batches_.erase(id);
     return status;
   }
 

@@ -43,6 +43,22 @@ Status check_views(std::int64_t batch_id, const KeyBatch& batch, const std::vect
   return Status::ok();
 }
 
+Status unknown_batch(std::int64_t batch_id);
+Status backward_before_forward(std::int64_t batch_id);
+
+/// The in-flight batch `id` of a store's batch map, checked against `views` (one per feature, of
+/// the shape forward produces); with `need_forward`, the batch must have been forwarded.
+template <typename Map, typename View>
+Result<typename Map::mapped_type*> find_batch(Map& batches, std::int64_t id, const StoreConfig& config,
+                                              const std::vector<View>& views, const char* what, bool need_forward) {
+  auto it = batches.find(id);
+  if (it == batches.end()) return unknown_batch(id);
+  auto& e = it->second;
+  if (need_forward && !e.forwarded) return backward_before_forward(id);
+  STRATA_RETURN_IF_ERROR(check_views(id, e.batch, e.tables, config, views, what));
+  return &e;
+}
+
 /// Errors for the batch lifecycle, shared so every mode words them the same way.
 Status unknown_batch(std::int64_t batch_id);
 Status duplicate_batch(std::int64_t batch_id);
