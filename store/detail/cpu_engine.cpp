@@ -25,8 +25,7 @@ class CpuEngine final : public TableEngine {
  public:
   explicit CpuEngine(HostTable table) : table_(std::move(table)) {}
 
-  std::unique_ptr<PreparedFeature> prepare(const JaggedKeys& f) override {
-    (void)f;
+  std::unique_ptr<PreparedFeature> prepare(const JaggedKeys&) override {
     return std::make_unique<CpuPrepared>();
   }
 
