@@ -19,6 +19,18 @@ struct UniqueKeys {
   std::int64_t size() const noexcept { return static_cast<std::int64_t>(keys.size()); }
 };
 
+/// A non-owning view of a UniqueKeys (or of the same arrays elsewhere, e.g. a device slot plan
+/// whose "keys" are slot numbers).
+struct UniqueView {
+  const Key* keys = nullptr;                ///< (size) unique keys (or slots)
+  const std::int64_t* offsets = nullptr;    ///< (size + 1) CSR offsets into positions
+  const std::int32_t* positions = nullptr;  ///< (offsets[size]) key positions, ascending within each
+  std::int64_t size = 0;
+};
+
+/// View of a UniqueKeys (valid while it lives and is not modified).
+inline UniqueView view_of(const UniqueKeys& u) noexcept { return {u.keys.data(), u.offsets.data(), u.positions.data(), u.size()}; }
+
 /// Reusable scratch memory of dedup_keys: keeping it (and the UniqueKeys) across batches avoids
 /// page-faulting megabytes of fresh memory every step.
 struct DedupScratch {

@@ -42,7 +42,7 @@ void gather_pool(RowRef t, const BagsView& bags, Pooling pooling, float* out) {
                         prefetch_row(t.row(bags.keys[j]), dim);
                       for (std::int64_t b = r.begin(); b < r.end(); ++b) {
                         float* o = out + b * dim;
-                        std::memset(o, 0, sizeof(float) * static_cast<std::size_t>(dim));
+                        std::memset(o, 0, sizeof(float) * (dim));
                         const std::int64_t lo = bags.offsets[b], hi = bags.offsets[b + 1];
                         for (std::int64_t j = lo; j < hi; ++j) {
                           if (j + kPrefetchDistance < j_end) prefetch_row(t.row(bags.keys[j + kPrefetchDistance]), dim);
@@ -70,32 +70,32 @@ void gather_rows(RowRef t, const Key* keys, const float* weights, std::int64_t n
         const float w = weights[j];
         for (std::int32_t c = 0; c < dim; ++c) o[c] = w * row[c];
       } else {
-        std::memcpy(o, row, sizeof(float) * static_cast<std::size_t>(dim));
+        std::memcpy(o, row, sizeof(float) * (dim));
       }
     }
   });
 }
 
-void backward_update(RowRef t, const BagsView& bags, Pooling pooling, const UniqueKeys& unique,
+void backward_update(RowRef t, const BagsView& bags, Pooling pooling, UniqueView unique,
                      const std::int32_t* bag_of, const float* grads, const OptimizerStep& step) {
   const std::int32_t dim = t.dim;
   const std::int64_t rec = dim + t.state_dim;
-  const std::int64_t U = unique.size();
+  const std::int64_t U = unique.size;
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, U, 128), [&](const tbb::blocked_range<std::int64_t>& r) {
     std::vector<float> acc(static_cast<std::size_t>(dim));
-    const std::int64_t p_end = unique.offsets[static_cast<std::size_t>(r.end())];
+    const std::int64_t p_end = unique.offsets[r.end()];
     for (std::int64_t u = r.begin(); u < std::min(r.end(), r.begin() + kPrefetchDistance); ++u)
-      prefetch_row_rw(t.row(unique.keys[static_cast<std::size_t>(u)]), rec);
+      prefetch_row_rw(t.row(unique.keys[u]), rec);
     for (std::int64_t u = r.begin(); u < r.end(); ++u) {
-      if (u + kPrefetchDistance < r.end()) prefetch_row_rw(t.row(unique.keys[static_cast<std::size_t>(u + kPrefetchDistance)]), rec);
+      if (u + kPrefetchDistance < r.end()) prefetch_row_rw(t.row(unique.keys[u + kPrefetchDistance]), rec);
       std::fill(acc.begin(), acc.end(), 0.0f);
-      for (std::int64_t p = unique.offsets[static_cast<std::size_t>(u)]; p < unique.offsets[static_cast<std::size_t>(u) + 1]; ++p) {
+      for (std::int64_t p = unique.offsets[u]; p < unique.offsets[u + 1]; ++p) {
         // Gradient rows are read in a random order from a buffer larger than L2: prefetch them too.
         if (p + kGradPrefetch < p_end) {
-          const std::int64_t jp = unique.positions[static_cast<std::size_t>(p + kGradPrefetch)];
+          const std::int64_t jp = unique.positions[p + kGradPrefetch];
           prefetch_row(grads + (pooling == Pooling::kNone ? jp : bag_of[jp]) * dim, dim);
         }
-        const std::int64_t j = unique.positions[static_cast<std::size_t>(p)];
+        const std::int64_t j = unique.positions[p];
         if (pooling == Pooling::kNone) {
           row_axpy(acc.data(), grads + j * dim, grad_scale(pooling, 1, bags.weights, j), dim);
         } else {
@@ -104,7 +104,7 @@ void backward_update(RowRef t, const BagsView& bags, Pooling pooling, const Uniq
           row_axpy(acc.data(), grads + b * dim, s, dim);
         }
       }
-      float* w = t.row(unique.keys[static_cast<std::size_t>(u)]);
+      float* w = t.row(unique.keys[u]);
       apply_optimizer(step, w, w + dim, acc.data(), dim);
     }
   });

@@ -32,7 +32,7 @@ void gather_rows(RowRef table, const Key* keys, const float* weights, std::int64
 ///   grads: (batch, dim) for pooled tables, (num_keys, dim) for pooling none; host.
 ///   bag_of: (num_keys) bag of each key position (unused for pooling none).
 /// Rows not in `unique` are untouched.
-void backward_update(RowRef table, const BagsView& bags, Pooling pooling, const UniqueKeys& unique,
+void backward_update(RowRef table, const BagsView& bags, Pooling pooling, UniqueView unique,
                      const std::int32_t* bag_of, const float* grads, const OptimizerStep& step);
 
 }  // namespace strata

@@ -79,7 +79,7 @@ void BM_BackwardUpdateSgd(benchmark::State& state) {
   OptimizerSpec opt;
   const OptimizerStep step = make_optimizer_step(opt, 1);
   for (auto _ : state) {
-    backward_update(f.table.ref(), bags, Pooling::kSum, f.unique, f.bag_of.data(), f.grads.data(), step);
+    backward_update(f.table.ref(), bags, Pooling::kSum, view_of(f.unique), f.bag_of.data(), f.grads.data(), step);
   }
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(f.keys.size()));
   // Each unique row is read and written once.

@@ -42,7 +42,7 @@ class CpuEngine final : public TableEngine {
     // Reused across batches: the store drives one call at a time.
     dedup_keys(f.keys.data(), f.num_keys(), unique_, scratch_);
     if (table_.spec().pooling != Pooling::kNone) bag_of_positions(f.offsets.data(), f.batch_size(), bag_of_);
-    backward_update(table_.ref(), bags_of(f), table_.spec().pooling, unique_, bag_of_.data(), grad.data, st);
+    backward_update(table_.ref(), bags_of(f), table_.spec().pooling, view_of(unique_), bag_of_.data(), grad.data, st);
     return Status::ok();
   }
 

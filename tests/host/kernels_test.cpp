@@ -90,7 +90,7 @@ TEST_P(Kernels, GatherAndBackwardMatchNaiveLoops) {
   const float untouched = table->row(2999)[0];
   auto unique = dedup_keys(keys.data(), n);
   auto bag_of = bag_of_positions(offsets.data(), batch);
-  backward_update(table->ref(), bags, c.pooling, unique, bag_of.data(), grads.data(), make_optimizer_step(spec.optimizer, 1));
+  backward_update(table->ref(), bags, c.pooling, view_of(unique), bag_of.data(), grads.data(), make_optimizer_step(spec.optimizer, 1));
   for (auto& [k, acc] : want)
     for (int d = 0; d < c.dim; ++d)
       ASSERT_NEAR(table->row(k)[d], before[k][static_cast<std::size_t>(d)] - 0.1 * acc[static_cast<std::size_t>(d)], 1e-4);

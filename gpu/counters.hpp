@@ -1,0 +1,53 @@
+#pragma once
+// LinkCounters: bytes that crossed each link, counted by the device layer when work is issued (so
+// both backends count the same way) and by host-side code (host DRAM per NUMA node). They feed the
+// cost model and strata-bench's "bytes per link per step".
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+namespace strata::gpu {
+
+/// A snapshot of the counters (plain numbers; subtract two snapshots for a step's traffic).
+struct LinkBytes {
+  std::uint64_t hbm_read = 0;    ///< device memory read by kernels and D2H/D2D copies
+  std::uint64_t hbm_write = 0;   ///< device memory written by kernels and H2D/D2D copies
+  std::uint64_t h2d = 0;         ///< PCIe host -> device (copies and zero-copy reads of host rows)
+  std::uint64_t d2h = 0;         ///< PCIe device -> host
+  std::vector<std::uint64_t> host_read;   ///< (nodes) host DRAM read by host-side staging work
+  std::vector<std::uint64_t> host_write;  ///< (nodes) host DRAM written by host-side staging work
+
+  /// Field-wise difference (this - earlier).
+  LinkBytes operator-(const LinkBytes& earlier) const;
+  /// Field-wise sum.
+  LinkBytes& operator+=(const LinkBytes& other);
+  std::uint64_t host_read_total() const noexcept;
+  std::uint64_t host_write_total() const noexcept;
+};
+
+/// Thread-safe counters (relaxed atomics). Nodes beyond kMaxNodes are folded into the last one.
+class LinkCounters {
+ public:
+  static constexpr int kMaxNodes = 16;
+  explicit LinkCounters(int numa_nodes = 1) noexcept;
+
+  void add_hbm_read(std::uint64_t b) noexcept { hbm_read_.fetch_add(b, std::memory_order_relaxed); }
+  void add_hbm_write(std::uint64_t b) noexcept { hbm_write_.fetch_add(b, std::memory_order_relaxed); }
+  void add_h2d(std::uint64_t b) noexcept { h2d_.fetch_add(b, std::memory_order_relaxed); }
+  void add_d2h(std::uint64_t b) noexcept { d2h_.fetch_add(b, std::memory_order_relaxed); }
+  void add_host_read(int node, std::uint64_t b) noexcept { host_read_[clamp(node)].fetch_add(b, std::memory_order_relaxed); }
+  void add_host_write(int node, std::uint64_t b) noexcept { host_write_[clamp(node)].fetch_add(b, std::memory_order_relaxed); }
+
+  int numa_nodes() const noexcept { return nodes_; }
+  LinkBytes snapshot() const;
+
+ private:
+  std::size_t clamp(int node) const noexcept;
+  int nodes_;
+  std::atomic<std::uint64_t> hbm_read_{0}, hbm_write_{0}, h2d_{0}, d2h_{0};
+  std::array<std::atomic<std::uint64_t>, kMaxNodes> host_read_{}, host_write_{};
+};
+
+}  // namespace strata::gpu

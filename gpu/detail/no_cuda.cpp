@@ -1,0 +1,13 @@
+// Factories of the CUDA backend in builds without it.
+
+#include "gpu/device.hpp"
+
+namespace strata::gpu {
+
+Result<std::unique_ptr<Device>> make_cuda_device(int, std::size_t) {
+  return Status::unavailable("the CUDA backend was not built (configure with STRATA_CUDA=ON and a CUDA toolkit)");
+}
+int cuda_device_count() noexcept { return 0; }
+bool cuda_backend_built() noexcept { return false; }
+
+}  // namespace strata::gpu

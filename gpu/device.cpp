@@ -1,0 +1,123 @@
+#include "gpu/device.hpp"
+
+#include <string>
+
+namespace strata::gpu {
+
+const char* to_string(Backend b) noexcept { return b == Backend::kCuda ? "cuda" : "emu"; }
+
+DeviceBuffer::~DeviceBuffer() {
+  if (dev_ && ptr_) dev_->release(ptr_, bytes_);
+}
+PinnedBuffer::~PinnedBuffer() {
+  if (dev_ && ptr_) dev_->release_pinned(ptr_, bytes_);
+}
+
+Result<DeviceBuffer> Device::allocate(std::size_t bytes) {
+  if (bytes == 0) return DeviceBuffer();
+  std::size_t used = in_use_.load();
+  do {
+    if (used + bytes > info_.capacity)
+      return Status::resource_exhausted("device " + info_.name + ": cannot allocate " + std::to_string(bytes) + " bytes; " +
+                                        std::to_string(info_.capacity - used) + " of " + std::to_string(info_.capacity) +
+                                        " bytes free");
+  } while (!in_use_.compare_exchange_weak(used, used + bytes));
+  Result<void*> p = do_allocate(bytes);
+  if (!p) {
+    in_use_.fetch_sub(bytes);
+    return p.status();
+  }
+  std::size_t now = used + bytes, peak = peak_.load();
+  while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+  }
+  return DeviceBuffer(this, p.value(), bytes);
+}
+
+Result<PinnedBuffer> Device::allocate_pinned(std::size_t bytes) {
+  if (bytes == 0) return PinnedBuffer();
+  STRATA_ASSIGN_OR_RETURN(void* p, do_allocate_pinned(bytes));
+  return PinnedBuffer(this, p, bytes);
+}
+
+std::size_t Device::bytes_in_use() const noexcept { return in_use_.load(); }
+std::size_t Device::peak_bytes() const noexcept { return peak_.load(); }
+
+void Device::release(void* p, std::size_t bytes) noexcept {
+  do_deallocate(p, bytes);
+  in_use_.fetch_sub(bytes);
+}
+void Device::release_pinned(void* p, std::size_t bytes) noexcept { do_deallocate_pinned(p, bytes); }
+
+void Device::copy_h2d(StreamView s, void* dst, const void* src, std::size_t bytes) {
+  counters_.add_h2d(bytes);
+  counters_.add_hbm_write(bytes);
+  do_copy(s, dst, src, bytes, CopyKind::kH2D);
+}
+void Device::copy_d2h(StreamView s, void* dst, const void* src, std::size_t bytes) {
+  counters_.add_d2h(bytes);
+  counters_.add_hbm_read(bytes);
+  do_copy(s, dst, src, bytes, CopyKind::kD2H);
+}
+void Device::copy_d2d(StreamView s, void* dst, const void* src, std::size_t bytes) {
+  counters_.add_hbm_read(bytes);
+  counters_.add_hbm_write(bytes);
+  do_copy(s, dst, src, bytes, CopyKind::kD2D);
+}
+
+namespace {
+constexpr std::uint64_t kF = sizeof(float);
+
+// Index bytes a lookup reads besides the rows: offsets, row ids, weights.
+std::uint64_t index_bytes(const LookupFeature& f) {
+  return static_cast<std::uint64_t>(f.batch + 1) * 8 + static_cast<std::uint64_t>(f.num_keys) * (8 + (f.weights ? kF : 0));
+}
+std::uint64_t out_rows(const LookupFeature& f) {
+  return static_cast<std::uint64_t>(f.pooling == Pooling::kNone ? f.num_keys : f.batch);
+}
+}  // namespace
+
+void Device::gather_pool(StreamView s, SlotPool pool, const std::vector<LookupFeature>& features) {
+  for (const auto& f : features) {
+    counters_.add_hbm_read(static_cast<std::uint64_t>(f.num_keys) * pool.dim * kF + index_bytes(f));
+    counters_.add_hbm_write(out_rows(f) * pool.dim * kF);
+  }
+  do_gather_pool(s, pool, features);
+}
+
+void Device::gather_pool_host(StreamView s, RowRef table, const std::vector<LookupFeature>& features) {
+  for (const auto& f : features) {
+    const std::uint64_t rows = static_cast<std::uint64_t>(f.num_keys) * table.dim * kF;
+    counters_.add_h2d(rows);
+    counters_.add_host_read(0, rows);
+    counters_.add_hbm_read(index_bytes(f));
+    counters_.add_hbm_write(out_rows(f) * table.dim * kF);
+  }
+  do_gather_pool_host(s, table, features);
+}
+
+void Device::backward_update(StreamView s, SlotPool pool, const std::vector<UpdateFeature>& features) {
+  for (const auto& f : features) {
+    const std::uint64_t grad_rows = static_cast<std::uint64_t>(f.pooling == Pooling::kNone ? f.num_keys : f.batch);
+    const std::uint64_t rec = static_cast<std::uint64_t>(pool.dim + pool.state_dim) * kF;
+    counters_.add_hbm_read(grad_rows * pool.dim * kF + static_cast<std::uint64_t>(f.num_unique) * (rec + 16) +
+                           static_cast<std::uint64_t>(f.num_keys) * 8);
+    counters_.add_hbm_write(static_cast<std::uint64_t>(f.num_unique) * rec);
+  }
+  do_backward_update(s, pool, features);
+}
+
+void Device::pack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* dst) {
+  const std::uint64_t b = static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(pool.record_bytes());
+  counters_.add_hbm_read(b + static_cast<std::uint64_t>(n) * 8);
+  counters_.add_hbm_write(b);
+  do_pack_records(s, pool, slots, n, dst);
+}
+
+void Device::unpack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, const float* src) {
+  const std::uint64_t b = static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(pool.record_bytes());
+  counters_.add_hbm_read(b + static_cast<std::uint64_t>(n) * 8);
+  counters_.add_hbm_write(b);
+  do_unpack_records(s, pool, slots, n, src);
+}
+
+}  // namespace strata::gpu

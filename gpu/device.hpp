@@ -1,0 +1,248 @@
+#pragma once
+// The device layer: Device, Stream, Event, DeviceBuffer, PinnedBuffer, and the device operations
+// the store needs. One interface, two backends: `cuda` (the CUDA runtime and gpu/cuda/*.cu) and
+// `emu` (host memory with a capacity limit; each stream runs its work in order on its own worker
+// thread, running the CPU kernels of host/). See ARCHITECTURE.md, "The device layer".
+//
+// Conventions (as CUDA): every operation that takes a StreamView is asynchronous and ordered on
+// that stream; the caller keeps its buffers alive until the work is done (synchronize, or an event
+// recorded after it). Errors of asynchronous work are sticky: the device stops running work and
+// the next synchronize()/status() returns the error. Owners are move-only; views are passed by value.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/status.hpp"
+#include "gpu/counters.hpp"
+#include "gpu/types.hpp"
+#include "host/pinner.hpp"
+
+namespace strata::gpu {
+
+class Device;
+
+namespace detail {
+/// Backend-defined state of a stream or an event.
+struct StreamState {
+  virtual ~StreamState() = default;
+};
+struct EventState {
+  virtual ~EventState() = default;
+};
+}  // namespace detail
+
+/// Non-owning handle of a stream (valid while its Stream lives).
+class StreamView {
+ public:
+  StreamView() = default;
+  explicit StreamView(detail::StreamState* s) noexcept : s_(s) {}
+  detail::StreamState* state() const noexcept { return s_; }
+
+ private:
+  detail::StreamState* s_ = nullptr;
+};
+
+/// An in-order queue of device work. Move-only; destroying it waits for its work.
+class Stream {
+ public:
+  Stream() = default;
+  explicit Stream(std::unique_ptr<detail::StreamState> s) noexcept : s_(std::move(s)) {}
+  StreamView view() const noexcept { return StreamView(s_.get()); }
+  explicit operator bool() const noexcept { return s_ != nullptr; }
+
+ private:
+  std::unique_ptr<detail::StreamState> s_;
+};
+
+/// Non-owning handle of an event.
+class EventView {
+ public:
+  EventView() = default;
+  explicit EventView(detail::EventState* e) noexcept : e_(e) {}
+  detail::EventState* state() const noexcept { return e_; }
+
+ private:
+  detail::EventState* e_ = nullptr;
+};
+
+/// A marker in a stream that other streams and the host can wait for. Move-only.
+class Event {
+ public:
+  Event() = default;
+  explicit Event(std::unique_ptr<detail::EventState> e) noexcept : e_(std::move(e)) {}
+  EventView view() const noexcept { return EventView(e_.get()); }
+  explicit operator bool() const noexcept { return e_ != nullptr; }
+
+ private:
+  std::unique_ptr<detail::EventState> e_;
+};
+
+/// Device memory, freed on destruction. Move-only.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(DeviceBuffer&& o) noexcept { swap(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    DeviceBuffer t(std::move(o));
+    swap(t);
+    return *this;
+  }
+  ~DeviceBuffer();
+  void* data() const noexcept { return ptr_; }
+  template <class T>
+  T* as() const noexcept { return static_cast<T*>(ptr_); }
+  std::size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  friend class Device;
+  DeviceBuffer(Device* d, void* p, std::size_t n) noexcept : dev_(d), ptr_(p), bytes_(n) {}
+  void swap(DeviceBuffer& o) noexcept {
+    std::swap(dev_, o.dev_);
+    std::swap(ptr_, o.ptr_);
+    std::swap(bytes_, o.bytes_);
+  }
+  Device* dev_ = nullptr;
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+/// Page-locked host memory usable by asynchronous copies. Move-only.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(PinnedBuffer&& o) noexcept { swap(o); }
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+    PinnedBuffer t(std::move(o));
+    swap(t);
+    return *this;
+  }
+  ~PinnedBuffer();
+  void* data() const noexcept { return ptr_; }
+  template <class T>
+  T* as() const noexcept { return static_cast<T*>(ptr_); }
+  std::size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  friend class Device;
+  PinnedBuffer(Device* d, void* p, std::size_t n) noexcept : dev_(d), ptr_(p), bytes_(n) {}
+  void swap(PinnedBuffer& o) noexcept {
+    std::swap(dev_, o.dev_);
+    std::swap(ptr_, o.ptr_);
+    std::swap(bytes_, o.bytes_);
+  }
+  Device* dev_ = nullptr;
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+/// Options of the emulated device.
+struct EmuOptions {
+  std::size_t capacity = std::size_t{1} << 30;  ///< bytes of "HBM"; allocating past it fails like a full GPU
+  int threads = 0;                              ///< oneTBB workers for kernels (0: all cores)
+  int max_delay_us = 0;                         ///< > 0: sleep a random 0..max µs before every stream op (race hunting)
+  std::uint64_t seed = 1;                       ///< seed of the delays
+  std::int64_t fail_after_ops = -1;             ///< >= 0: the op with this index (0-based, all streams) fails with a device fault
+  int numa_nodes = 1;                           ///< NUMA nodes for the host DRAM counters
+};
+
+/// A GPU, real or emulated. Thread-safe: several threads may issue work on distinct streams.
+///
+/// The public operations validate nothing beyond what is documented (the store validates input);
+/// they count link bytes at issue time and forward to the backend.
+class Device {
+ public:
+  virtual ~Device() = default;
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  const DeviceInfo& info() const noexcept { return info_; }
+  LinkCounters& counters() noexcept { return counters_; }
+  /// Registers host memory for DMA (cudaHostRegister under cuda; bookkeeping only under emu).
+  virtual Pinner& pinner() noexcept = 0;
+
+  // ---- memory ----
+  /// Device memory; ResourceExhausted (naming the request and what is free) past the capacity.
+  Result<DeviceBuffer> allocate(std::size_t bytes);
+  /// Pinned host memory for staging.
+  Result<PinnedBuffer> allocate_pinned(std::size_t bytes);
+  std::size_t bytes_in_use() const noexcept;
+  std::size_t peak_bytes() const noexcept;
+
+  // ---- streams and events ----
+  virtual Result<Stream> create_stream() = 0;
+  virtual Result<Event> create_event() = 0;
+  /// Marks the current end of `s`; `e` completes when the work before it has run.
+  virtual void record(EventView e, StreamView s) = 0;
+  /// Work issued to `s` after this call waits for the last record() of `e` (no-op if never recorded).
+  virtual void wait(StreamView s, EventView e) = 0;
+  /// Blocks the host until `s` is idle; returns the device's sticky error, if any.
+  virtual Status synchronize(StreamView s) = 0;
+  /// Blocks the host until `e` (its last record) completed; returns the sticky error, if any.
+  virtual Status synchronize(EventView e) = 0;
+  /// Whether `e` completed (non-blocking).
+  virtual bool ready(EventView e) = 0;
+  /// The sticky error of asynchronous work (ok while none happened).
+  virtual Status status() = 0;
+
+  // ---- copies (asynchronous; host pointers must be pinned under cuda) ----
+  void copy_h2d(StreamView s, void* dst_device, const void* src_host, std::size_t bytes);
+  void copy_d2h(StreamView s, void* dst_host, const void* src_device, std::size_t bytes);
+  void copy_d2d(StreamView s, void* dst_device, const void* src_device, std::size_t bytes);
+  /// Runs `fn` on the host when the work before it on `s` is done; later work on `s` waits for it.
+  /// `fn` must not issue device work. Exceptions are a programmer error.
+  virtual void host_task(StreamView s, std::function<void()> fn) = 0;
+
+  // ---- device operations (one launch per call covers every feature given: table-batched) ----
+  /// Pooled or unpooled lookup by slot: for each feature, out = pool(rows of `pool` at f.rows).
+  void gather_pool(StreamView s, SlotPool pool, const std::vector<LookupFeature>& features);
+  /// Zero-copy lookup: the device reads rows of a pinned host table (f.rows are host row ids).
+  /// `table.bases` is read on the host at the call. Counts the rows' bytes as H2D.
+  void gather_pool_host(StreamView s, RowRef table, const std::vector<LookupFeature>& features);
+  /// Fused backward by slot: gradient reduction per unique slot + optimizer, in place in `pool`.
+  void backward_update(StreamView s, SlotPool pool, const std::vector<UpdateFeature>& features);
+  /// dst[i] = record of slot slots[i] (whole records: weights and state).  slots (n) device, dst (n, stride) device.
+  void pack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* dst);
+  /// record of slot slots[i] = src[i].  slots (n) device, src (n, stride) device.
+  void unpack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, const float* src);
+
+ protected:
+  Device(DeviceInfo info, int numa_nodes) : info_(std::move(info)), counters_(numa_nodes) {}
+
+  virtual Result<void*> do_allocate(std::size_t bytes) = 0;
+  virtual void do_deallocate(void* p, std::size_t bytes) noexcept = 0;
+  virtual Result<void*> do_allocate_pinned(std::size_t bytes) = 0;
+  virtual void do_deallocate_pinned(void* p, std::size_t bytes) noexcept = 0;
+  enum class CopyKind { kH2D, kD2H, kD2D };
+  virtual void do_copy(StreamView s, void* dst, const void* src, std::size_t bytes, CopyKind kind) = 0;
+  virtual void do_gather_pool(StreamView s, SlotPool pool, const std::vector<LookupFeature>& features) = 0;
+  virtual void do_gather_pool_host(StreamView s, RowRef table, const std::vector<LookupFeature>& features) = 0;
+  virtual void do_backward_update(StreamView s, SlotPool pool, const std::vector<UpdateFeature>& features) = 0;
+  virtual void do_pack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* dst) = 0;
+  virtual void do_unpack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, const float* src) = 0;
+
+ private:
+  friend class DeviceBuffer;
+  friend class PinnedBuffer;
+  void release(void* p, std::size_t bytes) noexcept;
+  void release_pinned(void* p, std::size_t bytes) noexcept;
+
+  DeviceInfo info_;
+  LinkCounters counters_;
+  std::atomic<std::size_t> in_use_{0};
+  std::atomic<std::size_t> peak_{0};
+};
+
+/// An emulated device (always available).
+Result<std::unique_ptr<Device>> make_emu_device(const EmuOptions& options = {});
+/// CUDA device `ordinal`: Unavailable when the CUDA backend was not built or no GPU is visible.
+/// `capacity` > 0 caps allocations below the GPU's free memory.
+Result<std::unique_ptr<Device>> make_cuda_device(int ordinal = 0, std::size_t capacity = 0);
+/// Number of visible CUDA GPUs (0 when the backend was not built).
+int cuda_device_count() noexcept;
+/// Whether this build contains the CUDA backend.
+bool cuda_backend_built() noexcept;
+
+}  // namespace strata::gpu

@@ -1,0 +1,72 @@
+#pragma once
+// Plain parameter structs of the device operations (raft's *_types.hpp style). Every pointer says
+// its memory space; "device" means memory from Device::allocate (host memory under `emu`).
+
+#include <cstdint>
+#include <string>
+
+#include "core/row_math.hpp"
+#include "core/table_spec.hpp"
+#include "host/row_ref.hpp"
+
+namespace strata::gpu {
+
+/// Which implementation of the device layer.
+enum class Backend {
+  kEmu = 0,   ///< host memory with a capacity limit, one worker thread per stream
+  kCuda = 1,  ///< the CUDA runtime and the kernels in gpu/cuda/
+};
+const char* to_string(Backend b) noexcept;
+
+/// A slot pool in device memory: `slots` records of `stride` floats, [weights (dim) | state (state_dim) | pad].
+/// Slots of one pool are shared by every table of that (dim, state_dim) shape.
+struct SlotPool {
+  float* base = nullptr;         ///< (slots, stride) device
+  std::int64_t slots = 0;        ///< number of records
+  std::int64_t stride = 0;       ///< floats per record (record_stride(dim, state_dim))
+  std::int32_t dim = 0;          ///< weights per row
+  std::int32_t state_dim = 0;    ///< optimizer state floats per row
+
+  /// Bytes of one record.
+  std::int64_t record_bytes() const noexcept { return stride * static_cast<std::int64_t>(sizeof(float)); }
+};
+
+/// One table's lookups in one launch. `rows` are slot numbers (gather_pool on a SlotPool) or host
+/// row ids (gather_pool_host on a pinned HostTable).
+struct LookupFeature {
+  const std::int64_t* offsets = nullptr;  ///< (batch + 1) device
+  std::int64_t batch = 0;                 ///< number of bags
+  const Key* rows = nullptr;              ///< (num_keys) device
+  const float* weights = nullptr;         ///< (num_keys) device, or nullptr
+  std::int64_t num_keys = 0;
+  Pooling pooling = Pooling::kSum;        ///< kNone: out is (num_keys, dim), one row per lookup
+  float* out = nullptr;                   ///< (batch, dim) or (num_keys, dim) device, fully overwritten
+};
+
+/// One table's fused backward in one launch: for each unique slot, the sum of the gradients of its
+/// uses (in ascending position order) goes through the optimizer step, in place in the pool.
+struct UpdateFeature {
+  const std::int64_t* offsets = nullptr;    ///< (batch + 1) device
+  std::int64_t batch = 0;
+  const float* weights = nullptr;           ///< (num_keys) device, or nullptr
+  std::int64_t num_keys = 0;
+  Pooling pooling = Pooling::kSum;
+  const Key* unique_slots = nullptr;        ///< (num_unique) device, distinct slots
+  const std::int64_t* unique_offsets = nullptr;  ///< (num_unique + 1) device, CSR into positions
+  const std::int32_t* positions = nullptr;  ///< (num_keys) device, key positions grouped by slot, ascending
+  const std::int32_t* bag_of = nullptr;     ///< (num_keys) device, bag of each position (unused for kNone)
+  std::int64_t num_unique = 0;
+  const float* grads = nullptr;             ///< (batch, dim) or (num_keys, dim) device
+  OptimizerStep step;                       ///< the table's optimizer for this step
+};
+
+/// What a device is.
+struct DeviceInfo {
+  Backend backend = Backend::kEmu;
+  std::string name;            ///< "emu" or the CUDA device name
+  int ordinal = 0;             ///< CUDA ordinal (0 for emu)
+  std::size_t capacity = 0;    ///< bytes Device::allocate may hand out in total
+  int numa_node = -1;          ///< node the device hangs off (-1: unknown)
+};
+
+}  // namespace strata::gpu

@@ -1,0 +1,335 @@
+// Conformance suite of the device layer: every backend (emu, emu with random delays, and cuda when
+// a GPU is visible) must pass the same tests.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <random>
+#include <vector>
+
+#include "gpu/device.hpp"
+#include "host/dedup.hpp"
+#include "host/host_table.hpp"
+#include "host/kernels.hpp"
+
+namespace strata::gpu {
+namespace {
+
+enum class Kind { kEmu, kEmuDelays, kCuda };
+
+std::string kind_name(const testing::TestParamInfo<Kind>& info) {
+  switch (info.param) {
+    case Kind::kEmu: return "emu";
+    case Kind::kEmuDelays: return "emu_delays";
+    default: return "cuda";
+  }
+}
+
+class DeviceTest : public testing::TestWithParam<Kind> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == Kind::kCuda) {
+      if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible";
+      auto d = make_cuda_device(0, std::size_t{1} << 30);
+      ASSERT_TRUE(d.is_ok()) << d.status().to_string();
+      dev_ = std::move(d).value();
+    } else {
+      EmuOptions o;
+      o.capacity = std::size_t{64} << 20;
+      o.max_delay_us = GetParam() == Kind::kEmuDelays ? 200 : 0;
+      o.threads = 2;
+      auto d = make_emu_device(o);
+      ASSERT_TRUE(d.is_ok());
+      dev_ = std::move(d).value();
+    }
+  }
+  template <class T>
+  DeviceBuffer upload(const std::vector<T>& v, StreamView s) {
+    auto b = dev_->allocate(std::max<std::size_t>(1, v.size() * sizeof(T)));
+    EXPECT_TRUE(b.is_ok());
+    auto pinned = dev_->allocate_pinned(std::max<std::size_t>(1, v.size() * sizeof(T)));
+    EXPECT_TRUE(pinned.is_ok());
+    if (!v.empty()) std::memcpy(pinned.value().data(), v.data(), v.size() * sizeof(T));
+    dev_->copy_h2d(s, b.value().data(), pinned.value().data(), v.size() * sizeof(T));
+    EXPECT_TRUE(dev_->synchronize(s).is_ok());
+    return std::move(b).value();
+  }
+  template <class T>
+  std::vector<T> download(const DeviceBuffer& b, std::size_t n, StreamView s) {
+    auto pinned = dev_->allocate_pinned(std::max<std::size_t>(1, n * sizeof(T)));
+    EXPECT_TRUE(pinned.is_ok());
+    dev_->copy_d2h(s, pinned.value().data(), b.data(), n * sizeof(T));
+    EXPECT_TRUE(dev_->synchronize(s).is_ok());
+    std::vector<T> out(n);
+    if (n) std::memcpy(out.data(), pinned.value().data(), n * sizeof(T));
+    return out;
+  }
+  std::unique_ptr<Device> dev_;
+};
+
+TEST_P(DeviceTest, AllocationPastCapacityFailsAndFreesReturnCapacity) {
+  const std::size_t cap = dev_->info().capacity;
+  auto big = dev_->allocate(cap + 1);
+  ASSERT_FALSE(big.is_ok());
+  EXPECT_EQ(big.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(big.status().message().find("cannot allocate"), std::string::npos);
+  {
+    auto half = dev_->allocate(cap / 2);
+    ASSERT_TRUE(half.is_ok());
+    EXPECT_GE(dev_->bytes_in_use(), cap / 2);
+    EXPECT_FALSE(dev_->allocate(cap / 2 + cap / 4).is_ok());
+  }
+  EXPECT_EQ(dev_->bytes_in_use(), 0u);
+  EXPECT_TRUE(dev_->allocate(cap / 2 + cap / 4).is_ok());
+}
+
+TEST_P(DeviceTest, CopiesRoundTripAndAreCounted) {
+  auto s = dev_->create_stream().value();
+  std::vector<std::uint32_t> v(100000);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<std::uint32_t>(i * 2654435761u);
+  const LinkBytes before = dev_->counters().snapshot();
+  DeviceBuffer a = upload(v, s.view());
+  auto b = dev_->allocate(v.size() * 4).value();
+  dev_->copy_d2d(s.view(), b.data(), a.data(), v.size() * 4);
+  EXPECT_EQ(download<std::uint32_t>(b, v.size(), s.view()), v);
+  const LinkBytes d = dev_->counters().snapshot() - before;
+  EXPECT_EQ(d.h2d, v.size() * 4);
+  EXPECT_EQ(d.d2h, v.size() * 4);
+  EXPECT_EQ(d.hbm_read, 2 * v.size() * 4);
+  EXPECT_EQ(d.hbm_write, 2 * v.size() * 4);
+}
+
+TEST_P(DeviceTest, EventsOrderWorkAcrossStreams) {
+  auto s1 = dev_->create_stream().value();
+  auto s2 = dev_->create_stream().value();
+  auto e = dev_->create_event().value();
+  EXPECT_TRUE(dev_->ready(e.view()));  // never recorded
+  for (int round = 0; round < 20; ++round) {
+    std::vector<int> log;
+    std::mutex m;
+    dev_->host_task(s1.view(), [&] {
+      std::this_thread::sleep_for(std::chrono::microseconds(300));
+      std::lock_guard<std::mutex> lock(m);
+      log.push_back(1);
+    });
+    dev_->record(e.view(), s1.view());
+    dev_->wait(s2.view(), e.view());
+    dev_->host_task(s2.view(), [&] {
+      std::lock_guard<std::mutex> lock(m);
+      log.push_back(2);
+    });
+    ASSERT_TRUE(dev_->synchronize(s2.view()).is_ok());
+    ASSERT_TRUE(dev_->synchronize(e.view()).is_ok());
+    EXPECT_TRUE(dev_->ready(e.view()));
+    ASSERT_EQ(log, (std::vector<int>{1, 2}));
+  }
+}
+
+TEST_P(DeviceTest, StreamRunsWorkInOrder) {
+  auto s = dev_->create_stream().value();
+  std::vector<int> log;
+  for (int i = 0; i < 200; ++i) dev_->host_task(s.view(), [&log, i] { log.push_back(i); });
+  ASSERT_TRUE(dev_->synchronize(s.view()).is_ok());
+  ASSERT_EQ(log.size(), 200u);
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(log[static_cast<std::size_t>(i)], i);
+}
+
+struct PoolFixture {
+  std::int32_t dim, state_dim;
+  std::int64_t slots, stride;
+  std::vector<float> records;  // (slots, stride) host copy
+};
+
+PoolFixture make_pool_data(std::int32_t dim, std::int32_t state_dim, std::int64_t slots, std::uint64_t seed) {
+  PoolFixture p{dim, state_dim, slots, record_stride(dim, state_dim), {}};
+  p.records.resize(static_cast<std::size_t>(slots * p.stride));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& x : p.records) x = u(rng);
+  for (std::int64_t s = 0; s < slots; ++s)
+    for (std::int32_t c = 0; c < state_dim; ++c) p.records[static_cast<std::size_t>(s * p.stride + dim + c)] = std::abs(p.records[static_cast<std::size_t>(s * p.stride + dim + c)]);
+  return p;
+}
+
+RowRef host_ref(PoolFixture& p, float** base) {
+  *base = p.records.data();
+  RowRef r;
+  r.bases = base;
+  r.stride = p.stride;
+  r.dim = p.dim;
+  r.state_dim = p.state_dim;
+  return r;
+}
+
+TEST_P(DeviceTest, GatherPoolAndBackwardMatchHostKernelsBitForBit) {
+  auto s = dev_->create_stream().value();
+  std::mt19937_64 rng(7);
+  for (Pooling pooling : {Pooling::kSum, Pooling::kMean, Pooling::kNone}) {
+    for (std::int32_t dim : {1, 7, 64, 128}) {
+      OptimizerSpec opt;
+      opt.kind = OptimizerKind::kAdagrad;
+      opt.learning_rate = 0.1f;
+      const std::int32_t sd = optimizer_state_dim(opt.kind, dim);
+      PoolFixture host = make_pool_data(dim, sd, 300, rng());
+      // Two features in one launch.
+      const std::int64_t batch = 50;
+      std::vector<std::vector<std::int64_t>> offs(2);
+      std::vector<std::vector<Key>> rows(2);
+      std::vector<std::vector<float>> wts(2);
+      for (int f = 0; f < 2; ++f) {
+        offs[f].push_back(0);
+        for (std::int64_t b = 0; b < batch; ++b) {
+          const std::int64_t len = static_cast<std::int64_t>(rng() % 6);  // includes empty bags
+          for (std::int64_t j = 0; j < len; ++j) {
+            rows[f].push_back(static_cast<Key>(rng() % 40 + f * 40));  // duplicates
+            wts[f].push_back(static_cast<float>(rng() % 100) / 50.0f);
+          }
+          offs[f].push_back(static_cast<std::int64_t>(rows[f].size()));
+        }
+      }
+      auto pool_buf = upload(host.records, s.view());
+      SlotPool pool{pool_buf.as<float>(), host.slots, host.stride, dim, sd};
+      std::vector<DeviceBuffer> keep;
+      std::vector<LookupFeature> lf(2);
+      std::vector<DeviceBuffer> outs;
+      for (int f = 0; f < 2; ++f) {
+        keep.push_back(upload(offs[f], s.view()));
+        keep.push_back(upload(rows[f], s.view()));
+        keep.push_back(upload(wts[f], s.view()));
+        const std::int64_t out_rows = pooling == Pooling::kNone ? static_cast<std::int64_t>(rows[f].size()) : batch;
+        outs.push_back(dev_->allocate(static_cast<std::size_t>(std::max<std::int64_t>(1, out_rows * dim)) * 4).value());
+        lf[f] = {keep[keep.size() - 3].as<std::int64_t>(), batch, keep[keep.size() - 2].as<Key>(),
+                 f == 1 ? keep.back().as<float>() : nullptr, static_cast<std::int64_t>(rows[f].size()), pooling,
+                 outs.back().as<float>()};
+      }
+      dev_->gather_pool(s.view(), pool, lf);
+      float* base;
+      RowRef ref = host_ref(host, &base);
+      std::vector<UpdateFeature> uf(2);
+      std::vector<std::vector<float>> grads(2);
+      std::vector<UniqueKeys> uniq(2);
+      for (int f = 0; f < 2; ++f) {
+        const std::int64_t out_rows = pooling == Pooling::kNone ? static_cast<std::int64_t>(rows[f].size()) : batch;
+        std::vector<float> expect(static_cast<std::size_t>(out_rows * dim));
+        const float* w = f == 1 ? wts[f].data() : nullptr;
+        if (pooling == Pooling::kNone) {
+          gather_rows(ref, rows[f].data(), w, out_rows, expect.data());
+        } else {
+          gather_pool(ref, BagsView{offs[f].data(), batch, rows[f].data(), w}, pooling, expect.data());
+        }
+        EXPECT_EQ(download<float>(outs[static_cast<std::size_t>(f)], expect.size(), s.view()), expect)
+            << "pooling " << to_string(pooling) << " dim " << dim << " feature " << f;
+        grads[f].resize(expect.size());
+        for (auto& g : grads[f]) g = static_cast<float>(static_cast<int>(rng() % 200) - 100) / 64.0f;
+        uniq[f] = dedup_keys(rows[f].data(), static_cast<std::int64_t>(rows[f].size()));
+        auto bag_of = bag_of_positions(offs[f].data(), batch);
+        keep.push_back(upload(uniq[f].keys, s.view()));
+        keep.push_back(upload(uniq[f].offsets, s.view()));
+        keep.push_back(upload(uniq[f].positions, s.view()));
+        keep.push_back(upload(bag_of, s.view()));
+        keep.push_back(upload(grads[f], s.view()));
+        const std::size_t k = keep.size();
+        uf[f].offsets = lf[f].offsets;
+        uf[f].batch = batch;
+        uf[f].weights = lf[f].weights;
+        uf[f].num_keys = lf[f].num_keys;
+        uf[f].pooling = pooling;
+        uf[f].unique_slots = keep[k - 5].as<Key>();
+        uf[f].unique_offsets = keep[k - 4].as<std::int64_t>();
+        uf[f].positions = keep[k - 3].as<std::int32_t>();
+        uf[f].bag_of = keep[k - 2].as<std::int32_t>();
+        uf[f].num_unique = uniq[f].size();
+        uf[f].grads = keep[k - 1].as<float>();
+        uf[f].step = make_optimizer_step(opt, 1);
+        backward_update(ref, BagsView{offs[f].data(), batch, rows[f].data(), w}, pooling, view_of(uniq[f]), bag_of.data(),
+                        grads[f].data(), uf[f].step);
+      }
+      dev_->backward_update(s.view(), pool, uf);
+      EXPECT_EQ(download<float>(pool_buf, host.records.size(), s.view()), host.records)
+          << "pooling " << to_string(pooling) << " dim " << dim;
+    }
+  }
+}
+
+TEST_P(DeviceTest, PackUnpackMoveWholeRecords) {
+  auto s = dev_->create_stream().value();
+  PoolFixture host = make_pool_data(5, 5, 64, 3);
+  auto pool_buf = upload(host.records, s.view());
+  SlotPool pool{pool_buf.as<float>(), host.slots, host.stride, 5, 5};
+  std::vector<Key> slots = {9, 3, 63, 0};
+  auto d_slots = upload(slots, s.view());
+  auto packed = dev_->allocate(slots.size() * static_cast<std::size_t>(host.stride) * 4).value();
+  dev_->pack_records(s.view(), pool, d_slots.as<Key>(), 4, packed.as<float>());
+  auto got = download<float>(packed, slots.size() * static_cast<std::size_t>(host.stride), s.view());
+  for (std::size_t i = 0; i < slots.size(); ++i)
+    for (std::int64_t c = 0; c < 10; ++c)
+      EXPECT_EQ(got[i * static_cast<std::size_t>(host.stride) + static_cast<std::size_t>(c)],
+                host.records[static_cast<std::size_t>(slots[i] * host.stride + c)]);
+  std::vector<Key> dst = {1, 2, 4, 8};
+  auto d_dst = upload(dst, s.view());
+  dev_->unpack_records(s.view(), pool, d_dst.as<Key>(), 4, packed.as<float>());
+  auto after = download<float>(pool_buf, host.records.size(), s.view());
+  for (std::size_t i = 0; i < dst.size(); ++i)
+    for (std::int64_t c = 0; c < 10; ++c)
+      EXPECT_EQ(after[static_cast<std::size_t>(dst[i] * host.stride + c)], host.records[static_cast<std::size_t>(slots[i] * host.stride + c)]);
+}
+
+TEST_P(DeviceTest, ZeroCopyGatherReadsPinnedHostTable) {
+  auto s = dev_->create_stream().value();
+  TableSpec spec;
+  spec.name = "t";
+  spec.rows = 10000;
+  spec.dim = 16;
+  HostTableOptions ho;
+  ho.huge_pages = false;
+  ho.pinner = &dev_->pinner();
+  auto table = HostTable::create(Topology::fake(2), spec, ho);
+  ASSERT_TRUE(table.is_ok()) << table.status().to_string();
+  std::vector<std::int64_t> offs = {0, 3, 3, 5};
+  std::vector<Key> keys = {9999, 0, 4097, 12, 12};
+  auto d_offs = upload(offs, s.view());
+  auto d_keys = upload(keys, s.view());
+  auto out = dev_->allocate(3 * 16 * 4).value();
+  const LinkBytes before = dev_->counters().snapshot();
+  dev_->gather_pool_host(s.view(), table.value().ref(), {{d_offs.as<std::int64_t>(), 3, d_keys.as<Key>(), nullptr, 5, Pooling::kSum, out.as<float>()}});
+  ASSERT_TRUE(dev_->synchronize(s.view()).is_ok());
+  EXPECT_EQ((dev_->counters().snapshot() - before).h2d, 5u * 16 * 4);
+  std::vector<float> expect(3 * 16);
+  gather_pool(table.value().ref(), BagsView{offs.data(), 3, keys.data(), nullptr}, Pooling::kSum, expect.data());
+  EXPECT_EQ(download<float>(out, expect.size(), s.view()), expect);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, DeviceTest, testing::Values(Kind::kEmu, Kind::kEmuDelays, Kind::kCuda), kind_name);
+
+TEST(EmuDevice, InjectedFaultIsStickyAndSkipsLaterWork) {
+  EmuOptions o;
+  o.capacity = 1 << 20;
+  o.fail_after_ops = 1;
+  auto dev = make_emu_device(o).value();
+  auto s = dev->create_stream().value();
+  auto e = dev->create_event().value();
+  std::atomic<int> ran{0};
+  dev->host_task(s.view(), [&] { ++ran; });  // op 0 runs
+  dev->host_task(s.view(), [&] { ++ran; });  // op 1 faults
+  dev->host_task(s.view(), [&] { ++ran; });  // skipped
+  dev->record(e.view(), s.view());           // control work still completes
+  Status st = dev->synchronize(e.view());
+  EXPECT_EQ(st.code(), StatusCode::kInternal);
+  EXPECT_NE(st.message().find("emulated device fault"), std::string::npos);
+  EXPECT_EQ(dev->synchronize(s.view()).code(), StatusCode::kInternal);
+  EXPECT_EQ(ran.load(), 1);
+}
+
+TEST(EmuDevice, RejectsBadOptions) {
+  EmuOptions o;
+  o.capacity = 0;
+  EXPECT_EQ(make_emu_device(o).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(make_cuda_device(0).is_ok() && cuda_device_count() == 0);
+}
+
+}  // namespace
+}  // namespace strata::gpu
