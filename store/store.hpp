@@ -8,11 +8,21 @@
 #include <string>
 #include <vector>
 
+#include "cache/cache_pool.hpp"
 #include "core/key_batch.hpp"
+#include "gpu/counters.hpp"
 #include "core/status.hpp"
 #include "store/store_config.hpp"
 
 namespace strata {
+
+/// Counters of a store since it was opened (for benchmarks and tuning).
+struct StoreStats {
+  std::vector<std::pair<std::string, cache::CacheStats>> cache;  ///< per `cached` table, by name
+  std::string device;                  ///< "" without a device, else "emu" or "cuda <name>"
+  gpu::LinkBytes links;                ///< bytes per link counted by the device layer and the prefetcher
+  std::size_t device_peak_bytes = 0;   ///< peak device memory allocated
+};
 
 /// An embedding store. Create with Store::open (or open_reference_store for the oracle).
 ///
@@ -59,6 +69,8 @@ class Store {
   virtual Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) = 0;
   /// Overwrites rows [row0, row0+n) (weights, and state when non-null). Fails if batches are in flight.
   virtual Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) = 0;
+  /// Counters so far (cache statistics, bytes per link). Cheap; does not synchronize.
+  virtual StoreStats stats() const { return {}; }
   /// Batches submitted and not yet retired.
   virtual std::int64_t in_flight() const noexcept = 0;
 

@@ -1,5 +1,6 @@
 #include "store/store_config.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -13,13 +14,17 @@ using nlohmann::json;
 const char* to_string(Placement p) noexcept {
   switch (p) {
     case Placement::kCpu: return "cpu";
+    case Placement::kOffload: return "offload";
+    case Placement::kCached: return "cached";
   }
   return "?";
 }
 Result<Placement> parse_placement(const std::string& s) {
   if (s == "cpu") return Placement::kCpu;
-  if (s == "offload" || s == "cached" || s == "gpu" || s == "hybrid")
-    return Status::invalid_argument("placement '" + s + "' is not implemented yet (available: cpu)");
+  if (s == "offload") return Placement::kOffload;
+  if (s == "cached") return Placement::kCached;
+  if (s == "gpu" || s == "hybrid")
+    return Status::invalid_argument("placement '" + s + "' is not implemented yet (available: cpu, offload, cached)");
   return Status::invalid_argument("unknown placement '" + s + "' (expected cpu, offload, cached, gpu or hybrid)");
 }
 const char* to_string(NumaPolicy p) noexcept { return p == NumaPolicy::kBind ? "bind" : "interleave"; }
@@ -29,6 +34,52 @@ Result<NumaPolicy> parse_numa_policy(const std::string& s) {
   return Status::invalid_argument("unknown numa policy '" + s + "' (expected interleave or bind)");
 }
 
+const char* to_string(BackendChoice b) noexcept {
+  return b == BackendChoice::kCuda ? "cuda" : b == BackendChoice::kEmu ? "emu" : "auto";
+}
+Result<BackendChoice> parse_backend(const std::string& s) {
+  if (s == "auto") return BackendChoice::kAuto;
+  if (s == "cuda") return BackendChoice::kCuda;
+  if (s == "emu") return BackendChoice::kEmu;
+  return Status::invalid_argument("unknown device backend '" + s + "' (expected auto, cuda or emu)");
+}
+const char* to_string(OffloadGather g) noexcept { return g == OffloadGather::kCpu ? "cpu" : "device"; }
+Result<OffloadGather> parse_offload_gather(const std::string& s) {
+  if (s == "device") return OffloadGather::kDevice;
+  if (s == "cpu") return OffloadGather::kCpu;
+  return Status::invalid_argument("unknown offload_gather '" + s + "' (expected device or cpu)");
+}
+
+std::int64_t cache_rows(const TableConfig& t) {
+  const TableCacheConfig& c = t.cache;
+  std::int64_t rows;
+  if (c.rows > 0) {
+    rows = c.rows;
+  } else if (c.bytes > 0) {
+    const std::int64_t rec = (t.spec.dim + optimizer_state_dim(t.spec.optimizer.kind, t.spec.dim)) * 4;
+    rows = c.bytes / rec;
+  } else {
+    rows = static_cast<std::int64_t>(static_cast<double>(t.spec.rows) * (c.fraction > 0 ? c.fraction : 0.1));
+  }
+  return std::max<std::int64_t>(1, std::min(rows, t.spec.rows));
+}
+
+namespace {
+Status validate_cache(const TableConfig& t) {
+  const TableCacheConfig& c = t.cache;
+  const std::string who = "table '" + t.spec.name + "': cache ";
+  if (c.rows < 0 || c.bytes < 0 || c.fraction < 0 || c.fraction > 1)
+    return Status::invalid_argument(who + "rows " + std::to_string(c.rows) + ", bytes " + std::to_string(c.bytes) +
+                                    ", fraction " + std::to_string(c.fraction) +
+                                    " (expected rows >= 0, bytes >= 0, fraction in [0, 1])");
+  if ((c.rows > 0) + (c.bytes > 0) + (c.fraction > 0) > 1)
+    return Status::invalid_argument(who + "size is given more than once (set one of rows, bytes, fraction)");
+  if (t.placement != Placement::kCached && (c.rows > 0 || c.bytes > 0 || c.fraction > 0 || c.cap))
+    return Status::invalid_argument(who + "size given but the placement is " + to_string(t.placement) + " (expected cached)");
+  return Status::ok();
+}
+}  // namespace
+
 Status validate(const StoreConfig& c) {
   if (c.tables.empty()) return Status::invalid_argument("config has no tables (expected at least one)");
   std::set<std::string> names;
@@ -36,7 +87,18 @@ Status validate(const StoreConfig& c) {
     STRATA_RETURN_IF_ERROR(validate(t.spec));
     if (!names.insert(t.spec.name).second)
       return Status::invalid_argument("table '" + t.spec.name + "' is defined twice (names must be unique)");
+    STRATA_RETURN_IF_ERROR(validate_cache(t));
   }
+  if (c.cache.max_in_flight < 1)
+    return Status::invalid_argument("cache max_in_flight " + std::to_string(c.cache.max_in_flight) + " must be >= 1");
+  if (c.cache.lookahead < 0 || c.cache.lookahead >= c.cache.max_in_flight)
+    return Status::invalid_argument("cache lookahead " + std::to_string(c.cache.lookahead) +
+                                    " must be in [0, max_in_flight) = [0, " + std::to_string(c.cache.max_in_flight) +
+                                    "): the staging ring must hold the window plus the batch being planned");
+  if (c.device.capacity < 0)
+    return Status::invalid_argument("device capacity " + std::to_string(c.device.capacity) + " must be >= 0");
+  if (c.device.emu_max_delay_us < 0)
+    return Status::invalid_argument("device emu_max_delay_us " + std::to_string(c.device.emu_max_delay_us) + " must be >= 0");
   if (c.threads < 0) return Status::invalid_argument("threads " + std::to_string(c.threads) + " must be >= 0");
   if (c.numa_node < 0) return Status::invalid_argument("numa_node " + std::to_string(c.numa_node) + " must be >= 0");
   if (c.fake_numa_nodes < 0 || c.fake_numa_nodes > 64)
@@ -115,7 +177,46 @@ Status parse_table(const json& j, std::size_t index, TableConfig& t) {
     STRATA_RETURN_IF_ERROR(get(*it, "initial_accumulator", o.initial_accumulator, k2, w));
     STRATA_RETURN_IF_ERROR(check_unknown(*it, k2, w));
   }
+  known.insert("cache");
+  if (auto it = j.find("cache"); it != j.end()) {
+    std::set<std::string> k2;
+    const std::string w = where + ".cache";
+    STRATA_RETURN_IF_ERROR(get(*it, "rows", t.cache.rows, k2, w));
+    STRATA_RETURN_IF_ERROR(get(*it, "bytes", t.cache.bytes, k2, w));
+    STRATA_RETURN_IF_ERROR(get(*it, "fraction", t.cache.fraction, k2, w));
+    STRATA_RETURN_IF_ERROR(get(*it, "cap", t.cache.cap, k2, w));
+    STRATA_RETURN_IF_ERROR(check_unknown(*it, k2, w));
+  }
   return check_unknown(j, known, where);
+}
+
+Status parse_device_and_cache(const json& j, StoreConfig& c, std::set<std::string>& known) {
+  known.insert("device");
+  if (auto it = j.find("device"); it != j.end()) {
+    std::set<std::string> k2;
+    std::string backend = to_string(c.device.backend);
+    STRATA_RETURN_IF_ERROR(get(*it, "backend", backend, k2, "config.device"));
+    STRATA_ASSIGN_OR_RETURN(c.device.backend, parse_backend(backend));
+    STRATA_RETURN_IF_ERROR(get(*it, "ordinal", c.device.ordinal, k2, "config.device"));
+    STRATA_RETURN_IF_ERROR(get(*it, "capacity", c.device.capacity, k2, "config.device"));
+    STRATA_RETURN_IF_ERROR(get(*it, "emu_max_delay_us", c.device.emu_max_delay_us, k2, "config.device"));
+    STRATA_RETURN_IF_ERROR(get(*it, "emu_fail_after_ops", c.device.emu_fail_after_ops, k2, "config.device"));
+    STRATA_RETURN_IF_ERROR(check_unknown(*it, k2, "config.device"));
+  }
+  known.insert("cache");
+  if (auto it = j.find("cache"); it != j.end()) {
+    std::set<std::string> k2;
+    std::string policy = cache::to_string(c.cache.policy);
+    STRATA_RETURN_IF_ERROR(get(*it, "policy", policy, k2, "config.cache"));
+    STRATA_ASSIGN_OR_RETURN(c.cache.policy, cache::parse_policy(policy));
+    STRATA_RETURN_IF_ERROR(get(*it, "lookahead", c.cache.lookahead, k2, "config.cache"));
+    STRATA_RETURN_IF_ERROR(get(*it, "max_in_flight", c.cache.max_in_flight, k2, "config.cache"));
+    STRATA_RETURN_IF_ERROR(check_unknown(*it, k2, "config.cache"));
+  }
+  std::string gather = to_string(c.offload_gather);
+  STRATA_RETURN_IF_ERROR(get(j, "offload_gather", gather, known, "config"));
+  STRATA_ASSIGN_OR_RETURN(c.offload_gather, parse_offload_gather(gather));
+  return Status::ok();
 }
 
 }  // namespace
@@ -138,6 +239,7 @@ Result<StoreConfig> parse_store_config(const std::string& text) {
   STRATA_RETURN_IF_ERROR(get(j, "numa_node", c.numa_node, known, where));
   STRATA_RETURN_IF_ERROR(get(j, "huge_pages", c.huge_pages, known, where));
   STRATA_RETURN_IF_ERROR(get(j, "fake_numa_nodes", c.fake_numa_nodes, known, where));
+  STRATA_RETURN_IF_ERROR(parse_device_and_cache(j, c, known));
   known.insert("tables");
   auto it = j.find("tables");
   if (it == j.end() || !it->is_array()) return Status::invalid_argument("config: 'tables' must be an array of tables");
@@ -168,6 +270,13 @@ std::string to_json(const StoreConfig& c) {
   j["numa_node"] = c.numa_node;
   j["huge_pages"] = c.huge_pages;
   j["fake_numa_nodes"] = c.fake_numa_nodes;
+  j["device"] = {{"backend", to_string(c.device.backend)},
+                 {"ordinal", c.device.ordinal},
+                 {"capacity", c.device.capacity},
+                 {"emu_max_delay_us", c.device.emu_max_delay_us},
+                 {"emu_fail_after_ops", c.device.emu_fail_after_ops}};
+  j["cache"] = {{"policy", cache::to_string(c.cache.policy)}, {"lookahead", c.cache.lookahead}, {"max_in_flight", c.cache.max_in_flight}};
+  j["offload_gather"] = to_string(c.offload_gather);
   j["tables"] = json::array();
   for (const auto& t : c.tables) {
     const OptimizerSpec& o = t.spec.optimizer;
@@ -185,7 +294,8 @@ std::string to_json(const StoreConfig& c) {
                              {"beta1", o.beta1},
                              {"beta2", o.beta2},
                              {"weight_decay", o.weight_decay},
-                             {"initial_accumulator", o.initial_accumulator}}}});
+                             {"initial_accumulator", o.initial_accumulator}}},
+                           {"cache", {{"rows", t.cache.rows}, {"bytes", t.cache.bytes}, {"fraction", t.cache.fraction}, {"cap", t.cache.cap}}}});
   }
   return j.dump(2);
 }

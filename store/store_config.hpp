@@ -4,14 +4,54 @@
 #include <string>
 #include <vector>
 
+#include "cache/policy.hpp"
 #include "core/status.hpp"
 #include "core/table_spec.hpp"
 
 namespace strata {
 
 /// Where a table's rows live and who computes on them (see ARCHITECTURE.md, "Placement modes").
-/// Only `cpu` exists so far; offload/cached/gpu/hybrid land with later issues.
-enum class Placement { kCpu = 0 };
+/// gpu/hybrid land with the dispatch issue.
+enum class Placement {
+  kCpu = 0,      ///< NUMA host arenas, CPU kernels
+  kOffload = 1,  ///< pinned host rows; the device reads them zero-copy or the CPU pools them (see OffloadGather)
+  kCached = 2,   ///< pinned host rows plus an HBM row cache fed by the prefetcher
+};
+
+/// Size of a `cached` table's share of its slot pool: set at most one of rows, bytes, fraction
+/// (none: fraction 0.1). Tables of the same (dim, optimizer state) shape share one pool whose size
+/// is the sum of their shares.
+struct TableCacheConfig {
+  std::int64_t rows = 0;   ///< cache rows
+  std::int64_t bytes = 0;  ///< cache bytes (weights and optimizer state)
+  double fraction = 0.0;   ///< fraction of the table's rows, in (0, 1]
+  bool cap = false;        ///< also cap the table at its share (else it competes for the whole pool)
+};
+
+/// Which device backs `offload` and `cached` tables.
+enum class BackendChoice { kAuto = 0, kCuda = 1, kEmu = 2 };
+
+/// The device of a store (used only when a table is `offload` or `cached`).
+struct DeviceConfig {
+  BackendChoice backend = BackendChoice::kAuto;  ///< auto: cuda when a GPU is visible, else emu
+  int ordinal = 0;                               ///< CUDA device
+  std::int64_t capacity = 0;                     ///< bytes of device memory to use (0: emu 1 GiB, cuda all free)
+  int emu_max_delay_us = 0;                      ///< emu: random delay before every stream op (tests)
+  std::int64_t emu_fail_after_ops = -1;          ///< emu: inject a device fault at this op (tests)
+};
+
+/// How `offload` tables are looked up.
+enum class OffloadGather {
+  kDevice = 0,  ///< the device reads rows from pinned host memory (zero-copy); outputs come back D2H
+  kCpu = 1,     ///< CPU threads gather and pool; the pooled outputs go H2D
+};
+
+/// The cache and prefetcher of `cached` tables.
+struct CacheConfig {
+  cache::Policy policy = cache::Policy::kLru;  ///< replacement policy
+  int lookahead = 0;        ///< batches the planner sees beyond the one it plans (lookahead policy); < max_in_flight
+  int max_in_flight = 8;    ///< batches submitted and not yet retired (staging ring entries)
+};
 
 /// How host tables are spread over NUMA nodes.
 enum class NumaPolicy {
@@ -23,6 +63,7 @@ enum class NumaPolicy {
 struct TableConfig {
   TableSpec spec;                       ///< shape, pooling, initializer, optimizer
   Placement placement = Placement::kCpu;///< placement mode of this table
+  TableCacheConfig cache;               ///< `cached` only
 };
 
 /// Everything Store::open needs.
@@ -33,12 +74,22 @@ struct StoreConfig {
   int numa_node = 0;                ///< node for NumaPolicy::kBind
   bool huge_pages = true;           ///< back host tables with transparent huge pages
   int fake_numa_nodes = 0;          ///< > 0: pretend the machine has this many nodes (tests)
+  DeviceConfig device;              ///< device of offload/cached tables
+  CacheConfig cache;                ///< cache and prefetcher of cached tables
+  OffloadGather offload_gather = OffloadGather::kDevice;  ///< lookups of offload tables
 };
+
+/// Rows of a cached table's share of its pool (resolving rows/bytes/fraction); >= 1.
+std::int64_t cache_rows(const TableConfig& t);
 
 const char* to_string(Placement p) noexcept;
 Result<Placement> parse_placement(const std::string& s);
 const char* to_string(NumaPolicy p) noexcept;
 Result<NumaPolicy> parse_numa_policy(const std::string& s);
+const char* to_string(BackendChoice b) noexcept;
+Result<BackendChoice> parse_backend(const std::string& s);
+const char* to_string(OffloadGather g) noexcept;
+Result<OffloadGather> parse_offload_gather(const std::string& s);
 
 /// Checks every table and the store-wide fields; errors name the table and the value.
 Status validate(const StoreConfig& config);
@@ -49,7 +100,12 @@ Status validate(const StoreConfig& config);
 ///                "placement": "cpu", "init": {"bound": 0.01, "seed": 0},
 ///                "optimizer": {"kind": "adagrad", "learning_rate": 0.01, "eps": 1e-8,
 ///                              "beta1": 0.9, "beta2": 0.999, "weight_decay": 0,
-///                              "initial_accumulator": 0}}]}
+///                              "initial_accumulator": 0},
+///                "cache": {"rows": 0, "bytes": 0, "fraction": 0.1, "cap": false}}],
+///    "device": {"backend": "auto"|"cuda"|"emu", "ordinal": 0, "capacity": 0,
+///               "emu_max_delay_us": 0, "emu_fail_after_ops": -1},
+///    "cache": {"policy": "lru"|"lfu"|"lookahead", "lookahead": 0, "max_in_flight": 8},
+///    "offload_gather": "device"|"cpu"}
 /// Unknown keys are errors (a typo must not silently fall back to a default). Validates the result.
 Result<StoreConfig> parse_store_config(const std::string& json_text);
 /// Reads and parses a JSON config file.

@@ -1,17 +1,36 @@
-// The production Store: validates, tracks batches in flight, and fans out to one TableEngine per
-// table (chosen by the table's placement), inside a oneTBB arena of `threads` workers.
+// The production Store: validates, tracks batches in flight, and fans out to one Engine per
+// placement mode in use (each serving all the tables of that mode), inside a oneTBB arena of
+// `threads` workers. Offload and cached tables share one device.
 
-#include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
 #include <unordered_map>
 
+#include "gpu/device.hpp"
 #include "store/detail/batch_checks.hpp"
+#include "store/detail/cached_engine.hpp"
 #include "store/detail/cpu_engine.hpp"
+#include "store/detail/offload_engine.hpp"
 #include "store/store.hpp"
 
 namespace strata {
 namespace {
+
+Result<std::unique_ptr<gpu::Device>> open_device(const DeviceConfig& d, int threads, int numa_nodes) {
+  const bool want_cuda = d.backend == BackendChoice::kCuda || (d.backend == BackendChoice::kAuto && gpu::cuda_device_count() > 0);
+  if (want_cuda) {
+    auto dev = gpu::make_cuda_device(d.ordinal, static_cast<std::size_t>(d.capacity));
+    if (!dev) return dev.status().with_context("device backend cuda");
+    return dev;
+  }
+  gpu::EmuOptions o;
+  if (d.capacity > 0) o.capacity = static_cast<std::size_t>(d.capacity);
+  o.threads = threads;
+  o.max_delay_us = d.emu_max_delay_us;
+  o.fail_after_ops = d.emu_fail_after_ops;
+  o.numa_nodes = numa_nodes;
+  return gpu::make_emu_device(o);
+}
 
 class StoreImpl final : public Store {
  public:
@@ -21,6 +40,15 @@ class StoreImpl final : public Store {
         index_(detail::make_table_index(config_)),
         arena_(config_.threads > 0 ? config_.threads : tbb::task_arena::automatic) {}
 
+  ~StoreImpl() override {
+    // Nothing written is lost on close: cached rows go back to the host tables. (Errors cannot be
+    // reported from a destructor; a failing device already reported them to the calls that failed.)
+    std::vector<std::int64_t> ids;
+    for (const auto& b : batches_) ids.push_back(b.first);
+    for (std::int64_t id : ids) (void)discard(id);
+    (void)flush();
+  }
+
   Status init() {
     HostTableOptions ho;
     ho.interleave = config_.numa == NumaPolicy::kInterleave;
@@ -29,15 +57,33 @@ class StoreImpl final : public Store {
     if (config_.numa == NumaPolicy::kBind && config_.numa_node >= topo_.num_nodes())
       return Status::invalid_argument("numa_node " + std::to_string(config_.numa_node) + " out of range [0, " +
                                       std::to_string(topo_.num_nodes()) + ")");
+    std::vector<int> by_mode[3];
+    for (std::size_t t = 0; t < config_.tables.size(); ++t)
+      by_mode[static_cast<int>(config_.tables[t].placement)].push_back(static_cast<int>(t));
+    engine_of_.assign(config_.tables.size(), -1);
     Status status;
     arena_.execute([&] {
-      for (const auto& t : config_.tables) {
-        auto engine = detail::make_cpu_engine(topo_, t.spec, ho);
-        if (!engine) {
-          status = engine.status();
+      if (!by_mode[1].empty() || !by_mode[2].empty()) {
+        auto dev = open_device(config_.device, config_.threads, topo_.num_nodes());
+        if (!dev) {
+          status = dev.status();
           return;
         }
-        engines_.push_back(std::move(engine).value());
+        device_ = std::move(dev).value();
+      }
+      // Engines that can refuse a batch (the cache) come first, so a refusal needs no rollback.
+      for (int mode : {2, 1, 0}) {
+        if (by_mode[mode].empty()) continue;
+        Result<std::unique_ptr<detail::Engine>> e = Status::internal("unreachable");
+        if (mode == 0) e = detail::make_cpu_engine(topo_, config_, by_mode[mode], ho);
+        if (mode == 1) e = detail::make_offload_engine(topo_, config_, by_mode[mode], ho, *device_);
+        if (mode == 2) e = detail::make_cached_engine(topo_, config_, by_mode[mode], ho, *device_);
+        if (!e) {
+          status = e.status();
+          return;
+        }
+        for (int t : by_mode[mode]) engine_of_[static_cast<std::size_t>(t)] = static_cast<int>(engines_.size());
+        engines_.push_back(std::move(e).value());
       }
     });
     return status;
@@ -49,12 +95,30 @@ class StoreImpl final : public Store {
     Entry e;
     e.batch = std::move(batch);
     e.tables = std::move(tables);
-    e.prepared.resize(e.tables.size());
+    e.parts.resize(engines_.size());
+    for (std::size_t i = 0; i < e.tables.size(); ++i) {
+      auto& p = e.parts[static_cast<std::size_t>(engine_of_[static_cast<std::size_t>(e.tables[i])])];
+      p.features.feature.push_back(static_cast<int>(i));
+      p.features.table.push_back(e.tables[i]);
+    }
+    // The Entry moves into the map only after every engine accepted. Engines may keep pointers to
+    // e.batch.features' elements (that buffer survives the move), never to e.batch itself.
+    Status status;
     arena_.execute([&] {
-      tbb::parallel_for(std::size_t{0}, e.tables.size(), [&](std::size_t i) {
-        e.prepared[i] = engines_[static_cast<std::size_t>(e.tables[i])]->prepare(e.batch.features[i]);
-      });
+      for (std::size_t k = 0; k < engines_.size() && status.is_ok(); ++k) {
+        auto& p = e.parts[k];
+        if (p.features.empty()) continue;
+        auto b = engines_[k]->submit(id, e.batch, p.features);
+        if (!b) {
+          status = b.status();
+          for (std::size_t j = 0; j < k; ++j)
+            if (e.parts[j].state) (void)engines_[j]->discard(*e.parts[j].state, e.batch, e.parts[j].features);
+          return;
+        }
+        p.state = std::move(b).value();
+      }
     });
+    if (!status.is_ok()) return status;
     batches_.emplace(id, std::move(e));
     return Status::ok();
   }
@@ -64,8 +128,8 @@ class StoreImpl final : public Store {
     Entry& e = *found;
     Status status;
     arena_.execute([&] {
-      for (std::size_t i = 0; i < e.tables.size() && status.is_ok(); ++i)
-        status = engines_[static_cast<std::size_t>(e.tables[i])]->forward(e.batch.features[i], *e.prepared[i], outputs[i]);
+      for (std::size_t k = 0; k < engines_.size() && status.is_ok(); ++k)
+        if (e.parts[k].state) status = engines_[k]->forward(*e.parts[k].state, e.batch, e.parts[k].features, outputs);
     });
     if (status.is_ok()) e.forwarded = true;
     return status;
@@ -77,10 +141,10 @@ class StoreImpl final : public Store {
     const std::int64_t t = step_ + 1;
     Status status;
     arena_.execute([&] {
-      for (std::size_t i = 0; i < e.tables.size() && status.is_ok(); ++i) {
-        const auto& spec = config_.tables[static_cast<std::size_t>(e.tables[i])].spec;
-        status = engines_[static_cast<std::size_t>(e.tables[i])]->backward(
-            e.batch.features[i], *e.prepared[i], grads[i], make_optimizer_step(spec.optimizer, t));
+      for (std::size_t k = 0; k < engines_.size(); ++k) {
+        if (!e.parts[k].state) continue;
+        Status s = engines_[k]->backward(*e.parts[k].state, e.batch, e.parts[k].features, grads, t);
+        if (status.is_ok()) status = s;
       }
     });
     step_ = t;
@@ -89,48 +153,81 @@ class StoreImpl final : public Store {
   }
 
   Status discard(std::int64_t id) override {
-    if (!batches_.erase(id)) return detail::unknown_batch(id);
-    return Status::ok();
+    auto it = batches_.find(id);
+    if (it == batches_.end()) return detail::unknown_batch(id);
+    Entry& e = it->second;
+    Status status;
+    arena_.execute([&] {
+      for (std::size_t k = 0; k < engines_.size(); ++k) {
+        if (!e.parts[k].state) continue;
+        Status s = engines_[k]->discard(*e.parts[k].state, e.batch, e.parts[k].features);
+        if (status.is_ok()) status = s;
+      }
+    });
+    batches_.erase(it);
+    return status;
   }
 
   Status flush() override {
     Status status;
     arena_.execute([&] {
       for (auto& engine : engines_) {
-        status = engine->flush();
-        if (!status.is_ok()) return;
+        Status s = engine->flush();
+        if (status.is_ok()) status = s;
       }
     });
     return status;
+  }
+
+  StoreStats stats() const override {
+    StoreStats s;
+    std::vector<std::pair<int, cache::CacheStats>> per;
+    for (const auto& e : engines_) e->cache_stats(per);
+    for (const auto& [t, st] : per) s.cache.push_back({config_.tables[static_cast<std::size_t>(t)].spec.name, st});
+    if (device_) {
+      s.device = device_->info().backend == gpu::Backend::kCuda ? "cuda " + device_->info().name : "emu";
+      s.links = device_->counters().snapshot();
+      s.device_peak_bytes = device_->peak_bytes();
+    }
+    return s;
   }
 
   std::int64_t in_flight() const noexcept override { return static_cast<std::int64_t>(batches_.size()); }
 
   Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
     STRATA_RETURN_IF_ERROR(detail::check_row_range(table, row0, n, config_));
-    STRATA_RETURN_IF_ERROR(flush());
-    engines_[static_cast<std::size_t>(table)]->read_rows(row0, n, weights, state);
-    return Status::ok();
+    Status status;
+    arena_.execute([&] { status = engine(table).read_rows(table, row0, n, weights, state); });
+    return status;
   }
 
   Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) override {
     if (!batches_.empty()) return detail::busy("write_rows", in_flight());
     STRATA_RETURN_IF_ERROR(detail::check_row_range(table, row0, n, config_));
-    engines_[static_cast<std::size_t>(table)]->write_rows(row0, n, weights, state);
-    return Status::ok();
+    Status status;
+    arena_.execute([&] { status = engine(table).write_rows(table, row0, n, weights, state); });
+    return status;
   }
 
  private:
+  struct Part {
+    detail::EngineFeatures features;
+    std::unique_ptr<detail::EngineBatch> state;
+  };
   struct Entry {
     KeyBatch batch;
     std::vector<int> tables;
-    std::vector<std::unique_ptr<detail::PreparedFeature>> prepared;
+    std::vector<Part> parts;  // per engine
     bool forwarded = false;
   };
+  detail::Engine& engine(int table) { return *engines_[static_cast<std::size_t>(engine_of_[static_cast<std::size_t>(table)])]; }
+
   Topology topo_;
   detail::TableIndex index_;
   tbb::task_arena arena_;
-  std::vector<std::unique_ptr<detail::TableEngine>> engines_;
+  std::unique_ptr<gpu::Device> device_;  // declared before the engines: destroyed after them
+  std::vector<std::unique_ptr<detail::Engine>> engines_;
+  std::vector<int> engine_of_;
   std::unordered_map<std::int64_t, Entry> batches_;
 };
 

@@ -1,16 +1,12 @@
 #include "store/detail/cpu_engine.hpp"
 
 #include <cstring>
+#include <unordered_map>
 
-#include "host/dedup.hpp"
 #include "host/kernels.hpp"
+#include "store/store_config.hpp"
 
 namespace strata::detail {
-namespace {
-
-// Dedup is only needed by backward, so it is done there: inference (submit, forward, discard)
-// never pays for it, and `cpu` mode has nothing to prefetch at submit.
-struct CpuPrepared final : PreparedFeature {};
 
 BagsView bags_of(const JaggedKeys& f) {
   BagsView v;
@@ -21,64 +17,97 @@ BagsView bags_of(const JaggedKeys& f) {
   return v;
 }
 
-class CpuEngine final : public TableEngine {
- public:
-  explicit CpuEngine(HostTable table) : table_(std::move(table)) {}
+void HostTableOps::forward(const JaggedKeys& f, float* out) const {
+  if (table_.spec().pooling == Pooling::kNone) {
+    gather_rows(table_.ref(), f.keys.data(), f.weights.empty() ? nullptr : f.weights.data(), f.num_keys(), out);
+  } else {
+    gather_pool(table_.ref(), bags_of(f), table_.spec().pooling, out);
+  }
+}
 
-  std::unique_ptr<PreparedFeature> prepare(const JaggedKeys&) override {
-    return std::make_unique<CpuPrepared>();
+void HostTableOps::backward(const JaggedKeys& f, const float* grads, const OptimizerStep& step) {
+  // Dedup is only needed by backward, so it is done here: inference never pays for it.
+  dedup_keys(f.keys.data(), f.num_keys(), unique_, scratch_);
+  if (table_.spec().pooling != Pooling::kNone) bag_of_positions(f.offsets.data(), f.batch_size(), bag_of_);
+  backward_update(table_.ref(), bags_of(f), table_.spec().pooling, view_of(unique_), bag_of_.data(), grads, step);
+}
+
+void HostTableOps::read_rows(std::int64_t row0, std::int64_t n, float* weights, float* state) const {
+  const std::size_t dim = static_cast<std::size_t>(table_.dim()), sd = static_cast<std::size_t>(table_.state_dim());
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float* rec = table_.row(row0 + i);
+    std::memcpy(weights + static_cast<std::size_t>(i) * dim, rec, dim * sizeof(float));
+    if (state && sd) std::memcpy(state + static_cast<std::size_t>(i) * sd, rec + dim, sd * sizeof(float));
+  }
+}
+
+void HostTableOps::write_rows(std::int64_t row0, std::int64_t n, const float* weights, const float* state) {
+  const std::size_t dim = static_cast<std::size_t>(table_.dim()), sd = static_cast<std::size_t>(table_.state_dim());
+  for (std::int64_t i = 0; i < n; ++i) {
+    float* rec = table_.row(row0 + i);
+    std::memcpy(rec, weights + static_cast<std::size_t>(i) * dim, dim * sizeof(float));
+    if (state && sd) std::memcpy(rec + dim, state + static_cast<std::size_t>(i) * sd, sd * sizeof(float));
+  }
+}
+
+namespace {
+
+// `cpu` mode has nothing to prepare at submit.
+struct CpuBatch final : EngineBatch {};
+
+class CpuEngine final : public Engine {
+ public:
+  CpuEngine(const StoreConfig& config, std::unordered_map<int, HostTableOps> tables) : config_(config), tables_(std::move(tables)) {}
+
+  Result<std::unique_ptr<EngineBatch>> submit(std::int64_t, const KeyBatch&, const EngineFeatures&) override {
+    return std::unique_ptr<EngineBatch>(std::make_unique<CpuBatch>());
   }
 
-  Status forward(const JaggedKeys& f, PreparedFeature&, MatrixView out) override {
-    if (table_.spec().pooling == Pooling::kNone) {
-      gather_rows(table_.ref(), f.keys.data(), f.weights.empty() ? nullptr : f.weights.data(), f.num_keys(), out.data);
-    } else {
-      gather_pool(table_.ref(), bags_of(f), table_.spec().pooling, out.data);
+  Status forward(EngineBatch&, const KeyBatch& batch, const EngineFeatures& f, const std::vector<MatrixView>& outputs) override {
+    for (std::size_t i = 0; i < f.feature.size(); ++i) {
+      const std::size_t fi = static_cast<std::size_t>(f.feature[i]);
+      tables_.at(f.table[i]).forward(batch.features[fi], outputs[fi].data);
     }
     return Status::ok();
   }
 
-  Status backward(const JaggedKeys& f, PreparedFeature&, ConstMatrixView grad, const OptimizerStep& st) override {
-    // Reused across batches: the store drives one call at a time.
-    dedup_keys(f.keys.data(), f.num_keys(), unique_, scratch_);
-    if (table_.spec().pooling != Pooling::kNone) bag_of_positions(f.offsets.data(), f.batch_size(), bag_of_);
-    backward_update(table_.ref(), bags_of(f), table_.spec().pooling, view_of(unique_), bag_of_.data(), grad.data, st);
+  Status backward(EngineBatch&, const KeyBatch& batch, const EngineFeatures& f, const std::vector<ConstMatrixView>& grads,
+                  std::int64_t t) override {
+    for (std::size_t i = 0; i < f.feature.size(); ++i) {
+      const std::size_t fi = static_cast<std::size_t>(f.feature[i]);
+      const TableSpec& spec = config_.tables[static_cast<std::size_t>(f.table[i])].spec;
+      tables_.at(f.table[i]).backward(batch.features[fi], grads[fi].data, make_optimizer_step(spec.optimizer, t));
+    }
     return Status::ok();
   }
 
+  Status discard(EngineBatch&, const KeyBatch&, const EngineFeatures&) override { return Status::ok(); }
   Status flush() override { return Status::ok(); }
 
-  void read_rows(std::int64_t row0, std::int64_t n, float* weights, float* state) override {
-    const std::size_t dim = static_cast<std::size_t>(table_.dim()), sd = static_cast<std::size_t>(table_.state_dim());
-    for (std::int64_t i = 0; i < n; ++i) {
-      const float* rec = table_.row(row0 + i);
-      std::memcpy(weights + static_cast<std::size_t>(i) * dim, rec, dim * sizeof(float));
-      if (state && sd) std::memcpy(state + static_cast<std::size_t>(i) * sd, rec + dim, sd * sizeof(float));
-    }
+  Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
+    tables_.at(table).read_rows(row0, n, weights, state);
+    return Status::ok();
   }
-
-  void write_rows(std::int64_t row0, std::int64_t n, const float* weights, const float* state) override {
-    const std::size_t dim = static_cast<std::size_t>(table_.dim()), sd = static_cast<std::size_t>(table_.state_dim());
-    for (std::int64_t i = 0; i < n; ++i) {
-      float* rec = table_.row(row0 + i);
-      std::memcpy(rec, weights + static_cast<std::size_t>(i) * dim, dim * sizeof(float));
-      if (state && sd) std::memcpy(rec + dim, state + static_cast<std::size_t>(i) * sd, sd * sizeof(float));
-    }
+  Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) override {
+    tables_.at(table).write_rows(row0, n, weights, state);
+    return Status::ok();
   }
 
  private:
-  HostTable table_;
-  UniqueKeys unique_;
-  DedupScratch scratch_;
-  std::vector<std::int32_t> bag_of_;
+  const StoreConfig& config_;
+  std::unordered_map<int, HostTableOps> tables_;
 };
 
 }  // namespace
 
-Result<std::unique_ptr<TableEngine>> make_cpu_engine(const Topology& topo, const TableSpec& spec,
-                                                     const HostTableOptions& options) {
-  STRATA_ASSIGN_OR_RETURN(HostTable table, HostTable::create(topo, spec, options));
-  return std::unique_ptr<TableEngine>(std::make_unique<CpuEngine>(std::move(table)));
+Result<std::unique_ptr<Engine>> make_cpu_engine(const Topology& topo, const StoreConfig& config,
+                                                const std::vector<int>& tables, const HostTableOptions& options) {
+  std::unordered_map<int, HostTableOps> ops;
+  for (int t : tables) {
+    STRATA_ASSIGN_OR_RETURN(HostTable table, HostTable::create(topo, config.tables[static_cast<std::size_t>(t)].spec, options));
+    ops.emplace(t, HostTableOps(std::move(table)));
+  }
+  return std::unique_ptr<Engine>(std::make_unique<CpuEngine>(config, std::move(ops)));
 }
 
 }  // namespace strata::detail

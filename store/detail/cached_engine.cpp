@@ -1,0 +1,495 @@
+#include "store/detail/cached_engine.hpp"
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <cstring>
+#include <deque>
+#include <map>
+#include <unordered_map>
+
+#include "cache/cache_pool.hpp"
+#include "gpu/staging.hpp"
+#include "store/detail/cpu_engine.hpp"
+
+namespace strata::detail {
+namespace {
+
+using gpu::Staging;
+
+struct Pool {
+  std::unique_ptr<cache::CachePool> planner;
+  gpu::DeviceBuffer memory;
+  gpu::SlotPool view;
+  std::vector<int> tables;  // pool-local index -> global table
+};
+
+// One batch's work in one pool.
+struct PoolWork {
+  int pool = 0;
+  std::vector<int> feats;  // indexes into the engine's features of the batch
+  cache::PoolPlan plan;
+  std::vector<gpu::LookupFeature> looks;
+  std::vector<gpu::UpdateFeature> updates;
+  Key* wb_slots_dev = nullptr;
+  float *wb_host = nullptr, *wb_dev = nullptr;
+  Key* fill_slots_dev = nullptr;
+  float *fill_host = nullptr, *fill_dev = nullptr;
+};
+
+struct CachedBatch final : EngineBatch {
+  std::int64_t id = 0, seq = 0;
+  // The batch's features. Not the KeyBatch itself: the store moves it after submit, but the
+  // features' buffer moves with it unchanged.
+  const JaggedKeys* feats = nullptr;
+  EngineFeatures features;
+  std::vector<UniqueKeys> unique;           // per engine feature
+  std::vector<PoolWork> work;               // per pool touched
+  bool planned = false;
+  std::unique_ptr<Staging> st;
+  gpu::Event ready;
+  std::vector<float*> host_out, host_grad;  // per engine feature, pinned
+  std::vector<float*> dev_grad;             // per engine feature, device
+};
+
+std::vector<cache::FeatureKeys> feature_keys(const CachedBatch& b, const PoolWork& w, const std::vector<std::pair<int, int>>& where) {
+  std::vector<cache::FeatureKeys> fk;
+  for (int i : w.feats)
+    fk.push_back({where[static_cast<std::size_t>(b.features.table[static_cast<std::size_t>(i)])].second, &b.unique[static_cast<std::size_t>(i)]});
+  return fk;
+}
+
+class CachedEngine final : public Engine {
+ public:
+  CachedEngine(const StoreConfig& config, gpu::Device& dev) : config_(config), dev_(dev) {}
+
+  ~CachedEngine() override {
+    (void)dev_.synchronize(copy_.view());
+    (void)dev_.synchronize(compute_.view());
+  }
+
+  Status init(const Topology& topo, const std::vector<int>& tables, HostTableOptions options) {
+    options.pinner = &dev_.pinner();
+    STRATA_ASSIGN_OR_RETURN(copy_, dev_.create_stream());
+    STRATA_ASSIGN_OR_RETURN(compute_, dev_.create_stream());
+    STRATA_ASSIGN_OR_RETURN(progress_, dev_.create_event());
+    STRATA_ASSIGN_OR_RETURN(Staging fs, Staging::create(dev_));
+    flush_staging_ = std::make_unique<Staging>(std::move(fs));
+    where_.assign(config_.tables.size(), {-1, -1});
+    std::map<std::pair<std::int32_t, std::int32_t>, std::vector<int>> shapes;
+    for (int t : tables) {
+      const TableSpec& spec = spec_of(t);
+      shapes[{spec.dim, optimizer_state_dim(spec.optimizer.kind, spec.dim)}].push_back(t);
+      STRATA_ASSIGN_OR_RETURN(HostTable table, HostTable::create(topo, spec, options));
+      host_.emplace(t, HostTableOps(std::move(table)));
+    }
+    for (const auto& [shape, members] : shapes) {
+      cache::CachePoolOptions po;
+      po.policy = config_.cache.policy;
+      po.name = "(dim " + std::to_string(shape.first) + ", state " + std::to_string(shape.second) + ")";
+      const std::int64_t stride = record_stride(shape.first, shape.second);
+      po.record_bytes = (shape.first + shape.second) * 4;
+      for (int t : members) {
+        const TableConfig& tc = config_.tables[static_cast<std::size_t>(t)];
+        po.slots += cache_rows(tc);
+        po.tables.push_back({tc.spec.name, tc.cache.cap ? cache_rows(tc) : 0});
+      }
+      Pool pool;
+      const std::size_t bytes = static_cast<std::size_t>(po.slots * stride) * sizeof(float);
+      auto mem = dev_.allocate(bytes);
+      if (!mem)
+        return Status::resource_exhausted("cache pool " + po.name + " of " + std::to_string(po.slots) + " rows needs " +
+                                          std::to_string(bytes) + " bytes of device memory: " + mem.status().message());
+      pool.memory = std::move(mem).value();
+      pool.view = gpu::SlotPool{pool.memory.as<float>(), po.slots, stride, shape.first, shape.second};
+      pool.tables = members;
+      for (std::size_t l = 0; l < members.size(); ++l)
+        where_[static_cast<std::size_t>(members[l])] = {static_cast<int>(pools_.size()), static_cast<int>(l)};
+      pool.planner = std::make_unique<cache::CachePool>(std::move(po));
+      pools_.push_back(std::move(pool));
+    }
+    return Status::ok();
+  }
+
+  Result<std::unique_ptr<EngineBatch>> submit(std::int64_t id, const KeyBatch& batch, const EngineFeatures& f) override {
+    if (in_flight_ >= config_.cache.max_in_flight)
+      return Status::failed_precondition("batch " + std::to_string(id) + ": " + std::to_string(in_flight_) +
+                                         " batches are already in flight and the staging ring holds cache.max_in_flight = " +
+                                         std::to_string(config_.cache.max_in_flight) + "; retire one first");
+    auto b = std::make_unique<CachedBatch>();
+    b->id = id;
+    b->feats = batch.features.data();
+    b->features = f;
+    b->unique.resize(f.feature.size());
+    std::map<int, std::size_t> work_of;
+    for (std::size_t i = 0; i < f.feature.size(); ++i) {
+      const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
+      dedup_keys(k.keys.data(), k.num_keys(), b->unique[i], scratch_);
+      const int p = where_[static_cast<std::size_t>(f.table[i])].first;
+      auto [it, fresh] = work_of.emplace(p, b->work.size());
+      if (fresh) b->work.push_back(PoolWork{p, {}, {}, {}, {}, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr});
+      b->work[it->second].feats.push_back(static_cast<int>(i));
+    }
+    STRATA_RETURN_IF_ERROR(check_fits(*b));
+    b->seq = next_seq_++;
+    for (auto& w : b->work) pools_[static_cast<std::size_t>(w.pool)].planner->window_push(b->seq, feature_keys(*b, w, where_));
+    pending_.push_back(b.get());
+    // Plan the batches that have `lookahead` later batches behind them.
+    while (static_cast<int>(pending_.size()) > config_.cache.lookahead) {
+      Status s = plan_front();
+      if (!s.is_ok()) {
+        unsubmit(*b);
+        return s;
+      }
+    }
+    ++in_flight_;
+    return std::unique_ptr<EngineBatch>(std::move(b));
+  }
+
+  Status forward(EngineBatch& eb, const KeyBatch&, const EngineFeatures& f, const std::vector<MatrixView>& outputs) override {
+    auto& b = static_cast<CachedBatch&>(eb);
+    while (!b.planned) STRATA_RETURN_IF_ERROR(plan_front());
+    const gpu::StreamView s = compute_.view();
+    dev_.wait(s, b.ready.view());
+    for (auto& w : b.work) dev_.gather_pool(s, pools_[static_cast<std::size_t>(w.pool)].view, w.looks);
+    for (auto& w : b.work)
+      for (std::size_t j = 0; j < w.feats.size(); ++j)
+        dev_.copy_d2h(s, b.host_out[static_cast<std::size_t>(w.feats[j])], w.looks[j].out, out_bytes(b, w.feats[j]));
+    dev_.record(b.st->done(), s);
+    STRATA_RETURN_IF_ERROR(dev_.synchronize(b.st->done()));
+    for (std::size_t i = 0; i < f.feature.size(); ++i)
+      std::memcpy(outputs[static_cast<std::size_t>(f.feature[i])].data, b.host_out[i], out_bytes(b, static_cast<int>(i)));
+    return Status::ok();
+  }
+
+  Status backward(EngineBatch& eb, const KeyBatch&, const EngineFeatures& f, const std::vector<ConstMatrixView>& grads,
+                  std::int64_t t) override {
+    auto& b = static_cast<CachedBatch&>(eb);
+    STRATA_CHECK(b.planned);  // forward came first
+    const gpu::StreamView s = compute_.view();
+    for (std::size_t i = 0; i < f.feature.size(); ++i) {
+      std::memcpy(b.host_grad[i], grads[static_cast<std::size_t>(f.feature[i])].data, out_bytes(b, static_cast<int>(i)));
+      dev_.copy_h2d(s, b.dev_grad[i], b.host_grad[i], out_bytes(b, static_cast<int>(i)));
+    }
+    for (auto& w : b.work) {
+      for (std::size_t j = 0; j < w.feats.size(); ++j)
+        w.updates[j].step = make_optimizer_step(spec_of(f.table[static_cast<std::size_t>(w.feats[j])]).optimizer, t);
+      dev_.backward_update(s, pools_[static_cast<std::size_t>(w.pool)].view, w.updates);
+    }
+    retire(b, true);
+    return dev_.status();
+  }
+
+  Status discard(EngineBatch& eb, const KeyBatch&, const EngineFeatures&) override {
+    auto& b = static_cast<CachedBatch&>(eb);
+    if (!b.planned) {
+      unsubmit(b);
+      --in_flight_;
+      return Status::ok();
+    }
+    dev_.wait(compute_.view(), b.ready.view());
+    retire(b, false);
+    return dev_.status();
+  }
+
+  Status flush() override {
+    const gpu::StreamView s = copy_.view();
+    for (auto& pool : pools_) {
+      std::vector<cache::Transfer> dirty = pool.planner->take_dirty();
+      if (dirty.empty()) continue;
+      STRATA_RETURN_IF_ERROR(dev_.synchronize(flush_staging_->done()));
+      const std::size_t W = dirty.size(), rec = static_cast<std::size_t>(pool.view.stride);
+      STRATA_RETURN_IF_ERROR(flush_staging_->reserve(Staging::bytes_for<Key>(W), Staging::bytes_for<float>(W * rec),
+                                                     Staging::bytes_for<float>(W * rec)));
+      auto slots = flush_staging_->mirrored<Key>(W);
+      for (std::size_t i = 0; i < W; ++i) slots.host[i] = dirty[i].slot;
+      float* host = flush_staging_->host_only<float>(W * rec);
+      float* dev = flush_staging_->dev_only<float>(W * rec);
+      dev_.wait(s, progress_.view());
+      flush_staging_->upload(s);
+      write_back(s, pool, std::move(dirty), slots.dev, dev, host);
+      dev_.record(flush_staging_->done(), s);
+      STRATA_RETURN_IF_ERROR(dev_.synchronize(flush_staging_->done()));
+    }
+    return dev_.status();
+  }
+
+  Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
+    STRATA_RETURN_IF_ERROR(flush());
+    host_.at(table).read_rows(row0, n, weights, state);
+    return Status::ok();
+  }
+
+  Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) override {
+    STRATA_RETURN_IF_ERROR(flush());
+    const auto [p, local] = where_[static_cast<std::size_t>(table)];
+    pools_[static_cast<std::size_t>(p)].planner->invalidate_table(local);
+    host_.at(table).write_rows(row0, n, weights, state);
+    return Status::ok();
+  }
+
+  void cache_stats(std::vector<std::pair<int, cache::CacheStats>>& out) const override {
+    for (const auto& pool : pools_)
+      for (std::size_t l = 0; l < pool.tables.size(); ++l) out.push_back({pool.tables[l], pool.planner->table_stats(static_cast<int>(l))});
+  }
+
+ private:
+  const TableSpec& spec_of(int table) const { return config_.tables[static_cast<std::size_t>(table)].spec; }
+  std::size_t out_bytes(const CachedBatch& b, int i) const {
+    const TableSpec& spec = spec_of(b.features.table[static_cast<std::size_t>(i)]);
+    return static_cast<std::size_t>(output_rows(b.feats[static_cast<std::size_t>(b.features.feature[static_cast<std::size_t>(i)])], spec.pooling) *
+                                    spec.dim) * sizeof(float);
+  }
+
+  // Static capacity checks, so a batch that can never fit is refused at submit.
+  Status check_fits(const CachedBatch& b) const {
+    for (const auto& w : b.work) {
+      const auto& opt = pools_[static_cast<std::size_t>(w.pool)].planner->options();
+      std::int64_t total = 0;
+      for (int i : w.feats) {
+        const std::int64_t u = b.unique[static_cast<std::size_t>(i)].size();
+        total += u;
+        const auto& pt = opt.tables[static_cast<std::size_t>(where_[static_cast<std::size_t>(b.features.table[static_cast<std::size_t>(i)])].second)];
+        if (pt.cap > 0 && u > pt.cap)
+          return Status::resource_exhausted("batch " + std::to_string(b.id) + ", table '" + pt.name + "': " + std::to_string(u) +
+                                            " unique rows exceed the table's cache cap of " + std::to_string(pt.cap) + " rows");
+      }
+      if (total > opt.slots)
+        return Status::resource_exhausted("batch " + std::to_string(b.id) + ": " + std::to_string(total) +
+                                          " unique rows exceed the capacity of cache pool " + opt.name + " (" +
+                                          std::to_string(opt.slots) + " rows)");
+    }
+    return Status::ok();
+  }
+
+  // Takes back a submitted, unplanned batch.
+  void unsubmit(CachedBatch& b) {
+    for (auto& w : b.work) pools_[static_cast<std::size_t>(w.pool)].planner->window_drop(b.seq, feature_keys(b, w, where_));
+    for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+      if (*it == &b) {
+        pending_.erase(it);
+        break;
+      }
+    }
+  }
+
+  Result<std::unique_ptr<Staging>> take_staging() {
+    if (!free_.empty()) {
+      auto st = std::move(free_.back());
+      free_.pop_back();
+      STRATA_RETURN_IF_ERROR(dev_.synchronize(st->done()));
+      return st;
+    }
+    STRATA_ASSIGN_OR_RETURN(Staging st, Staging::create(dev_));
+    return std::make_unique<Staging>(std::move(st));
+  }
+
+  // Plans the oldest pending batch and issues its prefetch. All-or-nothing across pools.
+  Status plan_front() {
+    CachedBatch& b = *pending_.front();
+    std::vector<cache::PoolProbe> probes;
+    for (auto& w : b.work) {
+      auto p = pools_[static_cast<std::size_t>(w.pool)].planner->probe(b.seq, feature_keys(b, w, where_));
+      if (!p) return p.status().with_context("batch " + std::to_string(b.id));
+      probes.push_back(std::move(p).value());
+    }
+    // Staging sizes (fills and write-backs bounded by the misses).
+    std::size_t mirrored = 0, host_only = 0, dev_only = 0;
+    for (std::size_t k = 0; k < b.work.size(); ++k) {
+      const auto& w = b.work[k];
+      std::int64_t misses = 0;
+      for (const auto& found : probes[k].found)
+        for (std::int64_t s : found) misses += s < 0;
+      const std::size_t rec = static_cast<std::size_t>(pools_[static_cast<std::size_t>(w.pool)].view.stride);
+      mirrored += 2 * Staging::bytes_for<Key>(static_cast<std::size_t>(misses));
+      host_only += 2 * Staging::bytes_for<float>(static_cast<std::size_t>(misses) * rec);
+      dev_only += 2 * Staging::bytes_for<float>(static_cast<std::size_t>(misses) * rec);
+      for (int i : w.feats) {
+        const JaggedKeys& k2 = b.feats[static_cast<std::size_t>(b.features.feature[static_cast<std::size_t>(i)])];
+        const std::size_t n = static_cast<std::size_t>(k2.num_keys()), U = static_cast<std::size_t>(b.unique[static_cast<std::size_t>(i)].size());
+        mirrored += Staging::bytes_for<std::int64_t>(static_cast<std::size_t>(k2.batch_size() + 1)) + Staging::bytes_for<Key>(n) +
+                    Staging::bytes_for<float>(k2.weights.size()) + Staging::bytes_for<Key>(U) + Staging::bytes_for<std::int64_t>(U + 1) +
+                    2 * Staging::bytes_for<std::int32_t>(n);
+        const std::size_t out = Staging::bytes_for<float>(out_bytes(b, i) / sizeof(float));
+        host_only += 2 * out;
+        dev_only += 2 * out;
+      }
+    }
+    std::unique_ptr<Staging> st;
+    STRATA_ASSIGN_OR_RETURN(st, take_staging());
+    Status rs = st->reserve(mirrored, host_only, dev_only);
+    if (!rs.is_ok()) {
+      free_.push_back(std::move(st));
+      return rs.with_context("batch " + std::to_string(b.id));
+    }
+    auto ready = dev_.create_event();
+    if (!ready) {
+      free_.push_back(std::move(st));
+      return ready.status();
+    }
+    // From here on nothing fails: commit and issue.
+    b.st = std::move(st);
+    b.ready = std::move(ready).value();
+    b.host_out.assign(b.features.feature.size(), nullptr);
+    b.host_grad.assign(b.features.feature.size(), nullptr);
+    b.dev_grad.assign(b.features.feature.size(), nullptr);
+    const gpu::StreamView s = copy_.view();
+    for (std::size_t k = 0; k < b.work.size(); ++k) {
+      PoolWork& w = b.work[k];
+      Pool& pool = pools_[static_cast<std::size_t>(w.pool)];
+      w.plan = pool.planner->commit(std::move(probes[k]));
+      stage_metadata(b, w);
+    }
+    dev_.wait(s, progress_.view());  // victims' last backward must be done before we touch their slots
+    b.st->upload(s);
+    for (PoolWork& w : b.work) {
+      Pool& pool = pools_[static_cast<std::size_t>(w.pool)];
+      if (!w.plan.writebacks.empty()) write_back(s, pool, w.plan.writebacks, w.wb_slots_dev, w.wb_dev, w.wb_host);
+      if (!w.plan.fills.empty()) fill(s, pool, w);
+    }
+    dev_.record(b.ready.view(), s);
+    b.planned = true;
+    pending_.pop_front();
+    return Status::ok();
+  }
+
+  // Writes the batch's lookup and update arguments into the mirrored staging region.
+  void stage_metadata(CachedBatch& b, PoolWork& w) {
+    Staging& st = *b.st;
+    const std::size_t rec = static_cast<std::size_t>(pools_[static_cast<std::size_t>(w.pool)].view.stride);
+    for (std::size_t j = 0; j < w.feats.size(); ++j) {
+      const std::size_t i = static_cast<std::size_t>(w.feats[j]);
+      const JaggedKeys& k = b.feats[static_cast<std::size_t>(b.features.feature[i])];
+      const TableSpec& spec = spec_of(b.features.table[i]);
+      const UniqueKeys& u = b.unique[i];
+      const std::size_t n = static_cast<std::size_t>(k.num_keys());
+      auto offs = st.mirrored<std::int64_t>(k.offsets.size());
+      std::memcpy(offs.host, k.offsets.data(), k.offsets.size() * sizeof(std::int64_t));
+      auto slots = st.mirrored<Key>(n);
+      std::vector<Key> tmp;
+      cache::expand_slots(u, w.plan.unique_slots[j], tmp);
+      if (n) std::memcpy(slots.host, tmp.data(), n * sizeof(Key));
+      const float* wdev = nullptr;
+      if (!k.weights.empty()) {
+        auto wt = st.mirrored<float>(n);
+        std::memcpy(wt.host, k.weights.data(), n * sizeof(float));
+        wdev = wt.dev;
+      }
+      auto us = st.mirrored<Key>(static_cast<std::size_t>(u.size()));
+      if (u.size()) std::memcpy(us.host, w.plan.unique_slots[j].data(), static_cast<std::size_t>(u.size()) * sizeof(Key));
+      auto uo = st.mirrored<std::int64_t>(u.offsets.size());
+      std::memcpy(uo.host, u.offsets.data(), u.offsets.size() * sizeof(std::int64_t));
+      auto pos = st.mirrored<std::int32_t>(n);
+      if (n) std::memcpy(pos.host, u.positions.data(), n * sizeof(std::int32_t));
+      auto bag = st.mirrored<std::int32_t>(n);
+      if (spec.pooling != Pooling::kNone && n) {
+        std::int32_t* bo = bag.host;
+        for (std::int64_t bb = 0; bb < k.batch_size(); ++bb)
+          for (std::int64_t p = k.offsets[static_cast<std::size_t>(bb)]; p < k.offsets[static_cast<std::size_t>(bb) + 1]; ++p) bo[p] = static_cast<std::int32_t>(bb);
+      }
+      const std::size_t out = out_bytes(b, static_cast<int>(i)) / sizeof(float);
+      gpu::LookupFeature lf{offs.dev, k.batch_size(), slots.dev, wdev, k.num_keys(), spec.pooling, st.dev_only<float>(out)};
+      b.host_out[i] = st.host_only<float>(out);
+      b.host_grad[i] = st.host_only<float>(out);
+      b.dev_grad[i] = st.dev_only<float>(out);
+      gpu::UpdateFeature uf;
+      uf.offsets = offs.dev;
+      uf.batch = k.batch_size();
+      uf.weights = wdev;
+      uf.num_keys = k.num_keys();
+      uf.pooling = spec.pooling;
+      uf.unique_slots = us.dev;
+      uf.unique_offsets = uo.dev;
+      uf.positions = pos.dev;
+      uf.bag_of = bag.dev;
+      uf.num_unique = u.size();
+      uf.grads = b.dev_grad[i];
+      w.looks.push_back(lf);
+      w.updates.push_back(uf);
+    }
+    const std::size_t W = w.plan.writebacks.size(), F = w.plan.fills.size();
+    auto wb = st.mirrored<Key>(W);
+    for (std::size_t i = 0; i < W; ++i) wb.host[i] = w.plan.writebacks[i].slot;
+    w.wb_slots_dev = wb.dev;
+    w.wb_host = st.host_only<float>(W * rec);
+    w.wb_dev = st.dev_only<float>(W * rec);
+    auto fs = st.mirrored<Key>(F);
+    for (std::size_t i = 0; i < F; ++i) fs.host[i] = w.plan.fills[i].slot;
+    w.fill_slots_dev = fs.dev;
+    w.fill_host = st.host_only<float>(F * rec);
+    w.fill_dev = st.dev_only<float>(F * rec);
+  }
+
+  // Copy stream: dirty slots -> pinned staging -> host tables.
+  void write_back(gpu::StreamView s, Pool& pool, std::vector<cache::Transfer> rows, const Key* slots_dev, float* dev, float* host) {
+    const std::int64_t W = static_cast<std::int64_t>(rows.size());
+    const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
+    dev_.pack_records(s, pool.view, slots_dev, W, dev);
+    dev_.copy_d2h(s, host, dev, static_cast<std::size_t>(W) * rec * sizeof(float));
+    const std::size_t bytes = static_cast<std::size_t>(pool.view.dim + pool.view.state_dim) * sizeof(float);
+    dev_.host_task(s, [this, &pool, rows = std::move(rows), host, rec, bytes] {
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows.size(), 256), [&](const tbb::blocked_range<std::size_t>& r) {
+        for (std::size_t i = r.begin(); i < r.end(); ++i) {
+          HostTable& t = host_.at(pool.tables[static_cast<std::size_t>(rows[i].table)]).table();
+          std::memcpy(t.row(rows[i].row), host + i * rec, bytes);
+          dev_.counters().add_host_write(t.node_of(rows[i].row), bytes);
+        }
+      });
+    });
+  }
+
+  // Copy stream: host tables -> pinned staging (NUMA-local threads would go here) -> slots.
+  void fill(gpu::StreamView s, Pool& pool, PoolWork& w) {
+    const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
+    const std::size_t bytes = static_cast<std::size_t>(pool.view.dim + pool.view.state_dim) * sizeof(float);
+    float* host = w.fill_host;
+    // The task owns a copy of the list: a discarded batch may be destroyed before the task runs.
+    dev_.host_task(s, [this, &pool, rows = w.plan.fills, host, rec, bytes] {
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows.size(), 256), [&](const tbb::blocked_range<std::size_t>& r) {
+        for (std::size_t i = r.begin(); i < r.end(); ++i) {
+          const cache::Transfer& x = rows[i];
+          const HostTable& t = host_.at(pool.tables[static_cast<std::size_t>(x.table)]).table();
+          std::memcpy(host + i * rec, t.row(x.row), bytes);
+          dev_.counters().add_host_read(t.node_of(x.row), bytes);
+        }
+      });
+    });
+    const std::size_t F = w.plan.fills.size();
+    dev_.copy_h2d(s, w.fill_dev, host, F * rec * sizeof(float));
+    dev_.unpack_records(s, pool.view, w.fill_slots_dev, static_cast<std::int64_t>(F), w.fill_dev);
+  }
+
+  void retire(CachedBatch& b, bool updated) {
+    dev_.record(progress_.view(), compute_.view());
+    dev_.record(b.st->done(), compute_.view());
+    for (auto& w : b.work) pools_[static_cast<std::size_t>(w.pool)].planner->retire(w.plan, updated);
+    free_.push_back(std::move(b.st));
+    --in_flight_;
+  }
+
+  const StoreConfig& config_;
+  gpu::Device& dev_;
+  gpu::Stream copy_, compute_;
+  gpu::Event progress_;  // recorded on compute after every retired batch
+  std::unordered_map<int, HostTableOps> host_;
+  std::vector<Pool> pools_;
+  std::vector<std::pair<int, int>> where_;  // global table -> (pool, pool-local index)
+  std::deque<CachedBatch*> pending_;        // submitted, not yet planned (the lookahead window), FIFO
+  std::vector<std::unique_ptr<Staging>> free_;
+  std::unique_ptr<Staging> flush_staging_;
+  DedupScratch scratch_;
+  std::int64_t next_seq_ = 0;
+  int in_flight_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> make_cached_engine(const Topology& topo, const StoreConfig& config,
+                                                   const std::vector<int>& tables, HostTableOptions options,
+                                                   gpu::Device& device) {
+  auto e = std::make_unique<CachedEngine>(config, device);
+  STRATA_RETURN_IF_ERROR(e->init(topo, tables, options));
+  return std::unique_ptr<Engine>(std::move(e));
+}
+
+}  // namespace strata::detail

@@ -1,0 +1,26 @@
+#pragma once
+// The `cached` placement: rows in pinned host memory, hot rows in HBM slot pools (one pool per
+// (dim, optimizer state) shape, shared by the tables of that shape), fed by the prefetch pipeline.
+// See ARCHITECTURE.md, "One training step in `cached` mode".
+//
+// Streams: `copy` runs each batch's prefetch (metadata upload, write-back of dirty victims, fills)
+// and ends with the batch's `ready` event; `compute` waits for it, then runs lookups and updates.
+// Before a prefetch touches victim slots, the copy stream waits for the compute stream's latest
+// backward (victims are unpinned, so every batch that used them has had its backward issued).
+// Host sync points: forward (outputs come back), flush, and reuse of a staging entry.
+
+#include <memory>
+#include <vector>
+
+#include "gpu/device.hpp"
+#include "host/host_table.hpp"
+#include "store/detail/engine.hpp"
+#include "store/store_config.hpp"
+
+namespace strata::detail {
+
+Result<std::unique_ptr<Engine>> make_cached_engine(const Topology& topo, const StoreConfig& config,
+                                                   const std::vector<int>& tables, HostTableOptions options,
+                                                   gpu::Device& device);
+
+}  // namespace strata::detail

@@ -1,0 +1,52 @@
+#pragma once
+// Engine: what one placement mode does for the tables placed in it. The store validates, tracks
+// batches in flight and fans out to its engines (cpu, offload, cached; gpu and hybrid later); an
+// engine serves several tables at once so that device work can be table-batched. Engines receive
+// only validated input and run inside the store's oneTBB arena, one call at a time.
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "cache/cache_pool.hpp"
+#include "core/key_batch.hpp"
+#include "core/status.hpp"
+
+namespace strata::detail {
+
+/// Per-batch state an engine keeps from submit to backward/discard.
+struct EngineBatch {
+  virtual ~EngineBatch() = default;
+};
+
+/// The features of a batch that one engine serves.
+struct EngineFeatures {
+  std::vector<int> feature;  ///< indexes into KeyBatch::features (and the output/gradient views)
+  std::vector<int> table;    ///< global table index of each
+  bool empty() const noexcept { return feature.empty(); }
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  /// Accepts a validated batch. May fail (e.g. the cache cannot hold it) only before changing any
+  /// table state. `batch` stays alive and unchanged until the batch is retired.
+  virtual Result<std::unique_ptr<EngineBatch>> submit(std::int64_t id, const KeyBatch& batch, const EngineFeatures& f) = 0;
+  /// Writes the outputs of the engine's features (views indexed like batch.features; shapes checked).
+  virtual Status forward(EngineBatch& b, const KeyBatch& batch, const EngineFeatures& f, const std::vector<MatrixView>& outputs) = 0;
+  /// Applies the gradients with each table's optimizer at store step `t` (1-based) and retires the batch.
+  virtual Status backward(EngineBatch& b, const KeyBatch& batch, const EngineFeatures& f,
+                          const std::vector<ConstMatrixView>& grads, std::int64_t t) = 0;
+  /// Retires a batch without applying anything.
+  virtual Status discard(EngineBatch& b, const KeyBatch& batch, const EngineFeatures& f) = 0;
+  /// Makes every applied update visible in the host tables.
+  virtual Status flush() = 0;
+  /// Row copies of a table this engine serves (range checked by the store); state may be null.
+  /// write_rows is only called with no batch in flight.
+  virtual Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) = 0;
+  virtual Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) = 0;
+  /// Per-table cache statistics (global table index), for engines that cache.
+  virtual void cache_stats(std::vector<std::pair<int, cache::CacheStats>>&) const {}
+};
+
+}  // namespace strata::detail

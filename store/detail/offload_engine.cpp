@@ -1,0 +1,181 @@
+#include "store/detail/offload_engine.hpp"
+
+#include <cstring>
+#include <unordered_map>
+
+#include "gpu/staging.hpp"
+#include "store/detail/cpu_engine.hpp"
+
+namespace strata::detail {
+namespace {
+
+struct OffloadBatch final : EngineBatch {
+  std::unique_ptr<gpu::Staging> st;
+  gpu::Event ready;                       // metadata uploaded (zero-copy mode)
+  std::vector<gpu::LookupFeature> looks;  // per engine feature, device pointers
+  std::vector<float*> host_out;           // per engine feature, pinned
+};
+
+std::int64_t out_rows(const JaggedKeys& f, Pooling p) { return output_rows(f, p); }
+
+class OffloadEngine final : public Engine {
+ public:
+  OffloadEngine(const StoreConfig& config, gpu::Device& dev, std::unordered_map<int, HostTableOps> tables, gpu::Stream copy,
+                gpu::Stream compute)
+      : config_(config), dev_(dev), tables_(std::move(tables)), copy_(std::move(copy)), compute_(std::move(compute)) {}
+
+  ~OffloadEngine() override {
+    (void)dev_.synchronize(copy_.view());
+    (void)dev_.synchronize(compute_.view());
+  }
+
+  Result<std::unique_ptr<EngineBatch>> submit(std::int64_t, const KeyBatch& batch, const EngineFeatures& f) override {
+    auto b = std::make_unique<OffloadBatch>();
+    STRATA_ASSIGN_OR_RETURN(b->st, take_staging());
+    STRATA_ASSIGN_OR_RETURN(b->ready, dev_.create_event());
+    const bool zero_copy = config_.offload_gather == OffloadGather::kDevice;
+    std::size_t mirrored = 0, outs = 0;
+    for (std::size_t i = 0; i < f.feature.size(); ++i) {
+      const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
+      const TableSpec& spec = spec_of(f.table[i]);
+      if (zero_copy) {
+        mirrored += gpu::Staging::bytes_for<std::int64_t>(static_cast<std::size_t>(k.batch_size() + 1)) +
+                    gpu::Staging::bytes_for<Key>(static_cast<std::size_t>(k.num_keys())) +
+                    gpu::Staging::bytes_for<float>(k.weights.size());
+      }
+      outs += gpu::Staging::bytes_for<float>(static_cast<std::size_t>(out_rows(k, spec.pooling) * spec.dim));
+    }
+    Status s = b->st->reserve(mirrored, outs, outs);
+    if (!s.is_ok()) {
+      free_.push_back(std::move(b->st));
+      return s;
+    }
+    for (std::size_t i = 0; i < f.feature.size(); ++i) {
+      const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
+      const TableSpec& spec = spec_of(f.table[i]);
+      gpu::LookupFeature lf;
+      lf.batch = k.batch_size();
+      lf.num_keys = k.num_keys();
+      lf.pooling = spec.pooling;
+      if (zero_copy) {
+        auto offs = b->st->mirrored<std::int64_t>(k.offsets.size());
+        std::memcpy(offs.host, k.offsets.data(), k.offsets.size() * sizeof(std::int64_t));
+        auto keys = b->st->mirrored<Key>(k.keys.size());
+        std::memcpy(keys.host, k.keys.data(), k.keys.size() * sizeof(Key));
+        lf.offsets = offs.dev;
+        lf.rows = keys.dev;
+        if (!k.weights.empty()) {
+          auto w = b->st->mirrored<float>(k.weights.size());
+          std::memcpy(w.host, k.weights.data(), k.weights.size() * sizeof(float));
+          lf.weights = w.dev;
+        }
+      }
+      const std::size_t n = static_cast<std::size_t>(out_rows(k, spec.pooling) * spec.dim);
+      lf.out = b->st->dev_only<float>(n);
+      b->host_out.push_back(b->st->host_only<float>(n));
+      b->looks.push_back(lf);
+    }
+    if (zero_copy) {
+      b->st->upload(copy_.view());
+      dev_.record(b->ready.view(), copy_.view());
+    }
+    dev_.record(b->st->done(), copy_.view());
+    return std::unique_ptr<EngineBatch>(std::move(b));
+  }
+
+  Status forward(EngineBatch& eb, const KeyBatch& batch, const EngineFeatures& f, const std::vector<MatrixView>& outputs) override {
+    auto& b = static_cast<OffloadBatch&>(eb);
+    const gpu::StreamView s = compute_.view();
+    if (config_.offload_gather == OffloadGather::kDevice) {
+      dev_.wait(s, b.ready.view());
+      for (std::size_t i = 0; i < f.feature.size(); ++i) {
+        dev_.gather_pool_host(s, tables_.at(f.table[i]).table().ref(), {b.looks[i]});
+        dev_.copy_d2h(s, b.host_out[i], b.looks[i].out, bytes_of(batch, f, i));
+      }
+    } else {
+      // CPU threads pool into pinned memory; the pooled outputs go to the device for the trainer.
+      for (std::size_t i = 0; i < f.feature.size(); ++i) {
+        tables_.at(f.table[i]).forward(batch.features[static_cast<std::size_t>(f.feature[i])], b.host_out[i]);
+        dev_.copy_h2d(s, b.looks[i].out, b.host_out[i], bytes_of(batch, f, i));
+      }
+    }
+    dev_.record(b.st->done(), s);
+    STRATA_RETURN_IF_ERROR(dev_.synchronize(b.st->done()));
+    for (std::size_t i = 0; i < f.feature.size(); ++i)
+      std::memcpy(outputs[static_cast<std::size_t>(f.feature[i])].data, b.host_out[i], bytes_of(batch, f, i));
+    return Status::ok();
+  }
+
+  Status backward(EngineBatch& eb, const KeyBatch& batch, const EngineFeatures& f, const std::vector<ConstMatrixView>& grads,
+                  std::int64_t t) override {
+    // forward() synchronized, so no device work reads these rows while the CPU updates them.
+    for (std::size_t i = 0; i < f.feature.size(); ++i) {
+      const std::size_t fi = static_cast<std::size_t>(f.feature[i]);
+      tables_.at(f.table[i]).backward(batch.features[fi], grads[fi].data, make_optimizer_step(spec_of(f.table[i]).optimizer, t));
+    }
+    release(static_cast<OffloadBatch&>(eb));
+    return dev_.status();
+  }
+
+  Status discard(EngineBatch& eb, const KeyBatch&, const EngineFeatures&) override {
+    release(static_cast<OffloadBatch&>(eb));
+    return Status::ok();
+  }
+
+  Status flush() override { return dev_.status(); }
+
+  Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
+    tables_.at(table).read_rows(row0, n, weights, state);
+    return Status::ok();
+  }
+  Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) override {
+    tables_.at(table).write_rows(row0, n, weights, state);
+    return Status::ok();
+  }
+
+ private:
+  const TableSpec& spec_of(int table) const { return config_.tables[static_cast<std::size_t>(table)].spec; }
+  std::size_t bytes_of(const KeyBatch& batch, const EngineFeatures& f, std::size_t i) const {
+    const TableSpec& spec = spec_of(f.table[i]);
+    return static_cast<std::size_t>(out_rows(batch.features[static_cast<std::size_t>(f.feature[i])], spec.pooling) * spec.dim) *
+           sizeof(float);
+  }
+  Result<std::unique_ptr<gpu::Staging>> take_staging() {
+    if (!free_.empty()) {
+      auto st = std::move(free_.back());
+      free_.pop_back();
+      // The batch that used it last may still have device work queued (a discard after submit).
+      STRATA_RETURN_IF_ERROR(dev_.synchronize(st->done()));
+      return st;
+    }
+    STRATA_ASSIGN_OR_RETURN(gpu::Staging st, gpu::Staging::create(dev_));
+    return std::make_unique<gpu::Staging>(std::move(st));
+  }
+  void release(OffloadBatch& b) {
+    if (b.st) free_.push_back(std::move(b.st));
+  }
+
+  const StoreConfig& config_;
+  gpu::Device& dev_;
+  std::unordered_map<int, HostTableOps> tables_;
+  gpu::Stream copy_, compute_;
+  std::vector<std::unique_ptr<gpu::Staging>> free_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> make_offload_engine(const Topology& topo, const StoreConfig& config,
+                                                    const std::vector<int>& tables, HostTableOptions options,
+                                                    gpu::Device& device) {
+  options.pinner = &device.pinner();
+  std::unordered_map<int, HostTableOps> ops;
+  for (int t : tables) {
+    STRATA_ASSIGN_OR_RETURN(HostTable table, HostTable::create(topo, config.tables[static_cast<std::size_t>(t)].spec, options));
+    ops.emplace(t, HostTableOps(std::move(table)));
+  }
+  STRATA_ASSIGN_OR_RETURN(gpu::Stream copy, device.create_stream());
+  STRATA_ASSIGN_OR_RETURN(gpu::Stream compute, device.create_stream());
+  return std::unique_ptr<Engine>(std::make_unique<OffloadEngine>(config, device, std::move(ops), std::move(copy), std::move(compute)));
+}
+
+}  // namespace strata::detail
