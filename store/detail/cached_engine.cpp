@@ -112,6 +112,7 @@ class CachedEngine final : public Engine {
   }
 
   Result<std::unique_ptr<EngineBatch>> submit(std::int64_t id, const KeyBatch& batch, const EngineFeatures& f) override {
+    STRATA_RETURN_IF_ERROR(dev_.status());  // a failed device accepts no more work
     if (in_flight_ >= config_.cache.max_in_flight)
       return Status::failed_precondition("batch " + std::to_string(id) + ": " + std::to_string(in_flight_) +
                                          " batches are already in flight and the staging ring holds cache.max_in_flight = " +

@@ -30,6 +30,7 @@ class OffloadEngine final : public Engine {
   }
 
   Result<std::unique_ptr<EngineBatch>> submit(std::int64_t, const KeyBatch& batch, const EngineFeatures& f) override {
+    STRATA_RETURN_IF_ERROR(dev_.status());  // a failed device accepts no more work
     auto b = std::make_unique<OffloadBatch>();
     STRATA_ASSIGN_OR_RETURN(b->st, take_staging());
     STRATA_ASSIGN_OR_RETURN(b->ready, dev_.create_event());

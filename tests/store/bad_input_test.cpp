@@ -154,8 +154,21 @@ TEST_P(BadInput, WritesWhileBatchesInFlight) {
   ExpectUnchanged();
 }
 
-INSTANTIATE_TEST_SUITE_P(Stores, BadInput, ::testing::Values(&Store::open, &open_reference_store),
-                         [](const auto& info) { return info.index == 0 ? std::string("cpu") : std::string("reference"); });
+Result<std::unique_ptr<Store>> open_as(StoreConfig c, Placement p) {
+  for (auto& t : c.tables) t.placement = p;
+  c.device.backend = BackendChoice::kEmu;
+  return Store::open(c);
+}
+Result<std::unique_ptr<Store>> open_offload(const StoreConfig& c) { return open_as(c, Placement::kOffload); }
+Result<std::unique_ptr<Store>> open_cached(const StoreConfig& c) { return open_as(c, Placement::kCached); }
+
+std::string store_name(const ::testing::TestParamInfo<Opener>& info) {
+  static const char* const kNames[] = {"cpu", "reference", "offload", "cached"};
+  return kNames[info.index];
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, BadInput, ::testing::Values(&Store::open, &open_reference_store, &open_offload, &open_cached),
+                         store_name);
 
 TEST(BadConfig, ZeroRowsOrDimNamesTheTable) {
   auto c = two_tables();

@@ -1,0 +1,213 @@
+// Bad input and faults specific to the device modes (offload, cached): capacities, pipeline limits,
+// config errors, and device faults mid-step, which must surface as a Status (never a crash or a
+// silent wrong answer) and leave written-back data (checkpoints) intact.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "tests/store/store_test_util.hpp"
+
+namespace strata {
+namespace {
+
+using namespace strata::testing;
+
+StoreConfig cached_config(std::int64_t rows, std::int64_t cache_rows, int dim = 8) {
+  StoreConfig c;
+  c.threads = 2;
+  c.device.backend = BackendChoice::kEmu;
+  TableConfig t;
+  t.spec.name = "user";
+  t.spec.rows = rows;
+  t.spec.dim = dim;
+  t.spec.optimizer.kind = OptimizerKind::kAdagrad;
+  t.placement = Placement::kCached;
+  t.cache.rows = cache_rows;
+  c.tables.push_back(t);
+  return c;
+}
+
+KeyBatch keys_batch(std::vector<Key> keys) {
+  KeyBatch kb;
+  JaggedKeys f;
+  f.table = "user";
+  f.offsets = {0, static_cast<std::int64_t>(keys.size())};
+  f.keys = std::move(keys);
+  kb.features.push_back(std::move(f));
+  return kb;
+}
+
+TEST(DeviceModes, CacheLargerThanTheDeviceIsRefusedAtOpen) {
+  StoreConfig c = cached_config(100000, 90000, 64);
+  c.device.capacity = 1 << 20;
+  auto s = Store::open(c);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(s.status().message().find("90000 rows"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("device"), std::string::npos) << s.status().message();
+}
+
+TEST(DeviceModes, BatchWithMoreUniqueRowsThanTheCacheIsRefusedWithoutChange) {
+  auto s = Store::open(cached_config(1000, 10));
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  const Snapshot before = snapshot(**s);
+  std::vector<Key> keys;
+  for (Key k = 0; k < 11; ++k) keys.push_back(k * 3);
+  Status st = (*s)->submit(1, keys_batch(keys));
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(st.message().find("11 unique rows"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("10 rows"), std::string::npos) << st.message();
+  EXPECT_EQ((*s)->in_flight(), 0);
+  EXPECT_TRUE(same_state(before, snapshot(**s)));
+  // Duplicates do not count: 20 keys over 10 rows fit.
+  keys.clear();
+  for (Key k = 0; k < 20; ++k) keys.push_back(k % 10);
+  EXPECT_TRUE((*s)->submit(2, keys_batch(keys)).is_ok());
+}
+
+TEST(DeviceModes, BatchesThatPinTheWholeCacheAreRefusedUntilOneRetires) {
+  auto s = Store::open(cached_config(1000, 8));
+  ASSERT_TRUE(s.is_ok());
+  ASSERT_TRUE((*s)->submit(1, keys_batch({0, 1, 2, 3, 4, 5})).is_ok());
+  Status st = (*s)->submit(2, keys_batch({10, 11, 12}));
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("pinned by batches in flight"), std::string::npos) << st.message();
+  EXPECT_EQ((*s)->in_flight(), 1);
+  ASSERT_TRUE((*s)->discard(1).is_ok());
+  EXPECT_TRUE((*s)->submit(2, keys_batch({10, 11, 12})).is_ok());
+}
+
+TEST(DeviceModes, MoreBatchesInFlightThanTheStagingRingAreRefused) {
+  StoreConfig c = cached_config(1000, 500);
+  c.cache.max_in_flight = 2;
+  auto s = Store::open(c);
+  ASSERT_TRUE(s.is_ok());
+  ASSERT_TRUE((*s)->submit(1, keys_batch({1})).is_ok());
+  ASSERT_TRUE((*s)->submit(2, keys_batch({2})).is_ok());
+  Status st = (*s)->submit(3, keys_batch({3}));
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("max_in_flight = 2"), std::string::npos) << st.message();
+}
+
+TEST(DeviceModes, ConfigErrorsNameTheValue) {
+  StoreConfig c = cached_config(1000, 10);
+  c.cache.lookahead = 8;
+  c.cache.max_in_flight = 8;
+  auto s = Store::open(c);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.status().message().find("lookahead 8"), std::string::npos) << s.status().message();
+
+  auto bad_policy = parse_store_config(R"({"cache": {"policy": "fifo"}, "tables": [{"name": "a", "rows": 10, "dim": 4}]})");
+  ASSERT_FALSE(bad_policy.is_ok());
+  EXPECT_NE(bad_policy.status().message().find("'fifo'"), std::string::npos);
+  auto bad_backend = parse_store_config(R"({"device": {"backend": "tpu"}, "tables": [{"name": "a", "rows": 10, "dim": 4}]})");
+  ASSERT_FALSE(bad_backend.is_ok());
+  EXPECT_NE(bad_backend.status().message().find("'tpu'"), std::string::npos);
+  auto cache_on_cpu = parse_store_config(R"({"tables": [{"name": "a", "rows": 10, "dim": 4, "cache": {"rows": 5}}]})");
+  ASSERT_FALSE(cache_on_cpu.is_ok());
+  EXPECT_NE(cache_on_cpu.status().message().find("expected cached"), std::string::npos);
+  auto twice = parse_store_config(
+      R"({"tables": [{"name": "a", "rows": 10, "dim": 4, "placement": "cached", "cache": {"rows": 5, "fraction": 0.5}}]})");
+  ASSERT_FALSE(twice.is_ok());
+  EXPECT_NE(twice.status().message().find("more than once"), std::string::npos);
+}
+
+TEST(DeviceModes, ConfigRoundTripsThroughJson) {
+  StoreConfig c = cached_config(1000, 10);
+  c.cache.policy = cache::Policy::kLookahead;
+  c.cache.lookahead = 3;
+  c.offload_gather = OffloadGather::kCpu;
+  c.tables[0].cache.cap = true;
+  auto back = parse_store_config(to_json(c));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(to_json(back.value()), to_json(c));
+}
+
+// A device fault at every possible point of a short training run: each call either succeeds or
+// returns the fault as a Status; after the first failure the device stays failed; a checkpoint
+// saved before the fault loads intact into a fresh store.
+TEST(DeviceModes, DeviceFaultsSurfaceAsStatusAndKeepSavedRowsIntact) {
+  std::mt19937_64 rng(3);
+  StoreConfig base = random_config(rng, 2);
+  for (auto& t : base.tables) {
+    t.placement = Placement::kCached;
+    t.cache.rows = t.spec.rows;
+  }
+  base.tables[1].placement = Placement::kOffload;
+  base.tables[1].cache = {};
+  base.device.backend = BackendChoice::kEmu;
+  std::vector<KeyBatch> batches;
+  for (int i = 0; i < 4; ++i) batches.push_back(random_batch(rng, base, 8));
+  const std::string dir = (std::filesystem::temp_directory_path() / ("strata_fault_" + std::to_string(::getpid()))).string();
+
+  int faults_seen = 0;
+  const int runs = 30;
+  for (std::int64_t fail_at = 0; fail_at < 2 * runs; fail_at += 2) {
+    std::filesystem::remove_all(dir);
+    StoreConfig c = base;
+    c.device.emu_fail_after_ops = fail_at;
+    auto s = Store::open(c);
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    auto ref = open_reference_store(c);
+    bool failed = false, saved = false;
+    for (int i = 0; i < 4; ++i) {
+      const KeyBatch& kb = batches[static_cast<std::size_t>(i)];
+      Buffers out = make_buffers(c, kb), out_ref = make_buffers(c, kb), grads = make_buffers(c, kb);
+      fill_random(rng, grads);
+      std::vector<Status> sts;
+      sts.push_back((*s)->submit(i, kb));
+      if (sts.back().is_ok()) sts.push_back((*s)->forward(i, out.views));
+      if (sts.back().is_ok()) sts.push_back((*s)->backward(i, grads.cviews));
+      (void)(*ref)->submit(i, kb);
+      (void)(*ref)->forward(i, out_ref.views);
+      (void)(*ref)->backward(i, grads.cviews);
+      for (const Status& st : sts) {
+        if (st.is_ok()) {
+          ASSERT_FALSE(failed) << "a call succeeded after the device failed";
+          continue;
+        }
+        failed = true;
+        EXPECT_NE(st.message().find("emulated device fault"), std::string::npos) << st.to_string();
+      }
+      if (!failed && sts.size() == 3) {
+        // Outputs that were returned are right.
+        EXPECT_EQ(out.data, out_ref.data) << "step " << i;
+      }
+      if ((*s)->in_flight() > 0) (void)(*s)->discard(i);
+      if (i == 1 && !failed) {
+        Status st = (*s)->save(dir);
+        if (st.is_ok()) {
+          saved = true;
+          ASSERT_TRUE((*ref)->save(dir + ".ref").is_ok());
+        } else {
+          failed = true;
+        }
+      }
+    }
+    if (failed) {
+      ++faults_seen;
+      EXPECT_FALSE((*s)->flush().is_ok()) << "fail_at " << fail_at;
+      EXPECT_FALSE((*s)->save(dir + ".after").is_ok()) << "a failed device must not write a checkpoint";
+    }
+    if (saved) {
+      StoreConfig clean = base;
+      auto fresh = Store::open(clean);
+      auto fresh_ref = open_reference_store(clean);
+      ASSERT_TRUE((*fresh)->load(dir).is_ok());
+      ASSERT_TRUE((*fresh_ref)->load(dir + ".ref").is_ok());
+      EXPECT_TRUE(same_state(snapshot(**fresh), snapshot(**fresh_ref))) << "fail_at " << fail_at;
+    }
+    s.value().reset();
+    std::filesystem::remove_all(dir + ".ref");
+    std::filesystem::remove_all(dir + ".after");
+  }
+  std::filesystem::remove_all(dir);
+  EXPECT_GT(faults_seen, 10);    // the fault hit every phase of the run...
+  EXPECT_LT(faults_seen, runs);  // ...and late faults come after a clean run
+}
+
+}  // namespace
+}  // namespace strata
