@@ -1,6 +1,8 @@
 // strata-bench: runs the same sequence of batches through each placement mode and reports
 // throughput, latency percentiles and the gather's bandwidth next to the machine's sequential read
-// bandwidth measured in the same run. Only `cpu` exists so far; later issues add the other modes.
+// bandwidth measured in the same run, plus the bytes each mode moves per step over every link
+// (device layer counters) and the cache hit rate. Modes: cpu, offload (device reads host rows
+// zero-copy), offload-cpu (CPU pools, outputs go H2D), cached; gpu/hybrid come with dispatch.
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -56,7 +58,13 @@ class Progress {
 struct Options {
   WorkloadSpec workload;
   std::string workload_file;
-  std::string modes = "cpu";
+  std::string modes = "cpu,offload,offload-cpu,cached";
+  double cache_fraction = 0.1;
+  std::string policy = "lru";
+  int lookahead = 0;
+  int pipeline = 2;
+  std::string backend = "auto";
+  std::int64_t device_capacity = 0;
   std::string pooling_mode = "sum";
   std::string optimizer = "sgd";
   int steps = 20;
@@ -73,11 +81,43 @@ struct ModeResult {
   std::vector<double> submit_s, lookup_s, backward_s;  // phases of the training step
   double keys_per_step = 0, samples_per_step = 0;
   double setup_s = 0;
+  StoreStats train_stats;  // counters over the timed training steps only
+  std::string device;
+  std::size_t device_peak_bytes = 0;
 };
 
-Result<StoreConfig> make_config(const Options& o, Placement placement) {
+// "offload-cpu" is the offload placement with CPU gathering; every other mode is a placement.
+Result<Placement> mode_placement(const std::string& mode) {
+  return mode == "offload-cpu" ? Result<Placement>(Placement::kOffload) : parse_placement(mode);
+}
+
+StoreStats stats_delta(const StoreStats& after, const StoreStats& before) {
+  StoreStats d = after;
+  d.links = after.links - before.links;
+  for (std::size_t i = 0; i < d.cache.size() && i < before.cache.size(); ++i) {
+    cache::CacheStats& c = d.cache[i].second;
+    const cache::CacheStats& b = before.cache[i].second;
+    c.accesses -= b.accesses;
+    c.hits -= b.hits;
+    c.misses -= b.misses;
+    c.evictions -= b.evictions;
+    c.writebacks -= b.writebacks;
+    c.bytes_filled -= b.bytes_filled;
+    c.bytes_written_back -= b.bytes_written_back;
+  }
+  return d;
+}
+
+Result<StoreConfig> make_config(const Options& o, const std::string& mode) {
+  STRATA_ASSIGN_OR_RETURN(Placement placement, mode_placement(mode));
   StoreConfig c;
   c.threads = o.threads;
+  STRATA_ASSIGN_OR_RETURN(c.device.backend, parse_backend(o.backend));
+  c.device.capacity = o.device_capacity;
+  c.offload_gather = mode == "offload-cpu" ? OffloadGather::kCpu : OffloadGather::kDevice;
+  STRATA_ASSIGN_OR_RETURN(c.cache.policy, cache::parse_policy(o.policy));
+  c.cache.lookahead = o.lookahead;
+  c.cache.max_in_flight = std::max(8, o.lookahead + o.pipeline + 1);
   for (int t = 0; t < o.workload.tables; ++t) {
     TableConfig tc;
     tc.spec.name = "t" + std::to_string(t);
@@ -88,6 +128,7 @@ Result<StoreConfig> make_config(const Options& o, Placement placement) {
     tc.spec.optimizer.learning_rate = 0.01f;
     tc.spec.init.seed = o.workload.seed;
     tc.placement = placement;
+    if (placement == Placement::kCached) tc.cache.fraction = o.cache_fraction;
     c.tables.push_back(tc);
   }
   STRATA_RETURN_IF_ERROR(validate(c));
@@ -95,8 +136,7 @@ Result<StoreConfig> make_config(const Options& o, Placement placement) {
 }
 
 Result<ModeResult> run_mode(const Options& o, const std::string& mode, const std::vector<KeyBatch>& batches) {
-  STRATA_ASSIGN_OR_RETURN(Placement placement, parse_placement(mode));
-  STRATA_ASSIGN_OR_RETURN(StoreConfig config, make_config(o, placement));
+  STRATA_ASSIGN_OR_RETURN(StoreConfig config, make_config(o, mode));
   ModeResult r;
   r.mode = mode;
   const auto t0 = Clock::now();
@@ -133,24 +173,35 @@ Result<ModeResult> run_mode(const Options& o, const std::string& mode, const std
     ++id;
     fwd.tick(s + 1);
   }
-  Progress train(mode + " train", o.warmup + o.steps, o.progress);
-  for (int s = 0; s < o.warmup + o.steps; ++s) {
-    const KeyBatch& kb = batches[static_cast<std::size_t>(s) % batches.size()];
+  // Training keeps `depth` batches submitted ahead of the one being computed (the lookahead window
+  // plus the prefetch pipeline), as a trainer would; the step time is submit(i + depth) + forward(i)
+  // + backward(i).
+  const int depth = o.lookahead + o.pipeline;
+  const int total = o.warmup + o.steps;
+  auto batch_of = [&](int s) -> const KeyBatch& { return batches[static_cast<std::size_t>(s) % batches.size()]; };
+  const std::int64_t base = id;
+  for (int s = 0; s < std::min(depth - 1, total); ++s) STRATA_RETURN_IF_ERROR(store->submit(base + s, batch_of(s)));
+  Progress train(mode + " train", total, o.progress);
+  StoreStats before;
+  for (int s = 0; s < total; ++s) {
+    if (s == o.warmup) before = store->stats();
     const auto t = Clock::now();
-    STRATA_RETURN_IF_ERROR(store->submit(id, kb));
+    if (s + depth - 1 < total) STRATA_RETURN_IF_ERROR(store->submit(base + s + depth - 1, batch_of(s + depth - 1)));
     const auto t1 = Clock::now();
-    STRATA_RETURN_IF_ERROR(store->forward(id, out_views));
+    STRATA_RETURN_IF_ERROR(store->forward(base + s, out_views));
     const auto t2 = Clock::now();
-    STRATA_RETURN_IF_ERROR(store->backward(id, grad_views));
+    STRATA_RETURN_IF_ERROR(store->backward(base + s, grad_views));
     if (s >= o.warmup) {
       r.train_s.push_back(seconds_since(t));
       r.submit_s.push_back(std::chrono::duration<double>(t1 - t).count());
       r.lookup_s.push_back(std::chrono::duration<double>(t2 - t1).count());
       r.backward_s.push_back(seconds_since(t2));
     }
-    ++id;
     train.tick(s + 1);
   }
+  r.train_stats = stats_delta(store->stats(), before);
+  r.device = r.train_stats.device;
+  r.device_peak_bytes = r.train_stats.device_peak_bytes;
   STRATA_RETURN_IF_ERROR(store->flush());
   return r;
 }
@@ -191,12 +242,12 @@ int run(const Options& o_in) {
     return 2;
   }
   for (const auto& m : modes) {
-    if (auto p = parse_placement(m); !p) {
+    if (auto p = mode_placement(m); !p) {
       std::cerr << "strata-bench: " << p.status().message() << "\n";
       return 2;
     }
   }
-  if (auto c = make_config(o, Placement::kCpu); !c) {
+  if (auto c = make_config(o, modes.front()); !c) {
     std::cerr << "strata-bench: " << c.status().message() << "\n";
     return 2;
   }
@@ -245,7 +296,7 @@ int run(const Options& o_in) {
   j["machine"] = to_json(machine);
   j["read_bandwidth_gbs"] = read_gbs;
   j["results"] = json::array();
-  std::printf("\n%-8s %14s %14s %12s %10s %10s %10s %10s %11s\n", "mode", "fwd lookups/s", "train lookups/s", "samples/s",
+  std::printf("\n%-12s %14s %14s %12s %10s %10s %10s %10s %11s\n", "mode", "fwd lookups/s", "train lookups/s", "samples/s",
               "fwd p50 ms", "fwd p99 ms", "trn p50 ms", "trn p99 ms", "gather GB/s");
   for (const auto& r : results) {
     const double f50 = percentile(r.forward_s, 0.5), t50 = percentile(r.train_s, 0.5);
@@ -265,17 +316,49 @@ int run(const Options& o_in) {
     m["train_phase_ms_p50"] = {{"submit", percentile(r.submit_s, 0.5) * 1e3},
                                {"forward", percentile(r.lookup_s, 0.5) * 1e3},
                                {"backward", percentile(r.backward_s, 0.5) * 1e3}};
+    const double steps = static_cast<double>(std::max<std::size_t>(1, r.train_s.size()));
+    const gpu::LinkBytes& lb = r.train_stats.links;
+    m["bytes_per_step"] = {{"hbm_read", static_cast<double>(lb.hbm_read) / steps},
+                           {"hbm_write", static_cast<double>(lb.hbm_write) / steps},
+                           {"h2d", static_cast<double>(lb.h2d) / steps},
+                           {"d2h", static_cast<double>(lb.d2h) / steps},
+                           {"host_read", static_cast<double>(lb.host_read_total()) / steps},
+                           {"host_write", static_cast<double>(lb.host_write_total()) / steps}};
+    cache::CacheStats cs;
+    for (const auto& [name, st] : r.train_stats.cache) cs += st;
+    if (!r.train_stats.cache.empty()) {
+      m["hit_rate"] = cs.hit_rate();
+      m["cache"] = {{"accesses", cs.accesses}, {"hits", cs.hits}, {"misses", cs.misses}, {"evictions", cs.evictions},
+                    {"writebacks", cs.writebacks}, {"policy", o.policy}, {"lookahead", o.lookahead},
+                    {"cache_fraction", o.cache_fraction}};
+    }
+    m["device"] = r.device;
+    m["device_peak_bytes"] = r.device_peak_bytes;
     m["forward_step_s"] = r.forward_s;
     m["train_step_s"] = r.train_s;
     j["results"].push_back(m);
-    std::printf("%-8s %14.3e %14.3e %12.3e %10.2f %10.2f %10.2f %10.2f %11.2f\n", r.mode.c_str(), r.keys_per_step / f50,
+    std::printf("%-12s %14.3e %14.3e %12.3e %10.2f %10.2f %10.2f %10.2f %11.2f\n", r.mode.c_str(), r.keys_per_step / f50,
                 r.keys_per_step / t50, r.samples_per_step / t50, f50 * 1e3, percentile(r.forward_s, 0.99) * 1e3, t50 * 1e3,
                 percentile(r.train_s, 0.99) * 1e3, gather_gbs);
   }
   for (const auto& r : results)
-    std::printf("%-8s training step p50 by phase: submit %.2f ms, forward %.2f ms, backward+optimizer %.2f ms\n",
+    std::printf("%-12s training step p50 by phase: submit %.2f ms, forward %.2f ms, backward+optimizer %.2f ms\n",
                 r.mode.c_str(), percentile(r.submit_s, 0.5) * 1e3, percentile(r.lookup_s, 0.5) * 1e3,
                 percentile(r.backward_s, 0.5) * 1e3);
+  std::printf("\n%-12s %8s %12s %12s %12s %12s %12s %12s  (MB per training step)\n", "mode", "hit rate", "H2D", "D2H",
+              "HBM read", "HBM write", "host read", "host write");
+  for (const auto& r : results) {
+    const double steps = static_cast<double>(std::max<std::size_t>(1, r.train_s.size()));
+    const gpu::LinkBytes& lb = r.train_stats.links;
+    cache::CacheStats cs;
+    for (const auto& [name, st] : r.train_stats.cache) cs += st;
+    char hit[16] = "-";
+    if (!r.train_stats.cache.empty()) std::snprintf(hit, sizeof hit, "%.1f%%", cs.hit_rate() * 100);
+    auto mb = [&](std::uint64_t b) { return static_cast<double>(b) / steps / 1e6; };
+    std::printf("%-12s %8s %12.2f %12.2f %12.2f %12.2f %12.2f %12.2f  %s\n", r.mode.c_str(), hit, mb(lb.h2d), mb(lb.d2h),
+                mb(lb.hbm_read), mb(lb.hbm_write), mb(lb.host_read_total()), mb(lb.host_write_total()),
+                r.device.empty() ? "" : ("device " + r.device).c_str());
+  }
   std::printf("sequential read bandwidth (same run, %d threads): %.2f GB/s\n", o.threads, read_gbs);
   if (!o.json_out.empty()) {
     std::ofstream f(o.json_out);
@@ -310,7 +393,13 @@ int main(int argc, char** argv) {
   app.add_option("--steps", o.steps, "timed steps per phase")->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed steps before each phase")->capture_default_str();
   app.add_option("--threads", o.threads, "worker threads")->capture_default_str();
-  app.add_option("--modes", o.modes, "comma-separated placement modes (available: cpu)")->capture_default_str();
+  app.add_option("--modes", o.modes, "comma-separated modes: cpu, offload, offload-cpu, cached")->capture_default_str();
+  app.add_option("--cache-fraction", o.cache_fraction, "cached: cache rows as a fraction of each table")->capture_default_str();
+  app.add_option("--policy", o.policy, "cached: lru | lfu | lookahead")->capture_default_str();
+  app.add_option("--lookahead", o.lookahead, "cached: batches the planner sees ahead")->capture_default_str();
+  app.add_option("--pipeline", o.pipeline, "batches prefetched ahead of forward (beyond the lookahead)")->capture_default_str();
+  app.add_option("--backend", o.backend, "device backend: auto | cuda | emu")->capture_default_str();
+  app.add_option("--device-capacity", o.device_capacity, "bytes of device memory to use (0: emu 1 GiB, cuda all)")->capture_default_str();
   app.add_option("--json", o.json_out, "write results as JSON to this file");
   app.add_option("--dump-keys", o.dump_keys, "write the batches in the raw trace format (for bench/peers)");
   app.add_flag("!--no-progress", o.progress, "hide the progress bars");
