@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <thread>
@@ -139,17 +140,39 @@ struct FreeDeleter {
 
 Result<Distribution> parse_distribution(const std::string& s) {
   const auto unknown = [&] {
-    return Status::invalid_argument("unknown distribution '" + s + "' (expected uniform or zipf:ALPHA)");
+    return Status::invalid_argument("unknown distribution '" + s +
+                                    "' (expected uniform, zipf:ALPHA or drift:ALPHA:N)");
   };
-  if (s == "uniform") return Distribution{Distribution::Kind::kUniform, 0.0};
-  const std::string prefix = "zipf:";
-  if (s.compare(0, prefix.size(), prefix) != 0 || s.size() == prefix.size()) return unknown();
-  const char* begin = s.c_str() + prefix.size();
+  if (s == "uniform") return Distribution{Distribution::Kind::kUniform, 0.0, 0};
+  const std::string zipf = "zipf:";
+  const std::string drift = "drift:";
+  const bool is_zipf = s.compare(0, zipf.size(), zipf) == 0;
+  const bool is_drift = s.compare(0, drift.size(), drift) == 0;
+  if (!is_zipf && !is_drift) return unknown();
+  const char* begin = s.c_str() + (is_zipf ? zipf.size() : drift.size());
   char* end = nullptr;
   errno = 0;
   const double alpha = std::strtod(begin, &end);
-  if (end == begin || *end != '\0' || errno == ERANGE || !std::isfinite(alpha) || !(alpha > 0.0)) return unknown();
-  return Distribution{Distribution::Kind::kZipf, alpha};
+  if (end == begin || errno == ERANGE || !std::isfinite(alpha) || !(alpha > 0.0)) return unknown();
+  if (is_zipf) {
+    if (*end != '\0') return unknown();
+    return Distribution{Distribution::Kind::kZipf, alpha, 0};
+  }
+  // drift: ":N" with N a plain decimal integer >= 1 (no sign, no exponent).
+  if (*end != ':') return unknown();
+  const char* n_begin = end + 1;
+  if (*n_begin < '0' || *n_begin > '9') return unknown();
+  errno = 0;
+  char* n_end = nullptr;
+  const long long n = std::strtoll(n_begin, &n_end, 10);
+  if (*n_end != '\0' || errno == ERANGE || n < 1) return unknown();
+  return Distribution{Distribution::Kind::kDrift, alpha, static_cast<std::int64_t>(n)};
+}
+
+Result<BagDist> parse_bag_dist(const std::string& s) {
+  if (s == "fixed") return BagDist::kFixed;
+  if (s == "uniform") return BagDist::kUniform;
+  return Status::invalid_argument("unknown bag length distribution '" + s + "' (expected fixed or uniform)");
 }
 
 Status validate(const WorkloadSpec& s) {
@@ -167,6 +190,12 @@ Status validate(const WorkloadSpec& s) {
                                     std::to_string(s.bag_size) + " overflows the key count");
   auto d = parse_distribution(s.dist);
   if (!d.is_ok()) return d.status().with_context("workload");
+  auto bd = parse_bag_dist(s.bag_dist);
+  if (!bd.is_ok()) return bd.status().with_context("workload");
+  // Uniform bag lengths reach 2 * bag_size, so the key count can reach twice batch x bag_size.
+  if (*bd == BagDist::kUniform && s.bag_size > 0 && s.batch > kI64Max / 2 / s.bag_size)
+    return Status::invalid_argument("workload: batch " + std::to_string(s.batch) + " x 2 x bag_size " +
+                                    std::to_string(s.bag_size) + " overflows the key count (bag_dist uniform)");
   return Status::ok();
 }
 
@@ -194,6 +223,11 @@ Result<WorkloadSpec> parse_workload_json(const std::string& json_text) {
     } else if (key == "bag_size") {
       STRATA_ASSIGN_OR_RETURN(auto x, json_integer(key, v, kIntMin, kIntMax));
       s.bag_size = static_cast<int>(x);
+    } else if (key == "bag_dist") {
+      if (!v.is_string())
+        return Status::invalid_argument(std::string("workload key 'bag_dist' must be a string (got ") +
+                                        json_type(v) + " " + v.dump() + ")");
+      s.bag_dist = v.get<std::string>();
     } else if (key == "dist") {
       if (!v.is_string())
         return Status::invalid_argument(std::string("workload key 'dist' must be a string (got ") + json_type(v) +
@@ -211,7 +245,7 @@ Result<WorkloadSpec> parse_workload_json(const std::string& json_text) {
       s.distinct_batches = static_cast<int>(x);
     } else {
       return Status::invalid_argument("unknown workload key '" + key +
-                                      "' (expected tables, rows, dim, batch, bag_size, dist, seed, "
+                                      "' (expected tables, rows, dim, batch, bag_size, bag_dist, dist, seed, "
                                       "distinct_batches)");
     }
   }
@@ -226,6 +260,7 @@ std::string workload_to_json(const WorkloadSpec& s) {
   j["dim"] = s.dim;
   j["batch"] = s.batch;
   j["bag_size"] = s.bag_size;
+  j["bag_dist"] = s.bag_dist;
   j["dist"] = s.dist;
   j["seed"] = s.seed;
   j["distinct_batches"] = s.distinct_batches;
@@ -271,8 +306,12 @@ std::int64_t RowPermutation::operator()(std::int64_t x) const noexcept {
 // KeySampler
 
 KeySampler::KeySampler(Distribution dist, std::int64_t rows, std::uint64_t seed)
-    : dist_(dist), rows_(rows), seed_(seed), perm_(rows, mix2(seed, 0x7065726d75746174ull /* "permutat" */)) {
-  if (dist_.kind == Distribution::Kind::kZipf) {
+    : dist_(dist),
+      rows_(rows),
+      seed_(seed),
+      perm_seed_(mix2(seed, 0x7065726d75746174ull /* "permutat" */)),
+      perm_(rows, perm_seed_) {
+  if (dist_.kind != Distribution::Kind::kUniform) {
     // Hörmann & Derflinger (1996), "Rejection-inversion to generate variates from monotone
     // discrete distributions", with H(x) = ((x)^(1-a) - 1) / (1-a) (log x at a == 1) as the
     // integral of the hat function h(x) = x^-a, as in Apache Commons' ZipfRejectionInversionSampler.
@@ -287,6 +326,16 @@ Result<KeySampler> KeySampler::create(const std::string& dist, std::int64_t rows
   STRATA_ASSIGN_OR_RETURN(Distribution d, parse_distribution(dist));
   if (rows <= 0) return Status::invalid_argument("key sampler: rows " + std::to_string(rows) + " must be > 0");
   return KeySampler(d, rows, seed);
+}
+
+void KeySampler::set_step(std::int64_t step) noexcept {
+  if (dist_.kind != Distribution::Kind::kDrift) return;
+  const std::int64_t epoch = std::max<std::int64_t>(step, 0) / dist_.drift_steps;
+  if (epoch == epoch_) return;
+  epoch_ = epoch;
+  // Epoch 0 keeps the zipf permutation; each later epoch gets an independent key schedule, so the
+  // hot rows of consecutive epochs are unrelated (the popularity of a row shifts abruptly).
+  perm_ = RowPermutation(rows_, epoch == 0 ? perm_seed_ : mix2(perm_seed_, static_cast<std::uint64_t>(epoch)));
 }
 
 void KeySampler::set_stream(std::uint64_t stream) noexcept {
@@ -352,7 +401,7 @@ std::int64_t KeySampler::next_zipf_rank() noexcept {
 }
 
 std::int64_t KeySampler::next_rank() noexcept {
-  if (dist_.kind == Distribution::Kind::kZipf) return next_zipf_rank();
+  if (dist_.kind != Distribution::Kind::kUniform) return next_zipf_rank();
   return next_below(static_cast<std::uint64_t>(rows_));
 }
 
@@ -373,12 +422,12 @@ std::vector<KeyBatch> make_batches(const WorkloadSpec& spec, const std::vector<s
     }
   }
   STRATA_CHECK(table_names.size() == static_cast<std::size_t>(spec.tables));
+  const BagDist bag_dist = parse_bag_dist(spec.bag_dist).value();
 
   // Bags per chunk: the unit of work and of random streams, fixed so results are independent of
   // the thread count.
   constexpr std::int64_t kChunkBags = 1024;
   const std::int64_t chunks_per_feature = (spec.batch + kChunkBags - 1) / kChunkBags;
-  const std::int64_t keys_per_feature = spec.batch * spec.bag_size;
 
   std::vector<KeySampler> prototypes;
   prototypes.reserve(table_names.size());
@@ -396,9 +445,26 @@ std::vector<KeyBatch> make_batches(const WorkloadSpec& spec, const std::vector<s
       f.table = table_names[t];
       f.offsets.resize(static_cast<std::size_t>(spec.batch) + 1);
       for (std::int64_t i = 0; i <= spec.batch; ++i) f.offsets[static_cast<std::size_t>(i)] = i * spec.bag_size;
-      f.keys.resize(static_cast<std::size_t>(keys_per_feature));
     }
   }
+  if (bag_dist == BagDist::kUniform) {
+    // Lengths come from a sampler of their own (uniform over [0, 2 * bag_size]), one stream per
+    // batch, so they do not depend on the thread count and do not disturb the key streams.
+    for (std::size_t t = 0; t < table_names.size(); ++t) {
+      auto lens = KeySampler::create("uniform", 2 * static_cast<std::int64_t>(spec.bag_size) + 1,
+                                     mix2(mix2(spec.seed, table_name_hash(table_names[t])),
+                                          0x6261675f6c656e73ull /* "bag_lens" */));
+      STRATA_CHECK(lens.is_ok());
+      for (std::size_t b = 0; b < batches.size(); ++b) {
+        lens->set_stream(b);
+        std::vector<std::int64_t>& off = batches[b].features[t].offsets;
+        for (std::int64_t i = 0; i < spec.batch; ++i)
+          off[static_cast<std::size_t>(i) + 1] = off[static_cast<std::size_t>(i)] + lens->next();
+      }
+    }
+  }
+  for (auto& b : batches)
+    for (auto& f : b.features) f.keys.resize(static_cast<std::size_t>(f.offsets.back()));
 
   const std::int64_t total_chunks = static_cast<std::int64_t>(batches.size()) * spec.tables * chunks_per_feature;
   std::atomic<std::int64_t> next_chunk{0};
@@ -412,10 +478,12 @@ std::vector<KeyBatch> make_batches(const WorkloadSpec& spec, const std::vector<s
       const std::int64_t b = feature / spec.tables;
       KeySampler s = prototypes[static_cast<std::size_t>(t)];
       s.set_stream((static_cast<std::uint64_t>(b) << 32) ^ static_cast<std::uint64_t>(chunk));
+      s.set_step(b);  // batch b is step b (moves the hot set under drift; a no-op otherwise)
       const std::int64_t bag_begin = chunk * kChunkBags;
       const std::int64_t bag_end = std::min(spec.batch, bag_begin + kChunkBags);
       JaggedKeys& f = batches[static_cast<std::size_t>(b)].features[static_cast<std::size_t>(t)];
-      s.fill(f.keys.data() + bag_begin * spec.bag_size, (bag_end - bag_begin) * spec.bag_size);
+      const std::int64_t key_begin = f.offsets[static_cast<std::size_t>(bag_begin)];
+      s.fill(f.keys.data() + key_begin, f.offsets[static_cast<std::size_t>(bag_end)] - key_begin);
     }
   };
 
@@ -430,6 +498,87 @@ std::vector<KeyBatch> make_batches(const WorkloadSpec& spec, const std::vector<s
     for (auto& th : pool) th.join();
   }
   return batches;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Built-in Criteo-shaped table set
+
+// Copied from /work/shared/data/criteo_tables.json ("criteo_kaggle" -> "rows"; the project's shared
+// data folder, not available at run time), the cardinalities published with public recommender
+// benchmarks for the Criteo Kaggle display-advertising challenge.
+const std::int64_t kCriteoKaggleRows[26] = {1460,    583,   10131227, 2202608, 305,    24,      12517,
+                                            633,     3,     93145,    5683,    8351593, 3194,  27,
+                                            14992,   5461306, 10,     5652,    2173,   4,       7046547,
+                                            18,      15,    286181,   105,     142572};
+
+Result<std::vector<std::int64_t>> scale_table_rows(const std::vector<std::int64_t>& rows,
+                                                   std::int64_t max_total_rows) {
+  if (rows.empty()) return Status::invalid_argument("scale_table_rows: no tables (expected at least one)");
+  std::int64_t total = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] <= 0)
+      return Status::invalid_argument("scale_table_rows: table " + std::to_string(i) + " has " +
+                                      std::to_string(rows[i]) + " rows (expected > 0)");
+    total = rows[i] > kI64Max - total ? kI64Max : total + rows[i];
+  }
+  const auto n = static_cast<std::int64_t>(rows.size());
+  if (max_total_rows < n)
+    return Status::invalid_argument("scale_table_rows: max_total_rows " + std::to_string(max_total_rows) +
+                                    " is below one row for each of the " + std::to_string(n) + " tables");
+  if (total <= max_total_rows) return rows;
+
+  std::vector<bool> pinned(rows.size(), false);
+  std::vector<std::int64_t> out(rows.size(), 1);
+  for (;;) {
+    std::int64_t n_pinned = 0;
+    double free_rows = 0.0;  // rows of the tables not pinned; exact in double below 2^53
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      if (pinned[i]) {
+        ++n_pinned;
+      } else {
+        free_rows += static_cast<double>(rows[i]);
+      }
+    }
+    if (n_pinned == n) break;
+    const double scale = static_cast<double>(max_total_rows - n_pinned) / free_rows;
+    bool grew = false;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      if (pinned[i]) continue;
+      const auto r = static_cast<std::int64_t>(std::floor(static_cast<double>(rows[i]) * scale));
+      if (r < 1) {
+        pinned[i] = true;
+        grew = true;
+      }
+      out[i] = std::max<std::int64_t>(r, 1);
+    }
+    if (!grew) break;
+  }
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    if (pinned[i]) out[i] = 1;
+  // Guard against rounding in scale pushing a floor up by one: trim the largest tables.
+  std::int64_t sum = 0;
+  for (const auto r : out) sum += r;
+  while (sum > max_total_rows) {
+    const auto it = std::max_element(out.begin(), out.end());
+    --*it;
+    --sum;
+  }
+  return out;
+}
+
+Result<std::vector<TableSpec>> criteo_default_tables(std::int64_t max_total_rows, int dim) {
+  if (dim <= 0) return Status::invalid_argument("criteo_default_tables: dim " + std::to_string(dim) + " must be > 0");
+  STRATA_ASSIGN_OR_RETURN(
+      std::vector<std::int64_t> rows,
+      scale_table_rows(std::vector<std::int64_t>(std::begin(kCriteoKaggleRows), std::end(kCriteoKaggleRows)),
+                       max_total_rows));
+  std::vector<TableSpec> tables(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    tables[i].name = "C" + std::to_string(i + 1);
+    tables[i].rows = rows[i];
+    tables[i].dim = dim;
+  }
+  return tables;
 }
 
 Status write_batches_raw(const std::string& path, const std::vector<KeyBatch>& batches) {

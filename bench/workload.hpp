@@ -1,7 +1,9 @@
 #pragma once
-// Synthetic workloads for the benchmarks: a JSON-described spec, a key sampler (uniform or Zipf with
-// the hot rows scattered over the table), batch generation, a raw trace dump that peer benchmarks
-// (bench/peers/*.py) replay, and a host memory read-bandwidth probe used as the roofline.
+// Synthetic workloads for the benchmarks: a JSON-described spec, a key sampler (uniform, Zipf with
+// the hot rows scattered over the table, or Zipf whose hot rows move every N steps), batch generation
+// with fixed or variable bag lengths, the built-in Criteo-shaped table set, a raw trace dump that
+// peer benchmarks (bench/peers/*.py) replay, and a host memory read-bandwidth probe used as the
+// roofline. The documented multi-table trace format is in bench/trace.hpp.
 //
 // Raw trace format ("STRKEYS1", version 1), all integers little-endian, no padding:
 //
@@ -35,8 +37,9 @@ struct WorkloadSpec {
   std::int64_t rows = 2000000;     ///< rows per table (> 0)
   int dim = 128;                   ///< row width in floats (> 0)
   std::int64_t batch = 8192;       ///< bags per table per batch (> 0)
-  int bag_size = 32;               ///< keys per bag (>= 0); every bag has exactly this many
-  std::string dist = "uniform";    ///< key distribution: "uniform" or "zipf:ALPHA" with ALPHA > 0
+  int bag_size = 32;               ///< keys per bag (>= 0): exact ("fixed") or mean ("uniform") bag length
+  std::string bag_dist = "fixed";  ///< bag lengths: "fixed" (all bag_size) or "uniform" (i.i.d. in [0, 2*bag_size])
+  std::string dist = "uniform";    ///< key distribution: "uniform", "zipf:ALPHA" or "drift:ALPHA:N"
   std::uint64_t seed = 42;         ///< seed of everything random (keys and the hot-row placement)
   int distinct_batches = 8;        ///< number of different batches generated (>= 1); runs cycle them
 };
@@ -46,8 +49,9 @@ struct WorkloadSpec {
 /// is validated.
 Result<WorkloadSpec> parse_workload_json(const std::string& json_text);
 
-/// Checks ranges (rows, dim, batch > 0; bag_size >= 0; tables, distinct_batches >= 1) and that
-/// `dist` parses. The message names the field, the value and what was expected.
+/// Checks ranges (rows, dim, batch > 0; bag_size >= 0; tables, distinct_batches >= 1), that
+/// `dist` parses and that `bag_dist` is "fixed" or "uniform". The message names the field, the
+/// value and what was expected.
 Status validate(const WorkloadSpec& spec);
 
 /// The spec as a one-line JSON object (the same keys parse_workload_json reads), for result files.
@@ -59,14 +63,27 @@ struct Distribution {
   enum class Kind : std::uint8_t {
     kUniform = 0,  ///< every row equally likely
     kZipf = 1,     ///< P(rank r) proportional to r^-alpha, r = 1..rows
+    kDrift = 2,    ///< Zipf whose rank->row map is re-keyed every `drift_steps` steps (a moving hot set)
   };
-  Kind kind = Kind::kUniform;  ///< family
-  double alpha = 0.0;          ///< Zipf exponent (> 0, finite); unused for uniform
+  Kind kind = Kind::kUniform;    ///< family
+  double alpha = 0.0;            ///< Zipf exponent (> 0, finite); unused for uniform
+  std::int64_t drift_steps = 0;  ///< drift only: steps per epoch (>= 1); the hot set moves at each epoch
 };
 
-/// Parses "uniform" or "zipf:ALPHA" (ALPHA a finite number > 0, e.g. "zipf:1.05"). Otherwise:
-/// "unknown distribution 'X' (expected uniform or zipf:ALPHA)".
+/// Parses "uniform", "zipf:ALPHA" (ALPHA a finite number > 0, e.g. "zipf:1.05") or
+/// "drift:ALPHA:N" (ALPHA as for zipf, N a decimal integer >= 1, e.g. "drift:1.05:100"). Otherwise:
+/// "unknown distribution 'X' (expected uniform, zipf:ALPHA or drift:ALPHA:N)".
 Result<Distribution> parse_distribution(const std::string& s);
+
+/// Bag lengths of a generated feature.
+enum class BagDist : std::uint8_t {
+  kFixed = 0,    ///< every bag has exactly bag_size keys
+  kUniform = 1,  ///< each bag length i.i.d. uniform in [0, 2 * bag_size] (mean bag_size; empty bags occur)
+};
+
+/// Parses "fixed" or "uniform"; otherwise "unknown bag length distribution 'X' (expected fixed or
+/// uniform)".
+Result<BagDist> parse_bag_dist(const std::string& s);
 
 /// A fixed pseudo-random bijection of [0, n): a 4-round keyed Feistel network over the next power
 /// of two (at least 4) with cycle-walking back into range. Used to scatter Zipf ranks over the
@@ -93,9 +110,12 @@ class RowPermutation {
 /// Draws row ids of one table from a Distribution. Uniform: xoshiro256** with Lemire's unbiased
 /// multiply-shift range reduction. Zipf: Hörmann & Derflinger's rejection-inversion over ranks
 /// 1..rows (O(1) memory and expected O(1) time for any rows and any alpha > 0), rank mapped to a
-/// row by a RowPermutation. The row permutation depends only on `seed`; the random stream on
-/// (`seed`, stream id), so copies given different streams draw independent keys with the same hot
-/// rows. Deterministic. Not thread-safe (mutable RNG state); copy one per thread.
+/// row by a RowPermutation. The row permutation depends only on `seed` (and, for drift, on the
+/// epoch set by set_step); the random stream on (`seed`, stream id), so copies given different
+/// streams draw independent keys with the same hot rows. Drift: exactly Zipf, but set_step(s)
+/// re-keys the permutation for epoch s / N, so the rows that are hot change every N steps (epoch 0
+/// uses the same permutation as zipf:ALPHA with the same seed). Deterministic. Not thread-safe
+/// (mutable RNG state); copy one per thread.
 class KeySampler {
  public:
   /// Parses `dist` and builds a sampler for rows in [0, rows) (rows > 0) on stream 0.
@@ -103,6 +123,14 @@ class KeySampler {
 
   /// Restarts the random stream at the start of stream `stream` (same rank->row map).
   void set_stream(std::uint64_t stream) noexcept;
+
+  /// Moves to training step `step` (>= 0): for drift:ALPHA:N selects the rank->row permutation of
+  /// epoch step / N (rebuilt only when the epoch changes; O(1)); other distributions ignore it.
+  /// Does not touch the random stream.
+  void set_step(std::int64_t step) noexcept;
+
+  /// The current drift epoch (step / N of the last set_step; 0 before any and for non-drift).
+  std::int64_t epoch() const noexcept { return epoch_; }
 
   /// Next row id in [0, rows): the row of next_rank().
   Key next() noexcept { return rank_to_row(next_rank()); }
@@ -114,7 +142,7 @@ class KeySampler {
   /// Fills out[0 .. n) (host memory) with next().
   void fill(Key* out, std::int64_t n) noexcept;
 
-  /// The row that holds 0-based rank `rank` (identity for uniform).
+  /// The row that holds 0-based rank `rank` in the current epoch (identity for uniform).
   Key rank_to_row(std::int64_t rank) const noexcept {
     return dist_.kind == Distribution::Kind::kUniform ? rank : perm_(rank);
   }
@@ -138,6 +166,8 @@ class KeySampler {
   Distribution dist_;
   std::int64_t rows_;
   std::uint64_t seed_;
+  std::uint64_t perm_seed_;  // seed of the epoch-0 permutation
+  std::int64_t epoch_ = 0;
   RowPermutation perm_;
   std::uint64_t state_[4] = {0, 0, 0, 0};  // xoshiro256** state
   // Rejection-inversion constants (Zipf only).
@@ -147,13 +177,43 @@ class KeySampler {
 };
 
 /// Generates spec.distinct_batches batches; each has one JaggedKeys per table (named
-/// table_names[t], in that order) with spec.batch bags of exactly spec.bag_size keys and no
-/// weights. Table t samples with seed mix(spec.seed, table_name_hash(name)), so a table's hot rows
-/// are the same in every batch. Work is split in fixed chunks of bags, each with its own stream,
-/// over `threads` threads (0: hardware concurrency); the result does not depend on `threads`.
-/// Requires validate(spec) OK and table_names.size() == spec.tables (aborts otherwise).
+/// table_names[t], in that order) with spec.batch bags and no weights. Bag lengths follow
+/// spec.bag_dist: all spec.bag_size ("fixed"), or i.i.d. uniform in [0, 2 * spec.bag_size]
+/// ("uniform", drawn from a stream of their own, so the keys of fixed-length runs do not change).
+/// Table t samples with seed mix(spec.seed, table_name_hash(name)), so a table's hot rows are the
+/// same in every batch, except under drift:ALPHA:N where batch b is step b and the hot rows move
+/// every N batches (runs that cycle the batches replay the epochs cyclically; generate at least
+/// k * N distinct batches to see k epochs). Work is split in fixed chunks of bags, each with its
+/// own stream, over `threads` threads (0: hardware concurrency); the result does not depend on
+/// `threads`. Requires validate(spec) OK and table_names.size() == spec.tables (aborts otherwise).
 std::vector<KeyBatch> make_batches(const WorkloadSpec& spec, const std::vector<std::string>& table_names,
                                    int threads = 0);
+
+/// Row counts of the 26 categorical features of the Criteo Kaggle display-advertising data set
+/// (C1..C26, in column order), 33,762,577 rows in total.
+extern const std::int64_t kCriteoKaggleRows[26];
+
+/// Default bound on the rows of the built-in table set: 1.5e9 bytes / (64 floats x 4 bytes x 3),
+/// i.e. at dim 64 fp32 with Adam state (two moments per element) the whole set holds at most
+/// 1.5 GB. 1,953,125 rows.
+inline constexpr std::int64_t kCriteoDefaultMaxRows = 1953125;
+
+/// Scales `rows` down so the sum is at most `max_total_rows`, keeping every table >= 1 row and the
+/// relative sizes roughly. Rule: if sum(rows) <= max_total_rows the counts are kept. Otherwise a
+/// set P of tables is pinned at 1 row and every other table gets floor(rows[i] * s) with
+/// s = (max_total_rows - |P|) / sum_{i not in P} rows[i]; P starts empty and grows by the tables
+/// whose floor(rows[i] * s) < 1 until none is added (s only shrinks, so this ends within
+/// rows.size() rounds). The result sums to at most max_total_rows. Errors: empty `rows`, a count
+/// <= 0, or max_total_rows < rows.size() (one row per table would not fit); the message names
+/// the value and what was expected.
+Result<std::vector<std::int64_t>> scale_table_rows(const std::vector<std::int64_t>& rows,
+                                                   std::int64_t max_total_rows);
+
+/// The built-in default table set: the 26 Criteo Kaggle tables named "C1".."C26" with
+/// kCriteoKaggleRows scaled by scale_table_rows(.., max_total_rows), dim `dim`, fp32, sum pooling,
+/// default initializer and optimizer. Errors as scale_table_rows, and dim <= 0.
+Result<std::vector<TableSpec>> criteo_default_tables(std::int64_t max_total_rows = kCriteoDefaultMaxRows,
+                                                     int dim = 64);
 
 /// Writes batches in the raw trace format above (overwriting `path`). Every batch must have the
 /// same number of features. Errors: invalid_argument for inconsistent batches, io_error naming

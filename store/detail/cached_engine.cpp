@@ -276,8 +276,9 @@ class CachedEngine final : public Engine {
 
   Result<std::unique_ptr<Staging>> take_staging() {
     if (!free_.empty()) {
-      auto st = std::move(free_.back());
-      free_.pop_back();
+      // Oldest first: its last use is most likely finished, so the sync below rarely waits.
+      auto st = std::move(free_.front());
+      free_.pop_front();
       STRATA_RETURN_IF_ERROR(dev_.synchronize(st->done()));
       return st;
     }
@@ -476,7 +477,7 @@ class CachedEngine final : public Engine {
   std::vector<Pool> pools_;
   std::vector<std::pair<int, int>> where_;  // global table -> (pool, pool-local index)
   std::deque<CachedBatch*> pending_;        // submitted, not yet planned (the lookahead window), FIFO
-  std::vector<std::unique_ptr<Staging>> free_;
+  std::deque<std::unique_ptr<Staging>> free_;
   std::unique_ptr<Staging> flush_staging_;
   DedupScratch scratch_;
   std::int64_t next_seq_ = 0;

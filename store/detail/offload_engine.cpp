@@ -1,6 +1,7 @@
 #include "store/detail/offload_engine.hpp"
 
 #include <cstring>
+#include <deque>
 #include <unordered_map>
 
 #include "gpu/staging.hpp"
@@ -143,8 +144,9 @@ class OffloadEngine final : public Engine {
   }
   Result<std::unique_ptr<gpu::Staging>> take_staging() {
     if (!free_.empty()) {
-      auto st = std::move(free_.back());
-      free_.pop_back();
+      // Oldest first: its last use is most likely finished, so the sync below rarely waits.
+      auto st = std::move(free_.front());
+      free_.pop_front();
       // The batch that used it last may still have device work queued (a discard after submit).
       STRATA_RETURN_IF_ERROR(dev_.synchronize(st->done()));
       return st;
@@ -160,7 +162,7 @@ class OffloadEngine final : public Engine {
   gpu::Device& dev_;
   std::unordered_map<int, HostTableOps> tables_;
   gpu::Stream copy_, compute_;
-  std::vector<std::unique_ptr<gpu::Staging>> free_;
+  std::deque<std::unique_ptr<gpu::Staging>> free_;
 };
 
 }  // namespace

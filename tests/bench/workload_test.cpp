@@ -80,7 +80,7 @@ TEST(ParseDistribution, RejectsBadInput) {
     ASSERT_FALSE(d.is_ok()) << bad;
     EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
     EXPECT_EQ(d.status().message(),
-              std::string("unknown distribution '") + bad + "' (expected uniform or zipf:ALPHA)");
+              std::string("unknown distribution '") + bad + "' (expected uniform, zipf:ALPHA or drift:ALPHA:N)");
   }
 }
 
@@ -144,7 +144,7 @@ TEST(WorkloadJson, Errors) {
   EXPECT_NE(error_of(R"({"bag_size": -1})").find("bag_size -1 must be >= 0"), std::string::npos);
   EXPECT_NE(error_of(R"({"tables": 0})").find("tables 0 must be >= 1"), std::string::npos);
   EXPECT_NE(error_of(R"({"distinct_batches": 0})").find("distinct_batches 0 must be >= 1"), std::string::npos);
-  EXPECT_NE(error_of(R"({"dist": "zipf:0"})").find("unknown distribution 'zipf:0' (expected uniform or zipf:ALPHA)"),
+  EXPECT_NE(error_of(R"({"dist": "zipf:0"})").find("unknown distribution 'zipf:0' (expected uniform, zipf:ALPHA or drift:ALPHA:N)"),
             std::string::npos);
 }
 

@@ -1,0 +1,137 @@
+// Micro-benchmarks of the cache planner: cache::CachePool probe + commit + retire of one batch
+// (plus window_push of the batch K ahead, as the store does, for every policy; only lookahead uses
+// it), on Zipf 1.05 batches of a 1M-row table, one thread. Items are unique keys planned, so
+// items_per_second is unique keys per second per core. The pool is warmed on the whole batch set
+// before timing; batches then cycle with increasing sequence numbers.
+
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <utility>
+
+#include "bench/workload.hpp"
+#include "cache/cache_pool.hpp"
+#include "host/dedup.hpp"
+
+namespace strata {
+namespace {
+
+constexpr std::int64_t kRows = 1000000;
+constexpr std::int64_t kBatch = 4096;  // bags
+constexpr int kBag = 8;                // keys per bag: 32768 lookups, ~12k unique at zipf 1.05
+constexpr int kDistinctBatches = 64;
+constexpr int kWindow = 4;             // batches pushed beyond the one planned
+
+struct Batches {
+  std::vector<std::vector<Key>> keys;  // raw lookups per batch
+  std::vector<UniqueKeys> unique;      // deduplicated
+};
+
+const Batches& batches() {
+  static const Batches b = [] {
+    Batches out;
+    auto sampler = bench::KeySampler::create("zipf:1.05", kRows, 42);
+    if (!sampler.is_ok()) {
+      std::fprintf(stderr, "planner_bench: %s\n", sampler.status().to_string().c_str());
+      std::abort();
+    }
+    out.keys.resize(kDistinctBatches);
+    out.unique.resize(kDistinctBatches);
+    for (int i = 0; i < kDistinctBatches; ++i) {
+      out.keys[i].resize(kBatch * kBag);
+      sampler.value().fill(out.keys[i].data(), kBatch * kBag);
+      out.unique[i] = dedup_keys(out.keys[i].data(), kBatch * kBag);
+    }
+    return out;
+  }();
+  return b;
+}
+
+std::vector<cache::FeatureKeys> features(const UniqueKeys& u) { return {{0, &u}}; }
+
+// A pool driven over the cycling batch set; next() plans one batch and returns its unique count.
+struct Driver {
+  explicit Driver(cache::Policy policy, double fraction) {
+    cache::CachePoolOptions o;
+    o.slots = static_cast<std::int64_t>(fraction * kRows);
+    o.policy = policy;
+    o.record_bytes = 64 * 4;
+    o.name = "bench";
+    o.tables = {{"t", 0}};
+    pool = std::make_unique<cache::CachePool>(std::move(o));
+    for (; pushed < kWindow; ++pushed) pool->window_push(pushed, features(at(pushed)));
+  }
+  const UniqueKeys& at(std::int64_t seq) const { return batches().unique[static_cast<std::size_t>(seq % kDistinctBatches)]; }
+  std::int64_t plan(const UniqueKeys& u) {
+    pool->window_push(pushed, features(at(pushed)));
+    ++pushed;
+    auto probe = pool->probe(seq, features(u));
+    if (!probe.is_ok()) {
+      std::fprintf(stderr, "planner_bench: %s\n", probe.status().to_string().c_str());
+      std::abort();
+    }
+    cache::PoolPlan p = pool->commit(std::move(probe).value());
+    pool->retire(p, true);
+    ++seq;
+    return u.size();
+  }
+  std::unique_ptr<cache::CachePool> pool;
+  std::int64_t seq = 0, pushed = 0;
+};
+
+cache::Policy policy_arg(std::int64_t a) { return static_cast<cache::Policy>(a); }
+
+void set_label(benchmark::State& state, cache::Policy p, std::int64_t pct) {
+  state.SetLabel(std::string(cache::to_string(p)) + " cache " + std::to_string(pct) + "%");
+}
+
+// probe + commit + retire of already deduplicated keys.
+void BM_PlanBatch(benchmark::State& state) {
+  const cache::Policy policy = policy_arg(state.range(0));
+  Driver d(policy, static_cast<double>(state.range(1)) / 100.0);
+  for (int i = 0; i < 2 * kDistinctBatches; ++i) d.plan(d.at(d.seq));  // warm the cache
+  std::int64_t unique = 0, lookups = 0;
+  for (auto _ : state) {
+    unique += d.plan(d.at(d.seq));
+    lookups += kBatch * kBag;
+  }
+  const auto& st = d.pool->pool_stats();
+  state.SetItemsProcessed(unique);
+  state.counters["hit_rate"] = st.hit_rate();
+  state.counters["unique_per_batch"] = static_cast<double>(unique) / static_cast<double>(state.iterations());
+  state.counters["lookups_per_second"] = benchmark::Counter(static_cast<double>(lookups), benchmark::Counter::kIsRate);
+  set_label(state, policy, state.range(1));
+}
+BENCHMARK(BM_PlanBatch)
+    ->ArgNames({"policy", "cache_pct"})
+    ->ArgsProduct({{0, 1, 2}, {5, 20}})
+    ->Unit(benchmark::kMicrosecond);
+
+// dedup_keys of the raw lookups (reused scratch, as the store does) + probe + commit + retire.
+void BM_DedupAndPlanBatch(benchmark::State& state) {
+  const cache::Policy policy = policy_arg(state.range(0));
+  Driver d(policy, static_cast<double>(state.range(1)) / 100.0);
+  for (int i = 0; i < 2 * kDistinctBatches; ++i) d.plan(d.at(d.seq));
+  UniqueKeys u;
+  DedupScratch scratch;
+  std::int64_t unique = 0, lookups = 0;
+  for (auto _ : state) {
+    const auto& raw = batches().keys[static_cast<std::size_t>(d.seq % kDistinctBatches)];
+    dedup_keys(raw.data(), static_cast<std::int64_t>(raw.size()), u, scratch);
+    unique += d.plan(u);
+    lookups += static_cast<std::int64_t>(raw.size());
+  }
+  state.SetItemsProcessed(unique);
+  state.counters["lookups_per_second"] = benchmark::Counter(static_cast<double>(lookups), benchmark::Counter::kIsRate);
+  set_label(state, policy, state.range(1));
+}
+BENCHMARK(BM_DedupAndPlanBatch)
+    ->ArgNames({"policy", "cache_pct"})
+    ->ArgsProduct({{0, 1, 2}, {5}})
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace strata

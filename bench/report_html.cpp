@@ -1,0 +1,533 @@
+#include "bench/report_html.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
+
+namespace strata::bench {
+namespace {
+
+using nlohmann::json;
+using Opt = std::optional<double>;
+
+// Okabe-Ito palette: distinguishable with the common colour-vision deficiencies.
+constexpr const char* kColors[] = {"#0072B2", "#E69F00", "#009E73", "#D55E00",
+                                   "#CC79A7", "#56B4E9", "#8C6D1F", "#000000"};
+constexpr int kNumColors = 8;
+
+// ---- reading the document defensively ----
+
+Opt number_at(const json& obj, const char* key) {
+  if (!obj.is_object()) return std::nullopt;
+  const auto it = obj.find(key);
+  if (it == obj.end() || !it->is_number()) return std::nullopt;
+  const double v = it->get<double>();
+  if (!std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+std::optional<std::string> string_at(const json& obj, const char* key) {
+  if (!obj.is_object()) return std::nullopt;
+  const auto it = obj.find(key);
+  if (it == obj.end() || !it->is_string()) return std::nullopt;
+  return it->get<std::string>();
+}
+
+const json& object_at(const json& obj, const char* key) {
+  static const json kNull;
+  if (!obj.is_object()) return kNull;
+  const auto it = obj.find(key);
+  return it != obj.end() && it->is_object() ? *it : kNull;
+}
+
+// ---- number formatting ----
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+// 3 significant digits, no exponent, trailing zeros removed.
+std::string sig3(double v) {
+  const double a = std::fabs(v);
+  std::string s = fmt(a >= 100 ? "%.0f" : a >= 10 ? "%.1f" : a >= 1 ? "%.2f" : "%.3g", v);
+  if (s.find('.') != std::string::npos && s.find('e') == std::string::npos) {
+    while (s.back() == '0') s.pop_back();
+    if (s.back() == '.') s.pop_back();
+  }
+  return s;
+}
+
+// 1234567 -> "1.23 M" (decimal SI prefixes).
+std::string si(double v) {
+  static const char* const kPrefix[] = {"", " k", " M", " G", " T", " P"};
+  int p = 0;
+  while (p < 5 && std::fabs(v) >= 1000.0) {
+    v /= 1000.0;
+    ++p;
+  }
+  return sig3(v) + kPrefix[p];
+}
+
+std::string bytes_str(double v) {
+  static const char* const kUnit[] = {" B", " KB", " MB", " GB", " TB", " PB"};
+  int p = 0;
+  while (p < 5 && std::fabs(v) >= 1000.0) {
+    v /= 1000.0;
+    ++p;
+  }
+  return sig3(v) + kUnit[p];
+}
+
+std::string ms_str(double v) { return sig3(v) + " ms"; }
+std::string percent_str(double v) { return sig3(v * 100.0) + "%"; }
+
+enum class Unit { kCount, kBytes, kMs, kFraction };
+
+std::string format_value(double v, Unit u) {
+  switch (u) {
+    case Unit::kCount:
+      return si(v);
+    case Unit::kBytes:
+      return bytes_str(v);
+    case Unit::kMs:
+      return ms_str(v);
+    case Unit::kFraction:
+      return percent_str(v);
+  }
+  return sig3(v);
+}
+
+// A "nice" upper bound and tick step for [0, max]: step in {1, 2, 2.5, 5} x 10^k, about 5 ticks.
+std::pair<double, double> nice_axis(double max) {
+  if (!(max > 0)) return {1.0, 0.2};
+  const double raw = max / 5.0;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = mag;
+  for (const double m : {1.0, 2.0, 2.5, 5.0, 10.0}) {
+    step = m * mag;
+    if (step >= raw) break;
+  }
+  return {std::ceil(max / step - 1e-9) * step, step};
+}
+
+std::string num(double v) { return fmt("%.1f", v); }  // SVG coordinates
+
+// ---- SVG charts ----
+
+constexpr double kWidth = 760, kHeight = 380;
+constexpr double kLeft = 84, kRight = 16, kTop = 44, kBottom = 64;
+
+struct BarSeries {
+  std::string name;         // legend entry
+  std::vector<Opt> values;  // one per group; nullopt: no bar
+};
+
+void legend(std::ostringstream& o, const std::vector<std::string>& names) {
+  double x = kLeft;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const std::string label = html_escape(names[i]);
+    o << "<rect x=\"" << num(x) << "\" y=\"12\" width=\"12\" height=\"12\" fill=\"" << kColors[i % kNumColors]
+      << "\"/><text x=\"" << num(x + 16) << "\" y=\"22\" class=\"legend\">" << label << "</text>";
+    // Approximate text width (7 px per character) to place the next entry.
+    x += 16 + 7.0 * static_cast<double>(std::min<std::size_t>(names[i].size(), 40)) + 18;
+  }
+}
+
+void y_axis(std::ostringstream& o, double y_max, double step, Unit unit, const std::string& y_label) {
+  const double plot_h = kHeight - kTop - kBottom;
+  for (double t = 0; t <= y_max + step * 1e-6; t += step) {
+    const double y = kTop + plot_h * (1.0 - t / y_max);
+    o << "<line x1=\"" << num(kLeft) << "\" x2=\"" << num(kWidth - kRight) << "\" y1=\"" << num(y) << "\" y2=\""
+      << num(y) << "\" class=\"grid\"/>";
+    o << "<text x=\"" << num(kLeft - 6) << "\" y=\"" << num(y + 4) << "\" class=\"tick\" text-anchor=\"end\">"
+      << html_escape(format_value(t, unit)) << "</text>";
+  }
+  o << "<text transform=\"translate(14," << num(kTop + plot_h / 2) << ") rotate(-90)\" class=\"axis\" "
+    << "text-anchor=\"middle\">" << html_escape(y_label) << "</text>";
+  o << "<line x1=\"" << num(kLeft) << "\" x2=\"" << num(kLeft) << "\" y1=\"" << num(kTop) << "\" y2=\""
+    << num(kTop + plot_h) << "\" class=\"axisline\"/>";
+}
+
+// Grouped bars: one group per entry of `groups`, one bar per series within a group.
+std::string bar_chart(const std::string& aria, const std::vector<std::string>& groups,
+                      const std::vector<BarSeries>& series, Unit unit, const std::string& y_label) {
+  double max = 0;
+  for (const auto& s : series)
+    for (const auto& v : s.values)
+      if (v) max = std::max(max, *v);
+  const auto [y_max, step] = nice_axis(max);
+  const double plot_w = kWidth - kLeft - kRight, plot_h = kHeight - kTop - kBottom;
+  const double group_w = plot_w / static_cast<double>(std::max<std::size_t>(groups.size(), 1));
+  const double bar_w = group_w * 0.8 / static_cast<double>(std::max<std::size_t>(series.size(), 1));
+
+  std::ostringstream o;
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 " << num(kWidth) << " " << num(kHeight)
+    << "\" role=\"img\" aria-label=\"" << html_escape(aria) << "\">";
+  std::vector<std::string> names;
+  for (const auto& s : series) names.push_back(s.name);
+  legend(o, names);
+  y_axis(o, y_max, step, unit, y_label);
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const double gx = kLeft + group_w * static_cast<double>(g) + group_w * 0.1;
+    for (std::size_t s = 0; s < series.size(); ++s) {
+      const Opt v = g < series[s].values.size() ? series[s].values[g] : std::nullopt;
+      if (!v) continue;
+      const double h = std::max(0.0, plot_h * (*v / y_max));
+      const double x = gx + bar_w * static_cast<double>(s);
+      o << "<rect x=\"" << num(x) << "\" y=\"" << num(kTop + plot_h - h) << "\" width=\"" << num(bar_w * 0.92)
+        << "\" height=\"" << num(h) << "\" fill=\"" << kColors[s % kNumColors] << "\"><title>"
+        << html_escape(groups[g] + " / " + series[s].name + ": " + format_value(*v, unit)) << "</title></rect>";
+    }
+    std::string label = groups[g];
+    if (label.size() > 24) label = label.substr(0, 23) + "\u2026";
+    o << "<text x=\"" << num(kLeft + group_w * (static_cast<double>(g) + 0.5)) << "\" y=\"" << num(kTop + plot_h + 18)
+      << "\" class=\"group\" text-anchor=\"middle\">" << html_escape(label) << "</text>";
+  }
+  o << "<line x1=\"" << num(kLeft) << "\" x2=\"" << num(kWidth - kRight) << "\" y1=\"" << num(kTop + plot_h)
+    << "\" y2=\"" << num(kTop + plot_h) << "\" class=\"axisline\"/>";
+  o << "</svg>";
+  return o.str();
+}
+
+struct LineSeries {
+  std::string name;
+  std::vector<std::pair<double, double>> points;  // (x, y), sorted by x
+};
+
+std::string line_chart(const std::string& aria, const std::vector<LineSeries>& series, const std::string& x_label,
+                       const std::string& y_label) {
+  double x_max = 0, y_max_data = 0;
+  for (const auto& s : series)
+    for (const auto& [x, y] : s.points) {
+      x_max = std::max(x_max, x);
+      y_max_data = std::max(y_max_data, y);
+    }
+  // Fractions: the axes run over [0, 1] unless the data go beyond.
+  const auto [x_top, x_step] = nice_axis(std::max(x_max, x_max <= 1.0 ? 1.0 : 0.0));
+  const auto [y_top, y_step] = nice_axis(std::max(y_max_data, y_max_data <= 1.0 ? 1.0 : 0.0));
+  const double plot_w = kWidth - kLeft - kRight, plot_h = kHeight - kTop - kBottom;
+  const auto px = [&, x_top = x_top](double x) { return kLeft + plot_w * (x / x_top); };
+  const auto py = [&, y_top = y_top](double y) { return kTop + plot_h * (1.0 - y / y_top); };
+
+  std::ostringstream o;
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 " << num(kWidth) << " " << num(kHeight)
+    << "\" role=\"img\" aria-label=\"" << html_escape(aria) << "\">";
+  std::vector<std::string> names;
+  for (const auto& s : series) names.push_back(s.name);
+  legend(o, names);
+  y_axis(o, y_top, y_step, Unit::kFraction, y_label);
+  for (double t = 0; t <= x_top + x_step * 1e-6; t += x_step) {
+    o << "<text x=\"" << num(px(t)) << "\" y=\"" << num(kTop + plot_h + 18) << "\" class=\"tick\" "
+      << "text-anchor=\"middle\">" << html_escape(percent_str(t)) << "</text>";
+  }
+  o << "<text x=\"" << num(kLeft + plot_w / 2) << "\" y=\"" << num(kHeight - 16) << "\" class=\"axis\" "
+    << "text-anchor=\"middle\">" << html_escape(x_label) << "</text>";
+  o << "<line x1=\"" << num(kLeft) << "\" x2=\"" << num(kWidth - kRight) << "\" y1=\"" << num(kTop + plot_h)
+    << "\" y2=\"" << num(kTop + plot_h) << "\" class=\"axisline\"/>";
+  for (std::size_t s = 0; s < series.size(); ++s) {
+    const char* color = kColors[s % kNumColors];
+    o << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"2\" points=\"";
+    for (std::size_t i = 0; i < series[s].points.size(); ++i)
+      o << (i ? " " : "") << num(px(series[s].points[i].first)) << "," << num(py(series[s].points[i].second));
+    o << "\"/>";
+    for (const auto& [x, y] : series[s].points) {
+      o << "<circle cx=\"" << num(px(x)) << "\" cy=\"" << num(py(y)) << "\" r=\"3.5\" fill=\"" << color << "\"><title>"
+        << html_escape(series[s].name + ": cache " + percent_str(x) + ", hit rate " + percent_str(y))
+        << "</title></circle>";
+    }
+  }
+  o << "</svg>";
+  return o.str();
+}
+
+// ---- page pieces ----
+
+constexpr const char* kCss = R"(
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2rem auto;max-width:60rem;color:#1a1a1a;padding:0 1rem}
+h1{font-size:1.6rem;margin-bottom:.2rem}h2{font-size:1.2rem;margin:1.8rem 0 .4rem;border-bottom:1px solid #ddd}
+p.note{color:#555;margin:.2rem 0 .8rem}
+table{border-collapse:collapse;font-size:.9rem;margin:.4rem 0}
+th,td{border:1px solid #ddd;padding:.25rem .55rem;text-align:left;vertical-align:top}
+td.n{text-align:right;font-variant-numeric:tabular-nums}th{background:#f4f4f4}
+section.info{display:inline-block;vertical-align:top;margin-right:2rem}
+svg{width:100%;height:auto;max-width:760px;display:block;background:#fff}
+svg text{font-family:inherit;fill:#222}svg .tick{font-size:11px;fill:#555}svg .group{font-size:12px}
+svg .legend{font-size:12px}svg .axis{font-size:12px;fill:#333}
+svg .grid{stroke:#e6e6e6;stroke-width:1}svg .axisline{stroke:#888;stroke-width:1}
+ul.explain{font-size:.9rem}
+)";
+
+std::string value_cell(const json& v) {
+  if (v.is_string()) return html_escape(v.get<std::string>());
+  return html_escape(v.dump());
+}
+
+void info_section(std::ostringstream& o, const char* id, const char* title, const json& obj) {
+  if (!obj.is_object() || obj.empty()) return;
+  o << "<section class=\"info\" id=\"" << id << "\"><h2>" << title << "</h2><table>";
+  for (const auto& [k, v] : obj.items())
+    o << "<tr><th>" << html_escape(k) << "</th><td>" << value_cell(v) << "</td></tr>";
+  o << "</table></section>\n";
+}
+
+struct ModeRow {
+  std::string mode;
+  const json* doc;
+};
+
+}  // namespace
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out.push_back(c);
+    }
+  }
+  return out;
+}
+
+std::string render_html_report(const json& results, const HtmlReportOptions& options) {
+  const json& doc = results.is_object() ? results : json::object();
+  std::string title = options.title;
+  if (title.empty()) title = string_at(doc, "title").value_or("Strata benchmark report");
+
+  std::vector<ModeRow> modes;
+  if (doc.contains("modes") && doc["modes"].is_array()) {
+    for (const json& m : doc["modes"]) {
+      const auto name = string_at(m, "mode");
+      if (name) modes.push_back({*name, &m});
+    }
+  }
+  std::vector<std::string> mode_names;
+  for (const auto& m : modes) mode_names.push_back(m.mode);
+
+  std::ostringstream o;
+  o << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+    << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>" << html_escape(title)
+    << "</title>\n<style>" << kCss << "</style>\n</head>\n<body>\n<header><h1>" << html_escape(title) << "</h1>";
+  o << "<p class=\"note\">Every mode ran the same sequence of batches. Hover over a bar or point for its value.</p>"
+    << "</header>\n";
+
+  info_section(o, "machine", "Machine", object_at(doc, "machine"));
+  info_section(o, "workload", "Workload", object_at(doc, "workload"));
+
+  // Summary table: only the columns some mode has.
+  if (!modes.empty()) {
+    struct Column {
+      const char* header;
+      std::function<std::optional<std::string>(const json&)> cell;
+      bool numeric;
+    };
+    const auto numeric = [](const char* key, Unit unit) {
+      return [key, unit](const json& m) -> std::optional<std::string> {
+        const Opt v = number_at(m, key);
+        if (!v) return std::nullopt;
+        return format_value(*v, unit);
+      };
+    };
+    const std::vector<Column> columns = {
+        {"samples/s", numeric("samples_per_s", Unit::kCount), true},
+        {"forward lookups/s", numeric("forward_lookups_per_s", Unit::kCount), true},
+        {"train lookups/s", numeric("train_lookups_per_s", Unit::kCount), true},
+        {"step p50", numeric("step_ms_p50", Unit::kMs), true},
+        {"step p99", numeric("step_ms_p99", Unit::kMs), true},
+        {"hit rate", numeric("hit_rate", Unit::kFraction), true},
+        {"peak host", numeric("peak_host_bytes", Unit::kBytes), true},
+        {"peak device", numeric("peak_device_bytes", Unit::kBytes), true},
+        {"modelled step",
+         [](const json& m) -> std::optional<std::string> {
+           const Opt v = number_at(object_at(m, "modelled"), "step_ms");
+           if (!v) return std::nullopt;
+           return ms_str(*v);
+         },
+         true},
+        {"bottleneck", [](const json& m) { return string_at(object_at(m, "modelled"), "bottleneck"); }, false},
+    };
+    std::vector<const Column*> shown;
+    for (const auto& c : columns)
+      if (std::any_of(modes.begin(), modes.end(), [&](const ModeRow& m) { return c.cell(*m.doc).has_value(); }))
+        shown.push_back(&c);
+    o << "<section class=\"summary\" id=\"summary\"><h2>Summary</h2><table><tr><th>mode</th>";
+    for (const Column* c : shown) o << "<th>" << html_escape(c->header) << "</th>";
+    o << "</tr>";
+    for (const auto& m : modes) {
+      o << "<tr><td>" << html_escape(m.mode) << "</td>";
+      for (const Column* c : shown) {
+        const auto v = c->cell(*m.doc);
+        o << "<td" << (c->numeric ? " class=\"n\"" : "") << ">" << (v ? html_escape(*v) : "&ndash;") << "</td>";
+      }
+      o << "</tr>";
+    }
+    o << "</table></section>\n";
+  }
+
+  // Throughput.
+  {
+    BarSeries fwd{"forward lookups/s", {}}, train{"training-step lookups/s", {}};
+    bool any = false;
+    for (const auto& m : modes) {
+      fwd.values.push_back(number_at(*m.doc, "forward_lookups_per_s"));
+      train.values.push_back(number_at(*m.doc, "train_lookups_per_s"));
+      any = any || fwd.values.back() || train.values.back();
+    }
+    if (any) {
+      o << "<section class=\"chart\" id=\"throughput\"><h2>Throughput per mode</h2>"
+        << "<p class=\"note\">Embedding lookups (keys) per second; higher is better.</p>"
+        << bar_chart("lookups per second per mode", mode_names, {fwd, train}, Unit::kCount, "lookups/s")
+        << "</section>\n";
+    }
+  }
+
+  // Bytes per link.
+  {
+    static const std::pair<const char*, const char*> kLinks[] = {
+        {"hbm_read", "HBM read"},   {"hbm_write", "HBM write"},   {"h2d", "PCIe H2D"},         {"d2h", "PCIe D2H"},
+        {"host_read", "host read"}, {"host_write", "host write"}, {"all_to_all", "all-to-all"}};
+    std::vector<BarSeries> series;
+    for (const auto& [key, label] : kLinks) {
+      BarSeries s{label, {}};
+      bool any = false;
+      for (const auto& m : modes) {
+        s.values.push_back(number_at(object_at(*m.doc, "bytes_per_step"), key));
+        any = any || s.values.back().has_value();
+      }
+      if (any) series.push_back(std::move(s));
+    }
+    if (!series.empty()) {
+      o << "<section class=\"chart\" id=\"bytes\"><h2>Bytes per step per link</h2>"
+        << "<p class=\"note\">Bytes one training step moves over each link, as counted by the device layer.</p>"
+        << bar_chart("bytes per training step on each link, per mode", mode_names, series, Unit::kBytes, "bytes/step")
+        << "</section>\n";
+    }
+  }
+
+  // Modelled against measured step time.
+  {
+    BarSeries p50{"measured p50", {}}, p99{"measured p99", {}}, model{"modelled", {}};
+    std::vector<std::pair<std::string, std::string>> explanations;
+    std::string profile;
+    bool any = false;
+    for (const auto& m : modes) {
+      const json& mod = object_at(*m.doc, "modelled");
+      p50.values.push_back(number_at(*m.doc, "step_ms_p50"));
+      p99.values.push_back(number_at(*m.doc, "step_ms_p99"));
+      model.values.push_back(number_at(mod, "step_ms"));
+      any = any || p50.values.back() || model.values.back();
+      if (const auto e = string_at(mod, "explanation")) explanations.emplace_back(m.mode, *e);
+      if (const auto pr = string_at(mod, "profile"); pr && profile.empty()) profile = *pr;
+    }
+    if (any) {
+      std::vector<BarSeries> series;
+      for (auto* s : {&p50, &p99, &model})
+        if (std::any_of(s->values.begin(), s->values.end(), [](const Opt& v) { return v.has_value(); }))
+          series.push_back(*s);
+      o << "<section class=\"chart\" id=\"step-time\"><h2>Modelled and measured step time</h2>"
+        << "<p class=\"note\">Training step latency measured on this machine next to the cost model's step time"
+        << (profile.empty() ? std::string() : " for profile " + html_escape(profile))
+        << " (links overlap: the slowest link plus kernel launches).</p>"
+        << bar_chart("step time per mode, measured and modelled", mode_names, series, Unit::kMs, "ms per step");
+      if (!explanations.empty()) {
+        o << "<ul class=\"explain\">";
+        for (const auto& [mode, e] : explanations)
+          o << "<li><b>" << html_escape(mode) << "</b>: " << html_escape(e) << "</li>";
+        o << "</ul>";
+      }
+      o << "</section>\n";
+    }
+  }
+
+  // Hit rate against cache size.
+  if (doc.contains("sweep") && doc["sweep"].is_array()) {
+    std::map<std::pair<std::string, std::string>, LineSeries> by_key;
+    std::vector<std::pair<std::string, std::string>> order;
+    for (const json& p : doc["sweep"]) {
+      const Opt x = number_at(p, "cache_fraction");
+      const Opt y = number_at(p, "hit_rate");
+      if (!x || !y || *x < 0 || *y < 0) continue;
+      const std::string mode = string_at(p, "mode").value_or("");
+      const std::string policy = string_at(p, "policy").value_or("");
+      const auto key = std::make_pair(mode, policy);
+      auto it = by_key.find(key);
+      if (it == by_key.end()) {
+        std::string name = mode;
+        if (!policy.empty()) name += name.empty() ? policy : " / " + policy;
+        if (name.empty()) name = "hit rate";
+        it = by_key.emplace(key, LineSeries{name, {}}).first;
+        order.push_back(key);
+      }
+      it->second.points.emplace_back(*x, *y);
+    }
+    if (!order.empty()) {
+      std::vector<LineSeries> series;
+      for (const auto& k : order) {
+        LineSeries s = by_key[k];
+        std::sort(s.points.begin(), s.points.end());
+        series.push_back(std::move(s));
+      }
+      o << "<section class=\"chart\" id=\"hit-rate\"><h2>Hit rate against cache size</h2>"
+        << "<p class=\"note\">Cache hit rate for each cache size, as a fraction of the table rows.</p>"
+        << line_chart("hit rate against cache size", series, "cache size (fraction of rows)", "hit rate")
+        << "</section>\n";
+    }
+  }
+
+  if (modes.empty() && !(doc.contains("sweep") && doc["sweep"].is_array() && !doc["sweep"].empty()))
+    o << "<p class=\"note\">The results document holds no modes.</p>\n";
+  o << "</body>\n</html>\n";
+  return o.str();
+}
+
+Status write_html_report(const std::string& path, const json& results, const HtmlReportOptions& options) {
+  const std::string html = render_html_report(results, options);
+  const std::string temp = path + ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    if (!out) return Status::io_error("cannot create report '" + temp + "': " + std::strerror(errno));
+    out.write(html.data(), static_cast<std::streamsize>(html.size()));
+    out.flush();
+    if (!out) {
+      const Status st = Status::io_error("cannot write report '" + temp + "': " + std::strerror(errno));
+      std::remove(temp.c_str());
+      return st;
+    }
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    const Status st = Status::io_error("cannot rename '" + temp + "' to '" + path + "': " + std::strerror(errno));
+    std::remove(temp.c_str());
+    return st;
+  }
+  return Status::ok();
+}
+
+}  // namespace strata::bench

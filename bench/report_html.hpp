@@ -1,0 +1,68 @@
+#pragma once
+// One self-contained HTML report of a strata-bench run: inline CSS and inline SVG charts, no
+// JavaScript, no network access, so it opens offline in any browser.
+//
+// Input: the results document below (what `strata-bench --json` writes). Every field is optional;
+// a section whose data is missing is left out, and a value of the wrong type, or a number that is
+// not finite, counts as missing. Unknown fields are ignored.
+//
+//   {
+//     "title":    string,                      page title (default "Strata benchmark report")
+//     "machine":  object,                      shown as a key/value table (nested values as JSON)
+//     "workload": object,                      likewise
+//     "modes": [                               one entry per placement mode, in display order
+//       { "mode": string,                      required for the entry to be shown
+//         "forward_lookups_per_s": number,     keys looked up per second, forward only
+//         "train_lookups_per_s": number,       keys per second over the full training step
+//         "samples_per_s": number,             samples (bags per table) per second, training step
+//         "step_ms_p50": number,               measured training step latency, median (ms)
+//         "step_ms_p99": number,               measured training step latency, 99th percentile (ms)
+//         "hit_rate": number,                  cache hit rate in [0, 1]
+//         "peak_host_bytes": number,           peak host memory of the mode (bytes)
+//         "peak_device_bytes": number,         peak device memory of the mode (bytes)
+//         "bytes_per_step": {                  bytes per training step on each link
+//           "hbm_read", "hbm_write", "h2d", "d2h", "host_read", "host_write", "all_to_all": number },
+//         "modelled": {                        the cost model's view (store/cost_model.hpp)
+//           "profile": string, "step_ms": number, "serial_ms": number,
+//           "bottleneck": string, "explanation": string } } ],
+//     "sweep": [                               hit rate against cache size (--sweep-cache)
+//       { "mode": string, "policy": string, "cache_fraction": number in [0, 1], "hit_rate": number } ]
+//   }
+//
+// Output sections, in order (ids are stable for tests and links):
+//   <section class="info" id="machine">, id="workload"   key/value tables
+//   <section class="summary" id="summary">               one row per mode
+//   <section class="chart" id="throughput">   forward and training lookups/s per mode (bars)
+//   <section class="chart" id="bytes">        bytes per step per link per mode (grouped bars)
+//   <section class="chart" id="step-time">    measured p50/p99 and modelled step time per mode
+//                                             (bars), with each mode's model explanation below
+//   <section class="chart" id="hit-rate">     hit rate against cache fraction, one line per
+//                                             (mode, policy) (only with "sweep" points)
+// Each chart section holds exactly one <svg>. Every string from the document is HTML-escaped.
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.hpp"
+
+namespace strata::bench {
+
+/// Options of the report.
+struct HtmlReportOptions {
+  std::string title;  ///< page title; empty: the document's "title", else "Strata benchmark report"
+};
+
+/// Renders the report for `results` (schema above). Never fails: missing or malformed parts only
+/// drop their section. Pure function.
+std::string render_html_report(const nlohmann::json& results, const HtmlReportOptions& options = {});
+
+/// Renders the report and writes it to `path` (through a temporary file renamed into place).
+/// Errors: io_error naming the path and the OS reason.
+Status write_html_report(const std::string& path, const nlohmann::json& results, const HtmlReportOptions& options = {});
+
+/// `s` with &, <, >, " and ' replaced by character references; safe in HTML text, attribute values
+/// and SVG text.
+std::string html_escape(const std::string& s);
+
+}  // namespace strata::bench

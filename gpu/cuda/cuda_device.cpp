@@ -1,0 +1,417 @@
+// The `cuda` backend: Device on the CUDA runtime. Host C++ (compiled by the host compiler); the
+// kernels are in kernels.cu behind the launchers of kernels.cuh.
+//
+// Semantics follow the emu backend (gpu/detail/emu_device.cpp): streams are non-blocking CUDA
+// streams (never the default stream), events carry no timing, and errors of issued work are
+// sticky: the first one is kept and returned by status() and synchronize(), and once one is held
+// copies, kernels and host tasks are no longer issued (event records and waits still are, so no
+// waiter hangs), as the emulator stops running work after a fault. Faults inside kernels become
+// visible at the next call that synchronizes or queries.
+//
+// Threads may call in on distinct streams, so every entry that touches the runtime first makes
+// this device current on the calling thread.
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpu/cuda/cuda_try.hpp"
+#include "gpu/cuda/kernels.cuh"
+#include "gpu/device.hpp"
+
+namespace strata::gpu {
+namespace {
+
+using cuda_detail::cuda_status;
+using cuda_detail::kMaxFeaturesPerLaunch;
+using cuda_detail::kMaxHostParts;
+
+std::string hex(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "0x%" PRIxPTR, reinterpret_cast<std::uintptr_t>(p));
+  return buf;
+}
+
+std::string error_text(cudaError_t err) {
+  return std::string(cudaGetErrorName(err)) + " (" + cudaGetErrorString(err) + ")";
+}
+
+// NUMA node of the GPU's PCI device from sysfs (-1 when unknown, e.g. outside Linux or in a VM).
+int numa_node_of(int ordinal) {
+  char bus_id[32] = {};
+  if (cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), ordinal) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  std::string id(bus_id);
+  for (char& c : id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::ifstream in("/sys/bus/pci/devices/" + id + "/numa_node");
+  int node = -1;
+  if (!(in >> node)) return -1;
+  return node;
+}
+
+// Pins host memory with cudaHostRegister. Portable: every device (context) may use the range;
+// under unified addressing Default also maps it, which gather_pool_host needs.
+class CudaPinner final : public Pinner {
+ public:
+  explicit CudaPinner(int ordinal) noexcept : ordinal_(ordinal) {}
+
+  Status pin(void* addr, std::size_t len) override {
+    if (len == 0) return Status::ok();
+    STRATA_CUDA_TRY(cudaSetDevice(ordinal_));
+    const cudaError_t err = cudaHostRegister(addr, len, cudaHostRegisterDefault | cudaHostRegisterPortable);
+    if (err == cudaSuccess) return Status::ok();
+    (void)cudaGetLastError();  // not sticky: keep it out of later launch checks
+    return cuda_status(err, "cudaHostRegister(addr, len, cudaHostRegisterDefault | cudaHostRegisterPortable)",
+                       __FILE__, __LINE__)
+        .with_context("cuda pinner: cannot pin host range [" + hex(addr) + ", " + hex(static_cast<char*>(addr) + len) +
+                      ") of " + std::to_string(len) + " bytes");
+  }
+
+  void unpin(void* addr, std::size_t len) noexcept override {
+    if (len == 0) return;
+    cudaError_t err = cudaSetDevice(ordinal_);
+    if (err == cudaSuccess) err = cudaHostUnregister(addr);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      std::fprintf(stderr, "strata: cuda pinner: cannot unpin host range [%s, %s): %s\n", hex(addr).c_str(),
+                   hex(static_cast<char*>(addr) + len).c_str(), error_text(err).c_str());
+    }
+  }
+
+  const char* name() const noexcept override { return "cuda"; }
+
+ private:
+  int ordinal_;
+};
+
+class CudaDevice;
+
+struct CudaStream final : detail::StreamState {
+  CudaStream(CudaDevice* d, cudaStream_t s) noexcept : dev(d), stream(s) {}
+  ~CudaStream() override;  // waits for the stream's work, as Stream promises
+  CudaDevice* dev;
+  cudaStream_t stream;
+};
+
+struct CudaEvent final : detail::EventState {
+  CudaEvent(CudaDevice* d, cudaEvent_t e) noexcept : dev(d), event(e) {}
+  ~CudaEvent() override;
+  CudaDevice* dev;
+  cudaEvent_t event;
+};
+
+// A host task in flight: owned by the runtime's callback from launch to run.
+struct HostTask {
+  CudaDevice* dev;
+  std::function<void()> fn;
+};
+
+class CudaDevice final : public Device {
+ public:
+  CudaDevice(DeviceInfo info, int sm_count, bool host_pointer_is_device_pointer)
+      : Device(std::move(info), 1),
+        ordinal_(this->info().ordinal),
+        sm_count_(sm_count),
+        host_pointer_is_device_pointer_(host_pointer_is_device_pointer),
+        pinner_(ordinal_) {}
+
+  Pinner& pinner() noexcept override { return pinner_; }
+
+  Result<Stream> create_stream() override {
+    STRATA_CUDA_TRY(cudaSetDevice(ordinal_));
+    auto state = std::make_unique<CudaStream>(this, nullptr);
+    STRATA_CUDA_TRY(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking));
+    return Stream(std::move(state));
+  }
+
+  Result<Event> create_event() override {
+    STRATA_CUDA_TRY(cudaSetDevice(ordinal_));
+    auto state = std::make_unique<CudaEvent>(this, nullptr);
+    STRATA_CUDA_TRY(cudaEventCreateWithFlags(&state->event, cudaEventDisableTiming));
+    return Event(std::move(state));
+  }
+
+  void record(EventView e, StreamView s) override {
+    if (!use_device()) return;
+    STRATA_CUDA_RECORD(*this, cudaEventRecord(event(e), stream(s)));
+  }
+
+  void wait(StreamView s, EventView e) override {
+    if (!use_device()) return;
+    // A never-recorded event is complete for CUDA, so this is a no-op then, as the interface says.
+    STRATA_CUDA_RECORD(*this, cudaStreamWaitEvent(stream(s), event(e), 0));
+  }
+
+  Status synchronize(StreamView s) override {
+    if (use_device()) STRATA_CUDA_RECORD(*this, cudaStreamSynchronize(stream(s)));
+    return status();
+  }
+
+  Status synchronize(EventView e) override {
+    if (use_device()) STRATA_CUDA_RECORD(*this, cudaEventSynchronize(event(e)));
+    return status();
+  }
+
+  bool ready(EventView e) override {
+    if (!use_device()) return true;
+    const cudaError_t err = cudaEventQuery(event(e));
+    if (err == cudaSuccess) return true;
+    if (err == cudaErrorNotReady) return false;
+    cuda_detail::record_if_error(*this, err, "cudaEventQuery(event)", __FILE__, __LINE__);
+    // A failed device never completes the event: report it done so pollers go on to see status().
+    return true;
+  }
+
+  Status status() override {
+    std::lock_guard<std::mutex> lock(error_m_);
+    return error_;
+  }
+
+  void host_task(StreamView s, std::function<void()> fn) override {
+    if (!begin_issue()) return;
+    auto task = std::make_unique<HostTask>(HostTask{this, std::move(fn)});
+    if (STRATA_CUDA_RECORD(*this, cudaLaunchHostFunc(stream(s), &run_host_task, task.get()))) {
+      (void)task.release();  // run_host_task owns it now
+    }
+  }
+
+  /// Keeps the first error of asynchronous work (the sticky error). Thread-safe.
+  void record_error(Status st) {
+    std::lock_guard<std::mutex> lock(error_m_);
+    if (!error_.is_ok()) return;
+    error_ = std::move(st);
+    failed_.store(true, std::memory_order_release);
+  }
+
+  /// Makes this device current on the calling thread; false (error recorded) if that failed.
+  bool use_device() { return STRATA_CUDA_RECORD(*this, cudaSetDevice(ordinal_)); }
+
+  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+
+ protected:
+  Result<void*> do_allocate(std::size_t bytes) override {
+    STRATA_CUDA_TRY(cudaSetDevice(ordinal_));
+    void* p = nullptr;
+    const cudaError_t err = cudaMalloc(&p, bytes);
+    if (err == cudaSuccess) return p;
+    (void)cudaGetLastError();  // allocation failures are not sticky
+    if (err == cudaErrorMemoryAllocation)
+      return Status::resource_exhausted("device " + info().name + ": cudaMalloc of " + std::to_string(bytes) +
+                                        " bytes failed: out of device memory (" + error_text(err) + ")");
+    return cuda_status(err, "cudaMalloc(&p, bytes)", __FILE__, __LINE__);
+  }
+
+  void do_deallocate(void* p, std::size_t) noexcept override {
+    if (use_device()) STRATA_CUDA_RECORD(*this, cudaFree(p));
+  }
+
+  Result<void*> do_allocate_pinned(std::size_t bytes) override {
+    STRATA_CUDA_TRY(cudaSetDevice(ordinal_));
+    void* p = nullptr;
+    const cudaError_t err = cudaMallocHost(&p, bytes);
+    if (err == cudaSuccess) return p;
+    (void)cudaGetLastError();
+    if (err == cudaErrorMemoryAllocation)
+      return Status::resource_exhausted("device " + info().name + ": cudaMallocHost of " + std::to_string(bytes) +
+                                        " bytes failed: out of pinned host memory (" + error_text(err) + ")");
+    return cuda_status(err, "cudaMallocHost(&p, bytes)", __FILE__, __LINE__);
+  }
+
+  void do_deallocate_pinned(void* p, std::size_t) noexcept override {
+    if (use_device()) STRATA_CUDA_RECORD(*this, cudaFreeHost(p));
+  }
+
+  void do_copy(StreamView s, void* dst, const void* src, std::size_t bytes, CopyKind kind) override {
+    if (bytes == 0 || !begin_issue()) return;
+    const cudaMemcpyKind k = kind == CopyKind::kH2D   ? cudaMemcpyHostToDevice
+                             : kind == CopyKind::kD2H ? cudaMemcpyDeviceToHost
+                                                      : cudaMemcpyDeviceToDevice;
+    STRATA_CUDA_RECORD(*this, cudaMemcpyAsync(dst, src, bytes, k, stream(s)));
+  }
+
+  void do_gather_pool(StreamView s, SlotPool pool, const std::vector<LookupFeature>& features) override {
+    if (features.empty() || !begin_issue()) return;
+    cuda_detail::GatherArgs args;
+    args.source.bases[0] = pool.base;
+    args.source.parts = 1;
+    args.source.stride = pool.stride;
+    args.dim = pool.dim;
+    issue_gathers(s, args, features, false);
+  }
+
+  void do_gather_pool_host(StreamView s, RowRef table, const std::vector<LookupFeature>& features) override {
+    if (features.empty() || !begin_issue()) return;
+    if (table.parts < 1 || table.parts > kMaxHostParts) {
+      record_error(Status::invalid_argument("device " + info().name + ": gather_pool_host reads host tables of 1 to " +
+                                            std::to_string(kMaxHostParts) + " parts (NUMA nodes), got " +
+                                            std::to_string(table.parts)));
+      return;
+    }
+    cuda_detail::GatherArgs args;
+    args.source.parts = table.parts;
+    args.source.block_shift = table.block_shift;
+    args.source.stride = table.stride;
+    args.dim = table.dim;
+    for (std::int32_t p = 0; p < table.parts; ++p) {
+      float* host = table.bases[p];
+      if (host_pointer_is_device_pointer_) {
+        args.source.bases[p] = host;
+      } else {
+        // Needs the range registered (mapped) through pinner(); an unregistered one fails here.
+        void* mapped = nullptr;
+        if (!STRATA_CUDA_RECORD(*this, cudaHostGetDevicePointer(&mapped, host, 0))) return;
+        args.source.bases[p] = static_cast<float*>(mapped);
+      }
+    }
+    issue_gathers(s, args, features, true);
+  }
+
+  void do_backward_update(StreamView s, SlotPool pool, const std::vector<UpdateFeature>& features) override {
+    if (features.empty() || !begin_issue()) return;
+    cuda_detail::UpdateArgs args;
+    args.base = pool.base;
+    args.stride = pool.stride;
+    args.dim = pool.dim;
+    for (std::size_t first = 0; first < features.size(); first += kMaxFeaturesPerLaunch) {
+      const std::size_t n = std::min<std::size_t>(kMaxFeaturesPerLaunch, features.size() - first);
+      args.count = static_cast<std::int32_t>(n);
+      args.begin[0] = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const UpdateFeature& f = features[first + i];
+        args.features[i] = {f.offsets, f.weights, f.unique_slots, f.unique_offsets, f.positions, f.bag_of,
+                            f.grads,   f.pooling, f.step};
+        args.begin[i + 1] = args.begin[i] + std::max<std::int64_t>(0, f.num_unique);
+      }
+      if (!STRATA_CUDA_RECORD(*this, cuda_detail::launch_backward_update(args, stream(s), sm_count_))) return;
+    }
+  }
+
+  void do_pack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* dst) override {
+    if (n <= 0 || !begin_issue()) return;
+    STRATA_CUDA_RECORD(*this, cuda_detail::launch_pack_records(pool.base, pool.stride, slots, n, dst, stream(s), sm_count_));
+  }
+
+  void do_unpack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, const float* src) override {
+    if (n <= 0 || !begin_issue()) return;
+    STRATA_CUDA_RECORD(*this,
+                       cuda_detail::launch_unpack_records(pool.base, pool.stride, slots, n, src, stream(s), sm_count_));
+  }
+
+ private:
+  static cudaStream_t stream(StreamView s) {
+    STRATA_CHECK(s.state() != nullptr);  // an empty StreamView would mean the default stream
+    return static_cast<CudaStream*>(s.state())->stream;
+  }
+  static cudaEvent_t event(EventView e) {
+    STRATA_CHECK(e.state() != nullptr);
+    return static_cast<CudaEvent*>(e.state())->event;
+  }
+
+  // Whether to issue a copy, kernel or host task: not after a sticky error (as emu), and only
+  // once this device is current.
+  bool begin_issue() { return !failed() && use_device(); }
+
+  // Table-batched: one launch per kMaxFeaturesPerLaunch features; `args` holds the row source.
+  void issue_gathers(StreamView s, cuda_detail::GatherArgs& args, const std::vector<LookupFeature>& features, bool host) {
+    for (std::size_t first = 0; first < features.size(); first += kMaxFeaturesPerLaunch) {
+      const std::size_t n = std::min<std::size_t>(kMaxFeaturesPerLaunch, features.size() - first);
+      args.count = static_cast<std::int32_t>(n);
+      args.begin[0] = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const LookupFeature& f = features[first + i];
+        args.features[i] = {f.offsets, f.rows, f.weights, f.out, f.pooling};
+        args.begin[i + 1] = args.begin[i] + std::max<std::int64_t>(0, f.pooling == Pooling::kNone ? f.num_keys : f.batch);
+      }
+      const bool launched =
+          host ? STRATA_CUDA_RECORD(*this, cuda_detail::launch_gather_pool_host(args, stream(s), sm_count_))
+               : STRATA_CUDA_RECORD(*this, cuda_detail::launch_gather_pool(args, stream(s), sm_count_));
+      if (!launched) return;
+    }
+  }
+
+  // Runs on a CUDA runtime thread once the work before it is done. Skips the task after a sticky
+  // error, as emu does. It must not call CUDA (the runtime forbids it; so does host_task's contract).
+  static void CUDART_CB run_host_task(void* p) {
+    std::unique_ptr<HostTask> task(static_cast<HostTask*>(p));
+    if (!task->dev->failed()) task->fn();
+  }
+
+  const int ordinal_;
+  const int sm_count_;
+  const bool host_pointer_is_device_pointer_;  // cudaDevAttrCanUseHostPointerForRegisteredMem
+  CudaPinner pinner_;
+  std::mutex error_m_;
+  Status error_;
+  std::atomic<bool> failed_{false};
+};
+
+CudaStream::~CudaStream() {
+  if (!stream) return;
+  if (dev->use_device()) {
+    STRATA_CUDA_RECORD(*dev, cudaStreamSynchronize(stream));
+    STRATA_CUDA_RECORD(*dev, cudaStreamDestroy(stream));
+  }
+}
+
+CudaEvent::~CudaEvent() {
+  if (!event) return;
+  if (dev->use_device()) STRATA_CUDA_RECORD(*dev, cudaEventDestroy(event));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Device>> make_cuda_device(int ordinal, std::size_t capacity) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Status::unavailable("no CUDA GPU is visible: cudaGetDeviceCount failed with " + error_text(err));
+  }
+  if (count == 0) return Status::unavailable("no CUDA GPU is visible (check the driver and CUDA_VISIBLE_DEVICES)");
+  if (ordinal < 0 || ordinal >= count)
+    return Status::unavailable("CUDA device " + std::to_string(ordinal) + " is not visible: " + std::to_string(count) +
+                               " GPU(s) visible, ordinals [0, " + std::to_string(count) + ")");
+  STRATA_CUDA_TRY(cudaSetDevice(ordinal));
+  cudaDeviceProp prop{};
+  STRATA_CUDA_TRY(cudaGetDeviceProperties(&prop, ordinal));
+  std::size_t free_bytes = 0, total_bytes = 0;
+  STRATA_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes));  // also creates the context
+  int sm_count = 0, host_pointer = 0;
+  STRATA_CUDA_TRY(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, ordinal));
+  STRATA_CUDA_TRY(cudaDeviceGetAttribute(&host_pointer, cudaDevAttrCanUseHostPointerForRegisteredMem, ordinal));
+
+  DeviceInfo info;
+  info.backend = Backend::kCuda;
+  info.name = prop.name;
+  info.ordinal = ordinal;
+  info.capacity = capacity > 0 ? std::min(free_bytes, capacity) : free_bytes;
+  info.numa_node = numa_node_of(ordinal);
+  return std::unique_ptr<Device>(std::make_unique<CudaDevice>(std::move(info), sm_count, host_pointer != 0));
+}
+
+int cuda_device_count() noexcept {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+bool cuda_backend_built() noexcept { return true; }
+
+}  // namespace strata::gpu

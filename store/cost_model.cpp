@@ -1,0 +1,348 @@
+#include "store/cost_model.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace strata {
+namespace {
+
+using nlohmann::json;
+
+// The number fields of a profile, in file order, with a pointer to the member they fill.
+struct NumberField {
+  const char* key;
+  ProfileNumber HardwareProfile::*member;
+};
+constexpr NumberField kNumberFields[] = {
+    {"gpus", &HardwareProfile::gpus},
+    {"hbm_gbs", &HardwareProfile::hbm_gbs},
+    {"pcie_h2d_gbs", &HardwareProfile::pcie_h2d_gbs},
+    {"pcie_d2h_gbs", &HardwareProfile::pcie_d2h_gbs},
+    {"pcie_latency_us", &HardwareProfile::pcie_latency_us},
+    {"all_to_all_gbs", &HardwareProfile::all_to_all_gbs},
+    {"kernel_launch_us", &HardwareProfile::kernel_launch_us},
+    {"hbm_capacity_gb", &HardwareProfile::hbm_capacity_gb},
+    {"host_memory_gb", &HardwareProfile::host_memory_gb},
+};
+
+std::string expected_top_level() {
+  std::string s = "name, description, numa_nodes";
+  for (const auto& f : kNumberFields) s += std::string(", ") + f.key;
+  return s;
+}
+
+Result<ProfileNumber> parse_number(const std::string& where, const json& v) {
+  if (!v.is_object())
+    return Status::invalid_argument(where + " must be an object {\"value\": number, \"source\": string} (got " +
+                                    std::string(v.type_name()) + ")");
+  ProfileNumber n;
+  bool have_value = false, have_source = false;
+  for (const auto& [key, x] : v.items()) {
+    if (key == "value") {
+      if (!x.is_number())
+        return Status::invalid_argument(where + ".value must be a number (got " + std::string(x.type_name()) + " " +
+                                        x.dump() + ")");
+      n.value = x.get<double>();
+      have_value = true;
+    } else if (key == "source") {
+      if (!x.is_string())
+        return Status::invalid_argument(where + ".source must be a string (got " + std::string(x.type_name()) + ")");
+      n.source = x.get<std::string>();
+      have_source = true;
+    } else {
+      return Status::invalid_argument(where + ": unknown field '" + key + "' (expected value, source)");
+    }
+  }
+  if (!have_value) return Status::invalid_argument(where + ": missing field 'value'");
+  if (!have_source) return Status::invalid_argument(where + ": missing field 'source'");
+  return n;
+}
+
+// A number for messages: "-1", "1.5", "nan".
+std::string show(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+Status check_number(const std::string& where, const ProfileNumber& n, bool allow_zero) {
+  if (!std::isfinite(n.value) || n.value < 0 || (!allow_zero && n.value == 0))
+    return Status::invalid_argument(where + " = " + show(n.value) + " (expected a finite number " +
+                                    (allow_zero ? ">= 0)" : "> 0)"));
+  if (n.source.empty())
+    return Status::invalid_argument(where + ": empty source (expected where the number comes from)");
+  return Status::ok();
+}
+
+json number_json(const ProfileNumber& n) { return json{{"value", n.value}, {"source", n.source}}; }
+
+// `v` with 3 significant digits and no exponent or trailing zeros: 3.1, 56.4, 420, 0.05.
+std::string sig3(double v) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, v >= 100 ? "%.0f" : v >= 10 ? "%.1f" : "%.2f", v);
+  std::string s = buf;
+  if (s.find('.') != std::string::npos) {
+    while (s.back() == '0') s.pop_back();
+    if (s.back() == '.') s.pop_back();
+  }
+  return s;
+}
+
+// `v` in the largest of `units` (each 1000x the previous) that keeps it >= 1.
+std::string with_unit(double v, const char* const* units, int n_units) {
+  int u = 0;
+  while (u + 1 < n_units && v >= 1000.0) {
+    v /= 1000.0;
+    ++u;
+  }
+  return sig3(v) + " " + units[u];
+}
+
+std::string format_bytes(double b) {
+  static const char* const kUnits[] = {"B", "KB", "MB", "GB", "TB"};
+  return with_unit(b, kUnits, 5);
+}
+
+std::string format_gbs(double g) {
+  static const char* const kUnits[] = {"GB/s", "TB/s"};
+  return with_unit(g, kUnits, 2);
+}
+
+// Seconds as "56.4 ms", "830 us", "1.2 s".
+std::string format_seconds(double s) {
+  if (s >= 1.0) return sig3(s) + " s";
+  if (s >= 1e-3) return sig3(s * 1e3) + " ms";
+  return sig3(s * 1e6) + " us";
+}
+
+double nonneg(double x) { return std::isfinite(x) && x > 0 ? x : 0.0; }
+
+}  // namespace
+
+const char* link_name(Link link) noexcept {
+  switch (link) {
+    case Link::kHbm:
+      return "hbm";
+    case Link::kPcieH2d:
+      return "pcie_h2d";
+    case Link::kPcieD2h:
+      return "pcie_d2h";
+    case Link::kHostDram:
+      return "host_dram";
+    case Link::kAllToAll:
+      return "all_to_all";
+  }
+  return "?";
+}
+
+const char* link_label(Link link) noexcept {
+  switch (link) {
+    case Link::kHbm:
+      return "HBM";
+    case Link::kPcieH2d:
+      return "PCIe H2D";
+    case Link::kPcieD2h:
+      return "PCIe D2H";
+    case Link::kHostDram:
+      return "host DRAM";
+    case Link::kAllToAll:
+      return "all-to-all";
+  }
+  return "?";
+}
+
+namespace {
+
+Status validate_as(const HardwareProfile& p, const std::string& who) {
+  if (p.name.empty()) return Status::invalid_argument(who + ": empty name (expected a short id like h200-pcie5)");
+  for (const auto& f : kNumberFields) {
+    const bool latency = std::strstr(f.key, "_us") != nullptr;
+    STRATA_RETURN_IF_ERROR(check_number(who + ": " + f.key, p.*(f.member), latency));
+  }
+  if (p.gpus.value != std::floor(p.gpus.value) || p.gpus.value < 1)
+    return Status::invalid_argument(who + ": gpus = " + show(p.gpus.value) + " (expected an integer >= 1)");
+  if (p.numa_nodes.empty()) return Status::invalid_argument(who + ": numa_nodes is empty (expected at least one node)");
+  for (std::size_t i = 0; i < p.numa_nodes.size(); ++i) {
+    const std::string where = who + ": numa_nodes[" + std::to_string(i) + "]";
+    STRATA_RETURN_IF_ERROR(check_number(where + ".local_gbs", p.numa_nodes[i].local_gbs, false));
+    STRATA_RETURN_IF_ERROR(check_number(where + ".remote_gbs", p.numa_nodes[i].remote_gbs, false));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status validate(const HardwareProfile& p) { return validate_as(p, "profile '" + p.name + "'"); }
+
+Result<HardwareProfile> parse_hardware_profile(const std::string& json_text, const std::string& origin) {
+  const std::string who = "profile '" + origin + "'";
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    return Status::invalid_argument(who + ": invalid JSON: " + e.what());
+  }
+  if (!j.is_object())
+    return Status::invalid_argument(who + ": expected a JSON object, got " + std::string(j.type_name()));
+  HardwareProfile p;
+  bool have_name = false, have_description = false, have_numa = false;
+  bool have_number[std::size(kNumberFields)] = {};
+  for (const auto& [key, v] : j.items()) {
+    const std::string where = who + ": " + key;
+    if (key == "name" || key == "description") {
+      if (!v.is_string())
+        return Status::invalid_argument(where + " must be a string (got " + std::string(v.type_name()) + ")");
+      (key == "name" ? p.name : p.description) = v.get<std::string>();
+      (key == "name" ? have_name : have_description) = true;
+      continue;
+    }
+    if (key == "numa_nodes") {
+      if (!v.is_array())
+        return Status::invalid_argument(where + " must be an array of {local_gbs, remote_gbs} (got " +
+                                        std::string(v.type_name()) + ")");
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        const std::string node_where = where + "[" + std::to_string(i) + "]";
+        const json& node = v[i];
+        if (!node.is_object())
+          return Status::invalid_argument(node_where + " must be an object (got " + std::string(node.type_name()) +
+                                          ")");
+        NumaNodeProfile n;
+        bool have_local = false, have_remote = false;
+        for (const auto& [nkey, nv] : node.items()) {
+          if (nkey == "local_gbs") {
+            STRATA_ASSIGN_OR_RETURN(n.local_gbs, parse_number(node_where + ".local_gbs", nv));
+            have_local = true;
+          } else if (nkey == "remote_gbs") {
+            STRATA_ASSIGN_OR_RETURN(n.remote_gbs, parse_number(node_where + ".remote_gbs", nv));
+            have_remote = true;
+          } else {
+            return Status::invalid_argument(node_where + ": unknown field '" + nkey +
+                                            "' (expected local_gbs, remote_gbs)");
+          }
+        }
+        if (!have_local) return Status::invalid_argument(node_where + ": missing field 'local_gbs'");
+        if (!have_remote) return Status::invalid_argument(node_where + ": missing field 'remote_gbs'");
+        p.numa_nodes.push_back(std::move(n));
+      }
+      have_numa = true;
+      continue;
+    }
+    bool known = false;
+    for (std::size_t f = 0; f < std::size(kNumberFields); ++f) {
+      if (key == kNumberFields[f].key) {
+        STRATA_ASSIGN_OR_RETURN(p.*(kNumberFields[f].member), parse_number(where, v));
+        have_number[f] = true;
+        known = true;
+        break;
+      }
+    }
+    if (!known)
+      return Status::invalid_argument(who + ": unknown field '" + key + "' (expected " + expected_top_level() + ")");
+  }
+  if (!have_name) return Status::invalid_argument(who + ": missing field 'name'");
+  if (!have_description) return Status::invalid_argument(who + ": missing field 'description'");
+  if (!have_numa) return Status::invalid_argument(who + ": missing field 'numa_nodes'");
+  for (std::size_t f = 0; f < std::size(kNumberFields); ++f)
+    if (!have_number[f]) return Status::invalid_argument(who + ": missing field '" + kNumberFields[f].key + "'");
+  STRATA_RETURN_IF_ERROR(validate_as(p, who));
+  return p;
+}
+
+Result<HardwareProfile> load_hardware_profile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (errno == ENOENT) return Status::not_found("profile file '" + path + "' does not exist");
+    return Status::io_error("cannot open profile file '" + path + "': " + std::strerror(errno));
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return Status::io_error("cannot read profile file '" + path + "': " + std::strerror(errno));
+  return parse_hardware_profile(ss.str(), path);
+}
+
+std::string hardware_profile_to_json(const HardwareProfile& p) {
+  json j = json::object();
+  j["name"] = p.name;
+  j["description"] = p.description;
+  for (const auto& f : kNumberFields) j[f.key] = number_json(p.*(f.member));
+  j["numa_nodes"] = json::array();
+  for (const auto& n : p.numa_nodes)
+    j["numa_nodes"].push_back(json{{"local_gbs", number_json(n.local_gbs)}, {"remote_gbs", number_json(n.remote_gbs)}});
+  return j.dump(2);
+}
+
+ModelledStep model_step(const HardwareProfile& p, const StepBytes& b, const ModelOptions& options) {
+  ModelledStep m;
+  const double ranks = std::max(1, options.ranks_per_host);
+  auto& hbm = m.links[static_cast<int>(Link::kHbm)];
+  auto& h2d = m.links[static_cast<int>(Link::kPcieH2d)];
+  auto& d2h = m.links[static_cast<int>(Link::kPcieD2h)];
+  auto& host = m.links[static_cast<int>(Link::kHostDram)];
+  auto& a2a = m.links[static_cast<int>(Link::kAllToAll)];
+
+  const auto bandwidth_link = [](LinkTime& l, double bytes, double gbs, double latency_s) {
+    l.bytes = bytes;
+    l.gbs = bytes > 0 ? gbs : 0.0;
+    l.seconds = bytes > 0 ? bytes / (gbs * 1e9) + latency_s : 0.0;
+  };
+  bandwidth_link(hbm, nonneg(b.hbm_read) + nonneg(b.hbm_write), p.hbm_gbs.value, 0.0);
+  bandwidth_link(h2d, nonneg(b.h2d), p.pcie_h2d_gbs.value, p.pcie_latency_us.value * 1e-6);
+  bandwidth_link(d2h, nonneg(b.d2h), p.pcie_d2h_gbs.value, p.pcie_latency_us.value * 1e-6);
+  bandwidth_link(a2a, nonneg(b.all_to_all), p.all_to_all_gbs.value, 0.0);
+
+  double local_gbs = 0.0, remote_gbs = 0.0;
+  for (const auto& n : p.numa_nodes) {
+    local_gbs += n.local_gbs.value;
+    remote_gbs += n.remote_gbs.value;
+  }
+  local_gbs /= ranks;
+  remote_gbs /= ranks;
+  const double host_bytes = nonneg(b.host_read) + nonneg(b.host_write);
+  const double remote = std::min(nonneg(b.host_remote), host_bytes);
+  host.bytes = host_bytes;
+  host.seconds = host_bytes > 0 ? (host_bytes - remote) / (local_gbs * 1e9) + remote / (remote_gbs * 1e9) : 0.0;
+  host.gbs = host.seconds > 0 ? host_bytes / host.seconds / 1e9 : 0.0;
+
+  m.launch_s = nonneg(b.launches) * p.kernel_launch_us.value * 1e-6;
+  int slowest = 0;
+  double max_s = 0.0, sum_s = 0.0;
+  for (int i = 0; i < kNumLinks; ++i) {
+    sum_s += m.links[i].seconds;
+    if (m.links[i].seconds > max_s) {
+      max_s = m.links[i].seconds;
+      slowest = i;
+    }
+  }
+  m.step_s = max_s + m.launch_s;
+  m.serial_s = sum_s + m.launch_s;
+
+  if (m.step_s <= 0.0) {
+    m.bottleneck = "none";
+    m.explanation = "idle: no bytes moved and no kernel launches";
+  } else if (m.launch_s > max_s) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.0f", nonneg(b.launches));
+    m.bottleneck = "launch";
+    m.explanation = std::string("launch-bound: ") + buf + " kernel launches at " +
+                    format_seconds(p.kernel_launch_us.value * 1e-6) + " = " + format_seconds(m.launch_s) + " of a " +
+                    format_seconds(m.step_s) + " step";
+  } else {
+    const auto link = static_cast<Link>(slowest);
+    const LinkTime& l = m.links[slowest];
+    m.bottleneck = link_name(link);
+    m.explanation = std::string(link_label(link)) + "-bound: " + format_bytes(l.bytes) + " per step at " +
+                    format_gbs(l.gbs) + " = " + format_seconds(l.seconds) + " of a " + format_seconds(m.step_s) +
+                    " step (serial sum " + format_seconds(m.serial_s) + ")";
+  }
+  return m;
+}
+
+}  // namespace strata

@@ -1,0 +1,141 @@
+#pragma once
+// Cost model: a hardware profile (bandwidths, latencies and capacities, each with its source) and
+// the bytes one training step moves over each link give a modelled step time, the bottleneck
+// link and a one-line explanation ("PCIe H2D-bound: 3.1 GB per step at 55 GB/s ...").
+//
+// Units: bandwidths in GB/s (1e9 bytes per second), latencies in microseconds, capacities in GB
+// (1e9 bytes), byte counts in bytes.
+//
+// Overlap assumption. The links are independent engines (HBM, the PCIe copy engine of each
+// direction, host DRAM, the all-to-all fabric) and a pipelined step keeps them busy at the same
+// time: the prefetcher's H2D copy of batch i+k, the gather kernel of batch i and the write-back of
+// dirty rows overlap. So the modelled step time is
+//
+//   step_s   = max over links of link_s  +  launches * kernel_launch_us
+//   serial_s = sum over links of link_s  +  launches * kernel_launch_us   (no overlap at all)
+//
+// where link_s = bytes / bandwidth (+ the PCIe latency once per direction that moves any bytes).
+// Kernel launches are serial work on the host that the model does not hide. The real step lies
+// between step_s (perfect pipelining) and serial_s (none); both are reported.
+//
+// Host DRAM: host_read + host_write bytes are assumed spread evenly over the NUMA nodes and
+// NUMA-local, except `host_remote` bytes (a part of them) that cross the socket interconnect;
+// local bytes run at the sum of the nodes' local bandwidth, remote bytes at the sum of their remote
+// bandwidth, both divided by ModelOptions::ranks_per_host (ranks sharing the host's memory).
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.hpp"
+
+namespace strata {
+
+/// One number of a hardware profile and where it comes from.
+struct ProfileNumber {
+  double value = 0.0;  ///< the number, in the unit its field names
+  std::string source;  ///< vendor spec sheet (name, URL), published measurement, or "estimate: why"
+};
+
+/// Host DRAM bandwidth of one NUMA node.
+struct NumaNodeProfile {
+  ProfileNumber local_gbs;   ///< sustained read bandwidth of threads on this node from this node's memory
+  ProfileNumber remote_gbs;  ///< sustained read bandwidth of threads on another node from this node's memory
+};
+
+/// Bandwidths, latencies and capacities of one machine, per GPU where a link is per GPU. Every
+/// number carries its source.
+struct HardwareProfile {
+  std::string name;                         ///< short id ("h200-pcie5"), used by --profile
+  std::string description;                  ///< one or two sentences: which machine, and what "per GPU" means here
+  ProfileNumber gpus;                       ///< GPUs in the machine (>= 1, integral)
+  ProfileNumber hbm_gbs;                    ///< sustained HBM bandwidth of one GPU (reads and writes share it)
+  ProfileNumber pcie_h2d_gbs;               ///< sustained host-to-device copy bandwidth of one GPU (pinned memory)
+  ProfileNumber pcie_d2h_gbs;               ///< sustained device-to-host copy bandwidth of one GPU (pinned memory)
+  ProfileNumber pcie_latency_us;            ///< fixed cost of one PCIe copy (API call to completion), each direction
+  std::vector<NumaNodeProfile> numa_nodes;  ///< host DRAM per NUMA node (at least one)
+  ProfileNumber all_to_all_gbs;    ///< sustained all-to-all bandwidth per GPU (NVLink/NVSwitch, PCIe or network)
+  ProfileNumber kernel_launch_us;  ///< host cost of one kernel launch
+  ProfileNumber hbm_capacity_gb;   ///< HBM of one GPU
+  ProfileNumber host_memory_gb;    ///< host memory of the whole machine
+};
+
+/// Parses a profile from JSON text. Format: an object with "name" and "description" (strings),
+/// "numa_nodes" (a non-empty array of {"local_gbs": N, "remote_gbs": N}) and one number object
+/// {"value": number, "source": "non-empty string"} for each other HardwareProfile field, named as
+/// the field. Every field is required; an unknown field at any level is an error. `origin` (a file
+/// name or "<string>") is named in every message, with the field path and what was expected.
+/// The result is validated.
+Result<HardwareProfile> parse_hardware_profile(const std::string& json_text, const std::string& origin);
+
+/// Reads and parses the profile file at `path` (parse_hardware_profile with origin = path).
+/// Errors: not_found / io_error for the file, invalid_argument for its content.
+Result<HardwareProfile> load_hardware_profile(const std::string& path);
+
+/// Checks a profile: name non-empty; every value finite; bandwidths and capacities > 0; latencies
+/// >= 0; gpus an integer >= 1; at least one NUMA node; every source non-empty. The message names
+/// the profile and the field.
+Status validate(const HardwareProfile& profile);
+
+/// The profile as pretty-printed JSON in the format parse_hardware_profile reads.
+std::string hardware_profile_to_json(const HardwareProfile& profile);
+
+/// Bytes one training step moves over each link (of one rank), and its kernel launches.
+struct StepBytes {
+  double hbm_read = 0;     ///< bytes read from HBM
+  double hbm_write = 0;    ///< bytes written to HBM
+  double h2d = 0;          ///< bytes copied host -> device over PCIe
+  double d2h = 0;          ///< bytes copied device -> host over PCIe
+  double host_read = 0;    ///< bytes read from host DRAM
+  double host_write = 0;   ///< bytes written to host DRAM
+  double host_remote = 0;  ///< part of host_read + host_write that crosses NUMA nodes (<= their sum)
+  double all_to_all = 0;   ///< bytes this rank sends in all-to-all exchanges
+  double launches = 0;     ///< kernel launches
+};
+
+/// The links of the model.
+enum class Link : std::uint8_t {
+  kHbm = 0,       ///< GPU memory
+  kPcieH2d = 1,   ///< PCIe host -> device
+  kPcieD2h = 2,   ///< PCIe device -> host
+  kHostDram = 3,  ///< host memory (all NUMA nodes)
+  kAllToAll = 4,  ///< GPU-to-GPU or rank-to-rank exchange
+};
+/// Number of Link values.
+inline constexpr int kNumLinks = 5;
+
+/// Stable name of a link for JSON and reports: "hbm", "pcie_h2d", "pcie_d2h", "host_dram",
+/// "all_to_all".
+const char* link_name(Link link) noexcept;
+/// Human name of a link for explanations: "HBM", "PCIe H2D", "PCIe D2H", "host DRAM", "all-to-all".
+const char* link_label(Link link) noexcept;
+
+/// Time on one link.
+struct LinkTime {
+  double bytes = 0;    ///< bytes over the link per step
+  double gbs = 0;      ///< bandwidth used (effective bandwidth for host DRAM; 0 when unused)
+  double seconds = 0;  ///< bytes / bandwidth, plus the fixed latency where one applies
+};
+
+/// A modelled step.
+struct ModelledStep {
+  std::array<LinkTime, kNumLinks> links{};  ///< indexed by static_cast<int>(Link)
+  double launch_s = 0;                      ///< launches * kernel_launch_us
+  double step_s = 0;                        ///< max over links + launch_s (the overlap assumption above)
+  double serial_s = 0;                      ///< sum over links + launch_s (no overlap)
+  std::string bottleneck;   ///< link_name() of the slowest link, "launch" when launches take longer than every link,
+                            ///< "none" when nothing moves
+  std::string explanation;  ///< one line, e.g. "PCIe H2D-bound: 3.1 GB per step at 55 GB/s = 56.4 ms of a 60.1 ms step"
+};
+
+/// Options of model_step.
+struct ModelOptions {
+  int ranks_per_host = 1;  ///< ranks that share the host's DRAM bandwidth (>= 1; 1 = this rank has all of it)
+};
+
+/// Models one step of `bytes` on `profile` (see the header comment). Requires validate(profile)
+/// OK and non-negative finite byte counts (negative counts are treated as 0). Pure function.
+ModelledStep model_step(const HardwareProfile& profile, const StepBytes& bytes, const ModelOptions& options = {});
+
+}  // namespace strata

@@ -1,0 +1,236 @@
+#include "bench/report_html.hpp"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace strata::bench {
+namespace {
+
+using nlohmann::json;
+
+std::size_t count(const std::string& s, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + what.size())) ++n;
+  return n;
+}
+
+// Checks that every element is closed in order (void elements and self-closing tags aside) and
+// that no raw '<' or '>' appears outside tags. Returns "" when well-formed, else what is wrong.
+std::string check_well_formed(const std::string& html) {
+  static const std::set<std::string> kVoid = {"meta", "br", "hr", "img", "input", "link", "!DOCTYPE"};
+  std::vector<std::string> stack;
+  std::size_t i = 0;
+  while (i < html.size()) {
+    if (html[i] == '>') return "stray '>' at " + std::to_string(i);
+    if (html[i] != '<') {
+      ++i;
+      continue;
+    }
+    const std::size_t end = html.find('>', i);
+    if (end == std::string::npos) return "unterminated tag at " + std::to_string(i);
+    const std::string tag = html.substr(i + 1, end - i - 1);
+    if (tag.find('<') != std::string::npos) return "'<' inside a tag at " + std::to_string(i);
+    i = end + 1;
+    if (tag.empty()) return "empty tag";
+    const bool closing = tag[0] == '/';
+    std::string name = tag.substr(closing ? 1 : 0);
+    name = name.substr(0, name.find_first_of(" \t\n/"));
+    if (closing) {
+      if (stack.empty() || stack.back() != name)
+        return "</" + name + "> closes <" + (stack.empty() ? std::string("nothing") : stack.back()) + ">";
+      stack.pop_back();
+      if (name == "style") continue;
+    } else if (tag.back() == '/' || kVoid.count(name)) {
+      continue;
+    } else {
+      stack.push_back(name);
+      if (name == "style") {  // CSS may hold '>' selectors; skip to </style>
+        const std::size_t close = html.find("</style>", i);
+        if (close == std::string::npos) return "unclosed <style>";
+        i = close;
+      }
+    }
+  }
+  if (!stack.empty()) return "unclosed <" + stack.back() + ">";
+  return "";
+}
+
+// The text of the section with `id` ("" when absent).
+std::string section(const std::string& html, const std::string& id) {
+  const std::size_t at = html.find("id=\"" + id + "\"");
+  if (at == std::string::npos) return "";
+  const std::size_t begin = html.rfind("<section", at);
+  const std::size_t end = html.find("</section>", at);
+  return html.substr(begin, end + 10 - begin);
+}
+
+json full_document() {
+  return json::parse(R"({
+    "title": "Run & <compare>",
+    "machine": {"cpu": "Xeon <fake>", "cores": 2, "numa_nodes": [0, 1]},
+    "workload": {"tables": 26, "dist": "zipf:1.05"},
+    "modes": [
+      {"mode": "cpu", "forward_lookups_per_s": 1.5e8, "train_lookups_per_s": 6.0e7, "samples_per_s": 2.0e6,
+       "step_ms_p50": 4.1, "step_ms_p99": 5.9, "hit_rate": 1.0, "peak_host_bytes": 3.2e9,
+       "bytes_per_step": {"host_read": 3.4e8, "host_write": 1.2e8},
+       "modelled": {"profile": "h200-pcie5", "step_ms": 2.9, "bottleneck": "host_dram",
+                    "explanation": "host DRAM-bound: 460 MB per step at 150 GB/s"}},
+      {"mode": "cached<'x'>", "forward_lookups_per_s": 4.0e8, "train_lookups_per_s": 2.1e8,
+       "step_ms_p50": 1.2, "step_ms_p99": 1.9, "hit_rate": 0.83,
+       "bytes_per_step": {"hbm_read": 2.0e9, "hbm_write": 1.0e9, "h2d": 3.1e8, "d2h": 1.0e8},
+       "modelled": {"profile": "h200-pcie5", "step_ms": 1.1, "bottleneck": "pcie_h2d",
+                    "explanation": "PCIe H2D-bound: 310 MB per step at 55 GB/s <5.6 ms>"}}
+    ],
+    "sweep": [
+      {"mode": "cached", "policy": "lru", "cache_fraction": 0.1, "hit_rate": 0.55},
+      {"mode": "cached", "policy": "lru", "cache_fraction": 0.01, "hit_rate": 0.31},
+      {"mode": "cached", "policy": "lru", "cache_fraction": 0.5, "hit_rate": 0.9},
+      {"mode": "cached", "policy": "belady", "cache_fraction": 0.1, "hit_rate": 0.62},
+      {"mode": "cached", "policy": "belady", "cache_fraction": 0.5, "hit_rate": 0.94}
+    ]
+  })");
+}
+
+TEST(HtmlReport, OneChartPerSectionAndWellFormed) {
+  const std::string html = render_html_report(full_document());
+  EXPECT_EQ(check_well_formed(html), "");
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  const std::vector<std::string> charts = {"throughput", "bytes", "step-time", "hit-rate"};
+  EXPECT_EQ(count(html, "<section class=\"chart\""), charts.size());
+  EXPECT_EQ(count(html, "<svg"), charts.size());
+  EXPECT_EQ(count(html, "</svg>"), charts.size());
+  EXPECT_EQ(count(html, "<section"), count(html, "</section>"));
+  for (const auto& id : charts) {
+    const std::string s = section(html, id);
+    ASSERT_FALSE(s.empty()) << id;
+    EXPECT_EQ(s.rfind("<section class=\"chart\" id=\"" + id + "\">", 0), 0u) << id;
+    EXPECT_EQ(count(s, "<svg"), 1u) << id;
+    EXPECT_EQ(count(s, "</svg>"), 1u) << id;
+  }
+  EXPECT_FALSE(section(html, "summary").empty());
+  EXPECT_FALSE(section(html, "machine").empty());
+  EXPECT_FALSE(section(html, "workload").empty());
+  // Self-contained: no scripts, no external resources.
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_EQ(html.find("src="), std::string::npos);
+  EXPECT_EQ(html.find("href="), std::string::npos);
+  EXPECT_EQ(count(html, "http"), count(html, "http://www.w3.org/2000/svg"));
+}
+
+TEST(HtmlReport, ChartsHoldTheirData) {
+  const std::string html = render_html_report(full_document());
+  const std::string bytes = section(html, "bytes");
+  EXPECT_NE(bytes.find("PCIe H2D"), std::string::npos);
+  EXPECT_NE(bytes.find("310 MB"), std::string::npos);  // a bar's tooltip
+  EXPECT_EQ(bytes.find("all-to-all"), std::string::npos) << "a link no mode reports is left out";
+  const std::string hit = section(html, "hit-rate");
+  EXPECT_EQ(count(hit, "<polyline"), 2u);  // lru and belady
+  EXPECT_EQ(count(hit, "<circle"), 5u);
+  EXPECT_NE(hit.find("cached / lru"), std::string::npos);
+  const std::string step = section(html, "step-time");
+  EXPECT_NE(step.find("h200-pcie5"), std::string::npos);
+  EXPECT_NE(step.find("PCIe H2D-bound: 310 MB per step at 55 GB/s &lt;5.6 ms&gt;"), std::string::npos);
+  const std::string summary = section(html, "summary");
+  EXPECT_NE(summary.find("150 M"), std::string::npos);  // forward lookups/s of cpu
+  EXPECT_NE(summary.find("83%"), std::string::npos);    // hit rate of cached
+  EXPECT_NE(summary.find("pcie_h2d"), std::string::npos);
+}
+
+TEST(HtmlReport, EscapesStrings) {
+  const std::string html = render_html_report(full_document());
+  EXPECT_EQ(html.find("cached<'x'>"), std::string::npos);
+  EXPECT_NE(html.find("cached&lt;&#39;x&#39;&gt;"), std::string::npos);
+  EXPECT_EQ(html.find("Xeon <fake>"), std::string::npos);
+  EXPECT_NE(html.find("Xeon &lt;fake&gt;"), std::string::npos);
+  EXPECT_NE(html.find("<title>Run &amp; &lt;compare&gt;</title>"), std::string::npos);
+  EXPECT_EQ(html_escape("a<b>&\"'"), "a&lt;b&gt;&amp;&quot;&#39;");
+
+  json doc = full_document();
+  doc["modes"][0]["mode"] = "</section><svg><script>alert(1)</script>";
+  const std::string evil = render_html_report(doc);
+  EXPECT_EQ(check_well_formed(evil), "");
+  EXPECT_EQ(evil.find("<script"), std::string::npos);
+  EXPECT_EQ(count(evil, "<svg"), 4u);
+}
+
+TEST(HtmlReport, NoSweepNoHitRateSection) {
+  json doc = full_document();
+  doc.erase("sweep");
+  const std::string html = render_html_report(doc);
+  EXPECT_EQ(check_well_formed(html), "");
+  EXPECT_EQ(html.find("id=\"hit-rate\""), std::string::npos);
+  EXPECT_EQ(count(html, "<section class=\"chart\""), 3u);
+  EXPECT_EQ(count(html, "<svg"), 3u);
+
+  doc["sweep"] = json::array();  // present but empty
+  EXPECT_EQ(render_html_report(doc).find("id=\"hit-rate\""), std::string::npos);
+  doc["sweep"] = json::array({json{{"mode", "cached"}, {"hit_rate", 0.5}}});  // no cache_fraction
+  EXPECT_EQ(render_html_report(doc).find("id=\"hit-rate\""), std::string::npos);
+}
+
+TEST(HtmlReport, MissingFieldsDropChartsWithoutCrashing) {
+  // Nothing at all.
+  for (const json& doc : {json::object(), json(nullptr), json::array(), json("text"), json(3)}) {
+    const std::string html = render_html_report(doc);
+    EXPECT_EQ(check_well_formed(html), "") << doc.dump();
+    EXPECT_EQ(count(html, "<svg"), 0u) << doc.dump();
+    EXPECT_NE(html.find("<title>Strata benchmark report</title>"), std::string::npos);
+  }
+  // Modes with only names: a summary table and no charts.
+  json names = json::parse(R"({"modes": [{"mode": "cpu"}, {"mode": "gpu"}, {"no_mode": 1}, 7]})");
+  std::string html = render_html_report(names);
+  EXPECT_EQ(check_well_formed(html), "");
+  EXPECT_EQ(count(html, "<svg"), 0u);
+  EXPECT_NE(section(html, "summary").find("gpu"), std::string::npos);
+
+  // Wrong types and non-finite numbers count as missing.
+  json wrong = json::parse(R"({"modes": [{"mode": "cpu", "train_lookups_per_s": "fast",
+                                           "bytes_per_step": [1, 2], "modelled": "yes", "hit_rate": null}],
+                               "machine": "not an object", "sweep": {"not": "an array"}})");
+  wrong["modes"][0]["forward_lookups_per_s"] = std::numeric_limits<double>::infinity();
+  wrong["modes"][0]["step_ms_p50"] = std::nan("");
+  html = render_html_report(wrong);
+  EXPECT_EQ(check_well_formed(html), "");
+  EXPECT_EQ(count(html, "<svg"), 0u);
+
+  // One chart's data only.
+  json one = json::parse(R"({"modes": [{"mode": "cpu", "step_ms_p50": 3.0}]})");
+  html = render_html_report(one);
+  EXPECT_EQ(check_well_formed(html), "");
+  EXPECT_EQ(count(html, "<section class=\"chart\""), 1u);
+  EXPECT_FALSE(section(html, "step-time").empty());
+  EXPECT_EQ(count(html, "<svg"), 1u);
+
+  // A zero everywhere still draws (no division by zero in the axis).
+  json zeros = json::parse(R"({"modes": [{"mode": "cpu", "train_lookups_per_s": 0}]})");
+  html = render_html_report(zeros);
+  for (const char* bad : {"\"nan", "\"-nan", "\"inf", ">nan", ">inf"})
+    EXPECT_EQ(html.find(bad), std::string::npos) << bad;
+  EXPECT_EQ(count(html, "<svg"), 1u);
+}
+
+TEST(HtmlReport, TitleOption) {
+  HtmlReportOptions o;
+  o.title = "Mine";
+  EXPECT_NE(render_html_report(full_document(), o).find("<title>Mine</title>"), std::string::npos);
+}
+
+TEST(HtmlReport, WritesFile) {
+  const std::string path = ::testing::TempDir() + "/strata_report_" + std::to_string(::getpid()) + ".html";
+  ASSERT_TRUE(write_html_report(path, full_document()).is_ok());
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, render_html_report(full_document()));
+  EXPECT_EQ(write_html_report("/nonexistent-dir/r.html", full_document()).code(), StatusCode::kIoError);
+}
+
+}  // namespace
+}  // namespace strata::bench
