@@ -17,7 +17,9 @@
 #include <thread>
 
 #include "bench/machine_info.hpp"
+#include "bench/report_html.hpp"
 #include "bench/workload.hpp"
+#include "store/cost_model.hpp"
 #include "store/store.hpp"
 
 namespace strata::bench {
@@ -71,6 +73,8 @@ struct Options {
   int warmup = 3;
   int threads = 2;
   std::string json_out;
+  std::string html_out;
+  std::string profile = "h200-pcie5";
   std::string dump_keys;
   bool progress = true;
 };
@@ -251,6 +255,14 @@ int run(const Options& o_in) {
     std::cerr << "strata-bench: " << c.status().message() << "\n";
     return 2;
   }
+  // --profile NAME (bench/profiles/NAME.json) or a file path.
+  const std::string profile_path = std::ifstream(o.profile).good() ? o.profile : std::string(STRATA_PROFILE_DIR) + "/" + o.profile + ".json";
+  auto profile = load_hardware_profile(profile_path);
+  if (!profile) {
+    std::cerr << "strata-bench: --profile " << o.profile << ": " << profile.status().message()
+              << " (expected h200-pcie5, a100-pcie4, dgx-a100, dgx-h100 or a profile JSON file)\n";
+    return 2;
+  }
   const MachineInfo machine = describe_machine();
   const double table_bytes = static_cast<double>(o.workload.tables) * static_cast<double>(o.workload.rows) *
                              static_cast<double>(o.workload.dim) * 4.0 * (o.optimizer == "adam" ? 3 : o.optimizer == "adagrad" ? 2 : 1);
@@ -296,6 +308,12 @@ int run(const Options& o_in) {
   j["machine"] = to_json(machine);
   j["read_bandwidth_gbs"] = read_gbs;
   j["results"] = json::array();
+  j["profile"] = json::parse(hardware_profile_to_json(profile.value()));
+  json report;  // the HTML report's schema (bench/report_html.hpp)
+  report["title"] = "strata-bench: " + o.modes;
+  report["machine"] = to_json(machine);
+  report["workload"] = j["workload"];
+  report["modes"] = json::array();
   std::printf("\n%-12s %14s %14s %12s %10s %10s %10s %10s %11s\n", "mode", "fwd lookups/s", "train lookups/s", "samples/s",
               "fwd p50 ms", "fwd p99 ms", "trn p50 ms", "trn p99 ms", "gather GB/s");
   for (const auto& r : results) {
@@ -334,6 +352,35 @@ int run(const Options& o_in) {
     }
     m["device"] = r.device;
     m["device_peak_bytes"] = r.device_peak_bytes;
+    StepBytes sb;
+    sb.hbm_read = static_cast<double>(lb.hbm_read) / steps;
+    sb.hbm_write = static_cast<double>(lb.hbm_write) / steps;
+    sb.h2d = static_cast<double>(lb.h2d) / steps;
+    sb.d2h = static_cast<double>(lb.d2h) / steps;
+    sb.host_read = static_cast<double>(lb.host_read_total()) / steps;
+    sb.host_write = static_cast<double>(lb.host_write_total()) / steps;
+    // Host-side kernels (the CPU gather of cpu/offload-cpu, the CPU optimizer of cpu/offload/
+    // offload-cpu) have no counters: add their row traffic (an upper bound: every key's row once).
+    const double row_bytes = r.keys_per_step * o.workload.dim * 4.0;
+    if (r.mode == "cpu" || r.mode == "offload-cpu") sb.host_read += row_bytes;
+    if (r.mode == "cpu" || r.mode == "offload" || r.mode == "offload-cpu") {
+      sb.host_read += row_bytes;
+      sb.host_write += row_bytes;
+    }
+    const ModelledStep ms = model_step(profile.value(), sb);
+    m["modelled"] = {{"profile", profile.value().name}, {"step_ms", ms.step_s * 1e3}, {"serial_ms", ms.serial_s * 1e3},
+                     {"bottleneck", ms.bottleneck}, {"explanation", ms.explanation}};
+    json rm = {{"mode", r.mode},
+               {"forward_lookups_per_s", r.keys_per_step / f50},
+               {"train_lookups_per_s", r.keys_per_step / t50},
+               {"samples_per_s", r.samples_per_step / t50},
+               {"step_ms_p50", t50 * 1e3},
+               {"step_ms_p99", percentile(r.train_s, 0.99) * 1e3},
+               {"peak_device_bytes", r.device_peak_bytes},
+               {"bytes_per_step", m["bytes_per_step"]},
+               {"modelled", m["modelled"]}};
+    if (m.contains("hit_rate")) rm["hit_rate"] = m["hit_rate"];
+    report["modes"].push_back(rm);
     m["forward_step_s"] = r.forward_s;
     m["train_step_s"] = r.train_s;
     j["results"].push_back(m);
@@ -360,6 +407,10 @@ int run(const Options& o_in) {
                 r.device.empty() ? "" : ("device " + r.device).c_str());
   }
   std::printf("sequential read bandwidth (same run, %d threads): %.2f GB/s\n", o.threads, read_gbs);
+  std::printf("\nmodelled on %s (byte counts of this run; see docs/bench.md):\n", profile.value().name.c_str());
+  for (const auto& m : j["results"])
+    std::printf("%-12s %8.2f ms  %s\n", m["mode"].get<std::string>().c_str(), m["modelled"]["step_ms"].get<double>(),
+                m["modelled"]["explanation"].get<std::string>().c_str());
   if (!o.json_out.empty()) {
     std::ofstream f(o.json_out);
     f << j.dump(2) << "\n";
@@ -368,6 +419,13 @@ int run(const Options& o_in) {
       return 1;
     }
     std::printf("wrote %s\n", o.json_out.c_str());
+  }
+  if (!o.html_out.empty()) {
+    if (Status st = write_html_report(o.html_out, report); !st.is_ok()) {
+      std::cerr << "strata-bench: " << st.message() << "\n";
+      return 1;
+    }
+    std::printf("wrote %s\n", o.html_out.c_str());
   }
   return 0;
 }
@@ -401,6 +459,9 @@ int main(int argc, char** argv) {
   app.add_option("--backend", o.backend, "device backend: auto | cuda | emu")->capture_default_str();
   app.add_option("--device-capacity", o.device_capacity, "bytes of device memory to use (0: emu 1 GiB, cuda all)")->capture_default_str();
   app.add_option("--json", o.json_out, "write results as JSON to this file");
+  app.add_option("--html", o.html_out, "write a self-contained HTML report (SVG charts) to this file");
+  app.add_option("--profile", o.profile, "hardware profile for the modelled step time: h200-pcie5 | a100-pcie4 | dgx-a100 | dgx-h100 | FILE")
+      ->capture_default_str();
   app.add_option("--dump-keys", o.dump_keys, "write the batches in the raw trace format (for bench/peers)");
   app.add_flag("!--no-progress", o.progress, "hide the progress bars");
   CLI11_PARSE(app, argc, argv);
