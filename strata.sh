@@ -62,7 +62,7 @@ cmd_bench() {
   local out="results/bench-$(date +%Y%m%d-%H%M%S)"
   mkdir -p "$out"
   log "placement-mode benchmark; results in $out/"
-  ./build/default/bench/strata-bench --json "$out/bench.json" "$@"
+  ./build/default/bench/strata-bench --json "$out/bench.json" --html "$out/bench.html" "$@"
 }
 
 cmd_peers() {
