@@ -267,7 +267,8 @@ Status Store::load(const std::string& dir) {
       for (std::int64_t i = 0; i < n; ++i) {
         const float* rec = recs + i * (mt.dim + mt.state_dim);
         std::memcpy(weights.data() + i * mt.dim, rec, sizeof(float) * static_cast<std::size_t>(mt.dim));
-        std::memcpy(state.data() + i * mt.state_dim, rec + mt.dim, sizeof(float) * static_cast<std::size_t>(mt.state_dim));
+        if (mt.state_dim)  // sgd keeps no state (and an empty vector's data() may be null)
+          std::memcpy(state.data() + i * mt.state_dim, rec + mt.dim, sizeof(float) * static_cast<std::size_t>(mt.state_dim));
       }
       return write_rows(static_cast<int>(ti), r, n, weights.data(), mt.state_dim ? state.data() : nullptr);
     }));
