@@ -12,9 +12,12 @@ Status Staging::reserve(std::size_t mirrored, std::size_t host_only, std::size_t
   mirrored_used_ = host_used_ = dev_used_ = 0;
   if (mirrored <= mirrored_cap_ && host_only <= host_cap_ && dev_only <= dev_cap_) return Status::ok();
   // Grow with headroom so that batches of slowly varying size do not reallocate every time.
-  const std::size_t m = std::max(mirrored, mirrored_cap_ + mirrored_cap_ / 4);
-  const std::size_t h = std::max(host_only, host_cap_ + host_cap_ / 4);
-  const std::size_t d = std::max(dev_only, dev_cap_ + dev_cap_ / 4);
+  // Region sizes stay multiples of kAlign: the host-only and device-only regions start after the
+  // mirrored one, and every allocation in them must stay aligned.
+  auto grow = [](std::size_t want, std::size_t cap) { return (std::max(want, cap + cap / 4) + kAlign - 1) / kAlign * kAlign; };
+  const std::size_t m = grow(mirrored, mirrored_cap_);
+  const std::size_t h = grow(host_only, host_cap_);
+  const std::size_t d = grow(dev_only, dev_cap_);
   host_ = PinnedBuffer();
   dev_ = DeviceBuffer();
   mirrored_cap_ = host_cap_ = dev_cap_ = 0;

@@ -209,5 +209,78 @@ TEST(DeviceModes, DeviceFaultsSurfaceAsStatusAndKeepSavedRowsIntact) {
   EXPECT_LT(faults_seen, runs);  // ...and late faults come after a clean run
 }
 
+// Pipeline stress: a deep pipeline (lookahead 3, six batches in flight) over a cache barely larger
+// than the pinned working set, so nearly every prefetch evicts dirty rows that the batch before it
+// updated, with random delays before every operation on every emulated stream. Outputs and the
+// final state must match the reference exactly; run under the tsan preset it is the race detector.
+TEST(DeviceModes, PipelineStressWithRandomDelaysMatchesTheReference) {
+  for (int policy = 0; policy < 3; ++policy) {
+    std::mt19937_64 rng(11 + static_cast<std::uint64_t>(policy));
+    StoreConfig c;
+    c.threads = 2;
+    c.device.backend = BackendChoice::kEmu;
+    c.device.emu_max_delay_us = 300;
+    c.cache.policy = static_cast<cache::Policy>(policy);
+    c.cache.lookahead = 3;
+    c.cache.max_in_flight = 8;
+    const int depth = 6;
+    for (int t = 0; t < 2; ++t) {
+      TableConfig tc;
+      tc.spec.name = "t" + std::to_string(t);
+      tc.spec.rows = 300;
+      tc.spec.dim = 16;
+      tc.spec.pooling = t == 0 ? Pooling::kSum : Pooling::kMean;
+      tc.spec.optimizer.kind = t == 0 ? OptimizerKind::kAdagrad : OptimizerKind::kAdam;
+      tc.spec.optimizer.learning_rate = 0.05f;
+      tc.placement = Placement::kCached;
+      tc.cache.rows = 24 * depth / 2 + 4;  // both tables share one pool only if shapes match; here they differ
+      c.tables.push_back(tc);
+    }
+    auto dev = Store::open(c);
+    auto ref = open_reference_store(c);
+    ASSERT_TRUE(dev.is_ok()) << dev.status().to_string();
+    std::vector<KeyBatch> batches;
+    const int steps = 40;
+    for (int i = 0; i < steps; ++i) {
+      KeyBatch kb;
+      for (int t = 0; t < 2; ++t) {
+        JaggedKeys f;
+        f.table = "t" + std::to_string(t);
+        f.offsets.push_back(0);
+        for (int b = 0; b < 8; ++b) {
+          for (int k = 0; k < 3; ++k) f.keys.push_back(static_cast<Key>(rng() % 300));
+          f.offsets.push_back(static_cast<std::int64_t>(f.keys.size()));
+        }
+        kb.features.push_back(std::move(f));
+      }
+      batches.push_back(std::move(kb));
+    }
+    for (int i = 0; i < depth; ++i) {
+      ASSERT_TRUE((*dev)->submit(i, batches[static_cast<std::size_t>(i)]).is_ok());
+      ASSERT_TRUE((*ref)->submit(i, batches[static_cast<std::size_t>(i)]).is_ok());
+    }
+    for (int i = 0; i < steps; ++i) {
+      const KeyBatch& kb = batches[static_cast<std::size_t>(i)];
+      Buffers out = make_buffers(c, kb), out_ref = make_buffers(c, kb), grads = make_buffers(c, kb);
+      fill_random(rng, grads);
+      Status st = (*dev)->forward(i, out.views);
+      ASSERT_TRUE(st.is_ok()) << st.to_string();
+      ASSERT_TRUE((*ref)->forward(i, out_ref.views).is_ok());
+      ASSERT_EQ(out.data, out_ref.data) << "policy " << policy << " step " << i;
+      ASSERT_TRUE((*dev)->backward(i, grads.cviews).is_ok());
+      ASSERT_TRUE((*ref)->backward(i, grads.cviews).is_ok());
+      if (i + depth < steps) {
+        st = (*dev)->submit(i + depth, batches[static_cast<std::size_t>(i + depth)]);
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+        ASSERT_TRUE((*ref)->submit(i + depth, batches[static_cast<std::size_t>(i + depth)]).is_ok());
+      }
+    }
+    EXPECT_TRUE(same_state(snapshot(**dev), snapshot(**ref))) << "policy " << policy;
+    const StoreStats stats = (*dev)->stats();
+    ASSERT_EQ(stats.cache.size(), 2u);
+    EXPECT_GT(stats.cache[0].second.writebacks, 50) << "the cache is too large to stress write-back";
+  }
+}
+
 }  // namespace
 }  // namespace strata
