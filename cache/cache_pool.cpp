@@ -55,9 +55,14 @@ std::uint64_t CachePool::score_of(const Slot& s) const noexcept {
     case Policy::kLfu:
       return (std::uint64_t{std::min<std::uint32_t>(s.freq, (1u << 23) - 1)} << 40) | (s.last & ((std::uint64_t{1} << 40) - 1));
     case Policy::kLookahead: {
+      // Rows used again within the window rank above every other row, sooner use higher (Belady
+      // within the window). Rows with no use in the window fall back to LFU order (uses, then
+      // recency), so stale rows leave first instead of ties going to the lowest slot.
       const std::int64_t nu = next_use(s.key);
-      const std::uint64_t soon = nu == kNever ? 0 : (std::uint64_t{1} << 43) - 1 - static_cast<std::uint64_t>(std::min<std::int64_t>(nu, (std::int64_t{1} << 43) - 2));
-      return (soon << 20) | std::min<std::uint32_t>(s.freq, (1u << 20) - 1);
+      if (nu == kNever)
+        return (std::uint64_t{std::min<std::uint32_t>(s.freq, (1u << 22) - 1)} << 40) | (s.last & ((std::uint64_t{1} << 40) - 1));
+      const std::uint64_t soon = (std::uint64_t{1} << 43) - 1 - static_cast<std::uint64_t>(std::min<std::int64_t>(nu, (std::int64_t{1} << 43) - 2));
+      return (std::uint64_t{1} << 63) | (soon << 20) | std::min<std::uint32_t>(s.freq, (1u << 20) - 1);
     }
   }
   return 0;
@@ -228,6 +233,13 @@ PoolPlan CachePool::commit(PoolProbe probe) {
     if (pos != uses.end()) uses.erase(pos);
     if (uses.empty()) future_.erase(it);
   };
+  // Recency follows the order of first use within the batch (features in order, rows in first-use
+  // order), for hits and misses alike, although hits are processed first.
+  std::vector<std::uint64_t> tick_base(probe.features.size());
+  for (std::size_t i = 0; i < probe.features.size(); ++i) {
+    tick_base[i] = tick_;
+    tick_ += probe.features[i].unique->keys.size();
+  }
   // Hits first, so that no victim chosen for a miss is a row this batch uses.
   for (std::size_t i = 0; i < probe.features.size(); ++i) {
     const FeatureKeys& f = probe.features[i];
@@ -241,7 +253,7 @@ PoolPlan CachePool::commit(PoolProbe probe) {
       Slot& s = slots_[static_cast<std::size_t>(slot)];
       pin(s);
       ++s.freq;
-      s.last = ++tick_;
+      s.last = tick_base[i] + u + 1;
       us[u] = slot;
       ++st.hits;
       ++plan.hits;
@@ -273,7 +285,7 @@ PoolPlan CachePool::commit(PoolProbe probe) {
       s.key = cache_key(f.table, row);
       s.table = f.table;
       s.freq = 1;
-      s.last = ++tick_;
+      s.last = tick_base[i] + u + 1;
       index_.insert(s.key, slot);
       ++table_count_[static_cast<std::size_t>(f.table)];
       ++resident_;

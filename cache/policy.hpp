@@ -1,13 +1,13 @@
 #pragma once
 // Replacement policies of the HBM row cache. Each policy is a score per resident slot; the pool
 // evicts the unpinned slot with the lowest score.
-//   lru:       score = time of last use.
+//   lru:       score = time of last use (within a batch: the order of first use).
 //   lfu:       score = (uses while resident, then time of last use to break ties).
-//   lookahead: uses the keys of the batches submitted but not yet planned (the window): score =
-//              (how soon the next use is in the window, 0 when there is none; then uses). So a row
-//              not used again within the window is evicted first (admission: a row used once is
-//              fetched for its batch and is the first to leave), else the row whose next use is
-//              farthest away (Belady within the window); ties by frequency.
+//   lookahead: uses the keys of the batches submitted but not yet planned (the window). Rows used
+//              again within the window rank above all others, the sooner the higher (Belady
+//              within the window); rows with no use in the window are ranked as by lfu and leave
+//              first (admission: a row used once is fetched for its batch and is among the first
+//              to leave).
 
 #include <string>
 

@@ -22,7 +22,7 @@ namespace {
 constexpr std::int64_t kRows = 1000000;
 constexpr std::int64_t kBatch = 4096;  // bags
 constexpr int kBag = 8;                // keys per bag: 32768 lookups, ~12k unique at zipf 1.05
-constexpr int kDistinctBatches = 64;
+constexpr int kDistinctBatches = 256;  // cycled; long enough that the cycle is not a cache working set
 constexpr int kWindow = 4;             // batches pushed beyond the one planned
 
 struct Batches {
@@ -64,7 +64,9 @@ struct Driver {
     pool = std::make_unique<cache::CachePool>(std::move(o));
     for (; pushed < kWindow; ++pushed) pool->window_push(pushed, features(at(pushed)));
   }
-  const UniqueKeys& at(std::int64_t seq) const { return batches().unique[static_cast<std::size_t>(seq % kDistinctBatches)]; }
+  const UniqueKeys& at(std::int64_t seq) const {
+    return batches().unique[static_cast<std::size_t>(seq % kDistinctBatches)];
+  }
   std::int64_t plan(const UniqueKeys& u) {
     pool->window_push(pushed, features(at(pushed)));
     ++pushed;
@@ -92,7 +94,7 @@ void set_label(benchmark::State& state, cache::Policy p, std::int64_t pct) {
 void BM_PlanBatch(benchmark::State& state) {
   const cache::Policy policy = policy_arg(state.range(0));
   Driver d(policy, static_cast<double>(state.range(1)) / 100.0);
-  for (int i = 0; i < 2 * kDistinctBatches; ++i) d.plan(d.at(d.seq));  // warm the cache
+  for (int i = 0; i < kDistinctBatches; ++i) d.plan(d.at(d.seq));  // warm the cache
   std::int64_t unique = 0, lookups = 0;
   for (auto _ : state) {
     unique += d.plan(d.at(d.seq));
@@ -114,7 +116,7 @@ BENCHMARK(BM_PlanBatch)
 void BM_DedupAndPlanBatch(benchmark::State& state) {
   const cache::Policy policy = policy_arg(state.range(0));
   Driver d(policy, static_cast<double>(state.range(1)) / 100.0);
-  for (int i = 0; i < 2 * kDistinctBatches; ++i) d.plan(d.at(d.seq));
+  for (int i = 0; i < kDistinctBatches; ++i) d.plan(d.at(d.seq));
   UniqueKeys u;
   DedupScratch scratch;
   std::int64_t unique = 0, lookups = 0;
