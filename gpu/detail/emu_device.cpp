@@ -192,7 +192,10 @@ class EmuDevice final : public Device {
   void do_deallocate_pinned(void* p, std::size_t) noexcept override { std::free(p); }
 
   void do_copy(StreamView s, void* dst, const void* src, std::size_t bytes, CopyKind) override {
-    stream(s).push({[dst, src, bytes] { std::memcpy(dst, src, bytes); }, false});
+    stream(s).push({[dst, src, bytes] {
+                      if (bytes) std::memcpy(dst, src, bytes);
+                    },
+                    false});
   }
 
   void do_gather_pool(StreamView s, SlotPool pool, const std::vector<LookupFeature>& features) override {

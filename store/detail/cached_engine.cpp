@@ -159,7 +159,8 @@ class CachedEngine final : public Engine {
     dev_.record(b.st->done(), s);
     STRATA_RETURN_IF_ERROR(dev_.synchronize(b.st->done()));
     for (std::size_t i = 0; i < f.feature.size(); ++i)
-      std::memcpy(outputs[static_cast<std::size_t>(f.feature[i])].data, b.host_out[i], out_bytes(b, static_cast<int>(i)));
+      if (const std::size_t n = out_bytes(b, static_cast<int>(i)))  // a feature of zero rows may have null views
+        std::memcpy(outputs[static_cast<std::size_t>(f.feature[i])].data, b.host_out[i], n);
     return Status::ok();
   }
 
@@ -169,6 +170,7 @@ class CachedEngine final : public Engine {
     STRATA_CHECK(b.planned);  // forward came first
     const gpu::StreamView s = compute_.view();
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
+      if (out_bytes(b, static_cast<int>(i)) == 0) continue;
       std::memcpy(b.host_grad[i], grads[static_cast<std::size_t>(f.feature[i])].data, out_bytes(b, static_cast<int>(i)));
       dev_.copy_h2d(s, b.dev_grad[i], b.host_grad[i], out_bytes(b, static_cast<int>(i)));
     }

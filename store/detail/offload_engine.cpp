@@ -104,7 +104,8 @@ class OffloadEngine final : public Engine {
     dev_.record(b.st->done(), s);
     STRATA_RETURN_IF_ERROR(dev_.synchronize(b.st->done()));
     for (std::size_t i = 0; i < f.feature.size(); ++i)
-      std::memcpy(outputs[static_cast<std::size_t>(f.feature[i])].data, b.host_out[i], bytes_of(batch, f, i));
+      if (const std::size_t n = bytes_of(batch, f, i))  // a feature of zero rows may have null views
+        std::memcpy(outputs[static_cast<std::size_t>(f.feature[i])].data, b.host_out[i], n);
     return Status::ok();
   }
 
