@@ -209,6 +209,54 @@ TEST(DeviceModes, DeviceFaultsSurfaceAsStatusAndKeepSavedRowsIntact) {
   EXPECT_LT(faults_seen, runs);  // ...and late faults come after a clean run
 }
 
+// A batch of `bags` bags of `keys` uniform keys for every table of `c`.
+KeyBatch uniform_batch(std::mt19937_64& rng, const StoreConfig& c, int bags, int keys) {
+  KeyBatch kb;
+  for (const auto& t : c.tables) {
+    JaggedKeys f;
+    f.table = t.spec.name;
+    f.offsets.push_back(0);
+    for (int b = 0; b < bags; ++b) {
+      for (int k = 0; k < keys; ++k) f.keys.push_back(static_cast<Key>(rng() % static_cast<std::uint64_t>(t.spec.rows)));
+      f.offsets.push_back(static_cast<std::int64_t>(f.keys.size()));
+    }
+    kb.features.push_back(std::move(f));
+  }
+  return kb;
+}
+
+// Trains `batches` on Store::open(c) and on the reference with `depth` batches submitted ahead;
+// every output and the final state must be equal. Leaves the device store in `dev`.
+void train_and_compare(const StoreConfig& c, const std::vector<KeyBatch>& batches, int depth, std::mt19937_64& rng,
+                       std::unique_ptr<Store>& dev_out) {
+  auto dev = Store::open(c);
+  auto ref = open_reference_store(c);
+  ASSERT_TRUE(dev.is_ok()) << dev.status().to_string();
+  const int steps = static_cast<int>(batches.size());
+  for (int i = 0; i < std::min(depth, steps); ++i) {
+    ASSERT_TRUE((*dev)->submit(i, batches[static_cast<std::size_t>(i)]).is_ok());
+    ASSERT_TRUE((*ref)->submit(i, batches[static_cast<std::size_t>(i)]).is_ok());
+  }
+  for (int i = 0; i < steps; ++i) {
+    const KeyBatch& kb = batches[static_cast<std::size_t>(i)];
+    Buffers out = make_buffers(c, kb), out_ref = make_buffers(c, kb), grads = make_buffers(c, kb);
+    fill_random(rng, grads);
+    Status st = (*dev)->forward(i, out.views);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    ASSERT_TRUE((*ref)->forward(i, out_ref.views).is_ok());
+    ASSERT_EQ(out.data, out_ref.data) << "step " << i;
+    ASSERT_TRUE((*dev)->backward(i, grads.cviews).is_ok());
+    ASSERT_TRUE((*ref)->backward(i, grads.cviews).is_ok());
+    if (i + depth < steps) {
+      st = (*dev)->submit(i + depth, batches[static_cast<std::size_t>(i + depth)]);
+      ASSERT_TRUE(st.is_ok()) << st.to_string();
+      ASSERT_TRUE((*ref)->submit(i + depth, batches[static_cast<std::size_t>(i + depth)]).is_ok());
+    }
+  }
+  ASSERT_TRUE(same_state(snapshot(**dev), snapshot(**ref)));
+  dev_out = std::move(dev).value();
+}
+
 // Pipeline stress: a deep pipeline (lookahead 3, six batches in flight) over a cache barely larger
 // than the pinned working set, so nearly every prefetch evicts dirty rows that the batch before it
 // updated, with random delays before every operation on every emulated stream. Outputs and the
@@ -236,49 +284,47 @@ TEST(DeviceModes, PipelineStressWithRandomDelaysMatchesTheReference) {
       tc.cache.rows = 24 * depth / 2 + 4;  // both tables share one pool only if shapes match; here they differ
       c.tables.push_back(tc);
     }
-    auto dev = Store::open(c);
-    auto ref = open_reference_store(c);
-    ASSERT_TRUE(dev.is_ok()) << dev.status().to_string();
     std::vector<KeyBatch> batches;
     const int steps = 40;
-    for (int i = 0; i < steps; ++i) {
-      KeyBatch kb;
-      for (int t = 0; t < 2; ++t) {
-        JaggedKeys f;
-        f.table = "t" + std::to_string(t);
-        f.offsets.push_back(0);
-        for (int b = 0; b < 8; ++b) {
-          for (int k = 0; k < 3; ++k) f.keys.push_back(static_cast<Key>(rng() % 300));
-          f.offsets.push_back(static_cast<std::int64_t>(f.keys.size()));
-        }
-        kb.features.push_back(std::move(f));
-      }
-      batches.push_back(std::move(kb));
-    }
-    for (int i = 0; i < depth; ++i) {
-      ASSERT_TRUE((*dev)->submit(i, batches[static_cast<std::size_t>(i)]).is_ok());
-      ASSERT_TRUE((*ref)->submit(i, batches[static_cast<std::size_t>(i)]).is_ok());
-    }
-    for (int i = 0; i < steps; ++i) {
-      const KeyBatch& kb = batches[static_cast<std::size_t>(i)];
-      Buffers out = make_buffers(c, kb), out_ref = make_buffers(c, kb), grads = make_buffers(c, kb);
-      fill_random(rng, grads);
-      Status st = (*dev)->forward(i, out.views);
-      ASSERT_TRUE(st.is_ok()) << st.to_string();
-      ASSERT_TRUE((*ref)->forward(i, out_ref.views).is_ok());
-      ASSERT_EQ(out.data, out_ref.data) << "policy " << policy << " step " << i;
-      ASSERT_TRUE((*dev)->backward(i, grads.cviews).is_ok());
-      ASSERT_TRUE((*ref)->backward(i, grads.cviews).is_ok());
-      if (i + depth < steps) {
-        st = (*dev)->submit(i + depth, batches[static_cast<std::size_t>(i + depth)]);
-        ASSERT_TRUE(st.is_ok()) << st.to_string();
-        ASSERT_TRUE((*ref)->submit(i + depth, batches[static_cast<std::size_t>(i + depth)]).is_ok());
-      }
-    }
-    EXPECT_TRUE(same_state(snapshot(**dev), snapshot(**ref))) << "policy " << policy;
-    const StoreStats stats = (*dev)->stats();
+    for (int i = 0; i < steps; ++i) batches.push_back(uniform_batch(rng, c, 8, 3));
+    std::unique_ptr<Store> dev;
+    train_and_compare(c, batches, depth, rng, dev);
+    if (HasFatalFailure()) return;
+    const StoreStats stats = dev->stats();
     ASSERT_EQ(stats.cache.size(), 2u);
     EXPECT_GT(stats.cache[0].second.writebacks, 50) << "the cache is too large to stress write-back";
+  }
+}
+
+// Caches of 1% of the rows, every policy, lookahead 8 with 10 batches in flight, two tables of one
+// shape sharing a pool.
+TEST(DeviceModes, OnePercentCachesMatchTheReference) {
+  for (int policy = 0; policy < 3; ++policy) {
+    std::mt19937_64 rng(21 + static_cast<std::uint64_t>(policy));
+    StoreConfig c;
+    c.threads = 2;
+    c.device.backend = BackendChoice::kEmu;
+    c.cache.policy = static_cast<cache::Policy>(policy);
+    c.cache.lookahead = 8;
+    c.cache.max_in_flight = 10;
+    for (int t = 0; t < 2; ++t) {
+      TableConfig tc;
+      tc.spec.name = "t" + std::to_string(t);
+      tc.spec.rows = 20000;
+      tc.spec.dim = 8;
+      tc.spec.optimizer.kind = OptimizerKind::kRowwiseAdagrad;
+      tc.spec.optimizer.learning_rate = 0.05f;
+      tc.placement = Placement::kCached;
+      tc.cache.fraction = 0.01;  // 200 rows each; the shared pool holds 400
+      c.tables.push_back(tc);
+    }
+    std::vector<KeyBatch> batches;
+    for (int i = 0; i < 30; ++i) batches.push_back(uniform_batch(rng, c, 10, 4));
+    std::unique_ptr<Store> dev;
+    train_and_compare(c, batches, 10, rng, dev);
+    if (HasFatalFailure()) return;
+    const StoreStats stats = dev->stats();
+    EXPECT_GT(stats.cache[0].second.evictions, 100) << "policy " << policy;
   }
 }
 
