@@ -18,6 +18,7 @@
 
 #include "bench/machine_info.hpp"
 #include "bench/report_html.hpp"
+#include "gpu/device.hpp"
 #include "bench/workload.hpp"
 #include "store/cost_model.hpp"
 #include "store/store.hpp"
@@ -118,6 +119,10 @@ Result<StoreConfig> make_config(const Options& o, const std::string& mode) {
   c.threads = o.threads;
   STRATA_ASSIGN_OR_RETURN(c.device.backend, parse_backend(o.backend));
   c.device.capacity = o.device_capacity;
+  // The emulated device's default 1 GiB is a test size; emulate a GPU-sized memory (host RAM is
+  // only used as far as it is allocated). Real GPUs keep all of their free memory.
+  const bool emu = c.device.backend == BackendChoice::kEmu || (c.device.backend == BackendChoice::kAuto && gpu::cuda_device_count() == 0);
+  if (c.device.capacity == 0 && emu) c.device.capacity = std::int64_t{4} << 30;
   c.offload_gather = mode == "offload-cpu" ? OffloadGather::kCpu : OffloadGather::kDevice;
   STRATA_ASSIGN_OR_RETURN(c.cache.policy, cache::parse_policy(o.policy));
   c.cache.lookahead = o.lookahead;
@@ -457,7 +462,7 @@ int main(int argc, char** argv) {
   app.add_option("--lookahead", o.lookahead, "cached: batches the planner sees ahead")->capture_default_str();
   app.add_option("--pipeline", o.pipeline, "batches prefetched ahead of forward (beyond the lookahead)")->capture_default_str();
   app.add_option("--backend", o.backend, "device backend: auto | cuda | emu")->capture_default_str();
-  app.add_option("--device-capacity", o.device_capacity, "bytes of device memory to use (0: emu 1 GiB, cuda all)")->capture_default_str();
+  app.add_option("--device-capacity", o.device_capacity, "bytes of device memory to use (0: emu 4 GiB, cuda all free)")->capture_default_str();
   app.add_option("--json", o.json_out, "write results as JSON to this file");
   app.add_option("--html", o.html_out, "write a self-contained HTML report (SVG charts) to this file");
   app.add_option("--profile", o.profile, "hardware profile for the modelled step time: h200-pcie5 | a100-pcie4 | dgx-a100 | dgx-h100 | FILE")
