@@ -6,13 +6,6 @@ namespace strata::gpu {
 
 const char* to_string(Backend b) noexcept { return b == Backend::kCuda ? "cuda" : "emu"; }
 
-DeviceBuffer::~DeviceBuffer() {
-  if (dev_ && ptr_) dev_->release(ptr_, bytes_);
-}
-PinnedBuffer::~PinnedBuffer() {
-  if (dev_ && ptr_) dev_->release_pinned(ptr_, bytes_);
-}
-
 Result<DeviceBuffer> Device::allocate(std::size_t bytes) {
   if (bytes == 0) return DeviceBuffer();
   std::size_t used = in_use_.load();

@@ -80,63 +80,43 @@ class Event {
   std::unique_ptr<detail::EventState> e_;
 };
 
+namespace detail {
+/// A block from a Device, returned to it on destruction. Move-only. kPinned: page-locked host
+/// memory (PinnedBuffer), else device memory (DeviceBuffer).
+template <bool kPinned>
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Buffer&& o) noexcept { swap(o); }
+  Buffer& operator=(Buffer&& o) noexcept {
+    Buffer t(std::move(o));
+    swap(t);
+    return *this;
+  }
+  ~Buffer();
+  void* data() const noexcept { return ptr_; }
+  template <class T>
+  T* as() const noexcept { return static_cast<T*>(ptr_); }
+  std::size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  friend class strata::gpu::Device;
+  Buffer(Device* d, void* p, std::size_t n) noexcept : dev_(d), ptr_(p), bytes_(n) {}
+  void swap(Buffer& o) noexcept {
+    std::swap(dev_, o.dev_);
+    std::swap(ptr_, o.ptr_);
+    std::swap(bytes_, o.bytes_);
+  }
+  Device* dev_ = nullptr;
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+}  // namespace detail
+
 /// Device memory, freed on destruction. Move-only.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(DeviceBuffer&& o) noexcept { swap(o); }
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-    DeviceBuffer t(std::move(o));
-    swap(t);
-    return *this;
-  }
-  ~DeviceBuffer();
-  void* data() const noexcept { return ptr_; }
-  template <class T>
-  T* as() const noexcept { return static_cast<T*>(ptr_); }
-  std::size_t bytes() const noexcept { return bytes_; }
-
- private:
-  friend class Device;
-  DeviceBuffer(Device* d, void* p, std::size_t n) noexcept : dev_(d), ptr_(p), bytes_(n) {}
-  void swap(DeviceBuffer& o) noexcept {
-    std::swap(dev_, o.dev_);
-    std::swap(ptr_, o.ptr_);
-    std::swap(bytes_, o.bytes_);
-  }
-  Device* dev_ = nullptr;
-  void* ptr_ = nullptr;
-  std::size_t bytes_ = 0;
-};
-
+using DeviceBuffer = detail::Buffer<false>;
 /// Page-locked host memory usable by asynchronous copies. Move-only.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  PinnedBuffer(PinnedBuffer&& o) noexcept { swap(o); }
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-    PinnedBuffer t(std::move(o));
-    swap(t);
-    return *this;
-  }
-  ~PinnedBuffer();
-  void* data() const noexcept { return ptr_; }
-  template <class T>
-  T* as() const noexcept { return static_cast<T*>(ptr_); }
-  std::size_t bytes() const noexcept { return bytes_; }
-
- private:
-  friend class Device;
-  PinnedBuffer(Device* d, void* p, std::size_t n) noexcept : dev_(d), ptr_(p), bytes_(n) {}
-  void swap(PinnedBuffer& o) noexcept {
-    std::swap(dev_, o.dev_);
-    std::swap(ptr_, o.ptr_);
-    std::swap(bytes_, o.bytes_);
-  }
-  Device* dev_ = nullptr;
-  void* ptr_ = nullptr;
-  std::size_t bytes_ = 0;
-};
+using PinnedBuffer = detail::Buffer<true>;
 
 /// Options of the emulated device.
 struct EmuOptions {
@@ -224,8 +204,8 @@ class Device {
   virtual void do_unpack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, const float* src) = 0;
 
  private:
-  friend class DeviceBuffer;
-  friend class PinnedBuffer;
+  template <bool>
+  friend class detail::Buffer;
   void release(void* p, std::size_t bytes) noexcept;
   void release_pinned(void* p, std::size_t bytes) noexcept;
 
@@ -240,6 +220,16 @@ Result<std::unique_ptr<Device>> make_emu_device(const EmuOptions& options = {});
 /// CUDA device `ordinal`: Unavailable when the CUDA backend was not built or no GPU is visible.
 /// `capacity` > 0 caps allocations below the GPU's free memory.
 Result<std::unique_ptr<Device>> make_cuda_device(int ordinal = 0, std::size_t capacity = 0);
+template <bool kPinned>
+detail::Buffer<kPinned>::~Buffer() {
+  if (!dev_ || !ptr_) return;
+  if constexpr (kPinned) {
+    dev_->release_pinned(ptr_, bytes_);
+  } else {
+    dev_->release(ptr_, bytes_);
+  }
+}
+
 /// Number of visible CUDA GPUs (0 when the backend was not built).
 int cuda_device_count() noexcept;
 /// Whether this build contains the CUDA backend.
