@@ -99,17 +99,7 @@ Result<Placement> mode_placement(const std::string& mode) {
 StoreStats stats_delta(const StoreStats& after, const StoreStats& before) {
   StoreStats d = after;
   d.links = after.links - before.links;
-  for (std::size_t i = 0; i < d.cache.size() && i < before.cache.size(); ++i) {
-    cache::CacheStats& c = d.cache[i].second;
-    const cache::CacheStats& b = before.cache[i].second;
-    c.accesses -= b.accesses;
-    c.hits -= b.hits;
-    c.misses -= b.misses;
-    c.evictions -= b.evictions;
-    c.writebacks -= b.writebacks;
-    c.bytes_filled -= b.bytes_filled;
-    c.bytes_written_back -= b.bytes_written_back;
-  }
+  for (std::size_t i = 0; i < d.cache.size() && i < before.cache.size(); ++i) d.cache[i].second -= before.cache[i].second;
   return d;
 }
 

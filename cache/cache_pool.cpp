@@ -16,6 +16,17 @@ CacheStats& CacheStats::operator+=(const CacheStats& o) noexcept {
   return *this;
 }
 
+CacheStats& CacheStats::operator-=(const CacheStats& o) noexcept {
+  accesses -= o.accesses;
+  hits -= o.hits;
+  misses -= o.misses;
+  evictions -= o.evictions;
+  writebacks -= o.writebacks;
+  bytes_filled -= o.bytes_filled;
+  bytes_written_back -= o.bytes_written_back;
+  return *this;
+}
+
 CachePool::CachePool(CachePoolOptions options)
     : opt_(std::move(options)),
       index_(opt_.slots),
@@ -350,10 +361,9 @@ CacheStats CachePool::pool_stats() const {
   return s;
 }
 
-void expand_slots(const UniqueKeys& u, const std::vector<Key>& unique_slots, std::vector<Key>& out) {
-  out.resize(u.positions.size());
+void expand_slots(const UniqueKeys& u, const std::vector<Key>& unique_slots, Key* out) {
   for (std::size_t i = 0; i < unique_slots.size(); ++i)
-    for (std::int64_t p = u.offsets[i]; p < u.offsets[i + 1]; ++p) out[static_cast<std::size_t>(u.positions[static_cast<std::size_t>(p)])] = unique_slots[i];
+    for (std::int64_t p = u.offsets[i]; p < u.offsets[i + 1]; ++p) out[u.positions[static_cast<std::size_t>(p)]] = unique_slots[i];
 }
 
 }  // namespace strata::cache

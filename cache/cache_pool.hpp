@@ -34,6 +34,7 @@ struct CacheStats {
   std::int64_t bytes_written_back = 0; ///< record bytes moved device -> host
   double hit_rate() const noexcept { return accesses ? static_cast<double>(hits) / static_cast<double>(accesses) : 0.0; }
   CacheStats& operator+=(const CacheStats& o) noexcept;
+  CacheStats& operator-=(const CacheStats& o) noexcept;
 };
 
 /// One table served by a pool.
@@ -157,6 +158,7 @@ class CachePool {
 };
 
 /// Expands per-unique slots to per-lookup slots: out[positions[p]] = unique_slots[u] (CSR of `u`).
-void expand_slots(const UniqueKeys& u, const std::vector<Key>& unique_slots, std::vector<Key>& out);
+///   out: (u.positions.size()) host memory.
+void expand_slots(const UniqueKeys& u, const std::vector<Key>& unique_slots, Key* out);
 
 }  // namespace strata::cache

@@ -179,7 +179,8 @@ class Device {
   /// Pooled or unpooled lookup by slot: for each feature, out = pool(rows of `pool` at f.rows).
   void gather_pool(StreamView s, SlotPool pool, const std::vector<LookupFeature>& features);
   /// Zero-copy lookup: the device reads rows of a pinned host table (f.rows are host row ids).
-  /// `table.bases` is read on the host at the call. Counts the rows' bytes as H2D.
+  /// `table.bases` is read on the host at the call. Counts the rows' bytes as H2D and as host DRAM
+  /// reads of node 0 (row ids live in device memory, so the host cannot split them by node).
   void gather_pool_host(StreamView s, RowRef table, const std::vector<LookupFeature>& features);
   /// Fused backward by slot: gradient reduction per unique slot + optimizer, in place in `pool`.
   void backward_update(StreamView s, SlotPool pool, const std::vector<UpdateFeature>& features);

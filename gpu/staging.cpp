@@ -44,4 +44,19 @@ void Staging::upload(StreamView s) {
   if (mirrored_used_ > 0) dev_ptr_->copy_h2d(s, dev_.data(), host_.data(), mirrored_used_);
 }
 
+Result<std::unique_ptr<Staging>> StagingPool::take() {
+  if (!free_.empty()) {
+    auto st = std::move(free_.front());
+    free_.pop_front();
+    STRATA_RETURN_IF_ERROR(dev_->synchronize(st->done()));
+    return st;
+  }
+  STRATA_ASSIGN_OR_RETURN(Staging st, Staging::create(*dev_));
+  return std::make_unique<Staging>(std::move(st));
+}
+
+void StagingPool::give_back(std::unique_ptr<Staging> s) {
+  if (s) free_.push_back(std::move(s));
+}
+
 }  // namespace strata::gpu

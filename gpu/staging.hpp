@@ -6,6 +6,8 @@
 // batch using this staging is done: see done()). Not thread-safe.
 
 #include <cstddef>
+#include <deque>
+#include <memory>
 
 #include "gpu/device.hpp"
 
@@ -62,6 +64,22 @@ class Staging {
   Event done_;
   std::size_t mirrored_cap_ = 0, host_cap_ = 0, dev_cap_ = 0;
   std::size_t mirrored_used_ = 0, host_used_ = 0, dev_used_ = 0;
+};
+
+/// Reusable Staging entries of one device, handed out oldest first so that waiting for an entry's
+/// last use (Staging::done) rarely blocks. Not thread-safe.
+class StagingPool {
+ public:
+  explicit StagingPool(Device& device) : dev_(&device) {}
+  /// A free entry, once its last use has finished (a host sync point), or a new one. Errors: the
+  /// device's sticky error, or event creation failing.
+  Result<std::unique_ptr<Staging>> take();
+  /// Returns an entry; the caller has recorded its done() event after the entry's last use.
+  void give_back(std::unique_ptr<Staging> s);
+
+ private:
+  Device* dev_;
+  std::deque<std::unique_ptr<Staging>> free_;
 };
 
 }  // namespace strata::gpu

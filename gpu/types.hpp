@@ -16,6 +16,7 @@ enum class Backend {
   kEmu = 0,   ///< host memory with a capacity limit, one worker thread per stream
   kCuda = 1,  ///< the CUDA runtime and the kernels in gpu/cuda/
 };
+/// "emu" or "cuda".
 const char* to_string(Backend b) noexcept;
 
 /// A slot pool in device memory: `slots` records of `stride` floats, [weights (dim) | state (state_dim) | pad].

@@ -57,11 +57,15 @@ void dedup_keys(const Key* keys, std::int64_t n, UniqueKeys& u, DedupScratch& sc
   }
 }
 
+void bag_of_positions(const std::int64_t* offsets, std::int64_t batch, std::int32_t* bag) {
+  for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t j = offsets[b]; j < offsets[b + 1]; ++j) bag[j] = static_cast<std::int32_t>(b);
+  }
+}
+
 void bag_of_positions(const std::int64_t* offsets, std::int64_t batch, std::vector<std::int32_t>& bag) {
   bag.resize(static_cast<std::size_t>(batch > 0 ? offsets[batch] : 0));
-  for (std::int64_t b = 0; b < batch; ++b) {
-    for (std::int64_t j = offsets[b]; j < offsets[b + 1]; ++j) bag[static_cast<std::size_t>(j)] = static_cast<std::int32_t>(b);
-  }
+  bag_of_positions(offsets, batch, bag.data());
 }
 
 std::vector<std::int32_t> bag_of_positions(const std::int64_t* offsets, std::int64_t batch) {

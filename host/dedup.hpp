@@ -48,6 +48,8 @@ UniqueKeys dedup_keys(const Key* keys, std::int64_t n);
 
 /// bag_of[j] = the bag of key position j, for offsets (batch + 1); `out` is resized to offsets[batch].
 void bag_of_positions(const std::int64_t* offsets, std::int64_t batch, std::vector<std::int32_t>& out);
+/// The same into `out` (offsets[batch] entries, host memory, e.g. pinned staging).
+void bag_of_positions(const std::int64_t* offsets, std::int64_t batch, std::int32_t* out);
 std::vector<std::int32_t> bag_of_positions(const std::int64_t* offsets, std::int64_t batch);
 
 }  // namespace strata

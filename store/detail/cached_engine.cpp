@@ -128,7 +128,10 @@ class CachedEngine final : public Engine {
       dedup_keys(k.keys.data(), k.num_keys(), b->unique[i], scratch_);
       const int p = where_[static_cast<std::size_t>(f.table[i])].first;
       auto [it, fresh] = work_of.emplace(p, b->work.size());
-      if (fresh) b->work.push_back(PoolWork{p, {}, {}, {}, {}, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr});
+      if (fresh) {
+        b->work.emplace_back();
+        b->work.back().pool = p;
+      }
       b->work[it->second].feats.push_back(static_cast<int>(i));
     }
     STRATA_RETURN_IF_ERROR(check_fits(*b));
@@ -276,18 +279,6 @@ class CachedEngine final : public Engine {
     }
   }
 
-  Result<std::unique_ptr<Staging>> take_staging() {
-    if (!free_.empty()) {
-      // Oldest first: its last use is most likely finished, so the sync below rarely waits.
-      auto st = std::move(free_.front());
-      free_.pop_front();
-      STRATA_RETURN_IF_ERROR(dev_.synchronize(st->done()));
-      return st;
-    }
-    STRATA_ASSIGN_OR_RETURN(Staging st, Staging::create(dev_));
-    return std::make_unique<Staging>(std::move(st));
-  }
-
   // Plans the oldest pending batch and issues its prefetch. All-or-nothing across pools.
   Status plan_front() {
     CachedBatch& b = *pending_.front();
@@ -320,15 +311,15 @@ class CachedEngine final : public Engine {
       }
     }
     std::unique_ptr<Staging> st;
-    STRATA_ASSIGN_OR_RETURN(st, take_staging());
+    STRATA_ASSIGN_OR_RETURN(st, staging_.take());
     Status rs = st->reserve(mirrored, host_only, dev_only);
     if (!rs.is_ok()) {
-      free_.push_back(std::move(st));
+      staging_.give_back(std::move(st));
       return rs.with_context("batch " + std::to_string(b.id));
     }
     auto ready = dev_.create_event();
     if (!ready) {
-      free_.push_back(std::move(st));
+      staging_.give_back(std::move(st));
       return ready.status();
     }
     // From here on nothing fails: commit and issue.
@@ -370,9 +361,7 @@ class CachedEngine final : public Engine {
       auto offs = st.mirrored<std::int64_t>(k.offsets.size());
       std::memcpy(offs.host, k.offsets.data(), k.offsets.size() * sizeof(std::int64_t));
       auto slots = st.mirrored<Key>(n);
-      std::vector<Key> tmp;
-      cache::expand_slots(u, w.plan.unique_slots[j], tmp);
-      if (n) std::memcpy(slots.host, tmp.data(), n * sizeof(Key));
+      cache::expand_slots(u, w.plan.unique_slots[j], slots.host);
       const float* wdev = nullptr;
       if (!k.weights.empty()) {
         auto wt = st.mirrored<float>(n);
@@ -386,11 +375,7 @@ class CachedEngine final : public Engine {
       auto pos = st.mirrored<std::int32_t>(n);
       if (n) std::memcpy(pos.host, u.positions.data(), n * sizeof(std::int32_t));
       auto bag = st.mirrored<std::int32_t>(n);
-      if (spec.pooling != Pooling::kNone && n) {
-        std::int32_t* bo = bag.host;
-        for (std::int64_t bb = 0; bb < k.batch_size(); ++bb)
-          for (std::int64_t p = k.offsets[static_cast<std::size_t>(bb)]; p < k.offsets[static_cast<std::size_t>(bb) + 1]; ++p) bo[p] = static_cast<std::int32_t>(bb);
-      }
+      if (spec.pooling != Pooling::kNone) bag_of_positions(k.offsets.data(), k.batch_size(), bag.host);
       const std::size_t out = out_bytes(b, static_cast<int>(i)) / sizeof(float);
       gpu::LookupFeature lf{offs.dev, k.batch_size(), slots.dev, wdev, k.num_keys(), spec.pooling, st.dev_only<float>(out)};
       b.host_out[i] = st.host_only<float>(out);
@@ -467,7 +452,7 @@ class CachedEngine final : public Engine {
     dev_.record(progress_.view(), compute_.view());
     dev_.record(b.st->done(), compute_.view());
     for (auto& w : b.work) pools_[static_cast<std::size_t>(w.pool)].planner->retire(w.plan, updated);
-    free_.push_back(std::move(b.st));
+    staging_.give_back(std::move(b.st));
     --in_flight_;
   }
 
@@ -479,7 +464,7 @@ class CachedEngine final : public Engine {
   std::vector<Pool> pools_;
   std::vector<std::pair<int, int>> where_;  // global table -> (pool, pool-local index)
   std::deque<CachedBatch*> pending_;        // submitted, not yet planned (the lookahead window), FIFO
-  std::deque<std::unique_ptr<Staging>> free_;
+  gpu::StagingPool staging_{dev_};
   std::unique_ptr<Staging> flush_staging_;
   DedupScratch scratch_;
   std::int64_t next_seq_ = 0;

@@ -1,7 +1,6 @@
 #include "store/detail/offload_engine.hpp"
 
 #include <cstring>
-#include <deque>
 #include <unordered_map>
 
 #include "gpu/staging.hpp"
@@ -17,8 +16,6 @@ struct OffloadBatch final : EngineBatch {
   std::vector<float*> host_out;           // per engine feature, pinned
 };
 
-std::int64_t out_rows(const JaggedKeys& f, Pooling p) { return output_rows(f, p); }
-
 class OffloadEngine final : public Engine {
  public:
   OffloadEngine(const StoreConfig& config, gpu::Device& dev, std::unordered_map<int, HostTableOps> tables, gpu::Stream copy,
@@ -33,7 +30,7 @@ class OffloadEngine final : public Engine {
   Result<std::unique_ptr<EngineBatch>> submit(std::int64_t, const KeyBatch& batch, const EngineFeatures& f) override {
     STRATA_RETURN_IF_ERROR(dev_.status());  // a failed device accepts no more work
     auto b = std::make_unique<OffloadBatch>();
-    STRATA_ASSIGN_OR_RETURN(b->st, take_staging());
+    STRATA_ASSIGN_OR_RETURN(b->st, staging_.take());
     STRATA_ASSIGN_OR_RETURN(b->ready, dev_.create_event());
     const bool zero_copy = config_.offload_gather == OffloadGather::kDevice;
     std::size_t mirrored = 0, outs = 0;
@@ -45,11 +42,11 @@ class OffloadEngine final : public Engine {
                     gpu::Staging::bytes_for<Key>(static_cast<std::size_t>(k.num_keys())) +
                     gpu::Staging::bytes_for<float>(k.weights.size());
       }
-      outs += gpu::Staging::bytes_for<float>(static_cast<std::size_t>(out_rows(k, spec.pooling) * spec.dim));
+      outs += gpu::Staging::bytes_for<float>(static_cast<std::size_t>(output_rows(k, spec.pooling) * spec.dim));
     }
     Status s = b->st->reserve(mirrored, outs, outs);
     if (!s.is_ok()) {
-      free_.push_back(std::move(b->st));
+      staging_.give_back(std::move(b->st));
       return s;
     }
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
@@ -72,7 +69,7 @@ class OffloadEngine final : public Engine {
           lf.weights = w.dev;
         }
       }
-      const std::size_t n = static_cast<std::size_t>(out_rows(k, spec.pooling) * spec.dim);
+      const std::size_t n = static_cast<std::size_t>(output_rows(k, spec.pooling) * spec.dim);
       lf.out = b->st->dev_only<float>(n);
       b->host_out.push_back(b->st->host_only<float>(n));
       b->looks.push_back(lf);
@@ -140,30 +137,16 @@ class OffloadEngine final : public Engine {
   const TableSpec& spec_of(int table) const { return config_.tables[static_cast<std::size_t>(table)].spec; }
   std::size_t bytes_of(const KeyBatch& batch, const EngineFeatures& f, std::size_t i) const {
     const TableSpec& spec = spec_of(f.table[i]);
-    return static_cast<std::size_t>(out_rows(batch.features[static_cast<std::size_t>(f.feature[i])], spec.pooling) * spec.dim) *
+    return static_cast<std::size_t>(output_rows(batch.features[static_cast<std::size_t>(f.feature[i])], spec.pooling) * spec.dim) *
            sizeof(float);
   }
-  Result<std::unique_ptr<gpu::Staging>> take_staging() {
-    if (!free_.empty()) {
-      // Oldest first: its last use is most likely finished, so the sync below rarely waits.
-      auto st = std::move(free_.front());
-      free_.pop_front();
-      // The batch that used it last may still have device work queued (a discard after submit).
-      STRATA_RETURN_IF_ERROR(dev_.synchronize(st->done()));
-      return st;
-    }
-    STRATA_ASSIGN_OR_RETURN(gpu::Staging st, gpu::Staging::create(dev_));
-    return std::make_unique<gpu::Staging>(std::move(st));
-  }
-  void release(OffloadBatch& b) {
-    if (b.st) free_.push_back(std::move(b.st));
-  }
+  void release(OffloadBatch& b) { staging_.give_back(std::move(b.st)); }
 
   const StoreConfig& config_;
   gpu::Device& dev_;
   std::unordered_map<int, HostTableOps> tables_;
   gpu::Stream copy_, compute_;
-  std::deque<std::unique_ptr<gpu::Staging>> free_;
+  gpu::StagingPool staging_{dev_};
 };
 
 }  // namespace

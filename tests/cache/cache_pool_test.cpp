@@ -147,8 +147,7 @@ TEST_P(PolicyConformance, InvalidateDropsOnlyThatTable) {
 INSTANTIATE_TEST_SUITE_P(Policies, PolicyConformance, ::testing::Values(Policy::kLru, Policy::kLfu, Policy::kLookahead),
                          [](const ::testing::TestParamInfo<Policy>& i) { return std::string(to_string(i.param)); });
 
-// Cache of 2; access 1, 2, 1, then 3: LRU evicts 2 (least recent), LFU evicts 2 (used once).
-// Then 2, 3 again ... the policies differ on: 1 x3, 2, 3 -> insert 4 with cache 2 after 1 (freq 3) and 3 (recent).
+// Cache of 2 holding 1 (used three times) and 2 (used last): inserting 3, LRU evicts 1 and LFU evicts 2.
 TEST(Policies, LruEvictsLeastRecentLfuLeastFrequent) {
   for (Policy pol : {Policy::kLru, Policy::kLfu}) {
     CachePool pool(options(2, pol));
@@ -192,6 +191,35 @@ TEST(Policies, LookaheadEvictsTheRowUsedFarthestAheadAndAdmitsOneOffsLast) {
   run(4);  // 3 and 1 have no further use; 5 replaces one of them, 5 itself is next out
   run(5);
   EXPECT_GE(pool.slot_of(0, 2), 0);
+}
+
+// Regression: recency inside a batch follows the order of first use, for hits and misses alike
+// (hits used to be stamped before misses, making a batch's hot rows look older than its new ones).
+TEST(Policies, LruRecencyFollowsFirstUseWithinABatch) {
+  CachePool pool(options(2, Policy::kLru));
+  UniqueKeys b0 = uniq({1}), b1 = uniq({2, 1}), b2 = uniq({3});  // in b1, 2 (a miss) is used before 1 (a hit)
+  pool.retire(plan(pool, 0, 0, b0), false);
+  pool.retire(plan(pool, 1, 0, b1), false);
+  pool.retire(plan(pool, 2, 0, b2), false);
+  EXPECT_EQ(pool.slot_of(0, 2), -1);  // least recently used
+  EXPECT_GE(pool.slot_of(0, 1), 0);
+}
+
+// Regression: rows with no use in the lookahead window are ranked as by LFU (uses, then recency),
+// not left tied (ties went to the lowest slot).
+TEST(Policies, LookaheadRanksRowsOutsideTheWindowByUsesThenRecency) {
+  CachePool pool(options(2, Policy::kLookahead));
+  std::vector<UniqueKeys> b = {uniq({1}), uniq({2}), uniq({2}), uniq({1}), uniq({3})};
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    const std::vector<FeatureKeys> fk = {{0, &b[i]}};
+    pool.window_push(static_cast<std::int64_t>(i), fk);
+    auto p = pool.probe(static_cast<std::int64_t>(i), fk);
+    ASSERT_TRUE(p.is_ok());
+    pool.retire(pool.commit(std::move(p).value()), false);
+  }
+  // 1 (slot 0) and 2 (slot 1) were both used twice; 1 more recently, so 2 made room for 3.
+  EXPECT_GE(pool.slot_of(0, 1), 0);
+  EXPECT_EQ(pool.slot_of(0, 2), -1);
 }
 
 TEST(Policies, ParseRejectsUnknownNames) {
