@@ -34,9 +34,9 @@ STRATA_HD float initial_value(std::uint64_t tseed, std::int64_t row, std::int32_
   return (2.0f * u - 1.0f) * bound;
 }
 
-/// Fills one row (dim floats) with its initial values.
-STRATA_HD void init_row(float* row, std::uint64_t tseed, std::int64_t r, std::int32_t dim, float bound) {
-  for (std::int32_t c = 0; c < dim; ++c) row[c] = initial_value(tseed, r, c, bound);
+/// Fills one row (dim floats) with its initial values: columns col0 .. col0 + dim of row r.
+STRATA_HD void init_row(float* row, std::uint64_t tseed, std::int64_t r, std::int32_t dim, float bound, std::int32_t col0 = 0) {
+  for (std::int32_t c = 0; c < dim; ++c) row[c] = initial_value(tseed, r, col0 + c, bound);
 }
 
 /// Initial optimizer state of one row (state_dim floats).

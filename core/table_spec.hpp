@@ -43,6 +43,14 @@ struct OptimizerSpec {
 struct InitializerSpec {
   float bound = 0.01f;        ///< half-width of the uniform range (>= 0)
   std::uint64_t seed = 0;     ///< seed shared by all tables; the table name is mixed in
+  /// Origin of a shard (set by dispatch for the local part of a sharded table, not by users): local
+  /// row l, column c takes the initial value of row l * row_stride + row_offset, column
+  /// c + col_offset of the whole table, so every shard starts as a slice of the same table.
+  std::int64_t row_stride = 1;
+  std::int64_t row_offset = 0;
+  std::int32_t col_offset = 0;
+  /// Row of the whole table that local row `l` is.
+  std::int64_t global_row(std::int64_t l) const noexcept { return l * row_stride + row_offset; }
 };
 
 /// Complete description of one table.

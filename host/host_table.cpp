@@ -69,10 +69,11 @@ void HostTable::reset() {
   const std::uint64_t tseed = table_seed(spec_.init.seed, table_name_hash(spec_.name));
   const float bound = spec_.init.bound;
   const OptimizerSpec opt = spec_.optimizer;
+  const InitializerSpec init = spec_.init;
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, spec_.rows, 4096), [&](const tbb::blocked_range<std::int64_t>& r) {
     for (std::int64_t i = r.begin(); i < r.end(); ++i) {
       float* rec = ref.row(i);
-      init_row(rec, tseed, i, ref.dim, bound);
+      init_row(rec, tseed, init.global_row(i), ref.dim, bound, init.col_offset);
       init_state(rec + ref.dim, opt, ref.state_dim);
       for (std::int64_t c = ref.dim + ref.state_dim; c < ref.stride; ++c) rec[c] = 0.0f;
     }

@@ -76,6 +76,32 @@ void gather_rows(RowRef t, const Key* keys, const float* weights, std::int64_t n
   });
 }
 
+namespace {
+
+// acc = sum over the uses of unique row u of its gradient contributions, in ascending position
+// order (the one reduction every mode shares, so results are bit-exact between modes).
+inline void reduce_one(const BagsView& bags, Pooling pooling, const UniqueView& unique, const std::int32_t* bag_of,
+                       const float* grads, std::int32_t dim, std::int64_t u, std::int64_t p_end, float* acc) {
+  std::fill(acc, acc + dim, 0.0f);
+  for (std::int64_t p = unique.offsets[u]; p < unique.offsets[u + 1]; ++p) {
+    // Gradient rows are read in a random order from a buffer larger than L2: prefetch them too.
+    if (p + kGradPrefetch < p_end) {
+      const std::int64_t jp = unique.positions[p + kGradPrefetch];
+      prefetch_row(grads + (pooling == Pooling::kNone ? jp : bag_of[jp]) * dim, dim);
+    }
+    const std::int64_t j = unique.positions[p];
+    if (pooling == Pooling::kNone) {
+      row_axpy(acc, grads + j * dim, grad_scale(pooling, 1, bags.weights, j), dim);
+    } else {
+      const std::int64_t b = bag_of[j];
+      const float s = grad_scale(pooling, bags.offsets[b + 1] - bags.offsets[b], bags.weights, j);
+      row_axpy(acc, grads + b * dim, s, dim);
+    }
+  }
+}
+
+}  // namespace
+
 void backward_update(RowRef t, const BagsView& bags, Pooling pooling, UniqueView unique,
                      const std::int32_t* bag_of, const float* grads, const OptimizerStep& step) {
   const std::int32_t dim = t.dim;
@@ -88,25 +114,18 @@ void backward_update(RowRef t, const BagsView& bags, Pooling pooling, UniqueView
       prefetch_row_rw(t.row(unique.keys[u]), rec);
     for (std::int64_t u = r.begin(); u < r.end(); ++u) {
       if (u + kPrefetchDistance < r.end()) prefetch_row_rw(t.row(unique.keys[u + kPrefetchDistance]), rec);
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (std::int64_t p = unique.offsets[u]; p < unique.offsets[u + 1]; ++p) {
-        // Gradient rows are read in a random order from a buffer larger than L2: prefetch them too.
-        if (p + kGradPrefetch < p_end) {
-          const std::int64_t jp = unique.positions[p + kGradPrefetch];
-          prefetch_row(grads + (pooling == Pooling::kNone ? jp : bag_of[jp]) * dim, dim);
-        }
-        const std::int64_t j = unique.positions[p];
-        if (pooling == Pooling::kNone) {
-          row_axpy(acc.data(), grads + j * dim, grad_scale(pooling, 1, bags.weights, j), dim);
-        } else {
-          const std::int64_t b = bag_of[j];
-          const float s = grad_scale(pooling, bags.offsets[b + 1] - bags.offsets[b], bags.weights, j);
-          row_axpy(acc.data(), grads + b * dim, s, dim);
-        }
-      }
+      reduce_one(bags, pooling, unique, bag_of, grads, dim, u, p_end, acc.data());
       float* w = t.row(unique.keys[u]);
       apply_optimizer(step, w, w + dim, acc.data(), dim);
     }
+  });
+}
+
+void reduce_unique_grads(const BagsView& bags, Pooling pooling, UniqueView unique, const std::int32_t* bag_of,
+                         const float* grads, std::int32_t dim, float* out) {
+  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, unique.size, 128), [&](const tbb::blocked_range<std::int64_t>& r) {
+    const std::int64_t p_end = unique.offsets[r.end()];
+    for (std::int64_t u = r.begin(); u < r.end(); ++u) reduce_one(bags, pooling, unique, bag_of, grads, dim, u, p_end, out + u * dim);
   });
 }
 

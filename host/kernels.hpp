@@ -35,4 +35,10 @@ void gather_rows(RowRef table, const Key* keys, const float* weights, std::int64
 void backward_update(RowRef table, const BagsView& bags, Pooling pooling, UniqueView unique,
                      const std::int32_t* bag_of, const float* grads, const OptimizerStep& step);
 
+/// The reduction half of backward_update alone: out[u] = the summed gradient of unique key u
+/// (same order, same arithmetic), (unique.size, dim) host. Used where the rows live elsewhere
+/// (dispatch sends the sums to the ranks that own the rows).
+void reduce_unique_grads(const BagsView& bags, Pooling pooling, UniqueView unique, const std::int32_t* bag_of,
+                         const float* grads, std::int32_t dim, float* out);
+
 }  // namespace strata

@@ -12,9 +12,23 @@
 #include "core/key_batch.hpp"
 #include "gpu/counters.hpp"
 #include "core/status.hpp"
+#include "dispatch/communicator.hpp"
 #include "store/store_config.hpp"
 
 namespace strata {
+
+/// Traffic between ranks and time of the sharded (`gpu`/`hybrid` over a world) tables, this rank's
+/// share since the store was opened.
+struct DispatchStats {
+  int rank = 0, world = 1;
+  std::int64_t batches = 0;              ///< batches exchanged (submitted and looked up)
+  std::int64_t key_bytes = 0, row_bytes = 0, grad_bytes = 0;  ///< exchanged with other ranks (dedup on)
+  std::int64_t bytes_no_dedup = 0;       ///< what keys + rows + gradients would have been without dedup
+  double exchange_seconds = 0;           ///< in collectives (agreement, counts, keys, rows, gradients)
+  double lookup_seconds = 0;             ///< in this rank's shards (the inner engine)
+  double local_seconds = 0;              ///< dedup, pooling and gradient sums at the source
+  std::int64_t bytes() const noexcept { return key_bytes + row_bytes + grad_bytes; }
+};
 
 /// Counters of a store since it was opened (for benchmarks and tuning).
 struct StoreStats {
@@ -22,6 +36,7 @@ struct StoreStats {
   std::string device;                  ///< "" without a device, else "emu" or "cuda <name>"
   gpu::LinkBytes links;                ///< bytes per link counted by the device layer and the prefetcher
   std::size_t device_peak_bytes = 0;   ///< peak device memory allocated
+  DispatchStats dispatch;              ///< sharded tables only
 };
 
 /// An embedding store. Create with Store::open (or open_reference_store for the oracle).
@@ -37,7 +52,16 @@ struct StoreStats {
 class Store {
  public:
   /// Validates the config and builds the tables (allocating and initialising host memory).
+  /// `gpu` tables live on this store's device; `hybrid` tables are sharded over a world of one.
   static Result<std::unique_ptr<Store>> open(const StoreConfig& config);
+  /// One rank of a world: `gpu` and `hybrid` tables are sharded over the ranks of `comm` by each
+  /// table's ShardingPlan (with more than one rank, every table must be `gpu` or `hybrid`). Every
+  /// rank opens its store with the same config, and then makes the same calls in the same order:
+  /// submit/forward/backward/discard of each batch (its own keys; a batch may be empty on some
+  /// ranks), read_rows (and so save/export_npy) are collectives. write_rows/load/import_npy are
+  /// local and must be given the same rows on every rank. open itself is collective: if any rank
+  /// fails, every rank fails.
+  static Result<std::unique_ptr<Store>> open(const StoreConfig& config, std::shared_ptr<dispatch::Communicator> comm);
 
   virtual ~Store() = default;
   Store(const Store&) = delete;

@@ -16,6 +16,8 @@ const char* to_string(Placement p) noexcept {
     case Placement::kCpu: return "cpu";
     case Placement::kOffload: return "offload";
     case Placement::kCached: return "cached";
+    case Placement::kGpu: return "gpu";
+    case Placement::kHybrid: return "hybrid";
   }
   return "?";
 }
@@ -23,8 +25,8 @@ Result<Placement> parse_placement(const std::string& s) {
   if (s == "cpu") return Placement::kCpu;
   if (s == "offload") return Placement::kOffload;
   if (s == "cached") return Placement::kCached;
-  if (s == "gpu" || s == "hybrid")
-    return Status::invalid_argument("placement '" + s + "' is not implemented yet (available: cpu, offload, cached)");
+  if (s == "gpu") return Placement::kGpu;
+  if (s == "hybrid") return Placement::kHybrid;
   return Status::invalid_argument("unknown placement '" + s + "' (expected cpu, offload, cached, gpu or hybrid)");
 }
 const char* to_string(NumaPolicy p) noexcept { return p == NumaPolicy::kBind ? "bind" : "interleave"; }
@@ -74,9 +76,22 @@ Status validate_cache(const TableConfig& t) {
                                     " (expected rows >= 0, bytes >= 0, fraction in [0, 1])");
   if ((c.rows > 0) + (c.bytes > 0) + (c.fraction > 0) > 1)
     return Status::invalid_argument(who + "size is given more than once (set one of rows, bytes, fraction)");
-  if (t.placement != Placement::kCached && (c.rows > 0 || c.bytes > 0 || c.fraction > 0 || c.cap))
-    return Status::invalid_argument(who + "size given but the placement is " + to_string(t.placement) + " (expected cached)");
+  if (t.placement != Placement::kCached && t.placement != Placement::kHybrid && (c.rows > 0 || c.bytes > 0 || c.fraction > 0 || c.cap))
+    return Status::invalid_argument(who + "size given but the placement is " + to_string(t.placement) + " (expected cached or hybrid)");
   return Status::ok();
+}
+
+bool sharded(Placement p) { return p == Placement::kGpu || p == Placement::kHybrid; }
+
+Status validate_sharding(const TableConfig& t) {
+  const dispatch::ShardingPlan& p = t.sharding;
+  const dispatch::ShardingPlan none;
+  if (!sharded(t.placement) && (p.type != none.type || p.owner != none.owner))
+    return Status::invalid_argument("table '" + t.spec.name + "': sharding " + dispatch::to_string(p.type) + " given but the placement is " +
+                                    to_string(t.placement) + " (expected gpu or hybrid)");
+  // The world size is known at open (Store::open checks the plan against it); here the smallest
+  // world the plan can mean.
+  return dispatch::validate_plan(t.spec, p, std::max(1, p.owner + 1));
 }
 }  // namespace
 
@@ -88,6 +103,7 @@ Status validate(const StoreConfig& c) {
     if (!names.insert(t.spec.name).second)
       return Status::invalid_argument("table '" + t.spec.name + "' is defined twice (names must be unique)");
     STRATA_RETURN_IF_ERROR(validate_cache(t));
+    STRATA_RETURN_IF_ERROR(validate_sharding(t));
   }
   if (c.cache.max_in_flight < 1)
     return Status::invalid_argument("cache max_in_flight " + std::to_string(c.cache.max_in_flight) + " must be >= 1");
@@ -185,6 +201,18 @@ Status parse_table(const json& j, std::size_t index, TableConfig& t) {
     STRATA_RETURN_IF_ERROR(get(*it, "bytes", t.cache.bytes, k2, w));
     STRATA_RETURN_IF_ERROR(get(*it, "fraction", t.cache.fraction, k2, w));
     STRATA_RETURN_IF_ERROR(get(*it, "cap", t.cache.cap, k2, w));
+    STRATA_RETURN_IF_ERROR(check_unknown(*it, k2, w));
+  }
+  known.insert("sharding");
+  if (auto it = j.find("sharding"); it != j.end()) {
+    std::set<std::string> k2;
+    const std::string w = where + ".sharding";
+    std::string type = dispatch::to_string(t.sharding.type);
+    STRATA_RETURN_IF_ERROR(get(*it, "type", type, k2, w));
+    auto parsed = dispatch::parse_sharding(type);
+    if (!parsed) return parsed.status().with_context(w);
+    t.sharding.type = parsed.value();
+    STRATA_RETURN_IF_ERROR(get(*it, "owner", t.sharding.owner, k2, w));
     STRATA_RETURN_IF_ERROR(check_unknown(*it, k2, w));
   }
   return check_unknown(j, known, where);
@@ -295,7 +323,8 @@ std::string to_json(const StoreConfig& c) {
                              {"beta2", o.beta2},
                              {"weight_decay", o.weight_decay},
                              {"initial_accumulator", o.initial_accumulator}}},
-                           {"cache", {{"rows", t.cache.rows}, {"bytes", t.cache.bytes}, {"fraction", t.cache.fraction}, {"cap", t.cache.cap}}}});
+                           {"cache", {{"rows", t.cache.rows}, {"bytes", t.cache.bytes}, {"fraction", t.cache.fraction}, {"cap", t.cache.cap}}},
+                           {"sharding", {{"type", dispatch::to_string(t.sharding.type)}, {"owner", t.sharding.owner}}}});
   }
   return j.dump(2);
 }

@@ -7,15 +7,17 @@
 #include "cache/policy.hpp"
 #include "core/status.hpp"
 #include "core/table_spec.hpp"
+#include "dispatch/sharding_plan.hpp"
 
 namespace strata {
 
 /// Where a table's rows live and who computes on them (see ARCHITECTURE.md, "Placement modes").
-/// gpu/hybrid land with the dispatch issue.
 enum class Placement {
   kCpu = 0,      ///< NUMA host arenas, CPU kernels
   kOffload = 1,  ///< pinned host rows; the device reads them zero-copy or the CPU pools them (see OffloadGather)
   kCached = 2,   ///< pinned host rows plus an HBM row cache fed by the prefetcher
+  kGpu = 3,      ///< every row in HBM; sharded over the ranks' devices by the table's ShardingPlan
+  kHybrid = 4,   ///< sharded over the ranks; each rank's shard is `cached` (its host memory + its HBM cache)
 };
 
 /// Size of a `cached` table's share of its slot pool: set at most one of rows, bytes, fraction
@@ -63,7 +65,8 @@ enum class NumaPolicy {
 struct TableConfig {
   TableSpec spec;                       ///< shape, pooling, initializer, optimizer
   Placement placement = Placement::kCpu;///< placement mode of this table
-  TableCacheConfig cache;               ///< `cached` only
+  TableCacheConfig cache;               ///< `cached` and `hybrid` (per rank: a fraction of the rank's shard)
+  dispatch::ShardingPlan sharding;      ///< `gpu` and `hybrid`: how the table is split over the ranks
 };
 
 /// Everything Store::open needs.
@@ -97,11 +100,12 @@ Status validate(const StoreConfig& config);
 /// Parses a JSON config. Schema (every field but tables[].name/rows/dim optional):
 ///   {"threads": 2, "numa": "interleave"|"bind", "numa_node": 0, "huge_pages": true,
 ///    "tables": [{"name": "user", "rows": 1000, "dim": 64, "dtype": "fp32", "pooling": "sum",
-///                "placement": "cpu", "init": {"bound": 0.01, "seed": 0},
+///                "placement": "cpu"|"offload"|"cached"|"gpu"|"hybrid", "init": {"bound": 0.01, "seed": 0},
 ///                "optimizer": {"kind": "adagrad", "learning_rate": 0.01, "eps": 1e-8,
 ///                              "beta1": 0.9, "beta2": 0.999, "weight_decay": 0,
 ///                              "initial_accumulator": 0},
-///                "cache": {"rows": 0, "bytes": 0, "fraction": 0.1, "cap": false}}],
+///                "cache": {"rows": 0, "bytes": 0, "fraction": 0.1, "cap": false},
+///                "sharding": {"type": "replicated"|"table"|"row"|"column", "owner": -1}}],
 ///    "device": {"backend": "auto"|"cuda"|"emu", "ordinal": 0, "capacity": 0,
 ///               "emu_max_delay_us": 0, "emu_fail_after_ops": -1},
 ///    "cache": {"policy": "lru"|"lfu"|"lookahead", "lookahead": 0, "max_in_flight": 8},

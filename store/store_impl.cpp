@@ -4,12 +4,16 @@
 
 #include <tbb/task_arena.h>
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "gpu/device.hpp"
 #include "store/detail/batch_checks.hpp"
 #include "store/detail/cached_engine.hpp"
+#include "dispatch/agreement.hpp"
 #include "store/detail/cpu_engine.hpp"
+#include "store/detail/gpu_engine.hpp"
+#include "store/detail/sharded_engine.hpp"
 #include "store/detail/offload_engine.hpp"
 #include "store/store.hpp"
 
@@ -34,17 +38,20 @@ Result<std::unique_ptr<gpu::Device>> open_device(const DeviceConfig& d, int thre
 
 class StoreImpl final : public Store {
  public:
-  StoreImpl(StoreConfig config, Topology topo)
+  StoreImpl(StoreConfig config, Topology topo, std::shared_ptr<dispatch::Communicator> comm)
       : Store(std::move(config)),
         topo_(std::move(topo)),
+        comm_(std::move(comm)),
         index_(detail::make_table_index(config_)),
         arena_(config_.threads > 0 ? config_.threads : tbb::task_arena::automatic) {}
 
   ~StoreImpl() override {
     // Nothing written is lost on close: cached rows go back to the host tables. (Errors cannot be
     // reported from a destructor; a failing device already reported them to the calls that failed.)
+    // Sorted: with sharded tables discard is collective, and every rank must go in the same order.
     std::vector<std::int64_t> ids;
     for (const auto& b : batches_) ids.push_back(b.first);
+    std::sort(ids.begin(), ids.end());
     for (std::int64_t id : ids) (void)discard(id);
     (void)flush();
   }
@@ -57,13 +64,26 @@ class StoreImpl final : public Store {
     if (config_.numa == NumaPolicy::kBind && config_.numa_node >= topo_.num_nodes())
       return Status::invalid_argument("numa_node " + std::to_string(config_.numa_node) + " out of range [0, " +
                                       std::to_string(topo_.num_nodes()) + ")");
-    std::vector<int> by_mode[3];
-    for (std::size_t t = 0; t < config_.tables.size(); ++t)
-      by_mode[static_cast<int>(config_.tables[t].placement)].push_back(static_cast<int>(t));
+    // Engine groups, in the order engines are asked to accept a batch: those that can refuse one
+    // (caches) first, so a refusal needs no rollback of collective work.
+    enum Group { kSharded, kCachedG, kOffloadG, kCpuG, kGpuG, kGroups };
+    std::vector<int> group[kGroups];
+    for (std::size_t t = 0; t < config_.tables.size(); ++t) {
+      const int ti = static_cast<int>(t);
+      switch (config_.tables[t].placement) {
+        case Placement::kCpu: group[kCpuG].push_back(ti); break;
+        case Placement::kOffload: group[kOffloadG].push_back(ti); break;
+        case Placement::kCached: group[kCachedG].push_back(ti); break;
+        // Without a world, a `gpu` table is a whole table in this device's HBM and a `hybrid` one
+        // is a world of one: its shard is the table, cached in this device's HBM.
+        case Placement::kGpu: group[comm_ ? kSharded : kGpuG].push_back(ti); break;
+        case Placement::kHybrid: group[comm_ ? kSharded : kCachedG].push_back(ti); break;
+      }
+    }
     engine_of_.assign(config_.tables.size(), -1);
     Status status;
     arena_.execute([&] {
-      if (!by_mode[1].empty() || !by_mode[2].empty()) {
+      if (group[kSharded].size() + group[kCachedG].size() + group[kOffloadG].size() + group[kGpuG].size() > 0) {
         auto dev = open_device(config_.device, config_.threads, topo_.num_nodes());
         if (!dev) {
           status = dev.status();
@@ -71,18 +91,22 @@ class StoreImpl final : public Store {
         }
         device_ = std::move(dev).value();
       }
-      // Engines that can refuse a batch (the cache) come first, so a refusal needs no rollback.
-      for (int mode : {2, 1, 0}) {
-        if (by_mode[mode].empty()) continue;
+      for (int g = 0; g < kGroups; ++g) {
+        if (group[g].empty()) continue;
         Result<std::unique_ptr<detail::Engine>> e = Status::internal("unreachable");
-        if (mode == 0) e = detail::make_cpu_engine(topo_, config_, by_mode[mode], ho);
-        if (mode == 1) e = detail::make_offload_engine(topo_, config_, by_mode[mode], ho, *device_);
-        if (mode == 2) e = detail::make_cached_engine(topo_, config_, by_mode[mode], ho, *device_);
+        switch (g) {
+          case kSharded: e = detail::make_sharded_engine(topo_, config_, group[g], ho, *device_, *comm_); break;
+          case kCachedG: e = detail::make_cached_engine(topo_, config_, group[g], ho, *device_); break;
+          case kOffloadG: e = detail::make_offload_engine(topo_, config_, group[g], ho, *device_); break;
+          case kCpuG: e = detail::make_cpu_engine(topo_, config_, group[g], ho); break;
+          case kGpuG: e = detail::make_gpu_engine(config_, group[g], *device_); break;
+        }
         if (!e) {
           status = e.status();
           return;
         }
-        for (int t : by_mode[mode]) engine_of_[static_cast<std::size_t>(t)] = static_cast<int>(engines_.size());
+        for (int t : group[g]) engine_of_[static_cast<std::size_t>(t)] = static_cast<int>(engines_.size());
+        if (e.value()->collective()) collective_ = e.value().get();
         engines_.push_back(std::move(e).value());
       }
     });
@@ -90,8 +114,10 @@ class StoreImpl final : public Store {
   }
 
   Status submit(std::int64_t id, KeyBatch batch) override {
-    if (batches_.count(id)) return detail::duplicate_batch(id);
-    STRATA_ASSIGN_OR_RETURN(std::vector<int> tables, detail::check_batch(id, batch, config_, index_));
+    if (batches_.count(id)) return refuse("submit", id, detail::duplicate_batch(id));
+    auto checked = detail::check_batch(id, batch, config_, index_);
+    if (!checked) return refuse("submit", id, checked.status());
+    std::vector<int> tables = std::move(checked).value();
     Entry e;
     e.batch = std::move(batch);
     e.tables = std::move(tables);
@@ -107,7 +133,7 @@ class StoreImpl final : public Store {
     arena_.execute([&] {
       for (std::size_t k = 0; k < engines_.size() && status.is_ok(); ++k) {
         auto& p = e.parts[k];
-        if (p.features.empty()) continue;
+        if (p.features.empty() && engines_[k].get() != collective_) continue;
         auto b = engines_[k]->submit(id, e.batch, p.features);
         if (!b) {
           status = b.status();
@@ -124,8 +150,9 @@ class StoreImpl final : public Store {
   }
 
   Status forward(std::int64_t id, const std::vector<MatrixView>& outputs) override {
-    STRATA_ASSIGN_OR_RETURN(Entry * found, detail::find_batch(batches_, id, config_, outputs, "output", false));
-    Entry& e = *found;
+    auto found = detail::find_batch(batches_, id, config_, outputs, "output", false);
+    if (!found) return refuse("forward", id, found.status());
+    Entry& e = *found.value();
     Status status;
     arena_.execute([&] {
       for (std::size_t k = 0; k < engines_.size() && status.is_ok(); ++k)
@@ -136,8 +163,9 @@ class StoreImpl final : public Store {
   }
 
   Status backward(std::int64_t id, const std::vector<ConstMatrixView>& grads) override {
-    STRATA_ASSIGN_OR_RETURN(Entry * found, detail::find_batch(batches_, id, config_, grads, "gradient", true));
-    Entry& e = *found;
+    auto found = detail::find_batch(batches_, id, config_, grads, "gradient", true);
+    if (!found) return refuse("backward", id, found.status());
+    Entry& e = *found.value();
     const std::int64_t t = step_ + 1;
     Status status;
     arena_.execute([&] {
@@ -154,7 +182,7 @@ class StoreImpl final : public Store {
 
   Status discard(std::int64_t id) override {
     auto it = batches_.find(id);
-    if (it == batches_.end()) return detail::unknown_batch(id);
+    if (it == batches_.end()) return refuse("discard", id, detail::unknown_batch(id));
     Entry& e = it->second;
     Status status;
     arena_.execute([&] {
@@ -189,13 +217,17 @@ class StoreImpl final : public Store {
       s.links = device_->counters().snapshot();
       s.device_peak_bytes = device_->peak_bytes();
     }
+    if (collective_) collective_->dispatch_stats(s.dispatch);
     return s;
   }
 
   std::int64_t in_flight() const noexcept override { return static_cast<std::int64_t>(batches_.size()); }
 
   Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
-    STRATA_RETURN_IF_ERROR(detail::check_row_range(table, row0, n, config_));
+    Status range = detail::check_row_range(table, row0, n, config_);
+    if (!range.is_ok()) return table >= 0 && static_cast<std::size_t>(table) < config_.tables.size() && &engine(table) == collective_
+                                   ? refuse("read_rows", table * 2 + (state != nullptr), range)
+                                   : range;
     Status status;
     arena_.execute([&] { status = engine(table).read_rows(table, row0, n, weights, state); });
     return status;
@@ -220,27 +252,63 @@ class StoreImpl final : public Store {
     std::vector<Part> parts;  // per engine
     bool forwarded = false;
   };
+  // A call that failed on this rank before reaching the engines: ranks waiting for it in the
+  // same collective call learn why instead of timing out.
+  Status refuse(const char* op, std::int64_t id, const Status& why) {
+    if (!collective_) return why;
+    Status s;
+    arena_.execute([&] { s = collective_->refuse(op, id, why); });
+    return s;
+  }
+
   detail::Engine& engine(int table) { return *engines_[static_cast<std::size_t>(engine_of_[static_cast<std::size_t>(table)])]; }
 
   Topology topo_;
+  std::shared_ptr<dispatch::Communicator> comm_;
   detail::TableIndex index_;
   tbb::task_arena arena_;
   std::unique_ptr<gpu::Device> device_;  // declared before the engines: destroyed after them
   std::vector<std::unique_ptr<detail::Engine>> engines_;
   std::vector<int> engine_of_;
+  detail::Engine* collective_ = nullptr;  // the sharded tables' engine, when there are any
   std::unordered_map<std::int64_t, Entry> batches_;
 };
 
 }  // namespace
 
-Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) {
+Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) { return open(config, nullptr); }
+
+namespace {
+
+Result<std::unique_ptr<Store>> open_rank(const StoreConfig& config, std::shared_ptr<dispatch::Communicator> comm) {
   STRATA_RETURN_IF_ERROR(validate(config));
+  if (comm) {
+    for (std::size_t t = 0; t < config.tables.size(); ++t) {
+      const TableConfig& tc = config.tables[t];
+      if (comm->size() > 1 && tc.placement != Placement::kGpu && tc.placement != Placement::kHybrid)
+        return Status::invalid_argument("table '" + tc.spec.name + "': placement " + to_string(tc.placement) + " serves one rank; in a world of " +
+                                        std::to_string(comm->size()) + " ranks every table must be gpu or hybrid");
+      if (tc.placement == Placement::kGpu || tc.placement == Placement::kHybrid)
+        STRATA_RETURN_IF_ERROR(dispatch::validate_plan(tc.spec, tc.sharding, comm->size()));
+    }
+  }
   Result<Topology> topo = config.fake_numa_nodes > 0 ? Result<Topology>(Topology::fake(config.fake_numa_nodes))
                                                       : Topology::discover();
   if (!topo) return topo.status();
-  auto store = std::make_unique<StoreImpl>(config, std::move(topo).value());
+  auto store = std::make_unique<StoreImpl>(config, std::move(topo).value(), std::move(comm));
   STRATA_RETURN_IF_ERROR(store->init());
   return std::unique_ptr<Store>(std::move(store));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config, std::shared_ptr<dispatch::Communicator> comm) {
+  if (!comm) return open_rank(config, nullptr);
+  auto store = open_rank(config, comm);
+  // Collective: a rank that failed (a shard that does not fit its device, ...) fails them all.
+  Status all = dispatch::agree(*comm, {"open", 0, 0, 0}, store ? Status::ok() : store.status().with_context("rank " + std::to_string(comm->rank())));
+  if (!all.is_ok()) return all;
+  return store;
 }
 
 Result<int> Store::table_index(const std::string& name) const {

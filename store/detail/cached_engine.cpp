@@ -11,6 +11,7 @@
 #include "cache/cache_pool.hpp"
 #include "gpu/staging.hpp"
 #include "store/detail/cpu_engine.hpp"
+#include "store/detail/device_features.hpp"
 
 namespace strata::detail {
 namespace {
@@ -48,8 +49,7 @@ struct CachedBatch final : EngineBatch {
   bool planned = false;
   std::unique_ptr<Staging> st;
   gpu::Event ready;
-  std::vector<float*> host_out, host_grad;  // per engine feature, pinned
-  std::vector<float*> dev_grad;             // per engine feature, device
+  std::vector<DeviceFeature> dev;           // per engine feature
 };
 
 std::vector<cache::FeatureKeys> feature_keys(const CachedBatch& b, const PoolWork& w, const std::vector<std::pair<int, int>>& where) {
@@ -156,15 +156,7 @@ class CachedEngine final : public Engine {
     const gpu::StreamView s = compute_.view();
     dev_.wait(s, b.ready.view());
     for (auto& w : b.work) dev_.gather_pool(s, pools_[static_cast<std::size_t>(w.pool)].view, w.looks);
-    for (auto& w : b.work)
-      for (std::size_t j = 0; j < w.feats.size(); ++j)
-        dev_.copy_d2h(s, b.host_out[static_cast<std::size_t>(w.feats[j])], w.looks[j].out, out_bytes(b, w.feats[j]));
-    dev_.record(b.st->done(), s);
-    STRATA_RETURN_IF_ERROR(dev_.synchronize(b.st->done()));
-    for (std::size_t i = 0; i < f.feature.size(); ++i)
-      if (const std::size_t n = out_bytes(b, static_cast<int>(i)))  // a feature of zero rows may have null views
-        std::memcpy(outputs[static_cast<std::size_t>(f.feature[i])].data, b.host_out[i], n);
-    return Status::ok();
+    return copy_outputs(dev_, s, *b.st, b.dev, f.feature, outputs);
   }
 
   Status backward(EngineBatch& eb, const KeyBatch&, const EngineFeatures& f, const std::vector<ConstMatrixView>& grads,
@@ -172,11 +164,7 @@ class CachedEngine final : public Engine {
     auto& b = static_cast<CachedBatch&>(eb);
     STRATA_CHECK(b.planned);  // forward came first
     const gpu::StreamView s = compute_.view();
-    for (std::size_t i = 0; i < f.feature.size(); ++i) {
-      if (out_bytes(b, static_cast<int>(i)) == 0) continue;
-      std::memcpy(b.host_grad[i], grads[static_cast<std::size_t>(f.feature[i])].data, out_bytes(b, static_cast<int>(i)));
-      dev_.copy_h2d(s, b.dev_grad[i], b.host_grad[i], out_bytes(b, static_cast<int>(i)));
-    }
+    copy_gradients(dev_, s, b.dev, f.feature, grads);
     for (auto& w : b.work) {
       for (std::size_t j = 0; j < w.feats.size(); ++j)
         w.updates[j].step = make_optimizer_step(spec_of(f.table[static_cast<std::size_t>(w.feats[j])]).optimizer, t);
@@ -241,11 +229,6 @@ class CachedEngine final : public Engine {
 
  private:
   const TableSpec& spec_of(int table) const { return config_.tables[static_cast<std::size_t>(table)].spec; }
-  std::size_t out_bytes(const CachedBatch& b, int i) const {
-    const TableSpec& spec = spec_of(b.features.table[static_cast<std::size_t>(i)]);
-    return static_cast<std::size_t>(output_rows(b.feats[static_cast<std::size_t>(b.features.feature[static_cast<std::size_t>(i)])], spec.pooling) *
-                                    spec.dim) * sizeof(float);
-  }
 
   // Static capacity checks, so a batch that can never fit is refused at submit.
   Status check_fits(const CachedBatch& b) const {
@@ -299,16 +282,10 @@ class CachedEngine final : public Engine {
       mirrored += 2 * Staging::bytes_for<Key>(static_cast<std::size_t>(misses));
       host_only += 2 * Staging::bytes_for<float>(static_cast<std::size_t>(misses) * rec);
       dev_only += 2 * Staging::bytes_for<float>(static_cast<std::size_t>(misses) * rec);
-      for (int i : w.feats) {
-        const JaggedKeys& k2 = b.feats[static_cast<std::size_t>(b.features.feature[static_cast<std::size_t>(i)])];
-        const std::size_t n = static_cast<std::size_t>(k2.num_keys()), U = static_cast<std::size_t>(b.unique[static_cast<std::size_t>(i)].size());
-        mirrored += Staging::bytes_for<std::int64_t>(static_cast<std::size_t>(k2.batch_size() + 1)) + Staging::bytes_for<Key>(n) +
-                    Staging::bytes_for<float>(k2.weights.size()) + Staging::bytes_for<Key>(U) + Staging::bytes_for<std::int64_t>(U + 1) +
-                    2 * Staging::bytes_for<std::int32_t>(n);
-        const std::size_t out = Staging::bytes_for<float>(out_bytes(b, i) / sizeof(float));
-        host_only += 2 * out;
-        dev_only += 2 * out;
-      }
+      for (int i : w.feats)
+        add_feature_bytes(b.feats[static_cast<std::size_t>(b.features.feature[static_cast<std::size_t>(i)])],
+                          spec_of(b.features.table[static_cast<std::size_t>(i)]), b.unique[static_cast<std::size_t>(i)].size(),
+                          mirrored, host_only, dev_only);
     }
     std::unique_ptr<Staging> st;
     STRATA_ASSIGN_OR_RETURN(st, staging_.take());
@@ -325,9 +302,7 @@ class CachedEngine final : public Engine {
     // From here on nothing fails: commit and issue.
     b.st = std::move(st);
     b.ready = std::move(ready).value();
-    b.host_out.assign(b.features.feature.size(), nullptr);
-    b.host_grad.assign(b.features.feature.size(), nullptr);
-    b.dev_grad.assign(b.features.feature.size(), nullptr);
+    b.dev.resize(b.features.feature.size());
     const gpu::StreamView s = copy_.view();
     for (std::size_t k = 0; k < b.work.size(); ++k) {
       PoolWork& w = b.work[k];
@@ -354,47 +329,10 @@ class CachedEngine final : public Engine {
     const std::size_t rec = static_cast<std::size_t>(pools_[static_cast<std::size_t>(w.pool)].view.stride);
     for (std::size_t j = 0; j < w.feats.size(); ++j) {
       const std::size_t i = static_cast<std::size_t>(w.feats[j]);
-      const JaggedKeys& k = b.feats[static_cast<std::size_t>(b.features.feature[i])];
-      const TableSpec& spec = spec_of(b.features.table[i]);
-      const UniqueKeys& u = b.unique[i];
-      const std::size_t n = static_cast<std::size_t>(k.num_keys());
-      auto offs = st.mirrored<std::int64_t>(k.offsets.size());
-      std::memcpy(offs.host, k.offsets.data(), k.offsets.size() * sizeof(std::int64_t));
-      auto slots = st.mirrored<Key>(n);
-      cache::expand_slots(u, w.plan.unique_slots[j], slots.host);
-      const float* wdev = nullptr;
-      if (!k.weights.empty()) {
-        auto wt = st.mirrored<float>(n);
-        std::memcpy(wt.host, k.weights.data(), n * sizeof(float));
-        wdev = wt.dev;
-      }
-      auto us = st.mirrored<Key>(static_cast<std::size_t>(u.size()));
-      if (u.size()) std::memcpy(us.host, w.plan.unique_slots[j].data(), static_cast<std::size_t>(u.size()) * sizeof(Key));
-      auto uo = st.mirrored<std::int64_t>(u.offsets.size());
-      std::memcpy(uo.host, u.offsets.data(), u.offsets.size() * sizeof(std::int64_t));
-      auto pos = st.mirrored<std::int32_t>(n);
-      if (n) std::memcpy(pos.host, u.positions.data(), n * sizeof(std::int32_t));
-      auto bag = st.mirrored<std::int32_t>(n);
-      if (spec.pooling != Pooling::kNone) bag_of_positions(k.offsets.data(), k.batch_size(), bag.host);
-      const std::size_t out = out_bytes(b, static_cast<int>(i)) / sizeof(float);
-      gpu::LookupFeature lf{offs.dev, k.batch_size(), slots.dev, wdev, k.num_keys(), spec.pooling, st.dev_only<float>(out)};
-      b.host_out[i] = st.host_only<float>(out);
-      b.host_grad[i] = st.host_only<float>(out);
-      b.dev_grad[i] = st.dev_only<float>(out);
-      gpu::UpdateFeature uf;
-      uf.offsets = offs.dev;
-      uf.batch = k.batch_size();
-      uf.weights = wdev;
-      uf.num_keys = k.num_keys();
-      uf.pooling = spec.pooling;
-      uf.unique_slots = us.dev;
-      uf.unique_offsets = uo.dev;
-      uf.positions = pos.dev;
-      uf.bag_of = bag.dev;
-      uf.num_unique = u.size();
-      uf.grads = b.dev_grad[i];
-      w.looks.push_back(lf);
-      w.updates.push_back(uf);
+      b.dev[i] = stage_feature(st, b.feats[static_cast<std::size_t>(b.features.feature[i])], spec_of(b.features.table[i]), b.unique[i],
+                               w.plan.unique_slots[j]);
+      w.looks.push_back(b.dev[i].look);
+      w.updates.push_back(b.dev[i].update);
     }
     const std::size_t W = w.plan.writebacks.size(), F = w.plan.fills.size();
     auto wb = st.mirrored<Key>(W);

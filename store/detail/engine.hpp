@@ -11,6 +11,7 @@
 #include "cache/cache_pool.hpp"
 #include "core/key_batch.hpp"
 #include "core/status.hpp"
+#include "store/store.hpp"
 
 namespace strata::detail {
 
@@ -47,6 +48,15 @@ class Engine {
   virtual Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) = 0;
   /// Per-table cache statistics (global table index), for engines that cache.
   virtual void cache_stats(std::vector<std::pair<int, cache::CacheStats>>&) const {}
+  /// Traffic between ranks and where the time went, for engines that dispatch.
+  virtual void dispatch_stats(DispatchStats&) const {}
+
+  /// Collective engines (sharded tables) take part in every submit/forward/backward/discard and
+  /// read_rows of their tables on every rank, even with no features of their own in a batch.
+  virtual bool collective() const noexcept { return false; }
+  /// For collective engines: this rank failed `op` on `id` before reaching the engine (bad input);
+  /// tells the other ranks, which are waiting in the same call, and returns `why`.
+  virtual Status refuse(const char* /*op*/, std::int64_t /*id*/, const Status& why) { return why; }
 };
 
 }  // namespace strata::detail

@@ -3,6 +3,8 @@
 // store and the reference so every implementation rejects input the same way.
 #include <gtest/gtest.h>
 
+#include "dispatch/local_communicator.hpp"
+
 #include "tests/store/store_test_util.hpp"
 
 namespace strata {
@@ -161,13 +163,29 @@ Result<std::unique_ptr<Store>> open_as(StoreConfig c, Placement p) {
 }
 Result<std::unique_ptr<Store>> open_offload(const StoreConfig& c) { return open_as(c, Placement::kOffload); }
 Result<std::unique_ptr<Store>> open_cached(const StoreConfig& c) { return open_as(c, Placement::kCached); }
+Result<std::unique_ptr<Store>> open_gpu(const StoreConfig& c) { return open_as(c, Placement::kGpu); }
+Result<std::unique_ptr<Store>> open_hybrid(const StoreConfig& c) { return open_as(c, Placement::kHybrid); }
+// Sharded tables in a world of one rank: the dispatch path (agreement, exchange) with one rank.
+Result<std::unique_ptr<Store>> open_sharded(const StoreConfig& config, Placement p) {
+  StoreConfig c = config;
+  for (auto& t : c.tables) t.placement = p;
+  c.device.backend = BackendChoice::kEmu;
+  auto group = dispatch::make_local_group(1);
+  if (!group) return group.status();
+  return Store::open(c, std::shared_ptr<dispatch::Communicator>(std::move(group.value()[0])));
+}
+Result<std::unique_ptr<Store>> open_sharded_gpu(const StoreConfig& c) { return open_sharded(c, Placement::kGpu); }
+Result<std::unique_ptr<Store>> open_sharded_hybrid(const StoreConfig& c) { return open_sharded(c, Placement::kHybrid); }
+Result<std::unique_ptr<Store>> open_cpu(const StoreConfig& c) { return Store::open(c); }
 
 std::string store_name(const ::testing::TestParamInfo<Opener>& info) {
-  static const char* const kNames[] = {"cpu", "reference", "offload", "cached"};
+  static const char* const kNames[] = {"cpu", "reference", "offload", "cached", "gpu", "hybrid", "sharded_gpu", "sharded_hybrid"};
   return kNames[info.index];
 }
 
-INSTANTIATE_TEST_SUITE_P(Stores, BadInput, ::testing::Values(&Store::open, &open_reference_store, &open_offload, &open_cached),
+INSTANTIATE_TEST_SUITE_P(Stores, BadInput,
+                         ::testing::Values(&open_cpu, &open_reference_store, &open_offload, &open_cached, &open_gpu, &open_hybrid,
+                                           &open_sharded_gpu, &open_sharded_hybrid),
                          store_name);
 
 TEST(BadConfig, ZeroRowsOrDimNamesTheTable) {

@@ -1,5 +1,5 @@
-// Invariant 1 (same function) for the device modes: stores mixing `cpu`, `offload` and `cached`
-// tables on the emu device (and cuda when a GPU is visible) against the reference, on randomized
+// Invariant 1 (same function) for the device modes: stores mixing `cpu`, `offload`, `cached`, `gpu`
+// and `hybrid` tables on the emu device (and cuda when a GPU is visible) against the reference, on randomized
 // multi-table workloads: caches sized to a few batches so rows are evicted and written back all the
 // time, every policy, lookahead depths 0..8, duplicate keys, empty bags, random stream delays, and
 // flush/save/load in the middle of training. Results must be bit-exact.
@@ -49,8 +49,10 @@ TEST_P(ModeEquivalence, OutputsAndFinalStateEqualTheReference) {
   config.device.backend = mc.cuda ? BackendChoice::kCuda : BackendChoice::kEmu;
   config.device.emu_max_delay_us = rng() % 2 ? 30 : 0;
   for (auto& t : config.tables) {
-    t.placement = static_cast<Placement>(rng() % 3);
-    if (t.placement != Placement::kCached) continue;
+    // Every placement of one rank: cpu, offload, cached, gpu (all rows in HBM) and hybrid (a world
+    // of one: its shard is the whole table, cached).
+    t.placement = static_cast<Placement>(rng() % 5);
+    if (t.placement != Placement::kCached && t.placement != Placement::kHybrid) continue;
     std::int64_t max_unique = 1;
     for (const auto& kb : batches)
       for (const auto& f : kb.features)

@@ -1,0 +1,286 @@
+#include "dispatch/detail/comm_check.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <type_traits>
+#include <utility>
+
+namespace strata::dispatch::detail {
+
+const char* collective_name(Collective c) noexcept {
+  switch (c) {
+    case Collective::kAllToAllV: return "all_to_all_v";
+    case Collective::kAllGather: return "all_gather";
+    case Collective::kAllReduce: return "all_reduce";
+    case Collective::kBroadcast: return "broadcast";
+    case Collective::kBarrier: return "barrier";
+  }
+  return "unknown collective";
+}
+
+const char* data_type_name(DataType t) noexcept {
+  switch (t) {
+    case DataType::kInt32: return "int32";
+    case DataType::kInt64: return "int64";
+    case DataType::kFloat32: return "float32";
+    case DataType::kFloat64: return "float64";
+  }
+  return "unknown type";
+}
+
+const char* reduce_op_name(ReduceOp op) noexcept {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kMax: return "max";
+  }
+  return "unknown op";
+}
+
+namespace {
+
+bool valid_type(DataType t) {
+  return t == DataType::kInt32 || t == DataType::kInt64 || t == DataType::kFloat32 || t == DataType::kFloat64;
+}
+bool valid_op(ReduceOp op) { return op == ReduceOp::kSum || op == ReduceOp::kMin || op == ReduceOp::kMax; }
+
+// "ranks 0, 1, 3: 64; rank 2: 32": the ranks grouped by value, groups in order of first rank.
+template <class T>
+std::string grouped(const std::vector<T>& values, const std::function<std::string(const T&)>& show,
+                    const char* separator = ": ") {
+  std::vector<std::pair<T, std::vector<int>>> groups;
+  for (int r = 0; r < static_cast<int>(values.size()); ++r) {
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == values[r]; });
+    if (it == groups.end()) {
+      groups.push_back({values[r], {r}});
+    } else {
+      it->second.push_back(r);
+    }
+  }
+  std::string out;
+  for (const auto& g : groups) {
+    if (!out.empty()) out += "; ";
+    out += rank_list(g.second) + separator + show(g.first);
+  }
+  return out;
+}
+
+// InvalidArgument naming what the ranks disagree on, or OK when every rank has the same value.
+template <class T>
+Status agree_on(const char* kind, const char* what, const std::vector<T>& values,
+                const std::function<std::string(const T&)>& show) {
+  if (std::all_of(values.begin(), values.end(), [&](const T& v) { return v == values.front(); })) return Status::ok();
+  return Status::invalid_argument(std::string(kind) + ": ranks disagree on " + what + ": " + grouped(values, show));
+}
+
+std::string show_int(const std::int64_t& v) { return std::to_string(v); }
+
+}  // namespace
+
+std::string check_a2a_arguments(int size, const void* send, const std::int64_t* send_counts,
+                                const std::int64_t* send_displs, const void* recv, const std::int64_t* recv_counts,
+                                const std::int64_t* recv_displs) {
+  if (!send_counts || !send_displs || !recv_counts || !recv_displs) {
+    return "the count and displacement arrays must not be null (each has size() entries)";
+  }
+  for (int r = 0; r < size; ++r) {
+    if (send_counts[r] < 0) return "send_counts[" + std::to_string(r) + "] = " + std::to_string(send_counts[r]) + " is negative";
+    if (recv_counts[r] < 0) return "recv_counts[" + std::to_string(r) + "] = " + std::to_string(recv_counts[r]) + " is negative";
+    if (send_displs[r] < 0) return "send_displs[" + std::to_string(r) + "] = " + std::to_string(send_displs[r]) + " is negative";
+    if (recv_displs[r] < 0) return "recv_displs[" + std::to_string(r) + "] = " + std::to_string(recv_displs[r]) + " is negative";
+    if (send_counts[r] > 0 && !send) return "send is null but send_counts[" + std::to_string(r) + "] = " + std::to_string(send_counts[r]);
+    if (recv_counts[r] > 0 && !recv) return "recv is null but recv_counts[" + std::to_string(r) + "] = " + std::to_string(recv_counts[r]);
+  }
+  return "";
+}
+
+std::string check_all_gather_arguments(const void* send, std::int64_t bytes, const void* recv) {
+  if (bytes < 0) return "bytes = " + std::to_string(bytes) + " is negative";
+  if (bytes > 0 && (!send || !recv)) return "send and recv must not be null when bytes = " + std::to_string(bytes);
+  return "";
+}
+
+std::string check_all_reduce_arguments(const void* data, std::int64_t count, DataType type, ReduceOp op) {
+  if (count < 0) return "count = " + std::to_string(count) + " is negative";
+  if (!valid_type(type)) return "data type " + std::to_string(static_cast<int>(type)) + " is not a DataType";
+  if (!valid_op(op)) return "reduce op " + std::to_string(static_cast<int>(op)) + " is not a ReduceOp";
+  if (count > 0 && !data) return "data is null but count = " + std::to_string(count);
+  return "";
+}
+
+std::string check_broadcast_arguments(int size, const void* data, std::int64_t bytes, int root) {
+  if (root < 0 || root >= size) return "root " + std::to_string(root) + " out of range [0, " + std::to_string(size) + ")";
+  if (bytes < 0) return "bytes = " + std::to_string(bytes) + " is negative";
+  if (bytes > 0 && !data) return "data is null but bytes = " + std::to_string(bytes);
+  return "";
+}
+
+Status check_agreement(const std::vector<const CallInfo*>& calls) {
+  const int n = static_cast<int>(calls.size());
+  STRATA_CHECK(n > 0);
+  const CallInfo& first = *calls[0];
+
+  std::vector<std::int32_t> kinds(n);
+  for (int r = 0; r < n; ++r) kinds[r] = static_cast<std::int32_t>(calls[r]->kind);
+  if (std::any_of(kinds.begin(), kinds.end(), [&](std::int32_t k) { return k != kinds[0]; })) {
+    const std::string msg = "collective mismatch: " + grouped<std::int32_t>(
+                                                          kinds,
+                                                          [](const std::int32_t& k) {
+                                                            return std::string(collective_name(static_cast<Collective>(k)));
+                                                          },
+                                                          " called ");
+    return Status::failed_precondition(msg + " (every rank must make the same collective calls in the same order)");
+  }
+  const char* kind = collective_name(first.kind);
+
+  std::string bad;
+  for (int r = 0; r < n; ++r) {
+    if (calls[r]->arg_error.empty()) continue;
+    bad += bad.empty() ? "" : "; ";
+    bad += "rank " + std::to_string(r) + ": " + calls[r]->arg_error;
+  }
+  if (!bad.empty()) return Status::invalid_argument(std::string(kind) + ": invalid arguments: " + bad);
+
+  std::vector<std::int64_t> v(n);
+  switch (first.kind) {
+    case Collective::kAllGather:
+      for (int r = 0; r < n; ++r) v[r] = calls[r]->bytes;
+      return agree_on<std::int64_t>(kind, "bytes", v, show_int);
+    case Collective::kAllReduce: {
+      for (int r = 0; r < n; ++r) v[r] = calls[r]->count;
+      STRATA_RETURN_IF_ERROR(agree_on<std::int64_t>(kind, "count", v, show_int));
+      std::vector<std::int32_t> t(n);
+      for (int r = 0; r < n; ++r) t[r] = static_cast<std::int32_t>(calls[r]->type);
+      STRATA_RETURN_IF_ERROR(agree_on<std::int32_t>(kind, "data type", t, [](const std::int32_t& x) {
+        return std::string(data_type_name(static_cast<DataType>(x)));
+      }));
+      for (int r = 0; r < n; ++r) t[r] = static_cast<std::int32_t>(calls[r]->op);
+      return agree_on<std::int32_t>(kind, "reduce op", t, [](const std::int32_t& x) {
+        return std::string(reduce_op_name(static_cast<ReduceOp>(x)));
+      });
+    }
+    case Collective::kBroadcast: {
+      for (int r = 0; r < n; ++r) v[r] = calls[r]->root;
+      STRATA_RETURN_IF_ERROR(agree_on<std::int64_t>(kind, "root", v, show_int));
+      for (int r = 0; r < n; ++r) v[r] = calls[r]->bytes;
+      return agree_on<std::int64_t>(kind, "bytes", v, show_int);
+    }
+    case Collective::kAllToAllV: {
+      constexpr int kMaxListed = 4;
+      std::string msg;
+      int mismatches = 0;
+      for (int s = 0; s < n; ++s) {
+        for (int r = 0; r < n; ++r) {
+          const std::int64_t sent = calls[s]->send_counts[r];
+          const std::int64_t expected = calls[r]->recv_counts[s];
+          if (sent == expected) continue;
+          if (mismatches++ < kMaxListed) {
+            msg += msg.empty() ? "" : "; ";
+            msg += "rank " + std::to_string(s) + " sends " + std::to_string(sent) + " bytes to rank " +
+                   std::to_string(r) + ", which expects " + std::to_string(expected) + " from it";
+          }
+        }
+      }
+      if (mismatches == 0) return Status::ok();
+      if (mismatches > kMaxListed) msg += "; and " + std::to_string(mismatches - kMaxListed) + " more mismatches";
+      return Status::invalid_argument(std::string(kind) + ": send and receive counts disagree: " + msg);
+    }
+    case Collective::kBarrier:
+      return Status::ok();
+  }
+  return Status::internal(std::string("unknown collective ") + std::to_string(kinds[0]) + " in a call");
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  constexpr std::size_t kMaxListed = 16;
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size() && i < kMaxListed; ++i) {
+    if (i) out += ", ";
+    out += std::to_string(ranks[i]);
+  }
+  if (ranks.size() > kMaxListed) out += " and " + std::to_string(ranks.size() - kMaxListed) + " more";
+  return out;
+}
+
+Status timeout_status(const char* what, std::chrono::milliseconds timeout, const std::vector<int>& missing,
+                      int size) {
+  return Status::unavailable(std::string(what) + ": timed out after " + std::to_string(timeout.count()) + " ms; " +
+                             rank_list(missing) + " of " + std::to_string(size) + " did not arrive");
+}
+
+Status broken_status(const char* what, const Status& first) {
+  return first.with_context(std::string(what) + ": communicator broken by an earlier failure");
+}
+
+MovedBytes moved_bytes(const CallInfo& call, int me, int size) {
+  MovedBytes m;
+  const std::int64_t peers = size - 1;
+  switch (call.kind) {
+    case Collective::kAllToAllV:
+      for (int r = 0; r < size; ++r) {
+        if (r == me) continue;
+        m.sent += call.send_counts[r];
+        m.received += call.recv_counts[r];
+      }
+      break;
+    case Collective::kAllGather:
+      m.sent = m.received = peers * call.bytes;
+      break;
+    case Collective::kAllReduce:
+      m.sent = m.received = peers * call.count * static_cast<std::int64_t>(size_of(call.type));
+      break;
+    case Collective::kBroadcast:
+      if (me == call.root) {
+        m.sent = peers * call.bytes;
+      } else {
+        m.received = call.bytes;
+      }
+      break;
+    case Collective::kBarrier:
+      break;
+  }
+  return m;
+}
+
+namespace {
+
+template <class T, class Op>
+void reduce_typed(T* acc, const T* in, std::int64_t n, Op op) noexcept {
+  for (std::int64_t i = 0; i < n; ++i) acc[i] = op(acc[i], in[i]);
+}
+
+// Integer sums wrap (two's complement) instead of overflowing into undefined behaviour, as MPI
+// and NCCL do in practice.
+template <class T>
+T add(T x, T y) noexcept {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(x) + static_cast<U>(y));
+  } else {
+    return x + y;
+  }
+}
+
+template <class T>
+void reduce_op(void* acc, const void* in, std::int64_t n, ReduceOp op) noexcept {
+  T* a = static_cast<T*>(acc);
+  const T* b = static_cast<const T*>(in);
+  switch (op) {
+    case ReduceOp::kSum: reduce_typed(a, b, n, [](T x, T y) { return add(x, y); }); break;
+    case ReduceOp::kMin: reduce_typed(a, b, n, [](T x, T y) { return y < x ? y : x; }); break;
+    case ReduceOp::kMax: reduce_typed(a, b, n, [](T x, T y) { return x < y ? y : x; }); break;
+  }
+}
+
+}  // namespace
+
+void reduce_into(void* acc, const void* in, std::int64_t count, DataType type, ReduceOp op) noexcept {
+  switch (type) {
+    case DataType::kInt32: reduce_op<std::int32_t>(acc, in, count, op); break;
+    case DataType::kInt64: reduce_op<std::int64_t>(acc, in, count, op); break;
+    case DataType::kFloat32: reduce_op<float>(acc, in, count, op); break;
+    case DataType::kFloat64: reduce_op<double>(acc, in, count, op); break;
+  }
+}
+
+}  // namespace strata::dispatch::detail

@@ -1,0 +1,81 @@
+#pragma once
+// What every communicator does the same way: judging one rank's arguments, judging whether all
+// ranks agree on a collective (kind and sizes), naming ranks in messages, and counting the bytes a
+// collective moves. Each implementation gathers one CallInfo per rank its own way (shared memory,
+// an MPI header exchange, an NCCL all-gather) and then asks check_agreement(), so every rank of a
+// world reaches the same verdict with the same message, whichever transport carried it.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.hpp"
+#include "dispatch/communicator.hpp"
+
+namespace strata::dispatch::detail {
+
+/// The collectives of Communicator. The values travel in MPI headers: append, never renumber.
+enum class Collective : std::int32_t { kAllToAllV = 1, kAllGather = 2, kAllReduce = 3, kBroadcast = 4, kBarrier = 5 };
+
+/// "all_to_all_v", "all_gather", ... ("unknown collective" for a value off the enum).
+const char* collective_name(Collective c) noexcept;
+const char* data_type_name(DataType t) noexcept;
+const char* reduce_op_name(ReduceOp op) noexcept;
+
+/// One rank's call as its peers need to see it. Only the fields of `kind` are meaningful.
+struct CallInfo {
+  Collective kind = Collective::kBarrier;
+  std::int64_t bytes = 0;  ///< all_gather, broadcast
+  std::int64_t count = 0;  ///< all_reduce
+  DataType type = DataType::kInt32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;  ///< broadcast
+  /// all_to_all_v: size() entries each, host; borrowed from the caller (or from a received header).
+  const std::int64_t* send_counts = nullptr;
+  const std::int64_t* recv_counts = nullptr;
+  /// Non-empty when this rank's own arguments are invalid (what check_arguments() said).
+  std::string arg_error;
+};
+
+/// Judges what one rank can judge alone (negative sizes, null buffers with non-zero sizes, a root
+/// or an enum value out of range); returns "" when fine, else the reason (without the kind).
+/// `send_displs`/`recv_displs`/`send`/`recv`/`data` are the caller's pointers, only null-checked.
+std::string check_a2a_arguments(int size, const void* send, const std::int64_t* send_counts,
+                                const std::int64_t* send_displs, const void* recv, const std::int64_t* recv_counts,
+                                const std::int64_t* recv_displs);
+std::string check_all_gather_arguments(const void* send, std::int64_t bytes, const void* recv);
+std::string check_all_reduce_arguments(const void* data, std::int64_t count, DataType type, ReduceOp op);
+std::string check_broadcast_arguments(int size, const void* data, std::int64_t bytes, int root);
+
+/// The verdict on one collective from every rank's CallInfo (`calls[r]` is rank r's): OK, or
+/// FailedPrecondition when ranks called different collectives, or InvalidArgument when a rank's
+/// arguments were invalid or ranks disagree on a size that must match. Deterministic: every rank
+/// computes the same message from the same calls.
+Status check_agreement(const std::vector<const CallInfo*>& calls);
+
+/// "rank 3" or "ranks 2, 3" (at most 16 listed, then "and N more").
+std::string rank_list(const std::vector<int>& ranks);
+
+/// kUnavailable: "<what>: timed out after 200 ms; ranks 2, 3 of 4 did not arrive".
+Status timeout_status(const char* what, std::chrono::milliseconds timeout, const std::vector<int>& missing,
+                      int size);
+
+/// The error every later call of a broken communicator returns: the first error, same code,
+/// prefixed with the new call's name.
+Status broken_status(const char* what, const Status& first);
+
+/// Bytes a successful collective moved for rank `me` (its own share excluded); the same
+/// accounting for every implementation, so the conformance suite can check counters exactly:
+/// all_gather and all_reduce count the buffer once per peer in each direction, broadcast counts it
+/// once per peer at the root and once at every other rank.
+struct MovedBytes {
+  std::int64_t sent = 0, received = 0;
+};
+MovedBytes moved_bytes(const CallInfo& call, int me, int size);
+
+/// Reduces `count` elements of `in` into `acc` (acc = op(acc, in)), element-wise. Every
+/// implementation that reduces on the host uses it, in rank order, so results are bit-identical.
+void reduce_into(void* acc, const void* in, std::int64_t count, DataType type, ReduceOp op) noexcept;
+
+}  // namespace strata::dispatch::detail

@@ -1,0 +1,175 @@
+#include "dispatch/exchange.hpp"
+
+#include <cstring>
+
+namespace strata::dispatch {
+namespace {
+
+// Exclusive prefix sums of per-rank byte counts.
+std::vector<std::int64_t> displs_of(const std::vector<std::int64_t>& counts) {
+  std::vector<std::int64_t> d(counts.size(), 0);
+  for (std::size_t i = 1; i < counts.size(); ++i) d[i] = d[i - 1] + counts[i - 1];
+  return d;
+}
+
+std::int64_t sum(const std::vector<std::int64_t>& v) {
+  std::int64_t s = 0;
+  for (std::int64_t x : v) s += x;
+  return s;
+}
+
+constexpr std::int64_t kF = sizeof(float);
+
+}  // namespace
+
+Result<KeyExchange> KeyExchange::run(Communicator& comm, const std::vector<ExchangeInput>& tables) {
+  KeyExchange ex;
+  ex.me_ = comm.rank();
+  ex.world_ = comm.size();
+  const std::size_t T = tables.size(), N = static_cast<std::size_t>(ex.world_);
+  ex.sent_.resize(N);
+  ex.sent_uses_.resize(N);
+  for (std::size_t d = 0; d < N; ++d) {
+    ex.sent_[d].resize(T);
+    ex.sent_uses_[d].resize(T, 0);
+  }
+  for (std::size_t t = 0; t < T; ++t) {
+    const ExchangeInput& in = tables[t];
+    ex.layouts_.push_back(in.layout);
+    ex.n_.push_back(in.n);
+    const auto uses = [&](std::int64_t u) { return in.use_offsets ? in.use_offsets[u + 1] - in.use_offsets[u] : 1; };
+    for (std::int64_t u = 0; u < in.n; ++u) {
+      if (in.layout->to_all()) {
+        for (std::size_t d = 0; d < N; ++d) {
+          ex.sent_[d][t].push_back(static_cast<std::int32_t>(u));
+          ex.sent_uses_[d][t] += uses(u);
+        }
+      } else {
+        const std::size_t d = static_cast<std::size_t>(in.layout->owner_of(in.keys[u]));
+        ex.sent_[d][t].push_back(static_cast<std::int32_t>(u));
+        ex.sent_uses_[d][t] += uses(u);
+      }
+    }
+  }
+  // Counts: T per destination.
+  std::vector<std::int64_t> send_counts(N * T), recv_counts(N * T);
+  for (std::size_t d = 0; d < N; ++d)
+    for (std::size_t t = 0; t < T; ++t) send_counts[d * T + t] = static_cast<std::int64_t>(ex.sent_[d][t].size());
+  {
+    const std::vector<std::int64_t> bytes(N, static_cast<std::int64_t>(T * sizeof(std::int64_t)));
+    const std::vector<std::int64_t> displs = displs_of(bytes);
+    STRATA_RETURN_IF_ERROR(comm.all_to_all_v(send_counts.data(), bytes.data(), displs.data(), recv_counts.data(), bytes.data(), displs.data()));
+  }
+  // Keys, as local rows of their holders.
+  std::vector<std::int64_t> sbytes(N, 0), rbytes(N, 0);
+  std::vector<Key> send_keys;
+  for (std::size_t d = 0; d < N; ++d) {
+    for (std::size_t t = 0; t < T; ++t) {
+      for (std::int32_t u : ex.sent_[d][t]) send_keys.push_back(tables[t].layout->local_row(tables[t].keys[u]));
+      sbytes[d] += static_cast<std::int64_t>(ex.sent_[d][t].size() * sizeof(Key));
+      rbytes[d] += recv_counts[d * T + t] * static_cast<std::int64_t>(sizeof(Key));
+      if (static_cast<int>(d) != ex.me_) {
+        const std::int64_t row_back = tables[t].layout->returns_rows(static_cast<int>(d), ex.me_) ? ex.row_floats(static_cast<int>(d), t) * kF : 0;
+        const std::int64_t grad = ex.row_floats(static_cast<int>(d), t) * kF;
+        const std::int64_t k = static_cast<std::int64_t>(ex.sent_[d][t].size()), k_all = ex.sent_uses_[d][t];
+        ex.bytes_.keys += k * static_cast<std::int64_t>(sizeof(Key));
+        ex.bytes_.keys_no_dedup += k_all * static_cast<std::int64_t>(sizeof(Key));
+        // Rows come back to this rank and gradients leave it: counted here as this rank's traffic
+        // with its holders (each direction is counted by the rank it belongs to).
+        ex.bytes_.rows += k * row_back;
+        ex.bytes_.rows_no_dedup += k_all * row_back;
+        ex.bytes_.grads += k * grad;
+        ex.bytes_.grads_no_dedup += k_all * grad;
+      }
+    }
+  }
+  std::vector<Key> recv_keys(static_cast<std::size_t>(sum(rbytes)) / sizeof(Key));
+  {
+    const auto sd = displs_of(sbytes), rd = displs_of(rbytes);
+    STRATA_RETURN_IF_ERROR(comm.all_to_all_v(send_keys.data(), sbytes.data(), sd.data(), recv_keys.data(), rbytes.data(), rd.data()));
+  }
+  // Served keys per table, sources in rank order.
+  ex.served_.assign(T, {});
+  ex.served_off_.assign(T, std::vector<std::int64_t>(N + 1, 0));
+  for (std::size_t t = 0; t < T; ++t)
+    for (std::size_t s = 0; s < N; ++s) ex.served_off_[t][s + 1] = ex.served_off_[t][s] + recv_counts[s * T + t];
+  for (std::size_t t = 0; t < T; ++t) ex.served_[t].resize(static_cast<std::size_t>(ex.served_off_[t][N]));
+  std::size_t pos = 0;
+  for (std::size_t s = 0; s < N; ++s)
+    for (std::size_t t = 0; t < T; ++t) {
+      const std::size_t c = static_cast<std::size_t>(recv_counts[s * T + t]);
+      if (c) std::memcpy(ex.served_[t].data() + ex.served_off_[t][s], recv_keys.data() + pos, c * sizeof(Key));
+      pos += c;
+    }
+  return ex;
+}
+
+Status KeyExchange::return_rows(Communicator& comm, const std::vector<const float*>& served_rows, const std::vector<float*>& unique_rows) {
+  const std::size_t T = layouts_.size(), N = static_cast<std::size_t>(world_);
+  std::vector<std::int64_t> sbytes(N, 0), rbytes(N, 0);
+  for (std::size_t s = 0; s < N; ++s)
+    for (std::size_t t = 0; t < T; ++t) {
+      if (layouts_[t]->returns_rows(me_, static_cast<int>(s)))
+        sbytes[s] += (served_off_[t][s + 1] - served_off_[t][s]) * row_floats(me_, t) * kF;
+      if (layouts_[t]->returns_rows(static_cast<int>(s), me_))
+        rbytes[s] += static_cast<std::int64_t>(sent_[s][t].size()) * row_floats(static_cast<int>(s), t) * kF;
+    }
+  send_buf_.resize(static_cast<std::size_t>(sum(sbytes) / kF));
+  recv_buf_.resize(static_cast<std::size_t>(sum(rbytes) / kF));
+  float* out = send_buf_.data();
+  for (std::size_t s = 0; s < N; ++s)
+    for (std::size_t t = 0; t < T; ++t) {
+      if (!layouts_[t]->returns_rows(me_, static_cast<int>(s))) continue;
+      const std::int64_t w = row_floats(me_, t), n = served_off_[t][s + 1] - served_off_[t][s];
+      if (n) std::memcpy(out, served_rows[t] + served_off_[t][s] * w, static_cast<std::size_t>(n * w) * sizeof(float));
+      out += n * w;
+    }
+  const auto sd = displs_of(sbytes), rd = displs_of(rbytes);
+  STRATA_RETURN_IF_ERROR(comm.all_to_all_v(send_buf_.data(), sbytes.data(), sd.data(), recv_buf_.data(), rbytes.data(), rd.data()));
+  const float* in = recv_buf_.data();
+  for (std::size_t o = 0; o < N; ++o)
+    for (std::size_t t = 0; t < T; ++t) {
+      if (!layouts_[t]->returns_rows(static_cast<int>(o), me_)) continue;
+      const std::int64_t w = row_floats(static_cast<int>(o), t), dim = layouts_[t]->dim();
+      const std::int64_t c0 = layouts_[t]->col_offset(static_cast<int>(o));
+      for (std::int32_t u : sent_[o][t]) {
+        std::memcpy(unique_rows[t] + u * dim + c0, in, static_cast<std::size_t>(w) * sizeof(float));
+        in += w;
+      }
+    }
+  return Status::ok();
+}
+
+Status KeyExchange::send_grads(Communicator& comm, const std::vector<const float*>& unique_grads, const std::vector<float*>& served_grads) {
+  const std::size_t T = layouts_.size(), N = static_cast<std::size_t>(world_);
+  std::vector<std::int64_t> sbytes(N, 0), rbytes(N, 0);
+  for (std::size_t d = 0; d < N; ++d)
+    for (std::size_t t = 0; t < T; ++t) {
+      sbytes[d] += static_cast<std::int64_t>(sent_[d][t].size()) * row_floats(static_cast<int>(d), t) * kF;
+      rbytes[d] += (served_off_[t][d + 1] - served_off_[t][d]) * row_floats(me_, t) * kF;
+    }
+  send_buf_.resize(static_cast<std::size_t>(sum(sbytes) / kF));
+  recv_buf_.resize(static_cast<std::size_t>(sum(rbytes) / kF));
+  float* out = send_buf_.data();
+  for (std::size_t d = 0; d < N; ++d)
+    for (std::size_t t = 0; t < T; ++t) {
+      const std::int64_t w = row_floats(static_cast<int>(d), t), dim = layouts_[t]->dim();
+      const std::int64_t c0 = layouts_[t]->col_offset(static_cast<int>(d));
+      for (std::int32_t u : sent_[d][t]) {
+        std::memcpy(out, unique_grads[t] + u * dim + c0, static_cast<std::size_t>(w) * sizeof(float));
+        out += w;
+      }
+    }
+  const auto sd = displs_of(sbytes), rd = displs_of(rbytes);
+  STRATA_RETURN_IF_ERROR(comm.all_to_all_v(send_buf_.data(), sbytes.data(), sd.data(), recv_buf_.data(), rbytes.data(), rd.data()));
+  const float* in = recv_buf_.data();
+  for (std::size_t s = 0; s < N; ++s)
+    for (std::size_t t = 0; t < T; ++t) {
+      const std::int64_t w = row_floats(me_, t), n = served_off_[t][s + 1] - served_off_[t][s];
+      if (n) std::memcpy(served_grads[t] + served_off_[t][s] * w, in, static_cast<std::size_t>(n * w) * sizeof(float));
+      in += n * w;
+    }
+  return Status::ok();
+}
+
+}  // namespace strata::dispatch

@@ -1,0 +1,277 @@
+// The `local` communicator. One Group per world holds the rendezvous; see local_communicator.hpp
+// for the protocol in short. Every collective is three steps:
+//   1. arrive: post this rank's call (kind, sizes, buffer pointers) and wait until every rank has
+//      posted the same generation, or the timeout. The last rank to arrive judges the calls
+//      (check_agreement) once for all, so every rank returns the same verdict.
+//   2. copy: each rank reads its peers' posted buffers directly into its own (no lock held).
+//   3. depart: wait until every rank has finished copying, because peers read this rank's
+//      buffers, which the caller may free as soon as the call returns.
+// Step 3 has no timeout: every rank that passed step 1 is inside a bounded memcpy loop, so it
+// always ends, and returning early would let the caller free memory a peer is still reading.
+
+#include "dispatch/local_communicator.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "dispatch/detail/comm_check.hpp"
+
+namespace strata::dispatch {
+namespace {
+
+using detail::CallInfo;
+using detail::Collective;
+
+// One rank's part of a collective as its peers see it.
+struct Posting {
+  CallInfo info;
+  /// What peers read: the send buffer (all_to_all_v, all_gather), the data (broadcast root) or a
+  /// copy of the input (all_reduce). Host memory, valid until the rank departs.
+  const void* src = nullptr;
+  const std::int64_t* send_displs = nullptr;  ///< all_to_all_v (size() entries)
+};
+
+class Group {
+ public:
+  Group(int size, const CommOptions& options) : size_(size), options_(options), posts_(size), arrived_(size, 0) {}
+
+  int size() const noexcept { return size_; }
+
+  // Step 1 for call number `k` (1-based, per rank) of rank `me`. Returns OK when every rank
+  // arrived and the calls agree; otherwise the error, which also breaks the group.
+  Status arrive(int me, std::uint64_t k, Posting post, const char* what) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!broken_.is_ok()) return detail::broken_status(what, broken_);
+    posts_[me] = std::move(post);
+    arrived_[me] = k;
+    if (++arrivals_ == size_) {
+      arrivals_ = 0;
+      std::vector<const CallInfo*> calls(size_);
+      for (int r = 0; r < size_; ++r) calls[r] = &posts_[r].info;
+      verdict_ = detail::check_agreement(calls);
+      if (!verdict_.is_ok()) broken_ = verdict_;
+      completed_ = k;
+      cv_.notify_all();
+      return verdict_;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+    cv_.wait_until(lock, deadline, [&] { return completed_ >= k || !broken_.is_ok(); });
+    // Completion wins over a later break (a peer that finished and closed its communicator).
+    // Generation k + 1 cannot complete without this rank, so verdict_ is still generation k's.
+    if (completed_ >= k) return verdict_;
+    // Broken while this rank waited: a peer timed out on this very call or left the group; its
+    // error is this call's error.
+    if (!broken_.is_ok()) return broken_;
+    std::vector<int> missing;
+    for (int r = 0; r < size_; ++r) {
+      if (arrived_[r] < k) missing.push_back(r);
+    }
+    broken_ = detail::timeout_status(what, options_.timeout, missing, size_);
+    cv_.notify_all();
+    return broken_;
+  }
+
+  // Step 3 of call `k`.
+  void depart(std::uint64_t k) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (++departures_ == size_) {
+      departures_ = 0;
+      released_ = k;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lock, [&] { return released_ >= k; });
+  }
+
+  // Rank r's posting. Read without the lock between arrive() and depart(): it was written under
+  // the lock before every rank's arrive() returned, and rank r cannot post again before every
+  // rank has departed.
+  const Posting& post(int r) const noexcept { return posts_[r]; }
+
+  // Rank `me` leaves: nobody can complete a collective with the group any more, so say so now
+  // rather than letting the others wait for the timeout.
+  void close(int me) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (broken_.is_ok()) {
+      broken_ = Status::unavailable("rank " + std::to_string(me) + " of " + std::to_string(size_) +
+                                    " closed its local communicator (left the group)");
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  const int size_;
+  const CommOptions options_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Posting> posts_;
+  std::vector<std::uint64_t> arrived_;  // the last call number each rank arrived at
+  int arrivals_ = 0;                    // ranks arrived at the generation in progress
+  std::uint64_t completed_ = 0;         // the last generation every rank arrived at
+  Status verdict_;                      // check_agreement() of generation completed_
+  int departures_ = 0;
+  std::uint64_t released_ = 0;  // the last generation every rank departed from
+  Status broken_;               // the first failure; every later call returns it
+};
+
+class LocalCommunicator final : public Communicator {
+ public:
+  LocalCommunicator(std::shared_ptr<Group> group, int rank) : group_(std::move(group)), rank_(rank) {}
+  ~LocalCommunicator() override { group_->close(rank_); }
+  LocalCommunicator(const LocalCommunicator&) = delete;
+  LocalCommunicator& operator=(const LocalCommunicator&) = delete;
+
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return group_->size(); }
+  const char* kind() const noexcept override { return "local"; }
+
+  Status all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
+                      const std::int64_t* recv_counts, const std::int64_t* recv_displs) override {
+    Posting p;
+    p.info.kind = Collective::kAllToAllV;
+    p.info.send_counts = send_counts;
+    p.info.recv_counts = recv_counts;
+    p.info.arg_error =
+        detail::check_a2a_arguments(size(), send, send_counts, send_displs, recv, recv_counts, recv_displs);
+    p.src = send;
+    p.send_displs = send_displs;
+    return run(std::move(p), /*peers_read=*/true, [&] {
+      const int n = size();
+      // Start with the next rank so that the ranks do not all read the same peer first.
+      for (int i = 1; i <= n; ++i) {
+        const int peer = (rank_ + i) % n;
+        const std::int64_t bytes = recv_counts[peer];
+        if (bytes == 0) continue;
+        const Posting& q = group_->post(peer);
+        const char* from = static_cast<const char*>(q.src) + q.send_displs[rank_];
+        char* to = static_cast<char*>(recv) + recv_displs[peer];
+        copy(to, from, bytes, peer);
+      }
+    });
+  }
+
+  Status all_gather(const void* send, std::int64_t bytes, void* recv) override {
+    Posting p;
+    p.info.kind = Collective::kAllGather;
+    p.info.bytes = bytes;
+    p.info.arg_error = detail::check_all_gather_arguments(send, bytes, recv);
+    p.src = send;
+    return run(std::move(p), true, [&] {
+      if (bytes == 0) return;
+      const int n = size();
+      for (int i = 1; i <= n; ++i) {
+        const int peer = (rank_ + i) % n;
+        copy(static_cast<char*>(recv) + peer * bytes, group_->post(peer).src, bytes, peer);
+      }
+    });
+  }
+
+  Status all_reduce(void* data, std::int64_t count, DataType type, ReduceOp op) override {
+    Posting p;
+    p.info.kind = Collective::kAllReduce;
+    p.info.count = count;
+    p.info.type = type;
+    p.info.op = op;
+    p.info.arg_error = detail::check_all_reduce_arguments(data, count, type, op);
+    const bool work = p.info.arg_error.empty() && count > 0 && size() > 1;
+    if (work) {
+      // `data` is both input and output, and peers read every rank's input while this rank
+      // writes its result: post a copy. Every rank reduces all inputs in rank order, so every
+      // rank gets the same bits.
+      const std::size_t bytes = static_cast<std::size_t>(count) * size_of(type);
+      if (scratch_.size() < bytes) scratch_.resize(bytes);
+      std::memcpy(scratch_.data(), data, bytes);
+      p.src = scratch_.data();
+    }
+    return run(std::move(p), true, [&] {
+      if (!work) return;
+      const std::size_t bytes = static_cast<std::size_t>(count) * size_of(type);
+      std::memcpy(data, group_->post(0).src, bytes);
+      for (int r = 1; r < size(); ++r) detail::reduce_into(data, group_->post(r).src, count, type, op);
+    });
+  }
+
+  Status broadcast(void* data, std::int64_t bytes, int root) override {
+    Posting p;
+    p.info.kind = Collective::kBroadcast;
+    p.info.bytes = bytes;
+    p.info.root = root;
+    p.info.arg_error = detail::check_broadcast_arguments(size(), data, bytes, root);
+    p.src = data;
+    return run(std::move(p), true, [&] {
+      if (rank_ != root && bytes > 0) std::memcpy(data, group_->post(root).src, static_cast<std::size_t>(bytes));
+    });
+  }
+
+  Status barrier() override {
+    Posting p;
+    p.info.kind = Collective::kBarrier;
+    return run(std::move(p), /*peers_read=*/false, [] {});
+  }
+
+  CommCounters counters() const noexcept override {
+    CommCounters c;
+    c.sent_bytes = sent_.load(std::memory_order_relaxed);
+    c.received_bytes = received_.load(std::memory_order_relaxed);
+    c.calls = calls_made_.load(std::memory_order_relaxed);
+    return c;
+  }
+
+ private:
+  // Steps 1 to 3 (see the top of the file); `copy_in` is step 2, run only when every rank agreed.
+  template <class CopyIn>
+  Status run(Posting post, bool peers_read, CopyIn&& copy_in) {
+    calls_made_.fetch_add(1, std::memory_order_relaxed);
+    const std::uint64_t k = ++calls_;
+    const Collective kind = post.info.kind;
+    // The counts arrays of all_to_all_v stay valid for the whole call; keep a copy of the rest.
+    CallInfo info = post.info;
+    Status s = group_->arrive(rank_, k, std::move(post), detail::collective_name(kind));
+    if (!s.is_ok()) return s;
+    copy_in();
+    if (peers_read) group_->depart(k);
+    const detail::MovedBytes moved = detail::moved_bytes(info, rank_, size());
+    sent_.fetch_add(moved.sent, std::memory_order_relaxed);
+    received_.fetch_add(moved.received, std::memory_order_relaxed);
+    return Status::ok();
+  }
+
+  // The caller may pass overlapping buffers for its own share (an in-place exchange), so the
+  // self copy is a memmove; buffers of different ranks never overlap.
+  void copy(void* to, const void* from, std::int64_t bytes, int peer) const noexcept {
+    if (to == from) return;
+    if (peer == rank_) {
+      std::memmove(to, from, static_cast<std::size_t>(bytes));
+    } else {
+      std::memcpy(to, from, static_cast<std::size_t>(bytes));
+    }
+  }
+
+  std::shared_ptr<Group> group_;
+  const int rank_;
+  std::uint64_t calls_ = 0;              // collectives started, numbering the generations
+  std::vector<unsigned char> scratch_;   // all_reduce input posted to the peers
+  std::atomic<std::int64_t> sent_{0}, received_{0}, calls_made_{0};
+};
+
+}  // namespace
+
+Result<std::vector<std::unique_ptr<Communicator>>> make_local_group(int size, const CommOptions& options) {
+  if (size < 1) return Status::invalid_argument("local group: size " + std::to_string(size) + " must be at least 1");
+  if (options.timeout.count() <= 0) {
+    return Status::invalid_argument("local group: timeout " + std::to_string(options.timeout.count()) +
+                                    " ms must be positive");
+  }
+  auto group = std::make_shared<Group>(size, options);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  comms.reserve(size);
+  for (int r = 0; r < size; ++r) comms.push_back(std::make_unique<LocalCommunicator>(group, r));
+  return comms;
+}
+
+}  // namespace strata::dispatch

@@ -1,0 +1,85 @@
+#include "store/detail/device_features.hpp"
+
+#include <cstring>
+
+#include "cache/cache_pool.hpp"
+
+namespace strata::detail {
+
+using gpu::Staging;
+
+void add_feature_bytes(const JaggedKeys& k, const TableSpec& spec, std::int64_t unique, std::size_t& mirrored,
+                       std::size_t& host_only, std::size_t& dev_only) {
+  const std::size_t n = static_cast<std::size_t>(k.num_keys()), U = static_cast<std::size_t>(unique);
+  mirrored += Staging::bytes_for<std::int64_t>(static_cast<std::size_t>(k.batch_size() + 1)) + Staging::bytes_for<Key>(n) +
+              Staging::bytes_for<float>(k.weights.size()) + Staging::bytes_for<Key>(U) + Staging::bytes_for<std::int64_t>(U + 1) +
+              2 * Staging::bytes_for<std::int32_t>(n);
+  const std::size_t out = Staging::bytes_for<float>(static_cast<std::size_t>(output_rows(k, spec.pooling) * spec.dim));
+  host_only += 2 * out;
+  dev_only += 2 * out;
+}
+
+DeviceFeature stage_feature(Staging& st, const JaggedKeys& k, const TableSpec& spec, const UniqueKeys& u,
+                            const std::vector<Key>& unique_slots) {
+  const std::size_t n = static_cast<std::size_t>(k.num_keys());
+  auto offs = st.mirrored<std::int64_t>(k.offsets.size());
+  std::memcpy(offs.host, k.offsets.data(), k.offsets.size() * sizeof(std::int64_t));
+  auto slots = st.mirrored<Key>(n);
+  cache::expand_slots(u, unique_slots, slots.host);
+  const float* wdev = nullptr;
+  if (!k.weights.empty()) {
+    auto wt = st.mirrored<float>(n);
+    std::memcpy(wt.host, k.weights.data(), n * sizeof(float));
+    wdev = wt.dev;
+  }
+  auto us = st.mirrored<Key>(static_cast<std::size_t>(u.size()));
+  if (u.size()) std::memcpy(us.host, unique_slots.data(), static_cast<std::size_t>(u.size()) * sizeof(Key));
+  auto uo = st.mirrored<std::int64_t>(u.offsets.size());
+  std::memcpy(uo.host, u.offsets.data(), u.offsets.size() * sizeof(std::int64_t));
+  auto pos = st.mirrored<std::int32_t>(n);
+  if (n) std::memcpy(pos.host, u.positions.data(), n * sizeof(std::int32_t));
+  auto bag = st.mirrored<std::int32_t>(n);
+  if (spec.pooling != Pooling::kNone) bag_of_positions(k.offsets.data(), k.batch_size(), bag.host);
+
+  DeviceFeature f;
+  f.out_floats = static_cast<std::size_t>(output_rows(k, spec.pooling) * spec.dim);
+  f.look = gpu::LookupFeature{offs.dev, k.batch_size(), slots.dev, wdev, k.num_keys(), spec.pooling, st.dev_only<float>(f.out_floats)};
+  f.host_out = st.host_only<float>(f.out_floats);
+  f.host_grad = st.host_only<float>(f.out_floats);
+  gpu::UpdateFeature& uf = f.update;
+  uf.offsets = offs.dev;
+  uf.batch = k.batch_size();
+  uf.weights = wdev;
+  uf.num_keys = k.num_keys();
+  uf.pooling = spec.pooling;
+  uf.unique_slots = us.dev;
+  uf.unique_offsets = uo.dev;
+  uf.positions = pos.dev;
+  uf.bag_of = bag.dev;
+  uf.num_unique = u.size();
+  uf.grads = st.dev_only<float>(f.out_floats);
+  return f;
+}
+
+Status copy_outputs(gpu::Device& dev, gpu::StreamView s, Staging& st, const std::vector<DeviceFeature>& feats,
+                    const std::vector<int>& feature, const std::vector<MatrixView>& outputs) {
+  for (const DeviceFeature& f : feats) dev.copy_d2h(s, f.host_out, f.look.out, f.out_floats * sizeof(float));
+  dev.record(st.done(), s);
+  STRATA_RETURN_IF_ERROR(dev.synchronize(st.done()));
+  for (std::size_t i = 0; i < feats.size(); ++i)
+    if (feats[i].out_floats)  // a feature of zero rows may have null views
+      std::memcpy(outputs[static_cast<std::size_t>(feature[i])].data, feats[i].host_out, feats[i].out_floats * sizeof(float));
+  return Status::ok();
+}
+
+void copy_gradients(gpu::Device& dev, gpu::StreamView s, std::vector<DeviceFeature>& feats, const std::vector<int>& feature,
+                    const std::vector<ConstMatrixView>& grads) {
+  for (std::size_t i = 0; i < feats.size(); ++i) {
+    DeviceFeature& f = feats[i];
+    if (f.out_floats == 0) continue;
+    std::memcpy(f.host_grad, grads[static_cast<std::size_t>(feature[i])].data, f.out_floats * sizeof(float));
+    dev.copy_h2d(s, const_cast<float*>(f.update.grads), f.host_grad, f.out_floats * sizeof(float));
+  }
+}
+
+}  // namespace strata::detail

@@ -1,0 +1,230 @@
+#include "store/detail/gpu_engine.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "host/host_table.hpp"
+#include "store/detail/device_features.hpp"
+
+namespace strata::detail {
+namespace {
+
+using gpu::Staging;
+
+struct Pool {
+  gpu::DeviceBuffer memory;
+  gpu::SlotPool view;
+};
+
+struct GpuBatch final : EngineBatch {
+  std::unique_ptr<Staging> st;
+  gpu::Event ready;
+  std::vector<UniqueKeys> unique;              // per engine feature
+  std::vector<DeviceFeature> dev;              // per engine feature
+  std::map<int, std::vector<int>> feats_of;    // pool -> engine features
+};
+
+// Rows moved per bounce through pinned memory by init, read_rows and write_rows.
+constexpr std::int64_t kChunkRows = 16384;
+
+class GpuEngine final : public Engine {
+ public:
+  GpuEngine(const StoreConfig& config, gpu::Device& dev) : config_(config), dev_(dev) {}
+
+  ~GpuEngine() override {
+    (void)dev_.synchronize(copy_.view());
+    (void)dev_.synchronize(compute_.view());
+  }
+
+  Status init(const std::vector<int>& tables) {
+    STRATA_ASSIGN_OR_RETURN(copy_, dev_.create_stream());
+    STRATA_ASSIGN_OR_RETURN(compute_, dev_.create_stream());
+    where_.assign(config_.tables.size(), {-1, 0});
+    std::map<std::pair<std::int32_t, std::int32_t>, std::vector<int>> shapes;
+    for (int t : tables) {
+      const TableSpec& spec = spec_of(t);
+      shapes[{spec.dim, optimizer_state_dim(spec.optimizer.kind, spec.dim)}].push_back(t);
+    }
+    for (const auto& [shape, members] : shapes) {
+      std::int64_t slots = 0;
+      for (int t : members) {
+        where_[static_cast<std::size_t>(t)] = {static_cast<int>(pools_.size()), slots};
+        slots += spec_of(t).rows;
+      }
+      const std::int64_t stride = record_stride(shape.first, shape.second);
+      const std::size_t bytes = static_cast<std::size_t>(slots * stride) * sizeof(float);
+      auto mem = dev_.allocate(bytes);
+      if (!mem) {
+        std::string names;
+        for (int t : members) names += (names.empty() ? "'" : ", '") + spec_of(t).name + "'";
+        return Status::resource_exhausted("gpu tables " + names + " (" + std::to_string(slots) + " rows of dim " +
+                                          std::to_string(shape.first) + ") need " + std::to_string(bytes) +
+                                          " bytes of device memory: " + mem.status().message());
+      }
+      Pool pool;
+      pool.memory = std::move(mem).value();
+      pool.view = gpu::SlotPool{pool.memory.as<float>(), slots, stride, shape.first, shape.second};
+      pools_.push_back(std::move(pool));
+    }
+    for (int t : tables) STRATA_RETURN_IF_ERROR(initialize(t));
+    return Status::ok();
+  }
+
+  Result<std::unique_ptr<EngineBatch>> submit(std::int64_t, const KeyBatch& batch, const EngineFeatures& f) override {
+    STRATA_RETURN_IF_ERROR(dev_.status());  // a failed device accepts no more work
+    auto b = std::make_unique<GpuBatch>();
+    b->unique.resize(f.feature.size());
+    std::size_t mirrored = 0, host_only = 0, dev_only = 0;
+    for (std::size_t i = 0; i < f.feature.size(); ++i) {
+      const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
+      dedup_keys(k.keys.data(), k.num_keys(), b->unique[i], scratch_);
+      add_feature_bytes(k, spec_of(f.table[i]), b->unique[i].size(), mirrored, host_only, dev_only);
+      b->feats_of[where_[static_cast<std::size_t>(f.table[i])].first].push_back(static_cast<int>(i));
+    }
+    STRATA_ASSIGN_OR_RETURN(b->st, staging_.take());
+    Status s = b->st->reserve(mirrored, host_only, dev_only);
+    auto ready = s.is_ok() ? dev_.create_event() : Result<gpu::Event>(s);
+    if (!ready) {
+      staging_.give_back(std::move(b->st));
+      return ready.status();
+    }
+    b->ready = std::move(ready).value();
+    std::vector<Key> slots;
+    for (std::size_t i = 0; i < f.feature.size(); ++i) {
+      const Key base = where_[static_cast<std::size_t>(f.table[i])].second;
+      slots.assign(b->unique[i].keys.begin(), b->unique[i].keys.end());
+      for (Key& x : slots) x += base;
+      b->dev.push_back(stage_feature(*b->st, batch.features[static_cast<std::size_t>(f.feature[i])], spec_of(f.table[i]), b->unique[i], slots));
+    }
+    b->st->upload(copy_.view());
+    dev_.record(b->ready.view(), copy_.view());
+    return std::unique_ptr<EngineBatch>(std::move(b));
+  }
+
+  Status forward(EngineBatch& eb, const KeyBatch&, const EngineFeatures& f, const std::vector<MatrixView>& outputs) override {
+    auto& b = static_cast<GpuBatch&>(eb);
+    const gpu::StreamView s = compute_.view();
+    dev_.wait(s, b.ready.view());
+    for (const auto& [p, feats] : b.feats_of) {
+      std::vector<gpu::LookupFeature> looks;
+      for (int i : feats) looks.push_back(b.dev[static_cast<std::size_t>(i)].look);
+      dev_.gather_pool(s, pools_[static_cast<std::size_t>(p)].view, looks);
+    }
+    return copy_outputs(dev_, s, *b.st, b.dev, f.feature, outputs);
+  }
+
+  Status backward(EngineBatch& eb, const KeyBatch&, const EngineFeatures& f, const std::vector<ConstMatrixView>& grads,
+                  std::int64_t t) override {
+    auto& b = static_cast<GpuBatch&>(eb);
+    const gpu::StreamView s = compute_.view();
+    copy_gradients(dev_, s, b.dev, f.feature, grads);
+    for (const auto& [p, feats] : b.feats_of) {
+      std::vector<gpu::UpdateFeature> updates;
+      for (int i : feats) {
+        updates.push_back(b.dev[static_cast<std::size_t>(i)].update);
+        updates.back().step = make_optimizer_step(spec_of(f.table[static_cast<std::size_t>(i)]).optimizer, t);
+      }
+      dev_.backward_update(s, pools_[static_cast<std::size_t>(p)].view, updates);
+    }
+    retire(b);
+    return dev_.status();
+  }
+
+  Status discard(EngineBatch& eb, const KeyBatch&, const EngineFeatures&) override {
+    auto& b = static_cast<GpuBatch&>(eb);
+    dev_.wait(compute_.view(), b.ready.view());
+    retire(b);
+    return dev_.status();
+  }
+
+  Status flush() override { return dev_.synchronize(compute_.view()); }
+
+  Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
+    STRATA_RETURN_IF_ERROR(dev_.synchronize(compute_.view()));
+    return bounce(table, row0, n, true, false, [&](float* rec, std::int64_t r, std::size_t dim, std::size_t sd) {
+      std::memcpy(weights + r * static_cast<std::int64_t>(dim), rec, dim * sizeof(float));
+      if (state && sd) std::memcpy(state + r * static_cast<std::int64_t>(sd), rec + dim, sd * sizeof(float));
+    });
+  }
+
+  Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) override {
+    STRATA_RETURN_IF_ERROR(dev_.synchronize(compute_.view()));
+    // Read-modify-write: without `state` the optimizer state of the rows stays as it is.
+    return bounce(table, row0, n, state == nullptr, true, [&](float* rec, std::int64_t r, std::size_t dim, std::size_t sd) {
+      std::memcpy(rec, weights + r * static_cast<std::int64_t>(dim), dim * sizeof(float));
+      if (state && sd) std::memcpy(rec + dim, state + r * static_cast<std::int64_t>(sd), sd * sizeof(float));
+    });
+  }
+
+ private:
+  const TableSpec& spec_of(int table) const { return config_.tables[static_cast<std::size_t>(table)].spec; }
+
+  // Writes the initial rows of a table (its initializer, with a shard's origin) into its slots.
+  Status initialize(int table) {
+    const TableSpec& spec = spec_of(table);
+    const std::uint64_t tseed = table_seed(spec.init.seed, table_name_hash(spec.name));
+    return bounce(table, 0, spec.rows, false, true, [&](float* rec, std::int64_t r, std::size_t dim, std::size_t sd) {
+      init_row(rec, tseed, spec.init.global_row(r), static_cast<std::int32_t>(dim), spec.init.bound, spec.init.col_offset);
+      init_state(rec + dim, spec.optimizer, static_cast<std::int32_t>(sd));
+    });
+  }
+
+  // Visits rows [row0, row0 + n) of a table through pinned memory, in chunks: with `load` the
+  // records come D2H first (else they start zeroed), fn(record, row - row0, dim, state_dim) reads
+  // or writes each, and with `store` they go back H2D. Synchronous.
+  template <class Fn>
+  Status bounce(int table, std::int64_t row0, std::int64_t n, bool load, bool store, Fn fn) {
+    const auto [p, base] = where_[static_cast<std::size_t>(table)];
+    const gpu::SlotPool& pool = pools_[static_cast<std::size_t>(p)].view;
+    const std::int64_t chunk = std::min<std::int64_t>(n, kChunkRows);
+    if (chunk == 0) return Status::ok();
+    if (bounce_.bytes() < static_cast<std::size_t>(chunk * pool.record_bytes())) {
+      STRATA_ASSIGN_OR_RETURN(bounce_, dev_.allocate_pinned(static_cast<std::size_t>(chunk * pool.record_bytes())));
+    }
+    float* host = bounce_.as<float>();
+    const gpu::StreamView s = copy_.view();
+    for (std::int64_t r0 = 0; r0 < n; r0 += chunk) {
+      const std::int64_t m = std::min(chunk, n - r0);
+      float* dev = pool.base + (base + row0 + r0) * pool.stride;
+      const std::size_t bytes = static_cast<std::size_t>(m * pool.record_bytes());
+      if (load) {
+        dev_.copy_d2h(s, host, dev, bytes);
+        STRATA_RETURN_IF_ERROR(dev_.synchronize(s));
+      } else {
+        std::memset(host, 0, bytes);
+      }
+      for (std::int64_t r = 0; r < m; ++r)
+        fn(host + r * pool.stride, r0 + r, static_cast<std::size_t>(pool.dim), static_cast<std::size_t>(pool.state_dim));
+      if (store) {
+        dev_.copy_h2d(s, dev, host, bytes);
+        STRATA_RETURN_IF_ERROR(dev_.synchronize(s));
+      }
+    }
+    return Status::ok();
+  }
+
+  void retire(GpuBatch& b) {
+    dev_.record(b.st->done(), compute_.view());
+    staging_.give_back(std::move(b.st));
+  }
+
+  const StoreConfig& config_;
+  gpu::Device& dev_;
+  gpu::Stream copy_, compute_;
+  std::vector<Pool> pools_;
+  std::vector<std::pair<int, std::int64_t>> where_;  // global table -> (pool, first slot)
+  gpu::StagingPool staging_{dev_};
+  gpu::PinnedBuffer bounce_;
+  DedupScratch scratch_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> make_gpu_engine(const StoreConfig& config, const std::vector<int>& tables, gpu::Device& device) {
+  auto e = std::make_unique<GpuEngine>(config, device);
+  STRATA_RETURN_IF_ERROR(e->init(tables));
+  return std::unique_ptr<Engine>(std::move(e));
+}
+
+}  // namespace strata::detail

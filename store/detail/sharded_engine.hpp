@@ -1,0 +1,34 @@
+#pragma once
+// Sharded tables (placements `gpu` and `hybrid` over a world of ranks): each rank holds its shards
+// (dispatch::ShardLayout) in an inner engine, `gpu` (rows in HBM) or `cached` (rows in this rank's
+// host memory with its own HBM cache and prefetcher), and batches flow
+//
+//   submit    dedup per table -> keys to their holders (KeyExchange::run) -> the holder submits the
+//             served keys to its inner engine (unpooled lookups, so a cached shard prefetches them)
+//   forward   inner lookup of the served rows -> rows back to the sources -> each source pools its
+//             bags from the rows of its unique keys (same kernel and order as every other mode)
+//   backward  each source sums the gradient of each unique key -> sums to the holders -> the inner
+//             engine reduces them per row (sources in rank order) and applies the optimizer
+//
+// Every call is collective: all ranks call submit/forward/backward/discard/read_rows for the same
+// batch (or rows) in the same order, even when their own batch has no keys for these tables. Each
+// starts with dispatch::agree, so a rank at a different call, or a local error on one rank, gives
+// every rank a clear error instead of a hang; a rank that never arrives gives a timeout naming it.
+
+#include <memory>
+#include <vector>
+
+#include "dispatch/communicator.hpp"
+#include "gpu/device.hpp"
+#include "host/host_table.hpp"
+#include "store/detail/engine.hpp"
+#include "store/store_config.hpp"
+
+namespace strata::detail {
+
+/// `tables`: the global indexes of the sharded tables (all `gpu` or all `hybrid` placements may be
+/// mixed). The communicator and device outlive the engine.
+Result<std::unique_ptr<Engine>> make_sharded_engine(const Topology& topo, const StoreConfig& config, const std::vector<int>& tables,
+                                                    HostTableOptions options, gpu::Device& device, dispatch::Communicator& comm);
+
+}  // namespace strata::detail

@@ -1,0 +1,255 @@
+#pragma once
+// Sharded-store equivalence, shared by the thread-rank test (local communicator) and the process
+// test (mpirun): every rank trains on its own part of each global batch through a sharded store,
+// and checks its outputs and the final tables against the single-rank reference trained on the
+// whole global batch (ranks' bags concatenated in rank order).
+//
+// Sums of gradients reach a row from several ranks in rank order, while the reference sums them
+// in position order: the same numbers added in a different order, so with more than one rank
+// results are compared within a tolerance; with one rank they must be bit-exact.
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "store/store.hpp"
+
+namespace strata::testing {
+
+struct ShardCase {
+  int world = 1;
+  int type = -1;  ///< dispatch::ShardingType, or -1: a random type per table
+  int placement = -1;  ///< Placement::kGpu or kHybrid, or -1: random per table
+  std::uint64_t seed = 1;
+  int steps = 4;
+};
+
+inline std::string case_name(const ShardCase& c) {
+  const char* types[] = {"replicated", "table", "row", "column"};
+  std::ostringstream o;
+  o << "n" << c.world << "_" << (c.type < 0 ? "mixed" : types[c.type]) << "_"
+    << (c.placement < 0 ? "mixed" : c.placement == static_cast<int>(Placement::kGpu) ? "gpu" : "hybrid") << "_s" << c.seed;
+  return o.str();
+}
+
+/// Tables of every shape the dispatch must handle: uneven shards, tables smaller than the world,
+/// every pooling and optimizer (row-wise adagrad only where the rows are not split by column).
+inline StoreConfig sharded_config(const ShardCase& c) {
+  std::mt19937_64 rng(c.seed * 7919 + static_cast<std::uint64_t>(c.world));
+  StoreConfig cfg;
+  cfg.threads = 1;
+  cfg.fake_numa_nodes = 1;
+  cfg.huge_pages = false;
+  cfg.device.backend = BackendChoice::kEmu;
+  cfg.device.capacity = 64 << 20;
+  cfg.cache.policy = static_cast<cache::Policy>(rng() % 3);
+  cfg.cache.lookahead = cfg.cache.policy == cache::Policy::kLookahead ? 1 : 0;
+  const int dims[] = {4, 5, 8, 13, 16};
+  const int tables = 1 + static_cast<int>(rng() % 3);
+  for (int t = 0; t < tables; ++t) {
+    TableConfig tc;
+    tc.spec.name = "t" + std::to_string(t);
+    tc.spec.rows = rng() % 5 == 0 ? 1 + static_cast<std::int64_t>(rng() % 3) : 20 + static_cast<std::int64_t>(rng() % 300);
+    tc.spec.dim = dims[rng() % 5];
+    tc.spec.pooling = static_cast<Pooling>(rng() % 3);
+    tc.spec.init.bound = 0.5f;
+    tc.spec.init.seed = rng() % 1000;
+    const int type = c.type >= 0 ? c.type : static_cast<int>(rng() % 4);
+    tc.sharding.type = static_cast<dispatch::ShardingType>(type);
+    if (tc.sharding.type == dispatch::ShardingType::kTable && rng() % 2) tc.sharding.owner = static_cast<int>(rng() % static_cast<std::uint64_t>(c.world));
+    do {
+      tc.spec.optimizer.kind = static_cast<OptimizerKind>(rng() % 4);
+    } while (tc.sharding.type == dispatch::ShardingType::kColumn && tc.spec.optimizer.kind == OptimizerKind::kRowwiseAdagrad && c.world > 1);
+    tc.spec.optimizer.learning_rate = 0.05f;
+    tc.spec.optimizer.weight_decay = (rng() % 2) ? 0.01f : 0.0f;
+    tc.spec.optimizer.initial_accumulator = 0.1f;
+    tc.placement = c.placement >= 0 ? static_cast<Placement>(c.placement) : (rng() % 2 ? Placement::kGpu : Placement::kHybrid);
+    if (tc.placement == Placement::kHybrid) tc.cache.rows = 48 + static_cast<std::int64_t>(rng() % 64);  // small: evictions
+    cfg.tables.push_back(tc);
+  }
+  return cfg;
+}
+
+/// One global batch: a local batch per rank (some empty, some missing tables, keys that may all
+/// live on other ranks, duplicates), its concatenation, and gradients for the concatenation.
+struct GlobalStep {
+  std::vector<KeyBatch> local;  ///< per rank
+  std::vector<std::int64_t> sizes;  ///< bags of each rank (a rank without a table has empty bags there)
+  KeyBatch global;
+  std::vector<std::vector<float>> global_grads;  ///< per global feature
+};
+
+inline const TableSpec& spec_of(const StoreConfig& c, const std::string& name) {
+  for (const auto& t : c.tables)
+    if (t.spec.name == name) return t.spec;
+  std::abort();
+}
+
+inline GlobalStep make_step(const ShardCase& c, const StoreConfig& cfg, int step) {
+  std::mt19937_64 rng(c.seed * 1000003 + static_cast<std::uint64_t>(step) * 7 + static_cast<std::uint64_t>(c.world));
+  GlobalStep g;
+  g.local.resize(static_cast<std::size_t>(c.world));
+  std::vector<std::int64_t>& sizes = g.sizes;
+  for (int r = 0; r < c.world; ++r) sizes.push_back(rng() % 5 == 0 ? 0 : 1 + static_cast<std::int64_t>(rng() % 6));
+  for (const auto& t : cfg.tables) {
+    JaggedKeys all;
+    all.table = t.spec.name;
+    all.offsets.push_back(0);
+    const bool weighted = rng() % 3 == 0;
+    for (int r = 0; r < c.world; ++r) {
+      const bool has = rng() % 4 != 0;
+      // Keys of this rank: sometimes only keys that live on one other rank (row sharding).
+      const int only = c.world > 1 && rng() % 3 == 0 ? static_cast<int>((r + 1) % c.world) : -1;
+      JaggedKeys mine;
+      mine.table = t.spec.name;
+      mine.offsets.push_back(0);
+      for (std::int64_t b = 0; b < sizes[static_cast<std::size_t>(r)]; ++b) {
+        const int len = has ? static_cast<int>(rng() % 5) : 0;
+        for (int i = 0; i < len; ++i) {
+          Key k = static_cast<Key>(rng() % static_cast<std::uint64_t>(std::min<std::int64_t>(t.spec.rows, rng() % 2 ? 7 : t.spec.rows)));
+          if (only >= 0 && t.spec.rows > c.world) k = (k / c.world) * c.world + only < t.spec.rows ? (k / c.world) * c.world + only : only;
+          const float w = static_cast<float>(rng() % 1000) / 500.0f;
+          mine.keys.push_back(k);
+          all.keys.push_back(k);
+          if (weighted) {
+            mine.weights.push_back(w);
+            all.weights.push_back(w);
+          }
+        }
+        mine.offsets.push_back(static_cast<std::int64_t>(mine.keys.size()));
+        all.offsets.push_back(static_cast<std::int64_t>(all.keys.size()));
+      }
+      if (has) g.local[static_cast<std::size_t>(r)].features.push_back(std::move(mine));
+    }
+    g.global.features.push_back(std::move(all));
+  }
+  for (const auto& f : g.global.features) {
+    const TableSpec& spec = spec_of(cfg, f.table);
+    std::vector<float> grad(static_cast<std::size_t>(output_rows(f, spec.pooling) * spec.dim));
+    for (float& x : grad) x = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 1000.0f;
+    g.global_grads.push_back(std::move(grad));
+  }
+  return g;
+}
+
+/// Rank r's slice of a global feature's output (or gradient): its bags (pooled) or its keys
+/// (pooling none), as (first row, rows).
+inline std::pair<std::int64_t, std::int64_t> slice_of(const GlobalStep& g, const StoreConfig& cfg, std::size_t gf, int r) {
+  const std::vector<std::int64_t>& sizes = g.sizes;
+  const JaggedKeys& all = g.global.features[gf];
+  const TableSpec& spec = spec_of(cfg, all.table);
+  std::int64_t bag0 = 0;
+  for (int q = 0; q < r; ++q) bag0 += sizes[static_cast<std::size_t>(q)];
+  const std::int64_t bags = sizes[static_cast<std::size_t>(r)];
+  if (spec.pooling != Pooling::kNone) return {bag0, bags};
+  return {all.offsets[static_cast<std::size_t>(bag0)], all.offsets[static_cast<std::size_t>(bag0 + bags)] - all.offsets[static_cast<std::size_t>(bag0)]};
+}
+
+inline bool close(float a, float b, bool exact) {
+  if (exact) return a == b || (std::isnan(a) && std::isnan(b));
+  return std::fabs(a - b) <= 1e-5f + 1e-4f * std::fabs(b);
+}
+
+/// Runs the case on rank `rank` of `comm`'s world; returns "" or the first mismatches found.
+inline std::string run_sharded_rank(const ShardCase& c, std::shared_ptr<dispatch::Communicator> comm) {
+  const int r = comm->rank();
+  const StoreConfig cfg = sharded_config(c);
+  std::ostringstream err;
+  auto opened = Store::open(cfg, comm);
+  if (!opened) return "rank " + std::to_string(r) + ": open: " + opened.status().to_string();
+  Store& store = *opened.value();
+  StoreConfig ref_cfg = cfg;
+  for (auto& t : ref_cfg.tables) {
+    t.placement = Placement::kCpu;
+    t.cache = {};
+    t.sharding = {};
+  }
+  auto ref_open = open_reference_store(ref_cfg);
+  if (!ref_open) return "reference: " + ref_open.status().to_string();
+  Store& ref = *ref_open.value();
+  const bool exact = c.world == 1;
+  int reported = 0;
+  const auto check = [&](const std::string& what, const float* got, const float* want, std::size_t n) {
+    for (std::size_t i = 0; i < n && reported < 5; ++i)
+      if (!close(got[i], want[i], exact)) {
+        err << "rank " << r << ": " << what << "[" << i << "] = " << got[i] << ", reference " << want[i] << "\n";
+        ++reported;
+      }
+  };
+  const auto fail = [&](const std::string& what, const Status& s) {
+    if (!s.is_ok()) err << "rank " << r << ": " << what << ": " << s.to_string() << "\n";
+    return !s.is_ok();
+  };
+
+  std::vector<GlobalStep> steps;
+  for (int s = 0; s < c.steps; ++s) steps.push_back(make_step(c, cfg, s));
+  const auto submit = [&](int s) {
+    const GlobalStep& g = steps[static_cast<std::size_t>(s)];
+    return !fail("submit " + std::to_string(s), store.submit(s, g.local[static_cast<std::size_t>(r)])) &&
+           !fail("reference submit", ref.submit(s, g.global));
+  };
+  if (!submit(0)) return err.str();
+  for (int s = 0; s < c.steps; ++s) {
+    if (s + 1 < c.steps && !submit(s + 1)) return err.str();
+    const GlobalStep& g = steps[static_cast<std::size_t>(s)];
+    const KeyBatch& mine = g.local[static_cast<std::size_t>(r)];
+    // Reference on the global batch.
+    std::vector<std::vector<float>> ref_out;
+    std::vector<MatrixView> ref_views;
+    for (const auto& f : g.global.features) {
+      const TableSpec& spec = spec_of(cfg, f.table);
+      ref_out.emplace_back(static_cast<std::size_t>(output_rows(f, spec.pooling) * spec.dim));
+    }
+    for (std::size_t i = 0; i < ref_out.size(); ++i) {
+      const TableSpec& spec = spec_of(cfg, g.global.features[i].table);
+      ref_views.push_back({ref_out[i].data(), static_cast<std::int64_t>(ref_out[i].size()) / spec.dim, spec.dim});
+    }
+    if (fail("reference forward", ref.forward(s, ref_views))) return err.str();
+    // This rank's part.
+    std::vector<std::vector<float>> out;
+    std::vector<MatrixView> views;
+    std::vector<ConstMatrixView> grads;
+    for (const auto& f : mine.features) {
+      const TableSpec& spec = spec_of(cfg, f.table);
+      out.emplace_back(static_cast<std::size_t>(output_rows(f, spec.pooling) * spec.dim));
+    }
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      const TableSpec& spec = spec_of(cfg, mine.features[i].table);
+      views.push_back({out[i].data(), static_cast<std::int64_t>(out[i].size()) / spec.dim, spec.dim});
+    }
+    if (fail("forward " + std::to_string(s), store.forward(s, views))) return err.str();
+    for (std::size_t i = 0; i < mine.features.size(); ++i) {
+      std::size_t gf = 0;
+      while (g.global.features[gf].table != mine.features[i].table) ++gf;
+      const TableSpec& spec = spec_of(cfg, mine.features[i].table);
+      const auto [row0, rows] = slice_of(g, cfg, gf, r);
+      check("step " + std::to_string(s) + " output of " + spec.name, out[i].data(), ref_out[gf].data() + row0 * spec.dim,
+            static_cast<std::size_t>(rows * spec.dim));
+      grads.push_back({g.global_grads[gf].data() + row0 * spec.dim, rows, spec.dim});
+    }
+    if (fail("backward " + std::to_string(s), store.backward(s, grads))) return err.str();
+    std::vector<ConstMatrixView> ref_grads;
+    for (std::size_t i = 0; i < g.global.features.size(); ++i) ref_grads.push_back({g.global_grads[i].data(), ref_views[i].rows, ref_views[i].cols});
+    if (fail("reference backward", ref.backward(s, ref_grads))) return err.str();
+  }
+  // Final tables (read_rows is collective: every rank reads every table).
+  for (std::size_t t = 0; t < cfg.tables.size(); ++t) {
+    const TableSpec& spec = cfg.tables[t].spec;
+    const std::int32_t sd = optimizer_state_dim(spec.optimizer.kind, spec.dim);
+    // A part of the table first (ranges that start and end inside shards), then all of it.
+    for (const auto& [row0, n] : {std::make_pair(spec.rows / 3, spec.rows - spec.rows / 3 - spec.rows / 4), std::make_pair(std::int64_t{0}, spec.rows)}) {
+      std::vector<float> w(static_cast<std::size_t>(n * spec.dim)), st(static_cast<std::size_t>(n * sd)), rw(w.size()), rst(st.size());
+      if (fail("read_rows " + spec.name, store.read_rows(static_cast<int>(t), row0, n, w.data(), sd ? st.data() : nullptr))) return err.str();
+      if (fail("reference read_rows", ref.read_rows(static_cast<int>(t), row0, n, rw.data(), sd ? rst.data() : nullptr))) return err.str();
+      check("weights of " + spec.name + " from row " + std::to_string(row0), w.data(), rw.data(), w.size());
+      check("state of " + spec.name + " from row " + std::to_string(row0), st.data(), rst.data(), st.size());
+    }
+  }
+  return err.str();
+}
+
+}  // namespace strata::testing
