@@ -43,14 +43,16 @@ std::vector<ShardCase> cases() {
   std::uint64_t seed = 1;
   for (int world = 1; world <= 4; ++world)
     for (int type = -1; type < 4; ++type)
-      for (int placement : {static_cast<int>(Placement::kGpu), static_cast<int>(Placement::kHybrid), -1}) {
-        ShardCase c;
-        c.world = world;
-        c.type = type;
-        c.placement = placement;
-        c.seed = seed++;
-        out.push_back(c);
-      }
+      for (int placement : {static_cast<int>(Placement::kGpu), static_cast<int>(Placement::kHybrid), -1})
+        for (int repeat = 0; repeat < 3; ++repeat) {
+          ShardCase c;
+          c.world = world;
+          c.type = type;
+          c.placement = placement;
+          c.seed = seed++;
+          c.steps = 6;
+          out.push_back(c);
+        }
   return out;
 }
 

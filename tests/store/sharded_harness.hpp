@@ -8,7 +8,10 @@
 // in position order: the same numbers added in a different order, so with more than one rank
 // results are compared within a tolerance; with one rank they must be bit-exact.
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -236,6 +239,18 @@ inline std::string run_sharded_rank(const ShardCase& c, std::shared_ptr<dispatch
     for (std::size_t i = 0; i < g.global.features.size(); ++i) ref_grads.push_back({g.global_grads[i].data(), ref_views[i].rows, ref_views[i].cols});
     if (fail("reference backward", ref.backward(s, ref_grads))) return err.str();
   }
+  // A checkpoint of the sharded store (save is collective: every rank writes a whole checkpoint
+  // into its own directory), then a reset of every row, then the checkpoint loaded back.
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("strata_sharded_" + std::to_string(::getpid()) + "_" + case_name(c) + "_r" + std::to_string(r))).string();
+  if (fail("save", store.save(dir))) return err.str();
+  for (std::size_t t = 0; t < cfg.tables.size(); ++t) {
+    const TableSpec& spec = cfg.tables[t].spec;
+    const std::vector<float> zeros(static_cast<std::size_t>(spec.rows * spec.dim), 0.0f);
+    if (fail("write_rows", store.write_rows(static_cast<int>(t), 0, spec.rows, zeros.data(), nullptr))) return err.str();
+  }
+  if (fail("load", store.load(dir))) return err.str();
+  std::filesystem::remove_all(dir);
   // Final tables (read_rows is collective: every rank reads every table).
   for (std::size_t t = 0; t < cfg.tables.size(); ++t) {
     const TableSpec& spec = cfg.tables[t].spec;

@@ -1,0 +1,174 @@
+// Bad input and faults of sharded stores (issue: dispatch): a plan that does not fit the devices or
+// the world, ranks that disagree on the batch, a bad batch on one rank, and a rank that never
+// arrives. Each gives every rank a clear Status, never a hang, and changes no state.
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "dispatch/local_communicator.hpp"
+#include "store/store.hpp"
+
+namespace strata {
+namespace {
+
+StoreConfig two_tables(Placement p) {
+  StoreConfig c;
+  c.threads = 1;
+  c.fake_numa_nodes = 1;
+  c.huge_pages = false;
+  c.device.backend = BackendChoice::kEmu;
+  c.device.capacity = 16 << 20;
+  for (const char* name : {"user", "item"}) {
+    TableConfig t;
+    t.spec.name = name;
+    t.spec.rows = 100;
+    t.spec.dim = 8;
+    t.placement = p;
+    t.sharding.type = dispatch::ShardingType::kRow;
+    if (p == Placement::kHybrid) t.cache.rows = 20;
+    c.tables.push_back(t);
+  }
+  return c;
+}
+
+KeyBatch batch_of(std::vector<Key> user_keys) {
+  KeyBatch kb;
+  JaggedKeys f;
+  f.table = "user";
+  f.offsets = {0, static_cast<std::int64_t>(user_keys.size())};
+  f.keys = std::move(user_keys);
+  kb.features.push_back(f);
+  return kb;
+}
+
+// Runs body(rank, comm) on `world` thread ranks with a short collective timeout.
+template <class Body>
+void on_ranks(int world, int timeout_ms, Body body) {
+  dispatch::CommOptions o;
+  o.timeout = std::chrono::milliseconds(timeout_ms);
+  auto group = dispatch::make_local_group(world, o);
+  ASSERT_TRUE(group.is_ok());
+  std::vector<std::shared_ptr<dispatch::Communicator>> comms;
+  for (auto& c : group.value()) comms.emplace_back(std::move(c));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) threads.emplace_back([&, r] { body(r, comms[static_cast<std::size_t>(r)]); });
+  for (auto& t : threads) t.join();
+}
+
+std::vector<float> weights_of(Store& s, int table) {
+  std::vector<float> w(static_cast<std::size_t>(100 * 8));
+  EXPECT_TRUE(s.read_rows(table, 0, 100, w.data(), nullptr).is_ok());
+  return w;
+}
+
+TEST(ShardedFaults, PlanThatDoesNotFitTheWorldOrTheDeviceFailsOnEveryRank) {
+  // A table-wise owner outside the world.
+  StoreConfig c = two_tables(Placement::kGpu);
+  c.tables[1].sharding = {dispatch::ShardingType::kTable, 3};
+  std::vector<Status> got(2);
+  on_ranks(2, 5000, [&](int r, auto comm) { got[static_cast<std::size_t>(r)] = Store::open(c, comm).status(); });
+  for (std::size_t r = 0; r < got.size(); ++r)
+    EXPECT_EQ(got[r].message(), "rank " + std::to_string(r) + ": table 'item': table sharding owner rank 3 out of range [0, 2) for a world of 2 ranks");
+  // Column slices thinner than the world.
+  c = two_tables(Placement::kGpu);
+  c.tables[0].spec.dim = 2;
+  c.tables[0].sharding = {dispatch::ShardingType::kColumn, -1};
+  on_ranks(3, 5000, [&](int r, auto comm) { got.resize(3), got[static_cast<std::size_t>(r)] = Store::open(c, comm).status(); });
+  for (std::size_t r = 0; r < got.size(); ++r)
+    EXPECT_EQ(got[r].message(), "rank " + std::to_string(r) + ": table 'user': column sharding over 3 ranks needs dim >= 3, got 2");
+  // cpu tables cannot live in a world of several ranks.
+  c = two_tables(Placement::kGpu);
+  c.tables[1].placement = Placement::kCpu;
+  c.tables[1].sharding = {};
+  on_ranks(2, 5000, [&](int r, auto comm) { got[static_cast<std::size_t>(r)] = Store::open(c, comm).status(); });
+  EXPECT_EQ(got[0].message(), "rank 0: table 'item': placement cpu serves one rank; in a world of 2 ranks every table must be gpu or hybrid");
+  // Rank 1's shard of a table-wise table does not fit its device: every rank fails, naming it.
+  c = two_tables(Placement::kGpu);
+  c.tables[0].spec.rows = 1 << 20;  // 32 MiB of rows on one rank
+  c.tables[0].sharding = {dispatch::ShardingType::kTable, 1};
+  on_ranks(2, 5000, [&](int r, auto comm) { got[static_cast<std::size_t>(r)] = Store::open(c, comm).status(); });
+  EXPECT_EQ(got[1].code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(got[1].message().find("rank 1: gpu tables 'user'"), std::string::npos) << got[1].message();
+  EXPECT_EQ(got[0].code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(got[0].message().find("failed on another rank (rank 1: rank 1: gpu tables 'user'"), std::string::npos) << got[0].message();
+}
+
+TEST(ShardedFaults, RanksThatDisagreeOnTheBatchGetAnErrorAndNothingChanges) {
+  for (Placement p : {Placement::kGpu, Placement::kHybrid}) {
+    std::vector<Status> got(2);
+    std::vector<std::vector<float>> before(2), after(2);
+    on_ranks(2, 5000, [&](int r, auto comm) {
+      auto store = Store::open(two_tables(p), comm);
+      ASSERT_TRUE(store.is_ok()) << store.status().to_string();
+      before[static_cast<std::size_t>(r)] = weights_of(**store, 0);
+      got[static_cast<std::size_t>(r)] = (*store)->submit(r == 0 ? 7 : 8, batch_of({1, 2, 3}));
+      EXPECT_EQ((*store)->in_flight(), 0);
+      // The world is still usable: the same batch on both ranks goes through.
+      EXPECT_TRUE((*store)->submit(9, batch_of({4, 5})).is_ok());
+      std::vector<float> out(8);
+      EXPECT_TRUE((*store)->forward(9, {{out.data(), 1, 8}}).is_ok());
+      EXPECT_TRUE((*store)->discard(9).is_ok());
+      after[static_cast<std::size_t>(r)] = weights_of(**store, 0);
+    });
+    for (const Status& s : got) {
+      EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+      EXPECT_EQ(s.message(), "ranks disagree on the step: rank 0 at submit(7), rank 1 at submit(8) (every rank must make the same "
+                             "calls in the same order)");
+    }
+    EXPECT_EQ(before, after);
+  }
+}
+
+TEST(ShardedFaults, ABadBatchOnOneRankFailsEveryRankWithItsReason) {
+  std::vector<Status> got(3);
+  on_ranks(3, 5000, [&](int r, auto comm) {
+    auto store = Store::open(two_tables(Placement::kGpu), comm);
+    ASSERT_TRUE(store.is_ok());
+    got[static_cast<std::size_t>(r)] = (*store)->submit(1, batch_of({1, r == 2 ? 100 : 2}));
+    EXPECT_EQ((*store)->in_flight(), 0);
+  });
+  EXPECT_EQ(got[2].message(), "batch 1: table 'user': key 100 at position 1 out of range [0, 100)");
+  for (int r : {0, 1}) {
+    EXPECT_EQ(got[static_cast<std::size_t>(r)].code(), StatusCode::kOutOfRange);
+    EXPECT_EQ(got[static_cast<std::size_t>(r)].message(),
+              "submit(1) failed on another rank (rank 2: batch 1: table 'user': key 100 at position 1 out of range [0, 100))");
+  }
+}
+
+TEST(ShardedFaults, ACacheThatRefusesTheServedKeysFailsEveryRank) {
+  // Rank 1 serves the odd keys of both ranks: more unique rows than its cache holds.
+  std::vector<Status> got(2);
+  on_ranks(2, 5000, [&](int r, auto comm) {
+    StoreConfig c = two_tables(Placement::kHybrid);
+    c.tables[0].cache.rows = 5;
+    c.tables[0].cache.cap = true;  // the pool is shared with 'item': cap the table itself
+    auto store = Store::open(c, comm);
+    ASSERT_TRUE(store.is_ok());
+    std::vector<Key> keys;
+    for (Key k = 1; k < 14; k += 2) keys.push_back(k + 14 * r);
+    got[static_cast<std::size_t>(r)] = (*store)->submit(1, batch_of(keys));
+    EXPECT_EQ((*store)->in_flight(), 0);
+  });
+  for (const Status& s : got) EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.to_string();
+  EXPECT_EQ(got[1].message(), "rank 1: batch 1, table 'user': 14 unique rows exceed the table's cache cap of 5 rows");
+  EXPECT_EQ(got[0].message(), "submit(1) failed on another rank (rank 1: rank 1: batch 1, table 'user': 14 unique rows exceed the "
+                              "table's cache cap of 5 rows)");
+}
+
+TEST(ShardedFaults, ARankThatNeverArrivesTimesOutNamingIt) {
+  std::vector<Status> got(3);
+  on_ranks(3, 300, [&](int r, auto comm) {
+    auto store = Store::open(two_tables(Placement::kGpu), comm);
+    ASSERT_TRUE(store.is_ok());
+    if (r == 1) return;  // rank 1 submits nothing (and closes its store)
+    got[static_cast<std::size_t>(r)] = (*store)->submit(1, batch_of({1, 2}));
+  });
+  for (int r : {0, 2}) {
+    EXPECT_EQ(got[static_cast<std::size_t>(r)].code(), StatusCode::kUnavailable) << got[static_cast<std::size_t>(r)].to_string();
+    EXPECT_NE(got[static_cast<std::size_t>(r)].message().find("1"), std::string::npos) << got[static_cast<std::size_t>(r)].message();
+  }
+}
+
+}  // namespace
+}  // namespace strata
