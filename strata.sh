@@ -57,12 +57,19 @@ cmd_test() {
   ctest --preset "$preset" -j "$(nproc)"
 }
 
+# The cache sizes `bench` sweeps by default (fractions of every table's rows).
+BENCH_SWEEP=0.05,0.1,0.2,0.4
+
 cmd_bench() {
   cmd_build default
   local out="results/bench-$(date +%Y%m%d-%H%M%S)"
   mkdir -p "$out"
   log "placement-mode benchmark; results in $out/"
-  ./build/default/bench/strata-bench --json "$out/bench.json" --html "$out/bench.html" "$@"
+  # Defaults go first: strata-bench takes the last value of a flag, so "$@" overrides them
+  # (--sweep-cache '' turns the sweep off). The console table is kept next to the JSON and HTML.
+  ./build/default/bench/strata-bench --json "$out/bench.json" --html "$out/bench.html" \
+    --sweep-cache "$BENCH_SWEEP" "$@" | tee "$out/console.txt"
+  log "wrote $out/bench.json, $out/bench.html and $out/console.txt"
 }
 
 cmd_peers() {
@@ -77,7 +84,7 @@ usage: ./strata.sh COMMAND [ARGS]
   setup [--peers]     install missing Debian packages (idempotent; --peers adds python3-torch)
   build [PRESET]      configure and build (presets: default, asan, tsan)
   test  [PRESET]      build and run every test with ctest
-  bench [FLAGS]       run strata-bench on the built-in workload (flags go to strata-bench)
+  bench [FLAGS]       run strata-bench on the built-in workload with a cache sweep (flags go to strata-bench)
   peers [FLAGS]       Strata cpu mode vs torch.nn.EmbeddingBag on the same keys, with ratios
 USAGE
 }

@@ -2,6 +2,7 @@
 
 #include <hwloc.h>
 #include <oneapi/tbb/version.h>
+#include <sys/utsname.h>
 
 #include <fstream>
 #include <thread>
@@ -11,14 +12,29 @@
 namespace strata::bench {
 
 namespace {
-std::uint64_t meminfo_kb(const std::string& key) {
-  std::ifstream in("/proc/meminfo");
-  std::string k;
-  std::uint64_t v = 0;
-  std::string unit;
-  while (in >> k >> v >> unit)
-    if (k == key + ":") return v;
+// A "Key:  value kB" line of a /proc file, in kB (0 when absent).
+std::uint64_t proc_kb(const char* file, const std::string& key) {
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    if (line.compare(0, key.size() + 1, key + ":") != 0) continue;
+    try {
+      return std::stoull(line.substr(key.size() + 1));
+    } catch (...) {
+      return 0;
+    }
+  }
   return 0;
+}
+
+std::string os_pretty_name() {
+  std::ifstream in("/etc/os-release");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("PRETTY_NAME=", 0) != 0) continue;
+    std::string v = line.substr(12);
+    if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+    return v;
+  }
+  return "";
 }
 }  // namespace
 
@@ -32,16 +48,23 @@ MachineInfo describe_machine() {
     }
   }
   m.cores = static_cast<int>(std::thread::hardware_concurrency());
-  m.memory_total_bytes = meminfo_kb("MemTotal") * 1024;
-  m.memory_available_bytes = meminfo_kb("MemAvailable") * 1024;
-  if (auto t = Topology::discover()) m.topology = t->describe();
+  m.memory_total_bytes = proc_kb("/proc/meminfo", "MemTotal") * 1024;
+  m.memory_available_bytes = proc_kb("/proc/meminfo", "MemAvailable") * 1024;
+  if (auto t = Topology::discover()) {
+    m.topology = t->describe();
+    m.numa_nodes = t->num_nodes();
+    for (const GpuInfo& g : t->gpus()) m.gpus.push_back((g.name.empty() ? "GPU" : g.name) + " (" + g.pci_bus_id + ")");
+  }
+  m.os = os_pretty_name();
+  utsname u{};
+  if (uname(&u) == 0) m.kernel = std::string(u.sysname) + " " + u.release;
 #if defined(__clang__)
   m.compiler = "clang " __clang_version__;
 #elif defined(__GNUC__)
   m.compiler = "gcc " __VERSION__;
 #endif
-  m.versions = std::string("oneTBB ") + TBB_VERSION_STRING + ", hwloc " + std::to_string(HWLOC_API_VERSION >> 16) + "." +
-               std::to_string((HWLOC_API_VERSION >> 8) & 0xff);
+  m.versions = std::string("oneTBB ") + TBB_VERSION_STRING + ", hwloc " + std::to_string(HWLOC_API_VERSION >> 16) +
+               "." + std::to_string((HWLOC_API_VERSION >> 8) & 0xff);
   return m;
 }
 
@@ -50,10 +73,25 @@ nlohmann::json to_json(const MachineInfo& m) {
           {"cores", m.cores},
           {"memory_total_bytes", m.memory_total_bytes},
           {"memory_available_bytes", m.memory_available_bytes},
+          {"numa_nodes", m.numa_nodes},
+          {"gpus", m.gpus},
           {"topology", m.topology},
+          {"os", m.os},
+          {"kernel", m.kernel},
           {"compiler", m.compiler},
-          {"versions", m.versions},
-          {"gpu", "none visible to this build"}};
+          {"versions", m.versions}};
+}
+
+std::uint64_t process_rss_bytes() { return proc_kb("/proc/self/status", "VmRSS") * 1024; }
+
+std::uint64_t process_peak_rss_bytes() { return proc_kb("/proc/self/status", "VmHWM") * 1024; }
+
+bool reset_peak_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  if (!f) return false;
+  f << "5";
+  f.flush();
+  return static_cast<bool>(f);
 }
 
 }  // namespace strata::bench

@@ -207,17 +207,21 @@ struct LineSeries {
   std::vector<std::pair<double, double>> points;  // (x, y), sorted by x
 };
 
+// Lines over x in [0, 1] (fractions, shown as percentages) with y in `y_unit`; fractions on y run
+// over [0, 1] unless the data go beyond. `y_name` names y in the tooltips.
 std::string line_chart(const std::string& aria, const std::vector<LineSeries>& series, const std::string& x_label,
-                       const std::string& y_label) {
+                       const std::string& y_label, Unit y_unit = Unit::kFraction, const std::string& y_name = "hit rate") {
   double x_max = 0, y_max_data = 0;
   for (const auto& s : series)
     for (const auto& [x, y] : s.points) {
       x_max = std::max(x_max, x);
       y_max_data = std::max(y_max_data, y);
     }
-  // Fractions: the axes run over [0, 1] unless the data go beyond.
-  const auto [x_top, x_step] = nice_axis(std::max(x_max, x_max <= 1.0 ? 1.0 : 0.0));
-  const auto [y_top, y_step] = nice_axis(std::max(y_max_data, y_max_data <= 1.0 ? 1.0 : 0.0));
+  // x runs from 0 to a round value just above the largest point (a sweep up to 40% gets 0..40%,
+  // not 0..100%); fractions on y run over [0, 1] unless the data go beyond.
+  const auto [x_top, x_step] = nice_axis(x_max);
+  const auto [y_top, y_step] =
+      nice_axis(y_unit == Unit::kFraction ? std::max(y_max_data, y_max_data <= 1.0 ? 1.0 : 0.0) : y_max_data);
   const double plot_w = kWidth - kLeft - kRight, plot_h = kHeight - kTop - kBottom;
   const auto px = [&, x_top = x_top](double x) { return kLeft + plot_w * (x / x_top); };
   const auto py = [&, y_top = y_top](double y) { return kTop + plot_h * (1.0 - y / y_top); };
@@ -228,7 +232,7 @@ std::string line_chart(const std::string& aria, const std::vector<LineSeries>& s
   std::vector<std::string> names;
   for (const auto& s : series) names.push_back(s.name);
   legend(o, names);
-  y_axis(o, y_top, y_step, Unit::kFraction, y_label);
+  y_axis(o, y_top, y_step, y_unit, y_label);
   for (double t = 0; t <= x_top + x_step * 1e-6; t += x_step) {
     o << "<text x=\"" << num(px(t)) << "\" y=\"" << num(kTop + plot_h + 18) << "\" class=\"tick\" "
       << "text-anchor=\"middle\">" << html_escape(percent_str(t)) << "</text>";
@@ -245,7 +249,7 @@ std::string line_chart(const std::string& aria, const std::vector<LineSeries>& s
     o << "\"/>";
     for (const auto& [x, y] : series[s].points) {
       o << "<circle cx=\"" << num(px(x)) << "\" cy=\"" << num(py(y)) << "\" r=\"3.5\" fill=\"" << color << "\"><title>"
-        << html_escape(series[s].name + ": cache " + percent_str(x) + ", hit rate " + percent_str(y))
+        << html_escape(series[s].name + ": cache " + percent_str(x) + ", " + y_name + " " + format_value(y, y_unit))
         << "</title></circle>";
     }
   }
@@ -256,18 +260,21 @@ std::string line_chart(const std::string& aria, const std::vector<LineSeries>& s
 // ---- page pieces ----
 
 constexpr const char* kCss = R"(
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2rem auto;max-width:60rem;color:#1a1a1a;padding:0 1rem}
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2rem auto;max-width:66rem;color:#1a1a1a;padding:0 1rem}
 h1{font-size:1.6rem;margin-bottom:.2rem}h2{font-size:1.2rem;margin:1.8rem 0 .4rem;border-bottom:1px solid #ddd}
 p.note{color:#555;margin:.2rem 0 .8rem}
 table{border-collapse:collapse;font-size:.9rem;margin:.4rem 0}
 th,td{border:1px solid #ddd;padding:.25rem .55rem;text-align:left;vertical-align:top}
-td.n{text-align:right;font-variant-numeric:tabular-nums}th{background:#f4f4f4}
+td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}th{background:#f4f4f4}
+section.summary td:first-child{white-space:nowrap}
 section.info{display:inline-block;vertical-align:top;margin-right:2rem}
 svg{width:100%;height:auto;max-width:760px;display:block;background:#fff}
 svg text{font-family:inherit;fill:#222}svg .tick{font-size:11px;fill:#555}svg .group{font-size:12px}
 svg .legend{font-size:12px}svg .axis{font-size:12px;fill:#333}
 svg .grid{stroke:#e6e6e6;stroke-width:1}svg .axisline{stroke:#888;stroke-width:1}
 ul.explain{font-size:.9rem}
+details summary{cursor:pointer;color:#333;margin:.3rem 0}
+table.tables td{padding:.1rem .5rem}
 )";
 
 std::string value_cell(const json& v) {
@@ -341,6 +348,31 @@ std::string render_html_report(const json& results, const HtmlReportOptions& opt
 
   info_section(o, "machine", "Machine", object_at(doc, "machine"));
   info_section(o, "workload", "Workload", object_at(doc, "workload"));
+
+  // The table list (collapsed: a Criteo-shaped set has 26 entries).
+  if (doc.contains("tables") && doc["tables"].is_array() && !doc["tables"].empty()) {
+    std::ostringstream rows;
+    double total_rows = 0, total_bytes = 0;
+    int n = 0;
+    for (const json& t : doc["tables"]) {
+      const Opt r = number_at(t, "rows");
+      const Opt d = number_at(t, "dim");
+      if (!r || !d) continue;
+      ++n;
+      total_rows += *r;
+      total_bytes += *r * *d * 4.0;
+      rows << "<tr><td>" << html_escape(string_at(t, "name").value_or("")) << "</td><td class=\"n\">"
+           << html_escape(fmt("%.0f", *r)) << "</td><td class=\"n\">" << html_escape(fmt("%.0f", *d))
+           << "</td><td class=\"n\">" << html_escape(bytes_str(*r * *d * 4.0)) << "</td></tr>";
+    }
+    if (n > 0) {
+      o << "<section class=\"info\" id=\"tables\"><h2>Tables</h2><details><summary>" << n << " table"
+        << (n == 1 ? "" : "s") << ", " << html_escape(si(total_rows)) << " rows, "
+        << html_escape(bytes_str(total_bytes)) << " of fp32 weights</summary><table class=\"tables\">"
+        << "<tr><th>name</th><th>rows</th><th>dim</th><th>weights</th></tr>" << rows.str()
+        << "</table></details></section>\n";
+    }
+  }
 
   // Summary table: only the columns some mode has.
   if (!modes.empty()) {
@@ -426,7 +458,9 @@ std::string render_html_report(const json& results, const HtmlReportOptions& opt
     }
     if (!series.empty()) {
       o << "<section class=\"chart\" id=\"bytes\"><h2>Bytes per step per link</h2>"
-        << "<p class=\"note\">Bytes one training step moves over each link, as counted by the device layer.</p>"
+        << "<p class=\"note\">Bytes one training step moves over each link, as counted by the device layer. "
+        << "Host-side CPU kernels (the CPU gather and the CPU optimizer) have no counters and are not shown; the "
+        << "modelled step time adds their row traffic as an upper bound.</p>"
         << bar_chart("bytes per training step on each link, per mode", mode_names, series, Unit::kBytes, "bytes/step")
         << "</section>\n";
     }
@@ -467,6 +501,31 @@ std::string render_html_report(const json& results, const HtmlReportOptions& opt
     }
   }
 
+  // Memory per mode.
+  {
+    static const std::pair<const char*, const char*> kMemory[] = {{"peak_host_bytes", "peak host (process RSS)"},
+                                                                  {"host_table_bytes", "host tables"},
+                                                                  {"peak_device_bytes", "peak device"}};
+    std::vector<BarSeries> series;
+    for (const auto& [key, label] : kMemory) {
+      BarSeries s{label, {}};
+      bool any = false;
+      for (const auto& m : modes) {
+        s.values.push_back(number_at(*m.doc, key));
+        any = any || s.values.back().has_value();
+      }
+      if (any) series.push_back(std::move(s));
+    }
+    if (!series.empty()) {
+      o << "<section class=\"chart\" id=\"memory\"><h2>Peak memory per mode</h2>"
+        << "<p class=\"note\">Peak resident memory of the process while the mode ran (an emulated device's memory is "
+        << "host memory and counts in it), the store's host tables, and the device's high-water mark of allocated "
+        << "bytes.</p>"
+        << bar_chart("peak host and device memory per mode", mode_names, series, Unit::kBytes, "bytes")
+        << "</section>\n";
+    }
+  }
+
   // Hit rate against cache size.
   if (doc.contains("sweep") && doc["sweep"].is_array()) {
     std::map<std::pair<std::string, std::string>, LineSeries> by_key;
@@ -499,6 +558,55 @@ std::string render_html_report(const json& results, const HtmlReportOptions& opt
         << "<p class=\"note\">Cache hit rate for each cache size, as a fraction of the table rows.</p>"
         << line_chart("hit rate against cache size", series, "cache size (fraction of rows)", "hit rate")
         << "</section>\n";
+    }
+
+    // Throughput against cache size (points that have it).
+    LineSeries fwd{"forward lookups/s", {}}, train{"training-step lookups/s", {}};
+    for (const json& p : doc["sweep"]) {
+      const Opt x = number_at(p, "cache_fraction");
+      if (!x || *x < 0) continue;
+      if (const Opt y = number_at(p, "forward_lookups_per_s"); y && *y >= 0) fwd.points.emplace_back(*x, *y);
+      if (const Opt y = number_at(p, "train_lookups_per_s"); y && *y >= 0) train.points.emplace_back(*x, *y);
+    }
+    std::vector<LineSeries> tput;
+    for (auto* s : {&fwd, &train}) {
+      if (s->points.empty()) continue;
+      std::sort(s->points.begin(), s->points.end());
+      tput.push_back(*s);
+    }
+    if (!tput.empty()) {
+      o << "<section class=\"chart\" id=\"sweep-throughput\"><h2>Throughput against cache size</h2>"
+        << "<p class=\"note\">Lookups per second of the cached mode at each cache size (same batches).</p>"
+        << line_chart("lookups per second against cache size", tput, "cache size (fraction of rows)", "lookups/s",
+                      Unit::kCount, "lookups/s")
+        << "</section>\n";
+    }
+
+    // Every point, including those skipped.
+    std::ostringstream rows;
+    int n = 0;
+    for (const json& p : doc["sweep"]) {
+      const Opt x = number_at(p, "cache_fraction");
+      if (!x) continue;
+      const auto cell = [&](const char* key, Unit unit) {
+        const Opt v = number_at(p, key);
+        return v ? html_escape(format_value(*v, unit)) : std::string("&ndash;");
+      };
+      ++n;
+      rows << "<tr><td class=\"n\">" << html_escape(percent_str(*x)) << "</td><td>"
+           << html_escape(string_at(p, "policy").value_or("")) << "</td>";
+      if (const auto skipped = string_at(p, "skipped")) {
+        rows << "<td colspan=\"4\">skipped: " << html_escape(*skipped) << "</td></tr>";
+        continue;
+      }
+      rows << "<td class=\"n\">" << cell("cache_bytes", Unit::kBytes) << "</td><td class=\"n\">"
+           << cell("hit_rate", Unit::kFraction) << "</td><td class=\"n\">" << cell("forward_lookups_per_s", Unit::kCount)
+           << "</td><td class=\"n\">" << cell("train_lookups_per_s", Unit::kCount) << "</td></tr>";
+    }
+    if (n > 0) {
+      o << "<section class=\"summary\" id=\"sweep-table\"><h2>Cache sweep</h2><table><tr><th>cache size</th>"
+        << "<th>policy</th><th>cache bytes</th><th>hit rate</th><th>forward lookups/s</th><th>train lookups/s</th></tr>"
+        << rows.str() << "</table></section>\n";
     }
   }
 

@@ -2,14 +2,16 @@
 // One self-contained HTML report of a strata-bench run: inline CSS and inline SVG charts, no
 // JavaScript, no network access, so it opens offline in any browser.
 //
-// Input: the results document below (what `strata-bench --json` writes). Every field is optional;
-// a section whose data is missing is left out, and a value of the wrong type, or a number that is
-// not finite, counts as missing. Unknown fields are ignored.
+// Input: the report document below, which strata-bench derives from its --json results
+// (report_document in bench/strata_bench.cpp). Every field is optional; a section whose data is
+// missing is left out, and a value of the wrong type, or a number that is not finite, counts as
+// missing. Unknown fields are ignored.
 //
 //   {
 //     "title":    string,                      page title (default "Strata benchmark report")
 //     "machine":  object,                      shown as a key/value table (nested values as JSON)
 //     "workload": object,                      likewise
+//     "tables": [ { "name": string, "rows": number, "dim": number } ],   the table list
 //     "modes": [                               one entry per placement mode, in display order
 //       { "mode": string,                      required for the entry to be shown
 //         "forward_lookups_per_s": number,     keys looked up per second, forward only
@@ -19,26 +21,35 @@
 //         "step_ms_p99": number,               measured training step latency, 99th percentile (ms)
 //         "hit_rate": number,                  cache hit rate in [0, 1]
 //         "peak_host_bytes": number,           peak host memory of the mode (bytes)
+//         "host_table_bytes": number,          the store's host tables (bytes)
 //         "peak_device_bytes": number,         peak device memory of the mode (bytes)
 //         "bytes_per_step": {                  bytes per training step on each link
 //           "hbm_read", "hbm_write", "h2d", "d2h", "host_read", "host_write", "all_to_all": number },
 //         "modelled": {                        the cost model's view (store/cost_model.hpp)
 //           "profile": string, "step_ms": number, "serial_ms": number,
 //           "bottleneck": string, "explanation": string } } ],
-//     "sweep": [                               hit rate against cache size (--sweep-cache)
-//       { "mode": string, "policy": string, "cache_fraction": number in [0, 1], "hit_rate": number } ]
+//     "sweep": [                               hit rate and throughput against cache size (--sweep-cache)
+//       { "mode": string, "policy": string, "cache_fraction": number in [0, 1], "hit_rate": number,
+//         "forward_lookups_per_s": number, "train_lookups_per_s": number, "cache_bytes": number,
+//         "skipped": string (why the point did not run; it then has no hit rate) } ]
 //   }
 //
 // Output sections, in order (ids are stable for tests and links):
 //   <section class="info" id="machine">, id="workload"   key/value tables
+//   <section class="info" id="tables">                   the table list (collapsed <details>)
 //   <section class="summary" id="summary">               one row per mode
 //   <section class="chart" id="throughput">   forward and training lookups/s per mode (bars)
 //   <section class="chart" id="bytes">        bytes per step per link per mode (grouped bars)
 //   <section class="chart" id="step-time">    measured p50/p99 and modelled step time per mode
 //                                             (bars), with each mode's model explanation below
+//   <section class="chart" id="memory">       peak host, host tables and peak device bytes per mode
 //   <section class="chart" id="hit-rate">     hit rate against cache fraction, one line per
 //                                             (mode, policy) (only with "sweep" points)
-// Each chart section holds exactly one <svg>. Every string from the document is HTML-escaped.
+//   <section class="chart" id="sweep-throughput">  forward and training lookups/s against cache
+//                                             fraction (only with sweep points that have them)
+//   <section class="summary" id="sweep-table">  every sweep point, skipped ones with the reason
+// Each chart section holds exactly one <svg>; no other section holds one. Every string from the
+// document is HTML-escaped.
 
 #include <string>
 

@@ -1,27 +1,38 @@
 // strata-bench: runs the same sequence of batches through each placement mode and reports
 // throughput, latency percentiles and the gather's bandwidth next to the machine's sequential read
-// bandwidth measured in the same run, plus the bytes each mode moves per step over every link
-// (device layer counters) and the cache hit rate. Modes: cpu, offload (device reads host rows
-// zero-copy), offload-cpu (CPU pools, outputs go H2D), cached; gpu/hybrid come with dispatch.
+// bandwidth measured in the same run, the bytes each mode moves per step over every link (device
+// layer counters), the cache hit rate, peak host and device memory, and a modelled step time on a
+// hardware profile. `--sweep-cache` reruns the cached mode at several cache sizes. The built-in
+// workload is shaped like the 26 Criteo Kaggle features (docs/bench.md, "Default workload").
+//
+// Modes are rows of kModes below: adding one (gpu, hybrid) is a row plus whatever make_config
+// needs for its placement.
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include "bench/machine_info.hpp"
 #include "bench/report_html.hpp"
-#include "gpu/device.hpp"
 #include "bench/workload.hpp"
+#include "gpu/device.hpp"
 #include "store/cost_model.hpp"
 #include "store/store.hpp"
+
+#ifndef STRATA_VERSION
+#define STRATA_VERSION "unknown"
+#endif
 
 namespace strata::bench {
 namespace {
@@ -38,7 +49,46 @@ double percentile(std::vector<double> v, double p) {
   return v[i];
 }
 
-// A one-line progress bar on stderr (only when stderr is a terminal, or always with --progress).
+// ---- modes ----
+
+/// One placement mode strata-bench can run. Every mode runs the same batches through a Store whose
+/// tables all have `placement`.
+struct ModeDescriptor {
+  const char* name;              ///< --modes name
+  const char* summary;           ///< one line for --help, the JSON and the report
+  Placement placement;           ///< placement of every table
+  OffloadGather offload_gather;  ///< lookups of offload tables
+  bool uses_device;              ///< opens a device (emu or cuda)
+  bool rows_on_device;           ///< whole tables live in device memory (none yet: gpu/hybrid)
+  bool host_gather;              ///< CPU kernels read every key's row in forward (cost-model upper bound)
+  bool host_optimizer;           ///< the CPU optimizer reads and writes every key's row in backward
+};
+
+constexpr ModeDescriptor kModes[] = {
+    {"cpu", "host rows, CPU kernels", Placement::kCpu, OffloadGather::kDevice, false, false, true, true},
+    {"offload", "pinned host rows read by the device zero-copy; CPU optimizer", Placement::kOffload,
+     OffloadGather::kDevice, true, false, false, true},
+    {"offload-cpu", "pinned host rows pooled by CPU threads; pooled outputs go H2D", Placement::kOffload,
+     OffloadGather::kCpu, true, false, true, true},
+    {"cached", "pinned host rows + HBM row cache fed by the prefetcher", Placement::kCached, OffloadGather::kDevice,
+     true, false, false, false},
+};
+
+std::string mode_names(const char* sep) {
+  std::string s;
+  for (const auto& m : kModes) s += (s.empty() ? "" : sep) + std::string(m.name);
+  return s;
+}
+
+Result<const ModeDescriptor*> find_mode(const std::string& name) {
+  for (const auto& m : kModes)
+    if (name == m.name) return &m;
+  return Status::invalid_argument("unknown mode '" + name + "' (expected one of " + mode_names(", ") + ")");
+}
+
+// ---- progress ----
+
+// A one-line progress bar on stderr (hidden with --no-progress).
 class Progress {
  public:
   Progress(std::string label, int total, bool enabled) : label_(std::move(label)), total_(total), enabled_(enabled) {}
@@ -46,7 +96,8 @@ class Progress {
     if (!enabled_) return;
     const int width = 30;
     const int filled = total_ ? done * width / total_ : width;
-    std::fprintf(stderr, "\r  %-22s [%s%s] %d/%d", label_.c_str(), std::string(static_cast<std::size_t>(filled), '#').c_str(),
+    std::fprintf(stderr, "\r  %-34s [%s%s] %d/%d", label_.c_str(),
+                 std::string(static_cast<std::size_t>(filled), '#').c_str(),
                  std::string(static_cast<std::size_t>(width - filled), '.').c_str(), done, total_);
     if (done == total_) std::fprintf(stderr, "\n");
     std::fflush(stderr);
@@ -58,11 +109,16 @@ class Progress {
   bool enabled_;
 };
 
+// ---- options ----
+
 struct Options {
   WorkloadSpec workload;
+  std::string table_set = "criteo";
+  std::int64_t criteo_rows = kCriteoDefaultMaxRows;
   std::string workload_file;
   std::string modes = "cpu,offload,offload-cpu,cached";
-  double cache_fraction = 0.3;  // the default uniform workload pins ~2 x 245k rows of 2M in flight
+  double cache_fraction = 0.1;
+  std::string sweep_cache;
   std::string policy = "lru";
   int lookahead = 0;
   int pipeline = 2;
@@ -73,71 +129,208 @@ struct Options {
   int steps = 20;
   int warmup = 3;
   int threads = 2;
+  int read_probe_mib = 1024;
   std::string json_out;
   std::string html_out;
   std::string profile = "h200-pcie5";
   std::string dump_keys;
   bool progress = true;
+  std::vector<std::string> argv;
 };
 
-struct ModeResult {
-  std::string mode;
-  std::vector<double> forward_s, train_s;
-  std::vector<double> submit_s, lookup_s, backward_s;  // phases of the training step
-  double keys_per_step = 0, samples_per_step = 0;
-  double setup_s = 0;
-  StoreStats train_stats;  // counters over the timed training steps only
-  std::string device;
-  std::size_t device_peak_bytes = 0;
-};
-
-// "offload-cpu" is the offload placement with CPU gathering; every other mode is a placement.
-Result<Placement> mode_placement(const std::string& mode) {
-  return mode == "offload-cpu" ? Result<Placement>(Placement::kOffload) : parse_placement(mode);
+// The built-in workload: Criteo Kaggle-shaped tables (set by table_set = "criteo"), one common
+// dim, one-hot bags as in the data set, Zipf keys (docs/bench.md, "Default workload").
+WorkloadSpec default_workload() {
+  WorkloadSpec w;
+  w.dim = 64;
+  w.batch = 8192;
+  w.bag_size = 1;
+  w.dist = "zipf:0.9";
+  return w;
 }
 
-StoreStats stats_delta(const StoreStats& after, const StoreStats& before) {
-  StoreStats d = after;
-  d.links = after.links - before.links;
-  for (std::size_t i = 0; i < d.cache.size() && i < before.cache.size(); ++i) d.cache[i].second -= before.cache[i].second;
-  return d;
-}
+// ---- store configuration ----
 
-Result<StoreConfig> make_config(const Options& o, const std::string& mode) {
-  STRATA_ASSIGN_OR_RETURN(Placement placement, mode_placement(mode));
+Result<StoreConfig> make_config(const Options& o, const ModeDescriptor& mode, double cache_fraction) {
   StoreConfig c;
   c.threads = o.threads;
   STRATA_ASSIGN_OR_RETURN(c.device.backend, parse_backend(o.backend));
   c.device.capacity = o.device_capacity;
   // The emulated device's default 1 GiB is a test size; emulate a GPU-sized memory (host RAM is
   // only used as far as it is allocated). Real GPUs keep all of their free memory.
-  const bool emu = c.device.backend == BackendChoice::kEmu || (c.device.backend == BackendChoice::kAuto && gpu::cuda_device_count() == 0);
+  const bool emu = c.device.backend == BackendChoice::kEmu ||
+                   (c.device.backend == BackendChoice::kAuto && gpu::cuda_device_count() == 0);
   if (c.device.capacity == 0 && emu) c.device.capacity = std::int64_t{4} << 30;
-  c.offload_gather = mode == "offload-cpu" ? OffloadGather::kCpu : OffloadGather::kDevice;
+  c.offload_gather = mode.offload_gather;
   STRATA_ASSIGN_OR_RETURN(c.cache.policy, cache::parse_policy(o.policy));
   c.cache.lookahead = o.lookahead;
   c.cache.max_in_flight = std::max(8, o.lookahead + o.pipeline + 1);
-  for (int t = 0; t < o.workload.tables; ++t) {
+  STRATA_ASSIGN_OR_RETURN(Pooling pooling, parse_pooling(o.pooling_mode));
+  STRATA_ASSIGN_OR_RETURN(OptimizerKind optimizer, parse_optimizer(o.optimizer));
+  for (const TableShape& shape : workload_tables(o.workload)) {
     TableConfig tc;
-    tc.spec.name = "t" + std::to_string(t);
-    tc.spec.rows = o.workload.rows;
-    tc.spec.dim = o.workload.dim;
-    STRATA_ASSIGN_OR_RETURN(tc.spec.pooling, parse_pooling(o.pooling_mode));
-    STRATA_ASSIGN_OR_RETURN(tc.spec.optimizer.kind, parse_optimizer(o.optimizer));
+    tc.spec.name = shape.name;
+    tc.spec.rows = shape.rows;
+    tc.spec.dim = shape.dim;
+    tc.spec.pooling = pooling;
+    tc.spec.optimizer.kind = optimizer;
     tc.spec.optimizer.learning_rate = 0.01f;
     tc.spec.init.seed = o.workload.seed;
-    tc.placement = placement;
-    if (placement == Placement::kCached) tc.cache.fraction = o.cache_fraction;
+    tc.placement = mode.placement;
+    if (mode.placement == Placement::kCached) tc.cache.fraction = cache_fraction;
     c.tables.push_back(tc);
   }
   STRATA_RETURN_IF_ERROR(validate(c));
   return c;
 }
 
-Result<ModeResult> run_mode(const Options& o, const std::string& mode, const std::vector<KeyBatch>& batches) {
-  STRATA_ASSIGN_OR_RETURN(StoreConfig config, make_config(o, mode));
+// Bytes of one table record (weights and optimizer state) on the host.
+double record_bytes(const TableSpec& s) {
+  return 4.0 * static_cast<double>(s.dim + optimizer_state_dim(s.optimizer.kind, s.dim));
+}
+
+// Host bytes of the store's tables: rows x (dim + optimizer state) x 4 (every mode keeps them).
+double host_table_bytes(const StoreConfig& c) {
+  double b = 0;
+  for (const auto& t : c.tables) b += static_cast<double>(t.spec.rows) * record_bytes(t.spec);
+  return b;
+}
+
+// Cache pools of a cached config: rows and bytes per (dim, state) shape, as the store sizes them.
+struct PoolSize {
+  int dim = 0;
+  std::int32_t state = 0;
+  std::int64_t rows = 0;
+  double bytes = 0;
+  std::vector<std::size_t> tables;  // indices into config.tables
+};
+std::vector<PoolSize> cache_pools(const StoreConfig& c) {
+  std::vector<PoolSize> pools;
+  for (std::size_t i = 0; i < c.tables.size(); ++i) {
+    const TableConfig& t = c.tables[i];
+    if (t.placement != Placement::kCached) continue;
+    const std::int32_t state = optimizer_state_dim(t.spec.optimizer.kind, t.spec.dim);
+    auto it = std::find_if(pools.begin(), pools.end(),
+                           [&](const PoolSize& p) { return p.dim == t.spec.dim && p.state == state; });
+    if (it == pools.end()) it = pools.insert(pools.end(), PoolSize{t.spec.dim, state, 0, 0, {}});
+    it->rows += cache_rows(t);
+    it->bytes += static_cast<double>(cache_rows(t)) * record_bytes(t.spec);
+    it->tables.push_back(i);
+  }
+  return pools;
+}
+
+// ---- memory estimate (before anything large is allocated) ----
+
+// Calibrated against measured peak RSS on the default workload (it overestimates a little):
+// host(mode) = tables + pinned staging + (emu: device) + output/gradient buffers, and the batches
+// and the read probe beside.
+struct MemoryEstimate {
+  double tables = 0;       // host tables (all modes)
+  double device = 0;       // device allocation of the worst mode (emu: host memory too)
+  double batches = 0;      // generated batches plus the store's copies of the batches in flight
+  double buffers = 0;      // output and gradient buffers
+  double probe = 0;        // read-bandwidth probe (freed before the modes run)
+  double total = 0;        // peak estimate
+  std::string worst_mode;  // the mode with the largest estimate
+};
+
+MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDescriptor*>& modes,
+                               const std::vector<double>& sweep, bool emu) {
+  MemoryEstimate e;
+  const auto shapes = workload_tables(o.workload);
+  const double keys_per_bag = o.workload.bag_dist == "uniform" ? 2.0 * o.workload.bag_size : o.workload.bag_size;
+  double keys = 0, out_floats = 0;
+  for (const auto& t : shapes) {
+    keys += static_cast<double>(o.workload.batch) * keys_per_bag;
+    out_floats += static_cast<double>(o.workload.batch) * (o.pooling_mode == "none" ? keys_per_bag : 1.0) * t.dim;
+  }
+  // Keys and offsets (8 bytes each) of every distinct batch, plus the store's validated and
+  // deduplicated copies of the batches in flight (about three more copies of each).
+  const double in_flight = std::max(8, o.lookahead + o.pipeline + 1);
+  e.batches = (keys + static_cast<double>(shapes.size()) * static_cast<double>(o.workload.batch + 1)) * 8.0 *
+              (o.workload.distinct_batches + 3.0 * in_flight);
+  e.buffers = out_floats * 4.0 * 2.0;
+  e.probe = static_cast<double>(o.read_probe_mib) * 1024.0 * 1024.0;
+  double worst = 0;
+  std::vector<const ModeDescriptor*> runs = modes;  // the sweep runs the cached mode too
+  if (!sweep.empty()) runs.push_back(find_mode("cached").value());
+  for (const ModeDescriptor* m : runs) {
+    std::vector<double> fractions = {o.cache_fraction};
+    if (m->placement == Placement::kCached && !sweep.empty())
+      fractions.push_back(*std::max_element(sweep.begin(), sweep.end()));
+    for (const double f : fractions) {
+      auto c = make_config(o, *m, f);
+      if (!c) continue;
+      const double tables = host_table_bytes(c.value());
+      double device = 0, staging = 0;
+      if (m->uses_device) {
+        double record = 0;  // the widest record of a cached table
+        for (const auto& p : cache_pools(c.value())) {
+          device += p.bytes;
+          record = std::max(record, 4.0 * (p.dim + p.state));
+        }
+        if (m->rows_on_device) device += tables;
+        // Device-side outputs and gradients, and keys/slots of the batches in flight.
+        device += 2.0 * e.buffers + in_flight * keys * 8.0 * 2.0;
+        // Pinned host staging: outputs D2H and gradients H2D, and (cached) the missing rows of
+        // the batches in flight, at worst every key a miss.
+        staging = 2.0 * e.buffers + in_flight * keys * record;
+      }
+      const double host = tables + staging + (emu ? device : 0.0);
+      if (host > worst) {
+        worst = host;
+        e.tables = tables;
+        e.device = device;
+        e.worst_mode = m->name;
+      }
+    }
+  }
+  e.total = std::max(worst + e.buffers, e.probe) + e.batches;
+  return e;
+}
+
+// ---- one mode ----
+
+struct ModeResult {
+  const ModeDescriptor* mode = nullptr;
+  double cache_fraction = 0;
+  std::vector<double> forward_s, train_s;
+  std::vector<double> submit_s, lookup_s, backward_s;  // phases of the training step
+  double keys_per_step = 0, samples_per_step = 0, bytes_per_lookup = 0;
+  double setup_s = 0;
+  StoreStats train_stats;  // counters over the timed training steps only
+  std::string device;
+  std::size_t device_peak_bytes = 0;
+  std::uint64_t rss_start_bytes = 0;  // process RSS when the mode started
+  std::uint64_t peak_rss_bytes = 0;   // process peak RSS while the mode ran
+  bool peak_rss_per_mode = false;     // whether the peak was reset at the start of the mode
+  double host_table_bytes = 0;
+  std::int64_t cache_rows = 0;
+  double cache_bytes = 0;
+};
+
+StoreStats stats_delta(const StoreStats& after, const StoreStats& before) {
+  StoreStats d = after;
+  d.links = after.links - before.links;
+  for (std::size_t i = 0; i < d.cache.size() && i < before.cache.size(); ++i)
+    d.cache[i].second -= before.cache[i].second;
+  return d;
+}
+
+Result<ModeResult> run_mode(const Options& o, const ModeDescriptor& mode, double cache_fraction,
+                            const std::vector<KeyBatch>& batches, const std::string& label) {
+  STRATA_ASSIGN_OR_RETURN(StoreConfig config, make_config(o, mode, cache_fraction));
   ModeResult r;
-  r.mode = mode;
+  r.mode = &mode;
+  r.cache_fraction = cache_fraction;
+  r.host_table_bytes = host_table_bytes(config);
+  for (const auto& p : cache_pools(config)) {
+    r.cache_rows += p.rows;
+    r.cache_bytes += p.bytes;
+  }
+  r.peak_rss_per_mode = reset_peak_rss();
+  r.rss_start_bytes = process_rss_bytes();
   const auto t0 = Clock::now();
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::open(config));
   r.setup_s = seconds_since(t0);
@@ -148,6 +341,7 @@ Result<ModeResult> run_mode(const Options& o, const std::string& mode, const std
   std::vector<ConstMatrixView> grad_views;
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  double key_bytes = 0;
   for (std::size_t i = 0; i < out.size(); ++i) {
     const auto& spec = config.tables[i].spec;
     const std::int64_t rows = output_rows(batches.front().features[i], spec.pooling);
@@ -156,13 +350,16 @@ Result<ModeResult> run_mode(const Options& o, const std::string& mode, const std
     for (auto& g : grad[i]) g = u(rng);
     out_views.push_back({out[i].data(), rows, spec.dim});
     grad_views.push_back({grad[i].data(), rows, spec.dim});
+    key_bytes += static_cast<double>(batches.front().features[i].keys.size()) * spec.dim * 4.0;
   }
   r.keys_per_step = static_cast<double>(batches.front().total_keys());
   r.samples_per_step = static_cast<double>(batches.front().batch_size());
+  r.bytes_per_lookup = r.keys_per_step > 0 ? key_bytes / r.keys_per_step : 0;
 
   std::int64_t id = 0;
-  Progress fwd(mode + " forward", o.warmup + o.steps, o.progress);
-  for (int s = 0; s < o.warmup + o.steps; ++s) {
+  const int total = o.warmup + o.steps;
+  Progress fwd(label + " forward", total, o.progress);
+  for (int s = 0; s < total; ++s) {
     const KeyBatch& kb = batches[static_cast<std::size_t>(s) % batches.size()];
     const auto t = Clock::now();
     STRATA_RETURN_IF_ERROR(store->submit(id, kb));
@@ -176,11 +373,16 @@ Result<ModeResult> run_mode(const Options& o, const std::string& mode, const std
   // plus the prefetch pipeline), as a trainer would; the step time is submit(i + depth) + forward(i)
   // + backward(i).
   const int depth = o.lookahead + o.pipeline;
-  const int total = o.warmup + o.steps;
-  auto batch_of = [&](int s) -> const KeyBatch& { return batches[static_cast<std::size_t>(s) % batches.size()]; };
+  // Training continues with the batches after the forward phase's, so a cache warmed by the
+  // forward phase does not see the same batches again (unless --distinct-batches is smaller than
+  // 2 x (warmup + steps) and they cycle).
+  const auto first = static_cast<std::size_t>(total);
+  auto batch_of = [&](int s) -> const KeyBatch& {
+    return batches[(first + static_cast<std::size_t>(s)) % batches.size()];
+  };
   const std::int64_t base = id;
   for (int s = 0; s < std::min(depth - 1, total); ++s) STRATA_RETURN_IF_ERROR(store->submit(base + s, batch_of(s)));
-  Progress train(mode + " train", total, o.progress);
+  Progress train(label + " train", total, o.progress);
   StoreStats before;
   for (int s = 0; s < total; ++s) {
     if (s == o.warmup) before = store->stats();
@@ -202,226 +404,543 @@ Result<ModeResult> run_mode(const Options& o, const std::string& mode, const std
   r.device = r.train_stats.device;
   r.device_peak_bytes = r.train_stats.device_peak_bytes;
   STRATA_RETURN_IF_ERROR(store->flush());
+  r.peak_rss_bytes = process_peak_rss_bytes();
   return r;
+}
+
+// ---- reporting ----
+
+cache::CacheStats total_cache_stats(const ModeResult& r) {
+  cache::CacheStats cs;
+  for (const auto& [name, st] : r.train_stats.cache) cs += st;
+  return cs;
+}
+
+StepBytes step_bytes(const ModeResult& r) {
+  const double steps = static_cast<double>(std::max<std::size_t>(1, r.train_s.size()));
+  const gpu::LinkBytes& lb = r.train_stats.links;
+  StepBytes sb;
+  sb.hbm_read = static_cast<double>(lb.hbm_read) / steps;
+  sb.hbm_write = static_cast<double>(lb.hbm_write) / steps;
+  sb.h2d = static_cast<double>(lb.h2d) / steps;
+  sb.d2h = static_cast<double>(lb.d2h) / steps;
+  sb.host_read = static_cast<double>(lb.host_read_total()) / steps;
+  sb.host_write = static_cast<double>(lb.host_write_total()) / steps;
+  // Host-side kernels (the CPU gather of cpu/offload-cpu, the CPU optimizer of cpu/offload/
+  // offload-cpu) have no counters: add their row traffic (an upper bound: every key's row once).
+  const double row_bytes = r.keys_per_step * r.bytes_per_lookup;
+  if (r.mode->host_gather) sb.host_read += row_bytes;
+  if (r.mode->host_optimizer) {
+    sb.host_read += row_bytes;
+    sb.host_write += row_bytes;
+  }
+  return sb;
+}
+
+json per_node(const std::vector<std::uint64_t>& v, double steps) {
+  json a = json::array();
+  for (const auto x : v) a.push_back(static_cast<double>(x) / steps);
+  return a;
+}
+
+// Everything measured for one run of a mode (also used for sweep points).
+json result_json(const Options& o, const ModeResult& r, double read_gbs, const HardwareProfile& profile,
+                 bool with_samples) {
+  const double f50 = percentile(r.forward_s, 0.5), t50 = percentile(r.train_s, 0.5);
+  const double gather_gbs = r.keys_per_step * r.bytes_per_lookup / f50 / 1e9;
+  json m;
+  m["mode"] = r.mode->name;
+  m["description"] = r.mode->summary;
+  m["forward_lookups_per_s"] = r.keys_per_step / f50;
+  m["forward_samples_per_s"] = r.samples_per_step / f50;
+  m["train_lookups_per_s"] = r.keys_per_step / t50;
+  m["samples_per_s"] = r.samples_per_step / t50;
+  m["forward_step_ms_p50"] = f50 * 1e3;
+  m["forward_step_ms_p99"] = percentile(r.forward_s, 0.99) * 1e3;
+  m["train_step_ms_p50"] = t50 * 1e3;
+  m["train_step_ms_p99"] = percentile(r.train_s, 0.99) * 1e3;
+  m["gather_gbs"] = gather_gbs;
+  m["gather_fraction_of_read_bandwidth"] = read_gbs > 0 ? gather_gbs / read_gbs : 0.0;
+  m["setup_s"] = r.setup_s;
+  m["train_phase_ms_p50"] = {{"submit", percentile(r.submit_s, 0.5) * 1e3},
+                             {"forward", percentile(r.lookup_s, 0.5) * 1e3},
+                             {"backward", percentile(r.backward_s, 0.5) * 1e3}};
+  const double steps = static_cast<double>(std::max<std::size_t>(1, r.train_s.size()));
+  const gpu::LinkBytes& lb = r.train_stats.links;
+  m["bytes_per_step"] = {{"hbm_read", static_cast<double>(lb.hbm_read) / steps},
+                         {"hbm_write", static_cast<double>(lb.hbm_write) / steps},
+                         {"h2d", static_cast<double>(lb.h2d) / steps},
+                         {"d2h", static_cast<double>(lb.d2h) / steps},
+                         {"host_read", static_cast<double>(lb.host_read_total()) / steps},
+                         {"host_write", static_cast<double>(lb.host_write_total()) / steps},
+                         {"host_read_per_node", per_node(lb.host_read, steps)},
+                         {"host_write_per_node", per_node(lb.host_write, steps)},
+                         {"all_to_all", 0.0}};
+  if (r.mode->placement == Placement::kCached) {
+    const cache::CacheStats cs = total_cache_stats(r);
+    m["hit_rate"] = cs.hit_rate();
+    m["cache"] = {{"accesses", cs.accesses},     {"hits", cs.hits},
+                  {"misses", cs.misses},         {"evictions", cs.evictions},
+                  {"writebacks", cs.writebacks}, {"policy", o.policy},
+                  {"lookahead", o.lookahead},    {"cache_fraction", r.cache_fraction},
+                  {"cache_rows", r.cache_rows},  {"cache_bytes", r.cache_bytes}};
+  } else {
+    m["hit_rate"] = nullptr;
+  }
+  m["device"] = r.device.empty() ? "none" : r.device;
+  m["device_peak_bytes"] = r.device_peak_bytes;
+  m["peak_host_bytes"] = r.peak_rss_bytes;
+  m["peak_host_scope"] = r.peak_rss_per_mode ? "mode" : "process";
+  m["host_rss_start_bytes"] = r.rss_start_bytes;
+  m["host_table_bytes"] = r.host_table_bytes;
+  const ModelledStep ms = model_step(profile, step_bytes(r));
+  json links = json::object();
+  for (int l = 0; l < kNumLinks; ++l)
+    links[link_name(static_cast<Link>(l))] = ms.links[static_cast<std::size_t>(l)].seconds * 1e3;
+  m["modelled"] = {{"profile", profile.name}, {"step_ms", ms.step_s * 1e3},  {"serial_ms", ms.serial_s * 1e3},
+                   {"link_ms", links},        {"bottleneck", ms.bottleneck}, {"explanation", ms.explanation}};
+  if (with_samples) {
+    m["forward_step_s"] = r.forward_s;
+    m["train_step_s"] = r.train_s;
+  }
+  return m;
+}
+
+std::string human_bytes(double b) {
+  char buf[32];
+  if (b >= 1e12) {
+    std::snprintf(buf, sizeof buf, "%.2f TB", b / 1e12);
+  } else if (b >= 1e9) {
+    std::snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);
+  } else if (b >= 1e6) {
+    std::snprintf(buf, sizeof buf, "%.1f MB", b / 1e6);
+  } else if (b >= 1e3) {
+    std::snprintf(buf, sizeof buf, "%.1f KB", b / 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.0f B", b);
+  }
+  return buf;
+}
+
+// The HTML report's document (bench/report_html.hpp) from the JSON results.
+json report_document(const json& j) {
+  json report;
+  std::string modes;
+  for (const auto& m : j["results"]) modes += (modes.empty() ? "" : ", ") + m["mode"].get<std::string>();
+  report["title"] = "strata-bench: " + modes;
+  // Machine and workload as people read them: sizes in GB, lists as text.
+  json machine = j["machine"];
+  for (const char* k : {"memory_total_bytes", "memory_available_bytes"})
+    if (machine[k].is_number()) machine[k] = human_bytes(machine[k].get<double>());
+  std::string gpus;
+  for (const auto& g : machine["gpus"]) gpus += (gpus.empty() ? "" : ", ") + g.get<std::string>();
+  machine["gpus"] = gpus.empty() ? "none" : gpus;
+  report["machine"] = machine;
+  // The workload section shows the table list separately (a 26-entry array does not fit a cell).
+  json w = j["workload"];
+  report["tables"] = w["tables"];
+  const auto shapes = w["tables"];
+  if (shapes.is_array()) w["tables"] = std::to_string(shapes.size()) + " (listed under Tables)";
+  for (const char* k : {"keys_per_step", "samples_per_step"})
+    if (w[k].is_number()) w[k] = static_cast<std::int64_t>(w[k].get<double>());
+  report["workload"] = w;
+  report["modes"] = json::array();
+  for (const auto& m : j["results"]) {
+    json rm = {{"mode", m["mode"]},
+               {"forward_lookups_per_s", m["forward_lookups_per_s"]},
+               {"train_lookups_per_s", m["train_lookups_per_s"]},
+               {"samples_per_s", m["samples_per_s"]},
+               {"step_ms_p50", m["train_step_ms_p50"]},
+               {"step_ms_p99", m["train_step_ms_p99"]},
+               {"peak_host_bytes", m["peak_host_bytes"]},
+               {"host_table_bytes", m["host_table_bytes"]},
+               {"bytes_per_step", m["bytes_per_step"]},
+               {"modelled", m["modelled"]}};
+    if (m["device"] != "none") rm["peak_device_bytes"] = m["device_peak_bytes"];
+    if (m["hit_rate"].is_number()) rm["hit_rate"] = m["hit_rate"];
+    // Per-node splits are in the JSON; the chart shows totals. A link nothing crossed (all-to-all
+    // before dispatch) would only add an empty legend entry.
+    rm["bytes_per_step"].erase("host_read_per_node");
+    rm["bytes_per_step"].erase("host_write_per_node");
+    if (rm["bytes_per_step"]["all_to_all"] == 0.0) rm["bytes_per_step"].erase("all_to_all");
+    report["modes"].push_back(rm);
+  }
+  report["sweep"] = json::array();
+  for (const auto& p : j["sweep"]) {
+    json rp = {{"mode", "cached"}, {"policy", j["settings"]["policy"]}, {"cache_fraction", p["cache_fraction"]}};
+    for (const char* k : {"hit_rate", "forward_lookups_per_s", "train_lookups_per_s", "cache_bytes", "skipped"})
+      if (p.contains(k) && !p[k].is_null()) rp[k] = p[k];
+    report["sweep"].push_back(rp);
+  }
+  return report;
+}
+
+std::string iso_time_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
 }
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> parts;
   std::stringstream ss(s);
-  for (std::string p; std::getline(ss, p, sep);)
-    if (!p.empty()) parts.push_back(p);
+  for (std::string p; std::getline(ss, p, sep);) parts.push_back(p);
   return parts;
 }
 
+// "0.01,0.1,0.3" -> sorted unique fractions in (0, 1].
+Result<std::vector<double>> parse_fractions(const std::string& s) {
+  std::vector<double> out;
+  for (const auto& item : split(s, ',')) {
+    char* end = nullptr;
+    const double f = std::strtod(item.c_str(), &end);
+    if (item.empty() || end != item.c_str() + item.size() || !(f > 0.0 && f <= 1.0))
+      return Status::invalid_argument("--sweep-cache: '" + item +
+                                      "' is not a cache fraction in (0, 1] (expected e.g. 0.01,0.1,0.3)");
+    out.push_back(f);
+  }
+  if (out.empty()) return Status::invalid_argument("--sweep-cache is empty (expected e.g. 0.01,0.1,0.3)");
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+// Rows each cache pool must hold at once: the most unique rows of `window` consecutive batches
+// of the training sequence (the batches in flight pin their rows together), and of any single
+// batch (the forward phase). A cache smaller than that is refused before it runs.
+std::vector<std::int64_t> rows_needed_per_pool(const Options& o, const StoreConfig& c,
+                                               const std::vector<PoolSize>& pools,
+                                               const std::vector<KeyBatch>& batches) {
+  const int total = o.warmup + o.steps;
+  const int window = std::max(1, o.lookahead + o.pipeline);
+  // Keys of batch b in pool p, as (table index, key) pairs, sorted and unique.
+  using Row = std::pair<std::size_t, Key>;
+  const auto rows_of = [&](std::size_t b, const PoolSize& pool) {
+    std::vector<Row> rows;
+    for (const std::size_t t : pool.tables)
+      for (const auto& f : batches[b].features)
+        if (f.table == c.tables[t].spec.name)
+          for (const Key k : f.keys) rows.emplace_back(t, k);
+    std::sort(rows.begin(), rows.end());
+    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+    return rows;
+  };
+  std::vector<std::int64_t> need(pools.size(), 0);
+  for (std::size_t p = 0; p < pools.size(); ++p) {
+    std::vector<std::vector<Row>> per_batch(batches.size());
+    for (std::size_t b = 0; b < batches.size(); ++b) {
+      per_batch[b] = rows_of(b, pools[p]);
+      need[p] = std::max<std::int64_t>(need[p], static_cast<std::int64_t>(per_batch[b].size()));
+    }
+    for (int s = 0; s < total; ++s) {
+      std::vector<Row> in_flight;
+      for (int w = 0; w < window && s + w < total; ++w) {
+        const auto& r = per_batch[(static_cast<std::size_t>(total) + static_cast<std::size_t>(s + w)) % batches.size()];
+        in_flight.insert(in_flight.end(), r.begin(), r.end());
+      }
+      std::sort(in_flight.begin(), in_flight.end());
+      need[p] = std::max<std::int64_t>(need[p], std::unique(in_flight.begin(), in_flight.end()) - in_flight.begin());
+    }
+  }
+  return need;
+}
+
+// "" when a cached store with `fraction` can hold the batches in flight, else why not.
+std::string cache_too_small(const Options& o, double fraction, const std::vector<KeyBatch>& batches) {
+  auto c = make_config(o, *find_mode("cached").value(), fraction);
+  if (!c) return c.status().message();
+  const auto pools = cache_pools(c.value());
+  const auto need = rows_needed_per_pool(o, c.value(), pools, batches);
+  for (std::size_t p = 0; p < pools.size(); ++p) {
+    if (pools[p].rows >= need[p]) continue;
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "cache fraction %g gives the dim-%d cache pool %lld rows, but the batches in flight need %lld "
+                  "unique rows in it at once",
+                  fraction, pools[p].dim, static_cast<long long>(pools[p].rows), static_cast<long long>(need[p]));
+    return buf;
+  }
+  return "";
+}
+
+int fail(const std::string& message, int code = 2) {
+  std::cerr << "strata-bench: " << message << "\n";
+  return code;
+}
+
 int run(const Options& o_in) {
+  const auto wall0 = Clock::now();
+  const std::string started_at = iso_time_now();
   Options o = o_in;
+  // ---- check everything before any long work starts ----
+  std::string table_set = o.table_set;
   if (!o.workload_file.empty()) {
     std::ifstream in(o.workload_file);
-    if (!in) {
-      std::cerr << "strata-bench: cannot open workload file '" << o.workload_file << "'\n";
-      return 2;
-    }
+    if (!in) return fail("cannot open workload file '" + o.workload_file + "'");
     std::stringstream ss;
     ss << in.rdbuf();
     auto w = parse_workload_json(ss.str());
-    if (!w) {
-      std::cerr << "strata-bench: " << o.workload_file << ": " << w.status().message() << "\n";
-      return 2;
-    }
+    if (!w) return fail(o.workload_file + ": " + w.status().message());
     o.workload = w.value();
+    table_set = "file " + o.workload_file;
+    if (!json::parse(ss.str()).contains("distinct_batches")) o.workload.distinct_batches = 2 * (o.warmup + o.steps);
+  } else {
+    if (table_set == "criteo") table_set = "criteo:" + std::to_string(o.criteo_rows);
+    if (Status s = apply_table_set(o.workload, table_set); !s.is_ok()) return fail("--tables: " + s.message());
   }
-  // Check everything before any long work starts.
-  if (Status s = validate(o.workload); !s.is_ok()) {
-    std::cerr << "strata-bench: " << s.message() << "\n";
-    return 2;
+  if (Status s = validate(o.workload); !s.is_ok()) return fail(s.message());
+  std::vector<const ModeDescriptor*> modes;
+  for (const auto& name : split(o.modes, ',')) {
+    if (name.empty()) continue;
+    auto m = find_mode(name);
+    if (!m) return fail("--modes: " + m.status().message());
+    if (std::find(modes.begin(), modes.end(), m.value()) == modes.end()) modes.push_back(m.value());
   }
-  const auto modes = split(o.modes, ',');
-  if (modes.empty()) {
-    std::cerr << "strata-bench: --modes is empty (expected e.g. cpu)\n";
-    return 2;
-  }
-  for (const auto& m : modes) {
-    if (auto p = mode_placement(m); !p) {
-      std::cerr << "strata-bench: " << p.status().message() << "\n";
-      return 2;
-    }
-  }
-  if (auto c = make_config(o, modes.front()); !c) {
-    std::cerr << "strata-bench: " << c.status().message() << "\n";
-    return 2;
+  if (modes.empty()) return fail("--modes is empty (expected a comma-separated list of " + mode_names(", ") + ")");
+  for (const ModeDescriptor* m : modes)
+    if (auto c = make_config(o, *m, o.cache_fraction); !c) return fail(c.status().message());
+  std::vector<double> sweep;
+  if (!o.sweep_cache.empty()) {
+    auto f = parse_fractions(o.sweep_cache);
+    if (!f) return fail(f.status().message());
+    sweep = f.value();
   }
   // --profile NAME (bench/profiles/NAME.json) or a file path.
-  const std::string profile_path = std::ifstream(o.profile).good() ? o.profile : std::string(STRATA_PROFILE_DIR) + "/" + o.profile + ".json";
+  const std::string profile_path =
+      std::ifstream(o.profile).good() ? o.profile : std::string(STRATA_PROFILE_DIR) + "/" + o.profile + ".json";
   auto profile = load_hardware_profile(profile_path);
-  if (!profile) {
-    std::cerr << "strata-bench: --profile " << o.profile << ": " << profile.status().message()
-              << " (expected h200-pcie5, a100-pcie4, dgx-a100, dgx-h100 or a profile JSON file)\n";
-    return 2;
-  }
+  if (!profile)
+    return fail("--profile " + o.profile + ": " + profile.status().message() +
+                " (expected h200-pcie5, a100-pcie4, dgx-a100, dgx-h100 or a profile JSON file)");
   const MachineInfo machine = describe_machine();
-  const double table_bytes = static_cast<double>(o.workload.tables) * static_cast<double>(o.workload.rows) *
-                             static_cast<double>(o.workload.dim) * 4.0 * (o.optimizer == "adam" ? 3 : o.optimizer == "adagrad" ? 2 : 1);
-  if (table_bytes > 0.8 * static_cast<double>(machine.memory_available_bytes)) {
-    std::fprintf(stderr, "strata-bench: the tables need %.1f GiB but only %.1f GiB of memory is available\n",
-                 table_bytes / (1 << 30), static_cast<double>(machine.memory_available_bytes) / (1 << 30));
-    return 2;
+  auto backend = parse_backend(o.backend);
+  const bool emu = backend.value() == BackendChoice::kEmu ||
+                   (backend.value() == BackendChoice::kAuto && gpu::cuda_device_count() == 0);
+  const bool need_device =
+      !sweep.empty() || std::any_of(modes.begin(), modes.end(), [](const ModeDescriptor* m) { return m->uses_device; });
+  if (need_device && backend.value() == BackendChoice::kCuda && gpu::cuda_device_count() == 0)
+    return fail(std::string("--backend cuda: ") +
+                (gpu::cuda_backend_built() ? "no CUDA device is visible" : "this build has no CUDA backend") +
+                " (expected --backend auto or emu, or only --modes cpu)");
+  const MemoryEstimate mem = estimate_memory(o, modes, sweep, emu);
+  const double available = static_cast<double>(machine.memory_available_bytes);
+  if (available > 0 && mem.total > 0.9 * available) {
+    return fail("the workload needs about " + human_bytes(mem.total) + " of host memory (mode " + mem.worst_mode +
+                ": tables " + human_bytes(mem.tables) + (emu ? ", emulated device " : ", device ") +
+                human_bytes(mem.device) + "; batches " + human_bytes(mem.batches) + ") but only " +
+                human_bytes(available) +
+                " is available (MemAvailable in /proc/meminfo; at most 90% of it is used); use fewer or smaller "
+                "tables (--tables, --rows, --dim, criteo:TOTAL_ROWS), a smaller --batch or --cache-fraction");
+  }
+  if (emu) {
+    const double capacity = static_cast<double>(o.device_capacity > 0 ? o.device_capacity : std::int64_t{4} << 30);
+    if (mem.device > capacity)
+      return fail("mode " + mem.worst_mode + " needs about " + human_bytes(mem.device) +
+                  " of device memory but the emulated device has " + human_bytes(capacity) +
+                  " (--device-capacity); lower --cache-fraction (or the largest --sweep-cache fraction)");
   }
 
-  std::vector<std::string> names;
-  for (int t = 0; t < o.workload.tables; ++t) names.push_back("t" + std::to_string(t));
-  std::fprintf(stderr, "strata-bench: %d table(s) x %lld rows x dim %d, batch %lld x %d keys, %s, %d steps, %d threads\n",
-               o.workload.tables, static_cast<long long>(o.workload.rows), o.workload.dim,
-               static_cast<long long>(o.workload.batch), o.workload.bag_size, o.workload.dist.c_str(), o.steps, o.threads);
-  const auto batches = make_batches(o.workload, names, o.threads);
-  if (!o.dump_keys.empty()) {
-    if (Status s = write_batches_raw(o.dump_keys, batches); !s.is_ok()) {
-      std::cerr << "strata-bench: " << s.message() << "\n";
-      return 1;
-    }
+  const auto shapes = workload_tables(o.workload);
+  std::int64_t total_rows = 0;
+  std::int64_t min_rows = shapes.front().rows, max_rows = 0;
+  std::set<int> dims;
+  for (const auto& t : shapes) {
+    total_rows += t.rows;
+    min_rows = std::min(min_rows, t.rows);
+    max_rows = std::max(max_rows, t.rows);
+    dims.insert(t.dim);
   }
+  std::string dim_text;
+  for (const int d : dims) dim_text += (dim_text.empty() ? "" : "/") + std::to_string(d);
+  std::fprintf(
+      stderr,
+      "strata-bench: %zu table(s) (%s; %lld rows in total, %lld..%lld per table, dim %s), batch %lld x %d keys "
+      "(%s), %s, %d steps, %d threads, about %s of host memory at peak\n",
+      shapes.size(), table_set.c_str(), static_cast<long long>(total_rows), static_cast<long long>(min_rows),
+      static_cast<long long>(max_rows), dim_text.c_str(), static_cast<long long>(o.workload.batch), o.workload.bag_size,
+      o.workload.bag_dist.c_str(), o.workload.dist.c_str(), o.steps, o.threads, human_bytes(mem.total).c_str());
+  const auto batches = make_batches(o.workload, o.threads);
+  if (!o.dump_keys.empty()) {
+    if (Status s = write_batches_raw(o.dump_keys, batches); !s.is_ok()) return fail(s.message(), 1);
+  }
+  // A cache that cannot hold the batches in flight fails at its first step: refuse it now (a
+  // sweep point is skipped with the reason instead).
+  const bool run_cached = std::any_of(modes.begin(), modes.end(),
+                                      [](const ModeDescriptor* m) { return m->placement == Placement::kCached; });
+  if (run_cached) {
+    if (const std::string why = cache_too_small(o, o.cache_fraction, batches); !why.empty())
+      return fail("mode cached: " + why + "; raise --cache-fraction");
+  }
+  std::vector<std::string> sweep_skipped(sweep.size());
+  for (std::size_t i = 0; i < sweep.size(); ++i) sweep_skipped[i] = cache_too_small(o, sweep[i], batches);
+
   std::fprintf(stderr, "  measuring sequential read bandwidth...\n");
-  const double read_gbs = measure_read_bandwidth_gbs(std::size_t{1} << 30, o.threads);
+  const double read_gbs = measure_read_bandwidth_gbs(static_cast<std::size_t>(o.read_probe_mib) << 20, o.threads);
 
   std::vector<ModeResult> results;
-  for (const auto& m : modes) {
-    auto r = run_mode(o, m, batches);
-    if (!r) {
-      std::cerr << "strata-bench: mode " << m << ": " << r.status().to_string() << "\n";
-      return 1;
-    }
+  for (std::size_t i = 0; i < modes.size(); ++i) {
+    const std::string label = "[" + std::to_string(i + 1) + "/" + std::to_string(modes.size()) + "] " + modes[i]->name;
+    auto r = run_mode(o, *modes[i], o.cache_fraction, batches, label);
+    if (!r) return fail(std::string("mode ") + modes[i]->name + ": " + r.status().to_string(), 1);
     results.push_back(std::move(r).value());
   }
+  // The sweep: the cached mode at each fraction, on the same batches. A point equal to the cached
+  // run above reuses it; a point whose cache cannot hold the batches in flight is reported as
+  // skipped with the store's reason.
+  std::vector<std::pair<double, Result<ModeResult>>> sweep_results;
+  for (std::size_t i = 0; i < sweep.size(); ++i) {
+    const double f = sweep[i];
+    if (!sweep_skipped[i].empty()) {
+      sweep_results.emplace_back(f, Status::resource_exhausted(sweep_skipped[i]));
+      continue;
+    }
+    const auto same = std::find_if(results.begin(), results.end(), [&](const ModeResult& r) {
+      return r.mode->placement == Placement::kCached && r.cache_fraction == f;
+    });
+    if (same != results.end()) {
+      sweep_results.emplace_back(f, *same);
+      continue;
+    }
+    char label[96];
+    std::snprintf(label, sizeof label, "[sweep %zu/%zu] cached %g", i + 1, sweep.size(), f);
+    auto r = run_mode(o, *find_mode("cached").value(), f, batches, label);
+    // A cache too small for what the planner pins at run time is a result of the sweep; any
+    // other failure is a failure of the run.
+    if (!r && r.status().code() != StatusCode::kResourceExhausted)
+      return fail("sweep point " + std::to_string(f) + ": " + r.status().to_string(), 1);
+    sweep_results.emplace_back(f, std::move(r));
+  }
 
+  // ---- the results document ----
   json j;
   j["tool"] = "strata-bench";
+  j["version"] = STRATA_VERSION;
+  j["command"] = o.argv;
+  j["started_at"] = started_at;
   j["workload"] = json::parse(workload_to_json(o.workload));
+  j["workload"]["table_set"] = table_set;
+  j["workload"]["total_rows"] = total_rows;
   j["workload"]["pooling_mode"] = o.pooling_mode;
   j["workload"]["optimizer"] = o.optimizer;
   j["workload"]["steps"] = o.steps;
   j["workload"]["warmup"] = o.warmup;
-  j["threads"] = o.threads;
-  j["machine"] = to_json(machine);
-  j["read_bandwidth_gbs"] = read_gbs;
-  j["results"] = json::array();
-  j["profile"] = json::parse(hardware_profile_to_json(profile.value()));
-  json report;  // the HTML report's schema (bench/report_html.hpp)
-  report["title"] = "strata-bench: " + o.modes;
-  report["machine"] = to_json(machine);
-  report["workload"] = j["workload"];
-  report["modes"] = json::array();
-  std::printf("\n%-12s %14s %14s %12s %10s %10s %10s %10s %11s\n", "mode", "fwd lookups/s", "train lookups/s", "samples/s",
-              "fwd p50 ms", "fwd p99 ms", "trn p50 ms", "trn p99 ms", "gather GB/s");
-  for (const auto& r : results) {
-    const double f50 = percentile(r.forward_s, 0.5), t50 = percentile(r.train_s, 0.5);
-    const double gather_gbs = r.keys_per_step * o.workload.dim * 4.0 / f50 / 1e9;
-    json m;
-    m["mode"] = r.mode;
-    m["forward_lookups_per_s"] = r.keys_per_step / f50;
-    m["train_lookups_per_s"] = r.keys_per_step / t50;
-    m["samples_per_s"] = r.samples_per_step / t50;
-    m["forward_step_ms_p50"] = f50 * 1e3;
-    m["forward_step_ms_p99"] = percentile(r.forward_s, 0.99) * 1e3;
-    m["train_step_ms_p50"] = t50 * 1e3;
-    m["train_step_ms_p99"] = percentile(r.train_s, 0.99) * 1e3;
-    m["gather_gbs"] = gather_gbs;
-    m["gather_fraction_of_read_bandwidth"] = gather_gbs / read_gbs;
-    m["setup_s"] = r.setup_s;
-    m["train_phase_ms_p50"] = {{"submit", percentile(r.submit_s, 0.5) * 1e3},
-                               {"forward", percentile(r.lookup_s, 0.5) * 1e3},
-                               {"backward", percentile(r.backward_s, 0.5) * 1e3}};
-    const double steps = static_cast<double>(std::max<std::size_t>(1, r.train_s.size()));
-    const gpu::LinkBytes& lb = r.train_stats.links;
-    m["bytes_per_step"] = {{"hbm_read", static_cast<double>(lb.hbm_read) / steps},
-                           {"hbm_write", static_cast<double>(lb.hbm_write) / steps},
-                           {"h2d", static_cast<double>(lb.h2d) / steps},
-                           {"d2h", static_cast<double>(lb.d2h) / steps},
-                           {"host_read", static_cast<double>(lb.host_read_total()) / steps},
-                           {"host_write", static_cast<double>(lb.host_write_total()) / steps}};
-    cache::CacheStats cs;
-    for (const auto& [name, st] : r.train_stats.cache) cs += st;
-    if (!r.train_stats.cache.empty()) {
-      m["hit_rate"] = cs.hit_rate();
-      m["cache"] = {{"accesses", cs.accesses}, {"hits", cs.hits}, {"misses", cs.misses}, {"evictions", cs.evictions},
-                    {"writebacks", cs.writebacks}, {"policy", o.policy}, {"lookahead", o.lookahead},
-                    {"cache_fraction", o.cache_fraction}};
-    }
-    m["device"] = r.device;
-    m["device_peak_bytes"] = r.device_peak_bytes;
-    StepBytes sb;
-    sb.hbm_read = static_cast<double>(lb.hbm_read) / steps;
-    sb.hbm_write = static_cast<double>(lb.hbm_write) / steps;
-    sb.h2d = static_cast<double>(lb.h2d) / steps;
-    sb.d2h = static_cast<double>(lb.d2h) / steps;
-    sb.host_read = static_cast<double>(lb.host_read_total()) / steps;
-    sb.host_write = static_cast<double>(lb.host_write_total()) / steps;
-    // Host-side kernels (the CPU gather of cpu/offload-cpu, the CPU optimizer of cpu/offload/
-    // offload-cpu) have no counters: add their row traffic (an upper bound: every key's row once).
-    const double row_bytes = r.keys_per_step * o.workload.dim * 4.0;
-    if (r.mode == "cpu" || r.mode == "offload-cpu") sb.host_read += row_bytes;
-    if (r.mode == "cpu" || r.mode == "offload" || r.mode == "offload-cpu") {
-      sb.host_read += row_bytes;
-      sb.host_write += row_bytes;
-    }
-    const ModelledStep ms = model_step(profile.value(), sb);
-    m["modelled"] = {{"profile", profile.value().name}, {"step_ms", ms.step_s * 1e3}, {"serial_ms", ms.serial_s * 1e3},
-                     {"bottleneck", ms.bottleneck}, {"explanation", ms.explanation}};
-    json rm = {{"mode", r.mode},
-               {"forward_lookups_per_s", r.keys_per_step / f50},
-               {"train_lookups_per_s", r.keys_per_step / t50},
-               {"samples_per_s", r.samples_per_step / t50},
-               {"step_ms_p50", t50 * 1e3},
-               {"step_ms_p99", percentile(r.train_s, 0.99) * 1e3},
-               {"peak_device_bytes", r.device_peak_bytes},
-               {"bytes_per_step", m["bytes_per_step"]},
-               {"modelled", m["modelled"]}};
-    if (m.contains("hit_rate")) rm["hit_rate"] = m["hit_rate"];
-    report["modes"].push_back(rm);
-    m["forward_step_s"] = r.forward_s;
-    m["train_step_s"] = r.train_s;
-    j["results"].push_back(m);
-    std::printf("%-12s %14.3e %14.3e %12.3e %10.2f %10.2f %10.2f %10.2f %11.2f\n", r.mode.c_str(), r.keys_per_step / f50,
-                r.keys_per_step / t50, r.samples_per_step / t50, f50 * 1e3, percentile(r.forward_s, 0.99) * 1e3, t50 * 1e3,
-                percentile(r.train_s, 0.99) * 1e3, gather_gbs);
+  j["workload"]["keys_per_step"] = results.front().keys_per_step;
+  j["workload"]["samples_per_step"] = results.front().samples_per_step;
+  if (!j["workload"]["tables"].is_array()) {  // list every table, also for N identical ones
+    j["workload"]["tables"] = json::array();
+    for (const auto& t : shapes)
+      j["workload"]["tables"].push_back({{"name", t.name}, {"rows", t.rows}, {"dim", t.dim}});
   }
-  for (const auto& r : results)
+  j["threads"] = o.threads;
+  j["settings"] = {{"modes", o.modes},         {"threads", o.threads},   {"policy", o.policy},
+                   {"lookahead", o.lookahead}, {"pipeline", o.pipeline}, {"cache_fraction", o.cache_fraction},
+                   {"sweep_cache", sweep},     {"backend", o.backend},   {"device_capacity", o.device_capacity},
+                   {"profile", o.profile}};
+  j["machine"] = to_json(machine);
+  j["machine"]["cuda_devices"] = gpu::cuda_device_count();
+  j["machine"]["cuda_backend_built"] = gpu::cuda_backend_built();
+  j["read_bandwidth_gbs"] = read_gbs;
+  j["memory_estimate"] = {{"host_bytes", mem.total},      {"tables_bytes", mem.tables},
+                          {"device_bytes", mem.device},   {"batches_bytes", mem.batches},
+                          {"available_bytes", available}, {"worst_mode", mem.worst_mode}};
+  j["profile"] = json::parse(hardware_profile_to_json(profile.value()));
+  j["results"] = json::array();
+  for (const auto& r : results) j["results"].push_back(result_json(o, r, read_gbs, profile.value(), true));
+  j["sweep"] = json::array();
+  for (const auto& [f, r] : sweep_results) {
+    json p;
+    if (r.is_ok()) {
+      p = result_json(o, r.value(), read_gbs, profile.value(), false);
+      p["cache_rows"] = r.value().cache_rows;
+      p["cache_bytes"] = r.value().cache_bytes;
+      p["skipped"] = nullptr;
+    } else {
+      p["mode"] = "cached";
+      p["hit_rate"] = nullptr;
+      p["skipped"] = r.status().message();
+    }
+    p["cache_fraction"] = f;
+    j["sweep"].push_back(p);
+  }
+  j["wall_s"] = seconds_since(wall0);
+
+  // ---- console ----
+  std::printf("\n%-12s %14s %15s %12s %10s %10s %10s %10s %11s\n", "mode", "fwd lookups/s", "train lookups/s",
+              "samples/s", "fwd p50 ms", "fwd p99 ms", "trn p50 ms", "trn p99 ms", "gather GB/s");
+  for (const auto& m : j["results"])
+    std::printf("%-12s %14.3e %15.3e %12.3e %10.2f %10.2f %10.2f %10.2f %11.2f\n", m["mode"].get<std::string>().c_str(),
+                m["forward_lookups_per_s"].get<double>(), m["train_lookups_per_s"].get<double>(),
+                m["samples_per_s"].get<double>(), m["forward_step_ms_p50"].get<double>(),
+                m["forward_step_ms_p99"].get<double>(), m["train_step_ms_p50"].get<double>(),
+                m["train_step_ms_p99"].get<double>(), m["gather_gbs"].get<double>());
+  for (const auto& m : j["results"]) {
+    const json& ph = m["train_phase_ms_p50"];
     std::printf("%-12s training step p50 by phase: submit %.2f ms, forward %.2f ms, backward+optimizer %.2f ms\n",
-                r.mode.c_str(), percentile(r.submit_s, 0.5) * 1e3, percentile(r.lookup_s, 0.5) * 1e3,
-                percentile(r.backward_s, 0.5) * 1e3);
-  std::printf("\n%-12s %8s %12s %12s %12s %12s %12s %12s  (MB per training step)\n", "mode", "hit rate", "H2D", "D2H",
+                m["mode"].get<std::string>().c_str(), ph["submit"].get<double>(), ph["forward"].get<double>(),
+                ph["backward"].get<double>());
+  }
+  std::printf("\n%-12s %8s %10s %10s %10s %10s %10s %10s  (MB per training step)\n", "mode", "hit rate", "H2D", "D2H",
               "HBM read", "HBM write", "host read", "host write");
-  for (const auto& r : results) {
-    const double steps = static_cast<double>(std::max<std::size_t>(1, r.train_s.size()));
-    const gpu::LinkBytes& lb = r.train_stats.links;
-    cache::CacheStats cs;
-    for (const auto& [name, st] : r.train_stats.cache) cs += st;
+  for (const auto& m : j["results"]) {
+    const json& b = m["bytes_per_step"];
     char hit[16] = "-";
-    if (!r.train_stats.cache.empty()) std::snprintf(hit, sizeof hit, "%.1f%%", cs.hit_rate() * 100);
-    auto mb = [&](std::uint64_t b) { return static_cast<double>(b) / steps / 1e6; };
-    std::printf("%-12s %8s %12.2f %12.2f %12.2f %12.2f %12.2f %12.2f  %s\n", r.mode.c_str(), hit, mb(lb.h2d), mb(lb.d2h),
-                mb(lb.hbm_read), mb(lb.hbm_write), mb(lb.host_read_total()), mb(lb.host_write_total()),
-                r.device.empty() ? "" : ("device " + r.device).c_str());
+    if (m["hit_rate"].is_number()) std::snprintf(hit, sizeof hit, "%.1f%%", m["hit_rate"].get<double>() * 100);
+    const std::string device = m["device"].get<std::string>();
+    std::printf("%-12s %8s %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f  %s\n", m["mode"].get<std::string>().c_str(), hit,
+                b["h2d"].get<double>() / 1e6, b["d2h"].get<double>() / 1e6, b["hbm_read"].get<double>() / 1e6,
+                b["hbm_write"].get<double>() / 1e6, b["host_read"].get<double>() / 1e6,
+                b["host_write"].get<double>() / 1e6, device == "none" ? "" : ("device " + device).c_str());
   }
   std::printf("sequential read bandwidth (same run, %d threads): %.2f GB/s\n", o.threads, read_gbs);
+  std::printf("\n%-12s %12s %12s %12s %12s  (memory)\n", "mode", "peak RSS", "RSS at start", "host tables",
+              "peak device");
+  for (const auto& m : j["results"]) {
+    const bool dev = m["device"].get<std::string>() != "none";
+    std::printf("%-12s %12s %12s %12s %12s\n", m["mode"].get<std::string>().c_str(),
+                human_bytes(m["peak_host_bytes"].get<double>()).c_str(),
+                human_bytes(m["host_rss_start_bytes"].get<double>()).c_str(),
+                human_bytes(m["host_table_bytes"].get<double>()).c_str(),
+                dev ? human_bytes(m["device_peak_bytes"].get<double>()).c_str() : "-");
+  }
+  std::printf(
+      "peak RSS: process peak resident memory while the mode ran%s; the emulated device's memory is host "
+      "memory and counts in it\n",
+      results.front().peak_rss_per_mode ? "" : " (not resettable here: peak since the process started)");
   std::printf("\nmodelled on %s (byte counts of this run; see docs/bench.md):\n", profile.value().name.c_str());
   for (const auto& m : j["results"])
     std::printf("%-12s %8.2f ms  %s\n", m["mode"].get<std::string>().c_str(), m["modelled"]["step_ms"].get<double>(),
                 m["modelled"]["explanation"].get<std::string>().c_str());
+  if (!sweep.empty()) {
+    std::printf("\ncache sweep: cached mode, policy %s, same batches (hit rate and throughput against cache size)\n",
+                o.policy.c_str());
+    std::printf("%9s %12s %10s %8s %14s %15s %10s %10s\n", "fraction", "cache rows", "cache MB", "hit rate",
+                "fwd lookups/s", "train lookups/s", "trn p50 ms", "H2D MB");
+    for (const auto& p : j["sweep"]) {
+      if (!p["skipped"].is_null()) {
+        std::printf("%9g  skipped: %s\n", p["cache_fraction"].get<double>(), p["skipped"].get<std::string>().c_str());
+        continue;
+      }
+      std::printf("%9g %12lld %10.1f %7.1f%% %14.3e %15.3e %10.2f %10.2f\n", p["cache_fraction"].get<double>(),
+                  static_cast<long long>(p["cache_rows"].get<std::int64_t>()), p["cache_bytes"].get<double>() / 1e6,
+                  p["hit_rate"].get<double>() * 100, p["forward_lookups_per_s"].get<double>(),
+                  p["train_lookups_per_s"].get<double>(), p["train_step_ms_p50"].get<double>(),
+                  p["bytes_per_step"]["h2d"].get<double>() / 1e6);
+    }
+  }
   if (!o.json_out.empty()) {
     std::ofstream f(o.json_out);
     f << j.dump(2) << "\n";
-    if (!f) {
-      std::cerr << "strata-bench: cannot write " << o.json_out << "\n";
-      return 1;
-    }
+    if (!f) return fail("cannot write " + o.json_out, 1);
     std::printf("wrote %s\n", o.json_out.c_str());
   }
   if (!o.html_out.empty()) {
-    if (Status st = write_html_report(o.html_out, report); !st.is_ok()) {
-      std::cerr << "strata-bench: " << st.message() << "\n";
-      return 1;
-    }
+    if (Status st = write_html_report(o.html_out, report_document(j)); !st.is_ok()) return fail(st.message(), 1);
     std::printf("wrote %s\n", o.html_out.c_str());
   }
+  std::fprintf(stderr, "strata-bench: done in %.1f s\n", seconds_since(wall0));
   return 0;
 }
 
@@ -431,37 +950,75 @@ int run(const Options& o_in) {
 int main(int argc, char** argv) {
   using strata::bench::Options;
   Options o;
-  CLI::App app{"strata-bench: compare Strata placement modes on the same workload"};
-  app.add_option("--workload", o.workload_file, "workload JSON file (keys: tables, rows, dim, batch, bag_size, dist, seed, distinct_batches)");
-  app.add_option("--tables", o.workload.tables, "number of tables")->capture_default_str();
-  app.add_option("--rows", o.workload.rows, "rows per table")->capture_default_str();
-  app.add_option("--dim", o.workload.dim, "embedding dimension")->capture_default_str();
-  app.add_option("--batch", o.workload.batch, "bags per table per batch")->capture_default_str();
-  app.add_option("--pooling", o.workload.bag_size, "keys per bag")->capture_default_str();
+  o.workload = strata::bench::default_workload();
+  for (int i = 0; i < argc; ++i) o.argv.emplace_back(argv[i]);
+  CLI::App app{"strata-bench: compare Strata placement modes on the same workload (see docs/bench.md)"};
+  // A flag given twice takes its last value, so wrappers (strata.sh) can pass defaults first.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option(
+      "--workload", o.workload_file,
+      "workload JSON file (keys: tables, rows, dim, batch, bag_size, bag_dist, dist, seed, distinct_batches); "
+      "replaces the workload flags");
+  auto* tables = app.add_option("--tables", o.table_set,
+                                "table set: N (N tables of --rows x --dim), criteo (26 Criteo Kaggle-shaped tables, "
+                                "--criteo-rows rows in total, dim --dim), criteo:TOTAL_ROWS, or a list "
+                                "[NAME=]ROWS[xDIM],... (e.g. user=1000000x128,item=50000x32)")
+                     ->capture_default_str();
+  app.add_option("--criteo-rows", o.criteo_rows, "total rows of the built-in criteo table set")->capture_default_str();
+  auto* rows = app.add_option("--rows", o.workload.rows, "rows per table for --tables N (given alone: --tables 1)")
+                   ->capture_default_str();
+  app.add_option("--dim", o.workload.dim, "embedding dimension (every table of criteo or N; default of list items)")
+      ->capture_default_str();
+  app.add_option("--batch", o.workload.batch, "bags (samples) per table per batch")->capture_default_str();
+  app.add_option("--pooling", o.workload.bag_size, "keys per bag (mean with --bag-dist uniform)")
+      ->capture_default_str();
+  app.add_option("--bag-dist", o.workload.bag_dist, "bag lengths: fixed | uniform (i.i.d. in [0, 2 x --pooling])")
+      ->capture_default_str();
   app.add_option("--pooling-mode", o.pooling_mode, "sum | mean | none")->capture_default_str();
   app.add_option("--optimizer", o.optimizer, "sgd | adagrad | rowwise_adagrad | adam")->capture_default_str();
-  app.add_option("--dist", o.workload.dist, "uniform | zipf:ALPHA")->capture_default_str();
-  app.add_option("--distinct-batches", o.workload.distinct_batches, "different batches generated (steps cycle them)")->capture_default_str();
+  app.add_option("--dist", o.workload.dist, "uniform | zipf:ALPHA | drift:ALPHA:N (hot set moves every N steps)")
+      ->capture_default_str();
+  auto* distinct = app.add_option("--distinct-batches", o.workload.distinct_batches,
+                                  "different batches generated (default 2 x (warmup + steps): no batch repeats; fewer "
+                                  "are cycled)");
   app.add_option("--seed", o.workload.seed, "seed of the keys")->capture_default_str();
   app.add_option("--steps", o.steps, "timed steps per phase")->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed steps before each phase")->capture_default_str();
   app.add_option("--threads", o.threads, "worker threads")->capture_default_str();
-  app.add_option("--modes", o.modes, "comma-separated modes: cpu, offload, offload-cpu, cached")->capture_default_str();
-  app.add_option("--cache-fraction", o.cache_fraction, "cached: cache rows as a fraction of each table")->capture_default_str();
+  app.add_option("--modes", o.modes, "comma-separated modes: " + strata::bench::mode_names(", "))
+      ->capture_default_str();
+  app.add_option("--cache-fraction", o.cache_fraction, "cached: cache rows as a fraction of each table")
+      ->capture_default_str();
+  app.add_option("--sweep-cache", o.sweep_cache,
+                 "also run the cached mode at each of these cache fractions (e.g. 0.01,0.03,0.1,0.3): hit rate and "
+                 "throughput against cache size");
   app.add_option("--policy", o.policy, "cached: lru | lfu | lookahead")->capture_default_str();
   app.add_option("--lookahead", o.lookahead, "cached: batches the planner sees ahead")->capture_default_str();
-  app.add_option("--pipeline", o.pipeline, "batches prefetched ahead of forward (beyond the lookahead)")->capture_default_str();
+  app.add_option("--pipeline", o.pipeline, "batches prefetched ahead of forward (beyond the lookahead)")
+      ->capture_default_str();
   app.add_option("--backend", o.backend, "device backend: auto | cuda | emu")->capture_default_str();
-  app.add_option("--device-capacity", o.device_capacity, "bytes of device memory to use (0: emu 4 GiB, cuda all free)")->capture_default_str();
+  app.add_option("--device-capacity", o.device_capacity, "bytes of device memory to use (0: emu 4 GiB, cuda all free)")
+      ->capture_default_str();
   app.add_option("--json", o.json_out, "write results as JSON to this file");
   app.add_option("--html", o.html_out, "write a self-contained HTML report (SVG charts) to this file");
-  app.add_option("--profile", o.profile, "hardware profile for the modelled step time: h200-pcie5 | a100-pcie4 | dgx-a100 | dgx-h100 | FILE")
+  app.add_option("--profile", o.profile,
+                 "hardware profile for the modelled step time: h200-pcie5 | a100-pcie4 | dgx-a100 | dgx-h100 | FILE")
+      ->capture_default_str();
+  app.add_option("--read-probe-mib", o.read_probe_mib, "MiB read by the sequential read-bandwidth probe")
       ->capture_default_str();
   app.add_option("--dump-keys", o.dump_keys, "write the batches in the raw trace format (for bench/peers)");
   app.add_flag("!--no-progress", o.progress, "hide the progress bars");
   CLI11_PARSE(app, argc, argv);
-  if (o.steps < 1 || o.warmup < 0 || o.threads < 1) {
-    std::cerr << "strata-bench: --steps must be >= 1, --warmup >= 0, --threads >= 1\n";
+  if (o.steps < 1 || o.warmup < 0 || o.threads < 1 || o.read_probe_mib < 1) {
+    std::cerr << "strata-bench: --steps must be >= 1, --warmup >= 0, --threads >= 1, --read-probe-mib >= 1\n";
+    return 2;
+  }
+  if (distinct->count() == 0) o.workload.distinct_batches = 2 * (o.warmup + o.steps);
+  // `--rows R` alone keeps its old meaning: one table of R rows.
+  if (rows->count() > 0 && tables->count() == 0) o.table_set = "1";
+  if (rows->count() > 0 && o.table_set.find_first_not_of("0123456789") != std::string::npos) {
+    std::cerr << "strata-bench: --rows applies to --tables N only (got --tables " << o.table_set
+              << "; give list items their rows, or use criteo:TOTAL_ROWS)\n";
     return 2;
   }
   return strata::bench::run(o);

@@ -11,6 +11,8 @@
 #include <iterator>
 #include <limits>
 #include <memory>
+#include <optional>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -84,6 +86,28 @@ Result<std::int64_t> json_integer(const std::string& key, const nlohmann::json& 
     return Status::invalid_argument("workload key '" + key + "': " + std::to_string(x) + " out of range [" +
                                     std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return x;
+}
+
+bool valid_table_name(const std::string& name) noexcept {
+  if (name.empty()) return false;
+  for (const char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                    c == '-' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// A plain decimal integer in [1, max] (no sign, no exponent, no spaces), or nullopt.
+std::optional<std::int64_t> positive_decimal(const std::string& s, std::int64_t max) noexcept {
+  if (s.empty() || s.size() > 19) return std::nullopt;
+  std::int64_t v = 0;
+  for (const char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  if (v < 1 || v > max) return std::nullopt;
+  return v;
 }
 
 constexpr std::int64_t kIntMin = std::numeric_limits<int>::min();
@@ -176,9 +200,22 @@ Result<BagDist> parse_bag_dist(const std::string& s) {
 }
 
 Status validate(const WorkloadSpec& s) {
-  if (s.tables < 1) return Status::invalid_argument("workload: tables " + std::to_string(s.tables) + " must be >= 1");
-  if (s.rows <= 0) return Status::invalid_argument("workload: rows " + std::to_string(s.rows) + " must be > 0");
-  if (s.dim <= 0) return Status::invalid_argument("workload: dim " + std::to_string(s.dim) + " must be > 0");
+  if (s.table_list.empty()) {
+    if (s.tables < 1) return Status::invalid_argument("workload: tables " + std::to_string(s.tables) + " must be >= 1");
+    if (s.rows <= 0) return Status::invalid_argument("workload: rows " + std::to_string(s.rows) + " must be > 0");
+    if (s.dim <= 0) return Status::invalid_argument("workload: dim " + std::to_string(s.dim) + " must be > 0");
+  } else {
+    std::set<std::string> names;
+    for (std::size_t i = 0; i < s.table_list.size(); ++i) {
+      const TableShape& t = s.table_list[i];
+      const std::string who = "workload: table " + std::to_string(i) + " '" + t.name + "'";
+      if (!valid_table_name(t.name))
+        return Status::invalid_argument(who + ": name must be non-empty and hold only letters, digits, '_', '-' and '.'");
+      if (!names.insert(t.name).second) return Status::invalid_argument(who + ": name used twice (expected unique names)");
+      if (t.rows <= 0) return Status::invalid_argument(who + ": rows " + std::to_string(t.rows) + " must be > 0");
+      if (t.dim <= 0) return Status::invalid_argument(who + ": dim " + std::to_string(t.dim) + " must be > 0");
+    }
+  }
   if (s.batch <= 0) return Status::invalid_argument("workload: batch " + std::to_string(s.batch) + " must be > 0");
   if (s.bag_size < 0)
     return Status::invalid_argument("workload: bag_size " + std::to_string(s.bag_size) + " must be >= 0");
@@ -209,10 +246,22 @@ Result<WorkloadSpec> parse_workload_json(const std::string& json_text) {
   if (!j.is_object())
     return Status::invalid_argument(std::string("workload: expected a JSON object, got ") + json_type(j));
   WorkloadSpec s;
+  std::optional<std::string> table_set;         // "tables" as a string, resolved once "dim" is known
+  const nlohmann::json* table_array = nullptr;  // "tables" as an array, likewise
   for (const auto& [key, v] : j.items()) {
     if (key == "tables") {
-      STRATA_ASSIGN_OR_RETURN(auto x, json_integer(key, v, kIntMin, kIntMax));
-      s.tables = static_cast<int>(x);
+      if (v.is_string()) {
+        table_set = v.get<std::string>();
+      } else if (v.is_array()) {
+        table_array = &v;
+      } else if (v.is_number()) {
+        STRATA_ASSIGN_OR_RETURN(auto x, json_integer(key, v, kIntMin, kIntMax));
+        s.tables = static_cast<int>(x);
+      } else {
+        return Status::invalid_argument(std::string("workload key 'tables' must be an integer, a string or an array "
+                                                    "of {\"name\", \"rows\", \"dim\"} objects (got ") +
+                                        json_type(v) + " " + v.dump() + ")");
+      }
     } else if (key == "rows") {
       STRATA_ASSIGN_OR_RETURN(s.rows, json_integer(key, v, kI64Min, kI64Max));
     } else if (key == "dim") {
@@ -249,15 +298,58 @@ Result<WorkloadSpec> parse_workload_json(const std::string& json_text) {
                                       "distinct_batches)");
     }
   }
+  if ((table_set || table_array) && j.contains("rows"))
+    return Status::invalid_argument("workload key 'rows' is unused when 'tables' names the tables (give each "
+                                    "table its rows, or make 'tables' an integer)");
+  if (table_set) STRATA_RETURN_IF_ERROR(apply_table_set(s, *table_set).with_context("workload key 'tables'"));
+  if (table_array) {
+    if (table_array->empty())
+      return Status::invalid_argument("workload key 'tables': the array is empty (expected at least one table)");
+    std::vector<TableShape> list;
+    for (std::size_t i = 0; i < table_array->size(); ++i) {
+      const nlohmann::json& t = (*table_array)[i];
+      const std::string who = "tables[" + std::to_string(i) + "]";
+      if (!t.is_object())
+        return Status::invalid_argument("workload key '" + who + "' must be an object {\"name\", \"rows\", \"dim\"} (got " +
+                                        json_type(t) + " " + t.dump() + ")");
+      TableShape shape{"t" + std::to_string(i), 0, s.dim};
+      bool has_rows = false;
+      for (const auto& [k, x] : t.items()) {
+        if (k == "name") {
+          if (!x.is_string())
+            return Status::invalid_argument("workload key '" + who + ".name' must be a string (got " + json_type(x) +
+                                            " " + x.dump() + ")");
+          shape.name = x.get<std::string>();
+        } else if (k == "rows") {
+          STRATA_ASSIGN_OR_RETURN(shape.rows, json_integer(who + ".rows", x, kI64Min, kI64Max));
+          has_rows = true;
+        } else if (k == "dim") {
+          STRATA_ASSIGN_OR_RETURN(auto d, json_integer(who + ".dim", x, kIntMin, kIntMax));
+          shape.dim = static_cast<int>(d);
+        } else {
+          return Status::invalid_argument("unknown workload key '" + who + "." + k + "' (expected name, rows, dim)");
+        }
+      }
+      if (!has_rows) return Status::invalid_argument("workload key '" + who + "' has no \"rows\"");
+      list.push_back(std::move(shape));
+    }
+    s.table_list = std::move(list);
+    s.tables = static_cast<int>(s.table_list.size());
+  }
   STRATA_RETURN_IF_ERROR(validate(s));
   return s;
 }
 
 std::string workload_to_json(const WorkloadSpec& s) {
   nlohmann::json j;
-  j["tables"] = s.tables;
-  j["rows"] = s.rows;
-  j["dim"] = s.dim;
+  if (s.table_list.empty()) {
+    j["tables"] = s.tables;
+    j["rows"] = s.rows;
+    j["dim"] = s.dim;
+  } else {
+    j["tables"] = nlohmann::json::array();
+    for (const TableShape& t : s.table_list) j["tables"].push_back({{"name", t.name}, {"rows", t.rows}, {"dim", t.dim}});
+  }
   j["batch"] = s.batch;
   j["bag_size"] = s.bag_size;
   j["bag_dist"] = s.bag_dist;
@@ -265,6 +357,75 @@ std::string workload_to_json(const WorkloadSpec& s) {
   j["seed"] = s.seed;
   j["distinct_batches"] = s.distinct_batches;
   return j.dump();
+}
+
+Status apply_table_set(WorkloadSpec& spec, const std::string& set) {
+  constexpr const char* kExpected = "expected N, criteo, criteo:TOTAL_ROWS or [NAME=]ROWS[xDIM],...";
+  if (set.empty()) return Status::invalid_argument(std::string("empty table set (") + kExpected + ")");
+  if (const auto n = positive_decimal(set, kIntMax)) {
+    spec.tables = static_cast<int>(*n);
+    spec.table_list.clear();
+    return Status::ok();
+  }
+  if (set == "criteo" || set.rfind("criteo:", 0) == 0) {
+    std::int64_t total = kCriteoDefaultMaxRows;
+    if (set != "criteo") {
+      const auto t = positive_decimal(set.substr(7), kI64Max);
+      if (!t)
+        return Status::invalid_argument("table set '" + set + "': TOTAL_ROWS '" + set.substr(7) +
+                                        "' is not a positive integer (" + kExpected + ")");
+      total = *t;
+    }
+    STRATA_ASSIGN_OR_RETURN(std::vector<TableSpec> tables, criteo_default_tables(total, spec.dim));
+    std::vector<TableShape> list;
+    for (const TableSpec& t : tables) list.push_back({t.name, t.rows, t.dim});
+    spec.table_list = std::move(list);
+    spec.tables = static_cast<int>(spec.table_list.size());
+    return Status::ok();
+  }
+  std::vector<TableShape> list;
+  std::size_t begin = 0;
+  for (int index = 0;; ++index) {
+    const std::size_t comma = set.find(',', begin);
+    const std::string item = set.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+    const std::string who = "table list item " + std::to_string(index) + " '" + item + "'";
+    const std::string form = " (expected [NAME=]ROWS[xDIM], e.g. user=1000000x128)";
+    TableShape t{"t" + std::to_string(index), 0, spec.dim};
+    std::string shape = item;
+    if (const std::size_t eq = item.find('='); eq != std::string::npos) {
+      t.name = item.substr(0, eq);
+      if (!valid_table_name(t.name))
+        return Status::invalid_argument(who + ": name '" + t.name +
+                                        "' must be non-empty and hold only letters, digits, '_', '-' and '.'" + form);
+      shape = item.substr(eq + 1);
+    }
+    const std::size_t x = shape.find('x');
+    const std::string rows = shape.substr(0, x);
+    const auto r = positive_decimal(rows, kI64Max);
+    if (!r) return Status::invalid_argument(who + ": rows '" + rows + "' is not a positive integer" + form);
+    t.rows = *r;
+    if (x != std::string::npos) {
+      const std::string dim = shape.substr(x + 1);
+      const auto d = positive_decimal(dim, kIntMax);
+      if (!d) return Status::invalid_argument(who + ": dim '" + dim + "' is not a positive integer" + form);
+      t.dim = static_cast<int>(*d);
+    }
+    for (const TableShape& other : list)
+      if (other.name == t.name) return Status::invalid_argument(who + ": table name '" + t.name + "' used twice");
+    list.push_back(std::move(t));
+    if (comma == std::string::npos) break;
+    begin = comma + 1;
+  }
+  spec.table_list = std::move(list);
+  spec.tables = static_cast<int>(spec.table_list.size());
+  return Status::ok();
+}
+
+std::vector<TableShape> workload_tables(const WorkloadSpec& spec) {
+  if (!spec.table_list.empty()) return spec.table_list;
+  std::vector<TableShape> out;
+  for (int t = 0; t < spec.tables; ++t) out.push_back({"t" + std::to_string(t), spec.rows, spec.dim});
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -421,7 +582,9 @@ std::vector<KeyBatch> make_batches(const WorkloadSpec& spec, const std::vector<s
       std::abort();
     }
   }
-  STRATA_CHECK(table_names.size() == static_cast<std::size_t>(spec.tables));
+  const std::vector<TableShape> shapes = workload_tables(spec);
+  STRATA_CHECK(table_names.size() == shapes.size());
+  const auto num_tables = static_cast<std::int64_t>(shapes.size());
   const BagDist bag_dist = parse_bag_dist(spec.bag_dist).value();
 
   // Bags per chunk: the unit of work and of random streams, fixed so results are independent of
@@ -431,8 +594,8 @@ std::vector<KeyBatch> make_batches(const WorkloadSpec& spec, const std::vector<s
 
   std::vector<KeySampler> prototypes;
   prototypes.reserve(table_names.size());
-  for (const auto& name : table_names) {
-    auto s = KeySampler::create(spec.dist, spec.rows, mix2(spec.seed, table_name_hash(name)));
+  for (std::size_t t = 0; t < table_names.size(); ++t) {
+    auto s = KeySampler::create(spec.dist, shapes[t].rows, mix2(spec.seed, table_name_hash(table_names[t])));
     STRATA_CHECK(s.is_ok());
     prototypes.push_back(std::move(s).value());
   }
@@ -466,7 +629,7 @@ std::vector<KeyBatch> make_batches(const WorkloadSpec& spec, const std::vector<s
   for (auto& b : batches)
     for (auto& f : b.features) f.keys.resize(static_cast<std::size_t>(f.offsets.back()));
 
-  const std::int64_t total_chunks = static_cast<std::int64_t>(batches.size()) * spec.tables * chunks_per_feature;
+  const std::int64_t total_chunks = static_cast<std::int64_t>(batches.size()) * num_tables * chunks_per_feature;
   std::atomic<std::int64_t> next_chunk{0};
   const auto worker = [&] {
     for (;;) {
@@ -474,8 +637,8 @@ std::vector<KeyBatch> make_batches(const WorkloadSpec& spec, const std::vector<s
       if (c >= total_chunks) return;
       const std::int64_t chunk = c % chunks_per_feature;
       const std::int64_t feature = c / chunks_per_feature;
-      const std::int64_t t = feature % spec.tables;
-      const std::int64_t b = feature / spec.tables;
+      const std::int64_t t = feature % num_tables;
+      const std::int64_t b = feature / num_tables;
       KeySampler s = prototypes[static_cast<std::size_t>(t)];
       s.set_stream((static_cast<std::uint64_t>(b) << 32) ^ static_cast<std::uint64_t>(chunk));
       s.set_step(b);  // batch b is step b (moves the hot set under drift; a no-op otherwise)
@@ -498,6 +661,12 @@ std::vector<KeyBatch> make_batches(const WorkloadSpec& spec, const std::vector<s
     for (auto& th : pool) th.join();
   }
   return batches;
+}
+
+std::vector<KeyBatch> make_batches(const WorkloadSpec& spec, int threads) {
+  std::vector<std::string> names;
+  for (const TableShape& t : workload_tables(spec)) names.push_back(t.name);
+  return make_batches(spec, names, threads);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -31,11 +31,21 @@
 
 namespace strata::bench {
 
-/// Shape and key distribution of a synthetic workload. Every table has the same shape.
+/// One table of a workload: its name and shape.
+struct TableShape {
+  std::string name;       ///< unique in the workload; letters, digits, '_', '-', '.'
+  std::int64_t rows = 0;  ///< rows (> 0)
+  int dim = 0;            ///< row width in floats (> 0)
+};
+
+/// Shape and key distribution of a synthetic workload: `tables` tables of `rows` x `dim` each
+/// (named "t0", "t1", ...), or, when `table_list` is non-empty, exactly the tables it lists
+/// (heterogeneous rows and dims; `tables`, `rows` and `dim` are then unused).
 struct WorkloadSpec {
   int tables = 1;                  ///< number of tables (>= 1)
   std::int64_t rows = 2000000;     ///< rows per table (> 0)
   int dim = 128;                   ///< row width in floats (> 0)
+  std::vector<TableShape> table_list;  ///< non-empty: these tables instead of tables x rows x dim
   std::int64_t batch = 8192;       ///< bags per table per batch (> 0)
   int bag_size = 32;               ///< keys per bag (>= 0): exact ("fixed") or mean ("uniform") bag length
   std::string bag_dist = "fixed";  ///< bag lengths: "fixed" (all bag_size) or "uniform" (i.i.d. in [0, 2*bag_size])
@@ -46,15 +56,38 @@ struct WorkloadSpec {
 
 /// Parses a JSON object whose keys are the WorkloadSpec field names; missing keys keep their
 /// defaults, an unknown key or a value of the wrong type is an error naming the key. The result
-/// is validated.
+/// is validated. "tables" is an integer (that many tables of "rows" x "dim"), an array of
+/// {"name": string (optional, default "t<index>"), "rows": integer, "dim": integer (optional,
+/// default "dim")} objects, or a string in the syntax of apply_table_set ("criteo",
+/// "criteo:TOTAL_ROWS" or "[NAME=]ROWS[xDIM],..."; the "dim" key gives the default dim wherever
+/// it appears in the object).
 Result<WorkloadSpec> parse_workload_json(const std::string& json_text);
 
+/// Sets the tables of `spec` from a table-set string:
+///   "N"                     N tables of spec.rows x spec.dim named t0..t{N-1} (table_list cleared)
+///   "criteo"                the 26 Criteo Kaggle tables scaled to kCriteoDefaultMaxRows rows in
+///                           total (criteo_default_tables), all of dim spec.dim
+///   "criteo:TOTAL_ROWS"     the same scaled to at most TOTAL_ROWS rows in total
+///   "[NAME=]ROWS[xDIM],..." one table per comma-separated item; NAME defaults to "t<index>",
+///                           DIM to spec.dim (e.g. "user=1000000x128,item=50000x64,300")
+/// Errors name the item, the value and what was expected ("table list item 2 'x64': rows '' is
+/// not a positive integer (expected [NAME=]ROWS[xDIM])"); on error `spec` is unchanged.
+/// The result is not validated as a whole (call validate).
+Status apply_table_set(WorkloadSpec& spec, const std::string& table_set);
+
+/// The tables of `spec`: table_list when non-empty, else `tables` copies of rows x dim named
+/// "t0", "t1", ... Does not validate.
+std::vector<TableShape> workload_tables(const WorkloadSpec& spec);
+
 /// Checks ranges (rows, dim, batch > 0; bag_size >= 0; tables, distinct_batches >= 1), that
-/// `dist` parses and that `bag_dist` is "fixed" or "uniform". The message names the field, the
+/// `dist` parses and that `bag_dist` is "fixed" or "uniform"; for a table_list, that every entry
+/// has a valid unique name, rows > 0 and dim > 0. The message names the field (or table), the
 /// value and what was expected.
 Status validate(const WorkloadSpec& spec);
 
 /// The spec as a one-line JSON object (the same keys parse_workload_json reads), for result files.
+/// With a table_list, "tables" is the array of {"name", "rows", "dim"} objects and "rows"/"dim"
+/// are left out.
 std::string workload_to_json(const WorkloadSpec& spec);
 
 /// A parsed key distribution.
@@ -176,8 +209,9 @@ class KeySampler {
   double s_ = 0.0;
 };
 
-/// Generates spec.distinct_batches batches; each has one JaggedKeys per table (named
-/// table_names[t], in that order) with spec.batch bags and no weights. Bag lengths follow
+/// Generates spec.distinct_batches batches; each has one JaggedKeys per table of
+/// workload_tables(spec) (named table_names[t], in that order; keys in [0, rows of table t))
+/// with spec.batch bags and no weights. Bag lengths follow
 /// spec.bag_dist: all spec.bag_size ("fixed"), or i.i.d. uniform in [0, 2 * spec.bag_size]
 /// ("uniform", drawn from a stream of their own, so the keys of fixed-length runs do not change).
 /// Table t samples with seed mix(spec.seed, table_name_hash(name)), so a table's hot rows are the
@@ -185,9 +219,13 @@ class KeySampler {
 /// every N batches (runs that cycle the batches replay the epochs cyclically; generate at least
 /// k * N distinct batches to see k epochs). Work is split in fixed chunks of bags, each with its
 /// own stream, over `threads` threads (0: hardware concurrency); the result does not depend on
-/// `threads`. Requires validate(spec) OK and table_names.size() == spec.tables (aborts otherwise).
+/// `threads`. Requires validate(spec) OK and table_names.size() == workload_tables(spec).size()
+/// (aborts otherwise).
 std::vector<KeyBatch> make_batches(const WorkloadSpec& spec, const std::vector<std::string>& table_names,
                                    int threads = 0);
+
+/// make_batches with the names of workload_tables(spec).
+std::vector<KeyBatch> make_batches(const WorkloadSpec& spec, int threads = 0);
 
 /// Row counts of the 26 categorical features of the Criteo Kaggle display-advertising data set
 /// (C1..C26, in column order), 33,762,577 rows in total.

@@ -103,7 +103,7 @@ TEST(HtmlReport, OneChartPerSectionAndWellFormed) {
   const std::string html = render_html_report(full_document());
   EXPECT_EQ(check_well_formed(html), "");
   EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
-  const std::vector<std::string> charts = {"throughput", "bytes", "step-time", "hit-rate"};
+  const std::vector<std::string> charts = {"throughput", "bytes", "step-time", "memory", "hit-rate"};
   EXPECT_EQ(count(html, "<section class=\"chart\""), charts.size());
   EXPECT_EQ(count(html, "<svg"), charts.size());
   EXPECT_EQ(count(html, "</svg>"), charts.size());
@@ -158,7 +158,7 @@ TEST(HtmlReport, EscapesStrings) {
   const std::string evil = render_html_report(doc);
   EXPECT_EQ(check_well_formed(evil), "");
   EXPECT_EQ(evil.find("<script"), std::string::npos);
-  EXPECT_EQ(count(evil, "<svg"), 4u);
+  EXPECT_EQ(count(evil, "<svg"), 5u);
 }
 
 TEST(HtmlReport, NoSweepNoHitRateSection) {
@@ -167,8 +167,10 @@ TEST(HtmlReport, NoSweepNoHitRateSection) {
   const std::string html = render_html_report(doc);
   EXPECT_EQ(check_well_formed(html), "");
   EXPECT_EQ(html.find("id=\"hit-rate\""), std::string::npos);
-  EXPECT_EQ(count(html, "<section class=\"chart\""), 3u);
-  EXPECT_EQ(count(html, "<svg"), 3u);
+  EXPECT_EQ(html.find("id=\"sweep-throughput\""), std::string::npos);
+  EXPECT_EQ(html.find("id=\"sweep-table\""), std::string::npos);
+  EXPECT_EQ(count(html, "<section class=\"chart\""), 4u);
+  EXPECT_EQ(count(html, "<svg"), 4u);
 
   doc["sweep"] = json::array();  // present but empty
   EXPECT_EQ(render_html_report(doc).find("id=\"hit-rate\""), std::string::npos);
@@ -215,6 +217,75 @@ TEST(HtmlReport, MissingFieldsDropChartsWithoutCrashing) {
   for (const char* bad : {"\"nan", "\"-nan", "\"inf", ">nan", ">inf"})
     EXPECT_EQ(html.find(bad), std::string::npos) << bad;
   EXPECT_EQ(count(html, "<svg"), 1u);
+}
+
+TEST(HtmlReport, MemoryChartPerMode) {
+  json doc = full_document();
+  doc["modes"][0]["host_table_bytes"] = 1.0e9;
+  doc["modes"][1]["peak_host_bytes"] = 2.5e9;
+  doc["modes"][1]["peak_device_bytes"] = 7.0e8;
+  const std::string mem = section(render_html_report(doc), "memory");
+  ASSERT_FALSE(mem.empty());
+  EXPECT_EQ(count(mem, "<svg"), 1u);
+  EXPECT_NE(mem.find("peak host (process RSS)"), std::string::npos);
+  EXPECT_NE(mem.find("cpu / host tables: 1 GB"), std::string::npos);
+  EXPECT_NE(mem.find("peak device: 700 MB"), std::string::npos);
+  EXPECT_EQ(count(mem, "<rect x="), 3u /* legend */ + 4u /* bars */);
+  // No memory numbers: no section.
+  for (auto& m : doc["modes"]) {
+    m.erase("peak_host_bytes");
+    m.erase("host_table_bytes");
+    m.erase("peak_device_bytes");
+  }
+  EXPECT_TRUE(section(render_html_report(doc), "memory").empty());
+}
+
+TEST(HtmlReport, SweepThroughputChartAndTable) {
+  json doc = full_document();
+  doc["sweep"] = json::parse(R"([
+    {"mode": "cached", "policy": "lru", "cache_fraction": 0.2, "hit_rate": 0.7, "forward_lookups_per_s": 5e6,
+     "train_lookups_per_s": 3e6, "cache_bytes": 1e8},
+    {"mode": "cached", "policy": "lru", "cache_fraction": 0.05, "hit_rate": 0.4, "forward_lookups_per_s": 4e6,
+     "train_lookups_per_s": 2e6, "cache_bytes": 2.5e7},
+    {"mode": "cached", "policy": "lru", "cache_fraction": 0.01, "skipped": "cache <too> small"}
+  ])");
+  const std::string html = render_html_report(doc);
+  EXPECT_EQ(check_well_formed(html), "");
+  const std::string hit = section(html, "hit-rate");
+  EXPECT_EQ(count(hit, "<circle"), 2u) << "the skipped point has no hit rate";
+  // Points up to 20%: the x axis ends at 20%, not 100%.
+  EXPECT_NE(hit.find(">20%</text>"), std::string::npos);
+  EXPECT_EQ(count(hit, ">100%</text>"), 1u) << "only the hit-rate axis reaches 100%";
+  const std::string tput = section(html, "sweep-throughput");
+  ASSERT_FALSE(tput.empty());
+  EXPECT_EQ(count(tput, "<svg"), 1u);
+  EXPECT_EQ(count(tput, "<polyline"), 2u);  // forward and training
+  EXPECT_NE(tput.find("forward lookups/s: cache 5%, lookups/s 4 M"), std::string::npos);
+  const std::string table = section(html, "sweep-table");
+  ASSERT_FALSE(table.empty());
+  EXPECT_EQ(count(table, "<svg"), 0u);
+  EXPECT_EQ(count(table, "<tr>"), 4u);
+  EXPECT_NE(table.find("skipped: cache &lt;too&gt; small"), std::string::npos);
+  EXPECT_NE(table.find("100 MB"), std::string::npos);
+  EXPECT_EQ(count(html, "<section class=\"chart\""), 6u);
+  EXPECT_EQ(count(html, "<svg"), 6u);
+}
+
+TEST(HtmlReport, TableList) {
+  json doc = full_document();
+  doc["tables"] = json::parse(R"([{"name": "C1", "rows": 1000, "dim": 64}, {"name": "C<2>", "rows": 10, "dim": 16},
+                                  {"name": "bad", "rows": "many"}])");
+  const std::string html = render_html_report(doc);
+  EXPECT_EQ(check_well_formed(html), "");
+  const std::string tables = section(html, "tables");
+  ASSERT_FALSE(tables.empty());
+  EXPECT_NE(tables.find("<details><summary>2 tables, 1.01 k rows, 257 KB of fp32 weights</summary>"),
+            std::string::npos);
+  EXPECT_NE(tables.find("C&lt;2&gt;"), std::string::npos);
+  EXPECT_EQ(tables.find("bad"), std::string::npos);
+  EXPECT_EQ(count(tables, "<svg"), 0u);
+  doc.erase("tables");
+  EXPECT_TRUE(section(render_html_report(doc), "tables").empty());
 }
 
 TEST(HtmlReport, TitleOption) {

@@ -74,13 +74,15 @@ TEST(ShardedFaults, PlanThatDoesNotFitTheWorldOrTheDeviceFailsOnEveryRank) {
   c = two_tables(Placement::kGpu);
   c.tables[0].spec.dim = 2;
   c.tables[0].sharding = {dispatch::ShardingType::kColumn, -1};
-  on_ranks(3, 5000, [&](int r, auto comm) { got.resize(3), got[static_cast<std::size_t>(r)] = Store::open(c, comm).status(); });
+  got.resize(3);
+  on_ranks(3, 5000, [&](int r, auto comm) { got[static_cast<std::size_t>(r)] = Store::open(c, comm).status(); });
   for (std::size_t r = 0; r < got.size(); ++r)
     EXPECT_EQ(got[r].message(), "rank " + std::to_string(r) + ": table 'user': column sharding over 3 ranks needs dim >= 3, got 2");
   // cpu tables cannot live in a world of several ranks.
   c = two_tables(Placement::kGpu);
   c.tables[1].placement = Placement::kCpu;
   c.tables[1].sharding = {};
+  got.resize(2);
   on_ranks(2, 5000, [&](int r, auto comm) { got[static_cast<std::size_t>(r)] = Store::open(c, comm).status(); });
   EXPECT_EQ(got[0].message(), "rank 0: table 'item': placement cpu serves one rank; in a world of 2 ranks every table must be gpu or hybrid");
   // Rank 1's shard of a table-wise table does not fit its device: every rank fails, naming it.

@@ -1,0 +1,473 @@
+// Runs the built strata-bench (STRATA_BENCH_BIN) as a user would: a tiny heterogeneous workload
+// through every mode with a cache sweep, whose --json output is checked against a schema (required
+// keys and their types) and whose --html report must hold exactly one chart per chart section;
+// and bad input, which must fail with a clear message and a non-zero exit before any long work
+// (the read-bandwidth probe, the first long step, has not started).
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using nlohmann::json;
+
+struct RunOutput {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+RunOutput run_bench(const std::string& args) {
+  RunOutput r;
+  const std::string command = std::string(STRATA_BENCH_BIN) + " --no-progress " + args + " 2>&1";
+  std::FILE* p = ::popen(command.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
+  const int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::size_t count(const std::string& s, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + what.size())) ++n;
+  return n;
+}
+
+std::string temp_dir() {
+  static const std::string dir = [] {
+    std::string d = ::testing::TempDir() + "/strata_bench_cli_" + std::to_string(::getpid());
+    ::mkdir(d.c_str(), 0755);
+    return d;
+  }();
+  return dir;
+}
+
+// ---- a hand-written schema: required keys and their types ----
+
+enum class Type { kString, kNumber, kInteger, kBool, kObject, kArray, kNumberOrNull, kStringOrNull };
+
+const char* type_name(Type t) {
+  switch (t) {
+    case Type::kString:
+      return "string";
+    case Type::kNumber:
+      return "number";
+    case Type::kInteger:
+      return "integer";
+    case Type::kBool:
+      return "boolean";
+    case Type::kObject:
+      return "object";
+    case Type::kArray:
+      return "array";
+    case Type::kNumberOrNull:
+      return "number or null";
+    case Type::kStringOrNull:
+      return "string or null";
+  }
+  return "?";
+}
+
+bool has_type(const json& v, Type t) {
+  switch (t) {
+    case Type::kString:
+      return v.is_string();
+    case Type::kNumber:
+      return v.is_number();
+    case Type::kInteger:
+      return v.is_number_integer();
+    case Type::kBool:
+      return v.is_boolean();
+    case Type::kObject:
+      return v.is_object();
+    case Type::kArray:
+      return v.is_array();
+    case Type::kNumberOrNull:
+      return v.is_number() || v.is_null();
+    case Type::kStringOrNull:
+      return v.is_string() || v.is_null();
+  }
+  return false;
+}
+
+struct Field {
+  const char* pointer;  // JSON pointer relative to the checked object
+  Type type;
+};
+
+// Every field of `schema` present in `doc` with its type; returns what is wrong ("" if nothing).
+std::string check(const json& doc, const std::vector<Field>& schema, const std::string& where) {
+  std::string errors;
+  for (const Field& f : schema) {
+    const json::json_pointer ptr(f.pointer);
+    if (!doc.contains(ptr)) {
+      errors += where + f.pointer + ": missing\n";
+    } else if (!has_type(doc.at(ptr), f.type)) {
+      errors += where + f.pointer + ": expected " + type_name(f.type) + ", got " + doc.at(ptr).dump() + "\n";
+    }
+  }
+  return errors;
+}
+
+const std::vector<Field> kTopLevel = {
+    {"/tool", Type::kString},
+    {"/version", Type::kString},
+    {"/command", Type::kArray},
+    {"/started_at", Type::kString},
+    {"/wall_s", Type::kNumber},
+    {"/threads", Type::kInteger},
+    {"/workload", Type::kObject},
+    {"/settings", Type::kObject},
+    {"/machine", Type::kObject},
+    {"/read_bandwidth_gbs", Type::kNumber},
+    {"/memory_estimate", Type::kObject},
+    {"/profile", Type::kObject},
+    {"/results", Type::kArray},
+    {"/sweep", Type::kArray},
+};
+
+const std::vector<Field> kWorkload = {
+    {"/tables", Type::kArray},         {"/tables/0/name", Type::kString}, {"/tables/0/rows", Type::kInteger},
+    {"/tables/0/dim", Type::kInteger}, {"/table_set", Type::kString},     {"/total_rows", Type::kInteger},
+    {"/batch", Type::kInteger},        {"/bag_size", Type::kInteger},     {"/bag_dist", Type::kString},
+    {"/dist", Type::kString},          {"/seed", Type::kInteger},         {"/distinct_batches", Type::kInteger},
+    {"/pooling_mode", Type::kString},  {"/optimizer", Type::kString},     {"/steps", Type::kInteger},
+    {"/warmup", Type::kInteger},       {"/keys_per_step", Type::kNumber}, {"/samples_per_step", Type::kNumber},
+};
+
+const std::vector<Field> kSettings = {
+    {"/modes", Type::kString},     {"/policy", Type::kString},           {"/lookahead", Type::kInteger},
+    {"/pipeline", Type::kInteger}, {"/cache_fraction", Type::kNumber},   {"/sweep_cache", Type::kArray},
+    {"/backend", Type::kString},   {"/device_capacity", Type::kInteger}, {"/profile", Type::kString},
+};
+
+const std::vector<Field> kMachine = {
+    {"/cpu_model", Type::kString},
+    {"/cores", Type::kInteger},
+    {"/memory_total_bytes", Type::kInteger},
+    {"/memory_available_bytes", Type::kInteger},
+    {"/numa_nodes", Type::kInteger},
+    {"/gpus", Type::kArray},
+    {"/topology", Type::kString},
+    {"/os", Type::kString},
+    {"/kernel", Type::kString},
+    {"/compiler", Type::kString},
+    {"/versions", Type::kString},
+    {"/cuda_devices", Type::kInteger},
+    {"/cuda_backend_built", Type::kBool},
+};
+
+const std::vector<Field> kMemoryEstimate = {
+    {"/host_bytes", Type::kNumber},    {"/tables_bytes", Type::kNumber},    {"/device_bytes", Type::kNumber},
+    {"/batches_bytes", Type::kNumber}, {"/available_bytes", Type::kNumber}, {"/worst_mode", Type::kString},
+};
+
+// Fields of every mode result and of every sweep point that ran.
+const std::vector<Field> kResult = {
+    {"/mode", Type::kString},
+    {"/description", Type::kString},
+    {"/forward_lookups_per_s", Type::kNumber},
+    {"/forward_samples_per_s", Type::kNumber},
+    {"/train_lookups_per_s", Type::kNumber},
+    {"/samples_per_s", Type::kNumber},
+    {"/forward_step_ms_p50", Type::kNumber},
+    {"/forward_step_ms_p99", Type::kNumber},
+    {"/train_step_ms_p50", Type::kNumber},
+    {"/train_step_ms_p99", Type::kNumber},
+    {"/gather_gbs", Type::kNumber},
+    {"/gather_fraction_of_read_bandwidth", Type::kNumber},
+    {"/setup_s", Type::kNumber},
+    {"/train_phase_ms_p50/submit", Type::kNumber},
+    {"/train_phase_ms_p50/forward", Type::kNumber},
+    {"/train_phase_ms_p50/backward", Type::kNumber},
+    {"/bytes_per_step/hbm_read", Type::kNumber},
+    {"/bytes_per_step/hbm_write", Type::kNumber},
+    {"/bytes_per_step/h2d", Type::kNumber},
+    {"/bytes_per_step/d2h", Type::kNumber},
+    {"/bytes_per_step/host_read", Type::kNumber},
+    {"/bytes_per_step/host_write", Type::kNumber},
+    {"/bytes_per_step/host_read_per_node", Type::kArray},
+    {"/bytes_per_step/host_write_per_node", Type::kArray},
+    {"/bytes_per_step/all_to_all", Type::kNumber},
+    {"/hit_rate", Type::kNumberOrNull},
+    {"/device", Type::kString},
+    {"/device_peak_bytes", Type::kInteger},
+    {"/peak_host_bytes", Type::kInteger},
+    {"/peak_host_scope", Type::kString},
+    {"/host_rss_start_bytes", Type::kInteger},
+    {"/host_table_bytes", Type::kNumber},
+    {"/modelled/profile", Type::kString},
+    {"/modelled/step_ms", Type::kNumber},
+    {"/modelled/serial_ms", Type::kNumber},
+    {"/modelled/link_ms/hbm", Type::kNumber},
+    {"/modelled/link_ms/pcie_h2d", Type::kNumber},
+    {"/modelled/link_ms/pcie_d2h", Type::kNumber},
+    {"/modelled/link_ms/host_dram", Type::kNumber},
+    {"/modelled/link_ms/all_to_all", Type::kNumber},
+    {"/modelled/bottleneck", Type::kString},
+    {"/modelled/explanation", Type::kString},
+};
+
+const std::vector<Field> kCache = {
+    {"/accesses", Type::kInteger},   {"/hits", Type::kInteger},          {"/misses", Type::kInteger},
+    {"/evictions", Type::kInteger},  {"/writebacks", Type::kInteger},    {"/policy", Type::kString},
+    {"/lookahead", Type::kInteger},  {"/cache_fraction", Type::kNumber}, {"/cache_rows", Type::kInteger},
+    {"/cache_bytes", Type::kNumber},
+};
+
+// A tiny heterogeneous workload (two dims: two cache pools) through every mode, with a sweep whose
+// smallest point cannot hold a batch (skipped) and whose 0.5 point is the cached run itself.
+constexpr const char* kTinyArgs =
+    "--tables a=2000x8,b=3000x16,c=1x8 --batch 64 --pooling 2 --dist zipf:0.9 --steps 3 --warmup 1 --threads 2 "
+    "--read-probe-mib 8 --backend emu --cache-fraction 0.5 --sweep-cache 0.001,0.5,1";
+
+class BenchRun : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string dir = temp_dir();
+    run_ =
+        new RunOutput(run_bench(std::string(kTinyArgs) + " --json " + dir + "/out.json --html " + dir + "/out.html"));
+    json_text_ = new std::string(read_file(dir + "/out.json"));
+    html_ = new std::string(read_file(dir + "/out.html"));
+  }
+  static void TearDownTestSuite() {
+    delete run_;
+    delete json_text_;
+    delete html_;
+  }
+  static RunOutput* run_;
+  static std::string* json_text_;
+  static std::string* html_;
+};
+RunOutput* BenchRun::run_ = nullptr;
+std::string* BenchRun::json_text_ = nullptr;
+std::string* BenchRun::html_ = nullptr;
+
+TEST_F(BenchRun, Succeeds) {
+  ASSERT_EQ(run_->exit_code, 0) << run_->output;
+  // The console has every table and the sweep.
+  for (const char* mode : {"cpu", "offload", "offload-cpu", "cached"})
+    EXPECT_NE(run_->output.find(std::string("\n") + mode + " "), std::string::npos) << mode;
+  EXPECT_NE(run_->output.find("peak RSS"), std::string::npos);
+  EXPECT_NE(run_->output.find("cache sweep"), std::string::npos);
+  EXPECT_NE(run_->output.find("skipped: cache fraction 0.001"), std::string::npos);
+}
+
+TEST_F(BenchRun, JsonMatchesTheSchema) {
+  ASSERT_EQ(run_->exit_code, 0) << run_->output;
+  const json j = json::parse(*json_text_, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(j.is_discarded()) << "not JSON: " << json_text_->substr(0, 200);
+  EXPECT_EQ(check(j, kTopLevel, ""), "");
+  EXPECT_EQ(check(j["workload"], kWorkload, "/workload"), "");
+  EXPECT_EQ(check(j["settings"], kSettings, "/settings"), "");
+  EXPECT_EQ(check(j["machine"], kMachine, "/machine"), "");
+  EXPECT_EQ(check(j["memory_estimate"], kMemoryEstimate, "/memory_estimate"), "");
+  EXPECT_EQ(check(j["profile"], {{"/name", Type::kString}}, "/profile"), "");
+  EXPECT_EQ(j["tool"], "strata-bench");
+
+  // The workload as given: three tables of their own rows and dims.
+  const json& tables = j["workload"]["tables"];
+  ASSERT_EQ(tables.size(), 3u);
+  EXPECT_EQ(tables[1], json({{"name", "b"}, {"rows", 3000}, {"dim", 16}}));
+  EXPECT_EQ(j["workload"]["total_rows"], 5001);
+  EXPECT_EQ(j["workload"]["keys_per_step"], 3 * 64 * 2);
+
+  // One result per mode, in order, each with every field.
+  ASSERT_EQ(j["results"].size(), 4u);
+  const std::vector<std::string> modes = {"cpu", "offload", "offload-cpu", "cached"};
+  for (std::size_t i = 0; i < modes.size(); ++i) {
+    const json& r = j["results"][i];
+    EXPECT_EQ(r["mode"], modes[i]);
+    EXPECT_EQ(check(r, kResult, "/results/" + std::to_string(i)), "");
+    EXPECT_EQ(check(r, {{"/forward_step_s", Type::kArray}, {"/train_step_s", Type::kArray}}, "/results/" + modes[i]),
+              "");
+    EXPECT_EQ(r["train_step_s"].size(), 3u);
+    EXPECT_GT(r["peak_host_bytes"].get<double>(), 0);
+    // Rows of every table, 4-byte floats, sgd (no state): 2000*8 + 3000*16 + 1*8 floats.
+    EXPECT_EQ(r["host_table_bytes"].get<double>(), 4.0 * (2000 * 8 + 3000 * 16 + 8));
+    if (modes[i] == "cpu") {
+      EXPECT_EQ(r["device"], "none");
+      EXPECT_EQ(r["device_peak_bytes"], 0);
+    } else {
+      EXPECT_EQ(r["device"], "emu");
+      EXPECT_GT(r["device_peak_bytes"].get<double>(), 0);
+    }
+    if (modes[i] == "cached") {
+      ASSERT_TRUE(r["hit_rate"].is_number());
+      EXPECT_GE(r["hit_rate"].get<double>(), 0.0);
+      EXPECT_LE(r["hit_rate"].get<double>(), 1.0);
+      EXPECT_EQ(check(r["cache"], kCache, "/results/cached/cache"), "");
+      // The cache pools (dim 8: a and c, dim 16: b) hold their tables' shares: at least the pool
+      // of b (1500 rows x 16 floats x 4 bytes) is on the device.
+      EXPECT_GE(r["device_peak_bytes"].get<double>(), 1500.0 * 16 * 4);
+    } else {
+      EXPECT_TRUE(r["hit_rate"].is_null());
+    }
+  }
+
+  // The sweep: every fraction, sorted; the smallest skipped with the reason.
+  const json& sweep = j["sweep"];
+  ASSERT_EQ(sweep.size(), 3u);
+  EXPECT_EQ(sweep[0]["cache_fraction"], 0.001);
+  EXPECT_TRUE(sweep[0]["skipped"].is_string());
+  EXPECT_TRUE(sweep[0]["hit_rate"].is_null());
+  for (std::size_t i = 1; i < 3; ++i) {
+    const json& p = sweep[i];
+    EXPECT_TRUE(p["skipped"].is_null()) << p.dump();
+    EXPECT_EQ(check(p, kResult, "/sweep/" + std::to_string(i)), "");
+    EXPECT_EQ(
+        check(p, {{"/cache_fraction", Type::kNumber}, {"/cache_rows", Type::kInteger}, {"/cache_bytes", Type::kNumber}},
+              "/sweep/" + std::to_string(i)),
+        "");
+    EXPECT_TRUE(p["hit_rate"].is_number());
+  }
+  EXPECT_EQ(sweep[1]["cache_fraction"], 0.5);
+  EXPECT_EQ(sweep[2]["cache_fraction"], 1.0);
+  // A cache as large as the tables holds more than half of them.
+  EXPECT_GT(sweep[2]["cache_rows"].get<std::int64_t>(), sweep[1]["cache_rows"].get<std::int64_t>());
+}
+
+TEST_F(BenchRun, HtmlHasOneChartPerSectionAndTheSweepChart) {
+  ASSERT_EQ(run_->exit_code, 0) << run_->output;
+  const std::string& html = *html_;
+  const std::vector<std::string> charts = {"throughput", "bytes",    "step-time",
+                                           "memory",     "hit-rate", "sweep-throughput"};
+  EXPECT_EQ(count(html, "<section class=\"chart\""), charts.size());
+  EXPECT_EQ(count(html, "<svg"), charts.size());
+  for (const auto& id : charts) {
+    const std::size_t at = html.find("<section class=\"chart\" id=\"" + id + "\">");
+    ASSERT_NE(at, std::string::npos) << id;
+    const std::string section = html.substr(at, html.find("</section>", at) - at);
+    EXPECT_EQ(count(section, "<svg"), 1u) << id;
+    EXPECT_EQ(count(section, "</svg>"), 1u) << id;
+  }
+  // The hit-rate chart has a point for each sweep fraction that ran.
+  const std::size_t hit = html.find("id=\"hit-rate\"");
+  EXPECT_EQ(count(html.substr(hit, html.find("</section>", hit) - hit), "<circle"), 2u);
+  EXPECT_NE(html.find("id=\"sweep-table\""), std::string::npos);
+  EXPECT_NE(html.find("id=\"tables\""), std::string::npos);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+}
+
+// ---- without a sweep there is no sweep chart; --rows alone is one table ----
+
+TEST(BenchCli, NoSweepNoSweepChartAndRowsAloneIsOneTable) {
+  const std::string dir = temp_dir();
+  const RunOutput r = run_bench(
+      "--rows 500 --dim 4 --batch 16 --pooling 2 --steps 1 --warmup 0 --threads 1 "
+      "--read-probe-mib 1 --modes cpu,cached --backend emu --cache-fraction 1 --json " +
+      dir + "/plain.json --html " + dir + "/plain.html");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json j = json::parse(read_file(dir + "/plain.json"));
+  ASSERT_EQ(j["workload"]["tables"].size(), 1u);
+  EXPECT_EQ(j["workload"]["tables"][0]["rows"], 500);
+  EXPECT_EQ(j["workload"]["tables"][0]["dim"], 4);
+  EXPECT_TRUE(j["sweep"].empty());
+  const std::string html = read_file(dir + "/plain.html");
+  EXPECT_EQ(html.find("id=\"hit-rate\""), std::string::npos);
+  EXPECT_EQ(html.find("id=\"sweep-throughput\""), std::string::npos);
+  EXPECT_EQ(count(html, "<section class=\"chart\""), count(html, "<svg"));
+}
+
+TEST(BenchCli, HelpListsModesAndFlags) {
+  const RunOutput r = run_bench("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* s : {"cpu, offload, offload-cpu, cached", "--sweep-cache", "--tables", "criteo", "--criteo-rows"})
+    EXPECT_NE(r.output.find(s), std::string::npos) << s;
+}
+
+TEST(BenchCli, CudaBackendRunsOrFailsEarly) {
+  // With a GPU (and the CUDA backend built) this runs; without, it must stop before any work.
+  const RunOutput r = run_bench(
+      "--backend cuda --modes cpu,offload --tables 100x4 --batch 8 --steps 1 --warmup 0 "
+      "--read-probe-mib 1");
+  if (r.exit_code == 0) GTEST_SKIP() << "a CUDA device is visible";
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--backend cuda: "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("measuring sequential read bandwidth"), std::string::npos) << r.output;
+}
+
+// ---- bad input: a clear message, a non-zero exit, nothing long started ----
+
+struct BadInput {
+  const char* name;
+  std::string args;
+  std::string message;        // a part of the expected message
+  std::string workload = "";  // non-empty: written to a file passed as --workload
+};
+
+// Test names and failure messages show the case's name, not its bytes.
+void PrintTo(const BadInput& c, std::ostream* os) { *os << c.name; }
+
+class BenchBadInput : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(BenchBadInput, FailsClearlyBeforeLongWork) {
+  const BadInput& c = GetParam();
+  std::string args = c.args;
+  if (!c.workload.empty()) {
+    const std::string path = temp_dir() + "/" + c.name + ".json";
+    std::ofstream(path) << c.workload;
+    args += " --workload " + path;
+  }
+  const RunOutput r = run_bench(args + " --read-probe-mib 1 --steps 1 --warmup 0");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.exit_code, -1) << "killed by a signal: " << r.output;
+  EXPECT_NE(r.output.find(c.message), std::string::npos) << "expected '" << c.message << "' in:\n" << r.output;
+  EXPECT_EQ(r.output.find("measuring sequential read bandwidth"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("Assertion"), std::string::npos) << r.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, BenchBadInput,
+    ::testing::Values(
+        BadInput{"UnknownMode", "--modes cpu,gpux",
+                 "unknown mode 'gpux' (expected one of cpu, offload, offload-cpu, cached)"},
+        BadInput{"EmptyModes", "--modes ,", "--modes is empty"},
+        BadInput{"UnknownProfile", "--profile nosuch", "--profile nosuch: "},
+        BadInput{"UnknownDistribution", "--dist pareto:1",
+                 "unknown distribution 'pareto:1' (expected uniform, zipf:ALPHA or drift:ALPHA:N)"},
+        BadInput{"BadZipfAlpha", "--dist zipf:-1", "unknown distribution 'zipf:-1'"},
+        BadInput{"UnknownPolicy", "--policy nosuch", "nosuch"},
+        BadInput{"UnknownOptimizer", "--optimizer nosuch", "nosuch"},
+        BadInput{"UnknownBackend", "--backend nosuch", "nosuch"},
+        BadInput{"UnknownBagDist", "--bag-dist poisson", "unknown bag length distribution 'poisson'"},
+        BadInput{"MalformedTableList", "--tables 100,x64",
+                 "--tables: table list item 1 'x64': rows '' is not a positive integer"},
+        BadInput{"MalformedTableDim", "--tables user=100xabc", "dim 'abc' is not a positive integer"},
+        BadInput{"DuplicateTableName", "--tables a=10,a=20", "table name 'a' used twice"},
+        BadInput{"BadCriteoTotal", "--tables criteo:5", "below one row for each of the 26 tables"},
+        BadInput{"RowsWithList", "--tables a=10 --rows 5", "--rows applies to --tables N only"},
+        BadInput{"BadSweepFraction", "--sweep-cache 0.1,2", "--sweep-cache: '2' is not a cache fraction in (0, 1]"},
+        BadInput{"EmptySweepItem", "--sweep-cache 0.1,,0.2", "--sweep-cache: '' is not a cache fraction"},
+        BadInput{"TooLargeForMemory", "--tables big=100000000000x1024 --modes cpu", "of host memory"},
+        BadInput{"TooLargeRowsAlone", "--rows 1000000000000 --modes cpu", "but only"},
+        BadInput{"TooLargeForTheDevice",
+                 "--tables 100000x64 --modes cached --cache-fraction 1 --device-capacity 1000000 --backend emu",
+                 "of device memory but the emulated device has"},
+        BadInput{"CacheTooSmallForABatch",
+                 "--tables 100000x8 --batch 4096 --dist uniform --modes cached --cache-fraction 0.0001 --backend emu",
+                 "raise --cache-fraction"},
+        BadInput{"MissingWorkloadFile", "--workload /nonexistent/w.json",
+                 "cannot open workload file '/nonexistent/w.json'"},
+        BadInput{"BadWorkloadFile", "", "table 0 't0': rows 0 must be > 0", R"({"tables": [{"rows": 0}]})"},
+        BadInput{"WorkloadFileUnknownKey", "", "unknown workload key 'tabels'", R"({"tabels": 3})"}),
+    [](const ::testing::TestParamInfo<BadInput>& info) { return std::string(info.param.name); });
+
+}  // namespace
