@@ -5,8 +5,10 @@
 // hardware profile. `--sweep-cache` reruns the cached mode at several cache sizes. The built-in
 // workload is shaped like the 26 Criteo Kaggle features (docs/bench.md, "Default workload").
 //
-// Modes are rows of kModes below: adding one (gpu, hybrid) is a row plus whatever make_config
-// needs for its placement.
+// Modes are rows of kModes below. `gpu` and `hybrid` with --ranks N > 1 run N thread ranks (one
+// store and one emulated device each, the local communicator between them); each rank trains on
+// its own batches, so a step moves N batches and the report adds the all-to-all traffic (with and
+// without dedup) and the time spent in dispatch against the time in the shards' lookups.
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -22,6 +24,8 @@
 #include <set>
 #include <sstream>
 #include <thread>
+
+#include "dispatch/local_communicator.hpp"
 
 #include "bench/machine_info.hpp"
 #include "bench/report_html.hpp"
@@ -59,7 +63,7 @@ struct ModeDescriptor {
   Placement placement;           ///< placement of every table
   OffloadGather offload_gather;  ///< lookups of offload tables
   bool uses_device;              ///< opens a device (emu or cuda)
-  bool rows_on_device;           ///< whole tables live in device memory (none yet: gpu/hybrid)
+  bool rows_on_device;           ///< whole tables live in device memory (gpu)
   bool host_gather;              ///< CPU kernels read every key's row in forward (cost-model upper bound)
   bool host_optimizer;           ///< the CPU optimizer reads and writes every key's row in backward
 };
@@ -72,7 +76,14 @@ constexpr ModeDescriptor kModes[] = {
      OffloadGather::kCpu, true, false, true, true},
     {"cached", "pinned host rows + HBM row cache fed by the prefetcher", Placement::kCached, OffloadGather::kDevice,
      true, false, false, false},
+    {"gpu", "every row in HBM; sharded over the ranks' devices (--ranks, --sharding)", Placement::kGpu,
+     OffloadGather::kDevice, true, true, false, false},
+    {"hybrid", "each rank's shard in its host memory + its own HBM cache; all-to-all between ranks", Placement::kHybrid,
+     OffloadGather::kDevice, true, false, false, false},
 };
+
+bool sharded(const ModeDescriptor& m) { return m.placement == Placement::kGpu || m.placement == Placement::kHybrid; }
+bool caches(const ModeDescriptor& m) { return m.placement == Placement::kCached || m.placement == Placement::kHybrid; }
 
 std::string mode_names(const char* sep) {
   std::string s;
@@ -116,12 +127,14 @@ struct Options {
   std::string table_set = "criteo";
   std::int64_t criteo_rows = kCriteoDefaultMaxRows;
   std::string workload_file;
-  std::string modes = "cpu,offload,offload-cpu,cached";
+  std::string modes = "cpu,offload,offload-cpu,cached,gpu,hybrid";
   double cache_fraction = 0.1;
   std::string sweep_cache;
   std::string policy = "lru";
   int lookahead = 0;
   int pipeline = 2;
+  int ranks = 1;
+  std::string sharding = "row";
   std::string backend = "auto";
   std::int64_t device_capacity = 0;
   std::string pooling_mode = "sum";
@@ -177,7 +190,10 @@ Result<StoreConfig> make_config(const Options& o, const ModeDescriptor& mode, do
     tc.spec.optimizer.learning_rate = 0.01f;
     tc.spec.init.seed = o.workload.seed;
     tc.placement = mode.placement;
-    if (mode.placement == Placement::kCached) tc.cache.fraction = cache_fraction;
+    if (caches(mode)) tc.cache.fraction = cache_fraction;
+    if (sharded(mode)) {
+      STRATA_ASSIGN_OR_RETURN(tc.sharding.type, dispatch::parse_sharding(o.sharding));
+    }
     c.tables.push_back(tc);
   }
   STRATA_RETURN_IF_ERROR(validate(c));
@@ -208,7 +224,7 @@ std::vector<PoolSize> cache_pools(const StoreConfig& c) {
   std::vector<PoolSize> pools;
   for (std::size_t i = 0; i < c.tables.size(); ++i) {
     const TableConfig& t = c.tables[i];
-    if (t.placement != Placement::kCached) continue;
+    if (t.placement != Placement::kCached && t.placement != Placement::kHybrid) continue;
     const std::int32_t state = optimizer_state_dim(t.spec.optimizer.kind, t.spec.dim);
     auto it = std::find_if(pools.begin(), pools.end(),
                            [&](const PoolSize& p) { return p.dim == t.spec.dim && p.state == state; });
@@ -294,6 +310,8 @@ MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDes
 
 struct ModeResult {
   const ModeDescriptor* mode = nullptr;
+  int ranks = 1;  ///< thread ranks (sharded modes); counters and step bytes are rank 0's
+  double duplication_factor = 1;  ///< keys / unique keys (per table) of rank 0's first batch
   double cache_fraction = 0;
   std::vector<double> forward_s, train_s;
   std::vector<double> submit_s, lookup_s, backward_s;  // phases of the training step
@@ -315,57 +333,54 @@ StoreStats stats_delta(const StoreStats& after, const StoreStats& before) {
   d.links = after.links - before.links;
   for (std::size_t i = 0; i < d.cache.size() && i < before.cache.size(); ++i)
     d.cache[i].second -= before.cache[i].second;
+  DispatchStats& x = d.dispatch;
+  const DispatchStats& y = before.dispatch;
+  x.batches -= y.batches;
+  x.key_bytes -= y.key_bytes;
+  x.row_bytes -= y.row_bytes;
+  x.grad_bytes -= y.grad_bytes;
+  x.bytes_no_dedup -= y.bytes_no_dedup;
+  x.exchange_seconds -= y.exchange_seconds;
+  x.lookup_seconds -= y.lookup_seconds;
+  x.local_seconds -= y.local_seconds;
   return d;
 }
 
-Result<ModeResult> run_mode(const Options& o, const ModeDescriptor& mode, double cache_fraction,
-                            const std::vector<KeyBatch>& batches, const std::string& label) {
-  STRATA_ASSIGN_OR_RETURN(StoreConfig config, make_config(o, mode, cache_fraction));
-  ModeResult r;
-  r.mode = &mode;
-  r.cache_fraction = cache_fraction;
-  r.host_table_bytes = host_table_bytes(config);
-  for (const auto& p : cache_pools(config)) {
-    r.cache_rows += p.rows;
-    r.cache_bytes += p.bytes;
-  }
-  r.peak_rss_per_mode = reset_peak_rss();
-  r.rss_start_bytes = process_rss_bytes();
-  const auto t0 = Clock::now();
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::open(config));
-  r.setup_s = seconds_since(t0);
-
+// Runs the forward phase and the training phase of one rank's store. Rank r of `ranks` uses every
+// ranks-th batch starting at r, so the ranks train on different batches of the same sequence.
+// With `r` (rank 0) it records step times and the counters over the timed training steps.
+Status drive(const Options& o, Store& store, const std::vector<KeyBatch>& batches, int rank, int ranks,
+             const std::string& label, ModeResult* r) {
+  const StoreConfig& config = store.config();
+  const auto batch_at = [&](std::size_t i) -> const KeyBatch& {
+    return batches[(i * static_cast<std::size_t>(ranks) + static_cast<std::size_t>(rank)) % batches.size()];
+  };
   // Output and gradient buffers shaped like the first batch (every batch has the same shape).
-  std::vector<std::vector<float>> out(batches.front().features.size()), grad(out.size());
+  const KeyBatch& shape = batch_at(0);
+  std::vector<std::vector<float>> out(shape.features.size()), grad(out.size());
   std::vector<MatrixView> out_views;
   std::vector<ConstMatrixView> grad_views;
-  std::mt19937 rng(7);
+  std::mt19937 rng(7 + static_cast<unsigned>(rank));
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  double key_bytes = 0;
   for (std::size_t i = 0; i < out.size(); ++i) {
     const auto& spec = config.tables[i].spec;
-    const std::int64_t rows = output_rows(batches.front().features[i], spec.pooling);
+    const std::int64_t rows = output_rows(shape.features[i], spec.pooling);
     out[i].resize(static_cast<std::size_t>(rows * spec.dim));
     grad[i].resize(out[i].size());
     for (auto& g : grad[i]) g = u(rng);
     out_views.push_back({out[i].data(), rows, spec.dim});
     grad_views.push_back({grad[i].data(), rows, spec.dim});
-    key_bytes += static_cast<double>(batches.front().features[i].keys.size()) * spec.dim * 4.0;
   }
-  r.keys_per_step = static_cast<double>(batches.front().total_keys());
-  r.samples_per_step = static_cast<double>(batches.front().batch_size());
-  r.bytes_per_lookup = r.keys_per_step > 0 ? key_bytes / r.keys_per_step : 0;
-
+  const bool show = r != nullptr && o.progress;
   std::int64_t id = 0;
   const int total = o.warmup + o.steps;
-  Progress fwd(label + " forward", total, o.progress);
+  Progress fwd(label + " forward", total, show);
   for (int s = 0; s < total; ++s) {
-    const KeyBatch& kb = batches[static_cast<std::size_t>(s) % batches.size()];
     const auto t = Clock::now();
-    STRATA_RETURN_IF_ERROR(store->submit(id, kb));
-    STRATA_RETURN_IF_ERROR(store->forward(id, out_views));
-    STRATA_RETURN_IF_ERROR(store->discard(id));
-    if (s >= o.warmup) r.forward_s.push_back(seconds_since(t));
+    STRATA_RETURN_IF_ERROR(store.submit(id, batch_at(static_cast<std::size_t>(s))));
+    STRATA_RETURN_IF_ERROR(store.forward(id, out_views));
+    STRATA_RETURN_IF_ERROR(store.discard(id));
+    if (r && s >= o.warmup) r->forward_s.push_back(seconds_since(t));
     ++id;
     fwd.tick(s + 1);
   }
@@ -377,33 +392,85 @@ Result<ModeResult> run_mode(const Options& o, const ModeDescriptor& mode, double
   // forward phase does not see the same batches again (unless --distinct-batches is smaller than
   // 2 x (warmup + steps) and they cycle).
   const auto first = static_cast<std::size_t>(total);
-  auto batch_of = [&](int s) -> const KeyBatch& {
-    return batches[(first + static_cast<std::size_t>(s)) % batches.size()];
-  };
+  auto batch_of = [&](int s) -> const KeyBatch& { return batch_at(first + static_cast<std::size_t>(s)); };
   const std::int64_t base = id;
-  for (int s = 0; s < std::min(depth - 1, total); ++s) STRATA_RETURN_IF_ERROR(store->submit(base + s, batch_of(s)));
-  Progress train(label + " train", total, o.progress);
+  for (int s = 0; s < std::min(depth - 1, total); ++s) STRATA_RETURN_IF_ERROR(store.submit(base + s, batch_of(s)));
+  Progress train(label + " train", total, show);
   StoreStats before;
   for (int s = 0; s < total; ++s) {
-    if (s == o.warmup) before = store->stats();
+    if (s == o.warmup) before = store.stats();
     const auto t = Clock::now();
-    if (s + depth - 1 < total) STRATA_RETURN_IF_ERROR(store->submit(base + s + depth - 1, batch_of(s + depth - 1)));
+    if (s + depth - 1 < total) STRATA_RETURN_IF_ERROR(store.submit(base + s + depth - 1, batch_of(s + depth - 1)));
     const auto t1 = Clock::now();
-    STRATA_RETURN_IF_ERROR(store->forward(base + s, out_views));
+    STRATA_RETURN_IF_ERROR(store.forward(base + s, out_views));
     const auto t2 = Clock::now();
-    STRATA_RETURN_IF_ERROR(store->backward(base + s, grad_views));
-    if (s >= o.warmup) {
-      r.train_s.push_back(seconds_since(t));
-      r.submit_s.push_back(std::chrono::duration<double>(t1 - t).count());
-      r.lookup_s.push_back(std::chrono::duration<double>(t2 - t1).count());
-      r.backward_s.push_back(seconds_since(t2));
+    STRATA_RETURN_IF_ERROR(store.backward(base + s, grad_views));
+    if (r && s >= o.warmup) {
+      r->train_s.push_back(seconds_since(t));
+      r->submit_s.push_back(std::chrono::duration<double>(t1 - t).count());
+      r->lookup_s.push_back(std::chrono::duration<double>(t2 - t1).count());
+      r->backward_s.push_back(seconds_since(t2));
     }
     train.tick(s + 1);
   }
-  r.train_stats = stats_delta(store->stats(), before);
+  if (r) r->train_stats = stats_delta(store.stats(), before);
+  return store.flush();
+}
+
+Result<ModeResult> run_mode(const Options& o, const ModeDescriptor& mode, double cache_fraction,
+                            const std::vector<KeyBatch>& batches, const std::string& label) {
+  STRATA_ASSIGN_OR_RETURN(StoreConfig config, make_config(o, mode, cache_fraction));
+  const int ranks = sharded(mode) ? o.ranks : 1;
+  ModeResult r;
+  r.mode = &mode;
+  r.ranks = ranks;
+  r.cache_fraction = cache_fraction;
+  r.host_table_bytes = host_table_bytes(config);
+  for (const auto& p : cache_pools(config)) {
+    r.cache_rows += p.rows;
+    r.cache_bytes += p.bytes;
+  }
+  double key_bytes = 0;
+  for (std::size_t i = 0; i < batches.front().features.size(); ++i)
+    key_bytes += static_cast<double>(batches.front().features[i].keys.size()) * config.tables[i].spec.dim * 4.0;
+  // A step is one batch on every rank.
+  r.keys_per_step = static_cast<double>(batches.front().total_keys()) * ranks;
+  r.samples_per_step = static_cast<double>(batches.front().batch_size()) * ranks;
+  r.bytes_per_lookup = r.keys_per_step > 0 ? key_bytes * ranks / r.keys_per_step : 0;
+  {
+    double keys = 0, unique = 0;
+    for (const auto& f : batches.front().features) {
+      keys += static_cast<double>(f.keys.size());
+      unique += static_cast<double>(std::set<Key>(f.keys.begin(), f.keys.end()).size());
+    }
+    r.duplication_factor = unique > 0 ? keys / unique : 1.0;
+  }
+  r.peak_rss_per_mode = reset_peak_rss();
+  r.rss_start_bytes = process_rss_bytes();
+  const auto t0 = Clock::now();
+  if (ranks == 1) {
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::open(config));
+    r.setup_s = seconds_since(t0);
+    STRATA_RETURN_IF_ERROR(drive(o, *store, batches, 0, 1, label, &r));
+  } else {
+    // One thread per rank: opening, every step and read_rows are collectives.
+    dispatch::CommOptions co;
+    co.timeout = std::chrono::milliseconds(600000);  // a slow first step on a busy machine is not a fault
+    STRATA_ASSIGN_OR_RETURN(auto group, dispatch::make_local_group(ranks, co));
+    std::vector<Status> status(static_cast<std::size_t>(ranks));
+    std::vector<std::thread> threads;
+    for (int q = 0; q < ranks; ++q)
+      threads.emplace_back([&, q] {
+        auto store = Store::open(config, std::shared_ptr<dispatch::Communicator>(std::move(group[static_cast<std::size_t>(q)])));
+        if (q == 0) r.setup_s = seconds_since(t0);
+        status[static_cast<std::size_t>(q)] = store ? drive(o, **store, batches, q, ranks, label, q == 0 ? &r : nullptr) : store.status();
+      });
+    for (auto& t : threads) t.join();
+    for (int q = 0; q < ranks; ++q)
+      if (!status[static_cast<std::size_t>(q)].is_ok()) return status[static_cast<std::size_t>(q)].with_context("rank " + std::to_string(q));
+  }
   r.device = r.train_stats.device;
   r.device_peak_bytes = r.train_stats.device_peak_bytes;
-  STRATA_RETURN_IF_ERROR(store->flush());
   r.peak_rss_bytes = process_peak_rss_bytes();
   return r;
 }
@@ -426,6 +493,7 @@ StepBytes step_bytes(const ModeResult& r) {
   sb.d2h = static_cast<double>(lb.d2h) / steps;
   sb.host_read = static_cast<double>(lb.host_read_total()) / steps;
   sb.host_write = static_cast<double>(lb.host_write_total()) / steps;
+  sb.all_to_all = static_cast<double>(r.train_stats.dispatch.bytes()) / steps;
   // Host-side kernels (the CPU gather of cpu/offload-cpu, the CPU optimizer of cpu/offload/
   // offload-cpu) have no counters: add their row traffic (an upper bound: every key's row once).
   const double row_bytes = r.keys_per_step * r.bytes_per_lookup;
@@ -475,8 +543,24 @@ json result_json(const Options& o, const ModeResult& r, double read_gbs, const H
                          {"host_write", static_cast<double>(lb.host_write_total()) / steps},
                          {"host_read_per_node", per_node(lb.host_read, steps)},
                          {"host_write_per_node", per_node(lb.host_write, steps)},
-                         {"all_to_all", 0.0}};
-  if (r.mode->placement == Placement::kCached) {
+                         {"all_to_all", static_cast<double>(r.train_stats.dispatch.bytes()) / steps}};
+  if (r.ranks > 1) {
+    // Rank 0's share: what it exchanged with the other ranks per step, and where its time went.
+    const DispatchStats& d = r.train_stats.dispatch;
+    m["dispatch"] = {{"ranks", r.ranks},
+                     {"sharding", o.sharding},
+                     {"bytes_per_step", {{"keys", static_cast<double>(d.key_bytes) / steps},
+                                         {"rows", static_cast<double>(d.row_bytes) / steps},
+                                         {"grads", static_cast<double>(d.grad_bytes) / steps},
+                                         {"total", static_cast<double>(d.bytes()) / steps},
+                                         {"total_without_dedup", static_cast<double>(d.bytes_no_dedup) / steps}}},
+                     {"dedup_factor", d.bytes() > 0 ? static_cast<double>(d.bytes_no_dedup) / static_cast<double>(d.bytes()) : 1.0},
+                     {"batch_duplication_factor", r.duplication_factor},
+                     {"ms_per_step", {{"exchange", d.exchange_seconds / steps * 1e3},
+                                      {"lookup", d.lookup_seconds / steps * 1e3},
+                                      {"source", d.local_seconds / steps * 1e3}}}};
+  }
+  if (caches(*r.mode)) {
     const cache::CacheStats cs = total_cache_stats(r);
     m["hit_rate"] = cs.hit_rate();
     m["cache"] = {{"accesses", cs.accesses},     {"hits", cs.hits},
@@ -676,6 +760,7 @@ int run(const Options& o_in) {
   const std::string started_at = iso_time_now();
   Options o = o_in;
   // ---- check everything before any long work starts ----
+  if (o.ranks < 1 || o.ranks > 64) return fail("--ranks " + std::to_string(o.ranks) + " must be in [1, 64]");
   std::string table_set = o.table_set;
   if (!o.workload_file.empty()) {
     std::ifstream in(o.workload_file);
@@ -686,12 +771,13 @@ int run(const Options& o_in) {
     if (!w) return fail(o.workload_file + ": " + w.status().message());
     o.workload = w.value();
     table_set = "file " + o.workload_file;
-    if (!json::parse(ss.str()).contains("distinct_batches")) o.workload.distinct_batches = 2 * (o.warmup + o.steps);
+    if (!json::parse(ss.str()).contains("distinct_batches")) o.workload.distinct_batches = 2 * (o.warmup + o.steps) * o.ranks;
   } else {
     if (table_set == "criteo") table_set = "criteo:" + std::to_string(o.criteo_rows);
     if (Status s = apply_table_set(o.workload, table_set); !s.is_ok()) return fail("--tables: " + s.message());
   }
   if (Status s = validate(o.workload); !s.is_ok()) return fail(s.message());
+  if (auto t = dispatch::parse_sharding(o.sharding); !t) return fail("--sharding: " + t.status().message());
   std::vector<const ModeDescriptor*> modes;
   for (const auto& name : split(o.modes, ',')) {
     if (name.empty()) continue;
@@ -882,6 +968,19 @@ int run(const Options& o_in) {
                 m["mode"].get<std::string>().c_str(), ph["submit"].get<double>(), ph["forward"].get<double>(),
                 ph["backward"].get<double>());
   }
+  for (const auto& m : j["results"]) {
+    if (!m.contains("dispatch")) continue;
+    const json& d = m["dispatch"];
+    std::printf("%-12s all-to-all, rank 0 of %d (%s sharding), per step: %.2f MB sent and received (keys %.2f, rows %.2f, "
+                "gradients %.2f), %.2f MB without dedup: dedup cuts %.2fx (batch duplication factor %.2fx); time: exchange "
+                "%.2f ms, shard lookups %.2f ms, pooling and gradient sums at the source %.2f ms\n",
+                m["mode"].get<std::string>().c_str(), d["ranks"].get<int>(), d["sharding"].get<std::string>().c_str(),
+                d["bytes_per_step"]["total"].get<double>() / 1e6, d["bytes_per_step"]["keys"].get<double>() / 1e6,
+                d["bytes_per_step"]["rows"].get<double>() / 1e6, d["bytes_per_step"]["grads"].get<double>() / 1e6,
+                d["bytes_per_step"]["total_without_dedup"].get<double>() / 1e6, d["dedup_factor"].get<double>(),
+                d["batch_duplication_factor"].get<double>(), d["ms_per_step"]["exchange"].get<double>(),
+                d["ms_per_step"]["lookup"].get<double>(), d["ms_per_step"]["source"].get<double>());
+  }
   std::printf("\n%-12s %8s %10s %10s %10s %10s %10s %10s  (MB per training step)\n", "mode", "hit rate", "H2D", "D2H",
               "HBM read", "HBM write", "host read", "host write");
   for (const auto& m : j["results"]) {
@@ -996,6 +1095,9 @@ int main(int argc, char** argv) {
   app.add_option("--lookahead", o.lookahead, "cached: batches the planner sees ahead")->capture_default_str();
   app.add_option("--pipeline", o.pipeline, "batches prefetched ahead of forward (beyond the lookahead)")
       ->capture_default_str();
+  app.add_option("--ranks", o.ranks, "gpu/hybrid: thread ranks, one store and device each, all-to-all between them")
+      ->capture_default_str();
+  app.add_option("--sharding", o.sharding, "gpu/hybrid: row | table | column | replicated")->capture_default_str();
   app.add_option("--backend", o.backend, "device backend: auto | cuda | emu")->capture_default_str();
   app.add_option("--device-capacity", o.device_capacity, "bytes of device memory to use (0: emu 4 GiB, cuda all free)")
       ->capture_default_str();
@@ -1013,7 +1115,8 @@ int main(int argc, char** argv) {
     std::cerr << "strata-bench: --steps must be >= 1, --warmup >= 0, --threads >= 1, --read-probe-mib >= 1\n";
     return 2;
   }
-  if (distinct->count() == 0) o.workload.distinct_batches = 2 * (o.warmup + o.steps);
+  // Every rank trains on its own batches: none repeats within a run.
+  if (distinct->count() == 0) o.workload.distinct_batches = 2 * (o.warmup + o.steps) * o.ranks;
   // `--rows R` alone keeps its old meaning: one table of R rows.
   if (rows->count() > 0 && tables->count() == 0) o.table_set = "1";
   if (rows->count() > 0 && o.table_set.find_first_not_of("0123456789") != std::string::npos) {

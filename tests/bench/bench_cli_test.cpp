@@ -290,8 +290,8 @@ TEST_F(BenchRun, JsonMatchesTheSchema) {
   EXPECT_EQ(j["workload"]["keys_per_step"], 3 * 64 * 2);
 
   // One result per mode, in order, each with every field.
-  ASSERT_EQ(j["results"].size(), 4u);
-  const std::vector<std::string> modes = {"cpu", "offload", "offload-cpu", "cached"};
+  ASSERT_EQ(j["results"].size(), 6u);
+  const std::vector<std::string> modes = {"cpu", "offload", "offload-cpu", "cached", "gpu", "hybrid"};
   for (std::size_t i = 0; i < modes.size(); ++i) {
     const json& r = j["results"][i];
     EXPECT_EQ(r["mode"], modes[i]);
@@ -309,7 +309,7 @@ TEST_F(BenchRun, JsonMatchesTheSchema) {
       EXPECT_EQ(r["device"], "emu");
       EXPECT_GT(r["device_peak_bytes"].get<double>(), 0);
     }
-    if (modes[i] == "cached") {
+    if (modes[i] == "cached" || modes[i] == "hybrid") {
       ASSERT_TRUE(r["hit_rate"].is_number());
       EXPECT_GE(r["hit_rate"].get<double>(), 0.0);
       EXPECT_LE(r["hit_rate"].get<double>(), 1.0);
@@ -386,10 +386,37 @@ TEST(BenchCli, NoSweepNoSweepChartAndRowsAloneIsOneTable) {
   EXPECT_EQ(count(html, "<section class=\"chart\""), count(html, "<svg"));
 }
 
+// ---- sharded modes over thread ranks report the all-to-all ----
+
+TEST(BenchCli, ShardedModesOverRanksReportTheAllToAll) {
+  const std::string dir = temp_dir();
+  const RunOutput r = run_bench(
+      "--tables a=3000x8,b=500x16 --batch 64 --pooling 4 --dist zipf:1.05 --steps 2 --warmup 1 --threads 1 "
+      "--read-probe-mib 1 --modes gpu,hybrid --ranks 3 --sharding row --backend emu --cache-fraction 0.9 --json " +
+      dir + "/ranks.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("all-to-all, rank 0 of 3 (row sharding)"), std::string::npos) << r.output;
+  const json j = json::parse(read_file(dir + "/ranks.json"));
+  ASSERT_EQ(j["results"].size(), 2u);
+  for (const auto& m : j["results"]) {
+    const json& d = m["dispatch"];
+    EXPECT_EQ(d["ranks"], 3);
+    const json& b = d["bytes_per_step"];
+    EXPECT_GT(b["total"].get<double>(), 0.0);
+    EXPECT_DOUBLE_EQ(b["total"].get<double>(), b["keys"].get<double>() + b["rows"].get<double>() + b["grads"].get<double>());
+    EXPECT_GE(b["total_without_dedup"].get<double>(), b["total"].get<double>());
+    EXPECT_DOUBLE_EQ(m["bytes_per_step"]["all_to_all"].get<double>(), b["total"].get<double>());
+    for (const char* k : {"exchange", "lookup", "source"}) EXPECT_GE(d["ms_per_step"][k].get<double>(), 0.0) << k;
+    EXPECT_GE(d["batch_duplication_factor"].get<double>(), 1.0);
+  }
+  EXPECT_TRUE(j["results"][1]["hit_rate"].is_number());
+}
+
 TEST(BenchCli, HelpListsModesAndFlags) {
   const RunOutput r = run_bench("--help");
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* s : {"cpu, offload, offload-cpu, cached", "--sweep-cache", "--tables", "criteo", "--criteo-rows"})
+  for (const char* s : {"cpu, offload, offload-cpu, cached, gpu, hybrid", "--sweep-cache", "--tables", "criteo", "--criteo-rows",
+                        "--ranks", "--sharding"})
     EXPECT_NE(r.output.find(s), std::string::npos) << s;
 }
 
@@ -438,8 +465,11 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, BenchBadInput,
     ::testing::Values(
         BadInput{"UnknownMode", "--modes cpu,gpux",
-                 "unknown mode 'gpux' (expected one of cpu, offload, offload-cpu, cached)"},
+                 "unknown mode 'gpux' (expected one of cpu, offload, offload-cpu, cached, gpu, hybrid)"},
         BadInput{"EmptyModes", "--modes ,", "--modes is empty"},
+        BadInput{"ZeroRanks", "--modes gpu --ranks 0", "--ranks 0 must be in [1, 64]"},
+        BadInput{"UnknownSharding", "--modes gpu --sharding diagonal",
+                 "--sharding: unknown sharding 'diagonal' (expected replicated, table, row or column)"},
         BadInput{"UnknownProfile", "--profile nosuch", "--profile nosuch: "},
         BadInput{"UnknownDistribution", "--dist pareto:1",
                  "unknown distribution 'pareto:1' (expected uniform, zipf:ALPHA or drift:ALPHA:N)"},
