@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "dispatch/local_communicator.hpp"
+#include "dispatch/mpi_communicator.hpp"
 
 #include "bench/machine_info.hpp"
 #include "bench/report_html.hpp"
@@ -135,6 +136,8 @@ struct Options {
   int pipeline = 2;
   int ranks = 1;
   std::string sharding = "row";
+  /// Under `mpirun -np N` (N > 1): this process's rank of the world; each process is one rank.
+  std::shared_ptr<dispatch::Communicator> mpi;
   std::string backend = "auto";
   std::int64_t device_capacity = 0;
   std::string pooling_mode = "sum";
@@ -311,7 +314,7 @@ MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDes
 struct ModeResult {
   const ModeDescriptor* mode = nullptr;
   int ranks = 1;  ///< thread ranks (sharded modes); counters and step bytes are rank 0's
-  double duplication_factor = 1;  ///< keys / unique keys (per table) of rank 0's first batch
+  double duplication_factor = 1;  ///< keys / unique keys (per table and batch) of rank 0's timed training batches
   double cache_fraction = 0;
   std::vector<double> forward_s, train_s;
   std::vector<double> submit_s, lookup_s, backward_s;  // phases of the training step
@@ -414,13 +417,27 @@ Status drive(const Options& o, Store& store, const std::vector<KeyBatch>& batche
     train.tick(s + 1);
   }
   if (r) r->train_stats = stats_delta(store.stats(), before);
+  if (r && ranks > 1) {
+    // The duplication factor of the keys the timed training steps dispatched (dedup is per table
+    // and batch), to set against the cut in bytes exchanged.
+    double keys = 0, unique = 0;
+    std::vector<Key> sorted;
+    for (int s = o.warmup; s < total; ++s)
+      for (const auto& f : batch_of(s).features) {
+        sorted.assign(f.keys.begin(), f.keys.end());
+        std::sort(sorted.begin(), sorted.end());
+        keys += static_cast<double>(sorted.size());
+        unique += static_cast<double>(std::unique(sorted.begin(), sorted.end()) - sorted.begin());
+      }
+    r->duplication_factor = unique > 0 ? keys / unique : 1.0;
+  }
   return store.flush();
 }
 
 Result<ModeResult> run_mode(const Options& o, const ModeDescriptor& mode, double cache_fraction,
                             const std::vector<KeyBatch>& batches, const std::string& label) {
   STRATA_ASSIGN_OR_RETURN(StoreConfig config, make_config(o, mode, cache_fraction));
-  const int ranks = sharded(mode) ? o.ranks : 1;
+  const int ranks = o.mpi ? o.mpi->size() : sharded(mode) ? o.ranks : 1;
   ModeResult r;
   r.mode = &mode;
   r.ranks = ranks;
@@ -437,18 +454,16 @@ Result<ModeResult> run_mode(const Options& o, const ModeDescriptor& mode, double
   r.keys_per_step = static_cast<double>(batches.front().total_keys()) * ranks;
   r.samples_per_step = static_cast<double>(batches.front().batch_size()) * ranks;
   r.bytes_per_lookup = r.keys_per_step > 0 ? key_bytes * ranks / r.keys_per_step : 0;
-  {
-    double keys = 0, unique = 0;
-    for (const auto& f : batches.front().features) {
-      keys += static_cast<double>(f.keys.size());
-      unique += static_cast<double>(std::set<Key>(f.keys.begin(), f.keys.end()).size());
-    }
-    r.duplication_factor = unique > 0 ? keys / unique : 1.0;
-  }
   r.peak_rss_per_mode = reset_peak_rss();
   r.rss_start_bytes = process_rss_bytes();
   const auto t0 = Clock::now();
-  if (ranks == 1) {
+  if (o.mpi) {
+    // This process is one rank; rank 0 records.
+    const int me = o.mpi->rank();
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::open(config, o.mpi));
+    r.setup_s = seconds_since(t0);
+    STRATA_RETURN_IF_ERROR(drive(o, *store, batches, me, ranks, label, me == 0 ? &r : nullptr));
+  } else if (ranks == 1) {
     STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::open(config));
     r.setup_s = seconds_since(t0);
     STRATA_RETURN_IF_ERROR(drive(o, *store, batches, 0, 1, label, &r));
@@ -771,7 +786,7 @@ int run(const Options& o_in) {
     if (!w) return fail(o.workload_file + ": " + w.status().message());
     o.workload = w.value();
     table_set = "file " + o.workload_file;
-    if (!json::parse(ss.str()).contains("distinct_batches")) o.workload.distinct_batches = 2 * (o.warmup + o.steps) * o.ranks;
+    if (!json::parse(ss.str()).contains("distinct_batches")) o.workload.distinct_batches = 2 * (o.warmup + o.steps) * (o.mpi ? o.mpi->size() : o.ranks);
   } else {
     if (table_set == "criteo") table_set = "criteo:" + std::to_string(o.criteo_rows);
     if (Status s = apply_table_set(o.workload, table_set); !s.is_ok()) return fail("--tables: " + s.message());
@@ -786,6 +801,13 @@ int run(const Options& o_in) {
     if (std::find(modes.begin(), modes.end(), m.value()) == modes.end()) modes.push_back(m.value());
   }
   if (modes.empty()) return fail("--modes is empty (expected a comma-separated list of " + mode_names(", ") + ")");
+  if (o.mpi) {
+    for (const ModeDescriptor* m : modes)
+      if (!sharded(*m))
+        return fail("--modes " + std::string(m->name) + ": under mpirun every process is one rank of the sharded modes; use --modes gpu,hybrid");
+    if (o.ranks != 1) return fail("--ranks " + std::to_string(o.ranks) + " under mpirun: the processes are the ranks (use --ranks 1)");
+    if (!o.sweep_cache.empty()) return fail("--sweep-cache runs the cached mode, which is single-rank: not under mpirun");
+  }
   for (const ModeDescriptor* m : modes)
     if (auto c = make_config(o, *m, o.cache_fraction); !c) return fail(c.status().message());
   std::vector<double> sweep;
@@ -1115,8 +1137,30 @@ int main(int argc, char** argv) {
     std::cerr << "strata-bench: --steps must be >= 1, --warmup >= 0, --threads >= 1, --read-probe-mib >= 1\n";
     return 2;
   }
+  // Under mpirun with several processes, each process is a rank of the sharded modes; only rank 0
+  // prints and writes files.
+  if (strata::dispatch::launched_by_mpi()) {
+    strata::dispatch::CommOptions co;
+    co.timeout = std::chrono::milliseconds(600000);
+    auto comm = strata::dispatch::make_mpi_communicator(co);
+    if (!comm) {
+      std::cerr << "strata-bench: mpi: " << comm.status().to_string() << "\n";
+      return 2;
+    }
+    if (comm.value()->size() > 1) {
+      o.mpi = std::shared_ptr<strata::dispatch::Communicator>(std::move(comm).value());
+      if (o.mpi->rank() != 0) {
+        o.progress = false;
+        o.json_out.clear();
+        o.html_out.clear();
+        o.dump_keys.clear();
+        if (!std::freopen("/dev/null", "w", stdout)) return 2;
+      }
+    }
+  }
   // Every rank trains on its own batches: none repeats within a run.
-  if (distinct->count() == 0) o.workload.distinct_batches = 2 * (o.warmup + o.steps) * o.ranks;
+  const int world = o.mpi ? o.mpi->size() : o.ranks;
+  if (distinct->count() == 0) o.workload.distinct_batches = 2 * (o.warmup + o.steps) * world;
   // `--rows R` alone keeps its old meaning: one table of R rows.
   if (rows->count() > 0 && tables->count() == 0) o.table_set = "1";
   if (rows->count() > 0 && o.table_set.find_first_not_of("0123456789") != std::string::npos) {
