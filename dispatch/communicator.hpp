@@ -32,13 +32,20 @@ struct CommOptions {
 };
 
 /// Bytes moved by this rank's collectives since creation (what it sent to other ranks and
-/// received from them; its own rank's share is not counted).
+/// received from them; its own rank's share is not counted). Every implementation counts the
+/// payload the same way, whatever its algorithm: all_to_all_v the counts of the other ranks;
+/// all_gather and all_reduce the buffer once per other rank in each direction; broadcast the
+/// buffer once per other rank at the root and once at every other rank; barrier nothing. Only
+/// successful calls move bytes; `calls` counts every call, failed ones included.
 struct CommCounters {
   std::int64_t sent_bytes = 0;
   std::int64_t received_bytes = 0;
   std::int64_t calls = 0;
 };
 
+/// One rank of a world. Not thread-safe: one thread at a time calls a given communicator (the
+/// ranks of a `local` world are called from different threads at once, one thread per rank);
+/// counters() may be read from any thread.
 class Communicator {
  public:
   virtual ~Communicator() = default;

@@ -14,6 +14,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -226,6 +228,16 @@ class LocalCommunicator final : public Communicator {
   // Steps 1 to 3 (see the top of the file); `copy_in` is step 2, run only when every rank agreed.
   template <class CopyIn>
   Status run(Posting post, bool peers_read, CopyIn&& copy_in) {
+    // Two threads in one rank's collectives at once would silently corrupt the rendezvous: a
+    // programmer error, so abort with a message.
+    if (busy_.exchange(true, std::memory_order_acquire)) {
+      std::fprintf(stderr, "strata: local communicator rank %d called from two threads at once\n", rank_);
+      std::abort();
+    }
+    struct Release {
+      std::atomic<bool>& busy;
+      ~Release() { busy.store(false, std::memory_order_release); }
+    } release{busy_};
     calls_made_.fetch_add(1, std::memory_order_relaxed);
     const std::uint64_t k = ++calls_;
     const Collective kind = post.info.kind;
@@ -257,6 +269,7 @@ class LocalCommunicator final : public Communicator {
   std::uint64_t calls_ = 0;              // collectives started, numbering the generations
   std::vector<unsigned char> scratch_;   // all_reduce input posted to the peers
   std::atomic<std::int64_t> sent_{0}, received_{0}, calls_made_{0};
+  std::atomic<bool> busy_{false};  // a call is in progress
 };
 
 }  // namespace

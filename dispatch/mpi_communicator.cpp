@@ -45,10 +45,11 @@ Status mpi_status(int err, const char* expr, const char* file, int line) {
 
 /// Evaluates an MPI call and returns an Internal Status (call, MPI's text, file, line) from the
 /// enclosing function when it fails. Our communicators use MPI_ERRORS_RETURN, so errors come back.
-#define STRATA_MPI_TRY(expr)                                                                       \
-  do {                                                                                             \
-    const int strata_mpi_err_ = (expr);                                                            \
-    if (strata_mpi_err_ != MPI_SUCCESS) return ::strata::dispatch::mpi_status(strata_mpi_err_, #expr, __FILE__, __LINE__); \
+#define STRATA_MPI_TRY(expr)                                                             \
+  do {                                                                                   \
+    const int strata_mpi_err_ = (expr);                                                  \
+    if (strata_mpi_err_ != MPI_SUCCESS)                                                  \
+      return ::strata::dispatch::mpi_status(strata_mpi_err_, #expr, __FILE__, __LINE__); \
   } while (0)
 
 namespace strata::dispatch {
@@ -128,7 +129,9 @@ struct Op {
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(MPI_Comm comm, int rank, int size, int tag_span, const CommOptions& options)
-      : comm_(comm), rank_(rank), size_(size), tag_span_(tag_span), options_(options), header_in_(size) {}
+      : comm_(comm), rank_(rank), size_(size), tag_span_(tag_span), options_(options) {
+    buffers_.header_in.resize(size);
+  }
 
   ~MpiCommunicator() override {
     int finalized = 0;
@@ -168,20 +171,27 @@ class MpiCommunicator final : public Communicator {
     return run(info, [&](std::uint64_t seq, Clock::time_point deadline, const char* what) -> Status {
       std::int64_t total = 0;
       for (int p = 0; p < size_; ++p) total += p == rank_ ? 0 : send_counts[p];
+      // Stage every outgoing part before any receive is posted, so that what is sent is the send
+      // buffer as it was at the call, whatever arrives meanwhile.
       auto& stage = stage_for(total);
-      std::vector<Op> ops;
-      std::int64_t off = 0;
+      std::vector<std::int64_t> off(size_, 0);
+      std::int64_t at = 0;
       for (int p = 0; p < size_; ++p) {
-        if (p == rank_) continue;
-        if (recv_counts[p] > 0) {
-          STRATA_RETURN_IF_ERROR(post(ops, true, static_cast<char*>(recv) + recv_displs[p], recv_counts[p], p, tag(seq, 1)));
-        }
+        if (p == rank_ || send_counts[p] == 0) continue;
+        off[p] = at;
+        std::memcpy(stage.data() + at, static_cast<const char*>(send) + send_displs[p],
+                    static_cast<std::size_t>(send_counts[p]));
+        at += send_counts[p];
+      }
+      std::vector<Op> ops;
+      for (int p = 0; p < size_; ++p) {
+        if (p == rank_ || recv_counts[p] == 0) continue;
+        STRATA_RETURN_IF_ERROR(
+            post(ops, true, static_cast<char*>(recv) + recv_displs[p], recv_counts[p], p, tag(seq, 1)));
       }
       for (int p = 0; p < size_; ++p) {
         if (p == rank_ || send_counts[p] == 0) continue;
-        std::memcpy(stage.data() + off, static_cast<const char*>(send) + send_displs[p], static_cast<std::size_t>(send_counts[p]));
-        STRATA_RETURN_IF_ERROR(post(ops, false, stage.data() + off, send_counts[p], p, tag(seq, 1)));
-        off += send_counts[p];
+        STRATA_RETURN_IF_ERROR(post(ops, false, stage.data() + off[p], send_counts[p], p, tag(seq, 1)));
       }
       if (recv_counts[rank_] > 0) {
         std::memmove(static_cast<char*>(recv) + recv_displs[rank_],
@@ -323,11 +333,14 @@ class MpiCommunicator final : public Communicator {
   }
 
   std::vector<char>& stage_for(std::int64_t bytes) {
-    if (static_cast<std::int64_t>(buffers_.stage.size()) < bytes) buffers_.stage.resize(static_cast<std::size_t>(bytes));
+    if (static_cast<std::int64_t>(buffers_.stage.size()) < bytes)
+      buffers_.stage.resize(static_cast<std::size_t>(bytes));
     return buffers_.stage;
   }
 
   // Posts a send or receive of `bytes` at `p` with `peer`, split into messages MPI can count.
+  // On an MPI error the requests already in `ops` are abandoned (they may point into the caller's
+  // buffers) and the error returned.
   Status post(std::vector<Op>& ops, bool recv, void* p, std::int64_t bytes, int peer, int tag) {
     char* at = static_cast<char*>(p);
     while (bytes > 0) {
@@ -335,10 +348,13 @@ class MpiCommunicator final : public Communicator {
       Op op;
       op.peer = peer;
       op.recv = recv;
-      if (recv) {
-        STRATA_MPI_TRY(MPI_Irecv(at, n, MPI_BYTE, peer, tag, comm_, &op.req));
-      } else {
-        STRATA_MPI_TRY(MPI_Isend(at, n, MPI_BYTE, peer, tag, comm_, &op.req));
+      const int err = recv ? MPI_Irecv(at, n, MPI_BYTE, peer, tag, comm_, &op.req)
+                           : MPI_Isend(at, n, MPI_BYTE, peer, tag, comm_, &op.req);
+      if (err != MPI_SUCCESS) {
+        abandon(ops);
+        return mpi_status(err, recv ? "MPI_Irecv(buf, n, MPI_BYTE, peer, tag, comm, &req)"
+                                    : "MPI_Isend(buf, n, MPI_BYTE, peer, tag, comm, &req)",
+                          __FILE__, __LINE__);
       }
       ops.push_back(op);
       at += n;
@@ -403,7 +419,8 @@ class MpiCommunicator final : public Communicator {
       if (p == rank_) continue;
       auto& in = buffers_.header_in[p];
       in.resize(max_words);
-      Status s = post(ops, true, in.data(), static_cast<std::int64_t>(max_words * sizeof(std::int64_t)), p, tag(seq, 0));
+      Status s =
+          post(ops, true, in.data(), static_cast<std::int64_t>(max_words * sizeof(std::int64_t)), p, tag(seq, 0));
       if (!s.is_ok()) return fail(s, true);
     }
     for (int p = 0; p < size_; ++p) {
@@ -420,7 +437,7 @@ class MpiCommunicator final : public Communicator {
       if (p == rank_) continue;
       const auto& in = buffers_.header_in[p];
       WireHeader ph;
-      std::memcpy(&ph, in.data(), sizeof(ph));
+      std::memcpy(static_cast<void*>(&ph), in.data(), sizeof(ph));
       if (ph.magic != kMagic) {
         return fail(Status::internal(std::string(what) + ": rank " + std::to_string(p) +
                                      " sent a message that is not a strata header (another program on this MPI "
@@ -529,8 +546,8 @@ class MpiCommunicator final : public Communicator {
     WireFailure f;
     STRATA_MPI_TRY(MPI_Recv(&f, sizeof(f), MPI_BYTE, st.MPI_SOURCE, kControlTag, comm_, MPI_STATUS_IGNORE));
     f.message[sizeof(f.message) - 1] = '\0';
-    return status_of(static_cast<StatusCode>(f.code),
-                     "rank " + std::to_string(st.MPI_SOURCE) + " of " + std::to_string(size_) + " failed: " + f.message);
+    return status_of(static_cast<StatusCode>(f.code), "rank " + std::to_string(st.MPI_SOURCE) + " of " +
+                                                          std::to_string(size_) + " failed: " + f.message);
   }
 
   // Breaks the communicator with `s`; `tell_peers` when they may not know (a timeout, a local
@@ -562,11 +579,8 @@ class MpiCommunicator final : public Communicator {
   Buffers buffers_;
   std::vector<MPI_Request> graveyard_;  // requests of failed calls (and failure reports) still pending
   std::atomic<std::int64_t> sent_{0}, received_{0}, calls_{0};
-  // header_in_ is sized in the constructor through buffers_.
-  std::vector<int> header_in_;
 };
 
-std::once_flag g_init_once;
 std::mutex g_init_mu;
 
 void finalize_mpi_at_exit() {

@@ -8,6 +8,7 @@
 //   strata-micro-comm --benchmark_repetitions=5
 
 #include <benchmark/benchmark.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
@@ -95,6 +96,10 @@ BENCHMARK(BM_Memcpy)->Apply(configurations);
 // The console output, plus a table of all-to-all vs memcpy at the end.
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
+  // Colours only on a terminal (the library's own --benchmark_color applies to its default
+  // reporter, not to this one).
+  RatioReporter() : ConsoleReporter(::isatty(STDOUT_FILENO) ? OO_ColorTabular : OO_Tabular) {}
+
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
     for (const Run& run : runs) {
@@ -122,13 +127,14 @@ class RatioReporter : public benchmark::ConsoleReporter {
       auto m = by_name.find("BM_Memcpy");
       if (a == by_name.end() || m == by_name.end()) continue;
       const long long total = static_cast<long long>(key.first) * key.first * key.second;
-      std::printf("%5d %9lldK %11lldK %16.2f %14.2f %7.2f\n", key.first, key.second >> 10, total >> 10, a->second / kGiB,
-                  m->second / kGiB, a->second / m->second);
+      std::printf("%5d %9lldK %11lldK %16.2f %14.2f %7.2f\n", key.first, key.second >> 10, total >> 10,
+                  a->second / kGiB, m->second / kGiB, a->second / m->second);
     }
   }
 
  private:
-  std::map<std::pair<int, long long>, std::map<std::string, double>> rates_;  // (ranks, message) -> benchmark -> bytes/s
+  std::map<std::pair<int, long long>, std::map<std::string, double>>
+      rates_;  // (ranks, message) -> benchmark -> bytes/s
 };
 
 }  // namespace

@@ -84,12 +84,18 @@ std::string check_a2a_arguments(int size, const void* send, const std::int64_t* 
     return "the count and displacement arrays must not be null (each has size() entries)";
   }
   for (int r = 0; r < size; ++r) {
-    if (send_counts[r] < 0) return "send_counts[" + std::to_string(r) + "] = " + std::to_string(send_counts[r]) + " is negative";
-    if (recv_counts[r] < 0) return "recv_counts[" + std::to_string(r) + "] = " + std::to_string(recv_counts[r]) + " is negative";
-    if (send_displs[r] < 0) return "send_displs[" + std::to_string(r) + "] = " + std::to_string(send_displs[r]) + " is negative";
-    if (recv_displs[r] < 0) return "recv_displs[" + std::to_string(r) + "] = " + std::to_string(recv_displs[r]) + " is negative";
-    if (send_counts[r] > 0 && !send) return "send is null but send_counts[" + std::to_string(r) + "] = " + std::to_string(send_counts[r]);
-    if (recv_counts[r] > 0 && !recv) return "recv is null but recv_counts[" + std::to_string(r) + "] = " + std::to_string(recv_counts[r]);
+    if (send_counts[r] < 0)
+      return "send_counts[" + std::to_string(r) + "] = " + std::to_string(send_counts[r]) + " is negative";
+    if (recv_counts[r] < 0)
+      return "recv_counts[" + std::to_string(r) + "] = " + std::to_string(recv_counts[r]) + " is negative";
+    if (send_displs[r] < 0)
+      return "send_displs[" + std::to_string(r) + "] = " + std::to_string(send_displs[r]) + " is negative";
+    if (recv_displs[r] < 0)
+      return "recv_displs[" + std::to_string(r) + "] = " + std::to_string(recv_displs[r]) + " is negative";
+    if (send_counts[r] > 0 && !send)
+      return "send is null but send_counts[" + std::to_string(r) + "] = " + std::to_string(send_counts[r]);
+    if (recv_counts[r] > 0 && !recv)
+      return "recv is null but recv_counts[" + std::to_string(r) + "] = " + std::to_string(recv_counts[r]);
   }
   return "";
 }
@@ -109,7 +115,8 @@ std::string check_all_reduce_arguments(const void* data, std::int64_t count, Dat
 }
 
 std::string check_broadcast_arguments(int size, const void* data, std::int64_t bytes, int root) {
-  if (root < 0 || root >= size) return "root " + std::to_string(root) + " out of range [0, " + std::to_string(size) + ")";
+  if (root < 0 || root >= size)
+    return "root " + std::to_string(root) + " out of range [0, " + std::to_string(size) + ")";
   if (bytes < 0) return "bytes = " + std::to_string(bytes) + " is negative";
   if (bytes > 0 && !data) return "data is null but bytes = " + std::to_string(bytes);
   return "";
@@ -123,12 +130,11 @@ Status check_agreement(const std::vector<const CallInfo*>& calls) {
   std::vector<std::int32_t> kinds(n);
   for (int r = 0; r < n; ++r) kinds[r] = static_cast<std::int32_t>(calls[r]->kind);
   if (std::any_of(kinds.begin(), kinds.end(), [&](std::int32_t k) { return k != kinds[0]; })) {
-    const std::string msg = "collective mismatch: " + grouped<std::int32_t>(
-                                                          kinds,
-                                                          [](const std::int32_t& k) {
-                                                            return std::string(collective_name(static_cast<Collective>(k)));
-                                                          },
-                                                          " called ");
+    const std::string msg =
+        "collective mismatch: " +
+        grouped<std::int32_t>(
+            kinds, [](const std::int32_t& k) { return std::string(collective_name(static_cast<Collective>(k))); },
+            " called ");
     return Status::failed_precondition(msg + " (every rank must make the same collective calls in the same order)");
   }
   const char* kind = collective_name(first.kind);

@@ -1,0 +1,642 @@
+// The `nccl` communicator (see nccl_communicator.hpp). Built for real when CMake defines
+// STRATA_DISPATCH_NCCL (CUDA backend and NCCL found); otherwise only the factories' errors.
+
+#include "dispatch/nccl_communicator.hpp"
+
+#if defined(STRATA_DISPATCH_NCCL)
+
+#include <cuda_runtime_api.h>
+#include <fcntl.h>
+#include <nccl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "dispatch/detail/comm_check.hpp"
+#include "gpu/cuda/cuda_try.hpp"
+#include "gpu/device.hpp"
+
+namespace strata::dispatch {
+namespace {
+
+using detail::CallInfo;
+using detail::Collective;
+using Clock = std::chrono::steady_clock;
+
+// "ncclSend(...) failed at file:line: unhandled system error (NCCL's last error)". Errors a peer
+// caused (remote, system: a dead process, a broken link) are Unavailable; others Internal.
+Status nccl_status(ncclResult_t r, const char* expr, const char* file, int line, ncclComm_t comm) {
+  std::string msg =
+      std::string(expr) + " failed at " + file + ":" + std::to_string(line) + ": " + ncclGetErrorString(r);
+  const char* last = ncclGetLastError(comm);
+  if (last && *last) msg += std::string(" (") + last + ")";
+  if (r == ncclRemoteError || r == ncclSystemError) return Status::unavailable(msg);
+  return Status::internal(msg);
+}
+
+}  // namespace
+}  // namespace strata::dispatch
+
+/// Evaluates an NCCL call on communicator `comm` and returns its error as a Status (call, NCCL's
+/// text, file, line) from the enclosing function. ncclInProgress is not an error: the
+/// communicator is non-blocking, and the caller then waits for it with settle().
+#define STRATA_NCCL_TRY(comm, expr)                                                                      \
+  do {                                                                                                   \
+    const ncclResult_t strata_nccl_r_ = (expr);                                                          \
+    if (strata_nccl_r_ != ncclSuccess && strata_nccl_r_ != ncclInProgress)                               \
+      return ::strata::dispatch::nccl_status(strata_nccl_r_, #expr, __FILE__, __LINE__, (comm));        \
+  } while (0)
+
+namespace strata::dispatch {
+namespace {
+
+// The header every rank all-gathers before a collective: the same size on every rank whatever
+// the kind (the counts of all_to_all_v are always there), so the all-gather itself always matches.
+struct WireHeader {
+  std::int32_t kind = 0;
+  std::int32_t type = 0;
+  std::int32_t op = 0;
+  std::int32_t root = 0;
+  std::int64_t bytes = 0;
+  std::int64_t count = 0;
+  std::int32_t has_arg_error = 0;
+  char arg_error[220] = {};
+};
+static_assert(sizeof(WireHeader) % sizeof(std::int64_t) == 0, "the counts after the header stay aligned");
+
+ncclDataType_t nccl_type(DataType t) {
+  switch (t) {
+    case DataType::kInt32: return ncclInt32;
+    case DataType::kInt64: return ncclInt64;
+    case DataType::kFloat32: return ncclFloat32;
+    case DataType::kFloat64: return ncclFloat64;
+  }
+  return ncclUint8;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kMax: return ncclMax;
+  }
+  return ncclSum;
+}
+
+void backoff(int idle_rounds) {
+  if (idle_rounds < 64) return;
+  if (idle_rounds < 256) {
+    std::this_thread::yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+// Makes `device` current for a scope and restores the caller's device after: the communicator
+// must not change which GPU the calling thread works on.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) noexcept {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    ok_ = cudaSetDevice(device) == cudaSuccess;
+  }
+  ~DeviceScope() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  bool ok() const noexcept { return ok_; }
+
+ private:
+  int previous_ = -1;
+  bool ok_ = false;
+};
+
+// Device memory that grows to the largest request (freed and reallocated; the old contents go).
+struct DeviceMemory {
+  void* ptr = nullptr;
+  std::size_t bytes = 0;
+  char* at(std::int64_t offset) const noexcept { return static_cast<char*>(ptr) + offset; }
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(ncclComm_t comm, int rank, int size, int device, cudaStream_t stream, cudaEvent_t done,
+                   const CommOptions& options)
+      : comm_(comm), rank_(rank), size_(size), device_(device), stream_(stream), done_(done), options_(options),
+        header_bytes_(sizeof(WireHeader) + 2 * static_cast<std::size_t>(size) * sizeof(std::int64_t)) {}
+
+  ~NcclCommunicator() override {
+    const DeviceScope scope(device_);
+    if (comm_) {
+      if (broken_.is_ok()) {
+        // Flush, then destroy; a peer that never finalizes must not hang us: abort after the timeout.
+        ncclResult_t r = ncclCommFinalize(comm_);
+        const auto deadline = Clock::now() + options_.timeout;
+        int idle = 0;
+        ncclResult_t state = ncclInProgress;
+        while (r == ncclSuccess || r == ncclInProgress) {
+          if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess || state != ncclInProgress) break;
+          if (Clock::now() >= deadline) break;
+          backoff(++idle);
+        }
+        if (state == ncclSuccess) {
+          ncclCommDestroy(comm_);
+        } else {
+          ncclCommAbort(comm_);
+        }
+      } else {
+        ncclCommAbort(comm_);
+      }
+    }
+    // Free device memory only once the stream is idle: an aborted kernel that still ran would
+    // otherwise write freed memory. If it does not drain, leak (a failure path only).
+    bool idle = false;
+    const auto deadline = Clock::now() + options_.timeout;
+    while (Clock::now() < deadline) {
+      const cudaError_t q = cudaStreamQuery(stream_);
+      if (q != cudaErrorNotReady) {
+        idle = q == cudaSuccess;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    if (idle) {
+      for (DeviceMemory* m : {&send_, &recv_, &header_mine_, &header_all_}) {
+        if (m->ptr) cudaFree(m->ptr);
+      }
+      if (header_host_) cudaFreeHost(header_host_);
+      cudaStreamDestroy(stream_);
+      cudaEventDestroy(done_);
+    }
+  }
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return size_; }
+  const char* kind() const noexcept override { return "nccl"; }
+
+  Status all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
+                      const std::int64_t* recv_counts, const std::int64_t* recv_displs) override {
+    CallInfo info;
+    info.kind = Collective::kAllToAllV;
+    info.send_counts = send_counts;
+    info.recv_counts = recv_counts;
+    info.arg_error = detail::check_a2a_arguments(size_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
+    return run(info, [&](Clock::time_point deadline, const char* what) -> Status {
+      // Peers' parts packed in rank order on the device; this rank's own part is a host copy.
+      std::vector<std::int64_t> send_off(size_, 0), recv_off(size_, 0);
+      std::int64_t send_total = 0, recv_total = 0;
+      for (int p = 0; p < size_; ++p) {
+        if (p == rank_) continue;
+        send_off[p] = send_total;
+        recv_off[p] = recv_total;
+        send_total += send_counts[p];
+        recv_total += recv_counts[p];
+      }
+      STRATA_RETURN_IF_ERROR(grow(send_, send_total));
+      STRATA_RETURN_IF_ERROR(grow(recv_, recv_total));
+      for (int p = 0; p < size_; ++p) {
+        if (p == rank_ || send_counts[p] == 0) continue;
+        STRATA_CUDA_TRY(cudaMemcpyAsync(send_.at(send_off[p]), static_cast<const char*>(send) + send_displs[p],
+                                        static_cast<std::size_t>(send_counts[p]), cudaMemcpyHostToDevice, stream_));
+      }
+      if (send_total + recv_total > 0) {
+        STRATA_NCCL_TRY(comm_, ncclGroupStart());
+        // The group is always closed, also after a failed call inside it: an open group would
+        // swallow this thread's later NCCL calls, on any communicator.
+        Status issued = [&]() -> Status {
+          for (int p = 0; p < size_; ++p) {
+            if (p == rank_) continue;
+            if (send_counts[p] > 0) {
+              STRATA_NCCL_TRY(comm_, ncclSend(send_.at(send_off[p]), static_cast<std::size_t>(send_counts[p]),
+                                              ncclUint8, p, comm_, stream_));
+            }
+            if (recv_counts[p] > 0) {
+              STRATA_NCCL_TRY(comm_, ncclRecv(recv_.at(recv_off[p]), static_cast<std::size_t>(recv_counts[p]),
+                                              ncclUint8, p, comm_, stream_));
+            }
+          }
+          return Status::ok();
+        }();
+        STRATA_NCCL_TRY(comm_, ncclGroupEnd());
+        STRATA_RETURN_IF_ERROR(issued);
+        STRATA_RETURN_IF_ERROR(wait(deadline, what));
+        for (int p = 0; p < size_; ++p) {
+          if (p == rank_ || recv_counts[p] == 0) continue;
+          STRATA_CUDA_TRY(cudaMemcpyAsync(static_cast<char*>(recv) + recv_displs[p], recv_.at(recv_off[p]),
+                                          static_cast<std::size_t>(recv_counts[p]), cudaMemcpyDeviceToHost, stream_));
+        }
+        STRATA_CUDA_TRY(cudaStreamSynchronize(stream_));  // local copies only: the collective is done
+      }
+      if (recv_counts[rank_] > 0) {
+        std::memmove(static_cast<char*>(recv) + recv_displs[rank_], static_cast<const char*>(send) + send_displs[rank_],
+                     static_cast<std::size_t>(recv_counts[rank_]));
+      }
+      return Status::ok();
+    });
+  }
+
+  Status all_gather(const void* send, std::int64_t bytes, void* recv) override {
+    CallInfo info;
+    info.kind = Collective::kAllGather;
+    info.bytes = bytes;
+    info.arg_error = detail::check_all_gather_arguments(send, bytes, recv);
+    return run(info, [&](Clock::time_point deadline, const char* what) -> Status {
+      if (bytes == 0) return Status::ok();
+      STRATA_RETURN_IF_ERROR(grow(send_, bytes));
+      STRATA_RETURN_IF_ERROR(grow(recv_, bytes * size_));
+      STRATA_CUDA_TRY(
+          cudaMemcpyAsync(send_.ptr, send, static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice, stream_));
+      STRATA_NCCL_TRY(comm_,
+                      ncclAllGather(send_.ptr, recv_.ptr, static_cast<std::size_t>(bytes), ncclUint8, comm_, stream_));
+      STRATA_RETURN_IF_ERROR(wait(deadline, what));
+      STRATA_CUDA_TRY(
+          cudaMemcpyAsync(recv, recv_.ptr, static_cast<std::size_t>(bytes * size_), cudaMemcpyDeviceToHost, stream_));
+      STRATA_CUDA_TRY(cudaStreamSynchronize(stream_));
+      return Status::ok();
+    });
+  }
+
+  Status all_reduce(void* data, std::int64_t count, DataType type, ReduceOp op) override {
+    CallInfo info;
+    info.kind = Collective::kAllReduce;
+    info.count = count;
+    info.type = type;
+    info.op = op;
+    info.arg_error = detail::check_all_reduce_arguments(data, count, type, op);
+    return run(info, [&](Clock::time_point deadline, const char* what) -> Status {
+      if (count == 0) return Status::ok();
+      const std::size_t bytes = static_cast<std::size_t>(count) * size_of(type);
+      STRATA_RETURN_IF_ERROR(grow(send_, static_cast<std::int64_t>(bytes)));
+      STRATA_CUDA_TRY(cudaMemcpyAsync(send_.ptr, data, bytes, cudaMemcpyHostToDevice, stream_));
+      STRATA_NCCL_TRY(comm_, ncclAllReduce(send_.ptr, send_.ptr, static_cast<std::size_t>(count), nccl_type(type),
+                                           nccl_op(op), comm_, stream_));
+      STRATA_RETURN_IF_ERROR(wait(deadline, what));
+      STRATA_CUDA_TRY(cudaMemcpyAsync(data, send_.ptr, bytes, cudaMemcpyDeviceToHost, stream_));
+      STRATA_CUDA_TRY(cudaStreamSynchronize(stream_));
+      return Status::ok();
+    });
+  }
+
+  Status broadcast(void* data, std::int64_t bytes, int root) override {
+    CallInfo info;
+    info.kind = Collective::kBroadcast;
+    info.bytes = bytes;
+    info.root = root;
+    info.arg_error = detail::check_broadcast_arguments(size_, data, bytes, root);
+    return run(info, [&](Clock::time_point deadline, const char* what) -> Status {
+      if (bytes == 0 || size_ == 1) return Status::ok();
+      STRATA_RETURN_IF_ERROR(grow(send_, bytes));
+      if (rank_ == root) {
+        STRATA_CUDA_TRY(
+            cudaMemcpyAsync(send_.ptr, data, static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice, stream_));
+      }
+      STRATA_NCCL_TRY(
+          comm_, ncclBroadcast(send_.ptr, send_.ptr, static_cast<std::size_t>(bytes), ncclUint8, root, comm_, stream_));
+      STRATA_RETURN_IF_ERROR(wait(deadline, what));
+      if (rank_ != root) {
+        STRATA_CUDA_TRY(
+            cudaMemcpyAsync(data, send_.ptr, static_cast<std::size_t>(bytes), cudaMemcpyDeviceToHost, stream_));
+        STRATA_CUDA_TRY(cudaStreamSynchronize(stream_));
+      }
+      return Status::ok();
+    });
+  }
+
+  Status barrier() override {
+    CallInfo info;
+    info.kind = Collective::kBarrier;
+    return run(info, [](Clock::time_point, const char*) { return Status::ok(); });
+  }
+
+  CommCounters counters() const noexcept override {
+    CommCounters c;
+    c.sent_bytes = sent_.load(std::memory_order_relaxed);
+    c.received_bytes = received_.load(std::memory_order_relaxed);
+    c.calls = calls_.load(std::memory_order_relaxed);
+    return c;
+  }
+
+  // Allocates the header buffers (called once by the factory).
+  Status init() {
+    STRATA_RETURN_IF_ERROR(grow(header_mine_, static_cast<std::int64_t>(header_bytes_)));
+    STRATA_RETURN_IF_ERROR(grow(header_all_, static_cast<std::int64_t>(header_bytes_) * size_));
+    STRATA_CUDA_TRY(cudaMallocHost(&header_host_, header_bytes_ * (static_cast<std::size_t>(size_) + 1)));
+    return Status::ok();
+  }
+
+ private:
+  Status grow(DeviceMemory& m, std::int64_t bytes) {
+    if (static_cast<std::int64_t>(m.bytes) >= bytes) return Status::ok();
+    if (m.ptr) {
+      STRATA_CUDA_TRY(cudaStreamSynchronize(stream_));
+      STRATA_CUDA_TRY(cudaFree(m.ptr));
+      m.ptr = nullptr;
+      m.bytes = 0;
+    }
+    // Grow by half again, so that slowly growing calls do not reallocate every time.
+    const std::size_t want = static_cast<std::size_t>(bytes) + static_cast<std::size_t>(bytes) / 2;
+    STRATA_CUDA_TRY(cudaMalloc(&m.ptr, want));
+    m.bytes = want;
+    return Status::ok();
+  }
+
+  // One collective: header all-gather, agreement, then `payload(deadline, what)`.
+  template <class Payload>
+  Status run(const CallInfo& mine, Payload&& payload) {
+    calls_.fetch_add(1, std::memory_order_relaxed);
+    const char* what = detail::collective_name(mine.kind);
+    if (!broken_.is_ok()) return detail::broken_status(what, broken_);
+    const auto deadline = Clock::now() + options_.timeout;
+    const DeviceScope scope(device_);
+    Status s = [&]() -> Status {
+      if (!scope.ok()) STRATA_CUDA_TRY(cudaSetDevice(device_));  // reports why
+      std::vector<CallInfo> all;
+      STRATA_RETURN_IF_ERROR(exchange_headers(mine, deadline, what, all));
+      std::vector<const CallInfo*> calls(size_);
+      for (int r = 0; r < size_; ++r) calls[r] = &all[r];
+      STRATA_RETURN_IF_ERROR(detail::check_agreement(calls));
+      return payload(deadline, what);
+    }();
+    if (!s.is_ok()) {
+      if (broken_.is_ok()) broken_ = s;
+      return s;
+    }
+    const detail::MovedBytes moved = detail::moved_bytes(mine, rank_, size_);
+    sent_.fetch_add(moved.sent, std::memory_order_relaxed);
+    received_.fetch_add(moved.received, std::memory_order_relaxed);
+    return Status::ok();
+  }
+
+  Status exchange_headers(const CallInfo& mine, Clock::time_point deadline, const char* what,
+                          std::vector<CallInfo>& all) {
+    char* host_mine = static_cast<char*>(header_host_);
+    char* host_all = host_mine + header_bytes_;
+    WireHeader h;
+    h.kind = static_cast<std::int32_t>(mine.kind);
+    h.type = static_cast<std::int32_t>(mine.type);
+    h.op = static_cast<std::int32_t>(mine.op);
+    h.root = mine.root;
+    h.bytes = mine.bytes;
+    h.count = mine.count;
+    h.has_arg_error = mine.arg_error.empty() ? 0 : 1;
+    const std::size_t n = std::min(sizeof(h.arg_error) - 1, mine.arg_error.size());
+    std::memcpy(h.arg_error, mine.arg_error.data(), n);
+    std::memset(host_mine, 0, header_bytes_);
+    std::memcpy(host_mine, &h, sizeof(h));
+    if (mine.kind == Collective::kAllToAllV && mine.arg_error.empty()) {
+      std::memcpy(host_mine + sizeof(h), mine.send_counts, size_ * sizeof(std::int64_t));
+      std::memcpy(host_mine + sizeof(h) + size_ * sizeof(std::int64_t), mine.recv_counts, size_ * sizeof(std::int64_t));
+    }
+    STRATA_CUDA_TRY(cudaMemcpyAsync(header_mine_.ptr, host_mine, header_bytes_, cudaMemcpyHostToDevice, stream_));
+    STRATA_NCCL_TRY(comm_, ncclAllGather(header_mine_.ptr, header_all_.ptr, header_bytes_, ncclUint8, comm_, stream_));
+    STRATA_RETURN_IF_ERROR(wait(deadline, what));
+    STRATA_CUDA_TRY(cudaMemcpyAsync(host_all, header_all_.ptr, header_bytes_ * size_, cudaMemcpyDeviceToHost, stream_));
+    STRATA_CUDA_TRY(cudaStreamSynchronize(stream_));
+
+    all.assign(size_, CallInfo{});
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) {
+        all[r] = mine;
+        continue;
+      }
+      const char* at = host_all + header_bytes_ * r;
+      WireHeader ph;
+      std::memcpy(static_cast<void*>(&ph), at, sizeof(ph));
+      ph.arg_error[sizeof(ph.arg_error) - 1] = '\0';
+      CallInfo& c = all[r];
+      c.kind = static_cast<Collective>(ph.kind);
+      c.type = static_cast<DataType>(ph.type);
+      c.op = static_cast<ReduceOp>(ph.op);
+      c.root = ph.root;
+      c.bytes = ph.bytes;
+      c.count = ph.count;
+      if (ph.has_arg_error) c.arg_error = ph.arg_error[0] ? ph.arg_error : "invalid arguments";
+      if (c.kind == Collective::kAllToAllV && !ph.has_arg_error) {
+        c.send_counts = reinterpret_cast<const std::int64_t*>(at + sizeof(ph));
+        c.recv_counts = c.send_counts + size_;
+      }
+    }
+    return Status::ok();
+  }
+
+  // Waits for the NCCL work issued on the stream: first for the non-blocking enqueue to settle,
+  // then for the stream, polling the communicator's asynchronous error; aborts at the deadline.
+  Status wait(Clock::time_point deadline, const char* what) {
+    bool recorded = false;
+    int idle = 0;
+    for (;;) {
+      ncclResult_t state = ncclSuccess;
+      STRATA_NCCL_TRY(comm_, ncclCommGetAsyncError(comm_, &state));
+      if (state != ncclSuccess && state != ncclInProgress) {
+        return nccl_status(state, "ncclCommGetAsyncError(comm, &state)", __FILE__, __LINE__, comm_).with_context(what);
+      }
+      if (state == ncclSuccess) {
+        if (!recorded) {
+          STRATA_CUDA_TRY(cudaEventRecord(done_, stream_));
+          recorded = true;
+        }
+        const cudaError_t q = cudaEventQuery(done_);
+        if (q == cudaSuccess) return Status::ok();
+        if (q != cudaErrorNotReady) STRATA_CUDA_TRY(q);
+      }
+      if (Clock::now() >= deadline) {
+        ncclCommAbort(comm_);
+        comm_ = nullptr;
+        return Status::unavailable(std::string(what) + ": timed out after " + std::to_string(options_.timeout.count()) +
+                                   " ms; not every one of the " + std::to_string(size_) +
+                                   " ranks arrived (NCCL does not say which); the NCCL communicator was aborted");
+      }
+      backoff(++idle);
+    }
+  }
+
+  ncclComm_t comm_;
+  const int rank_;
+  const int size_;
+  const int device_;
+  cudaStream_t stream_;
+  cudaEvent_t done_;
+  const CommOptions options_;
+  const std::size_t header_bytes_;
+  void* header_host_ = nullptr;  // pinned: this rank's header, then every rank's
+  DeviceMemory send_, recv_, header_mine_, header_all_;
+  Status broken_;
+  std::atomic<std::int64_t> sent_{0}, received_{0}, calls_{0};
+};
+
+// The device of `rank`: the option, else the launcher's local rank (else the rank) modulo the GPUs.
+Result<int> pick_device(int rank, int wanted) {
+  const int count = gpu::cuda_device_count();
+  if (count == 0) return Status::unavailable("nccl communicator: no CUDA GPU is visible");
+  if (wanted >= 0) {
+    if (wanted >= count) {
+      return Status::invalid_argument("nccl communicator: device " + std::to_string(wanted) + " out of range [0, " +
+                                      std::to_string(count) + ")");
+    }
+    return wanted;
+  }
+  int local = rank;
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
+    if (const char* s = std::getenv(v)) {
+      local = std::atoi(s);
+      break;
+    }
+  }
+  return local % count;
+}
+
+Result<std::unique_ptr<Communicator>> create(const ncclUniqueId& id, int rank, int size, const NcclOptions& options) {
+  STRATA_ASSIGN_OR_RETURN(const int device, pick_device(rank, options.device));
+  const DeviceScope scope(device);
+  STRATA_CUDA_TRY(cudaSetDevice(device));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // every wait polls, so a missing rank ends in a timeout, not a hang
+  ncclComm_t comm = nullptr;
+  const ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    if (comm) ncclCommAbort(comm);
+    return nccl_status(r, "ncclCommInitRankConfig(&comm, size, id, rank, &config)", __FILE__, __LINE__, nullptr);
+  }
+  const auto deadline = Clock::now() + options.comm.timeout;
+  int idle = 0;
+  for (;;) {
+    ncclResult_t state = ncclInProgress;
+    const ncclResult_t q = ncclCommGetAsyncError(comm, &state);
+    if (q != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
+      Status s = nccl_status(q != ncclSuccess ? q : state, "ncclCommInitRankConfig(&comm, size, id, rank, &config)",
+                             __FILE__, __LINE__, comm);
+      ncclCommAbort(comm);
+      return s;
+    }
+    if (state == ncclSuccess) break;
+    if (Clock::now() >= deadline) {
+      ncclCommAbort(comm);
+      return Status::unavailable("nccl communicator: rank " + std::to_string(rank) + " of " + std::to_string(size) +
+                                 ": ncclCommInitRankConfig did not complete within " +
+                                 std::to_string(options.comm.timeout.count()) + " ms (not every rank joined)");
+    }
+    backoff(++idle);
+  }
+  cudaStream_t stream = nullptr;
+  cudaEvent_t done = nullptr;
+  cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+  if (e != cudaSuccess) {
+    ncclCommAbort(comm);
+    if (stream) cudaStreamDestroy(stream);
+    return gpu::cuda_detail::cuda_status(e, "cudaStreamCreateWithFlags / cudaEventCreateWithFlags", __FILE__, __LINE__);
+  }
+  auto c = std::make_unique<NcclCommunicator>(comm, rank, size, device, stream, done, options.comm);
+  STRATA_RETURN_IF_ERROR(c->init());
+  return std::unique_ptr<Communicator>(std::move(c));
+}
+
+Status check_options(int rank, int size, const NcclOptions& options) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return Status::invalid_argument("nccl communicator: rank " + std::to_string(rank) + " out of range [0, " +
+                                    std::to_string(size) + ")");
+  }
+  if (options.comm.timeout.count() <= 0) {
+    return Status::invalid_argument("nccl communicator: timeout " + std::to_string(options.comm.timeout.count()) +
+                                    " ms must be positive");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+bool nccl_built() noexcept { return true; }
+
+Result<std::unique_ptr<Communicator>> make_nccl_communicator(Communicator& bootstrap, const NcclOptions& options) {
+  STRATA_RETURN_IF_ERROR(check_options(bootstrap.rank(), bootstrap.size(), options));
+  // Rank 0 always broadcasts, also when it failed to make the id, so that no peer waits for it.
+  struct IdMessage {
+    std::int32_t ok = 0;
+    std::int32_t pad = 0;
+    ncclUniqueId id{};
+  } msg;
+  if (bootstrap.rank() == 0) msg.ok = ncclGetUniqueId(&msg.id) == ncclSuccess ? 1 : 0;
+  Status s = bootstrap.broadcast(&msg, sizeof(msg), 0);
+  if (!s.is_ok()) return s.with_context("nccl communicator: broadcasting the NCCL id");
+  if (!msg.ok) return Status::internal("nccl communicator: rank 0 could not make an NCCL id (ncclGetUniqueId failed)");
+  return create(msg.id, bootstrap.rank(), bootstrap.size(), options);
+}
+
+Result<std::unique_ptr<Communicator>> make_nccl_communicator_from_file(const std::string& id_path, int rank, int size,
+                                                                       const NcclOptions& options) {
+  STRATA_RETURN_IF_ERROR(check_options(rank, size, options));
+  // Fail before touching NCCL (or the file) when this rank has no GPU to run on.
+  STRATA_RETURN_IF_ERROR(pick_device(rank, options.device).status());
+  ncclUniqueId id{};
+  if (rank == 0) {
+    const ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess) return nccl_status(r, "ncclGetUniqueId(&id)", __FILE__, __LINE__, nullptr);
+    // Write, fsync, rename: a reader sees the whole id or no file.
+    const std::string tmp = id_path + ".tmp." + std::to_string(::getpid());
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return Status::io_error("nccl communicator: cannot create '" + tmp + "': " + std::strerror(errno));
+    const bool ok = ::write(fd, &id, sizeof(id)) == static_cast<ssize_t>(sizeof(id)) && ::fsync(fd) == 0;
+    const int err = errno;
+    ::close(fd);
+    if (!ok || ::rename(tmp.c_str(), id_path.c_str()) != 0) {
+      const std::string why = std::strerror(ok ? errno : err);
+      ::unlink(tmp.c_str());
+      return Status::io_error("nccl communicator: cannot write the NCCL id to '" + id_path + "': " + why);
+    }
+  } else {
+    const auto deadline = Clock::now() + options.comm.timeout;
+    for (;;) {
+      const int fd = ::open(id_path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd >= 0) {
+        const ssize_t n = ::read(fd, &id, sizeof(id));
+        ::close(fd);
+        if (n == static_cast<ssize_t>(sizeof(id))) break;
+      }
+      if (Clock::now() >= deadline) {
+        return Status::unavailable("nccl communicator: rank " + std::to_string(rank) + ": the NCCL id file '" +
+                                   id_path + "' did not appear within " + std::to_string(options.comm.timeout.count()) +
+                                   " ms (is rank 0 running, and does it see the same path?)");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  return create(id, rank, size, options);
+}
+
+}  // namespace strata::dispatch
+
+#else  // !STRATA_DISPATCH_NCCL
+
+namespace strata::dispatch {
+namespace {
+Status not_built() {
+  return Status::failed_precondition(
+      "nccl communicator: this build has no NCCL support (built without CUDA, or NCCL was not found: configure with "
+      "STRATA_CUDA=ON on a machine with the CUDA toolkit and NCCL)");
+}
+}  // namespace
+
+bool nccl_built() noexcept { return false; }
+
+Result<std::unique_ptr<Communicator>> make_nccl_communicator(Communicator&, const NcclOptions&) { return not_built(); }
+
+Result<std::unique_ptr<Communicator>> make_nccl_communicator_from_file(const std::string&, int, int,
+                                                                       const NcclOptions&) {
+  return not_built();
+}
+
+}  // namespace strata::dispatch
+
+#endif  // STRATA_DISPATCH_NCCL

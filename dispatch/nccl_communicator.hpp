@@ -1,0 +1,45 @@
+#pragma once
+// The `nccl` communicator: one rank per GPU over NCCL. Compiled for real only when the CUDA
+// backend is built and NCCL was found (see dispatch/CMakeLists.txt); otherwise the factories
+// return FailedPrecondition. No CUDA or NCCL header here.
+//
+// The interface takes host buffers, so each call stages them through device buffers that the
+// communicator owns (grown as needed) on its own non-blocking CUDA stream; the host copies wait
+// for the collective, so every call is synchronous like the other implementations. Before the
+// data, the ranks all-gather a fixed-size header (kind and sizes, all_to_all_v's counts) so that a
+// mismatch is reported by every rank instead of corrupting data or hanging inside NCCL. The NCCL
+// communicator is non-blocking (ncclConfig_t::blocking = 0) and every wait polls until the
+// timeout; on timeout it is aborted (ncclCommAbort) and the call returns kUnavailable. Unlike
+// `local` and `mpi`, NCCL cannot say which ranks did not arrive, so that message names none.
+
+#include <memory>
+#include <string>
+
+#include "core/status.hpp"
+#include "dispatch/communicator.hpp"
+
+namespace strata::dispatch {
+
+/// Whether this build contains the nccl communicator (CUDA backend and NCCL found).
+bool nccl_built() noexcept;
+
+struct NcclOptions {
+  CommOptions comm;  ///< timeout of the bootstrap and of every collective
+  int device = -1;  ///< CUDA device of this rank; -1: the launcher's local rank (else the rank) modulo the visible GPUs
+};
+
+/// This rank of an NCCL world with the ranks of `bootstrap` (rank bootstrap.rank() of
+/// bootstrap.size()): rank 0 makes the ncclUniqueId and broadcasts it over `bootstrap`, which may
+/// be any communicator (`mpi` for one process per GPU, `local` for threads driving different GPUs
+/// of one process). Collective over `bootstrap`, which is not kept. FailedPrecondition when built
+/// without CUDA or NCCL; Unavailable when no GPU is visible or a rank does not join in time.
+Result<std::unique_ptr<Communicator>> make_nccl_communicator(Communicator& bootstrap, const NcclOptions& options = {});
+
+/// The same bootstrapped through a file: rank 0 writes the id to `id_path` atomically (a
+/// temporary file, fsync, rename) and the other ranks poll for it until the timeout. The path
+/// must be fresh for each world (a file left by an earlier run would be read as this run's id):
+/// put a job id in it. `id_path` must be visible to every rank (a shared file system across hosts).
+Result<std::unique_ptr<Communicator>> make_nccl_communicator_from_file(const std::string& id_path, int rank, int size,
+                                                                       const NcclOptions& options = {});
+
+}  // namespace strata::dispatch

@@ -1,0 +1,564 @@
+// The communicator conformance suite (see conformance.hpp): every implementation must move the
+// same bytes to the same places, count them the same way, and fail the same way: a rank that does
+// not arrive is named after the timeout, ranks in different collectives or disagreeing on sizes
+// get an error naming them, and a communicator stays broken after any of these.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "dispatch/communicator.hpp"
+#include "tests/dispatch/conformance.hpp"
+
+namespace strata::dispatch::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Long enough never to fire on a loaded machine (sanitizers, 4 processes on 2 cores), short
+// enough that a broken test fails instead of hanging.
+CommOptions normal_options() {
+  CommOptions o;
+  o.timeout = std::chrono::milliseconds(20000);
+  return o;
+}
+
+constexpr std::chrono::milliseconds kShortTimeout{500};
+
+CommOptions short_options() {
+  CommOptions o;
+  o.timeout = kShortTimeout;
+  return o;
+}
+
+// "rank 3" or "ranks 2, 3" as the communicators write them.
+std::string ranks_text(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+std::vector<int> range(int from, int to) {
+  std::vector<int> r;
+  for (int i = from; i < to; ++i) r.push_back(i);
+  return r;
+}
+
+// The byte that rank `src` sends to rank `dst` at offset i.
+std::uint8_t pattern(int src, int dst, std::int64_t i) {
+  return static_cast<std::uint8_t>(src * 131 + dst * 31 + i * 7 + (i >> 9) + 1);
+}
+
+constexpr std::uint8_t kSentinel = 0xEE;
+
+// An all_to_all_v with per-pair sizes count(s, r), laid out with gaps (peers in reverse order when
+// `reverse`), checked byte for byte, gaps included. Returns "" or the first problem.
+template <class Count>
+std::string exchange_and_check(Communicator& c, Count count, bool reverse) {
+  const int me = c.rank();
+  const int n = c.size();
+  constexpr std::int64_t kGap = 5;
+  std::vector<std::int64_t> sc(n), sd(n), rc(n), rd(n);
+  std::int64_t send_bytes = kGap, recv_bytes = kGap;
+  for (int i = 0; i < n; ++i) {
+    const int r = reverse ? n - 1 - i : i;
+    sc[r] = count(me, r);
+    sd[r] = send_bytes;
+    send_bytes += sc[r] + kGap;
+    rc[r] = count(r, me);
+    rd[r] = recv_bytes;
+    recv_bytes += rc[r] + kGap;
+  }
+  std::vector<std::uint8_t> send(send_bytes, kSentinel), recv(recv_bytes, kSentinel);
+  for (int r = 0; r < n; ++r) {
+    for (std::int64_t i = 0; i < sc[r]; ++i) send[sd[r] + i] = pattern(me, r, i);
+  }
+  const Status s = c.all_to_all_v(send.data(), sc.data(), sd.data(), recv.data(), rc.data(), rd.data());
+  if (!s.is_ok()) return "all_to_all_v failed: " + s.to_string();
+  std::vector<bool> covered(recv_bytes, false);
+  for (int src = 0; src < n; ++src) {
+    for (std::int64_t i = 0; i < rc[src]; ++i) {
+      covered[rd[src] + i] = true;
+      if (recv[rd[src] + i] != pattern(src, me, i)) {
+        return "rank " + std::to_string(me) + ": byte " + std::to_string(i) + " from rank " + std::to_string(src) +
+               " is " + std::to_string(recv[rd[src] + i]) + ", expected " + std::to_string(pattern(src, me, i));
+      }
+    }
+  }
+  for (std::int64_t i = 0; i < recv_bytes; ++i) {
+    if (!covered[i] && recv[i] != kSentinel)
+      return "rank " + std::to_string(me) + ": gap byte " + std::to_string(i) + " was written";
+  }
+  return "";
+}
+
+// Every collective once more on a broken communicator: each must fail with `code`.
+void expect_broken(Communicator& c, StatusCode code, const std::string& substr) {
+  const int n = c.size();
+  std::vector<std::int64_t> counts(n, 8), displs(n);
+  for (int r = 0; r < n; ++r) displs[r] = 8 * r;
+  std::vector<std::uint8_t> a(8 * n, 1), b(8 * n, 2);
+  const std::vector<std::uint8_t> b_before = b;
+  const Status results[] = {
+      c.all_to_all_v(a.data(), counts.data(), displs.data(), b.data(), counts.data(), displs.data()),
+      c.all_gather(a.data(), 8, b.data()),
+      c.all_reduce(b.data(), 2, DataType::kInt32, ReduceOp::kSum),
+      c.broadcast(b.data(), 8, 0),
+      c.barrier(),
+  };
+  for (const Status& s : results) {
+    EXPECT_FALSE(s.is_ok()) << "rank " << c.rank() << ": a call on a broken communicator succeeded";
+    EXPECT_EQ(s.code(), code) << s.to_string();
+    EXPECT_THAT(s.message(), HasSubstr(substr));
+  }
+  EXPECT_EQ(b, b_before) << "rank " << c.rank() << ": a broken communicator wrote the caller's buffer";
+}
+
+TEST_P(Conformance, RanksSizeAndKind) {
+  world().run(normal_options(), [&](RankEnv& env) {
+    Communicator& c = env.comm;
+    EXPECT_EQ(c.size(), n());
+    EXPECT_GE(c.rank(), 0);
+    EXPECT_LT(c.rank(), n());
+    EXPECT_EQ(std::string(c.kind()), world().kind());
+    const std::int32_t me = c.rank();
+    std::vector<std::int32_t> all(n(), -1);
+    ASSERT_TRUE(c.all_gather(&me, sizeof(me), all.data()).is_ok());
+    for (int r = 0; r < n(); ++r) EXPECT_EQ(all[r], r) << "ranks must be 0..size-1, each once";
+  });
+}
+
+TEST_P(Conformance, AllToAllVWithUnevenAndZeroCounts) {
+  world().run(normal_options(), [&](RankEnv& env) {
+    auto uneven = [](int s, int r) -> std::int64_t {
+      return (s + 2 * r) % 3 == 1 ? 0 : 1 + ((s * 7 + r * 13) % 5) * 999;
+    };
+    EXPECT_EQ(exchange_and_check(env.comm, uneven, /*reverse=*/true), "");
+    EXPECT_EQ(exchange_and_check(env.comm, uneven, /*reverse=*/false), "");
+    // One pair only: the last rank to rank 0 (every other pair, and the rank itself, sends nothing).
+    const int last = n() - 1;
+    auto one_pair = [last](int s, int r) -> std::int64_t { return s == last && r == 0 ? 100 : 0; };
+    EXPECT_EQ(exchange_and_check(env.comm, one_pair, true), "");
+    // Self only.
+    auto self_only = [](int s, int r) -> std::int64_t { return s == r ? 77 : 0; };
+    EXPECT_EQ(exchange_and_check(env.comm, self_only, false), "");
+  });
+}
+
+TEST_P(Conformance, AllToAllVWithNothingToSendAcceptsNullBuffers) {
+  world().run(normal_options(), [&](RankEnv& env) {
+    std::vector<std::int64_t> zero(n(), 0);
+    const Status s = env.comm.all_to_all_v(nullptr, zero.data(), zero.data(), nullptr, zero.data(), zero.data());
+    EXPECT_TRUE(s.is_ok()) << s.to_string();
+    EXPECT_EQ(env.comm.counters().calls, 1);
+    EXPECT_EQ(env.comm.counters().sent_bytes, 0);
+    EXPECT_EQ(env.comm.counters().received_bytes, 0);
+  });
+}
+
+TEST_P(Conformance, AllToAllVOfLargeMessages) {
+  world().run(normal_options(), [&](RankEnv& env) {
+    // A few MiB per pair, odd sizes, different per pair.
+    auto large = [](int s, int r) -> std::int64_t { return (std::int64_t{3} << 20) + 13 + s * 4096 + r; };
+    EXPECT_EQ(exchange_and_check(env.comm, large, true), "");
+  });
+}
+
+TEST_P(Conformance, AllToAllCountsExchangesOneValuePerPeer) {
+  world().run(normal_options(), [&](RankEnv& env) {
+    const int me = env.comm.rank();
+    std::vector<std::int64_t> send(n()), recv;
+    for (int r = 0; r < n(); ++r) send[r] = 1000 * me + r + (std::int64_t{1} << 40);
+    const Status s = all_to_all_counts(env.comm, send, recv);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    ASSERT_EQ(static_cast<int>(recv.size()), n());
+    for (int src = 0; src < n(); ++src) EXPECT_EQ(recv[src], 1000 * src + me + (std::int64_t{1} << 40));
+  });
+}
+
+TEST_P(Conformance, AllGatherInRankOrder) {
+  world().run(normal_options(), [&](RankEnv& env) {
+    const int me = env.comm.rank();
+    for (std::int64_t bytes : {std::int64_t{1}, std::int64_t{1000}, (std::int64_t{2} << 20) + 5, std::int64_t{0}}) {
+      std::vector<std::uint8_t> send(bytes), recv(bytes * n() + 3, kSentinel);
+      for (std::int64_t i = 0; i < bytes; ++i) send[i] = pattern(me, 0, i);
+      const Status s = env.comm.all_gather(send.data(), bytes, recv.data());
+      ASSERT_TRUE(s.is_ok()) << s.to_string();
+      std::int64_t wrong = 0;
+      for (int r = 0; r < n(); ++r) {
+        for (std::int64_t i = 0; i < bytes; ++i) wrong += recv[r * bytes + i] != pattern(r, 0, i);
+      }
+      EXPECT_EQ(wrong, 0) << "bytes " << bytes;
+      for (int i = 0; i < 3; ++i) EXPECT_EQ(recv[bytes * n() + i], kSentinel) << "wrote past size() * bytes";
+    }
+  });
+}
+
+// Values whose sums, minima and maxima are exact in every type and every order.
+template <class T>
+T value(int rank, std::int64_t i) {
+  const std::int64_t x = ((rank * 37 + i * 11) % 23) - 11;
+  if constexpr (std::is_floating_point_v<T>) {
+    return static_cast<T>(x) / T(2);
+  } else if constexpr (sizeof(T) == 8) {
+    return static_cast<T>(x * (std::int64_t{1} << 40) + rank);  // beyond 32 bits
+  } else {
+    return static_cast<T>(x * 1000 + rank);
+  }
+}
+
+template <class T>
+void check_all_reduce(Communicator& c, DataType type, ReduceOp op, std::int64_t count) {
+  std::vector<T> data(count), expected(count);
+  for (std::int64_t i = 0; i < count; ++i) {
+    data[i] = value<T>(c.rank(), i);
+    expected[i] = value<T>(0, i);
+    for (int r = 1; r < c.size(); ++r) {
+      const T v = value<T>(r, i);
+      switch (op) {
+        case ReduceOp::kSum: expected[i] = expected[i] + v; break;
+        case ReduceOp::kMin: expected[i] = std::min(expected[i], v); break;
+        case ReduceOp::kMax: expected[i] = std::max(expected[i], v); break;
+      }
+    }
+  }
+  const Status s = c.all_reduce(data.data(), count, type, op);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  std::int64_t wrong = 0;
+  for (std::int64_t i = 0; i < count; ++i) wrong += !(data[i] == expected[i]);
+  EXPECT_EQ(wrong, 0) << "type " << static_cast<int>(type) << " op " << static_cast<int>(op) << " count " << count;
+}
+
+TEST_P(Conformance, AllReduceOfEveryTypeAndOp) {
+  world().run(normal_options(), [&](RankEnv& env) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax}) {
+      // Counts below, at and not divisible by the world size.
+      for (std::int64_t count : {std::int64_t{1}, std::int64_t{3}, std::int64_t{1001}, std::int64_t{0}}) {
+        check_all_reduce<std::int32_t>(env.comm, DataType::kInt32, op, count);
+        check_all_reduce<std::int64_t>(env.comm, DataType::kInt64, op, count);
+        check_all_reduce<float>(env.comm, DataType::kFloat32, op, count);
+        check_all_reduce<double>(env.comm, DataType::kFloat64, op, count);
+      }
+    }
+  });
+}
+
+TEST_P(Conformance, AllReduceGivesEveryRankTheSameBits) {
+  world().run(normal_options(), [&](RankEnv& env) {
+    // Sums that depend on the order of the additions: whatever the order, it is the same everywhere.
+    const std::int64_t count = 777;
+    std::vector<float> data(count);
+    for (std::int64_t i = 0; i < count; ++i)
+      data[i] = 0.1f * static_cast<float>(env.comm.rank() + 1) + 1e-3f * static_cast<float>(i);
+    ASSERT_TRUE(env.comm.all_reduce(data.data(), count, DataType::kFloat32, ReduceOp::kSum).is_ok());
+    std::vector<float> all(count * n());
+    ASSERT_TRUE(env.comm.all_gather(data.data(), count * 4, all.data()).is_ok());
+    for (int r = 0; r < n(); ++r) {
+      EXPECT_EQ(std::memcmp(all.data() + r * count, data.data(), count * 4), 0) << "rank " << r << " got other bits";
+    }
+  });
+}
+
+TEST_P(Conformance, BroadcastFromEveryRoot) {
+  world().run(normal_options(), [&](RankEnv& env) {
+    const int me = env.comm.rank();
+    for (int root = 0; root < n(); ++root) {
+      for (std::int64_t bytes : {std::int64_t{5}, (std::int64_t{1} << 20) + 3}) {
+        std::vector<std::uint8_t> data(bytes + 2, 0x5A);
+        if (me == root) {
+          for (std::int64_t i = 0; i < bytes; ++i) data[i] = pattern(root, 7, i);
+        }
+        const Status s = env.comm.broadcast(data.data(), bytes, root);
+        ASSERT_TRUE(s.is_ok()) << s.to_string();
+        std::int64_t wrong = 0;
+        for (std::int64_t i = 0; i < bytes; ++i) wrong += data[i] != pattern(root, 7, i);
+        EXPECT_EQ(wrong, 0) << "root " << root << " bytes " << bytes;
+        EXPECT_EQ(data[bytes], 0x5A);
+        EXPECT_EQ(data[bytes + 1], 0x5A);
+      }
+    }
+  });
+}
+
+TEST_P(Conformance, BarrierLetsNoRankThroughBeforeAllArrived) {
+  world().run(normal_options(), [&](RankEnv& env) {
+    namespace fs = std::filesystem;
+    const int me = env.comm.rank();
+    for (int round = 0; round < 10; ++round) {
+      // Each rank leaves a mark before the barrier; after it, every mark of the round must exist.
+      std::ofstream(fs::path(env.shared_dir) / ("r" + std::to_string(round) + "-" + std::to_string(me))) << me;
+      const Status s = env.comm.barrier();
+      ASSERT_TRUE(s.is_ok()) << s.to_string();
+      for (int r = 0; r < n(); ++r) {
+        EXPECT_TRUE(fs::exists(fs::path(env.shared_dir) / ("r" + std::to_string(round) + "-" + std::to_string(r))))
+            << "rank " << me << " passed barrier " << round << " before rank " << r << " arrived";
+      }
+    }
+  });
+}
+
+TEST_P(Conformance, CountersCountBytesToAndFromOtherRanks) {
+  world().run(normal_options(), [&](RankEnv& env) {
+    Communicator& c = env.comm;
+    const int me = c.rank();
+    const std::int64_t peers = n() - 1;
+    CommCounters k = c.counters();
+    EXPECT_EQ(k.sent_bytes, 0);
+    EXPECT_EQ(k.received_bytes, 0);
+    EXPECT_EQ(k.calls, 0);
+
+    std::int64_t sent = 0, received = 0;
+    {
+      auto count = [](int s, int r) -> std::int64_t { return 10 * (s + 1) + r; };
+      ASSERT_EQ(exchange_and_check(c, count, false), "");
+      for (int r = 0; r < n(); ++r) {
+        if (r == me) continue;
+        sent += count(me, r);
+        received += count(r, me);
+      }
+    }
+    std::vector<std::uint8_t> buf(64), gathered(24 * n());
+    ASSERT_TRUE(c.all_gather(buf.data(), 24, gathered.data()).is_ok());
+    sent += peers * 24;
+    received += peers * 24;
+    ASSERT_TRUE(c.all_reduce(buf.data(), 6, DataType::kInt64, ReduceOp::kMax).is_ok());
+    sent += peers * 48;
+    received += peers * 48;
+    ASSERT_TRUE(c.broadcast(buf.data(), 40, n() - 1).is_ok());
+    if (me == n() - 1) {
+      sent += peers * 40;
+    } else {
+      received += 40;
+    }
+    ASSERT_TRUE(c.barrier().is_ok());
+    k = c.counters();
+    EXPECT_EQ(k.sent_bytes, sent);
+    EXPECT_EQ(k.received_bytes, received);
+    EXPECT_EQ(k.calls, 5);
+  });
+}
+
+// Many collectives of random kinds and sizes (the same sequence on every rank), every result
+// checked: shakes out generation and buffer-reuse bugs, and races under ThreadSanitizer.
+TEST_P(Conformance, LongMixedSequence) {
+  world().run(normal_options(), [&](RankEnv& env) {
+    Communicator& c = env.comm;
+    const int me = c.rank();
+    std::mt19937 rng(1234);  // same seed on every rank: the same sequence of calls
+    for (int round = 0; round < 120; ++round) {
+      const int kind = static_cast<int>(rng() % 5);
+      if (kind == 0) {
+        std::vector<std::int64_t> m(n() * n());
+        for (auto& x : m) x = rng() % 3 == 0 ? 0 : rng() % 3000;
+        auto count = [&](int s, int r) { return m[s * n() + r]; };
+        ASSERT_EQ(exchange_and_check(c, count, round % 2 == 0), "") << "round " << round;
+      } else if (kind == 1) {
+        const std::int64_t bytes = rng() % 2000;
+        std::vector<std::uint8_t> send(bytes), recv(bytes * n());
+        for (std::int64_t i = 0; i < bytes; ++i) send[i] = pattern(me, round, i);
+        ASSERT_TRUE(c.all_gather(send.data(), bytes, recv.data()).is_ok());
+        for (int r = 0; r < n(); ++r) {
+          for (std::int64_t i = 0; i < bytes; ++i)
+            ASSERT_EQ(recv[r * bytes + i], pattern(r, round, i)) << "round " << round;
+        }
+      } else if (kind == 2) {
+        const std::int64_t count = rng() % 500;
+        check_all_reduce<std::int64_t>(c, DataType::kInt64, static_cast<ReduceOp>(rng() % 3), count);
+        if (::testing::Test::HasFatalFailure()) return;
+      } else if (kind == 3) {
+        const int root = static_cast<int>(rng() % n());
+        const std::int64_t bytes = rng() % 5000;
+        std::vector<std::uint8_t> data(bytes, 0);
+        if (me == root) {
+          for (std::int64_t i = 0; i < bytes; ++i) data[i] = pattern(root, round, i);
+        }
+        ASSERT_TRUE(c.broadcast(data.data(), bytes, root).is_ok());
+        for (std::int64_t i = 0; i < bytes; ++i) ASSERT_EQ(data[i], pattern(root, round, i)) << "round " << round;
+      } else {
+        ASSERT_TRUE(c.barrier().is_ok());
+      }
+    }
+    EXPECT_EQ(c.counters().calls, 120);
+  });
+}
+
+// ---- errors ----
+
+TEST_P(Conformance, TimeoutNamesTheRanksThatDidNotArrive) {
+  if (n() < 2) GTEST_SKIP() << "needs two ranks";
+  // The last rank (of 2), or the last two ranks, never make the call.
+  const std::vector<int> missing = n() == 2 ? std::vector<int>{1} : std::vector<int>{n() - 2, n() - 1};
+  const std::string expected = "all_to_all_v: timed out after " + std::to_string(kShortTimeout.count()) + " ms; " +
+                               ranks_text(missing) + " of " + std::to_string(n()) + " did not arrive";
+  world().run(short_options(), [&](RankEnv& env) {
+    Communicator& c = env.comm;
+    const bool arrives = c.rank() < missing.front();
+    env.sync();
+    if (arrives) {
+      std::vector<std::int64_t> counts(n(), 8), displs(n());
+      for (int r = 0; r < n(); ++r) displs[r] = 8 * r;
+      std::vector<std::uint8_t> send(8 * n(), 1), recv(8 * n(), kSentinel);
+      const Status s =
+          c.all_to_all_v(send.data(), counts.data(), displs.data(), recv.data(), counts.data(), displs.data());
+      EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.to_string();
+      EXPECT_THAT(s.message(), HasSubstr(expected));
+      EXPECT_EQ(recv, std::vector<std::uint8_t>(8 * n(), kSentinel)) << "a failed call wrote the caller's buffer";
+      EXPECT_EQ(c.counters().calls, 1);
+      EXPECT_EQ(c.counters().sent_bytes, 0);
+    }
+    env.sync();  // every arriving rank has failed: now the group is broken for everyone
+    // The ranks that arrived see their own error again; the late ones learn of it (or time out).
+    expect_broken(c, StatusCode::kUnavailable, arrives ? expected : "");
+  });
+}
+
+TEST_P(Conformance, DifferentCollectivesAreRejectedOnEveryRank) {
+  if (n() < 2) GTEST_SKIP() << "needs two ranks";
+  world().run(normal_options(), [&](RankEnv& env) {
+    Communicator& c = env.comm;
+    std::vector<std::uint8_t> send(8, 3), recv(8 * n(), kSentinel);
+    const Status s = c.rank() == 0 ? c.all_gather(send.data(), 8, recv.data()) : c.barrier();
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.to_string();
+    EXPECT_THAT(s.message(), HasSubstr("collective mismatch: rank 0 called all_gather; " + ranks_text(range(1, n())) +
+                                       " called barrier"));
+    EXPECT_EQ(recv, std::vector<std::uint8_t>(8 * n(), kSentinel));
+    expect_broken(c, StatusCode::kFailedPrecondition, "collective mismatch");
+  });
+  world().run(normal_options(), [&](RankEnv& env) {
+    Communicator& c = env.comm;
+    const int last = n() - 1;
+    std::vector<std::int64_t> counts(n(), 4), displs(n());
+    for (int r = 0; r < n(); ++r) displs[r] = 4 * r;
+    std::vector<std::int32_t> a(n(), 1), b(n(), 0);
+    const Status s = c.rank() == last ? c.all_to_all_v(a.data(), counts.data(), displs.data(), b.data(), counts.data(),
+                                                       displs.data())
+                                      : c.all_reduce(a.data(), n(), DataType::kInt32, ReduceOp::kSum);
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.to_string();
+    EXPECT_THAT(s.message(), HasSubstr(ranks_text(range(0, last)) + " called all_reduce; rank " + std::to_string(last) +
+                                       " called all_to_all_v"));
+    expect_broken(c, StatusCode::kFailedPrecondition, "collective mismatch");
+  });
+}
+
+// Rank `odd` (the last) calls with a different size than the others: every rank must get
+// InvalidArgument with `message`, nothing may be written, and the communicator stays broken.
+struct SizeMismatch {
+  const char* name;
+  std::function<Status(Communicator&, bool odd, std::vector<std::uint8_t>& buf)> call;
+  std::function<std::string(int n)> message;
+};
+
+TEST_P(Conformance, DisagreeingSizesAreRejectedOnEveryRank) {
+  if (n() < 2) GTEST_SKIP() << "needs two ranks";
+  auto others = [](int n) { return ranks_text(range(0, n - 1)); };
+  auto last = [](int n) { return "rank " + std::to_string(n - 1); };
+  const std::vector<SizeMismatch> cases = {
+      {"all_gather bytes",
+       [](Communicator& c, bool odd, std::vector<std::uint8_t>& buf) {
+         std::vector<std::uint8_t> send(64, 1);
+         return c.all_gather(send.data(), odd ? 32 : 64, buf.data());
+       },
+       [&](int n) { return "all_gather: ranks disagree on bytes: " + others(n) + ": 64; " + last(n) + ": 32"; }},
+      {"all_reduce count",
+       [](Communicator& c, bool odd, std::vector<std::uint8_t>& buf) {
+         return c.all_reduce(buf.data(), odd ? 10 : 11, DataType::kInt32, ReduceOp::kSum);
+       },
+       [&](int n) { return "all_reduce: ranks disagree on count: " + others(n) + ": 11; " + last(n) + ": 10"; }},
+      {"all_reduce type",
+       [](Communicator& c, bool odd, std::vector<std::uint8_t>& buf) {
+         return c.all_reduce(buf.data(), 4, odd ? DataType::kFloat64 : DataType::kFloat32, ReduceOp::kSum);
+       },
+       [&](int n) {
+         return "all_reduce: ranks disagree on data type: " + others(n) + ": float32; " + last(n) + ": float64";
+       }},
+      {"all_reduce op",
+       [](Communicator& c, bool odd, std::vector<std::uint8_t>& buf) {
+         return c.all_reduce(buf.data(), 4, DataType::kInt64, odd ? ReduceOp::kMax : ReduceOp::kSum);
+       },
+       [&](int n) { return "all_reduce: ranks disagree on reduce op: " + others(n) + ": sum; " + last(n) + ": max"; }},
+      {"broadcast root",
+       [](Communicator& c, bool odd, std::vector<std::uint8_t>& buf) {
+         return c.broadcast(buf.data(), 16, odd ? 1 : 0);
+       },
+       [&](int n) { return "broadcast: ranks disagree on root: " + others(n) + ": 0; " + last(n) + ": 1"; }},
+      {"broadcast bytes",
+       [](Communicator& c, bool odd, std::vector<std::uint8_t>& buf) {
+         return c.broadcast(buf.data(), odd ? 17 : 16, 0);
+       },
+       [&](int n) { return "broadcast: ranks disagree on bytes: " + others(n) + ": 16; " + last(n) + ": 17"; }},
+      {"all_to_all_v counts",
+       [](Communicator& c, bool, std::vector<std::uint8_t>& buf) {
+         // Rank 0 sends 100 bytes to rank 1, which expects 96 from it; all else matches.
+         const int n = c.size();
+         std::vector<std::int64_t> sc(n, 8), rc(n, 8), displs(n);
+         for (int r = 0; r < n; ++r) displs[r] = 128 * r;
+         if (c.rank() == 0) sc[1] = 100;
+         if (c.rank() == 1) rc[0] = 96;
+         std::vector<std::uint8_t> send(128 * n, 1);
+         return c.all_to_all_v(send.data(), sc.data(), displs.data(), buf.data(), rc.data(), displs.data());
+       },
+       [](int) {
+         return std::string(
+             "all_to_all_v: send and receive counts disagree: rank 0 sends 100 bytes to rank 1, which expects 96 from "
+             "it");
+       }},
+  };
+  for (const SizeMismatch& m : cases) {
+    SCOPED_TRACE(m.name);
+    world().run(normal_options(), [&](RankEnv& env) {
+      Communicator& c = env.comm;
+      std::vector<std::uint8_t> buf(128 * n(), kSentinel);
+      const Status s = m.call(c, c.rank() == n() - 1, buf);
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+      EXPECT_EQ(s.message(), m.message(n()));
+      EXPECT_EQ(buf, std::vector<std::uint8_t>(128 * n(), kSentinel)) << "a rejected call moved data";
+      EXPECT_EQ(c.counters().sent_bytes + c.counters().received_bytes, 0);
+      expect_broken(c, StatusCode::kInvalidArgument, m.message(n()));
+    });
+  }
+}
+
+TEST_P(Conformance, InvalidArgumentsOnOneRankFailEveryRank) {
+  world().run(normal_options(), [&](RankEnv& env) {
+    Communicator& c = env.comm;
+    const int last = n() - 1;
+    std::vector<std::int32_t> data(4, 1);
+    const Status s = c.all_reduce(data.data(), c.rank() == last ? -1 : 4, DataType::kInt32, ReduceOp::kSum);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+    EXPECT_EQ(s.message(), "all_reduce: invalid arguments: rank " + std::to_string(last) + ": count = -1 is negative");
+    EXPECT_EQ(data, std::vector<std::int32_t>(4, 1));
+    expect_broken(c, StatusCode::kInvalidArgument, "count = -1 is negative");
+  });
+  world().run(normal_options(), [&](RankEnv& env) {
+    std::vector<std::uint8_t> data(8, 1);
+    const Status s = env.comm.broadcast(data.data(), 8, n());
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+    EXPECT_THAT(s.message(),
+                HasSubstr("rank 0: root " + std::to_string(n()) + " out of range [0, " + std::to_string(n()) + ")"));
+  });
+  world().run(normal_options(), [&](RankEnv& env) {
+    // all_to_all_counts with one entry too many on rank 0.
+    std::vector<std::int64_t> send(env.comm.rank() == 0 ? n() + 1 : n(), 1), recv;
+    const Status s = all_to_all_counts(env.comm, send, recv);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+    if (env.comm.rank() == 0) {
+      EXPECT_THAT(s.message(), HasSubstr("send has " + std::to_string(n() + 1) + " entries"));
+    } else {
+      EXPECT_THAT(s.message(), HasSubstr("invalid arguments: rank 0"));
+    }
+  });
+}
+
+}  // namespace
+}  // namespace strata::dispatch::testing

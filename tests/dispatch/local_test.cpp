@@ -1,0 +1,158 @@
+// The `local` communicator: the conformance suite with 1 to 4 thread ranks, and what only the
+// local group has (closing a rank, factory errors). Also runs under ThreadSanitizer (tsan preset).
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dispatch/comm_factory.hpp"
+#include "dispatch/local_communicator.hpp"
+#include "tests/dispatch/conformance.hpp"
+
+namespace strata::dispatch::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A barrier for the test threads themselves (not under test). Fails the test instead of hanging.
+class ThreadSync {
+ public:
+  explicit ThreadSync(int n) : n_(n) {}
+  void arrive() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const std::uint64_t gen = generation_;
+    if (++count_ == n_) {
+      count_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    if (!cv_.wait_for(lock, std::chrono::seconds(60), [&] { return generation_ != gen; })) {
+      ADD_FAILURE() << "test sync: not every rank arrived within 60 s";
+    }
+  }
+
+ private:
+  const int n_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int count_ = 0;
+  std::uint64_t generation_ = 0;
+};
+
+class LocalWorld final : public World {
+ public:
+  explicit LocalWorld(int n) : n_(n) {}
+  std::string name() const override { return "local" + std::to_string(n_); }
+  std::string kind() const override { return "local"; }
+  int size() const override { return n_; }
+
+  void run(const CommOptions& options, const std::function<void(RankEnv&)>& body) override {
+    auto made = make_local_group(n_, options);
+    ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+    auto comms = std::move(made).value();
+    char tmpl[] = "/tmp/strata-local-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    const std::string dir = tmpl;
+    ThreadSync sync(n_);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n_; ++r) {
+      threads.emplace_back([&, r] {
+        RankEnv env{*comms[r], [&] { sync.arrive(); }, dir};
+        body(env);
+      });
+    }
+    for (auto& t : threads) t.join();
+    std::filesystem::remove_all(dir);
+  }
+
+ private:
+  const int n_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Local, Conformance,
+                         ::testing::Values(make_world<LocalWorld>(1), make_world<LocalWorld>(2),
+                                           make_world<LocalWorld>(3), make_world<LocalWorld>(4)),
+                         world_name);
+
+TEST(LocalGroup, RejectsBadSizesAndTimeouts) {
+  auto a = make_local_group(0);
+  EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(a.status().message(), HasSubstr("size 0 must be at least 1"));
+  CommOptions o;
+  o.timeout = std::chrono::milliseconds(0);
+  auto b = make_local_group(2, o);
+  EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(b.status().message(), HasSubstr("timeout 0 ms must be positive"));
+}
+
+// A rank whose communicator is destroyed can never arrive: the others fail at once, also while
+// they are already waiting, instead of waiting out a long timeout.
+TEST(LocalGroup, ClosingARankFailsItsPeersWithoutWaitingForTheTimeout) {
+  CommOptions o;
+  o.timeout = std::chrono::hours(1);
+  auto comms = make_local_group(3, o).value();
+  std::vector<Status> got(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) threads.emplace_back([&, r] { got[r] = comms[r]->barrier(); });
+  comms[2].reset();
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(got[r].code(), StatusCode::kUnavailable) << got[r].to_string();
+    EXPECT_THAT(got[r].message(), HasSubstr("rank 2 of 3 closed its local communicator"));
+  }
+  EXPECT_FALSE(comms[0]->barrier().is_ok());
+}
+
+// Destroying every communicator right after the last collective, in any order, is fine: a peer
+// still returning from that collective must not see the group as broken.
+TEST(LocalGroup, RanksMayCloseAsSoonAsTheirLastCallReturns) {
+  for (int repeat = 0; repeat < 200; ++repeat) {
+    auto comms = make_local_group(4).value();
+    std::vector<Status> got(4);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 4; ++r) {
+      threads.emplace_back([&, r] {
+        std::int64_t v = r;
+        got[r] = comms[r]->all_reduce(&v, 1, DataType::kInt64, ReduceOp::kSum);
+        if (got[r].is_ok() && v != 6) got[r] = Status::internal("wrong sum " + std::to_string(v));
+        if (got[r].is_ok()) got[r] = comms[r]->barrier();
+        comms[r].reset();
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < 4; ++r)
+      ASSERT_TRUE(got[r].is_ok()) << "repeat " << repeat << " rank " << r << ": " << got[r].to_string();
+  }
+}
+
+TEST(CommFactory, MakesLocalGroupsAndRejectsUnknownKinds) {
+  auto local = make_communicators("local", 3);
+  ASSERT_TRUE(local.is_ok()) << local.status().to_string();
+  ASSERT_EQ(local->size(), 3u);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ((*local)[r]->rank(), r);
+    EXPECT_EQ((*local)[r]->size(), 3);
+    EXPECT_STREQ((*local)[r]->kind(), "local");
+  }
+  auto unknown = make_communicators("gloo", 1);
+  EXPECT_EQ(unknown.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(unknown.status().message(),
+              HasSubstr("unknown communicator kind 'gloo' (expected one of: local, mpi, nccl)"));
+  auto mpi_threads = make_communicators("mpi", 2);
+  EXPECT_EQ(mpi_threads.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(mpi_threads.status().message(), HasSubstr("one rank per process"));
+  auto none = make_communicators("local", 0);
+  EXPECT_EQ(none.status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace strata::dispatch::testing

@@ -1,0 +1,176 @@
+// The `mpi` communicator: the conformance suite with one rank per process. Run by CTest as
+// `mpirun -np N dispatch_mpi_test` for N = 1, 2, 4. Every process runs every test in the same
+// order; each test gets a fresh communicator (a new duplicate of MPI_COMM_WORLD), so a test that
+// breaks its communicator leaves nothing behind for the next. Test control (sync, the shared
+// directory, the final verdict) goes over a separate duplicate and is polled with a deadline: a
+// rank that fails or stalls makes the job abort with a message, never hang.
+//
+// Only rank 0 prints GoogleTest's usual output; the other ranks print their failures prefixed
+// with their rank. The exit status is the same on every rank: failed if any rank failed.
+
+#include <mpi.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "dispatch/mpi_communicator.hpp"
+#include "tests/dispatch/conformance.hpp"
+
+namespace strata::dispatch::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+MPI_Comm g_control = MPI_COMM_NULL;
+int g_rank = 0;
+int g_size = 1;
+
+constexpr auto kControlDeadline = std::chrono::seconds(120);
+
+// Waits for a non-blocking operation on the control communicator; aborts the job (with the
+// reason) when it does not complete: the ranks are out of step and cannot recover.
+void finish(MPI_Request& req, const char* what) {
+  const auto deadline = std::chrono::steady_clock::now() + kControlDeadline;
+  for (;;) {
+    int done = 0;
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::fprintf(stderr, "[rank %d] test control: %s did not complete within 120 s; aborting the job\n", g_rank,
+                   what);
+      MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+void control_barrier() {
+  MPI_Request req;
+  MPI_Ibarrier(g_control, &req);
+  finish(req, "a barrier");
+}
+
+class MpiWorld final : public World {
+ public:
+  std::string name() const override { return "mpi" + std::to_string(g_size); }
+  std::string kind() const override { return "mpi"; }
+  int size() const override { return g_size; }
+
+  void run(const CommOptions& options, const std::function<void(RankEnv&)>& body) override {
+    // A directory for the whole world: rank 0 makes it and tells the others its name.
+    char dir[256] = {};
+    if (g_rank == 0) {
+      std::snprintf(dir, sizeof(dir), "/tmp/strata-mpi-XXXXXX");
+      if (!mkdtemp(dir)) dir[0] = '\0';
+    }
+    MPI_Request req;
+    MPI_Ibcast(dir, sizeof(dir), MPI_CHAR, 0, g_control, &req);
+    finish(req, "sharing the test directory");
+    ASSERT_NE(dir[0], '\0') << "rank 0 could not make a temporary directory";
+    {
+      auto made = make_mpi_communicator(options);
+      EXPECT_TRUE(made.is_ok()) << made.status().to_string();
+      if (made.is_ok()) {
+        RankEnv env{*made.value(), control_barrier, dir};
+        body(env);
+      }
+      control_barrier();  // every rank is done with the world before it goes
+    }
+    if (g_rank == 0) std::filesystem::remove_all(dir);
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Mpi, Conformance, ::testing::Values(make_world<MpiWorld>()), world_name);
+
+TEST(MpiCommunicator, FactoryErrors) {
+  auto null_comm = make_mpi_communicator_over(nullptr);
+  EXPECT_EQ(null_comm.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(null_comm.status().message(), HasSubstr("mpi_comm is null"));
+  CommOptions o;
+  o.timeout = std::chrono::milliseconds(-1);
+  auto bad_timeout = make_mpi_communicator(o);
+  EXPECT_EQ(bad_timeout.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ensure_mpi_initialized().is_ok());  // idempotent
+  EXPECT_TRUE(launched_by_mpi());
+}
+
+TEST(MpiCommunicator, PlaceMatchesTheWorld) {
+  auto place = mpi_place();
+  ASSERT_TRUE(place.is_ok()) << place.status().to_string();
+  EXPECT_EQ(place->rank, g_rank);
+  EXPECT_EQ(place->size, g_size);
+  EXPECT_GE(place->local_rank, 0);
+  EXPECT_LT(place->local_rank, g_size);
+}
+
+// A communicator over a sub-communicator: the even ranks only.
+TEST(MpiCommunicator, WorksOverAGivenCommunicator) {
+  MPI_Comm half = MPI_COMM_NULL;
+  ASSERT_EQ(MPI_Comm_split(MPI_COMM_WORLD, g_rank % 2, g_rank, &half), MPI_SUCCESS);
+  {
+    auto made = make_mpi_communicator_over(&half);
+    ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+    Communicator& c = *made.value();
+    EXPECT_EQ(c.size(), (g_size + 1 - g_rank % 2) / 2);
+    EXPECT_EQ(c.rank(), g_rank / 2);
+    std::int64_t v = g_rank;
+    ASSERT_TRUE(c.all_reduce(&v, 1, DataType::kInt64, ReduceOp::kMax).is_ok());
+    // The largest world rank of the same parity.
+    const int top = (g_size - 1) % 2 == g_rank % 2 ? g_size - 1 : g_size - 2;
+    EXPECT_EQ(v, top);
+  }
+  MPI_Comm_free(&half);
+  control_barrier();
+}
+
+// Prints the failures of ranks other than 0 (whose GoogleTest output is silenced), with the rank.
+class RankFailurePrinter : public ::testing::EmptyTestEventListener {
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (!r.failed()) return;
+    std::fprintf(stderr, "[rank %d] %s:%d: failure\n%s\n", g_rank, r.file_name() ? r.file_name() : "?", r.line_number(),
+                 r.summary());
+  }
+  void OnTestEnd(const ::testing::TestInfo& info) override {
+    if (info.result()->Failed())
+      std::fprintf(stderr, "[rank %d] FAILED %s.%s\n", g_rank, info.test_suite_name(), info.name());
+  }
+};
+
+}  // namespace
+}  // namespace strata::dispatch::testing
+
+int main(int argc, char** argv) {
+  using namespace strata::dispatch::testing;
+  // MPI first: the tests' names (registered by InitGoogleTest) contain the world size.
+  const strata::Status init = strata::dispatch::ensure_mpi_initialized();  // finalized at exit
+  if (!init.is_ok()) {
+    std::fprintf(stderr, "dispatch_mpi_test: %s\n", init.to_string().c_str());
+    return 1;
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+  MPI_Comm_dup(MPI_COMM_WORLD, &g_control);
+  ::testing::InitGoogleTest(&argc, argv);
+  if (g_rank != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new RankFailurePrinter);
+  }
+  int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+  int any_failed = failed;
+  MPI_Request req;
+  MPI_Iallreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, g_control, &req);
+  finish(req, "agreeing on the result");
+  if (g_rank == 0 && any_failed && !failed)
+    std::fprintf(stderr, "dispatch_mpi_test: tests failed on other ranks (see above)\n");
+  MPI_Comm_free(&g_control);
+  return any_failed;
+}

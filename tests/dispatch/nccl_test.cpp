@@ -1,0 +1,100 @@
+// The `nccl` communicator: the conformance suite with one rank on one GPU (bootstrapped through
+// an id file), and the factories' errors. Skips when the build has no NCCL or no GPU is visible.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "dispatch/local_communicator.hpp"
+#include "dispatch/nccl_communicator.hpp"
+#include "gpu/device.hpp"
+#include "tests/dispatch/conformance.hpp"
+
+namespace strata::dispatch::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string fresh_id_path() {
+  static std::atomic<int> counter{0};
+  return "/tmp/strata-nccl-id-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+}
+
+class NcclWorld final : public World {
+ public:
+  std::string name() const override { return "nccl1"; }
+  std::string kind() const override { return "nccl"; }
+  int size() const override { return 1; }
+  std::string skip_reason() const override {
+    if (!nccl_built()) return "this build has no NCCL";
+    if (gpu::cuda_device_count() == 0) return "no GPU visible";
+    return "";
+  }
+
+  void run(const CommOptions& options, const std::function<void(RankEnv&)>& body) override {
+    const std::string id_path = fresh_id_path();
+    char dir[] = "/tmp/strata-nccl-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    NcclOptions o;
+    o.comm = options;
+    {
+      auto made = make_nccl_communicator_from_file(id_path, 0, 1, o);
+      ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+      RankEnv env{*made.value(), [] {}, dir};
+      body(env);
+    }
+    std::remove(id_path.c_str());
+    std::filesystem::remove_all(dir);
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Nccl, Conformance, ::testing::Values(make_world<NcclWorld>()), world_name);
+
+TEST(NcclCommunicator, FactoriesSayWhyTheyCannotRun) {
+  auto made = make_nccl_communicator_from_file(fresh_id_path(), 0, 1);
+  if (!nccl_built()) {
+    EXPECT_EQ(made.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_THAT(made.status().message(), HasSubstr("no NCCL support"));
+  } else if (gpu::cuda_device_count() == 0) {
+    EXPECT_EQ(made.status().code(), StatusCode::kUnavailable);
+    EXPECT_THAT(made.status().message(), HasSubstr("no CUDA GPU is visible"));
+  } else {
+    EXPECT_TRUE(made.is_ok()) << made.status().to_string();
+  }
+  auto bad_rank = make_nccl_communicator_from_file(fresh_id_path(), 2, 2);
+  if (nccl_built()) {
+    EXPECT_EQ(bad_rank.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(bad_rank.status().message(), HasSubstr("rank 2 out of range [0, 2)"));
+  }
+}
+
+// The bootstrap through a communicator: rank 0's id travels over a local group of one.
+TEST(NcclCommunicator, BootstrapsThroughAnotherCommunicator) {
+  if (!nccl_built()) GTEST_SKIP() << "this build has no NCCL";
+  if (gpu::cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible";
+  auto boot = make_local_group(1).value();
+  auto made = make_nccl_communicator(*boot[0]);
+  ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+  std::int64_t v = 41;
+  ASSERT_TRUE(made.value()->all_reduce(&v, 1, DataType::kInt64, ReduceOp::kSum).is_ok());
+  EXPECT_EQ(v, 41);
+}
+
+// A second rank that never comes: the id file is never written, and rank 1 says so.
+TEST(NcclCommunicator, MissingIdFileTimesOut) {
+  if (!nccl_built()) GTEST_SKIP() << "this build has no NCCL";
+  if (gpu::cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible";
+  NcclOptions o;
+  o.comm.timeout = std::chrono::milliseconds(200);
+  auto made = make_nccl_communicator_from_file(fresh_id_path(), 1, 2, o);
+  EXPECT_EQ(made.status().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(made.status().message(), HasSubstr("did not appear within 200 ms"));
+}
+
+}  // namespace
+}  // namespace strata::dispatch::testing
