@@ -31,18 +31,22 @@ CachePool::CachePool(CachePoolOptions options)
     : opt_(std::move(options)),
       index_(opt_.slots),
       slots_(static_cast<std::size_t>(opt_.slots)),
-      heaps_(opt_.tables.size()),
+      version_(static_cast<std::size_t>(opt_.slots), 0),
+      order_(opt_.slots),
       table_count_(opt_.tables.size(), 0),
       table_pinned_(opt_.tables.size(), 0),
       stats_(opt_.tables.size()) {
+  STRATA_CHECK(opt_.slots >= 0 && opt_.slots <= (std::int64_t{1} << 30));  // slots are 32-bit inside
+  STRATA_CHECK(opt_.tables.size() <= (std::size_t{1} << 16));              // tables are 16-bit in cache keys
+  for (const PoolTable& t : opt_.tables) any_cap_ = any_cap_ || t.cap > 0;
+  table_order_.reserve(opt_.tables.size());
+  for (const PoolTable& t : opt_.tables) table_order_.emplace_back(t.cap > 0 ? std::min(t.cap, opt_.slots) : 0);
   free_.reserve(static_cast<std::size_t>(opt_.slots));
   // Popped from the back: slot 0 is used first.
   for (std::int64_t s = opt_.slots - 1; s >= 0; --s) free_.push_back(s);
 }
 
 namespace {
-constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
-
 std::string table_list(const CachePoolOptions& opt, const std::vector<std::int64_t>& per_table) {
   std::string s;
   for (std::size_t t = 0; t < per_table.size(); ++t) {
@@ -52,79 +56,81 @@ std::string table_list(const CachePoolOptions& opt, const std::vector<std::int64
   }
   return s;
 }
+
+// The loops over a batch's rows go block by block: a first pass over a block starts loading what
+// the rows will touch (hash entries, slot records, queue tails), a second pass (if any) what those
+// point to, and the last pass does the work on lines already in cache. The random accesses of a
+// block are independent, so they overlap instead of each waiting on memory in turn.
+constexpr std::size_t kBlock = 64;
 }  // namespace
 
-std::int64_t CachePool::next_use(std::uint64_t key) const noexcept {
-  auto it = future_.find(key);
-  return it == future_.end() || it->second.empty() ? kNever : it->second.front();
-}
+const CachePool::Slot CachePool::kFreeSlot{};
 
-std::uint64_t CachePool::score_of(const Slot& s) const noexcept {
-  switch (opt_.policy) {
-    case Policy::kLru:
-      return s.last;
-    case Policy::kLfu:
-      return (std::uint64_t{std::min<std::uint32_t>(s.freq, (1u << 23) - 1)} << 40) | (s.last & ((std::uint64_t{1} << 40) - 1));
-    case Policy::kLookahead: {
-      // Rows used again within the window rank above every other row, sooner use higher (Belady
-      // within the window). Rows with no use in the window fall back to LFU order (uses, then
-      // recency), so stale rows leave first instead of ties going to the lowest slot.
-      const std::int64_t nu = next_use(s.key);
-      if (nu == kNever)
-        return (std::uint64_t{std::min<std::uint32_t>(s.freq, (1u << 22) - 1)} << 40) | (s.last & ((std::uint64_t{1} << 40) - 1));
-      const std::uint64_t soon = (std::uint64_t{1} << 43) - 1 - static_cast<std::uint64_t>(std::min<std::int64_t>(nu, (std::int64_t{1} << 43) - 2));
-      return (std::uint64_t{1} << 63) | (soon << 20) | std::min<std::uint32_t>(s.freq, (1u << 20) - 1);
-    }
+// Pins a resident slot; a slot leaving the eviction order gets a new version (its entries go stale).
+inline void CachePool::pin(Slot& s, std::int64_t slot) {
+  if (s.state++ % Slot::kDirty == 0) {  // no pins before
+    ++version_[static_cast<std::size_t>(slot)];
+    ++pinned_total_;
+    ++table_pinned_[s.table()];
   }
-  return 0;
 }
 
-void CachePool::make_evictable(std::int64_t slot) {
-  Slot& s = slots_[static_cast<std::size_t>(slot)];
-  s.score = score_of(s);
-  heaps_[static_cast<std::size_t>(s.table)].push({s.score, slot});
-  ++heap_entries_;
-  maybe_compact();
-}
-
-// Drops stale entries (slot emptied, reused by another table, pinned, or rescored) from the top.
-bool CachePool::clean_top(MinHeap& h) {
-  while (!h.empty()) {
-    const HeapEntry& e = h.top();
-    const Slot& s = slots_[static_cast<std::size_t>(e.slot)];
-    const bool valid = s.key != detail::KeyMap::kEmpty && s.pins == 0 && s.score == e.score &&
-                       &heaps_[static_cast<std::size_t>(s.table)] == &h;
-    if (valid) return true;
-    h.pop();
-    --heap_entries_;
+// Queues an unpinned resident slot by its current rank (cache/policy.hpp), in the pool's order and
+// in its table's when the table has a cap. Any entry queued before goes stale.
+void CachePool::enter_order(std::int64_t slot) {
+  const Slot& s = slots_[static_cast<std::size_t>(slot)];
+  const std::uint32_t version = ++version_[static_cast<std::size_t>(slot)];
+  const auto slot32 = static_cast<std::int32_t>(slot);
+  const std::size_t table = s.table();
+  detail::EvictionOrder* table_order = opt_.tables[table].cap > 0 ? &table_order_[table] : nullptr;
+  if (opt_.policy == Policy::kLookahead && s.next_use != detail::WindowMap::kNone) {
+    // Rows used again within the window rank above every other row, sooner use higher (Belady
+    // within the window), then more uses.
+    const std::uint32_t uses = std::min<std::uint32_t>(s.freq, (1u << 20) - 1);
+    order_.push_windowed(s.next_use, uses, static_cast<std::int32_t>(table), slot32, version);
+    if (table_order) table_order->push_windowed(s.next_use, uses, static_cast<std::int32_t>(table), slot32, version);
+  } else {
+    // lru: by last use. lfu, and lookahead rows with no use in the window: by uses, then last use
+    // (so stale rows leave first instead of ties going to the lowest slot). The tick is compared
+    // in full (the packed score this replaced kept 40 bits of it, which wrapped after 2^40 uses).
+    const std::uint32_t bucket = ranked_bucket(s);
+    order_.push_ranked(bucket, s.last, slot32, version);
+    if (table_order) table_order->push_ranked(bucket, s.last, slot32, version);
   }
-  return false;
-}
-
-void CachePool::maybe_compact() {
-  if (heap_entries_ <= 4 * opt_.slots + 1024) return;
-  for (auto& h : heaps_) h = MinHeap();
-  heap_entries_ = 0;
-  for (std::size_t i = 0; i < slots_.size(); ++i) {
-    const Slot& s = slots_[i];
-    if (s.key == detail::KeyMap::kEmpty || s.pins > 0) continue;
-    heaps_[static_cast<std::size_t>(s.table)].push({s.score, static_cast<std::int64_t>(i)});
-    ++heap_entries_;
-  }
+  order_.maybe_compact(version_.data());
+  if (table_order) table_order->maybe_compact(version_.data());
 }
 
 void CachePool::window_push(std::int64_t seq, const std::vector<FeatureKeys>& features) {
   if (opt_.policy != Policy::kLookahead) return;
+  const auto record = [this](std::int32_t slot) { return &slots_[static_cast<std::size_t>(slot)]; };
+  std::uint64_t hash[kBlock];
+  std::uint32_t first[kBlock];  // rows of the block that had no use in the window
   for (const auto& f : features) {
-    for (Key row : f.unique->keys) {
-      const std::uint64_t ck = cache_key(f.table, row);
-      auto& uses = future_[ck];
-      const bool was_unused = uses.empty();
-      uses.push_back(seq);
-      if (!was_unused) continue;
-      // A resident, evictable row that just gained a next use must be rescored.
-      const std::int64_t slot = index_.find(ck);
-      if (slot >= 0 && slots_[static_cast<std::size_t>(slot)].pins == 0) make_evictable(slot);
+    const Key* keys = f.unique->keys.data();
+    const std::size_t n = f.unique->keys.size();
+    for (std::size_t b = 0; b < n; b += kBlock) {
+      const std::size_t e = std::min(n, b + kBlock);
+      for (std::size_t u = b; u < e; ++u) {
+        hash[u - b] = detail::KeyMap::hash(cache_key(f.table, keys[u]));
+        window_.prefetch(hash[u - b]);
+      }
+      std::size_t nf = 0;
+      for (std::size_t u = b; u < e; ++u) {
+        if (!window_.push(cache_key(f.table, keys[u]), hash[u - b], seq)) continue;
+        first[nf++] = static_cast<std::uint32_t>(u - b);
+        index_.prefetch(hash[u - b]);
+      }
+      // A resident row that just gained a next use ranks anew (now, or when it is unpinned).
+      for (std::size_t j = 0; j < nf; ++j) index_.prefetch_record(hash[first[j]], record);
+      for (std::size_t j = 0; j < nf; ++j) {
+        const std::size_t u = b + first[j];
+        const std::int64_t slot = index_.find(cache_key(f.table, keys[u]), hash[first[j]], key_of());
+        if (slot < 0) continue;
+        Slot& s = slots_[static_cast<std::size_t>(slot)];
+        s.next_use = seq;
+        if (s.pins() == 0) enter_order(slot);
+      }
     }
   }
 }
@@ -134,14 +140,14 @@ void CachePool::window_drop(std::int64_t seq, const std::vector<FeatureKeys>& fe
   for (const auto& f : features) {
     for (Key row : f.unique->keys) {
       const std::uint64_t ck = cache_key(f.table, row);
-      auto it = future_.find(ck);
-      if (it == future_.end()) continue;
-      auto& uses = it->second;
-      const bool was_next = !uses.empty() && uses.front() == seq;
-      uses.erase(std::remove(uses.begin(), uses.end(), seq), uses.end());
-      if (uses.empty()) future_.erase(it);
-      const std::int64_t slot = index_.find(ck);
-      if (was_next && slot >= 0 && slots_[static_cast<std::size_t>(slot)].pins == 0) make_evictable(slot);
+      const std::uint64_t h = detail::KeyMap::hash(ck);
+      const detail::WindowMap::Dropped d = window_.drop(ck, h, seq);
+      if (!d.was_front) continue;
+      const std::int64_t slot = index_.find(ck, h, key_of());
+      if (slot < 0) continue;
+      Slot& s = slots_[static_cast<std::size_t>(slot)];
+      s.next_use = d.front;
+      if (s.pins() == 0) enter_order(slot);
     }
   }
 }
@@ -153,21 +159,37 @@ Result<PoolProbe> CachePool::probe(std::int64_t seq, const std::vector<FeatureKe
   p.found.resize(features.size());
   const std::size_t T = opt_.tables.size();
   std::vector<std::int64_t> unique(T, 0), misses(T, 0), hits_unpinned(T, 0);
+  const auto record = [this](std::int32_t slot) { return &slots_[static_cast<std::size_t>(slot)]; };
+  std::uint64_t hash[kBlock];
   for (std::size_t i = 0; i < features.size(); ++i) {
     const FeatureKeys& f = features[i];
     const std::size_t t = static_cast<std::size_t>(f.table);
+    const Key* keys = f.unique->keys.data();
+    const std::size_t n = f.unique->keys.size();
     auto& found = p.found[i];
-    found.resize(f.unique->keys.size());
-    for (std::size_t u = 0; u < f.unique->keys.size(); ++u) {
-      const std::int64_t slot = index_.find(cache_key(f.table, f.unique->keys[u]));
-      found[u] = slot;
-      if (slot < 0) {
-        ++misses[t];
-      } else if (slots_[static_cast<std::size_t>(slot)].pins == 0) {
-        ++hits_unpinned[t];
+    found.resize(n);
+    std::int64_t m = 0, h = 0;
+    for (std::size_t b = 0; b < n; b += kBlock) {
+      const std::size_t e = std::min(n, b + kBlock);
+      // Index chunks, then the records of the candidate slots find() reads to confirm.
+      for (std::size_t u = b; u < e; ++u) {
+        hash[u - b] = detail::KeyMap::hash(cache_key(f.table, keys[u]));
+        index_.prefetch(hash[u - b]);
+      }
+      for (std::size_t u = b; u < e; ++u) index_.prefetch_record(hash[u - b], record);
+      for (std::size_t u = b; u < e; ++u) {
+        const std::int64_t slot = index_.find(cache_key(f.table, keys[u]), hash[u - b], key_of());
+        found[u] = slot;
+        // Branch-free counting: hits and misses interleave unpredictably.
+        const bool hit = slot >= 0;
+        const Slot& s = hit ? slots_[static_cast<std::size_t>(slot)] : kFreeSlot;
+        m += !hit;
+        h += static_cast<std::int64_t>(hit) & static_cast<std::int64_t>(s.pins() == 0);
       }
     }
-    unique[t] += static_cast<std::int64_t>(f.unique->keys.size());
+    misses[t] += m;
+    hits_unpinned[t] += h;
+    unique[t] += static_cast<std::int64_t>(n);
   }
   std::int64_t total_unique = 0, total_misses = 0, total_hits_unpinned = 0;
   for (std::size_t t = 0; t < T; ++t) {
@@ -204,24 +226,19 @@ std::int64_t CachePool::take_victim(int table) {
   const std::size_t t = static_cast<std::size_t>(table);
   const std::int64_t cap = opt_.tables[t].cap;
   const bool capped = cap > 0 && table_count_[t] >= cap;
+  std::int64_t slot;
   if (!capped && !free_.empty()) {
-    const std::int64_t s = free_.back();
+    slot = free_.back();
     free_.pop_back();
-    return s;
-  }
-  MinHeap* best = nullptr;
-  if (capped) {
-    if (clean_top(heaps_[t])) best = &heaps_[t];
   } else {
-    for (auto& h : heaps_) {
-      if (!clean_top(h)) continue;
-      if (!best || best->top().score > h.top().score) best = &h;
-    }
+    slot = (capped ? table_order_[t] : order_).min(version_.data());
+    STRATA_CHECK(slot >= 0);  // probe() guaranteed room
+    ++version_[static_cast<std::size_t>(slot)];  // leaves the order
+    if (any_cap_) --table_count_[slots_[static_cast<std::size_t>(slot)].table()];
   }
-  STRATA_CHECK(best != nullptr);  // probe() guaranteed room
-  const std::int64_t slot = best->top().slot;
-  best->pop();
-  --heap_entries_;
+  // Counted now, so that the next choice sees the counts as they will be (they matter only to
+  // tables with a cap, and are kept only when there is one).
+  if (any_cap_) ++table_count_[t];
   return slot;
 }
 
@@ -229,21 +246,7 @@ PoolPlan CachePool::commit(PoolProbe probe) {
   PoolPlan plan;
   plan.seq = probe.seq;
   plan.unique_slots.resize(probe.features.size());
-  auto pin = [&](Slot& s) {
-    if (s.pins++ == 0) {
-      ++pinned_total_;
-      ++table_pinned_[static_cast<std::size_t>(s.table)];
-    }
-  };
-  auto consume_window = [&](std::uint64_t ck) {
-    if (opt_.policy != Policy::kLookahead) return;
-    auto it = future_.find(ck);
-    if (it == future_.end()) return;
-    auto& uses = it->second;
-    auto pos = std::find(uses.begin(), uses.end(), probe.seq);
-    if (pos != uses.end()) uses.erase(pos);
-    if (uses.empty()) future_.erase(it);
-  };
+  const bool lookahead = opt_.policy == Policy::kLookahead;
   // Recency follows the order of first use within the batch (features in order, rows in first-use
   // order), for hits and misses alike, although hits are processed first.
   std::vector<std::uint64_t> tick_base(probe.features.size());
@@ -251,76 +254,140 @@ PoolPlan CachePool::commit(PoolProbe probe) {
     tick_base[i] = tick_;
     tick_ += probe.features[i].unique->keys.size();
   }
-  // Hits first, so that no victim chosen for a miss is a row this batch uses.
+  // Hits first, so that no victim chosen for a miss is a row this batch uses. The rows of each
+  // feature are split into hits and misses without branching (they interleave unpredictably).
+  misses_.clear();
   for (std::size_t i = 0; i < probe.features.size(); ++i) {
     const FeatureKeys& f = probe.features[i];
-    auto& us = plan.unique_slots[i];
-    us.assign(f.unique->keys.size(), -1);
-    CacheStats& st = stats_[static_cast<std::size_t>(f.table)];
-    for (std::size_t u = 0; u < us.size(); ++u) {
-      ++st.accesses;
-      const std::int64_t slot = probe.found[i][u];
-      if (slot < 0) continue;
-      Slot& s = slots_[static_cast<std::size_t>(slot)];
-      pin(s);
-      ++s.freq;
-      s.last = tick_base[i] + u + 1;
-      us[u] = slot;
-      ++st.hits;
-      ++plan.hits;
-      consume_window(s.key);
+    const Key* keys = f.unique->keys.data();
+    const std::int64_t* found = probe.found[i].data();
+    const std::size_t n = f.unique->keys.size();
+    plan.unique_slots[i].assign(found, found + n);
+    const std::size_t m0 = misses_.size();
+    misses_.resize(m0 + n);
+    hit_rows_.resize(n);
+    std::size_t nm = 0, nh = 0;
+    for (std::size_t u = 0; u < n; ++u) {
+      const bool miss = found[u] < 0;
+      Miss& m = misses_[m0 + nm];
+      m.key = cache_key(f.table, keys[u]);
+      m.feature = static_cast<std::uint32_t>(i);
+      m.u = static_cast<std::uint32_t>(u);
+      nm += miss;
+      hit_rows_[nh] = static_cast<std::uint32_t>(u);
+      nh += !miss;
     }
-  }
-  for (std::size_t i = 0; i < probe.features.size(); ++i) {
-    const FeatureKeys& f = probe.features[i];
-    auto& us = plan.unique_slots[i];
+    misses_.resize(m0 + nm);
+    for (std::size_t b = 0; b < nh; b += kBlock) {
+      const std::size_t e = std::min(nh, b + kBlock);
+      for (std::size_t j = b; j < e; ++j) {
+        const auto slot = static_cast<std::size_t>(found[hit_rows_[j]]);
+        __builtin_prefetch(&slots_[slot]);
+        __builtin_prefetch(&version_[slot]);
+        if (lookahead) window_.prefetch(detail::KeyMap::hash(cache_key(f.table, keys[hit_rows_[j]])));
+      }
+      for (std::size_t j = b; j < e; ++j) {
+        const std::uint32_t u = hit_rows_[j];
+        const std::int64_t slot = found[u];
+        Slot& s = slots_[static_cast<std::size_t>(slot)];
+        pin(s, slot);
+        ++s.freq;
+        s.last = tick_base[i] + u + 1;
+        if (lookahead) s.next_use = window_.consume(s.key, detail::KeyMap::hash(s.key), probe.seq);
+      }
+    }
     CacheStats& st = stats_[static_cast<std::size_t>(f.table)];
-    for (std::size_t u = 0; u < us.size(); ++u) {
-      if (us[u] >= 0) continue;
-      const std::int64_t slot = take_victim(f.table);
-      Slot& s = slots_[static_cast<std::size_t>(slot)];
+    st.accesses += static_cast<std::int64_t>(n);
+    st.hits += static_cast<std::int64_t>(nh);
+    plan.hits += static_cast<std::int64_t>(nh);
+  }
+  // Victims, in miss order. The choice depends only on the eviction order, the free list and the
+  // per-table counts, so it is made before any victim's record is touched; the records, the index
+  // and the window are then updated block by block.
+  for (Miss& m : misses_) m.slot = take_victim(static_cast<int>(m.key >> 48));
+  const std::size_t M = misses_.size();
+  plan.fills.resize(M);
+  plan.writebacks.reserve(M);
+  std::uint64_t old_hash[kBlock], new_hash[kBlock];
+  for (std::size_t b = 0; b < M; b += kBlock) {
+    const std::size_t e = std::min(M, b + kBlock);
+    // Victims' records; then the index chunks of the keys leaving and arriving, and the window.
+    for (std::size_t j = b; j < e; ++j) __builtin_prefetch(&slots_[static_cast<std::size_t>(misses_[j].slot)]);
+    for (std::size_t j = b; j < e; ++j) {
+      const std::uint64_t old_key = slots_[static_cast<std::size_t>(misses_[j].slot)].key;
+      old_hash[j - b] = detail::KeyMap::hash(old_key);
+      new_hash[j - b] = detail::KeyMap::hash(misses_[j].key);
+      if (old_key != detail::KeyMap::kEmpty) index_.prefetch(old_hash[j - b]);
+      index_.prefetch(new_hash[j - b]);
+      if (lookahead) window_.prefetch(new_hash[j - b]);
+    }
+    for (std::size_t j = b; j < e; ++j) {
+      const Miss& m = misses_[j];
+      Slot& s = slots_[static_cast<std::size_t>(m.slot)];
       if (s.key != detail::KeyMap::kEmpty) {
-        CacheStats& vs = stats_[static_cast<std::size_t>(s.table)];
+        CacheStats& vs = stats_[s.table()];
         ++vs.evictions;
-        if (s.dirty) {
-          plan.writebacks.push_back({slot, s.table, static_cast<Key>(s.key & ((std::uint64_t{1} << 48) - 1))});
+        if (s.dirty()) {
+          Transfer& wb = plan.writebacks.emplace_back();  // fields in place: no store-forwarding stall
+          wb.slot = m.slot;
+          wb.table = static_cast<int>(s.table());
+          wb.row = row_of(s.key);
           ++vs.writebacks;
           vs.bytes_written_back += opt_.record_bytes;
         }
-        index_.erase(s.key);
-        --table_count_[static_cast<std::size_t>(s.table)];
+        index_.erase(old_hash[j - b], m.slot);
         --resident_;
       }
-      const Key row = f.unique->keys[u];
-      s = Slot();
-      s.key = cache_key(f.table, row);
-      s.table = f.table;
+      const int t = static_cast<int>(m.key >> 48);
+      s.key = m.key;
+      s.last = tick_base[m.feature] + m.u + 1;
       s.freq = 1;
-      s.last = tick_base[i] + u + 1;
-      index_.insert(s.key, slot);
-      ++table_count_[static_cast<std::size_t>(f.table)];
+      s.state = 0;
+      index_.insert(new_hash[j - b], m.slot);
       ++resident_;
-      pin(s);
-      us[u] = slot;
-      plan.fills.push_back({slot, f.table, row});
+      pin(s, m.slot);
+      plan.unique_slots[m.feature][m.u] = m.slot;
+      Transfer& fill = plan.fills[j];
+      fill.slot = m.slot;
+      fill.table = t;
+      fill.row = row_of(m.key);
+      CacheStats& st = stats_[static_cast<std::size_t>(t)];
       ++st.misses;
-      ++plan.misses;
       st.bytes_filled += opt_.record_bytes;
-      consume_window(s.key);
+      if (lookahead) s.next_use = window_.consume(m.key, new_hash[j - b], probe.seq);
     }
+  }
+  plan.misses = static_cast<std::int64_t>(M);
+  if (lookahead) {
+    order_.retire_window(probe.seq, version_.data());
+    for (std::size_t t = 0; t < table_order_.size(); ++t)
+      if (opt_.tables[t].cap > 0) table_order_[t].retire_window(probe.seq, version_.data());
   }
   return plan;
 }
 
 void CachePool::retire(const PoolPlan& plan, bool updated) {
+  const bool ranked_by_uses = opt_.policy != Policy::kLru;
   for (const auto& us : plan.unique_slots) {
-    for (Key slot : us) {
-      Slot& s = slots_[static_cast<std::size_t>(slot)];
-      if (updated) s.dirty = true;
-      if (--s.pins == 0) {
-        --pinned_total_;
-        --table_pinned_[static_cast<std::size_t>(s.table)];
-        make_evictable(slot);
+    const std::size_t n = us.size();
+    for (std::size_t b = 0; b < n; b += kBlock) {
+      const std::size_t e = std::min(n, b + kBlock);
+      // Records; then (lfu, lookahead) the tails of the queues the slots will join.
+      for (std::size_t u = b; u < e; ++u) {
+        __builtin_prefetch(&slots_[static_cast<std::size_t>(us[u])]);
+        __builtin_prefetch(&version_[static_cast<std::size_t>(us[u])]);
+      }
+      if (ranked_by_uses)
+        for (std::size_t u = b; u < e; ++u) order_.prefetch_ranked(ranked_bucket(slots_[static_cast<std::size_t>(us[u])]));
+      for (std::size_t u = b; u < e; ++u) {
+        const Key slot = us[u];
+        Slot& s = slots_[static_cast<std::size_t>(slot)];
+        if (updated) s.state |= Slot::kDirty;
+        if (--s.state % Slot::kDirty == 0) {  // the last pin
+          --pinned_total_;
+          --table_pinned_[s.table()];
+          enter_order(slot);
+        }
       }
     }
   }
@@ -330,10 +397,10 @@ std::vector<Transfer> CachePool::take_dirty() {
   std::vector<Transfer> out;
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
-    if (s.key == detail::KeyMap::kEmpty || !s.dirty) continue;
-    out.push_back({static_cast<Key>(i), s.table, static_cast<Key>(s.key & ((std::uint64_t{1} << 48) - 1))});
-    s.dirty = false;
-    CacheStats& st = stats_[static_cast<std::size_t>(s.table)];
+    if (s.key == detail::KeyMap::kEmpty || !s.dirty()) continue;
+    out.push_back({static_cast<Key>(i), static_cast<int>(s.table()), row_of(s.key)});
+    s.state &= ~Slot::kDirty;
+    CacheStats& st = stats_[s.table()];
     ++st.writebacks;
     st.bytes_written_back += opt_.record_bytes;
   }
@@ -343,17 +410,21 @@ std::vector<Transfer> CachePool::take_dirty() {
 void CachePool::invalidate_table(int table) {
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
-    if (s.key == detail::KeyMap::kEmpty || s.table != table) continue;
-    STRATA_CHECK(s.pins == 0 && !s.dirty);
-    index_.erase(s.key);
+    if (s.key == detail::KeyMap::kEmpty || s.table() != static_cast<std::size_t>(table)) continue;
+    STRATA_CHECK(s.state == 0);  // neither pinned nor dirty
+    index_.erase(detail::KeyMap::hash(s.key), static_cast<std::int64_t>(i));
     s = Slot();
+    ++version_[i];  // leaves the order
     free_.push_back(static_cast<std::int64_t>(i));
     --resident_;
   }
   table_count_[static_cast<std::size_t>(table)] = 0;
 }
 
-std::int64_t CachePool::slot_of(int table, Key row) const noexcept { return index_.find(cache_key(table, row)); }
+std::int64_t CachePool::slot_of(int table, Key row) const noexcept {
+  const std::uint64_t ck = cache_key(table, row);
+  return index_.find(ck, detail::KeyMap::hash(ck), key_of());
+}
 
 CacheStats CachePool::pool_stats() const {
   CacheStats s;

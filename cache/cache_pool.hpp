@@ -9,14 +9,19 @@
 // Planning is two-phase so a batch touching several pools is all-or-nothing: probe() every pool
 // (no state change; errors name the table and the numbers), then commit() each probe.
 // Not thread-safe: the store's driving thread owns it.
+//
+// Cost: probe, commit and retire are O(1) amortized per unique row (hash lookups and FIFO queues;
+// see cache/detail/eviction_order.hpp), window_push/window_drop O(1) per row plus the row's uses
+// in the window.
 
+#include <algorithm>
 #include <cstdint>
-#include <queue>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "cache/detail/eviction_order.hpp"
 #include "cache/detail/key_map.hpp"
+#include "cache/detail/window_map.hpp"
 #include "cache/policy.hpp"
 #include "core/status.hpp"
 #include "host/dedup.hpp"
@@ -88,14 +93,15 @@ class CachePool {
   const CachePoolOptions& options() const noexcept { return opt_; }
 
   /// Adds a submitted batch to the lookahead window (only the lookahead policy uses it). Call in
-  /// submission order, before the batch is probed.
+  /// submission order (increasing `seq`), before the batch is probed; each table appears in at
+  /// most one of `features`.
   void window_push(std::int64_t seq, const std::vector<FeatureKeys>& features);
   /// Removes a batch from the window without planning it (discarded before planning).
   void window_drop(std::int64_t seq, const std::vector<FeatureKeys>& features);
 
   /// Looks up every unique row and checks that the batch fits: its unique rows of each table fit
   /// the table's cap and the pool, and its misses fit the slots that are not pinned by batches in
-  /// flight. No state change.
+  /// flight. No state change. Each table appears in at most one of `features`.
   Result<PoolProbe> probe(std::int64_t seq, const std::vector<FeatureKeys>& features) const;
   /// Applies a probe: pins hits, chooses victims by policy, assigns slots to misses.
   PoolPlan commit(PoolProbe probe);
@@ -116,45 +122,63 @@ class CachePool {
   CacheStats pool_stats() const;
 
  private:
-  struct Slot {
-    std::uint64_t key = detail::KeyMap::kEmpty;  // cache key (table, row)
-    std::uint64_t score = 0;                      // policy score; lower is evicted first
-    std::uint32_t freq = 0;
-    std::uint64_t last = 0;                      // tick of the last use
-    std::int32_t pins = 0;
-    std::int32_t table = -1;
-    bool dirty = false;
+  // A slot's record: 32 bytes, two to a cache line. Looking up, pinning, evicting or retiring a
+  // slot touches this record only (plus the dense version_).
+  struct alignas(32) Slot {
+    static constexpr std::uint32_t kDirty = 0x80000000u;  // in `state`
+    std::uint64_t key = detail::KeyMap::kEmpty;           // cache key (table, row); kEmpty when free
+    std::uint64_t last = 0;                               // tick of the last use
+    std::int64_t next_use = detail::WindowMap::kNone;     // lookahead: first use of the row in the window
+    std::uint32_t freq = 0;                               // uses while resident
+    std::uint32_t state = 0;                              // pins (batches planned, not retired, using it), dirty bit
+    std::uint32_t pins() const noexcept { return state & ~kDirty; }
+    bool dirty() const noexcept { return (state & kDirty) != 0; }
+    std::size_t table() const noexcept { return static_cast<std::size_t>(key >> 48); }  // of a resident row
   };
-  struct HeapEntry {
-    std::uint64_t score;
-    std::int64_t slot;
-    bool operator>(const HeapEntry& o) const noexcept { return score > o.score || (score == o.score && slot > o.slot); }
-  };
-  using MinHeap = std::priority_queue<HeapEntry, std::vector<HeapEntry>, std::greater<HeapEntry>>;
+
+  static const Slot kFreeSlot;  // stands in for the record of an absent row in branch-free code
 
   static std::uint64_t cache_key(int table, Key row) noexcept {
     return (static_cast<std::uint64_t>(table) << 48) | static_cast<std::uint64_t>(row);
   }
-  std::int64_t next_use(std::uint64_t key) const noexcept;
-  std::uint64_t score_of(const Slot& s) const noexcept;
-  void make_evictable(std::int64_t slot);
-  bool clean_top(MinHeap& h);
+  static Key row_of(std::uint64_t key) noexcept { return static_cast<Key>(key & ((std::uint64_t{1} << 48) - 1)); }
+  // The index's callable confirming a candidate slot's key (kEmpty for slot -1, without a branch).
+  struct KeyOf {
+    const Slot* slots;
+    std::uint64_t operator()(std::int32_t slot) const noexcept { return (slot >= 0 ? &slots[slot] : &kFreeSlot)->key; }
+  };
+  KeyOf key_of() const noexcept { return {slots_.data()}; }
+  // The bucket of a ranked slot (cache/detail/eviction_order.hpp): 0 for lru, else its uses, capped.
+  std::uint32_t ranked_bucket(const Slot& s) const noexcept {
+    if (opt_.policy == Policy::kLru) return 0;
+    return std::min<std::uint32_t>(s.freq, opt_.policy == Policy::kLfu ? (1u << 23) - 1 : (1u << 22) - 1);
+  }
+  void pin(Slot& s, std::int64_t slot);
+  void enter_order(std::int64_t slot);
   std::int64_t take_victim(int table);
-  void maybe_compact();
 
   CachePoolOptions opt_;
   detail::KeyMap index_;
   std::vector<Slot> slots_;
+  std::vector<std::uint32_t> version_;     // per slot: bumped when it leaves the eviction order or is re-queued
   std::vector<std::int64_t> free_;
-  std::vector<MinHeap> heaps_;             // per table: unpinned resident slots (lazy)
-  std::vector<std::int64_t> table_count_;  // resident slots per table
+  detail::EvictionOrder order_;            // every evictable slot
+  std::vector<detail::EvictionOrder> table_order_;  // per table: its evictable slots (kept for tables with a cap)
+  bool any_cap_ = false;                   // some table has a cap
+  std::vector<std::int64_t> table_count_;  // resident slots per table (exact only when any_cap_)
   std::vector<std::int64_t> table_pinned_; // pinned slots per table
   std::int64_t resident_ = 0, pinned_total_ = 0;
   std::uint64_t tick_ = 0;
-  std::int64_t heap_entries_ = 0;
   std::vector<CacheStats> stats_;
-  // Lookahead window: cache key -> ascending sequence numbers of its future uses.
-  std::unordered_map<std::uint64_t, std::vector<std::int64_t>> future_;
+  detail::WindowMap window_;               // lookahead: uses of each key in the window
+  struct Miss {
+    std::uint64_t key;      // cache key of the row to fill
+    std::int64_t slot;      // its slot
+    std::uint32_t feature;  // index into the probe's features
+    std::uint32_t u;        // index into the feature's unique rows
+  };
+  std::vector<Miss> misses_;               // commit() scratch
+  std::vector<std::uint32_t> hit_rows_;    // commit() scratch
 };
 
 /// Expands per-unique slots to per-lookup slots: out[positions[p]] = unique_slots[u] (CSR of `u`).

@@ -1,0 +1,640 @@
+// Planner equivalence: CachePool against RefPool, a small reference planner written for clarity
+// (std::map, std::list, a linear scan for every victim), on randomized workloads driven the way the
+// cached engine drives its pools: batches pushed into the lookahead window at submit, planned
+// (all-or-nothing over several pools) once `lookahead` later batches stand behind them, retired in
+// any order, discarded before or after planning, flushes and table invalidations in between.
+// Every decision must match exactly: probe results and errors, hits, misses, the slot of every
+// row, victims and their order (fills and write-backs), flushed rows, statistics, and the
+// resident/pinned counts and key->slot index after every operation.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <list>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "cache/cache_pool.hpp"
+
+namespace strata::cache {
+namespace {
+
+// ---- the reference ---------------------------------------------------------------------------
+// Semantics (cache/policy.hpp): the victim of a miss is a free slot when the table is under its cap
+// and one is free (the lowest-numbered slot first at the start; freed slots are reused last freed
+// first); otherwise the unpinned resident slot (of the table alone when the table is at its cap) of
+// lowest rank, ties going to the lower table index and then the lower slot. Ranks:
+//   lru:       last use (a per-key tick: batches in commit order, features in order, unique rows
+//              in first-use order, hits and misses alike)
+//   lfu:       (uses while resident, last use)
+//   lookahead: rows with no use in the window (batches pushed and not yet committed or dropped)
+//              first, by (uses, last use); then rows with a use, the farthest next use first, then
+//              fewer uses. The next use of a row is the first of its pushed uses still in the window.
+class RefPool {
+ public:
+  explicit RefPool(CachePoolOptions o)
+      : opt_(std::move(o)),
+        slots_(static_cast<std::size_t>(opt_.slots)),
+        count_(opt_.tables.size(), 0),
+        pinned_(opt_.tables.size(), 0),
+        stats_(opt_.tables.size()) {
+    for (std::int64_t s = opt_.slots - 1; s >= 0; --s) free_.push_back(s);
+  }
+
+  void window_push(std::int64_t seq, const std::vector<FeatureKeys>& features) {
+    if (opt_.policy != Policy::kLookahead) return;
+    for (const auto& f : features)
+      for (Key row : f.unique->keys) window_[{f.table, row}].push_back(seq);
+  }
+
+  void window_drop(std::int64_t seq, const std::vector<FeatureKeys>& features) {
+    if (opt_.policy != Policy::kLookahead) return;
+    for (const auto& f : features)
+      for (Key row : f.unique->keys) {
+        auto it = window_.find({f.table, row});
+        if (it == window_.end()) continue;
+        it->second.remove(seq);
+        if (it->second.empty()) window_.erase(it);
+      }
+  }
+
+  Result<PoolProbe> probe(std::int64_t seq, const std::vector<FeatureKeys>& features) const {
+    PoolProbe p;
+    p.seq = seq;
+    p.features = features;
+    const std::size_t T = opt_.tables.size();
+    std::vector<std::int64_t> unique(T, 0), misses(T, 0), hits_unpinned(T, 0);
+    for (const auto& f : features) {
+      const std::size_t t = static_cast<std::size_t>(f.table);
+      std::vector<std::int64_t> found;
+      for (Key row : f.unique->keys) {
+        const std::int64_t s = slot_of(f.table, row);
+        found.push_back(s);
+        if (s < 0)
+          ++misses[t];
+        else if (slots_[static_cast<std::size_t>(s)].pins == 0)
+          ++hits_unpinned[t];
+      }
+      unique[t] += f.unique->size();
+      p.found.push_back(std::move(found));
+    }
+    std::int64_t total_unique = 0, total_misses = 0, total_hits_unpinned = 0;
+    for (std::size_t t = 0; t < T; ++t) {
+      total_unique += unique[t];
+      total_misses += misses[t];
+      total_hits_unpinned += hits_unpinned[t];
+      const std::int64_t cap = opt_.tables[t].cap;
+      const std::string who = "table '" + opt_.tables[t].name + "': batch " + std::to_string(seq);
+      if (cap <= 0) continue;
+      if (unique[t] > cap)
+        return Status::resource_exhausted(who + " has " + std::to_string(unique[t]) + " unique rows but the table's cache cap is " +
+                                          std::to_string(cap) + " slots");
+      const std::int64_t room = cap - pinned_[t] - hits_unpinned[t];
+      if (misses[t] > room)
+        return Status::resource_exhausted(who + " needs " + std::to_string(misses[t]) + " new slots but only " + std::to_string(room) +
+                                          " of its cap of " + std::to_string(cap) + " are not pinned by batches in flight");
+    }
+    const std::string who = "cache pool " + opt_.name + ": batch " + std::to_string(seq);
+    if (total_unique > opt_.slots) {
+      std::string list;
+      for (std::size_t t = 0; t < T; ++t) {
+        if (unique[t] == 0) continue;
+        if (!list.empty()) list += ", ";
+        list += "'" + opt_.tables[t].name + "': " + std::to_string(unique[t]);
+      }
+      return Status::resource_exhausted(who + " has " + std::to_string(total_unique) + " unique rows (" + list +
+                                        ") but the cache holds only " + std::to_string(opt_.slots) + " rows");
+    }
+    std::int64_t pinned_total = 0;
+    for (auto n : pinned_) pinned_total += n;
+    const std::int64_t evictable = opt_.slots - pinned_total - total_hits_unpinned;
+    if (total_misses > evictable)
+      return Status::resource_exhausted(who + " needs " + std::to_string(total_misses) + " new slots but only " +
+                                        std::to_string(evictable) + " of " + std::to_string(opt_.slots) + " are free or evictable (" +
+                                        std::to_string(pinned_total) +
+                                        " pinned by batches in flight); raise the cache capacity or keep fewer batches in flight");
+    return p;
+  }
+
+  PoolPlan commit(const PoolProbe& probe) {
+    PoolPlan plan;
+    plan.seq = probe.seq;
+    std::vector<std::int64_t> tick_base;
+    for (const auto& f : probe.features) {
+      tick_base.push_back(tick_);
+      tick_ += f.unique->keys.size();
+    }
+    for (std::size_t i = 0; i < probe.features.size(); ++i) {
+      const FeatureKeys& f = probe.features[i];
+      std::vector<Key> us(f.unique->keys.size(), -1);
+      CacheStats& st = stats_[static_cast<std::size_t>(f.table)];
+      for (std::size_t u = 0; u < us.size(); ++u) {
+        ++st.accesses;
+        const std::int64_t s = probe.found[i][u];
+        if (s < 0) continue;
+        RefSlot& r = slots_[static_cast<std::size_t>(s)];
+        pin(r);
+        ++r.freq;
+        r.last = tick_base[i] + static_cast<std::int64_t>(u) + 1;
+        us[u] = s;
+        ++st.hits;
+        ++plan.hits;
+        consume(r.table, r.row, probe.seq);
+      }
+      plan.unique_slots.push_back(std::move(us));
+    }
+    for (std::size_t i = 0; i < probe.features.size(); ++i) {
+      const FeatureKeys& f = probe.features[i];
+      auto& us = plan.unique_slots[i];
+      CacheStats& st = stats_[static_cast<std::size_t>(f.table)];
+      for (std::size_t u = 0; u < us.size(); ++u) {
+        if (us[u] >= 0) continue;
+        const std::int64_t s = victim(f.table);
+        RefSlot& r = slots_[static_cast<std::size_t>(s)];
+        if (r.resident) {
+          CacheStats& vs = stats_[static_cast<std::size_t>(r.table)];
+          ++vs.evictions;
+          if (r.dirty) {
+            plan.writebacks.push_back({s, r.table, r.row});
+            ++vs.writebacks;
+            vs.bytes_written_back += opt_.record_bytes;
+          }
+          index_.erase({r.table, r.row});
+          --count_[static_cast<std::size_t>(r.table)];
+        }
+        const Key row = f.unique->keys[u];
+        r = RefSlot();
+        r.resident = true;
+        r.table = f.table;
+        r.row = row;
+        r.freq = 1;
+        r.last = tick_base[i] + static_cast<std::int64_t>(u) + 1;
+        index_[{f.table, row}] = s;
+        ++count_[static_cast<std::size_t>(f.table)];
+        pin(r);
+        us[u] = s;
+        plan.fills.push_back({s, f.table, row});
+        ++st.misses;
+        ++plan.misses;
+        st.bytes_filled += opt_.record_bytes;
+        consume(f.table, row, probe.seq);
+      }
+    }
+    return plan;
+  }
+
+  void retire(const PoolPlan& plan, bool updated) {
+    for (const auto& us : plan.unique_slots)
+      for (Key s : us) {
+        RefSlot& r = slots_[static_cast<std::size_t>(s)];
+        if (updated) r.dirty = true;
+        if (--r.pins == 0) --pinned_[static_cast<std::size_t>(r.table)];
+      }
+  }
+
+  std::vector<Transfer> take_dirty() {
+    std::vector<Transfer> out;
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      RefSlot& r = slots_[i];
+      if (!r.resident || !r.dirty) continue;
+      out.push_back({static_cast<Key>(i), r.table, r.row});
+      r.dirty = false;
+      ++stats_[static_cast<std::size_t>(r.table)].writebacks;
+      stats_[static_cast<std::size_t>(r.table)].bytes_written_back += opt_.record_bytes;
+    }
+    return out;
+  }
+
+  void invalidate_table(int table) {
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      RefSlot& r = slots_[i];
+      if (!r.resident || r.table != table) continue;
+      ASSERT_TRUE(r.pins == 0 && !r.dirty);
+      index_.erase({r.table, r.row});
+      r = RefSlot();
+      free_.push_back(static_cast<std::int64_t>(i));
+    }
+    count_[static_cast<std::size_t>(table)] = 0;
+  }
+
+  std::int64_t slot_of(int table, Key row) const {
+    auto it = index_.find({table, row});
+    return it == index_.end() ? -1 : it->second;
+  }
+  std::int64_t resident() const { return static_cast<std::int64_t>(index_.size()); }
+  std::int64_t pinned() const {
+    std::int64_t n = 0;
+    for (const auto& r : slots_) n += r.pins > 0;
+    return n;
+  }
+  const CacheStats& table_stats(int t) const { return stats_[static_cast<std::size_t>(t)]; }
+
+ private:
+  struct RefSlot {
+    bool resident = false;
+    int table = -1;
+    Key row = -1;
+    std::int64_t pins = 0;
+    bool dirty = false;
+    std::int64_t freq = 0;
+    std::int64_t last = 0;
+  };
+  // (class, primary, secondary): lower is evicted first.
+  using Rank = std::tuple<int, std::int64_t, std::int64_t>;
+
+  Rank rank(const RefSlot& r) const {
+    switch (opt_.policy) {
+      case Policy::kLru:
+        return {0, 0, r.last};
+      case Policy::kLfu:
+        return {0, std::min<std::int64_t>(r.freq, (1 << 23) - 1), r.last};
+      case Policy::kLookahead: {
+        auto it = window_.find({r.table, r.row});
+        if (it == window_.end()) return {0, std::min<std::int64_t>(r.freq, (1 << 22) - 1), r.last};
+        return {1, -it->second.front(), std::min<std::int64_t>(r.freq, (1 << 20) - 1)};
+      }
+    }
+    return {};
+  }
+
+  std::int64_t victim(int table) {
+    const std::size_t t = static_cast<std::size_t>(table);
+    const bool capped = opt_.tables[t].cap > 0 && count_[t] >= opt_.tables[t].cap;
+    if (!capped && !free_.empty()) {
+      const std::int64_t s = free_.back();
+      free_.pop_back();
+      return s;
+    }
+    std::int64_t best = -1;
+    std::tuple<Rank, int, std::int64_t> best_key;
+    for (std::size_t s = 0; s < slots_.size(); ++s) {
+      const RefSlot& r = slots_[s];
+      if (!r.resident || r.pins > 0 || (capped && r.table != table)) continue;
+      const auto key = std::make_tuple(rank(r), r.table, static_cast<std::int64_t>(s));
+      if (best < 0 || key < best_key) {
+        best = static_cast<std::int64_t>(s);
+        best_key = key;
+      }
+    }
+    EXPECT_GE(best, 0) << "no victim although probe() found room";
+    return best;
+  }
+
+  void pin(RefSlot& r) {
+    if (r.pins++ == 0) ++pinned_[static_cast<std::size_t>(r.table)];
+  }
+
+  void consume(int table, Key row, std::int64_t seq) {
+    auto it = window_.find({table, row});
+    if (it == window_.end()) return;
+    auto pos = std::find(it->second.begin(), it->second.end(), seq);
+    if (pos != it->second.end()) it->second.erase(pos);
+    if (it->second.empty()) window_.erase(it);
+  }
+
+  CachePoolOptions opt_;
+  std::vector<RefSlot> slots_;
+  std::vector<std::int64_t> free_;
+  std::map<std::pair<int, Key>, std::int64_t> index_;
+  std::vector<std::int64_t> count_, pinned_;
+  std::vector<CacheStats> stats_;
+  std::int64_t tick_ = 0;
+  std::map<std::pair<int, Key>, std::list<std::int64_t>> window_;  // uses in push order
+};
+
+// ---- comparison helpers -----------------------------------------------------------------------
+
+std::string str(const Transfer& t) {
+  return "(slot " + std::to_string(t.slot) + ", table " + std::to_string(t.table) + ", row " + std::to_string(t.row) + ")";
+}
+
+void expect_same_transfers(const std::vector<Transfer>& got, const std::vector<Transfer>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    ASSERT_TRUE(got[i].slot == want[i].slot && got[i].table == want[i].table && got[i].row == want[i].row)
+        << what << " #" << i << ": got " << str(got[i]) << ", want " << str(want[i]);
+}
+
+void expect_same_stats(const CacheStats& a, const CacheStats& b, const std::string& what) {
+  EXPECT_EQ(a.accesses, b.accesses) << what;
+  EXPECT_EQ(a.hits, b.hits) << what;
+  EXPECT_EQ(a.misses, b.misses) << what;
+  EXPECT_EQ(a.evictions, b.evictions) << what;
+  EXPECT_EQ(a.writebacks, b.writebacks) << what;
+  EXPECT_EQ(a.bytes_filled, b.bytes_filled) << what;
+  EXPECT_EQ(a.bytes_written_back, b.bytes_written_back) << what;
+}
+
+// ---- the workload -----------------------------------------------------------------------------
+
+struct Shape {
+  Policy policy = Policy::kLru;
+  int lookahead = 0;        // batches kept in the window before the front one is planned
+  int max_in_flight = 2;    // planned, not retired
+  int pools = 1;
+  int max_tables = 3;
+  std::int64_t min_slots = 6, max_slots = 48;
+  double cap_chance = 0.4;  // of a table having a per-table cap
+  double min_cap = 0.0;     // smallest cap, as a fraction of the pool
+  double batch = 1.0 / 3;   // most keys drawn per table and batch, as a fraction of the pool
+  double min_rows = 0.5;    // fewest rows of a table, as a multiple of the pool (at most 4 more)
+  int steps = 400;
+};
+
+// One batch, as the engine keeps it: per pool its features (each table at most once).
+struct Batch {
+  std::int64_t seq = 0;
+  std::vector<std::vector<UniqueKeys>> unique;  // [pool][feature]
+  std::vector<std::vector<int>> table;          // [pool][feature]
+  std::vector<PoolPlan> plans;                  // [pool], once planned
+  std::vector<FeatureKeys> features(std::size_t pool) const {
+    std::vector<FeatureKeys> fk;
+    for (std::size_t i = 0; i < unique[pool].size(); ++i) fk.push_back({table[pool][i], &unique[pool][i]});
+    return fk;
+  }
+};
+
+class Harness {
+ public:
+  Harness(const Shape& shape, std::uint64_t seed) : shape_(shape), rng_(seed) {
+    for (int p = 0; p < shape_.pools; ++p) {
+      CachePoolOptions o;
+      o.slots = shape_.min_slots + static_cast<std::int64_t>(rng_() % static_cast<std::uint64_t>(shape_.max_slots - shape_.min_slots + 1));
+      o.policy = shape_.policy;
+      o.record_bytes = 8 + 8 * p;
+      o.name = "(pool " + std::to_string(p) + ")";
+      const int tables = 1 + static_cast<int>(rng_() % static_cast<std::uint64_t>(shape_.max_tables));
+      std::vector<std::int64_t> rows;
+      for (int t = 0; t < tables; ++t) {
+        std::int64_t cap = 0;
+        if (chance(shape_.cap_chance)) {
+          const auto lo = std::max<std::int64_t>(1, static_cast<std::int64_t>(shape_.min_cap * static_cast<double>(o.slots)));
+          cap = lo + static_cast<std::int64_t>(rng_() % static_cast<std::uint64_t>(o.slots - lo + 1));
+        }
+        o.tables.push_back({"p" + std::to_string(p) + "t" + std::to_string(t), cap});
+        rows.push_back(static_cast<std::int64_t>(shape_.min_rows * static_cast<double>(o.slots)) +
+                       static_cast<std::int64_t>(rng_() % static_cast<std::uint64_t>(4 * o.slots)));
+      }
+      rows_.push_back(rows);
+      real_.emplace_back(o);
+      ref_.emplace_back(o);
+    }
+  }
+
+  void run() {
+    for (int step = 0; step < shape_.steps && !::testing::Test::HasFatalFailure(); ++step) {
+      const std::uint64_t op = rng_() % 100;
+      if (op < 40) {
+        if (pending_.size() + in_flight_.size() < static_cast<std::size_t>(shape_.max_in_flight + shape_.lookahead)) submit();
+      } else if (op < 55) {
+        if (!pending_.empty()) (void)plan_front();  // forward(): may fail and leave the batch pending
+      } else if (op < 85) {
+        if (!in_flight_.empty()) {
+          const std::size_t i = rng_() % in_flight_.size();
+          retire(i, rng_() % 4 != 0);
+        }
+      } else if (op < 90) {
+        if (!pending_.empty()) drop(rng_() % pending_.size());
+      } else if (op < 97) {
+        flush();
+      } else {
+        invalidate();
+      }
+      check_state("step " + std::to_string(step));
+    }
+    // Drain: plan and retire everything, flush.
+    while (!pending_.empty() && !::testing::Test::HasFatalFailure()) {
+      if (!plan_front()) {
+        if (in_flight_.empty())
+          drop(0);
+        else
+          retire(0, true);
+      }
+    }
+    while (!in_flight_.empty() && !::testing::Test::HasFatalFailure()) retire(0, true);
+    flush();
+    check_state("end");
+  }
+
+  std::int64_t planned() const { return planned_; }
+  std::int64_t refused() const { return refused_; }
+  std::int64_t evictions() const {
+    std::int64_t n = 0;
+    for (std::size_t p = 0; p < real_.size(); ++p) n += real_[p].pool_stats().evictions;
+    return n;
+  }
+
+ private:
+  bool chance(double p) { return static_cast<double>(rng_() % 1000000) < p * 1e6; }
+
+  // Skewed rows: the minimum of two or three uniform draws.
+  Key draw(std::int64_t rows) {
+    const auto r = [&] { return static_cast<Key>(rng_() % static_cast<std::uint64_t>(rows)); };
+    Key k = std::min(r(), r());
+    if (rng_() % 2) k = std::min(k, r());
+    return k;
+  }
+
+  void submit() {
+    auto b = std::make_unique<Batch>();
+    b->seq = next_seq_++;
+    b->unique.resize(real_.size());
+    b->table.resize(real_.size());
+    b->plans.resize(real_.size());
+    for (std::size_t p = 0; p < real_.size(); ++p) {
+      const std::int64_t slots = real_[p].options().slots;
+      std::vector<int> order(real_[p].options().tables.size());
+      for (std::size_t t = 0; t < order.size(); ++t) order[t] = static_cast<int>(t);
+      std::shuffle(order.begin(), order.end(), rng_);
+      for (int t : order) {
+        if (!chance(0.7)) continue;
+        // Mostly well under the pool, sometimes more than it (or its cap) holds. (One draw per
+        // statement: the order of unsequenced draws differs between builds.)
+        const std::int64_t most = chance(0.05) ? slots + 4 : std::max<std::int64_t>(1, static_cast<std::int64_t>(shape_.batch * static_cast<double>(slots)));
+        const std::int64_t want = 1 + static_cast<std::int64_t>(rng_() % static_cast<std::uint64_t>(most));
+        std::vector<Key> keys;
+        for (std::int64_t j = 0; j < want; ++j) keys.push_back(draw(rows_[p][static_cast<std::size_t>(t)]));
+        b->unique[p].push_back(dedup_keys(keys.data(), static_cast<std::int64_t>(keys.size())));
+        b->table[p].push_back(t);
+      }
+      real_[p].window_push(b->seq, b->features(p));
+      ref_[p].window_push(b->seq, b->features(p));
+    }
+    Batch* raw = b.get();
+    batches_.push_back(std::move(b));
+    pending_.push_back(raw);
+    // As the engine's submit(): plan while more than `lookahead` batches are pending; a failure
+    // takes back the batch just submitted.
+    while (static_cast<int>(pending_.size()) > shape_.lookahead) {
+      if (!plan_front()) {
+        for (std::size_t i = 0; i < pending_.size(); ++i)
+          if (pending_[i] == raw) {
+            drop(i);
+            break;
+          }
+        break;
+      }
+    }
+  }
+
+  // Probes every pool, then commits all of them or none.
+  bool plan_front() {
+    Batch& b = *pending_.front();
+    std::vector<PoolProbe> real_probes, ref_probes;
+    for (std::size_t p = 0; p < real_.size(); ++p) {
+      auto a = real_[p].probe(b.seq, b.features(p));
+      auto e = ref_[p].probe(b.seq, b.features(p));
+      const std::string what = "probe of batch " + std::to_string(b.seq) + " in pool " + std::to_string(p);
+      EXPECT_EQ(a.is_ok(), e.is_ok()) << what << ": " << (a.is_ok() ? e.status().to_string() : a.status().to_string());
+      if (!a.is_ok() || !e.is_ok()) {
+        if (!a.is_ok() && !e.is_ok()) {
+          EXPECT_EQ(a.status().code(), e.status().code()) << what;
+          EXPECT_EQ(a.status().message(), e.status().message()) << what;
+        }
+        ++refused_;
+        return false;
+      }
+      EXPECT_EQ(a.value().found, e.value().found) << what;
+      real_probes.push_back(std::move(a).value());
+      ref_probes.push_back(std::move(e).value());
+    }
+    for (std::size_t p = 0; p < real_.size(); ++p) {
+      PoolPlan a = real_[p].commit(std::move(real_probes[p]));
+      PoolPlan e = ref_[p].commit(ref_probes[p]);
+      const std::string what = "plan of batch " + std::to_string(b.seq) + " in pool " + std::to_string(p);
+      EXPECT_EQ(a.seq, e.seq) << what;
+      EXPECT_EQ(a.hits, e.hits) << what;
+      EXPECT_EQ(a.misses, e.misses) << what;
+      EXPECT_EQ(a.unique_slots, e.unique_slots) << what;
+      expect_same_transfers(a.fills, e.fills, what + ", fills");
+      expect_same_transfers(a.writebacks, e.writebacks, what + ", write-backs");
+      b.plans[p] = std::move(a);
+    }
+    pending_.erase(pending_.begin());
+    in_flight_.push_back(&b);
+    ++planned_;
+    return true;
+  }
+
+  void retire(std::size_t i, bool updated) {
+    Batch& b = *in_flight_[i];
+    for (std::size_t p = 0; p < real_.size(); ++p) {
+      real_[p].retire(b.plans[p], updated);
+      ref_[p].retire(b.plans[p], updated);
+    }
+    in_flight_.erase(in_flight_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+
+  void drop(std::size_t i) {
+    Batch& b = *pending_[i];
+    for (std::size_t p = 0; p < real_.size(); ++p) {
+      real_[p].window_drop(b.seq, b.features(p));
+      ref_[p].window_drop(b.seq, b.features(p));
+    }
+    pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+
+  void flush() {
+    for (std::size_t p = 0; p < real_.size(); ++p) expect_same_transfers(real_[p].take_dirty(), ref_[p].take_dirty(), "take_dirty");
+  }
+
+  // As the engine's write_rows(): flush, then drop every row of a table no batch in flight uses.
+  void invalidate() {
+    const std::size_t p = rng_() % real_.size();
+    const int t = static_cast<int>(rng_() % real_[p].options().tables.size());
+    for (const Batch* b : in_flight_)
+      for (int bt : b->table[p])
+        if (bt == t) return;
+    flush();
+    real_[p].invalidate_table(t);
+    ref_[p].invalidate_table(t);
+  }
+
+  void check_state(const std::string& when) {
+    for (std::size_t p = 0; p < real_.size(); ++p) {
+      const std::string what = when + ", pool " + std::to_string(p);
+      ASSERT_EQ(real_[p].resident(), ref_[p].resident()) << what;
+      ASSERT_EQ(real_[p].pinned(), ref_[p].pinned()) << what;
+      for (std::size_t t = 0; t < rows_[p].size(); ++t) {
+        expect_same_stats(real_[p].table_stats(static_cast<int>(t)), ref_[p].table_stats(static_cast<int>(t)),
+                          what + ", table " + std::to_string(t));
+        for (Key row = 0; row < rows_[p][t]; ++row)
+          ASSERT_EQ(real_[p].slot_of(static_cast<int>(t), row), ref_[p].slot_of(static_cast<int>(t), row))
+              << what << ", table " << t << ", row " << row;
+      }
+    }
+  }
+
+  Shape shape_;
+  std::mt19937_64 rng_;
+  std::vector<std::vector<std::int64_t>> rows_;  // [pool][table]
+  std::vector<CachePool> real_;
+  std::vector<RefPool> ref_;
+  std::vector<std::unique_ptr<Batch>> batches_;
+  std::vector<Batch*> pending_, in_flight_;
+  std::int64_t next_seq_ = 0, planned_ = 0, refused_ = 0;
+};
+
+// ---- the tests --------------------------------------------------------------------------------
+
+class PlannerEquivalence : public ::testing::TestWithParam<std::tuple<Policy, int>> {};
+
+TEST_P(PlannerEquivalence, SmallPoolsManyTablesAndCaps) {
+  const auto [policy, lookahead] = GetParam();
+  std::int64_t planned = 0, refused = 0, evictions = 0;
+  for (std::uint64_t seed = 0; seed < 12 && !HasFatalFailure(); ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Shape s;
+    s.policy = policy;
+    s.lookahead = lookahead;
+    s.max_in_flight = 1 + static_cast<int>(seed % 4);
+    s.pools = 1 + static_cast<int>(seed % 2);
+    Harness h(s, 1000 * seed + 17 * static_cast<std::uint64_t>(lookahead) + static_cast<std::uint64_t>(policy));
+    h.run();
+    planned += h.planned();
+    refused += h.refused();
+    evictions += h.evictions();
+  }
+  // The workload reaches the interesting cases (deep windows in small pools refuse many batches).
+  EXPECT_GT(planned, 300);
+  EXPECT_GT(refused, 0);
+  EXPECT_GT(evictions, 500);
+}
+
+// Larger pools and batches over many steps: long-lived residents, deep eviction orders.
+TEST_P(PlannerEquivalence, LongerRunsOnLargerPools) {
+  const auto [policy, lookahead] = GetParam();
+  Shape s;
+  s.policy = policy;
+  s.lookahead = lookahead;
+  s.max_in_flight = 3;
+  s.pools = 1;
+  s.max_tables = 2;
+  s.min_slots = 200;
+  s.max_slots = 300;
+  s.cap_chance = 0.3;
+  s.min_cap = 0.5;
+  s.batch = 0.15;
+  s.min_rows = 2;
+  s.steps = 3000;
+  Harness h(s, 99 + static_cast<std::uint64_t>(lookahead) * 3 + static_cast<std::uint64_t>(policy));
+  h.run();
+  EXPECT_GT(h.planned(), 300);
+  EXPECT_GT(h.evictions(), 3000);
+  std::printf("planned %lld, refused %lld, evictions %lld\n", static_cast<long long>(h.planned()), static_cast<long long>(h.refused()),
+              static_cast<long long>(h.evictions()));
+}
+
+INSTANTIATE_TEST_SUITE_P(PoliciesAndLookahead, PlannerEquivalence,
+                         ::testing::Combine(::testing::Values(Policy::kLru, Policy::kLfu, Policy::kLookahead), ::testing::Range(0, 9)),
+                         [](const ::testing::TestParamInfo<std::tuple<Policy, int>>& i) {
+                           return std::string(to_string(std::get<0>(i.param))) + "_lookahead" + std::to_string(std::get<1>(i.param));
+                         });
+
+}  // namespace
+}  // namespace strata::cache
