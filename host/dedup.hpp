@@ -34,7 +34,7 @@ inline UniqueView view_of(const UniqueKeys& u) noexcept { return {u.keys.data(),
 /// Reusable scratch memory of dedup_keys: keeping it (and the UniqueKeys) across batches avoids
 /// page-faulting megabytes of fresh memory every step.
 struct DedupScratch {
-  std::vector<std::int32_t> slots;  ///< hash table: unique id + 1, 0 = empty
+  std::vector<std::uint64_t> slots; ///< hash table: hash tag | unique id + 1, 0 = empty
   std::vector<std::int32_t> uid;    ///< (n) unique id of each position
   std::vector<std::int64_t> cursor; ///< (U) scatter cursors
 };

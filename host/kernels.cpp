@@ -5,14 +5,15 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 namespace strata {
 
 namespace {
 
-// Rows ahead of the current one that are prefetched. Measured on the 2-core VM: 8 or 16 rows and
-// the T0 or T2 hint all give the same throughput (the gather is bandwidth-bound there); kept at 16.
+// Rows ahead of the current one that are prefetched (into L1). Measured on the 2-core VM: 8, 16 or
+// 32 rows give the same throughput within 3%; kept at 16.
 constexpr std::int64_t kPrefetchDistance = 16;
 // Gradient rows (mostly in L3) prefetched ahead in backward.
 constexpr std::int64_t kGradPrefetch = 8;
@@ -20,7 +21,7 @@ constexpr std::int64_t kGradPrefetch = 8;
 inline void prefetch_row(const float* p, std::int32_t dim) {
   const char* c = reinterpret_cast<const char*>(p);
   const std::int64_t bytes = std::int64_t{dim} * 4;
-  for (std::int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, 1);
+  for (std::int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, 3);
 }
 
 inline void prefetch_row_rw(const float* p, std::int64_t floats) {
@@ -33,29 +34,91 @@ std::int64_t bag_grain(std::int64_t batch) { return std::max<std::int64_t>(8, st
 
 }  // namespace
 
-void gather_pool(RowRef t, const BagsView& bags, Pooling pooling, float* out) {
+namespace {
+
+// Pools bags [b0, b1) of any dim, accumulating in the output row (L1-resident).
+void pool_bags_any(RowRef t, const BagsView& bags, Pooling pooling, float* out, std::int64_t b0, std::int64_t b1) {
   const std::int32_t dim = t.dim;
+  const std::int64_t j_end = bags.offsets[b1];
+  for (std::int64_t j = bags.offsets[b0]; j < std::min(j_end, bags.offsets[b0] + kPrefetchDistance); ++j) prefetch_row(t.row(bags.keys[j]), dim);
+  for (std::int64_t b = b0; b < b1; ++b) {
+    float* o = out + b * dim;
+    std::memset(o, 0, sizeof(float) * static_cast<std::size_t>(dim));
+    const std::int64_t lo = bags.offsets[b], hi = bags.offsets[b + 1];
+    for (std::int64_t j = lo; j < hi; ++j) {
+      if (j + kPrefetchDistance < j_end) prefetch_row(t.row(bags.keys[j + kPrefetchDistance]), dim);
+      const float* row = t.row(bags.keys[j]);
+      if (bags.weights) {
+        row_axpy(o, row, bags.weights[j], dim);
+      } else {
+        row_add(o, row, dim);
+      }
+    }
+    if (pooling == Pooling::kMean && hi > lo) row_scale(o, bag_scale(pooling, hi - lo), dim);
+  }
+}
+
+// A vector of 16 floats (GCC/Clang vector extension): one AVX-512 register, two AVX2 registers,
+// four SSE registers. The arithmetic per lane is the scalar row math's, in the same order, so the
+// results are bit-identical to pool_bags_any.
+typedef float F16 __attribute__((vector_size(64)));
+
+// Pools bags [b0, b1) of dim 16 * C keeping the bag's sum in registers: the output row is written
+// once per bag instead of loaded and stored once per key (1.2x on uniform keys, 1.35x when the
+// rows hit the caches, on the 2-core VM).
+template <int C>
+void pool_bags_16(RowRef t, const BagsView& bags, Pooling pooling, float* out, std::int64_t b0, std::int64_t b1) {
+  constexpr std::int32_t dim = 16 * C;
+  const std::int64_t j_end = bags.offsets[b1];
+  for (std::int64_t j = bags.offsets[b0]; j < std::min(j_end, bags.offsets[b0] + kPrefetchDistance); ++j) prefetch_row(t.row(bags.keys[j]), dim);
+  for (std::int64_t b = b0; b < b1; ++b) {
+    F16 acc[C];
+    for (int c = 0; c < C; ++c) acc[c] = F16{};
+    const std::int64_t lo = bags.offsets[b], hi = bags.offsets[b + 1];
+    for (std::int64_t j = lo; j < hi; ++j) {
+      if (j + kPrefetchDistance < j_end) prefetch_row(t.row(bags.keys[j + kPrefetchDistance]), dim);
+      const float* row = t.row(bags.keys[j]);
+      if (bags.weights) {
+        const float w = bags.weights[j];
+        for (int c = 0; c < C; ++c) {
+          F16 v;
+          std::memcpy(&v, row + 16 * c, sizeof v);
+          acc[c] += w * v;
+        }
+      } else {
+        for (int c = 0; c < C; ++c) {
+          F16 v;
+          std::memcpy(&v, row + 16 * c, sizeof v);
+          acc[c] += v;
+        }
+      }
+    }
+    if (pooling == Pooling::kMean && hi > lo) {
+      const float s = bag_scale(pooling, hi - lo);
+      for (int c = 0; c < C; ++c) acc[c] *= s;
+    }
+    float* o = out + b * dim;
+    for (int c = 0; c < C; ++c) std::memcpy(o + 16 * c, &acc[c], sizeof acc[c]);
+  }
+}
+
+using PoolBagsFn = void (*)(RowRef, const BagsView&, Pooling, float*, std::int64_t, std::int64_t);
+
+template <int... C>
+PoolBagsFn pick_pool_bags(std::int32_t dim, std::integer_sequence<int, C...>) {
+  PoolBagsFn fn = pool_bags_any;
+  ((dim == 16 * (C + 1) ? (fn = pool_bags_16<C + 1>, 0) : 0), ...);
+  return fn;
+}
+
+}  // namespace
+
+void gather_pool(RowRef t, const BagsView& bags, Pooling pooling, float* out) {
+  // Register accumulation for dims that are multiples of 16 up to 256 (16 vectors of 16 floats);
+  // other dims accumulate in the output row.
+  const PoolBagsFn pool = pick_pool_bags(t.dim, std::make_integer_sequence<int, 16>{});
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, bags.batch, bag_grain(bags.batch)),
-                    [&](const tbb::blocked_range<std::int64_t>& r) {
-                      const std::int64_t j_end = bags.offsets[r.end()];
-                      for (std::int64_t j = bags.offsets[r.begin()]; j < std::min(j_end, bags.offsets[r.begin()] + kPrefetchDistance); ++j)
-                        prefetch_row(t.row(bags.keys[j]), dim);
-                      for (std::int64_t b = r.begin(); b < r.end(); ++b) {
-                        float* o = out + b * dim;
-                        std::memset(o, 0, sizeof(float) * (dim));
-                        const std::int64_t lo = bags.offsets[b], hi = bags.offsets[b + 1];
-                        for (std::int64_t j = lo; j < hi; ++j) {
-                          if (j + kPrefetchDistance < j_end) prefetch_row(t.row(bags.keys[j + kPrefetchDistance]), dim);
-                          const float* row = t.row(bags.keys[j]);
-                          if (bags.weights) {
-                            row_axpy(o, row, bags.weights[j], dim);
-                          } else {
-                            row_add(o, row, dim);
-                          }
-                        }
-                        if (pooling == Pooling::kMean && hi > lo) row_scale(o, bag_scale(pooling, hi - lo), dim);
-                      }
-                    });
+                    [&](const tbb::blocked_range<std::int64_t>& r) { pool(t, bags, pooling, out, r.begin(), r.end()); });
 }
 
 void gather_rows(RowRef t, const Key* keys, const float* weights, std::int64_t n, float* out) {
