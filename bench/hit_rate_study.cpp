@@ -3,7 +3,8 @@
 //
 // For every Zipf alpha and cache capacity (a fraction of the rows) the program drives a CachePool
 // the way the store does with no device: batch j is planned (probe + commit) once batches
-// j+1 .. j+K have been pushed into the lookahead window, then retired as updated. Hits are counted
+// j+1 .. j+K+W have been pushed into the lookahead window (K = --lookahead submitted batches, W =
+// --preview batches previewed beyond them with Store::preview), then retired as updated. Hits are counted
 // per unique (batch, row), as CachePool counts them. The same trace goes to cache::belady_hits
 // (the optimum) and cache::lru_curve(PerBatch::kDistinct) (exact LRU). The pool's LRU agrees with
 // the curve only up to the order of rows within one batch: the pool stamps a batch's hits before its
@@ -11,7 +12,10 @@
 // which must then give exactly the pool's hit count.
 //
 // Warm-up: the first --warmup fraction of the batches run but are not counted; the reported rates
-// cover batches [W, B). Rates over all batches are written too (hit_rate_all).
+// cover batches [warm-up, B). Rates over all batches are written too (hit_rate_all).
+//
+// --drift N draws drift:ALPHA:N instead of zipf:ALPHA (the hot rows move every N batches);
+// static_top then holds the most probable rows of each batch's epoch.
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -51,6 +55,9 @@ struct StudyOptions {
   std::vector<double> capacities = {0.01, 0.05, 0.20};  // cache slots as a fraction of rows
   std::vector<std::string> policies = {"lru", "lfu", "lookahead"};
   int lookahead = 4;    // K: batches pushed to the window beyond the one planned
+  int preview = 0;      // W: batches previewed beyond those K (the window holds K + W batches)
+  std::int64_t drift = 0;  // > 0: drift:ALPHA:N with N = drift (the hot set moves every N batches)
+  double half_life = 0;    // lookahead: frequency half-life in multiples of the slots (0: the pool's default)
   double warmup = 0.2;  // fraction of batches not counted
   std::uint64_t seed = 42;
   int threads = 0;  // 0: hardware concurrency
@@ -87,7 +94,7 @@ struct Trace {
   std::int64_t widest = 0;        // most unique rows in one batch
   std::int64_t total_unique = 0;  // unique (batch, row) pairs
   std::int64_t distinct_rows = 0;
-  std::vector<std::int32_t> rank_of_row;  // 0-based Zipf rank of each row seen, -1 if never drawn
+  std::vector<std::int32_t> rank_of_key;  // 0-based Zipf rank (in its batch's epoch) of each entry of keys.keys
 };
 
 std::string alpha_str(double a) {
@@ -96,8 +103,12 @@ std::string alpha_str(double a) {
   return s.str();
 }
 
+std::string dist_str(const StudyOptions& o, double alpha) {
+  return o.drift > 0 ? "drift:" + alpha_str(alpha) + ":" + std::to_string(o.drift) : "zipf:" + alpha_str(alpha);
+}
+
 Result<Trace> make_trace(const StudyOptions& o, double alpha) {
-  auto sampler = KeySampler::create("zipf:" + alpha_str(alpha), o.rows, o.seed);
+  auto sampler = KeySampler::create(dist_str(o, alpha), o.rows, o.seed);
   if (!sampler.is_ok()) return sampler.status();
   KeySampler& s = sampler.value();
   Trace t;
@@ -107,14 +118,16 @@ Result<Trace> make_trace(const StudyOptions& o, double alpha) {
   DedupScratch scratch;
   t.unique.resize(static_cast<std::size_t>(o.batches));
   t.keys.batch_offsets.push_back(0);
-  t.rank_of_row.assign(static_cast<std::size_t>(o.rows), -1);
+  std::vector<std::int32_t> rank_of_row(static_cast<std::size_t>(o.rows), -1);  // in the current batch
+  std::vector<bool> seen(static_cast<std::size_t>(o.rows), false);
   for (std::int64_t b = 0; b < o.batches; ++b) {
+    s.set_step(b);  // batch b is step b (moves the hot set under drift; a no-op otherwise)
     // As KeySampler::fill, keeping the rank of each row for the static-top reference.
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t rank = s.next_rank();
       const Key row = s.rank_to_row(rank);
       keys[static_cast<std::size_t>(i)] = row;
-      t.rank_of_row[static_cast<std::size_t>(row)] = static_cast<std::int32_t>(rank);
+      rank_of_row[static_cast<std::size_t>(row)] = static_cast<std::int32_t>(rank);
     }
     UniqueKeys& u = t.unique[static_cast<std::size_t>(b)];
     dedup_keys(keys.data(), n, u, scratch);
@@ -122,24 +135,30 @@ Result<Trace> make_trace(const StudyOptions& o, double alpha) {
     u.positions = {};
     u.offsets = {};
     // First-use order, one entry per distinct row: exactly what PerBatch::kDistinct counts.
-    for (Key k : u.keys) t.keys.keys.push_back(cache::cache_key(0, k));
+    for (Key k : u.keys) {
+      t.keys.keys.push_back(cache::cache_key(0, k));
+      t.rank_of_key.push_back(rank_of_row[static_cast<std::size_t>(k)]);
+      t.distinct_rows += !seen[static_cast<std::size_t>(k)];
+      seen[static_cast<std::size_t>(k)] = true;
+    }
     t.keys.batch_offsets.push_back(static_cast<std::int64_t>(t.keys.keys.size()));
     t.widest = std::max(t.widest, u.size());
   }
   t.total_unique = t.keys.num_keys();
-  for (std::int32_t r : t.rank_of_row) t.distinct_rows += r >= 0;
   return t;
 }
 
 // Drives the real planner over the trace, as the store would: batch j is planned once batches
-// j+1 .. j+K are in the window; each batch is retired (updated) before the next is planned.
+// j+1 .. j+window are in the window (window = K submitted + W previewed); each batch is retired
+// (updated) before the next is planned.
 // With `order`, also records the rows of each batch in the order the pool stamps their time of use
 // (hits, then misses, each in first-use order), as a KeyTrace.
-Result<BatchCounts> run_pool(const Trace& t, std::int64_t slots, cache::Policy policy, int lookahead,
+Result<BatchCounts> run_pool(const Trace& t, std::int64_t slots, cache::Policy policy, int window, double half_life,
                              cache::KeyTrace* order = nullptr) {
   cache::CachePoolOptions opt;
   opt.slots = slots;
   opt.policy = policy;
+  if (half_life > 0) opt.half_life = std::max<std::int64_t>(1, std::llround(half_life * static_cast<double>(slots)));
   opt.record_bytes = 0;
   opt.name = "study";
   opt.tables = {{"t", 0}};
@@ -153,7 +172,7 @@ Result<BatchCounts> run_pool(const Trace& t, std::int64_t slots, cache::Policy p
   };
   std::int64_t pushed = 0;
   for (std::int64_t j = 0; j < B; ++j) {
-    for (; pushed < B && pushed <= j + lookahead; ++pushed) pool.window_push(pushed, features(pushed));
+    for (; pushed < B && pushed <= j + window; ++pushed) pool.window_push(pushed, features(pushed));
     auto probe = pool.probe(j, features(j));
     if (!probe.is_ok()) return probe.status();
     if (order) {
@@ -379,7 +398,8 @@ int run(const StudyOptions& o) {
                         Cell& c = cells[ci];
                         const bool check = o.check_lru_order && policies[pi] == cache::Policy::kLru;
                         cache::KeyTrace order;
-                        auto r = run_pool(t, c.slots, policies[pi], o.lookahead, check ? &order : nullptr);
+                        auto r = run_pool(t, c.slots, policies[pi], o.lookahead + o.preview, o.half_life,
+                                          check ? &order : nullptr);
                         if (!r.is_ok()) {
                           std::lock_guard<std::mutex> g(mu);
                           error = std::string("CachePool ") + cache::to_string(policies[pi]) + ": " +
@@ -445,8 +465,8 @@ int run(const StudyOptions& o) {
                    curve_all[a].accesses() - curve_warm[a].accesses()};
     for (std::int64_t b = 0; b < o.batches; ++b) {
       std::int64_t hits = 0;
-      for (Key k : t.unique[static_cast<std::size_t>(b)].keys)
-        hits += t.rank_of_row[static_cast<std::size_t>(k)] < c.slots;
+      for (std::int64_t i = t.keys.batch_offsets[static_cast<std::size_t>(b)]; i < t.keys.batch_offsets[static_cast<std::size_t>(b) + 1]; ++i)
+        hits += t.rank_of_key[static_cast<std::size_t>(i)] < c.slots;
       const std::int64_t acc = t.unique[static_cast<std::size_t>(b)].size();
       c.static_top_all.hits += hits;
       c.static_top_all.accesses += acc;
@@ -468,14 +488,18 @@ int run(const StudyOptions& o) {
 
   // ---- console table ----
   std::printf(
-      "\nstrata-hitrate: 1 table x %lld rows, batch %lld bags x %d keys (%lld lookups), %lld batches, seed %llu\n",
+      "\nstrata-hitrate: 1 table x %lld rows, batch %lld bags x %d keys (%lld lookups), %lld batches, seed %llu, %s\n",
       static_cast<long long>(o.rows), static_cast<long long>(o.batch), o.bag_size,
       static_cast<long long>(o.batch * o.bag_size), static_cast<long long>(o.batches),
-      static_cast<unsigned long long>(o.seed));
+      static_cast<unsigned long long>(o.seed),
+      (o.drift > 0 ? "drift:ALPHA:" + std::to_string(o.drift) : std::string("zipf:ALPHA")).c_str());
   std::printf(
-      "lookahead window K = %d batches; hit rates per unique (batch, row) over batches [%lld, %lld) (first %g%% are "
-      "warm-up)\n\n",
-      o.lookahead, static_cast<long long>(warm), static_cast<long long>(o.batches), o.warmup * 100);
+      "lookahead window: K = %d submitted + W = %d previewed batches; frequency half-life %s; hit rates per unique "
+      "(batch, row) over batches [%lld, %lld) (first %g%% are warm-up)\n\n",
+      o.lookahead, o.preview,
+      o.half_life > 0 ? (alpha_str(o.half_life) + " x slots").c_str()
+                      : (std::to_string(cache::kDefaultHalfLifeSlots) + " x slots (default)").c_str(),
+      static_cast<long long>(warm), static_cast<long long>(o.batches), o.warmup * 100);
   std::printf("%-6s %-6s %8s", "alpha", "cache", "slots");
   for (const auto& p : o.policies) std::printf(" %9s", p.c_str());
   std::printf(" %9s %9s %10s %12s\n", "lru_exact", "belady", "static_top", "la-gap(pp)");
@@ -573,11 +597,15 @@ int run(const StudyOptions& o) {
         {"batches", o.batches},
         {"seed", o.seed},
         {"lookahead", o.lookahead},
+        {"preview", o.preview},
+        {"window", o.lookahead + o.preview},
+        {"distribution", o.drift > 0 ? "drift:ALPHA:" + std::to_string(o.drift) : std::string("zipf:ALPHA")},
+        {"half_life_slots", o.half_life > 0 ? o.half_life : static_cast<double>(cache::kDefaultHalfLifeSlots)},
         {"warmup_fraction", o.warmup},
         {"warmup_batches", warm},
         {"counted", "unique (batch, row) accesses of batches [warmup_batches, batches)"},
         {"driver",
-         "CachePool, one table, no device: window_push up to batch j+K, probe(j), commit, retire(plan, updated=true)"},
+         "CachePool, one table, no device: window_push up to batch j+K+W, probe(j), commit, retire(plan, updated=true)"},
         {"per_alpha", trace_info}};
     nlohmann::json results = nlohmann::json::array();
     for (const Cell& c : cells) {
@@ -650,6 +678,18 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->delimiter(',');
   app.add_option("--lookahead", o.lookahead, "K: batches in the window beyond the one being planned")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--preview", o.preview,
+                 "W: batches previewed (Store::preview) beyond the K submitted ones; the window holds K + W batches")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--drift", o.drift, "draw drift:ALPHA:N with N = this (the hot rows move every N batches); 0: zipf:ALPHA")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--half-life", o.half_life,
+                 "lookahead: half-life of the frequency of rows with no use in the window, in multiples of the cache "
+                 "slots (0: the pool's default)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--warmup", o.warmup, "fraction of the batches run but not counted")

@@ -133,6 +133,7 @@ struct Options {
   std::string sweep_cache;
   std::string policy = "lru";
   int lookahead = 0;
+  int preview = 0;  // training: batches previewed (Store::preview) beyond those submitted
   int pipeline = 2;
   int ranks = 1;
   std::string sharding = "row";
@@ -181,6 +182,7 @@ Result<StoreConfig> make_config(const Options& o, const ModeDescriptor& mode, do
   STRATA_ASSIGN_OR_RETURN(c.cache.policy, cache::parse_policy(o.policy));
   c.cache.lookahead = o.lookahead;
   c.cache.max_in_flight = std::max(8, o.lookahead + o.pipeline + 1);
+  c.cache.preview = o.preview;
   STRATA_ASSIGN_OR_RETURN(Pooling pooling, parse_pooling(o.pooling_mode));
   STRATA_ASSIGN_OR_RETURN(OptimizerKind optimizer, parse_optimizer(o.optimizer));
   for (const TableShape& shape : workload_tables(o.workload)) {
@@ -397,13 +399,28 @@ Status drive(const Options& o, Store& store, const std::vector<KeyBatch>& batche
   const auto first = static_cast<std::size_t>(total);
   auto batch_of = [&](int s) -> const KeyBatch& { return batch_at(first + static_cast<std::size_t>(s)); };
   const std::int64_t base = id;
-  for (int s = 0; s < std::min(depth - 1, total); ++s) STRATA_RETURN_IF_ERROR(store.submit(base + s, batch_of(s)));
+  // With --preview W the trainer announces the keys of the W batches after those submitted, as a
+  // data loader that reads ahead would (keys only; the lookahead policy plans with them).
+  int previewed = 0;  // batches [0, previewed) of the training phase have been previewed
+  const auto preview_upto = [&](int end) -> Status {
+    for (end = std::min(end, total); o.preview > 0 && previewed < end; ++previewed)
+      STRATA_RETURN_IF_ERROR(store.preview(base + previewed, batch_of(previewed)));
+    return Status::ok();
+  };
+  STRATA_RETURN_IF_ERROR(preview_upto(o.preview));
+  for (int s = 0; s < std::min(depth - 1, total); ++s) {
+    STRATA_RETURN_IF_ERROR(store.submit(base + s, batch_of(s)));
+    STRATA_RETURN_IF_ERROR(preview_upto(s + 1 + o.preview));
+  }
   Progress train(label + " train", total, show);
   StoreStats before;
   for (int s = 0; s < total; ++s) {
     if (s == o.warmup) before = store.stats();
     const auto t = Clock::now();
-    if (s + depth - 1 < total) STRATA_RETURN_IF_ERROR(store.submit(base + s + depth - 1, batch_of(s + depth - 1)));
+    if (s + depth - 1 < total) {
+      STRATA_RETURN_IF_ERROR(store.submit(base + s + depth - 1, batch_of(s + depth - 1)));
+      STRATA_RETURN_IF_ERROR(preview_upto(s + depth + o.preview));
+    }
     const auto t1 = Clock::now();
     STRATA_RETURN_IF_ERROR(store.forward(base + s, out_views));
     const auto t2 = Clock::now();
@@ -581,7 +598,8 @@ json result_json(const Options& o, const ModeResult& r, double read_gbs, const H
     m["cache"] = {{"accesses", cs.accesses},     {"hits", cs.hits},
                   {"misses", cs.misses},         {"evictions", cs.evictions},
                   {"writebacks", cs.writebacks}, {"policy", o.policy},
-                  {"lookahead", o.lookahead},    {"cache_fraction", r.cache_fraction},
+                  {"lookahead", o.lookahead},    {"preview", o.preview},
+                  {"cache_fraction", r.cache_fraction},
                   {"cache_rows", r.cache_rows},  {"cache_bytes", r.cache_bytes}};
   } else {
     m["hit_rate"] = nullptr;
@@ -944,7 +962,8 @@ int run(const Options& o_in) {
   }
   j["threads"] = o.threads;
   j["settings"] = {{"modes", o.modes},         {"threads", o.threads},   {"policy", o.policy},
-                   {"lookahead", o.lookahead}, {"pipeline", o.pipeline}, {"cache_fraction", o.cache_fraction},
+                   {"lookahead", o.lookahead}, {"preview", o.preview},   {"pipeline", o.pipeline},
+                   {"cache_fraction", o.cache_fraction},
                    {"sweep_cache", sweep},     {"backend", o.backend},   {"device_capacity", o.device_capacity},
                    {"profile", o.profile}};
   j["machine"] = to_json(machine);
@@ -1115,6 +1134,11 @@ int main(int argc, char** argv) {
                  "throughput against cache size");
   app.add_option("--policy", o.policy, "cached: lru | lfu | lookahead")->capture_default_str();
   app.add_option("--lookahead", o.lookahead, "cached: batches the planner sees ahead")->capture_default_str();
+  app.add_option("--preview", o.preview,
+                 "cached lookahead: batches whose keys the trainer previews beyond those submitted (Store::preview), "
+                 "so the planner sees lookahead + preview batches ahead")
+      ->capture_default_str()
+      ->check(CLI::Range(0, strata::kMaxPreview));
   app.add_option("--pipeline", o.pipeline, "batches prefetched ahead of forward (beyond the lookahead)")
       ->capture_default_str();
   app.add_option("--ranks", o.ranks, "gpu/hybrid: thread ranks, one store and device each, all-to-all between them")

@@ -27,20 +27,33 @@ CacheStats& CacheStats::operator-=(const CacheStats& o) noexcept {
   return *this;
 }
 
+namespace {
+// lookahead: the half-life of the frequency sketch, and the ticks of recency one frequency level
+// is worth in the eviction order (a quarter doubling of the decayed count: half_life / 4).
+std::uint64_t half_life(const CachePoolOptions& o) {
+  return static_cast<std::uint64_t>(std::max<std::int64_t>(1, o.half_life > 0 ? o.half_life : kDefaultHalfLifeSlots * o.slots));
+}
+std::uint64_t level_step(const CachePoolOptions& o) {
+  if (o.policy != Policy::kLookahead) return 0;
+  return std::max<std::uint64_t>(1, half_life(o) / detail::FrequencySketch::kLevelsPerDoubling);
+}
+}  // namespace
+
 CachePool::CachePool(CachePoolOptions options)
     : opt_(std::move(options)),
       index_(opt_.slots),
       slots_(static_cast<std::size_t>(opt_.slots)),
       version_(static_cast<std::size_t>(opt_.slots), 0),
-      order_(opt_.slots),
+      order_(opt_.slots, level_step(opt_)),
       table_count_(opt_.tables.size(), 0),
       table_pinned_(opt_.tables.size(), 0),
-      stats_(opt_.tables.size()) {
+      stats_(opt_.tables.size()),
+      sketch_(opt_.policy == Policy::kLookahead ? opt_.slots : 0, half_life(opt_)) {
   STRATA_CHECK(opt_.slots >= 0 && opt_.slots <= (std::int64_t{1} << 30));  // slots are 32-bit inside
   STRATA_CHECK(opt_.tables.size() <= (std::size_t{1} << 16));              // tables are 16-bit in cache keys
   for (const PoolTable& t : opt_.tables) any_cap_ = any_cap_ || t.cap > 0;
   table_order_.reserve(opt_.tables.size());
-  for (const PoolTable& t : opt_.tables) table_order_.emplace_back(t.cap > 0 ? std::min(t.cap, opt_.slots) : 0);
+  for (const PoolTable& t : opt_.tables) table_order_.emplace_back(t.cap > 0 ? std::min(t.cap, opt_.slots) : 0, level_step(opt_));
   free_.reserve(static_cast<std::size_t>(opt_.slots));
   // Popped from the back: slot 0 is used first.
   for (std::int64_t s = opt_.slots - 1; s >= 0; --s) free_.push_back(s);
@@ -86,13 +99,15 @@ void CachePool::enter_order(std::int64_t slot) {
   if (opt_.policy == Policy::kLookahead && s.next_use != detail::WindowMap::kNone) {
     // Rows used again within the window rank above every other row, sooner use higher (Belady
     // within the window), then more uses.
-    const std::uint32_t uses = std::min<std::uint32_t>(s.freq, (1u << 20) - 1);
+    const std::uint32_t uses = std::min<std::uint32_t>(s.freq & kUsesMask, (1u << 20) - 1);
     order_.push_windowed(s.next_use, uses, static_cast<std::int32_t>(table), slot32, version);
     if (table_order) table_order->push_windowed(s.next_use, uses, static_cast<std::int32_t>(table), slot32, version);
   } else {
-    // lru: by last use. lfu, and lookahead rows with no use in the window: by uses, then last use
-    // (so stale rows leave first instead of ties going to the lowest slot). The tick is compared
-    // in full (the packed score this replaced kept 40 bits of it, which wrapped after 2^40 uses).
+    // lru: by last use. lfu: by uses, then last use (so stale rows leave first instead of ties
+    // going to the lowest slot). lookahead rows with no use in the window: by last use plus what
+    // their recent frequency is worth (the order is aged, see eviction_order.hpp). The tick is
+    // compared in full (the packed score this replaced kept 40 bits of it, which wrapped after
+    // 2^40 uses).
     const std::uint32_t bucket = ranked_bucket(s);
     order_.push_ranked(bucket, s.last, slot32, version);
     if (table_order) table_order->push_ranked(bucket, s.last, slot32, version);
@@ -250,6 +265,7 @@ PoolPlan CachePool::commit(PoolProbe probe) {
   // Recency follows the order of first use within the batch (features in order, rows in first-use
   // order), for hits and misses alike, although hits are processed first.
   std::vector<std::uint64_t> tick_base(probe.features.size());
+  if (lookahead) sketch_.start(tick_);  // every use of the batch weighs as at its first tick
   for (std::size_t i = 0; i < probe.features.size(); ++i) {
     tick_base[i] = tick_;
     tick_ += probe.features[i].unique->keys.size();
@@ -284,16 +300,26 @@ PoolPlan CachePool::commit(PoolProbe probe) {
         const auto slot = static_cast<std::size_t>(found[hit_rows_[j]]);
         __builtin_prefetch(&slots_[slot]);
         __builtin_prefetch(&version_[slot]);
-        if (lookahead) window_.prefetch(detail::KeyMap::hash(cache_key(f.table, keys[hit_rows_[j]])));
+        if (lookahead) {
+          const std::uint64_t h = detail::KeyMap::hash(cache_key(f.table, keys[hit_rows_[j]]));
+          window_.prefetch(h);
+          sketch_.prefetch(h);
+        }
       }
       for (std::size_t j = b; j < e; ++j) {
         const std::uint32_t u = hit_rows_[j];
         const std::int64_t slot = found[u];
         Slot& s = slots_[static_cast<std::size_t>(slot)];
         pin(s, slot);
-        ++s.freq;
         s.last = tick_base[i] + u + 1;
-        if (lookahead) s.next_use = window_.consume(s.key, detail::KeyMap::hash(s.key), probe.seq);
+        if (lookahead) {
+          const std::uint64_t h = detail::KeyMap::hash(s.key);
+          s.next_use = window_.consume(s.key, h, probe.seq);
+          const std::uint32_t uses = s.freq & kUsesMask;
+          s.freq = sketch_.add(h) << 24 | (uses + (uses < kUsesMask));
+        } else {
+          ++s.freq;
+        }
       }
     }
     CacheStats& st = stats_[static_cast<std::size_t>(f.table)];
@@ -319,7 +345,10 @@ PoolPlan CachePool::commit(PoolProbe probe) {
       new_hash[j - b] = detail::KeyMap::hash(misses_[j].key);
       if (old_key != detail::KeyMap::kEmpty) index_.prefetch(old_hash[j - b]);
       index_.prefetch(new_hash[j - b]);
-      if (lookahead) window_.prefetch(new_hash[j - b]);
+      if (lookahead) {
+        window_.prefetch(new_hash[j - b]);
+        sketch_.prefetch(new_hash[j - b]);
+      }
     }
     for (std::size_t j = b; j < e; ++j) {
       const Miss& m = misses_[j];
@@ -354,7 +383,10 @@ PoolPlan CachePool::commit(PoolProbe probe) {
       CacheStats& st = stats_[static_cast<std::size_t>(t)];
       ++st.misses;
       st.bytes_filled += opt_.record_bytes;
-      if (lookahead) s.next_use = window_.consume(m.key, new_hash[j - b], probe.seq);
+      if (lookahead) {
+        s.next_use = window_.consume(m.key, new_hash[j - b], probe.seq);
+        s.freq = sketch_.add(new_hash[j - b]) << 24 | 1;
+      }
     }
   }
   plan.misses = static_cast<std::int64_t>(M);

@@ -8,11 +8,16 @@
 //
 // Planning is two-phase so a batch touching several pools is all-or-nothing: probe() every pool
 // (no state change; errors name the table and the numbers), then commit() each probe.
+// Batches are usually planned in sequence order; they may be planned in another order (a batch
+// submitted without a preview while previews are in the window gets a higher number than theirs
+// but is planned first): every decision stays valid, the window just ranks that batch's rows as if
+// it came after the previews.
 // Not thread-safe: the store's driving thread owns it.
 //
 // Cost: probe, commit and retire are O(1) amortized per unique row (hash lookups and FIFO queues;
-// see cache/detail/eviction_order.hpp), window_push/window_drop O(1) per row plus the row's uses
-// in the window.
+// see cache/detail/eviction_order.hpp; lookahead adds one sketch line per row and a scan of at most
+// 64 queue fronts per victim), window_push/window_drop O(1) per row plus the row's uses in the
+// window beyond the next 64 batches.
 
 #include <algorithm>
 #include <cstdint>
@@ -20,6 +25,7 @@
 #include <vector>
 
 #include "cache/detail/eviction_order.hpp"
+#include "cache/detail/frequency_sketch.hpp"
 #include "cache/detail/key_map.hpp"
 #include "cache/detail/window_map.hpp"
 #include "cache/policy.hpp"
@@ -55,7 +61,13 @@ struct CachePoolOptions {
   std::int64_t record_bytes = 0;    ///< bytes per slot record (weights + state), for the byte counters
   std::string name;                 ///< e.g. "dim 64" for messages
   std::vector<PoolTable> tables;    ///< tables of the pool; FeatureKeys::table indexes this
+  /// lookahead: half-life, in unique rows planned, of the frequency that ranks rows with no use in
+  /// the window (cache/policy.hpp); 0: kDefaultHalfLifeSlots x slots.
+  std::int64_t half_life = 0;
 };
+
+/// Default half-life of the lookahead policy's frequency, in multiples of the pool's slots.
+inline constexpr std::int64_t kDefaultHalfLifeSlots = 16;
 
 /// One table's deduplicated keys in a batch.
 struct FeatureKeys {
@@ -92,11 +104,16 @@ class CachePool {
 
   const CachePoolOptions& options() const noexcept { return opt_; }
 
-  /// Adds a submitted batch to the lookahead window (only the lookahead policy uses it). Call in
-  /// submission order (increasing `seq`), before the batch is probed; each table appears in at
-  /// most one of `features`.
+  /// Adds a batch to the lookahead window (only the lookahead policy uses it): a submitted batch,
+  /// or the keys of one to be submitted later (a preview). Sequence numbers order the window: a
+  /// batch with a lower `seq` is taken to be planned earlier. Push before the batch is probed,
+  /// usually in increasing `seq` (cheapest); a lower `seq` than batches already pushed is allowed
+  /// (e.g. a preview replaced by the keys actually submitted). A (seq, row) pair is pushed at most
+  /// once while it is in the window; each table appears in at most one of `features`. Only ranks
+  /// change: no row is pinned, filled or evicted.
   void window_push(std::int64_t seq, const std::vector<FeatureKeys>& features);
-  /// Removes a batch from the window without planning it (discarded before planning).
+  /// Removes a batch from the window without planning it (discarded before planning, or a preview
+  /// that will not be submitted). `features` as pushed.
   void window_drop(std::int64_t seq, const std::vector<FeatureKeys>& features);
 
   /// Looks up every unique row and checks that the batch fits: its unique rows of each table fit
@@ -129,7 +146,7 @@ class CachePool {
     std::uint64_t key = detail::KeyMap::kEmpty;           // cache key (table, row); kEmpty when free
     std::uint64_t last = 0;                               // tick of the last use
     std::int64_t next_use = detail::WindowMap::kNone;     // lookahead: first use of the row in the window
-    std::uint32_t freq = 0;                               // uses while resident
+    std::uint32_t freq = 0;                               // uses while resident (lookahead: and its level)
     std::uint32_t state = 0;                              // pins (batches planned, not retired, using it), dirty bit
     std::uint32_t pins() const noexcept { return state & ~kDirty; }
     bool dirty() const noexcept { return (state & kDirty) != 0; }
@@ -148,10 +165,15 @@ class CachePool {
     std::uint64_t operator()(std::int32_t slot) const noexcept { return (slot >= 0 ? &slots[slot] : &kFreeSlot)->key; }
   };
   KeyOf key_of() const noexcept { return {slots_.data()}; }
-  // The bucket of a ranked slot (cache/detail/eviction_order.hpp): 0 for lru, else its uses, capped.
+  // lookahead keeps a slot's frequency level (detail::FrequencySketch, as of its last use) in the
+  // top 8 bits of `freq` and its uses while resident (saturating) in the low 24.
+  static constexpr std::uint32_t kUsesMask = (1u << 24) - 1;
+  // The bucket of a ranked slot (cache/detail/eviction_order.hpp): 0 for lru, its uses (capped)
+  // for lfu, its frequency level for lookahead.
   std::uint32_t ranked_bucket(const Slot& s) const noexcept {
     if (opt_.policy == Policy::kLru) return 0;
-    return std::min<std::uint32_t>(s.freq, opt_.policy == Policy::kLfu ? (1u << 23) - 1 : (1u << 22) - 1);
+    if (opt_.policy == Policy::kLookahead) return s.freq >> 24;
+    return std::min<std::uint32_t>(s.freq, (1u << 23) - 1);
   }
   void pin(Slot& s, std::int64_t slot);
   void enter_order(std::int64_t slot);
@@ -171,6 +193,7 @@ class CachePool {
   std::uint64_t tick_ = 0;
   std::vector<CacheStats> stats_;
   detail::WindowMap window_;               // lookahead: uses of each key in the window
+  detail::FrequencySketch sketch_;         // lookahead: recent use frequency of every key, resident or not
   struct Miss {
     std::uint64_t key;      // cache key of the row to fill
     std::int64_t slot;      // its slot

@@ -3,11 +3,15 @@
 // evicts the unpinned slot with the lowest score.
 //   lru:       score = time of last use (within a batch: the order of first use).
 //   lfu:       score = (uses while resident, then time of last use to break ties).
-//   lookahead: uses the keys of the batches submitted but not yet planned (the window). Rows used
-//              again within the window rank above all others, the sooner the higher (Belady
-//              within the window); rows with no use in the window are ranked as by lfu and leave
-//              first (admission: a row used once is fetched for its batch and is among the first
-//              to leave).
+//   lookahead: uses the keys of the batches submitted but not yet planned and of the batches the
+//              trainer previewed (Store::preview): the window. Rows used again within the window
+//              rank above all others, the sooner the higher (Belady within the window). Rows with
+//              no use in the window leave first, by recency aged with frequency (LRFU): score =
+//              time of last use + half_life / 4 x level, the level being 4 log2 of the row's
+//              exponentially decayed use count (half-life 16 x the pool's slots in rows planned),
+//              kept for every key, resident or not, in a count-min sketch
+//              (cache/detail/frequency_sketch.hpp). So a row used once leaves soon (admission),
+//              and a row that was hot before it was evicted comes back ranked as hot.
 
 #include <string>
 

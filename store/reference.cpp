@@ -35,8 +35,18 @@ class ReferenceStore final : public Store {
     if (batches_.count(id)) return detail::duplicate_batch(id);
     STRATA_ASSIGN_OR_RETURN(std::vector<int> tables, detail::check_batch(id, batch, config_, index_));
     batches_.emplace(id, Entry{std::move(batch), std::move(tables), false});
+    (void)previews_.submitted(id);
     return Status::ok();
   }
+
+  // Previews only steer a cache: checked like every mode checks them, then only their ids are kept.
+  Status preview(std::int64_t id, const KeyBatch& batch) override {
+    STRATA_RETURN_IF_ERROR(detail::check_preview(id, batch, config_, index_, previews_, batches_.count(id) > 0).status());
+    previews_.add(id);
+    return Status::ok();
+  }
+  void drop_previews() override { previews_.clear(); }
+  std::int64_t previewed() const noexcept override { return previews_.size(); }
 
   Status forward(std::int64_t id, const std::vector<MatrixView>& outputs) override {
     STRATA_ASSIGN_OR_RETURN(Entry * found, detail::find_batch(batches_, id, config_, outputs, "output", false));
@@ -138,6 +148,7 @@ class ReferenceStore final : public Store {
   detail::TableIndex index_;
   std::vector<Table> tables_;
   std::unordered_map<std::int64_t, Entry> batches_;
+  detail::PreviewIds previews_;  // previewed, not yet submitted
 };
 
 }  // namespace

@@ -42,8 +42,10 @@ struct StoreStats {
 /// An embedding store. Create with Store::open (or open_reference_store for the oracle).
 ///
 /// Training step protocol, per batch id (any int64, unique among batches in flight):
-///   submit(id, batch) -> forward(id, outputs) -> backward(id, grads)   (or discard(id) for inference)
+///   [preview(id, batch)] -> submit(id, batch) -> forward(id, outputs) -> backward(id, grads)
+///   (or discard(id) for inference)
 /// Several batches may be in flight (submitted, not yet backward); later modes prefetch them.
+/// Previews (optional) announce the keys of batches further ahead to the cache planner.
 /// forward reads the rows as of the call; backward applies the optimizer to the rows the batch used.
 /// Every call validates all its input before changing anything: on error nothing changed.
 ///
@@ -85,6 +87,35 @@ class Store {
   virtual Status backward(std::int64_t batch_id, const std::vector<ConstMatrixView>& grads) = 0;
   /// Retires a submitted batch without backward (inference).
   virtual Status discard(std::int64_t batch_id) = 0;
+
+  /// Announces the keys of a batch the trainer will submit later, so that the `lookahead` cache
+  /// policy plans with a deeper window than the batches in flight (CacheConfig): a data loader
+  /// typically knows the keys of many batches before the staging ring has room to submit them.
+  /// Keys only: nothing is pinned, fetched, staged or planned, and no row changes; `batch` is
+  /// validated as submit validates it and need not stay alive (only its unique keys are kept).
+  ///
+  /// Rules (the previews describe the submissions to come, in order):
+  ///  - Batch ids of previews increase: `batch_id` must be above every id previewed and not yet
+  ///    submitted, and not in flight. At most `cache.preview` batches are previewed and not yet
+  ///    submitted (0, the default, refuses every preview).
+  ///  - submit(id) of a previewed id uses its preview: the window entry is kept when the keys are
+  ///    the same (the same unique keys per table in the same first-use order) and replaced by the
+  ///    submitted keys otherwise; the previews of lower ids are dropped (those batches were skipped).
+  ///  - submit(id) of an id never previewed leaves the previews alone (e.g. an evaluation batch
+  ///    between training batches); while previews are pending the planner ranks that batch's rows
+  ///    as if it came after them, so preview every batch where you can.
+  ///  - drop_previews() forgets every preview (the loader was reset or reshuffled). A preview only
+  ///    ever affects which rows stay cached: outputs and updates are those of the batches submitted.
+  /// Only `cached` tables (and `hybrid` ones on a single rank without a communicator) with the
+  /// lookahead policy use previews; every other mode and policy validates and ignores them, so the
+  /// same trainer code runs in every mode. Local to this rank (not a collective call).
+  /// Errors (nothing changes): "preview of batch ID: ...", e.g. an unknown table, a key out of
+  /// range, a non-increasing id, the horizon reached.
+  virtual Status preview(std::int64_t batch_id, const KeyBatch& batch) = 0;
+  /// Forgets every preview not yet submitted (see preview()). Never fails.
+  virtual void drop_previews() = 0;
+  /// Batches previewed and not yet submitted nor dropped.
+  virtual std::int64_t previewed() const noexcept = 0;
   /// Makes every update visible in host memory (a no-op for `cpu`; caches write back).
   virtual Status flush() = 0;
 

@@ -111,6 +111,9 @@ Status validate(const StoreConfig& c) {
     return Status::invalid_argument("cache lookahead " + std::to_string(c.cache.lookahead) +
                                     " must be in [0, max_in_flight) = [0, " + std::to_string(c.cache.max_in_flight) +
                                     "): the staging ring must hold the window plus the batch being planned");
+  if (c.cache.preview < 0 || c.cache.preview > kMaxPreview)
+    return Status::invalid_argument("cache preview " + std::to_string(c.cache.preview) + " must be in [0, " + std::to_string(kMaxPreview) +
+                                    "] (batches previewed and not yet submitted)");
   if (c.device.capacity < 0)
     return Status::invalid_argument("device capacity " + std::to_string(c.device.capacity) + " must be >= 0");
   if (c.device.emu_max_delay_us < 0)
@@ -239,6 +242,7 @@ Status parse_device_and_cache(const json& j, StoreConfig& c, std::set<std::strin
     STRATA_ASSIGN_OR_RETURN(c.cache.policy, cache::parse_policy(policy));
     STRATA_RETURN_IF_ERROR(get(*it, "lookahead", c.cache.lookahead, k2, "config.cache"));
     STRATA_RETURN_IF_ERROR(get(*it, "max_in_flight", c.cache.max_in_flight, k2, "config.cache"));
+    STRATA_RETURN_IF_ERROR(get(*it, "preview", c.cache.preview, k2, "config.cache"));
     STRATA_RETURN_IF_ERROR(check_unknown(*it, k2, "config.cache"));
   }
   std::string gather = to_string(c.offload_gather);
@@ -303,7 +307,10 @@ std::string to_json(const StoreConfig& c) {
                  {"capacity", c.device.capacity},
                  {"emu_max_delay_us", c.device.emu_max_delay_us},
                  {"emu_fail_after_ops", c.device.emu_fail_after_ops}};
-  j["cache"] = {{"policy", cache::to_string(c.cache.policy)}, {"lookahead", c.cache.lookahead}, {"max_in_flight", c.cache.max_in_flight}};
+  j["cache"] = {{"policy", cache::to_string(c.cache.policy)},
+                {"lookahead", c.cache.lookahead},
+                {"max_in_flight", c.cache.max_in_flight},
+                {"preview", c.cache.preview}};
   j["offload_gather"] = to_string(c.offload_gather);
   j["tables"] = json::array();
   for (const auto& t : c.tables) {

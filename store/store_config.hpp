@@ -49,11 +49,21 @@ enum class OffloadGather {
 };
 
 /// The cache and prefetcher of `cached` tables.
+///
+/// The lookahead policy plans each batch knowing the batches after it (its window): the
+/// `lookahead` batches submitted behind it (each holds a staging entry, so lookahead <
+/// max_in_flight) and, beyond them, up to `preview` batches whose keys the trainer announced with
+/// Store::preview (keys only: nothing is pinned, staged or fetched for them, so a window of
+/// hundreds of batches costs host memory for their unique keys and nothing on the device).
 struct CacheConfig {
   cache::Policy policy = cache::Policy::kLru;  ///< replacement policy
-  int lookahead = 0;        ///< batches the planner sees beyond the one it plans (lookahead policy); < max_in_flight
+  int lookahead = 0;        ///< submitted batches the planner waits for beyond the one it plans (lookahead policy); < max_in_flight
   int max_in_flight = 8;    ///< batches submitted and not yet retired (staging ring entries)
+  int preview = 0;          ///< most batches previewed (Store::preview) and not yet submitted, in [0, kMaxPreview]; 0: no previews
 };
+
+/// Upper bound of CacheConfig::preview.
+inline constexpr int kMaxPreview = 1 << 16;
 
 /// How host tables are spread over NUMA nodes.
 enum class NumaPolicy {
@@ -108,7 +118,7 @@ Status validate(const StoreConfig& config);
 ///                "sharding": {"type": "replicated"|"table"|"row"|"column", "owner": -1}}],
 ///    "device": {"backend": "auto"|"cuda"|"emu", "ordinal": 0, "capacity": 0,
 ///               "emu_max_delay_us": 0, "emu_fail_after_ops": -1},
-///    "cache": {"policy": "lru"|"lfu"|"lookahead", "lookahead": 0, "max_in_flight": 8},
+///    "cache": {"policy": "lru"|"lfu"|"lookahead", "lookahead": 0, "max_in_flight": 8, "preview": 0},
 ///    "offload_gather": "device"|"cpu"}
 /// Unknown keys are errors (a typo must not silently fall back to a default). Validates the result.
 Result<StoreConfig> parse_store_config(const std::string& json_text);

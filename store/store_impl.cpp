@@ -146,8 +146,38 @@ class StoreImpl final : public Store {
     });
     if (!status.is_ok()) return status;
     batches_.emplace(id, std::move(e));
+    if (previews_.submitted(id)) {
+      arena_.execute([&] {
+        for (auto& engine : engines_) engine->previews_done(id);
+      });
+    }
     return Status::ok();
   }
+
+  Status preview(std::int64_t id, const KeyBatch& batch) override {
+    STRATA_ASSIGN_OR_RETURN(std::vector<int> tables, detail::check_preview(id, batch, config_, index_, previews_, batches_.count(id) > 0));
+    std::vector<detail::EngineFeatures> parts(engines_.size());
+    for (std::size_t i = 0; i < tables.size(); ++i) {
+      auto& p = parts[static_cast<std::size_t>(engine_of_[static_cast<std::size_t>(tables[i])])];
+      p.feature.push_back(static_cast<int>(i));
+      p.table.push_back(tables[i]);
+    }
+    arena_.execute([&] {
+      for (std::size_t k = 0; k < engines_.size(); ++k)
+        if (!parts[k].empty()) engines_[k]->preview(id, batch, parts[k]);
+    });
+    previews_.add(id);
+    return Status::ok();
+  }
+
+  void drop_previews() override {
+    previews_.clear();
+    arena_.execute([&] {
+      for (auto& engine : engines_) engine->drop_previews();
+    });
+  }
+
+  std::int64_t previewed() const noexcept override { return previews_.size(); }
 
   Status forward(std::int64_t id, const std::vector<MatrixView>& outputs) override {
     auto found = detail::find_batch(batches_, id, config_, outputs, "output", false);
@@ -272,6 +302,7 @@ class StoreImpl final : public Store {
   std::vector<int> engine_of_;
   detail::Engine* collective_ = nullptr;  // the sharded tables' engine, when there are any
   std::unordered_map<std::int64_t, Entry> batches_;
+  detail::PreviewIds previews_;  // previewed, not yet submitted
 };
 
 }  // namespace

@@ -8,13 +8,19 @@
 // entries are dropped as they reach the front, and all at once when they outnumber the slots.
 //
 // Ranks, lowest evicted first (cache/policy.hpp):
-//  - ranked:   (bucket, last). lru: bucket 0; lfu, and lookahead rows with no use in the window:
-//              bucket = uses (capped). `last` (the tick of the slot's last use) differs between
-//              slots, so this order is strict. Slots come in increasing `last` almost always (a
-//              batch's rows retire in tick order, batches mostly in plan order), so each bucket up
-//              to kDenseBuckets is a FIFO queue; a slot that comes out of order, or whose bucket is
-//              larger, goes to a min-heap. The minimum is the smaller of the lowest live queue
-//              front and the heap top. Queuing and evicting are O(1) amortized on the usual path.
+//  - ranked:   (bucket, last). lru: bucket 0; lfu: bucket = uses (capped). `last` (the tick of
+//              the slot's last use) differs between slots, so this order is strict. Slots come in
+//              increasing `last` almost always (a batch's rows retire in tick order, batches mostly
+//              in plan order), so each bucket up to kDenseBuckets is a FIFO queue; a slot that comes
+//              out of order, or whose bucket is larger, goes to a min-heap. The minimum is the
+//              smaller of the lowest live queue front and the heap top. Queuing and evicting are
+//              O(1) amortized on the usual path.
+//  - aged:     (an EvictionOrder built with a level step > 0; lookahead rows with no use in the
+//              window) ranked entries whose bucket is a frequency level < 64 (see
+//              frequency_sketch.hpp) are ordered by (last + bucket * step, bucket, last): a level
+//              buys `step` ticks of recency. Same FIFO queues (one per level, `last` increasing, so
+//              the key too) and heap; the minimum is taken over the queue fronts, whose keys are
+//              kept in a small array, so a victim costs a scan of at most 64 words.
 //  - windowed: lookahead rows used again in the window, evicted only when no ranked slot is
 //              left: the farthest next use first, then fewer uses, then lower table, then lower
 //              slot. One group per next use (a batch of the window); a group is sorted when a
@@ -35,9 +41,14 @@ class EvictionOrder {
  public:
   static constexpr std::uint32_t kDenseBuckets = 64 * 64;  ///< buckets with a FIFO queue each
 
+  static constexpr std::uint32_t kAgedBuckets = 64;         ///< buckets (levels) of an aged order
+
   /// An order for at most `capacity` evictable slots (sets when stale entries are compacted).
-  explicit EvictionOrder(std::int64_t capacity)
-      : limit_(3 * static_cast<std::size_t>(capacity > 0 ? capacity : 0) + 4096), bits_(kDenseBuckets / 64, 0) {}
+  /// `level_step` > 0 makes the ranked entries aged (buckets < kAgedBuckets, see above).
+  explicit EvictionOrder(std::int64_t capacity, std::uint64_t level_step = 0)
+      : limit_(3 * static_cast<std::size_t>(capacity > 0 ? capacity : 0) + 4096),
+        step_(level_step),
+        bits_(kDenseBuckets / 64, 0) {}
 
   /// Starts loading the tail of a bucket's queue, where push_ranked() would write (a hint).
   STRATA_PREFETCH_FN void prefetch_ranked(std::uint32_t bucket) const noexcept {
@@ -49,6 +60,7 @@ class EvictionOrder {
   /// Queues `slot` (whose version is now `version`) by (bucket, last).
   void push_ranked(std::uint32_t bucket, std::uint64_t last, std::int32_t slot, std::uint32_t version) {
     ++entries_;
+    if (step_ != 0 && bucket >= kAgedBuckets) bucket = kAgedBuckets - 1;  // (callers cap levels; a guard)
     if (bucket < kDenseBuckets) {
       if (bucket >= queues_.size()) queues_.resize(bucket + 1);
       Queue& q = queues_[bucket];
@@ -58,6 +70,7 @@ class EvictionOrder {
         bits_[bucket / 64] |= std::uint64_t{1} << (bucket % 64);
         summary_ |= std::uint64_t{1} << (bucket / 64);
         q.items.emplace_back(last, slot, version);
+        if (step_ != 0) front_[bucket] = last + bucket * step_;
         return;
       }
       if (q.items.back().last < last) {
@@ -70,7 +83,7 @@ class EvictionOrder {
       }
     }
     heap_.emplace_back(last, bucket, slot, version);
-    std::push_heap(heap_.begin(), heap_.end(), HeapAfter{});
+    std::push_heap(heap_.begin(), heap_.end(), HeapAfter{step_});
   }
 
   /// Queues `slot` (version `version`) as used again in the window, first at `next_use`.
@@ -92,41 +105,8 @@ class EvictionOrder {
   /// The slot to evict next (it stays queued until its version moves on), or -1 when none is
   /// evictable. `version`: the pool's slot versions.
   std::int32_t min(const std::uint32_t* version) {
-    std::int32_t best = -1;
-    std::uint32_t best_bucket = 0;
-    std::uint64_t best_last = 0;
-    while (summary_ != 0) {
-      const std::uint32_t w = static_cast<std::uint32_t>(__builtin_ctzll(summary_));
-      const std::uint32_t b = 64 * w + static_cast<std::uint32_t>(__builtin_ctzll(bits_[w]));
-      Queue& q = queues_[b];
-      while (q.head < q.items.size()) {
-        if (q.head + 8 < q.items.size()) __builtin_prefetch(&version[q.items[q.head + 8].slot]);
-        const Ranked& e = q.items[q.head];
-        if (version[e.slot] == e.version) break;
-        ++q.head;
-        --entries_;
-      }
-      if (q.head < q.items.size()) {
-        best = q.items[q.head].slot;
-        best_bucket = b;
-        best_last = q.items[q.head].last;
-        break;
-      }
-      q.items.clear();
-      q.head = 0;
-      bits_[w] &= ~(std::uint64_t{1} << (b % 64));
-      if (bits_[w] == 0) summary_ &= ~(std::uint64_t{1} << w);
-    }
-    while (!heap_.empty() && version[heap_.front().slot] != heap_.front().version) {
-      std::pop_heap(heap_.begin(), heap_.end(), HeapAfter{});
-      heap_.pop_back();
-      --entries_;
-    }
-    if (!heap_.empty()) {
-      const Heaped& h = heap_.front();
-      if (best < 0 || h.bucket < best_bucket || (h.bucket == best_bucket && h.last < best_last)) best = h.slot;
-    }
-    if (best >= 0) return best;
+    const std::int32_t ranked = step_ != 0 ? min_aged(version) : min_ranked(version);
+    if (ranked >= 0) return ranked;
     while (!groups_.empty()) {
       Group& g = groups_.back();
       sort(g, version);
@@ -174,6 +154,8 @@ class EvictionOrder {
         if (out == 0) {
           std::vector<Ranked>().swap(q.items);
           bits_[w] &= ~(std::uint64_t{1} << (b % 64));
+        } else if (step_ != 0) {
+          front_[b] = q.items[0].last + b * step_;
         }
       }
       if (bits_[w] == 0) summary_ &= ~(std::uint64_t{1} << w);
@@ -182,7 +164,7 @@ class EvictionOrder {
     heap_.erase(std::remove_if(heap_.begin(), heap_.end(), [&](const Heaped& h) { return version[h.slot] != h.version; }),
                 heap_.end());
     entries_ -= before - heap_.size();
-    std::make_heap(heap_.begin(), heap_.end(), HeapAfter{});
+    std::make_heap(heap_.begin(), heap_.end(), HeapAfter{step_});
     retire_window(std::numeric_limits<std::int64_t>::max(), version);
   }
 
@@ -208,8 +190,13 @@ class EvictionOrder {
     std::int32_t slot;
     std::uint32_t version;
   };
-  struct HeapAfter {  // std heap comparator: true when a comes after b (a min-heap on (bucket, last))
+  struct HeapAfter {  // std heap comparator: true when a comes after b (a min-heap on the rank)
+    std::uint64_t step;  // 0: (bucket, last); else (last + bucket * step, bucket, last)
     bool operator()(const Heaped& a, const Heaped& b) const noexcept {
+      if (step != 0) {
+        const std::uint64_t ka = a.last + a.bucket * step, kb = b.last + b.bucket * step;
+        if (ka != kb) return ka > kb;
+      }
       return a.bucket != b.bucket ? a.bucket > b.bucket : a.last > b.last;
     }
   };
@@ -231,6 +218,98 @@ class EvictionOrder {
     std::vector<Windowed> items;  // [head, sorted) sorted and queued; [sorted, size) queued since
     std::size_t head = 0, sorted = 0;
   };
+
+  // The lowest live ranked entry by (bucket, last), or -1.
+  std::int32_t min_ranked(const std::uint32_t* version) {
+    std::int32_t best = -1;
+    std::uint32_t best_bucket = 0;
+    std::uint64_t best_last = 0;
+    while (summary_ != 0) {
+      const std::uint32_t w = static_cast<std::uint32_t>(__builtin_ctzll(summary_));
+      const std::uint32_t b = 64 * w + static_cast<std::uint32_t>(__builtin_ctzll(bits_[w]));
+      Queue& q = queues_[b];
+      while (q.head < q.items.size()) {
+        if (q.head + 8 < q.items.size()) __builtin_prefetch(&version[q.items[q.head + 8].slot]);
+        const Ranked& e = q.items[q.head];
+        if (version[e.slot] == e.version) break;
+        ++q.head;
+        --entries_;
+      }
+      if (q.head < q.items.size()) {
+        best = q.items[q.head].slot;
+        best_bucket = b;
+        best_last = q.items[q.head].last;
+        break;
+      }
+      q.items.clear();
+      q.head = 0;
+      bits_[w] &= ~(std::uint64_t{1} << (b % 64));
+      if (bits_[w] == 0) summary_ &= ~(std::uint64_t{1} << w);
+    }
+    clean_heap_top(version);
+    if (!heap_.empty()) {
+      const Heaped& h = heap_.front();
+      if (best < 0 || h.bucket < best_bucket || (h.bucket == best_bucket && h.last < best_last)) best = h.slot;
+    }
+    return best;
+  }
+
+  // The lowest live ranked entry by (last + bucket * step, bucket, last), or -1. The queue fronts'
+  // keys are in front_; a stale front is dropped only when it is the minimum (a live entry behind
+  // it has a larger key, so the minimum over the fronts is still right).
+  std::int32_t min_aged(const std::uint32_t* version) {
+    std::int32_t best = -1;
+    std::uint32_t best_bucket = 0;
+    std::uint64_t best_key = 0, best_last = 0;
+    for (;;) {
+      std::uint64_t m = bits_[0];
+      if (m == 0) break;
+      std::uint32_t b = static_cast<std::uint32_t>(__builtin_ctzll(m));
+      std::uint64_t key = front_[b];
+      for (m &= m - 1; m != 0; m &= m - 1) {
+        const std::uint32_t c = static_cast<std::uint32_t>(__builtin_ctzll(m));
+        if (front_[c] < key) {
+          key = front_[c];
+          b = c;
+        }
+      }
+      Queue& q = queues_[b];
+      const Ranked& e = q.items[q.head];
+      if (version[e.slot] == e.version) {
+        best = e.slot;
+        best_bucket = b;
+        best_key = key;
+        best_last = e.last;
+        break;
+      }
+      ++q.head;
+      --entries_;
+      if (q.head < q.items.size()) {
+        front_[b] = q.items[q.head].last + b * step_;
+        continue;
+      }
+      q.items.clear();
+      q.head = 0;
+      bits_[0] &= ~(std::uint64_t{1} << b);
+      if (bits_[0] == 0) summary_ &= ~std::uint64_t{1};
+    }
+    clean_heap_top(version);
+    if (!heap_.empty()) {
+      const Heaped& h = heap_.front();
+      const std::uint64_t hk = h.last + h.bucket * step_;
+      if (best < 0 || hk < best_key || (hk == best_key && (h.bucket < best_bucket || (h.bucket == best_bucket && h.last < best_last))))
+        best = h.slot;
+    }
+    return best;
+  }
+
+  void clean_heap_top(const std::uint32_t* version) {
+    while (!heap_.empty() && version[heap_.front().slot] != heap_.front().version) {
+      std::pop_heap(heap_.begin(), heap_.end(), HeapAfter{step_});
+      heap_.pop_back();
+      --entries_;
+    }
+  }
 
   // Brings the entries queued since the last sort into order.
   void sort(Group& g, const std::uint32_t* version) {
@@ -272,6 +351,8 @@ class EvictionOrder {
 
   std::size_t entries_ = 0;  // queued entries, live and stale
   std::size_t limit_;
+  std::uint64_t step_;       // aged: ticks of recency per level; 0: (bucket, last)
+  std::uint64_t front_[kAgedBuckets] = {};  // aged: key of each non-empty queue's front entry
   std::vector<Queue> queues_;        // ranked: per bucket < kDenseBuckets
   std::vector<std::uint64_t> bits_;  // bit b: queues_[b] is not empty
   std::uint64_t summary_ = 0;        // bit w: bits_[w] != 0

@@ -1,14 +1,17 @@
 #pragma once
 // WindowMap: the lookahead window of a slot pool. For each cache key, the sequence numbers of the
-// batches pushed into the window and not yet committed or dropped that use it. Batches are pushed
-// in increasing sequence number, so a key's first use is its smallest.
+// batches pushed into the window (submitted or previewed) and not yet committed or dropped that use
+// it. Batches are mostly pushed in increasing sequence number; a use may also be pushed below
+// others of its key (a previewed batch whose keys changed when it was submitted keeps its place).
 //
 // An open-addressing hash map (linear probing, backward-shift deletion, doubling at half full) of
 // 32-byte entries: the key, its first use, and a bit mask of its uses among the 64 sequence
 // numbers after the first. A use farther than that (only with more than 64 batches in the window)
-// goes to a side list per key, and comes back into the mask as the first use advances. So pushing
-// and consuming touch one entry. A key leaves the map with its last use. Not thread-safe.
+// goes to a side list per key (ascending), and comes back into the mask as the first use advances.
+// So pushing in order and consuming touch one entry. A key leaves the map with its last use. Not
+// thread-safe.
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <limits>
@@ -29,14 +32,22 @@ class WindowMap {
 
   // Every operation takes the key's hash `hk` (mix64, as KeyMap::hash) along with the key.
 
-  /// Adds a use of `k` at `seq`, larger than every use pushed before; true when `k` had none.
+  /// Adds a use of `k` at `seq` (not already one of its uses); true when `seq` is now its first
+  /// use (it had none, or only later ones). O(1) when `seq` is above the key's first use, within
+  /// 64 of it and no use is in the side list, else O(uses in the side list).
   bool push(std::uint64_t k, std::uint64_t hk, std::int64_t seq) {
     if ((size_ + 1) * 2 > table_.size()) rehash(table_.size() * 2);
     for (std::size_t h = hk & mask_;; h = (h + 1) & mask_) {
       Entry& e = table_[h];
       if (e.key == k) {
         const std::int64_t d = seq - e.front - 1;
-        if (e.far == 0 && d >= 0 && d < 64)
+        if (d < 0) {
+          push_front(e, seq);
+          return true;
+        }
+        // Into the mask when in its reach and below the side list (every use in the mask stays
+        // below every use in the side list), else into the side list.
+        if (d < 64 && (e.far == 0 || seq < far_.find(e.key)->second.front()))
           e.later |= std::uint64_t{1} << d;
         else
           add_far(e, seq);
@@ -112,9 +123,33 @@ class WindowMap {
     }
   }
 
+  // A use beyond the mask's reach, into the side list in order (at the back when pushed in order).
   void add_far(Entry& e, std::int64_t seq) {
-    far_[e.key].push_back(seq);
+    auto& uses = far_[e.key];
+    uses.insert(std::upper_bound(uses.begin(), uses.end(), seq), seq);
     ++e.far;
+  }
+
+  // A use below the first: it becomes the first, the old first and the mask's uses shift up, and
+  // those pushed past the mask's reach go to the front of the side list (all below its uses).
+  void push_front(Entry& e, std::int64_t seq) {
+    std::vector<std::int64_t> out;  // uses leaving the mask, ascending
+    std::uint64_t later = 0;
+    const auto place = [&](std::int64_t use) {
+      const std::int64_t d = use - seq - 1;
+      if (d < 64)
+        later |= std::uint64_t{1} << d;
+      else
+        out.push_back(use);
+    };
+    place(e.front);
+    for (std::uint64_t m = e.later; m != 0; m &= m - 1) place(e.front + 1 + __builtin_ctzll(m));
+    e.front = seq;
+    e.later = later;
+    if (out.empty()) return;
+    auto& uses = far_[e.key];
+    uses.insert(uses.begin(), out.begin(), out.end());
+    e.far += static_cast<std::uint32_t>(out.size());
   }
 
   // Removes a use other than the first.

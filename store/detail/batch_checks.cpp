@@ -1,5 +1,7 @@
 #include "store/detail/batch_checks.hpp"
 
+#include <algorithm>
+
 namespace strata::detail {
 
 TableIndex make_table_index(const StoreConfig& config) {
@@ -10,7 +12,11 @@ TableIndex make_table_index(const StoreConfig& config) {
 
 Result<std::vector<int>> check_batch(std::int64_t batch_id, const KeyBatch& batch, const StoreConfig& config,
                                      const TableIndex& index) {
-  const std::string who = "batch " + std::to_string(batch_id);
+  return check_batch("batch " + std::to_string(batch_id), batch, config, index);
+}
+
+Result<std::vector<int>> check_batch(const std::string& who, const KeyBatch& batch, const StoreConfig& config,
+                                     const TableIndex& index) {
   std::vector<int> tables;
   tables.reserve(batch.features.size());
   std::vector<bool> seen(config.tables.size(), false);
@@ -30,6 +36,31 @@ Result<std::vector<int>> check_batch(std::int64_t batch_id, const KeyBatch& batc
     tables.push_back(it->second);
   }
   return tables;
+}
+
+bool PreviewIds::submitted(std::int64_t id) {
+  const auto it = std::find(ids_.begin(), ids_.end(), id);
+  if (it == ids_.end()) return false;
+  ids_.erase(ids_.begin(), it + 1);
+  return true;
+}
+
+Result<std::vector<int>> check_preview(std::int64_t batch_id, const KeyBatch& batch, const StoreConfig& config,
+                                       const TableIndex& index, const PreviewIds& previews, bool in_flight) {
+  const std::string who = "preview of batch " + std::to_string(batch_id);
+  const int horizon = config.cache.preview;
+  if (horizon == 0)
+    return Status::failed_precondition(who + ": previews are off (cache.preview = 0; expected cache.preview > 0 to allow them)");
+  if (previews.size() >= horizon)
+    return Status::failed_precondition(who + ": " + std::to_string(previews.size()) +
+                                       " batches are previewed and not yet submitted, and cache.preview = " + std::to_string(horizon) +
+                                       " allows no more (submit the oldest first, or drop_previews())");
+  if (in_flight)
+    return Status::already_exists(who + ": the batch is already in flight (expected a batch not yet submitted)");
+  if (previews.size() > 0 && batch_id <= previews.ids().back())
+    return Status::invalid_argument(who + ": batch ids of previews must increase (expected an id above " +
+                                    std::to_string(previews.ids().back()) + ", the last batch previewed and not yet submitted)");
+  return check_batch(who, batch, config, index);
 }
 
 Status unknown_batch(std::int64_t batch_id) {

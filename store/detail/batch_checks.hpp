@@ -4,6 +4,7 @@
 // changes, so every mode rejects bad input with the same message.
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -17,9 +18,38 @@ namespace strata::detail {
 using TableIndex = std::unordered_map<std::string, int>;
 TableIndex make_table_index(const StoreConfig& config);
 
-/// Validates a whole batch; on success returns the table index of each feature.
+/// Validates a whole batch; on success returns the table index of each feature. Errors start with
+/// "batch ID".
 Result<std::vector<int>> check_batch(std::int64_t batch_id, const KeyBatch& batch, const StoreConfig& config,
                                      const TableIndex& index);
+/// The same, errors starting with `who` (e.g. "preview of batch 7").
+Result<std::vector<int>> check_batch(const std::string& who, const KeyBatch& batch, const StoreConfig& config,
+                                     const TableIndex& index);
+
+/// The batch ids a store holds previews of (Store::preview): previewed, not yet submitted nor
+/// dropped, ascending. Every Store implementation keeps one, so that every mode accepts and refuses
+/// previews alike, whether or not it uses them.
+class PreviewIds {
+ public:
+  /// After submit(id) succeeded. When `id` was previewed: removes it and every id before it (those
+  /// batches were skipped) and returns true. Otherwise changes nothing (a batch submitted without
+  /// a preview leaves the previews as they are) and returns false.
+  bool submitted(std::int64_t id);
+  void add(std::int64_t id) { ids_.push_back(id); }
+  void clear() noexcept { ids_.clear(); }
+  std::int64_t size() const noexcept { return static_cast<std::int64_t>(ids_.size()); }
+  const std::deque<std::int64_t>& ids() const noexcept { return ids_; }
+
+ private:
+  std::deque<std::int64_t> ids_;
+};
+
+/// Every check of Store::preview(id, batch), before any state changes: previews enabled and the
+/// horizon (`config.cache.preview` previews not yet submitted) not reached, `id` not in flight and
+/// above every id previewed and not yet submitted, then the keys as submit checks them. Errors start
+/// with "preview of batch ID". On success returns the table index of each feature.
+Result<std::vector<int>> check_preview(std::int64_t batch_id, const KeyBatch& batch, const StoreConfig& config,
+                                       const TableIndex& index, const PreviewIds& previews, bool in_flight);
 
 /// Validates one view per feature with the shape forward produces (`what` is "output" or "gradient").
 template <typename View>

@@ -5,7 +5,9 @@
 
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <map>
+#include <optional>
 #include <unordered_map>
 
 #include "cache/cache_pool.hpp"
@@ -59,6 +61,14 @@ std::vector<cache::FeatureKeys> feature_keys(const CachedBatch& b, const PoolWor
   return fk;
 }
 
+// The keys of a batch to be submitted later (Store::preview): its window entry in every pool it
+// touches, under sequence number `seq`.
+struct Preview {
+  std::int64_t id = 0, seq = 0;
+  std::vector<int> table;          // global table of each feature
+  std::vector<UniqueKeys> unique;  // per feature: unique keys in first-use order (no CSR)
+};
+
 class CachedEngine final : public Engine {
  public:
   CachedEngine(const StoreConfig& config, gpu::Device& dev) : config_(config), dev_(dev) {}
@@ -111,6 +121,33 @@ class CachedEngine final : public Engine {
     return Status::ok();
   }
 
+  void preview(std::int64_t id, const KeyBatch& batch, const EngineFeatures& f) override {
+    if (config_.cache.policy != cache::Policy::kLookahead) return;  // only lookahead has a window
+    Preview p;
+    p.id = id;
+    p.seq = next_seq_++;
+    p.table = f.table;
+    p.unique.resize(f.feature.size());
+    for (std::size_t i = 0; i < f.feature.size(); ++i) {
+      const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
+      dedup_keys(k.keys.data(), k.num_keys(), p.unique[i], scratch_);
+      p.unique[i].offsets = {};
+      p.unique[i].positions = {};
+    }
+    window(p.seq, p.table, p.unique, true);
+    previews_.push_back(std::move(p));
+  }
+
+  void previews_done(std::int64_t id) override {
+    while (!previews_.empty() && previews_.front().id <= id) {
+      const Preview& p = previews_.front();
+      window(p.seq, p.table, p.unique, false);
+      previews_.pop_front();
+    }
+  }
+
+  void drop_previews() override { previews_done(std::numeric_limits<std::int64_t>::max()); }
+
   Result<std::unique_ptr<EngineBatch>> submit(std::int64_t id, const KeyBatch& batch, const EngineFeatures& f) override {
     STRATA_RETURN_IF_ERROR(dev_.status());  // a failed device accepts no more work
     if (in_flight_ >= config_.cache.max_in_flight)
@@ -135,14 +172,38 @@ class CachedEngine final : public Engine {
       b->work[it->second].feats.push_back(static_cast<int>(i));
     }
     STRATA_RETURN_IF_ERROR(check_fits(*b));
-    b->seq = next_seq_++;
-    for (auto& w : b->work) pools_[static_cast<std::size_t>(w.pool)].planner->window_push(b->seq, feature_keys(*b, w, where_));
+    // A previewed batch keeps its place in the window (its sequence number) and, when its keys
+    // are those previewed, its window entry. The previews of earlier ids stay until the store
+    // reports the submit done (previews_done), so that a failure here changes nothing.
+    std::optional<Preview> taken;
+    for (auto it = previews_.begin(); it != previews_.end(); ++it) {
+      if (it->id != id) continue;
+      taken = std::move(*it);
+      previews_.erase(it);
+      break;
+    }
+    if (taken) {
+      b->seq = taken->seq;
+      if (!same_keys(*b, *taken)) {
+        window(taken->seq, taken->table, taken->unique, false);
+        for (auto& w : b->work) pools_[static_cast<std::size_t>(w.pool)].planner->window_push(b->seq, feature_keys(*b, w, where_));
+      }
+    } else {
+      b->seq = next_seq_++;
+      for (auto& w : b->work) pools_[static_cast<std::size_t>(w.pool)].planner->window_push(b->seq, feature_keys(*b, w, where_));
+    }
     pending_.push_back(b.get());
     // Plan the batches that have `lookahead` later batches behind them.
     while (static_cast<int>(pending_.size()) > config_.cache.lookahead) {
       Status s = plan_front();
       if (!s.is_ok()) {
         unsubmit(*b);
+        if (taken) {  // back to a preview, in its place
+          window(taken->seq, taken->table, taken->unique, true);
+          auto at = previews_.begin();
+          while (at != previews_.end() && at->id < taken->id) ++at;
+          previews_.insert(at, std::move(*taken));
+        }
         return s;
       }
     }
@@ -249,6 +310,30 @@ class CachedEngine final : public Engine {
                                           std::to_string(opt.slots) + " rows)");
     }
     return Status::ok();
+  }
+
+  // Whether a batch's keys are those of its preview (same tables, same unique keys in order).
+  static bool same_keys(const CachedBatch& b, const Preview& p) {
+    if (b.features.table != p.table) return false;
+    for (std::size_t i = 0; i < p.unique.size(); ++i)
+      if (b.unique[i].keys != p.unique[i].keys) return false;
+    return true;
+  }
+
+  // Pushes (or drops) a preview's keys into (from) the window of every pool they touch.
+  void window(std::int64_t seq, const std::vector<int>& table, const std::vector<UniqueKeys>& unique, bool push) {
+    for (std::size_t p = 0; p < pools_.size(); ++p) {
+      std::vector<cache::FeatureKeys> fk;
+      for (std::size_t i = 0; i < table.size(); ++i) {
+        const auto [pool, local] = where_[static_cast<std::size_t>(table[i])];
+        if (static_cast<std::size_t>(pool) == p) fk.push_back({local, &unique[i]});
+      }
+      if (fk.empty()) continue;
+      if (push)
+        pools_[p].planner->window_push(seq, fk);
+      else
+        pools_[p].planner->window_drop(seq, fk);
+    }
   }
 
   // Takes back a submitted, unplanned batch.
@@ -402,6 +487,7 @@ class CachedEngine final : public Engine {
   std::vector<Pool> pools_;
   std::vector<std::pair<int, int>> where_;  // global table -> (pool, pool-local index)
   std::deque<CachedBatch*> pending_;        // submitted, not yet planned (the lookahead window), FIFO
+  std::deque<Preview> previews_;            // previewed, not yet submitted (the window beyond), ascending id and seq
   gpu::StagingPool staging_{dev_};
   std::unique_ptr<Staging> flush_staging_;
   DedupScratch scratch_;

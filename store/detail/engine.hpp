@@ -40,6 +40,16 @@ class Engine {
                           const std::vector<ConstMatrixView>& grads, std::int64_t t) = 0;
   /// Retires a batch without applying anything.
   virtual Status discard(EngineBatch& b, const KeyBatch& batch, const EngineFeatures& f) = 0;
+
+  /// The keys of a batch to be submitted later (Store::preview, validated; ids increase from one
+  /// preview to the next; `f` not empty). For engines that plan ahead; keys only, no table state
+  /// changes, `batch` is not kept. Others ignore it (the default).
+  virtual void preview(std::int64_t /*id*/, const KeyBatch& /*batch*/, const EngineFeatures& /*f*/) {}
+  /// Batch `id`, which had been previewed, was submitted (every engine accepted it): forget the
+  /// previews of ids up to `id` (a submit() of `id` may already have taken its own).
+  virtual void previews_done(std::int64_t /*id*/) {}
+  /// Forget every preview.
+  virtual void drop_previews() {}
   /// Makes every applied update visible in the host tables.
   virtual Status flush() = 0;
   /// Row copies of a table this engine serves (range checked by the store); state may be null.

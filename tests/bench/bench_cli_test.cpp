@@ -154,7 +154,8 @@ const std::vector<Field> kWorkload = {
 
 const std::vector<Field> kSettings = {
     {"/modes", Type::kString},     {"/policy", Type::kString},           {"/lookahead", Type::kInteger},
-    {"/pipeline", Type::kInteger}, {"/cache_fraction", Type::kNumber},   {"/sweep_cache", Type::kArray},
+    {"/preview", Type::kInteger},  {"/pipeline", Type::kInteger},        {"/cache_fraction", Type::kNumber},
+    {"/sweep_cache", Type::kArray},
     {"/backend", Type::kString},   {"/device_capacity", Type::kInteger}, {"/profile", Type::kString},
 };
 
@@ -228,8 +229,8 @@ const std::vector<Field> kResult = {
 const std::vector<Field> kCache = {
     {"/accesses", Type::kInteger},   {"/hits", Type::kInteger},          {"/misses", Type::kInteger},
     {"/evictions", Type::kInteger},  {"/writebacks", Type::kInteger},    {"/policy", Type::kString},
-    {"/lookahead", Type::kInteger},  {"/cache_fraction", Type::kNumber}, {"/cache_rows", Type::kInteger},
-    {"/cache_bytes", Type::kNumber},
+    {"/lookahead", Type::kInteger},  {"/preview", Type::kInteger},       {"/cache_fraction", Type::kNumber},
+    {"/cache_rows", Type::kInteger}, {"/cache_bytes", Type::kNumber},
 };
 
 // A tiny heterogeneous workload (two dims: two cache pools) through every mode, with a sweep whose
@@ -384,6 +385,25 @@ TEST(BenchCli, NoSweepNoSweepChartAndRowsAloneIsOneTable) {
   EXPECT_EQ(html.find("id=\"hit-rate\""), std::string::npos);
   EXPECT_EQ(html.find("id=\"sweep-throughput\""), std::string::npos);
   EXPECT_EQ(count(html, "<section class=\"chart\""), count(html, "<svg"));
+}
+
+// ---- --preview: the trainer loop previews batches ahead; recorded in the JSON ----
+
+TEST(BenchCli, PreviewRunsTheLookaheadPolicyWithPreviewedBatches) {
+  const std::string dir = temp_dir();
+  const RunOutput r = run_bench(
+      "--rows 2000 --dim 4 --batch 16 --pooling 2 --steps 12 --warmup 2 --threads 1 --dist zipf:1.05 "
+      "--read-probe-mib 1 --modes cached --backend emu --cache-fraction 0.1 --policy lookahead --lookahead 1 "
+      "--preview 8 --no-progress --json " + dir + "/preview.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json j = json::parse(read_file(dir + "/preview.json"));
+  EXPECT_EQ(j["settings"]["preview"], 8);
+  ASSERT_EQ(j["results"].size(), 1u);
+  EXPECT_EQ(j["results"][0]["cache"]["preview"], 8);
+  EXPECT_GT(j["results"][0]["cache"]["accesses"].get<std::int64_t>(), 0);
+  const RunOutput bad = run_bench("--modes cached --preview -1");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--preview"), std::string::npos) << bad.output;
 }
 
 // ---- sharded modes over thread ranks report the all-to-all ----

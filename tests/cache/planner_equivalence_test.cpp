@@ -1,8 +1,11 @@
 // Planner equivalence: CachePool against RefPool, a small reference planner written for clarity
-// (std::map, std::list, a linear scan for every victim), on randomized workloads driven the way the
+// (std::map, std::set, a linear scan for every victim), on randomized workloads driven the way the
 // cached engine drives its pools: batches pushed into the lookahead window at submit, planned
 // (all-or-nothing over several pools) once `lookahead` later batches stand behind them, retired in
-// any order, discarded before or after planning, flushes and table invalidations in between.
+// any order, discarded before or after planning, flushes and table invalidations in between; with
+// previews, batches pushed into the window ahead of their submit, kept or re-keyed (a push below
+// later ones) when submitted, dropped when skipped, and batches submitted without a preview
+// planned before previews with lower sequence numbers.
 // Every decision must match exactly: probe results and errors, hits, misses, the slot of every
 // row, victims and their order (fills and write-backs), flushed rows, statistics, and the
 // resident/pinned counts and key->slot index after every operation.
@@ -10,16 +13,18 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <list>
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "cache/cache_pool.hpp"
+#include "cache/detail/frequency_sketch.hpp"
+#include "cache/detail/key_map.hpp"
 
 namespace strata::cache {
 namespace {
@@ -33,8 +38,13 @@ namespace {
 //              in first-use order, hits and misses alike)
 //   lfu:       (uses while resident, last use)
 //   lookahead: rows with no use in the window (batches pushed and not yet committed or dropped)
-//              first, by (uses, last use); then rows with a use, the farthest next use first, then
-//              fewer uses. The next use of a row is the first of its pushed uses still in the window.
+//              first, by (last use + level * step, level, last use), the level being the row's
+//              frequency level as of its last use (detail::FrequencySketch, fed every planned row
+//              of a batch: its hits feature by feature, then its misses; step = half-life / 4);
+//              then rows with a use, the farthest next use first, then fewer uses. The next use
+//              of a row is the lowest of its pushed uses still in the window.
+// (The lookahead rank of rows outside the window changed with the frequency sketch: it was
+// (uses while resident, last use). Updated on purpose, with the policy.)
 class RefPool {
  public:
   explicit RefPool(CachePoolOptions o)
@@ -42,14 +52,16 @@ class RefPool {
         slots_(static_cast<std::size_t>(opt_.slots)),
         count_(opt_.tables.size(), 0),
         pinned_(opt_.tables.size(), 0),
-        stats_(opt_.tables.size()) {
+        stats_(opt_.tables.size()),
+        half_life_(opt_.half_life > 0 ? opt_.half_life : kDefaultHalfLifeSlots * opt_.slots),
+        sketch_(opt_.slots, static_cast<std::uint64_t>(std::max<std::int64_t>(1, half_life_))) {
     for (std::int64_t s = opt_.slots - 1; s >= 0; --s) free_.push_back(s);
   }
 
   void window_push(std::int64_t seq, const std::vector<FeatureKeys>& features) {
     if (opt_.policy != Policy::kLookahead) return;
     for (const auto& f : features)
-      for (Key row : f.unique->keys) window_[{f.table, row}].push_back(seq);
+      for (Key row : f.unique->keys) window_[{f.table, row}].insert(seq);
   }
 
   void window_drop(std::int64_t seq, const std::vector<FeatureKeys>& features) {
@@ -58,7 +70,7 @@ class RefPool {
       for (Key row : f.unique->keys) {
         auto it = window_.find({f.table, row});
         if (it == window_.end()) continue;
-        it->second.remove(seq);
+        it->second.erase(seq);
         if (it->second.empty()) window_.erase(it);
       }
   }
@@ -125,6 +137,7 @@ class RefPool {
     PoolPlan plan;
     plan.seq = probe.seq;
     std::vector<std::int64_t> tick_base;
+    if (opt_.policy == Policy::kLookahead) sketch_.start(static_cast<std::uint64_t>(tick_));
     for (const auto& f : probe.features) {
       tick_base.push_back(tick_);
       tick_ += f.unique->keys.size();
@@ -145,6 +158,7 @@ class RefPool {
         ++st.hits;
         ++plan.hits;
         consume(r.table, r.row, probe.seq);
+        count(r);
       }
       plan.unique_slots.push_back(std::move(us));
     }
@@ -183,6 +197,7 @@ class RefPool {
         ++plan.misses;
         st.bytes_filled += opt_.record_bytes;
         consume(f.table, row, probe.seq);
+        count(r);
       }
     }
     return plan;
@@ -243,23 +258,34 @@ class RefPool {
     bool dirty = false;
     std::int64_t freq = 0;
     std::int64_t last = 0;
+    std::int64_t level = 0;  // lookahead: frequency level as of the last use
   };
-  // (class, primary, secondary): lower is evicted first.
-  using Rank = std::tuple<int, std::int64_t, std::int64_t>;
+  // (class, primary, secondary, tertiary): lower is evicted first.
+  using Rank = std::tuple<int, std::int64_t, std::int64_t, std::int64_t>;
 
   Rank rank(const RefSlot& r) const {
     switch (opt_.policy) {
       case Policy::kLru:
-        return {0, 0, r.last};
+        return {0, 0, r.last, 0};
       case Policy::kLfu:
-        return {0, std::min<std::int64_t>(r.freq, (1 << 23) - 1), r.last};
+        return {0, std::min<std::int64_t>(r.freq, (1 << 23) - 1), r.last, 0};
       case Policy::kLookahead: {
         auto it = window_.find({r.table, r.row});
-        if (it == window_.end()) return {0, std::min<std::int64_t>(r.freq, (1 << 22) - 1), r.last};
-        return {1, -it->second.front(), std::min<std::int64_t>(r.freq, (1 << 20) - 1)};
+        if (it == window_.end()) {
+          const std::int64_t step = std::max<std::int64_t>(1, std::max<std::int64_t>(1, half_life_) / 4);
+          return {0, r.last + r.level * step, r.level, r.last};
+        }
+        return {1, -*it->second.begin(), std::min<std::int64_t>(r.freq, (1 << 20) - 1), 0};
       }
     }
     return {};
+  }
+
+  // lookahead: one planned use of a row in the frequency sketch.
+  void count(RefSlot& r) {
+    if (opt_.policy != Policy::kLookahead) return;
+    const std::uint64_t key = (static_cast<std::uint64_t>(r.table) << 48) | static_cast<std::uint64_t>(r.row);
+    r.level = sketch_.add(detail::KeyMap::hash(key));
   }
 
   std::int64_t victim(int table) {
@@ -292,8 +318,7 @@ class RefPool {
   void consume(int table, Key row, std::int64_t seq) {
     auto it = window_.find({table, row});
     if (it == window_.end()) return;
-    auto pos = std::find(it->second.begin(), it->second.end(), seq);
-    if (pos != it->second.end()) it->second.erase(pos);
+    it->second.erase(seq);
     if (it->second.empty()) window_.erase(it);
   }
 
@@ -304,7 +329,9 @@ class RefPool {
   std::vector<std::int64_t> count_, pinned_;
   std::vector<CacheStats> stats_;
   std::int64_t tick_ = 0;
-  std::map<std::pair<int, Key>, std::list<std::int64_t>> window_;  // uses in push order
+  std::map<std::pair<int, Key>, std::set<std::int64_t>> window_;  // uses
+  std::int64_t half_life_;
+  detail::FrequencySketch sketch_;
 };
 
 // ---- comparison helpers -----------------------------------------------------------------------
@@ -336,6 +363,7 @@ struct Shape {
   Policy policy = Policy::kLru;
   int lookahead = 0;        // batches kept in the window before the front one is planned
   int max_in_flight = 2;    // planned, not retired
+  int previews = 0;         // most batches previewed and not yet submitted (0: no previews)
   int pools = 1;
   int max_tables = 3;
   std::int64_t min_slots = 6, max_slots = 48;
@@ -407,7 +435,8 @@ class Harness {
       }
       check_state("step " + std::to_string(step));
     }
-    // Drain: plan and retire everything, flush.
+    // Drain: drop the previews, plan and retire everything, flush.
+    while (!previews_.empty()) skip_preview();
     while (!pending_.empty() && !::testing::Test::HasFatalFailure()) {
       if (!plan_front()) {
         if (in_flight_.empty())
@@ -440,13 +469,20 @@ class Harness {
     return k;
   }
 
-  void submit() {
+  // A batch with fresh keys (not yet in any window).
+  std::unique_ptr<Batch> make_batch() {
     auto b = std::make_unique<Batch>();
-    b->seq = next_seq_++;
     b->unique.resize(real_.size());
     b->table.resize(real_.size());
     b->plans.resize(real_.size());
+    draw_keys(*b);
+    return b;
+  }
+
+  void draw_keys(Batch& b) {
     for (std::size_t p = 0; p < real_.size(); ++p) {
+      b.unique[p].clear();
+      b.table[p].clear();
       const std::int64_t slots = real_[p].options().slots;
       std::vector<int> order(real_[p].options().tables.size());
       for (std::size_t t = 0; t < order.size(); ++t) order[t] = static_cast<int>(t);
@@ -459,17 +495,70 @@ class Harness {
         const std::int64_t want = 1 + static_cast<std::int64_t>(rng_() % static_cast<std::uint64_t>(most));
         std::vector<Key> keys;
         for (std::int64_t j = 0; j < want; ++j) keys.push_back(draw(rows_[p][static_cast<std::size_t>(t)]));
-        b->unique[p].push_back(dedup_keys(keys.data(), static_cast<std::int64_t>(keys.size())));
-        b->table[p].push_back(t);
+        b.unique[p].push_back(dedup_keys(keys.data(), static_cast<std::int64_t>(keys.size())));
+        b.table[p].push_back(t);
       }
-      real_[p].window_push(b->seq, b->features(p));
-      ref_[p].window_push(b->seq, b->features(p));
     }
-    Batch* raw = b.get();
+  }
+
+  void push(const Batch& b) {
+    for (std::size_t p = 0; p < real_.size(); ++p) {
+      real_[p].window_push(b.seq, b.features(p));
+      ref_[p].window_push(b.seq, b.features(p));
+    }
+  }
+  void pull(const Batch& b) {
+    for (std::size_t p = 0; p < real_.size(); ++p) {
+      real_[p].window_drop(b.seq, b.features(p));
+      ref_[p].window_drop(b.seq, b.features(p));
+    }
+  }
+
+  // As the engine's preview(): the keys of a later batch enter the window under the next number.
+  void preview() {
+    auto b = make_batch();
+    b->seq = next_seq_++;
+    push(*b);
+    previews_.push_back(b.get());
     batches_.push_back(std::move(b));
+  }
+  // A previewed batch that will not be submitted.
+  void skip_preview() {
+    pull(*previews_.front());
+    previews_.erase(previews_.begin());
+  }
+
+  void submit() {
+    Batch* raw = nullptr;
+    bool from_preview = false;
+    if (shape_.previews > 0) {
+      // Preview ahead, sometimes skip the oldest preview, then mostly submit the oldest preview:
+      // with its keys, or (as when the keys submitted differ) re-keyed under its number, a push
+      // below the later previews. Otherwise a batch without a preview: it gets a number above the
+      // previews' and is planned before them.
+      while (static_cast<int>(previews_.size()) < shape_.previews && chance(0.6)) preview();
+      if (!previews_.empty() && chance(0.1)) skip_preview();
+      if (!previews_.empty() && chance(0.8)) {
+        raw = previews_.front();
+        previews_.erase(previews_.begin());
+        from_preview = true;
+        if (chance(0.3)) {
+          pull(*raw);
+          draw_keys(*raw);
+          push(*raw);
+        }
+      }
+    }
+    if (!raw) {
+      auto b = make_batch();
+      b->seq = next_seq_++;
+      push(*b);
+      raw = b.get();
+      batches_.push_back(std::move(b));
+    }
     pending_.push_back(raw);
     // As the engine's submit(): plan while more than `lookahead` batches are pending; a failure
-    // takes back the batch just submitted.
+    // takes back the batch just submitted (a previewed one goes back to its preview).
     while (static_cast<int>(pending_.size()) > shape_.lookahead) {
       if (!plan_front()) {
         for (std::size_t i = 0; i < pending_.size(); ++i)
@@ -477,6 +566,10 @@ class Harness {
             drop(i);
             break;
           }
+        if (from_preview) {
+          push(*raw);
+          previews_.insert(previews_.begin(), raw);
+        }
         break;
       }
     }
@@ -576,7 +669,7 @@ class Harness {
   std::vector<CachePool> real_;
   std::vector<RefPool> ref_;
   std::vector<std::unique_ptr<Batch>> batches_;
-  std::vector<Batch*> pending_, in_flight_;
+  std::vector<Batch*> pending_, in_flight_, previews_;
   std::int64_t next_seq_ = 0, planned_ = 0, refused_ = 0;
 };
 
@@ -628,6 +721,53 @@ TEST_P(PlannerEquivalence, LongerRunsOnLargerPools) {
   EXPECT_GT(h.evictions(), 3000);
   std::printf("planned %lld, refused %lld, evictions %lld\n", static_cast<long long>(h.planned()), static_cast<long long>(h.refused()),
               static_cast<long long>(h.evictions()));
+}
+
+// Previews (Store::preview): the window runs up to ~100 batches ahead of the submitted ones (uses
+// more than 64 batches apart), previewed batches are re-keyed under their number (pushes below
+// later batches) or skipped, and batches submitted without a preview are planned before previews
+// with lower numbers.
+TEST_P(PlannerEquivalence, WithPreviews) {
+  const auto [policy, lookahead] = GetParam();
+  std::int64_t planned = 0, evictions = 0;
+  for (std::uint64_t seed = 0; seed < 6 && !HasFatalFailure(); ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Shape s;
+    s.policy = policy;
+    s.lookahead = lookahead;
+    s.max_in_flight = 1 + static_cast<int>(seed % 3);
+    s.pools = 1 + static_cast<int>(seed % 2);
+    s.previews = seed % 2 ? 100 : 3 + static_cast<int>(seed);
+    s.steps = 1200;
+    Harness h(s, 5000 + 1000 * seed + 17 * static_cast<std::uint64_t>(lookahead) + static_cast<std::uint64_t>(policy));
+    h.run();
+    planned += h.planned();
+    evictions += h.evictions();
+  }
+  EXPECT_GT(planned, 300);
+  EXPECT_GT(evictions, 500);
+}
+
+TEST_P(PlannerEquivalence, LongerRunsWithPreviews) {
+  const auto [policy, lookahead] = GetParam();
+  Shape s;
+  s.policy = policy;
+  s.lookahead = lookahead;
+  s.max_in_flight = 3;
+  s.pools = 1;
+  s.max_tables = 2;
+  s.min_slots = 200;
+  s.max_slots = 300;
+  s.cap_chance = 0.3;
+  s.min_cap = 0.5;
+  s.batch = 0.15;
+  s.min_rows = 2;
+  s.steps = 5000;
+  s.previews = 80;
+  Harness h(s, 777 + static_cast<std::uint64_t>(lookahead) * 3 + static_cast<std::uint64_t>(policy));
+  h.run();
+  EXPECT_GT(h.planned(), 300);
+  EXPECT_GT(h.evictions(), 3000);
 }
 
 INSTANTIATE_TEST_SUITE_P(PoliciesAndLookahead, PlannerEquivalence,
