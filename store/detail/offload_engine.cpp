@@ -60,7 +60,7 @@ class OffloadEngine final : public Engine {
         auto offs = b->st->mirrored<std::int64_t>(k.offsets.size());
         std::memcpy(offs.host, k.offsets.data(), k.offsets.size() * sizeof(std::int64_t));
         auto keys = b->st->mirrored<Key>(k.keys.size());
-        std::memcpy(keys.host, k.keys.data(), k.keys.size() * sizeof(Key));
+        if (!k.keys.empty()) std::memcpy(keys.host, k.keys.data(), k.keys.size() * sizeof(Key));  // (no keys: data() may be null)
         lf.offsets = offs.dev;
         lf.rows = keys.dev;
         if (!k.weights.empty()) {
