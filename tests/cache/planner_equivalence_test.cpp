@@ -700,8 +700,7 @@ TEST_P(PlannerEquivalence, SmallPoolsManyTablesAndCaps) {
 }
 
 // Larger pools and batches over many steps: long-lived residents, deep eviction orders.
-TEST_P(PlannerEquivalence, LongerRunsOnLargerPools) {
-  const auto [policy, lookahead] = GetParam();
+Shape larger_pool_shape(Policy policy, int lookahead, int steps) {
   Shape s;
   s.policy = policy;
   s.lookahead = lookahead;
@@ -714,7 +713,13 @@ TEST_P(PlannerEquivalence, LongerRunsOnLargerPools) {
   s.min_cap = 0.5;
   s.batch = 0.15;
   s.min_rows = 2;
-  s.steps = 3000;
+  s.steps = steps;
+  return s;
+}
+
+TEST_P(PlannerEquivalence, LongerRunsOnLargerPools) {
+  const auto [policy, lookahead] = GetParam();
+  const Shape s = larger_pool_shape(policy, lookahead, 3000);
   Harness h(s, 99 + static_cast<std::uint64_t>(lookahead) * 3 + static_cast<std::uint64_t>(policy));
   h.run();
   EXPECT_GT(h.planned(), 300);
@@ -750,19 +755,7 @@ TEST_P(PlannerEquivalence, WithPreviews) {
 
 TEST_P(PlannerEquivalence, LongerRunsWithPreviews) {
   const auto [policy, lookahead] = GetParam();
-  Shape s;
-  s.policy = policy;
-  s.lookahead = lookahead;
-  s.max_in_flight = 3;
-  s.pools = 1;
-  s.max_tables = 2;
-  s.min_slots = 200;
-  s.max_slots = 300;
-  s.cap_chance = 0.3;
-  s.min_cap = 0.5;
-  s.batch = 0.15;
-  s.min_rows = 2;
-  s.steps = 5000;
+  Shape s = larger_pool_shape(policy, lookahead, 5000);
   s.previews = 80;
   Harness h(s, 777 + static_cast<std::uint64_t>(lookahead) * 3 + static_cast<std::uint64_t>(policy));
   h.run();
