@@ -380,9 +380,12 @@ Status drive(const Options& o, Store& store, const std::vector<KeyBatch>& batche
   std::int64_t id = 0;
   const int total = o.warmup + o.steps;
   Progress fwd(label + " forward", total, show);
+  // A trainer's data loader builds a fresh batch each step and moves it into the store; the batch
+  // set here is reused, so each step's copy is made before its clock starts and then moved in.
   for (int s = 0; s < total; ++s) {
+    KeyBatch fresh = batch_at(static_cast<std::size_t>(s));
     const auto t = Clock::now();
-    STRATA_RETURN_IF_ERROR(store.submit(id, batch_at(static_cast<std::size_t>(s))));
+    STRATA_RETURN_IF_ERROR(store.submit(id, std::move(fresh)));
     STRATA_RETURN_IF_ERROR(store.forward(id, out_views));
     STRATA_RETURN_IF_ERROR(store.discard(id));
     if (r && s >= o.warmup) r->forward_s.push_back(seconds_since(t));
@@ -416,9 +419,11 @@ Status drive(const Options& o, Store& store, const std::vector<KeyBatch>& batche
   StoreStats before;
   for (int s = 0; s < total; ++s) {
     if (s == o.warmup) before = store.stats();
+    KeyBatch fresh;
+    if (s + depth - 1 < total) fresh = batch_of(s + depth - 1);
     const auto t = Clock::now();
     if (s + depth - 1 < total) {
-      STRATA_RETURN_IF_ERROR(store.submit(base + s + depth - 1, batch_of(s + depth - 1)));
+      STRATA_RETURN_IF_ERROR(store.submit(base + s + depth - 1, std::move(fresh)));
       STRATA_RETURN_IF_ERROR(preview_upto(s + depth + o.preview));
     }
     const auto t1 = Clock::now();

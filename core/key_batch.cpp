@@ -1,6 +1,7 @@
 #include "core/key_batch.hpp"
 
 #include <cmath>
+#include <cstring>
 
 namespace strata {
 
@@ -34,7 +35,27 @@ Status validate(const JaggedKeys& f, const TableSpec& spec, std::int64_t expecte
   if (!f.weights.empty() && f.weights.size() != f.keys.size())
     return Status::invalid_argument(who + ": " + std::to_string(f.weights.size()) + " weights for " +
                                     std::to_string(f.keys.size()) + " keys (expected none or one per key)");
-  for (std::size_t i = 0; i < f.keys.size(); ++i) {
+  // A key k is in range when neither k nor rows - 1 - k has its top bit set (in unsigned
+  // arithmetic, so nothing overflows): one OR over all of them says whether every key is. Eight
+  // lanes at a time (GCC's vector extension; -O2 does not vectorize the plain loop). Only when some
+  // key is bad is the first one looked for, to name it.
+  typedef std::uint64_t Lanes __attribute__((vector_size(64)));
+  const auto last_row = static_cast<std::uint64_t>(spec.rows - 1);
+  const std::size_t n = f.keys.size(), n8 = n / 8 * 8;
+  Lanes acc{};
+  for (std::size_t i = 0; i < n8; i += 8) {
+    Lanes v;
+    std::memcpy(&v, f.keys.data() + i, sizeof v);
+    acc |= v | (last_row - v);
+  }
+  std::uint64_t bits = 0;
+  for (int l = 0; l < 8; ++l) bits |= acc[l];
+  for (std::size_t i = n8; i < n; ++i) {
+    const auto k = static_cast<std::uint64_t>(f.keys[i]);
+    bits |= k | (last_row - k);
+  }
+  const bool any = (bits >> 63) != 0;
+  for (std::size_t i = 0; any && i < n; ++i) {
     const Key k = f.keys[i];
     if (k < 0 || k >= spec.rows)
       return Status::out_of_range(who + ": key " + std::to_string(k) + " at position " + std::to_string(i) +

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <string>
+
 namespace strata {
 
 namespace {
@@ -37,6 +40,36 @@ TEST(KeyBatch, KeyOutOfRangeNamesTableValueAndRange) {
   EXPECT_EQ(validate(f, spec(), 3).message(), "table 'item': key 10 at position 1 out of range [0, 10)");
   f.keys[1] = -1;
   EXPECT_EQ(validate(f, spec(), 3).code(), StatusCode::kOutOfRange);
+}
+
+// The range check ORs every key in lanes of eight plus a scalar tail: a bad key must be found at
+// every position (in a lane, in the tail), at every extreme value, and the first one named.
+TEST(KeyBatch, KeyOutOfRangeFoundAtEveryPositionAndExtreme) {
+  const Key bad_values[] = {-1, 10, 11, std::numeric_limits<Key>::min(), std::numeric_limits<Key>::max(),
+                            std::numeric_limits<Key>::min() + 9, Key{1} << 62};
+  for (const std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{9}, std::size_t{37}}) {
+    for (std::size_t pos = 0; pos < n; ++pos) {
+      for (const Key bad : bad_values) {
+        JaggedKeys f;
+        f.table = "item";
+        f.offsets = {0, static_cast<std::int64_t>(n)};
+        for (std::size_t i = 0; i < n; ++i) f.keys.push_back(static_cast<Key>(i % 10));
+        ASSERT_TRUE(validate(f, spec(), 1).is_ok());
+        f.keys[pos] = bad;
+        if (pos + 1 < n) f.keys[n - 1] = 10;  // a later bad key: the first is the one named
+        const Status st = validate(f, spec(), 1);
+        EXPECT_EQ(st.message(), "table 'item': key " + std::to_string(bad) + " at position " + std::to_string(pos) +
+                                    " out of range [0, 10)")
+            << "n " << n << " pos " << pos;
+      }
+    }
+  }
+  // Every valid extreme passes: 0 and rows - 1 in every position.
+  JaggedKeys f;
+  f.table = "item";
+  f.offsets = {0, 19};
+  for (int i = 0; i < 19; ++i) f.keys.push_back(i % 2 ? 9 : 0);
+  EXPECT_TRUE(validate(f, spec(), 1).is_ok());
 }
 
 TEST(KeyBatch, BadOffsets) {
