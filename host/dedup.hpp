@@ -1,5 +1,6 @@
 #pragma once
-// Dedup of one table's keys for a batch: the unique keys in first-use order and, for each unique
+// Dedup of one table's keys for a batch: the unique keys (in first-use order unless asked
+// otherwise) and, for each unique
 // key, the positions where it is used (ascending), as a CSR. Backward reduces gradients per unique
 // row from this; the cache planner probes only unique keys.
 
@@ -12,7 +13,7 @@ namespace strata {
 
 /// Result of dedup_keys. Positions index the original key array.
 struct UniqueKeys {
-  std::vector<Key> keys;               ///< (U) unique keys in order of first use
+  std::vector<Key> keys;               ///< (U) unique keys (in order of first use for kFirstUse)
   std::vector<std::int64_t> offsets;   ///< (U + 1) CSR offsets into `positions`
   std::vector<std::int32_t> positions; ///< (n) key positions grouped by unique key, ascending within each
 
@@ -31,18 +32,46 @@ struct UniqueView {
 /// View of a UniqueKeys (valid while it lives and is not modified).
 inline UniqueView view_of(const UniqueKeys& u) noexcept { return {u.keys.data(), u.offsets.data(), u.positions.data(), u.size()}; }
 
+/// Key counts from which dedup_keys(..., DedupOrder::kAny) works in parallel (below it the
+/// partitioning costs more than the second thread saves).
+inline constexpr std::int64_t kDedupParallelFrom = 32768;
+
+/// The order dedup_keys gives the unique keys.
+enum class DedupOrder {
+  kFirstUse,  ///< order of first use in the batch (the cache planner ranks recency by it)
+  kAny,       ///< any deterministic order (grouped by hash partition); allows the parallel path
+};
+
 /// Reusable scratch memory of dedup_keys: keeping it (and the UniqueKeys) across batches avoids
 /// page-faulting megabytes of fresh memory every step.
 struct DedupScratch {
   std::vector<std::uint64_t> slots; ///< hash table: hash tag | unique id + 1, 0 = empty
   std::vector<std::int32_t> uid;    ///< (n) unique id of each position
   std::vector<std::int64_t> cursor; ///< (U) scatter cursors
+  // The parallel path (host/dedup.cpp): positions grouped by hash partition, per-partition results.
+  std::vector<std::int32_t> by_part;  ///< (n) positions, grouped by partition, ascending within each
+  std::vector<Key> part_keys;         ///< (n) the keys of by_part
+  std::vector<std::uint8_t> part;     ///< (n) partition of each position
+  std::vector<std::int64_t> counts;   ///< (chunks x partitions) positions per chunk and partition
+  struct Part {
+    std::vector<std::uint64_t> slots;  ///< hash table of the partition
+    std::vector<Key> keys;             ///< unique keys, in order of first use
+    std::vector<std::int32_t> local;   ///< (partition's positions) local unique id of each
+    std::vector<std::int64_t> cursor;  ///< scatter cursor of each unique key
+  };
+  std::vector<Part> parts;
+  /// Key counts from which kAny runs in parallel (tests set it to force either path).
+  std::int64_t parallel_from = kDedupParallelFrom;
 };
 
 /// Dedups keys[0..n) (host memory; n < 2^31) into `out`, reusing the capacity of `out` and
-/// `scratch`. O(n) with an open-addressing hash table. Single threaded and reentrant: call it from
-/// several threads for several tables (each with its own out and scratch).
-void dedup_keys(const Key* keys, std::int64_t n, UniqueKeys& out, DedupScratch& scratch);
+/// `scratch`: the unique keys in `order`, and each one's positions ascending. O(n) with
+/// open-addressing hash tables. kFirstUse runs on the calling thread; kAny, from
+/// scratch.parallel_from keys on, partitions the keys by hash and runs on the calling thread's
+/// oneTBB arena. Reentrant: call it from several threads for several tables (each with its own
+/// out and scratch).
+void dedup_keys(const Key* keys, std::int64_t n, UniqueKeys& out, DedupScratch& scratch,
+                DedupOrder order = DedupOrder::kFirstUse);
 /// Convenience form with fresh memory.
 UniqueKeys dedup_keys(const Key* keys, std::int64_t n);
 

@@ -62,15 +62,21 @@ void BM_GatherPoolSum(benchmark::State& state) {
 }
 BENCHMARK(BM_GatherPoolSum)->Arg(32)->Arg(128)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// Dedup of a batch's keys with reused memory, as the store does: arg 0 first-use order (one
+// thread), arg 1 any order (the parallel path, on the default arena).
 void BM_DedupKeys(benchmark::State& state) {
   Fixture& f = fixture(128);
+  const DedupOrder order = state.range(0) ? DedupOrder::kAny : DedupOrder::kFirstUse;
+  UniqueKeys u;
+  DedupScratch scratch;
   for (auto _ : state) {
-    auto u = dedup_keys(f.keys.data(), static_cast<std::int64_t>(f.keys.size()));
+    dedup_keys(f.keys.data(), static_cast<std::int64_t>(f.keys.size()), u, scratch, order);
     benchmark::DoNotOptimize(u.keys.data());
   }
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(f.keys.size()));
+  state.SetLabel(state.range(0) ? "any order" : "first-use order");
 }
-BENCHMARK(BM_DedupKeys)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_DedupKeys)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_BackwardUpdateSgd(benchmark::State& state) {
   const int dim = static_cast<int>(state.range(0));

@@ -26,8 +26,9 @@ void HostTableOps::forward(const JaggedKeys& f, float* out) const {
 }
 
 void HostTableOps::backward(const JaggedKeys& f, const float* grads, const OptimizerStep& step) {
-  // Dedup is only needed by backward, so it is done here: inference never pays for it.
-  dedup_keys(f.keys.data(), f.num_keys(), unique_, scratch_);
+  // Dedup is only needed by backward, so it is done here: inference never pays for it. Rows are
+  // updated independently, so the order of the unique keys does not matter: the parallel path.
+  dedup_keys(f.keys.data(), f.num_keys(), unique_, scratch_, DedupOrder::kAny);
   if (table_.spec().pooling != Pooling::kNone) bag_of_positions(f.offsets.data(), f.batch_size(), bag_of_);
   backward_update(table_.ref(), bags_of(f), table_.spec().pooling, view_of(unique_), bag_of_.data(), grads, step);
 }
