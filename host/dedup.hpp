@@ -1,7 +1,7 @@
 #pragma once
 // Dedup of one table's keys for a batch: the unique keys (in first-use order unless asked
-// otherwise) and, for each unique key, the positions where it is used (ascending), as a CSR. Backward reduces gradients per unique
-// row from this; the cache planner probes only unique keys.
+// otherwise) and, for each unique key, the positions where it is used (ascending), as a CSR.
+// Backward reduces gradients per unique row from this; the cache planner probes only unique keys.
 
 #include <cstdint>
 #include <vector>
