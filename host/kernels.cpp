@@ -27,25 +27,20 @@ constexpr std::int64_t kUpdatePrefetch = 8;
 // Gradient rows (mostly in L3) prefetched ahead in backward.
 constexpr std::int64_t kGradPrefetch = 8;
 
-// Prefetches every line of a row: into L2 by default (table rows, far ahead), into L1 with
-// kL1 (gradient rows, which are already in L2/L3).
-enum class Into { kL2, kL1 };
+// Prefetches every line of `floats` floats (a row, or a record of weights and optimizer state):
+// into L2 by default (table rows, far ahead), into L1 with kL1 (gradient rows, already in L2/L3),
+// or for writing with kWrite (prefetchw: into L1 in exclusive state, just before an update).
+enum class Into { kL2, kL1, kWrite };
 template <Into kInto = Into::kL2>
-inline void prefetch_row(const float* p, std::int32_t dim) {
+inline void prefetch_row(const float* p, std::int64_t floats) {
   const char* c = reinterpret_cast<const char*>(p);
-  const std::int64_t bytes = std::int64_t{dim} * 4;
-  for (std::int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, kInto == Into::kL1 ? 3 : 2);
-}
-
-// Prefetches a record of `floats` floats (weights and optimizer state) into L2.
-inline void prefetch_record(const float* p, std::int64_t floats) {
-  const char* c = reinterpret_cast<const char*>(p);
-  for (std::int64_t off = 0; off < floats * 4; off += 64) __builtin_prefetch(c + off, 0, 2);
-}
-
-inline void prefetch_row_rw(const float* p, std::int64_t floats) {
-  const char* c = reinterpret_cast<const char*>(p);
-  for (std::int64_t off = 0; off < floats * 4; off += 64) __builtin_prefetch(c + off, 1, 3);
+  for (std::int64_t off = 0; off < floats * 4; off += 64) {
+    if constexpr (kInto == Into::kWrite) {
+      __builtin_prefetch(c + off, 1, 3);
+    } else {
+      __builtin_prefetch(c + off, 0, kInto == Into::kL1 ? 3 : 2);
+    }
+  }
 }
 
 // Bags per task: large enough to amortise scheduling, small enough to balance two cores.
@@ -193,12 +188,12 @@ void backward_update(RowRef t, const BagsView& bags, Pooling pooling, UniqueView
     std::vector<float> acc(static_cast<std::size_t>(dim));
     const std::int64_t p_end = unique.offsets[r.end()];
     for (std::int64_t u = r.begin(); u < std::min(r.end(), r.begin() + kPrefetchDistance); ++u)
-      prefetch_record(t.row(unique.keys[u]), rec);
+      prefetch_row(t.row(unique.keys[u]), rec);
     for (std::int64_t u = r.begin(); u < std::min(r.end(), r.begin() + kUpdatePrefetch); ++u)
-      prefetch_row_rw(t.row(unique.keys[u]), rec);
+      prefetch_row<Into::kWrite>(t.row(unique.keys[u]), rec);
     for (std::int64_t u = r.begin(); u < r.end(); ++u) {
-      if (u + kPrefetchDistance < r.end()) prefetch_record(t.row(unique.keys[u + kPrefetchDistance]), rec);
-      if (u + kUpdatePrefetch < r.end()) prefetch_row_rw(t.row(unique.keys[u + kUpdatePrefetch]), rec);
+      if (u + kPrefetchDistance < r.end()) prefetch_row(t.row(unique.keys[u + kPrefetchDistance]), rec);
+      if (u + kUpdatePrefetch < r.end()) prefetch_row<Into::kWrite>(t.row(unique.keys[u + kUpdatePrefetch]), rec);
       reduce_one(bags, pooling, unique, bag_of, grads, dim, u, p_end, acc.data());
       float* w = t.row(unique.keys[u]);
       apply_optimizer(step, w, w + dim, acc.data(), dim);
