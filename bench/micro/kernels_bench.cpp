@@ -93,5 +93,77 @@ void BM_BackwardUpdateSgd(benchmark::State& state) {
 }
 BENCHMARK(BM_BackwardUpdateSgd)->Arg(32)->Arg(128)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// The phases of strata-bench's reference training step (batch 8192 x 32 uniform keys over 2M rows,
+// dim 128), each iteration on the next of kRotate distinct batches so that, as in a real run, the
+// rows of one step are not left in the caches by the previous one.
+constexpr std::int64_t kStepBatch = 8192;
+constexpr int kRotate = 8;
+
+struct StepFixture {
+  HostTable table;
+  std::vector<std::int64_t> offsets;
+  std::vector<std::vector<Key>> keys;
+  std::vector<UniqueKeys> first_use, any;
+  std::vector<std::int32_t> bag_of;
+  std::vector<float> out, grads;
+};
+
+StepFixture& step_fixture() {
+  static std::unique_ptr<StepFixture> f;
+  if (f) return *f;
+  TableSpec spec;
+  spec.name = "step";
+  spec.rows = kRows;
+  spec.dim = 128;
+  static Topology topo = std::move(Topology::discover()).value();
+  f = std::make_unique<StepFixture>(StepFixture{std::move(HostTable::create(topo, spec, {})).value(), {}, {}, {}, {}, {}, {}, {}});
+  std::mt19937_64 rng(2);
+  for (std::int64_t b = 0; b <= kStepBatch; ++b) f->offsets.push_back(b * kBag);
+  DedupScratch scratch;
+  for (int i = 0; i < kRotate; ++i) {
+    std::vector<Key> k(static_cast<std::size_t>(kStepBatch * kBag));
+    for (Key& x : k) x = static_cast<Key>(rng() % kRows);
+    f->first_use.push_back(dedup_keys(k.data(), static_cast<std::int64_t>(k.size())));
+    UniqueKeys any;
+    dedup_keys(k.data(), static_cast<std::int64_t>(k.size()), any, scratch, DedupOrder::kAny);
+    f->any.push_back(std::move(any));
+    f->keys.push_back(std::move(k));
+  }
+  f->bag_of = bag_of_positions(f->offsets.data(), kStepBatch);
+  f->out.resize(static_cast<std::size_t>(kStepBatch * 128));
+  f->grads.assign(f->out.size(), 1e-6f);
+  return *f;
+}
+
+void BM_StepForward(benchmark::State& state) {
+  StepFixture& f = step_fixture();
+  int i = 0;
+  for (auto _ : state) {
+    BagsView bags{f.offsets.data(), kStepBatch, f.keys[static_cast<std::size_t>(i++ % kRotate)].data(), nullptr};
+    gather_pool(f.table.ref(), bags, Pooling::kSum, f.out.data());
+    benchmark::DoNotOptimize(f.out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kStepBatch * kBag);
+}
+BENCHMARK(BM_StepForward)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The fused reduce + SGD update alone (the dedup done beforehand): arg 0 unique keys in first-use
+// order, arg 1 in the parallel dedup's order.
+void BM_StepBackwardUpdate(benchmark::State& state) {
+  StepFixture& f = step_fixture();
+  const auto& uniques = state.range(0) ? f.any : f.first_use;
+  const OptimizerStep step = make_optimizer_step(OptimizerSpec{}, 1);
+  int i = 0;
+  for (auto _ : state) {
+    const std::size_t b = static_cast<std::size_t>(i++ % kRotate);
+    BagsView bags{f.offsets.data(), kStepBatch, f.keys[b].data(), nullptr};
+    backward_update(f.table.ref(), bags, Pooling::kSum, view_of(uniques[b]), f.bag_of.data(), f.grads.data(), step);
+  }
+  state.SetItemsProcessed(state.iterations() * kStepBatch * kBag);
+  state.SetLabel(state.range(0) ? "any order" : "first-use order");
+}
+BENCHMARK(BM_StepBackwardUpdate)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+
 }  // namespace
 }  // namespace strata
