@@ -164,6 +164,22 @@ void BM_StepBackwardUpdate(benchmark::State& state) {
 }
 BENCHMARK(BM_StepBackwardUpdate)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// Dedup of the step's keys with reused memory (arg 0 first-use order, arg 1 any order).
+void BM_StepDedup(benchmark::State& state) {
+  StepFixture& f = step_fixture();
+  const DedupOrder order = state.range(0) ? DedupOrder::kAny : DedupOrder::kFirstUse;
+  UniqueKeys u;
+  DedupScratch scratch;
+  int i = 0;
+  for (auto _ : state) {
+    const auto& k = f.keys[static_cast<std::size_t>(i++ % kRotate)];
+    dedup_keys(k.data(), static_cast<std::int64_t>(k.size()), u, scratch, order);
+    benchmark::DoNotOptimize(u.keys.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kStepBatch * kBag);
+  state.SetLabel(state.range(0) ? "any order" : "first-use order");
+}
+BENCHMARK(BM_StepDedup)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace strata
