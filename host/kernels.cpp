@@ -229,6 +229,67 @@ void backward_update(RowRef t, const BagsView& bags, Pooling pooling, UniqueView
   });
 }
 
+namespace {
+
+// Bags [b0, b1) of backward_update_by_bag: each key used once gets its bag's gradient, scaled as
+// in reduce_one onto a zeroed accumulator (so the arithmetic is the same), and the optimizer
+// step; repeated keys are skipped. Rows are prefetched by position, as in update_rows. Pooling
+// none has a gradient row per key: each key is its own "bag" [b, b + 1).
+template <std::int32_t kDim>
+void update_used_once(RowRef t, const BagsView& bags, Pooling pooling, const std::uint8_t* repeated, const float* grads,
+                      const OptimizerStep& step, std::int64_t b0, std::int64_t b1) {
+  const std::int32_t dim = kDim > 0 ? kDim : t.dim;
+  const std::int64_t rec = dim + t.state_dim;
+  alignas(64) float fixed_acc[kDim > 0 ? kDim : 1];
+  std::vector<float> run_acc(kDim > 0 ? 0 : static_cast<std::size_t>(dim));
+  float* acc = kDim > 0 ? fixed_acc : run_acc.data();
+  const bool none = pooling == Pooling::kNone;
+  const std::int64_t j_end = none ? b1 : bags.offsets[b1];
+  for (std::int64_t b = b0; b < b1; ++b) {
+    const std::int64_t lo = none ? b : bags.offsets[b], hi = none ? b + 1 : bags.offsets[b + 1];
+    for (std::int64_t j = lo; j < hi; ++j) {
+      if (j + kPrefetchDistance < j_end) prefetch_row(t.row(bags.keys[j + kPrefetchDistance]), rec);
+      if (j + kUpdatePrefetch < j_end) prefetch_row<Into::kWrite>(t.row(bags.keys[j + kUpdatePrefetch]), rec);
+      if (repeated[j]) continue;
+      std::fill(acc, acc + dim, 0.0f);
+      row_axpy(acc, grads + b * dim, grad_scale(pooling, hi - lo, bags.weights, j), dim);
+      float* w = t.row(bags.keys[j]);
+      apply_optimizer(step, w, w + dim, acc, dim);
+    }
+  }
+}
+
+using UpdateUsedOnceFn = void (*)(RowRef, const BagsView&, Pooling, const std::uint8_t*, const float*, const OptimizerStep&,
+                                  std::int64_t, std::int64_t);
+
+template <int... C>
+UpdateUsedOnceFn pick_update_used_once(std::int32_t dim, std::integer_sequence<int, C...>) {
+  UpdateUsedOnceFn fn = update_used_once<0>;
+  ((dim == 16 * (C + 1) ? (fn = update_used_once<16 * (C + 1)>, 0) : 0), ...);
+  return fn;
+}
+
+}  // namespace
+
+void backward_update_by_bag(RowRef t, const BagsView& bags, Pooling pooling, const Repeats& repeats,
+                            const std::int32_t* bag_of, const float* grads, const OptimizerStep& step) {
+  const std::int64_t n = bags.offsets[bags.batch];
+  const std::int64_t batch = pooling == Pooling::kNone ? n : bags.batch;
+  const std::int64_t grain = pooling == Pooling::kNone ? 4096 : bag_grain(batch);
+  const UpdateUsedOnceFn once = pick_update_used_once(t.dim, std::make_integer_sequence<int, 16>{});
+  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, batch, grain), [&](const tbb::blocked_range<std::int64_t>& r) {
+    once(t, bags, pooling, repeats.repeated.data(), grads, step, r.begin(), r.end());
+  });
+  // The repeated keys, range by range (their rows are disjoint from the ones above).
+  const UpdateRowsFn rows = pick_update_rows(t.dim, std::make_integer_sequence<int, 16>{});
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, repeats.ranges.size(), 1), [&](const tbb::blocked_range<std::size_t>& r) {
+    for (std::size_t g = r.begin(); g < r.end(); ++g) {
+      const UniqueView v = view_of(repeats.ranges[g]);
+      if (v.size > 0) rows(t, bags, pooling, v, bag_of, grads, step, 0, v.size);
+    }
+  });
+}
+
 void reduce_unique_grads(const BagsView& bags, Pooling pooling, UniqueView unique, const std::int32_t* bag_of,
                          const float* grads, std::int32_t dim, float* out) {
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, unique.size, 128), [&](const tbb::blocked_range<std::int64_t>& r) {

@@ -26,11 +26,11 @@ void HostTableOps::forward(const JaggedKeys& f, float* out) const {
 }
 
 void HostTableOps::backward(const JaggedKeys& f, const float* grads, const OptimizerStep& step) {
-  // Dedup is only needed by backward, so it is done here: inference never pays for it. Rows are
-  // updated independently, so the order of the unique keys does not matter: the parallel path.
-  dedup_keys(f.keys.data(), f.num_keys(), unique_, scratch_, DedupOrder::kAny);
+  // Repeated keys are only needed by backward, so they are found here: inference never pays for
+  // it. Rows used once are updated straight from their bag's gradient.
   if (table_.spec().pooling != Pooling::kNone) bag_of_positions(f.offsets.data(), f.batch_size(), bag_of_);
-  backward_update(table_.ref(), bags_of(f), table_.spec().pooling, view_of(unique_), bag_of_.data(), grads, step);
+  find_repeats(f.keys.data(), f.num_keys(), table_.spec().rows, repeats_, scratch_);
+  backward_update_by_bag(table_.ref(), bags_of(f), table_.spec().pooling, repeats_, bag_of_.data(), grads, step);
 }
 
 void HostTableOps::read_rows(std::int64_t row0, std::int64_t n, float* weights, float* state) const {

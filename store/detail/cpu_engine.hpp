@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "host/dedup.hpp"
+#include "host/repeats.hpp"
 #include "host/host_table.hpp"
 #include "host/kernels.hpp"
 #include "store/detail/engine.hpp"
@@ -31,8 +31,8 @@ class HostTableOps {
 
  private:
   HostTable table_;
-  UniqueKeys unique_;
-  DedupScratch scratch_;
+  Repeats repeats_;
+  RepeatsScratch scratch_;
   std::vector<std::int32_t> bag_of_;
 };
 

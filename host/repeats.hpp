@@ -1,0 +1,41 @@
+#pragma once
+// The keys of a batch that are used more than once, found without deduplicating the rest: what
+// `cpu` mode's backward needs (backward_update_by_bag updates a row used once straight from its
+// bag's gradient, and reduces only the repeated ones). Keys are row ids of a dense table, so the
+// positions are split by key range, and each range is scanned with a direct-mapped array instead
+// of a hash table: cheaper per key than dedup_keys, and it builds no CSR for the keys used once.
+
+#include <cstdint>
+#include <vector>
+
+#include "core/table_spec.hpp"
+#include "host/dedup.hpp"
+
+namespace strata {
+
+/// Result of find_repeats.
+struct Repeats {
+  std::vector<std::uint8_t> repeated;  ///< (n) 1 where the key at that position is used more than once
+  /// The repeated keys of each key range, each with its positions ascending (first-use order
+  /// within the range). Ranges are disjoint, so their keys are too.
+  std::vector<UniqueKeys> ranges;
+};
+
+/// Reusable memory of find_repeats (keep it across batches: the per-thread maps are cleared after
+/// each use, not reallocated).
+struct RepeatsScratch {
+  std::vector<std::uint8_t> range;    ///< (n) key range of each position
+  std::vector<std::int64_t> counts;   ///< (chunks x ranges) positions per chunk and range
+  std::vector<std::int64_t> start;    ///< (ranges + 1) where each range's positions start in by_range
+  std::vector<std::int32_t> by_range; ///< (n) positions grouped by range, ascending within each
+  std::vector<Key> range_keys;        ///< (n) the keys of by_range
+  std::vector<std::int32_t> link;     ///< (n) previous use of the same key (index in by_range + 1), 0 = none
+  std::vector<std::int32_t> next;     ///< (n) next use of the same key (index + 1), 0 = none
+  std::vector<std::vector<std::int32_t>> maps;  ///< per arena thread: key offset in the range -> last use + 1
+};
+
+/// Finds the keys of keys[0..n) (host memory, each in [0, key_space), n < 2^31) used more than
+/// once. Runs on the calling thread's oneTBB arena.
+void find_repeats(const Key* keys, std::int64_t n, std::int64_t key_space, Repeats& out, RepeatsScratch& scratch);
+
+}  // namespace strata
