@@ -12,8 +12,9 @@ namespace strata {
 
 namespace {
 
-// Key ranges are 2^shift keys wide, with shift at least kMinShift (a map of 2^17 int32 is 512 KB,
-// within L2) and large enough for at most kMaxRanges ranges (a byte per position).
+// Key ranges are 2^shift keys wide, with shift at least kMinShift (a map of 2^17 entries is 1 MB,
+// within L2) and large enough for at most kMaxRanges ranges (so a key's offset in its range fits
+// 32 bits for up to 2^40 rows).
 constexpr int kMinShift = 17;
 constexpr std::int64_t kMaxRanges = 256;
 constexpr std::int64_t kChunk = 16384;
@@ -24,39 +25,47 @@ int range_shift(std::int64_t key_space) {
   return s;
 }
 
-// Range r's positions (by_range[b, e)): link each use of a key to the one before, mark the
-// repeated ones, and list the repeated keys with their positions ascending. `map` is all zeros on
-// entry and on return.
-void scan_range(RepeatsScratch& s, std::int64_t b, std::int64_t e, Key base, std::int32_t* map, std::uint8_t* repeated,
+// Range g's positions (by_range[b, e)), with a map from key offsets in the range to the last use
+// (index in the range + 1, tagged with the scan's epoch so that the map never needs clearing).
+// Most keys are used once, so the usual step is a load, a compare and a store; a later use links
+// the previous one to it (next) and, at a key's first repeat, records the key's first use as a
+// head. Then each head's chain gives the key's positions, ascending.
+void scan_range(RepeatsScratch& s, std::int64_t b, std::int64_t e, Key base, RepeatsScratch::Map& map, std::uint8_t* repeated,
                 UniqueKeys& out) {
   out.keys.clear();
   out.offsets.assign(1, 0);
   out.positions.clear();
-  const Key* key = s.range_keys.data();
-  std::int32_t* link = s.link.data();
-  std::int32_t* next = s.next.data();
-  bool any = false;
-  for (std::int64_t i = b; i < e; ++i) {
-    std::int32_t& m = map[key[i] - base];
-    link[i] = m;  // (index + 1 - b) of the previous use, 0 = first
-    next[i] = 0;
-    if (m != 0) {
-      next[b + m - 1] = static_cast<std::int32_t>(i - b + 1);
-      any = true;
-    }
-    m = static_cast<std::int32_t>(i - b + 1);
+  if (++map.epoch == 0) {  // wrapped: stale entries could look current
+    std::fill(map.last.begin(), map.last.end(), 0);
+    map.epoch = 1;
   }
-  for (std::int64_t i = b; i < e; ++i) map[key[i] - base] = 0;
-  if (!any) return;
-  // A first use with a next use starts a repeated key's chain.
-  for (std::int64_t i = b; i < e; ++i) {
-    if (link[i] != 0 || next[i] == 0) continue;
-    out.keys.push_back(key[i]);
-    for (std::int64_t j = i;; j = b + next[j] - 1) {
-      const std::int32_t pos = s.by_range[static_cast<std::size_t>(j)];
-      out.positions.push_back(pos);
-      repeated[pos] = 1;
-      if (next[j] == 0) break;
+  const std::uint64_t tag = std::uint64_t{map.epoch} << 32;
+  std::uint64_t* last = map.last.data();
+  const std::uint32_t* off = s.range_offsets.data() + b;
+  std::int32_t* next = s.next.data() + b;  // next use (index + 1), 0 = none; set only for repeated keys
+  std::uint8_t* later = s.later.data() + b;
+  std::vector<std::int32_t>& heads = map.heads;
+  heads.clear();
+  const std::int64_t m = e - b;
+  for (std::int64_t i = 0; i < m; ++i) {
+    std::uint64_t& l = last[off[i]];
+    const std::uint64_t prev = l;
+    l = tag | static_cast<std::uint64_t>(i + 1);
+    later[i] = 0;
+    if ((prev >> 32) != map.epoch) continue;
+    const auto p = static_cast<std::int64_t>(static_cast<std::uint32_t>(prev)) - 1;
+    if (!later[p]) heads.push_back(static_cast<std::int32_t>(p));
+    next[p] = static_cast<std::int32_t>(i + 1);
+    next[i] = 0;
+    later[i] = 1;
+  }
+  const std::int32_t* pos = s.by_range.data() + b;
+  for (const std::int32_t h : heads) {
+    out.keys.push_back(base + off[h]);
+    for (std::int64_t i = h;; i = next[i] - 1) {
+      out.positions.push_back(pos[i]);
+      repeated[pos[i]] = 1;
+      if (next[i] == 0) break;
     }
     out.offsets.push_back(static_cast<std::int64_t>(out.positions.size()));
   }
@@ -65,16 +74,16 @@ void scan_range(RepeatsScratch& s, std::int64_t b, std::int64_t e, Key base, std
 }  // namespace
 
 void find_repeats(const Key* keys, std::int64_t n, std::int64_t key_space, Repeats& out, RepeatsScratch& s) {
-  STRATA_CHECK(n >= 0 && n < (std::int64_t{1} << 31) && key_space > 0);
+  STRATA_CHECK(n >= 0 && n < (std::int64_t{1} << 31) && key_space > 0 && key_space <= (kMaxRanges << 32));
   const int shift = range_shift(key_space);
   const std::int64_t ranges = ((key_space - 1) >> shift) + 1;
+  const Key mask = (Key{1} << shift) - 1;
   const std::int64_t chunks = (n + kChunk - 1) / kChunk;
   out.repeated.assign(static_cast<std::size_t>(n), 0);
   out.ranges.resize(static_cast<std::size_t>(ranges));
-  s.range.resize(static_cast<std::size_t>(n));
   s.by_range.resize(static_cast<std::size_t>(n));
-  s.range_keys.resize(static_cast<std::size_t>(n));
-  s.link.resize(static_cast<std::size_t>(n));
+  s.range_offsets.resize(static_cast<std::size_t>(n));
+  s.later.resize(static_cast<std::size_t>(n));
   s.next.resize(static_cast<std::size_t>(n));
   s.counts.assign(static_cast<std::size_t>(chunks * ranges), 0);
   s.start.assign(static_cast<std::size_t>(ranges + 1), 0);
@@ -85,9 +94,7 @@ void find_repeats(const Key* keys, std::int64_t n, std::int64_t key_space, Repea
     for (std::int64_t c = r.begin(); c < r.end(); ++c) {
       std::int64_t* count = &s.counts[static_cast<std::size_t>(c * ranges)];
       for (std::int64_t j = c * kChunk; j < std::min(n, (c + 1) * kChunk); ++j) {
-        const auto g = static_cast<std::uint8_t>(keys[j] >> shift);
-        s.range[static_cast<std::size_t>(j)] = g;
-        ++count[g];
+        ++count[keys[j] >> shift];
       }
     }
   });
@@ -108,18 +115,22 @@ void find_repeats(const Key* keys, std::int64_t n, std::int64_t key_space, Repea
     for (std::int64_t c = r.begin(); c < r.end(); ++c) {
       std::int64_t* cursor = &s.counts[static_cast<std::size_t>(c * ranges)];
       for (std::int64_t j = c * kChunk; j < std::min(n, (c + 1) * kChunk); ++j) {
-        const auto to = static_cast<std::size_t>(cursor[s.range[static_cast<std::size_t>(j)]]++);
+        const Key k = keys[j];
+        const auto to = static_cast<std::size_t>(cursor[k >> shift]++);
         s.by_range[to] = static_cast<std::int32_t>(j);
-        s.range_keys[to] = keys[j];
+        s.range_offsets[to] = static_cast<std::uint32_t>(k & mask);
       }
     }
   });
   // 3. Each range scanned with its thread's map.
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, ranges, 1), [&](const tbb::blocked_range<std::int64_t>& r) {
     auto& map = s.maps[static_cast<std::size_t>(tbb::this_task_arena::current_thread_index())];
-    if (map.size() < (std::size_t{1} << shift)) map.assign(std::size_t{1} << shift, 0);
+    if (map.last.size() < (std::size_t{1} << shift)) {
+      map.last.assign(std::size_t{1} << shift, 0);
+      map.epoch = 0;
+    }
     for (std::int64_t g = r.begin(); g < r.end(); ++g)
-      scan_range(s, s.start[static_cast<std::size_t>(g)], s.start[static_cast<std::size_t>(g + 1)], g << shift, map.data(),
+      scan_range(s, s.start[static_cast<std::size_t>(g)], s.start[static_cast<std::size_t>(g + 1)], g << shift, map,
                  out.repeated.data(), out.ranges[static_cast<std::size_t>(g)]);
   });
 }

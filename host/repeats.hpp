@@ -24,18 +24,25 @@ struct Repeats {
 /// Reusable memory of find_repeats (keep it across batches: the per-thread maps are cleared after
 /// each use, not reallocated).
 struct RepeatsScratch {
-  std::vector<std::uint8_t> range;    ///< (n) key range of each position
   std::vector<std::int64_t> counts;   ///< (chunks x ranges) positions per chunk and range
   std::vector<std::int64_t> start;    ///< (ranges + 1) where each range's positions start in by_range
   std::vector<std::int32_t> by_range; ///< (n) positions grouped by range, ascending within each
-  std::vector<Key> range_keys;        ///< (n) the keys of by_range
-  std::vector<std::int32_t> link;     ///< (n) previous use of the same key (index in by_range + 1), 0 = none
-  std::vector<std::int32_t> next;     ///< (n) next use of the same key (index + 1), 0 = none
-  std::vector<std::vector<std::int32_t>> maps;  ///< per arena thread: key offset in the range -> last use + 1
+  std::vector<std::uint32_t> range_offsets;  ///< (n) the keys of by_range, less their range's first key
+  std::vector<std::int32_t> next;     ///< (n) next use of the same key (index in the range + 1), 0 = none
+  std::vector<std::uint8_t> later;    ///< (n) 1 where a key is used again (not its first use)
+  /// Key offset in a range -> epoch << 32 | (last use in the range + 1): one per arena thread,
+  /// never cleared (an entry of an older epoch is empty).
+  struct Map {
+    std::vector<std::uint64_t> last;
+    std::uint32_t epoch = 0;
+    std::vector<std::int32_t> heads;  ///< first uses of the range's repeated keys
+
+  };
+  std::vector<Map> maps;
 };
 
-/// Finds the keys of keys[0..n) (host memory, each in [0, key_space), n < 2^31) used more than
-/// once. Runs on the calling thread's oneTBB arena.
+/// Finds the keys of keys[0..n) (host memory, each in [0, key_space), n < 2^31, key_space <=
+/// 2^40) used more than once. Runs on the calling thread's oneTBB arena.
 void find_repeats(const Key* keys, std::int64_t n, std::int64_t key_space, Repeats& out, RepeatsScratch& scratch);
 
 }  // namespace strata

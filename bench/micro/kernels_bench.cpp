@@ -181,5 +181,21 @@ void BM_StepDedup(benchmark::State& state) {
 }
 BENCHMARK(BM_StepDedup)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// find_repeats of the step's keys with reused memory (what the cpu engine's backward runs instead
+// of a dedup).
+void BM_StepFindRepeats(benchmark::State& state) {
+  StepFixture& f = step_fixture();
+  Repeats r;
+  RepeatsScratch scratch;
+  int i = 0;
+  for (auto _ : state) {
+    const auto& k = f.keys[static_cast<std::size_t>(i++ % kRotate)];
+    find_repeats(k.data(), static_cast<std::int64_t>(k.size()), kRows, r, scratch);
+    benchmark::DoNotOptimize(r.repeated.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kStepBatch * kBag);
+}
+BENCHMARK(BM_StepFindRepeats)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 }  // namespace
 }  // namespace strata
