@@ -13,9 +13,11 @@ namespace strata {
 namespace {
 
 // Key ranges are 2^shift keys wide, with shift at least kMinShift (a map of 2^17 entries is 1 MB,
-// within L2) and large enough for at most kMaxRanges ranges (so a key's offset in its range fits
-// 32 bits for up to 2^40 rows).
+// within L2) and large enough for at most kMaxRanges ranges (a key's offset in its range then fits
+// 32 bits). Maps are at most 2^kMaxShift entries (8 MB per thread): larger key spaces (more than
+// 2^28 rows) are handled by a hash dedup instead.
 constexpr int kMinShift = 17;
+constexpr int kMaxShift = 20;
 constexpr std::int64_t kMaxRanges = 256;
 constexpr std::int64_t kChunk = 16384;
 
@@ -71,11 +73,38 @@ void scan_range(RepeatsScratch& s, std::int64_t b, std::int64_t e, Key base, Rep
   }
 }
 
+// find_repeats by a full dedup (any order), for key spaces too large for the maps.
+void repeats_by_dedup(const Key* keys, std::int64_t n, Repeats& out, RepeatsScratch& s) {
+  dedup_keys(keys, n, s.unique, s.dedup, DedupOrder::kAny);
+  out.repeated.assign(static_cast<std::size_t>(n), 0);
+  out.ranges.resize(1);
+  UniqueKeys& r = out.ranges[0];
+  r.keys.clear();
+  r.offsets.assign(1, 0);
+  r.positions.clear();
+  const UniqueKeys& u = s.unique;
+  for (std::int64_t i = 0; i < u.size(); ++i) {
+    const std::int64_t p0 = u.offsets[static_cast<std::size_t>(i)], p1 = u.offsets[static_cast<std::size_t>(i) + 1];
+    if (p1 - p0 < 2) continue;
+    r.keys.push_back(u.keys[static_cast<std::size_t>(i)]);
+    for (std::int64_t p = p0; p < p1; ++p) {
+      const std::int32_t pos = u.positions[static_cast<std::size_t>(p)];
+      r.positions.push_back(pos);
+      out.repeated[static_cast<std::size_t>(pos)] = 1;
+    }
+    r.offsets.push_back(static_cast<std::int64_t>(r.positions.size()));
+  }
+}
+
 }  // namespace
 
 void find_repeats(const Key* keys, std::int64_t n, std::int64_t key_space, Repeats& out, RepeatsScratch& s) {
-  STRATA_CHECK(n >= 0 && n < (std::int64_t{1} << 31) && key_space > 0 && key_space <= (kMaxRanges << 32));
+  STRATA_CHECK(n >= 0 && n < (std::int64_t{1} << 31) && key_space > 0);
   const int shift = range_shift(key_space);
+  if (shift > kMaxShift) {
+    repeats_by_dedup(keys, n, out, s);
+    return;
+  }
   const std::int64_t ranges = ((key_space - 1) >> shift) + 1;
   const Key mask = (Key{1} << shift) - 1;
   const std::int64_t chunks = (n + kChunk - 1) / kChunk;

@@ -3,7 +3,9 @@
 // `cpu` mode's backward needs (backward_update_by_bag updates a row used once straight from its
 // bag's gradient, and reduces only the repeated ones). Keys are row ids of a dense table, so the
 // positions are split by key range, and each range is scanned with a direct-mapped array instead
-// of a hash table: cheaper per key than dedup_keys, and it builds no CSR for the keys used once.
+// of a hash table: cheaper per key than dedup_keys, and it builds no CSR for the keys used once
+// (strata-micro BM_StepFindRepeats against BM_StepDedup/1, 262k uniform keys of 2M rows: 1.0 ms
+// against 2.5 ms).
 
 #include <cstdint>
 #include <vector>
@@ -39,10 +41,15 @@ struct RepeatsScratch {
 
   };
   std::vector<Map> maps;
+  // Key spaces over 2^28 rows: a hash dedup (host/repeats.cpp).
+  UniqueKeys unique;
+  DedupScratch dedup;
 };
 
-/// Finds the keys of keys[0..n) (host memory, each in [0, key_space), n < 2^31, key_space <=
-/// 2^40) used more than once. Runs on the calling thread's oneTBB arena.
+/// Finds the keys of keys[0..n) (host memory, each in [0, key_space), n < 2^31) used more than
+/// once. Up to 2^28 rows the positions are split by key range and scanned with direct-mapped
+/// arrays (1 to 8 MB per thread, kept in scratch); beyond, keys are deduplicated by hash
+/// (dedup_keys) and `ranges` has one entry. Runs on the calling thread's oneTBB arena.
 void find_repeats(const Key* keys, std::int64_t n, std::int64_t key_space, Repeats& out, RepeatsScratch& scratch);
 
 }  // namespace strata

@@ -147,10 +147,10 @@ TEST(GatherPool, EveryDimIsBitIdenticalToTheRowMathLoop) {
   }
 }
 
-// backward_update has compile-time-dim paths for multiples of 16 up to 256 and a run-time one for
-// the rest: each must give exactly what the row math gives when the gradient is reduced in
-// ascending position order and the optimizer applied once (the reference store's loop), for every
-// optimizer, pooling and weighting.
+// backward_update and backward_update_by_bag have compile-time-dim paths for multiples of 16 up
+// to 256 and a run-time one for the rest: each must give exactly what the row math gives when the
+// gradient is reduced in ascending position order and the optimizer applied once (the reference
+// store's loop), for every optimizer, pooling and weighting, with keys used once and repeated.
 TEST(BackwardUpdate, EveryDimAndOptimizerIsBitIdenticalToTheRowMathLoop) {
   std::mt19937_64 rng(11);
   for (int dim = 1; dim <= 272; ++dim) {
@@ -204,11 +204,22 @@ TEST(BackwardUpdate, EveryDimAndOptimizerIsBitIdenticalToTheRowMathLoop) {
         apply_optimizer(step, w, w + dim, acc.data(), dim);
       }
       backward_update(table->ref(), bags, pooling, view_of(unique), bag_of.data(), grads.data(), step);
+      // backward_update_by_bag on a second copy of the table (same initial values): the same bits.
+      auto by_bag = HostTable::create(Topology::fake(1), spec, {});
+      ASSERT_TRUE(by_bag.is_ok());
+      Repeats repeats;
+      RepeatsScratch scratch;
+      find_repeats(keys.data(), n, spec.rows, repeats, scratch);
+      backward_update_by_bag(by_bag->ref(), bags, pooling, repeats, bag_of.data(), grads.data(), step);
       for (std::int64_t r = 0; r < spec.rows; ++r)
-        for (std::int64_t c = 0; c < rec; ++c)
+        for (std::int64_t c = 0; c < rec; ++c) {
           ASSERT_EQ(table->row(r)[c], want[static_cast<std::size_t>(r * rec + c)])
               << "dim " << dim << " " << to_string(kind) << " " << to_string(pooling) << (weighted ? " weighted" : "") << " row " << r
               << " float " << c;
+          ASSERT_EQ(by_bag->row(r)[c], want[static_cast<std::size_t>(r * rec + c)])
+              << "by bag: dim " << dim << " " << to_string(kind) << " " << to_string(pooling) << (weighted ? " weighted" : "")
+              << " row " << r << " float " << c;
+        }
     }
   }
 }

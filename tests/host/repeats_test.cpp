@@ -1,0 +1,111 @@
+// find_repeats against a std::map over random batches: every position flagged exactly when its key
+// is used more than once, and each repeated key listed once, in its own key range, with all its
+// positions ascending.
+#include "host/repeats.hpp"
+
+#include <gtest/gtest.h>
+#include <tbb/task_arena.h>
+
+#include <limits>
+#include <map>
+#include <random>
+#include <set>
+
+namespace strata {
+namespace {
+
+void expect_repeats(const std::vector<Key>& keys, const Repeats& r) {
+  std::map<Key, std::vector<std::int32_t>> uses;
+  for (std::size_t j = 0; j < keys.size(); ++j) uses[keys[j]].push_back(static_cast<std::int32_t>(j));
+  ASSERT_EQ(r.repeated.size(), keys.size());
+  for (std::size_t j = 0; j < keys.size(); ++j)
+    ASSERT_EQ(r.repeated[j], uses[keys[j]].size() > 1 ? 1 : 0) << "position " << j << " key " << keys[j];
+  std::set<Key> listed;
+  std::int64_t lo = 0;
+  for (std::size_t g = 0; g < r.ranges.size(); ++g) {
+    const UniqueKeys& u = r.ranges[g];
+    ASSERT_EQ(u.offsets.size(), u.keys.size() + 1);
+    ASSERT_EQ(u.offsets.front(), 0);
+    ASSERT_EQ(u.offsets.back(), static_cast<std::int64_t>(u.positions.size()));
+    for (std::size_t i = 0; i < u.keys.size(); ++i) {
+      const Key k = u.keys[i];
+      ASSERT_TRUE(listed.insert(k).second) << "key " << k << " listed twice";
+      // Ranges are ascending and disjoint: a key never appears in a range before one of a smaller key.
+      ASSERT_GE(k, lo) << "range " << g;
+      const std::vector<std::int32_t> got(u.positions.begin() + u.offsets[i], u.positions.begin() + u.offsets[i + 1]);
+      ASSERT_EQ(got, uses[k]) << "key " << k;
+    }
+    for (const Key k : u.keys) lo = std::max(lo, k);
+  }
+  std::size_t want_listed = 0;
+  for (const auto& [k, p] : uses) want_listed += p.size() > 1;
+  EXPECT_EQ(listed.size(), want_listed);
+}
+
+TEST(FindRepeats, EmptySingleAndAllTheSame) {
+  Repeats r;
+  RepeatsScratch s;
+  find_repeats(nullptr, 0, 10, r, s);
+  EXPECT_TRUE(r.repeated.empty());
+  for (const auto& u : r.ranges) EXPECT_TRUE(u.keys.empty());
+  const std::vector<Key> one{9};
+  find_repeats(one.data(), 1, 10, r, s);
+  expect_repeats(one, r);
+  const std::vector<Key> same(1000, 0);
+  find_repeats(same.data(), 1000, 1, r, s);
+  expect_repeats(same, r);
+}
+
+// Random batches of every size class and key space (one range, several, the most ranges with the
+// largest maps at 2^28 rows, the hash dedup beyond, keys at both ends of each), few and many repeats, one hot key; the same
+// scratch reused across all of them (its maps are never cleared, only re-tagged), in arenas of 1,
+// 2 and 3 threads.
+TEST(FindRepeats, MatchesAMapOnRandomBatches) {
+  std::mt19937_64 rng(5);
+  for (const int threads : {1, 2, 3}) {
+    tbb::task_arena arena(threads);
+    arena.execute([&] {
+      Repeats r;
+      RepeatsScratch s;
+      for (int trial = 0; trial < 40; ++trial) {
+        const std::int64_t spaces[] = {1, 7, 1000, (std::int64_t{1} << 17) + 1, 2000000, std::int64_t{1} << 28, (std::int64_t{1} << 28) + 1, std::int64_t{1} << 40};
+        const std::int64_t key_space = spaces[rng() % 8];
+        const std::int64_t n = static_cast<std::int64_t>(rng() % 40000);
+        const std::int64_t distinct = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(std::min<std::int64_t>(key_space, 2 * n + 1)));
+        std::vector<Key> pool(static_cast<std::size_t>(distinct));
+        for (auto& k : pool) k = static_cast<Key>(rng() % static_cast<std::uint64_t>(key_space));
+        pool[0] = key_space - 1;
+        if (distinct > 1) pool[1] = 0;
+        std::vector<Key> keys(static_cast<std::size_t>(n));
+        for (auto& k : keys) k = (rng() % 4 == 0) ? pool[0] : pool[rng() % pool.size()];
+        find_repeats(keys.data(), n, key_space, r, s);
+        expect_repeats(keys, r);
+        if (HasFatalFailure()) return;
+      }
+    });
+    if (HasFatalFailure()) return;
+  }
+}
+
+// The map entries carry an epoch; when it wraps, the map is cleared rather than taking entries
+// of 2^32 scans ago as current.
+TEST(FindRepeats, EpochWrapClearsTheMaps) {
+  Repeats r;
+  RepeatsScratch s;
+  const std::vector<Key> a{1, 2, 3, 4};
+  tbb::task_arena arena(1);
+  arena.execute([&] {
+    find_repeats(a.data(), 4, 100, r, s);
+    expect_repeats(a, r);
+    for (auto& m : s.maps) m.epoch = std::numeric_limits<std::uint32_t>::max();  // next scan wraps
+    const std::vector<Key> b{4, 5, 6, 1};
+    find_repeats(b.data(), 4, 100, r, s);
+    expect_repeats(b, r);
+    const std::vector<Key> c{7, 8, 7, 2};
+    find_repeats(c.data(), 4, 100, r, s);
+    expect_repeats(c, r);
+  });
+}
+
+}  // namespace
+}  // namespace strata
