@@ -165,6 +165,9 @@ inline void reduce_one(const BagsView& bags, Pooling pooling, const UniqueView& 
   std::fill(acc, acc + dim, 0.0f);
   for (std::int64_t p = unique.offsets[u]; p < unique.offsets[u + 1]; ++p) {
     // Gradient rows are read in a random order from a buffer larger than L2: prefetch them too.
+    // Its bag comes from bag_of, a random read too: that is prefetched twice as far ahead, so the
+    // gradient prefetch does not wait for it.
+    if (p + 2 * kGradPrefetch < p_end && pooling != Pooling::kNone) __builtin_prefetch(&bag_of[unique.positions[p + 2 * kGradPrefetch]]);
     if (p + kGradPrefetch < p_end) {
       const std::int64_t jp = unique.positions[p + kGradPrefetch];
       prefetch_row<Into::kL1>(grads + (pooling == Pooling::kNone ? jp : bag_of[jp]) * dim, dim);
