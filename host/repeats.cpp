@@ -121,10 +121,19 @@ void find_repeats(const Key* keys, std::int64_t n, std::int64_t key_space, Repea
   const auto chunk_range = tbb::blocked_range<std::int64_t>(0, chunks, 1);
   tbb::parallel_for(chunk_range, [&](const tbb::blocked_range<std::int64_t>& r) {
     for (std::int64_t c = r.begin(); c < r.end(); ++c) {
-      std::int64_t* count = &s.counts[static_cast<std::size_t>(c * ranges)];
-      for (std::int64_t j = c * kChunk; j < std::min(n, (c + 1) * kChunk); ++j) {
-        ++count[keys[j] >> shift];
+      // Four sets of counters, so that runs of keys in one range do not chain increments.
+      std::int32_t four[4][kMaxRanges] = {};
+      const std::int64_t j0 = c * kChunk, j1 = std::min(n, (c + 1) * kChunk);
+      std::int64_t j = j0;
+      for (; j + 4 <= j1; j += 4) {
+        ++four[0][keys[j] >> shift];
+        ++four[1][keys[j + 1] >> shift];
+        ++four[2][keys[j + 2] >> shift];
+        ++four[3][keys[j + 3] >> shift];
       }
+      for (; j < j1; ++j) ++four[0][keys[j] >> shift];
+      std::int64_t* count = &s.counts[static_cast<std::size_t>(c * ranges)];
+      for (std::int64_t g = 0; g < ranges; ++g) count[g] = four[0][g] + four[1][g] + four[2][g] + four[3][g];
     }
   });
   // counts[c][g] becomes where chunk c's positions of range g start in by_range.
