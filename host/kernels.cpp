@@ -46,6 +46,28 @@ inline void prefetch_row(const float* p, std::int64_t floats) {
 // Bags per task: large enough to amortise scheduling, small enough to balance two cores.
 std::int64_t bag_grain(std::int64_t batch) { return std::max<std::int64_t>(8, std::min<std::int64_t>(256, batch / 64)); }
 
+// The instance of a kernel for `dim`: Kernel<dim>::run for the multiples of 16 up to 256 (the
+// per-row loops get compile-time trip counts), Kernel<0>::run (dim at run time) otherwise.
+template <template <std::int32_t> class Kernel, int... C>
+auto for_dim(std::int32_t dim, std::integer_sequence<int, C...>) {
+  auto fn = Kernel<0>::run;
+  ((dim == 16 * (C + 1) ? (fn = Kernel<16 * (C + 1)>::run, 0) : 0), ...);
+  return fn;
+}
+template <template <std::int32_t> class Kernel>
+auto for_dim(std::int32_t dim) {
+  return for_dim<Kernel>(dim, std::make_integer_sequence<int, 16>{});
+}
+
+// A row's gradient accumulator: on the stack for a compile-time dim, else on the heap.
+template <std::int32_t kDim>
+struct RowAcc {
+  explicit RowAcc(std::int32_t dim) : run(kDim > 0 ? 0 : static_cast<std::size_t>(dim)) {}
+  float* data() noexcept { return kDim > 0 ? fixed : run.data(); }
+  alignas(64) float fixed[kDim > 0 ? kDim : 1];
+  std::vector<float> run;
+};
+
 }  // namespace
 
 namespace {
@@ -116,21 +138,21 @@ void pool_bags_16(RowRef t, const BagsView& bags, Pooling pooling, float* out, s
   }
 }
 
-using PoolBagsFn = void (*)(RowRef, const BagsView&, Pooling, float*, std::int64_t, std::int64_t);
-
-template <int... C>
-PoolBagsFn pick_pool_bags(std::int32_t dim, std::integer_sequence<int, C...>) {
-  PoolBagsFn fn = pool_bags_any;
-  ((dim == 16 * (C + 1) ? (fn = pool_bags_16<C + 1>, 0) : 0), ...);
-  return fn;
-}
+template <std::int32_t kDim>
+struct PoolBags {
+  static constexpr auto run = pool_bags_16<kDim / 16>;
+};
+template <>
+struct PoolBags<0> {
+  static constexpr auto run = pool_bags_any;
+};
 
 }  // namespace
 
 void gather_pool(RowRef t, const BagsView& bags, Pooling pooling, float* out) {
   // Register accumulation for dims that are multiples of 16 up to 256 (16 vectors of 16 floats);
   // other dims accumulate in the output row.
-  const PoolBagsFn pool = pick_pool_bags(t.dim, std::make_integer_sequence<int, 16>{});
+  const auto pool = for_dim<PoolBags>(t.dim);
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, bags.batch, bag_grain(bags.batch)),
                     [&](const tbb::blocked_range<std::int64_t>& r) { pool(t, bags, pooling, out, r.begin(), r.end()); });
 }
@@ -198,9 +220,8 @@ void update_rows(RowRef t, const BagsView& bags, Pooling pooling, const UniqueVi
                  const float* grads, const OptimizerStep& step, std::int64_t u0, std::int64_t u1) {
   const std::int32_t dim = kDim > 0 ? kDim : t.dim;
   const std::int64_t rec = dim + t.state_dim;
-  alignas(64) float fixed_acc[kDim > 0 ? kDim : 1];
-  std::vector<float> run_acc(kDim > 0 ? 0 : static_cast<std::size_t>(dim));
-  float* acc = kDim > 0 ? fixed_acc : run_acc.data();
+  RowAcc<kDim> row_acc(dim);
+  float* acc = row_acc.data();
   const std::int64_t p_end = unique.offsets[u1];
   for (std::int64_t u = u0; u < u1; ++u) {
     if (u + kPrefetchDistance < u1) prefetch_row(t.row(unique.keys[u + kPrefetchDistance]), rec);
@@ -211,22 +232,17 @@ void update_rows(RowRef t, const BagsView& bags, Pooling pooling, const UniqueVi
   }
 }
 
-using UpdateRowsFn = void (*)(RowRef, const BagsView&, Pooling, const UniqueView&, const std::int32_t*, const float*,
-                              const OptimizerStep&, std::int64_t, std::int64_t);
-
-template <int... C>
-UpdateRowsFn pick_update_rows(std::int32_t dim, std::integer_sequence<int, C...>) {
-  UpdateRowsFn fn = update_rows<0>;
-  ((dim == 16 * (C + 1) ? (fn = update_rows<16 * (C + 1)>, 0) : 0), ...);
-  return fn;
-}
+template <std::int32_t kDim>
+struct UpdateRows {
+  static constexpr auto run = update_rows<kDim>;
+};
 
 }  // namespace
 
 void backward_update(RowRef t, const BagsView& bags, Pooling pooling, UniqueView unique,
                      const std::int32_t* bag_of, const float* grads, const OptimizerStep& step) {
   // Compile-time dims for multiples of 16 up to 256, as gather_pool; other dims at run time.
-  const UpdateRowsFn update = pick_update_rows(t.dim, std::make_integer_sequence<int, 16>{});
+  const auto update = for_dim<UpdateRows>(t.dim);
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, unique.size, 128), [&](const tbb::blocked_range<std::int64_t>& r) {
     update(t, bags, pooling, unique, bag_of, grads, step, r.begin(), r.end());
   });
@@ -243,9 +259,8 @@ void update_used_once(RowRef t, const BagsView& bags, Pooling pooling, const std
                       const OptimizerStep& step, std::int64_t b0, std::int64_t b1) {
   const std::int32_t dim = kDim > 0 ? kDim : t.dim;
   const std::int64_t rec = dim + t.state_dim;
-  alignas(64) float fixed_acc[kDim > 0 ? kDim : 1];
-  std::vector<float> run_acc(kDim > 0 ? 0 : static_cast<std::size_t>(dim));
-  float* acc = kDim > 0 ? fixed_acc : run_acc.data();
+  RowAcc<kDim> row_acc(dim);
+  float* acc = row_acc.data();
   const bool none = pooling == Pooling::kNone;
   const std::int64_t j_end = none ? b1 : bags.offsets[b1];
   for (std::int64_t b = b0; b < b1; ++b) {
@@ -265,15 +280,10 @@ void update_used_once(RowRef t, const BagsView& bags, Pooling pooling, const std
   }
 }
 
-using UpdateUsedOnceFn = void (*)(RowRef, const BagsView&, Pooling, const std::uint8_t*, const float*, const OptimizerStep&,
-                                  std::int64_t, std::int64_t);
-
-template <int... C>
-UpdateUsedOnceFn pick_update_used_once(std::int32_t dim, std::integer_sequence<int, C...>) {
-  UpdateUsedOnceFn fn = update_used_once<0>;
-  ((dim == 16 * (C + 1) ? (fn = update_used_once<16 * (C + 1)>, 0) : 0), ...);
-  return fn;
-}
+template <std::int32_t kDim>
+struct UpdateUsedOnce {
+  static constexpr auto run = update_used_once<kDim>;
+};
 
 }  // namespace
 
@@ -282,12 +292,12 @@ void backward_update_by_bag(RowRef t, const BagsView& bags, Pooling pooling, con
   const std::int64_t n = bags.offsets[bags.batch];
   const std::int64_t batch = pooling == Pooling::kNone ? n : bags.batch;
   const std::int64_t grain = pooling == Pooling::kNone ? 4096 : bag_grain(batch);
-  const UpdateUsedOnceFn once = pick_update_used_once(t.dim, std::make_integer_sequence<int, 16>{});
+  const auto once = for_dim<UpdateUsedOnce>(t.dim);
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, batch, grain), [&](const tbb::blocked_range<std::int64_t>& r) {
     once(t, bags, pooling, repeats.repeated.data(), grads, step, r.begin(), r.end());
   });
   // The repeated keys, range by range (their rows are disjoint from the ones above).
-  const UpdateRowsFn rows = pick_update_rows(t.dim, std::make_integer_sequence<int, 16>{});
+  const auto rows = for_dim<UpdateRows>(t.dim);
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, repeats.ranges.size(), 1), [&](const tbb::blocked_range<std::size_t>& r) {
     for (std::size_t g = r.begin(); g < r.end(); ++g) {
       const UniqueView v = view_of(repeats.ranges[g]);

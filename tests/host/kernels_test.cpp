@@ -98,6 +98,26 @@ TEST_P(Kernels, GatherAndBackwardMatchNaiveLoops) {
   EXPECT_EQ(table->row(2999)[0], untouched);
 }
 
+// `batch` bags of 0..8 keys in [0, key_range), each with a weight in about [-3, 3].
+struct RandomBags {
+  std::vector<std::int64_t> offsets;
+  std::vector<Key> keys;
+  std::vector<float> weights;
+};
+RandomBags random_bags(std::mt19937_64& rng, std::int64_t batch, Key key_range) {
+  RandomBags r;
+  r.offsets.push_back(0);
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const int len = static_cast<int>(rng() % 9);
+    for (int i = 0; i < len; ++i) {
+      r.keys.push_back(static_cast<Key>(rng() % static_cast<std::uint64_t>(key_range)));
+      r.weights.push_back(static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 337.0f);
+    }
+    r.offsets.push_back(static_cast<std::int64_t>(r.keys.size()));
+  }
+  return r;
+}
+
 // gather_pool has a register-accumulating path for dims that are multiples of 16 up to 256 and a
 // generic one for the rest: both must give exactly what the row math gives when a bag is summed
 // key by key (the reference store's loop), since every mode is compared with it bit for bit.
@@ -112,17 +132,7 @@ TEST(GatherPool, EveryDimIsBitIdenticalToTheRowMathLoop) {
     auto table = HostTable::create(Topology::fake(1), spec, {});
     ASSERT_TRUE(table.is_ok());
     const std::int64_t batch = 40;
-    std::vector<std::int64_t> offsets{0};
-    std::vector<Key> keys;
-    std::vector<float> weights;
-    for (std::int64_t b = 0; b < batch; ++b) {
-      const int len = static_cast<int>(rng() % 9);
-      for (int i = 0; i < len; ++i) {
-        keys.push_back(static_cast<Key>(rng() % 500));
-        weights.push_back(static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 337.0f);
-      }
-      offsets.push_back(static_cast<std::int64_t>(keys.size()));
-    }
+    const auto [offsets, keys, weights] = random_bags(rng, batch, 500);
     for (const Pooling pooling : {Pooling::kSum, Pooling::kMean}) {
       for (const bool weighted : {false, true}) {
         const BagsView bags{offsets.data(), batch, keys.data(), weighted ? weights.data() : nullptr};
@@ -169,17 +179,7 @@ TEST(BackwardUpdate, EveryDimAndOptimizerIsBitIdenticalToTheRowMathLoop) {
       auto table = HostTable::create(Topology::fake(1), spec, {});
       ASSERT_TRUE(table.is_ok());
       const std::int64_t batch = 30;
-      std::vector<std::int64_t> offsets{0};
-      std::vector<Key> keys;
-      std::vector<float> weights;
-      for (std::int64_t b = 0; b < batch; ++b) {
-        const int len = static_cast<int>(rng() % 9);
-        for (int i = 0; i < len; ++i) {
-          keys.push_back(static_cast<Key>(rng() % 60));  // many duplicates
-          weights.push_back(static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 337.0f);
-        }
-        offsets.push_back(static_cast<std::int64_t>(keys.size()));
-      }
+      const auto [offsets, keys, weights] = random_bags(rng, batch, 60);  // many duplicates
       const std::int64_t n = static_cast<std::int64_t>(keys.size());
       const std::int64_t grad_rows = pooling == Pooling::kNone ? n : batch;
       std::vector<float> grads(static_cast<std::size_t>(grad_rows * dim));
