@@ -2,6 +2,7 @@
 #include "host/kernels.hpp"
 
 #include <gtest/gtest.h>
+#include <tbb/task_arena.h>
 
 #include <array>
 #include <map>
@@ -221,6 +222,52 @@ TEST(BackwardUpdate, EveryDimAndOptimizerIsBitIdenticalToTheRowMathLoop) {
               << " row " << r << " float " << c;
         }
     }
+  }
+}
+
+// With a table of several key ranges (find_repeats splits keys by 2^17-row ranges), the repeated
+// keys of every range are updated, in parallel, to the same bits as backward_update gives; run in
+// arenas of 2 and 3 threads, with hot keys in every range and keys at both ends of the table.
+TEST(BackwardUpdateByBag, ManyKeyRangesMatchBackwardUpdate) {
+  TableSpec spec;
+  spec.name = "ranges";
+  spec.rows = 3 * (std::int64_t{1} << 17) + 5;
+  spec.dim = 8;
+  spec.init.bound = 1.0f;
+  spec.optimizer.kind = OptimizerKind::kAdagrad;
+  std::mt19937_64 rng(17);
+  for (const int threads : {2, 3}) {
+    tbb::task_arena arena(threads);
+    arena.execute([&] {
+      auto a = HostTable::create(Topology::fake(2), spec, {});
+      auto b = HostTable::create(Topology::fake(2), spec, {});
+      ASSERT_TRUE(a.is_ok() && b.is_ok());
+      const Key hot[] = {0, 1, (Key{1} << 17) - 1, Key{1} << 17, 2 * (Key{1} << 17) + 3, spec.rows - 1};
+      const std::int64_t batch = 3000;
+      std::vector<std::int64_t> offsets{0};
+      std::vector<Key> keys;
+      for (std::int64_t bag = 0; bag < batch; ++bag) {
+        const int len = static_cast<int>(rng() % 17);
+        for (int i = 0; i < len; ++i)
+          keys.push_back(rng() % 5 == 0 ? hot[rng() % 6] : static_cast<Key>(rng() % static_cast<std::uint64_t>(spec.rows)));
+        offsets.push_back(static_cast<std::int64_t>(keys.size()));
+      }
+      const std::int64_t n = static_cast<std::int64_t>(keys.size());
+      std::vector<float> grads(static_cast<std::size_t>(batch * spec.dim));
+      for (auto& g : grads) g = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 613.0f;
+      const BagsView bags{offsets.data(), batch, keys.data(), nullptr};
+      const std::vector<std::int32_t> bag_of = bag_of_positions(offsets.data(), batch);
+      const OptimizerStep step = make_optimizer_step(spec.optimizer, 1);
+      backward_update(a->ref(), bags, Pooling::kSum, view_of(dedup_keys(keys.data(), n)), bag_of.data(), grads.data(), step);
+      Repeats repeats;
+      RepeatsScratch scratch;
+      find_repeats(keys.data(), n, spec.rows, repeats, scratch);
+      ASSERT_EQ(repeats.ranges.size(), 4u);
+      for (const auto& r : repeats.ranges) ASSERT_FALSE(r.keys.empty());
+      backward_update_by_bag(b->ref(), bags, Pooling::kSum, repeats, bag_of.data(), grads.data(), step);
+      for (const Key k : keys)
+        for (std::int32_t c = 0; c < spec.dim + b->state_dim(); ++c) ASSERT_EQ(b->row(k)[c], a->row(k)[c]) << "row " << k << " float " << c;
+    });
   }
 }
 
