@@ -197,5 +197,27 @@ void BM_StepFindRepeats(benchmark::State& state) {
 }
 BENCHMARK(BM_StepFindRepeats)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// The cpu engine's backward after find_repeats (done beforehand): rows used once updated in bag
+// order, then the repeated ones.
+void BM_StepBackwardByBag(benchmark::State& state) {
+  StepFixture& f = step_fixture();
+  static std::vector<Repeats> repeats = [&f] {
+    std::vector<Repeats> r(kRotate);
+    RepeatsScratch scratch;
+    for (int i = 0; i < kRotate; ++i)
+      find_repeats(f.keys[static_cast<std::size_t>(i)].data(), kStepBatch * kBag, kRows, r[static_cast<std::size_t>(i)], scratch);
+    return r;
+  }();
+  const OptimizerStep step = make_optimizer_step(OptimizerSpec{}, 1);
+  int i = 0;
+  for (auto _ : state) {
+    const std::size_t b = static_cast<std::size_t>(i++ % kRotate);
+    BagsView bags{f.offsets.data(), kStepBatch, f.keys[b].data(), nullptr};
+    backward_update_by_bag(f.table.ref(), bags, Pooling::kSum, repeats[b], f.bag_of.data(), f.grads.data(), step);
+  }
+  state.SetItemsProcessed(state.iterations() * kStepBatch * kBag);
+}
+BENCHMARK(BM_StepBackwardByBag)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 }  // namespace
 }  // namespace strata
