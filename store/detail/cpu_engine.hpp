@@ -6,9 +6,9 @@
 #include <memory>
 #include <vector>
 
-#include "host/repeats.hpp"
 #include "host/host_table.hpp"
 #include "host/kernels.hpp"
+#include "host/repeats.hpp"
 #include "store/detail/engine.hpp"
 #include "store/store_config.hpp"
 
