@@ -27,11 +27,12 @@ int range_shift(std::int64_t key_space) {
   return s;
 }
 
-// Range g's positions (by_range[b, e)), with a map from key offsets in the range to the last use
-// (index in the range + 1, tagged with the scan's epoch so that the map never needs clearing).
-// Most keys are used once, so the usual step is a load, a compare and a store; a later use links
-// the previous one to it (next) and, at a key's first repeat, records the key's first use as a
-// head. Then each head's chain gives the key's positions, ascending.
+// Range g's positions (by_range[b, e)), with a map from key offsets in the range to the last use:
+// epoch << 32 | repeated << 31 | (index in the range + 1). The epoch tags the scan, so the map
+// never needs clearing; the repeated bit says the key was seen twice already. Most keys are used
+// once, so the usual step is a load, a compare and a store; a later use links the previous one to
+// it (next) and, at a key's first repeat, records the key's first use as a head. Then each head's
+// chain gives the key's positions, ascending.
 void scan_range(RepeatsScratch& s, std::int64_t b, std::int64_t e, Key base, RepeatsScratch::Map& map, std::uint8_t* repeated,
                 UniqueKeys& out) {
   out.keys.clear();
@@ -41,25 +42,26 @@ void scan_range(RepeatsScratch& s, std::int64_t b, std::int64_t e, Key base, Rep
     std::fill(map.last.begin(), map.last.end(), 0);
     map.epoch = 1;
   }
+  constexpr std::uint64_t kSeenTwice = std::uint64_t{1} << 31;
   const std::uint64_t tag = std::uint64_t{map.epoch} << 32;
   std::uint64_t* last = map.last.data();
   const std::uint32_t* off = s.range_offsets.data() + b;
   std::int32_t* next = s.next.data() + b;  // next use (index + 1), 0 = none; set only for repeated keys
-  std::uint8_t* later = s.later.data() + b;
   std::vector<std::int32_t>& heads = map.heads;
   heads.clear();
   const std::int64_t m = e - b;
   for (std::int64_t i = 0; i < m; ++i) {
     std::uint64_t& l = last[off[i]];
     const std::uint64_t prev = l;
-    l = tag | static_cast<std::uint64_t>(i + 1);
-    later[i] = 0;
-    if ((prev >> 32) != map.epoch) continue;
-    const auto p = static_cast<std::int64_t>(static_cast<std::uint32_t>(prev)) - 1;
-    if (!later[p]) heads.push_back(static_cast<std::int32_t>(p));
+    if ((prev >> 32) != map.epoch) {
+      l = tag | static_cast<std::uint64_t>(i + 1);
+      continue;
+    }
+    const auto p = static_cast<std::int64_t>(prev & (kSeenTwice - 1)) - 1;
+    if (!(prev & kSeenTwice)) heads.push_back(static_cast<std::int32_t>(p));
     next[p] = static_cast<std::int32_t>(i + 1);
     next[i] = 0;
-    later[i] = 1;
+    l = tag | kSeenTwice | static_cast<std::uint64_t>(i + 1);
   }
   const std::int32_t* pos = s.by_range.data() + b;
   for (const std::int32_t h : heads) {
@@ -112,7 +114,6 @@ void find_repeats(const Key* keys, std::int64_t n, std::int64_t key_space, Repea
   out.ranges.resize(static_cast<std::size_t>(ranges));
   s.by_range.resize(static_cast<std::size_t>(n));
   s.range_offsets.resize(static_cast<std::size_t>(n));
-  s.later.resize(static_cast<std::size_t>(n));
   s.next.resize(static_cast<std::size_t>(n));
   s.counts.assign(static_cast<std::size_t>(chunks * ranges), 0);
   s.start.assign(static_cast<std::size_t>(ranges + 1), 0);

@@ -31,9 +31,8 @@ struct RepeatsScratch {
   std::vector<std::int32_t> by_range; ///< (n) positions grouped by range, ascending within each
   std::vector<std::uint32_t> range_offsets;  ///< (n) the keys of by_range, less their range's first key
   std::vector<std::int32_t> next;     ///< (n) next use of the same key (index in the range + 1), 0 = none
-  std::vector<std::uint8_t> later;    ///< (n) 1 where a key is used again (not its first use)
-  /// Key offset in a range -> epoch << 32 | (last use in the range + 1): one per arena thread,
-  /// never cleared (an entry of an older epoch is empty).
+  /// Key offset in a range -> epoch << 32 | seen twice << 31 | (last use in the range + 1): one
+  /// per arena thread, never cleared (an entry of an older epoch is empty).
   struct Map {
     std::vector<std::uint64_t> last;
     std::uint32_t epoch = 0;
