@@ -276,9 +276,10 @@ PoolPlan CachePool::commit(PoolProbe probe) {
   for (std::size_t i = 0; i < probe.features.size(); ++i) {
     const FeatureKeys& f = probe.features[i];
     const Key* keys = f.unique->keys.data();
-    const std::int64_t* found = probe.found[i].data();
+    // The plan's slots start as the probe's (misses are filled in below): taken over, not copied.
+    plan.unique_slots[i] = std::move(probe.found[i]);
+    const std::int64_t* found = plan.unique_slots[i].data();
     const std::size_t n = f.unique->keys.size();
-    plan.unique_slots[i].assign(found, found + n);
     const std::size_t m0 = misses_.size();
     misses_.resize(m0 + n);
     hit_rows_.resize(n);
