@@ -70,12 +70,12 @@ std::string table_list(const CachePoolOptions& opt, const std::vector<std::int64
   return s;
 }
 
-// The loops over a batch's rows in window_push, commit and retire go block by block: a first pass
+// The loops over a batch's rows in window_push, commit's hits and retire go block by block: a first pass
 // over a block starts loading what the rows will touch (hash entries, slot records, queue tails),
 // a second pass (if any) what those point to, and the last pass does the work on lines already in
 // cache. The random accesses of a block are independent, so they overlap instead of each waiting
-// on memory in turn. probe() pipelines its loads a fixed distance ahead instead (measured faster
-// there; the same pipeline in retire() was slower).
+// on memory in turn. probe() and commit's misses pipeline their loads a fixed distance ahead
+// instead (measured faster there; the same pipeline in retire() and commit's hits was slower).
 constexpr std::size_t kBlock = 64;
 }  // namespace
 
@@ -338,64 +338,71 @@ PoolPlan CachePool::commit(PoolProbe probe) {
   }
   // Victims, in miss order. The choice depends only on the eviction order, the free list and the
   // per-table counts, so it is made before any victim's record is touched; the records, the index
-  // and the window are then updated block by block.
+  // and the window are then updated in a pipeline.
   for (Miss& m : misses_) m.slot = take_victim(static_cast<int>(m.key >> 48));
   const std::size_t M = misses_.size();
   plan.fills.resize(M);
   plan.writebacks.reserve(M);
-  std::uint64_t old_hash[kBlock], new_hash[kBlock];
-  for (std::size_t b = 0; b < M; b += kBlock) {
-    const std::size_t e = std::min(M, b + kBlock);
-    // Victims' records; then the index chunks of the keys leaving and arriving, and the window.
-    for (std::size_t j = b; j < e; ++j) __builtin_prefetch(&slots_[static_cast<std::size_t>(misses_[j].slot)]);
-    for (std::size_t j = b; j < e; ++j) {
-      const std::uint64_t old_key = slots_[static_cast<std::size_t>(misses_[j].slot)].key;
-      old_hash[j - b] = detail::KeyMap::hash(old_key);
-      new_hash[j - b] = detail::KeyMap::hash(misses_[j].key);
-      if (old_key != detail::KeyMap::kEmpty) index_.prefetch(old_hash[j - b]);
-      index_.prefetch(new_hash[j - b]);
-      if (lookahead) {
-        window_.prefetch(new_hash[j - b]);
-        sketch_.prefetch(new_hash[j - b]);
-      }
+  // A pipeline over the misses: the victim record of miss j + kRecordAhead, then (its old key
+  // known) the index chunks of the keys leaving and arriving, and the window, of miss
+  // j + kChunkAhead start loading while miss j is applied.
+  constexpr std::size_t kRecordAhead = 16, kChunkAhead = 8, kRing = 16;
+  std::uint64_t old_hash[kRing], new_hash[kRing];
+  const auto victim = [&](std::size_t j) -> Slot& { return slots_[static_cast<std::size_t>(misses_[j].slot)]; };
+  const auto hash_ahead = [&](std::size_t j) {
+    const std::uint64_t old_key = victim(j).key;
+    old_hash[j % kRing] = detail::KeyMap::hash(old_key);
+    new_hash[j % kRing] = detail::KeyMap::hash(misses_[j].key);
+    if (old_key != detail::KeyMap::kEmpty) index_.prefetch(old_hash[j % kRing]);
+    index_.prefetch(new_hash[j % kRing]);
+    if (lookahead) {
+      window_.prefetch(new_hash[j % kRing]);
+      sketch_.prefetch(new_hash[j % kRing]);
     }
-    for (std::size_t j = b; j < e; ++j) {
-      const Miss& m = misses_[j];
-      Slot& s = slots_[static_cast<std::size_t>(m.slot)];
-      if (s.key != detail::KeyMap::kEmpty) {
-        CacheStats& vs = stats_[s.table()];
-        ++vs.evictions;
-        if (s.dirty()) {
-          Transfer& wb = plan.writebacks.emplace_back();  // fields in place: no store-forwarding stall
-          wb.slot = m.slot;
-          wb.table = static_cast<int>(s.table());
-          wb.row = row_of(s.key);
-          ++vs.writebacks;
-          vs.bytes_written_back += opt_.record_bytes;
-        }
-        index_.erase(old_hash[j - b], m.slot);
-        --resident_;
+  };
+  for (std::size_t j = 0; j < std::min(M, kRecordAhead); ++j) __builtin_prefetch(&victim(j));
+  for (std::size_t j = 0; j < std::min(M, kChunkAhead); ++j) hash_ahead(j);
+  for (std::size_t j = 0; j < M; ++j) {
+    if (j + kRecordAhead < M) {
+      __builtin_prefetch(&victim(j + kRecordAhead));
+      __builtin_prefetch(&version_[static_cast<std::size_t>(misses_[j + kRecordAhead].slot)]);
+    }
+    if (j + kChunkAhead < M) hash_ahead(j + kChunkAhead);
+    const Miss& m = misses_[j];
+    Slot& s = slots_[static_cast<std::size_t>(m.slot)];
+    if (s.key != detail::KeyMap::kEmpty) {
+      CacheStats& vs = stats_[s.table()];
+      ++vs.evictions;
+      if (s.dirty()) {
+        Transfer& wb = plan.writebacks.emplace_back();  // fields in place: no store-forwarding stall
+        wb.slot = m.slot;
+        wb.table = static_cast<int>(s.table());
+        wb.row = row_of(s.key);
+        ++vs.writebacks;
+        vs.bytes_written_back += opt_.record_bytes;
       }
-      const int t = static_cast<int>(m.key >> 48);
-      s.key = m.key;
-      s.last = tick_base[m.feature] + m.u + 1;
-      s.freq = 1;
-      s.state = 0;
-      index_.insert(new_hash[j - b], m.slot);
-      ++resident_;
-      pin(s, m.slot);
-      plan.unique_slots[m.feature][m.u] = m.slot;
-      Transfer& fill = plan.fills[j];
-      fill.slot = m.slot;
-      fill.table = t;
-      fill.row = row_of(m.key);
-      CacheStats& st = stats_[static_cast<std::size_t>(t)];
-      ++st.misses;
-      st.bytes_filled += opt_.record_bytes;
-      if (lookahead) {
-        s.next_use = window_.consume(m.key, new_hash[j - b], probe.seq);
-        s.freq = sketch_.add(new_hash[j - b]) << 24 | 1;
-      }
+      index_.erase(old_hash[j % kRing], m.slot);
+      --resident_;
+    }
+    const int t = static_cast<int>(m.key >> 48);
+    s.key = m.key;
+    s.last = tick_base[m.feature] + m.u + 1;
+    s.freq = 1;
+    s.state = 0;
+    index_.insert(new_hash[j % kRing], m.slot);
+    ++resident_;
+    pin(s, m.slot);
+    plan.unique_slots[m.feature][m.u] = m.slot;
+    Transfer& fill = plan.fills[j];
+    fill.slot = m.slot;
+    fill.table = t;
+    fill.row = row_of(m.key);
+    CacheStats& st = stats_[static_cast<std::size_t>(t)];
+    ++st.misses;
+    st.bytes_filled += opt_.record_bytes;
+    if (lookahead) {
+      s.next_use = window_.consume(m.key, new_hash[j % kRing], probe.seq);
+      s.freq = sketch_.add(new_hash[j % kRing]) << 24 | 1;
     }
   }
   plan.misses = static_cast<std::int64_t>(M);
