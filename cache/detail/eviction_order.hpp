@@ -20,7 +20,8 @@
 //              frequency_sketch.hpp) are ordered by (last + bucket * step, bucket, last): a level
 //              buys `step` ticks of recency. Same FIFO queues (one per level, `last` increasing, so
 //              the key too) and heap; the minimum is taken over the queue fronts, whose keys are
-//              kept in a small array, so a victim costs a scan of at most 64 words.
+//              kept in a small array under a winner tree (the minimum's bucket at the root), so
+//              a victim, or a stale front dropped, costs one leaf-to-root pass of 6 compares.
 //  - windowed: lookahead rows used again in the window, evicted only when no ranked slot is
 //              left: the farthest next use first, then fewer uses, then lower table, then lower
 //              slot. One group per next use (a batch of the window); a group is sorted when a
@@ -48,7 +49,14 @@ class EvictionOrder {
   explicit EvictionOrder(std::int64_t capacity, std::uint64_t level_step = 0)
       : limit_(3 * static_cast<std::size_t>(capacity > 0 ? capacity : 0) + 4096),
         step_(level_step),
-        bits_(kDenseBuckets / 64, 0) {}
+        bits_(kDenseBuckets / 64, 0) {
+    std::fill(std::begin(front_), std::end(front_), kNoFront);
+    for (std::uint32_t i = 1; i < kAgedBuckets; ++i) {
+      std::uint32_t leftmost = i;
+      while (leftmost < kAgedBuckets) leftmost *= 2;
+      winner_[i] = static_cast<std::uint8_t>(leftmost - kAgedBuckets);
+    }
+  }
 
   /// Starts loading the tail of a bucket's queue, where push_ranked() would write (a hint).
   STRATA_PREFETCH_FN void prefetch_ranked(std::uint32_t bucket) const noexcept {
@@ -70,7 +78,7 @@ class EvictionOrder {
         bits_[bucket / 64] |= std::uint64_t{1} << (bucket % 64);
         summary_ |= std::uint64_t{1} << (bucket / 64);
         q.items.emplace_back(last, slot, version);
-        if (step_ != 0) front_[bucket] = last + bucket * step_;
+        if (step_ != 0) set_front(bucket, last + bucket * step_);
         return;
       }
       if (q.items.back().last < last) {
@@ -154,8 +162,9 @@ class EvictionOrder {
         if (out == 0) {
           std::vector<Ranked>().swap(q.items);
           bits_[w] &= ~(std::uint64_t{1} << (b % 64));
+          if (step_ != 0) set_front(b, kNoFront);
         } else if (step_ != 0) {
-          front_[b] = q.items[0].last + b * step_;
+          set_front(b, q.items[0].last + b * step_);
         }
       }
       if (bits_[w] == 0) summary_ &= ~(std::uint64_t{1} << w);
@@ -255,24 +264,17 @@ class EvictionOrder {
   }
 
   // The lowest live ranked entry by (last + bucket * step, bucket, last), or -1. The queue fronts'
-  // keys are in front_; a stale front is dropped only when it is the minimum (a live entry behind
-  // it has a larger key, so the minimum over the fronts is still right).
+  // keys are in front_ (the winner tree's root is the bucket of the smallest); a stale front is
+  // dropped only when it is the minimum (a live entry behind it has a larger key, so the minimum
+  // over the fronts is still right).
   std::int32_t min_aged(const std::uint32_t* version) {
     std::int32_t best = -1;
     std::uint32_t best_bucket = 0;
     std::uint64_t best_key = 0, best_last = 0;
     for (;;) {
-      std::uint64_t m = bits_[0];
-      if (m == 0) break;
-      std::uint32_t b = static_cast<std::uint32_t>(__builtin_ctzll(m));
-      std::uint64_t key = front_[b];
-      for (m &= m - 1; m != 0; m &= m - 1) {
-        const std::uint32_t c = static_cast<std::uint32_t>(__builtin_ctzll(m));
-        if (front_[c] < key) {
-          key = front_[c];
-          b = c;
-        }
-      }
+      const std::uint32_t b = winner_[1];
+      const std::uint64_t key = front_[b];
+      if (key == kNoFront) break;
       Queue& q = queues_[b];
       const Ranked& e = q.items[q.head];
       if (version[e.slot] == e.version) {
@@ -285,13 +287,14 @@ class EvictionOrder {
       ++q.head;
       --entries_;
       if (q.head < q.items.size()) {
-        front_[b] = q.items[q.head].last + b * step_;
+        set_front(b, q.items[q.head].last + b * step_);
         continue;
       }
       q.items.clear();
       q.head = 0;
       bits_[0] &= ~(std::uint64_t{1} << b);
       if (bits_[0] == 0) summary_ &= ~std::uint64_t{1};
+      set_front(b, kNoFront);
     }
     clean_heap_top(version);
     if (!heap_.empty()) {
@@ -301,6 +304,18 @@ class EvictionOrder {
         best = h.slot;
     }
     return best;
+  }
+
+  // Sets the front key of aged bucket `b` (kNoFront: empty) and replays its matches up the winner
+  // tree: node i (1..63) holds the bucket of the smaller front of its two subtrees (leaves 64..127
+  // are the buckets; ties go to the lower bucket, as the rank says).
+  void set_front(std::uint32_t b, std::uint64_t key) noexcept {
+    front_[b] = key;
+    const auto winner = [this](std::uint32_t node) { return node >= kAgedBuckets ? node - kAgedBuckets : winner_[node]; };
+    for (std::uint32_t i = (kAgedBuckets + b) / 2; i >= 1; i /= 2) {
+      const std::uint32_t l = winner(2 * i), r = winner(2 * i + 1);
+      winner_[i] = static_cast<std::uint8_t>(front_[r] < front_[l] ? r : l);
+    }
   }
 
   void clean_heap_top(const std::uint32_t* version) {
@@ -352,7 +367,11 @@ class EvictionOrder {
   std::size_t entries_ = 0;  // queued entries, live and stale
   std::size_t limit_;
   std::uint64_t step_;       // aged: ticks of recency per level; 0: (bucket, last)
-  std::uint64_t front_[kAgedBuckets] = {};  // aged: key of each non-empty queue's front entry
+  static constexpr std::uint64_t kNoFront = ~std::uint64_t{0};  // front_ of an empty aged bucket
+  // aged: key of each queue's front entry (kNoFront when empty), and the winner tree over them
+  // (set_front); every key starts kNoFront, so node i starts with the lowest bucket under it.
+  std::uint64_t front_[kAgedBuckets];
+  std::uint8_t winner_[kAgedBuckets];
   std::vector<Queue> queues_;        // ranked: per bucket < kDenseBuckets
   std::vector<std::uint64_t> bits_;  // bit b: queues_[b] is not empty
   std::uint64_t summary_ = 0;        // bit w: bits_[w] != 0

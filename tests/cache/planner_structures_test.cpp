@@ -188,7 +188,9 @@ TEST(FrequencySketch, LevelsFollowExactDecayedCounts) {
     const std::uint64_t k = rng() % 50000;
     const int n = ++uses[k];
     const std::uint32_t got = sketch.add(KeyMap::hash(k));
-    if (n <= 100) ASSERT_GE(got + 1, static_cast<std::uint32_t>(std::floor(4 * std::log2(static_cast<double>(n))))) << "key " << k;
+    if (n <= 100) {
+      ASSERT_GE(got + 1, static_cast<std::uint32_t>(std::floor(4 * std::log2(static_cast<double>(n))))) << "key " << k;
+    }
   }
   EXPECT_EQ(FrequencySketch::level(1.0f), 0u);
   EXPECT_EQ(FrequencySketch::level(2.0f), 4u);
