@@ -121,28 +121,34 @@ void CachePool::enter_order(std::int64_t slot) {
 void CachePool::window_push(std::int64_t seq, const std::vector<FeatureKeys>& features) {
   if (opt_.policy != Policy::kLookahead) return;
   const auto record = [this](std::int32_t slot) { return &slots_[static_cast<std::size_t>(slot)]; };
-  std::uint64_t hash[kBlock];
-  std::uint32_t first[kBlock];  // rows of the block that had no use in the window
+  constexpr std::size_t kAhead = 16, kRing = 32;  // the ring holds rows u .. u + kAhead
+  std::uint64_t hash[kRing];
   for (const auto& f : features) {
     const Key* keys = f.unique->keys.data();
     const std::size_t n = f.unique->keys.size();
-    for (std::size_t b = 0; b < n; b += kBlock) {
-      const std::size_t e = std::min(n, b + kBlock);
-      for (std::size_t u = b; u < e; ++u) {
-        hash[u - b] = detail::KeyMap::hash(cache_key(f.table, keys[u]));
-        window_.prefetch(hash[u - b]);
-      }
-      std::size_t nf = 0;
-      for (std::size_t u = b; u < e; ++u) {
-        if (!window_.push(cache_key(f.table, keys[u]), hash[u - b], seq)) continue;
-        first[nf++] = static_cast<std::uint32_t>(u - b);
-        index_.prefetch(hash[u - b]);
-      }
-      // A resident row that just gained a next use ranks anew (now, or when it is unpinned).
-      for (std::size_t j = 0; j < nf; ++j) index_.prefetch_record(hash[first[j]], record);
-      for (std::size_t j = 0; j < nf; ++j) {
-        const std::size_t u = b + first[j];
-        const std::int64_t slot = index_.find(cache_key(f.table, keys[u]), hash[first[j]], key_of());
+    // A pipeline over the rows: the window entry of row u + kAhead starts loading while row u is
+    // pushed. Rows that had no use in the window are kept (their index chunk loading) for the
+    // pass below.
+    const auto hash_ahead = [&](std::size_t u) {
+      hash[u % kRing] = detail::KeyMap::hash(cache_key(f.table, keys[u]));
+      window_.prefetch(hash[u % kRing]);
+    };
+    for (std::size_t u = 0; u < std::min(n, kAhead); ++u) hash_ahead(u);
+    first_.clear();
+    for (std::size_t u = 0; u < n; ++u) {
+      if (u + kAhead < n) hash_ahead(u + kAhead);
+      const std::uint64_t h = hash[u % kRing];
+      if (!window_.push(cache_key(f.table, keys[u]), h, seq)) continue;
+      first_.push_back({h, static_cast<std::uint32_t>(u)});
+      index_.prefetch(h);
+    }
+    // A resident row that just gained a next use ranks anew (now, or when it is unpinned).
+    const std::size_t nf = first_.size();
+    for (std::size_t b = 0; b < nf; b += kBlock) {
+      const std::size_t e = std::min(nf, b + kBlock);
+      for (std::size_t j = b; j < e; ++j) index_.prefetch_record(first_[j].hash, record);
+      for (std::size_t j = b; j < e; ++j) {
+        const std::int64_t slot = index_.find(cache_key(f.table, keys[first_[j].u]), first_[j].hash, key_of());
         if (slot < 0) continue;
         Slot& s = slots_[static_cast<std::size_t>(slot)];
         s.next_use = seq;
@@ -311,7 +317,7 @@ PoolPlan CachePool::commit(PoolProbe probe) {
         __builtin_prefetch(&version_[slot]);
         if (lookahead) {
           const std::uint64_t h = detail::KeyMap::hash(cache_key(f.table, keys[hit_rows_[j]]));
-          window_.prefetch(h);
+          window_.prefetch_consume(h);
           sketch_.prefetch(h);
         }
       }
@@ -356,7 +362,7 @@ PoolPlan CachePool::commit(PoolProbe probe) {
     if (old_key != detail::KeyMap::kEmpty) index_.prefetch(old_hash[j % kRing]);
     index_.prefetch(new_hash[j % kRing]);
     if (lookahead) {
-      window_.prefetch(new_hash[j % kRing]);
+      window_.prefetch_consume(new_hash[j % kRing]);
       sketch_.prefetch(new_hash[j % kRing]);
     }
   };

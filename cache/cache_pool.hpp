@@ -201,6 +201,11 @@ class CachePool {
     std::uint32_t u;        // index into the feature's unique rows
   };
   std::vector<Miss> misses_;               // commit() scratch
+  struct First {
+    std::uint64_t hash;     // of the row's cache key
+    std::uint32_t u;        // index into the feature's unique rows
+  };
+  std::vector<First> first_;               // window_push() scratch: rows with no use in the window before
   std::vector<std::uint32_t> hit_rows_;    // commit() scratch
 };
 

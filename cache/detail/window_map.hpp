@@ -100,6 +100,13 @@ class WindowMap {
 
   /// Starts loading the home entry of hash `hk` into the cache (a hint).
   STRATA_PREFETCH_FN void prefetch(std::uint64_t hk) const noexcept { __builtin_prefetch(&table_[hk & mask_]); }
+  /// As prefetch(), for a consume(): also the entry after the home one when it starts the next
+  /// cache line (erasing a key's last use looks there).
+  STRATA_PREFETCH_FN void prefetch_consume(std::uint64_t hk) const noexcept {
+    const std::size_t h = hk & mask_;
+    __builtin_prefetch(&table_[h]);
+    if ((h & 1) != 0) __builtin_prefetch(&table_[(h + 1) & mask_]);
+  }
 
   /// Keys with at least one use.
   std::size_t size() const noexcept { return size_; }
