@@ -15,8 +15,8 @@
 // Not thread-safe: the store's driving thread owns it.
 //
 // Cost: probe, commit and retire are O(1) amortized per unique row (hash lookups and FIFO queues;
-// see cache/detail/eviction_order.hpp; lookahead adds one sketch line per row and a scan of at most
-// 64 queue fronts per victim), window_push/window_drop O(1) per row plus the row's uses in the
+// see cache/detail/eviction_order.hpp; lookahead adds one sketch line per row and a winner-tree
+// pass of 6 compares per victim), window_push/window_drop O(1) per row plus the row's uses in the
 // window beyond the next 64 batches.
 
 #include <algorithm>
