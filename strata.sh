@@ -7,7 +7,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 CORE_PACKAGES=(build-essential cmake ninja-build pkg-config git
   libhwloc-dev hwloc libtbb-dev libjemalloc-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev)
+  libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev
+  python3)  # python3: the summary of bench/gpu_targets.sh (and its test)
 # Only for the PyTorch peer benchmark (bench/peers): large, so installed on demand.
 PEER_PACKAGES=(python3-torch python3-numpy)
 

@@ -8,7 +8,6 @@
 #include <nlohmann/json.hpp>
 
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -18,30 +17,17 @@
 #include <string>
 #include <vector>
 
+#include "tests/bench/run_program.hpp"
+
 namespace {
 
 using nlohmann::json;
 
-struct RunOutput {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
+using strata::testing::read_file;
+using strata::testing::RunOutput;
 
 RunOutput run_bench(const std::string& args) {
-  RunOutput r;
-  const std::string command = std::string(STRATA_BENCH_BIN) + " --no-progress " + args + " 2>&1";
-  std::FILE* p = ::popen(command.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
-  const int status = ::pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return strata::testing::run_program(std::string(STRATA_BENCH_BIN) + " --no-progress " + args);
 }
 
 std::size_t count(const std::string& s, const std::string& what) {

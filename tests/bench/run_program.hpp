@@ -1,0 +1,36 @@
+#pragma once
+// Runs a built program of bench/ as a user would, for the CLI tests.
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+namespace strata::testing {
+
+struct RunOutput {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+/// Runs `command` through the shell with stderr merged into stdout.
+inline RunOutput run_program(const std::string& command) {
+  RunOutput r;
+  std::FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
+  const int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+/// The whole file ("" when it cannot be read).
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace strata::testing
