@@ -136,6 +136,7 @@ Result<nlohmann::json> run(const Options& o) {
   const double d2d_gbs = gbs(2.0 * static_cast<double>(copy), d2d_s), h2d_gbs = gbs(static_cast<double>(copy), h2d_s);
   j["copies"] = {{"d2d_hbm_gbs", d2d_gbs}, {"d2d_s", d2d_s}, {"h2d_gbs", h2d_gbs}, {"h2d_s", h2d_s},
                  {"d2h_gbs", gbs(static_cast<double>(copy), d2h_s)}, {"d2h_s", d2h_s}};
+  a = gpu::DeviceBuffer();
   b = gpu::DeviceBuffer();
 
   // Gather-pool: `bags` bags of `pooling` uniform slots of a pool of `slots` records.
