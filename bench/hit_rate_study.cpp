@@ -158,6 +158,7 @@ Result<BatchCounts> run_pool(const Trace& t, std::int64_t slots, cache::Policy p
   cache::CachePoolOptions opt;
   opt.slots = slots;
   opt.policy = policy;
+  opt.window = window + 1;
   if (half_life > 0) opt.half_life = std::max<std::int64_t>(1, std::llround(half_life * static_cast<double>(slots)));
   opt.record_bytes = 0;
   opt.name = "study";

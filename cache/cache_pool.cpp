@@ -48,6 +48,7 @@ CachePool::CachePool(CachePoolOptions options)
       table_count_(opt_.tables.size(), 0),
       table_pinned_(opt_.tables.size(), 0),
       stats_(opt_.tables.size()),
+      window_(opt_.window > 0 ? opt_.window : 64),
       sketch_(opt_.policy == Policy::kLookahead ? opt_.slots : 0, half_life(opt_)) {
   STRATA_CHECK(opt_.slots >= 0 && opt_.slots <= (std::int64_t{1} << 30));  // slots are 32-bit inside
   STRATA_CHECK(opt_.tables.size() <= (std::size_t{1} << 16));              // tables are 16-bit in cache keys

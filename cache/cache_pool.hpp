@@ -17,7 +17,7 @@
 // Cost: probe, commit and retire are O(1) amortized per unique row (hash lookups and FIFO queues;
 // see cache/detail/eviction_order.hpp; lookahead adds one sketch line per row and a winner-tree
 // pass of 6 compares per victim), window_push/window_drop O(1) per row plus the row's uses in the
-// window beyond the next 64 batches.
+// window beyond the reach of its mask (CachePoolOptions::window batches, at least 64).
 
 #include <algorithm>
 #include <cstdint>
@@ -64,6 +64,10 @@ struct CachePoolOptions {
   /// lookahead: half-life, in unique rows planned, of the frequency that ranks rows with no use in
   /// the window (cache/policy.hpp); 0: kDefaultHalfLifeSlots x slots.
   std::int64_t half_life = 0;
+  /// lookahead: batches the window holds at most (submitted ahead + previewed + the one planned),
+  /// so that each key's uses in it stay in its window entry's mask (detail/window_map.hpp); a
+  /// deeper window still works, slower. 0: 64.
+  std::int64_t window = 0;
 };
 
 /// Default half-life of the lookahead policy's frequency, in multiples of the pool's slots.

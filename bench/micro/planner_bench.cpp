@@ -56,15 +56,16 @@ std::vector<cache::FeatureKeys> features(const UniqueKeys& u) { return {{0, &u}}
 
 // A pool driven over the cycling batch set; next() plans one batch and returns its unique count.
 struct Driver {
-  Driver(cache::Policy policy, double fraction, std::int64_t bags = kBatch) : set(batches(bags)) {
+  Driver(cache::Policy policy, double fraction, std::int64_t bags = kBatch, int window = kWindow) : set(batches(bags)), window(window) {
     cache::CachePoolOptions o;
     o.slots = static_cast<std::int64_t>(fraction * kRows);
     o.policy = policy;
+    o.window = window + 1;
     o.record_bytes = 64 * 4;
     o.name = "bench";
     o.tables = {{"t", 0}};
     pool = std::make_unique<cache::CachePool>(std::move(o));
-    for (; pushed < kWindow; ++pushed) pool->window_push(pushed, features(at(pushed)));
+    for (; pushed < window; ++pushed) pool->window_push(pushed, features(at(pushed)));
   }
   const UniqueKeys& at(std::int64_t seq) const { return set.unique[static_cast<std::size_t>(seq % kDistinctBatches)]; }
   std::int64_t plan(const UniqueKeys& u) {
@@ -81,6 +82,7 @@ struct Driver {
     return u.size();
   }
   const Batches& set;
+  int window;  // batches pushed beyond the one planned
   std::unique_ptr<cache::CachePool> pool;
   std::int64_t seq = 0, pushed = 0;
 };
@@ -114,6 +116,19 @@ BENCHMARK(BM_PlanBatch)
     ->ArgsProduct({{0, 1, 2}, {1}, {1024}})
     ->ArgsProduct({{0, 1, 2}, {5, 20}, {kBatch}})
     ->Unit(benchmark::kMicrosecond);
+
+// lookahead with a window of 4 submitted + 180 previewed batches (Store::preview): the depth at
+// which it comes within 3 pp of Belady in the hit-rate study (README.md).
+void BM_PlanBatchDeepWindow(benchmark::State& state) {
+  Driver d(cache::Policy::kLookahead, static_cast<double>(state.range(0)) / 100.0, kBatch, 184);
+  for (int i = 0; i < kDistinctBatches; ++i) d.plan(d.at(d.seq));
+  std::int64_t unique = 0;
+  for (auto _ : state) unique += d.plan(d.at(d.seq));
+  state.SetItemsProcessed(unique);
+  state.counters["hit_rate"] = d.pool->pool_stats().hit_rate();
+  state.SetLabel("lookahead window 184 cache " + std::to_string(state.range(0)) + "%");
+}
+BENCHMARK(BM_PlanBatchDeepWindow)->ArgName("cache_pct")->Arg(5)->Arg(20)->Unit(benchmark::kMicrosecond);
 
 // dedup_keys of the raw lookups (reused scratch, as the store does) + probe + commit + retire.
 void BM_DedupAndPlanBatch(benchmark::State& state) {

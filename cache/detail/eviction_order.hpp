@@ -97,8 +97,9 @@ class EvictionOrder {
   /// Queues `slot` (version `version`) as used again in the window, first at `next_use`.
   void push_windowed(std::int64_t next_use, std::uint32_t uses, std::int32_t table, std::int32_t slot, std::uint32_t version) {
     ++entries_;
-    auto it = groups_.end();
-    while (it != groups_.begin() && std::prev(it)->next_use >= next_use) --it;
+    // The group of `next_use`: binary search, as a window of previews holds hundreds of groups.
+    auto it = std::lower_bound(groups_.begin(), groups_.end(), next_use,
+                               [](const Group& g, std::int64_t v) { return g.next_use < v; });
     if (it == groups_.end() || it->next_use != next_use) {
       it = groups_.insert(it, Group{});
       it->next_use = next_use;

@@ -96,6 +96,7 @@ class CachedEngine final : public Engine {
     for (const auto& [shape, members] : shapes) {
       cache::CachePoolOptions po;
       po.policy = config_.cache.policy;
+      po.window = config_.cache.lookahead + config_.cache.preview + 1;
       po.name = "(dim " + std::to_string(shape.first) + ", state " + std::to_string(shape.second) + ")";
       const std::int64_t stride = record_stride(shape.first, shape.second);
       po.record_bytes = (shape.first + shape.second) * 4;

@@ -53,63 +53,66 @@ TEST(KeyMap, FullToCapacityAgreesWithAReference) {
 }
 
 TEST(WindowMap, UsesFarApartAgreeWithAReference) {
-  std::mt19937_64 rng(3);
-  WindowMap w;
-  std::map<std::uint64_t, std::set<std::int64_t>> ref;
-  std::int64_t seq = 0;
-  std::map<std::int64_t, std::vector<std::uint64_t>> live;  // batches pushed, not consumed or dropped
-  const auto check = [&](std::uint64_t k, std::int64_t s, bool consume) {
-    auto& uses = ref[k];
-    const bool was_front = !uses.empty() && *uses.begin() == s;
-    uses.erase(s);
-    const std::int64_t front = uses.empty() ? WindowMap::kNone : *uses.begin();
-    if (consume) {
-      EXPECT_EQ(w.consume(k, KeyMap::hash(k), s), front) << "key " << k << " seq " << s;
-    } else {
-      const WindowMap::Dropped d = w.drop(k, KeyMap::hash(k), s);
-      EXPECT_EQ(d.was_front, was_front) << "key " << k << " seq " << s;
-      EXPECT_EQ(d.front, front) << "key " << k << " seq " << s;
-    }
-  };
-  for (int step = 0; step < 60000 && !HasFailure(); ++step) {
-    const std::uint64_t op = rng() % 10;
-    if (op < 4 || live.empty() || step < 400) {
-      // A batch: a few hot keys and some of many cold ones (the map grows and rehashes);
-      // sometimes a jump of more than 64 sequence numbers.
-      seq += (rng() % 50 == 0) ? 60 + static_cast<std::int64_t>(rng() % 200) : 1;
-      std::vector<std::uint64_t> keys;
-      for (int i = 0; i < 6; ++i) {
-        const std::uint64_t k = i < 3 ? rng() % 40 : 1000 + rng() % 5000;
-        if (ref[k].count(seq)) continue;
-        EXPECT_EQ(w.push(k, KeyMap::hash(k), seq), ref[k].empty());
-        ref[k].insert(seq);
-        keys.push_back(k);
+  // Masks of 64 uses (32-byte entries) and of 256 (64-byte entries, several words to shift).
+  for (const std::int64_t depth : {64, 200}) {
+    std::mt19937_64 rng(3);
+    WindowMap w(depth);
+    std::map<std::uint64_t, std::set<std::int64_t>> ref;
+    std::int64_t seq = 0;
+    std::map<std::int64_t, std::vector<std::uint64_t>> live;  // batches pushed, not consumed or dropped
+    const auto check = [&](std::uint64_t k, std::int64_t s, bool consume) {
+      auto& uses = ref[k];
+      const bool was_front = !uses.empty() && *uses.begin() == s;
+      uses.erase(s);
+      const std::int64_t front = uses.empty() ? WindowMap::kNone : *uses.begin();
+      if (consume) {
+        EXPECT_EQ(w.consume(k, KeyMap::hash(k), s), front) << "depth " << depth << " key " << k << " seq " << s;
+      } else {
+        const WindowMap::Dropped d = w.drop(k, KeyMap::hash(k), s);
+        EXPECT_EQ(d.was_front, was_front) << "key " << k << " seq " << s;
+        EXPECT_EQ(d.front, front) << "key " << k << " seq " << s;
       }
-      live[seq] = keys;
-    } else {
-      // Mostly the oldest batch (as planning goes), sometimes any (a discard before planning).
-      auto it = op < 8 ? live.begin() : std::next(live.begin(), static_cast<std::ptrdiff_t>(rng() % live.size()));
-      const bool consume = op % 2;
-      for (std::uint64_t k : it->second) check(k, it->first, consume);
-      for (int i = 0; i < 2; ++i) check(rng() % 40, it->first, consume);  // keys the batch may not use
-      live.erase(it);
+    };
+    for (int step = 0; step < 60000 && !HasFailure(); ++step) {
+      const std::uint64_t op = rng() % 10;
+      if (op < 4 || live.empty() || step < 400) {
+        // A batch: a few hot keys and some of many cold ones (the map grows and rehashes);
+        // sometimes a jump of more than 64 sequence numbers.
+        seq += (rng() % 50 == 0) ? 60 + static_cast<std::int64_t>(rng() % 200) : 1;
+        std::vector<std::uint64_t> keys;
+        for (int i = 0; i < 6; ++i) {
+          const std::uint64_t k = i < 3 ? rng() % 40 : 1000 + rng() % 5000;
+          if (ref[k].count(seq)) continue;
+          EXPECT_EQ(w.push(k, KeyMap::hash(k), seq), ref[k].empty());
+          ref[k].insert(seq);
+          keys.push_back(k);
+        }
+        live[seq] = keys;
+      } else {
+        // Mostly the oldest batch (as planning goes), sometimes any (a discard before planning).
+        auto it = op < 8 ? live.begin() : std::next(live.begin(), static_cast<std::ptrdiff_t>(rng() % live.size()));
+        const bool consume = op % 2;
+        for (std::uint64_t k : it->second) check(k, it->first, consume);
+        for (int i = 0; i < 2; ++i) check(rng() % 40, it->first, consume);  // keys the batch may not use
+        live.erase(it);
+      }
     }
+    std::size_t keys = 0;
+    for (const auto& [k, uses] : ref) {
+      keys += !uses.empty();
+      EXPECT_EQ(w.front(k, KeyMap::hash(k)), uses.empty() ? WindowMap::kNone : *uses.begin());
+    }
+    EXPECT_EQ(w.size(), keys);
   }
-  std::size_t keys = 0;
-  for (const auto& [k, uses] : ref) {
-    keys += !uses.empty();
-    EXPECT_EQ(w.front(k, KeyMap::hash(k)), uses.empty() ? WindowMap::kNone : *uses.begin());
-  }
-  EXPECT_EQ(w.size(), keys);
 }
 
 // Pushes in any order (a previewed batch re-keyed under its number goes below later batches, and
 // its uses may land in the mask, before the first use, or among the side list's), mixed with
 // consumes and drops of any use; front() and push()'s answer must follow a std::set.
 TEST(WindowMap, PushesInAnyOrderAgreeWithAReference) {
-  for (std::uint64_t seed = 0; seed < 4; ++seed) {
+  for (std::uint64_t seed = 0; seed < 8; ++seed) {
     std::mt19937_64 rng(40 + seed);
-    WindowMap w;
+    WindowMap w(seed < 4 ? 64 : 130);  // masks of one word, or of three
     std::map<std::uint64_t, std::set<std::int64_t>> ref;
     const std::int64_t span = seed % 2 ? 300 : 90;  // sequence numbers in use: beyond the mask's reach
     for (int step = 0; step < 80000 && !HasFailure(); ++step) {
