@@ -65,8 +65,8 @@ struct CachePoolOptions {
   /// the window (cache/policy.hpp); 0: kDefaultHalfLifeSlots x slots.
   std::int64_t half_life = 0;
   /// lookahead: batches the window holds at most (submitted ahead + previewed + the one planned),
-  /// so that each key's uses in it stay in its window entry's mask (detail/window_map.hpp); a
-  /// deeper window still works, slower. 0: 64.
+  /// so that each key's uses in it stay in its window entry's mask (detail/window_map.hpp; masks
+  /// reach 320 batches at most); a deeper window still works, slower. 0: 64.
   std::int64_t window = 0;
 };
 

@@ -7,7 +7,7 @@
 // An open-addressing hash map (linear probing, backward-shift deletion, doubling at half full) of
 // entries holding the key, its first use, and a bit mask of its uses among the R sequence numbers
 // after the first: R = 64 (32-byte entries) by default, or the window depth the map is built for
-// rounded up to a multiple of 64 (64-byte entries up to 320 batches), so that a window of previews
+// rounded up to a multiple of 64, at most 320 (one 64-byte entry), so that a window of previews
 // hundreds of batches deep stays in the masks. A use farther than R goes to a side list per key
 // (ascending), and comes back into the mask as the first use advances. So pushing in order and
 // consuming touch one entry. A key leaves the map with its last use. Not thread-safe.
@@ -29,10 +29,12 @@ class WindowMap {
   static constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::max();  ///< no use
   static constexpr std::uint64_t kEmpty = ~std::uint64_t{0};                      ///< reserved key
 
+  static constexpr std::int64_t kMaxReach = 320;  ///< batches a mask reaches at most (64-byte entries)
+
   /// A map whose masks reach `depth` batches beyond a key's first use (rounded up to a multiple
-  /// of 64; at least 64): uses farther apart than that go to the slower side list.
+  /// of 64, in [64, kMaxReach]): uses farther apart than that go to the slower side list.
   explicit WindowMap(std::int64_t depth = 64)
-      : words_(static_cast<std::size_t>(std::max<std::int64_t>(1, (depth + 63) / 64))),
+      : words_(static_cast<std::size_t>(std::clamp<std::int64_t>((depth + 63) / 64, 1, kMaxReach / 64))),
         stride_(words_ == 1 ? 4 : (kMask + words_ + 7) / 8 * 8),
         reach_(64 * static_cast<std::int64_t>(words_)) {
     rehash(1024);

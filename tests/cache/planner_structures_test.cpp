@@ -52,6 +52,17 @@ TEST(KeyMap, FullToCapacityAgreesWithAReference) {
   }
 }
 
+// A mask reaches the window depth asked for, rounded up to 64, and at most 320 batches (a 64-byte
+// entry), however deep the window (previews go up to 2^16 batches).
+TEST(WindowMap, MaskReachFollowsTheDepthWithinBounds) {
+  EXPECT_EQ(WindowMap().reach(), 64);
+  EXPECT_EQ(WindowMap(0).reach(), 64);
+  EXPECT_EQ(WindowMap(5).reach(), 64);
+  EXPECT_EQ(WindowMap(65).reach(), 128);
+  EXPECT_EQ(WindowMap(185).reach(), 192);
+  EXPECT_EQ(WindowMap(1 << 16).reach(), WindowMap::kMaxReach);
+}
+
 TEST(WindowMap, UsesFarApartAgreeWithAReference) {
   // Masks of 64 uses (32-byte entries) and of 256 (64-byte entries, several words to shift).
   for (const std::int64_t depth : {64, 200}) {
