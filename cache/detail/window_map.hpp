@@ -126,7 +126,7 @@ class WindowMap {
  private:
   // An entry is stride_ words: the key, its first use, the low 32 bits of its hash (its home, for
   // moves without rehashing) and the count of its uses in far_ (all beyond the mask's reach), then
-  // words_ mask words: bit i of word w is a use at first + 1 + 64 w + i. 32 or a multiple of 64 bytes.
+  // words_ mask words: bit i of word w is a use at first + 1 + 64 w + i. 32 bytes (one mask word) or 64.
   static constexpr std::size_t kKey = 0, kFront = 1, kHashFar = 2, kMask = 3;
   static constexpr std::size_t kMissing = ~std::size_t{0};
 
