@@ -45,9 +45,7 @@ CachePool::CachePool(CachePoolOptions options)
       slots_(static_cast<std::size_t>(opt_.slots)),
       version_(static_cast<std::size_t>(opt_.slots), 0),
       order_(opt_.slots, level_step(opt_)),
-      table_count_(opt_.tables.size(), 0),
-      table_pinned_(opt_.tables.size(), 0),
-      stats_(opt_.tables.size()),
+      table_(opt_.tables.size()),
       window_(opt_.window > 0 ? opt_.window : 64),
       sketch_(opt_.policy == Policy::kLookahead ? opt_.slots : 0, half_life(opt_)) {
   STRATA_CHECK(opt_.slots >= 0 && opt_.slots <= (std::int64_t{1} << 30));  // slots are 32-bit inside
@@ -88,7 +86,7 @@ inline void CachePool::pin(Slot& s, std::int64_t slot) {
   if (s.state++ % Slot::kDirty == 0) {  // no pins before
     ++version_[static_cast<std::size_t>(slot)];
     ++pinned_total_;
-    ++table_pinned_[s.table()];
+    ++table_[s.table()].pinned;
   }
 }
 
@@ -230,13 +228,13 @@ Result<PoolProbe> CachePool::probe(std::int64_t seq, const std::vector<FeatureKe
     const std::int64_t cap = opt_.tables[t].cap;
     if (cap <= 0) continue;
     if (unique[t] > cap)
-      return Status::resource_exhausted("table '" + opt_.tables[t].name + "': batch " + std::to_string(seq) + " has " +
+      return Status::resource_exhausted("table '" + opt_.tables[t].name + "' in cache pool " + opt_.name + ": batch " + std::to_string(seq) + " has " +
                                         std::to_string(unique[t]) + " unique rows but the table's cache cap is " +
                                         std::to_string(cap) + " slots");
-    if (misses[t] > cap - table_pinned_[t] - hits_unpinned[t])
-      return Status::resource_exhausted("table '" + opt_.tables[t].name + "': batch " + std::to_string(seq) + " needs " +
+    if (misses[t] > cap - table_[t].pinned - hits_unpinned[t])
+      return Status::resource_exhausted("table '" + opt_.tables[t].name + "' in cache pool " + opt_.name + ": batch " + std::to_string(seq) + " needs " +
                                         std::to_string(misses[t]) + " new slots but only " +
-                                        std::to_string(cap - table_pinned_[t] - hits_unpinned[t]) + " of its cap of " +
+                                        std::to_string(cap - table_[t].pinned - hits_unpinned[t]) + " of its cap of " +
                                         std::to_string(cap) + " are not pinned by batches in flight");
   }
   if (total_unique > opt_.slots)
@@ -256,7 +254,7 @@ Result<PoolProbe> CachePool::probe(std::int64_t seq, const std::vector<FeatureKe
 std::int64_t CachePool::take_victim(int table) {
   const std::size_t t = static_cast<std::size_t>(table);
   const std::int64_t cap = opt_.tables[t].cap;
-  const bool capped = cap > 0 && table_count_[t] >= cap;
+  const bool capped = cap > 0 && table_[t].count >= cap;
   std::int64_t slot;
   if (!capped && !free_.empty()) {
     slot = free_.back();
@@ -265,11 +263,11 @@ std::int64_t CachePool::take_victim(int table) {
     slot = (capped ? table_order_[t] : order_).min(version_.data());
     STRATA_CHECK(slot >= 0);  // probe() guaranteed room
     ++version_[static_cast<std::size_t>(slot)];  // leaves the order
-    if (any_cap_) --table_count_[slots_[static_cast<std::size_t>(slot)].table()];
+    if (any_cap_) --table_[slots_[static_cast<std::size_t>(slot)].table()].count;
   }
   // Counted now, so that the next choice sees the counts as they will be (they matter only to
   // tables with a cap, and are kept only when there is one).
-  if (any_cap_) ++table_count_[t];
+  if (any_cap_) ++table_[t].count;
   return slot;
 }
 
@@ -339,7 +337,7 @@ PoolPlan CachePool::commit(PoolProbe probe) {
         }
       }
     }
-    CacheStats& st = stats_[static_cast<std::size_t>(f.table)];
+    CacheStats& st = table_[static_cast<std::size_t>(f.table)].stats;
     st.accesses += static_cast<std::int64_t>(n);
     st.hits += static_cast<std::int64_t>(nh);
     plan.hits += static_cast<std::int64_t>(nh);
@@ -379,7 +377,7 @@ PoolPlan CachePool::commit(PoolProbe probe) {
     const Miss& m = misses_[j];
     Slot& s = slots_[static_cast<std::size_t>(m.slot)];
     if (s.key != detail::KeyMap::kEmpty) {
-      CacheStats& vs = stats_[s.table()];
+      CacheStats& vs = table_[s.table()].stats;
       ++vs.evictions;
       if (s.dirty()) {
         Transfer& wb = plan.writebacks.emplace_back();  // fields in place: no store-forwarding stall
@@ -405,7 +403,7 @@ PoolPlan CachePool::commit(PoolProbe probe) {
     fill.slot = m.slot;
     fill.table = t;
     fill.row = row_of(m.key);
-    CacheStats& st = stats_[static_cast<std::size_t>(t)];
+    CacheStats& st = table_[static_cast<std::size_t>(t)].stats;
     ++st.misses;
     st.bytes_filled += opt_.record_bytes;
     if (lookahead) {
@@ -441,7 +439,7 @@ void CachePool::retire(const PoolPlan& plan, bool updated) {
         if (updated) s.state |= Slot::kDirty;
         if (--s.state % Slot::kDirty == 0) {  // the last pin
           --pinned_total_;
-          --table_pinned_[s.table()];
+          --table_[s.table()].pinned;
           enter_order(slot);
         }
       }
@@ -456,7 +454,7 @@ std::vector<Transfer> CachePool::take_dirty() {
     if (s.key == detail::KeyMap::kEmpty || !s.dirty()) continue;
     out.push_back({static_cast<Key>(i), static_cast<int>(s.table()), row_of(s.key)});
     s.state &= ~Slot::kDirty;
-    CacheStats& st = stats_[s.table()];
+    CacheStats& st = table_[s.table()].stats;
     ++st.writebacks;
     st.bytes_written_back += opt_.record_bytes;
   }
@@ -474,7 +472,7 @@ void CachePool::invalidate_table(int table) {
     free_.push_back(static_cast<std::int64_t>(i));
     --resident_;
   }
-  table_count_[static_cast<std::size_t>(table)] = 0;
+  table_[static_cast<std::size_t>(table)].count = 0;
 }
 
 std::int64_t CachePool::slot_of(int table, Key row) const noexcept {
@@ -484,7 +482,7 @@ std::int64_t CachePool::slot_of(int table, Key row) const noexcept {
 
 CacheStats CachePool::pool_stats() const {
   CacheStats s;
-  for (const auto& t : stats_) s += t;
+  for (const auto& t : table_) s += t.stats;
   return s;
 }
 

@@ -102,7 +102,9 @@ struct PoolProbe {
   std::vector<std::vector<std::int64_t>> found;  ///< per feature, per unique row: slot or -1
 };
 
-class CachePool {
+// Cache-line aligned: the pools of a ShardedPool are planned on different cores, and the counters
+// every call writes (in the object) must not share a line with a neighbouring pool's.
+class alignas(64) CachePool {
  public:
   explicit CachePool(CachePoolOptions options);
 
@@ -139,8 +141,13 @@ class CachePool {
   std::int64_t pinned() const noexcept { return pinned_total_; }
   /// Whether (table, row) is resident; its slot or -1.
   std::int64_t slot_of(int table, Key row) const noexcept;
-  const CacheStats& table_stats(int table) const { return stats_[static_cast<std::size_t>(table)]; }
+  const CacheStats& table_stats(int table) const { return table_[static_cast<std::size_t>(table)].stats; }
   CacheStats pool_stats() const;
+
+  /// The key the pool's index keeps (table, row) under (table in the top 16 bits).
+  static std::uint64_t cache_key(int table, Key row) noexcept {
+    return (static_cast<std::uint64_t>(table) << 48) | static_cast<std::uint64_t>(row);
+  }
 
  private:
   // A slot's record: 32 bytes, two to a cache line. Looking up, pinning, evicting or retiring a
@@ -159,9 +166,6 @@ class CachePool {
 
   static const Slot kFreeSlot;  // stands in for the record of an absent row in branch-free code
 
-  static std::uint64_t cache_key(int table, Key row) noexcept {
-    return (static_cast<std::uint64_t>(table) << 48) | static_cast<std::uint64_t>(row);
-  }
   static Key row_of(std::uint64_t key) noexcept { return static_cast<Key>(key & ((std::uint64_t{1} << 48) - 1)); }
   // The index's callable confirming a candidate slot's key (kEmpty for slot -1, without a branch).
   struct KeyOf {
@@ -191,11 +195,17 @@ class CachePool {
   detail::EvictionOrder order_;            // every evictable slot
   std::vector<detail::EvictionOrder> table_order_;  // per table: its evictable slots (kept for tables with a cap)
   bool any_cap_ = false;                   // some table has a cap
-  std::vector<std::int64_t> table_count_;  // resident slots per table (exact only when any_cap_)
-  std::vector<std::int64_t> table_pinned_; // pinned slots per table
+  // Per table: its statistics, resident slots (exact only when any_cap_) and pinned slots. A cache
+  // line or two of its own each (written on every pin), so that pools planned on different cores
+  // (ShardedPool) never write the same line.
+  struct alignas(64) TableState {
+    CacheStats stats;
+    std::int64_t count = 0;
+    std::int64_t pinned = 0;
+  };
+  std::vector<TableState> table_;
   std::int64_t resident_ = 0, pinned_total_ = 0;
   std::uint64_t tick_ = 0;
-  std::vector<CacheStats> stats_;
   detail::WindowMap window_;               // lookahead: uses of each key in the window
   detail::FrequencySketch sketch_;         // lookahead: recent use frequency of every key, resident or not
   struct Miss {

@@ -114,6 +114,9 @@ Status validate(const StoreConfig& c) {
   if (c.cache.preview < 0 || c.cache.preview > kMaxPreview)
     return Status::invalid_argument("cache preview " + std::to_string(c.cache.preview) + " must be in [0, " + std::to_string(kMaxPreview) +
                                     "] (batches previewed and not yet submitted)");
+  if (c.cache.planner_shards < 1 || c.cache.planner_shards > kMaxPlannerShards)
+    return Status::invalid_argument("cache planner_shards " + std::to_string(c.cache.planner_shards) + " must be in [1, " +
+                                    std::to_string(kMaxPlannerShards) + "] (cores planning each cache pool)");
   if (c.device.capacity < 0)
     return Status::invalid_argument("device capacity " + std::to_string(c.device.capacity) + " must be >= 0");
   if (c.device.emu_max_delay_us < 0)
@@ -243,6 +246,7 @@ Status parse_device_and_cache(const json& j, StoreConfig& c, std::set<std::strin
     STRATA_RETURN_IF_ERROR(get(*it, "lookahead", c.cache.lookahead, k2, "config.cache"));
     STRATA_RETURN_IF_ERROR(get(*it, "max_in_flight", c.cache.max_in_flight, k2, "config.cache"));
     STRATA_RETURN_IF_ERROR(get(*it, "preview", c.cache.preview, k2, "config.cache"));
+    STRATA_RETURN_IF_ERROR(get(*it, "planner_shards", c.cache.planner_shards, k2, "config.cache"));
     STRATA_RETURN_IF_ERROR(check_unknown(*it, k2, "config.cache"));
   }
   std::string gather = to_string(c.offload_gather);
@@ -310,7 +314,8 @@ std::string to_json(const StoreConfig& c) {
   j["cache"] = {{"policy", cache::to_string(c.cache.policy)},
                 {"lookahead", c.cache.lookahead},
                 {"max_in_flight", c.cache.max_in_flight},
-                {"preview", c.cache.preview}};
+                {"preview", c.cache.preview},
+                {"planner_shards", c.cache.planner_shards}};
   j["offload_gather"] = to_string(c.offload_gather);
   j["tables"] = json::array();
   for (const auto& t : c.tables) {

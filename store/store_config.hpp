@@ -60,7 +60,14 @@ struct CacheConfig {
   int lookahead = 0;        ///< submitted batches the planner waits for beyond the one it plans (lookahead policy); < max_in_flight
   int max_in_flight = 8;    ///< batches submitted and not yet retired (staging ring entries)
   int preview = 0;          ///< most batches previewed (Store::preview) and not yet submitted, in [0, kMaxPreview]; 0: no previews
+  /// Cores that plan each slot pool, in [1, kMaxPlannerShards]: the pool's slots are split into
+  /// this many shards planned in parallel (cache/sharded_pool.hpp; rows are ranked within their
+  /// shard). Every shard of a pool, and of a capped table's cap, needs at least one row.
+  int planner_shards = 1;
 };
+
+/// Upper bound of CacheConfig::planner_shards.
+inline constexpr int kMaxPlannerShards = 256;
 
 /// Upper bound of CacheConfig::preview.
 inline constexpr int kMaxPreview = 1 << 16;
@@ -118,7 +125,8 @@ Status validate(const StoreConfig& config);
 ///                "sharding": {"type": "replicated"|"table"|"row"|"column", "owner": -1}}],
 ///    "device": {"backend": "auto"|"cuda"|"emu", "ordinal": 0, "capacity": 0,
 ///               "emu_max_delay_us": 0, "emu_fail_after_ops": -1},
-///    "cache": {"policy": "lru"|"lfu"|"lookahead", "lookahead": 0, "max_in_flight": 8, "preview": 0},
+///    "cache": {"policy": "lru"|"lfu"|"lookahead", "lookahead": 0, "max_in_flight": 8, "preview": 0,
+///              "planner_shards": 1},
 ///    "offload_gather": "device"|"cpu"}
 /// Unknown keys are errors (a typo must not silently fall back to a default). Validates the result.
 Result<StoreConfig> parse_store_config(const std::string& json_text);

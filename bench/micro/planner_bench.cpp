@@ -11,10 +11,13 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <type_traits>
 #include <utility>
 
+#include <tbb/task_arena.h>
+
 #include "bench/workload.hpp"
-#include "cache/cache_pool.hpp"
+#include "cache/sharded_pool.hpp"
 #include "host/dedup.hpp"
 
 namespace strata {
@@ -54,9 +57,12 @@ const Batches& batches(std::int64_t bags = kBatch) {
 
 std::vector<cache::FeatureKeys> features(const UniqueKeys& u) { return {{0, &u}}; }
 
-// A pool driven over the cycling batch set; next() plans one batch and returns its unique count.
+// A pool (cache::CachePool, or cache::ShardedPool of `shards`) driven over the cycling batch set;
+// plan() plans one batch and returns its unique count.
+template <class Pool = cache::CachePool>
 struct Driver {
-  Driver(cache::Policy policy, double fraction, std::int64_t bags = kBatch, int window = kWindow) : set(batches(bags)), window(window) {
+  Driver(cache::Policy policy, double fraction, std::int64_t bags = kBatch, int window = kWindow, int shards = 1)
+      : set(batches(bags)), window(window) {
     cache::CachePoolOptions o;
     o.slots = static_cast<std::int64_t>(fraction * kRows);
     o.policy = policy;
@@ -64,7 +70,10 @@ struct Driver {
     o.record_bytes = 64 * 4;
     o.name = "bench";
     o.tables = {{"t", 0}};
-    pool = std::make_unique<cache::CachePool>(std::move(o));
+    if constexpr (std::is_same_v<Pool, cache::ShardedPool>)
+      pool = std::make_unique<Pool>(o, shards);
+    else
+      pool = std::make_unique<Pool>(std::move(o));
     for (; pushed < window; ++pushed) pool->window_push(pushed, features(at(pushed)));
   }
   const UniqueKeys& at(std::int64_t seq) const { return set.unique[static_cast<std::size_t>(seq % kDistinctBatches)]; }
@@ -76,14 +85,14 @@ struct Driver {
       std::fprintf(stderr, "planner_bench: %s\n", probe.status().to_string().c_str());
       std::abort();
     }
-    cache::PoolPlan p = pool->commit(std::move(probe).value());
+    auto p = pool->commit(std::move(probe).value());
     pool->retire(p, true);
     ++seq;
     return u.size();
   }
   const Batches& set;
   int window;  // batches pushed beyond the one planned
-  std::unique_ptr<cache::CachePool> pool;
+  std::unique_ptr<Pool> pool;
   std::int64_t seq = 0, pushed = 0;
 };
 
@@ -97,7 +106,7 @@ void set_label(benchmark::State& state, cache::Policy p, std::int64_t pct, std::
 void BM_PlanBatch(benchmark::State& state) {
   const cache::Policy policy = policy_arg(state.range(0));
   const std::int64_t bags = state.range(2);
-  Driver d(policy, static_cast<double>(state.range(1)) / 100.0, bags);
+  Driver<> d(policy, static_cast<double>(state.range(1)) / 100.0, bags);
   for (int i = 0; i < kDistinctBatches; ++i) d.plan(d.at(d.seq));  // warm the cache
   std::int64_t unique = 0, lookups = 0;
   for (auto _ : state) {
@@ -117,10 +126,38 @@ BENCHMARK(BM_PlanBatch)
     ->ArgsProduct({{0, 1, 2}, {5, 20}, {kBatch}})
     ->Unit(benchmark::kMicrosecond);
 
+// A pool planned in `shards` shards in parallel (cache::ShardedPool, oneTBB's default arena: every
+// core of the machine). Real time: items_per_second is unique keys per second of wall time, over
+// all the cores the shards ran on; per_core divides it by min(shards, cores). Compare with
+// shards = 1 of the same run (the CachePool behind a ShardedPool, no split). hit_rate shows what
+// ranking rows within their shard costs.
+void BM_PlanBatchSharded(benchmark::State& state) {
+  const cache::Policy policy = policy_arg(state.range(0));
+  const int shards = static_cast<int>(state.range(2));
+  Driver<cache::ShardedPool> d(policy, static_cast<double>(state.range(1)) / 100.0, kBatch, kWindow, shards);
+  for (int i = 0; i < kDistinctBatches; ++i) d.plan(d.at(d.seq));
+  const cache::CacheStats warm = d.pool->pool_stats();
+  std::int64_t unique = 0;
+  for (auto _ : state) unique += d.plan(d.at(d.seq));
+  cache::CacheStats st = d.pool->pool_stats();
+  st -= warm;
+  const double cores = std::min<double>(shards, tbb::this_task_arena::max_concurrency());
+  state.SetItemsProcessed(unique);
+  state.counters["hit_rate"] = st.hit_rate();
+  state.counters["per_core"] = benchmark::Counter(static_cast<double>(unique) / cores, benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(cache::to_string(policy)) + " cache " + std::to_string(state.range(1)) + "% " + std::to_string(shards) +
+                 " shards");
+}
+BENCHMARK(BM_PlanBatchSharded)
+    ->ArgNames({"policy", "cache_pct", "shards"})
+    ->ArgsProduct({{0, 1, 2}, {5, 20}, {1, 2, 4}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // lookahead with a window of 4 submitted + 180 previewed batches (Store::preview): the depth at
 // which it comes within 3 pp of Belady in the hit-rate study (README.md).
 void BM_PlanBatchDeepWindow(benchmark::State& state) {
-  Driver d(cache::Policy::kLookahead, static_cast<double>(state.range(0)) / 100.0, kBatch, 184);
+  Driver<> d(cache::Policy::kLookahead, static_cast<double>(state.range(0)) / 100.0, kBatch, 184);
   for (int i = 0; i < kDistinctBatches; ++i) d.plan(d.at(d.seq));
   std::int64_t unique = 0;
   for (auto _ : state) unique += d.plan(d.at(d.seq));
@@ -133,7 +170,7 @@ BENCHMARK(BM_PlanBatchDeepWindow)->ArgName("cache_pct")->Arg(5)->Arg(20)->Unit(b
 // dedup_keys of the raw lookups (reused scratch, as the store does) + probe + commit + retire.
 void BM_DedupAndPlanBatch(benchmark::State& state) {
   const cache::Policy policy = policy_arg(state.range(0));
-  Driver d(policy, static_cast<double>(state.range(1)) / 100.0);
+  Driver<> d(policy, static_cast<double>(state.range(1)) / 100.0);
   for (int i = 0; i < kDistinctBatches; ++i) d.plan(d.at(d.seq));
   UniqueKeys u;
   DedupScratch scratch;

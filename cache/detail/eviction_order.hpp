@@ -188,7 +188,9 @@ class EvictionOrder {
     std::int32_t slot;
     std::uint32_t version;
   };
-  struct Queue {
+  // A line of its own (pools planned on different cores must not write the same line, and the
+  // queue's end moves on every push).
+  struct alignas(64) Queue {
     std::vector<Ranked> items;  // ascending `last`; [head, size) are queued
     std::size_t head = 0;
   };

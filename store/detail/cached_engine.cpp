@@ -10,7 +10,7 @@
 #include <optional>
 #include <unordered_map>
 
-#include "cache/cache_pool.hpp"
+#include "cache/sharded_pool.hpp"
 #include "gpu/staging.hpp"
 #include "store/detail/cpu_engine.hpp"
 #include "store/detail/device_features.hpp"
@@ -21,7 +21,7 @@ namespace {
 using gpu::Staging;
 
 struct Pool {
-  std::unique_ptr<cache::CachePool> planner;
+  std::unique_ptr<cache::ShardedPool> planner;
   gpu::DeviceBuffer memory;
   gpu::SlotPool view;
   std::vector<int> tables;  // pool-local index -> global table
@@ -31,7 +31,7 @@ struct Pool {
 struct PoolWork {
   int pool = 0;
   std::vector<int> feats;  // indexes into the engine's features of the batch
-  cache::PoolPlan plan;
+  cache::ShardedPlan plan;
   std::vector<gpu::LookupFeature> looks;
   std::vector<gpu::UpdateFeature> updates;
   Key* wb_slots_dev = nullptr;
@@ -105,6 +105,7 @@ class CachedEngine final : public Engine {
         po.slots += cache_rows(tc);
         po.tables.push_back({tc.spec.name, tc.cache.cap ? cache_rows(tc) : 0});
       }
+      STRATA_RETURN_IF_ERROR(cache::ShardedPool::validate(po, config_.cache.planner_shards));
       Pool pool;
       const std::size_t bytes = static_cast<std::size_t>(po.slots * stride) * sizeof(float);
       auto mem = dev_.allocate(bytes);
@@ -116,7 +117,7 @@ class CachedEngine final : public Engine {
       pool.tables = members;
       for (std::size_t l = 0; l < members.size(); ++l)
         where_[static_cast<std::size_t>(members[l])] = {static_cast<int>(pools_.size()), static_cast<int>(l)};
-      pool.planner = std::make_unique<cache::CachePool>(std::move(po));
+      pool.planner = std::make_unique<cache::ShardedPool>(po, config_.cache.planner_shards);
       pools_.push_back(std::move(pool));
     }
     return Status::ok();
@@ -351,7 +352,7 @@ class CachedEngine final : public Engine {
   // Plans the oldest pending batch and issues its prefetch. All-or-nothing across pools.
   Status plan_front() {
     CachedBatch& b = *pending_.front();
-    std::vector<cache::PoolProbe> probes;
+    std::vector<cache::ShardedProbe> probes;
     for (auto& w : b.work) {
       auto p = pools_[static_cast<std::size_t>(w.pool)].planner->probe(b.seq, feature_keys(b, w, where_));
       if (!p) return p.status().with_context("batch " + std::to_string(b.id));
@@ -361,9 +362,7 @@ class CachedEngine final : public Engine {
     std::size_t mirrored = 0, host_only = 0, dev_only = 0;
     for (std::size_t k = 0; k < b.work.size(); ++k) {
       const auto& w = b.work[k];
-      std::int64_t misses = 0;
-      for (const auto& found : probes[k].found)
-        for (std::int64_t s : found) misses += s < 0;
+      const std::int64_t misses = probes[k].misses;
       const std::size_t rec = static_cast<std::size_t>(pools_[static_cast<std::size_t>(w.pool)].view.stride);
       mirrored += 2 * Staging::bytes_for<Key>(static_cast<std::size_t>(misses));
       host_only += 2 * Staging::bytes_for<float>(static_cast<std::size_t>(misses) * rec);

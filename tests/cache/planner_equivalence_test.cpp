@@ -101,7 +101,7 @@ class RefPool {
       total_misses += misses[t];
       total_hits_unpinned += hits_unpinned[t];
       const std::int64_t cap = opt_.tables[t].cap;
-      const std::string who = "table '" + opt_.tables[t].name + "': batch " + std::to_string(seq);
+      const std::string who = "table '" + opt_.tables[t].name + "' in cache pool " + opt_.name + ": batch " + std::to_string(seq);
       if (cap <= 0) continue;
       if (unique[t] > cap)
         return Status::resource_exhausted(who + " has " + std::to_string(unique[t]) + " unique rows but the table's cache cap is " +

@@ -121,9 +121,42 @@ TEST(DeviceModes, ConfigRoundTripsThroughJson) {
   c.cache.lookahead = 3;
   c.offload_gather = OffloadGather::kCpu;
   c.tables[0].cache.cap = true;
+  c.cache.planner_shards = 3;
   auto back = parse_store_config(to_json(c));
   ASSERT_TRUE(back.is_ok()) << back.status().to_string();
   EXPECT_EQ(to_json(back.value()), to_json(c));
+}
+
+TEST(DeviceModes, PlannerShardsOutOfRangeOrTooManyForTheCacheAreRefused) {
+  StoreConfig c = cached_config(1000, 10);
+  c.cache.planner_shards = 0;
+  auto zero = Store::open(c);
+  ASSERT_FALSE(zero.is_ok());
+  EXPECT_NE(zero.status().message().find("cache planner_shards 0 must be in [1, 256]"), std::string::npos) << zero.status().to_string();
+  auto json = parse_store_config(R"({"cache": {"planner_shards": 300}, "tables": [{"name": "a", "rows": 10, "dim": 4}]})");
+  ASSERT_FALSE(json.is_ok());
+  EXPECT_NE(json.status().message().find("planner_shards 300"), std::string::npos) << json.status().to_string();
+  // More shards than cache rows: refused when the store opens, naming the pool and the numbers.
+  c.cache.planner_shards = 11;
+  auto many = Store::open(c);
+  ASSERT_FALSE(many.is_ok());
+  EXPECT_EQ(many.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(many.status().message().find("10 rows cannot be split into 11 planner shards"), std::string::npos) << many.status().to_string();
+  // As many as the rows: each shard holds one row (so two rows of a batch that hash to the same
+  // shard do not fit: the error names the shard).
+  c.cache.planner_shards = 10;
+  auto s = Store::open(c);
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  ASSERT_TRUE((*s)->submit(1, keys_batch({7})).is_ok());
+  Status crowded = Status::ok();
+  for (Key k = 0; k < 100 && crowded.is_ok(); ++k) {
+    crowded = (*s)->submit(2, keys_batch({k, k + 100}));
+    if (crowded.is_ok()) {
+      ASSERT_TRUE((*s)->discard(2).is_ok());
+    }
+  }
+  EXPECT_EQ(crowded.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(crowded.message().find("shard"), std::string::npos) << crowded.to_string();
 }
 
 // A device fault at every possible point of a short training run: each call either succeeds or

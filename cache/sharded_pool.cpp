@@ -1,0 +1,235 @@
+#include "cache/sharded_pool.hpp"
+
+#include <tbb/parallel_for.h>
+
+#include <optional>
+
+namespace strata::cache {
+
+namespace {
+// Shard s's share of `n` (n / S, the first n % S shards one more).
+std::int64_t share(std::int64_t n, std::size_t s, std::size_t shards) {
+  const auto S = static_cast<std::int64_t>(shards);
+  return n / S + (static_cast<std::int64_t>(s) < n % S ? 1 : 0);
+}
+
+// Runs fn(s) for every shard, in parallel when there are several.
+template <class Fn>
+void for_each_shard(std::size_t shards, const Fn& fn) {
+  if (shards == 1) {
+    fn(std::size_t{0});
+    return;
+  }
+  tbb::parallel_for(std::size_t{0}, shards, [&](std::size_t s) { fn(s); });
+}
+}  // namespace
+
+Status ShardedPool::validate(const CachePoolOptions& options, int shards) {
+  if (shards < 1)
+    return Status::invalid_argument("cache pool " + options.name + ": planner shards " + std::to_string(shards) + " must be >= 1");
+  if (options.slots < shards)
+    return Status::invalid_argument("cache pool " + options.name + ": " + std::to_string(options.slots) +
+                                    " rows cannot be split into " + std::to_string(shards) +
+                                    " planner shards (each needs at least one row); use fewer shards or a larger cache");
+  for (const PoolTable& t : options.tables)
+    if (t.cap > 0 && t.cap < shards)
+      return Status::invalid_argument("table '" + t.name + "': a cache cap of " + std::to_string(t.cap) +
+                                      " rows cannot be split into " + std::to_string(shards) +
+                                      " planner shards (each needs at least one row); use fewer shards or a larger cap");
+  return Status::ok();
+}
+
+ShardedPool::ShardedPool(const CachePoolOptions& options, int shards) : opt_(options) {
+  STRATA_CHECK(validate(options, shards).is_ok());
+  const auto S = static_cast<std::size_t>(shards);
+  window_keys_.resize(S);
+  std::int64_t offset = 0;
+  for (std::size_t s = 0; s < S; ++s) {
+    CachePoolOptions o = options;
+    o.slots = share(options.slots, s, S);
+    if (options.half_life > 0) o.half_life = std::max<std::int64_t>(1, options.half_life / shards);
+    for (PoolTable& t : o.tables)
+      if (t.cap > 0) t.cap = share(t.cap, s, S);
+    if (S > 1) o.name = options.name + " shard " + std::to_string(s) + " of " + std::to_string(S);
+    offset_.push_back(offset);
+    offset += o.slots;
+    shards_.push_back(std::make_unique<CachePool>(std::move(o)));
+  }
+}
+
+void ShardedPool::split(const std::vector<FeatureKeys>& features, std::size_t s, std::vector<UniqueKeys>& keys,
+                        std::vector<std::vector<std::uint32_t>>* rows) const {
+  const std::size_t F = features.size();
+  keys.resize(F);
+  if (rows) rows->resize(F);
+  for (std::size_t i = 0; i < F; ++i) {
+    const std::vector<Key>& all = features[i].unique->keys;
+    const std::size_t n = all.size();
+    // Branch-free (a row's shard is as good as random): every row is written, the count moves on
+    // only for this shard's.
+    std::vector<Key>& mine = keys[i].keys;
+    mine.resize(n);
+    std::uint32_t* at = nullptr;
+    if (rows) {
+      (*rows)[i].resize(n);
+      at = (*rows)[i].data();
+    }
+    const int table = features[i].table;
+    std::size_t m = 0;
+    for (std::size_t u = 0; u < n; ++u) {
+      const Key k = all[u];
+      mine[m] = k;
+      if (at) at[m] = static_cast<std::uint32_t>(u);
+      m += shard_of(detail::KeyMap::hash(CachePool::cache_key(table, k))) == s;
+    }
+    mine.resize(m);
+    if (rows) (*rows)[i].resize(m);
+  }
+}
+
+std::vector<FeatureKeys> ShardedPool::shard_features(const std::vector<FeatureKeys>& features,
+                                                     const std::vector<UniqueKeys>& keys) const {
+  std::vector<FeatureKeys> out(features.size());
+  for (std::size_t i = 0; i < features.size(); ++i) out[i] = {features[i].table, &keys[i]};
+  return out;
+}
+
+void ShardedPool::window_push(std::int64_t seq, const std::vector<FeatureKeys>& features) {
+  if (opt_.policy != Policy::kLookahead) return;  // only lookahead has a window
+  if (shards_.size() == 1) return shards_[0]->window_push(seq, features);
+  for_each_shard(shards_.size(), [&](std::size_t s) {
+    split(features, s, window_keys_[s], nullptr);
+    shards_[s]->window_push(seq, shard_features(features, window_keys_[s]));
+  });
+}
+
+void ShardedPool::window_drop(std::int64_t seq, const std::vector<FeatureKeys>& features) {
+  if (opt_.policy != Policy::kLookahead) return;
+  if (shards_.size() == 1) return shards_[0]->window_drop(seq, features);
+  for_each_shard(shards_.size(), [&](std::size_t s) {
+    split(features, s, window_keys_[s], nullptr);
+    shards_[s]->window_drop(seq, shard_features(features, window_keys_[s]));
+  });
+}
+
+Result<ShardedProbe> ShardedPool::probe(std::int64_t seq, const std::vector<FeatureKeys>& features) const {
+  ShardedProbe p;
+  p.seq = seq;
+  const std::size_t S = shards_.size();
+  if (S > 1) {
+    p.keys.resize(S);
+    p.rows.resize(S);
+  }
+  std::vector<std::optional<Result<PoolProbe>>> found(S);
+  for_each_shard(S, [&](std::size_t s) {
+    if (S == 1) {
+      found[s].emplace(shards_[s]->probe(seq, features));
+      return;
+    }
+    // Each shard picks its rows out of the batch itself: no serial split before the fork.
+    split(features, s, p.keys[s], &p.rows[s]);
+    found[s].emplace(shards_[s]->probe(seq, shard_features(features, p.keys[s])));
+  });
+  p.shards.reserve(S);
+  for (std::size_t s = 0; s < S; ++s) {
+    if (!found[s]->is_ok()) return found[s]->status();
+    p.shards.push_back(std::move(*found[s]).value());
+    for (const auto& f : p.shards.back().found)
+      for (const std::int64_t slot : f) p.misses += slot < 0;
+  }
+  return p;
+}
+
+ShardedPlan ShardedPool::commit(ShardedProbe probe) {
+  const std::size_t S = shards_.size();
+  ShardedPlan plan;
+  if (S == 1) {
+    static_cast<PoolPlan&>(plan) = shards_[0]->commit(std::move(probe.shards[0]));
+    return plan;
+  }
+  plan.seq = probe.seq;
+  plan.shards.resize(S);
+  for_each_shard(S, [&](std::size_t s) { plan.shards[s] = shards_[s]->commit(std::move(probe.shards[s])); });
+  // Global slot numbers, each feature's rows back in their order, the lists shard by shard. After
+  // the fork, not in it: the shards' rows interleave, so their writes would share cache lines.
+  const std::size_t F = probe.rows[0].size();
+  plan.unique_slots.resize(F);
+  for (std::size_t i = 0; i < F; ++i) {
+    std::size_t n = 0;
+    for (std::size_t s = 0; s < S; ++s) n += probe.rows[s][i].size();
+    plan.unique_slots[i].resize(n);
+  }
+  for (std::size_t s = 0; s < S; ++s) {
+    const PoolPlan& sp = plan.shards[s];
+    const Key off = offset_[s];
+    for (std::size_t i = 0; i < F; ++i) {
+      const std::vector<std::uint32_t>& rows = probe.rows[s][i];
+      const Key* local = sp.unique_slots[i].data();
+      Key* out = plan.unique_slots[i].data();
+      for (std::size_t j = 0; j < rows.size(); ++j) out[rows[j]] = local[j] + off;
+    }
+    for (Transfer t : sp.writebacks) {
+      t.slot += off;
+      plan.writebacks.push_back(t);
+    }
+    for (Transfer t : sp.fills) {
+      t.slot += off;
+      plan.fills.push_back(t);
+    }
+    plan.hits += sp.hits;
+    plan.misses += sp.misses;
+  }
+  return plan;
+}
+
+void ShardedPool::retire(const ShardedPlan& plan, bool updated) {
+  if (shards_.size() == 1) return shards_[0]->retire(plan, updated);
+  for_each_shard(shards_.size(), [&](std::size_t s) { shards_[s]->retire(plan.shards[s], updated); });
+}
+
+std::vector<Transfer> ShardedPool::take_dirty() {
+  std::vector<Transfer> out;
+  for (std::size_t s = 0; s < shards_.size(); ++s) {
+    for (Transfer t : shards_[s]->take_dirty()) {
+      t.slot += offset_[s];
+      out.push_back(t);
+    }
+  }
+  return out;
+}
+
+void ShardedPool::invalidate_table(int table) {
+  for (auto& shard : shards_) shard->invalidate_table(table);
+}
+
+std::int64_t ShardedPool::resident() const noexcept {
+  std::int64_t n = 0;
+  for (const auto& shard : shards_) n += shard->resident();
+  return n;
+}
+
+std::int64_t ShardedPool::pinned() const noexcept {
+  std::int64_t n = 0;
+  for (const auto& shard : shards_) n += shard->pinned();
+  return n;
+}
+
+std::int64_t ShardedPool::slot_of(int table, Key row) const noexcept {
+  const std::size_t s = shard_of(detail::KeyMap::hash(CachePool::cache_key(table, row)));
+  const std::int64_t slot = shards_[s]->slot_of(table, row);
+  return slot < 0 ? -1 : slot + offset_[s];
+}
+
+CacheStats ShardedPool::table_stats(int table) const {
+  CacheStats st;
+  for (const auto& shard : shards_) st += shard->table_stats(table);
+  return st;
+}
+
+CacheStats ShardedPool::pool_stats() const {
+  CacheStats st;
+  for (const auto& shard : shards_) st += shard->pool_stats();
+  return st;
+}
+
+}  // namespace strata::cache
