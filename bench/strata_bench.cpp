@@ -134,6 +134,7 @@ struct Options {
   std::string policy = "lru";
   int lookahead = 0;
   int preview = 0;  // training: batches previewed (Store::preview) beyond those submitted
+  int planner_shards = 1;  // cached: cores planning each cache pool (CacheConfig::planner_shards)
   int pipeline = 2;
   int ranks = 1;
   std::string sharding = "row";
@@ -183,6 +184,7 @@ Result<StoreConfig> make_config(const Options& o, const ModeDescriptor& mode, do
   c.cache.lookahead = o.lookahead;
   c.cache.max_in_flight = std::max(8, o.lookahead + o.pipeline + 1);
   c.cache.preview = o.preview;
+  c.cache.planner_shards = o.planner_shards;
   STRATA_ASSIGN_OR_RETURN(Pooling pooling, parse_pooling(o.pooling_mode));
   STRATA_ASSIGN_OR_RETURN(OptimizerKind optimizer, parse_optimizer(o.optimizer));
   for (const TableShape& shape : workload_tables(o.workload)) {
@@ -604,6 +606,7 @@ json result_json(const Options& o, const ModeResult& r, double read_gbs, const H
                   {"misses", cs.misses},         {"evictions", cs.evictions},
                   {"writebacks", cs.writebacks}, {"policy", o.policy},
                   {"lookahead", o.lookahead},    {"preview", o.preview},
+                  {"planner_shards", o.planner_shards},
                   {"cache_fraction", r.cache_fraction},
                   {"cache_rows", r.cache_rows},  {"cache_bytes", r.cache_bytes}};
   } else {
@@ -968,6 +971,7 @@ int run(const Options& o_in) {
   j["threads"] = o.threads;
   j["settings"] = {{"modes", o.modes},         {"threads", o.threads},   {"policy", o.policy},
                    {"lookahead", o.lookahead}, {"preview", o.preview},   {"pipeline", o.pipeline},
+                   {"planner_shards", o.planner_shards},
                    {"cache_fraction", o.cache_fraction},
                    {"sweep_cache", sweep},     {"backend", o.backend},   {"device_capacity", o.device_capacity},
                    {"profile", o.profile}};
@@ -1144,6 +1148,11 @@ int main(int argc, char** argv) {
                  "so the planner sees lookahead + preview batches ahead")
       ->capture_default_str()
       ->check(CLI::Range(0, strata::kMaxPreview));
+  app.add_option("--planner-shards", o.planner_shards,
+                 "cached: cores planning each cache pool; its slots are split into this many shards by key hash, "
+                 "planned in parallel (rows ranked within their shard)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, strata::kMaxPlannerShards));
   app.add_option("--pipeline", o.pipeline, "batches prefetched ahead of forward (beyond the lookahead)")
       ->capture_default_str();
   app.add_option("--ranks", o.ranks, "gpu/hybrid: thread ranks, one store and device each, all-to-all between them")

@@ -13,6 +13,20 @@ std::int64_t share(std::int64_t n, std::size_t s, std::size_t shards) {
   return n / S + (static_cast<std::int64_t>(s) < n % S ? 1 : 0);
 }
 
+// Appends `from` to `to` with slots moved up by `offset`. Field by field into place: a copy of a
+// Transfer adjusted on the stack and pushed stalls on store forwarding (measured: most of a
+// 2-shard commit's serial part).
+void append_offset(const std::vector<Transfer>& from, Key offset, std::vector<Transfer>& to) {
+  std::size_t k = to.size();
+  to.resize(k + from.size());
+  for (const Transfer& t : from) {
+    Transfer& d = to[k++];
+    d.slot = t.slot + offset;
+    d.table = t.table;
+    d.row = t.row;
+  }
+}
+
 // Runs fn(s) for every shard, in parallel when there are several.
 template <class Fn>
 void for_each_shard(std::size_t shards, const Fn& fn) {
@@ -168,14 +182,8 @@ ShardedPlan ShardedPool::commit(ShardedProbe probe) {
       Key* out = plan.unique_slots[i].data();
       for (std::size_t j = 0; j < rows.size(); ++j) out[rows[j]] = local[j] + off;
     }
-    for (Transfer t : sp.writebacks) {
-      t.slot += off;
-      plan.writebacks.push_back(t);
-    }
-    for (Transfer t : sp.fills) {
-      t.slot += off;
-      plan.fills.push_back(t);
-    }
+    append_offset(sp.writebacks, off, plan.writebacks);
+    append_offset(sp.fills, off, plan.fills);
     plan.hits += sp.hits;
     plan.misses += sp.misses;
   }
@@ -189,12 +197,7 @@ void ShardedPool::retire(const ShardedPlan& plan, bool updated) {
 
 std::vector<Transfer> ShardedPool::take_dirty() {
   std::vector<Transfer> out;
-  for (std::size_t s = 0; s < shards_.size(); ++s) {
-    for (Transfer t : shards_[s]->take_dirty()) {
-      t.slot += offset_[s];
-      out.push_back(t);
-    }
-  }
+  for (std::size_t s = 0; s < shards_.size(); ++s) append_offset(shards_[s]->take_dirty(), offset_[s], out);
   return out;
 }
 

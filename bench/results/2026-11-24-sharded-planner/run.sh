@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# BM_PlanBatchSharded: the planner of one pool in 1, 2 and 4 shards (cache::ShardedPool), every
+# policy, 5% and 20% caches. Run from the repository root after building the default preset:
+#   cmake --build build/default --target strata-micro-planner
+#   bash bench/results/2026-11-24-sharded-planner/run.sh
+# Writes sharded.json (Google Benchmark) and sharded.txt (its console) here, then summary.md.
+set -euo pipefail
+out=bench/results/2026-11-24-sharded-planner
+build/default/bench/strata-micro-planner --benchmark_filter=BM_PlanBatchSharded --benchmark_repetitions=5 \
+  --benchmark_report_aggregates_only=true --benchmark_out="$out/sharded.json" --benchmark_out_format=json > "$out/sharded.txt" 2>&1
+python3 "$out/summarize.py" "$out/sharded.json" > "$out/summary.md"
+cat "$out/summary.md"
