@@ -141,6 +141,7 @@ const std::vector<Field> kWorkload = {
 const std::vector<Field> kSettings = {
     {"/modes", Type::kString},     {"/policy", Type::kString},           {"/lookahead", Type::kInteger},
     {"/preview", Type::kInteger},  {"/pipeline", Type::kInteger},        {"/cache_fraction", Type::kNumber},
+    {"/planner_shards", Type::kInteger},
     {"/sweep_cache", Type::kArray},
     {"/backend", Type::kString},   {"/device_capacity", Type::kInteger}, {"/profile", Type::kString},
 };
@@ -216,6 +217,7 @@ const std::vector<Field> kCache = {
     {"/accesses", Type::kInteger},   {"/hits", Type::kInteger},          {"/misses", Type::kInteger},
     {"/evictions", Type::kInteger},  {"/writebacks", Type::kInteger},    {"/policy", Type::kString},
     {"/lookahead", Type::kInteger},  {"/preview", Type::kInteger},       {"/cache_fraction", Type::kNumber},
+    {"/planner_shards", Type::kInteger},
     {"/cache_rows", Type::kInteger}, {"/cache_bytes", Type::kNumber},
 };
 
@@ -390,6 +392,25 @@ TEST(BenchCli, PreviewRunsTheLookaheadPolicyWithPreviewedBatches) {
   const RunOutput bad = run_bench("--modes cached --preview -1");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("--preview"), std::string::npos) << bad.output;
+}
+
+// ---- --planner-shards: each cache pool planned in shards; recorded in the JSON ----
+
+TEST(BenchCli, PlannerShardsPlanTheCacheInShards) {
+  const std::string dir = temp_dir();
+  const RunOutput r = run_bench(
+      "--rows 4000 --dim 4 --batch 16 --pooling 2 --steps 6 --warmup 1 --threads 2 --dist zipf:1.05 "
+      "--read-probe-mib 1 --modes cached --backend emu --cache-fraction 0.2 --policy lfu --planner-shards 3 "
+      "--no-progress --json " + dir + "/shards.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json j = json::parse(read_file(dir + "/shards.json"));
+  EXPECT_EQ(j["settings"]["planner_shards"], 3);
+  ASSERT_EQ(j["results"].size(), 1u);
+  EXPECT_EQ(j["results"][0]["cache"]["planner_shards"], 3);
+  EXPECT_GT(j["results"][0]["cache"]["accesses"].get<std::int64_t>(), 0);
+  const RunOutput bad = run_bench("--modes cached --planner-shards 0");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--planner-shards"), std::string::npos) << bad.output;
 }
 
 // ---- sharded modes over thread ranks report the all-to-all ----
