@@ -219,8 +219,9 @@ class Device {
 /// An emulated device (always available).
 Result<std::unique_ptr<Device>> make_emu_device(const EmuOptions& options = {});
 /// CUDA device `ordinal`: Unavailable when the CUDA backend was not built or no GPU is visible.
-/// `capacity` > 0 caps allocations below the GPU's free memory.
-Result<std::unique_ptr<Device>> make_cuda_device(int ordinal = 0, std::size_t capacity = 0);
+/// `capacity` > 0 caps allocations below the GPU's free memory. `numa_nodes`: NUMA nodes of the
+/// host tables, for the per-node host DRAM counters (as EmuOptions::numa_nodes).
+Result<std::unique_ptr<Device>> make_cuda_device(int ordinal = 0, std::size_t capacity = 0, int numa_nodes = 1);
 template <bool kPinned>
 detail::Buffer<kPinned>::~Buffer() {
   if (!dev_ || !ptr_) return;

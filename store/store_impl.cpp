@@ -23,7 +23,7 @@ namespace {
 Result<std::unique_ptr<gpu::Device>> open_device(const DeviceConfig& d, int threads, int numa_nodes) {
   const bool want_cuda = d.backend == BackendChoice::kCuda || (d.backend == BackendChoice::kAuto && gpu::cuda_device_count() > 0);
   if (want_cuda) {
-    auto dev = gpu::make_cuda_device(d.ordinal, static_cast<std::size_t>(d.capacity));
+    auto dev = gpu::make_cuda_device(d.ordinal, static_cast<std::size_t>(d.capacity), numa_nodes);
     if (!dev) return dev.status().with_context("device backend cuda");
     return dev;
   }

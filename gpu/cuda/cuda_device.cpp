@@ -64,7 +64,8 @@ int numa_node_of(int ordinal) {
 }
 
 // Pins host memory with cudaHostRegister. Portable: every device (context) may use the range;
-// under unified addressing Default also maps it, which gather_pool_host needs.
+// Mapped: kernels may read it (gather_pool_host; unified addressing maps it anyway, this says so
+// where it does not).
 class CudaPinner final : public Pinner {
  public:
   explicit CudaPinner(int ordinal) noexcept : ordinal_(ordinal) {}
@@ -72,10 +73,10 @@ class CudaPinner final : public Pinner {
   Status pin(void* addr, std::size_t len) override {
     if (len == 0) return Status::ok();
     STRATA_CUDA_TRY(cudaSetDevice(ordinal_));
-    const cudaError_t err = cudaHostRegister(addr, len, cudaHostRegisterDefault | cudaHostRegisterPortable);
+    const cudaError_t err = cudaHostRegister(addr, len, cudaHostRegisterPortable | cudaHostRegisterMapped);
     if (err == cudaSuccess) return Status::ok();
     (void)cudaGetLastError();  // not sticky: keep it out of later launch checks
-    return cuda_status(err, "cudaHostRegister(addr, len, cudaHostRegisterDefault | cudaHostRegisterPortable)",
+    return cuda_status(err, "cudaHostRegister(addr, len, cudaHostRegisterPortable | cudaHostRegisterMapped)",
                        __FILE__, __LINE__)
         .with_context("cuda pinner: cannot pin host range [" + hex(addr) + ", " + hex(static_cast<char*>(addr) + len) +
                       ") of " + std::to_string(len) + " bytes");
@@ -122,11 +123,10 @@ struct HostTask {
 
 class CudaDevice final : public Device {
  public:
-  CudaDevice(DeviceInfo info, int sm_count, bool host_pointer_is_device_pointer)
-      : Device(std::move(info), 1),
+  CudaDevice(DeviceInfo info, int numa_nodes, int sm_count)
+      : Device(std::move(info), numa_nodes),
         ordinal_(this->info().ordinal),
         sm_count_(sm_count),
-        host_pointer_is_device_pointer_(host_pointer_is_device_pointer),
         pinner_(ordinal_) {}
 
   Pinner& pinner() noexcept override { return pinner_; }
@@ -267,15 +267,13 @@ class CudaDevice final : public Device {
     args.source.stride = table.stride;
     args.dim = table.dim;
     for (std::int32_t p = 0; p < table.parts; ++p) {
-      float* host = table.bases[p];
-      if (host_pointer_is_device_pointer_) {
-        args.source.bases[p] = host;
-      } else {
-        // Needs the range registered (mapped) through pinner(); an unregistered one fails here.
-        void* mapped = nullptr;
-        if (!STRATA_CUDA_RECORD(*this, cudaHostGetDevicePointer(&mapped, host, 0))) return;
-        args.source.bases[p] = static_cast<float*>(mapped);
-      }
+      // Every part must be registered (mapped) through pinner(): asked of the driver even where
+      // the host address is the device address (cudaDevAttrCanUseHostPointerForRegisteredMem),
+      // so that an unregistered table is an error here, not an illegal address in the kernel
+      // that would poison the context.
+      void* mapped = nullptr;
+      if (!STRATA_CUDA_RECORD(*this, cudaHostGetDevicePointer(&mapped, table.bases[p], 0))) return;
+      args.source.bases[p] = static_cast<float*>(mapped);
     }
     issue_gathers(s, args, features, true);
   }
@@ -352,7 +350,6 @@ class CudaDevice final : public Device {
 
   const int ordinal_;
   const int sm_count_;
-  const bool host_pointer_is_device_pointer_;  // cudaDevAttrCanUseHostPointerForRegisteredMem
   CudaPinner pinner_;
   std::mutex error_m_;
   Status error_;
@@ -374,7 +371,7 @@ CudaEvent::~CudaEvent() {
 
 }  // namespace
 
-Result<std::unique_ptr<Device>> make_cuda_device(int ordinal, std::size_t capacity) {
+Result<std::unique_ptr<Device>> make_cuda_device(int ordinal, std::size_t capacity, int numa_nodes) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
@@ -390,9 +387,8 @@ Result<std::unique_ptr<Device>> make_cuda_device(int ordinal, std::size_t capaci
   STRATA_CUDA_TRY(cudaGetDeviceProperties(&prop, ordinal));
   std::size_t free_bytes = 0, total_bytes = 0;
   STRATA_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes));  // also creates the context
-  int sm_count = 0, host_pointer = 0;
+  int sm_count = 0;
   STRATA_CUDA_TRY(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, ordinal));
-  STRATA_CUDA_TRY(cudaDeviceGetAttribute(&host_pointer, cudaDevAttrCanUseHostPointerForRegisteredMem, ordinal));
 
   DeviceInfo info;
   info.backend = Backend::kCuda;
@@ -400,7 +396,7 @@ Result<std::unique_ptr<Device>> make_cuda_device(int ordinal, std::size_t capaci
   info.ordinal = ordinal;
   info.capacity = capacity > 0 ? std::min(free_bytes, capacity) : free_bytes;
   info.numa_node = numa_node_of(ordinal);
-  return std::unique_ptr<Device>(std::make_unique<CudaDevice>(std::move(info), sm_count, host_pointer != 0));
+  return std::unique_ptr<Device>(std::make_unique<CudaDevice>(std::move(info), numa_nodes, sm_count));
 }
 
 int cuda_device_count() noexcept {

@@ -19,8 +19,9 @@ namespace strata::gpu::cuda_detail {
 
 /// Features one launch covers; callers loop over chunks of this many.
 inline constexpr int kMaxFeaturesPerLaunch = 16;
-/// Parts (NUMA nodes) of a host table that gather_pool_host can read.
-inline constexpr int kMaxHostParts = 8;
+/// Parts (NUMA nodes) of a host table that gather_pool_host can read: as many as a store allows
+/// (StoreConfig::fake_numa_nodes <= 64; real machines have up to 16 with SNC or NPS4).
+inline constexpr int kMaxHostParts = 64;
 
 /// Where lookup rows live: RowRef's mapping with the bases copied in (device-visible addresses).
 /// A slot pool is one part.

@@ -4,7 +4,7 @@
 
 namespace strata::gpu {
 
-Result<std::unique_ptr<Device>> make_cuda_device(int, std::size_t) {
+Result<std::unique_ptr<Device>> make_cuda_device(int, std::size_t, int) {
   return Status::unavailable("the CUDA backend was not built (configure with STRATA_CUDA=ON and a CUDA toolkit)");
 }
 int cuda_device_count() noexcept { return 0; }
