@@ -7,18 +7,13 @@
 #include <set>
 
 #include "cache/cache_pool.hpp"
+#include "tests/cache/pool_options.hpp"
 
 namespace strata::cache {
 namespace {
 
 CachePoolOptions options(std::int64_t slots, Policy p, std::vector<PoolTable> tables = {{"a", 0}, {"b", 0}}) {
-  CachePoolOptions o;
-  o.slots = slots;
-  o.policy = p;
-  o.record_bytes = 16;
-  o.name = "(test)";
-  o.tables = std::move(tables);
-  return o;
+  return testing::pool_options(slots, p, std::move(tables));
 }
 
 UniqueKeys uniq(std::vector<Key> keys) { return dedup_keys(keys.data(), static_cast<std::int64_t>(keys.size())); }

@@ -16,17 +16,13 @@
 
 #include "cache/sharded_pool.hpp"
 #include "core/row_math.hpp"
+#include "tests/cache/pool_options.hpp"
 
 namespace strata::cache {
 namespace {
 
 CachePoolOptions options(std::int64_t slots, Policy p, std::vector<PoolTable> tables) {
-  CachePoolOptions o;
-  o.slots = slots;
-  o.policy = p;
-  o.record_bytes = 16;
-  o.name = "(test)";
-  o.tables = std::move(tables);
+  CachePoolOptions o = testing::pool_options(slots, p, std::move(tables));
   o.window = 8;
   return o;
 }
