@@ -228,22 +228,22 @@ Result<PoolProbe> CachePool::probe(std::int64_t seq, const std::vector<FeatureKe
     const std::int64_t cap = opt_.tables[t].cap;
     if (cap <= 0) continue;
     if (unique[t] > cap)
-      return Status::resource_exhausted("table '" + opt_.tables[t].name + "' in cache pool " + opt_.name + ": batch " + std::to_string(seq) + " has " +
+      return Status::resource_exhausted("table '" + opt_.tables[t].name + "' in cache pool " + opt_.name + ": the batch has " +
                                         std::to_string(unique[t]) + " unique rows but the table's cache cap is " +
                                         std::to_string(cap) + " slots");
     if (misses[t] > cap - table_[t].pinned - hits_unpinned[t])
-      return Status::resource_exhausted("table '" + opt_.tables[t].name + "' in cache pool " + opt_.name + ": batch " + std::to_string(seq) + " needs " +
+      return Status::resource_exhausted("table '" + opt_.tables[t].name + "' in cache pool " + opt_.name + ": the batch needs " +
                                         std::to_string(misses[t]) + " new slots but only " +
                                         std::to_string(cap - table_[t].pinned - hits_unpinned[t]) + " of its cap of " +
                                         std::to_string(cap) + " are not pinned by batches in flight");
   }
   if (total_unique > opt_.slots)
-    return Status::resource_exhausted("cache pool " + opt_.name + ": batch " + std::to_string(seq) + " has " +
+    return Status::resource_exhausted("cache pool " + opt_.name + ": the batch has " +
                                       std::to_string(total_unique) + " unique rows (" + table_list(opt_, unique) +
                                       ") but the cache holds only " + std::to_string(opt_.slots) + " rows");
   const std::int64_t evictable = opt_.slots - pinned_total_ - total_hits_unpinned;
   if (total_misses > evictable)
-    return Status::resource_exhausted("cache pool " + opt_.name + ": batch " + std::to_string(seq) + " needs " +
+    return Status::resource_exhausted("cache pool " + opt_.name + ": the batch needs " +
                                       std::to_string(total_misses) + " new slots but only " + std::to_string(evictable) +
                                       " of " + std::to_string(opt_.slots) + " are free or evictable (" +
                                       std::to_string(pinned_total_) +

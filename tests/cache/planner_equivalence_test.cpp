@@ -101,7 +101,7 @@ class RefPool {
       total_misses += misses[t];
       total_hits_unpinned += hits_unpinned[t];
       const std::int64_t cap = opt_.tables[t].cap;
-      const std::string who = "table '" + opt_.tables[t].name + "' in cache pool " + opt_.name + ": batch " + std::to_string(seq);
+      const std::string who = "table '" + opt_.tables[t].name + "' in cache pool " + opt_.name + ": the batch";
       if (cap <= 0) continue;
       if (unique[t] > cap)
         return Status::resource_exhausted(who + " has " + std::to_string(unique[t]) + " unique rows but the table's cache cap is " +
@@ -111,7 +111,7 @@ class RefPool {
         return Status::resource_exhausted(who + " needs " + std::to_string(misses[t]) + " new slots but only " + std::to_string(room) +
                                           " of its cap of " + std::to_string(cap) + " are not pinned by batches in flight");
     }
-    const std::string who = "cache pool " + opt_.name + ": batch " + std::to_string(seq);
+    const std::string who = "cache pool " + opt_.name + ": the batch";
     if (total_unique > opt_.slots) {
       std::string list;
       for (std::size_t t = 0; t < T; ++t) {
