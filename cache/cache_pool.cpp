@@ -447,18 +447,26 @@ void CachePool::retire(const PoolPlan& plan, bool updated) {
   }
 }
 
-std::vector<Transfer> CachePool::take_dirty() {
+std::vector<Transfer> CachePool::dirty() const {
   std::vector<Transfer> out;
   for (std::size_t i = 0; i < slots_.size(); ++i) {
-    Slot& s = slots_[i];
+    const Slot& s = slots_[i];
     if (s.key == detail::KeyMap::kEmpty || !s.dirty()) continue;
     out.push_back({static_cast<Key>(i), static_cast<int>(s.table()), row_of(s.key)});
+  }
+  return out;
+}
+
+void CachePool::mark_clean(const std::vector<Transfer>& rows) {
+  for (const Transfer& t : rows) {
+    Slot& s = slots_[static_cast<std::size_t>(t.slot)];
+    STRATA_CHECK(s.key == cache_key(t.table, t.row));  // still the row dirty() listed
+    if (!s.dirty()) continue;
     s.state &= ~Slot::kDirty;
     CacheStats& st = table_[s.table()].stats;
     ++st.writebacks;
     st.bytes_written_back += opt_.record_bytes;
   }
-  return out;
 }
 
 void CachePool::invalidate_table(int table) {

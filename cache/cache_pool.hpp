@@ -131,8 +131,17 @@ class alignas(64) CachePool {
   /// The batch is done (backward or discard): unpins its slots, marking them dirty when `updated`.
   void retire(const PoolPlan& plan, bool updated);
 
-  /// Every dirty resident row, marked clean (the caller writes them back).
-  std::vector<Transfer> take_dirty();
+  /// Every dirty resident row, in slot order; they stay dirty until mark_clean().
+  std::vector<Transfer> dirty() const;
+  /// Rows of dirty() whose write-back has completed: marks them clean and counts the write-backs.
+  /// Call before the pool plans again (their slots must still hold them).
+  void mark_clean(const std::vector<Transfer>& rows);
+  /// dirty(), marked clean at once (for callers whose write-back cannot fail).
+  std::vector<Transfer> take_dirty() {
+    std::vector<Transfer> rows = dirty();
+    mark_clean(rows);
+    return rows;
+  }
   /// Drops every resident row of `table` (none may be pinned or dirty: flush first).
   void invalidate_table(int table);
 

@@ -2,6 +2,7 @@
 
 #include <tbb/parallel_for.h>
 
+#include <algorithm>
 #include <optional>
 
 namespace strata::cache {
@@ -41,6 +42,16 @@ void for_each_shard(std::size_t shards, const Fn& fn) {
 Status ShardedPool::validate(const CachePoolOptions& options, int shards) {
   if (shards < 1)
     return Status::invalid_argument("cache pool " + options.name + ": planner shards " + std::to_string(shards) + " must be >= 1");
+  if (options.tables.size() > (std::size_t{1} << 16))
+    return Status::invalid_argument("cache pool " + options.name + ": " + std::to_string(options.tables.size()) +
+                                    " tables share it, more than the 65536 a pool's cache keys can tell apart");
+  const std::int64_t largest = (options.slots + shards - 1) / shards;
+  if (largest > kMaxShardSlots)
+    return Status::invalid_argument("cache pool " + options.name + ": " + std::to_string(options.slots) + " rows in " +
+                                    std::to_string(shards) + " planner shards puts " + std::to_string(largest) +
+                                    " in a shard, more than the " + std::to_string(kMaxShardSlots) +
+                                    " one can hold; use at least " +
+                                    std::to_string((options.slots + kMaxShardSlots - 1) / kMaxShardSlots) + " planner shards");
   if (options.slots < shards)
     return Status::invalid_argument("cache pool " + options.name + ": " + std::to_string(options.slots) +
                                     " rows cannot be split into " + std::to_string(shards) +
@@ -195,10 +206,21 @@ void ShardedPool::retire(const ShardedPlan& plan, bool updated) {
   for_each_shard(shards_.size(), [&](std::size_t s) { shards_[s]->retire(plan.shards[s], updated); });
 }
 
-std::vector<Transfer> ShardedPool::take_dirty() {
+std::vector<Transfer> ShardedPool::dirty() const {
   std::vector<Transfer> out;
-  for (std::size_t s = 0; s < shards_.size(); ++s) append_offset(shards_[s]->take_dirty(), offset_[s], out);
+  for (std::size_t s = 0; s < shards_.size(); ++s) append_offset(shards_[s]->dirty(), offset_[s], out);
   return out;
+}
+
+void ShardedPool::mark_clean(const std::vector<Transfer>& rows) {
+  if (shards_.size() == 1) return shards_[0]->mark_clean(rows);
+  std::vector<std::vector<Transfer>> local(shards_.size());
+  for (const Transfer& t : rows) {
+    // The shard owning the slot: the last whose first slot is at or below it.
+    const auto s = static_cast<std::size_t>(std::upper_bound(offset_.begin(), offset_.end(), t.slot) - offset_.begin() - 1);
+    local[s].push_back({t.slot - offset_[s], t.table, t.row});
+  }
+  for (std::size_t s = 0; s < shards_.size(); ++s) shards_[s]->mark_clean(local[s]);
 }
 
 void ShardedPool::invalidate_table(int table) {

@@ -39,6 +39,9 @@ struct ShardedPlan : PoolPlan {
 
 class ShardedPool {
  public:
+  /// Slots one shard (a CachePool: 32-bit slot numbers inside) holds at most.
+  static constexpr std::int64_t kMaxShardSlots = std::int64_t{1} << 30;
+
   /// A pool of `options.slots` slots in `shards` shards (1 <= shards <= slots; a table's cap, when
   /// it has one, at least `shards`): check with validate() first.
   ShardedPool(const CachePoolOptions& options, int shards);
@@ -60,8 +63,14 @@ class ShardedPool {
   ShardedPlan commit(ShardedProbe probe);
   /// As CachePool::retire.
   void retire(const ShardedPlan& plan, bool updated);
-  /// Every dirty resident row, marked clean, shard by shard.
-  std::vector<Transfer> take_dirty();
+  /// As CachePool's (global slots, shard by shard).
+  std::vector<Transfer> dirty() const;
+  void mark_clean(const std::vector<Transfer>& rows);
+  std::vector<Transfer> take_dirty() {
+    std::vector<Transfer> rows = dirty();
+    mark_clean(rows);
+    return rows;
+  }
   /// As CachePool::invalidate_table.
   void invalidate_table(int table);
 

@@ -105,6 +105,9 @@ Status validate(const StoreConfig& c) {
     STRATA_RETURN_IF_ERROR(validate_cache(t));
     STRATA_RETURN_IF_ERROR(validate_sharding(t));
   }
+  if (c.cache.policy != cache::Policy::kLru && c.cache.policy != cache::Policy::kLfu && c.cache.policy != cache::Policy::kLookahead)
+    return Status::invalid_argument("cache policy " + std::to_string(static_cast<int>(c.cache.policy)) +
+                                    " is not a policy (expected lru, lfu or lookahead)");
   if (c.cache.max_in_flight < 1)
     return Status::invalid_argument("cache max_in_flight " + std::to_string(c.cache.max_in_flight) + " must be >= 1");
   if (c.cache.lookahead < 0 || c.cache.lookahead >= c.cache.max_in_flight)

@@ -3,6 +3,7 @@
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <limits>
@@ -249,25 +250,39 @@ class CachedEngine final : public Engine {
     return dev_.status();
   }
 
+  // Writes every dirty cached row back to its host table, in chunks of at most kFlushChunkBytes
+  // of records (so a flush needs that much staging, not the whole cache). A row is marked clean
+  // only once its copy has landed: a flush that fails (no staging memory, a device fault) leaves
+  // the rest dirty, to be written by the next flush, and never reports rows it did not write.
+  // Returns only when the copy stream is idle, so the write-backs of rows that plans evicted
+  // (queued behind the batches that updated them) have landed too: on return every host table
+  // holds every row written.
   Status flush() override {
     const gpu::StreamView s = copy_.view();
     for (auto& pool : pools_) {
-      std::vector<cache::Transfer> dirty = pool.planner->take_dirty();
-      if (dirty.empty()) continue;
-      STRATA_RETURN_IF_ERROR(dev_.synchronize(flush_staging_->done()));
-      const std::size_t W = dirty.size(), rec = static_cast<std::size_t>(pool.view.stride);
-      STRATA_RETURN_IF_ERROR(flush_staging_->reserve(Staging::bytes_for<Key>(W), Staging::bytes_for<float>(W * rec),
-                                                     Staging::bytes_for<float>(W * rec)));
-      auto slots = flush_staging_->mirrored<Key>(W);
-      for (std::size_t i = 0; i < W; ++i) slots.host[i] = dirty[i].slot;
-      float* host = flush_staging_->host_only<float>(W * rec);
-      float* dev = flush_staging_->dev_only<float>(W * rec);
-      dev_.wait(s, progress_.view());
-      flush_staging_->upload(s);
-      write_back(s, pool, std::move(dirty), slots.dev, dev, host);
-      dev_.record(flush_staging_->done(), s);
-      STRATA_RETURN_IF_ERROR(dev_.synchronize(flush_staging_->done()));
+      const std::vector<cache::Transfer> dirty = pool.planner->dirty();
+      const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
+      const std::size_t chunk = std::max<std::size_t>(1, kFlushChunkBytes / (rec * sizeof(float)));
+      for (std::size_t b = 0; b < dirty.size(); b += chunk) {
+        std::vector<cache::Transfer> part(dirty.begin() + static_cast<std::ptrdiff_t>(b),
+                                          dirty.begin() + static_cast<std::ptrdiff_t>(std::min(dirty.size(), b + chunk)));
+        STRATA_RETURN_IF_ERROR(dev_.synchronize(flush_staging_->done()));
+        const std::size_t W = part.size();
+        STRATA_RETURN_IF_ERROR(flush_staging_->reserve(Staging::bytes_for<Key>(W), Staging::bytes_for<float>(W * rec),
+                                                       Staging::bytes_for<float>(W * rec)));
+        auto slots = flush_staging_->mirrored<Key>(W);
+        for (std::size_t i = 0; i < W; ++i) slots.host[i] = part[i].slot;
+        float* host = flush_staging_->host_only<float>(W * rec);
+        float* dev = flush_staging_->dev_only<float>(W * rec);
+        dev_.wait(s, progress_.view());
+        flush_staging_->upload(s);
+        write_back(s, pool, part, slots.dev, dev, host);
+        dev_.record(flush_staging_->done(), s);
+        STRATA_RETURN_IF_ERROR(dev_.synchronize(flush_staging_->done()));
+        pool.planner->mark_clean(part);
+      }
     }
+    STRATA_RETURN_IF_ERROR(dev_.synchronize(s));
     return dev_.status();
   }
 
@@ -491,6 +506,7 @@ class CachedEngine final : public Engine {
   gpu::StagingPool staging_{dev_};
   std::unique_ptr<Staging> flush_staging_;
   DedupScratch scratch_;
+  static constexpr std::size_t kFlushChunkBytes = std::size_t{64} << 20;  // records per flush chunk, at most
   std::int64_t next_seq_ = 0;
   int in_flight_ = 0;
 };

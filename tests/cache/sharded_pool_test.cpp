@@ -280,6 +280,10 @@ TEST(ShardedPool, ValidateNamesThePoolTheTableAndTheNumbers) {
   const Status cap = ShardedPool::validate(options(100, Policy::kLru, {{"t", 0}, {"users", 3}}), 4);
   EXPECT_NE(cap.message().find("table 'users': a cache cap of 3 rows cannot be split into 4"), std::string::npos) << cap.to_string();
   EXPECT_TRUE(ShardedPool::validate(options(100, Policy::kLru, {{"t", 0}, {"users", 4}}), 4).is_ok());
+  // A shard holds at most 2^30 slots (32-bit slot numbers inside): checked before any allocation.
+  const Status big = ShardedPool::validate(options(std::int64_t{3} << 30, Policy::kLru, {{"t", 0}}), 2);
+  EXPECT_NE(big.message().find("use at least 3 planner shards"), std::string::npos) << big.to_string();
+  EXPECT_TRUE(ShardedPool::validate(options(std::int64_t{3} << 30, Policy::kLru, {{"t", 0}}), 3).is_ok());
 }
 
 }  // namespace

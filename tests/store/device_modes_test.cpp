@@ -115,6 +115,14 @@ TEST(DeviceModes, ConfigErrorsNameTheValue) {
   EXPECT_NE(twice.status().message().find("more than once"), std::string::npos);
 }
 
+TEST(DeviceModes, AnOutOfRangePolicyIsRefused) {
+  StoreConfig c = cached_config(1000, 10);
+  c.cache.policy = static_cast<cache::Policy>(7);
+  auto s = Store::open(c);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.status().message().find("cache policy 7 is not a policy"), std::string::npos) << s.status().to_string();
+}
+
 TEST(DeviceModes, ConfigRoundTripsThroughJson) {
   StoreConfig c = cached_config(1000, 10);
   c.cache.policy = cache::Policy::kLookahead;
@@ -162,6 +170,84 @@ TEST(DeviceModes, PlannerShardsAsManyAsRowsHoldOneRowEach) {
   }
   EXPECT_EQ(crowded.code(), StatusCode::kResourceExhausted);
   EXPECT_NE(crowded.message().find("shard"), std::string::npos) << crowded.to_string();
+}
+
+// Rows a plan evicted are written back on the copy stream behind the batches that updated them;
+// flush() (and so read_rows, write_rows, save) must wait for those too, not only for the rows still
+// resident. With random delays on every emulated stream: read_rows after the evicting batch was
+// discarded sees the trained rows, and a write_rows is not overwritten by a late write-back.
+TEST(DeviceModes, FlushWaitsForTheWriteBacksOfRowsPlansEvicted) {
+  for (int run = 0; run < 20; ++run) {
+    StoreConfig c = cached_config(8, 2, 4);
+    c.tables[0].spec.optimizer.kind = OptimizerKind::kSgd;
+    c.device.emu_max_delay_us = 2000;
+    auto s = Store::open(c);
+    auto ref = open_reference_store(c);
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    const KeyBatch first = keys_batch({0, 1}), second = keys_batch({2, 3});
+    Buffers out = make_buffers(c, first), grads = make_buffers(c, first);
+    std::mt19937_64 rng(static_cast<std::uint64_t>(run));
+    fill_random(rng, grads);
+    for (Store* st : {s->get(), ref->get()}) {
+      ASSERT_TRUE(st->submit(1, first).is_ok());
+      ASSERT_TRUE(st->forward(1, out.views).is_ok());
+      ASSERT_TRUE(st->backward(1, grads.cviews).is_ok());
+      ASSERT_TRUE(st->submit(2, second).is_ok());  // evicts rows 0 and 1, both dirty
+      ASSERT_TRUE(st->discard(2).is_ok());
+    }
+    std::vector<float> got(2 * 4), want(2 * 4);
+    ASSERT_TRUE((*s)->read_rows(0, 0, 2, got.data(), nullptr).is_ok());
+    ASSERT_TRUE((*ref)->read_rows(0, 0, 2, want.data(), nullptr).is_ok());
+    ASSERT_EQ(got, want) << "run " << run;
+  }
+  for (int run = 0; run < 20; ++run) {
+    StoreConfig c = cached_config(8, 2, 4);
+    c.device.emu_max_delay_us = 2000;
+    auto s = Store::open(c);
+    ASSERT_TRUE(s.is_ok());
+    Buffers out = make_buffers(c, keys_batch({0, 1})), grads = make_buffers(c, keys_batch({0, 1}));
+    std::mt19937_64 rng(static_cast<std::uint64_t>(run));
+    fill_random(rng, grads);
+    ASSERT_TRUE((*s)->submit(1, keys_batch({0, 1})).is_ok());
+    ASSERT_TRUE((*s)->forward(1, out.views).is_ok());
+    ASSERT_TRUE((*s)->backward(1, grads.cviews).is_ok());
+    ASSERT_TRUE((*s)->submit(2, keys_batch({2, 3})).is_ok());
+    ASSERT_TRUE((*s)->discard(2).is_ok());
+    const std::vector<float> zeros(2 * 4, 0.0f), zero_state(2 * 4, 0.0f);
+    ASSERT_TRUE((*s)->write_rows(0, 0, 2, zeros.data(), zero_state.data()).is_ok());
+    std::vector<float> back(2 * 4, 1.0f);
+    ASSERT_TRUE((*s)->read_rows(0, 0, 2, back.data(), nullptr).is_ok());
+    ASSERT_EQ(back, zeros) << "run " << run;
+  }
+}
+
+// A flush that cannot get staging memory for the dirty rows fails and leaves them dirty: the next
+// flush fails the same way (it never reports success over host rows it did not write), nothing is
+// counted as written back, and reads fail instead of returning stale rows.
+TEST(DeviceModes, AFailedFlushKeepsTheRowsDirty) {
+  StoreConfig c = cached_config(1000, 1000, 64);
+  c.tables[0].spec.optimizer.kind = OptimizerKind::kSgd;
+  c.device.capacity = 480000;  // the cache and a training batch's staging fit; a flush of every row does not
+  auto s = Store::open(c);
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  for (int b = 0; b < 10; ++b) {
+    std::vector<Key> keys;
+    for (Key k = 0; k < 100; ++k) keys.push_back(100 * b + k);
+    const KeyBatch kb = keys_batch(keys);
+    Buffers out = make_buffers(c, kb), grads = make_buffers(c, kb);
+    std::mt19937_64 rng(static_cast<std::uint64_t>(b));
+    fill_random(rng, grads);
+    ASSERT_TRUE((*s)->submit(b, kb).is_ok());
+    ASSERT_TRUE((*s)->forward(b, out.views).is_ok());
+    ASSERT_TRUE((*s)->backward(b, grads.cviews).is_ok());
+  }
+  const Status first = (*s)->flush();
+  ASSERT_FALSE(first.is_ok());
+  const Status second = (*s)->flush();
+  EXPECT_EQ(second.code(), first.code()) << second.to_string();
+  for (const auto& [name, st] : (*s)->stats().cache) EXPECT_EQ(st.writebacks, 0) << name;
+  std::vector<float> row(64);
+  EXPECT_FALSE((*s)->read_rows(0, 0, 1, row.data(), nullptr).is_ok());
 }
 
 // A device fault at every possible point of a short training run: each call either succeeds or
