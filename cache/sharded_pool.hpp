@@ -66,11 +66,6 @@ class ShardedPool {
   /// As CachePool's (global slots, shard by shard).
   std::vector<Transfer> dirty() const;
   void mark_clean(const std::vector<Transfer>& rows);
-  std::vector<Transfer> take_dirty() {
-    std::vector<Transfer> rows = dirty();
-    mark_clean(rows);
-    return rows;
-  }
   /// As CachePool::invalidate_table.
   void invalidate_table(int table);
 

@@ -196,7 +196,10 @@ TEST_P(ShardedPoolMatchesShards, OnRandomTraffic) {
       std::vector<Transfer> want;
       for (int s = 0; s < S; ++s)
         for (Transfer t : model.pools[static_cast<std::size_t>(s)]->take_dirty()) want.push_back({t.slot + model.offset[static_cast<std::size_t>(s)], t.table, t.row});
-      ASSERT_EQ(strs(pool.take_dirty()), strs(want)) << "step " << step;
+      const std::vector<Transfer> dirty = pool.dirty();
+      ASSERT_EQ(strs(dirty), strs(want)) << "step " << step;
+      pool.mark_clean(dirty);
+      ASSERT_TRUE(pool.dirty().empty());
       if (in_flight.empty() && rng() % 3 == 0) {
         const int table = static_cast<int>(rng() % 3);
         pool.invalidate_table(table);
@@ -268,7 +271,15 @@ TEST(ShardedPool, SlotsAreGlobalAndDistinct) {
   EXPECT_EQ(pool.pinned(), 600);
   pool.retire(plan, true);
   EXPECT_EQ(pool.pinned(), 0);
-  EXPECT_EQ(pool.take_dirty().size(), 600u);
+  EXPECT_EQ(pool.dirty().size(), 600u);
+  // Marked clean by parts, shard by shard or not: every row's flag goes, and each counts once.
+  std::vector<Transfer> rows = pool.dirty();
+  std::reverse(rows.begin(), rows.end());
+  pool.mark_clean(std::vector<Transfer>(rows.begin(), rows.begin() + 250));
+  EXPECT_EQ(pool.dirty().size(), 350u);
+  pool.mark_clean(std::vector<Transfer>(rows.begin() + 250, rows.end()));
+  EXPECT_TRUE(pool.dirty().empty());
+  EXPECT_EQ(pool.pool_stats().writebacks, 600);
 }
 
 TEST(ShardedPool, ValidateNamesThePoolTheTableAndTheNumbers) {
