@@ -136,12 +136,6 @@ class alignas(64) CachePool {
   /// Rows of dirty() whose write-back has completed: marks them clean and counts the write-backs.
   /// Call before the pool plans again (their slots must still hold them).
   void mark_clean(const std::vector<Transfer>& rows);
-  /// dirty(), marked clean at once (for callers whose write-back cannot fail).
-  std::vector<Transfer> take_dirty() {
-    std::vector<Transfer> rows = dirty();
-    mark_clean(rows);
-    return rows;
-  }
   /// Drops every resident row of `table` (none may be pinned or dirty: flush first).
   void invalidate_table(int table);
 

@@ -1,7 +1,8 @@
 // Micro-benchmarks of the cache planner: cache::CachePool probe + commit + retire of one batch
 // (plus window_push of the batch K ahead, as the store does, for every policy; only lookahead uses
 // it), on Zipf 1.05 batches of a 1M-row table, one thread. Items are unique keys planned, so
-// items_per_second is unique keys per second per core. The pool is warmed on the whole batch set
+// items_per_second is unique keys per second per core (BM_PlanBatchSharded: the same over a
+// cache::ShardedPool whose shards run in parallel, in wall time). The pool is warmed on the whole batch set
 // before timing; batches then cycle with increasing sequence numbers. A 1% cache (10k rows) cannot
 // hold a batch of 4096 bags (~12k unique rows), so it is measured with 1024 bags (~4k unique).
 

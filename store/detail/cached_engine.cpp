@@ -506,7 +506,7 @@ class CachedEngine final : public Engine {
   gpu::StagingPool staging_{dev_};
   std::unique_ptr<Staging> flush_staging_;
   DedupScratch scratch_;
-  static constexpr std::size_t kFlushChunkBytes = std::size_t{64} << 20;  // records per flush chunk, at most
+  static constexpr std::size_t kFlushChunkBytes = std::size_t{64} << 20;  // bytes of records per flush chunk, at most
   std::int64_t next_seq_ = 0;
   int in_flight_ = 0;
 };

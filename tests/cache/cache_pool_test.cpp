@@ -76,7 +76,7 @@ TEST_P(PolicyConformance, RandomTrafficKeepsIndexPinsAndDirtyRowsConsistent) {
       in_flight.erase(in_flight.begin());
     }
     if (step % 500 == 499) {
-      for (const auto& x : pool.take_dirty()) ASSERT_TRUE(dirty.erase({x.table, x.row}));
+      for (const auto& x : testing::take_dirty(pool)) ASSERT_TRUE(dirty.erase({x.table, x.row}));
       ASSERT_TRUE(dirty.empty());
     }
   }

@@ -25,6 +25,7 @@
 #include "cache/cache_pool.hpp"
 #include "cache/detail/frequency_sketch.hpp"
 #include "cache/detail/key_map.hpp"
+#include "tests/cache/pool_options.hpp"
 
 namespace strata::cache {
 namespace {
@@ -633,7 +634,7 @@ class Harness {
   }
 
   void flush() {
-    for (std::size_t p = 0; p < real_.size(); ++p) expect_same_transfers(real_[p].take_dirty(), ref_[p].take_dirty(), "take_dirty");
+    for (std::size_t p = 0; p < real_.size(); ++p) expect_same_transfers(testing::take_dirty(real_[p]), ref_[p].take_dirty(), "take_dirty");
   }
 
   // As the engine's write_rows(): flush, then drop every row of a table no batch in flight uses.

@@ -1,5 +1,6 @@
 #pragma once
-// The CachePoolOptions the cache tests build pools from.
+// What the cache tests share: the CachePoolOptions they build pools from, and taking a pool's
+// dirty rows as a flush does (listed, then marked clean).
 #include <utility>
 #include <vector>
 
@@ -15,6 +16,14 @@ inline CachePoolOptions pool_options(std::int64_t slots, Policy p, std::vector<P
   o.name = "(test)";
   o.tables = std::move(tables);
   return o;
+}
+
+/// pool.dirty(), then marked clean (CachePool or ShardedPool).
+template <class Pool>
+std::vector<Transfer> take_dirty(Pool& pool) {
+  std::vector<Transfer> rows = pool.dirty();
+  pool.mark_clean(rows);
+  return rows;
 }
 
 }  // namespace strata::cache::testing

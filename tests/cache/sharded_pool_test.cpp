@@ -195,7 +195,7 @@ TEST_P(ShardedPoolMatchesShards, OnRandomTraffic) {
     } else if (action == 8) {
       std::vector<Transfer> want;
       for (int s = 0; s < S; ++s)
-        for (Transfer t : model.pools[static_cast<std::size_t>(s)]->take_dirty()) want.push_back({t.slot + model.offset[static_cast<std::size_t>(s)], t.table, t.row});
+        for (Transfer t : testing::take_dirty(*model.pools[static_cast<std::size_t>(s)])) want.push_back({t.slot + model.offset[static_cast<std::size_t>(s)], t.table, t.row});
       const std::vector<Transfer> dirty = pool.dirty();
       ASSERT_EQ(strs(dirty), strs(want)) << "step " << step;
       pool.mark_clean(dirty);
