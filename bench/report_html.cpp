@@ -210,7 +210,8 @@ struct LineSeries {
 // Lines over x in [0, 1] (fractions, shown as percentages) with y in `y_unit`; fractions on y run
 // over [0, 1] unless the data go beyond. `y_name` names y in the tooltips.
 std::string line_chart(const std::string& aria, const std::vector<LineSeries>& series, const std::string& x_label,
-                       const std::string& y_label, Unit y_unit = Unit::kFraction, const std::string& y_name = "hit rate") {
+                       const std::string& y_label, Unit y_unit = Unit::kFraction,
+                       const std::string& y_name = "hit rate") {
   double x_max = 0, y_max_data = 0;
   for (const auto& s : series)
     for (const auto& [x, y] : s.points) {
@@ -395,6 +396,13 @@ std::string render_html_report(const json& results, const HtmlReportOptions& opt
         {"step p50", numeric("step_ms_p50", Unit::kMs), true},
         {"step p99", numeric("step_ms_p99", Unit::kMs), true},
         {"hit rate", numeric("hit_rate", Unit::kFraction), true},
+        {"deferred plans",  // table plans that waited for batches in flight to retire (cache small for the pipeline)
+         [](const json& m) -> std::optional<std::string> {
+           const Opt v = number_at(object_at(m, "cache"), "deferred");
+           if (!v) return std::nullopt;
+           return format_value(*v, Unit::kCount);
+         },
+         true},
         {"peak host", numeric("peak_host_bytes", Unit::kBytes), true},
         {"peak device", numeric("peak_device_bytes", Unit::kBytes), true},
         {"modelled step",
@@ -520,8 +528,7 @@ std::string render_html_report(const json& results, const HtmlReportOptions& opt
       o << "<section class=\"chart\" id=\"memory\"><h2>Peak memory per mode</h2>"
         << "<p class=\"note\">Peak resident memory of the process while the mode ran (an emulated device's memory is "
         << "host memory and counts in it), the store's host tables, and the device's high-water mark of allocated "
-        << "bytes.</p>"
-        << bar_chart("peak host and device memory per mode", mode_names, series, Unit::kBytes, "bytes")
+        << "bytes.</p>" << bar_chart("peak host and device memory per mode", mode_names, series, Unit::kBytes, "bytes")
         << "</section>\n";
     }
   }
@@ -600,8 +607,9 @@ std::string render_html_report(const json& results, const HtmlReportOptions& opt
         continue;
       }
       rows << "<td class=\"n\">" << cell("cache_bytes", Unit::kBytes) << "</td><td class=\"n\">"
-           << cell("hit_rate", Unit::kFraction) << "</td><td class=\"n\">" << cell("forward_lookups_per_s", Unit::kCount)
-           << "</td><td class=\"n\">" << cell("train_lookups_per_s", Unit::kCount) << "</td></tr>";
+           << cell("hit_rate", Unit::kFraction) << "</td><td class=\"n\">"
+           << cell("forward_lookups_per_s", Unit::kCount) << "</td><td class=\"n\">"
+           << cell("train_lookups_per_s", Unit::kCount) << "</td></tr>";
     }
     if (n > 0) {
       o << "<section class=\"summary\" id=\"sweep-table\"><h2>Cache sweep</h2><table><tr><th>cache size</th>"

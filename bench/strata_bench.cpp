@@ -133,7 +133,7 @@ struct Options {
   std::string sweep_cache;
   std::string policy = "lru";
   int lookahead = 0;
-  int preview = 0;  // training: batches previewed (Store::preview) beyond those submitted
+  int preview = 0;         // training: batches previewed (Store::preview) beyond those submitted
   int planner_shards = 1;  // cached: cores planning each cache pool (CacheConfig::planner_shards)
   int pipeline = 2;
   int ranks = 1;
@@ -317,7 +317,7 @@ MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDes
 
 struct ModeResult {
   const ModeDescriptor* mode = nullptr;
-  int ranks = 1;  ///< thread ranks (sharded modes); counters and step bytes are rank 0's
+  int ranks = 1;                  ///< thread ranks (sharded modes); counters and step bytes are rank 0's
   double duplication_factor = 1;  ///< keys / unique keys (per table and batch) of rank 0's timed training batches
   double cache_fraction = 0;
   std::vector<double> forward_s, train_s;
@@ -500,13 +500,16 @@ Result<ModeResult> run_mode(const Options& o, const ModeDescriptor& mode, double
     std::vector<std::thread> threads;
     for (int q = 0; q < ranks; ++q)
       threads.emplace_back([&, q] {
-        auto store = Store::open(config, std::shared_ptr<dispatch::Communicator>(std::move(group[static_cast<std::size_t>(q)])));
+        auto store =
+            Store::open(config, std::shared_ptr<dispatch::Communicator>(std::move(group[static_cast<std::size_t>(q)])));
         if (q == 0) r.setup_s = seconds_since(t0);
-        status[static_cast<std::size_t>(q)] = store ? drive(o, **store, batches, q, ranks, label, q == 0 ? &r : nullptr) : store.status();
+        status[static_cast<std::size_t>(q)] =
+            store ? drive(o, **store, batches, q, ranks, label, q == 0 ? &r : nullptr) : store.status();
       });
     for (auto& t : threads) t.join();
     for (int q = 0; q < ranks; ++q)
-      if (!status[static_cast<std::size_t>(q)].is_ok()) return status[static_cast<std::size_t>(q)].with_context("rank " + std::to_string(q));
+      if (!status[static_cast<std::size_t>(q)].is_ok())
+        return status[static_cast<std::size_t>(q)].with_context("rank " + std::to_string(q));
   }
   r.device = r.train_stats.device;
   r.device_peak_bytes = r.train_stats.device_peak_bytes;
@@ -586,29 +589,38 @@ json result_json(const Options& o, const ModeResult& r, double read_gbs, const H
   if (r.ranks > 1) {
     // Rank 0's share: what it exchanged with the other ranks per step, and where its time went.
     const DispatchStats& d = r.train_stats.dispatch;
-    m["dispatch"] = {{"ranks", r.ranks},
-                     {"sharding", o.sharding},
-                     {"bytes_per_step", {{"keys", static_cast<double>(d.key_bytes) / steps},
-                                         {"rows", static_cast<double>(d.row_bytes) / steps},
-                                         {"grads", static_cast<double>(d.grad_bytes) / steps},
-                                         {"total", static_cast<double>(d.bytes()) / steps},
-                                         {"total_without_dedup", static_cast<double>(d.bytes_no_dedup) / steps}}},
-                     {"dedup_factor", d.bytes() > 0 ? static_cast<double>(d.bytes_no_dedup) / static_cast<double>(d.bytes()) : 1.0},
-                     {"batch_duplication_factor", r.duplication_factor},
-                     {"ms_per_step", {{"exchange", d.exchange_seconds / steps * 1e3},
-                                      {"lookup", d.lookup_seconds / steps * 1e3},
-                                      {"source", d.local_seconds / steps * 1e3}}}};
+    m["dispatch"] = {
+        {"ranks", r.ranks},
+        {"sharding", o.sharding},
+        {"bytes_per_step",
+         {{"keys", static_cast<double>(d.key_bytes) / steps},
+          {"rows", static_cast<double>(d.row_bytes) / steps},
+          {"grads", static_cast<double>(d.grad_bytes) / steps},
+          {"total", static_cast<double>(d.bytes()) / steps},
+          {"total_without_dedup", static_cast<double>(d.bytes_no_dedup) / steps}}},
+        {"dedup_factor", d.bytes() > 0 ? static_cast<double>(d.bytes_no_dedup) / static_cast<double>(d.bytes()) : 1.0},
+        {"batch_duplication_factor", r.duplication_factor},
+        {"ms_per_step",
+         {{"exchange", d.exchange_seconds / steps * 1e3},
+          {"lookup", d.lookup_seconds / steps * 1e3},
+          {"source", d.local_seconds / steps * 1e3}}}};
   }
   if (caches(*r.mode)) {
     const cache::CacheStats cs = total_cache_stats(r);
     m["hit_rate"] = cs.hit_rate();
-    m["cache"] = {{"accesses", cs.accesses},     {"hits", cs.hits},
-                  {"misses", cs.misses},         {"evictions", cs.evictions},
-                  {"writebacks", cs.writebacks}, {"policy", o.policy},
-                  {"lookahead", o.lookahead},    {"preview", o.preview},
+    m["cache"] = {{"accesses", cs.accesses},
+                  {"hits", cs.hits},
+                  {"misses", cs.misses},
+                  {"evictions", cs.evictions},
+                  {"writebacks", cs.writebacks},
+                  {"deferred", cs.deferred},
+                  {"policy", o.policy},
+                  {"lookahead", o.lookahead},
+                  {"preview", o.preview},
                   {"planner_shards", o.planner_shards},
                   {"cache_fraction", r.cache_fraction},
-                  {"cache_rows", r.cache_rows},  {"cache_bytes", r.cache_bytes}};
+                  {"cache_rows", r.cache_rows},
+                  {"cache_bytes", r.cache_bytes}};
   } else {
     m["hit_rate"] = nullptr;
   }
@@ -812,7 +824,8 @@ int run(const Options& o_in) {
     if (!w) return fail(o.workload_file + ": " + w.status().message());
     o.workload = w.value();
     table_set = "file " + o.workload_file;
-    if (!json::parse(ss.str()).contains("distinct_batches")) o.workload.distinct_batches = 2 * (o.warmup + o.steps) * (o.mpi ? o.mpi->size() : o.ranks);
+    if (!json::parse(ss.str()).contains("distinct_batches"))
+      o.workload.distinct_batches = 2 * (o.warmup + o.steps) * (o.mpi ? o.mpi->size() : o.ranks);
   } else {
     if (table_set == "criteo") table_set = "criteo:" + std::to_string(o.criteo_rows);
     if (Status s = apply_table_set(o.workload, table_set); !s.is_ok()) return fail("--tables: " + s.message());
@@ -830,9 +843,12 @@ int run(const Options& o_in) {
   if (o.mpi) {
     for (const ModeDescriptor* m : modes)
       if (!sharded(*m))
-        return fail("--modes " + std::string(m->name) + ": under mpirun every process is one rank of the sharded modes; use --modes gpu,hybrid");
-    if (o.ranks != 1) return fail("--ranks " + std::to_string(o.ranks) + " under mpirun: the processes are the ranks (use --ranks 1)");
-    if (!o.sweep_cache.empty()) return fail("--sweep-cache runs the cached mode, which is single-rank: not under mpirun");
+        return fail("--modes " + std::string(m->name) +
+                    ": under mpirun every process is one rank of the sharded modes; use --modes gpu,hybrid");
+    if (o.ranks != 1)
+      return fail("--ranks " + std::to_string(o.ranks) + " under mpirun: the processes are the ranks (use --ranks 1)");
+    if (!o.sweep_cache.empty())
+      return fail("--sweep-cache runs the cached mode, which is single-rank: not under mpirun");
   }
   for (const ModeDescriptor* m : modes)
     if (auto c = make_config(o, *m, o.cache_fraction); !c) return fail(c.status().message());
@@ -969,11 +985,17 @@ int run(const Options& o_in) {
       j["workload"]["tables"].push_back({{"name", t.name}, {"rows", t.rows}, {"dim", t.dim}});
   }
   j["threads"] = o.threads;
-  j["settings"] = {{"modes", o.modes},         {"threads", o.threads},   {"policy", o.policy},
-                   {"lookahead", o.lookahead}, {"preview", o.preview},   {"pipeline", o.pipeline},
+  j["settings"] = {{"modes", o.modes},
+                   {"threads", o.threads},
+                   {"policy", o.policy},
+                   {"lookahead", o.lookahead},
+                   {"preview", o.preview},
+                   {"pipeline", o.pipeline},
                    {"planner_shards", o.planner_shards},
                    {"cache_fraction", o.cache_fraction},
-                   {"sweep_cache", sweep},     {"backend", o.backend},   {"device_capacity", o.device_capacity},
+                   {"sweep_cache", sweep},
+                   {"backend", o.backend},
+                   {"device_capacity", o.device_capacity},
                    {"profile", o.profile}};
   j["machine"] = to_json(machine);
   j["machine"]["cuda_devices"] = gpu::cuda_device_count();
@@ -1021,15 +1043,16 @@ int run(const Options& o_in) {
   for (const auto& m : j["results"]) {
     if (!m.contains("dispatch")) continue;
     const json& d = m["dispatch"];
-    std::printf("%-12s all-to-all, rank 0 of %d (%s sharding), per step: %.2f MB sent and received (keys %.2f, rows %.2f, "
-                "gradients %.2f), %.2f MB without dedup: dedup cuts %.2fx (batch duplication factor %.2fx); time: exchange "
-                "%.2f ms, shard lookups %.2f ms, pooling and gradient sums at the source %.2f ms\n",
-                m["mode"].get<std::string>().c_str(), d["ranks"].get<int>(), d["sharding"].get<std::string>().c_str(),
-                d["bytes_per_step"]["total"].get<double>() / 1e6, d["bytes_per_step"]["keys"].get<double>() / 1e6,
-                d["bytes_per_step"]["rows"].get<double>() / 1e6, d["bytes_per_step"]["grads"].get<double>() / 1e6,
-                d["bytes_per_step"]["total_without_dedup"].get<double>() / 1e6, d["dedup_factor"].get<double>(),
-                d["batch_duplication_factor"].get<double>(), d["ms_per_step"]["exchange"].get<double>(),
-                d["ms_per_step"]["lookup"].get<double>(), d["ms_per_step"]["source"].get<double>());
+    std::printf(
+        "%-12s all-to-all, rank 0 of %d (%s sharding), per step: %.2f MB sent and received (keys %.2f, rows %.2f, "
+        "gradients %.2f), %.2f MB without dedup: dedup cuts %.2fx (batch duplication factor %.2fx); time: exchange "
+        "%.2f ms, shard lookups %.2f ms, pooling and gradient sums at the source %.2f ms\n",
+        m["mode"].get<std::string>().c_str(), d["ranks"].get<int>(), d["sharding"].get<std::string>().c_str(),
+        d["bytes_per_step"]["total"].get<double>() / 1e6, d["bytes_per_step"]["keys"].get<double>() / 1e6,
+        d["bytes_per_step"]["rows"].get<double>() / 1e6, d["bytes_per_step"]["grads"].get<double>() / 1e6,
+        d["bytes_per_step"]["total_without_dedup"].get<double>() / 1e6, d["dedup_factor"].get<double>(),
+        d["batch_duplication_factor"].get<double>(), d["ms_per_step"]["exchange"].get<double>(),
+        d["ms_per_step"]["lookup"].get<double>(), d["ms_per_step"]["source"].get<double>());
   }
   std::printf("\n%-12s %8s %10s %10s %10s %10s %10s %10s  (MB per training step)\n", "mode", "hit rate", "H2D", "D2H",
               "HBM read", "HBM write", "host read", "host write");
@@ -1042,6 +1065,16 @@ int run(const Options& o_in) {
                 b["h2d"].get<double>() / 1e6, b["d2h"].get<double>() / 1e6, b["hbm_read"].get<double>() / 1e6,
                 b["hbm_write"].get<double>() / 1e6, b["host_read"].get<double>() / 1e6,
                 b["host_write"].get<double>() / 1e6, device == "none" ? "" : ("device " + device).c_str());
+  }
+  for (const auto& m : j["results"]) {
+    // Plans that did not fit beside the rows pinned by batches in flight wait for them to retire:
+    // the run is right, but its prefetch overlapped less than the pipeline allows.
+    const json* c = m.contains("cache") ? &m["cache"] : nullptr;
+    if (c && c->contains("deferred") && (*c)["deferred"].get<std::int64_t>() > 0)
+      std::printf(
+          "%-12s %lld table plans waited for batches in flight to retire (the cache is small for --pipeline %d)\n",
+          m["mode"].get<std::string>().c_str(), static_cast<long long>((*c)["deferred"].get<std::int64_t>()),
+          o.pipeline);
   }
   std::printf("sequential read bandwidth (same run, %d threads): %.2f GB/s\n", o.threads, read_gbs);
   std::printf("\n%-12s %12s %12s %12s %12s  (memory)\n", "mode", "peak RSS", "RSS at start", "host tables",

@@ -13,6 +13,7 @@ CacheStats& CacheStats::operator+=(const CacheStats& o) noexcept {
   writebacks += o.writebacks;
   bytes_filled += o.bytes_filled;
   bytes_written_back += o.bytes_written_back;
+  deferred += o.deferred;
   return *this;
 }
 
@@ -24,6 +25,7 @@ CacheStats& CacheStats::operator-=(const CacheStats& o) noexcept {
   writebacks -= o.writebacks;
   bytes_filled -= o.bytes_filled;
   bytes_written_back -= o.bytes_written_back;
+  deferred -= o.deferred;
   return *this;
 }
 
@@ -31,7 +33,8 @@ namespace {
 // lookahead: the half-life of the frequency sketch, and the ticks of recency one frequency level
 // is worth in the eviction order (a quarter doubling of the decayed count: half_life / 4).
 std::uint64_t half_life(const CachePoolOptions& o) {
-  return static_cast<std::uint64_t>(std::max<std::int64_t>(1, o.half_life > 0 ? o.half_life : kDefaultHalfLifeSlots * o.slots));
+  return static_cast<std::uint64_t>(
+      std::max<std::int64_t>(1, o.half_life > 0 ? o.half_life : kDefaultHalfLifeSlots * o.slots));
 }
 std::uint64_t level_step(const CachePoolOptions& o) {
   if (o.policy != Policy::kLookahead) return 0;
@@ -52,7 +55,8 @@ CachePool::CachePool(CachePoolOptions options)
   STRATA_CHECK(opt_.tables.size() <= (std::size_t{1} << 16));              // tables are 16-bit in cache keys
   for (const PoolTable& t : opt_.tables) any_cap_ = any_cap_ || t.cap > 0;
   table_order_.reserve(opt_.tables.size());
-  for (const PoolTable& t : opt_.tables) table_order_.emplace_back(t.cap > 0 ? std::min(t.cap, opt_.slots) : 0, level_step(opt_));
+  for (const PoolTable& t : opt_.tables)
+    table_order_.emplace_back(t.cap > 0 ? std::min(t.cap, opt_.slots) : 0, level_step(opt_));
   free_.reserve(static_cast<std::size_t>(opt_.slots));
   // Popped from the back: slot 0 is used first.
   for (std::int64_t s = opt_.slots - 1; s >= 0; --s) free_.push_back(s);
@@ -228,26 +232,26 @@ Result<PoolProbe> CachePool::probe(std::int64_t seq, const std::vector<FeatureKe
     const std::int64_t cap = opt_.tables[t].cap;
     if (cap <= 0) continue;
     if (unique[t] > cap)
-      return Status::resource_exhausted("table '" + opt_.tables[t].name + "' in cache pool " + opt_.name + ": the batch has " +
-                                        std::to_string(unique[t]) + " unique rows but the table's cache cap is " +
-                                        std::to_string(cap) + " slots");
+      return Status::resource_exhausted("table '" + opt_.tables[t].name + "' in cache pool " + opt_.name +
+                                        ": the batch has " + std::to_string(unique[t]) +
+                                        " unique rows but the table's cache cap is " + std::to_string(cap) + " slots");
     if (misses[t] > cap - table_[t].pinned - hits_unpinned[t])
-      return Status::resource_exhausted("table '" + opt_.tables[t].name + "' in cache pool " + opt_.name + ": the batch needs " +
-                                        std::to_string(misses[t]) + " new slots but only " +
+      return Status::resource_exhausted("table '" + opt_.tables[t].name + "' in cache pool " + opt_.name +
+                                        ": the batch needs " + std::to_string(misses[t]) + " new slots but only " +
                                         std::to_string(cap - table_[t].pinned - hits_unpinned[t]) + " of its cap of " +
                                         std::to_string(cap) + " are not pinned by batches in flight");
   }
   if (total_unique > opt_.slots)
-    return Status::resource_exhausted("cache pool " + opt_.name + ": the batch has " +
-                                      std::to_string(total_unique) + " unique rows (" + table_list(opt_, unique) +
-                                      ") but the cache holds only " + std::to_string(opt_.slots) + " rows");
+    return Status::resource_exhausted("cache pool " + opt_.name + ": the batch has " + std::to_string(total_unique) +
+                                      " unique rows (" + table_list(opt_, unique) + ") but the cache holds only " +
+                                      std::to_string(opt_.slots) + " rows");
   const std::int64_t evictable = opt_.slots - pinned_total_ - total_hits_unpinned;
   if (total_misses > evictable)
-    return Status::resource_exhausted("cache pool " + opt_.name + ": the batch needs " +
-                                      std::to_string(total_misses) + " new slots but only " + std::to_string(evictable) +
-                                      " of " + std::to_string(opt_.slots) + " are free or evictable (" +
-                                      std::to_string(pinned_total_) +
-                                      " pinned by batches in flight); raise the cache capacity or keep fewer batches in flight");
+    return Status::resource_exhausted(
+        "cache pool " + opt_.name + ": the batch needs " + std::to_string(total_misses) + " new slots but only " +
+        std::to_string(evictable) + " of " + std::to_string(opt_.slots) + " are free or evictable (" +
+        std::to_string(pinned_total_) +
+        " pinned by batches in flight); raise the cache capacity or keep fewer batches in flight");
   return p;
 }
 
@@ -261,7 +265,7 @@ std::int64_t CachePool::take_victim(int table) {
     free_.pop_back();
   } else {
     slot = (capped ? table_order_[t] : order_).min(version_.data());
-    STRATA_CHECK(slot >= 0);  // probe() guaranteed room
+    STRATA_CHECK(slot >= 0);                     // probe() guaranteed room
     ++version_[static_cast<std::size_t>(slot)];  // leaves the order
     if (any_cap_) --table_[slots_[static_cast<std::size_t>(slot)].table()].count;
   }
@@ -432,7 +436,8 @@ void CachePool::retire(const PoolPlan& plan, bool updated) {
         __builtin_prefetch(&version_[static_cast<std::size_t>(us[u])]);
       }
       if (ranked_by_uses)
-        for (std::size_t u = b; u < e; ++u) order_.prefetch_ranked(ranked_bucket(slots_[static_cast<std::size_t>(us[u])]));
+        for (std::size_t u = b; u < e; ++u)
+          order_.prefetch_ranked(ranked_bucket(slots_[static_cast<std::size_t>(us[u])]));
       for (std::size_t u = b; u < e; ++u) {
         const Key slot = us[u];
         Slot& s = slots_[static_cast<std::size_t>(slot)];
@@ -496,7 +501,8 @@ CacheStats CachePool::pool_stats() const {
 
 void expand_slots(const UniqueKeys& u, const std::vector<Key>& unique_slots, Key* out) {
   for (std::size_t i = 0; i < unique_slots.size(); ++i)
-    for (std::int64_t p = u.offsets[i]; p < u.offsets[i + 1]; ++p) out[u.positions[static_cast<std::size_t>(p)]] = unique_slots[i];
+    for (std::int64_t p = u.offsets[i]; p < u.offsets[i + 1]; ++p)
+      out[u.positions[static_cast<std::size_t>(p)]] = unique_slots[i];
 }
 
 }  // namespace strata::cache

@@ -36,31 +36,37 @@ namespace strata::cache {
 
 /// Counters of a table or a pool.
 struct CacheStats {
-  std::int64_t accesses = 0;    ///< unique (batch, row) lookups planned
-  std::int64_t hits = 0;        ///< of which already resident
-  std::int64_t misses = 0;      ///< of which filled from the host
-  std::int64_t evictions = 0;   ///< resident rows dropped to make room
-  std::int64_t writebacks = 0;  ///< dirty rows copied back to the host (evictions and flushes)
-  std::int64_t bytes_filled = 0;       ///< record bytes moved host -> device
-  std::int64_t bytes_written_back = 0; ///< record bytes moved device -> host
-  double hit_rate() const noexcept { return accesses ? static_cast<double>(hits) / static_cast<double>(accesses) : 0.0; }
+  std::int64_t accesses = 0;            ///< unique (batch, row) lookups planned
+  std::int64_t hits = 0;                ///< of which already resident
+  std::int64_t misses = 0;              ///< of which filled from the host
+  std::int64_t evictions = 0;           ///< resident rows dropped to make room
+  std::int64_t writebacks = 0;          ///< dirty rows copied back to the host (evictions and flushes)
+  std::int64_t bytes_filled = 0;        ///< record bytes moved host -> device
+  std::int64_t bytes_written_back = 0;  ///< record bytes moved device -> host
+  /// Batches (counted once per table they touch) whose plan did not fit beside the rows pinned by
+  /// batches in flight when it was due: planned later, once batches retired, so their prefetch
+  /// overlapped less (counted by the store's cached engine, not by the pool).
+  std::int64_t deferred = 0;
+  double hit_rate() const noexcept {
+    return accesses ? static_cast<double>(hits) / static_cast<double>(accesses) : 0.0;
+  }
   CacheStats& operator+=(const CacheStats& o) noexcept;
   CacheStats& operator-=(const CacheStats& o) noexcept;
 };
 
 /// One table served by a pool.
 struct PoolTable {
-  std::string name;          ///< for error messages
-  std::int64_t cap = 0;      ///< max slots this table may hold (0: no cap)
+  std::string name;      ///< for error messages
+  std::int64_t cap = 0;  ///< max slots this table may hold (0: no cap)
 };
 
 /// Shape and policy of a pool.
 struct CachePoolOptions {
-  std::int64_t slots = 0;           ///< capacity in rows (> 0)
-  Policy policy = Policy::kLru;     ///< replacement policy
-  std::int64_t record_bytes = 0;    ///< bytes per slot record (weights + state), for the byte counters
-  std::string name;                 ///< e.g. "dim 64" for messages
-  std::vector<PoolTable> tables;    ///< tables of the pool; FeatureKeys::table indexes this
+  std::int64_t slots = 0;         ///< capacity in rows (> 0)
+  Policy policy = Policy::kLru;   ///< replacement policy
+  std::int64_t record_bytes = 0;  ///< bytes per slot record (weights + state), for the byte counters
+  std::string name;               ///< e.g. "dim 64" for messages
+  std::vector<PoolTable> tables;  ///< tables of the pool; FeatureKeys::table indexes this
   /// lookahead: half-life, in unique rows planned, of the frequency that ranks rows with no use in
   /// the window (cache/policy.hpp); 0: kDefaultHalfLifeSlots x slots.
   std::int64_t half_life = 0;
@@ -75,8 +81,8 @@ inline constexpr std::int64_t kDefaultHalfLifeSlots = 16;
 
 /// One table's deduplicated keys in a batch.
 struct FeatureKeys {
-  int table = 0;                      ///< index into CachePoolOptions::tables
-  const UniqueKeys* unique = nullptr; ///< the feature's unique rows (host), alive during the call
+  int table = 0;                       ///< index into CachePoolOptions::tables
+  const UniqueKeys* unique = nullptr;  ///< the feature's unique rows (host), alive during the call
 };
 
 /// A row moving between a slot and the host table.
@@ -88,10 +94,10 @@ struct Transfer {
 
 /// The result of planning one batch in one pool.
 struct PoolPlan {
-  std::int64_t seq = 0;                          ///< the batch's sequence number
-  std::vector<std::vector<Key>> unique_slots;    ///< per feature: slot of each unique row (same order)
-  std::vector<Transfer> writebacks;              ///< dirty victims: copy slot -> host before the fills
-  std::vector<Transfer> fills;                   ///< misses: copy host -> slot
+  std::int64_t seq = 0;                        ///< the batch's sequence number
+  std::vector<std::vector<Key>> unique_slots;  ///< per feature: slot of each unique row (same order)
+  std::vector<Transfer> writebacks;            ///< dirty victims: copy slot -> host before the fills
+  std::vector<Transfer> fills;                 ///< misses: copy host -> slot
   std::int64_t hits = 0, misses = 0;
 };
 
@@ -193,11 +199,11 @@ class alignas(64) CachePool {
   CachePoolOptions opt_;
   detail::KeyMap index_;
   std::vector<Slot> slots_;
-  std::vector<std::uint32_t> version_;     // per slot: bumped when it leaves the eviction order or is re-queued
+  std::vector<std::uint32_t> version_;  // per slot: bumped when it leaves the eviction order or is re-queued
   std::vector<std::int64_t> free_;
-  detail::EvictionOrder order_;            // every evictable slot
+  detail::EvictionOrder order_;                     // every evictable slot
   std::vector<detail::EvictionOrder> table_order_;  // per table: its evictable slots (kept for tables with a cap)
-  bool any_cap_ = false;                   // some table has a cap
+  bool any_cap_ = false;                            // some table has a cap
   // Per table: its statistics, resident slots (exact only when any_cap_) and pinned slots. A cache
   // line or two of its own each (written on every pin), so that pools planned on different cores
   // (ShardedPool) never write the same line.
@@ -209,21 +215,21 @@ class alignas(64) CachePool {
   std::vector<TableState> table_;
   std::int64_t resident_ = 0, pinned_total_ = 0;
   std::uint64_t tick_ = 0;
-  detail::WindowMap window_;               // lookahead: uses of each key in the window
-  detail::FrequencySketch sketch_;         // lookahead: recent use frequency of every key, resident or not
+  detail::WindowMap window_;        // lookahead: uses of each key in the window
+  detail::FrequencySketch sketch_;  // lookahead: recent use frequency of every key, resident or not
   struct Miss {
     std::uint64_t key;      // cache key of the row to fill
     std::int64_t slot;      // its slot
     std::uint32_t feature;  // index into the probe's features
     std::uint32_t u;        // index into the feature's unique rows
   };
-  std::vector<Miss> misses_;               // commit() scratch
+  std::vector<Miss> misses_;  // commit() scratch
   struct First {
-    std::uint64_t hash;     // of the row's cache key
-    std::uint32_t u;        // index into the feature's unique rows
+    std::uint64_t hash;  // of the row's cache key
+    std::uint32_t u;     // index into the feature's unique rows
   };
-  std::vector<First> first_;               // window_push() scratch: rows with no use in the window before
-  std::vector<std::uint32_t> hit_rows_;    // commit() scratch
+  std::vector<First> first_;             // window_push() scratch: rows with no use in the window before
+  std::vector<std::uint32_t> hit_rows_;  // commit() scratch
 };
 
 /// Expands per-unique slots to per-lookup slots: out[positions[p]] = unique_slots[u] (CSR of `u`).

@@ -41,26 +41,27 @@ void for_each_shard(std::size_t shards, const Fn& fn) {
 
 Status ShardedPool::validate(const CachePoolOptions& options, int shards) {
   if (shards < 1)
-    return Status::invalid_argument("cache pool " + options.name + ": planner shards " + std::to_string(shards) + " must be >= 1");
+    return Status::invalid_argument("cache pool " + options.name + ": planner shards " + std::to_string(shards) +
+                                    " must be >= 1");
   if (options.tables.size() > (std::size_t{1} << 16))
     return Status::invalid_argument("cache pool " + options.name + ": " + std::to_string(options.tables.size()) +
                                     " tables share it, more than the 65536 a pool's cache keys can tell apart");
   const std::int64_t largest = (options.slots + shards - 1) / shards;
   if (largest > kMaxShardSlots)
-    return Status::invalid_argument("cache pool " + options.name + ": " + std::to_string(options.slots) + " rows in " +
-                                    std::to_string(shards) + " planner shards puts " + std::to_string(largest) +
-                                    " in a shard, more than the " + std::to_string(kMaxShardSlots) +
-                                    " one can hold; use at least " +
-                                    std::to_string((options.slots + kMaxShardSlots - 1) / kMaxShardSlots) + " planner shards");
+    return Status::invalid_argument(
+        "cache pool " + options.name + ": " + std::to_string(options.slots) + " rows in " + std::to_string(shards) +
+        " planner shards puts " + std::to_string(largest) + " in a shard, more than the " +
+        std::to_string(kMaxShardSlots) + " one can hold; use at least " +
+        std::to_string((options.slots + kMaxShardSlots - 1) / kMaxShardSlots) + " planner shards");
   if (options.slots < shards)
-    return Status::invalid_argument("cache pool " + options.name + ": " + std::to_string(options.slots) +
-                                    " rows cannot be split into " + std::to_string(shards) +
-                                    " planner shards (each needs at least one row); use fewer shards or a larger cache");
+    return Status::invalid_argument(
+        "cache pool " + options.name + ": " + std::to_string(options.slots) + " rows cannot be split into " +
+        std::to_string(shards) + " planner shards (each needs at least one row); use fewer shards or a larger cache");
   for (const PoolTable& t : options.tables)
     if (t.cap > 0 && t.cap < shards)
-      return Status::invalid_argument("table '" + t.name + "': a cache cap of " + std::to_string(t.cap) +
-                                      " rows cannot be split into " + std::to_string(shards) +
-                                      " planner shards (each needs at least one row); use fewer shards or a larger cap");
+      return Status::invalid_argument(
+          "table '" + t.name + "': a cache cap of " + std::to_string(t.cap) + " rows cannot be split into " +
+          std::to_string(shards) + " planner shards (each needs at least one row); use fewer shards or a larger cap");
   return Status::ok();
 }
 
@@ -217,7 +218,8 @@ void ShardedPool::mark_clean(const std::vector<Transfer>& rows) {
   std::vector<std::vector<Transfer>> local(shards_.size());
   for (const Transfer& t : rows) {
     // The shard owning the slot: the last whose first slot is at or below it.
-    const auto s = static_cast<std::size_t>(std::upper_bound(offset_.begin(), offset_.end(), t.slot) - offset_.begin() - 1);
+    const auto s =
+        static_cast<std::size_t>(std::upper_bound(offset_.begin(), offset_.end(), t.slot) - offset_.begin() - 1);
     local[s].push_back({t.slot - offset_[s], t.table, t.row});
   }
   for (std::size_t s = 0; s < shards_.size(); ++s) shards_[s]->mark_clean(local[s]);
@@ -237,6 +239,37 @@ std::int64_t ShardedPool::pinned() const noexcept {
   std::int64_t n = 0;
   for (const auto& shard : shards_) n += shard->pinned();
   return n;
+}
+
+Status ShardedPool::check_fits(const std::vector<FeatureKeys>& features) const {
+  const std::size_t S = shards_.size();
+  // rows[s][f]: rows of feature f that hash to shard s (S = 1: every row, no hashing).
+  std::vector<std::vector<std::int64_t>> rows(S, std::vector<std::int64_t>(features.size(), 0));
+  for (std::size_t f = 0; f < features.size(); ++f) {
+    const UniqueKeys& u = *features[f].unique;
+    if (S == 1) {
+      rows[0][f] = u.size();
+      continue;
+    }
+    for (Key k : u.keys) ++rows[shard_of(detail::KeyMap::hash(CachePool::cache_key(features[f].table, k)))][f];
+  }
+  for (std::size_t s = 0; s < S; ++s) {
+    const CachePoolOptions& so = shards_[s]->options();
+    std::int64_t total = 0;
+    for (std::size_t f = 0; f < features.size(); ++f) {
+      total += rows[s][f];
+      const PoolTable& pt = so.tables[static_cast<std::size_t>(features[f].table)];
+      if (pt.cap > 0 && rows[s][f] > pt.cap)
+        return Status::resource_exhausted("table '" + pt.name + "'" + (S == 1 ? "" : " in cache pool " + so.name) +
+                                          ": " + std::to_string(rows[s][f]) +
+                                          " unique rows exceed the table's cache cap of " + std::to_string(pt.cap) +
+                                          " rows");
+    }
+    if (total > so.slots)
+      return Status::resource_exhausted(std::to_string(total) + " unique rows exceed the capacity of cache pool " +
+                                        so.name + " (" + std::to_string(so.slots) + " rows)");
+  }
+  return Status::ok();
 }
 
 std::int64_t ShardedPool::slot_of(int table, Key row) const noexcept {

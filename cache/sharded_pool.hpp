@@ -24,8 +24,8 @@ namespace strata::cache {
 /// What probe() found; consumed by commit(). Valid only until the pool changes.
 struct ShardedProbe {
   std::int64_t seq = 0;
-  std::int64_t misses = 0;         ///< rows to fill, over every shard
-  std::vector<PoolProbe> shards;   ///< per shard
+  std::int64_t misses = 0;        ///< rows to fill, over every shard
+  std::vector<PoolProbe> shards;  ///< per shard
   // S > 1: per shard, per feature: the feature's rows that hash to the shard (keys only), and the
   // index of each in the feature's unique rows. The shards' probes point into `keys`.
   std::vector<std::vector<UniqueKeys>> keys;
@@ -52,6 +52,12 @@ class ShardedPool {
 
   const CachePoolOptions& options() const noexcept { return opt_; }
   int shards() const noexcept { return static_cast<int>(shards_.size()); }
+
+  /// Whether a batch fits the pool when nothing is pinned: its rows within every shard's slots and
+  /// each table's rows within its cap (in every shard). A batch refused here can never be planned;
+  /// one accepted is refused by probe() only while rows pinned by batches in flight crowd it out.
+  /// Errors name the table or the pool (and the shard when S > 1) with the numbers. No state change.
+  Status check_fits(const std::vector<FeatureKeys>& features) const;
 
   /// As CachePool's, split by shard.
   void window_push(std::int64_t seq, const std::vector<FeatureKeys>& features);
@@ -91,8 +97,8 @@ class ShardedPool {
 
   CachePoolOptions opt_;
   std::vector<std::unique_ptr<CachePool>> shards_;
-  std::vector<std::int64_t> offset_;                 // per shard: its first global slot
-  std::vector<std::vector<UniqueKeys>> window_keys_; // per shard: window_push/window_drop scratch
+  std::vector<std::int64_t> offset_;                  // per shard: its first global slot
+  std::vector<std::vector<UniqueKeys>> window_keys_;  // per shard: window_push/window_drop scratch
 };
 
 }  // namespace strata::cache

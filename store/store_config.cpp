@@ -13,11 +13,16 @@ using nlohmann::json;
 
 const char* to_string(Placement p) noexcept {
   switch (p) {
-    case Placement::kCpu: return "cpu";
-    case Placement::kOffload: return "offload";
-    case Placement::kCached: return "cached";
-    case Placement::kGpu: return "gpu";
-    case Placement::kHybrid: return "hybrid";
+    case Placement::kCpu:
+      return "cpu";
+    case Placement::kOffload:
+      return "offload";
+    case Placement::kCached:
+      return "cached";
+    case Placement::kGpu:
+      return "gpu";
+    case Placement::kHybrid:
+      return "hybrid";
   }
   return "?";
 }
@@ -76,8 +81,10 @@ Status validate_cache(const TableConfig& t) {
                                     " (expected rows >= 0, bytes >= 0, fraction in [0, 1])");
   if ((c.rows > 0) + (c.bytes > 0) + (c.fraction > 0) > 1)
     return Status::invalid_argument(who + "size is given more than once (set one of rows, bytes, fraction)");
-  if (t.placement != Placement::kCached && t.placement != Placement::kHybrid && (c.rows > 0 || c.bytes > 0 || c.fraction > 0 || c.cap))
-    return Status::invalid_argument(who + "size given but the placement is " + to_string(t.placement) + " (expected cached or hybrid)");
+  if (t.placement != Placement::kCached && t.placement != Placement::kHybrid &&
+      (c.rows > 0 || c.bytes > 0 || c.fraction > 0 || c.cap))
+    return Status::invalid_argument(who + "size given but the placement is " + to_string(t.placement) +
+                                    " (expected cached or hybrid)");
   return Status::ok();
 }
 
@@ -87,8 +94,9 @@ Status validate_sharding(const TableConfig& t) {
   const dispatch::ShardingPlan& p = t.sharding;
   const dispatch::ShardingPlan none;
   if (!sharded(t.placement) && (p.type != none.type || p.owner != none.owner))
-    return Status::invalid_argument("table '" + t.spec.name + "': sharding " + dispatch::to_string(p.type) + " given but the placement is " +
-                                    to_string(t.placement) + " (expected gpu or hybrid)");
+    return Status::invalid_argument("table '" + t.spec.name + "': sharding " + dispatch::to_string(p.type) +
+                                    " given but the placement is " + to_string(t.placement) +
+                                    " (expected gpu or hybrid)");
   // The world size is known at open (Store::open checks the plan against it); here the smallest
   // world the plan can mean.
   return dispatch::validate_plan(t.spec, p, std::max(1, p.owner + 1));
@@ -105,7 +113,8 @@ Status validate(const StoreConfig& c) {
     STRATA_RETURN_IF_ERROR(validate_cache(t));
     STRATA_RETURN_IF_ERROR(validate_sharding(t));
   }
-  if (c.cache.policy != cache::Policy::kLru && c.cache.policy != cache::Policy::kLfu && c.cache.policy != cache::Policy::kLookahead)
+  if (c.cache.policy != cache::Policy::kLru && c.cache.policy != cache::Policy::kLfu &&
+      c.cache.policy != cache::Policy::kLookahead)
     return Status::invalid_argument("cache policy " + std::to_string(static_cast<int>(c.cache.policy)) +
                                     " is not a policy (expected lru, lfu or lookahead)");
   if (c.cache.max_in_flight < 1)
@@ -115,15 +124,20 @@ Status validate(const StoreConfig& c) {
                                     " must be in [0, max_in_flight) = [0, " + std::to_string(c.cache.max_in_flight) +
                                     "): the staging ring must hold the window plus the batch being planned");
   if (c.cache.preview < 0 || c.cache.preview > kMaxPreview)
-    return Status::invalid_argument("cache preview " + std::to_string(c.cache.preview) + " must be in [0, " + std::to_string(kMaxPreview) +
-                                    "] (batches previewed and not yet submitted)");
+    return Status::invalid_argument("cache preview " + std::to_string(c.cache.preview) + " must be in [0, " +
+                                    std::to_string(kMaxPreview) + "] (batches previewed and not yet submitted)");
   if (c.cache.planner_shards < 1 || c.cache.planner_shards > kMaxPlannerShards)
-    return Status::invalid_argument("cache planner_shards " + std::to_string(c.cache.planner_shards) + " must be in [1, " +
-                                    std::to_string(kMaxPlannerShards) + "] (cores planning each cache pool)");
+    return Status::invalid_argument("cache planner_shards " + std::to_string(c.cache.planner_shards) +
+                                    " must be in [1, " + std::to_string(kMaxPlannerShards) +
+                                    "] (cores planning each cache pool)");
+  if (c.cache.flush_every < 0)
+    return Status::invalid_argument("cache flush_every " + std::to_string(c.cache.flush_every) +
+                                    " must be >= 0 (0: no periodic flush)");
   if (c.device.capacity < 0)
     return Status::invalid_argument("device capacity " + std::to_string(c.device.capacity) + " must be >= 0");
   if (c.device.emu_max_delay_us < 0)
-    return Status::invalid_argument("device emu_max_delay_us " + std::to_string(c.device.emu_max_delay_us) + " must be >= 0");
+    return Status::invalid_argument("device emu_max_delay_us " + std::to_string(c.device.emu_max_delay_us) +
+                                    " must be >= 0");
   if (c.threads < 0) return Status::invalid_argument("threads " + std::to_string(c.threads) + " must be >= 0");
   if (c.numa_node < 0) return Status::invalid_argument("numa_node " + std::to_string(c.numa_node) + " must be >= 0");
   if (c.fake_numa_nodes < 0 || c.fake_numa_nodes > 64)
@@ -250,11 +264,13 @@ Status parse_device_and_cache(const json& j, StoreConfig& c, std::set<std::strin
     STRATA_RETURN_IF_ERROR(get(*it, "max_in_flight", c.cache.max_in_flight, k2, "config.cache"));
     STRATA_RETURN_IF_ERROR(get(*it, "preview", c.cache.preview, k2, "config.cache"));
     STRATA_RETURN_IF_ERROR(get(*it, "planner_shards", c.cache.planner_shards, k2, "config.cache"));
+    STRATA_RETURN_IF_ERROR(get(*it, "flush_every", c.cache.flush_every, k2, "config.cache"));
     STRATA_RETURN_IF_ERROR(check_unknown(*it, k2, "config.cache"));
   }
   std::string gather = to_string(c.offload_gather);
   STRATA_RETURN_IF_ERROR(get(j, "offload_gather", gather, known, "config"));
   STRATA_ASSIGN_OR_RETURN(c.offload_gather, parse_offload_gather(gather));
+  STRATA_RETURN_IF_ERROR(get(j, "accept_nonfinite_gradients", c.accept_nonfinite_gradients, known, "config"));
   return Status::ok();
 }
 
@@ -314,32 +330,33 @@ std::string to_json(const StoreConfig& c) {
                  {"capacity", c.device.capacity},
                  {"emu_max_delay_us", c.device.emu_max_delay_us},
                  {"emu_fail_after_ops", c.device.emu_fail_after_ops}};
-  j["cache"] = {{"policy", cache::to_string(c.cache.policy)},
-                {"lookahead", c.cache.lookahead},
-                {"max_in_flight", c.cache.max_in_flight},
-                {"preview", c.cache.preview},
-                {"planner_shards", c.cache.planner_shards}};
+  j["cache"] = {{"policy", cache::to_string(c.cache.policy)}, {"lookahead", c.cache.lookahead},
+                {"max_in_flight", c.cache.max_in_flight},     {"preview", c.cache.preview},
+                {"planner_shards", c.cache.planner_shards},   {"flush_every", c.cache.flush_every}};
   j["offload_gather"] = to_string(c.offload_gather);
+  j["accept_nonfinite_gradients"] = c.accept_nonfinite_gradients;
   j["tables"] = json::array();
   for (const auto& t : c.tables) {
     const OptimizerSpec& o = t.spec.optimizer;
-    j["tables"].push_back({{"name", t.spec.name},
-                           {"rows", t.spec.rows},
-                           {"dim", t.spec.dim},
-                           {"dtype", to_string(t.spec.dtype)},
-                           {"pooling", to_string(t.spec.pooling)},
-                           {"placement", to_string(t.placement)},
-                           {"init", {{"bound", t.spec.init.bound}, {"seed", t.spec.init.seed}}},
-                           {"optimizer",
-                            {{"kind", to_string(o.kind)},
-                             {"learning_rate", o.learning_rate},
-                             {"eps", o.eps},
-                             {"beta1", o.beta1},
-                             {"beta2", o.beta2},
-                             {"weight_decay", o.weight_decay},
-                             {"initial_accumulator", o.initial_accumulator}}},
-                           {"cache", {{"rows", t.cache.rows}, {"bytes", t.cache.bytes}, {"fraction", t.cache.fraction}, {"cap", t.cache.cap}}},
-                           {"sharding", {{"type", dispatch::to_string(t.sharding.type)}, {"owner", t.sharding.owner}}}});
+    j["tables"].push_back(
+        {{"name", t.spec.name},
+         {"rows", t.spec.rows},
+         {"dim", t.spec.dim},
+         {"dtype", to_string(t.spec.dtype)},
+         {"pooling", to_string(t.spec.pooling)},
+         {"placement", to_string(t.placement)},
+         {"init", {{"bound", t.spec.init.bound}, {"seed", t.spec.init.seed}}},
+         {"optimizer",
+          {{"kind", to_string(o.kind)},
+           {"learning_rate", o.learning_rate},
+           {"eps", o.eps},
+           {"beta1", o.beta1},
+           {"beta2", o.beta2},
+           {"weight_decay", o.weight_decay},
+           {"initial_accumulator", o.initial_accumulator}}},
+         {"cache",
+          {{"rows", t.cache.rows}, {"bytes", t.cache.bytes}, {"fraction", t.cache.fraction}, {"cap", t.cache.cap}}},
+         {"sharding", {{"type", dispatch::to_string(t.sharding.type)}, {"owner", t.sharding.owner}}}});
   }
   return j.dump(2);
 }

@@ -57,13 +57,19 @@ enum class OffloadGather {
 /// hundreds of batches costs host memory for their unique keys and nothing on the device).
 struct CacheConfig {
   cache::Policy policy = cache::Policy::kLru;  ///< replacement policy
-  int lookahead = 0;        ///< submitted batches the planner waits for beyond the one it plans (lookahead policy); < max_in_flight
-  int max_in_flight = 8;    ///< batches submitted and not yet retired (staging ring entries)
-  int preview = 0;          ///< most batches previewed (Store::preview) and not yet submitted, in [0, kMaxPreview]; 0: no previews
+  int lookahead =
+      0;  ///< submitted batches the planner waits for beyond the one it plans (lookahead policy); < max_in_flight
+  int max_in_flight = 8;  ///< batches submitted and not yet retired (staging ring entries)
+  int preview =
+      0;  ///< most batches previewed (Store::preview) and not yet submitted, in [0, kMaxPreview]; 0: no previews
   /// Cores that plan each slot pool, in [1, kMaxPlannerShards]: the pool's slots are split into
   /// this many shards planned in parallel (cache/sharded_pool.hpp; rows are ranked within their
   /// shard). Every shard of a pool, and of a capped table's cap, needs at least one row.
   int planner_shards = 1;
+  /// Every `flush_every` backward calls (store steps) the store flushes (Store::flush): host memory
+  /// then holds every update up to that step, which bounds what a device fault can lose (README,
+  /// "When the device fails"). 0: only explicit flushes, save and close write cached rows back.
+  std::int64_t flush_every = 0;
 };
 
 /// Upper bound of CacheConfig::planner_shards.
@@ -80,23 +86,26 @@ enum class NumaPolicy {
 
 /// One table and its placement.
 struct TableConfig {
-  TableSpec spec;                       ///< shape, pooling, initializer, optimizer
-  Placement placement = Placement::kCpu;///< placement mode of this table
-  TableCacheConfig cache;               ///< `cached` and `hybrid` (per rank: a fraction of the rank's shard)
-  dispatch::ShardingPlan sharding;      ///< `gpu` and `hybrid`: how the table is split over the ranks
+  TableSpec spec;                         ///< shape, pooling, initializer, optimizer
+  Placement placement = Placement::kCpu;  ///< placement mode of this table
+  TableCacheConfig cache;                 ///< `cached` and `hybrid` (per rank: a fraction of the rank's shard)
+  dispatch::ShardingPlan sharding;        ///< `gpu` and `hybrid`: how the table is split over the ranks
 };
 
 /// Everything Store::open needs.
 struct StoreConfig {
-  std::vector<TableConfig> tables;  ///< at least one; names unique
-  int threads = 0;                  ///< worker threads for kernels (0: all cores)
-  NumaPolicy numa = NumaPolicy::kInterleave;  ///< host table placement
-  int numa_node = 0;                ///< node for NumaPolicy::kBind
-  bool huge_pages = true;           ///< back host tables with transparent huge pages
-  int fake_numa_nodes = 0;          ///< > 0: pretend the machine has this many nodes (tests)
-  DeviceConfig device;              ///< device of offload/cached tables
-  CacheConfig cache;                ///< cache and prefetcher of cached tables
+  std::vector<TableConfig> tables;                        ///< at least one; names unique
+  int threads = 0;                                        ///< worker threads for kernels (0: all cores)
+  NumaPolicy numa = NumaPolicy::kInterleave;              ///< host table placement
+  int numa_node = 0;                                      ///< node for NumaPolicy::kBind
+  bool huge_pages = true;                                 ///< back host tables with transparent huge pages
+  int fake_numa_nodes = 0;                                ///< > 0: pretend the machine has this many nodes (tests)
+  DeviceConfig device;                                    ///< device of offload/cached tables
+  CacheConfig cache;                                      ///< cache and prefetcher of cached tables
   OffloadGather offload_gather = OffloadGather::kDevice;  ///< lookups of offload tables
+  /// backward refuses gradients holding NaN or +-Inf (naming the table and the bag), so they never
+  /// reach rows or optimizer state; true accepts them (for trainers that clip or skip elsewhere).
+  bool accept_nonfinite_gradients = false;
 };
 
 /// Rows of a cached table's share of its pool (resolving rows/bytes/fraction); >= 1.
@@ -126,8 +135,8 @@ Status validate(const StoreConfig& config);
 ///    "device": {"backend": "auto"|"cuda"|"emu", "ordinal": 0, "capacity": 0,
 ///               "emu_max_delay_us": 0, "emu_fail_after_ops": -1},
 ///    "cache": {"policy": "lru"|"lfu"|"lookahead", "lookahead": 0, "max_in_flight": 8, "preview": 0,
-///              "planner_shards": 1},
-///    "offload_gather": "device"|"cpu"}
+///              "planner_shards": 1, "flush_every": 0},
+///    "offload_gather": "device"|"cpu", "accept_nonfinite_gradients": false}
 /// Unknown keys are errors (a typo must not silently fall back to a default). Validates the result.
 Result<StoreConfig> parse_store_config(const std::string& json_text);
 /// Reads and parses a JSON config file.

@@ -7,21 +7,22 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "dispatch/agreement.hpp"
 #include "gpu/device.hpp"
 #include "store/detail/batch_checks.hpp"
 #include "store/detail/cached_engine.hpp"
-#include "dispatch/agreement.hpp"
 #include "store/detail/cpu_engine.hpp"
 #include "store/detail/gpu_engine.hpp"
-#include "store/detail/sharded_engine.hpp"
 #include "store/detail/offload_engine.hpp"
+#include "store/detail/sharded_engine.hpp"
 #include "store/store.hpp"
 
 namespace strata {
 namespace {
 
 Result<std::unique_ptr<gpu::Device>> open_device(const DeviceConfig& d, int threads, int numa_nodes) {
-  const bool want_cuda = d.backend == BackendChoice::kCuda || (d.backend == BackendChoice::kAuto && gpu::cuda_device_count() > 0);
+  const bool want_cuda =
+      d.backend == BackendChoice::kCuda || (d.backend == BackendChoice::kAuto && gpu::cuda_device_count() > 0);
   if (want_cuda) {
     auto dev = gpu::make_cuda_device(d.ordinal, static_cast<std::size_t>(d.capacity), numa_nodes);
     if (!dev) return dev.status().with_context("device backend cuda");
@@ -65,19 +66,31 @@ class StoreImpl final : public Store {
       return Status::invalid_argument("numa_node " + std::to_string(config_.numa_node) + " out of range [0, " +
                                       std::to_string(topo_.num_nodes()) + ")");
     // Engine groups, in the order engines are asked to accept a batch: those that can refuse one
-    // (caches) first, so a refusal needs no rollback of collective work.
-    enum Group { kSharded, kCachedG, kOffloadG, kCpuG, kGpuG, kGroups };
+    // (caches) first, so a refusal needs no rollback of collective work. Engines whose backward
+    // runs on the device come before those that update host memory on the CPU, so that a device
+    // that fails during a backward fails it before any host table changed (see backward()).
+    enum Group { kSharded, kCachedG, kGpuG, kOffloadG, kCpuG, kGroups };
     std::vector<int> group[kGroups];
     for (std::size_t t = 0; t < config_.tables.size(); ++t) {
       const int ti = static_cast<int>(t);
       switch (config_.tables[t].placement) {
-        case Placement::kCpu: group[kCpuG].push_back(ti); break;
-        case Placement::kOffload: group[kOffloadG].push_back(ti); break;
-        case Placement::kCached: group[kCachedG].push_back(ti); break;
+        case Placement::kCpu:
+          group[kCpuG].push_back(ti);
+          break;
+        case Placement::kOffload:
+          group[kOffloadG].push_back(ti);
+          break;
+        case Placement::kCached:
+          group[kCachedG].push_back(ti);
+          break;
         // Without a world, a `gpu` table is a whole table in this device's HBM and a `hybrid` one
         // is a world of one: its shard is the table, cached in this device's HBM.
-        case Placement::kGpu: group[comm_ ? kSharded : kGpuG].push_back(ti); break;
-        case Placement::kHybrid: group[comm_ ? kSharded : kCachedG].push_back(ti); break;
+        case Placement::kGpu:
+          group[comm_ ? kSharded : kGpuG].push_back(ti);
+          break;
+        case Placement::kHybrid:
+          group[comm_ ? kSharded : kCachedG].push_back(ti);
+          break;
       }
     }
     engine_of_.assign(config_.tables.size(), -1);
@@ -95,11 +108,21 @@ class StoreImpl final : public Store {
         if (group[g].empty()) continue;
         Result<std::unique_ptr<detail::Engine>> e = Status::internal("unreachable");
         switch (g) {
-          case kSharded: e = detail::make_sharded_engine(topo_, config_, group[g], ho, *device_, *comm_); break;
-          case kCachedG: e = detail::make_cached_engine(topo_, config_, group[g], ho, *device_); break;
-          case kOffloadG: e = detail::make_offload_engine(topo_, config_, group[g], ho, *device_); break;
-          case kCpuG: e = detail::make_cpu_engine(topo_, config_, group[g], ho); break;
-          case kGpuG: e = detail::make_gpu_engine(config_, group[g], *device_); break;
+          case kSharded:
+            e = detail::make_sharded_engine(topo_, config_, group[g], ho, *device_, *comm_);
+            break;
+          case kCachedG:
+            e = detail::make_cached_engine(topo_, config_, group[g], ho, *device_);
+            break;
+          case kOffloadG:
+            e = detail::make_offload_engine(topo_, config_, group[g], ho, *device_);
+            break;
+          case kCpuG:
+            e = detail::make_cpu_engine(topo_, config_, group[g], ho);
+            break;
+          case kGpuG:
+            e = detail::make_gpu_engine(config_, group[g], *device_);
+            break;
         }
         if (!e) {
           status = e.status();
@@ -155,7 +178,8 @@ class StoreImpl final : public Store {
   }
 
   Status preview(std::int64_t id, const KeyBatch& batch) override {
-    STRATA_ASSIGN_OR_RETURN(std::vector<int> tables, detail::check_preview(id, batch, config_, index_, previews_, batches_.count(id) > 0));
+    STRATA_ASSIGN_OR_RETURN(std::vector<int> tables,
+                            detail::check_preview(id, batch, config_, index_, previews_, batches_.count(id) > 0));
     std::vector<detail::EngineFeatures> parts(engines_.size());
     for (std::size_t i = 0; i < tables.size(); ++i) {
       auto& p = parts[static_cast<std::size_t>(engine_of_[static_cast<std::size_t>(tables[i])])];
@@ -196,17 +220,33 @@ class StoreImpl final : public Store {
     auto found = detail::find_batch(batches_, id, config_, grads, "gradient", true);
     if (!found) return refuse("backward", id, found.status());
     Entry& e = *found.value();
+    // A failed device applies nothing, not even to the tables in host memory: the batch stays in
+    // flight (discard retires it) and the step does not advance.
+    if (device_) {
+      Status dev = device_->status();
+      if (!dev.is_ok()) return refuse("backward", id, dev.with_context("batch " + std::to_string(id) + ": backward"));
+    }
     const std::int64_t t = step_ + 1;
     Status status;
     arena_.execute([&] {
+      // Device engines go first (init's group order): when one fails (the device failed during
+      // this call), the host engines after it retire the batch without applying its gradients.
       for (std::size_t k = 0; k < engines_.size(); ++k) {
         if (!e.parts[k].state) continue;
-        Status s = engines_[k]->backward(*e.parts[k].state, e.batch, e.parts[k].features, grads, t);
-        if (status.is_ok()) status = s;
+        if (status.is_ok()) {
+          status = engines_[k]->backward(*e.parts[k].state, e.batch, e.parts[k].features, grads, t);
+        } else {
+          (void)engines_[k]->discard(*e.parts[k].state, e.batch, e.parts[k].features);
+        }
       }
     });
-    step_ = t;
     batches_.erase(id);
+    if (!status.is_ok()) return status;
+    step_ = t;
+    if (config_.cache.flush_every > 0 && step_ % config_.cache.flush_every == 0)
+      STRATA_RETURN_IF_ERROR(flush().with_context(
+          "batch " + std::to_string(id) + " was applied, then the periodic flush (cache.flush_every) after step " +
+          std::to_string(step_)));
     return status;
   }
 
@@ -255,9 +295,10 @@ class StoreImpl final : public Store {
 
   Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
     Status range = detail::check_row_range(table, row0, n, config_);
-    if (!range.is_ok()) return table >= 0 && static_cast<std::size_t>(table) < config_.tables.size() && &engine(table) == collective_
-                                   ? refuse("read_rows", table * 2 + (state != nullptr), range)
-                                   : range;
+    if (!range.is_ok())
+      return table >= 0 && static_cast<std::size_t>(table) < config_.tables.size() && &engine(table) == collective_
+                 ? refuse("read_rows", table * 2 + (state != nullptr), range)
+                 : range;
     Status status;
     arena_.execute([&] { status = engine(table).read_rows(table, row0, n, weights, state); });
     return status;
@@ -291,7 +332,9 @@ class StoreImpl final : public Store {
     return s;
   }
 
-  detail::Engine& engine(int table) { return *engines_[static_cast<std::size_t>(engine_of_[static_cast<std::size_t>(table)])]; }
+  detail::Engine& engine(int table) {
+    return *engines_[static_cast<std::size_t>(engine_of_[static_cast<std::size_t>(table)])];
+  }
 
   Topology topo_;
   std::shared_ptr<dispatch::Communicator> comm_;
@@ -317,14 +360,15 @@ Result<std::unique_ptr<Store>> open_rank(const StoreConfig& config, std::shared_
     for (std::size_t t = 0; t < config.tables.size(); ++t) {
       const TableConfig& tc = config.tables[t];
       if (comm->size() > 1 && tc.placement != Placement::kGpu && tc.placement != Placement::kHybrid)
-        return Status::invalid_argument("table '" + tc.spec.name + "': placement " + to_string(tc.placement) + " serves one rank; in a world of " +
-                                        std::to_string(comm->size()) + " ranks every table must be gpu or hybrid");
+        return Status::invalid_argument("table '" + tc.spec.name + "': placement " + to_string(tc.placement) +
+                                        " serves one rank; in a world of " + std::to_string(comm->size()) +
+                                        " ranks every table must be gpu or hybrid");
       if (tc.placement == Placement::kGpu || tc.placement == Placement::kHybrid)
         STRATA_RETURN_IF_ERROR(dispatch::validate_plan(tc.spec, tc.sharding, comm->size()));
     }
   }
-  Result<Topology> topo = config.fake_numa_nodes > 0 ? Result<Topology>(Topology::fake(config.fake_numa_nodes))
-                                                      : Topology::discover();
+  Result<Topology> topo =
+      config.fake_numa_nodes > 0 ? Result<Topology>(Topology::fake(config.fake_numa_nodes)) : Topology::discover();
   if (!topo) return topo.status();
   auto store = std::make_unique<StoreImpl>(config, std::move(topo).value(), std::move(comm));
   STRATA_RETURN_IF_ERROR(store->init());
@@ -337,7 +381,9 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config, std::share
   if (!comm) return open_rank(config, nullptr);
   auto store = open_rank(config, comm);
   // Collective: a rank that failed (a shard that does not fit its device, ...) fails them all.
-  Status all = dispatch::agree(*comm, {"open", 0, 0, 0}, store ? Status::ok() : store.status().with_context("rank " + std::to_string(comm->rank())));
+  Status all =
+      dispatch::agree(*comm, {"open", 0, 0, 0},
+                      store ? Status::ok() : store.status().with_context("rank " + std::to_string(comm->rank())));
   if (!all.is_ok()) return all;
   return store;
 }

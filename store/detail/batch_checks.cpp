@@ -1,6 +1,9 @@
 #include "store/detail/batch_checks.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
 
 namespace strata::detail {
 
@@ -50,27 +53,76 @@ Result<std::vector<int>> check_preview(std::int64_t batch_id, const KeyBatch& ba
   const std::string who = "preview of batch " + std::to_string(batch_id);
   const int horizon = config.cache.preview;
   if (horizon == 0)
-    return Status::failed_precondition(who + ": previews are off (cache.preview = 0; expected cache.preview > 0 to allow them)");
+    return Status::failed_precondition(
+        who + ": previews are off (cache.preview = 0; expected cache.preview > 0 to allow them)");
   if (previews.size() >= horizon)
-    return Status::failed_precondition(who + ": " + std::to_string(previews.size()) +
-                                       " batches are previewed and not yet submitted, and cache.preview = " + std::to_string(horizon) +
-                                       " allows no more (submit the oldest first, or drop_previews())");
+    return Status::failed_precondition(
+        who + ": " + std::to_string(previews.size()) +
+        " batches are previewed and not yet submitted, and cache.preview = " + std::to_string(horizon) +
+        " allows no more (submit the oldest first, or drop_previews())");
   if (in_flight)
     return Status::already_exists(who + ": the batch is already in flight (expected a batch not yet submitted)");
   if (previews.size() > 0 && batch_id <= previews.ids().back())
     return Status::invalid_argument(who + ": batch ids of previews must increase (expected an id above " +
-                                    std::to_string(previews.ids().back()) + ", the last batch previewed and not yet submitted)");
+                                    std::to_string(previews.ids().back()) +
+                                    ", the last batch previewed and not yet submitted)");
   return check_batch(who, batch, config, index);
+}
+
+namespace {
+// Whether a row of n floats holds a NaN or an Inf: all exponent bits set. Integer ops, so the loop
+// vectorizes (a float reduction would not without -ffast-math).
+bool has_nonfinite(const float* row, std::int64_t n) {
+  std::uint32_t any = 0;
+  for (std::int64_t j = 0; j < n; ++j) {
+    std::uint32_t bits;
+    std::memcpy(&bits, row + j, sizeof bits);
+    any |= static_cast<std::uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  return any != 0;
+}
+}  // namespace
+
+Status check_finite_gradients(std::int64_t batch_id, const KeyBatch& batch, const std::vector<int>& tables,
+                              const StoreConfig& config, const std::vector<ConstMatrixView>& grads) {
+  if (config.accept_nonfinite_gradients) return Status::ok();
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    const ConstMatrixView& g = grads[i];
+    for (std::int64_t r = 0; r < g.rows; ++r) {
+      const float* row = g.data + r * g.cols;
+      if (!has_nonfinite(row, g.cols)) continue;
+      std::int64_t col = 0;
+      while (std::isfinite(row[col])) ++col;
+      const TableSpec& spec = config.tables[static_cast<std::size_t>(tables[i])].spec;
+      const JaggedKeys& f = batch.features[i];
+      std::string where;
+      if (spec.pooling == Pooling::kNone) {
+        const auto bag = std::upper_bound(f.offsets.begin(), f.offsets.end(), r) - f.offsets.begin() - 1;
+        where = "key position " + std::to_string(r) + " (bag " + std::to_string(bag) + ")";
+      } else {
+        where = "bag " + std::to_string(r);
+      }
+      std::ostringstream value;
+      value << row[col];
+      return Status::invalid_argument("batch " + std::to_string(batch_id) + ", table '" + spec.name +
+                                      "': gradient of " + where + ", column " + std::to_string(col) + " is " +
+                                      value.str() +
+                                      " (expected finite values; set accept_nonfinite_gradients to let them through)");
+    }
+  }
+  return Status::ok();
 }
 
 Status unknown_batch(std::int64_t batch_id) {
   return Status::not_found("batch " + std::to_string(batch_id) + " was not submitted (or is already retired)");
 }
 Status duplicate_batch(std::int64_t batch_id) {
-  return Status::already_exists("batch " + std::to_string(batch_id) + " is already in flight (expected a new batch id)");
+  return Status::already_exists("batch " + std::to_string(batch_id) +
+                                " is already in flight (expected a new batch id)");
 }
 Status backward_before_forward(std::int64_t batch_id) {
-  return Status::failed_precondition("batch " + std::to_string(batch_id) + ": backward before forward (expected forward first)");
+  return Status::failed_precondition("batch " + std::to_string(batch_id) +
+                                     ": backward before forward (expected forward first)");
 }
 Status busy(const char* operation, std::int64_t in_flight) {
   return Status::failed_precondition(std::string(operation) + " with " + std::to_string(in_flight) +
@@ -86,8 +138,8 @@ Status check_row_range(int table, std::int64_t row0, std::int64_t n, const Store
   STRATA_RETURN_IF_ERROR(check_table(table, config));
   const TableSpec& s = config.tables[static_cast<std::size_t>(table)].spec;
   if (row0 < 0 || n < 0 || row0 > s.rows - n)
-    return Status::out_of_range("table '" + s.name + "': rows [" + std::to_string(row0) + ", " + std::to_string(row0 + n) +
-                                ") out of range [0, " + std::to_string(s.rows) + ")");
+    return Status::out_of_range("table '" + s.name + "': rows [" + std::to_string(row0) + ", " +
+                                std::to_string(row0 + n) + ") out of range [0, " + std::to_string(s.rows) + ")");
   return Status::ok();
 }
 

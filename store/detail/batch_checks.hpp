@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -64,9 +65,9 @@ Status check_views(std::int64_t batch_id, const KeyBatch& batch, const std::vect
     const std::int64_t rows = output_rows(batch.features[i], spec.pooling);
     const View& v = views[i];
     if (v.rows != rows || v.cols != spec.dim)
-      return Status::invalid_argument(who + ", table '" + spec.name + "': " + what + " shape (" + std::to_string(v.rows) +
-                                      ", " + std::to_string(v.cols) + ") (expected (" + std::to_string(rows) + ", " +
-                                      std::to_string(spec.dim) + "))");
+      return Status::invalid_argument(who + ", table '" + spec.name + "': " + what + " shape (" +
+                                      std::to_string(v.rows) + ", " + std::to_string(v.cols) + ") (expected (" +
+                                      std::to_string(rows) + ", " + std::to_string(spec.dim) + "))");
     if (v.data == nullptr && rows > 0)
       return Status::invalid_argument(who + ", table '" + spec.name + "': " + what + " data is null");
   }
@@ -75,6 +76,12 @@ Status check_views(std::int64_t batch_id, const KeyBatch& batch, const std::vect
 
 Status unknown_batch(std::int64_t batch_id);
 Status backward_before_forward(std::int64_t batch_id);
+
+/// Unless `config.accept_nonfinite_gradients`: InvalidArgument at the first NaN or +-Inf of the
+/// gradients (views already checked against the batch), naming the table, the bag (and the key's
+/// position for pooling none), the column and the value. One pass over the gradients, no writes.
+Status check_finite_gradients(std::int64_t batch_id, const KeyBatch& batch, const std::vector<int>& tables,
+                              const StoreConfig& config, const std::vector<ConstMatrixView>& grads);
 
 /// The in-flight batch `id` of a store's batch map, checked against `views` (one per feature, of
 /// the shape forward produces); with `need_forward`, the batch must have been forwarded.
@@ -86,6 +93,8 @@ Result<typename Map::mapped_type*> find_batch(Map& batches, std::int64_t id, con
   auto& e = it->second;
   if (need_forward && !e.forwarded) return backward_before_forward(id);
   STRATA_RETURN_IF_ERROR(check_views(id, e.batch, e.tables, config, views, what));
+  if constexpr (std::is_same_v<View, ConstMatrixView>)
+    STRATA_RETURN_IF_ERROR(check_finite_gradients(id, e.batch, e.tables, config, views));
   return &e;
 }
 

@@ -47,18 +47,21 @@ struct CachedBatch final : EngineBatch {
   // features' buffer moves with it unchanged.
   const JaggedKeys* feats = nullptr;
   EngineFeatures features;
-  std::vector<UniqueKeys> unique;           // per engine feature
-  std::vector<PoolWork> work;               // per pool touched
+  std::vector<UniqueKeys> unique;  // per engine feature
+  std::vector<PoolWork> work;      // per pool touched
   bool planned = false;
+  bool deferred = false;  // its plan did not fit when due (counted in CacheStats::deferred)
   std::unique_ptr<Staging> st;
   gpu::Event ready;
-  std::vector<DeviceFeature> dev;           // per engine feature
+  std::vector<DeviceFeature> dev;  // per engine feature
 };
 
-std::vector<cache::FeatureKeys> feature_keys(const CachedBatch& b, const PoolWork& w, const std::vector<std::pair<int, int>>& where) {
+std::vector<cache::FeatureKeys> feature_keys(const CachedBatch& b, const PoolWork& w,
+                                             const std::vector<std::pair<int, int>>& where) {
   std::vector<cache::FeatureKeys> fk;
   for (int i : w.feats)
-    fk.push_back({where[static_cast<std::size_t>(b.features.table[static_cast<std::size_t>(i)])].second, &b.unique[static_cast<std::size_t>(i)]});
+    fk.push_back({where[static_cast<std::size_t>(b.features.table[static_cast<std::size_t>(i)])].second,
+                  &b.unique[static_cast<std::size_t>(i)]});
   return fk;
 }
 
@@ -87,6 +90,7 @@ class CachedEngine final : public Engine {
     STRATA_ASSIGN_OR_RETURN(Staging fs, Staging::create(dev_));
     flush_staging_ = std::make_unique<Staging>(std::move(fs));
     where_.assign(config_.tables.size(), {-1, -1});
+    deferred_.assign(config_.tables.size(), 0);
     std::map<std::pair<std::int32_t, std::int32_t>, std::vector<int>> shapes;
     for (int t : tables) {
       const TableSpec& spec = spec_of(t);
@@ -151,12 +155,14 @@ class CachedEngine final : public Engine {
 
   void drop_previews() override { previews_done(std::numeric_limits<std::int64_t>::max()); }
 
-  Result<std::unique_ptr<EngineBatch>> submit(std::int64_t id, const KeyBatch& batch, const EngineFeatures& f) override {
+  Result<std::unique_ptr<EngineBatch>> submit(std::int64_t id, const KeyBatch& batch,
+                                              const EngineFeatures& f) override {
     STRATA_RETURN_IF_ERROR(dev_.status());  // a failed device accepts no more work
     if (in_flight_ >= config_.cache.max_in_flight)
-      return Status::failed_precondition("batch " + std::to_string(id) + ": " + std::to_string(in_flight_) +
-                                         " batches are already in flight and the staging ring holds cache.max_in_flight = " +
-                                         std::to_string(config_.cache.max_in_flight) + "; retire one first");
+      return Status::failed_precondition(
+          "batch " + std::to_string(id) + ": " + std::to_string(in_flight_) +
+          " batches are already in flight and the staging ring holds cache.max_in_flight = " +
+          std::to_string(config_.cache.max_in_flight) + "; retire one first");
     auto b = std::make_unique<CachedBatch>();
     b->id = id;
     b->feats = batch.features.data();
@@ -189,16 +195,17 @@ class CachedEngine final : public Engine {
       b->seq = taken->seq;
       if (!same_keys(*b, *taken)) {
         window(taken->seq, taken->table, taken->unique, false);
-        for (auto& w : b->work) pools_[static_cast<std::size_t>(w.pool)].planner->window_push(b->seq, feature_keys(*b, w, where_));
+        for (auto& w : b->work)
+          pools_[static_cast<std::size_t>(w.pool)].planner->window_push(b->seq, feature_keys(*b, w, where_));
       }
     } else {
       b->seq = next_seq_++;
-      for (auto& w : b->work) pools_[static_cast<std::size_t>(w.pool)].planner->window_push(b->seq, feature_keys(*b, w, where_));
+      for (auto& w : b->work)
+        pools_[static_cast<std::size_t>(w.pool)].planner->window_push(b->seq, feature_keys(*b, w, where_));
     }
     pending_.push_back(b.get());
-    // Plan the batches that have `lookahead` later batches behind them.
-    while (static_cast<int>(pending_.size()) > config_.cache.lookahead) {
-      Status s = plan_front();
+    {
+      Status s = plan_due();
       if (!s.is_ok()) {
         unsubmit(*b);
         if (taken) {  // back to a preview, in its place
@@ -214,9 +221,18 @@ class CachedEngine final : public Engine {
     return std::unique_ptr<EngineBatch>(std::move(b));
   }
 
-  Status forward(EngineBatch& eb, const KeyBatch&, const EngineFeatures& f, const std::vector<MatrixView>& outputs) override {
+  Status forward(EngineBatch& eb, const KeyBatch&, const EngineFeatures& f,
+                 const std::vector<MatrixView>& outputs) override {
     auto& b = static_cast<CachedBatch&>(eb);
-    while (!b.planned) STRATA_RETURN_IF_ERROR(plan_front());
+    // A deferred plan (and, with lookahead, a plan still waiting for later batches) is made now:
+    // the batches before this one that have retired no longer pin their rows.
+    while (!b.planned) {
+      Status planned = plan_front();
+      if (!planned.is_ok()) {
+        if (planned.code() == StatusCode::kResourceExhausted) mark_deferred(*pending_.front());
+        return planned;
+      }
+    }
     const gpu::StreamView s = compute_.view();
     dev_.wait(s, b.ready.view());
     for (auto& w : b.work) dev_.gather_pool(s, pools_[static_cast<std::size_t>(w.pool)].view, w.looks);
@@ -235,6 +251,7 @@ class CachedEngine final : public Engine {
       dev_.backward_update(s, pools_[static_cast<std::size_t>(w.pool)].view, w.updates);
     }
     retire(b, true);
+    plan_deferred();
     return dev_.status();
   }
 
@@ -247,6 +264,7 @@ class CachedEngine final : public Engine {
     }
     dev_.wait(compute_.view(), b.ready.view());
     retire(b, false);
+    plan_deferred();
     return dev_.status();
   }
 
@@ -264,8 +282,9 @@ class CachedEngine final : public Engine {
       const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
       const std::size_t chunk = std::max<std::size_t>(1, kFlushChunkBytes / (rec * sizeof(float)));
       for (std::size_t b = 0; b < dirty.size(); b += chunk) {
-        std::vector<cache::Transfer> part(dirty.begin() + static_cast<std::ptrdiff_t>(b),
-                                          dirty.begin() + static_cast<std::ptrdiff_t>(std::min(dirty.size(), b + chunk)));
+        std::vector<cache::Transfer> part(
+            dirty.begin() + static_cast<std::ptrdiff_t>(b),
+            dirty.begin() + static_cast<std::ptrdiff_t>(std::min(dirty.size(), b + chunk)));
         STRATA_RETURN_IF_ERROR(dev_.synchronize(flush_staging_->done()));
         const std::size_t W = part.size();
         STRATA_RETURN_IF_ERROR(flush_staging_->reserve(Staging::bytes_for<Key>(W), Staging::bytes_for<float>(W * rec),
@@ -302,29 +321,23 @@ class CachedEngine final : public Engine {
 
   void cache_stats(std::vector<std::pair<int, cache::CacheStats>>& out) const override {
     for (const auto& pool : pools_)
-      for (std::size_t l = 0; l < pool.tables.size(); ++l) out.push_back({pool.tables[l], pool.planner->table_stats(static_cast<int>(l))});
+      for (std::size_t l = 0; l < pool.tables.size(); ++l) {
+        const int t = pool.tables[l];
+        cache::CacheStats st = pool.planner->table_stats(static_cast<int>(l));
+        st.deferred = deferred_[static_cast<std::size_t>(t)];
+        out.push_back({t, st});
+      }
   }
 
  private:
   const TableSpec& spec_of(int table) const { return config_.tables[static_cast<std::size_t>(table)].spec; }
 
-  // Static capacity checks, so a batch that can never fit is refused at submit.
+  // Static capacity checks, so a batch that can never fit (even in an empty cache) is refused at
+  // submit; one that passes is planned at its forward at the latest.
   Status check_fits(const CachedBatch& b) const {
     for (const auto& w : b.work) {
-      const auto& opt = pools_[static_cast<std::size_t>(w.pool)].planner->options();
-      std::int64_t total = 0;
-      for (int i : w.feats) {
-        const std::int64_t u = b.unique[static_cast<std::size_t>(i)].size();
-        total += u;
-        const auto& pt = opt.tables[static_cast<std::size_t>(where_[static_cast<std::size_t>(b.features.table[static_cast<std::size_t>(i)])].second)];
-        if (pt.cap > 0 && u > pt.cap)
-          return Status::resource_exhausted("batch " + std::to_string(b.id) + ", table '" + pt.name + "': " + std::to_string(u) +
-                                            " unique rows exceed the table's cache cap of " + std::to_string(pt.cap) + " rows");
-      }
-      if (total > opt.slots)
-        return Status::resource_exhausted("batch " + std::to_string(b.id) + ": " + std::to_string(total) +
-                                          " unique rows exceed the capacity of cache pool " + opt.name + " (" +
-                                          std::to_string(opt.slots) + " rows)");
+      Status s = pools_[static_cast<std::size_t>(w.pool)].planner->check_fits(feature_keys(b, w, where_));
+      if (!s.is_ok()) return s.with_context("batch " + std::to_string(b.id));
     }
     return Status::ok();
   }
@@ -355,13 +368,43 @@ class CachedEngine final : public Engine {
 
   // Takes back a submitted, unplanned batch.
   void unsubmit(CachedBatch& b) {
-    for (auto& w : b.work) pools_[static_cast<std::size_t>(w.pool)].planner->window_drop(b.seq, feature_keys(b, w, where_));
+    for (auto& w : b.work)
+      pools_[static_cast<std::size_t>(w.pool)].planner->window_drop(b.seq, feature_keys(b, w, where_));
     for (auto it = pending_.begin(); it != pending_.end(); ++it) {
       if (*it == &b) {
         pending_.erase(it);
         break;
       }
     }
+  }
+
+  // Plans the pending batches that have `lookahead` later batches behind them, oldest first. A
+  // plan that does not fit beside the rows pinned by batches in flight (or whose staging cannot be
+  // had) is deferred, not refused: it stays pending, and is made when batches retire or, at the
+  // latest, by its forward, when the batches before it have retired in a training loop. Other
+  // errors (a failed device) are returned.
+  Status plan_due() {
+    while (static_cast<int>(pending_.size()) > config_.cache.lookahead) {
+      Status s = plan_front();
+      if (s.code() == StatusCode::kResourceExhausted) {
+        mark_deferred(*pending_.front());
+        return Status::ok();
+      }
+      STRATA_RETURN_IF_ERROR(s);
+    }
+    return Status::ok();
+  }
+
+  // After a batch retired: the deferred plans that fit now, so their prefetch still overlaps. An
+  // error is left for the batch's forward to report.
+  void plan_deferred() {
+    if (!pending_.empty() && pending_.front()->deferred) (void)plan_due();
+  }
+
+  void mark_deferred(CachedBatch& b) {
+    if (b.deferred) return;
+    b.deferred = true;
+    for (int t : b.features.table) ++deferred_[static_cast<std::size_t>(t)];
   }
 
   // Plans the oldest pending batch and issues its prefetch. All-or-nothing across pools.
@@ -384,8 +427,8 @@ class CachedEngine final : public Engine {
       dev_only += 2 * Staging::bytes_for<float>(static_cast<std::size_t>(misses) * rec);
       for (int i : w.feats)
         add_feature_bytes(b.feats[static_cast<std::size_t>(b.features.feature[static_cast<std::size_t>(i)])],
-                          spec_of(b.features.table[static_cast<std::size_t>(i)]), b.unique[static_cast<std::size_t>(i)].size(),
-                          mirrored, host_only, dev_only);
+                          spec_of(b.features.table[static_cast<std::size_t>(i)]),
+                          b.unique[static_cast<std::size_t>(i)].size(), mirrored, host_only, dev_only);
     }
     std::unique_ptr<Staging> st;
     STRATA_ASSIGN_OR_RETURN(st, staging_.take());
@@ -429,8 +472,8 @@ class CachedEngine final : public Engine {
     const std::size_t rec = static_cast<std::size_t>(pools_[static_cast<std::size_t>(w.pool)].view.stride);
     for (std::size_t j = 0; j < w.feats.size(); ++j) {
       const std::size_t i = static_cast<std::size_t>(w.feats[j]);
-      b.dev[i] = stage_feature(st, b.feats[static_cast<std::size_t>(b.features.feature[i])], spec_of(b.features.table[i]), b.unique[i],
-                               w.plan.unique_slots[j]);
+      b.dev[i] = stage_feature(st, b.feats[static_cast<std::size_t>(b.features.feature[i])],
+                               spec_of(b.features.table[i]), b.unique[i], w.plan.unique_slots[j]);
       w.looks.push_back(b.dev[i].look);
       w.updates.push_back(b.dev[i].update);
     }
@@ -448,20 +491,22 @@ class CachedEngine final : public Engine {
   }
 
   // Copy stream: dirty slots -> pinned staging -> host tables.
-  void write_back(gpu::StreamView s, Pool& pool, std::vector<cache::Transfer> rows, const Key* slots_dev, float* dev, float* host) {
+  void write_back(gpu::StreamView s, Pool& pool, std::vector<cache::Transfer> rows, const Key* slots_dev, float* dev,
+                  float* host) {
     const std::int64_t W = static_cast<std::int64_t>(rows.size());
     const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
     dev_.pack_records(s, pool.view, slots_dev, W, dev);
     dev_.copy_d2h(s, host, dev, static_cast<std::size_t>(W) * rec * sizeof(float));
     const std::size_t bytes = static_cast<std::size_t>(pool.view.dim + pool.view.state_dim) * sizeof(float);
     dev_.host_task(s, [this, &pool, rows = std::move(rows), host, rec, bytes] {
-      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows.size(), 256), [&](const tbb::blocked_range<std::size_t>& r) {
-        for (std::size_t i = r.begin(); i < r.end(); ++i) {
-          HostTable& t = host_.at(pool.tables[static_cast<std::size_t>(rows[i].table)]).table();
-          std::memcpy(t.row(rows[i].row), host + i * rec, bytes);
-          dev_.counters().add_host_write(t.node_of(rows[i].row), bytes);
-        }
-      });
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows.size(), 256),
+                        [&](const tbb::blocked_range<std::size_t>& r) {
+                          for (std::size_t i = r.begin(); i < r.end(); ++i) {
+                            HostTable& t = host_.at(pool.tables[static_cast<std::size_t>(rows[i].table)]).table();
+                            std::memcpy(t.row(rows[i].row), host + i * rec, bytes);
+                            dev_.counters().add_host_write(t.node_of(rows[i].row), bytes);
+                          }
+                        });
     });
   }
 
@@ -472,14 +517,15 @@ class CachedEngine final : public Engine {
     float* host = w.fill_host;
     // The task owns a copy of the list: a discarded batch may be destroyed before the task runs.
     dev_.host_task(s, [this, &pool, rows = w.plan.fills, host, rec, bytes] {
-      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows.size(), 256), [&](const tbb::blocked_range<std::size_t>& r) {
-        for (std::size_t i = r.begin(); i < r.end(); ++i) {
-          const cache::Transfer& x = rows[i];
-          const HostTable& t = host_.at(pool.tables[static_cast<std::size_t>(x.table)]).table();
-          std::memcpy(host + i * rec, t.row(x.row), bytes);
-          dev_.counters().add_host_read(t.node_of(x.row), bytes);
-        }
-      });
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows.size(), 256),
+                        [&](const tbb::blocked_range<std::size_t>& r) {
+                          for (std::size_t i = r.begin(); i < r.end(); ++i) {
+                            const cache::Transfer& x = rows[i];
+                            const HostTable& t = host_.at(pool.tables[static_cast<std::size_t>(x.table)]).table();
+                            std::memcpy(host + i * rec, t.row(x.row), bytes);
+                            dev_.counters().add_host_read(t.node_of(x.row), bytes);
+                          }
+                        });
     });
     const std::size_t F = w.plan.fills.size();
     dev_.copy_h2d(s, w.fill_dev, host, F * rec * sizeof(float));
@@ -509,6 +555,7 @@ class CachedEngine final : public Engine {
   static constexpr std::size_t kFlushChunkBytes = std::size_t{64} << 20;  // bytes of records per flush chunk, at most
   std::int64_t next_seq_ = 0;
   int in_flight_ = 0;
+  std::vector<std::int64_t> deferred_;  // per global table: batches whose plan was deferred
 };
 
 }  // namespace

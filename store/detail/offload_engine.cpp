@@ -18,8 +18,8 @@ struct OffloadBatch final : EngineBatch {
 
 class OffloadEngine final : public Engine {
  public:
-  OffloadEngine(const StoreConfig& config, gpu::Device& dev, std::unordered_map<int, HostTableOps> tables, gpu::Stream copy,
-                gpu::Stream compute)
+  OffloadEngine(const StoreConfig& config, gpu::Device& dev, std::unordered_map<int, HostTableOps> tables,
+                gpu::Stream copy, gpu::Stream compute)
       : config_(config), dev_(dev), tables_(std::move(tables)), copy_(std::move(copy)), compute_(std::move(compute)) {}
 
   ~OffloadEngine() override {
@@ -60,7 +60,8 @@ class OffloadEngine final : public Engine {
         auto offs = b->st->mirrored<std::int64_t>(k.offsets.size());
         std::memcpy(offs.host, k.offsets.data(), k.offsets.size() * sizeof(std::int64_t));
         auto keys = b->st->mirrored<Key>(k.keys.size());
-        if (!k.keys.empty()) std::memcpy(keys.host, k.keys.data(), k.keys.size() * sizeof(Key));  // (no keys: data() may be null)
+        if (!k.keys.empty())
+          std::memcpy(keys.host, k.keys.data(), k.keys.size() * sizeof(Key));  // (no keys: data() may be null)
         lf.offsets = offs.dev;
         lf.rows = keys.dev;
         if (!k.weights.empty()) {
@@ -82,7 +83,8 @@ class OffloadEngine final : public Engine {
     return std::unique_ptr<EngineBatch>(std::move(b));
   }
 
-  Status forward(EngineBatch& eb, const KeyBatch& batch, const EngineFeatures& f, const std::vector<MatrixView>& outputs) override {
+  Status forward(EngineBatch& eb, const KeyBatch& batch, const EngineFeatures& f,
+                 const std::vector<MatrixView>& outputs) override {
     auto& b = static_cast<OffloadBatch&>(eb);
     const gpu::StreamView s = compute_.view();
     if (config_.offload_gather == OffloadGather::kDevice) {
@@ -106,15 +108,21 @@ class OffloadEngine final : public Engine {
     return Status::ok();
   }
 
-  Status backward(EngineBatch& eb, const KeyBatch& batch, const EngineFeatures& f, const std::vector<ConstMatrixView>& grads,
-                  std::int64_t t) override {
-    // forward() synchronized, so no device work reads these rows while the CPU updates them.
+  Status backward(EngineBatch& eb, const KeyBatch& batch, const EngineFeatures& f,
+                  const std::vector<ConstMatrixView>& grads, std::int64_t t) override {
+    // forward() synchronized, so no device work reads these rows while the CPU updates them. A
+    // failed device applies nothing (the store retires the batch), as in every device mode.
+    if (Status dev = dev_.status(); !dev.is_ok()) {
+      release(static_cast<OffloadBatch&>(eb));
+      return dev;
+    }
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const std::size_t fi = static_cast<std::size_t>(f.feature[i]);
-      tables_.at(f.table[i]).backward(batch.features[fi], grads[fi].data, make_optimizer_step(spec_of(f.table[i]).optimizer, t));
+      tables_.at(f.table[i])
+          .backward(batch.features[fi], grads[fi].data, make_optimizer_step(spec_of(f.table[i]).optimizer, t));
     }
     release(static_cast<OffloadBatch&>(eb));
-    return dev_.status();
+    return Status::ok();
   }
 
   Status discard(EngineBatch& eb, const KeyBatch&, const EngineFeatures&) override {
@@ -137,7 +145,8 @@ class OffloadEngine final : public Engine {
   const TableSpec& spec_of(int table) const { return config_.tables[static_cast<std::size_t>(table)].spec; }
   std::size_t bytes_of(const KeyBatch& batch, const EngineFeatures& f, std::size_t i) const {
     const TableSpec& spec = spec_of(f.table[i]);
-    return static_cast<std::size_t>(output_rows(batch.features[static_cast<std::size_t>(f.feature[i])], spec.pooling) * spec.dim) *
+    return static_cast<std::size_t>(output_rows(batch.features[static_cast<std::size_t>(f.feature[i])], spec.pooling) *
+                                    spec.dim) *
            sizeof(float);
   }
   void release(OffloadBatch& b) { staging_.give_back(std::move(b.st)); }
@@ -157,12 +166,14 @@ Result<std::unique_ptr<Engine>> make_offload_engine(const Topology& topo, const 
   options.pinner = &device.pinner();
   std::unordered_map<int, HostTableOps> ops;
   for (int t : tables) {
-    STRATA_ASSIGN_OR_RETURN(HostTable table, HostTable::create(topo, config.tables[static_cast<std::size_t>(t)].spec, options));
+    STRATA_ASSIGN_OR_RETURN(HostTable table,
+                            HostTable::create(topo, config.tables[static_cast<std::size_t>(t)].spec, options));
     ops.emplace(t, HostTableOps(std::move(table)));
   }
   STRATA_ASSIGN_OR_RETURN(gpu::Stream copy, device.create_stream());
   STRATA_ASSIGN_OR_RETURN(gpu::Stream compute, device.create_stream());
-  return std::unique_ptr<Engine>(std::make_unique<OffloadEngine>(config, device, std::move(ops), std::move(copy), std::move(compute)));
+  return std::unique_ptr<Engine>(
+      std::make_unique<OffloadEngine>(config, device, std::move(ops), std::move(copy), std::move(compute)));
 }
 
 }  // namespace strata::detail

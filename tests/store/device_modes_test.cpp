@@ -68,16 +68,86 @@ TEST(DeviceModes, BatchWithMoreUniqueRowsThanTheCacheIsRefusedWithoutChange) {
   EXPECT_TRUE((*s)->submit(2, keys_batch(keys)).is_ok());
 }
 
-TEST(DeviceModes, BatchesThatPinTheWholeCacheAreRefusedUntilOneRetires) {
-  auto s = Store::open(cached_config(1000, 8));
+// A batch whose new rows do not fit beside the rows pinned by batches in flight is accepted and
+// planned once they retire (counted as deferred), with the reference's results; its forward while
+// they are still in flight is refused without change, and works once they retired.
+TEST(DeviceModes, APlanThatDoesNotFitBesideBatchesInFlightWaitsForThemToRetire) {
+  const StoreConfig c = cached_config(1000, 8);
+  auto s = Store::open(c);
+  auto ref = open_reference_store(c);
   ASSERT_TRUE(s.is_ok());
-  ASSERT_TRUE((*s)->submit(1, keys_batch({0, 1, 2, 3, 4, 5})).is_ok());
-  Status st = (*s)->submit(2, keys_batch({10, 11, 12}));
-  ASSERT_FALSE(st.is_ok());
+  const std::vector<KeyBatch> batches = {keys_batch({0, 1, 2, 3, 4, 5}), keys_batch({10, 11, 12}),
+                                         keys_batch({20, 1, 21, 22})};
+  for (auto* store : {&*s, &*ref})
+    for (std::size_t i = 0; i < batches.size(); ++i)
+      ASSERT_TRUE((*store)->submit(static_cast<std::int64_t>(i), batches[i]).is_ok());
+  EXPECT_EQ((*s)->in_flight(), 3);
+  ASSERT_EQ((*s)->stats().cache.size(), 1u);
+  EXPECT_EQ((*s)->stats().cache[0].second.deferred, 1);  // batch 1 (batch 2 waits behind it, FIFO)
+
+  // Forward of batch 1 while batch 0 pins 6 of the 8 rows: refused, nothing changes.
+  Buffers early = make_buffers(c, batches[1]);
+  Status st = (*s)->forward(1, early.views);
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.to_string();
   EXPECT_NE(st.message().find("pinned by batches in flight"), std::string::npos) << st.message();
-  EXPECT_EQ((*s)->in_flight(), 1);
-  ASSERT_TRUE((*s)->discard(1).is_ok());
-  EXPECT_TRUE((*s)->submit(2, keys_batch({10, 11, 12})).is_ok());
+  EXPECT_EQ((*s)->in_flight(), 3);
+
+  std::mt19937_64 rng(5);
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    const auto id = static_cast<std::int64_t>(i);
+    Buffers out = make_buffers(c, batches[i]), out_ref = make_buffers(c, batches[i]),
+            grads = make_buffers(c, batches[i]);
+    fill_random(rng, grads);
+    ASSERT_TRUE((*s)->forward(id, out.views).is_ok());
+    ASSERT_TRUE((*ref)->forward(id, out_ref.views).is_ok());
+    EXPECT_EQ(out.data, out_ref.data) << "batch " << i;
+    ASSERT_TRUE((*s)->backward(id, grads.cviews).is_ok());
+    ASSERT_TRUE((*ref)->backward(id, grads.cviews).is_ok());
+  }
+  EXPECT_TRUE(same_state(snapshot(**s), snapshot(**ref)));
+  EXPECT_GE((*s)->stats().cache[0].second.deferred, 1);
+}
+
+// The same through the lookahead policy, whose plans already wait for later batches: a deferred
+// plan is made by the batch's forward, and a batch that can never fit is still refused at submit.
+TEST(DeviceModes, DeferredPlansWithLookaheadAndBatchesThatCanNeverFit) {
+  StoreConfig c = cached_config(1000, 8);
+  c.cache.policy = cache::Policy::kLookahead;
+  c.cache.lookahead = 1;
+  auto s = Store::open(c);
+  auto ref = open_reference_store(c);
+  ASSERT_TRUE(s.is_ok());
+  std::vector<KeyBatch> batches;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<Key> keys;
+    for (Key k = 0; k < 6; ++k) keys.push_back(static_cast<Key>(i) * 10 + k);
+    batches.push_back(keys_batch(keys));
+  }
+  std::mt19937_64 rng(6);
+  const int depth = 3;
+  for (int i = 0; i < depth; ++i)
+    for (auto* store : {&*s, &*ref}) ASSERT_TRUE((*store)->submit(i, batches[static_cast<std::size_t>(i)]).is_ok());
+  for (int i = 0; i < 6; ++i) {
+    const KeyBatch& kb = batches[static_cast<std::size_t>(i)];
+    Buffers out = make_buffers(c, kb), out_ref = make_buffers(c, kb), grads = make_buffers(c, kb);
+    fill_random(rng, grads);
+    Status fs = (*s)->forward(i, out.views);
+    ASSERT_TRUE(fs.is_ok()) << fs.to_string();
+    ASSERT_TRUE((*ref)->forward(i, out_ref.views).is_ok());
+    EXPECT_EQ(out.data, out_ref.data) << "batch " << i;
+    ASSERT_TRUE((*s)->backward(i, grads.cviews).is_ok());
+    ASSERT_TRUE((*ref)->backward(i, grads.cviews).is_ok());
+    if (i + depth < 6) {
+      for (auto* store : {&*s, &*ref})
+        ASSERT_TRUE((*store)->submit(i + depth, batches[static_cast<std::size_t>(i + depth)]).is_ok());
+    }
+  }
+  EXPECT_TRUE(same_state(snapshot(**s), snapshot(**ref)));
+  EXPECT_GT((*s)->stats().cache[0].second.deferred, 0);
+  Status never = (*s)->submit(9, keys_batch({100, 101, 102, 103, 104, 105, 106, 107, 108}));
+  EXPECT_EQ(never.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(never.message().find("9 unique rows exceed the capacity"), std::string::npos) << never.message();
+  EXPECT_EQ((*s)->in_flight(), 0);
 }
 
 TEST(DeviceModes, MoreBatchesInFlightThanTheStagingRingAreRefused) {
@@ -100,10 +170,12 @@ TEST(DeviceModes, ConfigErrorsNameTheValue) {
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.status().message().find("lookahead 8"), std::string::npos) << s.status().message();
 
-  auto bad_policy = parse_store_config(R"({"cache": {"policy": "fifo"}, "tables": [{"name": "a", "rows": 10, "dim": 4}]})");
+  auto bad_policy =
+      parse_store_config(R"({"cache": {"policy": "fifo"}, "tables": [{"name": "a", "rows": 10, "dim": 4}]})");
   ASSERT_FALSE(bad_policy.is_ok());
   EXPECT_NE(bad_policy.status().message().find("'fifo'"), std::string::npos);
-  auto bad_backend = parse_store_config(R"({"device": {"backend": "tpu"}, "tables": [{"name": "a", "rows": 10, "dim": 4}]})");
+  auto bad_backend =
+      parse_store_config(R"({"device": {"backend": "tpu"}, "tables": [{"name": "a", "rows": 10, "dim": 4}]})");
   ASSERT_FALSE(bad_backend.is_ok());
   EXPECT_NE(bad_backend.status().message().find("'tpu'"), std::string::npos);
   auto cache_on_cpu = parse_store_config(R"({"tables": [{"name": "a", "rows": 10, "dim": 4, "cache": {"rows": 5}}]})");
@@ -140,8 +212,10 @@ TEST(DeviceModes, PlannerShardsOutOfRangeOrTooManyForTheCacheAreRefused) {
   c.cache.planner_shards = 0;
   auto zero = Store::open(c);
   ASSERT_FALSE(zero.is_ok());
-  EXPECT_NE(zero.status().message().find("cache planner_shards 0 must be in [1, 256]"), std::string::npos) << zero.status().to_string();
-  auto json = parse_store_config(R"({"cache": {"planner_shards": 300}, "tables": [{"name": "a", "rows": 10, "dim": 4}]})");
+  EXPECT_NE(zero.status().message().find("cache planner_shards 0 must be in [1, 256]"), std::string::npos)
+      << zero.status().to_string();
+  auto json =
+      parse_store_config(R"({"cache": {"planner_shards": 300}, "tables": [{"name": "a", "rows": 10, "dim": 4}]})");
   ASSERT_FALSE(json.is_ok());
   EXPECT_NE(json.status().message().find("planner_shards 300"), std::string::npos) << json.status().to_string();
   // More shards than cache rows: refused when the store opens, naming the pool and the numbers.
@@ -149,7 +223,8 @@ TEST(DeviceModes, PlannerShardsOutOfRangeOrTooManyForTheCacheAreRefused) {
   auto many = Store::open(c);
   ASSERT_FALSE(many.is_ok());
   EXPECT_EQ(many.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(many.status().message().find("10 rows cannot be split into 11 planner shards"), std::string::npos) << many.status().to_string();
+  EXPECT_NE(many.status().message().find("10 rows cannot be split into 11 planner shards"), std::string::npos)
+      << many.status().to_string();
 }
 
 // As many shards as rows: each shard holds one row, so two rows of a batch that hash to the same
@@ -265,7 +340,8 @@ TEST(DeviceModes, DeviceFaultsSurfaceAsStatusAndKeepSavedRowsIntact) {
   base.device.backend = BackendChoice::kEmu;
   std::vector<KeyBatch> batches;
   for (int i = 0; i < 4; ++i) batches.push_back(random_batch(rng, base, 8));
-  const std::string dir = (std::filesystem::temp_directory_path() / ("strata_fault_" + std::to_string(::getpid()))).string();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("strata_fault_" + std::to_string(::getpid()))).string();
 
   int faults_seen = 0;
   const int runs = 30;
@@ -341,7 +417,8 @@ KeyBatch uniform_batch(std::mt19937_64& rng, const StoreConfig& c, int bags, int
     f.table = t.spec.name;
     f.offsets.push_back(0);
     for (int b = 0; b < bags; ++b) {
-      for (int k = 0; k < keys; ++k) f.keys.push_back(static_cast<Key>(rng() % static_cast<std::uint64_t>(t.spec.rows)));
+      for (int k = 0; k < keys; ++k)
+        f.keys.push_back(static_cast<Key>(rng() % static_cast<std::uint64_t>(t.spec.rows)));
       f.offsets.push_back(static_cast<std::int64_t>(f.keys.size()));
     }
     kb.features.push_back(std::move(f));

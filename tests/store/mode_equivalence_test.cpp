@@ -2,8 +2,9 @@
 // and `hybrid` tables on the emu device (and cuda when a GPU is visible) against the reference, on randomized
 // multi-table workloads: caches sized to a few batches so rows are evicted and written back all the
 // time, every policy, lookahead depths 0..8, pools planned in 1..4 shards, duplicate keys, empty
-// bags, random stream delays, and flush/save/load in the middle of training. Results must be
-// bit-exact.
+// bags, random stream delays, and flush/save/load in the middle of training; and caches too small
+// for the batches in flight, whose plans wait for batches to retire (CacheStats::deferred). Results
+// must be bit-exact.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -22,6 +23,7 @@ using namespace strata::testing;
 struct ModeCase {
   int seed;
   bool cuda;
+  bool overflow = false;  // caches hold one batch, not `depth`: plans are deferred
 };
 
 class ModeEquivalence : public ::testing::TestWithParam<ModeCase> {};
@@ -38,13 +40,21 @@ TEST_P(ModeEquivalence, OutputsAndFinalStateEqualTheReference) {
   std::mt19937_64 rng(static_cast<std::uint64_t>(mc.seed) * 7919 + 13);
   StoreConfig config = random_config(rng, 1 + static_cast<int>(rng() % 4));
   const int steps = 8;
-  const int depth = 1 + static_cast<int>(rng() % 3);  // batches submitted ahead of forward
+  // Overflow cases draw from a generator of their own, so the other cases stay as they were.
+  std::mt19937_64 overflow_rng(static_cast<std::uint64_t>(mc.seed) * 131 + 3);
+  const int drawn_depth = 1 + static_cast<int>(rng() % 3);
+  // batches submitted ahead of forward; overflow: several, so that plans meet pinned rows
+  const int depth = mc.overflow ? 2 + static_cast<int>(overflow_rng() % 3) : drawn_depth;
   std::vector<KeyBatch> batches;
-  for (int i = 0; i < steps; ++i) batches.push_back(random_batch(rng, config, 1 + static_cast<std::int64_t>(rng() % 40)));
+  for (int i = 0; i < steps; ++i)
+    batches.push_back(random_batch(rng, config, 1 + static_cast<std::int64_t>(rng() % 40)));
 
   // Placement per table; cached tables get a cache just big enough for `depth` batches in flight.
   config.cache.policy = static_cast<cache::Policy>(rng() % 3);
   config.cache.lookahead = static_cast<int>(rng() % 9);  // 0..8
+  if (mc.overflow)
+    config.cache.lookahead =
+        static_cast<int>(overflow_rng() % static_cast<std::uint64_t>(depth));  // plans before forward
   config.cache.max_in_flight = std::max(depth, config.cache.lookahead + 1);
   config.offload_gather = rng() % 2 ? OffloadGather::kDevice : OffloadGather::kCpu;
   config.device.backend = mc.cuda ? BackendChoice::kCuda : BackendChoice::kEmu;
@@ -53,12 +63,14 @@ TEST_P(ModeEquivalence, OutputsAndFinalStateEqualTheReference) {
     // Every placement of one rank: cpu, offload, cached, gpu (all rows in HBM) and hybrid (a world
     // of one: its shard is the whole table, cached).
     t.placement = static_cast<Placement>(rng() % 5);
+    if (mc.overflow && &t == &config.tables[0])
+      t.placement = overflow_rng() % 2 ? Placement::kCached : Placement::kHybrid;
     if (t.placement != Placement::kCached && t.placement != Placement::kHybrid) continue;
     std::int64_t max_unique = 1;
     for (const auto& kb : batches)
       for (const auto& f : kb.features)
         if (f.table == t.spec.name) max_unique = std::max(max_unique, dedup_keys(f.keys.data(), f.num_keys()).size());
-    t.cache.rows = std::min(t.spec.rows, max_unique * depth + static_cast<std::int64_t>(rng() % 3));
+    t.cache.rows = std::min(t.spec.rows, max_unique * (mc.overflow ? 1 : depth) + static_cast<std::int64_t>(rng() % 3));
     t.cache.cap = rng() % 4 == 0;
   }
   // Half the stores plan each cache pool in 2..4 shards (cache/sharded_pool.hpp), drawn from a
@@ -74,7 +86,8 @@ TEST_P(ModeEquivalence, OutputsAndFinalStateEqualTheReference) {
         config.cache.planner_shards * t.cache.rows > t.spec.rows)
       config.cache.planner_shards = 1;
   for (auto& t : config.tables)
-    if (t.placement == Placement::kCached || t.placement == Placement::kHybrid) t.cache.rows *= config.cache.planner_shards;
+    if (t.placement == Placement::kCached || t.placement == Placement::kHybrid)
+      t.cache.rows *= config.cache.planner_shards;
   SCOPED_TRACE("policy " + std::string(cache::to_string(config.cache.policy)) + " lookahead " +
                std::to_string(config.cache.lookahead) + " depth " + std::to_string(depth) + " planner shards " +
                std::to_string(config.cache.planner_shards));
@@ -84,7 +97,8 @@ TEST_P(ModeEquivalence, OutputsAndFinalStateEqualTheReference) {
   ASSERT_TRUE(dev.is_ok()) << dev.status().to_string();
   ASSERT_TRUE(ref.is_ok());
   const int mid = 1 + static_cast<int>(rng() % (steps - 1));
-  const std::string ckpt_dev = temp_dir("dev" + std::to_string(mc.seed)), ckpt_ref = temp_dir("ref" + std::to_string(mc.seed));
+  const std::string ckpt_dev = temp_dir("dev" + std::to_string(mc.seed)),
+                    ckpt_ref = temp_dir("ref" + std::to_string(mc.seed));
 
   for (int i = 0; i < std::min(depth, steps); ++i) {
     ASSERT_TRUE((*dev)->submit(i, batches[static_cast<std::size_t>(i)]).is_ok());
@@ -141,12 +155,15 @@ std::vector<ModeCase> cases() {
   std::vector<ModeCase> v;
   for (int s = 0; s < 80; ++s) v.push_back({s, false});
   for (int s = 0; s < 10; ++s) v.push_back({s, true});
+  for (int s = 80; s < 120; ++s) v.push_back({s, false, true});
+  for (int s = 10; s < 14; ++s) v.push_back({s, true, true});
   return v;
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, ModeEquivalence, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<ModeCase>& i) {
-                           return std::string(i.param.cuda ? "cuda_" : "emu_") + std::to_string(i.param.seed);
+                           return std::string(i.param.cuda ? "cuda_" : "emu_") + (i.param.overflow ? "overflow_" : "") +
+                                  std::to_string(i.param.seed);
                          });
 
 }  // namespace

@@ -1,0 +1,166 @@
+// What backward refuses, and what a backward that fails leaves behind: NaN and Inf gradients are
+// refused in every mode (naming the table and the bag) unless the config accepts them, and a device
+// that fails during a backward of a store mixing placements changes none of the tables that live in
+// host memory, nor the step.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "tests/store/store_test_util.hpp"
+
+namespace strata {
+namespace {
+
+using namespace strata::testing;
+
+StoreConfig one_table(Placement placement, Pooling pooling) {
+  StoreConfig c;
+  c.threads = 2;
+  c.device.backend = BackendChoice::kEmu;
+  TableConfig t;
+  t.spec.name = "user";
+  t.spec.rows = 100;
+  t.spec.dim = 4;
+  t.spec.pooling = pooling;
+  t.spec.init.bound = 0.5f;
+  t.spec.optimizer.kind = OptimizerKind::kAdagrad;
+  t.placement = placement;
+  if (placement == Placement::kCached || placement == Placement::kHybrid) t.cache.rows = 50;
+  c.tables.push_back(t);
+  return c;
+}
+
+KeyBatch three_bags() {
+  KeyBatch kb;
+  kb.features.push_back({"user", {0, 2, 2, 5}, {1, 2, 7, 8, 9}, {}});
+  return kb;
+}
+
+class NonFiniteGradients : public ::testing::TestWithParam<Placement> {};
+
+TEST_P(NonFiniteGradients, AreRefusedNamingTheTableAndTheBagAndChangeNothing) {
+  for (const Pooling pooling : {Pooling::kSum, Pooling::kNone}) {
+    const StoreConfig c = one_table(GetParam(), pooling);
+    auto dev = Store::open(c);
+    auto ref = open_reference_store(c);
+    ASSERT_TRUE(dev.is_ok()) << dev.status().to_string();
+    for (auto* s : {&*dev, &*ref}) {
+      const Snapshot before = snapshot(**s);
+      const KeyBatch kb = three_bags();
+      Buffers out = make_buffers(c, kb), grads = make_buffers(c, kb);
+      ASSERT_TRUE((*s)->submit(1, kb).is_ok());
+      ASSERT_TRUE((*s)->forward(1, out.views).is_ok());
+      for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity()}) {
+        std::fill(grads.data[0].begin(), grads.data[0].end(), 0.25f);
+        // Row 2 of the gradient: bag 2 when pooled; key position 2 (the first key of bag 2) when not.
+        grads.data[0][2 * 4 + 3] = bad;
+        Status st = (*s)->backward(1, grads.cviews);
+        ASSERT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+        const std::string where = pooling == Pooling::kNone ? "key position 2 (bag 2)" : "bag 2";
+        EXPECT_NE(st.message().find("table 'user': gradient of " + where + ", column 3 is"), std::string::npos)
+            << st.message();
+        EXPECT_NE(st.message().find("accept_nonfinite_gradients"), std::string::npos) << st.message();
+        EXPECT_EQ((*s)->step(), 0);
+        EXPECT_EQ((*s)->in_flight(), 1);
+      }
+      EXPECT_TRUE(same_state(before, snapshot(**s)));
+      // The batch is still in flight: finite gradients apply.
+      grads.data[0][2 * 4 + 3] = 0.5f;
+      ASSERT_TRUE((*s)->backward(1, grads.cviews).is_ok());
+      EXPECT_EQ((*s)->step(), 1);
+    }
+    EXPECT_TRUE(same_state(snapshot(**dev), snapshot(**ref)));
+  }
+}
+
+TEST_P(NonFiniteGradients, AreAppliedWhenTheConfigAcceptsThem) {
+  StoreConfig c = one_table(GetParam(), Pooling::kSum);
+  c.accept_nonfinite_gradients = true;
+  auto s = Store::open(c);
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  const KeyBatch kb = three_bags();
+  Buffers out = make_buffers(c, kb), grads = make_buffers(c, kb);
+  ASSERT_TRUE((*s)->submit(1, kb).is_ok());
+  ASSERT_TRUE((*s)->forward(1, out.views).is_ok());
+  grads.data[0][2 * 4 + 3] = std::numeric_limits<float>::quiet_NaN();
+  ASSERT_TRUE((*s)->backward(1, grads.cviews).is_ok());
+  std::vector<float> row(4);
+  ASSERT_TRUE((*s)->read_rows(0, 8, 1, row.data(), nullptr).is_ok());  // key 8 is in bag 2
+  EXPECT_TRUE(std::isnan(row[3]));
+}
+
+INSTANTIATE_TEST_SUITE_P(Placements, NonFiniteGradients,
+                         ::testing::Values(Placement::kCpu, Placement::kOffload, Placement::kCached, Placement::kGpu,
+                                           Placement::kHybrid),
+                         [](const ::testing::TestParamInfo<Placement>& i) { return std::string(to_string(i.param)); });
+
+// A store with cpu, offload, cached and gpu tables on an emulated device that fails at op N, for
+// every N over a few steps: a backward that fails leaves the cpu and offload tables as they were
+// before it (equal to a reference that never applied that batch) and the step where it was.
+TEST(MixedPlacementFaults, AFailedBackwardChangesNoHostTableNorTheStep) {
+  std::mt19937_64 rng(11);
+  StoreConfig base = random_config(rng, 4);
+  const Placement placements[] = {Placement::kCpu, Placement::kOffload, Placement::kCached, Placement::kGpu};
+  for (std::size_t t = 0; t < base.tables.size(); ++t) {
+    base.tables[t].placement = placements[t];
+    if (placements[t] == Placement::kCached) base.tables[t].cache.rows = base.tables[t].spec.rows;
+  }
+  base.device.backend = BackendChoice::kEmu;
+  std::vector<KeyBatch> batches;
+  for (int i = 0; i < 4; ++i) {
+    KeyBatch kb;
+    for (const auto& t : base.tables) {  // every table in every batch
+      JaggedKeys f;
+      f.table = t.spec.name;
+      f.offsets = {0};
+      for (int b = 0; b < 6; ++b) {
+        for (int k = 0; k < 3; ++k) f.keys.push_back(static_cast<Key>(rng() % static_cast<std::uint64_t>(t.spec.rows)));
+        f.offsets.push_back(static_cast<std::int64_t>(f.keys.size()));
+      }
+      kb.features.push_back(std::move(f));
+    }
+    batches.push_back(std::move(kb));
+  }
+  int failed_backwards = 0;
+  for (std::int64_t fail_at = 0; fail_at < 120; ++fail_at) {
+    StoreConfig c = base;
+    c.device.emu_fail_after_ops = fail_at;
+    auto s = Store::open(c);
+    if (!s.is_ok()) continue;  // the fault hit open (allocating or uploading the gpu table)
+    auto ref = open_reference_store(c);
+    for (int i = 0; i < 4; ++i) {
+      const KeyBatch& kb = batches[static_cast<std::size_t>(i)];
+      Buffers out = make_buffers(c, kb), out_ref = make_buffers(c, kb), grads = make_buffers(c, kb);
+      fill_random(rng, grads);
+      if (!(*s)->submit(i, kb).is_ok() || !(*s)->forward(i, out.views).is_ok()) break;
+      ASSERT_TRUE((*ref)->submit(i, kb).is_ok());
+      ASSERT_TRUE((*ref)->forward(i, out_ref.views).is_ok());
+      const std::int64_t step = (*s)->step();
+      if (!(*s)->backward(i, grads.cviews).is_ok()) {
+        ++failed_backwards;
+        EXPECT_EQ((*s)->step(), step) << "fail_at " << fail_at;
+        for (int t : {0, 1}) {  // the cpu and the offload table
+          const TableSpec& spec = c.tables[static_cast<std::size_t>(t)].spec;
+          const auto sd = optimizer_state_dim(spec.optimizer.kind, spec.dim);
+          std::vector<float> w(static_cast<std::size_t>(spec.rows * spec.dim)), w_ref(w.size());
+          std::vector<float> st(static_cast<std::size_t>(spec.rows * sd) + 1), st_ref(st.size());
+          ASSERT_TRUE((*s)->read_rows(t, 0, spec.rows, w.data(), sd ? st.data() : nullptr).is_ok())
+              << "fail_at " << fail_at;
+          ASSERT_TRUE((*ref)->read_rows(t, 0, spec.rows, w_ref.data(), sd ? st_ref.data() : nullptr).is_ok());
+          EXPECT_EQ(w, w_ref) << "table " << spec.name << " ("
+                              << to_string(c.tables[static_cast<std::size_t>(t)].placement)
+                              << ") changed by a failed backward, fail_at " << fail_at;
+          EXPECT_EQ(st, st_ref) << "fail_at " << fail_at;
+        }
+        break;
+      }
+      ASSERT_TRUE((*ref)->backward(i, grads.cviews).is_ok());
+    }
+  }
+  EXPECT_GT(failed_backwards, 0) << "no fault landed in a backward: the sweep tests nothing";
+}
+
+}  // namespace
+}  // namespace strata
