@@ -7,6 +7,16 @@
 //   <table>.<gen>.tbl   64-byte header, then rows records of (dim weights | state_dim state) fp32
 // Table files of a new save get a new generation number, so the old ones stay untouched until the
 // new MANIFEST has been renamed into place (the commit point); then the old generation is removed.
+//
+// Several processes may share a directory (a trainer saving while an evaluator loads, two savers):
+//  - savers take turns on an flock of the directory (DirLock), held from reading the old MANIFEST
+//    to removing the old generation, so generation numbers never collide and no saver removes the
+//    files of a manifest another saver is committing;
+//  - a reader takes no lock: it reads MANIFEST once (a rename replaces it whole, so it is never
+//    half-written), opens every table file it names once, and verifies and applies through those
+//    descriptors: a file removed by a later save stays readable through them. A file that vanished
+//    before the reader opened it means a newer manifest is in place; the reader starts over with
+//    that one.
 
 #include <dirent.h>
 #include <unistd.h>
@@ -68,15 +78,23 @@ struct Manifest {
   std::vector<ManifestTable> tables;
 };
 
-Result<Manifest> read_manifest(const std::string& dir) {
-  const std::string path = join(dir, kManifest);
-  STRATA_ASSIGN_OR_RETURN(std::string text, detail::read_file(path));
+// Whether `file` names an entry of the checkpoint directory itself: no path components, so a
+// manifest can never make load read (or save remove) anything outside the directory.
+bool is_plain_file_name(const std::string& file) {
+  return !file.empty() && file != "." && file != ".." && file.find('/') == std::string::npos &&
+         file.find('\0') == std::string::npos;
+}
+
+// Parses and checks the text of the manifest at `path`.
+Result<Manifest> parse_manifest(const std::string& path, const std::string& text) {
   const std::size_t cut = text.rfind("\ncrc32c ");
-  if (cut == std::string::npos) return Status::data_loss(path + ": no checksum line (truncated or not a Strata manifest)");
+  if (cut == std::string::npos)
+    return Status::data_loss(path + ": no checksum line (truncated or not a Strata manifest)");
   const std::string body = text.substr(0, cut);
   const std::string want = text.substr(cut + 8, 8);
   const std::string got = hex32(detail::crc32c(body.data(), body.size()));
-  if (want != got) return Status::data_loss(path + ": checksum " + got + " does not match the recorded " + want + " (corrupt)");
+  if (want != got)
+    return Status::data_loss(path + ": checksum " + got + " does not match the recorded " + want + " (corrupt)");
   Manifest m;
   try {
     const json j = json::parse(body);
@@ -88,6 +106,8 @@ Result<Manifest> read_manifest(const std::string& dir) {
                                       std::to_string(kFormatVersion) + ")");
     m.generation = j.at("generation").get<std::uint64_t>();
     m.step = j.at("step").get<std::int64_t>();
+    if (m.step < 0)
+      return Status::data_loss(path + ": step " + std::to_string(m.step) + " (expected a step count >= 0; corrupt)");
     for (const auto& t : j.at("tables")) {
       ManifestTable mt;
       mt.name = t.at("name").get<std::string>();
@@ -99,6 +119,14 @@ Result<Manifest> read_manifest(const std::string& dir) {
       mt.optimizer = t.at("optimizer").get<std::string>();
       mt.bytes = t.at("bytes").get<std::uint64_t>();
       mt.crc = static_cast<std::uint32_t>(std::stoul(t.at("crc32c").get<std::string>(), nullptr, 16));
+      if (!is_plain_file_name(mt.file))
+        return Status::data_loss(path + ": table '" + mt.name + "': file '" + mt.file +
+                                 "' is not a file name inside the checkpoint directory (expected a name without '/', "
+                                 "such as '" +
+                                 mt.name + ".1.tbl'; corrupt)");
+      for (const auto& other : m.tables)
+        if (other.name == mt.name)
+          return Status::data_loss(path + ": table '" + mt.name + "' is listed twice (corrupt)");
       m.tables.push_back(std::move(mt));
     }
   } catch (const std::exception& e) {
@@ -107,7 +135,15 @@ Result<Manifest> read_manifest(const std::string& dir) {
   return m;
 }
 
+Result<Manifest> read_manifest(const std::string& dir) {
+  const std::string path = join(dir, kManifest);
+  STRATA_ASSIGN_OR_RETURN(std::string text, detail::read_file(path));
+  return parse_manifest(path, text);
+}
+
 // Removes table files and temp files of other generations (best effort: leftovers cost only space).
+// Called with the directory's DirLock held: no other saver is writing files there meanwhile, so
+// temp files are those of saves that crashed.
 void remove_stale_files(const std::string& dir, const Manifest& keep) {
   DIR* d = opendir(dir.c_str());
   if (!d) return;
@@ -115,7 +151,8 @@ void remove_stale_files(const std::string& dir, const Manifest& keep) {
   while (dirent* e = readdir(d)) {
     const std::string name = e->d_name;
     const bool ours = name.size() > 4 && name.compare(name.size() - 4, 4, ".tbl") == 0;
-    const bool temp = name.find(".tmp-") != std::string::npos;
+    const bool temp =
+        name.rfind(std::string(kManifest) + ".tmp-", 0) == 0 || name.find(".tbl.tmp-") != std::string::npos;
     if (!ours && !temp) continue;
     bool referenced = false;
     for (const auto& t : keep.tables) referenced = referenced || t.file == name;
@@ -135,7 +172,8 @@ Status check_entry(const ManifestTable& m, const TableSpec& spec, std::int32_t s
   if (m.rows != spec.rows) return mismatch("rows", std::to_string(m.rows), std::to_string(spec.rows));
   if (m.dim != spec.dim) return mismatch("dim", std::to_string(m.dim), std::to_string(spec.dim));
   if (m.dtype != to_string(spec.dtype)) return mismatch("dtype", m.dtype, to_string(spec.dtype));
-  if (m.optimizer != to_string(spec.optimizer.kind)) return mismatch("optimizer", m.optimizer, to_string(spec.optimizer.kind));
+  if (m.optimizer != to_string(spec.optimizer.kind))
+    return mismatch("optimizer", m.optimizer, to_string(spec.optimizer.kind));
   if (m.state_dim != state_dim) return mismatch("state_dim", std::to_string(m.state_dim), std::to_string(state_dim));
   return Status::ok();
 }
@@ -144,12 +182,12 @@ std::uint64_t expected_file_bytes(const ManifestTable& m) {
   return kHeaderBytes + static_cast<std::uint64_t>(m.rows) * static_cast<std::uint64_t>(m.dim + m.state_dim) * 4u;
 }
 
-// Streams a table file's records; calls fn(row0, n, records) per chunk. Verifies header, size and
-// checksum; when `fn` is null only verifies.
+// Streams a table file's records through `reader` (the file opened once by load); calls
+// fn(row0, n, records) per chunk. Verifies header, size and checksum; the checksum only once every
+// chunk went through `fn`.
 template <typename Fn>
-Status scan_table_file(const std::string& dir, const ManifestTable& m, Fn&& fn) {
-  const std::string path = join(dir, m.file);
-  STRATA_ASSIGN_OR_RETURN(detail::FileReader reader, detail::FileReader::open(path));
+Status scan_table_file(const detail::FileReader& reader, const ManifestTable& m, Fn&& fn) {
+  const std::string& path = reader.path();
   const std::uint64_t want = expected_file_bytes(m);
   if (reader.size() != want || m.bytes != want)
     return Status::data_loss(path + ": " + std::to_string(reader.size()) + " bytes (expected " + std::to_string(want) +
@@ -175,11 +213,63 @@ Status scan_table_file(const std::string& dir, const ManifestTable& m, Fn&& fn) 
   return Status::ok();
 }
 
+// A checkpoint as load sees it: the manifest read once and every table file it names opened
+// once, matched to the store's tables and verified.
+struct OpenCheckpoint {
+  Manifest manifest;
+  std::vector<std::size_t> entry;         // per config table: its index in manifest.tables
+  std::vector<detail::FileReader> files;  // per config table: its file, open
+};
+
+// Reads the manifest `text` of `dir`, opens the files it names and verifies them against the
+// store's config (names, shapes, optimizers) and their sizes and checksums. Changes nothing.
+Result<OpenCheckpoint> open_checkpoint(const Store& store, const std::string& dir, const std::string& text) {
+  OpenCheckpoint c;
+  STRATA_ASSIGN_OR_RETURN(c.manifest, parse_manifest(join(dir, kManifest), text));
+  const auto& tables = store.config().tables;
+  constexpr std::size_t kNone = ~std::size_t{0};
+  c.entry.assign(tables.size(), kNone);
+  for (std::size_t i = 0; i < c.manifest.tables.size(); ++i) {
+    const ManifestTable& mt = c.manifest.tables[i];
+    auto idx = store.table_index(mt.name);
+    if (!idx)
+      return Status::invalid_argument(dir + ": checkpoint has table '" + mt.name +
+                                      "' that the store config does not define");
+    c.entry[static_cast<std::size_t>(idx.value())] = i;
+  }
+  for (std::size_t ti = 0; ti < tables.size(); ++ti) {
+    const TableSpec& spec = tables[ti].spec;
+    if (c.entry[ti] == kNone)
+      return Status::invalid_argument(dir + ": checkpoint has no table '" + spec.name +
+                                      "' (expected every table of the config)");
+    STRATA_RETURN_IF_ERROR(
+        check_entry(c.manifest.tables[c.entry[ti]], spec, optimizer_state_dim(spec.optimizer.kind, spec.dim), dir));
+  }
+  // Open every file before reading any, to keep the time in which a concurrent save can remove
+  // one of them short (the caller then starts over with the newer manifest).
+  for (std::size_t ti = 0; ti < tables.size(); ++ti) {
+    STRATA_ASSIGN_OR_RETURN(detail::FileReader f,
+                            detail::FileReader::open(join(dir, c.manifest.tables[c.entry[ti]].file)));
+    c.files.push_back(std::move(f));
+  }
+  for (std::size_t ti = 0; ti < tables.size(); ++ti)
+    STRATA_RETURN_IF_ERROR(scan_table_file(c.files[ti], c.manifest.tables[c.entry[ti]],
+                                           [](std::int64_t, std::int64_t, const float*) { return Status::ok(); }));
+  return c;
+}
+
+// How many manifests load tries when saves keep replacing the one it has just read.
+constexpr int kLoadAttempts = 10;
+// Name of the lock file of a directory that cannot be flocked itself (see DirLock).
+constexpr char kLockFile[] = "LOCK";
+
 }  // namespace
 
 Status Store::save(const std::string& dir) {
   STRATA_RETURN_IF_ERROR(flush());
   STRATA_RETURN_IF_ERROR(detail::make_dirs(dir));
+  // Held until the old generation is gone: a second saver waits, then reads our manifest.
+  STRATA_ASSIGN_OR_RETURN(detail::DirLock lock, detail::DirLock::acquire(dir, kLockFile));
   Manifest old;
   if (auto m = read_manifest(dir)) old = std::move(m).value();
   Manifest next;
@@ -231,49 +321,68 @@ Status Store::save(const std::string& dir) {
   j["step"] = next.step;
   j["tables"] = json::array();
   for (const auto& t : next.tables)
-    j["tables"].push_back({{"name", t.name}, {"file", t.file}, {"rows", t.rows}, {"dim", t.dim},
-                           {"state_dim", t.state_dim}, {"dtype", t.dtype}, {"optimizer", t.optimizer},
-                           {"bytes", t.bytes}, {"crc32c", hex32(t.crc)}});
+    j["tables"].push_back({{"name", t.name},
+                           {"file", t.file},
+                           {"rows", t.rows},
+                           {"dim", t.dim},
+                           {"state_dim", t.state_dim},
+                           {"dtype", t.dtype},
+                           {"optimizer", t.optimizer},
+                           {"bytes", t.bytes},
+                           {"crc32c", hex32(t.crc)}});
   const std::string body = j.dump(2);
-  STRATA_RETURN_IF_ERROR(
-      detail::write_file_atomic(join(dir, kManifest), body + "\ncrc32c " + hex32(detail::crc32c(body.data(), body.size())) + "\n"));
+  STRATA_RETURN_IF_ERROR(detail::write_file_atomic(
+      join(dir, kManifest), body + "\ncrc32c " + hex32(detail::crc32c(body.data(), body.size())) + "\n"));
   remove_stale_files(dir, next);
   return Status::ok();
 }
 
 Status Store::load(const std::string& dir) {
   if (in_flight() > 0) return detail::busy("load", in_flight());
-  STRATA_ASSIGN_OR_RETURN(Manifest m, read_manifest(dir));
-  // Pass 1: every table matches the config and every file is whole, before any row changes.
-  std::vector<const ManifestTable*> entries(config_.tables.size(), nullptr);
-  for (const auto& mt : m.tables) {
-    auto idx = table_index(mt.name);
-    if (!idx) return Status::invalid_argument(dir + ": checkpoint has table '" + mt.name + "' that the store config does not define");
-    entries[static_cast<std::size_t>(idx.value())] = &mt;
+  const std::string manifest_path = join(dir, kManifest);
+  // Pass 1: one manifest, every file open and verified, every table matching the config, before
+  // any row changes. A failure caused by a save that replaced the manifest meanwhile (its cleanup
+  // removed a file this manifest names) is retried with the new manifest.
+  STRATA_ASSIGN_OR_RETURN(std::string text, detail::read_file(manifest_path));
+  Result<OpenCheckpoint> opened = open_checkpoint(*this, dir, text);
+  for (int attempt = 1; !opened.is_ok(); ++attempt) {
+    Result<std::string> now = detail::read_file(manifest_path);
+    if (!now.is_ok() || now.value() == text) return opened.status();
+    if (attempt == kLoadAttempts)
+      return opened.status().with_context(dir + ": the checkpoint was replaced " + std::to_string(attempt) +
+                                          " times while load read it");
+    text = std::move(now).value();
+    opened = open_checkpoint(*this, dir, text);
   }
+  OpenCheckpoint& c = opened.value();
+  // Nothing has changed yet. Write dirty cached rows back first, so that a device error there
+  // still leaves the store as it was.
+  STRATA_RETURN_IF_ERROR(flush());
+  // Pass 2: copy the rows in through the descriptors pass 1 verified. The files cannot change under
+  // them (saves write new files and rename them; they never write into a committed one), so this
+  // fails only on a read error, a device error, or a file modified in place by something else
+  // (its checksum is checked again); the tables may then hold a mix (see Store::load).
   for (std::size_t ti = 0; ti < config_.tables.size(); ++ti) {
-    const TableSpec& spec = config_.tables[ti].spec;
-    if (!entries[ti]) return Status::invalid_argument(dir + ": checkpoint has no table '" + spec.name + "' (expected every table of the config)");
-    STRATA_RETURN_IF_ERROR(check_entry(*entries[ti], spec, optimizer_state_dim(spec.optimizer.kind, spec.dim), dir));
-    STRATA_RETURN_IF_ERROR(scan_table_file(dir, *entries[ti], [](std::int64_t, std::int64_t, const float*) { return Status::ok(); }));
-  }
-  // Pass 2: copy the rows in.
-  for (std::size_t ti = 0; ti < config_.tables.size(); ++ti) {
-    const ManifestTable& mt = *entries[ti];
+    const ManifestTable& mt = c.manifest.tables[c.entry[ti]];
     std::vector<float> weights, state;
-    STRATA_RETURN_IF_ERROR(scan_table_file(dir, mt, [&](std::int64_t r, std::int64_t n, const float* recs) {
+    Status s = scan_table_file(c.files[ti], mt, [&](std::int64_t r, std::int64_t n, const float* recs) {
       weights.resize(static_cast<std::size_t>(n * mt.dim));
       state.resize(static_cast<std::size_t>(n * mt.state_dim));
       for (std::int64_t i = 0; i < n; ++i) {
         const float* rec = recs + i * (mt.dim + mt.state_dim);
         std::memcpy(weights.data() + i * mt.dim, rec, sizeof(float) * static_cast<std::size_t>(mt.dim));
         if (mt.state_dim)  // sgd keeps no state (and an empty vector's data() may be null)
-          std::memcpy(state.data() + i * mt.state_dim, rec + mt.dim, sizeof(float) * static_cast<std::size_t>(mt.state_dim));
+          std::memcpy(state.data() + i * mt.state_dim, rec + mt.dim,
+                      sizeof(float) * static_cast<std::size_t>(mt.state_dim));
       }
       return write_rows(static_cast<int>(ti), r, n, weights.data(), mt.state_dim ? state.data() : nullptr);
-    }));
+    });
+    if (!s.is_ok())
+      return s.with_context(dir + ": load failed while copying rows into table '" + mt.name +
+                            "' (the tables may now hold a mix of their previous rows and the checkpoint's; step "
+                            "unchanged; load again)");
   }
-  step_ = m.step;
+  step_ = c.manifest.step;
   return Status::ok();
 }
 

@@ -132,10 +132,21 @@ class Store {
   /// Writes a checkpoint of every table (rows and optimizer state) and the step counter into
   /// `dir`: one checksummed file per table plus a manifest, each written to a temporary name,
   /// fsynced and renamed, the manifest last, so a crash mid-save leaves the previous checkpoint
-  /// in `dir` intact. Flushes first.
+  /// in `dir` intact. Flushes first. Savers of several processes (or stores) sharing `dir` take
+  /// turns on an advisory lock (flock) of it, waiting as long as another save holds it; loads
+  /// running meanwhile are safe (see load()).
   Status save(const std::string& dir);
   /// Restores a checkpoint written by save() for the same tables (names, rows, dims, optimizers).
-  /// Verifies every file's size and checksum before changing any row. Fails if batches are in flight.
+  /// Reads the manifest once, opens every file it names once, and verifies each file's size and
+  /// checksum through those descriptors before changing any row, then copies the rows in from the
+  /// same descriptors: a save by another process that replaces the checkpoint meanwhile cannot mix
+  /// two checkpoints (when it removed a file before load opened it, load starts over with the new
+  /// checkpoint, up to 10 times). Any error found before the copy (a missing or corrupt file, a
+  /// manifest naming a path outside `dir` or a negative step, another config) changes nothing.
+  /// The copy itself fails only on a read or device error (or a file modified in place by
+  /// something other than save): load then returns that error with "load failed while copying
+  /// rows", the tables may hold any mix of their previous rows and the checkpoint's, and step()
+  /// is unchanged; load again before training. Fails if batches are in flight.
   Status load(const std::string& dir);
   /// Writes a table's weights as a NumPy .npy file (rows, dim) fp32.
   Status export_npy(const std::string& table, const std::string& path);

@@ -1,6 +1,7 @@
 #include "store/detail/file_io.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -23,6 +24,7 @@ constexpr std::size_t kMaxIo = std::size_t{1} << 30;
 
 std::atomic<std::int64_t> g_fault_budget{-1};
 std::atomic<std::uint64_t> g_temp_counter{0};
+std::function<void(const std::string&)> g_before_open;  // see set_before_open_hook
 
 std::string os_error(const std::string& path, const char* what, int err) {
   return path + ": " + what + ": " + std::strerror(err);
@@ -45,8 +47,7 @@ int close_fd(int fd) noexcept {
 std::size_t take_fault_budget(std::size_t n) noexcept {
   std::int64_t budget = g_fault_budget.load(std::memory_order_relaxed);
   while (budget >= 0) {
-    const std::int64_t take =
-        static_cast<std::int64_t>(std::min<std::uint64_t>(static_cast<std::uint64_t>(budget), n));
+    const std::int64_t take = static_cast<std::int64_t>(std::min<std::uint64_t>(static_cast<std::uint64_t>(budget), n));
     if (g_fault_budget.compare_exchange_weak(budget, budget - take, std::memory_order_relaxed)) {
       return static_cast<std::size_t>(take);
     }
@@ -56,9 +57,9 @@ std::size_t take_fault_budget(std::size_t n) noexcept {
 
 }  // namespace
 
-void set_fault_after_bytes(std::int64_t n) noexcept {
-  g_fault_budget.store(n < 0 ? -1 : n, std::memory_order_relaxed);
-}
+void set_before_open_hook(std::function<void(const std::string& path)> hook) { g_before_open = std::move(hook); }
+
+void set_fault_after_bytes(std::int64_t n) noexcept { g_fault_budget.store(n < 0 ? -1 : n, std::memory_order_relaxed); }
 
 // ---------------------------------------------------------------------------------------------
 // AtomicFileWriter
@@ -178,8 +179,8 @@ Status AtomicFileWriter::append(const void* data, std::size_t n) {
   if (allowed < n) {
     // Make the bytes before the fault reach the file, like a process that dies mid-save.
     STRATA_RETURN_IF_ERROR(flush_buffer());
-    return fail(Status::io_error("injected fault after " + std::to_string(bytes_) + " bytes of '" +
-                                 final_path_ + "' (set_fault_after_bytes)"));
+    return fail(Status::io_error("injected fault after " + std::to_string(bytes_) + " bytes of '" + final_path_ +
+                                 "' (set_fault_after_bytes)"));
   }
   return Status::ok();
 }
@@ -280,8 +281,7 @@ Result<std::string> read_file(const std::string& path) {
     }
     out.resize(have);
   } catch (const std::bad_alloc&) {
-    status = Status::resource_exhausted(path + ": cannot allocate " + std::to_string(size) +
-                                        " bytes to read the file");
+    status = Status::resource_exhausted(path + ": cannot allocate " + std::to_string(size) + " bytes to read the file");
   }
   (void)close_fd(fd);
   if (!status.is_ok()) return status;
@@ -292,6 +292,7 @@ FileReader::FileReader(std::string path, int fd, std::uint64_t size) noexcept
     : path_(std::move(path)), fd_(fd), size_(size) {}
 
 Result<FileReader> FileReader::open(const std::string& path) {
+  if (g_before_open) g_before_open(path);
   std::uint64_t size = 0;
   STRATA_ASSIGN_OR_RETURN(const int fd, open_for_read(path, &size));
   return FileReader(path, fd, size);
@@ -328,6 +329,60 @@ Status FileReader::read_at(std::uint64_t offset, void* dst, std::size_t n) const
 
 // ---------------------------------------------------------------------------------------------
 // Directories
+
+namespace {
+
+// Takes an exclusive flock on `fd`, waiting for it; 0 or errno.
+int lock_fd(int fd) noexcept {
+  while (::flock(fd, LOCK_EX) != 0) {
+    if (errno != EINTR) return errno;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Result<DirLock> DirLock::acquire(const std::string& dir, const std::string& fallback_name) {
+  int fd;
+  do {
+    fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return Status::io_error(os_error(dir, "cannot open directory to lock it", errno));
+  int err = lock_fd(fd);
+  if (err == 0) return DirLock(fd);
+  (void)close_fd(fd);
+  // EBADF: NFS wants a file open for writing; EINVAL/EOPNOTSUPP/ENOLCK: no flock on directories.
+  if (err != EBADF && err != EINVAL && err != EOPNOTSUPP && err != ENOLCK)
+    return Status::io_error(os_error(dir, "cannot lock directory", err));
+  const std::string path = dir + "/" + fallback_name;
+  do {
+    fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return Status::io_error(os_error(path, "cannot create lock file", errno));
+  err = lock_fd(fd);
+  if (err == 0) return DirLock(fd);
+  (void)close_fd(fd);
+  return Status::io_error(os_error(path, "cannot lock", err));
+}
+
+DirLock::DirLock(DirLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+
+DirLock& DirLock::operator=(DirLock&& o) noexcept {
+  if (this != &o) {
+    release();
+    fd_ = std::exchange(o.fd_, -1);
+  }
+  return *this;
+}
+
+DirLock::~DirLock() { release(); }
+
+void DirLock::release() noexcept {
+  if (fd_ < 0) return;
+  // Closing the only descriptor of the open file description drops its flock.
+  (void)close_fd(fd_);
+  fd_ = -1;
+}
 
 Status fsync_dir(const std::string& dir) {
   int fd;

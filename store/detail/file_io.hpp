@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -81,7 +82,8 @@ Result<std::string> read_file(const std::string& path);
 /// copy, for multi-GB tables). Move-only; read_at() may be called from several threads at once.
 class FileReader {
  public:
-  /// Opens `path` read-only and records its size. kNotFound when missing, kIoError otherwise.
+  /// Opens `path` read-only and records its size. kNotFound when missing, kIoError otherwise. The
+  /// reader keeps reading the file it opened even when the path is later removed or renamed over.
   static Result<FileReader> open(const std::string& path);
 
   FileReader() = default;  ///< a closed reader: read_at() fails
@@ -106,6 +108,35 @@ class FileReader {
   std::uint64_t size_ = 0;
 };
 
+/// An exclusive advisory lock (flock) on a directory, held from acquire() until destruction (or
+/// until the process exits, whatever way), so that the processes and threads that each take it
+/// take turns: checkpoint savers sharing a directory. Processes that do not take it (readers) are
+/// not held up. Move-only.
+class DirLock {
+ public:
+  /// Blocks until this caller holds the lock of `dir` (which must exist). Locks the directory
+  /// itself; where the file system refuses to lock a directory (NFS emulates flock with byte-range
+  /// locks, which need a file open for writing) it locks the file `<dir>/<fallback_name>` instead,
+  /// creating it (every process on that file system then does the same). kIoError naming the
+  /// path and the OS error.
+  static Result<DirLock> acquire(const std::string& dir, const std::string& fallback_name);
+
+  DirLock() = default;  ///< holds nothing
+  DirLock(DirLock&& o) noexcept;
+  DirLock& operator=(DirLock&& o) noexcept;
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+  ~DirLock();  ///< releases the lock; never throws
+
+  /// Whether the lock is held.
+  bool held() const noexcept { return fd_ >= 0; }
+
+ private:
+  explicit DirLock(int fd) noexcept : fd_(fd) {}
+  void release() noexcept;
+  int fd_ = -1;
+};
+
 /// fsyncs the directory `dir` so that entries created or renamed in it survive a power loss.
 /// kIoError naming the directory on failure. Thread-safe.
 Status fsync_dir(const std::string& dir);
@@ -121,5 +152,11 @@ Status make_dirs(const std::string& dir);
 /// kIoError("injected fault ..."), and so does every later non-empty append. `n` = -1 disables
 /// (the default). Thread-safe (atomic).
 void set_fault_after_bytes(std::int64_t n) noexcept;
+
+/// Test-only: when set, FileReader::open() calls `hook(path)` just before it opens `path`, so a
+/// test can change the directory at that moment (e.g. save a new checkpoint over the one being
+/// loaded). An empty function removes it (the default). Set it only while no FileReader is being
+/// opened; the hook itself may not open a FileReader.
+void set_before_open_hook(std::function<void(const std::string& path)> hook);
 
 }  // namespace strata::detail

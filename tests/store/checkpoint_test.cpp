@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "store/detail/crc32c.hpp"
 #include "store/detail/file_io.hpp"
 #include "tests/store/store_test_util.hpp"
 
@@ -28,6 +29,7 @@ class Checkpoint : public ::testing::Test {
   }
   void TearDown() override {
     detail::set_fault_after_bytes(-1);
+    detail::set_before_open_hook({});
     fs::remove_all(dir_);
   }
   void train(Store& s, std::uint64_t seed, int steps) {
@@ -43,8 +45,22 @@ class Checkpoint : public ::testing::Test {
   }
   std::string table_file(int t) {
     for (const auto& e : fs::directory_iterator(dir_))
-      if (e.path().filename().string().rfind(config_.tables[static_cast<std::size_t>(t)].spec.name + ".", 0) == 0) return e.path();
+      if (e.path().filename().string().rfind(config_.tables[static_cast<std::size_t>(t)].spec.name + ".", 0) == 0)
+        return e.path();
     return {};
+  }
+  // Replaces `from` by `to` in the manifest's JSON text and writes it back with a checksum that
+  // matches: a manifest that is well-formed but says something wrong.
+  void edit_manifest(const std::string& from, const std::string& to) {
+    std::ifstream in(dir_ / "MANIFEST", std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string body = text.substr(0, text.rfind("\ncrc32c "));
+    const std::size_t at = body.find(from);
+    ASSERT_NE(at, std::string::npos) << from << " not in " << body;
+    body.replace(at, from.size(), to);
+    char crc[16];
+    std::snprintf(crc, sizeof crc, "%08x", detail::crc32c(body.data(), body.size()));
+    std::ofstream(dir_ / "MANIFEST", std::ios::binary | std::ios::trunc) << body << "\ncrc32c " << crc << "\n";
   }
   fs::path dir_;
   StoreConfig config_;
@@ -155,7 +171,8 @@ TEST_F(Checkpoint, CheckpointFromAnotherConfigIsRejected) {
             std::string::npos);
   other = config_;
   other.tables.pop_back();
-  EXPECT_NE((*Store::open(other))->load(dir_).message().find("that the store config does not define"), std::string::npos);
+  EXPECT_NE((*Store::open(other))->load(dir_).message().find("that the store config does not define"),
+            std::string::npos);
 }
 
 TEST_F(Checkpoint, LoadRefusedWithBatchesInFlight) {
@@ -164,6 +181,95 @@ TEST_F(Checkpoint, LoadRefusedWithBatchesInFlight) {
   std::mt19937_64 rng(3);
   ASSERT_TRUE((*a)->submit(1, random_batch(rng, config_, 4)).is_ok());
   EXPECT_EQ((*a)->load(dir_).code(), StatusCode::kFailedPrecondition);
+}
+
+// A save that commits between load reading the manifest and opening the files it names removes
+// those files: load starts over with the new manifest and applies that checkpoint, whole.
+TEST_F(Checkpoint, LoadStartsOverWhenASaveReplacesTheCheckpointMidway) {
+  auto a = Store::open(config_);
+  train(**a, 1, 2);
+  ASSERT_TRUE((*a)->save(dir_).is_ok());
+  train(**a, 2, 2);
+  const Snapshot second = snapshot(**a);
+  auto b = Store::open(config_);
+  int opens = 0;
+  detail::set_before_open_hook([&](const std::string&) {
+    if (opens++ == 0) {
+      ASSERT_TRUE((*a)->save(dir_).is_ok());
+    }
+  });
+  const Status s = (*b)->load(dir_);
+  detail::set_before_open_hook({});
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  EXPECT_TRUE(same_state(second, snapshot(**b)));
+  EXPECT_EQ((*b)->step(), 4);
+}
+
+// When saves keep replacing the checkpoint faster than load can open it, load gives up with an
+// error that says so, having changed nothing.
+TEST_F(Checkpoint, LoadGivesUpWhenSavesKeepReplacingTheCheckpoint) {
+  auto a = Store::open(config_);
+  train(**a, 1, 2);
+  ASSERT_TRUE((*a)->save(dir_).is_ok());
+  auto b = Store::open(config_);
+  const Snapshot fresh = snapshot(**b);
+  detail::set_before_open_hook([&](const std::string&) { ASSERT_TRUE((*a)->save(dir_).is_ok()); });
+  const Status s = (*b)->load(dir_);
+  detail::set_before_open_hook({});
+  EXPECT_EQ(s.code(), StatusCode::kNotFound) << s.to_string();
+  EXPECT_NE(s.message().find("the checkpoint was replaced 10 times while load read it"), std::string::npos)
+      << s.message();
+  EXPECT_TRUE(same_state(fresh, snapshot(**b)));
+  EXPECT_EQ((*b)->step(), 0);
+  EXPECT_TRUE((*b)->load(dir_).is_ok());  // once the saves stop
+}
+
+// A manifest's `file` entries name files of the checkpoint directory: one with path components
+// (which load used to follow outside the directory) is refused, naming the table and the value,
+// and so is a negative step. Nothing changes.
+TEST_F(Checkpoint, ManifestWithAPathOrANegativeStepIsRefused) {
+  auto a = Store::open(config_);
+  train(**a, 1, 2);
+  ASSERT_TRUE((*a)->save(dir_).is_ok());
+  const std::string name = config_.tables[1].spec.name;
+  const std::string file = fs::path(table_file(1)).filename().string();
+  // Valid copies of the table file where each edited entry points, so only the name is wrong.
+  const fs::path outside = dir_.string() + "_outside";
+  fs::create_directories(outside);
+  fs::create_directories(dir_ / "sub");
+  fs::copy_file(table_file(1), outside / file, fs::copy_options::overwrite_existing);
+  fs::copy_file(table_file(1), dir_ / "sub" / file, fs::copy_options::overwrite_existing);
+  const fs::path manifest = dir_ / "MANIFEST";
+  const fs::path saved = dir_.string() + "_manifest";
+  fs::copy_file(manifest, saved, fs::copy_options::overwrite_existing);
+  auto b = Store::open(config_);
+  const Snapshot fresh = snapshot(**b);
+  for (const std::string& bad : {"../" + outside.filename().string() + "/" + file, "sub/" + file,
+                                 fs::absolute(table_file(1)).string(), std::string(".."), std::string("")}) {
+    fs::copy_file(saved, manifest, fs::copy_options::overwrite_existing);
+    edit_manifest("\"file\": \"" + file + "\"", "\"file\": \"" + bad + "\"");
+    const Status s = (*b)->load(dir_);
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << bad << ": " << s.to_string();
+    EXPECT_NE(
+        s.message().find("table '" + name + "': file '" + bad + "' is not a file name inside the checkpoint directory"),
+        std::string::npos)
+        << s.message();
+    EXPECT_TRUE(same_state(fresh, snapshot(**b))) << bad;
+    EXPECT_EQ((*b)->step(), 0) << bad;
+  }
+  fs::copy_file(saved, manifest, fs::copy_options::overwrite_existing);
+  edit_manifest("\"step\": 2", "\"step\": -2");
+  const Status s = (*b)->load(dir_);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.to_string();
+  EXPECT_NE(s.message().find("step -2 (expected a step count >= 0"), std::string::npos) << s.message();
+  EXPECT_TRUE(same_state(fresh, snapshot(**b)));
+  EXPECT_EQ((*b)->step(), 0);
+  // The untouched manifest still loads.
+  fs::copy_file(saved, manifest, fs::copy_options::overwrite_existing);
+  EXPECT_TRUE((*b)->load(dir_).is_ok());
+  EXPECT_EQ((*b)->step(), 2);
+  fs::remove_all(outside);
+  fs::remove(saved);
 }
 
 TEST_F(Checkpoint, NpyExportImport) {

@@ -1,6 +1,8 @@
 #include "store/detail/file_io.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -298,6 +300,60 @@ TEST_F(FileIoTest, FileReaderReadsAtOffsetsAndReportsShortFiles) {
   EXPECT_TRUE(moved.read_at(0, buf.data(), 1).is_ok());
   FileReader closed;
   EXPECT_EQ(closed.read_at(0, buf.data(), 1).code(), StatusCode::kFailedPrecondition);
+}
+
+// An open reader keeps reading the file it opened after the path is removed or renamed over:
+// load relies on this while a concurrent save replaces a checkpoint.
+TEST_F(FileIoTest, FileReaderKeepsItsFileWhenThePathIsReplacedOrRemoved) {
+  const std::string first = pattern(3000, 1), second = pattern(3000, 2);
+  ASSERT_TRUE(write_file_atomic(path("f"), first).is_ok());
+  auto reader = FileReader::open(path("f"));
+  ASSERT_TRUE(reader.is_ok());
+  ASSERT_TRUE(write_file_atomic(path("f"), second).is_ok());
+  std::string buf(3000, '\0');
+  ASSERT_TRUE(reader->read_at(0, buf.data(), buf.size()).is_ok());
+  EXPECT_EQ(buf, first);
+  ASSERT_EQ(::unlink(path("f").c_str()), 0);
+  ASSERT_TRUE(reader->read_at(0, buf.data(), buf.size()).is_ok());
+  EXPECT_EQ(buf, first);
+}
+
+// Whether another open file description could take the flock of `dir` now (it is released again).
+bool lockable(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+  ::close(fd);
+  return ok;
+}
+
+TEST_F(FileIoTest, DirLockHoldsTheDirectoryUntilReleased) {
+  {
+    auto lock = DirLock::acquire(dir_, "LOCK");
+    ASSERT_TRUE(lock.is_ok()) << lock.status().to_string();
+    EXPECT_TRUE(lock->held());
+    EXPECT_FALSE(lockable(dir_));
+    DirLock moved = std::move(lock).value();  // the lock moves with the object
+    EXPECT_TRUE(moved.held());
+    EXPECT_FALSE(lockable(dir_));
+  }
+  EXPECT_TRUE(lockable(dir_));
+  EXPECT_TRUE(entries().empty());  // the directory itself is locked: no lock file
+  // A second acquirer waits for the first to let go.
+  auto first = DirLock::acquire(dir_, "LOCK");
+  ASSERT_TRUE(first.is_ok());
+  std::atomic<bool> second_held{false};
+  std::thread t([&] {
+    auto second = DirLock::acquire(dir_, "LOCK");
+    second_held = second.is_ok();
+  });
+  EXPECT_FALSE(second_held.load());
+  first = DirLock();
+  t.join();
+  EXPECT_TRUE(second_held.load());
+  const Status missing = DirLock::acquire(path("none"), "LOCK").status();
+  EXPECT_EQ(missing.code(), StatusCode::kIoError);
+  EXPECT_NE(missing.message().find(path("none")), std::string::npos) << missing.to_string();
 }
 
 TEST_F(FileIoTest, MakeDirsCreatesParentsAndIsIdempotent) {
