@@ -266,7 +266,8 @@ constexpr char kLockFile[] = "LOCK";
 }  // namespace
 
 Status Store::save(const std::string& dir) {
-  STRATA_RETURN_IF_ERROR(flush());
+  // No flush of its own: read_rows flushes, and decides whether a table whose device failed can
+  // still be read from host memory (README, "When the device fails").
   STRATA_RETURN_IF_ERROR(detail::make_dirs(dir));
   // Held until the old generation is gone: a second saver waits, then reads our manifest.
   STRATA_ASSIGN_OR_RETURN(detail::DirLock lock, detail::DirLock::acquire(dir, kLockFile));

@@ -252,7 +252,9 @@ class CachedEngine final : public Engine {
     }
     retire(b, true);
     plan_deferred();
-    return dev_.status();
+    Status applied = dev_.status();
+    if (applied.is_ok()) ++unflushed_;
+    return applied;
   }
 
   Status discard(EngineBatch& eb, const KeyBatch&, const EngineFeatures&) override {
@@ -302,11 +304,24 @@ class CachedEngine final : public Engine {
       }
     }
     STRATA_RETURN_IF_ERROR(dev_.synchronize(s));
-    return dev_.status();
+    STRATA_RETURN_IF_ERROR(dev_.status());
+    unflushed_ = 0;
+    return Status::ok();
   }
 
+  // After a device fault the rows stay readable while host memory holds every applied update: no
+  // backward succeeded since the last flush (cache.flush_every = 1 keeps it so at every step; a
+  // backward that failed applied nothing). Otherwise those updates died with the device, and the
+  // error says how many steps' worth.
   Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
-    STRATA_RETURN_IF_ERROR(flush());
+    if (Status flushed = flush(); !flushed.is_ok()) {
+      if (dev_.status().is_ok()) return flushed;
+      if (unflushed_ > 0)
+        return Status::data_loss("table '" + spec_of(table).name + "': the device failed (" + dev_.status().message() + ") with the updates of " +
+                                 std::to_string(unflushed_) +
+                                 " backward call(s) since the last flush only in its memory; host memory holds the "
+                                 "table as of that flush (cache.flush_every bounds what a device fault loses)");
+    }
     host_.at(table).read_rows(row0, n, weights, state);
     return Status::ok();
   }
@@ -556,6 +571,7 @@ class CachedEngine final : public Engine {
   std::int64_t next_seq_ = 0;
   int in_flight_ = 0;
   std::vector<std::int64_t> deferred_;  // per global table: batches whose plan was deferred
+  std::int64_t unflushed_ = 0;          // backward calls applied since the last complete flush
 };
 
 }  // namespace

@@ -141,7 +141,8 @@ class GpuEngine final : public Engine {
   Status flush() override { return dev_.synchronize(compute_.view()); }
 
   Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
-    STRATA_RETURN_IF_ERROR(dev_.synchronize(compute_.view()));
+    if (Status s = dev_.synchronize(compute_.view()); !s.is_ok())
+      return s.with_context("table '" + spec_of(table).name + "' (gpu: its rows live only in device memory)");
     return bounce(table, row0, n, true, false, [&](float* rec, std::int64_t r, std::size_t dim, std::size_t sd) {
       std::memcpy(weights + r * static_cast<std::int64_t>(dim), rec, dim * sizeof(float));
       if (state && sd) std::memcpy(state + r * static_cast<std::int64_t>(sd), rec + dim, sd * sizeof(float));
