@@ -317,8 +317,8 @@ class CachedEngine final : public Engine {
     if (Status flushed = flush(); !flushed.is_ok()) {
       if (dev_.status().is_ok()) return flushed;
       if (unflushed_ > 0)
-        return Status::data_loss("table '" + spec_of(table).name + "': the device failed (" + dev_.status().message() + ") with the updates of " +
-                                 std::to_string(unflushed_) +
+        return Status::data_loss("table '" + spec_of(table).name + "': the device failed (" + dev_.status().message() +
+                                 ") with the updates of " + std::to_string(unflushed_) +
                                  " backward call(s) since the last flush only in its memory; host memory holds the "
                                  "table as of that flush (cache.flush_every bounds what a device fault loses)");
     }

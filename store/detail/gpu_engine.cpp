@@ -20,9 +20,9 @@ struct Pool {
 struct GpuBatch final : EngineBatch {
   std::unique_ptr<Staging> st;
   gpu::Event ready;
-  std::vector<UniqueKeys> unique;              // per engine feature
-  std::vector<DeviceFeature> dev;              // per engine feature
-  std::map<int, std::vector<int>> feats_of;    // pool -> engine features
+  std::vector<UniqueKeys> unique;            // per engine feature
+  std::vector<DeviceFeature> dev;            // per engine feature
+  std::map<int, std::vector<int>> feats_of;  // pool -> engine features
 };
 
 // Rows moved per bounce through pinned memory by init, read_rows and write_rows.
@@ -95,14 +95,16 @@ class GpuEngine final : public Engine {
       const Key base = where_[static_cast<std::size_t>(f.table[i])].second;
       slots.assign(b->unique[i].keys.begin(), b->unique[i].keys.end());
       for (Key& x : slots) x += base;
-      b->dev.push_back(stage_feature(*b->st, batch.features[static_cast<std::size_t>(f.feature[i])], spec_of(f.table[i]), b->unique[i], slots));
+      b->dev.push_back(stage_feature(*b->st, batch.features[static_cast<std::size_t>(f.feature[i])],
+                                     spec_of(f.table[i]), b->unique[i], slots));
     }
     b->st->upload(copy_.view());
     dev_.record(b->ready.view(), copy_.view());
     return std::unique_ptr<EngineBatch>(std::move(b));
   }
 
-  Status forward(EngineBatch& eb, const KeyBatch&, const EngineFeatures& f, const std::vector<MatrixView>& outputs) override {
+  Status forward(EngineBatch& eb, const KeyBatch&, const EngineFeatures& f,
+                 const std::vector<MatrixView>& outputs) override {
     auto& b = static_cast<GpuBatch&>(eb);
     const gpu::StreamView s = compute_.view();
     dev_.wait(s, b.ready.view());
@@ -152,10 +154,12 @@ class GpuEngine final : public Engine {
   Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) override {
     STRATA_RETURN_IF_ERROR(dev_.synchronize(compute_.view()));
     // Read-modify-write: without `state` the optimizer state of the rows stays as it is.
-    return bounce(table, row0, n, state == nullptr, true, [&](float* rec, std::int64_t r, std::size_t dim, std::size_t sd) {
-      std::memcpy(rec, weights + r * static_cast<std::int64_t>(dim), dim * sizeof(float));
-      if (state && sd) std::memcpy(rec + dim, state + r * static_cast<std::int64_t>(sd), sd * sizeof(float));
-    });
+    return bounce(table, row0, n, state == nullptr, true,
+                  [&](float* rec, std::int64_t r, std::size_t dim, std::size_t sd) {
+                    std::memcpy(rec, weights + r * static_cast<std::int64_t>(dim), dim * sizeof(float));
+                    if (state && sd)
+                      std::memcpy(rec + dim, state + r * static_cast<std::int64_t>(sd), sd * sizeof(float));
+                  });
   }
 
  private:
@@ -166,7 +170,8 @@ class GpuEngine final : public Engine {
     const TableSpec& spec = spec_of(table);
     const std::uint64_t tseed = table_seed(spec.init.seed, table_name_hash(spec.name));
     return bounce(table, 0, spec.rows, false, true, [&](float* rec, std::int64_t r, std::size_t dim, std::size_t sd) {
-      init_row(rec, tseed, spec.init.global_row(r), static_cast<std::int32_t>(dim), spec.init.bound, spec.init.col_offset);
+      init_row(rec, tseed, spec.init.global_row(r), static_cast<std::int32_t>(dim), spec.init.bound,
+               spec.init.col_offset);
       init_state(rec + dim, spec.optimizer, static_cast<std::int32_t>(sd));
     });
   }
@@ -196,7 +201,8 @@ class GpuEngine final : public Engine {
         std::memset(host, 0, bytes);
       }
       for (std::int64_t r = 0; r < m; ++r)
-        fn(host + r * pool.stride, r0 + r, static_cast<std::size_t>(pool.dim), static_cast<std::size_t>(pool.state_dim));
+        fn(host + r * pool.stride, r0 + r, static_cast<std::size_t>(pool.dim),
+           static_cast<std::size_t>(pool.state_dim));
       if (store) {
         dev_.copy_h2d(s, dev, host, bytes);
         STRATA_RETURN_IF_ERROR(dev_.synchronize(s));
@@ -222,7 +228,8 @@ class GpuEngine final : public Engine {
 
 }  // namespace
 
-Result<std::unique_ptr<Engine>> make_gpu_engine(const StoreConfig& config, const std::vector<int>& tables, gpu::Device& device) {
+Result<std::unique_ptr<Engine>> make_gpu_engine(const StoreConfig& config, const std::vector<int>& tables,
+                                                gpu::Device& device) {
   auto e = std::make_unique<GpuEngine>(config, device);
   STRATA_RETURN_IF_ERROR(e->init(tables));
   return std::unique_ptr<Engine>(std::move(e));

@@ -20,7 +20,8 @@ StoreConfig mixed_config(std::mt19937_64& rng) {
   const Placement placements[] = {Placement::kCpu, Placement::kOffload, Placement::kCached};
   for (std::size_t t = 0; t < c.tables.size(); ++t) {
     c.tables[t].placement = placements[t];
-    if (placements[t] == Placement::kCached) c.tables[t].cache.rows = std::max<std::int64_t>(1, c.tables[t].spec.rows / 2);
+    if (placements[t] == Placement::kCached)
+      c.tables[t].cache.rows = std::max<std::int64_t>(1, c.tables[t].spec.rows / 2);
   }
   c.device.backend = BackendChoice::kEmu;
   return c;
@@ -29,7 +30,8 @@ StoreConfig mixed_config(std::mt19937_64& rng) {
 // Drives `steps` batches (submitted one ahead) into a store whose device fails at op `fail_at`
 // and into the reference, which applies exactly the backward calls that were applied.
 enum class Fault { kNone, kFailed, kInPeriodicFlush };  // kInPeriodicFlush: a backward applied, then its flush failed
-Fault train_until_fault(Store& s, Store& ref, const StoreConfig& c, const std::vector<KeyBatch>& batches, std::mt19937_64& rng) {
+Fault train_until_fault(Store& s, Store& ref, const StoreConfig& c, const std::vector<KeyBatch>& batches,
+                        std::mt19937_64& rng) {
   const int steps = static_cast<int>(batches.size());
   if (!s.submit(0, batches[0]).is_ok()) return Fault::kFailed;
   EXPECT_TRUE(ref.submit(0, batches[0]).is_ok());
@@ -59,7 +61,8 @@ TEST(DeviceFault, WithFlushEveryStepHostMemoryHoldsEveryAppliedStepAndSaves) {
   c.cache.flush_every = 1;
   std::vector<KeyBatch> batches;
   for (int i = 0; i < 5; ++i) batches.push_back(random_batch(rng, c, 6));
-  const std::string dir = (std::filesystem::temp_directory_path() / ("strata_devfault_" + std::to_string(::getpid()))).string();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("strata_devfault_" + std::to_string(::getpid()))).string();
   int faults = 0;
   for (std::int64_t fail_at = 0; fail_at < 160; fail_at += 3) {
     StoreConfig cf = c;

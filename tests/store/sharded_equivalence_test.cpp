@@ -35,7 +35,8 @@ std::string on_ranks(int world, Body body) {
 
 TEST_P(ShardedEquivalence, OutputsAndFinalTablesEqualTheReference) {
   const ShardCase c = GetParam();
-  EXPECT_EQ(on_ranks(c.world, [&](std::shared_ptr<dispatch::Communicator> comm) { return run_sharded_rank(c, comm); }), "");
+  EXPECT_EQ(on_ranks(c.world, [&](std::shared_ptr<dispatch::Communicator> comm) { return run_sharded_rank(c, comm); }),
+            "");
 }
 
 std::vector<ShardCase> cases() {
@@ -53,6 +54,17 @@ std::vector<ShardCase> cases() {
           c.steps = 6;
           out.push_back(c);
         }
+  // Caches that hold one batch, with a batch submitted ahead: deferred plans over 1..4 ranks.
+  for (int world = 1; world <= 4; ++world)
+    for (int repeat = 0; repeat < 4; ++repeat) {
+      ShardCase c;
+      c.world = world;
+      c.placement = static_cast<int>(Placement::kHybrid);
+      c.seed = seed++;
+      c.steps = 6;
+      c.tight = true;
+      out.push_back(c);
+    }
   return out;
 }
 
