@@ -241,7 +241,7 @@ std::int64_t ShardedPool::pinned() const noexcept {
   return n;
 }
 
-Status ShardedPool::check_fits(const std::vector<FeatureKeys>& features) const {
+Status ShardedPool::check_fits(const std::string& who, const std::vector<FeatureKeys>& features) const {
   const std::size_t S = shards_.size();
   // rows[s][f]: rows of feature f that hash to shard s (S = 1: every row, no hashing).
   std::vector<std::vector<std::int64_t>> rows(S, std::vector<std::int64_t>(features.size(), 0));
@@ -260,14 +260,15 @@ Status ShardedPool::check_fits(const std::vector<FeatureKeys>& features) const {
       total += rows[s][f];
       const PoolTable& pt = so.tables[static_cast<std::size_t>(features[f].table)];
       if (pt.cap > 0 && rows[s][f] > pt.cap)
-        return Status::resource_exhausted("table '" + pt.name + "'" + (S == 1 ? "" : " in cache pool " + so.name) +
-                                          ": " + std::to_string(rows[s][f]) +
-                                          " unique rows exceed the table's cache cap of " + std::to_string(pt.cap) +
-                                          " rows");
+        return Status::resource_exhausted(who + ", table '" + pt.name + "'" +
+                                          (S == 1 ? "" : " in cache pool " + so.name) + ": " +
+                                          std::to_string(rows[s][f]) + " unique rows exceed the table's cache cap of " +
+                                          std::to_string(pt.cap) + " rows");
     }
     if (total > so.slots)
-      return Status::resource_exhausted(std::to_string(total) + " unique rows exceed the capacity of cache pool " +
-                                        so.name + " (" + std::to_string(so.slots) + " rows)");
+      return Status::resource_exhausted(who + ": " + std::to_string(total) +
+                                        " unique rows exceed the capacity of cache pool " + so.name + " (" +
+                                        std::to_string(so.slots) + " rows)");
   }
   return Status::ok();
 }

@@ -56,8 +56,9 @@ class ShardedPool {
   /// Whether a batch fits the pool when nothing is pinned: its rows within every shard's slots and
   /// each table's rows within its cap (in every shard). A batch refused here can never be planned;
   /// one accepted is refused by probe() only while rows pinned by batches in flight crowd it out.
-  /// Errors name the table or the pool (and the shard when S > 1) with the numbers. No state change.
-  Status check_fits(const std::vector<FeatureKeys>& features) const;
+  /// Errors start with `who` (e.g. "batch 7") and name the table or the pool (and the shard when
+  /// S > 1) with the numbers. No state change.
+  Status check_fits(const std::string& who, const std::vector<FeatureKeys>& features) const;
 
   /// As CachePool's, split by shard.
   void window_push(std::int64_t seq, const std::vector<FeatureKeys>& features);

@@ -351,8 +351,8 @@ class CachedEngine final : public Engine {
   // submit; one that passes is planned at its forward at the latest.
   Status check_fits(const CachedBatch& b) const {
     for (const auto& w : b.work) {
-      Status s = pools_[static_cast<std::size_t>(w.pool)].planner->check_fits(feature_keys(b, w, where_));
-      if (!s.is_ok()) return s.with_context("batch " + std::to_string(b.id));
+      STRATA_RETURN_IF_ERROR(pools_[static_cast<std::size_t>(w.pool)].planner->check_fits(
+          "batch " + std::to_string(b.id), feature_keys(b, w, where_)));
     }
     return Status::ok();
   }
