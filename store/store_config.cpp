@@ -1,9 +1,13 @@
 #include "store/store_config.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -13,11 +17,16 @@ using nlohmann::json;
 
 const char* to_string(Placement p) noexcept {
   switch (p) {
-    case Placement::kCpu: return "cpu";
-    case Placement::kOffload: return "offload";
-    case Placement::kCached: return "cached";
-    case Placement::kGpu: return "gpu";
-    case Placement::kHybrid: return "hybrid";
+    case Placement::kCpu:
+      return "cpu";
+    case Placement::kOffload:
+      return "offload";
+    case Placement::kCached:
+      return "cached";
+    case Placement::kGpu:
+      return "gpu";
+    case Placement::kHybrid:
+      return "hybrid";
   }
   return "?";
 }
@@ -29,7 +38,15 @@ Result<Placement> parse_placement(const std::string& s) {
   if (s == "hybrid") return Placement::kHybrid;
   return Status::invalid_argument("unknown placement '" + s + "' (expected cpu, offload, cached, gpu or hybrid)");
 }
-const char* to_string(NumaPolicy p) noexcept { return p == NumaPolicy::kBind ? "bind" : "interleave"; }
+const char* to_string(NumaPolicy p) noexcept {
+  switch (p) {
+    case NumaPolicy::kInterleave:
+      return "interleave";
+    case NumaPolicy::kBind:
+      return "bind";
+  }
+  return "?";
+}
 Result<NumaPolicy> parse_numa_policy(const std::string& s) {
   if (s == "interleave") return NumaPolicy::kInterleave;
   if (s == "bind") return NumaPolicy::kBind;
@@ -37,7 +54,15 @@ Result<NumaPolicy> parse_numa_policy(const std::string& s) {
 }
 
 const char* to_string(BackendChoice b) noexcept {
-  return b == BackendChoice::kCuda ? "cuda" : b == BackendChoice::kEmu ? "emu" : "auto";
+  switch (b) {
+    case BackendChoice::kAuto:
+      return "auto";
+    case BackendChoice::kCuda:
+      return "cuda";
+    case BackendChoice::kEmu:
+      return "emu";
+  }
+  return "?";
 }
 Result<BackendChoice> parse_backend(const std::string& s) {
   if (s == "auto") return BackendChoice::kAuto;
@@ -45,7 +70,15 @@ Result<BackendChoice> parse_backend(const std::string& s) {
   if (s == "emu") return BackendChoice::kEmu;
   return Status::invalid_argument("unknown device backend '" + s + "' (expected auto, cuda or emu)");
 }
-const char* to_string(OffloadGather g) noexcept { return g == OffloadGather::kCpu ? "cpu" : "device"; }
+const char* to_string(OffloadGather g) noexcept {
+  switch (g) {
+    case OffloadGather::kDevice:
+      return "device";
+    case OffloadGather::kCpu:
+      return "cpu";
+  }
+  return "?";
+}
 Result<OffloadGather> parse_offload_gather(const std::string& s) {
   if (s == "device") return OffloadGather::kDevice;
   if (s == "cpu") return OffloadGather::kCpu;
@@ -67,6 +100,17 @@ std::int64_t cache_rows(const TableConfig& t) {
 }
 
 namespace {
+
+// An enum value a config holds is one its to_string names; anything else (a cast integer) is refused
+// before any switch over it can fall through.
+template <typename E>
+Status check_enum(E value, const std::string& field, const char* expected) {
+  const char* name = to_string(value);
+  if (name[0] != '?' || name[1] != '\0') return Status::ok();
+  return Status::invalid_argument(field + " " + std::to_string(static_cast<long long>(value)) +
+                                  " is out of range (expected " + expected + ")");
+}
+
 Status validate_cache(const TableConfig& t) {
   const TableCacheConfig& c = t.cache;
   const std::string who = "table '" + t.spec.name + "': cache ";
@@ -76,8 +120,10 @@ Status validate_cache(const TableConfig& t) {
                                     " (expected rows >= 0, bytes >= 0, fraction in [0, 1])");
   if ((c.rows > 0) + (c.bytes > 0) + (c.fraction > 0) > 1)
     return Status::invalid_argument(who + "size is given more than once (set one of rows, bytes, fraction)");
-  if (t.placement != Placement::kCached && t.placement != Placement::kHybrid && (c.rows > 0 || c.bytes > 0 || c.fraction > 0 || c.cap))
-    return Status::invalid_argument(who + "size given but the placement is " + to_string(t.placement) + " (expected cached or hybrid)");
+  if (t.placement != Placement::kCached && t.placement != Placement::kHybrid &&
+      (c.rows > 0 || c.bytes > 0 || c.fraction > 0 || c.cap))
+    return Status::invalid_argument(who + "size given but the placement is " + to_string(t.placement) +
+                                    " (expected cached or hybrid)");
   return Status::ok();
 }
 
@@ -85,10 +131,13 @@ bool sharded(Placement p) { return p == Placement::kGpu || p == Placement::kHybr
 
 Status validate_sharding(const TableConfig& t) {
   const dispatch::ShardingPlan& p = t.sharding;
+  STRATA_RETURN_IF_ERROR(
+      check_enum(p.type, "table '" + t.spec.name + "': sharding type", "replicated, table, row or column"));
   const dispatch::ShardingPlan none;
   if (!sharded(t.placement) && (p.type != none.type || p.owner != none.owner))
-    return Status::invalid_argument("table '" + t.spec.name + "': sharding " + dispatch::to_string(p.type) + " given but the placement is " +
-                                    to_string(t.placement) + " (expected gpu or hybrid)");
+    return Status::invalid_argument("table '" + t.spec.name + "': sharding " + dispatch::to_string(p.type) +
+                                    " given but the placement is " + to_string(t.placement) +
+                                    " (expected gpu or hybrid)");
   // The world size is known at open (Store::open checks the plan against it); here the smallest
   // world the plan can mean.
   return dispatch::validate_plan(t.spec, p, std::max(1, p.owner + 1));
@@ -100,12 +149,15 @@ Status validate(const StoreConfig& c) {
   std::set<std::string> names;
   for (const auto& t : c.tables) {
     STRATA_RETURN_IF_ERROR(validate(t.spec));
+    STRATA_RETURN_IF_ERROR(
+        check_enum(t.placement, "table '" + t.spec.name + "': placement", "cpu, offload, cached, gpu or hybrid"));
     if (!names.insert(t.spec.name).second)
       return Status::invalid_argument("table '" + t.spec.name + "' is defined twice (names must be unique)");
     STRATA_RETURN_IF_ERROR(validate_cache(t));
     STRATA_RETURN_IF_ERROR(validate_sharding(t));
   }
-  if (c.cache.policy != cache::Policy::kLru && c.cache.policy != cache::Policy::kLfu && c.cache.policy != cache::Policy::kLookahead)
+  if (c.cache.policy != cache::Policy::kLru && c.cache.policy != cache::Policy::kLfu &&
+      c.cache.policy != cache::Policy::kLookahead)
     return Status::invalid_argument("cache policy " + std::to_string(static_cast<int>(c.cache.policy)) +
                                     " is not a policy (expected lru, lfu or lookahead)");
   if (c.cache.max_in_flight < 1)
@@ -115,16 +167,23 @@ Status validate(const StoreConfig& c) {
                                     " must be in [0, max_in_flight) = [0, " + std::to_string(c.cache.max_in_flight) +
                                     "): the staging ring must hold the window plus the batch being planned");
   if (c.cache.preview < 0 || c.cache.preview > kMaxPreview)
-    return Status::invalid_argument("cache preview " + std::to_string(c.cache.preview) + " must be in [0, " + std::to_string(kMaxPreview) +
-                                    "] (batches previewed and not yet submitted)");
+    return Status::invalid_argument("cache preview " + std::to_string(c.cache.preview) + " must be in [0, " +
+                                    std::to_string(kMaxPreview) + "] (batches previewed and not yet submitted)");
   if (c.cache.planner_shards < 1 || c.cache.planner_shards > kMaxPlannerShards)
-    return Status::invalid_argument("cache planner_shards " + std::to_string(c.cache.planner_shards) + " must be in [1, " +
-                                    std::to_string(kMaxPlannerShards) + "] (cores planning each cache pool)");
+    return Status::invalid_argument("cache planner_shards " + std::to_string(c.cache.planner_shards) +
+                                    " must be in [1, " + std::to_string(kMaxPlannerShards) +
+                                    "] (cores planning each cache pool)");
   if (c.device.capacity < 0)
     return Status::invalid_argument("device capacity " + std::to_string(c.device.capacity) + " must be >= 0");
   if (c.device.emu_max_delay_us < 0)
-    return Status::invalid_argument("device emu_max_delay_us " + std::to_string(c.device.emu_max_delay_us) + " must be >= 0");
-  if (c.threads < 0) return Status::invalid_argument("threads " + std::to_string(c.threads) + " must be >= 0");
+    return Status::invalid_argument("device emu_max_delay_us " + std::to_string(c.device.emu_max_delay_us) +
+                                    " must be >= 0");
+  STRATA_RETURN_IF_ERROR(check_enum(c.numa, "numa", "interleave or bind"));
+  STRATA_RETURN_IF_ERROR(check_enum(c.device.backend, "device backend", "auto, cuda or emu"));
+  STRATA_RETURN_IF_ERROR(check_enum(c.offload_gather, "offload_gather", "device or cpu"));
+  if (c.threads < 0 || c.threads > kMaxThreads)
+    return Status::invalid_argument("threads " + std::to_string(c.threads) + " must be in [0, " +
+                                    std::to_string(kMaxThreads) + "] (kernel worker threads; 0: all cores)");
   if (c.numa_node < 0) return Status::invalid_argument("numa_node " + std::to_string(c.numa_node) + " must be >= 0");
   if (c.fake_numa_nodes < 0 || c.fake_numa_nodes > 64)
     return Status::invalid_argument("fake_numa_nodes " + std::to_string(c.fake_numa_nodes) + " must be in [0, 64]");
@@ -323,23 +382,25 @@ std::string to_json(const StoreConfig& c) {
   j["tables"] = json::array();
   for (const auto& t : c.tables) {
     const OptimizerSpec& o = t.spec.optimizer;
-    j["tables"].push_back({{"name", t.spec.name},
-                           {"rows", t.spec.rows},
-                           {"dim", t.spec.dim},
-                           {"dtype", to_string(t.spec.dtype)},
-                           {"pooling", to_string(t.spec.pooling)},
-                           {"placement", to_string(t.placement)},
-                           {"init", {{"bound", t.spec.init.bound}, {"seed", t.spec.init.seed}}},
-                           {"optimizer",
-                            {{"kind", to_string(o.kind)},
-                             {"learning_rate", o.learning_rate},
-                             {"eps", o.eps},
-                             {"beta1", o.beta1},
-                             {"beta2", o.beta2},
-                             {"weight_decay", o.weight_decay},
-                             {"initial_accumulator", o.initial_accumulator}}},
-                           {"cache", {{"rows", t.cache.rows}, {"bytes", t.cache.bytes}, {"fraction", t.cache.fraction}, {"cap", t.cache.cap}}},
-                           {"sharding", {{"type", dispatch::to_string(t.sharding.type)}, {"owner", t.sharding.owner}}}});
+    j["tables"].push_back(
+        {{"name", t.spec.name},
+         {"rows", t.spec.rows},
+         {"dim", t.spec.dim},
+         {"dtype", to_string(t.spec.dtype)},
+         {"pooling", to_string(t.spec.pooling)},
+         {"placement", to_string(t.placement)},
+         {"init", {{"bound", t.spec.init.bound}, {"seed", t.spec.init.seed}}},
+         {"optimizer",
+          {{"kind", to_string(o.kind)},
+           {"learning_rate", o.learning_rate},
+           {"eps", o.eps},
+           {"beta1", o.beta1},
+           {"beta2", o.beta2},
+           {"weight_decay", o.weight_decay},
+           {"initial_accumulator", o.initial_accumulator}}},
+         {"cache",
+          {{"rows", t.cache.rows}, {"bytes", t.cache.bytes}, {"fraction", t.cache.fraction}, {"cap", t.cache.cap}}},
+         {"sharding", {{"type", dispatch::to_string(t.sharding.type)}, {"owner", t.sharding.owner}}}});
   }
   return j.dump(2);
 }

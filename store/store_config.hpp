@@ -86,10 +86,17 @@ struct TableConfig {
   dispatch::ShardingPlan sharding;      ///< `gpu` and `hybrid`: how the table is split over the ranks
 };
 
+/// Upper bound of StoreConfig::threads. A fixed number, not a multiple of this machine's cores,
+/// so that a config valid on one machine is valid on every machine (and on every rank of a world).
+/// It is far above the cores of any machine this store targets (more workers than cores only
+/// oversubscribe them) and well within what oneTBB handles: a store of 100,000 threads crashed
+/// inside oneTBB (tearing down its arena when the store closed).
+inline constexpr int kMaxThreads = 1024;
+
 /// Everything Store::open needs.
 struct StoreConfig {
   std::vector<TableConfig> tables;  ///< at least one; names unique
-  int threads = 0;                  ///< worker threads for kernels (0: all cores)
+  int threads = 0;                  ///< worker threads for kernels, in [0, kMaxThreads] (0: all cores)
   NumaPolicy numa = NumaPolicy::kInterleave;  ///< host table placement
   int numa_node = 0;                ///< node for NumaPolicy::kBind
   bool huge_pages = true;           ///< back host tables with transparent huge pages
@@ -111,7 +118,8 @@ Result<BackendChoice> parse_backend(const std::string& s);
 const char* to_string(OffloadGather g) noexcept;
 Result<OffloadGather> parse_offload_gather(const std::string& s);
 
-/// Checks every table and the store-wide fields; errors name the table and the value.
+/// Checks every table and the store-wide fields, enums included (a value outside its enum, say
+/// static_cast<Placement>(9), is named with its integer); errors name the table and the value.
 Status validate(const StoreConfig& config);
 
 /// Parses a JSON config. Schema (every field but tables[].name/rows/dim optional):

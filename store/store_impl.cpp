@@ -255,6 +255,7 @@ class StoreImpl final : public Store {
 
   Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
     Status range = detail::check_row_range(table, row0, n, config_);
+    if (range.is_ok()) range = check_weights("read_rows", table, n, weights);
     if (!range.is_ok()) return table >= 0 && static_cast<std::size_t>(table) < config_.tables.size() && &engine(table) == collective_
                                    ? refuse("read_rows", table * 2 + (state != nullptr), range)
                                    : range;
@@ -266,6 +267,7 @@ class StoreImpl final : public Store {
   Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) override {
     if (!batches_.empty()) return detail::busy("write_rows", in_flight());
     STRATA_RETURN_IF_ERROR(detail::check_row_range(table, row0, n, config_));
+    STRATA_RETURN_IF_ERROR(check_weights("write_rows", table, n, weights));
     Status status;
     arena_.execute([&] { status = engine(table).write_rows(table, row0, n, weights, state); });
     return status;
@@ -289,6 +291,14 @@ class StoreImpl final : public Store {
     Status s;
     arena_.execute([&] { s = collective_->refuse(op, id, why); });
     return s;
+  }
+
+  // The weights buffer of read_rows/write_rows (of a table already checked); state may be null.
+  Status check_weights(const char* op, int table, std::int64_t n, const void* weights) const {
+    if (weights || n == 0) return Status::ok();
+    const TableSpec& s = config_.tables[static_cast<std::size_t>(table)].spec;
+    return Status::invalid_argument("table '" + s.name + "': " + op + " weights is null (expected a buffer of " +
+                                    std::to_string(n) + " x " + std::to_string(s.dim) + " floats)");
   }
 
   detail::Engine& engine(int table) { return *engines_[static_cast<std::size_t>(engine_of_[static_cast<std::size_t>(table)])]; }
