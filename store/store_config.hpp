@@ -136,7 +136,11 @@ Status validate(const StoreConfig& config);
 ///    "cache": {"policy": "lru"|"lfu"|"lookahead", "lookahead": 0, "max_in_flight": 8, "preview": 0,
 ///              "planner_shards": 1},
 ///    "offload_gather": "device"|"cpu"}
-/// Unknown keys are errors (a typo must not silently fall back to a default). Validates the result.
+/// Unknown keys are errors (a typo must not silently fall back to a default), and so is a value of
+/// the wrong JSON type, never coerced: integers must be JSON integers within their field's type
+/// (8.9, true, 1e6, or -1 for the seed are refused), numbers numbers, booleans true or false, names
+/// strings; errors quote what was written ("table 'user': dim: expected an integer in [-2^31,
+/// 2^31), got 8.9"). Validates the result.
 Result<StoreConfig> parse_store_config(const std::string& json_text);
 /// Reads and parses a JSON config file.
 Result<StoreConfig> load_store_config(const std::string& path);
