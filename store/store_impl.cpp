@@ -10,6 +10,7 @@
 #include "gpu/device.hpp"
 #include "store/detail/batch_checks.hpp"
 #include "store/detail/cached_engine.hpp"
+#include "store/detail/config_agreement.hpp"
 #include "dispatch/agreement.hpp"
 #include "store/detail/cpu_engine.hpp"
 #include "store/detail/gpu_engine.hpp"
@@ -345,9 +346,15 @@ Result<std::unique_ptr<Store>> open_rank(const StoreConfig& config, std::shared_
 
 Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config, std::shared_ptr<dispatch::Communicator> comm) {
   if (!comm) return open_rank(config, nullptr);
+  // Collective from here. Every rank's config must be valid and agree with rank 0's on what every
+  // rank must share before anything is sized by it: a rank with more rows or another plan would
+  // make the exchanges crash, another learning rate or seed would train apart without a word.
+  const std::string rank = "rank " + std::to_string(comm->rank());
+  STRATA_RETURN_IF_ERROR(dispatch::agree(*comm, {"open", 0, 0, 0}, validate(config).with_context(rank)));
+  STRATA_RETURN_IF_ERROR(detail::agree_on_config(*comm, config));
   auto store = open_rank(config, comm);
-  // Collective: a rank that failed (a shard that does not fit its device, ...) fails them all.
-  Status all = dispatch::agree(*comm, {"open", 0, 0, 0}, store ? Status::ok() : store.status().with_context("rank " + std::to_string(comm->rank())));
+  // A rank that failed (a shard that does not fit its device, ...) fails them all.
+  Status all = dispatch::agree(*comm, {"open", 0, 0, 0}, store ? Status::ok() : store.status().with_context(rank));
   if (!all.is_ok()) return all;
   return store;
 }
