@@ -24,6 +24,17 @@ Status validate(const TableSpec& s) {
   }
   if (s.rows <= 0) return Status::invalid_argument(who + ": rows " + std::to_string(s.rows) + " must be > 0");
   if (s.dim <= 0) return Status::invalid_argument(who + ": dim " + std::to_string(s.dim) + " must be > 0");
+  // Enums first: a value outside its enum (a cast integer) is named by its number, and must not
+  // reach a switch over it.
+  if (to_string(s.dtype)[0] == '?')
+    return Status::invalid_argument(who + ": dtype " + std::to_string(static_cast<int>(s.dtype)) +
+                                    " is out of range (expected fp32, fp16 or bf16)");
+  if (to_string(s.pooling)[0] == '?')
+    return Status::invalid_argument(who + ": pooling " + std::to_string(static_cast<int>(s.pooling)) +
+                                    " is out of range (expected sum, mean or none)");
+  if (to_string(s.optimizer.kind)[0] == '?')
+    return Status::invalid_argument(who + ": optimizer kind " + std::to_string(static_cast<int>(s.optimizer.kind)) +
+                                    " is out of range (expected sgd, adagrad, rowwise_adagrad or adam)");
   if (s.dtype != DType::kF32)
     return Status::invalid_argument(who + ": dtype " + to_string(s.dtype) + " is not supported yet (expected fp32)");
   if (!(s.init.bound >= 0.0f) || !std::isfinite(s.init.bound))

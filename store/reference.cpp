@@ -13,6 +13,12 @@
 namespace strata {
 namespace {
 
+// Same words as the production store's refusal of a null weights buffer.
+Status null_weights(const char* op, const TableSpec& s, std::int64_t n) {
+  return Status::invalid_argument("table '" + s.name + "': " + op + " weights is null (expected a buffer of " +
+                                  std::to_string(n) + " x " + std::to_string(s.dim) + " floats)");
+}
+
 class ReferenceStore final : public Store {
  public:
   explicit ReferenceStore(StoreConfig config) : Store(std::move(config)), index_(detail::make_table_index(config_)) {
@@ -117,6 +123,7 @@ class ReferenceStore final : public Store {
   Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
     STRATA_RETURN_IF_ERROR(detail::check_row_range(table, row0, n, config_));
     const Table& t = tables_[static_cast<std::size_t>(table)];
+    if (!weights && n > 0) return null_weights("read_rows", t.spec, n);
     std::memcpy(weights, t.row(row0), sizeof(float) * static_cast<std::size_t>(n * t.spec.dim));
     if (state && t.state_dim) std::memcpy(state, t.state.data() + row0 * t.state_dim, sizeof(float) * static_cast<std::size_t>(n * t.state_dim));
     return Status::ok();
@@ -125,6 +132,7 @@ class ReferenceStore final : public Store {
     if (!batches_.empty()) return detail::busy("write_rows", in_flight());
     STRATA_RETURN_IF_ERROR(detail::check_row_range(table, row0, n, config_));
     Table& t = tables_[static_cast<std::size_t>(table)];
+    if (!weights && n > 0) return null_weights("write_rows", t.spec, n);
     std::memcpy(t.row(row0), weights, sizeof(float) * static_cast<std::size_t>(n * t.spec.dim));
     if (state && t.state_dim) std::memcpy(t.state_of(row0), state, sizeof(float) * static_cast<std::size_t>(n * t.state_dim));
     return Status::ok();

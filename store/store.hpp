@@ -63,6 +63,18 @@ class Store {
   /// ranks), read_rows (and so save/export_npy) are collectives. write_rows/load/import_npy are
   /// local and must be given the same rows on every rank. open itself is collective: if any rank
   /// fails, every rank fails.
+  ///
+  /// Before building anything, open compares each rank's config with rank 0's and refuses a
+  /// difference on every rank with the same InvalidArgument naming the rank and its first differing
+  /// field ("rank 2: table 'user' rows 1000 differs from rank 0's 2000"). Must match: the tables
+  /// (their number, order, names, rows, dim, dtype, pooling, placement, sharding, initializer,
+  /// optimizer and its hyper-parameters) and cache.max_in_flight and cache.preview (which batches
+  /// and previews a store accepts: ranks must accept the same calls). May differ per rank, as they
+  /// describe the rank's machine or tune its speed and never change results: threads, numa,
+  /// numa_node, huge_pages, fake_numa_nodes, the whole `device` (backend, ordinal, capacity, emu
+  /// settings), offload_gather (no offload table serves a world), cache.policy, cache.lookahead,
+  /// cache.planner_shards, and each table's `cache` size and cap (a rank with a smaller device
+  /// caches less of its shard; a batch its cache cannot hold fails every rank at submit).
   static Result<std::unique_ptr<Store>> open(const StoreConfig& config, std::shared_ptr<dispatch::Communicator> comm);
 
   virtual ~Store() = default;

@@ -1,9 +1,13 @@
 #include "store/store_config.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -34,7 +38,15 @@ Result<Placement> parse_placement(const std::string& s) {
   if (s == "hybrid") return Placement::kHybrid;
   return Status::invalid_argument("unknown placement '" + s + "' (expected cpu, offload, cached, gpu or hybrid)");
 }
-const char* to_string(NumaPolicy p) noexcept { return p == NumaPolicy::kBind ? "bind" : "interleave"; }
+const char* to_string(NumaPolicy p) noexcept {
+  switch (p) {
+    case NumaPolicy::kInterleave:
+      return "interleave";
+    case NumaPolicy::kBind:
+      return "bind";
+  }
+  return "?";
+}
 Result<NumaPolicy> parse_numa_policy(const std::string& s) {
   if (s == "interleave") return NumaPolicy::kInterleave;
   if (s == "bind") return NumaPolicy::kBind;
@@ -42,7 +54,15 @@ Result<NumaPolicy> parse_numa_policy(const std::string& s) {
 }
 
 const char* to_string(BackendChoice b) noexcept {
-  return b == BackendChoice::kCuda ? "cuda" : b == BackendChoice::kEmu ? "emu" : "auto";
+  switch (b) {
+    case BackendChoice::kAuto:
+      return "auto";
+    case BackendChoice::kCuda:
+      return "cuda";
+    case BackendChoice::kEmu:
+      return "emu";
+  }
+  return "?";
 }
 Result<BackendChoice> parse_backend(const std::string& s) {
   if (s == "auto") return BackendChoice::kAuto;
@@ -50,7 +70,15 @@ Result<BackendChoice> parse_backend(const std::string& s) {
   if (s == "emu") return BackendChoice::kEmu;
   return Status::invalid_argument("unknown device backend '" + s + "' (expected auto, cuda or emu)");
 }
-const char* to_string(OffloadGather g) noexcept { return g == OffloadGather::kCpu ? "cpu" : "device"; }
+const char* to_string(OffloadGather g) noexcept {
+  switch (g) {
+    case OffloadGather::kDevice:
+      return "device";
+    case OffloadGather::kCpu:
+      return "cpu";
+  }
+  return "?";
+}
 Result<OffloadGather> parse_offload_gather(const std::string& s) {
   if (s == "device") return OffloadGather::kDevice;
   if (s == "cpu") return OffloadGather::kCpu;
@@ -72,6 +100,17 @@ std::int64_t cache_rows(const TableConfig& t) {
 }
 
 namespace {
+
+// An enum value a config holds is one its to_string names; anything else (a cast integer) is refused
+// before any switch over it can fall through.
+template <typename E>
+Status check_enum(E value, const std::string& field, const char* expected) {
+  const char* name = to_string(value);
+  if (name[0] != '?' || name[1] != '\0') return Status::ok();
+  return Status::invalid_argument(field + " " + std::to_string(static_cast<long long>(value)) +
+                                  " is out of range (expected " + expected + ")");
+}
+
 Status validate_cache(const TableConfig& t) {
   const TableCacheConfig& c = t.cache;
   const std::string who = "table '" + t.spec.name + "': cache ";
@@ -92,6 +131,8 @@ bool sharded(Placement p) { return p == Placement::kGpu || p == Placement::kHybr
 
 Status validate_sharding(const TableConfig& t) {
   const dispatch::ShardingPlan& p = t.sharding;
+  STRATA_RETURN_IF_ERROR(
+      check_enum(p.type, "table '" + t.spec.name + "': sharding type", "replicated, table, row or column"));
   const dispatch::ShardingPlan none;
   if (!sharded(t.placement) && (p.type != none.type || p.owner != none.owner))
     return Status::invalid_argument("table '" + t.spec.name + "': sharding " + dispatch::to_string(p.type) +
@@ -108,6 +149,8 @@ Status validate(const StoreConfig& c) {
   std::set<std::string> names;
   for (const auto& t : c.tables) {
     STRATA_RETURN_IF_ERROR(validate(t.spec));
+    STRATA_RETURN_IF_ERROR(
+        check_enum(t.placement, "table '" + t.spec.name + "': placement", "cpu, offload, cached, gpu or hybrid"));
     if (!names.insert(t.spec.name).second)
       return Status::invalid_argument("table '" + t.spec.name + "' is defined twice (names must be unique)");
     STRATA_RETURN_IF_ERROR(validate_cache(t));
@@ -138,7 +181,12 @@ Status validate(const StoreConfig& c) {
   if (c.device.emu_max_delay_us < 0)
     return Status::invalid_argument("device emu_max_delay_us " + std::to_string(c.device.emu_max_delay_us) +
                                     " must be >= 0");
-  if (c.threads < 0) return Status::invalid_argument("threads " + std::to_string(c.threads) + " must be >= 0");
+  STRATA_RETURN_IF_ERROR(check_enum(c.numa, "numa", "interleave or bind"));
+  STRATA_RETURN_IF_ERROR(check_enum(c.device.backend, "device backend", "auto, cuda or emu"));
+  STRATA_RETURN_IF_ERROR(check_enum(c.offload_gather, "offload_gather", "device or cpu"));
+  if (c.threads < 0 || c.threads > kMaxThreads)
+    return Status::invalid_argument("threads " + std::to_string(c.threads) + " must be in [0, " +
+                                    std::to_string(kMaxThreads) + "] (kernel worker threads; 0: all cores)");
   if (c.numa_node < 0) return Status::invalid_argument("numa_node " + std::to_string(c.numa_node) + " must be >= 0");
   if (c.fake_numa_nodes < 0 || c.fake_numa_nodes > 64)
     return Status::invalid_argument("fake_numa_nodes " + std::to_string(c.fake_numa_nodes) + " must be in [0, 64]");
@@ -147,131 +195,232 @@ Status validate(const StoreConfig& c) {
 
 namespace {
 
-// Reads j[key] into out when present, checking the type; records the key as known.
-template <typename T>
-Status get(const json& j, const char* key, T& out, std::set<std::string>& known, const std::string& where) {
-  known.insert(key);
-  auto it = j.find(key);
-  if (it == j.end()) return Status::ok();
-  try {
-    out = it->get<T>();
-  } catch (const json::exception& e) {
-    return Status::invalid_argument(where + ": field '" + key + "' has the wrong type (" + e.what() + ")");
-  }
-  return Status::ok();
-}
+// Reads the fields of one JSON object with their types checked, never coerced: each getter leaves
+// `out` alone when the key is absent, and otherwise stores the value or returns an error quoting
+// what the config holds ("table 'user': dim: expected an integer in [-2^31, 2^31), got 8.9"). Ranges
+// are those of the destination types (validate then checks what each field means). The keys
+// asked for are remembered, so whatever is left is an unknown field (check_unknown).
+class Fields {
+ public:
+  // `where` names the object in errors ("table 'user'", "config"); `prefix` is the path of a nested
+  // object inside it ("optimizer.").
+  Fields(const json& j, std::string where, std::string prefix = "")
+      : j_(j), where_(std::move(where)), prefix_(std::move(prefix)) {}
 
-Status check_unknown(const json& j, const std::set<std::string>& known, const std::string& where) {
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    if (!known.count(it.key())) {
-      std::string list;
-      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
-      return Status::invalid_argument(where + ": unknown field '" + it.key() + "' (expected one of " + list + ")");
-    }
+  // A JSON integer that T holds.
+  template <typename T>
+  Status integer(const char* key, T& out) {
+    static_assert(std::is_integral_v<T> && sizeof(T) <= 8, "integer fields are at most 64-bit");
+    const json* v = find(key);
+    if (!v) return Status::ok();
+    const T lo = std::numeric_limits<T>::min(), hi = std::numeric_limits<T>::max();
+    if (!fits_in(*v, lo, hi, out)) return wrong(key, "an integer in " + range_text(lo, hi), *v);
+    return Status::ok();
   }
-  return Status::ok();
-}
+
+  // A JSON number (integer or not) that the destination holds: finite, and for a float within
+  // float's range (1e39 would become inf).
+  template <typename T>
+  Status number(const char* key, T& out) {
+    static_assert(std::is_floating_point_v<T>, "number fields are float or double");
+    const json* v = find(key);
+    if (!v) return Status::ok();
+    if (!v->is_number()) return wrong(key, "a number", *v);
+    const double d = v->get<double>();
+    if (!std::isfinite(d) || std::fabs(d) > static_cast<double>(std::numeric_limits<T>::max()))
+      return wrong(key, std::is_same_v<T, float> ? "a number in float range" : "a finite number", *v);
+    out = static_cast<T>(d);
+    return Status::ok();
+  }
+
+  Status boolean(const char* key, bool& out) {
+    const json* v = find(key);
+    if (!v) return Status::ok();
+    if (!v->is_boolean()) return wrong(key, "true or false", *v);
+    out = v->get<bool>();
+    return Status::ok();
+  }
+
+  Status string(const char* key, std::string& out) {
+    const json* v = find(key);
+    if (!v) return Status::ok();
+    if (!v->is_string()) return wrong(key, "a string", *v);
+    out = v->get<std::string>();
+    return Status::ok();
+  }
+
+  // A string naming one value of an enum, read with its parser ("placement": "cached").
+  template <typename E>
+  Status choice(const char* key, E& out, Result<E> (*parse)(const std::string&)) {
+    std::string name;
+    const json* v = find(key);
+    if (!v) return Status::ok();
+    STRATA_RETURN_IF_ERROR(string(key, name));
+    Result<E> parsed = parse(name);
+    if (!parsed) return parsed.status().with_context(where_ + ": " + prefix_ + key);
+    out = parsed.value();
+    return Status::ok();
+  }
+
+  // A nested object: calls read(fields of it) when the key is present, then checks that object
+  // for unknown keys.
+  template <typename Read>
+  Status object(const char* key, Read read) {
+    const json* v = find(key);
+    if (!v) return Status::ok();
+    if (!v->is_object()) return wrong(key, "an object", *v);
+    Fields inner(*v, where_, prefix_ + key + ".");
+    STRATA_RETURN_IF_ERROR(read(inner));
+    return inner.check_unknown();
+  }
+
+  // A JSON array, or nullptr when the key is absent.
+  Result<const json*> array(const char* key) {
+    const json* v = find(key);
+    if (v && !v->is_array()) return wrong(key, "an array", *v);
+    return v;
+  }
+
+  Status check_unknown() const {
+    for (auto it = j_.begin(); it != j_.end(); ++it) {
+      if (!known_.count(it.key())) {
+        std::string list;
+        for (const auto& k : known_) list += (list.empty() ? "" : ", ") + k;
+        return Status::invalid_argument(where_ + ": unknown field '" + prefix_ + it.key() + "' (expected one of " +
+                                        list + ")");
+      }
+    }
+    return Status::ok();
+  }
+
+  void rename(std::string where) { where_ = std::move(where); }
+
+ private:
+  const json* find(const char* key) {
+    known_.insert(key);
+    auto it = j_.find(key);
+    return it == j_.end() ? nullptr : &*it;
+  }
+
+  Status wrong(const char* key, const std::string& expected, const json& got) const {
+    return Status::invalid_argument(where_ + ": " + prefix_ + key + ": expected " + expected + ", got " + got.dump());
+  }
+
+  // Stores v in out when v is a JSON integer in [lo, hi] (nlohmann keeps non-negative integers as
+  // unsigned and negative ones as signed 64-bit).
+  template <typename T>
+  static bool fits_in(const json& v, T lo, T hi, T& out) {
+    if (!v.is_number_integer()) return false;  // floats, booleans, strings...
+    if (v.is_number_unsigned() || v.get<std::int64_t>() >= 0) {
+      const std::uint64_t u = v.get<std::uint64_t>();
+      if constexpr (std::is_signed_v<T>) {
+        if (hi < 0 || u > static_cast<std::uint64_t>(hi) || (lo > 0 && u < static_cast<std::uint64_t>(lo)))
+          return false;
+      } else {
+        if (u > hi || u < lo) return false;
+      }
+      out = static_cast<T>(u);
+      return true;
+    }
+    const std::int64_t i = v.get<std::int64_t>();
+    if constexpr (std::is_signed_v<T>) {
+      if (i < lo || i > hi) return false;
+      out = static_cast<T>(i);
+      return true;
+    }
+    return false;
+  }
+
+  // "2^31" for the powers of two that bound the integer types, else the number.
+  template <typename T>
+  static std::string bound_text(T v, bool upper) {
+    for (int b : {8, 15, 16, 31, 32, 63, 64}) {
+      const long double p = std::ldexp(1.0L, b);
+      const long double x = static_cast<long double>(v) + (upper ? 1.0L : 0.0L);
+      if (x == p) return "2^" + std::to_string(b);
+      if (x == -p) return "-2^" + std::to_string(b);
+    }
+    return std::to_string(v);
+  }
+  // "[-2^31, 2^31)" for [INT32_MIN, INT32_MAX]; "[0, 100]" for bounds that are not powers of two.
+  template <typename T>
+  static std::string range_text(T lo, T hi) {
+    const std::string top = bound_text(hi, true);
+    if (top.find('^') != std::string::npos) return "[" + bound_text(lo, false) + ", " + top + ")";
+    return "[" + bound_text(lo, false) + ", " + std::to_string(hi) + "]";
+  }
+
+  const json& j_;
+  std::string where_;
+  std::string prefix_;
+  std::set<std::string> known_;
+};
 
 Status parse_table(const json& j, std::size_t index, TableConfig& t) {
-  std::string where = "tables[" + std::to_string(index) + "]";
-  if (!j.is_object()) return Status::invalid_argument(where + ": expected an object");
-  std::set<std::string> known;
-  STRATA_RETURN_IF_ERROR(get(j, "name", t.spec.name, known, where));
-  if (!t.spec.name.empty()) where = "table '" + t.spec.name + "'";
+  const std::string at = "tables[" + std::to_string(index) + "]";
+  if (!j.is_object()) return Status::invalid_argument(at + ": expected an object, got " + j.dump());
+  Fields f(j, at);
+  STRATA_RETURN_IF_ERROR(f.string("name", t.spec.name));
+  if (!t.spec.name.empty()) f.rename("table '" + t.spec.name + "'");
   if (!j.contains("name") || !j.contains("rows") || !j.contains("dim"))
-    return Status::invalid_argument(where + ": name, rows and dim are required");
-  STRATA_RETURN_IF_ERROR(get(j, "rows", t.spec.rows, known, where));
-  STRATA_RETURN_IF_ERROR(get(j, "dim", t.spec.dim, known, where));
-  std::string dtype = to_string(t.spec.dtype), pooling = to_string(t.spec.pooling), placement = to_string(t.placement);
-  STRATA_RETURN_IF_ERROR(get(j, "dtype", dtype, known, where));
-  STRATA_RETURN_IF_ERROR(get(j, "pooling", pooling, known, where));
-  STRATA_RETURN_IF_ERROR(get(j, "placement", placement, known, where));
-  STRATA_ASSIGN_OR_RETURN(t.spec.dtype, parse_dtype(dtype));
-  STRATA_ASSIGN_OR_RETURN(t.spec.pooling, parse_pooling(pooling));
-  auto pl = parse_placement(placement);
-  if (!pl) return pl.status().with_context(where);
-  t.placement = pl.value();
-  known.insert("init");
-  if (auto it = j.find("init"); it != j.end()) {
-    std::set<std::string> k2;
-    STRATA_RETURN_IF_ERROR(get(*it, "bound", t.spec.init.bound, k2, where + ".init"));
-    STRATA_RETURN_IF_ERROR(get(*it, "seed", t.spec.init.seed, k2, where + ".init"));
-    STRATA_RETURN_IF_ERROR(check_unknown(*it, k2, where + ".init"));
-  }
-  known.insert("optimizer");
-  if (auto it = j.find("optimizer"); it != j.end()) {
-    std::set<std::string> k2;
-    OptimizerSpec& o = t.spec.optimizer;
-    std::string kind = to_string(o.kind);
-    const std::string w = where + ".optimizer";
-    STRATA_RETURN_IF_ERROR(get(*it, "kind", kind, k2, w));
-    auto parsed = parse_optimizer(kind);
-    if (!parsed) return parsed.status().with_context(where);
-    o.kind = parsed.value();
-    STRATA_RETURN_IF_ERROR(get(*it, "learning_rate", o.learning_rate, k2, w));
-    STRATA_RETURN_IF_ERROR(get(*it, "eps", o.eps, k2, w));
-    STRATA_RETURN_IF_ERROR(get(*it, "beta1", o.beta1, k2, w));
-    STRATA_RETURN_IF_ERROR(get(*it, "beta2", o.beta2, k2, w));
-    STRATA_RETURN_IF_ERROR(get(*it, "weight_decay", o.weight_decay, k2, w));
-    STRATA_RETURN_IF_ERROR(get(*it, "initial_accumulator", o.initial_accumulator, k2, w));
-    STRATA_RETURN_IF_ERROR(check_unknown(*it, k2, w));
-  }
-  known.insert("cache");
-  if (auto it = j.find("cache"); it != j.end()) {
-    std::set<std::string> k2;
-    const std::string w = where + ".cache";
-    STRATA_RETURN_IF_ERROR(get(*it, "rows", t.cache.rows, k2, w));
-    STRATA_RETURN_IF_ERROR(get(*it, "bytes", t.cache.bytes, k2, w));
-    STRATA_RETURN_IF_ERROR(get(*it, "fraction", t.cache.fraction, k2, w));
-    STRATA_RETURN_IF_ERROR(get(*it, "cap", t.cache.cap, k2, w));
-    STRATA_RETURN_IF_ERROR(check_unknown(*it, k2, w));
-  }
-  known.insert("sharding");
-  if (auto it = j.find("sharding"); it != j.end()) {
-    std::set<std::string> k2;
-    const std::string w = where + ".sharding";
-    std::string type = dispatch::to_string(t.sharding.type);
-    STRATA_RETURN_IF_ERROR(get(*it, "type", type, k2, w));
-    auto parsed = dispatch::parse_sharding(type);
-    if (!parsed) return parsed.status().with_context(w);
-    t.sharding.type = parsed.value();
-    STRATA_RETURN_IF_ERROR(get(*it, "owner", t.sharding.owner, k2, w));
-    STRATA_RETURN_IF_ERROR(check_unknown(*it, k2, w));
-  }
-  return check_unknown(j, known, where);
+    return Status::invalid_argument((t.spec.name.empty() ? at : "table '" + t.spec.name + "'") +
+                                    ": name, rows and dim are required");
+  TableSpec& s = t.spec;
+  STRATA_RETURN_IF_ERROR(f.integer("rows", s.rows));
+  STRATA_RETURN_IF_ERROR(f.integer("dim", s.dim));
+  STRATA_RETURN_IF_ERROR(f.choice("dtype", s.dtype, parse_dtype));
+  STRATA_RETURN_IF_ERROR(f.choice("pooling", s.pooling, parse_pooling));
+  STRATA_RETURN_IF_ERROR(f.choice("placement", t.placement, parse_placement));
+  STRATA_RETURN_IF_ERROR(f.object("init", [&](Fields& g) {
+    STRATA_RETURN_IF_ERROR(g.number("bound", s.init.bound));
+    return g.integer("seed", s.init.seed);
+  }));
+  STRATA_RETURN_IF_ERROR(f.object("optimizer", [&](Fields& g) {
+    OptimizerSpec& o = s.optimizer;
+    STRATA_RETURN_IF_ERROR(g.choice("kind", o.kind, parse_optimizer));
+    STRATA_RETURN_IF_ERROR(g.number("learning_rate", o.learning_rate));
+    STRATA_RETURN_IF_ERROR(g.number("eps", o.eps));
+    STRATA_RETURN_IF_ERROR(g.number("beta1", o.beta1));
+    STRATA_RETURN_IF_ERROR(g.number("beta2", o.beta2));
+    STRATA_RETURN_IF_ERROR(g.number("weight_decay", o.weight_decay));
+    return g.number("initial_accumulator", o.initial_accumulator);
+  }));
+  STRATA_RETURN_IF_ERROR(f.object("cache", [&](Fields& g) {
+    STRATA_RETURN_IF_ERROR(g.integer("rows", t.cache.rows));
+    STRATA_RETURN_IF_ERROR(g.integer("bytes", t.cache.bytes));
+    STRATA_RETURN_IF_ERROR(g.number("fraction", t.cache.fraction));
+    return g.boolean("cap", t.cache.cap);
+  }));
+  STRATA_RETURN_IF_ERROR(f.object("sharding", [&](Fields& g) {
+    STRATA_RETURN_IF_ERROR(g.choice("type", t.sharding.type, dispatch::parse_sharding));
+    return g.integer("owner", t.sharding.owner);
+  }));
+  return f.check_unknown();
 }
 
-Status parse_device_and_cache(const json& j, StoreConfig& c, std::set<std::string>& known) {
-  known.insert("device");
-  if (auto it = j.find("device"); it != j.end()) {
-    std::set<std::string> k2;
-    std::string backend = to_string(c.device.backend);
-    STRATA_RETURN_IF_ERROR(get(*it, "backend", backend, k2, "config.device"));
-    STRATA_ASSIGN_OR_RETURN(c.device.backend, parse_backend(backend));
-    STRATA_RETURN_IF_ERROR(get(*it, "ordinal", c.device.ordinal, k2, "config.device"));
-    STRATA_RETURN_IF_ERROR(get(*it, "capacity", c.device.capacity, k2, "config.device"));
-    STRATA_RETURN_IF_ERROR(get(*it, "emu_max_delay_us", c.device.emu_max_delay_us, k2, "config.device"));
-    STRATA_RETURN_IF_ERROR(get(*it, "emu_fail_after_ops", c.device.emu_fail_after_ops, k2, "config.device"));
-    STRATA_RETURN_IF_ERROR(check_unknown(*it, k2, "config.device"));
-  }
-  known.insert("cache");
-  if (auto it = j.find("cache"); it != j.end()) {
-    std::set<std::string> k2;
-    std::string policy = cache::to_string(c.cache.policy);
-    STRATA_RETURN_IF_ERROR(get(*it, "policy", policy, k2, "config.cache"));
-    STRATA_ASSIGN_OR_RETURN(c.cache.policy, cache::parse_policy(policy));
-    STRATA_RETURN_IF_ERROR(get(*it, "lookahead", c.cache.lookahead, k2, "config.cache"));
-    STRATA_RETURN_IF_ERROR(get(*it, "max_in_flight", c.cache.max_in_flight, k2, "config.cache"));
-    STRATA_RETURN_IF_ERROR(get(*it, "preview", c.cache.preview, k2, "config.cache"));
-    STRATA_RETURN_IF_ERROR(get(*it, "planner_shards", c.cache.planner_shards, k2, "config.cache"));
-    STRATA_RETURN_IF_ERROR(get(*it, "flush_every", c.cache.flush_every, k2, "config.cache"));
-    STRATA_RETURN_IF_ERROR(check_unknown(*it, k2, "config.cache"));
-  }
-  std::string gather = to_string(c.offload_gather);
-  STRATA_RETURN_IF_ERROR(get(j, "offload_gather", gather, known, "config"));
-  STRATA_ASSIGN_OR_RETURN(c.offload_gather, parse_offload_gather(gather));
-  STRATA_RETURN_IF_ERROR(get(j, "accept_nonfinite_gradients", c.accept_nonfinite_gradients, known, "config"));
-  return Status::ok();
+Status parse_store_wide(Fields& f, StoreConfig& c) {
+  STRATA_RETURN_IF_ERROR(f.integer("threads", c.threads));
+  STRATA_RETURN_IF_ERROR(f.choice("numa", c.numa, parse_numa_policy));
+  STRATA_RETURN_IF_ERROR(f.integer("numa_node", c.numa_node));
+  STRATA_RETURN_IF_ERROR(f.boolean("huge_pages", c.huge_pages));
+  STRATA_RETURN_IF_ERROR(f.integer("fake_numa_nodes", c.fake_numa_nodes));
+  STRATA_RETURN_IF_ERROR(f.object("device", [&](Fields& g) {
+    STRATA_RETURN_IF_ERROR(g.choice("backend", c.device.backend, parse_backend));
+    STRATA_RETURN_IF_ERROR(g.integer("ordinal", c.device.ordinal));
+    STRATA_RETURN_IF_ERROR(g.integer("capacity", c.device.capacity));
+    STRATA_RETURN_IF_ERROR(g.integer("emu_max_delay_us", c.device.emu_max_delay_us));
+    return g.integer("emu_fail_after_ops", c.device.emu_fail_after_ops);
+  }));
+  STRATA_RETURN_IF_ERROR(f.object("cache", [&](Fields& g) {
+    STRATA_RETURN_IF_ERROR(g.choice("policy", c.cache.policy, cache::parse_policy));
+    STRATA_RETURN_IF_ERROR(g.integer("lookahead", c.cache.lookahead));
+    STRATA_RETURN_IF_ERROR(g.integer("max_in_flight", c.cache.max_in_flight));
+    STRATA_RETURN_IF_ERROR(g.integer("preview", c.cache.preview));
+    STRATA_RETURN_IF_ERROR(g.integer("planner_shards", c.cache.planner_shards));
+    return g.integer("flush_every", c.cache.flush_every);
+  }));
+  STRATA_RETURN_IF_ERROR(f.choice("offload_gather", c.offload_gather, parse_offload_gather));
+  return f.boolean("accept_nonfinite_gradients", c.accept_nonfinite_gradients);
 }
 
 }  // namespace
@@ -285,25 +434,16 @@ Result<StoreConfig> parse_store_config(const std::string& text) {
   }
   if (!j.is_object()) return Status::invalid_argument("config: expected a JSON object at the top level");
   StoreConfig c;
-  std::set<std::string> known;
-  const std::string where = "config";
-  STRATA_RETURN_IF_ERROR(get(j, "threads", c.threads, known, where));
-  std::string numa = to_string(c.numa);
-  STRATA_RETURN_IF_ERROR(get(j, "numa", numa, known, where));
-  STRATA_ASSIGN_OR_RETURN(c.numa, parse_numa_policy(numa));
-  STRATA_RETURN_IF_ERROR(get(j, "numa_node", c.numa_node, known, where));
-  STRATA_RETURN_IF_ERROR(get(j, "huge_pages", c.huge_pages, known, where));
-  STRATA_RETURN_IF_ERROR(get(j, "fake_numa_nodes", c.fake_numa_nodes, known, where));
-  STRATA_RETURN_IF_ERROR(parse_device_and_cache(j, c, known));
-  known.insert("tables");
-  auto it = j.find("tables");
-  if (it == j.end() || !it->is_array()) return Status::invalid_argument("config: 'tables' must be an array of tables");
-  for (std::size_t i = 0; i < it->size(); ++i) {
+  Fields f(j, "config");
+  STRATA_RETURN_IF_ERROR(parse_store_wide(f, c));
+  STRATA_ASSIGN_OR_RETURN(const json* tables, f.array("tables"));
+  if (!tables) return Status::invalid_argument("config: 'tables' must be an array of tables");
+  for (std::size_t i = 0; i < tables->size(); ++i) {
     TableConfig t;
-    STRATA_RETURN_IF_ERROR(parse_table((*it)[i], i, t));
+    STRATA_RETURN_IF_ERROR(parse_table((*tables)[i], i, t));
     c.tables.push_back(std::move(t));
   }
-  STRATA_RETURN_IF_ERROR(check_unknown(j, known, where));
+  STRATA_RETURN_IF_ERROR(f.check_unknown());
   STRATA_RETURN_IF_ERROR(validate(c));
   return c;
 }

@@ -92,16 +92,23 @@ struct TableConfig {
   dispatch::ShardingPlan sharding;        ///< `gpu` and `hybrid`: how the table is split over the ranks
 };
 
+/// Upper bound of StoreConfig::threads. A fixed number, not a multiple of this machine's cores,
+/// so that a config valid on one machine is valid on every machine (and on every rank of a world).
+/// It is far above the cores of any machine this store targets (more workers than cores only
+/// oversubscribe them) and well within what oneTBB handles: a store of 100,000 threads crashed
+/// inside oneTBB (tearing down its arena when the store closed).
+inline constexpr int kMaxThreads = 1024;
+
 /// Everything Store::open needs.
 struct StoreConfig {
-  std::vector<TableConfig> tables;                        ///< at least one; names unique
-  int threads = 0;                                        ///< worker threads for kernels (0: all cores)
-  NumaPolicy numa = NumaPolicy::kInterleave;              ///< host table placement
-  int numa_node = 0;                                      ///< node for NumaPolicy::kBind
-  bool huge_pages = true;                                 ///< back host tables with transparent huge pages
-  int fake_numa_nodes = 0;                                ///< > 0: pretend the machine has this many nodes (tests)
-  DeviceConfig device;                                    ///< device of offload/cached tables
-  CacheConfig cache;                                      ///< cache and prefetcher of cached tables
+  std::vector<TableConfig> tables;            ///< at least one; names unique
+  int threads = 0;                            ///< worker threads for kernels, in [0, kMaxThreads] (0: all cores)
+  NumaPolicy numa = NumaPolicy::kInterleave;  ///< host table placement
+  int numa_node = 0;                          ///< node for NumaPolicy::kBind
+  bool huge_pages = true;                     ///< back host tables with transparent huge pages
+  int fake_numa_nodes = 0;                    ///< > 0: pretend the machine has this many nodes (tests)
+  DeviceConfig device;                        ///< device of offload/cached tables
+  CacheConfig cache;                          ///< cache and prefetcher of cached tables
   OffloadGather offload_gather = OffloadGather::kDevice;  ///< lookups of offload tables
   /// backward refuses gradients holding NaN or +-Inf (naming the table and the bag), so they never
   /// reach rows or optimizer state; true accepts them (for trainers that clip or skip elsewhere).
@@ -120,7 +127,8 @@ Result<BackendChoice> parse_backend(const std::string& s);
 const char* to_string(OffloadGather g) noexcept;
 Result<OffloadGather> parse_offload_gather(const std::string& s);
 
-/// Checks every table and the store-wide fields; errors name the table and the value.
+/// Checks every table and the store-wide fields, enums included (a value outside its enum, say
+/// static_cast<Placement>(9), is named with its integer); errors name the table and the value.
 Status validate(const StoreConfig& config);
 
 /// Parses a JSON config. Schema (every field but tables[].name/rows/dim optional):
@@ -137,7 +145,11 @@ Status validate(const StoreConfig& config);
 ///    "cache": {"policy": "lru"|"lfu"|"lookahead", "lookahead": 0, "max_in_flight": 8, "preview": 0,
 ///              "planner_shards": 1, "flush_every": 0},
 ///    "offload_gather": "device"|"cpu", "accept_nonfinite_gradients": false}
-/// Unknown keys are errors (a typo must not silently fall back to a default). Validates the result.
+/// Unknown keys are errors (a typo must not silently fall back to a default), and so is a value of
+/// the wrong JSON type, never coerced: integers must be JSON integers within their field's type
+/// (8.9, true, 1e6, or -1 for the seed are refused), numbers numbers, booleans true or false, names
+/// strings; errors quote what was written ("table 'user': dim: expected an integer in [-2^31,
+/// 2^31), got 8.9"). Validates the result.
 Result<StoreConfig> parse_store_config(const std::string& json_text);
 /// Reads and parses a JSON config file.
 Result<StoreConfig> load_store_config(const std::string& path);

@@ -11,6 +11,7 @@
 #include "gpu/device.hpp"
 #include "store/detail/batch_checks.hpp"
 #include "store/detail/cached_engine.hpp"
+#include "store/detail/config_agreement.hpp"
 #include "store/detail/cpu_engine.hpp"
 #include "store/detail/gpu_engine.hpp"
 #include "store/detail/offload_engine.hpp"
@@ -295,6 +296,7 @@ class StoreImpl final : public Store {
 
   Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
     Status range = detail::check_row_range(table, row0, n, config_);
+    if (range.is_ok()) range = check_weights("read_rows", table, n, weights);
     if (!range.is_ok())
       return table >= 0 && static_cast<std::size_t>(table) < config_.tables.size() && &engine(table) == collective_
                  ? refuse("read_rows", table * 2 + (state != nullptr), range)
@@ -307,6 +309,7 @@ class StoreImpl final : public Store {
   Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) override {
     if (!batches_.empty()) return detail::busy("write_rows", in_flight());
     STRATA_RETURN_IF_ERROR(detail::check_row_range(table, row0, n, config_));
+    STRATA_RETURN_IF_ERROR(check_weights("write_rows", table, n, weights));
     Status status;
     arena_.execute([&] { status = engine(table).write_rows(table, row0, n, weights, state); });
     return status;
@@ -330,6 +333,14 @@ class StoreImpl final : public Store {
     Status s;
     arena_.execute([&] { s = collective_->refuse(op, id, why); });
     return s;
+  }
+
+  // The weights buffer of read_rows/write_rows (of a table already checked); state may be null.
+  Status check_weights(const char* op, int table, std::int64_t n, const void* weights) const {
+    if (weights || n == 0) return Status::ok();
+    const TableSpec& s = config_.tables[static_cast<std::size_t>(table)].spec;
+    return Status::invalid_argument("table '" + s.name + "': " + op + " weights is null (expected a buffer of " +
+                                    std::to_string(n) + " x " + std::to_string(s.dim) + " floats)");
   }
 
   detail::Engine& engine(int table) {
@@ -379,11 +390,15 @@ Result<std::unique_ptr<Store>> open_rank(const StoreConfig& config, std::shared_
 
 Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config, std::shared_ptr<dispatch::Communicator> comm) {
   if (!comm) return open_rank(config, nullptr);
+  // Collective from here. Every rank's config must be valid and agree with rank 0's on what every
+  // rank must share before anything is sized by it: a rank with more rows or another plan would
+  // make the exchanges crash, another learning rate or seed would train apart without a word.
+  const std::string rank = "rank " + std::to_string(comm->rank());
+  STRATA_RETURN_IF_ERROR(dispatch::agree(*comm, {"open", 0, 0, 0}, validate(config).with_context(rank)));
+  STRATA_RETURN_IF_ERROR(detail::agree_on_config(*comm, config));
   auto store = open_rank(config, comm);
-  // Collective: a rank that failed (a shard that does not fit its device, ...) fails them all.
-  Status all =
-      dispatch::agree(*comm, {"open", 0, 0, 0},
-                      store ? Status::ok() : store.status().with_context("rank " + std::to_string(comm->rank())));
+  // A rank that failed (a shard that does not fit its device, ...) fails them all.
+  Status all = dispatch::agree(*comm, {"open", 0, 0, 0}, store ? Status::ok() : store.status().with_context(rank));
   if (!all.is_ok()) return all;
   return store;
 }

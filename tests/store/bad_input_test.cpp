@@ -156,6 +156,26 @@ TEST_P(BadInput, WritesWhileBatchesInFlight) {
   ExpectUnchanged();
 }
 
+TEST_P(BadInput, NullWeightsBufferNamesTheTable) {
+  Status s = store_->read_rows(1, 3, 2, nullptr, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "table 'item': read_rows weights is null (expected a buffer of 2 x 4 floats)");
+  std::vector<float> state(8);
+  EXPECT_EQ(store_->read_rows(0, 0, 2, nullptr, state.data()).message(),
+            "table 'user': read_rows weights is null (expected a buffer of 2 x 4 floats)");
+  ExpectUnchanged();
+  // write_rows once nothing is in flight (else it is refused as busy first).
+  const Snapshot trained = snapshot(*store_);
+  s = store_->write_rows(0, 99, 1, nullptr, state.data());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "table 'user': write_rows weights is null (expected a buffer of 1 x 4 floats)");
+  EXPECT_TRUE(same_state(trained, snapshot(*store_)));
+  // Nothing to copy: no buffer needed.
+  EXPECT_TRUE(store_->read_rows(0, 5, 0, nullptr, nullptr).is_ok());
+  EXPECT_TRUE(store_->write_rows(0, 5, 0, nullptr, nullptr).is_ok());
+  EXPECT_TRUE(same_state(trained, snapshot(*store_)));
+}
+
 Result<std::unique_ptr<Store>> open_as(StoreConfig c, Placement p) {
   for (auto& t : c.tables) t.placement = p;
   c.device.backend = BackendChoice::kEmu;
@@ -205,6 +225,64 @@ TEST(BadConfig, ZeroRowsOrDimNamesTheTable) {
   c.numa_node = 7;
   c.fake_numa_nodes = 2;
   EXPECT_EQ(Store::open(c).status().message(), "numa_node 7 out of range [0, 2)");
+}
+
+// Every enum of a config holding a value outside the enum (a cast integer) is refused by validate,
+// naming the table or field and the number, before any switch over it can misbehave.
+TEST(BadConfig, OutOfRangeEnumsAreRefusedNamingTheFieldAndValue) {
+  struct Case {
+    void (*set)(StoreConfig&);
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](StoreConfig& c) { c.tables[1].placement = static_cast<Placement>(9); },
+       "table 'item': placement 9 is out of range (expected cpu, offload, cached, gpu or hybrid)"},
+      {[](StoreConfig& c) { c.tables[1].spec.pooling = static_cast<Pooling>(9); },
+       "table 'item': pooling 9 is out of range (expected sum, mean or none)"},
+      {[](StoreConfig& c) { c.tables[0].spec.optimizer.kind = static_cast<OptimizerKind>(9); },
+       "table 'user': optimizer kind 9 is out of range (expected sgd, adagrad, rowwise_adagrad or adam)"},
+      {[](StoreConfig& c) { c.tables[0].spec.dtype = static_cast<DType>(9); },
+       "table 'user': dtype 9 is out of range (expected fp32, fp16 or bf16)"},
+      {[](StoreConfig& c) {
+         c.tables[1].placement = Placement::kGpu;
+         c.tables[1].sharding.type = static_cast<dispatch::ShardingType>(9);
+       },
+       "table 'item': sharding type 9 is out of range (expected replicated, table, row or column)"},
+      {[](StoreConfig& c) { c.numa = static_cast<NumaPolicy>(9); },
+       "numa 9 is out of range (expected interleave or bind)"},
+      {[](StoreConfig& c) { c.device.backend = static_cast<BackendChoice>(9); },
+       "device backend 9 is out of range (expected auto, cuda or emu)"},
+      {[](StoreConfig& c) { c.offload_gather = static_cast<OffloadGather>(-1); },
+       "offload_gather -1 is out of range (expected device or cpu)"},
+      {[](StoreConfig& c) { c.cache.policy = static_cast<cache::Policy>(9); },
+       "cache policy 9 is not a policy (expected lru, lfu or lookahead)"},
+  };
+  for (const Case& k : cases) {
+    StoreConfig c = two_tables();
+    k.set(c);
+    EXPECT_EQ(validate(c).code(), StatusCode::kInvalidArgument) << k.message;
+    EXPECT_EQ(validate(c).message(), k.message);
+    EXPECT_EQ(Store::open(c).status().message(), k.message);
+  }
+}
+
+// threads is bounded (100,000 crashed inside oneTBB at open); the bound itself opens.
+TEST(BadConfig, ThreadsAreBounded) {
+  StoreConfig c = two_tables();
+  c.threads = 100000;
+  EXPECT_EQ(validate(c).message(), "threads 100000 must be in [0, 1024] (kernel worker threads; 0: all cores)");
+  EXPECT_EQ(Store::open(c).status().code(), StatusCode::kInvalidArgument);
+  c.threads = 1025;
+  EXPECT_EQ(validate(c).code(), StatusCode::kInvalidArgument);
+  c.threads = -1;
+  EXPECT_EQ(validate(c).message(), "threads -1 must be in [0, 1024] (kernel worker threads; 0: all cores)");
+  c.threads = 1024;  // kMaxThreads
+  auto store = Store::open(c);
+  ASSERT_TRUE(store.is_ok()) << store.status().to_string();
+  ASSERT_TRUE((*store)->submit(1, good_batch()).is_ok());
+  Buffers out = make_buffers((*store)->config(), good_batch());
+  EXPECT_TRUE((*store)->forward(1, out.views).is_ok());
+  EXPECT_TRUE((*store)->backward(1, out.cviews).is_ok());
 }
 
 }  // namespace

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <limits>
+
 namespace strata {
 
 TEST(StoreConfig, ParsesJsonAndRoundTrips) {
@@ -33,8 +36,8 @@ TEST(StoreConfig, ErrorsNameTheFieldAndValue) {
   EXPECT_NE(parse_store_config(R"({"tables": [{"name": "u", "rows": 5, "dim": 4, "placement": "disk"}]})").status().message().find(
                 "unknown placement 'disk'"),
             std::string::npos);
-  EXPECT_NE(parse_store_config(R"({"tables": [{"name": "u", "rows": 5, "dim": "x"}]})").status().message().find("wrong type"),
-            std::string::npos);
+  EXPECT_EQ(parse_store_config(R"({"tables": [{"name": "u", "rows": 5, "dim": "x"}]})").status().message(),
+            "table 'u': dim: expected an integer in [-2^31, 2^31), got \"x\"");
   EXPECT_NE(parse_store_config("{").status().message().find("not valid JSON"), std::string::npos);
   EXPECT_NE(parse_store_config(R"({"tables": []})").status().message().find("no tables"), std::string::npos);
   EXPECT_NE(parse_store_config(R"({"tables": [{"name": "u", "rows": 5, "dim": 4, "optimizer": {"kind": "lion"}}]})")
@@ -43,6 +46,96 @@ TEST(StoreConfig, ErrorsNameTheFieldAndValue) {
                 .find("unknown optimizer 'lion'"),
             std::string::npos);
   EXPECT_EQ(load_store_config("/nonexistent/x.json").status().code(), StatusCode::kNotFound);
+}
+
+// Values are never coerced: a JSON value of another type, or an integer outside its field's type,
+// is refused quoting what the config holds (not the wrapped or truncated number).
+TEST(StoreConfig, ValuesOfTheWrongTypeOrOutOfTheirTypeAreRefusedAsWritten) {
+  const auto table_error = [](const std::string& fields) {
+    return parse_store_config(R"({"tables": [{"name": "user", "rows": 10, "dim": 4, )" + fields + "}]}").status();
+  };
+  const auto config_error = [](const std::string& fields) {
+    return parse_store_config("{" + fields + R"(, "tables": [{"name": "user", "rows": 10, "dim": 4}]})").status();
+  };
+  const std::pair<Status, std::string> cases[] = {
+      {parse_store_config(R"({"tables": [{"name": "user", "rows": 10, "dim": 8.9}]})").status(),
+       "table 'user': dim: expected an integer in [-2^31, 2^31), got 8.9"},
+      {parse_store_config(R"({"tables": [{"name": "user", "rows": 10, "dim": true}]})").status(),
+       "table 'user': dim: expected an integer in [-2^31, 2^31), got true"},
+      {parse_store_config(R"({"tables": [{"name": "user", "rows": 10, "dim": 3000000000}]})").status(),
+       "table 'user': dim: expected an integer in [-2^31, 2^31), got 3000000000"},
+      {parse_store_config(R"({"tables": [{"name": "user", "rows": 10, "dim": 0}]})").status(),
+       "table 'user': dim 0 must be > 0"},
+      {parse_store_config(R"({"tables": [{"name": "user", "rows": 1e6, "dim": 4}]})").status(),
+       "table 'user': rows: expected an integer in [-2^63, 2^63), got 1000000.0"},
+      {parse_store_config(R"({"tables": [{"name": "user", "rows": 18446744073709551615, "dim": 4}]})").status(),
+       "table 'user': rows: expected an integer in [-2^63, 2^63), got 18446744073709551615"},
+      {parse_store_config(R"({"tables": [{"name": 5, "rows": 10, "dim": 4}]})").status(),
+       "tables[0]: name: expected a string, got 5"},
+      {parse_store_config(R"({"tables": [5]})").status(), "tables[0]: expected an object, got 5"},
+      {parse_store_config(R"({"tables": {"name": "user"}})").status(),
+       "config: tables: expected an array, got {\"name\":\"user\"}"},
+      {table_error(R"("init": {"seed": -1})"), "table 'user': init.seed: expected an integer in [0, 2^64), got -1"},
+      {table_error(R"("init": {"seed": 1.5})"), "table 'user': init.seed: expected an integer in [0, 2^64), got 1.5"},
+      {table_error(R"("init": 5)"), "table 'user': init: expected an object, got 5"},
+      {table_error(R"("init": {"bound": "0.1"})"), "table 'user': init.bound: expected a number, got \"0.1\""},
+      {table_error(R"("optimizer": {"learning_rate": "0.1"})"),
+       "table 'user': optimizer.learning_rate: expected a number, got \"0.1\""},
+      {table_error(R"("optimizer": {"eps": 1e39})"),
+       "table 'user': optimizer.eps: expected a number in float range, got 1e+39"},
+      {table_error(R"("optimizer": {"kind": 1})"), "table 'user': optimizer.kind: expected a string, got 1"},
+      {table_error(R"("optimizer": {"kind": "lion"})"),
+       "table 'user': optimizer.kind: unknown optimizer 'lion' (expected sgd, adagrad, rowwise_adagrad or adam)"},
+      {table_error(R"("placement": 3)"), "table 'user': placement: expected a string, got 3"},
+      {table_error(R"("pooling": "max")"), "table 'user': pooling: unknown pooling 'max' (expected sum, mean or none)"},
+      {table_error(R"("placement": "cached", "cache": {"cap": 1})"),
+       "table 'user': cache.cap: expected true or false, got 1"},
+      {table_error(R"("placement": "cached", "cache": {"rows": 2.5})"),
+       "table 'user': cache.rows: expected an integer in [-2^63, 2^63), got 2.5"},
+      {table_error(R"("placement": "gpu", "sharding": {"owner": 4294967296})"),
+       "table 'user': sharding.owner: expected an integer in [-2^31, 2^31), got 4294967296"},
+      {table_error(R"("optimizer": {"lr": 0.1})"),
+       "table 'user': unknown field 'optimizer.lr' (expected one of beta1, beta2, eps, "
+       "initial_accumulator, kind, learning_rate, weight_decay)"},
+      {config_error(R"("threads": 5e9)"), "config: threads: expected an integer in [-2^31, 2^31), got 5000000000.0"},
+      {config_error(R"("threads": 3000000000)"),
+       "config: threads: expected an integer in [-2^31, 2^31), got 3000000000"},
+      {config_error(R"("threads": 100000)"),
+       "threads 100000 must be in [0, 1024] (kernel worker threads; 0: all cores)"},
+      {config_error(R"("huge_pages": 1)"), "config: huge_pages: expected true or false, got 1"},
+      {config_error(R"("numa": 1)"), "config: numa: expected a string, got 1"},
+      {config_error(R"("device": {"capacity": -0.5})"),
+       "config: device.capacity: expected an integer in [-2^63, 2^63), got -0.5"},
+      {config_error(R"("device": {"emu_fail_after_ops": "never"})"),
+       "config: device.emu_fail_after_ops: expected an integer in [-2^63, 2^63), got \"never\""},
+      {config_error(R"("cache": {"max_in_flight": 8.0})"),
+       "config: cache.max_in_flight: expected an integer in [-2^31, 2^31), got 8.0"},
+      {config_error(R"("cache": [1])"), "config: cache: expected an object, got [1]"},
+      {config_error(R"("offload_gather": false)"), "config: offload_gather: expected a string, got false"},
+  };
+  for (const auto& [status, message] : cases) {
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << message;
+    EXPECT_EQ(status.message(), message);
+  }
+}
+
+TEST(StoreConfig, ValuesAtTheEdgesOfTheirTypesAreRead) {
+  auto c =
+      parse_store_config(R"({"threads": 1024, "device": {"emu_fail_after_ops": -1, "capacity": 9223372036854775807},
+    "tables": [{"name": "user", "rows": 9223372036854775807, "dim": 2147483647,
+                "init": {"seed": 18446744073709551615, "bound": 0},
+                "optimizer": {"learning_rate": 1, "eps": 3.4028234663852886e38}}]})");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->threads, 1024);
+  EXPECT_EQ(c->device.emu_fail_after_ops, -1);
+  EXPECT_EQ(c->tables[0].spec.rows, INT64_MAX);
+  EXPECT_EQ(c->tables[0].spec.dim, INT32_MAX);
+  EXPECT_EQ(c->tables[0].spec.init.seed, UINT64_MAX);
+  EXPECT_EQ(c->tables[0].spec.optimizer.learning_rate, 1.0f);
+  EXPECT_EQ(c->tables[0].spec.optimizer.eps, std::numeric_limits<float>::max());
+  auto again = parse_store_config(to_json(*c));
+  ASSERT_TRUE(again.is_ok()) << again.status().to_string();
+  EXPECT_EQ(to_json(*again), to_json(*c));
 }
 
 }  // namespace strata

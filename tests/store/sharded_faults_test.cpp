@@ -172,5 +172,126 @@ TEST(ShardedFaults, ARankThatNeverArrivesTimesOutNamingIt) {
   }
 }
 
+// Ranks that open the store with configs that differ in what every rank must share get the same
+// InvalidArgument on every rank, naming the rank and the field, before anything is built (a rank
+// with more rows crashed another rank's backward; another plan aborted; another learning rate,
+// optimizer or seed trained apart silently; another name or placement was accepted).
+TEST(ShardedFaults, RanksOpenedWithDifferentConfigsAreRefusedNamingTheRankAndField) {
+  struct Case {
+    void (*change)(StoreConfig&);
+    std::string difference;
+  };
+  const Case cases[] = {
+      {[](StoreConfig& c) { c.tables[0].spec.rows = 1000; }, "table 'user' rows 1000 differs from rank 0's 100"},
+      {[](StoreConfig& c) {
+         c.tables[1].sharding = {dispatch::ShardingType::kColumn, -1};
+       },
+       "table 'item' sharding.type 'column' differs from rank 0's 'row'"},
+      {[](StoreConfig& c) { c.tables[0].spec.optimizer.learning_rate = 0.02f; },
+       "table 'user' optimizer.learning_rate 0.02 differs from rank 0's 0.01"},
+      {[](StoreConfig& c) { c.tables[1].spec.optimizer.kind = OptimizerKind::kAdam; },
+       "table 'item' optimizer.kind 'adam' differs from rank 0's 'sgd'"},
+      {[](StoreConfig& c) { c.tables[0].spec.init.seed = 7; }, "table 'user' init.seed 7 differs from rank 0's 0"},
+      {[](StoreConfig& c) { c.tables[1].spec.name = "items"; }, "table 1 name 'items' differs from rank 0's 'item'"},
+      {[](StoreConfig& c) { c.tables[0].placement = Placement::kHybrid; },
+       "table 'user' placement 'hybrid' differs from rank 0's 'gpu'"},
+      {[](StoreConfig& c) { c.tables[0].spec.dim = 4; }, "table 'user' dim 4 differs from rank 0's 8"},
+      {[](StoreConfig& c) { c.tables[1].spec.pooling = Pooling::kMean; },
+       "table 'item' pooling 'mean' differs from rank 0's 'sum'"},
+      {[](StoreConfig& c) { c.tables[0].spec.init.bound = 0.5f; },
+       "table 'user' init.bound 0.5 differs from rank 0's 0.01"},
+      {[](StoreConfig& c) { c.cache.max_in_flight = 2; }, "cache.max_in_flight 2 differs from rank 0's 8"},
+      // A table more: this rank's config is longer than the others' (the exchange must not care).
+      {[](StoreConfig& c) {
+         TableConfig t = c.tables[0];
+         t.spec.name = "a_third_table_with_a_long_name";
+         c.tables.push_back(t);
+       },
+       "number of tables 3 differs from rank 0's 2"},
+  };
+  const std::string suffix = " (every rank must open it with the same tables and shared settings; see Store::open)";
+  for (const Case& k : cases) {
+    for (int odd : {2, 0}) {  // the rank whose config differs: rank 0 itself too
+      std::vector<Status> got(3);
+      on_ranks(3, 5000, [&](int r, auto comm) {
+        StoreConfig c = two_tables(Placement::kGpu);
+        if (r == odd) k.change(c);
+        got[static_cast<std::size_t>(r)] = Store::open(c, comm).status();
+      });
+      // Compared with rank 0: when rank 0 is the odd one, ranks 1 and 2 differ from it (the
+      // message then reads the other way round, so only its shape is checked).
+      for (std::size_t r = 0; r < got.size(); ++r) {
+        EXPECT_EQ(got[r].code(), StatusCode::kInvalidArgument) << got[r].to_string();
+        EXPECT_EQ(got[r].message(), got[0].message());
+        if (odd == 2) {
+          EXPECT_EQ(got[r].message(),
+                    "ranks opened the store with different configs: rank 2: " + k.difference + suffix);
+        } else {
+          EXPECT_EQ(got[r].message().rfind("ranks opened the store with different configs: rank 1: ", 0), 0u)
+              << got[r].message();
+          EXPECT_NE(got[r].message().find("; rank 2: "), std::string::npos) << got[r].message();
+        }
+      }
+    }
+  }
+  // Two ranks that differ in two ways: each named with its own first difference.
+  std::vector<Status> got(3);
+  on_ranks(3, 5000, [&](int r, auto comm) {
+    StoreConfig c = two_tables(Placement::kGpu);
+    if (r == 1) c.tables[1].spec.optimizer.weight_decay = 0.5f;
+    if (r == 2) c.tables[0].sharding = {dispatch::ShardingType::kTable, 2};
+    got[static_cast<std::size_t>(r)] = Store::open(c, comm).status();
+  });
+  for (const Status& s : got)
+    EXPECT_EQ(s.message(),
+              "ranks opened the store with different configs: rank 1: table 'item' optimizer.weight_decay 0.5 differs "
+              "from rank 0's 0; rank 2: table 'user' sharding.owner 2 differs from rank 0's -1" +
+                  suffix);
+}
+
+// What describes a rank's machine or tunes its speed may differ: such ranks open and train together.
+TEST(ShardedFaults, RanksMayDifferInTheirPerRankSettings) {
+  std::vector<Status> got(3);
+  on_ranks(3, 5000, [&](int r, auto comm) {
+    StoreConfig c = two_tables(Placement::kHybrid);
+    c.threads = 1 + r;
+    c.huge_pages = r == 1;
+    c.fake_numa_nodes = 1 + r;
+    c.numa = r == 2 ? NumaPolicy::kBind : NumaPolicy::kInterleave;
+    c.numa_node = r == 2 ? 1 : 0;
+    c.device.capacity = (16 + 8 * r) << 20;
+    c.device.emu_max_delay_us = r;
+    c.offload_gather = r == 1 ? OffloadGather::kCpu : OffloadGather::kDevice;
+    c.cache.policy = static_cast<cache::Policy>(r);
+    c.cache.lookahead = r == 2 ? 1 : 0;
+    c.cache.planner_shards = 1 + r % 2;
+    c.tables[0].cache.rows = 20 + 10 * r;
+    c.tables[1].cache = {};
+    c.tables[1].cache.fraction = 0.2 + 0.1 * r;
+    auto store = Store::open(c, comm);
+    got[static_cast<std::size_t>(r)] = store.status();
+    if (!store) return;
+    Status s = (*store)->submit(1, batch_of({1, 2, 3}));
+    std::vector<float> out(8);
+    if (s.is_ok()) s = (*store)->forward(1, {{out.data(), 1, 8}});
+    if (s.is_ok()) s = (*store)->backward(1, {{out.data(), 1, 8}});
+    got[static_cast<std::size_t>(r)] = s;
+  });
+  for (const Status& s : got) EXPECT_TRUE(s.is_ok()) << s.to_string();
+}
+
+// A config that is invalid on one rank fails every rank, naming that rank (before any exchange).
+TEST(ShardedFaults, AnInvalidConfigOnOneRankFailsEveryRank) {
+  std::vector<Status> got(2);
+  on_ranks(2, 5000, [&](int r, auto comm) {
+    StoreConfig c = two_tables(Placement::kGpu);
+    if (r == 1) c.tables[0].spec.dim = 0;
+    got[static_cast<std::size_t>(r)] = Store::open(c, comm).status();
+  });
+  EXPECT_EQ(got[1].message(), "rank 1: table 'user': dim 0 must be > 0");
+  EXPECT_EQ(got[0].code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(got[0].message(), "open(0) failed on another rank (rank 1: rank 1: table 'user': dim 0 must be > 0)");
+}
+
 }  // namespace
 }  // namespace strata
