@@ -13,6 +13,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -24,15 +26,18 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "dispatch/local_communicator.hpp"
 #include "dispatch/mpi_communicator.hpp"
 
+#include "bench/bounded_input.hpp"
 #include "bench/machine_info.hpp"
 #include "bench/report_html.hpp"
 #include "bench/workload.hpp"
 #include "gpu/device.hpp"
 #include "store/cost_model.hpp"
+#include "store/detail/file_io.hpp"
 #include "store/store.hpp"
 
 #ifndef STRATA_VERSION
@@ -123,6 +128,23 @@ class Progress {
 
 // ---- options ----
 
+/// Most timed steps, and most warm-up steps, per phase (their sum and the default batch count
+/// stay far from int overflow).
+constexpr int kMaxSteps = 1000000;
+/// Most batches prefetched ahead of forward (--pipeline).
+constexpr int kMaxPipeline = 1024;
+/// --threads may be at most this many times the machine's hardware threads; the read-bandwidth
+/// probe uses at most the hardware threads.
+constexpr int kThreadsPerHardwareThread = 4;
+/// Default --comm-timeout: a collective that waits this long for a rank fails the run. Two
+/// minutes: far beyond a slow first step (store opening, first cache fill) on a busy machine,
+/// short enough that a stopped or crashed rank ends the job soon.
+constexpr double kDefaultCommTimeoutS = 120;
+/// Largest --comm-timeout (a day).
+constexpr double kMaxCommTimeoutS = 86400;
+
+int hardware_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+
 struct Options {
   WorkloadSpec workload;
   std::string table_set = "criteo";
@@ -148,6 +170,7 @@ struct Options {
   int warmup = 3;
   int threads = 2;
   int read_probe_mib = 1024;
+  double comm_timeout_s = kDefaultCommTimeoutS;  ///< collectives of the sharded modes (--comm-timeout)
   std::string json_out;
   std::string html_out;
   std::string profile = "h200-pcie5";
@@ -168,6 +191,13 @@ WorkloadSpec default_workload() {
 }
 
 // ---- store configuration ----
+
+// The communicator options of every rank strata-bench starts (thread ranks or mpirun processes).
+dispatch::CommOptions comm_options(const Options& o) {
+  dispatch::CommOptions co;
+  co.timeout = std::chrono::milliseconds(std::max<long long>(1, std::llround(o.comm_timeout_s * 1000)));
+  return co;
+}
 
 Result<StoreConfig> make_config(const Options& o, const ModeDescriptor& mode, double cache_fraction) {
   StoreConfig c;
@@ -493,9 +523,7 @@ Result<ModeResult> run_mode(const Options& o, const ModeDescriptor& mode, double
     STRATA_RETURN_IF_ERROR(drive(o, *store, batches, 0, 1, label, &r));
   } else {
     // One thread per rank: opening, every step and read_rows are collectives.
-    dispatch::CommOptions co;
-    co.timeout = std::chrono::milliseconds(600000);  // a slow first step on a busy machine is not a fault
-    STRATA_ASSIGN_OR_RETURN(auto group, dispatch::make_local_group(ranks, co));
+    STRATA_ASSIGN_OR_RETURN(auto group, dispatch::make_local_group(ranks, comm_options(o)));
     std::vector<Status> status(static_cast<std::size_t>(ranks));
     std::vector<std::thread> threads;
     for (int q = 0; q < ranks; ++q)
@@ -808,6 +836,36 @@ int fail(const std::string& message, int code = 2) {
   return code;
 }
 
+// Reads a hardware profile file with the input limits (a regular file of at most 4 MiB, JSON
+// nested at most 32 levels), then parses it.
+Result<HardwareProfile> load_profile(const std::string& path) {
+  STRATA_ASSIGN_OR_RETURN(const std::string text, read_input_file(path, "profile file"));
+  STRATA_RETURN_IF_ERROR(parse_json_limited(text, "profile '" + path + "'").status());
+  return parse_hardware_profile(text, path);
+}
+
+// Checks, before any work, that an output file can be written at `path`. The outputs are
+// written to a temporary file next to `path` and renamed over it (`replaced`), so a test file is
+// created there and removed, and anything but a regular file at `path` is refused (renaming
+// over /dev/null would replace the device). An output written in place (`replaced` false) only
+// needs a writable directory and no directory at `path`.
+Status check_output_path(const std::string& flag, const std::string& path, bool replaced) {
+  const std::string who = flag + " " + path;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return Status::invalid_argument(who + ": is a directory (expected a file path)");
+    if (!S_ISREG(st.st_mode)) {
+      if (!replaced) return Status::ok();
+      return Status::invalid_argument(who + ": is " +
+                                      (S_ISCHR(st.st_mode) ? "a character device" : "not a regular file") +
+                                      " (expected a file path; the file is written next to it and renamed into place)");
+    }
+  }
+  auto probe = detail::AtomicFileWriter::create(path);  // its temporary file is removed when `probe` goes
+  if (!probe) return Status::invalid_argument(who + ": cannot write there (" + probe.status().message() + ")");
+  return Status::ok();
+}
+
 int run(const Options& o_in) {
   const auto wall0 = Clock::now();
   const std::string started_at = iso_time_now();
@@ -816,15 +874,13 @@ int run(const Options& o_in) {
   if (o.ranks < 1 || o.ranks > 64) return fail("--ranks " + std::to_string(o.ranks) + " must be in [1, 64]");
   std::string table_set = o.table_set;
   if (!o.workload_file.empty()) {
-    std::ifstream in(o.workload_file);
-    if (!in) return fail("cannot open workload file '" + o.workload_file + "'");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    auto w = parse_workload_json(ss.str());
+    auto text = read_input_file(o.workload_file, "workload file");
+    if (!text) return fail(text.status().message());
+    auto w = parse_workload_json(text.value());
     if (!w) return fail(o.workload_file + ": " + w.status().message());
     o.workload = w.value();
     table_set = "file " + o.workload_file;
-    if (!json::parse(ss.str()).contains("distinct_batches"))
+    if (!parse_json_limited(text.value(), o.workload_file).value().contains("distinct_batches"))
       o.workload.distinct_batches = 2 * (o.warmup + o.steps) * (o.mpi ? o.mpi->size() : o.ranks);
   } else {
     if (table_set == "criteo") table_set = "criteo:" + std::to_string(o.criteo_rows);
@@ -858,10 +914,19 @@ int run(const Options& o_in) {
     if (!f) return fail(f.status().message());
     sweep = f.value();
   }
-  // --profile NAME (bench/profiles/NAME.json) or a file path.
-  const std::string profile_path =
-      std::ifstream(o.profile).good() ? o.profile : std::string(STRATA_PROFILE_DIR) + "/" + o.profile + ".json";
-  auto profile = load_hardware_profile(profile_path);
+  // Outputs that cannot be written are found now, not after every mode ran.
+  for (const auto& [flag, path, replaced] :
+       {std::make_tuple("--json", o.json_out, true), std::make_tuple("--html", o.html_out, true),
+        std::make_tuple("--dump-keys", o.dump_keys, false)}) {
+    if (path.empty()) continue;
+    if (Status s = check_output_path(flag, path, replaced); !s.is_ok()) return fail(s.message());
+  }
+  // --profile NAME (bench/profiles/NAME.json) or a file path (anything at that path).
+  struct stat profile_stat {};
+  const std::string profile_path = ::stat(o.profile.c_str(), &profile_stat) == 0
+                                       ? o.profile
+                                       : std::string(STRATA_PROFILE_DIR) + "/" + o.profile + ".json";
+  auto profile = load_profile(profile_path);
   if (!profile)
     return fail("--profile " + o.profile + ": " + profile.status().message() +
                 " (expected h200-pcie5, a100-pcie4, dgx-a100, dgx-h100 or a profile JSON file)");
@@ -928,7 +993,9 @@ int run(const Options& o_in) {
   for (std::size_t i = 0; i < sweep.size(); ++i) sweep_skipped[i] = cache_too_small(o, sweep[i], batches);
 
   std::fprintf(stderr, "  measuring sequential read bandwidth...\n");
-  const double read_gbs = measure_read_bandwidth_gbs(static_cast<std::size_t>(o.read_probe_mib) << 20, o.threads);
+  // More reading threads than hardware threads would measure the scheduler, not the memory.
+  const int probe_threads = std::min(o.threads, hardware_threads());
+  const double read_gbs = measure_read_bandwidth_gbs(static_cast<std::size_t>(o.read_probe_mib) << 20, probe_threads);
 
   std::vector<ModeResult> results;
   for (std::size_t i = 0; i < modes.size(); ++i) {
@@ -985,6 +1052,7 @@ int run(const Options& o_in) {
       j["workload"]["tables"].push_back({{"name", t.name}, {"rows", t.rows}, {"dim", t.dim}});
   }
   j["threads"] = o.threads;
+  j["read_probe_threads"] = probe_threads;
   j["settings"] = {{"modes", o.modes},
                    {"threads", o.threads},
                    {"policy", o.policy},
@@ -997,6 +1065,7 @@ int run(const Options& o_in) {
                    {"backend", o.backend},
                    {"device_capacity", o.device_capacity},
                    {"profile", o.profile}};
+  j["settings"]["comm_timeout_s"] = o.comm_timeout_s;
   j["machine"] = to_json(machine);
   j["machine"]["cuda_devices"] = gpu::cuda_device_count();
   j["machine"]["cuda_backend_built"] = gpu::cuda_backend_built();
@@ -1076,7 +1145,7 @@ int run(const Options& o_in) {
           m["mode"].get<std::string>().c_str(), static_cast<long long>((*c)["deferred"].get<std::int64_t>()),
           o.pipeline);
   }
-  std::printf("sequential read bandwidth (same run, %d threads): %.2f GB/s\n", o.threads, read_gbs);
+  std::printf("sequential read bandwidth (same run, %d threads): %.2f GB/s\n", probe_threads, read_gbs);
   std::printf("\n%-12s %12s %12s %12s %12s  (memory)\n", "mode", "peak RSS", "RSS at start", "host tables",
               "peak device");
   for (const auto& m : j["results"]) {
@@ -1112,18 +1181,53 @@ int run(const Options& o_in) {
                   p["bytes_per_step"]["h2d"].get<double>() / 1e6);
     }
   }
+  // Each file is written to a temporary file next to it, every write, the fsync and the close
+  // checked, then renamed into place: a failed write (a full disk) leaves the old file or none.
   if (!o.json_out.empty()) {
-    std::ofstream f(o.json_out);
-    f << j.dump(2) << "\n";
-    if (!f) return fail("cannot write " + o.json_out, 1);
+    if (Status st = detail::write_file_atomic(o.json_out, j.dump(2) + "\n"); !st.is_ok())
+      return fail("--json " + o.json_out + ": " + st.message(), 1);
     std::printf("wrote %s\n", o.json_out.c_str());
   }
   if (!o.html_out.empty()) {
-    if (Status st = write_html_report(o.html_out, report_document(j)); !st.is_ok()) return fail(st.message(), 1);
+    if (Status st = detail::write_file_atomic(o.html_out, render_html_report(report_document(j))); !st.is_ok())
+      return fail("--html " + o.html_out + ": " + st.message(), 1);
     std::printf("wrote %s\n", o.html_out.c_str());
   }
   std::fprintf(stderr, "strata-bench: done in %.1f s\n", seconds_since(wall0));
   return 0;
+}
+
+// ---- flag checks (run while the command line is parsed: a usage error, exit 2) ----
+
+// A decimal integer in [0, 2^64): the seed as written, never saturated.
+CLI::Validator seed_check() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const bool digits =
+            !text.empty() && text.size() <= 20 && text.find_first_not_of("0123456789") == std::string::npos;
+        if (digits) (void)std::strtoull(text.c_str(), &end, 10);
+        if (!digits || errno == ERANGE || end != text.c_str() + text.size())
+          return "'" + quote_prefix(text) + "' is not an integer in [0, 18446744073709551615]";
+        return "";
+      },
+      "UINT64");
+}
+
+// A number in (lo, hi] (never nan or infinite), quoted as written when refused; `desc` names it
+// in --help.
+CLI::Validator number_in(double lo, double hi, const std::string& what, const std::string& desc) {
+  return CLI::Validator(
+      [lo, hi, what](std::string& text) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || !(v > lo && v <= hi))
+          return "'" + quote_prefix(text) + "' is not " + what;
+        return "";
+      },
+      desc);
 }
 
 }  // namespace
@@ -1163,14 +1267,24 @@ int main(int argc, char** argv) {
   auto* distinct = app.add_option("--distinct-batches", o.workload.distinct_batches,
                                   "different batches generated (default 2 x (warmup + steps): no batch repeats; fewer "
                                   "are cycled)");
-  app.add_option("--seed", o.workload.seed, "seed of the keys")->capture_default_str();
-  app.add_option("--steps", o.steps, "timed steps per phase")->capture_default_str();
-  app.add_option("--warmup", o.warmup, "untimed steps before each phase")->capture_default_str();
-  app.add_option("--threads", o.threads, "worker threads")->capture_default_str();
+  app.add_option("--seed", o.workload.seed, "seed of the keys (an integer in [0, 2^64))")
+      ->capture_default_str()
+      ->check(strata::bench::seed_check());
+  app.add_option("--steps", o.steps, "timed steps per phase")
+      ->capture_default_str()
+      ->check(CLI::Range(1, strata::bench::kMaxSteps));
+  app.add_option("--warmup", o.warmup, "untimed steps before each phase")
+      ->capture_default_str()
+      ->check(CLI::Range(0, strata::bench::kMaxSteps));
+  app.add_option("--threads", o.threads,
+                 "worker threads, at most " + std::to_string(strata::bench::kThreadsPerHardwareThread) +
+                     " x the hardware threads; the read-bandwidth probe uses at most the hardware threads")
+      ->capture_default_str();
   app.add_option("--modes", o.modes, "comma-separated modes: " + strata::bench::mode_names(", "))
       ->capture_default_str();
-  app.add_option("--cache-fraction", o.cache_fraction, "cached: cache rows as a fraction of each table")
-      ->capture_default_str();
+  app.add_option("--cache-fraction", o.cache_fraction, "cached: cache rows as a fraction of each table, in (0, 1]")
+      ->capture_default_str()
+      ->check(strata::bench::number_in(0, 1, "a fraction in (0, 1]", "FRACTION in (0, 1]"));
   app.add_option("--sweep-cache", o.sweep_cache,
                  "also run the cached mode at each of these cache fractions (e.g. 0.01,0.03,0.1,0.3): hit rate and "
                  "throughput against cache size");
@@ -1187,10 +1301,18 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, strata::kMaxPlannerShards));
   app.add_option("--pipeline", o.pipeline, "batches prefetched ahead of forward (beyond the lookahead)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(1, strata::bench::kMaxPipeline));
   app.add_option("--ranks", o.ranks, "gpu/hybrid: thread ranks, one store and device each, all-to-all between them")
       ->capture_default_str();
   app.add_option("--sharding", o.sharding, "gpu/hybrid: row | table | column | replicated")->capture_default_str();
+  app.add_option("--comm-timeout", o.comm_timeout_s,
+                 "gpu/hybrid with --ranks N > 1 or under mpirun: seconds a collective waits for the other ranks "
+                 "before the run fails (a stopped or crashed rank ends the job instead of hanging it); the default, "
+                 "two minutes, is far beyond a slow first step")
+      ->capture_default_str()
+      ->check(strata::bench::number_in(0, strata::bench::kMaxCommTimeoutS, "a number of seconds in (0, 86400]",
+                                       "SECONDS in (0, 86400]"));
   app.add_option("--backend", o.backend, "device backend: auto | cuda | emu")->capture_default_str();
   app.add_option("--device-capacity", o.device_capacity, "bytes of device memory to use (0: emu 4 GiB, cuda all free)")
       ->capture_default_str();
@@ -1200,20 +1322,34 @@ int main(int argc, char** argv) {
                  "hardware profile for the modelled step time: h200-pcie5 | a100-pcie4 | dgx-a100 | dgx-h100 | FILE")
       ->capture_default_str();
   app.add_option("--read-probe-mib", o.read_probe_mib, "MiB read by the sequential read-bandwidth probe")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--dump-keys", o.dump_keys, "write the batches in the raw trace format (for bench/peers)");
   app.add_flag("!--no-progress", o.progress, "hide the progress bars");
-  CLI11_PARSE(app, argc, argv);
-  if (o.steps < 1 || o.warmup < 0 || o.threads < 1 || o.read_probe_mib < 1) {
-    std::cerr << "strata-bench: --steps must be >= 1, --warmup >= 0, --threads >= 1, --read-probe-mib >= 1\n";
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // app.exit prints --help (exit 0) or the error (on stderr); every usage error exits 2, not
+    // CLI11's own codes (100 and up).
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  const int hardware_threads = strata::bench::hardware_threads();
+  const int max_threads = strata::bench::kThreadsPerHardwareThread * hardware_threads;
+  if (o.threads < 1 || o.threads > max_threads) {
+    std::cerr << "strata-bench: --threads " << o.threads;
+    if (o.threads < 1) {
+      std::cerr << " must be >= 1";
+    } else {
+      std::cerr << " is more than " << strata::bench::kThreadsPerHardwareThread << " x the " << hardware_threads
+                << " hardware threads of this machine";
+    }
+    std::cerr << " (expected 1.." << max_threads << ")\n";
     return 2;
   }
   // Under mpirun with several processes, each process is a rank of the sharded modes; only rank 0
   // prints and writes files.
   if (strata::dispatch::launched_by_mpi()) {
-    strata::dispatch::CommOptions co;
-    co.timeout = std::chrono::milliseconds(600000);
-    auto comm = strata::dispatch::make_mpi_communicator(co);
+    auto comm = strata::dispatch::make_mpi_communicator(strata::bench::comm_options(o));
     if (!comm) {
       std::cerr << "strata-bench: mpi: " << comm.status().to_string() << "\n";
       return 2;
@@ -1239,5 +1375,14 @@ int main(int argc, char** argv) {
               << "; give list items their rows, or use criteo:TOTAL_ROWS)\n";
     return 2;
   }
-  return strata::bench::run(o);
+  const int code = strata::bench::run(o);
+  if (o.mpi && code == 1) {
+    // A run that failed (a collective timed out: a rank stopped or died) must end the job. A
+    // normal exit would wait in MPI_Finalize for every rank, the stopped one too; ending without
+    // it makes mpirun stop the whole job.
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(code);
+  }
+  return code;
 }

@@ -17,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/bounded_input.hpp"
+
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
@@ -76,11 +78,11 @@ Result<std::int64_t> json_integer(const std::string& key, const nlohmann::json& 
     // Accept integral floats so "rows": 1e8 works.
     const double d = v.get<double>();
     if (!(std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.2e18))
-      return Status::invalid_argument("workload key '" + key + "' must be an integer (got " + v.dump() + ")");
+      return Status::invalid_argument("workload key '" + key + "' must be an integer (got " + json_excerpt(v) + ")");
     x = static_cast<std::int64_t>(d);
   } else {
     return Status::invalid_argument("workload key '" + key + "' must be an integer (got " + json_type(v) + " " +
-                                    v.dump() + ")");
+                                    json_excerpt(v) + ")");
   }
   if (x < lo || x > hi)
     return Status::invalid_argument("workload key '" + key + "': " + std::to_string(x) + " out of range [" +
@@ -202,9 +204,16 @@ Result<BagDist> parse_bag_dist(const std::string& s) {
 Status validate(const WorkloadSpec& s) {
   if (s.table_list.empty()) {
     if (s.tables < 1) return Status::invalid_argument("workload: tables " + std::to_string(s.tables) + " must be >= 1");
+    if (s.tables > kMaxWorkloadTables)
+      return Status::invalid_argument("workload: tables " + std::to_string(s.tables) + " is over the limit of " +
+                                      std::to_string(kMaxWorkloadTables) + " (expected 1.." +
+                                      std::to_string(kMaxWorkloadTables) + ")");
     if (s.rows <= 0) return Status::invalid_argument("workload: rows " + std::to_string(s.rows) + " must be > 0");
     if (s.dim <= 0) return Status::invalid_argument("workload: dim " + std::to_string(s.dim) + " must be > 0");
   } else {
+    if (s.table_list.size() > static_cast<std::size_t>(kMaxWorkloadTables))
+      return Status::invalid_argument("workload: " + std::to_string(s.table_list.size()) +
+                                      " tables, over the limit of " + std::to_string(kMaxWorkloadTables));
     std::set<std::string> names;
     for (std::size_t i = 0; i < s.table_list.size(); ++i) {
       const TableShape& t = s.table_list[i];
@@ -237,12 +246,7 @@ Status validate(const WorkloadSpec& s) {
 }
 
 Result<WorkloadSpec> parse_workload_json(const std::string& json_text) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::parse_error& e) {
-    return Status::invalid_argument(std::string("workload: invalid JSON: ") + e.what());
-  }
+  STRATA_ASSIGN_OR_RETURN(const nlohmann::json j, parse_json_limited(json_text, "workload"));
   if (!j.is_object())
     return Status::invalid_argument(std::string("workload: expected a JSON object, got ") + json_type(j));
   WorkloadSpec s;
@@ -260,7 +264,7 @@ Result<WorkloadSpec> parse_workload_json(const std::string& json_text) {
       } else {
         return Status::invalid_argument(std::string("workload key 'tables' must be an integer, a string or an array "
                                                     "of {\"name\", \"rows\", \"dim\"} objects (got ") +
-                                        json_type(v) + " " + v.dump() + ")");
+                                        json_type(v) + " " + json_excerpt(v) + ")");
       }
     } else if (key == "rows") {
       STRATA_ASSIGN_OR_RETURN(s.rows, json_integer(key, v, kI64Min, kI64Max));
@@ -274,13 +278,13 @@ Result<WorkloadSpec> parse_workload_json(const std::string& json_text) {
       s.bag_size = static_cast<int>(x);
     } else if (key == "bag_dist") {
       if (!v.is_string())
-        return Status::invalid_argument(std::string("workload key 'bag_dist' must be a string (got ") +
-                                        json_type(v) + " " + v.dump() + ")");
+        return Status::invalid_argument(std::string("workload key 'bag_dist' must be a string (got ") + json_type(v) +
+                                        " " + json_excerpt(v) + ")");
       s.bag_dist = v.get<std::string>();
     } else if (key == "dist") {
       if (!v.is_string())
-        return Status::invalid_argument(std::string("workload key 'dist' must be a string (got ") + json_type(v) +
-                                        " " + v.dump() + ")");
+        return Status::invalid_argument(std::string("workload key 'dist' must be a string (got ") + json_type(v) + " " +
+                                        json_excerpt(v) + ")");
       s.dist = v.get<std::string>();
     } else if (key == "seed") {
       if (v.is_number_unsigned()) {
@@ -305,20 +309,24 @@ Result<WorkloadSpec> parse_workload_json(const std::string& json_text) {
   if (table_array) {
     if (table_array->empty())
       return Status::invalid_argument("workload key 'tables': the array is empty (expected at least one table)");
+    if (table_array->size() > static_cast<std::size_t>(kMaxWorkloadTables))
+      return Status::invalid_argument("workload key 'tables': the array has " + std::to_string(table_array->size()) +
+                                      " tables, over the limit of " + std::to_string(kMaxWorkloadTables));
     std::vector<TableShape> list;
     for (std::size_t i = 0; i < table_array->size(); ++i) {
       const nlohmann::json& t = (*table_array)[i];
       const std::string who = "tables[" + std::to_string(i) + "]";
       if (!t.is_object())
-        return Status::invalid_argument("workload key '" + who + "' must be an object {\"name\", \"rows\", \"dim\"} (got " +
-                                        json_type(t) + " " + t.dump() + ")");
+        return Status::invalid_argument("workload key '" + who +
+                                        "' must be an object {\"name\", \"rows\", \"dim\"} (got " + json_type(t) + " " +
+                                        json_excerpt(t) + ")");
       TableShape shape{"t" + std::to_string(i), 0, s.dim};
       bool has_rows = false;
       for (const auto& [k, x] : t.items()) {
         if (k == "name") {
           if (!x.is_string())
             return Status::invalid_argument("workload key '" + who + ".name' must be a string (got " + json_type(x) +
-                                            " " + x.dump() + ")");
+                                            " " + json_excerpt(x) + ")");
           shape.name = x.get<std::string>();
         } else if (k == "rows") {
           STRATA_ASSIGN_OR_RETURN(shape.rows, json_integer(who + ".rows", x, kI64Min, kI64Max));
@@ -362,7 +370,11 @@ std::string workload_to_json(const WorkloadSpec& s) {
 Status apply_table_set(WorkloadSpec& spec, const std::string& set) {
   constexpr const char* kExpected = "expected N, criteo, criteo:TOTAL_ROWS or [NAME=]ROWS[xDIM],...";
   if (set.empty()) return Status::invalid_argument(std::string("empty table set (") + kExpected + ")");
-  if (const auto n = positive_decimal(set, kIntMax)) {
+  if (const auto n = positive_decimal(set, kI64Max)) {
+    if (*n > kMaxWorkloadTables)
+      return Status::invalid_argument("table set '" + set + "': " + std::to_string(*n) + " tables, over the limit of " +
+                                      std::to_string(kMaxWorkloadTables) + " (expected 1.." +
+                                      std::to_string(kMaxWorkloadTables) + ")");
     spec.tables = static_cast<int>(*n);
     spec.table_list.clear();
     return Status::ok();
@@ -383,6 +395,11 @@ Status apply_table_set(WorkloadSpec& spec, const std::string& set) {
     spec.tables = static_cast<int>(spec.table_list.size());
     return Status::ok();
   }
+  // Count the items before building any of them.
+  if (const auto items = static_cast<std::int64_t>(std::count(set.begin(), set.end(), ',')) + 1;
+      items > kMaxWorkloadTables)
+    return Status::invalid_argument("table list of " + std::to_string(items) + " items: over the limit of " +
+                                    std::to_string(kMaxWorkloadTables) + " tables");
   std::vector<TableShape> list;
   std::size_t begin = 0;
   for (int index = 0;; ++index) {

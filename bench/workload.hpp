@@ -38,11 +38,15 @@ struct TableShape {
   int dim = 0;            ///< row width in floats (> 0)
 };
 
+/// Most tables a workload may have (2^16, the tables a cache pool can key: cache/analysis.hpp).
+/// Checked before any per-table state is built.
+inline constexpr int kMaxWorkloadTables = 1 << 16;
+
 /// Shape and key distribution of a synthetic workload: `tables` tables of `rows` x `dim` each
 /// (named "t0", "t1", ...), or, when `table_list` is non-empty, exactly the tables it lists
 /// (heterogeneous rows and dims; `tables`, `rows` and `dim` are then unused).
 struct WorkloadSpec {
-  int tables = 1;                  ///< number of tables (>= 1)
+  int tables = 1;                  ///< number of tables (1..kMaxWorkloadTables)
   std::int64_t rows = 2000000;     ///< rows per table (> 0)
   int dim = 128;                   ///< row width in floats (> 0)
   std::vector<TableShape> table_list;  ///< non-empty: these tables instead of tables x rows x dim
@@ -55,8 +59,10 @@ struct WorkloadSpec {
 };
 
 /// Parses a JSON object whose keys are the WorkloadSpec field names; missing keys keep their
-/// defaults, an unknown key or a value of the wrong type is an error naming the key. The result
-/// is validated. "tables" is an integer (that many tables of "rows" x "dim"), an array of
+/// defaults, an unknown key or a value of the wrong type is an error naming the key (and quoting
+/// at most kMaxQuotedChars characters of the value). JSON nested deeper than kMaxJsonDepth is
+/// refused before it is built (bench/bounded_input.hpp). The result is validated. "tables" is an integer (that many
+/// tables of "rows" x "dim"), an array of
 /// {"name": string (optional, default "t<index>"), "rows": integer, "dim": integer (optional,
 /// default "dim")} objects, or a string in the syntax of apply_table_set ("criteo",
 /// "criteo:TOTAL_ROWS" or "[NAME=]ROWS[xDIM],..."; the "dim" key gives the default dim wherever
@@ -70,7 +76,8 @@ Result<WorkloadSpec> parse_workload_json(const std::string& json_text);
 ///   "criteo:TOTAL_ROWS"     the same scaled to at most TOTAL_ROWS rows in total
 ///   "[NAME=]ROWS[xDIM],..." one table per comma-separated item; NAME defaults to "t<index>",
 ///                           DIM to spec.dim (e.g. "user=1000000x128,item=50000x64,300")
-/// Errors name the item, the value and what was expected ("table list item 2 'x64': rows '' is
+/// More than kMaxWorkloadTables tables (N, or list items) is an error, found before any table is
+/// built. Errors name the item, the value and what was expected ("table list item 2 'x64': rows '' is
 /// not a positive integer (expected [NAME=]ROWS[xDIM])"); on error `spec` is unchanged.
 /// The result is not validated as a whole (call validate).
 Status apply_table_set(WorkloadSpec& spec, const std::string& table_set);
@@ -79,7 +86,8 @@ Status apply_table_set(WorkloadSpec& spec, const std::string& table_set);
 /// "t0", "t1", ... Does not validate.
 std::vector<TableShape> workload_tables(const WorkloadSpec& spec);
 
-/// Checks ranges (rows, dim, batch > 0; bag_size >= 0; tables, distinct_batches >= 1), that
+/// Checks ranges (rows, dim, batch > 0; bag_size >= 0; tables, distinct_batches >= 1; at most
+/// kMaxWorkloadTables tables), that
 /// `dist` parses and that `bag_dist` is "fixed" or "uniform"; for a table_list, that every entry
 /// has a valid unique name, rows > 0 and dim > 0. The message names the field (or table), the
 /// value and what was expected.

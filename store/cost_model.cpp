@@ -39,6 +39,14 @@ std::string expected_top_level() {
   return s;
 }
 
+// A scalar value as JSON for a message, cut to 64 characters (a user's value can be megabytes
+// long); nothing for an array or object, whose type name says enough and whose dump would recurse.
+std::string quote_value(const json& v) {
+  if (!v.is_primitive()) return "";
+  const std::string s = v.dump(-1, ' ', /*ensure_ascii=*/true);
+  return " " + (s.size() > 64 ? s.substr(0, 61) + "..." : s);
+}
+
 Result<ProfileNumber> parse_number(const std::string& where, const json& v) {
   if (!v.is_object())
     return Status::invalid_argument(where + " must be an object {\"value\": number, \"source\": string} (got " +
@@ -48,8 +56,8 @@ Result<ProfileNumber> parse_number(const std::string& where, const json& v) {
   for (const auto& [key, x] : v.items()) {
     if (key == "value") {
       if (!x.is_number())
-        return Status::invalid_argument(where + ".value must be a number (got " + std::string(x.type_name()) + " " +
-                                        x.dump() + ")");
+        return Status::invalid_argument(where + ".value must be a number (got " + std::string(x.type_name()) +
+                                        quote_value(x) + ")");
       n.value = x.get<double>();
       have_value = true;
     } else if (key == "source") {

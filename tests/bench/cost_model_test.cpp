@@ -240,6 +240,24 @@ TEST(HardwareProfile, ParseErrors) {
   EXPECT_EQ(load_hardware_profile("/nonexistent/p.json").status().code(), StatusCode::kNotFound);
 }
 
+// Issue 16: a value is quoted by a short prefix, and a deeply nested one is not dumped (the dump
+// recursed once per level and overflowed the stack).
+TEST(HardwareProfile, ErrorsQuoteOnlyAShortScalar) {
+  json j = json::parse(valid_json());
+  j["hbm_gbs"]["value"] = "@@";
+  const std::string text = j.dump();
+  const auto with_value = [&](const std::string& value) {
+    return std::string(text).replace(text.find("\"@@\""), 4, value);
+  };
+  auto r = parse_hardware_profile(with_value(std::string(100000, '[') + std::string(100000, ']')), "my.json");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message(), "profile 'my.json': hbm_gbs.value must be a number (got array)");
+  r = parse_hardware_profile(with_value("\"" + std::string(100000, 'x') + "\""), "my.json");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message(),
+            "profile 'my.json': hbm_gbs.value must be a number (got string \"" + std::string(60, 'x') + "...)");
+}
+
 TEST(HardwareProfile, ValidateNamesTheField) {
   HardwareProfile p = test_profile();
   p.hbm_gbs.value = std::nan("");
