@@ -315,15 +315,39 @@ MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDes
     for (const double f : fractions) {
       auto c = make_config(o, *m, f);
       if (!c) continue;
-      const double tables = host_table_bytes(c.value());
+      // Host tables as the store maps them (store/cost_model.hpp): padded records, tables of 1 MiB
+      // and more in arenas of their own rounded up to 2 MiB, smaller ones packed into shared 2 MiB
+      // arenas, and the CPU optimizer's scratch of cpu/offload tables; per rank (thread ranks each
+      // open a store in this process; under mpirun this process is one rank). Counting rows x
+      // record alone missed 2 MiB of arena and 1 MB of scratch per small table: 1,000 one-row
+      // tables reached 3.09 GB of RSS while the estimate said 1.7 MB.
+      double tables = 0;
+      const int world = o.mpi ? o.mpi->size() : sharded(*m) && o.ranks > 1 ? o.ranks : 0;
+      const int first = o.mpi ? o.mpi->rank() : 0;
+      const int last = o.mpi ? first + 1 : std::max(1, world);
+      for (int r = first; r < last; ++r) {
+        auto mem = host_table_memory(c.value(), 0, world, r);
+        if (!mem) break;  // the run reports the sharding error
+        tables += mem->mapped_bytes + mem->scratch_bytes;
+      }
       double device = 0, staging = 0;
       if (m->uses_device) {
         double record = 0;  // the widest record of a cached table
+        // Device rows are padded like host records (record_stride: a multiple of 16 floats, or a
+        // power of two below 16).
+        const auto padded = [](double floats) {
+          double stride = 1;
+          while (stride < floats) stride *= 2;
+          return floats >= 16 ? std::ceil(floats / 16.0) * 16.0 : stride;
+        };
         for (const auto& p : cache_pools(c.value())) {
-          device += p.bytes;
+          device += static_cast<double>(p.rows) * padded(p.dim + p.state) * 4.0;
           record = std::max(record, 4.0 * (p.dim + p.state));
         }
-        if (m->rows_on_device) device += tables;
+        if (m->rows_on_device)
+          for (const auto& t : c.value().tables)
+            device += static_cast<double>(t.spec.rows) *
+                      padded(t.spec.dim + optimizer_state_dim(t.spec.optimizer.kind, t.spec.dim)) * 4.0;
         // Device-side outputs and gradients, and keys/slots of the batches in flight.
         device += 2.0 * e.buffers + in_flight * keys * 8.0 * 2.0;
         // Pinned host staging: outputs D2H and gradients H2D, and (cached) the missing rows of

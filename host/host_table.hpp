@@ -2,6 +2,15 @@
 // HostTable: the rows and optimizer state of one table (or shard) in NUMA arenas, either
 // interleaved across nodes by row blocks or bound to one node. Rows are initialised from the
 // table's initializer in parallel by oneTBB.
+//
+// Small tables are packed. An arena is at least 2 MiB, mapped and pre-faulted, so 1,000 one-row
+// tables used to hold 2 GiB. A table whose records take less than `pack_below_bytes` (1 MiB), created
+// with an ArenaPacker, instead takes each of its parts from a 2 MiB arena it shares with other small
+// tables (64-byte aligned regions). NUMA placement is unchanged: a part still lives on the same node
+// (the packer keeps one set of arenas per node), so an interleaved small table is still dealt by row
+// blocks over the nodes and a bound one stays on its node. Pinning is unchanged too: the shared arena
+// is pinned whole through the same Pinner, which covers every part in it (a device reads a part at
+// an offset into a registered range). Large tables keep arenas of their own (huge pages, bind).
 
 #include <cstdint>
 #include <vector>
@@ -15,11 +24,17 @@ namespace strata {
 
 /// Where a HostTable's memory lives.
 struct HostTableOptions {
-  bool interleave = true;            ///< deal row blocks over all nodes (else bind to `node`)
-  int node = 0;                      ///< node for bound tables
-  std::int32_t block_rows_log2 = 12; ///< interleaving granularity: 2^k rows per block
-  bool huge_pages = true;            ///< see ArenaOptions
-  Pinner* pinner = nullptr;          ///< see ArenaOptions
+  bool interleave = true;             ///< deal row blocks over all nodes (else bind to `node`)
+  int node = 0;                       ///< node for bound tables
+  std::int32_t block_rows_log2 = 12;  ///< interleaving granularity: 2^k rows per block
+  bool huge_pages = true;             ///< see ArenaOptions
+  Pinner* pinner = nullptr;           ///< see ArenaOptions
+  /// Shared arenas for small tables (nullptr: every table gets arenas of its own). Not owned; used
+  /// only during create() (the table keeps the arenas its parts live in alive by itself).
+  ArenaPacker* packer = nullptr;
+  /// Tables whose records take fewer bytes than this are packed when `packer` is set (at most
+  /// ArenaPacker::kChunkBytes / 2, so a shared arena is at least half used before another opens).
+  std::size_t pack_below_bytes = std::size_t{1} << 20;
 };
 
 /// Owns one table's records. Move-only. Concurrent reads are safe; writers must own distinct rows.
@@ -42,8 +57,15 @@ class HostTable {
   /// Row r's weights (dim floats, host) and state (state_dim floats).
   float* row(std::int64_t r) const noexcept { return ref_.row(r); }
   float* state(std::int64_t r) const noexcept { return ref_.state(r); }
-  /// Bytes of host memory held.
-  std::size_t bytes() const noexcept;
+  /// Bytes of records: rows x stride x 4 (when interleaved, whole row blocks per node), before any
+  /// rounding to arenas or regions.
+  std::size_t bytes() const noexcept { return bytes_; }
+  /// Bytes of host memory mapped for this table: its own arenas (each rounded up to 2 MiB), or, when
+  /// packed, its regions of shared arenas (each rounded up to 64 bytes; the unused rest of a shared
+  /// arena is counted by ArenaPacker::mapped_bytes(), not here).
+  std::size_t mapped_bytes() const noexcept;
+  /// Whether the table's records live in shared arenas (see the file comment).
+  bool packed() const noexcept { return !regions_.empty(); }
   /// NUMA node holding row r.
   int node_of(std::int64_t r) const noexcept;
 
@@ -53,11 +75,27 @@ class HostTable {
  private:
   HostTable() = default;
   TableSpec spec_;
-  std::vector<NumaArena> arenas_;
-  std::vector<int> arena_nodes_;
+  std::vector<NumaArena> arenas_;     // parts in arenas of their own
+  std::vector<ArenaRegion> regions_;  // or parts in shared arenas (packed)
+  std::vector<int> arena_nodes_;      // node of each part
   std::vector<float*> bases_;
+  std::size_t bytes_ = 0;
   RowRef ref_;
 };
+
+/// Host memory a set of tables will take, computed without allocating.
+struct HostFootprint {
+  std::size_t record_bytes = 0;   ///< sum of HostTable::bytes() (what the tables' records take)
+  std::size_t mapped_bytes = 0;   ///< bytes mapped: own arenas plus the shared arenas of the packer
+  std::size_t packed_tables = 0;  ///< tables that go into shared arenas
+};
+
+/// Exactly the memory HostTable::create maps for `specs` created in this order under `options`
+/// (options.packer is ignored) on a topology of `num_nodes` nodes, all through one ArenaPacker
+/// (`packed`, as each store engine does) or each with arenas of its own; equals the growth of
+/// NumaArena::live_mapped_bytes() while they are created. Specs must be valid. Pure function.
+HostFootprint host_footprint(const std::vector<TableSpec>& specs, const HostTableOptions& options, int num_nodes,
+                             bool packed);
 
 /// Floats per record for a (dim, state_dim): rounded up to a power of two below 16, else to a
 /// multiple of 16 (64 bytes), so records never straddle more cache lines than they must.

@@ -100,6 +100,12 @@ void repeats_by_dedup(const Key* keys, std::int64_t n, Repeats& out, RepeatsScra
 
 }  // namespace
 
+std::int64_t find_repeats_map_entries(std::int64_t key_space) noexcept {
+  if (key_space <= 0) return 0;
+  const int shift = range_shift(key_space);
+  return shift > kMaxShift ? 0 : std::min(std::int64_t{1} << shift, key_space);
+}
+
 void find_repeats(const Key* keys, std::int64_t n, std::int64_t key_space, Repeats& out, RepeatsScratch& s) {
   STRATA_CHECK(n >= 0 && n < (std::int64_t{1} << 31) && key_space > 0);
   const int shift = range_shift(key_space);
@@ -162,10 +168,13 @@ void find_repeats(const Key* keys, std::int64_t n, std::int64_t key_space, Repea
     }
   });
   // 3. Each range scanned with its thread's map.
+  // Offsets in a range are below the key space too: a table of 10 rows needs 10 entries, not 2^17
+  // (1 MB per thread and table, which made 1,000 small cpu tables hold 1 GB).
+  const auto entries = static_cast<std::size_t>(find_repeats_map_entries(key_space));
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, ranges, 1), [&](const tbb::blocked_range<std::int64_t>& r) {
     auto& map = s.maps[static_cast<std::size_t>(tbb::this_task_arena::current_thread_index())];
-    if (map.last.size() < (std::size_t{1} << shift)) {
-      map.last.assign(std::size_t{1} << shift, 0);
+    if (map.last.size() < entries) {
+      map.last.assign(entries, 0);
       map.epoch = 0;
     }
     for (std::int64_t g = r.begin(); g < r.end(); ++g)

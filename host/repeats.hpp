@@ -46,8 +46,13 @@ struct RepeatsScratch {
 
 /// Finds the keys of keys[0..n) (host memory, each in [0, key_space), n < 2^31) used more than
 /// once. Up to 2^28 rows the positions are split by key range and scanned with direct-mapped
-/// arrays (1 to 8 MB per thread, kept in scratch); beyond, keys are deduplicated by hash
-/// (dedup_keys) and `ranges` has one entry. Runs on the calling thread's oneTBB arena.
+/// arrays (find_repeats_map_entries: 1 to 8 MB per thread at most, kept in scratch); beyond, keys
+/// are deduplicated by hash (dedup_keys) and `ranges` has one entry. Runs on the calling thread's oneTBB arena.
 void find_repeats(const Key* keys, std::int64_t n, std::int64_t key_space, Repeats& out, RepeatsScratch& scratch);
+
+/// Entries of the direct-mapped array one thread of find_repeats keeps in its scratch for a key
+/// space (8 bytes each; 0 beyond 2^28 rows, where a hash dedup is used): the key range width, but
+/// no more than the key space, so a small table's scratch stays small.
+std::int64_t find_repeats_map_entries(std::int64_t key_space) noexcept;
 
 }  // namespace strata

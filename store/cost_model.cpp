@@ -8,8 +8,14 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
+
+#include "dispatch/sharding_plan.hpp"
+#include "host/host_table.hpp"
+#include "host/repeats.hpp"
+#include "host/topology.hpp"
 
 namespace strata {
 namespace {
@@ -285,6 +291,63 @@ std::string hardware_profile_to_json(const HardwareProfile& p) {
   for (const auto& n : p.numa_nodes)
     j["numa_nodes"].push_back(json{{"local_gbs", number_json(n.local_gbs)}, {"remote_gbs", number_json(n.remote_gbs)}});
   return j.dump(2);
+}
+
+Result<HostTableMemory> host_table_memory(const StoreConfig& config, int numa_nodes, int world, int rank) {
+  int nodes = config.fake_numa_nodes > 0 ? config.fake_numa_nodes : numa_nodes;
+  if (nodes <= 0) {
+    auto topo = Topology::discover();
+    nodes = topo ? topo->num_nodes() : 1;
+  }
+  HostTableOptions options;  // as StoreImpl::init sets them
+  options.interleave = config.numa == NumaPolicy::kInterleave;
+  options.node = config.numa_node;
+  options.huge_pages = config.huge_pages;
+  // The engines that hold host tables, each with its own ArenaPacker (store/detail/*_engine.cpp): cpu,
+  // offload, cached (with `hybrid` when there is no communicator), and the sharded engine's cached
+  // shards of `hybrid` tables.
+  enum Group { kCpuG, kOffloadG, kCachedG, kShardedG, kGroups };
+  std::vector<TableSpec> group[kGroups];
+  for (std::size_t t = 0; t < config.tables.size(); ++t) {
+    const TableConfig& tc = config.tables[t];
+    switch (tc.placement) {
+      case Placement::kCpu:
+        group[kCpuG].push_back(tc.spec);
+        break;
+      case Placement::kOffload:
+        group[kOffloadG].push_back(tc.spec);
+        break;
+      case Placement::kCached:
+        group[kCachedG].push_back(tc.spec);
+        break;
+      case Placement::kGpu:
+        break;  // rows in device memory
+      case Placement::kHybrid:
+        if (world == 0) {
+          group[kCachedG].push_back(tc.spec);
+        } else {
+          STRATA_ASSIGN_OR_RETURN(dispatch::ShardLayout layout,
+                                  dispatch::ShardLayout::make(tc.spec, tc.sharding, world, static_cast<int>(t)));
+          if (layout.holds(rank)) group[kShardedG].push_back(layout.shard_spec(tc.spec, rank));
+        }
+        break;
+    }
+  }
+  HostTableMemory m;
+  // cpu and offload tables run backward on the CPU (store/detail/cpu_engine.hpp): each keeps a
+  // find_repeats map per arena thread that has scanned it.
+  const double threads = config.threads > 0 ? config.threads : std::max(1u, std::thread::hardware_concurrency());
+  for (const int g : {kCpuG, kOffloadG})
+    for (const TableSpec& spec : group[g])
+      m.scratch_bytes += threads * 8.0 * static_cast<double>(find_repeats_map_entries(spec.rows));
+  for (const auto& specs : group) {
+    const HostFootprint f = host_footprint(specs, options, nodes, true);
+    m.record_bytes += static_cast<double>(f.record_bytes);
+    m.mapped_bytes += static_cast<double>(f.mapped_bytes);
+    m.tables += static_cast<double>(specs.size());
+    m.packed_tables += static_cast<double>(f.packed_tables);
+  }
+  return m;
 }
 
 ModelledStep model_step(const HardwareProfile& p, const StepBytes& b, const ModelOptions& options) {

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "core/status.hpp"
+#include "store/store_config.hpp"
 
 namespace strata {
 
@@ -133,6 +134,30 @@ struct ModelledStep {
 struct ModelOptions {
   int ranks_per_host = 1;  ///< ranks that share the host's DRAM bandwidth (>= 1; 1 = this rank has all of it)
 };
+
+/// Host memory a store maps for its tables' records (weights and optimizer state), as it allocates
+/// them: records padded to record_stride, tables of 1 MiB and more in arenas of their own rounded up
+/// to 2 MiB, smaller tables packed into shared 2 MiB arenas (one set per engine and NUMA node; see
+/// host/host_table.hpp). mapped_bytes is exact: it equals the growth of
+/// NumaArena::live_mapped_bytes() when the store opens. scratch_bytes bounds the per-table scratch
+/// the CPU optimizer of `cpu` and `offload` tables keeps once trained (find_repeats' direct-mapped
+/// arrays: per thread, one 8-byte entry per row up to the key range width). Cache pools, staging and
+/// the other structures of the store are not included.
+struct HostTableMemory {
+  double record_bytes = 0;   ///< rows x padded record (what the tables hold)
+  double mapped_bytes = 0;   ///< bytes mapped, pre-faulted and (device modes) pinned: the resident cost
+  double scratch_bytes = 0;  ///< at most this much CPU optimizer scratch once every table was trained
+  double tables = 0;         ///< host tables (shards count one each)
+  double packed_tables = 0;  ///< of which packed into shared arenas
+};
+
+/// The host table memory of one rank of a store opened with `config` (validate(config) OK) on a
+/// machine of `numa_nodes` nodes (0: this machine's, as Store::open finds them; config.fake_numa_nodes
+/// wins when > 0). `world` = 0: Store::open
+/// without a communicator; `world` >= 1: rank `rank` of Store::open(config, communicator) over a
+/// world of that size (gpu and hybrid tables sharded by their plan; gpu shards hold no host rows).
+/// Errors: a sharding plan that does not resolve for the world (dispatch::ShardLayout::make).
+Result<HostTableMemory> host_table_memory(const StoreConfig& config, int numa_nodes, int world = 0, int rank = 0);
 
 /// Models one step of `bytes` on `profile` (see the header comment). Requires validate(profile)
 /// OK and non-negative finite byte counts (negative counts are treated as 0). Pure function.

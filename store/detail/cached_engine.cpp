@@ -84,6 +84,9 @@ class CachedEngine final : public Engine {
 
   Status init(const Topology& topo, const std::vector<int>& tables, HostTableOptions options) {
     options.pinner = &dev_.pinner();
+    // Small tables share 2 MiB arenas, pinned whole (host/host_table.hpp); the tables keep them alive.
+    ArenaPacker packer;
+    options.packer = &packer;
     STRATA_ASSIGN_OR_RETURN(copy_, dev_.create_stream());
     STRATA_ASSIGN_OR_RETURN(compute_, dev_.create_stream());
     STRATA_ASSIGN_OR_RETURN(progress_, dev_.create_event());

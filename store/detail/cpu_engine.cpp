@@ -103,9 +103,14 @@ class CpuEngine final : public Engine {
 
 Result<std::unique_ptr<Engine>> make_cpu_engine(const Topology& topo, const StoreConfig& config,
                                                 const std::vector<int>& tables, const HostTableOptions& options) {
+  // Small tables share 2 MiB arenas (host/host_table.hpp); the tables keep them alive.
+  ArenaPacker packer;
+  HostTableOptions packed = options;
+  packed.packer = &packer;
   std::unordered_map<int, HostTableOps> ops;
   for (int t : tables) {
-    STRATA_ASSIGN_OR_RETURN(HostTable table, HostTable::create(topo, config.tables[static_cast<std::size_t>(t)].spec, options));
+    STRATA_ASSIGN_OR_RETURN(HostTable table,
+                            HostTable::create(topo, config.tables[static_cast<std::size_t>(t)].spec, packed));
     ops.emplace(t, HostTableOps(std::move(table)));
   }
   return std::unique_ptr<Engine>(std::make_unique<CpuEngine>(config, std::move(ops)));

@@ -164,6 +164,9 @@ Result<std::unique_ptr<Engine>> make_offload_engine(const Topology& topo, const 
                                                     const std::vector<int>& tables, HostTableOptions options,
                                                     gpu::Device& device) {
   options.pinner = &device.pinner();
+  // Small tables share 2 MiB arenas, pinned whole (host/host_table.hpp); the tables keep them alive.
+  ArenaPacker packer;
+  options.packer = &packer;
   std::unordered_map<int, HostTableOps> ops;
   for (int t : tables) {
     STRATA_ASSIGN_OR_RETURN(HostTable table,

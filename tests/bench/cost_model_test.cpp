@@ -6,8 +6,15 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <mutex>
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include "dispatch/local_communicator.hpp"
+#include "host/numa_arena.hpp"
+#include "store/store.hpp"
 
 namespace strata {
 namespace {
@@ -265,6 +272,122 @@ TEST(HardwareProfile, ValidateNamesTheField) {
   p = test_profile();
   p.numa_nodes[1].remote_gbs.value = 0;
   EXPECT_EQ(validate(p).message(), "profile 'test': numa_nodes[1].remote_gbs = 0 (expected a finite number > 0)");
+}
+
+// ---- host table memory (issue 16: small tables cost a 2 MiB arena each, and the estimate missed it) ----
+
+TableConfig table(const std::string& name, std::int64_t rows, int dim, Placement placement) {
+  TableConfig tc;
+  tc.spec.name = name;
+  tc.spec.rows = rows;
+  tc.spec.dim = dim;
+  tc.spec.optimizer.kind = OptimizerKind::kRowwiseAdagrad;
+  tc.placement = placement;
+  return tc;
+}
+
+// What Store::open maps for its host tables equals the model, for every placement and NUMA setting.
+TEST(HostTableMemory, EqualsWhatTheStoreMaps) {
+  std::mt19937_64 rng(3);
+  const Placement placements[] = {Placement::kCpu, Placement::kOffload, Placement::kCached, Placement::kGpu,
+                                  Placement::kHybrid};
+  for (int round = 0; round < 6; ++round) {
+    StoreConfig c;
+    c.threads = 1;
+    c.fake_numa_nodes = 1 + round % 3;
+    c.numa = round % 2 ? NumaPolicy::kBind : NumaPolicy::kInterleave;
+    c.numa_node = c.fake_numa_nodes - 1;
+    c.device.backend = BackendChoice::kEmu;
+    for (int t = 0; t < 60; ++t) {
+      // Mostly tiny tables, some around the 1 MiB threshold (4096 rows of 256 bytes), a few large.
+      const std::uint64_t kind = rng() % 10;
+      const std::int64_t rows = kind < 7   ? 1 + static_cast<std::int64_t>(rng() % 300)
+                                : kind < 9 ? 3500 + static_cast<std::int64_t>(rng() % 1500)
+                                           : 9000 + static_cast<std::int64_t>(rng() % 9000);
+      c.tables.push_back(table("t" + std::to_string(t), rows, 63, placements[rng() % 5]));
+    }
+    ASSERT_TRUE(validate(c).is_ok());
+    auto model = host_table_memory(c, 0);
+    ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+    const std::size_t before = NumaArena::live_mapped_bytes();
+    auto store = Store::open(c);
+    ASSERT_TRUE(store.is_ok()) << store.status().to_string();
+    EXPECT_EQ(static_cast<double>(NumaArena::live_mapped_bytes() - before), model->mapped_bytes) << "round " << round;
+    EXPECT_GT(model->packed_tables, 0);
+    EXPECT_LE(model->record_bytes, model->mapped_bytes);
+  }
+}
+
+// Over a world of thread ranks: each rank's hybrid shards (and none of the gpu ones) add up to what
+// the ranks' stores map.
+TEST(HostTableMemory, ShardsOfAWorld) {
+  for (const int world : {2, 3}) {
+    StoreConfig c;
+    c.threads = 1;
+    c.fake_numa_nodes = 2;
+    c.device.backend = BackendChoice::kEmu;
+    c.tables.push_back(table("rows", 20000, 63, Placement::kHybrid));  // 5 MB: own arenas per shard
+    c.tables.push_back(table("small", 100, 63, Placement::kHybrid));
+    c.tables.push_back(table("dev", 1000, 63, Placement::kGpu));
+    c.tables.push_back(table("cols", 3000, 64, Placement::kHybrid));
+    c.tables[1].sharding.type = dispatch::ShardingType::kReplicated;
+    c.tables[2].sharding.type = dispatch::ShardingType::kColumn;
+    c.tables[2].spec.optimizer.kind = OptimizerKind::kSgd;  // column sharding needs a per-element state
+    c.tables[3].sharding.type = dispatch::ShardingType::kColumn;
+    c.tables[3].spec.optimizer.kind = OptimizerKind::kAdagrad;
+    double model = 0;
+    for (int r = 0; r < world; ++r) {
+      auto m = host_table_memory(c, 0, world, r);
+      ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+      model += m->mapped_bytes;
+    }
+    const std::size_t before = NumaArena::live_mapped_bytes();
+    dispatch::CommOptions co;
+    co.timeout = std::chrono::milliseconds(20000);
+    auto group = dispatch::make_local_group(world, co);
+    ASSERT_TRUE(group.is_ok());
+    std::vector<std::unique_ptr<Store>> stores(static_cast<std::size_t>(world));
+    std::vector<Status> status(static_cast<std::size_t>(world));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r)
+      threads.emplace_back([&, r] {
+        auto s = Store::open(
+            c, std::shared_ptr<dispatch::Communicator>(std::move(group.value()[static_cast<std::size_t>(r)])));
+        if (s)
+          stores[static_cast<std::size_t>(r)] = std::move(s).value();
+        else
+          status[static_cast<std::size_t>(r)] = s.status();
+      });
+    for (auto& t : threads) t.join();
+    for (const auto& s : status) ASSERT_TRUE(s.is_ok()) << s.to_string();
+    EXPECT_EQ(static_cast<double>(NumaArena::live_mapped_bytes() - before), model) << "world " << world;
+    // Closing is collective for sharded stores: close them all at once.
+    threads.clear();
+    for (int r = 0; r < world; ++r) threads.emplace_back([&, r] { stores[static_cast<std::size_t>(r)].reset(); });
+    for (auto& t : threads) t.join();
+  }
+}
+
+// The counts the estimate is made of: 1,000 one-row tables are one shared arena, not 1,000.
+TEST(HostTableMemory, ManySmallTablesAreOneSharedArena) {
+  StoreConfig c;
+  c.fake_numa_nodes = 1;
+  c.threads = 2;
+  for (int t = 0; t < 1000; ++t) c.tables.push_back(table("t" + std::to_string(t), 1, 64, Placement::kCpu));
+  auto m = host_table_memory(c, 0);
+  ASSERT_TRUE(m.is_ok());
+  EXPECT_EQ(m->tables, 1000);
+  EXPECT_EQ(m->scratch_bytes, 1000 * 2 * 8.0);  // one find_repeats map entry per thread and table
+  EXPECT_EQ(m->packed_tables, 1000);
+  EXPECT_EQ(m->record_bytes, 1000 * 80 * 4.0);  // 64 weights + 1 rowwise state, padded to 80 floats
+  EXPECT_EQ(m->mapped_bytes, 2.0 * 1024 * 1024);
+  // Tables just over the threshold each take an arena of their own: 2 MiB for 1.06 MB of rows.
+  c.tables.clear();
+  for (int t = 0; t < 10; ++t) c.tables.push_back(table("t" + std::to_string(t), 3300, 64, Placement::kCpu));
+  m = host_table_memory(c, 0);
+  ASSERT_TRUE(m.is_ok());
+  EXPECT_EQ(m->packed_tables, 0);
+  EXPECT_EQ(m->mapped_bytes, 10 * 2.0 * 1024 * 1024);
 }
 
 }  // namespace

@@ -107,5 +107,29 @@ TEST(FindRepeats, EpochWrapClearsTheMaps) {
   });
 }
 
+// A small table's scratch is small: a map entry per row at most (it was 2^17 entries, 1 MB per
+// thread and table, whatever the rows: 1,000 one-row cpu tables held 1 GB of scratch).
+TEST(FindRepeats, ScratchOfASmallKeySpaceIsSmall) {
+  EXPECT_EQ(find_repeats_map_entries(1), 1);
+  EXPECT_EQ(find_repeats_map_entries(1000), 1000);
+  EXPECT_EQ(find_repeats_map_entries(std::int64_t{1} << 17), std::int64_t{1} << 17);
+  EXPECT_EQ(find_repeats_map_entries(std::int64_t{1} << 24), std::int64_t{1} << 17);
+  EXPECT_EQ(find_repeats_map_entries(std::int64_t{1} << 27), std::int64_t{1} << 19);
+  EXPECT_EQ(find_repeats_map_entries(std::int64_t{1} << 28), std::int64_t{1} << 20);
+  EXPECT_EQ(find_repeats_map_entries((std::int64_t{1} << 28) + 1), 0);
+  Repeats r;
+  RepeatsScratch s;
+  tbb::task_arena arena(2);
+  arena.execute([&] {
+    const std::vector<Key> keys{0, 0, 0};
+    find_repeats(keys.data(), 3, 1, r, s);
+    expect_repeats(keys, r);
+    const std::vector<Key> more{5, 9, 5, 0, 9};
+    find_repeats(more.data(), 5, 10, r, s);
+    expect_repeats(more, r);
+  });
+  for (const auto& m : s.maps) EXPECT_LE(m.last.size(), 10u);
+}
+
 }  // namespace
 }  // namespace strata

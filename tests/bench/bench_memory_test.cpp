@@ -1,0 +1,66 @@
+// strata-bench's memory guard against what the store really holds (issue 16): for many small
+// tables the estimate must be within a stated factor of the RSS the modes measure, and a workload
+// whose tables do not fit must be refused with an estimate that counts their arenas.
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <string>
+
+#include "tests/bench/run_program.hpp"
+
+namespace {
+
+using nlohmann::json;
+
+strata::testing::RunOutput run_bench(const std::string& args) {
+  return strata::testing::run_program(std::string(STRATA_BENCH_BIN) + " --no-progress " + args);
+}
+
+// 1,000 one-row tables (the issue's case: 3.09 GB of RSS against an estimate of 1.7 MB). The
+// estimate of host memory (memory_estimate.host_bytes: the worst mode's tables, staging and
+// emulated device, plus buffers and batches) and the growth of the resident set while each mode
+// ran (peak - start) must be within a factor of 2 of each other: growth <= 2 x estimate for every
+// mode, and estimate <= 2 x the largest growth plus 4 MiB (the batches and read probe it also
+// counts were allocated before the modes started).
+TEST(BenchMemory, ManySmallTablesEstimateIsWithinAFactorOfTwoOfTheRss) {
+  const std::string dir = ::testing::TempDir() + "/strata_bench_memory_" + std::to_string(::getpid());
+  ::mkdir(dir.c_str(), 0755);
+  const auto r = run_bench(
+      "--tables 1000 --rows 1 --dim 64 --batch 1 --steps 1 --warmup 0 --threads 1 --read-probe-mib 1 "
+      "--modes cpu,offload,cached --backend emu --json " +
+      dir + "/many.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json j = json::parse(strata::testing::read_file(dir + "/many.json"));
+  const double estimate = j["memory_estimate"]["host_bytes"].get<double>();
+  double largest = 0;
+  for (const auto& m : j["results"]) {
+    if (m["peak_host_scope"] != "mode") GTEST_SKIP() << "the peak RSS cannot be reset per mode here";
+    const double grown = m["peak_host_bytes"].get<double>() - m["host_rss_start_bytes"].get<double>();
+    EXPECT_LE(grown, 2.0 * estimate) << m["mode"] << " grew the resident set by " << grown
+                                     << " bytes; the estimate was " << estimate;
+    largest = std::max(largest, grown);
+  }
+  EXPECT_LE(estimate, 2.0 * largest + 4.0 * 1024 * 1024) << "largest growth " << largest;
+}
+
+// A million tables of 4,200 x 64 floats (1.08 MB each, above the packing threshold) each take an
+// arena of 2 MiB: the guard counts 2.1 TB for them (not the 1.08 TB of their rows) and refuses.
+TEST(BenchMemory, GuardCountsTheArenasOfTablesThatDoNotFit) {
+  const auto r = run_bench(
+      "--tables 1000000 --rows 4200 --dim 64 --batch 1 --modes cpu --threads 1 --read-probe-mib 1 --steps 1 "
+      "--warmup 0");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  const std::size_t at = r.output.find("(mode cpu: tables ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const std::string figure = r.output.substr(at + 18, r.output.find(',', at) - at - 18);  // "2.13 TB"
+  ASSERT_NE(figure.find(" TB"), std::string::npos) << figure;
+  EXPECT_GE(std::stod(figure), 2.09) << r.output;  // 1,000,000 x 2 MiB = 2.097 TB
+  EXPECT_EQ(r.output.find("measuring sequential read bandwidth"), std::string::npos) << r.output;
+}
+
+}  // namespace
