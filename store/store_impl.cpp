@@ -227,6 +227,9 @@ class StoreImpl final : public Store {
       Status dev = device_->status();
       if (!dev.is_ok()) return refuse("backward", id, dev.with_context("batch " + std::to_string(id) + ": backward"));
     }
+    // Every rank must agree before any engine retires its part: a rank that refused (bad
+    // gradients, a failed device) keeps the batch in flight, and so must the others.
+    if (collective_) STRATA_RETURN_IF_ERROR(refuse("backward", id, Status::ok()));
     const std::int64_t t = step_ + 1;
     Status status;
     arena_.execute([&] {

@@ -28,12 +28,12 @@ struct InnerPart {
 
 struct ShardedBatch final : EngineBatch {
   std::int64_t id = 0;
-  std::vector<int> canon_of;               // per engine feature: canonical table
-  std::vector<UniqueKeys> unique;          // per canonical table (empty when the batch lacks it)
-  std::vector<std::vector<Key>> inverse;   // per engine feature: unique index of each key position
+  std::vector<int> canon_of;              // per engine feature: canonical table
+  std::vector<UniqueKeys> unique;         // per canonical table (empty when the batch lacks it)
+  std::vector<std::vector<Key>> inverse;  // per engine feature: unique index of each key position
   dispatch::KeyExchange exchange;
-  KeyBatch inner_batch;                    // served keys, one unpooled feature per held table served
-  std::vector<int> inner_feature_of;       // per canonical table: feature of inner_batch, or -1
+  KeyBatch inner_batch;               // served keys, one unpooled feature per held table served
+  std::vector<int> inner_feature_of;  // per canonical table: feature of inner_batch, or -1
   InnerPart inner[kInners];
 };
 
@@ -68,7 +68,8 @@ class ShardedEngine final : public Engine {
       STRATA_ASSIGN_OR_RETURN(inner_[kGpuInner], make_gpu_engine(*inner_config_, inner_tables[kGpuInner], dev_));
     }
     if (!inner_tables[kCachedInner].empty()) {
-      STRATA_ASSIGN_OR_RETURN(inner_[kCachedInner], make_cached_engine(topo, *inner_config_, inner_tables[kCachedInner], options, dev_));
+      STRATA_ASSIGN_OR_RETURN(inner_[kCachedInner],
+                              make_cached_engine(topo, *inner_config_, inner_tables[kCachedInner], options, dev_));
     }
     return Status::ok();
   }
@@ -77,7 +78,8 @@ class ShardedEngine final : public Engine {
 
   Status refuse(const char* op, std::int64_t id, const Status& why) override { return agree(op, id, why); }
 
-  Result<std::unique_ptr<EngineBatch>> submit(std::int64_t id, const KeyBatch& batch, const EngineFeatures& f) override {
+  Result<std::unique_ptr<EngineBatch>> submit(std::int64_t id, const KeyBatch& batch,
+                                              const EngineFeatures& f) override {
     STRATA_RETURN_IF_ERROR(agree("submit", id, Status::ok()));
     auto b = std::make_unique<ShardedBatch>();
     b->id = id;
@@ -94,7 +96,8 @@ class ShardedEngine final : public Engine {
       std::vector<Key>& inv = b->inverse[i];
       inv.resize(static_cast<std::size_t>(k.num_keys()));
       for (std::int64_t x = 0; x < u.size(); ++x)
-        for (std::int64_t p = u.offsets[static_cast<std::size_t>(x)]; p < u.offsets[static_cast<std::size_t>(x) + 1]; ++p)
+        for (std::int64_t p = u.offsets[static_cast<std::size_t>(x)]; p < u.offsets[static_cast<std::size_t>(x) + 1];
+             ++p)
           inv[static_cast<std::size_t>(u.positions[static_cast<std::size_t>(p)])] = x;
     }
     std::vector<dispatch::ExchangeInput> in(T);
@@ -130,8 +133,10 @@ class ShardedEngine final : public Engine {
     for (int w = 0; w < kInners && local.is_ok(); ++w) {
       if (b->inner[w].features.empty()) continue;
       auto s = inner_[w]->submit(id, b->inner_batch, b->inner[w].features);
-      if (s) b->inner[w].state = std::move(s).value();
-      else local = s.status().with_context("rank " + std::to_string(me_));
+      if (s)
+        b->inner[w].state = std::move(s).value();
+      else
+        local = s.status().with_context("rank " + std::to_string(me_));
     }
     stats_.lookup_seconds += since(t0);
     Status all = agree("submit", id, local);
@@ -144,7 +149,8 @@ class ShardedEngine final : public Engine {
     return std::unique_ptr<EngineBatch>(std::move(b));
   }
 
-  Status forward(EngineBatch& eb, const KeyBatch& batch, const EngineFeatures& f, const std::vector<MatrixView>& outputs) override {
+  Status forward(EngineBatch& eb, const KeyBatch& batch, const EngineFeatures& f,
+                 const std::vector<MatrixView>& outputs) override {
     auto& b = static_cast<ShardedBatch&>(eb);
     STRATA_RETURN_IF_ERROR(agree("forward", b.id, Status::ok()));
     // This rank's shards look up the keys it serves.
@@ -190,23 +196,22 @@ class ShardedEngine final : public Engine {
       ref.bases = &base;
       ref.stride = spec.dim;
       ref.dim = spec.dim;
-      BagsView bags{k.offsets.data(), k.batch_size(), b.inverse[i].data(), k.weights.empty() ? nullptr : k.weights.data()};
+      BagsView bags{k.offsets.data(), k.batch_size(), b.inverse[i].data(),
+                    k.weights.empty() ? nullptr : k.weights.data()};
       float* out = outputs[static_cast<std::size_t>(f.feature[i])].data;
-      if (spec.pooling == Pooling::kNone) gather_rows(ref, bags.keys, bags.weights, k.num_keys(), out);
-      else gather_pool(ref, bags, spec.pooling, out);
+      if (spec.pooling == Pooling::kNone)
+        gather_rows(ref, bags.keys, bags.weights, k.num_keys(), out);
+      else
+        gather_pool(ref, bags, spec.pooling, out);
     }
     stats_.local_seconds += since(t0);
     return Status::ok();
   }
 
-  Status backward(EngineBatch& eb, const KeyBatch& batch, const EngineFeatures& f, const std::vector<ConstMatrixView>& grads,
-                  std::int64_t t) override {
+  Status backward(EngineBatch& eb, const KeyBatch& batch, const EngineFeatures& f,
+                  const std::vector<ConstMatrixView>& grads, std::int64_t t) override {
     auto& b = static_cast<ShardedBatch&>(eb);
-    Status s = agree("backward", b.id, Status::ok());
-    if (!s.is_ok()) {
-      (void)discard_inner(b);
-      return s;
-    }
+    // Every rank agreed on this backward already (the store, before any engine retires a batch).
     // Each source sums the gradient of each of its unique keys (ascending positions).
     const std::size_t T = tables_.size();
     std::vector<std::vector<float>> sums(T);
@@ -223,8 +228,8 @@ class ShardedEngine final : public Engine {
       const TableSpec& spec = config_.tables[static_cast<std::size_t>(tables_[c])].spec;
       if (spec.pooling != Pooling::kNone) bag_of_positions(k.offsets.data(), k.batch_size(), bag_of);
       BagsView bags{k.offsets.data(), k.batch_size(), k.keys.data(), k.weights.empty() ? nullptr : k.weights.data()};
-      reduce_unique_grads(bags, spec.pooling, view_of(b.unique[c]), bag_of.data(), grads[static_cast<std::size_t>(f.feature[i])].data,
-                          spec.dim, sums[c].data());
+      reduce_unique_grads(bags, spec.pooling, view_of(b.unique[c]), bag_of.data(),
+                          grads[static_cast<std::size_t>(f.feature[i])].data, spec.dim, sums[c].data());
     }
     stats_.local_seconds += since(t0);
     // Sums to the holders.
@@ -235,7 +240,7 @@ class ShardedEngine final : public Engine {
       served_ptr[c] = served_grads[c].data();
     }
     t0 = Clock::now();
-    s = b.exchange.send_grads(comm_, sum_ptr, served_ptr);
+    Status s = b.exchange.send_grads(comm_, sum_ptr, served_ptr);
     stats_.exchange_seconds += since(t0);
     if (!s.is_ok()) {
       (void)discard_inner(b);
@@ -250,8 +255,8 @@ class ShardedEngine final : public Engine {
       for (std::size_t c = 0; c < T; ++c) {
         const int fi = b.inner_feature_of[c];
         if (fi < 0 || inner_of_[c].first != w) continue;
-        views[static_cast<std::size_t>(fi)] = {served_grads[c].data(), static_cast<std::int64_t>(b.exchange.served(c).size()),
-                                               layouts_[c].local_dim(me_)};
+        views[static_cast<std::size_t>(fi)] = {
+            served_grads[c].data(), static_cast<std::int64_t>(b.exchange.served(c).size()), layouts_[c].local_dim(me_)};
       }
       Status x = inner_[w]->backward(*b.inner[w].state, b.inner_batch, b.inner[w].features, views, t);
       if (status.is_ok()) status = x;
@@ -322,16 +327,15 @@ class ShardedEngine final : public Engine {
     stats_.bytes_no_dedup += x.total_no_dedup();
   }
 
-
   const StoreConfig& config_;
   gpu::Device& dev_;
   dispatch::Communicator& comm_;
   const int me_;
-  std::vector<int> tables_;                          // canonical order: global table indexes
-  std::vector<int> canon_;                           // global table -> canonical, or -1
-  std::vector<ShardLayout> layouts_;                 // per canonical table
-  std::vector<std::pair<int, int>> inner_of_;        // per canonical table: (inner engine, inner table) or (-1, -1)
-  std::unique_ptr<StoreConfig> inner_config_;        // the shards, as tables of the inner engines
+  std::vector<int> tables_;                    // canonical order: global table indexes
+  std::vector<int> canon_;                     // global table -> canonical, or -1
+  std::vector<ShardLayout> layouts_;           // per canonical table
+  std::vector<std::pair<int, int>> inner_of_;  // per canonical table: (inner engine, inner table) or (-1, -1)
+  std::unique_ptr<StoreConfig> inner_config_;  // the shards, as tables of the inner engines
   std::unique_ptr<Engine> inner_[kInners];
   DedupScratch scratch_;
   DispatchStats stats_;
@@ -350,8 +354,9 @@ Status ShardedEngine::read_rows(int table, std::int64_t row0, std::int64_t n, fl
   const int N = comm_.size();
   const std::int64_t dim = L.dim(), sd = optimizer_state_dim(kind, L.dim());
   // What each rank holds of the range: local rows [first, first + count), as [weights | state].
-  std::vector<std::int64_t> first(static_cast<std::size_t>(N)), count(static_cast<std::size_t>(N)), width(static_cast<std::size_t>(N)),
-      swidth(static_cast<std::size_t>(N)), rbytes(static_cast<std::size_t>(N)), rdispl(static_cast<std::size_t>(N), 0);
+  std::vector<std::int64_t> first(static_cast<std::size_t>(N)), count(static_cast<std::size_t>(N)),
+      width(static_cast<std::size_t>(N)), swidth(static_cast<std::size_t>(N)), rbytes(static_cast<std::size_t>(N)),
+      rdispl(static_cast<std::size_t>(N), 0);
   for (int r = 0; r < N; ++r) {
     const auto [f0, k] = L.local_range(r, row0, n);
     const std::size_t ur = static_cast<std::size_t>(r);
@@ -367,8 +372,10 @@ Status ShardedEngine::read_rows(int table, std::int64_t row0, std::int64_t n, fl
   if (count[me] > 0)
     STRATA_RETURN_IF_ERROR(inner_[which]->read_rows(inner_table, first[me], count[me], mine.data(),
                                                     state ? mine.data() + count[me] * width[me] : nullptr));
-  std::vector<float> all(static_cast<std::size_t>((rdispl.back() + rbytes.back()) / static_cast<std::int64_t>(sizeof(float))));
-  const std::vector<std::int64_t> sbytes(static_cast<std::size_t>(N), rbytes[me]), sdispl(static_cast<std::size_t>(N), 0);
+  std::vector<float> all(
+      static_cast<std::size_t>((rdispl.back() + rbytes.back()) / static_cast<std::int64_t>(sizeof(float))));
+  const std::vector<std::int64_t> sbytes(static_cast<std::size_t>(N), rbytes[me]),
+      sdispl(static_cast<std::size_t>(N), 0);
   const Clock::time_point t0 = Clock::now();
   Status s = comm_.all_to_all_v(mine.data(), sbytes.data(), sdispl.data(), all.data(), rbytes.data(), rdispl.data());
   stats_.exchange_seconds += since(t0);
@@ -380,21 +387,24 @@ Status ShardedEngine::read_rows(int table, std::int64_t row0, std::int64_t n, fl
     const std::int64_t c0 = L.col_offset(r), wd = width[ur], swd = swidth[ur];
     for (std::int64_t i = 0; i < count[ur]; ++i) {
       // Row of the whole table, relative to row0.
-      const std::int64_t g = (L.type() == dispatch::ShardingType::kRow ? (first[ur] + i) * N + r : first[ur] + i) - row0;
+      const std::int64_t g =
+          (L.type() == dispatch::ShardingType::kRow ? (first[ur] + i) * N + r : first[ur] + i) - row0;
       std::memcpy(weights + g * dim + c0, w + i * wd, static_cast<std::size_t>(wd) * sizeof(float));
       if (!state || swd == 0) continue;
       if (wd == dim) {
         std::memcpy(state + g * sd, st + i * swd, static_cast<std::size_t>(swd) * sizeof(float));
       } else {
         for (std::int64_t blk = 0; blk < sd / dim; ++blk)
-          std::memcpy(state + g * sd + blk * dim + c0, st + i * swd + blk * wd, static_cast<std::size_t>(wd) * sizeof(float));
+          std::memcpy(state + g * sd + blk * dim + c0, st + i * swd + blk * wd,
+                      static_cast<std::size_t>(wd) * sizeof(float));
       }
     }
   }
   return Status::ok();
 }
 
-Status ShardedEngine::write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) {
+Status ShardedEngine::write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights,
+                                 const float* state) {
   const std::size_t c = static_cast<std::size_t>(canon_[static_cast<std::size_t>(table)]);
   const ShardLayout& L = layouts_[c];
   const auto [which, inner_table] = inner_of_[c];
@@ -406,14 +416,16 @@ Status ShardedEngine::write_rows(int table, std::int64_t row0, std::int64_t n, c
   const std::int64_t swd = optimizer_state_dim(kind, L.local_dim(me_)), c0 = L.col_offset(me_);
   std::vector<float> w(static_cast<std::size_t>(count * wd)), st(state ? static_cast<std::size_t>(count * swd) : 0);
   for (std::int64_t i = 0; i < count; ++i) {
-    const std::int64_t g = (L.type() == dispatch::ShardingType::kRow ? (first + i) * comm_.size() + me_ : first + i) - row0;
+    const std::int64_t g =
+        (L.type() == dispatch::ShardingType::kRow ? (first + i) * comm_.size() + me_ : first + i) - row0;
     std::memcpy(w.data() + i * wd, weights + g * dim + c0, static_cast<std::size_t>(wd) * sizeof(float));
     if (!state || swd == 0) continue;
     if (wd == dim) {
       std::memcpy(st.data() + i * swd, state + g * sd, static_cast<std::size_t>(swd) * sizeof(float));
     } else {
       for (std::int64_t blk = 0; blk < sd / dim; ++blk)
-        std::memcpy(st.data() + i * swd + blk * wd, state + g * sd + blk * dim + c0, static_cast<std::size_t>(wd) * sizeof(float));
+        std::memcpy(st.data() + i * swd + blk * wd, state + g * sd + blk * dim + c0,
+                    static_cast<std::size_t>(wd) * sizeof(float));
     }
   }
   return inner_[which]->write_rows(inner_table, first, count, w.data(), state ? st.data() : nullptr);
@@ -421,8 +433,9 @@ Status ShardedEngine::write_rows(int table, std::int64_t row0, std::int64_t n, c
 
 }  // namespace
 
-Result<std::unique_ptr<Engine>> make_sharded_engine(const Topology& topo, const StoreConfig& config, const std::vector<int>& tables,
-                                                    HostTableOptions options, gpu::Device& device, dispatch::Communicator& comm) {
+Result<std::unique_ptr<Engine>> make_sharded_engine(const Topology& topo, const StoreConfig& config,
+                                                    const std::vector<int>& tables, HostTableOptions options,
+                                                    gpu::Device& device, dispatch::Communicator& comm) {
   auto e = std::make_unique<ShardedEngine>(config, device, comm);
   STRATA_RETURN_IF_ERROR(e->init(topo, tables, options));
   return std::unique_ptr<Engine>(std::move(e));

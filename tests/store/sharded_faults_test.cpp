@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <thread>
 
 #include "dispatch/local_communicator.hpp"
@@ -69,7 +70,9 @@ TEST(ShardedFaults, PlanThatDoesNotFitTheWorldOrTheDeviceFailsOnEveryRank) {
   std::vector<Status> got(2);
   on_ranks(2, 5000, [&](int r, auto comm) { got[static_cast<std::size_t>(r)] = Store::open(c, comm).status(); });
   for (std::size_t r = 0; r < got.size(); ++r)
-    EXPECT_EQ(got[r].message(), "rank " + std::to_string(r) + ": table 'item': table sharding owner rank 3 out of range [0, 2) for a world of 2 ranks");
+    EXPECT_EQ(got[r].message(),
+              "rank " + std::to_string(r) +
+                  ": table 'item': table sharding owner rank 3 out of range [0, 2) for a world of 2 ranks");
   // Column slices thinner than the world.
   c = two_tables(Placement::kGpu);
   c.tables[0].spec.dim = 2;
@@ -77,14 +80,17 @@ TEST(ShardedFaults, PlanThatDoesNotFitTheWorldOrTheDeviceFailsOnEveryRank) {
   got.resize(3);
   on_ranks(3, 5000, [&](int r, auto comm) { got[static_cast<std::size_t>(r)] = Store::open(c, comm).status(); });
   for (std::size_t r = 0; r < got.size(); ++r)
-    EXPECT_EQ(got[r].message(), "rank " + std::to_string(r) + ": table 'user': column sharding over 3 ranks needs dim >= 3, got 2");
+    EXPECT_EQ(got[r].message(),
+              "rank " + std::to_string(r) + ": table 'user': column sharding over 3 ranks needs dim >= 3, got 2");
   // cpu tables cannot live in a world of several ranks.
   c = two_tables(Placement::kGpu);
   c.tables[1].placement = Placement::kCpu;
   c.tables[1].sharding = {};
   got.resize(2);
   on_ranks(2, 5000, [&](int r, auto comm) { got[static_cast<std::size_t>(r)] = Store::open(c, comm).status(); });
-  EXPECT_EQ(got[0].message(), "rank 0: table 'item': placement cpu serves one rank; in a world of 2 ranks every table must be gpu or hybrid");
+  EXPECT_EQ(
+      got[0].message(),
+      "rank 0: table 'item': placement cpu serves one rank; in a world of 2 ranks every table must be gpu or hybrid");
   // Rank 1's shard of a table-wise table does not fit its device: every rank fails, naming it.
   c = two_tables(Placement::kGpu);
   c.tables[0].spec.rows = 1 << 20;  // 32 MiB of rows on one rank
@@ -93,7 +99,8 @@ TEST(ShardedFaults, PlanThatDoesNotFitTheWorldOrTheDeviceFailsOnEveryRank) {
   EXPECT_EQ(got[1].code(), StatusCode::kResourceExhausted);
   EXPECT_NE(got[1].message().find("rank 1: gpu tables 'user'"), std::string::npos) << got[1].message();
   EXPECT_EQ(got[0].code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(got[0].message().find("failed on another rank (rank 1: rank 1: gpu tables 'user'"), std::string::npos) << got[0].message();
+  EXPECT_NE(got[0].message().find("failed on another rank (rank 1: rank 1: gpu tables 'user'"), std::string::npos)
+      << got[0].message();
 }
 
 TEST(ShardedFaults, RanksThatDisagreeOnTheBatchGetAnErrorAndNothingChanges) {
@@ -115,8 +122,9 @@ TEST(ShardedFaults, RanksThatDisagreeOnTheBatchGetAnErrorAndNothingChanges) {
     });
     for (const Status& s : got) {
       EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
-      EXPECT_EQ(s.message(), "ranks disagree on the step: rank 0 at submit(7), rank 1 at submit(8) (every rank must make the same "
-                             "calls in the same order)");
+      EXPECT_EQ(s.message(),
+                "ranks disagree on the step: rank 0 at submit(7), rank 1 at submit(8) (every rank must make the same "
+                "calls in the same order)");
     }
     EXPECT_EQ(before, after);
   }
@@ -134,7 +142,8 @@ TEST(ShardedFaults, ABadBatchOnOneRankFailsEveryRankWithItsReason) {
   for (int r : {0, 1}) {
     EXPECT_EQ(got[static_cast<std::size_t>(r)].code(), StatusCode::kOutOfRange);
     EXPECT_EQ(got[static_cast<std::size_t>(r)].message(),
-              "submit(1) failed on another rank (rank 2: batch 1: table 'user': key 100 at position 1 out of range [0, 100))");
+              "submit(1) failed on another rank (rank 2: batch 1: table 'user': key 100 at position 1 out of range [0, "
+              "100))");
   }
 }
 
@@ -154,8 +163,41 @@ TEST(ShardedFaults, ACacheThatRefusesTheServedKeysFailsEveryRank) {
   });
   for (const Status& s : got) EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.to_string();
   EXPECT_EQ(got[1].message(), "rank 1: batch 1, table 'user': 14 unique rows exceed the table's cache cap of 5 rows");
-  EXPECT_EQ(got[0].message(), "submit(1) failed on another rank (rank 1: rank 1: batch 1, table 'user': 14 unique rows exceed the "
-                              "table's cache cap of 5 rows)");
+  EXPECT_EQ(got[0].message(),
+            "submit(1) failed on another rank (rank 1: rank 1: batch 1, table 'user': 14 unique rows exceed the "
+            "table's cache cap of 5 rows)");
+}
+
+// A backward refused on one rank (NaN gradients there) leaves the batch in flight on every rank:
+// the retry with finite gradients applies everywhere. (Found by a review: the other ranks used to
+// retire the batch, so the retry failed and the update was lost.)
+TEST(ShardedFaults, ABackwardRefusedOnOneRankLeavesTheBatchInFlightOnEveryRank) {
+  for (Placement p : {Placement::kGpu, Placement::kHybrid}) {
+    std::vector<Status> first(2), retry(2);
+    std::vector<std::int64_t> in_flight(2), steps(2);
+    on_ranks(2, 3000, [&](int r, auto comm) {
+      auto store = Store::open(two_tables(p), comm);
+      ASSERT_TRUE(store.is_ok()) << store.status().to_string();
+      ASSERT_TRUE((*store)->submit(1, batch_of({1, 2, 3})).is_ok());
+      std::vector<float> out(8), grad(8, 0.25f);
+      ASSERT_TRUE((*store)->forward(1, {{out.data(), 1, 8}}).is_ok());
+      if (r == 0) grad[3] = std::numeric_limits<float>::quiet_NaN();
+      first[static_cast<std::size_t>(r)] = (*store)->backward(1, {{grad.data(), 1, 8}});
+      in_flight[static_cast<std::size_t>(r)] = (*store)->in_flight();
+      // Bad input changed nothing: the same batch with finite gradients applies on every rank.
+      grad[3] = 0.25f;
+      retry[static_cast<std::size_t>(r)] = (*store)->backward(1, {{grad.data(), 1, 8}});
+      steps[static_cast<std::size_t>(r)] = (*store)->step();
+    });
+    SCOPED_TRACE(to_string(p));
+    EXPECT_FALSE(first[0].is_ok());
+    EXPECT_FALSE(first[1].is_ok());
+    EXPECT_EQ(in_flight[0], in_flight[1]) << "ranks disagree on the batches in flight after a refused backward";
+    EXPECT_TRUE(retry[0].is_ok()) << retry[0].to_string();
+    EXPECT_TRUE(retry[1].is_ok()) << retry[1].to_string();
+    EXPECT_EQ(steps[0], 1);
+    EXPECT_EQ(steps[1], 1);
+  }
 }
 
 TEST(ShardedFaults, ARankThatNeverArrivesTimesOutNamingIt) {
@@ -167,8 +209,10 @@ TEST(ShardedFaults, ARankThatNeverArrivesTimesOutNamingIt) {
     got[static_cast<std::size_t>(r)] = (*store)->submit(1, batch_of({1, 2}));
   });
   for (int r : {0, 2}) {
-    EXPECT_EQ(got[static_cast<std::size_t>(r)].code(), StatusCode::kUnavailable) << got[static_cast<std::size_t>(r)].to_string();
-    EXPECT_NE(got[static_cast<std::size_t>(r)].message().find("1"), std::string::npos) << got[static_cast<std::size_t>(r)].message();
+    EXPECT_EQ(got[static_cast<std::size_t>(r)].code(), StatusCode::kUnavailable)
+        << got[static_cast<std::size_t>(r)].to_string();
+    EXPECT_NE(got[static_cast<std::size_t>(r)].message().find("1"), std::string::npos)
+        << got[static_cast<std::size_t>(r)].message();
   }
 }
 
