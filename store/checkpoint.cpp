@@ -91,6 +91,8 @@ Result<Manifest> parse_manifest(const std::string& path, const std::string& text
   if (cut == std::string::npos)
     return Status::data_loss(path + ": no checksum line (truncated or not a Strata manifest)");
   const std::string body = text.substr(0, cut);
+  if (text.size() != cut + 8 + 8 + 1 || text.back() != '\n')
+    return Status::data_loss(path + ": bytes after the checksum line (expected it to end the file; corrupt)");
   const std::string want = text.substr(cut + 8, 8);
   const std::string got = hex32(detail::crc32c(body.data(), body.size()));
   if (want != got)
@@ -271,8 +273,16 @@ Status Store::save(const std::string& dir) {
   STRATA_RETURN_IF_ERROR(detail::make_dirs(dir));
   // Held until the old generation is gone: a second saver waits, then reads our manifest.
   STRATA_ASSIGN_OR_RETURN(detail::DirLock lock, detail::DirLock::acquire(dir, kLockFile));
+  // Only a missing manifest means "no checkpoint here". One that cannot be read or parsed (a newer
+  // format, an I/O error) names files this save must not delete as stale: refuse instead.
   Manifest old;
-  if (auto m = read_manifest(dir)) old = std::move(m).value();
+  if (auto m = read_manifest(dir)) {
+    old = std::move(m).value();
+  } else if (m.status().code() != StatusCode::kNotFound) {
+    return m.status().with_context("save into '" + dir +
+                                   "': its manifest cannot be read, so this save would replace a checkpoint it does not "
+                                   "understand (expected no manifest or a valid one; move it away or save elsewhere)");
+  }
   Manifest next;
   next.generation = old.generation + 1;
   next.step = step_;

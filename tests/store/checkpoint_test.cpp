@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "store/detail/crc32c.hpp"
 #include "store/detail/file_io.hpp"
@@ -101,6 +102,38 @@ TEST_F(Checkpoint, SecondSaveReplacesTheFirstAndRemovesOldFiles) {
   auto b = Store::open(config_);
   ASSERT_TRUE((*b)->load(dir_).is_ok());
   EXPECT_TRUE(same_state(snapshot(**a), snapshot(**b)));
+}
+
+// A manifest that exists but cannot be read (corrupt here; a newer format or an I/O error alike)
+// names files a save would otherwise delete as stale: the save is refused and touches nothing.
+// (From a review: save used to start over at generation 1 and remove every other table file.)
+TEST_F(Checkpoint, SaveOverAManifestItCannotReadIsRefusedAndTouchesNothing) {
+  auto a = Store::open(config_);
+  train(**a, 1, 2);
+  ASSERT_TRUE((*a)->save(dir_).is_ok());
+  train(**a, 2, 2);
+  ASSERT_TRUE((*a)->save(dir_).is_ok());  // generation 2: files *.2.tbl
+  {
+    std::fstream f(dir_ / "MANIFEST", std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(3);
+    f << "#";  // a flipped byte: the checksum no longer matches
+  }
+  std::map<std::string, std::uintmax_t> before;
+  for (const auto& e : fs::directory_iterator(dir_)) before[e.path().filename().string()] = fs::file_size(e.path());
+  const Status st = (*a)->save(dir_);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("manifest cannot be read"), std::string::npos) << st.to_string();
+  std::map<std::string, std::uintmax_t> after;
+  for (const auto& e : fs::directory_iterator(dir_)) after[e.path().filename().string()] = fs::file_size(e.path());
+  EXPECT_EQ(before, after);
+  fs::remove(dir_ / "MANIFEST");  // the user moved it away: saving works again
+  ASSERT_TRUE((*a)->save(dir_).is_ok());
+  // Bytes after the checksum line are corruption too.
+  {
+    std::ofstream(dir_ / "MANIFEST", std::ios::binary | std::ios::app) << "garbage";
+  }
+  EXPECT_EQ((*a)->load(dir_).code(), StatusCode::kDataLoss);
+  EXPECT_FALSE((*a)->save(dir_).is_ok());
 }
 
 TEST_F(Checkpoint, CrashMidSaveLeavesThePreviousCheckpointIntact) {
