@@ -232,8 +232,11 @@ class CachedEngine final : public Engine {
     while (!b.planned) {
       Status planned = plan_front();
       if (!planned.is_ok()) {
-        if (planned.code() == StatusCode::kResourceExhausted) mark_deferred(*pending_.front());
-        return planned;
+        if (planned.code() != StatusCode::kResourceExhausted) return planned;
+        mark_deferred(*pending_.front());
+        return planned.with_context("forward of batch " + std::to_string(b.id) +
+                                    " waits for batches in flight to retire (backward or discard them first, or give "
+                                    "the cache more rows)");
       }
     }
     const gpu::StreamView s = compute_.view();
