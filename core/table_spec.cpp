@@ -6,10 +6,14 @@ namespace strata {
 
 std::int32_t optimizer_state_dim(OptimizerKind kind, std::int32_t dim) noexcept {
   switch (kind) {
-    case OptimizerKind::kSgd: return 0;
-    case OptimizerKind::kAdagrad: return dim;
-    case OptimizerKind::kRowwiseAdagrad: return 1;
-    case OptimizerKind::kAdam: return 2 * dim;
+    case OptimizerKind::kSgd:
+      return 0;
+    case OptimizerKind::kAdagrad:
+      return dim;
+    case OptimizerKind::kRowwiseAdagrad:
+      return 1;
+    case OptimizerKind::kAdam:
+      return 2 * dim;  // dim <= kMaxDim: no overflow
   }
   return 0;
 }
@@ -18,12 +22,15 @@ Status validate(const TableSpec& s) {
   const std::string who = "table '" + s.name + "'";
   if (s.name.empty()) return Status::invalid_argument("table name must not be empty");
   for (char c : s.name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-                    c == '-' || c == '.';
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
     if (!ok) return Status::invalid_argument(who + ": name may hold only letters, digits, '_', '-' and '.'");
   }
   if (s.rows <= 0) return Status::invalid_argument(who + ": rows " + std::to_string(s.rows) + " must be > 0");
   if (s.dim <= 0) return Status::invalid_argument(who + ": dim " + std::to_string(s.dim) + " must be > 0");
+  if (s.dim > kMaxDim)
+    return Status::invalid_argument(who + ": dim " + std::to_string(s.dim) + " is above the widest row, " +
+                                    std::to_string(kMaxDim) + " elements");
   // Enums first: a value outside its enum (a cast integer) is named by its number, and must not
   // reach a switch over it.
   if (to_string(s.dtype)[0] == '?')
@@ -42,41 +49,58 @@ Status validate(const TableSpec& s) {
   const OptimizerSpec& o = s.optimizer;
   if (!(o.learning_rate > 0.0f) || !std::isfinite(o.learning_rate))
     return Status::invalid_argument(who + ": learning_rate " + std::to_string(o.learning_rate) + " must be > 0");
-  if (!(o.eps > 0.0f)) return Status::invalid_argument(who + ": eps " + std::to_string(o.eps) + " must be > 0");
+  if (!(o.eps > 0.0f) || !std::isfinite(o.eps))
+    return Status::invalid_argument(who + ": eps " + std::to_string(o.eps) + " must be > 0");
   if (!(o.beta1 >= 0.0f && o.beta1 < 1.0f))
     return Status::invalid_argument(who + ": beta1 " + std::to_string(o.beta1) + " must be in [0, 1)");
   if (!(o.beta2 >= 0.0f && o.beta2 < 1.0f))
     return Status::invalid_argument(who + ": beta2 " + std::to_string(o.beta2) + " must be in [0, 1)");
-  if (!(o.weight_decay >= 0.0f))
+  if (!(o.weight_decay >= 0.0f) || !std::isfinite(o.weight_decay))
     return Status::invalid_argument(who + ": weight_decay " + std::to_string(o.weight_decay) + " must be >= 0");
-  if (!(o.initial_accumulator >= 0.0f))
+  if (!(o.initial_accumulator >= 0.0f) || !std::isfinite(o.initial_accumulator))
     return Status::invalid_argument(who + ": initial_accumulator " + std::to_string(o.initial_accumulator) +
                                     " must be >= 0");
+  // Sizes are computed in bytes of size_t: refuse a table whose records could not be addressed.
+  const std::int64_t record_bytes = (std::int64_t{s.dim} + optimizer_state_dim(o.kind, s.dim)) * 4;
+  if (s.rows > kMaxTableBytes / record_bytes)
+    return Status::invalid_argument(
+        who + ": " + std::to_string(s.rows) + " rows of " + std::to_string(record_bytes) +
+        " bytes (weights and optimizer state) exceed the most a table may hold, 2^48 bytes");
   return Status::ok();
 }
 
 const char* to_string(DType v) noexcept {
   switch (v) {
-    case DType::kF32: return "fp32";
-    case DType::kF16: return "fp16";
-    case DType::kBF16: return "bf16";
+    case DType::kF32:
+      return "fp32";
+    case DType::kF16:
+      return "fp16";
+    case DType::kBF16:
+      return "bf16";
   }
   return "?";
 }
 const char* to_string(Pooling v) noexcept {
   switch (v) {
-    case Pooling::kSum: return "sum";
-    case Pooling::kMean: return "mean";
-    case Pooling::kNone: return "none";
+    case Pooling::kSum:
+      return "sum";
+    case Pooling::kMean:
+      return "mean";
+    case Pooling::kNone:
+      return "none";
   }
   return "?";
 }
 const char* to_string(OptimizerKind v) noexcept {
   switch (v) {
-    case OptimizerKind::kSgd: return "sgd";
-    case OptimizerKind::kAdagrad: return "adagrad";
-    case OptimizerKind::kRowwiseAdagrad: return "rowwise_adagrad";
-    case OptimizerKind::kAdam: return "adam";
+    case OptimizerKind::kSgd:
+      return "sgd";
+    case OptimizerKind::kAdagrad:
+      return "adagrad";
+    case OptimizerKind::kRowwiseAdagrad:
+      return "rowwise_adagrad";
+    case OptimizerKind::kAdam:
+      return "adam";
   }
   return "?";
 }

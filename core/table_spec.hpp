@@ -41,8 +41,8 @@ struct OptimizerSpec {
 /// Initial values: uniform(-bound, bound), a pure function of (seed, table name, row, column), so
 /// any shard, cache or rank can create the same initial row without talking to anyone.
 struct InitializerSpec {
-  float bound = 0.01f;        ///< half-width of the uniform range (>= 0)
-  std::uint64_t seed = 0;     ///< seed shared by all tables; the table name is mixed in
+  float bound = 0.01f;     ///< half-width of the uniform range (>= 0)
+  std::uint64_t seed = 0;  ///< seed shared by all tables; the table name is mixed in
   /// Origin of a shard (set by dispatch for the local part of a sharded table, not by users): local
   /// row l, column c takes the initial value of row l * row_stride + row_offset, column
   /// c + col_offset of the whole table, so every shard starts as a slice of the same table.
@@ -55,14 +55,19 @@ struct InitializerSpec {
 
 /// Complete description of one table.
 struct TableSpec {
-  std::string name;                ///< unique, non-empty; used in errors and file names
-  std::int64_t rows = 0;           ///< number of rows (> 0); keys are in [0, rows)
-  std::int32_t dim = 0;            ///< row width in elements (> 0)
-  DType dtype = DType::kF32;       ///< element type (fp32 only for now)
-  Pooling pooling = Pooling::kSum; ///< bag pooling
-  InitializerSpec init;            ///< initial values
-  OptimizerSpec optimizer;         ///< update rule applied by backward()
+  std::string name;                 ///< unique, non-empty; used in errors and file names
+  std::int64_t rows = 0;            ///< number of rows (> 0); keys are in [0, rows)
+  std::int32_t dim = 0;             ///< row width in elements (> 0)
+  DType dtype = DType::kF32;        ///< element type (fp32 only for now)
+  Pooling pooling = Pooling::kSum;  ///< bag pooling
+  InitializerSpec init;             ///< initial values
+  OptimizerSpec optimizer;          ///< update rule applied by backward()
 };
+
+/// Widest row a table may have (elements), and most bytes of weights and optimizer state a table
+/// may hold: bounds that keep every size computation within 64 bits.
+inline constexpr std::int32_t kMaxDim = 1 << 20;
+inline constexpr std::int64_t kMaxTableBytes = std::int64_t{1} << 48;
 
 /// Optimizer-state floats kept per row: sgd 0, adagrad dim, rowwise_adagrad 1, adam 2*dim.
 std::int32_t optimizer_state_dim(OptimizerKind kind, std::int32_t dim) noexcept;

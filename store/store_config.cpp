@@ -101,6 +101,22 @@ std::int64_t cache_rows(const TableConfig& t) {
 
 namespace {
 
+// A JSON value for an error message, as written when it is a scalar or a small flat array or
+// object, cut to 64 characters; else by its kind and size only (dumping a user's value whole would
+// recurse as deep as it nests).
+std::string quoted(const json& v) {
+  if (v.is_structured()) {
+    bool flat = v.size() <= 8;
+    for (const auto& e : v) flat = flat && !e.is_structured();
+    if (!flat)
+      return std::string(v.is_array() ? "an array of " : "an object of ") + std::to_string(v.size()) +
+             (v.is_array() ? " values" : " fields");
+  }
+  std::string s = v.dump();
+  if (s.size() > 64) s = s.substr(0, 64) + "...";
+  return s;
+}
+
 // An enum value a config holds is one its to_string names; anything else (a cast integer) is refused
 // before any switch over it can fall through.
 template <typename E>
@@ -114,7 +130,7 @@ Status check_enum(E value, const std::string& field, const char* expected) {
 Status validate_cache(const TableConfig& t) {
   const TableCacheConfig& c = t.cache;
   const std::string who = "table '" + t.spec.name + "': cache ";
-  if (c.rows < 0 || c.bytes < 0 || c.fraction < 0 || c.fraction > 1)
+  if (c.rows < 0 || c.bytes < 0 || !(c.fraction >= 0 && c.fraction <= 1))
     return Status::invalid_argument(who + "rows " + std::to_string(c.rows) + ", bytes " + std::to_string(c.bytes) +
                                     ", fraction " + std::to_string(c.fraction) +
                                     " (expected rows >= 0, bytes >= 0, fraction in [0, 1])");
@@ -139,8 +155,10 @@ Status validate_sharding(const TableConfig& t) {
                                     " given but the placement is " + to_string(t.placement) +
                                     " (expected gpu or hybrid)");
   // The world size is known at open (Store::open checks the plan against it); here the smallest
-  // world the plan can mean.
-  return dispatch::validate_plan(t.spec, p, std::max(1, p.owner + 1));
+  // world the plan can mean (in 64 bits: owner + 1 overflows at INT_MAX, which the plan then refuses).
+  const std::int64_t world = std::max<std::int64_t>(1, std::int64_t{p.owner} + 1);
+  return dispatch::validate_plan(t.spec, p,
+                                 static_cast<int>(std::min<std::int64_t>(world, std::numeric_limits<int>::max())));
 }
 }  // namespace
 
@@ -303,7 +321,7 @@ class Fields {
   }
 
   Status wrong(const char* key, const std::string& expected, const json& got) const {
-    return Status::invalid_argument(where_ + ": " + prefix_ + key + ": expected " + expected + ", got " + got.dump());
+    return Status::invalid_argument(where_ + ": " + prefix_ + key + ": expected " + expected + ", got " + quoted(got));
   }
 
   // Stores v in out when v is a JSON integer in [lo, hi] (nlohmann keeps non-negative integers as
@@ -358,7 +376,7 @@ class Fields {
 
 Status parse_table(const json& j, std::size_t index, TableConfig& t) {
   const std::string at = "tables[" + std::to_string(index) + "]";
-  if (!j.is_object()) return Status::invalid_argument(at + ": expected an object, got " + j.dump());
+  if (!j.is_object()) return Status::invalid_argument(at + ": expected an object, got " + quoted(j));
   Fields f(j, at);
   STRATA_RETURN_IF_ERROR(f.string("name", t.spec.name));
   if (!t.spec.name.empty()) f.rename("table '" + t.spec.name + "'");

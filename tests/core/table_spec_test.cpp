@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace strata {
 
 TableSpec good() {
@@ -13,6 +15,30 @@ TableSpec good() {
 }
 
 TEST(TableSpec, ValidSpecPasses) { EXPECT_TRUE(validate(good()).is_ok()); }
+
+// Hyper-parameters must be finite (an infinite weight_decay turned every row it touched to -inf
+// with finite gradients, and did not round-trip through JSON; from a review), and sizes must keep
+// every byte count within 64 bits (2 * dim for adam overflowed int32 at dim 2^30, and rows x record
+// wrapped size_t: both wrote past a table's memory).
+TEST(TableSpec, InfiniteHyperParametersAndSizesBeyondAddressingAreRefused) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int field = 0; field < 3; ++field) {
+    auto s = good();
+    float& f = field == 0 ? s.optimizer.eps : field == 1 ? s.optimizer.weight_decay : s.optimizer.initial_accumulator;
+    f = inf;
+    EXPECT_FALSE(validate(s).is_ok()) << "field " << field;
+  }
+  auto s = good();
+  s.dim = 1 << 30;
+  s.optimizer.kind = OptimizerKind::kAdam;
+  EXPECT_NE(validate(s).message().find("above the widest row"), std::string::npos) << validate(s).message();
+  s = good();
+  s.dim = 16;
+  s.rows = (std::int64_t{1} << 58) + 1;  // x 64-byte records: 2^64 + 64 bytes
+  EXPECT_NE(validate(s).message().find("exceed the most a table may hold"), std::string::npos) << validate(s).message();
+  s.rows = (std::int64_t{1} << 48) / 64;  // exactly 2^48 bytes
+  EXPECT_TRUE(validate(s).is_ok()) << validate(s).message();
+}
 
 TEST(TableSpec, BadFieldsNameTableAndValue) {
   auto s = good();

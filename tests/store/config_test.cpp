@@ -30,11 +30,15 @@ TEST(StoreConfig, ParsesJsonAndRoundTrips) {
 TEST(StoreConfig, ErrorsNameTheFieldAndValue) {
   EXPECT_EQ(parse_store_config(R"({"tables": [{"name": "u", "rows": 0, "dim": 4}]})").status().message(),
             "table 'u': rows 0 must be > 0");
-  EXPECT_NE(parse_store_config(R"({"tables": [{"name": "u", "rows": 5, "dim": 4, "dimm": 3}]})").status().message().find(
-                "unknown field 'dimm'"),
+  EXPECT_NE(parse_store_config(R"({"tables": [{"name": "u", "rows": 5, "dim": 4, "dimm": 3}]})")
+                .status()
+                .message()
+                .find("unknown field 'dimm'"),
             std::string::npos);
-  EXPECT_NE(parse_store_config(R"({"tables": [{"name": "u", "rows": 5, "dim": 4, "placement": "disk"}]})").status().message().find(
-                "unknown placement 'disk'"),
+  EXPECT_NE(parse_store_config(R"({"tables": [{"name": "u", "rows": 5, "dim": 4, "placement": "disk"}]})")
+                .status()
+                .message()
+                .find("unknown placement 'disk'"),
             std::string::npos);
   EXPECT_EQ(parse_store_config(R"({"tables": [{"name": "u", "rows": 5, "dim": "x"}]})").status().message(),
             "table 'u': dim: expected an integer in [-2^31, 2^31), got \"x\"");
@@ -120,22 +124,46 @@ TEST(StoreConfig, ValuesOfTheWrongTypeOrOutOfTheirTypeAreRefusedAsWritten) {
 }
 
 TEST(StoreConfig, ValuesAtTheEdgesOfTheirTypesAreRead) {
+  // rows and dim at the edges of what a table may hold (2^48 bytes of 1 MiB-element rows, sgd).
   auto c =
       parse_store_config(R"({"threads": 1024, "device": {"emu_fail_after_ops": -1, "capacity": 9223372036854775807},
-    "tables": [{"name": "user", "rows": 9223372036854775807, "dim": 2147483647,
+    "tables": [{"name": "user", "rows": 67108864, "dim": 1048576,
                 "init": {"seed": 18446744073709551615, "bound": 0},
-                "optimizer": {"learning_rate": 1, "eps": 3.4028234663852886e38}}]})");
+                "optimizer": {"kind": "sgd", "learning_rate": 1, "eps": 3.4028234663852886e38}}]})");
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
   EXPECT_EQ(c->threads, 1024);
   EXPECT_EQ(c->device.emu_fail_after_ops, -1);
-  EXPECT_EQ(c->tables[0].spec.rows, INT64_MAX);
-  EXPECT_EQ(c->tables[0].spec.dim, INT32_MAX);
+  EXPECT_EQ(c->tables[0].spec.rows, std::int64_t{1} << 26);
+  EXPECT_EQ(c->tables[0].spec.dim, 1 << 20);
   EXPECT_EQ(c->tables[0].spec.init.seed, UINT64_MAX);
   EXPECT_EQ(c->tables[0].spec.optimizer.learning_rate, 1.0f);
   EXPECT_EQ(c->tables[0].spec.optimizer.eps, std::numeric_limits<float>::max());
   auto again = parse_store_config(to_json(*c));
   ASSERT_TRUE(again.is_ok()) << again.status().to_string();
   EXPECT_EQ(to_json(*again), to_json(*c));
+  // The edges of the JSON types are read as written, then refused by what a table may hold.
+  auto big = parse_store_config(R"({"tables": [{"name": "user", "rows": 9223372036854775807, "dim": 64}]})");
+  EXPECT_NE(big.status().message().find("rows of 256 bytes"), std::string::npos) << big.status().to_string();
+  auto wide = parse_store_config(R"({"tables": [{"name": "user", "rows": 1, "dim": 2147483647}]})");
+  EXPECT_NE(wide.status().message().find("dim 2147483647 is above the widest row"), std::string::npos)
+      << wide.status().to_string();
+}
+
+// A value nested as deep as a user cares to write, where a number is expected: the error names its
+// kind and never prints it (printing recursed once per level and overflowed the stack; a review
+// found it at a depth of 100,000).
+TEST(StoreConfig, DeeplyNestedValuesAreRefusedWithoutPrintingThem) {
+  for (int depth : {1000, 100000}) {
+    const std::string v =
+        std::string(static_cast<std::size_t>(depth), '[') + std::string(static_cast<std::size_t>(depth), ']');
+    auto c = parse_store_config(R"({"tables": [{"name": "a", "rows": 1, "dim": )" + v + "}]}");
+    ASSERT_FALSE(c.is_ok());
+    EXPECT_NE(c.status().message().find("got an array"), std::string::npos) << c.status().message().substr(0, 200);
+  }
+  auto long_string =
+      parse_store_config(R"({"tables": [{"name": "a", "rows": ")" + std::string(1000, 'x') + R"(", "dim": 1}]})");
+  ASSERT_FALSE(long_string.is_ok());
+  EXPECT_LT(long_string.status().message().size(), 200u) << long_string.status().message();
 }
 
 }  // namespace strata
