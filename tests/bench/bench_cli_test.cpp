@@ -513,7 +513,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"RowsWithList", "--tables a=10 --rows 5", "--rows applies to --tables N only"},
         BadInput{"BadSweepFraction", "--sweep-cache 0.1,2", "--sweep-cache: '2' is not a cache fraction in (0, 1]"},
         BadInput{"EmptySweepItem", "--sweep-cache 0.1,,0.2", "--sweep-cache: '' is not a cache fraction"},
-        BadInput{"TooLargeForMemory", "--tables big=100000000000x1024 --modes cpu", "of host memory"},
+        BadInput{"TooLargeForMemory", "--tables big=10000000000x1024 --modes cpu", "of host memory"},
         BadInput{"TooLargeRowsAlone", "--rows 1000000000000 --modes cpu", "but only"},
         BadInput{"TooLargeForTheDevice",
                  "--tables 100000x64 --modes cached --cache-fraction 1 --device-capacity 1000000 --backend emu",
