@@ -10,6 +10,8 @@
 // --backend emu the same code runs on the emulated device, whose "HBM" is host memory: the numbers
 // then say nothing about a GPU, but the program and its JSON are exercised (tests/bench).
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -43,7 +45,7 @@ struct Options {
   int reps = 15;
   int iters = 10;
   std::string json_path;
-  bool progress = true;
+  bool progress = ::isatty(STDERR_FILENO) != 0;  // progress only on a terminal (--no-progress hides it there too)
 };
 
 using Clock = std::chrono::steady_clock;

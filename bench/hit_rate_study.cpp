@@ -17,6 +17,8 @@
 // --drift N draws drift:ALPHA:N instead of zipf:ALPHA (the hot rows move every N batches);
 // static_top then holds the most probable rows of each batch's epoch.
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -62,7 +64,7 @@ struct StudyOptions {
   std::uint64_t seed = 42;
   int threads = 0;  // 0: hardware concurrency
   std::string json_out;
-  bool progress = true;
+  bool progress = ::isatty(STDERR_FILENO) != 0;  // progress only on a terminal (--no-progress hides it there too)
   bool check_lru_order = false;  // also run lru_curve on the pool's within-batch order
 };
 

@@ -10,6 +10,8 @@
 // its own batches, so a step moves N batches and the report adds the all-to-all traffic (with and
 // without dedup) and the time spent in dispatch against the time in the shards' lookups.
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -175,7 +177,7 @@ struct Options {
   std::string html_out;
   std::string profile = "h200-pcie5";
   std::string dump_keys;
-  bool progress = true;
+  bool progress = ::isatty(STDERR_FILENO) != 0;  // progress only on a terminal (--no-progress hides it there too)
   std::vector<std::string> argv;
 };
 

@@ -269,4 +269,15 @@ TEST(BenchOutput, AFailedJsonWriteKeepsTheOldFileAndLeavesNoTempFile) {
   EXPECT_EQ(files_in(dir), std::vector<std::string>{"out.json"});
 }
 
+// Progress bars go to a terminal only: a run whose stderr is a pipe (a log, CI, `| tee`) gets
+// none, even without --no-progress.
+TEST(BenchProgress, NoProgressBarsWhenStderrIsNotATerminal) {
+  const RunOutput r =
+      run_bench_stderr(" --tables a=300x4 --batch 8 --pooling 1 --read-probe-mib 1 --modes cpu --steps 3 --warmup 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("measuring"), std::string::npos) << r.output;  // stderr was captured
+  EXPECT_EQ(r.output.find("[#"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find('\r'), std::string::npos) << r.output;
+}
+
 }  // namespace
