@@ -268,6 +268,7 @@ class CachedEngine final : public Engine {
     if (!b.planned) {
       unsubmit(b);
       --in_flight_;
+      plan_deferred();  // a deferred batch behind it may fit now
       return Status::ok();
     }
     dev_.wait(compute_.view(), b.ready.view());
