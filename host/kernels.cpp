@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/simd.hpp"
+
 namespace strata {
 
 namespace {
@@ -94,47 +96,58 @@ void pool_bags_any(RowRef t, const BagsView& bags, Pooling pooling, float* out, 
   }
 }
 
-// A vector of 16 floats (GCC/Clang vector extension): one AVX-512 register, two AVX2 registers,
-// four SSE registers. The arithmetic per lane is the scalar row math's, in the same order, so the
-// results are bit-identical to pool_bags_any.
-typedef float F16 __attribute__((vector_size(64)));
-
 // Pools bags [b0, b1) of dim 16 * C keeping the bag's sum in registers: the output row is written
 // once per bag instead of loaded and stored once per key (1.2x on uniform keys, 1.35x when the
-// rows hit the caches, on the 2-core VM).
-template <int C>
-void pool_bags_16(RowRef t, const BagsView& bags, Pooling pooling, float* out, std::int64_t b0, std::int64_t b1) {
+// rows hit the caches, on the 2-core VM). The accumulators are registers of the target's width
+// (simd::Floats); a wider type is split through the stack. kWeighted takes the per-sample-weights
+// branch out of the inner loop. The arithmetic per lane is the scalar row math's, in the same
+// order (sum of w * row, or of row, in key order; then the mean's scale), so the results are
+// bit-identical to pool_bags_any at every width. (A row of more floats than the register file
+// holds, dim 256 with AVX2's 16 registers, is summed in an L1-resident array on the stack.)
+template <int C, bool kWeighted>
+void pool_bags_vec(RowRef t, const BagsView& bags, Pooling pooling, float* out, std::int64_t b0, std::int64_t b1) {
   constexpr std::int32_t dim = 16 * C;
+  constexpr int kVecs = dim / simd::kFloats;
+  static_assert(dim % simd::kFloats == 0, "a row is a whole number of registers");
   const std::int64_t j_end = bags.offsets[b1];
   for (std::int64_t j = bags.offsets[b0]; j < std::min(j_end, bags.offsets[b0] + kPrefetchDistance); ++j) prefetch_row(t.row(bags.keys[j]), dim);
   for (std::int64_t b = b0; b < b1; ++b) {
-    F16 acc[C];
-    for (int c = 0; c < C; ++c) acc[c] = F16{};
+    simd::Floats acc[kVecs];
+    for (int c = 0; c < kVecs; ++c) acc[c] = simd::Floats{};
     const std::int64_t lo = bags.offsets[b], hi = bags.offsets[b + 1];
     for (std::int64_t j = lo; j < hi; ++j) {
       if (j + kPrefetchDistance < j_end) prefetch_row(t.row(bags.keys[j + kPrefetchDistance]), dim);
       const float* row = t.row(bags.keys[j]);
-      if (bags.weights) {
+      if constexpr (kWeighted) {
         const float w = bags.weights[j];
-        for (int c = 0; c < C; ++c) {
-          F16 v;
-          std::memcpy(&v, row + 16 * c, sizeof v);
+        for (int c = 0; c < kVecs; ++c) {
+          simd::Floats v;
+          std::memcpy(&v, row + simd::kFloats * c, sizeof v);
           acc[c] += w * v;
         }
       } else {
-        for (int c = 0; c < C; ++c) {
-          F16 v;
-          std::memcpy(&v, row + 16 * c, sizeof v);
+        for (int c = 0; c < kVecs; ++c) {
+          simd::Floats v;
+          std::memcpy(&v, row + simd::kFloats * c, sizeof v);
           acc[c] += v;
         }
       }
     }
     if (pooling == Pooling::kMean && hi > lo) {
       const float s = bag_scale(pooling, hi - lo);
-      for (int c = 0; c < C; ++c) acc[c] *= s;
+      for (int c = 0; c < kVecs; ++c) acc[c] *= s;
     }
     float* o = out + b * dim;
-    for (int c = 0; c < C; ++c) std::memcpy(o + 16 * c, &acc[c], sizeof acc[c]);
+    for (int c = 0; c < kVecs; ++c) std::memcpy(o + simd::kFloats * c, &acc[c], sizeof acc[c]);
+  }
+}
+
+template <int C>
+void pool_bags_16(RowRef t, const BagsView& bags, Pooling pooling, float* out, std::int64_t b0, std::int64_t b1) {
+  if (bags.weights) {
+    pool_bags_vec<C, true>(t, bags, pooling, out, b0, b1);
+  } else {
+    pool_bags_vec<C, false>(t, bags, pooling, out, b0, b1);
   }
 }
 
@@ -150,8 +163,8 @@ struct PoolBags<0> {
 }  // namespace
 
 void gather_pool(RowRef t, const BagsView& bags, Pooling pooling, float* out) {
-  // Register accumulation for dims that are multiples of 16 up to 256 (16 vectors of 16 floats);
-  // other dims accumulate in the output row.
+  // Register accumulation for dims that are multiples of 16 up to 256 (dim / simd::kFloats
+  // registers); other dims accumulate in the output row.
   const auto pool = for_dim<PoolBags>(t.dim);
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, bags.batch, bag_grain(bags.batch)),
                     [&](const tbb::blocked_range<std::int64_t>& r) { pool(t, bags, pooling, out, r.begin(), r.end()); });
