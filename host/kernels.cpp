@@ -267,17 +267,24 @@ namespace {
 // in reduce_one onto a zeroed accumulator (so the arithmetic is the same), and the optimizer
 // step; repeated keys are skipped. Rows are prefetched by position, as in update_rows. Pooling
 // none has a gradient row per key: each key is its own "bag" [b, b + 1).
+// Without per-sample weights every key of a bag gets the same gradient, so it is computed once per
+// bag (the same 0 + s * g, so the same bits) and handed to the optimizer as it is, or copied first
+// when weight decay is on (apply_optimizer adds it to the gradient in place).
 template <std::int32_t kDim>
 void update_used_once(RowRef t, const BagsView& bags, Pooling pooling, const std::uint8_t* repeated, const float* grads,
                       const OptimizerStep& step, std::int64_t b0, std::int64_t b1) {
   const std::int32_t dim = kDim > 0 ? kDim : t.dim;
   const std::int64_t rec = dim + t.state_dim;
-  RowAcc<kDim> row_acc(dim);
+  RowAcc<kDim> row_acc(dim), bag_row_acc(dim);
   float* acc = row_acc.data();
+  float* bag_acc = bag_row_acc.data();
   const bool none = pooling == Pooling::kNone;
+  const bool per_bag = bags.weights == nullptr;
+  const bool decays = step.spec.weight_decay != 0.0f;
   const std::int64_t j_end = none ? b1 : bags.offsets[b1];
   for (std::int64_t b = b0; b < b1; ++b) {
     const std::int64_t lo = none ? b : bags.offsets[b], hi = none ? b + 1 : bags.offsets[b + 1];
+    bool bag_ready = false;
     for (std::int64_t j = lo; j < hi; ++j) {
       // (Repeated rows are not prefetched: with skewed keys they are the hot rows, and both
       // threads taking them for writing would bounce their lines between the cores: zipf:1.05
@@ -285,10 +292,24 @@ void update_used_once(RowRef t, const BagsView& bags, Pooling pooling, const std
       if (j + kPrefetchDistance < j_end && !repeated[j + kPrefetchDistance]) prefetch_row(t.row(bags.keys[j + kPrefetchDistance]), rec);
       if (j + kUpdatePrefetch < j_end && !repeated[j + kUpdatePrefetch]) prefetch_row<Into::kWrite>(t.row(bags.keys[j + kUpdatePrefetch]), rec);
       if (repeated[j]) continue;
-      std::fill(acc, acc + dim, 0.0f);
-      row_axpy(acc, grads + b * dim, grad_scale(pooling, hi - lo, bags.weights, j), dim);
+      float* g = acc;
+      if (per_bag) {
+        if (!bag_ready) {
+          std::fill(bag_acc, bag_acc + dim, 0.0f);
+          row_axpy(bag_acc, grads + b * dim, grad_scale(pooling, hi - lo, nullptr, j), dim);
+          bag_ready = true;
+        }
+        if (decays) {
+          std::copy(bag_acc, bag_acc + dim, acc);
+        } else {
+          g = bag_acc;
+        }
+      } else {
+        std::fill(acc, acc + dim, 0.0f);
+        row_axpy(acc, grads + b * dim, grad_scale(pooling, hi - lo, bags.weights, j), dim);
+      }
       float* w = t.row(bags.keys[j]);
-      apply_optimizer(step, w, w + dim, acc, dim);
+      apply_optimizer(step, w, w + dim, g, dim);
     }
   }
 }
