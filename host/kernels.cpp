@@ -224,13 +224,16 @@ inline void reduce_one(const BagsView& bags, Pooling pooling, const UniqueView& 
 //    stack accumulator;
 //  - prefetches start with the task's first row instead of a burst of kPrefetchDistance rows up
 //    front: tasks are short (128 rows or fewer), and a burst of 400 prefetches filled the queues
-//    that the first rows' own loads then waited in.
+//    that the first rows' own loads then waited in;
+//  - [[gnu::flatten]]: GCC 12 left RowRef::row out of line here, so each prefetch paid a call
+//    (with vzeroupper and register spills around it).
 // strata-micro BM_StepBackwardUpdate (dim 128 SGD, 245k unique rows of a 1 GiB table, two threads,
 // 2-core VM): run-time dim with the burst 13.4 ms, without it 12.2 ms, compile-time dim without it
 // 10.5 ms.
 template <std::int32_t kDim>
-void update_rows(RowRef t, const BagsView& bags, Pooling pooling, const UniqueView& unique, const std::int32_t* bag_of,
-                 const float* grads, const OptimizerStep& step, std::int64_t u0, std::int64_t u1) {
+[[gnu::flatten]] void update_rows(RowRef t, const BagsView& bags, Pooling pooling, const UniqueView& unique,
+                                  const std::int32_t* bag_of, const float* grads, const OptimizerStep& step,
+                                  std::int64_t u0, std::int64_t u1) {
   const std::int32_t dim = kDim > 0 ? kDim : t.dim;
   const std::int64_t rec = dim + t.state_dim;
   RowAcc<kDim> row_acc(dim);
@@ -269,10 +272,12 @@ namespace {
 // none has a gradient row per key: each key is its own "bag" [b, b + 1).
 // Without per-sample weights every key of a bag gets the same gradient, so it is computed once per
 // bag (the same 0 + s * g, so the same bits) and handed to the optimizer as it is, or copied first
-// when weight decay is on (apply_optimizer adds it to the gradient in place).
+// when weight decay is on (apply_optimizer adds it to the gradient in place). Flattened, as
+// update_rows.
 template <std::int32_t kDim>
-void update_used_once(RowRef t, const BagsView& bags, Pooling pooling, const std::uint8_t* repeated, const float* grads,
-                      const OptimizerStep& step, std::int64_t b0, std::int64_t b1) {
+[[gnu::flatten]] void update_used_once(RowRef t, const BagsView& bags, Pooling pooling, const std::uint8_t* repeated,
+                                       const float* grads, const OptimizerStep& step, std::int64_t b0,
+                                       std::int64_t b1) {
   const std::int32_t dim = kDim > 0 ? kDim : t.dim;
   const std::int64_t rec = dim + t.state_dim;
   RowAcc<kDim> row_acc(dim), bag_row_acc(dim);
