@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/simd.hpp"
+
 namespace strata {
 
 std::int64_t KeyBatch::total_keys() const noexcept {
@@ -36,21 +38,21 @@ Status validate(const JaggedKeys& f, const TableSpec& spec, std::int64_t expecte
     return Status::invalid_argument(who + ": " + std::to_string(f.weights.size()) + " weights for " +
                                     std::to_string(f.keys.size()) + " keys (expected none or one per key)");
   // A key k is in range when neither k nor rows - 1 - k has its top bit set (in unsigned
-  // arithmetic, so nothing overflows): one OR over all of them says whether every key is. Eight
-  // lanes at a time (GCC's vector extension; -O2 does not vectorize the plain loop). Only when some
-  // key is bad is the first one looked for, to name it.
-  typedef std::uint64_t Lanes __attribute__((vector_size(64)));
+  // arithmetic, so nothing overflows): one OR over all of them says whether every key is. A
+  // register of lanes at a time (GCC's vector extension; -O2 does not vectorize the plain loop).
+  // Only when some key is bad is the first one looked for, to name it.
+  using simd::kU64s;
   const auto last_row = static_cast<std::uint64_t>(spec.rows - 1);
-  const std::size_t n = f.keys.size(), n8 = n / 8 * 8;
-  Lanes acc{};
-  for (std::size_t i = 0; i < n8; i += 8) {
-    Lanes v;
+  const std::size_t n = f.keys.size(), n_vec = n / kU64s * kU64s;
+  simd::U64s acc{};
+  for (std::size_t i = 0; i < n_vec; i += kU64s) {
+    simd::U64s v;
     std::memcpy(&v, f.keys.data() + i, sizeof v);
     acc |= v | (last_row - v);
   }
   std::uint64_t bits = 0;
-  for (int l = 0; l < 8; ++l) bits |= acc[l];
-  for (std::size_t i = n8; i < n; ++i) {
+  for (int l = 0; l < kU64s; ++l) bits |= acc[l];
+  for (std::size_t i = n_vec; i < n; ++i) {
     const auto k = static_cast<std::uint64_t>(f.keys[i]);
     bits |= k | (last_row - k);
   }

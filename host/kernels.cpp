@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/simd.hpp"
+
 namespace strata {
 
 namespace {
@@ -94,47 +96,58 @@ void pool_bags_any(RowRef t, const BagsView& bags, Pooling pooling, float* out, 
   }
 }
 
-// A vector of 16 floats (GCC/Clang vector extension): one AVX-512 register, two AVX2 registers,
-// four SSE registers. The arithmetic per lane is the scalar row math's, in the same order, so the
-// results are bit-identical to pool_bags_any.
-typedef float F16 __attribute__((vector_size(64)));
-
 // Pools bags [b0, b1) of dim 16 * C keeping the bag's sum in registers: the output row is written
 // once per bag instead of loaded and stored once per key (1.2x on uniform keys, 1.35x when the
-// rows hit the caches, on the 2-core VM).
-template <int C>
-void pool_bags_16(RowRef t, const BagsView& bags, Pooling pooling, float* out, std::int64_t b0, std::int64_t b1) {
+// rows hit the caches, on the 2-core VM). The accumulators are registers of the target's width
+// (simd::Floats); a wider type is split through the stack. kWeighted takes the per-sample-weights
+// branch out of the inner loop. The arithmetic per lane is the scalar row math's, in the same
+// order (sum of w * row, or of row, in key order; then the mean's scale), so the results are
+// bit-identical to pool_bags_any at every width. (A row of more floats than the register file
+// holds, dim 256 with AVX2's 16 registers, is summed in an L1-resident array on the stack.)
+template <int C, bool kWeighted>
+void pool_bags_vec(RowRef t, const BagsView& bags, Pooling pooling, float* out, std::int64_t b0, std::int64_t b1) {
   constexpr std::int32_t dim = 16 * C;
+  constexpr int kVecs = dim / simd::kFloats;
+  static_assert(dim % simd::kFloats == 0, "a row is a whole number of registers");
   const std::int64_t j_end = bags.offsets[b1];
   for (std::int64_t j = bags.offsets[b0]; j < std::min(j_end, bags.offsets[b0] + kPrefetchDistance); ++j) prefetch_row(t.row(bags.keys[j]), dim);
   for (std::int64_t b = b0; b < b1; ++b) {
-    F16 acc[C];
-    for (int c = 0; c < C; ++c) acc[c] = F16{};
+    simd::Floats acc[kVecs];
+    for (int c = 0; c < kVecs; ++c) acc[c] = simd::Floats{};
     const std::int64_t lo = bags.offsets[b], hi = bags.offsets[b + 1];
     for (std::int64_t j = lo; j < hi; ++j) {
       if (j + kPrefetchDistance < j_end) prefetch_row(t.row(bags.keys[j + kPrefetchDistance]), dim);
       const float* row = t.row(bags.keys[j]);
-      if (bags.weights) {
+      if constexpr (kWeighted) {
         const float w = bags.weights[j];
-        for (int c = 0; c < C; ++c) {
-          F16 v;
-          std::memcpy(&v, row + 16 * c, sizeof v);
+        for (int c = 0; c < kVecs; ++c) {
+          simd::Floats v;
+          std::memcpy(&v, row + simd::kFloats * c, sizeof v);
           acc[c] += w * v;
         }
       } else {
-        for (int c = 0; c < C; ++c) {
-          F16 v;
-          std::memcpy(&v, row + 16 * c, sizeof v);
+        for (int c = 0; c < kVecs; ++c) {
+          simd::Floats v;
+          std::memcpy(&v, row + simd::kFloats * c, sizeof v);
           acc[c] += v;
         }
       }
     }
     if (pooling == Pooling::kMean && hi > lo) {
       const float s = bag_scale(pooling, hi - lo);
-      for (int c = 0; c < C; ++c) acc[c] *= s;
+      for (int c = 0; c < kVecs; ++c) acc[c] *= s;
     }
     float* o = out + b * dim;
-    for (int c = 0; c < C; ++c) std::memcpy(o + 16 * c, &acc[c], sizeof acc[c]);
+    for (int c = 0; c < kVecs; ++c) std::memcpy(o + simd::kFloats * c, &acc[c], sizeof acc[c]);
+  }
+}
+
+template <int C>
+void pool_bags_16(RowRef t, const BagsView& bags, Pooling pooling, float* out, std::int64_t b0, std::int64_t b1) {
+  if (bags.weights) {
+    pool_bags_vec<C, true>(t, bags, pooling, out, b0, b1);
+  } else {
+    pool_bags_vec<C, false>(t, bags, pooling, out, b0, b1);
   }
 }
 
@@ -150,8 +163,8 @@ struct PoolBags<0> {
 }  // namespace
 
 void gather_pool(RowRef t, const BagsView& bags, Pooling pooling, float* out) {
-  // Register accumulation for dims that are multiples of 16 up to 256 (16 vectors of 16 floats);
-  // other dims accumulate in the output row.
+  // Register accumulation for dims that are multiples of 16 up to 256 (dim / simd::kFloats
+  // registers); other dims accumulate in the output row.
   const auto pool = for_dim<PoolBags>(t.dim);
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, bags.batch, bag_grain(bags.batch)),
                     [&](const tbb::blocked_range<std::int64_t>& r) { pool(t, bags, pooling, out, r.begin(), r.end()); });
@@ -211,13 +224,16 @@ inline void reduce_one(const BagsView& bags, Pooling pooling, const UniqueView& 
 //    stack accumulator;
 //  - prefetches start with the task's first row instead of a burst of kPrefetchDistance rows up
 //    front: tasks are short (128 rows or fewer), and a burst of 400 prefetches filled the queues
-//    that the first rows' own loads then waited in.
+//    that the first rows' own loads then waited in;
+//  - [[gnu::flatten]]: GCC 12 left RowRef::row out of line here, so each prefetch paid a call
+//    (with vzeroupper and register spills around it).
 // strata-micro BM_StepBackwardUpdate (dim 128 SGD, 245k unique rows of a 1 GiB table, two threads,
 // 2-core VM): run-time dim with the burst 13.4 ms, without it 12.2 ms, compile-time dim without it
 // 10.5 ms.
 template <std::int32_t kDim>
-void update_rows(RowRef t, const BagsView& bags, Pooling pooling, const UniqueView& unique, const std::int32_t* bag_of,
-                 const float* grads, const OptimizerStep& step, std::int64_t u0, std::int64_t u1) {
+[[gnu::flatten]] void update_rows(RowRef t, const BagsView& bags, Pooling pooling, const UniqueView& unique,
+                                  const std::int32_t* bag_of, const float* grads, const OptimizerStep& step,
+                                  std::int64_t u0, std::int64_t u1) {
   const std::int32_t dim = kDim > 0 ? kDim : t.dim;
   const std::int64_t rec = dim + t.state_dim;
   RowAcc<kDim> row_acc(dim);
@@ -254,17 +270,26 @@ namespace {
 // in reduce_one onto a zeroed accumulator (so the arithmetic is the same), and the optimizer
 // step; repeated keys are skipped. Rows are prefetched by position, as in update_rows. Pooling
 // none has a gradient row per key: each key is its own "bag" [b, b + 1).
+// Without per-sample weights every key of a bag gets the same gradient, so it is computed once per
+// bag (the same 0 + s * g, so the same bits) and handed to the optimizer as it is, or copied first
+// when weight decay is on (apply_optimizer adds it to the gradient in place). Flattened, as
+// update_rows.
 template <std::int32_t kDim>
-void update_used_once(RowRef t, const BagsView& bags, Pooling pooling, const std::uint8_t* repeated, const float* grads,
-                      const OptimizerStep& step, std::int64_t b0, std::int64_t b1) {
+[[gnu::flatten]] void update_used_once(RowRef t, const BagsView& bags, Pooling pooling, const std::uint8_t* repeated,
+                                       const float* grads, const OptimizerStep& step, std::int64_t b0,
+                                       std::int64_t b1) {
   const std::int32_t dim = kDim > 0 ? kDim : t.dim;
   const std::int64_t rec = dim + t.state_dim;
-  RowAcc<kDim> row_acc(dim);
+  RowAcc<kDim> row_acc(dim), bag_row_acc(dim);
   float* acc = row_acc.data();
+  float* bag_acc = bag_row_acc.data();
   const bool none = pooling == Pooling::kNone;
+  const bool per_bag = bags.weights == nullptr;
+  const bool decays = step.spec.weight_decay != 0.0f;
   const std::int64_t j_end = none ? b1 : bags.offsets[b1];
   for (std::int64_t b = b0; b < b1; ++b) {
     const std::int64_t lo = none ? b : bags.offsets[b], hi = none ? b + 1 : bags.offsets[b + 1];
+    bool bag_ready = false;
     for (std::int64_t j = lo; j < hi; ++j) {
       // (Repeated rows are not prefetched: with skewed keys they are the hot rows, and both
       // threads taking them for writing would bounce their lines between the cores: zipf:1.05
@@ -272,10 +297,24 @@ void update_used_once(RowRef t, const BagsView& bags, Pooling pooling, const std
       if (j + kPrefetchDistance < j_end && !repeated[j + kPrefetchDistance]) prefetch_row(t.row(bags.keys[j + kPrefetchDistance]), rec);
       if (j + kUpdatePrefetch < j_end && !repeated[j + kUpdatePrefetch]) prefetch_row<Into::kWrite>(t.row(bags.keys[j + kUpdatePrefetch]), rec);
       if (repeated[j]) continue;
-      std::fill(acc, acc + dim, 0.0f);
-      row_axpy(acc, grads + b * dim, grad_scale(pooling, hi - lo, bags.weights, j), dim);
+      float* g = acc;
+      if (per_bag) {
+        if (!bag_ready) {
+          std::fill(bag_acc, bag_acc + dim, 0.0f);
+          row_axpy(bag_acc, grads + b * dim, grad_scale(pooling, hi - lo, nullptr, j), dim);
+          bag_ready = true;
+        }
+        if (decays) {
+          std::copy(bag_acc, bag_acc + dim, acc);
+        } else {
+          g = bag_acc;
+        }
+      } else {
+        std::fill(acc, acc + dim, 0.0f);
+        row_axpy(acc, grads + b * dim, grad_scale(pooling, hi - lo, bags.weights, j), dim);
+      }
       float* w = t.row(bags.keys[j]);
-      apply_optimizer(step, w, w + dim, acc, dim);
+      apply_optimizer(step, w, w + dim, g, dim);
     }
   }
 }
