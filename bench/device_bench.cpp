@@ -35,12 +35,12 @@ namespace {
 
 struct Options {
   std::string backend = "auto";
-  double copy_mib = 1024;                 // bytes of the D2D and the baseline H2D/D2H copies
-  std::int64_t slots = 4 << 20;           // gather-pool: records in the pool
+  double copy_mib = 1024;        // bytes of the D2D and the baseline H2D/D2H copies
+  std::int64_t slots = 4 << 20;  // gather-pool: records in the pool
   std::int32_t dim = 128;
-  std::int32_t state_dim = 0;             // fill: optimizer state floats per record (0: SGD)
-  std::int64_t bags = 16384;              // gather-pool: bags per launch
-  std::int32_t pooling = 32;              // keys per bag
+  std::int32_t state_dim = 0;                                  // fill: optimizer state floats per record (0: SGD)
+  std::int64_t bags = 16384;                                   // gather-pool: bags per launch
+  std::int32_t pooling = 32;                                   // keys per bag
   std::vector<std::int64_t> fill_rows = {4096, 16384, 65536};  // misses per fill
   int reps = 15;
   int iters = 10;
@@ -95,9 +95,12 @@ void say(const Options& o, const std::string& what) {
 
 Result<nlohmann::json> run(const Options& o) {
   const auto at_least = [](const char* flag, std::int64_t v, std::int64_t min) {
-    return v >= min ? Status::ok() : Status::invalid_argument(std::string(flag) + ": " + std::to_string(v) + " (expected >= " + std::to_string(min) + ")");
+    return v >= min ? Status::ok()
+                    : Status::invalid_argument(std::string(flag) + ": " + std::to_string(v) +
+                                               " (expected >= " + std::to_string(min) + ")");
   };
-  if (!(o.copy_mib >= 1.0 / 1024)) return Status::invalid_argument("--copy-mib: " + std::to_string(o.copy_mib) + " (expected >= 1/1024)");
+  if (!(o.copy_mib >= 1.0 / 1024))
+    return Status::invalid_argument("--copy-mib: " + std::to_string(o.copy_mib) + " (expected >= 1/1024)");
   STRATA_RETURN_IF_ERROR(at_least("--slots", o.slots, 1));
   STRATA_RETURN_IF_ERROR(at_least("--dim", o.dim, 1));
   STRATA_RETURN_IF_ERROR(at_least("--state-dim", o.state_dim, 0));
@@ -105,7 +108,8 @@ Result<nlohmann::json> run(const Options& o) {
   STRATA_RETURN_IF_ERROR(at_least("--pooling", o.pooling, 1));
   STRATA_RETURN_IF_ERROR(at_least("--reps", o.reps, 1));
   STRATA_RETURN_IF_ERROR(at_least("--iters", o.iters, 1));
-  if (o.fill_rows.empty()) return Status::invalid_argument("--fill-rows is empty (expected a list of counts, e.g. 4096,65536)");
+  if (o.fill_rows.empty())
+    return Status::invalid_argument("--fill-rows is empty (expected a list of counts, e.g. 4096,65536)");
   for (std::int64_t r : o.fill_rows) STRATA_RETURN_IF_ERROR(at_least("--fill-rows", r, 1));
   const std::size_t copy = static_cast<std::size_t>(o.copy_mib * (1 << 20)) / 64 * 64;
   const std::int64_t stride = record_stride(o.dim, 0);
@@ -114,7 +118,8 @@ Result<nlohmann::json> run(const Options& o) {
   const std::int64_t max_fill = *std::max_element(o.fill_rows.begin(), o.fill_rows.end());
   const std::size_t pool_bytes = static_cast<std::size_t>(o.slots * stride) * sizeof(float);
   const std::size_t fill_pool_bytes = static_cast<std::size_t>(max_fill * fill_stride) * sizeof(float);
-  const std::size_t fill_bytes = static_cast<std::size_t>(max_fill) * (static_cast<std::size_t>(fill_stride) * sizeof(float) + sizeof(Key));
+  const std::size_t fill_bytes =
+      static_cast<std::size_t>(max_fill) * (static_cast<std::size_t>(fill_stride) * sizeof(float) + sizeof(Key));
   const std::size_t need = 2 * copy + pool_bytes + static_cast<std::size_t>(keys) * sizeof(Key) +
                            static_cast<std::size_t>(o.bags + 1) * sizeof(std::int64_t) +
                            static_cast<std::size_t>(o.bags * o.dim) * sizeof(float) + fill_pool_bytes + fill_bytes;
@@ -122,9 +127,12 @@ Result<nlohmann::json> run(const Options& o) {
   STRATA_ASSIGN_OR_RETURN(gpu::Stream stream, dev->create_stream());
   const gpu::StreamView s = stream.view();
   nlohmann::json j;
-  j["device"] = {{"backend", gpu::to_string(dev->info().backend)}, {"name", dev->info().name}, {"capacity_bytes", dev->info().capacity}};
-  j["settings"] = {{"copy_bytes", copy}, {"slots", o.slots}, {"dim", o.dim}, {"state_dim", o.state_dim}, {"bags", o.bags},
-                   {"pooling", o.pooling}, {"fill_rows", o.fill_rows}, {"reps", o.reps}, {"iters", o.iters}};
+  j["device"] = {{"backend", gpu::to_string(dev->info().backend)},
+                 {"name", dev->info().name},
+                 {"capacity_bytes", dev->info().capacity}};
+  j["settings"] = {{"copy_bytes", copy},       {"slots", o.slots}, {"dim", o.dim},
+                   {"state_dim", o.state_dim}, {"bags", o.bags},   {"pooling", o.pooling},
+                   {"fill_rows", o.fill_rows}, {"reps", o.reps},   {"iters", o.iters}};
 
   // Baselines: D2D, pinned H2D and D2H copies of `copy` bytes.
   say(o, "copies");
@@ -133,11 +141,17 @@ Result<nlohmann::json> run(const Options& o) {
   STRATA_ASSIGN_OR_RETURN(gpu::PinnedBuffer host, dev->allocate_pinned(copy));
   std::memset(host.data(), 0, copy);
   STRATA_ASSIGN_OR_RETURN(const double d2d_s, time_op(*dev, s, o, [&] { dev->copy_d2d(s, b.data(), a.data(), copy); }));
-  STRATA_ASSIGN_OR_RETURN(const double h2d_s, time_op(*dev, s, o, [&] { dev->copy_h2d(s, a.data(), host.data(), copy); }));
-  STRATA_ASSIGN_OR_RETURN(const double d2h_s, time_op(*dev, s, o, [&] { dev->copy_d2h(s, host.data(), a.data(), copy); }));
+  STRATA_ASSIGN_OR_RETURN(const double h2d_s,
+                          time_op(*dev, s, o, [&] { dev->copy_h2d(s, a.data(), host.data(), copy); }));
+  STRATA_ASSIGN_OR_RETURN(const double d2h_s,
+                          time_op(*dev, s, o, [&] { dev->copy_d2h(s, host.data(), a.data(), copy); }));
   const double d2d_gbs = gbs(2.0 * static_cast<double>(copy), d2d_s), h2d_gbs = gbs(static_cast<double>(copy), h2d_s);
-  j["copies"] = {{"d2d_hbm_gbs", d2d_gbs}, {"d2d_s", d2d_s}, {"h2d_gbs", h2d_gbs}, {"h2d_s", h2d_s},
-                 {"d2h_gbs", gbs(static_cast<double>(copy), d2h_s)}, {"d2h_s", d2h_s}};
+  j["copies"] = {{"d2d_hbm_gbs", d2d_gbs},
+                 {"d2d_s", d2d_s},
+                 {"h2d_gbs", h2d_gbs},
+                 {"h2d_s", h2d_s},
+                 {"d2h_gbs", gbs(static_cast<double>(copy), d2h_s)},
+                 {"d2h_s", d2h_s}};
   a = gpu::DeviceBuffer();
   b = gpu::DeviceBuffer();
 
@@ -145,7 +159,8 @@ Result<nlohmann::json> run(const Options& o) {
   say(o, "gather-pool");
   STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer pool_mem, dev->allocate(pool_bytes));
   STRATA_RETURN_IF_ERROR(fill_device(*dev, s, pool_mem.data(), pool_bytes, host));
-  const std::size_t index_bytes = static_cast<std::size_t>(keys) * sizeof(Key) + static_cast<std::size_t>(o.bags + 1) * sizeof(std::int64_t);
+  const std::size_t index_bytes =
+      static_cast<std::size_t>(keys) * sizeof(Key) + static_cast<std::size_t>(o.bags + 1) * sizeof(std::int64_t);
   STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer index, dev->allocate(index_bytes));
   STRATA_ASSIGN_OR_RETURN(gpu::PinnedBuffer index_host, dev->allocate_pinned(index_bytes));
   Key* rows_host = index_host.as<Key>();
@@ -155,7 +170,8 @@ Result<nlohmann::json> run(const Options& o) {
   for (std::int64_t k = 0; k < keys; ++k) rows_host[k] = pick(rng);
   for (std::int64_t i = 0; i <= o.bags; ++i) offsets_host[i] = i * o.pooling;
   dev->copy_h2d(s, index.data(), index_host.data(), index_bytes);
-  STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer out, dev->allocate(static_cast<std::size_t>(o.bags * o.dim) * sizeof(float)));
+  STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer out,
+                          dev->allocate(static_cast<std::size_t>(o.bags * o.dim) * sizeof(float)));
   STRATA_RETURN_IF_ERROR(dev->synchronize(s));
   const gpu::SlotPool pool{pool_mem.as<float>(), o.slots, stride, o.dim, 0};
   gpu::LookupFeature f;
@@ -203,7 +219,9 @@ Result<nlohmann::json> run(const Options& o) {
                               dev->copy_h2d(s, recs_dev, recs_host, recs);
                               dev->unpack_records(s, fill_pool, fill_dev.as<Key>(), n, recs_dev);
                             }));
-    STRATA_ASSIGN_OR_RETURN(const double raw_s, time_op(*dev, s, o, [&] { dev->copy_h2d(s, fill_dev.data(), fill_host.data(), ids + recs); }));
+    STRATA_ASSIGN_OR_RETURN(const double raw_s, time_op(*dev, s, o, [&] {
+                              dev->copy_h2d(s, fill_dev.data(), fill_host.data(), ids + recs);
+                            }));
     const double fill_gbs = gbs(static_cast<double>(ids + recs), fill_s);
     fills.push_back({{"rows", n},
                      {"bytes", ids + recs},
@@ -222,18 +240,23 @@ Result<nlohmann::json> run(const Options& o) {
 
 void print(const nlohmann::json& j) {
   const auto& c = j["copies"];
-  std::printf("device: %s (%s)\n", j["device"]["name"].get<std::string>().c_str(), j["device"]["backend"].get<std::string>().c_str());
+  std::printf("device: %s (%s)\n", j["device"]["name"].get<std::string>().c_str(),
+              j["device"]["backend"].get<std::string>().c_str());
   std::printf("copies (%.0f MiB): D2D %.1f GB/s of HBM traffic (read + write), pinned H2D %.2f GB/s, D2H %.2f GB/s\n",
-              j["settings"]["copy_bytes"].get<double>() / (1 << 20), c["d2d_hbm_gbs"].get<double>(), c["h2d_gbs"].get<double>(),
-              c["d2h_gbs"].get<double>());
+              j["settings"]["copy_bytes"].get<double>() / (1 << 20), c["d2d_hbm_gbs"].get<double>(),
+              c["h2d_gbs"].get<double>(), c["d2h_gbs"].get<double>());
   const auto& g = j["gather_pool"];
-  std::printf("gather-pool dim %d, %lld bags x %d: %.3f ms, %.1f GB/s (rows read + output written) = %.1f%% of D2D (target 70%%)\n",
-              j["settings"]["dim"].get<int>(), j["settings"]["bags"].get<long long>(), j["settings"]["pooling"].get<int>(),
-              g["s"].get<double>() * 1e3, g["hbm_gbs"].get<double>(), 100 * g["fraction_of_d2d"].get<double>());
+  std::printf(
+      "gather-pool dim %d, %lld bags x %d: %.3f ms, %.1f GB/s (rows read + output written) = %.1f%% of D2D (target "
+      "70%%)\n",
+      j["settings"]["dim"].get<int>(), j["settings"]["bags"].get<long long>(), j["settings"]["pooling"].get<int>(),
+      g["s"].get<double>() * 1e3, g["hbm_gbs"].get<double>(), 100 * g["fraction_of_d2d"].get<double>());
   for (const auto& x : j["fill_upload"])
-    std::printf("fill upload of %6lld misses (%.2f MB): %.3f ms, %.2f GB/s = %.1f%% of pinned H2D (target 85%%); a plain H2D of that size: %.2f GB/s\n",
-                x["rows"].get<long long>(), x["bytes"].get<double>() / 1e6, x["s"].get<double>() * 1e3, x["gbs"].get<double>(),
-                100 * x["fraction_of_h2d"].get<double>(), x["same_size_h2d_gbs"].get<double>());
+    std::printf(
+        "fill upload of %6lld misses (%.2f MB): %.3f ms, %.2f GB/s = %.1f%% of pinned H2D (target 85%%); a plain H2D "
+        "of that size: %.2f GB/s\n",
+        x["rows"].get<long long>(), x["bytes"].get<double>() / 1e6, x["s"].get<double>() * 1e3, x["gbs"].get<double>(),
+        100 * x["fraction_of_h2d"].get<double>(), x["same_size_h2d_gbs"].get<double>());
 }
 
 }  // namespace
@@ -244,13 +267,16 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{"strata-devbench: device bandwidths next to the baselines of the GPU targets (same process)"};
   app.add_option("--backend", o.backend, "auto | cuda | emu")->capture_default_str();
-  app.add_option("--copy-mib", o.copy_mib, "MiB of the D2D and the baseline pinned H2D/D2H copies")->capture_default_str();
+  app.add_option("--copy-mib", o.copy_mib, "MiB of the D2D and the baseline pinned H2D/D2H copies")
+      ->capture_default_str();
   app.add_option("--slots", o.slots, "gather-pool: records in the slot pool")->capture_default_str();
   app.add_option("--dim", o.dim, "row dim (fp32)")->capture_default_str();
   app.add_option("--state-dim", o.state_dim, "fill upload: optimizer state floats per record")->capture_default_str();
   app.add_option("--bags", o.bags, "gather-pool: bags per launch")->capture_default_str();
   app.add_option("--pooling", o.pooling, "gather-pool: keys per bag (uniform slots)")->capture_default_str();
-  app.add_option("--fill-rows", o.fill_rows, "fill upload: misses per batch, a list")->delimiter(',')->capture_default_str();
+  app.add_option("--fill-rows", o.fill_rows, "fill upload: misses per batch, a list")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_option("--reps", o.reps, "timed repetitions (the median is reported)")->capture_default_str();
   app.add_option("--iters", o.iters, "operations per repetition")->capture_default_str();
   app.add_option("--json", o.json_path, "write the results as JSON here");

@@ -56,16 +56,16 @@ struct StudyOptions {
   std::vector<double> alphas = {0.9, 1.05, 1.2};        // Zipf exponents
   std::vector<double> capacities = {0.01, 0.05, 0.20};  // cache slots as a fraction of rows
   std::vector<std::string> policies = {"lru", "lfu", "lookahead"};
-  int lookahead = 4;    // K: batches pushed to the window beyond the one planned
-  int preview = 0;      // W: batches previewed beyond those K (the window holds K + W batches)
+  int lookahead = 4;       // K: batches pushed to the window beyond the one planned
+  int preview = 0;         // W: batches previewed beyond those K (the window holds K + W batches)
   std::int64_t drift = 0;  // > 0: drift:ALPHA:N with N = drift (the hot set moves every N batches)
   double half_life = 0;    // lookahead: frequency half-life in multiples of the slots (0: the pool's default)
-  double warmup = 0.2;  // fraction of batches not counted
+  double warmup = 0.2;     // fraction of batches not counted
   std::uint64_t seed = 42;
   int threads = 0;  // 0: hardware concurrency
   std::string json_out;
   bool progress = ::isatty(STDERR_FILENO) != 0;  // progress only on a terminal (--no-progress hides it there too)
-  bool check_lru_order = false;  // also run lru_curve on the pool's within-batch order
+  bool check_lru_order = false;                  // also run lru_curve on the pool's within-batch order
 };
 
 // Hits and accesses (unique (batch, row) pairs) per batch.
@@ -468,7 +468,8 @@ int run(const StudyOptions& o) {
                    curve_all[a].accesses() - curve_warm[a].accesses()};
     for (std::int64_t b = 0; b < o.batches; ++b) {
       std::int64_t hits = 0;
-      for (std::int64_t i = t.keys.batch_offsets[static_cast<std::size_t>(b)]; i < t.keys.batch_offsets[static_cast<std::size_t>(b) + 1]; ++i)
+      for (std::int64_t i = t.keys.batch_offsets[static_cast<std::size_t>(b)];
+           i < t.keys.batch_offsets[static_cast<std::size_t>(b) + 1]; ++i)
         hits += t.rank_of_key[static_cast<std::size_t>(i)] < c.slots;
       const std::int64_t acc = t.unique[static_cast<std::size_t>(b)].size();
       c.static_top_all.hits += hits;
@@ -608,7 +609,8 @@ int run(const StudyOptions& o) {
         {"warmup_batches", warm},
         {"counted", "unique (batch, row) accesses of batches [warmup_batches, batches)"},
         {"driver",
-         "CachePool, one table, no device: window_push up to batch j+K+W, probe(j), commit, retire(plan, updated=true)"},
+         "CachePool, one table, no device: window_push up to batch j+K+W, probe(j), commit, retire(plan, "
+         "updated=true)"},
         {"per_alpha", trace_info}};
     nlohmann::json results = nlohmann::json::array();
     for (const Cell& c : cells) {
@@ -687,7 +689,8 @@ int main(int argc, char** argv) {
                  "W: batches previewed (Store::preview) beyond the K submitted ones; the window holds K + W batches")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--drift", o.drift, "draw drift:ALPHA:N with N = this (the hot rows move every N batches); 0: zipf:ALPHA")
+  app.add_option("--drift", o.drift,
+                 "draw drift:ALPHA:N with N = this (the hot rows move every N batches); 0: zipf:ALPHA")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--half-life", o.half_life,

@@ -42,9 +42,7 @@ std::uint64_t mix64(std::uint64_t z) noexcept {
   return z ^ (z >> 31);
 }
 
-std::uint64_t mix2(std::uint64_t a, std::uint64_t b) noexcept {
-  return mix64(a ^ mix64(b + 0x9e3779b97f4a7c15ull));
-}
+std::uint64_t mix2(std::uint64_t a, std::uint64_t b) noexcept { return mix64(a ^ mix64(b + 0x9e3779b97f4a7c15ull)); }
 
 std::uint64_t rotl(std::uint64_t x, int k) noexcept { return (x << k) | (x >> (64 - k)); }
 
@@ -64,8 +62,7 @@ double helper2(double x) noexcept {
 
 const char* json_type(const nlohmann::json& v) noexcept { return v.type_name(); }
 
-Result<std::int64_t> json_integer(const std::string& key, const nlohmann::json& v, std::int64_t lo,
-                                  std::int64_t hi) {
+Result<std::int64_t> json_integer(const std::string& key, const nlohmann::json& v, std::int64_t lo, std::int64_t hi) {
   std::int64_t x = 0;
   if (v.is_number_unsigned()) {
     const auto u = v.get<std::uint64_t>();
@@ -93,8 +90,8 @@ Result<std::int64_t> json_integer(const std::string& key, const nlohmann::json& 
 bool valid_table_name(const std::string& name) noexcept {
   if (name.empty()) return false;
   for (const char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-                    c == '-' || c == '.';
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
     if (!ok) return false;
   }
   return true;
@@ -166,8 +163,7 @@ struct FreeDeleter {
 
 Result<Distribution> parse_distribution(const std::string& s) {
   const auto unknown = [&] {
-    return Status::invalid_argument("unknown distribution '" + s +
-                                    "' (expected uniform, zipf:ALPHA or drift:ALPHA:N)");
+    return Status::invalid_argument("unknown distribution '" + s + "' (expected uniform, zipf:ALPHA or drift:ALPHA:N)");
   };
   if (s == "uniform") return Distribution{Distribution::Kind::kUniform, 0.0, 0};
   const std::string zipf = "zipf:";
@@ -219,8 +215,10 @@ Status validate(const WorkloadSpec& s) {
       const TableShape& t = s.table_list[i];
       const std::string who = "workload: table " + std::to_string(i) + " '" + t.name + "'";
       if (!valid_table_name(t.name))
-        return Status::invalid_argument(who + ": name must be non-empty and hold only letters, digits, '_', '-' and '.'");
-      if (!names.insert(t.name).second) return Status::invalid_argument(who + ": name used twice (expected unique names)");
+        return Status::invalid_argument(who +
+                                        ": name must be non-empty and hold only letters, digits, '_', '-' and '.'");
+      if (!names.insert(t.name).second)
+        return Status::invalid_argument(who + ": name used twice (expected unique names)");
       if (t.rows <= 0) return Status::invalid_argument(who + ": rows " + std::to_string(t.rows) + " must be > 0");
       if (t.dim <= 0) return Status::invalid_argument(who + ": dim " + std::to_string(t.dim) + " must be > 0");
     }
@@ -303,8 +301,9 @@ Result<WorkloadSpec> parse_workload_json(const std::string& json_text) {
     }
   }
   if ((table_set || table_array) && j.contains("rows"))
-    return Status::invalid_argument("workload key 'rows' is unused when 'tables' names the tables (give each "
-                                    "table its rows, or make 'tables' an integer)");
+    return Status::invalid_argument(
+        "workload key 'rows' is unused when 'tables' names the tables (give each "
+        "table its rows, or make 'tables' an integer)");
   if (table_set) STRATA_RETURN_IF_ERROR(apply_table_set(s, *table_set).with_context("workload key 'tables'"));
   if (table_array) {
     if (table_array->empty())
@@ -356,7 +355,8 @@ std::string workload_to_json(const WorkloadSpec& s) {
     j["dim"] = s.dim;
   } else {
     j["tables"] = nlohmann::json::array();
-    for (const TableShape& t : s.table_list) j["tables"].push_back({{"name", t.name}, {"rows", t.rows}, {"dim", t.dim}});
+    for (const TableShape& t : s.table_list)
+      j["tables"].push_back({{"name", t.name}, {"rows", t.rows}, {"dim", t.dim}});
   }
   j["batch"] = s.batch;
   j["bag_size"] = s.bag_size;
@@ -590,8 +590,7 @@ void KeySampler::fill(Key* out, std::int64_t n) noexcept {
 // ---------------------------------------------------------------------------------------------
 // Batches
 
-std::vector<KeyBatch> make_batches(const WorkloadSpec& spec, const std::vector<std::string>& table_names,
-                                   int threads) {
+std::vector<KeyBatch> make_batches(const WorkloadSpec& spec, const std::vector<std::string>& table_names, int threads) {
   {
     const Status st = validate(spec);
     if (!st.is_ok()) {
@@ -631,9 +630,9 @@ std::vector<KeyBatch> make_batches(const WorkloadSpec& spec, const std::vector<s
     // Lengths come from a sampler of their own (uniform over [0, 2 * bag_size]), one stream per
     // batch, so they do not depend on the thread count and do not disturb the key streams.
     for (std::size_t t = 0; t < table_names.size(); ++t) {
-      auto lens = KeySampler::create("uniform", 2 * static_cast<std::int64_t>(spec.bag_size) + 1,
-                                     mix2(mix2(spec.seed, table_name_hash(table_names[t])),
-                                          0x6261675f6c656e73ull /* "bag_lens" */));
+      auto lens = KeySampler::create(
+          "uniform", 2 * static_cast<std::int64_t>(spec.bag_size) + 1,
+          mix2(mix2(spec.seed, table_name_hash(table_names[t])), 0x6261675f6c656e73ull /* "bag_lens" */));
       STRATA_CHECK(lens.is_ok());
       for (std::size_t b = 0; b < batches.size(); ++b) {
         lens->set_stream(b);
@@ -692,13 +691,11 @@ std::vector<KeyBatch> make_batches(const WorkloadSpec& spec, int threads) {
 // Copied from /work/shared/data/criteo_tables.json ("criteo_kaggle" -> "rows"; the project's shared
 // data folder, not available at run time), the cardinalities published with public recommender
 // benchmarks for the Criteo Kaggle display-advertising challenge.
-const std::int64_t kCriteoKaggleRows[26] = {1460,    583,   10131227, 2202608, 305,    24,      12517,
-                                            633,     3,     93145,    5683,    8351593, 3194,  27,
-                                            14992,   5461306, 10,     5652,    2173,   4,       7046547,
-                                            18,      15,    286181,   105,     142572};
+const std::int64_t kCriteoKaggleRows[26] = {1460,  583,  10131227, 2202608, 305, 24,     12517,   633,   3,
+                                            93145, 5683, 8351593,  3194,    27,  14992,  5461306, 10,    5652,
+                                            2173,  4,    7046547,  18,      15,  286181, 105,     142572};
 
-Result<std::vector<std::int64_t>> scale_table_rows(const std::vector<std::int64_t>& rows,
-                                                   std::int64_t max_total_rows) {
+Result<std::vector<std::int64_t>> scale_table_rows(const std::vector<std::int64_t>& rows, std::int64_t max_total_rows) {
   if (rows.empty()) return Status::invalid_argument("scale_table_rows: no tables (expected at least one)");
   std::int64_t total = 0;
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -880,8 +877,8 @@ double measure_read_bandwidth_gbs(std::size_t bytes, int threads) {
       partial[slice * 8] = sum_words(words + per_thread * slice, per_thread);
     });
     for (int t = 0; t < threads; ++t) sink = sink + partial[static_cast<std::size_t>(t) * 8];
-    gbs.push_back(static_cast<double>(per_thread * static_cast<std::size_t>(threads) * sizeof(std::uint64_t)) /
-                  sec / 1e9);
+    gbs.push_back(static_cast<double>(per_thread * static_cast<std::size_t>(threads) * sizeof(std::uint64_t)) / sec /
+                  1e9);
   }
   (void)sink;
   std::sort(gbs.begin(), gbs.end());

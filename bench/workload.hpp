@@ -46,16 +46,16 @@ inline constexpr int kMaxWorkloadTables = 1 << 16;
 /// (named "t0", "t1", ...), or, when `table_list` is non-empty, exactly the tables it lists
 /// (heterogeneous rows and dims; `tables`, `rows` and `dim` are then unused).
 struct WorkloadSpec {
-  int tables = 1;                  ///< number of tables (1..kMaxWorkloadTables)
-  std::int64_t rows = 2000000;     ///< rows per table (> 0)
-  int dim = 128;                   ///< row width in floats (> 0)
+  int tables = 1;                      ///< number of tables (1..kMaxWorkloadTables)
+  std::int64_t rows = 2000000;         ///< rows per table (> 0)
+  int dim = 128;                       ///< row width in floats (> 0)
   std::vector<TableShape> table_list;  ///< non-empty: these tables instead of tables x rows x dim
-  std::int64_t batch = 8192;       ///< bags per table per batch (> 0)
-  int bag_size = 32;               ///< keys per bag (>= 0): exact ("fixed") or mean ("uniform") bag length
-  std::string bag_dist = "fixed";  ///< bag lengths: "fixed" (all bag_size) or "uniform" (i.i.d. in [0, 2*bag_size])
-  std::string dist = "uniform";    ///< key distribution: "uniform", "zipf:ALPHA" or "drift:ALPHA:N"
-  std::uint64_t seed = 42;         ///< seed of everything random (keys and the hot-row placement)
-  int distinct_batches = 8;        ///< number of different batches generated (>= 1); runs cycle them
+  std::int64_t batch = 8192;           ///< bags per table per batch (> 0)
+  int bag_size = 32;                   ///< keys per bag (>= 0): exact ("fixed") or mean ("uniform") bag length
+  std::string bag_dist = "fixed";      ///< bag lengths: "fixed" (all bag_size) or "uniform" (i.i.d. in [0, 2*bag_size])
+  std::string dist = "uniform";        ///< key distribution: "uniform", "zipf:ALPHA" or "drift:ALPHA:N"
+  std::uint64_t seed = 42;             ///< seed of everything random (keys and the hot-row placement)
+  int distinct_batches = 8;            ///< number of different batches generated (>= 1); runs cycle them
 };
 
 /// Parses a JSON object whose keys are the WorkloadSpec field names; missing keys keep their
@@ -144,8 +144,8 @@ class RowPermutation {
   std::uint64_t network(std::uint64_t x) const noexcept;
 
   std::int64_t n_;
-  int bits_;                  // width of the power-of-two domain the network permutes
-  std::uint64_t keys_[4];     // one round key per Feistel round
+  int bits_;               // width of the power-of-two domain the network permutes
+  std::uint64_t keys_[4];  // one round key per Feistel round
 };
 
 /// Draws row ids of one table from a Distribution. Uniform: xoshiro256** with Lemire's unbiased
@@ -252,14 +252,12 @@ inline constexpr std::int64_t kCriteoDefaultMaxRows = 1953125;
 /// rows.size() rounds). The result sums to at most max_total_rows. Errors: empty `rows`, a count
 /// <= 0, or max_total_rows < rows.size() (one row per table would not fit); the message names
 /// the value and what was expected.
-Result<std::vector<std::int64_t>> scale_table_rows(const std::vector<std::int64_t>& rows,
-                                                   std::int64_t max_total_rows);
+Result<std::vector<std::int64_t>> scale_table_rows(const std::vector<std::int64_t>& rows, std::int64_t max_total_rows);
 
 /// The built-in default table set: the 26 Criteo Kaggle tables named "C1".."C26" with
 /// kCriteoKaggleRows scaled by scale_table_rows(.., max_total_rows), dim `dim`, fp32, sum pooling,
 /// default initializer and optimizer. Errors as scale_table_rows, and dim <= 0.
-Result<std::vector<TableSpec>> criteo_default_tables(std::int64_t max_total_rows = kCriteoDefaultMaxRows,
-                                                     int dim = 64);
+Result<std::vector<TableSpec>> criteo_default_tables(std::int64_t max_total_rows = kCriteoDefaultMaxRows, int dim = 64);
 
 /// Writes batches in the raw trace format above (overwriting `path`). Every batch must have the
 /// same number of features. Errors: invalid_argument for inconsistent batches, io_error naming

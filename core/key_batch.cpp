@@ -16,19 +16,18 @@ std::int64_t KeyBatch::total_keys() const noexcept {
 Status validate(const JaggedKeys& f, const TableSpec& spec, std::int64_t expected_batch) {
   const std::string who = "table '" + spec.name + "'";
   if (f.offsets.empty())
-    return Status::invalid_argument(who + ": offsets are empty (expected batch+1 = " +
-                                    std::to_string(expected_batch + 1) + " entries)");
+    return Status::invalid_argument(
+        who + ": offsets are empty (expected batch+1 = " + std::to_string(expected_batch + 1) + " entries)");
   if (f.batch_size() != expected_batch)
-    return Status::invalid_argument(who + ": batch size " + std::to_string(f.batch_size()) +
-                                    " (offsets of length " + std::to_string(f.offsets.size()) +
-                                    ") differs from the batch size " + std::to_string(expected_batch) +
-                                    " of the other tables");
+    return Status::invalid_argument(who + ": batch size " + std::to_string(f.batch_size()) + " (offsets of length " +
+                                    std::to_string(f.offsets.size()) + ") differs from the batch size " +
+                                    std::to_string(expected_batch) + " of the other tables");
   if (f.offsets.front() != 0)
     return Status::invalid_argument(who + ": offsets[0] is " + std::to_string(f.offsets.front()) + " (expected 0)");
   for (std::size_t b = 1; b < f.offsets.size(); ++b) {
     if (f.offsets[b] < f.offsets[b - 1])
-      return Status::invalid_argument(who + ": offsets are not monotone: offsets[" + std::to_string(b) + "] = " +
-                                      std::to_string(f.offsets[b]) + " < offsets[" + std::to_string(b - 1) +
+      return Status::invalid_argument(who + ": offsets are not monotone: offsets[" + std::to_string(b) +
+                                      "] = " + std::to_string(f.offsets[b]) + " < offsets[" + std::to_string(b - 1) +
                                       "] = " + std::to_string(f.offsets[b - 1]));
   }
   if (f.offsets.back() != f.num_keys())

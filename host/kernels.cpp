@@ -46,7 +46,9 @@ inline void prefetch_row(const float* p, std::int64_t floats) {
 }
 
 // Bags per task: large enough to amortise scheduling, small enough to balance two cores.
-std::int64_t bag_grain(std::int64_t batch) { return std::max<std::int64_t>(8, std::min<std::int64_t>(256, batch / 64)); }
+std::int64_t bag_grain(std::int64_t batch) {
+  return std::max<std::int64_t>(8, std::min<std::int64_t>(256, batch / 64));
+}
 
 // The instance of a kernel for `dim`: Kernel<dim>::run for the multiples of 16 up to 256 (the
 // per-row loops get compile-time trip counts), Kernel<0>::run (dim at run time) otherwise.
@@ -78,7 +80,8 @@ namespace {
 void pool_bags_any(RowRef t, const BagsView& bags, Pooling pooling, float* out, std::int64_t b0, std::int64_t b1) {
   const std::int32_t dim = t.dim;
   const std::int64_t j_end = bags.offsets[b1];
-  for (std::int64_t j = bags.offsets[b0]; j < std::min(j_end, bags.offsets[b0] + kPrefetchDistance); ++j) prefetch_row(t.row(bags.keys[j]), dim);
+  for (std::int64_t j = bags.offsets[b0]; j < std::min(j_end, bags.offsets[b0] + kPrefetchDistance); ++j)
+    prefetch_row(t.row(bags.keys[j]), dim);
   for (std::int64_t b = b0; b < b1; ++b) {
     float* o = out + b * dim;
     std::memset(o, 0, sizeof(float) * static_cast<std::size_t>(dim));
@@ -110,7 +113,8 @@ void pool_bags_vec(RowRef t, const BagsView& bags, Pooling pooling, float* out, 
   constexpr int kVecs = dim / simd::kFloats;
   static_assert(dim % simd::kFloats == 0, "a row is a whole number of registers");
   const std::int64_t j_end = bags.offsets[b1];
-  for (std::int64_t j = bags.offsets[b0]; j < std::min(j_end, bags.offsets[b0] + kPrefetchDistance); ++j) prefetch_row(t.row(bags.keys[j]), dim);
+  for (std::int64_t j = bags.offsets[b0]; j < std::min(j_end, bags.offsets[b0] + kPrefetchDistance); ++j)
+    prefetch_row(t.row(bags.keys[j]), dim);
   for (std::int64_t b = b0; b < b1; ++b) {
     simd::Floats acc[kVecs];
     for (int c = 0; c < kVecs; ++c) acc[c] = simd::Floats{};
@@ -166,14 +170,16 @@ void gather_pool(RowRef t, const BagsView& bags, Pooling pooling, float* out) {
   // Register accumulation for dims that are multiples of 16 up to 256 (dim / simd::kFloats
   // registers); other dims accumulate in the output row.
   const auto pool = for_dim<PoolBags>(t.dim);
-  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, bags.batch, bag_grain(bags.batch)),
-                    [&](const tbb::blocked_range<std::int64_t>& r) { pool(t, bags, pooling, out, r.begin(), r.end()); });
+  tbb::parallel_for(
+      tbb::blocked_range<std::int64_t>(0, bags.batch, bag_grain(bags.batch)),
+      [&](const tbb::blocked_range<std::int64_t>& r) { pool(t, bags, pooling, out, r.begin(), r.end()); });
 }
 
 void gather_rows(RowRef t, const Key* keys, const float* weights, std::int64_t n, float* out) {
   const std::int32_t dim = t.dim;
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, n, 256), [&](const tbb::blocked_range<std::int64_t>& r) {
-    for (std::int64_t j = r.begin(); j < std::min(r.end(), r.begin() + kPrefetchDistance); ++j) prefetch_row(t.row(keys[j]), dim);
+    for (std::int64_t j = r.begin(); j < std::min(r.end(), r.begin() + kPrefetchDistance); ++j)
+      prefetch_row(t.row(keys[j]), dim);
     for (std::int64_t j = r.begin(); j < r.end(); ++j) {
       if (j + kPrefetchDistance < r.end()) prefetch_row(t.row(keys[j + kPrefetchDistance]), dim);
       const float* row = t.row(keys[j]);
@@ -202,7 +208,8 @@ inline void reduce_one(const BagsView& bags, Pooling pooling, const UniqueView& 
     // Gradient rows are read in a random order from a buffer larger than L2: prefetch them too.
     // Its bag comes from bag_of, a random read too: that is prefetched twice as far ahead, so the
     // gradient prefetch does not wait for it.
-    if (p + 2 * kGradPrefetch < p_end && pooling != Pooling::kNone) __builtin_prefetch(&bag_of[unique.positions[p + 2 * kGradPrefetch]]);
+    if (p + 2 * kGradPrefetch < p_end && pooling != Pooling::kNone)
+      __builtin_prefetch(&bag_of[unique.positions[p + 2 * kGradPrefetch]]);
     if (p + kGradPrefetch < p_end) {
       const std::int64_t jp = unique.positions[p + kGradPrefetch];
       prefetch_row<Into::kL1>(grads + (pooling == Pooling::kNone ? jp : bag_of[jp]) * dim, dim);
@@ -255,13 +262,14 @@ struct UpdateRows {
 
 }  // namespace
 
-void backward_update(RowRef t, const BagsView& bags, Pooling pooling, UniqueView unique,
-                     const std::int32_t* bag_of, const float* grads, const OptimizerStep& step) {
+void backward_update(RowRef t, const BagsView& bags, Pooling pooling, UniqueView unique, const std::int32_t* bag_of,
+                     const float* grads, const OptimizerStep& step) {
   // Compile-time dims for multiples of 16 up to 256, as gather_pool; other dims at run time.
   const auto update = for_dim<UpdateRows>(t.dim);
-  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, unique.size, 128), [&](const tbb::blocked_range<std::int64_t>& r) {
-    update(t, bags, pooling, unique, bag_of, grads, step, r.begin(), r.end());
-  });
+  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, unique.size, 128),
+                    [&](const tbb::blocked_range<std::int64_t>& r) {
+                      update(t, bags, pooling, unique, bag_of, grads, step, r.begin(), r.end());
+                    });
 }
 
 namespace {
@@ -294,8 +302,10 @@ template <std::int32_t kDim>
       // (Repeated rows are not prefetched: with skewed keys they are the hot rows, and both
       // threads taking them for writing would bounce their lines between the cores: zipf:1.05
       // backward 10.7 -> 8.6 ms.)
-      if (j + kPrefetchDistance < j_end && !repeated[j + kPrefetchDistance]) prefetch_row(t.row(bags.keys[j + kPrefetchDistance]), rec);
-      if (j + kUpdatePrefetch < j_end && !repeated[j + kUpdatePrefetch]) prefetch_row<Into::kWrite>(t.row(bags.keys[j + kUpdatePrefetch]), rec);
+      if (j + kPrefetchDistance < j_end && !repeated[j + kPrefetchDistance])
+        prefetch_row(t.row(bags.keys[j + kPrefetchDistance]), rec);
+      if (j + kUpdatePrefetch < j_end && !repeated[j + kUpdatePrefetch])
+        prefetch_row<Into::kWrite>(t.row(bags.keys[j + kUpdatePrefetch]), rec);
       if (repeated[j]) continue;
       float* g = acc;
       if (per_bag) {
@@ -337,20 +347,23 @@ void backward_update_by_bag(RowRef t, const BagsView& bags, Pooling pooling, con
   });
   // The repeated keys, range by range (their rows are disjoint from the ones above).
   const auto rows = for_dim<UpdateRows>(t.dim);
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, repeats.ranges.size(), 1), [&](const tbb::blocked_range<std::size_t>& r) {
-    for (std::size_t g = r.begin(); g < r.end(); ++g) {
-      const UniqueView v = view_of(repeats.ranges[g]);
-      if (v.size > 0) rows(t, bags, pooling, v, bag_of, grads, step, 0, v.size);
-    }
-  });
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, repeats.ranges.size(), 1),
+                    [&](const tbb::blocked_range<std::size_t>& r) {
+                      for (std::size_t g = r.begin(); g < r.end(); ++g) {
+                        const UniqueView v = view_of(repeats.ranges[g]);
+                        if (v.size > 0) rows(t, bags, pooling, v, bag_of, grads, step, 0, v.size);
+                      }
+                    });
 }
 
 void reduce_unique_grads(const BagsView& bags, Pooling pooling, UniqueView unique, const std::int32_t* bag_of,
                          const float* grads, std::int32_t dim, float* out) {
-  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, unique.size, 128), [&](const tbb::blocked_range<std::int64_t>& r) {
-    const std::int64_t p_end = unique.offsets[r.end()];
-    for (std::int64_t u = r.begin(); u < r.end(); ++u) reduce_one<0>(bags, pooling, unique, bag_of, grads, dim, u, p_end, out + u * dim);
-  });
+  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, unique.size, 128),
+                    [&](const tbb::blocked_range<std::int64_t>& r) {
+                      const std::int64_t p_end = unique.offsets[r.end()];
+                      for (std::int64_t u = r.begin(); u < r.end(); ++u)
+                        reduce_one<0>(bags, pooling, unique, bag_of, grads, dim, u, p_end, out + u * dim);
+                    });
 }
 
 }  // namespace strata

@@ -33,8 +33,8 @@ int range_shift(std::int64_t key_space) {
 // once, so the usual step is a load, a compare and a store; a later use links the previous one to
 // it (next) and, at a key's first repeat, records the key's first use as a head. Then each head's
 // chain gives the key's positions, ascending.
-void scan_range(RepeatsScratch& s, std::int64_t b, std::int64_t e, Key base, RepeatsScratch::Map& map, std::uint8_t* repeated,
-                UniqueKeys& out) {
+void scan_range(RepeatsScratch& s, std::int64_t b, std::int64_t e, Key base, RepeatsScratch::Map& map,
+                std::uint8_t* repeated, UniqueKeys& out) {
   out.keys.clear();
   out.offsets.assign(1, 0);
   out.positions.clear();

@@ -26,11 +26,11 @@ struct Repeats {
 /// Reusable memory of find_repeats (keep it across batches: the per-thread maps are allocated once
 /// and never cleared, only re-tagged).
 struct RepeatsScratch {
-  std::vector<std::int64_t> counts;   ///< (chunks x ranges) positions per chunk and range
-  std::vector<std::int64_t> start;    ///< (ranges + 1) where each range's positions start in by_range
-  std::vector<std::int32_t> by_range; ///< (n) positions grouped by range, ascending within each
+  std::vector<std::int64_t> counts;          ///< (chunks x ranges) positions per chunk and range
+  std::vector<std::int64_t> start;           ///< (ranges + 1) where each range's positions start in by_range
+  std::vector<std::int32_t> by_range;        ///< (n) positions grouped by range, ascending within each
   std::vector<std::uint32_t> range_offsets;  ///< (n) the keys of by_range, less their range's first key
-  std::vector<std::int32_t> next;     ///< (n) next use of the same key (index in the range + 1), 0 = none
+  std::vector<std::int32_t> next;            ///< (n) next use of the same key (index in the range + 1), 0 = none
   /// Key offset in a range -> epoch << 32 | seen twice << 31 | (last use in the range + 1): one
   /// per arena thread, never cleared (an entry of an older epoch is empty).
   struct Map {

@@ -279,9 +279,10 @@ Status Store::save(const std::string& dir) {
   if (auto m = read_manifest(dir)) {
     old = std::move(m).value();
   } else if (m.status().code() != StatusCode::kNotFound) {
-    return m.status().with_context("save into '" + dir +
-                                   "': its manifest cannot be read, so this save would replace a checkpoint it does not "
-                                   "understand (expected no manifest or a valid one; move it away or save elsewhere)");
+    return m.status().with_context(
+        "save into '" + dir +
+        "': its manifest cannot be read, so this save would replace a checkpoint it does not "
+        "understand (expected no manifest or a valid one; move it away or save elsewhere)");
   }
   Manifest next;
   next.generation = old.generation + 1;

@@ -47,7 +47,8 @@ class ReferenceStore final : public Store {
 
   // Previews only steer a cache: checked like every mode checks them, then only their ids are kept.
   Status preview(std::int64_t id, const KeyBatch& batch) override {
-    STRATA_RETURN_IF_ERROR(detail::check_preview(id, batch, config_, index_, previews_, batches_.count(id) > 0).status());
+    STRATA_RETURN_IF_ERROR(
+        detail::check_preview(id, batch, config_, index_, previews_, batches_.count(id) > 0).status());
     previews_.add(id);
     return Status::ok();
   }
@@ -75,7 +76,8 @@ class ReferenceStore final : public Store {
         float* o = out + b * dim;
         for (std::int32_t c = 0; c < dim; ++c) o[c] = 0.0f;
         const std::int64_t lo = f.offsets[static_cast<std::size_t>(b)], hi = f.offsets[static_cast<std::size_t>(b) + 1];
-        for (std::int64_t j = lo; j < hi; ++j) row_axpy(o, t.row(f.keys[static_cast<std::size_t>(j)]), w ? w[j] : 1.0f, dim);
+        for (std::int64_t j = lo; j < hi; ++j)
+          row_axpy(o, t.row(f.keys[static_cast<std::size_t>(j)]), w ? w[j] : 1.0f, dim);
         if (t.spec.pooling == Pooling::kMean && hi > lo) row_scale(o, bag_scale(t.spec.pooling, hi - lo), dim);
       }
     }
@@ -126,7 +128,9 @@ class ReferenceStore final : public Store {
     if (!weights && n > 0) return null_weights("read_rows", t.spec, n);
     if (n == 0) return Status::ok();  // buffers may be null: no memcpy of nothing from null
     std::memcpy(weights, t.row(row0), sizeof(float) * static_cast<std::size_t>(n * t.spec.dim));
-    if (state && t.state_dim) std::memcpy(state, t.state.data() + row0 * t.state_dim, sizeof(float) * static_cast<std::size_t>(n * t.state_dim));
+    if (state && t.state_dim)
+      std::memcpy(state, t.state.data() + row0 * t.state_dim,
+                  sizeof(float) * static_cast<std::size_t>(n * t.state_dim));
     return Status::ok();
   }
   Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) override {
@@ -136,7 +140,8 @@ class ReferenceStore final : public Store {
     if (!weights && n > 0) return null_weights("write_rows", t.spec, n);
     if (n == 0) return Status::ok();
     std::memcpy(t.row(row0), weights, sizeof(float) * static_cast<std::size_t>(n * t.spec.dim));
-    if (state && t.state_dim) std::memcpy(t.state_of(row0), state, sizeof(float) * static_cast<std::size_t>(n * t.state_dim));
+    if (state && t.state_dim)
+      std::memcpy(t.state_of(row0), state, sizeof(float) * static_cast<std::size_t>(n * t.state_dim));
     return Status::ok();
   }
 

@@ -10,9 +10,9 @@
 
 #include "cache/cache_pool.hpp"
 #include "core/key_batch.hpp"
-#include "gpu/counters.hpp"
 #include "core/status.hpp"
 #include "dispatch/communicator.hpp"
+#include "gpu/counters.hpp"
 #include "store/store_config.hpp"
 
 namespace strata {
@@ -21,22 +21,22 @@ namespace strata {
 /// share since the store was opened.
 struct DispatchStats {
   int rank = 0, world = 1;
-  std::int64_t batches = 0;              ///< batches exchanged (submitted and looked up)
+  std::int64_t batches = 0;                                   ///< batches exchanged (submitted and looked up)
   std::int64_t key_bytes = 0, row_bytes = 0, grad_bytes = 0;  ///< exchanged with other ranks (dedup on)
-  std::int64_t bytes_no_dedup = 0;       ///< what keys + rows + gradients would have been without dedup
-  double exchange_seconds = 0;           ///< in collectives (agreement, counts, keys, rows, gradients)
-  double lookup_seconds = 0;             ///< in this rank's shards (the inner engine)
-  double local_seconds = 0;              ///< dedup, pooling and gradient sums at the source
+  std::int64_t bytes_no_dedup = 0;  ///< what keys + rows + gradients would have been without dedup
+  double exchange_seconds = 0;      ///< in collectives (agreement, counts, keys, rows, gradients)
+  double lookup_seconds = 0;        ///< in this rank's shards (the inner engine)
+  double local_seconds = 0;         ///< dedup, pooling and gradient sums at the source
   std::int64_t bytes() const noexcept { return key_bytes + row_bytes + grad_bytes; }
 };
 
 /// Counters of a store since it was opened (for benchmarks and tuning).
 struct StoreStats {
   std::vector<std::pair<std::string, cache::CacheStats>> cache;  ///< per `cached` table, by name
-  std::string device;                  ///< "" without a device, else "emu" or "cuda <name>"
-  gpu::LinkBytes links;                ///< bytes per link counted by the device layer and the prefetcher
-  std::size_t device_peak_bytes = 0;   ///< peak device memory allocated
-  DispatchStats dispatch;              ///< sharded tables only
+  std::string device;                                            ///< "" without a device, else "emu" or "cuda <name>"
+  gpu::LinkBytes links;               ///< bytes per link counted by the device layer and the prefetcher
+  std::size_t device_peak_bytes = 0;  ///< peak device memory allocated
+  DispatchStats dispatch;             ///< sharded tables only
 };
 
 /// An embedding store. Create with Store::open (or open_reference_store for the oracle).

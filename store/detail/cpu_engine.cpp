@@ -58,13 +58,15 @@ struct CpuBatch final : EngineBatch {};
 
 class CpuEngine final : public Engine {
  public:
-  CpuEngine(const StoreConfig& config, std::unordered_map<int, HostTableOps> tables) : config_(config), tables_(std::move(tables)) {}
+  CpuEngine(const StoreConfig& config, std::unordered_map<int, HostTableOps> tables)
+      : config_(config), tables_(std::move(tables)) {}
 
   Result<std::unique_ptr<EngineBatch>> submit(std::int64_t, const KeyBatch&, const EngineFeatures&) override {
     return std::unique_ptr<EngineBatch>(std::make_unique<CpuBatch>());
   }
 
-  Status forward(EngineBatch&, const KeyBatch& batch, const EngineFeatures& f, const std::vector<MatrixView>& outputs) override {
+  Status forward(EngineBatch&, const KeyBatch& batch, const EngineFeatures& f,
+                 const std::vector<MatrixView>& outputs) override {
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const std::size_t fi = static_cast<std::size_t>(f.feature[i]);
       tables_.at(f.table[i]).forward(batch.features[fi], outputs[fi].data);
@@ -72,8 +74,8 @@ class CpuEngine final : public Engine {
     return Status::ok();
   }
 
-  Status backward(EngineBatch&, const KeyBatch& batch, const EngineFeatures& f, const std::vector<ConstMatrixView>& grads,
-                  std::int64_t t) override {
+  Status backward(EngineBatch&, const KeyBatch& batch, const EngineFeatures& f,
+                  const std::vector<ConstMatrixView>& grads, std::int64_t t) override {
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const std::size_t fi = static_cast<std::size_t>(f.feature[i]);
       const TableSpec& spec = config_.tables[static_cast<std::size_t>(f.table[i])].spec;

@@ -139,11 +139,12 @@ const std::vector<Field> kWorkload = {
 };
 
 const std::vector<Field> kSettings = {
-    {"/modes", Type::kString},     {"/policy", Type::kString},           {"/lookahead", Type::kInteger},
-    {"/preview", Type::kInteger},  {"/pipeline", Type::kInteger},        {"/cache_fraction", Type::kNumber},
-    {"/planner_shards", Type::kInteger},
-    {"/sweep_cache", Type::kArray},
-    {"/backend", Type::kString},   {"/device_capacity", Type::kInteger}, {"/profile", Type::kString},
+    {"/modes", Type::kString},           {"/policy", Type::kString},
+    {"/lookahead", Type::kInteger},      {"/preview", Type::kInteger},
+    {"/pipeline", Type::kInteger},       {"/cache_fraction", Type::kNumber},
+    {"/planner_shards", Type::kInteger}, {"/sweep_cache", Type::kArray},
+    {"/backend", Type::kString},         {"/device_capacity", Type::kInteger},
+    {"/profile", Type::kString},
 };
 
 const std::vector<Field> kMachine = {
@@ -214,11 +215,10 @@ const std::vector<Field> kResult = {
 };
 
 const std::vector<Field> kCache = {
-    {"/accesses", Type::kInteger},   {"/hits", Type::kInteger},          {"/misses", Type::kInteger},
-    {"/evictions", Type::kInteger},  {"/writebacks", Type::kInteger},    {"/policy", Type::kString},
-    {"/lookahead", Type::kInteger},  {"/preview", Type::kInteger},       {"/cache_fraction", Type::kNumber},
-    {"/planner_shards", Type::kInteger},
-    {"/cache_rows", Type::kInteger}, {"/cache_bytes", Type::kNumber},
+    {"/accesses", Type::kInteger},       {"/hits", Type::kInteger},       {"/misses", Type::kInteger},
+    {"/evictions", Type::kInteger},      {"/writebacks", Type::kInteger}, {"/policy", Type::kString},
+    {"/lookahead", Type::kInteger},      {"/preview", Type::kInteger},    {"/cache_fraction", Type::kNumber},
+    {"/planner_shards", Type::kInteger}, {"/cache_rows", Type::kInteger}, {"/cache_bytes", Type::kNumber},
 };
 
 // A tiny heterogeneous workload (two dims: two cache pools) through every mode, with a sweep whose
@@ -382,7 +382,8 @@ TEST(BenchCli, PreviewRunsTheLookaheadPolicyWithPreviewedBatches) {
   const RunOutput r = run_bench(
       "--rows 2000 --dim 4 --batch 16 --pooling 2 --steps 12 --warmup 2 --threads 1 --dist zipf:1.05 "
       "--read-probe-mib 1 --modes cached --backend emu --cache-fraction 0.1 --policy lookahead --lookahead 1 "
-      "--preview 8 --no-progress --json " + dir + "/preview.json");
+      "--preview 8 --no-progress --json " +
+      dir + "/preview.json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const json j = json::parse(read_file(dir + "/preview.json"));
   EXPECT_EQ(j["settings"]["preview"], 8);
@@ -401,7 +402,8 @@ TEST(BenchCli, PlannerShardsPlanTheCacheInShards) {
   const RunOutput r = run_bench(
       "--rows 4000 --dim 4 --batch 16 --pooling 2 --steps 6 --warmup 1 --threads 2 --dist zipf:1.05 "
       "--read-probe-mib 1 --modes cached --backend emu --cache-fraction 0.2 --policy lfu --planner-shards 3 "
-      "--no-progress --json " + dir + "/shards.json");
+      "--no-progress --json " +
+      dir + "/shards.json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const json j = json::parse(read_file(dir + "/shards.json"));
   EXPECT_EQ(j["settings"]["planner_shards"], 3);
@@ -430,7 +432,8 @@ TEST(BenchCli, ShardedModesOverRanksReportTheAllToAll) {
     EXPECT_EQ(d["ranks"], 3);
     const json& b = d["bytes_per_step"];
     EXPECT_GT(b["total"].get<double>(), 0.0);
-    EXPECT_DOUBLE_EQ(b["total"].get<double>(), b["keys"].get<double>() + b["rows"].get<double>() + b["grads"].get<double>());
+    EXPECT_DOUBLE_EQ(b["total"].get<double>(),
+                     b["keys"].get<double>() + b["rows"].get<double>() + b["grads"].get<double>());
     EXPECT_GE(b["total_without_dedup"].get<double>(), b["total"].get<double>());
     EXPECT_DOUBLE_EQ(m["bytes_per_step"]["all_to_all"].get<double>(), b["total"].get<double>());
     for (const char* k : {"exchange", "lookup", "source"}) EXPECT_GE(d["ms_per_step"][k].get<double>(), 0.0) << k;
@@ -442,8 +445,8 @@ TEST(BenchCli, ShardedModesOverRanksReportTheAllToAll) {
 TEST(BenchCli, HelpListsModesAndFlags) {
   const RunOutput r = run_bench("--help");
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* s : {"cpu, offload, offload-cpu, cached, gpu, hybrid", "--sweep-cache", "--tables", "criteo", "--criteo-rows",
-                        "--ranks", "--sharding"})
+  for (const char* s : {"cpu, offload, offload-cpu, cached, gpu, hybrid", "--sweep-cache", "--tables", "criteo",
+                        "--criteo-rows", "--ranks", "--sharding"})
     EXPECT_NE(r.output.find(s), std::string::npos) << s;
 }
 

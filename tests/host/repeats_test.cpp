@@ -57,9 +57,8 @@ TEST(FindRepeats, EmptySingleAndAllTheSame) {
 }
 
 // Random batches of every size class and key space (one range, several, the most ranges with the
-// largest maps at 2^28 rows, the hash dedup beyond, keys at both ends of each), few and many repeats, one hot key; the same
-// scratch reused across all of them (its maps are never cleared, only re-tagged), in arenas of 1,
-// 2 and 3 threads.
+// largest maps at 2^28 rows, the hash dedup beyond, keys at both ends of each), few and many repeats, one hot key; the
+// same scratch reused across all of them (its maps are never cleared, only re-tagged), in arenas of 1, 2 and 3 threads.
 TEST(FindRepeats, MatchesAMapOnRandomBatches) {
   std::mt19937_64 rng(5);
   for (const int threads : {1, 2, 3}) {
@@ -68,10 +67,19 @@ TEST(FindRepeats, MatchesAMapOnRandomBatches) {
       Repeats r;
       RepeatsScratch s;
       for (int trial = 0; trial < 40; ++trial) {
-        const std::int64_t spaces[] = {1, 7, 1000, (std::int64_t{1} << 17) + 1, 2000000, std::int64_t{1} << 28, (std::int64_t{1} << 28) + 1, std::int64_t{1} << 40};
+        const std::int64_t spaces[] = {1,
+                                       7,
+                                       1000,
+                                       (std::int64_t{1} << 17) + 1,
+                                       2000000,
+                                       std::int64_t{1} << 28,
+                                       (std::int64_t{1} << 28) + 1,
+                                       std::int64_t{1} << 40};
         const std::int64_t key_space = spaces[rng() % 8];
         const std::int64_t n = static_cast<std::int64_t>(rng() % 40000);
-        const std::int64_t distinct = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(std::min<std::int64_t>(key_space, 2 * n + 1)));
+        const std::int64_t distinct =
+            1 +
+            static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(std::min<std::int64_t>(key_space, 2 * n + 1)));
         std::vector<Key> pool(static_cast<std::size_t>(distinct));
         for (auto& k : pool) k = static_cast<Key>(rng() % static_cast<std::uint64_t>(key_space));
         pool[0] = key_space - 1;

@@ -151,7 +151,8 @@ TEST_P(BadInput, BackwardBeforeForward) {
 TEST_P(BadInput, WritesWhileBatchesInFlight) {
   std::vector<float> w(4);
   EXPECT_EQ(store_->write_rows(0, 0, 1, w.data(), nullptr).code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(store_->read_rows(0, 99, 2, w.data(), nullptr).message(), "table 'user': rows [99, 101) out of range [0, 100)");
+  EXPECT_EQ(store_->read_rows(0, 99, 2, w.data(), nullptr).message(),
+            "table 'user': rows [99, 101) out of range [0, 100)");
   EXPECT_EQ(store_->read_rows(5, 0, 1, w.data(), nullptr).code(), StatusCode::kNotFound);
   ExpectUnchanged();
 }
@@ -199,13 +200,14 @@ Result<std::unique_ptr<Store>> open_sharded_hybrid(const StoreConfig& c) { retur
 Result<std::unique_ptr<Store>> open_cpu(const StoreConfig& c) { return Store::open(c); }
 
 std::string store_name(const ::testing::TestParamInfo<Opener>& info) {
-  static const char* const kNames[] = {"cpu", "reference", "offload", "cached", "gpu", "hybrid", "sharded_gpu", "sharded_hybrid"};
+  static const char* const kNames[] = {"cpu", "reference", "offload",     "cached",
+                                       "gpu", "hybrid",    "sharded_gpu", "sharded_hybrid"};
   return kNames[info.index];
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, BadInput,
-                         ::testing::Values(&open_cpu, &open_reference_store, &open_offload, &open_cached, &open_gpu, &open_hybrid,
-                                           &open_sharded_gpu, &open_sharded_hybrid),
+                         ::testing::Values(&open_cpu, &open_reference_store, &open_offload, &open_cached, &open_gpu,
+                                           &open_hybrid, &open_sharded_gpu, &open_sharded_hybrid),
                          store_name);
 
 TEST(BadConfig, ZeroRowsOrDimNamesTheTable) {

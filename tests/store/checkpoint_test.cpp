@@ -129,9 +129,7 @@ TEST_F(Checkpoint, SaveOverAManifestItCannotReadIsRefusedAndTouchesNothing) {
   fs::remove(dir_ / "MANIFEST");  // the user moved it away: saving works again
   ASSERT_TRUE((*a)->save(dir_).is_ok());
   // Bytes after the checksum line are corruption too.
-  {
-    std::ofstream(dir_ / "MANIFEST", std::ios::binary | std::ios::app) << "garbage";
-  }
+  { std::ofstream(dir_ / "MANIFEST", std::ios::binary | std::ios::app) << "garbage"; }
   EXPECT_EQ((*a)->load(dir_).code(), StatusCode::kDataLoss);
   EXPECT_FALSE((*a)->save(dir_).is_ok());
 }
