@@ -94,8 +94,13 @@ class Store {
   /// Looks up a submitted batch. `outputs[i]` receives feature i of the batch (host memory):
   /// (batch, dim) for pooled tables, (num_keys, dim) for pooling none. Synchronous.
   virtual Status forward(std::int64_t batch_id, const std::vector<MatrixView>& outputs) = 0;
-  /// Applies gradients of the outputs (same shapes as forward's) to the rows the batch used, with
-  /// each table's optimizer, then retires the batch. Requires forward(batch_id) first. Synchronous.
+  /// Applies gradients of the outputs (same shapes as forward's, host memory) to the rows the batch
+  /// used, with each table's optimizer, then retires the batch. Requires forward(batch_id) first.
+  /// Synchronous. Gradients holding NaN or Inf are refused (InvalidArgument naming the table, bag
+  /// and column; nothing changes, the batch stays in flight) unless accept_nonfinite_gradients. On
+  /// a failed device nothing is applied to the tables in host memory and step() does not advance.
+  /// With cache.flush_every = N, every N-th step then flushes (its error is returned after the step
+  /// was applied).
   virtual Status backward(std::int64_t batch_id, const std::vector<ConstMatrixView>& grads) = 0;
   /// Retires a submitted batch without backward (inference).
   virtual Status discard(std::int64_t batch_id) = 0;
@@ -132,7 +137,9 @@ class Store {
   virtual Status flush() = 0;
 
   /// Copies rows [row0, row0+n) of a table: weights (n, dim) and, when non-null, optimizer state
-  /// (n, state_dim), into host buffers. Sees every applied backward.
+  /// (n, state_dim), into host buffers. Sees every applied backward. After a device fault, a
+  /// cached table reads from host memory when no backward was applied since the last flush, and
+  /// fails with DataLoss (naming the steps lost) otherwise.
   virtual Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) = 0;
   /// Overwrites rows [row0, row0+n) (weights, and state when non-null). Fails if batches are in flight.
   virtual Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) = 0;
