@@ -70,6 +70,14 @@ STRATA_HD float grad_scale(Pooling p, std::int64_t len, const float* weights, st
   return weights ? s * weights[j] : s;
 }
 
+/// Uses of a row summed as one segment of its gradient. The gradient of a row used n times in a
+/// batch is the sum, left to right, of its segments' sums: uses [0, S), [S, 2S), ... in ascending
+/// position order, each segment summed from 0.0f (up to S uses that is the plain sum in position
+/// order). Every mode sums in this order, so that the GPU can reduce a hot row (the one-row tables
+/// of the default workload are used 8,192 times a batch, zipf keys tens of thousands of times) with
+/// many warps at once, one segment each, and results still agree bit for bit.
+inline constexpr std::int64_t kGradSegment = 128;
+
 /// Everything one optimizer step needs besides the row: the spec plus Adam's bias corrections for
 /// the store-wide step number t (1-based), precomputed once per backward on the host.
 struct OptimizerStep {

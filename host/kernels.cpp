@@ -196,15 +196,16 @@ void gather_rows(RowRef t, const Key* keys, const float* weights, std::int64_t n
 
 namespace {
 
-// acc = sum over the uses of unique row u of its gradient contributions, in ascending position
-// order (the one reduction every mode shares, so results are bit-exact between modes). kDim > 0
-// fixes the dim at compile time (then `dim` must equal it); 0 takes it at run time.
+// acc = sum of the gradient contributions of positions [p_lo, p_hi) of a unique row, from 0.0f in
+// ascending position order. kDim > 0 fixes the dim at compile time (then `dim` must equal it); 0
+// takes it at run time. p_end: where the prefetches stop.
 template <std::int32_t kDim>
-inline void reduce_one(const BagsView& bags, Pooling pooling, const UniqueView& unique, const std::int32_t* bag_of,
-                       const float* grads, std::int32_t run_dim, std::int64_t u, std::int64_t p_end, float* acc) {
+inline void reduce_segment(const BagsView& bags, Pooling pooling, const UniqueView& unique,
+                           const std::int32_t* bag_of, const float* grads, std::int32_t run_dim, std::int64_t p_lo,
+                           std::int64_t p_hi, std::int64_t p_end, float* acc) {
   const std::int32_t dim = kDim > 0 ? kDim : run_dim;
   std::fill(acc, acc + dim, 0.0f);
-  for (std::int64_t p = unique.offsets[u]; p < unique.offsets[u + 1]; ++p) {
+  for (std::int64_t p = p_lo; p < p_hi; ++p) {
     // Gradient rows are read in a random order from a buffer larger than L2: prefetch them too.
     // Its bag comes from bag_of, a random read too: that is prefetched twice as far ahead, so the
     // gradient prefetch does not wait for it.
@@ -222,6 +223,25 @@ inline void reduce_one(const BagsView& bags, Pooling pooling, const UniqueView& 
       const float s = grad_scale(pooling, bags.offsets[b + 1] - bags.offsets[b], bags.weights, j);
       row_axpy(acc, grads + b * dim, s, dim);
     }
+  }
+}
+
+// acc = the summed gradient of unique row u: its uses in segments of kGradSegment positions, each
+// summed from 0.0f, then the segments added in order (core/row_math.hpp; the one reduction every
+// mode shares, so results are bit-exact between modes).
+template <std::int32_t kDim>
+inline void reduce_one(const BagsView& bags, Pooling pooling, const UniqueView& unique, const std::int32_t* bag_of,
+                       const float* grads, std::int32_t run_dim, std::int64_t u, std::int64_t p_end, float* acc) {
+  const std::int32_t dim = kDim > 0 ? kDim : run_dim;
+  const std::int64_t p_lo = unique.offsets[u], p_hi = unique.offsets[u + 1];
+  reduce_segment<kDim>(bags, pooling, unique, bag_of, grads, dim, p_lo, std::min(p_lo + kGradSegment, p_hi), p_end,
+                       acc);
+  if (p_hi - p_lo <= kGradSegment) return;
+  RowAcc<kDim> part_acc(dim);
+  float* part = part_acc.data();
+  for (std::int64_t s = p_lo + kGradSegment; s < p_hi; s += kGradSegment) {
+    reduce_segment<kDim>(bags, pooling, unique, bag_of, grads, dim, s, std::min(s + kGradSegment, p_hi), p_end, part);
+    row_add(acc, part, dim);
   }
 }
 

@@ -29,7 +29,7 @@ void gather_pool(RowRef table, const BagsView& bags, Pooling pooling, float* out
 void gather_rows(RowRef table, const Key* keys, const float* weights, std::int64_t n, float* out);
 
 /// Fused backward for one table: for each unique row, sums the gradients of all its uses (in
-/// ascending position order, so the result is deterministic) and applies the optimizer in place.
+/// ascending position order, in segments of kGradSegment uses: core/row_math.hpp) and applies the optimizer in place.
 ///   grads: (batch, dim) for pooled tables, (num_keys, dim) for pooling none; host.
 ///   bag_of: (num_keys) bag of each key position (unused for pooling none).
 /// Rows not in `unique` are untouched.

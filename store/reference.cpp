@@ -1,10 +1,12 @@
 // The reference implementation: the oracle for every mode. Deliberately simple: rows in plain
-// vectors, one thread, no dedup; gradients are summed per row in the order keys appear (the order
-// the fast kernels also use, so fp32 results match bit for bit).
+// vectors, one thread, no dedup; gradients are summed per row in the order keys appear, in
+// segments of kGradSegment uses (the order the fast kernels also use, so fp32 results match bit
+// for bit).
 
 #include <cstring>
 #include <map>
 #include <unordered_map>
+#include <vector>
 
 #include "core/row_math.hpp"
 #include "store/detail/batch_checks.hpp"
@@ -18,6 +20,30 @@ Status null_weights(const char* op, const TableSpec& s, std::int64_t n) {
   return Status::invalid_argument("table '" + s.name + "': " + op + " weights is null (expected a buffer of " +
                                   std::to_string(n) + " x " + std::to_string(s.dim) + " floats)");
 }
+
+// One row's gradient, added use by use: the first kGradSegment uses into the total, then each
+// further segment of kGradSegment uses into a partial sum from 0.0f that joins the total when the
+// segment is complete (or at the end).
+class GradSum {
+ public:
+  void add(const float* grad, float scale, std::int32_t dim) {
+    if (total_.empty()) total_.assign(static_cast<std::size_t>(dim), 0.0f);
+    const bool first = uses_ < kGradSegment;
+    if (!first && uses_ % kGradSegment == 0) part_.assign(static_cast<std::size_t>(dim), 0.0f);
+    row_axpy(first ? total_.data() : part_.data(), grad, scale, dim);
+    ++uses_;
+    if (!first && uses_ % kGradSegment == 0) row_add(total_.data(), part_.data(), dim);
+  }
+  // The finished sum (call once, after the last add).
+  float* finish(std::int32_t dim) {
+    if (uses_ > kGradSegment && uses_ % kGradSegment != 0) row_add(total_.data(), part_.data(), dim);
+    return total_.data();
+  }
+
+ private:
+  std::vector<float> total_, part_;
+  std::int64_t uses_ = 0;
+};
 
 class ReferenceStore final : public Store {
  public:
@@ -94,22 +120,22 @@ class ReferenceStore final : public Store {
       const JaggedKeys& f = e.batch.features[i];
       const std::int32_t dim = t.spec.dim;
       const float* w = f.weights.empty() ? nullptr : f.weights.data();
-      // Per-row gradient sums, each accumulated in the order its keys appear.
-      std::map<Key, std::vector<float>> sums;
+      // Per-row gradient sums, each accumulated in the order its keys appear, in segments of
+      // kGradSegment uses (core/row_math.hpp).
+      std::map<Key, GradSum> sums;
       for (std::int64_t b = 0; b < f.batch_size(); ++b) {
         const std::int64_t lo = f.offsets[static_cast<std::size_t>(b)], hi = f.offsets[static_cast<std::size_t>(b) + 1];
         for (std::int64_t j = lo; j < hi; ++j) {
-          auto& acc = sums[f.keys[static_cast<std::size_t>(j)]];
-          if (acc.empty()) acc.assign(static_cast<std::size_t>(dim), 0.0f);
+          GradSum& sum = sums[f.keys[static_cast<std::size_t>(j)]];
           if (t.spec.pooling == Pooling::kNone) {
-            row_axpy(acc.data(), grads[i].data + j * dim, grad_scale(Pooling::kNone, 1, w, j), dim);
+            sum.add(grads[i].data + j * dim, grad_scale(Pooling::kNone, 1, w, j), dim);
           } else {
-            row_axpy(acc.data(), grads[i].data + b * dim, grad_scale(t.spec.pooling, hi - lo, w, j), dim);
+            sum.add(grads[i].data + b * dim, grad_scale(t.spec.pooling, hi - lo, w, j), dim);
           }
         }
       }
       const OptimizerStep st = make_optimizer_step(t.spec.optimizer, step_);
-      for (auto& [key, g] : sums) apply_optimizer(st, t.row(key), t.state_of(key), g.data(), dim);
+      for (auto& [key, sum] : sums) apply_optimizer(st, t.row(key), t.state_of(key), sum.finish(dim), dim);
     }
     batches_.erase(id);
     return Status::ok();

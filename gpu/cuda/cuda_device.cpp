@@ -35,8 +35,7 @@ namespace strata::gpu {
 namespace {
 
 using cuda_detail::cuda_status;
-using cuda_detail::kMaxFeaturesPerLaunch;
-using cuda_detail::kMaxHostParts;
+using kernels::kMaxHostParts;
 
 std::string hex(const void* p) {
   char buf[32];
@@ -245,12 +244,7 @@ class CudaDevice final : public Device {
 
   void do_gather_pool(StreamView s, SlotPool pool, const std::vector<LookupFeature>& features) override {
     if (features.empty() || !begin_issue()) return;
-    cuda_detail::GatherArgs args;
-    args.source.bases[0] = pool.base;
-    args.source.parts = 1;
-    args.source.stride = pool.stride;
-    args.dim = pool.dim;
-    issue_gathers(s, args, features, false);
+    issue_gathers(s, kernels::gather_launches(kernels::pool_source(pool), pool.dim, features));
   }
 
   void do_gather_pool_host(StreamView s, RowRef table, const std::vector<LookupFeature>& features) override {
@@ -261,52 +255,35 @@ class CudaDevice final : public Device {
                                             std::to_string(table.parts)));
       return;
     }
-    cuda_detail::GatherArgs args;
-    args.source.parts = table.parts;
-    args.source.block_shift = table.block_shift;
-    args.source.stride = table.stride;
-    args.dim = table.dim;
+    float* mapped[kMaxHostParts] = {};
     for (std::int32_t p = 0; p < table.parts; ++p) {
       // Every part must be registered (mapped) through pinner(): asked of the driver even where
       // the host address is the device address (cudaDevAttrCanUseHostPointerForRegisteredMem),
       // so that an unregistered table is an error here, not an illegal address in the kernel
       // that would poison the context.
-      void* mapped = nullptr;
-      if (!STRATA_CUDA_RECORD(*this, cudaHostGetDevicePointer(&mapped, table.bases[p], 0))) return;
-      args.source.bases[p] = static_cast<float*>(mapped);
+      void* m = nullptr;
+      if (!STRATA_CUDA_RECORD(*this, cudaHostGetDevicePointer(&m, table.bases[p], 0))) return;
+      mapped[p] = static_cast<float*>(m);
     }
-    issue_gathers(s, args, features, true);
+    issue_gathers(s, kernels::gather_launches(kernels::host_source(table, mapped), table.dim, features));
   }
 
   void do_backward_update(StreamView s, SlotPool pool, const std::vector<UpdateFeature>& features) override {
     if (features.empty() || !begin_issue()) return;
-    cuda_detail::UpdateArgs args;
-    args.base = pool.base;
-    args.stride = pool.stride;
-    args.dim = pool.dim;
-    for (std::size_t first = 0; first < features.size(); first += kMaxFeaturesPerLaunch) {
-      const std::size_t n = std::min<std::size_t>(kMaxFeaturesPerLaunch, features.size() - first);
-      args.count = static_cast<std::int32_t>(n);
-      args.begin[0] = 0;
-      for (std::size_t i = 0; i < n; ++i) {
-        const UpdateFeature& f = features[first + i];
-        args.features[i] = {f.offsets, f.weights, f.unique_slots, f.unique_offsets, f.positions, f.bag_of,
-                            f.grads,   f.pooling, f.step};
-        args.begin[i + 1] = args.begin[i] + std::max<std::int64_t>(0, f.num_unique);
-      }
-      if (!STRATA_CUDA_RECORD(*this, cuda_detail::launch_backward_update(args, stream(s), sm_count_))) return;
-    }
+    for (const auto& a : kernels::update_launches(pool, features))
+      if (!STRATA_CUDA_RECORD(*this, cuda_detail::launch_update(a, stream(s), sm_count_))) return;
   }
 
   void do_pack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* dst) override {
     if (n <= 0 || !begin_issue()) return;
-    STRATA_CUDA_RECORD(*this, cuda_detail::launch_pack_records(pool.base, pool.stride, slots, n, dst, stream(s), sm_count_));
+    const kernels::RecordArgs a{pool.base, pool.stride, slots, n, dst};
+    STRATA_CUDA_RECORD(*this, cuda_detail::launch_records(a, false, stream(s), sm_count_));
   }
 
   void do_unpack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, const float* src) override {
     if (n <= 0 || !begin_issue()) return;
-    STRATA_CUDA_RECORD(*this,
-                       cuda_detail::launch_unpack_records(pool.base, pool.stride, slots, n, src, stream(s), sm_count_));
+    const kernels::RecordArgs a{pool.base, pool.stride, slots, n, const_cast<float*>(src)};
+    STRATA_CUDA_RECORD(*this, cuda_detail::launch_records(a, true, stream(s), sm_count_));
   }
 
  private:
@@ -323,22 +300,9 @@ class CudaDevice final : public Device {
   // once this device is current.
   bool begin_issue() { return !failed() && use_device(); }
 
-  // Table-batched: one launch per kMaxFeaturesPerLaunch features; `args` holds the row source.
-  void issue_gathers(StreamView s, cuda_detail::GatherArgs& args, const std::vector<LookupFeature>& features, bool host) {
-    for (std::size_t first = 0; first < features.size(); first += kMaxFeaturesPerLaunch) {
-      const std::size_t n = std::min<std::size_t>(kMaxFeaturesPerLaunch, features.size() - first);
-      args.count = static_cast<std::int32_t>(n);
-      args.begin[0] = 0;
-      for (std::size_t i = 0; i < n; ++i) {
-        const LookupFeature& f = features[first + i];
-        args.features[i] = {f.offsets, f.rows, f.weights, f.out, f.pooling};
-        args.begin[i + 1] = args.begin[i] + std::max<std::int64_t>(0, f.pooling == Pooling::kNone ? f.num_keys : f.batch);
-      }
-      const bool launched =
-          host ? STRATA_CUDA_RECORD(*this, cuda_detail::launch_gather_pool_host(args, stream(s), sm_count_))
-               : STRATA_CUDA_RECORD(*this, cuda_detail::launch_gather_pool(args, stream(s), sm_count_));
-      if (!launched) return;
-    }
+  void issue_gathers(StreamView s, const std::vector<kernels::GatherArgs>& launches) {
+    for (const auto& a : launches)
+      if (!STRATA_CUDA_RECORD(*this, cuda_detail::launch_gather(a, stream(s), sm_count_))) return;
   }
 
   // Runs on a CUDA runtime thread once the work before it is done. Skips the task after a sticky

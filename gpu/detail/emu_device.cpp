@@ -1,10 +1,9 @@
 // The `emu` backend: device memory is host memory under a capacity limit, each stream runs its
-// work in order on its own worker thread, and kernels are the CPU kernels of host/ run in the
-// device's oneTBB arena. Optional random delays before every stream operation shake out races;
+// work in order on its own worker thread, and kernels are the `cuda` backend's kernel source
+// (gpu/kernels/bodies.hpp) run by the CPU grid (gpu/kernels/host_grid.hpp) in the device's oneTBB
+// arena. Optional random delays before every stream operation shake out races;
 // an injected fault makes one operation fail like a device error (sticky, as in CUDA).
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
 #include <chrono>
@@ -17,7 +16,7 @@
 #include <thread>
 
 #include "gpu/device.hpp"
-#include "host/kernels.hpp"
+#include "gpu/kernels/host_grid.hpp"
 
 namespace strata::gpu {
 namespace {
@@ -176,6 +175,11 @@ class EmuDevice final : public Device {
     return true;
   }
   int max_delay_us() const noexcept { return options_.max_delay_us; }
+  // Makes `s` the sticky error (the first one stays), as an invalid launch does on a GPU.
+  void fail(Status s) {
+    std::lock_guard<std::mutex> lock(error_m_);
+    if (error_.is_ok()) error_ = std::move(s);
+  }
 
  protected:
   Result<void*> do_allocate(std::size_t bytes) override {
@@ -198,52 +202,41 @@ class EmuDevice final : public Device {
                     false});
   }
 
+  // Kernels: the shared kernel source (gpu/kernels/bodies.hpp) on the CPU grid, the launches
+  // split as the cuda backend splits them.
   void do_gather_pool(StreamView s, SlotPool pool, const std::vector<LookupFeature>& features) override {
-    kernel(s, [this, pool, features] {
-      float* base = pool.base;
-      const RowRef ref = pool_ref(pool, &base);
-      run_lookups(ref, features);
+    kernel(s, [launches = kernels::gather_launches(kernels::pool_source(pool), pool.dim, features)] {
+      for (const auto& a : launches) kernels::run_gather(a);
     });
   }
 
   void do_gather_pool_host(StreamView s, RowRef table, const std::vector<LookupFeature>& features) override {
-    std::vector<float*> bases(table.bases, table.bases + table.parts);
-    kernel(s, [this, table, bases = std::move(bases), features] {
-      RowRef ref = table;
-      ref.bases = bases.data();
-      run_lookups(ref, features);
+    if (table.parts < 1 || table.parts > kernels::kMaxHostParts) {
+      fail(Status::invalid_argument("device emu: gather_pool_host reads host tables of 1 to " +
+                                    std::to_string(kernels::kMaxHostParts) + " parts (NUMA nodes), got " +
+                                    std::to_string(table.parts)));
+      return;
+    }
+    // Host tables are device-visible as they are (the bases are read here, at the call).
+    kernel(s, [launches = kernels::gather_launches(kernels::host_source(table, table.bases), table.dim, features)] {
+      for (const auto& a : launches) kernels::run_gather(a);
     });
   }
 
   void do_backward_update(StreamView s, SlotPool pool, const std::vector<UpdateFeature>& features) override {
-    kernel(s, [pool, features] {
-      float* base = pool.base;
-      const RowRef ref = pool_ref(pool, &base);
-      tbb::parallel_for(std::size_t{0}, features.size(), [&](std::size_t i) {
-        const UpdateFeature& f = features[i];
-        BagsView bags{f.offsets, f.batch, nullptr, f.weights};
-        UniqueView u{f.unique_slots, f.unique_offsets, f.positions, f.num_unique};
-        strata::backward_update(ref, bags, f.pooling, u, f.bag_of, f.grads, f.step);
-      });
+    kernel(s, [launches = kernels::update_launches(pool, features)] {
+      for (const auto& a : launches) kernels::run_update(a);
     });
   }
 
   void do_pack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* dst) override {
-    kernel(s, [pool, slots, n, dst] {
-      tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, n, 256), [&](const tbb::blocked_range<std::int64_t>& r) {
-        for (std::int64_t i = r.begin(); i < r.end(); ++i)
-          std::memcpy(dst + i * pool.stride, pool.base + slots[i] * pool.stride, static_cast<std::size_t>(pool.record_bytes()));
-      });
-    });
+    const kernels::RecordArgs a{pool.base, pool.stride, slots, n, dst};
+    kernel(s, [a] { kernels::run_records(a, false); });
   }
 
   void do_unpack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, const float* src) override {
-    kernel(s, [pool, slots, n, src] {
-      tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, n, 256), [&](const tbb::blocked_range<std::int64_t>& r) {
-        for (std::int64_t i = r.begin(); i < r.end(); ++i)
-          std::memcpy(pool.base + slots[i] * pool.stride, src + i * pool.stride, static_cast<std::size_t>(pool.record_bytes()));
-      });
-    });
+    const kernels::RecordArgs a{pool.base, pool.stride, slots, n, const_cast<float*>(src)};
+    kernel(s, [a] { kernels::run_records(a, true); });
   }
 
  private:
@@ -255,25 +248,6 @@ class EmuDevice final : public Device {
     return info;
   }
   static EmuStream& stream(StreamView s) { return *static_cast<EmuStream*>(s.state()); }
-  static RowRef pool_ref(const SlotPool& pool, float** base) {
-    RowRef ref;
-    ref.bases = base;
-    ref.parts = 1;
-    ref.stride = pool.stride;
-    ref.dim = pool.dim;
-    ref.state_dim = pool.state_dim;
-    return ref;
-  }
-  static void run_lookups(const RowRef& ref, const std::vector<LookupFeature>& features) {
-    tbb::parallel_for(std::size_t{0}, features.size(), [&](std::size_t i) {
-      const LookupFeature& f = features[i];
-      if (f.pooling == Pooling::kNone) {
-        gather_rows(ref, f.rows, f.weights, f.num_keys, f.out);
-      } else {
-        strata::gather_pool(ref, BagsView{f.offsets, f.batch, f.rows, f.weights}, f.pooling, f.out);
-      }
-    });
-  }
   // Kernels run inside the device's arena, so they use its threads, not the caller's.
   template <class F>
   void kernel(StreamView s, F fn) {

@@ -1,5 +1,6 @@
 // Tests of the cuda backend alone: every device operation against the emu backend on the same
-// random data, bit for bit (the emu backend runs the CPU kernels, so this is "GPU == CPU"), and
+// random data, bit for bit (the emu backend runs the same kernel source on the CPU grid, so this is
+// "GPU == CPU grid"; tests/gpu/device_test.cpp holds both to the host kernels), and
 // what only the CUDA backend has: cudaHostRegister pinning, zero-copy reads of a NUMA-interleaved
 // host table, sticky errors, factory errors. Skips when no GPU is visible.
 

@@ -1,0 +1,400 @@
+#pragma once
+// The kernels of the device layer, written once: nvcc compiles them into the `cuda` backend's
+// kernels (gpu/cuda/kernels.cu) and the host compiler into the CPU grid that the `emu` backend runs
+// (gpu/kernels/host_grid.cpp). The execution model is simt.hpp's.
+//
+// Results equal the CPU kernels of host/kernels.cpp and the reference bit for bit, so every sum
+// runs in their order: a lane owns a column and walks the bag's keys in ascending order from 0.0f;
+// a row's gradient is summed in segments of kGradSegment uses (core/row_math.hpp), each from 0.0f
+// in ascending position order, the segments then added left to right. The per-element math is
+// core/row_math.hpp's; nvcc gets -fmad=false and keeps IEEE division and square root, as the host
+// build uses -ffp-contract=off.
+//
+// Layout: a warp per work item (a group of output rows, a unique slot, a record), lanes over
+// columns; a lane keeps kColsPerLane columns of a chunk in registers, columns cb + k * lanes + lane
+// so that each row read is coalesced. A row used more than kHotUses times in a batch is reduced by
+// a block of kHotWarps warps, each summing whole segments, so a hot row is not one warp's serial
+// tail.
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/row_math.hpp"
+#include "gpu/kernels/launch_args.hpp"
+#include "gpu/kernels/simt.hpp"
+
+namespace strata::gpu::kernels {
+
+/// Feature owning work item `item` (begin[0] == 0, begin ascending; count <= 16, so a scan is cheap).
+template <class Args>
+STRATA_SIMT int feature_of(const Args& a, std::int64_t item) {
+  int f = 0;
+  while (f + 1 < a.count && item >= a.begin[f + 1]) ++f;
+  return f;
+}
+
+/// Record of row r: RowRef::row with the bases held in the launch parameters.
+template <bool kInterleaved>
+STRATA_SIMT const float* source_row(const RowSource& s, Key r) {
+  if (!kInterleaved || s.parts == 1) return s.bases[0] + r * s.stride;
+  const std::int64_t block = r >> s.block_shift;
+  const std::int64_t local = ((block / s.parts) << s.block_shift) + (r & ((std::int64_t{1} << s.block_shift) - 1));
+  return s.bases[block % s.parts] + local * s.stride;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gather: gather_pool (pooled bags) and gather_rows (Pooling::kNone) of host/kernels.cpp.
+
+/// Adds this lane's columns of keys [lo, hi) of a bag to acc, in key order (row_axpy / row_add).
+/// Four rows are loaded before they are added, so four are in flight per lane; the adds keep the
+/// key order.
+template <bool kInterleaved, bool kWeighted>
+STRATA_SIMT void pool_columns(const GatherArgs& a, const GatherFeatureArgs& f, std::int64_t lo, std::int64_t hi,
+                              std::int32_t cb, int col, int lanes, float (&acc)[kColsPerLane]) {
+  const std::int32_t dim = a.dim;
+  std::int64_t j = lo;
+  for (; j + 4 <= hi; j += 4) {
+    const float* r[4];
+    float wt[4];
+    STRATA_UNROLL
+    for (int u = 0; u < 4; ++u) {
+      r[u] = source_row<kInterleaved>(a.source, f.rows[j + u]);
+      wt[u] = kWeighted ? f.weights[j + u] : 1.0f;
+    }
+    STRATA_UNROLL
+    for (int k = 0; k < kColsPerLane; ++k) {
+      const std::int32_t c = cb + k * lanes + col;
+      if (c >= dim) break;
+      float v[4];
+      STRATA_UNROLL
+      for (int u = 0; u < 4; ++u) v[u] = kWeighted ? wt[u] * r[u][c] : r[u][c];
+      STRATA_UNROLL
+      for (int u = 0; u < 4; ++u) acc[k] += v[u];
+    }
+  }
+  for (; j < hi; ++j) {
+    const float* r = source_row<kInterleaved>(a.source, f.rows[j]);
+    const float wt = kWeighted ? f.weights[j] : 1.0f;
+    STRATA_UNROLL
+    for (int k = 0; k < kColsPerLane; ++k) {
+      const std::int32_t c = cb + k * lanes + col;
+      if (c >= dim) break;
+      acc[k] += kWeighted ? wt * r[c] : r[c];
+    }
+  }
+}
+
+/// One work item of a gather launch: kWarp / lanes_per_row consecutive output rows of one feature.
+template <bool kInterleaved, class W>
+STRATA_SIMT void gather_item(const W& w, const GatherArgs& a, std::int64_t item) {
+  const int fi = feature_of(a, item);
+  const GatherFeatureArgs& f = a.features[fi];
+  const int lanes = a.lanes_per_row;
+  const std::int64_t first = (item - a.begin[fi]) * (kWarp / lanes);
+  const std::int32_t dim = a.dim;
+  w.lanes([&](int lane) {
+    const std::int64_t i = first + lane / lanes;
+    if (i >= f.outputs) return;
+    const int col = lane % lanes;
+    float* o = f.out + i * dim;
+    if (f.pooling == Pooling::kNone) {
+      // gather_rows: o = w * row (a product, not 0 + w * row: the sign of zero must match).
+      const float* row = source_row<kInterleaved>(a.source, f.rows[i]);
+      if (f.weights) {
+        const float wt = f.weights[i];
+        for (std::int32_t c = col; c < dim; c += lanes) o[c] = wt * row[c];
+      } else {
+        for (std::int32_t c = col; c < dim; c += lanes) o[c] = row[c];
+      }
+      return;
+    }
+    const std::int64_t lo = f.offsets[i], hi = f.offsets[i + 1];
+    for (std::int32_t cb = 0; cb < dim; cb += lanes * kColsPerLane) {
+      float acc[kColsPerLane];
+      STRATA_UNROLL
+      for (int k = 0; k < kColsPerLane; ++k) acc[k] = 0.0f;
+      if (f.weights) {
+        pool_columns<kInterleaved, true>(a, f, lo, hi, cb, col, lanes, acc);
+      } else {
+        pool_columns<kInterleaved, false>(a, f, lo, hi, cb, col, lanes, acc);
+      }
+      const float s = bag_scale(f.pooling, hi - lo);
+      STRATA_UNROLL
+      for (int k = 0; k < kColsPerLane; ++k) {
+        const std::int32_t c = cb + k * lanes + col;
+        if (c >= dim) break;
+        o[c] = f.pooling == Pooling::kMean && hi > lo ? acc[k] * s : acc[k];  // row_scale, once per bag
+      }
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward: backward_update of host/kernels.cpp.
+
+/// This lane's columns of chunk cb of one segment's gradient: positions [p_lo, p_hi) in ascending
+/// order from 0.0f, each scaled by grad_scale (row_axpy).
+STRATA_SIMT void segment_sum(const UpdateFeatureArgs& f, std::int32_t dim, std::int64_t p_lo, std::int64_t p_hi,
+                             std::int32_t cb, int lane, float (&g)[kColsPerLane]) {
+  STRATA_UNROLL
+  for (int k = 0; k < kColsPerLane; ++k) g[k] = 0.0f;
+  for (std::int64_t p = p_lo; p < p_hi; ++p) {
+    const std::int64_t j = f.positions[p];
+    const float* grow;
+    float s;
+    if (f.pooling == Pooling::kNone) {
+      s = grad_scale(f.pooling, 1, f.weights, j);
+      grow = f.grads + j * dim;
+    } else {
+      const std::int64_t b = f.bag_of[j];
+      s = grad_scale(f.pooling, f.offsets[b + 1] - f.offsets[b], f.weights, j);
+      grow = f.grads + b * dim;
+    }
+    STRATA_UNROLL
+    for (int k = 0; k < kColsPerLane; ++k) {
+      const std::int32_t c = cb + k * kWarp + lane;
+      if (c < dim) g[k] += s * grow[c];
+    }
+  }
+}
+
+/// The whole gradient of this lane's columns of chunk cb, segment after segment (grad_segments).
+STRATA_SIMT void row_gradient(const UpdateFeatureArgs& f, std::int32_t dim, std::int64_t p_lo, std::int64_t p_hi,
+                              std::int32_t cb, int lane, float (&g)[kColsPerLane]) {
+  segment_sum(f, dim, p_lo, p_lo + kGradSegment < p_hi ? p_lo + kGradSegment : p_hi, cb, lane, g);
+  for (std::int64_t s = p_lo + kGradSegment; s < p_hi; s += kGradSegment) {
+    float part[kColsPerLane];
+    segment_sum(f, dim, s, s + kGradSegment < p_hi ? s + kGradSegment : p_hi, cb, lane, part);
+    STRATA_UNROLL
+    for (int k = 0; k < kColsPerLane; ++k) g[k] += part[k];
+  }
+}
+
+/// One column of an element-wise optimizer (sgd, adagrad, adam): apply_optimizer itself on a
+/// one-column view, with the column's state gathered (adam keeps m at state[c] and v at
+/// state[dim + c]), so the arithmetic is literally the host's.
+STRATA_SIMT void update_column(const OptimizerStep& st, float* w, float* state, std::int32_t dim, std::int32_t c,
+                               float g) {
+  const OptimizerKind kind = st.spec.kind;
+  float wc = w[c];
+  float sc[2] = {0.0f, 0.0f};
+  if (kind == OptimizerKind::kAdagrad) {
+    sc[0] = state[c];
+  } else if (kind == OptimizerKind::kAdam) {
+    sc[0] = state[c];
+    sc[1] = state[dim + c];
+  }
+  apply_optimizer(st, &wc, sc, &g, 1);
+  w[c] = wc;
+  if (kind == OptimizerKind::kAdagrad) {
+    state[c] = sc[0];
+  } else if (kind == OptimizerKind::kAdam) {
+    state[c] = sc[0];
+    state[dim + c] = sc[1];
+  }
+}
+
+/// The gradient of one unique row reduced by one warp.
+template <class W>
+struct WarpReduce {
+  using Warp = W;
+  const W& w;
+  const UpdateFeatureArgs& f;
+  std::int32_t dim;
+  std::int64_t p_lo, p_hi;
+
+  /// g = this row's gradient, columns of chunk cb (valid in the leader warp).
+  STRATA_SIMT void reduce(std::int32_t cb, typename W::template Reg<float> (&g)[kColsPerLane]) const {
+    w.lanes([&](int lane) {
+      float t[kColsPerLane];
+      row_gradient(f, dim, p_lo, p_hi, cb, lane, t);
+      STRATA_UNROLL
+      for (int k = 0; k < kColsPerLane; ++k) g[k][lane] = t[k];
+    });
+  }
+  /// Runs fn on the warp that holds the gradient and updates the row.
+  template <class F>
+  STRATA_SIMT void leader(F&& fn) const {
+    fn(w);
+  }
+};
+
+/// The gradient of one hot row reduced by a block: in rounds of kHotWarps segments, each warp sums
+/// one segment into shared memory, then the first warp adds them to its registers in segment order.
+template <class B>
+struct BlockReduce {
+  using Warp = typename B::Warp;
+  const B& b;
+  const UpdateFeatureArgs& f;
+  std::int32_t dim;
+  std::int64_t p_lo, p_hi;
+  float* partials;  ///< (kHotWarps, kChunk) shared
+
+  STRATA_SIMT void reduce(std::int32_t cb, typename Warp::template Reg<float> (&g)[kColsPerLane]) const {
+    const std::int64_t segments = (p_hi - p_lo + kGradSegment - 1) / kGradSegment;
+    for (std::int64_t s0 = 0; s0 < segments; s0 += kHotWarps) {
+      b.warps([&](const Warp& w, int wi) {
+        const std::int64_t s = s0 + wi;
+        if (s >= segments) return;
+        const std::int64_t lo = p_lo + s * kGradSegment;
+        const std::int64_t hi = lo + kGradSegment < p_hi ? lo + kGradSegment : p_hi;
+        w.lanes([&](int lane) {
+          float t[kColsPerLane];
+          segment_sum(f, dim, lo, hi, cb, lane, t);
+          STRATA_UNROLL
+          for (int k = 0; k < kColsPerLane; ++k) partials[wi * kChunk + k * kWarp + lane] = t[k];
+        });
+      });
+      b.sync();
+      b.first_warp([&](const Warp& w) {
+        w.lanes([&](int lane) {
+          for (int wi = 0; wi < kHotWarps && s0 + wi < segments; ++wi) {
+            STRATA_UNROLL
+            for (int k = 0; k < kColsPerLane; ++k) {
+              const float v = partials[wi * kChunk + k * kWarp + lane];
+              g[k][lane] = s0 + wi == 0 ? v : g[k][lane] + v;
+            }
+          }
+        });
+      });
+      b.sync();
+    }
+  }
+  template <class F>
+  STRATA_SIMT void leader(F&& fn) const {
+    b.first_warp(fn);
+  }
+};
+
+/// The optimizer step of one unique row whose gradient `team` reduces (WarpReduce or BlockReduce).
+template <class Team>
+STRATA_SIMT void update_row(const Team& team, const UpdateFeatureArgs& f, std::int32_t dim, float* w) {
+  using Warp = typename Team::Warp;
+  typename Warp::template Reg<float> g[kColsPerLane];
+  float* state = w + dim;
+  if (f.step.spec.kind != OptimizerKind::kRowwiseAdagrad) {
+    for (std::int32_t cb = 0; cb < dim; cb += kChunk) {
+      team.reduce(cb, g);
+      team.leader([&](const Warp& wp) {
+        wp.lanes([&](int lane) {
+          STRATA_UNROLL
+          for (int k = 0; k < kColsPerLane; ++k) {
+            const std::int32_t c = cb + k * kWarp + lane;
+            if (c < dim) update_column(f.step, w, state, dim, c, g[k][lane]);
+          }
+        });
+      });
+    }
+    return;
+  }
+
+  // Row-wise adagrad needs sum_c g[c]^2 over the whole row, in column order, before any weight
+  // changes. Pass 1 computes it (every lane reads the squares in column order and keeps the same
+  // running sum); pass 2 applies the step. Rows wider than one chunk recompute their gradient in
+  // pass 2 (same order, so the same bits) instead of holding it.
+  const OptimizerSpec& o = f.step.spec;
+  // Weight decay folded into the gradient, as apply_optimizer does first (skipped when zero, as there).
+  auto decay = [&](const Warp& wp, std::int32_t cb) {
+    if (o.weight_decay == 0.0f) return;
+    wp.lanes([&](int lane) {
+      STRATA_UNROLL
+      for (int k = 0; k < kColsPerLane; ++k) {
+        const std::int32_t c = cb + k * kWarp + lane;
+        if (c < dim) g[k][lane] += o.weight_decay * w[c];
+      }
+    });
+  };
+  float sq = 0.0f;
+  for (std::int32_t cb = 0; cb < dim; cb += kChunk) {
+    team.reduce(cb, g);
+    team.leader([&](const Warp& wp) {
+      decay(wp, cb);
+      STRATA_UNROLL
+      for (int k = 0; k < kColsPerLane; ++k) {
+        for (int l = 0; l < kWarp; ++l) {
+          const float v = wp.read_lane(g[k], l);
+          if (cb + k * kWarp + l < dim) sq += v * v;
+        }
+      }
+    });
+  }
+  // state[0] += sq / dim, read and written by lane 0 only (lanes may run apart on sm_70+).
+  float m = 0.0f;
+  team.leader([&](const Warp& wp) {
+    typename Warp::template Reg<float> s0;
+    wp.lanes([&](int lane) {
+      s0[lane] = 0.0f;
+      if (lane == 0) {
+        float x = state[0];
+        x += sq / static_cast<float>(dim);
+        state[0] = x;
+        s0[lane] = x;
+      }
+    });
+    m = o.learning_rate / (std::sqrt(wp.read_lane(s0, 0)) + o.eps);
+  });
+  for (std::int32_t cb = 0; cb < dim; cb += kChunk) {
+    if (dim > kChunk) {
+      team.reduce(cb, g);
+      team.leader([&](const Warp& wp) { decay(wp, cb); });
+    }
+    team.leader([&](const Warp& wp) {
+      wp.lanes([&](int lane) {
+        STRATA_UNROLL
+        for (int k = 0; k < kColsPerLane; ++k) {
+          const std::int32_t c = cb + k * kWarp + lane;
+          if (c < dim) w[c] -= m * g[k][lane];
+        }
+      });
+    });
+  }
+}
+
+/// One work item of a backward launch: unique slot `item`, unless it is hot (update_hot_row's).
+template <class W>
+STRATA_SIMT void update_item(const W& w, const UpdateArgs& a, std::int64_t item) {
+  const int fi = feature_of(a, item);
+  const UpdateFeatureArgs& f = a.features[fi];
+  const std::int64_t u = item - a.begin[fi];
+  const std::int64_t p_lo = f.unique_offsets[u], p_hi = f.unique_offsets[u + 1];
+  if (p_hi - p_lo > kHotUses) return;
+  update_row(WarpReduce<W>{w, f, a.dim, p_lo, p_hi}, f, a.dim, a.base + f.unique_slots[u] * a.stride);
+}
+
+/// Unique slot `item` of a backward launch if it is hot (used more than kHotUses times), by a
+/// block of kHotWarps warps. partials: (kHotWarps, kChunk) floats of the block's shared memory.
+template <class B>
+STRATA_SIMT void update_hot_row(const B& b, const UpdateArgs& a, std::int64_t item, float* partials) {
+  const int fi = feature_of(a, item);
+  const UpdateFeatureArgs& f = a.features[fi];
+  const std::int64_t u = item - a.begin[fi];
+  const std::int64_t p_lo = f.unique_offsets[u], p_hi = f.unique_offsets[u + 1];
+  if (p_hi - p_lo <= kHotUses) return;
+  update_row(BlockReduce<B>{b, f, a.dim, p_lo, p_hi, partials}, f, a.dim, a.base + f.unique_slots[u] * a.stride);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Record moves. Whole records are moved as 32-bit words, so every bit (NaN payloads included) is
+// kept.
+
+/// packed[i] = record slots[i] of the pool.
+template <class W>
+STRATA_SIMT void pack_record(const W& w, const RecordArgs& a, std::int64_t i) {
+  const auto* from = reinterpret_cast<const std::uint32_t*>(a.base + a.slots[i] * a.stride);
+  auto* to = reinterpret_cast<std::uint32_t*>(a.packed + i * a.stride);
+  w.lanes([&](int lane) {
+    for (std::int64_t c = lane; c < a.stride; c += kWarp) to[c] = from[c];
+  });
+}
+
+/// record slots[i] of the pool = packed[i].
+template <class W>
+STRATA_SIMT void unpack_record(const W& w, const RecordArgs& a, std::int64_t i) {
+  const auto* from = reinterpret_cast<const std::uint32_t*>(a.packed + i * a.stride);
+  auto* to = reinterpret_cast<std::uint32_t*>(a.base + a.slots[i] * a.stride);
+  w.lanes([&](int lane) {
+    for (std::int64_t c = lane; c < a.stride; c += kWarp) to[c] = from[c];
+  });
+}
+
+}  // namespace strata::gpu::kernels

@@ -1,0 +1,53 @@
+#include "gpu/kernels/host_grid.hpp"
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include "gpu/kernels/bodies.hpp"
+
+namespace strata::gpu::kernels {
+namespace {
+
+// Warps per task: enough to amortise scheduling; the items of a launch are bags, rows or records.
+constexpr std::int64_t kGrain = 16;
+
+template <class Item>
+void for_items(std::int64_t items, std::int64_t grain, Item item) {
+  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, items, grain), [&](const tbb::blocked_range<std::int64_t>& r) {
+    for (std::int64_t i = r.begin(); i < r.end(); ++i) item(i);
+  });
+}
+
+}  // namespace
+
+void run_gather(const GatherArgs& a) {
+  const HostWarp w;
+  if (a.source.parts == 1) {
+    for_items(a.begin[a.count], kGrain, [&](std::int64_t i) { gather_item<false>(w, a, i); });
+  } else {
+    for_items(a.begin[a.count], kGrain, [&](std::int64_t i) { gather_item<true>(w, a, i); });
+  }
+}
+
+void run_update(const UpdateArgs& a) {
+  const HostWarp w;
+  const std::int64_t items = a.begin[a.count];
+  for_items(items, kGrain, [&](std::int64_t i) { update_item(w, a, i); });
+  // The hot rows (update_item skipped them): a block each, as the GPU's second kernel.
+  for_items(items, 256, [&](std::int64_t i) {
+    const HostBlock<kHotWarps> b;
+    float partials[kHotWarps * kChunk];
+    update_hot_row(b, a, i, partials);
+  });
+}
+
+void run_records(const RecordArgs& a, bool unpack) {
+  const HostWarp w;
+  if (unpack) {
+    for_items(a.n, 64, [&](std::int64_t i) { unpack_record(w, a, i); });
+  } else {
+    for_items(a.n, 64, [&](std::int64_t i) { pack_record(w, a, i); });
+  }
+}
+
+}  // namespace strata::gpu::kernels

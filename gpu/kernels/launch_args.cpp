@@ -1,0 +1,75 @@
+#include "gpu/kernels/launch_args.hpp"
+
+#include <algorithm>
+
+namespace strata::gpu::kernels {
+
+std::int32_t gather_lanes_per_row(std::int32_t dim) noexcept {
+  if (dim >= kChunk / 2) return kWarp;
+  const std::int32_t need = (std::max(dim, 1) + kColsPerLane - 1) / kColsPerLane;
+  std::int32_t lanes = 1;
+  while (lanes < need) lanes *= 2;
+  return lanes;
+}
+
+RowSource pool_source(const SlotPool& pool) noexcept {
+  RowSource s;
+  s.bases[0] = pool.base;
+  s.parts = 1;
+  s.stride = pool.stride;
+  return s;
+}
+
+RowSource host_source(const RowRef& table, float* const* bases) noexcept {
+  RowSource s;
+  s.parts = table.parts;
+  s.block_shift = table.block_shift;
+  s.stride = table.stride;
+  for (std::int32_t p = 0; p < table.parts && p < kMaxHostParts; ++p) s.bases[p] = bases[p];
+  return s;
+}
+
+std::vector<GatherArgs> gather_launches(const RowSource& source, std::int32_t dim,
+                                        const std::vector<LookupFeature>& features) {
+  std::vector<GatherArgs> out;
+  const std::int32_t lanes = gather_lanes_per_row(dim);
+  const std::int64_t per_warp = kWarp / lanes;
+  for (std::size_t first = 0; first < features.size(); first += kMaxFeaturesPerLaunch) {
+    const std::size_t n = std::min<std::size_t>(kMaxFeaturesPerLaunch, features.size() - first);
+    GatherArgs a;
+    a.source = source;
+    a.dim = dim;
+    a.lanes_per_row = lanes;
+    a.count = static_cast<std::int32_t>(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const LookupFeature& f = features[first + i];
+      const std::int64_t outputs = std::max<std::int64_t>(0, f.pooling == Pooling::kNone ? f.num_keys : f.batch);
+      a.features[i] = {f.offsets, f.rows, f.weights, f.out, outputs, f.pooling};
+      a.begin[i + 1] = a.begin[i] + (outputs + per_warp - 1) / per_warp;
+    }
+    if (a.begin[a.count] > 0) out.push_back(a);
+  }
+  return out;
+}
+
+std::vector<UpdateArgs> update_launches(const SlotPool& pool, const std::vector<UpdateFeature>& features) {
+  std::vector<UpdateArgs> out;
+  for (std::size_t first = 0; first < features.size(); first += kMaxFeaturesPerLaunch) {
+    const std::size_t n = std::min<std::size_t>(kMaxFeaturesPerLaunch, features.size() - first);
+    UpdateArgs a;
+    a.base = pool.base;
+    a.stride = pool.stride;
+    a.dim = pool.dim;
+    a.count = static_cast<std::int32_t>(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const UpdateFeature& f = features[first + i];
+      a.features[i] = {f.offsets, f.weights, f.unique_slots, f.unique_offsets, f.positions, f.bag_of,
+                       f.grads,   f.pooling, f.step};
+      a.begin[i + 1] = a.begin[i] + std::max<std::int64_t>(0, f.num_unique);
+    }
+    if (a.begin[a.count] > 0) out.push_back(a);
+  }
+  return out;
+}
+
+}  // namespace strata::gpu::kernels

@@ -1,0 +1,123 @@
+#pragma once
+// Parameters of one launch of the shared kernels (gpu/kernels/bodies.hpp), and the builders that
+// split a device operation's features into launches. Both backends use them: the `cuda` backend
+// passes a launch by value as the kernel parameters, the CPU grid (gpu/kernels/host_grid.hpp) runs
+// the same launch on oneTBB for the `emu` backend. Host-compilable; no CUDA header.
+//
+// Every launch is table-batched: it covers up to kMaxFeaturesPerLaunch features, passed by value
+// (no device-side argument buffer to allocate or keep alive). Work items are numbered across the
+// launch's features: feature i owns items [begin[i], begin[i + 1]).
+
+#include <cstdint>
+#include <vector>
+
+#include "core/row_math.hpp"
+#include "core/table_spec.hpp"
+#include "gpu/types.hpp"
+#include "host/row_ref.hpp"
+
+namespace strata::gpu::kernels {
+
+/// Lanes of a warp.
+inline constexpr int kWarp = 32;
+/// Columns a lane keeps in registers per chunk of a row.
+inline constexpr int kColsPerLane = 4;
+/// Columns of a row one warp (all lanes) covers per chunk.
+inline constexpr int kChunk = kWarp * kColsPerLane;
+/// Features one launch covers; the builders split longer feature lists.
+inline constexpr int kMaxFeaturesPerLaunch = 16;
+/// Parts (NUMA nodes) of a host table that a zero-copy gather can read: as many as a store allows
+/// (StoreConfig::fake_numa_nodes <= 64; real machines have up to 16 with SNC or NPS4).
+inline constexpr int kMaxHostParts = 64;
+/// Rows used more than this many times in a batch are reduced by a block of kHotWarps warps
+/// (update_hot_row) instead of one warp; the order of the sum is the same either way (segments of
+/// kGradSegment uses, core/row_math.hpp), so the result does not depend on which kernel ran.
+inline constexpr std::int64_t kHotUses = 2 * kGradSegment;
+/// Warps of the block that reduces one hot row.
+inline constexpr int kHotWarps = 16;
+
+/// Where lookup rows live: RowRef's mapping with the bases copied in (device-visible addresses).
+/// A slot pool is one part.
+struct RowSource {
+  float* bases[kMaxHostParts] = {};  ///< (parts) base of each part's records; device or mapped pinned host
+  std::int32_t parts = 1;            ///< number of parts, 1..kMaxHostParts
+  std::int32_t block_shift = 62;     ///< log2 rows per interleaving block (as RowRef)
+  std::int64_t stride = 0;           ///< floats between consecutive records
+};
+
+/// One feature of a gather launch (see LookupFeature; all pointers device).
+struct GatherFeatureArgs {
+  const std::int64_t* offsets = nullptr;  ///< (bags + 1); unused for Pooling::kNone
+  const Key* rows = nullptr;              ///< (num_keys) slots or host row ids
+  const float* weights = nullptr;         ///< (num_keys) or nullptr
+  float* out = nullptr;                   ///< (bags, dim) or (num_keys, dim) for Pooling::kNone
+  std::int64_t outputs = 0;               ///< output rows: bags, or keys for Pooling::kNone
+  Pooling pooling = Pooling::kSum;
+};
+
+/// Parameters of one gather launch. A work item is one warp's share: `per_warp` consecutive
+/// output rows (several bags per warp at small dims, so no lane idles), lanes_per_row lanes each.
+struct GatherArgs {
+  RowSource source;
+  std::int32_t dim = 0;            ///< weights per row
+  std::int32_t count = 0;          ///< features in this launch, 0..kMaxFeaturesPerLaunch
+  std::int32_t lanes_per_row = 0;  ///< lanes that share one output row (kWarp, or fewer at small dims)
+  std::int64_t begin[kMaxFeaturesPerLaunch + 1] = {};
+  GatherFeatureArgs features[kMaxFeaturesPerLaunch];
+};
+
+/// One feature of a backward launch (see UpdateFeature; all pointers device).
+struct UpdateFeatureArgs {
+  const std::int64_t* offsets = nullptr;         ///< (batch + 1)
+  const float* weights = nullptr;                ///< (num_keys) or nullptr
+  const Key* unique_slots = nullptr;             ///< (num_unique) distinct slots
+  const std::int64_t* unique_offsets = nullptr;  ///< (num_unique + 1) CSR into positions
+  const std::int32_t* positions = nullptr;       ///< (num_keys) grouped by slot, ascending
+  const std::int32_t* bag_of = nullptr;          ///< (num_keys); unused for Pooling::kNone
+  const float* grads = nullptr;                  ///< (batch, dim) or (num_keys, dim)
+  Pooling pooling = Pooling::kSum;
+  OptimizerStep step;
+};
+
+/// Parameters of one backward launch. Work items are unique slots, numbered across features.
+struct UpdateArgs {
+  float* base = nullptr;  ///< (slots, stride) device: the slot pool, updated in place
+  std::int64_t stride = 0;
+  std::int32_t dim = 0;
+  std::int32_t count = 0;
+  std::int64_t begin[kMaxFeaturesPerLaunch + 1] = {};
+  UpdateFeatureArgs features[kMaxFeaturesPerLaunch];
+};
+
+/// Parameters of a record move (pack: pool -> dst; unpack: src -> pool). Work items are records.
+struct RecordArgs {
+  float* base = nullptr;       ///< (slots, stride) device: the slot pool
+  std::int64_t stride = 0;     ///< floats per record
+  const Key* slots = nullptr;  ///< (n) device
+  std::int64_t n = 0;
+  float* packed = nullptr;  ///< (n, stride) device: the records in slot-list order
+};
+
+// Stay within the classic 4 KB kernel-parameter limit (CUDA 12.1+ allows 32 KB on Volta and later,
+// but larger parameter blocks make every launch slower).
+static_assert(sizeof(GatherArgs) <= 4096, "GatherArgs must fit in the kernel parameter space");
+static_assert(sizeof(UpdateArgs) <= 4096, "UpdateArgs must fit in the kernel parameter space");
+
+/// Lanes that share one output row of a gather at `dim`: the whole warp from kChunk / 2 columns
+/// up, else the smallest power of two whose lanes cover the row with kColsPerLane columns each
+/// (dim 16: 4 lanes, 8 rows per warp).
+std::int32_t gather_lanes_per_row(std::int32_t dim) noexcept;
+
+/// The row source of a slot pool.
+RowSource pool_source(const SlotPool& pool) noexcept;
+/// The row source of a host table as RowRef maps it, with `bases` (table.parts of them) as the
+/// addresses the kernels read: the table's own, or their device mappings.
+RowSource host_source(const RowRef& table, float* const* bases) noexcept;
+
+/// The launches of one gather operation (empty when there is no output row).
+std::vector<GatherArgs> gather_launches(const RowSource& source, std::int32_t dim,
+                                        const std::vector<LookupFeature>& features);
+/// The launches of one fused backward (empty when no feature has a unique row).
+std::vector<UpdateArgs> update_launches(const SlotPool& pool, const std::vector<UpdateFeature>& features);
+
+}  // namespace strata::gpu::kernels

@@ -1,0 +1,107 @@
+#pragma once
+// The execution model the shared kernels (gpu/kernels/bodies.hpp) are written in, with a device
+// and a host implementation, so one kernel source runs on a GPU and on the CPU grid of the `emu`
+// backend.
+//
+// A kernel body is a function of a warp (or of a block of warps) written warp-synchronously:
+//  - Code outside `w.lanes(...)` is warp-uniform: every lane computes the same values from the same
+//    inputs. On the GPU all 32 threads run it; on the CPU it runs once.
+//  - `w.lanes([&](int lane) { ... })` is the per-lane part: on the GPU each thread runs it once
+//    with its own lane; on the CPU it runs for lane 0, 1, ..., 31 in turn. A lane touches only its
+//    own elements of a Reg and the memory it owns (no lane reads what another lane of the same
+//    `lanes` call writes).
+//  - A value that must outlive one `lanes` call per lane is a `Reg<T>`, indexed by the lane: a
+//    register of each thread on the GPU, an array of 32 values on the CPU.
+//  - Cross-lane operations sit outside `lanes`: `w.read_lane(reg, l)` gives every lane the value
+//    lane l holds (__shfl_sync on the GPU).
+//  - A block (update_hot_row) adds `b.warps(fn)` (every warp runs fn(warp, index); on the CPU the
+//    warps run one after the other), `b.first_warp(fn)` and `b.sync()` (__syncthreads; nothing
+//    on the CPU, where the warps of a phase have all finished when the next phase starts), and
+//    shared memory handed in by the launcher.
+// Lanes of one warp never race on the CPU (they run in turn), and the warps of a block only meet
+// through shared memory between syncs, so a body that is correct here is correct in both.
+
+#include <cstdint>
+
+#include "gpu/kernels/launch_args.hpp"
+
+// STRATA_SIMT marks a kernel body; STRATA_UNROLL asks for a short fixed-count loop to be unrolled.
+#if defined(__CUDACC__)
+#define STRATA_SIMT __device__ __forceinline__
+#define STRATA_UNROLL _Pragma("unroll")
+#else
+#define STRATA_SIMT inline
+#define STRATA_UNROLL _Pragma("GCC unroll 4")
+#endif
+
+namespace strata::gpu::kernels {
+
+#if defined(__CUDACC__)
+/// One warp of a CUDA launch (the calling thread's lane).
+struct DeviceWarp {
+  template <class T>
+  struct Reg {
+    T v;
+    __device__ __forceinline__ T& operator[](int) { return v; }
+    __device__ __forceinline__ const T& operator[](int) const { return v; }
+  };
+  int lane;
+  template <class F>
+  __device__ __forceinline__ void lanes(F&& f) const {
+    f(lane);
+  }
+  __device__ __forceinline__ float read_lane(const Reg<float>& r, int l) const {
+    return __shfl_sync(0xffffffffu, r.v, l);
+  }
+};
+
+/// One block of a CUDA launch: kWarps warps, the calling thread's warp among them.
+template <int kWarps>
+struct DeviceBlock {
+  using Warp = DeviceWarp;
+  DeviceWarp warp;
+  int warp_index;
+  template <class F>
+  __device__ __forceinline__ void warps(F&& f) const {
+    f(warp, warp_index);
+  }
+  template <class F>
+  __device__ __forceinline__ void first_warp(F&& f) const {
+    if (warp_index == 0) f(warp);
+  }
+  __device__ __forceinline__ void sync() const { __syncthreads(); }
+};
+#endif
+
+/// One warp on the CPU: lanes run in turn.
+struct HostWarp {
+  template <class T>
+  struct Reg {
+    T v[kWarp];
+    T& operator[](int l) { return v[l]; }
+    const T& operator[](int l) const { return v[l]; }
+  };
+  template <class F>
+  void lanes(F&& f) const {
+    for (int l = 0; l < kWarp; ++l) f(l);
+  }
+  float read_lane(const Reg<float>& r, int l) const { return r.v[l]; }
+};
+
+/// One block on the CPU: its warps run one after the other, phase by phase.
+template <int kWarps>
+struct HostBlock {
+  using Warp = HostWarp;
+  HostWarp warp;
+  template <class F>
+  void warps(F&& f) const {
+    for (int w = 0; w < kWarps; ++w) f(warp, w);
+  }
+  template <class F>
+  void first_warp(F&& f) const {
+    f(warp);
+  }
+  void sync() const {}
+};
+
+}  // namespace strata::gpu::kernels

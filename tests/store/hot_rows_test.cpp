@@ -1,0 +1,162 @@
+// Hot rows and small rows in every placement, bit for bit against the reference: a one-row table
+// that every bag uses (a row used more often than kHotUses, so the device kernels reduce it with a
+// block, segment by segment), zipf keys (hot rows of every size), and small dims (several bags per
+// warp in the gather). With the emu backend this runs the cuda backend's kernel source on the CPU
+// grid; with a GPU, the kernels themselves.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu/device.hpp"
+#include "gpu/kernels/launch_args.hpp"
+#include "host/dedup.hpp"
+#include "tests/store/store_test_util.hpp"
+
+namespace strata {
+namespace {
+
+using namespace strata::testing;
+
+struct HotCase {
+  Placement placement;
+  std::int32_t dim;
+  bool cuda;
+};
+
+// Zipf(s) over [0, n) by inverse CDF.
+class Zipf {
+ public:
+  Zipf(std::int64_t n, double s) : cdf_(static_cast<std::size_t>(n)) {
+    double sum = 0.0;
+    for (std::int64_t i = 0; i < n; ++i) cdf_[static_cast<std::size_t>(i)] = sum += 1.0 / std::pow(i + 1.0, s);
+    for (double& c : cdf_) c /= sum;
+  }
+  Key operator()(std::mt19937_64& rng) const {
+    const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+    return static_cast<Key>(std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin());
+  }
+
+ private:
+  std::vector<double> cdf_;
+};
+
+StoreConfig hot_config(const HotCase& c) {
+  StoreConfig config;
+  config.threads = 2;
+  config.device.backend = c.cuda ? BackendChoice::kCuda : BackendChoice::kEmu;
+  config.offload_gather = OffloadGather::kDevice;  // the zero-copy gather kernel
+  const struct {
+    const char* name;
+    std::int64_t rows;
+    Pooling pooling;
+    OptimizerKind optimizer;
+    float decay;
+  } tables[] = {
+      {"one", 1, Pooling::kSum, OptimizerKind::kRowwiseAdagrad, 0.01f},
+      {"zipf", 3000, Pooling::kMean, OptimizerKind::kAdam, 0.0f},
+      {"zipf_sgd", 2000, Pooling::kSum, OptimizerKind::kSgd, 0.01f},
+      {"unpooled", 500, Pooling::kNone, OptimizerKind::kAdagrad, 0.0f},
+  };
+  for (const auto& t : tables) {
+    TableConfig tc;
+    tc.spec.name = t.name;
+    tc.spec.rows = t.rows;
+    tc.spec.dim = c.dim;
+    tc.spec.pooling = t.pooling;
+    tc.spec.init.bound = 0.5f;
+    tc.spec.init.seed = 7;
+    tc.spec.optimizer.kind = t.optimizer;
+    tc.spec.optimizer.learning_rate = 0.05f;
+    tc.spec.optimizer.weight_decay = t.decay;
+    tc.spec.optimizer.initial_accumulator = 0.1f;
+    tc.placement = c.placement;
+    config.tables.push_back(tc);
+  }
+  return config;
+}
+
+// A batch of `bags` bags: "one" in every bag (twice in some), zipf:1.05 keys elsewhere, weights on
+// the zipf_sgd table.
+KeyBatch hot_batch(std::mt19937_64& rng, const StoreConfig& config, std::int64_t bags) {
+  KeyBatch kb;
+  for (const auto& t : config.tables) {
+    JaggedKeys f;
+    f.table = t.spec.name;
+    f.offsets.push_back(0);
+    const Zipf zipf(t.spec.rows, 1.05);
+    for (std::int64_t b = 0; b < bags; ++b) {
+      const int len = t.spec.rows == 1 ? 1 + static_cast<int>(rng() % 2) : static_cast<int>(rng() % 5);
+      for (int i = 0; i < len; ++i) {
+        f.keys.push_back(zipf(rng));
+        if (t.spec.name == "zipf_sgd") f.weights.push_back(static_cast<float>(rng() % 1000) / 500.0f);
+      }
+      f.offsets.push_back(static_cast<std::int64_t>(f.keys.size()));
+    }
+    kb.features.push_back(std::move(f));
+  }
+  return kb;
+}
+
+class HotRows : public ::testing::TestWithParam<HotCase> {};
+
+TEST_P(HotRows, EqualTheReferenceBitForBit) {
+  const HotCase c = GetParam();
+  if (c.cuda && gpu::cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible";
+  std::mt19937_64 rng(static_cast<std::uint64_t>(c.dim) * 101 + static_cast<std::uint64_t>(c.placement));
+  StoreConfig config = hot_config(c);
+  const int steps = 3;
+  std::vector<KeyBatch> batches;
+  for (int i = 0; i < steps; ++i)
+    batches.push_back(hot_batch(rng, config, 400 + static_cast<std::int64_t>(rng() % 200)));
+  // The one-row table's row is used more often than the block kernel's threshold in every batch.
+  for (const auto& kb : batches) ASSERT_GT(kb.features[0].num_keys(), gpu::kernels::kHotUses);
+  for (auto& t : config.tables) {
+    if (t.placement != Placement::kCached && t.placement != Placement::kHybrid) continue;
+    std::int64_t max_unique = 1;
+    for (const auto& kb : batches)
+      for (const auto& f : kb.features)
+        if (f.table == t.spec.name) max_unique = std::max(max_unique, dedup_keys(f.keys.data(), f.num_keys()).size());
+    t.cache.rows = std::min(t.spec.rows, max_unique + 2);  // rows are evicted between batches
+  }
+  auto dev = Store::open(config);
+  auto ref = open_reference_store(config);
+  ASSERT_TRUE(dev.is_ok()) << dev.status().to_string();
+  ASSERT_TRUE(ref.is_ok());
+  for (int i = 0; i < steps; ++i) {
+    const KeyBatch& kb = batches[static_cast<std::size_t>(i)];
+    for (auto* s : {&*dev, &*ref}) ASSERT_TRUE((*s)->submit(i, kb).is_ok());
+    Buffers out_dev = make_buffers(config, kb), out_ref = make_buffers(config, kb);
+    ASSERT_TRUE((*dev)->forward(i, out_dev.views).is_ok());
+    ASSERT_TRUE((*ref)->forward(i, out_ref.views).is_ok());
+    for (std::size_t f = 0; f < out_dev.data.size(); ++f)
+      for (std::size_t k = 0; k < out_dev.data[f].size(); ++k)
+        ASSERT_EQ(out_dev.data[f][k], out_ref.data[f][k]) << "step " << i << " feature " << f << " element " << k;
+    Buffers grads = make_buffers(config, kb);
+    fill_random(rng, grads);
+    ASSERT_TRUE((*dev)->backward(i, grads.cviews).is_ok());
+    ASSERT_TRUE((*ref)->backward(i, grads.cviews).is_ok());
+  }
+  EXPECT_TRUE(same_state(snapshot(**dev), snapshot(**ref)));
+}
+
+std::vector<HotCase> hot_cases() {
+  std::vector<HotCase> v;
+  for (bool cuda : {false, true})
+    for (Placement p : {Placement::kCpu, Placement::kOffload, Placement::kCached, Placement::kGpu, Placement::kHybrid})
+      for (std::int32_t dim : {4, 16, 48, 160}) v.push_back({p, dim, cuda});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Placements, HotRows, ::testing::ValuesIn(hot_cases()),
+                         [](const ::testing::TestParamInfo<HotCase>& i) {
+                           return std::string(i.param.cuda ? "cuda_" : "emu_") + to_string(i.param.placement) + "_dim" +
+                                  std::to_string(i.param.dim);
+                         });
+
+}  // namespace
+}  // namespace strata
