@@ -39,9 +39,14 @@ STRATA_HD void init_row(float* row, std::uint64_t tseed, std::int64_t r, std::in
   for (std::int32_t c = 0; c < dim; ++c) row[c] = initial_value(tseed, r, col0 + c, bound);
 }
 
+/// Initial value of every optimizer state float of a row.
+STRATA_HD float initial_state_value(const OptimizerSpec& o) {
+  return (o.kind == OptimizerKind::kAdagrad || o.kind == OptimizerKind::kRowwiseAdagrad) ? o.initial_accumulator : 0.0f;
+}
+
 /// Initial optimizer state of one row (state_dim floats).
 STRATA_HD void init_state(float* state, const OptimizerSpec& o, std::int32_t state_dim) {
-  const float v = (o.kind == OptimizerKind::kAdagrad || o.kind == OptimizerKind::kRowwiseAdagrad) ? o.initial_accumulator : 0.0f;
+  const float v = initial_state_value(o);
   for (std::int32_t c = 0; c < state_dim; ++c) state[c] = v;
 }
 

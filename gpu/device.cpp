@@ -113,4 +113,10 @@ void Device::unpack_records(StreamView s, SlotPool pool, const Key* slots, std::
   do_unpack_records(s, pool, slots, n, src);
 }
 
+void Device::init_records(StreamView s, SlotPool pool, std::int64_t first_slot, std::int64_t n, const RecordInit& init) {
+  if (n <= 0) return;
+  counters_.add_hbm_write(static_cast<std::uint64_t>(n * pool.record_bytes()));
+  do_init_records(s, pool, first_slot, n, init);
+}
+
 }  // namespace strata::gpu

@@ -188,6 +188,9 @@ class Device {
   void pack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* dst);
   /// record of slot slots[i] = src[i].  slots (n) device, src (n, stride) device.
   void unpack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, const float* src);
+  /// Records [first_slot, first_slot + n) of `pool` = the initial rows of a table (RecordInit:
+  /// init_row and init_state of core/row_math.hpp, padding zero), computed on the device.
+  void init_records(StreamView s, SlotPool pool, std::int64_t first_slot, std::int64_t n, const RecordInit& init);
 
  protected:
   Device(DeviceInfo info, int numa_nodes) : info_(std::move(info)), counters_(numa_nodes) {}
@@ -203,6 +206,8 @@ class Device {
   virtual void do_backward_update(StreamView s, SlotPool pool, const std::vector<UpdateFeature>& features) = 0;
   virtual void do_pack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* dst) = 0;
   virtual void do_unpack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, const float* src) = 0;
+  virtual void do_init_records(StreamView s, SlotPool pool, std::int64_t first_slot, std::int64_t n,
+                               const RecordInit& init) = 0;
 
  private:
   template <bool>

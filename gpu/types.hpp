@@ -22,11 +22,11 @@ const char* to_string(Backend b) noexcept;
 /// A slot pool in device memory: `slots` records of `stride` floats, [weights (dim) | state (state_dim) | pad].
 /// Slots of one pool are shared by every table of that (dim, state_dim) shape.
 struct SlotPool {
-  float* base = nullptr;         ///< (slots, stride) device
-  std::int64_t slots = 0;        ///< number of records
-  std::int64_t stride = 0;       ///< floats per record (record_stride(dim, state_dim))
-  std::int32_t dim = 0;          ///< weights per row
-  std::int32_t state_dim = 0;    ///< optimizer state floats per row
+  float* base = nullptr;       ///< (slots, stride) device
+  std::int64_t slots = 0;      ///< number of records
+  std::int64_t stride = 0;     ///< floats per record (record_stride(dim, state_dim))
+  std::int32_t dim = 0;        ///< weights per row
+  std::int32_t state_dim = 0;  ///< optimizer state floats per row
 
   /// Bytes of one record.
   std::int64_t record_bytes() const noexcept { return stride * static_cast<std::int64_t>(sizeof(float)); }
@@ -40,34 +40,45 @@ struct LookupFeature {
   const Key* rows = nullptr;              ///< (num_keys) device
   const float* weights = nullptr;         ///< (num_keys) device, or nullptr
   std::int64_t num_keys = 0;
-  Pooling pooling = Pooling::kSum;        ///< kNone: out is (num_keys, dim), one row per lookup
-  float* out = nullptr;                   ///< (batch, dim) or (num_keys, dim) device, fully overwritten
+  Pooling pooling = Pooling::kSum;  ///< kNone: out is (num_keys, dim), one row per lookup
+  float* out = nullptr;             ///< (batch, dim) or (num_keys, dim) device, fully overwritten
 };
 
 /// One table's fused backward in one launch: for each unique slot, the sum of the gradients of its
 /// uses (in ascending position order) goes through the optimizer step, in place in the pool.
 struct UpdateFeature {
-  const std::int64_t* offsets = nullptr;    ///< (batch + 1) device
+  const std::int64_t* offsets = nullptr;  ///< (batch + 1) device
   std::int64_t batch = 0;
-  const float* weights = nullptr;           ///< (num_keys) device, or nullptr
+  const float* weights = nullptr;  ///< (num_keys) device, or nullptr
   std::int64_t num_keys = 0;
   Pooling pooling = Pooling::kSum;
-  const Key* unique_slots = nullptr;        ///< (num_unique) device, distinct slots
+  const Key* unique_slots = nullptr;             ///< (num_unique) device, distinct slots
   const std::int64_t* unique_offsets = nullptr;  ///< (num_unique + 1) device, CSR into positions
-  const std::int32_t* positions = nullptr;  ///< (num_keys) device, key positions grouped by slot, ascending
-  const std::int32_t* bag_of = nullptr;     ///< (num_keys) device, bag of each position (unused for kNone)
+  const std::int32_t* positions = nullptr;       ///< (num_keys) device, key positions grouped by slot, ascending
+  const std::int32_t* bag_of = nullptr;          ///< (num_keys) device, bag of each position (unused for kNone)
   std::int64_t num_unique = 0;
-  const float* grads = nullptr;             ///< (batch, dim) or (num_keys, dim) device
-  OptimizerStep step;                       ///< the table's optimizer for this step
+  const float* grads = nullptr;  ///< (batch, dim) or (num_keys, dim) device
+  OptimizerStep step;            ///< the table's optimizer for this step
+};
+
+/// How a device initializes the records of a table (Device::init_records): record i holds row
+/// global_row(i) = row0 + i * row_stride of the whole table, columns col_offset.. of it.
+struct RecordInit {
+  std::uint64_t table_seed = 0;  ///< table_seed(init.seed, table_name_hash(name))
+  float bound = 0.0f;            ///< InitSpec::bound
+  std::int64_t row0 = 0;         ///< global row of the first record
+  std::int64_t row_stride = 1;   ///< global rows between consecutive records
+  std::int32_t col_offset = 0;   ///< InitSpec::col_offset
+  OptimizerSpec optimizer;       ///< the state's initial value (init_state)
 };
 
 /// What a device is.
 struct DeviceInfo {
   Backend backend = Backend::kEmu;
-  std::string name;            ///< "emu" or the CUDA device name
-  int ordinal = 0;             ///< CUDA ordinal (0 for emu)
-  std::size_t capacity = 0;    ///< bytes Device::allocate may hand out in total
-  int numa_node = -1;          ///< node the device hangs off (-1: unknown)
+  std::string name;          ///< "emu" or the CUDA device name
+  int ordinal = 0;           ///< CUDA ordinal (0 for emu)
+  std::size_t capacity = 0;  ///< bytes Device::allocate may hand out in total
+  int numa_node = -1;        ///< node the device hangs off (-1: unknown)
 };
 
 }  // namespace strata::gpu

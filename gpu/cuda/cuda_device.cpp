@@ -286,6 +286,13 @@ class CudaDevice final : public Device {
     STRATA_CUDA_RECORD(*this, cuda_detail::launch_records(a, true, stream(s), sm_count_));
   }
 
+  void do_init_records(StreamView s, SlotPool pool, std::int64_t first_slot, std::int64_t n,
+                       const RecordInit& init) override {
+    if (n <= 0 || !begin_issue()) return;
+    const kernels::InitArgs a{pool.base, pool.stride, pool.dim, pool.state_dim, first_slot, n, init};
+    STRATA_CUDA_RECORD(*this, cuda_detail::launch_init(a, stream(s), sm_count_));
+  }
+
  private:
   static cudaStream_t stream(StreamView s) {
     STRATA_CHECK(s.state() != nullptr);  // an empty StreamView would mean the default stream

@@ -65,6 +65,11 @@ __global__ void __launch_bounds__(kBlock) records_kernel(const RecordArgs a) {
   }
 }
 
+__global__ void __launch_bounds__(kBlock) init_kernel(const InitArgs a) {
+  const DeviceWarp w = this_warp();
+  for (std::int64_t i = first_item(); i < a.n; i += item_step()) init_record(w, a, i);
+}
+
 // Drops an error left by an earlier runtime call on this thread (already reported through that
 // call's return value), so the check after a launch reports that launch alone.
 void clear_stale_error() { (void)cudaGetLastError(); }
@@ -102,6 +107,13 @@ cudaError_t launch_records(const RecordArgs& args, bool unpack, cudaStream_t str
   } else {
     records_kernel<false><<<warp_grid(args.n, sm_count), kBlock, 0, stream>>>(args);
   }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_init(const InitArgs& args, cudaStream_t stream, int sm_count) {
+  if (args.n <= 0) return cudaSuccess;
+  clear_stale_error();
+  init_kernel<<<warp_grid(args.n, sm_count), kBlock, 0, stream>>>(args);
   return cudaGetLastError();
 }
 

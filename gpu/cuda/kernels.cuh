@@ -26,4 +26,7 @@ cudaError_t launch_update(const kernels::UpdateArgs& args, cudaStream_t stream, 
 /// Asynchronous on `stream`.
 cudaError_t launch_records(const kernels::RecordArgs& args, bool unpack, cudaStream_t stream, int sm_count);
 
+/// Initializes args.n records of a pool on the device. Asynchronous on `stream`.
+cudaError_t launch_init(const kernels::InitArgs& args, cudaStream_t stream, int sm_count);
+
 }  // namespace strata::gpu::cuda_detail

@@ -239,6 +239,12 @@ class EmuDevice final : public Device {
     kernel(s, [a] { kernels::run_records(a, true); });
   }
 
+  void do_init_records(StreamView s, SlotPool pool, std::int64_t first_slot, std::int64_t n,
+                       const RecordInit& init) override {
+    const kernels::InitArgs a{pool.base, pool.stride, pool.dim, pool.state_dim, first_slot, n, init};
+    kernel(s, [a] { kernels::run_init(a); });
+  }
+
  private:
   static DeviceInfo make_info(const EmuOptions& o) {
     DeviceInfo info;

@@ -397,4 +397,24 @@ STRATA_SIMT void unpack_record(const W& w, const RecordArgs& a, std::int64_t i) 
   });
 }
 
+// ---------------------------------------------------------------------------------------------
+// Initialization: a table's initial rows written on the device (no host bounce).
+
+/// Record first_slot + i of the pool = the table's initial row and optimizer state (padding zero).
+template <class W>
+STRATA_SIMT void init_record(const W& w, const InitArgs& a, std::int64_t i) {
+  float* rec = a.base + (a.first_slot + i) * a.stride;
+  const std::int64_t row = a.init.row0 + i * a.init.row_stride;
+  const float state = initial_state_value(a.init.optimizer);
+  w.lanes([&](int lane) {
+    for (std::int64_t c = lane; c < a.stride; c += kWarp) {
+      if (c < a.dim) {
+        rec[c] = initial_value(a.init.table_seed, row, a.init.col_offset + static_cast<std::int32_t>(c), a.init.bound);
+      } else {
+        rec[c] = c < a.dim + a.state_dim ? state : 0.0f;  // init_state, then padding
+      }
+    }
+  });
+}
+
 }  // namespace strata::gpu::kernels

@@ -50,4 +50,9 @@ void run_records(const RecordArgs& a, bool unpack) {
   }
 }
 
+void run_init(const InitArgs& a) {
+  const HostWarp w;
+  for_items(a.n, 64, [&](std::int64_t i) { init_record(w, a, i); });
+}
+
 }  // namespace strata::gpu::kernels

@@ -15,5 +15,7 @@ void run_gather(const GatherArgs& a);
 void run_update(const UpdateArgs& a);
 /// Runs a pack (pool -> a.packed) or, with `unpack`, an unpack (a.packed -> pool) of a.n records.
 void run_records(const RecordArgs& a, bool unpack);
+/// Runs a record initialization.
+void run_init(const InitArgs& a);
 
 }  // namespace strata::gpu::kernels

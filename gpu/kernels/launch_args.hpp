@@ -98,6 +98,19 @@ struct RecordArgs {
   float* packed = nullptr;  ///< (n, stride) device: the records in slot-list order
 };
 
+/// Parameters of a record initialization: records first_slot .. first_slot + n of a pool get the
+/// initial rows of a table (core/row_math.hpp: init_row, init_state; padding zero). Work items are
+/// records.
+struct InitArgs {
+  float* base = nullptr;  ///< (slots, stride) device: the slot pool
+  std::int64_t stride = 0;
+  std::int32_t dim = 0;
+  std::int32_t state_dim = 0;
+  std::int64_t first_slot = 0;
+  std::int64_t n = 0;
+  RecordInit init;
+};
+
 // Stay within the classic 4 KB kernel-parameter limit (CUDA 12.1+ allows 32 KB on Volta and later,
 // but larger parameter blocks make every launch slower).
 static_assert(sizeof(GatherArgs) <= 4096, "GatherArgs must fit in the kernel parameter space");

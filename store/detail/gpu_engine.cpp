@@ -25,7 +25,7 @@ struct GpuBatch final : EngineBatch {
   std::map<int, std::vector<int>> feats_of;  // pool -> engine features
 };
 
-// Rows moved per bounce through pinned memory by init, read_rows and write_rows.
+// Rows moved per bounce through pinned memory by read_rows and write_rows.
 constexpr std::int64_t kChunkRows = 16384;
 
 class GpuEngine final : public Engine {
@@ -165,15 +165,20 @@ class GpuEngine final : public Engine {
  private:
   const TableSpec& spec_of(int table) const { return config_.tables[static_cast<std::size_t>(table)].spec; }
 
-  // Writes the initial rows of a table (its initializer, with a shard's origin) into its slots.
+  // Writes the initial rows of a table (its initializer, with a shard's origin) into its slots,
+  // computed on the device (gpu/kernels/bodies.hpp: init_record), and waits for them.
   Status initialize(int table) {
     const TableSpec& spec = spec_of(table);
-    const std::uint64_t tseed = table_seed(spec.init.seed, table_name_hash(spec.name));
-    return bounce(table, 0, spec.rows, false, true, [&](float* rec, std::int64_t r, std::size_t dim, std::size_t sd) {
-      init_row(rec, tseed, spec.init.global_row(r), static_cast<std::int32_t>(dim), spec.init.bound,
-               spec.init.col_offset);
-      init_state(rec + dim, spec.optimizer, static_cast<std::int32_t>(sd));
-    });
+    const auto [p, base] = where_[static_cast<std::size_t>(table)];
+    gpu::RecordInit init;
+    init.table_seed = table_seed(spec.init.seed, table_name_hash(spec.name));
+    init.bound = spec.init.bound;
+    init.row0 = spec.init.global_row(0);
+    init.row_stride = spec.init.row_stride;
+    init.col_offset = spec.init.col_offset;
+    init.optimizer = spec.optimizer;
+    dev_.init_records(copy_.view(), pools_[static_cast<std::size_t>(p)].view, base, spec.rows, init);
+    return dev_.synchronize(copy_.view());
   }
 
   // Visits rows [row0, row0 + n) of a table through pinned memory, in chunks: with `load` the

@@ -7,8 +7,8 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
-#include <thread>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "gpu/device.hpp"
@@ -24,9 +24,12 @@ enum class Kind { kEmu, kEmuDelays, kCuda };
 
 std::string kind_name(const testing::TestParamInfo<Kind>& info) {
   switch (info.param) {
-    case Kind::kEmu: return "emu";
-    case Kind::kEmuDelays: return "emu_delays";
-    default: return "cuda";
+    case Kind::kEmu:
+      return "emu";
+    case Kind::kEmuDelays:
+      return "emu_delays";
+    default:
+      return "cuda";
   }
 }
 
@@ -152,7 +155,9 @@ PoolFixture make_pool_data(std::int32_t dim, std::int32_t state_dim, std::int64_
   std::uniform_real_distribution<float> u(-1, 1);
   for (auto& x : p.records) x = u(rng);
   for (std::int64_t s = 0; s < slots; ++s)
-    for (std::int32_t c = 0; c < state_dim; ++c) p.records[static_cast<std::size_t>(s * p.stride + dim + c)] = std::abs(p.records[static_cast<std::size_t>(s * p.stride + dim + c)]);
+    for (std::int32_t c = 0; c < state_dim; ++c)
+      p.records[static_cast<std::size_t>(s * p.stride + dim + c)] =
+          std::abs(p.records[static_cast<std::size_t>(s * p.stride + dim + c)]);
   return p;
 }
 
@@ -203,8 +208,12 @@ TEST_P(DeviceTest, GatherPoolAndBackwardMatchHostKernelsBitForBit) {
         keep.push_back(upload(wts[f], s.view()));
         const std::int64_t out_rows = pooling == Pooling::kNone ? static_cast<std::int64_t>(rows[f].size()) : batch;
         outs.push_back(dev_->allocate(static_cast<std::size_t>(std::max<std::int64_t>(1, out_rows * dim)) * 4).value());
-        lf[f] = {keep[keep.size() - 3].as<std::int64_t>(), batch, keep[keep.size() - 2].as<Key>(),
-                 f == 1 ? keep.back().as<float>() : nullptr, static_cast<std::int64_t>(rows[f].size()), pooling,
+        lf[f] = {keep[keep.size() - 3].as<std::int64_t>(),
+                 batch,
+                 keep[keep.size() - 2].as<Key>(),
+                 f == 1 ? keep.back().as<float>() : nullptr,
+                 static_cast<std::int64_t>(rows[f].size()),
+                 pooling,
                  outs.back().as<float>()};
       }
       dev_->gather_pool(s.view(), pool, lf);
@@ -246,8 +255,8 @@ TEST_P(DeviceTest, GatherPoolAndBackwardMatchHostKernelsBitForBit) {
         uf[f].num_unique = uniq[f].size();
         uf[f].grads = keep[k - 1].as<float>();
         uf[f].step = make_optimizer_step(opt, 1);
-        backward_update(ref, BagsView{offs[f].data(), batch, rows[f].data(), w}, pooling, view_of(uniq[f]), bag_of.data(),
-                        grads[f].data(), uf[f].step);
+        backward_update(ref, BagsView{offs[f].data(), batch, rows[f].data(), w}, pooling, view_of(uniq[f]),
+                        bag_of.data(), grads[f].data(), uf[f].step);
       }
       dev_->backward_update(s.view(), pool, uf);
       EXPECT_EQ(download<float>(pool_buf, host.records.size(), s.view()), host.records)
@@ -276,7 +285,8 @@ TEST_P(DeviceTest, PackUnpackMoveWholeRecords) {
   auto after = download<float>(pool_buf, host.records.size(), s.view());
   for (std::size_t i = 0; i < dst.size(); ++i)
     for (std::int64_t c = 0; c < 10; ++c)
-      EXPECT_EQ(after[static_cast<std::size_t>(dst[i] * host.stride + c)], host.records[static_cast<std::size_t>(slots[i] * host.stride + c)]);
+      EXPECT_EQ(after[static_cast<std::size_t>(dst[i] * host.stride + c)],
+                host.records[static_cast<std::size_t>(slots[i] * host.stride + c)]);
 }
 
 TEST_P(DeviceTest, ZeroCopyGatherReadsPinnedHostTable) {
@@ -296,12 +306,47 @@ TEST_P(DeviceTest, ZeroCopyGatherReadsPinnedHostTable) {
   auto d_keys = upload(keys, s.view());
   auto out = dev_->allocate(3 * 16 * 4).value();
   const LinkBytes before = dev_->counters().snapshot();
-  dev_->gather_pool_host(s.view(), table.value().ref(), {{d_offs.as<std::int64_t>(), 3, d_keys.as<Key>(), nullptr, 5, Pooling::kSum, out.as<float>()}});
+  dev_->gather_pool_host(
+      s.view(), table.value().ref(),
+      {{d_offs.as<std::int64_t>(), 3, d_keys.as<Key>(), nullptr, 5, Pooling::kSum, out.as<float>()}});
   ASSERT_TRUE(dev_->synchronize(s.view()).is_ok());
   EXPECT_EQ((dev_->counters().snapshot() - before).h2d, 5u * 16 * 4);
   std::vector<float> expect(3 * 16);
   gather_pool(table.value().ref(), BagsView{offs.data(), 3, keys.data(), nullptr}, Pooling::kSum, expect.data());
   EXPECT_EQ(download<float>(out, expect.size(), s.view()), expect);
+}
+
+TEST_P(DeviceTest, InitRecordsWritesEachTablesInitialRowsAndZeroPadding) {
+  auto st = dev_->create_stream();
+  ASSERT_TRUE(st.is_ok());
+  const StreamView s = st.value().view();
+  for (OptimizerKind kind :
+       {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad, OptimizerKind::kAdam}) {
+    const std::int32_t dim = 37, sd = optimizer_state_dim(kind, dim);
+    const std::int64_t stride = record_stride(dim, sd), slots = 300, first = 41, n = 200;
+    std::vector<float> sentinel(static_cast<std::size_t>(slots * stride), -7.0f);
+    DeviceBuffer mem = upload(sentinel, s);
+    const SlotPool pool{mem.as<float>(), slots, stride, dim, sd};
+    RecordInit init;
+    init.table_seed = 12345;
+    init.bound = 0.25f;
+    init.row0 = 3;  // a shard's origin: rows 3, 7, 11, ... of the whole table, columns 5..
+    init.row_stride = 4;
+    init.col_offset = 5;
+    init.optimizer.kind = kind;
+    init.optimizer.initial_accumulator = 0.125f;
+    dev_->init_records(s, pool, first, n, init);
+    const std::vector<float> got = download<float>(mem, sentinel.size(), s);
+    std::vector<float> want = sentinel;
+    for (std::int64_t i = 0; i < n; ++i) {
+      float* rec = want.data() + (first + i) * stride;
+      std::fill(rec, rec + stride, 0.0f);
+      init_row(rec, init.table_seed, init.row0 + i * init.row_stride, dim, init.bound, init.col_offset);
+      init_state(rec + dim, init.optimizer, sd);
+    }
+    ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+        << "optimizer " << static_cast<int>(kind);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, DeviceTest, testing::Values(Kind::kEmu, Kind::kEmuDelays, Kind::kCuda), kind_name);
@@ -344,12 +389,13 @@ TEST(Staging, AllocationsStayAlignedAcrossGrowth) {
   auto dev = make_emu_device().value();
   auto st = Staging::create(*dev).value();
   for (std::size_t n = 1; n < 4000; n = n * 5 / 4 + 1) {
-    ASSERT_TRUE(st.reserve(Staging::bytes_for<float>(n), Staging::bytes_for<float>(n), Staging::bytes_for<float>(n)).is_ok());
+    ASSERT_TRUE(
+        st.reserve(Staging::bytes_for<float>(n), Staging::bytes_for<float>(n), Staging::bytes_for<float>(n)).is_ok());
     auto m = st.mirrored<float>(n);
     float* h = st.host_only<float>(n);
     float* d = st.dev_only<float>(n);
-    for (const void* p : {static_cast<const void*>(m.host), static_cast<const void*>(m.dev), static_cast<const void*>(h),
-                          static_cast<const void*>(d)})
+    for (const void* p : {static_cast<const void*>(m.host), static_cast<const void*>(m.dev),
+                          static_cast<const void*>(h), static_cast<const void*>(d)})
       ASSERT_EQ(reinterpret_cast<std::uintptr_t>(p) % Staging::kAlign, 0u) << "n " << n;
   }
 }
