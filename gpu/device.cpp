@@ -113,6 +113,24 @@ void Device::unpack_records(StreamView s, SlotPool pool, const Key* slots, std::
   do_unpack_records(s, pool, slots, n, src);
 }
 
+void Device::records_from_host(StreamView s, SlotPool pool, const Key* slots, std::int64_t n,
+                               const float* const* rows) {
+  if (n <= 0) return;
+  const std::uint64_t b = static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(pool.dim + pool.state_dim) * kF;
+  counters_.add_h2d(b);
+  counters_.add_hbm_read(static_cast<std::uint64_t>(n) * 16);
+  counters_.add_hbm_write(b);
+  do_records_host(s, pool, slots, n, const_cast<float* const*>(rows), false);
+}
+
+void Device::records_to_host(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* const* rows) {
+  if (n <= 0) return;
+  const std::uint64_t b = static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(pool.dim + pool.state_dim) * kF;
+  counters_.add_d2h(b);
+  counters_.add_hbm_read(b + static_cast<std::uint64_t>(n) * 16);
+  do_records_host(s, pool, slots, n, rows, true);
+}
+
 void Device::init_records(StreamView s, SlotPool pool, std::int64_t first_slot, std::int64_t n, const RecordInit& init) {
   if (n <= 0) return;
   counters_.add_hbm_write(static_cast<std::uint64_t>(n * pool.record_bytes()));

@@ -188,6 +188,15 @@ class Device {
   void pack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* dst);
   /// record of slot slots[i] = src[i].  slots (n) device, src (n, stride) device.
   void unpack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, const float* src);
+  /// record of slot slots[i] = the dim + state_dim floats at rows[i], read by the device from host
+  /// memory (zero-copy: rows are device_address()es of pinned host records). slots, rows (n) device.
+  void records_from_host(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, const float* const* rows);
+  /// the dim + state_dim floats at rows[i] = record of slot slots[i], written by the device into host
+  /// memory (zero-copy, as records_from_host). slots, rows (n) device.
+  void records_to_host(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* const* rows);
+  /// The address under which the device reads and writes `host`, which must lie in memory
+  /// registered through pinner() (cudaHostGetDevicePointer under cuda; the same address under emu).
+  virtual Result<float*> device_address(float* host) = 0;
   /// Records [first_slot, first_slot + n) of `pool` = the initial rows of a table (RecordInit:
   /// init_row and init_state of core/row_math.hpp, padding zero), computed on the device.
   void init_records(StreamView s, SlotPool pool, std::int64_t first_slot, std::int64_t n, const RecordInit& init);
@@ -206,6 +215,8 @@ class Device {
   virtual void do_backward_update(StreamView s, SlotPool pool, const std::vector<UpdateFeature>& features) = 0;
   virtual void do_pack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* dst) = 0;
   virtual void do_unpack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, const float* src) = 0;
+  virtual void do_records_host(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* const* rows,
+                               bool to_host) = 0;
   virtual void do_init_records(StreamView s, SlotPool pool, std::int64_t first_slot, std::int64_t n,
                                const RecordInit& init) = 0;
 

@@ -85,6 +85,24 @@ Result<OffloadGather> parse_offload_gather(const std::string& s) {
   return Status::invalid_argument("unknown offload_gather '" + s + "' (expected device or cpu)");
 }
 
+const char* to_string(CacheTransfer t) noexcept {
+  switch (t) {
+    case CacheTransfer::kAuto:
+      return "auto";
+    case CacheTransfer::kStaged:
+      return "staged";
+    case CacheTransfer::kZeroCopy:
+      return "zero_copy";
+  }
+  return "?";
+}
+Result<CacheTransfer> parse_cache_transfer(const std::string& s) {
+  if (s == "auto") return CacheTransfer::kAuto;
+  if (s == "staged") return CacheTransfer::kStaged;
+  if (s == "zero_copy") return CacheTransfer::kZeroCopy;
+  return Status::invalid_argument("unknown cache transfer '" + s + "' (expected auto, staged or zero_copy)");
+}
+
 std::int64_t cache_rows(const TableConfig& t) {
   const TableCacheConfig& c = t.cache;
   std::int64_t rows;
@@ -202,6 +220,7 @@ Status validate(const StoreConfig& c) {
   STRATA_RETURN_IF_ERROR(check_enum(c.numa, "numa", "interleave or bind"));
   STRATA_RETURN_IF_ERROR(check_enum(c.device.backend, "device backend", "auto, cuda or emu"));
   STRATA_RETURN_IF_ERROR(check_enum(c.offload_gather, "offload_gather", "device or cpu"));
+  STRATA_RETURN_IF_ERROR(check_enum(c.cache.transfer, "cache transfer", "auto, staged or zero_copy"));
   if (c.threads < 0 || c.threads > kMaxThreads)
     return Status::invalid_argument("threads " + std::to_string(c.threads) + " must be in [0, " +
                                     std::to_string(kMaxThreads) + "] (kernel worker threads; 0: all cores)");
@@ -435,7 +454,8 @@ Status parse_store_wide(Fields& f, StoreConfig& c) {
     STRATA_RETURN_IF_ERROR(g.integer("max_in_flight", c.cache.max_in_flight));
     STRATA_RETURN_IF_ERROR(g.integer("preview", c.cache.preview));
     STRATA_RETURN_IF_ERROR(g.integer("planner_shards", c.cache.planner_shards));
-    return g.integer("flush_every", c.cache.flush_every);
+    STRATA_RETURN_IF_ERROR(g.integer("flush_every", c.cache.flush_every));
+    return g.choice("transfer", c.cache.transfer, parse_cache_transfer);
   }));
   STRATA_RETURN_IF_ERROR(f.choice("offload_gather", c.offload_gather, parse_offload_gather));
   return f.boolean("accept_nonfinite_gradients", c.accept_nonfinite_gradients);
@@ -490,7 +510,8 @@ std::string to_json(const StoreConfig& c) {
                  {"emu_fail_after_ops", c.device.emu_fail_after_ops}};
   j["cache"] = {{"policy", cache::to_string(c.cache.policy)}, {"lookahead", c.cache.lookahead},
                 {"max_in_flight", c.cache.max_in_flight},     {"preview", c.cache.preview},
-                {"planner_shards", c.cache.planner_shards},   {"flush_every", c.cache.flush_every}};
+                {"planner_shards", c.cache.planner_shards},   {"flush_every", c.cache.flush_every},
+                {"transfer", to_string(c.cache.transfer)}};
   j["offload_gather"] = to_string(c.offload_gather);
   j["accept_nonfinite_gradients"] = c.accept_nonfinite_gradients;
   j["tables"] = json::array();

@@ -48,6 +48,13 @@ enum class OffloadGather {
   kCpu = 1,     ///< CPU threads gather and pool; the pooled outputs go H2D
 };
 
+/// How the cache moves rows between host tables and device slots (fills and write-backs).
+enum class CacheTransfer {
+  kAuto = 0,      ///< measured when the store opens: the faster of the two on this machine
+  kStaged = 1,    ///< CPU threads copy records through pinned staging; DMA copies; an unpack kernel
+  kZeroCopy = 2,  ///< a kernel reads and writes the (registered, mapped) host records directly
+};
+
 /// The cache and prefetcher of `cached` tables.
 ///
 /// The lookahead policy plans each batch knowing the batches after it (its window): the
@@ -70,6 +77,7 @@ struct CacheConfig {
   /// then holds every update up to that step, which bounds what a device fault can lose (README,
   /// "When the device fails"). 0: only explicit flushes, save and close write cached rows back.
   std::int64_t flush_every = 0;
+  CacheTransfer transfer = CacheTransfer::kAuto;  ///< fills and write-backs
 };
 
 /// Upper bound of CacheConfig::planner_shards.
@@ -126,6 +134,8 @@ const char* to_string(BackendChoice b) noexcept;
 Result<BackendChoice> parse_backend(const std::string& s);
 const char* to_string(OffloadGather g) noexcept;
 Result<OffloadGather> parse_offload_gather(const std::string& s);
+const char* to_string(CacheTransfer t) noexcept;
+Result<CacheTransfer> parse_cache_transfer(const std::string& s);
 
 /// Checks every table and the store-wide fields, enums included (a value outside its enum, say
 /// static_cast<Placement>(9), is named with its integer); errors name the table and the value.
@@ -143,7 +153,7 @@ Status validate(const StoreConfig& config);
 ///    "device": {"backend": "auto"|"cuda"|"emu", "ordinal": 0, "capacity": 0,
 ///               "emu_max_delay_us": 0, "emu_fail_after_ops": -1},
 ///    "cache": {"policy": "lru"|"lfu"|"lookahead", "lookahead": 0, "max_in_flight": 8, "preview": 0,
-///              "planner_shards": 1, "flush_every": 0},
+///              "planner_shards": 1, "flush_every": 0, "transfer": "auto"|"staged"|"zero_copy"},
 ///    "offload_gather": "device"|"cpu", "accept_nonfinite_gradients": false}
 /// Unknown keys are errors (a typo must not silently fall back to a default), and so is a value of
 /// the wrong JSON type, never coerced: integers must be JSON integers within their field's type

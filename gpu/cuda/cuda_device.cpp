@@ -286,6 +286,25 @@ class CudaDevice final : public Device {
     STRATA_CUDA_RECORD(*this, cuda_detail::launch_records(a, true, stream(s), sm_count_));
   }
 
+  void do_records_host(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* const* rows,
+                       bool to_host) override {
+    if (n <= 0 || !begin_issue()) return;
+    const kernels::HostRecordArgs a{pool.base, pool.stride, pool.dim + pool.state_dim, slots, rows, n};
+    STRATA_CUDA_RECORD(*this, cuda_detail::launch_host_records(a, to_host, stream(s), sm_count_));
+  }
+
+  Result<float*> device_address(float* host) override {
+    if (!use_device()) return Status::unavailable("device " + info().name + ": cannot make it current");
+    void* mapped = nullptr;
+    const cudaError_t err = cudaHostGetDevicePointer(&mapped, host, 0);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      return cuda_status(err, "cudaHostGetDevicePointer(&mapped, host, 0) (is the memory registered?)", __FILE__,
+                         __LINE__);
+    }
+    return static_cast<float*>(mapped);
+  }
+
   void do_init_records(StreamView s, SlotPool pool, std::int64_t first_slot, std::int64_t n,
                        const RecordInit& init) override {
     if (n <= 0 || !begin_issue()) return;

@@ -65,6 +65,12 @@ __global__ void __launch_bounds__(kBlock) records_kernel(const RecordArgs a) {
   }
 }
 
+template <bool kToHost>
+__global__ void __launch_bounds__(kBlock) host_records_kernel(const HostRecordArgs a) {
+  const DeviceWarp w = this_warp();
+  for (std::int64_t i = first_item(); i < a.n; i += item_step()) move_host_record(w, a, i, kToHost);
+}
+
 __global__ void __launch_bounds__(kBlock) init_kernel(const InitArgs a) {
   const DeviceWarp w = this_warp();
   for (std::int64_t i = first_item(); i < a.n; i += item_step()) init_record(w, a, i);
@@ -106,6 +112,17 @@ cudaError_t launch_records(const RecordArgs& args, bool unpack, cudaStream_t str
     records_kernel<true><<<warp_grid(args.n, sm_count), kBlock, 0, stream>>>(args);
   } else {
     records_kernel<false><<<warp_grid(args.n, sm_count), kBlock, 0, stream>>>(args);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_host_records(const HostRecordArgs& args, bool to_host, cudaStream_t stream, int sm_count) {
+  if (args.n <= 0) return cudaSuccess;
+  clear_stale_error();
+  if (to_host) {
+    host_records_kernel<true><<<warp_grid(args.n, sm_count), kBlock, 0, stream>>>(args);
+  } else {
+    host_records_kernel<false><<<warp_grid(args.n, sm_count), kBlock, 0, stream>>>(args);
   }
   return cudaGetLastError();
 }

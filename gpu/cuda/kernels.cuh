@@ -26,6 +26,10 @@ cudaError_t launch_update(const kernels::UpdateArgs& args, cudaStream_t stream, 
 /// Asynchronous on `stream`.
 cudaError_t launch_records(const kernels::RecordArgs& args, bool unpack, cudaStream_t stream, int sm_count);
 
+/// Moves args.n records between slots and host records, zero-copy (to_host: slot -> host).
+/// Asynchronous on `stream`.
+cudaError_t launch_host_records(const kernels::HostRecordArgs& args, bool to_host, cudaStream_t stream, int sm_count);
+
 /// Initializes args.n records of a pool on the device. Asynchronous on `stream`.
 cudaError_t launch_init(const kernels::InitArgs& args, cudaStream_t stream, int sm_count);
 

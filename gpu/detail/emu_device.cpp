@@ -239,6 +239,14 @@ class EmuDevice final : public Device {
     kernel(s, [a] { kernels::run_records(a, true); });
   }
 
+  void do_records_host(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* const* rows,
+                       bool to_host) override {
+    const kernels::HostRecordArgs a{pool.base, pool.stride, pool.dim + pool.state_dim, slots, rows, n};
+    kernel(s, [a, to_host] { kernels::run_host_records(a, to_host); });
+  }
+
+  Result<float*> device_address(float* host) override { return host; }
+
   void do_init_records(StreamView s, SlotPool pool, std::int64_t first_slot, std::int64_t n,
                        const RecordInit& init) override {
     const kernels::InitArgs a{pool.base, pool.stride, pool.dim, pool.state_dim, first_slot, n, init};

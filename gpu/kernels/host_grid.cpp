@@ -50,6 +50,11 @@ void run_records(const RecordArgs& a, bool unpack) {
   }
 }
 
+void run_host_records(const HostRecordArgs& a, bool to_host) {
+  const HostWarp w;
+  for_items(a.n, 64, [&](std::int64_t i) { move_host_record(w, a, i, to_host); });
+}
+
 void run_init(const InitArgs& a) {
   const HostWarp w;
   for_items(a.n, 64, [&](std::int64_t i) { init_record(w, a, i); });

@@ -15,6 +15,8 @@ void run_gather(const GatherArgs& a);
 void run_update(const UpdateArgs& a);
 /// Runs a pack (pool -> a.packed) or, with `unpack`, an unpack (a.packed -> pool) of a.n records.
 void run_records(const RecordArgs& a, bool unpack);
+/// Runs a zero-copy record move between slots and host records (to_host: slot -> host).
+void run_host_records(const HostRecordArgs& a, bool to_host);
 /// Runs a record initialization.
 void run_init(const InitArgs& a);
 

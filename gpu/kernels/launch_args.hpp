@@ -98,6 +98,17 @@ struct RecordArgs {
   float* packed = nullptr;  ///< (n, stride) device: the records in slot-list order
 };
 
+/// Parameters of a zero-copy record move between slots and host records (Device::records_from_host,
+/// records_to_host). Work items are records.
+struct HostRecordArgs {
+  float* base = nullptr;         ///< (slots, stride) device: the slot pool
+  std::int64_t stride = 0;       ///< floats per slot record
+  std::int64_t floats = 0;       ///< floats moved per record: dim + state_dim
+  const Key* slots = nullptr;    ///< (n) device
+  float* const* rows = nullptr;  ///< (n) device: device-visible addresses of host records
+  std::int64_t n = 0;
+};
+
 /// Parameters of a record initialization: records first_slot .. first_slot + n of a pool get the
 /// initial rows of a table (core/row_math.hpp: init_row, init_state; padding zero). Work items are
 /// records.

@@ -4,6 +4,7 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <limits>
@@ -39,6 +40,8 @@ struct PoolWork {
   float *wb_host = nullptr, *wb_dev = nullptr;
   Key* fill_slots_dev = nullptr;
   float *fill_host = nullptr, *fill_dev = nullptr;
+  float** wb_rows_dev = nullptr;  // zero-copy transfers: device addresses of the host records
+  float** fill_rows_dev = nullptr;
 };
 
 struct CachedBatch final : EngineBatch {
@@ -128,7 +131,7 @@ class CachedEngine final : public Engine {
       pool.planner = std::make_unique<cache::ShardedPool>(po, config_.cache.planner_shards);
       pools_.push_back(std::move(pool));
     }
-    return Status::ok();
+    return choose_transfer();
   }
 
   void preview(std::int64_t id, const KeyBatch& batch, const EngineFeatures& f) override {
@@ -296,15 +299,18 @@ class CachedEngine final : public Engine {
             dirty.begin() + static_cast<std::ptrdiff_t>(std::min(dirty.size(), b + chunk)));
         STRATA_RETURN_IF_ERROR(dev_.synchronize(flush_staging_->done()));
         const std::size_t W = part.size();
-        STRATA_RETURN_IF_ERROR(flush_staging_->reserve(Staging::bytes_for<Key>(W), Staging::bytes_for<float>(W * rec),
-                                                       Staging::bytes_for<float>(W * rec)));
+        const std::size_t records = zero_copy_ ? 0 : W * rec;
+        STRATA_RETURN_IF_ERROR(flush_staging_->reserve(
+            Staging::bytes_for<Key>(W) + (zero_copy_ ? Staging::bytes_for<float*>(W) : 0),
+            Staging::bytes_for<float>(records), Staging::bytes_for<float>(records)));
         auto slots = flush_staging_->mirrored<Key>(W);
         for (std::size_t i = 0; i < W; ++i) slots.host[i] = part[i].slot;
-        float* host = flush_staging_->host_only<float>(W * rec);
-        float* dev = flush_staging_->dev_only<float>(W * rec);
+        float** mapped = zero_copy_ ? stage_rows(*flush_staging_, pool, part) : nullptr;
+        float* host = flush_staging_->host_only<float>(records);
+        float* dev = flush_staging_->dev_only<float>(records);
         dev_.wait(s, progress_.view());
         flush_staging_->upload(s);
-        write_back(s, pool, part, slots.dev, dev, host);
+        write_back(s, pool, part, slots.dev, dev, host, mapped);
         dev_.record(flush_staging_->done(), s);
         STRATA_RETURN_IF_ERROR(dev_.synchronize(flush_staging_->done()));
         pool.planner->mark_clean(part);
@@ -445,8 +451,12 @@ class CachedEngine final : public Engine {
       const std::int64_t misses = probes[k].misses;
       const std::size_t rec = static_cast<std::size_t>(pools_[static_cast<std::size_t>(w.pool)].view.stride);
       mirrored += 2 * Staging::bytes_for<Key>(static_cast<std::size_t>(misses));
-      host_only += 2 * Staging::bytes_for<float>(static_cast<std::size_t>(misses) * rec);
-      dev_only += 2 * Staging::bytes_for<float>(static_cast<std::size_t>(misses) * rec);
+      if (zero_copy_) {
+        mirrored += 2 * Staging::bytes_for<float*>(static_cast<std::size_t>(misses));
+      } else {
+        host_only += 2 * Staging::bytes_for<float>(static_cast<std::size_t>(misses) * rec);
+        dev_only += 2 * Staging::bytes_for<float>(static_cast<std::size_t>(misses) * rec);
+      }
       for (int i : w.feats)
         add_feature_bytes(b.feats[static_cast<std::size_t>(b.features.feature[static_cast<std::size_t>(i)])],
                           spec_of(b.features.table[static_cast<std::size_t>(i)]),
@@ -479,7 +489,8 @@ class CachedEngine final : public Engine {
     b.st->upload(s);
     for (PoolWork& w : b.work) {
       Pool& pool = pools_[static_cast<std::size_t>(w.pool)];
-      if (!w.plan.writebacks.empty()) write_back(s, pool, w.plan.writebacks, w.wb_slots_dev, w.wb_dev, w.wb_host);
+      if (!w.plan.writebacks.empty())
+        write_back(s, pool, w.plan.writebacks, w.wb_slots_dev, w.wb_dev, w.wb_host, w.wb_rows_dev);
       if (!w.plan.fills.empty()) fill(s, pool, w);
     }
     dev_.record(b.ready.view(), s);
@@ -503,19 +514,114 @@ class CachedEngine final : public Engine {
     auto wb = st.mirrored<Key>(W);
     for (std::size_t i = 0; i < W; ++i) wb.host[i] = w.plan.writebacks[i].slot;
     w.wb_slots_dev = wb.dev;
-    w.wb_host = st.host_only<float>(W * rec);
-    w.wb_dev = st.dev_only<float>(W * rec);
     auto fs = st.mirrored<Key>(F);
     for (std::size_t i = 0; i < F; ++i) fs.host[i] = w.plan.fills[i].slot;
     w.fill_slots_dev = fs.dev;
+    if (zero_copy_) {
+      const Pool& pool = pools_[static_cast<std::size_t>(w.pool)];
+      w.wb_rows_dev = stage_rows(st, pool, w.plan.writebacks);
+      w.fill_rows_dev = stage_rows(st, pool, w.plan.fills);
+      return;
+    }
+    w.wb_host = st.host_only<float>(W * rec);
+    w.wb_dev = st.dev_only<float>(W * rec);
     w.fill_host = st.host_only<float>(F * rec);
     w.fill_dev = st.dev_only<float>(F * rec);
   }
 
-  // Copy stream: dirty slots -> pinned staging -> host tables.
+  // The device addresses of the host records of `rows`, in the mirrored region (zero-copy).
+  float** stage_rows(Staging& st, const Pool& pool, const std::vector<cache::Transfer>& rows) {
+    auto p = st.mirrored<float*>(rows.size());
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      p.host[i] = mapped_.at(pool.tables[static_cast<std::size_t>(rows[i].table)]).row(rows[i].row);
+    return p.dev;
+  }
+
+  // Zero-copy transfers need the device address of every host table; kAuto measures both ways.
+  Status choose_transfer() {
+    const CacheTransfer want = config_.cache.transfer;
+    if (want == CacheTransfer::kStaged) return Status::ok();
+    for (auto& [t, ops] : host_) {
+      const RowRef ref = ops.table().ref();
+      std::vector<float*>& bases = mapped_bases_[t];
+      bases.clear();
+      for (std::int32_t p = 0; p < ref.parts; ++p) {
+        Result<float*> m = dev_.device_address(ref.bases[p]);
+        if (!m) {
+          if (want == CacheTransfer::kAuto) return Status::ok();  // staged, then
+          return m.status().with_context("cache transfer zero_copy: table '" + spec_of(t).name + "'");
+        }
+        bases.push_back(m.value());
+      }
+    }
+    for (auto& [t, bases] : mapped_bases_) {
+      RowRef ref = host_.at(t).table().ref();
+      ref.bases = bases.data();
+      mapped_[t] = ref;
+    }
+    if (want == CacheTransfer::kZeroCopy) {
+      zero_copy_ = true;
+      return Status::ok();
+    }
+    // kAuto. The emu device has no PCIe to measure (both ways are host memcpys): staged, as before.
+    if (dev_.info().backend != gpu::Backend::kCuda) return Status::ok();
+    STRATA_ASSIGN_OR_RETURN(zero_copy_, zero_copy_is_faster());
+    return Status::ok();
+  }
+
+  // Times fills of the first pool's empty slots from its first table both ways (the median of
+  // five each, interleaved) and says whether zero-copy won. Slots are free while the store opens,
+  // so the probe changes nothing; its staging is freed before the store opens (too little device
+  // memory for it: staged).
+  Result<bool> zero_copy_is_faster() {
+    if (pools_.empty()) return false;
+    Pool& pool = pools_.front();
+    const int table = pool.tables.front();
+    const std::int64_t n = std::min<std::int64_t>({4096, pool.view.slots, spec_of(table).rows});
+    std::vector<cache::Transfer> rows(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) rows[static_cast<std::size_t>(i)] = {i, 0, i};  // slot i <- row i
+    const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
+    STRATA_ASSIGN_OR_RETURN(Staging st, Staging::create(dev_));
+    if (!st.reserve(Staging::bytes_for<Key>(rows.size()) + Staging::bytes_for<float*>(rows.size()),
+                    Staging::bytes_for<float>(rows.size() * rec), Staging::bytes_for<float>(rows.size() * rec))
+             .is_ok())
+      return false;
+    auto slots = st.mirrored<Key>(rows.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) slots.host[i] = rows[i].slot;
+    float** mapped = stage_rows(st, pool, rows);
+    float* host = st.host_only<float>(rows.size() * rec);
+    float* dev = st.dev_only<float>(rows.size() * rec);
+    const gpu::StreamView s = copy_.view();
+    st.upload(s);
+    STRATA_RETURN_IF_ERROR(dev_.synchronize(s));
+    std::vector<double> staged, zero;
+    for (int rep = 0; rep < 5; ++rep) {
+      for (bool z : {false, true}) {
+        const auto t0 = std::chrono::steady_clock::now();
+        if (z) {
+          dev_.records_from_host(s, pool.view, slots.dev, n, mapped);
+        } else {
+          copy_in(s, pool, rows, slots.dev, host, dev);
+        }
+        STRATA_RETURN_IF_ERROR(dev_.synchronize(s));
+        (z ? zero : staged).push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+    }
+    std::sort(staged.begin(), staged.end());
+    std::sort(zero.begin(), zero.end());
+    return zero[zero.size() / 2] < staged[staged.size() / 2];
+  }
+
+  // Copy stream: dirty slots -> host tables, zero-copy through `mapped` (device addresses of the
+  // host records) or through pinned staging (`dev`, `host`).
   void write_back(gpu::StreamView s, Pool& pool, std::vector<cache::Transfer> rows, const Key* slots_dev, float* dev,
-                  float* host) {
+                  float* host, float** mapped) {
     const std::int64_t W = static_cast<std::int64_t>(rows.size());
+    if (mapped) {
+      dev_.records_to_host(s, pool.view, slots_dev, W, mapped);
+      count_host(pool, rows, true);
+      return;
+    }
     const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
     dev_.pack_records(s, pool.view, slots_dev, W, dev);
     dev_.copy_d2h(s, host, dev, static_cast<std::size_t>(W) * rec * sizeof(float));
@@ -532,13 +638,38 @@ class CachedEngine final : public Engine {
     });
   }
 
-  // Copy stream: host tables -> pinned staging (NUMA-local threads would go here) -> slots.
+  // Copy stream: host tables -> slots, zero-copy or through pinned staging.
   void fill(gpu::StreamView s, Pool& pool, PoolWork& w) {
+    if (w.fill_rows_dev) {
+      dev_.records_from_host(s, pool.view, w.fill_slots_dev, static_cast<std::int64_t>(w.plan.fills.size()),
+                             w.fill_rows_dev);
+      count_host(pool, w.plan.fills, false);
+      return;
+    }
+    copy_in(s, pool, w.plan.fills, w.fill_slots_dev, w.fill_host, w.fill_dev);
+  }
+
+  // Host DRAM traffic of a zero-copy transfer, counted at issue (the device moves the bytes).
+  void count_host(const Pool& pool, const std::vector<cache::Transfer>& rows, bool write) {
+    const std::size_t bytes = static_cast<std::size_t>(pool.view.dim + pool.view.state_dim) * sizeof(float);
+    for (const cache::Transfer& x : rows) {
+      const HostTable& t = host_.at(pool.tables[static_cast<std::size_t>(x.table)]).table();
+      if (write) {
+        dev_.counters().add_host_write(t.node_of(x.row), bytes);
+      } else {
+        dev_.counters().add_host_read(t.node_of(x.row), bytes);
+      }
+    }
+  }
+
+  // Copy stream: host tables -> pinned staging `host` (NUMA-local threads would go here) -> `dev`
+  // -> slots.
+  void copy_in(gpu::StreamView s, Pool& pool, const std::vector<cache::Transfer>& fills, const Key* slots_dev,
+               float* host, float* dev) {
     const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
     const std::size_t bytes = static_cast<std::size_t>(pool.view.dim + pool.view.state_dim) * sizeof(float);
-    float* host = w.fill_host;
     // The task owns a copy of the list: a discarded batch may be destroyed before the task runs.
-    dev_.host_task(s, [this, &pool, rows = w.plan.fills, host, rec, bytes] {
+    dev_.host_task(s, [this, &pool, rows = fills, host, rec, bytes] {
       tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows.size(), 256),
                         [&](const tbb::blocked_range<std::size_t>& r) {
                           for (std::size_t i = r.begin(); i < r.end(); ++i) {
@@ -549,9 +680,9 @@ class CachedEngine final : public Engine {
                           }
                         });
     });
-    const std::size_t F = w.plan.fills.size();
-    dev_.copy_h2d(s, w.fill_dev, host, F * rec * sizeof(float));
-    dev_.unpack_records(s, pool.view, w.fill_slots_dev, static_cast<std::int64_t>(F), w.fill_dev);
+    const std::size_t F = fills.size();
+    dev_.copy_h2d(s, dev, host, F * rec * sizeof(float));
+    dev_.unpack_records(s, pool.view, slots_dev, static_cast<std::int64_t>(F), dev);
   }
 
   void retire(CachedBatch& b, bool updated) {
@@ -567,6 +698,10 @@ class CachedEngine final : public Engine {
   gpu::Stream copy_, compute_;
   gpu::Event progress_;  // recorded on compute after every retired batch
   std::unordered_map<int, HostTableOps> host_;
+  // Zero-copy transfers: each table's RowRef with device addresses (mapped_bases_ holds them).
+  bool zero_copy_ = false;
+  std::unordered_map<int, std::vector<float*>> mapped_bases_;
+  std::unordered_map<int, RowRef> mapped_;
   std::vector<Pool> pools_;
   std::vector<std::pair<int, int>> where_;  // global table -> (pool, pool-local index)
   std::deque<CachedBatch*> pending_;        // submitted, not yet planned (the lookahead window), FIFO

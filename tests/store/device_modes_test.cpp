@@ -345,10 +345,13 @@ TEST(DeviceModes, DeviceFaultsSurfaceAsStatusAndKeepSavedRowsIntact) {
 
   int faults_seen = 0;
   const int runs = 30;
+  // Every other run moves cache rows with the zero-copy kernels instead of staged copies.
   for (std::int64_t fail_at = 0; fail_at < 2 * runs; fail_at += 2) {
     std::filesystem::remove_all(dir);
     StoreConfig c = base;
     c.device.emu_fail_after_ops = fail_at;
+    c.cache.transfer = fail_at % 4 == 0 ? CacheTransfer::kStaged : CacheTransfer::kZeroCopy;
+    SCOPED_TRACE(std::string("transfer ") + to_string(c.cache.transfer));
     auto s = Store::open(c);
     ASSERT_TRUE(s.is_ok()) << s.status().to_string();
     auto ref = open_reference_store(c);

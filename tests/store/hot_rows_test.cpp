@@ -50,6 +50,8 @@ StoreConfig hot_config(const HotCase& c) {
   config.threads = 2;
   config.device.backend = c.cuda ? BackendChoice::kCuda : BackendChoice::kEmu;
   config.offload_gather = OffloadGather::kDevice;  // the zero-copy gather kernel
+  // Cache fills and write-backs: zero-copy kernels at dims 4 and 160, staged at 16 and 48.
+  config.cache.transfer = c.dim % 32 == 16 ? CacheTransfer::kStaged : CacheTransfer::kZeroCopy;
   const struct {
     const char* name;
     std::int64_t rows;

@@ -88,6 +88,10 @@ TEST_P(ModeEquivalence, OutputsAndFinalStateEqualTheReference) {
   for (auto& t : config.tables)
     if (t.placement == Placement::kCached || t.placement == Placement::kHybrid)
       t.cache.rows *= config.cache.planner_shards;
+  // Fills and write-backs staged, zero-copy, or measured (own generator, as above).
+  std::mt19937_64 transfer_rng(static_cast<std::uint64_t>(mc.seed) * 17 + 5);
+  config.cache.transfer = static_cast<CacheTransfer>(transfer_rng() % 3);
+  SCOPED_TRACE("transfer " + std::string(to_string(config.cache.transfer)));
   SCOPED_TRACE("policy " + std::string(cache::to_string(config.cache.policy)) + " lookahead " +
                std::to_string(config.cache.lookahead) + " depth " + std::to_string(depth) + " planner shards " +
                std::to_string(config.cache.planner_shards));
