@@ -232,8 +232,13 @@ detail::Buffer<kPinned>::~Buffer() {
   }
 }
 
-/// Number of visible CUDA GPUs (0 when the backend was not built).
-int cuda_device_count() noexcept;
+/// Number of visible CUDA GPUs. 0 means none here: no GPU, no NVIDIA driver installed,
+/// CUDA_VISIBLE_DEVICES hides them all, or this build has no CUDA backend. Unavailable means CUDA
+/// is installed but broken (a driver older than the CUDA runtime of this build, a driver that
+/// fails to initialize, ...): the message names the CUDA error, the driver's and the runtime's
+/// CUDA versions, and what to check. Callers must not read an error as "no GPU": `backend: auto`
+/// refuses to start on it rather than fall back to emu. Thread-safe; creates no CUDA context.
+Result<int> cuda_devices();
 /// Whether this build contains the CUDA backend.
 bool cuda_backend_built() noexcept;
 

@@ -22,8 +22,16 @@ namespace strata {
 namespace {
 
 Result<std::unique_ptr<gpu::Device>> open_device(const DeviceConfig& d, int threads, int numa_nodes) {
-  const bool want_cuda =
-      d.backend == BackendChoice::kCuda || (d.backend == BackendChoice::kAuto && gpu::cuda_device_count() > 0);
+  bool want_cuda = d.backend == BackendChoice::kCuda;
+  if (d.backend == BackendChoice::kAuto) {
+    // A broken CUDA setup is not "no GPU": running on emu would hide it behind a slow store.
+    auto gpus = gpu::cuda_devices();
+    if (!gpus)
+      return gpus.status().with_context(
+          "device backend auto: will not fall back to the emulated device while CUDA is broken (fix CUDA, or set "
+          "device.backend to emu to run without the GPU)");
+    want_cuda = gpus.value() > 0;
+  }
   if (want_cuda) {
     auto dev = gpu::make_cuda_device(d.ordinal, static_cast<std::size_t>(d.capacity), numa_nodes);
     if (!dev) return dev.status().with_context("device backend cuda");

@@ -2,27 +2,32 @@
 // a GPU is visible) must pass the same tests.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
-#include <thread>
 #include <random>
+#include <thread>
 #include <vector>
 
+#include "gpu/detail/cuda_probe.hpp"
 #include "gpu/device.hpp"
 #include "gpu/staging.hpp"
 #include "host/dedup.hpp"
 #include "host/host_table.hpp"
 #include "host/kernels.hpp"
+#include "tests/bench/run_program.hpp"
+#include "tests/gpu/cuda_gate.hpp"
 
 namespace strata::gpu {
 namespace {
 
 enum class Kind { kEmu, kEmuDelays, kCuda };
 
-std::string kind_name(const testing::TestParamInfo<Kind>& info) {
+std::string kind_name(const ::testing::TestParamInfo<Kind>& info) {
   switch (info.param) {
     case Kind::kEmu: return "emu";
     case Kind::kEmuDelays: return "emu_delays";
@@ -30,11 +35,11 @@ std::string kind_name(const testing::TestParamInfo<Kind>& info) {
   }
 }
 
-class DeviceTest : public testing::TestWithParam<Kind> {
+class DeviceTest : public ::testing::TestWithParam<Kind> {
  protected:
   void SetUp() override {
     if (GetParam() == Kind::kCuda) {
-      if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible";
+      STRATA_SKIP_WITHOUT_CUDA_GPU();
       auto d = make_cuda_device(0, std::size_t{1} << 30);
       ASSERT_TRUE(d.is_ok()) << d.status().to_string();
       dev_ = std::move(d).value();
@@ -304,7 +309,7 @@ TEST_P(DeviceTest, ZeroCopyGatherReadsPinnedHostTable) {
   EXPECT_EQ(download<float>(out, expect.size(), s.view()), expect);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, DeviceTest, testing::Values(Kind::kEmu, Kind::kEmuDelays, Kind::kCuda), kind_name);
+INSTANTIATE_TEST_SUITE_P(Backends, DeviceTest, ::testing::Values(Kind::kEmu, Kind::kEmuDelays, Kind::kCuda), kind_name);
 
 TEST(EmuDevice, InjectedFaultIsStickyAndSkipsLaterWork) {
   EmuOptions o;
@@ -329,7 +334,109 @@ TEST(EmuDevice, RejectsBadOptions) {
   EmuOptions o;
   o.capacity = 0;
   EXPECT_EQ(make_emu_device(o).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_FALSE(make_cuda_device(0).is_ok() && cuda_device_count() == 0);
+  const Result<int> gpus = cuda_devices();
+  EXPECT_FALSE(make_cuda_device(0).is_ok() && !(gpus.is_ok() && gpus.value() > 0));
+}
+
+// ---- cuda_devices: "no GPU" and "CUDA is broken" are different answers ----
+
+detail::CudaProbe failed_probe(int error, const char* name, int driver, int runtime) {
+  detail::CudaProbe p;
+  p.error = error;
+  p.error_name = name;
+  p.error_text = "text of " + std::string(name);
+  p.driver_version = driver;
+  p.runtime_version = runtime;
+  return p;
+}
+
+TEST(CudaProbe, NoDeviceNoDriverAndACountOfZeroAreNoGpu) {
+  detail::CudaProbe ok;
+  ok.count = 3;
+  EXPECT_EQ(detail::classify_cuda_probe(ok).value(), 3);
+  ok.count = 0;
+  EXPECT_EQ(detail::classify_cuda_probe(ok).value(), 0);
+  // CUDA_VISIBLE_DEVICES="" or no GPU on a machine with a driver.
+  EXPECT_EQ(
+      detail::classify_cuda_probe(failed_probe(detail::kCudaErrorNoDevice, "cudaErrorNoDevice", 12040, 13000)).value(),
+      0);
+  // No NVIDIA driver installed at all (this is what a machine without a GPU driver answers).
+  EXPECT_EQ(detail::classify_cuda_probe(
+                failed_probe(detail::kCudaErrorInsufficientDriver, "cudaErrorInsufficientDriver", 0, 13000))
+                .value(),
+            0);
+}
+
+TEST(CudaProbe, ADriverOlderThanTheRuntimeIsAnErrorThatNamesBothVersions) {
+  const Result<int> r = detail::classify_cuda_probe(
+      failed_probe(detail::kCudaErrorInsufficientDriver, "cudaErrorInsufficientDriver", 12040, 13000));
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  const std::string& m = r.status().message();
+  for (const char* part :
+       {"cudaErrorInsufficientDriver", "text of cudaErrorInsufficientDriver", "driver supports CUDA 12.4",
+        "runtime is CUDA 13.0", "install a driver that supports CUDA 13.0"})
+    EXPECT_NE(m.find(part), std::string::npos) << part << " in: " << m;
+}
+
+TEST(CudaProbe, OtherRuntimeErrorsAreErrorsThatSayWhatToCheck) {
+  // cudaErrorInitializationError (3), cudaErrorStubLibrary (34), cudaErrorDevicesUnavailable (46),
+  // cudaErrorSystemDriverMismatch (803), cudaErrorUnknown (999)
+  for (int error : {3, 34, 46, 803, 999}) {
+    const Result<int> r = detail::classify_cuda_probe(failed_probe(error, "cudaErrorSomething", 13000, 13000));
+    ASSERT_FALSE(r.is_ok()) << error;
+    EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+    const std::string& m = r.status().message();
+    for (const char* part : {"CUDA is installed but unusable", "cudaErrorSomething", "driver supports CUDA 13.0",
+                             "nvidia-smi", "CUDA_VISIBLE_DEVICES"})
+      EXPECT_NE(m.find(part), std::string::npos) << part << " in: " << m;
+  }
+  // An error other than "insufficient driver" with no driver found is still an error.
+  const Result<int> r = detail::classify_cuda_probe(failed_probe(3, "cudaErrorInitializationError", 0, 13000));
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("no CUDA version (no driver found)"), std::string::npos) << r.status().message();
+}
+
+TEST(CudaProbe, ThisMachineAnswers) {
+  const Result<int> gpus = cuda_devices();
+  ASSERT_TRUE(gpus.is_ok()) << gpus.status().to_string();
+  if (!cuda_backend_built()) {
+    EXPECT_EQ(gpus.value(), 0);
+  }
+  std::printf("cuda_devices() = %d\n", gpus.value());
+}
+
+// The gate of the CUDA tests (tests/gpu/cuda_gate.hpp), seen from outside: one CUDA test of this
+// binary, run as a child process. Without a GPU it skips and passes, unless STRATA_REQUIRE_GPU=1,
+// which turns the skip into a failure; with a GPU it runs and passes either way.
+TEST(CudaGate, RequireGpuTurnsTheSkipIntoAFailure) {
+  char self[4096] = {};
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  ASSERT_GT(n, 0);
+  const std::string run =
+      std::string("'") + self + "' --gtest_filter=Backends/DeviceTest.CopiesRoundTripAndAreCounted/cuda";
+  const Result<int> gpus = cuda_devices();
+  ASSERT_TRUE(gpus.is_ok()) << gpus.status().to_string();
+  const bool gpu = gpus.value() > 0;
+
+  const strata::testing::RunOutput optional = strata::testing::run_program("STRATA_REQUIRE_GPU=0 " + run);
+  EXPECT_EQ(optional.exit_code, 0) << optional.output;
+  if (!gpu) {
+    EXPECT_NE(optional.output.find("[  SKIPPED ]"), std::string::npos) << optional.output;
+  }
+
+  const strata::testing::RunOutput required = strata::testing::run_program("STRATA_REQUIRE_GPU=1 " + run);
+  if (gpu) {
+    EXPECT_EQ(required.exit_code, 0) << required.output;
+  } else {
+    EXPECT_EQ(required.exit_code, 1) << required.output;
+    EXPECT_NE(required.output.find("[  FAILED  ]"), std::string::npos) << required.output;
+    EXPECT_NE(required.output.find("STRATA_REQUIRE_GPU=1 requires one"), std::string::npos) << required.output;
+  }
+
+  const strata::testing::RunOutput typo = strata::testing::run_program("STRATA_REQUIRE_GPU=yes " + run);
+  EXPECT_EQ(typo.exit_code, 1) << typo.output;
+  EXPECT_NE(typo.output.find("STRATA_REQUIRE_GPU='yes' (expected 0 or 1)"), std::string::npos) << typo.output;
 }
 
 }  // namespace
