@@ -8,6 +8,15 @@
 // that stream; the caller keeps its buffers alive until the work is done (synchronize, or an event
 // recorded after it). Errors of asynchronous work are sticky: the device stops running work and
 // the next synchronize()/status() returns the error. Owners are move-only; views are passed by value.
+//
+// Bit-exactness: both backends' device operations give the bits of the CPU kernels of host/ (and
+// so of the reference), given -ffp-contract=off for host code and -fmad=false for CUDA code (the
+// build sets both). Where it stops: a NaN made or passed on by arithmetic is the canonical NaN
+// 0x7fffffff on a GPU but keeps an operand's payload (or is 0xffc00000) on x86, so NaN outputs may
+// differ in their bits between backends; copies and record moves (pack/unpack) keep bits. The
+// emulated device runs its kernels and stream work with the default FP environment (round to
+// nearest, no flush-to-zero / denormals-are-zero), whatever the thread that made it or calls it
+// set (host/fp_env.hpp), as a GPU ignores the host's.
 
 #include <cstddef>
 #include <cstdint>

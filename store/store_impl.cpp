@@ -9,6 +9,7 @@
 
 #include "dispatch/agreement.hpp"
 #include "gpu/device.hpp"
+#include "host/fp_env.hpp"
 #include "store/detail/batch_checks.hpp"
 #include "store/detail/cached_engine.hpp"
 #include "store/detail/config_agreement.hpp"
@@ -53,7 +54,13 @@ class StoreImpl final : public Store {
         topo_(std::move(topo)),
         comm_(std::move(comm)),
         index_(detail::make_table_index(config_)),
-        arena_(config_.threads > 0 ? config_.threads : tbb::task_arena::automatic) {}
+        arena_(config_.threads > 0 ? config_.threads : tbb::task_arena::automatic) {
+    // Every call runs its work in arena_, and the arena runs it (also on the calling thread, which
+    // gets its own environment back on return) with the FP environment it was initialized under:
+    // the default one, whatever the caller set (host/fp_env.hpp).
+    DefaultFpEnv fp;
+    arena_.initialize();
+  }
 
   ~StoreImpl() override {
     // Nothing written is lost on close: cached rows go back to the host tables. (Errors cannot be

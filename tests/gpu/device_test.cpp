@@ -5,18 +5,24 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cfenv>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
 #include "gpu/detail/cuda_probe.hpp"
 #include "gpu/device.hpp"
 #include "gpu/staging.hpp"
 #include "host/dedup.hpp"
+#include "host/fp_env.hpp"
 #include "host/host_table.hpp"
 #include "host/kernels.hpp"
 #include "tests/bench/run_program.hpp"
@@ -337,6 +343,82 @@ TEST(EmuDevice, RejectsBadOptions) {
   const Result<int> gpus = cuda_devices();
   EXPECT_FALSE(make_cuda_device(0).is_ok() && !(gpus.is_ok() && gpus.value() > 0));
 }
+
+#if defined(__x86_64__) || defined(__i386__)
+// Sum-pooled bags of two rows of denormal weights (1e-40 apart), on an emulated device made,
+// used and synchronized by this thread: the bits of the pooled output.
+std::vector<std::uint32_t> pooled_denormals() {
+  EmuOptions o;
+  o.capacity = std::size_t{1} << 20;
+  o.threads = 2;
+  auto made = make_emu_device(o);
+  EXPECT_TRUE(made.is_ok());
+  if (!made.is_ok()) return {};
+  Device& dev = *made.value();
+  auto s = dev.create_stream().value();
+  const std::int32_t dim = 4;
+  const std::int64_t slots = 8, batch = 4;
+  std::vector<float> records(static_cast<std::size_t>(slots * dim));
+  for (std::size_t i = 0; i < records.size(); ++i) records[i] = static_cast<float>(i + 1) * 1e-40f;
+  const std::vector<std::int64_t> offsets = {0, 2, 4, 6, 8};
+  const std::vector<Key> rows = {0, 1, 2, 3, 4, 5, 6, 7};
+  const std::size_t out_floats = static_cast<std::size_t>(batch * dim);
+  PinnedBuffer staging = dev.allocate_pinned(4096).value();
+  DeviceBuffer pool = dev.allocate(records.size() * 4).value();
+  DeviceBuffer offs = dev.allocate(offsets.size() * 8).value();
+  DeviceBuffer keys = dev.allocate(rows.size() * sizeof(Key)).value();
+  DeviceBuffer out = dev.allocate(out_floats * 4).value();
+  const auto put = [&](DeviceBuffer& dst, const void* src, std::size_t bytes) {
+    std::memcpy(staging.data(), src, bytes);
+    dev.copy_h2d(s.view(), dst.data(), staging.data(), bytes);
+    EXPECT_TRUE(dev.synchronize(s.view()).is_ok());
+  };
+  put(pool, records.data(), records.size() * 4);
+  put(offs, offsets.data(), offsets.size() * 8);
+  put(keys, rows.data(), rows.size() * sizeof(Key));
+  LookupFeature f{offs.as<std::int64_t>(), batch, keys.as<Key>(), nullptr, 8, Pooling::kSum, out.as<float>()};
+  dev.gather_pool(s.view(), SlotPool{pool.as<float>(), slots, dim, dim, 0}, {f});
+  dev.copy_d2h(s.view(), staging.data(), out.data(), out_floats * 4);
+  EXPECT_TRUE(dev.synchronize(s.view()).is_ok());
+  std::vector<std::uint32_t> bits(out_floats);
+  std::memcpy(bits.data(), staging.data(), out_floats * 4);
+  return bits;
+}
+
+// The emulated device's kernels run with the default FP environment (host/fp_env.hpp), whatever
+// the thread that made the device set: under its flush-to-zero and denormals-are-zero, these
+// sums of denormals would be 0.
+TEST(EmuDevice, KernelsRunWithTheDefaultFpEnvironmentWhateverTheCallerSet) {
+  const std::vector<std::uint32_t> expect = pooled_denormals();
+  ASSERT_EQ(expect.size(), 16u);
+  for (std::uint32_t b : expect) {
+    float x;
+    std::memcpy(&x, &b, 4);
+    ASSERT_EQ(std::fpclassify(x), FP_SUBNORMAL) << x;
+  }
+  const unsigned saved = _mm_getcsr();
+  _mm_setcsr(saved | 0x8040);  // FTZ | DAZ
+  const std::vector<std::uint32_t> got = pooled_denormals();
+  const unsigned after = _mm_getcsr();
+  _mm_setcsr(saved);
+  EXPECT_EQ(got, expect);
+  EXPECT_EQ(after & 0x8040u, 0x8040u) << "the caller's FTZ/DAZ must survive";
+}
+
+// DefaultFpEnv sets the default environment and gives the thread its own back.
+TEST(DefaultFpEnv, SetsTheDefaultAndRestoresTheCallersEnvironment) {
+  const unsigned saved = _mm_getcsr();
+  _mm_setcsr((saved | 0x8040 | 0x6000) & ~0x3fu);  // FTZ, DAZ, round toward zero, no flags
+  const unsigned caller = _mm_getcsr();
+  {
+    DefaultFpEnv fp;
+    EXPECT_EQ(_mm_getcsr(), DefaultFpEnv::kDefaultMxcsr);
+    EXPECT_EQ(std::fegetround(), FE_TONEAREST);
+  }
+  EXPECT_EQ(_mm_getcsr(), caller);
+  _mm_setcsr(saved);
+}
+#endif
 
 // ---- cuda_devices: "no GPU" and "CUDA is broken" are different answers ----
 
