@@ -88,7 +88,11 @@ Result<std::unique_ptr<gpu::Device>> open(const Options& o, std::size_t need) {
     if (!gpus) return gpus.status().with_context("--backend auto");
     cuda = gpus.value() > 0;
   }
-  if (cuda) return gpu::make_cuda_device(0, 0);
+  if (cuda) {
+    auto dev = gpu::make_cuda_device(0, 0);
+    if (!dev) return dev.status().with_context("--backend " + o.backend);
+    return dev;
+  }
   gpu::EmuOptions e;
   e.capacity = need + (std::size_t{64} << 20);
   return gpu::make_emu_device(e);
