@@ -82,8 +82,17 @@ double gbs(double bytes, double sec) { return sec > 0 ? bytes / sec / 1e9 : 0.0;
 
 Result<std::unique_ptr<gpu::Device>> open(const Options& o, std::size_t need) {
   STRATA_ASSIGN_OR_RETURN(const BackendChoice choice, parse_backend(o.backend));
-  if (choice == BackendChoice::kCuda || (choice == BackendChoice::kAuto && gpu::cuda_device_count() > 0))
-    return gpu::make_cuda_device(0, 0);
+  bool cuda = choice == BackendChoice::kCuda;
+  if (choice == BackendChoice::kAuto) {
+    auto gpus = gpu::cuda_devices();  // a broken CUDA is an error, not a reason to measure emu
+    if (!gpus) return gpus.status().with_context("--backend auto");
+    cuda = gpus.value() > 0;
+  }
+  if (cuda) {
+    auto dev = gpu::make_cuda_device(0, 0);
+    if (!dev) return dev.status().with_context("--backend " + o.backend);
+    return dev;
+  }
   gpu::EmuOptions e;
   e.capacity = need + (std::size_t{64} << 20);
   return gpu::make_emu_device(e);

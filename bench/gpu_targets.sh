@@ -9,6 +9,9 @@
 #   --quick: small sizes, to check the script (with --backend emu its figures are not GPU figures);
 #   --bin: where strata-devbench and strata-bench are (default build/default/bench).
 # Writes DIR/devbench.{json,txt}, DIR/bench.{json,html,txt} and DIR/targets.json (also printed).
+# With --backend cuda it first runs the CUDA tests that are built (beside --bin: ../tests) under
+# STRATA_REQUIRE_GPU=1 (README, "Testing on a GPU"), so a GPU the tests cannot see, or a broken
+# CUDA setup, stops the script before any figure is taken; DIR/cuda_tests.txt has their output.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -26,6 +29,23 @@ for p in strata-devbench strata-bench; do
   [ -x "$bin/$p" ] || { echo "gpu_targets.sh: $bin/$p is missing: build first (./strata.sh build)" >&2; exit 2; }
 done
 mkdir -p "$out"
+
+if [ "$backend" = cuda ]; then
+  export STRATA_REQUIRE_GPU=1  # on a GPU machine a skipped CUDA test is a failure
+  tests="$(dirname "$bin")/tests" ran=0
+  cuda_test() {  # cuda_test BINARY [ARGS...]: runs it when it is built; stops the script when it fails
+    [ -x "$tests/$1" ] || return 0
+    echo "gpu_targets.sh: 0/2 $* (STRATA_REQUIRE_GPU=1)" >&2
+    "$tests/$1" "${@:2}" >>"$out/cuda_tests.txt" 2>&1 ||
+      { echo "gpu_targets.sh: $1 failed with STRATA_REQUIRE_GPU=1: see $out/cuda_tests.txt" >&2; exit 1; }
+    ran=$((ran + 1))
+  }
+  cuda_test gpu/gpu_cuda_only_test
+  cuda_test gpu/gpu_test '--gtest_filter=*cuda*:CudaProbe.*:CudaGate.*'
+  cuda_test store/store_test '--gtest_filter=*ModeEquivalence*cuda*'
+  cuda_test dispatch/dispatch_nccl_test
+  [ "$ran" -gt 0 ] || echo "gpu_targets.sh: no CUDA test binaries under $tests: CUDA tests not run" >&2
+fi
 
 # The cached workload: a table small enough that a cache can hold 95% of each batch's unique rows
 # (hits count per unique row of a batch, as the pool counts them; with a Zipf tail that takes a

@@ -208,8 +208,9 @@ Result<StoreConfig> make_config(const Options& o, const ModeDescriptor& mode, do
   c.device.capacity = o.device_capacity;
   // The emulated device's default 1 GiB is a test size; emulate a GPU-sized memory (host RAM is
   // only used as far as it is allocated). Real GPUs keep all of their free memory.
+  const Result<int> gpus = gpu::cuda_devices();  // an error: the store refuses `auto` (run() stopped earlier)
   const bool emu = c.device.backend == BackendChoice::kEmu ||
-                   (c.device.backend == BackendChoice::kAuto && gpu::cuda_device_count() == 0);
+                   (c.device.backend == BackendChoice::kAuto && gpus.is_ok() && gpus.value() == 0);
   if (c.device.capacity == 0 && emu) c.device.capacity = std::int64_t{4} << 30;
   c.offload_gather = mode.offload_gather;
   STRATA_ASSIGN_OR_RETURN(c.cache.policy, cache::parse_policy(o.policy));
@@ -958,11 +959,15 @@ int run(const Options& o_in) {
                 " (expected h200-pcie5, a100-pcie4, dgx-a100, dgx-h100 or a profile JSON file)");
   const MachineInfo machine = describe_machine();
   auto backend = parse_backend(o.backend);
+  const Result<int> gpus = gpu::cuda_devices();
   const bool emu = backend.value() == BackendChoice::kEmu ||
-                   (backend.value() == BackendChoice::kAuto && gpu::cuda_device_count() == 0);
+                   (backend.value() == BackendChoice::kAuto && gpus.is_ok() && gpus.value() == 0);
   const bool need_device =
       !sweep.empty() || std::any_of(modes.begin(), modes.end(), [](const ModeDescriptor* m) { return m->uses_device; });
-  if (need_device && backend.value() == BackendChoice::kCuda && gpu::cuda_device_count() == 0)
+  if (need_device && backend.value() != BackendChoice::kEmu && !gpus.is_ok())
+    return fail("--backend " + o.backend + ": " + gpus.status().message() +
+                " (expected a working CUDA setup, or --backend emu, or only --modes cpu)");
+  if (need_device && backend.value() == BackendChoice::kCuda && gpus.value() == 0)
     return fail(std::string("--backend cuda: ") +
                 (gpu::cuda_backend_built() ? "no CUDA device is visible" : "this build has no CUDA backend") +
                 " (expected --backend auto or emu, or only --modes cpu)");
@@ -1093,7 +1098,9 @@ int run(const Options& o_in) {
                    {"profile", o.profile}};
   j["settings"]["comm_timeout_s"] = o.comm_timeout_s;
   j["machine"] = to_json(machine);
-  j["machine"]["cuda_devices"] = gpu::cuda_device_count();
+  // cuda_devices stays an integer (0 when CUDA is broken); cuda_error says why ("" when it works).
+  j["machine"]["cuda_devices"] = gpus.is_ok() ? gpus.value() : 0;
+  j["machine"]["cuda_error"] = gpus.is_ok() ? std::string() : gpus.status().message();
   j["machine"]["cuda_backend_built"] = gpu::cuda_backend_built();
   j["read_bandwidth_gbs"] = read_gbs;
   j["memory_estimate"] = {{"host_bytes", mem.total},      {"tables_bytes", mem.tables},

@@ -478,7 +478,9 @@ class NcclCommunicator final : public Communicator {
 
 // The device of `rank`: the option, else the launcher's local rank (else the rank) modulo the GPUs.
 Result<int> pick_device(int rank, int wanted) {
-  const int count = gpu::cuda_device_count();
+  auto gpus = gpu::cuda_devices();
+  if (!gpus) return gpus.status().with_context("nccl communicator");
+  const int count = gpus.value();
   if (count == 0) return Status::unavailable("nccl communicator: no CUDA GPU is visible");
   if (wanted >= 0) {
     if (wanted >= count) {

@@ -8,6 +8,15 @@
 // that stream; the caller keeps its buffers alive until the work is done (synchronize, or an event
 // recorded after it). Errors of asynchronous work are sticky: the device stops running work and
 // the next synchronize()/status() returns the error. Owners are move-only; views are passed by value.
+//
+// Bit-exactness: both backends' device operations give the bits of the CPU kernels of host/ (and
+// so of the reference), given -ffp-contract=off for host code and -fmad=false for CUDA code (the
+// build sets both). Where it stops: a NaN made or passed on by arithmetic is the canonical NaN
+// 0x7fffffff on a GPU but keeps an operand's payload (or is 0xffc00000) on x86, so NaN outputs may
+// differ in their bits between backends; copies and record moves (pack/unpack) keep bits. The
+// emulated device runs its kernels and stream work with the default FP environment (round to
+// nearest, no flush-to-zero / denormals-are-zero), whatever the thread that made it or calls it
+// set (host/fp_env.hpp), as a GPU ignores the host's.
 
 #include <cstddef>
 #include <cstdint>
@@ -248,8 +257,13 @@ detail::Buffer<kPinned>::~Buffer() {
   }
 }
 
-/// Number of visible CUDA GPUs (0 when the backend was not built).
-int cuda_device_count() noexcept;
+/// Number of visible CUDA GPUs. 0 means none here: no GPU, no NVIDIA driver installed,
+/// CUDA_VISIBLE_DEVICES hides them all, or this build has no CUDA backend. Unavailable means CUDA
+/// is installed but broken (a driver older than the CUDA runtime of this build, a driver that
+/// fails to initialize, ...): the message names the CUDA error, the driver's and the runtime's
+/// CUDA versions, and what to check. Callers must not read an error as "no GPU": `backend: auto`
+/// refuses to start on it rather than fall back to emu. Thread-safe; creates no CUDA context.
+Result<int> cuda_devices();
 /// Whether this build contains the CUDA backend.
 bool cuda_backend_built() noexcept;
 

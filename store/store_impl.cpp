@@ -9,6 +9,7 @@
 
 #include "dispatch/agreement.hpp"
 #include "gpu/device.hpp"
+#include "host/fp_env.hpp"
 #include "store/detail/batch_checks.hpp"
 #include "store/detail/cached_engine.hpp"
 #include "store/detail/config_agreement.hpp"
@@ -22,8 +23,16 @@ namespace strata {
 namespace {
 
 Result<std::unique_ptr<gpu::Device>> open_device(const DeviceConfig& d, int threads, int numa_nodes) {
-  const bool want_cuda =
-      d.backend == BackendChoice::kCuda || (d.backend == BackendChoice::kAuto && gpu::cuda_device_count() > 0);
+  bool want_cuda = d.backend == BackendChoice::kCuda;
+  if (d.backend == BackendChoice::kAuto) {
+    // A broken CUDA setup is not "no GPU": running on emu would hide it behind a slow store.
+    auto gpus = gpu::cuda_devices();
+    if (!gpus)
+      return gpus.status().with_context(
+          "device backend auto: will not fall back to the emulated device while CUDA is broken (fix CUDA, or set "
+          "device.backend to emu to run without the GPU)");
+    want_cuda = gpus.value() > 0;
+  }
   if (want_cuda) {
     auto dev = gpu::make_cuda_device(d.ordinal, static_cast<std::size_t>(d.capacity), numa_nodes);
     if (!dev) return dev.status().with_context("device backend cuda");
@@ -45,7 +54,13 @@ class StoreImpl final : public Store {
         topo_(std::move(topo)),
         comm_(std::move(comm)),
         index_(detail::make_table_index(config_)),
-        arena_(config_.threads > 0 ? config_.threads : tbb::task_arena::automatic) {}
+        arena_(config_.threads > 0 ? config_.threads : tbb::task_arena::automatic) {
+    // Every call runs its work in arena_, and the arena runs it (also on the calling thread, which
+    // gets its own environment back on return) with the FP environment it was initialized under:
+    // the default one, whatever the caller set (host/fp_env.hpp).
+    DefaultFpEnv fp;
+    arena_.initialize();
+  }
 
   ~StoreImpl() override {
     // Nothing written is lost on close: cached rows go back to the host tables. (Errors cannot be

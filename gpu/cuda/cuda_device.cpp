@@ -29,6 +29,7 @@
 
 #include "gpu/cuda/cuda_try.hpp"
 #include "gpu/cuda/kernels.cuh"
+#include "gpu/detail/cuda_probe.hpp"
 #include "gpu/device.hpp"
 
 namespace strata::gpu {
@@ -362,12 +363,7 @@ CudaEvent::~CudaEvent() {
 }  // namespace
 
 Result<std::unique_ptr<Device>> make_cuda_device(int ordinal, std::size_t capacity, int numa_nodes) {
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    return Status::unavailable("no CUDA GPU is visible: cudaGetDeviceCount failed with " + error_text(err));
-  }
+  STRATA_ASSIGN_OR_RETURN(const int count, cuda_devices());
   if (count == 0) return Status::unavailable("no CUDA GPU is visible (check the driver and CUDA_VISIBLE_DEVICES)");
   if (ordinal < 0 || ordinal >= count)
     return Status::unavailable("CUDA device " + std::to_string(ordinal) + " is not visible: " + std::to_string(count) +
@@ -389,13 +385,22 @@ Result<std::unique_ptr<Device>> make_cuda_device(int ordinal, std::size_t capaci
   return std::unique_ptr<Device>(std::make_unique<CudaDevice>(std::move(info), numa_nodes, sm_count));
 }
 
-int cuda_device_count() noexcept {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return count;
+static_assert(cudaSuccess == detail::kCudaSuccess && cudaErrorNoDevice == detail::kCudaErrorNoDevice &&
+                  cudaErrorInsufficientDriver == detail::kCudaErrorInsufficientDriver,
+              "gpu/detail/cuda_probe.hpp: the cudaError_t values differ from this CUDA runtime's");
+
+Result<int> cuda_devices() {
+  detail::CudaProbe p;
+  const cudaError_t err = cudaGetDeviceCount(&p.count);
+  if (err == cudaSuccess) return detail::classify_cuda_probe(p);
+  (void)cudaGetLastError();
+  p.error = static_cast<int>(err);
+  p.error_name = cudaGetErrorName(err);
+  p.error_text = cudaGetErrorString(err);
+  // Both work without a driver: the driver version is then 0.
+  if (cudaDriverGetVersion(&p.driver_version) != cudaSuccess) p.driver_version = 0;
+  if (cudaRuntimeGetVersion(&p.runtime_version) != cudaSuccess) p.runtime_version = 0;
+  return detail::classify_cuda_probe(p);
 }
 
 bool cuda_backend_built() noexcept { return true; }

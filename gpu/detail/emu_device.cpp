@@ -17,6 +17,7 @@
 
 #include "gpu/device.hpp"
 #include "gpu/kernels/host_grid.hpp"
+#include "host/fp_env.hpp"
 
 namespace strata::gpu {
 namespace {
@@ -65,7 +66,13 @@ struct Task {
 
 class EmuStream final : public detail::StreamState {
  public:
-  EmuStream(EmuDevice* dev, std::uint64_t seed) : dev_(dev), rng_(seed) { worker_ = std::thread([this] { run(); }); }
+  // The worker runs with the default FP environment, not the one of the thread creating the stream.
+  EmuStream(EmuDevice* dev, std::uint64_t seed) : dev_(dev), rng_(seed) {
+    worker_ = std::thread([this] {
+      DefaultFpEnv fp;
+      run();
+    });
+  }
   ~EmuStream() override {
     {
       std::lock_guard<std::mutex> lock(m_);
@@ -102,7 +109,13 @@ class EmuStream final : public detail::StreamState {
 class EmuDevice final : public Device {
  public:
   explicit EmuDevice(const EmuOptions& o)
-      : Device(make_info(o), o.numa_nodes), options_(o), arena_(o.threads > 0 ? o.threads : tbb::task_arena::automatic) {}
+      : Device(make_info(o), o.numa_nodes),
+        options_(o),
+        arena_(o.threads > 0 ? o.threads : tbb::task_arena::automatic) {
+    // The arena captures the FP environment it is initialized under and runs every kernel with it.
+    DefaultFpEnv fp;
+    arena_.initialize();
+  }
 
   Pinner& pinner() noexcept override { return pinner_; }
 

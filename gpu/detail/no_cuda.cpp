@@ -7,7 +7,7 @@ namespace strata::gpu {
 Result<std::unique_ptr<Device>> make_cuda_device(int, std::size_t, int) {
   return Status::unavailable("the CUDA backend was not built (configure with STRATA_CUDA=ON and a CUDA toolkit)");
 }
-int cuda_device_count() noexcept { return 0; }
+Result<int> cuda_devices() { return 0; }
 bool cuda_backend_built() noexcept { return false; }
 
 }  // namespace strata::gpu

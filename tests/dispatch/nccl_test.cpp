@@ -1,5 +1,6 @@
 // The `nccl` communicator: the conformance suite with one rank on one GPU (bootstrapped through
-// an id file), and the factories' errors. Skips when the build has no NCCL or no GPU is visible.
+// an id file), and the factories' errors. Skips when the build has no NCCL or no GPU is visible
+// (tests/gpu/cuda_gate.hpp: fails instead when CUDA is broken or STRATA_REQUIRE_GPU=1).
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include "dispatch/nccl_communicator.hpp"
 #include "gpu/device.hpp"
 #include "tests/dispatch/conformance.hpp"
+#include "tests/gpu/cuda_gate.hpp"
 
 namespace strata::dispatch::testing {
 namespace {
@@ -32,8 +34,9 @@ class NcclWorld final : public World {
   int size() const override { return 1; }
   std::string skip_reason() const override {
     if (!nccl_built()) return "this build has no NCCL";
-    if (gpu::cuda_device_count() == 0) return "no GPU visible";
-    return "";
+    const ::strata::testing::CudaGate gate = ::strata::testing::cuda_gate();
+    if (gate.fail) ADD_FAILURE() << gate.why;  // the skip that follows then reads as a failure
+    return gate.why;
   }
 
   void run(const CommOptions& options, const std::function<void(RankEnv&)>& body) override {
@@ -57,10 +60,14 @@ INSTANTIATE_TEST_SUITE_P(Nccl, Conformance, ::testing::Values(make_world<NcclWor
 
 TEST(NcclCommunicator, FactoriesSayWhyTheyCannotRun) {
   auto made = make_nccl_communicator_from_file(fresh_id_path(), 0, 1);
+  const Result<int> gpus = gpu::cuda_devices();
   if (!nccl_built()) {
     EXPECT_EQ(made.status().code(), StatusCode::kFailedPrecondition);
     EXPECT_THAT(made.status().message(), HasSubstr("no NCCL support"));
-  } else if (gpu::cuda_device_count() == 0) {
+  } else if (!gpus.is_ok()) {
+    EXPECT_EQ(made.status().code(), StatusCode::kUnavailable);
+    EXPECT_THAT(made.status().message(), HasSubstr(gpus.status().message()));
+  } else if (gpus.value() == 0) {
     EXPECT_EQ(made.status().code(), StatusCode::kUnavailable);
     EXPECT_THAT(made.status().message(), HasSubstr("no CUDA GPU is visible"));
   } else {
@@ -76,7 +83,7 @@ TEST(NcclCommunicator, FactoriesSayWhyTheyCannotRun) {
 // The bootstrap through a communicator: rank 0's id travels over a local group of one.
 TEST(NcclCommunicator, BootstrapsThroughAnotherCommunicator) {
   if (!nccl_built()) GTEST_SKIP() << "this build has no NCCL";
-  if (gpu::cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible";
+  STRATA_SKIP_WITHOUT_CUDA_GPU();
   auto boot = make_local_group(1).value();
   auto made = make_nccl_communicator(*boot[0]);
   ASSERT_TRUE(made.is_ok()) << made.status().to_string();
@@ -88,7 +95,7 @@ TEST(NcclCommunicator, BootstrapsThroughAnotherCommunicator) {
 // A second rank that never comes: the id file is never written, and rank 1 says so.
 TEST(NcclCommunicator, MissingIdFileTimesOut) {
   if (!nccl_built()) GTEST_SKIP() << "this build has no NCCL";
-  if (gpu::cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible";
+  STRATA_SKIP_WITHOUT_CUDA_GPU();
   NcclOptions o;
   o.comm.timeout = std::chrono::milliseconds(200);
   auto made = make_nccl_communicator_from_file(fresh_id_path(), 1, 2, o);

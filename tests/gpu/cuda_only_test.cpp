@@ -24,6 +24,7 @@
 #include "host/dedup.hpp"
 #include "host/host_table.hpp"
 #include "host/topology.hpp"
+#include "tests/gpu/cuda_gate.hpp"
 
 namespace strata::gpu {
 namespace {
@@ -85,17 +86,17 @@ std::string hex_bits(float f) {
 }
 
 // Bitwise equality (distinguishes -0 from +0 and NaN payloads), reporting the first difference.
-testing::AssertionResult same_bits(const std::vector<float>& cuda, const std::vector<float>& emu) {
+::testing::AssertionResult same_bits(const std::vector<float>& cuda, const std::vector<float>& emu) {
   if (cuda.size() != emu.size())
-    return testing::AssertionFailure() << "sizes differ: cuda " << cuda.size() << ", emu " << emu.size();
+    return ::testing::AssertionFailure() << "sizes differ: cuda " << cuda.size() << ", emu " << emu.size();
   std::size_t diffs = 0, first = 0;
   for (std::size_t i = 0; i < cuda.size(); ++i) {
     if (bits_of(cuda[i]) != bits_of(emu[i]) && diffs++ == 0) first = i;
   }
-  if (diffs == 0) return testing::AssertionSuccess();
-  return testing::AssertionFailure() << diffs << " of " << cuda.size() << " floats differ; first at " << first
-                                     << ": cuda " << cuda[first] << " (" << hex_bits(cuda[first]) << "), emu "
-                                     << emu[first] << " (" << hex_bits(emu[first]) << ")";
+  if (diffs == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << diffs << " of " << cuda.size() << " floats differ; first at " << first
+                                       << ": cuda " << cuda[first] << " (" << hex_bits(cuda[first]) << "), emu "
+                                       << emu[first] << " (" << hex_bits(emu[first]) << ")";
 }
 
 // Output buffers start as different NaNs on the two sides, so an element a kernel forgot to
@@ -103,10 +104,10 @@ testing::AssertionResult same_bits(const std::vector<float>& cuda, const std::ve
 constexpr std::uint32_t kCudaFill = 0x7fc0dead;
 constexpr std::uint32_t kEmuFill = 0x7fc0beef;
 
-class CudaVsEmu : public testing::Test {
+class CudaVsEmu : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
+    STRATA_SKIP_WITHOUT_CUDA_GPU();
     auto c = make_cuda_device(0, kCudaCapacity);
     ASSERT_TRUE(c.is_ok()) << c.status().to_string();
     cuda_.dev = std::move(c).value();
@@ -181,7 +182,7 @@ Pooling pooling_of(int f) { return static_cast<Pooling>(f % 3); }
 
 // ---- gather_pool ----------------------------------------------------------------------------
 
-class GatherPool : public CudaVsEmu, public testing::WithParamInterface<std::int32_t> {};
+class GatherPool : public CudaVsEmu, public ::testing::WithParamInterface<std::int32_t> {};
 
 TEST_P(GatherPool, MatchesEmuBitForBit) {
   const std::int32_t dim = GetParam();
@@ -225,12 +226,12 @@ TEST_P(GatherPool, MatchesEmuBitForBit) {
   EXPECT_TRUE(same_bits(cuda_.download(cpool, records.size()), records));
 }
 
-INSTANTIATE_TEST_SUITE_P(Dims, GatherPool, testing::Values(1, 7, 32, 100, 128, 129, 300, 1000));
+INSTANTIATE_TEST_SUITE_P(Dims, GatherPool, ::testing::Values(1, 7, 32, 100, 128, 129, 300, 1000));
 
 // ---- backward_update ------------------------------------------------------------------------
 
 class BackwardUpdate : public CudaVsEmu,
-                       public testing::WithParamInterface<std::tuple<OptimizerKind, std::int32_t, bool>> {};
+                       public ::testing::WithParamInterface<std::tuple<OptimizerKind, std::int32_t, bool>> {};
 
 TEST_P(BackwardUpdate, MatchesEmuBitForBit) {
   const auto [kind, dim, decay] = GetParam();
@@ -290,15 +291,15 @@ TEST_P(BackwardUpdate, MatchesEmuBitForBit) {
   EXPECT_FALSE(same_bits(after, records)) << "the update changed nothing: the test checks nothing";
 }
 
-std::string backward_name(const testing::TestParamInfo<std::tuple<OptimizerKind, std::int32_t, bool>>& info) {
+std::string backward_name(const ::testing::TestParamInfo<std::tuple<OptimizerKind, std::int32_t, bool>>& info) {
   return std::string(to_string(std::get<0>(info.param))) + "_dim" + std::to_string(std::get<1>(info.param)) +
          (std::get<2>(info.param) ? "_decay" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, BackwardUpdate,
-                         testing::Combine(testing::Values(OptimizerKind::kSgd, OptimizerKind::kAdagrad,
-                                                          OptimizerKind::kRowwiseAdagrad, OptimizerKind::kAdam),
-                                          testing::Values(1, 5, 32, 128, 129, 300), testing::Bool()),
+                         ::testing::Combine(::testing::Values(OptimizerKind::kSgd, OptimizerKind::kAdagrad,
+                                                              OptimizerKind::kRowwiseAdagrad, OptimizerKind::kAdam),
+                                            ::testing::Values(1, 5, 32, 128, 129, 300), ::testing::Bool()),
                          backward_name);
 
 // ---- pack / unpack ----------------------------------------------------------------------------
@@ -515,8 +516,8 @@ TEST_F(CudaVsEmu, InfoMemoryAndPinner) {
 }
 
 TEST(CudaFactory, RejectsOrdinalsOutOfRange) {
-  const int count = cuda_device_count();
-  if (count == 0) GTEST_SKIP() << "no CUDA GPU visible";
+  STRATA_SKIP_WITHOUT_CUDA_GPU();
+  const int count = cuda_devices().value();
   for (int bad : {-1, count}) {
     auto d = make_cuda_device(bad);
     ASSERT_FALSE(d.is_ok());

@@ -2,27 +2,38 @@
 // a GPU is visible) must pass the same tests.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cfenv>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
+#include "gpu/detail/cuda_probe.hpp"
 #include "gpu/device.hpp"
 #include "gpu/staging.hpp"
 #include "host/dedup.hpp"
+#include "host/fp_env.hpp"
 #include "host/host_table.hpp"
 #include "host/kernels.hpp"
+#include "tests/bench/run_program.hpp"
+#include "tests/gpu/cuda_gate.hpp"
 
 namespace strata::gpu {
 namespace {
 
 enum class Kind { kEmu, kEmuDelays, kCuda };
 
-std::string kind_name(const testing::TestParamInfo<Kind>& info) {
+std::string kind_name(const ::testing::TestParamInfo<Kind>& info) {
   switch (info.param) {
     case Kind::kEmu:
       return "emu";
@@ -33,11 +44,11 @@ std::string kind_name(const testing::TestParamInfo<Kind>& info) {
   }
 }
 
-class DeviceTest : public testing::TestWithParam<Kind> {
+class DeviceTest : public ::testing::TestWithParam<Kind> {
  protected:
   void SetUp() override {
     if (GetParam() == Kind::kCuda) {
-      if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible";
+      STRATA_SKIP_WITHOUT_CUDA_GPU();
       auto d = make_cuda_device(0, std::size_t{1} << 30);
       ASSERT_TRUE(d.is_ok()) << d.status().to_string();
       dev_ = std::move(d).value();
@@ -349,7 +360,7 @@ TEST_P(DeviceTest, InitRecordsWritesEachTablesInitialRowsAndZeroPadding) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, DeviceTest, testing::Values(Kind::kEmu, Kind::kEmuDelays, Kind::kCuda), kind_name);
+INSTANTIATE_TEST_SUITE_P(Backends, DeviceTest, ::testing::Values(Kind::kEmu, Kind::kEmuDelays, Kind::kCuda), kind_name);
 
 TEST(EmuDevice, InjectedFaultIsStickyAndSkipsLaterWork) {
   EmuOptions o;
@@ -374,7 +385,185 @@ TEST(EmuDevice, RejectsBadOptions) {
   EmuOptions o;
   o.capacity = 0;
   EXPECT_EQ(make_emu_device(o).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_FALSE(make_cuda_device(0).is_ok() && cuda_device_count() == 0);
+  const Result<int> gpus = cuda_devices();
+  EXPECT_FALSE(make_cuda_device(0).is_ok() && !(gpus.is_ok() && gpus.value() > 0));
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+// Sum-pooled bags of two rows of denormal weights (1e-40 apart), on an emulated device made,
+// used and synchronized by this thread: the bits of the pooled output.
+std::vector<std::uint32_t> pooled_denormals() {
+  EmuOptions o;
+  o.capacity = std::size_t{1} << 20;
+  o.threads = 2;
+  auto made = make_emu_device(o);
+  EXPECT_TRUE(made.is_ok());
+  if (!made.is_ok()) return {};
+  Device& dev = *made.value();
+  auto s = dev.create_stream().value();
+  const std::int32_t dim = 4;
+  const std::int64_t slots = 8, batch = 4;
+  std::vector<float> records(static_cast<std::size_t>(slots * dim));
+  for (std::size_t i = 0; i < records.size(); ++i) records[i] = static_cast<float>(i + 1) * 1e-40f;
+  const std::vector<std::int64_t> offsets = {0, 2, 4, 6, 8};
+  const std::vector<Key> rows = {0, 1, 2, 3, 4, 5, 6, 7};
+  const std::size_t out_floats = static_cast<std::size_t>(batch * dim);
+  PinnedBuffer staging = dev.allocate_pinned(4096).value();
+  DeviceBuffer pool = dev.allocate(records.size() * 4).value();
+  DeviceBuffer offs = dev.allocate(offsets.size() * 8).value();
+  DeviceBuffer keys = dev.allocate(rows.size() * sizeof(Key)).value();
+  DeviceBuffer out = dev.allocate(out_floats * 4).value();
+  const auto put = [&](DeviceBuffer& dst, const void* src, std::size_t bytes) {
+    std::memcpy(staging.data(), src, bytes);
+    dev.copy_h2d(s.view(), dst.data(), staging.data(), bytes);
+    EXPECT_TRUE(dev.synchronize(s.view()).is_ok());
+  };
+  put(pool, records.data(), records.size() * 4);
+  put(offs, offsets.data(), offsets.size() * 8);
+  put(keys, rows.data(), rows.size() * sizeof(Key));
+  LookupFeature f{offs.as<std::int64_t>(), batch, keys.as<Key>(), nullptr, 8, Pooling::kSum, out.as<float>()};
+  dev.gather_pool(s.view(), SlotPool{pool.as<float>(), slots, dim, dim, 0}, {f});
+  dev.copy_d2h(s.view(), staging.data(), out.data(), out_floats * 4);
+  EXPECT_TRUE(dev.synchronize(s.view()).is_ok());
+  std::vector<std::uint32_t> bits(out_floats);
+  std::memcpy(bits.data(), staging.data(), out_floats * 4);
+  return bits;
+}
+
+// The emulated device's kernels run with the default FP environment (host/fp_env.hpp), whatever
+// the thread that made the device set: under its flush-to-zero and denormals-are-zero, these
+// sums of denormals would be 0.
+TEST(EmuDevice, KernelsRunWithTheDefaultFpEnvironmentWhateverTheCallerSet) {
+  const std::vector<std::uint32_t> expect = pooled_denormals();
+  ASSERT_EQ(expect.size(), 16u);
+  for (std::uint32_t b : expect) {
+    float x;
+    std::memcpy(&x, &b, 4);
+    ASSERT_EQ(std::fpclassify(x), FP_SUBNORMAL) << x;
+  }
+  const unsigned saved = _mm_getcsr();
+  _mm_setcsr(saved | 0x8040);  // FTZ | DAZ
+  const std::vector<std::uint32_t> got = pooled_denormals();
+  const unsigned after = _mm_getcsr();
+  _mm_setcsr(saved);
+  EXPECT_EQ(got, expect);
+  EXPECT_EQ(after & 0x8040u, 0x8040u) << "the caller's FTZ/DAZ must survive";
+}
+
+// DefaultFpEnv sets the default environment and gives the thread its own back.
+TEST(DefaultFpEnv, SetsTheDefaultAndRestoresTheCallersEnvironment) {
+  const unsigned saved = _mm_getcsr();
+  _mm_setcsr((saved | 0x8040 | 0x6000) & ~0x3fu);  // FTZ, DAZ, round toward zero, no flags
+  const unsigned caller = _mm_getcsr();
+  {
+    DefaultFpEnv fp;
+    EXPECT_EQ(_mm_getcsr(), DefaultFpEnv::kDefaultMxcsr);
+    EXPECT_EQ(std::fegetround(), FE_TONEAREST);
+  }
+  EXPECT_EQ(_mm_getcsr(), caller);
+  _mm_setcsr(saved);
+}
+#endif
+
+// ---- cuda_devices: "no GPU" and "CUDA is broken" are different answers ----
+
+detail::CudaProbe failed_probe(int error, const char* name, int driver, int runtime) {
+  detail::CudaProbe p;
+  p.error = error;
+  p.error_name = name;
+  p.error_text = "text of " + std::string(name);
+  p.driver_version = driver;
+  p.runtime_version = runtime;
+  return p;
+}
+
+TEST(CudaProbe, NoDeviceNoDriverAndACountOfZeroAreNoGpu) {
+  detail::CudaProbe ok;
+  ok.count = 3;
+  EXPECT_EQ(detail::classify_cuda_probe(ok).value(), 3);
+  ok.count = 0;
+  EXPECT_EQ(detail::classify_cuda_probe(ok).value(), 0);
+  // CUDA_VISIBLE_DEVICES="" or no GPU on a machine with a driver.
+  EXPECT_EQ(
+      detail::classify_cuda_probe(failed_probe(detail::kCudaErrorNoDevice, "cudaErrorNoDevice", 12040, 13000)).value(),
+      0);
+  // No NVIDIA driver installed at all (this is what a machine without a GPU driver answers).
+  EXPECT_EQ(detail::classify_cuda_probe(
+                failed_probe(detail::kCudaErrorInsufficientDriver, "cudaErrorInsufficientDriver", 0, 13000))
+                .value(),
+            0);
+}
+
+TEST(CudaProbe, ADriverOlderThanTheRuntimeIsAnErrorThatNamesBothVersions) {
+  const Result<int> r = detail::classify_cuda_probe(
+      failed_probe(detail::kCudaErrorInsufficientDriver, "cudaErrorInsufficientDriver", 12040, 13000));
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  const std::string& m = r.status().message();
+  for (const char* part :
+       {"cudaErrorInsufficientDriver", "text of cudaErrorInsufficientDriver", "driver supports CUDA 12.4",
+        "runtime is CUDA 13.0", "install a driver that supports CUDA 13.0"})
+    EXPECT_NE(m.find(part), std::string::npos) << part << " in: " << m;
+}
+
+TEST(CudaProbe, OtherRuntimeErrorsAreErrorsThatSayWhatToCheck) {
+  // cudaErrorInitializationError (3), cudaErrorStubLibrary (34), cudaErrorDevicesUnavailable (46),
+  // cudaErrorSystemDriverMismatch (803), cudaErrorUnknown (999)
+  for (int error : {3, 34, 46, 803, 999}) {
+    const Result<int> r = detail::classify_cuda_probe(failed_probe(error, "cudaErrorSomething", 13000, 13000));
+    ASSERT_FALSE(r.is_ok()) << error;
+    EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+    const std::string& m = r.status().message();
+    for (const char* part : {"CUDA is installed but unusable", "cudaErrorSomething", "driver supports CUDA 13.0",
+                             "nvidia-smi", "CUDA_VISIBLE_DEVICES"})
+      EXPECT_NE(m.find(part), std::string::npos) << part << " in: " << m;
+  }
+  // An error other than "insufficient driver" with no driver found is still an error.
+  const Result<int> r = detail::classify_cuda_probe(failed_probe(3, "cudaErrorInitializationError", 0, 13000));
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("no CUDA version (no driver found)"), std::string::npos) << r.status().message();
+}
+
+TEST(CudaProbe, ThisMachineAnswers) {
+  const Result<int> gpus = cuda_devices();
+  ASSERT_TRUE(gpus.is_ok()) << gpus.status().to_string();
+  if (!cuda_backend_built()) {
+    EXPECT_EQ(gpus.value(), 0);
+  }
+  std::printf("cuda_devices() = %d\n", gpus.value());
+}
+
+// The gate of the CUDA tests (tests/gpu/cuda_gate.hpp), seen from outside: one CUDA test of this
+// binary, run as a child process. Without a GPU it skips and passes, unless STRATA_REQUIRE_GPU=1,
+// which turns the skip into a failure; with a GPU it runs and passes either way.
+TEST(CudaGate, RequireGpuTurnsTheSkipIntoAFailure) {
+  char self[4096] = {};
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  ASSERT_GT(n, 0);
+  const std::string run =
+      std::string("'") + self + "' --gtest_filter=Backends/DeviceTest.CopiesRoundTripAndAreCounted/cuda";
+  const Result<int> gpus = cuda_devices();
+  ASSERT_TRUE(gpus.is_ok()) << gpus.status().to_string();
+  const bool gpu = gpus.value() > 0;
+
+  const strata::testing::RunOutput optional = strata::testing::run_program("STRATA_REQUIRE_GPU=0 " + run);
+  EXPECT_EQ(optional.exit_code, 0) << optional.output;
+  if (!gpu) {
+    EXPECT_NE(optional.output.find("[  SKIPPED ]"), std::string::npos) << optional.output;
+  }
+
+  const strata::testing::RunOutput required = strata::testing::run_program("STRATA_REQUIRE_GPU=1 " + run);
+  if (gpu) {
+    EXPECT_EQ(required.exit_code, 0) << required.output;
+  } else {
+    EXPECT_EQ(required.exit_code, 1) << required.output;
+    EXPECT_NE(required.output.find("[  FAILED  ]"), std::string::npos) << required.output;
+    EXPECT_NE(required.output.find("STRATA_REQUIRE_GPU=1 requires one"), std::string::npos) << required.output;
+  }
+
+  const strata::testing::RunOutput typo = strata::testing::run_program("STRATA_REQUIRE_GPU=yes " + run);
+  EXPECT_EQ(typo.exit_code, 1) << typo.output;
+  EXPECT_NE(typo.output.find("STRATA_REQUIRE_GPU='yes' (expected 0 or 1)"), std::string::npos) << typo.output;
 }
 
 }  // namespace

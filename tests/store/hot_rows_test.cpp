@@ -15,6 +15,7 @@
 #include "gpu/device.hpp"
 #include "gpu/kernels/launch_args.hpp"
 #include "host/dedup.hpp"
+#include "tests/gpu/cuda_gate.hpp"
 #include "tests/store/store_test_util.hpp"
 
 namespace strata {
@@ -108,7 +109,7 @@ class HotRows : public ::testing::TestWithParam<HotCase> {};
 
 TEST_P(HotRows, EqualTheReferenceBitForBit) {
   const HotCase c = GetParam();
-  if (c.cuda && gpu::cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible";
+  if (c.cuda) STRATA_SKIP_WITHOUT_CUDA_GPU();
   std::mt19937_64 rng(static_cast<std::uint64_t>(c.dim) * 101 + static_cast<std::uint64_t>(c.placement));
   StoreConfig config = hot_config(c);
   const int steps = 3;

@@ -13,6 +13,7 @@
 
 #include "gpu/device.hpp"
 #include "host/dedup.hpp"
+#include "tests/gpu/cuda_gate.hpp"
 #include "tests/store/store_test_util.hpp"
 
 namespace strata {
@@ -36,7 +37,7 @@ std::string temp_dir(const std::string& name) {
 
 TEST_P(ModeEquivalence, OutputsAndFinalStateEqualTheReference) {
   const ModeCase mc = GetParam();
-  if (mc.cuda && gpu::cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible";
+  if (mc.cuda) STRATA_SKIP_WITHOUT_CUDA_GPU();
   std::mt19937_64 rng(static_cast<std::uint64_t>(mc.seed) * 7919 + 13);
   StoreConfig config = random_config(rng, 1 + static_cast<int>(rng() % 4));
   const int steps = 8;
