@@ -198,7 +198,8 @@ class Device {
   /// record of slot slots[i] = src[i].  slots (n) device, src (n, stride) device.
   void unpack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, const float* src);
   /// record of slot slots[i] = the dim + state_dim floats at rows[i], read by the device from host
-  /// memory (zero-copy: rows are device_address()es of pinned host records). slots, rows (n) device.
+  /// memory (zero-copy: rows are device_address()es of pinned host records). slots, rows (n)
+  /// device; slots may be null for slots 0..n-1.
   void records_from_host(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, const float* const* rows);
   /// the dim + state_dim floats at rows[i] = record of slot slots[i], written by the device into host
   /// memory (zero-copy, as records_from_host). slots, rows (n) device.

@@ -400,7 +400,7 @@ STRATA_SIMT void unpack_record(const W& w, const RecordArgs& a, std::int64_t i) 
 /// Record slots[i] <-> host record rows[i] (to_host: slot -> host), dim + state_dim floats.
 template <class W>
 STRATA_SIMT void move_host_record(const W& w, const HostRecordArgs& a, std::int64_t i, bool to_host) {
-  auto* slot = reinterpret_cast<std::uint32_t*>(a.base + a.slots[i] * a.stride);
+  auto* slot = reinterpret_cast<std::uint32_t*>(a.base + (a.slots ? a.slots[i] : i) * a.stride);
   auto* host = reinterpret_cast<std::uint32_t*>(a.rows[i]);
   w.lanes([&](int lane) {
     for (std::int64_t c = lane; c < a.floats; c += kWarp) {

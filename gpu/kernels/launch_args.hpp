@@ -104,7 +104,7 @@ struct HostRecordArgs {
   float* base = nullptr;         ///< (slots, stride) device: the slot pool
   std::int64_t stride = 0;       ///< floats per slot record
   std::int64_t floats = 0;       ///< floats moved per record: dim + state_dim
-  const Key* slots = nullptr;    ///< (n) device
+  const Key* slots = nullptr;    ///< (n) device; nullptr: slot i
   float* const* rows = nullptr;  ///< (n) device: device-visible addresses of host records
   std::int64_t n = 0;
 };

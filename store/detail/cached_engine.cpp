@@ -16,6 +16,7 @@
 #include "gpu/staging.hpp"
 #include "store/detail/cpu_engine.hpp"
 #include "store/detail/device_features.hpp"
+#include "store/detail/mapped_rows.hpp"
 
 namespace strata::detail {
 namespace {
@@ -533,7 +534,7 @@ class CachedEngine final : public Engine {
   float** stage_rows(Staging& st, const Pool& pool, const std::vector<cache::Transfer>& rows) {
     auto p = st.mirrored<float*>(rows.size());
     for (std::size_t i = 0; i < rows.size(); ++i)
-      p.host[i] = mapped_.at(pool.tables[static_cast<std::size_t>(rows[i].table)]).row(rows[i].row);
+      p.host[i] = mapped_.row(pool.tables[static_cast<std::size_t>(rows[i].table)], rows[i].row);
     return p.dev;
   }
 
@@ -542,22 +543,10 @@ class CachedEngine final : public Engine {
     const CacheTransfer want = config_.cache.transfer;
     if (want == CacheTransfer::kStaged) return Status::ok();
     for (auto& [t, ops] : host_) {
-      const RowRef ref = ops.table().ref();
-      std::vector<float*>& bases = mapped_bases_[t];
-      bases.clear();
-      for (std::int32_t p = 0; p < ref.parts; ++p) {
-        Result<float*> m = dev_.device_address(ref.bases[p]);
-        if (!m) {
-          if (want == CacheTransfer::kAuto) return Status::ok();  // staged, then
-          return m.status().with_context("cache transfer zero_copy: table '" + spec_of(t).name + "'");
-        }
-        bases.push_back(m.value());
-      }
-    }
-    for (auto& [t, bases] : mapped_bases_) {
-      RowRef ref = host_.at(t).table().ref();
-      ref.bases = bases.data();
-      mapped_[t] = ref;
+      const Status m = mapped_.add(dev_, t, ops.table().ref());
+      if (m.is_ok()) continue;
+      if (want == CacheTransfer::kAuto) return Status::ok();  // staged, then
+      return m.with_context("cache transfer zero_copy: table '" + spec_of(t).name + "'");
     }
     if (want == CacheTransfer::kZeroCopy) {
       zero_copy_ = true;
@@ -698,10 +687,9 @@ class CachedEngine final : public Engine {
   gpu::Stream copy_, compute_;
   gpu::Event progress_;  // recorded on compute after every retired batch
   std::unordered_map<int, HostTableOps> host_;
-  // Zero-copy transfers: each table's RowRef with device addresses (mapped_bases_ holds them).
+  // Zero-copy transfers: the device addresses of the host tables.
   bool zero_copy_ = false;
-  std::unordered_map<int, std::vector<float*>> mapped_bases_;
-  std::unordered_map<int, RowRef> mapped_;
+  MappedRows mapped_;
   std::vector<Pool> pools_;
   std::vector<std::pair<int, int>> where_;  // global table -> (pool, pool-local index)
   std::deque<CachedBatch*> pending_;        // submitted, not yet planned (the lookahead window), FIFO

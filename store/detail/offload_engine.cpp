@@ -4,23 +4,43 @@
 #include <unordered_map>
 
 #include "gpu/staging.hpp"
+#include "host/dedup.hpp"
 #include "store/detail/cpu_engine.hpp"
+#include "store/detail/mapped_rows.hpp"
 
 namespace strata::detail {
 namespace {
 
+// Device gather: the distinct rows of the batch's features of one dim, read once from host memory
+// (zero-copy) into `rows`, where the gather finds them.
+struct RowGroup {
+  std::int32_t dim = 0;
+  std::int64_t unique = 0;         // distinct rows (of all its features)
+  float** sources = nullptr;       // (unique) device: device addresses of their host records
+  float* rows = nullptr;           // (unique, dim) device
+  std::vector<std::size_t> feats;  // engine features in this group
+
+  gpu::SlotPool pool() const { return gpu::SlotPool{rows, unique, dim, dim, 0}; }
+};
+
 struct OffloadBatch final : EngineBatch {
   std::unique_ptr<gpu::Staging> st;
-  gpu::Event ready;                       // metadata uploaded (zero-copy mode)
+  gpu::Event ready;                       // metadata uploaded (device gather)
   std::vector<gpu::LookupFeature> looks;  // per engine feature, device pointers
   std::vector<float*> host_out;           // per engine feature, pinned
+  std::vector<RowGroup> groups;           // device gather: one per dim
 };
 
 class OffloadEngine final : public Engine {
  public:
   OffloadEngine(const StoreConfig& config, gpu::Device& dev, std::unordered_map<int, HostTableOps> tables,
-                gpu::Stream copy, gpu::Stream compute)
-      : config_(config), dev_(dev), tables_(std::move(tables)), copy_(std::move(copy)), compute_(std::move(compute)) {}
+                MappedRows mapped, gpu::Stream copy, gpu::Stream compute)
+      : config_(config),
+        dev_(dev),
+        tables_(std::move(tables)),
+        mapped_(std::move(mapped)),
+        copy_(std::move(copy)),
+        compute_(std::move(compute)) {}
 
   ~OffloadEngine() override {
     (void)dev_.synchronize(copy_.view());
@@ -32,23 +52,29 @@ class OffloadEngine final : public Engine {
     auto b = std::make_unique<OffloadBatch>();
     STRATA_ASSIGN_OR_RETURN(b->st, staging_.take());
     STRATA_ASSIGN_OR_RETURN(b->ready, dev_.create_event());
-    const bool zero_copy = config_.offload_gather == OffloadGather::kDevice;
-    std::size_t mirrored = 0, outs = 0;
+    const bool device_gather = config_.offload_gather == OffloadGather::kDevice;
+    std::size_t mirrored = 0, outs = 0, rows = 0;
+    if (device_gather) group_rows(batch, f, *b);
+    for (const RowGroup& g : b->groups) {
+      mirrored += gpu::Staging::bytes_for<float*>(static_cast<std::size_t>(g.unique));
+      rows += gpu::Staging::bytes_for<float>(static_cast<std::size_t>(g.unique * g.dim));
+    }
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
       const TableSpec& spec = spec_of(f.table[i]);
-      if (zero_copy) {
+      if (device_gather) {
         mirrored += gpu::Staging::bytes_for<std::int64_t>(static_cast<std::size_t>(k.batch_size() + 1)) +
                     gpu::Staging::bytes_for<Key>(static_cast<std::size_t>(k.num_keys())) +
                     gpu::Staging::bytes_for<float>(k.weights.size());
       }
       outs += gpu::Staging::bytes_for<float>(static_cast<std::size_t>(output_rows(k, spec.pooling) * spec.dim));
     }
-    Status s = b->st->reserve(mirrored, outs, outs);
+    Status s = b->st->reserve(mirrored, outs, outs + rows);
     if (!s.is_ok()) {
       staging_.give_back(std::move(b->st));
       return s;
     }
+    std::vector<Key*> inverse(f.feature.size(), nullptr);
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
       const TableSpec& spec = spec_of(f.table[i]);
@@ -56,14 +82,13 @@ class OffloadEngine final : public Engine {
       lf.batch = k.batch_size();
       lf.num_keys = k.num_keys();
       lf.pooling = spec.pooling;
-      if (zero_copy) {
+      if (device_gather) {
         auto offs = b->st->mirrored<std::int64_t>(k.offsets.size());
         std::memcpy(offs.host, k.offsets.data(), k.offsets.size() * sizeof(std::int64_t));
         auto keys = b->st->mirrored<Key>(k.keys.size());
-        if (!k.keys.empty())
-          std::memcpy(keys.host, k.keys.data(), k.keys.size() * sizeof(Key));  // (no keys: data() may be null)
+        inverse[i] = keys.host;
         lf.offsets = offs.dev;
-        lf.rows = keys.dev;
+        lf.rows = keys.dev;  // the key's row in its group's buffer, set below
         if (!k.weights.empty()) {
           auto w = b->st->mirrored<float>(k.weights.size());
           std::memcpy(w.host, k.weights.data(), k.weights.size() * sizeof(float));
@@ -75,7 +100,22 @@ class OffloadEngine final : public Engine {
       b->host_out.push_back(b->st->host_only<float>(n));
       b->looks.push_back(lf);
     }
-    if (zero_copy) {
+    for (RowGroup& g : b->groups) {
+      auto sources = b->st->mirrored<float*>(static_cast<std::size_t>(g.unique));
+      g.sources = sources.dev;
+      g.rows = b->st->dev_only<float>(static_cast<std::size_t>(g.unique * g.dim));
+      std::int64_t next = 0;
+      for (std::size_t i : g.feats) {
+        const UniqueKeys& u = unique_[i];
+        for (std::int64_t r = 0; r < u.size(); ++r, ++next) {
+          sources.host[next] = mapped_.row(f.table[i], u.keys[static_cast<std::size_t>(r)]);
+          for (std::int64_t p = u.offsets[static_cast<std::size_t>(r)]; p < u.offsets[static_cast<std::size_t>(r) + 1];
+               ++p)
+            inverse[i][u.positions[static_cast<std::size_t>(p)]] = next;
+        }
+      }
+    }
+    if (device_gather) {
       b->st->upload(copy_.view());
       dev_.record(b->ready.view(), copy_.view());
     }
@@ -88,11 +128,16 @@ class OffloadEngine final : public Engine {
     auto& b = static_cast<OffloadBatch&>(eb);
     const gpu::StreamView s = compute_.view();
     if (config_.offload_gather == OffloadGather::kDevice) {
+      // Per dim: the distinct rows cross PCIe once (one launch), then one table-batched gather.
       dev_.wait(s, b.ready.view());
-      for (std::size_t i = 0; i < f.feature.size(); ++i) {
-        dev_.gather_pool_host(s, tables_.at(f.table[i]).table().ref(), {b.looks[i]});
-        dev_.copy_d2h(s, b.host_out[i], b.looks[i].out, bytes_of(batch, f, i));
+      for (const RowGroup& g : b.groups) {
+        dev_.records_from_host(s, g.pool(), nullptr, g.unique, g.sources);
+        std::vector<gpu::LookupFeature> looks;
+        for (std::size_t i : g.feats) looks.push_back(b.looks[i]);
+        dev_.gather_pool(s, g.pool(), looks);
       }
+      for (std::size_t i = 0; i < f.feature.size(); ++i)
+        dev_.copy_d2h(s, b.host_out[i], b.looks[i].out, bytes_of(batch, f, i));
     } else {
       // CPU threads pool into pinned memory; the pooled outputs go to the device for the trainer.
       for (std::size_t i = 0; i < f.feature.size(); ++i) {
@@ -151,10 +196,29 @@ class OffloadEngine final : public Engine {
   }
   void release(OffloadBatch& b) { staging_.give_back(std::move(b.st)); }
 
+  // Dedups every feature's keys (unique_) and groups the features by dim (b.groups).
+  void group_rows(const KeyBatch& batch, const EngineFeatures& f, OffloadBatch& b) {
+    if (unique_.size() < f.feature.size()) unique_.resize(f.feature.size());
+    std::unordered_map<std::int32_t, std::size_t> group_of;
+    for (std::size_t i = 0; i < f.feature.size(); ++i) {
+      const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
+      dedup_keys(k.keys.data(), k.num_keys(), unique_[i], scratch_, DedupOrder::kAny);
+      const std::int32_t dim = spec_of(f.table[i]).dim;
+      auto [it, fresh] = group_of.emplace(dim, b.groups.size());
+      if (fresh) b.groups.push_back(RowGroup{dim, 0, nullptr, nullptr, {}});
+      RowGroup& g = b.groups[it->second];
+      g.unique += unique_[i].size();
+      g.feats.push_back(i);
+    }
+  }
+
   const StoreConfig& config_;
   gpu::Device& dev_;
   std::unordered_map<int, HostTableOps> tables_;
+  MappedRows mapped_;  // device gather: the device addresses of the tables' records
   gpu::Stream copy_, compute_;
+  std::vector<UniqueKeys> unique_;  // per engine feature of the batch being submitted
+  DedupScratch scratch_;
   gpu::StagingPool staging_{dev_};
 };
 
@@ -168,15 +232,18 @@ Result<std::unique_ptr<Engine>> make_offload_engine(const Topology& topo, const 
   ArenaPacker packer;
   options.packer = &packer;
   std::unordered_map<int, HostTableOps> ops;
+  MappedRows mapped;
   for (int t : tables) {
-    STRATA_ASSIGN_OR_RETURN(HostTable table,
-                            HostTable::create(topo, config.tables[static_cast<std::size_t>(t)].spec, options));
+    const TableSpec& spec = config.tables[static_cast<std::size_t>(t)].spec;
+    STRATA_ASSIGN_OR_RETURN(HostTable table, HostTable::create(topo, spec, options));
+    if (config.offload_gather == OffloadGather::kDevice)
+      STRATA_RETURN_IF_ERROR(mapped.add(device, t, table.ref()).with_context("offload table '" + spec.name + "'"));
     ops.emplace(t, HostTableOps(std::move(table)));
   }
   STRATA_ASSIGN_OR_RETURN(gpu::Stream copy, device.create_stream());
   STRATA_ASSIGN_OR_RETURN(gpu::Stream compute, device.create_stream());
-  return std::unique_ptr<Engine>(
-      std::make_unique<OffloadEngine>(config, device, std::move(ops), std::move(copy), std::move(compute)));
+  return std::unique_ptr<Engine>(std::make_unique<OffloadEngine>(config, device, std::move(ops), std::move(mapped),
+                                                                 std::move(copy), std::move(compute)));
 }
 
 }  // namespace strata::detail

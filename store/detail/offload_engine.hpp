@@ -1,7 +1,8 @@
 #pragma once
 // The `offload` placement: rows in pinned host memory, no cache. Lookups either run on the device
-// reading host rows zero-copy (outputs come back D2H) or on CPU threads (pooled outputs go H2D),
-// per StoreConfig::offload_gather. Gradients arrive on the host and the CPU applies the optimizer.
+// (the distinct rows of a batch are read zero-copy from host memory once, into device staging, then
+// one table-batched gather per dim pools them; outputs come back D2H) or on CPU threads (pooled
+// outputs go H2D), per StoreConfig::offload_gather. Gradients arrive on the host and the CPU applies the optimizer.
 
 #include <memory>
 #include <vector>
