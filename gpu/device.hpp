@@ -4,6 +4,12 @@
 // `emu` (host memory with a capacity limit; each stream runs its work in order on its own worker
 // thread, running the CPU kernels of host/). See ARCHITECTURE.md, "The device layer".
 //
+// `emu` refuses what a GPU refuses, so tests without a GPU catch the same bugs: its device
+// addresses cannot be dereferenced by the host (a load or store through one dies with SIGSEGV),
+// copies must name their direction right and take their host side from pinned memory, and kernels
+// must be given device or pinned memory; a violation becomes the sticky error (see
+// gpu/detail/emu_device.cpp).
+//
 // Conventions (as CUDA): every operation that takes a StreamView is asynchronous and ordered on
 // that stream; the caller keeps its buffers alive until the work is done (synchronize, or an event
 // recorded after it). Errors of asynchronous work are sticky: the device stops running work and
@@ -149,7 +155,9 @@ class Device {
 
   const DeviceInfo& info() const noexcept { return info_; }
   LinkCounters& counters() noexcept { return counters_; }
-  /// Registers host memory for DMA (cudaHostRegister under cuda; bookkeeping only under emu).
+  /// Registers host memory for DMA (cudaHostRegister under cuda; under emu a process-wide record
+  /// of the ranges, which copies and kernels check; an overlapping pin is refused and an unpin of
+  /// a range that was not pinned becomes the device's sticky error).
   virtual Pinner& pinner() noexcept = 0;
 
   // ---- memory ----
@@ -176,7 +184,11 @@ class Device {
   /// The sticky error of asynchronous work (ok while none happened).
   virtual Status status() = 0;
 
-  // ---- copies (asynchronous; host pointers must be pinned under cuda) ----
+  // ---- copies (asynchronous) ----
+  // As cudaMemcpyAsync with an explicit kind: device pointers are memory of this device, host
+  // pointers pinned (allocate_pinned or registered through pinner()). The cuda runtime copies
+  // pageable memory synchronously; emu refuses it (sticky error), as it refuses a device pointer on
+  // the host side, a host pointer on the device side, or a range past the end of its allocation.
   void copy_h2d(StreamView s, void* dst_device, const void* src_host, std::size_t bytes);
   void copy_d2h(StreamView s, void* dst_host, const void* src_device, std::size_t bytes);
   void copy_d2d(StreamView s, void* dst_device, const void* src_device, std::size_t bytes);

@@ -1,6 +1,7 @@
 #pragma once
 // Plain parameter structs of the device operations (raft's *_types.hpp style). Every pointer says
-// its memory space; "device" means memory from Device::allocate (host memory under `emu`).
+// its memory space; "device" means memory from Device::allocate (under `emu`, host memory behind
+// an address the host cannot dereference).
 
 #include <cstdint>
 #include <string>

@@ -16,7 +16,7 @@ class Pinner {
   virtual Status pin(void* addr, std::size_t len) = 0;
   /// Undoes pin(); never fails (errors are logged by the implementation).
   virtual void unpin(void* addr, std::size_t len) noexcept = 0;
-  /// Name for logs ("none", "cuda").
+  /// Name for logs ("none", "cuda", "emu").
   virtual const char* name() const noexcept = 0;
 };
 

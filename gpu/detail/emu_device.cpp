@@ -3,16 +3,35 @@
 // (gpu/kernels/bodies.hpp) run by the CPU grid (gpu/kernels/host_grid.hpp) in the device's oneTBB
 // arena. Optional random delays before every stream operation shake out races;
 // an injected fault makes one operation fail like a device error (sticky, as in CUDA).
+//
+// It refuses what a GPU refuses, so that tests without a GPU catch the same bugs:
+// - Device memory is handed out as a tagged address (kDeviceTag) that the host cannot dereference:
+//   a host load or store through it dies with SIGSEGV, as with a real device pointer. Pointer
+//   arithmetic on it works. Only this backend's own stream work sees through the tag (emu_untag).
+// - Copies check their direction and memory kinds as cudaMemcpyAsync with an explicit kind
+//   would: h2d needs device memory of this device as destination and pinned host memory
+//   (allocate_pinned, or a range registered through pinner()) as source; d2h the reverse; d2d
+//   device memory on both sides; each range must lie inside one live allocation or registration.
+// - Kernels check that every pointer they are given is device memory of this device or pinned
+//   (mapped) host memory, and gather_pool_host that the table's parts are registered.
+// A violation is a programming error in Strata; it becomes the device's sticky error at the call
+// (as the cuda backend records a failed cudaMemcpyAsync), naming the operation, the pointers'
+// kinds and the bytes, and the operation does not run.
 
 #include <tbb/task_arena.h>
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <random>
+#include <sstream>
+#include <string>
 #include <thread>
 
 #include "gpu/device.hpp"
@@ -24,21 +43,192 @@ namespace {
 
 constexpr std::size_t kAlign = 64;
 
-void* aligned_bytes(std::size_t bytes) {
-  return std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+void* aligned_bytes(std::size_t bytes) { return std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign); }
+
+static_assert(sizeof(void*) == 8, "the emu device tags device addresses in a 64-bit pointer");
+
+// The tag of device addresses: a bit that makes the address unusable by host loads and stores.
+// x86-64: bits 63..47 (63..56 with 5-level paging) of a canonical address are equal, so bit 62
+// alone makes it non-canonical and any access raises #GP (SIGSEGV). AArch64 ignores bits 63..56
+// of user addresses (top-byte ignore), so there the tag is bit 55, which puts the address in the
+// kernel half: a permission fault.
+#if defined(__aarch64__)
+constexpr std::uintptr_t kDeviceTag = std::uintptr_t{1} << 55;
+#else
+constexpr std::uintptr_t kDeviceTag = std::uintptr_t{1} << 62;
+#endif
+
+/// The host address behind an address an emu stream operation was given. Device memory
+/// (Device::allocate) carries kDeviceTag, which this clears; host memory (pinned buffers,
+/// registered ranges such as the HostTable parts of gather_pool_host) has no tag and comes back
+/// unchanged, as does nullptr. Self-contained on purpose: it is the one place where the emu
+/// backend sees through the tag, called by the copies and, through to_host() below, at the top
+/// of every kernel op. Host code outside this file must never call it: it would hide exactly the
+/// bugs the tag is there to catch.
+template <class T>
+T* emu_untag(T* p) noexcept {
+  return reinterpret_cast<T*>(reinterpret_cast<std::uintptr_t>(p) & ~kDeviceTag);
 }
 
-class EmuPinner final : public Pinner {
+/// The parameter structs of the kernel ops with every device address untagged (emu_untag).
+inline SlotPool to_host(SlotPool p) noexcept {
+  p.base = emu_untag(p.base);
+  return p;
+}
+inline LookupFeature to_host(LookupFeature f) noexcept {
+  f.offsets = emu_untag(f.offsets);
+  f.rows = emu_untag(f.rows);
+  f.weights = emu_untag(f.weights);
+  f.out = emu_untag(f.out);
+  return f;
+}
+inline UpdateFeature to_host(UpdateFeature f) noexcept {
+  f.offsets = emu_untag(f.offsets);
+  f.weights = emu_untag(f.weights);
+  f.unique_slots = emu_untag(f.unique_slots);
+  f.unique_offsets = emu_untag(f.unique_offsets);
+  f.positions = emu_untag(f.positions);
+  f.bag_of = emu_untag(f.bag_of);
+  f.grads = emu_untag(f.grads);
+  return f;
+}
+
+std::string hex(const void* p) {
+  std::ostringstream o;
+  o << "0x" << std::hex << reinterpret_cast<std::uintptr_t>(p);
+  return o.str();
+}
+
+// What a pointer is, for the checks and their messages.
+struct Where {
+  enum Kind { kNull, kDevice, kDeviceUnallocated, kPinned, kRegistered, kPageable } kind = kPageable;
+  int owner = -1;            // kDevice: id of the emu device that allocated it
+  std::uintptr_t begin = 0;  // the allocation or registration holding it (kDevice, kPinned, kRegistered)
+  std::size_t bytes = 0;
+  bool fits = false;  // the whole range [p, p + n) lies inside it
+};
+
+// Process-wide registry of emu device allocations and pinned host ranges. Pinned is a property
+// of the process, as under CUDA (cudaMallocHost and portable registrations serve every device).
+class EmuMemory {
  public:
-  Status pin(void*, std::size_t len) override {
-    pinned_.fetch_add(len);
+  enum class HostKind { kAllocated, kRegistered };
+
+  void add_device(const void* p, std::size_t bytes, int owner) {
+    std::lock_guard<std::mutex> lock(m_);
+    device_[addr(p)] = Range{bytes, owner};
+  }
+  /// False when `p` is not the start of a live allocation of `owner` of `bytes` bytes.
+  bool remove_device(const void* p, std::size_t bytes, int owner) {
+    std::lock_guard<std::mutex> lock(m_);
+    auto it = device_.find(addr(p));
+    if (it == device_.end() || it->second.owner != owner || it->second.bytes != bytes) return false;
+    device_.erase(it);
+    return true;
+  }
+  /// Registers [p, p + bytes) as pinned; refuses an overlap with a pinned range (CUDA:
+  /// cudaErrorHostMemoryAlreadyRegistered) and device memory.
+  Status add_host(const void* p, std::size_t bytes, HostKind kind) {
+    const std::uintptr_t a = addr(p);
+    if (a & kDeviceTag)
+      return Status::invalid_argument("range " + span(a, bytes) + " is device memory, not host memory");
+    std::lock_guard<std::mutex> lock(m_);
+    auto next = host_.lower_bound(a);
+    if (next != host_.end() && next->first < a + bytes)
+      return Status::already_exists("range " + span(a, bytes) + " overlaps the pinned range " +
+                                    span(next->first, next->second.bytes));
+    if (next != host_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second.bytes > a)
+        return Status::already_exists("range " + span(a, bytes) + " overlaps the pinned range " +
+                                      span(prev->first, prev->second.bytes));
+    }
+    host_[a] = Range{bytes, static_cast<int>(kind)};
     return Status::ok();
   }
-  void unpin(void*, std::size_t len) noexcept override { pinned_.fetch_sub(len); }
+  /// Undoes add_host; refuses a range that is not exactly one registered range of that kind.
+  Status remove_host(const void* p, std::size_t bytes, HostKind kind) {
+    const std::uintptr_t a = addr(p);
+    std::lock_guard<std::mutex> lock(m_);
+    auto it = host_.find(a);
+    if (it == host_.end() || it->second.owner != static_cast<int>(kind))
+      return Status::not_found("range " + span(a, bytes) + " was never registered (or was unregistered already)");
+    if (it->second.bytes != bytes)
+      return Status::invalid_argument("range " + span(a, bytes) + " is not the registered range " +
+                                      span(a, it->second.bytes));
+    host_.erase(it);
+    return Status::ok();
+  }
+
+  Where find(const void* p, std::size_t bytes) {
+    Where w;
+    const std::uintptr_t a = addr(p);
+    if (a == 0) {
+      w.kind = Where::kNull;
+      return w;
+    }
+    const bool device = (a & kDeviceTag) != 0;
+    std::lock_guard<std::mutex> lock(m_);
+    auto& map = device ? device_ : host_;
+    auto it = map.upper_bound(a);
+    if (it != map.begin()) {
+      --it;
+      if (a < it->first + it->second.bytes) {
+        w.begin = it->first;
+        w.bytes = it->second.bytes;
+        w.fits = bytes <= it->first + it->second.bytes - a;
+        if (device) {
+          w.kind = Where::kDevice;
+          w.owner = it->second.owner;
+        } else {
+          w.kind = it->second.owner == static_cast<int>(HostKind::kAllocated) ? Where::kPinned : Where::kRegistered;
+        }
+        return w;
+      }
+    }
+    w.kind = device ? Where::kDeviceUnallocated : Where::kPageable;
+    return w;
+  }
+
+  static std::string span(std::uintptr_t a, std::size_t bytes) {
+    return "[" + hex(reinterpret_cast<const void*>(a)) + ", " + hex(reinterpret_cast<const void*>(a + bytes)) + ")";
+  }
+
+ private:
+  struct Range {
+    std::size_t bytes;
+    int owner;  // device ranges: the device id; host ranges: HostKind
+  };
+  static std::uintptr_t addr(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
+  std::mutex m_;
+  std::map<std::uintptr_t, Range> device_, host_;
+};
+
+// Constructed on first use (by the first EmuDevice), so it outlives every device.
+EmuMemory& emu_memory() {
+  static EmuMemory m;
+  return m;
+}
+
+class EmuDevice;
+
+// Registers host ranges as pinned (EmuMemory), refusing what cudaHostRegister/cudaHostUnregister
+// refuse: overlapping registrations, device memory, unpinning a range that was not pinned.
+class EmuPinner final : public Pinner {
+ public:
+  explicit EmuPinner(EmuDevice* dev) noexcept : dev_(dev) {}
+  Status pin(void* addr, std::size_t len) override {
+    if (len == 0) return Status::ok();
+    Status st = emu_memory().add_host(addr, len, EmuMemory::HostKind::kRegistered);
+    return st.is_ok() ? st : st.with_context("emu pinner: cannot pin");
+  }
+  // An unpin of a range that is not registered is a programming error: it becomes the device's
+  // sticky error (defined after EmuDevice).
+  void unpin(void* addr, std::size_t len) noexcept override;
   const char* name() const noexcept override { return "emu"; }
 
  private:
-  std::atomic<std::size_t> pinned_{0};
+  EmuDevice* dev_;
 };
 
 // Shared by the Event owner and the stream tasks that complete or wait for it.
@@ -56,8 +246,6 @@ struct EventCore {
 struct EmuEvent final : detail::EventState {
   std::shared_ptr<EventCore> core = std::make_shared<EventCore>();
 };
-
-class EmuDevice;
 
 struct Task {
   std::function<void()> fn;
@@ -111,7 +299,10 @@ class EmuDevice final : public Device {
   explicit EmuDevice(const EmuOptions& o)
       : Device(make_info(o), o.numa_nodes),
         options_(o),
-        arena_(o.threads > 0 ? o.threads : tbb::task_arena::automatic) {
+        arena_(o.threads > 0 ? o.threads : tbb::task_arena::automatic),
+        pinner_(this),
+        id_(next_id()) {
+    (void)emu_memory();  // constructed before this device, so destroyed after it
     // The arena captures the FP environment it is initialized under and runs every kernel with it.
     DefaultFpEnv fp;
     arena_.initialize();
@@ -182,33 +373,76 @@ class EmuDevice final : public Device {
     std::lock_guard<std::mutex> lock(error_m_);
     if (!error_.is_ok()) return false;
     if (op == options_.fail_after_ops) {
-      error_ = Status::internal("emulated device fault at operation " + std::to_string(op) + " (EmuOptions::fail_after_ops)");
+      error_ = Status::internal("emulated device fault at operation " + std::to_string(op) +
+                                " (EmuOptions::fail_after_ops)");
       return false;
     }
     return true;
   }
   int max_delay_us() const noexcept { return options_.max_delay_us; }
-  // Makes `s` the sticky error (the first one stays), as an invalid launch does on a GPU.
-  void fail(Status s) {
+
+  /// Keeps the first error (the sticky error). Thread-safe.
+  void record_error(Status st) {
     std::lock_guard<std::mutex> lock(error_m_);
-    if (error_.is_ok()) error_ = std::move(s);
+    if (error_.is_ok()) error_ = std::move(st);
   }
 
  protected:
   Result<void*> do_allocate(std::size_t bytes) override {
     void* p = aligned_bytes(bytes);
-    if (!p) return Status::resource_exhausted("emu device: host allocation of " + std::to_string(bytes) + " bytes failed");
-    return p;
+    if (!p)
+      return Status::resource_exhausted("emu device: host allocation of " + std::to_string(bytes) + " bytes failed");
+    void* tagged = reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(p) | kDeviceTag);
+    emu_memory().add_device(tagged, bytes, id_);
+    return tagged;
   }
-  void do_deallocate(void* p, std::size_t) noexcept override { std::free(p); }
+  void do_deallocate(void* p, std::size_t bytes) noexcept override {
+    if (!emu_memory().remove_device(p, bytes, id_)) {
+      record_error(Status::internal(name() + ": free of " + hex(p) + " (" + std::to_string(bytes) +
+                                    " bytes), which is " + describe(p, bytes)));
+      return;
+    }
+    std::free(emu_untag(p));
+  }
   Result<void*> do_allocate_pinned(std::size_t bytes) override {
     void* p = aligned_bytes(bytes);
-    if (!p) return Status::resource_exhausted("emu device: pinned allocation of " + std::to_string(bytes) + " bytes failed");
+    if (!p)
+      return Status::resource_exhausted("emu device: pinned allocation of " + std::to_string(bytes) + " bytes failed");
+    Status st = emu_memory().add_host(p, bytes, EmuMemory::HostKind::kAllocated);
+    if (!st.is_ok()) {
+      std::free(p);
+      return st.with_context(name() + ": pinned allocation");
+    }
     return p;
   }
-  void do_deallocate_pinned(void* p, std::size_t) noexcept override { std::free(p); }
+  void do_deallocate_pinned(void* p, std::size_t bytes) noexcept override {
+    Status st = emu_memory().remove_host(p, bytes, EmuMemory::HostKind::kAllocated);
+    if (!st.is_ok()) {
+      record_error(st.with_context(name() + ": free of pinned memory"));
+      return;
+    }
+    std::free(p);
+  }
 
-  void do_copy(StreamView s, void* dst, const void* src, std::size_t bytes, CopyKind) override {
+  // As cudaMemcpyAsync with an explicit kind: a pointer of the wrong kind is refused at the call
+  // and becomes the sticky error (see the top of this file). Zero bytes check nothing, as CUDA.
+  void do_copy(StreamView s, void* dst, const void* src, std::size_t bytes, CopyKind kind) override {
+    if (bytes) {
+      const bool dst_dev = kind != CopyKind::kD2H, src_dev = kind != CopyKind::kH2D;
+      const std::string bad_dst = misuse(dst, bytes, dst_dev ? kDeviceOnly : kPinnedHostOnly);
+      const std::string bad_src = misuse(src, bytes, src_dev ? kDeviceOnly : kPinnedHostOnly);
+      if (!bad_dst.empty() || !bad_src.empty()) {
+        const char* op = kind == CopyKind::kH2D ? "copy_h2d" : kind == CopyKind::kD2H ? "copy_d2h" : "copy_d2d";
+        std::string msg = name() + ": " + op + " of " + std::to_string(bytes) + " bytes from " + hex(src) + " (" +
+                          describe(src, bytes) + ") to " + hex(dst) + " (" + describe(dst, bytes) + ") refused: the " +
+                          (bad_dst.empty() ? "source" : "destination") + " must be " +
+                          (bad_dst.empty() ? bad_src : bad_dst);
+        record_error(Status::internal(std::move(msg)));
+        return;
+      }
+    }
+    dst = emu_untag(dst);
+    src = emu_untag(src);
     stream(s).push({[dst, src, bytes] {
                       if (bytes) std::memcpy(dst, src, bytes);
                     },
@@ -216,57 +450,223 @@ class EmuDevice final : public Device {
   }
 
   // Kernels: the shared kernel source (gpu/kernels/bodies.hpp) on the CPU grid, the launches
-  // split as the cuda backend splits them.
-  void do_gather_pool(StreamView s, SlotPool pool, const std::vector<LookupFeature>& features) override {
+  // split as the cuda backend splits them. Each op first checks and untags what it was given
+  // (to_host).
+  void do_gather_pool(StreamView s, SlotPool pool, const std::vector<LookupFeature>& device_features) override {
+    std::vector<LookupFeature> features = device_features;
+    if (!to_host("gather_pool", pool, features)) return;
     kernel(s, [launches = kernels::gather_launches(kernels::pool_source(pool), pool.dim, features)] {
       for (const auto& a : launches) kernels::run_gather(a);
     });
   }
 
-  void do_gather_pool_host(StreamView s, RowRef table, const std::vector<LookupFeature>& features) override {
+  void do_gather_pool_host(StreamView s, RowRef table, const std::vector<LookupFeature>& device_features) override {
     if (table.parts < 1 || table.parts > kernels::kMaxHostParts) {
-      fail(Status::invalid_argument("device emu: gather_pool_host reads host tables of 1 to " +
-                                    std::to_string(kernels::kMaxHostParts) + " parts (NUMA nodes), got " +
-                                    std::to_string(table.parts)));
+      record_error(Status::invalid_argument(name() + ": gather_pool_host reads host tables of 1 to " +
+                                            std::to_string(kernels::kMaxHostParts) + " parts (NUMA nodes), got " +
+                                            std::to_string(table.parts)));
       return;
     }
-    // Host tables are device-visible as they are (the bases are read here, at the call).
+    std::vector<LookupFeature> features = device_features;
+    if (!to_host("gather_pool_host", table, features)) return;
+    // Registered host tables are device-visible as they are (the bases are read here, at the call).
     kernel(s, [launches = kernels::gather_launches(kernels::host_source(table, table.bases), table.dim, features)] {
       for (const auto& a : launches) kernels::run_gather(a);
     });
   }
 
-  void do_backward_update(StreamView s, SlotPool pool, const std::vector<UpdateFeature>& features) override {
+  void do_backward_update(StreamView s, SlotPool pool, const std::vector<UpdateFeature>& device_features) override {
+    std::vector<UpdateFeature> features = device_features;
+    if (!to_host("backward_update", pool, features)) return;
     kernel(s, [launches = kernels::update_launches(pool, features)] {
       for (const auto& a : launches) kernels::run_update(a);
     });
   }
 
   void do_pack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* dst) override {
+    if (!to_host("pack_records", pool, slots, n, dst)) return;
     const kernels::RecordArgs a{pool.base, pool.stride, slots, n, dst};
     kernel(s, [a] { kernels::run_records(a, false); });
   }
 
   void do_unpack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, const float* src) override {
+    if (!to_host("unpack_records", pool, slots, n, src)) return;
     const kernels::RecordArgs a{pool.base, pool.stride, slots, n, const_cast<float*>(src)};
     kernel(s, [a] { kernels::run_records(a, true); });
   }
 
   void do_records_host(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* const* rows,
-                       bool to_host) override {
-    const kernels::HostRecordArgs a{pool.base, pool.stride, pool.dim + pool.state_dim, slots, rows, n};
-    kernel(s, [a, to_host] { kernels::run_host_records(a, to_host); });
+                       bool to_host_records) override {
+    ArgCheck c{this, to_host_records ? "records_to_host" : "records_from_host", {}};
+    c("pool", pool.base, pool.slots * pool.record_bytes(), kDeviceOnly);
+    c("slots", slots, n * static_cast<std::int64_t>(sizeof(Key)));
+    c("rows", rows, n * static_cast<std::int64_t>(sizeof(float*)));
+    if (!check_done(c)) return;
+    const kernels::HostRecordArgs a{emu_untag(pool.base), pool.stride,     pool.dim + pool.state_dim,
+                                    emu_untag(slots),     emu_untag(rows), n};
+    // The row addresses are device data (uploaded on the stream): checked when the kernel runs,
+    // each a record of pinned host memory, as a GPU would fault on any other.
+    kernel(s, [this, a, to_host_records] {
+      ArgCheck rc{this, to_host_records ? "records_to_host" : "records_from_host", {}};
+      for (std::int64_t i = 0; i < a.n && rc.error.empty(); ++i)
+        rc("host record", a.rows[i], a.floats * static_cast<std::int64_t>(sizeof(float)), kPinnedHostOnly);
+      if (check_done(rc)) kernels::run_host_records(a, to_host_records);
+    });
   }
 
-  Result<float*> device_address(float* host) override { return host; }
+  Result<float*> device_address(float* host) override {
+    const std::string bad = misuse(host, sizeof(float), kPinnedHostOnly);
+    if (!bad.empty())
+      return Status::invalid_argument(name() + ": device_address of " + hex(host) + ", which is " +
+                                      describe(host, sizeof(float)) + "; expected " + bad);
+    return host;
+  }
 
   void do_init_records(StreamView s, SlotPool pool, std::int64_t first_slot, std::int64_t n,
                        const RecordInit& init) override {
-    const kernels::InitArgs a{pool.base, pool.stride, pool.dim, pool.state_dim, first_slot, n, init};
+    ArgCheck c{this, "init_records", {}};
+    c("records", pool.base + first_slot * pool.stride, n * pool.record_bytes(), kDeviceOnly);
+    if (!check_done(c)) return;
+    const kernels::InitArgs a{emu_untag(pool.base), pool.stride, pool.dim, pool.state_dim, first_slot, n, init};
     kernel(s, [a] { kernels::run_init(a); });
   }
 
  private:
+  static int next_id() {
+    static std::atomic<int> ids{0};
+    return ids.fetch_add(1);
+  }
+  std::string name() const { return "emu device " + std::to_string(id_); }
+
+  // ---- memory kinds (see the top of this file) ----
+  enum Want { kDeviceOnly, kPinnedHostOnly, kDeviceOrPinned };
+
+  // What [p, p + bytes) is, in words.
+  std::string describe(const void* p, std::size_t bytes) const {
+    const Where w = emu_memory().find(p, bytes);
+    std::string what;
+    switch (w.kind) {
+      case Where::kNull:
+        return "nullptr";
+      case Where::kDevice:
+        what =
+            w.owner == id_ ? "device memory of this device" : "device memory of emu device " + std::to_string(w.owner);
+        break;
+      case Where::kDeviceUnallocated:
+        return "a device address in no live allocation (freed?)";
+      case Where::kPinned:
+        what = "pinned host memory (allocate_pinned)";
+        break;
+      case Where::kRegistered:
+        what = "host memory registered through pinner()";
+        break;
+      case Where::kPageable:
+        return "pageable host memory";
+    }
+    if (!w.fits) what += ", but the range runs past the end of its allocation " + EmuMemory::span(w.begin, w.bytes);
+    return what;
+  }
+  // Empty when [p, p + bytes) is usable as `want`, else what it must be instead.
+  std::string misuse(const void* p, std::size_t bytes, Want want) const {
+    const Where w = emu_memory().find(p, bytes);
+    const bool device = w.kind == Where::kDevice && w.owner == id_ && w.fits;
+    const bool pinned = (w.kind == Where::kPinned || w.kind == Where::kRegistered) && w.fits;
+    switch (want) {
+      case kDeviceOnly:
+        return device ? "" : "device memory of this device";
+      case kPinnedHostOnly:
+        return pinned ? "" : "pinned host memory (allocate_pinned, or a range registered through pinner())";
+      default:
+        return device || pinned ? "" : "device memory of this device or pinned (mapped) host memory";
+    }
+  }
+
+  // Checks what a kernel op is given, like a GPU that would fault on a pointer it cannot reach:
+  // each range (nullptr or empty ranges excepted) must be device memory of this device or pinned
+  // host memory. Accumulates the first violation.
+  struct ArgCheck {
+    const EmuDevice* dev;
+    const char* op;
+    std::string error;
+    void operator()(const char* what, const void* p, std::int64_t bytes, Want want = kDeviceOrPinned) {
+      if (!error.empty() || !p || bytes <= 0) return;
+      const std::string bad = dev->misuse(p, static_cast<std::size_t>(bytes), want);
+      if (!bad.empty())
+        error = dev->name() + ": " + op + ": " + what + " " + hex(p) + " (" + std::to_string(bytes) + " bytes) is " +
+                dev->describe(p, static_cast<std::size_t>(bytes)) + "; expected " + bad;
+    }
+  };
+  bool check_done(ArgCheck& c) {
+    if (c.error.empty()) return true;
+    record_error(Status::internal(std::move(c.error)));
+    return false;
+  }
+  static std::int64_t out_bytes(const LookupFeature& f, std::int32_t dim) {
+    return (f.pooling == Pooling::kNone ? f.num_keys : f.batch) * dim * static_cast<std::int64_t>(sizeof(float));
+  }
+  void check_lookups(ArgCheck& c, const std::vector<LookupFeature>& features, std::int32_t dim) const {
+    for (const LookupFeature& f : features) {
+      c("offsets", f.offsets, (f.batch + 1) * 8);
+      c("rows", f.rows, f.num_keys * static_cast<std::int64_t>(sizeof(Key)));
+      c("weights", f.weights, f.num_keys * 4);
+      c("out", f.out, out_bytes(f, dim));
+    }
+  }
+
+  // to_host(op, ...): the one call at the top of each kernel op. Checks the op's pointers
+  // (ArgCheck) and, when they pass, rewrites them in place into the host addresses the CPU kernels
+  // use (emu_untag); when they do not, records the sticky error and returns false: the op must
+  // not run.
+  bool to_host(const char* op, SlotPool& pool, std::vector<LookupFeature>& features) {
+    ArgCheck c{this, op, {}};
+    c("pool", pool.base, pool.slots * pool.record_bytes(), kDeviceOnly);
+    check_lookups(c, features, pool.dim);
+    if (!check_done(c)) return false;
+    pool = strata::gpu::to_host(pool);
+    for (auto& f : features) f = strata::gpu::to_host(f);
+    return true;
+  }
+  bool to_host(const char* op, const RowRef& table, std::vector<LookupFeature>& features) {
+    ArgCheck c{this, op, {}};
+    // Row counts of the parts are not known here: the first record of each part must be pinned.
+    for (std::int32_t p = 0; p < table.parts; ++p)
+      c("table part", table.bases[p], table.stride * static_cast<std::int64_t>(sizeof(float)), kPinnedHostOnly);
+    check_lookups(c, features, table.dim);
+    if (!check_done(c)) return false;
+    for (auto& f : features) f = strata::gpu::to_host(f);
+    return true;
+  }
+  bool to_host(const char* op, SlotPool& pool, std::vector<UpdateFeature>& features) {
+    ArgCheck c{this, op, {}};
+    c("pool", pool.base, pool.slots * pool.record_bytes(), kDeviceOnly);
+    for (const UpdateFeature& f : features) {
+      const std::int64_t grad_rows = f.pooling == Pooling::kNone ? f.num_keys : f.batch;
+      c("offsets", f.offsets, (f.batch + 1) * 8);
+      c("weights", f.weights, f.num_keys * 4);
+      c("unique_slots", f.unique_slots, f.num_unique * static_cast<std::int64_t>(sizeof(Key)));
+      c("unique_offsets", f.unique_offsets, (f.num_unique + 1) * 8);
+      c("positions", f.positions, f.num_keys * 4);
+      c("bag_of", f.bag_of, f.num_keys * 4);
+      c("grads", f.grads, grad_rows * pool.dim * static_cast<std::int64_t>(sizeof(float)));
+    }
+    if (!check_done(c)) return false;
+    pool = strata::gpu::to_host(pool);
+    for (auto& f : features) f = strata::gpu::to_host(f);
+    return true;
+  }
+  template <class F>  // F: float or const float
+  bool to_host(const char* op, SlotPool& pool, const Key*& slots, std::int64_t n, F*& records) {
+    ArgCheck c{this, op, {}};
+    c("pool", pool.base, pool.slots * pool.record_bytes(), kDeviceOnly);
+    c("slots", slots, n * static_cast<std::int64_t>(sizeof(Key)));
+    c("records", records, n * pool.record_bytes());
+    if (!check_done(c)) return false;
+    pool = strata::gpu::to_host(pool);
+    slots = emu_untag(slots);
+    records = emu_untag(records);
+    return true;
+  }
+
   static DeviceInfo make_info(const EmuOptions& o) {
     DeviceInfo info;
     info.backend = Backend::kEmu;
@@ -284,11 +684,23 @@ class EmuDevice final : public Device {
   EmuOptions options_;
   tbb::task_arena arena_;
   EmuPinner pinner_;
+  const int id_;
   std::atomic<std::uint64_t> streams_{0};
   std::atomic<std::int64_t> ops_{0};
   std::mutex error_m_;
   Status error_;
 };
+
+void EmuPinner::unpin(void* addr, std::size_t len) noexcept {
+  if (len == 0) return;
+  Status st = emu_memory().remove_host(addr, len, EmuMemory::HostKind::kRegistered);
+  if (st.is_ok()) return;
+  // cudaHostUnregister fails the same way (cudaErrorHostMemoryNotRegistered); as the cuda pinner,
+  // say so on stderr, and make it the device's sticky error so that tests see it.
+  st = Status::internal("emu pinner: cannot unpin: " + st.message());
+  std::fprintf(stderr, "strata: %s\n", st.message().c_str());
+  dev_->record_error(std::move(st));
+}
 
 void EmuStream::run() {
   const int max_delay = dev_->max_delay_us();
@@ -301,7 +713,8 @@ void EmuStream::run() {
       t = std::move(q_.front());
       q_.pop_front();
     }
-    if (max_delay > 0) std::this_thread::sleep_for(std::chrono::microseconds(rng_() % static_cast<std::uint64_t>(max_delay + 1)));
+    if (max_delay > 0)
+      std::this_thread::sleep_for(std::chrono::microseconds(rng_() % static_cast<std::uint64_t>(max_delay + 1)));
     if (t.control || dev_->admit()) t.fn();
     {
       std::lock_guard<std::mutex> lock(m_);
@@ -315,7 +728,9 @@ void EmuStream::run() {
 
 Result<std::unique_ptr<Device>> make_emu_device(const EmuOptions& options) {
   if (options.capacity == 0) return Status::invalid_argument("emu device: capacity must be > 0 bytes");
-  if (options.max_delay_us < 0) return Status::invalid_argument("emu device: max_delay_us must be >= 0, got " + std::to_string(options.max_delay_us));
+  if (options.max_delay_us < 0)
+    return Status::invalid_argument("emu device: max_delay_us must be >= 0, got " +
+                                    std::to_string(options.max_delay_us));
   return std::unique_ptr<Device>(std::make_unique<EmuDevice>(options));
 }
 

@@ -1,0 +1,248 @@
+// The emu device refuses what a real GPU refuses, so that tests without a GPU catch the bugs a GPU
+// would expose: host access to device memory dies, copies check their direction and that their
+// host side is pinned, kernels check that they can reach their pointers, and the pinner keeps
+// the registered ranges as cudaHostRegister does.
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpu/device.hpp"
+#include "host/host_table.hpp"
+
+namespace strata::gpu {
+namespace {
+
+class EmuStrictTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    EmuOptions o;
+    o.capacity = std::size_t{16} << 20;
+    o.threads = 1;
+    dev_ = make_emu_device(o).value();
+    s_ = dev_->create_stream().value();
+  }
+  StreamView s() const { return s_.view(); }
+  // The sticky error after the stream ran, expected to name every piece of `parts`.
+  void expect_refused(const std::vector<std::string>& parts) {
+    const Status st = dev_->synchronize(s());
+    ASSERT_FALSE(st.is_ok()) << "expected the device to refuse the operation";
+    EXPECT_EQ(st.code(), StatusCode::kInternal);
+    for (const std::string& p : parts)
+      EXPECT_NE(st.message().find(p), std::string::npos) << st.message() << "\nlacks: " << p;
+  }
+  std::unique_ptr<Device> dev_;
+  Stream s_;
+};
+
+// Page-aligned host memory, not pinned (as a NumaArena mapping is before registration).
+struct HostPages {
+  explicit HostPages(std::size_t n) : bytes(n), p(static_cast<char*>(std::aligned_alloc(4096, n))) {}
+  ~HostPages() { std::free(p); }
+  std::size_t bytes;
+  char* p;
+};
+
+TEST_F(EmuStrictTest, HostStoreThroughDevicePointerDies) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the device has worker threads
+  auto buf = dev_->allocate(4096).value();
+  EXPECT_DEATH(
+      {
+        volatile float* p = buf.as<float>() + 3;
+        *p = 1.0f;
+      },
+      "");
+}
+
+TEST_F(EmuStrictTest, HostLoadAndMemcpyFromDevicePointerDie) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto buf = dev_->allocate(4096).value();
+  EXPECT_DEATH(
+      {
+        volatile const int* p = buf.as<int>();
+        std::exit(*p == 12345 ? 3 : 4);
+      },
+      "");
+  std::vector<char> host(4096);
+  EXPECT_DEATH(std::memcpy(host.data(), buf.data(), host.size()), "");
+}
+
+TEST_F(EmuStrictTest, CopiesAtOffsetsInsideAllocationsRoundTrip) {
+  auto a = dev_->allocate(1000 * sizeof(int)).value();
+  auto b = dev_->allocate(1000 * sizeof(int)).value();
+  auto in = dev_->allocate_pinned(1000 * sizeof(int)).value();
+  auto out = dev_->allocate_pinned(1000 * sizeof(int)).value();
+  for (int i = 0; i < 1000; ++i) in.as<int>()[i] = 7 * i + 1;
+  dev_->copy_h2d(s(), a.as<int>() + 100, in.as<int>() + 100, 900 * sizeof(int));
+  dev_->copy_d2d(s(), b.as<int>(), a.as<int>() + 100, 900 * sizeof(int));
+  dev_->copy_d2h(s(), out.as<int>(), b.as<int>(), 900 * sizeof(int));
+  ASSERT_TRUE(dev_->synchronize(s()).is_ok());
+  for (int i = 0; i < 900; ++i) ASSERT_EQ(out.as<int>()[i], 7 * (i + 100) + 1);
+}
+
+TEST_F(EmuStrictTest, H2DFromPageableMemoryIsRefused) {
+  auto d = dev_->allocate(4096).value();
+  std::vector<char> pageable(4096, 1);
+  dev_->copy_h2d(s(), d.data(), pageable.data(), 4096);
+  expect_refused({"copy_h2d of 4096 bytes", "(pageable host memory)", "(device memory of this device)",
+                  "the source must be pinned host memory"});
+}
+
+TEST_F(EmuStrictTest, D2HToPageableMemoryIsRefused) {
+  auto d = dev_->allocate(4096).value();
+  std::vector<char> pageable(4096);
+  dev_->copy_d2h(s(), pageable.data(), d.data(), 4096);
+  expect_refused(
+      {"copy_d2h of 4096 bytes", "to 0x", "(pageable host memory)", "the destination must be pinned host memory"});
+}
+
+TEST_F(EmuStrictTest, RefusedCopyStopsLaterWork) {
+  auto d = dev_->allocate(64).value();
+  std::vector<char> pageable(64);
+  bool ran = false;
+  dev_->copy_h2d(s(), d.data(), pageable.data(), 64);
+  dev_->host_task(s(), [&] { ran = true; });
+  EXPECT_FALSE(dev_->synchronize(s()).is_ok());
+  EXPECT_FALSE(ran);
+  EXPECT_FALSE(dev_->status().is_ok());  // sticky
+}
+
+TEST_F(EmuStrictTest, H2DInTheWrongDirectionIsRefused) {
+  auto d = dev_->allocate(256).value();
+  auto h = dev_->allocate_pinned(256).value();
+  dev_->copy_h2d(s(), h.data(), d.data(), 256);  // arguments swapped: a d2h issued as h2d
+  expect_refused({"copy_h2d of 256 bytes", "(device memory of this device) to",
+                  "(pinned host memory (allocate_pinned))", "the destination must be device memory of this device"});
+}
+
+TEST_F(EmuStrictTest, D2HInTheWrongDirectionIsRefused) {
+  auto d = dev_->allocate(256).value();
+  auto h = dev_->allocate_pinned(256).value();
+  dev_->copy_d2h(s(), d.data(), h.data(), 256);
+  expect_refused({"copy_d2h of 256 bytes", "the destination must be pinned host memory"});
+}
+
+TEST_F(EmuStrictTest, D2DWithAHostSideIsRefused) {
+  auto d = dev_->allocate(256).value();
+  auto h = dev_->allocate_pinned(256).value();
+  dev_->copy_d2d(s(), d.data(), h.data(), 256);
+  expect_refused({"copy_d2d of 256 bytes", "the source must be device memory of this device"});
+}
+
+TEST_F(EmuStrictTest, CopyPastTheEndOfAnAllocationIsRefused) {
+  auto d = dev_->allocate(256).value();
+  auto h = dev_->allocate_pinned(512).value();
+  dev_->copy_h2d(s(), d.as<char>() + 128, h.data(), 256);
+  expect_refused({"copy_h2d of 256 bytes", "runs past the end of its allocation"});
+}
+
+TEST_F(EmuStrictTest, CopyToFreedDeviceMemoryIsRefused) {
+  void* stale = nullptr;
+  {
+    auto d = dev_->allocate(256).value();
+    stale = d.data();
+  }
+  auto h = dev_->allocate_pinned(256).value();
+  dev_->copy_h2d(s(), stale, h.data(), 256);
+  expect_refused({"a device address in no live allocation"});
+}
+
+TEST_F(EmuStrictTest, MemoryOfAnotherDeviceIsRefused) {
+  EmuOptions o;
+  o.capacity = 1 << 20;
+  auto other = make_emu_device(o).value();
+  auto theirs = other->allocate(256).value();
+  auto mine = dev_->allocate(256).value();
+  dev_->copy_d2d(s(), mine.data(), theirs.data(), 256);
+  expect_refused({"device memory of emu device", "the source must be device memory of this device"});
+}
+
+TEST_F(EmuStrictTest, RegisteredRangesCountAsPinned) {
+  HostPages host(3 * 4096);
+  auto d = dev_->allocate(4096).value();
+  ASSERT_TRUE(dev_->pinner().pin(host.p, host.bytes).is_ok());
+  dev_->copy_h2d(s(), d.data(), host.p + 4096 + 100, 4096);  // any sub-range of the registration
+  dev_->copy_d2h(s(), host.p, d.data(), 4096);
+  ASSERT_TRUE(dev_->synchronize(s()).is_ok());
+  dev_->pinner().unpin(host.p, host.bytes);
+  ASSERT_TRUE(dev_->status().is_ok());
+  dev_->copy_h2d(s(), d.data(), host.p, 4096);  // unpinned again
+  expect_refused({"copy_h2d of 4096 bytes", "(pageable host memory)"});
+}
+
+TEST_F(EmuStrictTest, CopyRunningPastARegisteredRangeIsRefused) {
+  HostPages host(2 * 4096);
+  auto d = dev_->allocate(4096).value();
+  ASSERT_TRUE(dev_->pinner().pin(host.p, 4096).is_ok());
+  dev_->copy_h2d(s(), d.data(), host.p + 2048, 4096);
+  expect_refused({"host memory registered through pinner(), but the range runs past the end"});
+  dev_->pinner().unpin(host.p, 4096);
+}
+
+TEST_F(EmuStrictTest, OverlappingRegistrationIsRefused) {
+  HostPages host(3 * 4096);
+  ASSERT_TRUE(dev_->pinner().pin(host.p + 4096, 4096).is_ok());
+  const Status twice = dev_->pinner().pin(host.p, 2 * 4096);
+  EXPECT_EQ(twice.code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(twice.message().find("overlaps the pinned range"), std::string::npos) << twice.message();
+  dev_->pinner().unpin(host.p + 4096, 4096);
+  EXPECT_TRUE(dev_->status().is_ok());
+}
+
+TEST_F(EmuStrictTest, UnpinOfAnUnregisteredRangeIsRefused) {
+  HostPages host(4096);
+  dev_->pinner().unpin(host.p, 4096);
+  const Status st = dev_->status();
+  EXPECT_EQ(st.code(), StatusCode::kInternal);
+  EXPECT_NE(st.message().find("emu pinner: cannot unpin"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("was never registered"), std::string::npos) << st.message();
+}
+
+TEST_F(EmuStrictTest, SecondUnpinIsRefused) {
+  HostPages host(4096);
+  ASSERT_TRUE(dev_->pinner().pin(host.p, 4096).is_ok());
+  dev_->pinner().unpin(host.p, 4096);
+  ASSERT_TRUE(dev_->status().is_ok());
+  dev_->pinner().unpin(host.p, 4096);
+  EXPECT_FALSE(dev_->status().is_ok());
+}
+
+TEST_F(EmuStrictTest, PinningDeviceMemoryIsRefused) {
+  auto d = dev_->allocate(4096).value();
+  EXPECT_FALSE(dev_->pinner().pin(d.data(), 4096).is_ok());
+}
+
+TEST_F(EmuStrictTest, KernelWritingPageableMemoryIsRefused) {
+  const std::int32_t dim = 4;
+  const std::int64_t stride = record_stride(dim, 0);
+  auto pool_mem = dev_->allocate(static_cast<std::size_t>(8 * stride) * sizeof(float)).value();
+  auto idx = dev_->allocate(64).value();
+  SlotPool pool{pool_mem.as<float>(), 8, stride, dim, 0};
+  std::vector<float> pageable_out(dim);
+  LookupFeature f{idx.as<std::int64_t>(), 1, idx.as<Key>() + 2, nullptr, 1, Pooling::kSum, pageable_out.data()};
+  dev_->gather_pool(s(), pool, {f});
+  expect_refused({"gather_pool: out 0x", "(16 bytes) is pageable host memory",
+                  "expected device memory of this device or pinned (mapped) host memory"});
+}
+
+TEST_F(EmuStrictTest, ZeroCopyGatherOfAnUnregisteredTableIsRefused) {
+  TableSpec spec;
+  spec.name = "t";
+  spec.rows = 64;
+  spec.dim = 4;
+  HostTableOptions ho;
+  ho.huge_pages = false;  // no pinner: the table is pageable
+  auto table = HostTable::create(Topology::fake(1), spec, ho).value();
+  auto idx = dev_->allocate(64).value();
+  auto out = dev_->allocate(64).value();
+  dev_->gather_pool_host(s(), table.ref(),
+                         {{idx.as<std::int64_t>(), 1, idx.as<Key>() + 2, nullptr, 1, Pooling::kSum, out.as<float>()}});
+  expect_refused({"gather_pool_host: table part", "is pageable host memory", "expected pinned host memory"});
+}
+
+}  // namespace
+}  // namespace strata::gpu
