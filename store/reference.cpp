@@ -92,9 +92,10 @@ class ReferenceStore final : public Store {
       float* out = outputs[i].data;
       if (t.spec.pooling == Pooling::kNone) {
         for (std::int64_t j = 0; j < f.num_keys(); ++j) {
+          // The row, or the weight times it (not 0 + w * row: the sign of a zero must survive).
           float* o = out + j * dim;
-          for (std::int32_t c = 0; c < dim; ++c) o[c] = 0.0f;
-          row_axpy(o, t.row(f.keys[static_cast<std::size_t>(j)]), w ? w[j] : 1.0f, dim);
+          const float* row = t.row(f.keys[static_cast<std::size_t>(j)]);
+          for (std::int32_t c = 0; c < dim; ++c) o[c] = w ? w[j] * row[c] : row[c];
         }
         continue;
       }

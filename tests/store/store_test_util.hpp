@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -107,15 +108,19 @@ inline Snapshot snapshot(Store& s) {
   }
   return snap;
 }
-/// Exact (==) comparison: every mode must reproduce the oracle bit for bit on the CPU.
+/// Bitwise comparison: every mode must reproduce the oracle bit for bit on the CPU (the sign of a
+/// zero and NaN payloads included, which `==` would not see).
 inline ::testing::AssertionResult same_state(const Snapshot& a, const Snapshot& b) {
+  const auto same = [](float x, float y) { return std::memcmp(&x, &y, sizeof x) == 0; };
   for (std::size_t t = 0; t < a.weights.size(); ++t) {
     for (std::size_t i = 0; i < a.weights[t].size(); ++i)
-      if (!(a.weights[t][i] == b.weights[t][i]))
-        return ::testing::AssertionFailure() << "table " << t << " weight " << i << ": " << a.weights[t][i] << " vs " << b.weights[t][i];
+      if (!same(a.weights[t][i], b.weights[t][i]))
+        return ::testing::AssertionFailure() << "table " << t << " weight " << i << ": " << a.weights[t][i] << " vs "
+                                             << b.weights[t][i];
     for (std::size_t i = 0; i < a.state[t].size(); ++i)
-      if (!(a.state[t][i] == b.state[t][i]))
-        return ::testing::AssertionFailure() << "table " << t << " state " << i << ": " << a.state[t][i] << " vs " << b.state[t][i];
+      if (!same(a.state[t][i], b.state[t][i]))
+        return ::testing::AssertionFailure() << "table " << t << " state " << i << ": " << a.state[t][i] << " vs "
+                                             << b.state[t][i];
   }
   return ::testing::AssertionSuccess();
 }
