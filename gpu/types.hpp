@@ -60,6 +60,11 @@ struct UpdateFeature {
   std::int64_t num_unique = 0;
   const float* grads = nullptr;  ///< (batch, dim) or (num_keys, dim) device
   OptimizerStep step;            ///< the table's optimizer for this step
+  /// (num_hot) device: every unique row used more than gpu/kernels' kHotUses times, or nullptr
+  /// (then the device finds them itself, scanning every unique row). With the list, a backward
+  /// without hot rows launches no block kernel at all.
+  const std::int64_t* hot = nullptr;
+  std::int64_t num_hot = 0;
 };
 
 /// How a device initializes the records of a table (Device::init_records): record i holds row

@@ -45,11 +45,12 @@ __global__ void __launch_bounds__(kBlock) update_kernel(const UpdateArgs a) {
   for (std::int64_t item = first_item(); item < total; item += item_step()) update_item(w, a, item);
 }
 
-// A block per hot row; the other rows are skipped (update_kernel did them).
+// A block per hot row (update_kernel skipped them): the listed ones, or every unique row, skipping
+// those that are not hot.
 __global__ void __launch_bounds__(kHotBlock) update_hot_kernel(const UpdateArgs a) {
   __shared__ float partials[kHotWarps * kChunk];
   const DeviceBlock<kHotWarps> b{this_warp(), static_cast<int>(threadIdx.x) / kWarp};
-  const std::int64_t total = a.begin[a.count];
+  const std::int64_t total = a.hot_items();
   for (std::int64_t item = blockIdx.x; item < total; item += gridDim.x) update_hot_row(b, a, item, partials);
 }
 
@@ -100,8 +101,11 @@ cudaError_t launch_update(const UpdateArgs& args, cudaStream_t stream, int sm_co
   clear_stale_error();
   update_kernel<<<warp_grid(items, sm_count), kBlock, 0, stream>>>(args);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  // Two blocks of kHotBlock threads per SM: every block scans its share of the rows for hot ones.
-  update_hot_kernel<<<grid_for(items, 1, 2, sm_count), kHotBlock, 0, stream>>>(args);
+  // One block of kHotBlock threads fits an SM (ptxas: 92 registers a thread, 47k of 64k); none
+  // when the lists say no row is hot.
+  const std::int64_t hot = args.hot_items();
+  if (hot <= 0) return cudaSuccess;
+  update_hot_kernel<<<grid_for(hot, 1, 1, sm_count), kHotBlock, 0, stream>>>(args);
   return cudaGetLastError();
 }
 

@@ -90,6 +90,7 @@ inline UpdateFeature to_host(UpdateFeature f) noexcept {
   f.positions = emu_untag(f.positions);
   f.bag_of = emu_untag(f.bag_of);
   f.grads = emu_untag(f.grads);
+  f.hot = emu_untag(f.hot);
   return f;
 }
 
@@ -648,6 +649,7 @@ class EmuDevice final : public Device {
       c("positions", f.positions, f.num_keys * 4);
       c("bag_of", f.bag_of, f.num_keys * 4);
       c("grads", f.grads, grad_rows * pool.dim * static_cast<std::int64_t>(sizeof(float)));
+      c("hot", f.hot, f.num_hot * 8);
     }
     if (!check_done(c)) return false;
     pool = strata::gpu::to_host(pool);

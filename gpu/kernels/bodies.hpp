@@ -361,13 +361,21 @@ STRATA_SIMT void update_item(const W& w, const UpdateArgs& a, std::int64_t item)
   update_row(WarpReduce<W>{w, f, a.dim, p_lo, p_hi}, f, a.dim, a.base + f.unique_slots[u] * a.stride);
 }
 
-/// Unique slot `item` of a backward launch if it is hot (used more than kHotUses times), by a
-/// block of kHotWarps warps. partials: (kHotWarps, kChunk) floats of the block's shared memory.
+/// Hot-row work item `item` of a backward launch (UpdateArgs::hot_items): the item-th listed hot
+/// row, or unique row `item` if it is hot. Reduced by a block of kHotWarps warps; partials:
+/// (kHotWarps, kChunk) floats of the block's shared memory.
 template <class B>
 STRATA_SIMT void update_hot_row(const B& b, const UpdateArgs& a, std::int64_t item, float* partials) {
-  const int fi = feature_of(a, item);
+  int fi = 0;
+  std::int64_t u;
+  if (a.hot_listed) {
+    while (fi + 1 < a.count && item >= a.hot_begin[fi + 1]) ++fi;
+    u = a.features[fi].hot[item - a.hot_begin[fi]];
+  } else {
+    fi = feature_of(a, item);
+    u = item - a.begin[fi];
+  }
   const UpdateFeatureArgs& f = a.features[fi];
-  const std::int64_t u = item - a.begin[fi];
   const std::int64_t p_lo = f.unique_offsets[u], p_hi = f.unique_offsets[u + 1];
   if (p_hi - p_lo <= kHotUses) return;
   update_row(BlockReduce<B>{b, f, a.dim, p_lo, p_hi, partials}, f, a.dim, a.base + f.unique_slots[u] * a.stride);

@@ -77,16 +77,24 @@ struct UpdateFeatureArgs {
   const float* grads = nullptr;                  ///< (batch, dim) or (num_keys, dim)
   Pooling pooling = Pooling::kSum;
   OptimizerStep step;
+  const std::int64_t* hot = nullptr;  ///< (num_hot) unique rows used more than kHotUses times
 };
 
-/// Parameters of one backward launch. Work items are unique slots, numbered across features.
+/// Parameters of one backward launch. Work items are unique slots, numbered across features; the
+/// hot rows' block kernel numbers the features' hot lists the same way (hot_begin) when every
+/// feature has one (hot_listed), else it scans every unique row.
 struct UpdateArgs {
   float* base = nullptr;  ///< (slots, stride) device: the slot pool, updated in place
   std::int64_t stride = 0;
   std::int32_t dim = 0;
   std::int32_t count = 0;
+  bool hot_listed = false;
   std::int64_t begin[kMaxFeaturesPerLaunch + 1] = {};
+  std::int64_t hot_begin[kMaxFeaturesPerLaunch + 1] = {};
   UpdateFeatureArgs features[kMaxFeaturesPerLaunch];
+
+  /// Work items of the hot rows' block kernel: listed hot rows, or every unique row.
+  STRATA_HD std::int64_t hot_items() const noexcept { return hot_listed ? hot_begin[count] : begin[count]; }
 };
 
 /// Parameters of a record move (pack: pool -> dst; unpack: src -> pool). Work items are records.

@@ -3,17 +3,23 @@
 #include <cstring>
 
 #include "cache/cache_pool.hpp"
+#include "gpu/kernels/launch_args.hpp"
 
 namespace strata::detail {
 
 using gpu::Staging;
+
+namespace {
+// Most unique rows of n key positions that can be hot (used more than kHotUses times).
+std::size_t max_hot_rows(std::size_t n) { return n / static_cast<std::size_t>(gpu::kernels::kHotUses + 1); }
+}  // namespace
 
 void add_feature_bytes(const JaggedKeys& k, const TableSpec& spec, std::int64_t unique, std::size_t& mirrored,
                        std::size_t& host_only, std::size_t& dev_only) {
   const std::size_t n = static_cast<std::size_t>(k.num_keys()), U = static_cast<std::size_t>(unique);
   mirrored += Staging::bytes_for<std::int64_t>(static_cast<std::size_t>(k.batch_size() + 1)) + Staging::bytes_for<Key>(n) +
               Staging::bytes_for<float>(k.weights.size()) + Staging::bytes_for<Key>(U) + Staging::bytes_for<std::int64_t>(U + 1) +
-              2 * Staging::bytes_for<std::int32_t>(n);
+              2 * Staging::bytes_for<std::int32_t>(n) + Staging::bytes_for<std::int64_t>(max_hot_rows(n));
   const std::size_t out = Staging::bytes_for<float>(static_cast<std::size_t>(output_rows(k, spec.pooling) * spec.dim));
   host_only += 2 * out;
   dev_only += 2 * out;
@@ -40,6 +46,11 @@ DeviceFeature stage_feature(Staging& st, const JaggedKeys& k, const TableSpec& s
   if (n) std::memcpy(pos.host, u.positions.data(), n * sizeof(std::int32_t));
   auto bag = st.mirrored<std::int32_t>(n);
   if (spec.pooling != Pooling::kNone) bag_of_positions(k.offsets.data(), k.batch_size(), bag.host);
+  auto hot = st.mirrored<std::int64_t>(max_hot_rows(n));
+  std::int64_t num_hot = 0;
+  for (std::int64_t r = 0; r < u.size(); ++r)
+    if (u.offsets[static_cast<std::size_t>(r) + 1] - u.offsets[static_cast<std::size_t>(r)] > gpu::kernels::kHotUses)
+      hot.host[num_hot++] = r;
 
   DeviceFeature f;
   f.out_floats = static_cast<std::size_t>(output_rows(k, spec.pooling) * spec.dim);
@@ -58,6 +69,8 @@ DeviceFeature stage_feature(Staging& st, const JaggedKeys& k, const TableSpec& s
   uf.bag_of = bag.dev;
   uf.num_unique = u.size();
   uf.grads = st.dev_only<float>(f.out_floats);
+  uf.hot = hot.dev;
+  uf.num_hot = num_hot;
   return f;
 }
 
