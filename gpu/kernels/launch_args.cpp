@@ -64,8 +64,8 @@ std::vector<UpdateArgs> update_launches(const SlotPool& pool, const std::vector<
     a.hot_listed = true;
     for (std::size_t i = 0; i < n; ++i) {
       const UpdateFeature& f = features[first + i];
-      a.features[i] = {f.offsets, f.weights, f.unique_slots, f.unique_offsets, f.positions, f.bag_of,
-                       f.grads,   f.pooling, f.step,         f.hot};
+      a.features[i] = {f.offsets, f.weights, f.unique_slots, f.unique_offsets, f.positions,
+                       f.bag_of,  f.grads,   f.pooling,      f.step,           f.hot};
       a.begin[i + 1] = a.begin[i] + std::max<std::int64_t>(0, f.num_unique);
       a.hot_begin[i + 1] = a.hot_begin[i] + (f.hot ? std::max<std::int64_t>(0, f.num_hot) : 0);
       a.hot_listed = a.hot_listed && (f.hot != nullptr || f.num_unique <= 0);

@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <random>
 #include <unordered_map>
 
 #include "cache/sharded_pool.hpp"
@@ -28,6 +29,7 @@ struct Pool {
   gpu::DeviceBuffer memory;
   gpu::SlotPool view;
   std::vector<int> tables;  // pool-local index -> global table
+  bool zero_copy = false;   // fills and write-backs by the zero-copy kernels (else staged)
 };
 
 // One batch's work in one pool.
@@ -300,13 +302,13 @@ class CachedEngine final : public Engine {
             dirty.begin() + static_cast<std::ptrdiff_t>(std::min(dirty.size(), b + chunk)));
         STRATA_RETURN_IF_ERROR(dev_.synchronize(flush_staging_->done()));
         const std::size_t W = part.size();
-        const std::size_t records = zero_copy_ ? 0 : W * rec;
-        STRATA_RETURN_IF_ERROR(flush_staging_->reserve(
-            Staging::bytes_for<Key>(W) + (zero_copy_ ? Staging::bytes_for<float*>(W) : 0),
-            Staging::bytes_for<float>(records), Staging::bytes_for<float>(records)));
+        const std::size_t records = pool.zero_copy ? 0 : W * rec;
+        STRATA_RETURN_IF_ERROR(
+            flush_staging_->reserve(Staging::bytes_for<Key>(W) + (pool.zero_copy ? Staging::bytes_for<float*>(W) : 0),
+                                    Staging::bytes_for<float>(records), Staging::bytes_for<float>(records)));
         auto slots = flush_staging_->mirrored<Key>(W);
         for (std::size_t i = 0; i < W; ++i) slots.host[i] = part[i].slot;
-        float** mapped = zero_copy_ ? stage_rows(*flush_staging_, pool, part) : nullptr;
+        float** mapped = pool.zero_copy ? stage_rows(*flush_staging_, pool, part) : nullptr;
         float* host = flush_staging_->host_only<float>(records);
         float* dev = flush_staging_->dev_only<float>(records);
         dev_.wait(s, progress_.view());
@@ -452,7 +454,7 @@ class CachedEngine final : public Engine {
       const std::int64_t misses = probes[k].misses;
       const std::size_t rec = static_cast<std::size_t>(pools_[static_cast<std::size_t>(w.pool)].view.stride);
       mirrored += 2 * Staging::bytes_for<Key>(static_cast<std::size_t>(misses));
-      if (zero_copy_) {
+      if (pools_[static_cast<std::size_t>(w.pool)].zero_copy) {
         mirrored += 2 * Staging::bytes_for<float*>(static_cast<std::size_t>(misses));
       } else {
         host_only += 2 * Staging::bytes_for<float>(static_cast<std::size_t>(misses) * rec);
@@ -518,8 +520,8 @@ class CachedEngine final : public Engine {
     auto fs = st.mirrored<Key>(F);
     for (std::size_t i = 0; i < F; ++i) fs.host[i] = w.plan.fills[i].slot;
     w.fill_slots_dev = fs.dev;
-    if (zero_copy_) {
-      const Pool& pool = pools_[static_cast<std::size_t>(w.pool)];
+    const Pool& pool = pools_[static_cast<std::size_t>(w.pool)];
+    if (pool.zero_copy) {
       w.wb_rows_dev = stage_rows(st, pool, w.plan.writebacks);
       w.fill_rows_dev = stage_rows(st, pool, w.plan.fills);
       return;
@@ -548,27 +550,34 @@ class CachedEngine final : public Engine {
       if (want == CacheTransfer::kAuto) return Status::ok();  // staged, then
       return m.with_context("cache transfer zero_copy: table '" + spec_of(t).name + "'");
     }
-    if (want == CacheTransfer::kZeroCopy) {
-      zero_copy_ = true;
-      return Status::ok();
+    for (Pool& pool : pools_) {
+      if (want == CacheTransfer::kZeroCopy) {
+        pool.zero_copy = true;
+      } else {
+        // kAuto. The emu device has no PCIe to measure (both ways are host memcpys): it runs the
+        // probe, so that tests hold it to changing nothing, and stays staged.
+        STRATA_ASSIGN_OR_RETURN(const bool faster, zero_copy_is_faster(pool));
+        pool.zero_copy = faster && dev_.info().backend == gpu::Backend::kCuda;
+      }
     }
-    // kAuto. The emu device has no PCIe to measure (both ways are host memcpys): staged, as before.
-    if (dev_.info().backend != gpu::Backend::kCuda) return Status::ok();
-    STRATA_ASSIGN_OR_RETURN(zero_copy_, zero_copy_is_faster());
     return Status::ok();
   }
 
-  // Times fills of the first pool's empty slots from its first table both ways (the median of
-  // five each, interleaved) and says whether zero-copy won. Slots are free while the store opens,
-  // so the probe changes nothing; its staging is freed before the store opens (too little device
-  // memory for it: staged).
-  Result<bool> zero_copy_is_faster() {
-    if (pools_.empty()) return false;
-    Pool& pool = pools_.front();
-    const int table = pool.tables.front();
-    const std::int64_t n = std::min<std::int64_t>({4096, pool.view.slots, spec_of(table).rows});
+  // Moves up to 4096 random rows of the pool's tables into its empty slots and back, both ways
+  // (interleaved, five times each), and says whether the zero-copy kernels took less time (the
+  // medians of fill + write-back). Which way wins depends on the record size, so each pool
+  // decides for itself. Slots are free while the store opens and write-backs write
+  // back the bytes just read, so the probe changes no row; its staging is freed before the store
+  // opens (too little device memory for it: staged). Its bytes show in the link counters.
+  Result<bool> zero_copy_is_faster(Pool& pool) {
+    const std::int64_t n = std::min<std::int64_t>(4096, pool.view.slots);
     std::vector<cache::Transfer> rows(static_cast<std::size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i) rows[static_cast<std::size_t>(i)] = {i, 0, i};  // slot i <- row i
+    std::mt19937_64 rng(12345);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const int local = static_cast<int>(i % static_cast<std::int64_t>(pool.tables.size()));
+      const std::int64_t table_rows = spec_of(pool.tables[static_cast<std::size_t>(local)]).rows;
+      rows[static_cast<std::size_t>(i)] = {i, local, static_cast<Key>(rng() % static_cast<std::uint64_t>(table_rows))};
+    }
     const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
     STRATA_ASSIGN_OR_RETURN(Staging st, Staging::create(dev_));
     if (!st.reserve(Staging::bytes_for<Key>(rows.size()) + Staging::bytes_for<float*>(rows.size()),
@@ -589,8 +598,10 @@ class CachedEngine final : public Engine {
         const auto t0 = std::chrono::steady_clock::now();
         if (z) {
           dev_.records_from_host(s, pool.view, slots.dev, n, mapped);
+          dev_.records_to_host(s, pool.view, slots.dev, n, mapped);
         } else {
           copy_in(s, pool, rows, slots.dev, host, dev);
+          write_back(s, pool, rows, slots.dev, dev, host, nullptr);
         }
         STRATA_RETURN_IF_ERROR(dev_.synchronize(s));
         (z ? zero : staged).push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -687,8 +698,7 @@ class CachedEngine final : public Engine {
   gpu::Stream copy_, compute_;
   gpu::Event progress_;  // recorded on compute after every retired batch
   std::unordered_map<int, HostTableOps> host_;
-  // Zero-copy transfers: the device addresses of the host tables.
-  bool zero_copy_ = false;
+  // Zero-copy transfers (Pool::zero_copy): the device addresses of the host tables.
   MappedRows mapped_;
   std::vector<Pool> pools_;
   std::vector<std::pair<int, int>> where_;  // global table -> (pool, pool-local index)

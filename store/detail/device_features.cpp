@@ -17,9 +17,10 @@ std::size_t max_hot_rows(std::size_t n) { return n / static_cast<std::size_t>(gp
 void add_feature_bytes(const JaggedKeys& k, const TableSpec& spec, std::int64_t unique, std::size_t& mirrored,
                        std::size_t& host_only, std::size_t& dev_only) {
   const std::size_t n = static_cast<std::size_t>(k.num_keys()), U = static_cast<std::size_t>(unique);
-  mirrored += Staging::bytes_for<std::int64_t>(static_cast<std::size_t>(k.batch_size() + 1)) + Staging::bytes_for<Key>(n) +
-              Staging::bytes_for<float>(k.weights.size()) + Staging::bytes_for<Key>(U) + Staging::bytes_for<std::int64_t>(U + 1) +
-              2 * Staging::bytes_for<std::int32_t>(n) + Staging::bytes_for<std::int64_t>(max_hot_rows(n));
+  mirrored += Staging::bytes_for<std::int64_t>(static_cast<std::size_t>(k.batch_size() + 1)) +
+              Staging::bytes_for<Key>(n) + Staging::bytes_for<float>(k.weights.size()) + Staging::bytes_for<Key>(U) +
+              Staging::bytes_for<std::int64_t>(U + 1) + 2 * Staging::bytes_for<std::int32_t>(n) +
+              Staging::bytes_for<std::int64_t>(max_hot_rows(n));
   const std::size_t out = Staging::bytes_for<float>(static_cast<std::size_t>(output_rows(k, spec.pooling) * spec.dim));
   host_only += 2 * out;
   dev_only += 2 * out;
@@ -54,7 +55,8 @@ DeviceFeature stage_feature(Staging& st, const JaggedKeys& k, const TableSpec& s
 
   DeviceFeature f;
   f.out_floats = static_cast<std::size_t>(output_rows(k, spec.pooling) * spec.dim);
-  f.look = gpu::LookupFeature{offs.dev, k.batch_size(), slots.dev, wdev, k.num_keys(), spec.pooling, st.dev_only<float>(f.out_floats)};
+  f.look = gpu::LookupFeature{
+      offs.dev, k.batch_size(), slots.dev, wdev, k.num_keys(), spec.pooling, st.dev_only<float>(f.out_floats)};
   f.host_out = st.host_only<float>(f.out_floats);
   f.host_grad = st.host_only<float>(f.out_floats);
   gpu::UpdateFeature& uf = f.update;
@@ -81,12 +83,13 @@ Status copy_outputs(gpu::Device& dev, gpu::StreamView s, Staging& st, const std:
   STRATA_RETURN_IF_ERROR(dev.synchronize(st.done()));
   for (std::size_t i = 0; i < feats.size(); ++i)
     if (feats[i].out_floats)  // a feature of zero rows may have null views
-      std::memcpy(outputs[static_cast<std::size_t>(feature[i])].data, feats[i].host_out, feats[i].out_floats * sizeof(float));
+      std::memcpy(outputs[static_cast<std::size_t>(feature[i])].data, feats[i].host_out,
+                  feats[i].out_floats * sizeof(float));
   return Status::ok();
 }
 
-void copy_gradients(gpu::Device& dev, gpu::StreamView s, std::vector<DeviceFeature>& feats, const std::vector<int>& feature,
-                    const std::vector<ConstMatrixView>& grads) {
+void copy_gradients(gpu::Device& dev, gpu::StreamView s, std::vector<DeviceFeature>& feats,
+                    const std::vector<int>& feature, const std::vector<ConstMatrixView>& grads) {
   for (std::size_t i = 0; i < feats.size(); ++i) {
     DeviceFeature& f = feats[i];
     if (f.out_floats == 0) continue;
