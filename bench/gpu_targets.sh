@@ -42,7 +42,7 @@ if [ "$backend" = cuda ]; then
   }
   cuda_test gpu/gpu_cuda_only_test
   cuda_test gpu/gpu_test '--gtest_filter=*cuda*:CudaProbe.*:CudaGate.*'
-  cuda_test store/store_test '--gtest_filter=*ModeEquivalence*cuda*'
+  cuda_test store/store_test '--gtest_filter=*ModeEquivalence*cuda*:*HotRows*cuda*'
   cuda_test dispatch/dispatch_nccl_test
   [ "$ran" -gt 0 ] || echo "gpu_targets.sh: no CUDA test binaries under $tests: CUDA tests not run" >&2
 fi
