@@ -34,7 +34,8 @@ TEST(DevbenchCli, EmuRunWritesEveryTargetFigure) {
   EXPECT_EQ(g["rows_read_bytes"].get<double>(), 64.0 * 4 * 16 * 4);  // bags x pooling x dim x 4 bytes
   EXPECT_EQ(g["out_written_bytes"].get<double>(), 64.0 * 16 * 4);
   EXPECT_GT(g["hbm_gbs"].get<double>(), 0);
-  EXPECT_DOUBLE_EQ(g["fraction_of_d2d"].get<double>(), g["hbm_gbs"].get<double>() / j["copies"]["d2d_hbm_gbs"].get<double>());
+  EXPECT_DOUBLE_EQ(g["fraction_of_d2d"].get<double>(),
+                   g["hbm_gbs"].get<double>() / j["copies"]["d2d_hbm_gbs"].get<double>());
   ASSERT_EQ(j["fill_upload"].size(), 2u);
   const std::int64_t rows[] = {16, 100};
   for (std::size_t i = 0; i < 2; ++i) {
@@ -46,6 +47,22 @@ TEST(DevbenchCli, EmuRunWritesEveryTargetFigure) {
   }
   EXPECT_EQ(j["targets"]["gather_pool_fraction_of_d2d"]["target"].get<double>(), 0.70);
   EXPECT_EQ(j["targets"]["fill_upload_fraction_of_h2d_worst"]["target"].get<double>(), 0.85);
+  // The gather sweep: every dim x keys per bag, the same number of keys each.
+  ASSERT_EQ(j["gather_sweep"].size(), 4u * 2u);
+  for (const json& x : j["gather_sweep"]) {
+    EXPECT_EQ(x["bags"].get<std::int64_t>() * x["keys_per_bag"].get<std::int64_t>(), 64 * 4);
+    EXPECT_GT(x["hbm_gbs"].get<double>(), 0);
+    EXPECT_GE(x["issue_s"].get<double>(), 0);
+  }
+  EXPECT_EQ(j["targets"]["gather_dim128_fraction_of_d2d"]["target"].get<double>(), 0.70);
+  EXPECT_EQ(j["targets"]["gather_dim32_fraction_of_d2d"]["target"].get<double>(), 0.50);
+  // The backward: zipf keys make hot rows (256 keys over 4096 rows: the hottest is used far more
+  // than any uniform one), and the ratio is the one the target reads.
+  const json& bw = j["backward"];
+  EXPECT_GT(bw["zipf"]["most_uses"].get<std::int64_t>(), bw["uniform"]["most_uses"].get<std::int64_t>());
+  EXPECT_DOUBLE_EQ(bw["zipf_over_uniform"].get<double>(),
+                   bw["zipf"]["s"].get<double>() / bw["uniform"]["s"].get<double>());
+  EXPECT_EQ(j["targets"]["backward_zipf_over_uniform"]["target"].get<double>(), 2.0);
   EXPECT_NE(j["command"].get<std::string>().find("--backend emu"), std::string::npos);
   ::unlink(path.c_str());
 }
