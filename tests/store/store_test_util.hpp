@@ -104,10 +104,22 @@ inline Snapshot snapshot(Store& s) {
     const auto sd = optimizer_state_dim(spec.optimizer.kind, spec.dim);
     snap.weights.emplace_back(static_cast<std::size_t>(spec.rows * spec.dim));
     snap.state.emplace_back(static_cast<std::size_t>(spec.rows * sd));
-    EXPECT_TRUE(s.read_rows(static_cast<int>(t), 0, spec.rows, snap.weights.back().data(), sd ? snap.state.back().data() : nullptr).is_ok());
+    EXPECT_TRUE(s.read_rows(static_cast<int>(t), 0, spec.rows, snap.weights.back().data(),
+                            sd ? snap.state.back().data() : nullptr)
+                    .is_ok());
   }
   return snap;
 }
+/// Bitwise comparison of two stores' outputs of one batch (make_buffers shapes).
+inline ::testing::AssertionResult same_outputs(const Buffers& a, const Buffers& b) {
+  for (std::size_t f = 0; f < a.data.size(); ++f)
+    for (std::size_t k = 0; k < a.data[f].size(); ++k)
+      if (std::memcmp(&a.data[f][k], &b.data[f][k], sizeof(float)) != 0)
+        return ::testing::AssertionFailure()
+               << "feature " << f << " element " << k << ": " << a.data[f][k] << " vs " << b.data[f][k];
+  return ::testing::AssertionSuccess();
+}
+
 /// Bitwise comparison: every mode must reproduce the oracle bit for bit on the CPU (the sign of a
 /// zero and NaN payloads included, which `==` would not see).
 inline ::testing::AssertionResult same_state(const Snapshot& a, const Snapshot& b) {
@@ -115,12 +127,12 @@ inline ::testing::AssertionResult same_state(const Snapshot& a, const Snapshot& 
   for (std::size_t t = 0; t < a.weights.size(); ++t) {
     for (std::size_t i = 0; i < a.weights[t].size(); ++i)
       if (!same(a.weights[t][i], b.weights[t][i]))
-        return ::testing::AssertionFailure() << "table " << t << " weight " << i << ": " << a.weights[t][i] << " vs "
-                                             << b.weights[t][i];
+        return ::testing::AssertionFailure()
+               << "table " << t << " weight " << i << ": " << a.weights[t][i] << " vs " << b.weights[t][i];
     for (std::size_t i = 0; i < a.state[t].size(); ++i)
       if (!same(a.state[t][i], b.state[t][i]))
-        return ::testing::AssertionFailure() << "table " << t << " state " << i << ": " << a.state[t][i] << " vs "
-                                             << b.state[t][i];
+        return ::testing::AssertionFailure()
+               << "table " << t << " state " << i << ": " << a.state[t][i] << " vs " << b.state[t][i];
   }
   return ::testing::AssertionSuccess();
 }
