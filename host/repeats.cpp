@@ -13,26 +13,28 @@ namespace strata {
 
 namespace {
 
-// Key ranges are 2^shift keys wide, with shift at least map_shift(L2) (a map of at most half the
-// L2 cache: the map is read and written at random, the scan's other arrays stream through) and
-// large enough for at most kMaxRanges ranges (a key's offset in its range then fits 32 bits). Maps
-// are at most 2^kMaxShift entries (8 MB per thread): larger key spaces (more than 2^28 rows) are
-// handled by a hash dedup instead. The map size only changes how keys are split into ranges, not
-// which are repeated: every key of a range has its own entry, whatever the range's width.
-// Issue 22 measured it on an AVX2 EPYC with a 512 KB L2 (strata-bench cpu, 262k keys of 2M rows a
-// step): smaller maps than 1 MB took find_repeats from 2.2 to 2.0 ms (uniform), 3.3 to 2.8 ms (zipf
-// 1.05); bench/results/2026-11-24-fused-optimizer has this sizing against 2^17 entries.
+// Key ranges are 2^shift keys wide, with shift at least map_shift(L2) (a map of at most a quarter
+// of the L2 cache: the map is read and written at random while the scan's other arrays stream
+// through L2 too) and large enough for at most kMaxRanges ranges (a key's offset in its range then
+// fits 32 bits). Maps are at most 2^kMaxShift entries (8 MB per thread): larger key spaces (more
+// than 2^28 rows) are handled by a hash dedup instead. The map size only changes how keys are
+// split into ranges, not which are repeated: every key of a range has its own entry, whatever the
+// range's width. Issue 22 measured 1 MB maps against smaller ones on an AVX2 EPYC with a 512 KB L2
+// (strata-bench cpu, 262k keys of 2M rows a step): find_repeats 2.2 -> 2.0 ms (uniform), 3.3 ->
+// 2.8 ms (zipf 1.05). On the 2-core VM with 1 MB of L2 per core (strata-micro
+// BM_StepFindRepeatsL2, three runs of medians): 2^17 entries 2.55-3.24 ms, 2^16 2.26-3.39 ms,
+// 2^15 2.24-2.38 ms, 2^14 2.35-2.57 ms; a quarter of L2 is the best of these.
 constexpr int kMinShift = 10;  // 8 KB maps at the least, whatever L2 is reported
 constexpr int kMaxShift = 20;
 constexpr std::int64_t kMaxRanges = 256;
 constexpr std::int64_t kChunk = 16384;
 
-// The widest range whose map (8 bytes an entry) fits in half of an L2 of l2_bytes (0: this
+// The widest range whose map (8 bytes an entry) fits in a quarter of an L2 of l2_bytes (0: this
 // machine's), within [kMinShift, kMaxShift].
 int map_shift(std::uint64_t l2_bytes) {
   const std::uint64_t l2 = l2_bytes > 0 ? l2_bytes : Topology::l2_cache_bytes();
   int s = kMinShift;
-  while (s < kMaxShift && (std::uint64_t{8} << (s + 1)) <= l2 / 2) ++s;
+  while (s < kMaxShift && (std::uint64_t{8} << (s + 1)) <= l2 / 4) ++s;
   return s;
 }
 

@@ -256,8 +256,8 @@ void BM_StepUpdateFloor(benchmark::State& state) {
 BENCHMARK(BM_StepUpdateFloor)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // find_repeats as BM_StepFindRepeats with its maps sized for an L2 of arg KiB (0: this machine's,
-// what the store uses): 512 gives 2^15-entry maps (256 KB), 1024 2^16, 2048 2^17 (the size before
-// the maps followed the L2).
+// what the store uses). A map is at most a quarter of the L2: 512 gives 2^14 entries (128 KB), 1024
+// 2^15, 2048 2^16, 4096 2^17 (1 MB, the size before the maps followed the L2).
 void BM_StepFindRepeatsL2(benchmark::State& state) {
   StepFixture& f = step_fixture();
   Repeats r;
@@ -272,7 +272,7 @@ void BM_StepFindRepeatsL2(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kStepBatch * kBag);
   state.SetLabel(std::to_string(find_repeats_map_entries(kRows, scratch.l2_bytes)) + " map entries");
 }
-BENCHMARK(BM_StepFindRepeatsL2)->Arg(0)->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_StepFindRepeatsL2)->Arg(0)->Arg(512)->Arg(1024)->Arg(2048)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace strata

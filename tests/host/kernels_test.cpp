@@ -326,7 +326,7 @@ TEST(BackwardUpdate, FusedOptimizerKeepsTheRowMathBitsWithSignedZeros) {
   }
 }
 
-// With a table of several key ranges (find_repeats splits keys by 2^17-row ranges for a 2 MiB L2), the repeated
+// With a table of several key ranges (find_repeats splits keys by 2^17-row ranges for a 4 MiB L2), the repeated
 // keys of every range are updated, in parallel, to the same bits as backward_update gives; run in
 // arenas of 2 and 3 threads, with hot keys in every range and keys at both ends of the table.
 TEST(BackwardUpdateByBag, ManyKeyRangesMatchBackwardUpdate) {
@@ -364,7 +364,7 @@ TEST(BackwardUpdateByBag, ManyKeyRangesMatchBackwardUpdate) {
                       step);
       Repeats repeats;
       RepeatsScratch scratch;
-      scratch.l2_bytes = std::uint64_t{2} << 20;  // maps of 2^17 entries: 4 ranges
+      scratch.l2_bytes = std::uint64_t{4} << 20;  // maps of 2^17 entries: 4 ranges
       find_repeats(keys.data(), n, spec.rows, repeats, scratch);
       ASSERT_EQ(repeats.ranges.size(), 4u);
       for (const auto& r : repeats.ranges) ASSERT_FALSE(r.keys.empty());
