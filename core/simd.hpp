@@ -11,7 +11,15 @@
 // not depend on the width: each lane of a float accumulator sums in the same order as the scalar
 // row math, so results are bit-identical at every width.
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+#include <arm_neon.h>
+#endif
 
 namespace strata::simd {
 
@@ -41,5 +49,33 @@ static_assert(kVectorBytes <= 32, "vector wider than an AVX register");
 #else
 static_assert(kVectorBytes <= 16, "vector wider than an SSE/NEON register");
 #endif
+
+/// Loads / stores one register of floats at any alignment (table records are not aligned to it).
+inline Floats load(const float* p) noexcept {
+  Floats v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store(float* p, const Floats& v) noexcept { std::memcpy(p, &v, sizeof v); }
+
+/// Lane-wise square root, correctly rounded as std::sqrt is (IEEE 754), so the same bits as the
+/// scalar loop. GCC does not vectorise std::sqrt itself (it keeps the errno call path), hence the
+/// intrinsics.
+inline Floats sqrt(const Floats& x) noexcept {
+#if defined(__AVX512F__)
+  // (maskz with every lane set: _mm512_sqrt_ps passes _mm512_undefined_ps, which GCC 12 warns about)
+  return reinterpret_cast<Floats>(_mm512_maskz_sqrt_ps(static_cast<__mmask16>(0xFFFF), reinterpret_cast<__m512>(x)));
+#elif defined(__AVX2__)
+  return reinterpret_cast<Floats>(_mm256_sqrt_ps(reinterpret_cast<__m256>(x)));
+#elif defined(__SSE2__)
+  return reinterpret_cast<Floats>(_mm_sqrt_ps(reinterpret_cast<__m128>(x)));
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+  return reinterpret_cast<Floats>(vsqrtq_f32(reinterpret_cast<float32x4_t>(x)));
+#else
+  Floats r;
+  for (int i = 0; i < kFloats; ++i) r[i] = std::sqrt(x[i]);
+  return r;
+#endif
+}
 
 }  // namespace strata::simd

@@ -7,22 +7,39 @@
 #include <algorithm>
 
 #include "core/status.hpp"
+#include "host/topology.hpp"
 
 namespace strata {
 
 namespace {
 
-// Key ranges are 2^shift keys wide, with shift at least kMinShift (a map of 2^17 entries is 1 MB,
-// within L2) and large enough for at most kMaxRanges ranges (a key's offset in its range then fits
-// 32 bits). Maps are at most 2^kMaxShift entries (8 MB per thread): larger key spaces (more than
-// 2^28 rows) are handled by a hash dedup instead.
-constexpr int kMinShift = 17;
+// Key ranges are 2^shift keys wide, with shift at least map_shift(L2) (a map of at most a quarter
+// of the L2 cache: the map is read and written at random while the scan's other arrays stream
+// through L2 too) and large enough for at most kMaxRanges ranges (a key's offset in its range then
+// fits 32 bits). Maps are at most 2^kMaxShift entries (8 MB per thread): larger key spaces (more
+// than 2^28 rows) are handled by a hash dedup instead. The map size only changes how keys are
+// split into ranges, not which are repeated: every key of a range has its own entry, whatever the
+// range's width. Issue 22 measured 1 MB maps against smaller ones on an AVX2 EPYC with a 512 KB L2
+// (strata-bench cpu, 262k keys of 2M rows a step): find_repeats 2.2 -> 2.0 ms (uniform), 3.3 ->
+// 2.8 ms (zipf 1.05). On the 2-core VM with 1 MB of L2 per core (strata-micro
+// BM_StepFindRepeatsL2, three runs of medians): 2^17 entries 2.55-3.24 ms, 2^16 2.26-3.39 ms,
+// 2^15 2.24-2.38 ms, 2^14 2.35-2.57 ms; a quarter of L2 is the best of these.
+constexpr int kMinShift = 10;  // 8 KB maps at the least, whatever L2 is reported
 constexpr int kMaxShift = 20;
 constexpr std::int64_t kMaxRanges = 256;
 constexpr std::int64_t kChunk = 16384;
 
-int range_shift(std::int64_t key_space) {
+// The widest range whose map (8 bytes an entry) fits in a quarter of an L2 of l2_bytes (0: this
+// machine's), within [kMinShift, kMaxShift].
+int map_shift(std::uint64_t l2_bytes) {
+  const std::uint64_t l2 = l2_bytes > 0 ? l2_bytes : Topology::l2_cache_bytes();
   int s = kMinShift;
+  while (s < kMaxShift && (std::uint64_t{8} << (s + 1)) <= l2 / 4) ++s;
+  return s;
+}
+
+int range_shift(std::int64_t key_space, std::uint64_t l2_bytes) {
+  int s = map_shift(l2_bytes);
   while (((key_space - 1) >> s) + 1 > kMaxRanges) ++s;
   return s;
 }
@@ -100,15 +117,15 @@ void repeats_by_dedup(const Key* keys, std::int64_t n, Repeats& out, RepeatsScra
 
 }  // namespace
 
-std::int64_t find_repeats_map_entries(std::int64_t key_space) noexcept {
+std::int64_t find_repeats_map_entries(std::int64_t key_space, std::uint64_t l2_bytes) noexcept {
   if (key_space <= 0) return 0;
-  const int shift = range_shift(key_space);
+  const int shift = range_shift(key_space, l2_bytes);
   return shift > kMaxShift ? 0 : std::min(std::int64_t{1} << shift, key_space);
 }
 
 void find_repeats(const Key* keys, std::int64_t n, std::int64_t key_space, Repeats& out, RepeatsScratch& s) {
   STRATA_CHECK(n >= 0 && n < (std::int64_t{1} << 31) && key_space > 0);
-  const int shift = range_shift(key_space);
+  const int shift = range_shift(key_space, s.l2_bytes);
   if (shift > kMaxShift) {
     repeats_by_dedup(keys, n, out, s);
     return;
@@ -169,8 +186,9 @@ void find_repeats(const Key* keys, std::int64_t n, std::int64_t key_space, Repea
   });
   // 3. Each range scanned with its thread's map.
   // Offsets in a range are below the key space too: a table of 10 rows needs 10 entries, not 2^17
-  // (1 MB per thread and table, which made 1,000 small cpu tables hold 1 GB).
-  const auto entries = static_cast<std::size_t>(find_repeats_map_entries(key_space));
+  // (1 MB per thread and table, which made 1,000 small cpu tables hold 1 GB). A map larger than
+  // needed (left by an earlier call with another key space or L2 size) serves as it is.
+  const auto entries = static_cast<std::size_t>(find_repeats_map_entries(key_space, s.l2_bytes));
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, ranges, 1), [&](const tbb::blocked_range<std::int64_t>& r) {
     auto& map = s.maps[static_cast<std::size_t>(tbb::this_task_arena::current_thread_index())];
     if (map.last.size() < entries) {

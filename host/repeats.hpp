@@ -42,17 +42,26 @@ struct RepeatsScratch {
   // Key spaces over 2^28 rows: a hash dedup (host/repeats.cpp).
   UniqueKeys unique;
   DedupScratch dedup;
+  /// L2 cache bytes the maps are sized for (each at most a quarter of it, see
+  /// find_repeats_map_entries); 0, the default, is this machine's (Topology::l2_cache_bytes()).
+  /// The result does not depend on it.
+  std::uint64_t l2_bytes = 0;
 };
 
 /// Finds the keys of keys[0..n) (host memory, each in [0, key_space), n < 2^31) used more than
 /// once. Up to 2^28 rows the positions are split by key range and scanned with direct-mapped
-/// arrays (find_repeats_map_entries: 1 to 8 MB per thread at most, kept in scratch); beyond, keys
-/// are deduplicated by hash (dedup_keys) and `ranges` has one entry. Runs on the calling thread's oneTBB arena.
+/// arrays (find_repeats_map_entries: a quarter of the L2 cache per thread, more for key spaces
+/// over 256 maps of that size, 8 MB at most; kept in scratch); beyond, keys are deduplicated by hash
+/// (dedup_keys) and `ranges` has one entry. Which keys are repeated, and their positions, do not
+/// depend on scratch.l2_bytes; how they are split into `ranges` does. Runs on the calling thread's
+/// oneTBB arena.
 void find_repeats(const Key* keys, std::int64_t n, std::int64_t key_space, Repeats& out, RepeatsScratch& scratch);
 
 /// Entries of the direct-mapped array one thread of find_repeats keeps in its scratch for a key
 /// space (8 bytes each; 0 beyond 2^28 rows, where a hash dedup is used): the key range width, but
-/// no more than the key space, so a small table's scratch stays small.
-std::int64_t find_repeats_map_entries(std::int64_t key_space) noexcept;
+/// no more than the key space, so a small table's scratch stays small. The range width is the
+/// largest power of two whose map fits in a quarter of an L2 of l2_bytes (0: this machine's; between
+/// 2^10 and 2^20 entries), widened until the key space has at most 256 ranges.
+std::int64_t find_repeats_map_entries(std::int64_t key_space, std::uint64_t l2_bytes = 0) noexcept;
 
 }  // namespace strata

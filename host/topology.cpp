@@ -93,6 +93,24 @@ Result<Topology> Topology::discover() {
   return topo;
 }
 
+std::uint64_t Topology::l2_cache_bytes() noexcept {
+  static const std::uint64_t bytes = [] {
+    auto topo = discover();
+    if (!topo.is_ok() || !topo->handle_) return kDefaultL2Bytes;
+    hwloc_topology_t t = topo->handle_->topo;
+    std::uint64_t smallest = 0;
+    const int n = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_L2CACHE);
+    for (int i = 0; i < n; ++i) {
+      const hwloc_obj_t obj = hwloc_get_obj_by_type(t, HWLOC_OBJ_L2CACHE, static_cast<unsigned>(i));
+      if (!obj->attr || obj->attr->cache.type == HWLOC_OBJ_CACHE_INSTRUCTION) continue;
+      const std::uint64_t size = obj->attr->cache.size;
+      if (size > 0 && (smallest == 0 || size < smallest)) smallest = size;
+    }
+    return smallest > 0 ? smallest : kDefaultL2Bytes;
+  }();
+  return bytes;
+}
+
 Topology Topology::fake(int nodes) {
   STRATA_CHECK(nodes >= 1);
   Topology topo;

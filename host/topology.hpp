@@ -1,6 +1,7 @@
 #pragma once
-// Topology: NUMA nodes, their cores and memory, and which node each GPU hangs off, read from hwloc.
-// A fake topology with N nodes lets tests exercise NUMA placement on a one-node machine.
+// Topology: NUMA nodes, their cores and memory, which node each GPU hangs off, and the size of a
+// core's L2 cache, read from hwloc. A fake topology with N nodes lets tests exercise NUMA placement
+// on a one-node machine.
 
 #include <cstdint>
 #include <memory>
@@ -26,6 +27,10 @@ struct GpuInfo {
   int numa_node = -1;      ///< logical NUMA node, or -1
 };
 
+/// L2 size assumed when hwloc reports no L2 cache (a VM that hides its caches, an unknown CPU): 512
+/// KiB, the smallest per-core L2 of current x86 server cores.
+inline constexpr std::uint64_t kDefaultL2Bytes = std::uint64_t{512} << 10;
+
 /// The machine's NUMA layout. Move-only; all methods are const and thread-safe after creation.
 class Topology {
  public:
@@ -45,6 +50,10 @@ class Topology {
   int num_nodes() const noexcept { return static_cast<int>(nodes_.size()); }
   const std::vector<GpuInfo>& gpus() const noexcept { return gpus_; }
   bool is_fake() const noexcept { return fake_; }
+  /// Bytes of one core's L2 cache (data or unified): the smallest L2 hwloc reports on this
+  /// machine, or kDefaultL2Bytes when it reports none or cannot load. A property of the real
+  /// machine (the same for a fake topology); computed once per process. Thread-safe.
+  static std::uint64_t l2_cache_bytes() noexcept;
   /// Total processing units over all nodes.
   int num_cpus() const noexcept;
   /// One-line summary: "1 NUMA node(s): node0 cpus=2 mem=23.4GiB; gpus: none".

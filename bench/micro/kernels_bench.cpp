@@ -2,10 +2,13 @@
 // larger than the caches, uniform random keys. Items are lookups; bytes are row bytes touched.
 
 #include <benchmark/benchmark.h>
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
 
 #include <map>
 #include <memory>
 #include <random>
+#include <string>
 
 #include "host/host_table.hpp"
 #include "host/kernels.hpp"
@@ -218,6 +221,58 @@ void BM_StepBackwardByBag(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kStepBatch * kBag);
 }
 BENCHMARK(BM_StepBackwardByBag)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The update floor of that backward: a plain read-modify-write (w -= 1e-7, no gradient) of each
+// unique row of the step once, on two threads with the kernels' prefetching (into L2 48 rows
+// ahead, for writing 8 ahead). What BM_StepBackwardByBag would take if the gradient cost nothing.
+void BM_StepUpdateFloor(benchmark::State& state) {
+  StepFixture& f = step_fixture();
+  HostTable& t = f.table;
+  constexpr std::int64_t kL2Ahead = 48, kWriteAhead = 8, kDim = 128;
+  int i = 0;
+  std::int64_t rows = 0;
+  for (auto _ : state) {
+    const UniqueKeys& u = f.first_use[static_cast<std::size_t>(i++ % kRotate)];
+    const std::int64_t n = u.size();
+    rows += n;
+    tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, n, 128), [&](const tbb::blocked_range<std::int64_t>& r) {
+      for (std::int64_t k = r.begin(); k < r.end(); ++k) {
+        if (k + kL2Ahead < r.end()) {
+          const char* p = reinterpret_cast<const char*>(t.row(u.keys[static_cast<std::size_t>(k + kL2Ahead)]));
+          for (int off = 0; off < kDim * 4; off += 64) __builtin_prefetch(p + off, 0, 2);
+        }
+        if (k + kWriteAhead < r.end()) {
+          const char* p = reinterpret_cast<const char*>(t.row(u.keys[static_cast<std::size_t>(k + kWriteAhead)]));
+          for (int off = 0; off < kDim * 4; off += 64) __builtin_prefetch(p + off, 1, 3);
+        }
+        float* w = t.row(u.keys[static_cast<std::size_t>(k)]);
+        for (std::int64_t c = 0; c < kDim; ++c) w[c] -= 1e-7f;
+      }
+    });
+  }
+  state.SetItemsProcessed(state.iterations() * kStepBatch * kBag);
+  state.SetBytesProcessed(rows * kDim * 4 * 2);
+}
+BENCHMARK(BM_StepUpdateFloor)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// find_repeats as BM_StepFindRepeats with its maps sized for an L2 of arg KiB (0: this machine's,
+// what the store uses). A map is at most a quarter of the L2: 512 gives 2^14 entries (128 KB), 1024
+// 2^15, 2048 2^16, 4096 2^17 (1 MB, the size before the maps followed the L2).
+void BM_StepFindRepeatsL2(benchmark::State& state) {
+  StepFixture& f = step_fixture();
+  Repeats r;
+  RepeatsScratch scratch;
+  scratch.l2_bytes = static_cast<std::uint64_t>(state.range(0)) << 10;
+  int i = 0;
+  for (auto _ : state) {
+    const auto& k = f.keys[static_cast<std::size_t>(i++ % kRotate)];
+    find_repeats(k.data(), static_cast<std::int64_t>(k.size()), kRows, r, scratch);
+    benchmark::DoNotOptimize(r.repeated.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kStepBatch * kBag);
+  state.SetLabel(std::to_string(find_repeats_map_entries(kRows, scratch.l2_bytes)) + " map entries");
+}
+BENCHMARK(BM_StepFindRepeatsL2)->Arg(0)->Arg(512)->Arg(1024)->Arg(2048)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace strata

@@ -5,8 +5,10 @@
 #include <tbb/task_arena.h>
 
 #include <array>
+#include <cstring>
 #include <map>
 #include <random>
+#include <string>
 
 #include "host/host_table.hpp"
 
@@ -92,10 +94,12 @@ TEST_P(Kernels, GatherAndBackwardMatchNaiveLoops) {
   const float untouched = table->row(2999)[0];
   auto unique = dedup_keys(keys.data(), n);
   auto bag_of = bag_of_positions(offsets.data(), batch);
-  backward_update(table->ref(), bags, c.pooling, view_of(unique), bag_of.data(), grads.data(), make_optimizer_step(spec.optimizer, 1));
+  backward_update(table->ref(), bags, c.pooling, view_of(unique), bag_of.data(), grads.data(),
+                  make_optimizer_step(spec.optimizer, 1));
   for (auto& [k, acc] : want)
     for (int d = 0; d < c.dim; ++d)
-      ASSERT_NEAR(table->row(k)[d], before[k][static_cast<std::size_t>(d)] - 0.1 * acc[static_cast<std::size_t>(d)], 1e-4);
+      ASSERT_NEAR(table->row(k)[d], before[k][static_cast<std::size_t>(d)] - 0.1 * acc[static_cast<std::size_t>(d)],
+                  1e-4);
   EXPECT_EQ(table->row(2999)[0], untouched);
 }
 
@@ -152,7 +156,8 @@ TEST(GatherPool, EveryDimIsBitIdenticalToTheRowMathLoop) {
           if (pooling == Pooling::kMean && len) row_scale(o, bag_scale(pooling, len), dim);
         }
         for (std::size_t i = 0; i < got.size(); ++i)
-          ASSERT_EQ(got[i], want[i]) << "dim " << dim << (weighted ? " weighted " : " ") << to_string(pooling) << " at " << i;
+          ASSERT_EQ(got[i], want[i]) << "dim " << dim << (weighted ? " weighted " : " ") << to_string(pooling) << " at "
+                                     << i;
       }
     }
   }
@@ -165,7 +170,8 @@ TEST(GatherPool, EveryDimIsBitIdenticalToTheRowMathLoop) {
 TEST(BackwardUpdate, EveryDimAndOptimizerIsBitIdenticalToTheRowMathLoop) {
   std::mt19937_64 rng(11);
   for (int dim = 1; dim <= 272; ++dim) {
-    for (const OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad, OptimizerKind::kAdam}) {
+    for (const OptimizerKind kind :
+         {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad, OptimizerKind::kAdam}) {
       TableSpec spec;
       spec.name = "bits";
       spec.rows = 300;
@@ -174,7 +180,8 @@ TEST(BackwardUpdate, EveryDimAndOptimizerIsBitIdenticalToTheRowMathLoop) {
       spec.optimizer.kind = kind;
       spec.optimizer.weight_decay = (dim % 3 == 0) ? 0.01f : 0.0f;
       spec.optimizer.initial_accumulator = 0.1f;
-      const Pooling pooling = std::array<Pooling, 3>{Pooling::kSum, Pooling::kMean, Pooling::kNone}[static_cast<std::size_t>(dim % 3)];
+      const Pooling pooling =
+          std::array<Pooling, 3>{Pooling::kSum, Pooling::kMean, Pooling::kNone}[static_cast<std::size_t>(dim % 3)];
       const bool weighted = (dim / 3) % 2 == 1;
       spec.pooling = pooling;
       auto table = HostTable::create(Topology::fake(1), spec, {});
@@ -189,7 +196,8 @@ TEST(BackwardUpdate, EveryDimAndOptimizerIsBitIdenticalToTheRowMathLoop) {
       const std::int64_t rec = dim + table->state_dim();
       // Expected: copies of every record, updated by the row math loop.
       std::vector<float> want(static_cast<std::size_t>(spec.rows * rec));
-      for (std::int64_t r = 0; r < spec.rows; ++r) std::copy(table->row(r), table->row(r) + rec, want.begin() + r * rec);
+      for (std::int64_t r = 0; r < spec.rows; ++r)
+        std::copy(table->row(r), table->row(r) + rec, want.begin() + r * rec);
       const UniqueKeys unique = dedup_keys(keys.data(), n);
       const std::vector<std::int32_t> bag_of = bag_of_positions(offsets.data(), batch);
       const OptimizerStep step = make_optimizer_step(spec.optimizer, 3);
@@ -215,17 +223,110 @@ TEST(BackwardUpdate, EveryDimAndOptimizerIsBitIdenticalToTheRowMathLoop) {
       for (std::int64_t r = 0; r < spec.rows; ++r)
         for (std::int64_t c = 0; c < rec; ++c) {
           ASSERT_EQ(table->row(r)[c], want[static_cast<std::size_t>(r * rec + c)])
-              << "dim " << dim << " " << to_string(kind) << " " << to_string(pooling) << (weighted ? " weighted" : "") << " row " << r
-              << " float " << c;
-          ASSERT_EQ(by_bag->row(r)[c], want[static_cast<std::size_t>(r * rec + c)])
-              << "by bag: dim " << dim << " " << to_string(kind) << " " << to_string(pooling) << (weighted ? " weighted" : "")
+              << "dim " << dim << " " << to_string(kind) << " " << to_string(pooling) << (weighted ? " weighted" : "")
               << " row " << r << " float " << c;
+          ASSERT_EQ(by_bag->row(r)[c], want[static_cast<std::size_t>(r * rec + c)])
+              << "by bag: dim " << dim << " " << to_string(kind) << " " << to_string(pooling)
+              << (weighted ? " weighted" : "") << " row " << r << " float " << c;
         }
     }
   }
 }
 
-// With a table of several key ranges (find_repeats splits keys by 2^17-row ranges), the repeated
+// The bits of a float: ASSERT_EQ takes -0 and +0 as equal, and the fused optimizer must keep
+// the row math's 0 + s * g, which turns a -0 gradient into +0.
+std::uint32_t bits_of(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+// backward_update and backward_update_by_bag apply the optimizer fused (one pass over the record,
+// weight decay folded in, the gradient computed in that pass with per-sample weights, row-wise
+// Adagrad's sum of squares once per bag) for compile-time dims: the same bits as the row math
+// (reduction in ascending position order, then apply_optimizer) for every optimizer, with and
+// without weight decay, every pooling, with and without weights, on weights, gradients and
+// per-sample weights that are often +0 or -0, so that a skipped 0 + s * g shows as a sign flip.
+TEST(BackwardUpdate, FusedOptimizerKeepsTheRowMathBitsWithSignedZeros) {
+  std::mt19937_64 rng(23);
+  auto signed_zero_or = [&rng](float x) {
+    const auto r = rng() % 6;
+    return r == 0 ? 0.0f : r == 1 ? -0.0f : x;
+  };
+  for (const int dim : {16, 32, 48, 128, 256, 20}) {
+    for (const OptimizerKind kind :
+         {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad, OptimizerKind::kAdam}) {
+      for (const float decay : {0.0f, 0.03f}) {
+        for (const Pooling pooling : {Pooling::kSum, Pooling::kMean, Pooling::kNone}) {
+          for (const bool weighted : {false, true}) {
+            TableSpec spec;
+            spec.name = "fused";
+            spec.rows = 200;
+            spec.dim = dim;
+            spec.init.bound = 1.0f;
+            spec.pooling = pooling;
+            spec.optimizer.kind = kind;
+            spec.optimizer.weight_decay = decay;
+            spec.optimizer.initial_accumulator = 0.1f;
+            spec.optimizer.learning_rate = 0.3f;
+            auto table = HostTable::create(Topology::fake(1), spec, {});
+            auto by_bag = HostTable::create(Topology::fake(1), spec, {});
+            ASSERT_TRUE(table.is_ok() && by_bag.is_ok());
+            const std::int64_t rec = dim + table->state_dim();
+            for (std::int64_t r = 0; r < spec.rows; ++r)
+              for (std::int32_t c = 0; c < dim; ++c)
+                table->row(r)[c] = by_bag->row(r)[c] = signed_zero_or(table->row(r)[c]);
+            const std::int64_t batch = 40;
+            auto [offsets, keys, weights] = random_bags(rng, batch, spec.rows);  // keys used once and repeated
+            for (auto& w : weights) w = signed_zero_or(w);
+            const std::int64_t n = static_cast<std::int64_t>(keys.size());
+            const std::int64_t grad_rows = pooling == Pooling::kNone ? n : batch;
+            std::vector<float> grads(static_cast<std::size_t>(grad_rows * dim));
+            for (auto& g : grads)
+              g = signed_zero_or(static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 613.0f);
+            const BagsView bags{offsets.data(), batch, keys.data(), weighted ? weights.data() : nullptr};
+            std::vector<float> want(static_cast<std::size_t>(spec.rows * rec));
+            for (std::int64_t r = 0; r < spec.rows; ++r)
+              std::copy(table->row(r), table->row(r) + rec, want.begin() + r * rec);
+            const UniqueKeys unique = dedup_keys(keys.data(), n);
+            const std::vector<std::int32_t> bag_of = bag_of_positions(offsets.data(), batch);
+            const OptimizerStep step = make_optimizer_step(spec.optimizer, 2);
+            for (std::int64_t u = 0; u < unique.size(); ++u) {
+              std::vector<float> acc(static_cast<std::size_t>(dim), 0.0f);
+              for (std::int64_t p = unique.offsets[u]; p < unique.offsets[u + 1]; ++p) {
+                const std::int64_t j = unique.positions[p];
+                const std::int64_t b = pooling == Pooling::kNone ? j : bag_of[j];
+                const std::int64_t len = pooling == Pooling::kNone ? 1 : offsets[b + 1] - offsets[b];
+                row_axpy(acc.data(), grads.data() + b * dim, grad_scale(pooling, len, bags.weights, j), dim);
+              }
+              float* w = want.data() + unique.keys[u] * rec;
+              apply_optimizer(step, w, w + dim, acc.data(), dim);
+            }
+            backward_update(table->ref(), bags, pooling, view_of(unique), bag_of.data(), grads.data(), step);
+            Repeats repeats;
+            RepeatsScratch scratch;
+            find_repeats(keys.data(), n, spec.rows, repeats, scratch);
+            backward_update_by_bag(by_bag->ref(), bags, pooling, repeats, bag_of.data(), grads.data(), step);
+            for (std::int64_t r = 0; r < spec.rows; ++r)
+              for (std::int64_t c = 0; c < rec; ++c) {
+                const float x = want[static_cast<std::size_t>(r * rec + c)];
+                const std::string what = "dim " + std::to_string(dim) + " " + to_string(kind) + " decay " +
+                                         std::to_string(decay) + " " + to_string(pooling) +
+                                         (weighted ? " weighted" : "") + " row " + std::to_string(r) + " float " +
+                                         std::to_string(c);
+                ASSERT_EQ(bits_of(table->row(r)[c]), bits_of(x))
+                    << "backward_update: " << what << ": " << table->row(r)[c] << " against " << x;
+                ASSERT_EQ(bits_of(by_bag->row(r)[c]), bits_of(x))
+                    << "by bag: " << what << ": " << by_bag->row(r)[c] << " against " << x;
+              }
+          }
+        }
+      }
+    }
+  }
+}
+
+// With a table of several key ranges (find_repeats splits keys by 2^17-row ranges for a 4 MiB L2), the repeated
 // keys of every range are updated, in parallel, to the same bits as backward_update gives; run in
 // arenas of 2 and 3 threads, with hot keys in every range and keys at both ends of the table.
 TEST(BackwardUpdateByBag, ManyKeyRangesMatchBackwardUpdate) {
@@ -249,7 +350,8 @@ TEST(BackwardUpdateByBag, ManyKeyRangesMatchBackwardUpdate) {
       for (std::int64_t bag = 0; bag < batch; ++bag) {
         const int len = static_cast<int>(rng() % 17);
         for (int i = 0; i < len; ++i)
-          keys.push_back(rng() % 5 == 0 ? hot[rng() % 6] : static_cast<Key>(rng() % static_cast<std::uint64_t>(spec.rows)));
+          keys.push_back(rng() % 5 == 0 ? hot[rng() % 6]
+                                        : static_cast<Key>(rng() % static_cast<std::uint64_t>(spec.rows)));
         offsets.push_back(static_cast<std::int64_t>(keys.size()));
       }
       const std::int64_t n = static_cast<std::int64_t>(keys.size());
@@ -258,24 +360,27 @@ TEST(BackwardUpdateByBag, ManyKeyRangesMatchBackwardUpdate) {
       const BagsView bags{offsets.data(), batch, keys.data(), nullptr};
       const std::vector<std::int32_t> bag_of = bag_of_positions(offsets.data(), batch);
       const OptimizerStep step = make_optimizer_step(spec.optimizer, 1);
-      backward_update(a->ref(), bags, Pooling::kSum, view_of(dedup_keys(keys.data(), n)), bag_of.data(), grads.data(), step);
+      backward_update(a->ref(), bags, Pooling::kSum, view_of(dedup_keys(keys.data(), n)), bag_of.data(), grads.data(),
+                      step);
       Repeats repeats;
       RepeatsScratch scratch;
+      scratch.l2_bytes = std::uint64_t{4} << 20;  // maps of 2^17 entries: 4 ranges
       find_repeats(keys.data(), n, spec.rows, repeats, scratch);
       ASSERT_EQ(repeats.ranges.size(), 4u);
       for (const auto& r : repeats.ranges) ASSERT_FALSE(r.keys.empty());
       backward_update_by_bag(b->ref(), bags, Pooling::kSum, repeats, bag_of.data(), grads.data(), step);
       for (const Key k : keys)
-        for (std::int32_t c = 0; c < spec.dim + b->state_dim(); ++c) ASSERT_EQ(b->row(k)[c], a->row(k)[c]) << "row " << k << " float " << c;
+        for (std::int32_t c = 0; c < spec.dim + b->state_dim(); ++c)
+          ASSERT_EQ(b->row(k)[c], a->row(k)[c]) << "row " << k << " float " << c;
     });
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, Kernels,
-    ::testing::Values(Case{1, Pooling::kSum, false, 1}, Case{3, Pooling::kMean, true, 2}, Case{16, Pooling::kSum, true, 1},
-                      Case{17, Pooling::kNone, false, 3}, Case{64, Pooling::kMean, false, 2},
-                      Case{128, Pooling::kSum, false, 1}, Case{5, Pooling::kNone, true, 1}, Case{256, Pooling::kMean, true, 4}));
+INSTANTIATE_TEST_SUITE_P(Shapes, Kernels,
+                         ::testing::Values(Case{1, Pooling::kSum, false, 1}, Case{3, Pooling::kMean, true, 2},
+                                           Case{16, Pooling::kSum, true, 1}, Case{17, Pooling::kNone, false, 3},
+                                           Case{64, Pooling::kMean, false, 2}, Case{128, Pooling::kSum, false, 1},
+                                           Case{5, Pooling::kNone, true, 1}, Case{256, Pooling::kMean, true, 4}));
 
 }  // namespace
 }  // namespace strata

@@ -11,6 +11,8 @@
 #include <random>
 #include <set>
 
+#include "host/topology.hpp"
+
 namespace strata {
 namespace {
 
@@ -118,12 +120,18 @@ TEST(FindRepeats, EpochWrapClearsTheMaps) {
 // A small table's scratch is small: a map entry per row at most (it was 2^17 entries, 1 MB per
 // thread and table, whatever the rows: 1,000 one-row cpu tables held 1 GB of scratch).
 TEST(FindRepeats, ScratchOfASmallKeySpaceIsSmall) {
+  // With a 4 MiB L2 the maps are 2^17 entries (1 MB, a quarter of it) until 256 ranges need more.
+  const std::uint64_t l2 = std::uint64_t{4} << 20;
+  EXPECT_EQ(find_repeats_map_entries(1, l2), 1);
+  EXPECT_EQ(find_repeats_map_entries(1000, l2), 1000);
+  EXPECT_EQ(find_repeats_map_entries(std::int64_t{1} << 17, l2), std::int64_t{1} << 17);
+  EXPECT_EQ(find_repeats_map_entries(std::int64_t{1} << 24, l2), std::int64_t{1} << 17);
+  EXPECT_EQ(find_repeats_map_entries(std::int64_t{1} << 27, l2), std::int64_t{1} << 19);
+  EXPECT_EQ(find_repeats_map_entries(std::int64_t{1} << 28, l2), std::int64_t{1} << 20);
+  EXPECT_EQ(find_repeats_map_entries((std::int64_t{1} << 28) + 1, l2), 0);
+  // And whatever this machine's L2: a map entry per row at most.
   EXPECT_EQ(find_repeats_map_entries(1), 1);
   EXPECT_EQ(find_repeats_map_entries(1000), 1000);
-  EXPECT_EQ(find_repeats_map_entries(std::int64_t{1} << 17), std::int64_t{1} << 17);
-  EXPECT_EQ(find_repeats_map_entries(std::int64_t{1} << 24), std::int64_t{1} << 17);
-  EXPECT_EQ(find_repeats_map_entries(std::int64_t{1} << 27), std::int64_t{1} << 19);
-  EXPECT_EQ(find_repeats_map_entries(std::int64_t{1} << 28), std::int64_t{1} << 20);
   EXPECT_EQ(find_repeats_map_entries((std::int64_t{1} << 28) + 1), 0);
   Repeats r;
   RepeatsScratch s;
@@ -137,6 +145,79 @@ TEST(FindRepeats, ScratchOfASmallKeySpaceIsSmall) {
     expect_repeats(more, r);
   });
   for (const auto& m : s.maps) EXPECT_LE(m.last.size(), 10u);
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+// The maps are sized for the L2 cache (a quarter of it, 8 bytes an entry): 2^14 entries on a 512
+// KiB L2, 2^15 on 1 MiB, 2^16 on 2 MiB, between 2^10 and 2^20 whatever the size given, and wider
+// when a key space would need more than 256 ranges.
+TEST(FindRepeats, MapsAreSizedForTheL2) {
+  const std::uint64_t kib = 1024;
+  EXPECT_EQ(find_repeats_map_entries(2000000, 512 * kib), std::int64_t{1} << 14);
+  EXPECT_EQ(find_repeats_map_entries(2000000, 1024 * kib), std::int64_t{1} << 15);
+  EXPECT_EQ(find_repeats_map_entries(2000000, 2048 * kib), std::int64_t{1} << 16);
+  EXPECT_EQ(find_repeats_map_entries(2000000, 1), std::int64_t{1} << 13);  // 245 ranges, not 2^10 entries
+  EXPECT_EQ(find_repeats_map_entries(std::int64_t{1} << 16, 1), std::int64_t{1} << 10);
+  EXPECT_EQ(find_repeats_map_entries(std::int64_t{1} << 24, 512 * kib), std::int64_t{1} << 16);  // 256 ranges
+  EXPECT_EQ(find_repeats_map_entries(std::int64_t{1} << 28, 1), std::int64_t{1} << 20);
+  EXPECT_EQ(find_repeats_map_entries(std::int64_t{1} << 28, kib << 30), std::int64_t{1} << 20);
+  EXPECT_EQ(find_repeats_map_entries(std::int64_t{1} << 26, kib << 30), std::int64_t{1} << 20);
+  EXPECT_GT(Topology::l2_cache_bytes(), 0u);
+}
+
+// The L2 size changes how the keys are split into ranges, never which are repeated nor their
+// positions: a tiny L2 (the smallest maps, the most ranges) and a huge one (the largest maps, the
+// fewest) give the same repeats as a 512 KiB one, with one scratch reused across all of them (its
+// maps grown, then used larger than needed), on 2 threads, hot keys at the ends of every range.
+TEST(FindRepeats, TheL2SizeChangesTheRangesNotTheRepeats) {
+  std::mt19937_64 rng(29);
+  tbb::task_arena arena(2);
+  arena.execute([&] {
+    Repeats r;
+    RepeatsScratch s;
+    for (const std::int64_t key_space :
+         {std::int64_t{1000}, 3 * (std::int64_t{1} << 17) + 5, std::int64_t{2000000}, std::int64_t{1} << 28}) {
+      std::vector<Key> keys(30000);
+      for (auto& k : keys) {
+        const std::uint64_t pick = rng() % 8;
+        const Key edge = static_cast<Key>((rng() % 64) << 10);  // a 2^10-key range boundary
+        k = pick == 0   ? std::min<Key>(edge, key_space - 1)
+            : pick == 1 ? std::min<Key>(edge + 1023, key_space - 1)
+                        : static_cast<Key>(rng() % static_cast<std::uint64_t>(key_space));
+      }
+      std::map<Key, std::vector<std::int32_t>> want;
+      std::size_t want_ranges = 0;
+      for (const std::uint64_t l2 :
+           {std::uint64_t{512} << 10, std::uint64_t{1}, std::uint64_t{1} << 40, std::uint64_t{64} << 10}) {
+        s.l2_bytes = l2;
+        find_repeats(keys.data(), static_cast<std::int64_t>(keys.size()), key_space, r, s);
+        expect_repeats(keys, r);
+        if (::testing::Test::HasFatalFailure()) return;
+        std::map<Key, std::vector<std::int32_t>> got;
+        for (const UniqueKeys& u : r.ranges)
+          for (std::size_t i = 0; i < u.keys.size(); ++i)
+            got[u.keys[i]].assign(u.positions.begin() + u.offsets[i], u.positions.begin() + u.offsets[i + 1]);
+        const std::int64_t width = find_repeats_map_entries(key_space, l2);
+        if (key_space > 1000) {
+          EXPECT_EQ(r.ranges.size(), static_cast<std::size_t>((key_space + width - 1) / width)) << "L2 " << l2;
+        }
+        if (l2 == (std::uint64_t{512} << 10)) {
+          want = got;
+          want_ranges = r.ranges.size();
+        } else {
+          EXPECT_EQ(got, want) << "key space " << key_space << ", L2 " << l2 << " bytes";
+        }
+      }
+      if (key_space == 2000000) {
+        EXPECT_EQ(want_ranges, 123u);  // 2^14-key ranges
+      }
+    }
+  });
 }
 
 }  // namespace

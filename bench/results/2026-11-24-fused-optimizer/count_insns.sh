@@ -1,0 +1,7 @@
+#!/bin/bash
+# cnt.sh OBJ SYMBOL-substring: counts of vector sqrt/div instructions in the function
+o=$1; sym=$2
+start=$(nm -nC $o | grep -F "$sym(" | head -1 | awk '{print $1}')
+next=$(nm -nC $o | grep -A1 -F "$sym(" | tail -1 | awk '{print $1}')
+objdump -d --no-show-raw-insn $o --start-address=0x$start --stop-address=0x$next > /tmp/hk/fn.s
+printf "%-40s vsqrtps %4d vdivps %4d vsqrtss %4d vdivss %4d insns %5d\n" "$sym" $(grep -c vsqrtps fn.s) $(grep -c vdivps fn.s) $(grep -c vsqrtss fn.s) $(grep -c vdivss fn.s) $(grep -c "^ " fn.s)
