@@ -9,8 +9,10 @@
 # usage: bench/peers/compare_torch.sh [--out DIR] [--pairs N] [--steps N] [--threads T] [--rows R]
 #                                     [--dims "64 128"] [--dim D] [--batch B] [--pooling K]
 #                                     [--dists "uniform zipf:1.05"] [--bench PATH] [--wait-idle S]
+#                                     [--summary-only]
 # Writes DIR/strata-<dist>-d<dim>-<pair>.json, DIR/torch-<dist>-d<dim>-<pair>.json, DIR/summary.json
 # and DIR/summary.md; prints the markdown table on stdout (the runs' own output goes to stderr).
+# --summary-only rebuilds the summary from the pairs already in DIR (after a stopped run).
 # Before each run it measures, over one second, how idle the CPUs are (DIR/idle.tsv, and the
 # lowest per workload in the summary); --wait-idle S first waits up to S seconds for a second in
 # which they are at least 90% idle (other work on a 2-core machine distorts both sides, torch's
@@ -24,7 +26,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 out="results/peers-$(date +%Y%m%d-%H%M%S)"
-pairs=5 wait_idle=0 steps=30 threads=2 rows=2000000 dims=128 batch=8192 pooling=32 dists="uniform zipf:1.05"
+pairs=5 wait_idle=0 summary_only=0 steps=30 threads=2 rows=2000000 dims=128 batch=8192 pooling=32 dists="uniform zipf:1.05"
 bench=./build/default/bench/strata-bench
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -39,6 +41,7 @@ while [ $# -gt 0 ]; do
     --dists) dists=$2; shift 2 ;;
     --bench) bench=$2; shift 2 ;;
     --wait-idle) wait_idle=$2; shift 2 ;;
+    --summary-only) summary_only=1; shift ;;
     *) echo "compare_torch.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -70,13 +73,14 @@ settle() {
   done
   echo "$pct"
 }
-printf 'workload\tpair\tside\tidle_pct\n' >"$out/idle.tsv"
+[ "$summary_only" = 1 ] || printf 'workload\tpair\tside\tidle_pct\n' >"$out/idle.tsv"
 
 workloads=()
 for dim in $dims; do
   for dist in $dists; do
     tag="${dist//:/-}-d$dim"
     workloads+=("$tag")
+    [ "$summary_only" = 1 ] && continue
     for ((p = 1; p <= pairs; p++)); do
       # The keys depend only on the workload and the seed: dump them once, replay them in torch.
       dump=()
@@ -96,7 +100,7 @@ for dim in $dims; do
 done
 
 "$py" - "$out" "$pairs" "${workloads[@]}" <<'PY'
-import json, statistics, sys
+import json, os, statistics, sys
 
 out, pairs, tags = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 idle = {}
@@ -125,8 +129,14 @@ summary = {"command": "bench/peers/compare_torch.sh", "pairs": pairs, "order": "
            "statistic": "median over pairs of each run's median step; range = min-max over pairs", "results": []}
 rows = []
 for tag in tags:
-    s_runs = [json.load(open(f"{out}/strata-{tag}-{p}.json")) for p in range(1, pairs + 1)]
-    t_runs = [json.load(open(f"{out}/torch-{tag}-{p}.json")) for p in range(1, pairs + 1)]
+    # Pairs whose two runs both finished (all of them, unless the script was stopped: then run
+    # this part again on the folder with --summary-only).
+    done = [p for p in range(1, pairs + 1)
+            if os.path.exists(f"{out}/strata-{tag}-{p}.json") and os.path.exists(f"{out}/torch-{tag}-{p}.json")]
+    if not done:
+        continue
+    s_runs = [json.load(open(f"{out}/strata-{tag}-{p}.json")) for p in done]
+    t_runs = [json.load(open(f"{out}/torch-{tag}-{p}.json")) for p in done]
     cpu = [next(r for r in s["results"] if r["mode"] == "cpu") for s in s_runs]
     sf = stats([c["forward_lookups_per_s"] for c in cpu])
     st = stats([c["train_lookups_per_s"] for c in cpu])
@@ -137,7 +147,7 @@ for tag in tags:
     frac = stats([c["forward_fraction_of_gather_limit"] for c in cpu]) if limit else None
     phases = {k: statistics.median(c["train_phase_ms_p50"][k] for c in cpu) for k in ("submit", "forward", "backward")}
     w = s_runs[0]["workload"]
-    r = {"workload": tag, "dist": w["dist"], "dim": w["tables"][0]["dim"], "rows": w["total_rows"],
+    r = {"workload": tag, "pairs": len(done), "dist": w["dist"], "dim": w["tables"][0]["dim"], "rows": w["total_rows"],
          "batch": w["batch"], "pooling": w["bag_size"], "threads": s_runs[0]["threads"], "steps": w["steps"],
          "strata_forward_lookups_per_s": sf, "torch_forward_lookups_per_s": tf,
          "forward_ratio_of_medians": sf["median"] / tf["median"],
@@ -152,11 +162,13 @@ for tag in tags:
          "cpu_idle_pct_before_runs": idle.get(tag, []), "lowest_cpu_idle_pct": min(idle.get(tag, [100]))}
     summary["results"].append(r)
     torch_frac = f"{100 * r['torch_forward_fraction_of_gather_limit']:.0f}%" if limit else "-"
-    rows.append(f"| {tag} | {cell(sf)} | {cell(tf)} | {r['forward_ratio_of_medians']:.2f}x | {cell(st)} | {cell(tt)} | "
+    rows.append(f"| {tag} ({len(done)} pairs) | {cell(sf)} | {cell(tf)} | {r['forward_ratio_of_medians']:.2f}x | {cell(st)} | {cell(tt)} | "
                 f"{r['train_ratio_of_medians']:.2f}x | {cell(limit) if limit else '-'} | {pct(frac) if frac else '-'} | "
                 f"{torch_frac} | {r['lowest_cpu_idle_pct']}% |")
+if not summary["results"]:
+    sys.exit(f"compare_torch.sh: no finished pair in {out}")
 summary["machine"] = s_runs[0]["machine"]
-md = [f"M lookups/s, median (min-max) over {pairs} interleaved pairs; ratios are of the medians.", "",
+md = [f"M lookups/s, median (min-max) over the interleaved pairs; ratios are of the medians.", "",
       "| workload | Strata forward | torch forward | fwd ratio | Strata train | torch train | train ratio | "
       "gather limit | Strata fwd / limit | torch fwd / limit | CPUs idle before (lowest) |",
       "|---|---|---|---|---|---|---|---|---|---|---|"] + rows
