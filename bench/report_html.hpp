@@ -16,6 +16,8 @@
 //       { "mode": string,                      required for the entry to be shown
 //         "forward_lookups_per_s": number,     keys looked up per second, forward only
 //         "train_lookups_per_s": number,       keys per second over the full training step
+//         "forward_fraction_of_gather_limit": number,  forward lookups/s over the machine's gather
+//                                              limit for the workload (strata-bench's gather probe)
 //         "samples_per_s": number,             samples (bags per table) per second, training step
 //         "step_ms_p50": number,               measured training step latency, median (ms)
 //         "step_ms_p99": number,               measured training step latency, 99th percentile (ms)

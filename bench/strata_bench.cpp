@@ -24,6 +24,7 @@
 #include <ctime>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <random>
 #include <set>
 #include <sstream>
@@ -34,10 +35,12 @@
 #include "dispatch/mpi_communicator.hpp"
 
 #include "bench/bounded_input.hpp"
+#include "bench/gather_probe.hpp"
 #include "bench/machine_info.hpp"
 #include "bench/report_html.hpp"
 #include "bench/workload.hpp"
 #include "gpu/device.hpp"
+#include "host/host_table.hpp"
 #include "store/cost_model.hpp"
 #include "store/detail/file_io.hpp"
 #include "store/store.hpp"
@@ -172,6 +175,7 @@ struct Options {
   int warmup = 3;
   int threads = 2;
   int read_probe_mib = 1024;
+  bool gather_probe = true;                      ///< measure the gather limit (--no-gather-probe skips it)
   double comm_timeout_s = kDefaultCommTimeoutS;  ///< collectives of the sharded modes (--comm-timeout)
   std::string json_out;
   std::string html_out;
@@ -276,6 +280,133 @@ std::vector<PoolSize> cache_pools(const StoreConfig& c) {
   return pools;
 }
 
+// ---- the gather limit (bench/gather_probe.hpp) ----
+
+/// Largest gather-probe table: a workload's tables of one dim beyond this are folded into it (row
+/// indices taken modulo its rows). 2 GiB is far beyond any last-level cache, and filling it takes
+/// about half a second on two cores.
+constexpr std::int64_t kMaxGatherProbeBytes = std::int64_t{2} << 30;
+/// Timed passes of the gather probe per prefetch distance, one batch each (the first ones of the
+/// run, distinct); odd, so that the median is one pass.
+constexpr int kGatherProbePasses = 9;
+
+/// The gather probe's table for one dim: the workload's tables of that dim end to end (the store
+/// keeps each in its own arena), records as wide as the store's (record_stride).
+struct GatherProbePlan {
+  std::int32_t dim = 0;
+  std::int64_t stride = 0;                   // floats per record
+  std::int64_t rows = 0;                     // rows of the probe table
+  std::map<std::string, std::int64_t> base;  // first probe row of each table of this dim
+  bool folded = false;                       // more rows than kMaxGatherProbeBytes holds: indices wrap
+};
+
+std::vector<GatherProbePlan> gather_probe_plans(const Options& o) {
+  const auto kind = parse_optimizer(o.optimizer);
+  std::vector<GatherProbePlan> plans;
+  for (const TableShape& t : workload_tables(o.workload)) {
+    auto it = std::find_if(plans.begin(), plans.end(), [&](const GatherProbePlan& p) { return p.dim == t.dim; });
+    if (it == plans.end()) {
+      GatherProbePlan p;
+      p.dim = t.dim;
+      p.stride = record_stride(t.dim, kind ? optimizer_state_dim(kind.value(), t.dim) : 0);
+      it = plans.insert(plans.end(), p);
+    }
+    it->base[t.name] = it->rows;
+    it->rows += t.rows;
+  }
+  for (GatherProbePlan& p : plans) {
+    const std::int64_t most = std::max<std::int64_t>(1, kMaxGatherProbeBytes / (p.stride * 4));
+    if (p.rows > most) {
+      p.rows = most;
+      p.folded = true;
+    }
+  }
+  return plans;
+}
+
+/// One measured gather limit: for the workload's own keys, or (for a skewed workload) for uniform
+/// random rows with the same bags.
+struct GatherLimit {
+  GatherProbeResult probe;
+  std::string keys;  // "workload" or "uniform"
+  bool folded = false;
+};
+
+// Runs the gather probe for every dim of the workload on the first batches of the run.
+Result<std::vector<GatherLimit>> measure_gather_limits(const Options& o, const std::vector<KeyBatch>& batches,
+                                                       int threads) {
+  std::vector<GatherLimit> limits;
+  const bool uniform = o.workload.dist == "uniform";
+  for (const GatherProbePlan& plan : gather_probe_plans(o)) {
+    std::vector<GatherProbeBatch> own, rnd;
+    STRATA_ASSIGN_OR_RETURN(KeySampler sampler, KeySampler::create("uniform", plan.rows, o.workload.seed ^ 0x5eedull));
+    const std::size_t n = std::min<std::size_t>(batches.size(), kGatherProbePasses);
+    for (std::size_t b = 0; b < n; ++b) {
+      GatherProbeBatch pb;
+      pb.offsets.push_back(0);
+      for (const JaggedKeys& f : batches[b].features) {
+        const auto base = plan.base.find(f.table);
+        if (base == plan.base.end()) continue;
+        for (std::size_t i = 1; i < f.offsets.size(); ++i)
+          pb.offsets.push_back(static_cast<std::int64_t>(pb.rows.size()) + f.offsets[i]);
+        for (const Key k : f.keys) pb.rows.push_back(plan.folded ? (base->second + k) % plan.rows : base->second + k);
+      }
+      if (!uniform) {
+        GatherProbeBatch u{pb.offsets, std::vector<std::int64_t>(pb.rows.size())};
+        sampler.fill(u.rows.data(), static_cast<std::int64_t>(u.rows.size()));
+        rnd.push_back(std::move(u));
+      }
+      own.push_back(std::move(pb));
+    }
+    const GatherProbeSpec spec{plan.dim, plan.stride, plan.rows, threads};
+    STRATA_ASSIGN_OR_RETURN(GatherProbeResult r, measure_gather_limit(spec, own, kGatherProbePasses));
+    limits.push_back({r, "workload", plan.folded});
+    if (!uniform) {
+      STRATA_ASSIGN_OR_RETURN(GatherProbeResult u, measure_gather_limit(spec, rnd, kGatherProbePasses));
+      limits.push_back({u, "uniform", plan.folded});
+    }
+  }
+  return limits;
+}
+
+// The forward rate, in lookups/s, of a step that reads each key's row at the probe's rate for its
+// dim: keys / sum over dims of (keys of that dim / limit of that dim), on the first batch (every
+// batch has the same shape). 0 when a dim has no limit of kind `keys`.
+double step_gather_limit(const Options& o, const std::vector<GatherLimit>& limits, const KeyBatch& batch,
+                         const std::string& keys) {
+  std::map<std::string, int> dim_of;
+  for (const TableShape& t : workload_tables(o.workload)) dim_of[t.name] = t.dim;
+  double total = 0, seconds = 0;
+  for (const JaggedKeys& f : batch.features) {
+    const int dim = dim_of[f.table];
+    const auto l = std::find_if(limits.begin(), limits.end(),
+                                [&](const GatherLimit& g) { return g.probe.dim == dim && g.keys == keys; });
+    if (l == limits.end() || l->probe.lookups_per_s <= 0) return 0;
+    total += static_cast<double>(f.keys.size());
+    seconds += static_cast<double>(f.keys.size()) / l->probe.lookups_per_s;
+  }
+  return seconds > 0 ? total / seconds : 0;
+}
+
+json gather_limits_json(const std::vector<GatherLimit>& limits) {
+  json a = json::array();
+  for (const GatherLimit& g : limits)
+    a.push_back({{"dim", g.probe.dim},
+                 {"row_bytes", g.probe.row_bytes},
+                 {"keys", g.keys},
+                 {"table_rows", g.probe.table_rows},
+                 {"table_bytes", g.probe.table_bytes},
+                 {"folded", g.folded},
+                 {"threads", g.probe.threads},
+                 {"passes", g.probe.repetitions},
+                 {"statistic", "median"},
+                 {"prefetch_distance", g.probe.prefetch_distance},
+                 {"lookups_per_s", g.probe.lookups_per_s},
+                 {"gb_per_s", g.probe.gb_per_s},
+                 {"best_lookups_per_s", g.probe.best_lookups_per_s}});
+  return a;
+}
+
 // ---- memory estimate (before anything large is allocated) ----
 
 // Calibrated against measured peak RSS on the default workload (it overestimates a little):
@@ -286,7 +417,7 @@ struct MemoryEstimate {
   double device = 0;       // device allocation of the worst mode (emu: host memory too)
   double batches = 0;      // generated batches plus the store's copies of the batches in flight
   double buffers = 0;      // output and gradient buffers
-  double probe = 0;        // read-bandwidth probe (freed before the modes run)
+  double probe = 0;        // the larger of the read-bandwidth and gather probes (freed before the modes run)
   double total = 0;        // peak estimate
   std::string worst_mode;  // the mode with the largest estimate
 };
@@ -308,6 +439,9 @@ MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDes
               (o.workload.distinct_batches + 3.0 * in_flight);
   e.buffers = out_floats * 4.0 * 2.0;
   e.probe = static_cast<double>(o.read_probe_mib) * 1024.0 * 1024.0;
+  if (o.gather_probe)
+    for (const GatherProbePlan& p : gather_probe_plans(o))
+      e.probe = std::max(e.probe, static_cast<double>(p.rows) * static_cast<double>(p.stride) * 4.0);
   double worst = 0;
   std::vector<const ModeDescriptor*> runs = modes;  // the sweep runs the cached mode too
   if (!sweep.empty()) runs.push_back(find_mode("cached").value());
@@ -608,9 +742,16 @@ json per_node(const std::vector<std::uint64_t>& v, double steps) {
   return a;
 }
 
+// A step's gather limit in lookups/s (step_gather_limit) for the workload's keys and for uniform
+// random rows; 0 where not measured.
+struct StepLimits {
+  double workload = 0;
+  double uniform = 0;
+};
+
 // Everything measured for one run of a mode (also used for sweep points).
-json result_json(const Options& o, const ModeResult& r, double read_gbs, const HardwareProfile& profile,
-                 bool with_samples) {
+json result_json(const Options& o, const ModeResult& r, double read_gbs, const StepLimits& limits,
+                 const HardwareProfile& profile, bool with_samples) {
   const double f50 = percentile(r.forward_s, 0.5), t50 = percentile(r.train_s, 0.5);
   const double gather_gbs = r.keys_per_step * r.bytes_per_lookup / f50 / 1e9;
   json m;
@@ -626,6 +767,13 @@ json result_json(const Options& o, const ModeResult& r, double read_gbs, const H
   m["train_step_ms_p99"] = percentile(r.train_s, 0.99) * 1e3;
   m["gather_gbs"] = gather_gbs;
   m["gather_fraction_of_read_bandwidth"] = read_gbs > 0 ? gather_gbs / read_gbs : 0.0;
+  // The probe ran one rank's threads: with several thread ranks a step is several ranks' work.
+  const double fwd = r.keys_per_step / f50;
+  const bool one_rank = r.ranks == 1;
+  m["gather_limit_lookups_per_s"] = one_rank && limits.workload > 0 ? json(limits.workload) : json(nullptr);
+  m["forward_fraction_of_gather_limit"] = one_rank && limits.workload > 0 ? json(fwd / limits.workload) : json(nullptr);
+  if (limits.uniform > 0)
+    m["forward_fraction_of_uniform_gather_limit"] = one_rank ? json(fwd / limits.uniform) : json(nullptr);
   m["setup_s"] = r.setup_s;
   m["train_phase_ms_p50"] = {{"submit", percentile(r.submit_s, 0.5) * 1e3},
                              {"forward", percentile(r.lookup_s, 0.5) * 1e3},
@@ -727,6 +875,21 @@ json report_document(const json& j) {
   std::string gpus;
   for (const auto& g : machine["gpus"]) gpus += (gpus.empty() ? "" : ", ") + g.get<std::string>();
   machine["gpus"] = gpus.empty() ? "none" : gpus;
+  // The gather limit as one line per probe ("dim 128, 512-byte rows, workload keys: 3.20e+07
+  // lookups/s, 16.4 GB/s"); absent when the probe did not run.
+  std::string limits;
+  for (const auto& g : machine["gather_limit"]) {
+    char line[200];
+    std::snprintf(line, sizeof line, "dim %d, %lld-byte rows, %s keys: %.3g lookups/s, %.2f GB/s", g["dim"].get<int>(),
+                  static_cast<long long>(g["row_bytes"].get<std::int64_t>()), g["keys"].get<std::string>().c_str(),
+                  g["lookups_per_s"].get<double>(), g["gb_per_s"].get<double>());
+    limits += (limits.empty() ? "" : "; ") + std::string(line);
+  }
+  if (limits.empty()) {
+    machine.erase("gather_limit");
+  } else {
+    machine["gather_limit"] = limits;
+  }
   report["machine"] = machine;
   // The workload section shows the table list separately (a 26-entry array does not fit a cell).
   json w = j["workload"];
@@ -741,6 +904,7 @@ json report_document(const json& j) {
     json rm = {{"mode", m["mode"]},
                {"forward_lookups_per_s", m["forward_lookups_per_s"]},
                {"train_lookups_per_s", m["train_lookups_per_s"]},
+               {"forward_fraction_of_gather_limit", m["forward_fraction_of_gather_limit"]},
                {"samples_per_s", m["samples_per_s"]},
                {"step_ms_p50", m["train_step_ms_p50"]},
                {"step_ms_p99", m["train_step_ms_p99"]},
@@ -1027,6 +1191,21 @@ int run(const Options& o_in) {
   // More reading threads than hardware threads would measure the scheduler, not the memory.
   const int probe_threads = std::min(o.threads, hardware_threads());
   const double read_gbs = measure_read_bandwidth_gbs(static_cast<std::size_t>(o.read_probe_mib) << 20, probe_threads);
+  // The gather limit: a bare gather + sum-pool loop over the run's first batches, on the same
+  // threads, before any store exists (its table is freed before the modes run).
+  std::vector<GatherLimit> gather_limits;
+  StepLimits step_limits;
+  double gather_probe_s = 0;
+  if (o.gather_probe) {
+    std::fprintf(stderr, "  measuring the random-row gather limit...\n");
+    const auto t0 = Clock::now();
+    auto g = measure_gather_limits(o, batches, probe_threads);
+    if (!g) return fail(g.status().message(), 1);
+    gather_limits = std::move(g).value();
+    gather_probe_s = seconds_since(t0);
+    step_limits.workload = step_gather_limit(o, gather_limits, batches.front(), "workload");
+    step_limits.uniform = step_gather_limit(o, gather_limits, batches.front(), "uniform");
+  }
 
   std::vector<ModeResult> results;
   for (std::size_t i = 0; i < modes.size(); ++i) {
@@ -1103,17 +1282,31 @@ int run(const Options& o_in) {
   j["machine"]["cuda_error"] = gpus.is_ok() ? std::string() : gpus.status().message();
   j["machine"]["cuda_backend_built"] = gpu::cuda_backend_built();
   j["read_bandwidth_gbs"] = read_gbs;
+  // The gather limit per dim (empty with --no-gather-probe), and the probe's method.
+  j["machine"]["gather_limit"] = gather_limits_json(gather_limits);
+  j["gather_probe"] = {
+      {"ran", o.gather_probe},
+      {"seconds", gather_probe_s},
+      {"threads", probe_threads},
+      {"method",
+       "bare gather + sum-pool loop over the run's first batches (keys 'workload') and, for a "
+       "skewed workload, uniform random rows in the same bags (keys 'uniform'); table as large as "
+       "the workload's tables of that dim (at most 2 GiB), huge pages, accumulators in registers, "
+       "rows prefetched into L2 24/48/96 keys ahead (the best kept); median of the timed passes, "
+       "the statistic of the modes' forward step"},
+      {"step_limit_lookups_per_s", step_limits.workload > 0 ? json(step_limits.workload) : json(nullptr)},
+      {"step_uniform_limit_lookups_per_s", step_limits.uniform > 0 ? json(step_limits.uniform) : json(nullptr)}};
   j["memory_estimate"] = {{"host_bytes", mem.total},      {"tables_bytes", mem.tables},
                           {"device_bytes", mem.device},   {"batches_bytes", mem.batches},
                           {"available_bytes", available}, {"worst_mode", mem.worst_mode}};
   j["profile"] = json::parse(hardware_profile_to_json(profile.value()));
   j["results"] = json::array();
-  for (const auto& r : results) j["results"].push_back(result_json(o, r, read_gbs, profile.value(), true));
+  for (const auto& r : results) j["results"].push_back(result_json(o, r, read_gbs, step_limits, profile.value(), true));
   j["sweep"] = json::array();
   for (const auto& [f, r] : sweep_results) {
     json p;
     if (r.is_ok()) {
-      p = result_json(o, r.value(), read_gbs, profile.value(), false);
+      p = result_json(o, r.value(), read_gbs, step_limits, profile.value(), false);
       p["cache_rows"] = r.value().cache_rows;
       p["cache_bytes"] = r.value().cache_bytes;
       p["skipped"] = nullptr;
@@ -1179,6 +1372,24 @@ int run(const Options& o_in) {
           o.pipeline);
   }
   std::printf("sequential read bandwidth (same run, %d threads): %.2f GB/s\n", probe_threads, read_gbs);
+  for (const GatherLimit& g : gather_limits)
+    std::printf(
+        "gather limit, dim %d (%lld-byte rows, %s keys, table of %lld rows%s, %d threads): %.3e lookups/s, %.2f GB/s "
+        "(median of %d passes, prefetch %d ahead)\n",
+        g.probe.dim, static_cast<long long>(g.probe.row_bytes), g.keys.c_str(),
+        static_cast<long long>(g.probe.table_rows), g.folded ? ", workload tables folded in" : "", g.probe.threads,
+        g.probe.lookups_per_s, g.probe.gb_per_s, g.probe.repetitions, g.probe.prefetch_distance);
+  for (const auto& m : j["results"]) {
+    if (!m["forward_fraction_of_gather_limit"].is_number()) continue;
+    std::printf("%-12s forward at %.0f%% of the gather limit (%.3e lookups/s)", m["mode"].get<std::string>().c_str(),
+                100 * m["forward_fraction_of_gather_limit"].get<double>(),
+                m["gather_limit_lookups_per_s"].get<double>());
+    if (m.contains("forward_fraction_of_uniform_gather_limit") &&
+        m["forward_fraction_of_uniform_gather_limit"].is_number())
+      std::printf(", %.0f%% of the uniform-random-row limit",
+                  100 * m["forward_fraction_of_uniform_gather_limit"].get<double>());
+    std::printf("\n");
+  }
   std::printf("\n%-12s %12s %12s %12s %12s  (memory)\n", "mode", "peak RSS", "RSS at start", "host tables",
               "peak device");
   for (const auto& m : j["results"]) {
@@ -1357,6 +1568,9 @@ int main(int argc, char** argv) {
   app.add_option("--read-probe-mib", o.read_probe_mib, "MiB read by the sequential read-bandwidth probe")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
+  app.add_flag("!--no-gather-probe", o.gather_probe,
+               "skip the random-row gather probe (a bare gather + sum-pool loop per dim, about 1 s per dim) and the "
+               "forward's fraction of its limit");
   app.add_option("--dump-keys", o.dump_keys, "write the batches in the raw trace format (for bench/peers)");
   app.add_flag("!--no-progress", o.progress, "hide the progress bars");
   try {

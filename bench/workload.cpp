@@ -18,10 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bounded_input.hpp"
-
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
+#include "bench/probe_util.hpp"
 
 namespace strata::bench {
 namespace {
@@ -150,10 +147,6 @@ struct FileCloser {
   void operator()(std::FILE* f) const noexcept {
     if (f) std::fclose(f);
   }
-};
-
-struct FreeDeleter {
-  void operator()(void* p) const noexcept { std::free(p); }
 };
 
 }  // namespace
@@ -820,28 +813,6 @@ std::uint64_t sum_words(const std::uint64_t* p, std::size_t n) noexcept {
   return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
 }
 
-// Runs fn(thread_index) on `threads` threads started before the clock and released together;
-// returns the seconds from release until all have finished.
-template <typename Fn>
-double timed_parallel(int threads, Fn fn) {
-  std::atomic<bool> go{false};
-  std::atomic<int> ready{0};
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<std::size_t>(threads));
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      ready.fetch_add(1, std::memory_order_acq_rel);
-      while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-      fn(t);
-    });
-  }
-  while (ready.load(std::memory_order_acquire) < threads) std::this_thread::yield();
-  const auto t0 = std::chrono::steady_clock::now();
-  go.store(true, std::memory_order_release);
-  for (auto& th : pool) th.join();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 }  // namespace
 
 double measure_read_bandwidth_gbs(std::size_t bytes, int threads) {
@@ -850,13 +821,8 @@ double measure_read_bandwidth_gbs(std::size_t bytes, int threads) {
   const std::size_t unit = 64 * static_cast<std::size_t>(threads);
   bytes = std::max(unit, bytes / unit * unit);
 
-  constexpr std::size_t kAlign = std::size_t{2} << 20;  // 2 MiB: lets the kernel use huge pages
-  const std::size_t alloc_bytes = (bytes + kAlign - 1) / kAlign * kAlign;
-  std::unique_ptr<void, FreeDeleter> mem(std::aligned_alloc(kAlign, alloc_bytes));
+  const auto mem = alloc_huge_buffer(bytes);
   if (!mem) return 0.0;
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  (void)madvise(mem.get(), alloc_bytes, MADV_HUGEPAGE);  // a hint; failure is harmless
-#endif
   auto* words = static_cast<std::uint64_t*>(mem.get());
   const std::size_t n_words = bytes / sizeof(std::uint64_t);
   const std::size_t per_thread = n_words / static_cast<std::size_t>(threads);

@@ -161,6 +161,24 @@ const std::vector<Field> kMachine = {
     {"/versions", Type::kString},
     {"/cuda_devices", Type::kInteger},
     {"/cuda_backend_built", Type::kBool},
+    {"/gather_limit", Type::kArray},
+};
+
+// Every entry of machine.gather_limit.
+const std::vector<Field> kGatherLimit = {
+    {"/dim", Type::kInteger},
+    {"/row_bytes", Type::kInteger},
+    {"/keys", Type::kString},
+    {"/table_rows", Type::kInteger},
+    {"/table_bytes", Type::kInteger},
+    {"/folded", Type::kBool},
+    {"/threads", Type::kInteger},
+    {"/passes", Type::kInteger},
+    {"/statistic", Type::kString},
+    {"/prefetch_distance", Type::kInteger},
+    {"/lookups_per_s", Type::kNumber},
+    {"/gb_per_s", Type::kNumber},
+    {"/best_lookups_per_s", Type::kNumber},
 };
 
 const std::vector<Field> kMemoryEstimate = {
@@ -182,6 +200,8 @@ const std::vector<Field> kResult = {
     {"/train_step_ms_p99", Type::kNumber},
     {"/gather_gbs", Type::kNumber},
     {"/gather_fraction_of_read_bandwidth", Type::kNumber},
+    {"/gather_limit_lookups_per_s", Type::kNumberOrNull},
+    {"/forward_fraction_of_gather_limit", Type::kNumberOrNull},
     {"/setup_s", Type::kNumber},
     {"/train_phase_ms_p50/submit", Type::kNumber},
     {"/train_phase_ms_p50/forward", Type::kNumber},
@@ -257,6 +277,12 @@ TEST_F(BenchRun, Succeeds) {
   EXPECT_NE(run_->output.find("peak RSS"), std::string::npos);
   EXPECT_NE(run_->output.find("cache sweep"), std::string::npos);
   EXPECT_NE(run_->output.find("skipped: cache fraction 0.001"), std::string::npos);
+  EXPECT_NE(run_->output.find("gather limit, dim 8 (32-byte rows, workload keys, table of 2001 rows"),
+            std::string::npos);
+  EXPECT_NE(run_->output.find("gather limit, dim 16 (64-byte rows, uniform keys"), std::string::npos);
+  EXPECT_NE(run_->output.find("\ncpu          forward at "), std::string::npos) << run_->output;
+  EXPECT_NE(run_->output.find("% of the gather limit ("), std::string::npos);
+  EXPECT_NE(run_->output.find("% of the uniform-random-row limit"), std::string::npos);
 }
 
 TEST_F(BenchRun, JsonMatchesTheSchema) {
@@ -270,6 +296,28 @@ TEST_F(BenchRun, JsonMatchesTheSchema) {
   EXPECT_EQ(check(j["memory_estimate"], kMemoryEstimate, "/memory_estimate"), "");
   EXPECT_EQ(check(j["profile"], {{"/name", Type::kString}}, "/profile"), "");
   EXPECT_EQ(j["tool"], "strata-bench");
+
+  // The gather limit: for each dim (8: tables a and c end to end, 16: table b) the workload's
+  // keys and, the workload being skewed, uniform random rows; each a positive rate.
+  const json& limits = j["machine"]["gather_limit"];
+  ASSERT_EQ(limits.size(), 4u) << limits.dump();
+  for (std::size_t i = 0; i < limits.size(); ++i) {
+    const json& g = limits[i];
+    EXPECT_EQ(check(g, kGatherLimit, "/machine/gather_limit/" + std::to_string(i)), "");
+    const int dim = i < 2 ? 8 : 16;
+    EXPECT_EQ(g["dim"], dim);
+    EXPECT_EQ(g["row_bytes"], 4 * dim);
+    EXPECT_EQ(g["keys"], i % 2 == 0 ? "workload" : "uniform");
+    EXPECT_EQ(g["table_rows"], dim == 8 ? 2001 : 3000);
+    EXPECT_EQ(g["threads"], 2);
+    EXPECT_EQ(g["statistic"], "median");
+    EXPECT_GT(g["lookups_per_s"].get<double>(), 0.0);
+    EXPECT_NEAR(g["gb_per_s"].get<double>(), g["lookups_per_s"].get<double>() * 4 * dim / 1e9,
+                1e-9 * g["gb_per_s"].get<double>());
+  }
+  EXPECT_EQ(j["gather_probe"]["ran"], true);
+  EXPECT_GT(j["gather_probe"]["step_limit_lookups_per_s"].get<double>(), 0.0);
+  EXPECT_GT(j["gather_probe"]["step_uniform_limit_lookups_per_s"].get<double>(), 0.0);
 
   // The workload as given: three tables of their own rows and dims.
   const json& tables = j["workload"]["tables"];
@@ -288,6 +336,15 @@ TEST_F(BenchRun, JsonMatchesTheSchema) {
     EXPECT_EQ(check(r, {{"/forward_step_s", Type::kArray}, {"/train_step_s", Type::kArray}}, "/results/" + modes[i]),
               "");
     EXPECT_EQ(r["train_step_s"].size(), 3u);
+    // Forward as a fraction of the step's gather limit (one rank: every mode has one).
+    ASSERT_TRUE(r["forward_fraction_of_gather_limit"].is_number()) << r.dump();
+    EXPECT_GT(r["forward_fraction_of_gather_limit"].get<double>(), 0.0);
+    EXPECT_DOUBLE_EQ(r["gather_limit_lookups_per_s"].get<double>(),
+                     j["gather_probe"]["step_limit_lookups_per_s"].get<double>());
+    EXPECT_NEAR(r["forward_fraction_of_gather_limit"].get<double>(),
+                r["forward_lookups_per_s"].get<double>() / r["gather_limit_lookups_per_s"].get<double>(), 1e-9);
+    ASSERT_TRUE(r["forward_fraction_of_uniform_gather_limit"].is_number());
+    EXPECT_GT(r["forward_fraction_of_uniform_gather_limit"].get<double>(), 0.0);
     EXPECT_GT(r["peak_host_bytes"].get<double>(), 0);
     // Rows of every table, 4-byte floats, sgd (no state): 2000*8 + 3000*16 + 1*8 floats.
     EXPECT_EQ(r["host_table_bytes"].get<double>(), 4.0 * (2000 * 8 + 3000 * 16 + 8));
@@ -353,6 +410,52 @@ TEST_F(BenchRun, HtmlHasOneChartPerSectionAndTheSweepChart) {
   EXPECT_NE(html.find("id=\"sweep-table\""), std::string::npos);
   EXPECT_NE(html.find("id=\"tables\""), std::string::npos);
   EXPECT_EQ(html.find("<script"), std::string::npos);
+  // The summary shows forward against the gather limit; the machine section lists the limits.
+  const std::size_t summary = html.find("id=\"summary\"");
+  ASSERT_NE(summary, std::string::npos);
+  EXPECT_NE(html.substr(summary, html.find("</section>", summary) - summary).find("forward / gather limit"),
+            std::string::npos);
+  EXPECT_NE(html.find("dim 16, 64-byte rows, workload keys: "), std::string::npos);
+}
+
+// ---- the gather probe: uniform keys measure one limit per dim; --no-gather-probe skips it ----
+
+TEST(BenchCli, UniformKeysMeasureOneGatherLimitPerDim) {
+  const std::string dir = temp_dir();
+  const RunOutput r = run_bench(
+      "--tables a=4000x32,b=1000x32 --batch 32 --pooling 4 --dist uniform --steps 2 --warmup 1 --threads 1 "
+      "--read-probe-mib 1 --modes cpu --json " +
+      dir + "/gather.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json j = json::parse(read_file(dir + "/gather.json"));
+  const json& limits = j["machine"]["gather_limit"];
+  ASSERT_EQ(limits.size(), 1u) << limits.dump();
+  EXPECT_EQ(limits[0]["keys"], "workload");
+  EXPECT_EQ(limits[0]["table_rows"], 5000);  // both tables of dim 32, end to end
+  EXPECT_EQ(limits[0]["threads"], 1);
+  const json& m = j["results"][0];
+  EXPECT_GT(m["forward_fraction_of_gather_limit"].get<double>(), 0.0);
+  // One kind of key: the limit of a step is the probe's limit for its dim.
+  EXPECT_DOUBLE_EQ(m["gather_limit_lookups_per_s"].get<double>(), limits[0]["lookups_per_s"].get<double>());
+  EXPECT_FALSE(m.contains("forward_fraction_of_uniform_gather_limit"));
+  EXPECT_TRUE(j["gather_probe"]["step_uniform_limit_lookups_per_s"].is_null());
+}
+
+TEST(BenchCli, NoGatherProbeSkipsTheLimit) {
+  const std::string dir = temp_dir();
+  const RunOutput r = run_bench(
+      "--rows 500 --dim 16 --batch 16 --pooling 2 --steps 1 --warmup 0 --threads 1 --read-probe-mib 1 --modes cpu "
+      "--no-gather-probe --json " +
+      dir + "/noprobe.json --html " + dir + "/noprobe.html");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("measuring the random-row gather limit"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("of the gather limit"), std::string::npos) << r.output;
+  const json j = json::parse(read_file(dir + "/noprobe.json"));
+  EXPECT_TRUE(j["machine"]["gather_limit"].empty());
+  EXPECT_EQ(j["gather_probe"]["ran"], false);
+  EXPECT_TRUE(j["results"][0]["forward_fraction_of_gather_limit"].is_null());
+  EXPECT_TRUE(j["results"][0]["gather_limit_lookups_per_s"].is_null());
+  EXPECT_EQ(read_file(dir + "/noprobe.html").find("gather limit"), std::string::npos);
 }
 
 // ---- without a sweep there is no sweep chart; --rows alone is one table ----
@@ -438,6 +541,8 @@ TEST(BenchCli, ShardedModesOverRanksReportTheAllToAll) {
     EXPECT_DOUBLE_EQ(m["bytes_per_step"]["all_to_all"].get<double>(), b["total"].get<double>());
     for (const char* k : {"exchange", "lookup", "source"}) EXPECT_GE(d["ms_per_step"][k].get<double>(), 0.0) << k;
     EXPECT_GE(d["batch_duplication_factor"].get<double>(), 1.0);
+    // The probe ran one rank's threads: no fraction for a step of three ranks.
+    EXPECT_TRUE(m["forward_fraction_of_gather_limit"].is_null());
   }
   EXPECT_TRUE(j["results"][1]["hit_rate"].is_number());
 }
@@ -446,7 +551,7 @@ TEST(BenchCli, HelpListsModesAndFlags) {
   const RunOutput r = run_bench("--help");
   EXPECT_EQ(r.exit_code, 0);
   for (const char* s : {"cpu, offload, offload-cpu, cached, gpu, hybrid", "--sweep-cache", "--tables", "criteo",
-                        "--criteo-rows", "--ranks", "--sharding"})
+                        "--criteo-rows", "--ranks", "--sharding", "--no-gather-probe"})
     EXPECT_NE(r.output.find(s), std::string::npos) << s;
 }
 
