@@ -404,7 +404,12 @@ std::vector<std::uint32_t> pooled_denormals() {
   const std::int32_t dim = 4;
   const std::int64_t slots = 8, batch = 4;
   std::vector<float> records(static_cast<std::size_t>(slots * dim));
-  for (std::size_t i = 0; i < records.size(); ++i) records[i] = static_cast<float>(i + 1) * 1e-40f;
+  // Denormals made from their bits: integer work, whatever FP environment the caller runs in (a
+  // product such as (i + 1) * 1e-40f would itself be flushed to zero under DAZ).
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const std::uint32_t bits = 70000u * static_cast<std::uint32_t>(i + 1);  // about 1e-40 * (i + 1)
+    std::memcpy(&records[i], &bits, sizeof bits);
+  }
   const std::vector<std::int64_t> offsets = {0, 2, 4, 6, 8};
   const std::vector<Key> rows = {0, 1, 2, 3, 4, 5, 6, 7};
   const std::size_t out_floats = static_cast<std::size_t>(batch * dim);
