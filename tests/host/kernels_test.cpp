@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <tbb/task_arena.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <map>
@@ -167,6 +168,30 @@ TEST(GatherPool, EveryDimIsBitIdenticalToTheRowMathLoop) {
 // to 256 and a run-time one for the rest: each must give exactly what the row math gives when the
 // gradient is reduced in ascending position order and the optimizer applied once (the reference
 // store's loop), for every optimizer, pooling and weighting, with keys used once and repeated.
+// The expected result of a fused backward, by the row math alone: each unique row's gradient summed
+// in segments of kGradSegment uses (each from 0, in position order, then added in order), then
+// apply_optimizer on its record in `records` (rows of `rec` floats).
+void row_math_update(std::vector<float>& records, std::int64_t rec, std::int32_t dim, const BagsView& bags,
+                     Pooling pooling, const UniqueKeys& unique, const std::vector<std::int32_t>& bag_of,
+                     const std::vector<float>& grads, const OptimizerStep& step) {
+  for (std::int64_t u = 0; u < unique.size(); ++u) {
+    std::vector<float> acc(static_cast<std::size_t>(dim), 0.0f), part(static_cast<std::size_t>(dim));
+    for (std::int64_t s = unique.offsets[u]; s < unique.offsets[u + 1]; s += kGradSegment) {
+      float* sum = s == unique.offsets[u] ? acc.data() : part.data();
+      std::fill(sum, sum + dim, 0.0f);
+      for (std::int64_t p = s; p < std::min(s + kGradSegment, unique.offsets[u + 1]); ++p) {
+        const std::int64_t j = unique.positions[p];
+        const std::int64_t b = pooling == Pooling::kNone ? j : bag_of[j];
+        const std::int64_t len = pooling == Pooling::kNone ? 1 : bags.offsets[b + 1] - bags.offsets[b];
+        row_axpy(sum, grads.data() + b * dim, grad_scale(pooling, len, bags.weights, j), dim);
+      }
+      if (sum != acc.data()) row_add(acc.data(), sum, dim);
+    }
+    float* w = records.data() + unique.keys[u] * rec;
+    apply_optimizer(step, w, w + dim, acc.data(), dim);
+  }
+}
+
 TEST(BackwardUpdate, EveryDimAndOptimizerIsBitIdenticalToTheRowMathLoop) {
   std::mt19937_64 rng(11);
   for (int dim = 1; dim <= 272; ++dim) {
@@ -201,17 +226,7 @@ TEST(BackwardUpdate, EveryDimAndOptimizerIsBitIdenticalToTheRowMathLoop) {
       const UniqueKeys unique = dedup_keys(keys.data(), n);
       const std::vector<std::int32_t> bag_of = bag_of_positions(offsets.data(), batch);
       const OptimizerStep step = make_optimizer_step(spec.optimizer, 3);
-      for (std::int64_t u = 0; u < unique.size(); ++u) {
-        std::vector<float> acc(static_cast<std::size_t>(dim), 0.0f);
-        for (std::int64_t p = unique.offsets[u]; p < unique.offsets[u + 1]; ++p) {
-          const std::int64_t j = unique.positions[p];
-          const std::int64_t b = pooling == Pooling::kNone ? j : bag_of[j];
-          const std::int64_t len = pooling == Pooling::kNone ? 1 : offsets[b + 1] - offsets[b];
-          row_axpy(acc.data(), grads.data() + b * dim, grad_scale(pooling, len, bags.weights, j), dim);
-        }
-        float* w = want.data() + unique.keys[u] * rec;
-        apply_optimizer(step, w, w + dim, acc.data(), dim);
-      }
+      row_math_update(want, rec, dim, bags, pooling, unique, bag_of, grads, step);
       backward_update(table->ref(), bags, pooling, view_of(unique), bag_of.data(), grads.data(), step);
       // backward_update_by_bag on a second copy of the table (same initial values): the same bits.
       auto by_bag = HostTable::create(Topology::fake(1), spec, {});
@@ -291,17 +306,7 @@ TEST(BackwardUpdate, FusedOptimizerKeepsTheRowMathBitsWithSignedZeros) {
             const UniqueKeys unique = dedup_keys(keys.data(), n);
             const std::vector<std::int32_t> bag_of = bag_of_positions(offsets.data(), batch);
             const OptimizerStep step = make_optimizer_step(spec.optimizer, 2);
-            for (std::int64_t u = 0; u < unique.size(); ++u) {
-              std::vector<float> acc(static_cast<std::size_t>(dim), 0.0f);
-              for (std::int64_t p = unique.offsets[u]; p < unique.offsets[u + 1]; ++p) {
-                const std::int64_t j = unique.positions[p];
-                const std::int64_t b = pooling == Pooling::kNone ? j : bag_of[j];
-                const std::int64_t len = pooling == Pooling::kNone ? 1 : offsets[b + 1] - offsets[b];
-                row_axpy(acc.data(), grads.data() + b * dim, grad_scale(pooling, len, bags.weights, j), dim);
-              }
-              float* w = want.data() + unique.keys[u] * rec;
-              apply_optimizer(step, w, w + dim, acc.data(), dim);
-            }
+            row_math_update(want, rec, dim, bags, pooling, unique, bag_of, grads, step);
             backward_update(table->ref(), bags, pooling, view_of(unique), bag_of.data(), grads.data(), step);
             Repeats repeats;
             RepeatsScratch scratch;
