@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "bench/probe_util.hpp"
+#include "core/prefetch.hpp"
 #include "core/simd.hpp"
 
 namespace strata::bench {
@@ -14,13 +15,6 @@ namespace {
 // best distance depends on the row size and the memory system (host/kernels.cpp measured 32-96
 // rows into L2 as best for 512-byte rows on the 2-core VM), so the limit is not tied to one guess.
 constexpr int kDistances[] = {24, 48, 96};
-
-// Prefetches every cache line of [p, p + bytes) into L2 (prefetcht1).
-inline void prefetch_into_l2(const float* p, std::int64_t bytes) {
-  const auto first = reinterpret_cast<std::uintptr_t>(p) & ~std::uintptr_t{63};
-  const auto end = reinterpret_cast<std::uintptr_t>(p) + static_cast<std::uintptr_t>(bytes);
-  for (std::uintptr_t a = first; a < end; a += 64) __builtin_prefetch(reinterpret_cast<const void*>(a), 0, 2);
-}
 
 struct Pass {
   const float* table;
@@ -39,13 +33,13 @@ void pool_vec(const Pass& p, std::int64_t b0, std::int64_t b1) {
   const std::int64_t* rows = p.batch->rows.data();
   const std::int64_t j_end = off[b1];
   const auto row = [&](std::int64_t j) { return p.table + rows[j] * p.stride; };
-  for (std::int64_t j = off[b0]; j < std::min(j_end, off[b0] + p.ahead); ++j) prefetch_into_l2(row(j), dim * 4);
+  for (std::int64_t j = off[b0]; j < std::min(j_end, off[b0] + p.ahead); ++j) prefetch_row(row(j), dim);
   for (std::int64_t b = b0; b < b1; ++b) {
     simd::Floats acc[kVecs];
 #pragma GCC unroll 16
     for (int c = 0; c < kVecs; ++c) acc[c] = simd::Floats{};
     for (std::int64_t j = off[b]; j < off[b + 1]; ++j) {
-      if (j + p.ahead < j_end) prefetch_into_l2(row(j + p.ahead), dim * 4);
+      if (j + p.ahead < j_end) prefetch_row(row(j + p.ahead), dim);
       const float* r = row(j);
 #pragma GCC unroll 16
       for (int c = 0; c < kVecs; ++c) {
@@ -69,12 +63,12 @@ void pool_any(const Pass& p, std::int64_t b0, std::int64_t b1) {
   const std::int64_t j_end = off[b1];
   const std::int32_t dim = p.dim;
   const auto row = [&](std::int64_t j) { return p.table + rows[j] * p.stride; };
-  for (std::int64_t j = off[b0]; j < std::min(j_end, off[b0] + p.ahead); ++j) prefetch_into_l2(row(j), dim * 4);
+  for (std::int64_t j = off[b0]; j < std::min(j_end, off[b0] + p.ahead); ++j) prefetch_row(row(j), dim);
   for (std::int64_t b = b0; b < b1; ++b) {
     float* o = p.out + b * dim;
     std::fill(o, o + dim, 0.0f);
     for (std::int64_t j = off[b]; j < off[b + 1]; ++j) {
-      if (j + p.ahead < j_end) prefetch_into_l2(row(j + p.ahead), dim * 4);
+      if (j + p.ahead < j_end) prefetch_row(row(j + p.ahead), dim);
       const float* r = row(j);
       for (std::int32_t d = 0; d < dim; ++d) o[d] += r[d];
     }

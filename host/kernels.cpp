@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/prefetch.hpp"
 #include "core/simd.hpp"
 
 namespace strata {
@@ -29,22 +30,6 @@ constexpr std::int64_t kPrefetchDistance = 48;
 constexpr std::int64_t kUpdatePrefetch = 8;
 // Gradient rows (mostly in L3) prefetched ahead in backward.
 constexpr std::int64_t kGradPrefetch = 8;
-
-// Prefetches every line of `floats` floats (a row, or a record of weights and optimizer state):
-// into L2 by default (table rows, far ahead), into L1 with kL1 (gradient rows, already in L2/L3),
-// or for writing with kWrite (prefetchw: into L1 in exclusive state, just before an update).
-enum class Into { kL2, kL1, kWrite };
-template <Into kInto = Into::kL2>
-inline void prefetch_row(const float* p, std::int64_t floats) {
-  const char* c = reinterpret_cast<const char*>(p);
-  for (std::int64_t off = 0; off < floats * 4; off += 64) {
-    if constexpr (kInto == Into::kWrite) {
-      __builtin_prefetch(c + off, 1, 3);
-    } else {
-      __builtin_prefetch(c + off, 0, kInto == Into::kL1 ? 3 : 2);
-    }
-  }
-}
 
 // Bags per task: large enough to amortise scheduling, small enough to balance two cores.
 std::int64_t bag_grain(std::int64_t batch) {
