@@ -1,5 +1,5 @@
 #pragma once
-// Per-row math written once for host code and (later) CUDA kernels: initial values, pooling
+// Per-row math written once for host code and the CUDA kernels: initial values, pooling
 // accumulation and the fused optimizer steps. Every mode calls these, so results agree bit for bit
 // wherever the order of reductions is the same.
 

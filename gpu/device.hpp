@@ -2,7 +2,8 @@
 // The device layer: Device, Stream, Event, DeviceBuffer, PinnedBuffer, and the device operations
 // the store needs. One interface, two backends: `cuda` (the CUDA runtime and gpu/cuda/*.cu) and
 // `emu` (host memory with a capacity limit; each stream runs its work in order on its own worker
-// thread, running the CPU kernels of host/). See ARCHITECTURE.md, "The device layer".
+// thread). Both run one kernel source, gpu/kernels/bodies.hpp: as CUDA kernels, and on the CPU
+// grid of gpu/kernels/host_grid.hpp. See ARCHITECTURE.md, "The device layer".
 //
 // `emu` refuses what a GPU refuses, so tests without a GPU catch the same bugs: its device
 // addresses cannot be dereferenced by the host (a load or store through one dies with SIGSEGV),
