@@ -479,9 +479,36 @@ class EmuDevice final : public Device {
   void do_backward_update(StreamView s, SlotPool pool, const std::vector<UpdateFeature>& device_features) override {
     std::vector<UpdateFeature> features = device_features;
     if (!to_host("backward_update", pool, features)) return;
-    kernel(s, [launches = kernels::update_launches(pool, features)] {
+    kernel(s, [this, features, launches = kernels::update_launches(pool, features)] {
+      // A hot list must hold exactly the rows used more than kHotUses times, ascending: the warp
+      // kernel skips every such row, so a row missing from it would not be updated at all. The
+      // lists are device data (uploaded on the stream), so they are checked here, when they are.
+      for (std::size_t i = 0; i < features.size(); ++i) {
+        const Status bad = check_hot_list(features[i]);
+        if (!bad.is_ok()) {
+          record_error(
+              Status::internal(name() + ": backward_update feature " + std::to_string(i) + ": " + bad.message()));
+          return;
+        }
+      }
       for (const auto& a : launches) kernels::run_update(a);
     });
+  }
+
+  static Status check_hot_list(const UpdateFeature& f) {
+    if (!f.hot) return Status::ok();
+    std::int64_t next = 0;
+    for (std::int64_t u = 0; u < f.num_unique; ++u) {
+      if (f.unique_offsets[u + 1] - f.unique_offsets[u] <= kernels::kHotUses) continue;
+      if (next >= f.num_hot || f.hot[next] != u)
+        return Status::internal("hot list misses unique row " + std::to_string(u) + ", used " +
+                                std::to_string(f.unique_offsets[u + 1] - f.unique_offsets[u]) + " times");
+      ++next;
+    }
+    if (next != f.num_hot)
+      return Status::internal("hot list holds " + std::to_string(f.num_hot) + " rows, " + std::to_string(next) +
+                              " are used more than " + std::to_string(kernels::kHotUses) + " times");
+    return Status::ok();
   }
 
   void do_pack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* dst) override {

@@ -34,7 +34,7 @@ void run_update(const UpdateArgs& a) {
   const std::int64_t items = a.begin[a.count];
   for_items(items, kGrain, [&](std::int64_t i) { update_item(w, a, i); });
   // The hot rows (update_item skipped them): a block each, as the GPU's second kernel.
-  for_items(a.hot_items(), 1, [&](std::int64_t i) {
+  for_items(a.hot_items(), a.hot_listed ? 1 : 256, [&](std::int64_t i) {
     const HostBlock<kHotWarps> b;
     float partials[kHotWarps * kChunk];
     update_hot_row(b, a, i, partials);

@@ -9,6 +9,7 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <unordered_map>
@@ -570,14 +571,23 @@ class CachedEngine final : public Engine {
   // back the bytes just read, so the probe changes no row; its staging is freed before the store
   // opens (too little device memory for it: staged). Its bytes show in the link counters.
   Result<bool> zero_copy_is_faster(Pool& pool) {
-    const std::int64_t n = std::min<std::int64_t>(4096, pool.view.slots);
-    std::vector<cache::Transfer> rows(static_cast<std::size_t>(n));
+    // Distinct rows (no two slots write one row back), spread over each table by a stride walk
+    // from a random start: row start + j * step (mod rows), step coprime with rows.
+    const std::int64_t tables = static_cast<std::int64_t>(pool.tables.size());
+    std::vector<cache::Transfer> rows;
     std::mt19937_64 rng(12345);
-    for (std::int64_t i = 0; i < n; ++i) {
-      const int local = static_cast<int>(i % static_cast<std::int64_t>(pool.tables.size()));
+    for (std::int64_t local = 0; local < tables; ++local) {
       const std::int64_t table_rows = spec_of(pool.tables[static_cast<std::size_t>(local)]).rows;
-      rows[static_cast<std::size_t>(i)] = {i, local, static_cast<Key>(rng() % static_cast<std::uint64_t>(table_rows))};
+      const std::int64_t want =
+          std::min(table_rows, (std::min<std::int64_t>(4096, pool.view.slots) + tables - 1) / tables);
+      std::int64_t step = 7919 % table_rows + 1;
+      while (std::gcd(step, table_rows) != 1) ++step;
+      const std::int64_t start = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(table_rows));
+      for (std::int64_t j = 0; j < want && static_cast<std::int64_t>(rows.size()) < pool.view.slots; ++j)
+        rows.push_back({static_cast<Key>(rows.size()), static_cast<int>(local),
+                        static_cast<Key>((start + j * step) % table_rows)});
     }
+    const std::int64_t n = static_cast<std::int64_t>(rows.size());
     const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
     STRATA_ASSIGN_OR_RETURN(Staging st, Staging::create(dev_));
     if (!st.reserve(Staging::bytes_for<Key>(rows.size()) + Staging::bytes_for<float*>(rows.size()),

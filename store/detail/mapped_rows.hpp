@@ -14,6 +14,13 @@ namespace strata::detail {
 
 class MappedRows {
  public:
+  MappedRows() = default;
+  // Moves keep the part vectors' buffers, which refs_ points into; a copy would not.
+  MappedRows(MappedRows&&) = default;
+  MappedRows& operator=(MappedRows&&) = default;
+  MappedRows(const MappedRows&) = delete;
+  MappedRows& operator=(const MappedRows&) = delete;
+
   /// Maps every part of table `table` (whose host view is `ref`; its memory must be registered
   /// through the device's pinner). The device's error when it cannot; nothing changes then.
   Status add(gpu::Device& device, int table, const RowRef& ref);

@@ -108,7 +108,11 @@ class OffloadEngine final : public Engine {
       for (std::size_t i : g.feats) {
         const UniqueKeys& u = unique_[i];
         for (std::int64_t r = 0; r < u.size(); ++r, ++next) {
-          sources.host[next] = mapped_.row(f.table[i], u.keys[static_cast<std::size_t>(r)]);
+          const Key row = u.keys[static_cast<std::size_t>(r)];
+          sources.host[next] = mapped_.row(f.table[i], row);
+          // The device reads the row from host memory: count it as the cached engine's fills do.
+          dev_.counters().add_host_read(tables_.at(f.table[i]).table().node_of(row),
+                                        static_cast<std::uint64_t>(g.dim) * sizeof(float));
           for (std::int64_t p = u.offsets[static_cast<std::size_t>(r)]; p < u.offsets[static_cast<std::size_t>(r) + 1];
                ++p)
             inverse[i][u.positions[static_cast<std::size_t>(p)]] = next;

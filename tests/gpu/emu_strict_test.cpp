@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gpu/device.hpp"
+#include "gpu/kernels/launch_args.hpp"
 #include "host/host_table.hpp"
 
 namespace strata::gpu {
@@ -227,6 +228,47 @@ TEST_F(EmuStrictTest, KernelWritingPageableMemoryIsRefused) {
   dev_->gather_pool(s(), pool, {f});
   expect_refused({"gather_pool: out 0x", "(16 bytes) is pageable host memory",
                   "expected device memory of this device or pinned (mapped) host memory"});
+}
+
+// A fused backward whose hot list misses a hot row (the warp kernel skips every row used more than
+// kHotUses times, so that row would get no update) is refused.
+TEST_F(EmuStrictTest, BackwardWithAnIncompleteHotListIsRefused) {
+  const std::int32_t dim = 4;
+  const std::int64_t stride = record_stride(dim, 0), uses = kernels::kHotUses + 1;
+  auto pool_mem = dev_->allocate(static_cast<std::size_t>(2 * stride) * sizeof(float)).value();
+  // Two unique rows of one key position each, except row 0: uses positions (one bag each).
+  std::vector<std::int64_t> offsets(static_cast<std::size_t>(uses + 2));
+  for (std::size_t b = 0; b < offsets.size(); ++b) offsets[b] = static_cast<std::int64_t>(b);
+  std::vector<std::int32_t> positions(static_cast<std::size_t>(uses + 1)), bag_of(positions.size());
+  for (std::size_t j = 0; j < positions.size(); ++j) positions[j] = bag_of[j] = static_cast<std::int32_t>(j);
+  const std::vector<Key> slots = {0, 1};
+  const std::vector<std::int64_t> unique_offsets = {0, uses, uses + 1};
+  const std::vector<std::int64_t> hot = {1};  // row 1 is used once; row 0 is the hot one
+  std::vector<float> grads(static_cast<std::size_t>((uses + 1) * dim), 0.5f);
+  auto pinned = dev_->allocate_pinned(1 << 16).value();
+  std::vector<DeviceBuffer> keep;
+  auto put = [&](const void* src, std::size_t bytes) {
+    keep.push_back(dev_->allocate(bytes).value());
+    std::memcpy(pinned.data(), src, bytes);
+    dev_->copy_h2d(s(), keep.back().data(), pinned.data(), bytes);
+    EXPECT_TRUE(dev_->synchronize(s()).is_ok());
+    return keep.back().data();
+  };
+  UpdateFeature f;
+  f.offsets = static_cast<const std::int64_t*>(put(offsets.data(), offsets.size() * 8));
+  f.batch = uses + 1;
+  f.num_keys = uses + 1;
+  f.unique_slots = static_cast<const Key*>(put(slots.data(), slots.size() * sizeof(Key)));
+  f.unique_offsets = static_cast<const std::int64_t*>(put(unique_offsets.data(), unique_offsets.size() * 8));
+  f.positions = static_cast<const std::int32_t*>(put(positions.data(), positions.size() * 4));
+  f.bag_of = static_cast<const std::int32_t*>(put(bag_of.data(), bag_of.size() * 4));
+  f.num_unique = 2;
+  f.grads = static_cast<const float*>(put(grads.data(), grads.size() * 4));
+  f.step.spec.kind = OptimizerKind::kSgd;
+  f.hot = static_cast<const std::int64_t*>(put(hot.data(), hot.size() * 8));
+  f.num_hot = 1;
+  dev_->backward_update(s(), SlotPool{pool_mem.as<float>(), 2, stride, dim, 0}, {f});
+  expect_refused({"backward_update feature 0", "hot list misses unique row 0"});
 }
 
 TEST_F(EmuStrictTest, ZeroCopyGatherOfAnUnregisteredTableIsRefused) {
