@@ -94,18 +94,25 @@ Result<Topology> Topology::discover() {
 }
 
 std::uint64_t Topology::l2_cache_bytes() noexcept {
+  // A topology of its own, CPUs and caches only: no I/O discovery, so no hwloc plugin (PCI, CUDA,
+  // NVML) is loaded from whichever thread asks first (a kernel's worker thread); with I/O
+  // discovery, LeakSanitizer's exit-time tracer crashed in processes that had only fake
+  // topologies before.
   static const std::uint64_t bytes = [] {
-    auto topo = discover();
-    if (!topo.is_ok() || !topo->handle_) return kDefaultL2Bytes;
-    hwloc_topology_t t = topo->handle_->topo;
+    hwloc_topology_t t;
+    if (hwloc_topology_init(&t) != 0) return kDefaultL2Bytes;
+    hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_NONE);
     std::uint64_t smallest = 0;
-    const int n = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_L2CACHE);
-    for (int i = 0; i < n; ++i) {
-      const hwloc_obj_t obj = hwloc_get_obj_by_type(t, HWLOC_OBJ_L2CACHE, static_cast<unsigned>(i));
-      if (!obj->attr || obj->attr->cache.type == HWLOC_OBJ_CACHE_INSTRUCTION) continue;
-      const std::uint64_t size = obj->attr->cache.size;
-      if (size > 0 && (smallest == 0 || size < smallest)) smallest = size;
+    if (hwloc_topology_load(t) == 0) {
+      const int n = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_L2CACHE);
+      for (int i = 0; i < n; ++i) {
+        const hwloc_obj_t obj = hwloc_get_obj_by_type(t, HWLOC_OBJ_L2CACHE, static_cast<unsigned>(i));
+        if (!obj->attr || obj->attr->cache.type == HWLOC_OBJ_CACHE_INSTRUCTION) continue;
+        const std::uint64_t size = obj->attr->cache.size;
+        if (size > 0 && (smallest == 0 || size < smallest)) smallest = size;
+      }
     }
+    hwloc_topology_destroy(t);
     return smallest > 0 ? smallest : kDefaultL2Bytes;
   }();
   return bytes;
