@@ -25,17 +25,21 @@ STRATA_HD std::uint64_t mix64(std::uint64_t x) {
 }
 
 /// Per-table seed: mixes the store seed with the table's name hash.
-STRATA_HD std::uint64_t table_seed(std::uint64_t seed, std::uint64_t name_hash) { return mix64(seed ^ mix64(name_hash)); }
+STRATA_HD std::uint64_t table_seed(std::uint64_t seed, std::uint64_t name_hash) {
+  return mix64(seed ^ mix64(name_hash));
+}
 
 /// Initial value of element (row, col): uniform in [-bound, bound), pure in its arguments.
 STRATA_HD float initial_value(std::uint64_t tseed, std::int64_t row, std::int32_t col, float bound) {
-  const std::uint64_t h = mix64(tseed ^ mix64(static_cast<std::uint64_t>(row) * 0x100000001B3ull + static_cast<std::uint32_t>(col)));
+  const std::uint64_t h =
+      mix64(tseed ^ mix64(static_cast<std::uint64_t>(row) * 0x100000001B3ull + static_cast<std::uint32_t>(col)));
   const float u = static_cast<float>(h >> 40) * (1.0f / 16777216.0f);  // 24 bits -> [0, 1)
   return (2.0f * u - 1.0f) * bound;
 }
 
 /// Fills one row (dim floats) with its initial values: columns col0 .. col0 + dim of row r.
-STRATA_HD void init_row(float* row, std::uint64_t tseed, std::int64_t r, std::int32_t dim, float bound, std::int32_t col0 = 0) {
+STRATA_HD void init_row(float* row, std::uint64_t tseed, std::int64_t r, std::int32_t dim, float bound,
+                        std::int32_t col0 = 0) {
   for (std::int32_t c = 0; c < dim; ++c) row[c] = initial_value(tseed, r, col0 + c, bound);
 }
 

@@ -49,11 +49,11 @@ Status nccl_status(ncclResult_t r, const char* expr, const char* file, int line,
 /// Evaluates an NCCL call on communicator `comm` and returns its error as a Status (call, NCCL's
 /// text, file, line) from the enclosing function. ncclInProgress is not an error: the
 /// communicator is non-blocking, and the caller then waits for it with settle().
-#define STRATA_NCCL_TRY(comm, expr)                                                                      \
-  do {                                                                                                   \
-    const ncclResult_t strata_nccl_r_ = (expr);                                                          \
-    if (strata_nccl_r_ != ncclSuccess && strata_nccl_r_ != ncclInProgress)                               \
-      return ::strata::dispatch::nccl_status(strata_nccl_r_, #expr, __FILE__, __LINE__, (comm));        \
+#define STRATA_NCCL_TRY(comm, expr)                                                              \
+  do {                                                                                           \
+    const ncclResult_t strata_nccl_r_ = (expr);                                                  \
+    if (strata_nccl_r_ != ncclSuccess && strata_nccl_r_ != ncclInProgress)                       \
+      return ::strata::dispatch::nccl_status(strata_nccl_r_, #expr, __FILE__, __LINE__, (comm)); \
   } while (0)
 
 namespace strata::dispatch {
@@ -75,19 +75,26 @@ static_assert(sizeof(WireHeader) % sizeof(std::int64_t) == 0, "the counts after 
 
 ncclDataType_t nccl_type(DataType t) {
   switch (t) {
-    case DataType::kInt32: return ncclInt32;
-    case DataType::kInt64: return ncclInt64;
-    case DataType::kFloat32: return ncclFloat32;
-    case DataType::kFloat64: return ncclFloat64;
+    case DataType::kInt32:
+      return ncclInt32;
+    case DataType::kInt64:
+      return ncclInt64;
+    case DataType::kFloat32:
+      return ncclFloat32;
+    case DataType::kFloat64:
+      return ncclFloat64;
   }
   return ncclUint8;
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kMin: return ncclMin;
-    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
   }
   return ncclSum;
 }
@@ -132,7 +139,13 @@ class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, int rank, int size, int device, cudaStream_t stream, cudaEvent_t done,
                    const CommOptions& options)
-      : comm_(comm), rank_(rank), size_(size), device_(device), stream_(stream), done_(done), options_(options),
+      : comm_(comm),
+        rank_(rank),
+        size_(size),
+        device_(device),
+        stream_(stream),
+        done_(done),
+        options_(options),
         header_bytes_(sizeof(WireHeader) + 2 * static_cast<std::size_t>(size) * sizeof(std::int64_t)) {}
 
   ~NcclCommunicator() override {

@@ -11,9 +11,9 @@ Result<DeviceBuffer> Device::allocate(std::size_t bytes) {
   std::size_t used = in_use_.load();
   do {
     if (used + bytes > info_.capacity)
-      return Status::resource_exhausted("device " + info_.name + ": cannot allocate " + std::to_string(bytes) + " bytes; " +
-                                        std::to_string(info_.capacity - used) + " of " + std::to_string(info_.capacity) +
-                                        " bytes free");
+      return Status::resource_exhausted("device " + info_.name + ": cannot allocate " + std::to_string(bytes) +
+                                        " bytes; " + std::to_string(info_.capacity - used) + " of " +
+                                        std::to_string(info_.capacity) + " bytes free");
   } while (!in_use_.compare_exchange_weak(used, used + bytes));
   Result<void*> p = do_allocate(bytes);
   if (!p) {
@@ -62,7 +62,8 @@ constexpr std::uint64_t kF = sizeof(float);
 
 // Index bytes a lookup reads besides the rows: offsets, row ids, weights.
 std::uint64_t index_bytes(const LookupFeature& f) {
-  return static_cast<std::uint64_t>(f.batch + 1) * 8 + static_cast<std::uint64_t>(f.num_keys) * (8 + (f.weights ? kF : 0));
+  return static_cast<std::uint64_t>(f.batch + 1) * 8 +
+         static_cast<std::uint64_t>(f.num_keys) * (8 + (f.weights ? kF : 0));
 }
 std::uint64_t out_rows(const LookupFeature& f) {
   return static_cast<std::uint64_t>(f.pooling == Pooling::kNone ? f.num_keys : f.batch);
@@ -131,7 +132,8 @@ void Device::records_to_host(StreamView s, SlotPool pool, const Key* slots, std:
   do_records_host(s, pool, slots, n, rows, true);
 }
 
-void Device::init_records(StreamView s, SlotPool pool, std::int64_t first_slot, std::int64_t n, const RecordInit& init) {
+void Device::init_records(StreamView s, SlotPool pool, std::int64_t first_slot, std::int64_t n,
+                          const RecordInit& init) {
   if (n <= 0) return;
   counters_.add_hbm_write(static_cast<std::uint64_t>(n * pool.record_bytes()));
   do_init_records(s, pool, first_slot, n, init);

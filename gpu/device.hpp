@@ -112,7 +112,9 @@ class Buffer {
   ~Buffer();
   void* data() const noexcept { return ptr_; }
   template <class T>
-  T* as() const noexcept { return static_cast<T*>(ptr_); }
+  T* as() const noexcept {
+    return static_cast<T*>(ptr_);
+  }
   std::size_t bytes() const noexcept { return bytes_; }
 
  private:
@@ -138,10 +140,10 @@ using PinnedBuffer = detail::Buffer<true>;
 struct EmuOptions {
   std::size_t capacity = std::size_t{1} << 30;  ///< bytes of "HBM"; allocating past it fails like a full GPU
   int threads = 0;                              ///< oneTBB workers for kernels (0: all cores)
-  int max_delay_us = 0;                         ///< > 0: sleep a random 0..max µs before every stream op (race hunting)
-  std::uint64_t seed = 1;                       ///< seed of the delays
-  std::int64_t fail_after_ops = -1;             ///< >= 0: the op with this index (0-based, all streams) fails with a device fault
-  int numa_nodes = 1;                           ///< NUMA nodes for the host DRAM counters
+  int max_delay_us = 0;              ///< > 0: sleep a random 0..max µs before every stream op (race hunting)
+  std::uint64_t seed = 1;            ///< seed of the delays
+  std::int64_t fail_after_ops = -1;  ///< >= 0: the op with this index (0-based, all streams) fails with a device fault
+  int numa_nodes = 1;                ///< NUMA nodes for the host DRAM counters
 };
 
 /// A GPU, real or emulated. Thread-safe: several threads may issue work on distinct streams.

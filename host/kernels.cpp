@@ -186,9 +186,9 @@ namespace {
 // ascending position order. kDim > 0 fixes the dim at compile time (then `dim` must equal it); 0
 // takes it at run time. p_end: where the prefetches stop.
 template <std::int32_t kDim>
-inline void reduce_segment(const BagsView& bags, Pooling pooling, const UniqueView& unique,
-                           const std::int32_t* bag_of, const float* grads, std::int32_t run_dim, std::int64_t p_lo,
-                           std::int64_t p_hi, std::int64_t p_end, float* acc) {
+inline void reduce_segment(const BagsView& bags, Pooling pooling, const UniqueView& unique, const std::int32_t* bag_of,
+                           const float* grads, std::int32_t run_dim, std::int64_t p_lo, std::int64_t p_hi,
+                           std::int64_t p_end, float* acc) {
   const std::int32_t dim = kDim > 0 ? kDim : run_dim;
   std::fill(acc, acc + dim, 0.0f);
   for (std::int64_t p = p_lo; p < p_hi; ++p) {

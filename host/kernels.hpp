@@ -17,8 +17,8 @@ namespace strata {
 struct BagsView {
   const std::int64_t* offsets = nullptr;  ///< (batch + 1)
   std::int64_t batch = 0;
-  const Key* keys = nullptr;              ///< (offsets[batch]) row ids, already validated
-  const float* weights = nullptr;         ///< (offsets[batch]) or nullptr
+  const Key* keys = nullptr;       ///< (offsets[batch]) row ids, already validated
+  const float* weights = nullptr;  ///< (offsets[batch]) or nullptr
 };
 
 /// Pooled lookup: out[b] = scale(b) * sum_j w_j * row(keys[j]) over bag b (empty bags give zeros).
@@ -33,8 +33,8 @@ void gather_rows(RowRef table, const Key* keys, const float* weights, std::int64
 ///   grads: (batch, dim) for pooled tables, (num_keys, dim) for pooling none; host.
 ///   bag_of: (num_keys) bag of each key position (unused for pooling none).
 /// Rows not in `unique` are untouched.
-void backward_update(RowRef table, const BagsView& bags, Pooling pooling, UniqueView unique,
-                     const std::int32_t* bag_of, const float* grads, const OptimizerStep& step);
+void backward_update(RowRef table, const BagsView& bags, Pooling pooling, UniqueView unique, const std::int32_t* bag_of,
+                     const float* grads, const OptimizerStep& step);
 
 /// backward_update for callers whose keys are the table's rows (`cpu` mode), with the same result
 /// bit for bit, ordered for fewer cache misses: a row used once in the batch (most rows, unless

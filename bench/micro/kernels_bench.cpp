@@ -309,7 +309,14 @@ void BM_StepFindRepeatsL2(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kStepBatch * kBag);
   state.SetLabel(std::to_string(find_repeats_map_entries(kRows, scratch.l2_bytes)) + " map entries");
 }
-BENCHMARK(BM_StepFindRepeatsL2)->Arg(0)->Arg(512)->Arg(1024)->Arg(2048)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_StepFindRepeatsL2)
+    ->Arg(0)
+    ->Arg(512)
+    ->Arg(1024)
+    ->Arg(2048)
+    ->Arg(4096)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace strata

@@ -76,8 +76,8 @@ class CudaPinner final : public Pinner {
     const cudaError_t err = cudaHostRegister(addr, len, cudaHostRegisterPortable | cudaHostRegisterMapped);
     if (err == cudaSuccess) return Status::ok();
     (void)cudaGetLastError();  // not sticky: keep it out of later launch checks
-    return cuda_status(err, "cudaHostRegister(addr, len, cudaHostRegisterPortable | cudaHostRegisterMapped)",
-                       __FILE__, __LINE__)
+    return cuda_status(err, "cudaHostRegister(addr, len, cudaHostRegisterPortable | cudaHostRegisterMapped)", __FILE__,
+                       __LINE__)
         .with_context("cuda pinner: cannot pin host range [" + hex(addr) + ", " + hex(static_cast<char*>(addr) + len) +
                       ") of " + std::to_string(len) + " bytes");
   }
@@ -124,10 +124,7 @@ struct HostTask {
 class CudaDevice final : public Device {
  public:
   CudaDevice(DeviceInfo info, int numa_nodes, int sm_count)
-      : Device(std::move(info), numa_nodes),
-        ordinal_(this->info().ordinal),
-        sm_count_(sm_count),
-        pinner_(ordinal_) {}
+      : Device(std::move(info), numa_nodes), ordinal_(this->info().ordinal), sm_count_(sm_count), pinner_(ordinal_) {}
 
   Pinner& pinner() noexcept override { return pinner_; }
 

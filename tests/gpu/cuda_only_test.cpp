@@ -131,7 +131,8 @@ class CudaVsEmu : public ::testing::Test {
   }
   // n floats per side, pre-filled with that side's NaN.
   std::pair<float*, float*> output_both(std::size_t n) {
-    return {cuda_.upload(std::vector<float>(n, float_of(kCudaFill))), emu_.upload(std::vector<float>(n, float_of(kEmuFill)))};
+    return {cuda_.upload(std::vector<float>(n, float_of(kCudaFill))),
+            emu_.upload(std::vector<float>(n, float_of(kEmuFill)))};
   }
 
   Side cuda_;
@@ -153,9 +154,12 @@ std::vector<float> random_records(std::int64_t slots, std::int64_t stride, std::
 // Weights that exercise the sign of zero as well as ordinary values.
 float random_weight(std::mt19937_64& rng) {
   switch (rng() % 8) {
-    case 0: return 0.0f;
-    case 1: return -0.0f;
-    default: return std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng);
+    case 0:
+      return 0.0f;
+    case 1:
+      return -0.0f;
+    default:
+      return std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng);
   }
 }
 
@@ -310,7 +314,8 @@ TEST_F(CudaVsEmu, PackUnpackMatchEmuBitForBit) {
   const std::int64_t slots = 3000, stride = record_stride(dim, state_dim);
   std::vector<float> records = random_records(slots, stride, dim, rng);
   // NaN payloads and signed zeros must survive the move.
-  for (std::size_t i = 0; i < records.size(); i += 97) records[i] = float_of(0x7fa00000u + static_cast<std::uint32_t>(i % 1000));
+  for (std::size_t i = 0; i < records.size(); i += 97)
+    records[i] = float_of(0x7fa00000u + static_cast<std::uint32_t>(i % 1000));
   for (std::size_t i = 5; i < records.size(); i += 89) records[i] = -0.0f;
   auto [cpool, epool] = upload_both(records);
 
@@ -331,7 +336,8 @@ TEST_F(CudaVsEmu, PackUnpackMatchEmuBitForBit) {
   const std::vector<float> packed = cuda_.download(cpacked, static_cast<std::size_t>(n * stride));
   EXPECT_TRUE(same_bits(packed, emu_.download(epacked, static_cast<std::size_t>(n * stride))));
   for (std::int64_t i = 0; i < n; i += 101)
-    EXPECT_EQ(bits_of(packed[static_cast<std::size_t>(i * stride + 3)]), bits_of(records[static_cast<std::size_t>(from[static_cast<std::size_t>(i)] * stride + 3)]));
+    EXPECT_EQ(bits_of(packed[static_cast<std::size_t>(i * stride + 3)]),
+              bits_of(records[static_cast<std::size_t>(from[static_cast<std::size_t>(i)] * stride + 3)]));
 
   cuda_.dev->unpack_records(cuda_.s(), cp, cto, n, cpacked);
   emu_.dev->unpack_records(emu_.s(), ep, eto, n, epacked);
