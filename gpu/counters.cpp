@@ -41,6 +41,16 @@ std::size_t LinkCounters::clamp(int node) const noexcept {
   return static_cast<std::size_t>(std::clamp(node, 0, nodes_ - 1));
 }
 
+void LinkCounters::add_host_reads(const NodeBytes& b) noexcept {
+  for (int n = 0; n < kMaxNodes; ++n)
+    if (b.bytes[static_cast<std::size_t>(n)]) add_host_read(n, b.bytes[static_cast<std::size_t>(n)]);
+}
+
+void LinkCounters::add_host_writes(const NodeBytes& b) noexcept {
+  for (int n = 0; n < kMaxNodes; ++n)
+    if (b.bytes[static_cast<std::size_t>(n)]) add_host_write(n, b.bytes[static_cast<std::size_t>(n)]);
+}
+
 LinkBytes LinkCounters::snapshot() const {
   LinkBytes s;
   s.hbm_read = hbm_read_.load(std::memory_order_relaxed);

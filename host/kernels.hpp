@@ -1,8 +1,10 @@
 #pragma once
 // CPU kernels on oneTBB: gather-pool, unpooled gather, and the fused backward (gradient reduction
-// per unique row + optimizer update). `cpu` mode runs these on HostTables; the `emu` device runs
-// them on slot pools. All run in the caller's tbb::task_arena, block until done, and are
-// thread-safe for distinct outputs.
+// per unique row + optimizer update). `cpu` mode and the host side of `offload` and the sharded
+// modes run these on HostTables (the `emu` device runs the device kernel source instead,
+// gpu/kernels/). backward_update is the general form (any unique-row list; the device tests hold
+// the device kernels to it); the store's `cpu` path calls backward_update_by_bag. All run in the
+// caller's tbb::task_arena, block until done, and are thread-safe for distinct outputs.
 
 #include <cstdint>
 

@@ -662,13 +662,13 @@ class CachedEngine final : public Engine {
   // Host DRAM traffic of a zero-copy transfer, counted at issue (the device moves the bytes).
   void count_host(const Pool& pool, const std::vector<cache::Transfer>& rows, bool write) {
     const std::size_t bytes = static_cast<std::size_t>(pool.view.dim + pool.view.state_dim) * sizeof(float);
-    for (const cache::Transfer& x : rows) {
-      const HostTable& t = host_.at(pool.tables[static_cast<std::size_t>(x.table)]).table();
-      if (write) {
-        dev_.counters().add_host_write(t.node_of(x.row), bytes);
-      } else {
-        dev_.counters().add_host_read(t.node_of(x.row), bytes);
-      }
+    gpu::NodeBytes per_node;
+    for (const cache::Transfer& x : rows)
+      per_node.add(host_.at(pool.tables[static_cast<std::size_t>(x.table)]).table().node_of(x.row), bytes);
+    if (write) {
+      dev_.counters().add_host_writes(per_node);
+    } else {
+      dev_.counters().add_host_reads(per_node);
     }
   }
 

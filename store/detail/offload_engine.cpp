@@ -105,19 +105,20 @@ class OffloadEngine final : public Engine {
       g.sources = sources.dev;
       g.rows = b->st->dev_only<float>(static_cast<std::size_t>(g.unique * g.dim));
       std::int64_t next = 0;
+      gpu::NodeBytes read;  // the device reads each row from host memory: counted as cache fills are
       for (std::size_t i : g.feats) {
         const UniqueKeys& u = unique_[i];
+        const HostTable& table = tables_.at(f.table[i]).table();
         for (std::int64_t r = 0; r < u.size(); ++r, ++next) {
           const Key row = u.keys[static_cast<std::size_t>(r)];
           sources.host[next] = mapped_.row(f.table[i], row);
-          // The device reads the row from host memory: count it as the cached engine's fills do.
-          dev_.counters().add_host_read(tables_.at(f.table[i]).table().node_of(row),
-                                        static_cast<std::uint64_t>(g.dim) * sizeof(float));
+          read.add(table.node_of(row), static_cast<std::uint64_t>(g.dim) * sizeof(float));
           for (std::int64_t p = u.offsets[static_cast<std::size_t>(r)]; p < u.offsets[static_cast<std::size_t>(r) + 1];
                ++p)
             inverse[i][u.positions[static_cast<std::size_t>(p)]] = next;
         }
       }
+      dev_.counters().add_host_reads(read);
     }
     if (device_gather) {
       b->st->upload(copy_.view());

@@ -545,5 +545,35 @@ TEST(DeviceModes, OnePercentCachesMatchTheReference) {
   }
 }
 
+// The offload device gather reads each distinct row of a batch once from host memory, and counts
+// those reads (per node) in the host DRAM counters.
+TEST(DeviceModes, OffloadDeviceGatherCountsEachDistinctRowReadOnce) {
+  StoreConfig config;
+  config.threads = 2;
+  config.fake_numa_nodes = 2;
+  config.device.backend = BackendChoice::kEmu;
+  config.offload_gather = OffloadGather::kDevice;
+  TableConfig tc;
+  tc.spec.name = "t";
+  tc.spec.rows = 1000;
+  tc.spec.dim = 8;
+  tc.placement = Placement::kOffload;
+  config.tables.push_back(tc);
+  auto s = Store::open(config);
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  KeyBatch kb;
+  JaggedKeys f;
+  f.table = "t";
+  f.offsets = {0, 3, 3, 6};
+  f.keys = {1, 1, 2, 3, 999, 3};  // 4 distinct rows in 6 lookups
+  kb.features.push_back(f);
+  const std::uint64_t before = (*s)->stats().links.host_read_total();
+  ASSERT_TRUE((*s)->submit(0, kb).is_ok());
+  Buffers out = make_buffers(config, kb);
+  ASSERT_TRUE((*s)->forward(0, out.views).is_ok());
+  EXPECT_EQ((*s)->stats().links.host_read_total() - before, 4u * 8 * sizeof(float));
+  ASSERT_TRUE((*s)->discard(0).is_ok());
+}
+
 }  // namespace
 }  // namespace strata
