@@ -11,7 +11,7 @@
 
 namespace strata {
 
-/// Where a table's rows live and who computes on them (see ARCHITECTURE.md, "Placement modes").
+/// Where a table's rows live and who computes on them (see docs/architecture.md, "Placement modes").
 enum class Placement {
   kCpu = 0,      ///< NUMA host arenas, CPU kernels
   kOffload = 1,  ///< pinned host rows; the device reads them zero-copy or the CPU pools them (see OffloadGather)
