@@ -394,6 +394,7 @@ std::string render_html_report(const json& results, const HtmlReportOptions& opt
         {"forward lookups/s", numeric("forward_lookups_per_s", Unit::kCount), true},
         {"train lookups/s", numeric("train_lookups_per_s", Unit::kCount), true},
         {"forward / gather limit", numeric("forward_fraction_of_gather_limit", Unit::kFraction), true},
+        {"step floor / step", numeric("train_fraction_of_step_floor", Unit::kFraction), true},
         {"step p50", numeric("step_ms_p50", Unit::kMs), true},
         {"step p99", numeric("step_ms_p99", Unit::kMs), true},
         {"hit rate", numeric("hit_rate", Unit::kFraction), true},
