@@ -44,7 +44,8 @@ struct StoreStats {
 /// Training step protocol, per batch id (any int64, unique among batches in flight):
 ///   [preview(id, batch)] -> submit(id, batch) -> forward(id, outputs) -> backward(id, grads)
 ///   (or discard(id) for inference)
-/// Several batches may be in flight (submitted, not yet backward); later modes prefetch them.
+/// Several batches may be in flight (submitted, not yet backward); `cached` tables prefetch their
+/// missing rows for them at submit.
 /// Previews (optional) announce the keys of batches further ahead to the cache planner.
 /// forward reads the rows as of the call; backward applies the optimizer to the rows the batch used.
 /// Every call validates all its input before changing anything: on error nothing changed.

@@ -1,6 +1,6 @@
 #pragma once
 // Engine: what one placement mode does for the tables placed in it. The store validates, tracks
-// batches in flight and fans out to its engines (cpu, offload, cached; gpu and hybrid later); an
+// batches in flight and fans out to its engines (cpu, offload, cached, gpu, hybrid); an
 // engine serves several tables at once so that device work can be table-batched. Engines receive
 // only validated input and run inside the store's oneTBB arena, one call at a time.
 
