@@ -233,7 +233,8 @@ class StoreImpl final : public Store {
   }
 
   Status backward(std::int64_t id, const std::vector<ConstMatrixView>& grads) override {
-    auto found = detail::find_batch(batches_, id, config_, grads, "gradient", true);
+    // In the arena: the gradients' finiteness check reads them on the store's threads.
+    auto found = arena_.execute([&] { return detail::find_batch(batches_, id, config_, grads, "gradient", true); });
     if (!found) return refuse("backward", id, found.status());
     Entry& e = *found.value();
     // A failed device applies nothing, not even to the tables in host memory: the batch stays in
