@@ -42,6 +42,19 @@ constexpr int kSteps = 24;   // training steps
 constexpr int kAhead = 3;    // batches submitted ahead of the one being trained
 constexpr int kBagKeys = 4;  // keys per bag
 
+// One table: its shape, optimizer and placement.
+strata::TableConfig table(const char* name, std::int64_t rows, std::int32_t dim, strata::OptimizerKind optimizer,
+                          float learning_rate, strata::Placement placement) {
+  strata::TableConfig t;
+  t.spec.name = name;
+  t.spec.rows = rows;
+  t.spec.dim = dim;
+  t.spec.optimizer.kind = optimizer;
+  t.spec.optimizer.learning_rate = learning_rate;
+  t.placement = placement;
+  return t;
+}
+
 strata::StoreConfig make_config() {
   strata::StoreConfig config;
   config.threads = 2;
@@ -50,35 +63,16 @@ strata::StoreConfig make_config() {
   config.cache.policy = strata::cache::Policy::kLookahead;
   config.cache.lookahead = kAhead - 1;  // the planner sees the batches submitted behind the one it plans
   config.cache.max_in_flight = kAhead + 1;
-
-  strata::TableConfig user;  // large and skewed: rows in host memory, the hot ones cached on the device
-  user.spec.name = "user";
-  user.spec.rows = 50'000;
-  user.spec.dim = 16;
-  user.spec.optimizer.kind = strata::OptimizerKind::kRowwiseAdagrad;
-  user.spec.optimizer.learning_rate = 0.05f;
-  user.placement = strata::Placement::kCached;
-  user.cache.fraction = 0.05;
-  config.tables.push_back(user);
-
-  strata::TableConfig item;  // pinned host rows the device reads zero-copy
-  item.spec.name = "item";
-  item.spec.rows = 20'000;
-  item.spec.dim = 16;
-  item.spec.optimizer.kind = strata::OptimizerKind::kAdagrad;
-  item.spec.optimizer.learning_rate = 0.05f;
-  item.placement = strata::Placement::kOffload;
-  config.tables.push_back(item);
-
-  strata::TableConfig country;  // small: CPU kernels on host rows
-  country.spec.name = "country";
-  country.spec.rows = 200;
-  country.spec.dim = 8;
-  country.spec.pooling = strata::Pooling::kMean;
-  country.spec.optimizer.kind = strata::OptimizerKind::kSgd;
-  country.spec.optimizer.learning_rate = 0.1f;
-  country.placement = strata::Placement::kCpu;
-  config.tables.push_back(country);
+  // Large and skewed: rows in pinned host memory, the hot ones cached on the device (5% of the rows).
+  config.tables.push_back(
+      table("user", 50'000, 16, strata::OptimizerKind::kRowwiseAdagrad, 0.05f, strata::Placement::kCached));
+  config.tables.back().cache.fraction = 0.05;
+  // Pinned host rows that the device reads zero-copy.
+  config.tables.push_back(
+      table("item", 20'000, 16, strata::OptimizerKind::kAdagrad, 0.05f, strata::Placement::kOffload));
+  // Small: CPU kernels on host rows, mean pooling.
+  config.tables.push_back(table("country", 200, 8, strata::OptimizerKind::kSgd, 0.1f, strata::Placement::kCpu));
+  config.tables.back().spec.pooling = strata::Pooling::kMean;
   return config;
 }
 
