@@ -83,8 +83,8 @@ usage() {
   cat <<'USAGE'
 usage: ./strata.sh COMMAND [ARGS]
   setup [--peers]     install missing Debian packages (idempotent; --peers adds python3-torch)
-  build [PRESET]      configure and build (presets: default, asan, tsan)
-  test  [PRESET]      build and run every test with ctest
+  build [PRESET]      configure and build (presets: default, asan, tsan, minimal)
+  test  [PRESET]      build and run the preset's tests with ctest (all but for minimal)
   bench [FLAGS]       run strata-bench on the built-in workload with a cache sweep (flags go to strata-bench)
   peers [FLAGS]       Strata cpu mode vs torch.nn.EmbeddingBag on the same keys, with ratios
 USAGE
