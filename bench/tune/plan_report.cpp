@@ -4,21 +4,12 @@
 #include <sstream>
 
 #include "bench/report_html.hpp"
+#include "bench/tune/text.hpp"
 
 namespace strata::tune {
 namespace {
 
 using bench::html_escape;
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-std::string gb(double bytes) { return fmt("%.3g GB", bytes / 1e9); }
-std::string pct(double x) { return x < 0 ? "-" : fmt("%.1f%%", 100 * x); }
-std::string ms(double s) { return fmt("%.3g ms", s * 1e3); }
 
 std::string gather_note(const HardwareProfile& p) {
   return has_gather_rates(p) ? "random-row gathers at the profile's measured rates"
@@ -31,8 +22,9 @@ std::string cache_cell(const TablePlan& t) {
 }
 
 std::string mode_line(const UniformMode& m) {
-  return m.mode + ": " + (m.fits ? "step " + ms(m.step.step_s) + ", " + m.step.bottleneck : "does not fit") + " (" +
-         m.note + (m.note.empty() ? "" : "; ") + "HBM " + gb(m.hbm_bytes) + ", host " + gb(m.host_bytes) + ")";
+  return m.mode + ": " + (m.fits ? "step " + ms_text(m.step.step_s) + ", " + m.step.bottleneck : "does not fit") +
+         " (" + m.note + (m.note.empty() ? "" : "; ") + "HBM " + bytes_text(m.hbm_bytes) + ", host " +
+         bytes_text(m.host_bytes) + ")";
 }
 
 // A curve's (fraction, hit rate) points: LRU and, where computed, Belady.
@@ -54,7 +46,8 @@ std::string console_summary(const Plan& plan, const ReportContext& c) {
   std::ostringstream o;
   o << "strata-tune plan: " << c.source << "\n";
   if (c.profile) o << "profile " << c.profile->name << ": " << gather_note(*c.profile) << "\n";
-  o << "budgets: HBM " << gb(c.options.hbm_budget_bytes) << ", host " << gb(c.options.host_budget_bytes) << "\n\n";
+  o << "budgets: HBM " << bytes_text(c.options.hbm_budget_bytes) << ", host " << bytes_text(c.options.host_budget_bytes)
+    << "\n\n";
   char line[256];
   std::snprintf(line, sizeof line, "%-16s %12s %5s %-9s %11s %7s %7s %10s %10s\n", "table", "rows", "dim", "placement",
                 "cache rows", "LRU", "Belady", "HBM", "host");
@@ -64,18 +57,18 @@ std::string console_summary(const Plan& plan, const ReportContext& c) {
     const TableSpec& s = plan.config.tables[t].spec;
     std::snprintf(line, sizeof line, "%-16s %12lld %5d %-9s %11s %7s %7s %10s %10s\n", p.name.c_str(),
                   static_cast<long long>(s.rows), s.dim, to_string(p.placement), cache_cell(p).c_str(),
-                  pct(p.hit_rate).c_str(), pct(p.belady).c_str(), gb(p.cost.hbm_bytes).c_str(),
-                  gb(p.cost.host_bytes).c_str());
+                  percent_text(p.hit_rate).c_str(), percent_text(p.belady).c_str(),
+                  bytes_text(p.cost.hbm_bytes).c_str(), bytes_text(p.cost.host_bytes).c_str());
     o << line << "  why: " << p.why << "\n";
   }
-  o << "\nplan: step " << ms(plan.step.step_s) << " (" << plan.step.explanation << ")\n";
-  o << "memory: HBM " << gb(plan.hbm_bytes) << " of " << gb(c.options.hbm_budget_bytes) << ", host "
-    << gb(plan.host_bytes) << " of " << gb(c.options.host_budget_bytes) << "\n";
+  o << "\nplan: step " << ms_text(plan.step.step_s) << " (" << plan.step.explanation << ")\n";
+  o << "memory: HBM " << bytes_text(plan.hbm_bytes) << " of " << bytes_text(c.options.hbm_budget_bytes) << ", host "
+    << bytes_text(plan.host_bytes) << " of " << bytes_text(c.options.host_budget_bytes) << "\n";
   o << "uniform modes:\n";
   for (const UniformMode& m : plan.uniform) o << "  " << mode_line(m) << "\n";
   for (const HitCurve& pool : c.pools) {
     o << pool.name << " (" << pool.tables.size() << " tables) LRU:";
-    for (const CurvePoint& p : pool.points) o << " " << p.rows << " rows " << pct(p.lru) << ";";
+    for (const CurvePoint& p : pool.points) o << " " << p.rows << " rows " << percent_text(p.lru) << ";";
     o << "\n";
   }
   return o.str();
@@ -91,19 +84,20 @@ std::string html_report(const Plan& plan, const ReportContext& c) {
       << "</p>";
   o << "</header>\n";
 
-  o << "<section class=\"summary\" id=\"plan\"><h2>Plan</h2><p>modelled step " << html_escape(ms(plan.step.step_s))
-    << ": " << html_escape(plan.step.explanation) << "</p><p>HBM " << html_escape(gb(plan.hbm_bytes)) << " of "
-    << html_escape(gb(c.options.hbm_budget_bytes)) << ", host " << html_escape(gb(plan.host_bytes)) << " of "
-    << html_escape(gb(c.options.host_budget_bytes)) << "</p><table><tr><th>table</th><th>rows</th><th>dim</th>"
+  o << "<section class=\"summary\" id=\"plan\"><h2>Plan</h2><p>modelled step " << html_escape(ms_text(plan.step.step_s))
+    << ": " << html_escape(plan.step.explanation) << "</p><p>HBM " << html_escape(bytes_text(plan.hbm_bytes)) << " of "
+    << html_escape(bytes_text(c.options.hbm_budget_bytes)) << ", host " << html_escape(bytes_text(plan.host_bytes))
+    << " of " << html_escape(bytes_text(c.options.host_budget_bytes))
+    << "</p><table><tr><th>table</th><th>rows</th><th>dim</th>"
     << "<th>placement</th><th>cache rows</th><th>LRU hit</th><th>Belady</th><th>HBM</th><th>host</th><th>why</th></tr>";
   for (std::size_t t = 0; t < plan.tables.size(); ++t) {
     const TablePlan& p = plan.tables[t];
     const TableSpec& s = plan.config.tables[t].spec;
     o << "<tr><td>" << html_escape(p.name) << "</td><td class=\"n\">" << s.rows << "</td><td class=\"n\">" << s.dim
       << "</td><td>" << to_string(p.placement) << "</td><td class=\"n\">" << html_escape(cache_cell(p))
-      << "</td><td class=\"n\">" << html_escape(pct(p.hit_rate)) << "</td><td class=\"n\">"
-      << html_escape(pct(p.belady)) << "</td><td class=\"n\">" << html_escape(gb(p.cost.hbm_bytes))
-      << "</td><td class=\"n\">" << html_escape(gb(p.cost.host_bytes)) << "</td><td>" << html_escape(p.why)
+      << "</td><td class=\"n\">" << html_escape(percent_text(p.hit_rate)) << "</td><td class=\"n\">"
+      << html_escape(percent_text(p.belady)) << "</td><td class=\"n\">" << html_escape(bytes_text(p.cost.hbm_bytes))
+      << "</td><td class=\"n\">" << html_escape(bytes_text(p.cost.host_bytes)) << "</td><td>" << html_escape(p.why)
       << "</td></tr>";
   }
   o << "</table></section>\n<section class=\"summary\" id=\"modes\"><h2>Uniform modes</h2><ul>";
@@ -113,7 +107,7 @@ std::string html_report(const Plan& plan, const ReportContext& c) {
   const auto chart = [&](const HitCurve& curve, const std::string& id) {
     o << "<section class=\"chart\" id=\"" << html_escape(id) << "\"><h2>" << html_escape(curve.name)
       << "</h2><p class=\"note\">" << curve.rows << " rows; a step needs at least " << curve.lru.min_capacity()
-      << " rows; every row cached: " << html_escape(pct(curve.lru.hit_rate_at(curve.rows))) << "</p>"
+      << " rows; every row cached: " << html_escape(percent_text(curve.lru.hit_rate_at(curve.rows))) << "</p>"
       << bench::hit_rate_chart("hit rate of " + curve.name + " against cache size", curve_lines(curve),
                                "cache size (fraction of the rows)")
       << "</section>\n";

@@ -6,28 +6,12 @@
 #include <numeric>
 #include <utility>
 
+#include "bench/tune/text.hpp"
+
 namespace strata::tune {
 namespace {
 
 constexpr Placement kOff[] = {Placement::kOffload, Placement::kCpu};
-
-std::string gb(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g GB", bytes / 1e9);
-  return buf;
-}
-
-std::string pct(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f%%", 100 * x);
-  return buf;
-}
-
-std::string ms(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g ms", s * 1e3);
-  return buf;
-}
 
 // The load of a table before its curve is known: every key counted as distinct.
 TableLoad upper_load(const TableTrace& t) {
@@ -102,18 +86,18 @@ Cut find_cut(const std::vector<std::size_t>& order, const Split& s, const PlanOp
 }
 
 Status infeasible(const Cut& cut, const PlanOptions& o, std::size_t tables) {
-  return Status::invalid_argument("budgets too small: --hbm-budget " + gb(o.hbm_budget_bytes) + " and --host-budget " +
-                                  gb(o.host_budget_bytes) + " hold no placement of the " + std::to_string(tables) +
-                                  " tables (coldest off the GPU first); smallest feasible: " + "--host-budget " +
-                                  gb(cut.min_host_for_hbm) + " with this HBM budget, or --hbm-budget " +
-                                  gb(cut.min_hbm_for_host) + " with this host budget");
+  return Status::invalid_argument(
+      "budgets too small: --hbm-budget " + bytes_text(o.hbm_budget_bytes) + " and --host-budget " +
+      bytes_text(o.host_budget_bytes) + " hold no placement of the " + std::to_string(tables) +
+      " tables (coldest off the GPU first); smallest feasible: " + "--host-budget " + bytes_text(cut.min_host_for_hbm) +
+      " with this HBM budget, or --hbm-budget " + bytes_text(cut.min_hbm_for_host) + " with this host budget");
 }
 
 Status check_options(const PlanOptions& o) {
   if (!(o.hbm_budget_bytes >= 0) || !std::isfinite(o.hbm_budget_bytes))
-    return Status::invalid_argument("--hbm-budget " + gb(o.hbm_budget_bytes) + " (expected >= 0)");
+    return Status::invalid_argument("--hbm-budget " + bytes_text(o.hbm_budget_bytes) + " (expected >= 0)");
   if (!(o.host_budget_bytes >= 0) || !std::isfinite(o.host_budget_bytes))
-    return Status::invalid_argument("--host-budget " + gb(o.host_budget_bytes) + " (expected >= 0)");
+    return Status::invalid_argument("--host-budget " + bytes_text(o.host_budget_bytes) + " (expected >= 0)");
   if (o.cost.max_in_flight < 1)
     return Status::invalid_argument("--max-in-flight " + std::to_string(o.cost.max_in_flight) + " (expected >= 1)");
   return Status::ok();
@@ -170,7 +154,8 @@ Result<std::vector<UniformMode>> uniform_modes(const TuneInput& input, const std
     m.hbm_bytes = e.hbm;
     m.host_bytes = e.host;
     m.fits = e.hbm <= o.hbm_budget_bytes && e.host <= o.host_budget_bytes;
-    if (!m.fits && m.note.empty()) m.note = "needs " + gb(e.hbm) + " HBM and " + gb(e.host) + " host memory";
+    if (!m.fits && m.note.empty())
+      m.note = "needs " + bytes_text(e.hbm) + " HBM and " + bytes_text(e.host) + " host memory";
   };
   for (const Placement p : {Placement::kGpu, Placement::kOffload, Placement::kCpu}) {
     UniformMode m;
@@ -199,11 +184,12 @@ Result<std::vector<UniformMode>> uniform_modes(const TuneInput& input, const std
       costs.push_back(std::move(c));
     }
     fill(m, costs);
-    m.note = "caches of " + pct(f) + " of each table's rows";
+    m.note = "caches of " + percent_text(f) + " of each table's rows";
     best = m;
     if (m.fits) break;
   }
-  if (!best.fits) best.note += ": " + gb(best.hbm_bytes) + " HBM and " + gb(best.host_bytes) + " host even so";
+  if (!best.fits)
+    best.note += ": " + bytes_text(best.hbm_bytes) + " HBM and " + bytes_text(best.host_bytes) + " host even so";
   out.insert(out.begin() + 1, std::move(best));
   return out;
 }
@@ -332,13 +318,13 @@ Result<Plan> make_plan(const TuneInput& input, const std::vector<HitCurve>& curv
     std::snprintf(heat, sizeof heat, "%.3g distinct rows per step per GB of HBM",
                   loads[t].distinct / split.gpu_hbm[t] * 1e9);
     if (rank_off[t] < 0) {
-      tp.why = cut.leave == 0
-                   ? "every table fits in HBM (" + gb(all_gpu) + " of the " + gb(o.hbm_budget_bytes) + " budget)"
-                   : std::string("hot enough to stay in HBM (") + heat + ")";
+      tp.why = cut.leave == 0 ? "every table fits in HBM (" + bytes_text(all_gpu) + " of the " +
+                                    bytes_text(o.hbm_budget_bytes) + " budget)"
+                              : std::string("hot enough to stay in HBM (") + heat + ")";
     } else {
       tp.why = "off the GPU to fit the HBM budget: cold (" + std::string(heat) + ", " +
                std::to_string(rank_off[t] + 1) + " of " + std::to_string(cut.leave) + " coldest, " +
-               gb(split.gpu_hbm[t]) + " as gpu); ";
+               bytes_text(split.gpu_hbm[t]) + " as gpu); ";
       // The step with this table in each other option, for the comparison.
       const auto step_with = [&](std::size_t i) {
         std::vector<std::size_t> p = pick;
@@ -346,19 +332,19 @@ Result<Plan> make_plan(const TuneInput& input, const std::vector<HitCurve>& curv
         return evaluate(costs_of(p), profile).step.step_s;
       };
       if (opt.placement == Placement::kCached) {
-        char buf[160];
-        std::snprintf(buf, sizeof buf,
-                      "cached %lld rows (%.2g%% of its rows): LRU hit rate %s; step %s against %s as offload",
-                      static_cast<long long>(opt.cache_rows),
-                      100.0 * static_cast<double>(opt.cache_rows) / static_cast<double>(spec.rows),
-                      pct(opt.hit_rate).c_str(), ms(cur.step.step_s).c_str(), ms(step_with(0)).c_str());
+        char buf[256];
+        std::snprintf(
+            buf, sizeof buf, "cached %lld rows (%.2g%% of its rows): LRU hit rate %s; step %s against %s as offload",
+            static_cast<long long>(opt.cache_rows),
+            100.0 * static_cast<double>(opt.cache_rows) / static_cast<double>(spec.rows),
+            percent_text(opt.hit_rate).c_str(), ms_text(cur.step.step_s).c_str(), ms_text(step_with(0)).c_str());
         tp.why += buf;
         STRATA_ASSIGN_OR_RETURN(const cache::BeladyHits b, cache::belady_hits(input.tables[t].keys, opt.cache_rows));
         tp.belady = b.hit_rate();
       } else {
         const std::size_t other = pick[t] == 0 ? 1 : 0;
-        tp.why += std::string(to_string(opt.placement)) + ": step " + ms(cur.step.step_s) + " against " +
-                  ms(step_with(other)) + " as " + to_string(options[t][other].placement) +
+        tp.why += std::string(to_string(opt.placement)) + ": step " + ms_text(cur.step.step_s) + " against " +
+                  ms_text(step_with(other)) + " as " + to_string(options[t][other].placement) +
                   "; no cache size within the HBM left pays more";
       }
     }

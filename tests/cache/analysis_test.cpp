@@ -472,6 +472,24 @@ TEST(AnalysisRandom, LruMatchesListSimulationAtEveryCapacity) {
   }
 }
 
+// Long traces over few keys: the curve's access times are compacted many times over (they run out
+// every distinct_keys accesses or so); every capacity must still match the list simulations.
+TEST(AnalysisRandom, LruMatchesListSimulationOnLongTraces) {
+  std::mt19937_64 rng(11);
+  for (int iter = 0; iter < 6; ++iter) {
+    const std::int64_t universe = std::uniform_int_distribution<std::int64_t>(20, 400)(rng);
+    const std::int64_t max_batch = std::uniform_int_distribution<std::int64_t>(1, 32)(rng);
+    const KeyTrace t = random_trace(rng, 20000, universe, 0.8, 0, max_batch);
+    const std::int64_t d = count_distinct(t);
+    const LruCurve every = curve_of(t, PerBatch::kEveryAccess);
+    const LruCurve per_batch = curve_of(t, PerBatch::kDistinct);
+    for (const std::int64_t cap : {std::int64_t{1}, d / 10, d / 3, d / 2, d - 1, d}) {
+      ASSERT_EQ(every.hits_at(cap), brute_lru_every_access(t, cap)) << "iter " << iter << " capacity " << cap;
+      ASSERT_EQ(per_batch.hits_at(cap), brute_lru_batch_stack(t, cap)) << "iter " << iter << " capacity " << cap;
+    }
+  }
+}
+
 TEST(AnalysisRandom, BeladyIsOptimalOnTinyTraces) {
   std::mt19937_64 rng(2);
   int compared = 0;
