@@ -23,8 +23,9 @@
 // local bytes run at the sum of the nodes' local bandwidth, remote bytes at the sum of their remote
 // bandwidth, both divided by ModelOptions::ranks_per_host (ranks sharing the host's memory).
 //
-// Random-row gathers. StepBytes::host_gathers lists the part of host_read that is random rows
-// (a gather of `rows` rows of `row_bytes` bytes each). When the profile has gather rates (every
+// Random-row gathers. StepBytes::host_gathers lists the part of host_read + host_write that is
+// random rows (a gather of `rows` rows of `row_bytes` bytes each; row writes, e.g. an optimizer's
+// or a cache's write-back, are listed too and priced as gathers of their size). When the profile has gather rates (every
 // NUMA node lists NumaNodeProfile::gather, measured by `strata-tune calibrate`), such a gather
 // costs rows / rate(row_bytes) seconds instead of bytes / sequential bandwidth: the rate is the sum
 // over the nodes of their local rate (remote for the host_remote share, as for bytes), divided by
@@ -129,8 +130,9 @@ struct StepBytes {
   double host_remote = 0;  ///< part of host_read + host_write that crosses NUMA nodes (<= their sum)
   double all_to_all = 0;   ///< bytes this rank sends in all-to-all exchanges
   double launches = 0;     ///< kernel launches
-  /// Random-row gathers that are part of host_read (their bytes, rows x row_bytes, are counted in
-  /// host_read too); priced by the profile's gather rates where it has them (header comment).
+  /// Random rows read or written that are part of host_read + host_write (their bytes, rows x
+  /// row_bytes, are counted there too); priced by the profile's gather rates where it has them
+  /// (header comment).
   std::vector<RowGather> host_gathers;
 };
 
