@@ -32,6 +32,22 @@ int run_calibrate(const CalibrateArgs& a) {
     if (Status s = check_output(a.out, "--out"); !s.is_ok()) return fail(s.message());
   auto profile = calibrate(o, progress_printer(true));
   if (!profile) return fail(profile.status().message(), 1);
+  // Where each number came from, on stderr (the profile itself goes to --out or stdout).
+  const auto origin = [](const ProfileNumber& n) {
+    return n.source.rfind("measured here", 0) == 0 ? std::string("measured here")
+                                                   : n.source.substr(0, n.source.find(':'));
+  };
+  std::cerr << "strata-tune calibrate: gpus, hbm_gbs, pcie_h2d_gbs, pcie_d2h_gbs, pcie_latency_us, all_to_all_gbs, "
+               "kernel_launch_us, hbm_capacity_gb: "
+            << origin(profile->hbm_gbs)
+            << " (no GPU is measured yet); host_memory_gb: " << origin(profile->host_memory_gb) << "\n";
+  for (std::size_t i = 0; i < profile->numa_nodes.size(); ++i) {
+    const NumaNodeProfile& n = profile->numa_nodes[i];
+    std::cerr << "  numa node " << i << ": sequential read " << n.local_gbs.value << " GB/s local, "
+              << n.remote_gbs.value << " GB/s remote (" << origin(n.remote_gbs) << "); gather rows/s local:";
+    for (const GatherRate& g : n.gather) std::cerr << " " << g.row_bytes << " B " << g.local_rows_per_s.value;
+    std::cerr << " (measured here)\n";
+  }
   const std::string json = hardware_profile_to_json(*profile) + "\n";
   if (a.out.empty()) {
     std::cout << json;

@@ -202,9 +202,8 @@ TEST(TunePlanner, PlanIsAStoreConfigStoreOpenAccepts) {
   EXPECT_TRUE(mixed) << to_json(plan->config);
   auto parsed = parse_store_config(to_json(plan->config));
   ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
-  StoreConfig config = parsed.value();
-  config.device.backend = BackendChoice::kEmu;  // no GPU in the test machine
-  auto store = Store::open(config);
+  const StoreConfig& config = parsed.value();
+  auto store = Store::open(config);  // as is: backend auto (the emulated device without a GPU)
   ASSERT_TRUE(store.is_ok()) << store.status().to_string() << "\n" << to_json(plan->config);
   for (std::size_t t = 0; t < plan->tables.size(); ++t)
     if (plan->tables[t].placement == Placement::kCached) {
