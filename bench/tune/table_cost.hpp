@@ -32,10 +32,10 @@
 
 namespace strata::tune {
 
-/// Host bytes per cache slot of the key->slot index and the eviction order (estimate: an 8-byte
-/// key and a 4-byte slot in an open-addressed map kept at most 75% full, plus the slot's entry in
-/// the eviction order and its flags).
-inline constexpr double kCacheIndexBytesPerSlot = 32;
+/// Host bytes per cache slot of the pool's bookkeeping (estimate from cache/cache_pool.hpp: the
+/// 32-byte slot record, the key map's entry of about 16 bytes at its load, the slot's version and
+/// eviction-order entry).
+inline constexpr double kCacheIndexBytesPerSlot = 64;
 
 /// Per-step shape of one table's keys.
 struct TableLoad {
