@@ -33,11 +33,11 @@ struct PlanArgs {
   std::string optimizer = "sgd";
   int max_in_flight = 8;
   int threads = 0;
-  int points = 16;       ///< curve points per table
-  bool belady = true;    ///< Belady's optimum at the curve points
-  std::string out;       ///< plan.json
-  std::string html;      ///< report.html
-  bool progress = true;  ///< progress lines on stderr when it is a terminal
+  int points = 16;        ///< curve points per table
+  int belady_points = 4;  ///< curve points per table with Belady's optimum (0: none)
+  std::string out;        ///< plan.json
+  std::string html;       ///< report.html
+  bool progress = true;   ///< progress lines on stderr when it is a terminal
 };
 
 /// Resolves --profile/--from: an existing file, else bench/profiles/NAME.json. Sets `path`.

@@ -28,18 +28,24 @@ std::vector<std::int64_t> log_sizes(std::int64_t lo, std::int64_t hi, int count)
 namespace {
 
 Result<HitCurve> curve_of(const cache::KeyTrace& keys, std::string name, std::vector<std::string> tables,
-                          std::int64_t rows, int points, bool with_belady) {
+                          std::int64_t rows, int points, int belady_points) {
   HitCurve c;
   c.name = std::move(name);
   c.tables = std::move(tables);
   c.rows = rows;
   STRATA_ASSIGN_OR_RETURN(c.lru, cache::lru_curve(keys, cache::PerBatch::kDistinct));
   const std::int64_t lo = std::max<std::int64_t>(1, c.lru.min_capacity());
-  for (const std::int64_t size : log_sizes(lo, std::max(lo, rows), points)) {
+  const std::vector<std::int64_t> sizes = log_sizes(lo, std::max(lo, rows), points);
+  const std::size_t n = sizes.size();
+  const std::size_t belady = std::min<std::size_t>(n, static_cast<std::size_t>(std::max(0, belady_points)));
+  std::vector<bool> with_belady(n, false);  // `belady` indices spread evenly, the ends included
+  for (std::size_t k = 0; k < belady; ++k) with_belady[belady == 1 ? n - 1 : k * (n - 1) / (belady - 1)] = true;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t size = sizes[i];
     CurvePoint p;
     p.rows = size;
     p.lru = c.lru.hit_rate_at(size);
-    if (with_belady) {
+    if (with_belady[i]) {
       STRATA_ASSIGN_OR_RETURN(const cache::BeladyHits b, cache::belady_hits(keys, size));
       p.belady = b.hit_rate();
     }
@@ -50,8 +56,8 @@ Result<HitCurve> curve_of(const cache::KeyTrace& keys, std::string name, std::ve
 
 }  // namespace
 
-Result<HitCurve> table_curve(const TableTrace& table, int points, bool with_belady) {
-  return curve_of(table.keys, table.spec.name, {table.spec.name}, table.spec.rows, points, with_belady);
+Result<HitCurve> table_curve(const TableTrace& table, int points, int belady_points) {
+  return curve_of(table.keys, table.spec.name, {table.spec.name}, table.spec.rows, points, belady_points);
 }
 
 Result<std::vector<HitCurve>> pool_curves(const TuneInput& input, int points) {
@@ -87,7 +93,7 @@ Result<std::vector<HitCurve>> pool_curves(const TuneInput& input, int points) {
     STRATA_ASSIGN_OR_RETURN(
         HitCurve c,
         curve_of(pool, "pool (dim " + std::to_string(shape.first) + ", state " + std::to_string(shape.second) + ")",
-                 std::move(names), rows, points, false));
+                 std::move(names), rows, points, 0));
     out.push_back(std::move(c));
   }
   return out;

@@ -37,9 +37,10 @@ struct HitCurve {
 std::vector<std::int64_t> log_sizes(std::int64_t lo, std::int64_t hi, int count);
 
 /// The curve of one table: LRU at every size, and at `points` log-spaced sizes from the smallest
-/// cache that holds a step (min_capacity) to the table's rows the LRU rate and, where
-/// `with_belady`, Belady's optimum.
-Result<HitCurve> table_curve(const TableTrace& table, int points, bool with_belady);
+/// cache that holds a step (min_capacity) to the table's rows the LRU rate and, at
+/// `belady_points` of them spread evenly (0: none; each is one pass over the trace, several times
+/// the LRU curve's cost), Belady's optimum.
+Result<HitCurve> table_curve(const TableTrace& table, int points, int belady_points);
 
 /// The curves of the shared pools: the tables of each (dim, optimizer state) shape that has more
 /// than one table, their keys tagged by table (cache::cache_key) so that rows of different tables

@@ -48,6 +48,7 @@ int run_plan(const PlanArgs& a) {
   po.cost.numa_nodes = static_cast<int>(profile->numa_nodes.size());
   if (a.max_in_flight < 1) return fail("--max-in-flight " + std::to_string(a.max_in_flight) + " (expected >= 1)");
   if (a.points < 2) return fail("--points " + std::to_string(a.points) + " (expected >= 2)");
+  if (a.belady_points < 0) return fail("--belady-points " + std::to_string(a.belady_points) + " (expected >= 0)");
   auto optimizer = parse_optimizer(a.optimizer);
   if (!optimizer) return fail("--optimizer: " + optimizer.status().message());
   for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--out", a.out}, {"--html", a.html}})
@@ -72,7 +73,7 @@ int run_plan(const PlanArgs& a) {
   ctx.options = po;
   for (const TableTrace& t : input->tables) {
     if (progress) progress("curves of table " + t.spec.name);
-    auto c = table_curve(t, a.points, a.belady);
+    auto c = table_curve(t, a.points, a.belady_points);
     if (!c) return fail(c.status().message(), 1);
     ctx.tables.push_back(std::move(c).value());
   }

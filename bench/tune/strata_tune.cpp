@@ -37,7 +37,8 @@ int main(int argc, char** argv) {
   plan->add_option("--max-in-flight", p.max_in_flight, "batches in flight (staging)");
   plan->add_option("--threads", p.threads, "store worker threads (0: all cores)");
   plan->add_option("--points", p.points, "curve points per table in the reports");
-  plan->add_flag("!--no-belady", p.belady, "skip Belady's optimum at the curve points");
+  plan->add_option("--belady-points", p.belady_points,
+                   "curve points per table with Belady's optimum (0: none; each a pass over the keys)");
   plan->add_flag("!--no-progress", p.progress, "no progress lines");
   plan->add_option("--out", p.out, "write the plan as a store config (JSON)");
   plan->add_option("--html", p.html, "write the report as a self-contained HTML page");

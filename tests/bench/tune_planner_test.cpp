@@ -68,7 +68,7 @@ TuneInput make_input(const std::vector<std::int64_t>& rows, const std::vector<in
 std::vector<HitCurve> curves_of(const TuneInput& in) {
   std::vector<HitCurve> out;
   for (const TableTrace& t : in.tables) {
-    auto c = table_curve(t, 8, false);
+    auto c = table_curve(t, 8, 0);
     EXPECT_TRUE(c.is_ok()) << c.status().to_string();
     out.push_back(std::move(c).value());
   }
@@ -212,6 +212,21 @@ TEST(TunePlanner, PlanIsAStoreConfigStoreOpenAccepts) {
     }
 }
 
+TEST(TuneCurves, BeladyAtTheAskedPointsAndNeverBelowLru) {
+  const TuneInput in = make_input({5000}, {200}, 30);
+  auto c = table_curve(in.tables[0], 9, 3);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  int with = 0;
+  for (const CurvePoint& p : c->points) {
+    if (p.belady < 0) continue;
+    ++with;
+    EXPECT_GE(p.belady, p.lru) << p.rows;
+  }
+  EXPECT_EQ(with, 3);
+  EXPECT_GE(c->points.front().belady, 0.0);
+  EXPECT_GE(c->points.back().belady, 0.0);
+}
+
 TEST(TuneCurves, LogSizes) {
   EXPECT_EQ(log_sizes(1, 1000, 4), (std::vector<std::int64_t>{1, 10, 100, 1000}));
   EXPECT_EQ(log_sizes(5, 5, 8), (std::vector<std::int64_t>{5}));
@@ -225,7 +240,7 @@ TEST(TuneCurves, PoolKeysOfTablesNeverCollide) {
   auto pools = pool_curves(in, 4);
   ASSERT_TRUE(pools.is_ok());
   ASSERT_EQ(pools->size(), 1u);
-  auto one = table_curve(in.tables[0], 4, false);
+  auto one = table_curve(in.tables[0], 4, 0);
   EXPECT_EQ((*pools)[0].lru.distinct_keys(), 2 * one->lru.distinct_keys());
   EXPECT_EQ((*pools)[0].lru.accesses(), 2 * one->lru.accesses());
 }
