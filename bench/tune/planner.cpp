@@ -11,8 +11,6 @@
 namespace strata::tune {
 namespace {
 
-constexpr Placement kOff[] = {Placement::kOffload, Placement::kCpu};
-
 // The load of a table before its curve is known: every key counted as distinct.
 TableLoad upper_load(const TableTrace& t) {
   TableLoad l;
@@ -231,69 +229,88 @@ Result<Plan> make_plan(const TuneInput& input, const std::vector<HitCurve>& curv
   const Cut cut = find_cut(order, split, o);
   if (cut.leave < 0) return infeasible(cut, o, n);
 
-  // Options per table: gpu for the tables that stay; offload, cpu and cached sizes for the rest.
+  // Options of every table: [0] gpu, [1] offload, [2] cpu, then cached sizes below its rows.
+  constexpr std::size_t kGpuOpt = 0, kOffloadOpt = 1, kCpuOpt = 2;
   std::vector<std::vector<Option>> options(n);
-  std::vector<int> rank_off(n, -1);  // position among the tables that left, coldest first
-  for (int k = 0; k < cut.leave; ++k) rank_off[order[static_cast<std::size_t>(k)]] = k;
+  std::vector<int> heat_rank(n, 0);  // 0: the coldest table
+  for (std::size_t k = 0; k < n; ++k) heat_rank[order[k]] = static_cast<int>(k);
   for (std::size_t t = 0; t < n; ++t) {
     const TableSpec& spec = input.tables[t].spec;
-    if (rank_off[t] < 0) {
-      STRATA_ASSIGN_OR_RETURN(TableCost c, table_cost(spec, loads[t], Placement::kGpu, 0, 0, o.cost));
-      options[t].push_back({Placement::kGpu, 0, -1, std::move(c)});
-      continue;
-    }
-    for (const Placement p : kOff) {
+    for (const Placement p : {Placement::kGpu, Placement::kOffload, Placement::kCpu}) {
       STRATA_ASSIGN_OR_RETURN(TableCost c, table_cost(spec, loads[t], p, 0, 0, o.cost));
       options[t].push_back({p, 0, -1, std::move(c)});
     }
     for (const std::int64_t rows : cache_grid(curves[t], spec.rows, o.cache_sizes)) {
+      if (rows >= spec.rows) continue;  // a cache of every row: gpu does it with less
       const double h = curves[t].lru.hit_rate_at(rows);
       STRATA_ASSIGN_OR_RETURN(TableCost c, table_cost(spec, loads[t], Placement::kCached, rows, h, o.cost));
       options[t].push_back({Placement::kCached, rows, h, std::move(c)});
     }
   }
-
-  // Start: cpu for every table that left (no HBM), then the greedy moves.
-  std::vector<std::size_t> pick(n, 0);
-  for (std::size_t t = 0; t < n; ++t)
-    if (rank_off[t] >= 0) pick[t] = 1;  // kOff[1] == cpu
   const auto costs_of = [&](const std::vector<std::size_t>& p) {
     std::vector<const TableCost*> c(n);
     for (std::size_t t = 0; t < n; ++t) c[t] = &options[t][p[t]].cost;
     return c;
   };
-  Evaluation cur = evaluate(costs_of(pick), profile);
-  if (cur.hbm > o.hbm_budget_bytes || cur.host > o.host_budget_bytes) return infeasible(cut, o, n);
-  for (int iteration = 0; iteration < 100000; ++iteration) {
-    double best_score = 0;
-    bool best_free = false;
-    std::size_t best_t = 0, best_i = 0;
-    Evaluation best_eval;
-    for (std::size_t t = 0; t < n; ++t) {
-      if (rank_off[t] < 0) continue;
-      for (std::size_t i = 0; i < options[t].size(); ++i) {
-        if (i == pick[t]) continue;
-        std::vector<std::size_t> p = pick;
-        p[t] = i;
-        const Evaluation e = evaluate(costs_of(p), profile);
-        if (e.hbm > o.hbm_budget_bytes || e.host > o.host_budget_bytes) continue;
-        const double gain = cur.objective - e.objective;
-        if (gain <= cur.objective * 1e-9) continue;
-        const double added = e.hbm - cur.hbm;
-        const bool free = added <= 0;
-        const double score = free ? gain : gain / added;
-        if ((free && !best_free) || (free == best_free && score > best_score)) {
-          best_score = score;
-          best_free = free;
-          best_t = t;
-          best_i = i;
-          best_eval = e;
+  const auto fits = [&](const Evaluation& e) { return e.hbm <= o.hbm_budget_bytes && e.host <= o.host_budget_bytes; };
+  // Greedy moves of the `movable` tables from `pick`: the move that lowers the objective most per
+  // byte of HBM it adds (moves adding none first), while one within the budgets lowers it.
+  const auto search = [&](std::vector<std::size_t>& pick, const std::vector<bool>& movable) {
+    Evaluation cur = evaluate(costs_of(pick), profile);
+    for (int iteration = 0; iteration < 100000; ++iteration) {
+      double best_score = 0;
+      bool best_free = false;
+      std::size_t best_t = 0, best_i = 0;
+      Evaluation best_eval;
+      for (std::size_t t = 0; t < n; ++t) {
+        if (!movable[t]) continue;
+        for (std::size_t i = 0; i < options[t].size(); ++i) {
+          if (i == pick[t]) continue;
+          std::vector<std::size_t> p = pick;
+          p[t] = i;
+          const Evaluation e = evaluate(costs_of(p), profile);
+          if (!fits(e)) continue;
+          const double gain = cur.objective - e.objective;
+          if (gain <= cur.objective * 1e-9) continue;
+          const double added = e.hbm - cur.hbm;
+          const bool free = added <= 0;
+          const double score = free ? gain : gain / added;
+          if ((free && !best_free) || (free == best_free && score > best_score)) {
+            best_score = score;
+            best_free = free;
+            best_t = t;
+            best_i = i;
+            best_eval = e;
+          }
         }
       }
+      if (best_score <= 0) break;
+      pick[best_t] = best_i;
+      cur = best_eval;
     }
-    if (best_score <= 0) break;
-    pick[best_t] = best_i;
-    cur = best_eval;
+    return cur;
+  };
+
+  // A: the coldest tables leave (rule 2) as cpu, and only they move. B: every table starts as cpu
+  // and every table moves (HBM bought where it pays most). The better of the two, A on a tie.
+  std::vector<std::size_t> pick(n, kGpuOpt);
+  std::vector<bool> left(n, false);
+  for (int k = 0; k < cut.leave; ++k) {
+    left[order[static_cast<std::size_t>(k)]] = true;
+    pick[order[static_cast<std::size_t>(k)]] = kCpuOpt;
+  }
+  Evaluation cur = evaluate(costs_of(pick), profile);
+  if (!fits(cur)) return infeasible(cut, o, n);
+  if (cut.leave > 0) {
+    cur = search(pick, left);
+    std::vector<std::size_t> all_off(n, kCpuOpt);
+    if (fits(evaluate(costs_of(all_off), profile))) {
+      const Evaluation b = search(all_off, std::vector<bool>(n, true));
+      if (b.objective < cur.objective) {
+        pick = all_off;
+        cur = b;
+      }
+    }
   }
 
   Plan plan;
@@ -314,35 +331,37 @@ Result<Plan> make_plan(const TuneInput& input, const std::vector<HitCurve>& curv
     tp.hit_rate = opt.hit_rate;
     tp.load = loads[t];
     tp.cost = opt.cost;
-    char heat[64];
-    std::snprintf(heat, sizeof heat, "%.3g distinct rows per step per GB of HBM",
-                  loads[t].distinct / split.gpu_hbm[t] * 1e9);
-    if (rank_off[t] < 0) {
-      tp.why = cut.leave == 0 ? "every table fits in HBM (" + bytes_text(all_gpu) + " of the " +
-                                    bytes_text(o.hbm_budget_bytes) + " budget)"
-                              : std::string("hot enough to stay in HBM (") + heat + ")";
+    char heat[160];
+    std::snprintf(heat, sizeof heat,
+                  "%.3g distinct rows per step per GB of HBM as gpu, %d of %zu by heat, coldest first",
+                  loads[t].distinct / split.gpu_hbm[t] * 1e9, heat_rank[t] + 1, n);
+    // The modelled step with this table in option i instead, for the comparison.
+    const auto step_with = [&](std::size_t i) {
+      std::vector<std::size_t> p = pick;
+      p[t] = i;
+      return evaluate(costs_of(p), profile).step.step_s;
+    };
+    if (cut.leave == 0) {
+      tp.why =
+          "every table fits in HBM (" + bytes_text(all_gpu) + " of the " + bytes_text(o.hbm_budget_bytes) + " budget)";
+    } else if (opt.placement == Placement::kGpu) {
+      tp.why = std::string("in HBM: hot (") + heat + "); the budget's bytes lower the step most here";
     } else {
-      tp.why = "off the GPU to fit the HBM budget: cold (" + std::string(heat) + ", " +
-               std::to_string(rank_off[t] + 1) + " of " + std::to_string(cut.leave) + " coldest, " +
-               bytes_text(split.gpu_hbm[t]) + " as gpu); ";
-      // The step with this table in each other option, for the comparison.
-      const auto step_with = [&](std::size_t i) {
-        std::vector<std::size_t> p = pick;
-        p[t] = i;
-        return evaluate(costs_of(p), profile).step.step_s;
-      };
+      tp.why = "off the GPU: the HBM budget does not hold every table, and this one is cold (" + std::string(heat) +
+               ", " + bytes_text(split.gpu_hbm[t]) + " as gpu); ";
       if (opt.placement == Placement::kCached) {
         char buf[256];
-        std::snprintf(
-            buf, sizeof buf, "cached %lld rows (%.2g%% of its rows): LRU hit rate %s; step %s against %s as offload",
-            static_cast<long long>(opt.cache_rows),
-            100.0 * static_cast<double>(opt.cache_rows) / static_cast<double>(spec.rows),
-            percent_text(opt.hit_rate).c_str(), ms_text(cur.step.step_s).c_str(), ms_text(step_with(0)).c_str());
+        std::snprintf(buf, sizeof buf,
+                      "cached %lld rows (%.3g%% of its rows): LRU hit rate %s; step %s against %s as offload",
+                      static_cast<long long>(opt.cache_rows),
+                      100.0 * static_cast<double>(opt.cache_rows) / static_cast<double>(spec.rows),
+                      percent_text(opt.hit_rate).c_str(), ms_text(cur.step.step_s).c_str(),
+                      ms_text(step_with(kOffloadOpt)).c_str());
         tp.why += buf;
         STRATA_ASSIGN_OR_RETURN(const cache::BeladyHits b, cache::belady_hits(input.tables[t].keys, opt.cache_rows));
         tp.belady = b.hit_rate();
       } else {
-        const std::size_t other = pick[t] == 0 ? 1 : 0;
+        const std::size_t other = pick[t] == kOffloadOpt ? kCpuOpt : kOffloadOpt;
         tp.why += std::string(to_string(opt.placement)) + ": step " + ms_text(cur.step.step_s) + " against " +
                   ms_text(step_with(other)) + " as " + to_string(options[t][other].placement) +
                   "; no cache size within the HBM left pays more";

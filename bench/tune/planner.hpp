@@ -9,12 +9,15 @@
 //     HBM they take as gpu (ties: the larger first, then by name), the fewest leave so that the
 //     rest fit in HBM and the ones that left fit in host memory (their records, the least they can
 //     take off the GPU). None such: an error naming the smallest feasible budgets.
-//  3. Each table that left starts as cpu (no HBM); then, step by step, the move
-//     of one of them to another placement or cache size (cached sizes: a log-spaced grid from the
-//     smallest cache that holds a step to the table's rows, and the size where its LRU curve stops
-//     rising) that lowers the modelled step time most per byte of HBM it adds (moves that add none
-//     first) is taken, while one within both budgets lowers it. The objective is the modelled step
-//     time plus 1% of the serial sum (so a link that is not the bottleneck still counts a little).
+//  3. Two searches, and the plan of the better: (A) the tables that left start as cpu and only
+//     they move; (B) every table starts as cpu (when the host budget holds them all) and every
+//     table moves. A move puts one table in another placement or cache size (cached sizes: a
+//     log-spaced grid from the smallest cache that holds a step to below the table's rows, and the
+//     size where its LRU curve stops rising); step by step the move that lowers the objective most
+//     per byte of HBM it adds (moves that add none first) is taken, while one within both budgets
+//     lowers it. The objective is the modelled step time plus 1% of the serial sum (so a link
+//     that is not the bottleneck still counts a little). Search B buys HBM where it pays most, so
+//     the largest cold tables are the last to get it.
 // Deterministic: the same input gives the same plan. Cached tables are capped at their share
 // (cache.cap), so each gets exactly its own LRU hit rate, as planned.
 

@@ -53,7 +53,7 @@ Result<TableCost> table_cost(const TableSpec& spec, const TableLoad& load, Place
   if (device) {
     b.h2d += 8.0 * (K + B + 1) + B * row_bytes;  // keys and offsets, output gradients
     b.d2h += B * row_bytes;                      // pooled outputs
-    c.hbm_bytes += in_flight * (8.0 * (static_cast<double>(load.max_keys) + B + 1) + 2.0 * B * row_bytes);
+    c.hbm_bytes += in_flight * 8.0 * (static_cast<double>(load.max_keys) + B + 1) + 2.0 * B * row_bytes;
   }
   switch (placement) {
     case Placement::kGpu:

@@ -18,8 +18,9 @@
 //
 // Memory (what the planner counts against the budgets):
 //   HBM  gpu: rows x record stride x 4 (as the gpu engine allocates); cached: cache rows x stride
-//        x 4; every device placement: per batch in flight, its keys, offsets, outputs and
-//        gradients; cached also its largest step's distinct rows as fill records
+//        x 4; every device placement: per batch in flight its keys and offsets, and one step's
+//        pooled outputs and their gradients; cached also, per batch in flight, its largest step's
+//        distinct rows as fill records
 //   host cpu, offload, cached: the mapped table records (store/cost_model.hpp's host_table_memory,
 //        exact for the table alone), cpu and offload the CPU optimizer's scratch; cached the
 //        pinned staging of the batches in flight (largest step's distinct records each) and the

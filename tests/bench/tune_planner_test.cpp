@@ -148,7 +148,7 @@ TEST(TunePlanner, LargestColdTablesLeaveFirst) {
   EXPECT_NE(plan->tables[0].placement, Placement::kGpu);
   EXPECT_EQ(plan->tables[1].placement, Placement::kGpu);
   EXPECT_EQ(plan->tables[2].placement, Placement::kGpu);
-  EXPECT_NE(plan->tables[0].why.find("1 of 1 coldest"), std::string::npos) << plan->tables[0].why;
+  EXPECT_NE(plan->tables[0].why.find("1 of 3 by heat, coldest first"), std::string::npos) << plan->tables[0].why;
 }
 
 TEST(TunePlanner, BudgetTooSmallNamesTheSmallestFeasible) {
