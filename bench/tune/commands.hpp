@@ -40,7 +40,7 @@ struct PlanArgs {
   bool progress = true;   ///< progress lines on stderr when it is a terminal
 };
 
-/// Resolves --profile/--from: an existing file, else bench/profiles/NAME.json. Sets `path`.
+/// Resolves --profile/--from: an existing file as is, else bench/profiles/NAME.json.
 std::string profile_path(const std::string& name_or_path);
 
 int run_calibrate(const CalibrateArgs& args);
