@@ -27,8 +27,8 @@
 // random rows (a gather of `rows` rows of `row_bytes` bytes each; row writes, e.g. an optimizer's
 // or a cache's write-back, are listed too and priced as gathers of their size). When the profile
 // has gather rates (every NUMA node lists NumaNodeProfile::gather, measured by `strata-tune
-// calibrate`), such a gather costs rows / rate(row_bytes) seconds instead of bytes / sequential bandwidth: the rate is the sum
-// over the nodes of their local rate (remote for the host_remote share, as for bytes), divided by
+// calibrate`), such a gather costs rows / rate(row_bytes) seconds instead of bytes / sequential bandwidth: the rate is
+// the sum over the nodes of their local rate (remote for the host_remote share, as for bytes), divided by
 // ranks_per_host, and rate(B) is interpolated between the measured row sizes (linearly in seconds
 // per row), the smallest size's rate below it, and bandwidth-bound above the largest
 // (rate(B) = rate(B_max) * B_max / B). A profile without gather rates prices gathers as bytes at
