@@ -626,6 +626,14 @@ std::string render_html_report(const json& results, const HtmlReportOptions& opt
   return o.str();
 }
 
+std::string hit_rate_chart(const std::string& aria, const std::vector<HitRateLine>& lines, const std::string& x_label) {
+  std::vector<LineSeries> series;
+  for (const HitRateLine& l : lines) series.push_back({l.name, l.points});
+  return line_chart(aria, series, x_label, "hit rate");
+}
+
+const char* report_css() noexcept { return kCss; }
+
 Status write_html_report(const std::string& path, const json& results, const HtmlReportOptions& options) {
   const std::string html = render_html_report(results, options);
   const std::string temp = path + ".tmp-" + std::to_string(::getpid());
