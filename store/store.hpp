@@ -81,7 +81,8 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  /// The config this store was opened with.
+  /// The config this store was opened with, except each table's optimizer.learning_rate, which
+  /// holds the rate in force (set_learning_rate, load).
   const StoreConfig& config() const noexcept { return config_; }
   /// Index of a table by name, or NotFound.
   Result<int> table_index(const std::string& name) const;
@@ -143,6 +144,18 @@ class Store {
   virtual Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) = 0;
   /// Overwrites rows [row0, row0+n) (weights, and state when non-null). Fails if batches are in flight.
   virtual Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) = 0;
+  /// Sets the learning rate of one table, used from the next backward() on (batches already in
+  /// flight included; schedules such as warm-up or decay call it between steps). `learning_rate`
+  /// must be finite and > 0, as in the config. Errors (nothing changes): NotFound for an unknown
+  /// table, InvalidArgument "set_learning_rate: table 'user': learning_rate -1.000000 must be > 0".
+  /// Saved by save() and restored by load(). With sharded tables it is local to this rank: set the
+  /// same rate on every rank (like write_rows), as each rank applies the updates of its own shard.
+  Status set_learning_rate(const std::string& table, float learning_rate);
+  /// Sets the learning rate of every table (checked for all before any changes; see above).
+  Status set_learning_rate(float learning_rate);
+  /// The learning rate in force for a table, or NotFound.
+  Result<float> learning_rate(const std::string& table) const;
+
   /// Counters so far (cache statistics, bytes per link). Cheap; does not synchronize.
   virtual StoreStats stats() const { return {}; }
   /// Batches submitted and not yet retired.
@@ -155,7 +168,9 @@ class Store {
   /// turns on an advisory lock (flock) of it, waiting as long as another save holds it; loads
   /// running meanwhile are safe (see load()).
   Status save(const std::string& dir);
-  /// Restores a checkpoint written by save() for the same tables (names, rows, dims, optimizers).
+  /// Restores a checkpoint written by save() for the same tables (names, rows, dims, optimizers),
+  /// with each table's learning rate (a checkpoint saved before learning rates were recorded keeps
+  /// the store's current ones).
   /// Reads the manifest once, opens every file it names once, and verifies each file's size and
   /// checksum through those descriptors before changing any row, then copies the rows in from the
   /// same descriptors: a save by another process that replaces the checkpoint meanwhile cannot mix
@@ -165,7 +180,8 @@ class Store {
   /// The copy itself fails only on a read or device error (or a file modified in place by
   /// something other than save): load then returns that error with "load failed while copying
   /// rows", the tables may hold any mix of their previous rows and the checkpoint's, and step()
-  /// is unchanged; load again before training. Fails if batches are in flight.
+  /// and the learning rates are unchanged; load again before training. Fails if batches are in
+  /// flight.
   Status load(const std::string& dir);
   /// Writes a table's weights as a NumPy .npy file (rows, dim) fp32.
   Status export_npy(const std::string& table, const std::string& path);
@@ -174,6 +190,9 @@ class Store {
 
  protected:
   explicit Store(StoreConfig config) : config_(std::move(config)) {}
+  /// Table `table`'s learning rate in config_ changed to `learning_rate` (already checked): for
+  /// implementations that keep a copy of the optimizer spec. Reading config_ at backward needs nothing.
+  virtual void learning_rate_changed(int /*table*/, float /*learning_rate*/) {}
   StoreConfig config_;
   std::int64_t step_ = 0;
 };

@@ -333,6 +333,11 @@ class StoreImpl final : public Store {
     return status;
   }
 
+ protected:
+  void learning_rate_changed(int table, float learning_rate) override {
+    engine(table).learning_rate_changed(table, learning_rate);
+  }
+
  private:
   struct Part {
     detail::EngineFeatures features;
