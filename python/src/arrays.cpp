@@ -50,17 +50,17 @@ py::array as_array(py::handle obj, const std::string& what) {
 
 std::vector<std::int64_t> to_int64_vector(py::handle obj, const std::string& what) {
   py::array a = as_array(obj, what);
-  if (a.ndim() != 1) throw py::value_error(what + " has shape " + shape_of(a) + " (expected 1-D)");
   const char kind = a.dtype().kind();
+  if (!(kind == 'i' && (a.itemsize() == 8 || a.itemsize() == 4)))
+    throw py::type_error(what + " has dtype " + dtype_of(a) + " (expected int64, or int32 which is widened)");
+  if (a.ndim() != 1) throw py::value_error(what + " has shape " + shape_of(a) + " (expected 1-D)");
   std::vector<std::int64_t> out(static_cast<std::size_t>(a.shape(0)));
-  if (kind == 'i' && a.itemsize() == 8) {
+  if (a.itemsize() == 8) {
     auto v = py::array_t<std::int64_t>(a).unchecked<1>();
     for (py::ssize_t i = 0; i < v.shape(0); ++i) out[static_cast<std::size_t>(i)] = v(i);
-  } else if (kind == 'i' && a.itemsize() == 4) {
+  } else {
     auto v = py::array_t<std::int32_t>(a).unchecked<1>();
     for (py::ssize_t i = 0; i < v.shape(0); ++i) out[static_cast<std::size_t>(i)] = v(i);
-  } else {
-    throw py::type_error(what + " has dtype " + dtype_of(a) + " (expected int64, or int32 which is widened)");
   }
   return out;
 }
