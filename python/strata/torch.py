@@ -240,6 +240,9 @@ class EmbeddingBagCollection(nn.Module):
                               error_msgs):
         ours = {k for k in state_dict if k.startswith(prefix + "tables.")}
         plan, problems = [], []
+        if self.store.in_flight:
+            problems.append(f"{self.store.in_flight} batch(es) in flight (expected none: run their backward or "
+                            "discard_in_flight() first)")
         for name, table in self._tables.items():
             key = f"{prefix}tables.{name}."
             weight, state, lr = (state_dict.get(key + s) for s in ("weight", "optimizer_state", "learning_rate"))
@@ -251,6 +254,10 @@ class EmbeddingBagCollection(nn.Module):
             s = None if state is None else _host_float32(state, key + "optimizer_state", problems)
             if w is not None and tuple(w.shape) != (table["rows"], table["dim"]):
                 problems.append(f"{key}weight has shape {tuple(w.shape)} (expected ({table['rows']}, {table['dim']}))")
+            state_dim = self.store.read_rows(name, 0, 0)[1].shape[1]
+            if s is not None and tuple(s.shape) != (table["rows"], state_dim):
+                problems.append(f"{key}optimizer_state has shape {tuple(s.shape)} (expected ({table['rows']}, "
+                                f"{state_dim}) for optimizer {table['optimizer']['kind']})")
             rate = None
             if lr is not None:
                 rate = float(lr)
@@ -262,11 +269,7 @@ class EmbeddingBagCollection(nn.Module):
         if problems:
             return  # load_state_dict raises; nothing was changed
         for name, w, s, rate in plan:
-            try:
-                self.store.write_rows(name, 0, w, s)  # shapes of the state checked by the store
-            except (ValueError, TypeError, RuntimeError) as e:
-                error_msgs.append(str(e))
-                return
+            self.store.write_rows(name, 0, w, s)  # checked above; fails only with batches in flight
             if rate is not None:
                 self.store.set_learning_rate(rate, name)
 
