@@ -251,7 +251,7 @@ class PyStore {
   }
 
   std::unique_ptr<Store> store_;
-  std::mutex mu_;                                             // one Store call at a time
+  std::mutex mu_;                                                // one Store call at a time
   std::unordered_map<std::int64_t, std::vector<Shape>> shapes_;  // outputs of each batch in flight (under mu_)
 };
 
@@ -273,7 +273,13 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
            "Validates and submits a batch: {table: {'keys', 'offsets' | 'lengths', ['weights']}}.")
       .def("preview", &PyStore::preview, py::arg("batch_id"), py::arg("features"),
            "Announces the keys of a batch to be submitted later (cache planning only).")
-      .def("drop_previews", [](PyStore& p) { p.call([](Store& s) { s.drop_previews(); return Status::ok(); }); })
+      .def("drop_previews",
+           [](PyStore& p) {
+             p.call([](Store& s) {
+               s.drop_previews();
+               return Status::ok();
+             });
+           })
       .def("forward", &PyStore::forward, py::arg("batch_id"), py::arg("outputs") = py::none(),
            "Looks up a submitted batch. Writes into `outputs` (C-contiguous float32, one per feature) "
            "when given, else into new arrays; returns them.")
@@ -283,10 +289,18 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
       .def("discard", &PyStore::discard, py::arg("batch_id"))
       .def("flush", [](PyStore& p) { p.call([](Store& s) { return s.flush(); }); })
       .def(
-          "save", [](PyStore& p, py::handle dir) { const std::string d = path_of(dir); p.call([&](Store& s) { return s.save(d); }); },
+          "save",
+          [](PyStore& p, py::handle dir) {
+            const std::string d = path_of(dir);
+            p.call([&](Store& s) { return s.save(d); });
+          },
           py::arg("dir"))
       .def(
-          "load", [](PyStore& p, py::handle dir) { const std::string d = path_of(dir); p.call([&](Store& s) { return s.load(d); }); },
+          "load",
+          [](PyStore& p, py::handle dir) {
+            const std::string d = path_of(dir);
+            p.call([&](Store& s) { return s.load(d); });
+          },
           py::arg("dir"))
       .def(
           "export_npy",
@@ -314,24 +328,36 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
       .def_property_readonly("step",
                              [](PyStore& p) {
                                std::int64_t v = 0;
-                               p.call([&](Store& s) { v = s.step(); return Status::ok(); });
+                               p.call([&](Store& s) {
+                                 v = s.step();
+                                 return Status::ok();
+                               });
                                return v;
                              })
       .def_property_readonly("in_flight",
                              [](PyStore& p) {
                                std::int64_t v = 0;
-                               p.call([&](Store& s) { v = s.in_flight(); return Status::ok(); });
+                               p.call([&](Store& s) {
+                                 v = s.in_flight();
+                                 return Status::ok();
+                               });
                                return v;
                              })
       .def_property_readonly("previewed",
                              [](PyStore& p) {
                                std::int64_t v = 0;
-                               p.call([&](Store& s) { v = s.previewed(); return Status::ok(); });
+                               p.call([&](Store& s) {
+                                 v = s.previewed();
+                                 return Status::ok();
+                               });
                                return v;
                              })
       .def_property_readonly("config", [](PyStore& p) {
         std::string text;
-        p.call([&](Store& s) { text = to_json(s.config()); return Status::ok(); });
+        p.call([&](Store& s) {
+          text = to_json(s.config());
+          return Status::ok();
+        });
         return py::module_::import("json").attr("loads")(text);
       });
 }
