@@ -234,6 +234,17 @@ class PyStore {
     throw_if_error(s);
   }
 
+  // A value read from the store (GIL released, under the mutex).
+  template <typename F>
+  auto read(F&& f) {
+    decltype(f(*store_)) v{};
+    call([&](Store& s) {
+      v = f(s);
+      return Status::ok();
+    });
+    return v;
+  }
+
   int index(const std::string& table) {
     Result<int> t = store_->table_index(table);
     throw_if_error(t.status());
@@ -325,39 +336,11 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
            "Sets a table's learning rate (every table's when table is None), used from the next backward.")
       .def("learning_rate", &PyStore::learning_rate, py::arg("table"))
       .def("stats", &PyStore::stats)
-      .def_property_readonly("step",
-                             [](PyStore& p) {
-                               std::int64_t v = 0;
-                               p.call([&](Store& s) {
-                                 v = s.step();
-                                 return Status::ok();
-                               });
-                               return v;
-                             })
-      .def_property_readonly("in_flight",
-                             [](PyStore& p) {
-                               std::int64_t v = 0;
-                               p.call([&](Store& s) {
-                                 v = s.in_flight();
-                                 return Status::ok();
-                               });
-                               return v;
-                             })
-      .def_property_readonly("previewed",
-                             [](PyStore& p) {
-                               std::int64_t v = 0;
-                               p.call([&](Store& s) {
-                                 v = s.previewed();
-                                 return Status::ok();
-                               });
-                               return v;
-                             })
+      .def_property_readonly("step", [](PyStore& p) { return p.read([](Store& s) { return s.step(); }); })
+      .def_property_readonly("in_flight", [](PyStore& p) { return p.read([](Store& s) { return s.in_flight(); }); })
+      .def_property_readonly("previewed", [](PyStore& p) { return p.read([](Store& s) { return s.previewed(); }); })
       .def_property_readonly("config", [](PyStore& p) {
-        std::string text;
-        p.call([&](Store& s) {
-          text = to_json(s.config());
-          return Status::ok();
-        });
+        const std::string text = p.read([](Store& s) { return to_json(s.config()); });
         return py::module_::import("json").attr("loads")(text);
       });
 }
