@@ -5,7 +5,8 @@
 //   MANIFEST            JSON (format, version, generation, step, one entry per table) followed by a
 //                       line "crc32c XXXXXXXX" over the JSON text. A table entry's "learning_rate"
 //                       (the rate in force at save) is optional: manifests written before it
-//                       existed lack it, and load then keeps the store's rate (same format version).
+//                       existed lack it, and load then keeps the store's rate (same format version,
+//                       so a build from before then loads a newer checkpoint and ignores its rates).
 //   <table>.<gen>.tbl   64-byte header, then rows records of (dim weights | state_dim state) fp32
 // Table files of a new save get a new generation number, so the old ones stay untouched until the
 // new MANIFEST has been renamed into place (the commit point); then the old generation is removed.
@@ -410,8 +411,9 @@ Status Store::load(const std::string& dir) {
   step_ = c.manifest.step;
   for (std::size_t ti = 0; ti < config_.tables.size(); ++ti) {
     const float lr = c.manifest.tables[c.entry[ti]].learning_rate;
-    // 0: not recorded, keep the store's. Else checked when the manifest was parsed.
-    if (lr != 0.0f) STRATA_CHECK(set_learning_rate(config_.tables[ti].spec.name, lr).is_ok());
+    // 0: not recorded, keep the store's. Else checked when the manifest was parsed. Local, like
+    // the rows (load is not a collective).
+    if (lr != 0.0f) apply_learning_rate(static_cast<int>(ti), lr);
   }
   return Status::ok();
 }

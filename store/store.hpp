@@ -147,11 +147,17 @@ class Store {
   /// Sets the learning rate of one table, used from the next backward() on (batches already in
   /// flight included; schedules such as warm-up or decay call it between steps). `learning_rate`
   /// must be finite and > 0, as in the config. Errors (nothing changes): NotFound for an unknown
-  /// table, InvalidArgument "set_learning_rate: table 'user': learning_rate -1.000000 must be > 0".
-  /// Saved by save() and restored by load(). With sharded tables it is local to this rank: set the
-  /// same rate on every rank (like write_rows), as each rank applies the updates of its own shard.
+  /// table, InvalidArgument "set_learning_rate: table 'user': learning_rate -1 (expected a finite
+  /// number > 0)". Saved by save() and restored by load().
+  /// On a store opened as a rank of a world of several ranks (each rank updates its own shards) it
+  /// is a collective, like submit: every rank calls it with the same table and rate at the same
+  /// step(). A rank whose call is refused fails every rank (naming it and its error), and ranks
+  /// that set different tables, rates or steps are all refused with FailedPrecondition naming each
+  /// rank's call ("set_learning_rate: ranks disagree: rank 0 sets table 'user' to 0.1 at step 5,
+  /// rank 1 sets table 'user' to 0.2 at step 5 (...)"); then no rank changes its rate.
   Status set_learning_rate(const std::string& table, float learning_rate);
-  /// Sets the learning rate of every table (checked for all before any changes; see above).
+  /// Sets the learning rate of every table (checked for all before any changes; collective on a
+  /// world, as above, where setting every table differs from setting each one).
   Status set_learning_rate(float learning_rate);
   /// The learning rate in force for a table, or NotFound.
   Result<float> learning_rate(const std::string& table) const;
@@ -169,8 +175,12 @@ class Store {
   /// running meanwhile are safe (see load()).
   Status save(const std::string& dir);
   /// Restores a checkpoint written by save() for the same tables (names, rows, dims, optimizers),
-  /// with each table's learning rate (a checkpoint saved before learning rates were recorded keeps
-  /// the store's current ones).
+  /// with each table's learning rate: the checkpoint's rate replaces the store's, also when the
+  /// store was opened with a new rate in its config (set_learning_rate after load to change it). A
+  /// checkpoint saved before learning rates were recorded keeps the store's current ones; a build
+  /// from before then reads a newer checkpoint (same format version) but ignores its rates. On a
+  /// world, load is local like write_rows: give every rank a checkpoint of the same save, so that
+  /// the ranks continue with the same rows, step and rates.
   /// Reads the manifest once, opens every file it names once, and verifies each file's size and
   /// checksum through those descriptors before changing any row, then copies the rows in from the
   /// same descriptors: a save by another process that replaces the checkpoint meanwhile cannot mix
@@ -193,8 +203,15 @@ class Store {
   /// Table `table`'s learning rate in config_ changed to `learning_rate` (already checked): for
   /// implementations that keep a copy of the optimizer spec. Reading config_ at backward needs nothing.
   virtual void learning_rate_changed(int /*table*/, float /*learning_rate*/) {}
+  /// The communicator of a store opened as a rank of a world, else null (set_learning_rate is a
+  /// collective over it).
+  virtual dispatch::Communicator* world() noexcept { return nullptr; }
   StoreConfig config_;
   std::int64_t step_ = 0;
+
+ private:
+  /// Sets table `table`'s rate (already checked, and agreed on a world) on this rank alone.
+  void apply_learning_rate(int table, float learning_rate);
 };
 
 /// The oracle: a deliberately simple implementation (plain loops over std::vector rows, no

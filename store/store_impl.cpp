@@ -337,6 +337,7 @@ class StoreImpl final : public Store {
   void learning_rate_changed(int table, float learning_rate) override {
     engine(table).learning_rate_changed(table, learning_rate);
   }
+  dispatch::Communicator* world() noexcept override { return comm_.get(); }
 
  private:
   struct Part {

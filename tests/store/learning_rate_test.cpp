@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <thread>
 
 #include "dispatch/local_communicator.hpp"
 #include "tests/store/store_test_util.hpp"
@@ -136,6 +137,177 @@ TEST(LearningRateBadInput, RefusedNamingTableAndValueWithoutChange) {
   // A tiny rate is a rate.
   EXPECT_TRUE(s.set_learning_rate(name, 1e-30f).is_ok());
   EXPECT_EQ(s.learning_rate(name).value(), 1e-30f);
+}
+
+// Sharded over a world of several ranks, each rank applies the updates of its own shard: a rate
+// change is a collective that every rank must make with the same table and rate at the same step.
+class LearningRateWorld : public ::testing::Test {
+ protected:
+  static StoreConfig world_config(Placement p) {
+    StoreConfig c;
+    c.threads = 1;
+    c.fake_numa_nodes = 1;
+    c.huge_pages = false;
+    c.device.backend = BackendChoice::kEmu;
+    for (const char* name : {"user", "item"}) {
+      TableConfig t;
+      t.spec.name = name;
+      t.spec.rows = 40;
+      t.spec.dim = 4;
+      t.spec.init.bound = 0.5f;
+      t.spec.optimizer.kind = OptimizerKind::kAdagrad;
+      t.spec.optimizer.learning_rate = 0.05f;
+      t.spec.optimizer.initial_accumulator = 0.1f;
+      t.placement = p;
+      t.sharding.type = dispatch::ShardingType::kRow;  // each rank holds half the rows of each table
+      if (p == Placement::kHybrid) t.cache.rows = 12;
+      c.tables.push_back(t);
+    }
+    return c;
+  }
+
+  // Runs body(rank, comm) on `world` thread ranks.
+  template <class Body>
+  static void on_ranks(int world, Body body) {
+    dispatch::CommOptions o;
+    o.timeout = std::chrono::milliseconds(20000);
+    auto group = dispatch::make_local_group(world, o);
+    ASSERT_TRUE(group.is_ok());
+    std::vector<std::shared_ptr<dispatch::Communicator>> comms;
+    for (auto& c : group.value()) comms.emplace_back(std::move(c));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r) threads.emplace_back([&, r] { body(r, comms[static_cast<std::size_t>(r)]); });
+    for (auto& t : threads) t.join();
+  }
+
+  // Batch `i` (keys over every row of both tables); rank 0 brings it, the other ranks an empty one.
+  static KeyBatch batch(int i) {
+    KeyBatch kb;
+    for (const char* name : {"user", "item"}) {
+      JaggedKeys f;
+      f.table = name;
+      f.offsets = {0};
+      for (int b = 0; b < 4; ++b) {
+        for (int k = 0; k < 3; ++k) f.keys.push_back(static_cast<Key>((i * 7 + b * 11 + k * 13) % 40));
+        f.offsets.push_back(static_cast<std::int64_t>(f.keys.size()));
+      }
+      kb.features.push_back(std::move(f));
+    }
+    return kb;
+  }
+
+  // One step of batch `i` on `s`: rank 0's gradients are fixed numbers; other ranks' batch is empty.
+  static void train_step(Store& s, int rank, int i) {
+    const KeyBatch kb = rank == 0 ? batch(i) : KeyBatch{};
+    std::vector<std::vector<float>> out(kb.features.size(), std::vector<float>(16));
+    std::vector<MatrixView> views;
+    std::vector<ConstMatrixView> grads;
+    for (auto& o : out) views.push_back({o.data(), 4, 4});
+    ASSERT_TRUE(s.submit(i, kb).is_ok());
+    ASSERT_TRUE(s.forward(i, views).is_ok());
+    for (auto& o : out)
+      for (std::size_t x = 0; x < o.size(); ++x)
+        o[x] = 0.01f * static_cast<float>((x * 5 + static_cast<std::size_t>(i)) % 9) - 0.04f;
+    for (auto& o : out) grads.push_back({o.data(), 4, 4});
+    ASSERT_TRUE(s.backward(i, grads).is_ok());
+  }
+
+  static std::vector<float> weights(Store& s, int table) {
+    std::vector<float> w(40 * 4);
+    EXPECT_TRUE(s.read_rows(table, 0, 40, w.data(), nullptr).is_ok());
+    return w;
+  }
+};
+
+TEST_F(LearningRateWorld, SameRateOnEveryRankTrainsAsTheReference) {
+  for (Placement p : {Placement::kGpu, Placement::kHybrid}) {
+    const StoreConfig c = world_config(p);
+    // The oracle: one reference store taking the whole batches, with the same rate changes.
+    auto ref = open_reference_store(c);
+    ASSERT_TRUE(ref.is_ok());
+    for (int i = 0; i < 6; ++i) {
+      if (i == 2) {
+        ASSERT_TRUE((*ref)->set_learning_rate(0.4f).is_ok());
+      }
+      if (i == 4) {
+        ASSERT_TRUE((*ref)->set_learning_rate("item", 0.02f).is_ok());
+      }
+      train_step(**ref, 0, i);
+    }
+    std::vector<std::vector<float>> want = {weights(**ref, 0), weights(**ref, 1)};
+    on_ranks(2, [&](int r, std::shared_ptr<dispatch::Communicator> comm) {
+      auto s = Store::open(c, comm);
+      ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+      for (int i = 0; i < 6; ++i) {
+        if (i == 2) {
+          ASSERT_TRUE((*s)->set_learning_rate(0.4f).is_ok());
+        }
+        if (i == 4) {
+          const Status set = (*s)->set_learning_rate("item", 0.02f);
+          ASSERT_TRUE(set.is_ok()) << set.to_string();
+        }
+        train_step(**s, r, i);
+      }
+      EXPECT_EQ((*s)->learning_rate("user").value(), 0.4f);
+      EXPECT_EQ((*s)->learning_rate("item").value(), 0.02f);
+      // Every rank reads whole tables (read_rows is collective); the rows held by rank 1 were
+      // updated at the new rates too.
+      for (int t = 0; t < 2; ++t) {
+        const std::vector<float> got = weights(**s, t);
+        for (std::size_t x = 0; x < got.size(); ++x)
+          ASSERT_NEAR(got[x], want[static_cast<std::size_t>(t)][x], 1e-6f)
+              << to_string(p) << " rank " << r << " table " << t << " [" << x << "]";
+      }
+    });
+  }
+}
+
+TEST_F(LearningRateWorld, RanksThatDisagreeAreRefusedOnEveryRankWithoutChange) {
+  const StoreConfig c = world_config(Placement::kHybrid);
+  std::vector<Status> rate(2), invalid(2), all_vs_one(2);
+  std::vector<std::vector<float>> before(2), after(2);
+  on_ranks(2, [&](int r, std::shared_ptr<dispatch::Communicator> comm) {
+    const std::size_t ur = static_cast<std::size_t>(r);
+    auto s = Store::open(c, comm);
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    train_step(**s, r, 0);
+    before[ur] = weights(**s, 0);
+    // Another rate.
+    rate[ur] = (*s)->set_learning_rate("user", r == 0 ? 0.1f : 0.2f);
+    // A rate refused on rank 0 only.
+    invalid[ur] = (*s)->set_learning_rate("user", r == 0 ? std::numeric_limits<float>::quiet_NaN() : 0.3f);
+    // Every table on rank 0, one on rank 1.
+    all_vs_one[ur] = r == 0 ? (*s)->set_learning_rate(0.1f) : (*s)->set_learning_rate("user", 0.1f);
+    for (const char* t : {"user", "item"}) EXPECT_EQ((*s)->learning_rate(t).value(), 0.05f) << "rank " << r;
+    // The world is still usable, and trains at the old rate on every rank.
+    train_step(**s, r, 1);
+    after[ur] = weights(**s, 0);
+  });
+  for (std::size_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(rate[r].code(), StatusCode::kFailedPrecondition) << rate[r].to_string();
+    EXPECT_EQ(rate[r].message(),
+              "set_learning_rate: ranks disagree: rank 0 sets table 'user' to 0.1 at step 1, rank 1 sets table "
+              "'user' to 0.2 at step 1 (every rank must set the same rate of the same table at the same step; no "
+              "rate changed)");
+    EXPECT_EQ(invalid[r].code(), StatusCode::kInvalidArgument) << invalid[r].to_string();
+    EXPECT_NE(all_vs_one[r].message().find("rank 0 sets every table to 0.1 at step 1, rank 1 sets table 'user' to "
+                                           "0.1 at step 1"),
+              std::string::npos)
+        << all_vs_one[r].message();
+  }
+  EXPECT_EQ(invalid[0].message(), "set_learning_rate: table 'user': learning_rate nan (expected a finite number > 0)");
+  EXPECT_NE(invalid[1].message().find("failed on another rank (rank 0: set_learning_rate: table 'user': "
+                                      "learning_rate nan (expected a finite number > 0))"),
+            std::string::npos)
+      << invalid[1].message();
+  // Both ranks agree on the rows, which a reference at the old rate reproduces.
+  EXPECT_EQ(before[0], before[1]);
+  EXPECT_EQ(after[0], after[1]);
+  auto ref = open_reference_store(c);
+  train_step(**ref, 0, 0);
+  train_step(**ref, 0, 1);
+  const std::vector<float> want = weights(**ref, 0);
+  for (std::size_t x = 0; x < want.size(); ++x) EXPECT_NEAR(after[0][x], want[x], 1e-6f) << x;
 }
 
 }  // namespace
