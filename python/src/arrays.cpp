@@ -11,6 +11,13 @@ std::string shape_of(const py::array& a) {
 
 std::string dtype_of(const py::array& a) { return py::str(a.dtype()).cast<std::string>(); }
 
+std::string type_name(py::handle obj) { return py::str(py::type::of(obj).attr("__name__")).cast<std::string>(); }
+
+// A torch tensor, duck-typed: the module does not link libtorch.
+bool is_tensor(py::handle obj) {
+  return py::hasattr(obj, "device") && py::hasattr(obj, "detach") && !py::isinstance<py::array>(obj);
+}
+
 }  // namespace
 
 void throw_if_error(const Status& s) {
@@ -29,9 +36,9 @@ void throw_if_error(const Status& s) {
 
 py::array as_array(py::handle obj, const std::string& what) {
   py::object o = py::reinterpret_borrow<py::object>(obj);
-  // A torch tensor (duck-typed: the module does not link libtorch): refuse other devices by
-  // name, and detach so that NumPy may view a tensor that requires grad.
-  if (py::hasattr(o, "device") && py::hasattr(o, "detach") && !py::isinstance<py::array>(o)) {
+  // A torch tensor: refuse other devices by name, and detach so that NumPy may view a tensor that
+  // requires grad.
+  if (is_tensor(o)) {
     py::object device = o.attr("device");
     const std::string type = py::hasattr(device, "type") ? py::str(device.attr("type")).cast<std::string>() : "";
     if (type != "cpu")
@@ -42,8 +49,7 @@ py::array as_array(py::handle obj, const std::string& what) {
   py::array a = py::array::ensure(o);
   if (!a) {
     PyErr_Clear();
-    throw py::type_error(what + " is a " + py::str(py::type::of(o).attr("__name__")).cast<std::string>() +
-                         " (expected a NumPy array or a CPU torch tensor)");
+    throw py::type_error(what + " is a " + type_name(o) + " (expected a NumPy array or a CPU torch tensor)");
   }
   return a;
 }
@@ -143,6 +149,12 @@ py::array_t<float, py::array::c_style> to_float_matrix(py::handle obj, const std
 }
 
 py::array_t<float> to_output_matrix(py::handle obj, const std::string& what) {
+  // Anything else (a list) would be converted into a temporary copy: the caller would never see
+  // what the store wrote.
+  const bool tensor = is_tensor(obj);
+  if (!tensor && !py::isinstance<py::array>(obj))
+    throw py::type_error(what + " is a " + type_name(obj) +
+                         " (expected a float32 NumPy array or CPU torch tensor to write into)");
   py::array a = float_array(obj, what, 2);
   if (!(a.flags() & py::array::c_style))
     throw py::value_error(what + " is not C-contiguous (expected a C-contiguous float32 array to write into)");
@@ -151,6 +163,12 @@ py::array_t<float> to_output_matrix(py::handle obj, const std::string& what) {
   // A float32 of another byte order converts into a copy, which would not reach the caller.
   if (out.data() != a.data())
     throw py::value_error(what + " is not in native byte order (expected a native float32 array to write into)");
+  // The NumPy form of a tensor must be a view of its memory, not a copy.
+  if (tensor && a.size() > 0 &&
+      reinterpret_cast<std::uintptr_t>(a.data()) != obj.attr("data_ptr")().cast<std::uintptr_t>())
+    throw py::value_error(what +
+                          " is a tensor whose memory NumPy cannot view in place (expected a C-contiguous "
+                          "float32 CPU tensor to write into)");
   return out;
 }
 

@@ -40,7 +40,9 @@ KeyBatch to_key_batch(py::handle features);
 /// C-contiguous copy of a strided one. dtype other than float32 -> TypeError; not 2-D -> ValueError.
 py::array_t<float, py::array::c_style> to_float_matrix(py::handle obj, const std::string& what);
 
-/// A float32 array that a C++ call writes into in place: it must be C-contiguous, writable and 2-D.
+/// A float32 view of `obj` (a NumPy array or a CPU torch tensor, nothing else: a list -> TypeError)
+/// that a C++ call writes into in place: it must be C-contiguous, writable and 2-D. The caller
+/// keeps the returned array alive until the C++ call returned (it holds the tensor's view).
 py::array_t<float> to_output_matrix(py::handle obj, const std::string& what);
 
 }  // namespace strata::python

@@ -83,10 +83,12 @@ class PyStore {
     } else {
       for (py::handle o : outputs) arrays.append(o);
     }
+    // The arrays the store writes into stay alive until it returns (the GIL is released then).
+    std::vector<py::array_t<float>> keep;
     std::vector<MatrixView> views;
     for (std::size_t i = 0; i < arrays.size(); ++i) {
-      py::array_t<float> a = to_output_matrix(arrays[i], "outputs[" + std::to_string(i) + "]");
-      views.push_back({a.mutable_data(), a.shape(0), a.shape(1)});
+      keep.push_back(to_output_matrix(arrays[i], "outputs[" + std::to_string(i) + "]"));
+      views.push_back({keep.back().mutable_data(), keep.back().shape(0), keep.back().shape(1)});
     }
     call([&](Store& s) { return s.forward(id, views); });
     return arrays;
@@ -292,8 +294,9 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
              });
            })
       .def("forward", &PyStore::forward, py::arg("batch_id"), py::arg("outputs") = py::none(),
-           "Looks up a submitted batch. Writes into `outputs` (C-contiguous float32, one per feature) "
-           "when given, else into new arrays; returns them.")
+           "Looks up a submitted batch. Writes into `outputs` when given (one per feature: NumPy arrays or CPU "
+           "tensors, C-contiguous float32; a list is a TypeError), else into new arrays; returns them. The store "
+           "writes with the GIL released: no other thread may resize or free an output meanwhile.")
       .def("backward", &PyStore::backward, py::arg("batch_id"), py::arg("grads"),
            "Applies gradients (float32, shaped as forward's outputs) with the fused optimizer and retires "
            "the batch.")
@@ -312,7 +315,9 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
             const std::string d = path_of(dir);
             p.call([&](Store& s) { return s.load(d); });
           },
-          py::arg("dir"))
+          py::arg("dir"),
+          "Restores a checkpoint written by save(): rows, optimizer state, step and each table's learning rate "
+          "(the checkpoint's rate wins over the config's; call set_learning_rate after load to change it).")
       .def(
           "export_npy",
           [](PyStore& p, const std::string& table, py::handle path) {
@@ -329,7 +334,8 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
           py::arg("table"), py::arg("path"))
       .def("read_rows", &PyStore::read_rows, py::arg("table"), py::arg("row0") = 0, py::arg("n") = py::none(),
            py::arg("out") = py::none(), py::arg("state_out") = py::none(),
-           "Returns (weights (n, dim), state (n, state_dim)) of rows [row0, row0 + n) (n: to the end).")
+           "Returns (weights (n, dim), state (n, state_dim)) of rows [row0, row0 + n) (n: to the end), written "
+           "into `out`/`state_out` when given (as forward's outputs).")
       .def("write_rows", &PyStore::write_rows, py::arg("table"), py::arg("row0"), py::arg("weights"),
            py::arg("state") = py::none(), "Overwrites rows [row0, row0 + len(weights)) (and their state when given).")
       .def("set_learning_rate", &PyStore::set_learning_rate, py::arg("lr"), py::arg("table") = py::none(),

@@ -67,6 +67,36 @@ def test_forward_writes_into_given_tensors():
     np.testing.assert_array_equal(outs[0].numpy(), s.forward(0)[0])
 
 
+def test_outputs_must_be_arrays_or_tensors():
+    """forward(outputs=...) and read_rows(out=...) write into what they are given: a list would be
+    converted into a temporary copy (freed while the store writes into it, and never seen by the
+    caller), so it is refused; arrays and tensors are written in place."""
+    s = open_store()
+    s.submit(0, good_batch())
+    before = snapshot(s)
+    lists = [[[np.float32(0)] * 4] * 3, [[np.float32(0)] * 3] * 3]
+    with pytest.raises(TypeError, match=r"outputs\[0\] is a list \(expected a float32 NumPy array or CPU torch "
+                                        r"tensor to write into\)"):
+        s.forward(0, lists)
+    with pytest.raises(TypeError, match=r"outputs\[1\] is a list"):
+        s.forward(0, [np.zeros((3, 4), np.float32), lists[1]])
+    with pytest.raises(TypeError, match="table 'a': out is a list"):
+        s.read_rows("a", 0, 2, out=[[np.float32(0)] * 4] * 2)
+    with pytest.raises(TypeError, match="table 'a': state_out is a list"):
+        s.read_rows("a", 0, 2, state_out=[[np.float32(0)] * 4] * 2)
+    assert_same(before, snapshot(s))
+    # Tensors themselves (not only their numpy() views) are written in place.
+    outs = [torch.full((3, 4), 7.0, requires_grad=True), torch.full((3, 3), 7.0)]
+    s.forward(0, outs)
+    np.testing.assert_array_equal(outs[0].detach().numpy(), s.forward(0)[0])
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        s.forward(0, [torch.zeros(4, 3).t(), outs[1]])
+    rows = torch.zeros(2, 4)
+    s.read_rows("a", 1, 2, out=rows)
+    np.testing.assert_array_equal(rows.numpy(), s.read_rows("a", 1, 2)[0])
+    s.discard(0)
+
+
 def test_weighted_and_strided_gradients():
     s, t = open_store(), open_store()
     f = {"a": {"keys": np.array([1, 2, 3]), "lengths": np.array([1, 2]), "weights": np.array([0.5, 2, 1], np.float32)}}
@@ -219,3 +249,28 @@ def test_bad_configs():
         strata.Store({"tables": [{"name": "a", "rows": -1, "dim": 4}]})
     with pytest.raises(ValueError):
         strata.Store("{not json")
+
+
+def test_threads_sharing_one_store():
+    """Python threads may share a store: its calls run one at a time (GIL released)."""
+    import threading
+
+    s = open_store(optimizer="sgd")
+    errors = []
+
+    def train(first):
+        try:
+            rng = np.random.default_rng(first)
+            for i in range(first, first + 20):
+                s.submit(i, {"a": random_feature(rng, 20, 3)})
+                out = s.forward(i)
+                s.backward(i, [np.ones_like(out[0])])
+        except Exception as e:  # reported below, on the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=train, args=(100 * t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and s.step == 80 and s.in_flight == 0
