@@ -16,13 +16,18 @@ def pipelined(module, batches, sparse=None, ahead=1, preview=0):
     next ``ahead`` are submitted (so a cached store prefetches their rows) and the ``preview``
     after those are previewed (their keys steer the lookahead cache; needs ``cache.preview`` >=
     ``preview`` in the store config). ``sparse(batch)`` picks the sparse features out of a batch
-    (default: the batch itself). Batches submitted and never yielded (the loop stopped early) are
-    discarded when the generator closes. ``ahead`` + 1 must not exceed ``cache.max_in_flight``."""
+    (default: the batch itself). So ``ahead`` + 1 batches are in flight while the trainer works on
+    one (the next is submitted when it asks for it): ``ahead`` + 1 must not exceed
+    ``cache.max_in_flight``. When the generator closes (the loop ended, stopped with ``break`` or
+    an exception, or ``close()``), the batches it submitted and that were never forwarded, yielded
+    or not, are discarded, and the previews dropped. A batch forwarded and not yet backpropagated
+    is the module's (``discard_in_flight()``)."""
     if ahead < 0 or preview < 0:
         raise ValueError(f"ahead {ahead} and preview {preview} (expected >= 0)")
     pick = sparse if sparse is not None else (lambda b: b)
     it = iter(batches)
-    window = collections.deque()  # [batch, SubmittedBatch or previewed id]
+    window = collections.deque()  # [batch, SubmittedBatch or previewed id]; the front is the current one
+    yielded = []  # SubmittedBatches yielded before the current one and not forwarded yet
     exhausted = False
 
     def fill():
@@ -45,11 +50,14 @@ def pipelined(module, batches, sparse=None, ahead=1, preview=0):
     try:
         fill()
         while window:
-            batch, submitted = window.popleft()
+            # The current batch stays at the front of the window (and in the count of ahead + 1)
+            # until the trainer asks for the next.
+            yield tuple(window[0])
+            yielded.append(window.popleft()[1])
+            yielded = [s for s in yielded if not getattr(s, "forwarded", False)]
             fill()
-            yield batch, submitted
     finally:
-        for _, entry in window:
-            if hasattr(entry, "batch_id"):
-                module.store.discard(entry.batch_id)
+        for submitted in yielded + [entry for _, entry in window]:
+            if hasattr(submitted, "batch_id") and not getattr(submitted, "forwarded", False):
+                module.store.discard(submitted.batch_id)
         module.store.drop_previews()

@@ -18,9 +18,25 @@ enabled a forwarded batch stays in flight until its backward; otherwise (``eval(
 ``torch.no_grad()``) it is retired at once. Every forward in training mode must be followed by a
 backward of its outputs (or by ``discard_in_flight()``), or the batches pile up in the store.
 
+Each forward's batch is one optimizer step of the store. When several forwards feed one loss, one
+``backward()`` applies their batches at its end in the order they were submitted (autograd itself
+runs the later lookup first), each with the gradient of its own outputs: the second lookup read the
+rows before the first step was applied, unlike one lookup of both batches' keys.
+
+Where no backward reaches a forward's outputs, its batch stays in flight until
+``discard_in_flight()``: an exception between forward and backward, a loss that does not use the
+outputs, or ``torch.autograd.grad(loss, inputs)`` whose ``inputs`` are dense parameters only (the
+lookup's backward does not run). A second backward through the same outputs
+(``retain_graph=True``) raises ValueError: the batch was retired by the first.
+
+Outputs are written by the store with the GIL released; other threads must not resize or free
+them meanwhile (the module allocates its own, so this concerns ``strata.Store.forward`` callers).
+
 Only CPU tensors are served for now (``device="cpu"``); CUDA tensors wait for the store's device
 data path.
 """
+
+import threading
 
 import numpy as np
 import torch
@@ -62,12 +78,13 @@ class SubmittedBatch:
     """A batch already submitted (or previewed) to a module's store by :func:`pipelined`; pass it
     to the module's forward in place of the features."""
 
-    __slots__ = ("owner", "batch_id", "tables")
+    __slots__ = ("owner", "batch_id", "tables", "forwarded")
 
     def __init__(self, owner, batch_id, tables):
         self.owner = owner
         self.batch_id = batch_id
         self.tables = tables
+        self.forwarded = False  # set by the owner's forward, which then retires it (or keeps it for backward)
 
 
 class _Lookup(torch.autograd.Function):
@@ -84,9 +101,8 @@ class _Lookup(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        module, batch_id = ctx.module, ctx.batch_id
-        module.store.backward(batch_id, [g.detach().to(torch.float32).contiguous().numpy() for g in grads])
-        module._in_flight.discard(batch_id)
+        # Applied at the end of this backward pass, with the other lookups of the pass, in submit order.
+        ctx.module._defer_backward(ctx.batch_id, [g.detach().to(torch.float32).contiguous().numpy() for g in grads])
         return None, None, None, None
 
 
@@ -131,6 +147,9 @@ class EmbeddingBagCollection(nn.Module):
         self._tables = {t["name"]: t for t in self.store.config["tables"]}
         self._next_id = 0
         self._in_flight = set()
+        # Gradients of lookups whose backward ran in the current backward pass: [(batch_id, grads)].
+        self._deferred = []
+        self._deferred_lock = threading.Lock()
         # Outputs of a custom autograd function require grad only when an input does: this
         # tensor, never a parameter, makes the lookup part of the graph.
         self._anchor = torch.zeros((), requires_grad=True)
@@ -183,32 +202,62 @@ class EmbeddingBagCollection(nn.Module):
             submitted = batch
         else:
             submitted = self.submit(batch)
+        submitted.forwarded = True
         names = [name for name, _ in submitted.tables]
         shapes = [shape for _, shape in submitted.tables]
         train = self.training and torch.is_grad_enabled()
         try:
             if train:
                 outs = _Lookup.apply(self._anchor, self, submitted.batch_id, shapes)
-                self._in_flight.add(submitted.batch_id)
             else:
                 outs = [torch.empty(shape, dtype=torch.float32) for shape in shapes]
                 self.store.forward(submitted.batch_id, [o.numpy() for o in outs])
-                self.store.discard(submitted.batch_id)
-        except Exception:
-            if not train or submitted.batch_id not in self._in_flight:
-                self.store.discard(submitted.batch_id)
+        except BaseException:
+            self.store.discard(submitted.batch_id)  # still in flight: the lookup failed
             raise
+        if train:
+            self._in_flight.add(submitted.batch_id)
+        else:
+            self.store.discard(submitted.batch_id)
         return KeyedEmbeddings(names, outs)
 
+    def _defer_backward(self, batch_id, grads):
+        with self._deferred_lock:
+            self._deferred.append((batch_id, grads))
+        torch.autograd.Variable._execution_engine.queue_callback(self._apply_deferred)
+
+    def _apply_deferred(self):
+        """End of a backward pass: applies its lookups' gradients in submit (batch id) order. Each
+        is tried; the first error is raised (a refused batch stays in flight). Holds the lock while
+        applying, so a concurrent pass's callback returns only once its batches are applied."""
+        with self._deferred_lock:
+            pending = sorted(self._deferred, key=lambda entry: entry[0])
+            self._deferred = []
+            error = None
+            for batch_id, grads in pending:
+                try:
+                    self.store.backward(batch_id, grads)
+                    self._in_flight.discard(batch_id)
+                except Exception as e:  # raised below, once the later batches were tried
+                    error = error or e
+            if error is not None:
+                raise error
+
     def discard_in_flight(self):
-        """Retires every batch forwarded in training mode whose backward never came."""
-        for batch_id in sorted(self._in_flight):
-            self.store.discard(batch_id)
-        self._in_flight.clear()
+        """Retires every batch forwarded in training mode whose backward never came (or whose
+        backward pass failed before applying it)."""
+        with self._deferred_lock:
+            self._deferred = []
+            for batch_id in sorted(self._in_flight):
+                self.store.discard(batch_id)
+            self._in_flight.clear()
 
     # ---- learning rate ----
     def set_learning_rate(self, lr, table=None):
-        """Sets a table's learning rate (every table's when table is None) from the next backward."""
+        """Sets a table's learning rate (every table's when table is None) from the next backward.
+        The rates are part of ``state_dict()`` and of the store's checkpoints: loading either
+        replaces the rates in force, also those of a new config (set them again after loading to
+        change them)."""
         self.store.set_learning_rate(float(lr), table)
 
     def learning_rate(self, table):
@@ -224,9 +273,13 @@ class EmbeddingBagCollection(nn.Module):
             destination[f"{prefix}tables.{name}.learning_rate"] = torch.tensor(self.store.learning_rate(name))
 
     def load_state_dict(self, state_dict, strict=True):
-        """Loads table weights (and optimizer state and learning rate where given). Every entry is
-        checked before any row changes: on an error (a wrong shape or dtype, and with ``strict``
-        a missing or unexpected key) it raises RuntimeError and the tables are unchanged."""
+        """Loads table weights (and optimizer state and learning rate where given): tensors or
+        NumPy arrays of float32, rates as numbers that float32 holds. Every entry is checked before
+        any row changes: on an error (a wrong shape, type or dtype, a bad rate, and with ``strict``
+        a missing or unexpected key) it raises RuntimeError and the tables are unchanged. Nested in
+        another module, torch loads each submodule in turn: an error elsewhere in the parent's
+        state dict (a missing or unexpected key of another module) raises after the tables were
+        loaded, as it does after torch's own parameters were copied."""
         if strict:
             want = {f"tables.{n}.weight" for n in self._tables}
             known = want | {f"tables.{n}.{s}" for n in self._tables for s in ("optimizer_state", "learning_rate")}
@@ -258,11 +311,7 @@ class EmbeddingBagCollection(nn.Module):
             if s is not None and tuple(s.shape) != (table["rows"], state_dim):
                 problems.append(f"{key}optimizer_state has shape {tuple(s.shape)} (expected ({table['rows']}, "
                                 f"{state_dim}) for optimizer {table['optimizer']['kind']})")
-            rate = None
-            if lr is not None:
-                rate = float(lr)
-                if not (rate > 0 and np.isfinite(rate)):
-                    problems.append(f"{key}learning_rate {rate} (expected a finite number > 0)")
+            rate = None if lr is None else _float32_rate(lr, key + "learning_rate", problems)
             plan.append((name, w, s, rate))
         unexpected_keys.extend(sorted(ours))
         error_msgs.extend(problems)
@@ -275,11 +324,32 @@ class EmbeddingBagCollection(nn.Module):
 
 
 def _host_float32(t, what, problems):
+    """A state-dict array (a tensor on any device, or a NumPy array) as a float32 NumPy array, or
+    None after noting why not in ``problems``."""
     if isinstance(t, torch.Tensor):
-        if t.device.type != "cpu":
-            t = t.cpu()
         if t.dtype != torch.float32:
             problems.append(f"{what} has dtype {t.dtype} (expected torch.float32)")
             return None
-        return t.detach().contiguous().numpy()
-    return t
+        return t.detach().cpu().contiguous().numpy()
+    if isinstance(t, np.ndarray):
+        if t.dtype != np.float32:
+            problems.append(f"{what} has dtype {t.dtype} (expected float32)")
+            return None
+        return t
+    problems.append(f"{what} is a {type(t).__name__} (expected a torch.float32 tensor or a float32 NumPy array)")
+    return None
+
+
+def _float32_rate(lr, what, problems):
+    """A learning rate as the store will hold it (float32), or None after noting why not."""
+    try:
+        rate = float(lr)
+    except (TypeError, ValueError, RuntimeError):
+        problems.append(f"{what} is {lr!r} (expected a number)")
+        return None
+    with np.errstate(over="ignore", under="ignore"):
+        held = np.float32(rate)
+    if not (held > 0 and np.isfinite(held)):
+        problems.append(f"{what} {rate!r} (expected a finite number > 0 that float32 holds)")
+        return None
+    return float(held)

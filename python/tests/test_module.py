@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+import strata
 import strata.torch as st
 from conftest import config, random_feature, table
 
@@ -69,6 +70,80 @@ def test_bad_state_dict_raises_and_changes_nothing():
             a.load_state_dict(b)
         for k, v in a.state_dict().items():
             torch.testing.assert_close(v, before[k], rtol=0, atol=0)
+
+
+def test_load_state_dict_checks_every_table_before_writing_any():
+    """Entries that only fail when written (a float64 NumPy weight, a list, a rate that float32
+    cannot hold) are found before any table changes, also when an earlier table is fine."""
+    a = make()
+    before = {k: v.clone() for k, v in a.state_dict().items()}
+    sd = {k: v.clone() + 1 for k, v in before.items()}  # "user" (first) is fine in every case
+    item = sd["tables.item.weight"]
+    bad = [
+        ("tables.item.weight has dtype float64 (expected float32)", {"tables.item.weight": item.numpy().astype(np.float64)}),
+        ("tables.item.weight is a list", {"tables.item.weight": item.tolist()}),
+        ("tables.item.optimizer_state has dtype int64", {"tables.item.optimizer_state": np.zeros((20, 2), np.int64)}),
+        ("tables.item.learning_rate 1e+39 (expected a finite number > 0", {"tables.item.learning_rate": 1e39}),
+        ("tables.item.learning_rate 1e-50", {"tables.item.learning_rate": 1e-50}),
+        ("tables.item.learning_rate 1e+39", {"tables.item.learning_rate": torch.tensor(1e39, dtype=torch.float64)}),
+        ("tables.item.learning_rate is", {"tables.item.learning_rate": torch.tensor([0.1, 0.2])}),
+    ]
+    for words, change in bad:
+        with pytest.raises(RuntimeError) as e:
+            a.load_state_dict(dict(sd, **change))
+        assert words in str(e.value), str(e.value)
+        for k, v in a.state_dict().items():
+            torch.testing.assert_close(v, before[k], rtol=0, atol=0)
+    # Float32 NumPy arrays and plain numbers load.
+    a.load_state_dict({k: (v.numpy() if v.dim() else float(v)) for k, v in sd.items()})
+    for k, v in a.state_dict().items():
+        torch.testing.assert_close(v, sd[k], rtol=0, atol=0)
+
+
+def test_two_lookups_in_one_loss_apply_in_submit_order():
+    """Autograd runs the later lookup's backward first; the module applies the batches of one
+    backward pass in submit order, as the store's calls forward 1, forward 2, backward 1, backward 2."""
+    rng = np.random.default_rng(4)
+    b1, b2 = batch(rng), batch(rng)
+    b2["user"] = b1["user"]  # the same rows: the order of two Adagrad steps on them shows
+    g1, g2 = (torch.from_numpy(rng.normal(size=(4, 6)).astype(np.float32)) for _ in range(2))
+    m = make(optimizer="adagrad")
+    o1, o2 = m(tensors(b1)), m(tensors(b2))
+    ((o1.values() * g1).sum() + (o2.values() * g2).sum()).backward()
+    assert m.store.in_flight == 0 and m.store.step == 2
+    ref = strata.Store(m.store.config)
+    for i, b in enumerate((b1, b2)):
+        ref.submit(i, b)
+        ref.forward(i)
+    for i, g in enumerate((g1, g2)):
+        ref.backward(i, [np.ascontiguousarray(g[:, :4].numpy()), np.ascontiguousarray(g[:, 4:].numpy())])
+    for n in ("user", "item"):
+        for got, want in zip(m.store.read_rows(n), ref.read_rows(n)):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_backward_that_never_comes_retain_graph_and_grad_of_dense_parameters():
+    rng = np.random.default_rng(6)
+    m = make()
+    dense = torch.nn.Linear(6, 1)
+    # An exception between forward and backward: that batch stays in flight, later steps train.
+    m(tensors(batch(rng)))
+    step(m, tensors(batch(rng)))
+    assert m.store.step == 1 and m.store.in_flight == 1
+    m.discard_in_flight()
+    assert m.store.in_flight == 0
+    # torch.autograd.grad of dense parameters only: the lookup's backward does not run.
+    loss = dense(m(tensors(batch(rng))).values()).sum()
+    torch.autograd.grad(loss, list(dense.parameters()))
+    assert m.store.step == 1 and m.store.in_flight == 1
+    m.discard_in_flight()
+    # retain_graph: a second backward of the same lookup raises; the first was applied once.
+    loss = m(tensors(batch(rng))).values().pow(2).sum()
+    loss.backward(retain_graph=True)
+    assert m.store.step == 2
+    with pytest.raises(ValueError, match="was not submitted"):
+        loss.backward()
+    assert m.store.step == 2 and m.store.in_flight == 0
 
 
 class FakeJagged:
@@ -140,6 +215,38 @@ def test_pipelined_training_equals_plain_training(mode):
     step(piped, submitted)
     gen.close()
     assert piped.store.in_flight == 0
+
+
+def test_pipelined_keeps_ahead_plus_one_in_flight_and_discards_what_was_never_forwarded():
+    rng = np.random.default_rng(2)
+    loader = [tensors(batch(rng)) for _ in range(6)]
+    # ahead + 1 batches in flight at most: fits cache.max_in_flight = ahead + 1.
+    for ahead in (1, 2):
+        m = make("cached", cache={"max_in_flight": ahead + 1})
+        most = 0
+        for submitted in (s for _, s in st.pipelined(m, loader, ahead=ahead)):
+            most = max(most, m.store.in_flight)
+            step(m, submitted)
+        assert most == ahead + 1 and m.store.step == 6 and m.store.in_flight == 0
+    # The consumer stops (break, an exception, close) before forwarding the batch it was given.
+    m = make()
+    for _ in st.pipelined(m, loader, ahead=1):
+        break
+    assert m.store.in_flight == 0
+
+    def fails():
+        for _ in st.pipelined(m, loader, ahead=2):
+            raise KeyError("data")
+
+    with pytest.raises(KeyError):
+        fails()
+    assert m.store.in_flight == 0
+    gen = st.pipelined(m, loader, ahead=1)
+    _, first = next(gen)
+    _, second = next(gen)  # the first was never forwarded either
+    step(m, second)
+    gen.close()
+    assert m.store.in_flight == 0 and m.store.step == 1
 
 
 def test_module_bad_input_raises_and_changes_nothing():
