@@ -101,6 +101,46 @@ TEST_P(LearningRate, SetBetweenStepsEqualsAStoreOpenedWithTheNewRate) {
   EXPECT_TRUE(same_state(snapshot(**after), snapshot(s)));
 }
 
+// Adam (whose step counter the store keeps), with three batches in flight (forwarded) while the
+// rates change: every mode equals the reference making the same calls.
+TEST_P(LearningRate, AdamWithBatchesInFlightDuringTheChangeEqualsTheReference) {
+  const Mode m = GetParam();
+  StoreConfig c = config_for(m);
+  for (auto& t : c.tables) t.spec.optimizer.kind = OptimizerKind::kAdam;
+  std::mt19937_64 rng(11);
+  std::vector<KeyBatch> batches;
+  for (int i = 0; i < 8; ++i) batches.push_back(random_batch(rng, c, 4));
+  auto run = [&](Store& s) {
+    std::mt19937_64 grads(13);
+    for (int i = 0; i < 3; ++i) step(s, c, batches[static_cast<std::size_t>(i)], i, grads);
+    std::vector<Buffers> out;
+    for (int i = 3; i < 6; ++i) {
+      out.push_back(make_buffers(c, batches[static_cast<std::size_t>(i)]));
+      ASSERT_TRUE(s.submit(i, batches[static_cast<std::size_t>(i)]).is_ok());
+      ASSERT_TRUE(s.forward(i, out.back().views).is_ok());
+    }
+    ASSERT_TRUE(s.set_learning_rate(0.01f).is_ok());
+    ASSERT_TRUE(s.set_learning_rate(c.tables[1].spec.name, 0.2f).is_ok());
+    for (auto& o : out) {
+      fill_random(grads, o);
+      ASSERT_TRUE(s.backward(3 + static_cast<std::int64_t>(&o - out.data()), o.cviews).is_ok());
+    }
+    for (int i = 6; i < 8; ++i) step(s, c, batches[static_cast<std::size_t>(i)], i, grads);
+  };
+  auto got = open_mode(m, c);
+  ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+  run(**got);
+  auto want = open_reference_store(c);
+  run(**want);
+  EXPECT_EQ((*got)->step(), 8);
+  EXPECT_TRUE(same_state(snapshot(**want), snapshot(**got)));
+  // The rates mattered: a reference that kept the config's rate ends elsewhere.
+  auto kept = open_reference_store(c);
+  std::mt19937_64 grads(13);
+  for (int i = 0; i < 8; ++i) step(**kept, c, batches[static_cast<std::size_t>(i)], i, grads);
+  EXPECT_FALSE(same_state(snapshot(**kept), snapshot(**got)));
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Modes, LearningRate,
     ::testing::Values(Mode{"reference", Placement::kCpu, false, true}, Mode{"cpu", Placement::kCpu, false, false},
