@@ -6,10 +6,10 @@
 #include <cmath>
 #include <functional>
 #include <limits>
-#include <thread>
 
 #include "dispatch/local_communicator.hpp"
 #include "tests/store/store_test_util.hpp"
+#include "tests/store/thread_ranks.hpp"
 
 namespace strata {
 namespace {
@@ -206,20 +206,6 @@ class LearningRateWorld : public ::testing::Test {
     return c;
   }
 
-  // Runs body(rank, comm) on `world` thread ranks.
-  template <class Body>
-  static void on_ranks(int world, Body body) {
-    dispatch::CommOptions o;
-    o.timeout = std::chrono::milliseconds(20000);
-    auto group = dispatch::make_local_group(world, o);
-    ASSERT_TRUE(group.is_ok());
-    std::vector<std::shared_ptr<dispatch::Communicator>> comms;
-    for (auto& c : group.value()) comms.emplace_back(std::move(c));
-    std::vector<std::thread> threads;
-    for (int r = 0; r < world; ++r) threads.emplace_back([&, r] { body(r, comms[static_cast<std::size_t>(r)]); });
-    for (auto& t : threads) t.join();
-  }
-
   // Batch `i` (keys over every row of both tables); rank 0 brings it, the other ranks an empty one.
   static KeyBatch batch(int i) {
     KeyBatch kb;
@@ -275,7 +261,7 @@ TEST_F(LearningRateWorld, SameRateOnEveryRankTrainsAsTheReference) {
       train_step(**ref, 0, i);
     }
     std::vector<std::vector<float>> want = {weights(**ref, 0), weights(**ref, 1)};
-    on_ranks(2, [&](int r, std::shared_ptr<dispatch::Communicator> comm) {
+    on_ranks(2, 20000, [&](int r, std::shared_ptr<dispatch::Communicator> comm) {
       auto s = Store::open(c, comm);
       ASSERT_TRUE(s.is_ok()) << s.status().to_string();
       for (int i = 0; i < 6; ++i) {
@@ -306,7 +292,7 @@ TEST_F(LearningRateWorld, RanksThatDisagreeAreRefusedOnEveryRankWithoutChange) {
   const StoreConfig c = world_config(Placement::kHybrid);
   std::vector<Status> rate(2), invalid(2), all_vs_one(2);
   std::vector<std::vector<float>> before(2), after(2);
-  on_ranks(2, [&](int r, std::shared_ptr<dispatch::Communicator> comm) {
+  on_ranks(2, 20000, [&](int r, std::shared_ptr<dispatch::Communicator> comm) {
     const std::size_t ur = static_cast<std::size_t>(r);
     auto s = Store::open(c, comm);
     ASSERT_TRUE(s.is_ok()) << s.status().to_string();
