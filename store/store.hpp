@@ -60,9 +60,9 @@ class Store {
   /// table's ShardingPlan (with more than one rank, every table must be `gpu` or `hybrid`). Every
   /// rank opens its store with the same config, and then makes the same calls in the same order:
   /// submit/forward/backward/discard of each batch (its own keys; a batch may be empty on some
-  /// ranks), read_rows (and so save/export_npy) are collectives. write_rows/load/import_npy are
-  /// local and must be given the same rows on every rank. open itself is collective: if any rank
-  /// fails, every rank fails.
+  /// ranks), read_rows (and so save/export_npy) and set_learning_rate are collectives.
+  /// write_rows/load/import_npy are local and must be given the same rows on every rank. open
+  /// itself is collective: if any rank fails, every rank fails.
   ///
   /// Before building anything, open compares each rank's config with rank 0's and refuses a
   /// difference on every rank with the same InvalidArgument naming the rank and its first differing
