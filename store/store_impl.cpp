@@ -334,6 +334,12 @@ class StoreImpl final : public Store {
     return status;
   }
 
+ protected:
+  void learning_rate_changed(int table, float learning_rate) override {
+    engine(table).learning_rate_changed(table, learning_rate);
+  }
+  dispatch::Communicator* world() noexcept override { return comm_.get(); }
+
  private:
   struct Part {
     detail::EngineFeatures features;
