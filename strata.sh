@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Strata's one entry point: setup | build | test | bench | peers. See README.md.
+# Strata's one entry point: setup | build | test | bench | peers | lint. See README.md.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
@@ -76,6 +76,36 @@ cmd_bench() {
   log "wrote $out/bench.json, $out/bench.html and $out/console.txt"
 }
 
+# The repository's own C++ files (clang-format applies to these; build trees are not tracked).
+cpp_files() { git ls-files -- '*.cpp' '*.hpp' '*.cu' '*.cuh'; }
+
+# House habits, checked: every C++ file formatted by .clang-format (what CI runs), and clang-tidy
+# (.clang-tidy) on the C++ sources changed against LINT_BASE (default: HEAD, i.e. uncommitted
+# changes), with the default preset's compile_commands.json. `lint --fix` formats in place.
+cmd_lint() {
+  install_packages clang-format clang-tidy git
+  if [ "${1:-}" = "--fix" ]; then
+    cpp_files | xargs clang-format -i
+    log "formatted $(cpp_files | wc -l) files"
+    return 0
+  fi
+  if ! cpp_files | xargs clang-format --dry-run --Werror 2>/tmp/strata-format.$$; then
+    grep -o '^[^:]*:[0-9]*:[0-9]*: error' /tmp/strata-format.$$ | cut -d: -f1 | sort -u | sed 's/^/  /' >&2
+    rm -f /tmp/strata-format.$$
+    log "these files differ from .clang-format: ./strata.sh lint --fix formats them"
+    return 1
+  fi
+  rm -f /tmp/strata-format.$$
+  log "format: $(cpp_files | wc -l) files match .clang-format"
+  local changed
+  changed=$(git diff --name-only --diff-filter=d "${LINT_BASE:-HEAD}" -- '*.cpp' | grep -v '^tests/' || true)
+  if [ -n "$changed" ]; then
+    [ -f build/default/compile_commands.json ] || cmd_build default
+    # shellcheck disable=SC2086
+    clang-tidy -p build/default --quiet $changed
+  fi
+}
+
 cmd_peers() {
   cmd_setup --peers
   cmd_build default
@@ -90,6 +120,8 @@ usage: ./strata.sh COMMAND [ARGS]
   test  [PRESET]      build and run the preset's tests with ctest (all but for minimal)
   bench [FLAGS]       run strata-bench on the built-in workload with a cache sweep (flags go to strata-bench)
   peers [FLAGS]       Strata cpu mode vs torch.nn.EmbeddingBag on the same keys, with ratios
+  lint [--fix]        check every C++ file against .clang-format (CI runs it), clang-tidy on changed
+                      sources (LINT_BASE=<rev>, default HEAD); --fix formats every C++ file
 USAGE
 }
 
@@ -99,6 +131,7 @@ case "${1:-}" in
   test) shift; cmd_test "$@" ;;
   bench) shift; cmd_bench "$@" ;;
   peers) shift; cmd_peers "$@" ;;
+  lint) shift; cmd_lint "$@" ;;
   -h|--help|help|"") usage ;;
   *) usage; exit 2 ;;
 esac
