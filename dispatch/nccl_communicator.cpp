@@ -128,7 +128,8 @@ class DeviceScope {
   bool ok_ = false;
 };
 
-// Device memory that grows to the largest request (freed and reallocated; the old contents go).
+// Device memory that grows to twice the largest request (freed and reallocated, stream-ordered on
+// the communicator's stream; the old contents go).
 struct DeviceMemory {
   void* ptr = nullptr;
   std::size_t bytes = 0;
@@ -350,17 +351,19 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  // Stream-ordered (cudaFreeAsync, cudaMallocAsync on stream_): growing never synchronizes the
+  // device (cudaFree would, stalling every stream of the store on this GPU), and to twice the
+  // request, so that calls of a training loop, which vary little in size, stop growing after the
+  // first steps and allocate nothing in the steady state.
   Status grow(DeviceMemory& m, std::int64_t bytes) {
     if (static_cast<std::int64_t>(m.bytes) >= bytes) return Status::ok();
     if (m.ptr) {
-      STRATA_CUDA_TRY(cudaStreamSynchronize(stream_));
-      STRATA_CUDA_TRY(cudaFree(m.ptr));
+      STRATA_CUDA_TRY(cudaFreeAsync(m.ptr, stream_));
       m.ptr = nullptr;
       m.bytes = 0;
     }
-    // Grow by half again, so that slowly growing calls do not reallocate every time.
-    const std::size_t want = static_cast<std::size_t>(bytes) + static_cast<std::size_t>(bytes) / 2;
-    STRATA_CUDA_TRY(cudaMalloc(&m.ptr, want));
+    const std::size_t want = 2 * static_cast<std::size_t>(bytes);
+    STRATA_CUDA_TRY(cudaMallocAsync(&m.ptr, want, stream_));
     m.bytes = want;
     return Status::ok();
   }
