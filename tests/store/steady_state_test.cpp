@@ -5,9 +5,13 @@
 // (Device::resource_counts, StoreStats::device_resources).
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <random>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "dispatch/local_communicator.hpp"
 #include "tests/store/store_test_util.hpp"
 
 namespace strata {
@@ -73,6 +77,34 @@ KeyBatch jagged_batch(std::mt19937_64& rng, const StoreConfig& c) {
   return kb;
 }
 
+// Trains `warm_up` steps and then `steady` more with `depth` batches submitted ahead (every
+// rank of a world calls it with the same seed); returns what the device made during the steady
+// steps, or the first error.
+Result<gpu::ResourceCounts> steady_loop(Store& store, const StoreConfig& c, int warm_up, int steady) {
+  const int depth = 3;
+  std::mt19937_64 rng(7);
+  std::vector<KeyBatch> batches;
+  for (int i = 0; i < warm_up + steady + depth; ++i) batches.push_back(jagged_batch(rng, c));
+  for (int i = 0; i < depth; ++i) STRATA_RETURN_IF_ERROR(store.submit(i, batches[static_cast<std::size_t>(i)]));
+  gpu::ResourceCounts before;
+  for (int i = 0; i < warm_up + steady; ++i) {
+    if (i == warm_up) before = store.stats().device_resources;
+    const KeyBatch& kb = batches[static_cast<std::size_t>(i)];
+    Buffers out = make_buffers(c, kb), grads = make_buffers(c, kb);
+    fill_random(rng, grads);
+    STRATA_RETURN_IF_ERROR(store.forward(i, out.views));
+    STRATA_RETURN_IF_ERROR(store.backward(i, grads.cviews));
+    STRATA_RETURN_IF_ERROR(store.submit(i + depth, batches[static_cast<std::size_t>(i + depth)]));
+  }
+  return store.stats().device_resources - before;
+}
+
+void expect_none(const gpu::ResourceCounts& during) {
+  EXPECT_EQ(during.allocations, 0u);
+  EXPECT_EQ(during.frees, 0u);
+  EXPECT_EQ(during.events, 0u);
+}
+
 TEST(SteadyState, ATrainingLoopAllocatesNothingAfterWarmUp) {
   const Mode modes[] = {
       {"cached staged", Placement::kCached},
@@ -82,34 +114,48 @@ TEST(SteadyState, ATrainingLoopAllocatesNothingAfterWarmUp) {
       {"gpu", Placement::kGpu},
       {"offload device gather", Placement::kOffload},
   };
-  const int depth = 3, warm_up = 12, steady = 40;
   for (const Mode& m : modes) {
     SCOPED_TRACE(m.name);
     const StoreConfig c = steady_config(m);
     auto s = Store::open(c);
     ASSERT_TRUE(s.is_ok()) << s.status().to_string();
-    Store& store = **s;
-    std::mt19937_64 rng(7);
-    std::vector<KeyBatch> batches;
-    for (int i = 0; i < warm_up + steady + depth; ++i) batches.push_back(jagged_batch(rng, c));
-    for (int i = 0; i < depth; ++i) ASSERT_TRUE(store.submit(i, batches[static_cast<std::size_t>(i)]).is_ok());
-    gpu::ResourceCounts before;
-    for (int i = 0; i < warm_up + steady; ++i) {
-      if (i == warm_up) before = store.stats().device_resources;
-      const KeyBatch& kb = batches[static_cast<std::size_t>(i)];
-      Buffers out = make_buffers(c, kb), grads = make_buffers(c, kb);
-      fill_random(rng, grads);
-      ASSERT_TRUE(store.forward(i, out.views).is_ok()) << "step " << i;
-      ASSERT_TRUE(store.backward(i, grads.cviews).is_ok()) << "step " << i;
-      ASSERT_TRUE(store.submit(i + depth, batches[static_cast<std::size_t>(i + depth)]).is_ok()) << "step " << i;
-    }
-    const gpu::ResourceCounts during = store.stats().device_resources - before;
-    EXPECT_EQ(during.allocations, 0u);
-    EXPECT_EQ(during.frees, 0u);
-    EXPECT_EQ(during.events, 0u);
+    const Result<gpu::ResourceCounts> during = steady_loop(**s, c, 12, 40);
+    ASSERT_TRUE(during.is_ok()) << during.status().to_string();
+    expect_none(during.value());
     if (m.placement == Placement::kCached) {
-      const StoreStats st = store.stats();
+      const StoreStats st = (*s)->stats();
       EXPECT_GT(st.cache[0].second.writebacks, 100) << "the cache is too large to write back every step";
+    }
+  }
+}
+
+// The same over a world of two thread ranks (row-sharded `hybrid` and `gpu` tables): each rank's
+// device makes nothing in the steady state either.
+TEST(SteadyState, EveryRankOfAWorldAllocatesNothingAfterWarmUp) {
+  for (Placement placement : {Placement::kHybrid, Placement::kGpu}) {
+    SCOPED_TRACE(to_string(placement));
+    StoreConfig c = steady_config({"world", placement});
+    for (auto& t : c.tables) t.sharding.type = dispatch::ShardingType::kRow;
+    auto group = dispatch::make_local_group(2);
+    ASSERT_TRUE(group.is_ok()) << group.status().to_string();
+    std::vector<Result<gpu::ResourceCounts>> during(2, Status::internal("not run"));
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 2; ++r) {
+      ranks.emplace_back([&, r] {
+        auto s = Store::open(c, std::shared_ptr<dispatch::Communicator>(std::move(group.value()[r])));
+        if (!s.is_ok()) {
+          during[static_cast<std::size_t>(r)] = s.status();
+          return;
+        }
+        during[static_cast<std::size_t>(r)] = steady_loop(**s, c, 12, 30);
+      });
+    }
+    for (auto& t : ranks) t.join();
+    for (int r = 0; r < 2; ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r));
+      ASSERT_TRUE(during[static_cast<std::size_t>(r)].is_ok())
+          << during[static_cast<std::size_t>(r)].status().to_string();
+      expect_none(during[static_cast<std::size_t>(r)].value());
     }
   }
 }
