@@ -8,7 +8,10 @@ CORE_PACKAGES=(build-essential cmake ninja-build pkg-config git
   libhwloc-dev hwloc libtbb-dev libjemalloc-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev
-  python3)  # python3: the summary of bench/gpu_targets.sh (and its test)
+  python3  # python3: the summary of bench/gpu_targets.sh (and its test)
+  # The Python package (python/) and its tests: Debian's python3 with headers, pybind11, NumPy,
+  # pytest and PyTorch (strata.torch and its equivalence tests against torch.nn.EmbeddingBag).
+  python3-dev pybind11-dev python3-numpy python3-pytest python3-torch)
 # Only for the PyTorch peer benchmark (bench/peers): large, so installed on demand.
 PEER_PACKAGES=(python3-torch python3-numpy)
 
@@ -83,8 +86,8 @@ usage() {
   cat <<'USAGE'
 usage: ./strata.sh COMMAND [ARGS]
   setup [--peers]     install missing Debian packages (idempotent; --peers adds python3-torch)
-  build [PRESET]      configure and build (presets: default, asan, tsan)
-  test  [PRESET]      build and run every test with ctest
+  build [PRESET]      configure and build (presets: default, asan, tsan, minimal)
+  test  [PRESET]      build and run the preset's tests with ctest (all but for minimal)
   bench [FLAGS]       run strata-bench on the built-in workload with a cache sweep (flags go to strata-bench)
   peers [FLAGS]       Strata cpu mode vs torch.nn.EmbeddingBag on the same keys, with ratios
 USAGE

@@ -1,16 +1,21 @@
 #pragma once
-// Helpers the machine probes share (the sequential read probe in workload.cpp, the gather probe
-// in gather_probe.cpp): a buffer laid out as the store lays out its host tables, and a clock
-// around work done by several threads at once.
+// Helpers the machine probes share (the sequential read probe in workload.cpp, the gather and
+// update probes in gather_probe.cpp): a buffer laid out as the store lays out its host tables,
+// and clocks around work done by several threads at once.
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <thread>
 #include <vector>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -53,6 +58,19 @@ double timed_parallel(int threads, Fn fn) {
   const auto t0 = std::chrono::steady_clock::now();
   go.store(true, std::memory_order_release);
   for (auto& th : pool) th.join();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// Runs fn(begin, end) over [0, n) in ranges of about `grain` items on `arena`'s threads, with
+/// oneTBB's work stealing (as the host kernels run: persistent workers, tasks balanced between
+/// them, so one slow core does not hold up a statically split pass); returns the seconds it took.
+template <typename Fn>
+double timed_tbb(tbb::task_arena& arena, std::int64_t n, std::int64_t grain, Fn fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  arena.execute([&] {
+    tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, n, std::max<std::int64_t>(1, grain)),
+                      [&](const tbb::blocked_range<std::int64_t>& r) { fn(r.begin(), r.end()); });
+  });
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

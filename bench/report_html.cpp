@@ -394,6 +394,7 @@ std::string render_html_report(const json& results, const HtmlReportOptions& opt
         {"forward lookups/s", numeric("forward_lookups_per_s", Unit::kCount), true},
         {"train lookups/s", numeric("train_lookups_per_s", Unit::kCount), true},
         {"forward / gather limit", numeric("forward_fraction_of_gather_limit", Unit::kFraction), true},
+        {"step floor / step", numeric("train_fraction_of_step_floor", Unit::kFraction), true},
         {"step p50", numeric("step_ms_p50", Unit::kMs), true},
         {"step p99", numeric("step_ms_p99", Unit::kMs), true},
         {"hit rate", numeric("hit_rate", Unit::kFraction), true},
@@ -624,6 +625,14 @@ std::string render_html_report(const json& results, const HtmlReportOptions& opt
   o << "</body>\n</html>\n";
   return o.str();
 }
+
+std::string hit_rate_chart(const std::string& aria, const std::vector<HitRateLine>& lines, const std::string& x_label) {
+  std::vector<LineSeries> series;
+  for (const HitRateLine& l : lines) series.push_back({l.name, l.points});
+  return line_chart(aria, series, x_label, "hit rate");
+}
+
+const char* report_css() noexcept { return kCss; }
 
 Status write_html_report(const std::string& path, const json& results, const HtmlReportOptions& options) {
   const std::string html = render_html_report(results, options);

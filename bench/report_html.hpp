@@ -54,6 +54,8 @@
 // document is HTML-escaped.
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -77,5 +79,19 @@ Status write_html_report(const std::string& path, const nlohmann::json& results,
 /// `s` with &, <, >, " and ' replaced by character references; safe in HTML text, attribute values
 /// and SVG text.
 std::string html_escape(const std::string& s);
+
+/// One line of a hit-rate chart: (cache size as a fraction of the rows, hit rate) points, sorted
+/// by the fraction, both in [0, 1].
+struct HitRateLine {
+  std::string name;                               ///< legend entry
+  std::vector<std::pair<double, double>> points;  ///< (fraction, hit rate)
+};
+
+/// The report's hit-rate chart (the "hit-rate" section's) for other pages: one inline <svg>,
+/// hit rate against cache fraction, one line per entry. `aria` labels the image.
+std::string hit_rate_chart(const std::string& aria, const std::vector<HitRateLine>& lines, const std::string& x_label);
+
+/// The report's stylesheet, for other pages that embed its charts.
+const char* report_css() noexcept;
 
 }  // namespace strata::bench

@@ -30,6 +30,7 @@
 #include <sstream>
 #include <thread>
 #include <tuple>
+#include <unordered_set>
 
 #include "dispatch/local_communicator.hpp"
 #include "dispatch/mpi_communicator.hpp"
@@ -294,6 +295,7 @@ constexpr int kGatherProbePasses = 9;
 /// keeps each in its own arena), records as wide as the store's (record_stride).
 struct GatherProbePlan {
   std::int32_t dim = 0;
+  std::int32_t record_floats = 0;            // row and optimizer state: what an update reads and writes
   std::int64_t stride = 0;                   // floats per record
   std::int64_t rows = 0;                     // rows of the probe table
   std::map<std::string, std::int64_t> base;  // first probe row of each table of this dim
@@ -308,7 +310,9 @@ std::vector<GatherProbePlan> gather_probe_plans(const Options& o) {
     if (it == plans.end()) {
       GatherProbePlan p;
       p.dim = t.dim;
-      p.stride = record_stride(t.dim, kind ? optimizer_state_dim(kind.value(), t.dim) : 0);
+      const std::int32_t state = kind ? optimizer_state_dim(kind.value(), t.dim) : 0;
+      p.record_floats = t.dim + state;
+      p.stride = record_stride(t.dim, state);
       it = plans.insert(plans.end(), p);
     }
     it->base[t.name] = it->rows;
@@ -332,6 +336,20 @@ struct GatherLimit {
   bool folded = false;
 };
 
+// The bags of `batch` over the tables of `plan`'s dim, as rows of the probe table.
+GatherProbeBatch probe_rows(const GatherProbePlan& plan, const KeyBatch& batch) {
+  GatherProbeBatch pb;
+  pb.offsets.push_back(0);
+  for (const JaggedKeys& f : batch.features) {
+    const auto base = plan.base.find(f.table);
+    if (base == plan.base.end()) continue;
+    for (std::size_t i = 1; i < f.offsets.size(); ++i)
+      pb.offsets.push_back(static_cast<std::int64_t>(pb.rows.size()) + f.offsets[i]);
+    for (const Key k : f.keys) pb.rows.push_back(plan.folded ? (base->second + k) % plan.rows : base->second + k);
+  }
+  return pb;
+}
+
 // Runs the gather probe for every dim of the workload on the first batches of the run.
 Result<std::vector<GatherLimit>> measure_gather_limits(const Options& o, const std::vector<KeyBatch>& batches,
                                                        int threads) {
@@ -342,15 +360,7 @@ Result<std::vector<GatherLimit>> measure_gather_limits(const Options& o, const s
     STRATA_ASSIGN_OR_RETURN(KeySampler sampler, KeySampler::create("uniform", plan.rows, o.workload.seed ^ 0x5eedull));
     const std::size_t n = std::min<std::size_t>(batches.size(), kGatherProbePasses);
     for (std::size_t b = 0; b < n; ++b) {
-      GatherProbeBatch pb;
-      pb.offsets.push_back(0);
-      for (const JaggedKeys& f : batches[b].features) {
-        const auto base = plan.base.find(f.table);
-        if (base == plan.base.end()) continue;
-        for (std::size_t i = 1; i < f.offsets.size(); ++i)
-          pb.offsets.push_back(static_cast<std::int64_t>(pb.rows.size()) + f.offsets[i]);
-        for (const Key k : f.keys) pb.rows.push_back(plan.folded ? (base->second + k) % plan.rows : base->second + k);
-      }
+      GatherProbeBatch pb = probe_rows(plan, batches[b]);
       if (!uniform) {
         GatherProbeBatch u{pb.offsets, std::vector<std::int64_t>(pb.rows.size())};
         sampler.fill(u.rows.data(), static_cast<std::int64_t>(u.rows.size()));
@@ -367,6 +377,59 @@ Result<std::vector<GatherLimit>> measure_gather_limits(const Options& o, const s
     }
   }
   return limits;
+}
+
+/// One measured update floor: the records of a dim's tables updated per second when each distinct
+/// row of a batch is read and written once, and how many distinct rows a batch has (the mean over
+/// the probe's batches).
+struct UpdateFloor {
+  UpdateProbeResult probe;
+  std::int32_t dim = 0;
+  double distinct_rows_per_batch = 0;
+};
+
+// Runs the update probe for every dim of the workload on the distinct rows of the run's first
+// batches, in the order of their first use (the order the backward visits them).
+Result<std::vector<UpdateFloor>> measure_update_floors(const Options& o, const std::vector<KeyBatch>& batches,
+                                                       int threads) {
+  std::vector<UpdateFloor> floors;
+  for (const GatherProbePlan& plan : gather_probe_plans(o)) {
+    std::vector<std::vector<std::int64_t>> passes;
+    double distinct = 0;
+    const std::size_t n = std::min<std::size_t>(batches.size(), kGatherProbePasses);
+    for (std::size_t b = 0; b < n; ++b) {
+      const GatherProbeBatch pb = probe_rows(plan, batches[b]);
+      std::unordered_set<std::int64_t> seen(pb.rows.size());
+      std::vector<std::int64_t> rows;
+      for (const std::int64_t r : pb.rows)
+        if (seen.insert(r).second) rows.push_back(r);
+      distinct += static_cast<double>(rows.size());
+      if (!rows.empty()) passes.push_back(std::move(rows));
+    }
+    if (passes.empty()) continue;
+    const UpdateProbeSpec spec{plan.record_floats, plan.stride, plan.rows, threads};
+    STRATA_ASSIGN_OR_RETURN(UpdateProbeResult r, measure_update_limit(spec, passes, kGatherProbePasses));
+    floors.push_back({r, plan.dim, distinct / static_cast<double>(n)});
+  }
+  return floors;
+}
+
+json update_floors_json(const std::vector<UpdateFloor>& floors) {
+  json a = json::array();
+  for (const UpdateFloor& u : floors)
+    a.push_back({{"dim", u.dim},
+                 {"record_bytes", u.probe.record_bytes},
+                 {"table_rows", u.probe.table_rows},
+                 {"table_bytes", u.probe.table_bytes},
+                 {"threads", u.probe.threads},
+                 {"passes", u.probe.repetitions},
+                 {"statistic", "median"},
+                 {"prefetch_distance", u.probe.prefetch_distance},
+                 {"distinct_rows_per_batch", u.distinct_rows_per_batch},
+                 {"rows_per_s", u.probe.rows_per_s},
+                 {"gb_per_s", u.probe.gb_per_s},
+                 {"best_rows_per_s", u.probe.best_rows_per_s}});
+  return a;
 }
 
 // The forward rate, in lookups/s, of a step that reads each key's row at the probe's rate for its
@@ -386,6 +449,24 @@ double step_gather_limit(const Options& o, const std::vector<GatherLimit>& limit
     seconds += static_cast<double>(f.keys.size()) / l->probe.lookups_per_s;
   }
   return seconds > 0 ? total / seconds : 0;
+}
+
+// The floor of a training step in seconds: every key's row gathered at its dim's gather limit
+// (keys "workload", on the first batch) plus every distinct row of a batch updated once at its
+// dim's update floor. 0 when a dim has no measurement.
+double step_floor_s(const Options& o, const std::vector<GatherLimit>& limits, const std::vector<UpdateFloor>& floors,
+                    const KeyBatch& batch) {
+  const double lookups = static_cast<double>(batch.total_keys());
+  const double gather = step_gather_limit(o, limits, batch, "workload");
+  if (gather <= 0 || floors.empty()) return 0;
+  double seconds = lookups / gather;
+  for (const GatherProbePlan& plan : gather_probe_plans(o)) {
+    const auto f =
+        std::find_if(floors.begin(), floors.end(), [&](const UpdateFloor& u) { return u.dim == plan.dim; });
+    if (f == floors.end() || f->probe.rows_per_s <= 0) return 0;
+    seconds += f->distinct_rows_per_batch / f->probe.rows_per_s;
+  }
+  return seconds;
 }
 
 json gather_limits_json(const std::vector<GatherLimit>& limits) {
@@ -747,6 +828,7 @@ json per_node(const std::vector<std::uint64_t>& v, double steps) {
 struct StepLimits {
   double workload = 0;
   double uniform = 0;
+  double floor_s = 0;  // step_floor_s: a training step's gather and update floors
 };
 
 // Everything measured for one run of a mode (also used for sweep points).
@@ -774,6 +856,8 @@ json result_json(const Options& o, const ModeResult& r, double read_gbs, const S
   m["forward_fraction_of_gather_limit"] = one_rank && limits.workload > 0 ? json(fwd / limits.workload) : json(nullptr);
   if (limits.uniform > 0)
     m["forward_fraction_of_uniform_gather_limit"] = one_rank ? json(fwd / limits.uniform) : json(nullptr);
+  m["train_step_floor_ms"] = one_rank && limits.floor_s > 0 ? json(limits.floor_s * 1e3) : json(nullptr);
+  m["train_fraction_of_step_floor"] = one_rank && limits.floor_s > 0 ? json(limits.floor_s / t50) : json(nullptr);
   m["setup_s"] = r.setup_s;
   m["train_phase_ms_p50"] = {{"submit", percentile(r.submit_s, 0.5) * 1e3},
                              {"forward", percentile(r.lookup_s, 0.5) * 1e3},
@@ -890,6 +974,19 @@ json report_document(const json& j) {
   } else {
     machine["gather_limit"] = limits;
   }
+  std::string floors;  // the same for the update floor ("dim 128, 512-byte records: 1.2e+07 rows/s, ...")
+  for (const auto& u : machine["update_floor"]) {
+    char line[200];
+    std::snprintf(line, sizeof line, "dim %d, %lld-byte records: %.3g rows/s, %.2f GB/s read and written",
+                  u["dim"].get<int>(), static_cast<long long>(u["record_bytes"].get<std::int64_t>()),
+                  u["rows_per_s"].get<double>(), u["gb_per_s"].get<double>());
+    floors += (floors.empty() ? "" : "; ") + std::string(line);
+  }
+  if (floors.empty()) {
+    machine.erase("update_floor");
+  } else {
+    machine["update_floor"] = floors;
+  }
   report["machine"] = machine;
   // The workload section shows the table list separately (a 26-entry array does not fit a cell).
   json w = j["workload"];
@@ -905,6 +1002,7 @@ json report_document(const json& j) {
                {"forward_lookups_per_s", m["forward_lookups_per_s"]},
                {"train_lookups_per_s", m["train_lookups_per_s"]},
                {"forward_fraction_of_gather_limit", m["forward_fraction_of_gather_limit"]},
+               {"train_fraction_of_step_floor", m["train_fraction_of_step_floor"]},
                {"samples_per_s", m["samples_per_s"]},
                {"step_ms_p50", m["train_step_ms_p50"]},
                {"step_ms_p99", m["train_step_ms_p99"]},
@@ -1194,6 +1292,7 @@ int run(const Options& o_in) {
   // The gather limit: a bare gather + sum-pool loop over the run's first batches, on the same
   // threads, before any store exists (its table is freed before the modes run).
   std::vector<GatherLimit> gather_limits;
+  std::vector<UpdateFloor> update_floors;
   StepLimits step_limits;
   double gather_probe_s = 0;
   if (o.gather_probe) {
@@ -1205,6 +1304,12 @@ int run(const Options& o_in) {
     gather_probe_s = seconds_since(t0);
     step_limits.workload = step_gather_limit(o, gather_limits, batches.front(), "workload");
     step_limits.uniform = step_gather_limit(o, gather_limits, batches.front(), "uniform");
+    std::fprintf(stderr, "  measuring the update floor...\n");
+    auto u = measure_update_floors(o, batches, probe_threads);
+    if (!u) return fail(u.status().message(), 1);
+    update_floors = std::move(u).value();
+    gather_probe_s = seconds_since(t0);
+    step_limits.floor_s = step_floor_s(o, gather_limits, update_floors, batches.front());
   }
 
   std::vector<ModeResult> results;
@@ -1295,7 +1400,13 @@ int run(const Options& o_in) {
        "rows prefetched into L2 24/48/96 keys ahead (the best kept); median of the timed passes, "
        "the statistic of the modes' forward step"},
       {"step_limit_lookups_per_s", step_limits.workload > 0 ? json(step_limits.workload) : json(nullptr)},
-      {"step_uniform_limit_lookups_per_s", step_limits.uniform > 0 ? json(step_limits.uniform) : json(nullptr)}};
+      {"step_uniform_limit_lookups_per_s", step_limits.uniform > 0 ? json(step_limits.uniform) : json(nullptr)},
+      {"update_method",
+       "each distinct row of the run's first batches read and written once (row and optimizer state), in the "
+       "order of first use, on the same threads; prefetched into L2 24/48/96 rows ahead and for writing 8 ahead "
+       "(the best kept); median of the timed passes"},
+      {"step_floor_ms", step_limits.floor_s > 0 ? json(step_limits.floor_s * 1e3) : json(nullptr)}};
+  j["machine"]["update_floor"] = update_floors_json(update_floors);
   j["memory_estimate"] = {{"host_bytes", mem.total},      {"tables_bytes", mem.tables},
                           {"device_bytes", mem.device},   {"batches_bytes", mem.batches},
                           {"available_bytes", available}, {"worst_mode", mem.worst_mode}};
@@ -1389,6 +1500,18 @@ int run(const Options& o_in) {
       std::printf(", %.0f%% of the uniform-random-row limit",
                   100 * m["forward_fraction_of_uniform_gather_limit"].get<double>());
     std::printf("\n");
+  }
+  for (const UpdateFloor& u : update_floors)
+    std::printf(
+        "update floor, dim %d (%lld-byte records, %.0f distinct rows per batch, %d threads): %.3e rows/s, %.2f GB/s "
+        "read and written (median of %d passes, prefetch %d ahead)\n",
+        u.dim, static_cast<long long>(u.probe.record_bytes), u.distinct_rows_per_batch, u.probe.threads,
+        u.probe.rows_per_s, u.probe.gb_per_s, u.probe.repetitions, u.probe.prefetch_distance);
+  for (const auto& m : j["results"]) {
+    if (!m["train_fraction_of_step_floor"].is_number()) continue;
+    std::printf("%-12s training step at %.0f%% of the step floor (gather + update floors %.2f ms, step p50 %.2f ms)\n",
+                m["mode"].get<std::string>().c_str(), 100 * m["train_fraction_of_step_floor"].get<double>(),
+                m["train_step_floor_ms"].get<double>(), m["train_step_ms_p50"].get<double>());
   }
   std::printf("\n%-12s %12s %12s %12s %12s  (memory)\n", "mode", "peak RSS", "RSS at start", "host tables",
               "peak device");

@@ -21,6 +21,15 @@ class Fenwick {
   void add(std::int64_t pos, std::int64_t delta) {
     for (std::size_t i = static_cast<std::size_t>(pos) + 1; i < tree_.size(); i += i & (~i + 1)) tree_[i] += delta;
   }
+  // Sets positions [0, count) to 1 and the rest to 0, in O(n).
+  void assign_ones(std::int64_t count) {
+    std::fill(tree_.begin(), tree_.end(), 0);
+    for (std::size_t i = 1; i < tree_.size(); ++i) {
+      if (static_cast<std::int64_t>(i) <= count) tree_[i] += 1;
+      const std::size_t parent = i + (i & (~i + 1));
+      if (parent < tree_.size()) tree_[parent] += tree_[i];
+    }
+  }
   // Sum over positions [0, pos]; 0 for pos < 0.
   std::int64_t prefix(std::int64_t pos) const {
     std::int64_t s = 0;
@@ -140,31 +149,52 @@ Result<LruCurve> lru_curve(const KeyTrace& trace, PerBatch per_batch) {
   // In the per-access model each access is its own "batch" of one.
   const std::int64_t groups = every_access ? n : static_cast<std::int64_t>(d.offsets.size()) - 1;
 
-  // marks has a 1 at the position of each key's latest access, so the keys used since position p
-  // and before position s are counted by marks over (p, s).
-  Fenwick marks(n);
-  std::vector<std::int64_t> last(static_cast<std::size_t>(d.distinct_keys), -1);
+  // Accesses are numbered by slots in time order; marks has a 1 at the slot of each key's latest
+  // access, so the keys used since slot p and before slot s are counted by marks over (p, s). The
+  // slots are compacted (live ones renumbered in order, dead ones dropped) whenever they run out,
+  // so the tree stays about twice the distinct key count instead of one entry per access: small
+  // enough to stay in cache, which is most of the speed on long traces.
+  const std::int64_t capacity = std::max<std::int64_t>(2 * d.distinct_keys, 2);
+  Fenwick marks(capacity);
+  std::vector<std::int64_t> id_at(static_cast<std::size_t>(capacity), -1);        // slot -> key id
+  std::vector<std::int64_t> last(static_cast<std::size_t>(d.distinct_keys), -1);  // key id -> slot
+  std::int64_t next_slot = 0;
+  const auto compact = [&] {
+    std::int64_t live = 0;
+    for (std::int64_t s = 0; s < next_slot; ++s) {
+      const std::int64_t id = id_at[static_cast<std::size_t>(s)];
+      if (id < 0 || last[static_cast<std::size_t>(id)] != s) continue;
+      id_at[static_cast<std::size_t>(live)] = id;
+      last[static_cast<std::size_t>(id)] = live++;
+    }
+    std::fill(id_at.begin() + live, id_at.begin() + next_slot, -1);
+    marks.assign_ones(live);
+    next_slot = live;
+  };
   // Distances are in [1, distinct_keys].
   std::vector<std::int64_t> histogram(static_cast<std::size_t>(d.distinct_keys) + 1, 0);
   std::int64_t max_distance = 0;
   for (std::int64_t g = 0; g < groups; ++g) {
     const std::int64_t begin = every_access ? g : d.offsets[g];
     const std::int64_t end = every_access ? g + 1 : d.offsets[g + 1];
+    // A group's keys are distinct, so it needs at most distinct_keys <= capacity / 2 slots.
+    if (next_slot + (end - begin) > capacity) compact();
     // All distances of a batch are measured at its start, before any of its keys moves up: moving
     // one key of the batch first would wrongly shorten the distance of another.
-    const std::int64_t before_batch = marks.prefix(begin - 1);
+    const std::int64_t before_batch = marks.prefix(next_slot - 1);
     for (std::int64_t i = begin; i < end; ++i) {
-      const std::int64_t p = last[d.ids[i]];
+      const std::int64_t p = last[static_cast<std::size_t>(d.ids[i])];
       if (p < 0) continue;  // compulsory miss
       const std::int64_t distance = before_batch - marks.prefix(p) + 1;
-      ++histogram[distance];
+      ++histogram[static_cast<std::size_t>(distance)];
       max_distance = std::max(max_distance, distance);
     }
     for (std::int64_t i = begin; i < end; ++i) {
-      std::int64_t& p = last[d.ids[i]];
+      std::int64_t& p = last[static_cast<std::size_t>(d.ids[i])];
       if (p >= 0) marks.add(p, -1);
-      marks.add(i, +1);
-      p = i;
+      marks.add(next_slot, +1);
+      id_at[static_cast<std::size_t>(next_slot)] = d.ids[i];
+      p = next_slot++;
     }
   }
 

@@ -128,9 +128,10 @@ class LruCurve {
 };
 
 /// Computes the LRU curve of a trace (Mattson's algorithm, with a Fenwick tree over access times
-/// counting the keys used since a key's previous access). O(n log n) time and O(n) memory for n
-/// key occurrences (expected, keys are numbered through a hash map). Fails only when the trace
-/// does not pass validate(). Single threaded, reentrant.
+/// counting the keys used since a key's previous access; the times are compacted to the live keys
+/// whenever they run out, so the tree has about 2 x distinct_keys() entries). O(n log d) time and
+/// O(n) memory for n key occurrences over d distinct keys (expected, keys are numbered through a
+/// hash map). Fails only when the trace does not pass validate(). Single threaded, reentrant.
 [[nodiscard]] Result<LruCurve> lru_curve(const KeyTrace& trace, PerBatch per_batch = PerBatch::kEveryAccess);
 
 /// Result of belady_hits, counted per distinct (batch, key).

@@ -4,7 +4,7 @@
 // per-table cap. The pool keeps the key->slot index, the replacement policy, pins (a slot used by a
 // batch that has been planned but not yet retired is never evicted), dirty flags, and statistics.
 // It moves no data: plan() returns which rows to write back and which to fill, and the prefetch
-// pipeline (cache/pipeline.hpp) executes that on the device.
+// pipeline of the cached engine (store/detail/cached_engine.cpp) executes that on the device.
 //
 // Planning is two-phase so a batch touching several pools is all-or-nothing: probe() every pool
 // (no state change; errors name the table and the numbers), then commit() each probe.

@@ -591,6 +591,8 @@ void finalize_mpi_at_exit() {
 
 }  // namespace
 
+bool mpi_built() noexcept { return true; }
+
 Status ensure_mpi_initialized() {
   std::lock_guard<std::mutex> lock(g_init_mu);
   int initialized = 0;
@@ -603,13 +605,6 @@ Status ensure_mpi_initialized() {
   STRATA_MPI_TRY(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
   std::atexit(finalize_mpi_at_exit);
   return Status::ok();
-}
-
-bool launched_by_mpi() noexcept {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"}) {
-    if (std::getenv(v)) return true;
-  }
-  return false;
 }
 
 Result<MpiPlace> mpi_place() {

@@ -20,6 +20,10 @@
 
 namespace strata::dispatch {
 
+/// Whether this build contains the mpi communicator (STRATA_MPI, and an MPI was found). Without
+/// it every function below except launched_by_mpi() returns FailedPrecondition saying so.
+bool mpi_built() noexcept;
+
 /// Initializes MPI unless the program already did: MPI_Init_thread asking for
 /// MPI_THREAD_MULTIPLE (several communicators of one process, say an `mpi` one and the bootstrap
 /// of an `nccl` one, may be used from different threads), and MPI_Finalize at exit, for that case

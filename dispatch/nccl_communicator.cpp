@@ -641,8 +641,9 @@ namespace strata::dispatch {
 namespace {
 Status not_built() {
   return Status::failed_precondition(
-      "nccl communicator: this build has no NCCL support (built without CUDA, or NCCL was not found: configure with "
-      "STRATA_CUDA=ON on a machine with the CUDA toolkit and NCCL)");
+      "nccl communicator: this build has no NCCL support (configured with STRATA_NCCL=OFF, or without the CUDA "
+      "backend, or STRATA_NCCL=AUTO found no NCCL: configure with STRATA_CUDA=ON and STRATA_NCCL=ON on a machine "
+      "with the CUDA toolkit and NCCL)");
 }
 }  // namespace
 

@@ -1,7 +1,7 @@
 #pragma once
 // The `nccl` communicator: one rank per GPU over NCCL. Compiled for real only when the CUDA
-// backend is built and NCCL was found (see dispatch/CMakeLists.txt); otherwise the factories
-// return FailedPrecondition. No CUDA or NCCL header here.
+// backend is built and NCCL was found (STRATA_NCCL, see dispatch/CMakeLists.txt); otherwise the
+// factories return FailedPrecondition. No CUDA or NCCL header here.
 //
 // The interface takes host buffers, so each call stages them through device buffers that the
 // communicator owns on its own non-blocking CUDA stream (grown stream-ordered to twice the largest

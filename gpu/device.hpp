@@ -3,7 +3,7 @@
 // the store needs. One interface, two backends: `cuda` (the CUDA runtime and gpu/cuda/*.cu) and
 // `emu` (host memory with a capacity limit; each stream runs its work in order on its own worker
 // thread). Both run one kernel source, gpu/kernels/bodies.hpp: as CUDA kernels, and on the CPU
-// grid of gpu/kernels/host_grid.hpp. See ARCHITECTURE.md, "The device layer".
+// grid of gpu/kernels/host_grid.hpp. See docs/architecture.md, "The device layer".
 //
 // `emu` refuses what a GPU refuses, so tests without a GPU catch the same bugs: its device
 // addresses cannot be dereferenced by the host (a load or store through one dies with SIGSEGV),

@@ -3,7 +3,10 @@
 //
 // Layout of a checkpoint directory:
 //   MANIFEST            JSON (format, version, generation, step, one entry per table) followed by a
-//                       line "crc32c XXXXXXXX" over the JSON text
+//                       line "crc32c XXXXXXXX" over the JSON text. A table entry's "learning_rate"
+//                       (the rate in force at save) is optional: manifests written before it
+//                       existed lack it, and load then keeps the store's rate (same format version,
+//                       so a build from before then loads a newer checkpoint and ignores its rates).
 //   <table>.<gen>.tbl   64-byte header, then rows records of (dim weights | state_dim state) fp32
 // Table files of a new save get a new generation number, so the old ones stay untouched until the
 // new MANIFEST has been renamed into place (the commit point); then the old generation is removed.
@@ -21,6 +24,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -71,6 +75,7 @@ struct ManifestTable {
   std::string dtype, optimizer;
   std::uint64_t bytes = 0;
   std::uint32_t crc = 0;
+  float learning_rate = 0;  // 0: not recorded (a checkpoint from before learning rates were saved)
 };
 struct Manifest {
   std::uint64_t generation = 0;
@@ -121,6 +126,13 @@ Result<Manifest> parse_manifest(const std::string& path, const std::string& text
       mt.optimizer = t.at("optimizer").get<std::string>();
       mt.bytes = t.at("bytes").get<std::uint64_t>();
       mt.crc = static_cast<std::uint32_t>(std::stoul(t.at("crc32c").get<std::string>(), nullptr, 16));
+      if (t.contains("learning_rate")) {
+        const double lr = t.at("learning_rate").get<double>();
+        mt.learning_rate = static_cast<float>(lr);
+        if (!(mt.learning_rate > 0.0f) || !std::isfinite(mt.learning_rate))
+          return Status::data_loss(path + ": table '" + mt.name + "': learning_rate " + t.at("learning_rate").dump() +
+                                   " (expected a finite number > 0; corrupt)");
+      }
       if (!is_plain_file_name(mt.file))
         return Status::data_loss(path + ": table '" + mt.name + "': file '" + mt.file +
                                  "' is not a file name inside the checkpoint directory (expected a name without '/', "
@@ -298,6 +310,7 @@ Status Store::save(const std::string& dir) {
     mt.state_dim = sd;
     mt.dtype = to_string(spec.dtype);
     mt.optimizer = to_string(spec.optimizer.kind);
+    mt.learning_rate = spec.optimizer.learning_rate;
     STRATA_ASSIGN_OR_RETURN(detail::AtomicFileWriter w, detail::AtomicFileWriter::create(join(dir, mt.file)));
     TableHeader h{};
     std::memcpy(h.magic, kTableMagic, sizeof kTableMagic);
@@ -341,7 +354,8 @@ Status Store::save(const std::string& dir) {
                            {"dtype", t.dtype},
                            {"optimizer", t.optimizer},
                            {"bytes", t.bytes},
-                           {"crc32c", hex32(t.crc)}});
+                           {"crc32c", hex32(t.crc)},
+                           {"learning_rate", t.learning_rate}});
   const std::string body = j.dump(2);
   STRATA_RETURN_IF_ERROR(detail::write_file_atomic(
       join(dir, kManifest), body + "\ncrc32c " + hex32(detail::crc32c(body.data(), body.size())) + "\n"));
@@ -395,6 +409,12 @@ Status Store::load(const std::string& dir) {
                             "unchanged; load again)");
   }
   step_ = c.manifest.step;
+  for (std::size_t ti = 0; ti < config_.tables.size(); ++ti) {
+    const float lr = c.manifest.tables[c.entry[ti]].learning_rate;
+    // 0: not recorded, keep the store's. Else checked when the manifest was parsed. Local, like
+    // the rows (load is not a collective).
+    if (lr != 0.0f) apply_learning_rate(static_cast<int>(ti), lr);
+  }
   return Status::ok();
 }
 

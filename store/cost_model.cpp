@@ -80,6 +80,46 @@ Result<ProfileNumber> parse_number(const std::string& where, const json& v) {
   return n;
 }
 
+// "gather": [{"row_bytes": integer, "local_rows_per_s": N, "remote_rows_per_s": N}, ...].
+Result<std::vector<GatherRate>> parse_gather(const std::string& where, const json& v) {
+  if (!v.is_array())
+    return Status::invalid_argument(where +
+                                    " must be an array of {row_bytes, local_rows_per_s, remote_rows_per_s} (got " +
+                                    std::string(v.type_name()) + ")");
+  std::vector<GatherRate> out;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const std::string at = where + "[" + std::to_string(i) + "]";
+    const json& e = v[i];
+    if (!e.is_object())
+      return Status::invalid_argument(at + " must be an object (got " + std::string(e.type_name()) + ")");
+    GatherRate g;
+    bool have_bytes = false, have_local = false, have_remote = false;
+    for (const auto& [key, x] : e.items()) {
+      if (key == "row_bytes") {
+        if (!x.is_number_integer())
+          return Status::invalid_argument(at + ".row_bytes must be an integer (got " + std::string(x.type_name()) +
+                                          quote_value(x) + ")");
+        g.row_bytes = x.get<std::int64_t>();
+        have_bytes = true;
+      } else if (key == "local_rows_per_s") {
+        STRATA_ASSIGN_OR_RETURN(g.local_rows_per_s, parse_number(at + ".local_rows_per_s", x));
+        have_local = true;
+      } else if (key == "remote_rows_per_s") {
+        STRATA_ASSIGN_OR_RETURN(g.remote_rows_per_s, parse_number(at + ".remote_rows_per_s", x));
+        have_remote = true;
+      } else {
+        return Status::invalid_argument(at + ": unknown field '" + key +
+                                        "' (expected row_bytes, local_rows_per_s, remote_rows_per_s)");
+      }
+    }
+    if (!have_bytes) return Status::invalid_argument(at + ": missing field 'row_bytes'");
+    if (!have_local) return Status::invalid_argument(at + ": missing field 'local_rows_per_s'");
+    if (!have_remote) return Status::invalid_argument(at + ": missing field 'remote_rows_per_s'");
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
 // A number for messages: "-1", "1.5", "nan".
 std::string show(double v) {
   char buf[32];
@@ -186,8 +226,27 @@ Status validate_as(const HardwareProfile& p, const std::string& who) {
   if (p.numa_nodes.empty()) return Status::invalid_argument(who + ": numa_nodes is empty (expected at least one node)");
   for (std::size_t i = 0; i < p.numa_nodes.size(); ++i) {
     const std::string where = who + ": numa_nodes[" + std::to_string(i) + "]";
-    STRATA_RETURN_IF_ERROR(check_number(where + ".local_gbs", p.numa_nodes[i].local_gbs, false));
-    STRATA_RETURN_IF_ERROR(check_number(where + ".remote_gbs", p.numa_nodes[i].remote_gbs, false));
+    const NumaNodeProfile& node = p.numa_nodes[i];
+    STRATA_RETURN_IF_ERROR(check_number(where + ".local_gbs", node.local_gbs, false));
+    STRATA_RETURN_IF_ERROR(check_number(where + ".remote_gbs", node.remote_gbs, false));
+    for (std::size_t g = 0; g < node.gather.size(); ++g) {
+      const std::string at = where + ".gather[" + std::to_string(g) + "]";
+      const GatherRate& r = node.gather[g];
+      if (r.row_bytes <= 0 || (g > 0 && r.row_bytes <= node.gather[g - 1].row_bytes))
+        return Status::invalid_argument(
+            at + ".row_bytes = " + std::to_string(r.row_bytes) +
+            (g == 0 ? " (expected > 0)"
+                    : " (expected > the previous entry's " + std::to_string(node.gather[g - 1].row_bytes) + ")"));
+      STRATA_RETURN_IF_ERROR(check_number(at + ".local_rows_per_s", r.local_rows_per_s, false));
+      STRATA_RETURN_IF_ERROR(check_number(at + ".remote_rows_per_s", r.remote_rows_per_s, false));
+    }
+    const auto& first = p.numa_nodes.front().gather;
+    bool same = node.gather.size() == first.size();
+    for (std::size_t g = 0; same && g < first.size(); ++g) same = node.gather[g].row_bytes == first[g].row_bytes;
+    if (!same)
+      return Status::invalid_argument(where +
+                                      ".gather: row sizes differ from numa_nodes[0]'s (expected the same "
+                                      "row_bytes on every node, or no gather rates on any)");
   }
   return Status::ok();
 }
@@ -237,9 +296,11 @@ Result<HardwareProfile> parse_hardware_profile(const std::string& json_text, con
           } else if (nkey == "remote_gbs") {
             STRATA_ASSIGN_OR_RETURN(n.remote_gbs, parse_number(node_where + ".remote_gbs", nv));
             have_remote = true;
+          } else if (nkey == "gather") {
+            STRATA_ASSIGN_OR_RETURN(n.gather, parse_gather(node_where + ".gather", nv));
           } else {
             return Status::invalid_argument(node_where + ": unknown field '" + nkey +
-                                            "' (expected local_gbs, remote_gbs)");
+                                            "' (expected local_gbs, remote_gbs, gather)");
           }
         }
         if (!have_local) return Status::invalid_argument(node_where + ": missing field 'local_gbs'");
@@ -288,8 +349,17 @@ std::string hardware_profile_to_json(const HardwareProfile& p) {
   j["description"] = p.description;
   for (const auto& f : kNumberFields) j[f.key] = number_json(p.*(f.member));
   j["numa_nodes"] = json::array();
-  for (const auto& n : p.numa_nodes)
-    j["numa_nodes"].push_back(json{{"local_gbs", number_json(n.local_gbs)}, {"remote_gbs", number_json(n.remote_gbs)}});
+  for (const auto& n : p.numa_nodes) {
+    json node{{"local_gbs", number_json(n.local_gbs)}, {"remote_gbs", number_json(n.remote_gbs)}};
+    if (!n.gather.empty()) {
+      node["gather"] = json::array();
+      for (const GatherRate& g : n.gather)
+        node["gather"].push_back(json{{"row_bytes", g.row_bytes},
+                                      {"local_rows_per_s", number_json(g.local_rows_per_s)},
+                                      {"remote_rows_per_s", number_json(g.remote_rows_per_s)}});
+    }
+    j["numa_nodes"].push_back(std::move(node));
+  }
   return j.dump(2);
 }
 
@@ -350,6 +420,35 @@ Result<HostTableMemory> host_table_memory(const StoreConfig& config, int numa_no
   return m;
 }
 
+bool has_gather_rates(const HardwareProfile& p) noexcept {
+  if (p.numa_nodes.empty()) return false;
+  for (const auto& n : p.numa_nodes)
+    if (n.gather.empty()) return false;
+  return true;
+}
+
+double host_gather_rows_per_s(const HardwareProfile& p, double row_bytes, bool remote) {
+  if (!has_gather_rates(p) || !(row_bytes > 0)) return 0.0;
+  double total = 0.0;
+  for (const auto& n : p.numa_nodes) {
+    const auto rate = [&](const GatherRate& g) { return (remote ? g.remote_rows_per_s : g.local_rows_per_s).value; };
+    const auto& g = n.gather;
+    if (row_bytes <= static_cast<double>(g.front().row_bytes)) {
+      total += rate(g.front());
+    } else if (row_bytes >= static_cast<double>(g.back().row_bytes)) {
+      total += rate(g.back()) * static_cast<double>(g.back().row_bytes) / row_bytes;  // bandwidth-bound beyond
+    } else {
+      std::size_t i = 1;
+      while (static_cast<double>(g[i].row_bytes) < row_bytes) ++i;
+      const double b0 = static_cast<double>(g[i - 1].row_bytes), b1 = static_cast<double>(g[i].row_bytes);
+      const double w = (row_bytes - b0) / (b1 - b0);
+      const double seconds_per_row = (1 - w) / rate(g[i - 1]) + w / rate(g[i]);  // linear in time per row
+      total += 1.0 / seconds_per_row;
+    }
+  }
+  return total;
+}
+
 ModelledStep model_step(const HardwareProfile& p, const StepBytes& b, const ModelOptions& options) {
   ModelledStep m;
   const double ranks = std::max(1, options.ranks_per_host);
@@ -378,8 +477,26 @@ ModelledStep model_step(const HardwareProfile& p, const StepBytes& b, const Mode
   remote_gbs /= ranks;
   const double host_bytes = nonneg(b.host_read) + nonneg(b.host_write);
   const double remote = std::min(nonneg(b.host_remote), host_bytes);
+  const double remote_share = host_bytes > 0 ? remote / host_bytes : 0.0;
+  // Random-row gathers at the profile's rates where it has them; their bytes leave the sequential part.
+  double gather_bytes = 0.0, gather_s = 0.0;
+  const bool rates = has_gather_rates(p);
+  if (!b.host_gathers.empty()) m.gather_model = rates ? "gather rates" : "sequential bandwidth";
+  if (rates) {
+    for (const RowGather& g : b.host_gathers) {
+      const double rows = nonneg(g.rows), row_bytes = nonneg(g.row_bytes);
+      if (rows <= 0 || row_bytes <= 0) continue;
+      gather_bytes += rows * row_bytes;
+      gather_s += rows * (1 - remote_share) / (host_gather_rows_per_s(p, row_bytes, false) / ranks) +
+                  rows * remote_share / (host_gather_rows_per_s(p, row_bytes, true) / ranks);
+    }
+  }
+  gather_bytes = std::min(gather_bytes, host_bytes);
+  const double sequential_local = std::max(0.0, (host_bytes - remote) - gather_bytes * (1 - remote_share));
+  const double sequential_remote = std::max(0.0, remote - gather_bytes * remote_share);
   host.bytes = host_bytes;
-  host.seconds = host_bytes > 0 ? (host_bytes - remote) / (local_gbs * 1e9) + remote / (remote_gbs * 1e9) : 0.0;
+  host.seconds =
+      host_bytes > 0 ? sequential_local / (local_gbs * 1e9) + sequential_remote / (remote_gbs * 1e9) + gather_s : 0.0;
   host.gbs = host.seconds > 0 ? host_bytes / host.seconds / 1e9 : 0.0;
 
   m.launch_s = nonneg(b.launches) * p.kernel_launch_us.value * 1e-6;
@@ -413,6 +530,12 @@ ModelledStep model_step(const HardwareProfile& p, const StepBytes& b, const Mode
                     format_gbs(l.gbs) + " = " + format_seconds(l.seconds) + " of a " + format_seconds(m.step_s) +
                     " step (serial sum " + format_seconds(m.serial_s) + ")";
   }
+  if (m.gather_model == "gather rates")
+    m.explanation += "; host gathers at the profile's random-row rates";
+  else if (m.gather_model == "sequential bandwidth")
+    m.explanation +=
+        "; host gathers priced at sequential bandwidth (the profile has no gather rates: run strata-tune "
+        "calibrate)";
   return m;
 }
 

@@ -22,6 +22,17 @@
 // NUMA-local, except `host_remote` bytes (a part of them) that cross the socket interconnect;
 // local bytes run at the sum of the nodes' local bandwidth, remote bytes at the sum of their remote
 // bandwidth, both divided by ModelOptions::ranks_per_host (ranks sharing the host's memory).
+//
+// Random-row gathers. StepBytes::host_gathers lists the part of host_read + host_write that is
+// random rows (a gather of `rows` rows of `row_bytes` bytes each; row writes, e.g. an optimizer's
+// or a cache's write-back, are listed too and priced as gathers of their size). When the profile
+// has gather rates (every NUMA node lists NumaNodeProfile::gather, measured by `strata-tune
+// calibrate`), such a gather costs rows / rate(row_bytes) seconds instead of bytes / sequential bandwidth: the rate is
+// the sum over the nodes of their local rate (remote for the host_remote share, as for bytes), divided by
+// ranks_per_host, and rate(B) is interpolated between the measured row sizes (linearly in seconds
+// per row), the smallest size's rate below it, and bandwidth-bound above the largest
+// (rate(B) = rate(B_max) * B_max / B). A profile without gather rates prices gathers as bytes at
+// the sequential bandwidth, as before, and ModelledStep::gather_model says so.
 
 #include <array>
 #include <cstdint>
@@ -39,10 +50,20 @@ struct ProfileNumber {
   std::string source;  ///< vendor spec sheet (name, URL), published measurement, or "estimate: why"
 };
 
+/// Random-row gather rate of one NUMA node's memory for rows of one size.
+struct GatherRate {
+  std::int64_t row_bytes = 0;       ///< bytes read per row (> 0)
+  ProfileNumber local_rows_per_s;   ///< rows per second that threads on this node gather from this node's memory
+  ProfileNumber remote_rows_per_s;  ///< rows per second that threads on another node gather from this node's memory
+};
+
 /// Host DRAM bandwidth of one NUMA node.
 struct NumaNodeProfile {
   ProfileNumber local_gbs;   ///< sustained read bandwidth of threads on this node from this node's memory
   ProfileNumber remote_gbs;  ///< sustained read bandwidth of threads on another node from this node's memory
+  /// Optional: random-row gather rates by row size, row_bytes strictly increasing (empty: not
+  /// measured; either every node of a profile has them, for the same row sizes, or none).
+  std::vector<GatherRate> gather;
 };
 
 /// Bandwidths, latencies and capacities of one machine, per GPU where a link is per GPU. Every
@@ -63,7 +84,8 @@ struct HardwareProfile {
 };
 
 /// Parses a profile from JSON text. Format: an object with "name" and "description" (strings),
-/// "numa_nodes" (a non-empty array of {"local_gbs": N, "remote_gbs": N}) and one number object
+/// "numa_nodes" (a non-empty array of {"local_gbs": N, "remote_gbs": N, optional "gather": [
+/// {"row_bytes": integer, "local_rows_per_s": N, "remote_rows_per_s": N}, ...]}) and one number object
 /// {"value": number, "source": "non-empty string"} for each other HardwareProfile field, named as
 /// the field. Every field is required; an unknown field at any level is an error. `origin` (a file
 /// name or "<string>") is named in every message, with the field path and what was expected.
@@ -74,13 +96,28 @@ Result<HardwareProfile> parse_hardware_profile(const std::string& json_text, con
 /// Errors: not_found / io_error for the file, invalid_argument for its content.
 Result<HardwareProfile> load_hardware_profile(const std::string& path);
 
-/// Checks a profile: name non-empty; every value finite; bandwidths and capacities > 0; latencies
-/// >= 0; gpus an integer >= 1; at least one NUMA node; every source non-empty. The message names
-/// the profile and the field.
+/// Checks a profile: name non-empty; every value finite; bandwidths, rates and capacities > 0;
+/// latencies >= 0; gpus an integer >= 1; at least one NUMA node; gather row sizes > 0, strictly
+/// increasing and the same on every node (or no node has any); every source non-empty. The message
+/// names the profile and the field.
 Status validate(const HardwareProfile& profile);
 
 /// The profile as pretty-printed JSON in the format parse_hardware_profile reads.
 std::string hardware_profile_to_json(const HardwareProfile& profile);
+
+/// A random-row gather from host memory: `rows` rows of `row_bytes` bytes each.
+struct RowGather {
+  double rows = 0;       ///< rows read
+  double row_bytes = 0;  ///< bytes of each row (> 0)
+};
+
+/// Whether `profile` has gather rates (every NUMA node lists some; validate(profile) OK).
+bool has_gather_rates(const HardwareProfile& profile) noexcept;
+
+/// Rows per second the whole host gathers for rows of `row_bytes` bytes (the sum of the nodes'
+/// local rates, or of their remote rates when `remote`), interpolated as in the header comment.
+/// 0 when the profile has no gather rates.
+double host_gather_rows_per_s(const HardwareProfile& profile, double row_bytes, bool remote = false);
 
 /// Bytes one training step moves over each link (of one rank), and its kernel launches.
 struct StepBytes {
@@ -93,6 +130,10 @@ struct StepBytes {
   double host_remote = 0;  ///< part of host_read + host_write that crosses NUMA nodes (<= their sum)
   double all_to_all = 0;   ///< bytes this rank sends in all-to-all exchanges
   double launches = 0;     ///< kernel launches
+  /// Random rows read or written that are part of host_read + host_write (their bytes, rows x
+  /// row_bytes, are counted there too); priced by the profile's gather rates where it has them
+  /// (header comment).
+  std::vector<RowGather> host_gathers;
 };
 
 /// The links of the model.
@@ -128,6 +169,10 @@ struct ModelledStep {
   std::string bottleneck;   ///< link_name() of the slowest link, "launch" when launches take longer than every link,
                             ///< "none" when nothing moves
   std::string explanation;  ///< one line, e.g. "PCIe H2D-bound: 3.1 GB per step at 55 GB/s = 56.4 ms of a 60.1 ms step"
+  /// How host_gathers were priced: "" when there were none, else "gather rates" (the profile's
+  /// measured random-row rates) or "sequential bandwidth" (the profile has none: the old model,
+  /// which overstates the speed of random gathers).
+  std::string gather_model;
 };
 
 /// Options of model_step.

@@ -172,6 +172,12 @@ class ReferenceStore final : public Store {
     return Status::ok();
   }
 
+ protected:
+  // Each table keeps its own copy of the spec.
+  void learning_rate_changed(int table, float learning_rate) override {
+    tables_[static_cast<std::size_t>(table)].spec.optimizer.learning_rate = learning_rate;
+  }
+
  private:
   struct Table {
     TableSpec spec;

@@ -46,7 +46,8 @@ struct StoreStats {
 /// Training step protocol, per batch id (any int64, unique among batches in flight):
 ///   [preview(id, batch)] -> submit(id, batch) -> forward(id, outputs) -> backward(id, grads)
 ///   (or discard(id) for inference)
-/// Several batches may be in flight (submitted, not yet backward); later modes prefetch them.
+/// Several batches may be in flight (submitted, not yet backward); `cached` tables prefetch their
+/// missing rows for them at submit.
 /// Previews (optional) announce the keys of batches further ahead to the cache planner.
 /// forward reads the rows as of the call; backward applies the optimizer to the rows the batch used.
 /// Every call validates all its input before changing anything: on error nothing changed.
@@ -62,9 +63,9 @@ class Store {
   /// table's ShardingPlan (with more than one rank, every table must be `gpu` or `hybrid`). Every
   /// rank opens its store with the same config, and then makes the same calls in the same order:
   /// submit/forward/backward/discard of each batch (its own keys; a batch may be empty on some
-  /// ranks), read_rows (and so save/export_npy) are collectives. write_rows/load/import_npy are
-  /// local and must be given the same rows on every rank. open itself is collective: if any rank
-  /// fails, every rank fails.
+  /// ranks), read_rows (and so save/export_npy) and set_learning_rate are collectives.
+  /// write_rows/load/import_npy are local and must be given the same rows on every rank. open
+  /// itself is collective: if any rank fails, every rank fails.
   ///
   /// Before building anything, open compares each rank's config with rank 0's and refuses a
   /// difference on every rank with the same InvalidArgument naming the rank and its first differing
@@ -83,7 +84,8 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  /// The config this store was opened with.
+  /// The config this store was opened with, except each table's optimizer.learning_rate, which
+  /// holds the rate in force (set_learning_rate, load).
   const StoreConfig& config() const noexcept { return config_; }
   /// Index of a table by name, or NotFound.
   Result<int> table_index(const std::string& name) const;
@@ -145,6 +147,24 @@ class Store {
   virtual Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) = 0;
   /// Overwrites rows [row0, row0+n) (weights, and state when non-null). Fails if batches are in flight.
   virtual Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) = 0;
+  /// Sets the learning rate of one table, used from the next backward() on (batches already in
+  /// flight included; schedules such as warm-up or decay call it between steps). `learning_rate`
+  /// must be finite and > 0, as in the config. Errors (nothing changes): NotFound for an unknown
+  /// table, InvalidArgument "set_learning_rate: table 'user': learning_rate -1 (expected a finite
+  /// number > 0)". Saved by save() and restored by load().
+  /// On a store opened as a rank of a world of several ranks (each rank updates its own shards) it
+  /// is a collective, like submit: every rank calls it with the same table and rate at the same
+  /// step(). A rank whose call is refused fails every rank (naming it and its error), and ranks
+  /// that set different tables, rates or steps are all refused with FailedPrecondition naming each
+  /// rank's call ("set_learning_rate: ranks disagree: rank 0 sets table 'user' to 0.1 at step 5,
+  /// rank 1 sets table 'user' to 0.2 at step 5 (...)"); then no rank changes its rate.
+  Status set_learning_rate(const std::string& table, float learning_rate);
+  /// Sets the learning rate of every table (checked for all before any changes; collective on a
+  /// world, as above, where setting every table differs from setting each one).
+  Status set_learning_rate(float learning_rate);
+  /// The learning rate in force for a table, or NotFound.
+  Result<float> learning_rate(const std::string& table) const;
+
   /// Counters so far (cache statistics, bytes per link). Cheap; does not synchronize.
   virtual StoreStats stats() const { return {}; }
   /// Batches submitted and not yet retired.
@@ -157,7 +177,13 @@ class Store {
   /// turns on an advisory lock (flock) of it, waiting as long as another save holds it; loads
   /// running meanwhile are safe (see load()).
   Status save(const std::string& dir);
-  /// Restores a checkpoint written by save() for the same tables (names, rows, dims, optimizers).
+  /// Restores a checkpoint written by save() for the same tables (names, rows, dims, optimizers),
+  /// with each table's learning rate: the checkpoint's rate replaces the store's, also when the
+  /// store was opened with a new rate in its config (set_learning_rate after load to change it). A
+  /// checkpoint saved before learning rates were recorded keeps the store's current ones; a build
+  /// from before then reads a newer checkpoint (same format version) but ignores its rates. On a
+  /// world, load is local like write_rows: give every rank a checkpoint of the same save, so that
+  /// the ranks continue with the same rows, step and rates.
   /// Reads the manifest once, opens every file it names once, and verifies each file's size and
   /// checksum through those descriptors before changing any row, then copies the rows in from the
   /// same descriptors: a save by another process that replaces the checkpoint meanwhile cannot mix
@@ -167,7 +193,8 @@ class Store {
   /// The copy itself fails only on a read or device error (or a file modified in place by
   /// something other than save): load then returns that error with "load failed while copying
   /// rows", the tables may hold any mix of their previous rows and the checkpoint's, and step()
-  /// is unchanged; load again before training. Fails if batches are in flight.
+  /// and the learning rates are unchanged; load again before training. Fails if batches are in
+  /// flight.
   Status load(const std::string& dir);
   /// Writes a table's weights as a NumPy .npy file (rows, dim) fp32.
   Status export_npy(const std::string& table, const std::string& path);
@@ -176,8 +203,18 @@ class Store {
 
  protected:
   explicit Store(StoreConfig config) : config_(std::move(config)) {}
+  /// Table `table`'s learning rate in config_ changed to `learning_rate` (already checked): for
+  /// implementations that keep a copy of the optimizer spec. Reading config_ at backward needs nothing.
+  virtual void learning_rate_changed(int /*table*/, float /*learning_rate*/) {}
+  /// The communicator of a store opened as a rank of a world, else null (set_learning_rate is a
+  /// collective over it).
+  virtual dispatch::Communicator* world() noexcept { return nullptr; }
   StoreConfig config_;
   std::int64_t step_ = 0;
+
+ private:
+  /// Sets table `table`'s rate (already checked, and agreed on a world) on this rank alone.
+  void apply_learning_rate(int table, float learning_rate);
 };
 
 /// The oracle: a deliberately simple implementation (plain loops over std::vector rows, no

@@ -11,7 +11,7 @@
 
 namespace strata {
 
-/// Where a table's rows live and who computes on them (see ARCHITECTURE.md, "Placement modes").
+/// Where a table's rows live and who computes on them (see docs/architecture.md, "Placement modes").
 enum class Placement {
   kCpu = 0,      ///< NUMA host arenas, CPU kernels
   kOffload = 1,  ///< pinned host rows; the device reads them zero-copy or the CPU pools them (see OffloadGather)
@@ -30,10 +30,10 @@ struct TableCacheConfig {
   bool cap = false;        ///< also cap the table at its share (else it competes for the whole pool)
 };
 
-/// Which device backs `offload` and `cached` tables.
+/// Which device backs `offload`, `cached`, `gpu` and `hybrid` tables.
 enum class BackendChoice { kAuto = 0, kCuda = 1, kEmu = 2 };
 
-/// The device of a store (used only when a table is `offload` or `cached`).
+/// The device of a store (used only when a table is `offload`, `cached`, `gpu` or `hybrid`).
 struct DeviceConfig {
   BackendChoice backend = BackendChoice::kAuto;  ///< auto: cuda when a GPU is visible, else emu
   int ordinal = 0;                               ///< CUDA device
@@ -115,7 +115,7 @@ struct StoreConfig {
   int numa_node = 0;                          ///< node for NumaPolicy::kBind
   bool huge_pages = true;                     ///< back host tables with transparent huge pages
   int fake_numa_nodes = 0;                    ///< > 0: pretend the machine has this many nodes (tests)
-  DeviceConfig device;                        ///< device of offload/cached tables
+  DeviceConfig device;                        ///< device of offload/cached/gpu/hybrid tables
   CacheConfig cache;                          ///< cache and prefetcher of cached tables
   OffloadGather offload_gather = OffloadGather::kDevice;  ///< lookups of offload tables
   /// backward refuses gradients holding NaN or +-Inf (naming the table and the bag), so they never

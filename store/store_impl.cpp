@@ -233,7 +233,8 @@ class StoreImpl final : public Store {
   }
 
   Status backward(std::int64_t id, const std::vector<ConstMatrixView>& grads) override {
-    auto found = detail::find_batch(batches_, id, config_, grads, "gradient", true);
+    // In the arena: the gradients' finiteness check reads them on the store's threads.
+    auto found = arena_.execute([&] { return detail::find_batch(batches_, id, config_, grads, "gradient", true); });
     if (!found) return refuse("backward", id, found.status());
     Entry& e = *found.value();
     // A failed device applies nothing, not even to the tables in host memory: the batch stays in
@@ -333,6 +334,12 @@ class StoreImpl final : public Store {
     arena_.execute([&] { status = engine(table).write_rows(table, row0, n, weights, state); });
     return status;
   }
+
+ protected:
+  void learning_rate_changed(int table, float learning_rate) override {
+    engine(table).learning_rate_changed(table, learning_rate);
+  }
+  dispatch::Communicator* world() noexcept override { return comm_.get(); }
 
  private:
   struct Part {

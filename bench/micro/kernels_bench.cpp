@@ -7,6 +7,8 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <random>
@@ -99,9 +101,19 @@ void BM_BackwardUpdateSgd(benchmark::State& state) {
 BENCHMARK(BM_BackwardUpdateSgd)->Arg(32)->Arg(128)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // The phases of strata-bench's reference training step (batch 8192 x 32 uniform keys over 2M rows,
-// dim 128), each iteration on the next of kRotate distinct batches so that, as in a real run, the
-// rows and keys of one step are not left in the caches by the previous ones.
+// dim 128, or the dim in STRATA_MICRO_STEP_DIM: a multiple of 16 up to 256), each iteration on the
+// next of kRotate distinct batches so that, as in a real run, the rows and keys of one step are not
+// left in the caches by the previous ones.
 constexpr std::int64_t kStepBatch = 8192;
+const std::int32_t kStepDim = [] {
+  const char* env = std::getenv("STRATA_MICRO_STEP_DIM");
+  const int dim = env ? std::atoi(env) : 128;
+  if (dim <= 0 || dim > 256 || dim % 16 != 0) {
+    std::fprintf(stderr, "STRATA_MICRO_STEP_DIM '%s': expected a multiple of 16 in [16, 256]\n", env);
+    std::exit(2);
+  }
+  return dim;
+}();
 
 // Bytes of the last-level cache hwloc sees (the largest data or unified cache), or 64 MiB (more
 // than the L3 of most single-socket parts) when it sees none.
@@ -147,7 +159,7 @@ StepFixture& step_fixture() {
   TableSpec spec;
   spec.name = "step";
   spec.rows = kRows;
-  spec.dim = 128;
+  spec.dim = kStepDim;
   static Topology topo = std::move(Topology::discover()).value();
   f = std::make_unique<StepFixture>(
       StepFixture{std::move(HostTable::create(topo, spec, {})).value(), {}, {}, {}, {}, {}, {}, {}});
@@ -164,7 +176,7 @@ StepFixture& step_fixture() {
     f->keys.push_back(std::move(k));
   }
   f->bag_of = bag_of_positions(f->offsets.data(), kStepBatch);
-  f->out.resize(static_cast<std::size_t>(kStepBatch * 128));
+  f->out.resize(static_cast<std::size_t>(kStepBatch * kStepDim));
   f->grads.assign(f->out.size(), 1e-6f);
   return *f;
 }
@@ -265,7 +277,8 @@ BENCHMARK(BM_StepBackwardByBag)->Unit(benchmark::kMillisecond)->UseRealTime();
 void BM_StepUpdateFloor(benchmark::State& state) {
   StepFixture& f = step_fixture();
   HostTable& t = f.table;
-  constexpr std::int64_t kL2Ahead = 48, kWriteAhead = 8, kDim = 128;
+  constexpr std::int64_t kL2Ahead = 48, kWriteAhead = 8;
+  const std::int64_t kDim = kStepDim;
   int i = 0;
   std::int64_t rows = 0;
   for (auto _ : state) {

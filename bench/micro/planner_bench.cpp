@@ -2,12 +2,14 @@
 // (plus window_push of the batch K ahead, as the store does, for every policy; only lookahead uses
 // it), on Zipf 1.05 batches of a 1M-row table, one thread. Items are unique keys planned, so
 // items_per_second is unique keys per second per core (BM_PlanBatchSharded: the same over a
-// cache::ShardedPool whose shards run in parallel, in wall time). The pool is warmed on the whole batch set
-// before timing; batches then cycle with increasing sequence numbers. A 1% cache (10k rows) cannot
-// hold a batch of 4096 bags (~12k unique rows), so it is measured with 1024 bags (~4k unique).
+// cache::ShardedPool whose shards run in parallel, in wall time; BM_PlanPhases: where a batch's
+// time goes, call by call). The pool is warmed on the whole batch set before timing; batches then
+// cycle with increasing sequence numbers. A 1% cache (10k rows) cannot hold a batch of 4096 bags
+// (~12k unique rows), so it is measured with 1024 bags (~4k unique).
 
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -58,8 +60,13 @@ const Batches& batches(std::int64_t bags = kBatch) {
 
 std::vector<cache::FeatureKeys> features(const UniqueKeys& u) { return {{0, &u}}; }
 
+// Seconds spent in each call of Driver::plan, summed over the batches planned (BM_PlanPhases).
+struct Phases {
+  double push = 0, probe = 0, commit = 0, retire = 0;
+};
+
 // A pool (cache::CachePool, or cache::ShardedPool of `shards`) driven over the cycling batch set;
-// plan() plans one batch and returns its unique count.
+// plan() plans one batch and returns its unique count (with `t`, adding each call's time to it).
 template <class Pool = cache::CachePool>
 struct Driver {
   Driver(cache::Policy policy, double fraction, std::int64_t bags = kBatch, int window = kWindow, int shards = 1)
@@ -78,16 +85,28 @@ struct Driver {
     for (; pushed < window; ++pushed) pool->window_push(pushed, features(at(pushed)));
   }
   const UniqueKeys& at(std::int64_t seq) const { return set.unique[static_cast<std::size_t>(seq % kDistinctBatches)]; }
-  std::int64_t plan(const UniqueKeys& u) {
+  std::int64_t plan(const UniqueKeys& u, Phases* t = nullptr) {
+    using Clock = std::chrono::steady_clock;
+    Clock::time_point last = t ? Clock::now() : Clock::time_point();
+    auto lap = [&](double Phases::*phase) {
+      if (!t) return;
+      const Clock::time_point now = Clock::now();
+      t->*phase += std::chrono::duration<double>(now - last).count();
+      last = now;
+    };
     pool->window_push(pushed, features(at(pushed)));
     ++pushed;
+    lap(&Phases::push);
     auto probe = pool->probe(seq, features(u));
+    lap(&Phases::probe);
     if (!probe.is_ok()) {
       std::fprintf(stderr, "planner_bench: %s\n", probe.status().to_string().c_str());
       std::abort();
     }
     auto p = pool->commit(std::move(probe).value());
+    lap(&Phases::commit);
     pool->retire(p, true);
+    lap(&Phases::retire);
     ++seq;
     return u.size();
   }
@@ -100,7 +119,8 @@ struct Driver {
 cache::Policy policy_arg(std::int64_t a) { return static_cast<cache::Policy>(a); }
 
 void set_label(benchmark::State& state, cache::Policy p, std::int64_t pct, std::int64_t bags = kBatch) {
-  state.SetLabel(std::string(cache::to_string(p)) + " cache " + std::to_string(pct) + "% " + std::to_string(bags) + " bags");
+  state.SetLabel(std::string(cache::to_string(p)) + " cache " + std::to_string(pct) + "% " + std::to_string(bags) +
+                 " bags");
 }
 
 // probe + commit + retire of already deduplicated keys.
@@ -146,8 +166,8 @@ void BM_PlanBatchSharded(benchmark::State& state) {
   state.SetItemsProcessed(unique);
   state.counters["hit_rate"] = st.hit_rate();
   state.counters["per_core"] = benchmark::Counter(static_cast<double>(unique) / cores, benchmark::Counter::kIsRate);
-  state.SetLabel(std::string(cache::to_string(policy)) + " cache " + std::to_string(state.range(1)) + "% " + std::to_string(shards) +
-                 " shards");
+  state.SetLabel(std::string(cache::to_string(policy)) + " cache " + std::to_string(state.range(1)) + "% " +
+                 std::to_string(shards) + " shards");
 }
 BENCHMARK(BM_PlanBatchSharded)
     ->ArgNames({"policy", "cache_pct", "shards"})
@@ -167,6 +187,35 @@ void BM_PlanBatchDeepWindow(benchmark::State& state) {
   state.SetLabel("lookahead window 184 cache " + std::to_string(state.range(0)) + "%");
 }
 BENCHMARK(BM_PlanBatchDeepWindow)->ArgName("cache_pct")->Arg(5)->Arg(20)->Unit(benchmark::kMicrosecond);
+
+// window_push, probe, commit and retire timed one by one (steady_clock around each call): where the
+// planning time of a batch goes. Counters: microseconds per batch in each call. Args: policy, cache %,
+// shards (a cache::ShardedPool; 1 shard is the CachePool itself) and the window (batches pushed beyond
+// the one planned: 4, or 184 = 4 submitted + 180 previewed as in BM_PlanBatchDeepWindow).
+void BM_PlanPhases(benchmark::State& state) {
+  const cache::Policy policy = policy_arg(state.range(0));
+  const int shards = static_cast<int>(state.range(2)), window = static_cast<int>(state.range(3));
+  Driver<cache::ShardedPool> d(policy, static_cast<double>(state.range(1)) / 100.0, kBatch, window, shards);
+  for (int i = 0; i < kDistinctBatches; ++i) d.plan(d.at(d.seq));
+  Phases t;
+  std::int64_t unique = 0;
+  for (auto _ : state) unique += d.plan(d.at(d.seq), &t);
+  const double us = 1e6 / static_cast<double>(state.iterations());
+  state.counters["push_us"] = t.push * us;
+  state.counters["probe_us"] = t.probe * us;
+  state.counters["commit_us"] = t.commit * us;
+  state.counters["retire_us"] = t.retire * us;
+  state.SetItemsProcessed(unique);
+  state.SetLabel(std::string(cache::to_string(policy)) + " cache " + std::to_string(state.range(1)) + "% " +
+                 std::to_string(shards) + " shards window " + std::to_string(window));
+}
+BENCHMARK(BM_PlanPhases)
+    ->ArgNames({"policy", "cache_pct", "shards", "window"})
+    ->ArgsProduct({{0, 1, 2}, {5, 20}, {1, 2}, {kWindow}})
+    ->Args({2, 5, 1, 184})
+    ->Args({2, 20, 1, 184})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // dedup_keys of the raw lookups (reused scratch, as the store does) + probe + commit + retire.
 void BM_DedupAndPlanBatch(benchmark::State& state) {

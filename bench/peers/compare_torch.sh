@@ -9,10 +9,14 @@
 # usage: bench/peers/compare_torch.sh [--out DIR] [--pairs N] [--steps N] [--threads T] [--rows R]
 #                                     [--dims "64 128"] [--dim D] [--batch B] [--pooling K]
 #                                     [--dists "uniform zipf:1.05"] [--bench PATH] [--wait-idle S]
-#                                     [--summary-only]
+#                                     [--before PATH] [--summary-only]
 # Writes DIR/strata-<dist>-d<dim>-<pair>.json, DIR/torch-<dist>-d<dim>-<pair>.json, DIR/summary.json
 # and DIR/summary.md; prints the markdown table on stdout (the runs' own output goes to stderr).
 # --summary-only rebuilds the summary from the pairs already in DIR (after a stopped run).
+# --before PATH adds a third run to every pair, an earlier build's strata-bench (same workload
+# flags; DIR/before-<dist>-d<dim>-<pair>.json): the order is then Strata, before, torch, and the
+# summary gives the earlier build's medians, the after/before ratios, and its forward as a
+# fraction of the gather limit measured by the current build in the same pair.
 # Before each run it measures, over one second, how idle the CPUs are (DIR/idle.tsv, and the
 # lowest per workload in the summary); --wait-idle S first waits up to S seconds for a second in
 # which they are at least 90% idle (other work on a 2-core machine distorts both sides, torch's
@@ -27,7 +31,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 out="results/peers-$(date +%Y%m%d-%H%M%S)"
 pairs=5 wait_idle=0 summary_only=0 steps=30 threads=2 rows=2000000 dims=128 batch=8192 pooling=32 dists="uniform zipf:1.05"
-bench=./build/default/bench/strata-bench
+bench=./build/default/bench/strata-bench before=
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
@@ -40,6 +44,7 @@ while [ $# -gt 0 ]; do
     --pooling) pooling=$2; shift 2 ;;
     --dists) dists=$2; shift 2 ;;
     --bench) bench=$2; shift 2 ;;
+    --before) before=$2; shift 2 ;;
     --wait-idle) wait_idle=$2; shift 2 ;;
     --summary-only) summary_only=1; shift ;;
     *) echo "compare_torch.sh: unknown argument '$1'" >&2; exit 2 ;;
@@ -48,6 +53,7 @@ done
 case "$pairs" in '' | *[!0-9]* | 0) echo "compare_torch.sh: --pairs '$pairs' (expected an integer >= 1)" >&2; exit 2 ;; esac
 case "$wait_idle" in '' | *[!0-9]*) echo "compare_torch.sh: --wait-idle '$wait_idle' (expected seconds >= 0)" >&2; exit 2 ;; esac
 [ -x "$bench" ] || { echo "compare_torch.sh: $bench is not built (./strata.sh build)" >&2; exit 2; }
+[ -z "$before" ] || [ -x "$before" ] || { echo "compare_torch.sh: --before '$before' is not an executable" >&2; exit 2; }
 # Debian's python3 has python3-torch; a pyenv python earlier on PATH does not.
 py=/usr/bin/python3
 "$py" -c 'import torch' 2>/dev/null || { echo "compare_torch.sh: $py cannot import torch (apt install python3-torch)" >&2; exit 2; }
@@ -90,6 +96,13 @@ for dim in $dims; do
       echo "== $tag pair $p/$pairs: strata cpu (CPUs ${idle}% idle just before)" >&2
       "$bench" --no-progress --rows "$rows" --dim "$dim" --batch "$batch" --pooling "$pooling" --dist "$dist" \
         --steps "$steps" --threads "$threads" --modes cpu "${dump[@]}" --json "$out/strata-$tag-$p.json" >&2
+      if [ -n "$before" ]; then
+        idle=$(settle)
+        printf '%s\t%s\tbefore\t%s\n' "$tag" "$p" "$idle" >>"$out/idle.tsv"
+        echo "== $tag pair $p/$pairs: earlier build $before (CPUs ${idle}% idle just before)" >&2
+        "$before" --rows "$rows" --dim "$dim" --batch "$batch" --pooling "$pooling" --dist "$dist" \
+          --steps "$steps" --threads "$threads" --modes cpu --json "$out/before-$tag-$p.json" >&2 </dev/null
+      fi
       idle=$(settle)
       printf '%s\t%s\ttorch\t%s\n' "$tag" "$p" "$idle" >>"$out/idle.tsv"
       echo "== $tag pair $p/$pairs: torch.nn.EmbeddingBag (CPUs ${idle}% idle just before)" >&2
@@ -125,9 +138,10 @@ def pct(s):
     return f"{100 * s['median']:.0f}% ({100 * s['min']:.0f}-{100 * s['max']:.0f}%)"
 
 
-summary = {"command": "bench/peers/compare_torch.sh", "pairs": pairs, "order": "strata, torch, strata, torch, ...",
+summary = {"command": "bench/peers/compare_torch.sh", "pairs": pairs,
+           "order": "strata, [before,] torch, strata, [before,] torch, ...",
            "statistic": "median over pairs of each run's median step; range = min-max over pairs", "results": []}
-rows = []
+rows, brows = [], []
 for tag in tags:
     # Pairs whose two runs both finished (all of them, unless the script was stopped: then run
     # this part again on the folder with --summary-only).
@@ -145,6 +159,26 @@ for tag in tags:
     limit = stats([c["gather_limit_lookups_per_s"] for c in cpu]) if all(
         isinstance(c.get("gather_limit_lookups_per_s"), (int, float)) for c in cpu) else None
     frac = stats([c["forward_fraction_of_gather_limit"] for c in cpu]) if limit else None
+    floor = stats([c["train_fraction_of_step_floor"] for c in cpu]) if all(
+        isinstance(c.get("train_fraction_of_step_floor"), (int, float)) for c in cpu) else None
+    # The earlier build (--before), where every pair ran it; its forward over the same pair's limit.
+    b_done = [p for p in done if os.path.exists(f"{out}/before-{tag}-{p}.json")]
+    bef = None
+    if b_done and len(b_done) == len(done):
+        b_cpu = [next(r for r in json.load(open(f"{out}/before-{tag}-{p}.json"))["results"] if r["mode"] == "cpu")
+                 for p in done]
+        bf = stats([c["forward_lookups_per_s"] for c in b_cpu])
+        bt = stats([c["train_lookups_per_s"] for c in b_cpu])
+        bef = {"forward_lookups_per_s": bf, "train_lookups_per_s": bt,
+               "forward_after_over_before": sf["median"] / bf["median"],
+               "train_after_over_before": st["median"] / bt["median"],
+               "forward_fraction_of_gather_limit": stats(
+                   [b["forward_lookups_per_s"] / c["gather_limit_lookups_per_s"] for b, c in zip(b_cpu, cpu)])
+               if limit else None,
+               "train_fraction_of_step_floor": stats(
+                   [c["train_step_floor_ms"] / b["train_step_ms_p50"] for b, c in zip(b_cpu, cpu)]) if floor else None,
+               "train_phase_ms_p50_median": {k: statistics.median(c["train_phase_ms_p50"][k] for c in b_cpu)
+                                             for k in ("submit", "forward", "backward")}}
     phases = {k: statistics.median(c["train_phase_ms_p50"][k] for c in cpu) for k in ("submit", "forward", "backward")}
     w = s_runs[0]["workload"]
     r = {"workload": tag, "pairs": len(done), "dist": w["dist"], "dim": w["tables"][0]["dim"], "rows": w["total_rows"],
@@ -155,6 +189,8 @@ for tag in tags:
          "train_ratio_of_medians": st["median"] / tt["median"],
          "gather_limit_lookups_per_s": limit, "strata_forward_fraction_of_gather_limit": frac,
          "torch_forward_fraction_of_gather_limit": tf["median"] / limit["median"] if limit else None,
+         "strata_train_fraction_of_step_floor": floor,
+         "step_floor_ms": [c.get("train_step_floor_ms") for c in cpu], "before": bef,
          "strata_train_phase_ms_p50_median": phases,
          "gather_limit": [s["machine"].get("gather_limit") for s in s_runs],
          "torch_version": t_runs[0].get("torch_version"),
@@ -164,14 +200,26 @@ for tag in tags:
     torch_frac = f"{100 * r['torch_forward_fraction_of_gather_limit']:.0f}%" if limit else "-"
     rows.append(f"| {tag} ({len(done)} pairs) | {cell(sf)} | {cell(tf)} | {r['forward_ratio_of_medians']:.2f}x | {cell(st)} | {cell(tt)} | "
                 f"{r['train_ratio_of_medians']:.2f}x | {cell(limit) if limit else '-'} | {pct(frac) if frac else '-'} | "
-                f"{torch_frac} | {r['lowest_cpu_idle_pct']}% |")
+                f"{torch_frac} | {pct(floor) if floor else '-'} | {r['lowest_cpu_idle_pct']}% |")
+    if bef:
+        brows.append(f"| {tag} | {cell(bef['forward_lookups_per_s'])} | {cell(sf)} | "
+                     f"{bef['forward_after_over_before']:.2f}x | "
+                     f"{pct(bef['forward_fraction_of_gather_limit']) if limit else '-'} | {pct(frac) if frac else '-'} | "
+                     f"{cell(bef['train_lookups_per_s'])} | {cell(st)} | {bef['train_after_over_before']:.2f}x | "
+                     f"{pct(bef['train_fraction_of_step_floor']) if floor else '-'} | {pct(floor) if floor else '-'} |")
 if not summary["results"]:
     sys.exit(f"compare_torch.sh: no finished pair in {out}")
 summary["machine"] = s_runs[0]["machine"]
 md = [f"M lookups/s, median (min-max) over the interleaved pairs; ratios are of the medians.", "",
       "| workload | Strata forward | torch forward | fwd ratio | Strata train | torch train | train ratio | "
-      "gather limit | Strata fwd / limit | torch fwd / limit | CPUs idle before (lowest) |",
-      "|---|---|---|---|---|---|---|---|---|---|---|"] + rows
+      "gather limit | Strata fwd / limit | torch fwd / limit | Strata step floor / step | CPUs idle before (lowest) |",
+      "|---|---|---|---|---|---|---|---|---|---|---|---|"] + rows
+if brows:
+    md += ["", "Earlier build (--before) against this one, same pairs: M lookups/s, median (min-max); fractions of "
+           "the gather limit and step floor measured by this build in the same pair.", "",
+           "| workload | before forward | after forward | after/before | before fwd / limit | after fwd / limit | "
+           "before train | after train | after/before | before step floor / step | after step floor / step |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"] + brows
 json.dump(summary, open(f"{out}/summary.json", "w"), indent=2)
 open(f"{out}/summary.md", "w").write("\n".join(md) + "\n")
 print("\n".join(md))

@@ -79,7 +79,8 @@ Status backward_before_forward(std::int64_t batch_id);
 
 /// Unless `config.accept_nonfinite_gradients`: InvalidArgument at the first NaN or +-Inf of the
 /// gradients (views already checked against the batch), naming the table, the bag (and the key's
-/// position for pooling none), the column and the value. One pass over the gradients, no writes.
+/// position for pooling none), the column and the value. One pass over the gradients (on the calling
+/// arena's threads: call it inside the store's arena), no writes.
 Status check_finite_gradients(std::int64_t batch_id, const KeyBatch& batch, const std::vector<int>& tables,
                               const StoreConfig& config, const std::vector<ConstMatrixView>& grads);
 

@@ -13,24 +13,6 @@ namespace {
 
 using nlohmann::json;
 
-// The shortest text that reads back as the same number; a float field (stored by to_json as the
-// double of a float) prints as that float ("0.01", not "0.009999999776482582").
-std::string number_text(double d) {
-  char buf[40];
-  const float f = static_cast<float>(d);
-  if (static_cast<double>(f) == d) {
-    for (int p = 1; p <= 9; ++p) {
-      std::snprintf(buf, sizeof(buf), "%.*g", p, static_cast<double>(f));
-      if (std::strtof(buf, nullptr) == f) return buf;
-    }
-  }
-  for (int p = 1; p <= 17; ++p) {
-    std::snprintf(buf, sizeof(buf), "%.*g", p, d);
-    if (std::strtod(buf, nullptr) == d) return buf;
-  }
-  return buf;
-}
-
 std::string value_text(const json& v) {
   if (v.is_string()) return "'" + v.get<std::string>() + "'";
   if (v.is_number_float()) return number_text(v.get<double>());
@@ -75,6 +57,23 @@ const char* const kPerRankCache[] = {"policy", "lookahead", "planner_shards", "t
 const char* const kPerRankTable[] = {"cache"};
 
 }  // namespace
+
+// A float field is stored by to_json as the double of a float: it prints as that float.
+std::string number_text(double d) {
+  char buf[40];
+  const float f = static_cast<float>(d);
+  if (static_cast<double>(f) == d) {
+    for (int p = 1; p <= 9; ++p) {
+      std::snprintf(buf, sizeof(buf), "%.*g", p, static_cast<double>(f));
+      if (std::strtof(buf, nullptr) == f) return buf;
+    }
+  }
+  for (int p = 1; p <= 17; ++p) {
+    std::snprintf(buf, sizeof(buf), "%.*g", p, d);
+    if (std::strtod(buf, nullptr) == d) return buf;
+  }
+  return buf;
+}
 
 std::string shared_config(const StoreConfig& config) {
   json j = json::parse(to_json(config));

@@ -1,6 +1,6 @@
 #pragma once
 // Engine: what one placement mode does for the tables placed in it. The store validates, tracks
-// batches in flight and fans out to its engines (cpu, offload, cached; gpu and hybrid later); an
+// batches in flight and fans out to its engines (cpu, offload, cached, gpu, hybrid); an
 // engine serves several tables at once so that device work can be table-batched. Engines receive
 // only validated input and run inside the store's oneTBB arena, one call at a time.
 
@@ -32,9 +32,11 @@ class Engine {
   virtual ~Engine() = default;
   /// Accepts a validated batch. May fail (e.g. the cache cannot hold it) only before changing any
   /// table state. `batch` stays alive and unchanged until the batch is retired.
-  virtual Result<std::unique_ptr<EngineBatch>> submit(std::int64_t id, const KeyBatch& batch, const EngineFeatures& f) = 0;
+  virtual Result<std::unique_ptr<EngineBatch>> submit(std::int64_t id, const KeyBatch& batch,
+                                                      const EngineFeatures& f) = 0;
   /// Writes the outputs of the engine's features (views indexed like batch.features; shapes checked).
-  virtual Status forward(EngineBatch& b, const KeyBatch& batch, const EngineFeatures& f, const std::vector<MatrixView>& outputs) = 0;
+  virtual Status forward(EngineBatch& b, const KeyBatch& batch, const EngineFeatures& f,
+                         const std::vector<MatrixView>& outputs) = 0;
   /// Applies the gradients with each table's optimizer at store step `t` (1-based) and retires the batch.
   virtual Status backward(EngineBatch& b, const KeyBatch& batch, const EngineFeatures& f,
                           const std::vector<ConstMatrixView>& grads, std::int64_t t) = 0;
@@ -56,6 +58,10 @@ class Engine {
   /// write_rows is only called with no batch in flight.
   virtual Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) = 0;
   virtual Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) = 0;
+  /// Table `table`'s learning rate in the store's config changed (Store::set_learning_rate, load):
+  /// for engines that keep their own copy of the optimizer spec. Engines that read the store's
+  /// config at backward need nothing (the default).
+  virtual void learning_rate_changed(int /*table*/, float /*learning_rate*/) {}
   /// Per-table cache statistics (global table index), for engines that cache.
   virtual void cache_stats(std::vector<std::pair<int, cache::CacheStats>>&) const {}
   /// Traffic between ranks and where the time went, for engines that dispatch.

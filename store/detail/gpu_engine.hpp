@@ -3,7 +3,9 @@
 // Tables of the same (dim, optimizer state) shape share one slot pool (slot = table base + row),
 // so one launch serves all of them. Per batch: dedup and metadata upload on the copy stream at
 // submit; forward waits for it, gathers and copies the outputs back; backward uploads gradients
-// and runs the fused update. Host sync points: forward (outputs), read_rows/write_rows, flush.
+// and runs the fused update. Host sync points: open (the tables' initialization on the device),
+// submit (a staging entry is reused only after the batch that last used it retired),
+// forward (outputs), read_rows/write_rows, flush.
 // Sharded `gpu` tables (several ranks) use this engine for each rank's shards.
 
 #include <memory>

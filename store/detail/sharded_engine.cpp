@@ -76,6 +76,13 @@ class ShardedEngine final : public Engine {
 
   bool collective() const noexcept override { return true; }
 
+  // The inner engines read the shards' specs, copies of the tables' made at init.
+  void learning_rate_changed(int table, float learning_rate) override {
+    const auto [which, inner_table] = inner_of_[static_cast<std::size_t>(canon_[static_cast<std::size_t>(table)])];
+    if (which >= 0)
+      inner_config_->tables[static_cast<std::size_t>(inner_table)].spec.optimizer.learning_rate = learning_rate;
+  }
+
   Status refuse(const char* op, std::int64_t id, const Status& why) override { return agree(op, id, why); }
 
   Result<std::unique_ptr<EngineBatch>> submit(std::int64_t id, const KeyBatch& batch,

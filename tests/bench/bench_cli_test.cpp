@@ -162,6 +162,7 @@ const std::vector<Field> kMachine = {
     {"/cuda_devices", Type::kInteger},
     {"/cuda_backend_built", Type::kBool},
     {"/gather_limit", Type::kArray},
+    {"/update_floor", Type::kArray},
 };
 
 // Every entry of machine.gather_limit.
@@ -179,6 +180,22 @@ const std::vector<Field> kGatherLimit = {
     {"/lookups_per_s", Type::kNumber},
     {"/gb_per_s", Type::kNumber},
     {"/best_lookups_per_s", Type::kNumber},
+};
+
+// Every entry of machine.update_floor.
+const std::vector<Field> kUpdateFloor = {
+    {"/dim", Type::kInteger},
+    {"/record_bytes", Type::kInteger},
+    {"/table_rows", Type::kInteger},
+    {"/table_bytes", Type::kInteger},
+    {"/threads", Type::kInteger},
+    {"/passes", Type::kInteger},
+    {"/statistic", Type::kString},
+    {"/prefetch_distance", Type::kInteger},
+    {"/distinct_rows_per_batch", Type::kNumber},
+    {"/rows_per_s", Type::kNumber},
+    {"/gb_per_s", Type::kNumber},
+    {"/best_rows_per_s", Type::kNumber},
 };
 
 const std::vector<Field> kMemoryEstimate = {
@@ -202,6 +219,8 @@ const std::vector<Field> kResult = {
     {"/gather_fraction_of_read_bandwidth", Type::kNumber},
     {"/gather_limit_lookups_per_s", Type::kNumberOrNull},
     {"/forward_fraction_of_gather_limit", Type::kNumberOrNull},
+    {"/train_step_floor_ms", Type::kNumberOrNull},
+    {"/train_fraction_of_step_floor", Type::kNumberOrNull},
     {"/setup_s", Type::kNumber},
     {"/train_phase_ms_p50/submit", Type::kNumber},
     {"/train_phase_ms_p50/forward", Type::kNumber},
@@ -319,6 +338,29 @@ TEST_F(BenchRun, JsonMatchesTheSchema) {
   EXPECT_GT(j["gather_probe"]["step_limit_lookups_per_s"].get<double>(), 0.0);
   EXPECT_GT(j["gather_probe"]["step_uniform_limit_lookups_per_s"].get<double>(), 0.0);
 
+  // The update floor: for each dim the distinct rows of the workload's batches, each record (sgd:
+  // the row alone) read and written once; the step floor adds the gather and update times.
+  const json& floors = j["machine"]["update_floor"];
+  ASSERT_EQ(floors.size(), 2u) << floors.dump();
+  double floor_s = 0;
+  for (std::size_t i = 0; i < floors.size(); ++i) {
+    const json& u = floors[i];
+    EXPECT_EQ(check(u, kUpdateFloor, "/machine/update_floor/" + std::to_string(i)), "");
+    const int dim = i == 0 ? 8 : 16;
+    EXPECT_EQ(u["dim"], dim);
+    EXPECT_EQ(u["record_bytes"], 4 * dim);
+    EXPECT_EQ(u["table_rows"], dim == 8 ? 2001 : 3000);
+    // Bags of 2 keys, 64 samples: tables a and c (dim 8) give at most 2 x 64 x 2 distinct rows.
+    EXPECT_GT(u["distinct_rows_per_batch"].get<double>(), 0.0);
+    EXPECT_LE(u["distinct_rows_per_batch"].get<double>(), dim == 8 ? 256.0 : 128.0);
+    EXPECT_GT(u["rows_per_s"].get<double>(), 0.0);
+    EXPECT_GE(u["best_rows_per_s"].get<double>(), u["rows_per_s"].get<double>());
+    floor_s += u["distinct_rows_per_batch"].get<double>() / u["rows_per_s"].get<double>();
+  }
+  floor_s += 3 * 64 * 2 / j["gather_probe"]["step_limit_lookups_per_s"].get<double>();
+  ASSERT_TRUE(j["gather_probe"]["step_floor_ms"].is_number());
+  EXPECT_NEAR(j["gather_probe"]["step_floor_ms"].get<double>(), floor_s * 1e3, 1e-9 * floor_s * 1e3);
+
   // The workload as given: three tables of their own rows and dims.
   const json& tables = j["workload"]["tables"];
   ASSERT_EQ(tables.size(), 3u);
@@ -343,6 +385,10 @@ TEST_F(BenchRun, JsonMatchesTheSchema) {
                      j["gather_probe"]["step_limit_lookups_per_s"].get<double>());
     EXPECT_NEAR(r["forward_fraction_of_gather_limit"].get<double>(),
                 r["forward_lookups_per_s"].get<double>() / r["gather_limit_lookups_per_s"].get<double>(), 1e-9);
+    ASSERT_TRUE(r["train_fraction_of_step_floor"].is_number()) << r.dump();
+    EXPECT_DOUBLE_EQ(r["train_step_floor_ms"].get<double>(), j["gather_probe"]["step_floor_ms"].get<double>());
+    EXPECT_NEAR(r["train_fraction_of_step_floor"].get<double>(),
+                r["train_step_floor_ms"].get<double>() / r["train_step_ms_p50"].get<double>(), 1e-9);
     ASSERT_TRUE(r["forward_fraction_of_uniform_gather_limit"].is_number());
     EXPECT_GT(r["forward_fraction_of_uniform_gather_limit"].get<double>(), 0.0);
     EXPECT_GT(r["peak_host_bytes"].get<double>(), 0);
@@ -455,7 +501,11 @@ TEST(BenchCli, NoGatherProbeSkipsTheLimit) {
   EXPECT_EQ(j["gather_probe"]["ran"], false);
   EXPECT_TRUE(j["results"][0]["forward_fraction_of_gather_limit"].is_null());
   EXPECT_TRUE(j["results"][0]["gather_limit_lookups_per_s"].is_null());
+  EXPECT_TRUE(j["machine"]["update_floor"].empty());
+  EXPECT_TRUE(j["results"][0]["train_fraction_of_step_floor"].is_null());
+  EXPECT_EQ(r.output.find("of the step floor"), std::string::npos) << r.output;
   EXPECT_EQ(read_file(dir + "/noprobe.html").find("gather limit"), std::string::npos);
+  EXPECT_EQ(read_file(dir + "/noprobe.html").find("step floor"), std::string::npos);
 }
 
 // ---- without a sweep there is no sweep chart; --rows alone is one table ----

@@ -33,7 +33,7 @@ HardwareProfile test_profile() {
   p.pcie_h2d_gbs = n(50);
   p.pcie_d2h_gbs = n(25);
   p.pcie_latency_us = n(10);
-  p.numa_nodes = {{n(100), n(20)}, {n(100), n(20)}};  // 200 GB/s local, 40 GB/s remote in all
+  p.numa_nodes = {{n(100), n(20), {}}, {n(100), n(20), {}}};  // 200 GB/s local, 40 GB/s remote in all
   p.all_to_all_gbs = n(200);
   p.kernel_launch_us = n(5);
   p.hbm_capacity_gb = n(80);
@@ -133,6 +133,69 @@ TEST(CostModel, LinkNames) {
 // ---------------------------------------------------------------------------------------------
 // Profiles
 
+// test_profile() with gather rates on both nodes: 64 B rows at 100 M/s, 256 B rows at 50 M/s
+// locally (a quarter of that remotely).
+HardwareProfile gather_profile() {
+  HardwareProfile p = test_profile();
+  for (auto& node : p.numa_nodes) node.gather = {{64, n(100e6), n(25e6)}, {256, n(50e6), n(12.5e6)}};
+  return p;
+}
+
+TEST(CostModel, GatherRatesInterpolated) {
+  const HardwareProfile p = gather_profile();
+  EXPECT_TRUE(has_gather_rates(p));
+  EXPECT_FALSE(has_gather_rates(test_profile()));
+  EXPECT_EQ(host_gather_rows_per_s(test_profile(), 64), 0.0);
+  // Summed over the two nodes.
+  EXPECT_DOUBLE_EQ(host_gather_rows_per_s(p, 64), 200e6);
+  EXPECT_DOUBLE_EQ(host_gather_rows_per_s(p, 256), 100e6);
+  EXPECT_DOUBLE_EQ(host_gather_rows_per_s(p, 256, /*remote=*/true), 25e6);
+  // Below the smallest size: the smallest size's rate.
+  EXPECT_DOUBLE_EQ(host_gather_rows_per_s(p, 8), 200e6);
+  // Halfway (160 B): seconds per row halfway between 1/100e6 and 1/50e6 per node.
+  EXPECT_DOUBLE_EQ(host_gather_rows_per_s(p, 160), 2.0 / (0.5 / 100e6 + 0.5 / 50e6));
+  // Beyond the largest: bandwidth-bound (twice the bytes, half the rows).
+  EXPECT_DOUBLE_EQ(host_gather_rows_per_s(p, 512), 50e6);
+}
+
+TEST(CostModel, GathersCostTheirRateNotSequentialBandwidth) {
+  StepBytes b;
+  b.host_read = 64e6 * 64 + 1e9;  // 64 M rows of 64 B gathered, plus 1 GB read sequentially
+  b.host_gathers = {{64e6, 64}};
+  const ModelledStep m = model_step(gather_profile(), b);
+  // 64e6 rows at 200 M rows/s = 0.32 s, plus 1 GB at 200 GB/s = 5 ms.
+  EXPECT_NEAR(link_s(m, Link::kHostDram), 0.32 + 0.005, 1e-12);
+  EXPECT_EQ(m.gather_model, "gather rates");
+  EXPECT_NE(m.explanation.find("host gathers at the profile's random-row rates"), std::string::npos) << m.explanation;
+
+  // The same bytes on a profile without rates: all at 200 GB/s, as before, and said so.
+  const ModelledStep old = model_step(test_profile(), b);
+  EXPECT_NEAR(link_s(old, Link::kHostDram), b.host_read / 200e9, 1e-12);
+  EXPECT_EQ(old.gather_model, "sequential bandwidth");
+  EXPECT_NE(old.explanation.find("priced at sequential bandwidth (the profile has no gather rates"), std::string::npos)
+      << old.explanation;
+
+  // No gathers listed: nothing changes, nothing said.
+  StepBytes plain;
+  plain.host_read = b.host_read;
+  const ModelledStep p = model_step(gather_profile(), plain);
+  EXPECT_EQ(link_s(p, Link::kHostDram), link_s(old, Link::kHostDram));
+  EXPECT_EQ(p.gather_model, "");
+  EXPECT_EQ(p.explanation.find("gathers"), std::string::npos);
+}
+
+TEST(CostModel, GathersRemoteShareAndSharedHost) {
+  StepBytes b;
+  b.host_read = 64e6 * 64;
+  b.host_remote = b.host_read / 4;  // a quarter crosses nodes
+  b.host_gathers = {{64e6, 64}};
+  ModelOptions o;
+  o.ranks_per_host = 2;
+  const ModelledStep m = model_step(gather_profile(), b, o);
+  // 48e6 rows at 100 M/s (200 / 2 ranks) + 16e6 rows at 25 M/s (50 / 2).
+  EXPECT_NEAR(link_s(m, Link::kHostDram), 0.48 + 0.64, 1e-12);
+}
+
 const char* const kShipped[] = {"h200-pcie5", "a100-pcie4", "dgx-a100", "dgx-h100"};
 
 TEST(HardwareProfile, ShippedProfilesLoad) {
@@ -194,7 +257,8 @@ TEST(HardwareProfile, ParseErrors) {
 
   j = good;
   j["numa_nodes"][1]["local"] = 3;
-  EXPECT_EQ(error_of(j), "profile 'my.json': numa_nodes[1]: unknown field 'local' (expected local_gbs, remote_gbs)");
+  EXPECT_EQ(error_of(j),
+            "profile 'my.json': numa_nodes[1]: unknown field 'local' (expected local_gbs, remote_gbs, gather)");
 
   j = good;
   j.erase("pcie_d2h_gbs");
@@ -388,6 +452,42 @@ TEST(HostTableMemory, ManySmallTablesAreOneSharedArena) {
   ASSERT_TRUE(m.is_ok());
   EXPECT_EQ(m->packed_tables, 0);
   EXPECT_EQ(m->mapped_bytes, 10 * 2.0 * 1024 * 1024);
+}
+
+TEST(HardwareProfile, GatherRatesParseAndRoundTrip) {
+  const std::string text = hardware_profile_to_json(gather_profile());
+  auto p = parse_hardware_profile(text, "g.json");
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  ASSERT_EQ(p->numa_nodes[1].gather.size(), 2u);
+  EXPECT_EQ(p->numa_nodes[1].gather[1].row_bytes, 256);
+  EXPECT_EQ(p->numa_nodes[1].gather[1].remote_rows_per_s.value, 12.5e6);
+  EXPECT_EQ(hardware_profile_to_json(*p), text);
+
+  const json good = json::parse(text);
+  json j = good;
+  j["numa_nodes"][0]["gather"][1]["row_bytes"] = 64;
+  EXPECT_EQ(error_of(j),
+            "profile 'my.json': numa_nodes[0].gather[1].row_bytes = 64 (expected > the previous entry's 64)");
+  j = good;
+  j["numa_nodes"][0]["gather"][0]["local_rows_per_s"]["value"] = "fast";
+  EXPECT_EQ(error_of(j),
+            "profile 'my.json': numa_nodes[0].gather[0].local_rows_per_s.value must be a number (got string \"fast\")");
+  j = good;
+  j["numa_nodes"][0]["gather"][0].erase("remote_rows_per_s");
+  EXPECT_EQ(error_of(j), "profile 'my.json': numa_nodes[0].gather[0]: missing field 'remote_rows_per_s'");
+  j = good;
+  j["numa_nodes"][0]["gather"][0]["row_bytes"] = 64.5;
+  EXPECT_EQ(error_of(j), "profile 'my.json': numa_nodes[0].gather[0].row_bytes must be an integer (got number 64.5)");
+  j = good;
+  j["numa_nodes"][1].erase("gather");
+  EXPECT_EQ(
+      error_of(j),
+      "profile 'my.json': numa_nodes[1].gather: row sizes differ from numa_nodes[0]'s (expected the same row_bytes "
+      "on every node, or no gather rates on any)");
+  j = good;
+  j["numa_nodes"][0]["gather"][0]["remote_rows_per_s"]["value"] = 0;
+  EXPECT_EQ(error_of(j),
+            "profile 'my.json': numa_nodes[0].gather[0].remote_rows_per_s = 0 (expected a finite number > 0)");
 }
 
 }  // namespace

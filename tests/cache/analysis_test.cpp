@@ -11,6 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "cache/cache_pool.hpp"
+#include "host/dedup.hpp"
+
 namespace strata::cache {
 
 namespace {
@@ -469,6 +472,115 @@ TEST(AnalysisRandom, LruMatchesListSimulationAtEveryCapacity) {
       }
     }
     EXPECT_EQ(per_batch.hits_at(d), per_batch.accesses() - d);
+  }
+}
+
+// Long traces over few keys: the curve's access times are compacted many times over (they run out
+// every distinct_keys accesses or so); every capacity must still match the list simulations.
+TEST(AnalysisRandom, LruMatchesListSimulationOnLongTraces) {
+  std::mt19937_64 rng(11);
+  for (int iter = 0; iter < 6; ++iter) {
+    const std::int64_t universe = std::uniform_int_distribution<std::int64_t>(20, 400)(rng);
+    const std::int64_t max_batch = std::uniform_int_distribution<std::int64_t>(1, 32)(rng);
+    const KeyTrace t = random_trace(rng, 20000, universe, 0.8, 0, max_batch);
+    const std::int64_t d = count_distinct(t);
+    const LruCurve every = curve_of(t, PerBatch::kEveryAccess);
+    const LruCurve per_batch = curve_of(t, PerBatch::kDistinct);
+    for (const std::int64_t cap : {std::int64_t{1}, d / 10, d / 3, d / 2, d - 1, d}) {
+      ASSERT_EQ(every.hits_at(cap), brute_lru_every_access(t, cap)) << "iter " << iter << " capacity " << cap;
+      ASSERT_EQ(per_batch.hits_at(cap), brute_lru_batch_stack(t, cap)) << "iter " << iter << " capacity " << cap;
+    }
+  }
+}
+
+// The curve predicts the cache itself: a CachePool with the lru policy, each batch planned and
+// retired in turn, hits exactly LruCurve(kDistinct).hits_at(slots) at every capacity a batch fits;
+// and tables capped at shares that fill the pool (as strata-tune plans them) each get their own
+// curve's hits at their share.
+// The batches of `t` as rows: each distinct key numbered densely (a pool's rows are below 2^48).
+std::vector<std::vector<Key>> batches_of(const KeyTrace& t) {
+  std::map<std::uint64_t, Key> row_of;
+  std::vector<std::vector<Key>> out;
+  for (std::int64_t b = 0; b < t.num_batches(); ++b) {
+    out.emplace_back();
+    for (std::int64_t i = t.batch_offsets[b]; i < t.batch_offsets[b + 1]; ++i)
+      out.back().push_back(
+          row_of.try_emplace(t.keys[static_cast<std::size_t>(i)], static_cast<Key>(row_of.size())).first->second);
+  }
+  return out;
+}
+
+// Hits per table of an lru CachePool of the tables' `caps` (0: one uncapped table of `slots`).
+std::vector<std::int64_t> pool_hits(const std::vector<KeyTrace>& tables, std::int64_t slots,
+                                    const std::vector<std::int64_t>& caps) {
+  CachePoolOptions o;
+  o.slots = slots;
+  o.policy = Policy::kLru;
+  o.record_bytes = 4;
+  o.name = "test";
+  for (std::size_t t = 0; t < tables.size(); ++t) o.tables.push_back({"t" + std::to_string(t), caps[t]});
+  CachePool pool(o);
+  std::vector<std::vector<std::vector<Key>>> keys;
+  for (const KeyTrace& t : tables) keys.push_back(batches_of(t));
+  for (std::size_t b = 0; b < keys[0].size(); ++b) {
+    std::vector<UniqueKeys> unique;
+    for (std::size_t t = 0; t < tables.size(); ++t)
+      unique.push_back(dedup_keys(keys[t][b].data(), static_cast<std::int64_t>(keys[t][b].size())));
+    std::vector<FeatureKeys> features;
+    for (std::size_t t = 0; t < tables.size(); ++t) features.push_back({static_cast<int>(t), &unique[t]});
+    auto probe = pool.probe(static_cast<std::int64_t>(b), features);
+    EXPECT_TRUE(probe.is_ok()) << probe.status().to_string();
+    if (!probe.is_ok()) return {};
+    pool.retire(pool.commit(std::move(probe).value()), true);
+  }
+  std::vector<std::int64_t> hits;
+  for (std::size_t t = 0; t < tables.size(); ++t) hits.push_back(pool.table_stats(static_cast<int>(t)).hits);
+  return hits;
+}
+
+TEST(AnalysisRandom, LruCurveEqualsTheCachePool) {
+  std::mt19937_64 rng(21);
+  for (int iter = 0; iter < 20; ++iter) {
+    const std::int64_t universe = std::uniform_int_distribution<std::int64_t>(10, 300)(rng);
+    const std::int64_t max_batch = std::uniform_int_distribution<std::int64_t>(1, 24)(rng);
+    const KeyTrace t = random_trace(rng, 3000, universe, 0.9, 1, max_batch);
+    const LruCurve c = curve_of(t, PerBatch::kDistinct);
+    const std::int64_t d = count_distinct(t);
+    for (const std::int64_t cap : {c.min_capacity(), c.min_capacity() + 1, (c.min_capacity() + d) / 2, d}) {
+      if (cap < 1) continue;
+      ASSERT_EQ(pool_hits({t}, cap, {0})[0], c.hits_at(cap)) << "iter " << iter << " capacity " << cap;
+    }
+  }
+}
+
+TEST(AnalysisRandom, CappedSharesGetTheirOwnCurves) {
+  std::mt19937_64 rng(22);
+  for (int iter = 0; iter < 10; ++iter) {
+    std::vector<KeyTrace> tables;
+    std::vector<std::int64_t> caps;
+    std::int64_t slots = 0;
+    for (int t = 0; t < 3; ++t) {
+      // Same batch count for every table: batch b of each is one step.
+      KeyTrace k;
+      k.batch_offsets.push_back(0);
+      const std::int64_t universe = std::uniform_int_distribution<std::int64_t>(20, 200)(rng);
+      for (int b = 0; b < 150; ++b) {
+        const std::int64_t n = std::uniform_int_distribution<std::int64_t>(0, 12)(rng);
+        for (std::int64_t i = 0; i < n; ++i) k.keys.push_back(rng() % static_cast<std::uint64_t>(universe));
+        k.batch_offsets.push_back(k.num_keys());
+      }
+      const LruCurve c = curve_of(k, PerBatch::kDistinct);
+      const std::int64_t cap = std::max<std::int64_t>(
+          1, std::uniform_int_distribution<std::int64_t>(c.min_capacity(), c.min_capacity() + universe / 2)(rng));
+      tables.push_back(std::move(k));
+      caps.push_back(cap);
+      slots += cap;
+    }
+    const std::vector<std::int64_t> hits = pool_hits(tables, slots, caps);
+    ASSERT_EQ(hits.size(), 3u);
+    for (int t = 0; t < 3; ++t)
+      ASSERT_EQ(hits[t], curve_of(tables[t], PerBatch::kDistinct).hits_at(caps[t]))
+          << "iter " << iter << " table " << t;
   }
 }
 

@@ -91,6 +91,50 @@ TEST_P(NonFiniteGradients, AreAppliedWhenTheConfigAcceptsThem) {
   EXPECT_TRUE(std::isnan(row[3]));
 }
 
+// Gradients larger than one chunk of the parallel check (16384 floats): 6000 bags of dim 4 over two
+// features is 24,000 floats each. A NaN or Inf in any chunk, the last float included, is found and
+// named as in the small case, and nothing changes.
+TEST(NonFiniteGradients, AreFoundInEveryChunkOfLargeGradients) {
+  StoreConfig c = one_table(Placement::kCpu, Pooling::kSum);
+  c.tables.push_back(c.tables[0]);
+  c.tables[1].spec.name = "item";
+  KeyBatch kb;
+  for (const char* table : {"user", "item"}) {
+    JaggedKeys f;
+    f.table = table;
+    f.offsets = {0};
+    for (int b = 0; b < 6000; ++b) {
+      f.keys.push_back(b % 100);
+      f.offsets.push_back(static_cast<std::int64_t>(f.keys.size()));
+    }
+    kb.features.push_back(f);
+  }
+  auto s = Store::open(c);
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  const Snapshot before = snapshot(**s);
+  Buffers out = make_buffers(c, kb), grads = make_buffers(c, kb);
+  ASSERT_TRUE((*s)->submit(1, kb).is_ok());
+  ASSERT_TRUE((*s)->forward(1, out.views).is_ok());
+  struct Bad {
+    std::size_t feature;
+    std::int64_t at;  // float index in the feature's gradient
+  };
+  for (const Bad bad : {Bad{0, 0}, Bad{0, 16384 + 5}, Bad{1, 6000 * 4 - 1}, Bad{1, 12345}}) {
+    for (auto& g : grads.data) std::fill(g.begin(), g.end(), 0.25f);
+    grads.data[bad.feature][static_cast<std::size_t>(bad.at)] = std::numeric_limits<float>::infinity();
+    Status st = (*s)->backward(1, grads.cviews);
+    ASSERT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+    const std::string want = std::string("table '") + (bad.feature == 0 ? "user" : "item") + "': gradient of bag " +
+                             std::to_string(bad.at / 4) + ", column " + std::to_string(bad.at % 4) + " is inf";
+    EXPECT_NE(st.message().find(want), std::string::npos) << st.message();
+    EXPECT_EQ((*s)->step(), 0);
+  }
+  EXPECT_TRUE(same_state(before, snapshot(**s)));
+  for (auto& g : grads.data) std::fill(g.begin(), g.end(), 0.25f);
+  ASSERT_TRUE((*s)->backward(1, grads.cviews).is_ok());
+  EXPECT_EQ((*s)->step(), 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Placements, NonFiniteGradients,
                          ::testing::Values(Placement::kCpu, Placement::kOffload, Placement::kCached, Placement::kGpu,
                                            Placement::kHybrid),

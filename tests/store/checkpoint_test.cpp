@@ -6,7 +6,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
+
+#include <nlohmann/json.hpp>
 
 #include "store/detail/crc32c.hpp"
 #include "store/detail/file_io.hpp"
@@ -63,6 +66,17 @@ class Checkpoint : public ::testing::Test {
     std::snprintf(crc, sizeof crc, "%08x", detail::crc32c(body.data(), body.size()));
     std::ofstream(dir_ / "MANIFEST", std::ios::binary | std::ios::trunc) << body << "\ncrc32c " << crc << "\n";
   }
+  // Parses the manifest's JSON, lets `edit` change it, and writes it back with a matching checksum.
+  void rewrite_manifest(const std::function<void(nlohmann::json&)>& edit) {
+    std::ifstream in(dir_ / "MANIFEST", std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    nlohmann::json j = nlohmann::json::parse(text.substr(0, text.rfind("\ncrc32c ")));
+    edit(j);
+    const std::string body = j.dump(2);
+    char crc[16];
+    std::snprintf(crc, sizeof crc, "%08x", detail::crc32c(body.data(), body.size()));
+    std::ofstream(dir_ / "MANIFEST", std::ios::binary | std::ios::trunc) << body << "\ncrc32c " << crc << "\n";
+  }
   fs::path dir_;
   StoreConfig config_;
 };
@@ -85,6 +99,74 @@ TEST_F(Checkpoint, RoundTripThenTrainingContinuesIdentically) {
   auto r = open_reference_store(config_);
   ASSERT_TRUE((*r)->load(dir_).is_ok());
   EXPECT_EQ((*r)->step(), 5);
+}
+
+// The learning rates in force (Store::set_learning_rate) are saved, and load restores them.
+TEST_F(Checkpoint, LearningRatesRoundTrip) {
+  auto a = Store::open(config_);
+  ASSERT_TRUE(a.is_ok());
+  ASSERT_TRUE((*a)->set_learning_rate(config_.tables[0].spec.name, 0.2f).is_ok());
+  ASSERT_TRUE((*a)->set_learning_rate(config_.tables[1].spec.name, 0.0123f).is_ok());
+  train(**a, 1, 3);
+  ASSERT_TRUE((*a)->save(dir_).is_ok());
+  auto b = Store::open(config_);  // at the config's rates
+  ASSERT_TRUE((*b)->load(dir_).is_ok());
+  for (const auto& t : config_.tables)
+    EXPECT_EQ((*b)->learning_rate(t.spec.name).value(), (*a)->learning_rate(t.spec.name).value()) << t.spec.name;
+  EXPECT_EQ((*b)->learning_rate(config_.tables[1].spec.name).value(), 0.0123f);
+  train(**a, 2, 3);
+  train(**b, 2, 3);
+  EXPECT_TRUE(same_state(snapshot(**a), snapshot(**b)));
+  auto r = open_reference_store(config_);
+  ASSERT_TRUE((*r)->load(dir_).is_ok());
+  EXPECT_EQ((*r)->learning_rate(config_.tables[0].spec.name).value(), 0.2f);
+}
+
+// A checkpoint written before learning rates were recorded (no "learning_rate" entries) still
+// loads, and the store keeps its own rates.
+TEST_F(Checkpoint, CheckpointWithoutLearningRatesKeepsTheStoresRates) {
+  auto a = Store::open(config_);
+  train(**a, 1, 2);
+  ASSERT_TRUE((*a)->save(dir_).is_ok());
+  rewrite_manifest([](nlohmann::json& j) {
+    for (auto& t : j.at("tables")) t.erase("learning_rate");
+  });
+  auto b = Store::open(config_);
+  ASSERT_TRUE((*b)->set_learning_rate(0.3f).is_ok());
+  const Status s = (*b)->load(dir_);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  EXPECT_EQ((*b)->step(), 2);
+  EXPECT_TRUE(same_state(snapshot(**a), snapshot(**b)));
+  for (const auto& t : config_.tables) EXPECT_EQ((*b)->learning_rate(t.spec.name).value(), 0.3f);
+}
+
+// A recorded rate that no store could have (<= 0, not finite, not a number) is corruption: load
+// refuses it naming the table and the value, and changes nothing (rows, step, rates).
+TEST_F(Checkpoint, BadLearningRateInTheManifestIsRefusedAndChangesNothing) {
+  auto a = Store::open(config_);
+  train(**a, 1, 2);
+  ASSERT_TRUE((*a)->save(dir_).is_ok());
+  const fs::path saved = dir_.string() + "_manifest";
+  fs::copy_file(dir_ / "MANIFEST", saved, fs::copy_options::overwrite_existing);
+  auto b = Store::open(config_);
+  const Snapshot fresh = snapshot(**b);
+  const std::string name = config_.tables[1].spec.name;
+  for (const nlohmann::json& bad : {nlohmann::json(-1.5), nlohmann::json(0), nlohmann::json("fast")}) {
+    fs::copy_file(saved, dir_ / "MANIFEST", fs::copy_options::overwrite_existing);
+    rewrite_manifest([&](nlohmann::json& j) { j.at("tables")[1]["learning_rate"] = bad; });
+    const Status s = (*b)->load(dir_);
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << bad << ": " << s.to_string();
+    if (bad.is_number()) {
+      EXPECT_NE(s.message().find("table '" + name + "': learning_rate " + bad.dump() +
+                                 " (expected a finite number > 0; corrupt)"),
+                std::string::npos)
+          << s.message();
+    }
+    EXPECT_TRUE(same_state(fresh, snapshot(**b)));
+    EXPECT_EQ((*b)->step(), 0);
+    for (const auto& t : config_.tables) EXPECT_EQ((*b)->learning_rate(t.spec.name).value(), 0.05f);
+  }
+  fs::remove(saved);
 }
 
 TEST_F(Checkpoint, SecondSaveReplacesTheFirstAndRemovesOldFiles) {

@@ -5,10 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <limits>
-#include <thread>
 
 #include "dispatch/local_communicator.hpp"
 #include "store/store.hpp"
+#include "tests/store/thread_ranks.hpp"
 
 namespace strata {
 namespace {
@@ -43,19 +43,7 @@ KeyBatch batch_of(std::vector<Key> user_keys) {
   return kb;
 }
 
-// Runs body(rank, comm) on `world` thread ranks with a short collective timeout.
-template <class Body>
-void on_ranks(int world, int timeout_ms, Body body) {
-  dispatch::CommOptions o;
-  o.timeout = std::chrono::milliseconds(timeout_ms);
-  auto group = dispatch::make_local_group(world, o);
-  ASSERT_TRUE(group.is_ok());
-  std::vector<std::shared_ptr<dispatch::Communicator>> comms;
-  for (auto& c : group.value()) comms.emplace_back(std::move(c));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) threads.emplace_back([&, r] { body(r, comms[static_cast<std::size_t>(r)]); });
-  for (auto& t : threads) t.join();
-}
+using testing::on_ranks;
 
 std::vector<float> weights_of(Store& s, int table) {
   std::vector<float> w(static_cast<std::size_t>(100 * 8));

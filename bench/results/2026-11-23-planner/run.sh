@@ -10,7 +10,7 @@ out=bench/results/2026-11-23-planner
 for round in 1 2; do
   for side in before after; do
     bin=$([ $side = before ] && echo /tmp/base-build/bench/strata-micro-planner || echo build/default/bench/strata-micro-planner)
-    "$bin" --benchmark_filter=BM_PlanBatch --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
+    "$bin" --benchmark_filter='^BM_PlanBatch/' --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
       --benchmark_out="$out/$side-$round.json" --benchmark_out_format=json > "$out/$side-$round.txt"
   done
 done

@@ -1,5 +1,5 @@
 #!/bin/bash
-# usage: ab.sh OUTFILE PAIRS "binA binB ..." -- strata-bench args...
+# usage: ab_bench.sh OUTFILE PAIRS "binA binB ..." -- strata-bench args...
 out=$1; pairs=$2; bins=$3; shift 4
 for p in $(seq 1 $pairs); do
   for b in $bins; do

@@ -1,0 +1,99 @@
+// strata-tune plan: read the keys, check the budgets, compute the curves, plan, report.
+
+#include <iostream>
+
+#include "bench/bounded_input.hpp"
+#include "bench/tune/byte_size.hpp"
+#include "bench/tune/command_util.hpp"
+#include "bench/tune/commands.hpp"
+#include "bench/tune/curves.hpp"
+#include "bench/tune/plan_report.hpp"
+#include "bench/tune/planner.hpp"
+#include "bench/workload.hpp"
+
+namespace strata::tune {
+namespace {
+
+Result<bench::WorkloadSpec> workload_of(const std::string& w) {
+  std::string text = w;
+  if (w.empty() || w.front() != '{') {
+    STRATA_ASSIGN_OR_RETURN(text, bench::read_input_file(w, "workload file"));
+  }
+  STRATA_RETURN_IF_ERROR(bench::parse_json_limited(text, "workload").status());
+  return bench::parse_workload_json(text);
+}
+
+Result<double> budget(const std::string& flag, const std::string& text, const ProfileNumber& fallback) {
+  if (text.empty()) return fallback.value * 1e9;
+  return parse_byte_size(text, flag);
+}
+
+}  // namespace
+
+int run_plan(const PlanArgs& a) {
+  // Everything that can be checked without the keys, first.
+  if (a.workload.empty() == a.trace.empty()) return fail("give exactly one of --workload and --trace");
+  const std::string ppath = profile_path(a.profile);
+  auto profile = load_profile_file(ppath);
+  if (!profile) return fail("--profile " + a.profile + ": " + profile.status().message());
+  PlanOptions po;
+  auto hbm = budget("--hbm-budget", a.hbm_budget, profile->hbm_capacity_gb);
+  if (!hbm) return fail(hbm.status().message());
+  auto host = budget("--host-budget", a.host_budget, profile->host_memory_gb);
+  if (!host) return fail(host.status().message());
+  po.hbm_budget_bytes = *hbm;
+  po.host_budget_bytes = *host;
+  po.cost.max_in_flight = a.max_in_flight;
+  po.cost.threads = a.threads;
+  po.cost.numa_nodes = static_cast<int>(profile->numa_nodes.size());
+  if (a.max_in_flight < 1) return fail("--max-in-flight " + std::to_string(a.max_in_flight) + " (expected >= 1)");
+  if (a.points < 2) return fail("--points " + std::to_string(a.points) + " (expected >= 2)");
+  if (a.belady_points < 0) return fail("--belady-points " + std::to_string(a.belady_points) + " (expected >= 0)");
+  auto optimizer = parse_optimizer(a.optimizer);
+  if (!optimizer) return fail("--optimizer: " + optimizer.status().message());
+  for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--out", a.out}, {"--html", a.html}})
+    if (!path.empty())
+      if (Status s = check_output(path, flag); !s.is_ok()) return fail(s.message());
+
+  const ProgressFn progress = progress_printer(a.progress);
+  Result<TuneInput> input = Status::invalid_argument("no input");
+  if (!a.workload.empty()) {
+    auto spec = workload_of(a.workload);
+    if (!spec) return fail("--workload: " + spec.status().message());
+    input = load_workload(*spec, a.steps > 0 ? a.steps : 2 * spec->distinct_batches, *optimizer, progress);
+  } else {
+    input = load_trace(a.trace, a.dim, *optimizer, progress);
+  }
+  if (!input) return fail(input.status().message());
+  if (Status s = check_budgets(*input, po); !s.is_ok()) return fail(s.message());
+
+  ReportContext ctx;
+  ctx.source = input->source;
+  ctx.profile = &profile.value();
+  ctx.options = po;
+  for (const TableTrace& t : input->tables) {
+    if (progress) progress("curves of table " + t.spec.name);
+    auto c = table_curve(t, a.points, a.belady_points);
+    if (!c) return fail(c.status().message(), 1);
+    ctx.tables.push_back(std::move(c).value());
+  }
+  if (progress) progress("curves of the shared pools");
+  auto pools = pool_curves(*input, a.points);
+  if (!pools) return fail(pools.status().message(), 1);
+  ctx.pools = std::move(pools).value();
+  auto plan = make_plan(*input, ctx.tables, *profile, po);
+  if (!plan) return fail(plan.status().message());
+
+  std::cout << console_summary(*plan, ctx);
+  if (!a.out.empty()) {
+    if (Status s = write_output(a.out, to_json(plan->config) + "\n"); !s.is_ok()) return fail(s.message(), 1);
+    std::cout << "wrote " << a.out << " (a store config: Store::open accepts it as is)\n";
+  }
+  if (!a.html.empty()) {
+    if (Status s = write_output(a.html, html_report(*plan, ctx)); !s.is_ok()) return fail(s.message(), 1);
+    std::cout << "wrote " << a.html << "\n";
+  }
+  return 0;
+}
+
+}  // namespace strata::tune

@@ -1,0 +1,121 @@
+#include "bench/tune/plan_report.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+#include "bench/report_html.hpp"
+#include "bench/tune/text.hpp"
+
+namespace strata::tune {
+namespace {
+
+using bench::html_escape;
+
+std::string gather_note(const HardwareProfile& p) {
+  return has_gather_rates(p) ? "random-row gathers at the profile's measured rates"
+                             : "the profile has no gather rates: random-row gathers priced at sequential bandwidth "
+                               "(overstates their speed; run strata-tune calibrate)";
+}
+
+std::string cache_cell(const TablePlan& t) {
+  return t.placement == Placement::kCached ? std::to_string(t.cache_rows) : "-";
+}
+
+std::string mode_line(const UniformMode& m) {
+  return m.mode + ": " + (m.fits ? "step " + ms_text(m.step.step_s) + ", " + m.step.bottleneck : "does not fit") +
+         " (" + m.note + (m.note.empty() ? "" : "; ") + "HBM " + bytes_text(m.hbm_bytes) + ", host " +
+         bytes_text(m.host_bytes) + ")";
+}
+
+// A curve's (fraction, hit rate) points: LRU and, where computed, Belady.
+std::vector<bench::HitRateLine> curve_lines(const HitCurve& c) {
+  bench::HitRateLine lru{"LRU", {}}, belady{"Belady (optimal)", {}};
+  for (const CurvePoint& p : c.points) {
+    const double f = c.rows > 0 ? static_cast<double>(p.rows) / static_cast<double>(c.rows) : 0.0;
+    lru.points.emplace_back(f, p.lru);
+    if (p.belady >= 0) belady.points.emplace_back(f, p.belady);
+  }
+  std::vector<bench::HitRateLine> lines{lru};
+  if (!belady.points.empty()) lines.push_back(belady);
+  return lines;
+}
+
+}  // namespace
+
+std::string console_summary(const Plan& plan, const ReportContext& c) {
+  std::ostringstream o;
+  o << "strata-tune plan: " << c.source << "\n";
+  if (c.profile) o << "profile " << c.profile->name << ": " << gather_note(*c.profile) << "\n";
+  o << "budgets: HBM " << bytes_text(c.options.hbm_budget_bytes) << ", host " << bytes_text(c.options.host_budget_bytes)
+    << "\n\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "%-16s %12s %5s %-9s %11s %7s %7s %10s %10s\n", "table", "rows", "dim", "placement",
+                "cache rows", "LRU", "Belady", "HBM", "host");
+  o << line;
+  for (std::size_t t = 0; t < plan.tables.size(); ++t) {
+    const TablePlan& p = plan.tables[t];
+    const TableSpec& s = plan.config.tables[t].spec;
+    std::snprintf(line, sizeof line, "%-16s %12lld %5d %-9s %11s %7s %7s %10s %10s\n", p.name.c_str(),
+                  static_cast<long long>(s.rows), s.dim, to_string(p.placement), cache_cell(p).c_str(),
+                  percent_text(p.hit_rate).c_str(), percent_text(p.belady).c_str(),
+                  bytes_text(p.cost.hbm_bytes).c_str(), bytes_text(p.cost.host_bytes).c_str());
+    o << line << "  why: " << p.why << "\n";
+  }
+  o << "\nplan: step " << ms_text(plan.step.step_s) << " (" << plan.step.explanation << ")\n";
+  o << "memory: HBM " << bytes_text(plan.hbm_bytes) << " of " << bytes_text(c.options.hbm_budget_bytes) << ", host "
+    << bytes_text(plan.host_bytes) << " of " << bytes_text(c.options.host_budget_bytes) << "\n";
+  o << "uniform modes:\n";
+  for (const UniformMode& m : plan.uniform) o << "  " << mode_line(m) << "\n";
+  for (const HitCurve& pool : c.pools) {
+    o << pool.name << " (" << pool.tables.size() << " tables) LRU:";
+    for (const CurvePoint& p : pool.points) o << " " << p.rows << " rows " << percent_text(p.lru) << ";";
+    o << "\n";
+  }
+  return o.str();
+}
+
+std::string html_report(const Plan& plan, const ReportContext& c) {
+  std::ostringstream o;
+  o << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>strata-tune plan</title>\n<style>"
+    << bench::report_css() << "</style>\n</head>\n<body>\n<header><h1>strata-tune plan</h1><p class=\"note\">"
+    << html_escape(c.source) << "</p>";
+  if (c.profile)
+    o << "<p class=\"note\">profile " << html_escape(c.profile->name) << ": " << html_escape(gather_note(*c.profile))
+      << "</p>";
+  o << "</header>\n";
+
+  o << "<section class=\"summary\" id=\"plan\"><h2>Plan</h2><p>modelled step " << html_escape(ms_text(plan.step.step_s))
+    << ": " << html_escape(plan.step.explanation) << "</p><p>HBM " << html_escape(bytes_text(plan.hbm_bytes)) << " of "
+    << html_escape(bytes_text(c.options.hbm_budget_bytes)) << ", host " << html_escape(bytes_text(plan.host_bytes))
+    << " of " << html_escape(bytes_text(c.options.host_budget_bytes))
+    << "</p><table><tr><th>table</th><th>rows</th><th>dim</th>"
+    << "<th>placement</th><th>cache rows</th><th>LRU hit</th><th>Belady</th><th>HBM</th><th>host</th><th>why</th></tr>";
+  for (std::size_t t = 0; t < plan.tables.size(); ++t) {
+    const TablePlan& p = plan.tables[t];
+    const TableSpec& s = plan.config.tables[t].spec;
+    o << "<tr><td>" << html_escape(p.name) << "</td><td class=\"n\">" << s.rows << "</td><td class=\"n\">" << s.dim
+      << "</td><td>" << to_string(p.placement) << "</td><td class=\"n\">" << html_escape(cache_cell(p))
+      << "</td><td class=\"n\">" << html_escape(percent_text(p.hit_rate)) << "</td><td class=\"n\">"
+      << html_escape(percent_text(p.belady)) << "</td><td class=\"n\">" << html_escape(bytes_text(p.cost.hbm_bytes))
+      << "</td><td class=\"n\">" << html_escape(bytes_text(p.cost.host_bytes)) << "</td><td>" << html_escape(p.why)
+      << "</td></tr>";
+  }
+  o << "</table></section>\n<section class=\"summary\" id=\"modes\"><h2>Uniform modes</h2><ul>";
+  for (const UniformMode& m : plan.uniform) o << "<li>" << html_escape(mode_line(m)) << "</li>";
+  o << "</ul></section>\n";
+
+  const auto chart = [&](const HitCurve& curve, const std::string& id) {
+    o << "<section class=\"chart\" id=\"" << html_escape(id) << "\"><h2>" << html_escape(curve.name)
+      << "</h2><p class=\"note\">" << curve.rows << " rows; a step needs at least " << curve.lru.min_capacity()
+      << " rows; every row cached: " << html_escape(percent_text(curve.lru.hit_rate_at(curve.rows))) << "</p>"
+      << bench::hit_rate_chart("hit rate of " + curve.name + " against cache size", curve_lines(curve),
+                               "cache size (fraction of the rows)")
+      << "</section>\n";
+  };
+  for (std::size_t t = 0; t < c.tables.size(); ++t) chart(c.tables[t], "curve-table-" + std::to_string(t));
+  for (std::size_t p = 0; p < c.pools.size(); ++p) chart(c.pools[p], "curve-pool-" + std::to_string(p));
+  o << "</body>\n</html>\n";
+  return o.str();
+}
+
+}  // namespace strata::tune

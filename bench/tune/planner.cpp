@@ -1,0 +1,385 @@
+#include "bench/tune/planner.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <utility>
+
+#include "bench/tune/text.hpp"
+
+namespace strata::tune {
+namespace {
+
+// The load of a table before its curve is known: every key counted as distinct.
+TableLoad upper_load(const TableTrace& t) {
+  TableLoad l;
+  l.keys = t.keys_per_step();
+  l.bags = t.bags_per_step();
+  l.distinct = l.keys;
+  l.max_keys = t.max_keys_per_step();
+  l.max_distinct = l.max_keys;
+  return l;
+}
+
+TableLoad curve_load(const TableTrace& t, const HitCurve& c, std::int64_t steps) {
+  TableLoad l = upper_load(t);
+  l.distinct = c.distinct_per_step(steps);
+  l.max_distinct = c.lru.min_capacity();
+  return l;
+}
+
+// Memory of each table as gpu and off the GPU (cpu: its records and the optimizer's scratch).
+struct Split {
+  std::vector<double> gpu_hbm, off_host;
+};
+
+Result<Split> split_of(const TuneInput& input, const std::vector<TableLoad>& loads, const CostOptions& o) {
+  Split s;
+  for (std::size_t t = 0; t < input.tables.size(); ++t) {
+    STRATA_ASSIGN_OR_RETURN(const TableCost g, table_cost(input.tables[t].spec, loads[t], Placement::kGpu, 0, 0, o));
+    STRATA_ASSIGN_OR_RETURN(const TableCost c, table_cost(input.tables[t].spec, loads[t], Placement::kCpu, 0, 0, o));
+    s.gpu_hbm.push_back(g.hbm_bytes);
+    s.off_host.push_back(c.host_bytes);
+  }
+  return s;
+}
+
+// Tables coldest first: fewest distinct rows per step per byte of HBM as gpu, the larger first on ties, then by name.
+std::vector<std::size_t> coldest_first(const TuneInput& input, const std::vector<TableLoad>& loads, const Split& s) {
+  std::vector<std::size_t> order(input.tables.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const double ha = loads[a].distinct / s.gpu_hbm[a], hb = loads[b].distinct / s.gpu_hbm[b];
+    if (ha != hb) return ha < hb;
+    if (s.gpu_hbm[a] != s.gpu_hbm[b]) return s.gpu_hbm[a] > s.gpu_hbm[b];
+    return input.tables[a].spec.name < input.tables[b].spec.name;
+  });
+  return order;
+}
+
+// The fewest coldest tables that leave the GPU so both budgets hold (-1: none), and the smallest
+// feasible budgets for the message when there is none.
+struct Cut {
+  int leave = -1;
+  double min_host_for_hbm = 0;  // smallest host budget with the given HBM budget
+  double min_hbm_for_host = 0;  // smallest HBM budget with the given host budget
+};
+
+Cut find_cut(const std::vector<std::size_t>& order, const Split& s, const PlanOptions& o) {
+  Cut cut;
+  const std::size_t n = order.size();
+  double hbm = std::accumulate(s.gpu_hbm.begin(), s.gpu_hbm.end(), 0.0), host = 0.0;
+  cut.min_host_for_hbm = -1;
+  cut.min_hbm_for_host = -1;
+  for (std::size_t k = 0;; ++k) {
+    if (hbm <= o.hbm_budget_bytes && cut.min_host_for_hbm < 0) cut.min_host_for_hbm = host;
+    if (host <= o.host_budget_bytes) cut.min_hbm_for_host = hbm;  // hbm only falls as k grows
+    if (cut.leave < 0 && hbm <= o.hbm_budget_bytes && host <= o.host_budget_bytes) cut.leave = static_cast<int>(k);
+    if (k == n) break;
+    hbm -= s.gpu_hbm[order[k]];
+    host += s.off_host[order[k]];
+  }
+  return cut;
+}
+
+Status infeasible(const Cut& cut, const PlanOptions& o, std::size_t tables) {
+  return Status::invalid_argument(
+      "budgets too small: --hbm-budget " + bytes_text(o.hbm_budget_bytes) + " and --host-budget " +
+      bytes_text(o.host_budget_bytes) + " hold no placement of the " + std::to_string(tables) +
+      " tables (coldest off the GPU first); smallest feasible: " + "--host-budget " + bytes_text(cut.min_host_for_hbm) +
+      " with this HBM budget, or --hbm-budget " + bytes_text(cut.min_hbm_for_host) + " with this host budget");
+}
+
+Status check_options(const PlanOptions& o) {
+  if (!(o.hbm_budget_bytes >= 0) || !std::isfinite(o.hbm_budget_bytes))
+    return Status::invalid_argument("--hbm-budget " + bytes_text(o.hbm_budget_bytes) + " (expected >= 0)");
+  if (!(o.host_budget_bytes >= 0) || !std::isfinite(o.host_budget_bytes))
+    return Status::invalid_argument("--host-budget " + bytes_text(o.host_budget_bytes) + " (expected >= 0)");
+  if (o.cost.max_in_flight < 1)
+    return Status::invalid_argument("--max-in-flight " + std::to_string(o.cost.max_in_flight) + " (expected >= 1)");
+  return Status::ok();
+}
+
+// One option of a table that left the GPU.
+struct Option {
+  Placement placement;
+  std::int64_t cache_rows = 0;
+  double hit_rate = -1;
+  TableCost cost;
+};
+
+struct Evaluation {
+  double objective = 0;
+  double hbm = 0, host = 0;
+  ModelledStep step;
+};
+
+Evaluation evaluate(const std::vector<const TableCost*>& costs, const HardwareProfile& profile) {
+  Evaluation e;
+  StepBytes total;
+  for (const TableCost* c : costs) {
+    add_bytes(total, c->bytes);
+    e.hbm += c->hbm_bytes;
+    e.host += c->host_bytes;
+  }
+  e.step = model_step(profile, total);
+  e.objective = e.step.step_s + 0.01 * e.step.serial_s;
+  return e;
+}
+
+std::vector<std::int64_t> cache_grid(const HitCurve& c, std::int64_t rows, int count) {
+  const std::int64_t lo = std::max<std::int64_t>(1, c.lru.min_capacity());
+  std::vector<std::int64_t> sizes = log_sizes(lo, std::max(lo, rows), count);
+  const std::int64_t knee = std::clamp(c.lru.max_stack_distance(), lo, std::max(lo, rows));
+  if (std::find(sizes.begin(), sizes.end(), knee) == sizes.end()) {
+    sizes.push_back(knee);
+    std::sort(sizes.begin(), sizes.end());
+  }
+  return sizes;
+}
+
+// The uniform modes, for comparison.
+Result<std::vector<UniformMode>> uniform_modes(const TuneInput& input, const std::vector<HitCurve>& curves,
+                                               const std::vector<TableLoad>& loads, const HardwareProfile& profile,
+                                               const PlanOptions& o) {
+  std::vector<UniformMode> out;
+  const auto fill = [&](UniformMode& m, const std::vector<TableCost>& costs) {
+    std::vector<const TableCost*> p;
+    for (const auto& c : costs) p.push_back(&c);
+    const Evaluation e = evaluate(p, profile);
+    m.step = e.step;
+    m.hbm_bytes = e.hbm;
+    m.host_bytes = e.host;
+    m.fits = e.hbm <= o.hbm_budget_bytes && e.host <= o.host_budget_bytes;
+    if (!m.fits && m.note.empty())
+      m.note = "needs " + bytes_text(e.hbm) + " HBM and " + bytes_text(e.host) + " host memory";
+  };
+  for (const Placement p : {Placement::kGpu, Placement::kOffload, Placement::kCpu}) {
+    UniformMode m;
+    m.mode = to_string(p);
+    std::vector<TableCost> costs;
+    for (std::size_t t = 0; t < input.tables.size(); ++t) {
+      STRATA_ASSIGN_OR_RETURN(TableCost c, table_cost(input.tables[t].spec, loads[t], p, 0, 0, o.cost));
+      costs.push_back(std::move(c));
+    }
+    fill(m, costs);
+    out.push_back(std::move(m));
+  }
+  // cached: every table's cache the same fraction of its rows, the largest of a few that fits.
+  UniformMode best;
+  best.mode = "cached";
+  for (const double f : {1.0, 0.5, 0.2, 0.1, 0.05, 0.02, 0.01, 0.005, 0.002, 0.001}) {
+    UniformMode m;
+    m.mode = "cached";
+    std::vector<TableCost> costs;
+    for (std::size_t t = 0; t < input.tables.size(); ++t) {
+      const TableSpec& s = input.tables[t].spec;
+      const std::int64_t rows = std::max<std::int64_t>(
+          {1, curves[t].lru.min_capacity(), static_cast<std::int64_t>(std::ceil(f * static_cast<double>(s.rows)))});
+      STRATA_ASSIGN_OR_RETURN(TableCost c, table_cost(s, loads[t], Placement::kCached, std::min(rows, s.rows),
+                                                      curves[t].lru.hit_rate_at(rows), o.cost));
+      costs.push_back(std::move(c));
+    }
+    fill(m, costs);
+    m.note = "caches of " + percent_text(f) + " of each table's rows";
+    best = m;
+    if (m.fits) break;
+  }
+  if (!best.fits)
+    best.note += ": " + bytes_text(best.hbm_bytes) + " HBM and " + bytes_text(best.host_bytes) + " host even so";
+  out.insert(out.begin() + 1, std::move(best));
+  return out;
+}
+
+}  // namespace
+
+Result<Extremes> memory_extremes(const TuneInput& input, const PlanOptions& options) {
+  std::vector<TableLoad> loads;
+  for (const TableTrace& t : input.tables) loads.push_back(upper_load(t));
+  STRATA_ASSIGN_OR_RETURN(const Split s, split_of(input, loads, options.cost));
+  Extremes e;
+  e.all_gpu_hbm = std::accumulate(s.gpu_hbm.begin(), s.gpu_hbm.end(), 0.0);
+  e.all_host = std::accumulate(s.off_host.begin(), s.off_host.end(), 0.0);
+  return e;
+}
+
+Status check_budgets(const TuneInput& input, const PlanOptions& options) {
+  STRATA_RETURN_IF_ERROR(check_options(options));
+  std::vector<TableLoad> loads;
+  for (const TableTrace& t : input.tables) loads.push_back(upper_load(t));
+  STRATA_ASSIGN_OR_RETURN(const Split s, split_of(input, loads, options.cost));
+  const Cut cut = find_cut(coldest_first(input, loads, s), s, options);
+  if (cut.leave < 0) return infeasible(cut, options, input.tables.size());
+  return Status::ok();
+}
+
+Result<Plan> make_plan(const TuneInput& input, const std::vector<HitCurve>& curves, const HardwareProfile& profile,
+                       const PlanOptions& o) {
+  STRATA_RETURN_IF_ERROR(check_options(o));
+  STRATA_RETURN_IF_ERROR(validate(profile));
+  const std::size_t n = input.tables.size();
+  if (curves.size() != n)
+    return Status::invalid_argument("plan: " + std::to_string(curves.size()) + " curves for " + std::to_string(n) +
+                                    " tables (expected one per table)");
+  std::vector<TableLoad> loads;
+  for (std::size_t t = 0; t < n; ++t) loads.push_back(curve_load(input.tables[t], curves[t], input.steps));
+  STRATA_ASSIGN_OR_RETURN(const Split split, split_of(input, loads, o.cost));
+  const std::vector<std::size_t> order = coldest_first(input, loads, split);
+  const Cut cut = find_cut(order, split, o);
+  if (cut.leave < 0) return infeasible(cut, o, n);
+
+  // Options of every table: [0] gpu, [1] offload, [2] cpu, then cached sizes below its rows.
+  constexpr std::size_t kGpuOpt = 0, kOffloadOpt = 1, kCpuOpt = 2;
+  std::vector<std::vector<Option>> options(n);
+  std::vector<int> heat_rank(n, 0);  // 0: the coldest table
+  for (std::size_t k = 0; k < n; ++k) heat_rank[order[k]] = static_cast<int>(k);
+  for (std::size_t t = 0; t < n; ++t) {
+    const TableSpec& spec = input.tables[t].spec;
+    for (const Placement p : {Placement::kGpu, Placement::kOffload, Placement::kCpu}) {
+      STRATA_ASSIGN_OR_RETURN(TableCost c, table_cost(spec, loads[t], p, 0, 0, o.cost));
+      options[t].push_back({p, 0, -1, std::move(c)});
+    }
+    for (const std::int64_t rows : cache_grid(curves[t], spec.rows, o.cache_sizes)) {
+      if (rows >= spec.rows) continue;  // a cache of every row: gpu does it with less
+      const double h = curves[t].lru.hit_rate_at(rows);
+      STRATA_ASSIGN_OR_RETURN(TableCost c, table_cost(spec, loads[t], Placement::kCached, rows, h, o.cost));
+      options[t].push_back({Placement::kCached, rows, h, std::move(c)});
+    }
+  }
+  const auto costs_of = [&](const std::vector<std::size_t>& p) {
+    std::vector<const TableCost*> c(n);
+    for (std::size_t t = 0; t < n; ++t) c[t] = &options[t][p[t]].cost;
+    return c;
+  };
+  const auto fits = [&](const Evaluation& e) { return e.hbm <= o.hbm_budget_bytes && e.host <= o.host_budget_bytes; };
+  // Greedy moves of the `movable` tables from `pick`: the move that lowers the objective most per
+  // byte of HBM it adds (moves adding none first), while one within the budgets lowers it.
+  const auto search = [&](std::vector<std::size_t>& pick, const std::vector<bool>& movable) {
+    Evaluation cur = evaluate(costs_of(pick), profile);
+    for (int iteration = 0; iteration < 100000; ++iteration) {
+      double best_score = 0;
+      bool best_free = false;
+      std::size_t best_t = 0, best_i = 0;
+      Evaluation best_eval;
+      for (std::size_t t = 0; t < n; ++t) {
+        if (!movable[t]) continue;
+        for (std::size_t i = 0; i < options[t].size(); ++i) {
+          if (i == pick[t]) continue;
+          std::vector<std::size_t> p = pick;
+          p[t] = i;
+          const Evaluation e = evaluate(costs_of(p), profile);
+          if (!fits(e)) continue;
+          const double gain = cur.objective - e.objective;
+          if (gain <= cur.objective * 1e-9) continue;
+          const double added = e.hbm - cur.hbm;
+          const bool free = added <= 0;
+          const double score = free ? gain : gain / added;
+          if ((free && !best_free) || (free == best_free && score > best_score)) {
+            best_score = score;
+            best_free = free;
+            best_t = t;
+            best_i = i;
+            best_eval = e;
+          }
+        }
+      }
+      if (best_score <= 0) break;
+      pick[best_t] = best_i;
+      cur = best_eval;
+    }
+    return cur;
+  };
+
+  // A: the coldest tables leave (rule 2) as cpu, and only they move. B: every table starts as cpu
+  // and every table moves (HBM bought where it pays most). The better of the two, A on a tie.
+  std::vector<std::size_t> pick(n, kGpuOpt);
+  std::vector<bool> left(n, false);
+  for (int k = 0; k < cut.leave; ++k) {
+    left[order[static_cast<std::size_t>(k)]] = true;
+    pick[order[static_cast<std::size_t>(k)]] = kCpuOpt;
+  }
+  Evaluation cur = evaluate(costs_of(pick), profile);
+  if (!fits(cur)) return infeasible(cut, o, n);
+  if (cut.leave > 0) {
+    cur = search(pick, left);
+    std::vector<std::size_t> all_off(n, kCpuOpt);
+    if (fits(evaluate(costs_of(all_off), profile))) {
+      const Evaluation b = search(all_off, std::vector<bool>(n, true));
+      if (b.objective < cur.objective) {
+        pick = all_off;
+        cur = b;
+      }
+    }
+  }
+
+  Plan plan;
+  plan.step = cur.step;
+  plan.hbm_bytes = cur.hbm;
+  plan.host_bytes = cur.host;
+  plan.config.threads = o.cost.threads;
+  plan.config.cache.policy = cache::Policy::kLru;
+  plan.config.cache.max_in_flight = o.cost.max_in_flight;
+  const double all_gpu = std::accumulate(split.gpu_hbm.begin(), split.gpu_hbm.end(), 0.0);
+  for (std::size_t t = 0; t < n; ++t) {
+    const Option& opt = options[t][pick[t]];
+    const TableSpec& spec = input.tables[t].spec;
+    TablePlan tp;
+    tp.name = spec.name;
+    tp.placement = opt.placement;
+    tp.cache_rows = opt.cache_rows;
+    tp.hit_rate = opt.hit_rate;
+    tp.load = loads[t];
+    tp.cost = opt.cost;
+    char heat[160];
+    std::snprintf(heat, sizeof heat,
+                  "%.3g distinct rows per step per GB of HBM as gpu, %d of %zu by heat, coldest first",
+                  loads[t].distinct / split.gpu_hbm[t] * 1e9, heat_rank[t] + 1, n);
+    // The modelled step with this table in option i instead, for the comparison.
+    const auto step_with = [&](std::size_t i) {
+      std::vector<std::size_t> p = pick;
+      p[t] = i;
+      return evaluate(costs_of(p), profile).step.step_s;
+    };
+    if (cut.leave == 0) {
+      tp.why =
+          "every table fits in HBM (" + bytes_text(all_gpu) + " of the " + bytes_text(o.hbm_budget_bytes) + " budget)";
+    } else if (opt.placement == Placement::kGpu) {
+      tp.why = std::string("in HBM: hot (") + heat + "); the budget's bytes lower the step most here";
+    } else {
+      tp.why = "off the GPU: the HBM budget does not hold every table, and this one is cold (" + std::string(heat) +
+               ", " + bytes_text(split.gpu_hbm[t]) + " as gpu); ";
+      if (opt.placement == Placement::kCached) {
+        char buf[256];
+        std::snprintf(buf, sizeof buf,
+                      "cached %lld rows (%.3g%% of its rows): LRU hit rate %s; step %s against %s as offload",
+                      static_cast<long long>(opt.cache_rows),
+                      100.0 * static_cast<double>(opt.cache_rows) / static_cast<double>(spec.rows),
+                      percent_text(opt.hit_rate).c_str(), ms_text(cur.step.step_s).c_str(),
+                      ms_text(step_with(kOffloadOpt)).c_str());
+        tp.why += buf;
+        STRATA_ASSIGN_OR_RETURN(const cache::BeladyHits b, cache::belady_hits(input.tables[t].keys, opt.cache_rows));
+        tp.belady = b.hit_rate();
+      } else {
+        const std::size_t other = pick[t] == kOffloadOpt ? kCpuOpt : kOffloadOpt;
+        tp.why += std::string(to_string(opt.placement)) + ": step " + ms_text(cur.step.step_s) + " against " +
+                  ms_text(step_with(other)) + " as " + to_string(options[t][other].placement) +
+                  "; no cache size within the HBM left pays more";
+      }
+    }
+    TableConfig tc;
+    tc.spec = spec;
+    tc.placement = opt.placement;
+    if (opt.placement == Placement::kCached) {
+      tc.cache.rows = opt.cache_rows;
+      tc.cache.cap = true;
+    }
+    plan.config.tables.push_back(std::move(tc));
+    plan.tables.push_back(std::move(tp));
+  }
+  STRATA_RETURN_IF_ERROR(validate(plan.config));
+  STRATA_ASSIGN_OR_RETURN(plan.uniform, uniform_modes(input, curves, loads, profile, o));
+  return plan;
+}
+
+}  // namespace strata::tune

@@ -1,0 +1,96 @@
+#pragma once
+// The placement planner: for every table, gpu, cached with a size, offload or cpu, maximizing the
+// modelled throughput (store/cost_model.hpp's step time over the tables' summed bytes,
+// bench/tune/table_cost.hpp) within an HBM and a host memory budget.
+//
+// Rules, in order:
+//  1. Everything fits in HBM (every table gpu, within both budgets): every table is gpu.
+//  2. Otherwise tables leave the GPU coldest first: ranked by distinct rows per step per byte of
+//     HBM they take as gpu (ties: the larger first, then by name), the fewest leave so that the
+//     rest fit in HBM and the ones that left fit in host memory (their records, the least they can
+//     take off the GPU). None such: an error naming the smallest feasible budgets.
+//  3. Two searches, and the plan of the better: (A) the tables that left start as cpu and only
+//     they move; (B) every table starts as cpu (when the host budget holds them all) and every
+//     table moves. A move puts one table in another placement or cache size (cached sizes: a
+//     log-spaced grid from the smallest cache that holds a step to below the table's rows, and the
+//     size where its LRU curve stops rising); step by step the move that lowers the objective most
+//     per byte of HBM it adds (moves that add none first) is taken, while one within both budgets
+//     lowers it. The objective is the modelled step time plus 1% of the serial sum (so a link
+//     that is not the bottleneck still counts a little). Search B buys HBM where it pays most, so
+//     the largest cold tables are the last to get it.
+// Deterministic: the same input gives the same plan. Cached tables are capped at their share
+// (cache.cap), so each gets exactly its own LRU hit rate, as planned.
+
+#include <string>
+#include <vector>
+
+#include "bench/tune/curves.hpp"
+#include "bench/tune/table_cost.hpp"
+#include "bench/tune/tune_input.hpp"
+#include "store/cost_model.hpp"
+#include "store/store_config.hpp"
+
+namespace strata::tune {
+
+/// Budgets and store settings of a plan.
+struct PlanOptions {
+  double hbm_budget_bytes = 0;   ///< HBM the plan may use (> 0)
+  double host_budget_bytes = 0;  ///< host memory the plan may use (> 0)
+  CostOptions cost;              ///< batches in flight, NUMA nodes, threads
+  int cache_sizes = 24;          ///< cached sizes tried per table (>= 2)
+};
+
+/// One table's placement.
+struct TablePlan {
+  std::string name;
+  Placement placement = Placement::kGpu;
+  std::int64_t cache_rows = 0;  ///< cached only
+  double hit_rate = -1;         ///< cached: LRU hit rate at cache_rows; -1 otherwise
+  double belady = -1;           ///< cached: Belady's optimum at cache_rows when computed; -1 otherwise
+  TableLoad load;               ///< per step
+  TableCost cost;               ///< bytes and memory in this placement
+  std::string why;              ///< one sentence
+};
+
+/// The modelled step of one uniform placement (every table the same), for comparison.
+struct UniformMode {
+  std::string mode;   ///< "gpu", "cached", "offload", "cpu"
+  bool fits = false;  ///< within both budgets
+  std::string note;   ///< why it does not fit, or how caches were sized
+  double hbm_bytes = 0;
+  double host_bytes = 0;
+  ModelledStep step;
+};
+
+/// A plan.
+struct Plan {
+  std::vector<TablePlan> tables;     ///< in input order
+  ModelledStep step;                 ///< the plan's modelled step
+  double hbm_bytes = 0;              ///< HBM the plan takes
+  double host_bytes = 0;             ///< host memory the plan takes
+  std::vector<UniformMode> uniform;  ///< gpu, cached, offload, cpu
+  StoreConfig config;                ///< the plan as a store config (Store::open accepts it)
+};
+
+/// The smallest memory every table needs: the HBM of all-gpu (host 0), and the host memory of the
+/// tables' records (all off the GPU, HBM 0). Cheap (no curves); used to refuse impossible budgets
+/// before the long work.
+struct Extremes {
+  double all_gpu_hbm = 0;  ///< HBM with every table gpu
+  double all_host = 0;     ///< host records with every table off the GPU
+};
+
+/// The memory extremes of `input`'s tables (their loads from key counts only).
+Result<Extremes> memory_extremes(const TuneInput& input, const PlanOptions& options);
+
+/// Checks that some placement could fit: fails when neither rule 1 nor rule 2 can (every split of
+/// the tables between HBM and host, coldest first, exceeds a budget), naming the smallest feasible
+/// HBM budget for the given host budget and the smallest host budget for the given HBM budget.
+/// The tables are ranked by key occurrences here (distinct rows need the curves).
+Status check_budgets(const TuneInput& input, const PlanOptions& options);
+
+/// Plans `input` with its tables' curves (`curves[t]` for input.tables[t]) on `profile`.
+Result<Plan> make_plan(const TuneInput& input, const std::vector<HitCurve>& curves, const HardwareProfile& profile,
+                       const PlanOptions& options);
+
+}  // namespace strata::tune

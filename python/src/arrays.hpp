@@ -1,0 +1,48 @@
+#pragma once
+// Conversions between Python objects (NumPy arrays, CPU torch tensors through their __array__)
+// and Strata's host buffers, with the checks and messages of the Python API. Every function here
+// runs with the GIL held and throws pybind11 exceptions (TypeError, ValueError) on bad input;
+// nothing here touches a Store.
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/key_batch.hpp"
+#include "core/status.hpp"
+
+namespace strata::python {
+
+namespace py = pybind11;
+
+/// Raises the Python exception that fits `s` (ValueError for bad arguments, unknown tables and
+/// batch ids; RuntimeError otherwise) with the Status text; returns when `s` is OK.
+void throw_if_error(const Status& s);
+
+/// A NumPy view of `obj`: a NumPy array as is, a CPU torch tensor without a copy (detached). A
+/// tensor on another device raises ValueError; anything without an array form raises TypeError.
+/// `what` names the argument in messages ("table 'user': keys").
+py::array as_array(py::handle obj, const std::string& what);
+
+/// 1-D integer array -> int64 values (int64 copied, int32 widened; any other dtype is a
+/// TypeError, e.g. float keys). Strided arrays are read in place.
+std::vector<std::int64_t> to_int64_vector(py::handle obj, const std::string& what);
+
+/// A batch from {table: {"keys": ..., "offsets" | "lengths": ..., "weights": ... (optional)}}
+/// (a dict keeps its order: outputs come back in that order). "values" is accepted for "keys" and
+/// "per_sample_weights" for "weights" (TorchRec's and torch.nn.EmbeddingBag's names).
+KeyBatch to_key_batch(py::handle features);
+
+/// A float32 array of shape (rows, cols) that a C++ call reads: C-contiguous as given, or one
+/// C-contiguous copy of a strided one. dtype other than float32 -> TypeError; not 2-D -> ValueError.
+py::array_t<float, py::array::c_style> to_float_matrix(py::handle obj, const std::string& what);
+
+/// A float32 view of `obj` (a NumPy array or a CPU torch tensor, nothing else: a list -> TypeError)
+/// that a C++ call writes into in place: it must be C-contiguous, writable and 2-D. The caller
+/// keeps the returned array alive until the C++ call returned (it holds the tensor's view).
+py::array_t<float> to_output_matrix(py::handle obj, const std::string& what);
+
+}  // namespace strata::python

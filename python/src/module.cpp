@@ -1,0 +1,352 @@
+// The extension module strata._strata: Store for Python. Arguments are checked and converted with
+// the GIL held (python/src/arrays.hpp); every Store call then runs with the GIL released, under a
+// per-store mutex (a Store is driven by one thread at a time; Python threads may share one).
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "python/src/arrays.hpp"
+#include "store/store.hpp"
+
+namespace strata::python {
+namespace {
+
+StoreConfig to_config(py::handle config) {
+  std::string text;
+  if (py::isinstance<py::str>(config)) {
+    text = config.cast<std::string>();
+  } else if (py::isinstance<py::dict>(config)) {
+    text = py::module_::import("json").attr("dumps")(config).cast<std::string>();
+  } else {
+    throw py::type_error("config is a " + py::str(py::type::of(config).attr("__name__")).cast<std::string>() +
+                         " (expected a dict or a JSON string)");
+  }
+  Result<StoreConfig> c = parse_store_config(text);
+  throw_if_error(c.status());
+  return std::move(c).value();
+}
+
+std::string path_of(py::handle p) { return py::str(py::module_::import("os").attr("fspath")(p)).cast<std::string>(); }
+
+class PyStore {
+ public:
+  explicit PyStore(py::handle config) {
+    StoreConfig c = to_config(config);
+    Result<std::unique_ptr<Store>> s = Status::internal("unreachable");
+    {
+      py::gil_scoped_release nogil;
+      s = Store::open(c);
+    }
+    throw_if_error(s.status());
+    store_ = std::move(s).value();
+  }
+
+  void submit(std::int64_t id, py::handle features) {
+    KeyBatch batch = to_key_batch(features);
+    std::vector<Shape> shapes;
+    for (const auto& f : batch.features) {
+      auto t = store_->table_index(f.table);
+      if (!t) break;  // submit names it
+      const TableSpec& spec = store_->config().tables[static_cast<std::size_t>(t.value())].spec;
+      shapes.push_back({output_rows(f, spec.pooling), spec.dim});
+    }
+    call([&](Store& s) {
+      Status st = s.submit(id, std::move(batch));
+      if (st.is_ok()) shapes_[id] = std::move(shapes);
+      return st;
+    });
+  }
+
+  void preview(std::int64_t id, py::handle features) {
+    const KeyBatch batch = to_key_batch(features);
+    call([&](Store& s) { return s.preview(id, batch); });
+  }
+
+  py::list forward(std::int64_t id, py::object outputs) {
+    std::vector<Shape> shapes;
+    bool known = false;
+    {
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = shapes_.find(id);
+      if (it != shapes_.end()) shapes = it->second, known = true;
+    }
+    if (!known) call([&](Store& s) { return s.forward(id, {}); });  // the store's words for it
+    py::list arrays;
+    if (outputs.is_none()) {
+      for (const Shape& sh : shapes) arrays.append(py::array_t<float>({sh.rows, sh.cols}));
+    } else {
+      for (py::handle o : outputs) arrays.append(o);
+    }
+    // The arrays the store writes into stay alive until it returns (the GIL is released then).
+    std::vector<py::array_t<float>> keep;
+    std::vector<MatrixView> views;
+    for (std::size_t i = 0; i < arrays.size(); ++i) {
+      keep.push_back(to_output_matrix(arrays[i], "outputs[" + std::to_string(i) + "]"));
+      views.push_back({keep.back().mutable_data(), keep.back().shape(0), keep.back().shape(1)});
+    }
+    call([&](Store& s) { return s.forward(id, views); });
+    return arrays;
+  }
+
+  void backward(std::int64_t id, py::handle grads) {
+    if (py::isinstance<py::dict>(grads) || py::isinstance<py::str>(grads) || !py::isinstance<py::sequence>(grads))
+      throw py::type_error("grads is a " + py::str(py::type::of(grads).attr("__name__")).cast<std::string>() +
+                           " (expected a list of float32 arrays, one per feature in submit order)");
+    std::vector<py::array_t<float, py::array::c_style>> keep;
+    std::vector<ConstMatrixView> views;
+    std::size_t i = 0;
+    for (py::handle g : grads) {
+      keep.push_back(to_float_matrix(g, "grads[" + std::to_string(i++) + "]"));
+      views.push_back({keep.back().data(), keep.back().shape(0), keep.back().shape(1)});
+    }
+    call([&](Store& s) {
+      Status st = s.backward(id, views);
+      if (st.is_ok()) shapes_.erase(id);
+      return st;
+    });
+  }
+
+  void discard(std::int64_t id) {
+    call([&](Store& s) {
+      Status st = s.discard(id);
+      shapes_.erase(id);  // retired either way (discard reports engine errors after retiring)
+      return st;
+    });
+  }
+
+  py::tuple read_rows(const std::string& table, std::int64_t row0, py::object n_obj, py::object out,
+                      py::object state_out) {
+    const int t = index(table);
+    const TableSpec& spec = store_->config().tables[static_cast<std::size_t>(t)].spec;
+    const std::int32_t sd = optimizer_state_dim(spec.optimizer.kind, spec.dim);
+    const std::int64_t n = n_obj.is_none() ? spec.rows - row0 : n_obj.cast<std::int64_t>();
+    if (row0 < 0 || n < 0 || row0 > spec.rows || n > spec.rows - row0)
+      call([&](Store& s) { return s.read_rows(t, row0, n, nullptr, nullptr); });  // the store's words for it
+    py::array_t<float> w = out.is_none() ? py::array_t<float>({n, static_cast<std::int64_t>(spec.dim)})
+                                         : to_output_matrix(out, "table '" + table + "': out");
+    py::array_t<float> st = state_out.is_none() ? py::array_t<float>({n, static_cast<std::int64_t>(sd)})
+                                                : to_output_matrix(state_out, "table '" + table + "': state_out");
+    check_shape(w, n, spec.dim, "table '" + table + "': out");
+    check_shape(st, n, sd, "table '" + table + "': state_out");
+    float* wp = w.mutable_data();
+    float* sp = sd ? st.mutable_data() : nullptr;
+    call([&](Store& s) { return s.read_rows(t, row0, n, wp, sp); });
+    return py::make_tuple(w, st);
+  }
+
+  void write_rows(const std::string& table, std::int64_t row0, py::handle weights, py::object state) {
+    const int t = index(table);
+    const TableSpec& spec = store_->config().tables[static_cast<std::size_t>(t)].spec;
+    const std::int32_t sd = optimizer_state_dim(spec.optimizer.kind, spec.dim);
+    auto w = to_float_matrix(weights, "table '" + table + "': weights");
+    const std::int64_t n = w.shape(0);
+    check_shape(w, n, spec.dim, "table '" + table + "': weights");
+    py::array_t<float, py::array::c_style> st;
+    if (!state.is_none()) {
+      st = to_float_matrix(state, "table '" + table + "': state");
+      if (sd == 0 && st.size() > 0)
+        throw py::value_error("table '" + table + "': state given, but optimizer " + to_string(spec.optimizer.kind) +
+                              " keeps no state (expected None)");
+      check_shape(st, n, sd, "table '" + table + "': state");
+    }
+    const float* sp = !state.is_none() && sd ? st.data() : nullptr;
+    call([&](Store& s) { return s.write_rows(t, row0, n, w.data(), sp); });
+  }
+
+  void set_learning_rate(float lr, py::object table) {
+    if (table.is_none()) {
+      call([&](Store& s) { return s.set_learning_rate(lr); });
+    } else {
+      const std::string name = table.cast<std::string>();
+      call([&](Store& s) { return s.set_learning_rate(name, lr); });
+    }
+  }
+
+  float learning_rate(const std::string& table) {
+    float lr = 0;
+    call([&](Store& s) {
+      auto r = s.learning_rate(table);
+      if (r) lr = r.value();
+      return r.status();
+    });
+    return lr;
+  }
+
+  py::dict stats() {
+    StoreStats st;
+    std::int64_t step = 0, in_flight = 0;
+    call([&](Store& s) {
+      st = s.stats();
+      step = s.step();
+      in_flight = s.in_flight();
+      return Status::ok();
+    });
+    py::dict cache;
+    for (const auto& [name, c] : st.cache) {
+      py::dict d;
+      d["accesses"] = c.accesses;
+      d["hits"] = c.hits;
+      d["misses"] = c.misses;
+      d["evictions"] = c.evictions;
+      d["writebacks"] = c.writebacks;
+      d["bytes_filled"] = c.bytes_filled;
+      d["bytes_written_back"] = c.bytes_written_back;
+      d["deferred"] = c.deferred;
+      d["hit_rate"] = c.hit_rate();
+      cache[py::str(name)] = d;
+    }
+    py::dict links;
+    links["hbm_read"] = st.links.hbm_read;
+    links["hbm_write"] = st.links.hbm_write;
+    links["h2d"] = st.links.h2d;
+    links["d2h"] = st.links.d2h;
+    links["host_read"] = st.links.host_read_total();
+    links["host_write"] = st.links.host_write_total();
+    py::dict dispatch;
+    dispatch["rank"] = st.dispatch.rank;
+    dispatch["world"] = st.dispatch.world;
+    dispatch["batches"] = st.dispatch.batches;
+    dispatch["bytes"] = st.dispatch.bytes();
+    py::dict out;
+    out["cache"] = cache;
+    out["device"] = st.device;
+    out["links"] = links;
+    out["device_peak_bytes"] = st.device_peak_bytes;
+    out["dispatch"] = dispatch;
+    out["step"] = step;
+    out["in_flight"] = in_flight;
+    return out;
+  }
+
+  // Calls without arguments to convert.
+  template <typename F>
+  void call(F&& f) {
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> lock(mu_);
+      s = f(*store_);
+    }
+    throw_if_error(s);
+  }
+
+  // A value read from the store (GIL released, under the mutex).
+  template <typename F>
+  auto read(F&& f) {
+    decltype(f(*store_)) v{};
+    call([&](Store& s) {
+      v = f(s);
+      return Status::ok();
+    });
+    return v;
+  }
+
+  int index(const std::string& table) {
+    Result<int> t = store_->table_index(table);
+    throw_if_error(t.status());
+    return t.value();
+  }
+
+ private:
+  struct Shape {
+    std::int64_t rows, cols;
+  };
+  static void check_shape(const py::array& a, std::int64_t rows, std::int64_t cols, const std::string& what) {
+    if (a.shape(0) != rows || a.shape(1) != cols)
+      throw py::value_error(what + " has shape (" + std::to_string(a.shape(0)) + ", " + std::to_string(a.shape(1)) +
+                            ") (expected (" + std::to_string(rows) + ", " + std::to_string(cols) + "))");
+  }
+
+  std::unique_ptr<Store> store_;
+  std::mutex mu_;                                                // one Store call at a time
+  std::unordered_map<std::int64_t, std::vector<Shape>> shapes_;  // outputs of each batch in flight (under mu_)
+};
+
+}  // namespace
+}  // namespace strata::python
+
+PYBIND11_MODULE(_strata, m) {
+  using namespace strata;
+  using namespace strata::python;
+  m.doc() = "Strata embedding store (C++ core). Use the package `strata`, not this module.";
+  py::class_<PyStore>(m, "Store", R"(An embedding store opened from a config (dict or JSON string).
+
+Training step per batch id: [preview] -> submit -> forward -> backward (or discard). Keys are
+NumPy arrays or CPU tensors (int64; int32 widened); outputs and gradients float32 (rows, dim).
+Bad input raises ValueError/TypeError (RuntimeError for state and device errors) and changes
+nothing. Calls release the GIL; one call runs at a time per store.)")
+      .def(py::init<py::handle>(), py::arg("config"))
+      .def("submit", &PyStore::submit, py::arg("batch_id"), py::arg("features"),
+           "Validates and submits a batch: {table: {'keys', 'offsets' | 'lengths', ['weights']}}.")
+      .def("preview", &PyStore::preview, py::arg("batch_id"), py::arg("features"),
+           "Announces the keys of a batch to be submitted later (cache planning only).")
+      .def("drop_previews",
+           [](PyStore& p) {
+             p.call([](Store& s) {
+               s.drop_previews();
+               return Status::ok();
+             });
+           })
+      .def("forward", &PyStore::forward, py::arg("batch_id"), py::arg("outputs") = py::none(),
+           "Looks up a submitted batch. Writes into `outputs` when given (one per feature: NumPy arrays or CPU "
+           "tensors, C-contiguous float32; a list is a TypeError), else into new arrays; returns them. The store "
+           "writes with the GIL released: no other thread may resize or free an output meanwhile.")
+      .def("backward", &PyStore::backward, py::arg("batch_id"), py::arg("grads"),
+           "Applies gradients (float32, shaped as forward's outputs) with the fused optimizer and retires "
+           "the batch.")
+      .def("discard", &PyStore::discard, py::arg("batch_id"))
+      .def("flush", [](PyStore& p) { p.call([](Store& s) { return s.flush(); }); })
+      .def(
+          "save",
+          [](PyStore& p, py::handle dir) {
+            const std::string d = path_of(dir);
+            p.call([&](Store& s) { return s.save(d); });
+          },
+          py::arg("dir"))
+      .def(
+          "load",
+          [](PyStore& p, py::handle dir) {
+            const std::string d = path_of(dir);
+            p.call([&](Store& s) { return s.load(d); });
+          },
+          py::arg("dir"),
+          "Restores a checkpoint written by save(): rows, optimizer state, step and each table's learning rate "
+          "(the checkpoint's rate wins over the config's; call set_learning_rate after load to change it).")
+      .def(
+          "export_npy",
+          [](PyStore& p, const std::string& table, py::handle path) {
+            const std::string f = path_of(path);
+            p.call([&](Store& s) { return s.export_npy(table, f); });
+          },
+          py::arg("table"), py::arg("path"))
+      .def(
+          "import_npy",
+          [](PyStore& p, const std::string& table, py::handle path) {
+            const std::string f = path_of(path);
+            p.call([&](Store& s) { return s.import_npy(table, f); });
+          },
+          py::arg("table"), py::arg("path"))
+      .def("read_rows", &PyStore::read_rows, py::arg("table"), py::arg("row0") = 0, py::arg("n") = py::none(),
+           py::arg("out") = py::none(), py::arg("state_out") = py::none(),
+           "Returns (weights (n, dim), state (n, state_dim)) of rows [row0, row0 + n) (n: to the end), written "
+           "into `out`/`state_out` when given (as forward's outputs).")
+      .def("write_rows", &PyStore::write_rows, py::arg("table"), py::arg("row0"), py::arg("weights"),
+           py::arg("state") = py::none(), "Overwrites rows [row0, row0 + len(weights)) (and their state when given).")
+      .def("set_learning_rate", &PyStore::set_learning_rate, py::arg("lr"), py::arg("table") = py::none(),
+           "Sets a table's learning rate (every table's when table is None), used from the next backward.")
+      .def("learning_rate", &PyStore::learning_rate, py::arg("table"))
+      .def("stats", &PyStore::stats)
+      .def_property_readonly("step", [](PyStore& p) { return p.read([](Store& s) { return s.step(); }); })
+      .def_property_readonly("in_flight", [](PyStore& p) { return p.read([](Store& s) { return s.in_flight(); }); })
+      .def_property_readonly("previewed", [](PyStore& p) { return p.read([](Store& s) { return s.previewed(); }); })
+      .def_property_readonly("config", [](PyStore& p) {
+        const std::string text = p.read([](Store& s) { return to_json(s.config()); });
+        return py::module_::import("json").attr("loads")(text);
+      });
+}

@@ -1,0 +1,355 @@
+"""PyTorch front end of Strata: ``EmbeddingBagCollection`` and the pipelining helper.
+
+``EmbeddingBagCollection(config, device="cpu")`` is a ``torch.nn.Module`` over a ``strata.Store``.
+Its forward takes a batch of sparse features, one per table (the feature's name is the table's):
+
+* a dict ``{table: {"keys" | "values": ..., "lengths" | "offsets": ..., "weights": ...}}`` of CPU
+  tensors or NumPy arrays (keys int64 or int32, weights float32 and optional), or
+* TorchRec's ``KeyedJaggedTensor`` (anything with its ``to_dict()`` of jagged tensors), or
+* a ``SubmittedBatch`` yielded by :func:`pipelined` (the batch is already submitted),
+
+and returns a :class:`KeyedEmbeddings`: the pooled embeddings per feature, (batch, dim) each (or
+(num_keys, dim) for tables with pooling ``none``), and ``values()``, their concatenation.
+
+The backward of the outputs applies the gradients to the store with each table's fused optimizer
+(as FBGEMM's table-batched embedding does): the tables are not parameters, so dense optimizers
+never see them, and there is no ``zero_grad`` to do for them. In training mode with gradients
+enabled a forwarded batch stays in flight until its backward; otherwise (``eval()``,
+``torch.no_grad()``) it is retired at once. Every forward in training mode must be followed by a
+backward of its outputs (or by ``discard_in_flight()``), or the batches pile up in the store.
+
+Each forward's batch is one optimizer step of the store. When several forwards feed one loss, one
+``backward()`` applies their batches at its end in the order they were submitted (autograd itself
+runs the later lookup first), each with the gradient of its own outputs: the second lookup read the
+rows before the first step was applied, unlike one lookup of both batches' keys.
+
+Where no backward reaches a forward's outputs, its batch stays in flight until
+``discard_in_flight()``: an exception between forward and backward, a loss that does not use the
+outputs, or ``torch.autograd.grad(loss, inputs)`` whose ``inputs`` are dense parameters only (the
+lookup's backward does not run). A second backward through the same outputs
+(``retain_graph=True``) raises ValueError: the batch was retired by the first.
+
+Outputs are written by the store with the GIL released; other threads must not resize or free
+them meanwhile (the module allocates its own, so this concerns ``strata.Store.forward`` callers).
+
+Only CPU tensors are served for now (``device="cpu"``); CUDA tensors wait for the store's device
+data path.
+"""
+
+import threading
+
+import numpy as np
+import torch
+from torch import nn
+
+import strata
+from strata.pipeline import pipelined
+
+__all__ = ["EmbeddingBagCollection", "KeyedEmbeddings", "SubmittedBatch", "pipelined"]
+
+
+class KeyedEmbeddings:
+    """The outputs of one forward, by feature (like TorchRec's ``KeyedTensor``)."""
+
+    def __init__(self, keys, tensors):
+        self._keys = list(keys)
+        self._tensors = list(tensors)
+
+    def keys(self):
+        """Feature (table) names, in the order of the input."""
+        return list(self._keys)
+
+    def to_dict(self):
+        """{feature: tensor (batch, dim)}."""
+        return dict(zip(self._keys, self._tensors))
+
+    def __getitem__(self, key):
+        return self._tensors[self._keys.index(key)]
+
+    def __len__(self):
+        return len(self._keys)
+
+    def values(self):
+        """The features' embeddings side by side: (batch, sum of dims), differentiable."""
+        return torch.cat(self._tensors, dim=1)
+
+
+class SubmittedBatch:
+    """A batch already submitted (or previewed) to a module's store by :func:`pipelined`; pass it
+    to the module's forward in place of the features."""
+
+    __slots__ = ("owner", "batch_id", "tables", "forwarded")
+
+    def __init__(self, owner, batch_id, tables):
+        self.owner = owner
+        self.batch_id = batch_id
+        self.tables = tables
+        self.forwarded = False  # set by the owner's forward, which then retires it (or keeps it for backward)
+
+
+class _Lookup(torch.autograd.Function):
+    """forward: the store's lookup of a submitted batch; backward: the store's fused update."""
+
+    @staticmethod
+    def forward(ctx, anchor, module, batch_id, shapes):
+        outs = [torch.empty(shape, dtype=torch.float32) for shape in shapes]
+        # numpy() views share the tensors' memory: the store writes the outputs in place.
+        module.store.forward(batch_id, [o.numpy() for o in outs])
+        ctx.module = module
+        ctx.batch_id = batch_id
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        # Applied at the end of this backward pass, with the other lookups of the pass, in submit order.
+        ctx.module._defer_backward(ctx.batch_id, [g.detach().to(torch.float32).contiguous().numpy() for g in grads])
+        return None, None, None, None
+
+
+def _check_device(device):
+    device = torch.device(device)
+    if device.type != "cpu":
+        raise ValueError(
+            f"device {device} (expected cpu: CUDA tensors wait for the store's device data path)")
+    return device
+
+
+def _features_of(batch):
+    """The store's batch dict for a forward input (dict or KeyedJaggedTensor)."""
+    if isinstance(batch, dict):
+        return batch
+    to_dict = getattr(batch, "to_dict", None)
+    if callable(to_dict) and callable(getattr(batch, "keys", None)):  # a KeyedJaggedTensor
+        features = {}
+        for name, jt in to_dict().items():
+            f = {"keys": jt.values(), "lengths": jt.lengths()}
+            weights = jt.weights_or_none()
+            if weights is not None:
+                f["weights"] = weights
+            features[name] = f
+        return features
+    raise TypeError(
+        f"features is a {type(batch).__name__} (expected a dict {{table: {{'keys', 'lengths' or 'offsets', "
+        "'weights'}}}}, a KeyedJaggedTensor or a SubmittedBatch)")
+
+
+class EmbeddingBagCollection(nn.Module):
+    """Embedding tables held in a ``strata.Store`` (any placement mode), trained by the store's
+    fused optimizer. ``config``: the store config as a dict or JSON string (README, "Using the
+    store"). ``state_dict()`` holds ``tables.<name>.weight`` (rows, dim), ``tables.<name>.
+    optimizer_state`` (rows, state_dim; absent for sgd) and ``tables.<name>.learning_rate`` per
+    table; Adam's step counter is store-wide and only in checkpoints (``store.save``)."""
+
+    def __init__(self, config, device="cpu"):
+        super().__init__()
+        self.device = _check_device(device)
+        self.store = strata.Store(config)
+        self._tables = {t["name"]: t for t in self.store.config["tables"]}
+        self._next_id = 0
+        self._in_flight = set()
+        # Gradients of lookups whose backward ran in the current backward pass: [(batch_id, grads)].
+        self._deferred = []
+        self._deferred_lock = threading.Lock()
+        # Outputs of a custom autograd function require grad only when an input does: this
+        # tensor, never a parameter, makes the lookup part of the graph.
+        self._anchor = torch.zeros((), requires_grad=True)
+
+    # ---- batch ids ----
+    def _take_id(self):
+        batch_id = self._next_id
+        self._next_id += 1
+        return batch_id
+
+    def _shapes(self, features):
+        shapes = []
+        for name, f in features.items():
+            table = self._tables.get(name)
+            if table is None:
+                return None  # the store names it
+            if table["pooling"] == "none":
+                rows = len(f.get("keys", f.get("values", ())))
+            elif "lengths" in f:
+                rows = len(f["lengths"])
+            else:
+                rows = max(len(f.get("offsets", ())) - 1, 0)
+            shapes.append((rows, table["dim"]))
+        return shapes
+
+    def submit(self, batch):
+        """Submits a batch now (for prefetching) and returns the SubmittedBatch to forward later."""
+        features = _features_of(batch)
+        batch_id = self._take_id()
+        self.store.submit(batch_id, features)
+        return SubmittedBatch(self, batch_id, [(name, shape) for name, shape in zip(features, self._shapes(features))])
+
+    def preview(self, batch):
+        """Announces a batch's keys (store.preview) and returns the id its submit must use."""
+        features = _features_of(batch)
+        batch_id = self._take_id()
+        self.store.preview(batch_id, features)
+        return batch_id
+
+    def submit_previewed(self, batch_id, batch):
+        """Submits a previewed batch under its id (see preview)."""
+        features = _features_of(batch)
+        self.store.submit(batch_id, features)
+        return SubmittedBatch(self, batch_id, [(name, shape) for name, shape in zip(features, self._shapes(features))])
+
+    def forward(self, batch):
+        if isinstance(batch, SubmittedBatch):
+            if batch.owner is not self:
+                raise ValueError(f"SubmittedBatch {batch.batch_id} belongs to another EmbeddingBagCollection")
+            submitted = batch
+        else:
+            submitted = self.submit(batch)
+        submitted.forwarded = True
+        names = [name for name, _ in submitted.tables]
+        shapes = [shape for _, shape in submitted.tables]
+        train = self.training and torch.is_grad_enabled()
+        try:
+            if train:
+                outs = _Lookup.apply(self._anchor, self, submitted.batch_id, shapes)
+            else:
+                outs = [torch.empty(shape, dtype=torch.float32) for shape in shapes]
+                self.store.forward(submitted.batch_id, [o.numpy() for o in outs])
+        except BaseException:
+            self.store.discard(submitted.batch_id)  # still in flight: the lookup failed
+            raise
+        if train:
+            self._in_flight.add(submitted.batch_id)
+        else:
+            self.store.discard(submitted.batch_id)
+        return KeyedEmbeddings(names, outs)
+
+    def _defer_backward(self, batch_id, grads):
+        with self._deferred_lock:
+            self._deferred.append((batch_id, grads))
+        torch.autograd.Variable._execution_engine.queue_callback(self._apply_deferred)
+
+    def _apply_deferred(self):
+        """End of a backward pass: applies its lookups' gradients in submit (batch id) order. Each
+        is tried; the first error is raised (a refused batch stays in flight). Holds the lock while
+        applying, so a concurrent pass's callback returns only once its batches are applied."""
+        with self._deferred_lock:
+            pending = sorted(self._deferred, key=lambda entry: entry[0])
+            self._deferred = []
+            error = None
+            for batch_id, grads in pending:
+                try:
+                    self.store.backward(batch_id, grads)
+                    self._in_flight.discard(batch_id)
+                except Exception as e:  # raised below, once the later batches were tried
+                    error = error or e
+            if error is not None:
+                raise error
+
+    def discard_in_flight(self):
+        """Retires every batch forwarded in training mode whose backward never came (or whose
+        backward pass failed before applying it)."""
+        with self._deferred_lock:
+            self._deferred = []
+            for batch_id in sorted(self._in_flight):
+                self.store.discard(batch_id)
+            self._in_flight.clear()
+
+    # ---- learning rate ----
+    def set_learning_rate(self, lr, table=None):
+        """Sets a table's learning rate (every table's when table is None) from the next backward.
+        The rates are part of ``state_dict()`` and of the store's checkpoints: loading either
+        replaces the rates in force, also those of a new config (set them again after loading to
+        change them)."""
+        self.store.set_learning_rate(float(lr), table)
+
+    def learning_rate(self, table):
+        return self.store.learning_rate(table)
+
+    # ---- state dict: table weights and optimizer state by table name ----
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        for name in self._tables:
+            weights, state = self.store.read_rows(name)
+            destination[f"{prefix}tables.{name}.weight"] = torch.from_numpy(weights)
+            if state.shape[1] > 0:
+                destination[f"{prefix}tables.{name}.optimizer_state"] = torch.from_numpy(state)
+            destination[f"{prefix}tables.{name}.learning_rate"] = torch.tensor(self.store.learning_rate(name))
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Loads table weights (and optimizer state and learning rate where given): tensors or
+        NumPy arrays of float32, rates as numbers that float32 holds. Every entry is checked before
+        any row changes: on an error (a wrong shape, type or dtype, a bad rate, and with ``strict``
+        a missing or unexpected key) it raises RuntimeError and the tables are unchanged. Nested in
+        another module, torch loads each submodule in turn: an error elsewhere in the parent's
+        state dict (a missing or unexpected key of another module) raises after the tables were
+        loaded, as it does after torch's own parameters were copied."""
+        if strict:
+            want = {f"tables.{n}.weight" for n in self._tables}
+            known = want | {f"tables.{n}.{s}" for n in self._tables for s in ("optimizer_state", "learning_rate")}
+            missing, unexpected = sorted(want - set(state_dict)), sorted(set(state_dict) - known)
+            if missing or unexpected:
+                raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}: missing keys {missing}, "
+                                   f"unexpected keys {unexpected} (nothing was loaded)")
+        return super().load_state_dict(state_dict, strict)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        ours = {k for k in state_dict if k.startswith(prefix + "tables.")}
+        plan, problems = [], []
+        if self.store.in_flight:
+            problems.append(f"{self.store.in_flight} batch(es) in flight (expected none: run their backward or "
+                            "discard_in_flight() first)")
+        for name, table in self._tables.items():
+            key = f"{prefix}tables.{name}."
+            weight, state, lr = (state_dict.get(key + s) for s in ("weight", "optimizer_state", "learning_rate"))
+            ours.difference_update({key + "weight", key + "optimizer_state", key + "learning_rate"})
+            if weight is None:
+                missing_keys.append(key + "weight")
+                continue
+            w = _host_float32(weight, key + "weight", problems)
+            s = None if state is None else _host_float32(state, key + "optimizer_state", problems)
+            if w is not None and tuple(w.shape) != (table["rows"], table["dim"]):
+                problems.append(f"{key}weight has shape {tuple(w.shape)} (expected ({table['rows']}, {table['dim']}))")
+            state_dim = self.store.read_rows(name, 0, 0)[1].shape[1]
+            if s is not None and tuple(s.shape) != (table["rows"], state_dim):
+                problems.append(f"{key}optimizer_state has shape {tuple(s.shape)} (expected ({table['rows']}, "
+                                f"{state_dim}) for optimizer {table['optimizer']['kind']})")
+            rate = None if lr is None else _float32_rate(lr, key + "learning_rate", problems)
+            plan.append((name, w, s, rate))
+        unexpected_keys.extend(sorted(ours))
+        error_msgs.extend(problems)
+        if problems:
+            return  # load_state_dict raises; nothing was changed
+        for name, w, s, rate in plan:
+            self.store.write_rows(name, 0, w, s)  # checked above; fails only with batches in flight
+            if rate is not None:
+                self.store.set_learning_rate(rate, name)
+
+
+def _host_float32(t, what, problems):
+    """A state-dict array (a tensor on any device, or a NumPy array) as a float32 NumPy array, or
+    None after noting why not in ``problems``."""
+    if isinstance(t, torch.Tensor):
+        if t.dtype != torch.float32:
+            problems.append(f"{what} has dtype {t.dtype} (expected torch.float32)")
+            return None
+        return t.detach().cpu().contiguous().numpy()
+    if isinstance(t, np.ndarray):
+        if t.dtype != np.float32:
+            problems.append(f"{what} has dtype {t.dtype} (expected float32)")
+            return None
+        return t
+    problems.append(f"{what} is a {type(t).__name__} (expected a torch.float32 tensor or a float32 NumPy array)")
+    return None
+
+
+def _float32_rate(lr, what, problems):
+    """A learning rate as the store will hold it (float32), or None after noting why not."""
+    try:
+        rate = float(lr)
+    except (TypeError, ValueError, RuntimeError):
+        problems.append(f"{what} is {lr!r} (expected a number)")
+        return None
+    with np.errstate(over="ignore", under="ignore"):
+        held = np.float32(rate)
+    if not (held > 0 and np.isfinite(held)):
+        problems.append(f"{what} {rate!r} (expected a finite number > 0 that float32 holds)")
+        return None
+    return float(held)

@@ -1,0 +1,37 @@
+"""Shared helpers of the Python tests: store configs in every mode and random jagged batches."""
+
+import numpy as np
+import pytest
+
+MODES = ["cpu", "cached", "offload"]
+
+
+def table(name, rows, dim, pooling="sum", optimizer="sgd", lr=0.1, mode="cpu", cache_rows=None):
+    t = {"name": name, "rows": rows, "dim": dim, "pooling": pooling, "placement": mode,
+         "init": {"bound": 0.1, "seed": 1},
+         "optimizer": {"kind": optimizer, "learning_rate": lr, "eps": 1e-8, "initial_accumulator": 0.0}}
+    if mode == "cached":
+        t["cache"] = {"rows": cache_rows or min(rows, 13)}  # one batch of <= 12 rows fits; rows are evicted
+    return t
+
+
+def config(tables, mode="cpu", **extra):
+    c = {"threads": 1, "tables": tables}
+    if mode != "cpu":
+        c["device"] = {"backend": "emu"}
+    c.update(extra)
+    return c
+
+
+def random_feature(rng, rows, batch, max_len=3, weighted=False):
+    lengths = rng.integers(0, max_len + 1, size=batch).astype(np.int64)
+    keys = rng.integers(0, rows, size=int(lengths.sum())).astype(np.int64)
+    f = {"keys": keys, "lengths": lengths}
+    if weighted:
+        f["weights"] = rng.uniform(0.5, 2.0, size=keys.shape[0]).astype(np.float32)
+    return f
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)

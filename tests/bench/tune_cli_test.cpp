@@ -1,0 +1,161 @@
+// Runs the built strata-tune as a user would: bad input gives one clear line on stderr and a
+// non-zero exit before the long work; calibrate's output parses and validates; plan writes a
+// store config and a report.
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "bench/trace.hpp"
+#include "store/cost_model.hpp"
+#include "store/store_config.hpp"
+#include "tests/bench/run_program.hpp"
+
+namespace strata {
+namespace {
+
+using testing::read_file;
+using testing::run_program;
+
+const std::string kBin = STRATA_TUNE_BIN;
+const std::string kWorkload =
+    "'{\"tables\":\"a=20000x16,b=3000x16,c=500x8\",\"batch\":64,\"bag_size\":4,\"dist\":\"zipf:1.05\","
+    "\"distinct_batches\":4}'";
+
+std::string temp_dir() {
+  static const std::string dir = [] {
+    char tmpl[] = "/tmp/tune_cli_XXXXXX";
+    return std::string(::mkdtemp(tmpl));
+  }();
+  return dir;
+}
+
+void write(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+// One line "strata-tune: ..." containing `needle`, exit code 2.
+void expect_one_line_error(const std::string& args, const std::string& needle) {
+  const auto r = run_program(kBin + " " + args);
+  EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+  EXPECT_EQ(r.output.rfind("strata-tune: ", 0), 0u) << r.output;
+  EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << "expected one line:\n" << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
+}
+
+// A small valid trace at `path`.
+void write_trace(const std::string& path, int batches) {
+  std::vector<bench::TraceTable> tables{{"a", 1000}, {"b", 50}};
+  std::vector<KeyBatch> bs;
+  for (int i = 0; i < batches; ++i) {
+    KeyBatch b;
+    b.features.push_back({"a", {0, 2, 3}, {i % 1000, (7 * i) % 1000, 5}, {}});
+    b.features.push_back({"b", {0, 1, 2}, {i % 50, 3}, {}});
+    bs.push_back(std::move(b));
+  }
+  ASSERT_TRUE(bench::write_trace(path, tables, bs).is_ok());
+}
+
+TEST(TuneCli, PlanWritesAStoreConfigAndAReport) {
+  const std::string plan = temp_dir() + "/plan.json", html = temp_dir() + "/report.html";
+  const auto r = run_program(kBin + " plan --workload " + kWorkload + " --hbm-budget 1MB --host-budget 1GB --out " +
+                             plan + " --html " + html);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("why: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("uniform modes:"), std::string::npos) << r.output;
+  auto config = parse_store_config(read_file(plan));
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  EXPECT_EQ(config->tables.size(), 3u);
+  EXPECT_NE(read_file(html).find("<svg"), std::string::npos);
+  // Deterministic: the same run gives the same files.
+  const std::string before = read_file(plan) + read_file(html);
+  ASSERT_EQ(run_program(kBin + " plan --workload " + kWorkload + " --hbm-budget 1MB --host-budget 1GB --out " + plan +
+                        " --html " + html)
+                .exit_code,
+            0);
+  EXPECT_EQ(read_file(plan) + read_file(html), before);
+}
+
+TEST(TuneCli, PlanReadsATrace) {
+  const std::string trace = temp_dir() + "/ok.strtrace";
+  write_trace(trace, 20);
+  const auto r = run_program(kBin + " plan --trace " + trace + " --dim 8 --hbm-budget 10KB --host-budget 1GB");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("trace " + trace + ", 20 steps"), std::string::npos) << r.output;
+}
+
+TEST(TuneCli, BudgetTooSmallSaysTheSmallestFeasible) {
+  expect_one_line_error("plan --workload " + kWorkload + " --hbm-budget 1KB --host-budget 1KB",
+                        "smallest feasible: --host-budget ");
+}
+
+TEST(TuneCli, BadTraces) {
+  const std::string empty = temp_dir() + "/empty.strtrace";
+  write_trace(empty, 0);
+  expect_one_line_error("plan --trace " + empty, "has no keys");
+
+  const std::string good = temp_dir() + "/good.strtrace";
+  write_trace(good, 10);
+  const std::string text = read_file(good);
+  const std::string truncated = temp_dir() + "/truncated.strtrace";
+  write(truncated, text.substr(0, text.size() - 7));
+  expect_one_line_error("plan --trace " + truncated, truncated);
+
+  std::string flipped = text;
+  flipped[flipped.size() / 2] ^= 0x40;
+  const std::string corrupt = temp_dir() + "/corrupt.strtrace";
+  write(corrupt, flipped);
+  expect_one_line_error("plan --trace " + corrupt, corrupt);
+
+  const std::string junk = temp_dir() + "/junk.strtrace";
+  write(junk, "not a trace at all");
+  expect_one_line_error("plan --trace " + junk, junk);
+  expect_one_line_error("plan --trace " + temp_dir() + "/missing.strtrace", "missing.strtrace");
+}
+
+TEST(TuneCli, BadProfiles) {
+  const std::string base = read_file(std::string(STRATA_SOURCE_DIR) + "/bench/profiles/h200-pcie5.json");
+  ASSERT_FALSE(base.empty());
+  const std::string missing = temp_dir() + "/missing_field.json";
+  std::string m = base;
+  m.replace(m.find("\"hbm_gbs\""), 9, "\"hbm_gbz\"");
+  write(missing, m);
+  expect_one_line_error("plan --workload " + kWorkload + " --profile " + missing, "unknown field 'hbm_gbz'");
+
+  const std::string text_value = temp_dir() + "/text_value.json";
+  std::string t = base;
+  t.replace(t.find("\"value\": 4300"), 13, "\"value\": \"fast\"");
+  write(text_value, t);
+  expect_one_line_error("plan --workload " + kWorkload + " --profile " + text_value,
+                        "hbm_gbs.value must be a number (got string \"fast\")");
+  expect_one_line_error("plan --workload " + kWorkload + " --profile no-such-profile", "no-such-profile");
+}
+
+TEST(TuneCli, BadArguments) {
+  expect_one_line_error("plan --workload " + kWorkload + " --hbm-budget 80XB", "--hbm-budget '80XB'");
+  expect_one_line_error("plan", "give exactly one of --workload and --trace");
+  expect_one_line_error("plan --workload '{\"rows\": 0}'", "--workload: ");
+  expect_one_line_error("plan --workload " + kWorkload + " --out /", "--out /");
+}
+
+TEST(TuneCli, CalibrateOutputParsesAndValidates) {
+  const std::string out = temp_dir() + "/calibrated.json";
+  const auto r = run_program(kBin + " calibrate --out " + out +
+                             " --probe-mib 4 --row-bytes 64,128,1024 --lookups 8192 --threads 1 --name here");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto p = load_hardware_profile(out);
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  EXPECT_EQ(p->name, "here");
+  EXPECT_TRUE(has_gather_rates(*p));
+  EXPECT_EQ(p->numa_nodes[0].gather.size(), 3u);
+  EXPECT_NE(p->numa_nodes[0].local_gbs.source.find("by `strata-tune calibrate --out "), std::string::npos);
+  EXPECT_EQ(p->hbm_gbs.source.rfind("from profile 'h200-pcie5' (", 0), 0u) << p->hbm_gbs.source;
+  // The calibrated profile plans.
+  EXPECT_EQ(run_program(kBin + " plan --workload " + kWorkload + " --profile " + out).exit_code, 0);
+  expect_one_line_error("calibrate --row-bytes 64,63", "--row-bytes: 63");
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,249 @@
+// strata-tune's planner (bench/tune/planner.hpp): the budget properties, coldest-first demotion,
+// a reason per table, determinism, and that the plan is a store config Store::open accepts.
+
+#include "bench/tune/planner.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/tune/curves.hpp"
+#include "bench/tune/plan_report.hpp"
+#include "bench/tune/tune_input.hpp"
+#include "store/store.hpp"
+
+namespace strata::tune {
+namespace {
+
+ProfileNumber n(double v) { return {v, "test value"}; }
+
+HardwareProfile profile(bool gather_rates) {
+  HardwareProfile p;
+  p.name = "test";
+  p.description = "round numbers";
+  p.gpus = n(1);
+  p.hbm_gbs = n(2000);
+  p.pcie_h2d_gbs = n(25);
+  p.pcie_d2h_gbs = n(25);
+  p.pcie_latency_us = n(5);
+  p.numa_nodes = {{n(50), n(50), {}}};
+  if (gather_rates) p.numa_nodes[0].gather = {{64, n(80e6), n(80e6)}, {256, n(40e6), n(40e6)}};
+  p.all_to_all_gbs = n(100);
+  p.kernel_launch_us = n(5);
+  p.hbm_capacity_gb = n(80);
+  p.host_memory_gb = n(512);
+  return p;
+}
+
+// Tables of the given rows (dim 16); table t draws Zipf-skewed keys, more for hotter tables.
+TuneInput make_input(const std::vector<std::int64_t>& rows, const std::vector<int>& keys_per_step, int steps,
+                     std::uint64_t seed = 7) {
+  TuneInput in;
+  in.steps = steps;
+  in.source = "test";
+  std::mt19937_64 rng(seed);
+  for (std::size_t t = 0; t < rows.size(); ++t) {
+    TableTrace tt;
+    tt.spec.name = "t" + std::to_string(t);
+    tt.spec.rows = rows[t];
+    tt.spec.dim = 16;
+    tt.keys.batch_offsets.push_back(0);
+    for (int s = 0; s < steps; ++s) {
+      for (int k = 0; k < keys_per_step[t]; ++k) {
+        // Skewed: a small hot set takes half the keys.
+        const bool hot = rng() % 2 == 0;
+        const std::uint64_t range = hot ? std::max<std::int64_t>(1, rows[t] / 50) : rows[t];
+        tt.keys.keys.push_back(rng() % range);
+      }
+      tt.keys.batch_offsets.push_back(tt.keys.num_keys());
+      tt.bags += 8;
+    }
+    in.tables.push_back(std::move(tt));
+  }
+  return in;
+}
+
+std::vector<HitCurve> curves_of(const TuneInput& in) {
+  std::vector<HitCurve> out;
+  for (const TableTrace& t : in.tables) {
+    auto c = table_curve(t, 8, 0);
+    EXPECT_TRUE(c.is_ok()) << c.status().to_string();
+    out.push_back(std::move(c).value());
+  }
+  return out;
+}
+
+PlanOptions budgets(double hbm, double host) {
+  PlanOptions o;
+  o.hbm_budget_bytes = hbm;
+  o.host_budget_bytes = host;
+  o.cost.max_in_flight = 2;
+  o.cost.threads = 1;
+  return o;
+}
+
+double gpu_hbm(const TuneInput& in, const PlanOptions& o) {
+  auto e = memory_extremes(in, o);
+  EXPECT_TRUE(e.is_ok());
+  return e->all_gpu_hbm;
+}
+
+TEST(TunePlanner, EverythingOnTheGpuWhenItFits) {
+  const TuneInput in = make_input({100000, 20000, 500}, {256, 256, 64}, 20);
+  const PlanOptions probe = budgets(1e12, 1e12);
+  const double need = gpu_hbm(in, probe);
+  auto plan = make_plan(in, curves_of(in), profile(true), budgets(need, 0));
+  ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+  for (const TablePlan& t : plan->tables) {
+    EXPECT_EQ(t.placement, Placement::kGpu) << t.name;
+    EXPECT_NE(t.why.find("every table fits in HBM"), std::string::npos) << t.why;
+  }
+  EXPECT_LE(plan->hbm_bytes, need);
+  EXPECT_EQ(plan->host_bytes, 0);
+}
+
+TEST(TunePlanner, NeverExceedsABudgetAndSaysWhyForEachTable) {
+  const TuneInput in = make_input({400000, 100000, 30000, 2000}, {300, 200, 200, 100}, 30);
+  const auto curves = curves_of(in);
+  const double need = gpu_hbm(in, budgets(1e12, 1e12));
+  for (const double frac : {0.9, 0.6, 0.3, 0.1, 0.02, 0.0}) {
+    for (const bool rates : {false, true}) {
+      const PlanOptions o = budgets(need * frac, 1e9);
+      auto plan = make_plan(in, curves, profile(rates), o);
+      ASSERT_TRUE(plan.is_ok()) << frac << ": " << plan.status().to_string();
+      EXPECT_LE(plan->hbm_bytes, o.hbm_budget_bytes) << frac;
+      EXPECT_LE(plan->host_bytes, o.host_budget_bytes) << frac;
+      double hbm = 0, host = 0;
+      for (const TablePlan& t : plan->tables) {
+        EXPECT_FALSE(t.why.empty()) << t.name;
+        hbm += t.cost.hbm_bytes;
+        host += t.cost.host_bytes;
+        if (t.placement == Placement::kCached) {
+          EXPECT_GE(t.cache_rows, curves[&t - plan->tables.data()].lru.min_capacity());
+          EXPECT_GE(t.hit_rate, 0.0);
+          EXPECT_GE(t.belady, t.hit_rate - 1e-12) << "Belady is optimal";
+        }
+      }
+      EXPECT_DOUBLE_EQ(hbm, plan->hbm_bytes);
+      EXPECT_DOUBLE_EQ(host, plan->host_bytes);
+      if (frac == 0.0) {
+        for (const TablePlan& t : plan->tables) EXPECT_EQ(t.placement, Placement::kCpu) << t.name;
+      }
+    }
+  }
+}
+
+TEST(TunePlanner, LargestColdTablesLeaveFirst) {
+  // t0 is large and cold, t1 small and hot, t2 large and as hot per row as t1: with room for all
+  // but about one large table, t0 leaves and the others stay.
+  const TuneInput in = make_input({500000, 5000, 300000}, {64, 512, 4096}, 20);
+  const PlanOptions all = budgets(1e12, 1e12);
+  auto e = memory_extremes(in, all);
+  ASSERT_TRUE(e.is_ok());
+  const double need = e->all_gpu_hbm;
+  auto plan = make_plan(in, curves_of(in), profile(true), budgets(need * 0.6, 1e9));
+  ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+  EXPECT_NE(plan->tables[0].placement, Placement::kGpu);
+  EXPECT_EQ(plan->tables[1].placement, Placement::kGpu);
+  EXPECT_EQ(plan->tables[2].placement, Placement::kGpu);
+  EXPECT_NE(plan->tables[0].why.find("1 of 3 by heat, coldest first"), std::string::npos) << plan->tables[0].why;
+}
+
+TEST(TunePlanner, BudgetTooSmallNamesTheSmallestFeasible) {
+  const TuneInput in = make_input({400000, 100000}, {300, 200}, 10);
+  const PlanOptions o = budgets(1e6, 1e6);
+  const Status s = check_budgets(in, o);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("budgets too small"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("smallest feasible: --host-budget "), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("or --hbm-budget "), std::string::npos) << s.message();
+  auto plan = make_plan(in, curves_of(in), profile(true), o);
+  ASSERT_FALSE(plan.is_ok());
+  EXPECT_NE(plan.status().message().find("budgets too small"), std::string::npos);
+  // The host budget it names is enough.
+  const double all_host = memory_extremes(in, o)->all_host;
+  EXPECT_TRUE(check_budgets(in, budgets(0, all_host)).is_ok());
+}
+
+TEST(TunePlanner, DeterministicAndTheReportsToo) {
+  const TuneInput in = make_input({200000, 50000, 1000}, {256, 128, 64}, 25);
+  const auto curves = curves_of(in);
+  const HardwareProfile p = profile(true);
+  const PlanOptions o = budgets(gpu_hbm(in, budgets(1e12, 1e12)) * 0.3, 1e9);
+  auto a = make_plan(in, curves, p, o);
+  auto b = make_plan(in, curves_of(in), p, o);
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  ReportContext ctx;
+  ctx.source = in.source;
+  ctx.profile = &p;
+  ctx.options = o;
+  ctx.tables = curves;
+  EXPECT_EQ(to_json(a->config), to_json(b->config));
+  EXPECT_EQ(console_summary(*a, ctx), console_summary(*b, ctx));
+  const std::string html = html_report(*a, ctx);
+  EXPECT_EQ(html, html_report(*b, ctx));
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  EXPECT_NE(html.find("id=\"curve-table-2\""), std::string::npos);
+}
+
+TEST(TunePlanner, PlanIsAStoreConfigStoreOpenAccepts) {
+  const TuneInput in = make_input({60000, 20000, 3000}, {256, 128, 64}, 20);
+  const auto curves = curves_of(in);
+  // Room for the small tables and a cache: a mixed plan.
+  const PlanOptions o = budgets(gpu_hbm(in, budgets(1e12, 1e12)) * 0.4, 1e9);
+  auto plan = make_plan(in, curves, profile(true), o);
+  ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+  bool mixed = false;
+  for (const TablePlan& t : plan->tables) mixed = mixed || t.placement != plan->tables[0].placement;
+  EXPECT_TRUE(mixed) << to_json(plan->config);
+  auto parsed = parse_store_config(to_json(plan->config));
+  ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
+  const StoreConfig& config = parsed.value();
+  auto store = Store::open(config);  // as is: backend auto (the emulated device without a GPU)
+  ASSERT_TRUE(store.is_ok()) << store.status().to_string() << "\n" << to_json(plan->config);
+  for (std::size_t t = 0; t < plan->tables.size(); ++t)
+    if (plan->tables[t].placement == Placement::kCached) {
+      EXPECT_EQ(config.tables[t].cache.rows, plan->tables[t].cache_rows);
+      EXPECT_TRUE(config.tables[t].cache.cap);
+    }
+}
+
+TEST(TuneCurves, BeladyAtTheAskedPointsAndNeverBelowLru) {
+  const TuneInput in = make_input({5000}, {200}, 30);
+  auto c = table_curve(in.tables[0], 9, 3);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  int with = 0;
+  for (const CurvePoint& p : c->points) {
+    if (p.belady < 0) continue;
+    ++with;
+    EXPECT_GE(p.belady, p.lru) << p.rows;
+  }
+  EXPECT_EQ(with, 3);
+  EXPECT_GE(c->points.front().belady, 0.0);
+  EXPECT_GE(c->points.back().belady, 0.0);
+}
+
+TEST(TuneCurves, LogSizes) {
+  EXPECT_EQ(log_sizes(1, 1000, 4), (std::vector<std::int64_t>{1, 10, 100, 1000}));
+  EXPECT_EQ(log_sizes(5, 5, 8), (std::vector<std::int64_t>{5}));
+  EXPECT_EQ(log_sizes(3, 6, 10), (std::vector<std::int64_t>{3, 4, 5, 6}));
+}
+
+TEST(TuneCurves, PoolKeysOfTablesNeverCollide) {
+  // Two tables using the same row ids: the pool counts them apart.
+  TuneInput in = make_input({100, 100}, {10, 10}, 5);
+  in.tables[1].keys = in.tables[0].keys;
+  auto pools = pool_curves(in, 4);
+  ASSERT_TRUE(pools.is_ok());
+  ASSERT_EQ(pools->size(), 1u);
+  auto one = table_curve(in.tables[0], 4, 0);
+  EXPECT_EQ((*pools)[0].lru.distinct_keys(), 2 * one->lru.distinct_keys());
+  EXPECT_EQ((*pools)[0].lru.accesses(), 2 * one->lru.accesses());
+}
+
+}  // namespace
+}  // namespace strata::tune

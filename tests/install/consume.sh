@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Uses an installed Strata the way its users do (run by the install_* CTest tests, see
+# tests/install/CMakeLists.txt; also by .ci/run on a build without MPI, NCCL and jemalloc).
+#
+#   consume.sh install BUILD_DIR PREFIX
+#       cmake --install BUILD_DIR into PREFIX, emptied first (nothing left from an earlier install).
+#   consume.sh example PREFIX EXAMPLES_DIR WORK_DIR WITHOUT [CMAKE_ARGS...]
+#       configures EXAMPLES_DIR as its own project against PREFIX (find_package(strata CONFIG
+#       REQUIRED)), builds it and runs the trainer.
+#   consume.sh readme-cmake PREFIX README WORK_DIR WITHOUT [CMAKE_ARGS...]
+#       the C++ program and the CMake lines of README's "Use Strata from your project" section, as
+#       written there: configured against PREFIX, built and run.
+#   consume.sh readme-pkgconfig PREFIX README WORK_DIR WITHOUT
+#       the same program built with the section's pkg-config command line, as written there, and run;
+#       then every header installed under PREFIX compiled in one file with pkg-config's flags only.
+#
+# WITHOUT: comma-separated libraries (jemalloc, mpi, nccl, cudart) that the programs built must
+# not load (ldd) and that pkg-config's flags must not name ("-" for none).
+set -euo pipefail
+
+die() { echo "consume.sh: $*" >&2; exit 1; }
+
+SECTION="## Use Strata from your project"
+
+# The first ```LANG block of README's section, printed as written.
+readme_block() {
+  local readme=$1 lang=$2
+  awk -v section="$SECTION" -v lang="$lang" '
+    /^## / { in_section = ($0 == section) }
+    in_section && /^```/ {
+      if (in_block) { in_block = 0; done = 1 } else if ($0 == "```" lang && !done) { in_block = 1 }
+      next
+    }
+    in_block { print }' "$readme"
+}
+
+# Fails when a program loads a library it must not.
+check_without() {
+  local program=$1 without=$2 lib
+  [ "$without" = "-" ] && return 0
+  local libs
+  libs=$(ldd "$program")
+  for lib in ${without//,/ }; do
+    if grep -qi "lib$lib" <<<"$libs"; then
+      die "$program loads lib$lib, which a user of this build must not need:"$'\n'"$libs"
+    fi
+  done
+}
+
+cmake_project() {  # SOURCE_DIR WORK_DIR PREFIX [CMAKE_ARGS...]
+  local src=$1 work=$2 prefix=$3
+  shift 3
+  rm -rf "$work/build"
+  cmake -S "$src" -B "$work/build" -DCMAKE_PREFIX_PATH="$prefix" "$@"
+  cmake --build "$work/build"
+}
+
+mode=${1:-}
+shift || true
+case "$mode" in
+  install)
+    [ $# -eq 2 ] || die "usage: consume.sh install BUILD_DIR PREFIX"
+    rm -rf "$2"
+    cmake --install "$1" --prefix "$2"
+    ;;
+  example)
+    [ $# -ge 4 ] || die "usage: consume.sh example PREFIX EXAMPLES_DIR WORK_DIR WITHOUT [CMAKE_ARGS...]"
+    prefix=$1 src=$2 work=$3 without=$4
+    shift 4
+    rm -rf "$work"
+    cmake_project "$src" "$work" "$prefix" "$@"
+    program="$work/build/strata-example-trainer"
+    check_without "$program" "$without"
+    "$program" "$work/checkpoint"
+    ;;
+  readme-cmake)
+    [ $# -ge 4 ] || die "usage: consume.sh readme-cmake PREFIX README WORK_DIR WITHOUT [CMAKE_ARGS...]"
+    prefix=$1 readme=$2 work=$3 without=$4
+    shift 4
+    rm -rf "$work"
+    mkdir -p "$work/src"
+    readme_block "$readme" cmake >"$work/src/CMakeLists.txt"
+    readme_block "$readme" cpp >"$work/src/trainer.cpp"
+    [ -s "$work/src/CMakeLists.txt" ] || die "no \`\`\`cmake block in the section '$SECTION' of $readme"
+    [ -s "$work/src/trainer.cpp" ] || die "no \`\`\`cpp block in the section '$SECTION' of $readme"
+    cmake_project "$work/src" "$work" "$prefix" "$@"
+    check_without "$work/build/trainer" "$without"
+    (cd "$work" && ./build/trainer)
+    ;;
+  readme-pkgconfig)
+    [ $# -eq 4 ] || die "usage: consume.sh readme-pkgconfig PREFIX README WORK_DIR WITHOUT"
+    prefix=$1 readme=$2 work=$3 without=$4
+    rm -rf "$work"
+    mkdir -p "$work"
+    readme_block "$readme" cpp >"$work/trainer.cpp"
+    line=$(readme_block "$readme" sh | grep -m1 'pkg-config' || true)
+    [ -n "$line" ] || die "no pkg-config line in a \`\`\`sh block of the section '$SECTION' of $readme"
+    pc=$(find "$prefix" -name strata.pc -path '*/pkgconfig/*' | head -n1)
+    [ -n "$pc" ] || die "no strata.pc under $prefix"
+    export PKG_CONFIG_PATH
+    PKG_CONFIG_PATH=$(dirname "$pc")
+    flags=$(pkg-config --cflags --libs strata)
+    echo "pkg-config --cflags --libs strata: $flags"
+    if [ "$without" != "-" ]; then
+      for lib in ${without//,/ }; do
+        if grep -qi "$lib" <<<"$flags"; then die "strata.pc names $lib, which this build does not use"; fi
+      done
+    fi
+    echo "+ $line"
+    (cd "$work" && bash -euo pipefail -c "$line")
+    check_without "$work/trainer" "$without"
+    (cd "$work" && ./trainer)
+    # Every installed header, from the prefix only: a header the install left out fails here.
+    (cd "$prefix/include/strata" && find . -name '*.hpp' | sort | sed 's|^\./\(.*\)|#include "\1"|') >"$work/all_headers.cpp"
+    echo "compiling the $(wc -l <"$work/all_headers.cpp") installed headers"
+    # shellcheck disable=SC2046
+    c++ -std=c++17 -fsyntax-only $(pkg-config --cflags strata) "$work/all_headers.cpp"
+    ;;
+  *)
+    die "usage: consume.sh install|example|readme-cmake|readme-pkgconfig ..."
+    ;;
+esac
