@@ -28,23 +28,25 @@ Status Staging::reserve(const StagingSizes& want, const StagingSizes& floor) {
   dev_ = DeviceBuffer();
   mirrored_cap_ = host_cap_ = dev_cap_ = 0;
   Status last;
-  for (const StagingSizes& z : {roomy, exact}) {
-    auto hb = dev_ptr_->allocate_pinned(z.mirrored + z.host_only);
+  // Pointers, not copies (an initializer_list of StagingSizes would copy them), so that the entry
+  // remembers that it fell back to `exact`.
+  for (const StagingSizes* z : {&roomy, &exact}) {
+    auto hb = dev_ptr_->allocate_pinned(z->mirrored + z->host_only);
     if (!hb) {
       last = hb.status();
       continue;
     }
-    auto db = dev_ptr_->allocate(z.mirrored + z.dev_only);
+    auto db = dev_ptr_->allocate(z->mirrored + z->dev_only);
     if (!db) {
       last = db.status();
       continue;
     }
     host_ = std::move(hb).value();
     dev_ = std::move(db).value();
-    mirrored_cap_ = z.mirrored;
-    host_cap_ = z.host_only;
-    dev_cap_ = z.dev_only;
-    tight_ = &z == &exact;
+    mirrored_cap_ = z->mirrored;
+    host_cap_ = z->host_only;
+    dev_cap_ = z->dev_only;
+    tight_ = z == &exact;
     return Status::ok();
   }
   return last.with_context("staging buffers");
@@ -79,15 +81,17 @@ Result<std::unique_ptr<Staging>> StagingPool::take(const StagingSizes& want) {
     STRATA_ASSIGN_OR_RETURN(Staging made, Staging::create(*dev_));
     st = std::make_unique<Staging>(std::move(made));
   }
-  if (!want.fits_in(reserved_)) {
-    reserved_.mirrored = std::max(reserved_.mirrored, 2 * want.mirrored);
-    reserved_.host_only = std::max(reserved_.host_only, 2 * want.host_only);
-    reserved_.dev_only = std::max(reserved_.dev_only, 2 * want.dev_only);
-  }
-  if (Status r = st->reserve(want, reserved_); !r.is_ok()) {
+  // The reservation is raised only once an entry could be reserved for the request: a batch whose
+  // staging cannot be had must not leave every entry a floor it can never reach.
+  StagingSizes raised = reserved_;
+  if (!want.fits_in(reserved_))
+    raised = {std::max(reserved_.mirrored, 2 * want.mirrored), std::max(reserved_.host_only, 2 * want.host_only),
+              std::max(reserved_.dev_only, 2 * want.dev_only)};
+  if (Status r = st->reserve(want, raised); !r.is_ok()) {
     free_.push_front(std::move(st));
     return r;
   }
+  reserved_ = raised;
   return st;
 }
 

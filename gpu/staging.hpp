@@ -41,7 +41,8 @@ class Staging {
   /// `want` or `floor`, the buffers are reallocated (old contents lost) with every region at least
   /// twice its size in `want` and at least `floor`, so that batches of slowly varying size do not
   /// reallocate again; when the device has no room for that, exactly `want` (and then `floor` is
-  /// no reason to reallocate again). The caller must know that no work still uses the buffers.
+  /// no reason to reallocate again). On failure the buffers are gone (they were freed to make
+  /// room) and the next reserve allocates. The caller must know that no work still uses them.
   Status reserve(const StagingSizes& want, const StagingSizes& floor = {});
   Status reserve(std::size_t mirrored, std::size_t host_only, std::size_t dev_only) {
     return reserve(StagingSizes{mirrored, host_only, dev_only});
@@ -96,7 +97,9 @@ class Staging {
 
 /// Reusable Staging entries of one device, handed out oldest first so that waiting for an entry's
 /// last use rarely blocks. The pool keeps one reservation for all its entries: a request larger
-/// than it raises it to twice the request, and every entry grows to it when next taken. So after
+/// than it raises it to twice the request (once an entry could be reserved for the request; a
+/// request that fails leaves it as it was), and every entry grows to it when next taken (or, on a
+/// device without room for it, to what its batch needs, once). So after
 /// each entry has been taken once since the largest batch, batches up to twice that one's size
 /// allocate nothing (and create no event): the steady state of a training loop. Not thread-safe.
 class StagingPool {
