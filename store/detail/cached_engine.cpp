@@ -59,6 +59,7 @@ struct CachedBatch final : EngineBatch {
   std::vector<PoolWork> work;      // per pool touched
   bool planned = false;
   bool deferred = false;           // its plan did not fit when due (counted in CacheStats::deferred)
+  bool no_staging = false;         // its last plan failed for its staging, not for cache rows
   std::unique_ptr<Staging> st;     // its ready(): the batch's rows are in their slots
   std::vector<DeviceFeature> dev;  // per engine feature
 };
@@ -246,6 +247,12 @@ class CachedEngine final : public Engine {
       if (!planned.is_ok()) {
         if (planned.code() != StatusCode::kResourceExhausted) return planned;
         mark_deferred(*pending_.front());
+        if (pending_.front()->no_staging)
+          return planned.with_context(
+              "forward of batch " + std::to_string(b.id) +
+              ": the device has no room for its staging beside the cache (retire the batches in flight first, "
+              "whose staging it could reuse, or make room on the device: fewer cache rows, a lower "
+              "cache.max_in_flight or smaller batches)");
         return planned.with_context("forward of batch " + std::to_string(b.id) +
                                     " waits for batches in flight to retire (backward or discard them first, or give "
                                     "the cache more rows)");
@@ -495,7 +502,11 @@ class CachedEngine final : public Engine {
                           b.unique[static_cast<std::size_t>(i)].size(), want.mirrored, want.host_only, want.dev_only);
     }
     auto st = staging_.take(want);
-    if (!st) return st.status().with_context("batch " + std::to_string(b.id));
+    b.no_staging = !st;
+    if (!st)
+      return st.status().with_context("batch " + std::to_string(b.id) + ": staging of " +
+                                      std::to_string(want.mirrored + want.dev_only) + " bytes of device memory and " +
+                                      std::to_string(want.mirrored + want.host_only) + " bytes of pinned memory");
     // From here on nothing fails: commit and issue.
     b.st = std::move(st).value();
     b.dev.resize(b.features.feature.size());

@@ -53,6 +53,37 @@ TEST(DeviceModes, CacheLargerThanTheDeviceIsRefusedAtOpen) {
   EXPECT_NE(s.status().message().find("device"), std::string::npos) << s.status().message();
 }
 
+// A cache that fits the device but leaves no room for a batch's staging: the batch's forward says
+// that its staging is what does not fit (it used to advise giving the cache more rows, which makes
+// it worse), changes nothing, and smaller batches still train.
+TEST(DeviceModes, ABatchWhoseStagingDoesNotFitBesideTheCacheSaysSo) {
+  StoreConfig c = cached_config(10000, 1000);
+  c.device.capacity = 100000;  // the cache's 64000 bytes fit; a 500-row batch's staging does not
+  auto s = Store::open(c);
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  const Snapshot before = snapshot(**s);
+  std::vector<Key> keys;
+  for (Key k = 0; k < 500; ++k) keys.push_back(k);
+  KeyBatch kb = keys_batch(keys);
+  ASSERT_TRUE((*s)->submit(1, kb).is_ok());
+  Buffers out = make_buffers(c, kb);
+  const Status st = (*s)->forward(1, out.views);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(st.message().find("no room for its staging"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("fewer cache rows"), std::string::npos) << st.message();
+  EXPECT_EQ(st.message().find("more rows"), std::string::npos) << st.message();
+  ASSERT_TRUE((*s)->discard(1).is_ok());
+  EXPECT_TRUE(same_state(before, snapshot(**s)));
+  keys.resize(20);
+  kb = keys_batch(keys);
+  out = make_buffers(c, kb);
+  Buffers grads = make_buffers(c, kb);
+  ASSERT_TRUE((*s)->submit(2, kb).is_ok());
+  ASSERT_TRUE((*s)->forward(2, out.views).is_ok());
+  ASSERT_TRUE((*s)->backward(2, grads.cviews).is_ok());
+}
+
 TEST(DeviceModes, BatchWithMoreUniqueRowsThanTheCacheIsRefusedWithoutChange) {
   auto s = Store::open(cached_config(1000, 10));
   ASSERT_TRUE(s.is_ok()) << s.status().to_string();
