@@ -5,7 +5,8 @@
 //
 // The interface takes host buffers, so each call stages them through device buffers that the
 // communicator owns on its own non-blocking CUDA stream (grown stream-ordered to twice the largest
-// call: no growth synchronizes the device, and calls no larger than before allocate nothing); the
+// call: no growth synchronizes the device, and calls no larger than before allocate nothing; on a
+// device without memory pools growth uses cudaMalloc/cudaFree, which do synchronize it); the
 // host copies wait for the collective, so every call is synchronous like the other
 // implementations. Before the data, the ranks all-gather a fixed-size header (kind and sizes,
 // all_to_all_v's counts) so that a mismatch is reported by every rank instead of corrupting data
