@@ -128,7 +128,8 @@ class DeviceScope {
   bool ok_ = false;
 };
 
-// Device memory that grows to the largest request (freed and reallocated; the old contents go).
+// Device memory that grows to twice the largest request (freed and reallocated, stream-ordered on
+// the communicator's stream where the device has memory pools; the old contents go).
 struct DeviceMemory {
   void* ptr = nullptr;
   std::size_t bytes = 0;
@@ -343,6 +344,12 @@ class NcclCommunicator final : public Communicator {
 
   // Allocates the header buffers (called once by the factory).
   Status init() {
+    int pools = 0;
+    if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device_) != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky; read as "no pools"
+      pools = 0;
+    }
+    stream_ordered_ = pools != 0;
     STRATA_RETURN_IF_ERROR(grow(header_mine_, static_cast<std::int64_t>(header_bytes_)));
     STRATA_RETURN_IF_ERROR(grow(header_all_, static_cast<std::int64_t>(header_bytes_) * size_));
     STRATA_CUDA_TRY(cudaMallocHost(&header_host_, header_bytes_ * (static_cast<std::size_t>(size_) + 1)));
@@ -350,17 +357,31 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  // Stream-ordered (cudaFreeAsync, cudaMallocAsync on stream_): growing never synchronizes the
+  // device (cudaFree would, stalling every stream of the store on this GPU), and to twice the
+  // request, so that calls of a training loop, which vary little in size, stop growing after the
+  // first steps and allocate nothing in the steady state. A device without memory pools
+  // (cudaDevAttrMemoryPoolsSupported = 0, e.g. some vGPUs) has no stream-ordered allocator: there
+  // growth waits for the stream and uses cudaFree and cudaMalloc, which synchronize the device,
+  // still only while calls grow (the first steps), never in the steady state.
   Status grow(DeviceMemory& m, std::int64_t bytes) {
     if (static_cast<std::int64_t>(m.bytes) >= bytes) return Status::ok();
     if (m.ptr) {
-      STRATA_CUDA_TRY(cudaStreamSynchronize(stream_));
-      STRATA_CUDA_TRY(cudaFree(m.ptr));
+      if (stream_ordered_) {
+        STRATA_CUDA_TRY(cudaFreeAsync(m.ptr, stream_));
+      } else {
+        STRATA_CUDA_TRY(cudaStreamSynchronize(stream_));
+        STRATA_CUDA_TRY(cudaFree(m.ptr));
+      }
       m.ptr = nullptr;
       m.bytes = 0;
     }
-    // Grow by half again, so that slowly growing calls do not reallocate every time.
-    const std::size_t want = static_cast<std::size_t>(bytes) + static_cast<std::size_t>(bytes) / 2;
-    STRATA_CUDA_TRY(cudaMalloc(&m.ptr, want));
+    const std::size_t want = 2 * static_cast<std::size_t>(bytes);
+    if (stream_ordered_) {
+      STRATA_CUDA_TRY(cudaMallocAsync(&m.ptr, want, stream_));
+    } else {
+      STRATA_CUDA_TRY(cudaMalloc(&m.ptr, want));
+    }
     m.bytes = want;
     return Status::ok();
   }
@@ -485,6 +506,7 @@ class NcclCommunicator final : public Communicator {
   const std::size_t header_bytes_;
   void* header_host_ = nullptr;  // pinned: this rank's header, then every rank's
   DeviceMemory send_, recv_, header_mine_, header_all_;
+  bool stream_ordered_ = false;  // the device has memory pools: grow() uses cudaMallocAsync/cudaFreeAsync
   Status broken_;
   std::atomic<std::int64_t> sent_{0}, received_{0}, calls_{0};
 };

@@ -4,13 +4,16 @@
 // factories return FailedPrecondition. No CUDA or NCCL header here.
 //
 // The interface takes host buffers, so each call stages them through device buffers that the
-// communicator owns (grown as needed) on its own non-blocking CUDA stream; the host copies wait
-// for the collective, so every call is synchronous like the other implementations. Before the
-// data, the ranks all-gather a fixed-size header (kind and sizes, all_to_all_v's counts) so that a
-// mismatch is reported by every rank instead of corrupting data or hanging inside NCCL. The NCCL
-// communicator is non-blocking (ncclConfig_t::blocking = 0) and every wait polls until the
-// timeout; on timeout it is aborted (ncclCommAbort) and the call returns kUnavailable. Unlike
-// `local` and `mpi`, NCCL cannot say which ranks did not arrive, so that message names none.
+// communicator owns on its own non-blocking CUDA stream (grown stream-ordered to twice the largest
+// call: no growth synchronizes the device, and calls no larger than before allocate nothing; on a
+// device without memory pools growth uses cudaMalloc/cudaFree, which do synchronize it); the
+// host copies wait for the collective, so every call is synchronous like the other
+// implementations. Before the data, the ranks all-gather a fixed-size header (kind and sizes,
+// all_to_all_v's counts) so that a mismatch is reported by every rank instead of corrupting data
+// or hanging inside NCCL. The NCCL communicator is non-blocking (ncclConfig_t::blocking = 0) and
+// every wait polls until the timeout; on timeout it is aborted (ncclCommAbort) and the call returns
+// kUnavailable. Unlike `local` and `mpi`, NCCL cannot say which ranks did not arrive, so that
+// message names none.
 
 #include <memory>
 #include <string>

@@ -1,7 +1,8 @@
 #pragma once
 // LinkCounters: bytes that crossed each link, counted by the device layer when work is issued (so
 // both backends count the same way) and by host-side code (host DRAM per NUMA node). They feed the
-// cost model and strata-bench's "bytes per link per step".
+// cost model and strata-bench's "bytes per link per step". ResourceCounts: the allocations, frees
+// and events of a device (Device::resource_counts).
 
 #include <algorithm>
 #include <array>
@@ -37,6 +38,24 @@ struct NodeBytes {
   /// Adds `b` bytes of node `node` (nodes beyond kMaxNodes - 1 are folded into the last).
   void add(int node, std::uint64_t b) noexcept {
     bytes[static_cast<std::size_t>(std::clamp(node, 0, kMaxNodes - 1))] += b;
+  }
+};
+
+/// Device resources made and released since a Device was created (plain numbers: subtract two
+/// snapshots). Under cuda each free (cudaFree, cudaFreeHost) synchronizes the whole device and an
+/// allocation may as well, so a steady-state training step should change none of these: the
+/// engines reserve their buffers and events up front or grow them outside the steady state.
+struct ResourceCounts {
+  std::uint64_t allocations = 0;  ///< successful allocate() and allocate_pinned() calls
+  std::uint64_t frees = 0;        ///< DeviceBuffers and PinnedBuffers released
+  std::uint64_t events = 0;       ///< successful create_event() calls
+
+  /// Field-wise difference (this - earlier).
+  ResourceCounts operator-(const ResourceCounts& earlier) const noexcept {
+    return {allocations - earlier.allocations, frees - earlier.frees, events - earlier.events};
+  }
+  bool operator==(const ResourceCounts& o) const noexcept {
+    return allocations == o.allocations && frees == o.frees && events == o.events;
   }
 };
 

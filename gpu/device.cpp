@@ -23,13 +23,26 @@ Result<DeviceBuffer> Device::allocate(std::size_t bytes) {
   std::size_t now = used + bytes, peak = peak_.load();
   while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
   }
+  allocations_.fetch_add(1, std::memory_order_relaxed);
   return DeviceBuffer(this, p.value(), bytes);
 }
 
 Result<PinnedBuffer> Device::allocate_pinned(std::size_t bytes) {
   if (bytes == 0) return PinnedBuffer();
   STRATA_ASSIGN_OR_RETURN(void* p, do_allocate_pinned(bytes));
+  allocations_.fetch_add(1, std::memory_order_relaxed);
   return PinnedBuffer(this, p, bytes);
+}
+
+Result<Event> Device::create_event() {
+  STRATA_ASSIGN_OR_RETURN(Event e, do_create_event());
+  events_.fetch_add(1, std::memory_order_relaxed);
+  return e;
+}
+
+ResourceCounts Device::resource_counts() const noexcept {
+  return {allocations_.load(std::memory_order_relaxed), frees_.load(std::memory_order_relaxed),
+          events_.load(std::memory_order_relaxed)};
 }
 
 std::size_t Device::bytes_in_use() const noexcept { return in_use_.load(); }
@@ -38,8 +51,12 @@ std::size_t Device::peak_bytes() const noexcept { return peak_.load(); }
 void Device::release(void* p, std::size_t bytes) noexcept {
   do_deallocate(p, bytes);
   in_use_.fetch_sub(bytes);
+  frees_.fetch_add(1, std::memory_order_relaxed);
 }
-void Device::release_pinned(void* p, std::size_t bytes) noexcept { do_deallocate_pinned(p, bytes); }
+void Device::release_pinned(void* p, std::size_t bytes) noexcept {
+  do_deallocate_pinned(p, bytes);
+  frees_.fetch_add(1, std::memory_order_relaxed);
+}
 
 void Device::copy_h2d(StreamView s, void* dst, const void* src, std::size_t bytes) {
   counters_.add_h2d(bytes);

@@ -25,6 +25,7 @@
 // nearest, no flush-to-zero / denormals-are-zero), whatever the thread that made it or calls it
 // set (host/fp_env.hpp), as a GPU ignores the host's.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -170,10 +171,13 @@ class Device {
   Result<PinnedBuffer> allocate_pinned(std::size_t bytes);
   std::size_t bytes_in_use() const noexcept;
   std::size_t peak_bytes() const noexcept;
+  /// Allocations, frees and events so far (thread-safe snapshot).
+  ResourceCounts resource_counts() const noexcept;
 
   // ---- streams and events ----
   virtual Result<Stream> create_stream() = 0;
-  virtual Result<Event> create_event() = 0;
+  /// An event (counted in resource_counts()).
+  Result<Event> create_event();
   /// Marks the current end of `s`; `e` completes when the work before it has run.
   virtual void record(EventView e, StreamView s) = 0;
   /// Work issued to `s` after this call waits for the last record() of `e` (no-op if never recorded).
@@ -229,6 +233,7 @@ class Device {
  protected:
   Device(DeviceInfo info, int numa_nodes) : info_(std::move(info)), counters_(numa_nodes) {}
 
+  virtual Result<Event> do_create_event() = 0;
   virtual Result<void*> do_allocate(std::size_t bytes) = 0;
   virtual void do_deallocate(void* p, std::size_t bytes) noexcept = 0;
   virtual Result<void*> do_allocate_pinned(std::size_t bytes) = 0;
@@ -255,6 +260,7 @@ class Device {
   LinkCounters counters_;
   std::atomic<std::size_t> in_use_{0};
   std::atomic<std::size_t> peak_{0};
+  std::atomic<std::uint64_t> allocations_{0}, frees_{0}, events_{0};
 };
 
 /// An emulated device (always available).

@@ -1,36 +1,55 @@
 #include "gpu/staging.hpp"
 
+#include <algorithm>
+
 namespace strata::gpu {
 
 Result<Staging> Staging::create(Device& device) {
   Staging s(device);
+  STRATA_ASSIGN_OR_RETURN(s.ready_, device.create_event());
   STRATA_ASSIGN_OR_RETURN(s.done_, device.create_event());
+  STRATA_ASSIGN_OR_RETURN(s.drained_, device.create_event());
   return s;
 }
 
-Status Staging::reserve(std::size_t mirrored, std::size_t host_only, std::size_t dev_only) {
+Status Staging::reserve(const StagingSizes& want, const StagingSizes& floor) {
   mirrored_used_ = host_used_ = dev_used_ = 0;
-  if (mirrored <= mirrored_cap_ && host_only <= host_cap_ && dev_only <= dev_cap_) return Status::ok();
-  // Grow with headroom so that batches of slowly varying size do not reallocate every time.
+  if (want.fits_in(capacity()) && (floor.fits_in(capacity()) || tight_)) return Status::ok();
   // Region sizes stay multiples of kAlign: the host-only and device-only regions start after the
   // mirrored one, and every allocation in them must stay aligned.
-  auto grow = [](std::size_t want, std::size_t cap) { return (std::max(want, cap + cap / 4) + kAlign - 1) / kAlign * kAlign; };
-  const std::size_t m = grow(mirrored, mirrored_cap_);
-  const std::size_t h = grow(host_only, host_cap_);
-  const std::size_t d = grow(dev_only, dev_cap_);
+  auto round = [](std::size_t b) { return (b + kAlign - 1) / kAlign * kAlign; };
+  const StagingSizes roomy{round(std::max({2 * want.mirrored, floor.mirrored, mirrored_cap_})),
+                           round(std::max({2 * want.host_only, floor.host_only, host_cap_})),
+                           round(std::max({2 * want.dev_only, floor.dev_only, dev_cap_}))};
+  // Without room for the headroom, exactly what is asked (a device nearly full).
+  const StagingSizes exact{round(std::max(want.mirrored, mirrored_cap_)), round(std::max(want.host_only, host_cap_)),
+                           round(std::max(want.dev_only, dev_cap_))};
   host_ = PinnedBuffer();
   dev_ = DeviceBuffer();
   mirrored_cap_ = host_cap_ = dev_cap_ = 0;
-  auto hb = dev_ptr_->allocate_pinned(m + h);
-  if (!hb) return hb.status().with_context("staging buffers");
-  auto db = dev_ptr_->allocate(m + d);
-  if (!db) return db.status().with_context("staging buffers");
-  host_ = std::move(hb).value();
-  dev_ = std::move(db).value();
-  mirrored_cap_ = m;
-  host_cap_ = h;
-  dev_cap_ = d;
-  return Status::ok();
+  Status last;
+  // Pointers, not copies (an initializer_list of StagingSizes would copy them), so that the entry
+  // remembers that it fell back to `exact`.
+  for (const StagingSizes* z : {&roomy, &exact}) {
+    auto hb = dev_ptr_->allocate_pinned(z->mirrored + z->host_only);
+    if (!hb) {
+      last = hb.status();
+      continue;
+    }
+    auto db = dev_ptr_->allocate(z->mirrored + z->dev_only);
+    if (!db) {
+      last = db.status();
+      continue;
+    }
+    host_ = std::move(hb).value();
+    dev_ = std::move(db).value();
+    mirrored_cap_ = z->mirrored;
+    host_cap_ = z->host_only;
+    dev_cap_ = z->dev_only;
+    tight_ = z == &exact;
+    return Status::ok();
+  }
+  return last.with_context("staging buffers");
 }
 
 std::size_t Staging::take(std::size_t& used, std::size_t cap, std::size_t bytes) {
@@ -44,15 +63,36 @@ void Staging::upload(StreamView s) {
   if (mirrored_used_ > 0) dev_ptr_->copy_h2d(s, dev_.data(), host_.data(), mirrored_used_);
 }
 
-Result<std::unique_ptr<Staging>> StagingPool::take() {
+Status Staging::wait_idle() {
+  STRATA_RETURN_IF_ERROR(dev_ptr_->synchronize(done()));
+  return dev_ptr_->synchronize(drained());
+}
+
+Result<std::unique_ptr<Staging>> StagingPool::take(const StagingSizes& want) {
+  std::unique_ptr<Staging> st;
   if (!free_.empty()) {
-    auto st = std::move(free_.front());
+    st = std::move(free_.front());
     free_.pop_front();
-    STRATA_RETURN_IF_ERROR(dev_->synchronize(st->done()));
-    return st;
+    if (Status idle = st->wait_idle(); !idle.is_ok()) {
+      free_.push_front(std::move(st));
+      return idle;
+    }
+  } else {
+    STRATA_ASSIGN_OR_RETURN(Staging made, Staging::create(*dev_));
+    st = std::make_unique<Staging>(std::move(made));
   }
-  STRATA_ASSIGN_OR_RETURN(Staging st, Staging::create(*dev_));
-  return std::make_unique<Staging>(std::move(st));
+  // The reservation is raised only once an entry could be reserved for the request: a batch whose
+  // staging cannot be had must not leave every entry a floor it can never reach.
+  StagingSizes raised = reserved_;
+  if (!want.fits_in(reserved_))
+    raised = {std::max(reserved_.mirrored, 2 * want.mirrored), std::max(reserved_.host_only, 2 * want.host_only),
+              std::max(reserved_.dev_only, 2 * want.dev_only)};
+  if (Status r = st->reserve(want, raised); !r.is_ok()) {
+    free_.push_front(std::move(st));
+    return r;
+  }
+  reserved_ = raised;
+  return st;
 }
 
 void StagingPool::give_back(std::unique_ptr<Staging> s) {

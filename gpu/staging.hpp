@@ -2,8 +2,9 @@
 // Staging: a reusable pair of buffers for one batch in flight: pinned host memory and device
 // memory. A "mirrored" region has the same offsets on both sides (fill it on the host, then one
 // upload() copies it H2D); host-only and device-only regions follow. Buffers grow when a batch
-// needs more (reallocation happens only in reserve(), which the caller calls when the previous
-// batch using this staging is done: see done()). Not thread-safe.
+// needs more, and then to twice what it needs (reallocation happens only in reserve(), which the
+// caller calls when the work that used the entry is done: StagingPool::take waits for it). Each
+// entry owns the events of the batch that uses it, so a step creates none. Not thread-safe.
 
 #include <cstddef>
 #include <deque>
@@ -12,6 +13,17 @@
 #include "gpu/device.hpp"
 
 namespace strata::gpu {
+
+/// Bytes of the three regions of a Staging (sums of Staging::bytes_for).
+struct StagingSizes {
+  std::size_t mirrored = 0;   ///< same offsets in the pinned and the device buffer
+  std::size_t host_only = 0;  ///< pinned host memory
+  std::size_t dev_only = 0;   ///< device memory
+  /// Whether every region of this fits in `cap`.
+  bool fits_in(const StagingSizes& cap) const noexcept {
+    return mirrored <= cap.mirrored && host_only <= cap.host_only && dev_only <= cap.dev_only;
+  }
+};
 
 class Staging {
  public:
@@ -22,12 +34,21 @@ class Staging {
     return (n * sizeof(T) + kAlign - 1) / kAlign * kAlign;
   }
 
-  /// Creates empty buffers and the done event on `device` (which must outlive this).
+  /// Creates empty buffers and the entry's events on `device` (which must outlive this).
   static Result<Staging> create(Device& device);
 
-  /// Makes room for the given region sizes (growing the buffers, old contents lost) and resets the
-  /// allocation cursors. The caller must know that no work still uses the buffers.
-  Status reserve(std::size_t mirrored, std::size_t host_only, std::size_t dev_only);
+  /// Makes room for `want` and resets the allocation cursors. When a region is too small for
+  /// `want` or `floor`, the buffers are reallocated (old contents lost) with every region at least
+  /// twice its size in `want` and at least `floor`, so that batches of slowly varying size do not
+  /// reallocate again; when the device has no room for that, exactly `want` (and then `floor` is
+  /// no reason to reallocate again). On failure the buffers are gone (they were freed to make
+  /// room) and the next reserve allocates. The caller must know that no work still uses them.
+  Status reserve(const StagingSizes& want, const StagingSizes& floor = {});
+  Status reserve(std::size_t mirrored, std::size_t host_only, std::size_t dev_only) {
+    return reserve(StagingSizes{mirrored, host_only, dev_only});
+  }
+  /// The region sizes the buffers hold now.
+  StagingSizes capacity() const noexcept { return {mirrored_cap_, host_cap_, dev_cap_}; }
 
   template <class T>
   struct Pair {
@@ -52,8 +73,15 @@ class Staging {
   }
   /// Copies the mirrored bytes allocated so far host -> device on `s`.
   void upload(StreamView s);
-  /// Recorded by the user after the last work that uses these buffers.
+  /// Recorded by the user when the batch's inputs are on the device (its consumer waits for it).
+  EventView ready() const noexcept { return ready_.view(); }
+  /// Recorded by the user after the last work of the consumer stream that uses these buffers.
   EventView done() const noexcept { return done_.view(); }
+  /// Recorded by the user after the last work of a second stream that uses these buffers (the
+  /// cache's write-backs); an entry whose batch had none never records it.
+  EventView drained() const noexcept { return drained_.view(); }
+  /// Blocks the host until done() and drained() completed; the device's sticky error, if any.
+  Status wait_idle();
 
  private:
   explicit Staging(Device& d) : dev_ptr_(&d) {}
@@ -61,25 +89,37 @@ class Staging {
   Device* dev_ptr_;
   PinnedBuffer host_;
   DeviceBuffer dev_;
-  Event done_;
+  Event ready_, done_, drained_;
+  bool tight_ = false;  // the last reallocation had no room for the headroom
   std::size_t mirrored_cap_ = 0, host_cap_ = 0, dev_cap_ = 0;
   std::size_t mirrored_used_ = 0, host_used_ = 0, dev_used_ = 0;
 };
 
 /// Reusable Staging entries of one device, handed out oldest first so that waiting for an entry's
-/// last use (Staging::done) rarely blocks. Not thread-safe.
+/// last use rarely blocks. The pool keeps one reservation for all its entries: a request larger
+/// than it raises it to twice the request (once an entry could be reserved for the request; a
+/// request that fails leaves it as it was), and every entry grows to it when next taken (or, on a
+/// device without room for it, to what its batch needs, once). So after
+/// each entry has been taken once since the largest batch, batches up to twice that one's size
+/// allocate nothing (and create no event): the steady state of a training loop. Not thread-safe.
 class StagingPool {
  public:
   explicit StagingPool(Device& device) : dev_(&device) {}
-  /// A free entry, once its last use has finished (a host sync point), or a new one. Errors: the
-  /// device's sticky error, or event creation failing.
-  Result<std::unique_ptr<Staging>> take();
-  /// Returns an entry; the caller has recorded its done() event after the entry's last use.
+  /// A free entry, once its last uses finished (Staging::wait_idle, a host sync point on two
+  /// events, never the whole device), or a new one; reserved for `want` (Staging::reserve).
+  /// Errors: the device's sticky error, event creation or the reservation failing (the entry then
+  /// stays in the pool).
+  Result<std::unique_ptr<Staging>> take(const StagingSizes& want);
+  /// Returns an entry; the caller has recorded its done() (and drained(), if the entry was used on
+  /// a second stream) after the entry's last use.
   void give_back(std::unique_ptr<Staging> s);
+  /// The region sizes every entry is grown to.
+  const StagingSizes& reservation() const noexcept { return reserved_; }
 
  private:
   Device* dev_;
   std::deque<std::unique_ptr<Staging>> free_;
+  StagingSizes reserved_;
 };
 
 }  // namespace strata::gpu

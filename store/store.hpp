@@ -37,6 +37,8 @@ struct StoreStats {
   gpu::LinkBytes links;               ///< bytes per link counted by the device layer and the prefetcher
   std::size_t device_peak_bytes = 0;  ///< peak device memory allocated
   DispatchStats dispatch;             ///< sharded tables only
+  /// Allocations, frees and events of the device so far (a training loop's steady state adds none).
+  gpu::ResourceCounts device_resources;
 };
 
 /// An embedding store. Create with Store::open (or open_reference_store for the oracle).

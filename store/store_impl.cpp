@@ -306,6 +306,7 @@ class StoreImpl final : public Store {
       s.device = device_->info().backend == gpu::Backend::kCuda ? "cuda " + device_->info().name : "emu";
       s.links = device_->counters().snapshot();
       s.device_peak_bytes = device_->peak_bytes();
+      s.device_resources = device_->resource_counts();
     }
     if (collective_) collective_->dispatch_stats(s.dispatch);
     return s;

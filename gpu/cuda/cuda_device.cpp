@@ -135,7 +135,7 @@ class CudaDevice final : public Device {
     return Stream(std::move(state));
   }
 
-  Result<Event> create_event() override {
+  Result<Event> do_create_event() override {
     STRATA_CUDA_TRY(cudaSetDevice(ordinal_));
     auto state = std::make_unique<CudaEvent>(this, nullptr);
     STRATA_CUDA_TRY(cudaEventCreateWithFlags(&state->event, cudaEventDisableTiming));

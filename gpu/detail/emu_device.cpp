@@ -314,7 +314,7 @@ class EmuDevice final : public Device {
   Result<Stream> create_stream() override {
     return Stream(std::make_unique<EmuStream>(this, options_.seed * 0x9E3779B97F4A7C15ull + streams_.fetch_add(1)));
   }
-  Result<Event> create_event() override { return Event(std::make_unique<EmuEvent>()); }
+  Result<Event> do_create_event() override { return Event(std::make_unique<EmuEvent>()); }
 
   void record(EventView e, StreamView s) override {
     auto core = static_cast<EmuEvent*>(e.state())->core;

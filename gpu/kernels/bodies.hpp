@@ -45,42 +45,91 @@ STRATA_SIMT const float* source_row(const RowSource& s, Key r) {
 // ---------------------------------------------------------------------------------------------
 // Gather: gather_pool (pooled bags) and gather_rows (Pooling::kNone) of host/kernels.cpp.
 
-/// Adds this lane's columns of keys [lo, hi) of a bag to acc, in key order (row_axpy / row_add).
-/// Four rows are loaded before they are added, so four are in flight per lane; the adds keep the
-/// key order.
-template <bool kInterleaved, bool kWeighted>
-STRATA_SIMT void pool_columns(const GatherArgs& a, const GatherFeatureArgs& f, std::int64_t lo, std::int64_t hi,
-                              std::int32_t cb, int col, int lanes, float (&acc)[kColsPerLane]) {
+/// This lane's columns of one chunk of its bag's sum.
+struct PoolAcc {
+  float v[kColsPerLane];
+};
+
+/// The pooled bags of one work item: lane groups of `lanes_per_row` lanes, a bag each. A group
+/// loads its bag's indices cooperatively, a chunk of `lanes` at once, one per lane, and hands each
+/// to all its lanes with read_group_lane (so the row loads do not wait behind a load of the same
+/// index by every lane); the lanes then add the rows, four in flight, each lane its columns (and
+/// the key's weight, a broadcast load), in key order from 0.0f (row_axpy / row_add), so the sums
+/// are the CPU kernels'. The chunk loop runs to the warp's longest bag (warp-uniform, as the shuffles
+/// need); a lane past its bag's end adds nothing.
+template <bool kInterleaved, bool kWeighted, class W>
+STRATA_SIMT void pool_bags(const W& w, const GatherArgs& a, const GatherFeatureArgs& f, std::int64_t first) {
+  const int lanes = a.lanes_per_row;
   const std::int32_t dim = a.dim;
-  std::int64_t j = lo;
-  for (; j + 4 <= hi; j += 4) {
-    const float* r[4];
-    float wt[4];
-    STRATA_UNROLL
-    for (int u = 0; u < 4; ++u) {
-      r[u] = source_row<kInterleaved>(a.source, f.rows[j + u]);
-      wt[u] = kWeighted ? f.weights[j + u] : 1.0f;
-    }
-    STRATA_UNROLL
-    for (int k = 0; k < kColsPerLane; ++k) {
-      const std::int32_t c = cb + k * lanes + col;
-      if (c >= dim) break;
-      float v[4];
+  typename W::template Reg<std::int64_t> lo, len;
+  w.lanes([&](int lane) {
+    const std::int64_t i = first + lane / lanes;
+    lo[lane] = i < f.outputs ? f.offsets[i] : 0;
+    len[lane] = i < f.outputs ? f.offsets[i + 1] - lo[lane] : 0;
+  });
+  const std::int64_t longest = w.max(len);
+  for (std::int32_t cb = 0; cb < dim; cb += lanes * kColsPerLane) {
+    typename W::template Reg<PoolAcc> acc;
+    w.lanes([&](int lane) {
       STRATA_UNROLL
-      for (int u = 0; u < 4; ++u) v[u] = kWeighted ? wt[u] * r[u][c] : r[u][c];
+      for (int k = 0; k < kColsPerLane; ++k) acc[lane].v[k] = 0.0f;
+    });
+    for (std::int64_t base = 0; base < longest; base += lanes) {
+      typename W::template Reg<Key> idx;
+      w.lanes([&](int lane) {
+        const std::int64_t j = base + lane % lanes;
+        idx[lane] = j < len[lane] ? f.rows[lo[lane] + j] : 0;
+      });
+      const int n = longest - base < lanes ? static_cast<int>(longest - base) : lanes;
+      for (int u = 0; u < n; u += 4) {
+        // Rows of keys base + u + q of each lane's bag, null past its end (a prefix is live).
+        typename W::template Reg<const float*> r[4];
+        STRATA_UNROLL
+        for (int q = 0; q < 4; ++q) {
+          if (u + q >= n) {
+            w.lanes([&](int lane) { r[q][lane] = nullptr; });
+            continue;
+          }
+          const typename W::template Reg<Key> key = w.read_group_lane(idx, u + q, lanes);
+          w.lanes([&](int lane) {
+            r[q][lane] = base + u + q < len[lane] ? source_row<kInterleaved>(a.source, key[lane]) : nullptr;
+          });
+        }
+        w.lanes([&](int lane) {
+          const int col = lane % lanes;
+          float wt[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+          if (kWeighted) {
+            STRATA_UNROLL
+            for (int q = 0; q < 4; ++q)
+              if (r[q][lane]) wt[q] = f.weights[lo[lane] + base + u + q];
+          }
+          STRATA_UNROLL
+          for (int k = 0; k < kColsPerLane; ++k) {
+            const std::int32_t c = cb + k * lanes + col;
+            if (c >= dim) break;
+            STRATA_UNROLL
+            for (int q = 0; q < 4; ++q) {
+              if (!r[q][lane]) break;
+              acc[lane].v[k] += kWeighted ? wt[q] * r[q][lane][c] : r[q][lane][c];
+            }
+          }
+        });
+      }
+    }
+    w.lanes([&](int lane) {
+      const std::int64_t i = first + lane / lanes;
+      if (i >= f.outputs) return;
+      const int col = lane % lanes;
+      float* o = f.out + i * dim;
+      const float s = bag_scale(f.pooling, len[lane]);
       STRATA_UNROLL
-      for (int u = 0; u < 4; ++u) acc[k] += v[u];
-    }
-  }
-  for (; j < hi; ++j) {
-    const float* r = source_row<kInterleaved>(a.source, f.rows[j]);
-    const float wt = kWeighted ? f.weights[j] : 1.0f;
-    STRATA_UNROLL
-    for (int k = 0; k < kColsPerLane; ++k) {
-      const std::int32_t c = cb + k * lanes + col;
-      if (c >= dim) break;
-      acc[k] += kWeighted ? wt * r[c] : r[c];
-    }
+      for (int k = 0; k < kColsPerLane; ++k) {
+        const std::int32_t c = cb + k * lanes + col;
+        if (c >= dim) break;
+        o[c] = f.pooling == Pooling::kMean && len[lane] > 0 ? acc[lane].v[k] * s
+                                                            : acc[lane].v[k];  // row_scale, once per bag
+      }
+    });
   }
 }
 
@@ -92,39 +141,26 @@ STRATA_SIMT void gather_item(const W& w, const GatherArgs& a, std::int64_t item)
   const int lanes = a.lanes_per_row;
   const std::int64_t first = (item - a.begin[fi]) * (kWarp / lanes);
   const std::int32_t dim = a.dim;
+  if (f.pooling != Pooling::kNone) {
+    if (f.weights) {
+      pool_bags<kInterleaved, true>(w, a, f, first);
+    } else {
+      pool_bags<kInterleaved, false>(w, a, f, first);
+    }
+    return;
+  }
+  // gather_rows: o = w * row (a product, not 0 + w * row: the sign of zero must match).
   w.lanes([&](int lane) {
     const std::int64_t i = first + lane / lanes;
     if (i >= f.outputs) return;
     const int col = lane % lanes;
     float* o = f.out + i * dim;
-    if (f.pooling == Pooling::kNone) {
-      // gather_rows: o = w * row (a product, not 0 + w * row: the sign of zero must match).
-      const float* row = source_row<kInterleaved>(a.source, f.rows[i]);
-      if (f.weights) {
-        const float wt = f.weights[i];
-        for (std::int32_t c = col; c < dim; c += lanes) o[c] = wt * row[c];
-      } else {
-        for (std::int32_t c = col; c < dim; c += lanes) o[c] = row[c];
-      }
-      return;
-    }
-    const std::int64_t lo = f.offsets[i], hi = f.offsets[i + 1];
-    for (std::int32_t cb = 0; cb < dim; cb += lanes * kColsPerLane) {
-      float acc[kColsPerLane];
-      STRATA_UNROLL
-      for (int k = 0; k < kColsPerLane; ++k) acc[k] = 0.0f;
-      if (f.weights) {
-        pool_columns<kInterleaved, true>(a, f, lo, hi, cb, col, lanes, acc);
-      } else {
-        pool_columns<kInterleaved, false>(a, f, lo, hi, cb, col, lanes, acc);
-      }
-      const float s = bag_scale(f.pooling, hi - lo);
-      STRATA_UNROLL
-      for (int k = 0; k < kColsPerLane; ++k) {
-        const std::int32_t c = cb + k * lanes + col;
-        if (c >= dim) break;
-        o[c] = f.pooling == Pooling::kMean && hi > lo ? acc[k] * s : acc[k];  // row_scale, once per bag
-      }
+    const float* row = source_row<kInterleaved>(a.source, f.rows[i]);
+    if (f.weights) {
+      const float wt = f.weights[i];
+      for (std::int32_t c = col; c < dim; c += lanes) o[c] = wt * row[c];
+    } else {
+      for (std::int32_t c = col; c < dim; c += lanes) o[c] = row[c];
     }
   });
 }

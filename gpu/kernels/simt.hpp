@@ -13,7 +13,9 @@
 //  - A value that must outlive one `lanes` call per lane is a `Reg<T>`, indexed by the lane: a
 //    register of each thread on the GPU, an array of 32 values on the CPU.
 //  - Cross-lane operations sit outside `lanes`: `w.read_lane(reg, l)` gives every lane the value
-//    lane l holds (__shfl_sync on the GPU).
+//    lane l holds (__shfl_sync on the GPU); `w.read_group_lane(reg, u, width)` gives each lane the
+//    value that lane u of its group of `width` lanes holds (groups of consecutive lanes, width a
+//    power of two: __shfl_sync with a width); `w.max(reg)` gives every lane the largest value.
 //  - A block (update_hot_row) adds `b.warps(fn)` (every warp runs fn(warp, index); on the CPU the
 //    warps run one after the other), `b.first_warp(fn)` and `b.sync()` (__syncthreads; nothing
 //    on the CPU, where the warps of a phase have all finished when the next phase starts), and
@@ -53,6 +55,18 @@ struct DeviceWarp {
   __device__ __forceinline__ float read_lane(const Reg<float>& r, int l) const {
     return __shfl_sync(0xffffffffu, r.v, l);
   }
+  template <class T>
+  __device__ __forceinline__ Reg<T> read_group_lane(const Reg<T>& r, int u, int width) const {
+    return {__shfl_sync(0xffffffffu, r.v, u, width)};
+  }
+  __device__ __forceinline__ std::int64_t max(const Reg<std::int64_t>& r) const {
+    long long m = r.v;
+    for (int o = kWarp / 2; o > 0; o /= 2) {
+      const long long x = __shfl_xor_sync(0xffffffffu, m, o);
+      m = x > m ? x : m;
+    }
+    return m;
+  }
 };
 
 /// One block of a CUDA launch: kWarps warps, the calling thread's warp among them.
@@ -86,6 +100,17 @@ struct HostWarp {
     for (int l = 0; l < kWarp; ++l) f(l);
   }
   float read_lane(const Reg<float>& r, int l) const { return r.v[l]; }
+  template <class T>
+  Reg<T> read_group_lane(const Reg<T>& r, int u, int width) const {
+    Reg<T> out;
+    for (int l = 0; l < kWarp; ++l) out.v[l] = r.v[(l & ~(width - 1)) + u];
+    return out;
+  }
+  std::int64_t max(const Reg<std::int64_t>& r) const {
+    std::int64_t m = r.v[0];
+    for (int l = 1; l < kWarp; ++l) m = r.v[l] > m ? r.v[l] : m;
+    return m;
+  }
 };
 
 /// One block on the CPU: its warps run one after the other, phase by phase.

@@ -41,10 +41,11 @@ struct PoolWork {
   std::vector<gpu::LookupFeature> looks;
   std::vector<gpu::UpdateFeature> updates;
   Key* wb_slots_dev = nullptr;
-  float *wb_host = nullptr, *wb_dev = nullptr;
+  float* wb_dev = nullptr;   // the write-backs' records, packed on the device
+  float* wb_host = nullptr;  // staged: their pinned copy
   Key* fill_slots_dev = nullptr;
-  float *fill_host = nullptr, *fill_dev = nullptr;
-  float** wb_rows_dev = nullptr;  // zero-copy transfers: device addresses of the host records
+  float *fill_host = nullptr, *fill_dev = nullptr;  // staged
+  float** wb_rows_dev = nullptr;                    // zero-copy transfers: device addresses of the host records
   float** fill_rows_dev = nullptr;
 };
 
@@ -57,9 +58,9 @@ struct CachedBatch final : EngineBatch {
   std::vector<UniqueKeys> unique;  // per engine feature
   std::vector<PoolWork> work;      // per pool touched
   bool planned = false;
-  bool deferred = false;  // its plan did not fit when due (counted in CacheStats::deferred)
-  std::unique_ptr<Staging> st;
-  gpu::Event ready;
+  bool deferred = false;           // its plan did not fit when due (counted in CacheStats::deferred)
+  bool no_staging = false;         // its last plan failed for its staging, not for cache rows
+  std::unique_ptr<Staging> st;     // its ready(): the batch's rows are in their slots
   std::vector<DeviceFeature> dev;  // per engine feature
 };
 
@@ -86,6 +87,7 @@ class CachedEngine final : public Engine {
 
   ~CachedEngine() override {
     (void)dev_.synchronize(copy_.view());
+    (void)dev_.synchronize(writeback_.view());
     (void)dev_.synchronize(compute_.view());
   }
 
@@ -95,8 +97,12 @@ class CachedEngine final : public Engine {
     ArenaPacker packer;
     options.packer = &packer;
     STRATA_ASSIGN_OR_RETURN(copy_, dev_.create_stream());
+    STRATA_ASSIGN_OR_RETURN(writeback_, dev_.create_stream());
     STRATA_ASSIGN_OR_RETURN(compute_, dev_.create_stream());
     STRATA_ASSIGN_OR_RETURN(progress_, dev_.create_event());
+    STRATA_ASSIGN_OR_RETURN(uploaded_, dev_.create_event());
+    STRATA_ASSIGN_OR_RETURN(packed_, dev_.create_event());
+    STRATA_ASSIGN_OR_RETURN(written_, dev_.create_event());
     STRATA_ASSIGN_OR_RETURN(Staging fs, Staging::create(dev_));
     flush_staging_ = std::make_unique<Staging>(std::move(fs));
     where_.assign(config_.tables.size(), {-1, -1});
@@ -241,13 +247,19 @@ class CachedEngine final : public Engine {
       if (!planned.is_ok()) {
         if (planned.code() != StatusCode::kResourceExhausted) return planned;
         mark_deferred(*pending_.front());
+        if (pending_.front()->no_staging)
+          return planned.with_context(
+              "forward of batch " + std::to_string(b.id) +
+              ": the device has no room for its staging beside the cache (retire the batches in flight first, "
+              "whose staging it could reuse, or make room on the device: fewer cache rows, a lower "
+              "cache.max_in_flight or smaller batches)");
         return planned.with_context("forward of batch " + std::to_string(b.id) +
                                     " waits for batches in flight to retire (backward or discard them first, or give "
                                     "the cache more rows)");
       }
     }
     const gpu::StreamView s = compute_.view();
-    dev_.wait(s, b.ready.view());
+    dev_.wait(s, b.st->ready());
     for (auto& w : b.work) dev_.gather_pool(s, pools_[static_cast<std::size_t>(w.pool)].view, w.looks);
     return copy_outputs(dev_, s, *b.st, b.dev, f.feature, outputs);
   }
@@ -278,21 +290,33 @@ class CachedEngine final : public Engine {
       plan_deferred();  // a deferred batch behind it may fit now
       return Status::ok();
     }
-    dev_.wait(compute_.view(), b.ready.view());
+    dev_.wait(compute_.view(), b.st->ready());
     retire(b, false);
     plan_deferred();
     return dev_.status();
   }
 
   // Writes every dirty cached row back to its host table, in chunks of at most kFlushChunkBytes
-  // of records (so a flush needs that much staging, not the whole cache). A row is marked clean
-  // only once its copy has landed: a flush that fails (no staging memory, a device fault) leaves
-  // the rest dirty, to be written by the next flush, and never reports rows it did not write.
-  // Returns only when the copy stream is idle, so the write-backs of rows that plans evicted
-  // (queued behind the batches that updated them) have landed too: on return every host table
-  // holds every row written.
+  // of records (so a flush needs that much staging, not the whole cache), on the write-back
+  // stream. A row is marked clean only once its copy has landed: a flush that fails (no staging
+  // memory, a device fault) leaves the rest dirty, to be written by the next flush, and never
+  // reports rows it did not write. Returns only when the write-back stream is idle, so the
+  // write-backs of rows that plans evicted have landed too (and the copy stream, so no fill
+  // still reads a host row): on return every host table holds every row written.
   Status flush() override {
-    const gpu::StreamView s = copy_.view();
+    const gpu::StreamView s = writeback_.view();
+    // The flush staging is reserved for the largest chunk any pool can need (a chunk, or the
+    // whole pool when smaller), so that flushes in a training loop (cache.flush_every) allocate
+    // once, not whenever more rows are dirty than before.
+    gpu::StagingSizes largest;
+    for (const auto& pool : pools_) {
+      const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
+      const std::size_t W = std::min(static_cast<std::size_t>(pool.view.slots),
+                                     std::max<std::size_t>(1, kFlushChunkBytes / (rec * sizeof(float))));
+      const gpu::StagingSizes z = flush_sizes(pool, W);
+      largest = {std::max(largest.mirrored, z.mirrored), std::max(largest.host_only, z.host_only),
+                 std::max(largest.dev_only, z.dev_only)};
+    }
     for (auto& pool : pools_) {
       const std::vector<cache::Transfer> dirty = pool.planner->dirty();
       const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
@@ -303,27 +327,34 @@ class CachedEngine final : public Engine {
             dirty.begin() + static_cast<std::ptrdiff_t>(std::min(dirty.size(), b + chunk)));
         STRATA_RETURN_IF_ERROR(dev_.synchronize(flush_staging_->done()));
         const std::size_t W = part.size();
-        const std::size_t records = pool.zero_copy ? 0 : W * rec;
-        STRATA_RETURN_IF_ERROR(
-            flush_staging_->reserve(Staging::bytes_for<Key>(W) + (pool.zero_copy ? Staging::bytes_for<float*>(W) : 0),
-                                    Staging::bytes_for<float>(records), Staging::bytes_for<float>(records)));
+        STRATA_RETURN_IF_ERROR(flush_staging_->reserve(flush_sizes(pool, W), largest));
         auto slots = flush_staging_->mirrored<Key>(W);
         for (std::size_t i = 0; i < W; ++i) slots.host[i] = part[i].slot;
         float** mapped = pool.zero_copy ? stage_rows(*flush_staging_, pool, part) : nullptr;
-        float* host = flush_staging_->host_only<float>(records);
-        float* dev = flush_staging_->dev_only<float>(records);
+        float* host = pool.zero_copy ? nullptr : flush_staging_->host_only<float>(W * rec);
+        float* dev = flush_staging_->dev_only<float>(W * rec);
         dev_.wait(s, progress_.view());
         flush_staging_->upload(s);
-        write_back(s, pool, part, slots.dev, dev, host, mapped);
+        dev_.pack_records(s, pool.view, slots.dev, static_cast<std::int64_t>(W), dev);
+        send_home(s, pool, part, dev, host, mapped);
         dev_.record(flush_staging_->done(), s);
         STRATA_RETURN_IF_ERROR(dev_.synchronize(flush_staging_->done()));
         pool.planner->mark_clean(part);
       }
     }
     STRATA_RETURN_IF_ERROR(dev_.synchronize(s));
+    STRATA_RETURN_IF_ERROR(dev_.synchronize(copy_.view()));
     STRATA_RETURN_IF_ERROR(dev_.status());
     unflushed_ = 0;
     return Status::ok();
+  }
+
+  // Staging of a flush chunk of W rows of `pool`: their slots (and host addresses, zero-copy),
+  // their records packed on the device (and their pinned copy, staged).
+  static gpu::StagingSizes flush_sizes(const Pool& pool, std::size_t W) {
+    const std::size_t records = W * static_cast<std::size_t>(pool.view.stride);
+    return {Staging::bytes_for<Key>(W) + (pool.zero_copy ? Staging::bytes_for<float*>(W) : 0),
+            pool.zero_copy ? 0 : Staging::bytes_for<float>(records), Staging::bytes_for<float>(records)};
   }
 
   // After a device fault the rows stay readable while host memory holds every applied update: no
@@ -448,59 +479,99 @@ class CachedEngine final : public Engine {
       if (!p) return p.status().with_context("batch " + std::to_string(b.id));
       probes.push_back(std::move(p).value());
     }
-    // Staging sizes (fills and write-backs bounded by the misses).
-    std::size_t mirrored = 0, host_only = 0, dev_only = 0;
-    for (std::size_t k = 0; k < b.work.size(); ++k) {
-      const auto& w = b.work[k];
-      const std::int64_t misses = probes[k].misses;
-      const std::size_t rec = static_cast<std::size_t>(pools_[static_cast<std::size_t>(w.pool)].view.stride);
-      mirrored += 2 * Staging::bytes_for<Key>(static_cast<std::size_t>(misses));
-      if (pools_[static_cast<std::size_t>(w.pool)].zero_copy) {
-        mirrored += 2 * Staging::bytes_for<float*>(static_cast<std::size_t>(misses));
+    // Staging sizes from the batch's shape, not from the cache's state: its fills and its
+    // write-backs are each at most its unique rows (a cold cache fills them all), so the staging
+    // of a training loop stops growing after its first batches (gpu/staging.hpp).
+    gpu::StagingSizes want;
+    for (const PoolWork& w : b.work) {
+      const Pool& pool = pools_[static_cast<std::size_t>(w.pool)];
+      std::size_t unique = 0;
+      for (int i : w.feats) unique += static_cast<std::size_t>(b.unique[static_cast<std::size_t>(i)].size());
+      const std::size_t records = unique * static_cast<std::size_t>(pool.view.stride);
+      want.mirrored += 2 * Staging::bytes_for<Key>(unique);
+      want.dev_only += Staging::bytes_for<float>(records);  // write-backs, packed
+      if (pool.zero_copy) {
+        want.mirrored += 2 * Staging::bytes_for<float*>(unique);
       } else {
-        host_only += 2 * Staging::bytes_for<float>(static_cast<std::size_t>(misses) * rec);
-        dev_only += 2 * Staging::bytes_for<float>(static_cast<std::size_t>(misses) * rec);
+        want.host_only += 2 * Staging::bytes_for<float>(records);
+        want.dev_only += Staging::bytes_for<float>(records);  // fills
       }
       for (int i : w.feats)
         add_feature_bytes(b.feats[static_cast<std::size_t>(b.features.feature[static_cast<std::size_t>(i)])],
                           spec_of(b.features.table[static_cast<std::size_t>(i)]),
-                          b.unique[static_cast<std::size_t>(i)].size(), mirrored, host_only, dev_only);
+                          b.unique[static_cast<std::size_t>(i)].size(), want.mirrored, want.host_only, want.dev_only);
     }
-    std::unique_ptr<Staging> st;
-    STRATA_ASSIGN_OR_RETURN(st, staging_.take());
-    Status rs = st->reserve(mirrored, host_only, dev_only);
-    if (!rs.is_ok()) {
-      staging_.give_back(std::move(st));
-      return rs.with_context("batch " + std::to_string(b.id));
-    }
-    auto ready = dev_.create_event();
-    if (!ready) {
-      staging_.give_back(std::move(st));
-      return ready.status();
-    }
+    auto st = staging_.take(want);
+    b.no_staging = !st;
+    if (!st)
+      return st.status().with_context("batch " + std::to_string(b.id) + ": staging of " +
+                                      std::to_string(want.mirrored + want.dev_only) + " bytes of device memory and " +
+                                      std::to_string(want.mirrored + want.host_only) + " bytes of pinned memory");
     // From here on nothing fails: commit and issue.
-    b.st = std::move(st);
-    b.ready = std::move(ready).value();
+    b.st = std::move(st).value();
     b.dev.resize(b.features.feature.size());
-    const gpu::StreamView s = copy_.view();
     for (std::size_t k = 0; k < b.work.size(); ++k) {
       PoolWork& w = b.work[k];
       Pool& pool = pools_[static_cast<std::size_t>(w.pool)];
       w.plan = pool.planner->commit(std::move(probes[k]));
       stage_metadata(b, w);
     }
-    dev_.wait(s, progress_.view());  // victims' last backward must be done before we touch their slots
-    b.st->upload(s);
-    for (PoolWork& w : b.work) {
-      Pool& pool = pools_[static_cast<std::size_t>(w.pool)];
-      if (!w.plan.writebacks.empty())
-        write_back(s, pool, w.plan.writebacks, w.wb_slots_dev, w.wb_dev, w.wb_host, w.wb_rows_dev);
-      if (!w.plan.fills.empty()) fill(s, pool, w);
-    }
-    dev_.record(b.ready.view(), s);
+    issue_transfers(b);
     b.planned = true;
     pending_.pop_front();
     return Status::ok();
+  }
+
+  // Issues a planned batch's write-backs and fills, each direction on its own stream so that they
+  // overlap (D2H of the victims while the misses move H2D):
+  //   copy:       wait progress | upload | record uploaded | wait written | fills in | wait packed
+  //               | fills into their slots | record ready
+  //   write-back: wait progress, uploaded | pack victims | record packed | victims home | record
+  //               written, drained
+  // progress: the victims' last compute work is done before their slots are read or written.
+  // packed: a slot is read out before the fill that reuses it writes it. written (as recorded by
+  // the batches before, waited for before this batch's fills read host memory): a row written
+  // back is in host memory before a later miss of it reads it (flush and reads wait for the whole
+  // write-back stream). drained: the staging entry is not reused before its write-backs are done.
+  void issue_transfers(CachedBatch& b) {
+    const gpu::StreamView copy = copy_.view(), wb = writeback_.view();
+    bool any_wb = false;
+    for (const PoolWork& w : b.work) any_wb = any_wb || !w.plan.writebacks.empty();
+    dev_.wait(copy, progress_.view());
+    b.st->upload(copy);
+    if (any_wb) dev_.record(uploaded_.view(), copy);
+    dev_.wait(copy, written_.view());
+    if (any_wb) {
+      dev_.wait(wb, progress_.view());
+      dev_.wait(wb, uploaded_.view());
+      for (PoolWork& w : b.work)
+        if (!w.plan.writebacks.empty())
+          dev_.pack_records(wb, pools_[static_cast<std::size_t>(w.pool)].view, w.wb_slots_dev,
+                            static_cast<std::int64_t>(w.plan.writebacks.size()), w.wb_dev);
+      dev_.record(packed_.view(), wb);
+      for (PoolWork& w : b.work)
+        if (!w.plan.writebacks.empty())
+          send_home(wb, pools_[static_cast<std::size_t>(w.pool)], w.plan.writebacks, w.wb_dev, w.wb_host,
+                    w.wb_rows_dev);
+      dev_.record(written_.view(), wb);
+      dev_.record(b.st->drained(), wb);
+    }
+    for (PoolWork& w : b.work)
+      if (!w.plan.fills.empty() && !w.fill_rows_dev)
+        stage_in(copy, pools_[static_cast<std::size_t>(w.pool)], w.plan.fills, w.fill_host, w.fill_dev);
+    if (any_wb) dev_.wait(copy, packed_.view());
+    for (PoolWork& w : b.work) {
+      if (w.plan.fills.empty()) continue;
+      Pool& pool = pools_[static_cast<std::size_t>(w.pool)];
+      const std::int64_t F = static_cast<std::int64_t>(w.plan.fills.size());
+      if (w.fill_rows_dev) {
+        dev_.records_from_host(copy, pool.view, w.fill_slots_dev, F, w.fill_rows_dev);
+        count_host(pool, w.plan.fills, false);
+      } else {
+        dev_.unpack_records(copy, pool.view, w.fill_slots_dev, F, w.fill_dev);
+      }
+    }
+    dev_.record(b.st->ready(), copy);
   }
 
   // Writes the batch's lookup and update arguments into the mirrored staging region.
@@ -521,6 +592,7 @@ class CachedEngine final : public Engine {
     auto fs = st.mirrored<Key>(F);
     for (std::size_t i = 0; i < F; ++i) fs.host[i] = w.plan.fills[i].slot;
     w.fill_slots_dev = fs.dev;
+    w.wb_dev = st.dev_only<float>(W * rec);
     const Pool& pool = pools_[static_cast<std::size_t>(w.pool)];
     if (pool.zero_copy) {
       w.wb_rows_dev = stage_rows(st, pool, w.plan.writebacks);
@@ -528,7 +600,6 @@ class CachedEngine final : public Engine {
       return;
     }
     w.wb_host = st.host_only<float>(W * rec);
-    w.wb_dev = st.dev_only<float>(W * rec);
     w.fill_host = st.host_only<float>(F * rec);
     w.fill_dev = st.dev_only<float>(F * rec);
   }
@@ -606,13 +677,15 @@ class CachedEngine final : public Engine {
     for (int rep = 0; rep < 5; ++rep) {
       for (bool z : {false, true}) {
         const auto t0 = std::chrono::steady_clock::now();
+        // As the engine moves rows: fills into the slots, write-backs packed then sent home.
         if (z) {
           dev_.records_from_host(s, pool.view, slots.dev, n, mapped);
-          dev_.records_to_host(s, pool.view, slots.dev, n, mapped);
         } else {
-          copy_in(s, pool, rows, slots.dev, host, dev);
-          write_back(s, pool, rows, slots.dev, dev, host, nullptr);
+          stage_in(s, pool, rows, host, dev);
+          dev_.unpack_records(s, pool.view, slots.dev, n, dev);
         }
+        dev_.pack_records(s, pool.view, slots.dev, n, dev);
+        send_home(s, pool, rows, dev, host, z ? mapped : nullptr);
         STRATA_RETURN_IF_ERROR(dev_.synchronize(s));
         (z ? zero : staged).push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       }
@@ -622,20 +695,22 @@ class CachedEngine final : public Engine {
     return zero[zero.size() / 2] < staged[staged.size() / 2];
   }
 
-  // Copy stream: dirty slots -> host tables, zero-copy through `mapped` (device addresses of the
-  // host records) or through pinned staging (`dev`, `host`).
-  void write_back(gpu::StreamView s, Pool& pool, std::vector<cache::Transfer> rows, const Key* slots_dev, float* dev,
-                  float* host, float** mapped) {
+  // Write-back stream: records packed on the device (`dev`, (rows, stride)) -> their host rows,
+  // zero-copy through `mapped` (device addresses of the host records) or through pinned staging
+  // (`host`) and CPU threads.
+  void send_home(gpu::StreamView s, Pool& pool, std::vector<cache::Transfer> rows, const float* dev, float* host,
+                 float** mapped) {
     const std::int64_t W = static_cast<std::int64_t>(rows.size());
     if (mapped) {
-      dev_.records_to_host(s, pool.view, slots_dev, W, mapped);
+      const gpu::SlotPool packed{const_cast<float*>(dev), W, pool.view.stride, pool.view.dim, pool.view.state_dim};
+      dev_.records_to_host(s, packed, nullptr, W, mapped);
       count_host(pool, rows, true);
       return;
     }
     const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
-    dev_.pack_records(s, pool.view, slots_dev, W, dev);
     dev_.copy_d2h(s, host, dev, static_cast<std::size_t>(W) * rec * sizeof(float));
     const std::size_t bytes = static_cast<std::size_t>(pool.view.dim + pool.view.state_dim) * sizeof(float);
+    // The task owns the list: a discarded batch may be destroyed before the task runs.
     dev_.host_task(s, [this, &pool, rows = std::move(rows), host, rec, bytes] {
       tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows.size(), 256),
                         [&](const tbb::blocked_range<std::size_t>& r) {
@@ -646,17 +721,6 @@ class CachedEngine final : public Engine {
                           }
                         });
     });
-  }
-
-  // Copy stream: host tables -> slots, zero-copy or through pinned staging.
-  void fill(gpu::StreamView s, Pool& pool, PoolWork& w) {
-    if (w.fill_rows_dev) {
-      dev_.records_from_host(s, pool.view, w.fill_slots_dev, static_cast<std::int64_t>(w.plan.fills.size()),
-                             w.fill_rows_dev);
-      count_host(pool, w.plan.fills, false);
-      return;
-    }
-    copy_in(s, pool, w.plan.fills, w.fill_slots_dev, w.fill_host, w.fill_dev);
   }
 
   // Host DRAM traffic of a zero-copy transfer, counted at issue (the device moves the bytes).
@@ -672,10 +736,9 @@ class CachedEngine final : public Engine {
     }
   }
 
-  // Copy stream: host tables -> pinned staging `host` (NUMA-local threads would go here) -> `dev`
-  // -> slots.
-  void copy_in(gpu::StreamView s, Pool& pool, const std::vector<cache::Transfer>& fills, const Key* slots_dev,
-               float* host, float* dev) {
+  // Copy stream (staged fills): host tables -> pinned staging `host` (NUMA-local threads would go
+  // here) -> `dev` ((fills, stride) device), unpacked into the slots by the caller.
+  void stage_in(gpu::StreamView s, Pool& pool, const std::vector<cache::Transfer>& fills, float* host, float* dev) {
     const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
     const std::size_t bytes = static_cast<std::size_t>(pool.view.dim + pool.view.state_dim) * sizeof(float);
     // The task owns a copy of the list: a discarded batch may be destroyed before the task runs.
@@ -690,9 +753,7 @@ class CachedEngine final : public Engine {
                           }
                         });
     });
-    const std::size_t F = fills.size();
-    dev_.copy_h2d(s, dev, host, F * rec * sizeof(float));
-    dev_.unpack_records(s, pool.view, slots_dev, static_cast<std::int64_t>(F), dev);
+    dev_.copy_h2d(s, dev, host, fills.size() * rec * sizeof(float));
   }
 
   void retire(CachedBatch& b, bool updated) {
@@ -706,7 +767,11 @@ class CachedEngine final : public Engine {
   const StoreConfig& config_;
   gpu::Device& dev_;
   gpu::Stream copy_, compute_;
-  gpu::Event progress_;  // recorded on compute after every retired batch
+  gpu::Stream writeback_;  // write-backs (D2H), beside the fills on copy_ (H2D)
+  gpu::Event progress_;    // recorded on compute after every retired batch
+  // Between the copy and write-back streams, recorded by every batch with write-backs (see
+  // issue_transfers): its metadata uploaded, its victims packed, its victims in host memory.
+  gpu::Event uploaded_, packed_, written_;
   std::unordered_map<int, HostTableOps> host_;
   // Zero-copy transfers (Pool::zero_copy): the device addresses of the host tables.
   MappedRows mapped_;

@@ -18,8 +18,7 @@ struct Pool {
 };
 
 struct GpuBatch final : EngineBatch {
-  std::unique_ptr<Staging> st;
-  gpu::Event ready;
+  std::unique_ptr<Staging> st;               // its ready(): the batch's arguments are on the device
   std::vector<UniqueKeys> unique;            // per engine feature
   std::vector<DeviceFeature> dev;            // per engine feature
   std::map<int, std::vector<int>> feats_of;  // pool -> engine features
@@ -82,14 +81,7 @@ class GpuEngine final : public Engine {
       add_feature_bytes(k, spec_of(f.table[i]), b->unique[i].size(), mirrored, host_only, dev_only);
       b->feats_of[where_[static_cast<std::size_t>(f.table[i])].first].push_back(static_cast<int>(i));
     }
-    STRATA_ASSIGN_OR_RETURN(b->st, staging_.take());
-    Status s = b->st->reserve(mirrored, host_only, dev_only);
-    auto ready = s.is_ok() ? dev_.create_event() : Result<gpu::Event>(s);
-    if (!ready) {
-      staging_.give_back(std::move(b->st));
-      return ready.status();
-    }
-    b->ready = std::move(ready).value();
+    STRATA_ASSIGN_OR_RETURN(b->st, staging_.take({mirrored, host_only, dev_only}));
     std::vector<Key> slots;
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const Key base = where_[static_cast<std::size_t>(f.table[i])].second;
@@ -99,7 +91,7 @@ class GpuEngine final : public Engine {
                                      spec_of(f.table[i]), b->unique[i], slots));
     }
     b->st->upload(copy_.view());
-    dev_.record(b->ready.view(), copy_.view());
+    dev_.record(b->st->ready(), copy_.view());
     return std::unique_ptr<EngineBatch>(std::move(b));
   }
 
@@ -107,7 +99,7 @@ class GpuEngine final : public Engine {
                  const std::vector<MatrixView>& outputs) override {
     auto& b = static_cast<GpuBatch&>(eb);
     const gpu::StreamView s = compute_.view();
-    dev_.wait(s, b.ready.view());
+    dev_.wait(s, b.st->ready());
     for (const auto& [p, feats] : b.feats_of) {
       std::vector<gpu::LookupFeature> looks;
       for (int i : feats) looks.push_back(b.dev[static_cast<std::size_t>(i)].look);
@@ -135,7 +127,7 @@ class GpuEngine final : public Engine {
 
   Status discard(EngineBatch& eb, const KeyBatch&, const EngineFeatures&) override {
     auto& b = static_cast<GpuBatch&>(eb);
-    dev_.wait(compute_.view(), b.ready.view());
+    dev_.wait(compute_.view(), b.st->ready());
     retire(b);
     return dev_.status();
   }

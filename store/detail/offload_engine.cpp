@@ -24,8 +24,7 @@ struct RowGroup {
 };
 
 struct OffloadBatch final : EngineBatch {
-  std::unique_ptr<gpu::Staging> st;
-  gpu::Event ready;                       // metadata uploaded (device gather)
+  std::unique_ptr<gpu::Staging> st;       // its ready(): metadata uploaded (device gather)
   std::vector<gpu::LookupFeature> looks;  // per engine feature, device pointers
   std::vector<float*> host_out;           // per engine feature, pinned
   std::vector<RowGroup> groups;           // device gather: one per dim
@@ -50,8 +49,6 @@ class OffloadEngine final : public Engine {
   Result<std::unique_ptr<EngineBatch>> submit(std::int64_t, const KeyBatch& batch, const EngineFeatures& f) override {
     STRATA_RETURN_IF_ERROR(dev_.status());  // a failed device accepts no more work
     auto b = std::make_unique<OffloadBatch>();
-    STRATA_ASSIGN_OR_RETURN(b->st, staging_.take());
-    STRATA_ASSIGN_OR_RETURN(b->ready, dev_.create_event());
     const bool device_gather = config_.offload_gather == OffloadGather::kDevice;
     std::size_t mirrored = 0, outs = 0, rows = 0;
     if (device_gather) group_rows(batch, f, *b);
@@ -69,11 +66,7 @@ class OffloadEngine final : public Engine {
       }
       outs += gpu::Staging::bytes_for<float>(static_cast<std::size_t>(output_rows(k, spec.pooling) * spec.dim));
     }
-    Status s = b->st->reserve(mirrored, outs, outs + rows);
-    if (!s.is_ok()) {
-      staging_.give_back(std::move(b->st));
-      return s;
-    }
+    STRATA_ASSIGN_OR_RETURN(b->st, staging_.take({mirrored, outs, outs + rows}));
     std::vector<Key*> inverse(f.feature.size(), nullptr);
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
@@ -122,7 +115,7 @@ class OffloadEngine final : public Engine {
     }
     if (device_gather) {
       b->st->upload(copy_.view());
-      dev_.record(b->ready.view(), copy_.view());
+      dev_.record(b->st->ready(), copy_.view());
     }
     dev_.record(b->st->done(), copy_.view());
     return std::unique_ptr<EngineBatch>(std::move(b));
@@ -134,7 +127,7 @@ class OffloadEngine final : public Engine {
     const gpu::StreamView s = compute_.view();
     if (config_.offload_gather == OffloadGather::kDevice) {
       // Per dim: the distinct rows cross PCIe once (one launch), then one table-batched gather.
-      dev_.wait(s, b.ready.view());
+      dev_.wait(s, b.st->ready());
       for (const RowGroup& g : b.groups) {
         dev_.records_from_host(s, g.pool(), nullptr, g.unique, g.sources);
         std::vector<gpu::LookupFeature> looks;

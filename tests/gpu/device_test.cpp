@@ -594,5 +594,65 @@ TEST(Staging, AllocationsStayAlignedAcrossGrowth) {
   }
 }
 
+// Takes `n` entries for `want` at once (so the pool holds n), then gives them all back.
+Status take_round(StagingPool& pool, const StagingSizes& want, int n) {
+  std::vector<std::unique_ptr<Staging>> taken;
+  for (int i = 0; i < n; ++i) {
+    STRATA_ASSIGN_OR_RETURN(auto st, pool.take(want));
+    taken.push_back(std::move(st));
+  }
+  for (auto& st : taken) pool.give_back(std::move(st));
+  return Status::ok();
+}
+
+// Regression: on a device with room for an entry's batch but not for twice it, the entry falls
+// back to exactly the batch's size, and that has to stick: it used to be forgotten (the fallback
+// was tested on a copy), so every later take freed the entry and made it again (under cuda a
+// device-wide sync per step).
+TEST(StagingPool, AnEntryThatFitsOnlyWithoutHeadroomAllocatesOnce) {
+  EmuOptions o;
+  o.capacity = std::size_t{96} << 10;  // one 64 KiB device region fits, 128 KiB does not
+  auto dev = make_emu_device(o).value();
+  StagingPool pool(*dev);
+  const StagingSizes want{4096, std::size_t{16} << 10, std::size_t{60} << 10};
+  ASSERT_TRUE(take_round(pool, want, 1).is_ok());
+  EXPECT_EQ(pool.reservation().dev_only, 2 * want.dev_only);
+  const ResourceCounts before = dev->resource_counts();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(take_round(pool, want, 1).is_ok());
+  const ResourceCounts during = dev->resource_counts() - before;
+  EXPECT_EQ(during.allocations, 0u);
+  EXPECT_EQ(during.frees, 0u);
+}
+
+// Regression: a batch whose staging cannot be had used to raise the pool's reservation anyway, to
+// twice its size, so that every entry reallocated when next taken (and, with the fallback above
+// forgotten, at every take). It leaves the reservation as it was; only the entry it emptied is
+// made again, once.
+TEST(StagingPool, AFailedOversizedRequestLeavesTheReservationAsItWas) {
+  EmuOptions o;
+  o.capacity = std::size_t{1} << 20;
+  auto dev = make_emu_device(o).value();
+  StagingPool pool(*dev);
+  const StagingSizes want{4096, std::size_t{64} << 10, std::size_t{64} << 10};
+  ASSERT_TRUE(take_round(pool, want, 3).is_ok());
+  const StagingSizes reserved = pool.reservation();
+  const StagingSizes oversized{4096, std::size_t{64} << 10, std::size_t{2} << 20};
+  auto failed = pool.take(oversized);
+  ASSERT_FALSE(failed.is_ok());
+  EXPECT_EQ(failed.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(pool.reservation().fits_in(reserved) && reserved.fits_in(pool.reservation()));
+
+  ResourceCounts before = dev->resource_counts();
+  ASSERT_TRUE(take_round(pool, want, 3).is_ok());
+  ResourceCounts during = dev->resource_counts() - before;
+  EXPECT_EQ(during.allocations, 2u) << "only the entry the failure emptied (pinned and device) is made again";
+  EXPECT_EQ(during.frees, 0u);
+  before = dev->resource_counts();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(take_round(pool, want, 3).is_ok());
+  during = dev->resource_counts() - before;
+  EXPECT_EQ(during.allocations, 0u);
+  EXPECT_EQ(during.frees, 0u);
+}
+
 }  // namespace
 }  // namespace strata::gpu

@@ -1,0 +1,164 @@
+// The steady state of a training loop makes no device allocation, frees nothing and creates no
+// event: under cuda a free synchronizes the whole device (and an allocation may), which would
+// stall every stream once per step. The engines size their staging and events from the batches
+// of the first steps (gpu/staging.hpp); the emu device counts what a step makes
+// (Device::resource_counts, StoreStats::device_resources).
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dispatch/local_communicator.hpp"
+#include "tests/store/store_test_util.hpp"
+
+namespace strata {
+namespace {
+
+using namespace strata::testing;
+
+struct Mode {
+  const char* name;
+  Placement placement;
+  CacheTransfer transfer = CacheTransfer::kStaged;
+  std::int64_t flush_every = 0;
+  OffloadGather gather = OffloadGather::kDevice;
+};
+
+// Two tables of different shapes, caches of a tenth of their rows (evictions and dirty
+// write-backs every step once warm), lookahead planning.
+StoreConfig steady_config(const Mode& m) {
+  StoreConfig c;
+  c.threads = 2;
+  c.device.backend = BackendChoice::kEmu;
+  c.device.emu_max_delay_us = 20;
+  c.cache.policy = cache::Policy::kLookahead;
+  c.cache.lookahead = 2;
+  c.cache.max_in_flight = 6;
+  c.cache.transfer = m.transfer;
+  c.cache.flush_every = m.flush_every;
+  c.offload_gather = m.gather;
+  const int dims[] = {16, 8};
+  for (int t = 0; t < 2; ++t) {
+    TableConfig tc;
+    tc.spec.name = "t" + std::to_string(t);
+    tc.spec.rows = 4000;
+    tc.spec.dim = dims[t];
+    tc.spec.pooling = t == 0 ? Pooling::kSum : Pooling::kMean;
+    tc.spec.optimizer.kind = t == 0 ? OptimizerKind::kAdagrad : OptimizerKind::kRowwiseAdagrad;
+    tc.spec.optimizer.learning_rate = 0.05f;
+    tc.placement = m.placement;
+    if (m.placement == Placement::kCached || m.placement == Placement::kHybrid) tc.cache.fraction = 0.1;
+    c.tables.push_back(tc);
+  }
+  return c;
+}
+
+// 64 bags of 0 to 7 keys (jagged: every batch has a different number of keys and unique rows),
+// half of them from a hot range.
+KeyBatch jagged_batch(std::mt19937_64& rng, const StoreConfig& c) {
+  KeyBatch kb;
+  for (const auto& t : c.tables) {
+    JaggedKeys f;
+    f.table = t.spec.name;
+    f.offsets.push_back(0);
+    for (int b = 0; b < 64; ++b) {
+      const int len = static_cast<int>(rng() % 8);
+      for (int i = 0; i < len; ++i) {
+        const std::uint64_t range = rng() % 2 ? 200 : static_cast<std::uint64_t>(t.spec.rows);
+        f.keys.push_back(static_cast<Key>(rng() % range));
+      }
+      f.offsets.push_back(static_cast<std::int64_t>(f.keys.size()));
+    }
+    kb.features.push_back(std::move(f));
+  }
+  return kb;
+}
+
+// Trains `warm_up` steps and then `steady` more with `depth` batches submitted ahead (every
+// rank of a world calls it with the same seed); returns what the device made during the steady
+// steps, or the first error.
+Result<gpu::ResourceCounts> steady_loop(Store& store, const StoreConfig& c, int warm_up, int steady) {
+  const int depth = 3;
+  std::mt19937_64 rng(7);
+  std::vector<KeyBatch> batches;
+  for (int i = 0; i < warm_up + steady + depth; ++i) batches.push_back(jagged_batch(rng, c));
+  for (int i = 0; i < depth; ++i) STRATA_RETURN_IF_ERROR(store.submit(i, batches[static_cast<std::size_t>(i)]));
+  gpu::ResourceCounts before;
+  for (int i = 0; i < warm_up + steady; ++i) {
+    if (i == warm_up) before = store.stats().device_resources;
+    const KeyBatch& kb = batches[static_cast<std::size_t>(i)];
+    Buffers out = make_buffers(c, kb), grads = make_buffers(c, kb);
+    fill_random(rng, grads);
+    STRATA_RETURN_IF_ERROR(store.forward(i, out.views));
+    STRATA_RETURN_IF_ERROR(store.backward(i, grads.cviews));
+    STRATA_RETURN_IF_ERROR(store.submit(i + depth, batches[static_cast<std::size_t>(i + depth)]));
+  }
+  return store.stats().device_resources - before;
+}
+
+void expect_none(const gpu::ResourceCounts& during) {
+  EXPECT_EQ(during.allocations, 0u);
+  EXPECT_EQ(during.frees, 0u);
+  EXPECT_EQ(during.events, 0u);
+}
+
+TEST(SteadyState, ATrainingLoopAllocatesNothingAfterWarmUp) {
+  const Mode modes[] = {
+      {"cached staged", Placement::kCached},
+      {"cached zero_copy", Placement::kCached, CacheTransfer::kZeroCopy},
+      {"cached flush_every 3", Placement::kCached, CacheTransfer::kStaged, 3},
+      {"hybrid", Placement::kHybrid},
+      {"gpu", Placement::kGpu},
+      {"offload device gather", Placement::kOffload},
+  };
+  for (const Mode& m : modes) {
+    SCOPED_TRACE(m.name);
+    const StoreConfig c = steady_config(m);
+    auto s = Store::open(c);
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    const Result<gpu::ResourceCounts> during = steady_loop(**s, c, 12, 40);
+    ASSERT_TRUE(during.is_ok()) << during.status().to_string();
+    expect_none(during.value());
+    if (m.placement == Placement::kCached) {
+      const StoreStats st = (*s)->stats();
+      EXPECT_GT(st.cache[0].second.writebacks, 100) << "the cache is too large to write back every step";
+    }
+  }
+}
+
+// The same over a world of two thread ranks (row-sharded `hybrid` and `gpu` tables): each rank's
+// device makes nothing in the steady state either.
+TEST(SteadyState, EveryRankOfAWorldAllocatesNothingAfterWarmUp) {
+  for (Placement placement : {Placement::kHybrid, Placement::kGpu}) {
+    SCOPED_TRACE(to_string(placement));
+    StoreConfig c = steady_config({"world", placement});
+    for (auto& t : c.tables) t.sharding.type = dispatch::ShardingType::kRow;
+    auto group = dispatch::make_local_group(2);
+    ASSERT_TRUE(group.is_ok()) << group.status().to_string();
+    std::vector<Result<gpu::ResourceCounts>> during(2, Status::internal("not run"));
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 2; ++r) {
+      ranks.emplace_back([&, r] {
+        auto s = Store::open(c, std::shared_ptr<dispatch::Communicator>(std::move(group.value()[r])));
+        if (!s.is_ok()) {
+          during[static_cast<std::size_t>(r)] = s.status();
+          return;
+        }
+        during[static_cast<std::size_t>(r)] = steady_loop(**s, c, 12, 30);
+      });
+    }
+    for (auto& t : ranks) t.join();
+    for (int r = 0; r < 2; ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r));
+      ASSERT_TRUE(during[static_cast<std::size_t>(r)].is_ok())
+          << during[static_cast<std::size_t>(r)].status().to_string();
+      expect_none(during[static_cast<std::size_t>(r)].value());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata
