@@ -12,7 +12,8 @@ CORE_PACKAGES=(build-essential cmake ninja-build pkg-config git
   # The Python package (python/) and its tests: Debian's python3 with headers, pybind11, NumPy,
   # pytest and PyTorch (strata.torch and its equivalence tests against torch.nn.EmbeddingBag).
   python3-dev pybind11-dev python3-numpy python3-pytest python3-torch)
-# Only for the PyTorch peer benchmark (bench/peers): large, so installed on demand.
+# The PyTorch peer benchmark (bench/peers): already in CORE_PACKAGES since the Python package's
+# tests need torch; kept so that `setup --peers` stays a complete list for it.
 PEER_PACKAGES=(python3-torch python3-numpy)
 
 log() { printf '[strata] %s\n' "$*" >&2; }
@@ -115,7 +116,7 @@ cmd_peers() {
 usage() {
   cat <<'USAGE'
 usage: ./strata.sh COMMAND [ARGS]
-  setup [--peers]     install missing Debian packages (idempotent; --peers adds python3-torch)
+  setup [--peers]     install missing Debian packages (idempotent; PyTorch is among them)
   build [PRESET]      configure and build (presets: default, asan, tsan, minimal)
   test  [PRESET]      build and run the preset's tests with ctest (all but for minimal)
   bench [FLAGS]       run strata-bench on the built-in workload with a cache sweep (flags go to strata-bench)

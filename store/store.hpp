@@ -218,7 +218,9 @@ class Store {
 };
 
 /// The oracle: a deliberately simple implementation (plain loops over std::vector rows, no
-/// dedup, no threads) that every mode is tested against. Same API, same results.
+/// dedup, computed on the calling thread; only the gradients' finiteness check, shared with the
+/// store, reads them in parallel in the caller's oneTBB arena) that every mode is tested against.
+/// Same API, same results.
 Result<std::unique_ptr<Store>> open_reference_store(const StoreConfig& config);
 
 }  // namespace strata
