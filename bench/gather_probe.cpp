@@ -257,8 +257,7 @@ Result<GatherProbeResult> measure_gather_limit(const GatherProbeSpec& spec,
 }
 
 Result<UpdateProbeResult> measure_update_limit(const UpdateProbeSpec& spec,
-                                               const std::vector<std::vector<std::int64_t>>& passes,
-                                               int repetitions) {
+                                               const std::vector<std::vector<std::int64_t>>& passes, int repetitions) {
   STRATA_RETURN_IF_ERROR(check_update(spec, passes, repetitions));
   STRATA_ASSIGN_OR_RETURN(auto mem, probe_table("update", spec.table_rows, spec.stride, spec.threads));
   const std::vector<float> grad(static_cast<std::size_t>(spec.record_floats), 0.5f);
@@ -276,8 +275,8 @@ Result<UpdateProbeResult> measure_update_limit(const UpdateProbeSpec& spec,
     std::vector<double> rates;
     for (int i = -1; i < repetitions; ++i) {  // one untimed pass first, as the gather probe
       const std::vector<std::int64_t>& rows = passes[static_cast<std::size_t>(std::max(i, 0)) % passes.size()];
-      const UpdatePass p{static_cast<float*>(mem.get()), spec.stride, spec.record_floats, rows.data(), grad.data(),
-                         ahead};
+      const UpdatePass p{
+          static_cast<float*>(mem.get()), spec.stride, spec.record_floats, rows.data(), grad.data(), ahead};
       const auto n = static_cast<std::int64_t>(rows.size());
       const double s = timed_tbb(arena, n, kUpdateGrain, [&](std::int64_t u0, std::int64_t u1) { update(p, u0, u1); });
       if (i >= 0) rates.push_back(static_cast<double>(n) / s);

@@ -72,11 +72,11 @@ struct UpdateProbeResult {
   std::int64_t table_rows = 0;
   std::int64_t table_bytes = 0;  ///< table_rows * stride * 4
   int threads = 0;
-  int repetitions = 0;          ///< timed passes (one pass's rows each)
-  int prefetch_distance = 0;    ///< rows ahead prefetched into L2 (the best of those tried)
-  double rows_per_s = 0;        ///< records updated per second, median over the timed passes
-  double gb_per_s = 0;          ///< rows_per_s * record_bytes * 2 / 1e9 (read and written)
-  double best_rows_per_s = 0;   ///< the fastest pass
+  int repetitions = 0;         ///< timed passes (one pass's rows each)
+  int prefetch_distance = 0;   ///< rows ahead prefetched into L2 (the best of those tried)
+  double rows_per_s = 0;       ///< records updated per second, median over the timed passes
+  double gb_per_s = 0;         ///< rows_per_s * record_bytes * 2 / 1e9 (read and written)
+  double best_rows_per_s = 0;  ///< the fastest pass
 };
 
 /// Allocates and fills a probe table, then times `repetitions` passes (pass i updates every row of
@@ -86,7 +86,6 @@ struct UpdateProbeResult {
 /// range, no passes, an empty pass or a row index outside [0, table_rows); resource_exhausted when
 /// the table cannot be allocated.
 Result<UpdateProbeResult> measure_update_limit(const UpdateProbeSpec& spec,
-                                               const std::vector<std::vector<std::int64_t>>& passes,
-                                               int repetitions);
+                                               const std::vector<std::vector<std::int64_t>>& passes, int repetitions);
 
 }  // namespace strata::bench

@@ -4,9 +4,12 @@ namespace strata::cache {
 
 const char* to_string(Policy p) noexcept {
   switch (p) {
-    case Policy::kLru: return "lru";
-    case Policy::kLfu: return "lfu";
-    case Policy::kLookahead: return "lookahead";
+    case Policy::kLru:
+      return "lru";
+    case Policy::kLfu:
+      return "lfu";
+    case Policy::kLookahead:
+      return "lookahead";
   }
   return "?";
 }

@@ -13,12 +13,14 @@ namespace strata {
 
 /// The keys of one table for one batch. Bag b holds keys[offsets[b] .. offsets[b+1]).
 struct JaggedKeys {
-  std::string table;               ///< table name
+  std::string table;                  ///< table name
   std::vector<std::int64_t> offsets;  ///< (batch + 1), offsets[0] == 0, non-decreasing, back() == keys.size()
-  std::vector<Key> keys;           ///< (num_keys) row ids in [0, rows)
-  std::vector<float> weights;      ///< empty, or (num_keys) per-key weights multiplied into the pooled sum
+  std::vector<Key> keys;              ///< (num_keys) row ids in [0, rows)
+  std::vector<float> weights;         ///< empty, or (num_keys) per-key weights multiplied into the pooled sum
 
-  std::int64_t batch_size() const noexcept { return offsets.empty() ? 0 : static_cast<std::int64_t>(offsets.size()) - 1; }
+  std::int64_t batch_size() const noexcept {
+    return offsets.empty() ? 0 : static_cast<std::int64_t>(offsets.size()) - 1;
+  }
   std::int64_t num_keys() const noexcept { return static_cast<std::int64_t>(keys.size()); }
 };
 

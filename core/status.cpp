@@ -4,17 +4,28 @@ namespace strata {
 
 const char* status_code_name(StatusCode code) noexcept {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kInvalidArgument: return "InvalidArgument";
-    case StatusCode::kNotFound: return "NotFound";
-    case StatusCode::kOutOfRange: return "OutOfRange";
-    case StatusCode::kFailedPrecondition: return "FailedPrecondition";
-    case StatusCode::kAlreadyExists: return "AlreadyExists";
-    case StatusCode::kResourceExhausted: return "ResourceExhausted";
-    case StatusCode::kDataLoss: return "DataLoss";
-    case StatusCode::kIoError: return "IoError";
-    case StatusCode::kInternal: return "Internal";
-    case StatusCode::kUnavailable: return "Unavailable";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kInvalidArgument:
+      return "InvalidArgument";
+    case StatusCode::kNotFound:
+      return "NotFound";
+    case StatusCode::kOutOfRange:
+      return "OutOfRange";
+    case StatusCode::kFailedPrecondition:
+      return "FailedPrecondition";
+    case StatusCode::kAlreadyExists:
+      return "AlreadyExists";
+    case StatusCode::kResourceExhausted:
+      return "ResourceExhausted";
+    case StatusCode::kDataLoss:
+      return "DataLoss";
+    case StatusCode::kIoError:
+      return "IoError";
+    case StatusCode::kInternal:
+      return "Internal";
+    case StatusCode::kUnavailable:
+      return "Unavailable";
   }
   return "Unknown";
 }

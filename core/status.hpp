@@ -13,16 +13,16 @@ namespace strata {
 /// What kind of failure a Status reports.
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,   ///< bad input from the caller (batch, config, gradients)
-  kNotFound,          ///< unknown table, batch or file
-  kOutOfRange,        ///< a key or index outside its valid range
-  kFailedPrecondition,///< call in the wrong state (forward before submit, ...)
-  kAlreadyExists,     ///< a batch id submitted twice
-  kResourceExhausted, ///< memory (host or device) or capacity exhausted
-  kDataLoss,          ///< a corrupt or truncated checkpoint / file
-  kIoError,           ///< the operating system refused a file operation
-  kInternal,          ///< a bug or a device fault
-  kUnavailable,       ///< a peer or device did not answer in time
+  kInvalidArgument,     ///< bad input from the caller (batch, config, gradients)
+  kNotFound,            ///< unknown table, batch or file
+  kOutOfRange,          ///< a key or index outside its valid range
+  kFailedPrecondition,  ///< call in the wrong state (forward before submit, ...)
+  kAlreadyExists,       ///< a batch id submitted twice
+  kResourceExhausted,   ///< memory (host or device) or capacity exhausted
+  kDataLoss,            ///< a corrupt or truncated checkpoint / file
+  kIoError,             ///< the operating system refused a file operation
+  kInternal,            ///< a bug or a device fault
+  kUnavailable,         ///< a peer or device did not answer in time
 };
 
 /// Name of a code ("InvalidArgument"), for messages.
@@ -68,7 +68,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : value_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   Result(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (status_.is_ok()) {
       std::fprintf(stderr, "strata: Result constructed from an OK status without a value\n");
@@ -78,11 +78,26 @@ class [[nodiscard]] Result {
   bool is_ok() const noexcept { return value_.has_value(); }
   explicit operator bool() const noexcept { return is_ok(); }
   const Status& status() const noexcept { return status_; }
-  T& value() & { check(); return *value_; }
-  const T& value() const& { check(); return *value_; }
-  T&& value() && { check(); return std::move(*value_); }
-  T* operator->() { check(); return &*value_; }
-  const T* operator->() const { check(); return &*value_; }
+  T& value() & {
+    check();
+    return *value_;
+  }
+  const T& value() const& {
+    check();
+    return *value_;
+  }
+  T&& value() && {
+    check();
+    return std::move(*value_);
+  }
+  T* operator->() {
+    check();
+    return &*value_;
+  }
+  const T* operator->() const {
+    check();
+    return &*value_;
+  }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
   T&& operator*() && { return std::move(*this).value(); }
@@ -101,26 +116,25 @@ class [[nodiscard]] Result {
 }  // namespace strata
 
 /// Returns the status from the enclosing function when it is an error.
-#define STRATA_RETURN_IF_ERROR(expr)            \
-  do {                                          \
-    ::strata::Status strata_status_ = (expr);   \
+#define STRATA_RETURN_IF_ERROR(expr)                    \
+  do {                                                  \
+    ::strata::Status strata_status_ = (expr);           \
     if (!strata_status_.is_ok()) return strata_status_; \
   } while (0)
 
 #define STRATA_CONCAT_INNER(a, b) a##b
 #define STRATA_CONCAT(a, b) STRATA_CONCAT_INNER(a, b)
 /// `STRATA_ASSIGN_OR_RETURN(auto x, make_x());` unwraps a Result or returns its status.
-#define STRATA_ASSIGN_OR_RETURN(lhs, expr)                                  \
-  auto STRATA_CONCAT(strata_result_, __LINE__) = (expr);                    \
-  if (!STRATA_CONCAT(strata_result_, __LINE__).is_ok())                     \
-    return STRATA_CONCAT(strata_result_, __LINE__).status();                \
+#define STRATA_ASSIGN_OR_RETURN(lhs, expr)                                                                       \
+  auto STRATA_CONCAT(strata_result_, __LINE__) = (expr);                                                         \
+  if (!STRATA_CONCAT(strata_result_, __LINE__).is_ok()) return STRATA_CONCAT(strata_result_, __LINE__).status(); \
   lhs = std::move(STRATA_CONCAT(strata_result_, __LINE__)).value()
 
 /// Aborts with file and line on a broken internal invariant (programmer error, not bad input).
-#define STRATA_CHECK(cond)                                                              \
-  do {                                                                                  \
-    if (!(cond)) {                                                                      \
+#define STRATA_CHECK(cond)                                                                    \
+  do {                                                                                        \
+    if (!(cond)) {                                                                            \
       std::fprintf(stderr, "strata: check failed at %s:%d: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                     \
-    }                                                                                   \
+      std::abort();                                                                           \
+    }                                                                                         \
   } while (0)

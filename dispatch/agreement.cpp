@@ -15,7 +15,8 @@ struct Record {
 };
 
 std::string describe(const Record& r) {
-  return std::string(r.op) + "(" + std::to_string(r.a) + (r.b || r.c ? ", " + std::to_string(r.b) + ", " + std::to_string(r.c) : "") + ")";
+  return std::string(r.op) + "(" + std::to_string(r.a) +
+         (r.b || r.c ? ", " + std::to_string(r.b) + ", " + std::to_string(r.c) : "") + ")";
 }
 
 }  // namespace
@@ -53,14 +54,22 @@ Status agree(Communicator& comm, const Step& step, const Status& local) {
   if (failed.empty()) return Status::ok();
   const std::string msg = describe(mine) + " failed on another rank (" + failed + ")";
   switch (code) {
-    case StatusCode::kResourceExhausted: return Status::resource_exhausted(msg);
-    case StatusCode::kInvalidArgument: return Status::invalid_argument(msg);
-    case StatusCode::kOutOfRange: return Status::out_of_range(msg);
-    case StatusCode::kNotFound: return Status::not_found(msg);
-    case StatusCode::kAlreadyExists: return Status::already_exists(msg);
-    case StatusCode::kUnavailable: return Status::unavailable(msg);
-    case StatusCode::kInternal: return Status::internal(msg);
-    default: return Status::failed_precondition(msg);
+    case StatusCode::kResourceExhausted:
+      return Status::resource_exhausted(msg);
+    case StatusCode::kInvalidArgument:
+      return Status::invalid_argument(msg);
+    case StatusCode::kOutOfRange:
+      return Status::out_of_range(msg);
+    case StatusCode::kNotFound:
+      return Status::not_found(msg);
+    case StatusCode::kAlreadyExists:
+      return Status::already_exists(msg);
+    case StatusCode::kUnavailable:
+      return Status::unavailable(msg);
+    case StatusCode::kInternal:
+      return Status::internal(msg);
+    default:
+      return Status::failed_precondition(msg);
   }
 }
 

@@ -78,8 +78,8 @@ Result<Comms> make_communicators(const std::string& kind, int local_ranks, const
     o.comm = options;
     return one(make_nccl_communicator(*bootstrap, o));
   }
-  return Status::invalid_argument("unknown communicator kind '" + kind + "' (expected one of: " +
-                                  communicator_kinds() + ")");
+  return Status::invalid_argument("unknown communicator kind '" + kind + "' (expected one of: " + communicator_kinds() +
+                                  ")");
 }
 
 }  // namespace strata::dispatch

@@ -6,10 +6,14 @@ namespace strata::dispatch {
 
 std::size_t size_of(DataType t) noexcept {
   switch (t) {
-    case DataType::kInt32: return 4;
-    case DataType::kInt64: return 8;
-    case DataType::kFloat32: return 4;
-    case DataType::kFloat64: return 8;
+    case DataType::kInt32:
+      return 4;
+    case DataType::kInt64:
+      return 8;
+    case DataType::kFloat32:
+      return 4;
+    case DataType::kFloat64:
+      return 8;
   }
   return 0;
 }

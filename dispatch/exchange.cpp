@@ -58,7 +58,8 @@ Result<KeyExchange> KeyExchange::run(Communicator& comm, const std::vector<Excha
   {
     const std::vector<std::int64_t> bytes(N, static_cast<std::int64_t>(T * sizeof(std::int64_t)));
     const std::vector<std::int64_t> displs = displs_of(bytes);
-    STRATA_RETURN_IF_ERROR(comm.all_to_all_v(send_counts.data(), bytes.data(), displs.data(), recv_counts.data(), bytes.data(), displs.data()));
+    STRATA_RETURN_IF_ERROR(comm.all_to_all_v(send_counts.data(), bytes.data(), displs.data(), recv_counts.data(),
+                                             bytes.data(), displs.data()));
   }
   // Keys, as local rows of their holders.
   std::vector<std::int64_t> sbytes(N, 0), rbytes(N, 0);
@@ -69,7 +70,9 @@ Result<KeyExchange> KeyExchange::run(Communicator& comm, const std::vector<Excha
       sbytes[d] += static_cast<std::int64_t>(ex.sent_[d][t].size() * sizeof(Key));
       rbytes[d] += recv_counts[d * T + t] * static_cast<std::int64_t>(sizeof(Key));
       if (static_cast<int>(d) != ex.me_) {
-        const std::int64_t row_back = tables[t].layout->returns_rows(static_cast<int>(d), ex.me_) ? ex.row_floats(static_cast<int>(d), t) * kF : 0;
+        const std::int64_t row_back = tables[t].layout->returns_rows(static_cast<int>(d), ex.me_)
+                                          ? ex.row_floats(static_cast<int>(d), t) * kF
+                                          : 0;
         const std::int64_t grad = ex.row_floats(static_cast<int>(d), t) * kF;
         const std::int64_t k = static_cast<std::int64_t>(ex.sent_[d][t].size()), k_all = ex.sent_uses_[d][t];
         ex.bytes_.keys += k * static_cast<std::int64_t>(sizeof(Key));
@@ -86,7 +89,8 @@ Result<KeyExchange> KeyExchange::run(Communicator& comm, const std::vector<Excha
   std::vector<Key> recv_keys(static_cast<std::size_t>(sum(rbytes)) / sizeof(Key));
   {
     const auto sd = displs_of(sbytes), rd = displs_of(rbytes);
-    STRATA_RETURN_IF_ERROR(comm.all_to_all_v(send_keys.data(), sbytes.data(), sd.data(), recv_keys.data(), rbytes.data(), rd.data()));
+    STRATA_RETURN_IF_ERROR(
+        comm.all_to_all_v(send_keys.data(), sbytes.data(), sd.data(), recv_keys.data(), rbytes.data(), rd.data()));
   }
   // Served keys per table, sources in rank order.
   ex.served_.assign(T, {});
@@ -104,7 +108,8 @@ Result<KeyExchange> KeyExchange::run(Communicator& comm, const std::vector<Excha
   return ex;
 }
 
-Status KeyExchange::return_rows(Communicator& comm, const std::vector<const float*>& served_rows, const std::vector<float*>& unique_rows) {
+Status KeyExchange::return_rows(Communicator& comm, const std::vector<const float*>& served_rows,
+                                const std::vector<float*>& unique_rows) {
   const std::size_t T = layouts_.size(), N = static_cast<std::size_t>(world_);
   std::vector<std::int64_t> sbytes(N, 0), rbytes(N, 0);
   for (std::size_t s = 0; s < N; ++s)
@@ -125,7 +130,8 @@ Status KeyExchange::return_rows(Communicator& comm, const std::vector<const floa
       out += n * w;
     }
   const auto sd = displs_of(sbytes), rd = displs_of(rbytes);
-  STRATA_RETURN_IF_ERROR(comm.all_to_all_v(send_buf_.data(), sbytes.data(), sd.data(), recv_buf_.data(), rbytes.data(), rd.data()));
+  STRATA_RETURN_IF_ERROR(
+      comm.all_to_all_v(send_buf_.data(), sbytes.data(), sd.data(), recv_buf_.data(), rbytes.data(), rd.data()));
   const float* in = recv_buf_.data();
   for (std::size_t o = 0; o < N; ++o)
     for (std::size_t t = 0; t < T; ++t) {
@@ -140,7 +146,8 @@ Status KeyExchange::return_rows(Communicator& comm, const std::vector<const floa
   return Status::ok();
 }
 
-Status KeyExchange::send_grads(Communicator& comm, const std::vector<const float*>& unique_grads, const std::vector<float*>& served_grads) {
+Status KeyExchange::send_grads(Communicator& comm, const std::vector<const float*>& unique_grads,
+                               const std::vector<float*>& served_grads) {
   const std::size_t T = layouts_.size(), N = static_cast<std::size_t>(world_);
   std::vector<std::int64_t> sbytes(N, 0), rbytes(N, 0);
   for (std::size_t d = 0; d < N; ++d)
@@ -161,7 +168,8 @@ Status KeyExchange::send_grads(Communicator& comm, const std::vector<const float
       }
     }
   const auto sd = displs_of(sbytes), rd = displs_of(rbytes);
-  STRATA_RETURN_IF_ERROR(comm.all_to_all_v(send_buf_.data(), sbytes.data(), sd.data(), recv_buf_.data(), rbytes.data(), rd.data()));
+  STRATA_RETURN_IF_ERROR(
+      comm.all_to_all_v(send_buf_.data(), sbytes.data(), sd.data(), recv_buf_.data(), rbytes.data(), rd.data()));
   const float* in = recv_buf_.data();
   for (std::size_t s = 0; s < N; ++s)
     for (std::size_t t = 0; t < T; ++t) {

@@ -26,7 +26,7 @@ namespace strata::dispatch {
 /// One table of an exchange on this rank.
 struct ExchangeInput {
   const ShardLayout* layout = nullptr;
-  const Key* keys = nullptr;             ///< (n) this rank's unique keys of the batch (host)
+  const Key* keys = nullptr;  ///< (n) this rank's unique keys of the batch (host)
   std::int64_t n = 0;
   const std::int64_t* use_offsets = nullptr;  ///< (n + 1) CSR offsets of each key's uses, or null (one use each)
 };
@@ -49,10 +49,12 @@ class KeyExchange {
   const std::vector<Key>& served(std::size_t t) const { return served_[t]; }
   /// Collective. served_rows[t]: (served(t).size(), local_dim(me)) in served order (may be null when
   /// empty); unique_rows[t]: (n_t, dim) host, receives the whole row of each unique key.
-  Status return_rows(Communicator& comm, const std::vector<const float*>& served_rows, const std::vector<float*>& unique_rows);
+  Status return_rows(Communicator& comm, const std::vector<const float*>& served_rows,
+                     const std::vector<float*>& unique_rows);
   /// Collective. unique_grads[t]: (n_t, dim), the summed gradient of each unique key;
   /// served_grads[t]: (served(t).size(), local_dim(me)) receives the served keys' gradients.
-  Status send_grads(Communicator& comm, const std::vector<const float*>& unique_grads, const std::vector<float*>& served_grads);
+  Status send_grads(Communicator& comm, const std::vector<const float*>& unique_grads,
+                    const std::vector<float*>& served_grads);
 
   const ExchangeBytes& bytes() const noexcept { return bytes_; }
 

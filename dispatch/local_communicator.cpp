@@ -266,8 +266,8 @@ class LocalCommunicator final : public Communicator {
 
   std::shared_ptr<Group> group_;
   const int rank_;
-  std::uint64_t calls_ = 0;              // collectives started, numbering the generations
-  std::vector<unsigned char> scratch_;   // all_reduce input posted to the peers
+  std::uint64_t calls_ = 0;             // collectives started, numbering the generations
+  std::vector<unsigned char> scratch_;  // all_reduce input posted to the peers
   std::atomic<std::int64_t> sent_{0}, received_{0}, calls_made_{0};
   std::atomic<bool> busy_{false};  // a call is in progress
 };

@@ -87,17 +87,27 @@ struct WireFailure {
 
 Status status_of(StatusCode code, std::string msg) {
   switch (code) {
-    case StatusCode::kInvalidArgument: return Status::invalid_argument(std::move(msg));
-    case StatusCode::kNotFound: return Status::not_found(std::move(msg));
-    case StatusCode::kOutOfRange: return Status::out_of_range(std::move(msg));
-    case StatusCode::kFailedPrecondition: return Status::failed_precondition(std::move(msg));
-    case StatusCode::kAlreadyExists: return Status::already_exists(std::move(msg));
-    case StatusCode::kResourceExhausted: return Status::resource_exhausted(std::move(msg));
-    case StatusCode::kDataLoss: return Status::data_loss(std::move(msg));
-    case StatusCode::kIoError: return Status::io_error(std::move(msg));
-    case StatusCode::kInternal: return Status::internal(std::move(msg));
+    case StatusCode::kInvalidArgument:
+      return Status::invalid_argument(std::move(msg));
+    case StatusCode::kNotFound:
+      return Status::not_found(std::move(msg));
+    case StatusCode::kOutOfRange:
+      return Status::out_of_range(std::move(msg));
+    case StatusCode::kFailedPrecondition:
+      return Status::failed_precondition(std::move(msg));
+    case StatusCode::kAlreadyExists:
+      return Status::already_exists(std::move(msg));
+    case StatusCode::kResourceExhausted:
+      return Status::resource_exhausted(std::move(msg));
+    case StatusCode::kDataLoss:
+      return Status::data_loss(std::move(msg));
+    case StatusCode::kIoError:
+      return Status::io_error(std::move(msg));
+    case StatusCode::kInternal:
+      return Status::internal(std::move(msg));
     case StatusCode::kOk:
-    case StatusCode::kUnavailable: break;
+    case StatusCode::kUnavailable:
+      break;
   }
   return Status::unavailable(std::move(msg));
 }
@@ -194,8 +204,8 @@ class MpiCommunicator final : public Communicator {
         STRATA_RETURN_IF_ERROR(post(ops, false, stage.data() + off[p], send_counts[p], p, tag(seq, 1)));
       }
       if (recv_counts[rank_] > 0) {
-        std::memmove(static_cast<char*>(recv) + recv_displs[rank_],
-                     static_cast<const char*>(send) + send_displs[rank_], static_cast<std::size_t>(recv_counts[rank_]));
+        std::memmove(static_cast<char*>(recv) + recv_displs[rank_], static_cast<const char*>(send) + send_displs[rank_],
+                     static_cast<std::size_t>(recv_counts[rank_]));
       }
       return wait(ops, deadline, what, /*arrival=*/false);
     });
@@ -321,11 +331,11 @@ class MpiCommunicator final : public Communicator {
  private:
   // Internal buffers that pending MPI requests may point into.
   struct Buffers {
-    std::vector<std::int64_t> header_out;               // this rank's WireHeader (+ counts)
-    std::vector<std::vector<std::int64_t>> header_in;   // per peer
-    std::vector<char> stage;                            // data being sent
-    std::vector<char> reduce_in;                        // all_reduce: the peers' parts of this rank's slice
-    WireFailure failure;                                // the failure report sent to peers
+    std::vector<std::int64_t> header_out;              // this rank's WireHeader (+ counts)
+    std::vector<std::vector<std::int64_t>> header_in;  // per peer
+    std::vector<char> stage;                           // data being sent
+    std::vector<char> reduce_in;                       // all_reduce: the peers' parts of this rank's slice
+    WireFailure failure;                               // the failure report sent to peers
   };
 
   int tag(std::uint64_t seq, int phase) const noexcept {
@@ -352,8 +362,9 @@ class MpiCommunicator final : public Communicator {
                            : MPI_Isend(at, n, MPI_BYTE, peer, tag, comm_, &op.req);
       if (err != MPI_SUCCESS) {
         abandon(ops);
-        return mpi_status(err, recv ? "MPI_Irecv(buf, n, MPI_BYTE, peer, tag, comm, &req)"
-                                    : "MPI_Isend(buf, n, MPI_BYTE, peer, tag, comm, &req)",
+        return mpi_status(err,
+                          recv ? "MPI_Irecv(buf, n, MPI_BYTE, peer, tag, comm, &req)"
+                               : "MPI_Isend(buf, n, MPI_BYTE, peer, tag, comm, &req)",
                           __FILE__, __LINE__);
       }
       ops.push_back(op);
@@ -503,11 +514,11 @@ class MpiCommunicator final : public Communicator {
         std::sort(missing.begin(), missing.end());
         abandon(ops);
         if (arrival) return fail(detail::timeout_status(what, options_.timeout, missing, size_), true);
-        return fail(Status::unavailable(std::string(what) + ": timed out after " +
-                                        std::to_string(options_.timeout.count()) + " ms moving data; " +
-                                        detail::rank_list(missing) + " of " + std::to_string(size_) +
-                                        " did not complete the transfer"),
-                    true);
+        return fail(
+            Status::unavailable(std::string(what) + ": timed out after " + std::to_string(options_.timeout.count()) +
+                                " ms moving data; " + detail::rank_list(missing) + " of " + std::to_string(size_) +
+                                " did not complete the transfer"),
+            true);
       }
       idle = progress ? 0 : idle + 1;
       backoff(idle);

@@ -4,10 +4,14 @@ namespace strata::dispatch {
 
 const char* to_string(ShardingType t) noexcept {
   switch (t) {
-    case ShardingType::kReplicated: return "replicated";
-    case ShardingType::kTable: return "table";
-    case ShardingType::kRow: return "row";
-    case ShardingType::kColumn: return "column";
+    case ShardingType::kReplicated:
+      return "replicated";
+    case ShardingType::kTable:
+      return "table";
+    case ShardingType::kRow:
+      return "row";
+    case ShardingType::kColumn:
+      return "column";
   }
   return "?";
 }
@@ -35,7 +39,8 @@ Status validate_plan(const TableSpec& spec, const ShardingPlan& plan, int world)
       // Row-wise adagrad keeps one accumulator per whole row (the mean of the squared gradient over
       // all columns); a column slice cannot compute it without the other slices.
       if (spec.optimizer.kind == OptimizerKind::kRowwiseAdagrad && world > 1)
-        return Status::invalid_argument(who + "column sharding cannot apply rowwise_adagrad (its accumulator spans the "
+        return Status::invalid_argument(who +
+                                        "column sharding cannot apply rowwise_adagrad (its accumulator spans the "
                                         "whole row); use row or table sharding");
       break;
     case ShardingType::kRow:
@@ -43,8 +48,8 @@ Status validate_plan(const TableSpec& spec, const ShardingPlan& plan, int world)
       break;
   }
   if (plan.type != ShardingType::kTable && plan.owner >= 0)
-    return Status::invalid_argument(who + "owner " + std::to_string(plan.owner) + " is only meaningful for table sharding, not " +
-                                    to_string(plan.type));
+    return Status::invalid_argument(who + "owner " + std::to_string(plan.owner) +
+                                    " is only meaningful for table sharding, not " + to_string(plan.type));
   return Status::ok();
 }
 
@@ -61,9 +66,12 @@ Result<ShardLayout> ShardLayout::make(const TableSpec& spec, const ShardingPlan&
 
 std::int64_t ShardLayout::local_rows(int r) const noexcept {
   switch (type_) {
-    case ShardingType::kRow: return rows_ > r ? (rows_ - r + world_ - 1) / world_ : 0;
-    case ShardingType::kTable: return r == owner_ ? rows_ : 0;
-    default: return rows_;
+    case ShardingType::kRow:
+      return rows_ > r ? (rows_ - r + world_ - 1) / world_ : 0;
+    case ShardingType::kTable:
+      return r == owner_ ? rows_ : 0;
+    default:
+      return rows_;
   }
 }
 
@@ -78,7 +86,8 @@ std::int32_t ShardLayout::col_offset(int r) const noexcept {
   return r * base + (r < extra ? r : extra);
 }
 
-std::pair<std::int64_t, std::int64_t> ShardLayout::local_range(int r, std::int64_t row0, std::int64_t n) const noexcept {
+std::pair<std::int64_t, std::int64_t> ShardLayout::local_range(int r, std::int64_t row0,
+                                                               std::int64_t n) const noexcept {
   switch (type_) {
     case ShardingType::kRow: {
       // Local rows l with row0 <= l * world + r < row0 + n.
@@ -86,8 +95,10 @@ std::pair<std::int64_t, std::int64_t> ShardLayout::local_range(int r, std::int64
       const std::int64_t a = first(row0), b = first(row0 + n);
       return {a, b - a};
     }
-    case ShardingType::kTable: return r == owner_ ? std::make_pair(row0, n) : std::make_pair(row0, std::int64_t{0});
-    default: return {row0, n};
+    case ShardingType::kTable:
+      return r == owner_ ? std::make_pair(row0, n) : std::make_pair(row0, std::int64_t{0});
+    default:
+      return {row0, n};
   }
 }
 

@@ -12,9 +12,9 @@ namespace strata {
 
 /// Result of dedup_keys. Positions index the original key array.
 struct UniqueKeys {
-  std::vector<Key> keys;               ///< (U) unique keys (in order of first use for kFirstUse)
-  std::vector<std::int64_t> offsets;   ///< (U + 1) CSR offsets into `positions`
-  std::vector<std::int32_t> positions; ///< (n) key positions grouped by unique key, ascending within each
+  std::vector<Key> keys;                ///< (U) unique keys (in order of first use for kFirstUse)
+  std::vector<std::int64_t> offsets;    ///< (U + 1) CSR offsets into `positions`
+  std::vector<std::int32_t> positions;  ///< (n) key positions grouped by unique key, ascending within each
 
   std::int64_t size() const noexcept { return static_cast<std::int64_t>(keys.size()); }
 };
@@ -29,7 +29,9 @@ struct UniqueView {
 };
 
 /// View of a UniqueKeys (valid while it lives and is not modified).
-inline UniqueView view_of(const UniqueKeys& u) noexcept { return {u.keys.data(), u.offsets.data(), u.positions.data(), u.size()}; }
+inline UniqueView view_of(const UniqueKeys& u) noexcept {
+  return {u.keys.data(), u.offsets.data(), u.positions.data(), u.size()};
+}
 
 /// Key counts from which dedup_keys(..., DedupOrder::kAny) works in parallel (below it the
 /// partitioning costs more than the second thread saves).
@@ -44,9 +46,9 @@ enum class DedupOrder {
 /// Reusable scratch memory of dedup_keys: keeping it (and the UniqueKeys) across batches avoids
 /// page-faulting megabytes of fresh memory every step.
 struct DedupScratch {
-  std::vector<std::uint64_t> slots; ///< hash table: hash tag | unique id + 1, 0 = empty
-  std::vector<std::int32_t> uid;    ///< (n) unique id of each position
-  std::vector<std::int64_t> cursor; ///< (U) scatter cursors
+  std::vector<std::uint64_t> slots;  ///< hash table: hash tag | unique id + 1, 0 = empty
+  std::vector<std::int32_t> uid;     ///< (n) unique id of each position
+  std::vector<std::int64_t> cursor;  ///< (U) scatter cursors
   // The parallel path (host/dedup.cpp): positions grouped by hash partition, per-partition results.
   std::vector<std::int32_t> by_part;  ///< (n) positions, grouped by partition, ascending within each
   std::vector<Key> part_keys;         ///< (n) the keys of by_part

@@ -164,13 +164,10 @@ class DictParser {
   }
   Status malformed(const std::string& expected) const {
     const std::string_view rest = text_.substr(std::min(pos_, text_.size()));
-    return Status::data_loss("malformed npy header: expected " + expected + " at offset " +
-                             std::to_string(pos_) + ", found '" + quote_bytes(rest, 24) + "' in '" +
-                             quote_bytes(text_, 200) + "'");
+    return Status::data_loss("malformed npy header: expected " + expected + " at offset " + std::to_string(pos_) +
+                             ", found '" + quote_bytes(rest, 24) + "' in '" + quote_bytes(text_, 200) + "'");
   }
-  static Status duplicate(const std::string& key) {
-    return Status::data_loss("npy header repeats key '" + key + "'");
-  }
+  static Status duplicate(const std::string& key) { return Status::data_loss("npy header repeats key '" + key + "'"); }
 
   Status parse_string(std::string* out, const std::string& what) {
     skip_ws();
@@ -202,8 +199,7 @@ class DictParser {
   Status parse_int(std::int64_t* out) {
     skip_ws();
     if (pos_ < text_.size() && text_[pos_] == '-') {
-      return Status::data_loss("npy header has a negative dimension in 'shape': '" + quote_bytes(text_, 200) +
-                               "'");
+      return Status::data_loss("npy header has a negative dimension in 'shape': '" + quote_bytes(text_, 200) + "'");
     }
     if (pos_ >= text_.size() || !std::isdigit(static_cast<unsigned char>(text_[pos_]))) {
       return malformed("a non-negative integer dimension");
@@ -256,13 +252,13 @@ Result<std::int64_t> element_count(const std::vector<std::int64_t>& shape) {
 
 Status write_npy(const std::string& path, const float* data, std::int64_t rows, std::int64_t cols) {
   if (rows < 0 || cols < 0) {
-    return Status::invalid_argument(path + ": cannot write an npy matrix of shape (" + std::to_string(rows) +
-                                    ", " + std::to_string(cols) + "): dimensions must be >= 0");
+    return Status::invalid_argument(path + ": cannot write an npy matrix of shape (" + std::to_string(rows) + ", " +
+                                    std::to_string(cols) + "): dimensions must be >= 0");
   }
   std::int64_t bytes = 0;
   if (__builtin_mul_overflow(rows, cols, &bytes) || __builtin_mul_overflow(bytes, std::int64_t{4}, &bytes)) {
-    return Status::invalid_argument(path + ": npy matrix (" + std::to_string(rows) + ", " +
-                                    std::to_string(cols) + ") is too large");
+    return Status::invalid_argument(path + ": npy matrix (" + std::to_string(rows) + ", " + std::to_string(cols) +
+                                    ") is too large");
   }
   if (data == nullptr && bytes > 0) {
     return Status::invalid_argument(path + ": null data for a non-empty npy matrix");
@@ -290,12 +286,11 @@ Status write_npy(const std::string& path, const float* data, std::int64_t rows, 
 Result<NpyHeader> parse_npy_header(const std::string& bytes) {
   STRATA_ASSIGN_OR_RETURN(const std::size_t total, npy_header_size(bytes));
   if (bytes.size() < total) {
-    return Status::data_loss("truncated npy header: " + std::to_string(bytes.size()) +
-                             " bytes found, header needs " + std::to_string(total));
+    return Status::data_loss("truncated npy header: " + std::to_string(bytes.size()) + " bytes found, header needs " +
+                             std::to_string(total));
   }
   const std::size_t prefix = static_cast<unsigned char>(bytes[6]) == 1 ? kV1Prefix : kV2Prefix;
-  STRATA_ASSIGN_OR_RETURN(NpyHeader h,
-                          DictParser(std::string_view(bytes).substr(prefix, total - prefix)).parse());
+  STRATA_ASSIGN_OR_RETURN(NpyHeader h, DictParser(std::string_view(bytes).substr(prefix, total - prefix)).parse());
   h.data_offset = total;
   return h;
 }
@@ -323,17 +318,16 @@ Result<std::vector<float>> read_npy_f32_matrix(const std::string& path, std::int
   const NpyHeader& h = *parsed;
 
   if (h.descr != kF32Descr) {
-    return Status::invalid_argument(path + ": dtype '" + h.descr + "' is not supported (expected '" +
-                                    kF32Descr + "', little-endian float32)");
+    return Status::invalid_argument(path + ": dtype '" + h.descr + "' is not supported (expected '" + kF32Descr +
+                                    "', little-endian float32)");
   }
   if (h.fortran_order) {
     return Status::invalid_argument(path + ": fortran_order is True (expected False: C order, row-major)");
   }
   const std::vector<std::int64_t> expected_shape = {expected_rows, expected_cols};
   if (h.shape != expected_shape) {
-    return Status::invalid_argument(path + ": shape " + format_shape(h.shape) +
-                                    " does not match the table (expected " + format_shape(expected_shape) +
-                                    ")");
+    return Status::invalid_argument(path + ": shape " + format_shape(h.shape) + " does not match the table (expected " +
+                                    format_shape(expected_shape) + ")");
   }
   STRATA_ASSIGN_OR_RETURN(const std::int64_t count, element_count(h.shape));
   std::uint64_t want = 0;
@@ -352,8 +346,8 @@ Result<std::vector<float>> read_npy_f32_matrix(const std::string& path, std::int
   try {
     out.resize(static_cast<std::size_t>(count));
   } catch (const std::bad_alloc&) {
-    return Status::resource_exhausted(path + ": cannot allocate " + std::to_string(want) +
-                                      " bytes for shape " + format_shape(h.shape));
+    return Status::resource_exhausted(path + ": cannot allocate " + std::to_string(want) + " bytes for shape " +
+                                      format_shape(h.shape));
   }
   STRATA_RETURN_IF_ERROR(file.read_at(h.data_offset, out.data(), static_cast<std::size_t>(want)));
   return out;

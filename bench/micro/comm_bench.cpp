@@ -30,8 +30,10 @@ struct RankBuffers {
   std::vector<char> send, recv;
   std::vector<std::int64_t> counts, displs;
   RankBuffers(int n, std::int64_t message)
-      : send(static_cast<std::size_t>(n * message), 1), recv(static_cast<std::size_t>(n * message), 0),
-        counts(n, message), displs(n) {
+      : send(static_cast<std::size_t>(n * message), 1),
+        recv(static_cast<std::size_t>(n * message), 0),
+        counts(n, message),
+        displs(n) {
     for (int r = 0; r < n; ++r) displs[r] = r * message;
   }
   Status exchange(Communicator& c) {

@@ -42,7 +42,7 @@ class EvictionOrder {
  public:
   static constexpr std::uint32_t kDenseBuckets = 64 * 64;  ///< buckets with a FIFO queue each
 
-  static constexpr std::uint32_t kAgedBuckets = 64;         ///< buckets (levels) of an aged order
+  static constexpr std::uint32_t kAgedBuckets = 64;  ///< buckets (levels) of an aged order
 
   /// An order for at most `capacity` evictable slots (sets when stale entries are compacted).
   /// `level_step` > 0 makes the ranked entries aged (buckets < kAgedBuckets, see above).
@@ -95,7 +95,8 @@ class EvictionOrder {
   }
 
   /// Queues `slot` (version `version`) as used again in the window, first at `next_use`.
-  void push_windowed(std::int64_t next_use, std::uint32_t uses, std::int32_t table, std::int32_t slot, std::uint32_t version) {
+  void push_windowed(std::int64_t next_use, std::uint32_t uses, std::int32_t table, std::int32_t slot,
+                     std::uint32_t version) {
     ++entries_;
     // The group of `next_use`: binary search, as a window of previews holds hundreds of groups.
     auto it = std::lower_bound(groups_.begin(), groups_.end(), next_use,
@@ -171,8 +172,9 @@ class EvictionOrder {
       if (bits_[w] == 0) summary_ &= ~(std::uint64_t{1} << w);
     }
     const std::size_t before = heap_.size();
-    heap_.erase(std::remove_if(heap_.begin(), heap_.end(), [&](const Heaped& h) { return version[h.slot] != h.version; }),
-                heap_.end());
+    heap_.erase(
+        std::remove_if(heap_.begin(), heap_.end(), [&](const Heaped& h) { return version[h.slot] != h.version; }),
+        heap_.end());
     entries_ -= before - heap_.size();
     std::make_heap(heap_.begin(), heap_.end(), HeapAfter{step_});
     retire_window(std::numeric_limits<std::int64_t>::max(), version);
@@ -196,13 +198,14 @@ class EvictionOrder {
   };
   struct Heaped {
     Heaped() = default;
-    Heaped(std::uint64_t l, std::uint32_t b, std::int32_t s, std::uint32_t v) noexcept : last(l), bucket(b), slot(s), version(v) {}
+    Heaped(std::uint64_t l, std::uint32_t b, std::int32_t s, std::uint32_t v) noexcept
+        : last(l), bucket(b), slot(s), version(v) {}
     std::uint64_t last;
     std::uint32_t bucket;
     std::int32_t slot;
     std::uint32_t version;
   };
-  struct HeapAfter {  // std heap comparator: true when a comes after b (a min-heap on the rank)
+  struct HeapAfter {     // std heap comparator: true when a comes after b (a min-heap on the rank)
     std::uint64_t step;  // 0: (bucket, last); else (last + bucket * step, bucket, last)
     bool operator()(const Heaped& a, const Heaped& b) const noexcept {
       if (step != 0) {
@@ -214,7 +217,8 @@ class EvictionOrder {
   };
   struct Windowed {
     Windowed() = default;
-    Windowed(std::uint32_t n, std::int32_t t, std::int32_t s, std::uint32_t v) noexcept : uses(n), table(t), slot(s), version(v) {}
+    Windowed(std::uint32_t n, std::int32_t t, std::int32_t s, std::uint32_t v) noexcept
+        : uses(n), table(t), slot(s), version(v) {}
     std::uint32_t uses;
     std::int32_t table;
     std::int32_t slot;
@@ -303,7 +307,8 @@ class EvictionOrder {
     if (!heap_.empty()) {
       const Heaped& h = heap_.front();
       const std::uint64_t hk = h.last + h.bucket * step_;
-      if (best < 0 || hk < best_key || (hk == best_key && (h.bucket < best_bucket || (h.bucket == best_bucket && h.last < best_last))))
+      if (best < 0 || hk < best_key ||
+          (hk == best_key && (h.bucket < best_bucket || (h.bucket == best_bucket && h.last < best_last))))
         best = h.slot;
     }
     return best;
@@ -314,7 +319,9 @@ class EvictionOrder {
   // are the buckets; ties go to the lower bucket, as the rank says).
   void set_front(std::uint32_t b, std::uint64_t key) noexcept {
     front_[b] = key;
-    const auto winner = [this](std::uint32_t node) { return node >= kAgedBuckets ? node - kAgedBuckets : winner_[node]; };
+    const auto winner = [this](std::uint32_t node) {
+      return node >= kAgedBuckets ? node - kAgedBuckets : winner_[node];
+    };
     for (std::uint32_t i = (kAgedBuckets + b) / 2; i >= 1; i /= 2) {
       const std::uint32_t l = winner(2 * i), r = winner(2 * i + 1);
       winner_[i] = static_cast<std::uint8_t>(front_[r] < front_[l] ? r : l);
@@ -369,7 +376,7 @@ class EvictionOrder {
 
   std::size_t entries_ = 0;  // queued entries, live and stale
   std::size_t limit_;
-  std::uint64_t step_;       // aged: ticks of recency per level; 0: (bucket, last)
+  std::uint64_t step_;                                          // aged: ticks of recency per level; 0: (bucket, last)
   static constexpr std::uint64_t kNoFront = ~std::uint64_t{0};  // front_ of an empty aged bucket
   // aged: key of each queue's front entry (kNoFront when empty), and the winner tree over them
   // (set_front); every key starts kNoFront, so node i starts with the lowest bucket under it.

@@ -47,7 +47,8 @@ class KeyMap {
   /// The slot of `k` (hash `h`), or -1. `key_of(slot)` returns the key stored in a slot's record,
   /// and a key no caller looks up (e.g. kEmpty) for slot -1.
   template <class KeyOf>
-  __attribute__((always_inline)) inline std::int64_t find(std::uint64_t k, std::uint64_t h, const KeyOf& key_of) const noexcept {
+  __attribute__((always_inline)) inline std::int64_t find(std::uint64_t k, std::uint64_t h,
+                                                          const KeyOf& key_of) const noexcept {
     const std::uint32_t tag = tag_of(h);
     const std::size_t c = h & mask_;
     const Chunk& ch = chunks_[c];
@@ -114,13 +115,15 @@ class KeyMap {
   static constexpr unsigned kWidth = 8;  // entries per chunk
 
   struct alignas(64) Chunk {
-    std::uint32_t tag[kWidth] = {};                     // hash bits of the key in each entry
+    std::uint32_t tag[kWidth] = {};                                // hash bits of the key in each entry
     std::int32_t slot[kWidth] = {-1, -1, -1, -1, -1, -1, -1, -1};  // -1: empty
 
     // Bit i set: tag[i] == t (empty entries may match; callers check the slot).
     unsigned match(std::uint32_t t) const noexcept { return eq_mask(tag, t); }
     // Bit i set: slot[i] == s.
-    unsigned holds(std::int32_t s) const noexcept { return eq_mask(reinterpret_cast<const std::uint32_t*>(slot), static_cast<std::uint32_t>(s)); }
+    unsigned holds(std::int32_t s) const noexcept {
+      return eq_mask(reinterpret_cast<const std::uint32_t*>(slot), static_cast<std::uint32_t>(s));
+    }
     // Bit i set: entry i is empty.
     unsigned free() const noexcept { return holds(-1); }
 
@@ -129,7 +132,8 @@ class KeyMap {
       const __m128i k = _mm_set1_epi32(static_cast<int>(x));
       const __m128i lo = _mm_cmpeq_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(v)), k);
       const __m128i hi = _mm_cmpeq_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(v + 4)), k);
-      return static_cast<unsigned>(_mm_movemask_ps(_mm_castsi128_ps(lo)) | (_mm_movemask_ps(_mm_castsi128_ps(hi)) << 4));
+      return static_cast<unsigned>(_mm_movemask_ps(_mm_castsi128_ps(lo)) |
+                                   (_mm_movemask_ps(_mm_castsi128_ps(hi)) << 4));
 #else
       unsigned m = 0;
       for (unsigned i = 0; i < kWidth; ++i) m |= static_cast<unsigned>(v[i] == x) << i;
@@ -142,7 +146,8 @@ class KeyMap {
 
   // find() past its usual case: several tag matches, or chunks overflowed.
   template <class KeyOf>
-  __attribute__((noinline)) std::int64_t find_slow(std::uint64_t k, std::uint32_t tag, std::size_t c, const KeyOf& key_of) const noexcept {
+  __attribute__((noinline)) std::int64_t find_slow(std::uint64_t k, std::uint32_t tag, std::size_t c,
+                                                   const KeyOf& key_of) const noexcept {
     for (;; c = (c + 1) & mask_) {
       const Chunk& q = chunks_[c];
       for (unsigned r = q.match(tag); r != 0; r &= r - 1) {

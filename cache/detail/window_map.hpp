@@ -27,7 +27,7 @@ namespace strata::cache::detail {
 class WindowMap {
  public:
   static constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::max();  ///< no use
-  static constexpr std::uint64_t kEmpty = ~std::uint64_t{0};                      ///< reserved key
+  static constexpr std::uint64_t kEmpty = ~std::uint64_t{0};                       ///< reserved key
 
   static constexpr std::int64_t kMaxReach = 320;  ///< batches a mask reaches at most (64-byte entries)
 
@@ -95,8 +95,8 @@ class WindowMap {
 
   /// What drop() did to a key.
   struct Dropped {
-    bool was_front = false;        ///< the first use was `seq`
-    std::int64_t front = kNone;    ///< the first use left, or kNone
+    bool was_front = false;      ///< the first use was `seq`
+    std::int64_t front = kNone;  ///< the first use left, or kNone
   };
   /// Removes the use of `k` at `seq` (if any), as consume(), saying whether it was the first.
   Dropped drop(std::uint64_t k, std::uint64_t hk, std::int64_t seq) {

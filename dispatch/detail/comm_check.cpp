@@ -9,30 +9,42 @@ namespace strata::dispatch::detail {
 
 const char* collective_name(Collective c) noexcept {
   switch (c) {
-    case Collective::kAllToAllV: return "all_to_all_v";
-    case Collective::kAllGather: return "all_gather";
-    case Collective::kAllReduce: return "all_reduce";
-    case Collective::kBroadcast: return "broadcast";
-    case Collective::kBarrier: return "barrier";
+    case Collective::kAllToAllV:
+      return "all_to_all_v";
+    case Collective::kAllGather:
+      return "all_gather";
+    case Collective::kAllReduce:
+      return "all_reduce";
+    case Collective::kBroadcast:
+      return "broadcast";
+    case Collective::kBarrier:
+      return "barrier";
   }
   return "unknown collective";
 }
 
 const char* data_type_name(DataType t) noexcept {
   switch (t) {
-    case DataType::kInt32: return "int32";
-    case DataType::kInt64: return "int64";
-    case DataType::kFloat32: return "float32";
-    case DataType::kFloat64: return "float64";
+    case DataType::kInt32:
+      return "int32";
+    case DataType::kInt64:
+      return "int64";
+    case DataType::kFloat32:
+      return "float32";
+    case DataType::kFloat64:
+      return "float64";
   }
   return "unknown type";
 }
 
 const char* reduce_op_name(ReduceOp op) noexcept {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kMax: return "max";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
   }
   return "unknown op";
 }
@@ -208,8 +220,7 @@ std::string rank_list(const std::vector<int>& ranks) {
   return out;
 }
 
-Status timeout_status(const char* what, std::chrono::milliseconds timeout, const std::vector<int>& missing,
-                      int size) {
+Status timeout_status(const char* what, std::chrono::milliseconds timeout, const std::vector<int>& missing, int size) {
   return Status::unavailable(std::string(what) + ": timed out after " + std::to_string(timeout.count()) + " ms; " +
                              rank_list(missing) + " of " + std::to_string(size) + " did not arrive");
 }
@@ -272,9 +283,15 @@ void reduce_op(void* acc, const void* in, std::int64_t n, ReduceOp op) noexcept 
   T* a = static_cast<T*>(acc);
   const T* b = static_cast<const T*>(in);
   switch (op) {
-    case ReduceOp::kSum: reduce_typed(a, b, n, [](T x, T y) { return add(x, y); }); break;
-    case ReduceOp::kMin: reduce_typed(a, b, n, [](T x, T y) { return y < x ? y : x; }); break;
-    case ReduceOp::kMax: reduce_typed(a, b, n, [](T x, T y) { return x < y ? y : x; }); break;
+    case ReduceOp::kSum:
+      reduce_typed(a, b, n, [](T x, T y) { return add(x, y); });
+      break;
+    case ReduceOp::kMin:
+      reduce_typed(a, b, n, [](T x, T y) { return y < x ? y : x; });
+      break;
+    case ReduceOp::kMax:
+      reduce_typed(a, b, n, [](T x, T y) { return x < y ? y : x; });
+      break;
   }
 }
 
@@ -282,10 +299,18 @@ void reduce_op(void* acc, const void* in, std::int64_t n, ReduceOp op) noexcept 
 
 void reduce_into(void* acc, const void* in, std::int64_t count, DataType type, ReduceOp op) noexcept {
   switch (type) {
-    case DataType::kInt32: reduce_op<std::int32_t>(acc, in, count, op); break;
-    case DataType::kInt64: reduce_op<std::int64_t>(acc, in, count, op); break;
-    case DataType::kFloat32: reduce_op<float>(acc, in, count, op); break;
-    case DataType::kFloat64: reduce_op<double>(acc, in, count, op); break;
+    case DataType::kInt32:
+      reduce_op<std::int32_t>(acc, in, count, op);
+      break;
+    case DataType::kInt64:
+      reduce_op<std::int64_t>(acc, in, count, op);
+      break;
+    case DataType::kFloat32:
+      reduce_op<float>(acc, in, count, op);
+      break;
+    case DataType::kFloat64:
+      reduce_op<double>(acc, in, count, op);
+      break;
   }
 }
 

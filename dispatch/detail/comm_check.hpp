@@ -58,8 +58,7 @@ Status check_agreement(const std::vector<const CallInfo*>& calls);
 std::string rank_list(const std::vector<int>& ranks);
 
 /// kUnavailable: "<what>: timed out after 200 ms; ranks 2, 3 of 4 did not arrive".
-Status timeout_status(const char* what, std::chrono::milliseconds timeout, const std::vector<int>& missing,
-                      int size);
+Status timeout_status(const char* what, std::chrono::milliseconds timeout, const std::vector<int>& missing, int size);
 
 /// The error every later call of a broken communicator returns: the first error, same code,
 /// prefixed with the new call's name.

@@ -29,10 +29,10 @@ bool record_if_error(Sink& sink, cudaError_t err, const char* expr, const char* 
 
 /// Evaluates a CUDA runtime call and returns an Internal Status (call, error, file, line) from the
 /// enclosing function when it fails. The enclosing function returns Status or Result<T>.
-#define STRATA_CUDA_TRY(expr)                                                                   \
-  do {                                                                                          \
-    const cudaError_t strata_cuda_err_ = (expr);                                                \
-    if (strata_cuda_err_ != cudaSuccess)                                                        \
+#define STRATA_CUDA_TRY(expr)                                                                      \
+  do {                                                                                             \
+    const cudaError_t strata_cuda_err_ = (expr);                                                   \
+    if (strata_cuda_err_ != cudaSuccess)                                                           \
       return ::strata::gpu::cuda_detail::cuda_status(strata_cuda_err_, #expr, __FILE__, __LINE__); \
   } while (0)
 

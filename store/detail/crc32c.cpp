@@ -38,8 +38,7 @@ constexpr std::array<Table, 8> kSlice = make_slice_tables();
 
 // Little-endian loads regardless of host order; compilers turn these into single moves on x86.
 inline std::uint32_t load_le32(const unsigned char* p) noexcept {
-  return std::uint32_t{p[0]} | std::uint32_t{p[1]} << 8 | std::uint32_t{p[2]} << 16 |
-         std::uint32_t{p[3]} << 24;
+  return std::uint32_t{p[0]} | std::uint32_t{p[1]} << 8 | std::uint32_t{p[2]} << 16 | std::uint32_t{p[3]} << 24;
 }
 
 #if STRATA_CRC32C_X86
@@ -99,8 +98,9 @@ inline std::uint64_t load64(const unsigned char* p) noexcept {
 }
 
 // Three interleaved streams of `block` bytes each; returns the register after all 3 * block bytes.
-__attribute__((target("sse4.2"))) inline std::uint64_t hw_three_streams(
-    const unsigned char* p, std::size_t block, std::uint64_t crc0, const std::array<Table, 4>& shift_table) {
+__attribute__((target("sse4.2"))) inline std::uint64_t hw_three_streams(const unsigned char* p, std::size_t block,
+                                                                        std::uint64_t crc0,
+                                                                        const std::array<Table, 4>& shift_table) {
   std::uint64_t crc1 = 0;
   std::uint64_t crc2 = 0;
   const unsigned char* end = p + block;
@@ -113,8 +113,7 @@ __attribute__((target("sse4.2"))) inline std::uint64_t hw_three_streams(
   return shift(shift_table, static_cast<std::uint32_t>(crc0)) ^ crc2;
 }
 
-__attribute__((target("sse4.2"))) std::uint32_t hw_impl(const void* data, std::size_t n,
-                                                        std::uint32_t crc) noexcept {
+__attribute__((target("sse4.2"))) std::uint32_t hw_impl(const void* data, std::size_t n, std::uint32_t crc) noexcept {
   const auto* p = static_cast<const unsigned char*>(data);
   std::uint64_t reg = crc ^ 0xFFFFFFFFu;
   // Align to 8 bytes so the 64-bit loads never straddle cache lines.
@@ -123,8 +122,7 @@ __attribute__((target("sse4.2"))) std::uint32_t hw_impl(const void* data, std::s
     --n;
   }
   for (; n >= 3 * kLong; n -= 3 * kLong, p += 3 * kLong) reg = hw_three_streams(p, kLong, reg, kShiftLong);
-  for (; n >= 3 * kShort; n -= 3 * kShort, p += 3 * kShort)
-    reg = hw_three_streams(p, kShort, reg, kShiftShort);
+  for (; n >= 3 * kShort; n -= 3 * kShort, p += 3 * kShort) reg = hw_three_streams(p, kShort, reg, kShiftShort);
   for (; n >= 8; n -= 8, p += 8) reg = _mm_crc32_u64(reg, load64(p));
   for (; n > 0; --n) reg = _mm_crc32_u8(static_cast<std::uint32_t>(reg), *p++);
   return static_cast<std::uint32_t>(reg) ^ 0xFFFFFFFFu;
@@ -141,9 +139,8 @@ std::uint32_t crc32c_sw(const void* data, std::size_t n, std::uint32_t crc) noex
   for (; n >= 8; n -= 8, p += 8) {
     const std::uint32_t lo = reg ^ load_le32(p);
     const std::uint32_t hi = load_le32(p + 4);
-    reg = kSlice[7][lo & 0xFFu] ^ kSlice[6][(lo >> 8) & 0xFFu] ^ kSlice[5][(lo >> 16) & 0xFFu] ^
-          kSlice[4][lo >> 24] ^ kSlice[3][hi & 0xFFu] ^ kSlice[2][(hi >> 8) & 0xFFu] ^
-          kSlice[1][(hi >> 16) & 0xFFu] ^ kSlice[0][hi >> 24];
+    reg = kSlice[7][lo & 0xFFu] ^ kSlice[6][(lo >> 8) & 0xFFu] ^ kSlice[5][(lo >> 16) & 0xFFu] ^ kSlice[4][lo >> 24] ^
+          kSlice[3][hi & 0xFFu] ^ kSlice[2][(hi >> 8) & 0xFFu] ^ kSlice[1][(hi >> 16) & 0xFFu] ^ kSlice[0][hi >> 24];
   }
   for (; n > 0; --n) reg = (reg >> 8) ^ kSlice[0][(reg ^ *p++) & 0xFFu];
   return reg ^ 0xFFFFFFFFu;

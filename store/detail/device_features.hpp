@@ -37,7 +37,7 @@ Status copy_outputs(gpu::Device& dev, gpu::StreamView s, gpu::Staging& st, const
                     const std::vector<int>& feature, const std::vector<MatrixView>& outputs);
 
 /// On `s`: copies every feature's gradient `grads[feature[i]]` through its pinned buffer H2D.
-void copy_gradients(gpu::Device& dev, gpu::StreamView s, std::vector<DeviceFeature>& feats, const std::vector<int>& feature,
-                    const std::vector<ConstMatrixView>& grads);
+void copy_gradients(gpu::Device& dev, gpu::StreamView s, std::vector<DeviceFeature>& feats,
+                    const std::vector<int>& feature, const std::vector<ConstMatrixView>& grads);
 
 }  // namespace strata::detail

@@ -17,6 +17,7 @@
 
 namespace strata::detail {
 
-Result<std::unique_ptr<Engine>> make_gpu_engine(const StoreConfig& config, const std::vector<int>& tables, gpu::Device& device);
+Result<std::unique_ptr<Engine>> make_gpu_engine(const StoreConfig& config, const std::vector<int>& tables,
+                                                gpu::Device& device);
 
 }  // namespace strata::detail

@@ -28,7 +28,8 @@ namespace strata::detail {
 
 /// `tables`: the global indexes of the sharded tables (all `gpu` or all `hybrid` placements may be
 /// mixed). The communicator and device outlive the engine.
-Result<std::unique_ptr<Engine>> make_sharded_engine(const Topology& topo, const StoreConfig& config, const std::vector<int>& tables,
-                                                    HostTableOptions options, gpu::Device& device, dispatch::Communicator& comm);
+Result<std::unique_ptr<Engine>> make_sharded_engine(const Topology& topo, const StoreConfig& config,
+                                                    const std::vector<int>& tables, HostTableOptions options,
+                                                    gpu::Device& device, dispatch::Communicator& comm);
 
 }  // namespace strata::detail

@@ -122,8 +122,8 @@ void expect_sane(const UpdateProbeResult& r, const UpdateProbeSpec& spec, int re
 }
 
 TEST(UpdateProbe, RecordsOfWholeRegistersAndAnyWidth) {
-  for (const UpdateProbeSpec spec : {UpdateProbeSpec{64, 64, 20000, 2}, UpdateProbeSpec{80, 96, 5000, 3},
-                                     UpdateProbeSpec{20, 32, 3000, 1}}) {
+  for (const UpdateProbeSpec spec :
+       {UpdateProbeSpec{64, 64, 20000, 2}, UpdateProbeSpec{80, 96, 5000, 3}, UpdateProbeSpec{20, 32, 3000, 1}}) {
     auto r = measure_update_limit(spec, distinct_rows(3, 1000, spec.table_rows), 5);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     expect_sane(r.value(), spec, 5);

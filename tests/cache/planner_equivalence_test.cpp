@@ -105,12 +105,14 @@ class RefPool {
       const std::string who = "table '" + opt_.tables[t].name + "' in cache pool " + opt_.name + ": the batch";
       if (cap <= 0) continue;
       if (unique[t] > cap)
-        return Status::resource_exhausted(who + " has " + std::to_string(unique[t]) + " unique rows but the table's cache cap is " +
-                                          std::to_string(cap) + " slots");
+        return Status::resource_exhausted(who + " has " + std::to_string(unique[t]) +
+                                          " unique rows but the table's cache cap is " + std::to_string(cap) +
+                                          " slots");
       const std::int64_t room = cap - pinned_[t] - hits_unpinned[t];
       if (misses[t] > room)
-        return Status::resource_exhausted(who + " needs " + std::to_string(misses[t]) + " new slots but only " + std::to_string(room) +
-                                          " of its cap of " + std::to_string(cap) + " are not pinned by batches in flight");
+        return Status::resource_exhausted(who + " needs " + std::to_string(misses[t]) + " new slots but only " +
+                                          std::to_string(room) + " of its cap of " + std::to_string(cap) +
+                                          " are not pinned by batches in flight");
     }
     const std::string who = "cache pool " + opt_.name + ": the batch";
     if (total_unique > opt_.slots) {
@@ -127,10 +129,10 @@ class RefPool {
     for (auto n : pinned_) pinned_total += n;
     const std::int64_t evictable = opt_.slots - pinned_total - total_hits_unpinned;
     if (total_misses > evictable)
-      return Status::resource_exhausted(who + " needs " + std::to_string(total_misses) + " new slots but only " +
-                                        std::to_string(evictable) + " of " + std::to_string(opt_.slots) + " are free or evictable (" +
-                                        std::to_string(pinned_total) +
-                                        " pinned by batches in flight); raise the cache capacity or keep fewer batches in flight");
+      return Status::resource_exhausted(
+          who + " needs " + std::to_string(total_misses) + " new slots but only " + std::to_string(evictable) + " of " +
+          std::to_string(opt_.slots) + " are free or evictable (" + std::to_string(pinned_total) +
+          " pinned by batches in flight); raise the cache capacity or keep fewer batches in flight");
     return p;
   }
 
@@ -338,10 +340,12 @@ class RefPool {
 // ---- comparison helpers -----------------------------------------------------------------------
 
 std::string str(const Transfer& t) {
-  return "(slot " + std::to_string(t.slot) + ", table " + std::to_string(t.table) + ", row " + std::to_string(t.row) + ")";
+  return "(slot " + std::to_string(t.slot) + ", table " + std::to_string(t.table) + ", row " + std::to_string(t.row) +
+         ")";
 }
 
-void expect_same_transfers(const std::vector<Transfer>& got, const std::vector<Transfer>& want, const std::string& what) {
+void expect_same_transfers(const std::vector<Transfer>& got, const std::vector<Transfer>& want,
+                           const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (std::size_t i = 0; i < got.size(); ++i)
     ASSERT_TRUE(got[i].slot == want[i].slot && got[i].table == want[i].table && got[i].row == want[i].row)
@@ -362,9 +366,9 @@ void expect_same_stats(const CacheStats& a, const CacheStats& b, const std::stri
 
 struct Shape {
   Policy policy = Policy::kLru;
-  int lookahead = 0;        // batches kept in the window before the front one is planned
-  int max_in_flight = 2;    // planned, not retired
-  int previews = 0;         // most batches previewed and not yet submitted (0: no previews)
+  int lookahead = 0;      // batches kept in the window before the front one is planned
+  int max_in_flight = 2;  // planned, not retired
+  int previews = 0;       // most batches previewed and not yet submitted (0: no previews)
   int pools = 1;
   int max_tables = 3;
   std::int64_t min_slots = 6, max_slots = 48;
@@ -393,7 +397,8 @@ class Harness {
   Harness(const Shape& shape, std::uint64_t seed) : shape_(shape), rng_(seed) {
     for (int p = 0; p < shape_.pools; ++p) {
       CachePoolOptions o;
-      o.slots = shape_.min_slots + static_cast<std::int64_t>(rng_() % static_cast<std::uint64_t>(shape_.max_slots - shape_.min_slots + 1));
+      o.slots = shape_.min_slots +
+                static_cast<std::int64_t>(rng_() % static_cast<std::uint64_t>(shape_.max_slots - shape_.min_slots + 1));
       o.policy = shape_.policy;
       o.record_bytes = 8 + 8 * p;
       o.name = "(pool " + std::to_string(p) + ")";
@@ -402,7 +407,8 @@ class Harness {
       for (int t = 0; t < tables; ++t) {
         std::int64_t cap = 0;
         if (chance(shape_.cap_chance)) {
-          const auto lo = std::max<std::int64_t>(1, static_cast<std::int64_t>(shape_.min_cap * static_cast<double>(o.slots)));
+          const auto lo =
+              std::max<std::int64_t>(1, static_cast<std::int64_t>(shape_.min_cap * static_cast<double>(o.slots)));
           cap = lo + static_cast<std::int64_t>(rng_() % static_cast<std::uint64_t>(o.slots - lo + 1));
         }
         o.tables.push_back({"p" + std::to_string(p) + "t" + std::to_string(t), cap});
@@ -419,7 +425,8 @@ class Harness {
     for (int step = 0; step < shape_.steps && !::testing::Test::HasFatalFailure(); ++step) {
       const std::uint64_t op = rng_() % 100;
       if (op < 40) {
-        if (pending_.size() + in_flight_.size() < static_cast<std::size_t>(shape_.max_in_flight + shape_.lookahead)) submit();
+        if (pending_.size() + in_flight_.size() < static_cast<std::size_t>(shape_.max_in_flight + shape_.lookahead))
+          submit();
       } else if (op < 55) {
         if (!pending_.empty()) (void)plan_front();  // forward(): may fail and leave the batch pending
       } else if (op < 85) {
@@ -492,7 +499,10 @@ class Harness {
         if (!chance(0.7)) continue;
         // Mostly well under the pool, sometimes more than it (or its cap) holds. (One draw per
         // statement: the order of unsequenced draws differs between builds.)
-        const std::int64_t most = chance(0.05) ? slots + 4 : std::max<std::int64_t>(1, static_cast<std::int64_t>(shape_.batch * static_cast<double>(slots)));
+        const std::int64_t most =
+            chance(0.05)
+                ? slots + 4
+                : std::max<std::int64_t>(1, static_cast<std::int64_t>(shape_.batch * static_cast<double>(slots)));
         const std::int64_t want = 1 + static_cast<std::int64_t>(rng_() % static_cast<std::uint64_t>(most));
         std::vector<Key> keys;
         for (std::int64_t j = 0; j < want; ++j) keys.push_back(draw(rows_[p][static_cast<std::size_t>(t)]));
@@ -634,7 +644,8 @@ class Harness {
   }
 
   void flush() {
-    for (std::size_t p = 0; p < real_.size(); ++p) expect_same_transfers(testing::take_dirty(real_[p]), ref_[p].take_dirty(), "take_dirty");
+    for (std::size_t p = 0; p < real_.size(); ++p)
+      expect_same_transfers(testing::take_dirty(real_[p]), ref_[p].take_dirty(), "take_dirty");
   }
 
   // As the engine's write_rows(): flush, then drop every row of a table no batch in flight uses.
@@ -725,8 +736,8 @@ TEST_P(PlannerEquivalence, LongerRunsOnLargerPools) {
   h.run();
   EXPECT_GT(h.planned(), 300);
   EXPECT_GT(h.evictions(), 3000);
-  std::printf("planned %lld, refused %lld, evictions %lld\n", static_cast<long long>(h.planned()), static_cast<long long>(h.refused()),
-              static_cast<long long>(h.evictions()));
+  std::printf("planned %lld, refused %lld, evictions %lld\n", static_cast<long long>(h.planned()),
+              static_cast<long long>(h.refused()), static_cast<long long>(h.evictions()));
 }
 
 // Previews (Store::preview): the window runs up to ~100 batches ahead of the submitted ones (uses
@@ -765,9 +776,11 @@ TEST_P(PlannerEquivalence, LongerRunsWithPreviews) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PoliciesAndLookahead, PlannerEquivalence,
-                         ::testing::Combine(::testing::Values(Policy::kLru, Policy::kLfu, Policy::kLookahead), ::testing::Range(0, 9)),
+                         ::testing::Combine(::testing::Values(Policy::kLru, Policy::kLfu, Policy::kLookahead),
+                                            ::testing::Range(0, 9)),
                          [](const ::testing::TestParamInfo<std::tuple<Policy, int>>& i) {
-                           return std::string(to_string(std::get<0>(i.param))) + "_lookahead" + std::to_string(std::get<1>(i.param));
+                           return std::string(to_string(std::get<0>(i.param))) + "_lookahead" +
+                                  std::to_string(std::get<1>(i.param));
                          });
 
 }  // namespace

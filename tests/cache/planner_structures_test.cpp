@@ -31,7 +31,9 @@ TEST(KeyMap, FullToCapacityAgreesWithAReference) {
     std::vector<std::uint64_t> slot_key(static_cast<std::size_t>(capacity), KeyMap::kEmpty);
     const auto key_of = [&](std::int32_t s) { return s < 0 ? KeyMap::kEmpty : slot_key[static_cast<std::size_t>(s)]; };
     // Keys from a small range, some sharing their low bits, so that chunks fill and overflow.
-    const auto draw = [&] { return (rng() % 4 == 0) ? (rng() % 64) << 20 : rng() % (4 * static_cast<std::uint64_t>(capacity) + 16); };
+    const auto draw = [&] {
+      return (rng() % 4 == 0) ? (rng() % 64) << 20 : rng() % (4 * static_cast<std::uint64_t>(capacity) + 16);
+    };
     for (int step = 0; step < 20000; ++step) {
       const std::uint64_t k = draw();
       auto it = ref.find(k);
@@ -132,7 +134,8 @@ TEST(WindowMap, PushesInAnyOrderAgreeWithAReference) {
       std::int64_t seq = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(span));
       // Removals mostly hit a use (the first, as planning goes, or any), so keys keep few uses
       // spread over the span: the side list fills, the first use moves, pushes land everywhere.
-      if (!uses.empty() && rng() % 4 != 0) seq = rng() % 2 ? *uses.begin() : *std::next(uses.begin(), static_cast<std::ptrdiff_t>(rng() % uses.size()));
+      if (!uses.empty() && rng() % 4 != 0)
+        seq = rng() % 2 ? *uses.begin() : *std::next(uses.begin(), static_cast<std::ptrdiff_t>(rng() % uses.size()));
       const std::uint64_t h = KeyMap::hash(k);
       if (rng() % 2 == 0) {
         if (uses.count(seq)) continue;
@@ -141,7 +144,8 @@ TEST(WindowMap, PushesInAnyOrderAgreeWithAReference) {
         uses.insert(seq);
       } else if (rng() % 2 == 0) {
         uses.erase(seq);
-        ASSERT_EQ(w.consume(k, h, seq), uses.empty() ? WindowMap::kNone : *uses.begin()) << "seed " << seed << " step " << step;
+        ASSERT_EQ(w.consume(k, h, seq), uses.empty() ? WindowMap::kNone : *uses.begin())
+            << "seed " << seed << " step " << step;
       } else {
         const bool was_front = !uses.empty() && *uses.begin() == seq;
         uses.erase(seq);
@@ -178,8 +182,10 @@ TEST(FrequencySketch, LevelsFollowExactDecayedCounts) {
       for (int k = 0; k < kKeys; ++k) {
         // Key k is used in a batch with probability about 2^-(k % 6): a spread of counts.
         if (rng() % (1u << (k % 6)) != 0) continue;
-        exact[static_cast<std::size_t>(k)] = 1.0 + exact[static_cast<std::size_t>(k)] *
-                                                       std::exp2(-static_cast<double>(tick - last[static_cast<std::size_t>(k)]) / static_cast<double>(half_life));
+        exact[static_cast<std::size_t>(k)] =
+            1.0 + exact[static_cast<std::size_t>(k)] *
+                      std::exp2(-static_cast<double>(tick - last[static_cast<std::size_t>(k)]) /
+                                static_cast<double>(half_life));
         last[static_cast<std::size_t>(k)] = tick;
         const std::uint32_t got = sketch.add(KeyMap::hash(static_cast<std::uint64_t>(k) * 7919));
         const double c = exact[static_cast<std::size_t>(k)];
@@ -251,18 +257,21 @@ TEST(EvictionOrder, MinIsTheLowestLiveRank) {
           if (level_step != 0)
             bucket = static_cast<std::uint32_t>(rng() % 3 == 0 ? rng() % EvictionOrder::kAgedBuckets : rng() % 6);
           else if (variant > 0)
-            bucket = rng() % 20 == 0 ? EvictionOrder::kDenseBuckets + static_cast<std::uint32_t>(rng() % 3) : static_cast<std::uint32_t>(rng() % 4);
+            bucket = rng() % 20 == 0 ? EvictionOrder::kDenseBuckets + static_cast<std::uint32_t>(rng() % 3)
+                                     : static_cast<std::uint32_t>(rng() % 4);
           // Ticks are unique among queued slots (they are in a pool): skip a repeat.
           bool repeat = false;
           for (const auto& [s, r] : queued)
-            repeat = repeat || (std::get<0>(r) == 0 && (level_step != 0 ? std::get<3>(r) : std::get<2>(r)) == static_cast<std::int64_t>(last));
+            repeat = repeat || (std::get<0>(r) == 0 &&
+                                (level_step != 0 ? std::get<3>(r) : std::get<2>(r)) == static_cast<std::int64_t>(last));
           if (repeat) {
             queued.erase(slot);
             continue;
           }
           order.push_ranked(bucket, last, slot, v);
-          queued[slot] = level_step != 0 ? Rank{0, static_cast<std::int64_t>(last + bucket * level_step), bucket, static_cast<std::int64_t>(last), 0}
-                                   : Rank{0, bucket, static_cast<std::int64_t>(last), 0, 0};
+          queued[slot] = level_step != 0 ? Rank{0, static_cast<std::int64_t>(last + bucket * level_step), bucket,
+                                                static_cast<std::int64_t>(last), 0}
+                                         : Rank{0, bucket, static_cast<std::int64_t>(last), 0, 0};
         }
       } else if (op < 7) {
         ++version[static_cast<std::size_t>(slot)];  // pinned: leaves the order

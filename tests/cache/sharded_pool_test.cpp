@@ -154,7 +154,8 @@ TEST_P(ShardedPoolMatchesShards, OnRandomTraffic) {
         // Refused: drop it from the window everywhere (as the store does when it gives up a batch).
         pool.window_drop(p.seq, fk);
         for (int s = 0; s < S; ++s)
-          model.pools[static_cast<std::size_t>(s)]->window_drop(p.seq, Model::features(fk, parts[static_cast<std::size_t>(s)]));
+          model.pools[static_cast<std::size_t>(s)]->window_drop(
+              p.seq, Model::features(fk, parts[static_cast<std::size_t>(s)]));
         continue;
       }
       EXPECT_EQ(probe.value().misses, model_misses);
@@ -165,7 +166,8 @@ TEST_P(ShardedPoolMatchesShards, OnRandomTraffic) {
       for (std::size_t i = 0; i < fk.size(); ++i) slots[i].assign(fk[i].unique->keys.size(), -1);
       std::int64_t hits = 0;
       for (int s = 0; s < S; ++s) {
-        PoolPlan mp = model.pools[static_cast<std::size_t>(s)]->commit(std::move(model_probes[static_cast<std::size_t>(s)]));
+        PoolPlan mp =
+            model.pools[static_cast<std::size_t>(s)]->commit(std::move(model_probes[static_cast<std::size_t>(s)]));
         const Key off = model.offset[static_cast<std::size_t>(s)];
         for (Transfer t : mp.fills) fills.push_back({t.slot + off, t.table, t.row});
         for (Transfer t : mp.writebacks) writebacks.push_back({t.slot + off, t.table, t.row});
@@ -190,12 +192,14 @@ TEST_P(ShardedPoolMatchesShards, OnRandomTraffic) {
       const std::size_t k = rng() % in_flight.size();
       const bool updated = rng() % 4 != 0;
       pool.retire(in_flight[k].plan, updated);
-      for (int s = 0; s < S; ++s) model.pools[static_cast<std::size_t>(s)]->retire(in_flight[k].model[static_cast<std::size_t>(s)], updated);
+      for (int s = 0; s < S; ++s)
+        model.pools[static_cast<std::size_t>(s)]->retire(in_flight[k].model[static_cast<std::size_t>(s)], updated);
       in_flight.erase(in_flight.begin() + static_cast<std::ptrdiff_t>(k));
     } else if (action == 8) {
       std::vector<Transfer> want;
       for (int s = 0; s < S; ++s)
-        for (Transfer t : testing::take_dirty(*model.pools[static_cast<std::size_t>(s)])) want.push_back({t.slot + model.offset[static_cast<std::size_t>(s)], t.table, t.row});
+        for (Transfer t : testing::take_dirty(*model.pools[static_cast<std::size_t>(s)]))
+          want.push_back({t.slot + model.offset[static_cast<std::size_t>(s)], t.table, t.row});
       const std::vector<Transfer> dirty = pool.dirty();
       ASSERT_EQ(strs(dirty), strs(want)) << "step " << step;
       pool.mark_clean(dirty);
@@ -246,9 +250,11 @@ TEST_P(ShardedPoolMatchesShards, OnRandomTraffic) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PoliciesAndShards, ShardedPoolMatchesShards,
-                         ::testing::Combine(::testing::Values(Policy::kLru, Policy::kLfu, Policy::kLookahead), ::testing::Values(1, 2, 3, 5)),
+                         ::testing::Combine(::testing::Values(Policy::kLru, Policy::kLfu, Policy::kLookahead),
+                                            ::testing::Values(1, 2, 3, 5)),
                          [](const ::testing::TestParamInfo<std::tuple<Policy, int>>& i) {
-                           return std::string(to_string(std::get<0>(i.param))) + "_" + std::to_string(std::get<1>(i.param)) + "_shards";
+                           return std::string(to_string(std::get<0>(i.param))) + "_" +
+                                  std::to_string(std::get<1>(i.param)) + "_shards";
                          });
 
 TEST(ShardedPool, SlotsAreGlobalAndDistinct) {
@@ -287,9 +293,11 @@ TEST(ShardedPool, ValidateNamesThePoolTheTableAndTheNumbers) {
   EXPECT_EQ(zero.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(zero.message().find("planner shards 0 must be >= 1"), std::string::npos) << zero.to_string();
   const Status small = ShardedPool::validate(options(3, Policy::kLru, {{"t", 0}}), 4);
-  EXPECT_NE(small.message().find("(test): 3 rows cannot be split into 4 planner shards"), std::string::npos) << small.to_string();
+  EXPECT_NE(small.message().find("(test): 3 rows cannot be split into 4 planner shards"), std::string::npos)
+      << small.to_string();
   const Status cap = ShardedPool::validate(options(100, Policy::kLru, {{"t", 0}, {"users", 3}}), 4);
-  EXPECT_NE(cap.message().find("table 'users': a cache cap of 3 rows cannot be split into 4"), std::string::npos) << cap.to_string();
+  EXPECT_NE(cap.message().find("table 'users': a cache cap of 3 rows cannot be split into 4"), std::string::npos)
+      << cap.to_string();
   EXPECT_TRUE(ShardedPool::validate(options(100, Policy::kLru, {{"t", 0}, {"users", 4}}), 4).is_ok());
   // A shard holds at most 2^30 slots (32-bit slot numbers inside): checked before any allocation.
   const Status big = ShardedPool::validate(options(std::int64_t{3} << 30, Policy::kLru, {{"t", 0}}), 2);

@@ -45,8 +45,13 @@ TEST(KeyBatch, KeyOutOfRangeNamesTableValueAndRange) {
 // The range check ORs every key in lanes of eight plus a scalar tail: a bad key must be found at
 // every position (in a lane, in the tail), at every extreme value, and the first one named.
 TEST(KeyBatch, KeyOutOfRangeFoundAtEveryPositionAndExtreme) {
-  const Key bad_values[] = {-1, 10, 11, std::numeric_limits<Key>::min(), std::numeric_limits<Key>::max(),
-                            std::numeric_limits<Key>::min() + 9, Key{1} << 62};
+  const Key bad_values[] = {-1,
+                            10,
+                            11,
+                            std::numeric_limits<Key>::min(),
+                            std::numeric_limits<Key>::max(),
+                            std::numeric_limits<Key>::min() + 9,
+                            Key{1} << 62};
   for (const std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{9}, std::size_t{37}}) {
     for (std::size_t pos = 0; pos < n; ++pos) {
       for (const Key bad : bad_values) {
@@ -75,7 +80,8 @@ TEST(KeyBatch, KeyOutOfRangeFoundAtEveryPositionAndExtreme) {
 TEST(KeyBatch, BadOffsets) {
   auto f = feature();
   f.offsets = {0, 3, 2, 5};
-  EXPECT_EQ(validate(f, spec(), 3).message(), "table 'item': offsets are not monotone: offsets[2] = 2 < offsets[1] = 3");
+  EXPECT_EQ(validate(f, spec(), 3).message(),
+            "table 'item': offsets are not monotone: offsets[2] = 2 < offsets[1] = 3");
   f.offsets = {0, 2, 2, 4};
   EXPECT_EQ(validate(f, spec(), 3).message(), "table 'item': offsets end at 4 (expected the key count 5)");
   f.offsets = {1, 2, 2, 5};

@@ -39,8 +39,6 @@ TEST(Result, ValueOrStatusAndMacros) {
   EXPECT_EQ(v, 4);
 }
 
-TEST(ResultDeathTest, ValueOfErrorAborts) {
-  EXPECT_DEATH((void)half(3).value(), "odd 3");
-}
+TEST(ResultDeathTest, ValueOfErrorAborts) { EXPECT_DEATH((void)half(3).value(), "odd 3"); }
 
 }  // namespace strata

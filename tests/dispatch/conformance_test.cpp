@@ -227,9 +227,15 @@ void check_all_reduce(Communicator& c, DataType type, ReduceOp op, std::int64_t 
     for (int r = 1; r < c.size(); ++r) {
       const T v = value<T>(r, i);
       switch (op) {
-        case ReduceOp::kSum: expected[i] = expected[i] + v; break;
-        case ReduceOp::kMin: expected[i] = std::min(expected[i], v); break;
-        case ReduceOp::kMax: expected[i] = std::max(expected[i], v); break;
+        case ReduceOp::kSum:
+          expected[i] = expected[i] + v;
+          break;
+        case ReduceOp::kMin:
+          expected[i] = std::min(expected[i], v);
+          break;
+        case ReduceOp::kMax:
+          expected[i] = std::max(expected[i], v);
+          break;
       }
     }
   }

@@ -19,11 +19,13 @@ float value(Key k, std::int32_t col) { return static_cast<float>(k * 1000 + col)
 
 TEST(KeyExchange, KeysRowsAndGradientsTakeTheSamePathBothWays) {
   for (int world = 1; world <= 4; ++world)
-    for (ShardingType type : {ShardingType::kReplicated, ShardingType::kTable, ShardingType::kRow, ShardingType::kColumn}) {
+    for (ShardingType type :
+         {ShardingType::kReplicated, ShardingType::kTable, ShardingType::kRow, ShardingType::kColumn}) {
       TableSpec a, b;
       a.name = "a", a.rows = 50, a.dim = 6;
       b.name = "b", b.rows = 3, b.dim = 4;  // fewer rows than some worlds have ranks
-      std::vector<ShardLayout> layouts = {ShardLayout::make(a, {type, -1}, world, 0).value(), ShardLayout::make(b, {type, -1}, world, 1).value()};
+      std::vector<ShardLayout> layouts = {ShardLayout::make(a, {type, -1}, world, 0).value(),
+                                          ShardLayout::make(b, {type, -1}, world, 1).value()};
       std::vector<TableSpec> specs = {a, b};
       // Each rank's keys (with duplicates), deduped.
       std::vector<std::vector<UniqueKeys>> unique(static_cast<std::size_t>(world), std::vector<UniqueKeys>(2));
@@ -32,7 +34,8 @@ TEST(KeyExchange, KeysRowsAndGradientsTakeTheSamePathBothWays) {
           std::mt19937_64 rng(static_cast<std::uint64_t>(r * 10 + static_cast<int>(t)));
           std::vector<Key> keys;
           const int n = r == 1 ? 0 : 1 + static_cast<int>(rng() % 30);  // rank 1 has no keys
-          for (int i = 0; i < n; ++i) keys.push_back(static_cast<Key>(rng() % static_cast<std::uint64_t>(specs[t].rows)));
+          for (int i = 0; i < n; ++i)
+            keys.push_back(static_cast<Key>(rng() % static_cast<std::uint64_t>(specs[t].rows)));
           unique[static_cast<std::size_t>(r)][t] = dedup_keys(keys.data(), static_cast<std::int64_t>(keys.size()));
         }
       auto group = make_local_group(world);
@@ -46,7 +49,8 @@ TEST(KeyExchange, KeysRowsAndGradientsTakeTheSamePathBothWays) {
           Communicator& comm = *group.value()[static_cast<std::size_t>(r)];
           const auto& mine = unique[static_cast<std::size_t>(r)];
           std::vector<ExchangeInput> in;
-          for (std::size_t t = 0; t < 2; ++t) in.push_back({&layouts[t], mine[t].keys.data(), mine[t].size(), mine[t].offsets.data()});
+          for (std::size_t t = 0; t < 2; ++t)
+            in.push_back({&layouts[t], mine[t].keys.data(), mine[t].size(), mine[t].offsets.data()});
           auto ex = KeyExchange::run(comm, in);
           if (!ex) {
             errors[static_cast<std::size_t>(r)] = ex.status().to_string();
@@ -65,7 +69,8 @@ TEST(KeyExchange, KeysRowsAndGradientsTakeTheSamePathBothWays) {
               }
             uniq[t].assign(static_cast<std::size_t>(mine[t].size() * specs[t].dim), -1.0f);
             for (std::int64_t u = 0; u < mine[t].size(); ++u)
-              for (std::int32_t c = 0; c < specs[t].dim; ++c) grads[t].push_back(value(mine[t].keys[static_cast<std::size_t>(u)], c) + 0.5f * r);
+              for (std::int32_t c = 0; c < specs[t].dim; ++c)
+                grads[t].push_back(value(mine[t].keys[static_cast<std::size_t>(u)], c) + 0.5f * r);
             got_grads[t].resize(ex->served(t).size() * static_cast<std::size_t>(w));
             rp.push_back(rows[t].data());
             up.push_back(uniq[t].data());
@@ -81,9 +86,11 @@ TEST(KeyExchange, KeysRowsAndGradientsTakeTheSamePathBothWays) {
           for (std::size_t t = 0; t < 2; ++t)
             for (std::int64_t u = 0; u < mine[t].size(); ++u)
               for (std::int32_t c = 0; c < specs[t].dim; ++c)
-                if (uniq[t][static_cast<std::size_t>(u * specs[t].dim + c)] != value(mine[t].keys[static_cast<std::size_t>(u)], c))
-                  errors[static_cast<std::size_t>(r)] += "row of key " + std::to_string(mine[t].keys[static_cast<std::size_t>(u)]) + " col " +
-                                                         std::to_string(c) + " wrong; ";
+                if (uniq[t][static_cast<std::size_t>(u * specs[t].dim + c)] !=
+                    value(mine[t].keys[static_cast<std::size_t>(u)], c))
+                  errors[static_cast<std::size_t>(r)] += "row of key " +
+                                                         std::to_string(mine[t].keys[static_cast<std::size_t>(u)]) +
+                                                         " col " + std::to_string(c) + " wrong; ";
           for (std::size_t t = 0; t < 2; ++t) served[static_cast<std::size_t>(r)].push_back(ex->served(t));
           served_grads[static_cast<std::size_t>(r)] = got_grads;
         });
@@ -102,8 +109,10 @@ TEST(KeyExchange, KeysRowsAndGradientsTakeTheSamePathBothWays) {
                 for (std::int32_t c = 0; c < w; ++c) want_grads.push_back(value(k, c0 + c) + 0.5f * s);
               }
           if (!layouts[t].holds(h)) continue;
-          EXPECT_EQ(served[static_cast<std::size_t>(h)][t], want) << to_string(type) << " world " << world << " holder " << h;
-          EXPECT_EQ(served_grads[static_cast<std::size_t>(h)][t], want_grads) << to_string(type) << " world " << world << " holder " << h;
+          EXPECT_EQ(served[static_cast<std::size_t>(h)][t], want)
+              << to_string(type) << " world " << world << " holder " << h;
+          EXPECT_EQ(served_grads[static_cast<std::size_t>(h)][t], want_grads)
+              << to_string(type) << " world " << world << " holder " << h;
         }
     }
 }

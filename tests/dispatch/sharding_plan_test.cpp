@@ -22,7 +22,8 @@ TableSpec table(std::int64_t rows, std::int32_t dim) {
 
 TEST(ShardLayout, EveryRowAndColumnLivesExactlyWhereTheLayoutSays) {
   for (int world = 1; world <= 5; ++world)
-    for (ShardingType type : {ShardingType::kReplicated, ShardingType::kTable, ShardingType::kRow, ShardingType::kColumn})
+    for (ShardingType type :
+         {ShardingType::kReplicated, ShardingType::kTable, ShardingType::kRow, ShardingType::kColumn})
       for (std::int64_t rows : {1, 3, 17, 64}) {
         const TableSpec spec = table(rows, 7 + world);
         auto l = ShardLayout::make(spec, {type, -1}, world, 3);
@@ -56,7 +57,8 @@ TEST(ShardLayout, EveryRowAndColumnLivesExactlyWhereTheLayoutSays) {
                 if (l->to_all() || l->owner_of(k) == r) want.push_back(l->local_row(k));
               const auto [first, count] = l->local_range(r, row0, n);
               if (!l->holds(r)) continue;
-              ASSERT_EQ(count, static_cast<std::int64_t>(want.size())) << "world " << world << " rank " << r << " [" << row0 << ", +" << n << ")";
+              ASSERT_EQ(count, static_cast<std::int64_t>(want.size()))
+                  << "world " << world << " rank " << r << " [" << row0 << ", +" << n << ")";
               for (std::int64_t i = 0; i < count; ++i) EXPECT_EQ(first + i, want[static_cast<std::size_t>(i)]);
             }
       }
@@ -78,7 +80,8 @@ TEST(ShardLayout, ShardsStartAsSlicesOfTheWholeTable) {
         init_row(mine.data(), shard_seed, s.init.global_row(lr), s.dim, s.init.bound, s.init.col_offset);
         const std::int64_t g = type == ShardingType::kRow ? lr * 3 + r : lr;
         init_row(all.data(), seed, g, whole.dim, whole.init.bound);
-        for (std::int32_t c = 0; c < s.dim; ++c) EXPECT_EQ(mine[static_cast<std::size_t>(c)], all[static_cast<std::size_t>(c + l->col_offset(r))]);
+        for (std::int32_t c = 0; c < s.dim; ++c)
+          EXPECT_EQ(mine[static_cast<std::size_t>(c)], all[static_cast<std::size_t>(c + l->col_offset(r))]);
       }
     }
   }
@@ -90,12 +93,15 @@ TEST(ValidatePlan, NamesTheTableTheValueAndWhatWasExpected) {
             "table 't': column sharding over 3 ranks needs dim >= 3, got 2");
   EXPECT_EQ(validate_plan(s, {ShardingType::kTable, 4}, 2).message(),
             "table 't': table sharding owner rank 4 out of range [0, 2) for a world of 2 ranks");
-  EXPECT_EQ(validate_plan(s, {ShardingType::kRow, 1}, 2).message(), "table 't': owner 1 is only meaningful for table sharding, not row");
+  EXPECT_EQ(validate_plan(s, {ShardingType::kRow, 1}, 2).message(),
+            "table 't': owner 1 is only meaningful for table sharding, not row");
   s.optimizer.kind = OptimizerKind::kRowwiseAdagrad;
   EXPECT_EQ(validate_plan(s, {ShardingType::kColumn, -1}, 2).message(),
-            "table 't': column sharding cannot apply rowwise_adagrad (its accumulator spans the whole row); use row or table sharding");
+            "table 't': column sharding cannot apply rowwise_adagrad (its accumulator spans the whole row); use row or "
+            "table sharding");
   EXPECT_TRUE(validate_plan(s, {ShardingType::kRow, -1}, 2).is_ok());
-  EXPECT_EQ(parse_sharding("diagonal").status().message(), "unknown sharding 'diagonal' (expected replicated, table, row or column)");
+  EXPECT_EQ(parse_sharding("diagonal").status().message(),
+            "unknown sharding 'diagonal' (expected replicated, table, row or column)");
 }
 
 }  // namespace

@@ -49,7 +49,8 @@ TEST(Dedup, MatchesAMapOnRandomKeys) {
     const int n = static_cast<int>(rng() % 5000);
     const Key range = 1 + static_cast<Key>(rng() % 3000);
     std::vector<Key> keys(static_cast<std::size_t>(n));
-    for (auto& k : keys) k = static_cast<Key>(rng() % static_cast<std::uint64_t>(range)) * 1000003;  // sparse, large keys
+    for (auto& k : keys)
+      k = static_cast<Key>(rng() % static_cast<std::uint64_t>(range)) * 1000003;  // sparse, large keys
     expect_matches_map(keys, dedup_keys(keys.data(), n));
   }
 }
@@ -77,8 +78,10 @@ TEST(Dedup, AnyOrderParallelPathHasEveryKeyAndPosition) {
       if (shape == 1) k = static_cast<Key>(rng() % 97);
       if (shape == 2) {
         const std::uint64_t r = rng() % 8;
-        k = r < 5 ? 42 : r == 5 ? -static_cast<Key>(rng() % 1000) : r == 6 ? std::numeric_limits<Key>::max() - static_cast<Key>(rng() % 3)
-                                                                         : static_cast<Key>(rng());
+        k = r < 5    ? 42
+            : r == 5 ? -static_cast<Key>(rng() % 1000)
+            : r == 6 ? std::numeric_limits<Key>::max() - static_cast<Key>(rng() % 3)
+                     : static_cast<Key>(rng());
       }
     }
     SCOPED_TRACE("n " + std::to_string(n) + " shape " + std::to_string(shape));
@@ -91,13 +94,18 @@ TEST(Dedup, AnyOrderParallelPathHasEveryKeyAndPosition) {
     // kAny: the same (key -> positions) as first-use order, in some order.
     std::map<Key, std::vector<std::int32_t>> want, got;
     for (std::int64_t i = 0; i < us.size(); ++i)
-      want[us.keys[static_cast<std::size_t>(i)]] = {us.positions.begin() + us.offsets[static_cast<std::size_t>(i)], us.positions.begin() + us.offsets[static_cast<std::size_t>(i) + 1]};
+      want[us.keys[static_cast<std::size_t>(i)]] = {us.positions.begin() + us.offsets[static_cast<std::size_t>(i)],
+                                                    us.positions.begin() + us.offsets[static_cast<std::size_t>(i) + 1]};
     ASSERT_EQ(up.offsets.size(), up.keys.size() + 1);
     ASSERT_EQ(up.offsets.front(), 0);
     ASSERT_EQ(up.offsets.back(), n);
     for (std::int64_t i = 0; i < up.size(); ++i) {
       ASSERT_LE(up.offsets[static_cast<std::size_t>(i)], up.offsets[static_cast<std::size_t>(i) + 1]);
-      const bool fresh = got.emplace(up.keys[static_cast<std::size_t>(i)], std::vector<std::int32_t>(up.positions.begin() + up.offsets[static_cast<std::size_t>(i)], up.positions.begin() + up.offsets[static_cast<std::size_t>(i) + 1])).second;
+      const bool fresh =
+          got.emplace(up.keys[static_cast<std::size_t>(i)],
+                      std::vector<std::int32_t>(up.positions.begin() + up.offsets[static_cast<std::size_t>(i)],
+                                                up.positions.begin() + up.offsets[static_cast<std::size_t>(i) + 1]))
+              .second;
       ASSERT_TRUE(fresh) << "key " << up.keys[static_cast<std::size_t>(i)] << " twice";
     }
     EXPECT_EQ(got, want);

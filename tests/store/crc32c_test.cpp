@@ -112,9 +112,8 @@ TEST_P(Crc32cHwVsSw, AgreeOnRandomBuffers) {
   const std::size_t misalign = GetParam();
   std::vector<std::size_t> lengths;
   for (std::size_t n = 0; n <= 1100; ++n) lengths.push_back(n);
-  for (std::size_t n :
-       std::initializer_list<std::size_t>{3 * 8192 - 1, 3 * 8192, 3 * 8192 + 1, 3 * 8192 + 3 * 256 + 9,
-                                          2 * 3 * 8192 + 13, (std::size_t{1} << 20) + 5}) {
+  for (std::size_t n : std::initializer_list<std::size_t>{3 * 8192 - 1, 3 * 8192, 3 * 8192 + 1, 3 * 8192 + 3 * 256 + 9,
+                                                          2 * 3 * 8192 + 13, (std::size_t{1} << 20) + 5}) {
     lengths.push_back(n);
   }
   const auto storage = random_bytes(lengths.back() + 16, static_cast<std::uint32_t>(misalign) + 10);

@@ -24,7 +24,8 @@ TEST_P(CpuEquivalence, OutputsAndFinalStateEqualTheReference) {
   const int steps = 6;
   const int depth = 1 + static_cast<int>(rng() % 3);  // batches submitted ahead of forward
   std::vector<KeyBatch> batches;
-  for (int i = 0; i < steps; ++i) batches.push_back(random_batch(rng, config, 1 + static_cast<std::int64_t>(rng() % 40)));
+  for (int i = 0; i < steps; ++i)
+    batches.push_back(random_batch(rng, config, 1 + static_cast<std::int64_t>(rng() % 40)));
   for (int i = 0; i < std::min(depth, steps); ++i) {
     ASSERT_TRUE((*cpu)->submit(i, batches[static_cast<std::size_t>(i)]).is_ok());
     ASSERT_TRUE((*ref)->submit(i, batches[static_cast<std::size_t>(i)]).is_ok());

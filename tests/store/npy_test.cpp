@@ -96,9 +96,8 @@ TEST_P(NpyRoundTrip, WriteThenRead) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, NpyRoundTrip,
-                         ::testing::Values(std::pair{1, 1}, std::pair{3, 4}, std::pair{7, 13},
-                                           std::pair{0, 8}, std::pair{5, 0}, std::pair{1000, 128},
-                                           std::pair{123456789, 0}));
+                         ::testing::Values(std::pair{1, 1}, std::pair{3, 4}, std::pair{7, 13}, std::pair{0, 8},
+                                           std::pair{5, 0}, std::pair{1000, 128}, std::pair{123456789, 0}));
 
 TEST_F(NpyTest, HeaderIsExactlyWhatNumpyWrites) {
   const auto m = matrix(3, 4);
@@ -210,32 +209,26 @@ TEST_F(NpyTest, RejectsMalformedHeaders) {
       {huge_v2, StatusCode::kDataLoss, "implausible"},
       {npy_bytes(ok).substr(0, 11), StatusCode::kDataLoss, "truncated npy header"},
       {npy_bytes("{'descr': '<f4', 'fortran_order': False}"), StatusCode::kDataLoss, "lacks 'shape'"},
-      {npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), 'extra': 1}"),
-       StatusCode::kDataLoss, "unknown key 'extra'"},
-      {npy_bytes("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (3,)}"),
-       StatusCode::kDataLoss, "repeats key 'descr'"},
-      {npy_bytes("{'descr': '<f4', 'fortran_order': false, 'shape': (3, 4)}"), StatusCode::kDataLoss,
-       "True or False"},
-      {npy_bytes("{'descr': '<f4', 'fortran_order': Falsey, 'shape': (3, 4)}"), StatusCode::kDataLoss,
-       "True or False"},
+      {npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), 'extra': 1}"), StatusCode::kDataLoss,
+       "unknown key 'extra'"},
+      {npy_bytes("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (3,)}"), StatusCode::kDataLoss,
+       "repeats key 'descr'"},
+      {npy_bytes("{'descr': '<f4', 'fortran_order': false, 'shape': (3, 4)}"), StatusCode::kDataLoss, "True or False"},
+      {npy_bytes("{'descr': '<f4', 'fortran_order': Falsey, 'shape': (3, 4)}"), StatusCode::kDataLoss, "True or False"},
       {npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (3, -4)}"), StatusCode::kDataLoss,
        "negative dimension"},
-      {npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (3 4)}"), StatusCode::kDataLoss,
-       "',' or ')'"},
-      {npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (5)}"), StatusCode::kDataLoss,
-       "only dimension"},
+      {npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (3 4)}"), StatusCode::kDataLoss, "',' or ')'"},
+      {npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (5)}"), StatusCode::kDataLoss, "only dimension"},
       {npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': [3, 4]}"), StatusCode::kDataLoss, "'('"},
-      {npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,)}"),
-       StatusCode::kDataLoss, "overflows"},
-      {npy_bytes("{'descr': '<f4, 'fortran_order': False, 'shape': (3, 4)}"), StatusCode::kDataLoss,
-       "malformed"},
-      {npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4)"), StatusCode::kDataLoss,
-       "',' or '}'"},
+      {npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,)}"), StatusCode::kDataLoss,
+       "overflows"},
+      {npy_bytes("{'descr': '<f4, 'fortran_order': False, 'shape': (3, 4)}"), StatusCode::kDataLoss, "malformed"},
+      {npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4)"), StatusCode::kDataLoss, "',' or '}'"},
       {npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4)} junk"), StatusCode::kDataLoss,
        "only padding after '}'"},
       {npy_bytes("['descr', '<f4']"), StatusCode::kDataLoss, "expected '{'"},
-      {npy_bytes("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3,)}"),
-       StatusCode::kInvalidArgument, "structured dtype"},
+      {npy_bytes("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3,)}"), StatusCode::kInvalidArgument,
+       "structured dtype"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.needle);
@@ -267,13 +260,12 @@ TEST_F(NpyTest, BigEndianFloatIsRejected) {
 }
 
 TEST_F(NpyTest, FortranOrderIsRejected) {
-  write_raw("f.npy", npy_bytes("{'descr': '<f4', 'fortran_order': True, 'shape': (3, 4), }", 1,
-                               float_bytes(matrix(3, 4))));
+  write_raw("f.npy",
+            npy_bytes("{'descr': '<f4', 'fortran_order': True, 'shape': (3, 4), }", 1, float_bytes(matrix(3, 4))));
   auto r = read_npy_f32_matrix(path("f.npy"), 3, 4);
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(r.status().message().rfind(path("f.npy") + ": fortran_order is True", 0), 0u)
-      << r.status().to_string();
+  EXPECT_EQ(r.status().message().rfind(path("f.npy") + ": fortran_order is True", 0), 0u) << r.status().to_string();
 }
 
 TEST_F(NpyTest, WrongShapeNamesBothShapes) {
@@ -282,11 +274,9 @@ TEST_F(NpyTest, WrongShapeNamesBothShapes) {
   auto r = read_npy_f32_matrix(path("x.npy"), 3, 5);
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(r.status().message(),
-            path("x.npy") + ": shape (3, 4) does not match the table (expected (3, 5))");
+  EXPECT_EQ(r.status().message(), path("x.npy") + ": shape (3, 4) does not match the table (expected (3, 5))");
 
-  write_raw("v.npy",
-            npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (12,), }", 1, float_bytes(m)));
+  write_raw("v.npy", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (12,), }", 1, float_bytes(m)));
   auto v = read_npy_f32_matrix(path("v.npy"), 3, 4);
   ASSERT_FALSE(v.is_ok());
   EXPECT_EQ(v.status().message(), path("v.npy") + ": shape (12,) does not match the table (expected (3, 4))");
@@ -300,16 +290,14 @@ TEST_F(NpyTest, TruncatedDataNamesByteCounts) {
   auto r = read_npy_f32_matrix(path("t.npy"), 3, 4);
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
-  EXPECT_EQ(r.status().message().rfind(path("t.npy") + ": truncated: 40 data bytes found, expected 48", 0),
-            0u)
+  EXPECT_EQ(r.status().message().rfind(path("t.npy") + ": truncated: 40 data bytes found, expected 48", 0), 0u)
       << r.status().to_string();
 
   write_raw("long.npy", full + "xyz");
   auto l = read_npy_f32_matrix(path("long.npy"), 3, 4);
   ASSERT_FALSE(l.is_ok());
   EXPECT_EQ(l.status().code(), StatusCode::kDataLoss);
-  EXPECT_NE(l.status().message().find("51 data bytes found, expected 48"), std::string::npos)
-      << l.status().to_string();
+  EXPECT_NE(l.status().message().find("51 data bytes found, expected 48"), std::string::npos) << l.status().to_string();
 }
 
 TEST_F(NpyTest, TruncatedHeaderAndGarbageMagic) {
@@ -329,8 +317,7 @@ TEST_F(NpyTest, TruncatedHeaderAndGarbageMagic) {
   auto g = read_npy_f32_matrix(path("g.npy"), 3, 4);
   ASSERT_FALSE(g.is_ok());
   EXPECT_EQ(g.status().code(), StatusCode::kDataLoss);
-  EXPECT_EQ(g.status().message(),
-            path("g.npy") + ": not an npy file: starts with 'XNUMPY' (expected '\\x93NUMPY')");
+  EXPECT_EQ(g.status().message(), path("g.npy") + ": not an npy file: starts with 'XNUMPY' (expected '\\x93NUMPY')");
 }
 
 TEST_F(NpyTest, MissingFileIsNotFound) {
@@ -344,8 +331,7 @@ TEST_F(NpyTest, MissingFileIsNotFound) {
 TEST_F(NpyTest, ReadsVersion2And3Files) {
   const auto m = matrix(4, 6);
   for (int major : {2, 3}) {
-    write_raw("v.npy", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 6), }", major,
-                                 float_bytes(m)));
+    write_raw("v.npy", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 6), }", major, float_bytes(m)));
     auto r = read_npy_f32_matrix(path("v.npy"), 4, 6);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     EXPECT_EQ(*r, m);
@@ -381,11 +367,10 @@ TEST_F(NpyTest, ReadsNumpyVersion2And3Files) {
   for (const char* version : {"(2, 0)", "(3, 0)"}) {
     SCOPED_TRACE(version);
     const std::string p = path("np_v.npy");
-    ASSERT_EQ(
-        run_python(std::string("import numpy as np; a = (np.arange(6 * 5, dtype=np.float32) * 0.25 - 3.0)"
-                               ".reshape(6, 5); f = open('") +
-                   p + "', 'wb'); np.lib.format.write_array(f, a, version=" + version + "); f.close()"),
-        0);
+    ASSERT_EQ(run_python(std::string("import numpy as np; a = (np.arange(6 * 5, dtype=np.float32) * 0.25 - 3.0)"
+                                     ".reshape(6, 5); f = open('") +
+                         p + "', 'wb'); np.lib.format.write_array(f, a, version=" + version + "); f.close()"),
+              0);
     auto r = read_npy_f32_matrix(p, 6, 5);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     EXPECT_EQ(*r, matrix(6, 5));
@@ -403,18 +388,17 @@ TEST_F(NpyTest, NumpyReadsWhatWeWrite) {
                        "and np.array_equal(a, e) else 1)"),
             0);
   ASSERT_TRUE(write_npy(p, nullptr, 0, 4).is_ok());
-  EXPECT_EQ(run_python("import numpy as np, sys; a = np.load('" + p +
-                       "'); sys.exit(0 if a.shape == (0, 4) else 1)"),
+  EXPECT_EQ(run_python("import numpy as np, sys; a = np.load('" + p + "'); sys.exit(0 if a.shape == (0, 4) else 1)"),
             0);
 }
 
 TEST_F(NpyTest, NumpyFilesWithWrongLayoutAreRejected) {
   if (!have_numpy()) GTEST_SKIP() << "python3 with numpy is not available";
   const std::string f8 = path("f8.npy"), fo = path("fortran.npy"), v1 = path("vec.npy");
-  ASSERT_EQ(run_python("import numpy as np; a = np.ones((3, 4)); np.save('" + f8 + "', a); np.save('" + fo +
-                       "', np.asfortranarray(a.astype(np.float32))); np.save('" + v1 +
-                       "', np.ones(12, dtype=np.float32))"),
-            0);
+  ASSERT_EQ(
+      run_python("import numpy as np; a = np.ones((3, 4)); np.save('" + f8 + "', a); np.save('" + fo +
+                 "', np.asfortranarray(a.astype(np.float32))); np.save('" + v1 + "', np.ones(12, dtype=np.float32))"),
+      0);
   auto a = read_npy_f32_matrix(f8, 3, 4);
   EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(a.status().message().find("'<f8'"), std::string::npos) << a.status().to_string();

@@ -57,8 +57,10 @@ class PreviewChecks : public ::testing::TestWithParam<int> {};  // a Placement, 
 TEST_P(PreviewChecks, BadPreviewsAreRefusedAlikeAndChangeNothing) {
   const int p = GetParam();
   const Placement placement = p < 0 ? Placement::kCpu : static_cast<Placement>(p);
-  auto open = [&](int preview) { return p < 0 ? open_reference_store(one_table_config(placement, preview))
-                                              : Store::open(one_table_config(placement, preview)); };
+  auto open = [&](int preview) {
+    return p < 0 ? open_reference_store(one_table_config(placement, preview))
+                 : Store::open(one_table_config(placement, preview));
+  };
   {
     auto off = open(0);
     ASSERT_TRUE(off.is_ok()) << off.status().to_string();
@@ -124,7 +126,8 @@ TEST_P(PreviewChecks, BadPreviewsAreRefusedAlikeAndChangeNothing) {
 
 INSTANTIATE_TEST_SUITE_P(Placements, PreviewChecks, ::testing::Values(-1, 0, 1, 2, 3, 4),
                          [](const ::testing::TestParamInfo<int>& i) {
-                           return i.param < 0 ? std::string("reference") : std::string(to_string(static_cast<Placement>(i.param)));
+                           return i.param < 0 ? std::string("reference")
+                                              : std::string(to_string(static_cast<Placement>(i.param)));
                          });
 
 TEST(Preview, HorizonIsValidatedAndRoundTripsThroughJson) {
@@ -179,13 +182,14 @@ TEST(Preview, RandomizedTrainingWithPreviewsMatchesTheReference) {
       for (const auto* set : {&batches, &others})
         for (const auto& kb : *set)
           for (const auto& f : kb.features)
-            if (f.table == t.spec.name) max_unique = std::max(max_unique, dedup_keys(f.keys.data(), f.num_keys()).size());
+            if (f.table == t.spec.name)
+              max_unique = std::max(max_unique, dedup_keys(f.keys.data(), f.num_keys()).size());
       // Room for the batches in flight plus an evaluation batch, barely: rows are evicted all the time.
       t.cache.rows = std::min(t.spec.rows, max_unique * (depth + 1) + static_cast<std::int64_t>(rng() % 3));
     }
     SCOPED_TRACE("policy " + std::string(cache::to_string(config.cache.policy)) + " lookahead " +
-                 std::to_string(config.cache.lookahead) + " preview " + std::to_string(config.cache.preview) + " depth " +
-                 std::to_string(depth));
+                 std::to_string(config.cache.lookahead) + " preview " + std::to_string(config.cache.preview) +
+                 " depth " + std::to_string(depth));
     auto dev = Store::open(config);
     auto ref = open_reference_store(config);
     ASSERT_TRUE(dev.is_ok()) << dev.status().to_string();
@@ -211,7 +215,8 @@ TEST(Preview, RandomizedTrainingWithPreviewsMatchesTheReference) {
         }
         const bool rekey = rng() % 6 == 0;  // the loader's guess was wrong: other keys are submitted
         rekeyed += rekey;
-        ASSERT_TRUE(both([&](Store& s) { return s.preview(2 * next_preview, rekey ? others[i] : batches[i]); }).is_ok());
+        ASSERT_TRUE(
+            both([&](Store& s) { return s.preview(2 * next_preview, rekey ? others[i] : batches[i]); }).is_ok());
         ++previews_made;
         ++next_preview;
       }
@@ -222,7 +227,8 @@ TEST(Preview, RandomizedTrainingWithPreviewsMatchesTheReference) {
       ASSERT_TRUE(st.is_ok()) << st.to_string();
     };
     const int mid = 1 + static_cast<int>(rng() % (steps - 2));
-    const std::string ckpt_dev = temp_dir("dev" + std::to_string(seed)), ckpt_ref = temp_dir("ref" + std::to_string(seed));
+    const std::string ckpt_dev = temp_dir("dev" + std::to_string(seed)),
+                      ckpt_ref = temp_dir("ref" + std::to_string(seed));
     preview_ahead(steps);
     for (int i = 0; i < std::min(depth, steps); ++i) submit(i);
     for (int i = 0; i < steps && !::testing::Test::HasFatalFailure(); ++i) {
@@ -311,7 +317,8 @@ TEST(Preview, ADeepPreviewWindowRaisesTheHitRateOfACyclicScan) {
   }
   EXPECT_EQ(outputs[0], outputs[1]);
   const double accesses = 200 * 50;
-  const double without = static_cast<double>(stats[0].hits) / accesses, with = static_cast<double>(stats[1].hits) / accesses;
+  const double without = static_cast<double>(stats[0].hits) / accesses,
+               with = static_cast<double>(stats[1].hits) / accesses;
   std::printf("cyclic scan hit rate: without previews %.4f, with 64 previewed %.4f\n", without, with);
   EXPECT_LT(without, 0.05);
   EXPECT_GT(with, 0.30);  // (400 - 50) / 1000 of every cycle after the first: 0.35 x 180 / 200

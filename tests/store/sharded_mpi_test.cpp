@@ -39,6 +39,7 @@ int main() {
         ++cases;
         failed += bad > 0;
       }
-  if (comm->rank() == 0) std::printf("sharded stores over %d processes: %d cases, %d failed\n", comm->size(), cases, failed);
+  if (comm->rank() == 0)
+    std::printf("sharded stores over %d processes: %d cases, %d failed\n", comm->size(), cases, failed);
   return failed ? 1 : 0;
 }
