@@ -72,7 +72,9 @@ double percentile(std::vector<double> v, double p) {
 // ---- modes ----
 
 /// One placement mode strata-bench can run. Every mode runs the same batches through a Store whose
-/// tables all have `placement`.
+/// tables all have `placement`, except the --config mode (`from_config`), which opens the config's
+/// store as given; its `placement` is `cached` when a table caches (its hit rate is reported), else
+/// its first table's.
 struct ModeDescriptor {
   const char* name;              ///< --modes name
   const char* summary;           ///< one line for --help, the JSON and the report
@@ -2102,6 +2104,7 @@ int main(int argc, char** argv) {
         o.json_out.clear();
         o.html_out.clear();
         o.dump_keys.clear();
+        o.dump_trace.clear();
         if (!std::freopen("/dev/null", "w", stdout)) return 2;
       }
     }
