@@ -22,9 +22,11 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <deque>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -35,7 +37,9 @@
 #include "dispatch/local_communicator.hpp"
 #include "dispatch/mpi_communicator.hpp"
 
+#include "bench/batch_source.hpp"
 #include "bench/bounded_input.hpp"
+#include "bench/criteo_tsv.hpp"
 #include "bench/gather_probe.hpp"
 #include "bench/machine_info.hpp"
 #include "bench/report_html.hpp"
@@ -68,33 +72,36 @@ double percentile(std::vector<double> v, double p) {
 // ---- modes ----
 
 /// One placement mode strata-bench can run. Every mode runs the same batches through a Store whose
-/// tables all have `placement`.
+/// tables all have `placement`, except the --config mode (`from_config`), which opens the config's
+/// store as given; its `placement` is `cached` when a table caches (its hit rate is reported), else
+/// its first table's.
 struct ModeDescriptor {
   const char* name;              ///< --modes name
   const char* summary;           ///< one line for --help, the JSON and the report
   Placement placement;           ///< placement of every table
   OffloadGather offload_gather;  ///< lookups of offload tables
   bool uses_device;              ///< opens a device (emu or cuda)
-  bool rows_on_device;           ///< whole tables live in device memory (gpu)
-  bool host_gather;              ///< CPU kernels read every key's row in forward (cost-model upper bound)
-  bool host_optimizer;           ///< the CPU optimizer reads and writes every key's row in backward
+  bool from_config = false;      ///< the --config mode: the tables' own placements (Options::config)
 };
 
 constexpr ModeDescriptor kModes[] = {
-    {"cpu", "host rows, CPU kernels", Placement::kCpu, OffloadGather::kDevice, false, false, true, true},
+    {"cpu", "host rows, CPU kernels", Placement::kCpu, OffloadGather::kDevice, false},
     {"offload", "pinned host rows read by the device zero-copy; CPU optimizer", Placement::kOffload,
-     OffloadGather::kDevice, true, false, false, true},
+     OffloadGather::kDevice, true},
     {"offload-cpu", "pinned host rows pooled by CPU threads; pooled outputs go H2D", Placement::kOffload,
-     OffloadGather::kCpu, true, false, true, true},
+     OffloadGather::kCpu, true},
     {"cached", "pinned host rows + HBM row cache fed by the prefetcher", Placement::kCached, OffloadGather::kDevice,
-     true, false, false, false},
+     true},
     {"gpu", "every row in HBM; sharded over the ranks' devices (--ranks, --sharding)", Placement::kGpu,
-     OffloadGather::kDevice, true, true, false, false},
+     OffloadGather::kDevice, true},
     {"hybrid", "each rank's shard in its host memory + its own HBM cache; all-to-all between ranks", Placement::kHybrid,
-     OffloadGather::kDevice, true, false, false, false},
+     OffloadGather::kDevice, true},
 };
 
-bool sharded(const ModeDescriptor& m) { return m.placement == Placement::kGpu || m.placement == Placement::kHybrid; }
+// The thread-rank modes (gpu and hybrid; --config runs one store as given).
+bool sharded(const ModeDescriptor& m) {
+  return !m.from_config && (m.placement == Placement::kGpu || m.placement == Placement::kHybrid);
+}
 bool caches(const ModeDescriptor& m) { return m.placement == Placement::kCached || m.placement == Placement::kHybrid; }
 
 std::string mode_names(const char* sep) {
@@ -182,6 +189,19 @@ struct Options {
   std::string html_out;
   std::string profile = "h200-pcie5";
   std::string dump_keys;
+  std::string dump_trace;                        ///< --dump-trace: the run's batches as a STRTRACE file
+  std::string trace_file;                        ///< --trace: replay this STRTRACE file
+  std::string criteo_file;                       ///< --criteo: replay this Criteo TSV file
+  bool criteo_label = true;                      ///< --criteo-no-label clears it (Kaggle's test.txt)
+  std::string config_file;                       ///< --config: also run this store config as given
+  StoreConfig config;                            ///< the parsed --config
+  ModeDescriptor config_mode{};                  ///< the --config mode (name: config_name)
+  std::string config_name;                       ///< the --config mode's name: the file's stem
+  std::string config_summary;                    ///< the --config mode's description
+  bool dim_given = false;                        ///< --dim was on the command line
+  bool tables_given = false;                     ///< --tables or --rows was on the command line
+  bool backend_given = false;                    ///< --backend was on the command line (overrides the config's)
+  bool capacity_given = false;                   ///< --device-capacity was on the command line (overrides the config's)
   bool progress = ::isatty(STDERR_FILENO) != 0;  // progress only on a terminal (--no-progress hides it there too)
   std::vector<std::string> argv;
 };
@@ -207,6 +227,16 @@ dispatch::CommOptions comm_options(const Options& o) {
 }
 
 Result<StoreConfig> make_config(const Options& o, const ModeDescriptor& mode, double cache_fraction) {
+  if (mode.from_config) {
+    // As given; only --backend and --device-capacity, when given, choose the device.
+    StoreConfig c = o.config;
+    if (o.backend_given) {
+      STRATA_ASSIGN_OR_RETURN(c.device.backend, parse_backend(o.backend));
+    }
+    if (o.capacity_given) c.device.capacity = o.device_capacity;
+    STRATA_RETURN_IF_ERROR(validate(c));
+    return c;
+  }
   StoreConfig c;
   c.threads = o.threads;
   STRATA_ASSIGN_OR_RETURN(c.device.backend, parse_backend(o.backend));
@@ -354,7 +384,7 @@ GatherProbeBatch probe_rows(const GatherProbePlan& plan, const KeyBatch& batch) 
 Result<std::vector<GatherLimit>> measure_gather_limits(const Options& o, const std::vector<KeyBatch>& batches,
                                                        int threads) {
   std::vector<GatherLimit> limits;
-  const bool uniform = o.workload.dist == "uniform";
+  const bool uniform = o.workload.dist == "uniform" && o.trace_file.empty() && o.criteo_file.empty();
   for (const GatherProbePlan& plan : gather_probe_plans(o)) {
     std::vector<GatherProbeBatch> own, rnd;
     STRATA_ASSIGN_OR_RETURN(KeySampler sampler, KeySampler::create("uniform", plan.rows, o.workload.seed ^ 0x5eedull));
@@ -461,8 +491,7 @@ double step_floor_s(const Options& o, const std::vector<GatherLimit>& limits, co
   if (gather <= 0 || floors.empty()) return 0;
   double seconds = lookups / gather;
   for (const GatherProbePlan& plan : gather_probe_plans(o)) {
-    const auto f =
-        std::find_if(floors.begin(), floors.end(), [&](const UpdateFloor& u) { return u.dim == plan.dim; });
+    const auto f = std::find_if(floors.begin(), floors.end(), [&](const UpdateFloor& u) { return u.dim == plan.dim; });
     if (f == floors.end() || f->probe.rows_per_s <= 0) return 0;
     seconds += f->distinct_rows_per_batch / f->probe.rows_per_s;
   }
@@ -562,8 +591,8 @@ MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDes
           device += static_cast<double>(p.rows) * padded(p.dim + p.state) * 4.0;
           record = std::max(record, 4.0 * (p.dim + p.state));
         }
-        if (m->rows_on_device)
-          for (const auto& t : c.value().tables)
+        for (const auto& t : c.value().tables)
+          if (t.placement == Placement::kGpu)
             device += static_cast<double>(t.spec.rows) *
                       padded(t.spec.dim + optimizer_state_dim(t.spec.optimizer.kind, t.spec.dim)) * 4.0;
         // Device-side outputs and gradients, and keys/slots of the batches in flight.
@@ -595,6 +624,11 @@ struct ModeResult {
   std::vector<double> forward_s, train_s;
   std::vector<double> submit_s, lookup_s, backward_s;  // phases of the training step
   double keys_per_step = 0, samples_per_step = 0, bytes_per_lookup = 0;
+  // Sums over rank 0's timed training batches (drive), and their count.
+  double timed_keys = 0, timed_samples = 0, timed_key_bytes = 0;
+  double timed_host_gather_bytes = 0, timed_host_optimizer_bytes = 0;  // rows read by CPU kernels
+  int timed_batches = 0;
+  double host_gather_bytes_per_step = 0, host_optimizer_bytes_per_step = 0;
   double setup_s = 0;
   StoreStats train_stats;  // counters over the timed training steps only
   std::string device;
@@ -625,42 +659,111 @@ StoreStats stats_delta(const StoreStats& after, const StoreStats& before) {
   return d;
 }
 
-// Runs the forward phase and the training phase of one rank's store. Rank r of `ranks` uses every
-// ranks-th batch starting at r, so the ranks train on different batches of the same sequence.
-// With `r` (rank 0) it records step times and the counters over the timed training steps.
-Status drive(const Options& o, Store& store, const std::vector<KeyBatch>& batches, int rank, int ranks,
-             const std::string& label, ModeResult* r) {
-  const StoreConfig& config = store.config();
-  const auto batch_at = [&](std::size_t i) -> const KeyBatch& {
-    return batches[(i * static_cast<std::size_t>(ranks) + static_cast<std::size_t>(rank)) % batches.size()];
-  };
-  // Output and gradient buffers shaped like the first batch (every batch has the same shape).
-  const KeyBatch& shape = batch_at(0);
-  std::vector<std::vector<float>> out(shape.features.size()), grad(out.size());
+// The batches of one rank's run in order (run index i is batch i * ranks + rank of the source),
+// read from a cursor as the steps ask for them and dropped once used: at most the batches in
+// flight and previewed are held.
+class BatchWindow {
+ public:
+  explicit BatchWindow(std::unique_ptr<BatchCursor> cursor) : cursor_(std::move(cursor)) {}
+  // Run batch i (i >= the last drop_before); valid until drop_before passes it.
+  Result<const KeyBatch*> at(std::int64_t i) {
+    while (base_ + static_cast<std::int64_t>(held_.size()) <= i) {
+      STRATA_ASSIGN_OR_RETURN(KeyBatch b, cursor_->next());
+      held_.push_back(std::move(b));
+    }
+    return &held_[static_cast<std::size_t>(i - base_)];
+  }
+  // Forgets the batches before run index i.
+  void drop_before(std::int64_t i) {
+    for (; base_ < i && !held_.empty(); ++base_) held_.pop_front();
+    base_ = std::max(base_, i);
+  }
+
+ private:
+  std::unique_ptr<BatchCursor> cursor_;
+  std::deque<KeyBatch> held_;
+  std::int64_t base_ = 0;
+};
+
+// Rows of each feature's output (forward) and gradient (backward), shaped for each batch: batches
+// of a trace need not have one shape.
+class StepBuffers {
+ public:
+  StepBuffers(const Store& store, int rank) : store_(store), rng_(7 + static_cast<unsigned>(rank)) {}
+  Status shape(const KeyBatch& batch) {
+    out_views.clear();
+    grad_views.clear();
+    out_.resize(batch.features.size());
+    grad_.resize(batch.features.size());
+    for (std::size_t i = 0; i < batch.features.size(); ++i) {
+      STRATA_ASSIGN_OR_RETURN(const int t, store_.table_index(batch.features[i].table));
+      const TableSpec& spec = store_.config().tables[static_cast<std::size_t>(t)].spec;
+      const std::int64_t rows = output_rows(batch.features[i], spec.pooling);
+      const auto size = static_cast<std::size_t>(rows * spec.dim);
+      if (out_[i].size() < size) {
+        out_[i].resize(size);
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        const std::size_t old = grad_[i].size();
+        grad_[i].resize(size);
+        for (std::size_t k = old; k < size; ++k) grad_[i][k] = u(rng_);
+      }
+      out_views.push_back({out_[i].data(), rows, spec.dim});
+      grad_views.push_back({grad_[i].data(), rows, spec.dim});
+    }
+    return Status::ok();
+  }
   std::vector<MatrixView> out_views;
   std::vector<ConstMatrixView> grad_views;
-  std::mt19937 rng(7 + static_cast<unsigned>(rank));
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    const auto& spec = config.tables[i].spec;
-    const std::int64_t rows = output_rows(shape.features[i], spec.pooling);
-    out[i].resize(static_cast<std::size_t>(rows * spec.dim));
-    grad[i].resize(out[i].size());
-    for (auto& g : grad[i]) g = u(rng);
-    out_views.push_back({out[i].data(), rows, spec.dim});
-    grad_views.push_back({grad[i].data(), rows, spec.dim});
+
+ private:
+  const Store& store_;
+  std::mt19937 rng_;
+  std::vector<std::vector<float>> out_, grad_;
+};
+
+// Adds one timed training batch to r's sums: keys, samples, the bytes of their rows, and the rows
+// the CPU kernels read (cpu tables, offload tables pooled on the CPU) and the CPU optimizer reads
+// and writes (cpu and offload tables): an upper bound, every key's row once (no counters there).
+Status count_timed_batch(const Store& store, const KeyBatch& b, ModeResult& r) {
+  const StoreConfig& c = store.config();
+  r.timed_keys += static_cast<double>(b.total_keys());
+  r.timed_samples += static_cast<double>(b.batch_size());
+  for (const JaggedKeys& f : b.features) {
+    STRATA_ASSIGN_OR_RETURN(const int t, store.table_index(f.table));
+    const TableConfig& tc = c.tables[static_cast<std::size_t>(t)];
+    const double bytes = static_cast<double>(f.num_keys()) * tc.spec.dim * 4.0;
+    r.timed_key_bytes += bytes;
+    const bool cpu = tc.placement == Placement::kCpu, offload = tc.placement == Placement::kOffload;
+    if (cpu || (offload && c.offload_gather == OffloadGather::kCpu)) r.timed_host_gather_bytes += bytes;
+    if (cpu || offload) r.timed_host_optimizer_bytes += bytes;
   }
+  ++r.timed_batches;
+  return Status::ok();
+}
+
+// Runs the forward phase and the training phase of one rank's store. Rank r of `ranks` uses every
+// ranks-th batch starting at r, so the ranks train on different batches of the same sequence.
+// With `r` (rank 0) it records step times, the counters over the timed training steps and the
+// sums of count_timed_batch.
+Status drive(const Options& o, Store& store, const BatchSource& source, int rank, int ranks, const std::string& label,
+             ModeResult* r) {
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<BatchCursor> cursor, source.cursor(rank, ranks));
+  BatchWindow window(std::move(cursor));
+  StepBuffers buffers(store, rank);
   const bool show = r != nullptr && o.progress;
   std::int64_t id = 0;
   const int total = o.warmup + o.steps;
   Progress fwd(label + " forward", total, show);
-  // A trainer's data loader builds a fresh batch each step and moves it into the store; the batch
-  // set here is reused, so each step's copy is made before its clock starts and then moved in.
+  // A trainer's data loader builds a fresh batch each step and moves it into the store; each
+  // step's copy (read from the file for a trace) is made before its clock starts and moved in.
   for (int s = 0; s < total; ++s) {
-    KeyBatch fresh = batch_at(static_cast<std::size_t>(s));
+    STRATA_ASSIGN_OR_RETURN(const KeyBatch* b, window.at(s));
+    KeyBatch fresh = *b;
+    window.drop_before(s + 1);
+    STRATA_RETURN_IF_ERROR(buffers.shape(fresh));
     const auto t = Clock::now();
     STRATA_RETURN_IF_ERROR(store.submit(id, std::move(fresh)));
-    STRATA_RETURN_IF_ERROR(store.forward(id, out_views));
+    STRATA_RETURN_IF_ERROR(store.forward(id, buffers.out_views));
     STRATA_RETURN_IF_ERROR(store.discard(id));
     if (r && s >= o.warmup) r->forward_s.push_back(seconds_since(t));
     ++id;
@@ -671,22 +774,44 @@ Status drive(const Options& o, Store& store, const std::vector<KeyBatch>& batche
   // + backward(i).
   const int depth = o.lookahead + o.pipeline;
   // Training continues with the batches after the forward phase's, so a cache warmed by the
-  // forward phase does not see the same batches again (unless --distinct-batches is smaller than
-  // 2 x (warmup + steps) and they cycle).
-  const auto first = static_cast<std::size_t>(total);
-  auto batch_of = [&](int s) -> const KeyBatch& { return batch_at(first + static_cast<std::size_t>(s)); };
+  // forward phase does not see the same batches again (unless the source has fewer than
+  // 2 x (warmup + steps) batches and they cycle).
+  const std::int64_t first = total;
+  auto batch_of = [&](int s) { return window.at(first + s); };
   const std::int64_t base = id;
+  // The keys of the timed training batches: duplication (dedup is per table and batch) and sums.
+  double dup_keys = 0, dup_unique = 0;
+  std::vector<Key> sorted;
+  const auto count_submitted = [&](int s, const KeyBatch& b) -> Status {
+    if (!r || s < o.warmup) return Status::ok();
+    STRATA_RETURN_IF_ERROR(count_timed_batch(store, b, *r));
+    if (ranks > 1)
+      for (const auto& f : b.features) {
+        sorted.assign(f.keys.begin(), f.keys.end());
+        std::sort(sorted.begin(), sorted.end());
+        dup_keys += static_cast<double>(sorted.size());
+        dup_unique += static_cast<double>(std::unique(sorted.begin(), sorted.end()) - sorted.begin());
+      }
+    return Status::ok();
+  };
+  const auto submit = [&](int s) -> Status {
+    STRATA_ASSIGN_OR_RETURN(const KeyBatch* b, batch_of(s));
+    STRATA_RETURN_IF_ERROR(count_submitted(s, *b));
+    return store.submit(base + s, *b);
+  };
   // With --preview W the trainer announces the keys of the W batches after those submitted, as a
   // data loader that reads ahead would (keys only; the lookahead policy plans with them).
   int previewed = 0;  // batches [0, previewed) of the training phase have been previewed
   const auto preview_upto = [&](int end) -> Status {
-    for (end = std::min(end, total); o.preview > 0 && previewed < end; ++previewed)
-      STRATA_RETURN_IF_ERROR(store.preview(base + previewed, batch_of(previewed)));
+    for (end = std::min(end, total); o.preview > 0 && previewed < end; ++previewed) {
+      STRATA_ASSIGN_OR_RETURN(const KeyBatch* b, batch_of(previewed));
+      STRATA_RETURN_IF_ERROR(store.preview(base + previewed, *b));
+    }
     return Status::ok();
   };
   STRATA_RETURN_IF_ERROR(preview_upto(o.preview));
   for (int s = 0; s < std::min(depth - 1, total); ++s) {
-    STRATA_RETURN_IF_ERROR(store.submit(base + s, batch_of(s)));
+    STRATA_RETURN_IF_ERROR(submit(s));
     STRATA_RETURN_IF_ERROR(preview_upto(s + 1 + o.preview));
   }
   Progress train(label + " train", total, show);
@@ -694,44 +819,44 @@ Status drive(const Options& o, Store& store, const std::vector<KeyBatch>& batche
   for (int s = 0; s < total; ++s) {
     if (s == o.warmup) before = store.stats();
     KeyBatch fresh;
-    if (s + depth - 1 < total) fresh = batch_of(s + depth - 1);
+    const bool ahead = s + depth - 1 < total;
+    if (ahead) {
+      STRATA_ASSIGN_OR_RETURN(const KeyBatch* b, batch_of(s + depth - 1));
+      STRATA_RETURN_IF_ERROR(count_submitted(s + depth - 1, *b));
+      fresh = *b;
+      // Read what the previews of this step need before the clock starts.
+      if (o.preview > 0) STRATA_RETURN_IF_ERROR(batch_of(std::min(total, s + depth + o.preview) - 1).status());
+    }
+    STRATA_ASSIGN_OR_RETURN(const KeyBatch* current, batch_of(s));
+    STRATA_RETURN_IF_ERROR(buffers.shape(*current));
     const auto t = Clock::now();
-    if (s + depth - 1 < total) {
+    if (ahead) {
       STRATA_RETURN_IF_ERROR(store.submit(base + s + depth - 1, std::move(fresh)));
       STRATA_RETURN_IF_ERROR(preview_upto(s + depth + o.preview));
     }
     const auto t1 = Clock::now();
-    STRATA_RETURN_IF_ERROR(store.forward(base + s, out_views));
+    STRATA_RETURN_IF_ERROR(store.forward(base + s, buffers.out_views));
     const auto t2 = Clock::now();
-    STRATA_RETURN_IF_ERROR(store.backward(base + s, grad_views));
+    STRATA_RETURN_IF_ERROR(store.backward(base + s, buffers.grad_views));
     if (r && s >= o.warmup) {
       r->train_s.push_back(seconds_since(t));
       r->submit_s.push_back(std::chrono::duration<double>(t1 - t).count());
       r->lookup_s.push_back(std::chrono::duration<double>(t2 - t1).count());
       r->backward_s.push_back(seconds_since(t2));
     }
+    // Batch s is done; the later ones are submitted, previewed or still to come.
+    window.drop_before(first + s + 1);
     train.tick(s + 1);
   }
   if (r) r->train_stats = stats_delta(store.stats(), before);
-  if (r && ranks > 1) {
-    // The duplication factor of the keys the timed training steps dispatched (dedup is per table
-    // and batch), to set against the cut in bytes exchanged.
-    double keys = 0, unique = 0;
-    std::vector<Key> sorted;
-    for (int s = o.warmup; s < total; ++s)
-      for (const auto& f : batch_of(s).features) {
-        sorted.assign(f.keys.begin(), f.keys.end());
-        std::sort(sorted.begin(), sorted.end());
-        keys += static_cast<double>(sorted.size());
-        unique += static_cast<double>(std::unique(sorted.begin(), sorted.end()) - sorted.begin());
-      }
-    r->duplication_factor = unique > 0 ? keys / unique : 1.0;
-  }
+  // The duplication factor of the keys the timed training steps dispatched, to set against the
+  // cut in bytes exchanged.
+  if (r && ranks > 1) r->duplication_factor = dup_unique > 0 ? dup_keys / dup_unique : 1.0;
   return store.flush();
 }
 
 Result<ModeResult> run_mode(const Options& o, const ModeDescriptor& mode, double cache_fraction,
-                            const std::vector<KeyBatch>& batches, const std::string& label) {
+                            const BatchSource& batches, const std::string& label) {
   STRATA_ASSIGN_OR_RETURN(StoreConfig config, make_config(o, mode, cache_fraction));
   const int ranks = o.mpi ? o.mpi->size() : sharded(mode) ? o.ranks : 1;
   ModeResult r;
@@ -743,13 +868,6 @@ Result<ModeResult> run_mode(const Options& o, const ModeDescriptor& mode, double
     r.cache_rows += p.rows;
     r.cache_bytes += p.bytes;
   }
-  double key_bytes = 0;
-  for (std::size_t i = 0; i < batches.front().features.size(); ++i)
-    key_bytes += static_cast<double>(batches.front().features[i].keys.size()) * config.tables[i].spec.dim * 4.0;
-  // A step is one batch on every rank.
-  r.keys_per_step = static_cast<double>(batches.front().total_keys()) * ranks;
-  r.samples_per_step = static_cast<double>(batches.front().batch_size()) * ranks;
-  r.bytes_per_lookup = r.keys_per_step > 0 ? key_bytes * ranks / r.keys_per_step : 0;
   r.peak_rss_per_mode = reset_peak_rss();
   r.rss_start_bytes = process_rss_bytes();
   const auto t0 = Clock::now();
@@ -781,6 +899,13 @@ Result<ModeResult> run_mode(const Options& o, const ModeDescriptor& mode, double
       if (!status[static_cast<std::size_t>(q)].is_ok())
         return status[static_cast<std::size_t>(q)].with_context("rank " + std::to_string(q));
   }
+  // A step is one batch on every rank: rank 0's timed training batches, averaged.
+  const double n = std::max(1, r.timed_batches);
+  r.keys_per_step = r.timed_keys / n * ranks;
+  r.samples_per_step = r.timed_samples / n * ranks;
+  r.bytes_per_lookup = r.timed_keys > 0 ? r.timed_key_bytes / r.timed_keys : 0;
+  r.host_gather_bytes_per_step = r.timed_host_gather_bytes / n * ranks;
+  r.host_optimizer_bytes_per_step = r.timed_host_optimizer_bytes / n * ranks;
   r.device = r.train_stats.device;
   r.device_peak_bytes = r.train_stats.device_peak_bytes;
   r.peak_rss_bytes = process_peak_rss_bytes();
@@ -806,14 +931,10 @@ StepBytes step_bytes(const ModeResult& r) {
   sb.host_read = static_cast<double>(lb.host_read_total()) / steps;
   sb.host_write = static_cast<double>(lb.host_write_total()) / steps;
   sb.all_to_all = static_cast<double>(r.train_stats.dispatch.bytes()) / steps;
-  // Host-side kernels (the CPU gather of cpu/offload-cpu, the CPU optimizer of cpu/offload/
-  // offload-cpu) have no counters: add their row traffic (an upper bound: every key's row once).
-  const double row_bytes = r.keys_per_step * r.bytes_per_lookup;
-  if (r.mode->host_gather) sb.host_read += row_bytes;
-  if (r.mode->host_optimizer) {
-    sb.host_read += row_bytes;
-    sb.host_write += row_bytes;
-  }
+  // Host-side kernels (the CPU gather of cpu and CPU-pooled offload tables, the CPU optimizer of
+  // cpu and offload tables) have no counters: add their row traffic (count_timed_batch).
+  sb.host_read += r.host_gather_bytes_per_step + r.host_optimizer_bytes_per_step;
+  sb.host_write += r.host_optimizer_bytes_per_step;
   return sb;
 }
 
@@ -892,8 +1013,18 @@ json result_json(const Options& o, const ModeResult& r, double read_gbs, const S
           {"lookup", d.lookup_seconds / steps * 1e3},
           {"source", d.local_seconds / steps * 1e3}}}};
   }
+  if (r.mode->from_config) {
+    json tables = json::array();
+    for (const TableConfig& t : o.config.tables) {
+      json jt = {{"name", t.spec.name}, {"placement", to_string(t.placement)}};
+      if (t.placement == Placement::kCached || t.placement == Placement::kHybrid) jt["cache_rows"] = cache_rows(t);
+      tables.push_back(jt);
+    }
+    m["config"] = {{"file", o.config_file}, {"threads", o.config.threads}, {"tables", tables}};
+  }
   if (caches(*r.mode)) {
     const cache::CacheStats cs = total_cache_stats(r);
+    const CacheConfig& cc = r.mode->from_config ? o.config.cache : CacheConfig{};
     m["hit_rate"] = cs.hit_rate();
     m["cache"] = {{"accesses", cs.accesses},
                   {"hits", cs.hits},
@@ -901,11 +1032,11 @@ json result_json(const Options& o, const ModeResult& r, double read_gbs, const S
                   {"evictions", cs.evictions},
                   {"writebacks", cs.writebacks},
                   {"deferred", cs.deferred},
-                  {"policy", o.policy},
-                  {"lookahead", o.lookahead},
-                  {"preview", o.preview},
-                  {"planner_shards", o.planner_shards},
-                  {"cache_fraction", r.cache_fraction},
+                  {"policy", r.mode->from_config ? std::string(cache::to_string(cc.policy)) : o.policy},
+                  {"lookahead", r.mode->from_config ? cc.lookahead : o.lookahead},
+                  {"preview", r.mode->from_config ? cc.preview : o.preview},
+                  {"planner_shards", r.mode->from_config ? cc.planner_shards : o.planner_shards},
+                  {"cache_fraction", r.mode->from_config ? json(nullptr) : json(r.cache_fraction)},
                   {"cache_rows", r.cache_rows},
                   {"cache_bytes", r.cache_bytes}};
   } else {
@@ -1064,18 +1195,18 @@ Result<std::vector<double>> parse_fractions(const std::string& s) {
 
 // Rows each cache pool must hold at once: the most unique rows of `window` consecutive batches
 // of the training sequence (the batches in flight pin their rows together), and of any single
-// batch (the forward phase). A cache smaller than that is refused before it runs.
-std::vector<std::int64_t> rows_needed_per_pool(const Options& o, const StoreConfig& c,
-                                               const std::vector<PoolSize>& pools,
-                                               const std::vector<KeyBatch>& batches) {
+// batch of the run (the forward phase's too). A cache smaller than that is refused before it runs. Reads the training
+// sequence once through a cursor (one batch and the window's row sets at a time).
+Result<std::vector<std::int64_t>> rows_needed_per_pool(const Options& o, const StoreConfig& c,
+                                                       const std::vector<PoolSize>& pools, const BatchSource& source) {
   const int total = o.warmup + o.steps;
-  const int window = std::max(1, o.lookahead + o.pipeline);
-  // Keys of batch b in pool p, as (table index, key) pairs, sorted and unique.
+  const std::size_t window = static_cast<std::size_t>(std::max(1, o.lookahead + o.pipeline));
+  // Keys of a batch in pool p, as (table index, key) pairs, sorted and unique.
   using Row = std::pair<std::size_t, Key>;
-  const auto rows_of = [&](std::size_t b, const PoolSize& pool) {
+  const auto rows_of = [&](const KeyBatch& batch, const PoolSize& pool) {
     std::vector<Row> rows;
     for (const std::size_t t : pool.tables)
-      for (const auto& f : batches[b].features)
+      for (const auto& f : batch.features)
         if (f.table == c.tables[t].spec.name)
           for (const Key k : f.keys) rows.emplace_back(t, k);
     std::sort(rows.begin(), rows.end());
@@ -1083,18 +1214,31 @@ std::vector<std::int64_t> rows_needed_per_pool(const Options& o, const StoreConf
     return rows;
   };
   std::vector<std::int64_t> need(pools.size(), 0);
-  for (std::size_t p = 0; p < pools.size(); ++p) {
-    std::vector<std::vector<Row>> per_batch(batches.size());
-    for (std::size_t b = 0; b < batches.size(); ++b) {
-      per_batch[b] = rows_of(b, pools[p]);
-      need[p] = std::max<std::int64_t>(need[p], static_cast<std::int64_t>(per_batch[b].size()));
+  std::vector<std::deque<std::vector<Row>>> recent(pools.size());  // the last `window` batches' rows per pool
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<BatchCursor> cursor, source.cursor(0, 1));
+  // Batches 0 .. total-1 are the forward phase's (one at a time), total .. 2 total-1 the training
+  // phase's: windows start at each of them, the last ones cut at the end.
+  const int end = 2 * total;
+  for (int s = 0; s < end + static_cast<int>(window) - 1; ++s) {
+    KeyBatch batch;
+    if (s < end) {
+      STRATA_ASSIGN_OR_RETURN(batch, cursor->next());
     }
-    for (int s = 0; s < total; ++s) {
-      std::vector<Row> in_flight;
-      for (int w = 0; w < window && s + w < total; ++w) {
-        const auto& r = per_batch[(static_cast<std::size_t>(total) + static_cast<std::size_t>(s + w)) % batches.size()];
-        in_flight.insert(in_flight.end(), r.begin(), r.end());
+    for (std::size_t p = 0; p < pools.size(); ++p) {
+      auto& w = recent[p];
+      if (s < end) {
+        std::vector<Row> rows = rows_of(batch, pools[p]);
+        need[p] = std::max<std::int64_t>(need[p], static_cast<std::int64_t>(rows.size()));
+        if (s < total) continue;
+        w.push_back(std::move(rows));
+        if (w.size() > window) w.pop_front();
+        if (w.size() < window && s != end - 1) continue;  // not a full window yet
+      } else {
+        w.pop_front();
+        if (w.empty()) continue;
       }
+      std::vector<Row> in_flight;
+      for (const auto& r : w) in_flight.insert(in_flight.end(), r.begin(), r.end());
       std::sort(in_flight.begin(), in_flight.end());
       need[p] = std::max<std::int64_t>(need[p], std::unique(in_flight.begin(), in_flight.end()) - in_flight.begin());
     }
@@ -1102,22 +1246,32 @@ std::vector<std::int64_t> rows_needed_per_pool(const Options& o, const StoreConf
   return need;
 }
 
-// "" when a cached store with `fraction` can hold the batches in flight, else why not.
-std::string cache_too_small(const Options& o, double fraction, const std::vector<KeyBatch>& batches) {
-  auto c = make_config(o, *find_mode("cached").value(), fraction);
-  if (!c) return c.status().message();
-  const auto pools = cache_pools(c.value());
-  const auto need = rows_needed_per_pool(o, c.value(), pools, batches);
+// "" when the cache pools of `c` can hold the batches in flight, else why not; `what` says where
+// the cache's size came from ("cache fraction 0.1", "the config").
+Result<std::string> cache_too_small(const Options& o, const StoreConfig& c, const std::string& what,
+                                    const BatchSource& source) {
+  const auto pools = cache_pools(c);
+  if (pools.empty()) return std::string();
+  STRATA_ASSIGN_OR_RETURN(const auto need, rows_needed_per_pool(o, c, pools, source));
   for (std::size_t p = 0; p < pools.size(); ++p) {
     if (pools[p].rows >= need[p]) continue;
     char buf[320];
     std::snprintf(buf, sizeof buf,
-                  "cache fraction %g gives the dim-%d cache pool %lld rows, but the batches in flight need %lld "
-                  "unique rows in it at once",
-                  fraction, pools[p].dim, static_cast<long long>(pools[p].rows), static_cast<long long>(need[p]));
-    return buf;
+                  "%s gives the dim-%d cache pool %lld rows, but the batches in flight need %lld unique rows in it at "
+                  "once",
+                  what.c_str(), pools[p].dim, static_cast<long long>(pools[p].rows), static_cast<long long>(need[p]));
+    return std::string(buf);
   }
-  return "";
+  return std::string();
+}
+
+// cache_too_small for the cached mode at cache fraction `fraction`.
+Result<std::string> cached_too_small(const Options& o, double fraction, const BatchSource& source) {
+  auto c = make_config(o, *find_mode("cached").value(), fraction);
+  if (!c) return c.status().message();
+  char what[64];
+  std::snprintf(what, sizeof what, "cache fraction %g", fraction);
+  return cache_too_small(o, c.value(), what, source);
 }
 
 int fail(const std::string& message, int code = 2) {
@@ -1155,6 +1309,150 @@ Status check_output_path(const std::string& flag, const std::string& path, bool 
   return Status::ok();
 }
 
+// ---- --config, --trace, --criteo ----
+
+// Reads --config into o.config and sets up its mode, named after the file's stem ("config" when
+// that is empty or a uniform mode's name). Without --tables, --rows, --workload, --trace and
+// --criteo, the workload's tables are the config's.
+Status load_config_mode(Options& o) {
+  STRATA_ASSIGN_OR_RETURN(const std::string text, read_input_file(o.config_file, "config file"));
+  STRATA_RETURN_IF_ERROR(parse_json_limited(text, "config").status());
+  STRATA_ASSIGN_OR_RETURN(o.config, parse_store_config(text));
+  std::string stem = o.config_file.substr(o.config_file.find_last_of('/') + 1);
+  stem = stem.substr(0, stem.find_last_of('.'));
+  o.config_name = stem.empty() || find_mode(stem) ? "config" : stem;
+  o.config_summary = "store config " + o.config_file + " as given (its placements, caches, optimizers, threads)";
+  const auto& tables = o.config.tables;
+  const bool cached = std::any_of(tables.begin(), tables.end(), [](const TableConfig& t) {
+    return t.placement == Placement::kCached || t.placement == Placement::kHybrid;
+  });
+  const bool device =
+      std::any_of(tables.begin(), tables.end(), [](const TableConfig& t) { return t.placement != Placement::kCpu; });
+  o.config_mode = ModeDescriptor{o.config_name.c_str(),
+                                 o.config_summary.c_str(),
+                                 cached ? Placement::kCached : tables.front().placement,
+                                 o.config.offload_gather,
+                                 device,
+                                 true};
+  if (!o.tables_given && o.workload_file.empty() && o.trace_file.empty() && o.criteo_file.empty()) {
+    o.workload.table_list.clear();
+    for (const TableConfig& t : tables) o.workload.table_list.push_back({t.spec.name, t.spec.rows, t.spec.dim});
+  }
+  return Status::ok();
+}
+
+// The names of `names`' first few entries, for messages ("a, b, c" or "a, b, c, ... (40 tables)").
+template <typename T, typename Name>
+std::string some_names(const std::vector<T>& items, Name name) {
+  std::string s;
+  for (std::size_t i = 0; i < items.size() && i < 8; ++i) s += (i ? ", " : "") + name(items[i]);
+  if (items.size() > 8) s += ", ... (" + std::to_string(items.size()) + " tables)";
+  return s;
+}
+
+// The workload's tables and the config's must be the same set (names), with the same rows and dims.
+Status check_config_tables(const StoreConfig& c, const std::vector<TableShape>& shapes) {
+  const auto config_names = [&] { return some_names(c.tables, [](const TableConfig& t) { return t.spec.name; }); };
+  const auto workload_names = [&] { return some_names(shapes, [](const TableShape& t) { return t.name; }); };
+  for (const TableShape& w : shapes) {
+    const auto t =
+        std::find_if(c.tables.begin(), c.tables.end(), [&](const TableConfig& tc) { return tc.spec.name == w.name; });
+    if (t == c.tables.end())
+      return Status::invalid_argument("table '" + w.name +
+                                      "' of the workload is not in the config (its tables: " + config_names() + ")");
+    if (t->spec.rows != w.rows)
+      return Status::invalid_argument("table '" + w.name + "' has " + std::to_string(t->spec.rows) +
+                                      " rows in the config but " + std::to_string(w.rows) + " in the workload");
+    if (t->spec.dim != w.dim)
+      return Status::invalid_argument("table '" + w.name + "' has dim " + std::to_string(t->spec.dim) +
+                                      " in the config but " + std::to_string(w.dim) + " in the workload");
+  }
+  for (const TableConfig& t : c.tables)
+    if (std::none_of(shapes.begin(), shapes.end(), [&](const TableShape& w) { return w.name == t.spec.name; }))
+      return Status::invalid_argument("table '" + t.spec.name +
+                                      "' of the config is not in the workload (its tables: " + workload_names() + ")");
+  return Status::ok();
+}
+
+// Opens --trace or --criteo for a run of `world` ranks, reading and checking the batches it uses
+// (2 x (warmup + steps) per rank at most), and sets the workload's tables and shape from it.
+Result<BatchSource> open_file_source(Options& o, std::string& table_set, int world) {
+  if (!o.trace_file.empty() && !o.criteo_file.empty())
+    return Status::invalid_argument("give --trace or --criteo, not both");
+  if (!o.trace_file.empty() && (o.tables_given || !o.workload_file.empty()))
+    return Status::invalid_argument("--trace " + o.trace_file +
+                                    ": the tables are the trace's (its header); --tables, --rows and --workload do "
+                                    "not apply (--dim sets their dim)");
+  const std::int64_t per_phase = static_cast<std::int64_t>(o.warmup + o.steps) * world;
+  const std::string& path = o.trace_file.empty() ? o.criteo_file : o.trace_file;
+  const auto progress = [&](std::int64_t done, std::int64_t total) {
+    if (!o.progress) return;
+    std::fprintf(stderr, "\r  reading %s: %lld%s batches", path.c_str(), static_cast<long long>(done),
+                 total > 0 ? (" of " + std::to_string(total)).c_str() : "");
+    std::fflush(stderr);
+  };
+  Result<BatchSource> src = Status::invalid_argument("no source");
+  if (!o.trace_file.empty()) {
+    src = BatchSource::open_trace(path, 2 * per_phase, progress);
+  } else {
+    std::vector<TableSpec> specs;
+    for (const TableShape& t : workload_tables(o.workload)) {
+      TableSpec spec;
+      spec.name = t.name;
+      spec.rows = t.rows;
+      spec.dim = t.dim;
+      specs.push_back(spec);
+    }
+    if (specs.size() != static_cast<std::size_t>(kCriteoSparseFeatures))
+      return Status::invalid_argument("--criteo " + path + ": the table set has " + std::to_string(specs.size()) +
+                                      " tables (expected 26, one per categorical column C1..C26: --tables criteo, "
+                                      "criteo:TOTAL_ROWS or a list of 26)");
+    src = BatchSource::open_criteo(path, specs, o.workload.batch, o.criteo_label, 2 * per_phase, progress);
+  }
+  if (o.progress) std::fprintf(stderr, "\n");
+  if (!src) return src.status();
+  if (src->size() < per_phase)
+    return Status::invalid_argument(
+        src->kind() + " " + path + " has " + std::to_string(src->size()) + " batches but --warmup " +
+        std::to_string(o.warmup) + " + --steps " + std::to_string(o.steps) +
+        (world > 1 ? " on " + std::to_string(world) + " ranks" : "") + " need at least " + std::to_string(per_phase) +
+        " (each phase runs warmup + steps batches per rank; up to twice that are read, fewer are cycled)");
+  if (!o.trace_file.empty()) {
+    o.workload.table_list.clear();
+    for (const TraceTable& t : src->tables()) {
+      int dim = o.workload.dim;
+      const auto c = std::find_if(o.config.tables.begin(), o.config.tables.end(),
+                                  [&](const TableConfig& tc) { return tc.spec.name == t.name; });
+      if (!o.config_file.empty() && !o.dim_given && c != o.config.tables.end()) dim = c->spec.dim;
+      o.workload.table_list.push_back({t.name, t.rows, dim});
+    }
+  }
+  // The shape the memory estimate reads: the widest batch, the mean bag, the batches held.
+  o.workload.batch = src->summary().max_batch_size;
+  o.workload.bag_size = static_cast<int>(std::ceil(src->summary().mean_keys_per_bag));
+  o.workload.bag_dist = "fixed";
+  o.workload.distinct_batches = static_cast<int>(std::min<std::int64_t>(src->size(), kSourceHeadBatches));
+  table_set = src->kind() + " " + path;
+  if (src->size() < 2 * per_phase)
+    std::fprintf(stderr, "strata-bench: %s %s has %lld batches, fewer than the %lld the run uses: they are cycled\n",
+                 src->kind().c_str(), path.c_str(), static_cast<long long>(src->size()),
+                 static_cast<long long>(2 * per_phase));
+  return src;
+}
+
+// Writes the source's batches (the sequence the run cycles) to --dump-trace.
+Status dump_trace(const Options& o, const BatchSource& source) {
+  std::vector<TraceTable> tables;
+  for (const TableShape& t : workload_tables(o.workload)) tables.push_back({t.name, t.rows});
+  STRATA_ASSIGN_OR_RETURN(TraceWriter writer, TraceWriter::create(o.dump_trace, tables));
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<BatchCursor> cursor, source.cursor(0, 1));
+  for (std::int64_t i = 0; i < source.size(); ++i) {
+    STRATA_ASSIGN_OR_RETURN(KeyBatch b, cursor->next());
+    STRATA_RETURN_IF_ERROR(writer.append(b));
+  }
+  return writer.close();
+}
+
 int run(const Options& o_in) {
   const auto wall0 = Clock::now();
   const std::string started_at = iso_time_now();
@@ -1175,7 +1473,24 @@ int run(const Options& o_in) {
     if (table_set == "criteo") table_set = "criteo:" + std::to_string(o.criteo_rows);
     if (Status s = apply_table_set(o.workload, table_set); !s.is_ok()) return fail("--tables: " + s.message());
   }
+  if (!o.config_file.empty()) {
+    if (Status s = load_config_mode(o); !s.is_ok()) return fail("--config " + o.config_file + ": " + s.message());
+    if (!o.tables_given && o.workload_file.empty() && o.trace_file.empty() && o.criteo_file.empty())
+      table_set = "config " + o.config_file;
+  }
   if (Status s = validate(o.workload); !s.is_ok()) return fail(s.message());
+  const int world = o.mpi ? o.mpi->size() : o.ranks;
+  // A trace or a TSV file: read and check the part the run uses now, before any long work.
+  std::optional<BatchSource> source;
+  if (!o.trace_file.empty() || !o.criteo_file.empty()) {
+    auto src = open_file_source(o, table_set, world);
+    if (!src) return fail(src.status().message());
+    source = std::move(src).value();
+  }
+  if (!o.config_file.empty()) {
+    if (Status s = check_config_tables(o.config, workload_tables(o.workload)); !s.is_ok())
+      return fail("--config " + o.config_file + ": " + s.message());
+  }
   if (auto t = dispatch::parse_sharding(o.sharding); !t) return fail("--sharding: " + t.status().message());
   std::vector<const ModeDescriptor*> modes;
   for (const auto& name : split(o.modes, ',')) {
@@ -1184,6 +1499,10 @@ int run(const Options& o_in) {
     if (!m) return fail("--modes: " + m.status().message());
     if (std::find(modes.begin(), modes.end(), m.value()) == modes.end()) modes.push_back(m.value());
   }
+  if (!o.config_file.empty()) modes.push_back(&o.config_mode);
+  if (source && !o.dump_keys.empty())
+    return fail("--dump-keys writes generated batches; with --trace or --criteo use --dump-trace");
+  if (o.mpi && source) return fail("--trace and --criteo run on one process (not under mpirun)");
   if (modes.empty()) return fail("--modes is empty (expected a comma-separated list of " + mode_names(", ") + ")");
   if (o.mpi) {
     for (const ModeDescriptor* m : modes)
@@ -1206,7 +1525,7 @@ int run(const Options& o_in) {
   // Outputs that cannot be written are found now, not after every mode ran.
   for (const auto& [flag, path, replaced] :
        {std::make_tuple("--json", o.json_out, true), std::make_tuple("--html", o.html_out, true),
-        std::make_tuple("--dump-keys", o.dump_keys, false)}) {
+        std::make_tuple("--dump-keys", o.dump_keys, false), std::make_tuple("--dump-trace", o.dump_trace, false)}) {
     if (path.empty()) continue;
     if (Status s = check_output_path(flag, path, replaced); !s.is_ok()) return fail(s.message());
   }
@@ -1263,27 +1582,49 @@ int run(const Options& o_in) {
   }
   std::string dim_text;
   for (const int d : dims) dim_text += (dim_text.empty() ? "" : "/") + std::to_string(d);
-  std::fprintf(
-      stderr,
-      "strata-bench: %zu table(s) (%s; %lld rows in total, %lld..%lld per table, dim %s), batch %lld x %d keys "
-      "(%s), %s, %d steps, %d threads, about %s of host memory at peak\n",
-      shapes.size(), table_set.c_str(), static_cast<long long>(total_rows), static_cast<long long>(min_rows),
-      static_cast<long long>(max_rows), dim_text.c_str(), static_cast<long long>(o.workload.batch), o.workload.bag_size,
-      o.workload.bag_dist.c_str(), o.workload.dist.c_str(), o.steps, o.threads, human_bytes(mem.total).c_str());
-  const auto batches = make_batches(o.workload, o.threads);
-  if (!o.dump_keys.empty()) {
-    if (Status s = write_batches_raw(o.dump_keys, batches); !s.is_ok()) return fail(s.message(), 1);
+  char keys_text[160];  // the batch's shape and its keys: generated, or the file's
+  if (source) {
+    std::snprintf(keys_text, sizeof keys_text, "batches of up to %lld bags, %.2f keys per bag (the file's keys)",
+                  static_cast<long long>(o.workload.batch), source->summary().mean_keys_per_bag);
+  } else {
+    std::snprintf(keys_text, sizeof keys_text, "batch %lld x %d keys (%s), %s",
+                  static_cast<long long>(o.workload.batch), o.workload.bag_size, o.workload.bag_dist.c_str(),
+                  o.workload.dist.c_str());
+  }
+  std::fprintf(stderr,
+               "strata-bench: %zu table(s) (%s; %lld rows in total, %lld..%lld per table, dim %s), %s, %d steps, %d "
+               "threads, about %s of host memory at peak\n",
+               shapes.size(), table_set.c_str(), static_cast<long long>(total_rows), static_cast<long long>(min_rows),
+               static_cast<long long>(max_rows), dim_text.c_str(), keys_text, o.steps, o.threads,
+               human_bytes(mem.total).c_str());
+  if (!source) {
+    std::vector<KeyBatch> generated = make_batches(o.workload, o.threads);
+    if (!o.dump_keys.empty()) {
+      if (Status s = write_batches_raw(o.dump_keys, generated); !s.is_ok()) return fail(s.message(), 1);
+    }
+    source = BatchSource::generated(std::move(generated));
+  }
+  const BatchSource& batches = *source;
+  if (!o.dump_trace.empty()) {
+    if (Status s = dump_trace(o, batches); !s.is_ok()) return fail("--dump-trace: " + s.message(), 1);
   }
   // A cache that cannot hold the batches in flight fails at its first step: refuse it now (a
   // sweep point is skipped with the reason instead).
-  const bool run_cached = std::any_of(modes.begin(), modes.end(),
-                                      [](const ModeDescriptor* m) { return m->placement == Placement::kCached; });
-  if (run_cached) {
-    if (const std::string why = cache_too_small(o, o.cache_fraction, batches); !why.empty())
-      return fail("mode cached: " + why + "; raise --cache-fraction");
+  for (const ModeDescriptor* m : modes) {
+    if (m->placement != Placement::kCached) continue;
+    Result<std::string> why = m->from_config ? cache_too_small(o, o.config, "the config", batches)
+                                             : cached_too_small(o, o.cache_fraction, batches);
+    if (!why) return fail(why.status().message(), 1);
+    if (!why->empty())
+      return fail("mode " + std::string(m->name) + ": " + *why +
+                  (m->from_config ? "; give its cached tables more cache rows" : "; raise --cache-fraction"));
   }
   std::vector<std::string> sweep_skipped(sweep.size());
-  for (std::size_t i = 0; i < sweep.size(); ++i) sweep_skipped[i] = cache_too_small(o, sweep[i], batches);
+  for (std::size_t i = 0; i < sweep.size(); ++i) {
+    Result<std::string> why = cached_too_small(o, sweep[i], batches);
+    if (!why) return fail(why.status().message(), 1);
+    sweep_skipped[i] = *why;
+  }
 
   std::fprintf(stderr, "  measuring sequential read bandwidth...\n");
   // More reading threads than hardware threads would measure the scheduler, not the memory.
@@ -1298,24 +1639,24 @@ int run(const Options& o_in) {
   if (o.gather_probe) {
     std::fprintf(stderr, "  measuring the random-row gather limit...\n");
     const auto t0 = Clock::now();
-    auto g = measure_gather_limits(o, batches, probe_threads);
+    auto g = measure_gather_limits(o, batches.head(), probe_threads);
     if (!g) return fail(g.status().message(), 1);
     gather_limits = std::move(g).value();
     gather_probe_s = seconds_since(t0);
-    step_limits.workload = step_gather_limit(o, gather_limits, batches.front(), "workload");
-    step_limits.uniform = step_gather_limit(o, gather_limits, batches.front(), "uniform");
+    step_limits.workload = step_gather_limit(o, gather_limits, batches.head().front(), "workload");
+    step_limits.uniform = step_gather_limit(o, gather_limits, batches.head().front(), "uniform");
     std::fprintf(stderr, "  measuring the update floor...\n");
-    auto u = measure_update_floors(o, batches, probe_threads);
+    auto u = measure_update_floors(o, batches.head(), probe_threads);
     if (!u) return fail(u.status().message(), 1);
     update_floors = std::move(u).value();
     gather_probe_s = seconds_since(t0);
-    step_limits.floor_s = step_floor_s(o, gather_limits, update_floors, batches.front());
+    step_limits.floor_s = step_floor_s(o, gather_limits, update_floors, batches.head().front());
   }
 
   std::vector<ModeResult> results;
   for (std::size_t i = 0; i < modes.size(); ++i) {
     const std::string label = "[" + std::to_string(i + 1) + "/" + std::to_string(modes.size()) + "] " + modes[i]->name;
-    auto r = run_mode(o, *modes[i], o.cache_fraction, batches, label);
+    auto r = run_mode(o, *modes[i], modes[i]->from_config ? 0.0 : o.cache_fraction, batches, label);
     if (!r) return fail(std::string("mode ") + modes[i]->name + ": " + r.status().to_string(), 1);
     results.push_back(std::move(r).value());
   }
@@ -1360,6 +1701,17 @@ int run(const Options& o_in) {
   j["workload"]["steps"] = o.steps;
   j["workload"]["warmup"] = o.warmup;
   j["workload"]["keys_per_step"] = results.front().keys_per_step;
+  j["workload"]["source"] = {{"kind", batches.kind()},
+                             {"path", batches.from_file() ? json(batches.path()) : json(nullptr)},
+                             {"batches", batches.size()},
+                             {"mean_keys_per_bag", batches.summary().mean_keys_per_bag},
+                             {"max_batch_size", batches.summary().max_batch_size}};
+  if (batches.from_file()) {
+    // The keys are the file's: the generator's fields say nothing.
+    for (const char* k : {"dist", "seed", "bag_dist"}) j["workload"][k] = nullptr;
+    j["workload"]["distinct_batches"] = batches.size();
+    j["workload"]["bag_size"] = batches.summary().mean_keys_per_bag;
+  }
   j["workload"]["samples_per_step"] = results.front().samples_per_step;
   if (!j["workload"]["tables"].is_array()) {  // list every table, also for N identical ones
     j["workload"]["tables"] = json::array();
@@ -1369,6 +1721,7 @@ int run(const Options& o_in) {
   j["threads"] = o.threads;
   j["read_probe_threads"] = probe_threads;
   j["settings"] = {{"modes", o.modes},
+                   {"config", o.config_file.empty() ? json(nullptr) : json(o.config_file)},
                    {"threads", o.threads},
                    {"policy", o.policy},
                    {"lookahead", o.lookahead},
@@ -1620,8 +1973,9 @@ int main(int argc, char** argv) {
   app.add_option("--criteo-rows", o.criteo_rows, "total rows of the built-in criteo table set")->capture_default_str();
   auto* rows = app.add_option("--rows", o.workload.rows, "rows per table for --tables N (given alone: --tables 1)")
                    ->capture_default_str();
-  app.add_option("--dim", o.workload.dim, "embedding dimension (every table of criteo or N; default of list items)")
-      ->capture_default_str();
+  auto* dim =
+      app.add_option("--dim", o.workload.dim, "embedding dimension (every table of criteo or N; default of list items)")
+          ->capture_default_str();
   app.add_option("--batch", o.workload.batch, "bags (samples) per table per batch")->capture_default_str();
   app.add_option("--pooling", o.workload.bag_size, "keys per bag (mean with --bag-dist uniform)")
       ->capture_default_str();
@@ -1680,9 +2034,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(strata::bench::number_in(0, strata::bench::kMaxCommTimeoutS, "a number of seconds in (0, 86400]",
                                        "SECONDS in (0, 86400]"));
-  app.add_option("--backend", o.backend, "device backend: auto | cuda | emu")->capture_default_str();
-  app.add_option("--device-capacity", o.device_capacity, "bytes of device memory to use (0: emu 4 GiB, cuda all free)")
-      ->capture_default_str();
+  auto* backend = app.add_option("--backend", o.backend, "device backend: auto | cuda | emu (overrides --config's)")
+                      ->capture_default_str();
+  auto* capacity = app.add_option("--device-capacity", o.device_capacity,
+                                  "bytes of device memory to use (0: emu 4 GiB, cuda all free; overrides --config's)")
+                       ->capture_default_str();
   app.add_option("--json", o.json_out, "write results as JSON to this file");
   app.add_option("--html", o.html_out, "write a self-contained HTML report (SVG charts) to this file");
   app.add_option("--profile", o.profile,
@@ -1694,7 +2050,20 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-gather-probe", o.gather_probe,
                "skip the random-row gather probe (a bare gather + sum-pool loop per dim, about 1 s per dim) and the "
                "forward's fraction of its limit");
-  app.add_option("--dump-keys", o.dump_keys, "write the batches in the raw trace format (for bench/peers)");
+  app.add_option("--dump-keys", o.dump_keys,
+                 "write the generated batches in the raw STRKEYS1 format (for bench/peers; not with --trace/--criteo)");
+  app.add_option("--dump-trace", o.dump_trace,
+                 "write the run's batches as a STRTRACE file (docs/trace-format.md) that --trace replays");
+  app.add_option("--trace", o.trace_file,
+                 "replay this STRTRACE file's batches in every mode instead of generated keys; tables from its header, "
+                 "dim --dim (or the --config's); read as the steps need them");
+  app.add_option("--criteo", o.criteo_file,
+                 "replay this Criteo TSV file (label, I1..I13, C1..C26 per line) in every mode: --batch samples per "
+                 "batch, value v of column Ct keyed into table t's rows (docs/bench.md); tables: --tables (26)");
+  app.add_flag("!--criteo-no-label", o.criteo_label, "--criteo: the lines have no label column (Kaggle's test.txt)");
+  app.add_option("--config", o.config_file,
+                 "also run this store config JSON as given (mixed placements, per-table caches, its own optimizer, "
+                 "threads and cache settings) as a mode named after the file's stem; --modes may then be empty");
   app.add_flag("!--no-progress", o.progress, "hide the progress bars");
   try {
     app.parse(argc, argv);
@@ -1703,6 +2072,10 @@ int main(int argc, char** argv) {
     // CLI11's own codes (100 and up).
     return app.exit(e) == 0 ? 0 : 2;
   }
+  o.dim_given = dim->count() > 0;
+  o.tables_given = tables->count() > 0 || rows->count() > 0;
+  o.backend_given = backend->count() > 0;
+  o.capacity_given = capacity->count() > 0;
   const int hardware_threads = strata::bench::hardware_threads();
   const int max_threads = strata::bench::kThreadsPerHardwareThread * hardware_threads;
   if (o.threads < 1 || o.threads > max_threads) {
@@ -1731,6 +2104,7 @@ int main(int argc, char** argv) {
         o.json_out.clear();
         o.html_out.clear();
         o.dump_keys.clear();
+        o.dump_trace.clear();
         if (!std::freopen("/dev/null", "w", stdout)) return 2;
       }
     }

@@ -433,7 +433,7 @@ Status TraceReader::rewind() {
   return Status::ok();
 }
 
-Result<bool> TraceReader::next(KeyBatch& out) {
+Result<bool> TraceReader::record_head(unsigned char* head, std::uint64_t& payload_len) {
   if (batches_read_ == num_batches_) {
     if (pos_ != file_size_)
       return error_at(pos_, std::to_string(file_size_ - pos_) + " trailing bytes after the last of " +
@@ -442,18 +442,39 @@ Result<bool> TraceReader::next(KeyBatch& out) {
   }
   const std::uint64_t at = pos_;
   const std::string batch = "batch " + std::to_string(batches_read_);
-  unsigned char head[kRecordHeadBytes];
   STRATA_RETURN_IF_ERROR(read_exact(head, kRecordHeadBytes, (batch + " record header").c_str()));
   const std::uint32_t magic = get_u32(head);
   if (magic != kTraceRecordMagic)
     return error_at(at,
                     batch + ": record magic " + hex32(magic) + " (expected " + hex32(kTraceRecordMagic) + " 'BTCH')");
-  const std::uint64_t payload_len = get_u64(head + 4);
+  payload_len = get_u64(head + 4);
   const std::uint64_t left = file_size_ - pos_;
   if (payload_len > left || left - payload_len < 4)
     return error_at(at, "truncated: " + batch + " declares a " + std::to_string(payload_len) +
                             "-byte payload plus a 4-byte checksum but only " + std::to_string(left) +
                             " bytes follow its header");
+  return true;
+}
+
+Result<bool> TraceReader::skip() {
+  unsigned char head[kRecordHeadBytes];
+  std::uint64_t payload_len = 0;
+  STRATA_ASSIGN_OR_RETURN(const bool more, record_head(head, payload_len));
+  if (!more) return false;
+  if (::fseeko(file_.get(), static_cast<off_t>(payload_len + 4), SEEK_CUR) != 0)
+    return os_error("cannot seek in trace", path_);
+  pos_ += payload_len + 4;
+  ++batches_read_;
+  return true;
+}
+
+Result<bool> TraceReader::next(KeyBatch& out) {
+  const std::uint64_t at = pos_;
+  const std::string batch = "batch " + std::to_string(batches_read_);
+  unsigned char head[kRecordHeadBytes];
+  std::uint64_t payload_len = 0;
+  STRATA_ASSIGN_OR_RETURN(const bool more, record_head(head, payload_len));
+  if (!more) return false;
   record_.resize(static_cast<std::size_t>(payload_len) + 4);
   STRATA_RETURN_IF_ERROR(read_exact(record_.data(), record_.size(), (batch + " payload").c_str()));
   const std::uint32_t stored = get_u32(record_.data() + payload_len);

@@ -121,6 +121,12 @@ class TraceReader {
   /// decoded, and the decoded batch is validated against the header's row counts.
   Result<bool> next(KeyBatch& out);
 
+  /// Steps over the next batch without reading its payload: checks its record header (magic, and
+  /// a length within the file) and seeks past it, not its checksum. Returns false after the last
+  /// batch, once the end of the file has been checked (as next()). Finds a truncated file without
+  /// decoding it.
+  Result<bool> skip();
+
   /// Goes back to the first batch.
   Status rewind();
 
@@ -139,6 +145,9 @@ class TraceReader {
   };
   TraceReader() = default;
   Status read_exact(void* dst, std::size_t n, const char* what);
+  // Reads and checks the next record's header into `head` (kRecordHeadBytes) and its payload
+  // length; false at the checked end of the file.
+  Result<bool> record_head(unsigned char* head, std::uint64_t& payload_len);
   Status error_at(std::uint64_t offset, const std::string& what) const;
 
   std::string path_;

@@ -346,5 +346,44 @@ TEST(TraceReader, HeaderLayoutIsAsDocumented) {
   EXPECT_EQ(0, std::memcmp(b.data() + 79, "BTCH", 4));
 }
 
+// skip() steps over records without reading their payloads: it counts the batches, finds a
+// truncated file and trailing bytes, and leaves next() where it would be.
+TEST(TraceReaderSkip, StepsOverRecordsAndFindsTruncation) {
+  std::vector<KeyBatch> batches(5);
+  for (int i = 0; i < 5; ++i) batches[static_cast<std::size_t>(i)].features.push_back({"a", {0, 1}, {i}, {}});
+  const std::string path = temp_path("skip");
+  ASSERT_TRUE(write_trace(path, {{"a", 10}}, batches).is_ok());
+  auto r = TraceReader::open(path);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  KeyBatch b;
+  ASSERT_TRUE(r->next(b).value());
+  int skipped = 0;
+  for (;;) {
+    auto more = r->skip();
+    ASSERT_TRUE(more.is_ok()) << more.status().to_string();
+    if (!more.value()) break;
+    ++skipped;
+  }
+  EXPECT_EQ(skipped, 4);
+  ASSERT_TRUE(r->rewind().is_ok());
+  ASSERT_TRUE(r->skip().value());
+  ASSERT_TRUE(r->next(b).value());
+  EXPECT_EQ(b.features[0].keys[0], 1);
+
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const std::string& bad : {text.substr(0, text.size() - 3), text + "x"}) {
+    const std::string cut = temp_path("skip_bad");
+    std::ofstream(cut, std::ios::binary) << bad;
+    auto t = TraceReader::open(cut);
+    ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+    Result<bool> more = true;
+    while (more.is_ok() && more.value()) more = t->skip();
+    ASSERT_FALSE(more.is_ok());
+    EXPECT_EQ(more.status().code(), StatusCode::kDataLoss) << more.status().to_string();
+    EXPECT_NE(more.status().message().find(cut), std::string::npos) << more.status().to_string();
+  }
+}
+
 }  // namespace
 }  // namespace strata::bench
