@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -12,7 +13,6 @@
 #include <map>
 #include <ostream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 namespace strata::bench {
@@ -43,8 +43,7 @@ double harmonic(std::int64_t n, double a) {
   const double hi = static_cast<double>(n);
   const auto f = [a](double x) { return std::pow(x, -a); };
   const auto df = [a](double x) { return -a * std::pow(x, -a - 1.0); };
-  const double integral =
-      a == 1.0 ? std::log(hi / lo) : (std::pow(hi, 1.0 - a) - std::pow(lo, 1.0 - a)) / (1.0 - a);
+  const double integral = a == 1.0 ? std::log(hi / lo) : (std::pow(hi, 1.0 - a) - std::pow(lo, 1.0 - a)) / (1.0 - a);
   return sum + integral + 0.5 * (f(lo) + f(hi)) + (df(hi) - df(lo)) / 12.0;
 }
 
@@ -144,7 +143,8 @@ TEST(WorkloadJson, Errors) {
   EXPECT_NE(error_of(R"({"bag_size": -1})").find("bag_size -1 must be >= 0"), std::string::npos);
   EXPECT_NE(error_of(R"({"tables": 0})").find("tables 0 must be >= 1"), std::string::npos);
   EXPECT_NE(error_of(R"({"distinct_batches": 0})").find("distinct_batches 0 must be >= 1"), std::string::npos);
-  EXPECT_NE(error_of(R"({"dist": "zipf:0"})").find("unknown distribution 'zipf:0' (expected uniform, zipf:ALPHA or drift:ALPHA:N)"),
+  EXPECT_NE(error_of(R"({"dist": "zipf:0"})")
+                .find("unknown distribution 'zipf:0' (expected uniform, zipf:ALPHA or drift:ALPHA:N)"),
             std::string::npos);
 }
 
@@ -229,8 +229,8 @@ TEST(UniformSampler, OddAndExtremeRanges) {
     for (int i = 0; i < n; ++i) counts[static_cast<std::size_t>(s.next())] += 1.0;
     EXPECT_LT(chi_square(counts, std::vector<double>(rows, n / 3.0)), chi_square_bound(rows - 1));
   }
-  for (std::int64_t rows : {std::int64_t{100000000}, (std::int64_t{1} << 62) + 1,
-                            std::numeric_limits<std::int64_t>::max()}) {
+  for (std::int64_t rows :
+       {std::int64_t{100000000}, (std::int64_t{1} << 62) + 1, std::numeric_limits<std::int64_t>::max()}) {
     KeySampler s = make_sampler("uniform", rows, 3);
     double mean = 0.0;
     const int n = 200000;
@@ -357,9 +357,9 @@ std::string zipf_case_name(const ::testing::TestParamInfo<ZipfCase>& info) {
 INSTANTIATE_TEST_SUITE_P(Alphas, ZipfTest,
                          ::testing::Values(ZipfCase{0.5, 1000}, ZipfCase{0.9, 1000}, ZipfCase{1.0, 1000},
                                            ZipfCase{1.05, 1000}, ZipfCase{1.2, 1000}, ZipfCase{2.0, 1000},
-                                           ZipfCase{0.5, 100000000}, ZipfCase{0.9, 100000000},
-                                           ZipfCase{1.0, 100000000}, ZipfCase{1.05, 100000000},
-                                           ZipfCase{1.2, 100000000}, ZipfCase{2.0, 100000000}),
+                                           ZipfCase{0.5, 100000000}, ZipfCase{0.9, 100000000}, ZipfCase{1.0, 100000000},
+                                           ZipfCase{1.05, 100000000}, ZipfCase{1.2, 100000000},
+                                           ZipfCase{2.0, 100000000}),
                          zipf_case_name);
 
 TEST(ZipfSampler, TinyTables) {
@@ -454,8 +454,8 @@ TEST(MakeBatches, ZipfHotRowIsStableAcrossBatches) {
   for (const KeyBatch& b : batches) {
     std::map<Key, int> freq;
     for (Key k : b.features[0].keys) ++freq[k];
-    const auto it = std::max_element(freq.begin(), freq.end(),
-                                     [](const auto& x, const auto& y) { return x.second < y.second; });
+    const auto it =
+        std::max_element(freq.begin(), freq.end(), [](const auto& x, const auto& y) { return x.second < y.second; });
     hottest.push_back(it->first);
   }
   EXPECT_EQ(hottest[0], hottest[1]);
