@@ -21,9 +21,10 @@ Status Staging::reserve(const StagingSizes& want, const StagingSizes& floor) {
   const StagingSizes roomy{round(std::max({2 * want.mirrored, floor.mirrored, mirrored_cap_})),
                            round(std::max({2 * want.host_only, floor.host_only, host_cap_})),
                            round(std::max({2 * want.dev_only, floor.dev_only, dev_cap_}))};
-  // Without room for the headroom, exactly what is asked (a device nearly full).
-  const StagingSizes exact{round(std::max(want.mirrored, mirrored_cap_)), round(std::max(want.host_only, host_cap_)),
-                           round(std::max(want.dev_only, dev_cap_))};
+  // Without room for the headroom, exactly what is asked (a device nearly full): the request
+  // alone, not the old capacity too (the old buffers are freed first, so a batch that fits on its
+  // own is never refused because an earlier, larger one was).
+  const StagingSizes exact{round(want.mirrored), round(want.host_only), round(want.dev_only)};
   host_ = PinnedBuffer();
   dev_ = DeviceBuffer();
   mirrored_cap_ = host_cap_ = dev_cap_ = 0;
@@ -91,7 +92,9 @@ Result<std::unique_ptr<Staging>> StagingPool::take(const StagingSizes& want) {
     free_.push_front(std::move(st));
     return r;
   }
-  reserved_ = raised;
+  // Not when the entry fell back to the request alone: on a nearly full device a floor no entry
+  // can reach would make every other entry free and remake its buffers when next taken.
+  if (!st->tight()) reserved_ = raised;
   return st;
 }
 

@@ -49,6 +49,8 @@ class Staging {
   }
   /// The region sizes the buffers hold now.
   StagingSizes capacity() const noexcept { return {mirrored_cap_, host_cap_, dev_cap_}; }
+  /// Whether the last reallocation fell back to exactly the request (no room for the headroom).
+  bool tight() const noexcept { return tight_; }
 
   template <class T>
   struct Pair {
@@ -97,11 +99,11 @@ class Staging {
 
 /// Reusable Staging entries of one device, handed out oldest first so that waiting for an entry's
 /// last use rarely blocks. The pool keeps one reservation for all its entries: a request larger
-/// than it raises it to twice the request (once an entry could be reserved for the request; a
-/// request that fails leaves it as it was), and every entry grows to it when next taken (or, on a
-/// device without room for it, to what its batch needs, once). So after
-/// each entry has been taken once since the largest batch, batches up to twice that one's size
-/// allocate nothing (and create no event): the steady state of a training loop. Not thread-safe.
+/// than it raises it to twice the request (once an entry could be reserved for it with that
+/// headroom; a request that fails, or fits only without the headroom, leaves it as it was), and every entry grows to it
+/// when next taken (or, on a device without room for it, to what its batch needs, once). So after each entry has been
+/// taken once since the largest batch, batches up to twice that one's size allocate nothing (and create no event): the
+/// steady state of a training loop. Not thread-safe.
 class StagingPool {
  public:
   explicit StagingPool(Device& device) : dev_(&device) {}

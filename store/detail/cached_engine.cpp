@@ -473,6 +473,7 @@ class CachedEngine final : public Engine {
   // Plans the oldest pending batch and issues its prefetch. All-or-nothing across pools.
   Status plan_front() {
     CachedBatch& b = *pending_.front();
+    b.no_staging = false;  // this attempt's cause, not an earlier one's
     std::vector<cache::ShardedProbe> probes;
     for (auto& w : b.work) {
       auto p = pools_[static_cast<std::size_t>(w.pool)].planner->probe(b.seq, feature_keys(b, w, where_));
