@@ -363,7 +363,10 @@ class NcclCommunicator final : public Communicator {
   // first steps and allocate nothing in the steady state. A device without memory pools
   // (cudaDevAttrMemoryPoolsSupported = 0, e.g. some vGPUs) has no stream-ordered allocator: there
   // growth waits for the stream and uses cudaFree and cudaMalloc, which synchronize the device,
-  // still only while calls grow (the first steps), never in the steady state.
+  // still only while calls grow (the first steps), never in the steady state. That cudaFree waits
+  // for every kernel on the GPU, another communicator's too (a trainer's NCCL all-reduce waiting
+  // for peers that wait here would hang it, past Strata's timeout): on such devices, let the
+  // first steps grow the buffers before the trainer's own collectives start.
   Status grow(DeviceMemory& m, std::int64_t bytes) {
     if (static_cast<std::int64_t>(m.bytes) >= bytes) return Status::ok();
     if (m.ptr) {
