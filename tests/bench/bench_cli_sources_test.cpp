@@ -28,11 +28,7 @@ RunOutput run_bench(const std::string& args) {
 }
 
 std::string temp_dir() {
-  static const std::string dir = [] {
-    std::string d = ::testing::TempDir() + "/strata_bench_sources_" + std::to_string(::getpid());
-    ::mkdir(d.c_str(), 0755);
-    return d;
-  }();
+  static const std::string dir = strata::testing::scratch_dir("strata_bench_sources");
   return dir;
 }
 

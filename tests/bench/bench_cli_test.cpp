@@ -37,11 +37,7 @@ std::size_t count(const std::string& s, const std::string& what) {
 }
 
 std::string temp_dir() {
-  static const std::string dir = [] {
-    std::string d = ::testing::TempDir() + "/strata_bench_cli_" + std::to_string(::getpid());
-    ::mkdir(d.c_str(), 0755);
-    return d;
-  }();
+  static const std::string dir = strata::testing::scratch_dir("strata_bench_cli");
   return dir;
 }
 

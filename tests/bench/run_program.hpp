@@ -1,7 +1,10 @@
 #pragma once
 // Runs a built program of bench/ as a user would, for the CLI tests.
 
+#include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -31,6 +34,13 @@ inline RunOutput run_program(const std::string& command) {
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+/// A scratch directory for this test process: <gtest TempDir>/<name>_<pid>, made if missing.
+inline std::string scratch_dir(const std::string& name) {
+  const std::string d = ::testing::TempDir() + "/" + name + "_" + std::to_string(::getpid());
+  ::mkdir(d.c_str(), 0755);
+  return d;
 }
 
 }  // namespace strata::testing
