@@ -156,4 +156,12 @@ void Device::init_records(StreamView s, SlotPool pool, std::int64_t first_slot, 
   do_init_records(s, pool, first_slot, n, init);
 }
 
+void Device::count_nonfinite(StreamView s, const std::vector<FloatRange>& ranges, std::int64_t* partial,
+                             std::int64_t* totals) {
+  if (ranges.empty()) return;
+  for (const FloatRange& r : ranges) counters_.add_hbm_read(static_cast<std::uint64_t>(r.n) * kF);
+  counters_.add_hbm_write(ranges.size() * 8);
+  do_count_nonfinite(s, ranges, partial, totals);
+}
+
 }  // namespace strata::gpu

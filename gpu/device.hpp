@@ -173,6 +173,11 @@ class Device {
   std::size_t peak_bytes() const noexcept;
   /// Allocations, frees and events so far (thread-safe snapshot).
   ResourceCounts resource_counts() const noexcept;
+  /// Ok when [p, p + bytes) is device memory of this device (emu: inside one live allocation of
+  /// it; cuda: cudaPointerGetAttributes says device memory of this ordinal at both ends), else
+  /// InvalidArgument saying what the range is instead ("pageable host memory", "device memory of
+  /// emu device 3", ...). Empty ranges pass. Never touches the memory.
+  virtual Status check_device_range(const void* p, std::size_t bytes) const = 0;
 
   // ---- streams and events ----
   virtual Result<Stream> create_stream() = 0;
@@ -188,6 +193,8 @@ class Device {
   virtual Status synchronize(EventView e) = 0;
   /// Whether `e` completed (non-blocking).
   virtual bool ready(EventView e) = 0;
+  /// Whether `s` is a stream of this device (false for an empty view and for another device's).
+  virtual bool owns(StreamView s) const noexcept = 0;
   /// The sticky error of asynchronous work (ok while none happened).
   virtual Status status() = 0;
 
@@ -226,6 +233,11 @@ class Device {
   /// The address under which the device reads and writes `host`, which must lie in memory
   /// registered through pinner() (cudaHostGetDevicePointer under cuda; the same address under emu).
   virtual Result<float*> device_address(float* host) = 0;
+  /// totals[i] = the NaN and Inf values among ranges[i] (device memory), counted on the device;
+  /// `partial` (kernels::finite_partials(ranges) int64, device) is scratch, totals (ranges.size()
+  /// int64) device. Reads each float once.
+  void count_nonfinite(StreamView s, const std::vector<FloatRange>& ranges, std::int64_t* partial,
+                       std::int64_t* totals);
   /// Records [first_slot, first_slot + n) of `pool` = the initial rows of a table (RecordInit:
   /// init_row and init_state of core/row_math.hpp, padding zero), computed on the device.
   void init_records(StreamView s, SlotPool pool, std::int64_t first_slot, std::int64_t n, const RecordInit& init);
@@ -249,6 +261,8 @@ class Device {
                                bool to_host) = 0;
   virtual void do_init_records(StreamView s, SlotPool pool, std::int64_t first_slot, std::int64_t n,
                                const RecordInit& init) = 0;
+  virtual void do_count_nonfinite(StreamView s, const std::vector<FloatRange>& ranges, std::int64_t* partial,
+                                  std::int64_t* totals) = 0;
 
  private:
   template <bool>

@@ -67,6 +67,12 @@ struct UpdateFeature {
   std::int64_t num_hot = 0;
 };
 
+/// n floats at data, for Device::count_nonfinite.
+struct FloatRange {
+  const float* data = nullptr;  ///< (n) device
+  std::int64_t n = 0;
+};
+
 /// How a device initializes the records of a table (Device::init_records): record i holds row
 /// global_row(i) = row0 + i * row_stride of the whole table, columns col_offset.. of it.
 struct RecordInit {

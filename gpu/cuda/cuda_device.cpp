@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -161,6 +162,37 @@ class CudaDevice final : public Device {
   Status synchronize(EventView e) override {
     if (use_device()) STRATA_CUDA_RECORD(*this, cudaEventSynchronize(event(e)));
     return status();
+  }
+
+  bool owns(StreamView s) const noexcept override {
+    const auto* st = dynamic_cast<const CudaStream*>(s.state());
+    return st && st->dev == this;
+  }
+
+  // Both ends of the range must be device memory of this ordinal (a range inside one allocation
+  // cannot be checked through the runtime API alone).
+  Status check_device_range(const void* p, std::size_t bytes) const override {
+    if (bytes == 0) return Status::ok();
+    for (const void* q : {p, static_cast<const void*>(static_cast<const char*>(p) + bytes - 1)}) {
+      cudaPointerAttributes a{};
+      const cudaError_t err = cudaPointerGetAttributes(&a, q);
+      if (err != cudaSuccess) (void)cudaGetLastError();
+      const bool ok = err == cudaSuccess && a.type == cudaMemoryTypeDevice && a.device == ordinal_;
+      if (ok) continue;
+      std::ostringstream what;
+      what << q << " of the range at " << p << " (" << bytes << " bytes) is ";
+      if (err != cudaSuccess || a.type == cudaMemoryTypeUnregistered)
+        what << "pageable host memory";
+      else if (a.type == cudaMemoryTypeHost)
+        what << "pinned host memory";
+      else if (a.type == cudaMemoryTypeManaged)
+        what << "managed memory";
+      else
+        what << "device memory of CUDA device " << a.device;
+      what << " (expected device memory of CUDA device " << ordinal_ << ")";
+      return Status::invalid_argument(what.str());
+    }
+    return Status::ok();
   }
 
   bool ready(EventView e) override {
@@ -308,6 +340,13 @@ class CudaDevice final : public Device {
     if (n <= 0 || !begin_issue()) return;
     const kernels::InitArgs a{pool.base, pool.stride, pool.dim, pool.state_dim, first_slot, n, init};
     STRATA_CUDA_RECORD(*this, cuda_detail::launch_init(a, stream(s), sm_count_));
+  }
+
+  void do_count_nonfinite(StreamView s, const std::vector<FloatRange>& ranges, std::int64_t* partial,
+                          std::int64_t* totals) override {
+    if (ranges.empty() || !begin_issue()) return;
+    for (const auto& a : kernels::finite_launches(ranges, partial, totals))
+      if (!STRATA_CUDA_RECORD(*this, cuda_detail::launch_nonfinite(a, stream(s), sm_count_))) return;
   }
 
  private:

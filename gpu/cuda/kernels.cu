@@ -77,6 +77,18 @@ __global__ void __launch_bounds__(kBlock) init_kernel(const InitArgs a) {
   for (std::int64_t i = first_item(); i < a.n; i += item_step()) init_record(w, a, i);
 }
 
+__global__ void __launch_bounds__(kBlock) nonfinite_chunk_kernel(const FiniteArgs a) {
+  const DeviceWarp w = this_warp();
+  const std::int64_t total = a.begin[a.count];
+  for (std::int64_t item = first_item(); item < total; item += item_step()) count_nonfinite_chunk(w, a, item);
+}
+
+// A warp per feature (after nonfinite_chunk_kernel, on the same stream).
+__global__ void __launch_bounds__(kBlock) nonfinite_sum_kernel(const FiniteArgs a) {
+  const DeviceWarp w = this_warp();
+  for (std::int64_t f = first_item(); f < a.count; f += item_step()) sum_nonfinite(w, a, static_cast<int>(f));
+}
+
 // Drops an error left by an earlier runtime call on this thread (already reported through that
 // call's return value), so the check after a launch reports that launch alone.
 void clear_stale_error() { (void)cudaGetLastError(); }
@@ -135,6 +147,18 @@ cudaError_t launch_init(const InitArgs& args, cudaStream_t stream, int sm_count)
   if (args.n <= 0) return cudaSuccess;
   clear_stale_error();
   init_kernel<<<warp_grid(args.n, sm_count), kBlock, 0, stream>>>(args);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_nonfinite(const FiniteArgs& args, cudaStream_t stream, int sm_count) {
+  if (args.count <= 0) return cudaSuccess;
+  clear_stale_error();
+  const std::int64_t chunks = args.begin[args.count];
+  if (chunks > 0) {
+    nonfinite_chunk_kernel<<<warp_grid(chunks, sm_count), kBlock, 0, stream>>>(args);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+  nonfinite_sum_kernel<<<warp_grid(args.count, sm_count), kBlock, 0, stream>>>(args);
   return cudaGetLastError();
 }
 

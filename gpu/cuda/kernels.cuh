@@ -33,4 +33,8 @@ cudaError_t launch_host_records(const kernels::HostRecordArgs& args, bool to_hos
 /// Initializes args.n records of a pool on the device. Asynchronous on `stream`.
 cudaError_t launch_init(const kernels::InitArgs& args, cudaStream_t stream, int sm_count);
 
+/// Counts the NaN and Inf values of each range into args.totals (chunk counts, then a sum per
+/// range). Asynchronous on `stream`.
+cudaError_t launch_nonfinite(const kernels::FiniteArgs& args, cudaStream_t stream, int sm_count);
+
 }  // namespace strata::gpu::cuda_detail

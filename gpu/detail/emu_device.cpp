@@ -282,6 +282,7 @@ class EmuStream final : public detail::StreamState {
     std::unique_lock<std::mutex> lock(m_);
     idle_.wait(lock, [&] { return pending_ == 0; });
   }
+  const EmuDevice* device() const noexcept { return dev_; }
 
  private:
   void run();
@@ -356,6 +357,18 @@ class EmuDevice final : public Device {
     core.wait_for(g);
     return status();
   }
+  bool owns(StreamView s) const noexcept override {
+    const auto* st = dynamic_cast<const EmuStream*>(s.state());
+    return st && st->device() == this;
+  }
+  Status check_device_range(const void* p, std::size_t bytes) const override {
+    if (bytes == 0) return Status::ok();
+    const std::string bad = misuse(p, bytes, kDeviceOnly);
+    if (bad.empty()) return Status::ok();
+    return Status::invalid_argument(hex(p) + " (" + std::to_string(bytes) + " bytes) is " + describe(p, bytes) +
+                                    " (expected " + bad + ", " + name() + ")");
+  }
+
   bool ready(EventView e) override {
     auto& core = *static_cast<EmuEvent*>(e.state())->core;
     std::lock_guard<std::mutex> lock(core.m);
@@ -557,6 +570,20 @@ class EmuDevice final : public Device {
     if (!check_done(c)) return;
     const kernels::InitArgs a{emu_untag(pool.base), pool.stride, pool.dim, pool.state_dim, first_slot, n, init};
     kernel(s, [a] { kernels::run_init(a); });
+  }
+
+  void do_count_nonfinite(StreamView s, const std::vector<FloatRange>& device_ranges, std::int64_t* partial,
+                          std::int64_t* totals) override {
+    ArgCheck c{this, "count_nonfinite", {}};
+    std::vector<FloatRange> ranges = device_ranges;
+    for (const FloatRange& r : ranges) c("data", r.data, r.n * static_cast<std::int64_t>(sizeof(float)));
+    c("partial", partial, kernels::finite_partials(ranges) * 8, kDeviceOnly);
+    c("totals", totals, static_cast<std::int64_t>(ranges.size()) * 8, kDeviceOnly);
+    if (!check_done(c)) return;
+    for (FloatRange& r : ranges) r.data = emu_untag(r.data);
+    kernel(s, [launches = kernels::finite_launches(ranges, emu_untag(partial), emu_untag(totals))] {
+      for (const auto& a : launches) kernels::run_nonfinite(a);
+    });
   }
 
  private:

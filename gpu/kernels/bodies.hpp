@@ -477,4 +477,45 @@ STRATA_SIMT void init_record(const W& w, const InitArgs& a, std::int64_t i) {
   });
 }
 
+// ---------------------------------------------------------------------------------------------
+// Finiteness: the NaN and Inf values of gradients in device memory, counted where they live (the
+// store refuses such gradients before backward changes anything).
+
+/// Whether x is NaN or +-Inf (x - x is NaN for both, 0 for every finite x; IEEE arithmetic).
+STRATA_SIMT bool nonfinite(float x) { return !(x - x == 0.0f); }
+
+/// partial[item] = the non-finite values among chunk `item`'s kFiniteChunk floats (lanes strided).
+template <class W>
+STRATA_SIMT void count_nonfinite_chunk(const W& w, const FiniteArgs& a, std::int64_t item) {
+  const int f = feature_of(a, item);
+  const std::int64_t lo = (item - a.begin[f]) * kFiniteChunk;
+  const std::int64_t hi = lo + kFiniteChunk < a.n[f] ? lo + kFiniteChunk : a.n[f];
+  const float* p = a.data[f];
+  typename W::template Reg<std::int64_t> c;
+  w.lanes([&](int lane) {
+    std::int64_t k = 0;
+    for (std::int64_t j = lo + lane; j < hi; j += kWarp) k += nonfinite(p[j]) ? 1 : 0;
+    c[lane] = k;
+  });
+  const std::int64_t total = w.sum(c);
+  w.lanes([&](int lane) {
+    if (lane == 0) a.partial[item] = total;
+  });
+}
+
+/// totals[f] = the sum of feature f's partials (after every chunk of the launch ran).
+template <class W>
+STRATA_SIMT void sum_nonfinite(const W& w, const FiniteArgs& a, int f) {
+  typename W::template Reg<std::int64_t> c;
+  w.lanes([&](int lane) {
+    std::int64_t k = 0;
+    for (std::int64_t j = a.begin[f] + lane; j < a.begin[f + 1]; j += kWarp) k += a.partial[j];
+    c[lane] = k;
+  });
+  const std::int64_t total = w.sum(c);
+  w.lanes([&](int lane) {
+    if (lane == 0) a.totals[f] = total;
+  });
+}
+
 }  // namespace strata::gpu::kernels

@@ -60,4 +60,10 @@ void run_init(const InitArgs& a) {
   for_items(a.n, 64, [&](std::int64_t i) { init_record(w, a, i); });
 }
 
+void run_nonfinite(const FiniteArgs& a) {
+  const HostWarp w;
+  for_items(a.begin[a.count], 4, [&](std::int64_t i) { count_nonfinite_chunk(w, a, i); });
+  for (int f = 0; f < a.count; ++f) sum_nonfinite(w, a, f);
+}
+
 }  // namespace strata::gpu::kernels

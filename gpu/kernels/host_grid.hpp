@@ -19,5 +19,7 @@ void run_records(const RecordArgs& a, bool unpack);
 void run_host_records(const HostRecordArgs& a, bool to_host);
 /// Runs a record initialization.
 void run_init(const InitArgs& a);
+/// Runs a finiteness count: the chunks, then the per-feature sums.
+void run_nonfinite(const FiniteArgs& a);
 
 }  // namespace strata::gpu::kernels

@@ -52,6 +52,38 @@ std::vector<GatherArgs> gather_launches(const RowSource& source, std::int32_t di
   return out;
 }
 
+namespace {
+std::int64_t chunks_of(const FloatRange& r) noexcept {
+  return (std::max<std::int64_t>(0, r.n) + kFiniteChunk - 1) / kFiniteChunk;
+}
+}  // namespace
+
+std::int64_t finite_partials(const std::vector<FloatRange>& ranges) noexcept {
+  std::int64_t n = 0;
+  for (const FloatRange& r : ranges) n += chunks_of(r);
+  return n;
+}
+
+std::vector<FiniteArgs> finite_launches(const std::vector<FloatRange>& ranges, std::int64_t* partial,
+                                        std::int64_t* totals) {
+  std::vector<FiniteArgs> out;
+  for (std::size_t first = 0; first < ranges.size(); first += kMaxFeaturesPerLaunch) {
+    const std::size_t n = std::min<std::size_t>(kMaxFeaturesPerLaunch, ranges.size() - first);
+    FiniteArgs a;
+    a.count = static_cast<std::int32_t>(n);
+    a.partial = partial;
+    a.totals = totals + first;
+    for (std::size_t i = 0; i < n; ++i) {
+      a.data[i] = ranges[first + i].data;
+      a.n[i] = std::max<std::int64_t>(0, ranges[first + i].n);
+      a.begin[i + 1] = a.begin[i] + chunks_of(ranges[first + i]);
+    }
+    partial += a.begin[a.count];
+    out.push_back(a);  // even without chunks: the sum kernel writes the totals (zero)
+  }
+  return out;
+}
+
 std::vector<UpdateArgs> update_launches(const SlotPool& pool, const std::vector<UpdateFeature>& features) {
   std::vector<UpdateArgs> out;
   for (std::size_t first = 0; first < features.size(); first += kMaxFeaturesPerLaunch) {

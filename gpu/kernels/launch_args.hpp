@@ -130,10 +130,27 @@ struct InitArgs {
   RecordInit init;
 };
 
+/// Floats one work item of a finiteness count covers (a warp, strided over its lanes).
+inline constexpr std::int64_t kFiniteChunk = 8192;
+
+/// Parameters of one launch pair of a finiteness count (Device::count_nonfinite): the chunk kernel
+/// writes partial[item] = NaN and Inf values in chunk `item` (chunks numbered across features,
+/// feature i owns [begin[i], begin[i + 1])), then the sum kernel writes totals[i] = the sum of
+/// feature i's partials.
+struct FiniteArgs {
+  std::int32_t count = 0;
+  std::int64_t begin[kMaxFeaturesPerLaunch + 1] = {};
+  const float* data[kMaxFeaturesPerLaunch] = {};  ///< device
+  std::int64_t n[kMaxFeaturesPerLaunch] = {};
+  std::int64_t* partial = nullptr;  ///< (begin[count]) device
+  std::int64_t* totals = nullptr;   ///< (count) device
+};
+
 // Stay within the classic 4 KB kernel-parameter limit (CUDA 12.1+ allows 32 KB on Volta and later,
 // but larger parameter blocks make every launch slower).
 static_assert(sizeof(GatherArgs) <= 4096, "GatherArgs must fit in the kernel parameter space");
 static_assert(sizeof(UpdateArgs) <= 4096, "UpdateArgs must fit in the kernel parameter space");
+static_assert(sizeof(FiniteArgs) <= 4096, "FiniteArgs must fit in the kernel parameter space");
 
 /// Lanes that share one output row of a gather at `dim`: the whole warp from kChunk / 2 columns
 /// up, else the smallest power of two whose lanes cover the row with kColsPerLane columns each
@@ -149,6 +166,12 @@ RowSource host_source(const RowRef& table, float* const* bases) noexcept;
 /// The launches of one gather operation (empty when there is no output row).
 std::vector<GatherArgs> gather_launches(const RowSource& source, std::int32_t dim,
                                         const std::vector<LookupFeature>& features);
+/// Partial counts (int64) a finiteness count of `ranges` needs as scratch: one per chunk.
+std::int64_t finite_partials(const std::vector<FloatRange>& ranges) noexcept;
+/// The launches of one finiteness count of `ranges` into totals[0 .. ranges.size()), with
+/// `partial` (finite_partials(ranges)) as scratch; empty when there is no range.
+std::vector<FiniteArgs> finite_launches(const std::vector<FloatRange>& ranges, std::int64_t* partial,
+                                        std::int64_t* totals);
 /// The launches of one fused backward (empty when no feature has a unique row).
 std::vector<UpdateArgs> update_launches(const SlotPool& pool, const std::vector<UpdateFeature>& features);
 

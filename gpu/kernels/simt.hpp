@@ -15,7 +15,8 @@
 //  - Cross-lane operations sit outside `lanes`: `w.read_lane(reg, l)` gives every lane the value
 //    lane l holds (__shfl_sync on the GPU); `w.read_group_lane(reg, u, width)` gives each lane the
 //    value that lane u of its group of `width` lanes holds (groups of consecutive lanes, width a
-//    power of two: __shfl_sync with a width); `w.max(reg)` gives every lane the largest value.
+//    power of two: __shfl_sync with a width); `w.max(reg)` gives every lane the largest value, `w.sum(reg)` the sum
+//    (integers: any order).
 //  - A block (update_hot_row) adds `b.warps(fn)` (every warp runs fn(warp, index); on the CPU the
 //    warps run one after the other), `b.first_warp(fn)` and `b.sync()` (__syncthreads; nothing
 //    on the CPU, where the warps of a phase have all finished when the next phase starts), and
@@ -67,6 +68,11 @@ struct DeviceWarp {
     }
     return m;
   }
+  __device__ __forceinline__ std::int64_t sum(const Reg<std::int64_t>& r) const {
+    long long t = r.v;
+    for (int o = kWarp / 2; o > 0; o /= 2) t += __shfl_xor_sync(0xffffffffu, t, o);
+    return t;
+  }
 };
 
 /// One block of a CUDA launch: kWarps warps, the calling thread's warp among them.
@@ -110,6 +116,11 @@ struct HostWarp {
     std::int64_t m = r.v[0];
     for (int l = 1; l < kWarp; ++l) m = r.v[l] > m ? r.v[l] : m;
     return m;
+  }
+  std::int64_t sum(const Reg<std::int64_t>& r) const {
+    std::int64_t t = 0;
+    for (int l = 0; l < kWarp; ++l) t += r.v[l];
+    return t;
   }
 };
 

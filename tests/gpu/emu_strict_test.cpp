@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -284,6 +285,86 @@ TEST_F(EmuStrictTest, ZeroCopyGatherOfAnUnregisteredTableIsRefused) {
   dev_->gather_pool_host(s(), table.ref(),
                          {{idx.as<std::int64_t>(), 1, idx.as<Key>() + 2, nullptr, 1, Pooling::kSum, out.as<float>()}});
   expect_refused({"gather_pool_host: table part", "is pageable host memory", "expected pinned host memory"});
+}
+
+// check_device_range: device memory of this device passes; host memory, another device's memory,
+// a range past the end of its allocation and freed memory are named. Nothing is dereferenced.
+TEST_F(EmuStrictTest, DeviceRangeCheckNamesWhatARangeIs) {
+  auto buf = dev_->allocate(4096).value();
+  EXPECT_TRUE(dev_->check_device_range(buf.data(), 4096).is_ok());
+  EXPECT_TRUE(dev_->check_device_range(buf.as<char>() + 1024, 1024).is_ok());
+  EXPECT_TRUE(dev_->check_device_range(nullptr, 0).is_ok());
+  std::vector<float> host(16);
+  auto pinned = dev_->allocate_pinned(64).value();
+  auto other = make_emu_device().value();
+  auto theirs = other->allocate(64).value();
+  const struct {
+    const void* p;
+    std::size_t bytes;
+    const char* what;
+  } bad[] = {{host.data(), 64, "pageable host memory"},
+             {pinned.data(), 64, "pinned host memory"},
+             {theirs.data(), 64, "device memory of emu device"},
+             {buf.as<char>() + 4000, 200, "runs past the end"}};
+  for (const auto& b : bad) {
+    const Status st = dev_->check_device_range(b.p, b.bytes);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find(b.what), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("expected device memory of this device"), std::string::npos) << st.message();
+  }
+  EXPECT_TRUE(dev_->status().is_ok()) << "a check is not a device error";
+}
+
+TEST_F(EmuStrictTest, OwnsOnlyItsOwnStreams) {
+  EXPECT_TRUE(dev_->owns(s()));
+  EXPECT_FALSE(dev_->owns(StreamView()));
+  auto other = make_emu_device().value();
+  Stream theirs = other->create_stream().value();
+  EXPECT_FALSE(dev_->owns(theirs.view()));
+}
+
+// count_nonfinite over several ranges (across chunk boundaries, an empty one, NaN and +-Inf, and
+// the largest finite float and denormals, which count as finite), in device memory only.
+TEST_F(EmuStrictTest, CountNonfiniteCountsNanAndInfPerRange) {
+  const std::int64_t sizes[] = {3 * kernels::kFiniteChunk + 17, 0, 5, 40};
+  std::vector<std::vector<float>> host;
+  std::vector<DeviceBuffer> mem;
+  std::vector<FloatRange> ranges;
+  std::vector<std::int64_t> expect;
+  for (std::int64_t n : sizes) {
+    std::vector<float> v(static_cast<std::size_t>(n), 1.0f);
+    std::int64_t bad = 0;
+    for (std::int64_t i = 0; i < n; i += 4099) {
+      v[static_cast<std::size_t>(i)] = (i / 4099) % 3 == 0   ? std::numeric_limits<float>::quiet_NaN()
+                                       : (i / 4099) % 3 == 1 ? std::numeric_limits<float>::infinity()
+                                                             : -std::numeric_limits<float>::infinity();
+      ++bad;
+    }
+    if (n > 2) {
+      v[1] = std::numeric_limits<float>::max();
+      v[2] = std::numeric_limits<float>::denorm_min();
+    }
+    mem.push_back(dev_->allocate(static_cast<std::size_t>(n) * sizeof(float)).value());
+    auto pin = dev_->allocate_pinned(static_cast<std::size_t>(n) * sizeof(float) + 4).value();
+    if (n) {
+      std::memcpy(pin.data(), v.data(), v.size() * sizeof(float));
+      dev_->copy_h2d(s(), mem.back().data(), pin.data(), v.size() * sizeof(float));
+      ASSERT_TRUE(dev_->synchronize(s()).is_ok());
+    }
+    ranges.push_back({mem.back().as<float>(), n});
+    expect.push_back(bad);
+  }
+  auto partial = dev_->allocate(static_cast<std::size_t>(kernels::finite_partials(ranges)) * 8).value();
+  auto totals = dev_->allocate(ranges.size() * 8).value();
+  auto out = dev_->allocate_pinned(ranges.size() * 8).value();
+  dev_->count_nonfinite(s(), ranges, partial.as<std::int64_t>(), totals.as<std::int64_t>());
+  dev_->copy_d2h(s(), out.data(), totals.data(), ranges.size() * 8);
+  ASSERT_TRUE(dev_->synchronize(s()).is_ok());
+  for (std::size_t r = 0; r < ranges.size(); ++r) EXPECT_EQ(out.as<std::int64_t>()[r], expect[r]) << "range " << r;
+  // Host memory handed to it as device memory is refused, as a GPU would fault.
+  std::vector<float> pageable(8, 1.0f);
+  dev_->count_nonfinite(s(), {{pageable.data(), 8}}, partial.as<std::int64_t>(), totals.as<std::int64_t>());
+  expect_refused({"count_nonfinite", "data", "pageable host memory"});
 }
 
 }  // namespace
