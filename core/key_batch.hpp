@@ -39,18 +39,28 @@ struct KeyBatch {
 /// The message names the table, the offending value and what was expected.
 Status validate(const JaggedKeys& f, const TableSpec& spec, std::int64_t expected_batch);
 
-/// Row-major float matrix view (host memory unless a function says otherwise). Non-owning.
+/// Where the memory of a view lives. kDevice: memory of the store's device (Store::device(); on
+/// `emu` a Device::allocate block, on `cuda` device memory of that GPU), which the host must not
+/// dereference. Keys (KeyBatch) are always host memory: the planner reads them on the CPU.
+enum class MemorySpace { kHost, kDevice };
+
+/// Row-major float matrix view. Non-owning. `space` says where `data` lives (host unless set), so
+/// that `{ptr, rows, cols}` stays a host view.
 struct MatrixView {
   float* data = nullptr;  ///< (rows, cols), row-major
   std::int64_t rows = 0;
   std::int64_t cols = 0;
+  MemorySpace space = MemorySpace::kHost;
 };
 /// Read-only counterpart of MatrixView.
 struct ConstMatrixView {
   const float* data = nullptr;  ///< (rows, cols), row-major
   std::int64_t rows = 0;
   std::int64_t cols = 0;
+  MemorySpace space = MemorySpace::kHost;
 };
+/// "host" or "device".
+inline const char* to_string(MemorySpace s) noexcept { return s == MemorySpace::kDevice ? "device" : "host"; }
 
 /// Shape of a table's forward output for a feature: (batch, dim) when pooled, (num_keys, dim) for
 /// pooling none. Gradients given to backward() have the same shape.

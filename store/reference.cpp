@@ -66,7 +66,7 @@ class ReferenceStore final : public Store {
   Status submit(std::int64_t id, KeyBatch batch) override {
     if (batches_.count(id)) return detail::duplicate_batch(id);
     STRATA_ASSIGN_OR_RETURN(std::vector<int> tables, detail::check_batch(id, batch, config_, index_));
-    batches_.emplace(id, Entry{std::move(batch), std::move(tables), false});
+    batches_.emplace(id, Entry{std::move(batch), std::move(tables), false, {}});
     (void)previews_.submitted(id);
     return Status::ok();
   }
@@ -82,7 +82,8 @@ class ReferenceStore final : public Store {
   std::int64_t previewed() const noexcept override { return previews_.size(); }
 
   Status forward(std::int64_t id, const std::vector<MatrixView>& outputs) override {
-    STRATA_ASSIGN_OR_RETURN(Entry * found, detail::find_batch(batches_, id, config_, outputs, "output", false));
+    STRATA_ASSIGN_OR_RETURN(Entry * found,
+                            detail::find_batch(batches_, id, config_, outputs, "output", false, nullptr));
     Entry& e = *found;
     for (std::size_t i = 0; i < e.tables.size(); ++i) {
       const Table& t = tables_[static_cast<std::size_t>(e.tables[i])];
@@ -109,11 +110,21 @@ class ReferenceStore final : public Store {
       }
     }
     e.forwarded = true;
+    e.spaces.assign(outputs.size(), MemorySpace::kHost);
     return Status::ok();
+  }
+  // No device: every stream is refused (after the views are checked, as the store checks them).
+  Status forward(std::int64_t id, const std::vector<MatrixView>& outputs, gpu::StreamView stream) override {
+    STRATA_RETURN_IF_ERROR(detail::find_batch(batches_, id, config_, outputs, "output", false, nullptr).status());
+    return detail::check_stream("forward", id, nullptr, stream);
+  }
+  Status backward(std::int64_t id, const std::vector<ConstMatrixView>& grads, gpu::StreamView stream) override {
+    STRATA_RETURN_IF_ERROR(detail::find_batch(batches_, id, config_, grads, "gradient", true, nullptr).status());
+    return detail::check_stream("backward", id, nullptr, stream);
   }
 
   Status backward(std::int64_t id, const std::vector<ConstMatrixView>& grads) override {
-    STRATA_ASSIGN_OR_RETURN(Entry * found, detail::find_batch(batches_, id, config_, grads, "gradient", true));
+    STRATA_ASSIGN_OR_RETURN(Entry * found, detail::find_batch(batches_, id, config_, grads, "gradient", true, nullptr));
     Entry& e = *found;
     ++step_;
     for (std::size_t i = 0; i < e.tables.size(); ++i) {
@@ -192,6 +203,7 @@ class ReferenceStore final : public Store {
     KeyBatch batch;
     std::vector<int> tables;
     bool forwarded = false;
+    std::vector<MemorySpace> spaces;  // of forward's outputs, per feature
   };
   detail::TableIndex index_;
   std::vector<Table> tables_;

@@ -13,6 +13,7 @@
 #include "core/status.hpp"
 #include "dispatch/communicator.hpp"
 #include "gpu/counters.hpp"
+#include "gpu/device.hpp"
 #include "store/store_config.hpp"
 
 namespace strata {
@@ -95,17 +96,56 @@ class Store {
   /// Validates `batch` (known tables, each at most once, one batch size, offsets, key ranges,
   /// weights) and dedups its keys. Fails with AlreadyExists when `batch_id` is in flight.
   virtual Status submit(std::int64_t batch_id, KeyBatch batch) = 0;
-  /// Looks up a submitted batch. `outputs[i]` receives feature i of the batch (host memory):
-  /// (batch, dim) for pooled tables, (num_keys, dim) for pooling none. Synchronous.
+  /// Looks up a submitted batch. `outputs[i]` receives feature i of the batch: (batch, dim) for
+  /// pooled tables, (num_keys, dim) for pooling none. Each view is host memory or, with
+  /// `space = MemorySpace::kDevice`, memory of device() (see "Outputs and gradients on the device"
+  /// below). Synchronous: on return every output is written (the host waited for the device).
   virtual Status forward(std::int64_t batch_id, const std::vector<MatrixView>& outputs) = 0;
-  /// Applies gradients of the outputs (same shapes as forward's, host memory) to the rows the batch
-  /// used, with each table's optimizer, then retires the batch. Requires forward(batch_id) first.
-  /// Synchronous. Gradients holding NaN or Inf are refused (InvalidArgument naming the table, bag
-  /// and column; nothing changes, the batch stays in flight) unless accept_nonfinite_gradients. On
-  /// a failed device nothing is applied to the tables in host memory and step() does not advance.
-  /// With cache.flush_every = N, every N-th step then flushes (its error is returned after the step
+  /// Applies gradients of the outputs (same shapes and memory spaces as forward's) to the rows the
+  /// batch used, with each table's optimizer, then retires the batch. Requires forward(batch_id)
+  /// first. Synchronous: on return the gradients have been read (device gradients: the host waited
+  /// for the updates that read them; host gradients are copied before the call returns). Gradients
+  /// holding NaN or Inf are refused (InvalidArgument naming the table, bag and column; nothing
+  /// changes, the batch stays in flight) unless accept_nonfinite_gradients. On a failed device
+  /// nothing is applied to the tables in host memory and step() does not advance. With
+  /// cache.flush_every = N, every N-th step then flushes (its error is returned after the step
   /// was applied).
   virtual Status backward(std::int64_t batch_id, const std::vector<ConstMatrixView>& grads) = 0;
+
+  /// Outputs and gradients on the device. A trainer whose dense model runs on the GPU gives views
+  /// of device() memory (MemorySpace::kDevice): `gpu` and `cached` tables (and `hybrid` ones on a
+  /// single rank without a communicator) look up straight into them and read gradients straight
+  /// from them, with no copy over PCIe and no host memcpy. Other tables (`cpu` and `offload`, and
+  /// sharded ones over a communicator) go through pinned host memory: their outputs are copied
+  /// H2D into the device views and their gradients D2H (counted in stats().links). Views of one
+  /// call may mix spaces; a gradient view must be in the space of forward's output of its feature.
+  /// Keys stay host memory: the planner reads them on the CPU, ahead of the device.
+  ///
+  /// Stream-ordered calls: forward/backward(id, views, stream) with a stream of device(). The
+  /// store's device work runs after everything queued on `stream` before the call, and whatever
+  /// is queued on `stream` after the call runs after it (forward: the outputs written; backward:
+  /// the gradients read), so the trainer's kernels and the store's need no host sync between them.
+  ///  - forward(id, outputs, stream): with only device views, the host waits for nothing on the
+  ///    device (it still runs the plan: a `cached` table whose plan waits for batches to retire
+  ///    fails as the synchronous call does); with a host view the host waits for the outputs.
+  ///  - backward(id, grads, stream): with device gradients and accept_nonfinite_gradients false,
+  ///    the host waits for `stream` up to the gradients and for the store's count of their NaN
+  ///    and Inf values (8 bytes per view come back D2H): it must refuse them before anything
+  ///    changes. It then returns without waiting for the updates. With
+  ///    accept_nonfinite_gradients true, backward with device gradients does not wait for the
+  ///    device at all, as FBGEMM's TBE runs. Host gradients (and device gradients of the tables
+  ///    staged through host memory) are read by the host before the call returns.
+  /// Both keep the views and `stream` in use until the work queued on `stream` after the call has
+  /// run: do not free or reuse them before. Errors, as for every bad input, change nothing (the
+  /// batch stays in flight): a device view on a store without a device or outside device()'s
+  /// memory (a host pointer marked kDevice), a gradient view in another space than forward's
+  /// output, a null stream or one of another device (a store without a device takes none).
+  virtual Status forward(std::int64_t batch_id, const std::vector<MatrixView>& outputs, gpu::StreamView stream) = 0;
+  virtual Status backward(std::int64_t batch_id, const std::vector<ConstMatrixView>& grads, gpu::StreamView stream) = 0;
+  /// The device of this store's `gpu`, `cached`, `offload` and `hybrid` tables, or nullptr when it
+  /// has none (only `cpu` tables; the reference store). Trainers allocate device views
+  /// (allocate) and streams (create_stream) on it; it lives as long as the store.
+  virtual gpu::Device* device() noexcept { return nullptr; }
   /// Retires a submitted batch without backward (inference).
   virtual Status discard(std::int64_t batch_id) = 0;
 

@@ -14,7 +14,9 @@
 #include "store/detail/cached_engine.hpp"
 #include "store/detail/config_agreement.hpp"
 #include "store/detail/cpu_engine.hpp"
+#include "store/detail/finite_check.hpp"
 #include "store/detail/gpu_engine.hpp"
+#include "store/detail/host_bounce.hpp"
 #include "store/detail/offload_engine.hpp"
 #include "store/detail/sharded_engine.hpp"
 #include "store/store.hpp"
@@ -119,6 +121,8 @@ class StoreImpl final : public Store {
           return;
         }
         device_ = std::move(dev).value();
+        bounce_ = std::make_unique<detail::HostBounce>(*device_);
+        finite_ = std::make_unique<detail::FiniteCheck>(*device_);
       }
       for (int g = 0; g < kGroups; ++g) {
         if (group[g].empty()) continue;
@@ -220,21 +224,53 @@ class StoreImpl final : public Store {
   std::int64_t previewed() const noexcept override { return previews_.size(); }
 
   Status forward(std::int64_t id, const std::vector<MatrixView>& outputs) override {
-    auto found = detail::find_batch(batches_, id, config_, outputs, "output", false);
+    return forward_on(id, outputs, gpu::StreamView(), false);
+  }
+  Status forward(std::int64_t id, const std::vector<MatrixView>& outputs, gpu::StreamView stream) override {
+    return forward_on(id, outputs, stream, true);
+  }
+  Status backward(std::int64_t id, const std::vector<ConstMatrixView>& grads) override {
+    return backward_on(id, grads, gpu::StreamView(), false);
+  }
+  Status backward(std::int64_t id, const std::vector<ConstMatrixView>& grads, gpu::StreamView stream) override {
+    return backward_on(id, grads, stream, true);
+  }
+  gpu::Device* device() noexcept override { return device_.get(); }
+
+  Status forward_on(std::int64_t id, const std::vector<MatrixView>& outputs, gpu::StreamView stream, bool ordered) {
+    auto found = detail::find_batch(batches_, id, config_, outputs, "output", false, device_.get());
+    if (found && ordered) found = refusal_or(detail::check_stream("forward", id, device_.get(), stream), found);
     if (!found) return refuse("forward", id, found.status());
     Entry& e = *found.value();
+    // Views of engines that take host views only go through pinned host memory (host_bounce.hpp).
+    const std::vector<bool> bounce = bounced(e, outputs);
+    const bool any_bounce = std::find(bounce.begin(), bounce.end(), true) != bounce.end();
+    Result<detail::CallOrder> order = order_after(stream);
+    Result<std::vector<MatrixView>> host = outputs;
+    if (order && any_bounce) host = bounce_->host_outputs(outputs, bounce);
+    if (!order || !host) return refuse("forward", id, order ? host.status() : order.status());
     Status status;
     arena_.execute([&] {
-      for (std::size_t k = 0; k < engines_.size() && status.is_ok(); ++k)
-        if (e.parts[k].state) status = engines_[k]->forward(*e.parts[k].state, e.batch, e.parts[k].features, outputs);
+      for (std::size_t k = 0; k < engines_.size() && status.is_ok(); ++k) {
+        if (!e.parts[k].state) continue;
+        const bool native = engines_[k]->device_views();
+        status = engines_[k]->forward(*e.parts[k].state, e.batch, e.parts[k].features, native ? outputs : host.value(),
+                                      native ? order.value() : detail::CallOrder{});
+      }
     });
-    if (status.is_ok()) e.forwarded = true;
+    if (status.is_ok() && any_bounce) status = bounce_->copy_outputs(outputs, host.value(), bounce, order.value());
+    if (!status.is_ok()) return status;
+    e.forwarded = true;
+    e.spaces.clear();
+    for (const MatrixView& v : outputs) e.spaces.push_back(v.space);
     return status;
   }
 
-  Status backward(std::int64_t id, const std::vector<ConstMatrixView>& grads) override {
+  Status backward_on(std::int64_t id, const std::vector<ConstMatrixView>& grads, gpu::StreamView stream, bool ordered) {
     // In the arena: the gradients' finiteness check reads them on the store's threads.
-    auto found = arena_.execute([&] { return detail::find_batch(batches_, id, config_, grads, "gradient", true); });
+    auto found = arena_.execute(
+        [&] { return detail::find_batch(batches_, id, config_, grads, "gradient", true, device_.get()); });
+    if (found && ordered) found = refusal_or(detail::check_stream("backward", id, device_.get(), stream), found);
     if (!found) return refuse("backward", id, found.status());
     Entry& e = *found.value();
     // A failed device applies nothing, not even to the tables in host memory: the batch stays in
@@ -243,6 +279,19 @@ class StoreImpl final : public Store {
       Status dev = device_->status();
       if (!dev.is_ok()) return refuse("backward", id, dev.with_context("batch " + std::to_string(id) + ": backward"));
     }
+    Result<detail::CallOrder> order = order_after(stream);
+    if (!order) return refuse("backward", id, order.status());
+    // Device gradients: counted on the device, and the host waits for the count (see store.hpp).
+    if (finite_) {
+      Status finite =
+          arena_.execute([&] { return finite_->check(id, e.batch, e.tables, config_, grads, order.value().after); });
+      if (!finite.is_ok()) return refuse("backward", id, finite);
+    }
+    const std::vector<bool> bounce = bounced(e, grads);
+    Result<std::vector<ConstMatrixView>> host = grads;
+    if (std::find(bounce.begin(), bounce.end(), true) != bounce.end())
+      host = bounce_->host_gradients(grads, bounce, order.value());
+    if (!host) return refuse("backward", id, host.status());
     // Every rank must agree before any engine retires its part: a rank that refused (bad
     // gradients, a failed device) keeps the batch in flight, and so must the others.
     if (collective_) STRATA_RETURN_IF_ERROR(refuse("backward", id, Status::ok()));
@@ -254,7 +303,9 @@ class StoreImpl final : public Store {
       for (std::size_t k = 0; k < engines_.size(); ++k) {
         if (!e.parts[k].state) continue;
         if (status.is_ok()) {
-          status = engines_[k]->backward(*e.parts[k].state, e.batch, e.parts[k].features, grads, t);
+          const bool native = engines_[k]->device_views();
+          status = engines_[k]->backward(*e.parts[k].state, e.batch, e.parts[k].features, native ? grads : host.value(),
+                                         t, native ? order.value() : detail::CallOrder{});
         } else {
           (void)engines_[k]->discard(*e.parts[k].state, e.batch, e.parts[k].features);
         }
@@ -351,7 +402,37 @@ class StoreImpl final : public Store {
     std::vector<int> tables;
     std::vector<Part> parts;  // per engine
     bool forwarded = false;
+    std::vector<MemorySpace> spaces;  // of forward's outputs, per feature
   };
+  // `found`, unless `check` failed.
+  template <class T>
+  static Result<T> refusal_or(const Status& check, Result<T> found) {
+    if (!check.is_ok()) return check;
+    return found;
+  }
+
+  // Per feature: a device view of an engine that takes host views only (bounced through pinned
+  // host memory).
+  template <class View>
+  std::vector<bool> bounced(const Entry& e, const std::vector<View>& views) {
+    std::vector<bool> b(views.size(), false);
+    for (std::size_t i = 0; i < views.size(); ++i)
+      b[i] = views[i].space == MemorySpace::kDevice && !engine(e.tables[i]).device_views();
+    return b;
+  }
+
+  // Orders a call after the work queued on `stream` so far (none for an empty view): records
+  // in_, which every engine's and the adaptors' streams wait for. One event, re-recorded by
+  // every call (a wait takes the record in force when it is issued), so a step makes none.
+  Result<detail::CallOrder> order_after(gpu::StreamView stream) {
+    if (!stream.state()) return detail::CallOrder{};
+    if (!in_) {
+      STRATA_ASSIGN_OR_RETURN(in_, device_->create_event());
+    }
+    device_->record(in_.view(), stream);
+    return detail::CallOrder{in_.view(), stream};
+  }
+
   // A call that failed on this rank before reaching the engines: ranks waiting for it in the
   // same collective call learn why instead of timing out.
   Status refuse(const char* op, std::int64_t id, const Status& why) {
@@ -381,6 +462,11 @@ class StoreImpl final : public Store {
   std::vector<std::unique_ptr<detail::Engine>> engines_;
   std::vector<int> engine_of_;
   detail::Engine* collective_ = nullptr;  // the sharded tables' engine, when there are any
+  // With a device (destroyed before it): the adaptor of device views for host-view engines, the
+  // device gradients' finiteness check, and the event that orders a call after the caller's stream.
+  std::unique_ptr<detail::HostBounce> bounce_;
+  std::unique_ptr<detail::FiniteCheck> finite_;
+  gpu::Event in_;
   std::unordered_map<std::int64_t, Entry> batches_;
   detail::PreviewIds previews_;  // previewed, not yet submitted
 };

@@ -106,29 +106,66 @@ Status check_finite_gradients(std::int64_t batch_id, const KeyBatch& batch, cons
   if (config.accept_nonfinite_gradients) return Status::ok();
   for (std::size_t i = 0; i < grads.size(); ++i) {
     const ConstMatrixView& g = grads[i];
-    if (!any_nonfinite(g.data, g.rows * g.cols)) continue;  // the usual case; else find the first below
-    for (std::int64_t r = 0; r < g.rows; ++r) {
-      const float* row = g.data + r * g.cols;
-      if (!has_nonfinite(row, g.cols)) continue;
-      std::int64_t col = 0;
-      while (std::isfinite(row[col])) ++col;
-      const TableSpec& spec = config.tables[static_cast<std::size_t>(tables[i])].spec;
-      const JaggedKeys& f = batch.features[i];
-      std::string where;
-      if (spec.pooling == Pooling::kNone) {
-        const auto bag = std::upper_bound(f.offsets.begin(), f.offsets.end(), r) - f.offsets.begin() - 1;
-        where = "key position " + std::to_string(r) + " (bag " + std::to_string(bag) + ")";
-      } else {
-        where = "bag " + std::to_string(r);
-      }
-      std::ostringstream value;
-      value << row[col];
-      return Status::invalid_argument("batch " + std::to_string(batch_id) + ", table '" + spec.name +
-                                      "': gradient of " + where + ", column " + std::to_string(col) + " is " +
-                                      value.str() +
-                                      " (expected finite values; set accept_nonfinite_gradients to let them through)");
-    }
+    if (g.space == MemorySpace::kDevice) continue;          // counted on the device by the store
+    if (!any_nonfinite(g.data, g.rows * g.cols)) continue;  // the usual case; else find the first
+    return nonfinite_gradient(batch_id, batch, tables, config, i, g);
   }
+  return Status::ok();
+}
+
+Status nonfinite_gradient(std::int64_t batch_id, const KeyBatch& batch, const std::vector<int>& tables,
+                          const StoreConfig& config, std::size_t i, const ConstMatrixView& g) {
+  for (std::int64_t r = 0; r < g.rows; ++r) {
+    const float* row = g.data + r * g.cols;
+    if (!has_nonfinite(row, g.cols)) continue;
+    std::int64_t col = 0;
+    while (std::isfinite(row[col])) ++col;
+    const TableSpec& spec = config.tables[static_cast<std::size_t>(tables[i])].spec;
+    const JaggedKeys& f = batch.features[i];
+    std::string where;
+    if (spec.pooling == Pooling::kNone) {
+      const auto bag = std::upper_bound(f.offsets.begin(), f.offsets.end(), r) - f.offsets.begin() - 1;
+      where = "key position " + std::to_string(r) + " (bag " + std::to_string(bag) + ")";
+    } else {
+      where = "bag " + std::to_string(r);
+    }
+    std::ostringstream value;
+    value << row[col];
+    return Status::invalid_argument("batch " + std::to_string(batch_id) + ", table '" + spec.name + "': gradient of " +
+                                    where + ", column " + std::to_string(col) + " is " + value.str() +
+                                    " (expected finite values; set accept_nonfinite_gradients to let them through)");
+  }
+  return Status::ok();
+}
+
+Status check_space(std::int64_t batch_id, const TableSpec& spec, const char* what, std::size_t index, MemorySpace space,
+                   const void* data, std::int64_t floats, const gpu::Device* device, const MemorySpace* forward_space) {
+  const std::string who =
+      "batch " + std::to_string(batch_id) + ", table '" + spec.name + "': " + what + " view " + std::to_string(index);
+  if (forward_space && space != *forward_space)
+    return Status::invalid_argument(who + " is " + to_string(space) + " memory, but forward's output was " +
+                                    to_string(*forward_space) + " memory (expected the gradients in the space of " +
+                                    "the outputs)");
+  if (space == MemorySpace::kHost) return Status::ok();
+  if (!device)
+    return Status::invalid_argument(who + " is device memory, but this store has no device (expected a host view; " +
+                                    "a store has a device when it has a gpu, cached, offload or hybrid table)");
+  const Status range = device->check_device_range(data, static_cast<std::size_t>(floats) * sizeof(float));
+  if (!range.is_ok()) return Status::invalid_argument(who + " (device memory): " + range.message());
+  return Status::ok();
+}
+
+Status check_stream(const char* op, std::int64_t batch_id, const gpu::Device* device, gpu::StreamView stream) {
+  const std::string who = std::string(op) + " of batch " + std::to_string(batch_id);
+  if (!device)
+    return Status::invalid_argument(who + ": this store has no device, so it takes no stream (expected the call " +
+                                    "without a stream)");
+  if (!stream.state())
+    return Status::invalid_argument(who + ": the stream is null (expected a stream of the store's device, " +
+                                    device->info().name + ": Store::device()->create_stream())");
+  if (!device->owns(stream))
+    return Status::invalid_argument(who + ": the stream belongs to another device (expected a stream of the " +
+                                    "store's device, " + device->info().name + ")");
   return Status::ok();
 }
 

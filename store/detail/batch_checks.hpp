@@ -1,6 +1,7 @@
 #pragma once
 // Checks shared by every Store implementation: a batch against the tables, output and gradient
-// views against the batch, and the batch-id lifecycle. Validation happens here, before any state
+// views against the batch (shapes, memory spaces, device ranges), streams against the store's
+// device, and the batch-id lifecycle. Validation happens here, before any state
 // changes, so every mode rejects bad input with the same message.
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "core/key_batch.hpp"
+#include "gpu/device.hpp"
 #include "store/store_config.hpp"
 
 namespace strata::detail {
@@ -77,23 +79,47 @@ Status check_views(std::int64_t batch_id, const KeyBatch& batch, const std::vect
 Status unknown_batch(std::int64_t batch_id);
 Status backward_before_forward(std::int64_t batch_id);
 
+/// The memory space of view `index` (an "output" or "gradient" view of table `spec`) against the
+/// store's `device` (null: none): a device view needs a device and a range of its memory
+/// (Device::check_device_range; never dereferenced). `forward_space`: for gradients, the space of
+/// forward's output, which they must share (null for outputs).
+Status check_space(std::int64_t batch_id, const TableSpec& spec, const char* what, std::size_t index, MemorySpace space,
+                   const void* data, std::int64_t floats, const gpu::Device* device, const MemorySpace* forward_space);
+
+/// The stream of Store::forward/backward(id, views, stream) (`op`): a stream of `device`. Errors
+/// name the call and what was expected (a store without a device takes no stream).
+Status check_stream(const char* op, std::int64_t batch_id, const gpu::Device* device, gpu::StreamView stream);
+
 /// Unless `config.accept_nonfinite_gradients`: InvalidArgument at the first NaN or +-Inf of the
-/// gradients (views already checked against the batch), naming the table, the bag (and the key's
-/// position for pooling none), the column and the value. One pass over the gradients (on the calling
-/// arena's threads: call it inside the store's arena), no writes.
+/// host gradients (views already checked against the batch; device views are skipped: the store
+/// counts theirs on the device), naming the table, the bag (and the key's position for pooling
+/// none), the column and the value. One pass over the gradients (on the calling arena's threads:
+/// call it inside the store's arena), no writes.
 Status check_finite_gradients(std::int64_t batch_id, const KeyBatch& batch, const std::vector<int>& tables,
                               const StoreConfig& config, const std::vector<ConstMatrixView>& grads);
+/// The error of check_finite_gradients for feature `i`, whose gradient `g` (host memory: a copy,
+/// for device gradients) holds a NaN or an Inf; ok when it holds none.
+Status nonfinite_gradient(std::int64_t batch_id, const KeyBatch& batch, const std::vector<int>& tables,
+                          const StoreConfig& config, std::size_t i, const ConstMatrixView& g);
 
 /// The in-flight batch `id` of a store's batch map, checked against `views` (one per feature, of
-/// the shape forward produces); with `need_forward`, the batch must have been forwarded.
+/// the shape forward produces, in the memory spaces that the store's `device` (null: none) allows);
+/// with `need_forward` (gradients), the batch must have been forwarded, the gradients must be in
+/// the spaces of forward's outputs (the entry's `spaces`), and host gradients must be finite.
 template <typename Map, typename View>
 Result<typename Map::mapped_type*> find_batch(Map& batches, std::int64_t id, const StoreConfig& config,
-                                              const std::vector<View>& views, const char* what, bool need_forward) {
+                                              const std::vector<View>& views, const char* what, bool need_forward,
+                                              const gpu::Device* device) {
   auto it = batches.find(id);
   if (it == batches.end()) return unknown_batch(id);
   auto& e = it->second;
   if (need_forward && !e.forwarded) return backward_before_forward(id);
   STRATA_RETURN_IF_ERROR(check_views(id, e.batch, e.tables, config, views, what));
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    const TableSpec& spec = config.tables[static_cast<std::size_t>(e.tables[i])].spec;
+    STRATA_RETURN_IF_ERROR(check_space(id, spec, what, i, views[i].space, views[i].data, views[i].rows * views[i].cols,
+                                       device, need_forward ? &e.spaces[i] : nullptr));
+  }
   if constexpr (std::is_same_v<View, ConstMatrixView>)
     STRATA_RETURN_IF_ERROR(check_finite_gradients(id, e.batch, e.tables, config, views));
   return &e;

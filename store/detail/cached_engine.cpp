@@ -237,8 +237,10 @@ class CachedEngine final : public Engine {
     return std::unique_ptr<EngineBatch>(std::move(b));
   }
 
-  Status forward(EngineBatch& eb, const KeyBatch&, const EngineFeatures& f,
-                 const std::vector<MatrixView>& outputs) override {
+  bool device_views() const noexcept override { return true; }
+
+  Status forward(EngineBatch& eb, const KeyBatch&, const EngineFeatures& f, const std::vector<MatrixView>& outputs,
+                 const CallOrder& order) override {
     auto& b = static_cast<CachedBatch&>(eb);
     // A deferred plan (and, with lookahead, a plan still waiting for later batches) is made now:
     // the batches before this one that have retired no longer pin their rows.
@@ -259,25 +261,38 @@ class CachedEngine final : public Engine {
       }
     }
     const gpu::StreamView s = compute_.view();
+    if (order.after.state()) dev_.wait(s, order.after);
     dev_.wait(s, b.st->ready());
-    for (auto& w : b.work) dev_.gather_pool(s, pools_[static_cast<std::size_t>(w.pool)].view, w.looks);
-    return copy_outputs(dev_, s, *b.st, b.dev, f.feature, outputs);
+    for (auto& w : b.work) {
+      for (std::size_t j = 0; j < w.feats.size(); ++j) {
+        const std::size_t i = static_cast<std::size_t>(w.feats[j]);
+        w.looks[j] = lookup_into(b.dev[i], outputs[static_cast<std::size_t>(f.feature[i])]);
+      }
+      dev_.gather_pool(s, pools_[static_cast<std::size_t>(w.pool)].view, w.looks);
+    }
+    return finish_outputs(dev_, s, *b.st, b.dev, f.feature, outputs, order);
   }
 
   Status backward(EngineBatch& eb, const KeyBatch&, const EngineFeatures& f, const std::vector<ConstMatrixView>& grads,
-                  std::int64_t t) override {
+                  std::int64_t t, const CallOrder& order) override {
     auto& b = static_cast<CachedBatch&>(eb);
     STRATA_CHECK(b.planned);  // forward came first
     const gpu::StreamView s = compute_.view();
-    copy_gradients(dev_, s, b.dev, f.feature, grads);
+    if (order.after.state()) dev_.wait(s, order.after);
+    const bool device_grads = copy_gradients(dev_, s, b.dev, f.feature, grads);
     for (auto& w : b.work) {
-      for (std::size_t j = 0; j < w.feats.size(); ++j)
-        w.updates[j].step = make_optimizer_step(spec_of(f.table[static_cast<std::size_t>(w.feats[j])]).optimizer, t);
+      for (std::size_t j = 0; j < w.feats.size(); ++j) {
+        const std::size_t i = static_cast<std::size_t>(w.feats[j]);
+        const OptimizerStep step = make_optimizer_step(spec_of(f.table[i]).optimizer, t);
+        w.updates[j] = update_from(b.dev[i], grads[static_cast<std::size_t>(f.feature[i])]);
+        w.updates[j].step = step;
+      }
       dev_.backward_update(s, pools_[static_cast<std::size_t>(w.pool)].view, w.updates);
     }
-    retire(b, true);
+    const gpu::EventView done = b.st->done();
+    retire(b, true);  // records done after the updates
+    Status applied = finish_gradients(dev_, done, device_grads, order);
     plan_deferred();
-    Status applied = dev_.status();
     if (applied.is_ok()) ++unflushed_;
     return applied;
   }

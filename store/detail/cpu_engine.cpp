@@ -65,8 +65,8 @@ class CpuEngine final : public Engine {
     return std::unique_ptr<EngineBatch>(std::make_unique<CpuBatch>());
   }
 
-  Status forward(EngineBatch&, const KeyBatch& batch, const EngineFeatures& f,
-                 const std::vector<MatrixView>& outputs) override {
+  Status forward(EngineBatch&, const KeyBatch& batch, const EngineFeatures& f, const std::vector<MatrixView>& outputs,
+                 const CallOrder&) override {
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const std::size_t fi = static_cast<std::size_t>(f.feature[i]);
       tables_.at(f.table[i]).forward(batch.features[fi], outputs[fi].data);
@@ -75,7 +75,7 @@ class CpuEngine final : public Engine {
   }
 
   Status backward(EngineBatch&, const KeyBatch& batch, const EngineFeatures& f,
-                  const std::vector<ConstMatrixView>& grads, std::int64_t t) override {
+                  const std::vector<ConstMatrixView>& grads, std::int64_t t, const CallOrder&) override {
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const std::size_t fi = static_cast<std::size_t>(f.feature[i]);
       const TableSpec& spec = config_.tables[static_cast<std::size_t>(f.table[i])].spec;

@@ -76,26 +76,67 @@ DeviceFeature stage_feature(Staging& st, const JaggedKeys& k, const TableSpec& s
   return f;
 }
 
-Status copy_outputs(gpu::Device& dev, gpu::StreamView s, Staging& st, const std::vector<DeviceFeature>& feats,
-                    const std::vector<int>& feature, const std::vector<MatrixView>& outputs) {
-  for (const DeviceFeature& f : feats) dev.copy_d2h(s, f.host_out, f.look.out, f.out_floats * sizeof(float));
+gpu::LookupFeature lookup_into(const DeviceFeature& f, const MatrixView& out) {
+  gpu::LookupFeature l = f.look;
+  if (out.space == MemorySpace::kDevice) l.out = out.data;
+  return l;
+}
+
+gpu::UpdateFeature update_from(const DeviceFeature& f, const ConstMatrixView& grads) {
+  gpu::UpdateFeature u = f.update;
+  if (grads.space == MemorySpace::kDevice) u.grads = grads.data;
+  return u;
+}
+
+Status finish_outputs(gpu::Device& dev, gpu::StreamView s, Staging& st, const std::vector<DeviceFeature>& feats,
+                      const std::vector<int>& feature, const std::vector<MatrixView>& outputs, const CallOrder& order) {
+  bool host = false, device = false;
+  for (std::size_t i = 0; i < feats.size(); ++i) {
+    const DeviceFeature& f = feats[i];
+    if (f.out_floats == 0) continue;  // a feature of zero rows may have null views
+    if (outputs[static_cast<std::size_t>(feature[i])].space == MemorySpace::kDevice) {
+      device = true;
+    } else {
+      dev.copy_d2h(s, f.host_out, f.look.out, f.out_floats * sizeof(float));
+      host = true;
+    }
+  }
   dev.record(st.done(), s);
+  if (device && order.caller.state()) dev.wait(order.caller, st.done());
+  if (!host && order.caller.state()) return dev.status();
   STRATA_RETURN_IF_ERROR(dev.synchronize(st.done()));
-  for (std::size_t i = 0; i < feats.size(); ++i)
-    if (feats[i].out_floats)  // a feature of zero rows may have null views
-      std::memcpy(outputs[static_cast<std::size_t>(feature[i])].data, feats[i].host_out,
-                  feats[i].out_floats * sizeof(float));
+  for (std::size_t i = 0; i < feats.size(); ++i) {
+    const MatrixView& out = outputs[static_cast<std::size_t>(feature[i])];
+    if (feats[i].out_floats && out.space == MemorySpace::kHost)
+      std::memcpy(out.data, feats[i].host_out, feats[i].out_floats * sizeof(float));
+  }
   return Status::ok();
 }
 
-void copy_gradients(gpu::Device& dev, gpu::StreamView s, std::vector<DeviceFeature>& feats,
+bool copy_gradients(gpu::Device& dev, gpu::StreamView s, std::vector<DeviceFeature>& feats,
                     const std::vector<int>& feature, const std::vector<ConstMatrixView>& grads) {
+  bool device = false;
   for (std::size_t i = 0; i < feats.size(); ++i) {
     DeviceFeature& f = feats[i];
     if (f.out_floats == 0) continue;
-    std::memcpy(f.host_grad, grads[static_cast<std::size_t>(feature[i])].data, f.out_floats * sizeof(float));
+    const ConstMatrixView& g = grads[static_cast<std::size_t>(feature[i])];
+    if (g.space == MemorySpace::kDevice) {
+      device = true;
+      continue;
+    }
+    std::memcpy(f.host_grad, g.data, f.out_floats * sizeof(float));
     dev.copy_h2d(s, const_cast<float*>(f.update.grads), f.host_grad, f.out_floats * sizeof(float));
   }
+  return device;
+}
+
+Status finish_gradients(gpu::Device& dev, gpu::EventView done, bool device_grads, const CallOrder& order) {
+  if (!device_grads) return dev.status();
+  if (order.caller.state()) {
+    dev.wait(order.caller, done);
+    return dev.status();
+  }
+  return dev.synchronize(done);
 }
 
 }  // namespace strata::detail

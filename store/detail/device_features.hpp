@@ -1,7 +1,9 @@
 #pragma once
 // The per-feature device arguments that every slot-pool engine (`cached`, `gpu`) stages for a
 // batch: lookup and fused-update arguments in a Staging's mirrored region, pinned buffers for the
-// outputs and gradients, and the two host sync steps around them (outputs back, gradients in).
+// outputs and gradients of host views, and the steps around the device work: outputs written into
+// device views or brought back to host views, gradients read from device views or copied in from
+// host views, each ordered with the caller's stream (CallOrder) or waited for by the host.
 
 #include <cstdint>
 #include <vector>
@@ -10,6 +12,7 @@
 #include "gpu/device.hpp"
 #include "gpu/staging.hpp"
 #include "host/dedup.hpp"
+#include "store/detail/engine.hpp"
 
 namespace strata::detail {
 
@@ -31,13 +34,27 @@ void add_feature_bytes(const JaggedKeys& k, const TableSpec& spec, std::int64_t 
 DeviceFeature stage_feature(gpu::Staging& st, const JaggedKeys& k, const TableSpec& spec, const UniqueKeys& u,
                             const std::vector<Key>& unique_slots);
 
-/// On `s`: copies every feature's output D2H into its pinned buffer, records st.done(), waits for
-/// it (a host sync point) and copies the outputs to `outputs[feature[i]]`.
-Status copy_outputs(gpu::Device& dev, gpu::StreamView s, gpu::Staging& st, const std::vector<DeviceFeature>& feats,
-                    const std::vector<int>& feature, const std::vector<MatrixView>& outputs);
+/// The feature's lookup, writing into `out` when it is a device view (else into its staging buffer).
+gpu::LookupFeature lookup_into(const DeviceFeature& f, const MatrixView& out);
+/// The feature's update, reading `grads` when it is a device view (else its staging buffer).
+gpu::UpdateFeature update_from(const DeviceFeature& f, const ConstMatrixView& grads);
 
-/// On `s`: copies every feature's gradient `grads[feature[i]]` through its pinned buffer H2D.
-void copy_gradients(gpu::Device& dev, gpu::StreamView s, std::vector<DeviceFeature>& feats,
+/// On `s`, after the lookups: copies the output of every host view among `outputs[feature[i]]`
+/// D2H into its pinned buffer and records st.done(). The host waits for it when there is a host
+/// view or no caller stream (a synchronous call), then copies the host views' outputs into place;
+/// with a caller stream, that stream waits for it (the device views are written before anything
+/// it runs next).
+Status finish_outputs(gpu::Device& dev, gpu::StreamView s, gpu::Staging& st, const std::vector<DeviceFeature>& feats,
+                      const std::vector<int>& feature, const std::vector<MatrixView>& outputs, const CallOrder& order);
+
+/// On `s`: copies every host gradient among `grads[feature[i]]` through its pinned buffer H2D.
+/// Returns whether any feature reads a device view (lookup_into/update_from use it in place).
+bool copy_gradients(gpu::Device& dev, gpu::StreamView s, std::vector<DeviceFeature>& feats,
                     const std::vector<int>& feature, const std::vector<ConstMatrixView>& grads);
+
+/// After the updates, with `done` recorded after them: when some gradient was a device view, the
+/// caller's stream waits for `done` (the gradients are consumed before anything it runs next), or
+/// without one the host does. The device's sticky error, if any.
+Status finish_gradients(gpu::Device& dev, gpu::EventView done, bool device_grads, const CallOrder& order);
 
 }  // namespace strata::detail

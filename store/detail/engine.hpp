@@ -11,6 +11,7 @@
 #include "cache/cache_pool.hpp"
 #include "core/key_batch.hpp"
 #include "core/status.hpp"
+#include "gpu/device.hpp"
 #include "store/store.hpp"
 
 namespace strata::detail {
@@ -27,6 +28,14 @@ struct EngineFeatures {
   bool empty() const noexcept { return feature.empty(); }
 };
 
+/// How the device work of one forward or backward is ordered with the caller's
+/// (Store::forward/backward with a stream). Only engines with device_views() get a non-empty one.
+struct CallOrder {
+  gpu::EventView after;    ///< recorded on the caller's stream: the engine's device work waits for it (empty: none)
+  gpu::StreamView caller;  ///< the caller's stream, which waits for the engine's work on device views; empty: a
+                           ///< synchronous call, where the host waits for that work instead
+};
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -34,12 +43,19 @@ class Engine {
   /// table state. `batch` stays alive and unchanged until the batch is retired.
   virtual Result<std::unique_ptr<EngineBatch>> submit(std::int64_t id, const KeyBatch& batch,
                                                       const EngineFeatures& f) = 0;
-  /// Writes the outputs of the engine's features (views indexed like batch.features; shapes checked).
+  /// Writes the outputs of the engine's features (views indexed like batch.features; shapes,
+  /// spaces and device ranges checked). Views are host memory unless device_views().
   virtual Status forward(EngineBatch& b, const KeyBatch& batch, const EngineFeatures& f,
-                         const std::vector<MatrixView>& outputs) = 0;
-  /// Applies the gradients with each table's optimizer at store step `t` (1-based) and retires the batch.
+                         const std::vector<MatrixView>& outputs, const CallOrder& order) = 0;
+  /// Applies the gradients with each table's optimizer at store step `t` (1-based) and retires the
+  /// batch. Views are host memory unless device_views(); device gradients are already checked finite.
   virtual Status backward(EngineBatch& b, const KeyBatch& batch, const EngineFeatures& f,
-                          const std::vector<ConstMatrixView>& grads, std::int64_t t) = 0;
+                          const std::vector<ConstMatrixView>& grads, std::int64_t t, const CallOrder& order) = 0;
+  /// Whether forward and backward take views in device memory (MemorySpace::kDevice) and a
+  /// CallOrder: the lookups write into them and the updates read from them on the device, ordered
+  /// after `order.after`, and `order.caller` waits for that work (the host, without one). The
+  /// store stages device views through pinned host memory for the other engines (host_bounce.hpp).
+  virtual bool device_views() const noexcept { return false; }
   /// Retires a batch without applying anything.
   virtual Status discard(EngineBatch& b, const KeyBatch& batch, const EngineFeatures& f) = 0;
 

@@ -95,34 +95,42 @@ class GpuEngine final : public Engine {
     return std::unique_ptr<EngineBatch>(std::move(b));
   }
 
-  Status forward(EngineBatch& eb, const KeyBatch&, const EngineFeatures& f,
-                 const std::vector<MatrixView>& outputs) override {
+  bool device_views() const noexcept override { return true; }
+
+  Status forward(EngineBatch& eb, const KeyBatch&, const EngineFeatures& f, const std::vector<MatrixView>& outputs,
+                 const CallOrder& order) override {
     auto& b = static_cast<GpuBatch&>(eb);
     const gpu::StreamView s = compute_.view();
+    if (order.after.state()) dev_.wait(s, order.after);
     dev_.wait(s, b.st->ready());
     for (const auto& [p, feats] : b.feats_of) {
       std::vector<gpu::LookupFeature> looks;
-      for (int i : feats) looks.push_back(b.dev[static_cast<std::size_t>(i)].look);
+      for (int i : feats)
+        looks.push_back(lookup_into(b.dev[static_cast<std::size_t>(i)],
+                                    outputs[static_cast<std::size_t>(f.feature[static_cast<std::size_t>(i)])]));
       dev_.gather_pool(s, pools_[static_cast<std::size_t>(p)].view, looks);
     }
-    return copy_outputs(dev_, s, *b.st, b.dev, f.feature, outputs);
+    return finish_outputs(dev_, s, *b.st, b.dev, f.feature, outputs, order);
   }
 
   Status backward(EngineBatch& eb, const KeyBatch&, const EngineFeatures& f, const std::vector<ConstMatrixView>& grads,
-                  std::int64_t t) override {
+                  std::int64_t t, const CallOrder& order) override {
     auto& b = static_cast<GpuBatch&>(eb);
     const gpu::StreamView s = compute_.view();
-    copy_gradients(dev_, s, b.dev, f.feature, grads);
+    if (order.after.state()) dev_.wait(s, order.after);
+    const bool device_grads = copy_gradients(dev_, s, b.dev, f.feature, grads);
     for (const auto& [p, feats] : b.feats_of) {
       std::vector<gpu::UpdateFeature> updates;
       for (int i : feats) {
-        updates.push_back(b.dev[static_cast<std::size_t>(i)].update);
-        updates.back().step = make_optimizer_step(spec_of(f.table[static_cast<std::size_t>(i)]).optimizer, t);
+        const std::size_t k = static_cast<std::size_t>(i);
+        updates.push_back(update_from(b.dev[k], grads[static_cast<std::size_t>(f.feature[k])]));
+        updates.back().step = make_optimizer_step(spec_of(f.table[k]).optimizer, t);
       }
       dev_.backward_update(s, pools_[static_cast<std::size_t>(p)].view, updates);
     }
-    retire(b);
-    return dev_.status();
+    const gpu::EventView done = b.st->done();
+    retire(b);  // records done after the updates
+    return finish_gradients(dev_, done, device_grads, order);
   }
 
   Status discard(EngineBatch& eb, const KeyBatch&, const EngineFeatures&) override {

@@ -122,7 +122,7 @@ class OffloadEngine final : public Engine {
   }
 
   Status forward(EngineBatch& eb, const KeyBatch& batch, const EngineFeatures& f,
-                 const std::vector<MatrixView>& outputs) override {
+                 const std::vector<MatrixView>& outputs, const CallOrder&) override {
     auto& b = static_cast<OffloadBatch&>(eb);
     const gpu::StreamView s = compute_.view();
     if (config_.offload_gather == OffloadGather::kDevice) {
@@ -152,7 +152,7 @@ class OffloadEngine final : public Engine {
   }
 
   Status backward(EngineBatch& eb, const KeyBatch& batch, const EngineFeatures& f,
-                  const std::vector<ConstMatrixView>& grads, std::int64_t t) override {
+                  const std::vector<ConstMatrixView>& grads, std::int64_t t, const CallOrder&) override {
     // forward() synchronized, so no device work reads these rows while the CPU updates them. A
     // failed device applies nothing (the store retires the batch), as in every device mode.
     if (Status dev = dev_.status(); !dev.is_ok()) {

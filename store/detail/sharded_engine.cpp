@@ -157,7 +157,7 @@ class ShardedEngine final : public Engine {
   }
 
   Status forward(EngineBatch& eb, const KeyBatch& batch, const EngineFeatures& f,
-                 const std::vector<MatrixView>& outputs) override {
+                 const std::vector<MatrixView>& outputs, const CallOrder&) override {
     auto& b = static_cast<ShardedBatch&>(eb);
     STRATA_RETURN_IF_ERROR(agree("forward", b.id, Status::ok()));
     // This rank's shards look up the keys it serves.
@@ -175,7 +175,7 @@ class ShardedEngine final : public Engine {
         served_rows[c].resize(static_cast<std::size_t>(n * d));
         views[static_cast<std::size_t>(fi)] = {served_rows[c].data(), n, d};
       }
-      local = inner_[w]->forward(*b.inner[w].state, b.inner_batch, b.inner[w].features, views);
+      local = inner_[w]->forward(*b.inner[w].state, b.inner_batch, b.inner[w].features, views, CallOrder{});
     }
     stats_.lookup_seconds += since(t0);
     STRATA_RETURN_IF_ERROR(agree("forward", b.id, local));
@@ -216,7 +216,7 @@ class ShardedEngine final : public Engine {
   }
 
   Status backward(EngineBatch& eb, const KeyBatch& batch, const EngineFeatures& f,
-                  const std::vector<ConstMatrixView>& grads, std::int64_t t) override {
+                  const std::vector<ConstMatrixView>& grads, std::int64_t t, const CallOrder&) override {
     auto& b = static_cast<ShardedBatch&>(eb);
     // Every rank agreed on this backward already (the store, before any engine retires a batch).
     // Each source sums the gradient of each of its unique keys (ascending positions).
@@ -265,7 +265,7 @@ class ShardedEngine final : public Engine {
         views[static_cast<std::size_t>(fi)] = {
             served_grads[c].data(), static_cast<std::int64_t>(b.exchange.served(c).size()), layouts_[c].local_dim(me_)};
       }
-      Status x = inner_[w]->backward(*b.inner[w].state, b.inner_batch, b.inner[w].features, views, t);
+      Status x = inner_[w]->backward(*b.inner[w].state, b.inner_batch, b.inner[w].features, views, t, CallOrder{});
       if (status.is_ok()) status = x;
     }
     stats_.lookup_seconds += since(t0);

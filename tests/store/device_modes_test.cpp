@@ -7,6 +7,7 @@
 
 #include <filesystem>
 
+#include "tests/store/device_views.hpp"
 #include "tests/store/store_test_util.hpp"
 
 namespace strata {
@@ -41,7 +42,7 @@ KeyBatch keys_batch(std::vector<Key> keys) {
 
 // Trains `batches` with `depth` submitted ahead against the reference (defined below).
 void train_and_compare(const StoreConfig& c, const std::vector<KeyBatch>& batches, int depth, std::mt19937_64& rng,
-                       std::unique_ptr<Store>& dev_out);
+                       std::unique_ptr<Store>& dev_out, bool device_ordered = false);
 
 TEST(DeviceModes, CacheLargerThanTheDeviceIsRefusedAtOpen) {
   StoreConfig c = cached_config(100000, 90000, 64);
@@ -585,9 +586,10 @@ KeyBatch uniform_batch(std::mt19937_64& rng, const StoreConfig& c, int bags, int
 }
 
 // Trains `batches` on Store::open(c) and on the reference with `depth` batches submitted ahead;
-// every output and the final state must be equal. Leaves the device store in `dev`.
+// every output and the final state must be equal. Leaves the device store in `dev`. With
+// `device_ordered`, the device store gets device views on a trainer's stream (run_step).
 void train_and_compare(const StoreConfig& c, const std::vector<KeyBatch>& batches, int depth, std::mt19937_64& rng,
-                       std::unique_ptr<Store>& dev_out) {
+                       std::unique_ptr<Store>& dev_out, bool device_ordered) {
   auto dev = Store::open(c);
   auto ref = open_reference_store(c);
   ASSERT_TRUE(dev.is_ok()) << dev.status().to_string();
@@ -596,15 +598,21 @@ void train_and_compare(const StoreConfig& c, const std::vector<KeyBatch>& batche
     ASSERT_TRUE((*dev)->submit(i, batches[static_cast<std::size_t>(i)]).is_ok());
     ASSERT_TRUE((*ref)->submit(i, batches[static_cast<std::size_t>(i)]).is_ok());
   }
+  gpu::Stream trainer;
+  StepMode mode;
+  if (device_ordered) {
+    trainer = (*dev)->device()->create_stream().value();
+    mode.device = true;
+    mode.stream = trainer.view();
+  }
   for (int i = 0; i < steps; ++i) {
     const KeyBatch& kb = batches[static_cast<std::size_t>(i)];
     Buffers out = make_buffers(c, kb), out_ref = make_buffers(c, kb), grads = make_buffers(c, kb);
     fill_random(rng, grads);
-    Status st = (*dev)->forward(i, out.views);
+    Status st = run_step(**dev, i, grads, out, mode);
     ASSERT_TRUE(st.is_ok()) << st.to_string();
     ASSERT_TRUE((*ref)->forward(i, out_ref.views).is_ok());
     ASSERT_EQ(out.data, out_ref.data) << "step " << i;
-    ASSERT_TRUE((*dev)->backward(i, grads.cviews).is_ok());
     ASSERT_TRUE((*ref)->backward(i, grads.cviews).is_ok());
     if (i + depth < steps) {
       st = (*dev)->submit(i + depth, batches[static_cast<std::size_t>(i + depth)]);
@@ -620,8 +628,13 @@ void train_and_compare(const StoreConfig& c, const std::vector<KeyBatch>& batche
 // than the pinned working set, so nearly every prefetch evicts dirty rows that the batch before it
 // updated, with random delays before every operation on every emulated stream. Outputs and the
 // final state must match the reference exactly; run under the tsan preset it is the race detector.
+// The second round passes outputs and gradients in device buffers, stream-ordered on the trainer's
+// stream, which itself overwrites them right before forward and right after backward.
 TEST(DeviceModes, PipelineStressWithRandomDelaysMatchesTheReference) {
-  for (int policy = 0; policy < 3; ++policy) {
+  for (int round = 0; round < 6; ++round) {
+    const int policy = round % 3;
+    const bool device_ordered = round >= 3;
+    SCOPED_TRACE(device_ordered ? "device views, stream-ordered" : "host views, synchronous");
     std::mt19937_64 rng(11 + static_cast<std::uint64_t>(policy));
     StoreConfig c;
     c.threads = 2;
@@ -647,7 +660,7 @@ TEST(DeviceModes, PipelineStressWithRandomDelaysMatchesTheReference) {
     const int steps = 40;
     for (int i = 0; i < steps; ++i) batches.push_back(uniform_batch(rng, c, 8, 3));
     std::unique_ptr<Store> dev;
-    train_and_compare(c, batches, depth, rng, dev);
+    train_and_compare(c, batches, depth, rng, dev, device_ordered);
     if (HasFatalFailure()) return;
     const StoreStats stats = dev->stats();
     ASSERT_EQ(stats.cache.size(), 2u);

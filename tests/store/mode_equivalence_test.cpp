@@ -3,8 +3,9 @@
 // multi-table workloads: caches sized to a few batches so rows are evicted and written back all the
 // time, every policy, lookahead depths 0..8, pools planned in 1..4 shards, duplicate keys, empty
 // bags, random stream delays, and flush/save/load in the middle of training; and caches too small
-// for the batches in flight, whose plans wait for batches to retire (CacheStats::deferred). Results
-// must be bit-exact.
+// for the batches in flight, whose plans wait for batches to retire (CacheStats::deferred); outputs
+// and gradients in host or device memory, passed by synchronous or stream-ordered calls (the strict
+// emu device kills a host dereference of device memory). Results must be bit-exact.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include "gpu/device.hpp"
 #include "host/dedup.hpp"
 #include "tests/gpu/cuda_gate.hpp"
+#include "tests/store/device_views.hpp"
 #include "tests/store/store_test_util.hpp"
 
 namespace strata {
@@ -93,6 +95,11 @@ TEST_P(ModeEquivalence, OutputsAndFinalStateEqualTheReference) {
   std::mt19937_64 transfer_rng(static_cast<std::uint64_t>(mc.seed) * 17 + 5);
   config.cache.transfer = static_cast<CacheTransfer>(transfer_rng() % 3);
   SCOPED_TRACE("transfer " + std::string(to_string(config.cache.transfer)));
+  // Host or device views, synchronous or stream-ordered calls, per step; half the seeds let
+  // non-finite gradients through, which makes a stream-ordered backward fully asynchronous (own
+  // generator, as above).
+  std::mt19937_64 view_rng(static_cast<std::uint64_t>(mc.seed) * 53 + 11);
+  config.accept_nonfinite_gradients = view_rng() % 2 == 0;
   SCOPED_TRACE("policy " + std::string(cache::to_string(config.cache.policy)) + " lookahead " +
                std::to_string(config.cache.lookahead) + " depth " + std::to_string(depth) + " planner shards " +
                std::to_string(config.cache.planner_shards));
@@ -109,16 +116,26 @@ TEST_P(ModeEquivalence, OutputsAndFinalStateEqualTheReference) {
     ASSERT_TRUE((*dev)->submit(i, batches[static_cast<std::size_t>(i)]).is_ok());
     ASSERT_TRUE((*ref)->submit(i, batches[static_cast<std::size_t>(i)]).is_ok());
   }
+  gpu::Stream trainer;  // the trainer's stream, for stream-ordered calls
+  if ((*dev)->device()) {
+    auto s = (*dev)->device()->create_stream();
+    ASSERT_TRUE(s.is_ok());
+    trainer = std::move(s).value();
+  }
   for (int i = 0; i < steps; ++i) {
     const auto& kb = batches[static_cast<std::size_t>(i)];
     Buffers out_dev = make_buffers(config, kb), out_ref = make_buffers(config, kb);
-    Status fs = (*dev)->forward(i, out_dev.views);
-    ASSERT_TRUE(fs.is_ok()) << fs.to_string();
     ASSERT_TRUE((*ref)->forward(i, out_ref.views).is_ok());
-    ASSERT_TRUE(same_outputs(out_dev, out_ref)) << "step " << i;
     Buffers grads = make_buffers(config, kb);
     fill_random(rng, grads);
-    ASSERT_TRUE((*dev)->backward(i, grads.cviews).is_ok());
+    StepMode mode;
+    mode.device = trainer && view_rng() % 2;
+    if (trainer && view_rng() % 2) mode.stream = trainer.view();
+    SCOPED_TRACE(std::string("step ") + std::to_string(i) + (mode.device ? " device" : " host") + " views, " +
+                 (mode.ordered() ? "stream-ordered" : "synchronous"));
+    Status st = run_step(**dev, i, grads, out_dev, mode);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    ASSERT_TRUE(same_outputs(out_dev, out_ref)) << "step " << i;
     ASSERT_TRUE((*ref)->backward(i, grads.cviews).is_ok());
     if (i == mid) {
       // Mid-training, with batches still in flight: reads see every applied update, and saves

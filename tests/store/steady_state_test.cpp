@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dispatch/local_communicator.hpp"
+#include "tests/store/device_views.hpp"
 #include "tests/store/store_test_util.hpp"
 
 namespace strata {
@@ -79,21 +80,33 @@ KeyBatch jagged_batch(std::mt19937_64& rng, const StoreConfig& c) {
 
 // Trains `warm_up` steps and then `steady` more with `depth` batches submitted ahead (every
 // rank of a world calls it with the same seed); returns what the device made during the steady
-// steps, or the first error.
-Result<gpu::ResourceCounts> steady_loop(Store& store, const StoreConfig& c, int warm_up, int steady) {
+// steps, or the first error. With `device_views`, outputs and gradients live in device buffers
+// that the trainer allocated once, and the calls are stream-ordered on the trainer's stream.
+Result<gpu::ResourceCounts> steady_loop(Store& store, const StoreConfig& c, int warm_up, int steady,
+                                        bool device_views = false) {
   const int depth = 3;
   std::mt19937_64 rng(7);
   std::vector<KeyBatch> batches;
   for (int i = 0; i < warm_up + steady + depth; ++i) batches.push_back(jagged_batch(rng, c));
   for (int i = 0; i < depth; ++i) STRATA_RETURN_IF_ERROR(store.submit(i, batches[static_cast<std::size_t>(i)]));
+  // Every batch has 64 bags of pooled tables: one set of device buffers fits them all.
+  gpu::Stream trainer;
+  DeviceViews dev_out, dev_grads;
+  StepMode mode;
+  if (device_views) {
+    const Buffers shape = make_buffers(c, batches[0]);
+    STRATA_ASSIGN_OR_RETURN(trainer, store.device()->create_stream());
+    dev_out = make_device_views(*store.device(), shape);
+    dev_grads = make_device_views(*store.device(), shape);
+    mode = StepMode{true, trainer.view(), &dev_out, &dev_grads, {}};
+  }
   gpu::ResourceCounts before;
   for (int i = 0; i < warm_up + steady; ++i) {
     if (i == warm_up) before = store.stats().device_resources;
     const KeyBatch& kb = batches[static_cast<std::size_t>(i)];
     Buffers out = make_buffers(c, kb), grads = make_buffers(c, kb);
     fill_random(rng, grads);
-    STRATA_RETURN_IF_ERROR(store.forward(i, out.views));
-    STRATA_RETURN_IF_ERROR(store.backward(i, grads.cviews));
+    STRATA_RETURN_IF_ERROR(run_step(store, i, grads, out, mode));
     STRATA_RETURN_IF_ERROR(store.submit(i + depth, batches[static_cast<std::size_t>(i + depth)]));
   }
   return store.stats().device_resources - before;
@@ -125,6 +138,32 @@ TEST(SteadyState, ATrainingLoopAllocatesNothingAfterWarmUp) {
     if (m.placement == Placement::kCached) {
       const StoreStats st = (*s)->stats();
       EXPECT_GT(st.cache[0].second.writebacks, 100) << "the cache is too large to write back every step";
+    }
+  }
+}
+
+// The same with outputs and gradients in device buffers and stream-ordered calls: the events that
+// order a call after the trainer's stream and the trainer's stream after the call are reused, the
+// staging of the adaptor (offload, cpu) and of the finiteness check only grows.
+TEST(SteadyState, AStreamOrderedLoopWithDeviceViewsAllocatesNothingAfterWarmUp) {
+  const Mode modes[] = {
+      {"cached staged", Placement::kCached},
+      {"hybrid", Placement::kHybrid},
+      {"gpu", Placement::kGpu},
+      {"offload device gather", Placement::kOffload},
+      {"cpu beside a gpu table", Placement::kCpu},
+  };
+  for (const Mode& m : modes) {
+    for (bool accept : {false, true}) {
+      SCOPED_TRACE(std::string(m.name) + (accept ? ", accept_nonfinite_gradients" : ""));
+      StoreConfig c = steady_config(m);
+      c.accept_nonfinite_gradients = accept;
+      if (m.placement == Placement::kCpu) c.tables[1].placement = Placement::kGpu;  // a store with a device
+      auto s = Store::open(c);
+      ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+      const Result<gpu::ResourceCounts> during = steady_loop(**s, c, 12, 30, true);
+      ASSERT_TRUE(during.is_ok()) << during.status().to_string();
+      expect_none(during.value());
     }
   }
 }

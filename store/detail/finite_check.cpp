@@ -1,0 +1,60 @@
+#include "store/detail/finite_check.hpp"
+
+#include "gpu/kernels/launch_args.hpp"
+#include "store/detail/batch_checks.hpp"
+
+namespace strata::detail {
+
+FiniteCheck::~FiniteCheck() {
+  if (stream_) (void)dev_.synchronize(stream_.view());
+}
+
+Status FiniteCheck::check(std::int64_t batch_id, const KeyBatch& batch, const std::vector<int>& tables,
+                          const StoreConfig& config, const std::vector<ConstMatrixView>& grads, gpu::EventView after) {
+  if (config.accept_nonfinite_gradients) return Status::ok();
+  std::vector<gpu::FloatRange> ranges;
+  std::vector<std::size_t> feature;  // of each range
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    if (grads[i].space != MemorySpace::kDevice || grads[i].rows * grads[i].cols == 0) continue;
+    ranges.push_back({grads[i].data, grads[i].rows * grads[i].cols});
+    feature.push_back(i);
+  }
+  if (ranges.empty()) return Status::ok();
+  if (!stream_) {
+    STRATA_ASSIGN_OR_RETURN(stream_, dev_.create_stream());
+    STRATA_ASSIGN_OR_RETURN(done_, dev_.create_event());
+  }
+  // Every earlier check was waited for: the scratch is free.
+  const std::size_t partials = static_cast<std::size_t>(gpu::kernels::finite_partials(ranges));
+  const std::size_t need = (partials + ranges.size()) * sizeof(std::int64_t);
+  if (counts_.bytes() < need) {
+    counts_ = gpu::DeviceBuffer();
+    STRATA_ASSIGN_OR_RETURN(counts_, dev_.allocate(2 * need));
+  }
+  const std::size_t totals_bytes = ranges.size() * sizeof(std::int64_t);
+  if (host_totals_.bytes() < totals_bytes) {
+    host_totals_ = gpu::PinnedBuffer();
+    STRATA_ASSIGN_OR_RETURN(host_totals_, dev_.allocate_pinned(2 * totals_bytes));
+  }
+  const gpu::StreamView s = stream_.view();
+  if (after.state()) dev_.wait(s, after);
+  std::int64_t* totals = counts_.as<std::int64_t>() + partials;
+  dev_.count_nonfinite(s, ranges, counts_.as<std::int64_t>(), totals);
+  dev_.copy_d2h(s, host_totals_.data(), totals, totals_bytes);
+  dev_.record(done_.view(), s);
+  STRATA_RETURN_IF_ERROR(dev_.synchronize(done_.view()));
+  for (std::size_t r = 0; r < ranges.size(); ++r) {
+    if (host_totals_.as<std::int64_t>()[r] == 0) continue;
+    // The error path: bring this view to the host to name the first bag and column.
+    const std::size_t i = feature[r];
+    const std::size_t bytes = static_cast<std::size_t>(ranges[r].n) * sizeof(float);
+    STRATA_ASSIGN_OR_RETURN(gpu::PinnedBuffer copy, dev_.allocate_pinned(bytes));
+    dev_.copy_d2h(s, copy.data(), ranges[r].data, bytes);
+    STRATA_RETURN_IF_ERROR(dev_.synchronize(s));
+    return nonfinite_gradient(batch_id, batch, tables, config, i,
+                              ConstMatrixView{copy.as<float>(), grads[i].rows, grads[i].cols});
+  }
+  return Status::ok();
+}
+
+}  // namespace strata::detail
