@@ -568,23 +568,6 @@ TEST(DeviceModes, AFaultDuringDirtyWriteBacksLosesOnlyTheStepsSinceTheFlush) {
   EXPECT_GT(kept, 0) << "no fault came between the checkpoint and the next backward";
 }
 
-// A batch of `bags` bags of `keys` uniform keys for every table of `c`.
-KeyBatch uniform_batch(std::mt19937_64& rng, const StoreConfig& c, int bags, int keys) {
-  KeyBatch kb;
-  for (const auto& t : c.tables) {
-    JaggedKeys f;
-    f.table = t.spec.name;
-    f.offsets.push_back(0);
-    for (int b = 0; b < bags; ++b) {
-      for (int k = 0; k < keys; ++k)
-        f.keys.push_back(static_cast<Key>(rng() % static_cast<std::uint64_t>(t.spec.rows)));
-      f.offsets.push_back(static_cast<std::int64_t>(f.keys.size()));
-    }
-    kb.features.push_back(std::move(f));
-  }
-  return kb;
-}
-
 // Trains `batches` on Store::open(c) and on the reference with `depth` batches submitted ahead;
 // every output and the final state must be equal. Leaves the device store in `dev`. With
 // `device_ordered`, the device store gets device views on a trainer's stream (run_step).

@@ -41,21 +41,6 @@ StoreConfig two_tables(Placement p) {
   return c;
 }
 
-KeyBatch batch_of(std::mt19937_64& rng, const StoreConfig& c) {
-  KeyBatch kb;
-  for (const auto& t : c.tables) {
-    JaggedKeys f;
-    f.table = t.spec.name;
-    f.offsets.push_back(0);
-    for (int b = 0; b < 64; ++b) {
-      for (int k = 0; k < 3; ++k) f.keys.push_back(static_cast<Key>(rng() % static_cast<std::uint64_t>(t.spec.rows)));
-      f.offsets.push_back(static_cast<std::int64_t>(f.keys.size()));
-    }
-    kb.features.push_back(std::move(f));
-  }
-  return kb;
-}
-
 // Bytes over PCIe during `steady` steps after `warm` (batches submitted 2 ahead), with host views
 // and synchronous calls, or device views on a stream. The gradients are uploaded once, before.
 struct Traffic {
@@ -65,7 +50,7 @@ Result<Traffic> measure(const StoreConfig& c, bool device, int warm, int steady)
   STRATA_ASSIGN_OR_RETURN(auto store, Store::open(c));
   std::mt19937_64 rng(5);
   std::vector<KeyBatch> batches;
-  for (int i = 0; i < warm + steady + 2; ++i) batches.push_back(batch_of(rng, c));
+  for (int i = 0; i < warm + steady + 2; ++i) batches.push_back(uniform_batch(rng, c, 64, 3));
   Buffers out = make_buffers(c, batches[0]), grads = make_buffers(c, batches[0]);
   fill_random(rng, grads);
   gpu::Device& dev = *store->device();
@@ -143,7 +128,7 @@ void open_fixture(Fixture& f, const StoreConfig& c) {
   f.store = std::move(s).value();
   f.ref = open_reference_store(f.c).value();
   std::mt19937_64 rng(9);
-  f.kb = batch_of(rng, f.c);
+  f.kb = uniform_batch(rng, f.c, 64, 3);
   f.out = make_buffers(f.c, f.kb);
   f.grads = make_buffers(f.c, f.kb);
   fill_random(rng, f.grads);

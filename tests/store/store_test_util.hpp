@@ -61,6 +61,23 @@ inline KeyBatch random_batch(std::mt19937_64& rng, const StoreConfig& c, std::in
   return kb;
 }
 
+/// A batch of `bags` bags of `keys` uniform keys for every table of `c`.
+inline KeyBatch uniform_batch(std::mt19937_64& rng, const StoreConfig& c, int bags, int keys) {
+  KeyBatch kb;
+  for (const auto& t : c.tables) {
+    JaggedKeys f;
+    f.table = t.spec.name;
+    f.offsets.push_back(0);
+    for (int b = 0; b < bags; ++b) {
+      for (int k = 0; k < keys; ++k)
+        f.keys.push_back(static_cast<Key>(rng() % static_cast<std::uint64_t>(t.spec.rows)));
+      f.offsets.push_back(static_cast<std::int64_t>(f.keys.size()));
+    }
+    kb.features.push_back(std::move(f));
+  }
+  return kb;
+}
+
 /// Output/gradient buffers shaped for a batch.
 struct Buffers {
   std::vector<std::vector<float>> data;
