@@ -3,6 +3,7 @@
 // the table and view, nothing changed, the batch still in flight).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "tests/store/device_views.hpp"
 #include "tests/store/store_test_util.hpp"
+#include "tests/store/thread_ranks.hpp"
 
 namespace strata {
 namespace {
@@ -108,6 +110,50 @@ TEST(DeviceViews, AStepMovesNoOutputsOrGradientsOverPcie) {
       } else {
         EXPECT_GT(dev.value().d2h, counts) << "no dirty write-backs: the cache is too large for the test";
       }
+    }
+  }
+}
+
+// Sharded tables over a world of thread ranks take device views through the store's pinned adaptor:
+// every rank's outputs and final rows equal those of the same world trained with host views.
+TEST(DeviceViews, AShardedWorldWithDeviceViewsEqualsItWithHostViews) {
+  for (Placement p : {Placement::kGpu, Placement::kHybrid}) {
+    SCOPED_TRACE(to_string(p));
+    StoreConfig c = two_tables(p);
+    for (auto& t : c.tables) t.sharding.type = dispatch::ShardingType::kRow;
+    std::mt19937_64 rng(3);
+    std::vector<KeyBatch> batches;
+    for (int i = 0; i < 8; ++i) batches.push_back(uniform_batch(rng, c, 16, 3));
+    Buffers grads = make_buffers(c, batches[0]);
+    fill_random(rng, grads);
+    // [device views][rank]: the outputs of every step, then every table's rows.
+    std::vector<std::vector<std::vector<float>>> seen(2, std::vector<std::vector<float>>(2));
+    for (int device = 0; device < 2; ++device) {
+      on_ranks(2, 60000, [&](int r, std::shared_ptr<dispatch::Communicator> comm) {
+        auto store = Store::open(c, std::move(comm));
+        ASSERT_TRUE(store.is_ok()) << store.status().to_string();
+        gpu::Stream trainer = (*store)->device()->create_stream().value();
+        auto& out = seen[static_cast<std::size_t>(device)][static_cast<std::size_t>(r)];
+        for (int i = 0; i < 8; ++i) {
+          ASSERT_TRUE((*store)->submit(i, batches[static_cast<std::size_t>(i)]).is_ok());
+          Buffers o = make_buffers(c, batches[static_cast<std::size_t>(i)]);
+          StepMode m;
+          m.device = device == 1;
+          if (m.device && i % 2) m.stream = trainer.view();
+          const Status st = run_step(**store, i, grads, o, m);
+          ASSERT_TRUE(st.is_ok()) << st.to_string();
+          for (const auto& d : o.data) out.insert(out.end(), d.begin(), d.end());
+        }
+        const Snapshot snap = snapshot(**store);  // a collective
+        for (const auto& w : snap.weights) out.insert(out.end(), w.begin(), w.end());
+      });
+      if (HasFatalFailure()) return;
+    }
+    for (int r = 0; r < 2; ++r) {
+      const auto& a = seen[0][static_cast<std::size_t>(r)];
+      const auto& b = seen[1][static_cast<std::size_t>(r)];
+      ASSERT_EQ(a.size(), b.size());
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "rank " << r;
     }
   }
 }
