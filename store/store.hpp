@@ -125,16 +125,21 @@ class Store {
   /// store's device work runs after everything queued on `stream` before the call, and whatever
   /// is queued on `stream` after the call runs after it (forward: the outputs written; backward:
   /// the gradients read), so the trainer's kernels and the store's need no host sync between them.
-  ///  - forward(id, outputs, stream): with only device views, the host waits for nothing on the
-  ///    device (it still runs the plan: a `cached` table whose plan waits for batches to retire
-  ///    fails as the synchronous call does); with a host view the host waits for the outputs.
+  ///  - forward(id, outputs, stream): with only device views of `gpu` and `cached` tables, the
+  ///    host waits for nothing on the device (it still plans: a `cached` table whose plan waits
+  ///    for batches to retire fails as the synchronous call does). Tables staged through host
+  ///    memory compute their outputs on the host first (an `offload` table waits for its own
+  ///    gather, as in the synchronous call); their H2D copies are then ordered on `stream`, not
+  ///    waited for. With a host view the host waits for the outputs.
   ///  - backward(id, grads, stream): with device gradients and accept_nonfinite_gradients false,
   ///    the host waits for `stream` up to the gradients and for the store's count of their NaN
   ///    and Inf values (8 bytes per view come back D2H): it must refuse them before anything
   ///    changes. It then returns without waiting for the updates. With
-  ///    accept_nonfinite_gradients true, backward with device gradients does not wait for the
-  ///    device at all, as FBGEMM's TBE runs. Host gradients (and device gradients of the tables
-  ///    staged through host memory) are read by the host before the call returns.
+  ///    accept_nonfinite_gradients true, backward with device gradients of `gpu` and `cached`
+  ///    tables does not wait for the device, as FBGEMM's TBE runs (except where a `cached` table
+  ///    plans a deferred batch into a staging entry still in use, gpu/staging.hpp). Host
+  ///    gradients, and device gradients of the tables staged through host memory (copied D2H
+  ///    after `stream`), are read by the host before the call returns.
   /// Both keep the views and `stream` in use until the work queued on `stream` after the call has
   /// run: do not free or reuse them before. Errors, as for every bad input, change nothing (the
   /// batch stays in flight): a device view on a store without a device or outside device()'s
