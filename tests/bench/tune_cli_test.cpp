@@ -135,7 +135,7 @@ TEST(TuneCli, BadProfiles) {
 
 TEST(TuneCli, BadArguments) {
   expect_one_line_error("plan --workload " + kWorkload + " --hbm-budget 80XB", "--hbm-budget '80XB'");
-  expect_one_line_error("plan", "give exactly one of --workload and --trace");
+  expect_one_line_error("plan", "give exactly one of --workload, --trace and --criteo");
   expect_one_line_error("plan --workload '{\"rows\": 0}'", "--workload: ");
   expect_one_line_error("plan --workload " + kWorkload + " --out /", "--out /");
 }
