@@ -9,12 +9,22 @@
 namespace strata::tune {
 
 double HitCurve::distinct_per_step(std::int64_t steps) const noexcept {
-  return steps > 0 ? static_cast<double>(lru.accesses()) / sample_rate / static_cast<double>(steps) : 0.0;
+  const double accesses = sample_rate < 1.0 ? static_cast<double>(exact_accesses) : static_cast<double>(lru.accesses());
+  return steps > 0 ? accesses / static_cast<double>(steps) : 0.0;
 }
+
+namespace {
+
+// The sampled curve's hit rate at `rows` rows: its hits at rate x rows over its accesses.
+double sampled_hit_rate(const cache::LruCurve& sample, double rate, std::int64_t rows) {
+  return sample.hit_rate_at(std::llround(static_cast<double>(rows) * rate));
+}
+
+}  // namespace
 
 double HitCurve::hit_rate(std::int64_t rows) const {
   if (sample_rate >= 1.0) return lru.hit_rate_at(rows);
-  return lru.hit_rate_at(std::llround(static_cast<double>(rows) * sample_rate));
+  return sampled_hit_rate(lru, sample_rate, rows);
 }
 
 std::int64_t HitCurve::saturation_rows() const noexcept {
@@ -68,6 +78,7 @@ struct CurveKeys {
   const cache::KeyTrace* keys = nullptr;
   double rate = 1.0;
   std::int64_t min_rows = 0;
+  std::int64_t exact_accesses = 0;
   const cache::KeyTrace* check = nullptr;
   const cache::KeyTrace* check_sample = nullptr;
 };
@@ -82,6 +93,7 @@ Result<HitCurve> curve_of(const CurveKeys& k, std::string name, std::vector<std:
   c.sample_rate = k.rate;
   STRATA_ASSIGN_OR_RETURN(c.lru, cache::lru_curve(keys, cache::PerBatch::kDistinct));
   c.min_rows = k.rate < 1.0 ? k.min_rows : c.lru.min_capacity();
+  c.exact_accesses = k.rate < 1.0 ? k.exact_accesses : c.lru.accesses();
   const std::int64_t lo = std::max<std::int64_t>(1, c.min_rows);
   const std::vector<std::int64_t> sizes = log_sizes(lo, std::max(lo, rows), points);
   if (k.rate < 1.0 && k.check != nullptr && k.check->num_keys() > 0) {
@@ -133,7 +145,8 @@ cache::KeyTrace merged(const TuneInput& input, const std::vector<std::size_t>& m
 }  // namespace
 
 Result<HitCurve> table_curve(const TableTrace& table, int points, int belady_points, double sample_rate) {
-  const CurveKeys k{&table.keys, sample_rate, table.max_distinct, &table.check, &table.check_sample};
+  const CurveKeys k{&table.keys,          sample_rate,  table.max_distinct,
+                    table.distinct_count, &table.check, &table.check_sample};
   return curve_of(k, table.spec.name, {table.spec.name}, table.spec.rows, points, belady_points);
 }
 
@@ -151,16 +164,17 @@ Result<std::vector<HitCurve>> pool_curves(const TuneInput& input, int points) {
                                       "): " + std::to_string(members.size()) + " tables (expected at most " +
                                       std::to_string(cache::kMaxCacheTables) + ")");
     std::vector<std::string> names;
-    std::int64_t rows = 0, min_rows = 0;
+    std::int64_t rows = 0, min_rows = 0, accesses = 0;
     for (const std::size_t t : members) {
       names.push_back(input.tables[t].spec.name);
       rows += input.tables[t].spec.rows;
       min_rows += input.tables[t].max_distinct;  // sampled: an upper bound of the pool's
+      accesses += input.tables[t].distinct_count;
     }
     const cache::KeyTrace keys = merged(input, members, &TableTrace::keys);
     const cache::KeyTrace check = merged(input, members, &TableTrace::check);
     const cache::KeyTrace check_sample = merged(input, members, &TableTrace::check_sample);
-    const CurveKeys k{&keys, input.sample_rate, min_rows, &check, &check_sample};
+    const CurveKeys k{&keys, input.sample_rate, min_rows, accesses, &check, &check_sample};
     STRATA_ASSIGN_OR_RETURN(
         HitCurve c,
         curve_of(k, "pool (dim " + std::to_string(shape.first) + ", state " + std::to_string(shape.second) + ")",

@@ -87,9 +87,10 @@ TableLoad window_load(const TableTrace& t, std::int64_t from, std::int64_t to) {
 
 }  // namespace
 
-Result<RunPrediction> predict_run(const TuneInput& input, const StoreConfig& plan, std::int64_t steps,
+Result<RunPrediction> predict_run(const TuneInput& input, const StoreConfig& plan, std::int64_t steps, int pipeline,
                                   const HardwareProfile& profile) {
   if (steps < 1) return Status::invalid_argument("--steps " + std::to_string(steps) + " (expected >= 1)");
+  const std::int64_t counted = steps + std::min<std::int64_t>(steps, std::max(1, pipeline) - 1);
   if (input.sample_rate < 1.0) return Status::invalid_argument("validate needs every key (no --sample)");
   CostOptions o;
   o.max_in_flight = plan.cache.max_in_flight;
@@ -111,7 +112,7 @@ Result<RunPrediction> predict_run(const TuneInput& input, const StoreConfig& pla
       STRATA_ASSIGN_OR_RETURN(const cache::LruCurve both,
                               cache::lru_curve(run_keys(it->keys, 0, 2 * steps), cache::PerBatch::kDistinct));
       STRATA_ASSIGN_OR_RETURN(const cache::LruCurve first,
-                              cache::lru_curve(run_keys(it->keys, 0, steps), cache::PerBatch::kDistinct));
+                              cache::lru_curve(run_keys(it->keys, 0, counted), cache::PerBatch::kDistinct));
       p.accesses = both.accesses() - first.accesses();
       p.hits = both.hits_at(p.cache_rows) - first.hits_at(p.cache_rows);
       hit = p.hit_rate();

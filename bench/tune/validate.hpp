@@ -5,10 +5,13 @@
 //
 // The run strata-bench makes with `--config plan.json --warmup 0 --steps S` over a source of N
 // batches: a forward phase over run batches 0..S-1, then a training phase over run batches
-// S..2S-1, run batch i being source batch i mod N; its counters cover the training phase. So a
-// cached table's predicted hits are those of the exact LRU curve (per batch, distinct: the cache's
-// semantics) of run batches 0..2S-1 less those of run batches 0..S-1 (LRU is online: the first
-// phase's hits do not depend on what follows), at the table's cache rows (the planner caps each
+// S..2S-1, run batch i being source batch i mod N. The training phase keeps `pipeline` batches
+// submitted ahead (strata-bench --pipeline, 2; --lookahead 0), so the first pipeline - 1 of them
+// are submitted, and their cache lookups planned, before its counters start: the counted cache
+// lookups are those of run batches S + pipeline - 1 .. 2S - 1. So a cached table's predicted hits
+// are those of the exact LRU curve (per batch, distinct: the cache's semantics) of run batches
+// 0..2S-1 less those of run batches 0..S+pipeline-2 (LRU is online: earlier hits do not depend on
+// what follows), at the table's cache rows (the planner caps each
 // cached table at its own rows, so each behaves as an LRU cache of its own).
 
 #include <cstdint>
@@ -54,8 +57,12 @@ Status check_plan_tables(const StoreConfig& plan, const std::vector<std::string>
                          const std::vector<std::int64_t>& rows, const std::vector<int>& dims, const std::string& what);
 
 /// Predicts the run of `plan` (its specs, placements and caches; hybrid is not predicted) over
-/// `input` (exact keys, its tables those of the plan by name) with `steps` (>= 1) training steps.
-Result<RunPrediction> predict_run(const TuneInput& input, const StoreConfig& plan, std::int64_t steps,
+/// `input` (exact keys, its tables those of the plan by name) with `steps` (>= 1) training steps
+/// and strata-bench's `pipeline` (>= 1).
+Result<RunPrediction> predict_run(const TuneInput& input, const StoreConfig& plan, std::int64_t steps, int pipeline,
                                   const HardwareProfile& profile);
+
+/// strata-bench's --pipeline as validate runs it.
+inline constexpr int kValidatePipeline = 2;
 
 }  // namespace strata::tune

@@ -153,7 +153,7 @@ int run_validate(const ValidateArgs& a) {
   if (!input) return fail(input.status().message());
   const std::int64_t steps = a.steps > 0 ? a.steps : std::max<std::int64_t>(1, input->steps / 2);
   if (progress) progress("predicting " + std::to_string(steps) + " training steps");
-  auto predicted = predict_run(*input, *plan, steps, *profile);
+  auto predicted = predict_run(*input, *plan, steps, kValidatePipeline, *profile);
   if (!predicted) return fail(predicted.status().message());
 
   // ---- the run ----
@@ -167,6 +167,10 @@ int run_validate(const ValidateArgs& a) {
                                 "0",
                                 "--steps",
                                 std::to_string(steps),
+                                "--pipeline",
+                                std::to_string(kValidatePipeline),
+                                "--lookahead",
+                                "0",
                                 "--no-progress",
                                 "--no-gather-probe",
                                 "--read-probe-mib",
