@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
       "validate", "run a plan with strata-bench on the same keys: predicted against measured, per table");
   val->add_option("plan", v.plan, "the plan (a store config, as plan --out writes it)")->required();
   add_input_options(val, v.input);
+  val->add_option("--dim", v.input.dim, "criteo: row width of every table (a trace takes the plan's dims)");
   val->add_option("--profile", v.profile, "hardware profile of the predicted step: a name in bench/profiles or a file");
   val->add_option("--steps", v.steps, "timed training steps (default: half the batches, so none repeats)");
   val->add_option("--backend", v.backend, "strata-bench --backend: auto | cuda | emu")->capture_default_str();
