@@ -2,26 +2,17 @@
 
 #include <iostream>
 
-#include "bench/bounded_input.hpp"
 #include "bench/tune/byte_size.hpp"
 #include "bench/tune/command_util.hpp"
 #include "bench/tune/commands.hpp"
 #include "bench/tune/curves.hpp"
+#include "bench/tune/input_args.hpp"
 #include "bench/tune/plan_report.hpp"
 #include "bench/tune/planner.hpp"
 #include "bench/workload.hpp"
 
 namespace strata::tune {
 namespace {
-
-Result<bench::WorkloadSpec> workload_of(const std::string& w) {
-  std::string text = w;
-  if (w.empty() || w.front() != '{') {
-    STRATA_ASSIGN_OR_RETURN(text, bench::read_input_file(w, "workload file"));
-  }
-  STRATA_RETURN_IF_ERROR(bench::parse_json_limited(text, "workload").status());
-  return bench::parse_workload_json(text);
-}
 
 Result<double> budget(const std::string& flag, const std::string& text, const ProfileNumber& fallback) {
   if (text.empty()) return fallback.value * 1e9;
@@ -32,7 +23,7 @@ Result<double> budget(const std::string& flag, const std::string& text, const Pr
 
 int run_plan(const PlanArgs& a) {
   // Everything that can be checked without the keys, first.
-  if (a.workload.empty() == a.trace.empty()) return fail("give exactly one of --workload and --trace");
+  if (Status s = check_input_args(a.input); !s.is_ok()) return fail(s.message());
   const std::string ppath = profile_path(a.profile);
   auto profile = load_profile_file(ppath);
   if (!profile) return fail("--profile " + a.profile + ": " + profile.status().message());
@@ -56,14 +47,7 @@ int run_plan(const PlanArgs& a) {
       if (Status s = check_output(path, flag); !s.is_ok()) return fail(s.message());
 
   const ProgressFn progress = progress_printer(a.progress);
-  Result<TuneInput> input = Status::invalid_argument("no input");
-  if (!a.workload.empty()) {
-    auto spec = workload_of(a.workload);
-    if (!spec) return fail("--workload: " + spec.status().message());
-    input = load_workload(*spec, a.steps > 0 ? a.steps : 2 * spec->distinct_batches, *optimizer, progress);
-  } else {
-    input = load_trace(a.trace, a.dim, *optimizer, progress);
-  }
+  const Result<TuneInput> input = load_input(a.input, *optimizer, progress);
   if (!input) return fail(input.status().message());
   if (Status s = check_budgets(*input, po); !s.is_ok()) return fail(s.message());
 
@@ -73,7 +57,7 @@ int run_plan(const PlanArgs& a) {
   ctx.options = po;
   for (const TableTrace& t : input->tables) {
     if (progress) progress("curves of table " + t.spec.name);
-    auto c = table_curve(t, a.points, a.belady_points);
+    auto c = table_curve(t, a.points, a.belady_points, input->sample_rate);
     if (!c) return fail(c.status().message(), 1);
     ctx.tables.push_back(std::move(c).value());
   }

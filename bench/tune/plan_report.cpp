@@ -60,6 +60,7 @@ std::string console_summary(const Plan& plan, const ReportContext& c) {
                   percent_text(p.hit_rate).c_str(), percent_text(p.belady).c_str(),
                   bytes_text(p.cost.hbm_bytes).c_str(), bytes_text(p.cost.host_bytes).c_str());
     o << line << "  why: " << p.why << "\n";
+    if (t < c.tables.size() && c.tables[t].sample_rate < 1.0) o << "  curve: " << c.tables[t].sampling_note() << "\n";
   }
   o << "\nplan: step " << ms_text(plan.step.step_s) << " (" << plan.step.explanation << ")\n";
   o << "memory: HBM " << bytes_text(plan.hbm_bytes) << " of " << bytes_text(c.options.hbm_budget_bytes) << ", host "
@@ -70,6 +71,7 @@ std::string console_summary(const Plan& plan, const ReportContext& c) {
     o << pool.name << " (" << pool.tables.size() << " tables) LRU:";
     for (const CurvePoint& p : pool.points) o << " " << p.rows << " rows " << percent_text(p.lru) << ";";
     o << "\n";
+    if (pool.sample_rate < 1.0) o << "  curve: " << pool.sampling_note() << "\n";
   }
   return o.str();
 }
@@ -106,8 +108,9 @@ std::string html_report(const Plan& plan, const ReportContext& c) {
 
   const auto chart = [&](const HitCurve& curve, const std::string& id) {
     o << "<section class=\"chart\" id=\"" << html_escape(id) << "\"><h2>" << html_escape(curve.name)
-      << "</h2><p class=\"note\">" << curve.rows << " rows; a step needs at least " << curve.lru.min_capacity()
-      << " rows; every row cached: " << html_escape(percent_text(curve.lru.hit_rate_at(curve.rows))) << "</p>"
+      << "</h2><p class=\"note\">" << curve.rows << " rows; a step needs at least " << curve.min_rows
+      << " rows; every row cached: " << html_escape(percent_text(curve.hit_rate(curve.rows)))
+      << (curve.sample_rate < 1.0 ? "; " + html_escape(curve.sampling_note()) : std::string()) << "</p>"
       << bench::hit_rate_chart("hit rate of " + curve.name + " against cache size", curve_lines(curve),
                                "cache size (fraction of the rows)")
       << "</section>\n";

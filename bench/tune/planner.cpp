@@ -17,15 +17,15 @@ TableLoad upper_load(const TableTrace& t) {
   l.keys = t.keys_per_step();
   l.bags = t.bags_per_step();
   l.distinct = l.keys;
-  l.max_keys = t.max_keys_per_step();
+  l.max_keys = t.max_keys;
   l.max_distinct = l.max_keys;
   return l;
 }
 
-TableLoad curve_load(const TableTrace& t, const HitCurve& c, std::int64_t steps) {
+TableLoad curve_load(const TableTrace& t, const HitCurve& c) {
   TableLoad l = upper_load(t);
-  l.distinct = c.distinct_per_step(steps);
-  l.max_distinct = c.lru.min_capacity();
+  l.distinct = t.distinct_per_step();
+  l.max_distinct = c.min_rows;
   return l;
 }
 
@@ -129,9 +129,9 @@ Evaluation evaluate(const std::vector<const TableCost*>& costs, const HardwarePr
 }
 
 std::vector<std::int64_t> cache_grid(const HitCurve& c, std::int64_t rows, int count) {
-  const std::int64_t lo = std::max<std::int64_t>(1, c.lru.min_capacity());
+  const std::int64_t lo = std::max<std::int64_t>(1, c.min_rows);
   std::vector<std::int64_t> sizes = log_sizes(lo, std::max(lo, rows), count);
-  const std::int64_t knee = std::clamp(c.lru.max_stack_distance(), lo, std::max(lo, rows));
+  const std::int64_t knee = std::clamp(c.saturation_rows(), lo, std::max(lo, rows));
   if (std::find(sizes.begin(), sizes.end(), knee) == sizes.end()) {
     sizes.push_back(knee);
     std::sort(sizes.begin(), sizes.end());
@@ -176,9 +176,9 @@ Result<std::vector<UniformMode>> uniform_modes(const TuneInput& input, const std
     for (std::size_t t = 0; t < input.tables.size(); ++t) {
       const TableSpec& s = input.tables[t].spec;
       const std::int64_t rows = std::max<std::int64_t>(
-          {1, curves[t].lru.min_capacity(), static_cast<std::int64_t>(std::ceil(f * static_cast<double>(s.rows)))});
+          {1, curves[t].min_rows, static_cast<std::int64_t>(std::ceil(f * static_cast<double>(s.rows)))});
       STRATA_ASSIGN_OR_RETURN(TableCost c, table_cost(s, loads[t], Placement::kCached, std::min(rows, s.rows),
-                                                      curves[t].lru.hit_rate_at(rows), o.cost));
+                                                      curves[t].hit_rate(rows), o.cost));
       costs.push_back(std::move(c));
     }
     fill(m, costs);
@@ -223,7 +223,7 @@ Result<Plan> make_plan(const TuneInput& input, const std::vector<HitCurve>& curv
     return Status::invalid_argument("plan: " + std::to_string(curves.size()) + " curves for " + std::to_string(n) +
                                     " tables (expected one per table)");
   std::vector<TableLoad> loads;
-  for (std::size_t t = 0; t < n; ++t) loads.push_back(curve_load(input.tables[t], curves[t], input.steps));
+  for (std::size_t t = 0; t < n; ++t) loads.push_back(curve_load(input.tables[t], curves[t]));
   STRATA_ASSIGN_OR_RETURN(const Split split, split_of(input, loads, o.cost));
   const std::vector<std::size_t> order = coldest_first(input, loads, split);
   const Cut cut = find_cut(order, split, o);
@@ -242,7 +242,7 @@ Result<Plan> make_plan(const TuneInput& input, const std::vector<HitCurve>& curv
     }
     for (const std::int64_t rows : cache_grid(curves[t], spec.rows, o.cache_sizes)) {
       if (rows >= spec.rows) continue;  // a cache of every row: gpu does it with less
-      const double h = curves[t].lru.hit_rate_at(rows);
+      const double h = curves[t].hit_rate(rows);
       STRATA_ASSIGN_OR_RETURN(TableCost c, table_cost(spec, loads[t], Placement::kCached, rows, h, o.cost));
       options[t].push_back({Placement::kCached, rows, h, std::move(c)});
     }
@@ -358,8 +358,12 @@ Result<Plan> make_plan(const TuneInput& input, const std::vector<HitCurve>& curv
                       percent_text(opt.hit_rate).c_str(), ms_text(cur.step.step_s).c_str(),
                       ms_text(step_with(kOffloadOpt)).c_str());
         tp.why += buf;
-        STRATA_ASSIGN_OR_RETURN(const cache::BeladyHits b, cache::belady_hits(input.tables[t].keys, opt.cache_rows));
-        tp.belady = b.hit_rate();
+        // Sampled keys: Belady's estimate at the rescaled size, where that holds every sampled step.
+        const double rate = curves[t].sample_rate;
+        const std::int64_t at = rate < 1.0 ? std::llround(static_cast<double>(opt.cache_rows) * rate) : opt.cache_rows;
+        auto b = cache::belady_hits(input.tables[t].keys, at);
+        if (!b && rate >= 1.0) return b.status();
+        tp.belady = b ? b->hit_rate() : -1.0;
       } else {
         const std::size_t other = pick[t] == kOffloadOpt ? kCpuOpt : kOffloadOpt;
         tp.why += std::string(to_string(opt.placement)) + ": step " + ms_text(cur.step.step_s) + " against " +

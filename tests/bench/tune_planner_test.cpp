@@ -37,32 +37,38 @@ HardwareProfile profile(bool gather_rates) {
   return p;
 }
 
-// Tables of the given rows (dim 16); table t draws Zipf-skewed keys, more for hotter tables.
+// Tables of the given rows (dim 16); table t draws Zipf-skewed keys, more for hotter tables, in 8
+// bags per step.
 TuneInput make_input(const std::vector<std::int64_t>& rows, const std::vector<int>& keys_per_step, int steps,
                      std::uint64_t seed = 7) {
-  TuneInput in;
-  in.steps = steps;
-  in.source = "test";
-  std::mt19937_64 rng(seed);
+  std::vector<TableSpec> specs;
   for (std::size_t t = 0; t < rows.size(); ++t) {
-    TableTrace tt;
-    tt.spec.name = "t" + std::to_string(t);
-    tt.spec.rows = rows[t];
-    tt.spec.dim = 16;
-    tt.keys.batch_offsets.push_back(0);
-    for (int s = 0; s < steps; ++s) {
-      for (int k = 0; k < keys_per_step[t]; ++k) {
+    TableSpec s;
+    s.name = "t" + std::to_string(t);
+    s.rows = rows[t];
+    s.dim = 16;
+    specs.push_back(s);
+  }
+  InputBuilder builder(specs, Sampling{});
+  std::mt19937_64 rng(seed);
+  for (int s = 0; s < steps; ++s) {
+    KeyBatch b;
+    for (std::size_t t = 0; t < rows.size(); ++t) {
+      JaggedKeys f;
+      f.table = specs[t].name;
+      const int k = keys_per_step[t];
+      for (int bag = 0; bag <= 8; ++bag) f.offsets.push_back(static_cast<std::int64_t>(bag) * k / 8);
+      for (int i = 0; i < k; ++i) {
         // Skewed: a small hot set takes half the keys.
         const bool hot = rng() % 2 == 0;
         const std::uint64_t range = hot ? std::max<std::int64_t>(1, rows[t] / 50) : rows[t];
-        tt.keys.keys.push_back(rng() % range);
+        f.keys.push_back(static_cast<Key>(rng() % range));
       }
-      tt.keys.batch_offsets.push_back(tt.keys.num_keys());
-      tt.bags += 8;
+      b.features.push_back(std::move(f));
     }
-    in.tables.push_back(std::move(tt));
+    EXPECT_TRUE(builder.add(b).is_ok());
   }
-  return in;
+  return std::move(builder).finish("test");
 }
 
 std::vector<HitCurve> curves_of(const TuneInput& in) {
