@@ -113,10 +113,11 @@ class CudaPinner final : public Pinner {
 class CudaDevice;
 
 struct CudaStream final : detail::StreamState {
-  CudaStream(CudaDevice* d, cudaStream_t s) noexcept : dev(d), stream(s) {}
-  ~CudaStream() override;  // waits for the stream's work, as Stream promises
+  CudaStream(CudaDevice* d, cudaStream_t s, bool owns) noexcept;
+  ~CudaStream() override;  // an owned stream: waits for its work, as Stream promises, and destroys it
   CudaDevice* dev;
   cudaStream_t stream;
+  bool owned;  // false: a wrapper (Device::wrap_stream) of a stream someone else owns
 };
 
 struct CudaEvent final : detail::EventState {
@@ -142,9 +143,33 @@ class CudaDevice final : public Device {
   Result<Stream> create_stream() override {
     const DeviceScope scope(ctx_);
     STRATA_RETURN_IF_ERROR(scope.status());
-    auto state = std::make_unique<CudaStream>(this, nullptr);
+    auto state = std::make_unique<CudaStream>(this, nullptr, true);
     STRATA_CUDA_TRY(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking));
     return Stream(std::move(state));
+  }
+
+  Result<Stream> wrap_stream(void* native) override {
+    const DeviceScope scope(ctx_);
+    STRATA_RETURN_IF_ERROR(scope.status());
+    auto s = static_cast<cudaStream_t>(native);
+    const std::string what = "device " + info().name + " (CUDA device " + std::to_string(ctx_.ordinal()) +
+                             "): wrap_stream(" + hex(native) + ")";
+    if (s == cudaStreamPerThread)
+      return Status::invalid_argument(what +
+                                      ": the per-thread default stream (cudaStreamPerThread) names another stream on "
+                                      "each thread, and Strata issues from several: pass a stream you created, or "
+                                      "nullptr for the legacy default stream");
+    if (!s) s = cudaStreamLegacy;
+    Result<CUcontext> ctx = cuda_detail::stream_context(s);
+    if (!ctx) return ctx.status().with_context(what);
+    if (ctx.value() != ctx_.get()) {
+      const Result<int> other = cuda_detail::context_device(ctx.value());
+      std::string owner = other ? "CUDA device " + std::to_string(other.value()) : "another CUDA context";
+      if (other && other.value() == ctx_.ordinal()) owner += " in a context other than its primary context";
+      return Status::invalid_argument(what + ": the stream belongs to " + owner +
+                                      "; expected a stream of this device's primary context (the runtime API's)");
+    }
+    return Stream(std::make_unique<CudaStream>(this, s, false));
   }
 
   Result<Event> do_create_event() override {
@@ -389,8 +414,11 @@ class CudaDevice final : public Device {
   std::atomic<bool> failed_{false};
 };
 
+CudaStream::CudaStream(CudaDevice* d, cudaStream_t s, bool owns) noexcept
+    : StreamState(d), dev(d), stream(s), owned(owns) {}
+
 CudaStream::~CudaStream() {
-  if (!stream) return;
+  if (!stream || !owned) return;
   const DeviceScope scope(dev->context());
   if (dev->entered(scope)) {
     STRATA_CUDA_RECORD(*dev, cudaStreamSynchronize(stream));

@@ -274,10 +274,37 @@ struct Task {
   bool control = false;  // event records/waits run even after a fault, so nothing waits forever
 };
 
-class EmuStream final : public detail::StreamState {
+class EmuStream;
+
+// The state behind every emu StreamView: an owning stream (EmuStream) or a wrapper of one
+// (Device::wrap_stream). `queue` is the stream that runs the work. Every live one is in a
+// process-wide registry, so that wrap_stream can tell an emu stream handle from any other pointer
+// without dereferencing it.
+class EmuStreamBase : public detail::StreamState {
+ public:
+  EmuStreamBase(EmuDevice* dev, EmuStream* queue);
+  ~EmuStreamBase() override;
+  EmuDevice* const dev;
+  EmuStream* const queue;
+
+  /// The live emu stream state at `p`, or nullptr when `p` is none.
+  static EmuStreamBase* find(const void* p);
+};
+
+std::mutex& stream_registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+// Live stream states by the address StreamView::state() gives.
+std::map<const void*, EmuStreamBase*>& stream_registry() {
+  static std::map<const void*, EmuStreamBase*> r;
+  return r;
+}
+
+class EmuStream final : public EmuStreamBase {
  public:
   // The worker runs with the default FP environment, not the one of the thread creating the stream.
-  EmuStream(EmuDevice* dev, std::uint64_t seed) : dev_(dev), rng_(seed) {
+  EmuStream(EmuDevice* dev, std::uint64_t seed) : EmuStreamBase(dev, this), dev_(dev), rng_(seed) {
     worker_ = std::thread([this] {
       DefaultFpEnv fp;
       run();
@@ -334,8 +361,30 @@ class EmuDevice final : public Device {
 
   Result<Stream> create_stream() override {
     const EmuScope scope(id_);
-    return Stream(std::make_unique<EmuStream>(this, options_.seed * 0x9E3779B97F4A7C15ull + streams_.fetch_add(1)));
+    return Stream(std::make_unique<EmuStream>(this, next_seed()));
   }
+
+  // The native handle of an emu stream is its StreamView::state() (see Device::wrap_stream).
+  Result<Stream> wrap_stream(void* native) override {
+    const EmuScope scope(id_);
+    EmuStream* queue = nullptr;
+    if (!native) {
+      std::call_once(default_once_, [&] { default_stream_ = std::make_unique<EmuStream>(this, next_seed()); });
+      queue = default_stream_.get();
+    } else {
+      EmuStreamBase* found = EmuStreamBase::find(native);
+      if (!found)
+        return Status::invalid_argument(name() + ": wrap_stream(" + hex(native) +
+                                        "): not a live emu stream (the native handle of an emu stream is its "
+                                        "StreamView::state(); nullptr is the default stream)");
+      if (found->dev != this)
+        return Status::invalid_argument(name() + ": wrap_stream(" + hex(native) + "): a stream of emu device " +
+                                        std::to_string(found->dev->id()) + ", not of this device");
+      queue = found->queue;
+    }
+    return Stream(std::make_unique<EmuStreamBase>(this, queue));
+  }
+  int id() const noexcept { return id_; }
   Result<Event> do_create_event() override {
     const EmuScope scope(id_);
     return Event(std::make_unique<EmuEvent>());
@@ -754,7 +803,7 @@ class EmuDevice final : public Device {
   // calling thread (an operation without its EmuScope is refused: sticky error).
   EmuStream& stream(StreamView s) {
     need_current("stream work");
-    return *static_cast<EmuStream*>(s.state());
+    return *static_cast<EmuStreamBase*>(s.state())->queue;
   }
   void need_current(const char* what) {
     if (t_current_device != id_)
@@ -768,11 +817,15 @@ class EmuDevice final : public Device {
     stream(s).push({[this, fn = std::move(fn)] { arena_.execute(fn); }, false});
   }
 
+  std::uint64_t next_seed() { return options_.seed * 0x9E3779B97F4A7C15ull + streams_.fetch_add(1); }
+
   EmuOptions options_;
   tbb::task_arena arena_;
   EmuPinner pinner_;
   const int id_;
   std::atomic<std::uint64_t> streams_{0};
+  std::once_flag default_once_;
+  std::unique_ptr<EmuStream> default_stream_;  // wrap_stream(nullptr); made on first use
   std::atomic<std::int64_t> ops_{0};
   std::mutex error_m_;
   Status error_;
@@ -787,6 +840,22 @@ void EmuPinner::unpin(void* addr, std::size_t len) noexcept {
   st = Status::internal("emu pinner: cannot unpin: " + st.message());
   std::fprintf(stderr, "strata: %s\n", st.message().c_str());
   dev_->record_error(std::move(st));
+}
+
+EmuStreamBase::EmuStreamBase(EmuDevice* d, EmuStream* q) : StreamState(d), dev(d), queue(q) {
+  std::lock_guard<std::mutex> lock(stream_registry_mutex());
+  stream_registry()[static_cast<const detail::StreamState*>(this)] = this;
+}
+
+EmuStreamBase::~EmuStreamBase() {
+  std::lock_guard<std::mutex> lock(stream_registry_mutex());
+  stream_registry().erase(static_cast<const detail::StreamState*>(this));
+}
+
+EmuStreamBase* EmuStreamBase::find(const void* p) {
+  std::lock_guard<std::mutex> lock(stream_registry_mutex());
+  const auto it = stream_registry().find(p);
+  return it == stream_registry().end() ? nullptr : it->second;
 }
 
 void EmuStream::run() {

@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <future>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "gpu/cuda/device_scope.hpp"
 #include "gpu/current_device.hpp"
@@ -125,6 +128,102 @@ TEST(CudaCurrentDevice, ScopesNestAndRestore) {
     }
     EXPECT_EQ(cuda_detail::current_context().value(), nullptr);
   }).join();
+}
+
+// ---- Device::wrap_stream ----
+
+struct Gate {
+  std::promise<void> go;
+  std::shared_future<void> gate = go.get_future().share();
+};
+void CUDART_CB wait_gate(void* g) { static_cast<Gate*>(g)->gate.wait(); }
+
+TEST(CudaWrapStream, WorkIsOrderedAfterTheCallersAndTheStreamOutlivesTheWrapper) {
+  STRATA_SKIP_WITHOUT_CUDA_GPU();
+  auto made = make_cuda_device(0, std::size_t{64} << 20);
+  ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+  Device& dev = *made.value();
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const Current before = current();
+  cudaStream_t mine = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&mine, cudaStreamNonBlocking), cudaSuccess);
+  auto buf = dev.allocate(4096);
+  auto pinned = dev.allocate_pinned(4096);
+  ASSERT_TRUE(buf.is_ok() && pinned.is_ok());
+  std::memset(pinned.value().data(), 0, 4096);
+  Gate gate;
+  std::mutex m;
+  std::vector<int> log;
+  {
+    auto wrapped = dev.wrap_stream(mine);
+    ASSERT_TRUE(wrapped.is_ok()) << wrapped.status().to_string();
+    EXPECT_EQ(wrapped.value().view().device(), &dev);
+    EXPECT_EQ(current(), before);
+    // The caller's work: held back by a gate, then a memset. Strata's, on the wrapper: a log
+    // entry and a copy out, which must see the memset.
+    ASSERT_EQ(cudaLaunchHostFunc(mine, wait_gate, &gate), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(buf.value().data(), 0x5a, 4096, mine), cudaSuccess);
+    dev.host_task(wrapped.value().view(), [&] {
+      std::lock_guard<std::mutex> lock(m);
+      log.push_back(2);
+    });
+    dev.copy_d2h(wrapped.value().view(), pinned.value().data(), buf.value().data(), 4096);
+    {
+      std::lock_guard<std::mutex> lock(m);
+      log.push_back(1);  // before the gate opens, nothing of the wrapper's ran
+    }
+    gate.go.set_value();
+    ASSERT_TRUE(dev.synchronize(wrapped.value().view()).is_ok()) << dev.status().to_string();
+  }  // destroys the wrapper only
+  EXPECT_EQ(log, (std::vector<int>{1, 2}));
+  for (int i = 0; i < 4096; ++i) ASSERT_EQ(pinned.value().as<unsigned char>()[i], 0x5a) << i;
+  EXPECT_EQ(cudaStreamQuery(mine), cudaSuccess) << "the caller's stream is still alive";
+  EXPECT_EQ(cudaStreamDestroy(mine), cudaSuccess);
+  EXPECT_TRUE(dev.status().is_ok()) << dev.status().to_string();
+}
+
+TEST(CudaWrapStream, NullptrIsTheLegacyDefaultStream) {
+  STRATA_SKIP_WITHOUT_CUDA_GPU();
+  auto made = make_cuda_device(0, std::size_t{64} << 20);
+  ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+  Device& dev = *made.value();
+  auto buf = dev.allocate(1024);
+  auto pinned = dev.allocate_pinned(1024);
+  ASSERT_TRUE(buf.is_ok() && pinned.is_ok());
+  Stream legacy = std::move(dev.wrap_stream(nullptr)).value();
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(buf.value().data(), 0x33, 1024, cudaStreamLegacy), cudaSuccess);
+  dev.copy_d2h(legacy.view(), pinned.value().data(), buf.value().data(), 1024);
+  ASSERT_TRUE(dev.synchronize(legacy.view()).is_ok()) << dev.status().to_string();
+  for (int i = 0; i < 1024; ++i) ASSERT_EQ(pinned.value().as<unsigned char>()[i], 0x33) << i;
+  EXPECT_TRUE(dev.wrap_stream(static_cast<void*>(cudaStreamLegacy)).is_ok());
+}
+
+TEST(CudaWrapStream, PerThreadDefaultStreamIsRefused) {
+  STRATA_SKIP_WITHOUT_CUDA_GPU();
+  auto made = make_cuda_device(0, std::size_t{64} << 20);
+  ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+  auto r = made.value()->wrap_stream(static_cast<void*>(cudaStreamPerThread));
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("cudaStreamPerThread"), std::string::npos) << r.status().to_string();
+  EXPECT_TRUE(made.value()->status().is_ok()) << "a refused wrap is no device error";
+}
+
+TEST(CudaWrapStream, AStreamOfAnotherDeviceIsRefused) {
+  STRATA_SKIP_WITHOUT_CUDA_GPU();
+  if (visible() < 2) GTEST_SKIP() << "needs two GPUs";
+  auto made = make_cuda_device(0, std::size_t{64} << 20);
+  ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  cudaStream_t theirs = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&theirs), cudaSuccess);
+  auto r = made.value()->wrap_stream(theirs);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("CUDA device 1"), std::string::npos) << r.status().to_string();
+  EXPECT_EQ(cuda_current_device().value(), 1);
+  EXPECT_EQ(cudaStreamDestroy(theirs), cudaSuccess);
 }
 
 }  // namespace
