@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "dispatch/detail/comm_check.hpp"
+#include "dispatch/mpi_communicator.hpp"
 #include "gpu/cuda/cuda_try.hpp"
 #include "gpu/cuda/device_scope.hpp"
 #include "gpu/device.hpp"
@@ -186,6 +187,11 @@ class NcclCommunicator final : public Communicator {
   int rank() const noexcept override { return rank_; }
   int size() const noexcept override { return size_; }
   const char* kind() const noexcept override { return "nccl"; }
+  int local_rank() const noexcept override {
+    const int local = launcher_local_rank();
+    return local >= 0 ? local : rank_;
+  }
+  int device() const noexcept override { return device_; }
 
   Status all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
                       const std::int64_t* recv_counts, const std::int64_t* recv_displs) override {
@@ -515,14 +521,8 @@ Result<int> pick_device(int rank, int wanted) {
     }
     return wanted;
   }
-  int local = rank;
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
-    if (const char* s = std::getenv(v)) {
-      local = std::atoi(s);
-      break;
-    }
-  }
-  return local % count;
+  const int local = launcher_local_rank();
+  return (local >= 0 ? local : rank) % count;
 }
 
 Result<std::unique_ptr<Communicator>> create(const ncclUniqueId& id, int rank, int size, const NcclOptions& options) {
