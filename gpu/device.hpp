@@ -11,6 +11,11 @@
 // must be given device or pinned memory; a violation becomes the sticky error (see
 // gpu/detail/emu_device.cpp).
 //
+// The caller's current device (gpu/current_device.hpp): no operation changes which device or
+// context the calling thread has current; each makes its own current for its duration and restores
+// the caller's (cuda: gpu/cuda/device_scope.hpp). A trainer's own stream is reached through
+// wrap_stream.
+//
 // Conventions (as CUDA): every operation that takes a StreamView is asynchronous and ordered on
 // that stream; the caller keeps its buffers alive until the work is done (synchronize, or an event
 // recorded after it). Errors of asynchronous work are sticky: the device stops running work and
