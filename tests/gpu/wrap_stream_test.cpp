@@ -33,32 +33,39 @@ struct Log {
   }
 };
 
+// Work that holds its stream until open() and then logs `value`: what comes after it on the same
+// stream cannot run before it.
+class Held {
+ public:
+  Held(Device& dev, StreamView s, Log& log, int value) {
+    dev.host_task(s, [gate = gate_, &log, value] {
+      gate.wait();
+      log.add(value);
+    });
+  }
+  void open() { go_.set_value(); }
+
+ private:
+  std::promise<void> go_;
+  std::shared_future<void> gate_ = go_.get_future().share();
+};
+
 TEST(EmuWrapStream, WorkOnTheWrapperIsOrderedAfterTheOwnersWork) {
   auto dev = emu();
   Stream owner = std::move(dev->create_stream()).value();
   EXPECT_EQ(owner.view().device(), dev.get());
-  std::promise<void> go;
-  std::shared_future<void> gate = go.get_future().share();
   Log log;
-  dev->host_task(owner.view(), [&] {
-    gate.wait();
-    log.add(1);
-  });
+  Held first(*dev, owner.view(), log, 1);
   auto wrapped = dev->wrap_stream(owner.view().state());
   ASSERT_TRUE(wrapped.is_ok()) << wrapped.status().to_string();
   EXPECT_EQ(wrapped.value().view().device(), dev.get());
   dev->host_task(wrapped.value().view(), [&] { log.add(2); });
-  go.set_value();
+  first.open();
   ASSERT_TRUE(dev->synchronize(wrapped.value().view()).is_ok());
   EXPECT_EQ(log.v, (std::vector<int>{1, 2}));
   // Work on the wrapper is work on the owner's stream: the owner's synchronize waits for it.
-  std::promise<void> go2;
-  std::shared_future<void> gate2 = go2.get_future().share();
-  dev->host_task(wrapped.value().view(), [&] {
-    gate2.wait();
-    log.add(3);
-  });
-  go2.set_value();
+  Held third(*dev, wrapped.value().view(), log, 3);
+  third.open();
   ASSERT_TRUE(dev->synchronize(owner.view()).is_ok());
   EXPECT_EQ(log.v, (std::vector<int>{1, 2, 3}));
 }
@@ -66,18 +73,13 @@ TEST(EmuWrapStream, WorkOnTheWrapperIsOrderedAfterTheOwnersWork) {
 TEST(EmuWrapStream, DestroyingTheWrapperLeavesTheStream) {
   auto dev = emu();
   Stream owner = std::move(dev->create_stream()).value();
-  std::promise<void> go;
-  std::shared_future<void> gate = go.get_future().share();
   Log log;
-  dev->host_task(owner.view(), [&] {
-    gate.wait();
-    log.add(1);
-  });
+  Held first(*dev, owner.view(), log, 1);
   {
     Stream wrapped = std::move(dev->wrap_stream(owner.view().state())).value();
     dev->host_task(wrapped.view(), [&] { log.add(2); });
   }  // returns while the work is blocked: the wrapper does not wait for it
-  go.set_value();
+  first.open();
   dev->host_task(owner.view(), [&] { log.add(3); });
   ASSERT_TRUE(dev->synchronize(owner.view()).is_ok());
   EXPECT_EQ(log.v, (std::vector<int>{1, 2, 3}));
@@ -94,15 +96,10 @@ TEST(EmuWrapStream, NullptrIsTheDevicesDefaultStream) {
   auto dev = emu();
   Stream a = std::move(dev->wrap_stream(nullptr)).value();
   Stream b = std::move(dev->wrap_stream(nullptr)).value();
-  std::promise<void> go;
-  std::shared_future<void> gate = go.get_future().share();
   Log log;
-  dev->host_task(a.view(), [&] {
-    gate.wait();
-    log.add(1);
-  });
+  Held first(*dev, a.view(), log, 1);
   dev->host_task(b.view(), [&] { log.add(2); });
-  go.set_value();
+  first.open();
   ASSERT_TRUE(dev->synchronize(b.view()).is_ok());
   EXPECT_EQ(log.v, (std::vector<int>{1, 2})) << "both wrappers issue to one stream";
 }
