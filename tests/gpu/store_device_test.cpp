@@ -27,7 +27,10 @@ StoreConfig config(Placement placement, BackendChoice backend) {
   c.threads = 2;
   c.device.backend = backend;
   c.cache.max_in_flight = 2;
-  TableConfig t{{"t", 4096, 16}};
+  TableConfig t;
+  t.spec.name = "t";
+  t.spec.rows = 4096;
+  t.spec.dim = 16;
   t.placement = placement;
   t.spec.optimizer.kind = OptimizerKind::kAdagrad;
   if (placement == Placement::kCached) t.cache.fraction = 0.25;
