@@ -196,7 +196,8 @@ class Device {
   ///     legacy default stream (PyTorch's default stream, which is 0). cudaStreamPerThread is
   ///     refused: Strata issues from several threads, and each would reach another stream (a
   ///     trainer built with per-thread default streams passes its stream explicitly). A stream
-  ///     of another device or context, or a handle the driver does not know, is InvalidArgument.
+  ///     of another device or context is InvalidArgument, as is a handle the driver reports as
+  ///     invalid (cuStreamGetCtx); a pointer that never was a stream is undefined, as in CUDA.
   ///   emu: `native` is the StreamView::state() of a live stream of this device (one it created,
   ///     or a wrapper); nullptr means the device's default stream (made on first use, lives as
   ///     long as the device). A stream of another emu device, or a pointer that is no live emu
