@@ -276,6 +276,13 @@ PlanOptions rank_budgets(double hbm, double host, int ranks) {
   return o;
 }
 
+// HBM per rank with every table gpu, sharded over `ranks` ranks.
+double sharded_gpu_hbm(const TuneInput& in, int ranks, const ShardInputs& sh) {
+  auto e = memory_extremes(in, rank_budgets(1e12, 1e12, ranks), sh);
+  EXPECT_TRUE(e.is_ok()) << e.status().to_string();
+  return e.is_ok() ? e->all_gpu_hbm : 0.0;
+}
+
 TEST(TuneShards, ShardTracesSplitEveryKeyOnceAsStrataBenchRunsTheRanks) {
   const TuneInput in = make_input({1000}, {64}, 7);
   const auto shards = shard_traces(in, 3);
@@ -339,10 +346,9 @@ TEST(TunePlannerRanks, NeverExceedsThePerRankBudgetAndSaysWhyForEachTable) {
   const auto curves = curves_of(in);
   for (const int ranks : {2, 4}) {
     const ShardInputs sh = shards_of(in, ranks);
-    auto e = memory_extremes(in, rank_budgets(1e12, 1e12, ranks), sh);
-    ASSERT_TRUE(e.is_ok());
+    const double all_gpu = sharded_gpu_hbm(in, ranks, sh);
     for (const double f : {0.3, 0.5, 0.8}) {
-      const PlanOptions o = rank_budgets(e->all_gpu_hbm * f, 1e9, ranks);
+      const PlanOptions o = rank_budgets(all_gpu * f, 1e9, ranks);
       auto plan = make_plan(in, curves, profile(true), o, sh);
       ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
       EXPECT_LE(plan->hbm_bytes, o.hbm_budget_bytes) << ranks << " ranks, " << f;
@@ -471,10 +477,9 @@ TEST(TunePlannerRanks, PlanOpensOnEveryRankOfTwoAndFourThreadRanksAndTrains) {
   const auto curves = curves_of(in);
   for (const int ranks : {2, 4}) {
     const ShardInputs sh = shards_of(in, ranks);
-    auto e = memory_extremes(in, rank_budgets(1e12, 1e12, ranks), sh);
-    ASSERT_TRUE(e.is_ok());
+    const double all_gpu = sharded_gpu_hbm(in, ranks, sh);
     for (const double f : {0.3, 2.0}) {  // mixed gpu and hybrid, then every table gpu
-      auto plan = make_plan(in, curves, profile(true), rank_budgets(e->all_gpu_hbm * f, 1e9, ranks), sh);
+      auto plan = make_plan(in, curves, profile(true), rank_budgets(all_gpu * f, 1e9, ranks), sh);
       ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
       auto parsed = parse_store_config(to_json(plan->config));
       ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
