@@ -40,8 +40,9 @@ struct InputArgs {
 struct PlanArgs {
   InputArgs input;
   std::string profile = "h200-pcie5";
-  std::string hbm_budget;   ///< empty: the profile's HBM capacity
-  std::string host_budget;  ///< empty: the profile's host memory
+  std::string ranks = "1";  ///< ranks (GPUs) of the world, an integer >= 1 (> 1: every table gpu or hybrid, sharded)
+  std::string hbm_budget;   ///< per rank; empty: the profile's HBM capacity (of one GPU)
+  std::string host_budget;  ///< per rank; empty: the profile's host memory over the ranks sharing it
   std::string optimizer = "sgd";
   int max_in_flight = 8;
   int threads = 0;
@@ -49,6 +50,7 @@ struct PlanArgs {
   int belady_points = 4;  ///< curve points per table with Belady's optimum (0: none)
   std::string out;        ///< plan.json
   std::string html;       ///< report.html
+  std::string json;       ///< report.json (the plan's numbers; plan.json is the store config)
   bool progress = true;   ///< progress lines on stderr when it is a terminal
 };
 

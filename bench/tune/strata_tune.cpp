@@ -54,8 +54,12 @@ int main(int argc, char** argv) {
   CLI::App* plan = app.add_subcommand("plan", "place every table within HBM and host memory budgets");
   add_input_options(plan, p.input);
   plan->add_option("--profile", p.profile, "hardware profile: a name in bench/profiles or a file");
-  plan->add_option("--hbm-budget", p.hbm_budget, "HBM the plan may use, e.g. 80GB (default: the profile's)");
-  plan->add_option("--host-budget", p.host_budget, "host memory the plan may use (default: the profile's)");
+  plan->add_option("--ranks", p.ranks,
+                   "ranks (GPUs) to shard over: every table gpu or hybrid, row-wise; budgets per rank (default 1)");
+  plan->add_option("--hbm-budget", p.hbm_budget,
+                   "HBM the plan may use per rank (GPU), e.g. 80GB (default: the profile's, of one GPU)");
+  plan->add_option("--host-budget", p.host_budget,
+                   "host memory the plan may use per rank (default: the profile's, over min(ranks, gpus))");
   plan->add_option("--steps", p.input.steps, "workload: steps planned (default twice its distinct batches)");
   plan->add_option("--dim", p.input.dim, "trace, criteo: row width of every table");
   plan->add_option("--optimizer", p.optimizer, "optimizer of every table: sgd | adagrad | rowwise_adagrad | adam");
@@ -67,6 +71,7 @@ int main(int argc, char** argv) {
   plan->add_flag("!--no-progress", p.progress, "no progress lines");
   plan->add_option("--out", p.out, "write the plan as a store config (JSON)");
   plan->add_option("--html", p.html, "write the report as a self-contained HTML page");
+  plan->add_option("--json", p.json, "write the report's numbers as JSON");
 
   strata::tune::ValidateArgs v;
   CLI::App* val = app.add_subcommand(

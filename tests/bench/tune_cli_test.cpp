@@ -143,6 +143,49 @@ TEST(TuneCli, BadArguments) {
   expect_one_line_error("plan --workload " + kWorkload + " --out /", "--out /");
 }
 
+TEST(TuneCli, PlanOverRanksWritesAShardedStoreConfigAndPerRankNumbers) {
+  const std::string plan = temp_dir() + "/ranks_plan.json", json = temp_dir() + "/ranks_report.json";
+  // Room for every table sharded: every table gpu, sharded row-wise.
+  auto r = run_program(kBin + " plan --workload " + kWorkload + " --ranks 4 --out " + plan + " --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("over 4 ranks, every table sharded row-wise; budgets and memory per rank"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("all-to-all: "), std::string::npos) << r.output;
+  auto config = parse_store_config(read_file(plan));
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  for (const TableConfig& t : config->tables) {
+    EXPECT_EQ(t.placement, Placement::kGpu) << t.spec.name;
+    EXPECT_EQ(t.sharding.type, dispatch::ShardingType::kRow);
+  }
+  auto report = nlohmann::json::parse(read_file(json));
+  EXPECT_EQ(report["ranks"], 4);
+  EXPECT_GT(report["exchange_bytes_per_step"].get<double>(), 0);
+  EXPECT_GT(report["comm_buffer_bytes"].get<double>(), 0);
+  EXPECT_LE(report["hbm_bytes"].get<double>(), report["hbm_budget_bytes"].get<double>());
+  // A per-rank HBM budget below every table sharded: some tables hybrid, within the budget.
+  r = run_program(kBin + " plan --workload " + kWorkload + " --ranks 4 --hbm-budget 300KB --host-budget 1GB --out " +
+                  plan + " --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  config = parse_store_config(read_file(plan));
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  bool hybrid = false;
+  for (const TableConfig& t : config->tables) hybrid = hybrid || t.placement == Placement::kHybrid;
+  EXPECT_TRUE(hybrid) << read_file(plan);
+  report = nlohmann::json::parse(read_file(json));
+  EXPECT_LE(report["hbm_bytes"].get<double>(), 300e3);
+}
+
+TEST(TuneCli, BadRanks) {
+  // Refused before the keys are read (a billion steps would take long).
+  const std::string many = "plan --workload " + kWorkload + " --steps 1000000000";
+  expect_one_line_error(many + " --ranks 0", "--ranks '0' (expected an integer in [1, 4096])");
+  expect_one_line_error(many + " --ranks four", "--ranks 'four' (expected an integer in [1, 4096])");
+  expect_one_line_error(many + " --ranks 2.5", "--ranks '2.5'");
+  expect_one_line_error(many + " --ranks -1", "--ranks '-1'");
+  expect_one_line_error("plan --workload " + kWorkload + " --ranks 4 --hbm-budget 1KB --host-budget 1GB",
+                        "over 4 ranks (gpu or hybrid, coldest off the GPU first); smallest feasible per rank: ");
+}
+
 // A Criteo TSV file of `lines` samples: label, 13 integers, 26 hex values (a few per column).
 void write_criteo(const std::string& path, int lines) {
   std::ofstream out(path);
