@@ -2,9 +2,10 @@
 // the offline bounds of cache/analysis.hpp, on synthetic Zipf traces of one table.
 //
 // For every Zipf alpha and cache capacity (a fraction of the rows) the program drives a CachePool
-// the way the store does with no device: batch j is planned (probe + commit) once batches
-// j+1 .. j+K+W have been pushed into the lookahead window (K = --lookahead submitted batches, W =
-// --preview batches previewed beyond them with Store::preview), then retired as updated. Hits are counted
+// with the store's prefetcher (cache::BasicPrefetcher, no executor: no device): batch j is planned
+// (probe + commit) once batches j+1 .. j+K+W have entered the lookahead window (K = --lookahead
+// submitted batches, W = --preview batches previewed beyond them as with Store::preview), then
+// retired as updated. Hits are counted
 // per unique (batch, row), as CachePool counts them. The same trace goes to cache::belady_hits
 // (the optimum) and cache::lru_curve(PerBatch::kDistinct) (exact LRU). The pool's LRU agrees with
 // the curve only up to the order of rows within one batch: the pool stamps a batch's hits before its
@@ -36,6 +37,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -43,6 +45,7 @@
 #include "cache/analysis.hpp"
 #include "cache/cache_pool.hpp"
 #include "cache/policy.hpp"
+#include "cache/prefetcher.hpp"
 #include "host/dedup.hpp"
 
 namespace strata::bench {
@@ -150,13 +153,14 @@ Result<Trace> make_trace(const StudyOptions& o, double alpha) {
   return t;
 }
 
-// Drives the real planner over the trace, as the store would: batch j is planned once batches
-// j+1 .. j+window are in the window (window = K submitted + W previewed); each batch is retired
+// Drives the real planner over the trace with the store's prefetcher: batch j is planned once
+// batches j+1 .. j+K+W are in the window (K submitted, W previewed); each batch is retired
 // (updated) before the next is planned.
 // With `order`, also records the rows of each batch in the order the pool stamps their time of use
 // (hits, then misses, each in first-use order), as a KeyTrace.
-Result<BatchCounts> run_pool(const Trace& t, std::int64_t slots, cache::Policy policy, int window, double half_life,
-                             cache::KeyTrace* order = nullptr) {
+Result<BatchCounts> run_pool(const Trace& t, std::int64_t slots, cache::Policy policy, int lookahead, int preview,
+                             double half_life, cache::KeyTrace* order = nullptr) {
+  const int window = lookahead + preview;
   cache::CachePoolOptions opt;
   opt.slots = slots;
   opt.policy = policy;
@@ -165,35 +169,52 @@ Result<BatchCounts> run_pool(const Trace& t, std::int64_t slots, cache::Policy p
   opt.record_bytes = 0;
   opt.name = "study";
   opt.tables = {{"t", 0}};
-  cache::CachePool pool(std::move(opt));
+  using Prefetcher = cache::BasicPrefetcher<cache::CachePool>;
+  Prefetcher prefetcher(lookahead, 1);
+  prefetcher.add_pool(std::make_unique<cache::CachePool>(std::move(opt)), {0});
   const std::int64_t B = static_cast<std::int64_t>(t.unique.size());
   BatchCounts c;
   c.hits.resize(static_cast<std::size_t>(B));
   c.accesses.resize(static_cast<std::size_t>(B));
-  auto features = [&](std::int64_t b) {
-    return std::vector<cache::FeatureKeys>{{0, &t.unique[static_cast<std::size_t>(b)]}};
+  // The batches submitted and not yet retired (at most K + 1), by id modulo K + 1.
+  std::vector<Prefetcher::Batch> ring(static_cast<std::size_t>(lookahead) + 1);
+  auto batch = [&](std::int64_t j) -> Prefetcher::Batch& {
+    return ring[static_cast<std::size_t>(j % (lookahead + 1))];
   };
-  std::int64_t pushed = 0;
+  std::int64_t previewed = 0, submitted = 0;
   for (std::int64_t j = 0; j < B; ++j) {
-    for (; pushed < B && pushed <= j + window; ++pushed) pool.window_push(pushed, features(pushed));
-    auto probe = pool.probe(j, features(j));
-    if (!probe.is_ok()) return probe.status();
+    // Batches up to j + K + W previewed (a no-op unless the policy has a window), up to j + K
+    // submitted: the last submit plans batch j, or plan() does once none is left to submit.
+    for (; previewed < B && previewed <= j + window && preview > 0; ++previewed)
+      prefetcher.preview(previewed, {0}, {t.unique[static_cast<std::size_t>(previewed)]});
+    for (; submitted < B && submitted <= j + lookahead; ++submitted) {
+      Prefetcher::Batch& b = batch(submitted);
+      b.id = submitted;
+      b.keys = {{0, &t.unique[static_cast<std::size_t>(submitted)]}};
+      STRATA_RETURN_IF_ERROR(prefetcher.submit(b));
+    }
+    Prefetcher::Batch& b = batch(j);
+    STRATA_RETURN_IF_ERROR(prefetcher.plan(b));
+    const cache::PoolPlan& plan = b.parts[0].plan;
     if (order) {
+      // A row missed iff it is filled: its slot is one of the fills'.
       if (order->batch_offsets.empty()) order->batch_offsets.push_back(0);
       const auto& u = t.unique[static_cast<std::size_t>(j)].keys;
-      const auto& found = probe.value().found[0];
+      std::vector<bool> missed(u.size(), false);
+      std::unordered_set<Key> filled;
+      for (const cache::Transfer& f : plan.fills) filled.insert(f.slot);
+      for (std::size_t i = 0; i < u.size(); ++i) missed[i] = filled.count(plan.unique_slots[0][i]) > 0;
       for (std::size_t i = 0; i < u.size(); ++i)
-        if (found[i] >= 0) order->keys.push_back(cache::cache_key(0, u[i]));
+        if (!missed[i]) order->keys.push_back(cache::cache_key(0, u[i]));
       for (std::size_t i = 0; i < u.size(); ++i)
-        if (found[i] < 0) order->keys.push_back(cache::cache_key(0, u[i]));
+        if (missed[i]) order->keys.push_back(cache::cache_key(0, u[i]));
       order->batch_offsets.push_back(static_cast<std::int64_t>(order->keys.size()));
     }
-    cache::PoolPlan plan = pool.commit(std::move(probe).value());
     c.hits[static_cast<std::size_t>(j)] = plan.hits;
     c.accesses[static_cast<std::size_t>(j)] = plan.hits + plan.misses;
-    pool.retire(plan, true);
+    prefetcher.retire(b, true);
   }
-  const cache::CacheStats st = pool.pool_stats();
+  const cache::CacheStats st = prefetcher.planner(0).pool_stats();
   if (st.accesses != t.total_unique)
     return Status::internal("pool counted " + std::to_string(st.accesses) + " accesses, trace has " +
                             std::to_string(t.total_unique));
@@ -396,34 +417,33 @@ int run(const StudyOptions& o) {
     if (!cells[ci].feasible) continue;
     const Trace& t = traces[cell_alpha[ci]];
     for (std::size_t pi = 0; pi < policies.size(); ++pi) {
-      jobs.push_back({policies[pi] == cache::Policy::kLookahead ? 0 : 2, [&, ci, pi] {
-                        const auto s = std::chrono::steady_clock::now();
-                        Cell& c = cells[ci];
-                        const bool check = o.check_lru_order && policies[pi] == cache::Policy::kLru;
-                        cache::KeyTrace order;
-                        auto r = run_pool(t, c.slots, policies[pi], o.lookahead + o.preview, o.half_life,
-                                          check ? &order : nullptr);
-                        if (!r.is_ok()) {
-                          std::lock_guard<std::mutex> g(mu);
-                          error = std::string("CachePool ") + cache::to_string(policies[pi]) + ": " +
-                                  r.status().to_string();
-                          return;
-                        }
-                        if (policies[pi] == cache::Policy::kLru) c.pool_lru_hits_all = sum_from(r.value(), 0).hits;
-                        if (check) {
-                          auto curve = cache::lru_curve(order, cache::PerBatch::kDistinct);
-                          if (!curve.is_ok()) {
-                            std::lock_guard<std::mutex> g(mu);
-                            error = "lru_curve (pool order): " + curve.status().to_string();
-                            return;
-                          }
-                          c.lru_pool_order_hits = curve.value().hits_at(c.slots);
-                        }
-                        c.policies[pi] = {cache::to_string(policies[pi]), sum_from(r.value(), warm)};
-                        c.policies_all[pi] = {cache::to_string(policies[pi]), sum_from(r.value(), 0)};
-                        report(cell_name(c) + cache::to_string(policies[pi]),
-                               std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count());
-                      }});
+      jobs.push_back(
+          {policies[pi] == cache::Policy::kLookahead ? 0 : 2, [&, ci, pi] {
+             const auto s = std::chrono::steady_clock::now();
+             Cell& c = cells[ci];
+             const bool check = o.check_lru_order && policies[pi] == cache::Policy::kLru;
+             cache::KeyTrace order;
+             auto r = run_pool(t, c.slots, policies[pi], o.lookahead, o.preview, o.half_life, check ? &order : nullptr);
+             if (!r.is_ok()) {
+               std::lock_guard<std::mutex> g(mu);
+               error = std::string("CachePool ") + cache::to_string(policies[pi]) + ": " + r.status().to_string();
+               return;
+             }
+             if (policies[pi] == cache::Policy::kLru) c.pool_lru_hits_all = sum_from(r.value(), 0).hits;
+             if (check) {
+               auto curve = cache::lru_curve(order, cache::PerBatch::kDistinct);
+               if (!curve.is_ok()) {
+                 std::lock_guard<std::mutex> g(mu);
+                 error = "lru_curve (pool order): " + curve.status().to_string();
+                 return;
+               }
+               c.lru_pool_order_hits = curve.value().hits_at(c.slots);
+             }
+             c.policies[pi] = {cache::to_string(policies[pi]), sum_from(r.value(), warm)};
+             c.policies_all[pi] = {cache::to_string(policies[pi]), sum_from(r.value(), 0)};
+             report(cell_name(c) + cache::to_string(policies[pi]),
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count());
+           }});
     }
     jobs.push_back({1, [&, ci] {
                       const auto s = std::chrono::steady_clock::now();

@@ -1039,6 +1039,11 @@ json result_json(const Options& o, const ModeResult& r, double read_gbs, const S
                   {"cache_fraction", r.mode->from_config ? json(nullptr) : json(r.cache_fraction)},
                   {"cache_rows", r.cache_rows},
                   {"cache_bytes", r.cache_bytes}};
+    // Per cached table (strata-tune validate sets each against its predicted LRU hit rate).
+    json per_table = json::array();
+    for (const auto& [name, st] : r.train_stats.cache)
+      per_table.push_back({{"name", name}, {"accesses", st.accesses}, {"hits", st.hits}, {"misses", st.misses}});
+    m["cache"]["tables"] = per_table;
   } else {
     m["hit_rate"] = nullptr;
   }

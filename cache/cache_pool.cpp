@@ -135,7 +135,7 @@ void CachePool::window_push(std::int64_t seq, const std::vector<FeatureKeys>& fe
     // pass below.
     const auto hash_ahead = [&](std::size_t u) {
       hash[u % kRing] = detail::KeyMap::hash(cache_key(f.table, keys[u]));
-      window_.prefetch(hash[u % kRing]);
+      window_.prefetch_line(hash[u % kRing]);
     };
     for (std::size_t u = 0; u < std::min(n, kAhead); ++u) hash_ahead(u);
     first_.clear();
@@ -144,13 +144,13 @@ void CachePool::window_push(std::int64_t seq, const std::vector<FeatureKeys>& fe
       const std::uint64_t h = hash[u % kRing];
       if (!window_.push(cache_key(f.table, keys[u]), h, seq)) continue;
       first_.push_back({h, static_cast<std::uint32_t>(u)});
-      index_.prefetch(h);
+      index_.prefetch_line(h);
     }
     // A resident row that just gained a next use ranks anew (now, or when it is unpinned).
     const std::size_t nf = first_.size();
     for (std::size_t b = 0; b < nf; b += kBlock) {
       const std::size_t e = std::min(nf, b + kBlock);
-      for (std::size_t j = b; j < e; ++j) index_.prefetch_record(first_[j].hash, record);
+      for (std::size_t j = b; j < e; ++j) index_.prefetch_record_line(first_[j].hash, record);
       for (std::size_t j = b; j < e; ++j) {
         const std::int64_t slot = index_.find(cache_key(f.table, keys[first_[j].u]), first_[j].hash, key_of());
         if (slot < 0) continue;
@@ -203,15 +203,15 @@ Result<PoolProbe> CachePool::probe(std::int64_t seq, const std::vector<FeatureKe
     const auto hash_of = [&](std::size_t u) { return detail::KeyMap::hash(cache_key(f.table, keys[u])); };
     for (std::size_t u = 0; u < std::min(n, kChunkAhead); ++u) {
       hash[u % kRing] = hash_of(u);
-      index_.prefetch(hash[u % kRing]);
+      index_.prefetch_line(hash[u % kRing]);
     }
-    for (std::size_t u = 0; u < std::min(n, kRecordAhead); ++u) index_.prefetch_record(hash[u % kRing], record);
+    for (std::size_t u = 0; u < std::min(n, kRecordAhead); ++u) index_.prefetch_record_line(hash[u % kRing], record);
     for (std::size_t u = 0; u < n; ++u) {
       if (u + kChunkAhead < n) {
         hash[(u + kChunkAhead) % kRing] = hash_of(u + kChunkAhead);
-        index_.prefetch(hash[(u + kChunkAhead) % kRing]);
+        index_.prefetch_line(hash[(u + kChunkAhead) % kRing]);
       }
-      if (u + kRecordAhead < n) index_.prefetch_record(hash[(u + kRecordAhead) % kRing], record);
+      if (u + kRecordAhead < n) index_.prefetch_record_line(hash[(u + kRecordAhead) % kRing], record);
       const std::int64_t slot = index_.find(cache_key(f.table, keys[u]), hash[u % kRing], key_of());
       found[u] = slot;
       // Branch-free counting: hits and misses interleave unpredictably.
@@ -321,8 +321,8 @@ PoolPlan CachePool::commit(PoolProbe probe) {
         __builtin_prefetch(&version_[slot]);
         if (lookahead) {
           const std::uint64_t h = detail::KeyMap::hash(cache_key(f.table, keys[hit_rows_[j]]));
-          window_.prefetch_consume(h);
-          sketch_.prefetch(h);
+          window_.prefetch_consume_lines(h);
+          sketch_.prefetch_line(h);
         }
       }
       for (std::size_t j = b; j < e; ++j) {
@@ -363,11 +363,11 @@ PoolPlan CachePool::commit(PoolProbe probe) {
     const std::uint64_t old_key = victim(j).key;
     old_hash[j % kRing] = detail::KeyMap::hash(old_key);
     new_hash[j % kRing] = detail::KeyMap::hash(misses_[j].key);
-    if (old_key != detail::KeyMap::kEmpty) index_.prefetch(old_hash[j % kRing]);
-    index_.prefetch(new_hash[j % kRing]);
+    if (old_key != detail::KeyMap::kEmpty) index_.prefetch_line(old_hash[j % kRing]);
+    index_.prefetch_line(new_hash[j % kRing]);
     if (lookahead) {
-      window_.prefetch_consume(new_hash[j % kRing]);
-      sketch_.prefetch(new_hash[j % kRing]);
+      window_.prefetch_consume_lines(new_hash[j % kRing]);
+      sketch_.prefetch_line(new_hash[j % kRing]);
     }
   };
   for (std::size_t j = 0; j < std::min(M, kRecordAhead); ++j) __builtin_prefetch(&victim(j));
@@ -437,7 +437,7 @@ void CachePool::retire(const PoolPlan& plan, bool updated) {
       }
       if (ranked_by_uses)
         for (std::size_t u = b; u < e; ++u)
-          order_.prefetch_ranked(ranked_bucket(slots_[static_cast<std::size_t>(us[u])]));
+          order_.prefetch_ranked_line(ranked_bucket(slots_[static_cast<std::size_t>(us[u])]));
       for (std::size_t u = b; u < e; ++u) {
         const Key slot = us[u];
         Slot& s = slots_[static_cast<std::size_t>(slot)];

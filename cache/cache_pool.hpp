@@ -3,8 +3,9 @@
 // pool, so hot rows of every table compete for the same slots ("flat" cache), with an optional
 // per-table cap. The pool keeps the key->slot index, the replacement policy, pins (a slot used by a
 // batch that has been planned but not yet retired is never evicted), dirty flags, and statistics.
-// It moves no data: plan() returns which rows to write back and which to fill, and the prefetch
-// pipeline of the cached engine (store/detail/cached_engine.cpp) executes that on the device.
+// It moves no data: commit() returns which rows to write back and which to fill. cache::Prefetcher
+// (cache/prefetcher.hpp) drives the pools, and the store's cached engine executes its plans on the
+// device.
 //
 // Planning is two-phase so a batch touching several pools is all-or-nothing: probe() every pool
 // (no state change; errors name the table and the numbers), then commit() each probe.
@@ -45,7 +46,7 @@ struct CacheStats {
   std::int64_t bytes_written_back = 0;  ///< record bytes moved device -> host
   /// Batches (counted once per table they touch) whose plan did not fit beside the rows pinned by
   /// batches in flight when it was due: planned later, once batches retired, so their prefetch
-  /// overlapped less (counted by the store's cached engine, not by the pool).
+  /// overlapped less (counted by cache::Prefetcher, not by the pool).
   std::int64_t deferred = 0;
   double hit_rate() const noexcept {
     return accesses ? static_cast<double>(hits) / static_cast<double>(accesses) : 0.0;

@@ -53,6 +53,14 @@ class Communicator {
   virtual int size() const noexcept = 0;
   /// "local", "mpi" or "nccl".
   virtual const char* kind() const noexcept = 0;
+  /// This rank's place among the ranks of its host, which picks its GPU (local_rank modulo the
+  /// visible GPUs: a store's device ordinal "auto", the `nccl` communicator's device): `local`
+  /// ranks are threads of one process, so its rank; `mpi` and `nccl` the launcher's local rank
+  /// (launcher_local_rank(), dispatch/mpi_communicator.hpp), else the rank.
+  virtual int local_rank() const noexcept = 0;
+  /// The CUDA device this rank's collectives run on (`nccl`), -1 for communicators that work in
+  /// host memory. A store in this rank's world opens that device (device ordinal "auto").
+  virtual int device() const noexcept { return -1; }
 
   /// All-to-all with variable sizes, in bytes: `send_counts[r]` bytes starting at
   /// `send + send_displs[r]` go to rank r and arrive there at `recv + recv_displs[me]` of rank r,

@@ -131,6 +131,7 @@ class LocalCommunicator final : public Communicator {
   int rank() const noexcept override { return rank_; }
   int size() const noexcept override { return group_->size(); }
   const char* kind() const noexcept override { return "local"; }
+  int local_rank() const noexcept override { return rank_; }
 
   Status all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
                       const std::int64_t* recv_counts, const std::int64_t* recv_displs) override {

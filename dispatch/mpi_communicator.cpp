@@ -170,6 +170,10 @@ class MpiCommunicator final : public Communicator {
   int rank() const noexcept override { return rank_; }
   int size() const noexcept override { return size_; }
   const char* kind() const noexcept override { return "mpi"; }
+  int local_rank() const noexcept override {
+    const int local = launcher_local_rank();
+    return local >= 0 ? local : rank_;
+  }
 
   Status all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
                       const std::int64_t* recv_counts, const std::int64_t* recv_displs) override {
@@ -623,13 +627,8 @@ Result<MpiPlace> mpi_place() {
   MpiPlace place;
   STRATA_MPI_TRY(MPI_Comm_rank(MPI_COMM_WORLD, &place.rank));
   STRATA_MPI_TRY(MPI_Comm_size(MPI_COMM_WORLD, &place.size));
-  place.local_rank = place.rank;
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
-    if (const char* s = std::getenv(v)) {
-      place.local_rank = std::atoi(s);
-      break;
-    }
-  }
+  const int local = launcher_local_rank();
+  place.local_rank = local >= 0 ? local : place.rank;
   return place;
 }
 

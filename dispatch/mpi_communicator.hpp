@@ -34,6 +34,11 @@ Status ensure_mpi_initialized();
 /// launcher's environment only; does not initialize MPI.
 bool launched_by_mpi() noexcept;
 
+/// This process's rank among the processes of its host as the launcher says
+/// (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID or SLURM_LOCALID), or -1 when none says it. Every
+/// build; does not initialize MPI.
+int launcher_local_rank() noexcept;
+
 /// This process's place in MPI_COMM_WORLD (initializes MPI when needed).
 struct MpiPlace {
   int rank = 0;

@@ -15,4 +15,15 @@ bool launched_by_mpi() noexcept {
   return false;
 }
 
+int launcher_local_rank() noexcept {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
+    if (const char* s = std::getenv(v)) {
+      char* end = nullptr;
+      const long r = std::strtol(s, &end, 10);
+      if (end != s && *end == '\0' && r >= 0 && r <= 1 << 30) return static_cast<int>(r);
+    }
+  }
+  return -1;
+}
+
 }  // namespace strata::dispatch

@@ -22,7 +22,9 @@
 #include <vector>
 
 #include "dispatch/detail/comm_check.hpp"
+#include "dispatch/mpi_communicator.hpp"
 #include "gpu/cuda/cuda_try.hpp"
+#include "gpu/cuda/device_scope.hpp"
 #include "gpu/device.hpp"
 
 namespace strata::dispatch {
@@ -108,25 +110,10 @@ void backoff(int idle_rounds) {
   }
 }
 
-// Makes `device` current for a scope and restores the caller's device after: the communicator
-// must not change which GPU the calling thread works on.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) noexcept {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    ok_ = cudaSetDevice(device) == cudaSuccess;
-  }
-  ~DeviceScope() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-  bool ok() const noexcept { return ok_; }
-
- private:
-  int previous_ = -1;
-  bool ok_ = false;
-};
+// The communicator must not change which GPU (context) the calling thread works on: every entry
+// makes its device current through the device layer's guard, which restores the caller's after.
+using gpu::cuda_detail::DeviceScope;
+using gpu::cuda_detail::PrimaryContext;
 
 // Device memory that grows to twice the largest request (freed and reallocated, stream-ordered on
 // the communicator's stream where the device has memory pools; the old contents go).
@@ -138,19 +125,20 @@ struct DeviceMemory {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(ncclComm_t comm, int rank, int size, int device, cudaStream_t stream, cudaEvent_t done,
+  NcclCommunicator(ncclComm_t comm, int rank, int size, PrimaryContext ctx, cudaStream_t stream, cudaEvent_t done,
                    const CommOptions& options)
       : comm_(comm),
         rank_(rank),
         size_(size),
-        device_(device),
+        ctx_(std::move(ctx)),
+        device_(ctx_.ordinal()),
         stream_(stream),
         done_(done),
         options_(options),
         header_bytes_(sizeof(WireHeader) + 2 * static_cast<std::size_t>(size) * sizeof(std::int64_t)) {}
 
   ~NcclCommunicator() override {
-    const DeviceScope scope(device_);
+    const DeviceScope scope(ctx_);
     if (comm_) {
       if (broken_.is_ok()) {
         // Flush, then destroy; a peer that never finalizes must not hang us: abort after the timeout.
@@ -199,6 +187,11 @@ class NcclCommunicator final : public Communicator {
   int rank() const noexcept override { return rank_; }
   int size() const noexcept override { return size_; }
   const char* kind() const noexcept override { return "nccl"; }
+  int local_rank() const noexcept override {
+    const int local = launcher_local_rank();
+    return local >= 0 ? local : rank_;
+  }
+  int device() const noexcept override { return device_; }
 
   Status all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
                       const std::int64_t* recv_counts, const std::int64_t* recv_displs) override {
@@ -396,9 +389,9 @@ class NcclCommunicator final : public Communicator {
     const char* what = detail::collective_name(mine.kind);
     if (!broken_.is_ok()) return detail::broken_status(what, broken_);
     const auto deadline = Clock::now() + options_.timeout;
-    const DeviceScope scope(device_);
+    const DeviceScope scope(ctx_);
     Status s = [&]() -> Status {
-      if (!scope.ok()) STRATA_CUDA_TRY(cudaSetDevice(device_));  // reports why
+      STRATA_RETURN_IF_ERROR(scope.status());
       std::vector<CallInfo> all;
       STRATA_RETURN_IF_ERROR(exchange_headers(mine, deadline, what, all));
       std::vector<const CallInfo*> calls(size_);
@@ -502,6 +495,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_;
   const int rank_;
   const int size_;
+  const PrimaryContext ctx_;  // the primary context of device_, retained while the communicator lives
   const int device_;
   cudaStream_t stream_;
   cudaEvent_t done_;
@@ -527,20 +521,15 @@ Result<int> pick_device(int rank, int wanted) {
     }
     return wanted;
   }
-  int local = rank;
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
-    if (const char* s = std::getenv(v)) {
-      local = std::atoi(s);
-      break;
-    }
-  }
-  return local % count;
+  const int local = launcher_local_rank();
+  return (local >= 0 ? local : rank) % count;
 }
 
 Result<std::unique_ptr<Communicator>> create(const ncclUniqueId& id, int rank, int size, const NcclOptions& options) {
   STRATA_ASSIGN_OR_RETURN(const int device, pick_device(rank, options.device));
-  const DeviceScope scope(device);
-  STRATA_CUDA_TRY(cudaSetDevice(device));
+  STRATA_ASSIGN_OR_RETURN(PrimaryContext ctx, PrimaryContext::retain(device));
+  const DeviceScope scope(ctx);
+  STRATA_RETURN_IF_ERROR(scope.status());
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // every wait polls, so a missing rank ends in a timeout, not a hang
   ncclComm_t comm = nullptr;
@@ -578,7 +567,7 @@ Result<std::unique_ptr<Communicator>> create(const ncclUniqueId& id, int rank, i
     if (stream) cudaStreamDestroy(stream);
     return gpu::cuda_detail::cuda_status(e, "cudaStreamCreateWithFlags / cudaEventCreateWithFlags", __FILE__, __LINE__);
   }
-  auto c = std::make_unique<NcclCommunicator>(comm, rank, size, device, stream, done, options.comm);
+  auto c = std::make_unique<NcclCommunicator>(comm, rank, size, std::move(ctx), stream, done, options.comm);
   STRATA_RETURN_IF_ERROR(c->init());
   return std::unique_ptr<Communicator>(std::move(c));
 }

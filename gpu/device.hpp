@@ -11,6 +11,11 @@
 // must be given device or pinned memory; a violation becomes the sticky error (see
 // gpu/detail/emu_device.cpp).
 //
+// The caller's current device (gpu/current_device.hpp): no operation changes which device or
+// context the calling thread has current; each makes its own current for its duration and restores
+// the caller's (cuda: gpu/cuda/device_scope.hpp). A trainer's own stream is reached through
+// wrap_stream.
+//
 // Conventions (as CUDA): every operation that takes a StreamView is asynchronous and ordered on
 // that stream; the caller keeps its buffers alive until the work is done (synchronize, or an event
 // recorded after it). Errors of asynchronous work are sticky: the device stops running work and
@@ -42,9 +47,11 @@ namespace strata::gpu {
 class Device;
 
 namespace detail {
-/// Backend-defined state of a stream or an event.
+/// Backend-defined state of a stream or an event. A stream knows its device.
 struct StreamState {
+  explicit StreamState(Device* d) noexcept : device(d) {}
   virtual ~StreamState() = default;
+  Device* const device;  ///< the device whose work the stream runs
 };
 struct EventState {
   virtual ~EventState() = default;
@@ -57,12 +64,16 @@ class StreamView {
   StreamView() = default;
   explicit StreamView(detail::StreamState* s) noexcept : s_(s) {}
   detail::StreamState* state() const noexcept { return s_; }
+  /// The device the stream belongs to (nullptr for an empty view): a store refuses a stream of
+  /// another device with this.
+  Device* device() const noexcept { return s_ ? s_->device : nullptr; }
 
  private:
   detail::StreamState* s_ = nullptr;
 };
 
-/// An in-order queue of device work. Move-only; destroying it waits for its work.
+/// An in-order queue of device work. Move-only; destroying it waits for its work, except for a
+/// stream of Device::wrap_stream, whose destruction neither waits nor destroys the native stream.
 class Stream {
  public:
   Stream() = default;
@@ -181,6 +192,22 @@ class Device {
 
   // ---- streams and events ----
   virtual Result<Stream> create_stream() = 0;
+  /// A Stream that issues to a native stream of this device owned by someone else (a trainer's),
+  /// so that work given it is ordered after what the owner queued there. Destroying it neither
+  /// waits for the work nor destroys the native stream; the owner keeps the native stream alive
+  /// while the wrapper or work on it lives.
+  ///   cuda: `native` is a cudaStream_t of this device's primary context (the runtime API's, so
+  ///     PyTorch's torch.cuda.current_stream().cuda_stream); nullptr and cudaStreamLegacy mean the
+  ///     legacy default stream (PyTorch's default stream, which is 0). cudaStreamPerThread is
+  ///     refused: Strata issues from several threads, and each would reach another stream (a
+  ///     trainer built with per-thread default streams passes its stream explicitly). A stream
+  ///     of another device or context is InvalidArgument, as is a handle the driver reports as
+  ///     invalid (cuStreamGetCtx); a pointer that never was a stream is undefined, as in CUDA.
+  ///   emu: `native` is the StreamView::state() of a live stream of this device (one it created,
+  ///     or a wrapper); nullptr means the device's default stream (made on first use, lives as
+  ///     long as the device). A stream of another emu device, or a pointer that is no live emu
+  ///     stream, is InvalidArgument (checked without dereferencing it).
+  virtual Result<Stream> wrap_stream(void* native) = 0;
   /// An event (counted in resource_counts()).
   Result<Event> create_event();
   /// Marks the current end of `s`; `e` completes when the work before it has run.
@@ -194,7 +221,7 @@ class Device {
   /// Whether `e` completed (non-blocking).
   virtual bool ready(EventView e) = 0;
   /// Whether `s` is a stream of this device (false for an empty view and for another device's).
-  virtual bool owns(StreamView s) const noexcept = 0;
+  bool owns(StreamView s) const noexcept { return s.device() == this; }
   /// The sticky error of asynchronous work (ok while none happened).
   virtual Status status() = 0;
 

@@ -212,6 +212,10 @@ Status validate(const StoreConfig& c) {
   if (c.cache.flush_every < 0)
     return Status::invalid_argument("cache flush_every " + std::to_string(c.cache.flush_every) +
                                     " must be >= 0 (0: no periodic flush)");
+  if (c.device.ordinal < kDeviceOrdinalAuto)
+    return Status::invalid_argument(
+        "device ordinal " + std::to_string(c.device.ordinal) +
+        " must be a CUDA device (>= 0), kDeviceOrdinalCurrent (-1) or kDeviceOrdinalAuto (-2)");
   if (c.device.capacity < 0)
     return Status::invalid_argument("device capacity " + std::to_string(c.device.capacity) + " must be >= 0");
   if (c.device.emu_max_delay_us < 0)
@@ -267,6 +271,23 @@ class Fields {
     if (!std::isfinite(d) || std::fabs(d) > static_cast<double>(std::numeric_limits<T>::max()))
       return wrong(key, std::is_same_v<T, float> ? "a number in float range" : "a finite number", *v);
     out = static_cast<T>(d);
+    return Status::ok();
+  }
+
+  // A device ordinal: "auto", "current", or an integer >= -1 (-1 is "current").
+  Status device_ordinal(const char* key, int& out) {
+    const json* v = find(key);
+    if (!v) return Status::ok();
+    int i = 0;
+    if (v->is_string() && v->get<std::string>() == "auto") {
+      out = kDeviceOrdinalAuto;
+    } else if (v->is_string() && v->get<std::string>() == "current") {
+      out = kDeviceOrdinalCurrent;
+    } else if (fits_in(*v, -1, std::numeric_limits<int>::max(), i)) {
+      out = i;
+    } else {
+      return wrong(key, "\"auto\", \"current\" or an integer in [-1, 2^31) (a CUDA device; -1: current)", *v);
+    }
     return Status::ok();
   }
 
@@ -443,7 +464,7 @@ Status parse_store_wide(Fields& f, StoreConfig& c) {
   STRATA_RETURN_IF_ERROR(f.integer("fake_numa_nodes", c.fake_numa_nodes));
   STRATA_RETURN_IF_ERROR(f.object("device", [&](Fields& g) {
     STRATA_RETURN_IF_ERROR(g.choice("backend", c.device.backend, parse_backend));
-    STRATA_RETURN_IF_ERROR(g.integer("ordinal", c.device.ordinal));
+    STRATA_RETURN_IF_ERROR(g.device_ordinal("ordinal", c.device.ordinal));
     STRATA_RETURN_IF_ERROR(g.integer("capacity", c.device.capacity));
     STRATA_RETURN_IF_ERROR(g.integer("emu_max_delay_us", c.device.emu_max_delay_us));
     return g.integer("emu_fail_after_ops", c.device.emu_fail_after_ops);
@@ -496,6 +517,14 @@ Result<StoreConfig> load_store_config(const std::string& path) {
   return c;
 }
 
+namespace {
+json device_ordinal_json(int ordinal) {
+  if (ordinal == kDeviceOrdinalAuto) return "auto";
+  if (ordinal == kDeviceOrdinalCurrent) return "current";
+  return ordinal;
+}
+}  // namespace
+
 std::string to_json(const StoreConfig& c) {
   json j;
   j["threads"] = c.threads;
@@ -504,7 +533,7 @@ std::string to_json(const StoreConfig& c) {
   j["huge_pages"] = c.huge_pages;
   j["fake_numa_nodes"] = c.fake_numa_nodes;
   j["device"] = {{"backend", to_string(c.device.backend)},
-                 {"ordinal", c.device.ordinal},
+                 {"ordinal", device_ordinal_json(c.device.ordinal)},
                  {"capacity", c.device.capacity},
                  {"emu_max_delay_us", c.device.emu_max_delay_us},
                  {"emu_fail_after_ops", c.device.emu_fail_after_ops}};

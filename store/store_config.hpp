@@ -33,13 +33,24 @@ struct TableCacheConfig {
 /// Which device backs `offload`, `cached`, `gpu` and `hybrid` tables.
 enum class BackendChoice { kAuto = 0, kCuda = 1, kEmu = 2 };
 
+/// DeviceConfig::ordinal "auto": a rank of a world opens the GPU of its local rank (the nccl
+/// communicator's own GPU, else Communicator::local_rank() modulo the visible GPUs); a store
+/// without a communicator opens GPU 0.
+inline constexpr int kDeviceOrdinalAuto = -2;
+/// DeviceConfig::ordinal "current": the CUDA device current on the thread that calls Store::open
+/// (cudaGetDevice; what a trainer selected with cudaSetDevice or torch.cuda.set_device), in its
+/// primary context, the one the runtime API and PyTorch use.
+inline constexpr int kDeviceOrdinalCurrent = -1;
+
 /// The device of a store (used only when a table is `offload`, `cached`, `gpu` or `hybrid`).
 struct DeviceConfig {
   BackendChoice backend = BackendChoice::kAuto;  ///< auto: cuda when a GPU is visible, else emu
-  int ordinal = 0;                               ///< CUDA device
-  std::int64_t capacity = 0;                     ///< bytes of device memory to use (0: emu 1 GiB, cuda all free)
-  int emu_max_delay_us = 0;                      ///< emu: random delay before every stream op (tests)
-  std::int64_t emu_fail_after_ops = -1;          ///< emu: inject a device fault at this op (tests)
+  /// CUDA device: >= 0 pins that device on every rank; kDeviceOrdinalAuto (the default) or
+  /// kDeviceOrdinalCurrent choose it when the store opens (see those). The emu backend ignores it.
+  int ordinal = kDeviceOrdinalAuto;
+  std::int64_t capacity = 0;             ///< bytes of device memory to use (0: emu 1 GiB, cuda all free)
+  int emu_max_delay_us = 0;              ///< emu: random delay before every stream op (tests)
+  std::int64_t emu_fail_after_ops = -1;  ///< emu: inject a device fault at this op (tests)
 };
 
 /// How `offload` tables are looked up.
@@ -150,11 +161,16 @@ Status validate(const StoreConfig& config);
 ///                              "initial_accumulator": 0},
 ///                "cache": {"rows": 0, "bytes": 0, "fraction": 0.1, "cap": false},
 ///                "sharding": {"type": "replicated"|"table"|"row"|"column", "owner": -1}}],
-///    "device": {"backend": "auto"|"cuda"|"emu", "ordinal": 0, "capacity": 0,
+///    "device": {"backend": "auto"|"cuda"|"emu", "ordinal": "auto"|"current"|-1|0, "capacity": 0,
 ///               "emu_max_delay_us": 0, "emu_fail_after_ops": -1},
 ///    "cache": {"policy": "lru"|"lfu"|"lookahead", "lookahead": 0, "max_in_flight": 8, "preview": 0,
 ///              "planner_shards": 1, "flush_every": 0, "transfer": "auto"|"staged"|"zero_copy"},
 ///    "offload_gather": "device"|"cpu", "accept_nonfinite_gradients": false}
+/// device.ordinal: an integer >= 0 pins that CUDA device (on every rank of a world); "auto" (the
+/// default) opens, on a rank of a world, the GPU of its local rank, and GPU 0 without a world;
+/// "current" (or -1) the calling thread's current CUDA device at Store::open. A config that says
+/// `"ordinal": 0` (as to_json wrote before "auto" existed) pins GPU 0 on every rank: leave the
+/// field out, or write "auto", to spread the ranks of a host over its GPUs.
 /// Unknown keys are errors (a typo must not silently fall back to a default), and so is a value of
 /// the wrong JSON type, never coerced: integers must be JSON integers within their field's type
 /// (8.9, true, 1e6, or -1 for the seed are refused), numbers numbers, booleans true or false, names

@@ -18,36 +18,12 @@
 #include "store/detail/gpu_engine.hpp"
 #include "store/detail/host_bounce.hpp"
 #include "store/detail/offload_engine.hpp"
+#include "store/detail/open_device.hpp"
 #include "store/detail/sharded_engine.hpp"
 #include "store/store.hpp"
 
 namespace strata {
 namespace {
-
-Result<std::unique_ptr<gpu::Device>> open_device(const DeviceConfig& d, int threads, int numa_nodes) {
-  bool want_cuda = d.backend == BackendChoice::kCuda;
-  if (d.backend == BackendChoice::kAuto) {
-    // A broken CUDA setup is not "no GPU": running on emu would hide it behind a slow store.
-    auto gpus = gpu::cuda_devices();
-    if (!gpus)
-      return gpus.status().with_context(
-          "device backend auto: will not fall back to the emulated device while CUDA is broken (fix CUDA, or set "
-          "device.backend to emu to run without the GPU)");
-    want_cuda = gpus.value() > 0;
-  }
-  if (want_cuda) {
-    auto dev = gpu::make_cuda_device(d.ordinal, static_cast<std::size_t>(d.capacity), numa_nodes);
-    if (!dev) return dev.status().with_context("device backend cuda");
-    return dev;
-  }
-  gpu::EmuOptions o;
-  if (d.capacity > 0) o.capacity = static_cast<std::size_t>(d.capacity);
-  o.threads = threads;
-  o.max_delay_us = d.emu_max_delay_us;
-  o.fail_after_ops = d.emu_fail_after_ops;
-  o.numa_nodes = numa_nodes;
-  return gpu::make_emu_device(o);
-}
 
 class StoreImpl final : public Store {
  public:
@@ -112,18 +88,16 @@ class StoreImpl final : public Store {
       }
     }
     engine_of_.assign(config_.tables.size(), -1);
+    // On the calling thread (device ordinal "current" is this thread's current device).
+    if (group[kSharded].size() + group[kCachedG].size() + group[kOffloadG].size() + group[kGpuG].size() > 0) {
+      auto dev = detail::open_device(config_.device, comm_.get(), config_.threads, topo_.num_nodes());
+      if (!dev) return dev.status();
+      device_ = std::move(dev).value();
+      bounce_ = std::make_unique<detail::HostBounce>(*device_);
+      finite_ = std::make_unique<detail::FiniteCheck>(*device_);
+    }
     Status status;
     arena_.execute([&] {
-      if (group[kSharded].size() + group[kCachedG].size() + group[kOffloadG].size() + group[kGpuG].size() > 0) {
-        auto dev = open_device(config_.device, config_.threads, topo_.num_nodes());
-        if (!dev) {
-          status = dev.status();
-          return;
-        }
-        device_ = std::move(dev).value();
-        bounce_ = std::make_unique<detail::HostBounce>(*device_);
-        finite_ = std::make_unique<detail::FiniteCheck>(*device_);
-      }
       for (int g = 0; g < kGroups; ++g) {
         if (group[g].empty()) continue;
         Result<std::unique_ptr<detail::Engine>> e = Status::internal("unreachable");

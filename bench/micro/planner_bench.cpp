@@ -1,6 +1,7 @@
 // Micro-benchmarks of the cache planner: cache::CachePool probe + commit + retire of one batch
 // (plus window_push of the batch K ahead, as the store does, for every policy; only lookahead uses
-// it), on Zipf 1.05 batches of a 1M-row table, one thread. Items are unique keys planned, so
+// it), driven by the store's prefetcher (cache::BasicPrefetcher, no executor), on Zipf 1.05
+// batches of a 1M-row table, one thread. Items are unique keys planned, so
 // items_per_second is unique keys per second per core (BM_PlanBatchSharded: the same over a
 // cache::ShardedPool whose shards run in parallel, in wall time; BM_PlanPhases: where a batch's
 // time goes, call by call). The pool is warmed on the whole batch set before timing; batches then
@@ -20,6 +21,7 @@
 #include <tbb/task_arena.h>
 
 #include "bench/workload.hpp"
+#include "cache/prefetcher.hpp"
 #include "cache/sharded_pool.hpp"
 #include "host/dedup.hpp"
 
@@ -58,19 +60,67 @@ const Batches& batches(std::int64_t bags = kBatch) {
   return cache.emplace(bags, std::move(out)).first->second;
 }
 
-std::vector<cache::FeatureKeys> features(const UniqueKeys& u) { return {{0, &u}}; }
-
-// Seconds spent in each call of Driver::plan, summed over the batches planned (BM_PlanPhases).
+// Seconds spent in each planner call of Driver::plan, summed over the batches planned (BM_PlanPhases).
 struct Phases {
   double push = 0, probe = 0, commit = 0, retire = 0;
 };
 
-// A pool (cache::CachePool, or cache::ShardedPool of `shards`) driven over the cycling batch set;
-// plan() plans one batch and returns its unique count (with `t`, adding each call's time to it).
+// A planner that times the calls of `Pool` into `phases` when it is set: the prefetcher drives it
+// as it drives the pool itself.
+template <class Pool>
+class Timed {
+ public:
+  template <class... Args>
+  explicit Timed(Args&&... args) : pool_(std::forward<Args>(args)...) {}
+  Phases* phases = nullptr;
+  const Pool& pool() const { return pool_; }
+  const cache::CachePoolOptions& options() const noexcept { return pool_.options(); }
+  void window_push(std::int64_t seq, const std::vector<cache::FeatureKeys>& f) {
+    time(&Phases::push, [&] { pool_.window_push(seq, f); });
+  }
+  void window_drop(std::int64_t seq, const std::vector<cache::FeatureKeys>& f) { pool_.window_drop(seq, f); }
+  auto probe(std::int64_t seq, const std::vector<cache::FeatureKeys>& f) const {
+    return time(&Phases::probe, [&] { return pool_.probe(seq, f); });
+  }
+  template <class Probe>
+  auto commit(Probe p) {
+    return time(&Phases::commit, [&] { return pool_.commit(std::move(p)); });
+  }
+  template <class Plan>
+  void retire(const Plan& plan, bool updated) {
+    time(&Phases::retire, [&] { pool_.retire(plan, updated); });
+  }
+  std::vector<cache::Transfer> dirty() const { return pool_.dirty(); }
+  void mark_clean(const std::vector<cache::Transfer>& rows) { pool_.mark_clean(rows); }
+  void invalidate_table(int table) { pool_.invalidate_table(table); }
+  cache::CacheStats table_stats(int table) const { return pool_.table_stats(table); }
+
+ private:
+  template <class Fn>
+  auto time(double Phases::*phase, const Fn& fn) const {
+    using Clock = std::chrono::steady_clock;
+    if (!phases) return fn();
+    const Clock::time_point t0 = Clock::now();
+    struct Lap {  // adds the time when the call returns (its result, if any, is returned as is)
+      Phases* p;
+      double Phases::*phase;
+      Clock::time_point t0;
+      ~Lap() { p->*phase += std::chrono::duration<double>(Clock::now() - t0).count(); }
+    } lap{phases, phase, t0};
+    return fn();
+  }
+  Pool pool_;
+};
+
+// A pool (cache::CachePool, or cache::ShardedPool of `shards`) driven over the cycling batch set by
+// a prefetcher of lookahead `window` (each plan() submits the batch `window` ahead, which plans the
+// oldest); plan() plans one batch, retires it and returns its unique count (with `t`, adding each
+// planner call's time to it).
 template <class Pool = cache::CachePool>
 struct Driver {
+  using Prefetcher = cache::BasicPrefetcher<Timed<Pool>>;
   Driver(cache::Policy policy, double fraction, std::int64_t bags = kBatch, int window = kWindow, int shards = 1)
-      : set(batches(bags)), window(window) {
+      : set(batches(bags)), window(window), prefetcher(window, 1), ring(static_cast<std::size_t>(window) + 1) {
     cache::CachePoolOptions o;
     o.slots = static_cast<std::int64_t>(fraction * kRows);
     o.policy = policy;
@@ -78,41 +128,48 @@ struct Driver {
     o.record_bytes = 64 * 4;
     o.name = "bench";
     o.tables = {{"t", 0}};
+    std::unique_ptr<Timed<Pool>> planner;
     if constexpr (std::is_same_v<Pool, cache::ShardedPool>)
-      pool = std::make_unique<Pool>(o, shards);
+      planner = std::make_unique<Timed<Pool>>(o, shards);
     else
-      pool = std::make_unique<Pool>(std::move(o));
-    for (; pushed < window; ++pushed) pool->window_push(pushed, features(at(pushed)));
+      planner = std::make_unique<Timed<Pool>>(std::move(o));
+    timed = planner.get();
+    prefetcher.add_pool(std::move(planner), {0});
+    for (; pushed < window; ++pushed) submit(at(pushed));
   }
   const UniqueKeys& at(std::int64_t seq) const { return set.unique[static_cast<std::size_t>(seq % kDistinctBatches)]; }
+  const Pool& pool() const { return timed->pool(); }
+  // Submits the next batch with keys `u` (alive until it is planned and retired).
+  void submit(const UniqueKeys& u) {
+    typename Prefetcher::Batch& b = ring[static_cast<std::size_t>(pushed % (window + 1))];
+    b.id = pushed;
+    b.keys = {{0, &u}};
+    check(prefetcher.submit(b));
+  }
+  // Submits the batch `window` ahead (keys `u`, by default its keys in the set), which plans the
+  // oldest; retires the oldest.
+  std::int64_t plan(Phases* t = nullptr) { return plan(at(pushed), t); }
   std::int64_t plan(const UniqueKeys& u, Phases* t = nullptr) {
-    using Clock = std::chrono::steady_clock;
-    Clock::time_point last = t ? Clock::now() : Clock::time_point();
-    auto lap = [&](double Phases::*phase) {
-      if (!t) return;
-      const Clock::time_point now = Clock::now();
-      t->*phase += std::chrono::duration<double>(now - last).count();
-      last = now;
-    };
-    pool->window_push(pushed, features(at(pushed)));
+    timed->phases = t;
+    submit(u);
     ++pushed;
-    lap(&Phases::push);
-    auto probe = pool->probe(seq, features(u));
-    lap(&Phases::probe);
-    if (!probe.is_ok()) {
-      std::fprintf(stderr, "planner_bench: %s\n", probe.status().to_string().c_str());
-      std::abort();
-    }
-    auto p = pool->commit(std::move(probe).value());
-    lap(&Phases::commit);
-    pool->retire(p, true);
-    lap(&Phases::retire);
+    typename Prefetcher::Batch& b = ring[static_cast<std::size_t>(seq % (window + 1))];
+    check(prefetcher.plan(b));
+    const std::int64_t unique = b.keys[0].unique->size();
+    prefetcher.retire(b, true);
     ++seq;
-    return u.size();
+    return unique;
+  }
+  static void check(const Status& s) {
+    if (s.is_ok()) return;
+    std::fprintf(stderr, "planner_bench: %s\n", s.to_string().c_str());
+    std::abort();
   }
   const Batches& set;
-  int window;  // batches pushed beyond the one planned
-  std::unique_ptr<Pool> pool;
+  int window;  // batches submitted beyond the one planned
+  Prefetcher prefetcher;
+  Timed<Pool>* timed = nullptr;                  // the prefetcher's planner
+  std::vector<typename Prefetcher::Batch> ring;  // batches submitted, not retired, by id modulo window + 1
   std::int64_t seq = 0, pushed = 0;
 };
 
@@ -128,13 +185,13 @@ void BM_PlanBatch(benchmark::State& state) {
   const cache::Policy policy = policy_arg(state.range(0));
   const std::int64_t bags = state.range(2);
   Driver<> d(policy, static_cast<double>(state.range(1)) / 100.0, bags);
-  for (int i = 0; i < kDistinctBatches; ++i) d.plan(d.at(d.seq));  // warm the cache
+  for (int i = 0; i < kDistinctBatches; ++i) d.plan();  // warm the cache
   std::int64_t unique = 0, lookups = 0;
   for (auto _ : state) {
-    unique += d.plan(d.at(d.seq));
+    unique += d.plan();
     lookups += bags * kBag;
   }
-  const auto& st = d.pool->pool_stats();
+  const auto& st = d.pool().pool_stats();
   state.SetItemsProcessed(unique);
   state.counters["hit_rate"] = st.hit_rate();
   state.counters["unique_per_batch"] = static_cast<double>(unique) / static_cast<double>(state.iterations());
@@ -156,11 +213,11 @@ void BM_PlanBatchSharded(benchmark::State& state) {
   const cache::Policy policy = policy_arg(state.range(0));
   const int shards = static_cast<int>(state.range(2));
   Driver<cache::ShardedPool> d(policy, static_cast<double>(state.range(1)) / 100.0, kBatch, kWindow, shards);
-  for (int i = 0; i < kDistinctBatches; ++i) d.plan(d.at(d.seq));
-  const cache::CacheStats warm = d.pool->pool_stats();
+  for (int i = 0; i < kDistinctBatches; ++i) d.plan();
+  const cache::CacheStats warm = d.pool().pool_stats();
   std::int64_t unique = 0;
-  for (auto _ : state) unique += d.plan(d.at(d.seq));
-  cache::CacheStats st = d.pool->pool_stats();
+  for (auto _ : state) unique += d.plan();
+  cache::CacheStats st = d.pool().pool_stats();
   st -= warm;
   const double cores = std::min<double>(shards, tbb::this_task_arena::max_concurrency());
   state.SetItemsProcessed(unique);
@@ -179,11 +236,11 @@ BENCHMARK(BM_PlanBatchSharded)
 // which it comes within 3 pp of Belady in the hit-rate study (README.md).
 void BM_PlanBatchDeepWindow(benchmark::State& state) {
   Driver<> d(cache::Policy::kLookahead, static_cast<double>(state.range(0)) / 100.0, kBatch, 184);
-  for (int i = 0; i < kDistinctBatches; ++i) d.plan(d.at(d.seq));
+  for (int i = 0; i < kDistinctBatches; ++i) d.plan();
   std::int64_t unique = 0;
-  for (auto _ : state) unique += d.plan(d.at(d.seq));
+  for (auto _ : state) unique += d.plan();
   state.SetItemsProcessed(unique);
-  state.counters["hit_rate"] = d.pool->pool_stats().hit_rate();
+  state.counters["hit_rate"] = d.pool().pool_stats().hit_rate();
   state.SetLabel("lookahead window 184 cache " + std::to_string(state.range(0)) + "%");
 }
 BENCHMARK(BM_PlanBatchDeepWindow)->ArgName("cache_pct")->Arg(5)->Arg(20)->Unit(benchmark::kMicrosecond);
@@ -196,10 +253,10 @@ void BM_PlanPhases(benchmark::State& state) {
   const cache::Policy policy = policy_arg(state.range(0));
   const int shards = static_cast<int>(state.range(2)), window = static_cast<int>(state.range(3));
   Driver<cache::ShardedPool> d(policy, static_cast<double>(state.range(1)) / 100.0, kBatch, window, shards);
-  for (int i = 0; i < kDistinctBatches; ++i) d.plan(d.at(d.seq));
+  for (int i = 0; i < kDistinctBatches; ++i) d.plan();
   Phases t;
   std::int64_t unique = 0;
-  for (auto _ : state) unique += d.plan(d.at(d.seq), &t);
+  for (auto _ : state) unique += d.plan(&t);
   const double us = 1e6 / static_cast<double>(state.iterations());
   state.counters["push_us"] = t.push * us;
   state.counters["probe_us"] = t.probe * us;
@@ -217,16 +274,19 @@ BENCHMARK(BM_PlanPhases)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
-// dedup_keys of the raw lookups (reused scratch, as the store does) + probe + commit + retire.
+// dedup_keys of the raw lookups of the batch submitted (reused scratch, as the store does) + probe
+// + commit + retire of the batch planned.
 void BM_DedupAndPlanBatch(benchmark::State& state) {
   const cache::Policy policy = policy_arg(state.range(0));
   Driver<> d(policy, static_cast<double>(state.range(1)) / 100.0);
-  for (int i = 0; i < kDistinctBatches; ++i) d.plan(d.at(d.seq));
-  UniqueKeys u;
+  for (int i = 0; i < kDistinctBatches; ++i) d.plan();
+  // The keys of the batches submitted and not retired, by sequence number modulo kWindow + 1.
+  std::vector<UniqueKeys> ring(kWindow + 1);
   DedupScratch scratch;
   std::int64_t unique = 0, lookups = 0;
   for (auto _ : state) {
-    const auto& raw = d.set.keys[static_cast<std::size_t>(d.seq % kDistinctBatches)];
+    const auto& raw = d.set.keys[static_cast<std::size_t>(d.pushed % kDistinctBatches)];
+    UniqueKeys& u = ring[static_cast<std::size_t>(d.pushed % (kWindow + 1))];
     dedup_keys(raw.data(), static_cast<std::int64_t>(raw.size()), u, scratch);
     unique += d.plan(u);
     lookups += static_cast<std::int64_t>(raw.size());

@@ -21,15 +21,28 @@ struct CalibrateArgs {
   std::string command;  ///< the command line as typed, for the sources
 };
 
+/// The keys of `plan` and `validate`: exactly one of workload, trace and criteo.
+struct InputArgs {
+  std::string workload;                ///< workload JSON file, or inline JSON starting with '{'
+  std::string trace;                   ///< STRTRACE file
+  std::string criteo;                  ///< Criteo TSV file
+  std::string tables = "criteo";       ///< criteo: the table set (as strata-bench --tables)
+  std::int64_t criteo_rows = 1953125;  ///< criteo: total rows of the "criteo" set (bench::kCriteoDefaultMaxRows)
+  std::int64_t batch = 8192;           ///< criteo: samples per step (strata-bench's default --batch)
+  bool criteo_label = true;            ///< criteo: lines start with the label
+  int dim = 64;                        ///< trace, criteo: dim of every table
+  std::int64_t steps = 0;              ///< workload: steps (0: twice its distinct batches)
+  double sample = 1.0;                 ///< spatial sampling rate of the keys (1: exact curves)
+  std::int64_t sample_check_keys = std::int64_t{1} << 22;  ///< sampled: exact keys the error is measured on
+};
+
 /// Arguments of `strata-tune plan`.
 struct PlanArgs {
-  std::string workload;  ///< workload JSON file, or inline JSON starting with '{'
-  std::string trace;     ///< STRTRACE file (exactly one of workload and trace)
+  InputArgs input;
   std::string profile = "h200-pcie5";
-  std::string hbm_budget;   ///< empty: the profile's HBM capacity
-  std::string host_budget;  ///< empty: the profile's host memory
-  std::int64_t steps = 0;   ///< workload: steps (0: twice its distinct batches)
-  int dim = 64;             ///< trace: dim of every table
+  std::string ranks = "1";  ///< ranks (GPUs) of the world, an integer >= 1 (> 1: every table gpu or hybrid, sharded)
+  std::string hbm_budget;   ///< per rank; empty: the profile's HBM capacity (of one GPU)
+  std::string host_budget;  ///< per rank; empty: the profile's host memory over the ranks sharing it
   std::string optimizer = "sgd";
   int max_in_flight = 8;
   int threads = 0;
@@ -37,7 +50,20 @@ struct PlanArgs {
   int belady_points = 4;  ///< curve points per table with Belady's optimum (0: none)
   std::string out;        ///< plan.json
   std::string html;       ///< report.html
+  std::string json;       ///< report.json (the plan's numbers; plan.json is the store config)
   bool progress = true;   ///< progress lines on stderr when it is a terminal
+};
+
+/// Arguments of `strata-tune validate`.
+struct ValidateArgs {
+  std::string plan;  ///< the plan (a store config, as `plan --out` writes it)
+  InputArgs input;   ///< the keys (dims, optimizers and threads are the plan's)
+  std::string profile = "h200-pcie5";
+  std::int64_t steps = 0;        ///< timed training steps (0: half the source's batches, at least 1)
+  std::string backend = "auto";  ///< strata-bench --backend
+  std::string bench;             ///< the strata-bench program (empty: the one next to strata-tune)
+  std::string out;               ///< JSON output
+  bool progress = true;
 };
 
 /// Resolves --profile/--from: an existing file as is, else bench/profiles/NAME.json.
@@ -45,5 +71,6 @@ std::string profile_path(const std::string& name_or_path);
 
 int run_calibrate(const CalibrateArgs& args);
 int run_plan(const PlanArgs& args);
+int run_validate(const ValidateArgs& args);
 
 }  // namespace strata::tune

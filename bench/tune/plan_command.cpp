@@ -1,45 +1,78 @@
 // strata-tune plan: read the keys, check the budgets, compute the curves, plan, report.
 
+#include <algorithm>
 #include <iostream>
 
-#include "bench/bounded_input.hpp"
 #include "bench/tune/byte_size.hpp"
 #include "bench/tune/command_util.hpp"
 #include "bench/tune/commands.hpp"
 #include "bench/tune/curves.hpp"
+#include "bench/tune/input_args.hpp"
 #include "bench/tune/plan_report.hpp"
 #include "bench/tune/planner.hpp"
+#include "bench/tune/shard_traces.hpp"
 #include "bench/workload.hpp"
 
 namespace strata::tune {
 namespace {
 
-Result<bench::WorkloadSpec> workload_of(const std::string& w) {
-  std::string text = w;
-  if (w.empty() || w.front() != '{') {
-    STRATA_ASSIGN_OR_RETURN(text, bench::read_input_file(w, "workload file"));
-  }
-  STRATA_RETURN_IF_ERROR(bench::parse_json_limited(text, "workload").status());
-  return bench::parse_workload_json(text);
+// Upper bound of --ranks: far above any world this store targets, low enough to refuse a typo.
+constexpr long kMaxRanks = 4096;
+
+Result<double> budget(const std::string& flag, const std::string& text, double fallback_bytes) {
+  if (text.empty()) return fallback_bytes;
+  return parse_byte_size(text, flag);
 }
 
-Result<double> budget(const std::string& flag, const std::string& text, const ProfileNumber& fallback) {
-  if (text.empty()) return fallback.value * 1e9;
-  return parse_byte_size(text, flag);
+Result<int> parse_ranks(const std::string& text) {
+  const auto bad = [&] {
+    return Status::invalid_argument("--ranks '" + text + "' (expected an integer in [1, " + std::to_string(kMaxRanks) +
+                                    "])");
+  };
+  if (text.empty() || text.size() > 6) return bad();
+  for (const char ch : text)
+    if (ch < '0' || ch > '9') return bad();
+  const long v = std::stol(text);
+  if (v < 1 || v > kMaxRanks) return bad();
+  return static_cast<int>(v);
+}
+
+// The curves of every rank's shard of every table (an empty curve for a rank that holds none).
+Result<std::vector<std::vector<HitCurve>>> shard_curves(const ShardInputs& shards, int points, double sample_rate,
+                                                        const ProgressFn& progress) {
+  std::vector<std::vector<HitCurve>> out;
+  for (const std::vector<TableTrace>& table : shards.traces) {
+    out.emplace_back();
+    for (const TableTrace& s : table) {
+      if (progress) progress("curves of table " + s.spec.name + "'s shards");
+      if (s.spec.rows == 0) {
+        out.back().emplace_back();
+        continue;
+      }
+      STRATA_ASSIGN_OR_RETURN(HitCurve c, table_curve(s, points, 0, sample_rate));
+      out.back().push_back(std::move(c));
+    }
+  }
+  return out;
 }
 
 }  // namespace
 
 int run_plan(const PlanArgs& a) {
   // Everything that can be checked without the keys, first.
-  if (a.workload.empty() == a.trace.empty()) return fail("give exactly one of --workload and --trace");
+  if (Status s = check_input_args(a.input); !s.is_ok()) return fail(s.message());
   const std::string ppath = profile_path(a.profile);
   auto profile = load_profile_file(ppath);
   if (!profile) return fail("--profile " + a.profile + ": " + profile.status().message());
   PlanOptions po;
-  auto hbm = budget("--hbm-budget", a.hbm_budget, profile->hbm_capacity_gb);
+  auto ranks = parse_ranks(a.ranks);
+  if (!ranks) return fail(ranks.status().message());
+  po.cost.ranks = *ranks;
+  // Budgets are per rank: one GPU's HBM, and the host memory of the ranks sharing a host.
+  const double ranks_per_host = std::max(1.0, std::min<double>(*ranks, profile->gpus.value));
+  auto hbm = budget("--hbm-budget", a.hbm_budget, profile->hbm_capacity_gb.value * 1e9);
   if (!hbm) return fail(hbm.status().message());
-  auto host = budget("--host-budget", a.host_budget, profile->host_memory_gb);
+  auto host = budget("--host-budget", a.host_budget, profile->host_memory_gb.value * 1e9 / ranks_per_host);
   if (!host) return fail(host.status().message());
   po.hbm_budget_bytes = *hbm;
   po.host_budget_bytes = *host;
@@ -51,21 +84,17 @@ int run_plan(const PlanArgs& a) {
   if (a.belady_points < 0) return fail("--belady-points " + std::to_string(a.belady_points) + " (expected >= 0)");
   auto optimizer = parse_optimizer(a.optimizer);
   if (!optimizer) return fail("--optimizer: " + optimizer.status().message());
-  for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--out", a.out}, {"--html", a.html}})
+  for (const auto& [flag, path] :
+       {std::pair<std::string, std::string>{"--out", a.out}, {"--html", a.html}, {"--json", a.json}})
     if (!path.empty())
       if (Status s = check_output(path, flag); !s.is_ok()) return fail(s.message());
 
   const ProgressFn progress = progress_printer(a.progress);
-  Result<TuneInput> input = Status::invalid_argument("no input");
-  if (!a.workload.empty()) {
-    auto spec = workload_of(a.workload);
-    if (!spec) return fail("--workload: " + spec.status().message());
-    input = load_workload(*spec, a.steps > 0 ? a.steps : 2 * spec->distinct_batches, *optimizer, progress);
-  } else {
-    input = load_trace(a.trace, a.dim, *optimizer, progress);
-  }
+  const Result<TuneInput> input = load_input(a.input, *optimizer, progress);
   if (!input) return fail(input.status().message());
-  if (Status s = check_budgets(*input, po); !s.is_ok()) return fail(s.message());
+  ShardInputs shards;
+  if (po.cost.ranks > 1) shards.traces = shard_traces(*input, po.cost.ranks);
+  if (Status s = check_budgets(*input, po, shards); !s.is_ok()) return fail(s.message());
 
   ReportContext ctx;
   ctx.source = input->source;
@@ -73,7 +102,7 @@ int run_plan(const PlanArgs& a) {
   ctx.options = po;
   for (const TableTrace& t : input->tables) {
     if (progress) progress("curves of table " + t.spec.name);
-    auto c = table_curve(t, a.points, a.belady_points);
+    auto c = table_curve(t, a.points, a.belady_points, input->sample_rate);
     if (!c) return fail(c.status().message(), 1);
     ctx.tables.push_back(std::move(c).value());
   }
@@ -81,7 +110,12 @@ int run_plan(const PlanArgs& a) {
   auto pools = pool_curves(*input, a.points);
   if (!pools) return fail(pools.status().message(), 1);
   ctx.pools = std::move(pools).value();
-  auto plan = make_plan(*input, ctx.tables, *profile, po);
+  if (po.cost.ranks > 1) {
+    auto sc = shard_curves(shards, a.points, input->sample_rate, progress);
+    if (!sc) return fail(sc.status().message(), 1);
+    shards.curves = std::move(sc).value();
+  }
+  auto plan = make_plan(*input, ctx.tables, *profile, po, shards);
   if (!plan) return fail(plan.status().message());
 
   std::cout << console_summary(*plan, ctx);
@@ -92,6 +126,10 @@ int run_plan(const PlanArgs& a) {
   if (!a.html.empty()) {
     if (Status s = write_output(a.html, html_report(*plan, ctx)); !s.is_ok()) return fail(s.message(), 1);
     std::cout << "wrote " << a.html << "\n";
+  }
+  if (!a.json.empty()) {
+    if (Status s = write_output(a.json, plan_json(*plan, ctx) + "\n"); !s.is_ok()) return fail(s.message(), 1);
+    std::cout << "wrote " << a.json << "\n";
   }
   return 0;
 }

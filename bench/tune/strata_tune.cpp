@@ -1,12 +1,38 @@
 // strata-tune: sizes memory tiers. `calibrate` measures this machine into a hardware profile;
-// `plan` turns a workload or a recorded trace, a profile and memory budgets into a placement for
-// every table (a store config), with hit-rate curves and a report. See bench/tune/commands.hpp.
+// `plan` turns a workload, a recorded trace or a Criteo TSV file, a profile and memory budgets into
+// a placement for every table (a store config), with hit-rate curves and a report; `validate` runs
+// a plan with strata-bench on the same keys and sets what it measures against what the plan
+// predicted. See bench/tune/commands.hpp and docs/tune.md.
 
 #include <CLI/CLI.hpp>
 
 #include <string>
 
 #include "bench/tune/commands.hpp"
+
+namespace {
+
+// The key source options `plan` and `validate` share.
+void add_input_options(CLI::App* app, strata::tune::InputArgs& in) {
+  app->add_option("--workload", in.workload, "workload JSON (a file, or inline starting with '{')");
+  app->add_option("--trace", in.trace, "recorded trace (STRTRACE, docs/trace-format.md)");
+  app->add_option("--criteo", in.criteo,
+                  "Criteo TSV file (label, I1..I13, C1..C26 per line), keyed as strata-bench --criteo");
+  app->add_option("--tables", in.tables, "criteo: table set, as strata-bench --tables (26 tables)")
+      ->capture_default_str();
+  app->add_option("--criteo-rows", in.criteo_rows, "criteo: total rows of the criteo table set")->capture_default_str();
+  app->add_option("--batch", in.batch, "criteo: samples per step")->capture_default_str();
+  app->add_flag("!--criteo-no-label", in.criteo_label, "criteo: the lines have no label column");
+  app->add_option("--sample", in.sample,
+                  "trace, criteo: keep this fraction of the keys (SHARDS spatial sampling, e.g. 0.01); the curves "
+                  "say their error measured against exact on the first lookups")
+      ->capture_default_str();
+  app->add_option("--sample-check-keys", in.sample_check_keys,
+                  "sampled: exact lookups kept from the start to measure the sampling error on")
+      ->capture_default_str();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using strata::tune::CalibrateArgs;
@@ -26,13 +52,16 @@ int main(int argc, char** argv) {
 
   PlanArgs p;
   CLI::App* plan = app.add_subcommand("plan", "place every table within HBM and host memory budgets");
-  plan->add_option("--workload", p.workload, "workload JSON (a file, or inline starting with '{')");
-  plan->add_option("--trace", p.trace, "recorded trace (STRTRACE, docs/trace-format.md)");
+  add_input_options(plan, p.input);
   plan->add_option("--profile", p.profile, "hardware profile: a name in bench/profiles or a file");
-  plan->add_option("--hbm-budget", p.hbm_budget, "HBM the plan may use, e.g. 80GB (default: the profile's)");
-  plan->add_option("--host-budget", p.host_budget, "host memory the plan may use (default: the profile's)");
-  plan->add_option("--steps", p.steps, "workload: steps planned (default twice its distinct batches)");
-  plan->add_option("--dim", p.dim, "trace: row width of every table");
+  plan->add_option("--ranks", p.ranks,
+                   "ranks (GPUs) to shard over: every table gpu or hybrid, row-wise; budgets per rank (default 1)");
+  plan->add_option("--hbm-budget", p.hbm_budget,
+                   "HBM the plan may use per rank (GPU), e.g. 80GB (default: the profile's, of one GPU)");
+  plan->add_option("--host-budget", p.host_budget,
+                   "host memory the plan may use per rank (default: the profile's, over min(ranks, gpus))");
+  plan->add_option("--steps", p.input.steps, "workload: steps planned (default twice its distinct batches)");
+  plan->add_option("--dim", p.input.dim, "trace, criteo: row width of every table");
   plan->add_option("--optimizer", p.optimizer, "optimizer of every table: sgd | adagrad | rowwise_adagrad | adam");
   plan->add_option("--max-in-flight", p.max_in_flight, "batches in flight (staging)");
   plan->add_option("--threads", p.threads, "store worker threads (0: all cores)");
@@ -42,6 +71,20 @@ int main(int argc, char** argv) {
   plan->add_flag("!--no-progress", p.progress, "no progress lines");
   plan->add_option("--out", p.out, "write the plan as a store config (JSON)");
   plan->add_option("--html", p.html, "write the report as a self-contained HTML page");
+  plan->add_option("--json", p.json, "write the report's numbers as JSON");
+
+  strata::tune::ValidateArgs v;
+  CLI::App* val = app.add_subcommand(
+      "validate", "run a plan with strata-bench on the same keys: predicted against measured, per table");
+  val->add_option("plan", v.plan, "the plan (a store config, as plan --out writes it)")->required();
+  add_input_options(val, v.input);
+  val->add_option("--dim", v.input.dim, "criteo: row width of every table (a trace takes the plan's dims)");
+  val->add_option("--profile", v.profile, "hardware profile of the predicted step: a name in bench/profiles or a file");
+  val->add_option("--steps", v.steps, "timed training steps (default: half the batches, so none repeats)");
+  val->add_option("--backend", v.backend, "strata-bench --backend: auto | cuda | emu")->capture_default_str();
+  val->add_option("--bench", v.bench, "the strata-bench program (default: the one next to strata-tune)");
+  val->add_option("--out", v.out, "write predicted and measured as JSON");
+  val->add_flag("!--no-progress", v.progress, "no progress lines");
 
   CLI11_PARSE(app, argc, argv);
   std::string command = "strata-tune";
@@ -50,5 +93,6 @@ int main(int argc, char** argv) {
     c.command = command;
     return strata::tune::run_calibrate(c);
   }
+  if (val->parsed()) return strata::tune::run_validate(v);
   return strata::tune::run_plan(p);
 }

@@ -34,7 +34,7 @@
 #include <limits>
 #include <vector>
 
-#include "cache/detail/prefetch.hpp"
+#include "cache/detail/cache_line_hint.hpp"
 
 namespace strata::cache::detail {
 
@@ -59,7 +59,7 @@ class EvictionOrder {
   }
 
   /// Starts loading the tail of a bucket's queue, where push_ranked() would write (a hint).
-  STRATA_PREFETCH_FN void prefetch_ranked(std::uint32_t bucket) const noexcept {
+  STRATA_CACHE_LINE_HINT void prefetch_ranked_line(std::uint32_t bucket) const noexcept {
     if (bucket >= queues_.size()) return;
     const Queue& q = queues_[bucket];
     if (q.head < q.items.size()) __builtin_prefetch(q.items.data() + q.items.size());

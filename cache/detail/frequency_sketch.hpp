@@ -26,7 +26,7 @@
 #include <cstring>
 #include <vector>
 
-#include "cache/detail/prefetch.hpp"
+#include "cache/detail/cache_line_hint.hpp"
 
 namespace strata::cache::detail {
 
@@ -56,7 +56,7 @@ class FrequencySketch {
   }
 
   /// Starts loading the line of hash `h` into the cache (a hint).
-  STRATA_PREFETCH_FN void prefetch(std::uint64_t h) const noexcept { __builtin_prefetch(&lines_[h & mask_]); }
+  STRATA_CACHE_LINE_HINT void prefetch_line(std::uint64_t h) const noexcept { __builtin_prefetch(&lines_[h & mask_]); }
 
   /// Counts a use of the key of hash `h` (mix64 of the key) at the tick given to start(); returns
   /// its level: floor(4 * log2(decayed count including this use)), capped at kMaxLevel.

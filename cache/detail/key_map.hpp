@@ -12,7 +12,8 @@
 // An entry holds the slot and 32 bits of the key's hash; the key itself lives in the slot's record,
 // so lookups take a `key_of(slot)` callable to confirm a candidate whose tag matches (for a
 // resident key, the record the caller reads next anyway; for an absent key it is almost never
-// called). prefetch() and prefetch_record() let a caller walking many keys hide the cache misses.
+// called). prefetch_line() and prefetch_record_line() let a caller walking many keys hide the cache
+// misses.
 // Not thread-safe.
 
 #include <cstdint>
@@ -22,7 +23,7 @@
 #include <emmintrin.h>
 #endif
 
-#include "cache/detail/prefetch.hpp"
+#include "cache/detail/cache_line_hint.hpp"
 #include "core/row_math.hpp"
 
 namespace strata::cache::detail {
@@ -63,13 +64,13 @@ class KeyMap {
   }
 
   /// Starts loading the home chunk of hash `h` into the cache (a hint; no effect on the contents).
-  STRATA_PREFETCH_FN void prefetch(std::uint64_t h) const noexcept { __builtin_prefetch(&chunks_[h & mask_]); }
+  STRATA_CACHE_LINE_HINT void prefetch_line(std::uint64_t h) const noexcept { __builtin_prefetch(&chunks_[h & mask_]); }
 
-  /// Once the home chunk of hash `h` is in cache (prefetch() earlier): starts loading the record of
+  /// Once the home chunk of hash `h` is in cache (prefetch_line() earlier): starts loading the record of
   /// the first slot there whose tag matches, which find() will read to confirm it. `record(slot)`
-  /// gives the record's address. A hint, like prefetch().
+  /// gives the record's address. A hint, like prefetch_line().
   template <class RecordOf>
-  STRATA_PREFETCH_FN void prefetch_record(std::uint64_t h, const RecordOf& record) const noexcept {
+  STRATA_CACHE_LINE_HINT void prefetch_record_line(std::uint64_t h, const RecordOf& record) const noexcept {
     const Chunk& ch = chunks_[h & mask_];
     const unsigned m = ch.match(tag_of(h));
     if (m != 0) {

@@ -19,7 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cache/detail/prefetch.hpp"
+#include "cache/detail/cache_line_hint.hpp"
 #include "core/row_math.hpp"
 
 namespace strata::cache::detail {
@@ -111,10 +111,10 @@ class WindowMap {
   }
 
   /// Starts loading the home entry of hash `hk` into the cache (a hint).
-  STRATA_PREFETCH_FN void prefetch(std::uint64_t hk) const noexcept { __builtin_prefetch(entry(hk & mask_)); }
-  /// As prefetch(), for a consume(): also the entry after the home one when it starts the next
+  STRATA_CACHE_LINE_HINT void prefetch_line(std::uint64_t hk) const noexcept { __builtin_prefetch(entry(hk & mask_)); }
+  /// As prefetch_line(), for a consume(): also the entry after the home one when it starts the next
   /// cache line (erasing a key's last use looks there).
-  STRATA_PREFETCH_FN void prefetch_consume(std::uint64_t hk) const noexcept {
+  STRATA_CACHE_LINE_HINT void prefetch_consume_lines(std::uint64_t hk) const noexcept {
     const std::size_t h = hk & mask_;
     __builtin_prefetch(entry(h));
     if (stride_ == 4 && (h & 1) != 0) __builtin_prefetch(entry((h + 1) & mask_));

@@ -9,7 +9,9 @@
 // visible at the next call that synchronizes or queries.
 //
 // Threads may call in on distinct streams, so every entry that touches the runtime first makes
-// this device current on the calling thread.
+// this device's primary context current on the calling thread, and restores the thread's own
+// context when it returns (cuda_detail::DeviceScope): Strata never changes the caller's current
+// device.
 
 #include <cuda_runtime_api.h>
 
@@ -29,6 +31,7 @@
 #include <vector>
 
 #include "gpu/cuda/cuda_try.hpp"
+#include "gpu/cuda/device_scope.hpp"
 #include "gpu/cuda/kernels.cuh"
 #include "gpu/detail/cuda_probe.hpp"
 #include "gpu/device.hpp"
@@ -37,6 +40,8 @@ namespace strata::gpu {
 namespace {
 
 using cuda_detail::cuda_status;
+using cuda_detail::DeviceScope;
+using cuda_detail::PrimaryContext;
 using kernels::kMaxHostParts;
 
 std::string hex(const void* p) {
@@ -69,11 +74,12 @@ int numa_node_of(int ordinal) {
 // where it does not).
 class CudaPinner final : public Pinner {
  public:
-  explicit CudaPinner(int ordinal) noexcept : ordinal_(ordinal) {}
+  explicit CudaPinner(const PrimaryContext& ctx) noexcept : ctx_(ctx) {}
 
   Status pin(void* addr, std::size_t len) override {
     if (len == 0) return Status::ok();
-    STRATA_CUDA_TRY(cudaSetDevice(ordinal_));
+    const DeviceScope scope(ctx_);
+    STRATA_RETURN_IF_ERROR(scope.status());
     const cudaError_t err = cudaHostRegister(addr, len, cudaHostRegisterPortable | cudaHostRegisterMapped);
     if (err == cudaSuccess) return Status::ok();
     (void)cudaGetLastError();  // not sticky: keep it out of later launch checks
@@ -85,8 +91,13 @@ class CudaPinner final : public Pinner {
 
   void unpin(void* addr, std::size_t len) noexcept override {
     if (len == 0) return;
-    cudaError_t err = cudaSetDevice(ordinal_);
-    if (err == cudaSuccess) err = cudaHostUnregister(addr);
+    const DeviceScope scope(ctx_);
+    if (!scope.ok()) {
+      std::fprintf(stderr, "strata: cuda pinner: cannot unpin host range [%s, %s): %s\n", hex(addr).c_str(),
+                   hex(static_cast<char*>(addr) + len).c_str(), scope.status().to_string().c_str());
+      return;
+    }
+    const cudaError_t err = cudaHostUnregister(addr);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
       std::fprintf(stderr, "strata: cuda pinner: cannot unpin host range [%s, %s): %s\n", hex(addr).c_str(),
@@ -97,16 +108,17 @@ class CudaPinner final : public Pinner {
   const char* name() const noexcept override { return "cuda"; }
 
  private:
-  int ordinal_;
+  const PrimaryContext& ctx_;
 };
 
 class CudaDevice;
 
 struct CudaStream final : detail::StreamState {
-  CudaStream(CudaDevice* d, cudaStream_t s) noexcept : dev(d), stream(s) {}
-  ~CudaStream() override;  // waits for the stream's work, as Stream promises
+  CudaStream(CudaDevice* d, cudaStream_t s, bool owns) noexcept;
+  ~CudaStream() override;  // an owned stream: waits for its work, as Stream promises, and destroys it
   CudaDevice* dev;
   cudaStream_t stream;
+  bool owned;  // false: a wrapper (Device::wrap_stream) of a stream someone else owns
 };
 
 struct CudaEvent final : detail::EventState {
@@ -124,49 +136,74 @@ struct HostTask {
 
 class CudaDevice final : public Device {
  public:
-  CudaDevice(DeviceInfo info, int numa_nodes, int sm_count)
-      : Device(std::move(info), numa_nodes), ordinal_(this->info().ordinal), sm_count_(sm_count), pinner_(ordinal_) {}
+  CudaDevice(DeviceInfo info, int numa_nodes, int sm_count, PrimaryContext ctx)
+      : Device(std::move(info), numa_nodes), sm_count_(sm_count), ctx_(std::move(ctx)), pinner_(ctx_) {}
 
   Pinner& pinner() noexcept override { return pinner_; }
 
   Result<Stream> create_stream() override {
-    STRATA_CUDA_TRY(cudaSetDevice(ordinal_));
-    auto state = std::make_unique<CudaStream>(this, nullptr);
+    const DeviceScope scope(ctx_);
+    STRATA_RETURN_IF_ERROR(scope.status());
+    auto state = std::make_unique<CudaStream>(this, nullptr, true);
     STRATA_CUDA_TRY(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking));
     return Stream(std::move(state));
   }
 
+  Result<Stream> wrap_stream(void* native) override {
+    const DeviceScope scope(ctx_);
+    STRATA_RETURN_IF_ERROR(scope.status());
+    auto s = static_cast<cudaStream_t>(native);
+    const std::string what = "device " + info().name + " (CUDA device " + std::to_string(ctx_.ordinal()) +
+                             "): wrap_stream(" + hex(native) + ")";
+    if (s == cudaStreamPerThread)
+      return Status::invalid_argument(what +
+                                      ": the per-thread default stream (cudaStreamPerThread) names another stream on "
+                                      "each thread, and Strata issues from several: pass a stream you created, or "
+                                      "nullptr for the legacy default stream");
+    if (!s) s = cudaStreamLegacy;
+    Result<CUcontext> ctx = cuda_detail::stream_context(s);
+    if (!ctx) return ctx.status().with_context(what);
+    if (ctx.value() != ctx_.get()) {
+      const Result<int> other = cuda_detail::context_device(ctx.value());
+      std::string owner = other ? "CUDA device " + std::to_string(other.value()) : "another CUDA context";
+      if (other && other.value() == ctx_.ordinal()) owner += " in a context other than its primary context";
+      return Status::invalid_argument(what + ": the stream belongs to " + owner +
+                                      "; expected a stream of this device's primary context (the runtime API's)");
+    }
+    return Stream(std::make_unique<CudaStream>(this, s, false));
+  }
+
   Result<Event> do_create_event() override {
-    STRATA_CUDA_TRY(cudaSetDevice(ordinal_));
+    const DeviceScope scope(ctx_);
+    STRATA_RETURN_IF_ERROR(scope.status());
     auto state = std::make_unique<CudaEvent>(this, nullptr);
     STRATA_CUDA_TRY(cudaEventCreateWithFlags(&state->event, cudaEventDisableTiming));
     return Event(std::move(state));
   }
 
   void record(EventView e, StreamView s) override {
-    if (!use_device()) return;
+    const DeviceScope scope(ctx_);
+    if (!entered(scope)) return;
     STRATA_CUDA_RECORD(*this, cudaEventRecord(event(e), stream(s)));
   }
 
   void wait(StreamView s, EventView e) override {
-    if (!use_device()) return;
+    const DeviceScope scope(ctx_);
+    if (!entered(scope)) return;
     // A never-recorded event is complete for CUDA, so this is a no-op then, as the interface says.
     STRATA_CUDA_RECORD(*this, cudaStreamWaitEvent(stream(s), event(e), 0));
   }
 
   Status synchronize(StreamView s) override {
-    if (use_device()) STRATA_CUDA_RECORD(*this, cudaStreamSynchronize(stream(s)));
+    const DeviceScope scope(ctx_);
+    if (entered(scope)) STRATA_CUDA_RECORD(*this, cudaStreamSynchronize(stream(s)));
     return status();
   }
 
   Status synchronize(EventView e) override {
-    if (use_device()) STRATA_CUDA_RECORD(*this, cudaEventSynchronize(event(e)));
+    const DeviceScope scope(ctx_);
+    if (entered(scope)) STRATA_CUDA_RECORD(*this, cudaEventSynchronize(event(e)));
     return status();
-  }
-
-  bool owns(StreamView s) const noexcept override {
-    const auto* st = dynamic_cast<const CudaStream*>(s.state());
-    return st && st->dev == this;
   }
 
   // Both ends of the range must be device memory of this ordinal (a range inside one allocation
@@ -177,7 +214,7 @@ class CudaDevice final : public Device {
       cudaPointerAttributes a{};
       const cudaError_t err = cudaPointerGetAttributes(&a, q);
       if (err != cudaSuccess) (void)cudaGetLastError();
-      const bool ok = err == cudaSuccess && a.type == cudaMemoryTypeDevice && a.device == ordinal_;
+      const bool ok = err == cudaSuccess && a.type == cudaMemoryTypeDevice && a.device == info().ordinal;
       if (ok) continue;
       std::ostringstream what;
       what << q << " of the range at " << p << " (" << bytes << " bytes) is ";
@@ -189,14 +226,15 @@ class CudaDevice final : public Device {
         what << "managed memory";
       else
         what << "device memory of CUDA device " << a.device;
-      what << " (expected device memory of CUDA device " << ordinal_ << ")";
+      what << " (expected device memory of CUDA device " << info().ordinal << ")";
       return Status::invalid_argument(what.str());
     }
     return Status::ok();
   }
 
   bool ready(EventView e) override {
-    if (!use_device()) return true;
+    const DeviceScope scope(ctx_);
+    if (!entered(scope)) return true;
     const cudaError_t err = cudaEventQuery(event(e));
     if (err == cudaSuccess) return true;
     if (err == cudaErrorNotReady) return false;
@@ -211,7 +249,8 @@ class CudaDevice final : public Device {
   }
 
   void host_task(StreamView s, std::function<void()> fn) override {
-    if (!begin_issue()) return;
+    const DeviceScope scope(ctx_);
+    if (!begin_issue(scope)) return;
     auto task = std::make_unique<HostTask>(HostTask{this, std::move(fn)});
     if (STRATA_CUDA_RECORD(*this, cudaLaunchHostFunc(stream(s), &run_host_task, task.get()))) {
       (void)task.release();  // run_host_task owns it now
@@ -226,14 +265,20 @@ class CudaDevice final : public Device {
     failed_.store(true, std::memory_order_release);
   }
 
-  /// Makes this device current on the calling thread; false (error recorded) if that failed.
-  bool use_device() { return STRATA_CUDA_RECORD(*this, cudaSetDevice(ordinal_)); }
+  /// Whether `scope` made this device current; records its error (sticky) when not.
+  bool entered(const DeviceScope& scope) {
+    if (scope.ok()) return true;
+    record_error(scope.status());
+    return false;
+  }
+  const PrimaryContext& context() const noexcept { return ctx_; }
 
   bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
 
  protected:
   Result<void*> do_allocate(std::size_t bytes) override {
-    STRATA_CUDA_TRY(cudaSetDevice(ordinal_));
+    const DeviceScope scope(ctx_);
+    STRATA_RETURN_IF_ERROR(scope.status());
     void* p = nullptr;
     const cudaError_t err = cudaMalloc(&p, bytes);
     if (err == cudaSuccess) return p;
@@ -245,11 +290,13 @@ class CudaDevice final : public Device {
   }
 
   void do_deallocate(void* p, std::size_t) noexcept override {
-    if (use_device()) STRATA_CUDA_RECORD(*this, cudaFree(p));
+    const DeviceScope scope(ctx_);
+    if (entered(scope)) STRATA_CUDA_RECORD(*this, cudaFree(p));
   }
 
   Result<void*> do_allocate_pinned(std::size_t bytes) override {
-    STRATA_CUDA_TRY(cudaSetDevice(ordinal_));
+    const DeviceScope scope(ctx_);
+    STRATA_RETURN_IF_ERROR(scope.status());
     void* p = nullptr;
     const cudaError_t err = cudaMallocHost(&p, bytes);
     if (err == cudaSuccess) return p;
@@ -261,11 +308,14 @@ class CudaDevice final : public Device {
   }
 
   void do_deallocate_pinned(void* p, std::size_t) noexcept override {
-    if (use_device()) STRATA_CUDA_RECORD(*this, cudaFreeHost(p));
+    const DeviceScope scope(ctx_);
+    if (entered(scope)) STRATA_CUDA_RECORD(*this, cudaFreeHost(p));
   }
 
   void do_copy(StreamView s, void* dst, const void* src, std::size_t bytes, CopyKind kind) override {
-    if (bytes == 0 || !begin_issue()) return;
+    if (bytes == 0) return;
+    const DeviceScope scope(ctx_);
+    if (!begin_issue(scope)) return;
     const cudaMemcpyKind k = kind == CopyKind::kH2D   ? cudaMemcpyHostToDevice
                              : kind == CopyKind::kD2H ? cudaMemcpyDeviceToHost
                                                       : cudaMemcpyDeviceToDevice;
@@ -273,12 +323,16 @@ class CudaDevice final : public Device {
   }
 
   void do_gather_pool(StreamView s, SlotPool pool, const std::vector<LookupFeature>& features) override {
-    if (features.empty() || !begin_issue()) return;
+    if (features.empty()) return;
+    const DeviceScope scope(ctx_);
+    if (!begin_issue(scope)) return;
     issue_gathers(s, kernels::gather_launches(kernels::pool_source(pool), pool.dim, features));
   }
 
   void do_gather_pool_host(StreamView s, RowRef table, const std::vector<LookupFeature>& features) override {
-    if (features.empty() || !begin_issue()) return;
+    if (features.empty()) return;
+    const DeviceScope scope(ctx_);
+    if (!begin_issue(scope)) return;
     if (table.parts < 1 || table.parts > kMaxHostParts) {
       record_error(Status::invalid_argument("device " + info().name + ": gather_pool_host reads host tables of 1 to " +
                                             std::to_string(kMaxHostParts) + " parts (NUMA nodes), got " +
@@ -299,32 +353,41 @@ class CudaDevice final : public Device {
   }
 
   void do_backward_update(StreamView s, SlotPool pool, const std::vector<UpdateFeature>& features) override {
-    if (features.empty() || !begin_issue()) return;
+    if (features.empty()) return;
+    const DeviceScope scope(ctx_);
+    if (!begin_issue(scope)) return;
     for (const auto& a : kernels::update_launches(pool, features))
       if (!STRATA_CUDA_RECORD(*this, cuda_detail::launch_update(a, stream(s), sm_count_))) return;
   }
 
   void do_pack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* dst) override {
-    if (n <= 0 || !begin_issue()) return;
+    if (n <= 0) return;
+    const DeviceScope scope(ctx_);
+    if (!begin_issue(scope)) return;
     const kernels::RecordArgs a{pool.base, pool.stride, slots, n, dst};
     STRATA_CUDA_RECORD(*this, cuda_detail::launch_records(a, false, stream(s), sm_count_));
   }
 
   void do_unpack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, const float* src) override {
-    if (n <= 0 || !begin_issue()) return;
+    if (n <= 0) return;
+    const DeviceScope scope(ctx_);
+    if (!begin_issue(scope)) return;
     const kernels::RecordArgs a{pool.base, pool.stride, slots, n, const_cast<float*>(src)};
     STRATA_CUDA_RECORD(*this, cuda_detail::launch_records(a, true, stream(s), sm_count_));
   }
 
   void do_records_host(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* const* rows,
                        bool to_host) override {
-    if (n <= 0 || !begin_issue()) return;
+    if (n <= 0) return;
+    const DeviceScope scope(ctx_);
+    if (!begin_issue(scope)) return;
     const kernels::HostRecordArgs a{pool.base, pool.stride, pool.dim + pool.state_dim, slots, rows, n};
     STRATA_CUDA_RECORD(*this, cuda_detail::launch_host_records(a, to_host, stream(s), sm_count_));
   }
 
   Result<float*> device_address(float* host) override {
-    if (!use_device()) return Status::unavailable("device " + info().name + ": cannot make it current");
+    const DeviceScope scope(ctx_);
+    if (!scope.ok()) return scope.status().with_context("device " + info().name + ": cannot make it current");
     void* mapped = nullptr;
     const cudaError_t err = cudaHostGetDevicePointer(&mapped, host, 0);
     if (err != cudaSuccess) {
@@ -337,14 +400,18 @@ class CudaDevice final : public Device {
 
   void do_init_records(StreamView s, SlotPool pool, std::int64_t first_slot, std::int64_t n,
                        const RecordInit& init) override {
-    if (n <= 0 || !begin_issue()) return;
+    if (n <= 0) return;
+    const DeviceScope scope(ctx_);
+    if (!begin_issue(scope)) return;
     const kernels::InitArgs a{pool.base, pool.stride, pool.dim, pool.state_dim, first_slot, n, init};
     STRATA_CUDA_RECORD(*this, cuda_detail::launch_init(a, stream(s), sm_count_));
   }
 
   void do_count_nonfinite(StreamView s, const std::vector<FloatRange>& ranges, std::int64_t* partial,
                           std::int64_t* totals) override {
-    if (ranges.empty() || !begin_issue()) return;
+    if (ranges.empty()) return;
+    const DeviceScope scope(ctx_);
+    if (!begin_issue(scope)) return;
     for (const auto& a : kernels::finite_launches(ranges, partial, totals))
       if (!STRATA_CUDA_RECORD(*this, cuda_detail::launch_nonfinite(a, stream(s), sm_count_))) return;
   }
@@ -360,8 +427,8 @@ class CudaDevice final : public Device {
   }
 
   // Whether to issue a copy, kernel or host task: not after a sticky error (as emu), and only
-  // once this device is current.
-  bool begin_issue() { return !failed() && use_device(); }
+  // while this device is current (`scope`).
+  bool begin_issue(const DeviceScope& scope) { return !failed() && entered(scope); }
 
   void issue_gathers(StreamView s, const std::vector<kernels::GatherArgs>& launches) {
     for (const auto& a : launches)
@@ -375,17 +442,21 @@ class CudaDevice final : public Device {
     if (!task->dev->failed()) task->fn();
   }
 
-  const int ordinal_;
   const int sm_count_;
+  const PrimaryContext ctx_;  // this device's primary context, retained while the device lives
   CudaPinner pinner_;
   std::mutex error_m_;
   Status error_;
   std::atomic<bool> failed_{false};
 };
 
+CudaStream::CudaStream(CudaDevice* d, cudaStream_t s, bool owns) noexcept
+    : StreamState(d), dev(d), stream(s), owned(owns) {}
+
 CudaStream::~CudaStream() {
-  if (!stream) return;
-  if (dev->use_device()) {
+  if (!stream || !owned) return;
+  const DeviceScope scope(dev->context());
+  if (dev->entered(scope)) {
     STRATA_CUDA_RECORD(*dev, cudaStreamSynchronize(stream));
     STRATA_CUDA_RECORD(*dev, cudaStreamDestroy(stream));
   }
@@ -393,7 +464,8 @@ CudaStream::~CudaStream() {
 
 CudaEvent::~CudaEvent() {
   if (!event) return;
-  if (dev->use_device()) STRATA_CUDA_RECORD(*dev, cudaEventDestroy(event));
+  const DeviceScope scope(dev->context());
+  if (dev->entered(scope)) STRATA_CUDA_RECORD(*dev, cudaEventDestroy(event));
 }
 
 }  // namespace
@@ -404,7 +476,11 @@ Result<std::unique_ptr<Device>> make_cuda_device(int ordinal, std::size_t capaci
   if (ordinal < 0 || ordinal >= count)
     return Status::unavailable("CUDA device " + std::to_string(ordinal) + " is not visible: " + std::to_string(count) +
                                " GPU(s) visible, ordinals [0, " + std::to_string(count) + ")");
-  STRATA_CUDA_TRY(cudaSetDevice(ordinal));
+  // The device's primary context, made current only while it is queried: the caller's current
+  // device stays as it was.
+  STRATA_ASSIGN_OR_RETURN(PrimaryContext ctx, PrimaryContext::retain(ordinal));
+  const DeviceScope scope(ctx);
+  STRATA_RETURN_IF_ERROR(scope.status());
   cudaDeviceProp prop{};
   STRATA_CUDA_TRY(cudaGetDeviceProperties(&prop, ordinal));
   std::size_t free_bytes = 0, total_bytes = 0;
@@ -418,7 +494,7 @@ Result<std::unique_ptr<Device>> make_cuda_device(int ordinal, std::size_t capaci
   info.ordinal = ordinal;
   info.capacity = capacity > 0 ? std::min(free_bytes, capacity) : free_bytes;
   info.numa_node = numa_node_of(ordinal);
-  return std::unique_ptr<Device>(std::make_unique<CudaDevice>(std::move(info), numa_nodes, sm_count));
+  return std::unique_ptr<Device>(std::make_unique<CudaDevice>(std::move(info), numa_nodes, sm_count, std::move(ctx)));
 }
 
 static_assert(cudaSuccess == detail::kCudaSuccess && cudaErrorNoDevice == detail::kCudaErrorNoDevice &&

@@ -17,6 +17,10 @@
 // A violation is a programming error in Strata; it becomes the device's sticky error at the call
 // (as the cuda backend records a failed cudaMemcpyAsync), naming the operation, the pointers'
 // kinds and the bytes, and the operation does not run.
+// - Each thread has a current device (gpu/current_device.hpp, the stand-in for the CUDA runtime's):
+//   every operation makes its device current for its duration and restores the caller's (EmuScope,
+//   as the cuda backend's DeviceScope), and issuing stream work or allocating without its device
+//   current is refused like the violations above.
 
 #include <tbb/task_arena.h>
 
@@ -34,6 +38,7 @@
 #include <string>
 #include <thread>
 
+#include "gpu/current_device.hpp"
 #include "gpu/device.hpp"
 #include "gpu/kernels/host_grid.hpp"
 #include "host/fp_env.hpp"
@@ -42,6 +47,22 @@ namespace strata::gpu {
 namespace {
 
 constexpr std::size_t kAlign = 64;
+
+// The emu device current on this thread (its id; -1: none): see gpu/current_device.hpp.
+thread_local int t_current_device = -1;
+
+// Makes emu device `id` current on the calling thread for a scope and restores the thread's
+// previous current device after (the emu counterpart of gpu/cuda/device_scope.hpp).
+class EmuScope {
+ public:
+  explicit EmuScope(int id) noexcept : previous_(t_current_device) { t_current_device = id; }
+  ~EmuScope() { t_current_device = previous_; }
+  EmuScope(const EmuScope&) = delete;
+  EmuScope& operator=(const EmuScope&) = delete;
+
+ private:
+  int previous_;
+};
 
 void* aligned_bytes(std::size_t bytes) { return std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign); }
 
@@ -253,10 +274,37 @@ struct Task {
   bool control = false;  // event records/waits run even after a fault, so nothing waits forever
 };
 
-class EmuStream final : public detail::StreamState {
+class EmuStream;
+
+// The state behind every emu StreamView: an owning stream (EmuStream) or a wrapper of one
+// (Device::wrap_stream). `queue` is the stream that runs the work. Every live one is in a
+// process-wide registry, so that wrap_stream can tell an emu stream handle from any other pointer
+// without dereferencing it.
+class EmuStreamBase : public detail::StreamState {
+ public:
+  EmuStreamBase(EmuDevice* dev, EmuStream* queue);
+  ~EmuStreamBase() override;
+  EmuDevice* const dev;
+  EmuStream* const queue;
+
+  /// The live emu stream state at `p`, or nullptr when `p` is none.
+  static EmuStreamBase* find(const void* p);
+};
+
+std::mutex& stream_registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+// Live stream states by the address StreamView::state() gives.
+std::map<const void*, EmuStreamBase*>& stream_registry() {
+  static std::map<const void*, EmuStreamBase*> r;
+  return r;
+}
+
+class EmuStream final : public EmuStreamBase {
  public:
   // The worker runs with the default FP environment, not the one of the thread creating the stream.
-  EmuStream(EmuDevice* dev, std::uint64_t seed) : dev_(dev), rng_(seed) {
+  EmuStream(EmuDevice* dev, std::uint64_t seed) : EmuStreamBase(dev, this), dev_(dev), rng_(seed) {
     worker_ = std::thread([this] {
       DefaultFpEnv fp;
       run();
@@ -282,7 +330,6 @@ class EmuStream final : public detail::StreamState {
     std::unique_lock<std::mutex> lock(m_);
     idle_.wait(lock, [&] { return pending_ == 0; });
   }
-  const EmuDevice* device() const noexcept { return dev_; }
 
  private:
   void run();
@@ -313,11 +360,38 @@ class EmuDevice final : public Device {
   Pinner& pinner() noexcept override { return pinner_; }
 
   Result<Stream> create_stream() override {
-    return Stream(std::make_unique<EmuStream>(this, options_.seed * 0x9E3779B97F4A7C15ull + streams_.fetch_add(1)));
+    const EmuScope scope(id_);
+    return Stream(std::make_unique<EmuStream>(this, next_seed()));
   }
-  Result<Event> do_create_event() override { return Event(std::make_unique<EmuEvent>()); }
+
+  // The native handle of an emu stream is its StreamView::state() (see Device::wrap_stream).
+  Result<Stream> wrap_stream(void* native) override {
+    const EmuScope scope(id_);
+    EmuStream* queue = nullptr;
+    if (!native) {
+      std::call_once(default_once_, [&] { default_stream_ = std::make_unique<EmuStream>(this, next_seed()); });
+      queue = default_stream_.get();
+    } else {
+      EmuStreamBase* found = EmuStreamBase::find(native);
+      if (!found)
+        return Status::invalid_argument(name() + ": wrap_stream(" + hex(native) +
+                                        "): not a live emu stream (the native handle of an emu stream is its "
+                                        "StreamView::state(); nullptr is the default stream)");
+      if (found->dev != this)
+        return Status::invalid_argument(name() + ": wrap_stream(" + hex(native) + "): a stream of emu device " +
+                                        std::to_string(found->dev->id()) + ", not of this device");
+      queue = found->queue;
+    }
+    return Stream(std::make_unique<EmuStreamBase>(this, queue));
+  }
+  int id() const noexcept { return id_; }
+  Result<Event> do_create_event() override {
+    const EmuScope scope(id_);
+    return Event(std::make_unique<EmuEvent>());
+  }
 
   void record(EventView e, StreamView s) override {
+    const EmuScope scope(id_);
     auto core = static_cast<EmuEvent*>(e.state())->core;
     std::uint64_t g;
     {
@@ -334,6 +408,7 @@ class EmuDevice final : public Device {
                     true});
   }
   void wait(StreamView s, EventView e) override {
+    const EmuScope scope(id_);
     auto core = static_cast<EmuEvent*>(e.state())->core;
     std::uint64_t g;
     {
@@ -344,10 +419,12 @@ class EmuDevice final : public Device {
     stream(s).push({[core, g] { core->wait_for(g); }, true});
   }
   Status synchronize(StreamView s) override {
+    const EmuScope scope(id_);
     stream(s).drain();
     return status();
   }
   Status synchronize(EventView e) override {
+    const EmuScope scope(id_);
     auto& core = *static_cast<EmuEvent*>(e.state())->core;
     std::uint64_t g;
     {
@@ -356,10 +433,6 @@ class EmuDevice final : public Device {
     }
     core.wait_for(g);
     return status();
-  }
-  bool owns(StreamView s) const noexcept override {
-    const auto* st = dynamic_cast<const EmuStream*>(s.state());
-    return st && st->device() == this;
   }
   Status check_device_range(const void* p, std::size_t bytes) const override {
     if (bytes == 0) return Status::ok();
@@ -370,6 +443,7 @@ class EmuDevice final : public Device {
   }
 
   bool ready(EventView e) override {
+    const EmuScope scope(id_);
     auto& core = *static_cast<EmuEvent*>(e.state())->core;
     std::lock_guard<std::mutex> lock(core.m);
     return core.completed >= core.recorded;
@@ -379,7 +453,10 @@ class EmuDevice final : public Device {
     return error_;
   }
 
-  void host_task(StreamView s, std::function<void()> fn) override { stream(s).push({std::move(fn), false}); }
+  void host_task(StreamView s, std::function<void()> fn) override {
+    const EmuScope scope(id_);
+    stream(s).push({std::move(fn), false});
+  }
 
   // Runs on a stream worker before every non-control task: the fault injector.
   bool admit() {
@@ -403,6 +480,8 @@ class EmuDevice final : public Device {
 
  protected:
   Result<void*> do_allocate(std::size_t bytes) override {
+    const EmuScope scope(id_);
+    need_current("allocation");
     void* p = aligned_bytes(bytes);
     if (!p)
       return Status::resource_exhausted("emu device: host allocation of " + std::to_string(bytes) + " bytes failed");
@@ -411,6 +490,7 @@ class EmuDevice final : public Device {
     return tagged;
   }
   void do_deallocate(void* p, std::size_t bytes) noexcept override {
+    const EmuScope scope(id_);
     if (!emu_memory().remove_device(p, bytes, id_)) {
       record_error(Status::internal(name() + ": free of " + hex(p) + " (" + std::to_string(bytes) +
                                     " bytes), which is " + describe(p, bytes)));
@@ -419,6 +499,7 @@ class EmuDevice final : public Device {
     std::free(emu_untag(p));
   }
   Result<void*> do_allocate_pinned(std::size_t bytes) override {
+    const EmuScope scope(id_);
     void* p = aligned_bytes(bytes);
     if (!p)
       return Status::resource_exhausted("emu device: pinned allocation of " + std::to_string(bytes) + " bytes failed");
@@ -430,6 +511,7 @@ class EmuDevice final : public Device {
     return p;
   }
   void do_deallocate_pinned(void* p, std::size_t bytes) noexcept override {
+    const EmuScope scope(id_);
     Status st = emu_memory().remove_host(p, bytes, EmuMemory::HostKind::kAllocated);
     if (!st.is_ok()) {
       record_error(st.with_context(name() + ": free of pinned memory"));
@@ -441,6 +523,7 @@ class EmuDevice final : public Device {
   // As cudaMemcpyAsync with an explicit kind: a pointer of the wrong kind is refused at the call
   // and becomes the sticky error (see the top of this file). Zero bytes check nothing, as CUDA.
   void do_copy(StreamView s, void* dst, const void* src, std::size_t bytes, CopyKind kind) override {
+    const EmuScope scope(id_);
     if (bytes) {
       const bool dst_dev = kind != CopyKind::kD2H, src_dev = kind != CopyKind::kH2D;
       const std::string bad_dst = misuse(dst, bytes, dst_dev ? kDeviceOnly : kPinnedHostOnly);
@@ -467,6 +550,7 @@ class EmuDevice final : public Device {
   // split as the cuda backend splits them. Each op first checks and untags what it was given
   // (to_host).
   void do_gather_pool(StreamView s, SlotPool pool, const std::vector<LookupFeature>& device_features) override {
+    const EmuScope scope(id_);
     std::vector<LookupFeature> features = device_features;
     if (!to_host("gather_pool", pool, features)) return;
     kernel(s, [launches = kernels::gather_launches(kernels::pool_source(pool), pool.dim, features)] {
@@ -475,6 +559,7 @@ class EmuDevice final : public Device {
   }
 
   void do_gather_pool_host(StreamView s, RowRef table, const std::vector<LookupFeature>& device_features) override {
+    const EmuScope scope(id_);
     if (table.parts < 1 || table.parts > kernels::kMaxHostParts) {
       record_error(Status::invalid_argument(name() + ": gather_pool_host reads host tables of 1 to " +
                                             std::to_string(kernels::kMaxHostParts) + " parts (NUMA nodes), got " +
@@ -490,6 +575,7 @@ class EmuDevice final : public Device {
   }
 
   void do_backward_update(StreamView s, SlotPool pool, const std::vector<UpdateFeature>& device_features) override {
+    const EmuScope scope(id_);
     std::vector<UpdateFeature> features = device_features;
     if (!to_host("backward_update", pool, features)) return;
     kernel(s, [this, features, launches = kernels::update_launches(pool, features)] {
@@ -525,12 +611,14 @@ class EmuDevice final : public Device {
   }
 
   void do_pack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* dst) override {
+    const EmuScope scope(id_);
     if (!to_host("pack_records", pool, slots, n, dst)) return;
     const kernels::RecordArgs a{pool.base, pool.stride, slots, n, dst};
     kernel(s, [a] { kernels::run_records(a, false); });
   }
 
   void do_unpack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, const float* src) override {
+    const EmuScope scope(id_);
     if (!to_host("unpack_records", pool, slots, n, src)) return;
     const kernels::RecordArgs a{pool.base, pool.stride, slots, n, const_cast<float*>(src)};
     kernel(s, [a] { kernels::run_records(a, true); });
@@ -538,6 +626,7 @@ class EmuDevice final : public Device {
 
   void do_records_host(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* const* rows,
                        bool to_host_records) override {
+    const EmuScope scope(id_);
     ArgCheck c{this, to_host_records ? "records_to_host" : "records_from_host", {}};
     c("pool", pool.base, pool.slots * pool.record_bytes(), kDeviceOnly);
     c("slots", slots, n * static_cast<std::int64_t>(sizeof(Key)));
@@ -556,6 +645,7 @@ class EmuDevice final : public Device {
   }
 
   Result<float*> device_address(float* host) override {
+    const EmuScope scope(id_);
     const std::string bad = misuse(host, sizeof(float), kPinnedHostOnly);
     if (!bad.empty())
       return Status::invalid_argument(name() + ": device_address of " + hex(host) + ", which is " +
@@ -565,6 +655,7 @@ class EmuDevice final : public Device {
 
   void do_init_records(StreamView s, SlotPool pool, std::int64_t first_slot, std::int64_t n,
                        const RecordInit& init) override {
+    const EmuScope scope(id_);
     ArgCheck c{this, "init_records", {}};
     c("records", pool.base + first_slot * pool.stride, n * pool.record_bytes(), kDeviceOnly);
     if (!check_done(c)) return;
@@ -574,6 +665,7 @@ class EmuDevice final : public Device {
 
   void do_count_nonfinite(StreamView s, const std::vector<FloatRange>& device_ranges, std::int64_t* partial,
                           std::int64_t* totals) override {
+    const EmuScope scope(id_);
     ArgCheck c{this, "count_nonfinite", {}};
     std::vector<FloatRange> ranges = device_ranges;
     for (const FloatRange& r : ranges) c("data", r.data, r.n * static_cast<std::int64_t>(sizeof(float)));
@@ -730,18 +822,33 @@ class EmuDevice final : public Device {
     info.capacity = o.capacity;
     return info;
   }
-  static EmuStream& stream(StreamView s) { return *static_cast<EmuStream*>(s.state()); }
+  // The stream work of `s` is issued to; as the CUDA runtime, it needs this device current on the
+  // calling thread (an operation without its EmuScope is refused: sticky error).
+  EmuStream& stream(StreamView s) {
+    need_current("stream work");
+    return *static_cast<EmuStreamBase*>(s.state())->queue;
+  }
+  void need_current(const char* what) {
+    if (t_current_device != id_)
+      record_error(Status::internal(name() + ": " + what + " issued while the calling thread's current device is " +
+                                    std::to_string(t_current_device) + ", not this device " + std::to_string(id_) +
+                                    " (every operation must make its device current: EmuScope)"));
+  }
   // Kernels run inside the device's arena, so they use its threads, not the caller's.
   template <class F>
   void kernel(StreamView s, F fn) {
     stream(s).push({[this, fn = std::move(fn)] { arena_.execute(fn); }, false});
   }
 
+  std::uint64_t next_seed() { return options_.seed * 0x9E3779B97F4A7C15ull + streams_.fetch_add(1); }
+
   EmuOptions options_;
   tbb::task_arena arena_;
   EmuPinner pinner_;
   const int id_;
   std::atomic<std::uint64_t> streams_{0};
+  std::once_flag default_once_;
+  std::unique_ptr<EmuStream> default_stream_;  // wrap_stream(nullptr); made on first use
   std::atomic<std::int64_t> ops_{0};
   std::mutex error_m_;
   Status error_;
@@ -756,6 +863,22 @@ void EmuPinner::unpin(void* addr, std::size_t len) noexcept {
   st = Status::internal("emu pinner: cannot unpin: " + st.message());
   std::fprintf(stderr, "strata: %s\n", st.message().c_str());
   dev_->record_error(std::move(st));
+}
+
+EmuStreamBase::EmuStreamBase(EmuDevice* d, EmuStream* q) : StreamState(d), dev(d), queue(q) {
+  std::lock_guard<std::mutex> lock(stream_registry_mutex());
+  stream_registry()[static_cast<const detail::StreamState*>(this)] = this;
+}
+
+EmuStreamBase::~EmuStreamBase() {
+  std::lock_guard<std::mutex> lock(stream_registry_mutex());
+  stream_registry().erase(static_cast<const detail::StreamState*>(this));
+}
+
+EmuStreamBase* EmuStreamBase::find(const void* p) {
+  std::lock_guard<std::mutex> lock(stream_registry_mutex());
+  const auto it = stream_registry().find(p);
+  return it == stream_registry().end() ? nullptr : it->second;
 }
 
 void EmuStream::run() {
@@ -781,6 +904,9 @@ void EmuStream::run() {
 }
 
 }  // namespace
+
+int emu_current_device() noexcept { return t_current_device; }
+void set_emu_current_device(int id) noexcept { t_current_device = id; }
 
 Result<std::unique_ptr<Device>> make_emu_device(const EmuOptions& options) {
   if (options.capacity == 0) return Status::invalid_argument("emu device: capacity must be > 0 bytes");

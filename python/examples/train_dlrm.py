@@ -4,14 +4,19 @@ one pooled embedding per categorical feature (26 tables, Criteo's shape), pairwi
 interaction, top MLP, binary cross-entropy. Data: synthetic Criteo-shaped batches (labels from a
 hidden rule, so the loss can go down), or a Criteo TSV file (label, 13 integer, 26 hex fields)
 with --criteo. Prints the loss and samples/s every --log-every steps; --torch-tables trains the
-same model with torch.nn.EmbeddingBag tables (+ sparse Adagrad) instead, for comparison.
+same model with torch.nn.EmbeddingBag tables (+ sparse Adagrad) instead, for comparison, one
+EmbeddingBag per table or, with --torch-tables fused, one EmbeddingBag holding every table (one
+lookup and one optimizer step per batch: plain PyTorch's fastest form). --json PATH writes the
+run's figures (samples/s per window, their median without the first window, losses).
 
   PYTHONPATH=build/default/python /usr/bin/python3 python/examples/train_dlrm.py --steps 200
 """
 
 import argparse
 import itertools
+import json
 import math
+import statistics
 import time
 
 import numpy as np
@@ -68,6 +73,25 @@ class TorchTables(nn.Module):
         return out
 
 
+class FusedTorchTables(nn.Module):
+    """Every table in one torch.nn.EmbeddingBag (table i's rows at i * rows), so a batch is one
+    lookup and one sparse optimizer step, as TorchRec's unsharded fused path does without FBGEMM."""
+
+    def __init__(self, rows, dim):
+        super().__init__()
+        self.rows = rows
+        self.names = [f"c{i}" for i in range(SPARSE)]
+        self.bag = nn.EmbeddingBag(rows * SPARSE, dim, mode="sum", sparse=True)
+        nn.init.uniform_(self.bag.weight, -0.05, 0.05)
+
+    def forward(self, sparse):
+        keys = torch.cat([sparse[n]["keys"] + i * self.rows for i, n in enumerate(self.names)])
+        lengths = torch.cat([sparse[n]["lengths"] for n in self.names])
+        offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lengths, 0)[:-1]])
+        pooled = self.bag(keys, offsets).view(SPARSE, -1, self.bag.embedding_dim)
+        return {n: pooled[i] for i, n in enumerate(self.names)}
+
+
 def synthetic_batches(batch, rows, seed):
     """Criteo-shaped batches: 13 log-scaled dense features, 26 one-hot categorical features with
     Zipf-skewed ids; the label depends on the dense features and a hidden score per id."""
@@ -117,7 +141,9 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=0, help="Strata and torch threads (0: torch's default)")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--criteo", help="a Criteo TSV file (default: synthetic data)")
-    p.add_argument("--torch-tables", action="store_true", help="torch.nn.EmbeddingBag tables instead of Strata")
+    p.add_argument("--torch-tables", nargs="?", const="per-table", choices=["per-table", "fused"],
+                   help="torch.nn.EmbeddingBag tables instead of Strata: one per table (default) or all in one")
+    p.add_argument("--json", help="write samples/s per window, their median and the losses to this file")
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
@@ -127,7 +153,7 @@ def main(argv=None):
     threads = a.threads or torch.get_num_threads()
 
     if a.torch_tables:
-        tables = TorchTables(a.rows, a.dim)
+        tables = (FusedTorchTables if a.torch_tables == "fused" else TorchTables)(a.rows, a.dim)
         sparse_opt = torch.optim.Adagrad(tables.parameters(), lr=a.lr, eps=1e-8)
     else:
         table = {"rows": a.rows, "dim": a.dim, "placement": a.mode, "init": {"bound": 0.05, "seed": a.seed},
@@ -148,7 +174,7 @@ def main(argv=None):
     if not a.torch_tables:
         data = ((d, s, y) for (d, _, y), s in st.pipelined(tables, data, sparse=lambda b: b[1], ahead=1))
 
-    losses, t0, window_loss, window_n = [], time.perf_counter(), 0.0, 0
+    losses, rates, t0, window_loss, window_n = [], [], time.perf_counter(), 0.0, 0
     for step, (dense, sparse, label) in enumerate(data, 1):
         dense_opt.zero_grad()
         if sparse_opt:
@@ -161,10 +187,17 @@ def main(argv=None):
         losses.append(loss.item())
         window_loss, window_n = window_loss + loss.item(), window_n + 1
         if step % a.log_every == 0:
-            dt = time.perf_counter() - t0
-            print(f"step {step:6d}  loss {window_loss / window_n:.4f}  {window_n * a.batch / dt:,.0f} samples/s",
-                  flush=True)
+            rates.append(window_n * a.batch / (time.perf_counter() - t0))
+            print(f"step {step:6d}  loss {window_loss / window_n:.4f}  {rates[-1]:,.0f} samples/s", flush=True)
             t0, window_loss, window_n = time.perf_counter(), 0.0, 0
+    if a.json:
+        tables_kind = "strata " + a.mode if not a.torch_tables else "torch " + a.torch_tables
+        steady = rates[1:] or rates  # the first window includes warm-up
+        with open(a.json, "w") as f:
+            json.dump({"tables": tables_kind, "threads": threads, "batch": a.batch, "rows": a.rows, "dim": a.dim,
+                       "steps": a.steps, "log_every": a.log_every, "samples_per_s": rates,
+                       "median_samples_per_s": statistics.median(steady) if steady else None,
+                       "losses": losses}, f, indent=1)
     return losses
 
 

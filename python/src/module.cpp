@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -159,7 +160,15 @@ class PyStore {
     call([&](Store& s) { return s.write_rows(t, row0, n, w.data(), sp); });
   }
 
-  void set_learning_rate(float lr, py::object table) {
+  void set_learning_rate(double rate, py::object table) {
+    // Python floats are doubles: a rate float32 cannot hold (1e-50 would read as 0, 1e39 as inf) is
+    // refused here in the caller's words rather than by the store's check of the narrowed value.
+    const auto lr = static_cast<float>(rate);
+    if (std::isfinite(rate) && rate > 0 && (lr == 0 || !std::isfinite(lr)))
+      throw py::value_error("set_learning_rate: learning_rate " + py::repr(py::float_(rate)).cast<std::string>() +
+                            (table.is_none() ? std::string() : " for table '" + table.cast<std::string>() + "'") +
+                            " is outside float32's range (expected a finite number > 0 that float32 holds, from "
+                            "1.4e-45 to 3.4e+38)");
     if (table.is_none()) {
       call([&](Store& s) { return s.set_learning_rate(lr); });
     } else {

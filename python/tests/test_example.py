@@ -1,9 +1,11 @@
 """The DLRM example trains (its loss goes down) and the README's PyTorch example runs as written."""
 
+import json
 import os
 import pathlib
 import re
 import runpy
+import statistics
 import sys
 
 SOURCE = pathlib.Path(os.environ.get("STRATA_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
@@ -22,6 +24,24 @@ def test_dlrm_example_loss_goes_down(capsys):
     assert last < first - 0.05, (first, last)
     printed = capsys.readouterr().out
     assert re.search(r"step +60  loss \d\.\d+  [\d,]+ samples/s", printed), printed
+
+
+def test_dlrm_example_torch_baselines_train_and_write_their_figures(tmp_path):
+    sys.path.insert(0, str(SOURCE / "python" / "examples"))
+    try:
+        import train_dlrm
+    finally:
+        sys.path.pop(0)
+    for kind in ("per-table", "fused"):
+        out = tmp_path / f"{kind}.json"
+        losses = train_dlrm.main(["--steps", "60", "--batch", "128", "--rows", "2000", "--log-every", "20",
+                                  "--threads", "1", "--torch-tables", kind, "--json", str(out)])
+        first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
+        assert last < first - 0.05, (kind, first, last)
+        figures = json.loads(out.read_text())
+        assert figures["tables"] == "torch " + kind
+        assert len(figures["samples_per_s"]) == 3 and figures["losses"] == losses
+        assert figures["median_samples_per_s"] == statistics.median(figures["samples_per_s"][1:])
 
 
 def test_readme_pytorch_example_runs_as_written():

@@ -6,15 +6,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <deque>
-#include <limits>
 #include <map>
 #include <numeric>
-#include <optional>
 #include <random>
 #include <unordered_map>
 
-#include "cache/sharded_pool.hpp"
+#include "cache/prefetcher.hpp"
 #include "gpu/staging.hpp"
 #include "store/detail/cpu_engine.hpp"
 #include "store/detail/device_features.hpp"
@@ -25,19 +22,19 @@ namespace {
 
 using gpu::Staging;
 
+// A slot pool's device side (its planner is the prefetcher's pool of the same number).
 struct Pool {
-  std::unique_ptr<cache::ShardedPool> planner;
   gpu::DeviceBuffer memory;
   gpu::SlotPool view;
   std::vector<int> tables;  // pool-local index -> global table
   bool zero_copy = false;   // fills and write-backs by the zero-copy kernels (else staged)
 };
 
-// One batch's work in one pool.
+// One batch's work in one pool: the device side of the prefetcher's Batch::Part of the same index.
 struct PoolWork {
   int pool = 0;
-  std::vector<int> feats;  // indexes into the engine's features of the batch
-  cache::ShardedPlan plan;
+  std::vector<int> feats;  // indexes into the engine's features of the batch (the part's keys)
+  const cache::ShardedPlan* plan = nullptr;
   std::vector<gpu::LookupFeature> looks;
   std::vector<gpu::UpdateFeature> updates;
   Key* wb_slots_dev = nullptr;
@@ -49,41 +46,26 @@ struct PoolWork {
   float** fill_rows_dev = nullptr;
 };
 
-struct CachedBatch final : EngineBatch {
-  std::int64_t id = 0, seq = 0;
+// The prefetcher's batch (id, keys, plans) with what the device needs to execute it.
+struct CachedBatch final : EngineBatch, cache::Prefetcher::Batch {
   // The batch's features. Not the KeyBatch itself: the store moves it after submit, but the
   // features' buffer moves with it unchanged.
   const JaggedKeys* feats = nullptr;
   EngineFeatures features;
-  std::vector<UniqueKeys> unique;  // per engine feature
-  std::vector<PoolWork> work;      // per pool touched
-  bool planned = false;
-  bool deferred = false;           // its plan did not fit when due (counted in CacheStats::deferred)
-  bool no_staging = false;         // its last plan failed for its staging, not for cache rows
+  std::vector<UniqueKeys> unique;  // per engine feature (the prefetcher's keys point here)
+  std::vector<PoolWork> work;      // per pool touched, as `parts`, once staged
   std::unique_ptr<Staging> st;     // its ready(): the batch's rows are in their slots
   std::vector<DeviceFeature> dev;  // per engine feature
 };
 
-std::vector<cache::FeatureKeys> feature_keys(const CachedBatch& b, const PoolWork& w,
-                                             const std::vector<std::pair<int, int>>& where) {
-  std::vector<cache::FeatureKeys> fk;
-  for (int i : w.feats)
-    fk.push_back({where[static_cast<std::size_t>(b.features.table[static_cast<std::size_t>(i)])].second,
-                  &b.unique[static_cast<std::size_t>(i)]});
-  return fk;
-}
-
-// The keys of a batch to be submitted later (Store::preview): its window entry in every pool it
-// touches, under sequence number `seq`.
-struct Preview {
-  std::int64_t id = 0, seq = 0;
-  std::vector<int> table;          // global table of each feature
-  std::vector<UniqueKeys> unique;  // per feature: unique keys in first-use order (no CSR)
-};
-
-class CachedEngine final : public Engine {
+// The prefetcher (cache/prefetcher.hpp) decides what to plan when; the engine executes its plans
+// on the device (staging, fills and write-backs on the copy and write-back streams).
+class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
  public:
-  CachedEngine(const StoreConfig& config, gpu::Device& dev) : config_(config), dev_(dev) {}
+  CachedEngine(const StoreConfig& config, gpu::Device& dev)
+      : config_(config), dev_(dev), prefetcher_(config.cache.lookahead, static_cast<int>(config.tables.size())) {
+    prefetcher_.set_executor(this);
+  }
 
   ~CachedEngine() override {
     (void)dev_.synchronize(copy_.view());
@@ -105,8 +87,6 @@ class CachedEngine final : public Engine {
     STRATA_ASSIGN_OR_RETURN(written_, dev_.create_event());
     STRATA_ASSIGN_OR_RETURN(Staging fs, Staging::create(dev_));
     flush_staging_ = std::make_unique<Staging>(std::move(fs));
-    where_.assign(config_.tables.size(), {-1, -1});
-    deferred_.assign(config_.tables.size(), 0);
     std::map<std::pair<std::int32_t, std::int32_t>, std::vector<int>> shapes;
     for (int t : tables) {
       const TableSpec& spec = spec_of(t);
@@ -136,47 +116,34 @@ class CachedEngine final : public Engine {
       pool.memory = std::move(mem).value();
       pool.view = gpu::SlotPool{pool.memory.as<float>(), po.slots, stride, shape.first, shape.second};
       pool.tables = members;
-      for (std::size_t l = 0; l < members.size(); ++l)
-        where_[static_cast<std::size_t>(members[l])] = {static_cast<int>(pools_.size()), static_cast<int>(l)};
-      pool.planner = std::make_unique<cache::ShardedPool>(po, config_.cache.planner_shards);
+      prefetcher_.add_pool(std::make_unique<cache::ShardedPool>(po, config_.cache.planner_shards), members);
       pools_.push_back(std::move(pool));
     }
     return choose_transfer();
   }
 
   void preview(std::int64_t id, const KeyBatch& batch, const EngineFeatures& f) override {
-    if (config_.cache.policy != cache::Policy::kLookahead) return;  // only lookahead has a window
-    Preview p;
-    p.id = id;
-    p.seq = next_seq_++;
-    p.table = f.table;
-    p.unique.resize(f.feature.size());
+    if (!prefetcher_.uses_window()) return;  // only lookahead has a window
+    std::vector<UniqueKeys> unique(f.feature.size());
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
-      dedup_keys(k.keys.data(), k.num_keys(), p.unique[i], scratch_);
-      p.unique[i].offsets = {};
-      p.unique[i].positions = {};
+      dedup_keys(k.keys.data(), k.num_keys(), unique[i], scratch_);
+      unique[i].offsets = {};
+      unique[i].positions = {};
     }
-    window(p.seq, p.table, p.unique, true);
-    previews_.push_back(std::move(p));
+    prefetcher_.preview(id, f.table, std::move(unique));
   }
 
-  void previews_done(std::int64_t id) override {
-    while (!previews_.empty() && previews_.front().id <= id) {
-      const Preview& p = previews_.front();
-      window(p.seq, p.table, p.unique, false);
-      previews_.pop_front();
-    }
-  }
+  void previews_done(std::int64_t id) override { prefetcher_.previews_done(id); }
 
-  void drop_previews() override { previews_done(std::numeric_limits<std::int64_t>::max()); }
+  void drop_previews() override { prefetcher_.drop_previews(); }
 
   Result<std::unique_ptr<EngineBatch>> submit(std::int64_t id, const KeyBatch& batch,
                                               const EngineFeatures& f) override {
     STRATA_RETURN_IF_ERROR(dev_.status());  // a failed device accepts no more work
-    if (in_flight_ >= config_.cache.max_in_flight)
+    if (prefetcher_.in_flight() >= config_.cache.max_in_flight)
       return Status::failed_precondition(
-          "batch " + std::to_string(id) + ": " + std::to_string(in_flight_) +
+          "batch " + std::to_string(id) + ": " + std::to_string(prefetcher_.in_flight()) +
           " batches are already in flight and the staging ring holds cache.max_in_flight = " +
           std::to_string(config_.cache.max_in_flight) + "; retire one first");
     auto b = std::make_unique<CachedBatch>();
@@ -184,56 +151,15 @@ class CachedEngine final : public Engine {
     b->feats = batch.features.data();
     b->features = f;
     b->unique.resize(f.feature.size());
-    std::map<int, std::size_t> work_of;
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
       dedup_keys(k.keys.data(), k.num_keys(), b->unique[i], scratch_);
-      const int p = where_[static_cast<std::size_t>(f.table[i])].first;
-      auto [it, fresh] = work_of.emplace(p, b->work.size());
-      if (fresh) {
-        b->work.emplace_back();
-        b->work.back().pool = p;
-      }
-      b->work[it->second].feats.push_back(static_cast<int>(i));
+      b->keys.push_back({f.table[i], &b->unique[i]});
     }
-    STRATA_RETURN_IF_ERROR(check_fits(*b));
-    // A previewed batch keeps its place in the window (its sequence number) and, when its keys
-    // are those previewed, its window entry. The previews of earlier ids stay until the store
-    // reports the submit done (previews_done), so that a failure here changes nothing.
-    std::optional<Preview> taken;
-    for (auto it = previews_.begin(); it != previews_.end(); ++it) {
-      if (it->id != id) continue;
-      taken = std::move(*it);
-      previews_.erase(it);
-      break;
-    }
-    if (taken) {
-      b->seq = taken->seq;
-      if (!same_keys(*b, *taken)) {
-        window(taken->seq, taken->table, taken->unique, false);
-        for (auto& w : b->work)
-          pools_[static_cast<std::size_t>(w.pool)].planner->window_push(b->seq, feature_keys(*b, w, where_));
-      }
-    } else {
-      b->seq = next_seq_++;
-      for (auto& w : b->work)
-        pools_[static_cast<std::size_t>(w.pool)].planner->window_push(b->seq, feature_keys(*b, w, where_));
-    }
-    pending_.push_back(b.get());
-    {
-      Status s = plan_due();
-      if (!s.is_ok()) {
-        unsubmit(*b);
-        if (taken) {  // back to a preview, in its place
-          window(taken->seq, taken->table, taken->unique, true);
-          auto at = previews_.begin();
-          while (at != previews_.end() && at->id < taken->id) ++at;
-          previews_.insert(at, std::move(*taken));
-        }
-        return s;
-      }
-    }
-    ++in_flight_;
+    // Refused here: a batch that could not fit even an empty cache. One that passes is planned at
+    // its forward at the latest.
+    STRATA_RETURN_IF_ERROR(prefetcher_.check_fits(*b));
+    STRATA_RETURN_IF_ERROR(prefetcher_.submit(*b));
     return std::unique_ptr<EngineBatch>(std::move(b));
   }
 
@@ -244,12 +170,11 @@ class CachedEngine final : public Engine {
     auto& b = static_cast<CachedBatch&>(eb);
     // A deferred plan (and, with lookahead, a plan still waiting for later batches) is made now:
     // the batches before this one that have retired no longer pin their rows.
-    while (!b.planned) {
-      Status planned = plan_front();
+    {
+      Status planned = prefetcher_.plan(b);
       if (!planned.is_ok()) {
         if (planned.code() != StatusCode::kResourceExhausted) return planned;
-        mark_deferred(*pending_.front());
-        if (pending_.front()->no_staging)
+        if (prefetcher_.oldest_pending()->executor_refused)
           return planned.with_context(
               "forward of batch " + std::to_string(b.id) +
               ": the device has no room for its staging beside the cache (retire the batches in flight first, "
@@ -290,9 +215,9 @@ class CachedEngine final : public Engine {
       dev_.backward_update(s, pools_[static_cast<std::size_t>(w.pool)].view, w.updates);
     }
     const gpu::EventView done = b.st->done();
-    retire(b, true);  // records done after the updates
+    retire(b);  // records done after the updates
     Status applied = finish_gradients(dev_, done, device_grads, order);
-    plan_deferred();
+    prefetcher_.retire(b, true);
     if (applied.is_ok()) ++unflushed_;
     return applied;
   }
@@ -300,14 +225,12 @@ class CachedEngine final : public Engine {
   Status discard(EngineBatch& eb, const KeyBatch&, const EngineFeatures&) override {
     auto& b = static_cast<CachedBatch&>(eb);
     if (!b.planned) {
-      unsubmit(b);
-      --in_flight_;
-      plan_deferred();  // a deferred batch behind it may fit now
+      prefetcher_.discard(b);  // a deferred batch behind it may be planned now
       return Status::ok();
     }
     dev_.wait(compute_.view(), b.st->ready());
-    retire(b, false);
-    plan_deferred();
+    retire(b);
+    prefetcher_.discard(b);
     return dev_.status();
   }
 
@@ -323,45 +246,48 @@ class CachedEngine final : public Engine {
     // The flush staging is reserved for the largest chunk any pool can need (a chunk, or the
     // whole pool when smaller), so that flushes in a training loop (cache.flush_every) allocate
     // once, not whenever more rows are dirty than before.
-    gpu::StagingSizes largest;
-    for (const auto& pool : pools_) {
-      const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
-      const std::size_t W = std::min(static_cast<std::size_t>(pool.view.slots),
-                                     std::max<std::size_t>(1, kFlushChunkBytes / (rec * sizeof(float))));
-      const gpu::StagingSizes z = flush_sizes(pool, W);
-      largest = {std::max(largest.mirrored, z.mirrored), std::max(largest.host_only, z.host_only),
-                 std::max(largest.dev_only, z.dev_only)};
+    flush_largest_ = {};
+    for (std::size_t p = 0; p < pools_.size(); ++p) {
+      const std::size_t W = std::min(static_cast<std::size_t>(pools_[p].view.slots), flush_rows(static_cast<int>(p)));
+      const gpu::StagingSizes z = flush_sizes(pools_[p], W);
+      flush_largest_ = {std::max(flush_largest_.mirrored, z.mirrored), std::max(flush_largest_.host_only, z.host_only),
+                        std::max(flush_largest_.dev_only, z.dev_only)};
     }
-    for (auto& pool : pools_) {
-      const std::vector<cache::Transfer> dirty = pool.planner->dirty();
-      const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
-      const std::size_t chunk = std::max<std::size_t>(1, kFlushChunkBytes / (rec * sizeof(float)));
-      for (std::size_t b = 0; b < dirty.size(); b += chunk) {
-        std::vector<cache::Transfer> part(
-            dirty.begin() + static_cast<std::ptrdiff_t>(b),
-            dirty.begin() + static_cast<std::ptrdiff_t>(std::min(dirty.size(), b + chunk)));
-        STRATA_RETURN_IF_ERROR(dev_.synchronize(flush_staging_->done()));
-        const std::size_t W = part.size();
-        STRATA_RETURN_IF_ERROR(flush_staging_->reserve(flush_sizes(pool, W), largest));
-        auto slots = flush_staging_->mirrored<Key>(W);
-        for (std::size_t i = 0; i < W; ++i) slots.host[i] = part[i].slot;
-        float** mapped = pool.zero_copy ? stage_rows(*flush_staging_, pool, part) : nullptr;
-        float* host = pool.zero_copy ? nullptr : flush_staging_->host_only<float>(W * rec);
-        float* dev = flush_staging_->dev_only<float>(W * rec);
-        dev_.wait(s, progress_.view());
-        flush_staging_->upload(s);
-        dev_.pack_records(s, pool.view, slots.dev, static_cast<std::int64_t>(W), dev);
-        send_home(s, pool, part, dev, host, mapped);
-        dev_.record(flush_staging_->done(), s);
-        STRATA_RETURN_IF_ERROR(dev_.synchronize(flush_staging_->done()));
-        pool.planner->mark_clean(part);
-      }
-    }
+    // The prefetcher lists the dirty rows pool by pool and chunk by chunk (write_back below).
+    STRATA_RETURN_IF_ERROR(prefetcher_.flush());
     STRATA_RETURN_IF_ERROR(dev_.synchronize(s));
     STRATA_RETURN_IF_ERROR(dev_.synchronize(copy_.view()));
     STRATA_RETURN_IF_ERROR(dev_.status());
     unflushed_ = 0;
     return Status::ok();
+  }
+
+  // Executor: rows of a flush chunk of pool `p`: at most kFlushChunkBytes of records.
+  std::size_t flush_rows(int p) override {
+    const std::size_t rec = static_cast<std::size_t>(pools_[static_cast<std::size_t>(p)].view.stride);
+    return std::max<std::size_t>(1, kFlushChunkBytes / (rec * sizeof(float)));
+  }
+
+  // Executor: one flush chunk, on the write-back stream. Returns once its rows are in host memory
+  // (the prefetcher then marks them clean).
+  Status write_back(int p, const std::vector<cache::Transfer>& part) override {
+    const gpu::StreamView s = writeback_.view();
+    Pool& pool = pools_[static_cast<std::size_t>(p)];
+    const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
+    STRATA_RETURN_IF_ERROR(dev_.synchronize(flush_staging_->done()));
+    const std::size_t W = part.size();
+    STRATA_RETURN_IF_ERROR(flush_staging_->reserve(flush_sizes(pool, W), flush_largest_));
+    auto slots = flush_staging_->mirrored<Key>(W);
+    for (std::size_t i = 0; i < W; ++i) slots.host[i] = part[i].slot;
+    float** mapped = pool.zero_copy ? stage_rows(*flush_staging_, pool, part) : nullptr;
+    float* host = pool.zero_copy ? nullptr : flush_staging_->host_only<float>(W * rec);
+    float* dev = flush_staging_->dev_only<float>(W * rec);
+    dev_.wait(s, progress_.view());
+    flush_staging_->upload(s);
+    dev_.pack_records(s, pool.view, slots.dev, static_cast<std::int64_t>(W), dev);
+    send_home(s, pool, part, dev, host, mapped);
+    dev_.record(flush_staging_->done(), s);
+    return dev_.synchronize(flush_staging_->done());
   }
 
   // Staging of a flush chunk of W rows of `pool`: their slots (and host addresses, zero-copy),
@@ -391,109 +317,28 @@ class CachedEngine final : public Engine {
 
   Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) override {
     STRATA_RETURN_IF_ERROR(flush());
-    const auto [p, local] = where_[static_cast<std::size_t>(table)];
-    pools_[static_cast<std::size_t>(p)].planner->invalidate_table(local);
+    prefetcher_.invalidate_table(table);
     host_.at(table).write_rows(row0, n, weights, state);
     return Status::ok();
   }
 
   void cache_stats(std::vector<std::pair<int, cache::CacheStats>>& out) const override {
     for (const auto& pool : pools_)
-      for (std::size_t l = 0; l < pool.tables.size(); ++l) {
-        const int t = pool.tables[l];
-        cache::CacheStats st = pool.planner->table_stats(static_cast<int>(l));
-        st.deferred = deferred_[static_cast<std::size_t>(t)];
-        out.push_back({t, st});
-      }
+      for (const int t : pool.tables) out.push_back({t, prefetcher_.table_stats(t)});
   }
 
  private:
   const TableSpec& spec_of(int table) const { return config_.tables[static_cast<std::size_t>(table)].spec; }
 
-  // Static capacity checks, so a batch that can never fit (even in an empty cache) is refused at
-  // submit; one that passes is planned at its forward at the latest.
-  Status check_fits(const CachedBatch& b) const {
-    for (const auto& w : b.work) {
-      STRATA_RETURN_IF_ERROR(pools_[static_cast<std::size_t>(w.pool)].planner->check_fits(
-          "batch " + std::to_string(b.id), feature_keys(b, w, where_)));
-    }
-    return Status::ok();
-  }
-
-  // Whether a batch's keys are those of its preview (same tables, same unique keys in order).
-  static bool same_keys(const CachedBatch& b, const Preview& p) {
-    if (b.features.table != p.table) return false;
-    for (std::size_t i = 0; i < p.unique.size(); ++i)
-      if (b.unique[i].keys != p.unique[i].keys) return false;
-    return true;
-  }
-
-  // Pushes (or drops) a preview's keys into (from) the window of every pool they touch.
-  void window(std::int64_t seq, const std::vector<int>& table, const std::vector<UniqueKeys>& unique, bool push) {
-    for (std::size_t p = 0; p < pools_.size(); ++p) {
-      std::vector<cache::FeatureKeys> fk;
-      for (std::size_t i = 0; i < table.size(); ++i) {
-        const auto [pool, local] = where_[static_cast<std::size_t>(table[i])];
-        if (static_cast<std::size_t>(pool) == p) fk.push_back({local, &unique[i]});
-      }
-      if (fk.empty()) continue;
-      if (push)
-        pools_[p].planner->window_push(seq, fk);
-      else
-        pools_[p].planner->window_drop(seq, fk);
-    }
-  }
-
-  // Takes back a submitted, unplanned batch.
-  void unsubmit(CachedBatch& b) {
-    for (auto& w : b.work)
-      pools_[static_cast<std::size_t>(w.pool)].planner->window_drop(b.seq, feature_keys(b, w, where_));
-    for (auto it = pending_.begin(); it != pending_.end(); ++it) {
-      if (*it == &b) {
-        pending_.erase(it);
-        break;
-      }
-    }
-  }
-
-  // Plans the pending batches that have `lookahead` later batches behind them, oldest first. A
-  // plan that does not fit beside the rows pinned by batches in flight (or whose staging cannot be
-  // had) is deferred, not refused: it stays pending, and is made when batches retire or, at the
-  // latest, by its forward, when the batches before it have retired in a training loop. Other
-  // errors (a failed device) are returned.
-  Status plan_due() {
-    while (static_cast<int>(pending_.size()) > config_.cache.lookahead) {
-      Status s = plan_front();
-      if (s.code() == StatusCode::kResourceExhausted) {
-        mark_deferred(*pending_.front());
-        return Status::ok();
-      }
-      STRATA_RETURN_IF_ERROR(s);
-    }
-    return Status::ok();
-  }
-
-  // After a batch retired: the deferred plans that fit now, so their prefetch still overlaps. An
-  // error is left for the batch's forward to report.
-  void plan_deferred() {
-    if (!pending_.empty() && pending_.front()->deferred) (void)plan_due();
-  }
-
-  void mark_deferred(CachedBatch& b) {
-    if (b.deferred) return;
-    b.deferred = true;
-    for (int t : b.features.table) ++deferred_[static_cast<std::size_t>(t)];
-  }
-
-  // Plans the oldest pending batch and issues its prefetch. All-or-nothing across pools.
-  Status plan_front() {
-    CachedBatch& b = *pending_.front();
-    b.no_staging = false;  // this attempt's cause, not an earlier one's
-    std::vector<cache::ShardedProbe> probes;
-    for (auto& w : b.work) {
-      auto p = pools_[static_cast<std::size_t>(w.pool)].planner->probe(b.seq, feature_keys(b, w, where_));
-      if (!p) return p.status().with_context("batch " + std::to_string(b.id));
-      probes.push_back(std::move(p).value());
+  // Executor: every pool accepted the batch; takes its staging (the plan is committed after this).
+  Status prepare(cache::Prefetcher::Batch& pb) override {
+    auto& b = static_cast<CachedBatch&>(pb);
+    b.work.clear();
+    for (const auto& part : b.parts) {
+      PoolWork w;
+      w.pool = part.pool;
+      w.feats = part.keys;  // the batch's keys are its features, in order
+      b.work.push_back(std::move(w));
     }
     // Staging sizes from the batch's shape, not from the cache's state: its fills and its
     // write-backs are each at most its unique rows (a cold cache fills them all), so the staging
@@ -518,24 +363,23 @@ class CachedEngine final : public Engine {
                           b.unique[static_cast<std::size_t>(i)].size(), want.mirrored, want.host_only, want.dev_only);
     }
     auto st = staging_.take(want);
-    b.no_staging = !st;
     if (!st)
       return st.status().with_context("batch " + std::to_string(b.id) + ": staging of " +
                                       std::to_string(want.mirrored + want.dev_only) + " bytes of device memory and " +
                                       std::to_string(want.mirrored + want.host_only) + " bytes of pinned memory");
-    // From here on nothing fails: commit and issue.
     b.st = std::move(st).value();
+    return Status::ok();
+  }
+
+  // Executor: the batch is committed in every pool; stages its metadata and issues its transfers.
+  void issue(cache::Prefetcher::Batch& pb) override {
+    auto& b = static_cast<CachedBatch&>(pb);
     b.dev.resize(b.features.feature.size());
     for (std::size_t k = 0; k < b.work.size(); ++k) {
-      PoolWork& w = b.work[k];
-      Pool& pool = pools_[static_cast<std::size_t>(w.pool)];
-      w.plan = pool.planner->commit(std::move(probes[k]));
-      stage_metadata(b, w);
+      b.work[k].plan = &b.parts[k].plan;
+      stage_metadata(b, b.work[k]);
     }
     issue_transfers(b);
-    b.planned = true;
-    pending_.pop_front();
-    return Status::ok();
   }
 
   // Issues a planned batch's write-backs and fills, each direction on its own stream so that they
@@ -552,7 +396,7 @@ class CachedEngine final : public Engine {
   void issue_transfers(CachedBatch& b) {
     const gpu::StreamView copy = copy_.view(), wb = writeback_.view();
     bool any_wb = false;
-    for (const PoolWork& w : b.work) any_wb = any_wb || !w.plan.writebacks.empty();
+    for (const PoolWork& w : b.work) any_wb = any_wb || !w.plan->writebacks.empty();
     dev_.wait(copy, progress_.view());
     b.st->upload(copy);
     if (any_wb) dev_.record(uploaded_.view(), copy);
@@ -561,28 +405,28 @@ class CachedEngine final : public Engine {
       dev_.wait(wb, progress_.view());
       dev_.wait(wb, uploaded_.view());
       for (PoolWork& w : b.work)
-        if (!w.plan.writebacks.empty())
+        if (!w.plan->writebacks.empty())
           dev_.pack_records(wb, pools_[static_cast<std::size_t>(w.pool)].view, w.wb_slots_dev,
-                            static_cast<std::int64_t>(w.plan.writebacks.size()), w.wb_dev);
+                            static_cast<std::int64_t>(w.plan->writebacks.size()), w.wb_dev);
       dev_.record(packed_.view(), wb);
       for (PoolWork& w : b.work)
-        if (!w.plan.writebacks.empty())
-          send_home(wb, pools_[static_cast<std::size_t>(w.pool)], w.plan.writebacks, w.wb_dev, w.wb_host,
+        if (!w.plan->writebacks.empty())
+          send_home(wb, pools_[static_cast<std::size_t>(w.pool)], w.plan->writebacks, w.wb_dev, w.wb_host,
                     w.wb_rows_dev);
       dev_.record(written_.view(), wb);
       dev_.record(b.st->drained(), wb);
     }
     for (PoolWork& w : b.work)
-      if (!w.plan.fills.empty() && !w.fill_rows_dev)
-        stage_in(copy, pools_[static_cast<std::size_t>(w.pool)], w.plan.fills, w.fill_host, w.fill_dev);
+      if (!w.plan->fills.empty() && !w.fill_rows_dev)
+        stage_in(copy, pools_[static_cast<std::size_t>(w.pool)], w.plan->fills, w.fill_host, w.fill_dev);
     if (any_wb) dev_.wait(copy, packed_.view());
     for (PoolWork& w : b.work) {
-      if (w.plan.fills.empty()) continue;
+      if (w.plan->fills.empty()) continue;
       Pool& pool = pools_[static_cast<std::size_t>(w.pool)];
-      const std::int64_t F = static_cast<std::int64_t>(w.plan.fills.size());
+      const std::int64_t F = static_cast<std::int64_t>(w.plan->fills.size());
       if (w.fill_rows_dev) {
         dev_.records_from_host(copy, pool.view, w.fill_slots_dev, F, w.fill_rows_dev);
-        count_host(pool, w.plan.fills, false);
+        count_host(pool, w.plan->fills, false);
       } else {
         dev_.unpack_records(copy, pool.view, w.fill_slots_dev, F, w.fill_dev);
       }
@@ -597,22 +441,22 @@ class CachedEngine final : public Engine {
     for (std::size_t j = 0; j < w.feats.size(); ++j) {
       const std::size_t i = static_cast<std::size_t>(w.feats[j]);
       b.dev[i] = stage_feature(st, b.feats[static_cast<std::size_t>(b.features.feature[i])],
-                               spec_of(b.features.table[i]), b.unique[i], w.plan.unique_slots[j]);
+                               spec_of(b.features.table[i]), b.unique[i], w.plan->unique_slots[j]);
       w.looks.push_back(b.dev[i].look);
       w.updates.push_back(b.dev[i].update);
     }
-    const std::size_t W = w.plan.writebacks.size(), F = w.plan.fills.size();
+    const std::size_t W = w.plan->writebacks.size(), F = w.plan->fills.size();
     auto wb = st.mirrored<Key>(W);
-    for (std::size_t i = 0; i < W; ++i) wb.host[i] = w.plan.writebacks[i].slot;
+    for (std::size_t i = 0; i < W; ++i) wb.host[i] = w.plan->writebacks[i].slot;
     w.wb_slots_dev = wb.dev;
     auto fs = st.mirrored<Key>(F);
-    for (std::size_t i = 0; i < F; ++i) fs.host[i] = w.plan.fills[i].slot;
+    for (std::size_t i = 0; i < F; ++i) fs.host[i] = w.plan->fills[i].slot;
     w.fill_slots_dev = fs.dev;
     w.wb_dev = st.dev_only<float>(W * rec);
     const Pool& pool = pools_[static_cast<std::size_t>(w.pool)];
     if (pool.zero_copy) {
-      w.wb_rows_dev = stage_rows(st, pool, w.plan.writebacks);
-      w.fill_rows_dev = stage_rows(st, pool, w.plan.fills);
+      w.wb_rows_dev = stage_rows(st, pool, w.plan->writebacks);
+      w.fill_rows_dev = stage_rows(st, pool, w.plan->fills);
       return;
     }
     w.wb_host = st.host_only<float>(W * rec);
@@ -772,12 +616,12 @@ class CachedEngine final : public Engine {
     dev_.copy_h2d(s, dev, host, fills.size() * rec * sizeof(float));
   }
 
-  void retire(CachedBatch& b, bool updated) {
+  // The device side of retiring a planned batch (before the prefetcher's retire, which may plan
+  // deferred batches into the staging given back here).
+  void retire(CachedBatch& b) {
     dev_.record(progress_.view(), compute_.view());
     dev_.record(b.st->done(), compute_.view());
-    for (auto& w : b.work) pools_[static_cast<std::size_t>(w.pool)].planner->retire(w.plan, updated);
     staging_.give_back(std::move(b.st));
-    --in_flight_;
   }
 
   const StoreConfig& config_;
@@ -791,18 +635,15 @@ class CachedEngine final : public Engine {
   std::unordered_map<int, HostTableOps> host_;
   // Zero-copy transfers (Pool::zero_copy): the device addresses of the host tables.
   MappedRows mapped_;
-  std::vector<Pool> pools_;
-  std::vector<std::pair<int, int>> where_;  // global table -> (pool, pool-local index)
-  std::deque<CachedBatch*> pending_;        // submitted, not yet planned (the lookahead window), FIFO
-  std::deque<Preview> previews_;            // previewed, not yet submitted (the window beyond), ascending id and seq
+  std::vector<Pool> pools_;  // per prefetcher pool
+  // The window, the planners, deferral, previews and flush planning; plans executed by this engine.
+  cache::Prefetcher prefetcher_;
   gpu::StagingPool staging_{dev_};
   std::unique_ptr<Staging> flush_staging_;
   DedupScratch scratch_;
   static constexpr std::size_t kFlushChunkBytes = std::size_t{64} << 20;  // bytes of records per flush chunk, at most
-  std::int64_t next_seq_ = 0;
-  int in_flight_ = 0;
-  std::vector<std::int64_t> deferred_;  // per global table: batches whose plan was deferred
-  std::int64_t unflushed_ = 0;          // backward calls applied since the last complete flush
+  gpu::StagingSizes flush_largest_;  // during a flush: the staging its largest chunk needs
+  std::int64_t unflushed_ = 0;       // backward calls applied since the last complete flush
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 #pragma once
 // The `cached` placement: rows in pinned host memory, hot rows in HBM slot pools (one pool per
-// (dim, optimizer state) shape, shared by the tables of that shape), fed by the prefetch pipeline.
+// (dim, optimizer state) shape, shared by the tables of that shape), fed by the prefetcher
+// (cache::Prefetcher plans; this engine executes its plans on the device).
 // See docs/architecture.md, "One step in each mode", `cached`.
 //
 // Streams: `copy` runs each batch's prefetch (metadata upload, write-back of dirty victims, fills)

@@ -10,7 +10,10 @@
 #include <fstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "bench/trace.hpp"
+#include "bench/workload.hpp"
 #include "store/cost_model.hpp"
 #include "store/store_config.hpp"
 #include "tests/bench/run_program.hpp"
@@ -135,9 +138,163 @@ TEST(TuneCli, BadProfiles) {
 
 TEST(TuneCli, BadArguments) {
   expect_one_line_error("plan --workload " + kWorkload + " --hbm-budget 80XB", "--hbm-budget '80XB'");
-  expect_one_line_error("plan", "give exactly one of --workload and --trace");
+  expect_one_line_error("plan", "give exactly one of --workload, --trace and --criteo");
   expect_one_line_error("plan --workload '{\"rows\": 0}'", "--workload: ");
   expect_one_line_error("plan --workload " + kWorkload + " --out /", "--out /");
+}
+
+TEST(TuneCli, PlanOverRanksWritesAShardedStoreConfigAndPerRankNumbers) {
+  const std::string plan = temp_dir() + "/ranks_plan.json", json = temp_dir() + "/ranks_report.json";
+  // Room for every table sharded: every table gpu, sharded row-wise.
+  auto r = run_program(kBin + " plan --workload " + kWorkload + " --ranks 4 --out " + plan + " --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("over 4 ranks, every table sharded row-wise; budgets and memory per rank"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("all-to-all: "), std::string::npos) << r.output;
+  auto config = parse_store_config(read_file(plan));
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  for (const TableConfig& t : config->tables) {
+    EXPECT_EQ(t.placement, Placement::kGpu) << t.spec.name;
+    EXPECT_EQ(t.sharding.type, dispatch::ShardingType::kRow);
+  }
+  auto report = nlohmann::json::parse(read_file(json));
+  EXPECT_EQ(report["ranks"], 4);
+  EXPECT_GT(report["exchange_bytes_per_step"].get<double>(), 0);
+  EXPECT_GT(report["comm_buffer_bytes"].get<double>(), 0);
+  EXPECT_LE(report["hbm_bytes"].get<double>(), report["hbm_budget_bytes"].get<double>());
+  // A per-rank HBM budget below every table sharded: some tables hybrid, within the budget.
+  r = run_program(kBin + " plan --workload " + kWorkload + " --ranks 4 --hbm-budget 300KB --host-budget 1GB --out " +
+                  plan + " --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  config = parse_store_config(read_file(plan));
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  bool hybrid = false;
+  for (const TableConfig& t : config->tables) hybrid = hybrid || t.placement == Placement::kHybrid;
+  EXPECT_TRUE(hybrid) << read_file(plan);
+  report = nlohmann::json::parse(read_file(json));
+  EXPECT_LE(report["hbm_bytes"].get<double>(), 300e3);
+}
+
+TEST(TuneCli, BadRanks) {
+  // Refused before the keys are read (a billion steps would take long).
+  const std::string many = "plan --workload " + kWorkload + " --steps 1000000000";
+  expect_one_line_error(many + " --ranks 0", "--ranks '0' (expected an integer in [1, 4096])");
+  expect_one_line_error(many + " --ranks four", "--ranks 'four' (expected an integer in [1, 4096])");
+  expect_one_line_error(many + " --ranks 2.5", "--ranks '2.5'");
+  expect_one_line_error(many + " --ranks -1", "--ranks '-1'");
+  expect_one_line_error("plan --workload " + kWorkload + " --ranks 4 --hbm-budget 1KB --host-budget 1GB",
+                        "over 4 ranks (gpu or hybrid, coldest off the GPU first); smallest feasible per rank: ");
+}
+
+// A Criteo TSV file of `lines` samples: label, 13 integers, 26 hex values (a few per column).
+void write_criteo(const std::string& path, int lines) {
+  std::ofstream out(path);
+  for (int i = 0; i < lines; ++i) {
+    out << (i % 2);
+    for (int d = 0; d < 13; ++d) out << '\t' << i % 7;
+    for (int c = 0; c < 26; ++c) {
+      char hex[16];
+      std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>((i * 2654435761u + c) % (50 + 10 * c)));
+      out << '\t' << (i % 11 == c % 11 ? "" : hex);  // some values missing
+    }
+    out << '\n';
+  }
+}
+
+TEST(TuneCli, PlanReadsACriteoTsvWithStrataBenchsTables) {
+  const std::string tsv = temp_dir() + "/day.tsv";
+  write_criteo(tsv, 2000);
+  const auto r = run_program(kBin + " plan --criteo " + tsv +
+                             " --tables criteo:100000 --batch 256 --dim 16 --hbm-budget 2MB --host-budget 1GB");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("criteo " + tsv + ", 8 steps"), std::string::npos) << r.output;
+  // The 26 tables of the criteo set, as strata-bench --criteo names them.
+  auto tables = bench::criteo_default_tables(100000, 16);
+  ASSERT_TRUE(tables.is_ok());
+  for (const TableSpec& t : *tables) EXPECT_NE(r.output.find("\n" + t.name + " "), std::string::npos) << t.name;
+}
+
+TEST(TuneCli, PlanSamplesATraceAndSaysTheMeasuredError) {
+  const std::string trace = temp_dir() + "/sampled.strtrace";
+  write_trace(trace, 400);
+  const auto r =
+      run_program(kBin + " plan --trace " + trace + " --dim 8 --hbm-budget 10KB --host-budget 1GB --sample 0.5");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("keys sampled at 50%"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("curve: sampled at 50%, error <= "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(measured against exact on the first "), std::string::npos) << r.output;
+}
+
+TEST(TuneCli, BadCriteoFilesAndSampling) {
+  const std::string empty = temp_dir() + "/empty.tsv";
+  write(empty, "");
+  expect_one_line_error("plan --criteo " + empty + " --tables criteo:100000", "has no samples");
+  const std::string good = temp_dir() + "/good.tsv";
+  write_criteo(good, 10);
+  std::string text = read_file(good);
+  const std::string truncated = temp_dir() + "/truncated.tsv";
+  write(truncated, text.substr(0, text.size() - 40));  // the last line loses fields
+  expect_one_line_error("plan --criteo " + truncated + " --tables criteo:100000", "line 10");
+  const std::string corrupt = temp_dir() + "/corrupt.tsv";
+  text[text.find('\n') - 3] = 'z';  // not hexadecimal
+  write(corrupt, text);
+  expect_one_line_error("plan --criteo " + corrupt + " --tables criteo:100000", "line 1");
+  expect_one_line_error("plan --criteo " + good + " --tables a=10,b=20", "expected 26");
+  expect_one_line_error("plan --criteo " + good + " --sample 0", "--sample 0 (expected a rate in (0, 1]");
+  expect_one_line_error("plan --criteo " + good + " --sample 1.5", "--sample 1.5 (expected a rate in (0, 1]");
+  expect_one_line_error("plan --workload " + kWorkload + " --sample 0.1", "--sample applies to --trace and --criteo");
+}
+
+// A plan with two capped caches and a gpu table for kWorkload's tables.
+const char* const kCachedPlan =
+    R"({"threads": 1, "tables": [
+ {"name": "a", "rows": 20000, "dim": 16, "placement": "cached", "cache": {"rows": 2000, "cap": true}},
+ {"name": "b", "rows": 3000, "dim": 16, "placement": "cached", "cache": {"rows": 700, "cap": true}},
+ {"name": "c", "rows": 500, "dim": 8, "placement": "gpu"}]})";
+
+TEST(TuneCli, ValidatePredictsTheLruHitRatesStrataBenchMeasures) {
+  const std::string plan = temp_dir() + "/cached_plan.json", out = temp_dir() + "/validate.json";
+  write(plan, kCachedPlan);
+  const std::string w =
+      "'{\"tables\":\"a=20000x16,b=3000x16,c=500x8\",\"batch\":64,\"bag_size\":4,"
+      "\"dist\":\"zipf:1.05\",\"distinct_batches\":40}'";
+  const auto r = run_program(kBin + " validate " + plan + " --workload " + w + " --backend emu --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(read_file(out));
+  EXPECT_EQ(j["device"], "emu");
+  EXPECT_EQ(j["steps"], 20);
+  int cached = 0;
+  for (const auto& t : j["tables"]) {
+    if (t["placement"] != "cached") continue;
+    ++cached;
+    // The accesses are the same distinct (batch, row) pairs; the hit rates within half a point.
+    EXPECT_EQ(t["predicted"]["accesses"], t["measured"]["accesses"]) << t.dump();
+    EXPECT_NEAR(t["predicted"]["hit_rate"].get<double>(), t["measured"]["hit_rate"].get<double>(), 0.005) << t.dump();
+  }
+  EXPECT_EQ(cached, 2);
+  EXPECT_NEAR(j["hit_rate"]["predicted"].get<double>(), j["hit_rate"]["measured"].get<double>(), 0.005);
+  for (const char* link : {"hbm_read", "hbm_write", "h2d", "d2h", "host_read", "host_write"}) {
+    EXPECT_TRUE(j["bytes_per_step"]["predicted"].contains(link));
+    EXPECT_TRUE(j["bytes_per_step"]["measured"].contains(link));
+  }
+  EXPECT_GT(j["step_ms"]["measured_p50"].get<double>(), 0);
+  EXPECT_NE(r.output.find("LRU predicted"), std::string::npos) << r.output;
+}
+
+TEST(TuneCli, ValidateRefusesAPlanThatDoesNotMatchBeforeTheRun) {
+  const std::string plan = temp_dir() + "/other_plan.json";
+  std::string p = kCachedPlan;
+  p.replace(p.find("\"rows\": 3000"), 12, "\"rows\": 3001");
+  write(plan, p);
+  expect_one_line_error("validate " + plan + " --workload " + kWorkload + " --backend emu",
+                        "does not match the workload: table 'b' has 3001 rows in the plan but 3000 in the workload");
+  const std::string trace = temp_dir() + "/ab.strtrace";
+  write_trace(trace, 10);
+  expect_one_line_error("validate " + plan + " --trace " + trace, "table 'a' has 20000 rows in the plan but 1000");
+  const std::string notjson = temp_dir() + "/notjson_plan.json";
+  write(notjson, "{\"tables\": [");
+  expect_one_line_error("validate " + notjson + " --trace " + trace, "notjson_plan.json");
+  expect_one_line_error("validate " + temp_dir() + "/no_plan.json --trace " + trace, "no_plan.json");
 }
 
 TEST(TuneCli, CalibrateOutputParsesAndValidates) {

@@ -1,5 +1,6 @@
 // strata-tune's planner (bench/tune/planner.hpp): the budget properties, coldest-first demotion,
-// a reason per table, determinism, and that the plan is a store config Store::open accepts.
+// a reason per table, determinism, and that the plan is a store config Store::open accepts; the
+// same over several ranks (per-rank budgets, gpu or hybrid sharded row-wise, opened on thread ranks).
 
 #include "bench/tune/planner.hpp"
 
@@ -11,8 +12,10 @@
 
 #include "bench/tune/curves.hpp"
 #include "bench/tune/plan_report.hpp"
+#include "bench/tune/shard_traces.hpp"
 #include "bench/tune/tune_input.hpp"
 #include "store/store.hpp"
+#include "tests/store/thread_ranks.hpp"
 
 namespace strata::tune {
 namespace {
@@ -37,32 +40,38 @@ HardwareProfile profile(bool gather_rates) {
   return p;
 }
 
-// Tables of the given rows (dim 16); table t draws Zipf-skewed keys, more for hotter tables.
+// Tables of the given rows (dim 16); table t draws Zipf-skewed keys, more for hotter tables, in 8
+// bags per step.
 TuneInput make_input(const std::vector<std::int64_t>& rows, const std::vector<int>& keys_per_step, int steps,
                      std::uint64_t seed = 7) {
-  TuneInput in;
-  in.steps = steps;
-  in.source = "test";
-  std::mt19937_64 rng(seed);
+  std::vector<TableSpec> specs;
   for (std::size_t t = 0; t < rows.size(); ++t) {
-    TableTrace tt;
-    tt.spec.name = "t" + std::to_string(t);
-    tt.spec.rows = rows[t];
-    tt.spec.dim = 16;
-    tt.keys.batch_offsets.push_back(0);
-    for (int s = 0; s < steps; ++s) {
-      for (int k = 0; k < keys_per_step[t]; ++k) {
+    TableSpec s;
+    s.name = "t" + std::to_string(t);
+    s.rows = rows[t];
+    s.dim = 16;
+    specs.push_back(s);
+  }
+  InputBuilder builder(specs, Sampling{});
+  std::mt19937_64 rng(seed);
+  for (int s = 0; s < steps; ++s) {
+    KeyBatch b;
+    for (std::size_t t = 0; t < rows.size(); ++t) {
+      JaggedKeys f;
+      f.table = specs[t].name;
+      const int k = keys_per_step[t];
+      for (int bag = 0; bag <= 8; ++bag) f.offsets.push_back(static_cast<std::int64_t>(bag) * k / 8);
+      for (int i = 0; i < k; ++i) {
         // Skewed: a small hot set takes half the keys.
         const bool hot = rng() % 2 == 0;
         const std::uint64_t range = hot ? std::max<std::int64_t>(1, rows[t] / 50) : rows[t];
-        tt.keys.keys.push_back(rng() % range);
+        f.keys.push_back(static_cast<Key>(rng() % range));
       }
-      tt.keys.batch_offsets.push_back(tt.keys.num_keys());
-      tt.bags += 8;
+      b.features.push_back(std::move(f));
     }
-    in.tables.push_back(std::move(tt));
+    EXPECT_TRUE(builder.add(b).is_ok());
   }
-  return in;
+  return std::move(builder).finish("test");
 }
 
 std::vector<HitCurve> curves_of(const TuneInput& in) {
@@ -243,6 +252,240 @@ TEST(TuneCurves, PoolKeysOfTablesNeverCollide) {
   auto one = table_curve(in.tables[0], 4, 0);
   EXPECT_EQ((*pools)[0].lru.distinct_keys(), 2 * one->lru.distinct_keys());
   EXPECT_EQ((*pools)[0].lru.accesses(), 2 * one->lru.accesses());
+}
+
+// Several ranks: the shards of `in` over `ranks` ranks, with their curves.
+ShardInputs shards_of(const TuneInput& in, int ranks, bool curves = true) {
+  ShardInputs s;
+  s.traces = shard_traces(in, ranks);
+  if (!curves) return s;
+  for (const auto& table : s.traces) {
+    s.curves.emplace_back();
+    for (const TableTrace& t : table) {
+      auto c = table_curve(t, 8, 0);
+      EXPECT_TRUE(c.is_ok()) << c.status().to_string();
+      s.curves.back().push_back(std::move(c).value());
+    }
+  }
+  return s;
+}
+
+PlanOptions rank_budgets(double hbm, double host, int ranks) {
+  PlanOptions o = budgets(hbm, host);
+  o.cost.ranks = ranks;
+  return o;
+}
+
+// HBM per rank with every table gpu, sharded over `ranks` ranks.
+double sharded_gpu_hbm(const TuneInput& in, int ranks, const ShardInputs& sh) {
+  auto e = memory_extremes(in, rank_budgets(1e12, 1e12, ranks), sh);
+  EXPECT_TRUE(e.is_ok()) << e.status().to_string();
+  return e.is_ok() ? e->all_gpu_hbm : 0.0;
+}
+
+TEST(TuneShards, ShardTracesSplitEveryKeyOnceAsStrataBenchRunsTheRanks) {
+  const TuneInput in = make_input({1000}, {64}, 7);
+  const auto shards = shard_traces(in, 3);
+  ASSERT_EQ(shards.size(), 1u);
+  ASSERT_EQ(shards[0].size(), 3u);
+  std::int64_t keys = 0, rows = 0;
+  for (int r = 0; r < 3; ++r) {
+    const TableTrace& s = shards[0][static_cast<std::size_t>(r)];
+    EXPECT_EQ(s.keys.num_batches(), 3);  // world steps: 7 input steps, 3 at a time
+    rows += s.spec.rows;
+    keys += s.keys.num_keys();
+    // Every key of rank r's shard is a local row of a key k with k % 3 == r, in the window's steps.
+    for (std::int64_t w = 0; w < s.keys.num_batches(); ++w) {
+      std::vector<std::uint64_t> expect;
+      const auto& k = in.tables[0].keys;
+      for (std::int64_t step = w * 3; step < std::min<std::int64_t>(7, w * 3 + 3); ++step)
+        for (auto i = k.batch_offsets[static_cast<std::size_t>(step)];
+             i < k.batch_offsets[static_cast<std::size_t>(step) + 1]; ++i)
+          if (k.keys[static_cast<std::size_t>(i)] % 3 == static_cast<std::uint64_t>(r))
+            expect.push_back(k.keys[static_cast<std::size_t>(i)] / 3);
+      const std::vector<std::uint64_t> got(s.keys.keys.begin() + s.keys.batch_offsets[static_cast<std::size_t>(w)],
+                                           s.keys.keys.begin() + s.keys.batch_offsets[static_cast<std::size_t>(w) + 1]);
+      EXPECT_EQ(got, expect) << "rank " << r << " world step " << w;
+    }
+  }
+  EXPECT_EQ(rows, 1000);
+  EXPECT_EQ(keys, in.tables[0].keys.num_keys());
+}
+
+TEST(TunePlannerRanks, EveryTableOnTheGpusWhenItFitsAcrossTheRanks) {
+  const TuneInput in = make_input({60000, 20000, 3000}, {256, 128, 64}, 16);
+  const auto curves = curves_of(in);
+  const double one_rank = gpu_hbm(in, budgets(1e12, 1e12));
+  const ShardInputs sh = shards_of(in, 4);
+  auto e = memory_extremes(in, rank_budgets(1e12, 1e12, 4), sh);
+  ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+  ASSERT_LT(e->all_gpu_hbm, one_rank / 2);  // each rank holds a quarter of the rows
+  // A per-rank budget that holds every table sharded but not on one GPU.
+  const PlanOptions o = rank_budgets(e->all_gpu_hbm * 1.01, 1e9, 4);
+  auto plan = make_plan(in, curves, profile(true), o, sh);
+  ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+  EXPECT_EQ(plan->ranks, 4);
+  for (std::size_t t = 0; t < plan->tables.size(); ++t) {
+    EXPECT_EQ(plan->tables[t].placement, Placement::kGpu) << plan->tables[t].name;
+    EXPECT_EQ(plan->config.tables[t].sharding.type, dispatch::ShardingType::kRow);
+    EXPECT_NE(plan->tables[t].why.find("fits in HBM sharded row-wise over 4 ranks"), std::string::npos)
+        << plan->tables[t].why;
+  }
+  EXPECT_LE(plan->hbm_bytes, o.hbm_budget_bytes);
+  EXPECT_GT(plan->exchange_bytes, 0);
+  // The same budget on one rank does not hold every table.
+  auto one = make_plan(in, curves, profile(true), budgets(o.hbm_budget_bytes, 1e9));
+  ASSERT_TRUE(one.is_ok()) << one.status().to_string();
+  bool off = false;
+  for (const TablePlan& t : one->tables) off = off || t.placement != Placement::kGpu;
+  EXPECT_TRUE(off);
+}
+
+TEST(TunePlannerRanks, NeverExceedsThePerRankBudgetAndSaysWhyForEachTable) {
+  const TuneInput in = make_input({60000, 20000, 3000}, {256, 128, 64}, 16);
+  const auto curves = curves_of(in);
+  for (const int ranks : {2, 4}) {
+    const ShardInputs sh = shards_of(in, ranks);
+    const double all_gpu = sharded_gpu_hbm(in, ranks, sh);
+    for (const double f : {0.3, 0.5, 0.8}) {
+      const PlanOptions o = rank_budgets(all_gpu * f, 1e9, ranks);
+      auto plan = make_plan(in, curves, profile(true), o, sh);
+      ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+      EXPECT_LE(plan->hbm_bytes, o.hbm_budget_bytes) << ranks << " ranks, " << f;
+      EXPECT_LE(plan->host_bytes, o.host_budget_bytes);
+      double hbm = 0;
+      bool hybrid = false;
+      for (const TablePlan& t : plan->tables) {
+        EXPECT_TRUE(t.placement == Placement::kGpu || t.placement == Placement::kHybrid) << to_string(t.placement);
+        EXPECT_FALSE(t.why.empty());
+        EXPECT_GT(t.cost.bytes.all_to_all, 0);
+        hbm += t.cost.hbm_bytes;
+        if (t.placement == Placement::kHybrid) {
+          hybrid = true;
+          EXPECT_GT(t.cache_rows, 0);
+          EXPECT_NE(t.why.find("each rank caches"), std::string::npos) << t.why;
+        }
+      }
+      EXPECT_DOUBLE_EQ(hbm, plan->hbm_bytes);
+      EXPECT_TRUE(hybrid) << "a budget below every table sharded leaves some hybrid";
+    }
+  }
+}
+
+TEST(TunePlannerRanks, BudgetTooSmallNamesTheSmallestFeasiblePerRankBudget) {
+  const TuneInput in = make_input({60000, 20000, 3000}, {256, 128, 64}, 16);
+  const ShardInputs traces = shards_of(in, 4, false);
+  const Status s = check_budgets(in, rank_budgets(1000, 1e9, 4), traces);
+  ASSERT_FALSE(s.is_ok());
+  const std::string& m = s.message();
+  EXPECT_NE(m.find("--hbm-budget 1 KB per rank"), std::string::npos) << m;
+  EXPECT_NE(m.find("over 4 ranks"), std::string::npos) << m;
+  const std::string key = "or --hbm-budget ";
+  const std::size_t at = m.find(key);
+  ASSERT_NE(at, std::string::npos) << m;
+  // The named budget, as printed (rounded to 3 digits), plus 1% is feasible, and 1% less is not.
+  const std::string named = m.substr(at + key.size(), m.find(" with this host", at) - at - key.size());
+  const std::size_t space = named.find(' ');
+  const double value = std::stod(named.substr(0, space));
+  const std::string unit = named.substr(space + 1);
+  const double scale = unit == "KB" ? 1e3 : unit == "MB" ? 1e6 : unit == "GB" ? 1e9 : 1;
+  EXPECT_TRUE(check_budgets(in, rank_budgets(value * scale * 1.01, 1e9, 4), traces).is_ok()) << m;
+  EXPECT_FALSE(check_budgets(in, rank_budgets(value * scale * 0.99, 1e9, 4), traces).is_ok()) << m;
+  // make_plan agrees with the check made before the curves.
+  const ShardInputs sh = shards_of(in, 4);
+  EXPECT_TRUE(make_plan(in, curves_of(in), profile(true), rank_budgets(value * scale * 1.01, 1e9, 4), sh).is_ok());
+  // Ranks < 1 and missing shards are refused.
+  EXPECT_FALSE(check_budgets(in, rank_budgets(1e9, 1e9, 0)).is_ok());
+  EXPECT_FALSE(check_budgets(in, rank_budgets(1e9, 1e9, 4)).is_ok());
+}
+
+TEST(TunePlannerRanks, DeterministicAndTheReportsSayPerRankMemoryAndExchange) {
+  const TuneInput in = make_input({60000, 20000, 3000}, {256, 128, 64}, 16);
+  const auto curves = curves_of(in);
+  const ShardInputs sh = shards_of(in, 4);
+  auto e = memory_extremes(in, rank_budgets(1e12, 1e12, 4), sh);
+  ASSERT_TRUE(e.is_ok());
+  const PlanOptions o = rank_budgets(e->all_gpu_hbm * 0.5, 1e9, 4);
+  auto a = make_plan(in, curves, profile(true), o, sh);
+  auto b = make_plan(in, curves, profile(true), o, shards_of(in, 4));
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  ReportContext ctx;
+  ctx.source = in.source;
+  ctx.options = o;
+  ctx.tables = curves;
+  EXPECT_EQ(to_json(a->config), to_json(b->config));
+  EXPECT_EQ(console_summary(*a, ctx), console_summary(*b, ctx));
+  EXPECT_EQ(html_report(*a, ctx), html_report(*b, ctx));
+  EXPECT_EQ(plan_json(*a, ctx), plan_json(*b, ctx));
+  const std::string console = console_summary(*a, ctx);
+  EXPECT_NE(console.find("budgets and memory per rank"), std::string::npos) << console;
+  EXPECT_NE(console.find("all-to-all: "), std::string::npos) << console;
+  EXPECT_NE(console.find("communication buffers"), std::string::npos) << console;
+  EXPECT_NE(html_report(*a, ctx).find("all-to-all per step"), std::string::npos);
+  const std::string json = plan_json(*a, ctx);
+  EXPECT_NE(json.find("\"exchange_bytes_per_step\": "), std::string::npos) << json;
+  EXPECT_NE(json.find("\"ranks\": 4"), std::string::npos) << json;
+}
+
+// The plan opens on every thread rank of a world of `ranks` and trains a few steps, each rank on
+// the input's steps r, r + ranks, ... (as strata-bench --ranks runs them; the hybrid caches were
+// sized for exactly those world steps).
+void open_and_train(const TuneInput& in, const StoreConfig& config, int ranks) {
+  std::vector<Status> got(static_cast<std::size_t>(ranks));
+  testing::on_ranks(ranks, 20000, [&](int r, std::shared_ptr<dispatch::Communicator> comm) {
+    auto store = Store::open(config, comm);
+    Status& s = got[static_cast<std::size_t>(r)];
+    if (!store) {
+      s = store.status();
+      return;
+    }
+    for (std::int64_t w = 0; w < 3 && s.is_ok(); ++w) {
+      const std::int64_t step = w * ranks + r;
+      KeyBatch batch;
+      std::vector<std::vector<float>> out, grad;
+      for (const TableTrace& t : in.tables) {
+        JaggedKeys f;
+        f.table = t.spec.name;
+        for (auto i = t.keys.batch_offsets[static_cast<std::size_t>(step)];
+             i < t.keys.batch_offsets[static_cast<std::size_t>(step) + 1]; ++i)
+          f.keys.push_back(static_cast<Key>(t.keys.keys[static_cast<std::size_t>(i)]));
+        const auto k = static_cast<std::int64_t>(f.keys.size());
+        for (int bag = 0; bag <= 8; ++bag) f.offsets.push_back(bag * k / 8);  // 8 bags, as make_input
+        out.emplace_back(8 * static_cast<std::size_t>(t.spec.dim), 0.0f);
+        grad.emplace_back(8 * static_cast<std::size_t>(t.spec.dim), 0.01f);
+        batch.features.push_back(std::move(f));
+      }
+      std::vector<MatrixView> outs;
+      std::vector<ConstMatrixView> grads;
+      for (std::size_t t = 0; t < in.tables.size(); ++t) {
+        const std::int64_t bags = batch.features[t].batch_size();
+        outs.push_back({out[t].data(), bags, in.tables[t].spec.dim});
+        grads.push_back({grad[t].data(), bags, in.tables[t].spec.dim});
+      }
+      s = (*store)->submit(w, std::move(batch));
+      if (s.is_ok()) s = (*store)->forward(w, outs);
+      if (s.is_ok()) s = (*store)->backward(w, grads);
+    }
+  });
+  for (int r = 0; r < ranks; ++r)
+    EXPECT_TRUE(got[static_cast<std::size_t>(r)].is_ok())
+        << ranks << " ranks, rank " << r << ": " << got[static_cast<std::size_t>(r)].to_string();
+}
+
+TEST(TunePlannerRanks, PlanOpensOnEveryRankOfTwoAndFourThreadRanksAndTrains) {
+  const TuneInput in = make_input({60000, 20000, 3000}, {256, 128, 64}, 16);
+  const auto curves = curves_of(in);
+  for (const int ranks : {2, 4}) {
+    const ShardInputs sh = shards_of(in, ranks);
+    const double all_gpu = sharded_gpu_hbm(in, ranks, sh);
+    for (const double f : {0.3, 2.0}) {  // mixed gpu and hybrid, then every table gpu
+      auto plan = make_plan(in, curves, profile(true), rank_budgets(all_gpu * f, 1e9, ranks), sh);
+      ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+      auto parsed = parse_store_config(to_json(plan->config));
+      ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
+      open_and_train(in, *parsed, ranks);
+    }
+  }
 }
 
 }  // namespace

@@ -1,14 +1,18 @@
 // Planner equivalence: CachePool against RefPool, a small reference planner written for clarity
-// (std::map, std::set, a linear scan for every victim), on randomized workloads driven the way the
-// cached engine drives its pools: batches pushed into the lookahead window at submit, planned
-// (all-or-nothing over several pools) once `lookahead` later batches stand behind them, retired in
-// any order, discarded before or after planning, flushes and table invalidations in between; with
-// previews, batches pushed into the window ahead of their submit, kept or re-keyed (a push below
-// later ones) when submitted, dropped when skipped, and batches submitted without a preview
-// planned before previews with lower sequence numbers.
-// Every decision must match exactly: probe results and errors, hits, misses, the slot of every
-// row, victims and their order (fills and write-backs), flushed rows, statistics, and the
-// resident/pinned counts and key->slot index after every operation.
+// (std::map, std::set, a linear scan for every victim), each driven by the cached engine's own
+// driving loop, cache::BasicPrefetcher, on the same randomized calls: batches pushed into the
+// lookahead window at submit, planned (all-or-nothing over several pools) once `lookahead` later
+// batches stand behind them or at their forward, deferred when they do not fit beside the rows
+// pinned by batches in flight (or when the executor has no staging for them), taken back when the
+// executor fails otherwise, retired in any order, discarded before or after planning, flushes (in
+// chunks, some failing) and table invalidations in between; with previews, batches pushed into the
+// window ahead of their submit, kept or re-keyed (a push below later ones) when submitted, dropped
+// when skipped, and batches submitted without a preview planned before previews with lower
+// sequence numbers.
+// Every decision must match exactly: plan and submit errors, which batches are planned and
+// deferred when, hits, misses, the slot of every row, victims and their order (fills and
+// write-backs), flushed rows, statistics, and the resident/pinned counts and key->slot index after
+// every operation.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,7 +29,7 @@
 #include "cache/cache_pool.hpp"
 #include "cache/detail/frequency_sketch.hpp"
 #include "cache/detail/key_map.hpp"
-#include "tests/cache/pool_options.hpp"
+#include "cache/prefetcher.hpp"
 
 namespace strata::cache {
 namespace {
@@ -58,6 +62,8 @@ class RefPool {
         sketch_(opt_.slots, static_cast<std::uint64_t>(std::max<std::int64_t>(1, half_life_))) {
     for (std::int64_t s = opt_.slots - 1; s >= 0; --s) free_.push_back(s);
   }
+
+  const CachePoolOptions& options() const { return opt_; }
 
   void window_push(std::int64_t seq, const std::vector<FeatureKeys>& features) {
     if (opt_.policy != Policy::kLookahead) return;
@@ -215,17 +221,23 @@ class RefPool {
       }
   }
 
-  std::vector<Transfer> take_dirty() {
+  std::vector<Transfer> dirty() const {
     std::vector<Transfer> out;
     for (std::size_t i = 0; i < slots_.size(); ++i) {
-      RefSlot& r = slots_[i];
-      if (!r.resident || !r.dirty) continue;
-      out.push_back({static_cast<Key>(i), r.table, r.row});
+      const RefSlot& r = slots_[i];
+      if (r.resident && r.dirty) out.push_back({static_cast<Key>(i), r.table, r.row});
+    }
+    return out;
+  }
+
+  void mark_clean(const std::vector<Transfer>& rows) {
+    for (const Transfer& t : rows) {
+      RefSlot& r = slots_[static_cast<std::size_t>(t.slot)];
+      ASSERT_TRUE(r.resident && r.dirty && r.table == t.table && r.row == t.row);
       r.dirty = false;
       ++stats_[static_cast<std::size_t>(r.table)].writebacks;
       stats_[static_cast<std::size_t>(r.table)].bytes_written_back += opt_.record_bytes;
     }
-    return out;
   }
 
   void invalidate_table(int table) {
@@ -360,6 +372,7 @@ void expect_same_stats(const CacheStats& a, const CacheStats& b, const std::stri
   EXPECT_EQ(a.writebacks, b.writebacks) << what;
   EXPECT_EQ(a.bytes_filled, b.bytes_filled) << what;
   EXPECT_EQ(a.bytes_written_back, b.bytes_written_back) << what;
+  EXPECT_EQ(a.deferred, b.deferred) << what;
 }
 
 // ---- the workload -----------------------------------------------------------------------------
@@ -379,22 +392,59 @@ struct Shape {
   int steps = 400;
 };
 
-// One batch, as the engine keeps it: per pool its features (each table at most once).
-struct Batch {
-  std::int64_t seq = 0;
-  std::vector<std::vector<UniqueKeys>> unique;  // [pool][feature]
-  std::vector<std::vector<int>> table;          // [pool][feature]
-  std::vector<PoolPlan> plans;                  // [pool], once planned
-  std::vector<FeatureKeys> features(std::size_t pool) const {
-    std::vector<FeatureKeys> fk;
-    for (std::size_t i = 0; i < unique[pool].size(); ++i) fk.push_back({table[pool][i], &unique[pool][i]});
-    return fk;
+using RealPrefetcher = BasicPrefetcher<CachePool>;
+using RefPrefetcher = BasicPrefetcher<RefPool>;
+
+// The executor of a prefetcher in the test: moves nothing, refuses some plans (as the engine's
+// does when no staging can be had, or when the device failed) and some flush chunks, and records
+// the rows flushed. The two prefetchers' executors draw the same decisions from the same seed, so
+// equal calls get equal answers.
+template <class Prefetcher>
+class TestExecutor final : public Prefetcher::Executor {
+ public:
+  explicit TestExecutor(std::uint64_t seed) : rng_(seed) {}
+  Status prepare(typename Prefetcher::Batch& b) override {
+    const std::uint64_t r = rng_() % 100;
+    if (r < 3) return Status::resource_exhausted("batch " + std::to_string(b.id) + ": no staging (test)");
+    if (r < 5) return Status::unavailable("batch " + std::to_string(b.id) + ": device lost (test)");
+    return Status::ok();
   }
+  void issue(typename Prefetcher::Batch& b) override { ++issued_[b.id]; }
+  std::size_t flush_rows(int pool) override { return static_cast<std::size_t>(3 + pool); }
+  Status write_back(int pool, const std::vector<Transfer>& rows) override {
+    if (rng_() % 100 < 5) return Status::unavailable("write-back of pool " + std::to_string(pool) + " failed (test)");
+    for (const Transfer& t : rows) written_.push_back({pool, t});
+    return Status::ok();
+  }
+  // Rows written back since the last call, with their pool.
+  std::vector<std::pair<int, Transfer>> take_written() { return std::exchange(written_, {}); }
+  int issued(std::int64_t id) const {
+    auto it = issued_.find(id);
+    return it == issued_.end() ? 0 : it->second;
+  }
+
+ private:
+  std::mt19937_64 rng_;
+  std::vector<std::pair<int, Transfer>> written_;
+  std::map<std::int64_t, int> issued_;
+};
+
+// One batch, as the caller keeps it: per pool its features (each table at most once), and the
+// batch as each prefetcher sees it.
+struct Batch {
+  std::int64_t id = 0;
+  std::vector<std::vector<UniqueKeys>> unique;  // [pool][feature]
+  std::vector<std::vector<int>> table;          // [pool][feature], pool-local
+  RealPrefetcher::Batch real;
+  RefPrefetcher::Batch ref;
+  bool counted_deferred = false;
 };
 
 class Harness {
  public:
-  Harness(const Shape& shape, std::uint64_t seed) : shape_(shape), rng_(seed) {
+  Harness(const Shape& shape, std::uint64_t seed)
+      : shape_(shape), rng_(seed), real_exec_(seed * 31 + 7), ref_exec_(seed * 31 + 7) {
+    std::vector<CachePoolOptions> options;
     for (int p = 0; p < shape_.pools; ++p) {
       CachePoolOptions o;
       o.slots = shape_.min_slots +
@@ -416,9 +466,21 @@ class Harness {
                        static_cast<std::int64_t>(rng_() % static_cast<std::uint64_t>(4 * o.slots)));
       }
       rows_.push_back(rows);
-      real_.emplace_back(o);
-      ref_.emplace_back(o);
+      first_table_.push_back(tables_);
+      tables_ += tables;
+      options.push_back(std::move(o));
     }
+    real_ = std::make_unique<RealPrefetcher>(shape_.lookahead, tables_);
+    ref_ = std::make_unique<RefPrefetcher>(shape_.lookahead, tables_);
+    for (int p = 0; p < shape_.pools; ++p) {
+      std::vector<int> ids;
+      for (std::size_t t = 0; t < rows_[static_cast<std::size_t>(p)].size(); ++t)
+        ids.push_back(first_table_[static_cast<std::size_t>(p)] + static_cast<int>(t));
+      real_->add_pool(std::make_unique<CachePool>(options[static_cast<std::size_t>(p)]), ids);
+      ref_->add_pool(std::make_unique<RefPool>(options[static_cast<std::size_t>(p)]), ids);
+    }
+    real_->set_executor(&real_exec_);
+    ref_->set_executor(&ref_exec_);
   }
 
   void run() {
@@ -428,7 +490,7 @@ class Harness {
         if (pending_.size() + in_flight_.size() < static_cast<std::size_t>(shape_.max_in_flight + shape_.lookahead))
           submit();
       } else if (op < 55) {
-        if (!pending_.empty()) (void)plan_front();  // forward(): may fail and leave the batch pending
+        if (!pending_.empty()) (void)forward(rng_() % pending_.size());  // may fail: the batches stay pending
       } else if (op < 85) {
         if (!in_flight_.empty()) {
           const std::size_t i = rng_() % in_flight_.size();
@@ -437,7 +499,7 @@ class Harness {
       } else if (op < 90) {
         if (!pending_.empty()) drop(rng_() % pending_.size());
       } else if (op < 97) {
-        flush();
+        (void)flush();
       } else {
         invalidate();
       }
@@ -446,7 +508,7 @@ class Harness {
     // Drain: drop the previews, plan and retire everything, flush.
     while (!previews_.empty()) skip_preview();
     while (!pending_.empty() && !::testing::Test::HasFatalFailure()) {
-      if (!plan_front()) {
+      if (!forward(0)) {
         if (in_flight_.empty())
           drop(0);
         else
@@ -454,7 +516,8 @@ class Harness {
       }
     }
     while (!in_flight_.empty() && !::testing::Test::HasFatalFailure()) retire(0, true);
-    flush();
+    for (int i = 0; i < 100 && !flush(); ++i) {
+    }
     check_state("end");
   }
 
@@ -462,7 +525,7 @@ class Harness {
   std::int64_t refused() const { return refused_; }
   std::int64_t evictions() const {
     std::int64_t n = 0;
-    for (std::size_t p = 0; p < real_.size(); ++p) n += real_[p].pool_stats().evictions;
+    for (int p = 0; p < real_->pools(); ++p) n += real_->planner(p).pool_stats().evictions;
     return n;
   }
 
@@ -477,22 +540,23 @@ class Harness {
     return k;
   }
 
-  // A batch with fresh keys (not yet in any window).
-  std::unique_ptr<Batch> make_batch() {
+  // A batch with fresh keys.
+  Batch& make_batch(std::int64_t id) {
     auto b = std::make_unique<Batch>();
-    b->unique.resize(real_.size());
-    b->table.resize(real_.size());
-    b->plans.resize(real_.size());
+    b->id = id;
+    b->unique.resize(rows_.size());
+    b->table.resize(rows_.size());
     draw_keys(*b);
-    return b;
+    batches_.push_back(std::move(b));
+    return *batches_.back();
   }
 
   void draw_keys(Batch& b) {
-    for (std::size_t p = 0; p < real_.size(); ++p) {
+    for (std::size_t p = 0; p < rows_.size(); ++p) {
       b.unique[p].clear();
       b.table[p].clear();
-      const std::int64_t slots = real_[p].options().slots;
-      std::vector<int> order(real_[p].options().tables.size());
+      const std::int64_t slots = real_->planner(static_cast<int>(p)).options().slots;
+      std::vector<int> order(rows_[p].size());
       for (std::size_t t = 0; t < order.size(); ++t) order[t] = static_cast<int>(t);
       std::shuffle(order.begin(), order.end(), rng_);
       for (int t : order) {
@@ -512,30 +576,32 @@ class Harness {
     }
   }
 
-  void push(const Batch& b) {
-    for (std::size_t p = 0; p < real_.size(); ++p) {
-      real_[p].window_push(b.seq, b.features(p));
-      ref_[p].window_push(b.seq, b.features(p));
-    }
-  }
-  void pull(const Batch& b) {
-    for (std::size_t p = 0; p < real_.size(); ++p) {
-      real_[p].window_drop(b.seq, b.features(p));
-      ref_[p].window_drop(b.seq, b.features(p));
-    }
+  // The batch's keys as the prefetchers number the tables, pool by pool.
+  std::vector<TableKeys> keys_of(const Batch& b) const {
+    std::vector<TableKeys> keys;
+    for (std::size_t p = 0; p < b.unique.size(); ++p)
+      for (std::size_t i = 0; i < b.unique[p].size(); ++i)
+        keys.push_back({first_table_[p] + b.table[p][i], &b.unique[p][i]});
+    return keys;
   }
 
-  // As the engine's preview(): the keys of a later batch enter the window under the next number.
+  // As the store's preview(): the keys of a later batch (ids counting up from 0) enter the window.
   void preview() {
-    auto b = make_batch();
-    b->seq = next_seq_++;
-    push(*b);
-    previews_.push_back(b.get());
-    batches_.push_back(std::move(b));
+    Batch& b = make_batch(next_preview_id_++);
+    std::vector<int> tables;
+    std::vector<UniqueKeys> unique;
+    for (const TableKeys& k : keys_of(b)) {
+      tables.push_back(k.table);
+      unique.push_back(*k.unique);
+    }
+    real_->preview(b.id, tables, unique);
+    ref_->preview(b.id, tables, unique);
+    previews_.push_back(&b);
   }
-  // A previewed batch that will not be submitted.
+  // The oldest previewed batch will not be submitted.
   void skip_preview() {
-    pull(*previews_.front());
+    real_->previews_done(previews_.front()->id);
+    ref_->previews_done(previews_.front()->id);
     previews_.erase(previews_.begin());
   }
 
@@ -544,132 +610,152 @@ class Harness {
     bool from_preview = false;
     if (shape_.previews > 0) {
       // Preview ahead, sometimes skip the oldest preview, then mostly submit the oldest preview:
-      // with its keys, or (as when the keys submitted differ) re-keyed under its number, a push
-      // below the later previews. Otherwise a batch without a preview: it gets a number above the
-      // previews' and is planned before them.
+      // with its keys, or (as when the keys submitted differ) re-keyed under its id, a push below
+      // the later previews. Otherwise a batch without a preview (ids counting down from -1): it
+      // gets a number above the previews' and is planned before them.
       while (static_cast<int>(previews_.size()) < shape_.previews && chance(0.6)) preview();
       if (!previews_.empty() && chance(0.1)) skip_preview();
       if (!previews_.empty() && chance(0.8)) {
         raw = previews_.front();
         previews_.erase(previews_.begin());
         from_preview = true;
-        if (chance(0.3)) {
-          pull(*raw);
-          draw_keys(*raw);
-          push(*raw);
-        }
+        if (chance(0.3)) draw_keys(*raw);
       }
     }
-    if (!raw) {
-      auto b = make_batch();
-      b->seq = next_seq_++;
-      push(*b);
-      raw = b.get();
-      batches_.push_back(std::move(b));
+    if (!raw) raw = &make_batch(next_plain_id_--);
+    raw->real.id = raw->ref.id = raw->id;
+    raw->real.keys = raw->ref.keys = keys_of(*raw);
+    const Status a = real_->submit(raw->real);
+    const Status e = ref_->submit(raw->ref);
+    expect_same_status(a, e, "submit of batch " + std::to_string(raw->id));
+    if (a.is_ok()) {
+      pending_.push_back(raw);
+    } else {
+      ++refused_;
+      if (from_preview) previews_.insert(previews_.begin(), raw);  // back to its preview
     }
-    pending_.push_back(raw);
-    // As the engine's submit(): plan while more than `lookahead` batches are pending; a failure
-    // takes back the batch just submitted (a previewed one goes back to its preview).
-    while (static_cast<int>(pending_.size()) > shape_.lookahead) {
-      if (!plan_front()) {
-        for (std::size_t i = 0; i < pending_.size(); ++i)
-          if (pending_[i] == raw) {
-            drop(i);
-            break;
-          }
-        if (from_preview) {
-          push(*raw);
-          previews_.insert(previews_.begin(), raw);
-        }
-        break;
-      }
-    }
+    sync();
   }
 
-  // Probes every pool, then commits all of them or none.
-  bool plan_front() {
-    Batch& b = *pending_.front();
-    std::vector<PoolProbe> real_probes, ref_probes;
-    for (std::size_t p = 0; p < real_.size(); ++p) {
-      auto a = real_[p].probe(b.seq, b.features(p));
-      auto e = ref_[p].probe(b.seq, b.features(p));
-      const std::string what = "probe of batch " + std::to_string(b.seq) + " in pool " + std::to_string(p);
-      EXPECT_EQ(a.is_ok(), e.is_ok()) << what << ": " << (a.is_ok() ? e.status().to_string() : a.status().to_string());
-      if (!a.is_ok() || !e.is_ok()) {
-        if (!a.is_ok() && !e.is_ok()) {
-          EXPECT_EQ(a.status().code(), e.status().code()) << what;
-          EXPECT_EQ(a.status().message(), e.status().message()) << what;
-        }
-        ++refused_;
-        return false;
-      }
-      EXPECT_EQ(a.value().found, e.value().found) << what;
-      real_probes.push_back(std::move(a).value());
-      ref_probes.push_back(std::move(e).value());
-    }
-    for (std::size_t p = 0; p < real_.size(); ++p) {
-      PoolPlan a = real_[p].commit(std::move(real_probes[p]));
-      PoolPlan e = ref_[p].commit(ref_probes[p]);
-      const std::string what = "plan of batch " + std::to_string(b.seq) + " in pool " + std::to_string(p);
-      EXPECT_EQ(a.seq, e.seq) << what;
-      EXPECT_EQ(a.hits, e.hits) << what;
-      EXPECT_EQ(a.misses, e.misses) << what;
-      EXPECT_EQ(a.unique_slots, e.unique_slots) << what;
-      expect_same_transfers(a.fills, e.fills, what + ", fills");
-      expect_same_transfers(a.writebacks, e.writebacks, what + ", write-backs");
-      b.plans[p] = std::move(a);
-    }
-    pending_.erase(pending_.begin());
-    in_flight_.push_back(&b);
-    ++planned_;
-    return true;
+  // As the store's forward(): plans the pending batches up to the i-th.
+  bool forward(std::size_t i) {
+    Batch& b = *pending_[i];
+    const Status a = real_->plan(b.real);
+    const Status e = ref_->plan(b.ref);
+    expect_same_status(a, e, "plan of batch " + std::to_string(b.id));
+    if (!a.is_ok()) ++refused_;
+    sync();
+    return a.is_ok();
   }
 
+  // Backward (updated) or discard of a batch in flight.
   void retire(std::size_t i, bool updated) {
     Batch& b = *in_flight_[i];
-    for (std::size_t p = 0; p < real_.size(); ++p) {
-      real_[p].retire(b.plans[p], updated);
-      ref_[p].retire(b.plans[p], updated);
+    if (updated) {
+      real_->retire(b.real, true);
+      ref_->retire(b.ref, true);
+    } else {
+      real_->discard(b.real);
+      ref_->discard(b.ref);
     }
     in_flight_.erase(in_flight_.begin() + static_cast<std::ptrdiff_t>(i));
+    sync();
   }
 
+  // Discard of a batch not yet planned.
   void drop(std::size_t i) {
     Batch& b = *pending_[i];
-    for (std::size_t p = 0; p < real_.size(); ++p) {
-      real_[p].window_drop(b.seq, b.features(p));
-      ref_[p].window_drop(b.seq, b.features(p));
-    }
+    real_->discard(b.real);
+    ref_->discard(b.ref);
     pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+    sync();
   }
 
-  void flush() {
-    for (std::size_t p = 0; p < real_.size(); ++p)
-      expect_same_transfers(testing::take_dirty(real_[p]), ref_[p].take_dirty(), "take_dirty");
+  bool flush() {
+    const Status a = real_->flush();
+    const Status e = ref_->flush();
+    expect_same_status(a, e, "flush");
+    const auto got = real_exec_.take_written(), want = ref_exec_.take_written();
+    EXPECT_EQ(got.size(), want.size()) << "flushed rows";
+    for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+      EXPECT_EQ(got[i].first, want[i].first) << "flushed row #" << i;
+      expect_same_transfers({got[i].second}, {want[i].second}, "flushed row #" + std::to_string(i));
+    }
+    return a.is_ok();
   }
 
   // As the engine's write_rows(): flush, then drop every row of a table no batch in flight uses.
   void invalidate() {
-    const std::size_t p = rng_() % real_.size();
-    const int t = static_cast<int>(rng_() % real_[p].options().tables.size());
+    const std::size_t p = rng_() % rows_.size();
+    const int t = static_cast<int>(rng_() % rows_[p].size());
     for (const Batch* b : in_flight_)
       for (int bt : b->table[p])
         if (bt == t) return;
-    flush();
-    real_[p].invalidate_table(t);
-    ref_[p].invalidate_table(t);
+    if (!flush()) return;
+    real_->invalidate_table(first_table_[p] + t);
+    ref_->invalidate_table(first_table_[p] + t);
+  }
+
+  static void expect_same_status(const Status& a, const Status& e, const std::string& what) {
+    EXPECT_EQ(a.is_ok(), e.is_ok()) << what << ": " << (a.is_ok() ? e.to_string() : a.to_string());
+    if (!a.is_ok() && !e.is_ok()) {
+      EXPECT_EQ(a.code(), e.code()) << what;
+      EXPECT_EQ(a.message(), e.message()) << what;
+    }
+  }
+
+  // After every call: the batches the prefetchers planned (both the same ones, with the same
+  // plans) move from pending to in flight.
+  void sync() {
+    for (std::size_t i = 0; i < pending_.size();) {
+      Batch& b = *pending_[i];
+      const std::string what = "batch " + std::to_string(b.id);
+      ASSERT_EQ(b.real.planned, b.ref.planned) << what;
+      ASSERT_EQ(b.real.deferred, b.ref.deferred) << what;
+      ASSERT_EQ(b.real.executor_refused, b.ref.executor_refused) << what;
+      ASSERT_EQ(b.real.seq, b.ref.seq) << what;
+      if (b.real.deferred && !b.counted_deferred) {
+        b.counted_deferred = true;
+        ++refused_;
+      }
+      if (!b.real.planned) {
+        ++i;
+        continue;
+      }
+      ASSERT_EQ(b.real.parts.size(), b.ref.parts.size()) << what;
+      for (std::size_t k = 0; k < b.real.parts.size(); ++k) {
+        const PoolPlan& a = b.real.parts[k].plan;
+        const PoolPlan& e = b.ref.parts[k].plan;
+        const std::string where = "plan of " + what + " in pool " + std::to_string(b.real.parts[k].pool);
+        ASSERT_EQ(b.real.parts[k].pool, b.ref.parts[k].pool) << where;
+        EXPECT_EQ(a.seq, e.seq) << where;
+        EXPECT_EQ(a.hits, e.hits) << where;
+        EXPECT_EQ(a.misses, e.misses) << where;
+        EXPECT_EQ(a.unique_slots, e.unique_slots) << where;
+        expect_same_transfers(a.fills, e.fills, where + ", fills");
+        expect_same_transfers(a.writebacks, e.writebacks, where + ", write-backs");
+      }
+      EXPECT_EQ(real_exec_.issued(b.id), ref_exec_.issued(b.id)) << what;
+      in_flight_.push_back(&b);
+      pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+      ++planned_;
+    }
   }
 
   void check_state(const std::string& when) {
-    for (std::size_t p = 0; p < real_.size(); ++p) {
+    ASSERT_EQ(real_->in_flight(), ref_->in_flight()) << when;
+    ASSERT_EQ(real_->in_flight(), static_cast<int>(pending_.size() + in_flight_.size())) << when;
+    for (int p = 0; p < real_->pools(); ++p) {
       const std::string what = when + ", pool " + std::to_string(p);
-      ASSERT_EQ(real_[p].resident(), ref_[p].resident()) << what;
-      ASSERT_EQ(real_[p].pinned(), ref_[p].pinned()) << what;
-      for (std::size_t t = 0; t < rows_[p].size(); ++t) {
-        expect_same_stats(real_[p].table_stats(static_cast<int>(t)), ref_[p].table_stats(static_cast<int>(t)),
-                          what + ", table " + std::to_string(t));
-        for (Key row = 0; row < rows_[p][t]; ++row)
-          ASSERT_EQ(real_[p].slot_of(static_cast<int>(t), row), ref_[p].slot_of(static_cast<int>(t), row))
+      const CachePool& real = real_->planner(p);
+      const RefPool& ref = ref_->planner(p);
+      ASSERT_EQ(real.resident(), ref.resident()) << what;
+      ASSERT_EQ(real.pinned(), ref.pinned()) << what;
+      for (std::size_t t = 0; t < rows_[static_cast<std::size_t>(p)].size(); ++t) {
+        const int id = first_table_[static_cast<std::size_t>(p)] + static_cast<int>(t);
+        expect_same_stats(real_->table_stats(id), ref_->table_stats(id), what + ", table " + std::to_string(t));
+        for (Key row = 0; row < rows_[static_cast<std::size_t>(p)][t]; ++row)
+          ASSERT_EQ(real.slot_of(static_cast<int>(t), row), ref.slot_of(static_cast<int>(t), row))
               << what << ", table " << t << ", row " << row;
       }
     }
@@ -678,11 +764,15 @@ class Harness {
   Shape shape_;
   std::mt19937_64 rng_;
   std::vector<std::vector<std::int64_t>> rows_;  // [pool][table]
-  std::vector<CachePool> real_;
-  std::vector<RefPool> ref_;
+  std::vector<int> first_table_;                 // [pool]: the prefetchers' number of its table 0
+  int tables_ = 0;
+  TestExecutor<RealPrefetcher> real_exec_;
+  TestExecutor<RefPrefetcher> ref_exec_;
+  std::unique_ptr<RealPrefetcher> real_;
+  std::unique_ptr<RefPrefetcher> ref_;
   std::vector<std::unique_ptr<Batch>> batches_;
   std::vector<Batch*> pending_, in_flight_, previews_;
-  std::int64_t next_seq_ = 0, planned_ = 0, refused_ = 0;
+  std::int64_t next_preview_id_ = 0, next_plain_id_ = -1, planned_ = 0, refused_ = 0;
 };
 
 // ---- the tests --------------------------------------------------------------------------------

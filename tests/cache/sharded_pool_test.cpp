@@ -3,7 +3,9 @@
 // cache key's hash scaled to [0, S)), with slot numbers offset by the shards before it; with S = 1
 // exactly as one CachePool. Checked on random multi-table traffic for every policy: the lookahead
 // window (pushes and drops), capacity errors (the lowest refusing shard's, no state change), pins
-// across batches in flight retired out of order, per-table caps, flushes and invalidations.
+// across batches in flight retired out of order, per-table caps, flushes and invalidations. Both
+// the pool and the model (as a planner of its own) are driven by the store's driving loop,
+// cache::BasicPrefetcher.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cache/prefetcher.hpp"
 #include "cache/sharded_pool.hpp"
 #include "core/row_math.hpp"
 #include "tests/cache/pool_options.hpp"
@@ -73,173 +76,244 @@ std::vector<std::string> strs(const std::vector<Transfer>& v) {
   return out;
 }
 
+// The model as a planner, so that the prefetcher drives it as it drives the ShardedPool: the first
+// shard to refuse a batch gives the error, plans are the shards' plans with global slots (the
+// lists shard by shard, each feature's slots back in its order).
+struct ModelPlan : PoolPlan {
+  std::vector<PoolPlan> shards;
+};
+struct ModelProbe {
+  std::int64_t seq = 0;
+  std::vector<FeatureKeys> features;
+  std::vector<std::vector<UniqueKeys>> parts;  // per shard: the features' rows in it
+  std::vector<PoolProbe> probes;               // per shard
+};
+class ModelPlanner {
+ public:
+  ModelPlanner(const CachePoolOptions& o, int S) : opt_(o), model_(o, S) {}
+  const CachePoolOptions& options() const { return opt_; }
+  const Model& model() const { return model_; }
+  void window_push(std::int64_t seq, const std::vector<FeatureKeys>& fk) {
+    for (int s = 0; s < model_.shards; ++s) {
+      const auto part = model_.part(fk, s);
+      model_.pools[static_cast<std::size_t>(s)]->window_push(seq, Model::features(fk, part));
+    }
+  }
+  void window_drop(std::int64_t seq, const std::vector<FeatureKeys>& fk) {
+    for (int s = 0; s < model_.shards; ++s) {
+      const auto part = model_.part(fk, s);
+      model_.pools[static_cast<std::size_t>(s)]->window_drop(seq, Model::features(fk, part));
+    }
+  }
+  Result<ModelProbe> probe(std::int64_t seq, const std::vector<FeatureKeys>& fk) const {
+    ModelProbe p;
+    p.seq = seq;
+    p.features = fk;
+    for (int s = 0; s < model_.shards; ++s) {
+      p.parts.push_back(model_.part(fk, s));
+      auto mp = model_.pools[static_cast<std::size_t>(s)]->probe(seq, Model::features(fk, p.parts.back()));
+      if (!mp.is_ok()) return mp.status();
+      p.probes.push_back(std::move(mp).value());
+    }
+    return p;
+  }
+  ModelPlan commit(ModelProbe p) {
+    ModelPlan plan;
+    plan.seq = p.seq;
+    const auto& fk = p.features;
+    plan.unique_slots.resize(fk.size());
+    for (std::size_t i = 0; i < fk.size(); ++i) plan.unique_slots[i].assign(fk[i].unique->keys.size(), -1);
+    for (int s = 0; s < model_.shards; ++s) {
+      PoolPlan mp = model_.pools[static_cast<std::size_t>(s)]->commit(std::move(p.probes[static_cast<std::size_t>(s)]));
+      const Key off = model_.offset[static_cast<std::size_t>(s)];
+      for (Transfer t : mp.fills) plan.fills.push_back({t.slot + off, t.table, t.row});
+      for (Transfer t : mp.writebacks) plan.writebacks.push_back({t.slot + off, t.table, t.row});
+      plan.hits += mp.hits;
+      plan.misses += mp.misses;
+      // Back to each feature's order.
+      for (std::size_t i = 0; i < fk.size(); ++i) {
+        std::size_t j = 0;
+        for (std::size_t u = 0; u < fk[i].unique->keys.size(); ++u)
+          if (model_.shard(fk[i].table, fk[i].unique->keys[u]) == s)
+            plan.unique_slots[i][u] = mp.unique_slots[i][j++] + off;
+      }
+      plan.shards.push_back(std::move(mp));
+    }
+    return plan;
+  }
+  void retire(const ModelPlan& plan, bool updated) {
+    for (int s = 0; s < model_.shards; ++s)
+      model_.pools[static_cast<std::size_t>(s)]->retire(plan.shards[static_cast<std::size_t>(s)], updated);
+  }
+  std::vector<Transfer> dirty() const {
+    std::vector<Transfer> out;
+    for (int s = 0; s < model_.shards; ++s)
+      for (Transfer t : model_.pools[static_cast<std::size_t>(s)]->dirty())
+        out.push_back({t.slot + model_.offset[static_cast<std::size_t>(s)], t.table, t.row});
+    return out;
+  }
+  void mark_clean(const std::vector<Transfer>& rows) {
+    std::vector<std::vector<Transfer>> local(static_cast<std::size_t>(model_.shards));
+    for (const Transfer& t : rows) {
+      std::size_t s = 0;
+      while (s + 1 < local.size() && model_.offset[s + 1] <= t.slot) ++s;
+      local[s].push_back({t.slot - model_.offset[s], t.table, t.row});
+    }
+    for (int s = 0; s < model_.shards; ++s)
+      model_.pools[static_cast<std::size_t>(s)]->mark_clean(local[static_cast<std::size_t>(s)]);
+  }
+  void invalidate_table(int table) {
+    for (auto& m : model_.pools) m->invalidate_table(table);
+  }
+  CacheStats table_stats(int t) const {
+    CacheStats want;
+    for (const auto& m : model_.pools) want += m->table_stats(t);
+    return want;
+  }
+
+ private:
+  CachePoolOptions opt_;
+  Model model_;
+};
+
+// Records the rows a prefetcher's flush writes back (no device).
+template <class Prefetcher>
+struct FlushRecorder final : Prefetcher::Executor {
+  Status prepare(typename Prefetcher::Batch&) override { return Status::ok(); }
+  void issue(typename Prefetcher::Batch&) override {}
+  std::size_t flush_rows(int) override { return 16; }
+  Status write_back(int, const std::vector<Transfer>& rows) override {
+    written.insert(written.end(), rows.begin(), rows.end());
+    return Status::ok();
+  }
+  std::vector<Transfer> written;
+};
+
 class ShardedPoolMatchesShards : public ::testing::TestWithParam<std::tuple<Policy, int>> {};
 
+// The ShardedPool and the model, each under a prefetcher (the store's driving loop) with a window
+// of 3 batches, get the same calls; their plans, errors and state must agree after each.
 TEST_P(ShardedPoolMatchesShards, OnRandomTraffic) {
   const auto [policy, S] = GetParam();
   std::mt19937_64 rng(static_cast<std::uint64_t>(S) * 101 + static_cast<std::uint64_t>(policy));
   const std::vector<PoolTable> tables = {{"a", 0}, {"b", 0}, {"capped", 24}};
   const CachePoolOptions o = options(96, policy, tables);
   ASSERT_TRUE(ShardedPool::validate(o, S).is_ok());
-  ShardedPool pool(o, S);
-  Model model(o, S);
+  using ModelPrefetcher = BasicPrefetcher<ModelPlanner>;
+  Prefetcher real(3, 3);
+  ModelPrefetcher model(3, 3);
+  real.add_pool(std::make_unique<ShardedPool>(o, S), {0, 1, 2});
+  model.add_pool(std::make_unique<ModelPlanner>(o, S), {0, 1, 2});
+  FlushRecorder<Prefetcher> real_flush;
+  FlushRecorder<ModelPrefetcher> model_flush;
+  real.set_executor(&real_flush);
+  model.set_executor(&model_flush);
+  const ShardedPool& pool = real.planner(0);
+  const Model& m = model.planner(0).model();
   ASSERT_EQ(pool.shards(), S);
 
-  struct InFlight {
-    ShardedPlan plan;
-    std::vector<PoolPlan> model;  // per shard
-  };
-  std::vector<InFlight> in_flight;
-  // Batches pushed into the window and not yet planned or dropped, oldest first.
-  struct Pending {
-    std::int64_t seq;
+  struct Batch {
     std::vector<UniqueKeys> keys;  // per table
+    Prefetcher::Batch real;
+    ModelPrefetcher::Batch model;
   };
-  std::vector<Pending> window;
-  std::int64_t seq = 0;
+  std::vector<std::unique_ptr<Batch>> pending, in_flight;  // oldest first
+  std::int64_t id = 0;
   int refused = 0, planned = 0;
-  const auto fk_of = [](const Pending& p) {
-    std::vector<FeatureKeys> fk;
-    for (std::size_t t = 0; t < p.keys.size(); ++t) fk.push_back({static_cast<int>(t), &p.keys[t]});
-    return fk;
-  };
   for (int step = 0; step < 1500; ++step) {
     // Keep a window of up to 3 batches ahead (lookahead uses it; the others ignore it).
-    while (window.size() < 3) {
-      Pending p{seq++, std::vector<UniqueKeys>(3)};
+    while (pending.size() < 3) {
+      auto b = std::make_unique<Batch>();
+      b->keys.resize(3);
       for (int t = 0; t < 3; ++t) {
         std::vector<Key> keys;
         const int n = static_cast<int>(rng() % (rng() % 8 == 0 ? 40 : 10));  // sometimes too many for a shard
         for (int i = 0; i < n; ++i) keys.push_back(static_cast<Key>(rng() % (t == 0 ? 40 : 300)));
-        p.keys[static_cast<std::size_t>(t)] = dedup_keys(keys.data(), static_cast<std::int64_t>(keys.size()));
+        b->keys[static_cast<std::size_t>(t)] = dedup_keys(keys.data(), static_cast<std::int64_t>(keys.size()));
       }
-      const auto fk = fk_of(p);
-      pool.window_push(p.seq, fk);
-      for (int s = 0; s < S; ++s) {
-        const auto part = model.part(fk, s);
-        model.pools[static_cast<std::size_t>(s)]->window_push(p.seq, Model::features(fk, part));
-      }
-      window.push_back(std::move(p));
+      b->real.id = b->model.id = id++;
+      for (int t = 0; t < 3; ++t) b->real.keys.push_back({t, &b->keys[static_cast<std::size_t>(t)]});
+      b->model.keys = b->real.keys;
+      ASSERT_TRUE(real.submit(b->real).is_ok());
+      ASSERT_TRUE(model.submit(b->model).is_ok());
+      ASSERT_FALSE(b->real.planned);  // no more than 3 pending: planned by forward below
+      pending.push_back(std::move(b));
     }
     const int action = static_cast<int>(rng() % 10);
     if (action < 6 && in_flight.size() < 3) {
-      // Plan the oldest batch of the window.
-      Pending p = std::move(window.front());
-      window.erase(window.begin());
-      const auto fk = fk_of(p);
-      auto probe = pool.probe(p.seq, fk);
-      // The model: the first shard to refuse gives the error.
-      std::vector<std::vector<UniqueKeys>> parts;
-      std::vector<PoolProbe> model_probes;
-      Status model_status = Status::ok();
-      std::int64_t model_misses = 0;
-      for (int s = 0; s < S; ++s) {
-        parts.push_back(model.part(fk, s));
-        auto mp = model.pools[static_cast<std::size_t>(s)]->probe(p.seq, Model::features(fk, parts.back()));
-        if (!mp.is_ok()) {
-          if (model_status.is_ok()) model_status = mp.status();
-          continue;
-        }
-        for (const auto& f : mp.value().found)
-          for (std::int64_t slot : f) model_misses += slot < 0;
-        model_probes.push_back(std::move(mp).value());
-      }
-      ASSERT_EQ(probe.is_ok(), model_status.is_ok()) << "step " << step;
-      if (!probe.is_ok()) {
-        EXPECT_EQ(probe.status().to_string(), model_status.to_string());
+      // The oldest batch's forward: planned, or refused by a shard.
+      Batch& b = *pending.front();
+      const Status got = real.plan(b.real);
+      const Status want = model.plan(b.model);
+      ASSERT_EQ(got.is_ok(), want.is_ok()) << "step " << step << ": " << got.to_string() << " vs " << want.to_string();
+      if (!got.is_ok()) {
+        EXPECT_EQ(got.to_string(), want.to_string());
         if (S > 1) {
-          EXPECT_NE(probe.status().message().find("shard"), std::string::npos) << probe.status().to_string();
+          EXPECT_NE(got.message().find("shard"), std::string::npos) << got.to_string();
         }
         ++refused;
-        // Refused: drop it from the window everywhere (as the store does when it gives up a batch).
-        pool.window_drop(p.seq, fk);
-        for (int s = 0; s < S; ++s)
-          model.pools[static_cast<std::size_t>(s)]->window_drop(
-              p.seq, Model::features(fk, parts[static_cast<std::size_t>(s)]));
+        // Refused: given up (as the store does when it discards a batch), out of every window.
+        real.discard(b.real);
+        model.discard(b.model);
+        pending.erase(pending.begin());
         continue;
       }
-      EXPECT_EQ(probe.value().misses, model_misses);
-      InFlight f;
-      f.plan = pool.commit(std::move(probe).value());
-      std::vector<Transfer> fills, writebacks;
-      std::vector<std::vector<Key>> slots(fk.size());
-      for (std::size_t i = 0; i < fk.size(); ++i) slots[i].assign(fk[i].unique->keys.size(), -1);
-      std::int64_t hits = 0;
-      for (int s = 0; s < S; ++s) {
-        PoolPlan mp =
-            model.pools[static_cast<std::size_t>(s)]->commit(std::move(model_probes[static_cast<std::size_t>(s)]));
-        const Key off = model.offset[static_cast<std::size_t>(s)];
-        for (Transfer t : mp.fills) fills.push_back({t.slot + off, t.table, t.row});
-        for (Transfer t : mp.writebacks) writebacks.push_back({t.slot + off, t.table, t.row});
-        hits += mp.hits;
-        // Back to each feature's order.
-        for (std::size_t i = 0; i < fk.size(); ++i) {
-          std::size_t j = 0;
-          for (std::size_t u = 0; u < fk[i].unique->keys.size(); ++u)
-            if (model.shard(fk[i].table, fk[i].unique->keys[u]) == s) slots[i][u] = mp.unique_slots[i][j++] + off;
-        }
-        f.model.push_back(std::move(mp));
-      }
-      ASSERT_EQ(f.plan.unique_slots, slots) << "step " << step;
-      ASSERT_EQ(strs(f.plan.fills), strs(fills)) << "step " << step;
-      ASSERT_EQ(strs(f.plan.writebacks), strs(writebacks)) << "step " << step;
-      ASSERT_EQ(f.plan.hits, hits);
-      ASSERT_EQ(f.plan.misses, static_cast<std::int64_t>(fills.size()));
-      in_flight.push_back(std::move(f));
+      const ShardedPlan& p = b.real.parts[0].plan;
+      const ModelPlan& mp = b.model.parts[0].plan;
+      ASSERT_EQ(p.unique_slots, mp.unique_slots) << "step " << step;
+      ASSERT_EQ(strs(p.fills), strs(mp.fills)) << "step " << step;
+      ASSERT_EQ(strs(p.writebacks), strs(mp.writebacks)) << "step " << step;
+      ASSERT_EQ(p.hits, mp.hits);
+      ASSERT_EQ(p.misses, static_cast<std::int64_t>(mp.fills.size()));
+      ASSERT_EQ(p.misses, mp.misses);
+      in_flight.push_back(std::move(pending.front()));
+      pending.erase(pending.begin());
       ++planned;
     } else if (action < 8 && !in_flight.empty()) {
       // Retire a batch in flight, not always the oldest; updated (dirty) or discarded.
       const std::size_t k = rng() % in_flight.size();
       const bool updated = rng() % 4 != 0;
-      pool.retire(in_flight[k].plan, updated);
-      for (int s = 0; s < S; ++s)
-        model.pools[static_cast<std::size_t>(s)]->retire(in_flight[k].model[static_cast<std::size_t>(s)], updated);
+      real.retire(in_flight[k]->real, updated);
+      model.retire(in_flight[k]->model, updated);
       in_flight.erase(in_flight.begin() + static_cast<std::ptrdiff_t>(k));
     } else if (action == 8) {
-      std::vector<Transfer> want;
-      for (int s = 0; s < S; ++s)
-        for (Transfer t : testing::take_dirty(*model.pools[static_cast<std::size_t>(s)]))
-          want.push_back({t.slot + model.offset[static_cast<std::size_t>(s)], t.table, t.row});
-      const std::vector<Transfer> dirty = pool.dirty();
-      ASSERT_EQ(strs(dirty), strs(want)) << "step " << step;
-      pool.mark_clean(dirty);
+      ASSERT_TRUE(real.flush().is_ok());
+      ASSERT_TRUE(model.flush().is_ok());
+      ASSERT_EQ(strs(real_flush.written), strs(model_flush.written)) << "step " << step;
+      real_flush.written.clear();
+      model_flush.written.clear();
       ASSERT_TRUE(pool.dirty().empty());
       if (in_flight.empty() && rng() % 3 == 0) {
         const int table = static_cast<int>(rng() % 3);
-        pool.invalidate_table(table);
-        for (auto& m : model.pools) m->invalidate_table(table);
+        real.invalidate_table(table);
+        model.invalidate_table(table);
       }
-    } else if (policy == Policy::kLookahead && !window.empty()) {
-      // A batch leaves the window without being planned (a preview that will not come).
-      Pending p = std::move(window.back());
-      window.pop_back();
-      const auto fk = fk_of(p);
-      pool.window_drop(p.seq, fk);
-      for (int s = 0; s < S; ++s) {
-        const auto part = model.part(fk, s);
-        model.pools[static_cast<std::size_t>(s)]->window_drop(p.seq, Model::features(fk, part));
-      }
+    } else if (policy == Policy::kLookahead && !pending.empty()) {
+      // A batch leaves the window without being planned (discarded before its forward).
+      real.discard(pending.back()->real);
+      model.discard(pending.back()->model);
+      pending.pop_back();
     }
     // The counts and the index agree after every operation.
     std::int64_t resident = 0, pinned = 0;
-    for (const auto& m : model.pools) {
-      resident += m->resident();
-      pinned += m->pinned();
+    for (const auto& shard : m.pools) {
+      resident += shard->resident();
+      pinned += shard->pinned();
     }
     ASSERT_EQ(pool.resident(), resident);
     ASSERT_EQ(pool.pinned(), pinned);
     for (int t = 0; t < 3; ++t) {
-      CacheStats want;
-      for (const auto& m : model.pools) want += m->table_stats(t);
-      const CacheStats got = pool.table_stats(t);
+      const CacheStats want = model.table_stats(t);
+      const CacheStats got = real.table_stats(t);
       ASSERT_EQ(got.hits, want.hits);
       ASSERT_EQ(got.misses, want.misses);
       ASSERT_EQ(got.evictions, want.evictions);
       ASSERT_EQ(got.writebacks, want.writebacks);
+      ASSERT_EQ(got.deferred, want.deferred);
       for (Key row = 0; row < 40; ++row) {
-        const int s = model.shard(t, row);
-        const std::int64_t local = model.pools[static_cast<std::size_t>(s)]->slot_of(t, row);
-        ASSERT_EQ(pool.slot_of(t, row), local < 0 ? -1 : local + model.offset[static_cast<std::size_t>(s)]);
+        const int s = m.shard(t, row);
+        const std::int64_t local = m.pools[static_cast<std::size_t>(s)]->slot_of(t, row);
+        ASSERT_EQ(pool.slot_of(t, row), local < 0 ? -1 : local + m.offset[static_cast<std::size_t>(s)]);
       }
     }
   }

@@ -1,0 +1,68 @@
+#pragma once
+// What `strata-tune validate` predicts for a plan run by strata-bench on the same keys, computed
+// from the keys alone (no store): per table the LRU hits of its cache and the bytes it moves per
+// step (bench/tune/table_cost.hpp), and the modelled step.
+//
+// The run strata-bench makes with `--config plan.json --warmup 0 --steps S` over a source of N
+// batches: a forward phase over run batches 0..S-1, then a training phase over run batches
+// S..2S-1, run batch i being source batch i mod N. The training phase keeps `pipeline` batches
+// submitted ahead (strata-bench --pipeline, 2; --lookahead 0), so the first pipeline - 1 of them
+// are submitted, and their cache lookups planned, before its counters start: the counted cache
+// lookups are those of run batches S + pipeline - 1 .. 2S - 1. So a cached table's predicted hits
+// are those of the exact LRU curve (per batch, distinct: the cache's semantics) of run batches
+// 0..2S-1 less those of run batches 0..S+pipeline-2 (LRU is online: earlier hits do not depend on
+// what follows), at the table's cache rows (the planner caps each
+// cached table at its own rows, so each behaves as an LRU cache of its own).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench/tune/table_cost.hpp"
+#include "bench/tune/tune_input.hpp"
+#include "store/cost_model.hpp"
+#include "store/store_config.hpp"
+
+namespace strata::tune {
+
+/// One table of the run.
+struct TablePrediction {
+  std::string name;
+  Placement placement = Placement::kCpu;
+  std::int64_t cache_rows = 0;  ///< cached only
+  std::int64_t accesses = 0;    ///< cached: distinct (batch, row) pairs of the training phase
+  std::int64_t hits = 0;        ///< cached: of which LRU hits
+  TableLoad load;               ///< per training step
+  StepBytes bytes;              ///< per training step
+
+  /// hits / accesses; -1 when not cached.
+  double hit_rate() const noexcept;
+};
+
+/// The run.
+struct RunPrediction {
+  std::int64_t steps = 0;               ///< S, the timed training steps
+  std::vector<TablePrediction> tables;  ///< in plan order
+  StepBytes bytes;                      ///< per training step, every table
+  ModelledStep step;                    ///< on the profile
+
+  /// Hits over accesses of every cached table; -1 without one.
+  double hit_rate() const noexcept;
+};
+
+/// Checks that `plan` has the tables of the source (`names`, `rows`; `dims` too unless empty, one
+/// per table): one line naming the first difference ("table 'c' has 500 rows in the plan but 800
+/// in the trace"); `what` names the source.
+Status check_plan_tables(const StoreConfig& plan, const std::vector<std::string>& names,
+                         const std::vector<std::int64_t>& rows, const std::vector<int>& dims, const std::string& what);
+
+/// Predicts the run of `plan` (its specs, placements and caches; hybrid is not predicted) over
+/// `input` (exact keys, its tables those of the plan by name) with `steps` (>= 1) training steps
+/// and strata-bench's `pipeline` (>= 1).
+Result<RunPrediction> predict_run(const TuneInput& input, const StoreConfig& plan, std::int64_t steps, int pipeline,
+                                  const HardwareProfile& profile);
+
+/// strata-bench's --pipeline as validate runs it.
+inline constexpr int kValidatePipeline = 2;
+
+}  // namespace strata::tune

@@ -1,0 +1,7 @@
+#include "cache/prefetcher.hpp"
+
+namespace strata::cache {
+
+template class BasicPrefetcher<ShardedPool>;
+
+}  // namespace strata::cache

@@ -1,0 +1,185 @@
+// The CUDA device guard (device_scope.hpp) and the current-device query of gpu/current_device.hpp.
+
+#include "gpu/cuda/device_scope.hpp"
+
+#include <cinttypes>
+#include <cstdio>
+#include <string>
+
+#include "gpu/cuda/cuda_try.hpp"
+#include "gpu/current_device.hpp"
+
+namespace strata::gpu {
+namespace cuda_detail {
+namespace {
+
+// The driver functions the guard needs, looked up once through the runtime (no libcuda link).
+// Each is asked for in its CUDA 12.0 form, which every later driver keeps.
+struct Driver {
+  CUresult(CUDAAPI* init)(unsigned int) = nullptr;
+  CUresult(CUDAAPI* device_get)(CUdevice*, int) = nullptr;
+  CUresult(CUDAAPI* primary_retain)(CUcontext*, CUdevice) = nullptr;
+  CUresult(CUDAAPI* primary_release)(CUdevice) = nullptr;
+  CUresult(CUDAAPI* ctx_get_current)(CUcontext*) = nullptr;
+  CUresult(CUDAAPI* ctx_set_current)(CUcontext) = nullptr;
+  CUresult(CUDAAPI* ctx_get_device)(CUdevice*) = nullptr;
+  CUresult(CUDAAPI* stream_get_ctx)(CUstream, CUcontext*) = nullptr;
+  const char* missing = nullptr;  // the first function the runtime could not give
+  cudaError_t error = cudaSuccess;
+
+  template <class F>
+  void find(const char* name, F& fn) {
+    if (missing) return;
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+    const cudaError_t e = cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q);
+#else
+    const cudaError_t e = cudaGetDriverEntryPoint(name, &p, cudaEnableDefault, &q);
+#endif
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !p) {
+      (void)cudaGetLastError();
+      missing = name;
+      error = e;
+      return;
+    }
+    fn = reinterpret_cast<F>(p);
+  }
+};
+
+const Driver& driver() {
+  static const Driver d = [] {
+    Driver x;
+    x.find("cuInit", x.init);
+    x.find("cuDeviceGet", x.device_get);
+    x.find("cuDevicePrimaryCtxRetain", x.primary_retain);
+    x.find("cuDevicePrimaryCtxRelease", x.primary_release);
+    x.find("cuCtxGetCurrent", x.ctx_get_current);
+    x.find("cuCtxSetCurrent", x.ctx_set_current);
+    x.find("cuCtxGetDevice", x.ctx_get_device);
+    x.find("cuStreamGetCtx", x.stream_get_ctx);
+    if (!x.missing && x.init(0) != CUDA_SUCCESS) x.missing = "cuInit";
+    return x;
+  }();
+  return d;
+}
+
+Status driver_missing(const Driver& d) {
+  return Status::internal(std::string("CUDA driver function ") + d.missing +
+                          " is not available through the runtime (cudaGetDriverEntryPoint: " +
+                          cudaGetErrorName(d.error) + "); is the NVIDIA driver installed and recent enough?");
+}
+
+Status driver_status(CUresult r, const char* call) {
+  return Status::internal(std::string(call) + " failed: CUDA driver error " + std::to_string(static_cast<int>(r)));
+}
+
+}  // namespace
+
+Result<PrimaryContext> PrimaryContext::retain(int ordinal) {
+  const Driver& d = driver();
+  if (d.missing) return driver_missing(d);
+  PrimaryContext c;
+  CUresult r = d.device_get(&c.device_, ordinal);
+  if (r != CUDA_SUCCESS) return driver_status(r, "cuDeviceGet").with_context("CUDA device " + std::to_string(ordinal));
+  r = d.primary_retain(&c.ctx_, c.device_);
+  if (r != CUDA_SUCCESS)
+    return driver_status(r, "cuDevicePrimaryCtxRetain").with_context("CUDA device " + std::to_string(ordinal));
+  c.ordinal_ = ordinal;
+  return c;
+}
+
+PrimaryContext::~PrimaryContext() {
+  if (ctx_) (void)driver().primary_release(device_);
+}
+
+DeviceScope::DeviceScope(CUcontext ctx) noexcept {
+  const Driver& d = driver();
+  if (d.missing) {
+    error_ = d.missing;
+    return;
+  }
+  if (!ctx) {
+    error_ = "DeviceScope(nullptr context)";
+    return;
+  }
+  CUresult r = d.ctx_get_current(&previous_);
+  if (r != CUDA_SUCCESS) {
+    error_ = "cuCtxGetCurrent";
+    code_ = static_cast<int>(r);
+    return;
+  }
+  if (previous_ == ctx) return;
+  r = d.ctx_set_current(ctx);
+  if (r != CUDA_SUCCESS) {
+    error_ = "cuCtxSetCurrent";
+    code_ = static_cast<int>(r);
+    return;
+  }
+  changed_ = true;
+}
+
+DeviceScope::~DeviceScope() {
+  if (changed_) (void)driver().ctx_set_current(previous_);
+}
+
+Status DeviceScope::status() const {
+  if (ok()) return Status::ok();
+  const Driver& d = driver();
+  if (d.missing && error_ == d.missing) return driver_missing(d);
+  return Status::internal(std::string("CUDA device scope: ") + error_ + " failed (CUDA driver error " +
+                          std::to_string(code_) + ")");
+}
+
+Result<CUcontext> current_context() {
+  const Driver& d = driver();
+  if (d.missing) return driver_missing(d);
+  CUcontext ctx = nullptr;
+  const CUresult r = d.ctx_get_current(&ctx);
+  if (r != CUDA_SUCCESS) return driver_status(r, "cuCtxGetCurrent");
+  return ctx;
+}
+
+Result<CUcontext> stream_context(cudaStream_t stream) {
+  const Driver& d = driver();
+  if (d.missing) return driver_missing(d);
+  CUcontext ctx = nullptr;
+  const CUresult r = d.stream_get_ctx(reinterpret_cast<CUstream>(stream), &ctx);
+  if (r != CUDA_SUCCESS) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "0x%" PRIxPTR, reinterpret_cast<std::uintptr_t>(stream));
+    return Status::invalid_argument(std::string("CUDA stream ") + buf +
+                                    " is not a live stream (cuStreamGetCtx: CUDA driver error " +
+                                    std::to_string(static_cast<int>(r)) + ")");
+  }
+  return ctx;
+}
+
+Result<int> context_device(CUcontext ctx) {
+  const DeviceScope scope(ctx);
+  STRATA_RETURN_IF_ERROR(scope.status());
+  CUdevice dev = 0;
+  CUresult r = driver().ctx_get_device(&dev);
+  if (r != CUDA_SUCCESS) return driver_status(r, "cuCtxGetDevice");
+  // A CUdevice is a handle: find the runtime ordinal that names it.
+  int count = 0;
+  STRATA_CUDA_TRY(cudaGetDeviceCount(&count));
+  for (int ordinal = 0; ordinal < count; ++ordinal) {
+    CUdevice d = 0;
+    r = driver().device_get(&d, ordinal);
+    if (r != CUDA_SUCCESS) return driver_status(r, "cuDeviceGet");
+    if (d == dev) return ordinal;
+  }
+  return Status::not_found("the CUDA device of a context is not among the " + std::to_string(count) +
+                           " visible ones (CUDA_VISIBLE_DEVICES)");
+}
+
+}  // namespace cuda_detail
+
+Result<int> cuda_current_device() {
+  int device = 0;
+  STRATA_CUDA_TRY(cudaGetDevice(&device));
+  return device;
+}
+
+}  // namespace strata::gpu
