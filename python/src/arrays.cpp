@@ -1,5 +1,7 @@
 #include "python/src/arrays.hpp"
 
+#include <pybind11/stl.h>
+
 namespace strata::python {
 namespace {
 
@@ -43,7 +45,9 @@ py::array as_array(py::handle obj, const std::string& what) {
     const std::string type = py::hasattr(device, "type") ? py::str(device.attr("type")).cast<std::string>() : "";
     if (type != "cpu")
       throw py::value_error(what + " is a tensor on " + py::str(device).cast<std::string>() +
-                            " (expected a CPU tensor or a NumPy array; CUDA tensors wait for the device data path)");
+                            " (expected a CPU tensor or a NumPy array; outputs and gradients may also be CUDA "
+                            "tensors of the store's device, while keys, offsets, lengths and weights stay host "
+                            "memory: the store plans on the CPU, ahead of the device)");
     o = o.attr("detach")();
   }
   py::array a = py::array::ensure(o);
@@ -170,6 +174,60 @@ py::array_t<float> to_output_matrix(py::handle obj, const std::string& what) {
                           " is a tensor whose memory NumPy cannot view in place (expected a C-contiguous "
                           "float32 CPU tensor to write into)");
   return out;
+}
+
+bool is_device_array(py::handle obj) {
+  if (is_tensor(obj)) {
+    py::object device = obj.attr("device");
+    return py::hasattr(device, "type") && py::str(device.attr("type")).cast<std::string>() == "cuda";
+  }
+  return !py::isinstance<py::array>(obj) && py::hasattr(obj, "__cuda_array_interface__");
+}
+
+DeviceMatrix to_device_matrix(py::handle obj, const std::string& what, bool writable) {
+  // A tensor that requires grad has no interface until detached (it is the same memory).
+  py::object o = is_tensor(obj) ? obj.attr("detach")() : py::reinterpret_borrow<py::object>(obj);
+  py::object iface = o.attr("__cuda_array_interface__");
+  if (!py::isinstance<py::dict>(iface))
+    throw py::type_error(what + ": __cuda_array_interface__ is a " + type_name(iface) + " (expected a dict)");
+  const py::dict d = iface.cast<py::dict>();
+  for (const char* key : {"shape", "typestr", "data"})
+    if (!d.contains(key))
+      throw py::value_error(what + ": __cuda_array_interface__ has no '" + key +
+                            "' (expected shape, typestr and data)");
+  const std::string typestr = py::str(d["typestr"]).cast<std::string>();
+  if (!py::dtype(typestr).equal(py::dtype::of<float>()))
+    throw py::type_error(what + " is a device array of dtype " + py::str(py::dtype(typestr)).cast<std::string>() +
+                         " (typestr '" + typestr + "'; expected float32)");
+  const auto shape = d["shape"].cast<std::vector<std::int64_t>>();
+  std::string sh = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) sh += (i ? ", " : "") + std::to_string(shape[i]);
+  sh += shape.size() == 1 ? ",)" : ")";
+  if (shape.size() != 2) throw py::value_error(what + " is a device array of shape " + sh + " (expected 2-D)");
+  if (d.contains("mask") && !d["mask"].is_none())
+    throw py::value_error(what + " is a masked device array (expected no mask)");
+  if (d.contains("strides") && !d["strides"].is_none()) {
+    const auto strides = d["strides"].cast<std::vector<std::int64_t>>();
+    // A dimension of extent 1 (or an empty array) may carry any stride and still be contiguous.
+    const bool contiguous = shape[0] * shape[1] == 0 ||
+                            ((shape[1] == 1 || strides[1] == 4) && (shape[0] == 1 || strides[0] == 4 * shape[1]));
+    if (!contiguous)
+      throw py::value_error(what + " is a device array of shape " + sh + " that is not C-contiguous (strides (" +
+                            std::to_string(strides[0]) + ", " + std::to_string(strides[1]) +
+                            ") bytes; expected a C-contiguous float32 array: .contiguous() makes one)");
+  }
+  const py::tuple data = d["data"].cast<py::tuple>();
+  if (writable && data[1].cast<bool>())
+    throw py::value_error(what + " is a read-only device array (expected a writable array to write into)");
+  DeviceMatrix m;
+  m.ptr = data[0].cast<std::uintptr_t>();
+  m.rows = shape[0];
+  m.cols = shape[1];
+  if (d.contains("stream") && !d["stream"].is_none()) {
+    m.has_stream = true;
+    m.stream = d["stream"].cast<std::uintptr_t>();
+  }
+  return m;
 }
 
 }  // namespace strata::python

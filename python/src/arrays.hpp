@@ -1,6 +1,7 @@
 #pragma once
-// Conversions between Python objects (NumPy arrays, CPU torch tensors through their __array__)
-// and Strata's host buffers, with the checks and messages of the Python API. Every function here
+// Conversions between Python objects (NumPy arrays, CPU torch tensors through their __array__;
+// device arrays through their __cuda_array_interface__) and Strata's views, with the checks and
+// messages of the Python API. Every function here
 // runs with the GIL held and throws pybind11 exceptions (TypeError, ValueError) on bad input;
 // nothing here touches a Store.
 
@@ -23,8 +24,8 @@ namespace py = pybind11;
 void throw_if_error(const Status& s);
 
 /// A NumPy view of `obj`: a NumPy array as is, a CPU torch tensor without a copy (detached). A
-/// tensor on another device raises ValueError; anything without an array form raises TypeError.
-/// `what` names the argument in messages ("table 'user': keys").
+/// tensor on another device (keys on CUDA among them: keys stay host memory) raises ValueError; anything without an
+/// array form raises TypeError. `what` names the argument in messages ("table 'user': keys").
 py::array as_array(py::handle obj, const std::string& what);
 
 /// 1-D integer array -> int64 values (int64 copied, int32 widened; any other dtype is a
@@ -44,5 +45,24 @@ py::array_t<float, py::array::c_style> to_float_matrix(py::handle obj, const std
 /// that a C++ call writes into in place: it must be C-contiguous, writable and 2-D. The caller
 /// keeps the returned array alive until the C++ call returned (it holds the tensor's view).
 py::array_t<float> to_output_matrix(py::handle obj, const std::string& what);
+
+/// Whether `obj` is device memory: a torch tensor on CUDA, or anything else with a
+/// __cuda_array_interface__ (CuPy, Numba, strata.DeviceArray).
+bool is_device_array(py::handle obj);
+
+/// A float32 (rows, cols) C-contiguous matrix in device memory, read from the object's
+/// __cuda_array_interface__ (a torch tensor's after detach()). The pointer is not checked here
+/// (the store checks that it is memory of its device) and never dereferenced.
+struct DeviceMatrix {
+  std::uintptr_t ptr = 0;
+  std::int64_t rows = 0, cols = 0;
+  /// The interface's "stream" (version 3): the producer's stream, which the consumer must order
+  /// after (a CUDA stream handle; 1 is the legacy default stream). false when absent or None.
+  bool has_stream = false;
+  std::uintptr_t stream = 0;
+};
+/// `obj` as a DeviceMatrix: dtype other than float32 -> TypeError; not 2-D, not C-contiguous, a
+/// mask, or read-only when `writable` -> ValueError. `what` names the argument.
+DeviceMatrix to_device_matrix(py::handle obj, const std::string& what, bool writable);
 
 }  // namespace strata::python

@@ -1,17 +1,20 @@
 // The extension module strata._strata: Store for Python. Arguments are checked and converted with
 // the GIL held (python/src/arrays.hpp); every Store call then runs with the GIL released, under a
 // per-store mutex (a Store is driven by one thread at a time; Python threads may share one).
+// Device arrays and streams: python/src/device.hpp.
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
 
 #include "python/src/arrays.hpp"
+#include "python/src/device.hpp"
 #include "store/store.hpp"
 
 namespace strata::python {
@@ -68,7 +71,8 @@ class PyStore {
     call([&](Store& s) { return s.preview(id, batch); });
   }
 
-  py::list forward(std::int64_t id, py::object outputs) {
+  py::list forward(std::int64_t id, py::object outputs, py::handle stream) {
+    const StreamArg on = parse_stream(stream);
     std::vector<Shape> shapes;
     bool known = false;
     {
@@ -84,30 +88,51 @@ class PyStore {
     } else {
       for (py::handle o : outputs) arrays.append(o);
     }
-    // The arrays the store writes into stay alive until it returns (the GIL is released then).
+    // The arrays the store writes into stay alive until it returns (the GIL is released then):
+    // `arrays` holds the device ones, `keep` the NumPy views of host ones.
     std::vector<py::array_t<float>> keep;
     std::vector<MatrixView> views;
+    std::vector<std::uintptr_t> producers;
     for (std::size_t i = 0; i < arrays.size(); ++i) {
-      keep.push_back(to_output_matrix(arrays[i], "outputs[" + std::to_string(i) + "]"));
-      views.push_back({keep.back().mutable_data(), keep.back().shape(0), keep.back().shape(1)});
+      const std::string what = "outputs[" + std::to_string(i) + "]";
+      if (is_device_array(arrays[i])) {
+        const DeviceMatrix m = to_device_matrix(arrays[i], what, true);
+        views.push_back({reinterpret_cast<float*>(m.ptr), m.rows, m.cols, MemorySpace::kDevice});
+        if (m.has_stream) producers.push_back(m.stream);
+      } else {
+        keep.push_back(to_output_matrix(arrays[i], what));
+        views.push_back({keep.back().mutable_data(), keep.back().shape(0), keep.back().shape(1)});
+      }
     }
-    call([&](Store& s) { return s.forward(id, views); });
+    call_on("forward", id, on, producers,
+            [&](Store& s, gpu::StreamView v) { return on.given ? s.forward(id, views, v) : s.forward(id, views); });
     return arrays;
   }
 
-  void backward(std::int64_t id, py::handle grads) {
+  void backward(std::int64_t id, py::handle grads, py::handle stream) {
     if (py::isinstance<py::dict>(grads) || py::isinstance<py::str>(grads) || !py::isinstance<py::sequence>(grads))
       throw py::type_error("grads is a " + py::str(py::type::of(grads).attr("__name__")).cast<std::string>() +
                            " (expected a list of float32 arrays, one per feature in submit order)");
+    const StreamArg on = parse_stream(stream);
+    // `grads` holds the device arrays, `keep` the (C-contiguous) NumPy forms of host ones.
     std::vector<py::array_t<float, py::array::c_style>> keep;
     std::vector<ConstMatrixView> views;
+    std::vector<std::uintptr_t> producers;
+    keep.reserve(py::len(grads));
     std::size_t i = 0;
     for (py::handle g : grads) {
-      keep.push_back(to_float_matrix(g, "grads[" + std::to_string(i++) + "]"));
-      views.push_back({keep.back().data(), keep.back().shape(0), keep.back().shape(1)});
+      const std::string what = "grads[" + std::to_string(i++) + "]";
+      if (is_device_array(g)) {
+        const DeviceMatrix m = to_device_matrix(g, what, false);
+        views.push_back({reinterpret_cast<const float*>(m.ptr), m.rows, m.cols, MemorySpace::kDevice});
+        if (m.has_stream) producers.push_back(m.stream);
+      } else {
+        keep.push_back(to_float_matrix(g, what));
+        views.push_back({keep.back().data(), keep.back().shape(0), keep.back().shape(1)});
+      }
     }
-    call([&](Store& s) {
-      Status st = s.backward(id, views);
+    call_on("backward", id, on, producers, [&](Store& s, gpu::StreamView v) {
+      Status st = on.given ? s.backward(id, views, v) : s.backward(id, views);
       if (st.is_ok()) shapes_.erase(id);
       return st;
     });
@@ -245,6 +270,57 @@ class PyStore {
     throw_if_error(s);
   }
 
+  // A forward or backward (`op`) with views: `f(store, stream)` runs with the stream of `on`
+  // resolved on the store's device (empty for stream=None) and ordered after `producers`, the
+  // streams named by the device arrays' __cuda_array_interface__ (without a stream the host waits
+  // for them; with one, it waits for them on the device). A store without a device gets the
+  // stream unresolved, and refuses it (and every device view) in its own words.
+  template <typename F>
+  void call_on(const char* op, std::int64_t id, const StreamArg& on, const std::vector<std::uintptr_t>& producers,
+               F&& f) {
+    call([&](Store& s) -> Status {
+      gpu::Device* dev = s.device();
+      const std::string who = std::string(op) + " of batch " + std::to_string(id);
+      gpu::Stream holder;
+      gpu::StreamView view = on.view;
+      if (dev && on.given) {
+        STRATA_ASSIGN_OR_RETURN(view, resolve_stream(*dev, on, holder, who));
+      }
+      if (dev) STRATA_RETURN_IF_ERROR(order_after(*dev, on, view, producers, who));
+      return f(s, view);
+    });
+  }
+
+  // Orders the call's stream `view` (empty: the host) after each producer stream other than it.
+  Status order_after(gpu::Device& dev, const StreamArg& on, gpu::StreamView view,
+                     const std::vector<std::uintptr_t>& producers, const std::string& who) {
+    if (view.state() && !dev.owns(view)) return Status::ok();  // the store refuses the stream
+    for (std::size_t i = 0; i < producers.size(); ++i) {
+      const std::uintptr_t p = producers[i];
+      if ((on.native && p == on.handle) ||
+          std::find(producers.begin(), producers.begin() + i, p) != producers.begin() + i)
+        continue;
+      StreamArg arg;
+      arg.given = arg.native = true;
+      arg.handle = p;
+      gpu::Stream holder;
+      STRATA_ASSIGN_OR_RETURN(gpu::StreamView ps,
+                              resolve_stream(dev, arg, holder, who + ": a device array's __cuda_array_interface__"));
+      if (!view.state()) {
+        STRATA_RETURN_IF_ERROR(dev.synchronize(ps));
+        continue;
+      }
+      if (!producer_event_) {
+        STRATA_ASSIGN_OR_RETURN(producer_event_, dev.create_event());
+      }
+      dev.record(producer_event_.view(), ps);
+      dev.wait(view, producer_event_.view());
+    }
+    return Status::ok();
+  }
+
+  gpu::Device* device() noexcept { return store_->device(); }
+
   // A value read from the store (GIL released, under the mutex).
   template <typename F>
   auto read(F&& f) {
@@ -273,7 +349,8 @@ class PyStore {
   }
 
   std::unique_ptr<Store> store_;
-  std::mutex mu_;                                                // one Store call at a time
+  std::mutex mu_;              // one Store call at a time
+  gpu::Event producer_event_;  // orders a call's stream after a producer's (order_after; under mu_)
   std::unordered_map<std::int64_t, std::vector<Shape>> shapes_;  // outputs of each batch in flight (under mu_)
 };
 
@@ -284,10 +361,12 @@ PYBIND11_MODULE(_strata, m) {
   using namespace strata;
   using namespace strata::python;
   m.doc() = "Strata embedding store (C++ core). Use the package `strata`, not this module.";
+  register_device_types(m);
   py::class_<PyStore>(m, "Store", R"(An embedding store opened from a config (dict or JSON string).
 
 Training step per batch id: [preview] -> submit -> forward -> backward (or discard). Keys are
-NumPy arrays or CPU tensors (int64; int32 widened); outputs and gradients float32 (rows, dim).
+NumPy arrays or CPU tensors (int64; int32 widened); outputs and gradients float32 (rows, dim),
+in host memory or in the store's device memory (objects with __cuda_array_interface__).
 Bad input raises ValueError/TypeError (RuntimeError for state and device errors) and changes
 nothing. Calls release the GIL; one call runs at a time per store.)")
       .def(py::init<py::handle>(), py::arg("config"))
@@ -303,12 +382,18 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
              });
            })
       .def("forward", &PyStore::forward, py::arg("batch_id"), py::arg("outputs") = py::none(),
-           "Looks up a submitted batch. Writes into `outputs` when given (one per feature: NumPy arrays or CPU "
-           "tensors, C-contiguous float32; a list is a TypeError), else into new arrays; returns them. The store "
-           "writes with the GIL released: no other thread may resize or free an output meanwhile.")
-      .def("backward", &PyStore::backward, py::arg("batch_id"), py::arg("grads"),
-           "Applies gradients (float32, shaped as forward's outputs) with the fused optimizer and retires "
-           "the batch.")
+           py::arg("stream") = py::none(),
+           "Looks up a submitted batch. Writes into `outputs` when given (one per feature, C-contiguous float32: "
+           "NumPy arrays or CPU tensors, or device arrays of the store's device: CUDA tensors, CuPy arrays, "
+           "DeviceArray; a list is a TypeError), else into new NumPy arrays; returns them. Without `stream` it "
+           "returns once every output is written; with one (a Stream, or a CUDA stream handle as an int or "
+           "torch.cuda.Stream) it is Store::forward(id, views, stream): the writes are ordered after the work "
+           "queued on the stream and before what is queued after the call. The store writes with the GIL "
+           "released: no other thread may resize or free an output meanwhile.")
+      .def("backward", &PyStore::backward, py::arg("batch_id"), py::arg("grads"), py::arg("stream") = py::none(),
+           "Applies gradients (float32, shaped as forward's outputs and in their memory: host or device) with the "
+           "fused optimizer and retires the batch. `stream` as for forward (stream-ordered: the gradients are read "
+           "before what is queued on the stream after the call; store/store.hpp says what the host waits for).")
       .def("discard", &PyStore::discard, py::arg("batch_id"))
       .def("flush", [](PyStore& p) { p.call([](Store& s) { return s.flush(); }); })
       .def(
@@ -351,6 +436,19 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
            "Sets a table's learning rate (every table's when table is None), used from the next backward.")
       .def("learning_rate", &PyStore::learning_rate, py::arg("table"))
       .def("stats", &PyStore::stats)
+      .def_property_readonly(
+          "device", [](PyStore& p) { return device_info(p.device()); },
+          "None for a store without a device, else {'backend', 'name', 'ordinal', 'capacity'}.")
+      .def(
+          "stream", [](PyStore& p) { return make_stream(p.device()); }, py::keep_alive<0, 1>(),
+          "A new Stream of the store's device (RuntimeError without one).")
+      .def(
+          "device_array",
+          [](PyStore& p, std::pair<std::int64_t, std::int64_t> shape) {
+            return make_device_array(p.device(), shape.first, shape.second);
+          },
+          py::keep_alive<0, 1>(), py::arg("shape"),
+          "A new DeviceArray of `shape` (rows, cols) float32 in the store's device memory (uninitialized).")
       .def_property_readonly("step", [](PyStore& p) { return p.read([](Store& s) { return s.step(); }); })
       .def_property_readonly("in_flight", [](PyStore& p) { return p.read([](Store& s) { return s.in_flight(); }); })
       .def_property_readonly("previewed", [](PyStore& p) { return p.read([](Store& s) { return s.previewed(); }); })

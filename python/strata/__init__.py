@@ -9,11 +9,20 @@ raise TypeError); weights, outputs and gradients are float32. Strided inputs are
 copy; what Strata writes into (``forward(outputs=...)``, ``read_rows(out=...)``) must be a NumPy
 array or a CPU tensor (anything else, a list, is a TypeError), C-contiguous, writable float32, else
 ValueError; the store writes into it with the GIL released, so no other thread may resize or free
-it during the call. Bad input raises ValueError or TypeError (and
+it during the call.
+
+Outputs and gradients may also live in the store's device memory: objects with
+``__cuda_array_interface__`` (CUDA tensors, CuPy arrays, ``strata.DeviceArray`` from
+``Store.device_array``), float32 and C-contiguous (strided ones are refused: no hidden copy), as
+README's "Outputs and gradients on the device" describes. ``forward``/``backward`` take an
+optional ``stream=``: a ``strata.Stream`` (``Store.stream()``), a CUDA stream handle as an int
+(``torch.cuda.current_stream().cuda_stream``) or a ``torch.cuda.Stream``; with one they are the
+stream-ordered calls, without one the synchronous calls. Keys stay host memory: keys on a CUDA
+device are refused (ValueError), not copied. Bad input raises ValueError or TypeError (and
 RuntimeError for calls in the wrong state or device errors) with the C++ Status message, and
 changes nothing.
 """
 
-from strata._strata import Store
+from strata._strata import DeviceArray, Store, Stream
 
-__all__ = ["Store"]
+__all__ = ["DeviceArray", "Store", "Stream"]
