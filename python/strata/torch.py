@@ -1,7 +1,8 @@
 """PyTorch front end of Strata: ``EmbeddingBagCollection`` and the pipelining helper.
 
-``EmbeddingBagCollection(config, device="cpu")`` is a ``torch.nn.Module`` over a ``strata.Store``.
-Its forward takes a batch of sparse features, one per table (the feature's name is the table's):
+``EmbeddingBagCollection(config, device="cpu")`` is a ``torch.nn.Module`` over a ``strata.Store``
+(``device="cuda"``: see the end). Its forward takes a batch of sparse features, one per table (the
+feature's name is the table's):
 
 * a dict ``{table: {"keys" | "values": ..., "lengths" | "offsets": ..., "weights": ...}}`` of CPU
   tensors or NumPy arrays (keys int64 or int32, weights float32 and optional), or
@@ -32,10 +33,21 @@ lookup's backward does not run). A second backward through the same outputs
 Outputs are written by the store with the GIL released; other threads must not resize or free
 them meanwhile (the module allocates its own, so this concerns ``strata.Store.forward`` callers).
 
-Only CPU tensors are served for now (``device="cpu"``); CUDA tensors wait for the store's device
-data path.
+``device="cuda"`` (or ``"cuda:N"``, or a ``torch.device``) opens the store on that GPU (the
+config's ``device.backend`` must be ``cuda`` or ``auto`` and its ``ordinal``, when a number, N;
+``"cuda"`` alone is torch's current device) and serves CUDA tensors: the outputs are allocated by
+torch (its caching allocator, on the current stream) and written by the store's stream-ordered
+forward on ``torch.cuda.current_stream()``, and backward hands the store the CUDA gradients
+(contiguous float32) on the stream the lookup's backward ran on, stream-ordered: the trainer's
+kernels and the store's follow each other on the stream with no host sync between them (except
+the gradients' finiteness check, README "Outputs and gradients on the device"). The store must
+have a device (a ``gpu``, ``cached``, ``offload`` or ``hybrid`` table): a config of ``cpu``
+tables only is refused with ``device="cuda"``, as is a torch without CUDA. Keys stay on the CPU
+(the store plans on the host, ahead of the device): keys, lengths and weights on a CUDA device
+are refused (ValueError), not copied; keep the data loader's sparse features on the CPU.
 """
 
+import json
 import threading
 
 import numpy as np
@@ -92,9 +104,7 @@ class _Lookup(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, anchor, module, batch_id, shapes):
-        outs = [torch.empty(shape, dtype=torch.float32) for shape in shapes]
-        # numpy() views share the tensors' memory: the store writes the outputs in place.
-        module.store.forward(batch_id, [o.numpy() for o in outs])
+        outs = module._lookup(batch_id, shapes)
         ctx.module = module
         ctx.batch_id = batch_id
         return tuple(outs)
@@ -102,16 +112,44 @@ class _Lookup(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         # Applied at the end of this backward pass, with the other lookups of the pass, in submit order.
-        ctx.module._defer_backward(ctx.batch_id, [g.detach().to(torch.float32).contiguous().numpy() for g in grads])
+        ctx.module._defer_backward(ctx.batch_id, *ctx.module._gradients(grads))
         return None, None, None, None
 
 
 def _check_device(device):
+    """The module's device: cpu, or cuda with its index (torch's current device for "cuda")."""
     device = torch.device(device)
-    if device.type != "cpu":
-        raise ValueError(
-            f"device {device} (expected cpu: CUDA tensors wait for the store's device data path)")
-    return device
+    if device.type == "cpu":
+        return device
+    if device.type != "cuda":
+        raise ValueError(f"device {device} (expected cpu or cuda)")
+    if not torch.cuda.is_available():
+        raise ValueError(f"device {device}: this torch has no CUDA device (torch.cuda.is_available() is False; "
+                         "expected device='cpu')")
+    return torch.device("cuda", torch.cuda.current_device() if device.index is None else device.index)
+
+
+def _store_config(config, device):
+    """The store config for the module's device: on cuda, the store opens that GPU."""
+    if device.type != "cuda":
+        return config
+    if isinstance(config, str):
+        config = json.loads(config)
+    elif not isinstance(config, dict):
+        return config  # strata.Store names it
+    config = json.loads(json.dumps(config))
+    dev = config.setdefault("device", {})
+    if not isinstance(dev, dict):
+        return config  # strata.Store names it
+    backend, ordinal = dev.get("backend", "auto"), dev.get("ordinal", "auto")
+    if backend not in ("auto", "cuda"):
+        raise ValueError(f"device {device}, but the config's device.backend is {backend!r} (expected 'cuda' or "
+                         "'auto', or device='cpu')")
+    if isinstance(ordinal, int) and not isinstance(ordinal, bool) and ordinal not in (-1, device.index):
+        raise ValueError(f"device {device}, but the config's device.ordinal is {ordinal} (expected {device.index}, "
+                         "'current' or 'auto', or leave it out)")
+    dev["backend"], dev["ordinal"] = "cuda", device.index
+    return config
 
 
 def _features_of(batch):
@@ -143,11 +181,14 @@ class EmbeddingBagCollection(nn.Module):
     def __init__(self, config, device="cpu"):
         super().__init__()
         self.device = _check_device(device)
-        self.store = strata.Store(config)
+        self.store = strata.Store(_store_config(config, self.device))
+        if self.device.type == "cuda" and self.store.device is None:
+            raise ValueError(f"device {self.device}, but the store has no device: its tables are all 'cpu' "
+                             "(expected a gpu, cached, offload or hybrid table, or device='cpu')")
         self._tables = {t["name"]: t for t in self.store.config["tables"]}
         self._next_id = 0
         self._in_flight = set()
-        # Gradients of lookups whose backward ran in the current backward pass: [(batch_id, grads)].
+        # Gradients of lookups whose backward ran in the current backward pass: [(batch_id, grads, stream)].
         self._deferred = []
         self._deferred_lock = threading.Lock()
         # Outputs of a custom autograd function require grad only when an input does: this
@@ -210,8 +251,7 @@ class EmbeddingBagCollection(nn.Module):
             if train:
                 outs = _Lookup.apply(self._anchor, self, submitted.batch_id, shapes)
             else:
-                outs = [torch.empty(shape, dtype=torch.float32) for shape in shapes]
-                self.store.forward(submitted.batch_id, [o.numpy() for o in outs])
+                outs = self._lookup(submitted.batch_id, shapes)
         except BaseException:
             self.store.discard(submitted.batch_id)  # still in flight: the lookup failed
             raise
@@ -221,9 +261,32 @@ class EmbeddingBagCollection(nn.Module):
             self.store.discard(submitted.batch_id)
         return KeyedEmbeddings(names, outs)
 
-    def _defer_backward(self, batch_id, grads):
+    # ---- the device's side of a lookup ----
+    def _lookup(self, batch_id, shapes):
+        """New output tensors on the module's device, written by the store's forward of the batch."""
+        outs = [torch.empty(shape, dtype=torch.float32, device=self.device) for shape in shapes]
+        if self.device.type == "cuda":
+            # Allocated on the current stream (torch's caching allocator) and written on it.
+            self.store.forward(batch_id, outs, stream=torch.cuda.current_stream(self.device).cuda_stream)
+        else:
+            # numpy() views share the tensors' memory: the store writes the outputs in place.
+            self.store.forward(batch_id, [o.numpy() for o in outs])
+        return outs
+
+    def _gradients(self, grads):
+        """(gradients, stream) of a lookup's backward as the store takes them: contiguous float32 on
+        the module's device, and on cuda the stream the backward runs on (None on cpu)."""
+        grads = [g.detach().to(torch.float32).contiguous() for g in grads]
+        if self.device.type != "cuda":
+            return [g.numpy() for g in grads], None
+        stream = torch.cuda.current_stream(self.device)
+        for g in grads:
+            g.record_stream(stream)  # freed after the store's read on `stream`, wherever it was allocated
+        return grads, stream.cuda_stream
+
+    def _defer_backward(self, batch_id, grads, stream=None):
         with self._deferred_lock:
-            self._deferred.append((batch_id, grads))
+            self._deferred.append((batch_id, grads, stream))
         torch.autograd.Variable._execution_engine.queue_callback(self._apply_deferred)
 
     def _apply_deferred(self):
@@ -234,9 +297,9 @@ class EmbeddingBagCollection(nn.Module):
             pending = sorted(self._deferred, key=lambda entry: entry[0])
             self._deferred = []
             error = None
-            for batch_id, grads in pending:
+            for batch_id, grads, stream in pending:
                 try:
-                    self.store.backward(batch_id, grads)
+                    self.store.backward(batch_id, grads, stream=stream)
                     self._in_flight.discard(batch_id)
                 except Exception as e:  # raised below, once the later batches were tried
                     error = error or e
