@@ -8,6 +8,8 @@ same model with torch.nn.EmbeddingBag tables (+ sparse Adagrad) instead, for com
 EmbeddingBag per table or, with --torch-tables fused, one EmbeddingBag holding every table (one
 lookup and one optimizer step per batch: plain PyTorch's fastest form). --json PATH writes the
 run's figures (samples/s per window, their median without the first window, losses).
+--device cuda (the default when torch has CUDA) runs the dense model on the GPU and serves the
+Strata tables as CUDA tensors (their placement then defaults to cached; cpu is refused there).
 
   PYTHONPATH=build/default/python /usr/bin/python3 python/examples/train_dlrm.py --steps 200
 """
@@ -68,7 +70,7 @@ class TorchTables(nn.Module):
     def forward(self, sparse):
         out = {}
         for n, f in sparse.items():
-            offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(f["lengths"], 0)[:-1]])
+            offsets = torch.cat([f["lengths"].new_zeros(1), torch.cumsum(f["lengths"], 0)[:-1]])
             out[n] = self.bags[n](f["keys"], offsets)
         return out
 
@@ -87,7 +89,7 @@ class FusedTorchTables(nn.Module):
     def forward(self, sparse):
         keys = torch.cat([sparse[n]["keys"] + i * self.rows for i, n in enumerate(self.names)])
         lengths = torch.cat([sparse[n]["lengths"] for n in self.names])
-        offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lengths, 0)[:-1]])
+        offsets = torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)[:-1]])
         pooled = self.bag(keys, offsets).view(SPARSE, -1, self.bag.embedding_dim)
         return {n: pooled[i] for i, n in enumerate(self.names)}
 
@@ -125,9 +127,9 @@ def criteo_batches(path, batch, rows):
             yield dense, ids, label
 
 
-def sparse_features(ids):
-    lengths = torch.ones(ids.shape[0], dtype=torch.int64)
-    return {f"c{i}": {"keys": torch.from_numpy(np.ascontiguousarray(ids[:, i])), "lengths": lengths}
+def sparse_features(ids, device=None):
+    lengths = torch.ones(ids.shape[0], dtype=torch.int64, device=device)
+    return {f"c{i}": {"keys": torch.from_numpy(np.ascontiguousarray(ids[:, i])).to(device), "lengths": lengths}
             for i in range(SPARSE)}
 
 
@@ -137,7 +139,10 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--rows", type=int, default=10000, help="rows per table")
     p.add_argument("--dim", type=int, default=16)
-    p.add_argument("--mode", default="cpu", help="placement of the Strata tables: cpu, offload, cached")
+    p.add_argument("--mode", help="placement of the Strata tables: cpu, offload, cached, gpu (default: cpu, "
+                   "cached on cuda)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                   help="where the dense model and the outputs live: cpu or cuda (default: cuda when available)")
     p.add_argument("--threads", type=int, default=0, help="Strata and torch threads (0: torch's default)")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--criteo", help="a Criteo TSV file (default: synthetic data)")
@@ -147,13 +152,15 @@ def main(argv=None):
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
+    device = torch.device(a.device)
+    a.mode = a.mode or ("cached" if device.type == "cuda" else "cpu")
     torch.manual_seed(a.seed)
     if a.threads:
         torch.set_num_threads(a.threads)
     threads = a.threads or torch.get_num_threads()
 
     if a.torch_tables:
-        tables = (FusedTorchTables if a.torch_tables == "fused" else TorchTables)(a.rows, a.dim)
+        tables = (FusedTorchTables if a.torch_tables == "fused" else TorchTables)(a.rows, a.dim).to(device)
         sparse_opt = torch.optim.Adagrad(tables.parameters(), lr=a.lr, eps=1e-8)
     else:
         table = {"rows": a.rows, "dim": a.dim, "placement": a.mode, "init": {"bound": 0.05, "seed": a.seed},
@@ -163,14 +170,17 @@ def main(argv=None):
         config = {"threads": threads, "tables": [dict(table, name=f"c{i}") for i in range(SPARSE)]}
         if a.mode != "cpu":
             config["device"] = {"backend": "auto"}
-        tables = st.EmbeddingBagCollection(config)
+        tables = st.EmbeddingBagCollection(config, device=device)
         sparse_opt = None  # the store's fused Adagrad runs in backward
-    model = DLRM(tables, a.dim, a.rows)
+    model = DLRM(tables, a.dim, a.rows).to(device)
     dense_opt = torch.optim.Adagrad([p for n, p in model.named_parameters() if not n.startswith("tables.")], lr=a.lr)
     loss_fn = nn.BCEWithLogitsLoss()
 
     data = criteo_batches(a.criteo, a.batch, a.rows) if a.criteo else synthetic_batches(a.batch, a.rows, a.seed)
-    data = ((torch.from_numpy(d), sparse_features(i), torch.from_numpy(y)) for d, i, y in itertools.islice(data, a.steps))
+    # Dense features and labels go to the device; the sparse features stay on the CPU (Strata plans
+    # on the host; the torch baselines look up on the device).
+    data = ((torch.from_numpy(d).to(device), sparse_features(i, device if a.torch_tables else None),
+             torch.from_numpy(y).to(device)) for d, i, y in itertools.islice(data, a.steps))
     if not a.torch_tables:
         data = ((d, s, y) for (d, _, y), s in st.pipelined(tables, data, sparse=lambda b: b[1], ahead=1))
 
@@ -194,7 +204,7 @@ def main(argv=None):
         tables_kind = "strata " + a.mode if not a.torch_tables else "torch " + a.torch_tables
         steady = rates[1:] or rates  # the first window includes warm-up
         with open(a.json, "w") as f:
-            json.dump({"tables": tables_kind, "threads": threads, "batch": a.batch, "rows": a.rows, "dim": a.dim,
+            json.dump({"tables": tables_kind, "device": str(device), "threads": threads, "batch": a.batch, "rows": a.rows, "dim": a.dim,
                        "steps": a.steps, "log_every": a.log_every, "samples_per_s": rates,
                        "median_samples_per_s": statistics.median(steady) if steady else None,
                        "losses": losses}, f, indent=1)

@@ -8,6 +8,8 @@ import runpy
 import statistics
 import sys
 
+import pytest
+
 SOURCE = pathlib.Path(os.environ.get("STRATA_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
 
 
@@ -53,3 +55,22 @@ def test_readme_pytorch_example_runs_as_written():
     scope = {}
     exec(compile(code, "README.md", "exec"), scope)
     assert scope["tables"].store.step == 10
+
+
+def test_dlrm_example_device_flag():
+    sys.path.insert(0, str(SOURCE / "python" / "examples"))
+    try:
+        import train_dlrm
+        import torch
+    finally:
+        sys.path.pop(0)
+    args = ["--steps", "60", "--batch", "128", "--rows", "2000", "--log-every", "20", "--threads", "1",
+            "--device", "cuda"]
+    if not torch.cuda.is_available():  # the module's refusal, in its words (the GPU run cannot run here)
+        with pytest.raises(ValueError, match="this torch has no CUDA device"):
+            train_dlrm.main(args)
+        return
+    for extra in ([], ["--torch-tables", "fused"]):
+        losses = train_dlrm.main(args + extra)
+        first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
+        assert last < first - 0.05, (extra, first, last)
