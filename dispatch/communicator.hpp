@@ -55,8 +55,9 @@ class Communicator {
   virtual const char* kind() const noexcept = 0;
   /// This rank's place among the ranks of its host, which picks its GPU (local_rank modulo the
   /// visible GPUs: a store's device ordinal "auto", the `nccl` communicator's device): `local`
-  /// ranks are threads of one process, so its rank; `mpi` and `nccl` the launcher's local rank
-  /// (launcher_local_rank(), dispatch/mpi_communicator.hpp), else the rank.
+  /// ranks are threads of one process, so its rank; `mpi` the launcher's local rank
+  /// (launcher_local_rank(), dispatch/mpi_communicator.hpp), else the rank; `nccl` its bootstrap
+  /// communicator's (from an id file: as `mpi`).
   virtual int local_rank() const noexcept = 0;
   /// The CUDA device this rank's collectives run on (`nccl`), -1 for communicators that work in
   /// host memory. A store in this rank's world opens that device (device ordinal "auto").

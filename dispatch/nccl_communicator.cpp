@@ -125,11 +125,12 @@ struct DeviceMemory {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(ncclComm_t comm, int rank, int size, PrimaryContext ctx, cudaStream_t stream, cudaEvent_t done,
-                   const CommOptions& options)
+  NcclCommunicator(ncclComm_t comm, int rank, int size, int local_rank, PrimaryContext ctx, cudaStream_t stream,
+                   cudaEvent_t done, const CommOptions& options)
       : comm_(comm),
         rank_(rank),
         size_(size),
+        local_rank_(local_rank),
         ctx_(std::move(ctx)),
         device_(ctx_.ordinal()),
         stream_(stream),
@@ -187,10 +188,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const noexcept override { return rank_; }
   int size() const noexcept override { return size_; }
   const char* kind() const noexcept override { return "nccl"; }
-  int local_rank() const noexcept override {
-    const int local = launcher_local_rank();
-    return local >= 0 ? local : rank_;
-  }
+  int local_rank() const noexcept override { return local_rank_; }
   int device() const noexcept override { return device_; }
 
   Status all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
@@ -495,6 +493,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_;
   const int rank_;
   const int size_;
+  const int local_rank_;      // the bootstrap's (thread ranks) or the launcher's, else rank_
   const PrimaryContext ctx_;  // the primary context of device_, retained while the communicator lives
   const int device_;
   cudaStream_t stream_;
@@ -508,8 +507,15 @@ class NcclCommunicator final : public Communicator {
   std::atomic<std::int64_t> sent_{0}, received_{0}, calls_{0};
 };
 
-// The device of `rank`: the option, else the launcher's local rank (else the rank) modulo the GPUs.
-Result<int> pick_device(int rank, int wanted) {
+// The local rank of a rank bootstrapped without a communicator (one process per rank): the
+// launcher's, else the rank.
+int process_local_rank(int rank) {
+  const int local = launcher_local_rank();
+  return local >= 0 ? local : rank;
+}
+
+// The device of a rank: the option, else its local rank modulo the GPUs.
+Result<int> pick_device(int local_rank, int wanted) {
   auto gpus = gpu::cuda_devices();
   if (!gpus) return gpus.status().with_context("nccl communicator");
   const int count = gpus.value();
@@ -521,12 +527,12 @@ Result<int> pick_device(int rank, int wanted) {
     }
     return wanted;
   }
-  const int local = launcher_local_rank();
-  return (local >= 0 ? local : rank) % count;
+  return local_rank % count;
 }
 
-Result<std::unique_ptr<Communicator>> create(const ncclUniqueId& id, int rank, int size, const NcclOptions& options) {
-  STRATA_ASSIGN_OR_RETURN(const int device, pick_device(rank, options.device));
+Result<std::unique_ptr<Communicator>> create(const ncclUniqueId& id, int rank, int size, int local_rank,
+                                             const NcclOptions& options) {
+  STRATA_ASSIGN_OR_RETURN(const int device, pick_device(local_rank, options.device));
   STRATA_ASSIGN_OR_RETURN(PrimaryContext ctx, PrimaryContext::retain(device));
   const DeviceScope scope(ctx);
   STRATA_RETURN_IF_ERROR(scope.status());
@@ -567,7 +573,7 @@ Result<std::unique_ptr<Communicator>> create(const ncclUniqueId& id, int rank, i
     if (stream) cudaStreamDestroy(stream);
     return gpu::cuda_detail::cuda_status(e, "cudaStreamCreateWithFlags / cudaEventCreateWithFlags", __FILE__, __LINE__);
   }
-  auto c = std::make_unique<NcclCommunicator>(comm, rank, size, std::move(ctx), stream, done, options.comm);
+  auto c = std::make_unique<NcclCommunicator>(comm, rank, size, local_rank, std::move(ctx), stream, done, options.comm);
   STRATA_RETURN_IF_ERROR(c->init());
   return std::unique_ptr<Communicator>(std::move(c));
 }
@@ -600,14 +606,16 @@ Result<std::unique_ptr<Communicator>> make_nccl_communicator(Communicator& boots
   Status s = bootstrap.broadcast(&msg, sizeof(msg), 0);
   if (!s.is_ok()) return s.with_context("nccl communicator: broadcasting the NCCL id");
   if (!msg.ok) return Status::internal("nccl communicator: rank 0 could not make an NCCL id (ncclGetUniqueId failed)");
-  return create(msg.id, bootstrap.rank(), bootstrap.size(), options);
+  // The bootstrap's local rank: thread ranks of a `local` bootstrap are distinct GPUs of one process
+  // even under a launcher whose environment gives the process one local rank.
+  return create(msg.id, bootstrap.rank(), bootstrap.size(), bootstrap.local_rank(), options);
 }
 
 Result<std::unique_ptr<Communicator>> make_nccl_communicator_from_file(const std::string& id_path, int rank, int size,
                                                                        const NcclOptions& options) {
   STRATA_RETURN_IF_ERROR(check_options(rank, size, options));
   // Fail before touching NCCL (or the file) when this rank has no GPU to run on.
-  STRATA_RETURN_IF_ERROR(pick_device(rank, options.device).status());
+  STRATA_RETURN_IF_ERROR(pick_device(process_local_rank(rank), options.device).status());
   ncclUniqueId id{};
   if (rank == 0) {
     const ncclResult_t r = ncclGetUniqueId(&id);
@@ -641,7 +649,7 @@ Result<std::unique_ptr<Communicator>> make_nccl_communicator_from_file(const std
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
-  return create(id, rank, size, options);
+  return create(id, rank, size, process_local_rank(rank), options);
 }
 
 }  // namespace strata::dispatch

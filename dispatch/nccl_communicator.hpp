@@ -28,7 +28,9 @@ bool nccl_built() noexcept;
 
 struct NcclOptions {
   CommOptions comm;  ///< timeout of the bootstrap and of every collective
-  int device = -1;  ///< CUDA device of this rank; -1: the launcher's local rank (else the rank) modulo the visible GPUs
+  /// CUDA device of this rank; -1: its local rank modulo the visible GPUs (make_nccl_communicator:
+  /// the bootstrap's local_rank(); from a file: the launcher's local rank, else the rank).
+  int device = -1;
 };
 
 /// This rank of an NCCL world with the ranks of `bootstrap` (rank bootstrap.rank() of

@@ -58,17 +58,37 @@ void Device::release_pinned(void* p, std::size_t bytes) noexcept {
   frees_.fetch_add(1, std::memory_order_relaxed);
 }
 
+namespace {
+// "emu", "NVIDIA H100 (CUDA device 1)": a device as messages name it.
+std::string describe(const DeviceInfo& d) {
+  return d.backend == Backend::kCuda ? d.name + " (CUDA device " + std::to_string(d.ordinal) + ")" : d.name;
+}
+}  // namespace
+
+bool Device::own_stream(StreamView s, const char* op) {
+  if (s.device() == this) return true;
+  const Device* other = s.device();
+  record_error(Status::invalid_argument(
+      "device " + describe(info_) + ": " + op + " on " +
+      (other ? "a stream of another device, " + describe(other->info()) : std::string("an empty stream view")) +
+      "; a device runs work only on the streams it created or wrapped"));
+  return false;
+}
+
 void Device::copy_h2d(StreamView s, void* dst, const void* src, std::size_t bytes) {
+  if (!own_stream(s, "copy_h2d")) return;
   counters_.add_h2d(bytes);
   counters_.add_hbm_write(bytes);
   do_copy(s, dst, src, bytes, CopyKind::kH2D);
 }
 void Device::copy_d2h(StreamView s, void* dst, const void* src, std::size_t bytes) {
+  if (!own_stream(s, "copy_d2h")) return;
   counters_.add_d2h(bytes);
   counters_.add_hbm_read(bytes);
   do_copy(s, dst, src, bytes, CopyKind::kD2H);
 }
 void Device::copy_d2d(StreamView s, void* dst, const void* src, std::size_t bytes) {
+  if (!own_stream(s, "copy_d2d")) return;
   counters_.add_hbm_read(bytes);
   counters_.add_hbm_write(bytes);
   do_copy(s, dst, src, bytes, CopyKind::kD2D);
@@ -88,6 +108,7 @@ std::uint64_t out_rows(const LookupFeature& f) {
 }  // namespace
 
 void Device::gather_pool(StreamView s, SlotPool pool, const std::vector<LookupFeature>& features) {
+  if (!own_stream(s, "gather_pool")) return;
   for (const auto& f : features) {
     counters_.add_hbm_read(static_cast<std::uint64_t>(f.num_keys) * pool.dim * kF + index_bytes(f));
     counters_.add_hbm_write(out_rows(f) * pool.dim * kF);
@@ -96,6 +117,7 @@ void Device::gather_pool(StreamView s, SlotPool pool, const std::vector<LookupFe
 }
 
 void Device::gather_pool_host(StreamView s, RowRef table, const std::vector<LookupFeature>& features) {
+  if (!own_stream(s, "gather_pool_host")) return;
   for (const auto& f : features) {
     const std::uint64_t rows = static_cast<std::uint64_t>(f.num_keys) * table.dim * kF;
     counters_.add_h2d(rows);
@@ -107,6 +129,7 @@ void Device::gather_pool_host(StreamView s, RowRef table, const std::vector<Look
 }
 
 void Device::backward_update(StreamView s, SlotPool pool, const std::vector<UpdateFeature>& features) {
+  if (!own_stream(s, "backward_update")) return;
   for (const auto& f : features) {
     const std::uint64_t grad_rows = static_cast<std::uint64_t>(f.pooling == Pooling::kNone ? f.num_keys : f.batch);
     const std::uint64_t rec = static_cast<std::uint64_t>(pool.dim + pool.state_dim) * kF;
@@ -118,6 +141,7 @@ void Device::backward_update(StreamView s, SlotPool pool, const std::vector<Upda
 }
 
 void Device::pack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* dst) {
+  if (!own_stream(s, "pack_records")) return;
   const std::uint64_t b = static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(pool.record_bytes());
   counters_.add_hbm_read(b + static_cast<std::uint64_t>(n) * 8);
   counters_.add_hbm_write(b);
@@ -125,6 +149,7 @@ void Device::pack_records(StreamView s, SlotPool pool, const Key* slots, std::in
 }
 
 void Device::unpack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, const float* src) {
+  if (!own_stream(s, "unpack_records")) return;
   const std::uint64_t b = static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(pool.record_bytes());
   counters_.add_hbm_read(b + static_cast<std::uint64_t>(n) * 8);
   counters_.add_hbm_write(b);
@@ -134,6 +159,7 @@ void Device::unpack_records(StreamView s, SlotPool pool, const Key* slots, std::
 void Device::records_from_host(StreamView s, SlotPool pool, const Key* slots, std::int64_t n,
                                const float* const* rows) {
   if (n <= 0) return;
+  if (!own_stream(s, "records_from_host")) return;
   const std::uint64_t b = static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(pool.dim + pool.state_dim) * kF;
   counters_.add_h2d(b);
   counters_.add_hbm_read(static_cast<std::uint64_t>(n) * 16);
@@ -143,6 +169,7 @@ void Device::records_from_host(StreamView s, SlotPool pool, const Key* slots, st
 
 void Device::records_to_host(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* const* rows) {
   if (n <= 0) return;
+  if (!own_stream(s, "records_to_host")) return;
   const std::uint64_t b = static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(pool.dim + pool.state_dim) * kF;
   counters_.add_d2h(b);
   counters_.add_hbm_read(b + static_cast<std::uint64_t>(n) * 16);
@@ -152,6 +179,7 @@ void Device::records_to_host(StreamView s, SlotPool pool, const Key* slots, std:
 void Device::init_records(StreamView s, SlotPool pool, std::int64_t first_slot, std::int64_t n,
                           const RecordInit& init) {
   if (n <= 0) return;
+  if (!own_stream(s, "init_records")) return;
   counters_.add_hbm_write(static_cast<std::uint64_t>(n * pool.record_bytes()));
   do_init_records(s, pool, first_slot, n, init);
 }

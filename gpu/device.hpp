@@ -64,8 +64,9 @@ class StreamView {
   StreamView() = default;
   explicit StreamView(detail::StreamState* s) noexcept : s_(s) {}
   detail::StreamState* state() const noexcept { return s_; }
-  /// The device the stream belongs to (nullptr for an empty view): a store refuses a stream of
-  /// another device with this.
+  /// The device the stream belongs to (nullptr for an empty view). Every Device operation that
+  /// takes a StreamView refuses a stream of another device (or an empty view) with this: it issues
+  /// nothing and makes that the device's sticky error, naming the operation.
   Device* device() const noexcept { return s_ ? s_->device : nullptr; }
 
  private:
@@ -195,7 +196,11 @@ class Device {
   /// A Stream that issues to a native stream of this device owned by someone else (a trainer's),
   /// so that work given it is ordered after what the owner queued there. Destroying it neither
   /// waits for the work nor destroys the native stream; the owner keeps the native stream alive
-  /// while the wrapper or work on it lives.
+  /// while the wrapper or work on it lives. Destroying the device need not wait for work issued to a
+  /// wrapper either (cuda does not; emu drains its default stream): the buffers that work uses
+  /// (device, pinned or registered memory) and what a host_task captures must outlive it, e.g.
+  /// until the owner synchronizes its stream. A cuda host_task still queued there when the
+  /// device goes runs later without touching the device.
   ///   cuda: `native` is a cudaStream_t of this device's primary context (the runtime API's, so
   ///     PyTorch's torch.cuda.current_stream().cuda_stream); nullptr and cudaStreamLegacy mean the
   ///     legacy default stream (PyTorch's default stream, which is 0). cudaStreamPerThread is
@@ -271,6 +276,12 @@ class Device {
 
  protected:
   Device(DeviceInfo info, int numa_nodes) : info_(std::move(info)), counters_(numa_nodes) {}
+
+  /// Whether `s` is a stream of this device (a pointer compare). If not, makes that the sticky
+  /// error (InvalidArgument naming `op` and the stream's device) and the operation must issue nothing.
+  bool own_stream(StreamView s, const char* op);
+  /// Keeps the first error of asynchronous work (the sticky error). Thread-safe.
+  virtual void record_error(Status st) = 0;
 
   virtual Result<Event> do_create_event() = 0;
   virtual Result<void*> do_allocate(std::size_t bytes) = 0;

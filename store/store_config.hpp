@@ -39,7 +39,10 @@ enum class BackendChoice { kAuto = 0, kCuda = 1, kEmu = 2 };
 inline constexpr int kDeviceOrdinalAuto = -2;
 /// DeviceConfig::ordinal "current": the CUDA device current on the thread that calls Store::open
 /// (cudaGetDevice; what a trainer selected with cudaSetDevice or torch.cuda.set_device), in its
-/// primary context, the one the runtime API and PyTorch use.
+/// primary context, the one the runtime API and PyTorch use. It needs the caller's context
+/// current: a CUDA 12+ runtime's cudaSetDevice makes it so; under a CUDA 11 runtime (PyTorch
+/// cu11x) set_device alone does not, until the thread does CUDA work after it. With a
+/// communicator that has a GPU (nccl), a pinned or current ordinal must be that GPU.
 inline constexpr int kDeviceOrdinalCurrent = -1;
 
 /// The device of a store (used only when a table is `offload`, `cached`, `gpu` or `hybrid`).

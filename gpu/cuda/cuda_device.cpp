@@ -128,9 +128,11 @@ struct CudaEvent final : detail::EventState {
   cudaEvent_t event;
 };
 
-// A host task in flight: owned by the runtime's callback from launch to run.
+// A host task in flight: owned by the runtime's callback from launch to run. It holds the
+// device's failed flag, not the device: on a wrapped stream (which does not wait on destruction)
+// the task may run after the device was destroyed.
 struct HostTask {
-  CudaDevice* dev;
+  std::shared_ptr<const std::atomic<bool>> failed;
   std::function<void()> fn;
 };
 
@@ -182,12 +184,14 @@ class CudaDevice final : public Device {
   }
 
   void record(EventView e, StreamView s) override {
+    if (!own_stream(s, "record")) return;
     const DeviceScope scope(ctx_);
     if (!entered(scope)) return;
     STRATA_CUDA_RECORD(*this, cudaEventRecord(event(e), stream(s)));
   }
 
   void wait(StreamView s, EventView e) override {
+    if (!own_stream(s, "wait")) return;
     const DeviceScope scope(ctx_);
     if (!entered(scope)) return;
     // A never-recorded event is complete for CUDA, so this is a no-op then, as the interface says.
@@ -195,6 +199,7 @@ class CudaDevice final : public Device {
   }
 
   Status synchronize(StreamView s) override {
+    if (!own_stream(s, "synchronize")) return status();
     const DeviceScope scope(ctx_);
     if (entered(scope)) STRATA_CUDA_RECORD(*this, cudaStreamSynchronize(stream(s)));
     return status();
@@ -249,20 +254,21 @@ class CudaDevice final : public Device {
   }
 
   void host_task(StreamView s, std::function<void()> fn) override {
+    if (!own_stream(s, "host_task")) return;
     const DeviceScope scope(ctx_);
     if (!begin_issue(scope)) return;
-    auto task = std::make_unique<HostTask>(HostTask{this, std::move(fn)});
+    auto task = std::make_unique<HostTask>(HostTask{failed_, std::move(fn)});
     if (STRATA_CUDA_RECORD(*this, cudaLaunchHostFunc(stream(s), &run_host_task, task.get()))) {
       (void)task.release();  // run_host_task owns it now
     }
   }
 
   /// Keeps the first error of asynchronous work (the sticky error). Thread-safe.
-  void record_error(Status st) {
+  void record_error(Status st) override {
     std::lock_guard<std::mutex> lock(error_m_);
     if (!error_.is_ok()) return;
     error_ = std::move(st);
-    failed_.store(true, std::memory_order_release);
+    failed_->store(true, std::memory_order_release);
   }
 
   /// Whether `scope` made this device current; records its error (sticky) when not.
@@ -273,7 +279,7 @@ class CudaDevice final : public Device {
   }
   const PrimaryContext& context() const noexcept { return ctx_; }
 
-  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+  bool failed() const noexcept { return failed_->load(std::memory_order_acquire); }
 
  protected:
   Result<void*> do_allocate(std::size_t bytes) override {
@@ -435,11 +441,12 @@ class CudaDevice final : public Device {
       if (!STRATA_CUDA_RECORD(*this, cuda_detail::launch_gather(a, stream(s), sm_count_))) return;
   }
 
-  // Runs on a CUDA runtime thread once the work before it is done. Skips the task after a sticky
-  // error, as emu does. It must not call CUDA (the runtime forbids it; so does host_task's contract).
+  // Runs on a CUDA runtime thread once the work before it is done, possibly after this device
+  // was destroyed (wrapped streams): it reads only the task. Skips the task after a sticky error,
+  // as emu does. It must not call CUDA (the runtime forbids it; so does host_task's contract).
   static void CUDART_CB run_host_task(void* p) {
     std::unique_ptr<HostTask> task(static_cast<HostTask*>(p));
-    if (!task->dev->failed()) task->fn();
+    if (!task->failed->load(std::memory_order_acquire)) task->fn();
   }
 
   const int sm_count_;
@@ -447,7 +454,8 @@ class CudaDevice final : public Device {
   CudaPinner pinner_;
   std::mutex error_m_;
   Status error_;
-  std::atomic<bool> failed_{false};
+  // Shared with the host tasks in flight, which may outlive the device (HostTask).
+  const std::shared_ptr<std::atomic<bool>> failed_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 CudaStream::CudaStream(CudaDevice* d, cudaStream_t s, bool owns) noexcept
@@ -484,7 +492,7 @@ Result<std::unique_ptr<Device>> make_cuda_device(int ordinal, std::size_t capaci
   cudaDeviceProp prop{};
   STRATA_CUDA_TRY(cudaGetDeviceProperties(&prop, ordinal));
   std::size_t free_bytes = 0, total_bytes = 0;
-  STRATA_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes));  // also creates the context
+  STRATA_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes));
   int sm_count = 0;
   STRATA_CUDA_TRY(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, ordinal));
 

@@ -14,7 +14,8 @@ namespace cuda_detail {
 namespace {
 
 // The driver functions the guard needs, looked up once through the runtime (no libcuda link).
-// Each is asked for in its CUDA 12.0 form, which every later driver keeps.
+// Each is asked for in its CUDA 12.0 form, which every later driver keeps; ctx_device_of (the
+// CUDA 13.0 cuCtxGetDevice, which names the context) is optional.
 struct Driver {
   CUresult(CUDAAPI* init)(unsigned int) = nullptr;
   CUresult(CUDAAPI* device_get)(CUdevice*, int) = nullptr;
@@ -22,25 +23,34 @@ struct Driver {
   CUresult(CUDAAPI* primary_release)(CUdevice) = nullptr;
   CUresult(CUDAAPI* ctx_get_current)(CUcontext*) = nullptr;
   CUresult(CUDAAPI* ctx_set_current)(CUcontext) = nullptr;
-  CUresult(CUDAAPI* ctx_get_device)(CUdevice*) = nullptr;
   CUresult(CUDAAPI* stream_get_ctx)(CUstream, CUcontext*) = nullptr;
-  const char* missing = nullptr;  // the first function the runtime could not give
+  CUresult(CUDAAPI* ctx_device_of)(CUdevice*, CUcontext) = nullptr;  // nullptr before CUDA 13 drivers
+  const char* missing = nullptr;  // the first function the runtime could not give, or "cuInit"
   cudaError_t error = cudaSuccess;
+  CUresult init_error = CUDA_SUCCESS;  // when cuInit failed
 
-  template <class F>
-  void find(const char* name, F& fn) {
-    if (missing) return;
+  // The function `name` in its form of CUDA `version`; nullptr when the driver has none.
+  static void* lookup(const char* name, int version, cudaError_t& e) {
     void* p = nullptr;
     cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
 #if CUDART_VERSION >= 12050
-    const cudaError_t e = cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q);
+    e = cudaGetDriverEntryPointByVersion(name, &p, static_cast<unsigned>(version), cudaEnableDefault, &q);
 #else
-    const cudaError_t e = cudaGetDriverEntryPoint(name, &p, cudaEnableDefault, &q);
+    (void)version;  // only 12.0 forms are asked for before 12.5
+    e = cudaGetDriverEntryPoint(name, &p, cudaEnableDefault, &q);
 #endif
     if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !p) {
       (void)cudaGetLastError();
+      return nullptr;
+    }
+    return p;
+  }
+  template <class F>
+  void find(const char* name, F& fn) {
+    if (missing) return;
+    void* p = lookup(name, 12000, error);
+    if (!p) {
       missing = name;
-      error = e;
       return;
     }
     fn = reinterpret_cast<F>(p);
@@ -56,15 +66,24 @@ const Driver& driver() {
     x.find("cuDevicePrimaryCtxRelease", x.primary_release);
     x.find("cuCtxGetCurrent", x.ctx_get_current);
     x.find("cuCtxSetCurrent", x.ctx_set_current);
-    x.find("cuCtxGetDevice", x.ctx_get_device);
     x.find("cuStreamGetCtx", x.stream_get_ctx);
-    if (!x.missing && x.init(0) != CUDA_SUCCESS) x.missing = "cuInit";
+#if CUDART_VERSION >= 13000
+    cudaError_t ignored = cudaSuccess;
+    x.ctx_device_of = reinterpret_cast<decltype(x.ctx_device_of)>(Driver::lookup("cuCtxGetDevice", 13000, ignored));
+#endif
+    if (!x.missing) {
+      x.init_error = x.init(0);
+      if (x.init_error != CUDA_SUCCESS) x.missing = "cuInit";
+    }
     return x;
   }();
   return d;
 }
 
 Status driver_missing(const Driver& d) {
+  if (d.init_error != CUDA_SUCCESS)
+    return Status::internal("cuInit(0) failed: CUDA driver error " + std::to_string(static_cast<int>(d.init_error)) +
+                            "; is the NVIDIA driver loaded and a GPU visible?");
   return Status::internal(std::string("CUDA driver function ") + d.missing +
                           " is not available through the runtime (cudaGetDriverEntryPoint: " +
                           cudaGetErrorName(d.error) + "); is the NVIDIA driver installed and recent enough?");
@@ -86,6 +105,11 @@ Result<PrimaryContext> PrimaryContext::retain(int ordinal) {
   if (r != CUDA_SUCCESS)
     return driver_status(r, "cuDevicePrimaryCtxRetain").with_context("CUDA device " + std::to_string(ordinal));
   c.ordinal_ = ordinal;
+  // The runtime's own hold of the context (kept until cudaDeviceReset or exit; makes nothing
+  // current). Without it Strata could be the context's only holder, and the release when the last
+  // store closes would destroy it under the static runtime's per-context state: a store opened
+  // later would meet a stale runtime.
+  STRATA_CUDA_TRY(cudaInitDevice(ordinal, 0, 0));
   return c;
 }
 
@@ -156,19 +180,25 @@ Result<CUcontext> stream_context(cudaStream_t stream) {
 }
 
 Result<int> context_device(CUcontext ctx) {
-  const DeviceScope scope(ctx);
-  STRATA_RETURN_IF_ERROR(scope.status());
+  const Driver& d = driver();
+  if (d.missing) return driver_missing(d);
+  // Never by making `ctx` current (cuCtxGetDevice of CUDA 12): that is not allowed for a context
+  // current on another thread (green contexts).
+  if (!d.ctx_device_of)
+    return Status::unavailable(
+        "this CUDA driver cannot name the device of a context without making it current "
+        "(cuCtxGetDevice with a context needs CUDA 13)");
   CUdevice dev = 0;
-  CUresult r = driver().ctx_get_device(&dev);
-  if (r != CUDA_SUCCESS) return driver_status(r, "cuCtxGetDevice");
+  CUresult r = d.ctx_device_of(&dev, ctx);
+  if (r != CUDA_SUCCESS) return driver_status(r, "cuCtxGetDevice(&device, ctx)");
   // A CUdevice is a handle: find the runtime ordinal that names it.
   int count = 0;
   STRATA_CUDA_TRY(cudaGetDeviceCount(&count));
   for (int ordinal = 0; ordinal < count; ++ordinal) {
-    CUdevice d = 0;
-    r = driver().device_get(&d, ordinal);
+    CUdevice candidate = 0;
+    r = d.device_get(&candidate, ordinal);
     if (r != CUDA_SUCCESS) return driver_status(r, "cuDeviceGet");
-    if (d == dev) return ordinal;
+    if (candidate == dev) return ordinal;
   }
   return Status::not_found("the CUDA device of a context is not among the " + std::to_string(count) +
                            " visible ones (CUDA_VISIBLE_DEVICES)");

@@ -20,11 +20,17 @@
 
 #include "core/status.hpp"
 
+#if !defined(CUDART_VERSION) || CUDART_VERSION < 12000
+#error "Strata's CUDA backend needs CUDA 12.0 or later (cudaInitDevice, cudaGetDriverEntryPoint's CUDA 12 forms)"
+#endif
+
 namespace strata::gpu::cuda_detail {
 
 /// The primary context of CUDA device `ordinal` (the context of the runtime API, and so of
 /// PyTorch, on that device), retained while this lives (cuDevicePrimaryCtxRetain/Release; retaining
-/// initializes it when nothing has yet). Move-only.
+/// initializes it when nothing has yet). retain() also has the runtime initialize the device
+/// (cudaInitDevice), so that the runtime holds the context too and it outlives every Strata
+/// object: a store closed and reopened finds the runtime's state of that context valid. Move-only.
 class PrimaryContext {
  public:
   /// Internal naming the driver call when the driver cannot be reached or refuses the ordinal.
@@ -54,8 +60,9 @@ class PrimaryContext {
 };
 
 /// Makes `ctx` current on the calling thread for the scope, and on exit makes current again what
-/// was current before (the same context, or none). Does nothing while `ctx` is current already
-/// (the common case: one call per device operation costs a thread-local read). Not movable.
+/// was current before (the same context, or none). When `ctx` is current already it costs one
+/// cuCtxGetCurrent (a thread-local read in the driver) and changes nothing; otherwise it adds two
+/// cuCtxSetCurrent calls (in and out). Not movable.
 class DeviceScope {
  public:
   explicit DeviceScope(CUcontext ctx) noexcept;
@@ -80,10 +87,13 @@ class DeviceScope {
 Result<CUcontext> current_context();
 
 /// The context `stream` belongs to (cuStreamGetCtx; for the legacy default stream, the context
-/// current on the calling thread). InvalidArgument when the driver does not know the handle.
+/// current on the calling thread). InvalidArgument when the driver reports the handle invalid; a
+/// pointer that is no stream handle at all (never one, or destroyed) is undefined behaviour in the
+/// driver, which may not detect it.
 Result<CUcontext> stream_context(cudaStream_t stream);
 
-/// The CUDA device of `ctx` (the ordinal of this process's runtime).
+/// The CUDA device of `ctx` (the ordinal of this process's runtime), asked without making `ctx`
+/// current (cuCtxGetDevice with a context, CUDA 13); Unavailable on drivers that lack it.
 Result<int> context_device(CUcontext ctx);
 
 }  // namespace strata::gpu::cuda_detail

@@ -19,8 +19,10 @@
 // kinds and the bytes, and the operation does not run.
 // - Each thread has a current device (gpu/current_device.hpp, the stand-in for the CUDA runtime's):
 //   every operation makes its device current for its duration and restores the caller's (EmuScope,
-//   as the cuda backend's DeviceScope), and issuing stream work or allocating without its device
-//   current is refused like the violations above.
+//   as the cuda backend's DeviceScope). Stream work and allocations also check that their device
+//   is current (need_current); every public operation opens its EmuScope first, so that check
+//   cannot fire through the Device interface: it guards this file against an operation written
+//   without its scope.
 
 #include <tbb/task_arena.h>
 
@@ -291,14 +293,16 @@ class EmuStreamBase : public detail::StreamState {
   static EmuStreamBase* find(const void* p);
 };
 
+// Allocated once and never freed, so that a stream destroyed during exit (a static store or
+// device) still finds them: a function-local static could be destroyed before it.
 std::mutex& stream_registry_mutex() {
-  static std::mutex m;
-  return m;
+  static auto* m = new std::mutex;
+  return *m;
 }
 // Live stream states by the address StreamView::state() gives.
 std::map<const void*, EmuStreamBase*>& stream_registry() {
-  static std::map<const void*, EmuStreamBase*> r;
-  return r;
+  static auto* r = new std::map<const void*, EmuStreamBase*>;
+  return *r;
 }
 
 class EmuStream final : public EmuStreamBase {
@@ -392,6 +396,7 @@ class EmuDevice final : public Device {
 
   void record(EventView e, StreamView s) override {
     const EmuScope scope(id_);
+    if (!own_stream(s, "record")) return;
     auto core = static_cast<EmuEvent*>(e.state())->core;
     std::uint64_t g;
     {
@@ -409,6 +414,7 @@ class EmuDevice final : public Device {
   }
   void wait(StreamView s, EventView e) override {
     const EmuScope scope(id_);
+    if (!own_stream(s, "wait")) return;
     auto core = static_cast<EmuEvent*>(e.state())->core;
     std::uint64_t g;
     {
@@ -420,7 +426,7 @@ class EmuDevice final : public Device {
   }
   Status synchronize(StreamView s) override {
     const EmuScope scope(id_);
-    stream(s).drain();
+    if (own_stream(s, "synchronize")) stream(s).drain();
     return status();
   }
   Status synchronize(EventView e) override {
@@ -455,6 +461,7 @@ class EmuDevice final : public Device {
 
   void host_task(StreamView s, std::function<void()> fn) override {
     const EmuScope scope(id_);
+    if (!own_stream(s, "host_task")) return;
     stream(s).push({std::move(fn), false});
   }
 
@@ -473,7 +480,7 @@ class EmuDevice final : public Device {
   int max_delay_us() const noexcept { return options_.max_delay_us; }
 
   /// Keeps the first error (the sticky error). Thread-safe.
-  void record_error(Status st) {
+  void record_error(Status st) override {
     std::lock_guard<std::mutex> lock(error_m_);
     if (error_.is_ok()) error_ = std::move(st);
   }
@@ -823,7 +830,8 @@ class EmuDevice final : public Device {
     return info;
   }
   // The stream work of `s` is issued to; as the CUDA runtime, it needs this device current on the
-  // calling thread (an operation without its EmuScope is refused: sticky error).
+  // calling thread: an operation of this file written without its EmuScope becomes the sticky
+  // error (a check of this backend's own code; callers of Device cannot trigger it).
   EmuStream& stream(StreamView s) {
     need_current("stream work");
     return *static_cast<EmuStreamBase*>(s.state())->queue;
@@ -848,10 +856,12 @@ class EmuDevice final : public Device {
   const int id_;
   std::atomic<std::uint64_t> streams_{0};
   std::once_flag default_once_;
-  std::unique_ptr<EmuStream> default_stream_;  // wrap_stream(nullptr); made on first use
   std::atomic<std::int64_t> ops_{0};
   std::mutex error_m_;
   Status error_;
+  // wrap_stream(nullptr); made on first use. Declared last, so destroyed first: its destructor
+  // runs the tasks still queued, which call admit() and record_error() on the members above.
+  std::unique_ptr<EmuStream> default_stream_;
 };
 
 void EmuPinner::unpin(void* addr, std::size_t len) noexcept {

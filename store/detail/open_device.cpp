@@ -6,18 +6,38 @@
 
 namespace strata::detail {
 
-Result<int> cuda_ordinal(const DeviceConfig& d, const dispatch::Communicator* comm, int visible) {
-  const std::string gpus = std::to_string(visible) + " CUDA GPU(s) visible, ordinals [0, " + std::to_string(visible) +
-                           ") (CUDA_VISIBLE_DEVICES)";
+namespace {
+
+// The ordinal a pinned number or "current" stands for, before it is checked against a communicator.
+Result<int> chosen_ordinal(const DeviceConfig& d, int visible, const std::string& gpus) {
   if (d.ordinal >= 0) {
     if (d.ordinal >= visible)
       return Status::invalid_argument("device.ordinal " + std::to_string(d.ordinal) + " is not a visible GPU: " + gpus);
     return d.ordinal;
   }
-  if (d.ordinal == kDeviceOrdinalCurrent) {
-    Result<int> current = gpu::cuda_current_device();
-    if (!current) return current.status().with_context("device.ordinal \"current\"");
-    return current;
+  Result<int> current = gpu::cuda_current_device();
+  if (!current) return current.status().with_context("device.ordinal \"current\"");
+  return current;
+}
+
+}  // namespace
+
+Result<int> cuda_ordinal(const DeviceConfig& d, const dispatch::Communicator* comm, int visible) {
+  const std::string gpus = std::to_string(visible) + " CUDA GPU(s) visible, ordinals [0, " + std::to_string(visible) +
+                           ") (CUDA_VISIBLE_DEVICES)";
+  if (d.ordinal >= 0 || d.ordinal == kDeviceOrdinalCurrent) {
+    STRATA_ASSIGN_OR_RETURN(const int ordinal, chosen_ordinal(d, visible, gpus));
+    // A rank whose collectives run on a GPU (nccl) keeps its store there: another GPU would stage
+    // every exchange across devices, or be another rank's.
+    if (comm && comm->device() >= 0 && ordinal != comm->device()) {
+      const std::string given =
+          d.ordinal >= 0 ? std::to_string(d.ordinal) : "\"current\" (CUDA device " + std::to_string(ordinal) + ")";
+      return Status::invalid_argument("device.ordinal " + given + " is not the GPU of rank " +
+                                      std::to_string(comm->rank()) + "'s " + comm->kind() +
+                                      " communicator, CUDA device " + std::to_string(comm->device()) +
+                                      ": expected \"auto\" or " + std::to_string(comm->device()));
+    }
+    return ordinal;
   }
   if (d.ordinal != kDeviceOrdinalAuto)
     return Status::invalid_argument("device.ordinal " + std::to_string(d.ordinal) +

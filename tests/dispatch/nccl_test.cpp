@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -90,6 +91,27 @@ TEST(NcclCommunicator, BootstrapsThroughAnotherCommunicator) {
   std::int64_t v = 41;
   ASSERT_TRUE(made.value()->all_reduce(&v, 1, DataType::kInt64, ReduceOp::kSum).is_ok());
   EXPECT_EQ(v, 41);
+}
+
+// Thread ranks under a launcher (srun sets SLURM_LOCALID for the whole process): each rank's local
+// rank, and so its GPU, is its bootstrap's, not the launcher's one local rank of the process
+// (which gave every thread rank the same GPU: NCCL's "Duplicate GPU").
+TEST(NcclCommunicator, ThreadRanksUnderALauncherTakeTheBootstrapsLocalRank) {
+  if (!nccl_built()) GTEST_SKIP() << "this build has no NCCL";
+  STRATA_SKIP_WITHOUT_CUDA_GPU();
+  const char* saved = std::getenv("SLURM_LOCALID");
+  const std::string old = saved ? saved : "";
+  ASSERT_EQ(::setenv("SLURM_LOCALID", "5", 1), 0);
+  auto boot = make_local_group(1).value();
+  auto made = make_nccl_communicator(*boot[0]);
+  if (saved) {
+    ::setenv("SLURM_LOCALID", old.c_str(), 1);
+  } else {
+    ::unsetenv("SLURM_LOCALID");
+  }
+  ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+  EXPECT_EQ(made.value()->local_rank(), 0) << "the local bootstrap's rank, not SLURM_LOCALID";
+  EXPECT_EQ(made.value()->device(), 0);
 }
 
 // A second rank that never comes: the id file is never written, and rank 1 says so.

@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -88,6 +89,51 @@ TEST(CudaCurrentDevice, OperationsLeaveTheCallersDeviceAndContext) {
   auto now = cuda_current_device();
   ASSERT_TRUE(now.is_ok());
   EXPECT_EQ(now.value(), n - 1);
+}
+
+// Driver functions for tests, in their CUDA 12.0 forms (no libcuda link, as device_scope.cpp).
+template <class F>
+F driver_fn(const char* name) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+  EXPECT_EQ(cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q), cudaSuccess) << name;
+  EXPECT_EQ(q, cudaDriverEntryPointSuccess) << name;
+  return reinterpret_cast<F>(p);
+}
+
+// On one GPU too: a caller whose current context is its own (cuCtxCreate, not the primary one)
+// has it current again after every Strata operation, and a stream of that context is refused by
+// wrap_stream as a stream of another context of the same device.
+TEST(CudaCurrentDevice, AUserContextIsCurrentAgainAfterStrata) {
+  STRATA_SKIP_WITHOUT_CUDA_GPU();
+  std::thread([] {
+    auto ctx_create = driver_fn<CUresult(CUDAAPI*)(CUcontext*, unsigned, CUdevice)>("cuCtxCreate");
+    auto ctx_destroy = driver_fn<CUresult(CUDAAPI*)(CUcontext)>("cuCtxDestroy");
+    auto device_get = driver_fn<CUresult(CUDAAPI*)(CUdevice*, int)>("cuDeviceGet");
+    ASSERT_TRUE(ctx_create && ctx_destroy && device_get);
+    CUdevice d0 = 0;
+    ASSERT_EQ(device_get(&d0, 0), CUDA_SUCCESS);
+    CUcontext mine = nullptr;
+    ASSERT_EQ(ctx_create(&mine, 0, d0), CUDA_SUCCESS);  // and makes it current
+    ASSERT_EQ(cuda_detail::current_context().value(), mine);
+    exercise(0);  // asserts after each step that the device and context are the caller's
+    EXPECT_EQ(cuda_detail::current_context().value(), mine);
+    {
+      cudaStream_t theirs = nullptr;
+      ASSERT_EQ(cudaStreamCreateWithFlags(&theirs, cudaStreamNonBlocking), cudaSuccess);  // in `mine`
+      auto made = make_cuda_device(0, std::size_t{64} << 20);
+      ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+      auto r = made.value()->wrap_stream(theirs);
+      ASSERT_FALSE(r.is_ok());
+      EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(r.status().message().find("CUDA device 0 in a context other than its primary context"),
+                std::string::npos)
+          << r.status().to_string();
+      EXPECT_EQ(cuda_detail::current_context().value(), mine);
+      EXPECT_EQ(cudaStreamDestroy(theirs), cudaSuccess);
+    }
+    EXPECT_EQ(ctx_destroy(mine), CUDA_SUCCESS);
+  }).join();
 }
 
 // A thread that never used CUDA has no context current: after Strata's operations it still has
@@ -182,6 +228,38 @@ TEST(CudaWrapStream, WorkIsOrderedAfterTheCallersAndTheStreamOutlivesTheWrapper)
   EXPECT_TRUE(dev.status().is_ok()) << dev.status().to_string();
 }
 
+// A host task queued on a wrapped stream may run after its device is gone (the wrapper and the
+// device do not wait for it): it must not read the device. The freed device's memory is reused
+// and filled with 0xff first, so a task that read the device's failed flag from it would see
+// "failed" and be skipped (and ASan reports the read).
+TEST(CudaWrapStream, AHostTaskMayOutliveTheDevice) {
+  STRATA_SKIP_WITHOUT_CUDA_GPU();
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  cudaStream_t mine = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&mine, cudaStreamNonBlocking), cudaSuccess);
+  Gate gate;
+  std::atomic<int> ran{0};
+  {
+    auto made = make_cuda_device(0, std::size_t{64} << 20);
+    ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+    Device& dev = *made.value();
+    auto wrapped = dev.wrap_stream(mine);
+    ASSERT_TRUE(wrapped.is_ok()) << wrapped.status().to_string();
+    ASSERT_EQ(cudaLaunchHostFunc(mine, wait_gate, &gate), cudaSuccess);
+    dev.host_task(wrapped.value().view(), [&ran] { ++ran; });
+  }  // the wrapper, then the device: neither waits
+  std::vector<std::vector<unsigned char>> reuse;
+  for (int round = 0; round < 4; ++round)
+    for (std::size_t n = 16; n <= 4096; n += 16) reuse.emplace_back(n, 0xff);
+  gate.go.set_value();
+  ASSERT_EQ(cudaStreamSynchronize(mine), cudaSuccess);
+  EXPECT_EQ(ran.load(), 1);
+  EXPECT_EQ(cudaStreamDestroy(mine), cudaSuccess);
+}
+
+// The legacy default stream, not just some blocking stream: work on it waits for work queued
+// before on every blocking stream (here the caller's `other`, held by a gate), which a blocking
+// stream of Strata's own would not.
 TEST(CudaWrapStream, NullptrIsTheLegacyDefaultStream) {
   STRATA_SKIP_WITHOUT_CUDA_GPU();
   auto made = make_cuda_device(0, std::size_t{64} << 20);
@@ -197,6 +275,28 @@ TEST(CudaWrapStream, NullptrIsTheLegacyDefaultStream) {
   ASSERT_TRUE(dev.synchronize(legacy.view()).is_ok()) << dev.status().to_string();
   for (int i = 0; i < 1024; ++i) ASSERT_EQ(pinned.value().as<unsigned char>()[i], 0x33) << i;
   EXPECT_TRUE(dev.wrap_stream(static_cast<void*>(cudaStreamLegacy)).is_ok());
+
+  cudaStream_t other = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&other), cudaSuccess);  // blocking: the legacy stream waits for it
+  Gate gate;
+  std::mutex m;
+  std::vector<int> log;
+  ASSERT_EQ(cudaLaunchHostFunc(other, wait_gate, &gate), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(buf.value().data(), 0x44, 1024, other), cudaSuccess);
+  dev.host_task(legacy.view(), [&] {
+    std::lock_guard<std::mutex> lock(m);
+    log.push_back(2);
+  });
+  dev.copy_d2h(legacy.view(), pinned.value().data(), buf.value().data(), 1024);
+  {
+    std::lock_guard<std::mutex> lock(m);
+    log.push_back(1);  // the gate is still shut: nothing on the legacy stream ran
+  }
+  gate.go.set_value();
+  ASSERT_TRUE(dev.synchronize(legacy.view()).is_ok()) << dev.status().to_string();
+  EXPECT_EQ(log, (std::vector<int>{1, 2}));
+  for (int i = 0; i < 1024; ++i) ASSERT_EQ(pinned.value().as<unsigned char>()[i], 0x44) << i;
+  EXPECT_EQ(cudaStreamDestroy(other), cudaSuccess);
 }
 
 TEST(CudaWrapStream, PerThreadDefaultStreamIsRefused) {

@@ -149,7 +149,9 @@ TEST(StoreLeavesTheCurrentDevice, CudaOrdinalCurrentOpensTheCallersDevice) {
       ASSERT_TRUE(store.is_ok()) << store.status().to_string();
       check("open");
       ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
-      EXPECT_GE(free_before - free_after, std::size_t{64} << 20) << "the table lives on the caller's GPU " << n - 1;
+      // Signed: another process freeing memory meanwhile must not wrap around into a pass.
+      EXPECT_GE(static_cast<long long>(free_before) - static_cast<long long>(free_after), 64LL << 20)
+          << "the table lives on the caller's GPU " << n - 1;
       train(*store.value(), check);
     }
     check("close");
@@ -163,6 +165,40 @@ TEST(StoreLeavesTheCurrentDevice, CudaOrdinalCurrentOpensTheCallersDevice) {
             [](const char* call) { EXPECT_EQ(gpu::cuda_detail::current_context().value(), nullptr) << call; });
     }
     EXPECT_EQ(gpu::cuda_detail::current_context().value(), nullptr) << "close";
+  }).join();
+}
+
+// Strata may be the first and only user of a GPU: a thread that never used CUDA opens a store,
+// closes it, and the device's primary context stays initialized (the runtime holds it too), so
+// that a store opened again runs its kernels on valid runtime state.
+TEST(StoreLeavesTheCurrentDevice, CudaCloseAndReopenOnAFreshThread) {
+  STRATA_SKIP_WITHOUT_CUDA_GPU();
+  std::thread([] {
+    ASSERT_EQ(gpu::cuda_detail::current_context().value(), nullptr);
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    ASSERT_EQ(cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &p, 12000, cudaEnableDefault, &q),
+              cudaSuccess);
+    ASSERT_EQ(q, cudaDriverEntryPointSuccess);
+    auto get_state = reinterpret_cast<CUresult(CUDAAPI*)(CUdevice, unsigned*, int*)>(p);
+    ASSERT_EQ(cudaGetDriverEntryPointByVersion("cuDeviceGet", &p, 12000, cudaEnableDefault, &q), cudaSuccess);
+    CUdevice d0 = 0;
+    ASSERT_EQ(reinterpret_cast<CUresult(CUDAAPI*)(CUdevice*, int)>(p)(&d0, 0), CUDA_SUCCESS);
+    StoreConfig c = config(Placement::kGpu, BackendChoice::kCuda);
+    c.device.ordinal = 0;
+    for (int round = 0; round < 2; ++round) {
+      SCOPED_TRACE(round == 0 ? "first open" : "reopen");
+      {
+        auto store = Store::open(c);
+        ASSERT_TRUE(store.is_ok()) << store.status().to_string();
+        train(*store.value(), [](const char*) {});
+      }
+      unsigned flags = 0;
+      int active = 0;
+      ASSERT_EQ(get_state(d0, &flags, &active), CUDA_SUCCESS);
+      EXPECT_EQ(active, 1) << "closing the store released the last hold of the primary context";
+    }
+    EXPECT_EQ(gpu::cuda_detail::current_context().value(), nullptr);
   }).join();
 }
 #endif

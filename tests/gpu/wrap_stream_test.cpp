@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <future>
 #include <mutex>
 #include <vector>
@@ -135,6 +136,69 @@ TEST(EmuWrapStream, AStreamOfAnotherDeviceIsRefused) {
   // Their default stream too.
   Stream their_default = std::move(other->wrap_stream(nullptr)).value();
   EXPECT_FALSE(dev->wrap_stream(their_default.view().state()).is_ok());
+}
+
+// The default stream lives as long as its device: destroying the device with work still queued
+// there, unsynchronized, runs that work while the device is whole. The tasks reach the fault
+// injector and the sticky error (op 2 faults, later ops are skipped); with the default stream
+// destroyed after those members, they were used after their destruction (under ASan: the
+// fault's status, written into the destroyed error, leaked).
+TEST(EmuWrapStream, DestroyingTheDeviceRunsItsDefaultStreamsWorkFirst) {
+  EmuOptions o;
+  o.capacity = std::size_t{1} << 20;
+  o.threads = 1;
+  o.fail_after_ops = 2;
+  auto made = make_emu_device(o);
+  ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+  std::unique_ptr<Device> dev = std::move(made).value();
+  std::atomic<int> ran{0};
+  std::promise<void> go;
+  std::shared_future<void> gate = go.get_future().share();
+  {
+    Stream def = std::move(dev->wrap_stream(nullptr)).value();
+    dev->host_task(def.view(), [gate, &ran] {
+      gate.wait();
+      ++ran;
+    });
+    for (int i = 0; i < 8; ++i) dev->host_task(def.view(), [&ran] { ++ran; });
+  }  // the wrapper does not wait
+  go.set_value();
+  dev.reset();  // the worker is still waking up: the tasks run inside the destructor
+  EXPECT_EQ(ran.load(), 2) << "ops 0 and 1 run, op 2 faults, the rest are skipped";
+}
+
+// Every operation that takes a stream refuses one of another device: nothing runs, and the
+// sticky error names the operation.
+TEST(EmuWrapStream, OperationsRefuseAStreamOfAnotherDevice) {
+  auto dev = emu();
+  auto other = emu();
+  Stream theirs = std::move(other->create_stream()).value();
+  Event e = std::move(dev->create_event()).value();
+  auto pinned = dev->allocate_pinned(64);
+  auto buf = dev->allocate(64);
+  ASSERT_TRUE(pinned.is_ok() && buf.is_ok());
+  std::atomic<bool> ran{false};
+  dev->host_task(theirs.view(), [&ran] { ran = true; });
+  Status st = dev->status();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("host_task on a stream of another device"), std::string::npos) << st.to_string();
+  dev->copy_h2d(theirs.view(), buf.value().data(), pinned.value().data(), 64);
+  dev->record(e.view(), theirs.view());
+  dev->wait(theirs.view(), e.view());
+  EXPECT_EQ(dev->synchronize(theirs.view()).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(other->synchronize(theirs.view()).is_ok()) << other->status().to_string();
+  EXPECT_FALSE(ran) << "the task ran on the other device's stream";
+  EXPECT_EQ(dev->counters().snapshot().h2d, 0u) << "a refused copy is not counted";
+  EXPECT_TRUE(other->status().is_ok()) << "the other device is not at fault";
+  // Each operation names itself (a fresh device per operation: the error is sticky).
+  auto third = emu();
+  third->copy_d2h(theirs.view(), pinned.value().data(), buf.value().data(), 64);
+  EXPECT_NE(third->status().message().find("copy_d2h on a stream of another device"), std::string::npos)
+      << third->status().to_string();
+  auto fourth = emu();
+  fourth->init_records(StreamView(), SlotPool{}, 0, 1, RecordInit{});
+  EXPECT_NE(fourth->status().message().find("init_records on an empty stream view"), std::string::npos)
+      << fourth->status().to_string();
 }
 
 TEST(EmuWrapStream, LeavesTheCallersCurrentDevice) {

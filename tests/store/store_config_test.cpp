@@ -107,6 +107,78 @@ TEST(DeviceOrdinalChoice, EachRankOfAWorldGetsTheGpuOfItsLocalRankUnlessPinned) 
   EXPECT_EQ(pinned, (std::vector<int>{1, 1, 1, 1}));
 }
 
+// A rank whose communicator runs on a GPU (as nccl does), with no transport: cuda_ordinal only
+// asks it for its rank, kind, local rank and device.
+class GpuRank final : public dispatch::Communicator {
+ public:
+  GpuRank(int rank, int local_rank, int device) : rank_(rank), local_rank_(local_rank), device_(device) {}
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return 8; }
+  const char* kind() const noexcept override { return "nccl"; }
+  int local_rank() const noexcept override { return local_rank_; }
+  int device() const noexcept override { return device_; }
+  Status all_to_all_v(const void*, const std::int64_t*, const std::int64_t*, void*, const std::int64_t*,
+                      const std::int64_t*) override {
+    return unused();
+  }
+  Status all_gather(const void*, std::int64_t, void*) override { return unused(); }
+  Status all_reduce(void*, std::int64_t, dispatch::DataType, dispatch::ReduceOp) override { return unused(); }
+  Status broadcast(void*, std::int64_t, int) override { return unused(); }
+  Status barrier() override { return unused(); }
+  dispatch::CommCounters counters() const noexcept override { return {}; }
+
+ private:
+  static Status unused() { return Status::internal("GpuRank has no transport"); }
+  int rank_, local_rank_, device_;
+};
+
+// "auto" opens the communicator's GPU, not the one of its local rank.
+TEST(DeviceOrdinalChoice, AutoFollowsTheCommunicatorsGpu) {
+  const GpuRank r3(3, 3, 1);  // local rank 3 would be GPU 3 of 4
+  EXPECT_EQ(detail::cuda_ordinal(ordinal(kDeviceOrdinalAuto), &r3, 4).value(), 1);
+  const GpuRank r0(0, 0, 2);
+  EXPECT_EQ(detail::cuda_ordinal(ordinal(kDeviceOrdinalAuto), &r0, 4).value(), 2);
+}
+
+// A pinned ordinal that is not the communicator's GPU is refused, naming the field, the value and
+// the communicator's device; the same GPU is accepted.
+TEST(DeviceOrdinalChoice, APinnedOrdinalOtherThanTheCommunicatorsGpuIsRefused) {
+  const GpuRank r1(1, 1, 1);
+  EXPECT_EQ(detail::cuda_ordinal(ordinal(1), &r1, 4).value(), 1);
+  auto other = detail::cuda_ordinal(ordinal(0), &r1, 4);
+  ASSERT_FALSE(other.is_ok());
+  EXPECT_EQ(other.status().code(), StatusCode::kInvalidArgument);
+  const std::string msg = other.status().message();
+  EXPECT_NE(msg.find("device.ordinal 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("nccl communicator, CUDA device 1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rank 1"), std::string::npos) << msg;
+  // Not visible stays the first complaint.
+  auto hidden = detail::cuda_ordinal(ordinal(7), &r1, 4);
+  ASSERT_FALSE(hidden.is_ok());
+  EXPECT_NE(hidden.status().message().find("is not a visible GPU"), std::string::npos);
+}
+
+// "current" on a rank with a GPU must be that GPU (without CUDA it fails as it does without a world).
+TEST(DeviceOrdinalChoice, CurrentOtherThanTheCommunicatorsGpuIsRefused) {
+  auto current = gpu::cuda_current_device();
+  const int mine = current.is_ok() ? current.value() : 0;
+  const GpuRank same(0, 0, mine), other(0, 0, mine + 1);
+  auto ok = detail::cuda_ordinal(ordinal(kDeviceOrdinalCurrent), &same, mine + 2);
+  auto bad = detail::cuda_ordinal(ordinal(kDeviceOrdinalCurrent), &other, mine + 2);
+  if (!current.is_ok()) {
+    EXPECT_FALSE(ok.is_ok());
+    EXPECT_FALSE(bad.is_ok());
+    EXPECT_NE(bad.status().message().find(R"(device.ordinal "current")"), std::string::npos)
+        << bad.status().to_string();
+    return;
+  }
+  EXPECT_EQ(ok.value(), mine);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("CUDA device " + std::to_string(mine + 1)), std::string::npos)
+      << bad.status().to_string();
+}
+
 TEST(DeviceOrdinalChoice, CurrentIsTheCallingThreadsCurrentDevice) {
   auto chosen = detail::cuda_ordinal(ordinal(kDeviceOrdinalCurrent), nullptr, 1);
   auto current = gpu::cuda_current_device();
