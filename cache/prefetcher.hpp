@@ -127,10 +127,11 @@ class BasicPrefetcher {
   /// not fit is deferred (not an error); any other error takes `b` back (a previewed batch goes
   /// back to its preview) and is returned.
   Status submit(Batch& b);
-  /// Plans the pending batches up to `b`, oldest first (the store's forward). On an error the
+  /// Plans the pending batches up to `b`, oldest first (the store's forward); `b` submitted (planned
+  /// or pending: checked). On an error the
   /// oldest pending batch is the one that failed (deferred when the error is kResourceExhausted).
   Status plan(Batch& b);
-  /// A planned batch is done: its rows unpinned (dirty when `updated`); deferred plans that fit now
+  /// A planned batch (checked) is done: its rows unpinned (dirty when `updated`); deferred plans that fit now
   /// are made (their errors are left for plan()).
   void retire(Batch& b, bool updated);
   /// A batch given up: taken out of the window when unplanned, retired not updated when planned.
@@ -382,6 +383,7 @@ Status BasicPrefetcher<Planner>::plan_front() {
 template <class Planner>
 Status BasicPrefetcher<Planner>::plan(Batch& b) {
   while (!b.planned) {
+    STRATA_CHECK(!pending_.empty() && "plan() of a batch not submitted");
     Status s = plan_front();
     if (s.is_ok()) continue;
     if (s.code() == StatusCode::kResourceExhausted) mark_deferred(*pending_.front());
@@ -392,6 +394,7 @@ Status BasicPrefetcher<Planner>::plan(Batch& b) {
 
 template <class Planner>
 void BasicPrefetcher<Planner>::retire(Batch& b, bool updated) {
+  STRATA_CHECK(b.planned && "retire() of a batch not planned (discard() takes back a pending one)");
   for (const auto& w : b.parts) pools_[static_cast<std::size_t>(w.pool)].planner->retire(w.plan, updated);
   --in_flight_;
   plan_deferred();

@@ -210,5 +210,24 @@ TEST(Prefetcher, FailedSubmitTakesBackThePreviewedBatchOnly) {
   EXPECT_EQ(p->table_stats(0).deferred, 0);
 }
 
+// Misuse of the loop is a programmer error, caught before it becomes undefined behaviour: plan() of
+// a batch that is neither planned nor pending would take the front of an empty queue; retire() of
+// an unplanned batch would leave a dangling pointer in the queue.
+TEST(PrefetcherDeathTest, PlanOfABatchNotSubmittedAborts) {
+  Exec e;
+  auto p = make(0, 8, Policy::kLru, e);
+  B a(1, {1});
+  EXPECT_DEATH((void)p->plan(a.b), "plan\\(\\) of a batch not submitted");
+}
+
+TEST(PrefetcherDeathTest, RetireOfAPendingBatchAborts) {
+  Exec e;
+  auto p = make(1, 8, Policy::kLru, e);
+  B a(1, {1});
+  ASSERT_TRUE(p->submit(a.b).is_ok());
+  ASSERT_FALSE(a.b.planned);  // lookahead 1: pending
+  EXPECT_DEATH(p->retire(a.b, true), "retire\\(\\) of a batch not planned");
+}
+
 }  // namespace
 }  // namespace strata::cache
