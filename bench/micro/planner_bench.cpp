@@ -1,7 +1,7 @@
 // Micro-benchmarks of the cache planner: cache::CachePool probe + commit + retire of one batch
 // (plus window_push of the batch K ahead, as the store does, for every policy; only lookahead uses
-// it), driven by the store's prefetcher (cache::BasicPrefetcher, no executor), on Zipf 1.05
-// batches of a 1M-row table, one thread. Items are unique keys planned, so
+// it), driven by the store's prefetcher (cache::BasicPrefetcher with its PlanOnly executor), on
+// Zipf 1.05 batches of a 1M-row table, one thread. Items are unique keys planned, so
 // items_per_second is unique keys per second per core (BM_PlanBatchSharded: the same over a
 // cache::ShardedPool whose shards run in parallel, in wall time; BM_PlanPhases: where a batch's
 // time goes, call by call). The pool is warmed on the whole batch set before timing; batches then
@@ -135,6 +135,7 @@ struct Driver {
       planner = std::make_unique<Timed<Pool>>(std::move(o));
     timed = planner.get();
     prefetcher.add_pool(std::move(planner), {0});
+    prefetcher.set_executor(&Prefetcher::plan_only());
     for (; pushed < window; ++pushed) submit(at(pushed));
   }
   const UniqueKeys& at(std::int64_t seq) const { return set.unique[static_cast<std::size_t>(seq % kDistinctBatches)]; }

@@ -229,5 +229,31 @@ TEST(PrefetcherDeathTest, RetireOfAPendingBatchAborts) {
   EXPECT_DEATH(p->retire(a.b, true), "retire\\(\\) of a batch not planned");
 }
 
+// A prefetcher whose executor was never set refuses to plan or to flush: it cannot mark rows clean
+// that nobody wrote back.
+TEST(PrefetcherDeathTest, NoExecutorSetAbortsPlanAndFlush) {
+  P p(0, 1);
+  p.add_pool(std::make_unique<CachePool>(testing::pool_options(8, Policy::kLru, {{"t", 0}})), {0});
+  B a(1, {1, 2});
+  EXPECT_DEATH((void)p.submit(a.b), "set_executor");
+  EXPECT_DEATH((void)p.flush(), "set_executor");
+}
+
+// The explicit PlanOnly executor: plans are made and nothing moves; a flush drops the dirty rows.
+TEST(Prefetcher, PlanOnlyPlansAndFlushDropsDirtyRows) {
+  P p(0, 1);
+  p.add_pool(std::make_unique<CachePool>(testing::pool_options(8, Policy::kLru, {{"t", 0}})), {0});
+  p.set_executor(&P::plan_only());
+  B a(1, {1, 2, 3});
+  ASSERT_TRUE(p.submit(a.b).is_ok());
+  ASSERT_TRUE(a.b.planned);
+  EXPECT_EQ(a.b.parts[0].plan.fills.size(), 3u);
+  p.retire(a.b, true);
+  EXPECT_EQ(p.planner(0).dirty().size(), 3u);
+  ASSERT_TRUE(p.flush().is_ok());
+  EXPECT_TRUE(p.planner(0).dirty().empty());
+  EXPECT_EQ(p.planner(0).resident(), 3);
+}
+
 }  // namespace
 }  // namespace strata::cache
