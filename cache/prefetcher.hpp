@@ -11,8 +11,9 @@
 //     pinned by batches in flight (kResourceExhausted, from a pool or from prepare()) is deferred:
 //     the batch stays pending, counted once in CacheStats::deferred of each table it touches, and
 //     is planned when batches retire or, at the latest, by plan() (the store's forward).
-//   - retire / discard: the pools unpin the batch's rows (dirty when updated), and deferred plans
-//     that fit now are made.
+//   - retire / discard: the pools unpin the batch's rows (dirty when updated). When the oldest
+//     pending batch is deferred and more than `lookahead` batches are pending, the batches due are
+//     planned again, oldest first, up to the first that still does not fit.
 //   - previews: keys of batches to be submitted later enter the window early (Store::preview).
 //   - flush: every dirty row, in chunks the executor sizes, written back by the executor and then
 //     marked clean.
@@ -142,16 +143,20 @@ class BasicPrefetcher {
   /// (ShardedPool). No state change.
   Status check_fits(const Batch& b) const;
 
-  /// Submits `b` (id and keys set): into the window, then plans the batches due. A plan that does
-  /// not fit is deferred (not an error); any other error takes `b` back (a previewed batch goes
-  /// back to its preview) and is returned.
+  /// Submits `b` (id and keys set): into the window, then plans the batches due, oldest first. A
+  /// plan that does not fit is deferred (not an error). Any other error takes `b` back (a previewed
+  /// batch goes back to its preview) and is returned, also when it is the error of an older pending
+  /// batch's plan: that batch stays pending (executor_refused when its prepare() failed), and the
+  /// caller of submit(b) gets an error naming that batch, not `b`.
   Status submit(Batch& b);
   /// Plans the pending batches up to `b`, oldest first (the store's forward); `b` submitted (planned
-  /// or pending: checked). On an error the
-  /// oldest pending batch is the one that failed (deferred when the error is kResourceExhausted).
+  /// or pending: checked). On an error the oldest pending batch is the one that failed (deferred
+  /// when the error is kResourceExhausted).
   Status plan(Batch& b);
-  /// A planned batch (checked) is done: its rows unpinned (dirty when `updated`); deferred plans that fit now
-  /// are made (their errors are left for plan()).
+  /// A planned batch (checked) is done: its rows unpinned (dirty when `updated`). Then, when the
+  /// oldest pending batch is deferred and more than `lookahead` batches are pending, the batches due
+  /// are planned again as in submit(), up to the first that still does not fit (errors are left for
+  /// plan()).
   void retire(Batch& b, bool updated);
   /// A batch given up: taken out of the window when unplanned, retired not updated when planned.
   void discard(Batch& b);
@@ -162,8 +167,8 @@ class BasicPrefetcher {
   void previews_done(std::int64_t id);
   void drop_previews() { previews_done(std::numeric_limits<std::int64_t>::max()); }
 
-  /// Every dirty row of every pool, in chunks of Executor::flush_rows, written back and marked
-  /// clean; stops at the executor's first error (the rest stays dirty).
+  /// Every dirty row of every pool, in chunks of Executor::flush_rows, written back and then marked
+  /// clean; stops at the executor's first error (that chunk and the rest stay dirty).
   Status flush();
   /// Drops every resident row of `table` (flush first; no batch in flight may use it).
   void invalidate_table(int table);
