@@ -2,7 +2,7 @@
 // the offline bounds of cache/analysis.hpp, on synthetic Zipf traces of one table.
 //
 // For every Zipf alpha and cache capacity (a fraction of the rows) the program drives a CachePool
-// with the store's prefetcher (cache::BasicPrefetcher, no executor: no device): batch j is planned
+// with the store's prefetcher (cache::BasicPrefetcher, PlanOnly executor: no device): batch j is planned
 // (probe + commit) once batches j+1 .. j+K+W have entered the lookahead window (K = --lookahead
 // submitted batches, W = --preview batches previewed beyond them as with Store::preview), then
 // retired as updated. Hits are counted
@@ -172,6 +172,7 @@ Result<BatchCounts> run_pool(const Trace& t, std::int64_t slots, cache::Policy p
   using Prefetcher = cache::BasicPrefetcher<cache::CachePool>;
   Prefetcher prefetcher(lookahead, 1);
   prefetcher.add_pool(std::make_unique<cache::CachePool>(std::move(opt)), {0});
+  prefetcher.set_executor(&Prefetcher::plan_only());  // plans only: no device, nothing moves
   const std::int64_t B = static_cast<std::int64_t>(t.unique.size());
   BatchCounts c;
   c.hits.resize(static_cast<std::size_t>(B));

@@ -11,8 +11,9 @@
 //     pinned by batches in flight (kResourceExhausted, from a pool or from prepare()) is deferred:
 //     the batch stays pending, counted once in CacheStats::deferred of each table it touches, and
 //     is planned when batches retire or, at the latest, by plan() (the store's forward).
-//   - retire / discard: the pools unpin the batch's rows (dirty when updated), and deferred plans
-//     that fit now are made.
+//   - retire / discard: the pools unpin the batch's rows (dirty when updated). When the oldest
+//     pending batch is deferred and more than `lookahead` batches are pending, the batches due are
+//     planned again, oldest first, up to the first that still does not fit.
 //   - previews: keys of batches to be submitted later enter the window early (Store::preview).
 //   - flush: every dirty row, in chunks the executor sizes, written back by the executor and then
 //     marked clean.
@@ -20,7 +21,9 @@
 // fill) and statistics; it moves no data. Moving data is the executor's job (Executor below): the
 // store's cached engine (store/detail/cached_engine.cpp) implements it with staging, copy streams
 // and events. So cache/ knows nothing of store/ or of a device, and tools without a device drive
-// the same class with no executor (strata-hitrate, the planner benchmarks, the planner tests).
+// the same class with the PlanOnly executor, which moves nothing (strata-hitrate, the planner
+// benchmarks). There is no default: a prefetcher with no executor set refuses (aborts) to plan or
+// flush, so that an engine that forgot set_executor() cannot mark rows clean it never wrote back.
 //
 // Batches belong to the caller (the engine derives its batch from Batch): the prefetcher keeps
 // pointers to them from submit() until retire() or discard(), and to their keys (TableKeys) as
@@ -75,7 +78,8 @@ class BasicPrefetcher {
     bool executor_refused = false;  ///< its last plan attempt failed in Executor::prepare, not in a pool
   };
 
-  /// Moves the data of the plans. Optional: without one, plans are made and nothing moves.
+  /// Moves the data of the plans. Required (set_executor) before the first plan or flush; PlanOnly
+  /// below for a prefetcher that only plans.
   class Executor {
    public:
     /// Every pool accepted `b` (probed, nothing committed): take what executing it needs. An error
@@ -93,6 +97,22 @@ class BasicPrefetcher {
     ~Executor() = default;
   };
 
+  /// The executor of a prefetcher that only plans (tools and tests without a device or host
+  /// tables): prepare() accepts every batch, issue() does nothing, write_back() drops the rows, so
+  /// flush() marks every dirty row clean without writing it anywhere. Stateless.
+  class PlanOnly final : public Executor {
+   public:
+    Status prepare(Batch&) override { return Status::ok(); }
+    void issue(Batch&) override {}
+    std::size_t flush_rows(int) override { return std::size_t{1} << 20; }  // any size: nothing is written
+    Status write_back(int, const std::vector<Transfer>&) override { return Status::ok(); }
+  };
+  /// One PlanOnly executor, for set_executor(&plan_only()).
+  static Executor& plan_only() {
+    static PlanOnly e;
+    return e;
+  }
+
   /// `lookahead`: batches kept pending (submitted, not planned) behind the one planned; `tables`:
   /// the tables the pools serve are numbered 0 .. tables-1.
   BasicPrefetcher(int lookahead, int tables)
@@ -103,7 +123,7 @@ class BasicPrefetcher {
   /// Adds a pool planned by `planner`, serving tables `tables` (its pool-local table l is
   /// tables[l]); returns the pool's number. Before the first submit.
   int add_pool(std::unique_ptr<Planner> planner, std::vector<int> tables);
-  /// The executor (alive while the prefetcher is used), or none.
+  /// The executor (alive while the prefetcher is used): before the first submit or flush.
   void set_executor(Executor* executor) noexcept { exec_ = executor; }
 
   int pools() const noexcept { return static_cast<int>(pools_.size()); }
@@ -123,15 +143,20 @@ class BasicPrefetcher {
   /// (ShardedPool). No state change.
   Status check_fits(const Batch& b) const;
 
-  /// Submits `b` (id and keys set): into the window, then plans the batches due. A plan that does
-  /// not fit is deferred (not an error); any other error takes `b` back (a previewed batch goes
-  /// back to its preview) and is returned.
+  /// Submits `b` (id and keys set): into the window, then plans the batches due, oldest first. A
+  /// plan that does not fit is deferred (not an error). Any other error takes `b` back (a previewed
+  /// batch goes back to its preview) and is returned, also when it is the error of an older pending
+  /// batch's plan: that batch stays pending (executor_refused when its prepare() failed), and the
+  /// caller of submit(b) gets an error naming that batch, not `b`.
   Status submit(Batch& b);
-  /// Plans the pending batches up to `b`, oldest first (the store's forward). On an error the
-  /// oldest pending batch is the one that failed (deferred when the error is kResourceExhausted).
+  /// Plans the pending batches up to `b`, oldest first (the store's forward); `b` submitted (planned
+  /// or pending: checked). On an error the oldest pending batch is the one that failed (deferred
+  /// when the error is kResourceExhausted).
   Status plan(Batch& b);
-  /// A planned batch is done: its rows unpinned (dirty when `updated`); deferred plans that fit now
-  /// are made (their errors are left for plan()).
+  /// A planned batch (checked) is done: its rows unpinned (dirty when `updated`). Then, when the
+  /// oldest pending batch is deferred and more than `lookahead` batches are pending, the batches due
+  /// are planned again as in submit(), up to the first that still does not fit (errors are left for
+  /// plan()).
   void retire(Batch& b, bool updated);
   /// A batch given up: taken out of the window when unplanned, retired not updated when planned.
   void discard(Batch& b);
@@ -142,8 +167,8 @@ class BasicPrefetcher {
   void previews_done(std::int64_t id);
   void drop_previews() { previews_done(std::numeric_limits<std::int64_t>::max()); }
 
-  /// Every dirty row of every pool, in chunks of Executor::flush_rows, written back and marked
-  /// clean; stops at the executor's first error (the rest stays dirty).
+  /// Every dirty row of every pool, in chunks of Executor::flush_rows, written back and then marked
+  /// clean; stops at the executor's first error (that chunk and the rest stay dirty).
   Status flush();
   /// Drops every resident row of `table` (flush first; no batch in flight may use it).
   void invalidate_table(int table);
@@ -356,6 +381,7 @@ void BasicPrefetcher<Planner>::mark_deferred(Batch& b) {
 // Plans the oldest pending batch. All-or-nothing across pools.
 template <class Planner>
 Status BasicPrefetcher<Planner>::plan_front() {
+  STRATA_CHECK(exec_ != nullptr && "set_executor() before planning (PlanOnly to only plan)");
   Batch& b = *pending_.front();
   b.executor_refused = false;  // this attempt's cause, not an earlier one's
   std::vector<Probe> probes;
@@ -365,15 +391,13 @@ Status BasicPrefetcher<Planner>::plan_front() {
     if (!p) return p.status().with_context("batch " + std::to_string(b.id));
     probes.push_back(std::move(p).value());
   }
-  if (exec_) {
-    Status prepared = exec_->prepare(b);
-    b.executor_refused = !prepared.is_ok();
-    STRATA_RETURN_IF_ERROR(prepared);
-  }
+  Status prepared = exec_->prepare(b);
+  b.executor_refused = !prepared.is_ok();
+  STRATA_RETURN_IF_ERROR(prepared);
   // From here on nothing fails: commit and issue.
   for (std::size_t k = 0; k < b.parts.size(); ++k)
     b.parts[k].plan = pools_[static_cast<std::size_t>(b.parts[k].pool)].planner->commit(std::move(probes[k]));
-  if (exec_) exec_->issue(b);
+  exec_->issue(b);
   b.planned = true;
   pending_.pop_front();
   return Status::ok();
@@ -382,6 +406,7 @@ Status BasicPrefetcher<Planner>::plan_front() {
 template <class Planner>
 Status BasicPrefetcher<Planner>::plan(Batch& b) {
   while (!b.planned) {
+    STRATA_CHECK(!pending_.empty() && "plan() of a batch not submitted");
     Status s = plan_front();
     if (s.is_ok()) continue;
     if (s.code() == StatusCode::kResourceExhausted) mark_deferred(*pending_.front());
@@ -392,6 +417,7 @@ Status BasicPrefetcher<Planner>::plan(Batch& b) {
 
 template <class Planner>
 void BasicPrefetcher<Planner>::retire(Batch& b, bool updated) {
+  STRATA_CHECK(b.planned && "retire() of a batch not planned (discard() takes back a pending one)");
   for (const auto& w : b.parts) pools_[static_cast<std::size_t>(w.pool)].planner->retire(w.plan, updated);
   --in_flight_;
   plan_deferred();
@@ -407,13 +433,10 @@ void BasicPrefetcher<Planner>::discard(Batch& b) {
 
 template <class Planner>
 Status BasicPrefetcher<Planner>::flush() {
+  STRATA_CHECK(exec_ != nullptr && "set_executor() before flush (PlanOnly to drop the rows)");
   for (std::size_t p = 0; p < pools_.size(); ++p) {
     Planner& planner = *pools_[p].planner;
     const std::vector<Transfer> dirty = planner.dirty();
-    if (!exec_) {
-      planner.mark_clean(dirty);
-      continue;
-    }
     const std::size_t chunk = std::max<std::size_t>(1, exec_->flush_rows(static_cast<int>(p)));
     for (std::size_t at = 0; at < dirty.size(); at += chunk) {
       const std::vector<Transfer> part(dirty.begin() + static_cast<std::ptrdiff_t>(at),
