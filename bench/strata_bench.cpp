@@ -833,13 +833,16 @@ class StepBuffers {
   std::vector<gpu::PinnedBuffer> pout_, pgrad_;  // cpu mode: the host side of the trainer's copies
 };
 
-// Adds one timed training batch to r's sums: keys, samples, the bytes of their rows, and the rows
-// the CPU kernels read (cpu tables, offload tables pooled on the CPU) and the CPU optimizer reads
-// and writes (cpu and offload tables): an upper bound, every key's row once (no counters there).
+// Adds one timed training batch to r's sums: keys, samples, the bytes of their rows, and the host
+// bytes of the CPU kernels, which no device counts: the rows the CPU gather reads (cpu tables,
+// offload tables pooled on the CPU; every key's row) and the records the CPU optimizer reads and
+// writes (cpu and offload tables; each distinct row of the batch once, as host/repeats.hpp sums
+// its gradients).
 Status count_timed_batch(const Store& store, const KeyBatch& b, ModeResult& r) {
   const StoreConfig& c = store.config();
   r.timed_keys += static_cast<double>(b.total_keys());
   r.timed_samples += static_cast<double>(b.batch_size());
+  std::vector<Key> sorted;
   for (const JaggedKeys& f : b.features) {
     STRATA_ASSIGN_OR_RETURN(const int t, store.table_index(f.table));
     const TableConfig& tc = c.tables[static_cast<std::size_t>(t)];
@@ -847,7 +850,12 @@ Status count_timed_batch(const Store& store, const KeyBatch& b, ModeResult& r) {
     r.timed_key_bytes += bytes;
     const bool cpu = tc.placement == Placement::kCpu, offload = tc.placement == Placement::kOffload;
     if (cpu || (offload && c.offload_gather == OffloadGather::kCpu)) r.timed_host_gather_bytes += bytes;
-    if (cpu || offload) r.timed_host_optimizer_bytes += bytes;
+    if (cpu || offload) {
+      sorted.assign(f.keys.begin(), f.keys.end());
+      std::sort(sorted.begin(), sorted.end());
+      const auto distinct = std::unique(sorted.begin(), sorted.end()) - sorted.begin();
+      r.timed_host_optimizer_bytes += static_cast<double>(distinct) * record_bytes(tc.spec);
+    }
   }
   ++r.timed_batches;
   return Status::ok();
@@ -1114,6 +1122,9 @@ json result_json(const Options& o, const ModeResult& r, double read_gbs, const S
                              {"backward", percentile(r.backward_s, 0.5) * 1e3}};
   const double steps = static_cast<double>(std::max<std::size_t>(1, r.train_s.size()));
   const gpu::LinkBytes& lb = r.train_stats.links;
+  // Host bytes of the CPU kernels (no device counts them): counted from the keys (count_timed_batch).
+  m["cpu_kernel_bytes_per_step"] = {{"host_read", r.host_gather_bytes_per_step + r.host_optimizer_bytes_per_step},
+                                    {"host_write", r.host_optimizer_bytes_per_step}};
   m["bytes_per_step"] = {{"hbm_read", static_cast<double>(lb.hbm_read) / steps},
                          {"hbm_write", static_cast<double>(lb.hbm_write) / steps},
                          {"h2d", static_cast<double>(lb.h2d) / steps},

@@ -59,10 +59,11 @@ struct ValidateArgs {
   std::string plan;  ///< the plan (a store config, as `plan --out` writes it)
   InputArgs input;   ///< the keys (dims, optimizers and threads are the plan's)
   std::string profile = "h200-pcie5";
-  std::int64_t steps = 0;        ///< timed training steps (0: half the source's batches, at least 1)
-  std::string backend = "auto";  ///< strata-bench --backend
-  std::string bench;             ///< the strata-bench program (empty: the one next to strata-tune)
-  std::string out;               ///< JSON output
+  std::int64_t steps = 0;          ///< timed training steps (0: half the source's batches, at least 1)
+  std::string backend = "auto";    ///< strata-bench --backend
+  std::string trainer = "device";  ///< strata-bench --trainer: device | host
+  std::string bench;               ///< the strata-bench program (empty: the one next to strata-tune)
+  std::string out;                 ///< JSON output
   bool progress = true;
 };
 

@@ -82,6 +82,9 @@ int main(int argc, char** argv) {
   val->add_option("--profile", v.profile, "hardware profile of the predicted step: a name in bench/profiles or a file");
   val->add_option("--steps", v.steps, "timed training steps (default: half the batches, so none repeats)");
   val->add_option("--backend", v.backend, "strata-bench --backend: auto | cuda | emu")->capture_default_str();
+  val->add_option("--trainer", v.trainer, "strata-bench --trainer: device | host (where the dense model lives)")
+      ->check(CLI::IsMember({"device", "host"}))
+      ->capture_default_str();
   val->add_option("--bench", v.bench, "the strata-bench program (default: the one next to strata-tune)");
   val->add_option("--out", v.out, "write predicted and measured as JSON");
   val->add_flag("!--no-progress", v.progress, "no progress lines");
