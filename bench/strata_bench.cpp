@@ -555,7 +555,9 @@ MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDes
   const double in_flight = std::max(8, o.lookahead + o.pipeline + 1);
   e.batches = (keys + static_cast<double>(shapes.size()) * static_cast<double>(o.workload.batch + 1)) * 8.0 *
               (o.workload.distinct_batches + 3.0 * in_flight);
-  e.buffers = out_floats * 4.0 * 2.0;
+  // Outputs and gradients in host memory; with the trainer on the device their device copies too
+  // (emu: host memory) and, in cpu mode, the pinned buffers the trainer's copies go through.
+  e.buffers = out_floats * 4.0 * 2.0 * (o.trainer == Trainer::kDevice ? 3.0 : 1.0);
   e.probe = static_cast<double>(o.read_probe_mib) * 1024.0 * 1024.0;
   if (o.gather_probe)
     for (const GatherProbePlan& p : gather_probe_plans(o))

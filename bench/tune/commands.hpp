@@ -46,12 +46,13 @@ struct PlanArgs {
   std::string optimizer = "sgd";
   int max_in_flight = 8;
   int threads = 0;
-  int points = 16;        ///< curve points per table
-  int belady_points = 4;  ///< curve points per table with Belady's optimum (0: none)
-  std::string out;        ///< plan.json
-  std::string html;       ///< report.html
-  std::string json;       ///< report.json (the plan's numbers; plan.json is the store config)
-  bool progress = true;   ///< progress lines on stderr when it is a terminal
+  int points = 16;                 ///< curve points per table
+  int belady_points = 4;           ///< curve points per table with Belady's optimum (0: none)
+  std::string trainer = "device";  ///< where the trainer's dense model lives: device | host
+  std::string out;                 ///< plan.json
+  std::string html;                ///< report.html
+  std::string json;                ///< report.json (the plan's numbers; plan.json is the store config)
+  bool progress = true;            ///< progress lines on stderr when it is a terminal
 };
 
 /// Arguments of `strata-tune validate`.

@@ -54,6 +54,10 @@ int main(int argc, char** argv) {
   CLI::App* plan = app.add_subcommand("plan", "place every table within HBM and host memory budgets");
   add_input_options(plan, p.input);
   plan->add_option("--profile", p.profile, "hardware profile: a name in bench/profiles or a file");
+  plan->add_option("--trainer", p.trainer,
+                   "where the trainer's dense model lives: device (outputs and gradients stay in HBM) | host")
+      ->check(CLI::IsMember({"device", "host"}))
+      ->capture_default_str();
   plan->add_option("--ranks", p.ranks,
                    "ranks (GPUs) to shard over: every table gpu or hybrid, row-wise; budgets per rank (default 1)");
   plan->add_option("--hbm-budget", p.hbm_budget,
