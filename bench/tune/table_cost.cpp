@@ -251,6 +251,12 @@ Result<TableCost> sharded_cost(const TableSpec& spec, const TableLoad& load, Pla
   b.hbm_write += S * z.row + Us * z.record;
   b.host_read += 2.0 * K * z.row;
   b.host_write += 2.0 * U * z.row;
+  if (o.trainer_on_device) {  // pooled at the source on the host: through the host-bounce adaptor
+    const double out = load.bags * z.row;
+    copy_h2d(b, out);
+    finite_check(b, out, o);
+    copy_d2h(b, out);
+  }
   c.hbm_bytes += in_flight * 8.0 * (2.0 * s_max + 1.0) + 2.0 * s_max * z.row;
   c.comm_bytes = in_flight * (16.0 * u_max + 12.0 * k_max + 4.0 * u_max + 24.0 * s_max + z.row * (s_max + u_max)) +
                  2.0 * z.row * (s_max + u_max);

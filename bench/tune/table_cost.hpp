@@ -61,7 +61,10 @@
 //               rows, writes S outputs, and the optimizer reads and writes U_s records (U_s: the
 //               distinct rows the worst shard serves per step, TableLoad::shard_distinct)
 //   source      the CPU pools the rank's K keys from the returned rows and sums their gradients
-//               (host reads 2 K row bytes, writes 2 U row bytes)
+//               (host reads 2 K row bytes, writes 2 U row bytes); with the trainer on the device
+//               the pooled outputs go H2D and their gradients D2H (B r each, the host-bounce
+//               adaptor) and the gradients' NaN/Inf count as for one rank (not validated: validate
+//               runs one rank)
 //   hybrid      as cached on the shard: fills and write-backs of U_s (1 - hit rate) records, the
 //               hit rate of the worst shard's cache of `cache_rows` rows (rows per rank)
 // Memory per rank: gpu: the shard's rows in HBM; hybrid: the shard's host records
