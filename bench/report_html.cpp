@@ -325,6 +325,16 @@ std::string html_escape(const std::string& s) {
   return out;
 }
 
+// The trainer placement of a run (settings.trainer; runs before --trainer kept their dense model on the host).
+std::string trainer_of(const json& doc) {
+  const auto s = doc.find("settings");
+  if (s != doc.end() && s->is_object()) {
+    const auto t = s->find("trainer");
+    if (t != s->end() && t->is_string()) return t->get<std::string>();
+  }
+  return "host";
+}
+
 std::string render_html_report(const json& results, const HtmlReportOptions& options) {
   const json& doc = results.is_object() ? results : json::object();
   std::string title = options.title;
@@ -468,9 +478,10 @@ std::string render_html_report(const json& results, const HtmlReportOptions& opt
     }
     if (!series.empty()) {
       o << "<section class=\"chart\" id=\"bytes\"><h2>Bytes per step per link</h2>"
-        << "<p class=\"note\">Bytes one training step moves over each link, as counted by the device layer. "
+        << "<p class=\"note\">Bytes one training step moves over each link, as counted by the device layer, "
+        << "with the trainer's dense model on the " << html_escape(trainer_of(doc)) << " (strata-bench --trainer). "
         << "Host-side CPU kernels (the CPU gather and the CPU optimizer) have no counters and are not shown; the "
-        << "modelled step time adds their row traffic as an upper bound.</p>"
+        << "modelled step time adds their row traffic.</p>"
         << bar_chart("bytes per training step on each link, per mode", mode_names, series, Unit::kBytes, "bytes/step")
         << "</section>\n";
     }

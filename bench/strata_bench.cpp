@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <deque>
 #include <fstream>
@@ -158,6 +159,9 @@ constexpr double kMaxCommTimeoutS = 86400;
 
 int hardware_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
 
+// Where the trainer's dense model lives (--trainer): its activations and gradients are there.
+enum class Trainer { kDevice, kHost };
+
 struct Options {
   WorkloadSpec workload;
   std::string table_set = "criteo";
@@ -167,6 +171,8 @@ struct Options {
   double cache_fraction = 0.1;
   std::string sweep_cache;
   std::string policy = "lru";
+  /// --trainer: where the trainer's dense model lives (device: outputs and gradients in device memory).
+  Trainer trainer = Trainer::kDevice;
   int lookahead = 0;
   int preview = 0;         // training: batches previewed (Store::preview) beyond those submitted
   int planner_shards = 1;  // cached: cores planning each cache pool (CacheConfig::planner_shards)
@@ -225,6 +231,8 @@ dispatch::CommOptions comm_options(const Options& o) {
   co.timeout = std::chrono::milliseconds(std::max<long long>(1, std::llround(o.comm_timeout_s * 1000)));
   return co;
 }
+
+const char* trainer_name(Trainer t) { return t == Trainer::kDevice ? "device" : "host"; }
 
 Result<StoreConfig> make_config(const Options& o, const ModeDescriptor& mode, double cache_fraction) {
   if (mode.from_config) {
@@ -547,7 +555,9 @@ MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDes
   const double in_flight = std::max(8, o.lookahead + o.pipeline + 1);
   e.batches = (keys + static_cast<double>(shapes.size()) * static_cast<double>(o.workload.batch + 1)) * 8.0 *
               (o.workload.distinct_batches + 3.0 * in_flight);
-  e.buffers = out_floats * 4.0 * 2.0;
+  // Outputs and gradients in host memory; with the trainer on the device their device copies too
+  // (emu: host memory) and, in cpu mode, the pinned buffers the trainer's copies go through.
+  e.buffers = out_floats * 4.0 * 2.0 * (o.trainer == Trainer::kDevice ? 3.0 : 1.0);
   e.probe = static_cast<double>(o.read_probe_mib) * 1024.0 * 1024.0;
   if (o.gather_probe)
     for (const GatherProbePlan& p : gather_probe_plans(o))
@@ -630,7 +640,9 @@ struct ModeResult {
   int timed_batches = 0;
   double host_gather_bytes_per_step = 0, host_optimizer_bytes_per_step = 0;
   double setup_s = 0;
-  StoreStats train_stats;  // counters over the timed training steps only
+  StoreStats train_stats;           // counters over the timed training steps only
+  std::string trainer_device;       // --trainer device: the trainer's device ("" with --trainer host)
+  bool trainer_device_own = false;  // opened by the bench (the store has no device: cpu mode)
   std::string device;
   std::size_t device_peak_bytes = 0;
   std::uint64_t rss_start_bytes = 0;  // process RSS when the mode started
@@ -685,16 +697,52 @@ class BatchWindow {
   std::int64_t base_ = 0;
 };
 
+// The device of a `--trainer device` run whose store has none (`cpu` mode): the trainer's GPU,
+// opened by the bench as --backend chooses (cuda when one is visible, else emu). The pooled outputs
+// go to it H2D and the gradients come back D2H every step, as they do for a trainer whose dense
+// model is on a GPU while its tables are in host memory; the copies are real and counted by this
+// device's counters, which the bench adds to the store's (there are none in a cpu-only store).
+Result<std::unique_ptr<gpu::Device>> open_trainer_device(const StoreConfig& c) {
+  const Result<int> gpus = gpu::cuda_devices();
+  const bool cuda = c.device.backend == BackendChoice::kCuda ||
+                    (c.device.backend == BackendChoice::kAuto && gpus.is_ok() && gpus.value() > 0);
+  if (cuda) return gpu::make_cuda_device(0);
+  return gpu::make_emu_device();
+}
+
 // Rows of each feature's output (forward) and gradient (backward), shaped for each batch: batches
-// of a trace need not have one shape.
+// of a trace need not have one shape. With the trainer on the device they are device buffers:
+// the store's device (Store::device()) when it has one, else the trainer's own (open_trainer_device),
+// and the calls are stream-ordered on the trainer's stream.
 class StepBuffers {
  public:
-  StepBuffers(const Store& store, int rank) : store_(store), rng_(7 + static_cast<unsigned>(rank)) {}
+  StepBuffers(Store& store, int rank, Trainer trainer) : store_(store), rng_(7 + static_cast<unsigned>(rank)) {
+    if (trainer == Trainer::kDevice) dev_ = store.device();
+    trainer_ = trainer;
+  }
+  // Opens the trainer's device where the store has none; creates the trainer's stream.
+  Status init() {
+    if (trainer_ != Trainer::kDevice) return Status::ok();
+    if (dev_ == nullptr) {
+      STRATA_ASSIGN_OR_RETURN(own_, open_trainer_device(store_.config()));
+      dev_ = own_.get();
+    }
+    STRATA_ASSIGN_OR_RETURN(stream_, dev_->create_stream());
+    return Status::ok();
+  }
   Status shape(const KeyBatch& batch) {
     out_views.clear();
     grad_views.clear();
+    dev_out_views.clear();
+    dev_grad_views.clear();
     out_.resize(batch.features.size());
     grad_.resize(batch.features.size());
+    if (dev_) {
+      dout_.resize(batch.features.size());
+      dgrad_.resize(batch.features.size());
+      pout_.resize(batch.features.size());
+      pgrad_.resize(batch.features.size());
+    }
     for (std::size_t i = 0; i < batch.features.size(); ++i) {
       STRATA_ASSIGN_OR_RETURN(const int t, store_.table_index(batch.features[i].table));
       const TableSpec& spec = store_.config().tables[static_cast<std::size_t>(t)].spec;
@@ -707,27 +755,96 @@ class StepBuffers {
         grad_[i].resize(size);
         for (std::size_t k = old; k < size; ++k) grad_[i][k] = u(rng_);
       }
-      out_views.push_back({out_[i].data(), rows, spec.dim});
-      grad_views.push_back({grad_[i].data(), rows, spec.dim});
+      if (dev_ && dout_[i].bytes() < size * sizeof(float)) {
+        // The dense model's gradients: the same values as a host trainer's, written once (the
+        // bench's own copy, not store traffic: setup_bytes says how much, drive subtracts it).
+        STRATA_ASSIGN_OR_RETURN(dout_[i], dev_->allocate(grad_[i].size() * sizeof(float)));
+        STRATA_ASSIGN_OR_RETURN(dgrad_[i], dev_->allocate(grad_[i].size() * sizeof(float)));
+        STRATA_ASSIGN_OR_RETURN(gpu::PinnedBuffer init, dev_->allocate_pinned(grad_[i].size() * sizeof(float)));
+        std::memcpy(init.data(), grad_[i].data(), grad_[i].size() * sizeof(float));
+        dev_->copy_h2d(stream_.view(), dgrad_[i].data(), init.data(), grad_[i].size() * sizeof(float));
+        STRATA_RETURN_IF_ERROR(dev_->synchronize(stream_.view()));
+        setup_bytes += grad_[i].size() * sizeof(float);
+      }
+      float* out = out_[i].data();
+      float* grad = grad_[i].data();
+      if (own_) {
+        // The trainer's copies go through pinned memory, as a trainer's would (and strict emu requires).
+        if (pout_[i].bytes() < size * sizeof(float)) {
+          STRATA_ASSIGN_OR_RETURN(pout_[i], own_->allocate_pinned(grad_[i].size() * sizeof(float)));
+          STRATA_ASSIGN_OR_RETURN(pgrad_[i], own_->allocate_pinned(grad_[i].size() * sizeof(float)));
+        }
+        out = pout_[i].as<float>();
+        grad = pgrad_[i].as<float>();
+      }
+      out_views.push_back({out, rows, spec.dim});
+      grad_views.push_back({grad, rows, spec.dim});
+      if (dev_) {
+        dev_out_views.push_back({dout_[i].as<float>(), rows, spec.dim, MemorySpace::kDevice});
+        dev_grad_views.push_back({dgrad_[i].as<float>(), rows, spec.dim, MemorySpace::kDevice});
+      }
     }
     return Status::ok();
   }
-  std::vector<MatrixView> out_views;
-  std::vector<ConstMatrixView> grad_views;
+  // Forward into the trainer's buffers: host views (--trainer host); device views, stream-ordered
+  // (the store's device); or host views, then the outputs H2D on the trainer's device (cpu mode).
+  Status forward(std::int64_t id) {
+    if (!dev_) return store_.forward(id, out_views);
+    if (!own_) return store_.forward(id, dev_out_views, stream_.view());
+    STRATA_RETURN_IF_ERROR(store_.forward(id, out_views));
+    for (std::size_t i = 0; i < out_views.size(); ++i)
+      if (const std::size_t b = view_bytes(out_views[i]))
+        dev_->copy_h2d(stream_.view(), dout_[i].data(), out_views[i].data, b);
+    return dev_->synchronize(stream_.view());
+  }
+  // Backward from the trainer's gradients (as forward; cpu mode: D2H first), and the trainer's
+  // stream drained, so that a step's time holds all of its work.
+  Status backward(std::int64_t id) {
+    if (!dev_) return store_.backward(id, grad_views);
+    if (!own_) {
+      STRATA_RETURN_IF_ERROR(store_.backward(id, dev_grad_views, stream_.view()));
+      return dev_->synchronize(stream_.view());
+    }
+    for (std::size_t i = 0; i < grad_views.size(); ++i)
+      if (const std::size_t b = view_bytes(grad_views[i]))
+        dev_->copy_d2h(stream_.view(), const_cast<float*>(grad_views[i].data), dgrad_[i].data(), b);
+    STRATA_RETURN_IF_ERROR(dev_->synchronize(stream_.view()));
+    return store_.backward(id, grad_views);
+  }
+  // The trainer's device when the bench opened it (its counters hold the trainer's copies), else null.
+  gpu::Device* own_device() const noexcept { return own_.get(); }
+  // The trainer's device (null: --trainer host).
+  const gpu::Device* device() const noexcept { return dev_; }
+  std::vector<MatrixView> out_views, dev_out_views;
+  std::vector<ConstMatrixView> grad_views, dev_grad_views;
+  std::uint64_t setup_bytes = 0;  // H2D bytes of the gradients' first upload (not store traffic)
 
  private:
-  const Store& store_;
+  template <class View>
+  static std::size_t view_bytes(const View& v) {
+    return static_cast<std::size_t>(v.rows * v.cols) * sizeof(float);
+  }
+  Store& store_;
+  Trainer trainer_ = Trainer::kHost;
+  gpu::Device* dev_ = nullptr;
+  std::unique_ptr<gpu::Device> own_;
+  gpu::Stream stream_;
   std::mt19937 rng_;
   std::vector<std::vector<float>> out_, grad_;
+  std::vector<gpu::DeviceBuffer> dout_, dgrad_;
+  std::vector<gpu::PinnedBuffer> pout_, pgrad_;  // cpu mode: the host side of the trainer's copies
 };
 
-// Adds one timed training batch to r's sums: keys, samples, the bytes of their rows, and the rows
-// the CPU kernels read (cpu tables, offload tables pooled on the CPU) and the CPU optimizer reads
-// and writes (cpu and offload tables): an upper bound, every key's row once (no counters there).
+// Adds one timed training batch to r's sums: keys, samples, the bytes of their rows, and the host
+// bytes of the CPU kernels, which no device counts: the rows the CPU gather reads (cpu tables,
+// offload tables pooled on the CPU; every key's row) and the records the CPU optimizer reads and
+// writes (cpu and offload tables; each distinct row of the batch once, as host/repeats.hpp sums
+// its gradients).
 Status count_timed_batch(const Store& store, const KeyBatch& b, ModeResult& r) {
   const StoreConfig& c = store.config();
   r.timed_keys += static_cast<double>(b.total_keys());
   r.timed_samples += static_cast<double>(b.batch_size());
+  std::vector<Key> sorted;
   for (const JaggedKeys& f : b.features) {
     STRATA_ASSIGN_OR_RETURN(const int t, store.table_index(f.table));
     const TableConfig& tc = c.tables[static_cast<std::size_t>(t)];
@@ -735,7 +852,12 @@ Status count_timed_batch(const Store& store, const KeyBatch& b, ModeResult& r) {
     r.timed_key_bytes += bytes;
     const bool cpu = tc.placement == Placement::kCpu, offload = tc.placement == Placement::kOffload;
     if (cpu || (offload && c.offload_gather == OffloadGather::kCpu)) r.timed_host_gather_bytes += bytes;
-    if (cpu || offload) r.timed_host_optimizer_bytes += bytes;
+    if (cpu || offload) {
+      sorted.assign(f.keys.begin(), f.keys.end());
+      std::sort(sorted.begin(), sorted.end());
+      const auto distinct = std::unique(sorted.begin(), sorted.end()) - sorted.begin();
+      r.timed_host_optimizer_bytes += static_cast<double>(distinct) * record_bytes(tc.spec);
+    }
   }
   ++r.timed_batches;
   return Status::ok();
@@ -749,7 +871,8 @@ Status drive(const Options& o, Store& store, const BatchSource& source, int rank
              ModeResult* r) {
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<BatchCursor> cursor, source.cursor(rank, ranks));
   BatchWindow window(std::move(cursor));
-  StepBuffers buffers(store, rank);
+  StepBuffers buffers(store, rank, o.trainer);
+  STRATA_RETURN_IF_ERROR(buffers.init());
   const bool show = r != nullptr && o.progress;
   std::int64_t id = 0;
   const int total = o.warmup + o.steps;
@@ -763,7 +886,7 @@ Status drive(const Options& o, Store& store, const BatchSource& source, int rank
     STRATA_RETURN_IF_ERROR(buffers.shape(fresh));
     const auto t = Clock::now();
     STRATA_RETURN_IF_ERROR(store.submit(id, std::move(fresh)));
-    STRATA_RETURN_IF_ERROR(store.forward(id, buffers.out_views));
+    STRATA_RETURN_IF_ERROR(buffers.forward(id));
     STRATA_RETURN_IF_ERROR(store.discard(id));
     if (r && s >= o.warmup) r->forward_s.push_back(seconds_since(t));
     ++id;
@@ -815,9 +938,20 @@ Status drive(const Options& o, Store& store, const BatchSource& source, int rank
     STRATA_RETURN_IF_ERROR(preview_upto(s + 1 + o.preview));
   }
   Progress train(label + " train", total, show);
+  // The counters of the timed steps: the store's, the trainer's own device's (cpu mode: its
+  // copies of outputs and gradients), less the bench's first upload of the trainer's gradients.
+  const auto snapshot = [&] {
+    StoreStats st = store.stats();
+    if (gpu::Device* own = buffers.own_device()) {
+      st.links += own->counters().snapshot();
+    }
+    st.links.h2d -= buffers.setup_bytes;
+    st.links.hbm_write -= buffers.setup_bytes;
+    return st;
+  };
   StoreStats before;
   for (int s = 0; s < total; ++s) {
-    if (s == o.warmup) before = store.stats();
+    if (s == o.warmup) before = snapshot();
     KeyBatch fresh;
     const bool ahead = s + depth - 1 < total;
     if (ahead) {
@@ -835,9 +969,9 @@ Status drive(const Options& o, Store& store, const BatchSource& source, int rank
       STRATA_RETURN_IF_ERROR(preview_upto(s + depth + o.preview));
     }
     const auto t1 = Clock::now();
-    STRATA_RETURN_IF_ERROR(store.forward(base + s, buffers.out_views));
+    STRATA_RETURN_IF_ERROR(buffers.forward(base + s));
     const auto t2 = Clock::now();
-    STRATA_RETURN_IF_ERROR(store.backward(base + s, buffers.grad_views));
+    STRATA_RETURN_IF_ERROR(buffers.backward(base + s));
     if (r && s >= o.warmup) {
       r->train_s.push_back(seconds_since(t));
       r->submit_s.push_back(std::chrono::duration<double>(t1 - t).count());
@@ -848,7 +982,12 @@ Status drive(const Options& o, Store& store, const BatchSource& source, int rank
     window.drop_before(first + s + 1);
     train.tick(s + 1);
   }
-  if (r) r->train_stats = stats_delta(store.stats(), before);
+  if (r) {
+    r->train_stats = stats_delta(snapshot(), before);
+    if (const gpu::Device* d = buffers.device())
+      r->trainer_device = d->info().backend == gpu::Backend::kCuda ? "cuda " + d->info().name : "emu";
+    r->trainer_device_own = buffers.own_device() != nullptr;
+  }
   // The duplication factor of the keys the timed training steps dispatched, to set against the
   // cut in bytes exchanged.
   if (r && ranks > 1) r->duplication_factor = dup_unique > 0 ? dup_keys / dup_unique : 1.0;
@@ -985,6 +1124,9 @@ json result_json(const Options& o, const ModeResult& r, double read_gbs, const S
                              {"backward", percentile(r.backward_s, 0.5) * 1e3}};
   const double steps = static_cast<double>(std::max<std::size_t>(1, r.train_s.size()));
   const gpu::LinkBytes& lb = r.train_stats.links;
+  // Host bytes of the CPU kernels (no device counts them): counted from the keys (count_timed_batch).
+  m["cpu_kernel_bytes_per_step"] = {{"host_read", r.host_gather_bytes_per_step + r.host_optimizer_bytes_per_step},
+                                    {"host_write", r.host_optimizer_bytes_per_step}};
   m["bytes_per_step"] = {{"hbm_read", static_cast<double>(lb.hbm_read) / steps},
                          {"hbm_write", static_cast<double>(lb.hbm_write) / steps},
                          {"h2d", static_cast<double>(lb.h2d) / steps},
@@ -1048,6 +1190,11 @@ json result_json(const Options& o, const ModeResult& r, double read_gbs, const S
     m["hit_rate"] = nullptr;
   }
   m["device"] = r.device.empty() ? "none" : r.device;
+  // Where the outputs and gradients lived: the trainer's placement and device (cpu mode with the
+  // trainer on the device: a device the bench opened, whose copies count in bytes_per_step).
+  m["trainer"] = {{"placement", trainer_name(o.trainer)},
+                  {"device", r.trainer_device.empty() ? json(nullptr) : json(r.trainer_device)},
+                  {"device_opened_by_bench", r.trainer_device_own}};
   m["device_peak_bytes"] = r.device_peak_bytes;
   m["peak_host_bytes"] = r.peak_rss_bytes;
   m["peak_host_scope"] = r.peak_rss_per_mode ? "mode" : "process";
@@ -1729,6 +1876,7 @@ int run(const Options& o_in) {
                    {"config", o.config_file.empty() ? json(nullptr) : json(o.config_file)},
                    {"threads", o.threads},
                    {"policy", o.policy},
+                   {"trainer", trainer_name(o.trainer)},
                    {"lookahead", o.lookahead},
                    {"preview", o.preview},
                    {"pipeline", o.pipeline},
@@ -1818,8 +1966,8 @@ int run(const Options& o_in) {
         d["batch_duplication_factor"].get<double>(), d["ms_per_step"]["exchange"].get<double>(),
         d["ms_per_step"]["lookup"].get<double>(), d["ms_per_step"]["source"].get<double>());
   }
-  std::printf("\n%-12s %8s %10s %10s %10s %10s %10s %10s  (MB per training step)\n", "mode", "hit rate", "H2D", "D2H",
-              "HBM read", "HBM write", "host read", "host write");
+  std::printf("\n%-12s %8s %10s %10s %10s %10s %10s %10s  (MB per training step; trainer on the %s)\n", "mode",
+              "hit rate", "H2D", "D2H", "HBM read", "HBM write", "host read", "host write", trainer_name(o.trainer));
   for (const auto& m : j["results"]) {
     const json& b = m["bytes_per_step"];
     char hit[16] = "-";
@@ -1960,6 +2108,7 @@ CLI::Validator number_in(double lo, double hi, const std::string& what, const st
 
 int main(int argc, char** argv) {
   using strata::bench::Options;
+  using strata::bench::Trainer;
   Options o;
   o.workload = strata::bench::default_workload();
   for (int i = 0; i < argc; ++i) o.argv.emplace_back(argv[i]);
@@ -2015,6 +2164,13 @@ int main(int argc, char** argv) {
                  "also run the cached mode at each of these cache fractions (e.g. 0.01,0.03,0.1,0.3): hit rate and "
                  "throughput against cache size");
   app.add_option("--policy", o.policy, "cached: lru | lfu | lookahead")->capture_default_str();
+  std::string trainer = "device";
+  app.add_option(
+         "--trainer", trainer,
+         "where the trainer's dense model lives: device (outputs and gradients in device memory, stream-ordered "
+         "calls; cpu mode copies them to and from a device the bench opens) | host (host buffers)")
+      ->check(CLI::IsMember({"device", "host"}))
+      ->capture_default_str();
   app.add_option("--lookahead", o.lookahead, "cached: batches the planner sees ahead")->capture_default_str();
   app.add_option("--preview", o.preview,
                  "cached lookahead: batches whose keys the trainer previews beyond those submitted (Store::preview), "
@@ -2080,6 +2236,7 @@ int main(int argc, char** argv) {
   o.dim_given = dim->count() > 0;
   o.tables_given = tables->count() > 0 || rows->count() > 0;
   o.backend_given = backend->count() > 0;
+  o.trainer = trainer == "host" ? Trainer::kHost : Trainer::kDevice;
   o.capacity_given = capacity->count() > 0;
   const int hardware_threads = strata::bench::hardware_threads();
   const int max_threads = strata::bench::kThreadsPerHardwareThread * hardware_threads;

@@ -13,9 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "dispatch/sharding_plan.hpp"
+#include "gpu/staging.hpp"
 #include "host/host_table.hpp"
 #include "host/repeats.hpp"
 #include "host/topology.hpp"
+#include "store/detail/device_features.hpp"
 
 namespace strata {
 namespace {
@@ -418,6 +420,21 @@ Result<HostTableMemory> host_table_memory(const StoreConfig& config, int numa_no
     m.packed_tables += static_cast<double>(f.packed_tables);
   }
   return m;
+}
+
+double EngineStaging::gpu_feature(std::int64_t bags, std::int64_t keys, std::int64_t weights, std::int64_t unique) {
+  return static_cast<double>(detail::feature_metadata_bytes(bags, keys, static_cast<std::size_t>(weights), unique));
+}
+
+double EngineStaging::offload_feature(std::int64_t bags, std::int64_t keys, std::int64_t weights) {
+  using gpu::Staging;  // as store/detail/offload_engine.cpp stages them
+  return static_cast<double>(Staging::bytes_for<std::int64_t>(static_cast<std::size_t>(bags + 1)) +
+                             Staging::bytes_for<Key>(static_cast<std::size_t>(keys)) +
+                             Staging::bytes_for<float>(static_cast<std::size_t>(weights)));
+}
+
+double EngineStaging::list(std::int64_t n) {
+  return static_cast<double>(gpu::Staging::bytes_for<std::uint64_t>(static_cast<std::size_t>(n)));
 }
 
 bool has_gather_rates(const HardwareProfile& p) noexcept {

@@ -130,6 +130,12 @@ struct StepBytes {
   double host_remote = 0;  ///< part of host_read + host_write that crosses NUMA nodes (<= their sum)
   double all_to_all = 0;   ///< bytes this rank sends in all-to-all exchanges
   double launches = 0;     ///< kernel launches
+  /// Part of host_read (host_write) that CPU kernels move: the CPU gather of `cpu` tables and of
+  /// offload tables pooled on the CPU, and the CPU optimizer of `cpu` and `offload` tables. The
+  /// device layer's counters do not see these bytes (no device moves them); the rest of host_read
+  /// and host_write is what its counters count.
+  double host_cpu_read = 0;
+  double host_cpu_write = 0;
   /// Random rows read or written that are part of host_read + host_write (their bytes, rows x
   /// row_bytes, are counted there too); priced by the profile's gather rates where it has them
   /// (header comment).
@@ -203,6 +209,20 @@ struct HostTableMemory {
 /// world of that size (gpu and hybrid tables sharded by their plan; gpu shards hold no host rows).
 /// Errors: a sharding plan that does not resolve for the world (dispatch::ShardLayout::make).
 Result<HostTableMemory> host_table_memory(const StoreConfig& config, int numa_nodes, int world = 0, int rank = 0);
+
+/// Staging the engines upload H2D with each batch (store/detail, gpu/staging.hpp: every array
+/// rounded up to 64 bytes), for a byte-exact cost model.
+struct EngineStaging {
+  /// `gpu` and `cached` tables, per feature of `bags` bags, `keys` keys, `weights` per-key weights
+  /// (0 or keys) and `unique` distinct rows: offsets, slots, weights, unique slots and offsets,
+  /// positions, bag of each position and the hot rows (store/detail/device_features.hpp).
+  static double gpu_feature(std::int64_t bags, std::int64_t keys, std::int64_t weights, std::int64_t unique);
+  /// `offload` tables gathered on the device, per feature: offsets, keys and weights.
+  static double offload_feature(std::int64_t bags, std::int64_t keys, std::int64_t weights);
+  /// A list of `n` 8-byte entries (slots of a cache pool's fills or write-backs, host row
+  /// addresses of an offload dim group's distinct rows or of zero-copy transfers).
+  static double list(std::int64_t n);
+};
 
 /// Models one step of `bytes` on `profile` (see the header comment). Requires validate(profile)
 /// OK and non-negative finite byte counts (negative counts are treated as 0). Pure function.

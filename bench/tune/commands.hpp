@@ -46,12 +46,13 @@ struct PlanArgs {
   std::string optimizer = "sgd";
   int max_in_flight = 8;
   int threads = 0;
-  int points = 16;        ///< curve points per table
-  int belady_points = 4;  ///< curve points per table with Belady's optimum (0: none)
-  std::string out;        ///< plan.json
-  std::string html;       ///< report.html
-  std::string json;       ///< report.json (the plan's numbers; plan.json is the store config)
-  bool progress = true;   ///< progress lines on stderr when it is a terminal
+  int points = 16;                 ///< curve points per table
+  int belady_points = 4;           ///< curve points per table with Belady's optimum (0: none)
+  std::string trainer = "device";  ///< where the trainer's dense model lives: device | host
+  std::string out;                 ///< plan.json
+  std::string html;                ///< report.html
+  std::string json;                ///< report.json (the plan's numbers; plan.json is the store config)
+  bool progress = true;            ///< progress lines on stderr when it is a terminal
 };
 
 /// Arguments of `strata-tune validate`.
@@ -59,10 +60,11 @@ struct ValidateArgs {
   std::string plan;  ///< the plan (a store config, as `plan --out` writes it)
   InputArgs input;   ///< the keys (dims, optimizers and threads are the plan's)
   std::string profile = "h200-pcie5";
-  std::int64_t steps = 0;        ///< timed training steps (0: half the source's batches, at least 1)
-  std::string backend = "auto";  ///< strata-bench --backend
-  std::string bench;             ///< the strata-bench program (empty: the one next to strata-tune)
-  std::string out;               ///< JSON output
+  std::int64_t steps = 0;          ///< timed training steps (0: half the source's batches, at least 1)
+  std::string backend = "auto";    ///< strata-bench --backend
+  std::string trainer = "device";  ///< strata-bench --trainer: device | host
+  std::string bench;               ///< the strata-bench program (empty: the one next to strata-tune)
+  std::string out;                 ///< JSON output
   bool progress = true;
 };
 

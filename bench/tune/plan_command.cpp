@@ -77,6 +77,7 @@ int run_plan(const PlanArgs& a) {
   po.hbm_budget_bytes = *hbm;
   po.host_budget_bytes = *host;
   po.cost.max_in_flight = a.max_in_flight;
+  po.cost.trainer_on_device = a.trainer != "host";
   po.cost.threads = a.threads;
   po.cost.numa_nodes = static_cast<int>(profile->numa_nodes.size());
   if (a.max_in_flight < 1) return fail("--max-in-flight " + std::to_string(a.max_in_flight) + " (expected >= 1)");

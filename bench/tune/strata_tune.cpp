@@ -54,6 +54,10 @@ int main(int argc, char** argv) {
   CLI::App* plan = app.add_subcommand("plan", "place every table within HBM and host memory budgets");
   add_input_options(plan, p.input);
   plan->add_option("--profile", p.profile, "hardware profile: a name in bench/profiles or a file");
+  plan->add_option("--trainer", p.trainer,
+                   "where the trainer's dense model lives: device (outputs and gradients stay in HBM) | host")
+      ->check(CLI::IsMember({"device", "host"}))
+      ->capture_default_str();
   plan->add_option("--ranks", p.ranks,
                    "ranks (GPUs) to shard over: every table gpu or hybrid, row-wise; budgets per rank (default 1)");
   plan->add_option("--hbm-budget", p.hbm_budget,
@@ -82,6 +86,9 @@ int main(int argc, char** argv) {
   val->add_option("--profile", v.profile, "hardware profile of the predicted step: a name in bench/profiles or a file");
   val->add_option("--steps", v.steps, "timed training steps (default: half the batches, so none repeats)");
   val->add_option("--backend", v.backend, "strata-bench --backend: auto | cuda | emu")->capture_default_str();
+  val->add_option("--trainer", v.trainer, "strata-bench --trainer: device | host (where the dense model lives)")
+      ->check(CLI::IsMember({"device", "host"}))
+      ->capture_default_str();
   val->add_option("--bench", v.bench, "the strata-bench program (default: the one next to strata-tune)");
   val->add_option("--out", v.out, "write predicted and measured as JSON");
   val->add_flag("!--no-progress", v.progress, "no progress lines");

@@ -17,7 +17,16 @@ void add_bytes(StepBytes& total, const StepBytes& b) {
   total.host_remote += b.host_remote;
   total.all_to_all += b.all_to_all;
   total.launches += b.launches;
+  total.host_cpu_read += b.host_cpu_read;
+  total.host_cpu_write += b.host_cpu_write;
   total.host_gathers.insert(total.host_gathers.end(), b.host_gathers.begin(), b.host_gathers.end());
+}
+
+void scale_bytes(StepBytes& b, double f) {
+  for (double* x : {&b.hbm_read, &b.hbm_write, &b.h2d, &b.d2h, &b.host_read, &b.host_write, &b.host_remote,
+                    &b.all_to_all, &b.launches, &b.host_cpu_read, &b.host_cpu_write})
+    *x *= f;
+  for (RowGather& g : b.host_gathers) g.rows *= f;
 }
 
 namespace {
@@ -52,20 +61,171 @@ RowSizes sizes_of(const TableSpec& spec) {
           4.0 * static_cast<double>(record_stride(spec.dim, static_cast<std::int32_t>(state)))};
 }
 
+// A device copy of `n` bytes: over PCIe, and written into (H2D) or read from (D2H) HBM.
+void copy_h2d(StepBytes& b, double n) {
+  b.h2d += n;
+  b.hbm_write += n;
+}
+void copy_d2h(StepBytes& b, double n) {
+  b.d2h += n;
+  b.hbm_read += n;
+}
+
+// Pooled rows of a batch: one per bag, or one per key without pooling.
+double pooled_rows(const TableSpec& spec, const BatchKeys& k) {
+  return static_cast<double>(spec.pooling == Pooling::kNone ? k.keys : k.bags);
+}
+
+// The gather kernel (gpu/device.cpp: gather_pool): K rows and the index read, P rows written.
+void gather(StepBytes& b, const BatchKeys& k, double row, double out_rows) {
+  const double K = static_cast<double>(k.keys);
+  b.hbm_read += K * row + 8.0 * (static_cast<double>(k.bags) + 1) + K * (8.0 + (k.weights > 0 ? 4.0 : 0.0));
+  b.hbm_write += out_rows * row;
+}
+
+// The store's NaN/Inf count of device gradients (store/detail/finite_check.cpp): the gradients
+// read, one 8-byte count per view written and copied D2H.
+void finite_check(StepBytes& b, double grad_bytes, const CostOptions& o) {
+  if (!o.check_finite || grad_bytes <= 0) return;
+  b.hbm_read += grad_bytes;
+  b.hbm_write += 8;
+  copy_d2h(b, 8);
+}
+
+// The CPU optimizer: U records read and written by CPU threads.
+void cpu_optimizer(StepBytes& b, double distinct, double record) {
+  host_rows(b, distinct, record, true);
+  host_rows(b, distinct, record, false);
+  b.host_cpu_read += distinct * record;
+  b.host_cpu_write += distinct * record;
+}
+
+// A cache's fills and write-backs of one batch (store/detail/cached_engine.cpp).
+void add_transfers(StepBytes& b, const TableSpec& spec, const BatchKeys& k, const CostOptions& o) {
+  const RowSizes z = sizes_of(spec);
+  const double F = static_cast<double>(k.fills), W = static_cast<double>(k.writebacks);
+  // Write-backs: packed on the device (slots read), then home.
+  b.hbm_read += W * z.stride + 8.0 * W;
+  b.hbm_write += W * z.stride;
+  if (o.zero_copy) {
+    b.d2h += W * z.record;
+    b.hbm_read += W * z.record + 16.0 * W;
+  } else {
+    copy_d2h(b, W * z.stride);
+  }
+  host_rows(b, W, z.record, /*read=*/false);
+  // Fills: host rows to the device, into their slots.
+  host_rows(b, F, z.record, /*read=*/true);
+  if (o.zero_copy) {
+    b.h2d += F * z.record;
+    b.hbm_read += 16.0 * F;
+    b.hbm_write += F * z.record;
+  } else {
+    copy_h2d(b, F * z.stride);
+    b.hbm_read += F * z.stride + 8.0 * F;
+    b.hbm_write += F * z.stride;
+  }
+}
+
+}  // namespace
+
+StepBytes submit_bytes(const TableSpec& spec, Placement placement, const BatchKeys& k, const CostOptions& o) {
+  StepBytes b;
+  const RowSizes z = sizes_of(spec);
+  switch (placement) {
+    case Placement::kGpu:
+    case Placement::kCached:
+      copy_h2d(b, EngineStaging::gpu_feature(k.bags, k.keys, k.weights, k.distinct));
+      if (placement == Placement::kCached) add_transfers(b, spec, k, o);
+      break;
+    case Placement::kOffload:
+      if (o.offload_cpu_gather) break;
+      copy_h2d(b, EngineStaging::offload_feature(k.bags, k.keys, k.weights));
+      host_rows(b, static_cast<double>(k.distinct), z.row, true);  // the device reads them at forward
+      break;
+    case Placement::kCpu:
+    case Placement::kHybrid:
+      break;
+  }
+  return b;
+}
+
+StepBytes compute_bytes(const TableSpec& spec, Placement placement, const BatchKeys& k, const CostOptions& o) {
+  StepBytes b;
+  const RowSizes z = sizes_of(spec);
+  const double K = static_cast<double>(k.keys), U = static_cast<double>(k.distinct);
+  const double P = pooled_rows(spec, k), out = P * z.row;
+  switch (placement) {
+    case Placement::kGpu:
+    case Placement::kCached:
+      gather(b, k, z.row, P);
+      if (o.trainer_on_device) {
+        finite_check(b, out, o);
+      } else {
+        copy_d2h(b, out);  // outputs
+        copy_h2d(b, out);  // gradients
+      }
+      b.hbm_read += out + U * (z.record + 16.0) + 8.0 * K;  // the update
+      b.hbm_write += U * z.record;
+      break;
+    case Placement::kOffload:
+      if (o.offload_cpu_gather) {
+        host_rows(b, K, z.row, true);  // CPU threads pool
+        b.host_cpu_read += K * z.row;
+        copy_h2d(b, out);
+      } else {
+        b.h2d += U * z.row;  // the distinct rows, zero-copy from pinned host memory
+        b.hbm_read += 16.0 * U;
+        b.hbm_write += U * z.row;
+        gather(b, k, z.row, P);
+        copy_d2h(b, out);
+      }
+      if (o.trainer_on_device) {  // through the host-bounce adaptor
+        copy_h2d(b, out);
+        finite_check(b, out, o);
+        copy_d2h(b, out);
+      }
+      cpu_optimizer(b, U, z.record);
+      break;
+    case Placement::kCpu:
+      host_rows(b, K, z.row, true);
+      b.host_cpu_read += K * z.row;
+      cpu_optimizer(b, U, z.record);
+      if (o.trainer_on_device) {  // the store's host-bounce adaptor, or (no device in the store) the trainer's own
+        copy_h2d(b, out);
+        if (o.store_has_device) finite_check(b, out, o);
+        copy_d2h(b, out);
+      }
+      break;
+    case Placement::kHybrid:
+      break;
+  }
+  return b;
+}
+
+StepBytes group_submit_bytes(Placement placement, std::int64_t fills, std::int64_t writebacks, std::int64_t distinct,
+                             const CostOptions& o) {
+  StepBytes b;
+  if (placement == Placement::kCached) {
+    double lists = EngineStaging::list(writebacks) + EngineStaging::list(fills);
+    if (o.zero_copy) lists *= 2;  // and the host addresses of their rows
+    copy_h2d(b, lists);
+  } else if (placement == Placement::kOffload && !o.offload_cpu_gather) {
+    copy_h2d(b, EngineStaging::list(distinct));
+  }
+  return b;
+}
+
+namespace {
+
 // A cache of `cache_rows` rows over host records, `distinct` rows used per step at `hit_rate`:
 // misses filled (host gather, H2D, HBM write) and as many dirty rows written back (HBM read, D2H,
 // host write); HBM for the slots and the fill staging, host for the records, staging and index.
 Status add_cache(TableCost& c, const TableSpec& spec, double distinct, std::int64_t max_distinct,
                  std::int64_t cache_rows, double hit_rate, Placement placement, const CostOptions& o) {
+  (void)distinct;
+  (void)hit_rate;
   const RowSizes z = sizes_of(spec);
-  StepBytes& b = c.bytes;
-  const double misses = distinct * (1.0 - hit_rate);
-  b.h2d += misses * z.record;
-  b.hbm_write += misses * z.record;
-  host_rows(b, misses, z.record, /*read=*/true);
-  b.hbm_read += misses * z.record;  // write-backs
-  b.d2h += misses * z.record;
-  host_rows(b, misses, z.record, /*read=*/false);
   const double staging = o.max_in_flight * static_cast<double>(max_distinct) * z.record;
   c.hbm_bytes += static_cast<double>(cache_rows) * z.stride + staging;
   STRATA_ASSIGN_OR_RETURN(const HostTableMemory m, host_memory(spec, placement, o));
@@ -91,6 +251,12 @@ Result<TableCost> sharded_cost(const TableSpec& spec, const TableLoad& load, Pla
   b.hbm_write += S * z.row + Us * z.record;
   b.host_read += 2.0 * K * z.row;
   b.host_write += 2.0 * U * z.row;
+  if (o.trainer_on_device) {  // pooled at the source on the host: through the host-bounce adaptor
+    const double out = load.bags * z.row;
+    copy_h2d(b, out);
+    finite_check(b, out, o);
+    copy_d2h(b, out);
+  }
   c.hbm_bytes += in_flight * 8.0 * (2.0 * s_max + 1.0) + 2.0 * s_max * z.row;
   c.comm_bytes = in_flight * (16.0 * u_max + 12.0 * k_max + 4.0 * u_max + 24.0 * s_max + z.row * (s_max + u_max)) +
                  2.0 * z.row * (s_max + u_max);
@@ -101,6 +267,10 @@ Result<TableCost> sharded_cost(const TableSpec& spec, const TableLoad& load, Pla
   }
   const std::int64_t smallest = std::max<std::int64_t>(1, load.shard_max_distinct);
   STRATA_RETURN_IF_ERROR(add_cache(c, spec, Us, smallest, cache_rows, hit_rate, placement, o));
+  // Fills and write-backs of the shard's cache, every miss written back in steady training.
+  BatchKeys k;
+  k.fills = k.writebacks = std::llround(Us * (1.0 - hit_rate));
+  add_transfers(b, spec, k, o);
   return c;
 }
 
@@ -117,37 +287,31 @@ Result<TableCost> table_cost(const TableSpec& spec, const TableLoad& load, Place
   }
   const RowSizes z = sizes_of(spec);
   const double in_flight = o.max_in_flight;
-  const double K = load.keys, U = load.distinct, B = load.bags;
+  const double B = load.bags;
+  if (placement == Placement::kHybrid)
+    return Status::invalid_argument("table '" + spec.name +
+                                    "': placement hybrid is planned over several ranks (--ranks > 1)");
+  // A mean step, counts rounded; in steady training every miss evicts a dirty row.
+  BatchKeys k;
+  k.keys = std::llround(load.keys);
+  k.bags = std::llround(load.bags);
+  k.distinct = std::llround(load.distinct);
+  if (placement == Placement::kCached) k.fills = k.writebacks = std::llround(load.distinct * (1.0 - hit_rate));
   TableCost c;
-  StepBytes& b = c.bytes;
-  const bool device = placement != Placement::kCpu;
-  if (device) {
-    b.h2d += 8.0 * (K + B + 1) + B * z.row;  // keys and offsets, output gradients
-    b.d2h += B * z.row;                      // pooled outputs
+  c.bytes = submit_bytes(spec, placement, k, o);
+  add_bytes(c.bytes, compute_bytes(spec, placement, k, o));
+  add_bytes(c.bytes, group_submit_bytes(placement, k.fills, k.writebacks, k.distinct, o));
+  if (placement != Placement::kCpu)
     c.hbm_bytes += in_flight * 8.0 * (static_cast<double>(load.max_keys) + B + 1) + 2.0 * B * z.row;
-  }
   switch (placement) {
     case Placement::kGpu:
-    case Placement::kCached: {
-      b.hbm_read += K * z.row + U * z.record;
-      b.hbm_write += B * z.row + U * z.record;
-      if (placement == Placement::kGpu)
-        c.hbm_bytes += static_cast<double>(spec.rows) * z.stride;
-      else
-        STRATA_RETURN_IF_ERROR(add_cache(c, spec, U, load.max_distinct, cache_rows, hit_rate, placement, o));
+      c.hbm_bytes += static_cast<double>(spec.rows) * z.stride;
       break;
-    }
+    case Placement::kCached:
+      STRATA_RETURN_IF_ERROR(add_cache(c, spec, load.distinct, load.max_distinct, cache_rows, hit_rate, placement, o));
+      break;
     case Placement::kOffload:
     case Placement::kCpu: {
-      if (placement == Placement::kOffload) {
-        b.h2d += U * z.row;
-        host_rows(b, U, z.row, true);
-        b.hbm_write += B * z.row;
-      } else {
-        host_rows(b, K, z.row, true);
-      }
-      host_rows(b, U, z.record, true);  // CPU optimizer
-      host_rows(b, U, z.record, false);
       STRATA_ASSIGN_OR_RETURN(const HostTableMemory m, host_memory(spec, placement, o));
       c.host_bytes += m.mapped_bytes + m.scratch_bytes;
       break;

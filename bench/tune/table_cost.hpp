@@ -3,19 +3,41 @@
 // (store/cost_model.hpp's StepBytes) and the memory it takes in HBM and in host memory. The
 // planner (bench/tune/planner.hpp) adds these up over the tables and models the step.
 //
-// Per step, with K key occurrences, U distinct rows, B bags, rows of d floats (row bytes 4d) and
-// records of d + s floats (s the optimizer state; record bytes 4(d+s)), and M = U (1 - hit rate):
-//   every device placement: keys and offsets H2D (8 (K + B + 1) bytes), pooled outputs D2H and
-//                           their gradients H2D (4 B d bytes each; the Store API takes host buffers)
-//   gpu      HBM: gather K rows, write B outputs, read and write U records (optimizer)
-//   cached   gpu's, plus M fills (gathered from host, H2D, written to HBM) and M dirty write-backs
-//            (read from HBM, D2H, written to host rows): every row a step uses is updated, so in
-//            steady state every eviction writes back
-//   offload  the device reads U rows from pinned host memory (H2D, host gather); the CPU
-//            optimizer reads and writes U records
-//   cpu      CPU threads gather K rows and read and write U records; no device traffic
-// Host row traffic is listed as random-row gathers (StepBytes::host_gathers).
-//
+// Per step, with K key occurrences, U distinct rows, B bags, P pooled rows (B; K without pooling),
+// rows of d floats (row bytes r = 4d), records of d + s floats (s the optimizer state; record
+// bytes R = 4(d + s)) padded to the stride S (bytes; record_stride) in device slots. Every byte
+// below is what the engines issue and the device layer counts (store/detail/*_engine.cpp,
+// gpu/device.cpp), so on emu the prediction of a run equals its counters exactly
+// (bench/tune/validate.hpp); a copy moves its bytes over PCIe and reads or writes them in HBM.
+//   metadata   gpu and cached: the feature's lookup and update arguments, uploaded H2D with the
+//              batch (EngineStaging::gpu_feature: offsets, slots, weights, unique slots and
+//              offsets, positions, bag of each position, hot rows; each array rounded up to 64
+//              bytes); offload: offsets, keys and weights (EngineStaging::offload_feature), and
+//              per dim group the host addresses of its distinct rows (EngineStaging::list)
+//   gather     HBM reads K rows and the index (8 (B + 1) + 8 K, + 4 K with weights), writes P rows
+//   update     HBM reads P gradient rows, U records and 16 U of slots and offsets, and 8 K of
+//              positions; writes U records
+//   trainer    --trainer host: outputs D2H and gradients H2D (P r each; gpu, cached, offload);
+//              --trainer device: gpu and cached write outputs and read gradients in place, and
+//              the store counts the gradients' NaN and Inf on the device (HBM reads P r, 8 bytes
+//              of counts D2H); offload goes through the host-bounce adaptor (outputs H2D and
+//              gradients D2H, P r each, besides its own D2H of the outputs); cpu: the same copies
+//              (the adaptor's in a store with a device, whose check counts them too; else the
+//              trainer's own device's: strata-bench opens one)
+//   gpu        metadata, gather, update
+//   cached     gpu's, plus per step F fills (host reads F R; staged: F S H2D, unpacked in HBM;
+//              zero-copy: F R H2D) and W write-backs of dirty rows (packed in HBM; staged: W S
+//              D2H; zero-copy: W R D2H; host writes W R), and per cache pool the slots of its fills
+//              and write-backs (and, zero-copy, their host addresses) in the metadata. A row is
+//              dirty once a backward used it since its fill: rows last used by forward-only batches
+//              are written back by nobody (validate simulates the cache; the planner, in steady
+//              training, counts a write-back for every miss, W = F = U (1 - hit rate))
+//   offload    the device reads the U distinct rows from pinned host memory (H2D U r, host reads
+//              U r), gathers them, and copies the outputs D2H; offload-cpu: CPU threads pool (host
+//              reads K r) and the outputs go H2D; the CPU optimizer reads and writes U records
+//   cpu        CPU threads gather K rows and read and write U records
+// Host bytes of CPU kernels (CPU gather, CPU optimizer) are StepBytes::host_cpu_read/write too:
+// no device counts them. Host row traffic is listed as random-row gathers (StepBytes::host_gathers).
 // Memory (what the planner counts against the budgets):
 //   HBM  gpu: rows x record stride x 4 (as the gpu engine allocates); cached: cache rows x stride
 //        x 4; every device placement: per batch in flight its keys and offsets, and one step's
@@ -39,7 +61,10 @@
 //               rows, writes S outputs, and the optimizer reads and writes U_s records (U_s: the
 //               distinct rows the worst shard serves per step, TableLoad::shard_distinct)
 //   source      the CPU pools the rank's K keys from the returned rows and sums their gradients
-//               (host reads 2 K row bytes, writes 2 U row bytes)
+//               (host reads 2 K row bytes, writes 2 U row bytes); with the trainer on the device
+//               the pooled outputs go H2D and their gradients D2H (B r each, the host-bounce
+//               adaptor) and the gradients' NaN/Inf count as for one rank (not validated: validate
+//               runs one rank)
 //   hybrid      as cached on the shard: fills and write-backs of U_s (1 - hit rate) records, the
 //               hit rate of the worst shard's cache of `cache_rows` rows (rows per rank)
 // Memory per rank: gpu: the shard's rows in HBM; hybrid: the shard's host records
@@ -75,13 +100,41 @@ struct TableLoad {
   std::int64_t shard_max_distinct = 0;
 };
 
+/// One table's keys in one step: exact counts (validate) or rounded means (the planner).
+struct BatchKeys {
+  std::int64_t keys = 0;        ///< key occurrences (K)
+  std::int64_t bags = 0;        ///< bags (B)
+  std::int64_t distinct = 0;    ///< distinct rows (U)
+  std::int64_t weights = 0;     ///< per-key weights given (0 or K)
+  std::int64_t fills = 0;       ///< cached: rows filled into the cache (F)
+  std::int64_t writebacks = 0;  ///< cached: dirty rows written back (W)
+};
+
 /// Options shared by every table's cost.
 struct CostOptions {
-  int max_in_flight = 8;  ///< batches in flight (StoreConfig::cache.max_in_flight)
-  int numa_nodes = 1;     ///< NUMA nodes of the planned machine (host table layout)
-  int threads = 0;        ///< store worker threads (CPU optimizer scratch; 0: this machine's cores)
-  int ranks = 1;          ///< ranks of the world (> 1: gpu and hybrid tables sharded row-wise; costs per rank)
+  int max_in_flight = 8;          ///< batches in flight (StoreConfig::cache.max_in_flight)
+  int numa_nodes = 1;             ///< NUMA nodes of the planned machine (host table layout)
+  int threads = 0;                ///< store worker threads (CPU optimizer scratch; 0: this machine's cores)
+  int ranks = 1;                  ///< ranks of the world (> 1: gpu and hybrid tables sharded row-wise; costs per rank)
+  bool trainer_on_device = true;  ///< the trainer's dense model on the GPU (strata-bench --trainer device)
+  bool zero_copy = false;         ///< cached: zero-copy fills and write-backs (else staged; emu always stages)
+  bool offload_cpu_gather = false;  ///< offload tables pooled by CPU threads (StoreConfig::offload_gather cpu)
+  bool check_finite = true;         ///< device gradients checked for NaN and Inf (accept_nonfinite_gradients false)
+  bool store_has_device =
+      false;  ///< a table of the store is not `cpu` (its cpu tables' device gradients are checked too)
 };
+
+/// Bytes one table's batch moves when it is submitted (cached: planned): metadata, cached fills
+/// and write-backs, offload's reads of host rows. One rank.
+StepBytes submit_bytes(const TableSpec& spec, Placement placement, const BatchKeys& k, const CostOptions& options);
+/// Bytes of one table's forward and backward of a batch: gathers, updates, the trainer's outputs
+/// and gradients, CPU kernels. One rank.
+StepBytes compute_bytes(const TableSpec& spec, Placement placement, const BatchKeys& k, const CostOptions& options);
+/// Bytes a batch moves once per group of tables (cached: a cache pool, the tables of one dim and
+/// optimizer state; offload: the tables of one dim) at submit: the group's lists of `fills`,
+/// `writebacks` (cached) or `distinct` rows (offload) in the metadata.
+StepBytes group_submit_bytes(Placement placement, std::int64_t fills, std::int64_t writebacks, std::int64_t distinct,
+                             const CostOptions& options);
 
 /// One table in one placement.
 struct TableCost {
@@ -100,5 +153,7 @@ Result<TableCost> table_cost(const TableSpec& spec, const TableLoad& load, Place
 
 /// Adds `b` into `total` (every link, and the gathers appended).
 void add_bytes(StepBytes& total, const StepBytes& b);
+/// Multiplies every byte count of `b` (and its gathers' rows) by `f`.
+void scale_bytes(StepBytes& b, double f);
 
 }  // namespace strata::tune

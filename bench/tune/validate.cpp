@@ -1,6 +1,9 @@
 #include "bench/tune/validate.hpp"
 
 #include <algorithm>
+#include <list>
+#include <map>
+#include <unordered_map>
 
 namespace strata::tune {
 
@@ -85,14 +88,132 @@ TableLoad window_load(const TableTrace& t, std::int64_t from, std::int64_t to) {
   return l;
 }
 
+// The keys of source batch `b` of a table: count, bags, distinct rows in order of first use.
+struct StepKeys {
+  BatchKeys k;
+  std::vector<std::uint64_t> first_use;  // distinct rows, in the order of their first occurrence
+};
+
+StepKeys step_keys(const TableTrace& t, std::int64_t b, std::unordered_map<std::uint64_t, std::int64_t>& seen,
+                   std::int64_t stamp) {
+  StepKeys s;
+  const cache::KeyTrace& k = t.keys;
+  for (std::int64_t i = k.batch_offsets[b]; i < k.batch_offsets[b + 1]; ++i) {
+    auto [it, fresh] = seen.try_emplace(k.keys[static_cast<std::size_t>(i)], stamp);
+    if (fresh || it->second != stamp) {
+      it->second = stamp;
+      s.first_use.push_back(k.keys[static_cast<std::size_t>(i)]);
+    }
+  }
+  s.k.keys = k.batch_offsets[b + 1] - k.batch_offsets[b];
+  s.k.bags = t.step_bags[static_cast<std::size_t>(b)];
+  s.k.distinct = static_cast<std::int64_t>(s.first_use.size());
+  return s;
+}
+
+// A batch-at-a-time LRU cache of `capacity` rows with dirty bits, as a cached table's capped
+// cache behaves (cache/analysis.hpp, PerBatch::kDistinct): a row hits when resident at the start
+// of its batch; victims are the least recently used rows not in the batch (rows last used by one
+// batch ordered by their first occurrence in it); a row is dirty once a training batch used it
+// since its fill, and only dirty victims are written back.
+class DirtyLru {
+ public:
+  explicit DirtyLru(std::int64_t capacity) : capacity_(capacity) {}
+  // One batch (its distinct rows in order of first use): its fills and write-backs.
+  void step(const std::vector<std::uint64_t>& rows, bool training, std::int64_t& fills, std::int64_t& writebacks) {
+    fills = writebacks = 0;
+    std::vector<bool> dirty(rows.size(), training);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const auto it = where_.find(rows[i]);
+      if (it == where_.end()) {
+        ++fills;
+        continue;
+      }
+      dirty[i] = dirty[i] || it->second->second;
+      order_.erase(it->second);
+      where_.erase(it);
+    }
+    const std::int64_t room = capacity_ - static_cast<std::int64_t>(rows.size());
+    while (static_cast<std::int64_t>(order_.size()) > std::max<std::int64_t>(0, room)) {
+      if (order_.front().second) ++writebacks;
+      where_.erase(order_.front().first);
+      order_.pop_front();
+    }
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      order_.emplace_back(rows[i], dirty[i]);
+      where_[rows[i]] = std::prev(order_.end());
+    }
+  }
+
+ private:
+  std::int64_t capacity_;
+  std::list<std::pair<std::uint64_t, bool>> order_;  // least recently used first; (row, dirty)
+  std::unordered_map<std::uint64_t, std::list<std::pair<std::uint64_t, bool>>::iterator> where_;
+};
+
+// The bytes strata-bench's counters see over its training phase (predict_run's header comment),
+// per table and in all, summed over the run's batches (not yet divided by the steps).
+Status predict_bytes(const TuneInput& input, const StoreConfig& plan, std::int64_t steps, std::int64_t counted,
+                     const CostOptions& o, RunPrediction& r) {
+  const std::int64_t end = 2 * steps;
+  std::vector<const TableTrace*> traces;
+  std::vector<DirtyLru> caches;
+  for (const TableConfig& tc : plan.tables) {
+    traces.push_back(&*std::find_if(input.tables.begin(), input.tables.end(),
+                                    [&](const TableTrace& t) { return t.spec.name == tc.spec.name; }));
+    caches.emplace_back(tc.placement == Placement::kCached ? cache_rows(tc) : 0);
+  }
+  std::unordered_map<std::uint64_t, std::int64_t> seen;
+  std::int64_t stamp = 0;
+  for (std::int64_t i = 0; i < end; ++i) {
+    // Groups of tables whose lists share one staging array: cache pools (dim, state), offload dims.
+    std::map<std::pair<int, int>, BatchKeys> groups;
+    for (std::size_t t = 0; t < plan.tables.size(); ++t) {
+      const TableConfig& tc = plan.tables[t];
+      const cache::KeyTrace& keys = traces[t]->keys;
+      seen.clear();
+      StepKeys sk = step_keys(*traces[t], i % keys.num_batches(), seen, ++stamp);
+      if (tc.placement == Placement::kCached) caches[t].step(sk.first_use, i >= steps, sk.k.fills, sk.k.writebacks);
+      if (i < steps) continue;  // the forward phase: not counted
+      StepBytes& mine = r.tables[t].bytes;
+      add_bytes(mine, compute_bytes(tc.spec, tc.placement, sk.k, o));
+      if (i < counted) continue;  // submitted before the counters started
+      add_bytes(mine, submit_bytes(tc.spec, tc.placement, sk.k, o));
+      if (tc.placement == Placement::kCached || tc.placement == Placement::kOffload) {
+        const int state =
+            tc.placement == Placement::kCached ? optimizer_state_dim(tc.spec.optimizer.kind, tc.spec.dim) : 0;
+        BatchKeys& g = groups[{tc.spec.dim, tc.placement == Placement::kCached ? state : -1}];
+        g.fills += sk.k.fills;
+        g.writebacks += sk.k.writebacks;
+        g.distinct += sk.k.distinct;
+      }
+    }
+    for (const auto& [key, g] : groups)
+      add_bytes(r.bytes, group_submit_bytes(key.second >= 0 ? Placement::kCached : Placement::kOffload, g.fills,
+                                            g.writebacks, g.distinct, o));
+  }
+  for (TablePrediction& p : r.tables) {
+    add_bytes(r.bytes, p.bytes);
+    scale_bytes(p.bytes, 1.0 / static_cast<double>(steps));
+  }
+  scale_bytes(r.bytes, 1.0 / static_cast<double>(steps));
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<RunPrediction> predict_run(const TuneInput& input, const StoreConfig& plan, std::int64_t steps, int pipeline,
-                                  const HardwareProfile& profile) {
+                                  const HardwareProfile& profile, bool trainer_on_device) {
   if (steps < 1) return Status::invalid_argument("--steps " + std::to_string(steps) + " (expected >= 1)");
   const std::int64_t counted = steps + std::min<std::int64_t>(steps, std::max(1, pipeline) - 1);
   if (input.sample_rate < 1.0) return Status::invalid_argument("validate needs every key (no --sample)");
   CostOptions o;
+  o.trainer_on_device = trainer_on_device;
+  o.zero_copy = plan.cache.transfer == CacheTransfer::kZeroCopy;
+  o.offload_cpu_gather = plan.offload_gather == OffloadGather::kCpu;
+  o.check_finite = !plan.accept_nonfinite_gradients;
+  o.store_has_device = std::any_of(plan.tables.begin(), plan.tables.end(),
+                                   [](const TableConfig& t) { return t.placement != Placement::kCpu; });
   o.max_in_flight = plan.cache.max_in_flight;
   o.threads = plan.threads;
   o.numa_nodes = static_cast<int>(std::max<std::size_t>(1, profile.numa_nodes.size()));
@@ -106,7 +227,6 @@ Result<RunPrediction> predict_run(const TuneInput& input, const StoreConfig& pla
     p.name = tc.spec.name;
     p.placement = tc.placement;
     p.load = window_load(*it, steps, 2 * steps);
-    double hit = 0;
     if (tc.placement == Placement::kCached) {
       p.cache_rows = cache_rows(tc);
       STRATA_ASSIGN_OR_RETURN(const cache::LruCurve both,
@@ -115,13 +235,10 @@ Result<RunPrediction> predict_run(const TuneInput& input, const StoreConfig& pla
                               cache::lru_curve(run_keys(it->keys, 0, counted), cache::PerBatch::kDistinct));
       p.accesses = both.accesses() - first.accesses();
       p.hits = both.hits_at(p.cache_rows) - first.hits_at(p.cache_rows);
-      hit = p.hit_rate();
     }
-    STRATA_ASSIGN_OR_RETURN(const TableCost c, table_cost(tc.spec, p.load, tc.placement, p.cache_rows, hit, o));
-    p.bytes = c.bytes;
-    add_bytes(r.bytes, c.bytes);
     r.tables.push_back(std::move(p));
   }
+  STRATA_RETURN_IF_ERROR(predict_bytes(input, plan, steps, counted, o, r));
   r.step = model_step(profile, r.bytes);
   return r;
 }

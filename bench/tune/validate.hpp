@@ -58,9 +58,21 @@ Status check_plan_tables(const StoreConfig& plan, const std::vector<std::string>
 
 /// Predicts the run of `plan` (its specs, placements and caches; hybrid is not predicted) over
 /// `input` (exact keys, its tables those of the plan by name) with `steps` (>= 1) training steps
-/// and strata-bench's `pipeline` (>= 1).
+/// and strata-bench's `pipeline` (>= 1), the trainer's dense model on the device or on the host
+/// (strata-bench --trainer).
+///
+/// Bytes per link: what the device layer's counters count over the training phase (the engines'
+/// work as bench/tune/table_cost.hpp lists it), divided by S: the forward and backward of run
+/// batches S..2S-1, and the submit-time work (metadata uploads, cached fills and write-backs,
+/// offload's host reads) of run batches S + pipeline - 1 .. 2S - 1 (the first ones were submitted
+/// before the counters started). Each cached table's fills and write-backs come from a simulation
+/// of its capped LRU cache over run batches 0..2S-1 with dirty bits (rows used by the forward
+/// phase are clean). On emu the prediction equals the counters exactly (the engines stage
+/// transfers there; cuda's `transfer: auto` may choose zero-copy, and a plan's cache.flush_every
+/// adds flushes that are not predicted). CPU kernels' bytes (StepBytes::host_cpu_read/write) are
+/// part of host_read/host_write and have no counter.
 Result<RunPrediction> predict_run(const TuneInput& input, const StoreConfig& plan, std::int64_t steps, int pipeline,
-                                  const HardwareProfile& profile);
+                                  const HardwareProfile& profile, bool trainer_on_device = true);
 
 /// strata-bench's --pipeline as validate runs it.
 inline constexpr int kValidatePipeline = 2;

@@ -81,9 +81,14 @@ struct TempDir {
   }
 };
 
+// The bytes the device layer counts: host_read and host_write without the CPU kernels' part.
 json bytes_json(const StepBytes& b) {
-  return {{"hbm_read", b.hbm_read}, {"hbm_write", b.hbm_write}, {"h2d", b.h2d},
-          {"d2h", b.d2h},           {"host_read", b.host_read}, {"host_write", b.host_write}};
+  return {{"hbm_read", b.hbm_read},
+          {"hbm_write", b.hbm_write},
+          {"h2d", b.h2d},
+          {"d2h", b.d2h},
+          {"host_read", b.host_read - b.host_cpu_read},
+          {"host_write", b.host_write - b.host_cpu_write}};
 }
 
 const char* const kLinks[] = {"hbm_read", "hbm_write", "h2d", "d2h", "host_read", "host_write"};
@@ -96,6 +101,13 @@ std::string points_text(double predicted, double measured) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%+.2f", 100.0 * (measured - predicted));
   return buf;
+}
+
+// measured - predicted per step, from the whole bytes over the run's `steps` (per-step values are
+// byte totals over the steps, summed in different orders: their last bits may differ).
+double byte_difference(double measured, double predicted, std::int64_t steps) {
+  const double s = static_cast<double>(steps);
+  return static_cast<double>(std::llround(measured * s) - std::llround(predicted * s)) / s;
 }
 
 }  // namespace
@@ -153,7 +165,7 @@ int run_validate(const ValidateArgs& a) {
   if (!input) return fail(input.status().message());
   const std::int64_t steps = a.steps > 0 ? a.steps : std::max<std::int64_t>(1, input->steps / 2);
   if (progress) progress("predicting " + std::to_string(steps) + " training steps");
-  auto predicted = predict_run(*input, *plan, steps, kValidatePipeline, *profile);
+  auto predicted = predict_run(*input, *plan, steps, kValidatePipeline, *profile, a.trainer != "host");
   if (!predicted) return fail(predicted.status().message());
 
   // ---- the run ----
@@ -177,6 +189,8 @@ int run_validate(const ValidateArgs& a) {
                                 "1",
                                 "--backend",
                                 a.backend,
+                                "--trainer",
+                                a.trainer,
                                 "--profile",
                                 ppath,
                                 "--json",
@@ -249,7 +263,8 @@ int run_validate(const ValidateArgs& a) {
   out["hit_rate"] = {{"predicted", predicted->hit_rate() < 0 ? json(nullptr) : json(predicted->hit_rate())},
                      {"measured", result["hit_rate"]}};
 
-  o << "\nbytes per training step (every table):\n";
+  o << "\nbytes per training step (every table; trainer on the " << a.trainer
+    << "; as the device layer counts them, CPU kernels apart):\n";
   std::snprintf(line, sizeof line, "  %-11s %16s %16s %12s\n", "link", "predicted", "measured", "difference");
   o << line;
   const json& mb = result["bytes_per_step"];
@@ -258,10 +273,23 @@ int run_validate(const ValidateArgs& a) {
   for (const char* l : kLinks) {
     const double p = pb[l].get<double>(), m = mb[l].get<double>();
     measured_bytes[l] = m;
-    std::snprintf(line, sizeof line, "  %-11s %16.1f %16.1f %12.1f\n", l, p, m, m - p);
+    std::snprintf(line, sizeof line, "  %-11s %16.1f %16.1f %12.1f\n", l, p, m, byte_difference(m, p, steps));
     o << line;
   }
   out["bytes_per_step"] = {{"predicted", pb}, {"measured", measured_bytes}};
+  // CPU kernels' host bytes: no device counts them; strata-bench counts them from the keys.
+  const json pc = {{"host_read", predicted->bytes.host_cpu_read}, {"host_write", predicted->bytes.host_cpu_write}};
+  const json mc = result.contains("cpu_kernel_bytes_per_step") ? result["cpu_kernel_bytes_per_step"] : json(nullptr);
+  out["cpu_kernel_bytes_per_step"] = {{"predicted", pc}, {"counted_by_bench", mc}};
+  if (pc["host_read"].get<double>() > 0 || pc["host_write"].get<double>() > 0) {
+    for (const char* l : {"host_read", "host_write"}) {
+      const double p = pc[l].get<double>(), m = mc.is_null() ? 0.0 : mc[l].get<double>();
+      std::snprintf(line, sizeof line, "  %-11s %16.1f %16.1f %12.1f  (CPU kernels, counted from the keys)\n", l, p, m,
+                    byte_difference(m, p, steps));
+      o << line;
+    }
+  }
+  out["trainer"] = a.trainer;
 
   const double predicted_ms = predicted->step.step_s * 1e3;
   const double modelled_ms = result["modelled"]["step_ms"].get<double>();

@@ -570,6 +570,9 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
     const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
     dev_.copy_d2h(s, host, dev, static_cast<std::size_t>(W) * rec * sizeof(float));
     const std::size_t bytes = static_cast<std::size_t>(pool.view.dim + pool.view.state_dim) * sizeof(float);
+    // Counted at issue, as the device counts its own work, so that a snapshot of the counters
+    // never depends on how far the write-back stream has run.
+    count_host(pool, rows, true);
     // The task owns the list: a discarded batch may be destroyed before the task runs.
     dev_.host_task(s, [this, &pool, rows = std::move(rows), host, rec, bytes] {
       tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows.size(), 256),
@@ -577,13 +580,12 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
                           for (std::size_t i = r.begin(); i < r.end(); ++i) {
                             HostTable& t = host_.at(pool.tables[static_cast<std::size_t>(rows[i].table)]).table();
                             std::memcpy(t.row(rows[i].row), host + i * rec, bytes);
-                            dev_.counters().add_host_write(t.node_of(rows[i].row), bytes);
                           }
                         });
     });
   }
 
-  // Host DRAM traffic of a zero-copy transfer, counted at issue (the device moves the bytes).
+  // Host DRAM traffic of a transfer, counted at issue (zero-copy: the device moves the bytes; staged: a host task).
   void count_host(const Pool& pool, const std::vector<cache::Transfer>& rows, bool write) {
     const std::size_t bytes = static_cast<std::size_t>(pool.view.dim + pool.view.state_dim) * sizeof(float);
     gpu::NodeBytes per_node;
@@ -601,6 +603,7 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
   void stage_in(gpu::StreamView s, Pool& pool, const std::vector<cache::Transfer>& fills, float* host, float* dev) {
     const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
     const std::size_t bytes = static_cast<std::size_t>(pool.view.dim + pool.view.state_dim) * sizeof(float);
+    count_host(pool, fills, false);  // at issue (send_home)
     // The task owns a copy of the list: a discarded batch may be destroyed before the task runs.
     dev_.host_task(s, [this, &pool, rows = fills, host, rec, bytes] {
       tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows.size(), 256),
@@ -609,7 +612,6 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
                             const cache::Transfer& x = rows[i];
                             const HostTable& t = host_.at(pool.tables[static_cast<std::size_t>(x.table)]).table();
                             std::memcpy(host + i * rec, t.row(x.row), bytes);
-                            dev_.counters().add_host_read(t.node_of(x.row), bytes);
                           }
                         });
     });

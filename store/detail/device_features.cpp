@@ -14,13 +14,16 @@ namespace {
 std::size_t max_hot_rows(std::size_t n) { return n / static_cast<std::size_t>(gpu::kernels::kHotUses + 1); }
 }  // namespace
 
+std::size_t feature_metadata_bytes(std::int64_t bags, std::int64_t keys, std::size_t weights, std::int64_t unique) {
+  const std::size_t n = static_cast<std::size_t>(keys), U = static_cast<std::size_t>(unique);
+  return Staging::bytes_for<std::int64_t>(static_cast<std::size_t>(bags + 1)) + Staging::bytes_for<Key>(n) +
+         Staging::bytes_for<float>(weights) + Staging::bytes_for<Key>(U) + Staging::bytes_for<std::int64_t>(U + 1) +
+         2 * Staging::bytes_for<std::int32_t>(n) + Staging::bytes_for<std::int64_t>(max_hot_rows(n));
+}
+
 void add_feature_bytes(const JaggedKeys& k, const TableSpec& spec, std::int64_t unique, std::size_t& mirrored,
                        std::size_t& host_only, std::size_t& dev_only) {
-  const std::size_t n = static_cast<std::size_t>(k.num_keys()), U = static_cast<std::size_t>(unique);
-  mirrored += Staging::bytes_for<std::int64_t>(static_cast<std::size_t>(k.batch_size() + 1)) +
-              Staging::bytes_for<Key>(n) + Staging::bytes_for<float>(k.weights.size()) + Staging::bytes_for<Key>(U) +
-              Staging::bytes_for<std::int64_t>(U + 1) + 2 * Staging::bytes_for<std::int32_t>(n) +
-              Staging::bytes_for<std::int64_t>(max_hot_rows(n));
+  mirrored += feature_metadata_bytes(k.batch_size(), k.num_keys(), k.weights.size(), unique);
   const std::size_t out = Staging::bytes_for<float>(static_cast<std::size_t>(output_rows(k, spec.pooling) * spec.dim));
   host_only += 2 * out;
   dev_only += 2 * out;

@@ -25,6 +25,10 @@ struct DeviceFeature {
   std::size_t out_floats = 0;  ///< output_rows * dim
 };
 
+/// Mirrored staging bytes (uploaded H2D with the batch) that stage_feature takes for a feature of
+/// `bags` bags, `keys` keys, `weights` per-key weights (0 or keys) and `unique` distinct rows.
+std::size_t feature_metadata_bytes(std::int64_t bags, std::int64_t keys, std::size_t weights, std::int64_t unique);
+
 /// Staging bytes that stage_feature takes for a feature: adds to the three region sizes.
 void add_feature_bytes(const JaggedKeys& k, const TableSpec& spec, std::int64_t unique, std::size_t& mirrored,
                        std::size_t& host_only, std::size_t& dev_only);

@@ -593,11 +593,74 @@ TEST(BenchCli, ShardedModesOverRanksReportTheAllToAll) {
   EXPECT_TRUE(j["results"][1]["hit_rate"].is_number());
 }
 
+// ---- --trainer: where the outputs and gradients live, and what crosses PCIe for them ----
+
+TEST(BenchCli, TrainerOnTheDeviceMovesOnlyMetadataForGpuTables) {
+  const std::string dir = temp_dir();
+  // 3 tables of dim 8, 64 bags of 1 key: outputs and gradients of 3 x 64 x 8 x 4 bytes per step.
+  const double outputs = 3.0 * 64 * 8 * 4;
+  json run[2];
+  for (int t = 0; t < 2; ++t) {
+    const std::string trainer = t == 0 ? "device" : "host";
+    const std::string args =
+        "--tables 3 --rows 4000 --dim 8 --batch 64 --steps 6 --warmup 0 --threads 1 --read-probe-mib 1 "
+        "--no-gather-probe --modes cpu,offload,cached,gpu --backend emu --cache-fraction 0.05 --json " +
+        dir + "/trainer_" + trainer + ".json" + (t == 0 ? std::string() : " --trainer host");  // device: the default
+    const RunOutput r = run_bench(args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("trainer on the " + trainer), std::string::npos) << r.output;
+    run[t] = json::parse(read_file(dir + "/trainer_" + trainer + ".json"));
+    EXPECT_EQ(run[t]["settings"]["trainer"], trainer);
+  }
+  const auto mode = [&](int t, const char* name) -> const json& {
+    for (const json& m : run[t]["results"])
+      if (m["mode"] == name) return m;
+    static const json none;
+    ADD_FAILURE() << name;
+    return none;
+  };
+  const auto bytes = [&](int t, const char* name, const char* link) {
+    return mode(t, name)["bytes_per_step"][link].get<double>();
+  };
+  for (const char* m : {"cpu", "offload", "cached", "gpu"}) {
+    EXPECT_EQ(mode(0, m)["trainer"]["placement"], "device") << m;
+    EXPECT_EQ(mode(1, m)["trainer"]["placement"], "host") << m;
+    EXPECT_TRUE(mode(1, m)["trainer"]["device"].is_null()) << m;
+  }
+  // gpu: the device trainer's PCIe is the metadata H2D and the 8-byte NaN/Inf count of each
+  // gradient view D2H; the host trainer's adds the outputs D2H and the gradients H2D.
+  EXPECT_EQ(bytes(0, "gpu", "d2h"), 3 * 8.0);
+  EXPECT_EQ(bytes(1, "gpu", "d2h"), outputs);
+  EXPECT_NEAR(bytes(1, "gpu", "h2d") - bytes(0, "gpu", "h2d"), outputs, 1e-6);  // per-step means of whole bytes
+  EXPECT_GT(bytes(0, "gpu", "h2d"), 0);
+  // cached: D2H is the dirty write-backs (records of 8 floats) and the counts, nothing else.
+  const json& cache = mode(0, "cached")["cache"];
+  const double steps = static_cast<double>(mode(0, "cached")["train_step_s"].size());
+  EXPECT_GT(cache["writebacks"].get<double>(), 0) << cache.dump();
+  EXPECT_NEAR(bytes(0, "cached", "d2h") * steps, cache["writebacks"].get<double>() * 8 * 4 + 3 * 8.0 * steps, 1e-6);
+  // cpu: no device in the store; the trainer's device the bench opens takes the outputs H2D and
+  // gives the gradients D2H; the store's own device stays "none".
+  EXPECT_EQ(bytes(0, "cpu", "h2d"), outputs);
+  EXPECT_EQ(bytes(0, "cpu", "d2h"), outputs);
+  EXPECT_EQ(bytes(1, "cpu", "h2d"), 0);
+  EXPECT_EQ(mode(0, "cpu")["device"], "none");
+  EXPECT_EQ(mode(0, "cpu")["trainer"]["device"], "emu");
+  EXPECT_EQ(mode(0, "cpu")["trainer"]["device_opened_by_bench"], true);
+  // offload: the host-bounce adaptor adds the outputs H2D and the gradients D2H.
+  EXPECT_NEAR(bytes(0, "offload", "h2d") - bytes(1, "offload", "h2d"), outputs, 1e-6);
+  EXPECT_NEAR(bytes(0, "offload", "d2h") - bytes(1, "offload", "d2h"), outputs + 3 * 8.0, 1e-6);
+  // The CPU kernels' host bytes, counted from the keys: the same for both trainers.
+  EXPECT_GT(mode(0, "cpu")["cpu_kernel_bytes_per_step"]["host_read"].get<double>(), 0);
+  EXPECT_EQ(mode(0, "cpu")["cpu_kernel_bytes_per_step"], mode(1, "cpu")["cpu_kernel_bytes_per_step"]);
+  // Where the trainer is changes the modelled step of the device modes.
+  EXPECT_LT(mode(0, "gpu")["modelled"]["step_ms"].get<double>(), mode(1, "gpu")["modelled"]["step_ms"].get<double>());
+}
+
 TEST(BenchCli, HelpListsModesAndFlags) {
   const RunOutput r = run_bench("--help");
   EXPECT_EQ(r.exit_code, 0);
   for (const char* s : {"cpu, offload, offload-cpu, cached, gpu, hybrid", "--sweep-cache", "--tables", "criteo",
-                        "--criteo-rows", "--ranks", "--sharding", "--no-gather-probe"})
+                        "--criteo-rows", "--ranks", "--sharding", "--no-gather-probe", "--trainer"})
     EXPECT_NE(r.output.find(s), std::string::npos) << s;
 }
 
@@ -658,6 +721,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"UnknownPolicy", "--policy nosuch", "nosuch"},
         BadInput{"UnknownOptimizer", "--optimizer nosuch", "nosuch"},
         BadInput{"UnknownBackend", "--backend nosuch", "nosuch"},
+        BadInput{"UnknownTrainer", "--trainer gpu", "--trainer: gpu not in {device,host}"},
         BadInput{"UnknownBagDist", "--bag-dist poisson", "unknown bag length distribution 'poisson'"},
         BadInput{"MalformedTableList", "--tables 100,x64",
                  "--tables: table list item 1 'x64': rows '' is not a positive integer"},

@@ -281,6 +281,70 @@ TEST(TuneCli, ValidatePredictsTheLruHitRatesStrataBenchMeasures) {
   EXPECT_NE(r.output.find("LRU predicted"), std::string::npos) << r.output;
 }
 
+// validate's predicted bytes per link equal strata-bench's emu counters exactly (as whole bytes over
+// the run: per-step values are these over the steps), and its CPU kernels' host bytes the ones
+// strata-bench counts from the keys. Returns the validate JSON.
+nlohmann::json expect_exact_bytes(const std::string& plan_text, const std::string& name, const std::string& input,
+                                  const std::string& trainer) {
+  const std::string plan = temp_dir() + "/" + name + ".json", out = temp_dir() + "/" + name + "-" + trainer + ".json";
+  write(plan, plan_text);
+  const auto r =
+      run_program(kBin + " validate " + plan + " " + input + " --backend emu --trainer " + trainer + " --out " + out);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  if (r.exit_code != 0) return nullptr;
+  const auto j = nlohmann::json::parse(read_file(out));
+  const double steps = j["steps"].get<double>();
+  const auto whole = [&](const nlohmann::json& v) { return std::llround(v.get<double>() * steps); };
+  for (const char* link : {"hbm_read", "hbm_write", "h2d", "d2h", "host_read", "host_write"})
+    EXPECT_EQ(whole(j["bytes_per_step"]["predicted"][link]), whole(j["bytes_per_step"]["measured"][link]))
+        << name << ", trainer " << trainer << ", " << link << ": " << j["bytes_per_step"].dump();
+  const auto& cpu = j["cpu_kernel_bytes_per_step"];
+  for (const char* link : {"host_read", "host_write"})
+    EXPECT_EQ(whole(cpu["predicted"][link]), whole(cpu["counted_by_bench"][link]))
+        << name << ", trainer " << trainer << ", CPU kernels " << link << ": " << cpu.dump();
+  EXPECT_EQ(j["trainer"], trainer);
+  return j;
+}
+
+TEST(TuneCli, ValidatePredictsTheBytesPerLinkExactlyOnEmu) {
+  const std::string w =
+      "--workload '{\"tables\":\"a=20000x16,b=3000x16,c=500x8\",\"batch\":64,\"bag_size\":4,"
+      "\"dist\":\"zipf:1.05\",\"distinct_batches\":40}'";
+  const char* const host_plan = R"({"threads": 1, "tables": [
+ {"name": "a", "rows": 20000, "dim": 16, "placement": "offload"},
+ {"name": "b", "rows": 3000, "dim": 16, "placement": "offload"},
+ {"name": "c", "rows": 500, "dim": 8, "placement": "cpu"}]})";
+  const char* const cpu_plan = R"({"threads": 1, "tables": [
+ {"name": "a", "rows": 20000, "dim": 16, "placement": "cpu"},
+ {"name": "b", "rows": 3000, "dim": 16, "placement": "cpu"},
+ {"name": "c", "rows": 500, "dim": 8, "placement": "cpu"}]})";
+  const char* const gpu_plan = R"({"threads": 1, "tables": [
+ {"name": "a", "rows": 20000, "dim": 16, "placement": "gpu"},
+ {"name": "b", "rows": 3000, "dim": 16, "placement": "gpu"},
+ {"name": "c", "rows": 500, "dim": 8, "placement": "gpu"}]})";
+  for (const std::string trainer : {"device", "host"}) {
+    const auto cached = expect_exact_bytes(kCachedPlan, "exact-cached", w, trainer);
+    // The caches evict rows the training phase updated: write-backs are part of what matches.
+    if (!cached.is_null()) EXPECT_GT(cached["bytes_per_step"]["measured"]["host_write"].get<double>(), 0);
+    expect_exact_bytes(gpu_plan, "exact-gpu", w, trainer);
+    expect_exact_bytes(host_plan, "exact-offload", w, trainer);
+    const auto cpu = expect_exact_bytes(cpu_plan, "exact-cpu", w, trainer);
+    // A trainer on the device pays PCIe for a cpu store's outputs and gradients (the bench's device).
+    if (!cpu.is_null())
+      EXPECT_EQ(cpu["bytes_per_step"]["measured"]["h2d"].get<double>() > 0, trainer == "device") << cpu.dump();
+  }
+  // A trace: bags of several sizes, a cache of 8 rows that evicts.
+  const std::string trace = temp_dir() + "/exact.strtrace";
+  write_trace(trace, 30);
+  const char* const trace_plan = R"({"threads": 1, "tables": [
+ {"name": "a", "rows": 1000, "dim": 8, "placement": "cached", "cache": {"rows": 8, "cap": true}},
+ {"name": "b", "rows": 50, "dim": 8, "placement": "gpu"}]})";
+  for (const std::string trainer : {"device", "host"}) {
+    const auto j = expect_exact_bytes(trace_plan, "exact-trace", "--trace " + trace, trainer);
+    if (!j.is_null()) EXPECT_GT(j["bytes_per_step"]["measured"]["host_write"].get<double>(), 0);
+  }
+}
+
 TEST(TuneCli, ValidateRefusesAPlanThatDoesNotMatchBeforeTheRun) {
   const std::string plan = temp_dir() + "/other_plan.json";
   std::string p = kCachedPlan;

@@ -99,6 +99,45 @@ double gpu_hbm(const TuneInput& in, const PlanOptions& o) {
   return e->all_gpu_hbm;
 }
 
+// The per-table cost by trainer placement (bench/tune/table_cost.hpp): with the trainer on the
+// device a gpu table moves only its metadata H2D (and the 8-byte NaN/Inf count D2H); on the host
+// its outputs go D2H and its gradients H2D. A cpu table pays those copies only with the trainer on
+// the device. The CPU kernels' bytes are listed apart.
+TEST(TunePlanner, TableCostByTrainerPlacement) {
+  TableSpec spec;
+  spec.name = "t";
+  spec.rows = 10000;
+  spec.dim = 16;
+  TableLoad load;
+  load.keys = 400;
+  load.bags = 100;
+  load.distinct = 300;
+  load.max_keys = 400;
+  load.max_distinct = 300;
+  CostOptions device, host;
+  host.trainer_on_device = false;
+  const double outputs = 100.0 * 16 * 4;
+  const auto cost = [&](Placement p, const CostOptions& o) {
+    return table_cost(spec, load, p, 0, 0.0, o).value().bytes;
+  };
+  const double metadata = EngineStaging::gpu_feature(100, 400, 0, 300);
+  EXPECT_EQ(cost(Placement::kGpu, device).h2d, metadata);
+  EXPECT_EQ(cost(Placement::kGpu, device).d2h, 8.0);
+  EXPECT_EQ(cost(Placement::kGpu, host).h2d, metadata + outputs);
+  EXPECT_EQ(cost(Placement::kGpu, host).d2h, outputs);
+  EXPECT_EQ(cost(Placement::kCpu, host).h2d, 0.0);
+  EXPECT_EQ(cost(Placement::kCpu, device).h2d, outputs);
+  EXPECT_EQ(cost(Placement::kCpu, device).d2h, outputs);
+  const StepBytes cpu = cost(Placement::kCpu, host);
+  EXPECT_EQ(cpu.host_cpu_read, 400.0 * 16 * 4 + 300.0 * 16 * 4);  // gather every key, optimizer each row
+  EXPECT_EQ(cpu.host_cpu_write, 300.0 * 16 * 4);
+  EXPECT_EQ(cpu.host_read, cpu.host_cpu_read);
+  // A cached table: misses H2D and, in steady training, as many dirty write-backs D2H.
+  const StepBytes cached = table_cost(spec, load, Placement::kCached, 1000, 0.5, device).value().bytes;
+  EXPECT_EQ(cached.d2h, 8.0 + 150.0 * 16 * 4);
+  EXPECT_EQ(cached.h2d, metadata + 150.0 * 16 * 4 + 2 * EngineStaging::list(150));
+}
+
 TEST(TunePlanner, EverythingOnTheGpuWhenItFits) {
   const TuneInput in = make_input({100000, 20000, 500}, {256, 256, 64}, 20);
   const PlanOptions probe = budgets(1e12, 1e12);
