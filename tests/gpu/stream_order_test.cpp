@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "gpu/device.hpp"
+#include "gpu/staging.hpp"
 
 namespace strata::gpu {
 namespace {
@@ -45,6 +46,31 @@ TEST(EmuEvents, AWaitIsNotReleasedByALaterRecordOnAnotherStream) {
     ASSERT_TRUE(dev->synchronize(a.view()).is_ok());
     EXPECT_FALSE(c_early.load()) << "c's wait on the record on a was released by the later record on b";
   }
+}
+
+TEST(StagingPool, AnEntryStillInUseOnAnotherStreamIsNotWaitedFor) {
+  auto dev = make_emu_device().value();
+  Stream s = dev->create_stream().value();
+  StagingPool pool(*dev);
+  const StagingSizes want{256, 256, 256};
+  auto first = pool.take(want);
+  ASSERT_TRUE(first.is_ok()) << first.status().to_string();
+  Staging* const first_entry = first->get();
+  Gate gate;
+  gate.hold(*dev, s.view());  // the caller's stream, busy (a dense backward)
+  dev->record((*first)->done(), s.view());
+  pool.give_back(std::move(first).value());
+  // The only free entry's last use waits for the gate: a new entry, without waiting for it.
+  auto second = pool.take(want);
+  ASSERT_TRUE(second.is_ok()) << second.status().to_string();
+  EXPECT_NE(second->get(), first_entry);
+  gate.go.set_value();
+  ASSERT_TRUE(dev->synchronize(s.view()).is_ok());
+  pool.give_back(std::move(second).value());
+  // Once done, the oldest free entry is reused.
+  auto third = pool.take(want);
+  ASSERT_TRUE(third.is_ok()) << third.status().to_string();
+  EXPECT_EQ(third->get(), first_entry);
 }
 
 }  // namespace
