@@ -71,7 +71,11 @@ Status Staging::wait_idle() {
 
 Result<std::unique_ptr<Staging>> StagingPool::take(const StagingSizes& want) {
   std::unique_ptr<Staging> st;
-  if (!free_.empty()) {
+  // The oldest free entry may still wait for the caller's stream (its done() follows the caller's
+  // work under stream-ordered calls): waiting for it would block the host on the caller's queue, so
+  // a new entry is made instead while fewer than kMaxBusyFree free entries are waiting.
+  const bool grow = !free_.empty() && free_.size() < kMaxBusyFree && !dev_->ready(free_.front()->done());
+  if (!free_.empty() && !grow) {
     st = std::move(free_.front());
     free_.pop_front();
     if (Status idle = st->wait_idle(); !idle.is_ok()) {

@@ -98,17 +98,24 @@ class Staging {
 };
 
 /// Reusable Staging entries of one device, handed out oldest first so that waiting for an entry's
-/// last use rarely blocks. The pool keeps one reservation for all its entries: a request larger
-/// than it raises it to twice the request (once an entry could be reserved for it with that
-/// headroom; a request that fails, or fits only without the headroom, leaves it as it was), and every entry grows to it
-/// when next taken (or, on a device without room for it, to what its batch needs, once). So after each entry has been
-/// taken once since the largest batch, batches up to twice that one's size allocate nothing (and create no event): the
-/// steady state of a training loop. Not thread-safe.
+/// last use rarely blocks. When the oldest free entry's done() has not completed (under
+/// stream-ordered calls it follows the caller's stream, e.g. its dense backward) and fewer than
+/// kMaxBusyFree entries are free, a new entry is made instead of waiting: the host runs up to that
+/// many batches ahead of the device without a host sync, and then waits for the oldest. In a loop
+/// that keeps up, this growth happens during warm-up only. The pool keeps one reservation for all its entries: a
+/// request larger than it raises it to twice the request (once an entry could be reserved for it with that headroom; a
+/// request that fails, or fits only without the headroom, leaves it as it was), and every entry grows to it when next
+/// taken (or, on a device without room for it, to what its batch needs, once). So after each entry has been taken once
+/// since the largest batch, batches up to twice that one's size allocate nothing (and create no event): the steady
+/// state of a training loop. Not thread-safe.
 class StagingPool {
  public:
   explicit StagingPool(Device& device) : dev_(&device) {}
+  /// Free entries whose done() may still be pending before take() makes a new one.
+  static constexpr std::size_t kMaxBusyFree = 3;
   /// A free entry, once its last uses finished (Staging::wait_idle, a host sync point on two
-  /// events, never the whole device), or a new one; reserved for `want` (Staging::reserve).
+  /// events, never the whole device), or a new one when there is none or the oldest is still in
+  /// use and fewer than kMaxBusyFree are free; reserved for `want` (Staging::reserve).
   /// Errors: the device's sticky error, event creation or the reservation failing (the entry then
   /// stays in the pool).
   Result<std::unique_ptr<Staging>> take(const StagingSizes& want);

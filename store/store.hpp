@@ -100,11 +100,15 @@ class Store {
   /// pooled tables, (num_keys, dim) for pooling none. Each view is host memory or, with
   /// `space = MemorySpace::kDevice`, memory of device() (see "Outputs and gradients on the device"
   /// below). Synchronous: on return every output is written (the host waited for the device).
+  /// Device views are written with no order against any caller stream: work of the caller that
+  /// still reads these buffers must be synchronized before the call.
   virtual Status forward(std::int64_t batch_id, const std::vector<MatrixView>& outputs) = 0;
   /// Applies gradients of the outputs (same shapes and memory spaces as forward's) to the rows the
   /// batch used, with each table's optimizer, then retires the batch. Requires forward(batch_id)
   /// first. Synchronous: on return the gradients have been read (device gradients: the host waited
-  /// for the updates that read them; host gradients are copied before the call returns). Gradients
+  /// for the updates that read them; host gradients are copied before the call returns). Device
+  /// gradients are read with no order against any caller stream: the caller must have
+  /// synchronized the work that wrote them. Gradients
   /// holding NaN or Inf are refused (InvalidArgument naming the table, bag and column; nothing
   /// changes, the batch stays in flight) unless accept_nonfinite_gradients. On a failed device
   /// nothing is applied to the tables in host memory and step() does not advance. With
@@ -137,7 +141,8 @@ class Store {
   ///    changes. It then returns without waiting for the updates. With
   ///    accept_nonfinite_gradients true, backward with device gradients of `gpu` and `cached`
   ///    tables does not wait for the device, as FBGEMM's TBE runs (except where a `cached` table
-  ///    plans a deferred batch into a staging entry still in use, gpu/staging.hpp). Host
+  ///    plans a deferred batch into a staging entry still in use, gpu/staging.hpp, and in the steps
+  ///    where cache.flush_every flushes). Host
   ///    gradients, and device gradients of the tables staged through host memory (copied D2H
   ///    after `stream`), are read by the host before the call returns.
   /// Both keep the views and `stream` in use until the work queued on `stream` after the call has

@@ -212,13 +212,22 @@ class CudaDevice final : public Device {
   }
 
   // Both ends of the range must be device memory of this ordinal (a range inside one allocation
-  // cannot be checked through the runtime API alone).
+  // cannot be checked through the runtime API alone). Managed memory is refused. A CUDA error
+  // other than an unknown pointer (a sticky error of the context) is reported as itself.
   Status check_device_range(const void* p, std::size_t bytes) const override {
     if (bytes == 0) return Status::ok();
+    const DeviceScope scope(ctx_);
+    if (!scope.ok()) return scope.status();
     for (const void* q : {p, static_cast<const void*>(static_cast<const char*>(p) + bytes - 1)}) {
       cudaPointerAttributes a{};
       const cudaError_t err = cudaPointerGetAttributes(&a, q);
       if (err != cudaSuccess) (void)cudaGetLastError();
+      if (err != cudaSuccess && err != cudaErrorInvalidValue) {
+        std::ostringstream what;
+        what << "cannot check the range at " << p << " (" << bytes << " bytes): cudaPointerGetAttributes(" << q
+             << ") failed with " << cudaGetErrorName(err) << ": " << cudaGetErrorString(err);
+        return Status::internal(what.str());
+      }
       const bool ok = err == cudaSuccess && a.type == cudaMemoryTypeDevice && a.device == info().ordinal;
       if (ok) continue;
       std::ostringstream what;

@@ -255,20 +255,37 @@ class EmuPinner final : public Pinner {
   EmuDevice* dev_;
 };
 
-// Shared by the Event owner and the stream tasks that complete or wait for it.
-struct EventCore {
+// One record() of an event: its own completion state, shared by the stream task that completes it
+// and the waits that captured it (as cudaStreamWaitEvent takes the record in force when it is
+// issued, a later record of the same event, on any stream, never releases an earlier wait).
+struct EventRecord {
   std::mutex m;
   std::condition_variable cv;
-  std::uint64_t recorded = 0;   // generation of the last record() call
-  std::uint64_t completed = 0;  // highest generation that ran
-  void wait_for(std::uint64_t g) {
+  bool done = false;
+  void complete() {
+    {
+      std::lock_guard<std::mutex> lock(m);
+      done = true;
+    }
+    cv.notify_all();
+  }
+  void wait() {
     std::unique_lock<std::mutex> lock(m);
-    cv.wait(lock, [&] { return completed >= g; });
+    cv.wait(lock, [&] { return done; });
+  }
+  bool is_done() {
+    std::lock_guard<std::mutex> lock(m);
+    return done;
   }
 };
 
 struct EmuEvent final : detail::EventState {
-  std::shared_ptr<EventCore> core = std::make_shared<EventCore>();
+  std::mutex m;
+  std::shared_ptr<EventRecord> last;  // the record in force; null before the first record()
+  std::shared_ptr<EventRecord> latest() {
+    std::lock_guard<std::mutex> lock(m);
+    return last;
+  }
 };
 
 struct Task {
@@ -397,32 +414,20 @@ class EmuDevice final : public Device {
   void record(EventView e, StreamView s) override {
     const EmuScope scope(id_);
     if (!own_stream(s, "record")) return;
-    auto core = static_cast<EmuEvent*>(e.state())->core;
-    std::uint64_t g;
+    auto& ev = *static_cast<EmuEvent*>(e.state());
+    auto rec = std::make_shared<EventRecord>();
     {
-      std::lock_guard<std::mutex> lock(core->m);
-      g = ++core->recorded;
+      std::lock_guard<std::mutex> lock(ev.m);
+      ev.last = rec;
     }
-    stream(s).push({[core, g] {
-                      {
-                        std::lock_guard<std::mutex> lock(core->m);
-                        if (g > core->completed) core->completed = g;
-                      }
-                      core->cv.notify_all();
-                    },
-                    true});
+    stream(s).push({[rec] { rec->complete(); }, true});
   }
   void wait(StreamView s, EventView e) override {
     const EmuScope scope(id_);
     if (!own_stream(s, "wait")) return;
-    auto core = static_cast<EmuEvent*>(e.state())->core;
-    std::uint64_t g;
-    {
-      std::lock_guard<std::mutex> lock(core->m);
-      g = core->recorded;
-    }
-    if (g == 0) return;
-    stream(s).push({[core, g] { core->wait_for(g); }, true});
+    auto rec = static_cast<EmuEvent*>(e.state())->latest();
+    if (!rec) return;
+    stream(s).push({[rec] { rec->wait(); }, true});
   }
   Status synchronize(StreamView s) override {
     const EmuScope scope(id_);
@@ -431,13 +436,7 @@ class EmuDevice final : public Device {
   }
   Status synchronize(EventView e) override {
     const EmuScope scope(id_);
-    auto& core = *static_cast<EmuEvent*>(e.state())->core;
-    std::uint64_t g;
-    {
-      std::lock_guard<std::mutex> lock(core.m);
-      g = core.recorded;
-    }
-    core.wait_for(g);
+    if (auto rec = static_cast<EmuEvent*>(e.state())->latest()) rec->wait();
     return status();
   }
   Status check_device_range(const void* p, std::size_t bytes) const override {
@@ -450,9 +449,8 @@ class EmuDevice final : public Device {
 
   bool ready(EventView e) override {
     const EmuScope scope(id_);
-    auto& core = *static_cast<EmuEvent*>(e.state())->core;
-    std::lock_guard<std::mutex> lock(core.m);
-    return core.completed >= core.recorded;
+    auto rec = static_cast<EmuEvent*>(e.state())->latest();
+    return !rec || rec->is_done();
   }
   Status status() override {
     std::lock_guard<std::mutex> lock(error_m_);

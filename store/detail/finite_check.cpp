@@ -21,8 +21,11 @@ Status FiniteCheck::check(std::int64_t batch_id, const KeyBatch& batch, const st
   }
   if (ranges.empty()) return Status::ok();
   if (!stream_) {
-    STRATA_ASSIGN_OR_RETURN(stream_, dev_.create_stream());
-    STRATA_ASSIGN_OR_RETURN(done_, dev_.create_event());
+    // Both or neither: a stream without its event would be recorded into empty on the next call.
+    STRATA_ASSIGN_OR_RETURN(gpu::Stream stream, dev_.create_stream());
+    STRATA_ASSIGN_OR_RETURN(gpu::Event done, dev_.create_event());
+    stream_ = std::move(stream);
+    done_ = std::move(done);
   }
   // Every earlier check was waited for: the scratch is free.
   const std::size_t partials = static_cast<std::size_t>(gpu::kernels::finite_partials(ranges));
@@ -51,8 +54,16 @@ Status FiniteCheck::check(std::int64_t batch_id, const KeyBatch& batch, const st
     STRATA_ASSIGN_OR_RETURN(gpu::PinnedBuffer copy, dev_.allocate_pinned(bytes));
     dev_.copy_d2h(s, copy.data(), ranges[r].data, bytes);
     STRATA_RETURN_IF_ERROR(dev_.synchronize(s));
-    return nonfinite_gradient(batch_id, batch, tables, config, i,
-                              ConstMatrixView{copy.as<float>(), grads[i].rows, grads[i].cols});
+    STRATA_RETURN_IF_ERROR(nonfinite_gradient(batch_id, batch, tables, config, i,
+                                              ConstMatrixView{copy.as<float>(), grads[i].rows, grads[i].cols}));
+    // The device counted some, the copy holds none: the view changed while the store read it (the
+    // caller's work was not ordered before the call). Still a refusal: the count is what was seen.
+    return Status::invalid_argument(
+        "batch " + std::to_string(batch_id) + ": " + std::to_string(host_totals_.as<std::int64_t>()[r]) +
+        " NaN or Inf values counted on the device in the gradient of feature " + std::to_string(i) + " (table '" +
+        config.tables[static_cast<std::size_t>(tables[i])].spec.name +
+        "'), none in its copy made after the count: the view was written while backward read it (expected "
+        "finite gradients, unchanged until the call's work is done)");
   }
   return Status::ok();
 }

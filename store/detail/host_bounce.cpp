@@ -24,13 +24,21 @@ std::size_t HostBounce::scratch_bytes(const std::vector<View>& views, const std:
 
 Status HostBounce::reserve(std::size_t bytes) {
   if (!stream_) {
-    STRATA_ASSIGN_OR_RETURN(stream_, dev_.create_stream());
-    STRATA_ASSIGN_OR_RETURN(done_, dev_.create_event());
+    // All or none: a stream without its events would be recorded into empty on the next call.
+    STRATA_ASSIGN_OR_RETURN(gpu::Stream stream, dev_.create_stream());
+    STRATA_ASSIGN_OR_RETURN(gpu::Event done0, dev_.create_event());
+    STRATA_ASSIGN_OR_RETURN(gpu::Event done1, dev_.create_event());
+    stream_ = std::move(stream);
+    slots_[0].done = std::move(done0);
+    slots_[1].done = std::move(done1);
   }
-  STRATA_RETURN_IF_ERROR(dev_.synchronize(done_.view()));
-  if (scratch_.bytes() >= bytes) return Status::ok();
-  scratch_ = gpu::PinnedBuffer();
-  STRATA_ASSIGN_OR_RETURN(scratch_, dev_.allocate_pinned(2 * bytes));
+  Slot& slot = slots_[1 - cur_];
+  STRATA_RETURN_IF_ERROR(dev_.synchronize(slot.done.view()));
+  if (slot.scratch.bytes() < bytes) {
+    slot.scratch = gpu::PinnedBuffer();
+    STRATA_ASSIGN_OR_RETURN(slot.scratch, dev_.allocate_pinned(2 * bytes));
+  }
+  cur_ = 1 - cur_;
   return Status::ok();
 }
 
@@ -38,7 +46,7 @@ Result<std::vector<MatrixView>> HostBounce::host_outputs(const std::vector<Matri
                                                          const std::vector<bool>& bounce) {
   STRATA_RETURN_IF_ERROR(reserve(scratch_bytes(views, bounce)));
   std::vector<MatrixView> host = views;
-  char* at = scratch_.as<char>();
+  char* at = slots_[cur_].scratch.as<char>();
   for (std::size_t i = 0; i < views.size(); ++i) {
     if (!bounce[i]) continue;
     host[i] = MatrixView{reinterpret_cast<float*>(at), views[i].rows, views[i].cols};
@@ -53,9 +61,10 @@ Status HostBounce::copy_outputs(const std::vector<MatrixView>& views, const std:
   if (order.after.state()) dev_.wait(s, order.after);
   for (std::size_t i = 0; i < views.size(); ++i)
     if (bounce[i]) dev_.copy_h2d(s, views[i].data, host[i].data, view_bytes(views[i]));
-  dev_.record(done_.view(), s);
-  if (!order.caller.state()) return dev_.synchronize(done_.view());
-  dev_.wait(order.caller, done_.view());
+  const gpu::EventView done = slots_[cur_].done.view();
+  dev_.record(done, s);
+  if (!order.caller.state()) return dev_.synchronize(done);
+  dev_.wait(order.caller, done);
   return dev_.status();
 }
 
@@ -66,7 +75,7 @@ Result<std::vector<ConstMatrixView>> HostBounce::host_gradients(const std::vecto
   const gpu::StreamView s = stream_.view();
   if (order.after.state()) dev_.wait(s, order.after);
   std::vector<ConstMatrixView> host = grads;
-  char* at = scratch_.as<char>();
+  char* at = slots_[cur_].scratch.as<char>();
   for (std::size_t i = 0; i < grads.size(); ++i) {
     if (!bounce[i]) continue;
     float* to = reinterpret_cast<float*>(at);
@@ -74,8 +83,9 @@ Result<std::vector<ConstMatrixView>> HostBounce::host_gradients(const std::vecto
     host[i] = ConstMatrixView{to, grads[i].rows, grads[i].cols};
     at += aligned(view_bytes(grads[i]));
   }
-  dev_.record(done_.view(), s);
-  STRATA_RETURN_IF_ERROR(dev_.synchronize(done_.view()));
+  const gpu::EventView done = slots_[cur_].done.view();
+  dev_.record(done, s);
+  STRATA_RETURN_IF_ERROR(dev_.synchronize(done));
   return host;
 }
 

@@ -4,8 +4,11 @@
 // communicator). Outputs: the engine writes into pinned host scratch, then one H2D copy per view
 // fills the caller's device buffer; gradients: one D2H copy per view into the scratch, which the
 // engine reads. The copies run on the adaptor's own stream, ordered after the caller's stream
-// (CallOrder::after), and count in the device's link counters. The scratch only grows (to twice
-// a request), so a training loop's steady state allocates nothing. Not thread-safe.
+// (CallOrder::after), and count in the device's link counters. The scratch is double-buffered:
+// a call takes the buffer the call before last used, so a stream-ordered forward does not wait on
+// the host for the previous call's copies (which wait for the caller's stream), only for those of
+// the call before it. Each buffer only grows (to twice a request), so a training loop's steady
+// state allocates nothing. Not thread-safe.
 
 #include <cstddef>
 #include <vector>
@@ -24,8 +27,8 @@ class HostBounce {
   HostBounce& operator=(const HostBounce&) = delete;
 
   /// `views` with each view marked in `bounce` replaced by a host view of the scratch (same
-  /// shape). Waits for the scratch's previous copies (a host sync point on one event); fails only
-  /// when the scratch cannot grow (nothing changed then).
+  /// shape). Waits for the copies of the call before last, which used the same buffer (a host
+  /// sync point on one event); fails only when the scratch cannot grow (nothing changed then).
   Result<std::vector<MatrixView>> host_outputs(const std::vector<MatrixView>& views, const std::vector<bool>& bounce);
   /// After the engines wrote `host` (host_outputs' views): copies each bounced view H2D into
   /// `views`, after `order.after`. `order.caller` waits for the copies; without a caller stream
@@ -38,16 +41,20 @@ class HostBounce {
                                                       const std::vector<bool>& bounce, const CallOrder& order);
 
  private:
-  // Makes room for `bytes` once the previous copies are done; creates the stream and event on
-  // first use.
+  // Switches to the other buffer and makes room in it for `bytes` once its previous copies are
+  // done; creates the stream and the events on first use.
   Status reserve(std::size_t bytes);
   template <class View>
   std::size_t scratch_bytes(const std::vector<View>& views, const std::vector<bool>& bounce) const;
 
   gpu::Device& dev_;
+  struct Slot {
+    gpu::Event done;  // recorded after the last copies of this buffer
+    gpu::PinnedBuffer scratch;
+  };
   gpu::Stream stream_;
-  gpu::Event done_;  // recorded after the scratch's last copies
-  gpu::PinnedBuffer scratch_;
+  Slot slots_[2];
+  int cur_ = 0;  // the slot of the current call
 };
 
 }  // namespace strata::detail
