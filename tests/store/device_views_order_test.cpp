@@ -49,9 +49,9 @@ struct Gate {
 
 // Forward of batch 1 on a held-back stream A (its trainer overwrites the outputs with NaN first),
 // then forward of batch 2 on an idle stream B, which the host waits for (batch 1 has only the `gpu`
-// table and batch 2 only the `cpu` one, so B does not queue behind batch 1's lookups): batch 1's lookups still run after A's work.
-// When they do not (a wait released by the later record on B), they run while A is held back and
-// the NaN then lands on the outputs.
+// table and batch 2 only the `cpu` one, so B does not queue behind batch 1's lookups): batch 1's lookups still run
+// after A's work. When they do not (a wait released by the later record on B), they run while A is held back and the
+// NaN then lands on the outputs.
 TEST(DeviceViewsOrder, ForwardOnTwoStreamsKeepsEachCallAfterItsOwnStream) {
   StoreConfig c = config(Placement::kGpu, 2);
   c.tables[1].placement = Placement::kCpu;
