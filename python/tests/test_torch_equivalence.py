@@ -2,6 +2,8 @@
 from the same initial weights: forward outputs and weights within 1e-5 over 50 steps, in the cpu,
 cached (emulated device, a cache that evicts) and offload modes."""
 
+import zlib
+
 import numpy as np
 import pytest
 import torch
@@ -61,6 +63,11 @@ def train_and_compare(ebc, bags, optimizer, lr, rng, weighted, schedule=None):
             w = torch.from_numpy(f["weights"]) if "weights" in f else None
             ref[n] = bags[n](torch.from_numpy(f["keys"]), offsets, per_sample_weights=w)
         sum(((ref[n] - targets[n]) ** 2).sum() for n in ref).backward()
+        for n, f in batch.items():
+            if len(f["keys"]) == 0:
+                # torch 1.13's sparse Adagrad fails on an empty sparse gradient ("size of tensor a
+                # (d) must match the size of tensor b (0)"); no key means no row to update.
+                bags[n].weight.grad = None
         opt.step()
         for n in ref:
             np.testing.assert_allclose(out[n].detach().numpy(), ref[n].detach().numpy(), atol=1e-5, rtol=0,
@@ -79,7 +86,8 @@ def train_and_compare(ebc, bags, optimizer, lr, rng, weighted, schedule=None):
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
 @pytest.mark.parametrize("pooling,weighted", [("sum", False), ("mean", False), ("sum", True)])
 def test_matches_torch_embedding_bag(tmp_path, mode, optimizer, pooling, weighted):
-    rng = np.random.default_rng(hash((mode, optimizer, pooling, weighted)) % 2**32)
+    # A seed per case that every run shares (hash() of a str changes with PYTHONHASHSEED).
+    rng = np.random.default_rng(zlib.crc32(repr((mode, optimizer, pooling, weighted)).encode()))
     lr = 0.05 if optimizer == "sgd" else 0.1
     ebc, bags = make_pair(tmp_path, mode, optimizer, pooling, lr, rng)
     train_and_compare(ebc, bags, optimizer, lr, rng, weighted)
