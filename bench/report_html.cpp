@@ -264,6 +264,7 @@ constexpr const char* kCss = R"(
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2rem auto;max-width:66rem;color:#1a1a1a;padding:0 1rem}
 h1{font-size:1.6rem;margin-bottom:.2rem}h2{font-size:1.2rem;margin:1.8rem 0 .4rem;border-bottom:1px solid #ddd}
 p.note{color:#555;margin:.2rem 0 .8rem}
+p.warn{background:#fff4d6;border-left:4px solid #d89b00;padding:.4rem .6rem;margin:.4rem 0 .8rem}
 table{border-collapse:collapse;font-size:.9rem;margin:.4rem 0}
 th,td{border:1px solid #ddd;padding:.25rem .55rem;text-align:left;vertical-align:top}
 td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}th{background:#f4f4f4}
@@ -354,8 +355,17 @@ std::string render_html_report(const json& results, const HtmlReportOptions& opt
   o << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
     << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>" << html_escape(title)
     << "</title>\n<style>" << kCss << "</style>\n</head>\n<body>\n<header><h1>" << html_escape(title) << "</h1>";
-  o << "<p class=\"note\">Every mode ran the same sequence of batches. Hover over a bar or point for its value.</p>"
-    << "</header>\n";
+  o << "<p class=\"note\">Every mode ran the same sequence of batches. Hover over a bar or point for its value.</p>";
+  // Measured device times from the emulator say nothing about a GPU: say so before any number.
+  const bool emu = std::any_of(modes.begin(), modes.end(), [](const ModeRow& m) {
+    return string_at(*m.doc, "device") == std::string("emu") ||
+           string_at(*m.doc, "trainer_device") == std::string("emu");
+  });
+  if (emu)
+    o << "<p class=\"warn\" id=\"emulated\">No GPU: the device modes ran on the <b>emulated device</b> (emu), "
+      << "which runs the GPU kernels' logic on this machine's CPU. Their measured throughput and step times are "
+      << "the emulation's, not a GPU's; compare the modes by their bytes per link and modelled step times.</p>";
+  o << "</header>\n";
 
   info_section(o, "machine", "Machine", object_at(doc, "machine"));
   info_section(o, "workload", "Workload", object_at(doc, "workload"));
@@ -407,6 +417,7 @@ std::string render_html_report(const json& results, const HtmlReportOptions& opt
         {"step floor / step", numeric("train_fraction_of_step_floor", Unit::kFraction), true},
         {"step p50", numeric("step_ms_p50", Unit::kMs), true},
         {"step p99", numeric("step_ms_p99", Unit::kMs), true},
+        {"step max", numeric("step_ms_max", Unit::kMs), true},
         {"hit rate", numeric("hit_rate", Unit::kFraction), true},
         {"deferred plans",  // table plans that waited for batches in flight to retire (cache small for the pipeline)
          [](const json& m) -> std::optional<std::string> {
@@ -487,31 +498,46 @@ std::string render_html_report(const json& results, const HtmlReportOptions& opt
     }
   }
 
-  // Modelled against measured step time.
+  // Measured step time. The modelled times get a chart of their own: beside emulated or CPU times
+  // tens to thousands of times larger they would be bars too short to read.
   {
-    BarSeries p50{"measured p50", {}}, p99{"measured p99", {}}, model{"modelled", {}};
-    std::vector<std::pair<std::string, std::string>> explanations;
-    std::string profile;
-    bool any = false;
+    BarSeries p50{"measured p50", {}}, p99{"measured p99", {}}, max{"measured max", {}};
     for (const auto& m : modes) {
-      const json& mod = object_at(*m.doc, "modelled");
       p50.values.push_back(number_at(*m.doc, "step_ms_p50"));
       p99.values.push_back(number_at(*m.doc, "step_ms_p99"));
+      max.values.push_back(number_at(*m.doc, "step_ms_max"));
+    }
+    std::vector<BarSeries> series;
+    for (auto* s : {&p50, &p99, &max})
+      if (std::any_of(s->values.begin(), s->values.end(), [](const Opt& v) { return v.has_value(); }))
+        series.push_back(*s);
+    if (!series.empty()) {
+      const bool tail = std::any_of(p99.values.begin(), p99.values.end(), [](const Opt& v) { return v.has_value(); });
+      o << "<section class=\"chart\" id=\"step-time\"><h2>Measured step time</h2>"
+        << "<p class=\"note\">Training step latency measured on this machine"
+        << (emu ? " (device modes on the emulated device)" : "") << ": median" << (tail ? ", 99th percentile" : "")
+        << " and slowest step" << (tail ? "" : " (too few timed steps for a 99th percentile)") << ".</p>"
+        << bar_chart("measured step time per mode", mode_names, series, Unit::kMs, "ms per step") << "</section>\n";
+    }
+  }
+
+  // Modelled step time, on its own axis.
+  {
+    BarSeries model{"modelled", {}};
+    std::vector<std::pair<std::string, std::string>> explanations;
+    std::string profile;
+    for (const auto& m : modes) {
+      const json& mod = object_at(*m.doc, "modelled");
       model.values.push_back(number_at(mod, "step_ms"));
-      any = any || p50.values.back() || model.values.back();
       if (const auto e = string_at(mod, "explanation")) explanations.emplace_back(m.mode, *e);
       if (const auto pr = string_at(mod, "profile"); pr && profile.empty()) profile = *pr;
     }
-    if (any) {
-      std::vector<BarSeries> series;
-      for (auto* s : {&p50, &p99, &model})
-        if (std::any_of(s->values.begin(), s->values.end(), [](const Opt& v) { return v.has_value(); }))
-          series.push_back(*s);
-      o << "<section class=\"chart\" id=\"step-time\"><h2>Modelled and measured step time</h2>"
-        << "<p class=\"note\">Training step latency measured on this machine next to the cost model's step time"
-        << (profile.empty() ? std::string() : " for profile " + html_escape(profile))
-        << " (links overlap: the slowest link plus kernel launches).</p>"
-        << bar_chart("step time per mode, measured and modelled", mode_names, series, Unit::kMs, "ms per step");
+    if (std::any_of(model.values.begin(), model.values.end(), [](const Opt& v) { return v.has_value(); })) {
+      o << "<section class=\"chart\" id=\"modelled-step\"><h2>Modelled step time</h2>"
+        << "<p class=\"note\">The cost model's step time"
+        << (profile.empty() ? std::string() : " on profile " + html_escape(profile))
+        << ", from this run's bytes per link (links overlap: the slowest link plus kernel launches).</p>"
+        << bar_chart("modelled step time per mode", mode_names, {model}, Unit::kMs, "ms per step");
       if (!explanations.empty()) {
         o << "<ul class=\"explain\">";
         for (const auto& [mode, e] : explanations)
@@ -548,6 +574,22 @@ std::string render_html_report(const json& results, const HtmlReportOptions& opt
 
   // Hit rate against cache size.
   if (doc.contains("sweep") && doc["sweep"].is_array()) {
+    // Sizes that hold every row the run touched have first-use misses only.
+    Opt smallest_full;  // the smallest cache size that holds every row the run touched
+    for (const json& p : doc["sweep"]) {
+      const auto h = p.find("holds_every_touched_row");
+      const Opt x = number_at(p, "cache_fraction");
+      if (h == p.end() || !h->is_boolean() || !h->get<bool>() || !x || !number_at(p, "hit_rate")) continue;
+      if (!smallest_full || *x < *smallest_full) smallest_full = x;
+    }
+    std::string saturated;
+    if (smallest_full) {
+      const Opt touched = number_at(doc, "sweep_touched_rows");
+      saturated = " From " + html_escape(percent_str(*smallest_full)) + " on, the cache holds every one of the " +
+                  (touched ? html_escape(fmt("%.0f", *touched)) + " " : std::string()) +
+                  "distinct rows the run touched (marked * in the table): its misses are first uses only, so a "
+                  "larger cache cannot raise the hit rate; a longer run or more distinct rows would compare them.";
+    }
     std::map<std::pair<std::string, std::string>, LineSeries> by_key;
     std::vector<std::pair<std::string, std::string>> order;
     for (const json& p : doc["sweep"]) {
@@ -575,8 +617,8 @@ std::string render_html_report(const json& results, const HtmlReportOptions& opt
         series.push_back(std::move(s));
       }
       o << "<section class=\"chart\" id=\"hit-rate\"><h2>Hit rate against cache size</h2>"
-        << "<p class=\"note\">Cache hit rate for each cache size, as a fraction of the table rows.</p>"
-        << line_chart("hit rate against cache size", series, "cache size (fraction of rows)", "hit rate")
+        << "<p class=\"note\">Cache hit rate for each cache size, as a fraction of the table rows." << saturated
+        << "</p>" << line_chart("hit rate against cache size", series, "cache size (fraction of rows)", "hit rate")
         << "</section>\n";
     }
 
@@ -613,7 +655,9 @@ std::string render_html_report(const json& results, const HtmlReportOptions& opt
         return v ? html_escape(format_value(*v, unit)) : std::string("&ndash;");
       };
       ++n;
-      rows << "<tr><td class=\"n\">" << html_escape(percent_str(*x)) << "</td><td>"
+      const auto h = p.find("holds_every_touched_row");
+      const bool holds = h != p.end() && h->is_boolean() && h->get<bool>();
+      rows << "<tr><td class=\"n\">" << html_escape(percent_str(*x)) << (holds ? " *" : "") << "</td><td>"
            << html_escape(string_at(p, "policy").value_or("")) << "</td>";
       if (const auto skipped = string_at(p, "skipped")) {
         rows << "<td colspan=\"4\">skipped: " << html_escape(*skipped) << "</td></tr>";

@@ -20,7 +20,13 @@
 //                                              limit for the workload (strata-bench's gather probe)
 //         "samples_per_s": number,             samples (bags per table) per second, training step
 //         "step_ms_p50": number,               measured training step latency, median (ms)
-//         "step_ms_p99": number,               measured training step latency, 99th percentile (ms)
+//         "step_ms_p99": number,               measured training step latency, 99th percentile (ms);
+//                                              strata-bench gives it only with 100 timed steps or more
+//         "step_ms_max": number,               measured training step latency, slowest step (ms)
+//         "device": string,                    the store's device: "emu", "cuda <name>" or "none"
+//         "trainer_device": string,            the device the trainer's outputs and gradients were on
+//                                              (either being "emu" puts a warning at the top: the
+//                                              measured device times are the emulator's)
 //         "hit_rate": number,                  cache hit rate in [0, 1]
 //         "peak_host_bytes": number,           peak host memory of the mode (bytes)
 //         "host_table_bytes": number,          the store's host tables (bytes)
@@ -33,17 +39,23 @@
 //     "sweep": [                               hit rate and throughput against cache size (--sweep-cache)
 //       { "mode": string, "policy": string, "cache_fraction": number in [0, 1], "hit_rate": number,
 //         "forward_lookups_per_s": number, "train_lookups_per_s": number, "cache_bytes": number,
-//         "skipped": string (why the point did not run; it then has no hit rate) } ]
+//         "skipped": string (why the point did not run; it then has no hit rate),
+//         "holds_every_touched_row": bool (the cache holds every distinct row the run touched: only
+//                                    first-use misses; marked in the table and said under the chart) } ],
+//     "sweep_touched_rows": number             distinct rows the sweep's run touched
 //   }
 //
 // Output sections, in order (ids are stable for tests and links):
+//   <p class="warn" id="emulated">             in the header, when a mode's device was the emulator
 //   <section class="info" id="machine">, id="workload"   key/value tables
 //   <section class="info" id="tables">                   the table list (collapsed <details>)
 //   <section class="summary" id="summary">               one row per mode
 //   <section class="chart" id="throughput">   forward and training lookups/s per mode (bars)
 //   <section class="chart" id="bytes">        bytes per step per link per mode (grouped bars)
-//   <section class="chart" id="step-time">    measured p50/p99 and modelled step time per mode
-//                                             (bars), with each mode's model explanation below
+//   <section class="chart" id="step-time">    measured p50, p99 (when given) and max step time per
+//                                             mode (bars)
+//   <section class="chart" id="modelled-step">  modelled step time per mode (bars, its own axis), with
+//                                             each mode's model explanation below
 //   <section class="chart" id="memory">       peak host, host tables and peak device bytes per mode
 //   <section class="chart" id="hit-rate">     hit rate against cache fraction, one line per
 //                                             (mode, policy) (only with "sweep" points)

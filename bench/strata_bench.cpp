@@ -27,6 +27,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <set>
@@ -69,6 +70,13 @@ double percentile(std::vector<double> v, double p) {
   const std::size_t i = std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5));
   return v[i];
 }
+
+/// Timed steps a 99th percentile needs before it is shown as one: with fewer, the step at p99 is
+/// the slowest or next to it, so the console and the HTML show (and name) the maximum instead.
+constexpr std::size_t kStepsForP99 = 100;
+
+/// Whether a device name from the results ("emu", "cuda <name>", "none") is the emulated device.
+bool emulated(const json& device) { return device.is_string() && device.get<std::string>() == "emu"; }
 
 // ---- modes ----
 
@@ -1051,6 +1059,42 @@ Result<ModeResult> run_mode(const Options& o, const ModeDescriptor& mode, double
   return r;
 }
 
+// The distinct rows each cache pool (cache_pools' order) holds among the batches a run submits:
+// drive reads run batches [0, 2 x (warmup + steps)) of rank 0's cursor (the forward phase, then
+// training). A sweep point whose pools hold that many rows can keep every row the run touches, so
+// its misses are first uses only and a larger cache cannot raise its hit rate.
+Result<std::vector<std::int64_t>> touched_rows_per_pool(const Options& o, const StoreConfig& config,
+                                                        const BatchSource& source) {
+  const std::vector<PoolSize> pools = cache_pools(config);
+  std::map<std::string, std::size_t> pool_of;  // table name -> index into pools
+  for (std::size_t p = 0; p < pools.size(); ++p)
+    for (const std::size_t t : pools[p].tables) pool_of[config.tables[t].spec.name] = p;
+  std::map<std::string, std::vector<Key>> keys;  // table -> its distinct keys so far (sorted after compact)
+  const auto compact = [](std::vector<Key>& v) {
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+  };
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<BatchCursor> cursor, source.cursor(0, 1));
+  BatchWindow window(std::move(cursor));
+  const std::int64_t n = 2 * std::int64_t{o.warmup + o.steps};
+  for (std::int64_t i = 0; i < n; ++i) {
+    STRATA_ASSIGN_OR_RETURN(const KeyBatch* b, window.at(i));
+    for (const auto& f : b->features) {
+      if (pool_of.count(f.table) == 0) continue;
+      std::vector<Key>& v = keys[f.table];
+      v.insert(v.end(), f.keys.begin(), f.keys.end());
+      if (v.size() > (std::size_t{1} << 22)) compact(v);  // bounded memory for long runs
+    }
+    window.drop_before(i + 1);
+  }
+  std::vector<std::int64_t> touched(pools.size(), 0);
+  for (auto& [table, v] : keys) {
+    compact(v);
+    touched[pool_of[table]] += static_cast<std::int64_t>(v.size());
+  }
+  return touched;
+}
+
 // ---- reporting ----
 
 cache::CacheStats total_cache_stats(const ModeResult& r) {
@@ -1107,6 +1151,12 @@ json result_json(const Options& o, const ModeResult& r, double read_gbs, const S
   m["forward_step_ms_p99"] = percentile(r.forward_s, 0.99) * 1e3;
   m["train_step_ms_p50"] = t50 * 1e3;
   m["train_step_ms_p99"] = percentile(r.train_s, 0.99) * 1e3;
+  // p99 is a nearest-rank percentile: with fewer than kStepsForP99 timed steps it is the maximum
+  // or next to it, and the console and HTML show the maximum, so named.
+  m["timed_steps"] = r.train_s.size();
+  m["forward_step_ms_max"] =
+      r.forward_s.empty() ? 0.0 : *std::max_element(r.forward_s.begin(), r.forward_s.end()) * 1e3;
+  m["train_step_ms_max"] = r.train_s.empty() ? 0.0 : *std::max_element(r.train_s.begin(), r.train_s.end()) * 1e3;
   m["gather_gbs"] = gather_gbs;
   m["gather_fraction_of_read_bandwidth"] = read_gbs > 0 ? gather_gbs / read_gbs : 0.0;
   // The probe ran one rank's threads: with several thread ranks a step is several ranks' work.
@@ -1288,12 +1338,16 @@ json report_document(const json& j) {
                {"train_fraction_of_step_floor", m["train_fraction_of_step_floor"]},
                {"samples_per_s", m["samples_per_s"]},
                {"step_ms_p50", m["train_step_ms_p50"]},
-               {"step_ms_p99", m["train_step_ms_p99"]},
+               {"step_ms_max", m["train_step_ms_max"]},
+               {"device", m["device"]},
                {"peak_host_bytes", m["peak_host_bytes"]},
                {"host_table_bytes", m["host_table_bytes"]},
                {"bytes_per_step", m["bytes_per_step"]},
                {"modelled", m["modelled"]}};
     if (m["device"] != "none") rm["peak_device_bytes"] = m["device_peak_bytes"];
+    // A 99th percentile only where enough steps back it (else the report shows the maximum alone).
+    if (m["timed_steps"].get<std::size_t>() >= kStepsForP99) rm["step_ms_p99"] = m["train_step_ms_p99"];
+    if (m["trainer"]["device"].is_string()) rm["trainer_device"] = m["trainer"]["device"];
     if (m["hit_rate"].is_number()) rm["hit_rate"] = m["hit_rate"];
     // Per-node splits are in the JSON; the chart shows totals. A link nothing crossed (all-to-all
     // before dispatch) would only add an empty legend entry.
@@ -1303,9 +1357,11 @@ json report_document(const json& j) {
     report["modes"].push_back(rm);
   }
   report["sweep"] = json::array();
+  if (j.contains("sweep_touched_rows")) report["sweep_touched_rows"] = j["sweep_touched_rows"];
   for (const auto& p : j["sweep"]) {
     json rp = {{"mode", "cached"}, {"policy", j["settings"]["policy"]}, {"cache_fraction", p["cache_fraction"]}};
-    for (const char* k : {"hit_rate", "forward_lookups_per_s", "train_lookups_per_s", "cache_bytes", "skipped"})
+    for (const char* k : {"hit_rate", "forward_lookups_per_s", "train_lookups_per_s", "cache_bytes", "skipped",
+                          "holds_every_touched_row"})
       if (p.contains(k) && !p[k].is_null()) rp[k] = p[k];
     report["sweep"].push_back(rp);
   }
@@ -1920,6 +1976,18 @@ int run(const Options& o_in) {
   j["results"] = json::array();
   for (const auto& r : results) j["results"].push_back(result_json(o, r, read_gbs, step_limits, profile.value(), true));
   j["sweep"] = json::array();
+  // Distinct rows the run touched per cache pool: a point whose every pool holds them has only
+  // first-use misses (say so: a larger cache cannot raise its hit rate).
+  std::vector<std::int64_t> touched;
+  if (!sweep_results.empty()) {
+    const ModeDescriptor& cached = *find_mode("cached").value();
+    auto c = make_config(o, cached, sweep_results.front().first);
+    if (!c) return fail("sweep: " + c.status().to_string(), 1);
+    auto t = touched_rows_per_pool(o, c.value(), batches);
+    if (!t) return fail("sweep: " + t.status().to_string(), 1);
+    touched = std::move(t).value();
+    j["sweep_touched_rows"] = std::accumulate(touched.begin(), touched.end(), std::int64_t{0});
+  }
   for (const auto& [f, r] : sweep_results) {
     json p;
     if (r.is_ok()) {
@@ -1933,19 +2001,37 @@ int run(const Options& o_in) {
       p["skipped"] = r.status().message();
     }
     p["cache_fraction"] = f;
+    auto c = make_config(o, *find_mode("cached").value(), f);
+    if (!c) return fail("sweep: " + c.status().to_string(), 1);
+    const std::vector<PoolSize> pools = cache_pools(c.value());
+    bool holds = pools.size() == touched.size();
+    for (std::size_t i = 0; holds && i < pools.size(); ++i) holds = pools[i].rows >= touched[i];
+    p["holds_every_touched_row"] = holds;
     j["sweep"].push_back(p);
   }
   j["wall_s"] = seconds_since(wall0);
 
   // ---- console ----
+  // The tail column is p99 only when enough timed steps back it; otherwise the maximum, so named.
+  const bool p99 = static_cast<std::size_t>(o.steps) >= kStepsForP99;
+  const char* tail = p99 ? "p99" : "max";
+  const std::string fwd_tail = std::string("fwd ") + tail + " ms", trn_tail = std::string("trn ") + tail + " ms";
   std::printf("\n%-12s %14s %15s %12s %10s %10s %10s %10s %11s\n", "mode", "fwd lookups/s", "train lookups/s",
-              "samples/s", "fwd p50 ms", "fwd p99 ms", "trn p50 ms", "trn p99 ms", "gather GB/s");
+              "samples/s", "fwd p50 ms", fwd_tail.c_str(), "trn p50 ms", trn_tail.c_str(), "gather GB/s");
   for (const auto& m : j["results"])
     std::printf("%-12s %14.3e %15.3e %12.3e %10.2f %10.2f %10.2f %10.2f %11.2f\n", m["mode"].get<std::string>().c_str(),
                 m["forward_lookups_per_s"].get<double>(), m["train_lookups_per_s"].get<double>(),
                 m["samples_per_s"].get<double>(), m["forward_step_ms_p50"].get<double>(),
-                m["forward_step_ms_p99"].get<double>(), m["train_step_ms_p50"].get<double>(),
-                m["train_step_ms_p99"].get<double>(), m["gather_gbs"].get<double>());
+                m[p99 ? "forward_step_ms_p99" : "forward_step_ms_max"].get<double>(),
+                m["train_step_ms_p50"].get<double>(), m[p99 ? "train_step_ms_p99" : "train_step_ms_max"].get<double>(),
+                m["gather_gbs"].get<double>());
+  if (!p99)
+    std::printf("(%d timed steps: too few for a 99th percentile, so the slowest step is shown as max)\n", o.steps);
+  const auto& res = j["results"];
+  if (std::any_of(res.begin(), res.end(), [](const json& m) { return emulated(m["device"]); }))
+    std::printf(
+        "device modes ran on the EMULATED device (emu, no GPU): their times are this CPU running the GPU kernels' "
+        "logic, not a GPU's; compare modes by their bytes per link and the modelled step times below\n");
   for (const auto& m : j["results"]) {
     const json& ph = m["train_phase_ms_p50"];
     std::printf("%-12s training step p50 by phase: submit %.2f ms, forward %.2f ms, backward+optimizer %.2f ms\n",
@@ -2047,12 +2133,20 @@ int run(const Options& o_in) {
         std::printf("%9g  skipped: %s\n", p["cache_fraction"].get<double>(), p["skipped"].get<std::string>().c_str());
         continue;
       }
-      std::printf("%9g %12lld %10.1f %7.1f%% %14.3e %15.3e %10.2f %10.2f\n", p["cache_fraction"].get<double>(),
+      std::printf("%9g %12lld %10.1f %7.1f%% %14.3e %15.3e %10.2f %10.2f%s\n", p["cache_fraction"].get<double>(),
                   static_cast<long long>(p["cache_rows"].get<std::int64_t>()), p["cache_bytes"].get<double>() / 1e6,
                   p["hit_rate"].get<double>() * 100, p["forward_lookups_per_s"].get<double>(),
                   p["train_lookups_per_s"].get<double>(), p["train_step_ms_p50"].get<double>(),
-                  p["bytes_per_step"]["h2d"].get<double>() / 1e6);
+                  p["bytes_per_step"]["h2d"].get<double>() / 1e6,
+                  p["holds_every_touched_row"].get<bool>() ? "  *" : "");
     }
+    const auto& pts = j["sweep"];
+    if (std::any_of(pts.begin(), pts.end(), [](const json& p) { return p["holds_every_touched_row"].get<bool>(); }))
+      std::printf(
+          "* the cache holds every one of the %lld distinct rows the run touched: its misses are first uses only, so "
+          "a larger cache cannot raise the hit rate (run more --steps, or a workload with more distinct rows, to "
+          "compare such sizes)\n",
+          static_cast<long long>(j["sweep_touched_rows"].get<std::int64_t>()));
   }
   // Each file is written to a temporary file next to it, every write, the fsync and the close
   // checked, then renamed into place: a failed write (a full disk) leaves the old file or none.

@@ -681,7 +681,7 @@ std::vector<KeyBatch> make_batches(const WorkloadSpec& spec, int threads) {
 // ---------------------------------------------------------------------------------------------
 // Built-in Criteo-shaped table set
 
-// Copied from /work/shared/data/criteo_tables.json ("criteo_kaggle" -> "rows"; the project's shared
+// Copied from shared/data/criteo_tables.json ("criteo_kaggle" -> "rows"; the project's shared
 // data folder, not available at run time), the cardinalities published with public recommender
 // benchmarks for the Criteo Kaggle display-advertising challenge.
 const std::int64_t kCriteoKaggleRows[26] = {1460,  583,  10131227, 2202608, 305, 24,     12517,   633,   3,

@@ -211,6 +211,9 @@ const std::vector<Field> kResult = {
     {"/forward_step_ms_p99", Type::kNumber},
     {"/train_step_ms_p50", Type::kNumber},
     {"/train_step_ms_p99", Type::kNumber},
+    {"/timed_steps", Type::kInteger},
+    {"/forward_step_ms_max", Type::kNumber},
+    {"/train_step_ms_max", Type::kNumber},
     {"/gather_gbs", Type::kNumber},
     {"/gather_fraction_of_read_bandwidth", Type::kNumber},
     {"/gather_limit_lookups_per_s", Type::kNumberOrNull},
@@ -430,12 +433,41 @@ TEST_F(BenchRun, JsonMatchesTheSchema) {
   EXPECT_EQ(sweep[2]["cache_fraction"], 1.0);
   // A cache as large as the tables holds more than half of them.
   EXPECT_GT(sweep[2]["cache_rows"].get<std::int64_t>(), sweep[1]["cache_rows"].get<std::int64_t>());
+  // Distinct rows the run touched: 8 batches (2 x (warmup + steps)) of 64 bags of 2 keys per table,
+  // so at most 1024 per table plus the one row of c; a cache of every row holds them, 0.1% does not.
+  ASSERT_TRUE(j["sweep_touched_rows"].is_number_integer()) << j.dump().substr(0, 300);
+  EXPECT_GT(j["sweep_touched_rows"].get<std::int64_t>(), 2);
+  EXPECT_LE(j["sweep_touched_rows"].get<std::int64_t>(), 2 * 1024 + 1);
+  EXPECT_EQ(sweep[0]["holds_every_touched_row"], false);
+  EXPECT_EQ(sweep[2]["holds_every_touched_row"], true);
+  EXPECT_TRUE(sweep[1]["holds_every_touched_row"].is_boolean());
+  // 3 timed steps: p50 <= p99 <= max, and the tail is the maximum.
+  for (const auto& r : j["results"]) {
+    EXPECT_EQ(r["timed_steps"], 3) << r["mode"];
+    EXPECT_LE(r["train_step_ms_p50"].get<double>(), r["train_step_ms_max"].get<double>()) << r["mode"];
+    EXPECT_EQ(r["train_step_ms_p99"], r["train_step_ms_max"]) << r["mode"];
+    EXPECT_EQ(r["forward_step_ms_p99"], r["forward_step_ms_max"]) << r["mode"];
+  }
+}
+
+// What the console must not let a reader take for what it is not: emulated device times, a
+// "percentile" of 3 steps, and a cache size that holds every row the run touched.
+TEST_F(BenchRun, ConsoleSaysWhatItsNumbersAre) {
+  ASSERT_EQ(run_->exit_code, 0) << run_->output;
+  const std::string& out = run_->output;
+  EXPECT_NE(out.find("EMULATED device"), std::string::npos) << out;
+  EXPECT_NE(out.find("fwd max ms"), std::string::npos);
+  EXPECT_NE(out.find("trn max ms"), std::string::npos);
+  EXPECT_EQ(out.find("p99"), std::string::npos) << "3 timed steps give no 99th percentile";
+  EXPECT_NE(out.find("(3 timed steps: too few for a 99th percentile"), std::string::npos);
+  EXPECT_NE(out.find("* the cache holds every one of the "), std::string::npos);
+  EXPECT_NE(out.find("  *\n"), std::string::npos) << "the full-size point is marked";
 }
 
 TEST_F(BenchRun, HtmlHasOneChartPerSectionAndTheSweepChart) {
   ASSERT_EQ(run_->exit_code, 0) << run_->output;
   const std::string& html = *html_;
-  const std::vector<std::string> charts = {"throughput", "bytes",    "step-time",
+  const std::vector<std::string> charts = {"throughput", "bytes",    "step-time",       "modelled-step",
                                            "memory",     "hit-rate", "sweep-throughput"};
   EXPECT_EQ(count(html, "<section class=\"chart\""), charts.size());
   EXPECT_EQ(count(html, "<svg"), charts.size());
@@ -451,6 +483,8 @@ TEST_F(BenchRun, HtmlHasOneChartPerSectionAndTheSweepChart) {
   EXPECT_EQ(count(html.substr(hit, html.find("</section>", hit) - hit), "<circle"), 2u);
   EXPECT_NE(html.find("id=\"sweep-table\""), std::string::npos);
   EXPECT_NE(html.find("id=\"tables\""), std::string::npos);
+  EXPECT_NE(html.find("<p class=\"warn\" id=\"emulated\">"), std::string::npos) << "the device modes ran on emu";
+  EXPECT_NE(html.find("first uses only"), std::string::npos) << "the 100% point holds every row touched";
   EXPECT_EQ(html.find("<script"), std::string::npos);
   // The summary shows forward against the gather limit; the machine section lists the limits.
   const std::size_t summary = html.find("id=\"summary\"");

@@ -103,7 +103,7 @@ TEST(HtmlReport, OneChartPerSectionAndWellFormed) {
   const std::string html = render_html_report(full_document());
   EXPECT_EQ(check_well_formed(html), "");
   EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
-  const std::vector<std::string> charts = {"throughput", "bytes", "step-time", "memory", "hit-rate"};
+  const std::vector<std::string> charts = {"throughput", "bytes", "step-time", "modelled-step", "memory", "hit-rate"};
   EXPECT_EQ(count(html, "<section class=\"chart\""), charts.size());
   EXPECT_EQ(count(html, "<svg"), charts.size());
   EXPECT_EQ(count(html, "</svg>"), charts.size());
@@ -135,9 +135,13 @@ TEST(HtmlReport, ChartsHoldTheirData) {
   EXPECT_EQ(count(hit, "<polyline"), 2u);  // lru and belady
   EXPECT_EQ(count(hit, "<circle"), 5u);
   EXPECT_NE(hit.find("cached / lru"), std::string::npos);
+  const std::string modelled = section(html, "modelled-step");
+  EXPECT_NE(modelled.find("h200-pcie5"), std::string::npos);
+  EXPECT_NE(modelled.find("PCIe H2D-bound: 310 MB per step at 55 GB/s &lt;5.6 ms&gt;"), std::string::npos);
+  EXPECT_NE(modelled.find("1.1 ms"), std::string::npos);  // cached's modelled bar
   const std::string step = section(html, "step-time");
-  EXPECT_NE(step.find("h200-pcie5"), std::string::npos);
-  EXPECT_NE(step.find("PCIe H2D-bound: 310 MB per step at 55 GB/s &lt;5.6 ms&gt;"), std::string::npos);
+  EXPECT_NE(step.find("5.9 ms"), std::string::npos);  // cpu's p99 bar
+  EXPECT_EQ(step.find("modelled"), std::string::npos) << "modelled times have a chart (and axis) of their own";
   const std::string summary = section(html, "summary");
   EXPECT_NE(summary.find("150 M"), std::string::npos);  // forward lookups/s of cpu
   EXPECT_NE(summary.find("83%"), std::string::npos);    // hit rate of cached
@@ -158,7 +162,7 @@ TEST(HtmlReport, EscapesStrings) {
   const std::string evil = render_html_report(doc);
   EXPECT_EQ(check_well_formed(evil), "");
   EXPECT_EQ(evil.find("<script"), std::string::npos);
-  EXPECT_EQ(count(evil, "<svg"), 5u);
+  EXPECT_EQ(count(evil, "<svg"), 6u);
 }
 
 TEST(HtmlReport, NoSweepNoHitRateSection) {
@@ -169,8 +173,8 @@ TEST(HtmlReport, NoSweepNoHitRateSection) {
   EXPECT_EQ(html.find("id=\"hit-rate\""), std::string::npos);
   EXPECT_EQ(html.find("id=\"sweep-throughput\""), std::string::npos);
   EXPECT_EQ(html.find("id=\"sweep-table\""), std::string::npos);
-  EXPECT_EQ(count(html, "<section class=\"chart\""), 4u);
-  EXPECT_EQ(count(html, "<svg"), 4u);
+  EXPECT_EQ(count(html, "<section class=\"chart\""), 5u);
+  EXPECT_EQ(count(html, "<svg"), 5u);
 
   doc["sweep"] = json::array();  // present but empty
   EXPECT_EQ(render_html_report(doc).find("id=\"hit-rate\""), std::string::npos);
@@ -267,8 +271,8 @@ TEST(HtmlReport, SweepThroughputChartAndTable) {
   EXPECT_EQ(count(table, "<tr>"), 4u);
   EXPECT_NE(table.find("skipped: cache &lt;too&gt; small"), std::string::npos);
   EXPECT_NE(table.find("100 MB"), std::string::npos);
-  EXPECT_EQ(count(html, "<section class=\"chart\""), 6u);
-  EXPECT_EQ(count(html, "<svg"), 6u);
+  EXPECT_EQ(count(html, "<section class=\"chart\""), 7u);  // the modelled step time has its own chart
+  EXPECT_EQ(count(html, "<svg"), 7u);
 }
 
 TEST(HtmlReport, TableList) {
@@ -301,6 +305,72 @@ TEST(HtmlReport, WritesFile) {
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(text, render_html_report(full_document()));
   EXPECT_EQ(write_html_report("/nonexistent-dir/r.html", full_document()).code(), StatusCode::kIoError);
+}
+
+// Measured device times from the emulator are flagged at the top, before any number.
+TEST(HtmlReport, EmulatedDeviceTimesAreFlaggedAtTheTop) {
+  json doc = full_document();
+  std::string html = render_html_report(doc);
+  EXPECT_EQ(html.find("id=\"emulated\""), std::string::npos) << "no mode says it ran on emu";
+  doc["modes"][1]["device"] = "cuda NVIDIA H100";
+  EXPECT_EQ(render_html_report(doc).find("id=\"emulated\""), std::string::npos);
+  for (const char* field : {"device", "trainer_device"}) {
+    json d = full_document();
+    d["modes"][0][field] = "emu";
+    html = render_html_report(d);
+    EXPECT_EQ(check_well_formed(html), "") << field;
+    const std::size_t warn = html.find("<p class=\"warn\" id=\"emulated\">");
+    ASSERT_NE(warn, std::string::npos) << field;
+    EXPECT_LT(warn, html.find("</header>")) << field;
+    EXPECT_LT(warn, html.find("<section")) << field;
+    EXPECT_NE(html.find("emulated device"), std::string::npos);
+  }
+}
+
+// A percentile is shown only when the run gave one; the slowest step is named as such.
+TEST(HtmlReport, StepTailIsAPercentileOnlyWhenGivenElseTheMaximum) {
+  json doc = full_document();
+  for (auto& m : doc["modes"]) {
+    m.erase("step_ms_p99");
+    m["step_ms_max"] = 7.25;
+  }
+  const std::string html = render_html_report(doc);
+  EXPECT_EQ(check_well_formed(html), "");
+  const std::string summary = section(html, "summary");
+  EXPECT_EQ(summary.find("p99"), std::string::npos);
+  EXPECT_NE(summary.find("step max"), std::string::npos);
+  EXPECT_NE(summary.find("7.25 ms"), std::string::npos);
+  const std::string step = section(html, "step-time");
+  EXPECT_EQ(step.find("p99"), std::string::npos);
+  EXPECT_NE(step.find("measured max"), std::string::npos);
+  EXPECT_NE(step.find("too few timed steps"), std::string::npos);
+
+  doc["modes"][0]["step_ms_p99"] = 6.5;  // a run with enough steps gives both
+  const std::string both = section(render_html_report(doc), "step-time");
+  EXPECT_NE(both.find("measured p99"), std::string::npos);
+  EXPECT_NE(both.find("measured max"), std::string::npos);
+  EXPECT_EQ(both.find("too few timed steps"), std::string::npos);
+}
+
+// A sweep point whose cache holds every row the run touched is marked, and the chart says why its
+// hit rate cannot rise with the cache size.
+TEST(HtmlReport, SweepPointsThatHoldEveryTouchedRowAreMarked) {
+  json doc = full_document();
+  std::string html = render_html_report(doc);
+  EXPECT_EQ(section(html, "hit-rate").find("first uses only"), std::string::npos);
+  doc["sweep_touched_rows"] = 12345;
+  doc["sweep"][2]["holds_every_touched_row"] = true;  // lru at 50%
+  doc["sweep"][4]["holds_every_touched_row"] = true;  // belady at 50%
+  doc["sweep"][0]["holds_every_touched_row"] = false;
+  html = render_html_report(doc);
+  EXPECT_EQ(check_well_formed(html), "");
+  const std::string hit = section(html, "hit-rate");
+  EXPECT_NE(hit.find("From 50% on"), std::string::npos);
+  EXPECT_NE(hit.find("12345 distinct rows"), std::string::npos);
+  EXPECT_NE(hit.find("first uses only"), std::string::npos);
+  const std::string table = section(html, "sweep-table");
+  EXPECT_EQ(count(table, "50% *"), 2u);
+  EXPECT_EQ(count(table, " *<"), 2u);
 }
 
 }  // namespace
