@@ -1321,6 +1321,8 @@ json report_document(const json& j) {
     machine["update_floor"] = floors;
   }
   report["machine"] = machine;
+  // Where the trainer's outputs and gradients live, which the bytes chart's note names.
+  report["settings"] = {{"trainer", j["settings"]["trainer"]}};
   // The workload section shows the table list separately (a 26-entry array does not fit a cell).
   json w = j["workload"];
   report["tables"] = w["tables"];

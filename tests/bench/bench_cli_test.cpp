@@ -485,6 +485,8 @@ TEST_F(BenchRun, HtmlHasOneChartPerSectionAndTheSweepChart) {
   EXPECT_NE(html.find("id=\"tables\""), std::string::npos);
   EXPECT_NE(html.find("<p class=\"warn\" id=\"emulated\">"), std::string::npos) << "the device modes ran on emu";
   EXPECT_NE(html.find("first uses only"), std::string::npos) << "the 100% point holds every row touched";
+  EXPECT_NE(html.find("with the trainer's dense model on the device (strata-bench --trainer)"), std::string::npos)
+      << "the default trainer placement, named under the bytes chart";
   EXPECT_EQ(html.find("<script"), std::string::npos);
   // The summary shows forward against the gather limit; the machine section lists the limits.
   const std::size_t summary = html.find("id=\"summary\"");
