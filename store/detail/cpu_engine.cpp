@@ -1,5 +1,8 @@
 #include "store/detail/cpu_engine.hpp"
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
 #include <cstring>
 #include <unordered_map>
 
@@ -67,20 +70,20 @@ class CpuEngine final : public Engine {
 
   Status forward(EngineBatch&, const KeyBatch& batch, const EngineFeatures& f, const std::vector<MatrixView>& outputs,
                  const CallOrder&) override {
-    for (std::size_t i = 0; i < f.feature.size(); ++i) {
+    for_each_feature(f, [&](std::size_t i) {
       const std::size_t fi = static_cast<std::size_t>(f.feature[i]);
       tables_.at(f.table[i]).forward(batch.features[fi], outputs[fi].data);
-    }
+    });
     return Status::ok();
   }
 
   Status backward(EngineBatch&, const KeyBatch& batch, const EngineFeatures& f,
                   const std::vector<ConstMatrixView>& grads, std::int64_t t, const CallOrder&) override {
-    for (std::size_t i = 0; i < f.feature.size(); ++i) {
+    for_each_feature(f, [&](std::size_t i) {
       const std::size_t fi = static_cast<std::size_t>(f.feature[i]);
       const TableSpec& spec = config_.tables[static_cast<std::size_t>(f.table[i])].spec;
       tables_.at(f.table[i]).backward(batch.features[fi], grads[fi].data, make_optimizer_step(spec.optimizer, t));
-    }
+    });
     return Status::ok();
   }
 
@@ -97,6 +100,21 @@ class CpuEngine final : public Engine {
   }
 
  private:
+  // Runs fn(i) for every feature of the batch, the features' tables side by side: each table's
+  // kernels are parallel within the table, and running the tables as tasks of one parallel loop
+  // (nested in oneTBB's work stealing) removes the join between one table and the next, which
+  // dominates with many small tables (26 one-hot Criteo features of 8192 bags). Safe: a table
+  // appears at most once per batch, each HostTableOps keeps its own scratch, and the features'
+  // outputs and rows are disjoint; each output is computed as before (bit-identical).
+  template <class Fn>
+  static void for_each_feature(const EngineFeatures& f, Fn fn) {
+    if (f.feature.size() == 1) return fn(0);
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, f.feature.size(), 1),
+                      [&](const tbb::blocked_range<std::size_t>& r) {
+                        for (std::size_t i = r.begin(); i < r.end(); ++i) fn(i);
+                      });
+  }
+
   const StoreConfig& config_;
   std::unordered_map<int, HostTableOps> tables_;
 };
