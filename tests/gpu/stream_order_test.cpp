@@ -5,22 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <future>
 #include <memory>
 
 #include "gpu/device.hpp"
 #include "gpu/staging.hpp"
+#include "tests/gpu/stream_gate.hpp"
 
 namespace strata::gpu {
 namespace {
 
-struct Gate {
-  std::promise<void> go;
-  std::shared_future<void> open = go.get_future().share();
-  void hold(Device& dev, StreamView s) const {
-    dev.host_task(s, [f = open] { f.wait(); });
-  }
-};
+using Gate = StreamGate;
 
 TEST(EmuEvents, AWaitIsNotReleasedByALaterRecordOnAnotherStream) {
   auto dev = make_emu_device().value();
@@ -41,7 +35,7 @@ TEST(EmuEvents, AWaitIsNotReleasedByALaterRecordOnAnotherStream) {
     ASSERT_TRUE(dev->synchronize(b.view()).is_ok());
     EXPECT_TRUE(dev->ready(e.view())) << "ready() and synchronize(event) follow the latest record";
     ASSERT_TRUE(dev->synchronize(e.view()).is_ok());
-    gate.go.set_value();
+    gate.open();
     ASSERT_TRUE(dev->synchronize(c.view()).is_ok());
     ASSERT_TRUE(dev->synchronize(a.view()).is_ok());
     EXPECT_FALSE(c_early.load()) << "c's wait on the record on a was released by the later record on b";
@@ -64,7 +58,7 @@ TEST(StagingPool, AnEntryStillInUseOnAnotherStreamIsNotWaitedFor) {
   auto second = pool.take(want);
   ASSERT_TRUE(second.is_ok()) << second.status().to_string();
   EXPECT_NE(second->get(), first_entry);
-  gate.go.set_value();
+  gate.open();
   ASSERT_TRUE(dev->synchronize(s.view()).is_ok());
   pool.give_back(std::move(second).value());
   // Once done, the oldest free entry is reused.

@@ -3,12 +3,12 @@
 // (a host task blocked on a future, never a timed wait) while the store's calls return.
 #include <gtest/gtest.h>
 
-#include <future>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "tests/gpu/stream_gate.hpp"
 #include "tests/store/device_views.hpp"
 #include "tests/store/store_test_util.hpp"
 
@@ -38,14 +38,7 @@ StoreConfig config(Placement p, int tables = 1) {
 }
 
 // Holds a stream back until open() (a dense model still running).
-struct Gate {
-  std::promise<void> go;
-  std::shared_future<void> gate = go.get_future().share();
-  void hold(gpu::Device& dev, gpu::StreamView s) const {
-    dev.host_task(s, [f = gate] { f.wait(); });
-  }
-  void open() { go.set_value(); }
-};
+using Gate = gpu::StreamGate;
 
 // Forward of batch 1 on a held-back stream A (its trainer overwrites the outputs with NaN first),
 // then forward of batch 2 on an idle stream B, which the host waits for (batch 1 has only the `gpu`
