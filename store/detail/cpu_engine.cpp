@@ -108,10 +108,15 @@ class CpuEngine final : public Engine {
   // outputs and rows are disjoint; each output is computed as before (bit-identical).
   template <class Fn>
   static void for_each_feature(const EngineFeatures& f, Fn fn) {
-    if (f.feature.size() == 1) return fn(0);
+    if (f.feature.size() == 1) {
+      fn(0);
+      return;
+    }
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, f.feature.size(), 1),
                       [&](const tbb::blocked_range<std::size_t>& r) {
-                        for (std::size_t i = r.begin(); i < r.end(); ++i) fn(i);
+                        for (std::size_t i = r.begin(); i < r.end(); ++i) {
+                          fn(i);
+                        }
                       });
   }
 
