@@ -1,20 +1,13 @@
 #include "store/detail/cached_engine.hpp"
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-
 #include <algorithm>
-#include <chrono>
-#include <cstring>
-#include <numeric>
-#include <random>
-#include <unordered_map>
+#include <memory>
+#include <string>
 
 #include "cache/prefetcher.hpp"
 #include "gpu/staging.hpp"
-#include "store/detail/cpu_engine.hpp"
+#include "store/detail/cache_transfers.hpp"
 #include "store/detail/device_features.hpp"
-#include "store/detail/mapped_rows.hpp"
 #include "store/detail/slot_pool_engine.hpp"
 
 namespace strata::detail {
@@ -76,7 +69,7 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
     flush_staging_ = std::make_unique<Staging>(std::move(fs));
     for (int t : tables) {
       STRATA_ASSIGN_OR_RETURN(HostTable table, HostTable::create(topo, spec_of(t), options));
-      host_.emplace(t, HostTableOps(std::move(table)));
+      transfers_.add_table(t, std::move(table));
     }
     for (const auto& [shape, members] : SlotPoolEngine::shapes(config_, tables)) {
       cache::CachePoolOptions po;
@@ -234,13 +227,13 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
     STRATA_RETURN_IF_ERROR(flush_staging_->reserve(flush_sizes(p, W), flush_largest_));
     auto slots = flush_staging_->mirrored<Key>(W);
     for (std::size_t i = 0; i < W; ++i) slots.host[i] = part[i].slot;
-    float** mapped = zero_copy ? stage_rows(*flush_staging_, pool, part) : nullptr;
+    float** mapped = zero_copy ? transfers_.stage_rows(*flush_staging_, pool, part) : nullptr;
     float* host = zero_copy ? nullptr : flush_staging_->host_only<float>(W * rec);
     float* dev = flush_staging_->dev_only<float>(W * rec);
     dev_.wait(s, core_.progress());
     flush_staging_->upload(s);
     dev_.pack_records(s, pool.view, slots.dev, static_cast<std::int64_t>(W), dev);
-    send_home(s, pool, part, dev, host, mapped);
+    transfers_.send_home(s, pool, part, dev, host, mapped);
     dev_.record(flush_staging_->done(), s);
     return dev_.synchronize(flush_staging_->done());
   }
@@ -267,14 +260,14 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
                                  " backward call(s) since the last flush only in its memory; host memory holds the "
                                  "table as of that flush (cache.flush_every bounds what a device fault loses)");
     }
-    host_.at(table).read_rows(row0, n, weights, state);
+    transfers_.host(table).read_rows(row0, n, weights, state);
     return Status::ok();
   }
 
   Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) override {
     STRATA_RETURN_IF_ERROR(flush());
     prefetcher_.invalidate_table(table);
-    host_.at(table).write_rows(row0, n, weights, state);
+    transfers_.host(table).write_rows(row0, n, weights, state);
     return Status::ok();
   }
 
@@ -369,19 +362,21 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
                             m.wb_dev);
       dev_.record(packed_.view(), wb);
       for (const PoolMoves& m : b.moves)
-        if (!m.plan->writebacks.empty()) send_home(wb, *m.pool, m.plan->writebacks, m.wb_dev, m.wb_host, m.wb_rows_dev);
+        if (!m.plan->writebacks.empty())
+          transfers_.send_home(wb, *m.pool, m.plan->writebacks, m.wb_dev, m.wb_host, m.wb_rows_dev);
       dev_.record(written_.view(), wb);
       dev_.record(b.st->drained(), wb);
     }
     for (const PoolMoves& m : b.moves)
-      if (!m.plan->fills.empty() && !m.fill_rows_dev) stage_in(copy, *m.pool, m.plan->fills, m.fill_host, m.fill_dev);
+      if (!m.plan->fills.empty() && !m.fill_rows_dev)
+        transfers_.stage_in(copy, *m.pool, m.plan->fills, m.fill_host, m.fill_dev);
     if (any_wb) dev_.wait(copy, packed_.view());
     for (const PoolMoves& m : b.moves) {
       if (m.plan->fills.empty()) continue;
       const std::int64_t F = static_cast<std::int64_t>(m.plan->fills.size());
       if (m.fill_rows_dev) {
         dev_.records_from_host(copy, m.pool->view, m.fill_slots_dev, F, m.fill_rows_dev);
-        count_host(*m.pool, m.plan->fills, false);
+        transfers_.count_host(*m.pool, m.plan->fills, false);
       } else {
         dev_.unpack_records(copy, m.pool->view, m.fill_slots_dev, F, m.fill_dev);
       }
@@ -409,8 +404,8 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
     m.fill_slots_dev = fs.dev;
     m.wb_dev = st.dev_only<float>(W * rec);
     if (zero_copy_[static_cast<std::size_t>(w.pool)]) {
-      m.wb_rows_dev = stage_rows(st, pool, m.plan->writebacks);
-      m.fill_rows_dev = stage_rows(st, pool, m.plan->fills);
+      m.wb_rows_dev = transfers_.stage_rows(st, pool, m.plan->writebacks);
+      m.fill_rows_dev = transfers_.stage_rows(st, pool, m.plan->fills);
       return;
     }
     m.wb_host = st.host_only<float>(W * rec);
@@ -418,23 +413,13 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
     m.fill_dev = st.dev_only<float>(F * rec);
   }
 
-  // The device addresses of the host records of `rows`, in the mirrored region (zero-copy).
-  float** stage_rows(Staging& st, const Pool& pool, const std::vector<cache::Transfer>& rows) {
-    auto p = st.mirrored<float*>(rows.size());
-    for (std::size_t i = 0; i < rows.size(); ++i)
-      p.host[i] = mapped_.row(pool.tables[static_cast<std::size_t>(rows[i].table)], rows[i].row);
-    return p.dev;
-  }
-
   // Zero-copy transfers need the device address of every host table; kAuto measures both ways.
   Status choose_transfer() {
     const CacheTransfer want = config_.cache.transfer;
     if (want == CacheTransfer::kStaged) return Status::ok();
-    for (auto& [t, ops] : host_) {
-      const Status m = mapped_.add(dev_, t, ops.table().ref());
-      if (m.is_ok()) continue;
+    if (const Status m = transfers_.map_tables(); !m.is_ok()) {
       if (want == CacheTransfer::kAuto) return Status::ok();  // staged, then
-      return m.with_context("cache transfer zero_copy: table '" + spec_of(t).name + "'");
+      return m.with_context("cache transfer zero_copy");
     }
     for (std::size_t p = 0; p < zero_copy_.size(); ++p) {
       if (want == CacheTransfer::kZeroCopy) {
@@ -442,135 +427,12 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
       } else {
         // kAuto. The emu device has no PCIe to measure (both ways are host memcpys): it runs the
         // probe, so that tests hold it to changing nothing, and stays staged.
-        STRATA_ASSIGN_OR_RETURN(const bool faster, zero_copy_is_faster(core_.pool(static_cast<int>(p))));
+        STRATA_ASSIGN_OR_RETURN(const bool faster,
+                                transfers_.zero_copy_is_faster(core_.copy(), core_.pool(static_cast<int>(p))));
         zero_copy_[p] = faster && dev_.info().backend == gpu::Backend::kCuda;
       }
     }
     return Status::ok();
-  }
-
-  // Moves up to 4096 random rows of the pool's tables into its empty slots and back, both ways
-  // (interleaved, five times each), and says whether the zero-copy kernels took less time (the
-  // medians of fill + write-back). Which way wins depends on the record size, so each pool
-  // decides for itself. Slots are free while the store opens and write-backs write
-  // back the bytes just read, so the probe changes no row; its staging is freed before the store
-  // opens (too little device memory for it: staged). Its bytes show in the link counters.
-  Result<bool> zero_copy_is_faster(const Pool& pool) {
-    // Distinct rows (no two slots write one row back), spread over each table by a stride walk
-    // from a random start: row start + j * step (mod rows), step coprime with rows.
-    const std::int64_t tables = static_cast<std::int64_t>(pool.tables.size());
-    std::vector<cache::Transfer> rows;
-    std::mt19937_64 rng(12345);
-    for (std::int64_t local = 0; local < tables; ++local) {
-      const std::int64_t table_rows = spec_of(pool.tables[static_cast<std::size_t>(local)]).rows;
-      const std::int64_t want =
-          std::min(table_rows, (std::min<std::int64_t>(4096, pool.view.slots) + tables - 1) / tables);
-      std::int64_t step = 7919 % table_rows + 1;
-      while (std::gcd(step, table_rows) != 1) ++step;
-      const std::int64_t start = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(table_rows));
-      for (std::int64_t j = 0; j < want && static_cast<std::int64_t>(rows.size()) < pool.view.slots; ++j)
-        rows.push_back({static_cast<Key>(rows.size()), static_cast<int>(local),
-                        static_cast<Key>((start + j * step) % table_rows)});
-    }
-    const std::int64_t n = static_cast<std::int64_t>(rows.size());
-    const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
-    STRATA_ASSIGN_OR_RETURN(Staging st, Staging::create(dev_));
-    if (!st.reserve(Staging::bytes_for<Key>(rows.size()) + Staging::bytes_for<float*>(rows.size()),
-                    Staging::bytes_for<float>(rows.size() * rec), Staging::bytes_for<float>(rows.size() * rec))
-             .is_ok())
-      return false;
-    auto slots = st.mirrored<Key>(rows.size());
-    for (std::size_t i = 0; i < rows.size(); ++i) slots.host[i] = rows[i].slot;
-    float** mapped = stage_rows(st, pool, rows);
-    float* host = st.host_only<float>(rows.size() * rec);
-    float* dev = st.dev_only<float>(rows.size() * rec);
-    const gpu::StreamView s = core_.copy();
-    st.upload(s);
-    STRATA_RETURN_IF_ERROR(dev_.synchronize(s));
-    std::vector<double> staged, zero;
-    for (int rep = 0; rep < 5; ++rep) {
-      for (bool z : {false, true}) {
-        const auto t0 = std::chrono::steady_clock::now();
-        // As the engine moves rows: fills into the slots, write-backs packed then sent home.
-        if (z) {
-          dev_.records_from_host(s, pool.view, slots.dev, n, mapped);
-        } else {
-          stage_in(s, pool, rows, host, dev);
-          dev_.unpack_records(s, pool.view, slots.dev, n, dev);
-        }
-        dev_.pack_records(s, pool.view, slots.dev, n, dev);
-        send_home(s, pool, rows, dev, host, z ? mapped : nullptr);
-        STRATA_RETURN_IF_ERROR(dev_.synchronize(s));
-        (z ? zero : staged).push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      }
-    }
-    std::sort(staged.begin(), staged.end());
-    std::sort(zero.begin(), zero.end());
-    return zero[zero.size() / 2] < staged[staged.size() / 2];
-  }
-
-  // Write-back stream: records packed on the device (`dev`, (rows, stride)) -> their host rows,
-  // zero-copy through `mapped` (device addresses of the host records) or through pinned staging
-  // (`host`) and CPU threads.
-  void send_home(gpu::StreamView s, const Pool& pool, std::vector<cache::Transfer> rows, const float* dev, float* host,
-                 float** mapped) {
-    const std::int64_t W = static_cast<std::int64_t>(rows.size());
-    if (mapped) {
-      const gpu::SlotPool packed{const_cast<float*>(dev), W, pool.view.stride, pool.view.dim, pool.view.state_dim};
-      dev_.records_to_host(s, packed, nullptr, W, mapped);
-      count_host(pool, rows, true);
-      return;
-    }
-    const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
-    dev_.copy_d2h(s, host, dev, static_cast<std::size_t>(W) * rec * sizeof(float));
-    const std::size_t bytes = static_cast<std::size_t>(pool.view.dim + pool.view.state_dim) * sizeof(float);
-    // Counted at issue, as the device counts its own work, so that a snapshot of the counters
-    // never depends on how far the write-back stream has run.
-    count_host(pool, rows, true);
-    // The task owns the list: a discarded batch may be destroyed before the task runs.
-    dev_.host_task(s, [this, &pool, rows = std::move(rows), host, rec, bytes] {
-      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows.size(), 256),
-                        [&](const tbb::blocked_range<std::size_t>& r) {
-                          for (std::size_t i = r.begin(); i < r.end(); ++i) {
-                            HostTable& t = host_.at(pool.tables[static_cast<std::size_t>(rows[i].table)]).table();
-                            std::memcpy(t.row(rows[i].row), host + i * rec, bytes);
-                          }
-                        });
-    });
-  }
-
-  // Host DRAM traffic of a transfer, counted at issue (zero-copy: the device moves the bytes; staged: a host task).
-  void count_host(const Pool& pool, const std::vector<cache::Transfer>& rows, bool write) {
-    const std::size_t bytes = static_cast<std::size_t>(pool.view.dim + pool.view.state_dim) * sizeof(float);
-    gpu::NodeBytes per_node;
-    for (const cache::Transfer& x : rows)
-      per_node.add(host_.at(pool.tables[static_cast<std::size_t>(x.table)]).table().node_of(x.row), bytes);
-    if (write) {
-      dev_.counters().add_host_writes(per_node);
-    } else {
-      dev_.counters().add_host_reads(per_node);
-    }
-  }
-
-  // Copy stream (staged fills): host tables -> pinned staging `host` (NUMA-local threads would go
-  // here) -> `dev` ((fills, stride) device), unpacked into the slots by the caller.
-  void stage_in(gpu::StreamView s, const Pool& pool, const std::vector<cache::Transfer>& fills, float* host,
-                float* dev) {
-    const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
-    const std::size_t bytes = static_cast<std::size_t>(pool.view.dim + pool.view.state_dim) * sizeof(float);
-    count_host(pool, fills, false);  // at issue (send_home)
-    // The task owns a copy of the list: a discarded batch may be destroyed before the task runs.
-    dev_.host_task(s, [this, &pool, rows = fills, host, rec, bytes] {
-      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows.size(), 256),
-                        [&](const tbb::blocked_range<std::size_t>& r) {
-                          for (std::size_t i = r.begin(); i < r.end(); ++i) {
-                            const cache::Transfer& x = rows[i];
-                            const HostTable& t = host_.at(pool.tables[static_cast<std::size_t>(x.table)]).table();
-                            std::memcpy(host + i * rec, t.row(x.row), bytes);
-                          }
-                        });
-    });
-    dev_.copy_h2d(s, dev, host, fills.size() * rec * sizeof(float));
   }
 
   const StoreConfig& config_;
@@ -578,10 +440,8 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
   // Between the copy and write-back streams, recorded by every batch with write-backs (see
   // issue_transfers): its metadata uploaded, its victims packed, its victims in host memory.
   gpu::Event uploaded_, packed_, written_;
-  std::unordered_map<int, HostTableOps> host_;
-  // Zero-copy transfers (zero_copy_): the device addresses of the host tables.
-  MappedRows mapped_;
-  std::vector<bool> zero_copy_;  // per pool: fills and write-backs by the zero-copy kernels (else staged)
+  CacheTransfers transfers_{dev_};  // the host tables, and the row moves between them and the pools
+  std::vector<bool> zero_copy_;     // per pool: fills and write-backs by the zero-copy kernels (else staged)
   // The window, the planners, deferral, previews and flush planning; plans executed by this engine.
   cache::Prefetcher prefetcher_;
   std::unique_ptr<Staging> flush_staging_;
