@@ -1,42 +1,28 @@
 #include "store/detail/cached_engine.hpp"
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-
 #include <algorithm>
-#include <chrono>
-#include <cstring>
-#include <map>
-#include <numeric>
-#include <random>
-#include <unordered_map>
+#include <memory>
+#include <string>
 
 #include "cache/prefetcher.hpp"
 #include "gpu/staging.hpp"
-#include "store/detail/cpu_engine.hpp"
+#include "store/detail/cache_transfers.hpp"
 #include "store/detail/device_features.hpp"
-#include "store/detail/mapped_rows.hpp"
+#include "store/detail/slot_pool_engine.hpp"
 
 namespace strata::detail {
 namespace {
 
 using gpu::Staging;
 
-// A slot pool's device side (its planner is the prefetcher's pool of the same number).
-struct Pool {
-  gpu::DeviceBuffer memory;
-  gpu::SlotPool view;
-  std::vector<int> tables;  // pool-local index -> global table
-  bool zero_copy = false;   // fills and write-backs by the zero-copy kernels (else staged)
-};
+// A slot pool (the core's pool, planned by the prefetcher's pool of the same number).
+using Pool = SlotPoolEngine::Pool;
 
-// One batch's work in one pool: the device side of the prefetcher's Batch::Part of the same index.
-struct PoolWork {
-  int pool = 0;
-  std::vector<int> feats;  // indexes into the engine's features of the batch (the part's keys)
+// One batch's transfers in one pool: the device side of the prefetcher's Batch::Part of the same
+// index (and of the SlotBatch::work of the same index).
+struct PoolMoves {
+  const Pool* pool = nullptr;
   const cache::ShardedPlan* plan = nullptr;
-  std::vector<gpu::LookupFeature> looks;
-  std::vector<gpu::UpdateFeature> updates;
   Key* wb_slots_dev = nullptr;
   float* wb_dev = nullptr;   // the write-backs' records, packed on the device
   float* wb_host = nullptr;  // staged: their pinned copy
@@ -47,15 +33,15 @@ struct PoolWork {
 };
 
 // The prefetcher's batch (id, keys, plans) with what the device needs to execute it.
-struct CachedBatch final : EngineBatch, cache::Prefetcher::Batch {
+// Its SlotBatch (staging, device features, work per pool as `parts`) once staged; its ready(): the
+// batch's rows are in their slots.
+struct CachedBatch final : EngineBatch, cache::Prefetcher::Batch, SlotBatch {
   // The batch's features. Not the KeyBatch itself: the store moves it after submit, but the
   // features' buffer moves with it unchanged.
   const JaggedKeys* feats = nullptr;
   EngineFeatures features;
   std::vector<UniqueKeys> unique;  // per engine feature (the prefetcher's keys point here)
-  std::vector<PoolWork> work;      // per pool touched, as `parts`, once staged
-  std::unique_ptr<Staging> st;     // its ready(): the batch's rows are in their slots
-  std::vector<DeviceFeature> dev;  // per engine feature
+  std::vector<PoolMoves> moves;    // per pool touched, as `parts`, once staged
 };
 
 // The prefetcher (cache/prefetcher.hpp) decides what to plan when; the engine executes its plans
@@ -63,14 +49,11 @@ struct CachedBatch final : EngineBatch, cache::Prefetcher::Batch {
 class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
  public:
   CachedEngine(const StoreConfig& config, gpu::Device& dev)
-      : config_(config), dev_(dev), prefetcher_(config.cache.lookahead, static_cast<int>(config.tables.size())) {
+      : config_(config),
+        dev_(dev),
+        prefetcher_(config.cache.lookahead, static_cast<int>(config.tables.size())),
+        core_(config, dev) {
     prefetcher_.set_executor(this);
-  }
-
-  ~CachedEngine() override {
-    (void)dev_.synchronize(copy_.view());
-    (void)dev_.synchronize(writeback_.view());
-    (void)dev_.synchronize(compute_.view());
   }
 
   Status init(const Topology& topo, const std::vector<int>& tables, HostTableOptions options) {
@@ -78,28 +61,21 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
     // Small tables share 2 MiB arenas, pinned whole (host/host_table.hpp); the tables keep them alive.
     ArenaPacker packer;
     options.packer = &packer;
-    STRATA_ASSIGN_OR_RETURN(copy_, dev_.create_stream());
-    STRATA_ASSIGN_OR_RETURN(writeback_, dev_.create_stream());
-    STRATA_ASSIGN_OR_RETURN(compute_, dev_.create_stream());
-    STRATA_ASSIGN_OR_RETURN(progress_, dev_.create_event());
+    STRATA_RETURN_IF_ERROR(core_.init({/*writeback_stream=*/true, /*progress_event=*/true}));
     STRATA_ASSIGN_OR_RETURN(uploaded_, dev_.create_event());
     STRATA_ASSIGN_OR_RETURN(packed_, dev_.create_event());
     STRATA_ASSIGN_OR_RETURN(written_, dev_.create_event());
     STRATA_ASSIGN_OR_RETURN(Staging fs, Staging::create(dev_));
     flush_staging_ = std::make_unique<Staging>(std::move(fs));
-    std::map<std::pair<std::int32_t, std::int32_t>, std::vector<int>> shapes;
     for (int t : tables) {
-      const TableSpec& spec = spec_of(t);
-      shapes[{spec.dim, optimizer_state_dim(spec.optimizer.kind, spec.dim)}].push_back(t);
-      STRATA_ASSIGN_OR_RETURN(HostTable table, HostTable::create(topo, spec, options));
-      host_.emplace(t, HostTableOps(std::move(table)));
+      STRATA_ASSIGN_OR_RETURN(HostTable table, HostTable::create(topo, spec_of(t), options));
+      transfers_.add_table(t, std::move(table));
     }
-    for (const auto& [shape, members] : shapes) {
+    for (const auto& [shape, members] : SlotPoolEngine::shapes(config_, tables)) {
       cache::CachePoolOptions po;
       po.policy = config_.cache.policy;
       po.window = config_.cache.lookahead + config_.cache.preview + 1;
       po.name = "(dim " + std::to_string(shape.first) + ", state " + std::to_string(shape.second) + ")";
-      const std::int64_t stride = record_stride(shape.first, shape.second);
       po.record_bytes = (shape.first + shape.second) * 4;
       for (int t : members) {
         const TableConfig& tc = config_.tables[static_cast<std::size_t>(t)];
@@ -107,17 +83,11 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
         po.tables.push_back({tc.spec.name, tc.cache.cap ? cache_rows(tc) : 0});
       }
       STRATA_RETURN_IF_ERROR(cache::ShardedPool::validate(po, config_.cache.planner_shards));
-      Pool pool;
-      const std::size_t bytes = static_cast<std::size_t>(po.slots * stride) * sizeof(float);
-      auto mem = dev_.allocate(bytes);
-      if (!mem)
-        return Status::resource_exhausted("cache pool " + po.name + " of " + std::to_string(po.slots) + " rows needs " +
-                                          std::to_string(bytes) + " bytes of device memory: " + mem.status().message());
-      pool.memory = std::move(mem).value();
-      pool.view = gpu::SlotPool{pool.memory.as<float>(), po.slots, stride, shape.first, shape.second};
-      pool.tables = members;
+      STRATA_RETURN_IF_ERROR(
+          core_.add_pool(shape.first, shape.second, po.slots, members,
+                         "cache pool " + po.name + " of " + std::to_string(po.slots) + " rows needs "));
       prefetcher_.add_pool(std::make_unique<cache::ShardedPool>(po, config_.cache.planner_shards), members);
-      pools_.push_back(std::move(pool));
+      zero_copy_.push_back(false);
     }
     return choose_transfer();
   }
@@ -185,38 +155,16 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
                                     "the cache more rows)");
       }
     }
-    const gpu::StreamView s = compute_.view();
-    if (order.after.state()) dev_.wait(s, order.after);
-    dev_.wait(s, b.st->ready());
-    for (auto& w : b.work) {
-      for (std::size_t j = 0; j < w.feats.size(); ++j) {
-        const std::size_t i = static_cast<std::size_t>(w.feats[j]);
-        w.looks[j] = lookup_into(b.dev[i], outputs[static_cast<std::size_t>(f.feature[i])]);
-      }
-      dev_.gather_pool(s, pools_[static_cast<std::size_t>(w.pool)].view, w.looks);
-    }
-    return finish_outputs(dev_, s, *b.st, b.dev, f.feature, outputs, order);
+    return core_.forward(b, f, outputs, order);
   }
 
   Status backward(EngineBatch& eb, const KeyBatch&, const EngineFeatures& f, const std::vector<ConstMatrixView>& grads,
                   std::int64_t t, const CallOrder& order) override {
     auto& b = static_cast<CachedBatch&>(eb);
     STRATA_CHECK(b.planned);  // forward came first
-    const gpu::StreamView s = compute_.view();
-    if (order.after.state()) dev_.wait(s, order.after);
-    const bool device_grads = copy_gradients(dev_, s, b.dev, f.feature, grads);
-    for (auto& w : b.work) {
-      for (std::size_t j = 0; j < w.feats.size(); ++j) {
-        const std::size_t i = static_cast<std::size_t>(w.feats[j]);
-        const OptimizerStep step = make_optimizer_step(spec_of(f.table[i]).optimizer, t);
-        w.updates[j] = update_from(b.dev[i], grads[static_cast<std::size_t>(f.feature[i])]);
-        w.updates[j].step = step;
-      }
-      dev_.backward_update(s, pools_[static_cast<std::size_t>(w.pool)].view, w.updates);
-    }
-    const gpu::EventView done = b.st->done();
-    retire(b);  // records done after the updates
-    Status applied = finish_gradients(dev_, done, device_grads, order);
+    // The core gives the batch's staging back before the prefetcher's retire, which may plan
+    // deferred batches into it.
+    Status applied = core_.backward(b, f, grads, t, order);
     prefetcher_.retire(b, true);
     if (applied.is_ok()) ++unflushed_;
     return applied;
@@ -228,8 +176,7 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
       prefetcher_.discard(b);  // a deferred batch behind it may be planned now
       return Status::ok();
     }
-    dev_.wait(compute_.view(), b.st->ready());
-    retire(b);
+    core_.discard(b);
     prefetcher_.discard(b);
     return dev_.status();
   }
@@ -242,21 +189,21 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
   // write-backs of rows that plans evicted have landed too (and the copy stream, so no fill
   // still reads a host row): on return every host table holds every row written.
   Status flush() override {
-    const gpu::StreamView s = writeback_.view();
+    const gpu::StreamView s = core_.writeback();
     // The flush staging is reserved for the largest chunk any pool can need (a chunk, or the
     // whole pool when smaller), so that flushes in a training loop (cache.flush_every) allocate
     // once, not whenever more rows are dirty than before.
     flush_largest_ = {};
-    for (std::size_t p = 0; p < pools_.size(); ++p) {
-      const std::size_t W = std::min(static_cast<std::size_t>(pools_[p].view.slots), flush_rows(static_cast<int>(p)));
-      const gpu::StagingSizes z = flush_sizes(pools_[p], W);
+    for (int p = 0; p < static_cast<int>(core_.pools().size()); ++p) {
+      const std::size_t W = std::min(static_cast<std::size_t>(core_.pool(p).view.slots), flush_rows(p));
+      const gpu::StagingSizes z = flush_sizes(p, W);
       flush_largest_ = {std::max(flush_largest_.mirrored, z.mirrored), std::max(flush_largest_.host_only, z.host_only),
                         std::max(flush_largest_.dev_only, z.dev_only)};
     }
     // The prefetcher lists the dirty rows pool by pool and chunk by chunk (write_back below).
     STRATA_RETURN_IF_ERROR(prefetcher_.flush());
     STRATA_RETURN_IF_ERROR(dev_.synchronize(s));
-    STRATA_RETURN_IF_ERROR(dev_.synchronize(copy_.view()));
+    STRATA_RETURN_IF_ERROR(dev_.synchronize(core_.copy()));
     STRATA_RETURN_IF_ERROR(dev_.status());
     unflushed_ = 0;
     return Status::ok();
@@ -264,38 +211,40 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
 
   // Executor: rows of a flush chunk of pool `p`: at most kFlushChunkBytes of records.
   std::size_t flush_rows(int p) override {
-    const std::size_t rec = static_cast<std::size_t>(pools_[static_cast<std::size_t>(p)].view.stride);
+    const std::size_t rec = static_cast<std::size_t>(core_.pool(p).view.stride);
     return std::max<std::size_t>(1, kFlushChunkBytes / (rec * sizeof(float)));
   }
 
   // Executor: one flush chunk, on the write-back stream. Returns once its rows are in host memory
   // (the prefetcher then marks them clean).
   Status write_back(int p, const std::vector<cache::Transfer>& part) override {
-    const gpu::StreamView s = writeback_.view();
-    Pool& pool = pools_[static_cast<std::size_t>(p)];
+    const gpu::StreamView s = core_.writeback();
+    const Pool& pool = core_.pool(p);
+    const bool zero_copy = zero_copy_[static_cast<std::size_t>(p)];
     const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
     STRATA_RETURN_IF_ERROR(dev_.synchronize(flush_staging_->done()));
     const std::size_t W = part.size();
-    STRATA_RETURN_IF_ERROR(flush_staging_->reserve(flush_sizes(pool, W), flush_largest_));
+    STRATA_RETURN_IF_ERROR(flush_staging_->reserve(flush_sizes(p, W), flush_largest_));
     auto slots = flush_staging_->mirrored<Key>(W);
     for (std::size_t i = 0; i < W; ++i) slots.host[i] = part[i].slot;
-    float** mapped = pool.zero_copy ? stage_rows(*flush_staging_, pool, part) : nullptr;
-    float* host = pool.zero_copy ? nullptr : flush_staging_->host_only<float>(W * rec);
+    float** mapped = zero_copy ? transfers_.stage_rows(*flush_staging_, pool, part) : nullptr;
+    float* host = zero_copy ? nullptr : flush_staging_->host_only<float>(W * rec);
     float* dev = flush_staging_->dev_only<float>(W * rec);
-    dev_.wait(s, progress_.view());
+    dev_.wait(s, core_.progress());
     flush_staging_->upload(s);
     dev_.pack_records(s, pool.view, slots.dev, static_cast<std::int64_t>(W), dev);
-    send_home(s, pool, part, dev, host, mapped);
+    transfers_.send_home(s, pool, part, dev, host, mapped);
     dev_.record(flush_staging_->done(), s);
     return dev_.synchronize(flush_staging_->done());
   }
 
   // Staging of a flush chunk of W rows of `pool`: their slots (and host addresses, zero-copy),
   // their records packed on the device (and their pinned copy, staged).
-  static gpu::StagingSizes flush_sizes(const Pool& pool, std::size_t W) {
-    const std::size_t records = W * static_cast<std::size_t>(pool.view.stride);
-    return {Staging::bytes_for<Key>(W) + (pool.zero_copy ? Staging::bytes_for<float*>(W) : 0),
-            pool.zero_copy ? 0 : Staging::bytes_for<float>(records), Staging::bytes_for<float>(records)};
+  gpu::StagingSizes flush_sizes(int p, std::size_t W) const {
+    const bool zero_copy = zero_copy_[static_cast<std::size_t>(p)];
+    const std::size_t records = W * static_cast<std::size_t>(core_.pool(p).view.stride);
+    return {Staging::bytes_for<Key>(W) + (zero_copy ? Staging::bytes_for<float*>(W) : 0),
+            zero_copy ? 0 : Staging::bytes_for<float>(records), Staging::bytes_for<float>(records)};
   }
 
   // After a device fault the rows stay readable while host memory holds every applied update: no
@@ -311,19 +260,19 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
                                  " backward call(s) since the last flush only in its memory; host memory holds the "
                                  "table as of that flush (cache.flush_every bounds what a device fault loses)");
     }
-    host_.at(table).read_rows(row0, n, weights, state);
+    transfers_.host(table).read_rows(row0, n, weights, state);
     return Status::ok();
   }
 
   Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) override {
     STRATA_RETURN_IF_ERROR(flush());
     prefetcher_.invalidate_table(table);
-    host_.at(table).write_rows(row0, n, weights, state);
+    transfers_.host(table).write_rows(row0, n, weights, state);
     return Status::ok();
   }
 
   void cache_stats(std::vector<std::pair<int, cache::CacheStats>>& out) const override {
-    for (const auto& pool : pools_)
+    for (const auto& pool : core_.pools())
       for (const int t : pool.tables) out.push_back({t, prefetcher_.table_stats(t)});
   }
 
@@ -334,24 +283,26 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
   Status prepare(cache::Prefetcher::Batch& pb) override {
     auto& b = static_cast<CachedBatch&>(pb);
     b.work.clear();
+    b.moves.clear();
     for (const auto& part : b.parts) {
       PoolWork w;
       w.pool = part.pool;
       w.feats = part.keys;  // the batch's keys are its features, in order
       b.work.push_back(std::move(w));
+      b.moves.emplace_back();
     }
     // Staging sizes from the batch's shape, not from the cache's state: its fills and its
     // write-backs are each at most its unique rows (a cold cache fills them all), so the staging
     // of a training loop stops growing after its first batches (gpu/staging.hpp).
     gpu::StagingSizes want;
     for (const PoolWork& w : b.work) {
-      const Pool& pool = pools_[static_cast<std::size_t>(w.pool)];
+      const Pool& pool = core_.pool(w.pool);
       std::size_t unique = 0;
       for (int i : w.feats) unique += static_cast<std::size_t>(b.unique[static_cast<std::size_t>(i)].size());
       const std::size_t records = unique * static_cast<std::size_t>(pool.view.stride);
       want.mirrored += 2 * Staging::bytes_for<Key>(unique);
       want.dev_only += Staging::bytes_for<float>(records);  // write-backs, packed
-      if (pool.zero_copy) {
+      if (zero_copy_[static_cast<std::size_t>(w.pool)]) {
         want.mirrored += 2 * Staging::bytes_for<float*>(unique);
       } else {
         want.host_only += 2 * Staging::bytes_for<float>(records);
@@ -362,7 +313,7 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
                           spec_of(b.features.table[static_cast<std::size_t>(i)]),
                           b.unique[static_cast<std::size_t>(i)].size(), want.mirrored, want.host_only, want.dev_only);
     }
-    auto st = staging_.take(want);
+    auto st = core_.staging().take(want);
     if (!st)
       return st.status().with_context("batch " + std::to_string(b.id) + ": staging of " +
                                       std::to_string(want.mirrored + want.dev_only) + " bytes of device memory and " +
@@ -376,8 +327,9 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
     auto& b = static_cast<CachedBatch&>(pb);
     b.dev.resize(b.features.feature.size());
     for (std::size_t k = 0; k < b.work.size(); ++k) {
-      b.work[k].plan = &b.parts[k].plan;
-      stage_metadata(b, b.work[k]);
+      b.moves[k].pool = &core_.pool(b.work[k].pool);
+      b.moves[k].plan = &b.parts[k].plan;
+      stage_metadata(b, b.work[k], b.moves[k]);
     }
     issue_transfers(b);
   }
@@ -394,258 +346,112 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
   // back is in host memory before a later miss of it reads it (flush and reads wait for the whole
   // write-back stream). drained: the staging entry is not reused before its write-backs are done.
   void issue_transfers(CachedBatch& b) {
-    const gpu::StreamView copy = copy_.view(), wb = writeback_.view();
+    const gpu::StreamView copy = core_.copy(), wb = core_.writeback();
     bool any_wb = false;
-    for (const PoolWork& w : b.work) any_wb = any_wb || !w.plan->writebacks.empty();
-    dev_.wait(copy, progress_.view());
+    for (const PoolMoves& m : b.moves) any_wb = any_wb || !m.plan->writebacks.empty();
+    dev_.wait(copy, core_.progress());
     b.st->upload(copy);
     if (any_wb) dev_.record(uploaded_.view(), copy);
     dev_.wait(copy, written_.view());
     if (any_wb) {
-      dev_.wait(wb, progress_.view());
+      dev_.wait(wb, core_.progress());
       dev_.wait(wb, uploaded_.view());
-      for (PoolWork& w : b.work)
-        if (!w.plan->writebacks.empty())
-          dev_.pack_records(wb, pools_[static_cast<std::size_t>(w.pool)].view, w.wb_slots_dev,
-                            static_cast<std::int64_t>(w.plan->writebacks.size()), w.wb_dev);
+      for (const PoolMoves& m : b.moves)
+        if (!m.plan->writebacks.empty())
+          dev_.pack_records(wb, m.pool->view, m.wb_slots_dev, static_cast<std::int64_t>(m.plan->writebacks.size()),
+                            m.wb_dev);
       dev_.record(packed_.view(), wb);
-      for (PoolWork& w : b.work)
-        if (!w.plan->writebacks.empty())
-          send_home(wb, pools_[static_cast<std::size_t>(w.pool)], w.plan->writebacks, w.wb_dev, w.wb_host,
-                    w.wb_rows_dev);
+      for (const PoolMoves& m : b.moves)
+        if (!m.plan->writebacks.empty())
+          transfers_.send_home(wb, *m.pool, m.plan->writebacks, m.wb_dev, m.wb_host, m.wb_rows_dev);
       dev_.record(written_.view(), wb);
       dev_.record(b.st->drained(), wb);
     }
-    for (PoolWork& w : b.work)
-      if (!w.plan->fills.empty() && !w.fill_rows_dev)
-        stage_in(copy, pools_[static_cast<std::size_t>(w.pool)], w.plan->fills, w.fill_host, w.fill_dev);
+    for (const PoolMoves& m : b.moves)
+      if (!m.plan->fills.empty() && !m.fill_rows_dev)
+        transfers_.stage_in(copy, *m.pool, m.plan->fills, m.fill_host, m.fill_dev);
     if (any_wb) dev_.wait(copy, packed_.view());
-    for (PoolWork& w : b.work) {
-      if (w.plan->fills.empty()) continue;
-      Pool& pool = pools_[static_cast<std::size_t>(w.pool)];
-      const std::int64_t F = static_cast<std::int64_t>(w.plan->fills.size());
-      if (w.fill_rows_dev) {
-        dev_.records_from_host(copy, pool.view, w.fill_slots_dev, F, w.fill_rows_dev);
-        count_host(pool, w.plan->fills, false);
+    for (const PoolMoves& m : b.moves) {
+      if (m.plan->fills.empty()) continue;
+      const std::int64_t F = static_cast<std::int64_t>(m.plan->fills.size());
+      if (m.fill_rows_dev) {
+        dev_.records_from_host(copy, m.pool->view, m.fill_slots_dev, F, m.fill_rows_dev);
+        transfers_.count_host(*m.pool, m.plan->fills, false);
       } else {
-        dev_.unpack_records(copy, pool.view, w.fill_slots_dev, F, w.fill_dev);
+        dev_.unpack_records(copy, m.pool->view, m.fill_slots_dev, F, m.fill_dev);
       }
     }
     dev_.record(b.st->ready(), copy);
   }
 
-  // Writes the batch's lookup and update arguments into the mirrored staging region.
-  void stage_metadata(CachedBatch& b, PoolWork& w) {
+  // Writes the batch's lookup and update arguments, and the slots and buffers of its transfers,
+  // into its staging (`m`: the transfers of the pool of `w`).
+  void stage_metadata(CachedBatch& b, const PoolWork& w, PoolMoves& m) {
     Staging& st = *b.st;
-    const std::size_t rec = static_cast<std::size_t>(pools_[static_cast<std::size_t>(w.pool)].view.stride);
+    const Pool& pool = *m.pool;
+    const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
     for (std::size_t j = 0; j < w.feats.size(); ++j) {
       const std::size_t i = static_cast<std::size_t>(w.feats[j]);
       b.dev[i] = stage_feature(st, b.feats[static_cast<std::size_t>(b.features.feature[i])],
-                               spec_of(b.features.table[i]), b.unique[i], w.plan->unique_slots[j]);
-      w.looks.push_back(b.dev[i].look);
-      w.updates.push_back(b.dev[i].update);
+                               spec_of(b.features.table[i]), b.unique[i], m.plan->unique_slots[j]);
     }
-    const std::size_t W = w.plan->writebacks.size(), F = w.plan->fills.size();
+    const std::size_t W = m.plan->writebacks.size(), F = m.plan->fills.size();
     auto wb = st.mirrored<Key>(W);
-    for (std::size_t i = 0; i < W; ++i) wb.host[i] = w.plan->writebacks[i].slot;
-    w.wb_slots_dev = wb.dev;
+    for (std::size_t i = 0; i < W; ++i) wb.host[i] = m.plan->writebacks[i].slot;
+    m.wb_slots_dev = wb.dev;
     auto fs = st.mirrored<Key>(F);
-    for (std::size_t i = 0; i < F; ++i) fs.host[i] = w.plan->fills[i].slot;
-    w.fill_slots_dev = fs.dev;
-    w.wb_dev = st.dev_only<float>(W * rec);
-    const Pool& pool = pools_[static_cast<std::size_t>(w.pool)];
-    if (pool.zero_copy) {
-      w.wb_rows_dev = stage_rows(st, pool, w.plan->writebacks);
-      w.fill_rows_dev = stage_rows(st, pool, w.plan->fills);
+    for (std::size_t i = 0; i < F; ++i) fs.host[i] = m.plan->fills[i].slot;
+    m.fill_slots_dev = fs.dev;
+    m.wb_dev = st.dev_only<float>(W * rec);
+    if (zero_copy_[static_cast<std::size_t>(w.pool)]) {
+      m.wb_rows_dev = transfers_.stage_rows(st, pool, m.plan->writebacks);
+      m.fill_rows_dev = transfers_.stage_rows(st, pool, m.plan->fills);
       return;
     }
-    w.wb_host = st.host_only<float>(W * rec);
-    w.fill_host = st.host_only<float>(F * rec);
-    w.fill_dev = st.dev_only<float>(F * rec);
-  }
-
-  // The device addresses of the host records of `rows`, in the mirrored region (zero-copy).
-  float** stage_rows(Staging& st, const Pool& pool, const std::vector<cache::Transfer>& rows) {
-    auto p = st.mirrored<float*>(rows.size());
-    for (std::size_t i = 0; i < rows.size(); ++i)
-      p.host[i] = mapped_.row(pool.tables[static_cast<std::size_t>(rows[i].table)], rows[i].row);
-    return p.dev;
+    m.wb_host = st.host_only<float>(W * rec);
+    m.fill_host = st.host_only<float>(F * rec);
+    m.fill_dev = st.dev_only<float>(F * rec);
   }
 
   // Zero-copy transfers need the device address of every host table; kAuto measures both ways.
   Status choose_transfer() {
     const CacheTransfer want = config_.cache.transfer;
     if (want == CacheTransfer::kStaged) return Status::ok();
-    for (auto& [t, ops] : host_) {
-      const Status m = mapped_.add(dev_, t, ops.table().ref());
-      if (m.is_ok()) continue;
+    if (const Status m = transfers_.map_tables(); !m.is_ok()) {
       if (want == CacheTransfer::kAuto) return Status::ok();  // staged, then
-      return m.with_context("cache transfer zero_copy: table '" + spec_of(t).name + "'");
+      return m.with_context("cache transfer zero_copy");
     }
-    for (Pool& pool : pools_) {
+    for (std::size_t p = 0; p < zero_copy_.size(); ++p) {
       if (want == CacheTransfer::kZeroCopy) {
-        pool.zero_copy = true;
+        zero_copy_[p] = true;
       } else {
         // kAuto. The emu device has no PCIe to measure (both ways are host memcpys): it runs the
         // probe, so that tests hold it to changing nothing, and stays staged.
-        STRATA_ASSIGN_OR_RETURN(const bool faster, zero_copy_is_faster(pool));
-        pool.zero_copy = faster && dev_.info().backend == gpu::Backend::kCuda;
+        STRATA_ASSIGN_OR_RETURN(const bool faster,
+                                transfers_.zero_copy_is_faster(core_.copy(), core_.pool(static_cast<int>(p))));
+        zero_copy_[p] = faster && dev_.info().backend == gpu::Backend::kCuda;
       }
     }
     return Status::ok();
   }
 
-  // Moves up to 4096 random rows of the pool's tables into its empty slots and back, both ways
-  // (interleaved, five times each), and says whether the zero-copy kernels took less time (the
-  // medians of fill + write-back). Which way wins depends on the record size, so each pool
-  // decides for itself. Slots are free while the store opens and write-backs write
-  // back the bytes just read, so the probe changes no row; its staging is freed before the store
-  // opens (too little device memory for it: staged). Its bytes show in the link counters.
-  Result<bool> zero_copy_is_faster(Pool& pool) {
-    // Distinct rows (no two slots write one row back), spread over each table by a stride walk
-    // from a random start: row start + j * step (mod rows), step coprime with rows.
-    const std::int64_t tables = static_cast<std::int64_t>(pool.tables.size());
-    std::vector<cache::Transfer> rows;
-    std::mt19937_64 rng(12345);
-    for (std::int64_t local = 0; local < tables; ++local) {
-      const std::int64_t table_rows = spec_of(pool.tables[static_cast<std::size_t>(local)]).rows;
-      const std::int64_t want =
-          std::min(table_rows, (std::min<std::int64_t>(4096, pool.view.slots) + tables - 1) / tables);
-      std::int64_t step = 7919 % table_rows + 1;
-      while (std::gcd(step, table_rows) != 1) ++step;
-      const std::int64_t start = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(table_rows));
-      for (std::int64_t j = 0; j < want && static_cast<std::int64_t>(rows.size()) < pool.view.slots; ++j)
-        rows.push_back({static_cast<Key>(rows.size()), static_cast<int>(local),
-                        static_cast<Key>((start + j * step) % table_rows)});
-    }
-    const std::int64_t n = static_cast<std::int64_t>(rows.size());
-    const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
-    STRATA_ASSIGN_OR_RETURN(Staging st, Staging::create(dev_));
-    if (!st.reserve(Staging::bytes_for<Key>(rows.size()) + Staging::bytes_for<float*>(rows.size()),
-                    Staging::bytes_for<float>(rows.size() * rec), Staging::bytes_for<float>(rows.size() * rec))
-             .is_ok())
-      return false;
-    auto slots = st.mirrored<Key>(rows.size());
-    for (std::size_t i = 0; i < rows.size(); ++i) slots.host[i] = rows[i].slot;
-    float** mapped = stage_rows(st, pool, rows);
-    float* host = st.host_only<float>(rows.size() * rec);
-    float* dev = st.dev_only<float>(rows.size() * rec);
-    const gpu::StreamView s = copy_.view();
-    st.upload(s);
-    STRATA_RETURN_IF_ERROR(dev_.synchronize(s));
-    std::vector<double> staged, zero;
-    for (int rep = 0; rep < 5; ++rep) {
-      for (bool z : {false, true}) {
-        const auto t0 = std::chrono::steady_clock::now();
-        // As the engine moves rows: fills into the slots, write-backs packed then sent home.
-        if (z) {
-          dev_.records_from_host(s, pool.view, slots.dev, n, mapped);
-        } else {
-          stage_in(s, pool, rows, host, dev);
-          dev_.unpack_records(s, pool.view, slots.dev, n, dev);
-        }
-        dev_.pack_records(s, pool.view, slots.dev, n, dev);
-        send_home(s, pool, rows, dev, host, z ? mapped : nullptr);
-        STRATA_RETURN_IF_ERROR(dev_.synchronize(s));
-        (z ? zero : staged).push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      }
-    }
-    std::sort(staged.begin(), staged.end());
-    std::sort(zero.begin(), zero.end());
-    return zero[zero.size() / 2] < staged[staged.size() / 2];
-  }
-
-  // Write-back stream: records packed on the device (`dev`, (rows, stride)) -> their host rows,
-  // zero-copy through `mapped` (device addresses of the host records) or through pinned staging
-  // (`host`) and CPU threads.
-  void send_home(gpu::StreamView s, Pool& pool, std::vector<cache::Transfer> rows, const float* dev, float* host,
-                 float** mapped) {
-    const std::int64_t W = static_cast<std::int64_t>(rows.size());
-    if (mapped) {
-      const gpu::SlotPool packed{const_cast<float*>(dev), W, pool.view.stride, pool.view.dim, pool.view.state_dim};
-      dev_.records_to_host(s, packed, nullptr, W, mapped);
-      count_host(pool, rows, true);
-      return;
-    }
-    const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
-    dev_.copy_d2h(s, host, dev, static_cast<std::size_t>(W) * rec * sizeof(float));
-    const std::size_t bytes = static_cast<std::size_t>(pool.view.dim + pool.view.state_dim) * sizeof(float);
-    // Counted at issue, as the device counts its own work, so that a snapshot of the counters
-    // never depends on how far the write-back stream has run.
-    count_host(pool, rows, true);
-    // The task owns the list: a discarded batch may be destroyed before the task runs.
-    dev_.host_task(s, [this, &pool, rows = std::move(rows), host, rec, bytes] {
-      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows.size(), 256),
-                        [&](const tbb::blocked_range<std::size_t>& r) {
-                          for (std::size_t i = r.begin(); i < r.end(); ++i) {
-                            HostTable& t = host_.at(pool.tables[static_cast<std::size_t>(rows[i].table)]).table();
-                            std::memcpy(t.row(rows[i].row), host + i * rec, bytes);
-                          }
-                        });
-    });
-  }
-
-  // Host DRAM traffic of a transfer, counted at issue (zero-copy: the device moves the bytes; staged: a host task).
-  void count_host(const Pool& pool, const std::vector<cache::Transfer>& rows, bool write) {
-    const std::size_t bytes = static_cast<std::size_t>(pool.view.dim + pool.view.state_dim) * sizeof(float);
-    gpu::NodeBytes per_node;
-    for (const cache::Transfer& x : rows)
-      per_node.add(host_.at(pool.tables[static_cast<std::size_t>(x.table)]).table().node_of(x.row), bytes);
-    if (write) {
-      dev_.counters().add_host_writes(per_node);
-    } else {
-      dev_.counters().add_host_reads(per_node);
-    }
-  }
-
-  // Copy stream (staged fills): host tables -> pinned staging `host` (NUMA-local threads would go
-  // here) -> `dev` ((fills, stride) device), unpacked into the slots by the caller.
-  void stage_in(gpu::StreamView s, Pool& pool, const std::vector<cache::Transfer>& fills, float* host, float* dev) {
-    const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
-    const std::size_t bytes = static_cast<std::size_t>(pool.view.dim + pool.view.state_dim) * sizeof(float);
-    count_host(pool, fills, false);  // at issue (send_home)
-    // The task owns a copy of the list: a discarded batch may be destroyed before the task runs.
-    dev_.host_task(s, [this, &pool, rows = fills, host, rec, bytes] {
-      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows.size(), 256),
-                        [&](const tbb::blocked_range<std::size_t>& r) {
-                          for (std::size_t i = r.begin(); i < r.end(); ++i) {
-                            const cache::Transfer& x = rows[i];
-                            const HostTable& t = host_.at(pool.tables[static_cast<std::size_t>(x.table)]).table();
-                            std::memcpy(host + i * rec, t.row(x.row), bytes);
-                          }
-                        });
-    });
-    dev_.copy_h2d(s, dev, host, fills.size() * rec * sizeof(float));
-  }
-
-  // The device side of retiring a planned batch (before the prefetcher's retire, which may plan
-  // deferred batches into the staging given back here).
-  void retire(CachedBatch& b) {
-    dev_.record(progress_.view(), compute_.view());
-    dev_.record(b.st->done(), compute_.view());
-    staging_.give_back(std::move(b.st));
-  }
-
   const StoreConfig& config_;
   gpu::Device& dev_;
-  gpu::Stream copy_, compute_;
-  gpu::Stream writeback_;  // write-backs (D2H), beside the fills on copy_ (H2D)
-  gpu::Event progress_;    // recorded on compute after every retired batch
   // Between the copy and write-back streams, recorded by every batch with write-backs (see
   // issue_transfers): its metadata uploaded, its victims packed, its victims in host memory.
   gpu::Event uploaded_, packed_, written_;
-  std::unordered_map<int, HostTableOps> host_;
-  // Zero-copy transfers (Pool::zero_copy): the device addresses of the host tables.
-  MappedRows mapped_;
-  std::vector<Pool> pools_;  // per prefetcher pool
+  CacheTransfers transfers_{dev_};  // the host tables, and the row moves between them and the pools
+  std::vector<bool> zero_copy_;     // per pool: fills and write-backs by the zero-copy kernels (else staged)
   // The window, the planners, deferral, previews and flush planning; plans executed by this engine.
   cache::Prefetcher prefetcher_;
-  gpu::StagingPool staging_{dev_};
   std::unique_ptr<Staging> flush_staging_;
   DedupScratch scratch_;
   static constexpr std::size_t kFlushChunkBytes = std::size_t{64} << 20;  // bytes of records per flush chunk, at most
   gpu::StagingSizes flush_largest_;  // during a flush: the staging its largest chunk needs
   std::int64_t unflushed_ = 0;       // backward calls applied since the last complete flush
+  // The pools, the copy, write-back and compute streams, the lookups and updates. Last: destroyed
+  // first, it waits for its streams before the host tables and staging above go.
+  SlotPoolEngine core_;
 };
 
 }  // namespace

@@ -4,8 +4,11 @@
 // (cache::Prefetcher plans; this engine executes its plans on the device).
 // See docs/architecture.md, "One step in each mode", `cached`.
 //
-// Streams: `copy` runs each batch's prefetch (metadata upload, write-back of dirty victims, fills)
-// and ends with the batch's `ready` event; `compute` waits for it, then runs lookups and updates.
+// Streams: `copy` runs each batch's prefetch (metadata upload, fills; the write-backs of dirty
+// victims run beside it on the `writeback` stream) and ends with the batch's `ready` event;
+// `compute` waits for it, then runs lookups and updates. The pools, streams, lookups and updates
+// are the slot-pool core's (slot_pool_engine.hpp), shared with `gpu`; the row moves between slots
+// and host tables are cache_transfers.hpp's.
 // Before a prefetch touches victim slots, the copy stream waits for the compute stream's latest
 // backward (victims are unpinned, so every batch that used them has had its backward issued).
 // Host sync points: forward (outputs come back), flush, and reuse of a staging entry.

@@ -2,26 +2,16 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 
 #include "host/host_table.hpp"
 #include "store/detail/device_features.hpp"
+#include "store/detail/slot_pool_engine.hpp"
 
 namespace strata::detail {
 namespace {
 
-using gpu::Staging;
-
-struct Pool {
-  gpu::DeviceBuffer memory;
-  gpu::SlotPool view;
-};
-
-struct GpuBatch final : EngineBatch {
-  std::unique_ptr<Staging> st;               // its ready(): the batch's arguments are on the device
-  std::vector<UniqueKeys> unique;            // per engine feature
-  std::vector<DeviceFeature> dev;            // per engine feature
-  std::map<int, std::vector<int>> feats_of;  // pool -> engine features
+struct GpuBatch final : EngineBatch, SlotBatch {
+  std::vector<UniqueKeys> unique;  // per engine feature
 };
 
 // Rows moved per bounce through pinned memory by read_rows and write_rows.
@@ -29,42 +19,22 @@ constexpr std::int64_t kChunkRows = 16384;
 
 class GpuEngine final : public Engine {
  public:
-  GpuEngine(const StoreConfig& config, gpu::Device& dev) : config_(config), dev_(dev) {}
-
-  ~GpuEngine() override {
-    (void)dev_.synchronize(copy_.view());
-    (void)dev_.synchronize(compute_.view());
-  }
+  GpuEngine(const StoreConfig& config, gpu::Device& dev) : config_(config), dev_(dev), core_(config, dev) {}
 
   Status init(const std::vector<int>& tables) {
-    STRATA_ASSIGN_OR_RETURN(copy_, dev_.create_stream());
-    STRATA_ASSIGN_OR_RETURN(compute_, dev_.create_stream());
+    STRATA_RETURN_IF_ERROR(core_.init({}));
     where_.assign(config_.tables.size(), {-1, 0});
-    std::map<std::pair<std::int32_t, std::int32_t>, std::vector<int>> shapes;
-    for (int t : tables) {
-      const TableSpec& spec = spec_of(t);
-      shapes[{spec.dim, optimizer_state_dim(spec.optimizer.kind, spec.dim)}].push_back(t);
-    }
-    for (const auto& [shape, members] : shapes) {
+    for (const auto& [shape, members] : SlotPoolEngine::shapes(config_, tables)) {
       std::int64_t slots = 0;
       for (int t : members) {
-        where_[static_cast<std::size_t>(t)] = {static_cast<int>(pools_.size()), slots};
+        where_[static_cast<std::size_t>(t)] = {static_cast<int>(core_.pools().size()), slots};
         slots += spec_of(t).rows;
       }
-      const std::int64_t stride = record_stride(shape.first, shape.second);
-      const std::size_t bytes = static_cast<std::size_t>(slots * stride) * sizeof(float);
-      auto mem = dev_.allocate(bytes);
-      if (!mem) {
-        std::string names;
-        for (int t : members) names += (names.empty() ? "'" : ", '") + spec_of(t).name + "'";
-        return Status::resource_exhausted("gpu tables " + names + " (" + std::to_string(slots) + " rows of dim " +
-                                          std::to_string(shape.first) + ") need " + std::to_string(bytes) +
-                                          " bytes of device memory: " + mem.status().message());
-      }
-      Pool pool;
-      pool.memory = std::move(mem).value();
-      pool.view = gpu::SlotPool{pool.memory.as<float>(), slots, stride, shape.first, shape.second};
-      pools_.push_back(std::move(pool));
+      std::string names;
+      for (int t : members) names += (names.empty() ? "'" : ", '") + spec_of(t).name + "'";
+      STRATA_RETURN_IF_ERROR(core_.add_pool(shape.first, shape.second, slots, members,
+                                            "gpu tables " + names + " (" + std::to_string(slots) + " rows of dim " +
+                                                std::to_string(shape.first) + ") need "));
     }
     for (int t : tables) STRATA_RETURN_IF_ERROR(initialize(t));
     return Status::ok();
@@ -79,9 +49,9 @@ class GpuEngine final : public Engine {
       const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
       dedup_keys(k.keys.data(), k.num_keys(), b->unique[i], scratch_);
       add_feature_bytes(k, spec_of(f.table[i]), b->unique[i].size(), mirrored, host_only, dev_only);
-      b->feats_of[where_[static_cast<std::size_t>(f.table[i])].first].push_back(static_cast<int>(i));
     }
-    STRATA_ASSIGN_OR_RETURN(b->st, staging_.take({mirrored, host_only, dev_only}));
+    group_by_pool(f, b->work);
+    STRATA_ASSIGN_OR_RETURN(b->st, core_.staging().take({mirrored, host_only, dev_only}));
     std::vector<Key> slots;
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const Key base = where_[static_cast<std::size_t>(f.table[i])].second;
@@ -90,8 +60,8 @@ class GpuEngine final : public Engine {
       b->dev.push_back(stage_feature(*b->st, batch.features[static_cast<std::size_t>(f.feature[i])],
                                      spec_of(f.table[i]), b->unique[i], slots));
     }
-    b->st->upload(copy_.view());
-    dev_.record(b->st->ready(), copy_.view());
+    b->st->upload(core_.copy());
+    dev_.record(b->st->ready(), core_.copy());
     return std::unique_ptr<EngineBatch>(std::move(b));
   }
 
@@ -99,51 +69,23 @@ class GpuEngine final : public Engine {
 
   Status forward(EngineBatch& eb, const KeyBatch&, const EngineFeatures& f, const std::vector<MatrixView>& outputs,
                  const CallOrder& order) override {
-    auto& b = static_cast<GpuBatch&>(eb);
-    const gpu::StreamView s = compute_.view();
-    if (order.after.state()) dev_.wait(s, order.after);
-    dev_.wait(s, b.st->ready());
-    for (const auto& [p, feats] : b.feats_of) {
-      std::vector<gpu::LookupFeature> looks;
-      for (int i : feats)
-        looks.push_back(lookup_into(b.dev[static_cast<std::size_t>(i)],
-                                    outputs[static_cast<std::size_t>(f.feature[static_cast<std::size_t>(i)])]));
-      dev_.gather_pool(s, pools_[static_cast<std::size_t>(p)].view, looks);
-    }
-    return finish_outputs(dev_, s, *b.st, b.dev, f.feature, outputs, order);
+    return core_.forward(static_cast<GpuBatch&>(eb), f, outputs, order);
   }
 
   Status backward(EngineBatch& eb, const KeyBatch&, const EngineFeatures& f, const std::vector<ConstMatrixView>& grads,
                   std::int64_t t, const CallOrder& order) override {
-    auto& b = static_cast<GpuBatch&>(eb);
-    const gpu::StreamView s = compute_.view();
-    if (order.after.state()) dev_.wait(s, order.after);
-    const bool device_grads = copy_gradients(dev_, s, b.dev, f.feature, grads);
-    for (const auto& [p, feats] : b.feats_of) {
-      std::vector<gpu::UpdateFeature> updates;
-      for (int i : feats) {
-        const std::size_t k = static_cast<std::size_t>(i);
-        updates.push_back(update_from(b.dev[k], grads[static_cast<std::size_t>(f.feature[k])]));
-        updates.back().step = make_optimizer_step(spec_of(f.table[k]).optimizer, t);
-      }
-      dev_.backward_update(s, pools_[static_cast<std::size_t>(p)].view, updates);
-    }
-    const gpu::EventView done = b.st->done();
-    retire(b);  // records done after the updates
-    return finish_gradients(dev_, done, device_grads, order);
+    return core_.backward(static_cast<GpuBatch&>(eb), f, grads, t, order);
   }
 
   Status discard(EngineBatch& eb, const KeyBatch&, const EngineFeatures&) override {
-    auto& b = static_cast<GpuBatch&>(eb);
-    dev_.wait(compute_.view(), b.st->ready());
-    retire(b);
+    core_.discard(static_cast<GpuBatch&>(eb));
     return dev_.status();
   }
 
-  Status flush() override { return dev_.synchronize(compute_.view()); }
+  Status flush() override { return dev_.synchronize(core_.compute()); }
 
   Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
-    if (Status s = dev_.synchronize(compute_.view()); !s.is_ok())
+    if (Status s = dev_.synchronize(core_.compute()); !s.is_ok())
       return s.with_context("table '" + spec_of(table).name + "' (gpu: its rows live only in device memory)");
     return bounce(table, row0, n, true, false, [&](float* rec, std::int64_t r, std::size_t dim, std::size_t sd) {
       std::memcpy(weights + r * static_cast<std::int64_t>(dim), rec, dim * sizeof(float));
@@ -152,7 +94,7 @@ class GpuEngine final : public Engine {
   }
 
   Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) override {
-    STRATA_RETURN_IF_ERROR(dev_.synchronize(compute_.view()));
+    STRATA_RETURN_IF_ERROR(dev_.synchronize(core_.compute()));
     // Read-modify-write: without `state` the optimizer state of the rows stays as it is.
     return bounce(table, row0, n, state == nullptr, true,
                   [&](float* rec, std::int64_t r, std::size_t dim, std::size_t sd) {
@@ -177,8 +119,8 @@ class GpuEngine final : public Engine {
     init.row_stride = spec.init.row_stride;
     init.col_offset = spec.init.col_offset;
     init.optimizer = spec.optimizer;
-    dev_.init_records(copy_.view(), pools_[static_cast<std::size_t>(p)].view, base, spec.rows, init);
-    return dev_.synchronize(copy_.view());
+    dev_.init_records(core_.copy(), core_.pool(p).view, base, spec.rows, init);
+    return dev_.synchronize(core_.copy());
   }
 
   // Visits rows [row0, row0 + n) of a table through pinned memory, in chunks: with `load` the
@@ -187,14 +129,14 @@ class GpuEngine final : public Engine {
   template <class Fn>
   Status bounce(int table, std::int64_t row0, std::int64_t n, bool load, bool store, Fn fn) {
     const auto [p, base] = where_[static_cast<std::size_t>(table)];
-    const gpu::SlotPool& pool = pools_[static_cast<std::size_t>(p)].view;
+    const gpu::SlotPool& pool = core_.pool(p).view;
     const std::int64_t chunk = std::min<std::int64_t>(n, kChunkRows);
     if (chunk == 0) return Status::ok();
     if (bounce_.bytes() < static_cast<std::size_t>(chunk * pool.record_bytes())) {
       STRATA_ASSIGN_OR_RETURN(bounce_, dev_.allocate_pinned(static_cast<std::size_t>(chunk * pool.record_bytes())));
     }
     float* host = bounce_.as<float>();
-    const gpu::StreamView s = copy_.view();
+    const gpu::StreamView s = core_.copy();
     for (std::int64_t r0 = 0; r0 < n; r0 += chunk) {
       const std::int64_t m = std::min(chunk, n - r0);
       float* dev = pool.base + (base + row0 + r0) * pool.stride;
@@ -216,19 +158,24 @@ class GpuEngine final : public Engine {
     return Status::ok();
   }
 
-  void retire(GpuBatch& b) {
-    dev_.record(b.st->done(), compute_.view());
-    staging_.give_back(std::move(b.st));
+  // The features of a batch by pool, pools ascending.
+  void group_by_pool(const EngineFeatures& f, std::vector<PoolWork>& work) const {
+    for (int p = 0; p < static_cast<int>(core_.pools().size()); ++p) {
+      PoolWork w;
+      w.pool = p;
+      for (std::size_t i = 0; i < f.feature.size(); ++i)
+        if (where_[static_cast<std::size_t>(f.table[i])].first == p) w.feats.push_back(static_cast<int>(i));
+      if (!w.feats.empty()) work.push_back(std::move(w));
+    }
   }
 
   const StoreConfig& config_;
   gpu::Device& dev_;
-  gpu::Stream copy_, compute_;
-  std::vector<Pool> pools_;
   std::vector<std::pair<int, std::int64_t>> where_;  // global table -> (pool, first slot)
-  gpu::StagingPool staging_{dev_};
   gpu::PinnedBuffer bounce_;
   DedupScratch scratch_;
+  // Last: destroyed first, it waits for its streams before the buffers above go.
+  SlotPoolEngine core_;
 };
 
 }  // namespace

@@ -7,6 +7,8 @@
 // submit (a staging entry is reused only after the batch that last used it retired),
 // forward (outputs), read_rows/write_rows, flush.
 // Sharded `gpu` tables (several ranks) use this engine for each rank's shards.
+// The pools, streams, lookups and updates are the slot-pool core's (slot_pool_engine.hpp), shared
+// with `cached`; this engine maps rows to slots and initializes, reads and writes them.
 
 #include <memory>
 #include <vector>

@@ -1,0 +1,100 @@
+#include "store/detail/slot_pool_engine.hpp"
+
+#include <utility>
+
+#include "core/row_math.hpp"
+#include "host/host_table.hpp"
+
+namespace strata::detail {
+
+SlotPoolEngine::~SlotPoolEngine() {
+  (void)dev_.synchronize(copy_.view());
+  if (writeback_) (void)dev_.synchronize(writeback_.view());
+  (void)dev_.synchronize(compute_.view());
+}
+
+Status SlotPoolEngine::init(const SlotPoolOptions& options) {
+  STRATA_ASSIGN_OR_RETURN(copy_, dev_.create_stream());
+  if (options.writeback_stream) {
+    STRATA_ASSIGN_OR_RETURN(writeback_, dev_.create_stream());
+  }
+  STRATA_ASSIGN_OR_RETURN(compute_, dev_.create_stream());
+  if (options.progress_event) {
+    STRATA_ASSIGN_OR_RETURN(progress_, dev_.create_event());
+  }
+  return Status::ok();
+}
+
+std::map<std::pair<std::int32_t, std::int32_t>, std::vector<int>> SlotPoolEngine::shapes(
+    const StoreConfig& config, const std::vector<int>& tables) {
+  std::map<std::pair<std::int32_t, std::int32_t>, std::vector<int>> out;
+  for (int t : tables) {
+    const TableSpec& spec = config.tables[static_cast<std::size_t>(t)].spec;
+    out[{spec.dim, optimizer_state_dim(spec.optimizer.kind, spec.dim)}].push_back(t);
+  }
+  return out;
+}
+
+Status SlotPoolEngine::add_pool(std::int32_t dim, std::int32_t state_dim, std::int64_t slots, std::vector<int> tables,
+                                const std::string& needs) {
+  const std::int64_t stride = record_stride(dim, state_dim);
+  const std::size_t bytes = static_cast<std::size_t>(slots * stride) * sizeof(float);
+  auto mem = dev_.allocate(bytes);
+  if (!mem)
+    return Status::resource_exhausted(needs + std::to_string(bytes) +
+                                      " bytes of device memory: " + mem.status().message());
+  Pool pool;
+  pool.memory = std::move(mem).value();
+  pool.view = gpu::SlotPool{pool.memory.as<float>(), slots, stride, dim, state_dim};
+  pool.tables = std::move(tables);
+  pools_.push_back(std::move(pool));
+  return Status::ok();
+}
+
+Status SlotPoolEngine::forward(SlotBatch& b, const EngineFeatures& f, const std::vector<MatrixView>& outputs,
+                               const CallOrder& order) {
+  const gpu::StreamView s = compute_.view();
+  if (order.after.state()) dev_.wait(s, order.after);
+  dev_.wait(s, b.st->ready());
+  for (PoolWork& w : b.work) {
+    w.looks.resize(w.feats.size());
+    for (std::size_t j = 0; j < w.feats.size(); ++j) {
+      const std::size_t i = static_cast<std::size_t>(w.feats[j]);
+      w.looks[j] = lookup_into(b.dev[i], outputs[static_cast<std::size_t>(f.feature[i])]);
+    }
+    dev_.gather_pool(s, pools_[static_cast<std::size_t>(w.pool)].view, w.looks);
+  }
+  return finish_outputs(dev_, s, *b.st, b.dev, f.feature, outputs, order);
+}
+
+Status SlotPoolEngine::backward(SlotBatch& b, const EngineFeatures& f, const std::vector<ConstMatrixView>& grads,
+                                std::int64_t t, const CallOrder& order) {
+  const gpu::StreamView s = compute_.view();
+  if (order.after.state()) dev_.wait(s, order.after);
+  const bool device_grads = copy_gradients(dev_, s, b.dev, f.feature, grads);
+  for (PoolWork& w : b.work) {
+    w.updates.resize(w.feats.size());
+    for (std::size_t j = 0; j < w.feats.size(); ++j) {
+      const std::size_t i = static_cast<std::size_t>(w.feats[j]);
+      w.updates[j] = update_from(b.dev[i], grads[static_cast<std::size_t>(f.feature[i])]);
+      w.updates[j].step = make_optimizer_step(spec_of(f.table[i]).optimizer, t);
+    }
+    dev_.backward_update(s, pools_[static_cast<std::size_t>(w.pool)].view, w.updates);
+  }
+  const gpu::EventView done = b.st->done();
+  retire(b);  // records done after the updates
+  return finish_gradients(dev_, done, device_grads, order);
+}
+
+void SlotPoolEngine::discard(SlotBatch& b) {
+  dev_.wait(compute_.view(), b.st->ready());
+  retire(b);
+}
+
+void SlotPoolEngine::retire(SlotBatch& b) {
+  if (progress_) dev_.record(progress_.view(), compute_.view());
+  dev_.record(b.st->done(), compute_.view());
+  staging_.give_back(std::move(b.st));
+}
+
+}  // namespace strata::detail

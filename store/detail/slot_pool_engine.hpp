@@ -1,0 +1,115 @@
+#pragma once
+// The device core of the slot-pool placements (`gpu`, `cached`): HBM slot pools, one per
+// (dim, optimizer state) shape and shared by the tables of that shape, a copy and a compute stream,
+// and the lookups and fused updates of a batch whose rows are in their slots. What differs between
+// the placements stays with them: `gpu` maps a row to slot table base + row, with no misses
+// (gpu_engine.cpp); `cached` plans slots with its prefetcher and moves rows in and out of them on
+// the copy and write-back streams (cached_engine.cpp). Both stage a batch's arguments into a
+// staging entry of this core's pool (device_features.hpp) and record its ready() once its rows are
+// in their slots; forward, backward and discard below take it from there.
+// Not thread-safe: the store's driving thread owns it.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpu/device.hpp"
+#include "gpu/staging.hpp"
+#include "store/detail/device_features.hpp"
+#include "store/detail/engine.hpp"
+#include "store/store_config.hpp"
+
+namespace strata::detail {
+
+/// One batch's features served by one slot pool.
+struct PoolWork {
+  int pool = 0;
+  std::vector<int> feats;                   ///< indexes into the engine's features of the batch, ascending
+  std::vector<gpu::LookupFeature> looks;    ///< per feats, set at forward
+  std::vector<gpu::UpdateFeature> updates;  ///< per feats, set at backward
+};
+
+/// A batch's device side, from its staging to its retirement.
+struct SlotBatch {
+  std::unique_ptr<gpu::Staging> st;  ///< its ready(): the batch's arguments and rows are on the device
+  std::vector<DeviceFeature> dev;    ///< per engine feature
+  std::vector<PoolWork> work;        ///< per pool touched, in the order the lookups and updates run
+};
+
+/// What a placement needs beside the copy and compute streams.
+struct SlotPoolOptions {
+  bool writeback_stream = false;  ///< a write-back stream (D2H), beside the copy stream (H2D)
+  bool progress_event = false;    ///< an event recorded on the compute stream as each batch retires
+};
+
+class SlotPoolEngine {
+ public:
+  /// A slot pool: (slots, stride) records in device memory.
+  struct Pool {
+    gpu::DeviceBuffer memory;
+    gpu::SlotPool view;
+    std::vector<int> tables;  ///< the global tables it serves (pool-local index -> global table)
+  };
+
+  SlotPoolEngine(const StoreConfig& config, gpu::Device& dev) : config_(config), dev_(dev) {}
+  SlotPoolEngine(const SlotPoolEngine&) = delete;
+  SlotPoolEngine& operator=(const SlotPoolEngine&) = delete;
+  /// Waits for the copy, write-back and compute streams, in that order: no device work outlives
+  /// the pools and staging. An owner declares its core after the buffers its streams use (host
+  /// tables, its own staging), so that those die after this waits.
+  ~SlotPoolEngine();
+
+  /// `tables` grouped by (dim, optimizer state dim), the shape of a pool, shapes ascending.
+  static std::map<std::pair<std::int32_t, std::int32_t>, std::vector<int>> shapes(const StoreConfig& config,
+                                                                                  const std::vector<int>& tables);
+
+  /// Creates the streams (copy, then write-back, then compute) and the progress event.
+  Status init(const SlotPoolOptions& options);
+  /// Allocates pool number pools().size(), of `slots` records of (dim, state_dim), serving
+  /// `tables`. Out of device memory: ResourceExhausted "<needs><bytes> bytes of device memory: ..."
+  /// (`needs` says what needs them, e.g. "cache pool (dim 8, state 8) of 100 rows needs ").
+  Status add_pool(std::int32_t dim, std::int32_t state_dim, std::int64_t slots, std::vector<int> tables,
+                  const std::string& needs);
+
+  /// On the compute stream: waits for order.after and b.st->ready(), gathers every pool's
+  /// features into `outputs` (indexed like the batch's features, `f.feature`), and finishes them
+  /// (finish_outputs: the host waits for host views or a synchronous call).
+  Status forward(SlotBatch& b, const EngineFeatures& f, const std::vector<MatrixView>& outputs, const CallOrder& order);
+  /// On the compute stream: waits for order.after, copies the host gradients in, runs every pool's
+  /// fused update with each table's optimizer at step `t`, retires the batch (retire() below),
+  /// and finishes the gradients (finish_gradients).
+  Status backward(SlotBatch& b, const EngineFeatures& f, const std::vector<ConstMatrixView>& grads, std::int64_t t,
+                  const CallOrder& order);
+  /// Retires a batch that was staged without applying anything: the compute stream waits for its
+  /// ready() (its transfers finish before the staging is reused). Does not wait for the device.
+  void discard(SlotBatch& b);
+
+  const std::vector<Pool>& pools() const noexcept { return pools_; }
+  const Pool& pool(int p) const { return pools_[static_cast<std::size_t>(p)]; }
+  gpu::StreamView copy() const noexcept { return copy_.view(); }
+  gpu::StreamView writeback() const noexcept { return writeback_.view(); }
+  gpu::StreamView compute() const noexcept { return compute_.view(); }
+  /// Recorded on the compute stream after every retired batch's last compute work (progress_event).
+  gpu::EventView progress() const noexcept { return progress_.view(); }
+  /// The staging entries of the batches: taken by the placement, given back by retire.
+  gpu::StagingPool& staging() noexcept { return staging_; }
+
+ private:
+  const TableSpec& spec_of(int table) const { return config_.tables[static_cast<std::size_t>(table)].spec; }
+  // Records progress (if made) and b.st->done() on the compute stream after the batch's last
+  // work there, and gives its staging back.
+  void retire(SlotBatch& b);
+
+  const StoreConfig& config_;
+  gpu::Device& dev_;
+  gpu::Stream copy_, compute_;
+  gpu::Stream writeback_;  // with SlotPoolOptions::writeback_stream
+  gpu::Event progress_;    // with SlotPoolOptions::progress_event
+  std::vector<Pool> pools_;
+  gpu::StagingPool staging_{dev_};
+};
+
+}  // namespace strata::detail
