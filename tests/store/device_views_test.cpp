@@ -129,8 +129,8 @@ TEST(DeviceViews, OffloadMovesEachGradientOnceAndNoOutputsOverPcie) {
   for (OffloadGather gather : {OffloadGather::kDevice, OffloadGather::kCpu}) {
     for (bool ordered : {true, false}) {
       for (bool accept : {false, true}) {
-        SCOPED_TRACE(std::string("offload_gather ") + to_string(gather) + (ordered ? ", stream-ordered" : ", synchronous") +
-                     (accept ? ", accept_nonfinite_gradients" : ""));
+        SCOPED_TRACE(std::string("offload_gather ") + to_string(gather) +
+                     (ordered ? ", stream-ordered" : ", synchronous") + (accept ? ", accept_nonfinite_gradients" : ""));
         StoreConfig c = two_tables(Placement::kOffload);
         c.offload_gather = gather;
         c.accept_nonfinite_gradients = accept;
