@@ -172,8 +172,12 @@ class OffloadEngine final : public Engine {
     // waits instead, and backward()'s host wait on this stream covers the device's reads of the
     // host rows before the CPU updates them.
     if (device && order.caller.state()) dev_.wait(order.caller, b.st->done());
-    if (!host && order.caller.state()) return dev_.status();
+    if (!host && order.caller.state()) {
+      reads_pending_ = true;
+      return dev_.status();
+    }
     STRATA_RETURN_IF_ERROR(dev_.synchronize(b.st->done()));
+    reads_pending_ = false;  // done is the last work on this stream
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const MatrixView& o = out(outputs, f, i);
       if (const std::size_t n = bytes_of(batch, f, i); n && o.space == MemorySpace::kHost)
@@ -185,36 +189,39 @@ class OffloadEngine final : public Engine {
   // Brings every gradient to host memory before any engine of the call applies anything: each
   // device view D2H once into the batch's pinned staging (host_out, free since forward: its last
   // use is ordered before on this stream), after the caller's work (order.after). The host then
-  // waits for this stream, also with host gradients only: a stream-ordered forward of device views
-  // may still be reading the host rows the CPU is about to update. Changes no table.
+  // waits for this stream, also with host gradients only while a stream-ordered forward of device
+  // views may still be reading the host rows the CPU is about to update. Changes no table.
   Status prepare_backward(EngineBatch& eb, const KeyBatch& batch, const EngineFeatures& f,
                           const std::vector<ConstMatrixView>& grads, const CallOrder& order) override {
     auto& b = static_cast<OffloadBatch&>(eb);
     const gpu::StreamView s = compute_.view();
     b.grads.assign(f.feature.size(), nullptr);
-    bool waited = false;
+    bool device_grads = false;
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const ConstMatrixView& g = grads[static_cast<std::size_t>(f.feature[i])];
       if (g.space == MemorySpace::kHost) {
         b.grads[i] = g.data;
         continue;
       }
-      if (!waited && order.after.state()) dev_.wait(s, order.after);
-      waited = true;
+      if (!device_grads && order.after.state()) dev_.wait(s, order.after);
+      device_grads = true;
       if (const std::size_t n = bytes_of(batch, f, i)) dev_.copy_d2h(s, b.host_out[i], g.data, n);
       b.grads[i] = b.host_out[i];
     }
+    if (!device_grads && !reads_pending_) return dev_.status();
     dev_.record(b.st->done(), s);
-    return dev_.synchronize(b.st->done());
+    STRATA_RETURN_IF_ERROR(dev_.synchronize(b.st->done()));
+    reads_pending_ = false;
+    return Status::ok();
   }
 
   Status backward(EngineBatch& eb, const KeyBatch& batch, const EngineFeatures& f, const std::vector<ConstMatrixView>&,
                   std::int64_t t, const CallOrder&) override {
     auto& b = static_cast<OffloadBatch&>(eb);
     STRATA_CHECK(b.grads.size() == f.feature.size());  // the store calls prepare_backward first
-    // prepare_backward waited for this engine's device work, so nothing on the device reads these
-    // rows while the CPU updates them. A failed device applies nothing (the store retires the
-    // batch), as in every device mode.
+    // Nothing on the device reads these rows while the CPU updates them: forward or
+    // prepare_backward waited for this engine's device work. A failed device applies nothing (the
+    // store retires the batch), as in every device mode.
     if (Status dev = dev_.status(); !dev.is_ok()) {
       release(b);
       return dev;
@@ -242,6 +249,7 @@ class OffloadEngine final : public Engine {
   Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) override {
     // A stream-ordered forward of a discarded batch may still be reading the rows.
     STRATA_RETURN_IF_ERROR(dev_.synchronize(compute_.view()));
+    reads_pending_ = false;
     tables_.at(table).write_rows(row0, n, weights, state);
     return Status::ok();
   }
@@ -280,6 +288,9 @@ class OffloadEngine final : public Engine {
   std::unordered_map<int, HostTableOps> tables_;
   MappedRows mapped_;  // device gather: the device addresses of the tables' records
   gpu::Stream copy_, compute_;
+  // A forward returned before its work on compute_ was done (stream-ordered, device views only):
+  // the device may still read host rows.
+  bool reads_pending_ = false;
   std::vector<UniqueKeys> unique_;  // per engine feature of the batch being submitted
   DedupScratch scratch_;
   gpu::StagingPool staging_{dev_};
