@@ -119,9 +119,11 @@ class Store {
   /// Outputs and gradients on the device. A trainer whose dense model runs on the GPU gives views
   /// of device() memory (MemorySpace::kDevice): `gpu` and `cached` tables (and `hybrid` ones on a
   /// single rank without a communicator) look up straight into them and read gradients straight
-  /// from them, with no copy over PCIe and no host memcpy. Other tables (`cpu` and `offload`, and
-  /// sharded ones over a communicator) go through pinned host memory: their outputs are copied
-  /// H2D into the device views and their gradients D2H (counted in stats().links). Views of one
+  /// from them, with no copy over PCIe and no host memcpy. `offload` tables look up into them too
+  /// (with offload_gather cpu, the CPU's outputs are copied H2D into them once) and copy each
+  /// gradient D2H once for their CPU optimizer. Other tables (`cpu`, and sharded ones over a
+  /// communicator) go through pinned host memory: their outputs are copied H2D into the device
+  /// views and their gradients D2H (all counted in stats().links). Views of one
   /// call may mix spaces; a gradient view must be in the space of forward's output of its feature.
   /// Keys stay host memory: the planner reads them on the CPU, ahead of the device.
   ///
@@ -129,12 +131,12 @@ class Store {
   /// store's device work runs after everything queued on `stream` before the call, and whatever
   /// is queued on `stream` after the call runs after it (forward: the outputs written; backward:
   /// the gradients read), so the trainer's kernels and the store's need no host sync between them.
-  ///  - forward(id, outputs, stream): with only device views of `gpu` and `cached` tables, the
-  ///    host waits for nothing on the device (it still plans: a `cached` table whose plan waits
-  ///    for batches to retire fails as the synchronous call does). Tables staged through host
-  ///    memory compute their outputs on the host first (an `offload` table waits for its own
-  ///    gather, as in the synchronous call); their H2D copies are then ordered on `stream`, not
-  ///    waited for. With a host view the host waits for the outputs.
+  ///  - forward(id, outputs, stream): with only device views of `gpu`, `cached` and `offload`
+  ///    tables, the host waits for nothing on the device (it still plans: a `cached` table whose
+  ///    plan waits for batches to retire fails as the synchronous call does; an `offload` table
+  ///    with offload_gather cpu pools on the host first). Tables staged through host memory
+  ///    compute their outputs on the host first; their H2D copies are then ordered on `stream`,
+  ///    not waited for. With a host view the host waits for the outputs.
   ///  - backward(id, grads, stream): with device gradients and accept_nonfinite_gradients false,
   ///    the host waits for `stream` up to the gradients and for the store's count of their NaN
   ///    and Inf values (8 bytes per view come back D2H): it must refuse them before anything
@@ -143,8 +145,8 @@ class Store {
   ///    tables does not wait for the device, as FBGEMM's TBE runs (except where a `cached` table
   ///    plans a deferred batch into a staging entry still in use, gpu/staging.hpp, and in the steps
   ///    where cache.flush_every flushes). Host
-  ///    gradients, and device gradients of the tables staged through host memory (copied D2H
-  ///    after `stream`), are read by the host before the call returns.
+  ///    gradients, and device gradients of `offload` tables and of the tables staged through
+  ///    host memory (copied D2H after `stream`), are read by the host before the call returns.
   /// Both keep the views and `stream` in use until the work queued on `stream` after the call has
   /// run: do not free or reuse them before. Errors, as for every bad input, change nothing (the
   /// batch stays in flight): a device view on a store without a device or outside device()'s

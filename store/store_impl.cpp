@@ -266,6 +266,21 @@ class StoreImpl final : public Store {
     if (std::find(bounce.begin(), bounce.end(), true) != bounce.end())
       host = bounce_->host_gradients(grads, bounce, order.value());
     if (!host) return refuse("backward", id, host.status());
+    // What can fail without changing a table runs for every engine before any engine applies:
+    // an engine that updates on the CPU copies its device gradients to the host here, so a device
+    // that fails on that copy refuses the call before a device engine (first below) updated.
+    Status prepared;
+    arena_.execute([&] {
+      for (std::size_t k = 0; k < engines_.size() && prepared.is_ok(); ++k) {
+        if (!e.parts[k].state) continue;
+        const bool native = engines_[k]->device_views();
+        prepared =
+            engines_[k]->prepare_backward(*e.parts[k].state, e.batch, e.parts[k].features,
+                                          native ? grads : host.value(), native ? order.value() : detail::CallOrder{});
+      }
+    });
+    if (!prepared.is_ok())
+      return refuse("backward", id, prepared.with_context("batch " + std::to_string(id) + ": backward"));
     // Every rank must agree before any engine retires its part: a rank that refused (bad
     // gradients, a failed device) keeps the batch in flight, and so must the others.
     if (collective_) STRATA_RETURN_IF_ERROR(refuse("backward", id, Status::ok()));

@@ -122,8 +122,9 @@ TEST(DeviceViewsOrder, SubmitAfterAStreamOrderedBackwardDoesNotWaitForTheTrainer
   }
 }
 
-// Two stream-ordered forwards of tables staged through host memory (cpu beside a gpu table,
-// offload) return while the trainer's stream is held back: the adaptor's scratch is double-buffered.
+// Two stream-ordered forwards of tables in host memory (cpu beside a gpu table, staged through the
+// adaptor, whose scratch is double-buffered; offload, looked up on the device into the views)
+// return while the trainer's stream is held back.
 TEST(DeviceViewsOrder, TwoForwardsOfStagedTablesDoNotWaitForTheTrainer) {
   for (Placement p : {Placement::kCpu, Placement::kOffload}) {
     SCOPED_TRACE(to_string(p));
