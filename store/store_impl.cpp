@@ -289,16 +289,22 @@ class StoreImpl final : public Store {
     arena_.execute([&] {
       // Device engines go first (init's group order): when one fails (the device failed during
       // this call), the host engines after it retire the batch without applying its gradients.
+      std::vector<std::size_t> applied;  // engines whose backward returned ok
       for (std::size_t k = 0; k < engines_.size(); ++k) {
         if (!e.parts[k].state) continue;
         if (status.is_ok()) {
           const bool native = engines_[k]->device_views();
           status = engines_[k]->backward(*e.parts[k].state, e.batch, e.parts[k].features, native ? grads : host.value(),
                                          t, native ? order.value() : detail::CallOrder{});
+          if (status.is_ok()) applied.push_back(k);
         } else {
           (void)engines_[k]->discard(*e.parts[k].state, e.batch, e.parts[k].features);
         }
       }
+      // A later engine failed (the device failed during the call): the call is refused, so what
+      // the engines before it applied on the device is not part of the store's state.
+      if (!status.is_ok())
+        for (const std::size_t k : applied) engines_[k]->backward_not_applied();
     });
     batches_.erase(id);
     if (!status.is_ok()) return status;

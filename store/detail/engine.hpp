@@ -63,6 +63,13 @@ class Engine {
                                   const std::vector<ConstMatrixView>& /*grads*/, const CallOrder& /*order*/) {
     return Status::ok();
   }
+  /// Called by the store when this engine's backward of a call returned ok but a later engine's
+  /// failed (the device failed during the call, so the store refuses the call: the step does not
+  /// advance and the host tables are unchanged). What this engine applied lives only in the failed
+  /// device's memory and is not part of the store's state: an engine that counts applied updates
+  /// (cached: the calls since the last flush, which decide what a read after the fault may return)
+  /// forgets the call. Default: nothing.
+  virtual void backward_not_applied() {}
   /// Whether forward and backward take views in device memory (MemorySpace::kDevice) and a
   /// CallOrder: the lookups write into them and the updates read from them on the device, ordered
   /// after `order.after`, and `order.caller` waits for that work (the host, without one); an engine
