@@ -147,6 +147,9 @@ class Store {
   ///    where cache.flush_every flushes). Host
   ///    gradients, and device gradients of `offload` tables and of the tables staged through
   ///    host memory (copied D2H after `stream`), are read by the host before the call returns.
+  ///    A backward of `offload` tables (looked up on the device) also waits, on the host, for
+  ///    a stream-ordered forward with device views that may still read their host rows, and so
+  ///    for `stream` up to that forward: the CPU optimizer must not change rows the device reads.
   /// Both keep the views and `stream` in use until the work queued on `stream` after the call has
   /// run: do not free or reuse them before. Errors, as for every bad input, change nothing (the
   /// batch stays in flight): a device view on a store without a device or outside device()'s

@@ -29,6 +29,7 @@ struct OffloadBatch final : EngineBatch {
   std::vector<float*> host_out;           // per engine feature, pinned
   std::vector<RowGroup> groups;           // device gather: one per dim
   std::vector<const float*> grads;        // per engine feature, host: set by prepare_backward
+  bool outputs_pending = false;           // CPU gather: a stream-ordered forward's copies out of host_out may be queued
 };
 
 class OffloadEngine final : public Engine {
@@ -158,6 +159,10 @@ class OffloadEngine final : public Engine {
           dev_.copy_d2h(s, b.host_out[i], b.looks[i].out, bytes_of(batch, f, i));
     } else {
       // CPU threads pool into pinned memory; the pooled outputs go to the device for the trainer.
+      // A forward of this batch again must not rewrite that memory while the last one's copies
+      // out of it may still be queued (a stream-ordered call returned without waiting).
+      if (b.outputs_pending) STRATA_RETURN_IF_ERROR(dev_.synchronize(b.st->done()));
+      b.outputs_pending = false;
       for (std::size_t i = 0; i < f.feature.size(); ++i) {
         tables_.at(f.table[i]).forward(batch.features[static_cast<std::size_t>(f.feature[i])], b.host_out[i]);
         const MatrixView& o = out(outputs, f, i);
@@ -173,7 +178,13 @@ class OffloadEngine final : public Engine {
     // host rows before the CPU updates them.
     if (device && order.caller.state()) dev_.wait(order.caller, b.st->done());
     if (!host && order.caller.state()) {
-      reads_pending_ = true;
+      // Only the device gather reads host rows on the device; the CPU gather's copies read the
+      // batch's own pinned outputs.
+      if (config_.offload_gather == OffloadGather::kDevice) {
+        reads_pending_ = true;
+      } else {
+        b.outputs_pending = true;
+      }
       return dev_.status();
     }
     STRATA_RETURN_IF_ERROR(dev_.synchronize(b.st->done()));
@@ -247,9 +258,12 @@ class OffloadEngine final : public Engine {
     return Status::ok();
   }
   Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) override {
-    // A stream-ordered forward of a discarded batch may still be reading the rows.
-    STRATA_RETURN_IF_ERROR(dev_.synchronize(compute_.view()));
-    reads_pending_ = false;
+    // A stream-ordered forward of a discarded batch may still be reading the rows (only then does
+    // this wait on the device: offload rows stay writable after a device fault).
+    if (reads_pending_) {
+      STRATA_RETURN_IF_ERROR(dev_.synchronize(compute_.view()));
+      reads_pending_ = false;
+    }
     tables_.at(table).write_rows(row0, n, weights, state);
     return Status::ok();
   }

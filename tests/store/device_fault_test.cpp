@@ -116,6 +116,37 @@ TEST(DeviceFault, AFaultAfterTheDeviceEnginesAppliedRefusesTheCallAndLosesNothin
   }
 }
 
+// Offload rows live in host memory: after a device fault they can still be written (write_rows,
+// import_npy) and read, when no stream-ordered lookup of them is pending on the device.
+TEST(DeviceFault, OffloadTablesStayWritableAfterAFault) {
+  std::mt19937_64 rng(23);
+  const StoreConfig c = mixed_config(rng);
+  std::vector<KeyBatch> batches;
+  for (int i = 0; i < 5; ++i) batches.push_back(random_batch(rng, c, 6));
+  const int offload = 1;  // mixed_config: cpu, offload, cached
+  ASSERT_EQ(c.tables[offload].placement, Placement::kOffload);
+  const TableSpec& spec = c.tables[offload].spec;
+  int faults = 0;
+  for (std::int64_t fail_at = 0; fail_at < 120; fail_at += 7) {
+    StoreConfig cf = c;
+    cf.device.emu_fail_after_ops = fail_at;
+    auto s = Store::open(cf);
+    if (!s.is_ok()) continue;
+    auto ref = open_reference_store(cf);
+    if (train_until_fault(**s, **ref, cf, batches, rng) == Fault::kNone) continue;
+    ++faults;
+    SCOPED_TRACE("fail_at " + std::to_string(fail_at));
+    for (std::int64_t id = 0; id < static_cast<std::int64_t>(batches.size()); ++id) (void)(*s)->discard(id);
+    std::vector<float> w(static_cast<std::size_t>(spec.dim), 0.5f), back(w.size());
+    const Status wrote = (*s)->write_rows(offload, 0, 1, w.data(), nullptr);
+    EXPECT_TRUE(wrote.is_ok()) << wrote.to_string();
+    const Status read = (*s)->read_rows(offload, 0, 1, back.data(), nullptr);
+    EXPECT_TRUE(read.is_ok()) << read.to_string();
+    EXPECT_EQ(back, w);
+  }
+  EXPECT_GT(faults, 5);
+}
+
 TEST(DeviceFault, WithoutAFlushReadingACachedTableSaysWhatWasLost) {
   std::mt19937_64 rng(22);
   StoreConfig c = mixed_config(rng);
