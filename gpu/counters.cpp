@@ -11,6 +11,7 @@ LinkBytes LinkBytes::operator-(const LinkBytes& e) const {
   d.hbm_write -= e.hbm_write;
   d.h2d -= e.h2d;
   d.d2h -= e.d2h;
+  d.host_copy -= e.host_copy;
   for (std::size_t i = 0; i < d.host_read.size() && i < e.host_read.size(); ++i) d.host_read[i] -= e.host_read[i];
   for (std::size_t i = 0; i < d.host_write.size() && i < e.host_write.size(); ++i) d.host_write[i] -= e.host_write[i];
   return d;
@@ -21,6 +22,7 @@ LinkBytes& LinkBytes::operator+=(const LinkBytes& o) {
   hbm_write += o.hbm_write;
   h2d += o.h2d;
   d2h += o.d2h;
+  host_copy += o.host_copy;
   host_read.resize(std::max(host_read.size(), o.host_read.size()));
   host_write.resize(std::max(host_write.size(), o.host_write.size()));
   for (std::size_t i = 0; i < o.host_read.size(); ++i) host_read[i] += o.host_read[i];
@@ -57,6 +59,7 @@ LinkBytes LinkCounters::snapshot() const {
   s.hbm_write = hbm_write_.load(std::memory_order_relaxed);
   s.h2d = h2d_.load(std::memory_order_relaxed);
   s.d2h = d2h_.load(std::memory_order_relaxed);
+  s.host_copy = host_copy_.load(std::memory_order_relaxed);
   for (int i = 0; i < nodes_; ++i) {
     s.host_read.push_back(host_read_[static_cast<std::size_t>(i)].load(std::memory_order_relaxed));
     s.host_write.push_back(host_write_[static_cast<std::size_t>(i)].load(std::memory_order_relaxed));

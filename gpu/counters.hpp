@@ -20,6 +20,11 @@ struct LinkBytes {
   std::uint64_t d2h = 0;                  ///< PCIe device -> host
   std::vector<std::uint64_t> host_read;   ///< (nodes) host DRAM read by host-side staging work
   std::vector<std::uint64_t> host_write;  ///< (nodes) host DRAM written by host-side staging work
+  /// Activations (pooled outputs and their gradients) the store copied host to host, between its
+  /// pinned staging and the caller's host views (store/detail/activation_copy.hpp). Not part of
+  /// host_read/host_write nor of the cost model: it shows whether a mode moves activations through
+  /// host memory at all (device views in a device mode: none).
+  std::uint64_t host_copy = 0;
 
   /// Field-wise difference (this - earlier).
   LinkBytes operator-(const LinkBytes& earlier) const;
@@ -69,6 +74,7 @@ class LinkCounters {
   void add_hbm_write(std::uint64_t b) noexcept { hbm_write_.fetch_add(b, std::memory_order_relaxed); }
   void add_h2d(std::uint64_t b) noexcept { h2d_.fetch_add(b, std::memory_order_relaxed); }
   void add_d2h(std::uint64_t b) noexcept { d2h_.fetch_add(b, std::memory_order_relaxed); }
+  void add_host_copy(std::uint64_t b) noexcept { host_copy_.fetch_add(b, std::memory_order_relaxed); }
   void add_host_read(int node, std::uint64_t b) noexcept {
     host_read_[clamp(node)].fetch_add(b, std::memory_order_relaxed);
   }
@@ -85,7 +91,7 @@ class LinkCounters {
  private:
   std::size_t clamp(int node) const noexcept;
   int nodes_;
-  std::atomic<std::uint64_t> hbm_read_{0}, hbm_write_{0}, h2d_{0}, d2h_{0};
+  std::atomic<std::uint64_t> hbm_read_{0}, hbm_write_{0}, h2d_{0}, d2h_{0}, host_copy_{0};
   std::array<std::atomic<std::uint64_t>, kMaxNodes> host_read_{}, host_write_{};
 };
 

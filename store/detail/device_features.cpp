@@ -4,6 +4,7 @@
 
 #include "cache/cache_pool.hpp"
 #include "gpu/kernels/launch_args.hpp"
+#include "store/detail/activation_copy.hpp"
 
 namespace strata::detail {
 
@@ -111,7 +112,7 @@ Status finish_outputs(gpu::Device& dev, gpu::StreamView s, Staging& st, const st
   for (std::size_t i = 0; i < feats.size(); ++i) {
     const MatrixView& out = outputs[static_cast<std::size_t>(feature[i])];
     if (feats[i].out_floats && out.space == MemorySpace::kHost)
-      std::memcpy(out.data, feats[i].host_out, feats[i].out_floats * sizeof(float));
+      copy_activations(dev.counters(), out.data, feats[i].host_out, feats[i].out_floats * sizeof(float));
   }
   return Status::ok();
 }
@@ -127,7 +128,7 @@ bool copy_gradients(gpu::Device& dev, gpu::StreamView s, std::vector<DeviceFeatu
       device = true;
       continue;
     }
-    std::memcpy(f.host_grad, g.data, f.out_floats * sizeof(float));
+    copy_activations(dev.counters(), f.host_grad, g.data, f.out_floats * sizeof(float));
     dev.copy_h2d(s, const_cast<float*>(f.update.grads), f.host_grad, f.out_floats * sizeof(float));
   }
   return device;

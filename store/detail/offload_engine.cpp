@@ -5,6 +5,7 @@
 
 #include "gpu/staging.hpp"
 #include "host/dedup.hpp"
+#include "store/detail/activation_copy.hpp"
 #include "store/detail/cpu_engine.hpp"
 #include "store/detail/mapped_rows.hpp"
 
@@ -192,7 +193,7 @@ class OffloadEngine final : public Engine {
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const MatrixView& o = out(outputs, f, i);
       if (const std::size_t n = bytes_of(batch, f, i); n && o.space == MemorySpace::kHost)
-        std::memcpy(o.data, b.host_out[i], n);
+        copy_activations(dev_.counters(), o.data, b.host_out[i], n);
     }
     return Status::ok();
   }

@@ -48,6 +48,7 @@ StoreConfig two_tables(Placement p) {
 // The gradients are uploaded once, before.
 struct Traffic {
   std::uint64_t h2d = 0, d2h = 0, activation_bytes = 0;  // activation_bytes: outputs of the steady steps
+  std::uint64_t host_copy = 0;                            // activations memcpy'd in host memory
 };
 Result<Traffic> measure(const StoreConfig& c, bool device, int warm, int steady, bool ordered = true) {
   STRATA_ASSIGN_OR_RETURN(auto store, Store::open(c));
@@ -87,6 +88,7 @@ Result<Traffic> measure(const StoreConfig& c, bool device, int warm, int steady,
   const gpu::LinkBytes after = store->stats().links;
   t.h2d = after.h2d - before.h2d;
   t.d2h = after.d2h - before.d2h;
+  t.host_copy = after.host_copy - before.host_copy;
   return t;
 }
 
@@ -145,6 +147,35 @@ TEST(DeviceViews, OffloadMovesEachGradientOnceAndNoOutputsOverPcie) {
         EXPECT_EQ(dev.value().h2d, host.value().h2d);
         EXPECT_EQ(dev.value().d2h, bytes + counts);
       }
+    }
+  }
+}
+
+// No activation goes through host memory with device views: `gpu`, `cached` and `offload` (either
+// gather) memcpy no outputs or gradients in a steady-state step, synchronous or stream-ordered.
+// With host views the counter is live: `gpu` and `cached` copy every output out of their pinned
+// staging and every gradient into it; `offload` copies the outputs (its CPU optimizer reads host
+// gradients where they are).
+TEST(DeviceViews, NoActivationIsCopiedInHostMemory) {
+  struct Mode {
+    Placement p;
+    OffloadGather gather;
+  };
+  for (Mode m : {Mode{Placement::kGpu, OffloadGather::kDevice}, Mode{Placement::kCached, OffloadGather::kDevice},
+                 Mode{Placement::kOffload, OffloadGather::kDevice}, Mode{Placement::kOffload, OffloadGather::kCpu}}) {
+    SCOPED_TRACE(std::string(to_string(m.p)) + ", offload_gather " + to_string(m.gather));
+    StoreConfig c = two_tables(m.p);
+    c.offload_gather = m.gather;
+    const int warm = 4, steady = 8;
+    auto host = measure(c, false, warm, steady);
+    ASSERT_TRUE(host.is_ok()) << host.status().to_string();
+    const std::uint64_t bytes = host.value().activation_bytes;  // outputs, and as many gradients
+    ASSERT_GT(bytes, 0u);
+    EXPECT_EQ(host.value().host_copy, m.p == Placement::kOffload ? bytes : 2 * bytes);
+    for (bool ordered : {true, false}) {
+      auto dev = measure(c, true, warm, steady, ordered);
+      ASSERT_TRUE(dev.is_ok()) << dev.status().to_string();
+      EXPECT_EQ(dev.value().host_copy, 0u) << (ordered ? "stream-ordered" : "synchronous");
     }
   }
 }
