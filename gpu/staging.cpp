@@ -102,6 +102,17 @@ Result<std::unique_ptr<Staging>> StagingPool::take(const StagingSizes& want) {
   return st;
 }
 
+StagingSizes StagingPool::free_capacity() const noexcept {
+  StagingSizes z;
+  for (const auto& s : free_) {
+    const StagingSizes c = s->capacity();
+    z.mirrored += c.mirrored;
+    z.host_only += c.host_only;
+    z.dev_only += c.dev_only;
+  }
+  return z;
+}
+
 void StagingPool::give_back(std::unique_ptr<Staging> s) {
   if (s) free_.push_back(std::move(s));
 }

@@ -124,6 +124,9 @@ class StagingPool {
   void give_back(std::unique_ptr<Staging> s);
   /// The region sizes every entry is grown to.
   const StagingSizes& reservation() const noexcept { return reserved_; }
+  /// The free entries (those not taken): their number and their region sizes summed.
+  std::size_t free_entries() const noexcept { return free_.size(); }
+  StagingSizes free_capacity() const noexcept;
 
  private:
   Device* dev_;

@@ -31,6 +31,13 @@ struct DispatchStats {
   std::int64_t bytes() const noexcept { return key_bytes + row_bytes + grad_bytes; }
 };
 
+/// Bytes of staging buffers (pinned host and device memory) a store's device engines hold.
+struct StagingBytes {
+  std::size_t pinned = 0;   ///< pinned host memory
+  std::size_t device = 0;   ///< device memory
+  std::size_t entries = 0;  ///< staging entries (one per batch in flight, reused)
+};
+
 /// Counters of a store since it was opened (for benchmarks and tuning).
 struct StoreStats {
   std::vector<std::pair<std::string, cache::CacheStats>> cache;  ///< per `cached` table, by name
@@ -40,6 +47,13 @@ struct StoreStats {
   DispatchStats dispatch;             ///< sharded tables only
   /// Allocations, frees and events of the device so far (a training loop's steady state adds none).
   gpu::ResourceCounts device_resources;
+  /// The staging of the `gpu`, `cached` and `offload` engines, between calls: entries of batches in
+  /// flight are not counted (with none in flight, all are). `staging`: the batches' arguments, the
+  /// rows they move, and offload's pinned outputs and gradients; `activation_staging`: apart, the
+  /// outputs and gradients of host views, taken by a forward with a host view (none while every
+  /// output and gradient view is a device view). Not counted: the tables of sharded modes.
+  StagingBytes staging;
+  StagingBytes activation_staging;  ///< see `staging`
 };
 
 /// An embedding store. Create with Store::open (or open_reference_store for the oracle).

@@ -348,6 +348,7 @@ class StoreImpl final : public Store {
     std::vector<std::pair<int, cache::CacheStats>> per;
     for (const auto& e : engines_) e->cache_stats(per);
     for (const auto& [t, st] : per) s.cache.push_back({config_.tables[static_cast<std::size_t>(t)].spec.name, st});
+    for (const auto& e : engines_) e->staging_stats(s.staging, s.activation_staging);
     if (device_) {
       s.device = device_->info().backend == gpu::Backend::kCuda ? "cuda " + device_->info().name : "emu";
       s.links = device_->counters().snapshot();

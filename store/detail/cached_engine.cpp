@@ -277,6 +277,10 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
     return Status::ok();
   }
 
+  void staging_stats(StagingBytes& batches, StagingBytes& activations) const override {
+    core_.staging_stats(batches, activations);
+  }
+
   void cache_stats(std::vector<std::pair<int, cache::CacheStats>>& out) const override {
     for (const auto& pool : core_.pools())
       for (const int t : pool.tables) out.push_back({t, prefetcher_.table_stats(t)});
@@ -316,8 +320,7 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
       }
       for (int i : w.feats)
         add_feature_bytes(b.feats[static_cast<std::size_t>(b.features.feature[static_cast<std::size_t>(i)])],
-                          spec_of(b.features.table[static_cast<std::size_t>(i)]),
-                          b.unique[static_cast<std::size_t>(i)].size(), want.mirrored, want.host_only, want.dev_only);
+                          b.unique[static_cast<std::size_t>(i)].size(), want.mirrored);
     }
     auto st = core_.staging().take(want);
     if (!st)

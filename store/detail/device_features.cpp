@@ -22,12 +22,27 @@ std::size_t feature_metadata_bytes(std::int64_t bags, std::int64_t keys, std::si
          2 * Staging::bytes_for<std::int32_t>(n) + Staging::bytes_for<std::int64_t>(max_hot_rows(n));
 }
 
-void add_feature_bytes(const JaggedKeys& k, const TableSpec& spec, std::int64_t unique, std::size_t& mirrored,
-                       std::size_t& host_only, std::size_t& dev_only) {
+void add_feature_bytes(const JaggedKeys& k, std::int64_t unique, std::size_t& mirrored) {
   mirrored += feature_metadata_bytes(k.batch_size(), k.num_keys(), k.weights.size(), unique);
-  const std::size_t out = Staging::bytes_for<float>(static_cast<std::size_t>(output_rows(k, spec.pooling) * spec.dim));
-  host_only += 2 * out;
-  dev_only += 2 * out;
+}
+
+gpu::StagingSizes activation_bytes(const std::vector<DeviceFeature>& feats) {
+  gpu::StagingSizes z;
+  for (const DeviceFeature& f : feats) {
+    const std::size_t out = Staging::bytes_for<float>(f.out_floats);
+    z.host_only += 2 * out;
+    z.dev_only += 2 * out;
+  }
+  return z;
+}
+
+void stage_activations(Staging& act, std::vector<DeviceFeature>& feats) {
+  for (DeviceFeature& f : feats) {
+    f.look.out = act.dev_only<float>(f.out_floats);
+    f.update.grads = act.dev_only<float>(f.out_floats);
+    f.host_out = act.host_only<float>(f.out_floats);
+    f.host_grad = act.host_only<float>(f.out_floats);
+  }
 }
 
 DeviceFeature stage_feature(Staging& st, const JaggedKeys& k, const TableSpec& spec, const UniqueKeys& u,
@@ -59,10 +74,7 @@ DeviceFeature stage_feature(Staging& st, const JaggedKeys& k, const TableSpec& s
 
   DeviceFeature f;
   f.out_floats = static_cast<std::size_t>(output_rows(k, spec.pooling) * spec.dim);
-  f.look = gpu::LookupFeature{
-      offs.dev, k.batch_size(), slots.dev, wdev, k.num_keys(), spec.pooling, st.dev_only<float>(f.out_floats)};
-  f.host_out = st.host_only<float>(f.out_floats);
-  f.host_grad = st.host_only<float>(f.out_floats);
+  f.look = gpu::LookupFeature{offs.dev, k.batch_size(), slots.dev, wdev, k.num_keys(), spec.pooling, nullptr};
   gpu::UpdateFeature& uf = f.update;
   uf.offsets = offs.dev;
   uf.batch = k.batch_size();
@@ -74,7 +86,7 @@ DeviceFeature stage_feature(Staging& st, const JaggedKeys& k, const TableSpec& s
   uf.positions = pos.dev;
   uf.bag_of = bag.dev;
   uf.num_unique = u.size();
-  uf.grads = st.dev_only<float>(f.out_floats);
+  uf.grads = nullptr;
   uf.hot = hot.dev;
   uf.num_hot = num_hot;
   return f;

@@ -2,8 +2,8 @@
 // The per-feature device arguments that every slot-pool engine (`cached`, `gpu`) stages for a
 // batch: lookup and fused-update arguments in a Staging's mirrored region, pinned buffers for the
 // outputs and gradients of host views, and the steps around the device work: outputs written into
-// device views or brought back to host views, gradients read from device views or copied in from
-// host views, each ordered with the caller's stream (CallOrder) or waited for by the host.
+// device views or brought back to host views (through staging carved only for them), gradients read from device views
+// or copied in from host views, each ordered with the caller's stream (CallOrder) or waited for by the host.
 
 #include <cstdint>
 #include <vector>
@@ -16,12 +16,13 @@
 
 namespace strata::detail {
 
-/// One feature's device work for one batch.
+/// One feature's device work for one batch. The buffers of host views (the lookup's and the
+/// update's device buffers, the pinned ones) are null until stage_activations carves them.
 struct DeviceFeature {
   gpu::LookupFeature look;
   gpu::UpdateFeature update;
-  float* host_out = nullptr;   ///< pinned (out_floats)
-  float* host_grad = nullptr;  ///< pinned (out_floats)
+  float* host_out = nullptr;   ///< pinned (out_floats), for a host view's output
+  float* host_grad = nullptr;  ///< pinned (out_floats), for a host view's gradient
   std::size_t out_floats = 0;  ///< output_rows * dim
 };
 
@@ -29,14 +30,21 @@ struct DeviceFeature {
 /// `bags` bags, `keys` keys, `weights` per-key weights (0 or keys) and `unique` distinct rows.
 std::size_t feature_metadata_bytes(std::int64_t bags, std::int64_t keys, std::size_t weights, std::int64_t unique);
 
-/// Staging bytes that stage_feature takes for a feature: adds to the three region sizes.
-void add_feature_bytes(const JaggedKeys& k, const TableSpec& spec, std::int64_t unique, std::size_t& mirrored,
-                       std::size_t& host_only, std::size_t& dev_only);
+/// Mirrored staging bytes that stage_feature takes for a feature: adds them to `mirrored`.
+void add_feature_bytes(const JaggedKeys& k, std::int64_t unique, std::size_t& mirrored);
 
 /// Writes the feature's lookup and update arguments into `st` (reserved with add_feature_bytes):
-/// `unique_slots[u]` is the slot of unique key u of `u`.
+/// `unique_slots[u]` is the slot of unique key u of `u`. Takes nothing for outputs or gradients:
+/// device views need no staging for them (stage_activations, for host views).
 DeviceFeature stage_feature(gpu::Staging& st, const JaggedKeys& k, const TableSpec& spec, const UniqueKeys& u,
                             const std::vector<Key>& unique_slots);
+
+/// The host-only and device-only bytes that stage_activations takes for `feats`: an output and a
+/// gradient buffer per feature on each side.
+gpu::StagingSizes activation_bytes(const std::vector<DeviceFeature>& feats);
+/// Carves every feature's output and gradient buffers, pinned and device, out of `act` (reserved
+/// with activation_bytes): what a host view's output goes D2H through, and a host gradient H2D.
+void stage_activations(gpu::Staging& act, std::vector<DeviceFeature>& feats);
 
 /// The feature's lookup, writing into `out` when it is a device view (else into its staging buffer).
 gpu::LookupFeature lookup_into(const DeviceFeature& f, const MatrixView& out);

@@ -12,6 +12,7 @@
 #include "core/key_batch.hpp"
 #include "core/status.hpp"
 #include "gpu/device.hpp"
+#include "gpu/staging.hpp"
 #include "store/store.hpp"
 
 namespace strata::detail {
@@ -100,6 +101,9 @@ class Engine {
   virtual void learning_rate_changed(int /*table*/, float /*learning_rate*/) {}
   /// Per-table cache statistics (global table index), for engines that cache.
   virtual void cache_stats(std::vector<std::pair<int, cache::CacheStats>>&) const {}
+  /// Adds the staging this engine holds between calls (StoreStats::staging, activation_staging).
+  /// Default (no staging): nothing.
+  virtual void staging_stats(StagingBytes& /*batches*/, StagingBytes& /*activations*/) const {}
   /// Traffic between ranks and where the time went, for engines that dispatch.
   virtual void dispatch_stats(DispatchStats&) const {}
 
@@ -110,5 +114,13 @@ class Engine {
   /// tells the other ranks, which are waiting in the same call, and returns `why`.
   virtual Status refuse(const char* /*op*/, std::int64_t /*id*/, const Status& why) { return why; }
 };
+
+/// Adds the free entries of `pool` to `to` (Engine::staging_stats): a mirrored region counts on both sides.
+inline void add_staging(const gpu::StagingPool& pool, StagingBytes& to) {
+  const gpu::StagingSizes z = pool.free_capacity();
+  to.pinned += z.mirrored + z.host_only;
+  to.device += z.mirrored + z.dev_only;
+  to.entries += pool.free_entries();
+}
 
 }  // namespace strata::detail

@@ -44,14 +44,14 @@ class GpuEngine final : public Engine {
     STRATA_RETURN_IF_ERROR(dev_.status());  // a failed device accepts no more work
     auto b = std::make_unique<GpuBatch>();
     b->unique.resize(f.feature.size());
-    std::size_t mirrored = 0, host_only = 0, dev_only = 0;
+    std::size_t mirrored = 0;
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
       dedup_keys(k.keys.data(), k.num_keys(), b->unique[i], scratch_);
-      add_feature_bytes(k, spec_of(f.table[i]), b->unique[i].size(), mirrored, host_only, dev_only);
+      add_feature_bytes(k, b->unique[i].size(), mirrored);
     }
     group_by_pool(f, b->work);
-    STRATA_ASSIGN_OR_RETURN(b->st, core_.staging().take({mirrored, host_only, dev_only}));
+    STRATA_ASSIGN_OR_RETURN(b->st, core_.staging().take({mirrored, 0, 0}));
     std::vector<Key> slots;
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const Key base = where_[static_cast<std::size_t>(f.table[i])].second;
@@ -66,6 +66,9 @@ class GpuEngine final : public Engine {
   }
 
   bool device_views() const noexcept override { return true; }
+  void staging_stats(StagingBytes& batches, StagingBytes& activations) const override {
+    core_.staging_stats(batches, activations);
+  }
 
   Status forward(EngineBatch& eb, const KeyBatch&, const EngineFeatures& f, const std::vector<MatrixView>& outputs,
                  const CallOrder& order) override {

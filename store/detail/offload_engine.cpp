@@ -26,7 +26,8 @@ struct RowGroup {
 
 struct OffloadBatch final : EngineBatch {
   std::unique_ptr<gpu::Staging> st;       // its ready(): metadata uploaded (device gather)
-  std::vector<gpu::LookupFeature> looks;  // per engine feature, device pointers
+  std::unique_ptr<gpu::Staging> act;      // host views only: the device buffers of the outputs (looks[i].out)
+  std::vector<gpu::LookupFeature> looks;  // per engine feature, device pointers (out: set with act)
   std::vector<float*> host_out;           // per engine feature, pinned
   std::vector<RowGroup> groups;           // device gather: one per dim
   std::vector<const float*> grads;        // per engine feature, host: set by prepare_backward
@@ -69,7 +70,8 @@ class OffloadEngine final : public Engine {
       }
       outs += gpu::Staging::bytes_for<float>(static_cast<std::size_t>(output_rows(k, spec.pooling) * spec.dim));
     }
-    STRATA_ASSIGN_OR_RETURN(b->st, staging_.take({mirrored, outs, outs + rows}));
+    // The device buffers of the outputs are taken only by a forward of host views (activation_staging).
+    STRATA_ASSIGN_OR_RETURN(b->st, staging_.take({mirrored, outs, rows}));
     std::vector<Key*> inverse(f.feature.size(), nullptr);
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
@@ -92,7 +94,6 @@ class OffloadEngine final : public Engine {
         }
       }
       const std::size_t n = static_cast<std::size_t>(output_rows(k, spec.pooling) * spec.dim);
-      lf.out = b->st->dev_only<float>(n);
       b->host_out.push_back(b->st->host_only<float>(n));
       b->looks.push_back(lf);
     }
@@ -125,6 +126,10 @@ class OffloadEngine final : public Engine {
   }
 
   bool device_views() const noexcept override { return true; }
+  void staging_stats(StagingBytes& batches, StagingBytes& activations) const override {
+    add_staging(staging_, batches);
+    add_staging(activations_, activations);
+  }
 
   // Device views: the device gather writes each feature straight into the caller's buffer, and the
   // CPU gather's pinned outputs go H2D straight into it (one copy per view, from the batch's own
@@ -141,6 +146,7 @@ class OffloadEngine final : public Engine {
       if (!bytes_of(batch, f, i)) continue;  // a feature of zero rows may have null views
       (out(outputs, f, i).space == MemorySpace::kDevice ? device : host) = true;
     }
+    if (host) STRATA_RETURN_IF_ERROR(stage_outputs(batch, f, b));
     // The caller's buffers are written on the device only after its work queued before the call.
     if (device && order.after.state()) dev_.wait(s, order.after);
     if (config_.offload_gather == OffloadGather::kDevice) {
@@ -174,6 +180,7 @@ class OffloadEngine final : public Engine {
       }
     }
     dev_.record(b.st->done(), s);
+    if (b.act) dev_.record(b.act->done(), s);
     // A stream-ordered call with device views only returns without waiting: the caller's stream
     // waits instead, and backward()'s host wait on this stream covers the device's reads of the
     // host rows before the CPU updates them.
@@ -280,7 +287,27 @@ class OffloadEngine final : public Engine {
                                     spec.dim) *
            sizeof(float);
   }
-  void release(OffloadBatch& b) { staging_.give_back(std::move(b.st)); }
+  void release(OffloadBatch& b) {
+    staging_.give_back(std::move(b.st));
+    activations_.give_back(std::move(b.act));  // its done() was recorded by the forward that took it
+  }
+
+  // Takes b.act, once per batch, for the device buffers of host views' outputs (every feature's).
+  // Changes nothing on failure.
+  Status stage_outputs(const KeyBatch& batch, const EngineFeatures& f, OffloadBatch& b) {
+    if (b.act) return Status::ok();
+    std::size_t outs = 0;
+    for (std::size_t i = 0; i < f.feature.size(); ++i)
+      outs += gpu::Staging::bytes_for<float>(bytes_of(batch, f, i) / sizeof(float));
+    auto act = activations_.take({0, 0, outs});
+    if (!act)
+      return act.status().with_context("staging of " + std::to_string(outs) +
+                                       " bytes of device memory for the outputs of host views");
+    b.act = std::move(act).value();
+    for (std::size_t i = 0; i < f.feature.size(); ++i)
+      b.looks[i].out = b.act->dev_only<float>(bytes_of(batch, f, i) / sizeof(float));
+    return Status::ok();
+  }
 
   // Dedups every feature's keys (unique_) and groups the features by dim (b.groups).
   void group_rows(const KeyBatch& batch, const EngineFeatures& f, OffloadBatch& b) {
@@ -309,6 +336,7 @@ class OffloadEngine final : public Engine {
   std::vector<UniqueKeys> unique_;  // per engine feature of the batch being submitted
   DedupScratch scratch_;
   gpu::StagingPool staging_{dev_};
+  gpu::StagingPool activations_{dev_};  // host views' outputs on the device (OffloadBatch::act)
 };
 
 }  // namespace

@@ -55,6 +55,9 @@ Status SlotPoolEngine::add_pool(std::int32_t dim, std::int32_t state_dim, std::i
 
 Status SlotPoolEngine::forward(SlotBatch& b, const EngineFeatures& f, const std::vector<MatrixView>& outputs,
                                const CallOrder& order) {
+  for (std::size_t i = 0; i < b.dev.size() && !b.act; ++i)
+    if (b.dev[i].out_floats && outputs[static_cast<std::size_t>(f.feature[i])].space == MemorySpace::kHost)
+      STRATA_RETURN_IF_ERROR(stage_activations(b));
   const gpu::StreamView s = compute_.view();
   if (order.after.state()) dev_.wait(s, order.after);
   dev_.wait(s, b.st->ready());
@@ -71,6 +74,13 @@ Status SlotPoolEngine::forward(SlotBatch& b, const EngineFeatures& f, const std:
 
 Status SlotPoolEngine::backward(SlotBatch& b, const EngineFeatures& f, const std::vector<ConstMatrixView>& grads,
                                 std::int64_t t, const CallOrder& order) {
+  for (std::size_t i = 0; i < b.dev.size() && !b.act; ++i) {
+    if (!b.dev[i].out_floats || grads[static_cast<std::size_t>(f.feature[i])].space != MemorySpace::kHost) continue;
+    if (Status st = stage_activations(b); !st.is_ok()) {
+      discard(b);
+      return st;
+    }
+  }
   const gpu::StreamView s = compute_.view();
   if (order.after.state()) dev_.wait(s, order.after);
   const bool device_grads = copy_gradients(dev_, s, b.dev, f.feature, grads);
@@ -97,6 +107,23 @@ void SlotPoolEngine::retire(SlotBatch& b) {
   if (progress_) dev_.record(progress_.view(), compute_.view());
   dev_.record(b.st->done(), compute_.view());
   staging_.give_back(std::move(b.st));
+  if (b.act) {
+    dev_.record(b.act->done(), compute_.view());
+    activations_.give_back(std::move(b.act));
+  }
+}
+
+Status SlotPoolEngine::stage_activations(SlotBatch& b) {
+  if (b.act) return Status::ok();
+  const gpu::StagingSizes want = activation_bytes(b.dev);
+  auto act = activations_.take(want);
+  if (!act)
+    return act.status().with_context("staging of " + std::to_string(want.dev_only) + " bytes of device memory and " +
+                                     std::to_string(want.host_only) +
+                                     " bytes of pinned memory for the outputs and gradients of host views");
+  b.act = std::move(act).value();
+  detail::stage_activations(*b.act, b.dev);
+  return Status::ok();
 }
 
 }  // namespace strata::detail

@@ -35,8 +35,11 @@ struct PoolWork {
 /// A batch's device side, from its staging to its retirement.
 struct SlotBatch {
   std::unique_ptr<gpu::Staging> st;  ///< its ready(): the batch's arguments and rows are on the device
-  std::vector<DeviceFeature> dev;    ///< per engine feature
-  std::vector<PoolWork> work;        ///< per pool touched, in the order the lookups and updates run
+  /// The output and gradient buffers of host views (stage_activations), taken by the first forward
+  /// with a host view; none while every view is a device view.
+  std::unique_ptr<gpu::Staging> act;
+  std::vector<DeviceFeature> dev;  ///< per engine feature
+  std::vector<PoolWork> work;      ///< per pool touched, in the order the lookups and updates run
 };
 
 /// What a placement needs beside the copy and compute streams.
@@ -78,11 +81,15 @@ class SlotPoolEngine {
 
   /// On the compute stream: waits for order.after and b.st->ready(), gathers every pool's
   /// features into `outputs` (indexed like the batch's features, `f.feature`), and finishes them
-  /// (finish_outputs: the host waits for host views or a synchronous call).
+  /// (finish_outputs: the host waits for host views or a synchronous call). A host view among the
+  /// outputs first takes the batch's activation staging (which may wait for the oldest free
+  /// entry's last use, as a submit may; an error changes nothing).
   Status forward(SlotBatch& b, const EngineFeatures& f, const std::vector<MatrixView>& outputs, const CallOrder& order);
   /// On the compute stream: waits for order.after, copies the host gradients in, runs every pool's
   /// fused update with each table's optimizer at step `t`, retires the batch (retire() below),
-  /// and finishes the gradients (finish_gradients).
+  /// and finishes the gradients (finish_gradients). Host gradients use the activation staging that
+  /// forward took for the host outputs (a gradient has its output's space); without it (a forward
+  /// of device views) backward takes it, and when that fails retires the batch unapplied.
   Status backward(SlotBatch& b, const EngineFeatures& f, const std::vector<ConstMatrixView>& grads, std::int64_t t,
                   const CallOrder& order);
   /// Retires a batch that was staged without applying anything: the compute stream waits for its
@@ -98,12 +105,23 @@ class SlotPoolEngine {
   gpu::EventView progress() const noexcept { return progress_.view(); }
   /// The staging entries of the batches: taken by the placement, given back by retire.
   gpu::StagingPool& staging() noexcept { return staging_; }
+  /// The staging of host views' outputs and gradients (SlotBatch::act): taken by forward, given
+  /// back by retire. A store that only ever sees device views never allocates it.
+  const gpu::StagingPool& activation_staging() const noexcept { return activations_; }
+  /// Engine::staging_stats of both pools.
+  void staging_stats(StagingBytes& batches, StagingBytes& activations) const {
+    add_staging(staging_, batches);
+    add_staging(activations_, activations);
+  }
 
  private:
   const TableSpec& spec_of(int table) const { return config_.tables[static_cast<std::size_t>(table)].spec; }
   // Records progress (if made) and b.st->done() on the compute stream after the batch's last
-  // work there, and gives its staging back.
+  // work there, and gives its staging back (and its activation staging, if it took one).
   void retire(SlotBatch& b);
+  // Takes b.act, once per batch, and carves every feature's host-view buffers out of it. Changes
+  // nothing on failure (staging the device has no room for).
+  Status stage_activations(SlotBatch& b);
 
   const StoreConfig& config_;
   gpu::Device& dev_;
@@ -112,6 +130,7 @@ class SlotPoolEngine {
   gpu::Event progress_;    // with SlotPoolOptions::progress_event
   std::vector<Pool> pools_;
   gpu::StagingPool staging_{dev_};
+  gpu::StagingPool activations_{dev_};
 };
 
 }  // namespace strata::detail

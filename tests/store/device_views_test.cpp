@@ -3,12 +3,15 @@
 // the table and view, nothing changed, the batch still in flight).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "store/cost_model.hpp"
 #include "tests/store/device_views.hpp"
 #include "tests/store/store_test_util.hpp"
 #include "tests/store/thread_ranks.hpp"
@@ -48,7 +51,7 @@ StoreConfig two_tables(Placement p) {
 // The gradients are uploaded once, before.
 struct Traffic {
   std::uint64_t h2d = 0, d2h = 0, activation_bytes = 0;  // activation_bytes: outputs of the steady steps
-  std::uint64_t host_copy = 0;                            // activations memcpy'd in host memory
+  std::uint64_t host_copy = 0;                           // activations memcpy'd in host memory
 };
 Result<Traffic> measure(const StoreConfig& c, bool device, int warm, int steady, bool ordered = true) {
   STRATA_ASSIGN_OR_RETURN(auto store, Store::open(c));
@@ -176,6 +179,92 @@ TEST(DeviceViews, NoActivationIsCopiedInHostMemory) {
       auto dev = measure(c, true, warm, steady, ordered);
       ASSERT_TRUE(dev.is_ok()) << dev.status().to_string();
       EXPECT_EQ(dev.value().host_copy, 0u) << (ordered ? "stream-ordered" : "synchronous");
+    }
+  }
+}
+
+// Staging for outputs and gradients is taken only for host views: a store that only ever sees
+// device views holds none (no pinned or device bytes, no entry), after warm-up and with no batch
+// in flight; the same loop with host views holds at least one batch's outputs and gradients
+// (`offload`: its outputs on the device; its pinned outputs stay in the batch's staging, where the
+// CPU gather pools and device gradients land).
+TEST(DeviceViews, DeviceViewsReserveNoOutputOrGradientStaging) {
+  struct Mode {
+    Placement p;
+    OffloadGather gather;
+  };
+  for (Mode m : {Mode{Placement::kGpu, OffloadGather::kDevice}, Mode{Placement::kCached, OffloadGather::kDevice},
+                 Mode{Placement::kOffload, OffloadGather::kDevice}, Mode{Placement::kOffload, OffloadGather::kCpu}}) {
+    for (bool device : {true, false}) {
+      SCOPED_TRACE(std::string(to_string(m.p)) + ", offload_gather " + to_string(m.gather) +
+                   (device ? ", device views" : ", host views"));
+      StoreConfig c = two_tables(m.p);
+      c.offload_gather = m.gather;
+      auto store = Store::open(c);
+      ASSERT_TRUE(store.is_ok()) << store.status().to_string();
+      Store& st = *store.value();
+      std::mt19937_64 rng(9);
+      std::vector<KeyBatch> batches;
+      for (int i = 0; i < 8; ++i) batches.push_back(uniform_batch(rng, c, 64, 3));
+      Buffers out = make_buffers(c, batches[0]), grads = make_buffers(c, batches[0]);
+      fill_random(rng, grads);
+      gpu::Device& dev = *st.device();
+      DeviceViews o = make_device_views(dev, out), g = make_device_views(dev, grads);
+      auto trainer = dev.create_stream();
+      ASSERT_TRUE(trainer.is_ok());
+      upload(dev, trainer.value().view(), grads, g);
+      ASSERT_TRUE(dev.synchronize(trainer.value().view()).is_ok());
+      for (int i = 0; i < 2; ++i) ASSERT_TRUE(st.submit(i, batches[static_cast<std::size_t>(i)]).is_ok());
+      for (int i = 0; i < 8; ++i) {
+        if (device) {
+          ASSERT_TRUE(st.forward(i, o.views, trainer.value().view()).is_ok());
+          ASSERT_TRUE(st.backward(i, g.cviews, trainer.value().view()).is_ok());
+        } else {
+          ASSERT_TRUE(st.forward(i, out.views).is_ok());
+          ASSERT_TRUE(st.backward(i, grads.cviews).is_ok());
+        }
+        if (i + 2 < 8) {
+          ASSERT_TRUE(st.submit(i + 2, batches[static_cast<std::size_t>(i + 2)]).is_ok());
+        }
+      }
+      ASSERT_TRUE(dev.synchronize(trainer.value().view()).is_ok());
+      ASSERT_EQ(st.in_flight(), 0);
+      const StoreStats stats = st.stats();
+      std::size_t outputs = 0;  // one batch's outputs (as many gradients)
+      for (const auto& d : out.data) outputs += d.size() * sizeof(float);
+      EXPECT_GT(stats.staging.entries, 0u);
+      if (device) {
+        EXPECT_EQ(stats.activation_staging.entries, 0u);
+        EXPECT_EQ(stats.activation_staging.pinned, 0u);
+        EXPECT_EQ(stats.activation_staging.device, 0u);
+        // `gpu`: nothing but the batches' arguments, on both sides (mirrored): each entry at most
+        // twice the largest batch's (the pool's headroom), where outputs and gradients took twice
+        // a batch's outputs more on each side (four times with the headroom).
+        if (m.p == Placement::kGpu) {
+          std::size_t largest = 0;
+          for (const KeyBatch& kb : batches) {
+            std::size_t bytes = 0;
+            for (const JaggedKeys& k : kb.features) {
+              const std::set<Key> distinct(k.keys.begin(), k.keys.end());
+              bytes += static_cast<std::size_t>(EngineStaging::gpu_feature(k.batch_size(), k.num_keys(),
+                                                                           static_cast<std::int64_t>(k.weights.size()),
+                                                                           static_cast<std::int64_t>(distinct.size())));
+            }
+            largest = std::max(largest, bytes);
+          }
+          EXPECT_EQ(stats.staging.pinned, stats.staging.device);
+          EXPECT_LE(stats.staging.pinned, stats.staging.entries * 2 * largest);
+        }
+      } else {
+        EXPECT_GT(stats.activation_staging.entries, 0u);
+        if (m.p == Placement::kOffload) {
+          EXPECT_EQ(stats.activation_staging.pinned, 0u);
+          EXPECT_GE(stats.activation_staging.device, outputs);
+        } else {
+          EXPECT_GE(stats.activation_staging.pinned, 2 * outputs);
+          EXPECT_GE(stats.activation_staging.device, 2 * outputs);
+        }
+      }
     }
   }
 }
