@@ -93,6 +93,18 @@ void Device::copy_d2d(StreamView s, void* dst, const void* src, std::size_t byte
   counters_.add_hbm_write(bytes);
   do_copy(s, dst, src, bytes, CopyKind::kD2D);
 }
+void Device::copy_peer(StreamView s, void* dst, Device& src_device, const void* src, std::size_t bytes) {
+  if (!own_stream(s, "copy_peer")) return;
+  if (src_device.info().backend != info_.backend) {
+    record_error(Status::invalid_argument("device " + describe(info_) + ": copy_peer of " + std::to_string(bytes) +
+                                          " bytes from device " + describe(src_device.info()) +
+                                          ": both devices must have the same backend"));
+    return;
+  }
+  counters_.add_hbm_write(bytes);
+  src_device.counters().add_hbm_read(bytes);
+  do_copy_peer(s, dst, src_device, src, bytes);
+}
 
 namespace {
 constexpr std::uint64_t kF = sizeof(float);

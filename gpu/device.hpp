@@ -238,6 +238,17 @@ class Device {
   void copy_h2d(StreamView s, void* dst_device, const void* src_host, std::size_t bytes);
   void copy_d2h(StreamView s, void* dst_host, const void* src_device, std::size_t bytes);
   void copy_d2d(StreamView s, void* dst_device, const void* src_device, std::size_t bytes);
+  /// Copies `bytes` from device memory of `src_device` (another Device object of the same backend:
+  /// another emu device, another CUDA device, or a second Device on the same CUDA ordinal) into
+  /// device memory of this device, ordered on `s` (a stream of this device). The caller orders the
+  /// source's producer before the call (e.g. synchronizes it) and keeps both ranges alive until the
+  /// copy is done. cuda: cudaMemcpyPeerAsync (direct over NVLink/PCIe where peer access is
+  /// possible, else staged by the driver; on one ordinal a device-to-device copy). emu: a memcpy
+  /// on the stream's worker after checking that `src` lies in a live allocation of `src_device`.
+  /// Counts HBM writes on this device and HBM reads on `src_device` (the bytes between ranks are
+  /// the communicators' to count, dispatch/communicator.hpp CommCounters). A source device of
+  /// another backend, or wrong memory on either side, becomes the sticky error.
+  void copy_peer(StreamView s, void* dst_device, Device& src_device, const void* src, std::size_t bytes);
   /// Runs `fn` on the host when the work before it on `s` is done; later work on `s` waits for it.
   /// `fn` must not issue device work. Exceptions are a programmer error.
   virtual void host_task(StreamView s, std::function<void()> fn) = 0;
@@ -290,6 +301,8 @@ class Device {
   virtual void do_deallocate_pinned(void* p, std::size_t bytes) noexcept = 0;
   enum class CopyKind { kH2D, kD2H, kD2D };
   virtual void do_copy(StreamView s, void* dst, const void* src, std::size_t bytes, CopyKind kind) = 0;
+  /// copy_peer after the stream and backend checks (src_device has this device's backend).
+  virtual void do_copy_peer(StreamView s, void* dst, Device& src_device, const void* src, std::size_t bytes) = 0;
   virtual void do_gather_pool(StreamView s, SlotPool pool, const std::vector<LookupFeature>& features) = 0;
   virtual void do_gather_pool_host(StreamView s, RowRef table, const std::vector<LookupFeature>& features) = 0;
   virtual void do_backward_update(StreamView s, SlotPool pool, const std::vector<UpdateFeature>& features) = 0;

@@ -337,6 +337,16 @@ class CudaDevice final : public Device {
     STRATA_CUDA_RECORD(*this, cudaMemcpyAsync(dst, src, bytes, k, stream(s)));
   }
 
+  // cudaMemcpyPeerAsync: direct where the two GPUs can reach each other, staged by the driver where
+  // they cannot, a device-to-device copy when both Device objects are the same ordinal.
+  void do_copy_peer(StreamView s, void* dst, Device& src_device, const void* src, std::size_t bytes) override {
+    if (bytes == 0) return;
+    const DeviceScope scope(ctx_);
+    if (!begin_issue(scope)) return;
+    STRATA_CUDA_RECORD(*this,
+                       cudaMemcpyPeerAsync(dst, ctx_.ordinal(), src, src_device.info().ordinal, bytes, stream(s)));
+  }
+
   void do_gather_pool(StreamView s, SlotPool pool, const std::vector<LookupFeature>& features) override {
     if (features.empty()) return;
     const DeviceScope scope(ctx_);

@@ -551,6 +551,32 @@ class EmuDevice final : public Device {
                     false});
   }
 
+  // From another emu device's memory (Device::copy_peer; the base checked the backend). All emu
+  // devices live in this process, so the stream worker reads the source directly.
+  void do_copy_peer(StreamView s, void* dst, Device& src_device, const void* src, std::size_t bytes) override {
+    const EmuScope scope(id_);
+    if (bytes) {
+      const int peer = static_cast<EmuDevice&>(src_device).id_;
+      const Where w = emu_memory().find(src, bytes);
+      const bool src_ok = w.kind == Where::kDevice && w.owner == peer && w.fits;
+      const std::string bad_dst = misuse(dst, bytes, kDeviceOnly);
+      if (!bad_dst.empty() || !src_ok) {
+        record_error(Status::internal(name() + ": copy_peer of " + std::to_string(bytes) + " bytes from " + hex(src) +
+                                      " (" + describe(src, bytes) + ") to " + hex(dst) + " (" + describe(dst, bytes) +
+                                      ") refused: the " + (bad_dst.empty() ? "source" : "destination") +
+                                      " must be device memory of " +
+                                      (bad_dst.empty() ? "emu device " + std::to_string(peer) : "this device")));
+        return;
+      }
+    }
+    dst = emu_untag(dst);
+    src = emu_untag(src);
+    stream(s).push({[dst, src, bytes] {
+                      if (bytes) std::memcpy(dst, src, bytes);
+                    },
+                    false});
+  }
+
   // Kernels: the shared kernel source (gpu/kernels/bodies.hpp) on the CPU grid, the launches
   // split as the cuda backend splits them. Each op first checks and untags what it was given
   // (to_host).
