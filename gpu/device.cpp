@@ -168,6 +168,36 @@ void Device::unpack_records(StreamView s, SlotPool pool, const Key* slots, std::
   do_unpack_records(s, pool, slots, n, src);
 }
 
+void Device::take_columns(StreamView s, SlotPool rows, std::int64_t col, const Key* slots, std::int64_t n,
+                          float* packed) {
+  if (!own_stream(s, "take_columns")) return;
+  const std::uint64_t b = static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(rows.dim) * kF;
+  counters_.add_hbm_read(b + static_cast<std::uint64_t>(n) * 8);
+  counters_.add_hbm_write(b);
+  do_move_columns(s, rows, col, slots, n, packed, false);
+}
+
+void Device::put_columns(StreamView s, SlotPool rows, std::int64_t col, const Key* slots, std::int64_t n,
+                         const float* packed) {
+  if (!own_stream(s, "put_columns")) return;
+  const std::uint64_t b = static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(rows.dim) * kF;
+  counters_.add_hbm_read(b + static_cast<std::uint64_t>(n) * 8);
+  counters_.add_hbm_write(b);
+  do_move_columns(s, rows, col, slots, n, const_cast<float*>(packed), true);
+}
+
+void Device::reduce_grads(StreamView s, SlotPool sums, const std::vector<UpdateFeature>& features) {
+  if (!own_stream(s, "reduce_grads")) return;
+  for (const auto& f : features) {
+    const std::uint64_t grad_rows = static_cast<std::uint64_t>(f.pooling == Pooling::kNone ? f.num_keys : f.batch);
+    const std::uint64_t row = static_cast<std::uint64_t>(sums.dim) * kF;
+    counters_.add_hbm_read(grad_rows * row + static_cast<std::uint64_t>(f.num_unique) * 16 +
+                           static_cast<std::uint64_t>(f.num_keys) * 8);
+    counters_.add_hbm_write(static_cast<std::uint64_t>(f.num_unique) * row);
+  }
+  do_reduce_grads(s, sums, features);
+}
+
 void Device::records_from_host(StreamView s, SlotPool pool, const Key* slots, std::int64_t n,
                                const float* const* rows) {
   if (n <= 0) return;

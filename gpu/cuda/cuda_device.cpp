@@ -401,6 +401,23 @@ class CudaDevice final : public Device {
     STRATA_CUDA_RECORD(*this, cuda_detail::launch_records(a, true, stream(s), sm_count_));
   }
 
+  void do_move_columns(StreamView s, SlotPool rows, std::int64_t col, const Key* slots, std::int64_t n, float* packed,
+                       bool put) override {
+    if (n <= 0) return;
+    const DeviceScope scope(ctx_);
+    if (!begin_issue(scope)) return;
+    const kernels::RecordArgs a{rows.base + col, rows.stride, slots, n, packed, rows.dim};
+    STRATA_CUDA_RECORD(*this, cuda_detail::launch_records(a, put, stream(s), sm_count_));
+  }
+
+  void do_reduce_grads(StreamView s, SlotPool sums, const std::vector<UpdateFeature>& features) override {
+    if (features.empty()) return;
+    const DeviceScope scope(ctx_);
+    if (!begin_issue(scope)) return;
+    for (const auto& a : kernels::update_launches(sums, features))
+      if (!STRATA_CUDA_RECORD(*this, cuda_detail::launch_reduce(a, stream(s), sm_count_))) return;
+  }
+
   void do_records_host(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* const* rows,
                        bool to_host) override {
     if (n <= 0) return;

@@ -655,6 +655,32 @@ class EmuDevice final : public Device {
     kernel(s, [a] { kernels::run_records(a, true); });
   }
 
+  void do_move_columns(StreamView s, SlotPool rows, std::int64_t col, const Key* slots, std::int64_t n, float* packed,
+                       bool put) override {
+    const EmuScope scope(id_);
+    const char* op = put ? "put_columns" : "take_columns";
+    ArgCheck c{this, op, {}};
+    if (col < 0 || rows.dim < 1 || col + rows.dim > rows.stride)
+      c.error = name() + ": " + op + ": columns [" + std::to_string(col) + ", " + std::to_string(col + rows.dim) +
+                ") outside rows of " + std::to_string(rows.stride) + " floats";
+    c("rows", rows.base, rows.slots * rows.stride * static_cast<std::int64_t>(sizeof(float)), kDeviceOnly);
+    c("slots", slots, n * static_cast<std::int64_t>(sizeof(Key)));
+    c("packed", packed, n * rows.dim * static_cast<std::int64_t>(sizeof(float)));
+    if (!check_done(c)) return;
+    const kernels::RecordArgs a{emu_untag(rows.base) + col, rows.stride, emu_untag(slots), n,
+                                emu_untag(packed),          rows.dim};
+    kernel(s, [a, put] { kernels::run_records(a, put); });
+  }
+
+  void do_reduce_grads(StreamView s, SlotPool sums, const std::vector<UpdateFeature>& device_features) override {
+    const EmuScope scope(id_);
+    std::vector<UpdateFeature> features = device_features;
+    if (!to_host("reduce_grads", sums, features)) return;
+    kernel(s, [launches = kernels::update_launches(sums, features)] {
+      for (const auto& a : launches) kernels::run_reduce(a);
+    });
+  }
+
   void do_records_host(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* const* rows,
                        bool to_host_records) override {
     const EmuScope scope(id_);
