@@ -117,10 +117,9 @@ class Store {
   virtual Status backward(std::int64_t batch_id, const std::vector<ConstMatrixView>& grads) = 0;
 
   /// Outputs and gradients on the device. A trainer whose dense model runs on the GPU gives views
-  /// of device() memory (MemorySpace::kDevice): `gpu` and `cached` tables (and `hybrid` ones on a
-  /// single rank without a communicator) look up straight into them and read gradients straight
-  /// from them, with no copy over PCIe and no host memcpy. Other tables (`cpu` and `offload`, and
-  /// sharded ones over a communicator) go through pinned host memory: their outputs are copied
+  /// of device() memory (MemorySpace::kDevice): `gpu`, `cached` and `hybrid` tables (sharded over a
+  /// communicator or not) look up straight into them and read gradients straight from them, with no
+  /// copy over PCIe and no host memcpy. `cpu` and `offload` tables go through pinned host memory: their outputs are copied
   /// H2D into the device views and their gradients D2H (counted in stats().links). Views of one
   /// call may mix spaces; a gradient view must be in the space of forward's output of its feature.
   /// Keys stay host memory: the planner reads them on the CPU, ahead of the device.
