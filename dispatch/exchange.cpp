@@ -238,6 +238,24 @@ Status KeyExchange::upload_index(ExchangeWorkspace& ws) const {
   return Status::ok();
 }
 
+namespace {
+
+// The all-to-all of a device form. A local failure still joins the collective, as an argument
+// error that every rank sees whatever its sizes (null count arrays, as all_to_all_counts does),
+// so that the ranks fail together instead of some going on without this one.
+Status exchange(Communicator& comm, ExchangeWorkspace& ws, const char* send, const std::vector<std::int64_t>& sbytes,
+                char* recv, const std::vector<std::int64_t>& rbytes, const Status& local) {
+  const auto sd = displs_of(sbytes), rd = displs_of(rbytes);
+  const BufferSpace space = BufferSpace::on(ws.device(), ws.stream());
+  if (!local.is_ok()) {
+    (void)comm.all_to_all_v(nullptr, nullptr, sd.data(), nullptr, nullptr, rd.data(), space);
+    return local;
+  }
+  return comm.all_to_all_v(send, sbytes.data(), sd.data(), recv, rbytes.data(), rd.data(), space);
+}
+
+}  // namespace
+
 Status KeyExchange::return_rows(Communicator& comm, ExchangeWorkspace& ws, const std::vector<const float*>& served_rows,
                                 const std::vector<float*>& unique_rows, const Status& failed) {
   const std::size_t T = layouts_.size(), N = static_cast<std::size_t>(world_);
@@ -269,11 +287,7 @@ Status KeyExchange::return_rows(Communicator& comm, ExchangeWorkspace& ws, const
         out += n * w * kF;
       }
   }
-  const auto sd = displs_of(sbytes), rd = displs_of(rbytes);
-  Status s =
-      comm.all_to_all_v(send, sbytes.data(), sd.data(), recv, rbytes.data(), rd.data(), BufferSpace::on(dev, st));
-  STRATA_RETURN_IF_ERROR(local);
-  STRATA_RETURN_IF_ERROR(s);
+  STRATA_RETURN_IF_ERROR(exchange(comm, ws, send, sbytes, recv, rbytes, local));
   std::int64_t in = 0, ix = 0;
   for (std::size_t o = 0; o < N; ++o)
     for (std::size_t t = 0; t < T; ++t) {
@@ -321,11 +335,7 @@ Status KeyExchange::send_grads(Communicator& comm, ExchangeWorkspace& ws, const 
         ix += k;
       }
   }
-  const auto sd = displs_of(sbytes), rd = displs_of(rbytes);
-  Status s =
-      comm.all_to_all_v(send, sbytes.data(), sd.data(), recv, rbytes.data(), rd.data(), BufferSpace::on(dev, st));
-  STRATA_RETURN_IF_ERROR(local);
-  STRATA_RETURN_IF_ERROR(s);
+  STRATA_RETURN_IF_ERROR(exchange(comm, ws, send, sbytes, recv, rbytes, local));
   std::int64_t in = 0;
   for (std::size_t src = 0; src < N; ++src)
     for (std::size_t t = 0; t < T; ++t) {

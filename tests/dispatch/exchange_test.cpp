@@ -168,6 +168,38 @@ TEST(KeyExchange, KeysRowsAndGradientsTakeTheSamePathBothWays) {
       }
 }
 
+// A rank that failed before a device exchange still joins it, so that every rank fails (even
+// one that has nothing to exchange with it) instead of going on without it.
+TEST(KeyExchange, ALocalFailureBeforeADeviceExchangeFailsEveryRank) {
+  TableSpec s;
+  s.name = "t", s.rows = 10, s.dim = 4;
+  const ShardLayout l = ShardLayout::make(s, {ShardingType::kRow, -1}, 2, 0).value();
+  auto group = make_local_group(2);
+  ASSERT_TRUE(group.is_ok());
+  std::vector<Status> got(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      Communicator& comm = *group.value()[static_cast<std::size_t>(r)];
+      ExchangeInput none{&l, nullptr, 0, nullptr};  // no keys at all: nothing to send or receive
+      auto ex = KeyExchange::run(comm, {none});
+      if (!ex) {
+        got[static_cast<std::size_t>(r)] = ex.status();
+        return;
+      }
+      RankDevice rd;
+      ExchangeWorkspace ws(*rd.dev, rd.stream.view());
+      float* d = rd.up({0.0f});
+      const Status local = r == 0 ? Status::internal("rank 0 broke") : Status::ok();
+      got[static_cast<std::size_t>(r)] = ex->return_rows(comm, ws, {d}, {d}, local);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(got[0].message(), "rank 0 broke");
+  EXPECT_EQ(got[1].code(), StatusCode::kInvalidArgument) << got[1].to_string();
+  EXPECT_NE(got[1].message().find("rank 0"), std::string::npos) << got[1].to_string();
+}
+
 TEST(KeyExchange, DedupCutsTheBytesByTheDuplicationFactorOfTheKeysSent) {
   // Two ranks, row sharding: rank 0 sends its odd keys to rank 1. Keys 1 and 3 used 5 and 3 times.
   TableSpec s;
