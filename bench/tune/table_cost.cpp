@@ -273,9 +273,11 @@ Result<TableCost> sharded_cost(const TableSpec& spec, const TableLoad& load, Pla
     copy_d2h(b, out);
     copy_h2d(b, out);
   }
-  c.hbm_bytes += in_flight * 8.0 * (2.0 * s_max + 1.0) + 2.0 * s_max * z.row;
-  c.comm_bytes = in_flight * (16.0 * u_max + 12.0 * k_max + 4.0 * u_max + 24.0 * s_max + z.row * (s_max + u_max)) +
-                 2.0 * z.row * (s_max + u_max);
+  // The sharded engine's device scratch, grown to twice one step's need: served rows (then served
+  // gradients), unique rows, their gradient sums, and the exchange's send and receive buffers.
+  c.hbm_bytes +=
+      in_flight * 8.0 * (2.0 * s_max + 1.0) + 2.0 * z.row * (s_max + 2.0 * u_max + 2.0 * std::max(s_max, u_max));
+  c.comm_bytes = in_flight * (16.0 * u_max + 12.0 * k_max + 4.0 * u_max + 24.0 * s_max);
   c.host_bytes += c.comm_bytes;
   if (placement == Placement::kGpu) {
     c.hbm_bytes += std::ceil(static_cast<double>(spec.rows) / N) * z.stride;

@@ -74,12 +74,12 @@
 //               hit rate of the worst shard's cache of `cache_rows` rows (rows per rank)
 // Memory per rank: gpu: the shard's rows in HBM; hybrid: the shard's host records
 // (host_table_memory of rank 0), its cache, staging and index as cached; both: keys staging per
-// batch in flight and one step's served rows and gradients in HBM (S_max = the larger of the
-// rank's and the shard's most distinct rows of one step), and in host memory the communication
-// buffers: per batch in flight its unique keys, positions and inverse (8 U + 8 U + 12 K), the
-// keys sent and served (4 U + 24 S_max) and 4 d (S_max + U), plus 8 d (S_max + U) (the sizes of
-// the rows and gradients exchanged; the engine's scratch for them is now device memory, which
-// this estimate still counts on the host side).
+// batch in flight and the engine's device scratch in HBM, grown to twice one step's need (S_max =
+// the larger of the rank's and the shard's most distinct rows of one step, U_max the rank's):
+// served rows, unique rows and their gradient sums, and the exchange's send and receive buffers
+// (8 d (S_max + 2 U_max + 2 max(S_max, U_max))); in host memory the communication metadata per
+// batch in flight: its unique keys, positions and inverse (8 U + 8 U + 12 K) and the keys sent and
+// served (4 U + 24 S_max).
 
 #include <cstdint>
 
