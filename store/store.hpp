@@ -119,22 +119,23 @@ class Store {
   /// Outputs and gradients on the device. A trainer whose dense model runs on the GPU gives views
   /// of device() memory (MemorySpace::kDevice): `gpu`, `cached` and `hybrid` tables (sharded over a
   /// communicator or not) look up straight into them and read gradients straight from them, with no
-  /// copy over PCIe and no host memcpy. `cpu` and `offload` tables go through pinned host memory:
-  /// their outputs are copied H2D into the device views and their gradients D2H (counted in
-  /// stats().links). Views of one call may mix spaces; a gradient view must be in the space of
-  /// forward's output of its feature. Keys stay host memory: the planner reads them on the CPU,
-  /// ahead of the device.
+  /// copy over PCIe and no host memcpy. `offload` tables look up into them too (with
+  /// offload_gather cpu, the CPU's outputs are copied H2D into them once) and copy each gradient
+  /// D2H once for their CPU optimizer. `cpu` tables go through pinned host memory: their outputs
+  /// are copied H2D into the device views and their gradients D2H (all counted in stats().links).
+  /// Views of one call may mix spaces; a gradient view must be in the space of forward's output of
+  /// its feature. Keys stay host memory: the planner reads them on the CPU, ahead of the device.
   ///
   /// Stream-ordered calls: forward/backward(id, views, stream) with a stream of device(). The
   /// store's device work runs after everything queued on `stream` before the call, and whatever
   /// is queued on `stream` after the call runs after it (forward: the outputs written; backward:
   /// the gradients read), so the trainer's kernels and the store's need no host sync between them.
-  ///  - forward(id, outputs, stream): with only device views of `gpu` and `cached` tables, the
-  ///    host waits for nothing on the device (it still plans: a `cached` table whose plan waits
-  ///    for batches to retire fails as the synchronous call does). Tables staged through host
-  ///    memory compute their outputs on the host first (an `offload` table waits for its own
-  ///    gather, as in the synchronous call); their H2D copies are then ordered on `stream`, not
-  ///    waited for. Sharded tables over a communicator wait for their lookups and exchanges
+  ///  - forward(id, outputs, stream): with only device views of `gpu`, `cached` and `offload`
+  ///    tables, the host waits for nothing on the device (it still plans: a `cached` table whose
+  ///    plan waits for batches to retire fails as the synchronous call does; an `offload` table
+  ///    with offload_gather cpu pools on the host first). Tables staged through host memory
+  ///    compute their outputs on the host first; their H2D copies are then ordered on `stream`,
+  ///    not waited for. Sharded tables over a communicator wait for their lookups and exchanges
   ///    (host-synchronous collectives); only their pooling into the device views is left
   ///    ordered after `stream`. With a host view the host waits for the outputs.
   ///  - backward(id, grads, stream): with device gradients and accept_nonfinite_gradients false,
@@ -147,8 +148,11 @@ class Store {
   ///    where cache.flush_every flushes). Sharded tables over a communicator read device
   ///    gradients on the device but wait for their exchange (so for `stream` up to the
   ///    gradients) and for their shards' updates. Host
-  ///    gradients, and device gradients of the tables staged through host memory (copied D2H
-  ///    after `stream`), are read by the host before the call returns.
+  ///    gradients, and device gradients of `offload` tables and of the tables staged through
+  ///    host memory (copied D2H after `stream`), are read by the host before the call returns.
+  ///    A backward of `offload` tables (looked up on the device) also waits, on the host, for
+  ///    a stream-ordered forward with device views that may still read their host rows, and so
+  ///    for `stream` up to that forward: the CPU optimizer must not change rows the device reads.
   /// Both keep the views and `stream` in use until the work queued on `stream` after the call has
   /// run: do not free or reuse them before. Errors, as for every bad input, change nothing (the
   /// batch stays in flight): a device view on a store without a device or outside device()'s

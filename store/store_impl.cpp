@@ -266,6 +266,21 @@ class StoreImpl final : public Store {
     if (std::find(bounce.begin(), bounce.end(), true) != bounce.end())
       host = bounce_->host_gradients(grads, bounce, order.value());
     if (!host) return refuse("backward", id, host.status());
+    // What can fail without changing a table runs for every engine before any engine applies:
+    // an engine that updates on the CPU copies its device gradients to the host here, so a device
+    // that fails on that copy refuses the call before a device engine (first below) updated.
+    Status prepared;
+    arena_.execute([&] {
+      for (std::size_t k = 0; k < engines_.size() && prepared.is_ok(); ++k) {
+        if (!e.parts[k].state) continue;
+        const bool native = engines_[k]->device_views();
+        prepared =
+            engines_[k]->prepare_backward(*e.parts[k].state, e.batch, e.parts[k].features,
+                                          native ? grads : host.value(), native ? order.value() : detail::CallOrder{});
+      }
+    });
+    if (!prepared.is_ok())
+      return refuse("backward", id, prepared.with_context("batch " + std::to_string(id) + ": backward"));
     // Every rank must agree before any engine retires its part: a rank that refused (bad
     // gradients, a failed device) keeps the batch in flight, and so must the others.
     if (collective_) STRATA_RETURN_IF_ERROR(refuse("backward", id, Status::ok()));
@@ -274,16 +289,22 @@ class StoreImpl final : public Store {
     arena_.execute([&] {
       // Device engines go first (init's group order): when one fails (the device failed during
       // this call), the host engines after it retire the batch without applying its gradients.
+      std::vector<std::size_t> applied;  // engines whose backward returned ok
       for (std::size_t k = 0; k < engines_.size(); ++k) {
         if (!e.parts[k].state) continue;
         if (status.is_ok()) {
           const bool native = engines_[k]->device_views();
           status = engines_[k]->backward(*e.parts[k].state, e.batch, e.parts[k].features, native ? grads : host.value(),
                                          t, native ? order.value() : detail::CallOrder{});
+          if (status.is_ok()) applied.push_back(k);
         } else {
           (void)engines_[k]->discard(*e.parts[k].state, e.batch, e.parts[k].features);
         }
       }
+      // A later engine failed (the device failed during the call): the call is refused, so what
+      // the engines before it applied on the device is not part of the store's state.
+      if (!status.is_ok())
+        for (const std::size_t k : applied) engines_[k]->backward_not_applied();
     });
     batches_.erase(id);
     if (!status.is_ok()) return status;

@@ -169,19 +169,19 @@ StepBytes compute_bytes(const TableSpec& spec, Placement placement, const BatchK
       b.hbm_write += U * z.record;
       break;
     case Placement::kOffload:
+      // The engine takes device views itself (store/detail/offload_engine.cpp).
       if (o.offload_cpu_gather) {
         host_rows(b, K, z.row, true);  // CPU threads pool
         b.host_cpu_read += K * z.row;
-        copy_h2d(b, out);
+        copy_h2d(b, out);  // into the trainer's outputs, or (host trainer) the engine's device staging
       } else {
         b.h2d += U * z.row;  // the distinct rows, zero-copy from pinned host memory
         b.hbm_read += 16.0 * U;
         b.hbm_write += U * z.row;
-        gather(b, k, z.row, P);
-        copy_d2h(b, out);
+        gather(b, k, z.row, P);                      // a device trainer's outputs are written in place
+        if (!o.trainer_on_device) copy_d2h(b, out);  // a host trainer's come back
       }
-      if (o.trainer_on_device) {  // through the host-bounce adaptor
-        copy_h2d(b, out);
+      if (o.trainer_on_device) {  // the gradients, D2H once for the CPU optimizer
         finite_check(b, out, o);
         copy_d2h(b, out);
       }

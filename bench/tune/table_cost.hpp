@@ -17,13 +17,15 @@
 //   gather     HBM reads K rows and the index (8 (B + 1) + 8 K, + 4 K with weights), writes P rows
 //   update     HBM reads P gradient rows, U records and 16 U of slots and offsets, and 8 K of
 //              positions; writes U records
-//   trainer    --trainer host: outputs D2H and gradients H2D (P r each; gpu, cached, offload);
+//   trainer    --trainer host: outputs D2H and gradients H2D (P r each; gpu, cached);
 //              --trainer device: gpu and cached write outputs and read gradients in place, and
 //              the store counts the gradients' NaN and Inf on the device (HBM reads P r, 8 bytes
-//              of counts D2H); offload goes through the host-bounce adaptor (outputs H2D and
-//              gradients D2H, P r each, besides its own D2H of the outputs); cpu: the same copies
-//              (the adaptor's in a store with a device, whose check counts them too; else the
-//              trainer's own device's: strata-bench opens one)
+//              of counts D2H); offload writes the outputs in place (offload-cpu: its one H2D
+//              of them goes into the trainer's buffers) and copies each gradient D2H once, for
+//              the CPU optimizer, and the store counts their NaN and Inf as for gpu; cpu: the
+//              host-bounce adaptor's outputs H2D and gradients D2H (P r each, in a store with a
+//              device, whose check counts them too; else the trainer's own device's: strata-bench
+//              opens one)
 //   gpu        metadata, gather, update
 //   cached     gpu's, plus per step F fills (host reads F R; staged: F S H2D, unpacked in HBM;
 //              zero-copy: F R H2D) and W write-backs of dirty rows (packed in HBM; staged: W S
@@ -33,8 +35,9 @@
 //              are written back by nobody (validate simulates the cache; the planner, in steady
 //              training, counts a write-back for every miss, W = F = U (1 - hit rate))
 //   offload    the device reads the U distinct rows from pinned host memory (H2D U r, host reads
-//              U r), gathers them, and copies the outputs D2H; offload-cpu: CPU threads pool (host
-//              reads K r) and the outputs go H2D; the CPU optimizer reads and writes U records
+//              U r) and gathers them (a host trainer's outputs then come back D2H); offload-cpu:
+//              CPU threads pool (host reads K r) and the outputs go H2D (into the engine's device
+//              staging for a host trainer); the CPU optimizer reads and writes U records
 //   cpu        CPU threads gather K rows and read and write U records
 // Host bytes of CPU kernels (CPU gather, CPU optimizer) are StepBytes::host_cpu_read/write too:
 // no device counts them. Host row traffic is listed as random-row gathers (StepBytes::host_gathers).

@@ -170,6 +170,12 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
     return applied;
   }
 
+  // The call's update stays on the failed device: host memory holds the table as of the last
+  // flush, which is what the store now holds it to be.
+  void backward_not_applied() override {
+    if (unflushed_ > 0) --unflushed_;
+  }
+
   Status discard(EngineBatch& eb, const KeyBatch&, const EngineFeatures&) override {
     auto& b = static_cast<CachedBatch&>(eb);
     if (!b.planned) {

@@ -49,11 +49,31 @@ class Engine {
                          const std::vector<MatrixView>& outputs, const CallOrder& order) = 0;
   /// Applies the gradients with each table's optimizer at store step `t` (1-based) and retires the
   /// batch. Views are host memory unless device_views(); device gradients are already checked finite.
+  /// Called after prepare_backward of the same call succeeded on every engine.
   virtual Status backward(EngineBatch& b, const KeyBatch& batch, const EngineFeatures& f,
                           const std::vector<ConstMatrixView>& grads, std::int64_t t, const CallOrder& order) = 0;
+  /// Called by the store, for one backward call, on every engine with a part in the batch before
+  /// any engine's backward, after the gradients were checked (shapes, finiteness): the work of the
+  /// call that may fail without changing any table state, done first so that a failure (on the
+  /// device, say) refuses the whole call with nothing applied anywhere and the batch in flight (a
+  /// later backward calls it again; discard does not). An engine whose updates run on the CPU
+  /// copies its device gradients to host memory here. `grads` and `order` as for backward.
+  /// Default: nothing.
+  virtual Status prepare_backward(EngineBatch& /*b*/, const KeyBatch& /*batch*/, const EngineFeatures& /*f*/,
+                                  const std::vector<ConstMatrixView>& /*grads*/, const CallOrder& /*order*/) {
+    return Status::ok();
+  }
+  /// Called by the store when this engine's backward of a call returned ok but a later engine's
+  /// failed (the device failed during the call, so the store refuses the call: the step does not
+  /// advance and the host tables are unchanged). What this engine applied lives only in the failed
+  /// device's memory and is not part of the store's state: an engine that counts applied updates
+  /// (cached: the calls since the last flush, which decide what a read after the fault may return)
+  /// forgets the call. Default: nothing.
+  virtual void backward_not_applied() {}
   /// Whether forward and backward take views in device memory (MemorySpace::kDevice) and a
   /// CallOrder: the lookups write into them and the updates read from them on the device, ordered
-  /// after `order.after`, and `order.caller` waits for that work (the host, without one). The
+  /// after `order.after`, and `order.caller` waits for that work (the host, without one); an engine
+  /// that updates on the CPU (offload) copies device gradients to the host in prepare_backward. The
   /// store stages device views through pinned host memory for the other engines (host_bounce.hpp).
   virtual bool device_views() const noexcept { return false; }
   /// Retires a batch without applying anything.

@@ -1,14 +1,14 @@
 #pragma once
-// HostBounce: the one adaptor between device views (MemorySpace::kDevice) and the engines that
-// take host views only (`cpu` tables of a store with a device, `offload`, tables sharded over a
-// communicator). Outputs: the engine writes into pinned host scratch, then one H2D copy per view
-// fills the caller's device buffer; gradients: one D2H copy per view into the scratch, which the
-// engine reads. The copies run on the adaptor's own stream, ordered after the caller's stream
-// (CallOrder::after), and count in the device's link counters. The scratch is double-buffered:
-// a call takes the buffer the call before last used, so a stream-ordered forward does not wait on
-// the host for the previous call's copies (which wait for the caller's stream), only for those of
-// the call before it. Each buffer only grows (to twice a request), so a training loop's steady
-// state allocates nothing. Not thread-safe.
+// HostBounce: the one adaptor between device views (MemorySpace::kDevice) and the engines that take
+// host views only (`cpu` tables of a store with a device; `offload` and the sharded engine take
+// device views themselves, offload_engine.hpp and sharded_engine.hpp). Outputs: the engine writes into pinned
+// host scratch, then one H2D copy per view fills the caller's device buffer; gradients: one D2H
+// copy per view into the scratch, which the engine reads. The copies run on the adaptor's own
+// stream, ordered after the caller's stream (CallOrder::after), and count in the device's link
+// counters. The scratch is double-buffered: a call takes the buffer the call before last used, so a
+// stream-ordered forward does not wait on the host for the previous call's copies (which wait for
+// the caller's stream), only for those of the call before it. Each buffer only grows (to twice a
+// request), so a training loop's steady state allocates nothing. Not thread-safe.
 
 #include <cstddef>
 #include <vector>

@@ -28,6 +28,8 @@ struct OffloadBatch final : EngineBatch {
   std::vector<gpu::LookupFeature> looks;  // per engine feature, device pointers
   std::vector<float*> host_out;           // per engine feature, pinned
   std::vector<RowGroup> groups;           // device gather: one per dim
+  std::vector<const float*> grads;        // per engine feature, host: set by prepare_backward
+  bool outputs_pending = false;           // CPU gather: a stream-ordered forward's copies out of host_out may be queued
 };
 
 class OffloadEngine final : public Engine {
@@ -121,50 +123,126 @@ class OffloadEngine final : public Engine {
     return std::unique_ptr<EngineBatch>(std::move(b));
   }
 
+  bool device_views() const noexcept override { return true; }
+
+  // Device views: the device gather writes each feature straight into the caller's buffer, and the
+  // CPU gather's pinned outputs go H2D straight into it (one copy per view, from the batch's own
+  // staging: the store's host bounce would add a memcpy into its scratch and, before, a copy into
+  // this engine's device staging). Host views work as without a device view: the outputs come back
+  // D2H (device gather) or go H2D into the engine's device staging (CPU gather, the transfer a GPU
+  // trainer would need), the host waits and copies them out.
   Status forward(EngineBatch& eb, const KeyBatch& batch, const EngineFeatures& f,
-                 const std::vector<MatrixView>& outputs, const CallOrder&) override {
+                 const std::vector<MatrixView>& outputs, const CallOrder& order) override {
     auto& b = static_cast<OffloadBatch&>(eb);
     const gpu::StreamView s = compute_.view();
+    bool host = false, device = false;
+    for (std::size_t i = 0; i < f.feature.size(); ++i) {
+      if (!bytes_of(batch, f, i)) continue;  // a feature of zero rows may have null views
+      (out(outputs, f, i).space == MemorySpace::kDevice ? device : host) = true;
+    }
+    // The caller's buffers are written on the device only after its work queued before the call.
+    if (device && order.after.state()) dev_.wait(s, order.after);
     if (config_.offload_gather == OffloadGather::kDevice) {
       // Per dim: the distinct rows cross PCIe once (one launch), then one table-batched gather.
       dev_.wait(s, b.st->ready());
       for (const RowGroup& g : b.groups) {
         dev_.records_from_host(s, g.pool(), nullptr, g.unique, g.sources);
         std::vector<gpu::LookupFeature> looks;
-        for (std::size_t i : g.feats) looks.push_back(b.looks[i]);
+        for (std::size_t i : g.feats) {
+          looks.push_back(b.looks[i]);
+          if (out(outputs, f, i).space == MemorySpace::kDevice) looks.back().out = out(outputs, f, i).data;
+        }
         dev_.gather_pool(s, g.pool(), looks);
       }
       for (std::size_t i = 0; i < f.feature.size(); ++i)
-        dev_.copy_d2h(s, b.host_out[i], b.looks[i].out, bytes_of(batch, f, i));
+        if (out(outputs, f, i).space == MemorySpace::kHost)
+          dev_.copy_d2h(s, b.host_out[i], b.looks[i].out, bytes_of(batch, f, i));
     } else {
       // CPU threads pool into pinned memory; the pooled outputs go to the device for the trainer.
+      // A forward of this batch again must not rewrite that memory while the last one's copies
+      // out of it may still be queued (a stream-ordered call returned without waiting).
+      if (b.outputs_pending) STRATA_RETURN_IF_ERROR(dev_.synchronize(b.st->done()));
+      b.outputs_pending = false;
       for (std::size_t i = 0; i < f.feature.size(); ++i) {
         tables_.at(f.table[i]).forward(batch.features[static_cast<std::size_t>(f.feature[i])], b.host_out[i]);
-        dev_.copy_h2d(s, b.looks[i].out, b.host_out[i], bytes_of(batch, f, i));
+        const MatrixView& o = out(outputs, f, i);
+        if (o.space == MemorySpace::kHost)
+          dev_.copy_h2d(s, b.looks[i].out, b.host_out[i], bytes_of(batch, f, i));
+        else if (const std::size_t n = bytes_of(batch, f, i))
+          dev_.copy_h2d(s, o.data, b.host_out[i], n);
       }
     }
     dev_.record(b.st->done(), s);
+    // A stream-ordered call with device views only returns without waiting: the caller's stream
+    // waits instead, and backward()'s host wait on this stream covers the device's reads of the
+    // host rows before the CPU updates them.
+    if (device && order.caller.state()) dev_.wait(order.caller, b.st->done());
+    if (!host && order.caller.state()) {
+      // Only the device gather reads host rows on the device; the CPU gather's copies read the
+      // batch's own pinned outputs.
+      if (config_.offload_gather == OffloadGather::kDevice) {
+        reads_pending_ = true;
+      } else {
+        b.outputs_pending = true;
+      }
+      return dev_.status();
+    }
     STRATA_RETURN_IF_ERROR(dev_.synchronize(b.st->done()));
-    for (std::size_t i = 0; i < f.feature.size(); ++i)
-      if (const std::size_t n = bytes_of(batch, f, i))  // a feature of zero rows may have null views
-        std::memcpy(outputs[static_cast<std::size_t>(f.feature[i])].data, b.host_out[i], n);
+    reads_pending_ = false;  // done is the last work on this stream
+    for (std::size_t i = 0; i < f.feature.size(); ++i) {
+      const MatrixView& o = out(outputs, f, i);
+      if (const std::size_t n = bytes_of(batch, f, i); n && o.space == MemorySpace::kHost)
+        std::memcpy(o.data, b.host_out[i], n);
+    }
     return Status::ok();
   }
 
-  Status backward(EngineBatch& eb, const KeyBatch& batch, const EngineFeatures& f,
-                  const std::vector<ConstMatrixView>& grads, std::int64_t t, const CallOrder&) override {
-    // forward() synchronized, so no device work reads these rows while the CPU updates them. A
-    // failed device applies nothing (the store retires the batch), as in every device mode.
+  // Brings every gradient to host memory before any engine of the call applies anything: each
+  // device view D2H once into the batch's pinned staging (host_out, free since forward: its last
+  // use is ordered before on this stream), after the caller's work (order.after). The host then
+  // waits for this stream, also with host gradients only while a stream-ordered forward of device
+  // views may still be reading the host rows the CPU is about to update. Changes no table.
+  Status prepare_backward(EngineBatch& eb, const KeyBatch& batch, const EngineFeatures& f,
+                          const std::vector<ConstMatrixView>& grads, const CallOrder& order) override {
+    auto& b = static_cast<OffloadBatch&>(eb);
+    const gpu::StreamView s = compute_.view();
+    b.grads.assign(f.feature.size(), nullptr);
+    bool device_grads = false;
+    for (std::size_t i = 0; i < f.feature.size(); ++i) {
+      const ConstMatrixView& g = grads[static_cast<std::size_t>(f.feature[i])];
+      if (g.space == MemorySpace::kHost) {
+        b.grads[i] = g.data;
+        continue;
+      }
+      if (!device_grads && order.after.state()) dev_.wait(s, order.after);
+      device_grads = true;
+      if (const std::size_t n = bytes_of(batch, f, i)) dev_.copy_d2h(s, b.host_out[i], g.data, n);
+      b.grads[i] = b.host_out[i];
+    }
+    if (!device_grads && !reads_pending_) return dev_.status();
+    dev_.record(b.st->done(), s);
+    STRATA_RETURN_IF_ERROR(dev_.synchronize(b.st->done()));
+    reads_pending_ = false;
+    return Status::ok();
+  }
+
+  Status backward(EngineBatch& eb, const KeyBatch& batch, const EngineFeatures& f, const std::vector<ConstMatrixView>&,
+                  std::int64_t t, const CallOrder&) override {
+    auto& b = static_cast<OffloadBatch&>(eb);
+    STRATA_CHECK(b.grads.size() == f.feature.size());  // the store calls prepare_backward first
+    // Nothing on the device reads these rows while the CPU updates them: forward or
+    // prepare_backward waited for this engine's device work. A failed device applies nothing (the
+    // store retires the batch), as in every device mode.
     if (Status dev = dev_.status(); !dev.is_ok()) {
-      release(static_cast<OffloadBatch&>(eb));
+      release(b);
       return dev;
     }
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const std::size_t fi = static_cast<std::size_t>(f.feature[i]);
       tables_.at(f.table[i])
-          .backward(batch.features[fi], grads[fi].data, make_optimizer_step(spec_of(f.table[i]).optimizer, t));
+          .backward(batch.features[fi], b.grads[i], make_optimizer_step(spec_of(f.table[i]).optimizer, t));
     }
-    release(static_cast<OffloadBatch&>(eb));
+    release(b);
     return Status::ok();
   }
 
@@ -180,12 +258,21 @@ class OffloadEngine final : public Engine {
     return Status::ok();
   }
   Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) override {
+    // A stream-ordered forward of a discarded batch may still be reading the rows (only then does
+    // this wait on the device: offload rows stay writable after a device fault).
+    if (reads_pending_) {
+      STRATA_RETURN_IF_ERROR(dev_.synchronize(compute_.view()));
+      reads_pending_ = false;
+    }
     tables_.at(table).write_rows(row0, n, weights, state);
     return Status::ok();
   }
 
  private:
   const TableSpec& spec_of(int table) const { return config_.tables[static_cast<std::size_t>(table)].spec; }
+  static const MatrixView& out(const std::vector<MatrixView>& outputs, const EngineFeatures& f, std::size_t i) {
+    return outputs[static_cast<std::size_t>(f.feature[i])];
+  }
   std::size_t bytes_of(const KeyBatch& batch, const EngineFeatures& f, std::size_t i) const {
     const TableSpec& spec = spec_of(f.table[i]);
     return static_cast<std::size_t>(output_rows(batch.features[static_cast<std::size_t>(f.feature[i])], spec.pooling) *
@@ -215,6 +302,9 @@ class OffloadEngine final : public Engine {
   std::unordered_map<int, HostTableOps> tables_;
   MappedRows mapped_;  // device gather: the device addresses of the tables' records
   gpu::Stream copy_, compute_;
+  // A forward returned before its work on compute_ was done (stream-ordered, device views only):
+  // the device may still read host rows.
+  bool reads_pending_ = false;
   std::vector<UniqueKeys> unique_;  // per engine feature of the batch being submitted
   DedupScratch scratch_;
   gpu::StagingPool staging_{dev_};

@@ -8,9 +8,11 @@
 namespace strata::detail {
 
 SlotPoolEngine::~SlotPoolEngine() {
-  (void)dev_.synchronize(copy_.view());
-  if (writeback_) (void)dev_.synchronize(writeback_.view());
-  (void)dev_.synchronize(compute_.view());
+  // Streams that init() never created (it failed first) have nothing to wait for; waiting on one
+  // would leave a sticky error on the device the store shares.
+  for (const gpu::Stream* s : {&copy_, &writeback_, &compute_}) {
+    if (*s) (void)dev_.synchronize(s->view());
+  }
 }
 
 Status SlotPoolEngine::init(const SlotPoolOptions& options) {

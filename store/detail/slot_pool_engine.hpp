@@ -69,7 +69,9 @@ class SlotPoolEngine {
   /// Creates the streams (copy, then write-back, then compute) and the progress event.
   Status init(const SlotPoolOptions& options);
   /// Allocates pool number pools().size(), of `slots` records of (dim, state_dim), serving
-  /// `tables`. Out of device memory: ResourceExhausted "<needs><bytes> bytes of device memory: ..."
+  /// `tables`. Only while the engine is set up, before any work is queued: queued host tasks and
+  /// the cached engine's transfers keep references into the pool list, which this may reallocate. Out of device memory:
+  /// ResourceExhausted "<needs><bytes> bytes of device memory: ..."
   /// (`needs` says what needs them, e.g. "cache pool (dim 8, state 8) of 100 rows needs ").
   Status add_pool(std::int32_t dim, std::int32_t state_dim, std::int64_t slots, std::vector<int> tables,
                   const std::string& needs);

@@ -315,6 +315,10 @@ TEST(TuneCli, ValidatePredictsTheBytesPerLinkExactlyOnEmu) {
  {"name": "a", "rows": 20000, "dim": 16, "placement": "offload"},
  {"name": "b", "rows": 3000, "dim": 16, "placement": "offload"},
  {"name": "c", "rows": 500, "dim": 8, "placement": "cpu"}]})";
+  const char* const offload_cpu_plan = R"({"threads": 1, "offload_gather": "cpu", "tables": [
+ {"name": "a", "rows": 20000, "dim": 16, "placement": "offload"},
+ {"name": "b", "rows": 3000, "dim": 16, "placement": "offload"},
+ {"name": "c", "rows": 500, "dim": 8, "placement": "gpu"}]})";
   const char* const cpu_plan = R"({"threads": 1, "tables": [
  {"name": "a", "rows": 20000, "dim": 16, "placement": "cpu"},
  {"name": "b", "rows": 3000, "dim": 16, "placement": "cpu"},
@@ -329,6 +333,7 @@ TEST(TuneCli, ValidatePredictsTheBytesPerLinkExactlyOnEmu) {
     if (!cached.is_null()) EXPECT_GT(cached["bytes_per_step"]["measured"]["host_write"].get<double>(), 0);
     expect_exact_bytes(gpu_plan, "exact-gpu", w, trainer);
     expect_exact_bytes(host_plan, "exact-offload", w, trainer);
+    expect_exact_bytes(offload_cpu_plan, "exact-offload-cpu", w, trainer);
     const auto cpu = expect_exact_bytes(cpu_plan, "exact-cpu", w, trainer);
     // A trainer on the device pays PCIe for a cpu store's outputs and gradients (the bench's device).
     if (!cpu.is_null())

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "tests/store/device_views.hpp"
 #include "tests/store/store_test_util.hpp"
 
 namespace strata {
@@ -142,8 +143,10 @@ INSTANTIATE_TEST_SUITE_P(Placements, NonFiniteGradients,
 
 // A store with cpu, offload, cached and gpu tables on an emulated device that fails at op N, for
 // every N over a few steps: a backward that fails leaves the cpu and offload tables as they were
-// before it (equal to a reference that never applied that batch) and the step where it was.
-TEST(MixedPlacementFaults, AFailedBackwardChangesNoHostTableNorTheStep) {
+// before it (equal to a reference that never applied that batch) and the step where it was. With
+// device views (`device`), synchronous or on a trainer's stream (`ordered`), the offload table's
+// gradients come D2H in Engine::prepare_backward, before any engine applies anything.
+void expect_failed_backwards_change_no_host_table(bool device, bool ordered) {
   std::mt19937_64 rng(11);
   StoreConfig base = random_config(rng, 4);
   const Placement placements[] = {Placement::kCpu, Placement::kOffload, Placement::kCached, Placement::kGpu};
@@ -168,21 +171,54 @@ TEST(MixedPlacementFaults, AFailedBackwardChangesNoHostTableNorTheStep) {
     batches.push_back(std::move(kb));
   }
   int failed_backwards = 0;
-  for (std::int64_t fail_at = 0; fail_at < 120; ++fail_at) {
+  for (std::int64_t fail_at = 0; fail_at < (device ? 160 : 120); ++fail_at) {
     StoreConfig c = base;
     c.device.emu_fail_after_ops = fail_at;
     auto s = Store::open(c);
     if (!s.is_ok()) continue;  // the fault hit open (allocating or uploading the gpu table)
     auto ref = open_reference_store(c);
+    gpu::Device* dev = (*s)->device();
+    gpu::Stream trainer;
+    if (device) {
+      auto made = dev->create_stream();
+      ASSERT_TRUE(made.is_ok());
+      trainer = std::move(made).value();
+    }
     for (int i = 0; i < 4; ++i) {
       const KeyBatch& kb = batches[static_cast<std::size_t>(i)];
       Buffers out = make_buffers(c, kb), out_ref = make_buffers(c, kb), grads = make_buffers(c, kb);
       fill_random(rng, grads);
-      if (!(*s)->submit(i, kb).is_ok() || !(*s)->forward(i, out.views).is_ok()) break;
+      DeviceViews o, g;
+      if (device) {
+        o = make_device_views(*dev, out);
+        g = make_device_views(*dev, grads);
+      }
+      // Device views stay in use until the trainer's stream has run the store's work on them.
+      auto step_done = [&] {
+        if (device) (void)dev->synchronize(trainer.view());
+      };
+      Status fwd = (*s)->submit(i, kb);
+      if (fwd.is_ok())
+        fwd = !device   ? (*s)->forward(i, out.views)
+              : ordered ? (*s)->forward(i, o.views, trainer.view())
+                        : (*s)->forward(i, o.views);
+      if (!fwd.is_ok()) {
+        step_done();
+        break;
+      }
       ASSERT_TRUE((*ref)->submit(i, kb).is_ok());
       ASSERT_TRUE((*ref)->forward(i, out_ref.views).is_ok());
       const std::int64_t step = (*s)->step();
-      if (!(*s)->backward(i, grads.cviews).is_ok()) {
+      Status bwd;
+      if (!device) {
+        bwd = (*s)->backward(i, grads.cviews);
+      } else {
+        upload(*dev, trainer.view(), grads, g);
+        if (!ordered) (void)dev->synchronize(trainer.view());
+        bwd = ordered ? (*s)->backward(i, g.cviews, trainer.view()) : (*s)->backward(i, g.cviews);
+      }
+      step_done();
+      if (!bwd.is_ok()) {
         ++failed_backwards;
         EXPECT_EQ((*s)->step(), step) << "fail_at " << fail_at;
         for (int t : {0, 1}) {  // the cpu and the offload table
@@ -197,6 +233,91 @@ TEST(MixedPlacementFaults, AFailedBackwardChangesNoHostTableNorTheStep) {
                               << to_string(c.tables[static_cast<std::size_t>(t)].placement)
                               << ") changed by a failed backward, fail_at " << fail_at;
           EXPECT_EQ(st, st_ref) << "fail_at " << fail_at;
+        }
+        break;
+      }
+      ASSERT_TRUE((*ref)->backward(i, grads.cviews).is_ok());
+    }
+  }
+  EXPECT_GT(failed_backwards, 0) << "no fault landed in a backward: the sweep tests nothing";
+}
+
+TEST(MixedPlacementFaults, AFailedBackwardChangesNoHostTableNorTheStep) {
+  expect_failed_backwards_change_no_host_table(false, false);
+}
+
+TEST(MixedPlacementFaults, AFailedBackwardOfDeviceGradientsChangesNoHostTableNorTheStep) {
+  for (bool ordered : {false, true}) {
+    SCOPED_TRACE(ordered ? "stream-ordered" : "synchronous");
+    expect_failed_backwards_change_no_host_table(true, ordered);
+  }
+}
+
+// A fault in a backward with device gradients of a store of offload and cached tables (no NaN/Inf
+// count, so the call's device work is the offload table's gradient copy, then the cached table's
+// update) fails the call before any engine applied, wherever it lands: even the cached table reads
+// as the last flush wrote it (cache.flush_every = 1), as the reference has it. (Had the offload
+// engine copied its gradients in its own backward, after the cached engine's, a fault on that copy
+// would leave the cached table with an applied backward since its flush: DataLoss.)
+TEST(MixedPlacementFaults, AFaultOnOffloadsGradientCopyRefusesTheCallBeforeAnyEngineApplies) {
+  std::mt19937_64 rng(12);
+  StoreConfig base = random_config(rng, 3);
+  const Placement placements[] = {Placement::kOffload, Placement::kOffload, Placement::kCached};
+  for (std::size_t t = 0; t < base.tables.size(); ++t) {
+    base.tables[t].placement = placements[t];
+    if (placements[t] == Placement::kCached) base.tables[t].cache.rows = base.tables[t].spec.rows;
+  }
+  base.device.backend = BackendChoice::kEmu;
+  base.cache.flush_every = 1;
+  base.accept_nonfinite_gradients = true;
+  std::vector<KeyBatch> batches;
+  for (int i = 0; i < 3; ++i) {
+    KeyBatch kb;
+    for (const auto& t : base.tables) {
+      JaggedKeys f;
+      f.table = t.spec.name;
+      f.offsets = {0};
+      for (int b = 0; b < 6; ++b) {
+        for (int k = 0; k < 3; ++k) f.keys.push_back(static_cast<Key>(rng() % static_cast<std::uint64_t>(t.spec.rows)));
+        f.offsets.push_back(static_cast<std::int64_t>(f.keys.size()));
+      }
+      kb.features.push_back(std::move(f));
+    }
+    batches.push_back(std::move(kb));
+  }
+  int failed_backwards = 0;
+  for (std::int64_t fail_at = 0; fail_at < 120; ++fail_at) {
+    StoreConfig c = base;
+    c.device.emu_fail_after_ops = fail_at;
+    auto s = Store::open(c);
+    if (!s.is_ok()) continue;
+    auto ref = open_reference_store(c);
+    gpu::Device& dev = *(*s)->device();
+    auto trainer = dev.create_stream();
+    ASSERT_TRUE(trainer.is_ok());
+    for (int i = 0; i < 3; ++i) {
+      const KeyBatch& kb = batches[static_cast<std::size_t>(i)];
+      Buffers out = make_buffers(c, kb), out_ref = make_buffers(c, kb), grads = make_buffers(c, kb);
+      fill_random(rng, grads);
+      DeviceViews o = make_device_views(dev, out), g = make_device_views(dev, grads);
+      upload(dev, trainer->view(), grads, g);
+      const bool ready = dev.synchronize(trainer->view()).is_ok();
+      // Synchronous calls: the store's device work of this batch before backward is done.
+      if (!ready || !(*s)->submit(i, kb).is_ok() || !(*s)->forward(i, o.views).is_ok()) break;
+      ASSERT_TRUE((*ref)->submit(i, kb).is_ok());
+      ASSERT_TRUE((*ref)->forward(i, out_ref.views).is_ok());
+      if (!dev.status().is_ok()) break;  // the fault is not in this backward's work
+      const std::int64_t step = (*s)->step();
+      if (!(*s)->backward(i, g.cviews).is_ok()) {
+        if ((*s)->step() > step) break;  // applied, then its periodic flush failed
+        ++failed_backwards;
+        for (int t = 0; t < 3; ++t) {
+          const TableSpec& spec = c.tables[static_cast<std::size_t>(t)].spec;
+          std::vector<float> w(static_cast<std::size_t>(spec.rows * spec.dim)), w_ref(w.size());
+          const Status read = (*s)->read_rows(t, 0, spec.rows, w.data(), nullptr);
+          ASSERT_TRUE(read.is_ok()) << "table " << spec.name << ": " << read.to_string() << ", fail_at " << fail_at;
+          ASSERT_TRUE((*ref)->read_rows(t, 0, spec.rows, w_ref.data(), nullptr).is_ok());
+          EXPECT_EQ(w, w_ref) << "table " << spec.name << " changed by a failed backward, fail_at " << fail_at;
         }
         break;
       }

@@ -55,16 +55,19 @@ Fault train_until_fault(Store& s, Store& ref, const StoreConfig& c, const std::v
   return Fault::kNone;
 }
 
-TEST(DeviceFault, WithFlushEveryStepHostMemoryHoldsEveryAppliedStepAndSaves) {
-  std::mt19937_64 rng(21);
+// With flush_every 1, a device fault at each op in turn (every `stride`-th, from `first`): a refused
+// call leaves every table as the reference, which saves and loads back whole. Returns the faults.
+int sweep_flush_every_step(std::uint64_t seed, int delay_us, std::int64_t first, std::int64_t stride) {
+  std::mt19937_64 rng(seed);
   StoreConfig c = mixed_config(rng);
   c.cache.flush_every = 1;
+  c.device.emu_max_delay_us = delay_us;
   std::vector<KeyBatch> batches;
   for (int i = 0; i < 5; ++i) batches.push_back(random_batch(rng, c, 6));
   const std::string dir =
       (std::filesystem::temp_directory_path() / ("strata_devfault_" + std::to_string(::getpid()))).string();
   int faults = 0;
-  for (std::int64_t fail_at = 0; fail_at < 160; fail_at += 3) {
+  for (std::int64_t fail_at = first; fail_at < 160; fail_at += stride) {
     StoreConfig cf = c;
     cf.device.emu_fail_after_ops = fail_at;
     auto s = Store::open(cf);
@@ -74,23 +77,74 @@ TEST(DeviceFault, WithFlushEveryStepHostMemoryHoldsEveryAppliedStepAndSaves) {
     if (fault == Fault::kNone) continue;
     ++faults;
     SCOPED_TRACE("fail_at " + std::to_string(fail_at) + ", step " + std::to_string((*s)->step()));
-    ASSERT_EQ((*ref)->step(), (*s)->step());
+    EXPECT_EQ((*ref)->step(), (*s)->step());
+    if ((*ref)->step() != (*s)->step()) break;
     if (fault == Fault::kFailed) {
       // Every table reads back as the reference after the steps that were applied...
       EXPECT_TRUE(same_state(snapshot(**s), snapshot(**ref)));
       // ...and saves whole: a fresh store loads exactly that.
       std::filesystem::remove_all(dir);
       const Status saved = (*s)->save(dir);
-      ASSERT_TRUE(saved.is_ok()) << saved.to_string();
+      EXPECT_TRUE(saved.is_ok()) << saved.to_string();
+      if (!saved.is_ok()) break;
       StoreConfig clean = c;
+      clean.device.emu_max_delay_us = 0;
       auto back = Store::open(clean);
-      ASSERT_TRUE(back.is_ok());
-      ASSERT_TRUE((*back)->load(dir).is_ok());
+      EXPECT_TRUE(back.is_ok());
+      if (!back.is_ok()) break;
+      EXPECT_TRUE((*back)->load(dir).is_ok());
       EXPECT_TRUE(same_state(snapshot(**back), snapshot(**ref)));
     }
   }
   std::filesystem::remove_all(dir);
-  EXPECT_GT(faults, 10);
+  return faults;
+}
+
+TEST(DeviceFault, WithFlushEveryStepHostMemoryHoldsEveryAppliedStepAndSaves) {
+  EXPECT_GT(sweep_flush_every_step(21, 0, 0, 3), 10);
+}
+
+// A fault that lands after the device engines applied a call but before a host engine applies it
+// refuses the call: the cached table's update then lives only on the failed device, and its host
+// memory (as of the last flush) is the table. It was counted as applied and reading it said
+// DataLoss. The window is a race between the stream that runs the faulting op and the host (about
+// 1 sweep in 20 of the test above hit it): every op of several seeds' sweeps makes it likely.
+TEST(DeviceFault, AFaultAfterTheDeviceEnginesAppliedRefusesTheCallAndLosesNothing) {
+  for (std::uint64_t seed = 30; seed < 38; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    EXPECT_GT(sweep_flush_every_step(seed, 0, 0, 1), 10);
+  }
+}
+
+// Offload rows live in host memory: after a device fault they can still be written (write_rows,
+// import_npy) and read, when no stream-ordered lookup of them is pending on the device.
+TEST(DeviceFault, OffloadTablesStayWritableAfterAFault) {
+  std::mt19937_64 rng(23);
+  const StoreConfig c = mixed_config(rng);
+  std::vector<KeyBatch> batches;
+  for (int i = 0; i < 5; ++i) batches.push_back(random_batch(rng, c, 6));
+  const int offload = 1;  // mixed_config: cpu, offload, cached
+  ASSERT_EQ(c.tables[offload].placement, Placement::kOffload);
+  const TableSpec& spec = c.tables[offload].spec;
+  int faults = 0;
+  for (std::int64_t fail_at = 0; fail_at < 120; fail_at += 7) {
+    StoreConfig cf = c;
+    cf.device.emu_fail_after_ops = fail_at;
+    auto s = Store::open(cf);
+    if (!s.is_ok()) continue;
+    auto ref = open_reference_store(cf);
+    if (train_until_fault(**s, **ref, cf, batches, rng) == Fault::kNone) continue;
+    ++faults;
+    SCOPED_TRACE("fail_at " + std::to_string(fail_at));
+    for (std::int64_t id = 0; id < static_cast<std::int64_t>(batches.size()); ++id) (void)(*s)->discard(id);
+    std::vector<float> w(static_cast<std::size_t>(spec.dim), 0.5f), back(w.size());
+    const Status wrote = (*s)->write_rows(offload, 0, 1, w.data(), nullptr);
+    EXPECT_TRUE(wrote.is_ok()) << wrote.to_string();
+    const Status read = (*s)->read_rows(offload, 0, 1, back.data(), nullptr);
+    EXPECT_TRUE(read.is_ok()) << read.to_string();
+    EXPECT_EQ(back, w);
+  }
+  EXPECT_GT(faults, 5);
 }
 
 TEST(DeviceFault, WithoutAFlushReadingACachedTableSaysWhatWasLost) {

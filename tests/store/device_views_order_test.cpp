@@ -3,6 +3,8 @@
 // (a host task blocked on a future, never a timed wait) while the store's calls return.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <future>
 #include <limits>
 #include <random>
 #include <string>
@@ -122,8 +124,9 @@ TEST(DeviceViewsOrder, SubmitAfterAStreamOrderedBackwardDoesNotWaitForTheTrainer
   }
 }
 
-// Two stream-ordered forwards of tables staged through host memory (cpu beside a gpu table,
-// offload) return while the trainer's stream is held back: the adaptor's scratch is double-buffered.
+// Two stream-ordered forwards of tables in host memory (cpu beside a gpu table, staged through the
+// adaptor, whose scratch is double-buffered; offload, looked up on the device into the views)
+// return while the trainer's stream is held back.
 TEST(DeviceViewsOrder, TwoForwardsOfStagedTablesDoNotWaitForTheTrainer) {
   for (Placement p : {Placement::kCpu, Placement::kOffload}) {
     SCOPED_TRACE(to_string(p));
@@ -258,6 +261,46 @@ TEST(DeviceViewsOrder, MoreThanSixteenGradientViews) {
     EXPECT_TRUE(same_outputs(out, want));
   }
   EXPECT_TRUE(same_state(snapshot(*store), snapshot(*ref)));
+}
+
+// offload with `offload_gather: cpu`: a stream-ordered forward of device views copies the CPU's
+// pooled outputs from the batch's own pinned memory, so a backward of an earlier batch with host
+// gradients has no device read of host rows to wait for, and returns while the trainer's stream is
+// held back; the held forward's outputs then equal the reference's (the rows it pooled on the CPU
+// before the update). (Before, the backward waited for the trainer's stream.)
+TEST(DeviceViewsOrder, OffloadCpuGatherBackwardDoesNotWaitForTheTrainersStream) {
+  StoreConfig c = config(Placement::kOffload);
+  c.offload_gather = OffloadGather::kCpu;
+  auto store = Store::open(c).value();
+  auto ref = open_reference_store(c).value();
+  gpu::Device& dev = *store->device();
+  gpu::Stream A = dev.create_stream().value();
+  std::mt19937_64 rng(5);
+  const KeyBatch k0 = uniform_batch(rng, c, 64, 3), k1 = uniform_batch(rng, c, 64, 3);
+  for (Store* s : {store.get(), ref.get()}) {
+    ASSERT_TRUE(s->submit(0, k0).is_ok());
+    ASSERT_TRUE(s->submit(1, k1).is_ok());
+  }
+  Buffers out0 = make_buffers(c, k0), want0 = make_buffers(c, k0), grads = make_buffers(c, k0);
+  Buffers out1 = make_buffers(c, k1), want1 = make_buffers(c, k1);
+  fill_random(rng, grads);
+  ASSERT_TRUE(ref->forward(0, want0.views).is_ok());
+  ASSERT_TRUE(ref->forward(1, want1.views).is_ok());
+  ASSERT_TRUE(ref->backward(0, grads.cviews).is_ok());
+  ASSERT_TRUE(store->forward(0, out0.views).is_ok());
+  DeviceViews o1 = make_device_views(dev, out1);
+  Gate gate;
+  gate.hold(dev, A.view());  // the trainer's stream, busy
+  ASSERT_TRUE(store->forward(1, o1.views, A.view()).is_ok());
+  auto backward = std::async(std::launch::async, [&] { return store->backward(0, grads.cviews); });
+  const bool returned = backward.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  EXPECT_TRUE(returned) << "backward waited for the trainer's stream";
+  gate.open();
+  EXPECT_TRUE(backward.get().is_ok());
+  ASSERT_TRUE(download(dev, A.view(), o1, out1).is_ok());
+  EXPECT_TRUE(same_outputs(out0, want0));
+  EXPECT_TRUE(same_outputs(out1, want1));
+  ASSERT_TRUE(store->discard(1).is_ok());
 }
 
 }  // namespace

@@ -44,11 +44,12 @@ StoreConfig two_tables(Placement p) {
 }
 
 // Bytes over PCIe during `steady` steps after `warm` (batches submitted 2 ahead), with host views
-// and synchronous calls, or device views on a stream. The gradients are uploaded once, before.
+// and synchronous calls, or device views on a stream (or, unless `ordered`, synchronous calls).
+// The gradients are uploaded once, before.
 struct Traffic {
   std::uint64_t h2d = 0, d2h = 0, activation_bytes = 0;  // activation_bytes: outputs of the steady steps
 };
-Result<Traffic> measure(const StoreConfig& c, bool device, int warm, int steady) {
+Result<Traffic> measure(const StoreConfig& c, bool device, int warm, int steady, bool ordered = true) {
   STRATA_ASSIGN_OR_RETURN(auto store, Store::open(c));
   std::mt19937_64 rng(5);
   std::vector<KeyBatch> batches;
@@ -68,9 +69,12 @@ Result<Traffic> measure(const StoreConfig& c, bool device, int warm, int steady)
       STRATA_RETURN_IF_ERROR(dev.synchronize(trainer.view()));
       before = store->stats().links;
     }
-    if (device) {
+    if (device && ordered) {
       STRATA_RETURN_IF_ERROR(store->forward(i, o.views, trainer.view()));
       STRATA_RETURN_IF_ERROR(store->backward(i, g.cviews, trainer.view()));
+    } else if (device) {
+      STRATA_RETURN_IF_ERROR(store->forward(i, o.views));
+      STRATA_RETURN_IF_ERROR(store->backward(i, g.cviews));
     } else {
       STRATA_RETURN_IF_ERROR(store->forward(i, out.views));
       STRATA_RETURN_IF_ERROR(store->backward(i, grads.cviews));
@@ -109,6 +113,37 @@ TEST(DeviceViews, AStepMovesNoOutputsOrGradientsOverPcie) {
         EXPECT_EQ(dev.value().d2h, counts);  // nothing else comes back
       } else {
         EXPECT_GT(dev.value().d2h, counts) << "no dirty write-backs: the cache is too large for the test";
+      }
+    }
+  }
+}
+
+// `offload` takes device views itself: the device gather writes the outputs into the trainer's
+// buffers (no outputs over PCIe), the CPU gather's outputs go H2D once, straight into them, and
+// each gradient view crosses D2H once, into the engine's staging, where the CPU optimizer reads
+// it. Against host views and synchronous calls with the same batches: the same H2D (metadata and
+// the distinct rows read zero-copy; or the CPU's outputs, then into the engine's device staging),
+// and D2H exactly the gradients and the 8-byte NaN/Inf count of each view (the host run's D2H is
+// the device gather's outputs, or nothing).
+TEST(DeviceViews, OffloadMovesEachGradientOnceAndNoOutputsOverPcie) {
+  for (OffloadGather gather : {OffloadGather::kDevice, OffloadGather::kCpu}) {
+    for (bool ordered : {true, false}) {
+      for (bool accept : {false, true}) {
+        SCOPED_TRACE(std::string("offload_gather ") + to_string(gather) +
+                     (ordered ? ", stream-ordered" : ", synchronous") + (accept ? ", accept_nonfinite_gradients" : ""));
+        StoreConfig c = two_tables(Placement::kOffload);
+        c.offload_gather = gather;
+        c.accept_nonfinite_gradients = accept;
+        const int warm = 4, steady = 12;
+        auto host = measure(c, false, warm, steady);
+        auto dev = measure(c, true, warm, steady, ordered);
+        ASSERT_TRUE(host.is_ok()) << host.status().to_string();
+        ASSERT_TRUE(dev.is_ok()) << dev.status().to_string();
+        const std::uint64_t bytes = host.value().activation_bytes;  // outputs, and as many gradients
+        const std::uint64_t counts = accept ? 0 : static_cast<std::uint64_t>(steady) * 2 * sizeof(std::int64_t);
+        EXPECT_EQ(host.value().d2h, gather == OffloadGather::kDevice ? bytes : 0);
+        EXPECT_EQ(dev.value().h2d, host.value().h2d);
+        EXPECT_EQ(dev.value().d2h, bytes + counts);
       }
     }
   }

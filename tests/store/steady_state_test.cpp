@@ -151,13 +151,15 @@ TEST(SteadyState, ATrainingLoopAllocatesNothingAfterWarmUp) {
 
 // The same with outputs and gradients in device buffers and stream-ordered calls: the events that
 // order a call after the trainer's stream and the trainer's stream after the call are reused, the
-// staging of the adaptor (offload, cpu) and of the finiteness check only grows.
+// staging of the adaptor (cpu) and of the finiteness check only grows, and offload copies its
+// gradients into staging entries it reuses.
 TEST(SteadyState, AStreamOrderedLoopWithDeviceViewsAllocatesNothingAfterWarmUp) {
   const Mode modes[] = {
       {"cached staged", Placement::kCached},
       {"hybrid", Placement::kHybrid},
       {"gpu", Placement::kGpu},
       {"offload device gather", Placement::kOffload},
+      {"offload cpu gather", Placement::kOffload, CacheTransfer::kStaged, 0, OffloadGather::kCpu},
       {"cpu beside a gpu table", Placement::kCpu},
   };
   for (const Mode& m : modes) {

@@ -121,9 +121,9 @@ inline Snapshot snapshot(Store& s) {
     const auto sd = optimizer_state_dim(spec.optimizer.kind, spec.dim);
     snap.weights.emplace_back(static_cast<std::size_t>(spec.rows * spec.dim));
     snap.state.emplace_back(static_cast<std::size_t>(spec.rows * sd));
-    EXPECT_TRUE(s.read_rows(static_cast<int>(t), 0, spec.rows, snap.weights.back().data(),
-                            sd ? snap.state.back().data() : nullptr)
-                    .is_ok());
+    const Status read = s.read_rows(static_cast<int>(t), 0, spec.rows, snap.weights.back().data(),
+                                    sd ? snap.state.back().data() : nullptr);
+    EXPECT_TRUE(read.is_ok()) << "table " << t << ": " << read.to_string();
   }
   return snap;
 }
