@@ -8,7 +8,21 @@
 // ranks that did not arrive; a call whose peers are in a different collective (or disagree on a
 // size that must match) returns an error naming the ranks and what they called. After such an
 // error the communicator is broken: every later call returns the same error, never a hang.
-// Buffers are host memory for every implementation (`nccl` stages through device buffers).
+//
+// Memory spaces: the data-moving collectives (all_to_all_v, all_gather, broadcast) take a
+// BufferSpace saying where their buffers live: host memory (the default) or device memory of a
+// gpu::Device, ordered on one of its streams. Every implementation accepts both, and every rank
+// of a world may choose its own space, except `local`, whose ranks read each other's buffers and
+// so must all pass the same kind of space (else every rank fails with InvalidArgument):
+//   local  host: memcpy between the ranks' buffers; device: Device::copy_peer from each peer's
+//          device into this rank's (emu devices of one process, or CUDA devices / one CUDA device
+//          shared by thread ranks), issued on this rank's stream
+//   mpi    host: as is; device: staged through pinned host memory the communicator owns (one D2H
+//          before, one H2D after; MPI's own CUDA awareness is not used, see mpi_communicator.hpp)
+//   nccl   host: staged through device buffers the communicator owns; device: NCCL reads and
+//          writes the caller's device buffers directly (they must be on the communicator's GPU)
+// all_reduce and barrier work on host memory only: they carry control values (counts, verdicts),
+// never rows.
 
 #include <chrono>
 #include <cstdint>
@@ -17,6 +31,7 @@
 #include <vector>
 
 #include "core/status.hpp"
+#include "gpu/device.hpp"
 
 namespace strata::dispatch {
 
@@ -43,6 +58,29 @@ struct CommCounters {
   std::int64_t calls = 0;
 };
 
+/// Where the buffers of one collective live.
+///
+/// Host (the default, `device` null): pageable or pinned host memory, read and written by the
+/// calling thread. Device: memory of `device` (Device::allocate). The collective first waits (on
+/// the host) for the work queued on `stream` before the call, so the send buffer is read as that
+/// work left it; when it returns OK the received data is in place in device memory and whatever
+/// it queued on `stream` has completed: like host collectives, a device collective is synchronous
+/// for the host, and the caller may queue work that reads the received data right away. `stream`
+/// must be a stream of `device`, else every rank fails the call with InvalidArgument (a broken
+/// communicator, as for any invalid argument). A sticky error of `device` found before the data
+/// moves fails every rank the same way; one found after (the copies in) fails this rank only.
+/// Device pointers, counts and displacements are bytes as for host buffers; the arrays of counts
+/// and displacements are always host memory.
+struct BufferSpace {
+  gpu::Device* device = nullptr;  ///< nullptr: host memory; else the device whose memory the buffers are
+  gpu::StreamView stream;         ///< device buffers: a stream of `device` ordering the collective
+  bool on_device() const noexcept { return device != nullptr; }
+  /// Host memory.
+  static BufferSpace host() noexcept { return {}; }
+  /// Device memory of `d`, ordered on `s` (a stream of `d`).
+  static BufferSpace on(gpu::Device& d, gpu::StreamView s) noexcept { return {&d, s}; }
+};
+
 /// One rank of a world. Not thread-safe: one thread at a time calls a given communicator (the
 /// ranks of a `local` world are called from different threads at once, one thread per rank);
 /// counters() may be read from any thread.
@@ -59,26 +97,48 @@ class Communicator {
   /// (launcher_local_rank(), dispatch/mpi_communicator.hpp), else the rank; `nccl` its bootstrap
   /// communicator's (from an id file: as `mpi`).
   virtual int local_rank() const noexcept = 0;
-  /// The CUDA device this rank's collectives run on (`nccl`), -1 for communicators that work in
-  /// host memory. A store in this rank's world opens that device (device ordinal "auto").
+  /// The CUDA device this rank's collectives run on (`nccl`), -1 for communicators that are tied to
+  /// no GPU (`local`, `mpi`: they work in host memory and take device buffers of any device). A store in this rank's
+  /// world opens that device (device ordinal "auto").
   virtual int device() const noexcept { return -1; }
 
   /// All-to-all with variable sizes, in bytes: `send_counts[r]` bytes starting at
   /// `send + send_displs[r]` go to rank r and arrive there at `recv + recv_displs[me]` of rank r,
   /// which must expect exactly that many (`recv_counts[me]`), else an error naming both ranks.
-  /// Each array has size() entries.
-  virtual Status all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs,
-                              void* recv, const std::int64_t* recv_counts, const std::int64_t* recv_displs) = 0;
+  /// Each array has size() entries (host). `send` and `recv` are in `space`; bytes of `recv`
+  /// outside the received ranges are left as they were.
+  Status all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
+                      const std::int64_t* recv_counts, const std::int64_t* recv_displs, const BufferSpace& space = {}) {
+    return do_all_to_all_v(send, send_counts, send_displs, recv, recv_counts, recv_displs, space);
+  }
   /// Every rank contributes `bytes` (the same on every rank); `recv` receives size() * bytes in
-  /// rank order.
-  virtual Status all_gather(const void* send, std::int64_t bytes, void* recv) = 0;
+  /// rank order. `send` and `recv` are in `space`.
+  Status all_gather(const void* send, std::int64_t bytes, void* recv, const BufferSpace& space = {}) {
+    return do_all_gather(send, bytes, recv, space);
+  }
   /// In place element-wise reduction of `count` elements (the same count and type on every rank).
+  /// `data` is host memory.
   virtual Status all_reduce(void* data, std::int64_t count, DataType type, ReduceOp op) = 0;
-  /// Copies `bytes` from `root`'s `data` into every rank's `data`.
-  virtual Status broadcast(void* data, std::int64_t bytes, int root) = 0;
+  /// Copies `bytes` from `root`'s `data` into every rank's `data` (in `space`).
+  Status broadcast(void* data, std::int64_t bytes, int root, const BufferSpace& space = {}) {
+    return do_broadcast(data, bytes, root, space);
+  }
   virtual Status barrier() = 0;
 
+  /// Frees whatever the communicator keeps for buffers of `device` (`mpi`: its pinned staging
+  /// buffers, which belong to that device). Whoever destroys a device that was given to this
+  /// communicator in a BufferSpace calls this first (the sharded engine does, in its destructor);
+  /// later calls with that device allocate again. Not a collective; not while a call is in progress.
+  virtual void forget_device(const gpu::Device& /*device*/) noexcept {}
+
   virtual CommCounters counters() const noexcept = 0;
+
+ private:
+  virtual Status do_all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs,
+                                 void* recv, const std::int64_t* recv_counts, const std::int64_t* recv_displs,
+                                 const BufferSpace& space) = 0;
+  virtual Status do_all_gather(const void* send, std::int64_t bytes, void* recv, const BufferSpace& space) = 0;
+  virtual Status do_broadcast(void* data, std::int64_t bytes, int root, const BufferSpace& space) = 0;
 };
 
 /// All-to-all of one int64 per peer: `send[r]` goes to rank r, `recv[r]` comes from rank r

@@ -1,6 +1,8 @@
 #include "dispatch/exchange.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 namespace strata::dispatch {
 namespace {
@@ -176,6 +178,172 @@ Status KeyExchange::send_grads(Communicator& comm, const std::vector<const float
       const std::int64_t w = row_floats(me_, t), n = served_off_[t][s + 1] - served_off_[t][s];
       if (n) std::memcpy(served_grads[t] + served_off_[t][s] * w, in, static_cast<std::size_t>(n * w) * sizeof(float));
       in += n * w;
+    }
+  return Status::ok();
+}
+
+// ---- device buffers ----
+
+namespace {
+
+template <class B>
+Status grow(B& b, std::size_t bytes, gpu::Device& dev) {
+  if (b.bytes() >= bytes) return Status::ok();
+  b = B{};
+  if constexpr (std::is_same_v<B, gpu::PinnedBuffer>) {
+    STRATA_ASSIGN_OR_RETURN(b, dev.allocate_pinned(std::max<std::size_t>(2 * bytes, 64)));
+  } else {
+    STRATA_ASSIGN_OR_RETURN(b, dev.allocate(std::max<std::size_t>(2 * bytes, 64)));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status ExchangeWorkspace::reserve(std::size_t bytes, std::size_t keys) {
+  STRATA_RETURN_IF_ERROR(grow(send_, bytes, *dev_));
+  STRATA_RETURN_IF_ERROR(grow(recv_, bytes, *dev_));
+  STRATA_RETURN_IF_ERROR(grow(index_, keys * sizeof(Key), *dev_));
+  return grow(index_host_, keys * sizeof(Key), *dev_);
+}
+
+std::int64_t KeyExchange::index_keys() const {
+  std::int64_t k = 0;
+  for (const auto& per_table : sent_)
+    for (const auto& v : per_table) k += static_cast<std::int64_t>(v.size());
+  return k;
+}
+
+std::int64_t KeyExchange::wire_bytes() const {
+  const std::size_t T = layouts_.size(), N = static_cast<std::size_t>(world_);
+  std::int64_t sent = 0, served = 0;
+  for (std::size_t d = 0; d < N; ++d)
+    for (std::size_t t = 0; t < T; ++t) {
+      sent += static_cast<std::int64_t>(sent_[d][t].size()) * row_floats(static_cast<int>(d), t) * kF;
+      served += (served_off_[t][d + 1] - served_off_[t][d]) * row_floats(me_, t) * kF;
+    }
+  return std::max(sent, served);
+}
+
+Status KeyExchange::upload_index(ExchangeWorkspace& ws) const {
+  const std::int64_t keys = index_keys();
+  STRATA_RETURN_IF_ERROR(ws.reserve(0, static_cast<std::size_t>(keys)));
+  // The pinned list may still be the source of the previous exchange's copy.
+  STRATA_RETURN_IF_ERROR(ws.dev_->synchronize(ws.stream_));
+  Key* at = ws.index_host_.as<Key>();
+  for (const auto& per_table : sent_)
+    for (const auto& v : per_table)
+      for (std::int32_t u : v) *at++ = u;
+  ws.dev_->copy_h2d(ws.stream_, ws.index_.data(), ws.index_host_.data(), static_cast<std::size_t>(keys) * sizeof(Key));
+  return Status::ok();
+}
+
+namespace {
+
+// The all-to-all of a device form. A local failure still joins the collective, as an argument
+// error that every rank sees whatever its sizes (null count arrays, as all_to_all_counts does),
+// so that the ranks fail together instead of some going on without this one.
+Status exchange(Communicator& comm, ExchangeWorkspace& ws, const char* send, const std::vector<std::int64_t>& sbytes,
+                char* recv, const std::vector<std::int64_t>& rbytes, const Status& local) {
+  const auto sd = displs_of(sbytes), rd = displs_of(rbytes);
+  const BufferSpace space = BufferSpace::on(ws.device(), ws.stream());
+  if (!local.is_ok()) {
+    (void)comm.all_to_all_v(nullptr, nullptr, sd.data(), nullptr, nullptr, rd.data(), space);
+    return local;
+  }
+  return comm.all_to_all_v(send, sbytes.data(), sd.data(), recv, rbytes.data(), rd.data(), space);
+}
+
+}  // namespace
+
+Status KeyExchange::return_rows(Communicator& comm, ExchangeWorkspace& ws, const std::vector<const float*>& served_rows,
+                                const std::vector<float*>& unique_rows, const Status& failed) {
+  const std::size_t T = layouts_.size(), N = static_cast<std::size_t>(world_);
+  gpu::Device& dev = *ws.dev_;
+  const gpu::StreamView st = ws.stream_;
+  std::vector<std::int64_t> sbytes(N, 0), rbytes(N, 0);
+  for (std::size_t s = 0; s < N; ++s)
+    for (std::size_t t = 0; t < T; ++t) {
+      if (layouts_[t]->returns_rows(me_, static_cast<int>(s)))
+        sbytes[s] += (served_off_[t][s + 1] - served_off_[t][s]) * row_floats(me_, t) * kF;
+      if (layouts_[t]->returns_rows(static_cast<int>(s), me_))
+        rbytes[s] += static_cast<std::int64_t>(sent_[s][t].size()) * row_floats(static_cast<int>(s), t) * kF;
+    }
+  // A failure here is this rank's alone; the all-to-all below still runs (with null buffers, an
+  // argument error), so that every rank fails instead of waiting for this one.
+  Status local = failed;
+  if (local.is_ok()) local = upload_index(ws);
+  if (local.is_ok()) local = ws.reserve(static_cast<std::size_t>(std::max(sum(sbytes), sum(rbytes))), 0);
+  char* send = local.is_ok() ? ws.send_.as<char>() : nullptr;
+  char* recv = local.is_ok() ? ws.recv_.as<char>() : nullptr;
+  std::int64_t out = 0;
+  if (local.is_ok()) {
+    for (std::size_t s = 0; s < N; ++s)
+      for (std::size_t t = 0; t < T; ++t) {
+        if (!layouts_[t]->returns_rows(me_, static_cast<int>(s))) continue;
+        const std::int64_t w = row_floats(me_, t), n = served_off_[t][s + 1] - served_off_[t][s];
+        if (n)
+          dev.copy_d2d(st, send + out, served_rows[t] + served_off_[t][s] * w, static_cast<std::size_t>(n * w * kF));
+        out += n * w * kF;
+      }
+  }
+  STRATA_RETURN_IF_ERROR(exchange(comm, ws, send, sbytes, recv, rbytes, local));
+  std::int64_t in = 0, ix = 0;
+  for (std::size_t o = 0; o < N; ++o)
+    for (std::size_t t = 0; t < T; ++t) {
+      const std::int64_t k = static_cast<std::int64_t>(sent_[o][t].size());
+      if (layouts_[t]->returns_rows(static_cast<int>(o), me_) && k > 0) {
+        const std::int64_t w = row_floats(static_cast<int>(o), t), dim = layouts_[t]->dim();
+        const gpu::SlotPool rows{unique_rows[t], n_[t], dim, static_cast<std::int32_t>(w), 0};
+        dev.put_columns(st, rows, layouts_[t]->col_offset(static_cast<int>(o)), ws.index_.as<Key>() + ix, k,
+                        reinterpret_cast<const float*>(recv + in));
+        in += k * w * kF;
+      }
+      ix += k;
+    }
+  return Status::ok();
+}
+
+Status KeyExchange::send_grads(Communicator& comm, ExchangeWorkspace& ws, const std::vector<const float*>& unique_grads,
+                               const std::vector<float*>& served_grads, const Status& failed) {
+  const std::size_t T = layouts_.size(), N = static_cast<std::size_t>(world_);
+  gpu::Device& dev = *ws.dev_;
+  const gpu::StreamView st = ws.stream_;
+  std::vector<std::int64_t> sbytes(N, 0), rbytes(N, 0);
+  for (std::size_t d = 0; d < N; ++d)
+    for (std::size_t t = 0; t < T; ++t) {
+      sbytes[d] += static_cast<std::int64_t>(sent_[d][t].size()) * row_floats(static_cast<int>(d), t) * kF;
+      rbytes[d] += (served_off_[t][d + 1] - served_off_[t][d]) * row_floats(me_, t) * kF;
+    }
+  Status local = failed;
+  if (local.is_ok()) local = upload_index(ws);
+  if (local.is_ok()) local = ws.reserve(static_cast<std::size_t>(std::max(sum(sbytes), sum(rbytes))), 0);
+  char* send = local.is_ok() ? ws.send_.as<char>() : nullptr;
+  char* recv = local.is_ok() ? ws.recv_.as<char>() : nullptr;
+  if (local.is_ok()) {
+    std::int64_t out = 0, ix = 0;
+    for (std::size_t d = 0; d < N; ++d)
+      for (std::size_t t = 0; t < T; ++t) {
+        const std::int64_t k = static_cast<std::int64_t>(sent_[d][t].size());
+        const std::int64_t w = row_floats(static_cast<int>(d), t), dim = layouts_[t]->dim();
+        if (k > 0) {
+          const gpu::SlotPool rows{const_cast<float*>(unique_grads[t]), n_[t], dim, static_cast<std::int32_t>(w), 0};
+          dev.take_columns(st, rows, layouts_[t]->col_offset(static_cast<int>(d)), ws.index_.as<Key>() + ix, k,
+                           reinterpret_cast<float*>(send + out));
+        }
+        out += k * w * kF;
+        ix += k;
+      }
+  }
+  STRATA_RETURN_IF_ERROR(exchange(comm, ws, send, sbytes, recv, rbytes, local));
+  std::int64_t in = 0;
+  for (std::size_t src = 0; src < N; ++src)
+    for (std::size_t t = 0; t < T; ++t) {
+      const std::int64_t w = row_floats(me_, t), n = served_off_[t][src + 1] - served_off_[t][src];
+      if (n) {
+        dev.copy_d2d(st, served_grads[t] + served_off_[t][src] * w, recv + in, static_cast<std::size_t>(n * w * kF));
+      }
+      in += n * w * kF;
     }
   return Status::ok();
 }

@@ -3,7 +3,10 @@
 //   1. arrive: post this rank's call (kind, sizes, buffer pointers) and wait until every rank has
 //      posted the same generation, or the timeout. The last rank to arrive judges the calls
 //      (check_agreement) once for all, so every rank returns the same verdict.
-//   2. copy: each rank reads its peers' posted buffers directly into its own (no lock held).
+//   2. copy: each rank reads its peers' posted buffers directly into its own (no lock held):
+//      memcpy for host buffers; for device buffers Device::copy_peer from each peer's device on
+//      this rank's stream, then a wait for that stream (peers may reuse their buffers once every
+//      rank departed, so the copies must be done by then).
 //   3. depart: wait until every rank has finished copying, because peers read this rank's
 //      buffers, which the caller may free as soon as the call returns.
 // Step 3 has no timeout: every rank that passed step 1 is inside a bounded memcpy loop, so it
@@ -36,7 +39,23 @@ struct Posting {
   /// copy of the input (all_reduce). Host memory, valid until the rank departs.
   const void* src = nullptr;
   const std::int64_t* send_displs = nullptr;  ///< all_to_all_v (size() entries)
+  /// The device whose memory `src` is (BufferSpace::device); nullptr: host memory.
+  gpu::Device* device = nullptr;
+  bool data = false;  ///< a data-moving collective, whose ranks must agree on the memory space
 };
+
+// Ranks read each other's buffers, so they must all pass host memory or all device memory: ""
+// or the reason (the same on every rank, judged from every rank's posting).
+std::string space_disagreement(const std::vector<Posting>& posts) {
+  std::vector<int> host, device;
+  for (int r = 0; r < static_cast<int>(posts.size()); ++r) {
+    if (!posts[r].data) return "";
+    (posts[r].device ? device : host).push_back(r);
+  }
+  if (host.empty() || device.empty()) return "";
+  return "the ranks of a local communicator read each other's buffers, so all must pass the same memory space; " +
+         detail::rank_list(host) + " passed host memory and " + detail::rank_list(device) + " device memory";
+}
 
 class Group {
  public:
@@ -56,6 +75,10 @@ class Group {
       std::vector<const CallInfo*> calls(size_);
       for (int r = 0; r < size_; ++r) calls[r] = &posts_[r].info;
       verdict_ = detail::check_agreement(calls);
+      if (verdict_.is_ok()) {
+        const std::string mixed = space_disagreement(posts_);
+        if (!mixed.empty()) verdict_ = Status::invalid_argument(std::string(what) + ": " + mixed);
+      }
       if (!verdict_.is_ok()) broken_ = verdict_;
       completed_ = k;
       cv_.notify_all();
@@ -133,16 +156,20 @@ class LocalCommunicator final : public Communicator {
   const char* kind() const noexcept override { return "local"; }
   int local_rank() const noexcept override { return rank_; }
 
-  Status all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
-                      const std::int64_t* recv_counts, const std::int64_t* recv_displs) override {
+  Status do_all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
+                         const std::int64_t* recv_counts, const std::int64_t* recv_displs,
+                         const BufferSpace& space) override {
     Posting p;
     p.info.kind = Collective::kAllToAllV;
     p.info.send_counts = send_counts;
     p.info.recv_counts = recv_counts;
     p.info.arg_error =
         detail::check_a2a_arguments(size(), send, send_counts, send_displs, recv, recv_counts, recv_displs);
+    if (p.info.arg_error.empty()) p.info.arg_error = detail::ready_space(space);
     p.src = send;
     p.send_displs = send_displs;
+    p.device = space.device;
+    p.data = true;
     return run(std::move(p), /*peers_read=*/true, [&] {
       const int n = size();
       // Start with the next rank so that the ranks do not all read the same peer first.
@@ -153,24 +180,30 @@ class LocalCommunicator final : public Communicator {
         const Posting& q = group_->post(peer);
         const char* from = static_cast<const char*>(q.src) + q.send_displs[rank_];
         char* to = static_cast<char*>(recv) + recv_displs[peer];
-        copy(to, from, bytes, peer);
+        copy(space, to, q, from, bytes, peer);
       }
+      return finish(space);
     });
   }
 
-  Status all_gather(const void* send, std::int64_t bytes, void* recv) override {
+  Status do_all_gather(const void* send, std::int64_t bytes, void* recv, const BufferSpace& space) override {
     Posting p;
     p.info.kind = Collective::kAllGather;
     p.info.bytes = bytes;
     p.info.arg_error = detail::check_all_gather_arguments(send, bytes, recv);
+    if (p.info.arg_error.empty()) p.info.arg_error = detail::ready_space(space);
     p.src = send;
+    p.device = space.device;
+    p.data = true;
     return run(std::move(p), true, [&] {
-      if (bytes == 0) return;
+      if (bytes == 0) return Status::ok();
       const int n = size();
       for (int i = 1; i <= n; ++i) {
         const int peer = (rank_ + i) % n;
-        copy(static_cast<char*>(recv) + peer * bytes, group_->post(peer).src, bytes, peer);
+        const Posting& q = group_->post(peer);
+        copy(space, static_cast<char*>(recv) + peer * bytes, q, q.src, bytes, peer);
       }
+      return finish(space);
     });
   }
 
@@ -192,29 +225,35 @@ class LocalCommunicator final : public Communicator {
       p.src = scratch_.data();
     }
     return run(std::move(p), true, [&] {
-      if (!work) return;
+      if (!work) return Status::ok();
       const std::size_t bytes = static_cast<std::size_t>(count) * size_of(type);
       std::memcpy(data, group_->post(0).src, bytes);
       for (int r = 1; r < size(); ++r) detail::reduce_into(data, group_->post(r).src, count, type, op);
+      return Status::ok();
     });
   }
 
-  Status broadcast(void* data, std::int64_t bytes, int root) override {
+  Status do_broadcast(void* data, std::int64_t bytes, int root, const BufferSpace& space) override {
     Posting p;
     p.info.kind = Collective::kBroadcast;
     p.info.bytes = bytes;
     p.info.root = root;
     p.info.arg_error = detail::check_broadcast_arguments(size(), data, bytes, root);
+    if (p.info.arg_error.empty()) p.info.arg_error = detail::ready_space(space);
     p.src = data;
+    p.device = space.device;
+    p.data = true;
     return run(std::move(p), true, [&] {
-      if (rank_ != root && bytes > 0) std::memcpy(data, group_->post(root).src, static_cast<std::size_t>(bytes));
+      if (rank_ == root || bytes == 0) return Status::ok();
+      copy(space, data, group_->post(root), group_->post(root).src, bytes, root);
+      return finish(space);
     });
   }
 
   Status barrier() override {
     Posting p;
     p.info.kind = Collective::kBarrier;
-    return run(std::move(p), /*peers_read=*/false, [] {});
+    return run(std::move(p), /*peers_read=*/false, [] { return Status::ok(); });
   }
 
   CommCounters counters() const noexcept override {
@@ -227,6 +266,7 @@ class LocalCommunicator final : public Communicator {
 
  private:
   // Steps 1 to 3 (see the top of the file); `copy_in` is step 2, run only when every rank agreed.
+  // Its error (device buffers whose copies failed) is this rank's alone: the group stays whole.
   template <class CopyIn>
   Status run(Posting post, bool peers_read, CopyIn&& copy_in) {
     // Two threads in one rank's collectives at once would silently corrupt the rendezvous: a
@@ -246,23 +286,40 @@ class LocalCommunicator final : public Communicator {
     CallInfo info = post.info;
     Status s = group_->arrive(rank_, k, std::move(post), detail::collective_name(kind));
     if (!s.is_ok()) return s;
-    copy_in();
+    const Status copied = copy_in();
     if (peers_read) group_->depart(k);
+    if (!copied.is_ok()) return copied.with_context(detail::collective_name(kind));
     const detail::MovedBytes moved = detail::moved_bytes(info, rank_, size());
     sent_.fetch_add(moved.sent, std::memory_order_relaxed);
     received_.fetch_add(moved.received, std::memory_order_relaxed);
     return Status::ok();
   }
 
-  // The caller may pass overlapping buffers for its own share (an in-place exchange), so the
-  // self copy is a memmove; buffers of different ranks never overlap.
-  void copy(void* to, const void* from, std::int64_t bytes, int peer) const noexcept {
+  // One peer's part into this rank's buffer. The caller may pass overlapping buffers for its own
+  // share (an in-place exchange), so the host self copy is a memmove; buffers of different ranks
+  // never overlap. Device buffers: a device copy on this rank's stream (its own share d2d, a
+  // peer's from the peer's device); finish() waits for them.
+  void copy(const BufferSpace& space, void* to, const Posting& from_post, const void* from, std::int64_t bytes,
+            int peer) const noexcept {
     if (to == from) return;
-    if (peer == rank_) {
-      std::memmove(to, from, static_cast<std::size_t>(bytes));
+    const std::size_t n = static_cast<std::size_t>(bytes);
+    if (space.on_device()) {
+      if (peer == rank_) {
+        space.device->copy_d2d(space.stream, to, from, n);
+      } else {
+        space.device->copy_peer(space.stream, to, *from_post.device, from, n);
+      }
+    } else if (peer == rank_) {
+      std::memmove(to, from, n);
     } else {
-      std::memcpy(to, from, static_cast<std::size_t>(bytes));
+      std::memcpy(to, from, n);
     }
+  }
+
+  // Device buffers: waits until this rank's copies are done (before it departs, after which peers
+  // may reuse the buffers it read).
+  static Status finish(const BufferSpace& space) {
+    return space.on_device() ? space.device->synchronize(space.stream) : Status::ok();
   }
 
   std::shared_ptr<Group> group_;

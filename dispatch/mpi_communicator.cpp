@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "dispatch/detail/comm_check.hpp"
+#include "gpu/device.hpp"
 
 namespace strata::dispatch {
 namespace {
@@ -175,13 +176,15 @@ class MpiCommunicator final : public Communicator {
     return local >= 0 ? local : rank_;
   }
 
-  Status all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
-                      const std::int64_t* recv_counts, const std::int64_t* recv_displs) override {
+  Status all_to_all_v_host(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs,
+                           void* recv, const std::int64_t* recv_counts, const std::int64_t* recv_displs,
+                           const std::string& space_error) {
     CallInfo info;
     info.kind = Collective::kAllToAllV;
     info.send_counts = send_counts;
     info.recv_counts = recv_counts;
     info.arg_error = detail::check_a2a_arguments(size_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
+    if (info.arg_error.empty()) info.arg_error = space_error;
     return run(info, [&](std::uint64_t seq, Clock::time_point deadline, const char* what) -> Status {
       std::int64_t total = 0;
       for (int p = 0; p < size_; ++p) total += p == rank_ ? 0 : send_counts[p];
@@ -215,11 +218,12 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
-  Status all_gather(const void* send, std::int64_t bytes, void* recv) override {
+  Status all_gather_host(const void* send, std::int64_t bytes, void* recv, const std::string& space_error) {
     CallInfo info;
     info.kind = Collective::kAllGather;
     info.bytes = bytes;
     info.arg_error = detail::check_all_gather_arguments(send, bytes, recv);
+    if (info.arg_error.empty()) info.arg_error = space_error;
     return run(info, [&](std::uint64_t seq, Clock::time_point deadline, const char* what) -> Status {
       if (bytes == 0) return Status::ok();
       auto& stage = stage_for(bytes);
@@ -296,12 +300,13 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
-  Status broadcast(void* data, std::int64_t bytes, int root) override {
+  Status broadcast_host(void* data, std::int64_t bytes, int root, const std::string& space_error) {
     CallInfo info;
     info.kind = Collective::kBroadcast;
     info.bytes = bytes;
     info.root = root;
     info.arg_error = detail::check_broadcast_arguments(size_, data, bytes, root);
+    if (info.arg_error.empty()) info.arg_error = space_error;
     return run(info, [&](std::uint64_t seq, Clock::time_point deadline, const char* what) -> Status {
       if (bytes == 0 || size_ == 1) return Status::ok();
       std::vector<Op> ops;
@@ -316,6 +321,102 @@ class MpiCommunicator final : public Communicator {
       }
       return wait(ops, deadline, what, false);
     });
+  }
+
+  // ---- device buffers: staged through pinned host memory ----
+  // Each call checks its arguments and readies the device (detail::ready_space), copies what
+  // leaves this rank D2H into the pinned send stage, runs the host collective between the stages
+  // and copies what arrived H2D. This rank's own share moves device to device. A failure before
+  // the data moves becomes this rank's argument error, so every rank fails the call alike.
+
+  Status do_all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
+                         const std::int64_t* recv_counts, const std::int64_t* recv_displs,
+                         const BufferSpace& space) override {
+    if (!space.on_device())
+      return all_to_all_v_host(send, send_counts, send_displs, recv, recv_counts, recv_displs, "");
+    std::string error =
+        detail::check_a2a_arguments(size_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
+    if (error.empty()) error = detail::ready_space(space);
+    if (!error.empty()) return all_to_all_v_host(send, send_counts, send_displs, recv, recv_counts, recv_displs, error);
+    std::int64_t send_end = 0, recv_end = 0;
+    for (int p = 0; p < size_; ++p) {
+      if (send_counts[p] > 0) send_end = std::max(send_end, send_displs[p] + send_counts[p]);
+      if (recv_counts[p] > 0) recv_end = std::max(recv_end, recv_displs[p] + recv_counts[p]);
+    }
+    gpu::Device& d = *space.device;
+    error = stage(d, send_end, recv_end);
+    if (error.empty()) {
+      for (int p = 0; p < size_; ++p) {
+        if (p == rank_ || send_counts[p] == 0) continue;
+        d.copy_d2h(space.stream, stage_.send.as<char>() + send_displs[p],
+                   static_cast<const char*>(send) + send_displs[p], static_cast<std::size_t>(send_counts[p]));
+      }
+      error = synchronized(space);
+    }
+    // This rank's own share stays on the device: out of the host collective's way (zero bytes to
+    // itself; every rank sees its own counts, so the others are not affected).
+    std::vector<std::int64_t> sc(send_counts, send_counts + size_), rc(recv_counts, recv_counts + size_);
+    const std::int64_t own = recv_counts[rank_];
+    if (error.empty() && own == send_counts[rank_]) sc[rank_] = rc[rank_] = 0;
+    STRATA_RETURN_IF_ERROR(all_to_all_v_host(stage_.send.data(), sc.data(), send_displs, stage_.recv.data(), rc.data(),
+                                             recv_displs, error));
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_ || recv_counts[p] == 0) continue;
+      d.copy_h2d(space.stream, static_cast<char*>(recv) + recv_displs[p], stage_.recv.as<char>() + recv_displs[p],
+                 static_cast<std::size_t>(recv_counts[p]));
+    }
+    if (own > 0 && recv != send) {
+      d.copy_d2d(space.stream, static_cast<char*>(recv) + recv_displs[rank_],
+                 static_cast<const char*>(send) + send_displs[rank_], static_cast<std::size_t>(own));
+    }
+    // The host collective counted the bytes to peers; the own share moves none between ranks.
+    return d.synchronize(space.stream).with_context("all_to_all_v");
+  }
+
+  Status do_all_gather(const void* send, std::int64_t bytes, void* recv, const BufferSpace& space) override {
+    if (!space.on_device()) return all_gather_host(send, bytes, recv, "");
+    std::string error = detail::check_all_gather_arguments(send, bytes, recv);
+    if (error.empty()) error = detail::ready_space(space);
+    if (error.empty()) error = stage(*space.device, bytes, bytes * size_);
+    gpu::Device& d = *space.device;
+    if (error.empty() && bytes > 0) {
+      d.copy_d2h(space.stream, stage_.send.data(), send, static_cast<std::size_t>(bytes));
+      error = synchronized(space);
+    }
+    if (!error.empty()) return all_gather_host(send, bytes, recv, error);
+    STRATA_RETURN_IF_ERROR(all_gather_host(stage_.send.data(), bytes, stage_.recv.data(), ""));
+    if (bytes == 0) return Status::ok();
+    for (int p = 0; p < size_; ++p) {
+      char* to = static_cast<char*>(recv) + p * bytes;
+      if (p != rank_) {
+        d.copy_h2d(space.stream, to, stage_.recv.as<char>() + p * bytes, static_cast<std::size_t>(bytes));
+      } else if (to != send) {
+        d.copy_d2d(space.stream, to, send, static_cast<std::size_t>(bytes));
+      }
+    }
+    return d.synchronize(space.stream).with_context("all_gather");
+  }
+
+  Status do_broadcast(void* data, std::int64_t bytes, int root, const BufferSpace& space) override {
+    if (!space.on_device()) return broadcast_host(data, bytes, root, "");
+    std::string error = detail::check_broadcast_arguments(size_, data, bytes, root);
+    if (error.empty()) error = detail::ready_space(space);
+    if (error.empty()) error = stage(*space.device, bytes, 0);
+    gpu::Device& d = *space.device;
+    const bool moves = bytes > 0 && size_ > 1;
+    if (error.empty() && moves && rank_ == root) {
+      d.copy_d2h(space.stream, stage_.send.data(), data, static_cast<std::size_t>(bytes));
+      error = synchronized(space);
+    }
+    if (!error.empty()) return broadcast_host(data, bytes, root, error);
+    STRATA_RETURN_IF_ERROR(broadcast_host(stage_.send.data(), bytes, root, ""));
+    if (!moves || rank_ == root) return Status::ok();
+    d.copy_h2d(space.stream, data, stage_.send.data(), static_cast<std::size_t>(bytes));
+    return d.synchronize(space.stream).with_context("broadcast");
+  }
+
+  void forget_device(const gpu::Device& device) noexcept override {
+    if (stage_.device == &device) stage_ = DeviceStage{};
   }
 
   Status barrier() override {
@@ -341,6 +442,33 @@ class MpiCommunicator final : public Communicator {
     std::vector<char> reduce_in;                       // all_reduce: the peers' parts of this rank's slice
     WireFailure failure;                               // the failure report sent to peers
   };
+
+  // Pinned staging of device buffers, from the device of the call (pinned memory belongs to a
+  // device in this layer's accounting); grown to twice the largest call, so a steady state
+  // allocates nothing. Replaced when a call brings another device; freed by forget_device().
+  struct DeviceStage {
+    const gpu::Device* device = nullptr;
+    gpu::PinnedBuffer send, recv;
+  };
+
+  // Makes the stages hold at least `send` and `recv` bytes of `d`: "" or what failed.
+  std::string stage(gpu::Device& d, std::int64_t send, std::int64_t recv) {
+    if (stage_.device != &d) stage_ = DeviceStage{};
+    stage_.device = &d;
+    for (auto [buf, want] : {std::pair<gpu::PinnedBuffer*, std::int64_t>{&stage_.send, send}, {&stage_.recv, recv}}) {
+      if (static_cast<std::int64_t>(buf->bytes()) >= want) continue;
+      *buf = gpu::PinnedBuffer{};
+      auto b = d.allocate_pinned(static_cast<std::size_t>(2 * want));
+      if (!b) return "pinned staging of device buffers: " + b.status().to_string();
+      *buf = std::move(b).value();
+    }
+    return "";
+  }
+
+  static std::string synchronized(const BufferSpace& space) {
+    const Status s = space.device->synchronize(space.stream);
+    return s.is_ok() ? "" : "staging device buffers failed: " + s.to_string();
+  }
 
   int tag(std::uint64_t seq, int phase) const noexcept {
     return kFirstTag + static_cast<int>(seq % static_cast<std::uint64_t>(tag_span_)) * kTagsPerCall + phase;
@@ -592,6 +720,7 @@ class MpiCommunicator final : public Communicator {
   std::uint64_t seq_ = 0;
   Status broken_;
   Buffers buffers_;
+  DeviceStage stage_;                   // pinned staging of device buffers
   std::vector<MPI_Request> graveyard_;  // requests of failed calls (and failure reports) still pending
   std::atomic<std::int64_t> sent_{0}, received_{0}, calls_{0};
 };

@@ -12,6 +12,13 @@
 // Data is sent from a copy owned by the communicator: after a timeout, a send that no peer will
 // ever receive may stay pending inside MPI, and it must not point into a buffer the caller frees.
 // Receives go straight into the caller's buffers and are cancelled on failure.
+//
+// Device buffers (BufferSpace on a device) are staged through pinned host memory that the
+// communicator allocates from that device and keeps (grown to twice the largest call, so the
+// steady state allocates nothing; Communicator::forget_device frees it): one D2H of what leaves
+// this rank before the exchange, one H2D of what arrived after, this rank's own share device to
+// device. CUDA-aware MPI (MPIX_Query_cuda_support) is not used: staging works with every MPI and
+// with the emulated device, whose memory no MPI could read, and keeps one code path under test.
 
 #include <memory>
 

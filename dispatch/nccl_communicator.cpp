@@ -191,13 +191,43 @@ class NcclCommunicator final : public Communicator {
   int local_rank() const noexcept override { return local_rank_; }
   int device() const noexcept override { return device_; }
 
-  Status all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
-                      const std::int64_t* recv_counts, const std::int64_t* recv_displs) override {
+  Status do_all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
+                         const std::int64_t* recv_counts, const std::int64_t* recv_displs,
+                         const BufferSpace& space) override {
     CallInfo info;
     info.kind = Collective::kAllToAllV;
     info.send_counts = send_counts;
     info.recv_counts = recv_counts;
     info.arg_error = detail::check_a2a_arguments(size_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
+    if (space.on_device()) {
+      if (info.arg_error.empty()) info.arg_error = ready(space);
+      return run(info, [&](Clock::time_point deadline, const char* what) -> Status {
+        // NCCL reads and writes the caller's buffers; the own share is a device copy.
+        if (recv_counts[rank_] > 0 && recv != send) {
+          STRATA_CUDA_TRY(cudaMemcpyAsync(
+              static_cast<char*>(recv) + recv_displs[rank_], static_cast<const char*>(send) + send_displs[rank_],
+              static_cast<std::size_t>(recv_counts[rank_]), cudaMemcpyDeviceToDevice, stream_));
+        }
+        STRATA_NCCL_TRY(comm_, ncclGroupStart());
+        Status issued = [&]() -> Status {
+          for (int p = 0; p < size_; ++p) {
+            if (p == rank_) continue;
+            if (send_counts[p] > 0) {
+              STRATA_NCCL_TRY(comm_, ncclSend(static_cast<const char*>(send) + send_displs[p],
+                                              static_cast<std::size_t>(send_counts[p]), ncclUint8, p, comm_, stream_));
+            }
+            if (recv_counts[p] > 0) {
+              STRATA_NCCL_TRY(comm_, ncclRecv(static_cast<char*>(recv) + recv_displs[p],
+                                              static_cast<std::size_t>(recv_counts[p]), ncclUint8, p, comm_, stream_));
+            }
+          }
+          return Status::ok();
+        }();
+        STRATA_NCCL_TRY(comm_, ncclGroupEnd());
+        STRATA_RETURN_IF_ERROR(issued);
+        return wait(deadline, what);
+      });
+    }
     return run(info, [&](Clock::time_point deadline, const char* what) -> Status {
       // Peers' parts packed in rank order on the device; this rank's own part is a host copy.
       std::vector<std::int64_t> send_off(size_, 0), recv_off(size_, 0);
@@ -252,11 +282,19 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
-  Status all_gather(const void* send, std::int64_t bytes, void* recv) override {
+  Status do_all_gather(const void* send, std::int64_t bytes, void* recv, const BufferSpace& space) override {
     CallInfo info;
     info.kind = Collective::kAllGather;
     info.bytes = bytes;
     info.arg_error = detail::check_all_gather_arguments(send, bytes, recv);
+    if (space.on_device()) {
+      if (info.arg_error.empty()) info.arg_error = ready(space);
+      return run(info, [&](Clock::time_point deadline, const char* what) -> Status {
+        if (bytes == 0) return Status::ok();
+        STRATA_NCCL_TRY(comm_, ncclAllGather(send, recv, static_cast<std::size_t>(bytes), ncclUint8, comm_, stream_));
+        return wait(deadline, what);
+      });
+    }
     return run(info, [&](Clock::time_point deadline, const char* what) -> Status {
       if (bytes == 0) return Status::ok();
       STRATA_RETURN_IF_ERROR(grow(send_, bytes));
@@ -294,12 +332,21 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
-  Status broadcast(void* data, std::int64_t bytes, int root) override {
+  Status do_broadcast(void* data, std::int64_t bytes, int root, const BufferSpace& space) override {
     CallInfo info;
     info.kind = Collective::kBroadcast;
     info.bytes = bytes;
     info.root = root;
     info.arg_error = detail::check_broadcast_arguments(size_, data, bytes, root);
+    if (space.on_device()) {
+      if (info.arg_error.empty()) info.arg_error = ready(space);
+      return run(info, [&](Clock::time_point deadline, const char* what) -> Status {
+        if (bytes == 0 || size_ == 1) return Status::ok();
+        STRATA_NCCL_TRY(comm_,
+                        ncclBroadcast(data, data, static_cast<std::size_t>(bytes), ncclUint8, root, comm_, stream_));
+        return wait(deadline, what);
+      });
+    }
     return run(info, [&](Clock::time_point deadline, const char* what) -> Status {
       if (bytes == 0 || size_ == 1) return Status::ok();
       STRATA_RETURN_IF_ERROR(grow(send_, bytes));
@@ -378,6 +425,19 @@ class NcclCommunicator final : public Communicator {
     }
     m.bytes = want;
     return Status::ok();
+  }
+
+  // Device buffers must be memory of this communicator's GPU (NCCL works on one device); then
+  // detail::ready_space waits for the caller's stream. "" or this rank's argument error.
+  std::string ready(const BufferSpace& space) const {
+    const gpu::DeviceInfo& d = space.device->info();
+    if (d.backend != gpu::Backend::kCuda || d.ordinal != device_) {
+      return "device buffers of " + d.name +
+             (d.backend == gpu::Backend::kCuda ? " (CUDA device " + std::to_string(d.ordinal) + ")"
+                                               : std::string(" (emulated)")) +
+             ", expected memory of this communicator's CUDA device " + std::to_string(device_);
+    }
+    return detail::ready_space(space);
   }
 
   // One collective: header all-gather, agreement, then `payload(deadline, what)`.

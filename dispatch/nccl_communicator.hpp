@@ -3,17 +3,18 @@
 // backend is built and NCCL was found (STRATA_NCCL, see dispatch/CMakeLists.txt); otherwise the
 // factories return FailedPrecondition. No CUDA or NCCL header here.
 //
-// The interface takes host buffers, so each call stages them through device buffers that the
-// communicator owns on its own non-blocking CUDA stream (grown stream-ordered to twice the largest
-// call: no growth synchronizes the device, and calls no larger than before allocate nothing; on a
-// device without memory pools growth uses cudaMalloc/cudaFree, which do synchronize it); the
-// host copies wait for the collective, so every call is synchronous like the other
-// implementations. Before the data, the ranks all-gather a fixed-size header (kind and sizes,
-// all_to_all_v's counts) so that a mismatch is reported by every rank instead of corrupting data
-// or hanging inside NCCL. The NCCL communicator is non-blocking (ncclConfig_t::blocking = 0) and
-// every wait polls until the timeout; on timeout it is aborted (ncclCommAbort) and the call returns
-// kUnavailable. Unlike `local` and `mpi`, NCCL cannot say which ranks did not arrive, so that
-// message names none.
+// Device buffers (BufferSpace on a CUDA Device of this communicator's GPU) go to NCCL as they
+// are: the call waits for the caller's stream, issues the collective on the communicator's
+// stream straight from and into the caller's buffers, and polls it to completion (no staging, no
+// host copy). Host buffers are staged through device buffers that the communicator owns on its own non-blocking CUDA
+// stream (grown stream-ordered to twice the largest call: no growth synchronizes the device, and calls no larger than
+// before allocate nothing; on a device without memory pools growth uses cudaMalloc/cudaFree, which do synchronize it);
+// the host copies wait for the collective, so every call is synchronous like the other implementations. Before the
+// data, the ranks all-gather a fixed-size header (kind and sizes, all_to_all_v's counts) so that a mismatch is reported
+// by every rank instead of corrupting data or hanging inside NCCL. The NCCL communicator is non-blocking
+// (ncclConfig_t::blocking = 0) and every wait polls until the timeout; on timeout it is aborted (ncclCommAbort) and the
+// call returns kUnavailable. Unlike `local` and `mpi`, NCCL cannot say which ranks did not arrive, so that message
+// names none.
 
 #include <memory>
 #include <string>

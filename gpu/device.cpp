@@ -93,6 +93,18 @@ void Device::copy_d2d(StreamView s, void* dst, const void* src, std::size_t byte
   counters_.add_hbm_write(bytes);
   do_copy(s, dst, src, bytes, CopyKind::kD2D);
 }
+void Device::copy_peer(StreamView s, void* dst, Device& src_device, const void* src, std::size_t bytes) {
+  if (!own_stream(s, "copy_peer")) return;
+  if (src_device.info().backend != info_.backend) {
+    record_error(Status::invalid_argument("device " + describe(info_) + ": copy_peer of " + std::to_string(bytes) +
+                                          " bytes from device " + describe(src_device.info()) +
+                                          ": both devices must have the same backend"));
+    return;
+  }
+  counters_.add_hbm_write(bytes);
+  src_device.counters().add_hbm_read(bytes);
+  do_copy_peer(s, dst, src_device, src, bytes);
+}
 
 namespace {
 constexpr std::uint64_t kF = sizeof(float);
@@ -154,6 +166,36 @@ void Device::unpack_records(StreamView s, SlotPool pool, const Key* slots, std::
   counters_.add_hbm_read(b + static_cast<std::uint64_t>(n) * 8);
   counters_.add_hbm_write(b);
   do_unpack_records(s, pool, slots, n, src);
+}
+
+void Device::take_columns(StreamView s, SlotPool rows, std::int64_t col, const Key* slots, std::int64_t n,
+                          float* packed) {
+  if (!own_stream(s, "take_columns")) return;
+  const std::uint64_t b = static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(rows.dim) * kF;
+  counters_.add_hbm_read(b + static_cast<std::uint64_t>(n) * 8);
+  counters_.add_hbm_write(b);
+  do_move_columns(s, rows, col, slots, n, packed, false);
+}
+
+void Device::put_columns(StreamView s, SlotPool rows, std::int64_t col, const Key* slots, std::int64_t n,
+                         const float* packed) {
+  if (!own_stream(s, "put_columns")) return;
+  const std::uint64_t b = static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(rows.dim) * kF;
+  counters_.add_hbm_read(b + static_cast<std::uint64_t>(n) * 8);
+  counters_.add_hbm_write(b);
+  do_move_columns(s, rows, col, slots, n, const_cast<float*>(packed), true);
+}
+
+void Device::reduce_grads(StreamView s, SlotPool sums, const std::vector<UpdateFeature>& features) {
+  if (!own_stream(s, "reduce_grads")) return;
+  for (const auto& f : features) {
+    const std::uint64_t grad_rows = static_cast<std::uint64_t>(f.pooling == Pooling::kNone ? f.num_keys : f.batch);
+    const std::uint64_t row = static_cast<std::uint64_t>(sums.dim) * kF;
+    counters_.add_hbm_read(grad_rows * row + static_cast<std::uint64_t>(f.num_unique) * 16 +
+                           static_cast<std::uint64_t>(f.num_keys) * 8);
+    counters_.add_hbm_write(static_cast<std::uint64_t>(f.num_unique) * row);
+  }
+  do_reduce_grads(s, sums, features);
 }
 
 void Device::records_from_host(StreamView s, SlotPool pool, const Key* slots, std::int64_t n,

@@ -238,6 +238,17 @@ class Device {
   void copy_h2d(StreamView s, void* dst_device, const void* src_host, std::size_t bytes);
   void copy_d2h(StreamView s, void* dst_host, const void* src_device, std::size_t bytes);
   void copy_d2d(StreamView s, void* dst_device, const void* src_device, std::size_t bytes);
+  /// Copies `bytes` from device memory of `src_device` (another Device object of the same backend:
+  /// another emu device, another CUDA device, or a second Device on the same CUDA ordinal) into
+  /// device memory of this device, ordered on `s` (a stream of this device). The caller orders the
+  /// source's producer before the call (e.g. synchronizes it) and keeps both ranges alive until the
+  /// copy is done. cuda: cudaMemcpyPeerAsync (direct over NVLink/PCIe where peer access is
+  /// possible, else staged by the driver; on one ordinal a device-to-device copy). emu: a memcpy
+  /// on the stream's worker after checking that `src` lies in a live allocation of `src_device`.
+  /// Counts HBM writes on this device and HBM reads on `src_device` (the bytes between ranks are
+  /// the communicators' to count, dispatch/communicator.hpp CommCounters). A source device of
+  /// another backend, or wrong memory on either side, becomes the sticky error.
+  void copy_peer(StreamView s, void* dst_device, Device& src_device, const void* src, std::size_t bytes);
   /// Runs `fn` on the host when the work before it on `s` is done; later work on `s` waits for it.
   /// `fn` must not issue device work. Exceptions are a programmer error.
   virtual void host_task(StreamView s, std::function<void()> fn) = 0;
@@ -255,6 +266,20 @@ class Device {
   void pack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* dst);
   /// record of slot slots[i] = src[i].  slots (n) device, src (n, stride) device.
   void unpack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, const float* src);
+  /// Column slices of matrix rows, as a sharded exchange sends them: packed[i] = the floats
+  /// [col, col + rows.dim) of row slots[i] of `rows`, a SlotPool viewing a row-major matrix
+  /// (`slots` rows of `stride` floats; state_dim unused). Bits are kept (32-bit moves).
+  /// slots (n) device, packed (n, rows.dim) device. col + rows.dim <= rows.stride.
+  void take_columns(StreamView s, SlotPool rows, std::int64_t col, const Key* slots, std::int64_t n, float* packed);
+  /// The floats [col, col + rows.dim) of row slots[i] of `rows` = packed[i] (take_columns reversed).
+  void put_columns(StreamView s, SlotPool rows, std::int64_t col, const Key* slots, std::int64_t n,
+                   const float* packed);
+  /// The reduction half of backward_update: the first sums.dim floats of record unique_slots[u] of
+  /// `sums` = the summed gradient of unique row u of each feature, in backward_update's order and
+  /// arithmetic (so the bits of host/kernels.hpp's reduce_unique_grads). The features' `step` and
+  /// hot lists are unused; `sums` is typically (num_unique, dim) with unique_slots 0..num_unique-1.
+  /// Where the rows live elsewhere (dispatch sends the sums to the ranks that hold them).
+  void reduce_grads(StreamView s, SlotPool sums, const std::vector<UpdateFeature>& features);
   /// record of slot slots[i] = the dim + state_dim floats at rows[i], read by the device from host
   /// memory (zero-copy: rows are device_address()es of pinned host records). slots, rows (n)
   /// device; slots may be null for slots 0..n-1.
@@ -290,11 +315,17 @@ class Device {
   virtual void do_deallocate_pinned(void* p, std::size_t bytes) noexcept = 0;
   enum class CopyKind { kH2D, kD2H, kD2D };
   virtual void do_copy(StreamView s, void* dst, const void* src, std::size_t bytes, CopyKind kind) = 0;
+  /// copy_peer after the stream and backend checks (src_device has this device's backend).
+  virtual void do_copy_peer(StreamView s, void* dst, Device& src_device, const void* src, std::size_t bytes) = 0;
   virtual void do_gather_pool(StreamView s, SlotPool pool, const std::vector<LookupFeature>& features) = 0;
   virtual void do_gather_pool_host(StreamView s, RowRef table, const std::vector<LookupFeature>& features) = 0;
   virtual void do_backward_update(StreamView s, SlotPool pool, const std::vector<UpdateFeature>& features) = 0;
   virtual void do_pack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* dst) = 0;
   virtual void do_unpack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, const float* src) = 0;
+  /// take_columns (put = false) and put_columns (put = true).
+  virtual void do_move_columns(StreamView s, SlotPool rows, std::int64_t col, const Key* slots, std::int64_t n,
+                               float* packed, bool put) = 0;
+  virtual void do_reduce_grads(StreamView s, SlotPool sums, const std::vector<UpdateFeature>& features) = 0;
   virtual void do_records_host(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* const* rows,
                                bool to_host) = 0;
   virtual void do_init_records(StreamView s, SlotPool pool, std::int64_t first_slot, std::int64_t n,

@@ -131,15 +131,14 @@ class Store {
   virtual Status backward(std::int64_t batch_id, const std::vector<ConstMatrixView>& grads) = 0;
 
   /// Outputs and gradients on the device. A trainer whose dense model runs on the GPU gives views
-  /// of device() memory (MemorySpace::kDevice): `gpu` and `cached` tables (and `hybrid` ones on a
-  /// single rank without a communicator) look up straight into them and read gradients straight
-  /// from them, with no copy over PCIe and no host memcpy. `offload` tables look up into them too
-  /// (with offload_gather cpu, the CPU's outputs are copied H2D into them once) and copy each
-  /// gradient D2H once for their CPU optimizer. Other tables (`cpu`, and sharded ones over a
-  /// communicator) go through pinned host memory: their outputs are copied H2D into the device
-  /// views and their gradients D2H (all counted in stats().links). Views of one
-  /// call may mix spaces; a gradient view must be in the space of forward's output of its feature.
-  /// Keys stay host memory: the planner reads them on the CPU, ahead of the device.
+  /// of device() memory (MemorySpace::kDevice): `gpu`, `cached` and `hybrid` tables (sharded over a
+  /// communicator or not) look up straight into them and read gradients straight from them, with no
+  /// copy over PCIe and no host memcpy. `offload` tables look up into them too (with
+  /// offload_gather cpu, the CPU's outputs are copied H2D into them once) and copy each gradient
+  /// D2H once for their CPU optimizer. `cpu` tables go through pinned host memory: their outputs
+  /// are copied H2D into the device views and their gradients D2H (all counted in stats().links).
+  /// Views of one call may mix spaces; a gradient view must be in the space of forward's output of
+  /// its feature. Keys stay host memory: the planner reads them on the CPU, ahead of the device.
   ///
   /// Stream-ordered calls: forward/backward(id, views, stream) with a stream of device(). The
   /// store's device work runs after everything queued on `stream` before the call, and whatever
@@ -150,7 +149,9 @@ class Store {
   ///    plan waits for batches to retire fails as the synchronous call does; an `offload` table
   ///    with offload_gather cpu pools on the host first). Tables staged through host memory
   ///    compute their outputs on the host first; their H2D copies are then ordered on `stream`,
-  ///    not waited for. With a host view the host waits for the outputs.
+  ///    not waited for. Sharded tables over a communicator wait for their lookups and exchanges
+  ///    (host-synchronous collectives); only their pooling into the device views is left
+  ///    ordered after `stream`. With a host view the host waits for the outputs.
   ///  - backward(id, grads, stream): with device gradients and accept_nonfinite_gradients false,
   ///    the host waits for `stream` up to the gradients and for the store's count of their NaN
   ///    and Inf values (8 bytes per view come back D2H): it must refuse them before anything
@@ -158,7 +159,9 @@ class Store {
   ///    accept_nonfinite_gradients true, backward with device gradients of `gpu` and `cached`
   ///    tables does not wait for the device, as FBGEMM's TBE runs (except where a `cached` table
   ///    plans a deferred batch into a staging entry still in use, gpu/staging.hpp, and in the steps
-  ///    where cache.flush_every flushes). Host
+  ///    where cache.flush_every flushes). Sharded tables over a communicator read device
+  ///    gradients on the device but wait for their exchange (so for `stream` up to the
+  ///    gradients) and for their shards' updates. Host
   ///    gradients, and device gradients of `offload` tables and of the tables staged through
   ///    host memory (copied D2H after `stream`), are read by the host before the call returns.
   ///    A backward of `offload` tables (looked up on the device) also waits, on the host, for

@@ -245,21 +245,39 @@ Result<TableCost> sharded_cost(const TableSpec& spec, const TableLoad& load, Pla
   TableCost c;
   StepBytes& b = c.bytes;
   b.all_to_all += (8.0 + 2.0 * z.row) * U * f + 8.0 * (N - 1.0);
-  b.h2d += 8.0 * (2.0 * S + 1.0) + S * z.row;
-  b.d2h += S * z.row;
+  // The holder's shard: the served keys' metadata up; rows looked up into, and gradients read
+  // from, device memory; the update of its distinct rows.
+  b.h2d += 8.0 * (2.0 * S + 1.0);
   b.hbm_read += S * z.row + Us * z.record;
   b.hbm_write += S * z.row + Us * z.record;
-  b.host_read += 2.0 * K * z.row;
-  b.host_write += 2.0 * U * z.row;
-  if (o.trainer_on_device) {  // pooled at the source on the host: through the host-bounce adaptor
-    const double out = load.bags * z.row;
-    copy_h2d(b, out);
+  // Rows and gradient sums move device to device (store/detail/sharded_engine.cpp, KeyExchange's
+  // device forms): served rows packed (S), exchanged (thread ranks: peer copies, read at the
+  // sender, written at the receiver), put at the source's unique keys (U); sums taken (U),
+  // exchanged, and copied into the served order (S). The index lists of both go up.
+  b.h2d += 2.0 * 8.0 * U;
+  b.hbm_read += (2.0 * S + 3.0 * U + S) * z.row + 16.0 * U;
+  b.hbm_write += (S + 3.0 * U + 2.0 * S) * z.row;
+  // The source pools its bags from the unique rows and sums the gradients of each unique key on
+  // the device; the metadata of both goes up (offsets, keys as unique indexes, unique slots and
+  // offsets, positions, bags of the positions).
+  const double Bg = load.bags;
+  b.h2d += 2.0 * 8.0 * (Bg + 1.0) + 8.0 * K + 8.0 * U + 8.0 * (U + 1.0) + 8.0 * K;
+  b.hbm_read += K * z.row + 8.0 * (Bg + 1.0) + 8.0 * K;  // gather_pool
+  b.hbm_write += Bg * z.row;
+  b.hbm_read += Bg * z.row + 16.0 * U + 8.0 * K;  // reduce_grads
+  b.hbm_write += U * z.row;
+  const double out = Bg * z.row;
+  if (o.trainer_on_device) {  // outputs and gradients in the trainer's device buffers
     finite_check(b, out, o);
+  } else {  // the engine's own D2H of the outputs and H2D of the gradients
     copy_d2h(b, out);
+    copy_h2d(b, out);
   }
-  c.hbm_bytes += in_flight * 8.0 * (2.0 * s_max + 1.0) + 2.0 * s_max * z.row;
-  c.comm_bytes = in_flight * (16.0 * u_max + 12.0 * k_max + 4.0 * u_max + 24.0 * s_max + z.row * (s_max + u_max)) +
-                 2.0 * z.row * (s_max + u_max);
+  // The sharded engine's device scratch, grown to twice one step's need: served rows (then served
+  // gradients), unique rows, their gradient sums, and the exchange's send and receive buffers.
+  c.hbm_bytes +=
+      in_flight * 8.0 * (2.0 * s_max + 1.0) + 2.0 * z.row * (s_max + 2.0 * u_max + 2.0 * std::max(s_max, u_max));
+  c.comm_bytes = in_flight * (16.0 * u_max + 12.0 * k_max + 4.0 * u_max + 24.0 * s_max);
   c.host_bytes += c.comm_bytes;
   if (placement == Placement::kGpu) {
     c.hbm_bytes += std::ceil(static_cast<double>(spec.rows) / N) * z.stride;

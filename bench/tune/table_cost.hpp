@@ -59,24 +59,30 @@
 //   all-to-all  keys out 8 U f, their rows back 4 d U f, gradients out 4 d U f, and one count
 //               per table and peer (8 (N - 1)): as dispatch::KeyExchange counts them
 //   served      the rank serves S = U keys per step (the other ranks' keys of its shard; row
-//               sharding spreads them evenly), as unpooled bags of its inner gpu or cached engine:
-//               keys and offsets H2D (8 (2 S + 1)), S rows D2H and S gradients H2D; HBM gathers S
-//               rows, writes S outputs, and the optimizer reads and writes U_s records (U_s: the
-//               distinct rows the worst shard serves per step, TableLoad::shard_distinct)
-//   source      the CPU pools the rank's K keys from the returned rows and sums their gradients
-//               (host reads 2 K row bytes, writes 2 U row bytes); with the trainer on the device
-//               the pooled outputs go H2D and their gradients D2H (B r each, the host-bounce
-//               adaptor) and the gradients' NaN/Inf count as for one rank (not validated: validate
-//               runs one rank)
+//               sharding spreads them evenly), as unpooled bags of its inner gpu or cached engine
+//               writing into and reading from device memory: keys and offsets H2D (8 (2 S + 1));
+//               HBM gathers S rows, writes S outputs, and the optimizer reads and writes U_s records
+//               (U_s: the distinct rows the worst shard serves per step, TableLoad::shard_distinct)
+//   exchange    device to device (thread ranks' peer copies, counted as HBM reads at the sender
+//               and writes at the receiver): served rows packed, sent, put at the unique keys;
+//               gradient sums taken, sent, copied into served order (HBM reads 4 d (3 S + 3 U) +
+//               16 U, writes 4 d (3 S + 3 U)); the index lists of both H2D (16 U)
+//   source      the device pools the rank's K keys from its U returned rows (gather_pool) and
+//               sums their gradients per unique key (reduce_grads); their metadata H2D
+//               (16 (B + 1) + 16 K + 16 U + 8); with the trainer on the device the outputs and
+//               gradients are the trainer's device buffers (the gradients' NaN/Inf count as for
+//               one rank), with it on the host the outputs go D2H and the gradients H2D (B r each)
+//               (not validated: validate runs one rank)
 //   hybrid      as cached on the shard: fills and write-backs of U_s (1 - hit rate) records, the
 //               hit rate of the worst shard's cache of `cache_rows` rows (rows per rank)
 // Memory per rank: gpu: the shard's rows in HBM; hybrid: the shard's host records
 // (host_table_memory of rank 0), its cache, staging and index as cached; both: keys staging per
-// batch in flight and one step's served rows and gradients in HBM (S_max = the larger of the
-// rank's and the shard's most distinct rows of one step), and in host memory the communication
-// buffers: per batch in flight its unique keys, positions and inverse (8 U + 8 U + 12 K), the
-// keys sent and served (4 U + 24 S_max) and the row buffers kept between forward and backward
-// (4 d (S_max + U)), plus one step's rows and gradients being exchanged (8 d (S_max + U)).
+// batch in flight and the engine's device scratch in HBM, grown to twice one step's need (S_max =
+// the larger of the rank's and the shard's most distinct rows of one step, U_max the rank's):
+// served rows, unique rows and their gradient sums, and the exchange's send and receive buffers
+// (8 d (S_max + 2 U_max + 2 max(S_max, U_max))); in host memory the communication metadata per
+// batch in flight: its unique keys, positions and inverse (8 U + 8 U + 12 K) and the keys sent and
+// served (4 U + 24 S_max).
 
 #include <cstdint>
 

@@ -134,6 +134,17 @@ std::string check_broadcast_arguments(int size, const void* data, std::int64_t b
   return "";
 }
 
+std::string ready_space(const BufferSpace& space) {
+  if (!space.on_device()) return "";
+  if (!space.device->owns(space.stream)) {
+    return "device buffers ordered on " +
+           std::string(space.stream.device() ? "a stream of another device" : "an empty stream view") +
+           " (expected a stream of the buffers' device " + space.device->info().name + ")";
+  }
+  const Status s = space.device->synchronize(space.stream);
+  return s.is_ok() ? "" : "device " + space.device->info().name + " failed before the collective: " + s.to_string();
+}
+
 Status check_agreement(const std::vector<const CallInfo*>& calls) {
   const int n = static_cast<int>(calls.size());
   STRATA_CHECK(n > 0);

@@ -48,6 +48,12 @@ std::string check_all_gather_arguments(const void* send, std::int64_t bytes, con
 std::string check_all_reduce_arguments(const void* data, std::int64_t count, DataType type, ReduceOp op);
 std::string check_broadcast_arguments(int size, const void* data, std::int64_t bytes, int root);
 
+/// Judges a BufferSpace and readies its buffers: for device buffers, that `stream` is a stream of
+/// `device`, then waits (host) for the work queued on it and for a sticky error. "" when the
+/// buffers may be used, else the reason, which the caller passes on as its argument error so that
+/// every rank fails the collective the same way.
+std::string ready_space(const BufferSpace& space);
+
 /// The verdict on one collective from every rank's CallInfo (`calls[r]` is rank r's): OK, or
 /// FailedPrecondition when ranks called different collectives, or InvalidArgument when a rank's
 /// arguments were invalid or ranks disagree on a size that must match. Deterministic: every rank

@@ -337,6 +337,16 @@ class CudaDevice final : public Device {
     STRATA_CUDA_RECORD(*this, cudaMemcpyAsync(dst, src, bytes, k, stream(s)));
   }
 
+  // cudaMemcpyPeerAsync: direct where the two GPUs can reach each other, staged by the driver where
+  // they cannot, a device-to-device copy when both Device objects are the same ordinal.
+  void do_copy_peer(StreamView s, void* dst, Device& src_device, const void* src, std::size_t bytes) override {
+    if (bytes == 0) return;
+    const DeviceScope scope(ctx_);
+    if (!begin_issue(scope)) return;
+    STRATA_CUDA_RECORD(*this,
+                       cudaMemcpyPeerAsync(dst, ctx_.ordinal(), src, src_device.info().ordinal, bytes, stream(s)));
+  }
+
   void do_gather_pool(StreamView s, SlotPool pool, const std::vector<LookupFeature>& features) override {
     if (features.empty()) return;
     const DeviceScope scope(ctx_);
@@ -389,6 +399,23 @@ class CudaDevice final : public Device {
     if (!begin_issue(scope)) return;
     const kernels::RecordArgs a{pool.base, pool.stride, slots, n, const_cast<float*>(src)};
     STRATA_CUDA_RECORD(*this, cuda_detail::launch_records(a, true, stream(s), sm_count_));
+  }
+
+  void do_move_columns(StreamView s, SlotPool rows, std::int64_t col, const Key* slots, std::int64_t n, float* packed,
+                       bool put) override {
+    if (n <= 0) return;
+    const DeviceScope scope(ctx_);
+    if (!begin_issue(scope)) return;
+    const kernels::RecordArgs a{rows.base + col, rows.stride, slots, n, packed, rows.dim};
+    STRATA_CUDA_RECORD(*this, cuda_detail::launch_records(a, put, stream(s), sm_count_));
+  }
+
+  void do_reduce_grads(StreamView s, SlotPool sums, const std::vector<UpdateFeature>& features) override {
+    if (features.empty()) return;
+    const DeviceScope scope(ctx_);
+    if (!begin_issue(scope)) return;
+    for (const auto& a : kernels::update_launches(sums, features))
+      if (!STRATA_CUDA_RECORD(*this, cuda_detail::launch_reduce(a, stream(s), sm_count_))) return;
   }
 
   void do_records_host(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* const* rows,

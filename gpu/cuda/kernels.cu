@@ -54,6 +54,12 @@ __global__ void __launch_bounds__(kHotBlock) update_hot_kernel(const UpdateArgs 
   for (std::int64_t item = blockIdx.x; item < total; item += gridDim.x) update_hot_row(b, a, item, partials);
 }
 
+__global__ void __launch_bounds__(kBlock) reduce_kernel(const UpdateArgs a) {
+  const DeviceWarp w = this_warp();
+  const std::int64_t total = a.begin[a.count];
+  for (std::int64_t item = first_item(); item < total; item += item_step()) reduce_item(w, a, item);
+}
+
 template <bool kUnpack>
 __global__ void __launch_bounds__(kBlock) records_kernel(const RecordArgs a) {
   const DeviceWarp w = this_warp();
@@ -118,6 +124,14 @@ cudaError_t launch_update(const UpdateArgs& args, cudaStream_t stream, int sm_co
   const std::int64_t hot = args.hot_items();
   if (hot <= 0) return cudaSuccess;
   update_hot_kernel<<<grid_for(hot, 1, 1, sm_count), kHotBlock, 0, stream>>>(args);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_reduce(const UpdateArgs& args, cudaStream_t stream, int sm_count) {
+  const std::int64_t items = args.begin[args.count];
+  if (items <= 0) return cudaSuccess;
+  clear_stale_error();
+  reduce_kernel<<<warp_grid(items, sm_count), kBlock, 0, stream>>>(args);
   return cudaGetLastError();
 }
 

@@ -21,6 +21,7 @@ cudaError_t launch_gather(const kernels::GatherArgs& args, cudaStream_t stream, 
 /// Fused backward: per unique slot, the gradient in segment order, then the optimizer step in
 /// place; a warp per row, then a block per hot row. Asynchronous on `stream`.
 cudaError_t launch_update(const kernels::UpdateArgs& args, cudaStream_t stream, int sm_count);
+cudaError_t launch_reduce(const kernels::UpdateArgs& args, cudaStream_t stream, int sm_count);
 
 /// Packs (pool -> args.packed) or, with `unpack`, unpacks the records of args.slots, bit for bit.
 /// Asynchronous on `stream`.

@@ -551,6 +551,32 @@ class EmuDevice final : public Device {
                     false});
   }
 
+  // From another emu device's memory (Device::copy_peer; the base checked the backend). All emu
+  // devices live in this process, so the stream worker reads the source directly.
+  void do_copy_peer(StreamView s, void* dst, Device& src_device, const void* src, std::size_t bytes) override {
+    const EmuScope scope(id_);
+    if (bytes) {
+      const int peer = static_cast<EmuDevice&>(src_device).id_;
+      const Where w = emu_memory().find(src, bytes);
+      const bool src_ok = w.kind == Where::kDevice && w.owner == peer && w.fits;
+      const std::string bad_dst = misuse(dst, bytes, kDeviceOnly);
+      if (!bad_dst.empty() || !src_ok) {
+        record_error(Status::internal(name() + ": copy_peer of " + std::to_string(bytes) + " bytes from " + hex(src) +
+                                      " (" + describe(src, bytes) + ") to " + hex(dst) + " (" + describe(dst, bytes) +
+                                      ") refused: the " + (bad_dst.empty() ? "source" : "destination") +
+                                      " must be device memory of " +
+                                      (bad_dst.empty() ? "emu device " + std::to_string(peer) : "this device")));
+        return;
+      }
+    }
+    dst = emu_untag(dst);
+    src = emu_untag(src);
+    stream(s).push({[dst, src, bytes] {
+                      if (bytes) std::memcpy(dst, src, bytes);
+                    },
+                    false});
+  }
+
   // Kernels: the shared kernel source (gpu/kernels/bodies.hpp) on the CPU grid, the launches
   // split as the cuda backend splits them. Each op first checks and untags what it was given
   // (to_host).
@@ -627,6 +653,32 @@ class EmuDevice final : public Device {
     if (!to_host("unpack_records", pool, slots, n, src)) return;
     const kernels::RecordArgs a{pool.base, pool.stride, slots, n, const_cast<float*>(src)};
     kernel(s, [a] { kernels::run_records(a, true); });
+  }
+
+  void do_move_columns(StreamView s, SlotPool rows, std::int64_t col, const Key* slots, std::int64_t n, float* packed,
+                       bool put) override {
+    const EmuScope scope(id_);
+    const char* op = put ? "put_columns" : "take_columns";
+    ArgCheck c{this, op, {}};
+    if (col < 0 || rows.dim < 1 || col + rows.dim > rows.stride)
+      c.error = name() + ": " + op + ": columns [" + std::to_string(col) + ", " + std::to_string(col + rows.dim) +
+                ") outside rows of " + std::to_string(rows.stride) + " floats";
+    c("rows", rows.base, rows.slots * rows.stride * static_cast<std::int64_t>(sizeof(float)), kDeviceOnly);
+    c("slots", slots, n * static_cast<std::int64_t>(sizeof(Key)));
+    c("packed", packed, n * rows.dim * static_cast<std::int64_t>(sizeof(float)));
+    if (!check_done(c)) return;
+    const kernels::RecordArgs a{emu_untag(rows.base) + col, rows.stride, emu_untag(slots), n,
+                                emu_untag(packed),          rows.dim};
+    kernel(s, [a, put] { kernels::run_records(a, put); });
+  }
+
+  void do_reduce_grads(StreamView s, SlotPool sums, const std::vector<UpdateFeature>& device_features) override {
+    const EmuScope scope(id_);
+    std::vector<UpdateFeature> features = device_features;
+    if (!to_host("reduce_grads", sums, features)) return;
+    kernel(s, [launches = kernels::update_launches(sums, features)] {
+      for (const auto& a : launches) kernels::run_reduce(a);
+    });
   }
 
   void do_records_host(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* const* rows,

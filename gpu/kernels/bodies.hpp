@@ -417,27 +417,52 @@ STRATA_SIMT void update_hot_row(const B& b, const UpdateArgs& a, std::int64_t it
   update_row(BlockReduce<B>{b, f, a.dim, p_lo, p_hi, partials}, f, a.dim, a.base + f.unique_slots[u] * a.stride);
 }
 
+/// One work item of a gradient reduction (Device::reduce_grads): unique row `item`'s summed
+/// gradient, every row by one warp (hot ones too: the sum is the same whichever team adds it, as
+/// the segments are added in order), into the first dim floats of record unique_slots[u].
+template <class W>
+STRATA_SIMT void reduce_item(const W& w, const UpdateArgs& a, std::int64_t item) {
+  const int fi = feature_of(a, item);
+  const UpdateFeatureArgs& f = a.features[fi];
+  const std::int64_t u = item - a.begin[fi];
+  const std::int64_t p_lo = f.unique_offsets[u], p_hi = f.unique_offsets[u + 1];
+  float* out = a.base + f.unique_slots[u] * a.stride;
+  for (std::int32_t cb = 0; cb < a.dim; cb += kChunk) {
+    w.lanes([&](int lane) {
+      float g[kColsPerLane];
+      row_gradient(f, a.dim, p_lo, p_hi, cb, lane, g);
+      STRATA_UNROLL
+      for (int k = 0; k < kColsPerLane; ++k) {
+        const std::int32_t c = cb + k * kWarp + lane;
+        if (c < a.dim) out[c] = g[k];
+      }
+    });
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Record moves. Whole records are moved as 32-bit words, so every bit (NaN payloads included) is
 // kept.
 
-/// packed[i] = record slots[i] of the pool.
+/// packed[i] = record slots[i] of the pool (its first `width` floats: a column slice, or all).
 template <class W>
 STRATA_SIMT void pack_record(const W& w, const RecordArgs& a, std::int64_t i) {
+  const std::int64_t width = a.width ? a.width : a.stride;
   const auto* from = reinterpret_cast<const std::uint32_t*>(a.base + a.slots[i] * a.stride);
-  auto* to = reinterpret_cast<std::uint32_t*>(a.packed + i * a.stride);
+  auto* to = reinterpret_cast<std::uint32_t*>(a.packed + i * width);
   w.lanes([&](int lane) {
-    for (std::int64_t c = lane; c < a.stride; c += kWarp) to[c] = from[c];
+    for (std::int64_t c = lane; c < width; c += kWarp) to[c] = from[c];
   });
 }
 
-/// record slots[i] of the pool = packed[i].
+/// record slots[i] of the pool (its first `width` floats) = packed[i].
 template <class W>
 STRATA_SIMT void unpack_record(const W& w, const RecordArgs& a, std::int64_t i) {
-  const auto* from = reinterpret_cast<const std::uint32_t*>(a.packed + i * a.stride);
+  const std::int64_t width = a.width ? a.width : a.stride;
+  const auto* from = reinterpret_cast<const std::uint32_t*>(a.packed + i * width);
   auto* to = reinterpret_cast<std::uint32_t*>(a.base + a.slots[i] * a.stride);
   w.lanes([&](int lane) {
-    for (std::int64_t c = lane; c < a.stride; c += kWarp) to[c] = from[c];
+    for (std::int64_t c = lane; c < width; c += kWarp) to[c] = from[c];
   });
 }
 

@@ -41,6 +41,11 @@ void run_update(const UpdateArgs& a) {
   });
 }
 
+void run_reduce(const UpdateArgs& a) {
+  const HostWarp w;
+  for_items(a.begin[a.count], kGrain, [&](std::int64_t i) { reduce_item(w, a, i); });
+}
+
 void run_records(const RecordArgs& a, bool unpack) {
   const HostWarp w;
   if (unpack) {

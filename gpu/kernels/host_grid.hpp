@@ -13,6 +13,7 @@ namespace strata::gpu::kernels {
 void run_gather(const GatherArgs& a);
 /// Runs a backward launch: the warp kernel over every unique row, then the block kernel over the hot ones.
 void run_update(const UpdateArgs& a);
+void run_reduce(const UpdateArgs& a);
 /// Runs a pack (pool -> a.packed) or, with `unpack`, an unpack (a.packed -> pool) of a.n records.
 void run_records(const RecordArgs& a, bool unpack);
 /// Runs a zero-copy record move between slots and host records (to_host: slot -> host).

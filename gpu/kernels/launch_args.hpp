@@ -103,7 +103,10 @@ struct RecordArgs {
   std::int64_t stride = 0;     ///< floats per record
   const Key* slots = nullptr;  ///< (n) device
   std::int64_t n = 0;
-  float* packed = nullptr;  ///< (n, stride) device: the records in slot-list order
+  float* packed = nullptr;  ///< (n, width) device: the records in slot-list order
+  /// Floats moved per record, and floats per packed row: 0 means `stride` (whole records); a
+  /// column slice otherwise (Device::take_columns/put_columns, `base` then points at its first column).
+  std::int64_t width = 0;
 };
 
 /// Parameters of a zero-copy record move between slots and host records (Device::records_from_host,

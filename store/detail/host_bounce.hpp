@@ -1,7 +1,7 @@
 #pragma once
 // HostBounce: the one adaptor between device views (MemorySpace::kDevice) and the engines that take
-// host views only (`cpu` tables of a store with a device, tables sharded over a communicator;
-// `offload` takes device views itself, offload_engine.hpp). Outputs: the engine writes into pinned
+// host views only (`cpu` tables of a store with a device; `offload` and the sharded engine take
+// device views themselves, offload_engine.hpp and sharded_engine.hpp). Outputs: the engine writes into pinned
 // host scratch, then one H2D copy per view fills the caller's device buffer; gradients: one D2H
 // copy per view into the scratch, which the engine reads. The copies run on the adaptor's own
 // stream, ordered after the caller's stream (CallOrder::after), and count in the device's link

@@ -1,7 +1,9 @@
 #include "store/detail/sharded_engine.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <type_traits>
 
 #include "dispatch/agreement.hpp"
 #include "dispatch/exchange.hpp"
@@ -35,6 +37,7 @@ struct ShardedBatch final : EngineBatch {
   KeyBatch inner_batch;               // served keys, one unpooled feature per held table served
   std::vector<int> inner_feature_of;  // per canonical table: feature of inner_batch, or -1
   InnerPart inner[kInners];
+  std::vector<std::size_t> served_at, unique_at;  // per table: float offsets into the engine's scratch
 };
 
 class ShardedEngine final : public Engine {
@@ -42,7 +45,16 @@ class ShardedEngine final : public Engine {
   ShardedEngine(const StoreConfig& config, gpu::Device& dev, dispatch::Communicator& comm)
       : config_(config), dev_(dev), comm_(comm), me_(comm.rank()) {}
 
+  ~ShardedEngine() override {
+    if (stream_) (void)dev_.synchronize(stream_.view());
+    ws_.reset();
+    comm_.forget_device(dev_);  // the communicator's staging of this device's buffers (mpi)
+  }
+
   Status init(const Topology& topo, const std::vector<int>& tables, HostTableOptions options) {
+    STRATA_ASSIGN_OR_RETURN(stream_, dev_.create_stream());
+    STRATA_ASSIGN_OR_RETURN(done_, dev_.create_event());
+    ws_ = std::make_unique<dispatch::ExchangeWorkspace>(dev_, stream_.view());
     tables_ = tables;
     canon_.assign(config_.tables.size(), -1);
     inner_config_ = std::make_unique<StoreConfig>(config_);
@@ -75,6 +87,9 @@ class ShardedEngine final : public Engine {
   }
 
   bool collective() const noexcept override { return true; }
+  // Rows are pooled on this rank's device and gradients summed there: device views are written
+  // and read in place; host views cost one D2H of the outputs and one H2D of the gradients.
+  bool device_views() const noexcept override { return true; }
 
   // The inner engines read the shards' specs, copies of the tables' made at init.
   void learning_rate_changed(int table, float learning_rate) override {
@@ -157,14 +172,17 @@ class ShardedEngine final : public Engine {
   }
 
   Status forward(EngineBatch& eb, const KeyBatch& batch, const EngineFeatures& f,
-                 const std::vector<MatrixView>& outputs, const CallOrder&) override {
+                 const std::vector<MatrixView>& outputs, const CallOrder& order) override {
     auto& b = static_cast<ShardedBatch&>(eb);
     STRATA_RETURN_IF_ERROR(agree("forward", b.id, Status::ok()));
-    // This rank's shards look up the keys it serves.
     const std::size_t T = tables_.size();
-    std::vector<std::vector<float>> served_rows(T);
     Clock::time_point t0 = Clock::now();
-    Status local;
+    // Every buffer this batch needs, forward and backward, before any collective can fail for
+    // memory: the scratch only grows, so what is reserved now is there at backward. First the
+    // previous call's work on stream_ (a stream-ordered forward's pooling) must be done with it.
+    Status local = dev_.synchronize(stream_.view());
+    if (local.is_ok()) local = reserve(b, batch, f, outputs);
+    // This rank's shards look up the keys it serves, into device memory.
     for (int w = 0; w < kInners && local.is_ok(); ++w) {
       if (!b.inner[w].state) continue;
       std::vector<MatrixView> views(b.inner_batch.features.size());
@@ -172,88 +190,159 @@ class ShardedEngine final : public Engine {
         const int fi = b.inner_feature_of[c];
         if (fi < 0 || inner_of_[c].first != w) continue;
         const std::int64_t n = static_cast<std::int64_t>(b.exchange.served(c).size()), d = layouts_[c].local_dim(me_);
-        served_rows[c].resize(static_cast<std::size_t>(n * d));
-        views[static_cast<std::size_t>(fi)] = {served_rows[c].data(), n, d};
+        views[static_cast<std::size_t>(fi)] = {served_.as<float>() + b.served_at[c], n, d, MemorySpace::kDevice};
       }
       local = inner_[w]->forward(*b.inner[w].state, b.inner_batch, b.inner[w].features, views, CallOrder{});
     }
     stats_.lookup_seconds += since(t0);
     STRATA_RETURN_IF_ERROR(agree("forward", b.id, local));
-    // Rows back to their sources.
-    std::vector<std::vector<float>> unique_rows(T);
+    // Rows back to their sources, device to device.
     std::vector<const float*> served_ptr(T);
     std::vector<float*> unique_ptr(T);
     for (std::size_t c = 0; c < T; ++c) {
-      served_ptr[c] = served_rows[c].data();
-      unique_rows[c].resize(static_cast<std::size_t>(b.unique[c].size() * layouts_[c].dim()));
-      unique_ptr[c] = unique_rows[c].data();
+      served_ptr[c] = served_.as<float>() + b.served_at[c];
+      unique_ptr[c] = unique_.as<float>() + b.unique_at[c];
     }
     t0 = Clock::now();
-    Status s = b.exchange.return_rows(comm_, served_ptr, unique_ptr);
+    Status s = b.exchange.return_rows(comm_, *ws_, served_ptr, unique_ptr);
     stats_.exchange_seconds += since(t0);
     STRATA_RETURN_IF_ERROR(s);
-    // Each source pools its bags from its unique rows, exactly as the other modes pool table rows.
+    // Each source pools its bags from its unique rows on the device (gather_pool over a slot pool
+    // of the unique rows: same kernel and order as every other mode).
     t0 = Clock::now();
+    const gpu::StreamView st = stream_.view();
+    std::size_t meta = 0, out = 0;
+    auto take = [&](auto* host, std::size_t n) {  // host metadata -> pinned -> device, 8-byte aligned
+      using T = std::remove_const_t<std::remove_pointer_t<decltype(host)>>;
+      char* d = meta_.as<char>() + meta;
+      if (n) std::memcpy(meta_host_.as<char>() + meta, host, n * sizeof(T));
+      meta += (n * sizeof(T) + 7) / 8 * 8;
+      return reinterpret_cast<T*>(d);
+    };
+    std::vector<gpu::LookupFeature> looks(f.feature.size());
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const std::size_t c = static_cast<std::size_t>(b.canon_of[i]);
       const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
       const TableSpec& spec = config_.tables[static_cast<std::size_t>(tables_[c])].spec;
-      float* base = unique_rows[c].data();
-      RowRef ref;
-      ref.bases = &base;
-      ref.stride = spec.dim;
-      ref.dim = spec.dim;
-      BagsView bags{k.offsets.data(), k.batch_size(), b.inverse[i].data(),
-                    k.weights.empty() ? nullptr : k.weights.data()};
-      float* out = outputs[static_cast<std::size_t>(f.feature[i])].data;
-      if (spec.pooling == Pooling::kNone)
-        gather_rows(ref, bags.keys, bags.weights, k.num_keys(), out);
-      else
-        gather_pool(ref, bags, spec.pooling, out);
+      gpu::LookupFeature& l = looks[i];
+      l.offsets = take(k.offsets.data(), k.offsets.size());
+      l.batch = k.batch_size();
+      l.rows = take(b.inverse[i].data(), b.inverse[i].size());
+      l.weights = k.weights.empty() ? nullptr : take(k.weights.data(), k.weights.size());
+      l.num_keys = k.num_keys();
+      l.pooling = spec.pooling;
+      const MatrixView& o = outputs[static_cast<std::size_t>(f.feature[i])];
+      if (o.space == MemorySpace::kDevice) {
+        l.out = o.data;
+      } else {
+        l.out = out_.as<float>() + out;
+        out += static_cast<std::size_t>(o.rows * o.cols);
+      }
+    }
+    dev_.copy_h2d(st, meta_.data(), meta_host_.data(), meta);
+    if (order.after.state()) dev_.wait(st, order.after);  // the caller's outputs are free to write
+    for (std::size_t i = 0; i < f.feature.size(); ++i) {
+      const std::size_t c = static_cast<std::size_t>(b.canon_of[i]);
+      const std::int32_t dim = layouts_[c].dim();
+      dev_.gather_pool(st, gpu::SlotPool{unique_ptr[c], b.unique[c].size(), dim, dim, 0}, {looks[i]});
+    }
+    if (out) dev_.copy_d2h(st, host_out_.data(), out_.data(), out * sizeof(float));
+    if (out || !order.caller.state()) {
+      s = dev_.synchronize(st);
+      std::size_t at = 0;
+      for (std::size_t i = 0; i < f.feature.size() && s.is_ok(); ++i) {
+        const MatrixView& o = outputs[static_cast<std::size_t>(f.feature[i])];
+        if (o.space == MemorySpace::kDevice) continue;
+        const std::size_t n = static_cast<std::size_t>(o.rows * o.cols);
+        if (n) std::memcpy(o.data, host_out_.as<float>() + at, n * sizeof(float));
+        at += n;
+      }
+    } else {
+      dev_.record(done_.view(), st);
+      dev_.wait(order.caller, done_.view());
+      s = dev_.status();
     }
     stats_.local_seconds += since(t0);
-    return Status::ok();
+    return s;
   }
 
   Status backward(EngineBatch& eb, const KeyBatch& batch, const EngineFeatures& f,
-                  const std::vector<ConstMatrixView>& grads, std::int64_t t, const CallOrder&) override {
+                  const std::vector<ConstMatrixView>& grads, std::int64_t t, const CallOrder& order) override {
     auto& b = static_cast<ShardedBatch&>(eb);
     // Every rank agreed on this backward already (the store, before any engine retires a batch).
-    // Each source sums the gradient of each of its unique keys (ascending positions).
+    // Each source sums the gradient of each of its unique keys on the device (ascending
+    // positions); forward reserved every buffer used here.
     const std::size_t T = tables_.size();
-    std::vector<std::vector<float>> sums(T);
-    std::vector<const float*> sum_ptr(T);
+    const gpu::StreamView st = stream_.view();
     Clock::time_point t0 = Clock::now();
-    for (std::size_t c = 0; c < T; ++c) {
-      sums[c].assign(static_cast<std::size_t>(b.unique[c].size() * layouts_[c].dim()), 0.0f);
-      sum_ptr[c] = sums[c].data();
-    }
+    Status local = dev_.synchronize(st);  // the pinned metadata of forward was copied
+    std::size_t meta = 0, in = 0;
+    auto take = [&](auto* host, std::size_t n) {
+      using T = std::remove_const_t<std::remove_pointer_t<decltype(host)>>;
+      char* d = meta_.as<char>() + meta;
+      if (n) std::memcpy(meta_host_.as<char>() + meta, host, n * sizeof(T));
+      meta += (n * sizeof(T) + 7) / 8 * 8;
+      return reinterpret_cast<T*>(d);
+    };
+    std::vector<gpu::UpdateFeature> sums(f.feature.size());
     std::vector<std::int32_t> bag_of;
-    for (std::size_t i = 0; i < f.feature.size(); ++i) {
+    for (std::size_t i = 0; i < f.feature.size() && local.is_ok(); ++i) {
       const std::size_t c = static_cast<std::size_t>(b.canon_of[i]);
       const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
       const TableSpec& spec = config_.tables[static_cast<std::size_t>(tables_[c])].spec;
-      if (spec.pooling != Pooling::kNone) bag_of_positions(k.offsets.data(), k.batch_size(), bag_of);
-      BagsView bags{k.offsets.data(), k.batch_size(), k.keys.data(), k.weights.empty() ? nullptr : k.weights.data()};
-      reduce_unique_grads(bags, spec.pooling, view_of(b.unique[c]), bag_of.data(),
-                          grads[static_cast<std::size_t>(f.feature[i])].data, spec.dim, sums[c].data());
+      const UniqueKeys& u = b.unique[c];
+      gpu::UpdateFeature& x = sums[i];
+      x.offsets = take(k.offsets.data(), k.offsets.size());
+      x.batch = k.batch_size();
+      x.weights = k.weights.empty() ? nullptr : take(k.weights.data(), k.weights.size());
+      x.num_keys = k.num_keys();
+      x.pooling = spec.pooling;
+      x.unique_slots = take(iota_.data(), static_cast<std::size_t>(u.size()));
+      x.unique_offsets = take(u.offsets.data(), u.offsets.size());
+      x.positions = take(u.positions.data(), u.positions.size());
+      if (spec.pooling != Pooling::kNone) {
+        bag_of_positions(k.offsets.data(), k.batch_size(), bag_of);
+        x.bag_of = take(bag_of.data(), bag_of.size());
+      }
+      x.num_unique = u.size();
+      const ConstMatrixView& g = grads[static_cast<std::size_t>(f.feature[i])];
+      if (g.space == MemorySpace::kDevice) {
+        x.grads = g.data;
+      } else {
+        const std::size_t n = static_cast<std::size_t>(g.rows * g.cols);
+        if (n) std::memcpy(host_out_.as<float>() + in, g.data, n * sizeof(float));
+        x.grads = out_.as<float>() + in;
+        in += n;
+      }
+    }
+    if (local.is_ok()) {
+      dev_.copy_h2d(st, meta_.data(), meta_host_.data(), meta);
+      if (in) dev_.copy_h2d(st, out_.data(), host_out_.data(), in * sizeof(float));
+      if (order.after.state()) dev_.wait(st, order.after);  // the caller's gradients are written
+      for (std::size_t i = 0; i < f.feature.size(); ++i) {
+        const std::size_t c = static_cast<std::size_t>(b.canon_of[i]);
+        const std::int32_t dim = layouts_[c].dim();
+        dev_.reduce_grads(st, gpu::SlotPool{sums_.as<float>() + b.unique_at[c], b.unique[c].size(), dim, dim, 0},
+                          {sums[i]});
+      }
     }
     stats_.local_seconds += since(t0);
-    // Sums to the holders.
-    std::vector<std::vector<float>> served_grads(T);
+    // Sums to the holders, device to device (a local failure above fails every rank there).
+    std::vector<const float*> sum_ptr(T);
     std::vector<float*> served_ptr(T);
     for (std::size_t c = 0; c < T; ++c) {
-      served_grads[c].resize(b.exchange.served(c).size() * static_cast<std::size_t>(layouts_[c].local_dim(me_)));
-      served_ptr[c] = served_grads[c].data();
+      sum_ptr[c] = sums_.as<float>() + b.unique_at[c];
+      served_ptr[c] = served_.as<float>() + b.served_at[c];
     }
     t0 = Clock::now();
-    Status s = b.exchange.send_grads(comm_, sum_ptr, served_ptr);
+    Status s = b.exchange.send_grads(comm_, *ws_, sum_ptr, served_ptr, local);
     stats_.exchange_seconds += since(t0);
     if (!s.is_ok()) {
       (void)discard_inner(b);
       return s;
     }
-    // Holders reduce per row and apply the optimizer.
+    dev_.record(done_.view(), st);
+    // Holders reduce per row and apply the optimizer, after the gradients landed (done_).
     t0 = Clock::now();
     Status status;
     for (int w = 0; w < kInners; ++w) {
@@ -262,12 +351,15 @@ class ShardedEngine final : public Engine {
       for (std::size_t c = 0; c < T; ++c) {
         const int fi = b.inner_feature_of[c];
         if (fi < 0 || inner_of_[c].first != w) continue;
-        views[static_cast<std::size_t>(fi)] = {
-            served_grads[c].data(), static_cast<std::int64_t>(b.exchange.served(c).size()), layouts_[c].local_dim(me_)};
+        views[static_cast<std::size_t>(fi)] = {served_ptr[c], static_cast<std::int64_t>(b.exchange.served(c).size()),
+                                               layouts_[c].local_dim(me_), MemorySpace::kDevice};
       }
-      Status x = inner_[w]->backward(*b.inner[w].state, b.inner_batch, b.inner[w].features, views, t, CallOrder{});
+      Status x = inner_[w]->backward(*b.inner[w].state, b.inner_batch, b.inner[w].features, views, t,
+                                     CallOrder{done_.view(), {}});
       if (status.is_ok()) status = x;
     }
+    // The caller's gradients were read before send_grads returned (its all-to-all waited for the
+    // stream), so its stream need not wait for anything.
     stats_.lookup_seconds += since(t0);
     account(b);
     return status;
@@ -316,6 +408,60 @@ class ShardedEngine final : public Engine {
     return s;
   }
 
+  template <class B>
+  Status grow(B& buf, std::size_t bytes) {
+    if (buf.bytes() >= bytes) return Status::ok();
+    buf = B{};
+    if constexpr (std::is_same_v<B, gpu::PinnedBuffer>) {
+      STRATA_ASSIGN_OR_RETURN(buf, dev_.allocate_pinned(std::max<std::size_t>(2 * bytes, 64)));
+    } else {
+      STRATA_ASSIGN_OR_RETURN(buf, dev_.allocate(std::max<std::size_t>(2 * bytes, 64)));
+    }
+    return Status::ok();
+  }
+
+  // Lays out this batch in the device scratch (served rows, unique rows and their gradient sums
+  // per table; host views' outputs and gradients; the metadata) and grows what is too small.
+  Status reserve(ShardedBatch& b, const KeyBatch& batch, const EngineFeatures& f,
+                 const std::vector<MatrixView>& outputs) {
+    const std::size_t T = tables_.size();
+    b.served_at.assign(T, 0);
+    b.unique_at.assign(T, 0);
+    std::size_t served = 0, unique = 0, host = 0, meta = 0, most_unique = 0;
+    for (std::size_t c = 0; c < T; ++c) {
+      b.served_at[c] = served;
+      b.unique_at[c] = unique;
+      served += b.exchange.served(c).size() * static_cast<std::size_t>(layouts_[c].local_dim(me_));
+      unique += static_cast<std::size_t>(b.unique[c].size() * layouts_[c].dim());
+      most_unique = std::max(most_unique, static_cast<std::size_t>(b.unique[c].size()));
+    }
+    auto words = [](std::size_t bytes) { return (bytes + 7) / 8 * 8; };
+    for (std::size_t i = 0; i < f.feature.size(); ++i) {
+      const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
+      const MatrixView& o = outputs[static_cast<std::size_t>(f.feature[i])];
+      const std::size_t keys = static_cast<std::size_t>(k.num_keys()), bags = k.offsets.size();
+      const std::size_t u = static_cast<std::size_t>(b.unique[static_cast<std::size_t>(b.canon_of[i])].size());
+      if (o.space != MemorySpace::kDevice) host += static_cast<std::size_t>(o.rows * o.cols);
+      // The larger of forward's (offsets, rows, weights) and backward's (offsets, weights, slots,
+      // unique offsets, positions, bags) metadata.
+      meta += words(8 * bags) + words(8 * keys) + words(4 * k.weights.size()) + words(8 * u) + words(8 * (u + 1)) +
+              words(4 * keys) + words(4 * keys);
+    }
+    if (iota_.size() < most_unique) {
+      iota_.resize(most_unique);
+      for (std::size_t x = 0; x < iota_.size(); ++x) iota_[x] = static_cast<Key>(x);
+    }
+    STRATA_RETURN_IF_ERROR(grow(served_, served * sizeof(float)));
+    STRATA_RETURN_IF_ERROR(grow(unique_, unique * sizeof(float)));
+    STRATA_RETURN_IF_ERROR(grow(sums_, unique * sizeof(float)));
+    STRATA_RETURN_IF_ERROR(grow(out_, host * sizeof(float)));
+    STRATA_RETURN_IF_ERROR(grow(host_out_, host * sizeof(float)));
+    STRATA_RETURN_IF_ERROR(grow(meta_, meta));
+    STRATA_RETURN_IF_ERROR(grow(meta_host_, meta));
+    return ws_->reserve(static_cast<std::size_t>(b.exchange.wire_bytes()),
+                        static_cast<std::size_t>(b.exchange.index_keys()));
+  }
+
   Status discard_inner(ShardedBatch& b) {
     Status status;
     for (int w = 0; w < kInners; ++w)
@@ -346,6 +492,20 @@ class ShardedEngine final : public Engine {
   std::unique_ptr<Engine> inner_[kInners];
   DedupScratch scratch_;
   DispatchStats stats_;
+  // Device scratch, grown to twice the largest batch (no allocation in a steady state). Each batch
+  // has its layout in it (reserve, at forward); batches share the memory, as no device work of a
+  // call outlives the next call (each starts by waiting for stream_).
+  gpu::Stream stream_;  // exchange packing, pooling and gradient sums
+  gpu::Event done_;     // the end of this engine's work on stream_, for the caller's or inner stream
+  std::unique_ptr<dispatch::ExchangeWorkspace> ws_;
+  gpu::DeviceBuffer served_;     // served rows, then at backward the served gradients: per table (served, local dim)
+  gpu::DeviceBuffer unique_;     // returned rows: per table (unique keys, dim)
+  gpu::DeviceBuffer sums_;       // gradient sums: per table (unique keys, dim)
+  gpu::DeviceBuffer out_;        // host views' outputs, then their gradients
+  gpu::PinnedBuffer host_out_;   // the same, staged
+  gpu::DeviceBuffer meta_;       // lookup or reduction metadata
+  gpu::PinnedBuffer meta_host_;  // the same, staged
+  std::vector<Key> iota_;        // 0, 1, ...: the sums' slots
 };
 
 // State floats of a row are `blocks` runs of `dim` (adagrad 1, adam 2: m then v) or, for rowwise

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "dispatch/communicator.hpp"
+#include "gpu/device.hpp"
 #include "tests/dispatch/conformance.hpp"
 
 namespace strata::dispatch::testing {
@@ -62,10 +63,56 @@ std::uint8_t pattern(int src, int dst, std::int64_t i) {
 
 constexpr std::uint8_t kSentinel = 0xEE;
 
+// A rank's own device for the device-buffer tests: the communicator's GPU for `nccl`, else an
+// emulated device of its own (thread ranks get one each, as the stores of a `local` world do).
+// Moves bytes between host vectors and device buffers through pinned memory. Tells the
+// communicator to forget the device before destroying it (Communicator::forget_device).
+class RankDevice {
+ public:
+  explicit RankDevice(Communicator& c) : comm_(c) {
+    if (c.device() >= 0) {
+      dev_ = gpu::make_cuda_device(c.device()).value();
+    } else {
+      gpu::EmuOptions o;
+      o.capacity = std::size_t{256} << 20;
+      o.threads = 1;
+      dev_ = gpu::make_emu_device(o).value();
+    }
+    stream_ = dev_->create_stream().value();
+  }
+  ~RankDevice() { comm_.forget_device(*dev_); }
+  RankDevice(const RankDevice&) = delete;
+  RankDevice& operator=(const RankDevice&) = delete;
+  gpu::Device& device() { return *dev_; }
+  BufferSpace space() { return BufferSpace::on(*dev_, stream_.view()); }
+  // Device memory holding `bytes` (one byte at least, so that the pointer is device memory).
+  gpu::DeviceBuffer upload(const std::vector<std::uint8_t>& bytes) {
+    gpu::DeviceBuffer d = dev_->allocate(std::max<std::size_t>(bytes.size(), 1)).value();
+    gpu::PinnedBuffer p = dev_->allocate_pinned(std::max<std::size_t>(bytes.size(), 1)).value();
+    if (!bytes.empty()) std::memcpy(p.data(), bytes.data(), bytes.size());
+    dev_->copy_h2d(stream_.view(), d.data(), p.data(), bytes.size());
+    EXPECT_TRUE(dev_->synchronize(stream_.view()).is_ok());
+    return d;
+  }
+  std::vector<std::uint8_t> download(const gpu::DeviceBuffer& d, std::size_t bytes) {
+    gpu::PinnedBuffer p = dev_->allocate_pinned(std::max<std::size_t>(bytes, 1)).value();
+    dev_->copy_d2h(stream_.view(), p.data(), d.data(), bytes);
+    EXPECT_TRUE(dev_->synchronize(stream_.view()).is_ok());
+    std::vector<std::uint8_t> out(bytes);
+    if (bytes) std::memcpy(out.data(), p.data(), bytes);
+    return out;
+  }
+
+ private:
+  Communicator& comm_;
+  std::unique_ptr<gpu::Device> dev_;
+  gpu::Stream stream_;
+};
+
 // An all_to_all_v with per-pair sizes count(s, r), laid out with gaps (peers in reverse order when
 // `reverse`), checked byte for byte, gaps included. Returns "" or the first problem.
 template <class Count>
-std::string exchange_and_check(Communicator& c, Count count, bool reverse) {
+std::string exchange_and_check(Communicator& c, Count count, bool reverse, RankDevice* dev = nullptr) {
   const int me = c.rank();
   const int n = c.size();
   constexpr std::int64_t kGap = 5;
@@ -84,8 +131,17 @@ std::string exchange_and_check(Communicator& c, Count count, bool reverse) {
   for (int r = 0; r < n; ++r) {
     for (std::int64_t i = 0; i < sc[r]; ++i) send[sd[r] + i] = pattern(me, r, i);
   }
-  const Status s = c.all_to_all_v(send.data(), sc.data(), sd.data(), recv.data(), rc.data(), rd.data());
-  if (!s.is_ok()) return "all_to_all_v failed: " + s.to_string();
+  if (dev) {
+    // The same exchange between device buffers (the gaps of recv start as sentinels there too).
+    const gpu::DeviceBuffer dsend = dev->upload(send), drecv = dev->upload(recv);
+    const Status s =
+        c.all_to_all_v(dsend.data(), sc.data(), sd.data(), drecv.data(), rc.data(), rd.data(), dev->space());
+    if (!s.is_ok()) return "all_to_all_v of device buffers failed: " + s.to_string();
+    recv = dev->download(drecv, recv.size());
+  } else {
+    const Status s = c.all_to_all_v(send.data(), sc.data(), sd.data(), recv.data(), rc.data(), rd.data());
+    if (!s.is_ok()) return "all_to_all_v failed: " + s.to_string();
+  }
   std::vector<bool> covered(recv_bytes, false);
   for (int src = 0; src < n; ++src) {
     for (std::int64_t i = 0; i < rc[src]; ++i) {
@@ -563,6 +619,115 @@ TEST_P(Conformance, InvalidArgumentsOnOneRankFailEveryRank) {
     } else {
       EXPECT_THAT(s.message(), HasSubstr("invalid arguments: rank 0"));
     }
+  });
+}
+
+// ---- device buffers (BufferSpace::on): the same bytes, counted the same way ----
+
+TEST_P(Conformance, DeviceBuffersAllToAllV) {
+  world().run(normal_options(), [&](RankEnv& env) {
+    RankDevice dev(env.comm);
+    auto uneven = [](int s, int r) -> std::int64_t {
+      return (s + 2 * r) % 3 == 1 ? 0 : 1 + ((s * 7 + r * 13) % 5) * 999;
+    };
+    EXPECT_EQ(exchange_and_check(env.comm, uneven, /*reverse=*/true, &dev), "");
+    auto self_only = [](int s, int r) -> std::int64_t { return s == r ? 77 : 0; };
+    EXPECT_EQ(exchange_and_check(env.comm, self_only, false, &dev), "");
+    auto large = [](int s, int r) -> std::int64_t { return (std::int64_t{1} << 20) + 13 + s * 4096 + r; };
+    EXPECT_EQ(exchange_and_check(env.comm, large, false, &dev), "");
+    // Nothing to send: null device pointers are fine, as for host buffers.
+    std::vector<std::int64_t> zero(n(), 0);
+    const Status s =
+        env.comm.all_to_all_v(nullptr, zero.data(), zero.data(), nullptr, zero.data(), zero.data(), dev.space());
+    EXPECT_TRUE(s.is_ok()) << s.to_string();
+    EXPECT_TRUE(dev.device().status().is_ok()) << dev.device().status().to_string();
+  });
+}
+
+TEST_P(Conformance, DeviceBuffersAllGatherAndBroadcast) {
+  world().run(normal_options(), [&](RankEnv& env) {
+    RankDevice dev(env.comm);
+    const int me = env.comm.rank();
+    for (std::int64_t bytes : {std::int64_t{1}, (std::int64_t{1} << 20) + 5}) {
+      std::vector<std::uint8_t> send(bytes);
+      for (std::int64_t i = 0; i < bytes; ++i) send[i] = pattern(me, 0, i);
+      const gpu::DeviceBuffer dsend = dev.upload(send);
+      const gpu::DeviceBuffer drecv = dev.upload(std::vector<std::uint8_t>(bytes * n() + 3, kSentinel));
+      const Status s = env.comm.all_gather(dsend.data(), bytes, drecv.data(), dev.space());
+      ASSERT_TRUE(s.is_ok()) << s.to_string();
+      const std::vector<std::uint8_t> recv = dev.download(drecv, bytes * n() + 3);
+      std::int64_t wrong = 0;
+      for (int r = 0; r < n(); ++r) {
+        for (std::int64_t i = 0; i < bytes; ++i) wrong += recv[r * bytes + i] != pattern(r, 0, i);
+      }
+      EXPECT_EQ(wrong, 0) << "all_gather of " << bytes << " bytes";
+      EXPECT_EQ(recv[bytes * n()], kSentinel) << "all_gather wrote past its buffer";
+    }
+    for (int root = 0; root < n(); ++root) {
+      const std::int64_t bytes = (std::int64_t{1} << 16) + 3;
+      std::vector<std::uint8_t> data(bytes + 2, 0x5A);
+      if (me == root) {
+        for (std::int64_t i = 0; i < bytes; ++i) data[i] = pattern(root, 7, i);
+      }
+      const gpu::DeviceBuffer d = dev.upload(data);
+      const Status s = env.comm.broadcast(d.data(), bytes, root, dev.space());
+      ASSERT_TRUE(s.is_ok()) << s.to_string();
+      data = dev.download(d, bytes + 2);
+      std::int64_t wrong = 0;
+      for (std::int64_t i = 0; i < bytes; ++i) wrong += data[i] != pattern(root, 7, i);
+      EXPECT_EQ(wrong, 0) << "broadcast from root " << root;
+      EXPECT_EQ(data[bytes], 0x5A);
+    }
+    EXPECT_TRUE(dev.device().status().is_ok()) << dev.device().status().to_string();
+  });
+}
+
+TEST_P(Conformance, DeviceBuffersCountTheSameBytesAsHostBuffers) {
+  world().run(normal_options(), [&](RankEnv& env) {
+    RankDevice dev(env.comm);
+    Communicator& c = env.comm;
+    const int me = c.rank();
+    const std::int64_t peers = n() - 1;
+    std::int64_t sent = 0, received = 0;
+    auto count = [](int s, int r) -> std::int64_t { return 10 * (s + 1) + r; };
+    ASSERT_EQ(exchange_and_check(c, count, false, &dev), "");
+    for (int r = 0; r < n(); ++r) {
+      if (r == me) continue;
+      sent += count(me, r);
+      received += count(r, me);
+    }
+    const gpu::DeviceBuffer buf = dev.upload(std::vector<std::uint8_t>(64, 3));
+    const gpu::DeviceBuffer gathered = dev.upload(std::vector<std::uint8_t>(24 * n(), 0));
+    ASSERT_TRUE(c.all_gather(buf.data(), 24, gathered.data(), dev.space()).is_ok());
+    sent += peers * 24;
+    received += peers * 24;
+    ASSERT_TRUE(c.broadcast(buf.data(), 40, n() - 1, dev.space()).is_ok());
+    if (me == n() - 1) {
+      sent += peers * 40;
+    } else {
+      received += 40;
+    }
+    const CommCounters k = c.counters();
+    EXPECT_EQ(k.sent_bytes, sent);
+    EXPECT_EQ(k.received_bytes, received);
+    EXPECT_EQ(k.calls, 3);
+  });
+}
+
+TEST_P(Conformance, DeviceBuffersOnAStreamOfAnotherDeviceFailEveryRank) {
+  world().run(normal_options(), [&](RankEnv& env) {
+    RankDevice dev(env.comm), other(env.comm);
+    const gpu::DeviceBuffer d = dev.upload(std::vector<std::uint8_t>(16, 1));
+    // The last rank orders its device buffers on a stream of another device.
+    const bool bad = env.comm.rank() == n() - 1;
+    BufferSpace space = dev.space();
+    if (bad) space.stream = other.space().stream;
+    const Status s = env.comm.broadcast(d.data(), 16, 0, space);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+    EXPECT_THAT(s.message(), HasSubstr("rank " + std::to_string(n() - 1) +
+                                       ": device buffers ordered on a stream of "
+                                       "another device"));
+    EXPECT_TRUE(dev.device().status().is_ok()) << "refused before any device work";
   });
 }
 

@@ -15,6 +15,7 @@
 
 #include "dispatch/comm_factory.hpp"
 #include "dispatch/local_communicator.hpp"
+#include "gpu/device.hpp"
 #include "tests/dispatch/conformance.hpp"
 
 namespace strata::dispatch::testing {
@@ -131,6 +132,61 @@ TEST(LocalGroup, RanksMayCloseAsSoonAsTheirLastCallReturns) {
     for (auto& t : threads) t.join();
     for (int r = 0; r < 4; ++r)
       ASSERT_TRUE(got[r].is_ok()) << "repeat " << repeat << " rank " << r << ": " << got[r].to_string();
+  }
+}
+
+// Thread ranks read each other's buffers: a rank with host buffers and one with device buffers
+// in the same collective cannot both be served, so every rank gets the same error.
+TEST(LocalGroup, RanksPassingDifferentMemorySpacesFailEveryRank) {
+  auto comms = make_local_group(2).value();
+  auto dev = gpu::make_emu_device().value();
+  auto stream = dev->create_stream().value();
+  auto d = dev->allocate(16).value();
+  std::vector<std::uint8_t> host(16, 1);
+  std::vector<Status> got(2);
+  std::thread t1([&] { got[1] = comms[1]->broadcast(d.data(), 16, 0, BufferSpace::on(*dev, stream.view())); });
+  got[0] = comms[0]->broadcast(host.data(), 16, 0);
+  t1.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(got[r].code(), StatusCode::kInvalidArgument) << got[r].to_string();
+    EXPECT_THAT(got[r].message(), HasSubstr("rank 0 passed host memory and rank 1 device memory"));
+  }
+}
+
+// Device buffers of thread ranks move by peer copies: each rank's device counts what it wrote
+// (HBM writes) and what its peers read from it (HBM reads); no byte crosses PCIe.
+TEST(LocalGroup, DeviceBuffersMoveByPeerCopiesWithoutCrossingPcie) {
+  constexpr int kRanks = 3;
+  constexpr std::int64_t kPart = 1000;
+  auto comms = make_local_group(kRanks).value();
+  std::vector<std::unique_ptr<gpu::Device>> devs;
+  std::vector<gpu::Stream> streams;
+  std::vector<gpu::DeviceBuffer> send, recv;
+  for (int r = 0; r < kRanks; ++r) {
+    devs.push_back(gpu::make_emu_device().value());
+    streams.push_back(devs[r]->create_stream().value());
+    send.push_back(devs[r]->allocate(kPart * kRanks).value());
+    recv.push_back(devs[r]->allocate(kPart * kRanks).value());
+  }
+  std::vector<gpu::LinkBytes> before;
+  for (auto& d : devs) before.push_back(d->counters().snapshot());
+  const std::vector<std::int64_t> counts(kRanks, kPart), displs{0, kPart, 2 * kPart};
+  std::vector<Status> got(kRanks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      got[r] = comms[r]->all_to_all_v(send[r].data(), counts.data(), displs.data(), recv[r].data(), counts.data(),
+                                      displs.data(), BufferSpace::on(*devs[r], streams[r].view()));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_TRUE(got[r].is_ok()) << got[r].to_string();
+    const gpu::LinkBytes b = devs[r]->counters().snapshot() - before[r];
+    EXPECT_EQ(b.h2d, 0u);
+    EXPECT_EQ(b.d2h, 0u);
+    EXPECT_EQ(b.hbm_write, static_cast<std::uint64_t>(kPart * kRanks)) << "every part, its own included";
+    EXPECT_EQ(b.hbm_read, static_cast<std::uint64_t>(kPart * kRanks)) << "every part read once, by its receiver";
   }
 }
 

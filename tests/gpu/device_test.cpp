@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cfenv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -20,6 +22,7 @@
 
 #include "gpu/detail/cuda_probe.hpp"
 #include "gpu/device.hpp"
+#include "gpu/kernels/launch_args.hpp"
 #include "gpu/staging.hpp"
 #include "host/dedup.hpp"
 #include "host/fp_env.hpp"
@@ -298,6 +301,107 @@ TEST_P(DeviceTest, PackUnpackMoveWholeRecords) {
     for (std::int64_t c = 0; c < 10; ++c)
       EXPECT_EQ(after[static_cast<std::size_t>(dst[i] * host.stride + c)],
                 host.records[static_cast<std::size_t>(slots[i] * host.stride + c)]);
+}
+
+// Column slices move between matrix rows and packed rows bit for bit, and nothing else changes.
+TEST_P(DeviceTest, TakeAndPutColumnsMoveSlicesOfRows) {
+  auto s = dev_->create_stream().value();
+  constexpr std::int64_t kRows = 20, kStride = 11, kCol = 3, kWidth = 5;
+  std::vector<float> m(kRows * kStride);
+  for (std::size_t i = 0; i < m.size(); ++i) m[i] = static_cast<float>(i) * 0.5f;
+  m[4 * kStride + kCol] = std::numeric_limits<float>::quiet_NaN();  // bits kept, payload included
+  auto d_m = upload(m, s.view());
+  const SlotPool rows{d_m.as<float>(), kRows, kStride, static_cast<std::int32_t>(kWidth), 0};
+  const std::vector<Key> take = {4, 19, 0, 4};
+  auto d_take = upload(take, s.view());
+  auto packed = dev_->allocate(take.size() * kWidth * 4).value();
+  dev_->take_columns(s.view(), rows, kCol, d_take.as<Key>(), 4, packed.as<float>());
+  const auto got = download<float>(packed, take.size() * kWidth, s.view());
+  for (std::size_t i = 0; i < take.size(); ++i)
+    for (std::int64_t c = 0; c < kWidth; ++c)
+      EXPECT_EQ(std::memcmp(&got[i * kWidth + c], &m[take[i] * kStride + kCol + c], 4), 0) << i << " " << c;
+  const std::vector<Key> put = {1, 2, 7, 9};
+  auto d_put = upload(put, s.view());
+  dev_->put_columns(s.view(), rows, kCol, d_put.as<Key>(), 4, packed.as<float>());
+  const auto after = download<float>(d_m, m.size(), s.view());
+  std::vector<float> expect = m;
+  for (std::size_t i = 0; i < put.size(); ++i)
+    for (std::int64_t c = 0; c < kWidth; ++c) expect[put[i] * kStride + kCol + c] = m[take[i] * kStride + kCol + c];
+  EXPECT_EQ(std::memcmp(after.data(), expect.data(), after.size() * 4), 0);
+  EXPECT_TRUE(dev_->status().is_ok());
+}
+
+// reduce_grads gives the bits of the host's reduce_unique_grads: every pooling, weights, rows used
+// more often than kHotUses (which backward_update hands to its block kernel), several features.
+TEST_P(DeviceTest, ReduceGradsMatchHostReduceUniqueGradsBitForBit) {
+  auto s = dev_->create_stream().value();
+  std::mt19937_64 rng(11);
+  for (Pooling pooling : {Pooling::kSum, Pooling::kMean, Pooling::kNone}) {
+    for (std::int32_t dim : {1, 7, 40, 130}) {
+      const std::int64_t batch = 600;
+      std::vector<std::vector<std::int64_t>> offs(2);
+      std::vector<std::vector<Key>> rows(2);
+      std::vector<std::vector<float>> wts(2), grads(2), expect(2);
+      std::vector<UniqueKeys> uniq(2);
+      std::vector<DeviceBuffer> keep;
+      std::vector<UpdateFeature> uf(2);
+      std::vector<std::int64_t> first(3, 0);
+      for (int f = 0; f < 2; ++f) {
+        offs[f].push_back(0);
+        for (std::int64_t b = 0; b < batch; ++b) {
+          const std::int64_t len = static_cast<std::int64_t>(rng() % 5);
+          for (std::int64_t j = 0; j < len; ++j) {
+            rows[f].push_back(rng() % 3 == 0 ? 5 : static_cast<Key>(rng() % 60));  // key 5 is hot
+            wts[f].push_back(static_cast<float>(rng() % 100) / 37.0f);
+          }
+          offs[f].push_back(static_cast<std::int64_t>(rows[f].size()));
+        }
+        const std::int64_t keys = static_cast<std::int64_t>(rows[f].size());
+        grads[f].resize(static_cast<std::size_t>((pooling == Pooling::kNone ? keys : batch) * dim));
+        for (auto& g : grads[f]) g = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 77.0f;
+        uniq[f] = dedup_keys(rows[f].data(), keys);
+        std::int64_t most = 0;
+        for (std::int64_t u = 0; u < uniq[f].size(); ++u)
+          most = std::max(most, uniq[f].offsets[u + 1] - uniq[f].offsets[u]);
+        ASSERT_GT(most, kernels::kHotUses) << "the test wants a hot row";
+        const auto bag_of = bag_of_positions(offs[f].data(), batch);
+        const float* w = f == 1 ? wts[f].data() : nullptr;
+        expect[f].resize(static_cast<std::size_t>(uniq[f].size() * dim));
+        reduce_unique_grads(BagsView{offs[f].data(), batch, rows[f].data(), w}, pooling, view_of(uniq[f]),
+                            bag_of.data(), grads[f].data(), dim, expect[f].data());
+        // The sums of both features in one buffer: feature 1's after feature 0's.
+        first[f + 1] = first[f] + uniq[f].size();
+        std::vector<Key> slots(static_cast<std::size_t>(uniq[f].size()));
+        for (std::size_t u = 0; u < slots.size(); ++u) slots[u] = first[f] + static_cast<Key>(u);
+        keep.push_back(upload(offs[f], s.view()));
+        keep.push_back(upload(wts[f], s.view()));
+        keep.push_back(upload(slots, s.view()));
+        keep.push_back(upload(uniq[f].offsets, s.view()));
+        keep.push_back(upload(uniq[f].positions, s.view()));
+        keep.push_back(upload(bag_of, s.view()));
+        keep.push_back(upload(grads[f], s.view()));
+        const std::size_t k = keep.size();
+        uf[f].offsets = keep[k - 7].as<std::int64_t>();
+        uf[f].batch = batch;
+        uf[f].weights = f == 1 ? keep[k - 6].as<float>() : nullptr;
+        uf[f].num_keys = keys;
+        uf[f].pooling = pooling;
+        uf[f].unique_slots = keep[k - 5].as<Key>();
+        uf[f].unique_offsets = keep[k - 4].as<std::int64_t>();
+        uf[f].positions = keep[k - 3].as<std::int32_t>();
+        uf[f].bag_of = keep[k - 2].as<std::int32_t>();
+        uf[f].num_unique = uniq[f].size();
+        uf[f].grads = keep[k - 1].as<float>();
+      }
+      auto sums = dev_->allocate(static_cast<std::size_t>(first[2] * dim) * 4).value();
+      dev_->reduce_grads(s.view(), SlotPool{sums.as<float>(), first[2], dim, dim, 0}, uf);
+      const auto got = download<float>(sums, static_cast<std::size_t>(first[2] * dim), s.view());
+      for (int f = 0; f < 2; ++f) {
+        EXPECT_EQ(std::memcmp(got.data() + first[f] * dim, expect[f].data(), expect[f].size() * 4), 0)
+            << "pooling " << to_string(pooling) << " dim " << dim << " feature " << f;
+      }
+    }
+  }
 }
 
 TEST_P(DeviceTest, ZeroCopyGatherReadsPinnedHostTable) {

@@ -163,6 +163,33 @@ TEST_F(EmuStrictTest, MemoryOfAnotherDeviceIsRefused) {
   expect_refused({"device memory of emu device", "the source must be device memory of this device"});
 }
 
+// Memory of another device is reached by copy_peer, which checks the source against that device.
+TEST_F(EmuStrictTest, PeerCopiesReadAnotherDevicesMemory) {
+  EmuOptions o;
+  o.capacity = 1 << 20;
+  auto other = make_emu_device(o).value();
+  auto os = other->create_stream().value();
+  auto theirs = other->allocate(256 * sizeof(int)).value();
+  auto pinned = other->allocate_pinned(256 * sizeof(int)).value();
+  for (int i = 0; i < 256; ++i) pinned.as<int>()[i] = 3 * i + 1;
+  other->copy_h2d(os.view(), theirs.data(), pinned.data(), 256 * sizeof(int));
+  ASSERT_TRUE(other->synchronize(os.view()).is_ok());
+  auto mine = dev_->allocate(256 * sizeof(int)).value();
+  auto out = dev_->allocate_pinned(200 * sizeof(int)).value();
+  const LinkBytes mine0 = dev_->counters().snapshot(), theirs0 = other->counters().snapshot();
+  dev_->copy_peer(s(), mine.data(), *other, theirs.as<int>() + 56, 200 * sizeof(int));
+  const LinkBytes mine1 = dev_->counters().snapshot() - mine0, theirs1 = other->counters().snapshot() - theirs0;
+  dev_->copy_d2h(s(), out.data(), mine.data(), 200 * sizeof(int));
+  ASSERT_TRUE(dev_->synchronize(s()).is_ok());
+  for (int i = 0; i < 200; ++i) ASSERT_EQ(out.as<int>()[i], 3 * (i + 56) + 1);
+  EXPECT_EQ(mine1.hbm_write, 200 * sizeof(int));
+  EXPECT_EQ(mine1.h2d + mine1.d2h + mine1.hbm_read, 0u);
+  EXPECT_EQ(theirs1.hbm_read, 200 * sizeof(int));
+  // The source must be memory of the device named: this device's own memory is not the other's.
+  dev_->copy_peer(s(), mine.data(), *other, mine.data(), 16);
+  expect_refused({"copy_peer of 16 bytes", "the source must be device memory of emu device"});
+}
+
 TEST_F(EmuStrictTest, RegisteredRangesCountAsPinned) {
   HostPages host(3 * 4096);
   auto d = dev_->allocate(4096).value();

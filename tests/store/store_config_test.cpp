@@ -117,17 +117,17 @@ class GpuRank final : public dispatch::Communicator {
   const char* kind() const noexcept override { return "nccl"; }
   int local_rank() const noexcept override { return local_rank_; }
   int device() const noexcept override { return device_; }
-  Status all_to_all_v(const void*, const std::int64_t*, const std::int64_t*, void*, const std::int64_t*,
-                      const std::int64_t*) override {
-    return unused();
-  }
-  Status all_gather(const void*, std::int64_t, void*) override { return unused(); }
   Status all_reduce(void*, std::int64_t, dispatch::DataType, dispatch::ReduceOp) override { return unused(); }
-  Status broadcast(void*, std::int64_t, int) override { return unused(); }
   Status barrier() override { return unused(); }
   dispatch::CommCounters counters() const noexcept override { return {}; }
 
  private:
+  Status do_all_to_all_v(const void*, const std::int64_t*, const std::int64_t*, void*, const std::int64_t*,
+                         const std::int64_t*, const dispatch::BufferSpace&) override {
+    return unused();
+  }
+  Status do_all_gather(const void*, std::int64_t, void*, const dispatch::BufferSpace&) override { return unused(); }
+  Status do_broadcast(void*, std::int64_t, int, const dispatch::BufferSpace&) override { return unused(); }
   static Status unused() { return Status::internal("GpuRank has no transport"); }
   int rank_, local_rank_, device_;
 };
