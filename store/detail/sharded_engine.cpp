@@ -8,6 +8,7 @@
 #include "dispatch/agreement.hpp"
 #include "dispatch/exchange.hpp"
 #include "host/kernels.hpp"
+#include "store/detail/activation_copy.hpp"
 #include "store/detail/cached_engine.hpp"
 #include "store/detail/gpu_engine.hpp"
 
@@ -254,7 +255,7 @@ class ShardedEngine final : public Engine {
         const MatrixView& o = outputs[static_cast<std::size_t>(f.feature[i])];
         if (o.space == MemorySpace::kDevice) continue;
         const std::size_t n = static_cast<std::size_t>(o.rows * o.cols);
-        if (n) std::memcpy(o.data, host_out_.as<float>() + at, n * sizeof(float));
+        if (n) copy_activations(dev_.counters(), o.data, host_out_.as<float>() + at, n * sizeof(float));
         at += n;
       }
     } else {
@@ -310,7 +311,7 @@ class ShardedEngine final : public Engine {
         x.grads = g.data;
       } else {
         const std::size_t n = static_cast<std::size_t>(g.rows * g.cols);
-        if (n) std::memcpy(host_out_.as<float>() + in, g.data, n * sizeof(float));
+        if (n) copy_activations(dev_.counters(), host_out_.as<float>() + in, g.data, n * sizeof(float));
         x.grads = out_.as<float>() + in;
         in += n;
       }

@@ -74,13 +74,11 @@ Status SlotPoolEngine::forward(SlotBatch& b, const EngineFeatures& f, const std:
 
 Status SlotPoolEngine::backward(SlotBatch& b, const EngineFeatures& f, const std::vector<ConstMatrixView>& grads,
                                 std::int64_t t, const CallOrder& order) {
-  for (std::size_t i = 0; i < b.dev.size() && !b.act; ++i) {
-    if (!b.dev[i].out_floats || grads[static_cast<std::size_t>(f.feature[i])].space != MemorySpace::kHost) continue;
-    if (Status st = stage_activations(b); !st.is_ok()) {
-      discard(b);
-      return st;
-    }
-  }
+  // Host gradients land in the activation staging that forward took for the host outputs: the
+  // store refuses a gradient in another space than its output (batch_checks.cpp), so one is there.
+  for (std::size_t i = 0; i < b.dev.size(); ++i)
+    STRATA_CHECK(b.act || !b.dev[i].out_floats ||
+                 grads[static_cast<std::size_t>(f.feature[i])].space != MemorySpace::kHost);
   const gpu::StreamView s = compute_.view();
   if (order.after.state()) dev_.wait(s, order.after);
   const bool device_grads = copy_gradients(dev_, s, b.dev, f.feature, grads);

@@ -88,8 +88,8 @@ class SlotPoolEngine {
   /// On the compute stream: waits for order.after, copies the host gradients in, runs every pool's
   /// fused update with each table's optimizer at step `t`, retires the batch (retire() below),
   /// and finishes the gradients (finish_gradients). Host gradients use the activation staging that
-  /// forward took for the host outputs (a gradient has its output's space); without it (a forward
-  /// of device views) backward takes it, and when that fails retires the batch unapplied.
+  /// forward took for the host outputs (the store refuses a gradient in another space than its
+  /// output, so it is there).
   Status backward(SlotBatch& b, const EngineFeatures& f, const std::vector<ConstMatrixView>& grads, std::int64_t t,
                   const CallOrder& order);
   /// Retires a batch that was staged without applying anything: the compute stream waits for its
