@@ -1,5 +1,8 @@
 #include "dispatch/exchange.hpp"
 
+#include "dispatch/agreement.hpp"
+#include "gpu/grow_buffer.hpp"
+
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -184,27 +187,13 @@ Status KeyExchange::send_grads(Communicator& comm, const std::vector<const float
 
 // ---- device buffers ----
 
-namespace {
-
-template <class B>
-Status grow(B& b, std::size_t bytes, gpu::Device& dev) {
-  if (b.bytes() >= bytes) return Status::ok();
-  b = B{};
-  if constexpr (std::is_same_v<B, gpu::PinnedBuffer>) {
-    STRATA_ASSIGN_OR_RETURN(b, dev.allocate_pinned(std::max<std::size_t>(2 * bytes, 64)));
-  } else {
-    STRATA_ASSIGN_OR_RETURN(b, dev.allocate(std::max<std::size_t>(2 * bytes, 64)));
-  }
-  return Status::ok();
-}
-
-}  // namespace
+namespace {}  // namespace
 
 Status ExchangeWorkspace::reserve(std::size_t bytes, std::size_t keys) {
-  STRATA_RETURN_IF_ERROR(grow(send_, bytes, *dev_));
-  STRATA_RETURN_IF_ERROR(grow(recv_, bytes, *dev_));
-  STRATA_RETURN_IF_ERROR(grow(index_, keys * sizeof(Key), *dev_));
-  return grow(index_host_, keys * sizeof(Key), *dev_);
+  STRATA_RETURN_IF_ERROR(gpu::grow_buffer(send_, bytes, *dev_));
+  STRATA_RETURN_IF_ERROR(gpu::grow_buffer(recv_, bytes, *dev_));
+  STRATA_RETURN_IF_ERROR(gpu::grow_buffer(index_, keys * sizeof(Key), *dev_));
+  return gpu::grow_buffer(index_host_, keys * sizeof(Key), *dev_);
 }
 
 std::int64_t KeyExchange::index_keys() const {
@@ -240,17 +229,18 @@ Status KeyExchange::upload_index(ExchangeWorkspace& ws) const {
 
 namespace {
 
-// The all-to-all of a device form. A local failure still joins the collective, as an argument
-// error that every rank sees whatever its sizes (null count arrays, as all_to_all_counts does),
-// so that the ranks fail together instead of some going on without this one.
+// The all-to-all of a device form. The ranks first agree (dispatch::agree, which leaves the
+// communicator usable) that every one is ready: its local steps succeeded and its device has not
+// failed (the stream's work before the exchange has run). A rank that is not makes every rank fail
+// this call, and the store's later collectives (read_rows, save, discard) still work; only a
+// device that fails between the agreement and the copies breaks the communicator.
 Status exchange(Communicator& comm, ExchangeWorkspace& ws, const char* send, const std::vector<std::int64_t>& sbytes,
                 char* recv, const std::vector<std::int64_t>& rbytes, const Status& local) {
   const auto sd = displs_of(sbytes), rd = displs_of(rbytes);
   const BufferSpace space = BufferSpace::on(ws.device(), ws.stream());
-  if (!local.is_ok()) {
-    (void)comm.all_to_all_v(nullptr, nullptr, sd.data(), nullptr, nullptr, rd.data(), space);
-    return local;
-  }
+  Status ready = local;
+  if (ready.is_ok()) ready = ws.device().synchronize(ws.stream());
+  STRATA_RETURN_IF_ERROR(agree(comm, {"device exchange"}, ready));
   return comm.all_to_all_v(send, sbytes.data(), sd.data(), recv, rbytes.data(), rd.data(), space);
 }
 

@@ -7,6 +7,7 @@
 
 #include "dispatch/agreement.hpp"
 #include "dispatch/exchange.hpp"
+#include "gpu/grow_buffer.hpp"
 #include "host/kernels.hpp"
 #include "store/detail/activation_copy.hpp"
 #include "store/detail/cached_engine.hpp"
@@ -346,8 +347,13 @@ class ShardedEngine final : public Engine {
     // Holders reduce per row and apply the optimizer, after the gradients landed (done_).
     t0 = Clock::now();
     Status status;
+    applied_.clear();
     for (int w = 0; w < kInners; ++w) {
       if (!b.inner[w].state) continue;
+      if (!status.is_ok()) {  // the device failed in an inner engine: the others apply nothing
+        (void)inner_[w]->discard(*b.inner[w].state, b.inner_batch, b.inner[w].features);
+        continue;
+      }
       std::vector<ConstMatrixView> views(b.inner_batch.features.size());
       for (std::size_t c = 0; c < T; ++c) {
         const int fi = b.inner_feature_of[c];
@@ -355,15 +361,23 @@ class ShardedEngine final : public Engine {
         views[static_cast<std::size_t>(fi)] = {served_ptr[c], static_cast<std::int64_t>(b.exchange.served(c).size()),
                                                layouts_[c].local_dim(me_), MemorySpace::kDevice};
       }
-      Status x = inner_[w]->backward(*b.inner[w].state, b.inner_batch, b.inner[w].features, views, t,
-                                     CallOrder{done_.view(), {}});
-      if (status.is_ok()) status = x;
+      status = inner_[w]->backward(*b.inner[w].state, b.inner_batch, b.inner[w].features, views, t,
+                                   CallOrder{done_.view(), {}});
+      if (status.is_ok()) applied_.push_back(w);
     }
+    if (!status.is_ok()) backward_not_applied();
     // The caller's gradients were read before send_grads returned (its all-to-all waited for the
     // stream), so its stream need not wait for anything.
     stats_.lookup_seconds += since(t0);
     account(b);
     return status;
+  }
+
+  // The call whose backward this engine applied last was refused (a later engine failed, or an
+  // inner one did): its inner engines forget it (the cached shard's count of unflushed calls).
+  void backward_not_applied() override {
+    for (const int w : applied_) inner_[w]->backward_not_applied();
+    applied_.clear();
   }
 
   Status discard(EngineBatch& eb, const KeyBatch&, const EngineFeatures&) override {
@@ -409,16 +423,11 @@ class ShardedEngine final : public Engine {
     return s;
   }
 
+  std::vector<int> applied_;  // inner engines whose backward applied the last call (backward_not_applied)
+
   template <class B>
   Status grow(B& buf, std::size_t bytes) {
-    if (buf.bytes() >= bytes) return Status::ok();
-    buf = B{};
-    if constexpr (std::is_same_v<B, gpu::PinnedBuffer>) {
-      STRATA_ASSIGN_OR_RETURN(buf, dev_.allocate_pinned(std::max<std::size_t>(2 * bytes, 64)));
-    } else {
-      STRATA_ASSIGN_OR_RETURN(buf, dev_.allocate(std::max<std::size_t>(2 * bytes, 64)));
-    }
-    return Status::ok();
+    return gpu::grow_buffer(buf, bytes, dev_);  // keeps its old capacity when growing fails
   }
 
   // Lays out this batch in the device scratch (served rows, unique rows and their gradient sums

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 
+#include "dispatch/local_communicator.hpp"
 #include "tests/store/store_test_util.hpp"
 
 namespace strata {
@@ -15,12 +16,15 @@ namespace {
 
 using namespace strata::testing;
 
-StoreConfig mixed_config(std::mt19937_64& rng) {
+// cpu, offload and cached tables (or, `sharded`, a hybrid table over a world of one rank in place
+// of the cached one: the sharded engine and its device exchanges).
+StoreConfig mixed_config(std::mt19937_64& rng, bool sharded = false) {
   StoreConfig c = random_config(rng, 3);
-  const Placement placements[] = {Placement::kCpu, Placement::kOffload, Placement::kCached};
+  const Placement placements[] = {Placement::kCpu, Placement::kOffload,
+                                  sharded ? Placement::kHybrid : Placement::kCached};
   for (std::size_t t = 0; t < c.tables.size(); ++t) {
     c.tables[t].placement = placements[t];
-    if (placements[t] == Placement::kCached)
+    if (placements[t] == Placement::kCached || placements[t] == Placement::kHybrid)
       c.tables[t].cache.rows = std::max<std::int64_t>(1, c.tables[t].spec.rows / 2);
   }
   c.device.backend = BackendChoice::kEmu;
@@ -57,9 +61,10 @@ Fault train_until_fault(Store& s, Store& ref, const StoreConfig& c, const std::v
 
 // With flush_every 1, a device fault at each op in turn (every `stride`-th, from `first`): a refused
 // call leaves every table as the reference, which saves and loads back whole. Returns the faults.
-int sweep_flush_every_step(std::uint64_t seed, int delay_us, std::int64_t first, std::int64_t stride) {
+int sweep_flush_every_step(std::uint64_t seed, int delay_us, std::int64_t first, std::int64_t stride,
+                           bool sharded = false) {
   std::mt19937_64 rng(seed);
-  StoreConfig c = mixed_config(rng);
+  StoreConfig c = mixed_config(rng, sharded);
   c.cache.flush_every = 1;
   c.device.emu_max_delay_us = delay_us;
   std::vector<KeyBatch> batches;
@@ -70,7 +75,10 @@ int sweep_flush_every_step(std::uint64_t seed, int delay_us, std::int64_t first,
   for (std::int64_t fail_at = first; fail_at < 160; fail_at += stride) {
     StoreConfig cf = c;
     cf.device.emu_fail_after_ops = fail_at;
-    auto s = Store::open(cf);
+    auto world = dispatch::make_local_group(1);
+    if (!world.is_ok()) return 0;
+    auto s = sharded ? Store::open(cf, std::shared_ptr<dispatch::Communicator>(std::move(world.value()[0])))
+                     : Store::open(cf);
     if (!s.is_ok()) continue;  // the fault hit open
     auto ref = open_reference_store(cf);
     const Fault fault = train_until_fault(**s, **ref, cf, batches, rng);
@@ -145,6 +153,17 @@ TEST(DeviceFault, OffloadTablesStayWritableAfterAFault) {
     EXPECT_EQ(back, w);
   }
   EXPECT_GT(faults, 5);
+}
+
+// The same with the cached table replaced by a hybrid one over a world (of one rank, so the
+// sharded engine and its device exchanges run): a device fault refuses the call on every rank
+// through an agreement, and the communicator stays usable, so the tables still read back and save
+// (a fault once broke the communicator: every later read_rows and save failed).
+TEST(DeviceFault, ShardedTablesStayReadableAndSaveAfterAFault) {
+  for (std::uint64_t seed = 30; seed < 32; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    EXPECT_GT(sweep_flush_every_step(seed, 0, 0, 3, true), 10);
+  }
 }
 
 TEST(DeviceFault, WithoutAFlushReadingACachedTableSaysWhatWasLost) {

@@ -325,5 +325,52 @@ TEST(ShardedFaults, AnInvalidConfigOnOneRankFailsEveryRank) {
   EXPECT_EQ(got[0].message(), "open(0) failed on another rank (rank 1: rank 1: table 'user': dim 0 must be > 0)");
 }
 
+// A forward refused for memory (a batch too large for the device's scratch) leaves the scratch the
+// batches in flight reserved: their backward still runs on every rank, and the device is fine.
+// (Growing freed the old scratch before allocating: a failed growth left it empty, and the
+// batch in flight then copied into a null pointer and failed the device.)
+TEST(ShardedFaults, AForwardRefusedForMemoryLeavesTheBatchesInFlightWorking) {
+  StoreConfig c;
+  c.threads = 1;
+  c.fake_numa_nodes = 1;
+  c.huge_pages = false;
+  c.device.backend = BackendChoice::kEmu;
+  c.device.capacity = 16 << 20;
+  TableConfig t;
+  t.spec.name = "user";
+  t.spec.rows = 100;
+  t.spec.dim = 8;
+  t.placement = Placement::kGpu;
+  t.sharding.type = dispatch::ShardingType::kRow;
+  c.tables.push_back(t);
+  const auto batch_of = [](std::int64_t n) {
+    KeyBatch kb;
+    JaggedKeys f;
+    f.table = "user";
+    f.offsets = {0, n};
+    for (std::int64_t i = 0; i < n; ++i) f.keys.push_back(i % 100);
+    kb.features.push_back(f);
+    return kb;
+  };
+  std::vector<Status> big(2), backward(2), device(2);
+  testing::on_ranks(2, 30000, [&](int r, auto comm) {
+    auto store = Store::open(c, comm);
+    ASSERT_TRUE(store.is_ok()) << store.status().to_string();
+    ASSERT_TRUE((*store)->submit(1, batch_of(3)).is_ok());
+    std::vector<float> out(8), grad(8, 0.25f), out2(8);
+    ASSERT_TRUE((*store)->forward(1, {{out.data(), 1, 8}}).is_ok());
+    const Status submitted = (*store)->submit(2, batch_of(700000));  // its metadata alone exceeds 16 MiB
+    big[static_cast<std::size_t>(r)] = submitted.is_ok() ? (*store)->forward(2, {{out2.data(), 1, 8}}) : submitted;
+    backward[static_cast<std::size_t>(r)] = (*store)->backward(1, {{grad.data(), 1, 8}});
+    device[static_cast<std::size_t>(r)] = (*store)->device()->status();
+  });
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_FALSE(big[static_cast<std::size_t>(r)].is_ok()) << "the large batch was expected not to fit";
+    EXPECT_TRUE(backward[static_cast<std::size_t>(r)].is_ok()) << backward[static_cast<std::size_t>(r)].to_string();
+    EXPECT_TRUE(device[static_cast<std::size_t>(r)].is_ok()) << device[static_cast<std::size_t>(r)].to_string();
+  }
+}
+
 }  // namespace
 }  // namespace strata

@@ -6,7 +6,10 @@
 //
 // Sums of gradients reach a row from several ranks in rank order, while the reference sums them
 // in position order: the same numbers added in a different order, so with more than one rank
-// results are compared within a tolerance; with one rank they must be bit-exact.
+// results are compared within a tolerance; with one rank they must be bit-exact. Each rank draws,
+// per step, host or device views and a synchronous or stream-ordered step (device_views.hpp:
+// run_step), so the sharded engine's device pooling and gradient path and its host-view path are
+// both held to the reference, under thread ranks and under mpirun.
 
 #include <unistd.h>
 
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "store/store.hpp"
+#include "tests/store/device_views.hpp"
 
 namespace strata::testing {
 
@@ -204,6 +208,9 @@ inline std::string run_sharded_rank(const ShardCase& c, std::shared_ptr<dispatch
   auto ref_open = open_reference_store(ref_cfg);
   if (!ref_open) return "reference: " + ref_open.status().to_string();
   Store& ref = *ref_open.value();
+  auto trainer_stream = store.device()->create_stream();
+  if (!trainer_stream) return "rank " + std::to_string(r) + ": trainer stream: " + trainer_stream.status().to_string();
+  const gpu::Stream trainer = std::move(trainer_stream).value();
   const bool exact = c.world == 1;
   int reported = 0;
   const auto check = [&](const std::string& what, const float* got, const float* want, std::size_t n) {
@@ -240,29 +247,43 @@ inline std::string run_sharded_rank(const ShardCase& c, std::shared_ptr<dispatch
       ref_views.push_back({ref_out[i].data(), static_cast<std::int64_t>(ref_out[i].size()) / spec.dim, spec.dim});
     }
     if (fail("reference forward", ref.forward(s, ref_views))) return err.str();
-    // This rank's part.
-    std::vector<std::vector<float>> out;
-    std::vector<MatrixView> views;
-    std::vector<ConstMatrixView> grads;
+    // This rank's part: its outputs, and its slice of the global gradients.
+    Buffers out, grads;
+    std::vector<std::size_t> global_feature;
     for (const auto& f : mine.features) {
-      const TableSpec& spec = spec_of(cfg, f.table);
-      out.emplace_back(static_cast<std::size_t>(output_rows(f, spec.pooling) * spec.dim));
-    }
-    for (std::size_t i = 0; i < out.size(); ++i) {
-      const TableSpec& spec = spec_of(cfg, mine.features[i].table);
-      views.push_back({out[i].data(), static_cast<std::int64_t>(out[i].size()) / spec.dim, spec.dim});
-    }
-    if (fail("forward " + std::to_string(s), store.forward(s, views))) return err.str();
-    for (std::size_t i = 0; i < mine.features.size(); ++i) {
       std::size_t gf = 0;
-      while (g.global.features[gf].table != mine.features[i].table) ++gf;
+      while (g.global.features[gf].table != f.table) ++gf;
+      global_feature.push_back(gf);
+      const TableSpec& spec = spec_of(cfg, f.table);
+      const auto [row0, rows] = slice_of(g, cfg, gf, r);
+      out.data.emplace_back(static_cast<std::size_t>(output_rows(f, spec.pooling) * spec.dim));
+      const float* slice = g.global_grads[gf].data() + row0 * spec.dim;
+      grads.data.emplace_back(slice, slice + rows * spec.dim);
+    }
+    for (Buffers* b : {&out, &grads})
+      for (std::size_t i = 0; i < b->data.size(); ++i) {
+        const std::int32_t dim = spec_of(cfg, mine.features[i].table).dim;
+        const std::int64_t rows = static_cast<std::int64_t>(b->data[i].size()) / dim;
+        b->views.push_back({b->data[i].data(), rows, dim});
+        b->cviews.push_back({b->data[i].data(), rows, dim});
+      }
+    // Each rank draws, per step, host or device views and a synchronous or stream-ordered step
+    // (ranks may differ: each is its own trainer).
+    std::mt19937_64 draw(c.seed * 1000003 + static_cast<std::uint64_t>(s) * 131 + static_cast<std::uint64_t>(r));
+    StepMode mode;
+    mode.device = draw() % 2 == 0;
+    if (draw() % 2 == 0) mode.stream = trainer.view();
+    if (fail("step " + std::to_string(s) + (mode.device ? " (device views" : " (host views") +
+                 (mode.ordered() ? ", stream-ordered)" : ", synchronous)"),
+             run_step(store, s, grads, out, mode)))
+      return err.str();
+    for (std::size_t i = 0; i < mine.features.size(); ++i) {
+      const std::size_t gf = global_feature[i];
       const TableSpec& spec = spec_of(cfg, mine.features[i].table);
       const auto [row0, rows] = slice_of(g, cfg, gf, r);
-      check("step " + std::to_string(s) + " output of " + spec.name, out[i].data(),
+      check("step " + std::to_string(s) + " output of " + spec.name, out.data[i].data(),
             ref_out[gf].data() + row0 * spec.dim, static_cast<std::size_t>(rows * spec.dim));
-      grads.push_back({g.global_grads[gf].data() + row0 * spec.dim, rows, spec.dim});
     }
-    if (fail("backward " + std::to_string(s), store.backward(s, grads))) return err.str();
     std::vector<ConstMatrixView> ref_grads;
     for (std::size_t i = 0; i < g.global.features.size(); ++i)
       ref_grads.push_back({g.global_grads[i].data(), ref_views[i].rows, ref_views[i].cols});

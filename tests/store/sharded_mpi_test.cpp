@@ -22,14 +22,14 @@ int main() {
   for (int type = -1; type < 4; ++type)
     for (int placement : {static_cast<int>(Placement::kGpu), static_cast<int>(Placement::kHybrid), -1})
       for (int repeat = 0; repeat < 2; ++repeat) {
-        testing::ShardCase c;
+        strata::testing::ShardCase c;
         c.world = comm->size();
         c.type = type;
         c.placement = placement;
         c.seed = seed++;
         c.steps = 6;
-        const std::string err = testing::run_sharded_rank(c, comm);
-        if (!err.empty()) std::fprintf(stderr, "%s:\n%s", testing::case_name(c).c_str(), err.c_str());
+        const std::string err = strata::testing::run_sharded_rank(c, comm);
+        if (!err.empty()) std::fprintf(stderr, "%s:\n%s", strata::testing::case_name(c).c_str(), err.c_str());
         std::int32_t bad = err.empty() ? 0 : 1;
         const Status s = comm->all_reduce(&bad, 1, dispatch::DataType::kInt32, dispatch::ReduceOp::kSum);
         if (!s.is_ok()) {
