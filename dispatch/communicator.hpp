@@ -7,7 +7,11 @@
 // A call that cannot complete within the communicator's timeout returns kUnavailable naming the
 // ranks that did not arrive; a call whose peers are in a different collective (or disagree on a
 // size that must match) returns an error naming the ranks and what they called. After such an
-// error the communicator is broken: every later call returns the same error, never a hang.
+// error the communicator is broken: every later call returns the same error, never a hang. A
+// device error on one rank after a device collective's copies started (its device failed during
+// the call) fails that rank's call only, in `local` and `mpi` (`nccl` breaks): callers agree on
+// each rank's readiness before a device collective (dispatch::agree), so this is a device dying
+// mid-call, as one can during any kernel.
 //
 // Memory spaces: the data-moving collectives (all_to_all_v, all_gather, broadcast) take a
 // BufferSpace saying where their buffers live: host memory (the default) or device memory of a
