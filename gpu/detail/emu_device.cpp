@@ -543,6 +543,11 @@ class EmuDevice final : public Device {
         return;
       }
     }
+    push_copy(s, dst, src, bytes);
+  }
+
+  // Queues the copy of checked (tagged) addresses on stream `s`: its worker does the memcpy.
+  void push_copy(StreamView s, void* dst, const void* src, std::size_t bytes) {
     dst = emu_untag(dst);
     src = emu_untag(src);
     stream(s).push({[dst, src, bytes] {
@@ -569,12 +574,7 @@ class EmuDevice final : public Device {
         return;
       }
     }
-    dst = emu_untag(dst);
-    src = emu_untag(src);
-    stream(s).push({[dst, src, bytes] {
-                      if (bytes) std::memcpy(dst, src, bytes);
-                    },
-                    false});
+    push_copy(s, dst, src, bytes);
   }
 
   // Kernels: the shared kernel source (gpu/kernels/bodies.hpp) on the CPU grid, the launches

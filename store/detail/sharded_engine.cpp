@@ -214,13 +214,7 @@ class ShardedEngine final : public Engine {
     t0 = Clock::now();
     const gpu::StreamView st = stream_.view();
     std::size_t meta = 0, out = 0;
-    auto take = [&](auto* host, std::size_t n) {  // host metadata -> pinned -> device, 8-byte aligned
-      using T = std::remove_const_t<std::remove_pointer_t<decltype(host)>>;
-      char* d = meta_.as<char>() + meta;
-      if (n) std::memcpy(meta_host_.as<char>() + meta, host, n * sizeof(T));
-      meta += (n * sizeof(T) + 7) / 8 * 8;
-      return reinterpret_cast<T*>(d);
-    };
+    auto take = [&](auto* host, std::size_t n) { return stage_meta(meta, host, n); };
     std::vector<gpu::LookupFeature> looks(f.feature.size());
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const std::size_t c = static_cast<std::size_t>(b.canon_of[i]);
@@ -279,13 +273,7 @@ class ShardedEngine final : public Engine {
     Clock::time_point t0 = Clock::now();
     Status local = dev_.synchronize(st);  // the pinned metadata of forward was copied
     std::size_t meta = 0, in = 0;
-    auto take = [&](auto* host, std::size_t n) {
-      using T = std::remove_const_t<std::remove_pointer_t<decltype(host)>>;
-      char* d = meta_.as<char>() + meta;
-      if (n) std::memcpy(meta_host_.as<char>() + meta, host, n * sizeof(T));
-      meta += (n * sizeof(T) + 7) / 8 * 8;
-      return reinterpret_cast<T*>(d);
-    };
+    auto take = [&](auto* host, std::size_t n) { return stage_meta(meta, host, n); };
     std::vector<gpu::UpdateFeature> sums(f.feature.size());
     std::vector<std::int32_t> bag_of;
     for (std::size_t i = 0; i < f.feature.size() && local.is_ok(); ++i) {
@@ -424,6 +412,16 @@ class ShardedEngine final : public Engine {
   }
 
   std::vector<int> applied_;  // inner engines whose backward applied the last call (backward_not_applied)
+
+  // Host metadata -> the pinned metadata at `at` (8-byte aligned); returns where it will be on the
+  // device once meta_host_ is copied into meta_.
+  template <class T>
+  T* stage_meta(std::size_t& at, const T* host, std::size_t n) {
+    T* d = reinterpret_cast<T*>(meta_.as<char>() + at);
+    if (n) std::memcpy(meta_host_.as<char>() + at, host, n * sizeof(T));
+    at += (n * sizeof(T) + 7) / 8 * 8;
+    return d;
+  }
 
   template <class B>
   Status grow(B& buf, std::size_t bytes) {
