@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <type_traits>
 
 #include "dispatch/agreement.hpp"
 #include "dispatch/exchange.hpp"
