@@ -330,36 +330,18 @@ TEST(ShardedFaults, AnInvalidConfigOnOneRankFailsEveryRank) {
 // (Growing freed the old scratch before allocating: a failed growth left it empty, and the
 // batch in flight then copied into a null pointer and failed the device.)
 TEST(ShardedFaults, AForwardRefusedForMemoryLeavesTheBatchesInFlightWorking) {
-  StoreConfig c;
-  c.threads = 1;
-  c.fake_numa_nodes = 1;
-  c.huge_pages = false;
-  c.device.backend = BackendChoice::kEmu;
-  c.device.capacity = 16 << 20;
-  TableConfig t;
-  t.spec.name = "user";
-  t.spec.rows = 100;
-  t.spec.dim = 8;
-  t.placement = Placement::kGpu;
-  t.sharding.type = dispatch::ShardingType::kRow;
-  c.tables.push_back(t);
-  const auto batch_of = [](std::int64_t n) {
-    KeyBatch kb;
-    JaggedKeys f;
-    f.table = "user";
-    f.offsets = {0, n};
-    for (std::int64_t i = 0; i < n; ++i) f.keys.push_back(i % 100);
-    kb.features.push_back(f);
-    return kb;
-  };
+  StoreConfig c = two_tables(Placement::kGpu);  // 16 MiB of emulated device memory
+  c.tables.pop_back();                          // "user" alone
+  std::vector<Key> many(700000);
+  for (std::size_t i = 0; i < many.size(); ++i) many[i] = static_cast<Key>(i % 100);
   std::vector<Status> big(2), backward(2), device(2);
   testing::on_ranks(2, 30000, [&](int r, auto comm) {
     auto store = Store::open(c, comm);
     ASSERT_TRUE(store.is_ok()) << store.status().to_string();
-    ASSERT_TRUE((*store)->submit(1, batch_of(3)).is_ok());
+    ASSERT_TRUE((*store)->submit(1, batch_of({0, 1, 2})).is_ok());
     std::vector<float> out(8), grad(8, 0.25f), out2(8);
     ASSERT_TRUE((*store)->forward(1, {{out.data(), 1, 8}}).is_ok());
-    const Status submitted = (*store)->submit(2, batch_of(700000));  // its metadata alone exceeds 16 MiB
+    const Status submitted = (*store)->submit(2, batch_of(many));  // its metadata alone exceeds 16 MiB
     big[static_cast<std::size_t>(r)] = submitted.is_ok() ? (*store)->forward(2, {{out2.data(), 1, 8}}) : submitted;
     backward[static_cast<std::size_t>(r)] = (*store)->backward(1, {{grad.data(), 1, 8}});
     device[static_cast<std::size_t>(r)] = (*store)->device()->status();
