@@ -7,7 +7,7 @@
 #include <tbb/task_arena.h>
 
 #include "bench/probe_util.hpp"
-#include "core/prefetch.hpp"
+#include "core/line_prefetch.hpp"
 #include "core/simd.hpp"
 
 namespace strata::bench {

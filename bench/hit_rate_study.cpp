@@ -1,12 +1,12 @@
-// strata-hitrate: hit rates of the real cache planner (cache::CachePool) under each policy, against
+// strata-hitrate: hit rates of the real cache planner (cache::CachePlanner) under each policy, against
 // the offline bounds of cache/analysis.hpp, on synthetic Zipf traces of one table.
 //
-// For every Zipf alpha and cache capacity (a fraction of the rows) the program drives a CachePool
+// For every Zipf alpha and cache capacity (a fraction of the rows) the program drives a CachePlanner
 // with the store's prefetcher (cache::BasicPrefetcher, PlanOnly executor: no device): batch j is planned
 // (probe + commit) once batches j+1 .. j+K+W have entered the lookahead window (K = --lookahead
 // submitted batches, W = --preview batches previewed beyond them as with Store::preview), then
 // retired as updated. Hits are counted
-// per unique (batch, row), as CachePool counts them. The same trace goes to cache::belady_hits
+// per unique (batch, row), as CachePlanner counts them. The same trace goes to cache::belady_hits
 // (the optimum) and cache::lru_curve(PerBatch::kDistinct) (exact LRU). The pool's LRU agrees with
 // the curve only up to the order of rows within one batch: the pool stamps a batch's hits before its
 // misses, the curve orders them by first use. --check-lru-order feeds the curve the pool's order,
@@ -43,7 +43,7 @@
 
 #include "bench/workload.hpp"
 #include "cache/analysis.hpp"
-#include "cache/cache_pool.hpp"
+#include "cache/cache_planner.hpp"
 #include "cache/policy.hpp"
 #include "cache/prefetcher.hpp"
 #include "host/dedup.hpp"
@@ -161,7 +161,7 @@ Result<Trace> make_trace(const StudyOptions& o, double alpha) {
 Result<BatchCounts> run_pool(const Trace& t, std::int64_t slots, cache::Policy policy, int lookahead, int preview,
                              double half_life, cache::KeyTrace* order = nullptr) {
   const int window = lookahead + preview;
-  cache::CachePoolOptions opt;
+  cache::CachePlannerOptions opt;
   opt.slots = slots;
   opt.policy = policy;
   opt.window = window + 1;
@@ -169,9 +169,9 @@ Result<BatchCounts> run_pool(const Trace& t, std::int64_t slots, cache::Policy p
   opt.record_bytes = 0;
   opt.name = "study";
   opt.tables = {{"t", 0}};
-  using Prefetcher = cache::BasicPrefetcher<cache::CachePool>;
+  using Prefetcher = cache::BasicPrefetcher<cache::CachePlanner>;
   Prefetcher prefetcher(lookahead, 1);
-  prefetcher.add_pool(std::make_unique<cache::CachePool>(std::move(opt)), {0});
+  prefetcher.add_pool(std::make_unique<cache::CachePlanner>(std::move(opt)), {0});
   prefetcher.set_executor(&Prefetcher::plan_only());  // plans only: no device, nothing moves
   const std::int64_t B = static_cast<std::int64_t>(t.unique.size());
   BatchCounts c;
@@ -281,7 +281,7 @@ struct Cell {
   Totals belady, belady_all, lru_exact, lru_exact_all;
   Totals static_top, static_top_all;  // the c most probable rows always resident (a reference)
   std::int64_t belady_library_hits = -1;
-  std::int64_t pool_lru_hits_all = -1;    // CachePool lru, all batches
+  std::int64_t pool_lru_hits_all = -1;    // CachePlanner lru, all batches
   std::int64_t lru_pool_order_hits = -1;  // lru_curve on the pool's within-batch order (--check-lru-order)
 };
 
@@ -427,7 +427,7 @@ int run(const StudyOptions& o) {
              auto r = run_pool(t, c.slots, policies[pi], o.lookahead, o.preview, o.half_life, check ? &order : nullptr);
              if (!r.is_ok()) {
                std::lock_guard<std::mutex> g(mu);
-               error = std::string("CachePool ") + cache::to_string(policies[pi]) + ": " + r.status().to_string();
+               error = std::string("CachePlanner ") + cache::to_string(policies[pi]) + ": " + r.status().to_string();
                return;
              }
              if (policies[pi] == cache::Policy::kLru) c.pool_lru_hits_all = sum_from(r.value(), 0).hits;
@@ -548,7 +548,7 @@ int run(const StudyOptions& o) {
       "frequency oracle for reference, not a policy (no compulsory misses, no room kept for a batch's\n"
       "misses, so it can exceed belady). la-gap = belady - lookahead.\n");
   std::printf(
-      "CachePool lru vs exact LRU (lru_curve kDistinct): max difference %.4f pp after warm-up, %lld hits over all "
+      "CachePlanner lru vs exact LRU (lru_curve kDistinct): max difference %.4f pp after warm-up, %lld hits over all "
       "batches\n",
       max_lru_diff_pp, static_cast<long long>(max_lru_diff_hits));
   if (lru_order_checked)
@@ -630,7 +630,7 @@ int run(const StudyOptions& o) {
         {"warmup_batches", warm},
         {"counted", "unique (batch, row) accesses of batches [warmup_batches, batches)"},
         {"driver",
-         "CachePool, one table, no device: window_push up to batch j+K+W, probe(j), commit, retire(plan, "
+         "CachePlanner, one table, no device: window_push up to batch j+K+W, probe(j), commit, retire(plan, "
          "updated=true)"},
         {"per_alpha", trace_info}};
     nlohmann::json results = nlohmann::json::array();
@@ -689,7 +689,7 @@ int run(const StudyOptions& o) {
 int main(int argc, char** argv) {
   strata::bench::StudyOptions o;
   CLI::App app{
-      "strata-hitrate: hit rates of the cache planner (CachePool lru/lfu/lookahead) vs exact LRU and Belady on Zipf "
+      "strata-hitrate: hit rates of the cache planner (CachePlanner lru/lfu/lookahead) vs exact LRU and Belady on Zipf "
       "traces"};
   app.add_option("--rows", o.rows, "rows of the table")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--batch", o.batch, "bags per batch")->capture_default_str()->check(CLI::PositiveNumber);
@@ -727,7 +727,7 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.json_out, "write the results as JSON to this file");
   app.add_flag("!--no-progress", o.progress, "no progress on stderr");
   app.add_flag("--check-lru-order", o.check_lru_order,
-               "also feed lru_curve the rows of each batch in the order CachePool stamps them (hits, then misses); "
+               "also feed lru_curve the rows of each batch in the order CachePlanner stamps them (hits, then misses); "
                "its hit count must equal the pool's lru exactly");
   CLI11_PARSE(app, argc, argv);
   if (o.rows > std::numeric_limits<std::int32_t>::max()) {

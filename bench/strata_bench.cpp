@@ -182,8 +182,8 @@ struct Options {
   /// --trainer: where the trainer's dense model lives (device: outputs and gradients in device memory).
   Trainer trainer = Trainer::kDevice;
   int lookahead = 0;
-  int preview = 0;         // training: batches previewed (Store::preview) beyond those submitted
-  int planner_shards = 1;  // cached: cores planning each cache pool (CacheConfig::planner_shards)
+  int preview = 0;             // training: batches previewed (Store::preview) beyond those submitted
+  int planner_partitions = 1;  // cached: cores planning each slot pool (CacheConfig::planner_partitions)
   int pipeline = 2;
   int ranks = 1;
   std::string sharding = "row";
@@ -268,7 +268,7 @@ Result<StoreConfig> make_config(const Options& o, const ModeDescriptor& mode, do
   c.cache.lookahead = o.lookahead;
   c.cache.max_in_flight = std::max(8, o.lookahead + o.pipeline + 1);
   c.cache.preview = o.preview;
-  c.cache.planner_shards = o.planner_shards;
+  c.cache.planner_partitions = o.planner_partitions;
   STRATA_ASSIGN_OR_RETURN(Pooling pooling, parse_pooling(o.pooling_mode));
   STRATA_ASSIGN_OR_RETURN(OptimizerKind optimizer, parse_optimizer(o.optimizer));
   for (const TableShape& shape : workload_tables(o.workload)) {
@@ -303,7 +303,7 @@ double host_table_bytes(const StoreConfig& c) {
   return b;
 }
 
-// Cache pools of a cached config: rows and bytes per (dim, state) shape, as the store sizes them.
+// Slot pools of a cached config: rows and bytes per (dim, state) shape, as the store sizes them.
 struct PoolSize {
   int dim = 0;
   std::int32_t state = 0;
@@ -311,7 +311,7 @@ struct PoolSize {
   double bytes = 0;
   std::vector<std::size_t> tables;  // indices into config.tables
 };
-std::vector<PoolSize> cache_pools(const StoreConfig& c) {
+std::vector<PoolSize> slot_pools(const StoreConfig& c) {
   std::vector<PoolSize> pools;
   for (std::size_t i = 0; i < c.tables.size(); ++i) {
     const TableConfig& t = c.tables[i];
@@ -605,7 +605,7 @@ MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDes
           while (stride < floats) stride *= 2;
           return floats >= 16 ? std::ceil(floats / 16.0) * 16.0 : stride;
         };
-        for (const auto& p : cache_pools(c.value())) {
+        for (const auto& p : slot_pools(c.value())) {
           device += static_cast<double>(p.rows) * padded(p.dim + p.state) * 4.0;
           record = std::max(record, 4.0 * (p.dim + p.state));
         }
@@ -1011,7 +1011,7 @@ Result<ModeResult> run_mode(const Options& o, const ModeDescriptor& mode, double
   r.ranks = ranks;
   r.cache_fraction = cache_fraction;
   r.host_table_bytes = host_table_bytes(config);
-  for (const auto& p : cache_pools(config)) {
+  for (const auto& p : slot_pools(config)) {
     r.cache_rows += p.rows;
     r.cache_bytes += p.bytes;
   }
@@ -1059,13 +1059,13 @@ Result<ModeResult> run_mode(const Options& o, const ModeDescriptor& mode, double
   return r;
 }
 
-// The distinct rows each cache pool (cache_pools' order) holds among the batches a run submits:
+// The distinct rows each slot pool (cache_pools' order) holds among the batches a run submits:
 // drive reads run batches [0, 2 x (warmup + steps)) of rank 0's cursor (the forward phase, then
 // training). A sweep point whose pools hold that many rows can keep every row the run touches, so
 // its misses are first uses only and a larger cache cannot raise its hit rate.
 Result<std::vector<std::int64_t>> touched_rows_per_pool(const Options& o, const StoreConfig& config,
                                                         const BatchSource& source) {
-  const std::vector<PoolSize> pools = cache_pools(config);
+  const std::vector<PoolSize> pools = slot_pools(config);
   std::map<std::string, std::size_t> pool_of;  // table name -> index into pools
   for (std::size_t p = 0; p < pools.size(); ++p)
     for (const std::size_t t : pools[p].tables) pool_of[config.tables[t].spec.name] = p;
@@ -1227,7 +1227,7 @@ json result_json(const Options& o, const ModeResult& r, double read_gbs, const S
                   {"policy", r.mode->from_config ? std::string(cache::to_string(cc.policy)) : o.policy},
                   {"lookahead", r.mode->from_config ? cc.lookahead : o.lookahead},
                   {"preview", r.mode->from_config ? cc.preview : o.preview},
-                  {"planner_shards", r.mode->from_config ? cc.planner_shards : o.planner_shards},
+                  {"planner_partitions", r.mode->from_config ? cc.planner_partitions : o.planner_partitions},
                   {"cache_fraction", r.mode->from_config ? json(nullptr) : json(r.cache_fraction)},
                   {"cache_rows", r.cache_rows},
                   {"cache_bytes", r.cache_bytes}};
@@ -1403,7 +1403,7 @@ Result<std::vector<double>> parse_fractions(const std::string& s) {
   return out;
 }
 
-// Rows each cache pool must hold at once: the most unique rows of `window` consecutive batches
+// Rows each slot pool must hold at once: the most unique rows of `window` consecutive batches
 // of the training sequence (the batches in flight pin their rows together), and of any single
 // batch of the run (the forward phase's too). A cache smaller than that is refused before it runs. Reads the training
 // sequence once through a cursor (one batch and the window's row sets at a time).
@@ -1456,18 +1456,18 @@ Result<std::vector<std::int64_t>> rows_needed_per_pool(const Options& o, const S
   return need;
 }
 
-// "" when the cache pools of `c` can hold the batches in flight, else why not; `what` says where
+// "" when the slot pools of `c` can hold the batches in flight, else why not; `what` says where
 // the cache's size came from ("cache fraction 0.1", "the config").
 Result<std::string> cache_too_small(const Options& o, const StoreConfig& c, const std::string& what,
                                     const BatchSource& source) {
-  const auto pools = cache_pools(c);
+  const auto pools = slot_pools(c);
   if (pools.empty()) return std::string();
   STRATA_ASSIGN_OR_RETURN(const auto need, rows_needed_per_pool(o, c, pools, source));
   for (std::size_t p = 0; p < pools.size(); ++p) {
     if (pools[p].rows >= need[p]) continue;
     char buf[320];
     std::snprintf(buf, sizeof buf,
-                  "%s gives the dim-%d cache pool %lld rows, but the batches in flight need %lld unique rows in it at "
+                  "%s gives the dim-%d slot pool %lld rows, but the batches in flight need %lld unique rows in it at "
                   "once",
                   what.c_str(), pools[p].dim, static_cast<long long>(pools[p].rows), static_cast<long long>(need[p]));
     return std::string(buf);
@@ -1938,7 +1938,7 @@ int run(const Options& o_in) {
                    {"lookahead", o.lookahead},
                    {"preview", o.preview},
                    {"pipeline", o.pipeline},
-                   {"planner_shards", o.planner_shards},
+                   {"planner_partitions", o.planner_partitions},
                    {"cache_fraction", o.cache_fraction},
                    {"sweep_cache", sweep},
                    {"backend", o.backend},
@@ -1978,7 +1978,7 @@ int run(const Options& o_in) {
   j["results"] = json::array();
   for (const auto& r : results) j["results"].push_back(result_json(o, r, read_gbs, step_limits, profile.value(), true));
   j["sweep"] = json::array();
-  // Distinct rows the run touched per cache pool: a point whose every pool holds them has only
+  // Distinct rows the run touched per slot pool: a point whose every pool holds them has only
   // first-use misses (say so: a larger cache cannot raise its hit rate).
   std::vector<std::int64_t> touched;
   if (!sweep_results.empty()) {
@@ -2005,7 +2005,7 @@ int run(const Options& o_in) {
     p["cache_fraction"] = f;
     auto c = make_config(o, *find_mode("cached").value(), f);
     if (!c) return fail("sweep: " + c.status().to_string(), 1);
-    const std::vector<PoolSize> pools = cache_pools(c.value());
+    const std::vector<PoolSize> pools = slot_pools(c.value());
     bool holds = pools.size() == touched.size();
     for (std::size_t i = 0; holds && i < pools.size(); ++i) holds = pools[i].rows >= touched[i];
     p["holds_every_touched_row"] = holds;
@@ -2273,11 +2273,11 @@ int main(int argc, char** argv) {
                  "so the planner sees lookahead + preview batches ahead")
       ->capture_default_str()
       ->check(CLI::Range(0, strata::kMaxPreview));
-  app.add_option("--planner-shards", o.planner_shards,
-                 "cached: cores planning each cache pool; its slots are split into this many shards by key hash, "
-                 "planned in parallel (rows ranked within their shard)")
+  app.add_option("--planner-partitions,--planner-shards", o.planner_partitions,
+                 "cached: cores planning each slot pool; its slots are split into this many partitions by key hash, "
+                 "planned in parallel (rows ranked within their partition)")
       ->capture_default_str()
-      ->check(CLI::Range(1, strata::kMaxPlannerShards));
+      ->check(CLI::Range(1, strata::kMaxPlannerPartitions));
   app.add_option("--pipeline", o.pipeline, "batches prefetched ahead of forward (beyond the lookahead)")
       ->capture_default_str()
       ->check(CLI::Range(1, strata::bench::kMaxPipeline));

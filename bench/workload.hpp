@@ -38,7 +38,7 @@ struct TableShape {
   int dim = 0;            ///< row width in floats (> 0)
 };
 
-/// Most tables a workload may have (2^16, the tables a cache pool can key: cache/analysis.hpp).
+/// Most tables a workload may have (2^16, the tables a slot pool can key: cache/analysis.hpp).
 /// Checked before any per-table state is built.
 inline constexpr int kMaxWorkloadTables = 1 << 16;
 

@@ -2,6 +2,6 @@
 
 namespace strata::cache {
 
-template class BasicPrefetcher<ShardedPool>;
+template class BasicPrefetcher<PartitionedPlanner>;
 
 }  // namespace strata::cache

@@ -1,7 +1,7 @@
 #pragma once
 // cache::Prefetcher: the loop that drives the cache planners of a `cached` store. It owns the
-// window of batches submitted and previewed, one planner per slot pool (cache::ShardedPool; the
-// tools and tests may plan with cache::CachePool or a model instead: any type with the planner's
+// window of batches submitted and previewed, one planner per slot pool (cache::PartitionedPlanner; the
+// tools and tests may plan with cache::CachePlanner or a model instead: any type with the planner's
 // calls), and decides when each batch is planned:
 //   - submit: a batch enters the window of every pool it touches (a previewed batch keeps its
 //     preview's place); the oldest pending batches are planned once `lookahead` batches stand
@@ -40,8 +40,8 @@
 #include <utility>
 #include <vector>
 
-#include "cache/cache_pool.hpp"
-#include "cache/sharded_pool.hpp"
+#include "cache/cache_planner.hpp"
+#include "cache/partitioned_planner.hpp"
 #include "core/status.hpp"
 #include "host/dedup.hpp"
 
@@ -140,7 +140,7 @@ class BasicPrefetcher {
 
   /// The planners' check_fits (a batch that could not fit even an empty cache), pool by pool in
   /// the order the batch touches them; `b.keys` set. Only for planners that have check_fits
-  /// (ShardedPool). No state change.
+  /// (PartitionedPlanner). No state change.
   Status check_fits(const Batch& b) const;
 
   /// Submits `b` (id and keys set): into the window, then plans the batches due, oldest first. A
@@ -212,8 +212,8 @@ class BasicPrefetcher {
   int in_flight_ = 0;
 };
 
-/// The store's prefetcher: pools planned by ShardedPool.
-using Prefetcher = BasicPrefetcher<ShardedPool>;
+/// The store's prefetcher: pools planned by PartitionedPlanner.
+using Prefetcher = BasicPrefetcher<PartitionedPlanner>;
 
 // ---- implementation ----------------------------------------------------------------------------
 
@@ -463,6 +463,6 @@ CacheStats BasicPrefetcher<Planner>::table_stats(int table) const {
 }
 
 // The store's, compiled once in cache/prefetcher.cpp (other planners are instantiated where used).
-extern template class BasicPrefetcher<ShardedPool>;
+extern template class BasicPrefetcher<PartitionedPlanner>;
 
 }  // namespace strata::cache

@@ -69,7 +69,7 @@ Status Staging::wait_idle() {
   return dev_ptr_->synchronize(drained());
 }
 
-Result<std::unique_ptr<Staging>> StagingPool::take(const StagingSizes& want) {
+Result<std::unique_ptr<Staging>> StagingRing::take(const StagingSizes& want) {
   std::unique_ptr<Staging> st;
   // The oldest free entry may still wait for the caller's stream (its done() follows the caller's
   // work under stream-ordered calls): waiting for it would block the host on the caller's queue, so
@@ -102,7 +102,7 @@ Result<std::unique_ptr<Staging>> StagingPool::take(const StagingSizes& want) {
   return st;
 }
 
-StagingSizes StagingPool::free_capacity() const noexcept {
+StagingSizes StagingRing::free_capacity() const noexcept {
   StagingSizes z;
   for (const auto& s : free_) {
     const StagingSizes c = s->capacity();
@@ -113,7 +113,7 @@ StagingSizes StagingPool::free_capacity() const noexcept {
   return z;
 }
 
-void StagingPool::give_back(std::unique_ptr<Staging> s) {
+void StagingRing::give_back(std::unique_ptr<Staging> s) {
   if (s) free_.push_back(std::move(s));
 }
 

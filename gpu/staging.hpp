@@ -3,7 +3,7 @@
 // memory. A "mirrored" region has the same offsets on both sides (fill it on the host, then one
 // upload() copies it H2D); host-only and device-only regions follow. Buffers grow when a batch
 // needs more, and then to twice what it needs (reallocation happens only in reserve(), which the
-// caller calls when the work that used the entry is done: StagingPool::take waits for it). Each
+// caller calls when the work that used the entry is done: StagingRing::take waits for it). Each
 // entry owns the events of the batch that uses it, so a step creates none. Not thread-safe.
 
 #include <cstddef>
@@ -108,9 +108,9 @@ class Staging {
 /// taken (or, on a device without room for it, to what its batch needs, once). So after each entry has been taken once
 /// since the largest batch, batches up to twice that one's size allocate nothing (and create no event): the steady
 /// state of a training loop. Not thread-safe.
-class StagingPool {
+class StagingRing {
  public:
-  explicit StagingPool(Device& device) : dev_(&device) {}
+  explicit StagingRing(Device& device) : dev_(&device) {}
   /// Free entries whose done() may still be pending before take() makes a new one.
   static constexpr std::size_t kMaxBusyFree = 3;
   /// A free entry, once its last uses finished (Staging::wait_idle, a host sync point on two

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/prefetch.hpp"
+#include "core/line_prefetch.hpp"
 #include "core/simd.hpp"
 
 namespace strata {

@@ -192,7 +192,7 @@ struct ModelOptions {
 /// host/host_table.hpp). mapped_bytes is exact: it equals the growth of
 /// NumaArena::live_mapped_bytes() when the store opens. scratch_bytes bounds the per-table scratch
 /// the CPU optimizer of `cpu` and `offload` tables keeps once trained (find_repeats' direct-mapped
-/// arrays: per thread, one 8-byte entry per row up to the key range width). Cache pools, staging and
+/// arrays: per thread, one 8-byte entry per row up to the key range width). Slot pools, staging and
 /// the other structures of the store are not included.
 struct HostTableMemory {
   double record_bytes = 0;   ///< rows x padded record (what the tables hold)
@@ -219,7 +219,7 @@ struct EngineStaging {
   static double gpu_feature(std::int64_t bags, std::int64_t keys, std::int64_t weights, std::int64_t unique);
   /// `offload` tables gathered on the device, per feature: offsets, keys and weights.
   static double offload_feature(std::int64_t bags, std::int64_t keys, std::int64_t weights);
-  /// A list of `n` 8-byte entries (slots of a cache pool's fills or write-backs, host row
+  /// A list of `n` 8-byte entries (slots of a slot pool's fills or write-backs, host row
   /// addresses of an offload dim group's distinct rows or of zero-copy transfers).
   static double list(std::int64_t n);
 };

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "cache/cache_pool.hpp"
+#include "cache/cache_planner.hpp"
 #include "core/key_batch.hpp"
 #include "core/status.hpp"
 #include "dispatch/communicator.hpp"
@@ -91,7 +91,7 @@ class Store {
   /// describe the rank's machine or tune its speed and never change results: threads, numa,
   /// numa_node, huge_pages, fake_numa_nodes, the whole `device` (backend, ordinal, capacity, emu
   /// settings), offload_gather (no offload table serves a world), cache.policy, cache.lookahead,
-  /// cache.planner_shards, cache.transfer, and each table's `cache` size and cap (a rank with a smaller device
+  /// cache.planner_partitions, cache.transfer, and each table's `cache` size and cap (a rank with a smaller device
   /// caches less of its shard; a batch its cache cannot hold fails every rank at submit).
   static Result<std::unique_ptr<Store>> open(const StoreConfig& config, std::shared_ptr<dispatch::Communicator> comm);
 

@@ -205,10 +205,10 @@ Status validate(const StoreConfig& c) {
   if (c.cache.preview < 0 || c.cache.preview > kMaxPreview)
     return Status::invalid_argument("cache preview " + std::to_string(c.cache.preview) + " must be in [0, " +
                                     std::to_string(kMaxPreview) + "] (batches previewed and not yet submitted)");
-  if (c.cache.planner_shards < 1 || c.cache.planner_shards > kMaxPlannerShards)
-    return Status::invalid_argument("cache planner_shards " + std::to_string(c.cache.planner_shards) +
-                                    " must be in [1, " + std::to_string(kMaxPlannerShards) +
-                                    "] (cores planning each cache pool)");
+  if (c.cache.planner_partitions < 1 || c.cache.planner_partitions > kMaxPlannerPartitions)
+    return Status::invalid_argument("cache planner_partitions " + std::to_string(c.cache.planner_partitions) +
+                                    " must be in [1, " + std::to_string(kMaxPlannerPartitions) +
+                                    "] (cores planning each slot pool)");
   if (c.cache.flush_every < 0)
     return Status::invalid_argument("cache flush_every " + std::to_string(c.cache.flush_every) +
                                     " must be >= 0 (0: no periodic flush)");
@@ -353,6 +353,14 @@ class Fields {
 
   void rename(std::string where) { where_ = std::move(where); }
 
+  // An error when a field is given under both its name and `old`, an earlier name that stays
+  // accepted (read it first, then `key`, into the same destination).
+  Status not_both(const char* key, const char* old) const {
+    if (!j_.contains(key) || !j_.contains(old)) return Status::ok();
+    return Status::invalid_argument(where_ + ": " + prefix_ + key + " and " + prefix_ + old + " are the same field (" +
+                                    old + " is its earlier name); give one");
+  }
+
  private:
   const json* find(const char* key) {
     known_.insert(key);
@@ -474,7 +482,9 @@ Status parse_store_wide(Fields& f, StoreConfig& c) {
     STRATA_RETURN_IF_ERROR(g.integer("lookahead", c.cache.lookahead));
     STRATA_RETURN_IF_ERROR(g.integer("max_in_flight", c.cache.max_in_flight));
     STRATA_RETURN_IF_ERROR(g.integer("preview", c.cache.preview));
-    STRATA_RETURN_IF_ERROR(g.integer("planner_shards", c.cache.planner_shards));
+    STRATA_RETURN_IF_ERROR(g.not_both("planner_partitions", "planner_shards"));
+    STRATA_RETURN_IF_ERROR(g.integer("planner_shards", c.cache.planner_partitions));
+    STRATA_RETURN_IF_ERROR(g.integer("planner_partitions", c.cache.planner_partitions));
     STRATA_RETURN_IF_ERROR(g.integer("flush_every", c.cache.flush_every));
     return g.choice("transfer", c.cache.transfer, parse_cache_transfer);
   }));
@@ -537,9 +547,9 @@ std::string to_json(const StoreConfig& c) {
                  {"capacity", c.device.capacity},
                  {"emu_max_delay_us", c.device.emu_max_delay_us},
                  {"emu_fail_after_ops", c.device.emu_fail_after_ops}};
-  j["cache"] = {{"policy", cache::to_string(c.cache.policy)}, {"lookahead", c.cache.lookahead},
-                {"max_in_flight", c.cache.max_in_flight},     {"preview", c.cache.preview},
-                {"planner_shards", c.cache.planner_shards},   {"flush_every", c.cache.flush_every},
+  j["cache"] = {{"policy", cache::to_string(c.cache.policy)},       {"lookahead", c.cache.lookahead},
+                {"max_in_flight", c.cache.max_in_flight},           {"preview", c.cache.preview},
+                {"planner_partitions", c.cache.planner_partitions}, {"flush_every", c.cache.flush_every},
                 {"transfer", to_string(c.cache.transfer)}};
   j["offload_gather"] = to_string(c.offload_gather);
   j["accept_nonfinite_gradients"] = c.accept_nonfinite_gradients;

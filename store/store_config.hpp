@@ -83,10 +83,10 @@ struct CacheConfig {
   int max_in_flight = 8;  ///< batches submitted and not yet retired (staging ring entries)
   int preview =
       0;  ///< most batches previewed (Store::preview) and not yet submitted, in [0, kMaxPreview]; 0: no previews
-  /// Cores that plan each slot pool, in [1, kMaxPlannerShards]: the pool's slots are split into
-  /// this many shards planned in parallel (cache/sharded_pool.hpp; rows are ranked within their
-  /// shard). Every shard of a pool, and of a capped table's cap, needs at least one row.
-  int planner_shards = 1;
+  /// Cores that plan each slot pool, in [1, kMaxPlannerPartitions]: the pool's slots are split into
+  /// this many partitions planned in parallel (cache/partitioned_planner.hpp; rows are ranked within their
+  /// partition). Every partition of a pool, and of a capped table's cap, needs at least one row.
+  int planner_partitions = 1;
   /// Every `flush_every` backward calls (store steps) the store flushes (Store::flush): host memory
   /// then holds every update up to that step, which bounds what a device fault can lose (README,
   /// "When the device fails"). 0: only explicit flushes, save and close write cached rows back.
@@ -94,8 +94,8 @@ struct CacheConfig {
   CacheTransfer transfer = CacheTransfer::kAuto;  ///< fills and write-backs
 };
 
-/// Upper bound of CacheConfig::planner_shards.
-inline constexpr int kMaxPlannerShards = 256;
+/// Upper bound of CacheConfig::planner_partitions.
+inline constexpr int kMaxPlannerPartitions = 256;
 
 /// Upper bound of CacheConfig::preview.
 inline constexpr int kMaxPreview = 1 << 16;
@@ -167,8 +167,9 @@ Status validate(const StoreConfig& config);
 ///    "device": {"backend": "auto"|"cuda"|"emu", "ordinal": "auto"|"current"|-1|0, "capacity": 0,
 ///               "emu_max_delay_us": 0, "emu_fail_after_ops": -1},
 ///    "cache": {"policy": "lru"|"lfu"|"lookahead", "lookahead": 0, "max_in_flight": 8, "preview": 0,
-///              "planner_shards": 1, "flush_every": 0, "transfer": "auto"|"staged"|"zero_copy"},
+///              "planner_partitions": 1, "flush_every": 0, "transfer": "auto"|"staged"|"zero_copy"},
 ///    "offload_gather": "device"|"cpu", "accept_nonfinite_gradients": false}
+/// cache.planner_partitions was called planner_shards, a name still read (not both at once).
 /// device.ordinal: an integer >= 0 pins that CUDA device (on every rank of a world); "auto" (the
 /// default) opens, on a rank of a world, the GPU of its local rank, and GPU 0 without a world;
 /// "current" (or -1) the calling thread's current CUDA device at Store::open. A config that says

@@ -1,9 +1,9 @@
-// Micro-benchmarks of the cache planner: cache::CachePool probe + commit + retire of one batch
+// Micro-benchmarks of the cache planner: cache::CachePlanner probe + commit + retire of one batch
 // (plus window_push of the batch K ahead, as the store does, for every policy; only lookahead uses
 // it), driven by the store's prefetcher (cache::BasicPrefetcher with its PlanOnly executor), on
 // Zipf 1.05 batches of a 1M-row table, one thread. Items are unique keys planned, so
-// items_per_second is unique keys per second per core (BM_PlanBatchSharded: the same over a
-// cache::ShardedPool whose shards run in parallel, in wall time; BM_PlanPhases: where a batch's
+// items_per_second is unique keys per second per core (BM_PlanBatchPartitioned: the same over a
+// cache::PartitionedPlanner whose partitions run in parallel, in wall time; BM_PlanPhases: where a batch's
 // time goes, call by call). The BM_PlanBatch* times are those of the whole loop, the prefetcher's
 // own work included (grouping the batch's keys per pool, its pending queue, the feature lists it
 // builds for each call); BM_PlanPhases times only the planner's calls, so its phases add up to
@@ -25,8 +25,8 @@
 #include <tbb/task_arena.h>
 
 #include "bench/workload.hpp"
+#include "cache/partitioned_planner.hpp"
 #include "cache/prefetcher.hpp"
-#include "cache/sharded_pool.hpp"
 #include "host/dedup.hpp"
 
 namespace strata {
@@ -69,35 +69,35 @@ struct Phases {
   double push = 0, probe = 0, commit = 0, retire = 0;
 };
 
-// A planner that times the calls of `Pool` into `phases` when it is set: the prefetcher drives it
+// A planner that times the calls of `Planner` into `phases` when it is set: the prefetcher drives it
 // as it drives the pool itself.
-template <class Pool>
+template <class Planner>
 class Timed {
  public:
   template <class... Args>
-  explicit Timed(Args&&... args) : pool_(std::forward<Args>(args)...) {}
+  explicit Timed(Args&&... args) : planner_(std::forward<Args>(args)...) {}
   Phases* phases = nullptr;
-  const Pool& pool() const { return pool_; }
-  const cache::CachePoolOptions& options() const noexcept { return pool_.options(); }
+  const Planner& planner() const { return planner_; }
+  const cache::CachePlannerOptions& options() const noexcept { return planner_.options(); }
   void window_push(std::int64_t seq, const std::vector<cache::FeatureKeys>& f) {
-    time(&Phases::push, [&] { pool_.window_push(seq, f); });
+    time(&Phases::push, [&] { planner_.window_push(seq, f); });
   }
-  void window_drop(std::int64_t seq, const std::vector<cache::FeatureKeys>& f) { pool_.window_drop(seq, f); }
+  void window_drop(std::int64_t seq, const std::vector<cache::FeatureKeys>& f) { planner_.window_drop(seq, f); }
   auto probe(std::int64_t seq, const std::vector<cache::FeatureKeys>& f) const {
-    return time(&Phases::probe, [&] { return pool_.probe(seq, f); });
+    return time(&Phases::probe, [&] { return planner_.probe(seq, f); });
   }
   template <class Probe>
   auto commit(Probe p) {
-    return time(&Phases::commit, [&] { return pool_.commit(std::move(p)); });
+    return time(&Phases::commit, [&] { return planner_.commit(std::move(p)); });
   }
   template <class Plan>
   void retire(const Plan& plan, bool updated) {
-    time(&Phases::retire, [&] { pool_.retire(plan, updated); });
+    time(&Phases::retire, [&] { planner_.retire(plan, updated); });
   }
-  std::vector<cache::Transfer> dirty() const { return pool_.dirty(); }
-  void mark_clean(const std::vector<cache::Transfer>& rows) { pool_.mark_clean(rows); }
-  void invalidate_table(int table) { pool_.invalidate_table(table); }
-  cache::CacheStats table_stats(int table) const { return pool_.table_stats(table); }
+  std::vector<cache::Transfer> dirty() const { return planner_.dirty(); }
+  void mark_clean(const std::vector<cache::Transfer>& rows) { planner_.mark_clean(rows); }
+  void invalidate_table(int table) { planner_.invalidate_table(table); }
+  cache::CacheStats table_stats(int table) const { return planner_.table_stats(table); }
 
  private:
   template <class Fn>
@@ -113,37 +113,37 @@ class Timed {
     } lap{phases, phase, t0};
     return fn();
   }
-  Pool pool_;
+  Planner planner_;
 };
 
-// A pool (cache::CachePool, or cache::ShardedPool of `shards`) driven over the cycling batch set by
+// A pool (cache::CachePlanner, or cache::PartitionedPlanner of `partitions`) driven over the cycling batch set by
 // a prefetcher of lookahead `window` (each plan() submits the batch `window` ahead, which plans the
 // oldest); plan() plans one batch, retires it and returns its unique count (with `t`, adding each
 // planner call's time to it).
-template <class Pool = cache::CachePool>
+template <class Planner = cache::CachePlanner>
 struct Driver {
-  using Prefetcher = cache::BasicPrefetcher<Timed<Pool>>;
-  Driver(cache::Policy policy, double fraction, std::int64_t bags = kBatch, int window = kWindow, int shards = 1)
+  using Prefetcher = cache::BasicPrefetcher<Timed<Planner>>;
+  Driver(cache::Policy policy, double fraction, std::int64_t bags = kBatch, int window = kWindow, int partitions = 1)
       : set(batches(bags)), window(window), prefetcher(window, 1), ring(static_cast<std::size_t>(window) + 1) {
-    cache::CachePoolOptions o;
+    cache::CachePlannerOptions o;
     o.slots = static_cast<std::int64_t>(fraction * kRows);
     o.policy = policy;
     o.window = window + 1;
     o.record_bytes = 64 * 4;
     o.name = "bench";
     o.tables = {{"t", 0}};
-    std::unique_ptr<Timed<Pool>> planner;
-    if constexpr (std::is_same_v<Pool, cache::ShardedPool>)
-      planner = std::make_unique<Timed<Pool>>(o, shards);
+    std::unique_ptr<Timed<Planner>> planner;
+    if constexpr (std::is_same_v<Planner, cache::PartitionedPlanner>)
+      planner = std::make_unique<Timed<Planner>>(o, partitions);
     else
-      planner = std::make_unique<Timed<Pool>>(std::move(o));
+      planner = std::make_unique<Timed<Planner>>(std::move(o));
     timed = planner.get();
     prefetcher.add_pool(std::move(planner), {0});
     prefetcher.set_executor(&Prefetcher::plan_only());
     for (; pushed < window; ++pushed) submit(at(pushed));
   }
   const UniqueKeys& at(std::int64_t seq) const { return set.unique[static_cast<std::size_t>(seq % kDistinctBatches)]; }
-  const Pool& pool() const { return timed->pool(); }
+  const Planner& planner() const { return timed->planner(); }
   // Submits the next batch with keys `u` (alive until it is planned and retired).
   void submit(const UniqueKeys& u) {
     typename Prefetcher::Batch& b = ring[static_cast<std::size_t>(pushed % (window + 1))];
@@ -173,7 +173,7 @@ struct Driver {
   const Batches& set;
   int window;  // batches submitted beyond the one planned
   Prefetcher prefetcher;
-  Timed<Pool>* timed = nullptr;                  // the prefetcher's planner
+  Timed<Planner>* timed = nullptr;               // the prefetcher's planner
   std::vector<typename Prefetcher::Batch> ring;  // batches submitted, not retired, by id modulo window + 1
   std::int64_t seq = 0, pushed = 0;
 };
@@ -196,7 +196,7 @@ void BM_PlanBatch(benchmark::State& state) {
     unique += d.plan();
     lookups += bags * kBag;
   }
-  const auto& st = d.pool().pool_stats();
+  const auto& st = d.planner().pool_stats();
   state.SetItemsProcessed(unique);
   state.counters["hit_rate"] = st.hit_rate();
   state.counters["unique_per_batch"] = static_cast<double>(unique) / static_cast<double>(state.iterations());
@@ -209,30 +209,30 @@ BENCHMARK(BM_PlanBatch)
     ->ArgsProduct({{0, 1, 2}, {5, 20}, {kBatch}})
     ->Unit(benchmark::kMicrosecond);
 
-// A pool planned in `shards` shards in parallel (cache::ShardedPool, oneTBB's default arena: every
+// A pool planned in `partitions` partitions in parallel (cache::PartitionedPlanner, oneTBB's default arena: every
 // core of the machine). Real time: items_per_second is unique keys per second of wall time, over
-// all the cores the shards ran on; per_core divides it by min(shards, cores). Compare with
-// shards = 1 of the same run (the CachePool behind a ShardedPool, no split). hit_rate shows what
-// ranking rows within their shard costs.
-void BM_PlanBatchSharded(benchmark::State& state) {
+// all the cores the partitions ran on; per_core divides it by min(partitions, cores). Compare with
+// partitions = 1 of the same run (the CachePlanner behind a PartitionedPlanner, no split). hit_rate shows what
+// ranking rows within their partition costs.
+void BM_PlanBatchPartitioned(benchmark::State& state) {
   const cache::Policy policy = policy_arg(state.range(0));
-  const int shards = static_cast<int>(state.range(2));
-  Driver<cache::ShardedPool> d(policy, static_cast<double>(state.range(1)) / 100.0, kBatch, kWindow, shards);
+  const int partitions = static_cast<int>(state.range(2));
+  Driver<cache::PartitionedPlanner> d(policy, static_cast<double>(state.range(1)) / 100.0, kBatch, kWindow, partitions);
   for (int i = 0; i < kDistinctBatches; ++i) d.plan();
-  const cache::CacheStats warm = d.pool().pool_stats();
+  const cache::CacheStats warm = d.planner().pool_stats();
   std::int64_t unique = 0;
   for (auto _ : state) unique += d.plan();
-  cache::CacheStats st = d.pool().pool_stats();
+  cache::CacheStats st = d.planner().pool_stats();
   st -= warm;
-  const double cores = std::min<double>(shards, tbb::this_task_arena::max_concurrency());
+  const double cores = std::min<double>(partitions, tbb::this_task_arena::max_concurrency());
   state.SetItemsProcessed(unique);
   state.counters["hit_rate"] = st.hit_rate();
   state.counters["per_core"] = benchmark::Counter(static_cast<double>(unique) / cores, benchmark::Counter::kIsRate);
   state.SetLabel(std::string(cache::to_string(policy)) + " cache " + std::to_string(state.range(1)) + "% " +
-                 std::to_string(shards) + " shards");
+                 std::to_string(partitions) + " partitions");
 }
-BENCHMARK(BM_PlanBatchSharded)
-    ->ArgNames({"policy", "cache_pct", "shards"})
+BENCHMARK(BM_PlanBatchPartitioned)
+    ->ArgNames({"policy", "cache_pct", "partitions"})
     ->ArgsProduct({{0, 1, 2}, {5, 20}, {1, 2, 4}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
@@ -245,7 +245,7 @@ void BM_PlanBatchDeepWindow(benchmark::State& state) {
   std::int64_t unique = 0;
   for (auto _ : state) unique += d.plan();
   state.SetItemsProcessed(unique);
-  state.counters["hit_rate"] = d.pool().pool_stats().hit_rate();
+  state.counters["hit_rate"] = d.planner().pool_stats().hit_rate();
   state.SetLabel("lookahead window 184 cache " + std::to_string(state.range(0)) + "%");
 }
 BENCHMARK(BM_PlanBatchDeepWindow)->ArgName("cache_pct")->Arg(5)->Arg(20)->Unit(benchmark::kMicrosecond);
@@ -254,12 +254,12 @@ BENCHMARK(BM_PlanBatchDeepWindow)->ArgName("cache_pct")->Arg(5)->Arg(20)->Unit(b
 // planning time of a batch goes. Counters: microseconds per batch in each call. Only the planner's
 // calls are timed, not the prefetcher around them (nor the steady_clock reads): the four do not
 // add up to the time per batch (the benchmark's own time, or BM_PlanBatch's). Args: policy, cache %,
-// shards (a cache::ShardedPool; 1 shard is the CachePool itself) and the window (batches pushed beyond
-// the one planned: 4, or 184 = 4 submitted + 180 previewed as in BM_PlanBatchDeepWindow).
+// partitions (a cache::PartitionedPlanner; 1 partition is the CachePlanner itself) and the window (batches pushed
+// beyond the one planned: 4, or 184 = 4 submitted + 180 previewed as in BM_PlanBatchDeepWindow).
 void BM_PlanPhases(benchmark::State& state) {
   const cache::Policy policy = policy_arg(state.range(0));
-  const int shards = static_cast<int>(state.range(2)), window = static_cast<int>(state.range(3));
-  Driver<cache::ShardedPool> d(policy, static_cast<double>(state.range(1)) / 100.0, kBatch, window, shards);
+  const int partitions = static_cast<int>(state.range(2)), window = static_cast<int>(state.range(3));
+  Driver<cache::PartitionedPlanner> d(policy, static_cast<double>(state.range(1)) / 100.0, kBatch, window, partitions);
   for (int i = 0; i < kDistinctBatches; ++i) d.plan();
   Phases t;
   std::int64_t unique = 0;
@@ -271,10 +271,10 @@ void BM_PlanPhases(benchmark::State& state) {
   state.counters["retire_us"] = t.retire * us;
   state.SetItemsProcessed(unique);
   state.SetLabel(std::string(cache::to_string(policy)) + " cache " + std::to_string(state.range(1)) + "% " +
-                 std::to_string(shards) + " shards window " + std::to_string(window));
+                 std::to_string(partitions) + " partitions window " + std::to_string(window));
 }
 BENCHMARK(BM_PlanPhases)
-    ->ArgNames({"policy", "cache_pct", "shards", "window"})
+    ->ArgNames({"policy", "cache_pct", "partitions", "window"})
     ->ArgsProduct({{0, 1, 2}, {5, 20}, {1, 2}, {kWindow}})
     ->Args({2, 5, 1, 184})
     ->Args({2, 20, 1, 184})

@@ -1,5 +1,5 @@
 #pragma once
-// Hit-rate curves of the tables and of their shared cache pools: the exact LRU curve at every
+// Hit-rate curves of the tables and of their shared slot pools: the exact LRU curve at every
 // size in one pass (cache::lru_curve, per batch distinct: a step's repeated keys are one access,
 // a key hits when it is resident at the start of its step, as the cache works) and Belady's
 // optimum (cache::belady_hits) at a few sizes.

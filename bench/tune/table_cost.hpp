@@ -29,7 +29,7 @@
 //   gpu        metadata, gather, update
 //   cached     gpu's, plus per step F fills (host reads F R; staged: F S H2D, unpacked in HBM;
 //              zero-copy: F R H2D) and W write-backs of dirty rows (packed in HBM; staged: W S
-//              D2H; zero-copy: W R D2H; host writes W R), and per cache pool the slots of its fills
+//              D2H; zero-copy: W R D2H; host writes W R), and per slot pool the slots of its fills
 //              and write-backs (and, zero-copy, their host addresses) in the metadata. A row is
 //              dirty once a backward used it since its fill: rows last used by forward-only batches
 //              are written back by nobody (validate simulates the cache; the planner, in steady
@@ -91,7 +91,7 @@
 
 namespace strata::tune {
 
-/// Host bytes per cache slot of the pool's bookkeeping (estimate from cache/cache_pool.hpp: the
+/// Host bytes per cache slot of the pool's bookkeeping (estimate from cache/cache_planner.hpp: the
 /// 32-byte slot record, the key map's entry of about 16 bytes at its load, the slot's version and
 /// eviction-order entry).
 inline constexpr double kCacheIndexBytesPerSlot = 64;
@@ -139,7 +139,7 @@ StepBytes submit_bytes(const TableSpec& spec, Placement placement, const BatchKe
 /// Bytes of one table's forward and backward of a batch: gathers, updates, the trainer's outputs
 /// and gradients, CPU kernels. One rank.
 StepBytes compute_bytes(const TableSpec& spec, Placement placement, const BatchKeys& k, const CostOptions& options);
-/// Bytes a batch moves once per group of tables (cached: a cache pool, the tables of one dim and
+/// Bytes a batch moves once per group of tables (cached: a slot pool, the tables of one dim and
 /// optimizer state; offload: the tables of one dim) at submit: the group's lists of `fills`,
 /// `writebacks` (cached) or `distinct` rows (offload) in the metadata.
 StepBytes group_submit_bytes(Placement placement, std::int64_t fills, std::int64_t writebacks, std::int64_t distinct,

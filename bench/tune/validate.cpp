@@ -166,7 +166,7 @@ Status predict_bytes(const TuneInput& input, const StoreConfig& plan, std::int64
   std::unordered_map<std::uint64_t, std::int64_t> seen;
   std::int64_t stamp = 0;
   for (std::int64_t i = 0; i < end; ++i) {
-    // Groups of tables whose lists share one staging array: cache pools (dim, state), offload dims.
+    // Groups of tables whose lists share one staging array: slot pools (dim, state), offload dims.
     std::map<std::pair<int, int>, BatchKeys> groups;
     for (std::size_t t = 0; t < plan.tables.size(); ++t) {
       const TableConfig& tc = plan.tables[t];

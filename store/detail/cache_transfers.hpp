@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cache/cache_pool.hpp"
+#include "cache/cache_planner.hpp"
 #include "gpu/device.hpp"
 #include "gpu/staging.hpp"
 #include "host/host_table.hpp"

@@ -22,7 +22,7 @@ using Pool = SlotPoolEngine::Pool;
 // index (and of the SlotBatch::work of the same index).
 struct PoolMoves {
   const Pool* pool = nullptr;
-  const cache::ShardedPlan* plan = nullptr;
+  const cache::PartitionedPlan* plan = nullptr;
   Key* wb_slots_dev = nullptr;
   float* wb_dev = nullptr;   // the write-backs' records, packed on the device
   float* wb_host = nullptr;  // staged: their pinned copy
@@ -72,7 +72,7 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
       transfers_.add_table(t, std::move(table));
     }
     for (const auto& [shape, members] : SlotPoolEngine::shapes(config_, tables)) {
-      cache::CachePoolOptions po;
+      cache::CachePlannerOptions po;
       po.policy = config_.cache.policy;
       po.window = config_.cache.lookahead + config_.cache.preview + 1;
       po.name = "(dim " + std::to_string(shape.first) + ", state " + std::to_string(shape.second) + ")";
@@ -82,11 +82,11 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
         po.slots += cache_rows(tc);
         po.tables.push_back({tc.spec.name, tc.cache.cap ? cache_rows(tc) : 0});
       }
-      STRATA_RETURN_IF_ERROR(cache::ShardedPool::validate(po, config_.cache.planner_shards));
+      STRATA_RETURN_IF_ERROR(cache::PartitionedPlanner::validate(po, config_.cache.planner_partitions));
       STRATA_RETURN_IF_ERROR(
           core_.add_pool(shape.first, shape.second, po.slots, members,
-                         "cache pool " + po.name + " of " + std::to_string(po.slots) + " rows needs "));
-      prefetcher_.add_pool(std::make_unique<cache::ShardedPool>(po, config_.cache.planner_shards), members);
+                         "slot pool " + po.name + " of " + std::to_string(po.slots) + " rows needs "));
+      prefetcher_.add_pool(std::make_unique<cache::PartitionedPlanner>(po, config_.cache.planner_partitions), members);
       zero_copy_.push_back(false);
     }
     return choose_transfer();

@@ -53,7 +53,7 @@ std::string first_difference(const json& mine, const json& theirs, const std::st
 // Store-wide and per-table keys of to_json that may differ from rank to rank (see Store::open).
 const char* const kPerRank[] = {"threads",         "numa",   "numa_node",     "huge_pages",
                                 "fake_numa_nodes", "device", "offload_gather"};
-const char* const kPerRankCache[] = {"policy", "lookahead", "planner_shards", "transfer"};
+const char* const kPerRankCache[] = {"policy", "lookahead", "planner_partitions", "transfer"};
 const char* const kPerRankTable[] = {"cache"};
 
 }  // namespace

@@ -20,7 +20,7 @@ std::string number_text(double d);
 /// The part of `config` that every rank must share, as canonical JSON text (keys sorted, no
 /// spaces): to_json(config) without the per-rank fields listed in Store::open's comment (threads,
 /// NUMA, huge pages, fake NUMA nodes, the device, offload_gather, the cache policy, lookahead and
-/// planner shards, each table's cache size), plus the initializer origin of each table. A field
+/// planner partitions, each table's cache size), plus the initializer origin of each table. A field
 /// added to to_json later is shared unless it is added to that list.
 std::string shared_config(const StoreConfig& config);
 

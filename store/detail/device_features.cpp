@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "cache/cache_pool.hpp"
+#include "cache/cache_planner.hpp"
 #include "gpu/kernels/launch_args.hpp"
 #include "store/detail/activation_copy.hpp"
 

@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "cache/cache_pool.hpp"
+#include "cache/cache_planner.hpp"
 #include "core/key_batch.hpp"
 #include "core/status.hpp"
 #include "gpu/device.hpp"
@@ -116,7 +116,7 @@ class Engine {
 };
 
 /// Adds the free entries of `pool` to `to` (Engine::staging_stats): a mirrored region counts on both sides.
-inline void add_staging(const gpu::StagingPool& pool, StagingBytes& to) {
+inline void add_staging(const gpu::StagingRing& pool, StagingBytes& to) {
   const gpu::StagingSizes z = pool.free_capacity();
   to.pinned += z.mirrored + z.host_only;
   to.device += z.mirrored + z.dev_only;

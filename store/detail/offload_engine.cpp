@@ -335,8 +335,8 @@ class OffloadEngine final : public Engine {
   bool reads_pending_ = false;
   std::vector<UniqueKeys> unique_;  // per engine feature of the batch being submitted
   DedupScratch scratch_;
-  gpu::StagingPool staging_{dev_};
-  gpu::StagingPool activations_{dev_};  // host views' outputs on the device (OffloadBatch::act)
+  gpu::StagingRing staging_{dev_};
+  gpu::StagingRing activations_{dev_};  // host views' outputs on the device (OffloadBatch::act)
 };
 
 }  // namespace

@@ -75,7 +75,7 @@ class SlotPoolEngine {
   /// `tables`. Only while the engine is set up, before any work is queued: queued host tasks and
   /// the cached engine's transfers keep references into the pool list, which this may reallocate. Out of device memory:
   /// ResourceExhausted "<needs><bytes> bytes of device memory: ..."
-  /// (`needs` says what needs them, e.g. "cache pool (dim 8, state 8) of 100 rows needs ").
+  /// (`needs` says what needs them, e.g. "slot pool (dim 8, state 8) of 100 rows needs ").
   Status add_pool(std::int32_t dim, std::int32_t state_dim, std::int64_t slots, std::vector<int> tables,
                   const std::string& needs);
 
@@ -104,10 +104,10 @@ class SlotPoolEngine {
   /// Recorded on the compute stream after every retired batch's last compute work (progress_event).
   gpu::EventView progress() const noexcept { return progress_.view(); }
   /// The staging entries of the batches: taken by the placement, given back by retire.
-  gpu::StagingPool& staging() noexcept { return staging_; }
+  gpu::StagingRing& staging() noexcept { return staging_; }
   /// The staging of host views' outputs and gradients (SlotBatch::act): taken by forward, given
   /// back by retire. A store that only ever sees device views never allocates it.
-  const gpu::StagingPool& activation_staging() const noexcept { return activations_; }
+  const gpu::StagingRing& activation_staging() const noexcept { return activations_; }
   /// Engine::staging_stats of both pools.
   void staging_stats(StagingBytes& batches, StagingBytes& activations) const {
     add_staging(staging_, batches);
@@ -129,8 +129,8 @@ class SlotPoolEngine {
   gpu::Stream writeback_;  // with SlotPoolOptions::writeback_stream
   gpu::Event progress_;    // with SlotPoolOptions::progress_event
   std::vector<Pool> pools_;
-  gpu::StagingPool staging_{dev_};
-  gpu::StagingPool activations_{dev_};
+  gpu::StagingRing staging_{dev_};
+  gpu::StagingRing activations_{dev_};
 };
 
 }  // namespace strata::detail

@@ -135,11 +135,16 @@ const std::vector<Field> kWorkload = {
 };
 
 const std::vector<Field> kSettings = {
-    {"/modes", Type::kString},           {"/policy", Type::kString},
-    {"/lookahead", Type::kInteger},      {"/preview", Type::kInteger},
-    {"/pipeline", Type::kInteger},       {"/cache_fraction", Type::kNumber},
-    {"/planner_shards", Type::kInteger}, {"/sweep_cache", Type::kArray},
-    {"/backend", Type::kString},         {"/device_capacity", Type::kInteger},
+    {"/modes", Type::kString},
+    {"/policy", Type::kString},
+    {"/lookahead", Type::kInteger},
+    {"/preview", Type::kInteger},
+    {"/pipeline", Type::kInteger},
+    {"/cache_fraction", Type::kNumber},
+    {"/planner_partitions", Type::kInteger},
+    {"/sweep_cache", Type::kArray},
+    {"/backend", Type::kString},
+    {"/device_capacity", Type::kInteger},
     {"/profile", Type::kString},
 };
 
@@ -253,13 +258,13 @@ const std::vector<Field> kResult = {
 };
 
 const std::vector<Field> kCache = {
-    {"/accesses", Type::kInteger},       {"/hits", Type::kInteger},       {"/misses", Type::kInteger},
-    {"/evictions", Type::kInteger},      {"/writebacks", Type::kInteger}, {"/policy", Type::kString},
-    {"/lookahead", Type::kInteger},      {"/preview", Type::kInteger},    {"/cache_fraction", Type::kNumber},
-    {"/planner_shards", Type::kInteger}, {"/cache_rows", Type::kInteger}, {"/cache_bytes", Type::kNumber},
+    {"/accesses", Type::kInteger},           {"/hits", Type::kInteger},       {"/misses", Type::kInteger},
+    {"/evictions", Type::kInteger},          {"/writebacks", Type::kInteger}, {"/policy", Type::kString},
+    {"/lookahead", Type::kInteger},          {"/preview", Type::kInteger},    {"/cache_fraction", Type::kNumber},
+    {"/planner_partitions", Type::kInteger}, {"/cache_rows", Type::kInteger}, {"/cache_bytes", Type::kNumber},
 };
 
-// A tiny heterogeneous workload (two dims: two cache pools) through every mode, with a sweep whose
+// A tiny heterogeneous workload (two dims: two slot pools) through every mode, with a sweep whose
 // smallest point cannot hold a batch (skipped) and whose 0.5 point is the cached run itself.
 constexpr const char* kTinyArgs =
     "--tables a=2000x8,b=3000x16,c=1x8 --batch 64 --pooling 2 --dist zipf:0.9 --steps 3 --warmup 1 --threads 2 "
@@ -405,7 +410,7 @@ TEST_F(BenchRun, JsonMatchesTheSchema) {
       EXPECT_GE(r["hit_rate"].get<double>(), 0.0);
       EXPECT_LE(r["hit_rate"].get<double>(), 1.0);
       EXPECT_EQ(check(r["cache"], kCache, "/results/cached/cache"), "");
-      // The cache pools (dim 8: a and c, dim 16: b) hold their tables' shares: at least the pool
+      // The slot pools (dim 8: a and c, dim 16: b) hold their tables' shares: at least the pool
       // of b (1500 rows x 16 floats x 4 bytes) is on the device.
       EXPECT_GE(r["device_peak_bytes"].get<double>(), 1500.0 * 16 * 4);
     } else {
@@ -580,24 +585,24 @@ TEST(BenchCli, PreviewRunsTheLookaheadPolicyWithPreviewedBatches) {
   EXPECT_NE(bad.output.find("--preview"), std::string::npos) << bad.output;
 }
 
-// ---- --planner-shards: each cache pool planned in shards; recorded in the JSON ----
+// ---- --planner-partitions: each slot pool planned in partitions; recorded in the JSON ----
 
-TEST(BenchCli, PlannerShardsPlanTheCacheInShards) {
+TEST(BenchCli, PlannerPartitionsPlanTheCacheInPartitions) {
   const std::string dir = temp_dir();
   const RunOutput r = run_bench(
       "--rows 4000 --dim 4 --batch 16 --pooling 2 --steps 6 --warmup 1 --threads 2 --dist zipf:1.05 "
-      "--read-probe-mib 1 --modes cached --backend emu --cache-fraction 0.2 --policy lfu --planner-shards 3 "
+      "--read-probe-mib 1 --modes cached --backend emu --cache-fraction 0.2 --policy lfu --planner-partitions 3 "
       "--no-progress --json " +
       dir + "/shards.json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const json j = json::parse(read_file(dir + "/shards.json"));
-  EXPECT_EQ(j["settings"]["planner_shards"], 3);
+  EXPECT_EQ(j["settings"]["planner_partitions"], 3);
   ASSERT_EQ(j["results"].size(), 1u);
-  EXPECT_EQ(j["results"][0]["cache"]["planner_shards"], 3);
+  EXPECT_EQ(j["results"][0]["cache"]["planner_partitions"], 3);
   EXPECT_GT(j["results"][0]["cache"]["accesses"].get<std::int64_t>(), 0);
-  const RunOutput bad = run_bench("--modes cached --planner-shards 0");
+  const RunOutput bad = run_bench("--modes cached --planner-partitions 0");
   EXPECT_NE(bad.exit_code, 0);
-  EXPECT_NE(bad.output.find("--planner-shards"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("--planner-partitions"), std::string::npos) << bad.output;
 }
 
 // ---- sharded modes over thread ranks report the all-to-all ----

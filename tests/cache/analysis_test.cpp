@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "cache/cache_pool.hpp"
+#include "cache/cache_planner.hpp"
 #include "host/dedup.hpp"
 
 namespace strata::cache {
@@ -493,7 +493,7 @@ TEST(AnalysisRandom, LruMatchesListSimulationOnLongTraces) {
   }
 }
 
-// The curve predicts the cache itself: a CachePool with the lru policy, each batch planned and
+// The curve predicts the cache itself: a CachePlanner with the lru policy, each batch planned and
 // retired in turn, hits exactly LruCurve(kDistinct).hits_at(slots) at every capacity a batch fits;
 // and tables capped at shares that fill the pool (as strata-tune plans them) each get their own
 // curve's hits at their share.
@@ -510,16 +510,16 @@ std::vector<std::vector<Key>> batches_of(const KeyTrace& t) {
   return out;
 }
 
-// Hits per table of an lru CachePool of the tables' `caps` (0: one uncapped table of `slots`).
+// Hits per table of an lru CachePlanner of the tables' `caps` (0: one uncapped table of `slots`).
 std::vector<std::int64_t> pool_hits(const std::vector<KeyTrace>& tables, std::int64_t slots,
                                     const std::vector<std::int64_t>& caps) {
-  CachePoolOptions o;
+  CachePlannerOptions o;
   o.slots = slots;
   o.policy = Policy::kLru;
   o.record_bytes = 4;
   o.name = "test";
   for (std::size_t t = 0; t < tables.size(); ++t) o.tables.push_back({"t" + std::to_string(t), caps[t]});
-  CachePool pool(o);
+  CachePlanner pool(o);
   std::vector<std::vector<std::vector<Key>>> keys;
   for (const KeyTrace& t : tables) keys.push_back(batches_of(t));
   for (std::size_t b = 0; b < keys[0].size(); ++b) {

@@ -1,4 +1,4 @@
-// Planner equivalence: CachePool against RefPool, a small reference planner written for clarity
+// Planner equivalence: CachePlanner against RefPlanner, a small reference planner written for clarity
 // (std::map, std::set, a linear scan for every victim), each driven by the cached engine's own
 // driving loop, cache::BasicPrefetcher, on the same randomized calls: batches pushed into the
 // lookahead window at submit, planned (all-or-nothing over several pools) once `lookahead` later
@@ -26,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include "cache/cache_pool.hpp"
+#include "cache/cache_planner.hpp"
 #include "cache/detail/frequency_sketch.hpp"
 #include "cache/detail/key_map.hpp"
 #include "cache/prefetcher.hpp"
@@ -50,9 +50,9 @@ namespace {
 //              of a row is the lowest of its pushed uses still in the window.
 // (The lookahead rank of rows outside the window changed with the frequency sketch: it was
 // (uses while resident, last use). Updated on purpose, with the policy.)
-class RefPool {
+class RefPlanner {
  public:
-  explicit RefPool(CachePoolOptions o)
+  explicit RefPlanner(CachePlannerOptions o)
       : opt_(std::move(o)),
         slots_(static_cast<std::size_t>(opt_.slots)),
         count_(opt_.tables.size(), 0),
@@ -63,7 +63,7 @@ class RefPool {
     for (std::int64_t s = opt_.slots - 1; s >= 0; --s) free_.push_back(s);
   }
 
-  const CachePoolOptions& options() const { return opt_; }
+  const CachePlannerOptions& options() const { return opt_; }
 
   void window_push(std::int64_t seq, const std::vector<FeatureKeys>& features) {
     if (opt_.policy != Policy::kLookahead) return;
@@ -108,7 +108,7 @@ class RefPool {
       total_misses += misses[t];
       total_hits_unpinned += hits_unpinned[t];
       const std::int64_t cap = opt_.tables[t].cap;
-      const std::string who = "table '" + opt_.tables[t].name + "' in cache pool " + opt_.name + ": the batch";
+      const std::string who = "table '" + opt_.tables[t].name + "' in slot pool " + opt_.name + ": the batch";
       if (cap <= 0) continue;
       if (unique[t] > cap)
         return Status::resource_exhausted(who + " has " + std::to_string(unique[t]) +
@@ -120,7 +120,7 @@ class RefPool {
                                           std::to_string(room) + " of its cap of " + std::to_string(cap) +
                                           " are not pinned by batches in flight");
     }
-    const std::string who = "cache pool " + opt_.name + ": the batch";
+    const std::string who = "slot pool " + opt_.name + ": the batch";
     if (total_unique > opt_.slots) {
       std::string list;
       for (std::size_t t = 0; t < T; ++t) {
@@ -337,7 +337,7 @@ class RefPool {
     if (it->second.empty()) window_.erase(it);
   }
 
-  CachePoolOptions opt_;
+  CachePlannerOptions opt_;
   std::vector<RefSlot> slots_;
   std::vector<std::int64_t> free_;
   std::map<std::pair<int, Key>, std::int64_t> index_;
@@ -392,8 +392,8 @@ struct Shape {
   int steps = 400;
 };
 
-using RealPrefetcher = BasicPrefetcher<CachePool>;
-using RefPrefetcher = BasicPrefetcher<RefPool>;
+using RealPrefetcher = BasicPrefetcher<CachePlanner>;
+using RefPrefetcher = BasicPrefetcher<RefPlanner>;
 
 // The executor of a prefetcher in the test: moves nothing, refuses some plans (as the engine's
 // does when no staging can be had, or when the device failed) and some flush chunks, and records
@@ -445,9 +445,9 @@ class Harness {
  public:
   Harness(const Shape& shape, std::uint64_t seed)
       : shape_(shape), rng_(seed), real_exec_(seed * 31 + 7), ref_exec_(seed * 31 + 7) {
-    std::vector<CachePoolOptions> options;
+    std::vector<CachePlannerOptions> options;
     for (int p = 0; p < shape_.pools; ++p) {
-      CachePoolOptions o;
+      CachePlannerOptions o;
       o.slots = shape_.min_slots +
                 static_cast<std::int64_t>(rng_() % static_cast<std::uint64_t>(shape_.max_slots - shape_.min_slots + 1));
       o.policy = shape_.policy;
@@ -477,8 +477,8 @@ class Harness {
       std::vector<int> ids;
       for (std::size_t t = 0; t < rows_[static_cast<std::size_t>(p)].size(); ++t)
         ids.push_back(first_table_[static_cast<std::size_t>(p)] + static_cast<int>(t));
-      real_->add_pool(std::make_unique<CachePool>(options[static_cast<std::size_t>(p)]), ids);
-      ref_->add_pool(std::make_unique<RefPool>(options[static_cast<std::size_t>(p)]), ids);
+      real_->add_pool(std::make_unique<CachePlanner>(options[static_cast<std::size_t>(p)]), ids);
+      ref_->add_pool(std::make_unique<RefPlanner>(options[static_cast<std::size_t>(p)]), ids);
     }
     real_->set_executor(&real_exec_);
     ref_->set_executor(&ref_exec_);
@@ -756,8 +756,8 @@ class Harness {
     ASSERT_EQ(real_->in_flight(), static_cast<int>(pending_.size() + in_flight_.size())) << when;
     for (int p = 0; p < real_->pools(); ++p) {
       const std::string what = when + ", pool " + std::to_string(p);
-      const CachePool& real = real_->planner(p);
-      const RefPool& ref = ref_->planner(p);
+      const CachePlanner& real = real_->planner(p);
+      const RefPlanner& ref = ref_->planner(p);
       ASSERT_EQ(real.resident(), ref.resident()) << what;
       ASSERT_EQ(real.pinned(), ref.pinned()) << what;
       for (std::size_t t = 0; t < rows_[static_cast<std::size_t>(p)].size(); ++t) {

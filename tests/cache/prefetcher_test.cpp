@@ -7,14 +7,14 @@
 #include <memory>
 #include <vector>
 
-#include "cache/cache_pool.hpp"
+#include "cache/cache_planner.hpp"
 #include "cache/prefetcher.hpp"
-#include "tests/cache/pool_options.hpp"
+#include "tests/cache/planner_options.hpp"
 
 namespace strata::cache {
 namespace {
 
-using P = BasicPrefetcher<CachePool>;
+using P = BasicPrefetcher<CachePlanner>;
 
 // Records what the prefetcher asks of it; refuses prepare() or one write_back() call on demand.
 struct Exec final : P::Executor {
@@ -54,7 +54,7 @@ struct B {
 // A prefetcher of one pool of `slots` slots serving table 0, driven by `e`.
 std::unique_ptr<P> make(int lookahead, std::int64_t slots, Policy policy, Exec& e) {
   auto p = std::make_unique<P>(lookahead, 1);
-  p->add_pool(std::make_unique<CachePool>(testing::pool_options(slots, policy, {{"t", 0}})), {0});
+  p->add_pool(std::make_unique<CachePlanner>(testing::pool_options(slots, policy, {{"t", 0}})), {0});
   p->set_executor(&e);
   return p;
 }
@@ -233,7 +233,7 @@ TEST(PrefetcherDeathTest, RetireOfAPendingBatchAborts) {
 // that nobody wrote back.
 TEST(PrefetcherDeathTest, NoExecutorSetAbortsPlanAndFlush) {
   P p(0, 1);
-  p.add_pool(std::make_unique<CachePool>(testing::pool_options(8, Policy::kLru, {{"t", 0}})), {0});
+  p.add_pool(std::make_unique<CachePlanner>(testing::pool_options(8, Policy::kLru, {{"t", 0}})), {0});
   B a(1, {1, 2});
   EXPECT_DEATH((void)p.submit(a.b), "set_executor");
   EXPECT_DEATH((void)p.flush(), "set_executor");
@@ -242,7 +242,7 @@ TEST(PrefetcherDeathTest, NoExecutorSetAbortsPlanAndFlush) {
 // The explicit PlanOnly executor: plans are made and nothing moves; a flush drops the dirty rows.
 TEST(Prefetcher, PlanOnlyPlansAndFlushDropsDirtyRows) {
   P p(0, 1);
-  p.add_pool(std::make_unique<CachePool>(testing::pool_options(8, Policy::kLru, {{"t", 0}})), {0});
+  p.add_pool(std::make_unique<CachePlanner>(testing::pool_options(8, Policy::kLru, {{"t", 0}})), {0});
   p.set_executor(&P::plan_only());
   B a(1, {1, 2, 3});
   ASSERT_TRUE(p.submit(a.b).is_ok());

@@ -699,7 +699,7 @@ TEST(Staging, AllocationsStayAlignedAcrossGrowth) {
 }
 
 // Takes `n` entries for `want` at once (so the pool holds n), then gives them all back.
-Status take_round(StagingPool& pool, const StagingSizes& want, int n) {
+Status take_round(StagingRing& pool, const StagingSizes& want, int n) {
   std::vector<std::unique_ptr<Staging>> taken;
   for (int i = 0; i < n; ++i) {
     STRATA_ASSIGN_OR_RETURN(auto st, pool.take(want));
@@ -713,11 +713,11 @@ Status take_round(StagingPool& pool, const StagingSizes& want, int n) {
 // back to exactly the batch's size, and that has to stick: it used to be forgotten (the fallback
 // was tested on a copy), so every later take freed the entry and made it again (under cuda a
 // device-wide sync per step).
-TEST(StagingPool, AnEntryThatFitsOnlyWithoutHeadroomAllocatesOnce) {
+TEST(StagingRing, AnEntryThatFitsOnlyWithoutHeadroomAllocatesOnce) {
   EmuOptions o;
   o.capacity = std::size_t{96} << 10;  // one 64 KiB device region fits, 128 KiB does not
   auto dev = make_emu_device(o).value();
-  StagingPool pool(*dev);
+  StagingRing pool(*dev);
   const StagingSizes want{4096, std::size_t{16} << 10, std::size_t{60} << 10};
   ASSERT_TRUE(take_round(pool, want, 1).is_ok());
   // The pool's reservation stays where it was: a floor no entry can reach would make every other
@@ -733,11 +733,11 @@ TEST(StagingPool, AnEntryThatFitsOnlyWithoutHeadroomAllocatesOnce) {
 // Regression: the fallback asked for the request and the old capacity too (the larger of each
 // region), after freeing the old buffers, so a batch that fits alone was refused when an earlier
 // batch had made the entry large, and its next attempt (on the emptied entry) succeeded.
-TEST(StagingPool, TheFallbackAsksForTheRequestAlone) {
+TEST(StagingRing, TheFallbackAsksForTheRequestAlone) {
   EmuOptions o;
   o.capacity = std::size_t{150} << 10;
   auto dev = make_emu_device(o).value();
-  StagingPool pool(*dev);
+  StagingRing pool(*dev);
   // 8 KiB mirrored + 120 KiB device-only with headroom: 128 KiB of the 150 on the device.
   ASSERT_TRUE(take_round(pool, {4096, 0, std::size_t{60} << 10}, 1).is_ok());
   // With headroom 80 + 120 KiB, with the old capacity 40 + 120 KiB: neither fits; 40 + 4 KiB does.
@@ -749,11 +749,11 @@ TEST(StagingPool, TheFallbackAsksForTheRequestAlone) {
 // twice its size, so that every entry reallocated when next taken (and, with the fallback above
 // forgotten, at every take). It leaves the reservation as it was; only the entry it emptied is
 // made again, once.
-TEST(StagingPool, AFailedOversizedRequestLeavesTheReservationAsItWas) {
+TEST(StagingRing, AFailedOversizedRequestLeavesTheReservationAsItWas) {
   EmuOptions o;
   o.capacity = std::size_t{1} << 20;
   auto dev = make_emu_device(o).value();
-  StagingPool pool(*dev);
+  StagingRing pool(*dev);
   const StagingSizes want{4096, std::size_t{64} << 10, std::size_t{64} << 10};
   ASSERT_TRUE(take_round(pool, want, 3).is_ok());
   const StagingSizes reserved = pool.reservation();

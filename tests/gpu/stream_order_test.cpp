@@ -42,10 +42,10 @@ TEST(EmuEvents, AWaitIsNotReleasedByALaterRecordOnAnotherStream) {
   }
 }
 
-TEST(StagingPool, AnEntryStillInUseOnAnotherStreamIsNotWaitedFor) {
+TEST(StagingRing, AnEntryStillInUseOnAnotherStreamIsNotWaitedFor) {
   auto dev = make_emu_device().value();
   Stream s = dev->create_stream().value();
-  StagingPool pool(*dev);
+  StagingRing pool(*dev);
   const StagingSizes want{256, 256, 256};
   auto first = pool.take(want);
   ASSERT_TRUE(first.is_ok()) << first.status().to_string();

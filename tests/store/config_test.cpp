@@ -27,6 +27,25 @@ TEST(StoreConfig, ParsesJsonAndRoundTrips) {
   EXPECT_EQ(to_json(*again), to_json(*c));
 }
 
+// cache.planner_partitions was called planner_shards: configs written with the old name still
+// read; both names at once are refused rather than one silently winning.
+TEST(StoreConfig, PlannerPartitionsAcceptsItsEarlierName) {
+  const auto with_cache = [](const std::string& cache) {
+    return parse_store_config(R"({"cache": )" + cache + R"(, "tables": [{"name": "u", "rows": 5, "dim": 4}]})");
+  };
+  auto now = with_cache(R"({"planner_partitions": 3})");
+  ASSERT_TRUE(now.is_ok()) << now.status().to_string();
+  EXPECT_EQ(now->cache.planner_partitions, 3);
+  auto earlier = with_cache(R"({"planner_shards": 2})");
+  ASSERT_TRUE(earlier.is_ok()) << earlier.status().to_string();
+  EXPECT_EQ(earlier->cache.planner_partitions, 2);
+  EXPECT_NE(to_json(*earlier).find("\"planner_partitions\": 2"), std::string::npos) << to_json(*earlier);
+  EXPECT_EQ(with_cache(R"({"planner_partitions": 2, "planner_shards": 2})").status().message(),
+            "config: cache.planner_partitions and cache.planner_shards are the same field (planner_shards is its "
+            "earlier name); give one");
+  EXPECT_NE(with_cache(R"({"planner_shards": 0})").status().message().find("planner_partitions 0"), std::string::npos);
+}
+
 TEST(StoreConfig, ErrorsNameTheFieldAndValue) {
   EXPECT_EQ(parse_store_config(R"({"tables": [{"name": "u", "rows": 0, "dim": 4}]})").status().message(),
             "table 'u': rows 0 must be > 0");

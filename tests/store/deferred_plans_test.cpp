@@ -2,7 +2,7 @@
 // meet rows pinned by batches in flight all the time) against the reference, with random submits,
 // previews (some with other keys than submitted), forwards in any order (a forward that must wait
 // for batches still in flight is refused without change), backwards and discards of planned and
-// unplanned batches, 1 or 2 planner shards, table caps and stream delays. Every output that is
+// unplanned batches, 1 or 2 planner partitions, table caps and stream delays. Every output that is
 // returned and every final row must be bit-exact. (From a review of the deferred plans.)
 #include <gtest/gtest.h>
 
@@ -20,7 +20,7 @@ using namespace strata::testing;
 struct Seen {
   std::int64_t deferred = 0, forwards_refused = 0, forwards_ok = 0;
 };
-void run_random(std::uint64_t seed, bool lookahead_policy, int shards, bool delays, Seen& seen) {
+void run_random(std::uint64_t seed, bool lookahead_policy, int partitions, bool delays, Seen& seen) {
   std::mt19937_64 rng(seed);
   StoreConfig c;
   c.threads = 2;
@@ -36,7 +36,7 @@ void run_random(std::uint64_t seed, bool lookahead_policy, int shards, bool dela
     tc.spec.optimizer.kind = static_cast<OptimizerKind>(rng() % 4);
     tc.spec.optimizer.learning_rate = 0.05f;
     tc.placement = Placement::kCached;
-    tc.cache.rows = 8 * shards;
+    tc.cache.rows = 8 * partitions;
     tc.cache.cap = rng() % 3 == 0;
     c.tables.push_back(tc);
   }
@@ -44,7 +44,7 @@ void run_random(std::uint64_t seed, bool lookahead_policy, int shards, bool dela
   c.cache.max_in_flight = 4;
   c.cache.lookahead = lookahead_policy ? static_cast<int>(rng() % 3) : 0;
   c.cache.preview = lookahead_policy ? 4 : 0;
-  c.cache.planner_shards = shards;
+  c.cache.planner_partitions = partitions;
   auto dev = Store::open(c);
   ASSERT_TRUE(dev.is_ok()) << dev.status().to_string();
   auto ref = open_reference_store(c);

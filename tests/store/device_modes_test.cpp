@@ -237,38 +237,38 @@ TEST(DeviceModes, ConfigRoundTripsThroughJson) {
   c.cache.lookahead = 3;
   c.offload_gather = OffloadGather::kCpu;
   c.tables[0].cache.cap = true;
-  c.cache.planner_shards = 3;
+  c.cache.planner_partitions = 3;
   auto back = parse_store_config(to_json(c));
   ASSERT_TRUE(back.is_ok()) << back.status().to_string();
   EXPECT_EQ(to_json(back.value()), to_json(c));
 }
 
-TEST(DeviceModes, PlannerShardsOutOfRangeOrTooManyForTheCacheAreRefused) {
+TEST(DeviceModes, PlannerPartitionsOutOfRangeOrTooManyForTheCacheAreRefused) {
   StoreConfig c = cached_config(1000, 10);
-  c.cache.planner_shards = 0;
+  c.cache.planner_partitions = 0;
   auto zero = Store::open(c);
   ASSERT_FALSE(zero.is_ok());
-  EXPECT_NE(zero.status().message().find("cache planner_shards 0 must be in [1, 256]"), std::string::npos)
+  EXPECT_NE(zero.status().message().find("cache planner_partitions 0 must be in [1, 256]"), std::string::npos)
       << zero.status().to_string();
   auto json =
-      parse_store_config(R"({"cache": {"planner_shards": 300}, "tables": [{"name": "a", "rows": 10, "dim": 4}]})");
+      parse_store_config(R"({"cache": {"planner_partitions": 300}, "tables": [{"name": "a", "rows": 10, "dim": 4}]})");
   ASSERT_FALSE(json.is_ok());
-  EXPECT_NE(json.status().message().find("planner_shards 300"), std::string::npos) << json.status().to_string();
-  // More shards than cache rows: refused when the store opens, naming the pool and the numbers.
-  c.cache.planner_shards = 11;
+  EXPECT_NE(json.status().message().find("planner_partitions 300"), std::string::npos) << json.status().to_string();
+  // More partitions than cache rows: refused when the store opens, naming the pool and the numbers.
+  c.cache.planner_partitions = 11;
   auto many = Store::open(c);
   ASSERT_FALSE(many.is_ok());
   EXPECT_EQ(many.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(many.status().message().find("10 rows cannot be split into 11 planner shards"), std::string::npos)
+  EXPECT_NE(many.status().message().find("10 rows cannot be split into 11 planner partitions"), std::string::npos)
       << many.status().to_string();
 }
 
-// As many shards as rows: each shard holds one row, so two rows of a batch that hash to the same
-// shard do not fit, and the error names the shard. (A test of its own: after the JSON errors
+// As many partitions as rows: each partition holds one row, so two rows of a batch that hash to the same
+// partition do not fit, and the error names the partition. (A test of its own: after the JSON errors
 // above, a store that opens made gcc 12's LeakSanitizer crash at exit, in its scan of dynamic TLS.)
-TEST(DeviceModes, PlannerShardsAsManyAsRowsHoldOneRowEach) {
+TEST(DeviceModes, PlannerPartitionsAsManyAsRowsHoldOneRowEach) {
   StoreConfig c = cached_config(1000, 10);
-  c.cache.planner_shards = 10;
+  c.cache.planner_partitions = 10;
   auto s = Store::open(c);
   ASSERT_TRUE(s.is_ok()) << s.status().to_string();
   ASSERT_TRUE((*s)->submit(1, keys_batch({7})).is_ok());
@@ -280,7 +280,7 @@ TEST(DeviceModes, PlannerShardsAsManyAsRowsHoldOneRowEach) {
     }
   }
   EXPECT_EQ(crowded.code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(crowded.message().find("shard"), std::string::npos) << crowded.to_string();
+  EXPECT_NE(crowded.message().find("partition"), std::string::npos) << crowded.to_string();
 }
 
 // Rows a plan evicted are written back on the copy stream behind the batches that updated them;

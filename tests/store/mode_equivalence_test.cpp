@@ -1,7 +1,7 @@
 // Invariant 1 (same function) for the device modes: stores mixing `cpu`, `offload`, `cached`, `gpu`
 // and `hybrid` tables on the emu device (and cuda when a GPU is visible) against the reference, on randomized
 // multi-table workloads: caches sized to a few batches so rows are evicted and written back all the
-// time, every policy, lookahead depths 0..8, pools planned in 1..4 shards, duplicate keys, empty
+// time, every policy, lookahead depths 0..8, pools planned in 1..4 partitions, duplicate keys, empty
 // bags, random stream delays, and flush/save/load in the middle of training; and caches too small
 // for the batches in flight, whose plans wait for batches to retire (CacheStats::deferred); outputs
 // and gradients in host or device memory, passed by synchronous or stream-ordered calls (the strict
@@ -76,21 +76,21 @@ TEST_P(ModeEquivalence, OutputsAndFinalStateEqualTheReference) {
     t.cache.rows = std::min(t.spec.rows, max_unique * (mc.overflow ? 1 : depth) + static_cast<std::int64_t>(rng() % 3));
     t.cache.cap = rng() % 4 == 0;
   }
-  // Half the stores plan each cache pool in 2..4 shards (cache/sharded_pool.hpp), drawn from a
+  // Half the stores plan each slot pool in 2..4 partitions (cache/partitioned_planner.hpp), drawn from a
   // generator of their own so the other draws stay as they were. A shard holds 1/S of the slots
   // (and of a capped table's cap) and any of the rows may hash to it, so a sharded store's caches
   // are S times as large, which gives every shard room for all the batches in flight (rows are
-  // still evicted over the run; tests/cache/sharded_pool_test.cpp evicts within shards hard).
+  // still evicted over the run; tests/cache/partitioned_planner_test.cpp evicts within partitions hard).
   // Tables too small for that are planned whole.
-  std::mt19937_64 shard_rng(static_cast<std::uint64_t>(mc.seed) * 31 + 7);
-  config.cache.planner_shards = shard_rng() % 2 ? 2 + static_cast<int>(shard_rng() % 3) : 1;
+  std::mt19937_64 partition_rng(static_cast<std::uint64_t>(mc.seed) * 31 + 7);
+  config.cache.planner_partitions = partition_rng() % 2 ? 2 + static_cast<int>(partition_rng() % 3) : 1;
   for (auto& t : config.tables)
     if ((t.placement == Placement::kCached || t.placement == Placement::kHybrid) &&
-        config.cache.planner_shards * t.cache.rows > t.spec.rows)
-      config.cache.planner_shards = 1;
+        config.cache.planner_partitions * t.cache.rows > t.spec.rows)
+      config.cache.planner_partitions = 1;
   for (auto& t : config.tables)
     if (t.placement == Placement::kCached || t.placement == Placement::kHybrid)
-      t.cache.rows *= config.cache.planner_shards;
+      t.cache.rows *= config.cache.planner_partitions;
   // Fills and write-backs staged, zero-copy, or measured (own generator, as above).
   std::mt19937_64 transfer_rng(static_cast<std::uint64_t>(mc.seed) * 17 + 5);
   config.cache.transfer = static_cast<CacheTransfer>(transfer_rng() % 3);
@@ -101,8 +101,8 @@ TEST_P(ModeEquivalence, OutputsAndFinalStateEqualTheReference) {
   std::mt19937_64 view_rng(static_cast<std::uint64_t>(mc.seed) * 53 + 11);
   config.accept_nonfinite_gradients = view_rng() % 2 == 0;
   SCOPED_TRACE("policy " + std::string(cache::to_string(config.cache.policy)) + " lookahead " +
-               std::to_string(config.cache.lookahead) + " depth " + std::to_string(depth) + " planner shards " +
-               std::to_string(config.cache.planner_shards));
+               std::to_string(config.cache.lookahead) + " depth " + std::to_string(depth) + " planner partitions " +
+               std::to_string(config.cache.planner_partitions));
 
   auto dev = Store::open(config);
   auto ref = open_reference_store(config);

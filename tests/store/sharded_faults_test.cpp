@@ -296,7 +296,7 @@ TEST(ShardedFaults, RanksMayDifferInTheirPerRankSettings) {
     c.offload_gather = r == 1 ? OffloadGather::kCpu : OffloadGather::kDevice;
     c.cache.policy = static_cast<cache::Policy>(r);
     c.cache.lookahead = r == 2 ? 1 : 0;
-    c.cache.planner_shards = 1 + r % 2;
+    c.cache.planner_partitions = 1 + r % 2;
     c.tables[0].cache.rows = 20 + 10 * r;
     c.tables[1].cache = {};
     c.tables[1].cache.fraction = 0.2 + 0.1 * r;

@@ -1,4 +1,4 @@
-#include "cache/cache_pool.hpp"
+#include "cache/cache_planner.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -32,17 +32,17 @@ CacheStats& CacheStats::operator-=(const CacheStats& o) noexcept {
 namespace {
 // lookahead: the half-life of the frequency sketch, and the ticks of recency one frequency level
 // is worth in the eviction order (a quarter doubling of the decayed count: half_life / 4).
-std::uint64_t half_life(const CachePoolOptions& o) {
+std::uint64_t half_life(const CachePlannerOptions& o) {
   return static_cast<std::uint64_t>(
       std::max<std::int64_t>(1, o.half_life > 0 ? o.half_life : kDefaultHalfLifeSlots * o.slots));
 }
-std::uint64_t level_step(const CachePoolOptions& o) {
+std::uint64_t level_step(const CachePlannerOptions& o) {
   if (o.policy != Policy::kLookahead) return 0;
   return std::max<std::uint64_t>(1, half_life(o) / detail::FrequencySketch::kLevelsPerDoubling);
 }
 }  // namespace
 
-CachePool::CachePool(CachePoolOptions options)
+CachePlanner::CachePlanner(CachePlannerOptions options)
     : opt_(std::move(options)),
       index_(opt_.slots),
       slots_(static_cast<std::size_t>(opt_.slots)),
@@ -63,7 +63,7 @@ CachePool::CachePool(CachePoolOptions options)
 }
 
 namespace {
-std::string table_list(const CachePoolOptions& opt, const std::vector<std::int64_t>& per_table) {
+std::string table_list(const CachePlannerOptions& opt, const std::vector<std::int64_t>& per_table) {
   std::string s;
   for (std::size_t t = 0; t < per_table.size(); ++t) {
     if (per_table[t] == 0) continue;
@@ -83,10 +83,10 @@ std::string table_list(const CachePoolOptions& opt, const std::vector<std::int64
 constexpr std::size_t kBlock = 64;
 }  // namespace
 
-const CachePool::Slot CachePool::kFreeSlot{};
+const CachePlanner::Slot CachePlanner::kFreeSlot{};
 
 // Pins a resident slot; a slot leaving the eviction order gets a new version (its entries go stale).
-inline void CachePool::pin(Slot& s, std::int64_t slot) {
+inline void CachePlanner::pin(Slot& s, std::int64_t slot) {
   if (s.state++ % Slot::kDirty == 0) {  // no pins before
     ++version_[static_cast<std::size_t>(slot)];
     ++pinned_total_;
@@ -96,7 +96,7 @@ inline void CachePool::pin(Slot& s, std::int64_t slot) {
 
 // Queues an unpinned resident slot by its current rank (cache/policy.hpp), in the pool's order and
 // in its table's when the table has a cap. Any entry queued before goes stale.
-void CachePool::enter_order(std::int64_t slot) {
+void CachePlanner::enter_order(std::int64_t slot) {
   const Slot& s = slots_[static_cast<std::size_t>(slot)];
   const std::uint32_t version = ++version_[static_cast<std::size_t>(slot)];
   const auto slot32 = static_cast<std::int32_t>(slot);
@@ -122,7 +122,7 @@ void CachePool::enter_order(std::int64_t slot) {
   if (table_order) table_order->maybe_compact(version_.data());
 }
 
-void CachePool::window_push(std::int64_t seq, const std::vector<FeatureKeys>& features) {
+void CachePlanner::window_push(std::int64_t seq, const std::vector<FeatureKeys>& features) {
   if (opt_.policy != Policy::kLookahead) return;
   const auto record = [this](std::int32_t slot) { return &slots_[static_cast<std::size_t>(slot)]; };
   constexpr std::size_t kAhead = 16, kRing = 32;  // the ring holds rows u .. u + kAhead
@@ -162,7 +162,7 @@ void CachePool::window_push(std::int64_t seq, const std::vector<FeatureKeys>& fe
   }
 }
 
-void CachePool::window_drop(std::int64_t seq, const std::vector<FeatureKeys>& features) {
+void CachePlanner::window_drop(std::int64_t seq, const std::vector<FeatureKeys>& features) {
   if (opt_.policy != Policy::kLookahead) return;
   for (const auto& f : features) {
     for (Key row : f.unique->keys) {
@@ -179,7 +179,7 @@ void CachePool::window_drop(std::int64_t seq, const std::vector<FeatureKeys>& fe
   }
 }
 
-Result<PoolProbe> CachePool::probe(std::int64_t seq, const std::vector<FeatureKeys>& features) const {
+Result<PoolProbe> CachePlanner::probe(std::int64_t seq, const std::vector<FeatureKeys>& features) const {
   PoolProbe p;
   p.seq = seq;
   p.features = features;
@@ -232,30 +232,30 @@ Result<PoolProbe> CachePool::probe(std::int64_t seq, const std::vector<FeatureKe
     const std::int64_t cap = opt_.tables[t].cap;
     if (cap <= 0) continue;
     if (unique[t] > cap)
-      return Status::resource_exhausted("table '" + opt_.tables[t].name + "' in cache pool " + opt_.name +
+      return Status::resource_exhausted("table '" + opt_.tables[t].name + "' in slot pool " + opt_.name +
                                         ": the batch has " + std::to_string(unique[t]) +
                                         " unique rows but the table's cache cap is " + std::to_string(cap) + " slots");
     if (misses[t] > cap - table_[t].pinned - hits_unpinned[t])
-      return Status::resource_exhausted("table '" + opt_.tables[t].name + "' in cache pool " + opt_.name +
+      return Status::resource_exhausted("table '" + opt_.tables[t].name + "' in slot pool " + opt_.name +
                                         ": the batch needs " + std::to_string(misses[t]) + " new slots but only " +
                                         std::to_string(cap - table_[t].pinned - hits_unpinned[t]) + " of its cap of " +
                                         std::to_string(cap) + " are not pinned by batches in flight");
   }
   if (total_unique > opt_.slots)
-    return Status::resource_exhausted("cache pool " + opt_.name + ": the batch has " + std::to_string(total_unique) +
+    return Status::resource_exhausted("slot pool " + opt_.name + ": the batch has " + std::to_string(total_unique) +
                                       " unique rows (" + table_list(opt_, unique) + ") but the cache holds only " +
                                       std::to_string(opt_.slots) + " rows");
   const std::int64_t evictable = opt_.slots - pinned_total_ - total_hits_unpinned;
   if (total_misses > evictable)
     return Status::resource_exhausted(
-        "cache pool " + opt_.name + ": the batch needs " + std::to_string(total_misses) + " new slots but only " +
+        "slot pool " + opt_.name + ": the batch needs " + std::to_string(total_misses) + " new slots but only " +
         std::to_string(evictable) + " of " + std::to_string(opt_.slots) + " are free or evictable (" +
         std::to_string(pinned_total_) +
         " pinned by batches in flight); raise the cache capacity or keep fewer batches in flight");
   return p;
 }
 
-std::int64_t CachePool::take_victim(int table) {
+std::int64_t CachePlanner::take_victim(int table) {
   const std::size_t t = static_cast<std::size_t>(table);
   const std::int64_t cap = opt_.tables[t].cap;
   const bool capped = cap > 0 && table_[t].count >= cap;
@@ -275,7 +275,7 @@ std::int64_t CachePool::take_victim(int table) {
   return slot;
 }
 
-PoolPlan CachePool::commit(PoolProbe probe) {
+PoolPlan CachePlanner::commit(PoolProbe probe) {
   PoolPlan plan;
   plan.seq = probe.seq;
   plan.unique_slots.resize(probe.features.size());
@@ -424,7 +424,7 @@ PoolPlan CachePool::commit(PoolProbe probe) {
   return plan;
 }
 
-void CachePool::retire(const PoolPlan& plan, bool updated) {
+void CachePlanner::retire(const PoolPlan& plan, bool updated) {
   const bool ranked_by_uses = opt_.policy != Policy::kLru;
   for (const auto& us : plan.unique_slots) {
     const std::size_t n = us.size();
@@ -452,7 +452,7 @@ void CachePool::retire(const PoolPlan& plan, bool updated) {
   }
 }
 
-std::vector<Transfer> CachePool::dirty() const {
+std::vector<Transfer> CachePlanner::dirty() const {
   std::vector<Transfer> out;
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     const Slot& s = slots_[i];
@@ -462,7 +462,7 @@ std::vector<Transfer> CachePool::dirty() const {
   return out;
 }
 
-void CachePool::mark_clean(const std::vector<Transfer>& rows) {
+void CachePlanner::mark_clean(const std::vector<Transfer>& rows) {
   for (const Transfer& t : rows) {
     Slot& s = slots_[static_cast<std::size_t>(t.slot)];
     STRATA_CHECK(s.key == cache_key(t.table, t.row));  // still the row dirty() listed
@@ -474,7 +474,7 @@ void CachePool::mark_clean(const std::vector<Transfer>& rows) {
   }
 }
 
-void CachePool::invalidate_table(int table) {
+void CachePlanner::invalidate_table(int table) {
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
     if (s.key == detail::KeyMap::kEmpty || s.table() != static_cast<std::size_t>(table)) continue;
@@ -488,12 +488,12 @@ void CachePool::invalidate_table(int table) {
   table_[static_cast<std::size_t>(table)].count = 0;
 }
 
-std::int64_t CachePool::slot_of(int table, Key row) const noexcept {
+std::int64_t CachePlanner::slot_of(int table, Key row) const noexcept {
   const std::uint64_t ck = cache_key(table, row);
   return index_.find(ck, detail::KeyMap::hash(ck), key_of());
 }
 
-CacheStats CachePool::pool_stats() const {
+CacheStats CachePlanner::pool_stats() const {
   CacheStats s;
   for (const auto& t : table_) s += t.stats;
   return s;

@@ -1,4 +1,4 @@
-// CachePool: one conformance suite for every policy (pins are never evicted, dirty victims are
+// CachePlanner: one conformance suite for every policy (pins are never evicted, dirty victims are
 // written back, capacity errors change nothing, index consistency under random traffic), plus the
 // behaviour that tells the policies apart.
 #include <gtest/gtest.h>
@@ -6,20 +6,20 @@
 #include <random>
 #include <set>
 
-#include "cache/cache_pool.hpp"
-#include "tests/cache/pool_options.hpp"
+#include "cache/cache_planner.hpp"
+#include "tests/cache/planner_options.hpp"
 
 namespace strata::cache {
 namespace {
 
-CachePoolOptions options(std::int64_t slots, Policy p, std::vector<PoolTable> tables = {{"a", 0}, {"b", 0}}) {
+CachePlannerOptions options(std::int64_t slots, Policy p, std::vector<PoolTable> tables = {{"a", 0}, {"b", 0}}) {
   return testing::pool_options(slots, p, std::move(tables));
 }
 
 UniqueKeys uniq(std::vector<Key> keys) { return dedup_keys(keys.data(), static_cast<std::int64_t>(keys.size())); }
 
 // Plans one single-table batch; asserts success.
-PoolPlan plan(CachePool& pool, std::int64_t seq, int table, const UniqueKeys& u) {
+PoolPlan plan(CachePlanner& pool, std::int64_t seq, int table, const UniqueKeys& u) {
   auto p = pool.probe(seq, {{table, &u}});
   EXPECT_TRUE(p.is_ok()) << p.status().to_string();
   return pool.commit(std::move(p).value());
@@ -29,7 +29,7 @@ class PolicyConformance : public ::testing::TestWithParam<Policy> {};
 
 TEST_P(PolicyConformance, RandomTrafficKeepsIndexPinsAndDirtyRowsConsistent) {
   std::mt19937_64 rng(5);
-  CachePool pool(options(64, GetParam()));
+  CachePlanner pool(options(64, GetParam()));
   std::set<std::pair<int, Key>> dirty;  // rows updated in a slot and not yet written back
   std::vector<std::pair<PoolPlan, std::vector<UniqueKeys>>> in_flight;
   std::int64_t seq = 0;
@@ -88,7 +88,7 @@ TEST_P(PolicyConformance, RandomTrafficKeepsIndexPinsAndDirtyRowsConsistent) {
 }
 
 TEST_P(PolicyConformance, BatchLargerThanCacheIsRefusedWithoutChange) {
-  CachePool pool(options(4, GetParam()));
+  CachePlanner pool(options(4, GetParam()));
   UniqueKeys u = uniq({1, 2, 3, 4, 5});
   auto p = pool.probe(0, {{0, &u}});
   ASSERT_FALSE(p.is_ok());
@@ -99,7 +99,7 @@ TEST_P(PolicyConformance, BatchLargerThanCacheIsRefusedWithoutChange) {
 }
 
 TEST_P(PolicyConformance, MissesBeyondUnpinnedSlotsAreRefused) {
-  CachePool pool(options(4, GetParam()));
+  CachePlanner pool(options(4, GetParam()));
   UniqueKeys a = uniq({1, 2, 3});
   PoolPlan pa = plan(pool, 0, 0, a);  // 3 slots pinned
   UniqueKeys b = uniq({7, 8});
@@ -111,7 +111,7 @@ TEST_P(PolicyConformance, MissesBeyondUnpinnedSlotsAreRefused) {
 }
 
 TEST_P(PolicyConformance, PerTableCapIsRespected) {
-  CachePool pool(options(8, GetParam(), {{"a", 2}, {"b", 0}}));
+  CachePlanner pool(options(8, GetParam(), {{"a", 2}, {"b", 0}}));
   for (int i = 0; i < 10; ++i) {
     UniqueKeys u = uniq({static_cast<Key>(i), static_cast<Key>(i + 100)});
     PoolPlan p = plan(pool, i, 0, u);
@@ -127,7 +127,7 @@ TEST_P(PolicyConformance, PerTableCapIsRespected) {
 }
 
 TEST_P(PolicyConformance, InvalidateDropsOnlyThatTable) {
-  CachePool pool(options(8, GetParam()));
+  CachePlanner pool(options(8, GetParam()));
   UniqueKeys a = uniq({1, 2}), b = uniq({3});
   auto pr = pool.probe(0, {{0, &a}, {1, &b}});
   ASSERT_TRUE(pr.is_ok());
@@ -145,7 +145,7 @@ INSTANTIATE_TEST_SUITE_P(Policies, PolicyConformance, ::testing::Values(Policy::
 // Cache of 2 holding 1 (used three times) and 2 (used last): inserting 3, LRU evicts 1 and LFU evicts 2.
 TEST(Policies, LruEvictsLeastRecentLfuLeastFrequent) {
   for (Policy pol : {Policy::kLru, Policy::kLfu}) {
-    CachePool pool(options(2, pol));
+    CachePlanner pool(options(2, pol));
     auto touch = [&](std::int64_t seq, Key k) {
       UniqueKeys u = uniq({k});
       pool.retire(plan(pool, seq, 0, u), false);
@@ -166,7 +166,7 @@ TEST(Policies, LruEvictsLeastRecentLfuLeastFrequent) {
 }
 
 TEST(Policies, LookaheadEvictsTheRowUsedFarthestAheadAndAdmitsOneOffsLast) {
-  CachePool pool(options(2, Policy::kLookahead));
+  CachePlanner pool(options(2, Policy::kLookahead));
   std::vector<UniqueKeys> b = {uniq({1}), uniq({2}), uniq({3}), uniq({1}), uniq({5}), uniq({2})};
   auto fk = [&](std::size_t i) { return std::vector<FeatureKeys>{{0, &b[i]}}; };
   for (std::size_t i = 0; i < b.size(); ++i) pool.window_push(static_cast<std::int64_t>(i), fk(i));
@@ -191,7 +191,7 @@ TEST(Policies, LookaheadEvictsTheRowUsedFarthestAheadAndAdmitsOneOffsLast) {
 // Regression: recency inside a batch follows the order of first use, for hits and misses alike
 // (hits used to be stamped before misses, making a batch's hot rows look older than its new ones).
 TEST(Policies, LruRecencyFollowsFirstUseWithinABatch) {
-  CachePool pool(options(2, Policy::kLru));
+  CachePlanner pool(options(2, Policy::kLru));
   UniqueKeys b0 = uniq({1}), b1 = uniq({2, 1}), b2 = uniq({3});  // in b1, 2 (a miss) is used before 1 (a hit)
   pool.retire(plan(pool, 0, 0, b0), false);
   pool.retire(plan(pool, 1, 0, b1), false);
@@ -203,7 +203,7 @@ TEST(Policies, LruRecencyFollowsFirstUseWithinABatch) {
 // Regression: rows with no use in the lookahead window are ranked as by LFU (uses, then recency),
 // not left tied (ties went to the lowest slot).
 TEST(Policies, LookaheadRanksRowsOutsideTheWindowByUsesThenRecency) {
-  CachePool pool(options(2, Policy::kLookahead));
+  CachePlanner pool(options(2, Policy::kLookahead));
   std::vector<UniqueKeys> b = {uniq({1}), uniq({2}), uniq({2}), uniq({1}), uniq({3})};
   for (std::size_t i = 0; i < b.size(); ++i) {
     const std::vector<FeatureKeys> fk = {{0, &b[i]}};

@@ -1,8 +1,8 @@
-// ShardedPool: a pool split into S shards planned in parallel must decide exactly as S separate
-// CachePools would, each fed the rows that hash to it (a row's shard: the top 32 bits of its
-// cache key's hash scaled to [0, S)), with slot numbers offset by the shards before it; with S = 1
-// exactly as one CachePool. Checked on random multi-table traffic for every policy: the lookahead
-// window (pushes and drops), capacity errors (the lowest refusing shard's, no state change), pins
+// PartitionedPlanner: a pool split into S partitions planned in parallel must decide exactly as S separate
+// CachePlanners would, each fed the rows that hash to it (a row's partition: the top 32 bits of its
+// cache key's hash scaled to [0, S)), with slot numbers offset by the partitions before it; with S = 1
+// exactly as one CachePlanner. Checked on random multi-table traffic for every policy: the lookahead
+// window (pushes and drops), capacity errors (the lowest refusing partition's, no state change), pins
 // across batches in flight retired out of order, per-table caps, flushes and invalidations. Both
 // the pool and the model (as a planner of its own) are driven by the store's driving loop,
 // cache::BasicPrefetcher.
@@ -16,45 +16,45 @@
 #include <tuple>
 #include <vector>
 
+#include "cache/partitioned_planner.hpp"
 #include "cache/prefetcher.hpp"
-#include "cache/sharded_pool.hpp"
 #include "core/row_math.hpp"
-#include "tests/cache/pool_options.hpp"
+#include "tests/cache/planner_options.hpp"
 
 namespace strata::cache {
 namespace {
 
-CachePoolOptions options(std::int64_t slots, Policy p, std::vector<PoolTable> tables) {
-  CachePoolOptions o = testing::pool_options(slots, p, std::move(tables));
+CachePlannerOptions options(std::int64_t slots, Policy p, std::vector<PoolTable> tables) {
+  CachePlannerOptions o = testing::pool_options(slots, p, std::move(tables));
   o.window = 8;
   return o;
 }
 
-// The model: S independent pools, with the shard rule and the split of slots and caps spelled out.
+// The model: S independent pools, with the partition rule and the split of slots and caps spelled out.
 struct Model {
-  Model(const CachePoolOptions& o, int S) : shards(S) {
+  Model(const CachePlannerOptions& o, int S) : partitions(S) {
     std::int64_t off = 0;
     for (int s = 0; s < S; ++s) {
-      CachePoolOptions so = o;
+      CachePlannerOptions so = o;
       so.slots = o.slots / S + (s < o.slots % S ? 1 : 0);
       for (PoolTable& t : so.tables)
         if (t.cap > 0) t.cap = t.cap / S + (s < t.cap % S ? 1 : 0);
-      if (S > 1) so.name = o.name + " shard " + std::to_string(s) + " of " + std::to_string(S);
+      if (S > 1) so.name = o.name + " partition " + std::to_string(s) + " of " + std::to_string(S);
       offset.push_back(off);
       off += so.slots;
-      pools.push_back(std::make_unique<CachePool>(so));
+      pools.push_back(std::make_unique<CachePlanner>(so));
     }
   }
-  int shard(int table, Key row) const {
-    const std::uint64_t h = mix64(CachePool::cache_key(table, row));
-    return static_cast<int>(((h >> 32) * static_cast<std::uint64_t>(shards)) >> 32);
+  int partition(int table, Key row) const {
+    const std::uint64_t h = mix64(CachePlanner::cache_key(table, row));
+    return static_cast<int>(((h >> 32) * static_cast<std::uint64_t>(partitions)) >> 32);
   }
-  // The rows of each feature in shard s, in their order.
+  // The rows of each feature in partition s, in their order.
   std::vector<UniqueKeys> part(const std::vector<FeatureKeys>& fk, int s) const {
     std::vector<UniqueKeys> out(fk.size());
     for (std::size_t i = 0; i < fk.size(); ++i)
       for (Key k : fk[i].unique->keys)
-        if (shard(fk[i].table, k) == s) out[i].keys.push_back(k);
+        if (partition(fk[i].table, k) == s) out[i].keys.push_back(k);
     return out;
   }
   static std::vector<FeatureKeys> features(const std::vector<FeatureKeys>& fk, const std::vector<UniqueKeys>& keys) {
@@ -62,9 +62,9 @@ struct Model {
     for (std::size_t i = 0; i < fk.size(); ++i) out.push_back({fk[i].table, &keys[i]});
     return out;
   }
-  int shards;
+  int partitions;
   std::vector<std::int64_t> offset;
-  std::vector<std::unique_ptr<CachePool>> pools;
+  std::vector<std::unique_ptr<CachePlanner>> pools;
 };
 
 std::string str(const Transfer& t) {
@@ -76,31 +76,31 @@ std::vector<std::string> strs(const std::vector<Transfer>& v) {
   return out;
 }
 
-// The model as a planner, so that the prefetcher drives it as it drives the ShardedPool: the first
-// shard to refuse a batch gives the error, plans are the shards' plans with global slots (the
-// lists shard by shard, each feature's slots back in its order).
+// The model as a planner, so that the prefetcher drives it as it drives the PartitionedPlanner: the first
+// partition to refuse a batch gives the error, plans are the partitions' plans with global slots (the
+// lists partition by partition, each feature's slots back in its order).
 struct ModelPlan : PoolPlan {
-  std::vector<PoolPlan> shards;
+  std::vector<PoolPlan> partitions;
 };
 struct ModelProbe {
   std::int64_t seq = 0;
   std::vector<FeatureKeys> features;
-  std::vector<std::vector<UniqueKeys>> parts;  // per shard: the features' rows in it
-  std::vector<PoolProbe> probes;               // per shard
+  std::vector<std::vector<UniqueKeys>> parts;  // per partition: the features' rows in it
+  std::vector<PoolProbe> probes;               // per partition
 };
 class ModelPlanner {
  public:
-  ModelPlanner(const CachePoolOptions& o, int S) : opt_(o), model_(o, S) {}
-  const CachePoolOptions& options() const { return opt_; }
+  ModelPlanner(const CachePlannerOptions& o, int S) : opt_(o), model_(o, S) {}
+  const CachePlannerOptions& options() const { return opt_; }
   const Model& model() const { return model_; }
   void window_push(std::int64_t seq, const std::vector<FeatureKeys>& fk) {
-    for (int s = 0; s < model_.shards; ++s) {
+    for (int s = 0; s < model_.partitions; ++s) {
       const auto part = model_.part(fk, s);
       model_.pools[static_cast<std::size_t>(s)]->window_push(seq, Model::features(fk, part));
     }
   }
   void window_drop(std::int64_t seq, const std::vector<FeatureKeys>& fk) {
-    for (int s = 0; s < model_.shards; ++s) {
+    for (int s = 0; s < model_.partitions; ++s) {
       const auto part = model_.part(fk, s);
       model_.pools[static_cast<std::size_t>(s)]->window_drop(seq, Model::features(fk, part));
     }
@@ -109,7 +109,7 @@ class ModelPlanner {
     ModelProbe p;
     p.seq = seq;
     p.features = fk;
-    for (int s = 0; s < model_.shards; ++s) {
+    for (int s = 0; s < model_.partitions; ++s) {
       p.parts.push_back(model_.part(fk, s));
       auto mp = model_.pools[static_cast<std::size_t>(s)]->probe(seq, Model::features(fk, p.parts.back()));
       if (!mp.is_ok()) return mp.status();
@@ -123,7 +123,7 @@ class ModelPlanner {
     const auto& fk = p.features;
     plan.unique_slots.resize(fk.size());
     for (std::size_t i = 0; i < fk.size(); ++i) plan.unique_slots[i].assign(fk[i].unique->keys.size(), -1);
-    for (int s = 0; s < model_.shards; ++s) {
+    for (int s = 0; s < model_.partitions; ++s) {
       PoolPlan mp = model_.pools[static_cast<std::size_t>(s)]->commit(std::move(p.probes[static_cast<std::size_t>(s)]));
       const Key off = model_.offset[static_cast<std::size_t>(s)];
       for (Transfer t : mp.fills) plan.fills.push_back({t.slot + off, t.table, t.row});
@@ -134,32 +134,32 @@ class ModelPlanner {
       for (std::size_t i = 0; i < fk.size(); ++i) {
         std::size_t j = 0;
         for (std::size_t u = 0; u < fk[i].unique->keys.size(); ++u)
-          if (model_.shard(fk[i].table, fk[i].unique->keys[u]) == s)
+          if (model_.partition(fk[i].table, fk[i].unique->keys[u]) == s)
             plan.unique_slots[i][u] = mp.unique_slots[i][j++] + off;
       }
-      plan.shards.push_back(std::move(mp));
+      plan.partitions.push_back(std::move(mp));
     }
     return plan;
   }
   void retire(const ModelPlan& plan, bool updated) {
-    for (int s = 0; s < model_.shards; ++s)
-      model_.pools[static_cast<std::size_t>(s)]->retire(plan.shards[static_cast<std::size_t>(s)], updated);
+    for (int s = 0; s < model_.partitions; ++s)
+      model_.pools[static_cast<std::size_t>(s)]->retire(plan.partitions[static_cast<std::size_t>(s)], updated);
   }
   std::vector<Transfer> dirty() const {
     std::vector<Transfer> out;
-    for (int s = 0; s < model_.shards; ++s)
+    for (int s = 0; s < model_.partitions; ++s)
       for (Transfer t : model_.pools[static_cast<std::size_t>(s)]->dirty())
         out.push_back({t.slot + model_.offset[static_cast<std::size_t>(s)], t.table, t.row});
     return out;
   }
   void mark_clean(const std::vector<Transfer>& rows) {
-    std::vector<std::vector<Transfer>> local(static_cast<std::size_t>(model_.shards));
+    std::vector<std::vector<Transfer>> local(static_cast<std::size_t>(model_.partitions));
     for (const Transfer& t : rows) {
       std::size_t s = 0;
       while (s + 1 < local.size() && model_.offset[s + 1] <= t.slot) ++s;
       local[s].push_back({t.slot - model_.offset[s], t.table, t.row});
     }
-    for (int s = 0; s < model_.shards; ++s)
+    for (int s = 0; s < model_.partitions; ++s)
       model_.pools[static_cast<std::size_t>(s)]->mark_clean(local[static_cast<std::size_t>(s)]);
   }
   void invalidate_table(int table) {
@@ -172,7 +172,7 @@ class ModelPlanner {
   }
 
  private:
-  CachePoolOptions opt_;
+  CachePlannerOptions opt_;
   Model model_;
 };
 
@@ -189,28 +189,28 @@ struct FlushRecorder final : Prefetcher::Executor {
   std::vector<Transfer> written;
 };
 
-class ShardedPoolMatchesShards : public ::testing::TestWithParam<std::tuple<Policy, int>> {};
+class PartitionedPlannerMatchesPartitions : public ::testing::TestWithParam<std::tuple<Policy, int>> {};
 
-// The ShardedPool and the model, each under a prefetcher (the store's driving loop) with a window
+// The PartitionedPlanner and the model, each under a prefetcher (the store's driving loop) with a window
 // of 3 batches, get the same calls; their plans, errors and state must agree after each.
-TEST_P(ShardedPoolMatchesShards, OnRandomTraffic) {
+TEST_P(PartitionedPlannerMatchesPartitions, OnRandomTraffic) {
   const auto [policy, S] = GetParam();
   std::mt19937_64 rng(static_cast<std::uint64_t>(S) * 101 + static_cast<std::uint64_t>(policy));
   const std::vector<PoolTable> tables = {{"a", 0}, {"b", 0}, {"capped", 24}};
-  const CachePoolOptions o = options(96, policy, tables);
-  ASSERT_TRUE(ShardedPool::validate(o, S).is_ok());
+  const CachePlannerOptions o = options(96, policy, tables);
+  ASSERT_TRUE(PartitionedPlanner::validate(o, S).is_ok());
   using ModelPrefetcher = BasicPrefetcher<ModelPlanner>;
   Prefetcher real(3, 3);
   ModelPrefetcher model(3, 3);
-  real.add_pool(std::make_unique<ShardedPool>(o, S), {0, 1, 2});
+  real.add_pool(std::make_unique<PartitionedPlanner>(o, S), {0, 1, 2});
   model.add_pool(std::make_unique<ModelPlanner>(o, S), {0, 1, 2});
   FlushRecorder<Prefetcher> real_flush;
   FlushRecorder<ModelPrefetcher> model_flush;
   real.set_executor(&real_flush);
   model.set_executor(&model_flush);
-  const ShardedPool& pool = real.planner(0);
+  const PartitionedPlanner& pool = real.planner(0);
   const Model& m = model.planner(0).model();
-  ASSERT_EQ(pool.shards(), S);
+  ASSERT_EQ(pool.partitions(), S);
 
   struct Batch {
     std::vector<UniqueKeys> keys;  // per table
@@ -227,7 +227,7 @@ TEST_P(ShardedPoolMatchesShards, OnRandomTraffic) {
       b->keys.resize(3);
       for (int t = 0; t < 3; ++t) {
         std::vector<Key> keys;
-        const int n = static_cast<int>(rng() % (rng() % 8 == 0 ? 40 : 10));  // sometimes too many for a shard
+        const int n = static_cast<int>(rng() % (rng() % 8 == 0 ? 40 : 10));  // sometimes too many for a partition
         for (int i = 0; i < n; ++i) keys.push_back(static_cast<Key>(rng() % (t == 0 ? 40 : 300)));
         b->keys[static_cast<std::size_t>(t)] = dedup_keys(keys.data(), static_cast<std::int64_t>(keys.size()));
       }
@@ -241,7 +241,7 @@ TEST_P(ShardedPoolMatchesShards, OnRandomTraffic) {
     }
     const int action = static_cast<int>(rng() % 10);
     if (action < 6 && in_flight.size() < 3) {
-      // The oldest batch's forward: planned, or refused by a shard.
+      // The oldest batch's forward: planned, or refused by a partition.
       Batch& b = *pending.front();
       const Status got = real.plan(b.real);
       const Status want = model.plan(b.model);
@@ -249,7 +249,7 @@ TEST_P(ShardedPoolMatchesShards, OnRandomTraffic) {
       if (!got.is_ok()) {
         EXPECT_EQ(got.to_string(), want.to_string());
         if (S > 1) {
-          EXPECT_NE(got.message().find("shard"), std::string::npos) << got.to_string();
+          EXPECT_NE(got.message().find("partition"), std::string::npos) << got.to_string();
         }
         ++refused;
         // Refused: given up (as the store does when it discards a batch), out of every window.
@@ -258,7 +258,7 @@ TEST_P(ShardedPoolMatchesShards, OnRandomTraffic) {
         pending.erase(pending.begin());
         continue;
       }
-      const ShardedPlan& p = b.real.parts[0].plan;
+      const PartitionedPlan& p = b.real.parts[0].plan;
       const ModelPlan& mp = b.model.parts[0].plan;
       ASSERT_EQ(p.unique_slots, mp.unique_slots) << "step " << step;
       ASSERT_EQ(strs(p.fills), strs(mp.fills)) << "step " << step;
@@ -296,9 +296,9 @@ TEST_P(ShardedPoolMatchesShards, OnRandomTraffic) {
     }
     // The counts and the index agree after every operation.
     std::int64_t resident = 0, pinned = 0;
-    for (const auto& shard : m.pools) {
-      resident += shard->resident();
-      pinned += shard->pinned();
+    for (const auto& partition : m.pools) {
+      resident += partition->resident();
+      pinned += partition->pinned();
     }
     ASSERT_EQ(pool.resident(), resident);
     ASSERT_EQ(pool.pinned(), pinned);
@@ -311,37 +311,37 @@ TEST_P(ShardedPoolMatchesShards, OnRandomTraffic) {
       ASSERT_EQ(got.writebacks, want.writebacks);
       ASSERT_EQ(got.deferred, want.deferred);
       for (Key row = 0; row < 40; ++row) {
-        const int s = m.shard(t, row);
+        const int s = m.partition(t, row);
         const std::int64_t local = m.pools[static_cast<std::size_t>(s)]->slot_of(t, row);
         ASSERT_EQ(pool.slot_of(t, row), local < 0 ? -1 : local + m.offset[static_cast<std::size_t>(s)]);
       }
     }
   }
-  // The traffic exercised what it should: batches planned, and some refused by a shard.
+  // The traffic exercised what it should: batches planned, and some refused by a partition.
   EXPECT_GT(planned, 300);
   EXPECT_GT(refused, 0);
   EXPECT_LE(pool.pool_stats().hits, pool.pool_stats().accesses);
 }
 
-INSTANTIATE_TEST_SUITE_P(PoliciesAndShards, ShardedPoolMatchesShards,
+INSTANTIATE_TEST_SUITE_P(PoliciesAndPartitions, PartitionedPlannerMatchesPartitions,
                          ::testing::Combine(::testing::Values(Policy::kLru, Policy::kLfu, Policy::kLookahead),
                                             ::testing::Values(1, 2, 3, 5)),
                          [](const ::testing::TestParamInfo<std::tuple<Policy, int>>& i) {
                            return std::string(to_string(std::get<0>(i.param))) + "_" +
-                                  std::to_string(std::get<1>(i.param)) + "_shards";
+                                  std::to_string(std::get<1>(i.param)) + "_partitions";
                          });
 
-TEST(ShardedPool, SlotsAreGlobalAndDistinct) {
-  // Every shard's slots are its own range: a batch's rows land in distinct slots below the pool's.
-  const CachePoolOptions o = options(1000, Policy::kLru, {{"t", 0}});
-  ShardedPool pool(o, 7);
+TEST(PartitionedPlanner, SlotsAreGlobalAndDistinct) {
+  // Every partition's slots are its own range: a batch's rows land in distinct slots below the pool's.
+  const CachePlannerOptions o = options(1000, Policy::kLru, {{"t", 0}});
+  PartitionedPlanner pool(o, 7);
   std::vector<Key> keys;
   for (Key k = 0; k < 600; ++k) keys.push_back(k * 7919 % 100003);
   const UniqueKeys u = dedup_keys(keys.data(), static_cast<std::int64_t>(keys.size()));
   auto probe = pool.probe(0, {{0, &u}});
   ASSERT_TRUE(probe.is_ok()) << probe.status().to_string();
   EXPECT_EQ(probe.value().misses, 600);
-  const ShardedPlan plan = pool.commit(std::move(probe).value());
+  const PartitionedPlan plan = pool.commit(std::move(probe).value());
   const std::set<Key> slots(plan.unique_slots[0].begin(), plan.unique_slots[0].end());
   EXPECT_EQ(slots.size(), 600u);
   EXPECT_GE(*slots.begin(), 0);
@@ -352,7 +352,7 @@ TEST(ShardedPool, SlotsAreGlobalAndDistinct) {
   pool.retire(plan, true);
   EXPECT_EQ(pool.pinned(), 0);
   EXPECT_EQ(pool.dirty().size(), 600u);
-  // Marked clean by parts, shard by shard or not: every row's flag goes, and each counts once.
+  // Marked clean by parts, partition by partition or not: every row's flag goes, and each counts once.
   std::vector<Transfer> rows = pool.dirty();
   std::reverse(rows.begin(), rows.end());
   pool.mark_clean(std::vector<Transfer>(rows.begin(), rows.begin() + 250));
@@ -362,21 +362,21 @@ TEST(ShardedPool, SlotsAreGlobalAndDistinct) {
   EXPECT_EQ(pool.pool_stats().writebacks, 600);
 }
 
-TEST(ShardedPool, ValidateNamesThePoolTheTableAndTheNumbers) {
-  const Status zero = ShardedPool::validate(options(10, Policy::kLru, {{"t", 0}}), 0);
+TEST(PartitionedPlanner, ValidateNamesThePoolTheTableAndTheNumbers) {
+  const Status zero = PartitionedPlanner::validate(options(10, Policy::kLru, {{"t", 0}}), 0);
   EXPECT_EQ(zero.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(zero.message().find("planner shards 0 must be >= 1"), std::string::npos) << zero.to_string();
-  const Status small = ShardedPool::validate(options(3, Policy::kLru, {{"t", 0}}), 4);
-  EXPECT_NE(small.message().find("(test): 3 rows cannot be split into 4 planner shards"), std::string::npos)
+  EXPECT_NE(zero.message().find("planner partitions 0 must be >= 1"), std::string::npos) << zero.to_string();
+  const Status small = PartitionedPlanner::validate(options(3, Policy::kLru, {{"t", 0}}), 4);
+  EXPECT_NE(small.message().find("(test): 3 rows cannot be split into 4 planner partitions"), std::string::npos)
       << small.to_string();
-  const Status cap = ShardedPool::validate(options(100, Policy::kLru, {{"t", 0}, {"users", 3}}), 4);
+  const Status cap = PartitionedPlanner::validate(options(100, Policy::kLru, {{"t", 0}, {"users", 3}}), 4);
   EXPECT_NE(cap.message().find("table 'users': a cache cap of 3 rows cannot be split into 4"), std::string::npos)
       << cap.to_string();
-  EXPECT_TRUE(ShardedPool::validate(options(100, Policy::kLru, {{"t", 0}, {"users", 4}}), 4).is_ok());
-  // A shard holds at most 2^30 slots (32-bit slot numbers inside): checked before any allocation.
-  const Status big = ShardedPool::validate(options(std::int64_t{3} << 30, Policy::kLru, {{"t", 0}}), 2);
-  EXPECT_NE(big.message().find("use at least 3 planner shards"), std::string::npos) << big.to_string();
-  EXPECT_TRUE(ShardedPool::validate(options(std::int64_t{3} << 30, Policy::kLru, {{"t", 0}}), 3).is_ok());
+  EXPECT_TRUE(PartitionedPlanner::validate(options(100, Policy::kLru, {{"t", 0}, {"users", 4}}), 4).is_ok());
+  // A partition holds at most 2^30 slots (32-bit slot numbers inside): checked before any allocation.
+  const Status big = PartitionedPlanner::validate(options(std::int64_t{3} << 30, Policy::kLru, {{"t", 0}}), 2);
+  EXPECT_NE(big.message().find("use at least 3 planner partitions"), std::string::npos) << big.to_string();
+  EXPECT_TRUE(PartitionedPlanner::validate(options(std::int64_t{3} << 30, Policy::kLru, {{"t", 0}}), 3).is_ok());
 }
 
 }  // namespace

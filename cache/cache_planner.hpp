@@ -1,5 +1,5 @@
 #pragma once
-// CachePool: the host-side brain of one HBM slot pool. Tables of the same (dim, state_dim) share a
+// CachePlanner: the host-side brain of one HBM slot pool. Tables of the same (dim, state_dim) share a
 // pool, so hot rows of every table compete for the same slots ("flat" cache), with an optional
 // per-table cap. The pool keeps the key->slot index, the replacement policy, pins (a slot used by a
 // batch that has been planned but not yet retired is never evicted), dirty flags, and statistics.
@@ -18,7 +18,7 @@
 // Cost: probe, commit and retire are O(1) amortized per unique row (hash lookups and FIFO queues;
 // see cache/detail/eviction_order.hpp; lookahead adds one sketch line per row and a winner-tree
 // pass of 6 compares per victim), window_push/window_drop O(1) per row plus the row's uses in the
-// window beyond the reach of its mask (CachePoolOptions::window batches, at least 64).
+// window beyond the reach of its mask (CachePlannerOptions::window batches, at least 64).
 
 #include <algorithm>
 #include <cstdint>
@@ -62,7 +62,7 @@ struct PoolTable {
 };
 
 /// Shape and policy of a pool.
-struct CachePoolOptions {
+struct CachePlannerOptions {
   std::int64_t slots = 0;         ///< capacity in rows (> 0)
   Policy policy = Policy::kLru;   ///< replacement policy
   std::int64_t record_bytes = 0;  ///< bytes per slot record (weights + state), for the byte counters
@@ -82,7 +82,7 @@ inline constexpr std::int64_t kDefaultHalfLifeSlots = 16;
 
 /// One table's deduplicated keys in a batch.
 struct FeatureKeys {
-  int table = 0;                       ///< index into CachePoolOptions::tables
+  int table = 0;                       ///< index into CachePlannerOptions::tables
   const UniqueKeys* unique = nullptr;  ///< the feature's unique rows (host), alive during the call
 };
 
@@ -109,13 +109,13 @@ struct PoolProbe {
   std::vector<std::vector<std::int64_t>> found;  ///< per feature, per unique row: slot or -1
 };
 
-// Cache-line aligned: the pools of a ShardedPool are planned on different cores, and the counters
+// Cache-line aligned: the pools of a PartitionedPlanner are planned on different cores, and the counters
 // every call writes (in the object) must not share a line with a neighbouring pool's.
-class alignas(64) CachePool {
+class alignas(64) CachePlanner {
  public:
-  explicit CachePool(CachePoolOptions options);
+  explicit CachePlanner(CachePlannerOptions options);
 
-  const CachePoolOptions& options() const noexcept { return opt_; }
+  const CachePlannerOptions& options() const noexcept { return opt_; }
 
   /// Adds a batch to the lookahead window (only the lookahead policy uses it): a submitted batch,
   /// or the keys of one to be submitted later (a preview). Sequence numbers order the window: a
@@ -197,7 +197,7 @@ class alignas(64) CachePool {
   void enter_order(std::int64_t slot);
   std::int64_t take_victim(int table);
 
-  CachePoolOptions opt_;
+  CachePlannerOptions opt_;
   detail::KeyMap index_;
   std::vector<Slot> slots_;
   std::vector<std::uint32_t> version_;  // per slot: bumped when it leaves the eviction order or is re-queued
@@ -207,7 +207,7 @@ class alignas(64) CachePool {
   bool any_cap_ = false;                            // some table has a cap
   // Per table: its statistics, resident slots (exact only when any_cap_) and pinned slots. A cache
   // line or two of its own each (written on every pin), so that pools planned on different cores
-  // (ShardedPool) never write the same line.
+  // (PartitionedPlanner) never write the same line.
   struct alignas(64) TableState {
     CacheStats stats;
     std::int64_t count = 0;
