@@ -644,6 +644,101 @@ TEST_P(Conformance, DeviceBuffersAllToAllV) {
   });
 }
 
+// Two devices taking turns on one communicator (two stores sharing it): after a first round with
+// each, no collective allocates or frees anything on either device (`mpi` keeps pinned staging per
+// device), and forgetting one device leaves the other's alone.
+TEST_P(Conformance, DeviceBuffersOfTwoDevicesTakingTurnsAllocateNothingAfterWarmUp) {
+  world().run(normal_options(), [&](RankEnv& env) {
+    Communicator& c = env.comm;
+    const int me = c.rank();
+    const int n = c.size();
+    RankDevice a(c), b(c);
+    // Each device has its own sizes, so the two need stages of different sizes.
+    struct Side {
+      RankDevice& dev;
+      std::int64_t base;  // bytes per pair, plus a little per rank
+      std::vector<std::int64_t> sc, sd, rc, rd;
+      gpu::DeviceBuffer send, recv, gathered;
+    };
+    auto make_side = [&](RankDevice& dev, std::int64_t base) {
+      Side side{dev,
+                base,
+                std::vector<std::int64_t>(n),
+                std::vector<std::int64_t>(n),
+                std::vector<std::int64_t>(n),
+                std::vector<std::int64_t>(n),
+                {},
+                {},
+                {}};
+      std::int64_t send_bytes = 0, recv_bytes = 0;
+      for (int r = 0; r < n; ++r) {
+        side.sc[r] = base + 8 * me + r;
+        side.sd[r] = send_bytes;
+        send_bytes += side.sc[r];
+        side.rc[r] = base + 8 * r + me;
+        side.rd[r] = recv_bytes;
+        recv_bytes += side.rc[r];
+      }
+      std::vector<std::uint8_t> send(send_bytes);
+      for (int r = 0; r < n; ++r) {
+        for (std::int64_t i = 0; i < side.sc[r]; ++i) send[side.sd[r] + i] = pattern(me, r, i + base);
+      }
+      side.send = dev.upload(send);
+      side.recv = dev.upload(std::vector<std::uint8_t>(recv_bytes, kSentinel));
+      side.gathered = dev.upload(std::vector<std::uint8_t>(base * n, kSentinel));
+      return side;
+    };
+    Side sides[] = {make_side(a, 3000), make_side(b, 7000)};
+    auto round = [&](Side& s) {
+      const BufferSpace space = s.dev.space();
+      ASSERT_TRUE(
+          c.all_to_all_v(s.send.data(), s.sc.data(), s.sd.data(), s.recv.data(), s.rc.data(), s.rd.data(), space)
+              .is_ok());
+      ASSERT_TRUE(c.all_gather(s.send.data(), s.base, s.gathered.data(), space).is_ok());
+      ASSERT_TRUE(c.broadcast(s.gathered.data(), s.base, n - 1, space).is_ok());
+    };
+    auto expect_none = [&](const gpu::ResourceCounts& during, const char* what) {
+      EXPECT_EQ(during.allocations, 0u) << what << ", rank " << me;
+      EXPECT_EQ(during.frees, 0u) << what << ", rank " << me;
+      EXPECT_EQ(during.events, 0u) << what << ", rank " << me;
+    };
+    for (Side& s : sides) round(s);  // warm-up
+    if (::testing::Test::HasFatalFailure()) return;
+    const gpu::ResourceCounts a0 = a.device().resource_counts(), b0 = b.device().resource_counts();
+    for (int turn = 0; turn < 6; ++turn) round(sides[turn % 2]);
+    if (::testing::Test::HasFatalFailure()) return;
+    expect_none(a.device().resource_counts() - a0, "device a, taking turns");
+    expect_none(b.device().resource_counts() - b0, "device b, taking turns");
+
+    round(sides[0]);
+    c.forget_device(a.device());
+    const gpu::ResourceCounts b1 = b.device().resource_counts();
+    round(sides[1]);
+    expect_none(b.device().resource_counts() - b1, "device b, after a was forgotten");
+    round(sides[0]);  // a again: it may allocate anew
+    if (::testing::Test::HasFatalFailure()) return;
+
+    for (Side& s : sides) {
+      std::int64_t recv_bytes = 0;
+      for (int r = 0; r < n; ++r) recv_bytes += s.rc[r];
+      const std::vector<std::uint8_t> recv = s.dev.download(s.recv, static_cast<std::size_t>(recv_bytes));
+      std::int64_t wrong = 0;
+      for (int src = 0; src < n; ++src) {
+        for (std::int64_t i = 0; i < s.rc[src]; ++i) wrong += recv[s.rd[src] + i] != pattern(src, me, i + s.base);
+      }
+      EXPECT_EQ(wrong, 0) << "all_to_all_v with base " << s.base << ", rank " << me;
+      const std::vector<std::uint8_t> gathered = s.dev.download(s.gathered, static_cast<std::size_t>(s.base * n));
+      // The broadcast from the last rank left its gathered bytes everywhere: rank r's first
+      // s.base bytes of what it sends (to rank 0) at r * s.base.
+      wrong = 0;
+      for (int r = 0; r < n; ++r) {
+        for (std::int64_t i = 0; i < s.base; ++i) wrong += gathered[r * s.base + i] != pattern(r, 0, i + s.base);
+      }
+      EXPECT_EQ(wrong, 0) << "all_gather then broadcast with base " << s.base << ", rank " << me;
+    }
+  });
+}
+
 TEST_P(Conformance, DeviceBuffersAllGatherAndBroadcast) {
   world().run(normal_options(), [&](RankEnv& env) {
     RankDevice dev(env.comm);
