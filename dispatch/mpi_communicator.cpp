@@ -183,7 +183,8 @@ class MpiCommunicator final : public Communicator {
     info.kind = Collective::kAllToAllV;
     info.send_counts = send_counts;
     info.recv_counts = recv_counts;
-    info.arg_error = detail::check_a2a_arguments(size_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
+    info.arg_error =
+        detail::check_a2a_arguments(size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
     if (info.arg_error.empty()) info.arg_error = space_error;
     return run(info, [&](std::uint64_t seq, Clock::time_point deadline, const char* what) -> Status {
       std::int64_t total = 0;
@@ -335,7 +336,7 @@ class MpiCommunicator final : public Communicator {
     if (!space.on_device())
       return all_to_all_v_host(send, send_counts, send_displs, recv, recv_counts, recv_displs, "");
     std::string error =
-        detail::check_a2a_arguments(size_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
+        detail::check_a2a_arguments(size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
     if (error.empty()) error = detail::ready_space(space);
     if (!error.empty()) return all_to_all_v_host(send, send_counts, send_displs, recv, recv_counts, recv_displs, error);
     std::int64_t send_end = 0, recv_end = 0;
@@ -361,14 +362,19 @@ class MpiCommunicator final : public Communicator {
     if (error.empty() && own == send_counts[rank_]) sc[rank_] = rc[rank_] = 0;
     STRATA_RETURN_IF_ERROR(
         all_to_all_v_host(st.send.data(), sc.data(), send_displs, st.recv.data(), rc.data(), recv_displs, error));
+    // The own share first, device to device, unless it is in place: compared by address, for send
+    // and recv may be one buffer whose displacements keep the ranges apart. No received range
+    // overlaps its source (check_a2a_arguments), and it goes first all the same, so that nothing
+    // queued after could ever overwrite what it reads.
+    if (own > 0) {
+      char* own_to = static_cast<char*>(recv) + recv_displs[rank_];
+      const char* own_from = static_cast<const char*>(send) + send_displs[rank_];
+      if (own_to != own_from) d.copy_d2d(space.stream, own_to, own_from, static_cast<std::size_t>(own));
+    }
     for (int p = 0; p < size_; ++p) {
       if (p == rank_ || recv_counts[p] == 0) continue;
       d.copy_h2d(space.stream, static_cast<char*>(recv) + recv_displs[p], st.recv.as<char>() + recv_displs[p],
                  static_cast<std::size_t>(recv_counts[p]));
-    }
-    if (own > 0 && recv != send) {
-      d.copy_d2d(space.stream, static_cast<char*>(recv) + recv_displs[rank_],
-                 static_cast<const char*>(send) + send_displs[rank_], static_cast<std::size_t>(own));
     }
     // The host collective counted the bytes to peers; the own share moves none between ranks.
     return d.synchronize(space.stream).with_context("all_to_all_v");

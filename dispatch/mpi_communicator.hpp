@@ -17,8 +17,8 @@
 // communicator allocates from that device and keeps, one stage per device (each grown to twice
 // the largest call with its device, so the steady state allocates nothing, also when the stores
 // of several devices share the communicator and take turns; Communicator::forget_device frees
-// that device's stage only): one D2H of what leaves this rank before the exchange, one H2D of
-// what arrived after, this rank's own share device to device. CUDA-aware MPI
+// that device's stage only): one D2H of what leaves this rank before the exchange, then this
+// rank's own share device to device and one H2D of what arrived. CUDA-aware MPI
 // (MPIX_Query_cuda_support) is not used: staging works with every MPI and with the emulated
 // device, whose memory no MPI could read, and keeps one code path under test.
 
