@@ -111,6 +111,15 @@ class Communicator {
   /// which must expect exactly that many (`recv_counts[me]`), else an error naming both ranks.
   /// Each array has size() entries (host). `send` and `recv` are in `space`; bytes of `recv`
   /// outside the received ranges are left as they were.
+  ///
+  /// Not in place: no byte may be both sent and received. The send ranges (`send_counts[r]` bytes
+  /// at `send + send_displs[r]`) must not overlap the receive ranges (`recv_counts[r]` bytes at
+  /// `recv + recv_displs[r]`), else InvalidArgument on every rank (as any invalid argument, it
+  /// breaks the communicator), for host and device buffers alike: peers may read this rank's send
+  /// ranges while its receive ranges are written, and MPI_Alltoallv and NCCL's send/receive do not
+  /// allow aliased buffers either. `send` and `recv` may be one buffer (even the same pointer) when
+  /// the displacements keep the ranges apart. The one exception is this rank's own share in place:
+  /// `send + send_displs[me] == recv + recv_displs[me]` is left as it is (no copy).
   Status all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
                       const std::int64_t* recv_counts, const std::int64_t* recv_displs, const BufferSpace& space = {}) {
     return do_all_to_all_v(send, send_counts, send_displs, recv, recv_counts, recv_displs, space);

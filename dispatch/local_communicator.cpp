@@ -164,7 +164,7 @@ class LocalCommunicator final : public Communicator {
     p.info.send_counts = send_counts;
     p.info.recv_counts = recv_counts;
     p.info.arg_error =
-        detail::check_a2a_arguments(size(), send, send_counts, send_displs, recv, recv_counts, recv_displs);
+        detail::check_a2a_arguments(size(), rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
     if (p.info.arg_error.empty()) p.info.arg_error = detail::ready_space(space);
     p.src = send;
     p.send_displs = send_displs;
@@ -295,10 +295,12 @@ class LocalCommunicator final : public Communicator {
     return Status::ok();
   }
 
-  // One peer's part into this rank's buffer. The caller may pass overlapping buffers for its own
-  // share (an in-place exchange), so the host self copy is a memmove; buffers of different ranks
-  // never overlap. Device buffers: a device copy on this rank's stream (its own share d2d, a
-  // peer's from the peer's device); finish() waits for them.
+  // One peer's part into this rank's buffer. Only this rank's own part may be in place (an
+  // all_to_all_v refuses any other overlap of send and receive ranges, check_a2a_arguments, for
+  // peers read this rank's send ranges while it writes its receive ranges): a copy onto itself is
+  // skipped, and the host self copy is a memmove all the same. Buffers of different ranks never
+  // overlap. Device buffers: a device copy on this rank's stream (its own share d2d, a peer's from
+  // the peer's device); finish() waits for them.
   void copy(const BufferSpace& space, void* to, const Posting& from_post, const void* from, std::int64_t bytes,
             int peer) const noexcept {
     if (to == from) return;

@@ -183,7 +183,8 @@ class MpiCommunicator final : public Communicator {
     info.kind = Collective::kAllToAllV;
     info.send_counts = send_counts;
     info.recv_counts = recv_counts;
-    info.arg_error = detail::check_a2a_arguments(size_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
+    info.arg_error =
+        detail::check_a2a_arguments(size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
     if (info.arg_error.empty()) info.arg_error = space_error;
     return run(info, [&](std::uint64_t seq, Clock::time_point deadline, const char* what) -> Status {
       std::int64_t total = 0;
@@ -335,7 +336,7 @@ class MpiCommunicator final : public Communicator {
     if (!space.on_device())
       return all_to_all_v_host(send, send_counts, send_displs, recv, recv_counts, recv_displs, "");
     std::string error =
-        detail::check_a2a_arguments(size_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
+        detail::check_a2a_arguments(size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
     if (error.empty()) error = detail::ready_space(space);
     if (!error.empty()) return all_to_all_v_host(send, send_counts, send_displs, recv, recv_counts, recv_displs, error);
     std::int64_t send_end = 0, recv_end = 0;
@@ -344,12 +345,13 @@ class MpiCommunicator final : public Communicator {
       if (recv_counts[p] > 0) recv_end = std::max(recv_end, recv_displs[p] + recv_counts[p]);
     }
     gpu::Device& d = *space.device;
-    error = stage(d, send_end, recv_end);
+    DeviceStage& st = stage_of(d);
+    error = grow(st, d, send_end, recv_end);
     if (error.empty()) {
       for (int p = 0; p < size_; ++p) {
         if (p == rank_ || send_counts[p] == 0) continue;
-        d.copy_d2h(space.stream, stage_.send.as<char>() + send_displs[p],
-                   static_cast<const char*>(send) + send_displs[p], static_cast<std::size_t>(send_counts[p]));
+        d.copy_d2h(space.stream, st.send.as<char>() + send_displs[p], static_cast<const char*>(send) + send_displs[p],
+                   static_cast<std::size_t>(send_counts[p]));
       }
       error = synchronized(space);
     }
@@ -358,16 +360,21 @@ class MpiCommunicator final : public Communicator {
     std::vector<std::int64_t> sc(send_counts, send_counts + size_), rc(recv_counts, recv_counts + size_);
     const std::int64_t own = recv_counts[rank_];
     if (error.empty() && own == send_counts[rank_]) sc[rank_] = rc[rank_] = 0;
-    STRATA_RETURN_IF_ERROR(all_to_all_v_host(stage_.send.data(), sc.data(), send_displs, stage_.recv.data(), rc.data(),
-                                             recv_displs, error));
+    STRATA_RETURN_IF_ERROR(
+        all_to_all_v_host(st.send.data(), sc.data(), send_displs, st.recv.data(), rc.data(), recv_displs, error));
+    // The own share first, device to device, unless it is in place: compared by address, for send
+    // and recv may be one buffer whose displacements keep the ranges apart. No received range
+    // overlaps its source (check_a2a_arguments), and it goes first all the same, so that nothing
+    // queued after could ever overwrite what it reads.
+    if (own > 0) {
+      char* own_to = static_cast<char*>(recv) + recv_displs[rank_];
+      const char* own_from = static_cast<const char*>(send) + send_displs[rank_];
+      if (own_to != own_from) d.copy_d2d(space.stream, own_to, own_from, static_cast<std::size_t>(own));
+    }
     for (int p = 0; p < size_; ++p) {
       if (p == rank_ || recv_counts[p] == 0) continue;
-      d.copy_h2d(space.stream, static_cast<char*>(recv) + recv_displs[p], stage_.recv.as<char>() + recv_displs[p],
+      d.copy_h2d(space.stream, static_cast<char*>(recv) + recv_displs[p], st.recv.as<char>() + recv_displs[p],
                  static_cast<std::size_t>(recv_counts[p]));
-    }
-    if (own > 0 && recv != send) {
-      d.copy_d2d(space.stream, static_cast<char*>(recv) + recv_displs[rank_],
-                 static_cast<const char*>(send) + send_displs[rank_], static_cast<std::size_t>(own));
     }
     // The host collective counted the bytes to peers; the own share moves none between ranks.
     return d.synchronize(space.stream).with_context("all_to_all_v");
@@ -377,19 +384,20 @@ class MpiCommunicator final : public Communicator {
     if (!space.on_device()) return all_gather_host(send, bytes, recv, "");
     std::string error = detail::check_all_gather_arguments(send, bytes, recv);
     if (error.empty()) error = detail::ready_space(space);
-    if (error.empty()) error = stage(*space.device, bytes, bytes * size_);
     gpu::Device& d = *space.device;
+    DeviceStage& st = stage_of(d);
+    if (error.empty()) error = grow(st, d, bytes, bytes * size_);
     if (error.empty() && bytes > 0) {
-      d.copy_d2h(space.stream, stage_.send.data(), send, static_cast<std::size_t>(bytes));
+      d.copy_d2h(space.stream, st.send.data(), send, static_cast<std::size_t>(bytes));
       error = synchronized(space);
     }
     if (!error.empty()) return all_gather_host(send, bytes, recv, error);
-    STRATA_RETURN_IF_ERROR(all_gather_host(stage_.send.data(), bytes, stage_.recv.data(), ""));
+    STRATA_RETURN_IF_ERROR(all_gather_host(st.send.data(), bytes, st.recv.data(), ""));
     if (bytes == 0) return Status::ok();
     for (int p = 0; p < size_; ++p) {
       char* to = static_cast<char*>(recv) + p * bytes;
       if (p != rank_) {
-        d.copy_h2d(space.stream, to, stage_.recv.as<char>() + p * bytes, static_cast<std::size_t>(bytes));
+        d.copy_h2d(space.stream, to, st.recv.as<char>() + p * bytes, static_cast<std::size_t>(bytes));
       } else if (to != send) {
         d.copy_d2d(space.stream, to, send, static_cast<std::size_t>(bytes));
       }
@@ -401,22 +409,26 @@ class MpiCommunicator final : public Communicator {
     if (!space.on_device()) return broadcast_host(data, bytes, root, "");
     std::string error = detail::check_broadcast_arguments(size_, data, bytes, root);
     if (error.empty()) error = detail::ready_space(space);
-    if (error.empty()) error = stage(*space.device, bytes, 0);
     gpu::Device& d = *space.device;
+    DeviceStage& st = stage_of(d);
+    if (error.empty()) error = grow(st, d, bytes, 0);
     const bool moves = bytes > 0 && size_ > 1;
     if (error.empty() && moves && rank_ == root) {
-      d.copy_d2h(space.stream, stage_.send.data(), data, static_cast<std::size_t>(bytes));
+      d.copy_d2h(space.stream, st.send.data(), data, static_cast<std::size_t>(bytes));
       error = synchronized(space);
     }
     if (!error.empty()) return broadcast_host(data, bytes, root, error);
-    STRATA_RETURN_IF_ERROR(broadcast_host(stage_.send.data(), bytes, root, ""));
+    STRATA_RETURN_IF_ERROR(broadcast_host(st.send.data(), bytes, root, ""));
     if (!moves || rank_ == root) return Status::ok();
-    d.copy_h2d(space.stream, data, stage_.send.data(), static_cast<std::size_t>(bytes));
+    d.copy_h2d(space.stream, data, st.send.data(), static_cast<std::size_t>(bytes));
     return d.synchronize(space.stream).with_context("broadcast");
   }
 
   void forget_device(const gpu::Device& device) noexcept override {
-    if (stage_.device == &device) stage_ = DeviceStage{};
+    // Only `device`'s pinned buffers go; the other devices' stages stay as they are.
+    stages_.erase(
+        std::remove_if(stages_.begin(), stages_.end(), [&](const DeviceStage& s) { return s.device == &device; }),
+        stages_.end());
   }
 
   Status barrier() override {
@@ -443,19 +455,30 @@ class MpiCommunicator final : public Communicator {
     WireFailure failure;                               // the failure report sent to peers
   };
 
-  // Pinned staging of device buffers, from the device of the call (pinned memory belongs to a
-  // device in this layer's accounting); grown to twice the largest call, so a steady state
-  // allocates nothing. Replaced when a call brings another device; freed by forget_device().
+  // Pinned staging of one device's buffers, allocated from that device (pinned memory belongs to
+  // a device in this layer's accounting); grown to twice the largest call with it, so a steady
+  // state allocates nothing, also when several devices (the stores sharing this communicator)
+  // take turns. Freed by forget_device().
   struct DeviceStage {
     const gpu::Device* device = nullptr;
     gpu::PinnedBuffer send, recv;
   };
 
-  // Makes the stages hold at least `send` and `recv` bytes of `d`: "" or what failed.
-  std::string stage(gpu::Device& d, std::int64_t send, std::int64_t recv) {
-    if (stage_.device != &d) stage_ = DeviceStage{};
-    stage_.device = &d;
-    for (auto [buf, want] : {std::pair<gpu::PinnedBuffer*, std::int64_t>{&stage_.send, send}, {&stage_.recv, recv}}) {
+  // The stage of `d` (an empty one the first time). A reference into stages_: valid until the next
+  // stage_of() or forget_device().
+  DeviceStage& stage_of(const gpu::Device& d) {
+    // A linear search: a process has a device or two per communicator.
+    for (DeviceStage& s : stages_) {
+      if (s.device == &d) return s;
+    }
+    DeviceStage& s = stages_.emplace_back();
+    s.device = &d;
+    return s;
+  }
+
+  // Makes `st`, the stage of `d`, hold at least `send` and `recv` bytes: "" or what failed.
+  static std::string grow(DeviceStage& st, gpu::Device& d, std::int64_t send, std::int64_t recv) {
+    for (auto [buf, want] : {std::pair<gpu::PinnedBuffer*, std::int64_t>{&st.send, send}, {&st.recv, recv}}) {
       if (static_cast<std::int64_t>(buf->bytes()) >= want) continue;
       *buf = gpu::PinnedBuffer{};
       auto b = d.allocate_pinned(static_cast<std::size_t>(2 * want));
@@ -720,7 +743,7 @@ class MpiCommunicator final : public Communicator {
   std::uint64_t seq_ = 0;
   Status broken_;
   Buffers buffers_;
-  DeviceStage stage_;                   // pinned staging of device buffers
+  std::vector<DeviceStage> stages_;     // pinned staging of device buffers, one per device
   std::vector<MPI_Request> graveyard_;  // requests of failed calls (and failure reports) still pending
   std::atomic<std::int64_t> sent_{0}, received_{0}, calls_{0};
 };

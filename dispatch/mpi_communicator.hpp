@@ -14,11 +14,13 @@
 // Receives go straight into the caller's buffers and are cancelled on failure.
 //
 // Device buffers (BufferSpace on a device) are staged through pinned host memory that the
-// communicator allocates from that device and keeps (grown to twice the largest call, so the
-// steady state allocates nothing; Communicator::forget_device frees it): one D2H of what leaves
-// this rank before the exchange, one H2D of what arrived after, this rank's own share device to
-// device. CUDA-aware MPI (MPIX_Query_cuda_support) is not used: staging works with every MPI and
-// with the emulated device, whose memory no MPI could read, and keeps one code path under test.
+// communicator allocates from that device and keeps, one stage per device (each grown to twice
+// the largest call with its device, so the steady state allocates nothing, also when the stores
+// of several devices share the communicator and take turns; Communicator::forget_device frees
+// that device's stage only): one D2H of what leaves this rank before the exchange, then this
+// rank's own share device to device and one H2D of what arrived. CUDA-aware MPI
+// (MPIX_Query_cuda_support) is not used: staging works with every MPI and with the emulated
+// device, whose memory no MPI could read, and keeps one code path under test.
 
 #include <memory>
 

@@ -198,15 +198,21 @@ class NcclCommunicator final : public Communicator {
     info.kind = Collective::kAllToAllV;
     info.send_counts = send_counts;
     info.recv_counts = recv_counts;
-    info.arg_error = detail::check_a2a_arguments(size_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
+    info.arg_error =
+        detail::check_a2a_arguments(size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
     if (space.on_device()) {
       if (info.arg_error.empty()) info.arg_error = ready(space);
       return run(info, [&](Clock::time_point deadline, const char* what) -> Status {
-        // NCCL reads and writes the caller's buffers; the own share is a device copy.
-        if (recv_counts[rank_] > 0 && recv != send) {
-          STRATA_CUDA_TRY(cudaMemcpyAsync(
-              static_cast<char*>(recv) + recv_displs[rank_], static_cast<const char*>(send) + send_displs[rank_],
-              static_cast<std::size_t>(recv_counts[rank_]), cudaMemcpyDeviceToDevice, stream_));
+        // NCCL reads and writes the caller's buffers; the own share is a device copy, unless it is
+        // in place: compared by address, for send and recv may be one buffer whose displacements
+        // keep the ranges apart (no other range overlaps, check_a2a_arguments).
+        if (recv_counts[rank_] > 0) {
+          char* own_to = static_cast<char*>(recv) + recv_displs[rank_];
+          const char* own_from = static_cast<const char*>(send) + send_displs[rank_];
+          if (own_to != own_from) {
+            STRATA_CUDA_TRY(cudaMemcpyAsync(own_to, own_from, static_cast<std::size_t>(recv_counts[rank_]),
+                                            cudaMemcpyDeviceToDevice, stream_));
+          }
         }
         STRATA_NCCL_TRY(comm_, ncclGroupStart());
         Status issued = [&]() -> Status {
@@ -274,6 +280,7 @@ class NcclCommunicator final : public Communicator {
         }
         STRATA_CUDA_TRY(cudaStreamSynchronize(stream_));  // local copies only: the collective is done
       }
+      // After the peers' shares landed: none of them overlaps its source (check_a2a_arguments).
       if (recv_counts[rank_] > 0) {
         std::memmove(static_cast<char*>(recv) + recv_displs[rank_], static_cast<const char*>(send) + send_displs[rank_],
                      static_cast<std::size_t>(recv_counts[rank_]));

@@ -1,6 +1,7 @@
 #include "dispatch/detail/comm_check.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <type_traits>
 #include <utility>
@@ -87,9 +88,72 @@ Status agree_on(const char* kind, const char* what, const std::vector<T>& values
 
 std::string show_int(const std::int64_t& v) { return std::to_string(v); }
 
+// One non-empty range of an all_to_all_v: bytes [begin, end) of `send` (what goes to `rank`) or of
+// `recv` (what comes from it), as addresses.
+struct A2aRange {
+  std::uintptr_t begin = 0, end = 0;
+  bool recv = false;
+  int rank = 0;
+};
+
+// "" when no byte is both in a send range and in a receive range (this rank's own share at the
+// same address in both aside), else a pair of ranges that overlap. The counts and displacements
+// are valid (non-negative). O(size log size), and O(size) when the buffers lie apart.
+std::string a2a_overlap(int size, int me, const void* send, const std::int64_t* send_counts,
+                        const std::int64_t* send_displs, const void* recv, const std::int64_t* recv_counts,
+                        const std::int64_t* recv_displs) {
+  const auto send_at = reinterpret_cast<std::uintptr_t>(send);
+  const auto recv_at = reinterpret_cast<std::uintptr_t>(recv);
+  std::vector<A2aRange> ranges;
+  ranges.reserve(2 * static_cast<std::size_t>(size));
+  // The span of each kind, to rule out the usual case (two separate buffers) without sorting.
+  std::uintptr_t lo[2] = {UINTPTR_MAX, UINTPTR_MAX}, hi[2] = {0, 0};
+  auto add = [&](bool is_recv, int r, std::uintptr_t at, std::int64_t displ, std::int64_t count) {
+    if (count == 0) return;
+    A2aRange x;
+    x.begin = at + static_cast<std::uintptr_t>(displ);
+    x.end = x.begin + static_cast<std::uintptr_t>(count);
+    x.recv = is_recv;
+    x.rank = r;
+    lo[is_recv] = std::min(lo[is_recv], x.begin);
+    hi[is_recv] = std::max(hi[is_recv], x.end);
+    ranges.push_back(x);
+  };
+  for (int r = 0; r < size; ++r) add(false, r, send_at, send_displs[r], send_counts[r]);
+  for (int r = 0; r < size; ++r) {
+    // The own share in place: nothing moves (its counts must still agree, check_agreement).
+    if (r == me &&
+        recv_at + static_cast<std::uintptr_t>(recv_displs[r]) == send_at + static_cast<std::uintptr_t>(send_displs[r]))
+      continue;
+    add(true, r, recv_at, recv_displs[r], recv_counts[r]);
+  }
+  if (hi[0] <= lo[1] || hi[1] <= lo[0]) return "";
+  std::sort(ranges.begin(), ranges.end(), [](const A2aRange& a, const A2aRange& b) {
+    if (a.begin != b.begin) return a.begin < b.begin;
+    if (a.recv != b.recv) return !a.recv;
+    return a.rank < b.rank;
+  });
+  // In order of their starts, each range overlaps a range of the other kind iff the one of that
+  // kind reaching furthest so far ends after it starts.
+  const A2aRange* reach[2] = {nullptr, nullptr};
+  for (const A2aRange& x : ranges) {
+    const A2aRange* other = reach[!x.recv];
+    if (other && other->end > x.begin) {
+      const A2aRange& s = x.recv ? *other : x;
+      const A2aRange& r = x.recv ? x : *other;
+      return "send and recv overlap: the " + std::to_string(send_counts[s.rank]) + " bytes to rank " +
+             std::to_string(s.rank) + " at send + " + std::to_string(send_displs[s.rank]) + " and the " +
+             std::to_string(recv_counts[r.rank]) + " bytes from rank " + std::to_string(r.rank) + " at recv + " +
+             std::to_string(recv_displs[r.rank]) + " share memory (only this rank's own share may be in place)";
+    }
+    if (!reach[x.recv] || x.end > reach[x.recv]->end) reach[x.recv] = &x;
+  }
+  return "";
+}
+
 }  // namespace
 
-std::string check_a2a_arguments(int size, const void* send, const std::int64_t* send_counts,
+std::string check_a2a_arguments(int size, int me, const void* send, const std::int64_t* send_counts,
                                 const std::int64_t* send_displs, const void* recv, const std::int64_t* recv_counts,
                                 const std::int64_t* recv_displs) {
   if (!send_counts || !send_displs || !recv_counts || !recv_displs) {
@@ -109,7 +173,7 @@ std::string check_a2a_arguments(int size, const void* send, const std::int64_t* 
     if (recv_counts[r] > 0 && !recv)
       return "recv is null but recv_counts[" + std::to_string(r) + "] = " + std::to_string(recv_counts[r]);
   }
-  return "";
+  return a2a_overlap(size, me, send, send_counts, send_displs, recv, recv_counts, recv_displs);
 }
 
 std::string check_all_gather_arguments(const void* send, std::int64_t bytes, const void* recv) {

@@ -40,8 +40,11 @@ struct CallInfo {
 
 /// Judges what one rank can judge alone (negative sizes, null buffers with non-zero sizes, a root
 /// or an enum value out of range); returns "" when fine, else the reason (without the kind).
-/// `send_displs`/`recv_displs`/`send`/`recv`/`data` are the caller's pointers, only null-checked.
-std::string check_a2a_arguments(int size, const void* send, const std::int64_t* send_counts,
+/// `send`/`recv`/`data` are the caller's pointers, never dereferenced: null-checked and, for
+/// all_to_all_v, compared as addresses. all_to_all_v of rank `me` also refuses a send range that
+/// shares a byte with a receive range (Communicator::all_to_all_v: no in-place exchange), except
+/// this rank's own share at the same address in both.
+std::string check_a2a_arguments(int size, int me, const void* send, const std::int64_t* send_counts,
                                 const std::int64_t* send_displs, const void* recv, const std::int64_t* recv_counts,
                                 const std::int64_t* recv_displs);
 std::string check_all_gather_arguments(const void* send, std::int64_t bytes, const void* recv);

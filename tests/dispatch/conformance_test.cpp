@@ -109,10 +109,17 @@ class RankDevice {
   gpu::Stream stream_;
 };
 
+// Where exchange_and_check puts its send and receive ranges: two buffers, or one buffer passed as
+// both `send` and `recv` (the send ranges first, then the receive ranges: only the displacements
+// keep them apart).
+enum class Layout { kTwoBuffers, kOneBuffer };
+
 // An all_to_all_v with per-pair sizes count(s, r), laid out with gaps (peers in reverse order when
-// `reverse`), checked byte for byte, gaps included. Returns "" or the first problem.
+// `reverse`), checked byte for byte, gaps included (and, in one buffer, the send ranges left as
+// they were). Returns "" or the first problem.
 template <class Count>
-std::string exchange_and_check(Communicator& c, Count count, bool reverse, RankDevice* dev = nullptr) {
+std::string exchange_and_check(Communicator& c, Count count, bool reverse, RankDevice* dev = nullptr,
+                               Layout layout = Layout::kTwoBuffers) {
   const int me = c.rank();
   const int n = c.size();
   constexpr std::int64_t kGap = 5;
@@ -131,7 +138,24 @@ std::string exchange_and_check(Communicator& c, Count count, bool reverse, RankD
   for (int r = 0; r < n; ++r) {
     for (std::int64_t i = 0; i < sc[r]; ++i) send[sd[r] + i] = pattern(me, r, i);
   }
-  if (dev) {
+  if (layout == Layout::kOneBuffer) {
+    std::vector<std::uint8_t> all = send;
+    all.insert(all.end(), recv.begin(), recv.end());
+    std::vector<std::int64_t> rd_all = rd;
+    for (std::int64_t& d : rd_all) d += send_bytes;
+    Status s;
+    if (dev) {
+      const gpu::DeviceBuffer dall = dev->upload(all);
+      s = c.all_to_all_v(dall.data(), sc.data(), sd.data(), dall.data(), rc.data(), rd_all.data(), dev->space());
+      if (s.is_ok()) all = dev->download(dall, all.size());
+    } else {
+      s = c.all_to_all_v(all.data(), sc.data(), sd.data(), all.data(), rc.data(), rd_all.data());
+    }
+    if (!s.is_ok()) return "all_to_all_v in one buffer failed: " + s.to_string();
+    if (!std::equal(send.begin(), send.end(), all.begin()))
+      return "rank " + std::to_string(me) + ": all_to_all_v in one buffer wrote its send ranges";
+    recv.assign(all.begin() + send_bytes, all.end());
+  } else if (dev) {
     // The same exchange between device buffers (the gaps of recv start as sentinels there too).
     const gpu::DeviceBuffer dsend = dev->upload(send), drecv = dev->upload(recv);
     const Status s =
@@ -229,6 +253,57 @@ TEST_P(Conformance, AllToAllVOfLargeMessages) {
     auto large = [](int s, int r) -> std::int64_t { return (std::int64_t{3} << 20) + 13 + s * 4096 + r; };
     EXPECT_EQ(exchange_and_check(env.comm, large, true), "");
   });
+}
+
+// send and recv may be one buffer (the same pointer) whose ranges only the displacements keep
+// apart: every share moves, this rank's own included, and no sent byte is written.
+TEST_P(Conformance, AllToAllVWithSendAndRecvInOneBuffer) {
+  world().run(normal_options(), [&](RankEnv& env) {
+    auto uneven = [](int s, int r) -> std::int64_t {
+      return (s + 2 * r) % 3 == 1 ? 0 : 1 + ((s * 7 + r * 13) % 5) * 999;
+    };
+    EXPECT_EQ(exchange_and_check(env.comm, uneven, /*reverse=*/true, nullptr, Layout::kOneBuffer), "");
+    auto self_only = [](int s, int r) -> std::int64_t { return s == r ? 77 : 0; };
+    EXPECT_EQ(exchange_and_check(env.comm, self_only, false, nullptr, Layout::kOneBuffer), "");
+  });
+}
+
+// This rank's own share in place (at the same address in send and recv, the other ranges apart):
+// it stays as it is, and every peer's share arrives.
+void own_share_in_place(Communicator& c, RankDevice* dev) {
+  const int me = c.rank();
+  const int n = c.size();
+  constexpr std::int64_t kBytes = 8;
+  // [own share][what goes to each peer][what comes from each peer], kBytes per rank each.
+  std::vector<std::int64_t> counts(n, kBytes), sd(n), rd(n);
+  for (int r = 0; r < n; ++r) {
+    sd[r] = r == me ? 0 : kBytes * (1 + r);
+    rd[r] = r == me ? 0 : kBytes * (1 + n + r);
+  }
+  std::vector<std::uint8_t> buf(kBytes * (1 + 2 * n), kSentinel);
+  for (int r = 0; r < n; ++r) {
+    for (std::int64_t i = 0; i < kBytes; ++i) buf[sd[r] + i] = pattern(me, r, i);
+  }
+  std::vector<std::uint8_t> expected = buf;
+  for (int r = 0; r < n; ++r) {
+    for (std::int64_t i = 0; i < kBytes; ++i) expected[rd[r] + i] = pattern(r, me, i);
+  }
+  Status s;
+  if (dev) {
+    const gpu::DeviceBuffer d = dev->upload(buf);
+    s = c.all_to_all_v(d.data(), counts.data(), sd.data(), d.data(), counts.data(), rd.data(), dev->space());
+    if (s.is_ok()) buf = dev->download(d, buf.size());
+  } else {
+    s = c.all_to_all_v(buf.data(), counts.data(), sd.data(), buf.data(), counts.data(), rd.data());
+  }
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  EXPECT_EQ(buf, expected) << "rank " << me;
+  EXPECT_EQ(c.counters().sent_bytes, kBytes * (n - 1));
+  EXPECT_EQ(c.counters().received_bytes, kBytes * (n - 1));
+}
+
+TEST_P(Conformance, AllToAllVWithTheOwnShareInPlace) {
+  world().run(normal_options(), [&](RankEnv& env) { own_share_in_place(env.comm, nullptr); });
 }
 
 TEST_P(Conformance, AllToAllCountsExchangesOneValuePerPeer) {
@@ -622,6 +697,66 @@ TEST_P(Conformance, InvalidArgumentsOnOneRankFailEveryRank) {
   });
 }
 
+// A byte both sent and received (an in-place all_to_all_v, as MPI_Alltoallv with one buffer and
+// no MPI_IN_PLACE) is an invalid argument in every communicator and memory space alike: peers
+// would read bytes this rank already overwrote. The last rank makes the mistake; every rank fails,
+// nothing is written, and the communicator stays broken.
+TEST_P(Conformance, AllToAllVWithOverlappingSendAndRecvFailsEveryRank) {
+  const int last = n() - 1;
+  struct Case {
+    const char* name;
+    std::int64_t recv_shift;  // the last rank's receive displacements: its send displacements plus this
+    std::string message;      // what follows "rank <last>: "
+  };
+  std::vector<Case> cases = {
+      {"receive ranges 4 bytes into the send ranges", 4,
+       "send and recv overlap: the 8 bytes to rank 0 at send + 0 and the 8 bytes from rank 0 at recv + 4 "
+       "share memory"},
+  };
+  // The same displacements for both: only this rank's own share may be in place, so with peers
+  // this overlaps (with no peer it is the own share in place, which is fine).
+  if (n() > 1) {
+    cases.push_back({"send == recv with the same displacements", 0,
+                     "send and recv overlap: the 8 bytes to rank 0 at send + 0 and the 8 bytes from rank 0 at recv + "
+                     "0 share memory"});
+  }
+  for (const Case& k : cases) {
+    for (bool on_device : {false, true}) {
+      SCOPED_TRACE(std::string(k.name) + (on_device ? ", device buffers" : ", host buffers"));
+      world().run(normal_options(), [&](RankEnv& env) {
+        Communicator& c = env.comm;
+        const bool bad = c.rank() == last;
+        std::vector<std::int64_t> counts(n(), 8), sd(n()), rd(n());
+        for (int r = 0; r < n(); ++r) {
+          sd[r] = 8 * r;
+          rd[r] = 8 * r + (bad ? k.recv_shift : 0);
+        }
+        const std::vector<std::uint8_t> a(8 * n() + 8, 1), b(8 * n() + 8, kSentinel);
+        std::vector<std::uint8_t> a_after = a, b_after = b;
+        Status s;
+        if (on_device) {
+          RankDevice dev(c);
+          const gpu::DeviceBuffer da = dev.upload(a), db = dev.upload(b);
+          s = c.all_to_all_v(da.data(), counts.data(), sd.data(), bad ? da.data() : db.data(), counts.data(), rd.data(),
+                             dev.space());
+          a_after = dev.download(da, a.size());
+          b_after = dev.download(db, b.size());
+        } else {
+          s = c.all_to_all_v(a_after.data(), counts.data(), sd.data(), bad ? a_after.data() : b_after.data(),
+                             counts.data(), rd.data());
+        }
+        EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+        EXPECT_THAT(s.message(),
+                    HasSubstr("all_to_all_v: invalid arguments: rank " + std::to_string(last) + ": " + k.message));
+        EXPECT_EQ(a_after, a) << "rank " << c.rank() << ": a rejected call wrote the send buffer";
+        EXPECT_EQ(b_after, b) << "rank " << c.rank() << ": a rejected call wrote the receive buffer";
+        EXPECT_EQ(c.counters().sent_bytes + c.counters().received_bytes, 0);
+        expect_broken(c, StatusCode::kInvalidArgument, "send and recv overlap");
+      });
+    }
+  }
+}
+
 // ---- device buffers (BufferSpace::on): the same bytes, counted the same way ----
 
 TEST_P(Conformance, DeviceBuffersAllToAllV) {
@@ -641,6 +776,123 @@ TEST_P(Conformance, DeviceBuffersAllToAllV) {
         env.comm.all_to_all_v(nullptr, zero.data(), zero.data(), nullptr, zero.data(), zero.data(), dev.space());
     EXPECT_TRUE(s.is_ok()) << s.to_string();
     EXPECT_TRUE(dev.device().status().is_ok()) << dev.device().status().to_string();
+  });
+}
+
+TEST_P(Conformance, DeviceBuffersAllToAllVWithSendAndRecvInOneBuffer) {
+  world().run(normal_options(), [&](RankEnv& env) {
+    RankDevice dev(env.comm);
+    auto uneven = [](int s, int r) -> std::int64_t {
+      return (s + 2 * r) % 3 == 1 ? 0 : 1 + ((s * 7 + r * 13) % 5) * 999;
+    };
+    EXPECT_EQ(exchange_and_check(env.comm, uneven, /*reverse=*/true, &dev, Layout::kOneBuffer), "");
+    auto self_only = [](int s, int r) -> std::int64_t { return s == r ? 77 : 0; };
+    EXPECT_EQ(exchange_and_check(env.comm, self_only, false, &dev, Layout::kOneBuffer), "");
+    auto large = [](int s, int r) -> std::int64_t { return (std::int64_t{1} << 20) + 13 + s * 4096 + r; };
+    EXPECT_EQ(exchange_and_check(env.comm, large, false, &dev, Layout::kOneBuffer), "");
+    EXPECT_TRUE(dev.device().status().is_ok()) << dev.device().status().to_string();
+  });
+}
+
+TEST_P(Conformance, DeviceBuffersAllToAllVWithTheOwnShareInPlace) {
+  world().run(normal_options(), [&](RankEnv& env) {
+    RankDevice dev(env.comm);
+    own_share_in_place(env.comm, &dev);
+  });
+}
+
+// Two devices taking turns on one communicator (two stores sharing it): after a first round with
+// each, no collective allocates or frees anything on either device (`mpi` keeps pinned staging per
+// device), and forgetting one device leaves the other's alone.
+TEST_P(Conformance, DeviceBuffersOfTwoDevicesTakingTurnsAllocateNothingAfterWarmUp) {
+  world().run(normal_options(), [&](RankEnv& env) {
+    Communicator& c = env.comm;
+    const int me = c.rank();
+    const int n = c.size();
+    RankDevice a(c), b(c);
+    // Each device has its own sizes, so the two need stages of different sizes.
+    struct Side {
+      RankDevice& dev;
+      std::int64_t base;  // bytes per pair, plus a little per rank
+      std::vector<std::int64_t> sc, sd, rc, rd;
+      gpu::DeviceBuffer send, recv, gathered;
+    };
+    auto make_side = [&](RankDevice& dev, std::int64_t base) {
+      Side side{dev,
+                base,
+                std::vector<std::int64_t>(n),
+                std::vector<std::int64_t>(n),
+                std::vector<std::int64_t>(n),
+                std::vector<std::int64_t>(n),
+                {},
+                {},
+                {}};
+      std::int64_t send_bytes = 0, recv_bytes = 0;
+      for (int r = 0; r < n; ++r) {
+        side.sc[r] = base + 8 * me + r;
+        side.sd[r] = send_bytes;
+        send_bytes += side.sc[r];
+        side.rc[r] = base + 8 * r + me;
+        side.rd[r] = recv_bytes;
+        recv_bytes += side.rc[r];
+      }
+      std::vector<std::uint8_t> send(send_bytes);
+      for (int r = 0; r < n; ++r) {
+        for (std::int64_t i = 0; i < side.sc[r]; ++i) send[side.sd[r] + i] = pattern(me, r, i + base);
+      }
+      side.send = dev.upload(send);
+      side.recv = dev.upload(std::vector<std::uint8_t>(recv_bytes, kSentinel));
+      side.gathered = dev.upload(std::vector<std::uint8_t>(base * n, kSentinel));
+      return side;
+    };
+    Side sides[] = {make_side(a, 3000), make_side(b, 7000)};
+    auto round = [&](Side& s) {
+      const BufferSpace space = s.dev.space();
+      ASSERT_TRUE(
+          c.all_to_all_v(s.send.data(), s.sc.data(), s.sd.data(), s.recv.data(), s.rc.data(), s.rd.data(), space)
+              .is_ok());
+      ASSERT_TRUE(c.all_gather(s.send.data(), s.base, s.gathered.data(), space).is_ok());
+      ASSERT_TRUE(c.broadcast(s.gathered.data(), s.base, n - 1, space).is_ok());
+    };
+    auto expect_none = [&](const gpu::ResourceCounts& during, const char* what) {
+      EXPECT_EQ(during.allocations, 0u) << what << ", rank " << me;
+      EXPECT_EQ(during.frees, 0u) << what << ", rank " << me;
+      EXPECT_EQ(during.events, 0u) << what << ", rank " << me;
+    };
+    for (Side& s : sides) round(s);  // warm-up
+    if (::testing::Test::HasFatalFailure()) return;
+    const gpu::ResourceCounts a0 = a.device().resource_counts(), b0 = b.device().resource_counts();
+    for (int turn = 0; turn < 6; ++turn) round(sides[turn % 2]);
+    if (::testing::Test::HasFatalFailure()) return;
+    expect_none(a.device().resource_counts() - a0, "device a, taking turns");
+    expect_none(b.device().resource_counts() - b0, "device b, taking turns");
+
+    round(sides[0]);
+    c.forget_device(a.device());
+    const gpu::ResourceCounts b1 = b.device().resource_counts();
+    round(sides[1]);
+    expect_none(b.device().resource_counts() - b1, "device b, after a was forgotten");
+    round(sides[0]);  // a again: it may allocate anew
+    if (::testing::Test::HasFatalFailure()) return;
+
+    for (Side& s : sides) {
+      std::int64_t recv_bytes = 0;
+      for (int r = 0; r < n; ++r) recv_bytes += s.rc[r];
+      const std::vector<std::uint8_t> recv = s.dev.download(s.recv, static_cast<std::size_t>(recv_bytes));
+      std::int64_t wrong = 0;
+      for (int src = 0; src < n; ++src) {
+        for (std::int64_t i = 0; i < s.rc[src]; ++i) wrong += recv[s.rd[src] + i] != pattern(src, me, i + s.base);
+      }
+      EXPECT_EQ(wrong, 0) << "all_to_all_v with base " << s.base << ", rank " << me;
+      const std::vector<std::uint8_t> gathered = s.dev.download(s.gathered, static_cast<std::size_t>(s.base * n));
+      // The broadcast from the last rank left its gathered bytes everywhere: rank r's first
+      // s.base bytes of what it sends (to rank 0) at r * s.base.
+      wrong = 0;
+      for (int r = 0; r < n; ++r) {
+        for (std::int64_t i = 0; i < s.base; ++i) wrong += gathered[r * s.base + i] != pattern(r, 0, i + s.base);
+      }
+      EXPECT_EQ(wrong, 0) << "all_gather then broadcast with base " << s.base << ", rank " << me;
+    }
   });
 }
 
