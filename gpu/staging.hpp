@@ -102,7 +102,7 @@ class Staging {
 /// stream-ordered calls it follows the caller's stream, e.g. its dense backward) and fewer than
 /// kMaxBusyFree entries are free, a new entry is made instead of waiting: the host runs up to that
 /// many batches ahead of the device without a host sync, and then waits for the oldest. In a loop
-/// that keeps up, this growth happens during warm-up only. The pool keeps one reservation for all its entries: a
+/// that keeps up, this growth happens during warm-up only. The ring keeps one reservation for all its entries: a
 /// request larger than it raises it to twice the request (once an entry could be reserved for it with that headroom; a
 /// request that fails, or fits only without the headroom, leaves it as it was), and every entry grows to it when next
 /// taken (or, on a device without room for it, to what its batch needs, once). So after each entry has been taken once
@@ -117,7 +117,7 @@ class StagingRing {
   /// events, never the whole device), or a new one when there is none or the oldest is still in
   /// use and fewer than kMaxBusyFree are free; reserved for `want` (Staging::reserve).
   /// Errors: the device's sticky error, event creation or the reservation failing (the entry then
-  /// stays in the pool).
+  /// stays in the ring).
   Result<std::unique_ptr<Staging>> take(const StagingSizes& want);
   /// Returns an entry; the caller has recorded its done() (and drained(), if the entry was used on
   /// a second stream) after the entry's last use.

@@ -538,7 +538,7 @@ std::vector<std::int64_t> pool_hits(const std::vector<KeyTrace>& tables, std::in
   return hits;
 }
 
-TEST(AnalysisRandom, LruCurveEqualsTheCachePool) {
+TEST(AnalysisRandom, LruCurveEqualsTheCachePlanner) {
   std::mt19937_64 rng(21);
   for (int iter = 0; iter < 20; ++iter) {
     const std::int64_t universe = std::uniform_int_distribution<std::int64_t>(10, 300)(rng);

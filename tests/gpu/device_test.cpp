@@ -720,7 +720,7 @@ TEST(StagingRing, AnEntryThatFitsOnlyWithoutHeadroomAllocatesOnce) {
   StagingRing pool(*dev);
   const StagingSizes want{4096, std::size_t{16} << 10, std::size_t{60} << 10};
   ASSERT_TRUE(take_round(pool, want, 1).is_ok());
-  // The pool's reservation stays where it was: a floor no entry can reach would make every other
+  // The ring's reservation stays where it was: a floor no entry can reach would make every other
   // entry free and remake its buffers when next taken.
   EXPECT_EQ(pool.reservation().dev_only, 0u);
   const ResourceCounts before = dev->resource_counts();
@@ -745,7 +745,7 @@ TEST(StagingRing, TheFallbackAsksForTheRequestAlone) {
   EXPECT_TRUE(second.is_ok()) << second.to_string();
 }
 
-// Regression: a batch whose staging cannot be had used to raise the pool's reservation anyway, to
+// Regression: a batch whose staging cannot be had used to raise the ring's reservation anyway, to
 // twice its size, so that every entry reallocated when next taken (and, with the fallback above
 // forgotten, at every take). It leaves the reservation as it was; only the entry it emptied is
 // made again, once.

@@ -1,5 +1,5 @@
 // Stream order on the emu device: a wait takes the record of an event in force when it is issued
-// (as cudaStreamWaitEvent does), and the staging pool does not wait on the host for an entry whose
+// (as cudaStreamWaitEvent does), and the staging ring does not wait on the host for an entry whose
 // last use still waits for another stream. Streams are held back by gates (host tasks blocked on a
 // future), never by time.
 #include <gtest/gtest.h>
