@@ -242,6 +242,18 @@ class PyStore {
     links["d2h"] = st.links.d2h;
     links["host_read"] = st.links.host_read_total();
     links["host_write"] = st.links.host_write_total();
+    links["host_copy"] = st.links.host_copy;
+    const auto staging = [](const StagingBytes& b) {
+      py::dict d;
+      d["pinned"] = b.pinned;
+      d["device"] = b.device;
+      d["entries"] = b.entries;
+      return d;
+    };
+    py::dict resources;
+    resources["allocations"] = st.device_resources.allocations;
+    resources["frees"] = st.device_resources.frees;
+    resources["events"] = st.device_resources.events;
     py::dict dispatch;
     dispatch["rank"] = st.dispatch.rank;
     dispatch["world"] = st.dispatch.world;
@@ -252,6 +264,9 @@ class PyStore {
     out["device"] = st.device;
     out["links"] = links;
     out["device_peak_bytes"] = st.device_peak_bytes;
+    out["device_resources"] = resources;
+    out["staging"] = staging(st.staging);
+    out["activation_staging"] = staging(st.activation_staging);
     out["dispatch"] = dispatch;
     out["step"] = step;
     out["in_flight"] = in_flight;
@@ -435,7 +450,11 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
       .def("set_learning_rate", &PyStore::set_learning_rate, py::arg("lr"), py::arg("table") = py::none(),
            "Sets a table's learning rate (every table's when table is None), used from the next backward.")
       .def("learning_rate", &PyStore::learning_rate, py::arg("table"))
-      .def("stats", &PyStore::stats)
+      .def("stats", &PyStore::stats,
+           "Counters since open (StoreStats): 'cache' per cached table, 'links' (bytes per link; 'host_copy': "
+           "activations copied through host memory, 0 while every view is a device array), 'device_peak_bytes', "
+           "'device_resources' (allocations, frees, events: a steady training loop adds none), 'staging' and "
+           "'activation_staging' ({'pinned', 'device', 'entries'}), 'dispatch', 'step', 'in_flight'.")
       .def_property_readonly(
           "device", [](PyStore& p) { return device_info(p.device()); },
           "None for a store without a device, else {'backend', 'name', 'ordinal', 'capacity'}.")

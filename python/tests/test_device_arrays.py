@@ -70,6 +70,13 @@ def test_device_arrays_give_the_bits_of_numpy_arrays(mode, stream_kind):
             stream.synchronize()  # the gradients stay alive until the updates that read them ran
     assert_same(snapshot(host), snapshot(dev))
     assert dev.step == 6 and dev.stats()["links"]["h2d"] > 0
+    # Device arrays keep the activations off the host: no host copy of them and no staging for
+    # them, where the numpy store copies every output and gradient through pinned staging.
+    dst, hst = dev.stats(), host.stats()
+    assert dst["links"]["host_copy"] == 0 and dst["activation_staging"]["entries"] == 0
+    assert hst["links"]["host_copy"] >= 2 * 6 * sum(o.nbytes for o in outs)
+    assert hst["activation_staging"]["entries"] >= 1 and hst["activation_staging"]["pinned"] > 0
+    assert dst["staging"]["entries"] >= 1 and dst["device_resources"]["allocations"] > 0
 
 
 def test_outputs_may_mix_host_and_device_memory():
