@@ -49,9 +49,9 @@ struct StoreStats {
   gpu::ResourceCounts device_resources;
   /// The staging of the `gpu`, `cached` and `offload` engines, between calls: entries of batches in
   /// flight are not counted (with none in flight, all are). `staging`: the batches' arguments, the
-  /// rows they move, and offload's pinned outputs and gradients; `activation_staging`: apart, the
-  /// outputs and gradients of host views, taken by a forward with a host view (none while every
-  /// output and gradient view is a device view). Not counted: the tables of sharded modes.
+  /// rows they move, `cached`'s flush entry and offload's pinned outputs and gradients; `activation_staging`: apart,
+  /// the outputs and gradients of host views, taken by a forward with a host view (none while every output and gradient
+  /// view is a device view). Not counted: the tables of sharded modes.
   StagingBytes staging;
   StagingBytes activation_staging;  ///< see `staging`
 };

@@ -279,6 +279,9 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
 
   void staging_stats(StagingBytes& batches, StagingBytes& activations) const override {
     core_.staging_stats(batches, activations);
+    // The flush's own entry, once a flush gave it room (flush() returns with its chunks landed).
+    const gpu::StagingSizes f = flush_staging_->capacity();
+    if (f.mirrored + f.host_only + f.dev_only > 0) add_staging(f, 1, batches);
   }
 
   void cache_stats(std::vector<std::pair<int, cache::CacheStats>>& out) const override {

@@ -115,12 +115,17 @@ class Engine {
   virtual Status refuse(const char* /*op*/, std::int64_t /*id*/, const Status& why) { return why; }
 };
 
-/// Adds the free entries of `pool` to `to` (Engine::staging_stats): a mirrored region counts on both sides.
-inline void add_staging(const gpu::StagingRing& pool, StagingBytes& to) {
-  const gpu::StagingSizes z = pool.free_capacity();
+/// Adds `entries` staging entries of `z` bytes in all to `to` (Engine::staging_stats): a mirrored
+/// region counts on both sides.
+inline void add_staging(const gpu::StagingSizes& z, std::size_t entries, StagingBytes& to) {
   to.pinned += z.mirrored + z.host_only;
   to.device += z.mirrored + z.dev_only;
-  to.entries += pool.free_entries();
+  to.entries += entries;
+}
+
+/// Adds the free entries of `ring` to `to`.
+inline void add_staging(const gpu::StagingRing& ring, StagingBytes& to) {
+  add_staging(ring.free_capacity(), ring.free_entries(), to);
 }
 
 }  // namespace strata::detail

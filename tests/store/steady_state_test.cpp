@@ -149,6 +149,28 @@ TEST(SteadyState, ATrainingLoopAllocatesNothingAfterWarmUp) {
   }
 }
 
+// StoreStats::staging counts what a cached store holds between calls, the flush's entry with the
+// batches': a flush (explicit, or every cache.flush_every steps) grows it once, to the largest
+// chunk, and later flushes reuse it.
+TEST(SteadyState, TheFlushStagingIsCountedWithTheBatches) {
+  const StoreConfig c = steady_config({"cached", Placement::kCached});
+  auto s = Store::open(c);
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  ASSERT_TRUE(steady_loop(**s, c, 12, 0).is_ok());
+  const StagingBytes before = (*s)->stats().staging;
+  ASSERT_TRUE((*s)->flush().is_ok());
+  const StagingBytes after = (*s)->stats().staging;
+  EXPECT_EQ(after.entries, before.entries + 1);
+  // At least the dirty rows' records on each side (staged: host and device copies of each row).
+  EXPECT_GT(after.pinned, before.pinned);
+  EXPECT_GT(after.device, before.device);
+  ASSERT_TRUE((*s)->flush().is_ok());
+  const StagingBytes again = (*s)->stats().staging;
+  EXPECT_EQ(again.entries, after.entries);
+  EXPECT_EQ(again.pinned, after.pinned);
+  EXPECT_EQ(again.device, after.device);
+}
+
 // The same with outputs and gradients in device buffers and stream-ordered calls: the events that
 // order a call after the trainer's stream and the trainer's stream after the call are reused, the
 // staging of the adaptor (cpu) and of the finiteness check only grows, and offload copies its
