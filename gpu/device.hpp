@@ -9,7 +9,7 @@
 // addresses cannot be dereferenced by the host (a load or store through one dies with SIGSEGV),
 // copies must name their direction right and take their host side from pinned memory, and kernels
 // must be given device or pinned memory; a violation becomes the sticky error (see
-// gpu/detail/emu_device.cpp).
+// gpu/detail/emu_device.cpp). Its frees wait for the device's queued work, as cudaFree does.
 //
 // The caller's current device (gpu/current_device.hpp): no operation changes which device or
 // context the calling thread has current; each makes its own current for its duration and restores
@@ -144,9 +144,11 @@ class Buffer {
 };
 }  // namespace detail
 
-/// Device memory, freed on destruction. Move-only.
+/// Device memory, freed on destruction. Move-only. The free waits for the work issued so far to
+/// every stream of the device (cuda: cudaFree; emu likewise), so it must not happen in a host_task.
 using DeviceBuffer = detail::Buffer<false>;
-/// Page-locked host memory usable by asynchronous copies. Move-only.
+/// Page-locked host memory usable by asynchronous copies. Move-only. Freed as DeviceBuffer is
+/// (cuda: cudaFreeHost).
 using PinnedBuffer = detail::Buffer<true>;
 
 /// Options of the emulated device.
@@ -250,7 +252,9 @@ class Device {
   /// another backend, or wrong memory on either side, becomes the sticky error.
   void copy_peer(StreamView s, void* dst_device, Device& src_device, const void* src, std::size_t bytes);
   /// Runs `fn` on the host when the work before it on `s` is done; later work on `s` waits for it.
-  /// `fn` must not issue device work. Exceptions are a programmer error.
+  /// `fn` must not issue device work nor free device or pinned memory, and nor may destroying what
+  /// it captures (CUDA forbids CUDA calls in a stream callback; emu makes a free there the sticky
+  /// error). Exceptions are a programmer error.
   virtual void host_task(StreamView s, std::function<void()> fn) = 0;
 
   // ---- device operations (one launch per call covers every feature given: table-batched) ----

@@ -18,6 +18,7 @@
 #include "host/repeats.hpp"
 #include "host/topology.hpp"
 #include "store/detail/device_features.hpp"
+#include "store/detail/sharded_engine.hpp"
 
 namespace strata {
 namespace {
@@ -424,6 +425,11 @@ Result<HostTableMemory> host_table_memory(const StoreConfig& config, int numa_no
 
 double EngineStaging::gpu_feature(std::int64_t bags, std::int64_t keys, std::int64_t weights, std::int64_t unique) {
   return static_cast<double>(detail::feature_metadata_bytes(bags, keys, static_cast<std::size_t>(weights), unique));
+}
+
+double EngineStaging::sharded_feature(std::int64_t bags, std::int64_t keys, std::int64_t weights, std::int64_t unique) {
+  return static_cast<double>(
+      detail::sharded_feature_metadata_bytes(bags, keys, static_cast<std::size_t>(weights), unique));
 }
 
 double EngineStaging::offload_feature(std::int64_t bags, std::int64_t keys, std::int64_t weights) {

@@ -217,6 +217,10 @@ struct EngineStaging {
   /// (0 or keys) and `unique` distinct rows: offsets, slots, weights, unique slots and offsets,
   /// positions, bag of each position and the hot rows (store/detail/device_features.hpp).
   static double gpu_feature(std::int64_t bags, std::int64_t keys, std::int64_t weights, std::int64_t unique);
+  /// Sharded `gpu` and `hybrid` tables, per feature of a rank's batch: the metadata the sharded
+  /// engine reserves for pooling the returned rows and summing the gradients per unique key
+  /// (store/detail/sharded_engine.hpp), in its device scratch and again in its pinned staging.
+  static double sharded_feature(std::int64_t bags, std::int64_t keys, std::int64_t weights, std::int64_t unique);
   /// `offload` tables gathered on the device, per feature: offsets, keys and weights.
   static double offload_feature(std::int64_t bags, std::int64_t keys, std::int64_t weights);
   /// A list of `n` 8-byte entries (slots of a slot pool's fills or write-backs, host row

@@ -27,6 +27,7 @@ TableLoad load_of(const TuneInput& input, std::size_t t, const ShardInputs& shar
   l.bags = tr.bags_per_step();
   l.distinct = exact_distinct ? tr.distinct_per_step() : l.keys;
   l.max_keys = tr.max_keys;
+  for (const std::int64_t b : tr.step_bags) l.max_bags = std::max(l.max_bags, b);
   l.max_distinct = tr.max_distinct;
   if (t < shards.traces.size())
     for (const TableTrace& s : shards.traces[t]) {

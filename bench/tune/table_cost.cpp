@@ -273,12 +273,27 @@ Result<TableCost> sharded_cost(const TableSpec& spec, const TableLoad& load, Pla
     copy_d2h(b, out);
     copy_h2d(b, out);
   }
-  // The sharded engine's device scratch, grown to twice one step's need: served rows (then served
-  // gradients), unique rows, their gradient sums, and the exchange's send and receive buffers.
-  c.hbm_bytes +=
-      in_flight * 8.0 * (2.0 * s_max + 1.0) + 2.0 * z.row * (s_max + 2.0 * u_max + 2.0 * std::max(s_max, u_max));
-  c.comm_bytes = in_flight * (16.0 * u_max + 12.0 * k_max + 4.0 * u_max + 24.0 * s_max);
-  c.host_bytes += c.comm_bytes;
+  // Per batch in flight, the shard's engine stages the served keys (one unpooled bag each) as a
+  // gpu or cached engine stages a feature, in HBM and again in pinned memory, grown to twice one
+  // step's need (gpu/staging.hpp).
+  const auto served_max = static_cast<std::int64_t>(s_max);
+  const double served_keys = in_flight * 2.0 * EngineStaging::gpu_feature(served_max, served_max, 0, served_max);
+  // The sharded engine's device scratch, grown to twice one step's need (gpu/grow_buffer.hpp):
+  // served rows (then served gradients), unique rows, their gradient sums, and the exchange's send
+  // and receive buffers.
+  c.hbm_bytes += served_keys + 2.0 * z.row * (s_max + 2.0 * u_max + 2.0 * std::max(s_max, u_max));
+  // Its metadata scratch, grown likewise (store/detail/sharded_engine.cpp, reserve): the arguments
+  // of the source's pooling and gradient sums, in HBM and again in pinned staging (no per-key
+  // weights, as everywhere in this model); the exchange's index lists of the keys sent, in HBM and
+  // pinned; one step's outputs, then their gradients: with the trainer on the host the engine's
+  // buffer of them in HBM and its pinned staging, on the device the trainer's own buffers in HBM.
+  const double b_max = load.max_bags > 0 ? static_cast<double>(load.max_bags) : std::ceil(load.bags);
+  const double p_max = spec.pooling == Pooling::kNone ? k_max : b_max;
+  const double meta = 2.0 * EngineStaging::sharded_feature(std::llround(b_max), load.max_keys, 0, load.max_distinct);
+  const double index = 2.0 * 8.0 * u_max, activations = 2.0 * p_max * z.row;
+  c.hbm_bytes += meta + index + activations;
+  c.comm_bytes = in_flight * (16.0 * u_max + 12.0 * k_max + 4.0 * u_max + 24.0 * s_max) + index;
+  c.host_bytes += c.comm_bytes + served_keys + meta + (o.trainer_on_device ? 0.0 : activations);
   if (placement == Placement::kGpu) {
     c.hbm_bytes += std::ceil(static_cast<double>(spec.rows) / N) * z.stride;
     return c;

@@ -76,13 +76,19 @@
 //   hybrid      as cached on the shard: fills and write-backs of U_s (1 - hit rate) records, the
 //               hit rate of the worst shard's cache of `cache_rows` rows (rows per rank)
 // Memory per rank: gpu: the shard's rows in HBM; hybrid: the shard's host records
-// (host_table_memory of rank 0), its cache, staging and index as cached; both: keys staging per
-// batch in flight and the engine's device scratch in HBM, grown to twice one step's need (S_max =
-// the larger of the rank's and the shard's most distinct rows of one step, U_max the rank's):
-// served rows, unique rows and their gradient sums, and the exchange's send and receive buffers
-// (8 d (S_max + 2 U_max + 2 max(S_max, U_max))); in host memory the communication metadata per
-// batch in flight: its unique keys, positions and inverse (8 U + 8 U + 12 K) and the keys sent and
-// served (4 U + 24 S_max).
+// (host_table_memory of rank 0), its cache, staging and index as cached; both: per batch in flight
+// the staging of the served keys (2 EngineStaging::gpu_feature(S_max, S_max, 0, S_max), in HBM and
+// again pinned), and the engine's device scratch in HBM, grown to twice one step's need (S_max =
+// the larger of the rank's and the shard's most distinct rows of one step, U_max, K_max and B_max
+// the rank's most distinct rows, keys and bags of one step, P_max its pooled rows: B_max, or K_max
+// without pooling): served rows, unique rows and their gradient sums, and the exchange's send and
+// receive buffers (8 d (S_max + 2 U_max + 2 max(S_max, U_max))); the metadata of the source's
+// pooling and gradient sums (2 M, M = EngineStaging::sharded_feature(B_max, K_max, 0, U_max)) and
+// the exchange's index lists (16 U_max), each in HBM and again in pinned host memory; one step's
+// outputs, then gradients (8 d P_max: the engine's buffer and its pinned staging with the trainer
+// on the host, the trainer's own buffers in HBM with it on the device); in host memory the
+// communication metadata per batch in flight: its unique keys, positions and inverse (8 U + 8 U +
+// 12 K) and the keys sent and served (4 U + 24 S_max), and the pinned index lists.
 
 #include <cstdint>
 
@@ -102,6 +108,7 @@ struct TableLoad {
   double bags = 0;                ///< bags per step (mean)
   double distinct = 0;            ///< distinct rows per step (mean)
   std::int64_t max_keys = 0;      ///< most key occurrences of one step
+  std::int64_t max_bags = 0;      ///< most bags of one step (0: `bags` rounded up)
   std::int64_t max_distinct = 0;  ///< most distinct rows of one step (the smallest cache)
   /// Several ranks: distinct rows the worst shard serves per step (mean; 0: one rank).
   double shard_distinct = 0;

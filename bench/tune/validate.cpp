@@ -80,6 +80,7 @@ TableLoad window_load(const TableTrace& t, std::int64_t from, std::int64_t to) {
     distinct += static_cast<double>(u);
     l.max_keys = std::max(l.max_keys, static_cast<std::int64_t>(scratch.size()));
     l.max_distinct = std::max(l.max_distinct, u);
+    l.max_bags = std::max(l.max_bags, t.step_bags[static_cast<std::size_t>(b)]);
   }
   const double steps = static_cast<double>(to - from);
   l.keys = keys / steps;

@@ -17,6 +17,11 @@
 // A violation is a programming error in Strata; it becomes the device's sticky error at the call
 // (as the cuda backend records a failed cudaMemcpyAsync), naming the operation, the pointers'
 // kinds and the bytes, and the operation does not run.
+// - Freeing device or pinned memory waits for the work issued so far to every stream of the device,
+//   as cudaFree and cudaFreeHost synchronize the device, so a buffer freed while stream-ordered
+//   work still reads it is freed once that work ran. A free from a stream task (host_task) is
+//   refused, as CUDA forbids CUDA calls in a stream callback and the free would wait for the
+//   stream that runs it: the sticky error; the block stays allocated until the device goes.
 // - Each thread has a current device (gpu/current_device.hpp, the stand-in for the CUDA runtime's):
 //   every operation makes its device current for its duration and restores the caller's (EmuScope,
 //   as the cuda backend's DeviceScope). Stream work and allocations also check that their device
@@ -34,11 +39,14 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "gpu/current_device.hpp"
 #include "gpu/device.hpp"
@@ -52,6 +60,8 @@ constexpr std::size_t kAlign = 64;
 
 // The emu device current on this thread (its id; -1: none): see gpu/current_device.hpp.
 thread_local int t_current_device = -1;
+// On the worker of an emu stream: the id of the stream's device (-1 on any other thread).
+thread_local int t_worker_of = -1;
 
 // Makes emu device `id` current on the calling thread for a scope and restores the thread's
 // previous current device after (the emu counterpart of gpu/cuda/device_scope.hpp).
@@ -295,6 +305,13 @@ struct Task {
 
 class EmuStream;
 
+// The owning streams of one emu device (EmuStream; wrappers share their queues), which its frees
+// wait for. Shared by the device and its streams, so that a stream may outlive its device.
+struct EmuStreamSet {
+  std::mutex m;
+  std::set<EmuStream*> live;
+};
+
 // The state behind every emu StreamView: an owning stream (EmuStream) or a wrapper of one
 // (Device::wrap_stream). `queue` is the stream that runs the work. Every live one is in a
 // process-wide registry, so that wrap_stream can tell an emu stream handle from any other pointer
@@ -325,13 +342,21 @@ std::map<const void*, EmuStreamBase*>& stream_registry() {
 class EmuStream final : public EmuStreamBase {
  public:
   // The worker runs with the default FP environment, not the one of the thread creating the stream.
-  EmuStream(EmuDevice* dev, std::uint64_t seed) : EmuStreamBase(dev, this), dev_(dev), rng_(seed) {
+  EmuStream(EmuDevice* dev, std::shared_ptr<EmuStreamSet> set, std::uint64_t seed)
+      : EmuStreamBase(dev, this), dev_(dev), set_(std::move(set)), rng_(seed) {
     worker_ = std::thread([this] {
       DefaultFpEnv fp;
       run();
     });
+    std::lock_guard<std::mutex> lock(set_->m);
+    set_->live.insert(this);
   }
   ~EmuStream() override {
+    {
+      // Out of the set first: a marker (see mark) queued after the worker stopped would never run.
+      std::lock_guard<std::mutex> lock(set_->m);
+      set_->live.erase(this);
+    }
     {
       std::lock_guard<std::mutex> lock(m_);
       stop_ = true;
@@ -351,10 +376,25 @@ class EmuStream final : public EmuStreamBase {
     std::unique_lock<std::mutex> lock(m_);
     idle_.wait(lock, [&] { return pending_ == 0; });
   }
+  /// A record completed once the work queued so far ran (a control task queued now), or nullptr
+  /// when the stream is idle.
+  std::shared_ptr<EventRecord> mark() {
+    std::shared_ptr<EventRecord> rec;
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      if (pending_ == 0) return nullptr;
+      rec = std::make_shared<EventRecord>();
+      q_.push_back({[rec] { rec->complete(); }, true});
+      ++pending_;
+    }
+    cv_.notify_all();
+    return rec;
+  }
 
  private:
   void run();
   EmuDevice* dev_;
+  std::shared_ptr<EmuStreamSet> set_;
   std::mt19937_64 rng_;
   std::mutex m_;
   std::condition_variable cv_, idle_;
@@ -377,12 +417,23 @@ class EmuDevice final : public Device {
     DefaultFpEnv fp;
     arena_.initialize();
   }
+  ~EmuDevice() override {
+    default_stream_.reset();  // runs what is still queued there, which may read the blocks below
+    for (const Parked& b : parked_) {
+      if (b.pinned) {
+        (void)emu_memory().remove_host(b.p, b.bytes, EmuMemory::HostKind::kAllocated);
+      } else {
+        (void)emu_memory().remove_device(b.p, b.bytes, id_);
+      }
+      std::free(emu_untag(b.p));
+    }
+  }
 
   Pinner& pinner() noexcept override { return pinner_; }
 
   Result<Stream> create_stream() override {
     const EmuScope scope(id_);
-    return Stream(std::make_unique<EmuStream>(this, next_seed()));
+    return Stream(std::make_unique<EmuStream>(this, streams_set_, next_seed()));
   }
 
   // The native handle of an emu stream is its StreamView::state() (see Device::wrap_stream).
@@ -390,7 +441,8 @@ class EmuDevice final : public Device {
     const EmuScope scope(id_);
     EmuStream* queue = nullptr;
     if (!native) {
-      std::call_once(default_once_, [&] { default_stream_ = std::make_unique<EmuStream>(this, next_seed()); });
+      std::call_once(default_once_,
+                     [&] { default_stream_ = std::make_unique<EmuStream>(this, streams_set_, next_seed()); });
       queue = default_stream_.get();
     } else {
       EmuStreamBase* found = EmuStreamBase::find(native);
@@ -496,6 +548,7 @@ class EmuDevice final : public Device {
   }
   void do_deallocate(void* p, std::size_t bytes) noexcept override {
     const EmuScope scope(id_);
+    if (!may_free(p, bytes, false)) return;
     if (!emu_memory().remove_device(p, bytes, id_)) {
       record_error(Status::internal(name() + ": free of " + hex(p) + " (" + std::to_string(bytes) +
                                     " bytes), which is " + describe(p, bytes)));
@@ -517,12 +570,38 @@ class EmuDevice final : public Device {
   }
   void do_deallocate_pinned(void* p, std::size_t bytes) noexcept override {
     const EmuScope scope(id_);
+    if (!may_free(p, bytes, true)) return;
     Status st = emu_memory().remove_host(p, bytes, EmuMemory::HostKind::kAllocated);
     if (!st.is_ok()) {
       record_error(st.with_context(name() + ": free of pinned memory"));
       return;
     }
     std::free(p);
+  }
+
+  // Before a free: waits for the work issued so far to every stream of this device, as cudaFree
+  // and cudaFreeHost synchronize the device (work issued meanwhile by other threads is not waited
+  // for). False on a stream worker, where CUDA forbids the call (cudaErrorNotPermitted) and the
+  // wait could never end: the sticky error, and the block is parked until the device goes.
+  bool may_free(void* p, std::size_t bytes, bool pinned) noexcept {
+    if (t_worker_of >= 0) {
+      record_error(Status::internal(
+          name() + ": free of " + (pinned ? "pinned memory " : "device memory ") + hex(p) + " (" +
+          std::to_string(bytes) + " bytes) from a stream task of emu device " + std::to_string(t_worker_of) +
+          " (host_task): CUDA forbids CUDA calls in a stream callback (cudaErrorNotPermitted), and the free "
+          "would wait for the stream running it; free it after the stream passed the task instead"));
+      std::lock_guard<std::mutex> lock(parked_m_);
+      parked_.push_back({p, bytes, pinned});
+      return false;
+    }
+    std::vector<std::shared_ptr<EventRecord>> marks;
+    {
+      std::lock_guard<std::mutex> lock(streams_set_->m);
+      for (EmuStream* s : streams_set_->live)
+        if (auto rec = s->mark()) marks.push_back(std::move(rec));
+    }
+    for (const auto& rec : marks) rec->wait();
+    return true;
   }
 
   // As cudaMemcpyAsync with an explicit kind: a pointer of the wrong kind is refused at the call
@@ -905,6 +984,15 @@ class EmuDevice final : public Device {
   EmuPinner pinner_;
   const int id_;
   std::atomic<std::uint64_t> streams_{0};
+  const std::shared_ptr<EmuStreamSet> streams_set_ = std::make_shared<EmuStreamSet>();
+  // Blocks whose free was refused (may_free): freed with the device.
+  struct Parked {
+    void* p;
+    std::size_t bytes;
+    bool pinned;
+  };
+  std::mutex parked_m_;
+  std::vector<Parked> parked_;
   std::once_flag default_once_;
   std::atomic<std::int64_t> ops_{0};
   std::mutex error_m_;
@@ -942,6 +1030,7 @@ EmuStreamBase* EmuStreamBase::find(const void* p) {
 }
 
 void EmuStream::run() {
+  t_worker_of = dev_->id();
   const int max_delay = dev_->max_delay_us();
   for (;;) {
     Task t;

@@ -442,17 +442,12 @@ class ShardedEngine final : public Engine {
       unique += static_cast<std::size_t>(b.unique[c].size() * layouts_[c].dim());
       most_unique = std::max(most_unique, static_cast<std::size_t>(b.unique[c].size()));
     }
-    auto words = [](std::size_t bytes) { return (bytes + 7) / 8 * 8; };
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
       const MatrixView& o = outputs[static_cast<std::size_t>(f.feature[i])];
-      const std::size_t keys = static_cast<std::size_t>(k.num_keys()), bags = k.offsets.size();
-      const std::size_t u = static_cast<std::size_t>(b.unique[static_cast<std::size_t>(b.canon_of[i])].size());
       if (o.space != MemorySpace::kDevice) host += static_cast<std::size_t>(o.rows * o.cols);
-      // The larger of forward's (offsets, rows, weights) and backward's (offsets, weights, slots,
-      // unique offsets, positions, bags) metadata.
-      meta += words(8 * bags) + words(8 * keys) + words(4 * k.weights.size()) + words(8 * u) + words(8 * (u + 1)) +
-              words(4 * keys) + words(4 * keys);
+      meta += sharded_feature_metadata_bytes(k.batch_size(), k.num_keys(), k.weights.size(),
+                                             b.unique[static_cast<std::size_t>(b.canon_of[i])].size());
     }
     if (iota_.size() < most_unique) {
       iota_.resize(most_unique);
@@ -606,6 +601,15 @@ Status ShardedEngine::write_rows(int table, std::int64_t row0, std::int64_t n, c
 }
 
 }  // namespace
+
+std::size_t sharded_feature_metadata_bytes(std::int64_t bags, std::int64_t keys, std::size_t weights,
+                                           std::int64_t unique) {
+  const auto words = [](std::size_t bytes) { return (bytes + 7) / 8 * 8; };
+  const std::size_t B = static_cast<std::size_t>(bags), K = static_cast<std::size_t>(keys),
+                    U = static_cast<std::size_t>(unique);
+  return words(8 * (B + 1)) + words(8 * K) + words(4 * weights) + words(8 * U) + words(8 * (U + 1)) + words(4 * K) +
+         words(4 * K);
+}
 
 Result<std::unique_ptr<Engine>> make_sharded_engine(const Topology& topo, const StoreConfig& config,
                                                     const std::vector<int>& tables, HostTableOptions options,

@@ -15,6 +15,8 @@
 // starts with dispatch::agree, so a rank at a different call, or a local error on one rank, gives
 // every rank a clear error instead of a hang; a rank that never arrives gives a timeout naming it.
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -25,6 +27,14 @@
 #include "store/store_config.hpp"
 
 namespace strata::detail {
+
+/// Bytes of metadata the sharded engine reserves for one feature of `bags` bags, `keys` keys,
+/// `weights` per-key weights (0 or keys) and `unique` distinct keys, in its device scratch and
+/// again in its pinned staging: room for forward's (offsets, keys as unique indexes, weights) and
+/// backward's (unique slots and offsets, positions, bag of each position), every array rounded up
+/// to 8 bytes. The engine grows both buffers to twice a call's sum over its features.
+std::size_t sharded_feature_metadata_bytes(std::int64_t bags, std::int64_t keys, std::size_t weights,
+                                           std::int64_t unique);
 
 /// `tables`: the global indexes of the sharded tables (all `gpu` or all `hybrid` placements may be
 /// mixed). The communicator and device outlive the engine.

@@ -162,9 +162,10 @@ TEST(TuneCli, PlanOverRanksWritesAShardedStoreConfigAndPerRankNumbers) {
   EXPECT_GT(report["exchange_bytes_per_step"].get<double>(), 0);
   EXPECT_GT(report["comm_buffer_bytes"].get<double>(), 0);
   EXPECT_LE(report["hbm_bytes"].get<double>(), report["hbm_budget_bytes"].get<double>());
-  // A per-rank HBM budget below every table sharded (about 667 KB: the shards and the engine's
-  // device scratch) but above the smallest feasible: some tables hybrid, within the budget.
-  r = run_program(kBin + " plan --workload " + kWorkload + " --ranks 4 --hbm-budget 500KB --host-budget 1GB --out " +
+  // A per-rank HBM budget below every table sharded (about 967 KB: the shards, the staging of
+  // the served keys and the engine's device scratch) but above the smallest feasible (723 KB):
+  // some tables hybrid, within the budget.
+  r = run_program(kBin + " plan --workload " + kWorkload + " --ranks 4 --hbm-budget 850KB --host-budget 1GB --out " +
                   plan + " --json " + json);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   config = parse_store_config(read_file(plan));
@@ -173,7 +174,7 @@ TEST(TuneCli, PlanOverRanksWritesAShardedStoreConfigAndPerRankNumbers) {
   for (const TableConfig& t : config->tables) hybrid = hybrid || t.placement == Placement::kHybrid;
   EXPECT_TRUE(hybrid) << read_file(plan);
   report = nlohmann::json::parse(read_file(json));
-  EXPECT_LE(report["hbm_bytes"].get<double>(), 500e3);
+  EXPECT_LE(report["hbm_bytes"].get<double>(), 850e3);
 }
 
 TEST(TuneCli, BadRanks) {

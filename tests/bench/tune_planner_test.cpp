@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -466,11 +467,31 @@ TEST(TunePlannerRanks, DeterministicAndTheReportsSayPerRankMemoryAndExchange) {
   EXPECT_NE(json.find("\"ranks\": 4"), std::string::npos) << json;
 }
 
-// The plan opens on every thread rank of a world of `ranks` and trains a few steps, each rank on
-// the input's steps r, r + ranks, ... (as strata-bench --ranks runs them; the hybrid caches were
-// sized for exactly those world steps).
-void open_and_train(const TuneInput& in, const StoreConfig& config, int ranks) {
+// The keys of the input's step `step` as a batch (8 bags per table, as make_input).
+KeyBatch batch_of_step(const TuneInput& in, std::int64_t step) {
+  KeyBatch batch;
+  for (const TableTrace& t : in.tables) {
+    JaggedKeys f;
+    f.table = t.spec.name;
+    for (auto i = t.keys.batch_offsets[static_cast<std::size_t>(step)];
+         i < t.keys.batch_offsets[static_cast<std::size_t>(step) + 1]; ++i)
+      f.keys.push_back(static_cast<Key>(t.keys.keys[static_cast<std::size_t>(i)]));
+    const auto k = static_cast<std::int64_t>(f.keys.size());
+    for (int bag = 0; bag <= 8; ++bag) f.offsets.push_back(bag * k / 8);
+    batch.features.push_back(std::move(f));
+  }
+  return batch;
+}
+
+// The plan opens on every thread rank of a world of `ranks` and trains `world_steps` steps, each
+// rank on the input's steps r, r + ranks, ... (as strata-bench --ranks runs them; the hybrid
+// caches were sized for exactly those world steps), with host views or (`device_views`) views of
+// buffers on the rank's device, as a trainer with its dense model there has. Returns each rank's
+// peak device memory (StoreStats::device_peak_bytes).
+std::vector<std::size_t> open_and_train(const TuneInput& in, const StoreConfig& config, int ranks,
+                                        std::int64_t world_steps = 3, bool device_views = false) {
   std::vector<Status> got(static_cast<std::size_t>(ranks));
+  std::vector<std::size_t> peak(static_cast<std::size_t>(ranks));
   testing::on_ranks(ranks, 20000, [&](int r, std::shared_ptr<dispatch::Communicator> comm) {
     auto store = Store::open(config, comm);
     Status& s = got[static_cast<std::size_t>(r)];
@@ -478,37 +499,57 @@ void open_and_train(const TuneInput& in, const StoreConfig& config, int ranks) {
       s = store.status();
       return;
     }
-    for (std::int64_t w = 0; w < 3 && s.is_ok(); ++w) {
-      const std::int64_t step = w * ranks + r;
-      KeyBatch batch;
-      std::vector<std::vector<float>> out, grad;
-      for (const TableTrace& t : in.tables) {
-        JaggedKeys f;
-        f.table = t.spec.name;
-        for (auto i = t.keys.batch_offsets[static_cast<std::size_t>(step)];
-             i < t.keys.batch_offsets[static_cast<std::size_t>(step) + 1]; ++i)
-          f.keys.push_back(static_cast<Key>(t.keys.keys[static_cast<std::size_t>(i)]));
-        const auto k = static_cast<std::int64_t>(f.keys.size());
-        for (int bag = 0; bag <= 8; ++bag) f.offsets.push_back(bag * k / 8);  // 8 bags, as make_input
-        out.emplace_back(8 * static_cast<std::size_t>(t.spec.dim), 0.0f);
-        grad.emplace_back(8 * static_cast<std::size_t>(t.spec.dim), 0.01f);
-        batch.features.push_back(std::move(f));
+    gpu::Device* dev = (*store)->device();
+    gpu::Stream stream;  // the trainer's, for its gradients' upload
+    if (device_views) {
+      auto made = dev->create_stream();
+      if (!made) {
+        s = made.status();
+        return;
       }
+      stream = std::move(made).value();
+    }
+    for (std::int64_t w = 0; w < world_steps && s.is_ok(); ++w) {
+      KeyBatch batch = batch_of_step(in, w * ranks + r);
+      std::vector<std::vector<float>> out, grad;
+      std::vector<gpu::DeviceBuffer> dev_out, dev_grad;
       std::vector<MatrixView> outs;
       std::vector<ConstMatrixView> grads;
       for (std::size_t t = 0; t < in.tables.size(); ++t) {
-        const std::int64_t bags = batch.features[t].batch_size();
-        outs.push_back({out[t].data(), bags, in.tables[t].spec.dim});
-        grads.push_back({grad[t].data(), bags, in.tables[t].spec.dim});
+        const std::int64_t bags = batch.features[t].batch_size(), dim = in.tables[t].spec.dim;
+        const std::size_t n = static_cast<std::size_t>(bags * dim);
+        out.emplace_back(n, 0.0f);
+        grad.emplace_back(n, 0.01f);
+        if (!device_views) {
+          outs.push_back({out[t].data(), bags, dim});
+          grads.push_back({grad[t].data(), bags, dim});
+          continue;
+        }
+        auto o = dev->allocate(n * sizeof(float));
+        auto g = dev->allocate(n * sizeof(float));
+        auto h = dev->allocate_pinned(n * sizeof(float));
+        if (!o || !g || !h) {
+          s = Status::resource_exhausted("the trainer's buffers");
+          break;
+        }
+        std::memcpy(h->data(), grad[t].data(), n * sizeof(float));
+        dev->copy_h2d(stream.view(), g->data(), h->data(), n * sizeof(float));
+        s = dev->synchronize(stream.view());
+        outs.push_back({o->as<float>(), bags, dim, MemorySpace::kDevice});
+        grads.push_back({g->as<float>(), bags, dim, MemorySpace::kDevice});
+        dev_out.push_back(std::move(o).value());
+        dev_grad.push_back(std::move(g).value());
       }
-      s = (*store)->submit(w, std::move(batch));
+      if (s.is_ok()) s = (*store)->submit(w, std::move(batch));
       if (s.is_ok()) s = (*store)->forward(w, outs);
       if (s.is_ok()) s = (*store)->backward(w, grads);
     }
+    peak[static_cast<std::size_t>(r)] = (*store)->stats().device_peak_bytes;
   });
   for (int r = 0; r < ranks; ++r)
     EXPECT_TRUE(got[static_cast<std::size_t>(r)].is_ok())
         << ranks << " ranks, rank " << r << ": " << got[static_cast<std::size_t>(r)].to_string();
+  return peak;
 }
 
 TEST(TunePlannerRanks, PlanOpensOnEveryRankOfTwoAndFourThreadRanksAndTrains) {
@@ -523,6 +564,37 @@ TEST(TunePlannerRanks, PlanOpensOnEveryRankOfTwoAndFourThreadRanksAndTrains) {
       auto parsed = parse_store_config(to_json(plan->config));
       ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
       open_and_train(in, *parsed, ranks);
+    }
+  }
+}
+
+// The per-rank memory model of sharded gpu tables (bench/tune/table_cost.hpp) covers the device
+// memory each rank's store allocates, and not by much more: the shards, the inner engine's staging
+// of the served keys, the sharded engine's scratch (rows, exchange buffers, the metadata of pooling
+// and gradient sums, the exchange's index lists) and one step's outputs and gradients (the
+// engine's with host views, the trainer's with device views). Before the model counted the
+// metadata, the index lists, the outputs and the whole staging of the served keys, rank 0
+// allocated 1.9% more than modelled over two ranks, 3.9% over four. (Hybrid tables are left out:
+// their caches stage fills and write-backs beyond what the cached model counts, on one rank too.)
+TEST(TunePlannerRanks, MemoryModelCoversTheDeviceMemoryEachRankAllocates) {
+  const TuneInput in = make_input({60000, 20000, 3000}, {256, 128, 64}, 16);
+  const auto curves = curves_of(in);
+  for (const int ranks : {2, 4}) {
+    const ShardInputs sh = shards_of(in, ranks);
+    for (const bool device_views : {false, true}) {
+      PlanOptions o = rank_budgets(1e12, 1e12, ranks);
+      o.cost.trainer_on_device = device_views;
+      auto plan = make_plan(in, curves, profile(true), o, sh);
+      ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+      for (const TablePlan& t : plan->tables) ASSERT_EQ(t.placement, Placement::kGpu) << t.name;
+      auto parsed = parse_store_config(to_json(plan->config));
+      ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
+      const std::vector<std::size_t> peak = open_and_train(in, *parsed, ranks, in.steps / ranks, device_views);
+      for (int r = 0; r < ranks; ++r) {
+        const double got = static_cast<double>(peak[static_cast<std::size_t>(r)]);
+        EXPECT_LE(got, plan->hbm_bytes) << ranks << " ranks, rank " << r << ", device views " << device_views;
+        EXPECT_GE(got, 0.9 * plan->hbm_bytes) << ranks << " ranks, rank " << r << ", device views " << device_views;
+      }
     }
   }
 }

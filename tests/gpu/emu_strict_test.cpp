@@ -1,20 +1,24 @@
 // The emu device refuses what a real GPU refuses, so that tests without a GPU catch the bugs a GPU
 // would expose: host access to device memory dies, copies check their direction and that their
 // host side is pinned, kernels check that they can reach their pointers, and the pinner keeps
-// the registered ranges as cudaHostRegister does.
+// the registered ranges as cudaHostRegister does. Frees wait for the device, as cudaFree does.
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpu/device.hpp"
 #include "gpu/kernels/launch_args.hpp"
 #include "host/host_table.hpp"
+#include "tests/gpu/stream_gate.hpp"
 
 namespace strata::gpu {
 namespace {
@@ -151,6 +155,96 @@ TEST_F(EmuStrictTest, CopyToFreedDeviceMemoryIsRefused) {
   auto h = dev_->allocate_pinned(256).value();
   dev_->copy_h2d(s(), stale, h.data(), 256);
   expect_refused({"a device address in no live allocation"});
+}
+
+// Opens `gate` from another thread after a pause long enough that a free issued meanwhile by the
+// test's thread finds the work behind the gate still queued; `opened` says whether it did.
+class LateOpener {
+ public:
+  explicit LateOpener(StreamGate& gate)
+      : thread_([this, &gate] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          opened_ = true;
+          gate.open();
+        }) {}
+  ~LateOpener() { thread_.join(); }
+  bool opened() const { return opened_; }
+
+ private:
+  std::atomic<bool> opened_{false};
+  std::thread thread_;
+};
+
+// Bytes of a recognizable pattern, and a pinned block of the same size filled with others: made
+// right after a free, it likely reuses the freed block (so that a read of freed memory differs).
+std::vector<unsigned char> pattern(std::size_t n) {
+  std::vector<unsigned char> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<unsigned char>(7 * i + 1);
+  return v;
+}
+PinnedBuffer scribble(Device& dev, std::size_t n) {
+  PinnedBuffer b = dev.allocate_pinned(n).value();
+  std::memset(b.data(), 0xEE, n);
+  return b;
+}
+
+// As cudaFree, freeing device memory waits for the work queued on the device's streams, so that
+// a stream-ordered read of a buffer freed after it was issued still reads the buffer (the emu
+// device used to free at once: the copy read freed memory).
+TEST_F(EmuStrictTest, FreeOfDeviceMemoryWaitsForTheWorkQueuedBeforeIt) {
+  constexpr std::size_t kN = 4096;
+  const std::vector<unsigned char> want = pattern(kN);
+  auto in = dev_->allocate_pinned(kN).value();
+  auto out = dev_->allocate_pinned(kN).value();
+  std::memcpy(in.data(), want.data(), kN);
+  auto d = dev_->allocate(kN).value();
+  dev_->copy_h2d(s(), d.data(), in.data(), kN);
+  ASSERT_TRUE(dev_->synchronize(s()).is_ok());
+  StreamGate gate;
+  gate.hold(*dev_, s());
+  dev_->copy_d2h(s(), out.data(), d.data(), kN);  // runs once the gate opens
+  LateOpener opener(gate);
+  d = DeviceBuffer();  // the free
+  EXPECT_TRUE(opener.opened()) << "the free returned while the copy reading the buffer was still queued";
+  EXPECT_EQ(std::memcmp(out.data(), want.data(), kN), 0) << "the free returned before the copy ran";
+  const PinnedBuffer reuse = scribble(*dev_, kN);
+  ASSERT_TRUE(dev_->synchronize(s()).is_ok());
+  EXPECT_EQ(std::memcmp(out.data(), want.data(), kN), 0) << "the copy read freed memory";
+}
+
+// As cudaFreeHost, freeing pinned memory waits for the work queued on every stream of the device
+// (here a second one): an h2d copy from it still reads it.
+TEST_F(EmuStrictTest, FreeOfPinnedMemoryWaitsForTheWorkQueuedBeforeIt) {
+  constexpr std::size_t kN = 4096;
+  const std::vector<unsigned char> want = pattern(kN);
+  Stream other = dev_->create_stream().value();
+  auto in = dev_->allocate_pinned(kN).value();
+  auto out = dev_->allocate_pinned(kN).value();
+  std::memcpy(in.data(), want.data(), kN);
+  auto d = dev_->allocate(kN).value();
+  StreamGate gate;
+  gate.hold(*dev_, other.view());
+  dev_->copy_h2d(other.view(), d.data(), in.data(), kN);  // runs once the gate opens
+  LateOpener opener(gate);
+  in = PinnedBuffer();  // the free
+  EXPECT_TRUE(opener.opened()) << "the free returned while the copy reading the buffer was still queued";
+  const PinnedBuffer reuse = scribble(*dev_, kN);
+  dev_->copy_d2h(other.view(), out.data(), d.data(), kN);
+  ASSERT_TRUE(dev_->synchronize(other.view()).is_ok());
+  EXPECT_EQ(std::memcmp(out.data(), want.data(), kN), 0) << "the copy read freed memory";
+}
+
+// CUDA forbids CUDA calls in a stream callback (cudaErrorNotPermitted), and a free there would
+// wait for the stream that runs it: a free from a host task is refused (the sticky error), not a
+// deadlock; the block stays allocated until the device goes.
+TEST_F(EmuStrictTest, FreeFromAHostTaskIsRefused) {
+  auto d = dev_->allocate(256).value();
+  auto h = dev_->allocate_pinned(256).value();
+  dev_->host_task(s(), [&] {
+    d = DeviceBuffer();
+    h = PinnedBuffer();
+  });
+  expect_refused({"free of device memory", "(256 bytes) from a stream task", "cudaErrorNotPermitted"});
 }
 
 TEST_F(EmuStrictTest, MemoryOfAnotherDeviceIsRefused) {
