@@ -563,9 +563,12 @@ MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDes
   const double in_flight = std::max(8, o.lookahead + o.pipeline + 1);
   e.batches = (keys + static_cast<double>(shapes.size()) * static_cast<double>(o.workload.batch + 1)) * 8.0 *
               (o.workload.distinct_batches + 3.0 * in_flight);
-  // Outputs and gradients in host memory; with the trainer on the device their device copies too
-  // (emu: host memory) and, in cpu mode, the pinned buffers the trainer's copies go through.
-  e.buffers = out_floats * 4.0 * 2.0 * (o.trainer == Trainer::kDevice ? 3.0 : 1.0);
+  // One step's outputs and gradients. The loop keeps them in host memory; with the trainer on the
+  // device also in device buffers (emu: host memory) and, in cpu mode, in the pinned buffers the
+  // trainer's copies go through.
+  const bool device_trainer = o.trainer == Trainer::kDevice;
+  const double activations = out_floats * 4.0 * 2.0;
+  e.buffers = activations * (device_trainer ? 3.0 : 1.0);
   e.probe = static_cast<double>(o.read_probe_mib) * 1024.0 * 1024.0;
   if (o.gather_probe)
     for (const GatherProbePlan& p : gather_probe_plans(o))
@@ -613,17 +616,24 @@ MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDes
           if (t.placement == Placement::kGpu)
             device += static_cast<double>(t.spec.rows) *
                       padded(t.spec.dim + optimizer_state_dim(t.spec.optimizer.kind, t.spec.dim)) * 4.0;
-        // Device-side outputs and gradients, and keys/slots of the batches in flight.
-        device += 2.0 * e.buffers + in_flight * keys * 8.0 * 2.0;
-        // Pinned host staging: outputs D2H and gradients H2D, and (cached) the missing rows of
-        // the batches in flight, at worst every key a miss.
-        staging = 2.0 * e.buffers + in_flight * keys * record;
+        // Keys and slots of the batches in flight, and the store's activation staging (grown to
+        // twice a step's): with host views the outputs and gradients on both sides of the copies;
+        // with device views none, but offload's pinned gradients for its CPU optimizer.
+        device += in_flight * keys * 8.0 * 2.0;
+        if (!device_trainer) device += 2.0 * activations;
+        const bool offload = m->placement == Placement::kOffload;
+        staging = device_trainer ? (offload ? activations : 0.0) : 2.0 * activations;
+        // Staging of (cached) the missing rows of the batches in flight, at worst every key a
+        // miss: pinned, and again on the device where the fills land before they are unpacked.
+        staging += in_flight * keys * record;
+        device += in_flight * keys * record;
       }
       const double host = tables + staging + (emu ? device : 0.0);
       if (host > worst) {
         worst = host;
         e.tables = tables;
-        e.device = device;
+        // The device also holds the trainer's outputs and gradients (in e.buffers for the host).
+        e.device = device + (device_trainer ? activations : 0.0);
         e.worst_mode = m->name;
       }
     }

@@ -48,6 +48,31 @@ TEST(BenchMemory, ManySmallTablesEstimateIsWithinAFactorOfTwoOfTheRss) {
   EXPECT_LE(estimate, 2.0 * largest + 4.0 * 1024 * 1024) << "largest growth " << largest;
 }
 
+// The device memory the guard checks against --device-capacity (memory_estimate.device_bytes, the
+// worst mode's) against what the store allocated at peak (device_peak_bytes), for the modes whose
+// device memory grows with the cache and the batch, with the trainer on either side. A trainer on
+// the device gives the store device views: no output or gradient staging of its own (the
+// estimate once counted it three times over), but the fills' device staging still counts.
+TEST(BenchMemory, DeviceEstimateIsWithinAFactorOfTwoOfThePeak) {
+  const std::string dir = ::testing::TempDir() + "/strata_bench_device_memory_" + std::to_string(::getpid());
+  ::mkdir(dir.c_str(), 0755);
+  for (const char* trainer : {"device", "host"}) {
+    for (const char* mode : {"cached", "gpu"}) {
+      SCOPED_TRACE(std::string(mode) + ", trainer on the " + trainer);
+      const std::string out = dir + "/" + mode + "_" + trainer + ".json";
+      const auto r = run_bench(std::string("--tables 4 --rows 20000 --dim 64 --batch 4096 --steps 3 --warmup 1 ") +
+                               "--threads 2 --read-probe-mib 1 --no-gather-probe --cache-fraction 0.5 --backend emu " +
+                               "--modes " + mode + " --trainer " + trainer + " --json " + out);
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      const json j = json::parse(strata::testing::read_file(out));
+      const double estimate = j["memory_estimate"]["device_bytes"].get<double>();
+      const double peak = j["results"][0]["device_peak_bytes"].get<double>();
+      EXPECT_GE(estimate, 0.5 * peak) << "estimate " << estimate << ", peak " << peak;
+      EXPECT_LE(estimate, 2.0 * peak) << "estimate " << estimate << ", peak " << peak;
+    }
+  }
+}
+
 // 65,536 tables (strata-bench's most) of 4,200 x 64 floats (1.08 MB each, above the packing
 // threshold) each take an arena of 2 MiB: the guard counts 137 GB for them (not the 70.8 GB of
 // their rows) and refuses.
