@@ -1044,6 +1044,10 @@ void EmuStream::run() {
     if (max_delay > 0)
       std::this_thread::sleep_for(std::chrono::microseconds(rng_() % static_cast<std::uint64_t>(max_delay + 1)));
     if (t.control || dev_->admit()) t.fn();
+    // What the task captured goes before the task counts as done (as CUDA destroys a host
+    // function's data inside its callback): a caller that synchronized and then drops its last
+    // reference to a buffer the task also held frees it on its own thread, not on this worker.
+    t = Task{};
     {
       std::lock_guard<std::mutex> lock(m_);
       --pending_;

@@ -179,8 +179,10 @@ class OffloadEngine final : public Engine {
           dev_.copy_h2d(s, o.data, b.host_out[i], n);
       }
     }
-    dev_.record(b.st->done(), s);
+    // The activation entry's done first: a host wait for the batch's done then covers both, so
+    // the next forward finds this entry ready to reuse instead of making another.
     if (b.act) dev_.record(b.act->done(), s);
+    dev_.record(b.st->done(), s);
     // A stream-ordered call with device views only returns without waiting: the caller's stream
     // waits instead, and backward()'s host wait on this stream covers the device's reads of the
     // host rows before the CPU updates them.

@@ -247,6 +247,27 @@ TEST_F(EmuStrictTest, FreeFromAHostTaskIsRefused) {
   expect_refused({"free of device memory", "(256 bytes) from a stream task", "cudaErrorNotPermitted"});
 }
 
+// What a host task captured is gone once the stream passed the task (as the cuda backend destroys
+// it inside its callback): a caller that synchronized the stream and then drops its own reference
+// frees the buffer on its own thread. The holder's slow destructor widens the window in which the
+// worker used to still hold the captures after the stream counted the task done.
+TEST_F(EmuStrictTest, AHostTasksCapturesAreGoneOnceTheStreamPassedIt) {
+  struct SlowHolder {
+    std::shared_ptr<PinnedBuffer> buffer;
+    SlowHolder(const SlowHolder&) = default;
+    explicit SlowHolder(std::shared_ptr<PinnedBuffer> b) : buffer(std::move(b)) {}
+    ~SlowHolder() { std::this_thread::sleep_for(std::chrono::milliseconds(2)); }
+  };
+  for (int i = 0; i < 10; ++i) {
+    auto buffer = std::make_shared<PinnedBuffer>(dev_->allocate_pinned(256).value());
+    dev_->host_task(s(), [holder = SlowHolder(buffer)] { (void)holder; });
+    ASSERT_TRUE(dev_->synchronize(s()).is_ok());
+    EXPECT_EQ(buffer.use_count(), 1) << "round " << i << ": the worker still holds the task's captures";
+    buffer.reset();
+    ASSERT_TRUE(dev_->status().is_ok()) << "round " << i << ": " << dev_->status().to_string();
+  }
+}
+
 TEST_F(EmuStrictTest, MemoryOfAnotherDeviceIsRefused) {
   EmuOptions o;
   o.capacity = 1 << 20;
