@@ -355,13 +355,16 @@ class MpiCommunicator final : public Communicator {
       }
       error = synchronized(space);
     }
+    // With the caller's pointers, as above: a stage that failed to grow is empty, and the host
+    // path's own check would report it as a null buffer instead of this error.
+    if (!error.empty()) return all_to_all_v_host(send, send_counts, send_displs, recv, recv_counts, recv_displs, error);
     // This rank's own share stays on the device: out of the host collective's way (zero bytes to
     // itself; every rank sees its own counts, so the others are not affected).
     std::vector<std::int64_t> sc(send_counts, send_counts + size_), rc(recv_counts, recv_counts + size_);
     const std::int64_t own = recv_counts[rank_];
-    if (error.empty() && own == send_counts[rank_]) sc[rank_] = rc[rank_] = 0;
+    if (own == send_counts[rank_]) sc[rank_] = rc[rank_] = 0;
     STRATA_RETURN_IF_ERROR(
-        all_to_all_v_host(st.send.data(), sc.data(), send_displs, st.recv.data(), rc.data(), recv_displs, error));
+        all_to_all_v_host(st.send.data(), sc.data(), send_displs, st.recv.data(), rc.data(), recv_displs, ""));
     // The own share first, device to device, unless it is in place: compared by address, for send
     // and recv may be one buffer whose displacements keep the ranges apart. No received range
     // overlaps its source (check_a2a_arguments), and it goes first all the same, so that nothing
