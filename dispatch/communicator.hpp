@@ -120,6 +120,10 @@ class Communicator {
   /// allow aliased buffers either. `send` and `recv` may be one buffer (even the same pointer) when
   /// the displacements keep the ranges apart. The one exception is this rank's own share in place:
   /// `send + send_displs[me] == recv + recv_displs[me]` is left as it is (no copy).
+  /// Nor may two receive ranges overlap (the same InvalidArgument): two ranks' shares would land on
+  /// the same bytes (MPI_Irecv into overlapping memory is erroneous, two ncclRecv race). Send
+  /// ranges may overlap each other: the same bytes may go to several ranks (they are only read; MPI
+  /// allows it too).
   Status all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
                       const std::int64_t* recv_counts, const std::int64_t* recv_displs, const BufferSpace& space = {}) {
     return do_all_to_all_v(send, send_counts, send_displs, recv, recv_counts, recv_displs, space);

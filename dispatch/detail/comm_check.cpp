@@ -97,46 +97,72 @@ struct A2aRange {
 };
 
 // "" when no byte is both in a send range and in a receive range (this rank's own share at the
-// same address in both aside), else a pair of ranges that overlap. The counts and displacements
-// are valid (non-negative). O(size log size), and O(size) when the buffers lie apart.
+// same address in both aside) and no byte is in two receive ranges, else a pair of ranges that
+// overlap. Send ranges may overlap each other: they are only read (MPI allows it too). The counts
+// and displacements are valid (non-negative). O(size) and no allocation when the send and
+// receive ranges lie apart and the receive ranges come in rank order (the usual layouts); else
+// O(size log size).
 std::string a2a_overlap(int size, int me, const void* send, const std::int64_t* send_counts,
                         const std::int64_t* send_displs, const void* recv, const std::int64_t* recv_counts,
                         const std::int64_t* recv_displs) {
   const auto send_at = reinterpret_cast<std::uintptr_t>(send);
   const auto recv_at = reinterpret_cast<std::uintptr_t>(recv);
-  std::vector<A2aRange> ranges;
-  ranges.reserve(2 * static_cast<std::size_t>(size));
-  // The span of each kind, to rule out the usual case (two separate buffers) without sorting.
-  std::uintptr_t lo[2] = {UINTPTR_MAX, UINTPTR_MAX}, hi[2] = {0, 0};
-  auto add = [&](bool is_recv, int r, std::uintptr_t at, std::int64_t displ, std::int64_t count) {
-    if (count == 0) return;
+  // The own share in place: nothing moves (its counts must still agree, check_agreement), so it
+  // is no receive range (it stays a send range).
+  const bool own_in_place =
+      me >= 0 && me < size &&
+      recv_at + static_cast<std::uintptr_t>(recv_displs[me]) == send_at + static_cast<std::uintptr_t>(send_displs[me]);
+  auto range = [&](bool is_recv, int r) {
     A2aRange x;
-    x.begin = at + static_cast<std::uintptr_t>(displ);
+    const std::int64_t count = is_recv ? recv_counts[r] : send_counts[r];
+    if (count == 0 || (is_recv && r == me && own_in_place)) return x;  // empty: begin == end
+    x.begin = (is_recv ? recv_at : send_at) + static_cast<std::uintptr_t>(is_recv ? recv_displs[r] : send_displs[r]);
     x.end = x.begin + static_cast<std::uintptr_t>(count);
     x.recv = is_recv;
     x.rank = r;
-    lo[is_recv] = std::min(lo[is_recv], x.begin);
-    hi[is_recv] = std::max(hi[is_recv], x.end);
-    ranges.push_back(x);
+    return x;
   };
-  for (int r = 0; r < size; ++r) add(false, r, send_at, send_displs[r], send_counts[r]);
-  for (int r = 0; r < size; ++r) {
-    // The own share in place: nothing moves (its counts must still agree, check_agreement).
-    if (r == me &&
-        recv_at + static_cast<std::uintptr_t>(recv_displs[r]) == send_at + static_cast<std::uintptr_t>(send_displs[r]))
-      continue;
-    add(true, r, recv_at, recv_displs[r], recv_counts[r]);
+
+  // First the span of each kind, and whether the receive ranges come in rank order, each after
+  // the last: then two receive ranges cannot overlap, and the usual call needs no sorting.
+  std::uintptr_t lo[2] = {UINTPTR_MAX, UINTPTR_MAX}, hi[2] = {0, 0};
+  bool recv_in_order = true;
+  std::uintptr_t recv_reach = 0;
+  int ranges = 0;
+  for (bool is_recv : {false, true}) {
+    for (int r = 0; r < size; ++r) {
+      const A2aRange x = range(is_recv, r);
+      if (x.begin == x.end) continue;
+      ++ranges;
+      lo[is_recv] = std::min(lo[is_recv], x.begin);
+      hi[is_recv] = std::max(hi[is_recv], x.end);
+      if (is_recv) {
+        recv_in_order = recv_in_order && x.begin >= recv_reach;
+        recv_reach = std::max(recv_reach, x.end);
+      }
+    }
   }
-  if (hi[0] <= lo[1] || hi[1] <= lo[0]) return "";
-  std::sort(ranges.begin(), ranges.end(), [](const A2aRange& a, const A2aRange& b) {
+  const bool kinds_apart = hi[0] <= lo[1] || hi[1] <= lo[0];
+  if (kinds_apart && recv_in_order) return "";
+
+  std::vector<A2aRange> sorted;
+  sorted.reserve(static_cast<std::size_t>(ranges));
+  for (bool is_recv : {false, true}) {
+    for (int r = 0; r < size; ++r) {
+      const A2aRange x = range(is_recv, r);
+      if (x.begin != x.end) sorted.push_back(x);
+    }
+  }
+  std::sort(sorted.begin(), sorted.end(), [](const A2aRange& a, const A2aRange& b) {
     if (a.begin != b.begin) return a.begin < b.begin;
     if (a.recv != b.recv) return !a.recv;
     return a.rank < b.rank;
   });
-  // In order of their starts, each range overlaps a range of the other kind iff the one of that
-  // kind reaching furthest so far ends after it starts.
+  // In order of their starts, a range overlaps an earlier one of some kind iff the one of that
+  // kind reaching furthest so far ends after it starts. A send range is checked against the
+  // receive ranges only; a receive range against both kinds.
   const A2aRange* reach[2] = {nullptr, nullptr};
-  for (const A2aRange& x : ranges) {
+  for (const A2aRange& x : sorted) {
     const A2aRange* other = reach[!x.recv];
     if (other && other->end > x.begin) {
       const A2aRange& s = x.recv ? *other : x;
@@ -145,6 +171,13 @@ std::string a2a_overlap(int size, int me, const void* send, const std::int64_t* 
              std::to_string(s.rank) + " at send + " + std::to_string(send_displs[s.rank]) + " and the " +
              std::to_string(recv_counts[r.rank]) + " bytes from rank " + std::to_string(r.rank) + " at recv + " +
              std::to_string(recv_displs[r.rank]) + " share memory (only this rank's own share may be in place)";
+    }
+    if (x.recv && reach[1] && reach[1]->end > x.begin) {
+      const A2aRange& a = *reach[1];
+      return "recv ranges overlap: the " + std::to_string(recv_counts[a.rank]) + " bytes from rank " +
+             std::to_string(a.rank) + " at recv + " + std::to_string(recv_displs[a.rank]) + " and the " +
+             std::to_string(recv_counts[x.rank]) + " bytes from rank " + std::to_string(x.rank) + " at recv + " +
+             std::to_string(recv_displs[x.rank]) + " share memory (each byte of recv may receive one share only)";
     }
     if (!reach[x.recv] || x.end > reach[x.recv]->end) reach[x.recv] = &x;
   }

@@ -43,7 +43,9 @@ struct CallInfo {
 /// `send`/`recv`/`data` are the caller's pointers, never dereferenced: null-checked and, for
 /// all_to_all_v, compared as addresses. all_to_all_v of rank `me` also refuses a send range that
 /// shares a byte with a receive range (Communicator::all_to_all_v: no in-place exchange), except
-/// this rank's own share at the same address in both.
+/// this rank's own share at the same address in both, and two receive ranges that share a byte;
+/// send ranges may overlap each other. Judges the usual call (send and receive ranges apart, the
+/// receive ranges in rank order) without allocating.
 std::string check_a2a_arguments(int size, int me, const void* send, const std::int64_t* send_counts,
                                 const std::int64_t* send_displs, const void* recv, const std::int64_t* recv_counts,
                                 const std::int64_t* recv_displs);
