@@ -123,7 +123,9 @@ class Communicator {
   /// Nor may two receive ranges overlap (the same InvalidArgument): two ranks' shares would land on
   /// the same bytes (MPI_Irecv into overlapping memory is erroneous, two ncclRecv race). Send
   /// ranges may overlap each other: the same bytes may go to several ranks (they are only read; MPI
-  /// allows it too).
+  /// allows it too). Each `displs[r] + counts[r]` of a non-empty range must fit int64, and the
+  /// range must end inside the address space; the send counts must add up to at most INT64_MAX
+  /// (else InvalidArgument).
   Status all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
                       const std::int64_t* recv_counts, const std::int64_t* recv_displs, const BufferSpace& space = {}) {
     return do_all_to_all_v(send, send_counts, send_displs, recv, recv_counts, recv_displs, space);

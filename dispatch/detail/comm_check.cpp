@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <type_traits>
 #include <utility>
 
@@ -99,9 +100,9 @@ struct A2aRange {
 // "" when no byte is both in a send range and in a receive range (this rank's own share at the
 // same address in both aside) and no byte is in two receive ranges, else a pair of ranges that
 // overlap. Send ranges may overlap each other: they are only read (MPI allows it too). The counts
-// and displacements are valid (non-negative). O(size) and no allocation when the send and
-// receive ranges lie apart and the receive ranges come in rank order (the usual layouts); else
-// O(size log size).
+// and displacements are valid (non-negative, each range inside the address space). O(size) and
+// no allocation when the send and receive ranges lie apart and the receive ranges come in rank
+// order (the usual layouts); else O(size log size).
 std::string a2a_overlap(int size, int me, const void* send, const std::int64_t* send_counts,
                         const std::int64_t* send_displs, const void* recv, const std::int64_t* recv_counts,
                         const std::int64_t* recv_displs) {
@@ -184,6 +185,23 @@ std::string a2a_overlap(int size, int me, const void* send, const std::int64_t* 
   return "";
 }
 
+// "" when the `count` bytes (> 0) at `base + displ` (base not null, displ >= 0) can be addressed:
+// displ + count fits int64 and the range ends inside the address space. Else what is wrong, for
+// the range to or from `rank`.
+std::string addressable(bool is_recv, int rank, const void* base, std::int64_t count, std::int64_t displ) {
+  const char* kind = is_recv ? "recv" : "send";
+  if (displ > std::numeric_limits<std::int64_t>::max() - count) {
+    return std::string(kind) + "_displs[" + std::to_string(rank) + "] + " + kind + "_counts[" + std::to_string(rank) +
+           "] = " + std::to_string(displ) + " + " + std::to_string(count) + " overflows int64";
+  }
+  const auto at = reinterpret_cast<std::uintptr_t>(base);
+  if (static_cast<std::uintmax_t>(displ + count) > std::uintmax_t{UINTPTR_MAX - at}) {
+    return "the " + std::to_string(count) + " bytes " + (is_recv ? "from" : "to") + " rank " + std::to_string(rank) +
+           " at " + kind + " + " + std::to_string(displ) + " run past the end of the address space";
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string check_a2a_arguments(int size, int me, const void* send, const std::int64_t* send_counts,
@@ -192,6 +210,7 @@ std::string check_a2a_arguments(int size, int me, const void* send, const std::i
   if (!send_counts || !send_displs || !recv_counts || !recv_displs) {
     return "the count and displacement arrays must not be null (each has size() entries)";
   }
+  std::int64_t send_total = 0;
   for (int r = 0; r < size; ++r) {
     if (send_counts[r] < 0)
       return "send_counts[" + std::to_string(r) + "] = " + std::to_string(send_counts[r]) + " is negative";
@@ -205,6 +224,23 @@ std::string check_a2a_arguments(int size, int me, const void* send, const std::i
       return "send is null but send_counts[" + std::to_string(r) + "] = " + std::to_string(send_counts[r]);
     if (recv_counts[r] > 0 && !recv)
       return "recv is null but recv_counts[" + std::to_string(r) + "] = " + std::to_string(recv_counts[r]);
+    // Beyond this point every communicator computes `displ + count` and `base + displ + count`.
+    if (send_counts[r] > 0) {
+      std::string e = addressable(false, r, send, send_counts[r], send_displs[r]);
+      if (!e.empty()) return e;
+    }
+    if (recv_counts[r] > 0) {
+      std::string e = addressable(true, r, recv, recv_counts[r], recv_displs[r]);
+      if (!e.empty()) return e;
+    }
+    // Send ranges may overlap, so their total is not bounded by what they span (the receive
+    // ranges', which may not, is), and the communicators add them up.
+    if (send_counts[r] > std::numeric_limits<std::int64_t>::max() - send_total) {
+      return "the send counts overflow int64: send_counts[" + std::to_string(r) +
+             "] = " + std::to_string(send_counts[r]) + " after " + std::to_string(send_total) +
+             " bytes to the ranks before it";
+    }
+    send_total += send_counts[r];
   }
   return a2a_overlap(size, me, send, send_counts, send_displs, recv, recv_counts, recv_displs);
 }

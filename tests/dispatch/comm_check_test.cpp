@@ -1,7 +1,8 @@
 // detail::check_a2a_arguments on its own: which send and receive ranges of an all_to_all_v may
 // share memory (send ranges with each other; a send and a receive range never, but for a rank's
-// own share at one address in both; two receive ranges never) and what it says when they do. The
-// conformance suite checks that every communicator refuses such a call on every rank.
+// own share at one address in both; two receive ranges never), what it says when they do, and
+// that displacement + count must stay inside int64 and the address space. The conformance suite
+// checks that every communicator refuses such a call on every rank.
 //
 // A binary of its own: it replaces the global operator new to count this thread's heap
 // allocations, so that the usual call (two buffers apart, ranges in rank order) is seen to
@@ -12,6 +13,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <new>
 #include <string>
 #include <vector>
@@ -135,6 +137,42 @@ TEST(CheckA2aArguments, OverlappingSendRangesAreFine) {
   std::vector<char> send(8), recv(24);
   const Call c{2, {8, 8, 8}, {0, 0, 0}, {8, 8, 8}, {0, 8, 16}};
   EXPECT_EQ(check(c, send.data(), recv.data()), "");
+}
+
+TEST(CheckA2aArguments, DisplacementPlusCountOverflowingIsRefused) {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  std::vector<char> send(16), recv(16);
+  EXPECT_EQ(check(Call{0, {8, 8}, {0, kMax - 4}, {8, 8}, {0, 8}}, send.data(), recv.data()),
+            "send_displs[1] + send_counts[1] = 9223372036854775803 + 8 overflows int64");
+  EXPECT_EQ(check(Call{0, {8, 8}, {0, 8}, {8, kMax}, {kMax - 1, 8}}, send.data(), recv.data()),
+            "recv_displs[0] + recv_counts[0] = 9223372036854775806 + 8 overflows int64");
+  // An empty range does not count (nothing is addressed).
+  EXPECT_EQ(check(Call{0, {8, 0}, {0, kMax}, {8, 8}, {0, 8}}, send.data(), recv.data()), "");
+}
+
+// Send ranges may overlap, so their counts are not bounded by what they span: a total past int64
+// (which the communicators compute: stages, byte counters) is refused too.
+TEST(CheckA2aArguments, SendCountsAddingUpPastInt64AreRefused) {
+  constexpr std::int64_t kHalf = std::int64_t{1} << 62;
+  // Never dereferenced: 2^62 bytes of send low in the address space, recv at its top.
+  const void* send = reinterpret_cast<const void*>(std::uintptr_t{4096});
+  const void* recv = reinterpret_cast<const void*>(std::numeric_limits<std::uintptr_t>::max() - 63);
+  EXPECT_EQ(check(Call{0, {kHalf, kHalf}, {0, 0}, {8, 8}, {0, 8}}, send, recv),
+            "the send counts overflow int64: send_counts[1] = 4611686018427387904 after 4611686018427387904 bytes to "
+            "the ranks before it");
+  EXPECT_EQ(check(Call{0, {kHalf, kHalf - 1}, {0, 0}, {8, 8}, {0, 8}}, send, recv), "");
+}
+
+TEST(CheckA2aArguments, RangesPastTheEndOfTheAddressSpaceAreRefused) {
+  // Never dereferenced: a pointer 16 bytes below the top of the address space.
+  const void* top = reinterpret_cast<const void*>(std::numeric_limits<std::uintptr_t>::max() - 15);
+  std::vector<char> other(32);
+  // The last range ends at the top (its last byte is the last address).
+  EXPECT_EQ(check(Call{0, {8, 8}, {0, 7}, {8, 8}, {0, 8}}, top, other.data()), "");
+  EXPECT_EQ(check(Call{0, {8, 8}, {0, 8}, {8, 8}, {0, 8}}, top, other.data()),
+            "the 8 bytes to rank 1 at send + 8 run past the end of the address space");
+  EXPECT_EQ(check(Call{1, {8, 8}, {0, 8}, {8, 8}, {16, 0}}, other.data(), top),
+            "the 8 bytes from rank 0 at recv + 16 run past the end of the address space");
 }
 
 // The usual call (send and recv apart, the receive ranges in rank order) is judged without

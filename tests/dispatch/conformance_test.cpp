@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -796,6 +797,37 @@ TEST_P(Conformance, AllToAllVMaySendTheSameBytesToSeveralRanks) {
         for (std::int64_t i = 0; i < kBytes; ++i) wrong += recv[kBytes * src + i] != pattern(src, 0, i);
       }
       EXPECT_EQ(wrong, 0) << "rank " << me;
+    });
+  }
+}
+
+// A displacement whose range ends past int64 (undefined behaviour to compute) is refused on the
+// rank that passes it, and every rank fails alike; nothing is read.
+TEST_P(Conformance, AllToAllVWithADisplacementPlusCountPastInt64FailsEveryRank) {
+  const int last = n() - 1;
+  for (bool on_device : {false, true}) {
+    SCOPED_TRACE(on_device ? "device buffers" : "host buffers");
+    world().run(normal_options(), [&](RankEnv& env) {
+      Communicator& c = env.comm;
+      std::vector<std::int64_t> counts(n(), 8), sd(n()), rd(n());
+      for (int r = 0; r < n(); ++r) sd[r] = rd[r] = 8 * r;
+      if (c.rank() == last) sd[0] = std::numeric_limits<std::int64_t>::max() - 4;
+      const std::vector<std::uint8_t> a(8 * n(), 1), b(8 * n(), kSentinel);
+      std::vector<std::uint8_t> b_after = b;
+      Status s;
+      if (on_device) {
+        RankDevice dev(c);
+        const gpu::DeviceBuffer da = dev.upload(a), db = dev.upload(b);
+        s = c.all_to_all_v(da.data(), counts.data(), sd.data(), db.data(), counts.data(), rd.data(), dev.space());
+        b_after = dev.download(db, b.size());
+      } else {
+        s = c.all_to_all_v(a.data(), counts.data(), sd.data(), b_after.data(), counts.data(), rd.data());
+      }
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+      EXPECT_THAT(s.message(), HasSubstr("all_to_all_v: invalid arguments: rank " + std::to_string(last) +
+                                         ": send_displs[0] + send_counts[0] = 9223372036854775803 + 8 overflows "
+                                         "int64"));
+      EXPECT_EQ(b_after, b) << "rank " << c.rank() << ": a rejected call wrote the receive buffer";
     });
   }
 }
