@@ -921,34 +921,40 @@ TEST_P(Conformance, DeviceBuffersOfTwoDevicesTakingTurnsAllocateNothingAfterWarm
       return side;
     };
     Side sides[] = {make_side(a, 3000), make_side(b, 7000)};
-    auto round = [&](Side& s) {
+    // EXPECT and an early-out rather than ASSERT: an ASSERT would leave only this lambda, and the
+    // rank would go on to the next collective on its own. A failed round says which call failed.
+    auto round = [&](Side& s) -> bool {
       const BufferSpace space = s.dev.space();
-      ASSERT_TRUE(
-          c.all_to_all_v(s.send.data(), s.sc.data(), s.sd.data(), s.recv.data(), s.rc.data(), s.rd.data(), space)
-              .is_ok());
-      ASSERT_TRUE(c.all_gather(s.send.data(), s.base, s.gathered.data(), space).is_ok());
-      ASSERT_TRUE(c.broadcast(s.gathered.data(), s.base, n - 1, space).is_ok());
+      auto ok = [&](const Status& st, const char* what) {
+        EXPECT_TRUE(st.is_ok()) << what << " with base " << s.base << ", rank " << me << ": " << st.to_string();
+        return st.is_ok();
+      };
+      return ok(c.all_to_all_v(s.send.data(), s.sc.data(), s.sd.data(), s.recv.data(), s.rc.data(), s.rd.data(), space),
+                "all_to_all_v") &&
+             ok(c.all_gather(s.send.data(), s.base, s.gathered.data(), space), "all_gather") &&
+             ok(c.broadcast(s.gathered.data(), s.base, n - 1, space), "broadcast");
     };
     auto expect_none = [&](const gpu::ResourceCounts& during, const char* what) {
       EXPECT_EQ(during.allocations, 0u) << what << ", rank " << me;
       EXPECT_EQ(during.frees, 0u) << what << ", rank " << me;
       EXPECT_EQ(during.events, 0u) << what << ", rank " << me;
     };
-    for (Side& s : sides) round(s);  // warm-up
-    if (::testing::Test::HasFatalFailure()) return;
+    for (Side& s : sides) {
+      if (!round(s)) return;  // warm-up
+    }
     const gpu::ResourceCounts a0 = a.device().resource_counts(), b0 = b.device().resource_counts();
-    for (int turn = 0; turn < 6; ++turn) round(sides[turn % 2]);
-    if (::testing::Test::HasFatalFailure()) return;
+    for (int turn = 0; turn < 6; ++turn) {
+      if (!round(sides[turn % 2])) return;
+    }
     expect_none(a.device().resource_counts() - a0, "device a, taking turns");
     expect_none(b.device().resource_counts() - b0, "device b, taking turns");
 
-    round(sides[0]);
+    if (!round(sides[0])) return;
     c.forget_device(a.device());
     const gpu::ResourceCounts b1 = b.device().resource_counts();
-    round(sides[1]);
+    if (!round(sides[1])) return;
     expect_none(b.device().resource_counts() - b1, "device b, after a was forgotten");
-    round(sides[0]);  // a again: it may allocate anew
-    if (::testing::Test::HasFatalFailure()) return;
+    if (!round(sides[0])) return;  // a again: it may allocate anew
 
     for (Side& s : sides) {
       std::int64_t recv_bytes = 0;
