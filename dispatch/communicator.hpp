@@ -20,7 +20,9 @@
 // so must all pass the same kind of space (else every rank fails with InvalidArgument):
 //   local  host: memcpy between the ranks' buffers; device: Device::copy_peer from each peer's
 //          device into this rank's (emu devices of one process, or CUDA devices / one CUDA device
-//          shared by thread ranks), issued on this rank's stream
+//          shared by thread ranks), issued on this rank's stream. The ranks read each other's
+//          send buffers while writing their own receive buffers, so the buffers of different
+//          ranks must not overlap (not checked)
 //   mpi    host: as is; device: staged through pinned host memory the communicator owns (one D2H
 //          before, one H2D after; MPI's own CUDA awareness is not used, see mpi_communicator.hpp)
 //   nccl   host: staged through device buffers the communicator owns; device: NCCL reads and
@@ -120,6 +122,14 @@ class Communicator {
   /// allow aliased buffers either. `send` and `recv` may be one buffer (even the same pointer) when
   /// the displacements keep the ranges apart. The one exception is this rank's own share in place:
   /// `send + send_displs[me] == recv + recv_displs[me]` is left as it is (no copy).
+  /// Nor may two receive ranges overlap (the same InvalidArgument): two ranks' shares would land on
+  /// the same bytes (MPI_Irecv into overlapping memory is erroneous, two ncclRecv race). Send
+  /// ranges may overlap each other: the same bytes may go to several ranks (they are only read; MPI
+  /// allows it too). Each `displs[r] + counts[r]` of a non-empty range must fit int64, and the
+  /// range must end inside the address space; the send counts must add up to at most INT64_MAX
+  /// (else InvalidArgument). In `local`, where the ranks are threads reading each other's buffers,
+  /// the buffers of different ranks must not overlap either (not checked: a rank sees only its own
+  /// arguments).
   Status all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
                       const std::int64_t* recv_counts, const std::int64_t* recv_displs, const BufferSpace& space = {}) {
     return do_all_to_all_v(send, send_counts, send_displs, recv, recv_counts, recv_displs, space);

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -339,6 +340,7 @@ class MpiCommunicator final : public Communicator {
         detail::check_a2a_arguments(size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
     if (error.empty()) error = detail::ready_space(space);
     if (!error.empty()) return all_to_all_v_host(send, send_counts, send_displs, recv, recv_counts, recv_displs, error);
+    // No overflow: check_a2a_arguments refused any displacement + count past int64.
     std::int64_t send_end = 0, recv_end = 0;
     for (int p = 0; p < size_; ++p) {
       if (send_counts[p] > 0) send_end = std::max(send_end, send_displs[p] + send_counts[p]);
@@ -355,13 +357,16 @@ class MpiCommunicator final : public Communicator {
       }
       error = synchronized(space);
     }
+    // With the caller's pointers, as above: a stage that failed to grow is empty, and the host
+    // path's own check would report it as a null buffer instead of this error.
+    if (!error.empty()) return all_to_all_v_host(send, send_counts, send_displs, recv, recv_counts, recv_displs, error);
     // This rank's own share stays on the device: out of the host collective's way (zero bytes to
     // itself; every rank sees its own counts, so the others are not affected).
     std::vector<std::int64_t> sc(send_counts, send_counts + size_), rc(recv_counts, recv_counts + size_);
     const std::int64_t own = recv_counts[rank_];
-    if (error.empty() && own == send_counts[rank_]) sc[rank_] = rc[rank_] = 0;
+    if (own == send_counts[rank_]) sc[rank_] = rc[rank_] = 0;
     STRATA_RETURN_IF_ERROR(
-        all_to_all_v_host(st.send.data(), sc.data(), send_displs, st.recv.data(), rc.data(), recv_displs, error));
+        all_to_all_v_host(st.send.data(), sc.data(), send_displs, st.recv.data(), rc.data(), recv_displs, ""));
     // The own share first, device to device, unless it is in place: compared by address, for send
     // and recv may be one buffer whose displacements keep the ranges apart. No received range
     // overlaps its source (check_a2a_arguments), and it goes first all the same, so that nothing
@@ -481,7 +486,9 @@ class MpiCommunicator final : public Communicator {
     for (auto [buf, want] : {std::pair<gpu::PinnedBuffer*, std::int64_t>{&st.send, send}, {&st.recv, recv}}) {
       if (static_cast<std::int64_t>(buf->bytes()) >= want) continue;
       *buf = gpu::PinnedBuffer{};
-      auto b = d.allocate_pinned(static_cast<std::size_t>(2 * want));
+      // Twice the call, in size_t (2 * want could overflow int64; such a request fails anyway).
+      const auto bytes = static_cast<std::size_t>(want);
+      auto b = d.allocate_pinned(bytes <= SIZE_MAX / 2 ? 2 * bytes : bytes);
       if (!b) return "pinned staging of device buffers: " + b.status().to_string();
       *buf = std::move(b).value();
     }

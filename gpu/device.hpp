@@ -159,6 +159,10 @@ struct EmuOptions {
   std::uint64_t seed = 1;            ///< seed of the delays
   std::int64_t fail_after_ops = -1;  ///< >= 0: the op with this index (0-based, all streams) fails with a device fault
   int numa_nodes = 1;                ///< NUMA nodes for the host DRAM counters
+  /// Bytes of pinned memory (allocate_pinned) the device may hand out at once; past it
+  /// allocate_pinned fails with ResourceExhausted, as cudaHostAlloc does when page-locked memory
+  /// runs out. Default: no limit.
+  std::size_t pinned_capacity = SIZE_MAX;
 };
 
 /// A GPU, real or emulated. Thread-safe: several threads may issue work on distinct streams.

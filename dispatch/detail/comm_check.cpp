@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <type_traits>
 #include <utility>
 
@@ -97,46 +98,72 @@ struct A2aRange {
 };
 
 // "" when no byte is both in a send range and in a receive range (this rank's own share at the
-// same address in both aside), else a pair of ranges that overlap. The counts and displacements
-// are valid (non-negative). O(size log size), and O(size) when the buffers lie apart.
+// same address in both aside) and no byte is in two receive ranges, else a pair of ranges that
+// overlap. Send ranges may overlap each other: they are only read (MPI allows it too). The counts
+// and displacements are valid (non-negative, each range inside the address space). O(size) and
+// no allocation when the send and receive ranges lie apart and the receive ranges come in rank
+// order (the usual layouts); else O(size log size).
 std::string a2a_overlap(int size, int me, const void* send, const std::int64_t* send_counts,
                         const std::int64_t* send_displs, const void* recv, const std::int64_t* recv_counts,
                         const std::int64_t* recv_displs) {
   const auto send_at = reinterpret_cast<std::uintptr_t>(send);
   const auto recv_at = reinterpret_cast<std::uintptr_t>(recv);
-  std::vector<A2aRange> ranges;
-  ranges.reserve(2 * static_cast<std::size_t>(size));
-  // The span of each kind, to rule out the usual case (two separate buffers) without sorting.
-  std::uintptr_t lo[2] = {UINTPTR_MAX, UINTPTR_MAX}, hi[2] = {0, 0};
-  auto add = [&](bool is_recv, int r, std::uintptr_t at, std::int64_t displ, std::int64_t count) {
-    if (count == 0) return;
+  // The own share in place: nothing moves (its counts must still agree, check_agreement), so it
+  // is no receive range (it stays a send range).
+  const bool own_in_place =
+      me >= 0 && me < size &&
+      recv_at + static_cast<std::uintptr_t>(recv_displs[me]) == send_at + static_cast<std::uintptr_t>(send_displs[me]);
+  auto range = [&](bool is_recv, int r) {
     A2aRange x;
-    x.begin = at + static_cast<std::uintptr_t>(displ);
+    const std::int64_t count = is_recv ? recv_counts[r] : send_counts[r];
+    if (count == 0 || (is_recv && r == me && own_in_place)) return x;  // empty: begin == end
+    x.begin = (is_recv ? recv_at : send_at) + static_cast<std::uintptr_t>(is_recv ? recv_displs[r] : send_displs[r]);
     x.end = x.begin + static_cast<std::uintptr_t>(count);
     x.recv = is_recv;
     x.rank = r;
-    lo[is_recv] = std::min(lo[is_recv], x.begin);
-    hi[is_recv] = std::max(hi[is_recv], x.end);
-    ranges.push_back(x);
+    return x;
   };
-  for (int r = 0; r < size; ++r) add(false, r, send_at, send_displs[r], send_counts[r]);
-  for (int r = 0; r < size; ++r) {
-    // The own share in place: nothing moves (its counts must still agree, check_agreement).
-    if (r == me &&
-        recv_at + static_cast<std::uintptr_t>(recv_displs[r]) == send_at + static_cast<std::uintptr_t>(send_displs[r]))
-      continue;
-    add(true, r, recv_at, recv_displs[r], recv_counts[r]);
+
+  // First the span of each kind, and whether the receive ranges come in rank order, each after
+  // the last: then two receive ranges cannot overlap, and the usual call needs no sorting.
+  std::uintptr_t lo[2] = {UINTPTR_MAX, UINTPTR_MAX}, hi[2] = {0, 0};
+  bool recv_in_order = true;
+  std::uintptr_t recv_reach = 0;
+  int ranges = 0;
+  for (bool is_recv : {false, true}) {
+    for (int r = 0; r < size; ++r) {
+      const A2aRange x = range(is_recv, r);
+      if (x.begin == x.end) continue;
+      ++ranges;
+      lo[is_recv] = std::min(lo[is_recv], x.begin);
+      hi[is_recv] = std::max(hi[is_recv], x.end);
+      if (is_recv) {
+        recv_in_order = recv_in_order && x.begin >= recv_reach;
+        recv_reach = std::max(recv_reach, x.end);
+      }
+    }
   }
-  if (hi[0] <= lo[1] || hi[1] <= lo[0]) return "";
-  std::sort(ranges.begin(), ranges.end(), [](const A2aRange& a, const A2aRange& b) {
+  const bool kinds_apart = hi[0] <= lo[1] || hi[1] <= lo[0];
+  if (kinds_apart && recv_in_order) return "";
+
+  std::vector<A2aRange> sorted;
+  sorted.reserve(static_cast<std::size_t>(ranges));
+  for (bool is_recv : {false, true}) {
+    for (int r = 0; r < size; ++r) {
+      const A2aRange x = range(is_recv, r);
+      if (x.begin != x.end) sorted.push_back(x);
+    }
+  }
+  std::sort(sorted.begin(), sorted.end(), [](const A2aRange& a, const A2aRange& b) {
     if (a.begin != b.begin) return a.begin < b.begin;
     if (a.recv != b.recv) return !a.recv;
     return a.rank < b.rank;
   });
-  // In order of their starts, each range overlaps a range of the other kind iff the one of that
-  // kind reaching furthest so far ends after it starts.
+  // In order of their starts, a range overlaps an earlier one of some kind iff the one of that
+  // kind reaching furthest so far ends after it starts. A send range is checked against the
+  // receive ranges only; a receive range against both kinds.
   const A2aRange* reach[2] = {nullptr, nullptr};
-  for (const A2aRange& x : ranges) {
+  for (const A2aRange& x : sorted) {
     const A2aRange* other = reach[!x.recv];
     if (other && other->end > x.begin) {
       const A2aRange& s = x.recv ? *other : x;
@@ -146,7 +173,31 @@ std::string a2a_overlap(int size, int me, const void* send, const std::int64_t* 
              std::to_string(recv_counts[r.rank]) + " bytes from rank " + std::to_string(r.rank) + " at recv + " +
              std::to_string(recv_displs[r.rank]) + " share memory (only this rank's own share may be in place)";
     }
+    if (x.recv && reach[1] && reach[1]->end > x.begin) {
+      const A2aRange& a = *reach[1];
+      return "recv ranges overlap: the " + std::to_string(recv_counts[a.rank]) + " bytes from rank " +
+             std::to_string(a.rank) + " at recv + " + std::to_string(recv_displs[a.rank]) + " and the " +
+             std::to_string(recv_counts[x.rank]) + " bytes from rank " + std::to_string(x.rank) + " at recv + " +
+             std::to_string(recv_displs[x.rank]) + " share memory (each byte of recv may receive one share only)";
+    }
     if (!reach[x.recv] || x.end > reach[x.recv]->end) reach[x.recv] = &x;
+  }
+  return "";
+}
+
+// "" when the `count` bytes (> 0) at `base + displ` (base not null, displ >= 0) can be addressed:
+// displ + count fits int64 and the range ends inside the address space. Else what is wrong, for
+// the range to or from `rank`.
+std::string addressable(bool is_recv, int rank, const void* base, std::int64_t count, std::int64_t displ) {
+  const char* kind = is_recv ? "recv" : "send";
+  if (displ > std::numeric_limits<std::int64_t>::max() - count) {
+    return std::string(kind) + "_displs[" + std::to_string(rank) + "] + " + kind + "_counts[" + std::to_string(rank) +
+           "] = " + std::to_string(displ) + " + " + std::to_string(count) + " overflows int64";
+  }
+  const auto at = reinterpret_cast<std::uintptr_t>(base);
+  if (static_cast<std::uintmax_t>(displ + count) > std::uintmax_t{UINTPTR_MAX - at}) {
+    return "the " + std::to_string(count) + " bytes " + (is_recv ? "from" : "to") + " rank " + std::to_string(rank) +
+           " at " + kind + " + " + std::to_string(displ) + " run past the end of the address space";
   }
   return "";
 }
@@ -159,6 +210,7 @@ std::string check_a2a_arguments(int size, int me, const void* send, const std::i
   if (!send_counts || !send_displs || !recv_counts || !recv_displs) {
     return "the count and displacement arrays must not be null (each has size() entries)";
   }
+  std::int64_t send_total = 0;
   for (int r = 0; r < size; ++r) {
     if (send_counts[r] < 0)
       return "send_counts[" + std::to_string(r) + "] = " + std::to_string(send_counts[r]) + " is negative";
@@ -172,6 +224,23 @@ std::string check_a2a_arguments(int size, int me, const void* send, const std::i
       return "send is null but send_counts[" + std::to_string(r) + "] = " + std::to_string(send_counts[r]);
     if (recv_counts[r] > 0 && !recv)
       return "recv is null but recv_counts[" + std::to_string(r) + "] = " + std::to_string(recv_counts[r]);
+    // Beyond this point every communicator computes `displ + count` and `base + displ + count`.
+    if (send_counts[r] > 0) {
+      std::string e = addressable(false, r, send, send_counts[r], send_displs[r]);
+      if (!e.empty()) return e;
+    }
+    if (recv_counts[r] > 0) {
+      std::string e = addressable(true, r, recv, recv_counts[r], recv_displs[r]);
+      if (!e.empty()) return e;
+    }
+    // Send ranges may overlap, so their total is not bounded by what they span (the receive
+    // ranges', which may not, is), and the communicators add them up.
+    if (send_counts[r] > std::numeric_limits<std::int64_t>::max() - send_total) {
+      return "the send counts overflow int64: send_counts[" + std::to_string(r) +
+             "] = " + std::to_string(send_counts[r]) + " after " + std::to_string(send_total) +
+             " bytes to the ranks before it";
+    }
+    send_total += send_counts[r];
   }
   return a2a_overlap(size, me, send, send_counts, send_displs, recv, recv_counts, recv_displs);
 }

@@ -41,9 +41,13 @@ struct CallInfo {
 /// Judges what one rank can judge alone (negative sizes, null buffers with non-zero sizes, a root
 /// or an enum value out of range); returns "" when fine, else the reason (without the kind).
 /// `send`/`recv`/`data` are the caller's pointers, never dereferenced: null-checked and, for
-/// all_to_all_v, compared as addresses. all_to_all_v of rank `me` also refuses a send range that
-/// shares a byte with a receive range (Communicator::all_to_all_v: no in-place exchange), except
-/// this rank's own share at the same address in both.
+/// all_to_all_v, compared as addresses. all_to_all_v of rank `me` also refuses a displacement +
+/// count of a non-empty range that overflows int64 or ends past the address space, send counts
+/// whose total overflows int64, a send range that shares a byte with a receive range
+/// (Communicator::all_to_all_v: no in-place exchange), except this rank's own share at the same
+/// address in both, and two receive ranges that share a byte; send ranges may overlap each other.
+/// Judges the usual call (send and receive ranges apart, the receive ranges in rank order) without
+/// allocating.
 std::string check_a2a_arguments(int size, int me, const void* send, const std::int64_t* send_counts,
                                 const std::int64_t* send_displs, const void* recv, const std::int64_t* recv_counts,
                                 const std::int64_t* recv_displs);

@@ -558,12 +558,24 @@ class EmuDevice final : public Device {
   }
   Result<void*> do_allocate_pinned(std::size_t bytes) override {
     const EmuScope scope(id_);
+    const std::size_t cap = options_.pinned_capacity;
+    std::size_t used = pinned_in_use_.load();
+    do {
+      if (bytes > cap - used) {
+        return Status::resource_exhausted("emu device: pinned allocation of " + std::to_string(bytes) +
+                                          " bytes: " + std::to_string(cap - used) + " of " + std::to_string(cap) +
+                                          " bytes of pinned memory free (EmuOptions::pinned_capacity)");
+      }
+    } while (!pinned_in_use_.compare_exchange_weak(used, used + bytes));
     void* p = aligned_bytes(bytes);
-    if (!p)
+    if (!p) {
+      pinned_in_use_.fetch_sub(bytes);
       return Status::resource_exhausted("emu device: pinned allocation of " + std::to_string(bytes) + " bytes failed");
+    }
     Status st = emu_memory().add_host(p, bytes, EmuMemory::HostKind::kAllocated);
     if (!st.is_ok()) {
       std::free(p);
+      pinned_in_use_.fetch_sub(bytes);
       return st.with_context(name() + ": pinned allocation");
     }
     return p;
@@ -577,6 +589,7 @@ class EmuDevice final : public Device {
       return;
     }
     std::free(p);
+    pinned_in_use_.fetch_sub(bytes);
   }
 
   // Before a free: waits for the work issued so far to every stream of this device, as cudaFree
@@ -995,6 +1008,7 @@ class EmuDevice final : public Device {
   std::vector<Parked> parked_;
   std::once_flag default_once_;
   std::atomic<std::int64_t> ops_{0};
+  std::atomic<std::size_t> pinned_in_use_{0};  // bytes of live pinned allocations (pinned_capacity)
   std::mutex error_m_;
   Status error_;
   // wrap_stream(nullptr); made on first use. Declared last, so destroyed first: its destructor

@@ -1,15 +1,37 @@
 // detail::check_a2a_arguments on its own: which send and receive ranges of an all_to_all_v may
-// share memory (none, but a rank's own share at one address in both) and what it says when they
-// do. The conformance suite checks that every communicator refuses such a call on every rank.
+// share memory (send ranges with each other; a send and a receive range never, but for a rank's
+// own share at one address in both; two receive ranges never), what it says when they do, and
+// that displacement + count must stay inside int64 and the address space. The conformance suite
+// checks that every communicator refuses such a call on every rank.
+//
+// A binary of its own: it replaces the global operator new to count this thread's heap
+// allocations, so that the usual call (two buffers apart, ranges in rank order) is seen to
+// allocate nothing.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <new>
 #include <string>
 #include <vector>
 
 #include "dispatch/detail/comm_check.hpp"
+
+namespace {
+thread_local std::int64_t t_allocations = 0;
+}  // namespace
+
+// Not inlined: GCC would see free() of what operator new returned and warn of a mismatch.
+[[gnu::noinline]] void* operator new(std::size_t bytes) {
+  ++t_allocations;
+  if (void* p = std::malloc(bytes ? bytes : 1)) return p;
+  throw std::bad_alloc();
+}
+[[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace strata::dispatch::detail {
 namespace {
@@ -82,6 +104,94 @@ TEST(CheckA2aArguments, RecvBeforeSendInMemoryIsFound) {
   const Call c{0, {8, 8}, {0, 8}, {8, 8}, {0, 28}};
   EXPECT_THAT(check(c, buf.data() + 32, buf.data()),
               HasSubstr("the 8 bytes to rank 0 at send + 0 and the 8 bytes from rank 1 at recv + 28"));
+}
+
+// Two ranks' shares received into the same bytes: MPI_Irecv into overlapping memory is erroneous
+// and two ncclRecv race, so this is refused even with send and recv apart.
+TEST(CheckA2aArguments, OverlappingReceiveRangesAreRefused) {
+  std::vector<char> send(16), recv(16);
+  const Call c{0, {8, 8}, {0, 8}, {8, 8}, {0, 4}};
+  EXPECT_EQ(check(c, send.data(), recv.data()),
+            "recv ranges overlap: the 8 bytes from rank 0 at recv + 0 and the 8 bytes from rank 1 at recv + 4 share "
+            "memory (each byte of recv may receive one share only)");
+}
+
+TEST(CheckA2aArguments, OverlappingReceiveRangesOutOfRankOrderAreFound) {
+  std::vector<char> send(24), recv(64);
+  // Rank 1's share first in memory, then rank 2's, which rank 0's reaches into.
+  const Call c{1, {8, 8, 8}, {0, 8, 16}, {10, 8, 8}, {44, 0, 40}};
+  EXPECT_THAT(check(c, send.data(), recv.data()),
+              HasSubstr("recv ranges overlap: the 8 bytes from rank 2 at recv + 40 and the 10 bytes from rank 0 at "
+                        "recv + 44"));
+}
+
+TEST(CheckA2aArguments, ReceiveRangesThatTouchAreFine) {
+  std::vector<char> send(24), recv(24);
+  const Call c{0, {8, 8, 8}, {0, 8, 16}, {8, 8, 8}, {16, 8, 0}};
+  EXPECT_EQ(check(c, send.data(), recv.data()), "");
+}
+
+// Reading the same bytes for several ranks is fine (MPI allows overlapping send ranges; nothing
+// writes them): here every peer gets the same 8 bytes.
+TEST(CheckA2aArguments, OverlappingSendRangesAreFine) {
+  std::vector<char> send(8), recv(24);
+  const Call c{2, {8, 8, 8}, {0, 0, 0}, {8, 8, 8}, {0, 8, 16}};
+  EXPECT_EQ(check(c, send.data(), recv.data()), "");
+}
+
+TEST(CheckA2aArguments, DisplacementPlusCountOverflowingIsRefused) {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  std::vector<char> send(16), recv(16);
+  EXPECT_EQ(check(Call{0, {8, 8}, {0, kMax - 4}, {8, 8}, {0, 8}}, send.data(), recv.data()),
+            "send_displs[1] + send_counts[1] = 9223372036854775803 + 8 overflows int64");
+  EXPECT_EQ(check(Call{0, {8, 8}, {0, 8}, {8, kMax}, {kMax - 1, 8}}, send.data(), recv.data()),
+            "recv_displs[0] + recv_counts[0] = 9223372036854775806 + 8 overflows int64");
+  // An empty range does not count (nothing is addressed).
+  EXPECT_EQ(check(Call{0, {8, 0}, {0, kMax}, {8, 8}, {0, 8}}, send.data(), recv.data()), "");
+}
+
+// Send ranges may overlap, so their counts are not bounded by what they span: a total past int64
+// (which the communicators compute: stages, byte counters) is refused too.
+TEST(CheckA2aArguments, SendCountsAddingUpPastInt64AreRefused) {
+  constexpr std::int64_t kHalf = std::int64_t{1} << 62;
+  // Never dereferenced: 2^62 bytes of send low in the address space, recv at its top.
+  const void* send = reinterpret_cast<const void*>(std::uintptr_t{4096});
+  const void* recv = reinterpret_cast<const void*>(std::numeric_limits<std::uintptr_t>::max() - 63);
+  EXPECT_EQ(check(Call{0, {kHalf, kHalf}, {0, 0}, {8, 8}, {0, 8}}, send, recv),
+            "the send counts overflow int64: send_counts[1] = 4611686018427387904 after 4611686018427387904 bytes to "
+            "the ranks before it");
+  EXPECT_EQ(check(Call{0, {kHalf, kHalf - 1}, {0, 0}, {8, 8}, {0, 8}}, send, recv), "");
+}
+
+TEST(CheckA2aArguments, RangesPastTheEndOfTheAddressSpaceAreRefused) {
+  // Never dereferenced: a pointer 16 bytes below the top of the address space.
+  const void* top = reinterpret_cast<const void*>(std::numeric_limits<std::uintptr_t>::max() - 15);
+  std::vector<char> other(32);
+  // The last range ends at the top (its last byte is the last address).
+  EXPECT_EQ(check(Call{0, {8, 8}, {0, 7}, {8, 8}, {0, 8}}, top, other.data()), "");
+  EXPECT_EQ(check(Call{0, {8, 8}, {0, 8}, {8, 8}, {0, 8}}, top, other.data()),
+            "the 8 bytes to rank 1 at send + 8 run past the end of the address space");
+  EXPECT_EQ(check(Call{1, {8, 8}, {0, 8}, {8, 8}, {16, 0}}, other.data(), top),
+            "the 8 bytes from rank 0 at recv + 16 run past the end of the address space");
+}
+
+// The usual call (send and recv apart, the receive ranges in rank order) is judged without
+// allocating: no list of ranges to sort.
+TEST(CheckA2aArguments, TheUsualCallAllocatesNothing) {
+  std::vector<char> send(96), recv(96);
+  const Call two_buffers{1, {8, 8, 8, 8}, {0, 8, 16, 24}, {8, 8, 0, 16}, {0, 8, 16, 16}};
+  // One buffer: the send ranges, then the receive ranges (the exchange's layout).
+  const Call one_buffer{1, {8, 8, 8, 8}, {0, 8, 16, 24}, {8, 8, 0, 16}, {32, 40, 48, 48}};
+  std::string a, b;
+  a.reserve(256);
+  b.reserve(256);
+  const std::int64_t before = t_allocations;
+  a = check(two_buffers, send.data(), recv.data());
+  b = check(one_buffer, send.data(), send.data());
+  const std::int64_t allocations = t_allocations - before;
+  EXPECT_EQ(a, "");
+  EXPECT_EQ(b, "");
+  EXPECT_EQ(allocations, 0);
 }
 
 TEST(CheckA2aArguments, OtherErrorsComeFirst) {

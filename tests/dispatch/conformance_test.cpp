@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -698,27 +699,34 @@ TEST_P(Conformance, InvalidArgumentsOnOneRankFailEveryRank) {
 }
 
 // A byte both sent and received (an in-place all_to_all_v, as MPI_Alltoallv with one buffer and
-// no MPI_IN_PLACE) is an invalid argument in every communicator and memory space alike: peers
-// would read bytes this rank already overwrote. The last rank makes the mistake; every rank fails,
-// nothing is written, and the communicator stays broken.
-TEST_P(Conformance, AllToAllVWithOverlappingSendAndRecvFailsEveryRank) {
+// no MPI_IN_PLACE), or received from two ranks, is an invalid argument in every communicator and
+// memory space alike: peers would read bytes this rank already overwrote, or two shares would land
+// on the same bytes (erroneous for MPI_Irecv, a race for ncclRecv and for thread ranks). The last
+// rank makes the mistake; every rank fails, nothing is written, and the communicator stays broken.
+TEST_P(Conformance, AllToAllVWithOverlappingRangesFailsEveryRank) {
   const int last = n() - 1;
   struct Case {
     const char* name;
-    std::int64_t recv_shift;  // the last rank's receive displacements: its send displacements plus this
+    bool one_buffer;          // the last rank passes its send buffer as recv too
+    std::int64_t recv_step;   // the last rank's receive displacements: recv_step * r + recv_shift
+    std::int64_t recv_shift;  // (the other ranks': 8 * r, into a buffer of their own)
     std::string message;      // what follows "rank <last>: "
   };
   std::vector<Case> cases = {
-      {"receive ranges 4 bytes into the send ranges", 4,
+      {"receive ranges 4 bytes into the send ranges", true, 8, 4,
        "send and recv overlap: the 8 bytes to rank 0 at send + 0 and the 8 bytes from rank 0 at recv + 4 "
        "share memory"},
   };
   // The same displacements for both: only this rank's own share may be in place, so with peers
-  // this overlaps (with no peer it is the own share in place, which is fine).
+  // this overlaps (with no peer it is the own share in place, which is fine). And with peers, two
+  // receive ranges can overlap.
   if (n() > 1) {
-    cases.push_back({"send == recv with the same displacements", 0,
+    cases.push_back({"send == recv with the same displacements", true, 8, 0,
                      "send and recv overlap: the 8 bytes to rank 0 at send + 0 and the 8 bytes from rank 0 at recv + "
                      "0 share memory"});
+    cases.push_back({"receive ranges 4 bytes apart in a buffer of their own", false, 4, 0,
+                     "recv ranges overlap: the 8 bytes from rank 0 at recv + 0 and the 8 bytes from rank 1 at recv + "
+                     "4 share memory"});
   }
   for (const Case& k : cases) {
     for (bool on_device : {false, true}) {
@@ -726,10 +734,11 @@ TEST_P(Conformance, AllToAllVWithOverlappingSendAndRecvFailsEveryRank) {
       world().run(normal_options(), [&](RankEnv& env) {
         Communicator& c = env.comm;
         const bool bad = c.rank() == last;
+        const bool one_buffer = bad && k.one_buffer;
         std::vector<std::int64_t> counts(n(), 8), sd(n()), rd(n());
         for (int r = 0; r < n(); ++r) {
           sd[r] = 8 * r;
-          rd[r] = 8 * r + (bad ? k.recv_shift : 0);
+          rd[r] = bad ? k.recv_step * r + k.recv_shift : 8 * r;
         }
         const std::vector<std::uint8_t> a(8 * n() + 8, 1), b(8 * n() + 8, kSentinel);
         std::vector<std::uint8_t> a_after = a, b_after = b;
@@ -737,12 +746,12 @@ TEST_P(Conformance, AllToAllVWithOverlappingSendAndRecvFailsEveryRank) {
         if (on_device) {
           RankDevice dev(c);
           const gpu::DeviceBuffer da = dev.upload(a), db = dev.upload(b);
-          s = c.all_to_all_v(da.data(), counts.data(), sd.data(), bad ? da.data() : db.data(), counts.data(), rd.data(),
-                             dev.space());
+          s = c.all_to_all_v(da.data(), counts.data(), sd.data(), one_buffer ? da.data() : db.data(), counts.data(),
+                             rd.data(), dev.space());
           a_after = dev.download(da, a.size());
           b_after = dev.download(db, b.size());
         } else {
-          s = c.all_to_all_v(a_after.data(), counts.data(), sd.data(), bad ? a_after.data() : b_after.data(),
+          s = c.all_to_all_v(a_after.data(), counts.data(), sd.data(), one_buffer ? a_after.data() : b_after.data(),
                              counts.data(), rd.data());
         }
         EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
@@ -751,9 +760,75 @@ TEST_P(Conformance, AllToAllVWithOverlappingSendAndRecvFailsEveryRank) {
         EXPECT_EQ(a_after, a) << "rank " << c.rank() << ": a rejected call wrote the send buffer";
         EXPECT_EQ(b_after, b) << "rank " << c.rank() << ": a rejected call wrote the receive buffer";
         EXPECT_EQ(c.counters().sent_bytes + c.counters().received_bytes, 0);
-        expect_broken(c, StatusCode::kInvalidArgument, "send and recv overlap");
+        expect_broken(c, StatusCode::kInvalidArgument, k.message.substr(0, k.message.find(':')));
       });
     }
+  }
+}
+
+// Send ranges may overlap: nothing writes them, and MPI allows it. Here every rank sends the same
+// bytes to every rank (all its send displacements 0), from host and from device buffers.
+TEST_P(Conformance, AllToAllVMaySendTheSameBytesToSeveralRanks) {
+  for (bool on_device : {false, true}) {
+    SCOPED_TRACE(on_device ? "device buffers" : "host buffers");
+    world().run(normal_options(), [&](RankEnv& env) {
+      Communicator& c = env.comm;
+      const int me = c.rank();
+      constexpr std::int64_t kBytes = 1000;
+      std::vector<std::int64_t> counts(n(), kBytes), sd(n(), 0), rd(n());
+      for (int r = 0; r < n(); ++r) rd[r] = kBytes * r;
+      std::vector<std::uint8_t> send(kBytes), recv(kBytes * n(), kSentinel);
+      for (std::int64_t i = 0; i < kBytes; ++i) send[i] = pattern(me, 0, i);
+      const std::vector<std::uint8_t> send_before = send;
+      Status s;
+      if (on_device) {
+        RankDevice dev(c);
+        const gpu::DeviceBuffer dsend = dev.upload(send), drecv = dev.upload(recv);
+        s = c.all_to_all_v(dsend.data(), counts.data(), sd.data(), drecv.data(), counts.data(), rd.data(), dev.space());
+        send = dev.download(dsend, send.size());
+        recv = dev.download(drecv, recv.size());
+      } else {
+        s = c.all_to_all_v(send.data(), counts.data(), sd.data(), recv.data(), counts.data(), rd.data());
+      }
+      ASSERT_TRUE(s.is_ok()) << "rank " << me << ": " << s.to_string();
+      EXPECT_EQ(send, send_before) << "rank " << me << ": all_to_all_v wrote its send buffer";
+      std::int64_t wrong = 0;
+      for (int src = 0; src < n(); ++src) {
+        for (std::int64_t i = 0; i < kBytes; ++i) wrong += recv[kBytes * src + i] != pattern(src, 0, i);
+      }
+      EXPECT_EQ(wrong, 0) << "rank " << me;
+    });
+  }
+}
+
+// A displacement whose range ends past int64 (undefined behaviour to compute) is refused on the
+// rank that passes it, and every rank fails alike; nothing is read.
+TEST_P(Conformance, AllToAllVWithADisplacementPlusCountPastInt64FailsEveryRank) {
+  const int last = n() - 1;
+  for (bool on_device : {false, true}) {
+    SCOPED_TRACE(on_device ? "device buffers" : "host buffers");
+    world().run(normal_options(), [&](RankEnv& env) {
+      Communicator& c = env.comm;
+      std::vector<std::int64_t> counts(n(), 8), sd(n()), rd(n());
+      for (int r = 0; r < n(); ++r) sd[r] = rd[r] = 8 * r;
+      if (c.rank() == last) sd[0] = std::numeric_limits<std::int64_t>::max() - 4;
+      const std::vector<std::uint8_t> a(8 * n(), 1), b(8 * n(), kSentinel);
+      std::vector<std::uint8_t> b_after = b;
+      Status s;
+      if (on_device) {
+        RankDevice dev(c);
+        const gpu::DeviceBuffer da = dev.upload(a), db = dev.upload(b);
+        s = c.all_to_all_v(da.data(), counts.data(), sd.data(), db.data(), counts.data(), rd.data(), dev.space());
+        b_after = dev.download(db, b.size());
+      } else {
+        s = c.all_to_all_v(a.data(), counts.data(), sd.data(), b_after.data(), counts.data(), rd.data());
+      }
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+      EXPECT_THAT(s.message(), HasSubstr("all_to_all_v: invalid arguments: rank " + std::to_string(last) +
+                                         ": send_displs[0] + send_counts[0] = 9223372036854775803 + 8 overflows "
+                                         "int64"));
+      EXPECT_EQ(b_after, b) << "rank " << c.rank() << ": a rejected call wrote the receive buffer";
+    });
   }
 }
 
@@ -846,34 +921,40 @@ TEST_P(Conformance, DeviceBuffersOfTwoDevicesTakingTurnsAllocateNothingAfterWarm
       return side;
     };
     Side sides[] = {make_side(a, 3000), make_side(b, 7000)};
-    auto round = [&](Side& s) {
+    // EXPECT and an early-out rather than ASSERT: an ASSERT would leave only this lambda, and the
+    // rank would go on to the next collective on its own. A failed round says which call failed.
+    auto round = [&](Side& s) -> bool {
       const BufferSpace space = s.dev.space();
-      ASSERT_TRUE(
-          c.all_to_all_v(s.send.data(), s.sc.data(), s.sd.data(), s.recv.data(), s.rc.data(), s.rd.data(), space)
-              .is_ok());
-      ASSERT_TRUE(c.all_gather(s.send.data(), s.base, s.gathered.data(), space).is_ok());
-      ASSERT_TRUE(c.broadcast(s.gathered.data(), s.base, n - 1, space).is_ok());
+      auto ok = [&](const Status& st, const char* what) {
+        EXPECT_TRUE(st.is_ok()) << what << " with base " << s.base << ", rank " << me << ": " << st.to_string();
+        return st.is_ok();
+      };
+      return ok(c.all_to_all_v(s.send.data(), s.sc.data(), s.sd.data(), s.recv.data(), s.rc.data(), s.rd.data(), space),
+                "all_to_all_v") &&
+             ok(c.all_gather(s.send.data(), s.base, s.gathered.data(), space), "all_gather") &&
+             ok(c.broadcast(s.gathered.data(), s.base, n - 1, space), "broadcast");
     };
     auto expect_none = [&](const gpu::ResourceCounts& during, const char* what) {
       EXPECT_EQ(during.allocations, 0u) << what << ", rank " << me;
       EXPECT_EQ(during.frees, 0u) << what << ", rank " << me;
       EXPECT_EQ(during.events, 0u) << what << ", rank " << me;
     };
-    for (Side& s : sides) round(s);  // warm-up
-    if (::testing::Test::HasFatalFailure()) return;
+    for (Side& s : sides) {
+      if (!round(s)) return;  // warm-up
+    }
     const gpu::ResourceCounts a0 = a.device().resource_counts(), b0 = b.device().resource_counts();
-    for (int turn = 0; turn < 6; ++turn) round(sides[turn % 2]);
-    if (::testing::Test::HasFatalFailure()) return;
+    for (int turn = 0; turn < 6; ++turn) {
+      if (!round(sides[turn % 2])) return;
+    }
     expect_none(a.device().resource_counts() - a0, "device a, taking turns");
     expect_none(b.device().resource_counts() - b0, "device b, taking turns");
 
-    round(sides[0]);
+    if (!round(sides[0])) return;
     c.forget_device(a.device());
     const gpu::ResourceCounts b1 = b.device().resource_counts();
-    round(sides[1]);
+    if (!round(sides[1])) return;
     expect_none(b.device().resource_counts() - b1, "device b, after a was forgotten");
-    round(sides[0]);  // a again: it may allocate anew
-    if (::testing::Test::HasFatalFailure()) return;
+    if (!round(sides[0])) return;  // a again: it may allocate anew
 
     for (Side& s : sides) {
       std::int64_t recv_bytes = 0;

@@ -20,8 +20,10 @@
 #include <filesystem>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "dispatch/mpi_communicator.hpp"
+#include "gpu/device.hpp"
 #include "tests/dispatch/conformance.hpp"
 
 namespace strata::dispatch::testing {
@@ -129,6 +131,48 @@ TEST(MpiCommunicator, WorksOverAGivenCommunicator) {
   }
   MPI_Comm_free(&half);
   control_barrier();
+}
+
+// When the pinned staging of device buffers cannot be allocated (here on rank 0, whose emulated
+// device has 1 MiB of pinned memory, and whose ranges start 600 KiB into its send or its receive
+// buffer: a stage of twice that), every rank fails the call with that error, for the send stage
+// and for the receive stage alike. Regression: the stage that failed to grow was passed on as a
+// null buffer, and every rank was told "send is null ..." or "recv is null ..." instead.
+TEST(MpiCommunicator, DeviceBuffersWhosePinnedStagingCannotBeAllocatedFailEveryRank) {
+  constexpr std::int64_t kCount = 64, kGap = 600 << 10;
+  for (const bool send_side : {true, false}) {
+    SCOPED_TRACE(send_side ? "the send stage" : "the receive stage");
+    CommOptions options;
+    options.timeout = std::chrono::milliseconds(20000);
+    MpiWorld().run(options, [&](RankEnv& env) {
+      Communicator& c = env.comm;
+      gpu::EmuOptions o;
+      o.capacity = std::size_t{16} << 20;
+      o.threads = 1;
+      if (g_rank == 0) o.pinned_capacity = std::size_t{1} << 20;
+      auto dev = gpu::make_emu_device(o).value();
+      auto stream = dev->create_stream().value();
+      const std::int64_t send_gap = g_rank == 0 && send_side ? kGap : 0;
+      const std::int64_t recv_gap = g_rank == 0 && !send_side ? kGap : 0;
+      std::vector<std::int64_t> counts(g_size, kCount), sd(g_size), rd(g_size);
+      for (int r = 0; r < g_size; ++r) {
+        sd[r] = send_gap + kCount * r;
+        rd[r] = recv_gap + kCount * r;
+      }
+      {
+        const gpu::DeviceBuffer send = dev->allocate(send_gap + kCount * g_size).value();
+        const gpu::DeviceBuffer recv = dev->allocate(recv_gap + kCount * g_size).value();
+        const Status s = c.all_to_all_v(send.data(), counts.data(), sd.data(), recv.data(), counts.data(), rd.data(),
+                                        BufferSpace::on(*dev, stream.view()));
+        EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+        EXPECT_THAT(s.message(), HasSubstr("all_to_all_v: invalid arguments: rank 0: pinned staging of device "
+                                           "buffers: ResourceExhausted: emu device: pinned allocation of "));
+        EXPECT_THAT(s.message(), HasSubstr("(EmuOptions::pinned_capacity)"));
+      }
+      EXPECT_TRUE(dev->status().is_ok()) << dev->status().to_string();
+      c.forget_device(*dev);
+    });
+  }
 }
 
 // Prints the failures of ranks other than 0 (whose GoogleTest output is silenced), with the rank.

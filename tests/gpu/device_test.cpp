@@ -485,6 +485,26 @@ TEST(EmuDevice, InjectedFaultIsStickyAndSkipsLaterWork) {
   EXPECT_EQ(ran.load(), 1);
 }
 
+// Pinned memory has a limit of its own (EmuOptions::pinned_capacity), apart from device memory:
+// a test can make a pinned allocation fail, as cudaHostAlloc does when page-locked memory runs out.
+TEST(EmuDevice, PinnedCapacityLimitsLivePinnedMemory) {
+  EmuOptions o;
+  o.capacity = 1 << 20;
+  o.pinned_capacity = 100 << 10;
+  auto dev = make_emu_device(o).value();
+  {
+    const PinnedBuffer a = dev->allocate_pinned(60 << 10).value();
+    const Result<PinnedBuffer> b = dev->allocate_pinned(60 << 10);
+    EXPECT_EQ(b.status().code(), StatusCode::kResourceExhausted);
+    EXPECT_EQ(b.status().message(),
+              "emu device: pinned allocation of 61440 bytes: 40960 of 102400 bytes of pinned memory free "
+              "(EmuOptions::pinned_capacity)");
+    EXPECT_TRUE(dev->allocate(600 << 10).is_ok()) << "device memory is not pinned memory";
+  }
+  const Result<PinnedBuffer> all = dev->allocate_pinned(100 << 10);  // the first was freed
+  EXPECT_TRUE(all.is_ok()) << all.status().to_string();
+}
+
 TEST(EmuDevice, RejectsBadOptions) {
   EmuOptions o;
   o.capacity = 0;
