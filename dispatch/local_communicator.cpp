@@ -190,7 +190,7 @@ class LocalCommunicator final : public Communicator {
     Posting p;
     p.info.kind = Collective::kAllGather;
     p.info.bytes = bytes;
-    p.info.arg_error = detail::check_all_gather_arguments(send, bytes, recv);
+    p.info.arg_error = detail::check_all_gather_arguments(size(), send, bytes, recv);
     if (p.info.arg_error.empty()) p.info.arg_error = detail::ready_space(space);
     p.src = send;
     p.device = space.device;

@@ -224,7 +224,7 @@ class MpiCommunicator final : public Communicator {
     CallInfo info;
     info.kind = Collective::kAllGather;
     info.bytes = bytes;
-    info.arg_error = detail::check_all_gather_arguments(send, bytes, recv);
+    info.arg_error = detail::check_all_gather_arguments(size_, send, bytes, recv);
     if (info.arg_error.empty()) info.arg_error = space_error;
     return run(info, [&](std::uint64_t seq, Clock::time_point deadline, const char* what) -> Status {
       if (bytes == 0) return Status::ok();
@@ -387,7 +387,7 @@ class MpiCommunicator final : public Communicator {
 
   Status do_all_gather(const void* send, std::int64_t bytes, void* recv, const BufferSpace& space) override {
     if (!space.on_device()) return all_gather_host(send, bytes, recv, "");
-    std::string error = detail::check_all_gather_arguments(send, bytes, recv);
+    std::string error = detail::check_all_gather_arguments(size_, send, bytes, recv);
     if (error.empty()) error = detail::ready_space(space);
     gpu::Device& d = *space.device;
     DeviceStage& st = stage_of(d);

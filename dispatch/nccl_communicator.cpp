@@ -293,7 +293,7 @@ class NcclCommunicator final : public Communicator {
     CallInfo info;
     info.kind = Collective::kAllGather;
     info.bytes = bytes;
-    info.arg_error = detail::check_all_gather_arguments(send, bytes, recv);
+    info.arg_error = detail::check_all_gather_arguments(size_, send, bytes, recv);
     if (space.on_device()) {
       if (info.arg_error.empty()) info.arg_error = ready(space);
       return run(info, [&](Clock::time_point deadline, const char* what) -> Status {

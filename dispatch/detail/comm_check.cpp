@@ -108,10 +108,10 @@ std::string a2a_overlap(int size, int me, const void* send, const std::int64_t* 
                         const std::int64_t* recv_displs) {
   const auto send_at = reinterpret_cast<std::uintptr_t>(send);
   const auto recv_at = reinterpret_cast<std::uintptr_t>(recv);
-  // The own share in place: nothing moves (its counts must still agree, check_agreement), so it
-  // is no receive range (it stays a send range).
+  // The own share in place (as many bytes to send as to receive, at one address): nothing moves,
+  // so it is no receive range (it stays a send range).
   const bool own_in_place =
-      me >= 0 && me < size &&
+      me >= 0 && me < size && send_counts[me] == recv_counts[me] &&
       recv_at + static_cast<std::uintptr_t>(recv_displs[me]) == send_at + static_cast<std::uintptr_t>(send_displs[me]);
   auto range = [&](bool is_recv, int r) {
     A2aRange x;
@@ -245,8 +245,11 @@ std::string check_a2a_arguments(int size, int me, const void* send, const std::i
   return a2a_overlap(size, me, send, send_counts, send_displs, recv, recv_counts, recv_displs);
 }
 
-std::string check_all_gather_arguments(const void* send, std::int64_t bytes, const void* recv) {
+std::string check_all_gather_arguments(int size, const void* send, std::int64_t bytes, const void* recv) {
   if (bytes < 0) return "bytes = " + std::to_string(bytes) + " is negative";
+  if (size > 0 && bytes > std::numeric_limits<std::int64_t>::max() / size)
+    return "bytes = " + std::to_string(bytes) + " from each of " + std::to_string(size) +
+           " ranks add up past int64 (the receive buffer holds them all)";
   if (bytes > 0 && (!send || !recv)) return "send and recv must not be null when bytes = " + std::to_string(bytes);
   return "";
 }

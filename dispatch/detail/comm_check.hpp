@@ -51,7 +51,8 @@ struct CallInfo {
 std::string check_a2a_arguments(int size, int me, const void* send, const std::int64_t* send_counts,
                                 const std::int64_t* send_displs, const void* recv, const std::int64_t* recv_counts,
                                 const std::int64_t* recv_displs);
-std::string check_all_gather_arguments(const void* send, std::int64_t bytes, const void* recv);
+/// all_gather of `bytes` per rank over `size` ranks: recv holds size x bytes, which must fit int64.
+std::string check_all_gather_arguments(int size, const void* send, std::int64_t bytes, const void* recv);
 std::string check_all_reduce_arguments(const void* data, std::int64_t count, DataType type, ReduceOp op);
 std::string check_broadcast_arguments(int size, const void* data, std::int64_t bytes, int root);
 

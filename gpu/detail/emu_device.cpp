@@ -38,6 +38,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -76,7 +77,12 @@ class EmuScope {
   int previous_;
 };
 
-void* aligned_bytes(std::size_t bytes) { return std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign); }
+// Null when the size cannot be had (including one too close to SIZE_MAX to round up, which would
+// wrap to a zero-byte block).
+void* aligned_bytes(std::size_t bytes) {
+  if (bytes > std::numeric_limits<std::size_t>::max() - (kAlign - 1)) return nullptr;
+  return std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+}
 
 static_assert(sizeof(void*) == 8, "the emu device tags device addresses in a 64-bit pointer");
 

@@ -82,6 +82,16 @@ TEST(CheckA2aArguments, TheOwnShareOneByteOffIsRefused) {
             "memory (only this rank's own share may be in place)");
 }
 
+// In place means the same bytes each way: an own share that receives more than it sends at the
+// same address is a receive range like any other, refused over the send range it covers.
+TEST(CheckA2aArguments, AnOwnShareReceivingMoreThanItSendsIsNotInPlace) {
+  std::vector<char> buf(24);
+  const Call c{1, {0, 4, 0}, {0, 8, 0}, {0, 8, 0}, {0, 8, 0}};
+  EXPECT_EQ(check(c, buf.data(), buf.data()),
+            "send and recv overlap: the 4 bytes to rank 1 at send + 8 and the 8 bytes from rank 1 at recv + 8 share "
+            "memory (only this rank's own share may be in place)");
+}
+
 TEST(CheckA2aArguments, APeersRangeOverTheOwnShareInPlaceIsRefused) {
   std::vector<char> buf(24);
   // Own share in place at [8, 16); what comes from rank 0 lands on it.
@@ -167,7 +177,7 @@ TEST(CheckA2aArguments, RangesPastTheEndOfTheAddressSpaceAreRefused) {
   // Never dereferenced: a pointer 16 bytes below the top of the address space.
   const void* top = reinterpret_cast<const void*>(std::numeric_limits<std::uintptr_t>::max() - 15);
   std::vector<char> other(32);
-  // The last range ends at the top (its last byte is the last address).
+  // The last range ends at the top (one past its last byte is the largest address).
   EXPECT_EQ(check(Call{0, {8, 8}, {0, 7}, {8, 8}, {0, 8}}, top, other.data()), "");
   EXPECT_EQ(check(Call{0, {8, 8}, {0, 8}, {8, 8}, {0, 8}}, top, other.data()),
             "the 8 bytes to rank 1 at send + 8 run past the end of the address space");
@@ -192,6 +202,15 @@ TEST(CheckA2aArguments, TheUsualCallAllocatesNothing) {
   EXPECT_EQ(a, "");
   EXPECT_EQ(b, "");
   EXPECT_EQ(allocations, 0);
+}
+
+// all_gather's receive buffer holds every rank's bytes: their total must fit int64 too.
+TEST(CheckAllGatherArguments, BytesAddingUpPastInt64AreRefused) {
+  std::vector<char> buf(16);
+  const std::int64_t most = std::numeric_limits<std::int64_t>::max() / 4;
+  EXPECT_EQ(check_all_gather_arguments(4, buf.data(), most, buf.data()), "");
+  EXPECT_EQ(check_all_gather_arguments(4, buf.data(), most + 1, buf.data()),
+            "bytes = 2305843009213693952 from each of 4 ranks add up past int64 (the receive buffer holds them all)");
 }
 
 TEST(CheckA2aArguments, OtherErrorsComeFirst) {

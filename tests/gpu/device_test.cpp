@@ -505,6 +505,21 @@ TEST(EmuDevice, PinnedCapacityLimitsLivePinnedMemory) {
   EXPECT_TRUE(all.is_ok()) << all.status().to_string();
 }
 
+// A size too close to SIZE_MAX to round up to the alignment is refused like any size the device
+// cannot have (it used to wrap to a zero-byte block charged as almost SIZE_MAX bytes).
+TEST(EmuDevice, SizesNearTheTopOfSizeTAreRefused) {
+  EmuOptions o;
+  o.capacity = 1 << 20;
+  auto dev = make_emu_device(o).value();
+  for (const std::size_t bytes :
+       {std::numeric_limits<std::size_t>::max() - 10, std::numeric_limits<std::size_t>::max()}) {
+    EXPECT_EQ(dev->allocate_pinned(bytes).status().code(), StatusCode::kResourceExhausted) << bytes;
+    EXPECT_EQ(dev->allocate(bytes).status().code(), StatusCode::kResourceExhausted) << bytes;
+  }
+  EXPECT_TRUE(dev->status().is_ok());
+  EXPECT_TRUE(dev->allocate_pinned(1 << 10).is_ok()) << "nothing was charged";
+}
+
 TEST(EmuDevice, RejectsBadOptions) {
   EmuOptions o;
   o.capacity = 0;
