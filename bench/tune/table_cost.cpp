@@ -218,6 +218,90 @@ StepBytes group_submit_bytes(Placement placement, std::int64_t fills, std::int64
 
 namespace {
 
+// An array of `bytes` in the sharded engine's metadata, rounded up to 8-byte words (stage_meta).
+double words(double bytes) { return std::ceil(bytes / 8.0) * 8.0; }
+
+// The shard as its inner engine's table: rank 0's rows of it, served as unpooled bags.
+TableSpec inner_spec(const TableSpec& spec, int ranks) {
+  TableSpec s = spec;
+  s.rows = (spec.rows + ranks - 1) / ranks;
+  s.pooling = Pooling::kNone;
+  return s;
+}
+
+// The inner engine's options: device views of the served rows and their gradients, which the
+// store does not check (it checks the caller's gradients).
+CostOptions inner_options(const CostOptions& o) {
+  CostOptions i = o;
+  i.trainer_on_device = true;
+  i.check_finite = false;
+  return i;
+}
+
+}  // namespace
+
+StepBytes sharded_submit_bytes(const TableSpec& spec, Placement placement, const ShardStep& k, const CostOptions& o) {
+  if (k.served.keys == 0) return {};  // the inner engine is given no feature of the table
+  return submit_bytes(inner_spec(spec, o.ranks), placement == Placement::kHybrid ? Placement::kCached : Placement::kGpu,
+                      k.served, inner_options(o));
+}
+
+StepBytes sharded_compute_bytes(const TableSpec& spec, const ShardStep& k, const CostOptions& o) {
+  StepBytes b;
+  const RowSizes z = sizes_of(spec);
+  const double r = z.row, K = static_cast<double>(k.source.keys), B = static_cast<double>(k.source.bags);
+  const double U = static_cast<double>(k.source.distinct), W = static_cast<double>(k.source.weights);
+  const double S = static_cast<double>(k.served.keys), P = pooled_rows(spec, k.source), out = P * r;
+  const bool pooled = spec.pooling != Pooling::kNone;
+  // Forward: the shard's inner engine looks the served keys up into device memory.
+  if (S > 0) gather(b, k.served, r, S);
+  // Rows back to their sources (dispatch/exchange.cpp, device form): the index list of the keys
+  // sent up; the served rows packed, sent (read at this rank, written at the receivers: peer
+  // copies of thread ranks), the returned rows received and put at the unique keys.
+  copy_h2d(b, 8.0 * U);
+  b.hbm_read += 2.0 * S * r;
+  b.hbm_write += S * r;
+  b.hbm_write += U * r;
+  b.hbm_read += U * r + 8.0 * U;
+  b.hbm_write += U * r;
+  // The source pools its bags from its unique rows: offsets, each key's unique index and the
+  // weights up (8-byte words), then gather_pool.
+  copy_h2d(b, words(8.0 * (B + 1)) + words(8.0 * K) + words(4.0 * W));
+  gather(b, k.source, r, P);
+  if (o.trainer_on_device) {  // outputs and gradients in the trainer's device buffers
+    finite_check(b, out, o);
+  } else {  // the engine's own D2H of the outputs and H2D of the gradients
+    copy_d2h(b, out);
+    copy_h2d(b, out);
+  }
+  // Backward: the gradient sums' arguments up (offsets, weights, unique slots and offsets,
+  // positions, bag of each position), then reduce_grads.
+  copy_h2d(b, words(8.0 * (B + 1)) + words(4.0 * W) + words(8.0 * U) + words(8.0 * (U + 1)) + words(4.0 * K) +
+                  (pooled ? words(4.0 * K) : 0.0));
+  b.hbm_read += P * r + 16.0 * U + 8.0 * K;
+  b.hbm_write += U * r;
+  // Sums to the holders: the index list up; the sums taken, sent, received and copied into the
+  // served order.
+  copy_h2d(b, 8.0 * U);
+  b.hbm_read += U * r + 8.0 * U;
+  b.hbm_write += U * r;
+  b.hbm_read += U * r;
+  b.hbm_write += S * r;
+  b.hbm_read += S * r;
+  b.hbm_write += S * r;
+  // The inner engine's update of the served rows' U_s records from the served gradients (one
+  // unpooled bag each; device views, which the store does not check).
+  const double Us = static_cast<double>(k.served.distinct);
+  b.hbm_read += S * r + Us * (z.record + 16.0) + 8.0 * S;
+  b.hbm_write += Us * z.record;
+  // Keys out, their rows back and their gradients out, to and from the other ranks, and one count
+  // per table and peer (dispatch::KeyExchange).
+  b.all_to_all += (8.0 + 2.0 * r) * static_cast<double>(k.remote) + 8.0 * (o.ranks - 1.0);
+  return b;
+}
+
+namespace {
+
 // A cache of `cache_rows` rows over host records, `distinct` rows used per step at `hit_rate`:
 // misses filled (host gather, H2D, HBM write) and as many dirty rows written back (HBM read, D2H,
 // host write); HBM for the slots and the fill staging, host for the records, staging and index.
@@ -233,46 +317,38 @@ Status add_cache(TableCost& c, const TableSpec& spec, double distinct, std::int6
   return Status::ok();
 }
 
+// One step of rank 0's sharded table (several ranks) from the means of `load` (the planner's):
+// the rank's own batch of K keys, B bags and U distinct rows, U f of them held by other ranks;
+// it serves S = U keys (row sharding spreads every rank's keys evenly) to U_s distinct rows of its
+// shard, a hybrid cache missing U_s (1 - hit rate) of them, each miss a fill and a write-back.
+ShardStep mean_shard_step(const TableLoad& load, double hit_rate, Placement placement, const CostOptions& o) {
+  ShardStep k;
+  const double f = (o.ranks - 1.0) / o.ranks;
+  k.source.keys = std::llround(load.keys);
+  k.source.bags = std::llround(load.bags);
+  k.source.distinct = std::llround(load.distinct);
+  k.remote = std::llround(load.distinct * f);
+  const double us = load.shard_distinct > 0 ? load.shard_distinct : load.distinct;
+  k.served.keys = k.served.bags = k.source.distinct;
+  k.served.distinct = std::llround(us);
+  if (placement == Placement::kHybrid) k.served.fills = k.served.writebacks = std::llround(us * (1.0 - hit_rate));
+  return k;
+}
+
 // One rank's cost of a table sharded row-wise over o.ranks ranks (header comment).
 Result<TableCost> sharded_cost(const TableSpec& spec, const TableLoad& load, Placement placement,
                                std::int64_t cache_rows, double hit_rate, const CostOptions& o) {
   const RowSizes z = sizes_of(spec);
-  const double N = o.ranks, f = (N - 1.0) / N, in_flight = o.max_in_flight;
-  const double K = load.keys, U = load.distinct, S = load.distinct;
-  const double Us = load.shard_distinct > 0 ? load.shard_distinct : U;
+  const double N = o.ranks, in_flight = o.max_in_flight;
+  const double U = load.distinct;
   const double s_max = static_cast<double>(std::max(load.max_distinct, load.shard_max_distinct));
   const double u_max = static_cast<double>(load.max_distinct), k_max = static_cast<double>(load.max_keys);
   TableCost c;
-  StepBytes& b = c.bytes;
-  b.all_to_all += (8.0 + 2.0 * z.row) * U * f + 8.0 * (N - 1.0);
-  // The holder's shard: the served keys' metadata up; rows looked up into, and gradients read
-  // from, device memory; the update of its distinct rows.
-  b.h2d += 8.0 * (2.0 * S + 1.0);
-  b.hbm_read += S * z.row + Us * z.record;
-  b.hbm_write += S * z.row + Us * z.record;
-  // Rows and gradient sums move device to device (store/detail/sharded_engine.cpp, KeyExchange's
-  // device forms): served rows packed (S), exchanged (thread ranks: peer copies, read at the
-  // sender, written at the receiver), put at the source's unique keys (U); sums taken (U),
-  // exchanged, and copied into the served order (S). The index lists of both go up.
-  b.h2d += 2.0 * 8.0 * U;
-  b.hbm_read += (2.0 * S + 3.0 * U + S) * z.row + 16.0 * U;
-  b.hbm_write += (S + 3.0 * U + 2.0 * S) * z.row;
-  // The source pools its bags from the unique rows and sums the gradients of each unique key on
-  // the device; the metadata of both goes up (offsets, keys as unique indexes, unique slots and
-  // offsets, positions, bags of the positions).
-  const double Bg = load.bags;
-  b.h2d += 2.0 * 8.0 * (Bg + 1.0) + 8.0 * K + 8.0 * U + 8.0 * (U + 1.0) + 8.0 * K;
-  b.hbm_read += K * z.row + 8.0 * (Bg + 1.0) + 8.0 * K;  // gather_pool
-  b.hbm_write += Bg * z.row;
-  b.hbm_read += Bg * z.row + 16.0 * U + 8.0 * K;  // reduce_grads
-  b.hbm_write += U * z.row;
-  const double out = Bg * z.row;
-  if (o.trainer_on_device) {  // outputs and gradients in the trainer's device buffers
-    finite_check(b, out, o);
-  } else {  // the engine's own D2H of the outputs and H2D of the gradients
-    copy_d2h(b, out);
-    copy_h2d(b, out);
-  }
+  const ShardStep step = mean_shard_step(load, hit_rate, placement, o);
+  c.bytes = sharded_submit_bytes(spec, placement, step, o);
+  add_bytes(c.bytes, sharded_compute_bytes(spec, step, o));
+  if (placement == Placement::kHybrid)
+    add_bytes(c.bytes, group_submit_bytes(Placement::kCached, step.served.fills, step.served.writebacks, 0, o));
   // Per batch in flight, the shard's engine stages the served keys (one unpooled bag each) as a
   // gpu or cached engine stages a feature, in HBM and again in pinned memory, grown to twice one
   // step's need (gpu/staging.hpp).
@@ -299,11 +375,8 @@ Result<TableCost> sharded_cost(const TableSpec& spec, const TableLoad& load, Pla
     return c;
   }
   const std::int64_t smallest = std::max<std::int64_t>(1, load.shard_max_distinct);
+  const double Us = load.shard_distinct > 0 ? load.shard_distinct : U;
   STRATA_RETURN_IF_ERROR(add_cache(c, spec, Us, smallest, cache_rows, hit_rate, placement, o));
-  // Fills and write-backs of the shard's cache, every miss written back in steady training.
-  BatchKeys k;
-  k.fills = k.writebacks = std::llround(Us * (1.0 - hit_rate));
-  add_transfers(b, spec, k, o);
   return c;
 }
 
