@@ -302,18 +302,85 @@ StepBytes sharded_compute_bytes(const TableSpec& spec, const ShardStep& k, const
 
 namespace {
 
-// A cache of `cache_rows` rows over host records, `distinct` rows used per step at `hit_rate`:
-// misses filled (host gather, H2D, HBM write) and as many dirty rows written back (HBM read, D2H,
-// host write); HBM for the slots and the fill staging, host for the records, staging and index.
-Status add_cache(TableCost& c, const TableSpec& spec, double distinct, std::int64_t max_distinct,
-                 std::int64_t cache_rows, double hit_rate, Placement placement, const CostOptions& o) {
-  (void)distinct;
-  (void)hit_rate;
+double round64(double bytes) { return std::ceil(bytes / 64.0) * 64.0; }
+
+// Device and pinned host bytes of staging buffers.
+struct Staged {
+  double device = 0, pinned = 0;
+};
+
+// The regions of a gpu::Staging request (gpu/staging.hpp) and what the buffers take once reserved
+// for it with the headroom: twice each region, the mirrored one on both sides.
+struct Regions {
+  double mirrored = 0, host_only = 0, dev_only = 0;
+  Staged doubled() const { return {2.0 * (mirrored + dev_only), 2.0 * (mirrored + host_only)}; }
+};
+
+// `n` records of a slot pool of `spec`'s shape, as staging holds them (at the stride).
+double records(const TableSpec& spec, double n) { return round64(n * sizes_of(spec).stride); }
+
+// One batch's staging in a slot-pool engine's ring (store/detail/gpu_engine.cpp submit,
+// cached_engine.cpp prepare) for a feature of `bags` bags, `keys` keys (no per-key weights, as
+// everywhere in this model) and `unique` distinct rows: its lookup and update arguments and,
+// cached, the slots of its fills and write-backs, the write-backs packed on the device and the
+// fills (staged: in the device and pinned at the stride; zero-copy: their host addresses).
+Regions batch_regions(const TableSpec& spec, bool cached, std::int64_t bags, std::int64_t keys, std::int64_t unique,
+                      const CostOptions& o) {
+  Regions r;
+  r.mirrored = EngineStaging::gpu_feature(bags, keys, 0, unique);
+  if (!cached) return r;
+  const double rec = records(spec, static_cast<double>(unique));
+  r.mirrored += 2.0 * EngineStaging::list(unique);
+  r.dev_only += rec;  // write-backs, packed
+  if (o.zero_copy) {
+    r.mirrored += 2.0 * EngineStaging::list(unique);
+  } else {
+    r.host_only += 2.0 * rec;
+    r.dev_only += rec;  // fills
+  }
+  return r;
+}
+
+// A slot-pool table's staging (gpu or cached, one rank or an inner engine of a sharded one):
+// max_in_flight entries of the batch ring, each grown to twice the largest batch's need, and a
+// cache's (`cache_rows` > 0) flush staging, grown to twice one flush chunk and kept (a flush:
+// checkpoints, reads, the end of training). With cache.transfer auto the store first measures
+// both transfers through up to EngineStaging::transfer_probe_rows rows of the pool, while it opens
+// (nothing else staged yet): the larger of the two.
+Staged slot_pool_staging(const TableSpec& spec, bool cached, std::int64_t bags, std::int64_t keys, std::int64_t unique,
+                         std::int64_t cache_rows, const CostOptions& o) {
+  const Staged entry = batch_regions(spec, cached, bags, keys, unique, o).doubled();
+  Staged s{o.max_in_flight * entry.device, o.max_in_flight * entry.pinned};
+  if (!cached) return s;
+  const std::int64_t stride = record_stride(spec.dim, optimizer_state_dim(spec.optimizer.kind, spec.dim));
+  const auto w = EngineStaging::flush_rows(cache_rows, stride);
+  Regions flush;  // store/detail/cached_engine.cpp flush_sizes
+  flush.mirrored = EngineStaging::list(w) * (o.zero_copy ? 2.0 : 1.0);
+  flush.dev_only = records(spec, static_cast<double>(w));
+  flush.host_only = o.zero_copy ? 0.0 : flush.dev_only;
+  const Staged f = flush.doubled();
+  s.device += f.device;
+  s.pinned += f.pinned;
+  if (o.transfer_probe && !o.zero_copy) {  // store/detail/cache_transfers.cpp zero_copy_is_faster
+    const auto n = EngineStaging::transfer_probe_rows(cache_rows);
+    Regions probe;
+    probe.mirrored = 2.0 * EngineStaging::list(n);
+    probe.dev_only = probe.host_only = records(spec, static_cast<double>(n));
+    const Staged p = probe.doubled();
+    s.device = std::max(s.device, p.device);
+    s.pinned = std::max(s.pinned, p.pinned);
+  }
+  return s;
+}
+
+// A cache of `cache_rows` rows over host records (the table's, or rank 0's shard's): its slots
+// in HBM; in host memory the mapped records and the cache index.
+Status add_cache(TableCost& c, const TableSpec& spec, std::int64_t cache_rows, Placement placement,
+                 const CostOptions& o) {
   const RowSizes z = sizes_of(spec);
-  const double staging = o.max_in_flight * static_cast<double>(max_distinct) * z.record;
-  c.hbm_bytes += static_cast<double>(cache_rows) * z.stride + staging;
+  c.hbm_bytes += static_cast<double>(cache_rows) * z.stride;
   STRATA_ASSIGN_OR_RETURN(const HostTableMemory m, host_memory(spec, placement, o));
-  c.host_bytes += m.mapped_bytes + staging + kCacheIndexBytesPerSlot * static_cast<double>(cache_rows);
+  c.host_bytes += m.mapped_bytes + kCacheIndexBytesPerSlot * static_cast<double>(cache_rows);
   return Status::ok();
 }
 
@@ -339,25 +406,29 @@ ShardStep mean_shard_step(const TableLoad& load, double hit_rate, Placement plac
 Result<TableCost> sharded_cost(const TableSpec& spec, const TableLoad& load, Placement placement,
                                std::int64_t cache_rows, double hit_rate, const CostOptions& o) {
   const RowSizes z = sizes_of(spec);
-  const double N = o.ranks, in_flight = o.max_in_flight;
-  const double U = load.distinct;
-  const double s_max = static_cast<double>(std::max(load.max_distinct, load.shard_max_distinct));
-  const double u_max = static_cast<double>(load.max_distinct), k_max = static_cast<double>(load.max_keys);
+  const double in_flight = o.max_in_flight;
   TableCost c;
   const ShardStep step = mean_shard_step(load, hit_rate, placement, o);
   c.bytes = sharded_submit_bytes(spec, placement, step, o);
   add_bytes(c.bytes, sharded_compute_bytes(spec, step, o));
   if (placement == Placement::kHybrid)
     add_bytes(c.bytes, group_submit_bytes(Placement::kCached, step.served.fills, step.served.writebacks, 0, o));
-  // Per batch in flight, the shard's engine stages the served keys (one unpooled bag each) as a
-  // gpu or cached engine stages a feature, in HBM and again in pinned memory, grown to twice one
-  // step's need (gpu/staging.hpp).
-  const auto served_max = static_cast<std::int64_t>(s_max);
-  const double served_keys = in_flight * 2.0 * EngineStaging::gpu_feature(served_max, served_max, 0, served_max);
+  // The most keys the rank serves in one step (every source's distinct keys of its shard), the
+  // most distinct rows among them, and the rank's own most distinct rows, keys and bags.
+  const std::int64_t us_max = std::max<std::int64_t>(1, load.shard_max_distinct);
+  const std::int64_t s_max =
+      load.shard_max_served > 0 ? load.shard_max_served : std::max(load.max_distinct, load.shard_max_distinct);
+  const double u_max = static_cast<double>(load.max_distinct), k_max = static_cast<double>(load.max_keys);
+  const double sm = static_cast<double>(s_max);
+  // The shard's inner engine (gpu or cached) stages the served keys (one unpooled bag each) as a
+  // gpu or cached table's batch, in HBM and again in pinned memory, and a hybrid cache's fills and
+  // write-backs with them.
+  const Staged served = slot_pool_staging(spec, placement == Placement::kHybrid, s_max, s_max, us_max,
+                                          placement == Placement::kHybrid ? cache_rows : 0, o);
   // The sharded engine's device scratch, grown to twice one step's need (gpu/grow_buffer.hpp):
   // served rows (then served gradients), unique rows, their gradient sums, and the exchange's send
   // and receive buffers.
-  c.hbm_bytes += served_keys + 2.0 * z.row * (s_max + 2.0 * u_max + 2.0 * std::max(s_max, u_max));
+  c.hbm_bytes += served.device + 2.0 * z.row * (sm + 2.0 * u_max + 2.0 * std::max(sm, u_max));
   // Its metadata scratch, grown likewise (store/detail/sharded_engine.cpp, reserve): the arguments
   // of the source's pooling and gradient sums, in HBM and again in pinned staging (no per-key
   // weights, as everywhere in this model); the exchange's index lists of the keys sent, in HBM and
@@ -368,15 +439,13 @@ Result<TableCost> sharded_cost(const TableSpec& spec, const TableLoad& load, Pla
   const double meta = 2.0 * EngineStaging::sharded_feature(std::llround(b_max), load.max_keys, 0, load.max_distinct);
   const double index = 2.0 * 8.0 * u_max, activations = 2.0 * p_max * z.row;
   c.hbm_bytes += meta + index + activations;
-  c.comm_bytes = in_flight * (16.0 * u_max + 12.0 * k_max + 4.0 * u_max + 24.0 * s_max) + index;
-  c.host_bytes += c.comm_bytes + served_keys + meta + (o.trainer_on_device ? 0.0 : activations);
+  c.comm_bytes = in_flight * (16.0 * u_max + 12.0 * k_max + 4.0 * u_max + 24.0 * sm) + index;
+  c.host_bytes += c.comm_bytes + served.pinned + meta + (o.trainer_on_device ? 0.0 : activations);
   if (placement == Placement::kGpu) {
-    c.hbm_bytes += std::ceil(static_cast<double>(spec.rows) / N) * z.stride;
+    c.hbm_bytes += std::ceil(static_cast<double>(spec.rows) / o.ranks) * z.stride;
     return c;
   }
-  const std::int64_t smallest = std::max<std::int64_t>(1, load.shard_max_distinct);
-  const double Us = load.shard_distinct > 0 ? load.shard_distinct : U;
-  STRATA_RETURN_IF_ERROR(add_cache(c, spec, Us, smallest, cache_rows, hit_rate, placement, o));
+  STRATA_RETURN_IF_ERROR(add_cache(c, spec, cache_rows, placement, o));
   return c;
 }
 
@@ -407,17 +476,31 @@ Result<TableCost> table_cost(const TableSpec& spec, const TableLoad& load, Place
   c.bytes = submit_bytes(spec, placement, k, o);
   add_bytes(c.bytes, compute_bytes(spec, placement, k, o));
   add_bytes(c.bytes, group_submit_bytes(placement, k.fills, k.writebacks, k.distinct, o));
-  if (placement != Placement::kCpu)
-    c.hbm_bytes += in_flight * 8.0 * (static_cast<double>(load.max_keys) + B + 1) + 2.0 * B * z.row;
+  const double b_max = load.max_bags > 0 ? static_cast<double>(load.max_bags) : std::ceil(B);
+  const double p_max = spec.pooling == Pooling::kNone ? static_cast<double>(load.max_keys) : b_max;
   switch (placement) {
     case Placement::kGpu:
-      c.hbm_bytes += static_cast<double>(spec.rows) * z.stride;
+    case Placement::kCached: {
+      const bool cached = placement == Placement::kCached;
+      const Staged st = slot_pool_staging(spec, cached, std::llround(b_max), load.max_keys, load.max_distinct,
+                                          cached ? cache_rows : 0, o);
+      // One step's outputs and gradients: the trainer's own buffers in HBM with it on the device;
+      // with it on the host, the activation staging of the host views (an output and a gradient
+      // buffer in HBM and pinned, grown to twice the need) of each batch in flight.
+      const double act = o.trainer_on_device ? 2.0 * p_max * z.row : in_flight * 4.0 * round64(p_max * z.row);
+      c.hbm_bytes += st.device + act;
+      if (cached) {
+        c.host_bytes += st.pinned + (o.trainer_on_device ? 0.0 : act);
+        STRATA_RETURN_IF_ERROR(add_cache(c, spec, cache_rows, placement, o));
+      } else {
+        c.hbm_bytes += static_cast<double>(spec.rows) * z.stride;
+      }
       break;
-    case Placement::kCached:
-      STRATA_RETURN_IF_ERROR(add_cache(c, spec, load.distinct, load.max_distinct, cache_rows, hit_rate, placement, o));
-      break;
+    }
     case Placement::kOffload:
     case Placement::kCpu: {
+      if (placement == Placement::kOffload)
+        c.hbm_bytes += in_flight * 8.0 * (static_cast<double>(load.max_keys) + B + 1) + 2.0 * B * z.row;
       STRATA_ASSIGN_OR_RETURN(const HostTableMemory m, host_memory(spec, placement, o));
       c.host_bytes += m.mapped_bytes + m.scratch_bytes;
       break;

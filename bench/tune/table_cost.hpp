@@ -41,15 +41,36 @@
 //   cpu        CPU threads gather K rows and read and write U records
 // Host bytes of CPU kernels (CPU gather, CPU optimizer) are StepBytes::host_cpu_read/write too:
 // no device counts them. Host row traffic is listed as random-row gathers (StepBytes::host_gathers).
-// Memory (what the planner counts against the budgets):
+// Memory (what the planner counts against the budgets), with E = CostOptions::max_in_flight (the
+// plan's cache.max_in_flight) and U_max, K_max, B_max a step's most distinct rows, keys and bags,
+// P_max its pooled rows (B_max, or K_max without pooling):
 //   HBM  gpu: rows x record stride x 4 (as the gpu engine allocates); cached: cache rows x stride
-//        x 4; every device placement: per batch in flight its keys and offsets, and one step's
-//        pooled outputs and their gradients; cached also, per batch in flight, its largest step's
-//        distinct rows as fill records
+//        x 4. gpu and cached: the slot-pool engine's staging ring (gpu/staging.hpp), E entries,
+//        each grown to twice its largest batch's need (store/detail/gpu_engine.cpp submit,
+//        cached_engine.cpp prepare; every array rounded up to 64 bytes): the feature's arguments
+//        (EngineStaging::gpu_feature(B_max, K_max, 0, U_max)) and, cached, the slots of its fills
+//        and write-backs (2 list(U_max)), the write-backs packed at the stride and the fills at the
+//        stride (staged; zero-copy: their host addresses instead of the fills); cached also the
+//        flush staging (store/detail/cached_engine.cpp: twice one flush chunk, the whole cache up
+//        to 64 MiB of records, and its slots; reserved by the first flush, then kept); the
+//        transfer probe of cache.transfer auto (up to 4096 rows both ways, staged while the store
+//        opens, before the rest) counts instead when it is larger than the two together.
+//        One step's outputs and gradients: with the trainer on the device its own buffers (2 P_max
+//        rows); on the host the activation staging of the host views, E entries of an output and a
+//        gradient buffer grown to twice (4 P_max rows rounded up to 64 bytes each). offload: per
+//        batch in flight its keys and offsets, and one step's outputs and gradients.
+//        An entry per batch submitted and not retired, and the ring makes a new one rather than
+//        wait for a free entry whose device work (a retired batch's update) is still running, up
+//        to kMaxBusyFree - 1 = 2 more: E covers a trainer that keeps E - 2 batches in flight
+//        without waiting for the device (strata-bench keeps 2; E defaults to 8), or E batches when
+//        the device is done with a retired batch by the next submit (the sharded engine waits for
+//        its inner engines; a forward into host views waits for the device). A cache smaller than
+//        the rows of the batches in flight defers the later ones' plans and stages fewer.
 //   host cpu, offload, cached: the mapped table records (store/cost_model.hpp's host_table_memory,
 //        exact for the table alone), cpu and offload the CPU optimizer's scratch; cached the
-//        pinned staging of the batches in flight (largest step's distinct records each) and the
-//        cache index (kCacheIndexBytesPerSlot per cache row)
+//        pinned side of its staging, flush staging and (host trainer) activation staging, and the
+//        cache index (kCacheIndexBytesPerSlot per cache row). The pinned staging of gpu tables
+//        (as much as their HBM staging) is not counted.
 //
 // Several ranks (CostOptions::ranks = N > 1; store/detail/sharded_engine.hpp). Every table is
 // `gpu` or `hybrid`, sharded row-wise (key k on rank k % N, local row k / N), and the costs are
@@ -88,19 +109,19 @@
 // hybrid U_s (1 - hit rate) fills and as many write-backs, the hit rate of the worst shard's cache
 // of `cache_rows` rows (rows per rank).
 // Memory per rank: gpu: the shard's rows in HBM; hybrid: the shard's host records
-// (host_table_memory of rank 0), its cache, staging and index as cached; both: per batch in flight
-// the staging of the served keys (2 EngineStaging::gpu_feature(S_max, S_max, 0, S_max), in HBM and
-// again pinned), and the engine's device scratch in HBM, grown to twice one step's need (S_max =
-// the larger of the rank's and the shard's most distinct rows of one step, U_max, K_max and B_max
-// the rank's most distinct rows, keys and bags of one step, P_max its pooled rows: B_max, or K_max
-// without pooling): served rows, unique rows and their gradient sums, and the exchange's send and
-// receive buffers (8 d (S_max + 2 U_max + 2 max(S_max, U_max))); the metadata of the source's
-// pooling and gradient sums (2 M, M = EngineStaging::sharded_feature(B_max, K_max, 0, U_max)) and
-// the exchange's index lists (16 U_max), each in HBM and again in pinned host memory; one step's
-// outputs, then gradients (8 d P_max: the engine's buffer and its pinned staging with the trainer
-// on the host, the trainer's own buffers in HBM with it on the device); in host memory the
-// communication metadata per batch in flight: its unique keys, positions and inverse (8 U + 8 U +
-// 12 K) and the keys sent and served (4 U + 24 S_max), and the pinned index lists.
+// (host_table_memory of rank 0), its cache and index as cached; both: the inner engine's staging
+// of the served keys as a gpu or cached table's (above) with S_max keys in S_max bags and U_s,max
+// distinct rows (S_max: TableLoad::shard_max_served, the most keys one rank serves in one step;
+// U_s,max: shard_max_distinct), hybrid with its flush staging or probe; and the engine's device
+// scratch in HBM, grown to twice one step's need: served rows, unique rows and their gradient
+// sums, and the exchange's send and receive buffers (8 d (S_max + 2 U_max + 2 max(S_max,
+// U_max))); the metadata of the source's pooling and gradient sums (2 M, M =
+// EngineStaging::sharded_feature(B_max, K_max, 0, U_max)) and the exchange's index lists
+// (16 U_max), each in HBM and again in pinned host memory; one step's outputs, then gradients
+// (8 d P_max: the engine's buffer and its pinned staging with the trainer on the host, the
+// trainer's own buffers in HBM with it on the device); in host memory the communication metadata
+// per batch in flight: its unique keys, positions and inverse (8 U + 8 U + 12 K) and the keys sent
+// and served (4 U + 24 S_max), and the pinned index lists and staging.
 
 #include <cstdint>
 
@@ -126,6 +147,9 @@ struct TableLoad {
   double shard_distinct = 0;
   /// Several ranks: most distinct rows one shard serves in one step (the smallest hybrid cache).
   std::int64_t shard_max_distinct = 0;
+  /// Several ranks: most keys one rank serves in one step (every source's distinct keys of its
+  /// shard; 0: the larger of max_distinct and shard_max_distinct).
+  std::int64_t shard_max_served = 0;
 };
 
 /// One table's keys in one step: exact counts (validate) or rounded means (the planner).
@@ -149,7 +173,8 @@ struct CostOptions {
   bool offload_cpu_gather = false;  ///< offload tables pooled by CPU threads (StoreConfig::offload_gather cpu)
   bool check_finite = true;         ///< device gradients checked for NaN and Inf (accept_nonfinite_gradients false)
   bool store_has_device =
-      false;  ///< a table of the store is not `cpu` (its cpu tables' device gradients are checked too)
+      false;                   ///< a table of the store is not `cpu` (its cpu tables' device gradients are checked too)
+  bool transfer_probe = true;  ///< cached: cache.transfer auto (the store measures both transfers when it opens)
 };
 
 /// Bytes one table's batch moves when it is submitted (cached: planned): metadata, cached fills
