@@ -5,10 +5,11 @@
 // hardware profile. `--sweep-cache` reruns the cached mode at several cache sizes. The built-in
 // workload is shaped like the 26 Criteo Kaggle features (docs/bench.md, "Default workload").
 //
-// Modes are rows of kModes below. `gpu` and `hybrid` with --ranks N > 1 run N thread ranks (one
-// store and one emulated device each, the local communicator between them); each rank trains on
-// its own batches, so a step moves N batches and the report adds the all-to-all traffic (with and
-// without dedup) and the time spent in dispatch against the time in the shards' lookups.
+// Modes are rows of kModes below. `gpu` and `hybrid` (and a --config of gpu and hybrid tables) with
+// --ranks N > 1 run N thread ranks (one store and one emulated device each, the local communicator
+// between them); each rank trains on its own batches, so a step moves N batches and the report adds
+// the all-to-all traffic (with and without dedup) and the time spent in dispatch against the time
+// in the shards' lookups.
 
 #include <unistd.h>
 
@@ -111,6 +112,9 @@ constexpr ModeDescriptor kModes[] = {
 bool sharded(const ModeDescriptor& m) {
   return !m.from_config && (m.placement == Placement::kGpu || m.placement == Placement::kHybrid);
 }
+// The modes --ranks N runs on N thread ranks: gpu and hybrid, and --config's store config (every
+// table of it gpu or hybrid, as strata-tune plan --ranks N writes them; Store::open says so).
+bool runs_on_ranks(const ModeDescriptor& m) { return sharded(m) || m.from_config; }
 bool caches(const ModeDescriptor& m) { return m.placement == Placement::kCached || m.placement == Placement::kHybrid; }
 
 std::string mode_names(const char* sep) {
@@ -590,7 +594,7 @@ MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDes
       // record alone missed 2 MiB of arena and 1 MB of scratch per small table: 1,000 one-row
       // tables reached 3.09 GB of RSS while the estimate said 1.7 MB.
       double tables = 0;
-      const int world = o.mpi ? o.mpi->size() : sharded(*m) && o.ranks > 1 ? o.ranks : 0;
+      const int world = o.mpi ? o.mpi->size() : runs_on_ranks(*m) && o.ranks > 1 ? o.ranks : 0;
       const int first = o.mpi ? o.mpi->rank() : 0;
       const int last = o.mpi ? first + 1 : std::max(1, world);
       for (int r = first; r < last; ++r) {
@@ -1015,7 +1019,7 @@ Status drive(const Options& o, Store& store, const BatchSource& source, int rank
 Result<ModeResult> run_mode(const Options& o, const ModeDescriptor& mode, double cache_fraction,
                             const BatchSource& batches, const std::string& label) {
   STRATA_ASSIGN_OR_RETURN(StoreConfig config, make_config(o, mode, cache_fraction));
-  const int ranks = o.mpi ? o.mpi->size() : sharded(mode) ? o.ranks : 1;
+  const int ranks = o.mpi ? o.mpi->size() : runs_on_ranks(mode) ? o.ranks : 1;
   ModeResult r;
   r.mode = &mode;
   r.ranks = ranks;
@@ -1418,49 +1422,64 @@ Result<std::vector<double>> parse_fractions(const std::string& s) {
 // batch of the run (the forward phase's too). A cache smaller than that is refused before it runs. Reads the training
 // sequence once through a cursor (one batch and the window's row sets at a time).
 Result<std::vector<std::int64_t>> rows_needed_per_pool(const Options& o, const StoreConfig& c,
-                                                       const std::vector<PoolSize>& pools, const BatchSource& source) {
+                                                       const std::vector<PoolSize>& pools, const BatchSource& source,
+                                                       int ranks) {
   const int total = o.warmup + o.steps;
   const std::size_t window = static_cast<std::size_t>(std::max(1, o.lookahead + o.pipeline));
-  // Keys of a batch in pool p, as (table index, key) pairs, sorted and unique.
+  // Keys of a batch in pool p, as (table index, key) pairs, sorted and unique. Over several ranks
+  // a batch is a world step (one batch per rank) and a pool is a rank's, holding its shards' rows
+  // (row sharding: key k on rank k % ranks, local row k / ranks).
   using Row = std::pair<std::size_t, Key>;
-  const auto rows_of = [&](const KeyBatch& batch, const PoolSize& pool) {
+  const auto rows_of = [&](const std::vector<KeyBatch>& step, const PoolSize& pool, int rank) {
     std::vector<Row> rows;
-    for (const std::size_t t : pool.tables)
-      for (const auto& f : batch.features)
-        if (f.table == c.tables[t].spec.name)
-          for (const Key k : f.keys) rows.emplace_back(t, k);
+    for (const KeyBatch& batch : step)
+      for (const std::size_t t : pool.tables)
+        for (const auto& f : batch.features)
+          if (f.table == c.tables[t].spec.name)
+            for (const Key k : f.keys)
+              if (ranks == 1 || static_cast<int>(k % static_cast<Key>(ranks)) == rank)
+                rows.emplace_back(t, k / static_cast<Key>(ranks));
     std::sort(rows.begin(), rows.end());
     rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
     return rows;
   };
   std::vector<std::int64_t> need(pools.size(), 0);
-  std::vector<std::deque<std::vector<Row>>> recent(pools.size());  // the last `window` batches' rows per pool
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<BatchCursor> cursor, source.cursor(0, 1));
-  // Batches 0 .. total-1 are the forward phase's (one at a time), total .. 2 total-1 the training
-  // phase's: windows start at each of them, the last ones cut at the end.
+  // The world steps of the run (each rank's batch r, r + ranks, ...: world step i is source
+  // batches i ranks .. i ranks + ranks - 1, mod the source's batches).
+  std::vector<std::vector<KeyBatch>> steps;
   const int end = 2 * total;
-  for (int s = 0; s < end + static_cast<int>(window) - 1; ++s) {
-    KeyBatch batch;
-    if (s < end) {
-      STRATA_ASSIGN_OR_RETURN(batch, cursor->next());
+  for (int s = 0; s < end; ++s) {
+    steps.emplace_back();
+    for (int r = 0; r < ranks; ++r) {
+      STRATA_ASSIGN_OR_RETURN(KeyBatch b, cursor->next());
+      steps.back().push_back(std::move(b));
     }
-    for (std::size_t p = 0; p < pools.size(); ++p) {
-      auto& w = recent[p];
-      if (s < end) {
-        std::vector<Row> rows = rows_of(batch, pools[p]);
-        need[p] = std::max<std::int64_t>(need[p], static_cast<std::int64_t>(rows.size()));
-        if (s < total) continue;
-        w.push_back(std::move(rows));
-        if (w.size() > window) w.pop_front();
-        if (w.size() < window && s != end - 1) continue;  // not a full window yet
-      } else {
-        w.pop_front();
-        if (w.empty()) continue;
+  }
+  for (int rank = 0; rank < ranks; ++rank) {
+    // The last `window` world steps' rows per pool.
+    std::vector<std::deque<std::vector<Row>>> recent(pools.size());
+    // Steps 0 .. total-1 are the forward phase's (one at a time), total .. 2 total-1 the training
+    // phase's: windows start at each of them, the last ones cut at the end.
+    for (int s = 0; s < end + static_cast<int>(window) - 1; ++s) {
+      for (std::size_t p = 0; p < pools.size(); ++p) {
+        auto& w = recent[p];
+        if (s < end) {
+          std::vector<Row> rows = rows_of(steps[static_cast<std::size_t>(s)], pools[p], rank);
+          need[p] = std::max<std::int64_t>(need[p], static_cast<std::int64_t>(rows.size()));
+          if (s < total) continue;
+          w.push_back(std::move(rows));
+          if (w.size() > window) w.pop_front();
+          if (w.size() < window && s != end - 1) continue;  // not a full window yet
+        } else {
+          w.pop_front();
+          if (w.empty()) continue;
+        }
+        std::vector<Row> in_flight;
+        for (const auto& r : w) in_flight.insert(in_flight.end(), r.begin(), r.end());
+        std::sort(in_flight.begin(), in_flight.end());
+        need[p] = std::max<std::int64_t>(need[p], std::unique(in_flight.begin(), in_flight.end()) - in_flight.begin());
       }
-      std::vector<Row> in_flight;
-      for (const auto& r : w) in_flight.insert(in_flight.end(), r.begin(), r.end());
-      std::sort(in_flight.begin(), in_flight.end());
-      need[p] = std::max<std::int64_t>(need[p], std::unique(in_flight.begin(), in_flight.end()) - in_flight.begin());
     }
   }
   return need;
@@ -1469,10 +1488,10 @@ Result<std::vector<std::int64_t>> rows_needed_per_pool(const Options& o, const S
 // "" when the slot pools of `c` can hold the batches in flight, else why not; `what` says where
 // the cache's size came from ("cache fraction 0.1", "the config").
 Result<std::string> cache_too_small(const Options& o, const StoreConfig& c, const std::string& what,
-                                    const BatchSource& source) {
+                                    const BatchSource& source, int ranks = 1) {
   const auto pools = slot_pools(c);
   if (pools.empty()) return std::string();
-  STRATA_ASSIGN_OR_RETURN(const auto need, rows_needed_per_pool(o, c, pools, source));
+  STRATA_ASSIGN_OR_RETURN(const auto need, rows_needed_per_pool(o, c, pools, source, ranks));
   for (std::size_t p = 0; p < pools.size(); ++p) {
     if (pools[p].rows >= need[p]) continue;
     char buf[320];
@@ -1832,8 +1851,9 @@ int run(const Options& o_in) {
   // sweep point is skipped with the reason instead).
   for (const ModeDescriptor* m : modes) {
     if (m->placement != Placement::kCached) continue;
-    Result<std::string> why = m->from_config ? cache_too_small(o, o.config, "the config", batches)
-                                             : cached_too_small(o, o.cache_fraction, batches);
+    Result<std::string> why =
+        m->from_config ? cache_too_small(o, o.config, "the config", batches, o.mpi ? 1 : std::max(1, o.ranks))
+                       : cached_too_small(o, o.cache_fraction, batches);
     if (!why) return fail(why.status().message(), 1);
     if (!why->empty())
       return fail("mode " + std::string(m->name) + ": " + *why +
@@ -2291,7 +2311,9 @@ int main(int argc, char** argv) {
   app.add_option("--pipeline", o.pipeline, "batches prefetched ahead of forward (beyond the lookahead)")
       ->capture_default_str()
       ->check(CLI::Range(1, strata::bench::kMaxPipeline));
-  app.add_option("--ranks", o.ranks, "gpu/hybrid: thread ranks, one store and device each, all-to-all between them")
+  app.add_option("--ranks", o.ranks,
+                 "gpu/hybrid and --config (a config of gpu and hybrid tables, as strata-tune plan --ranks writes): "
+                 "thread ranks, one store and device each, all-to-all between them")
       ->capture_default_str();
   app.add_option("--sharding", o.sharding, "gpu/hybrid: row | table | column | replicated")->capture_default_str();
   app.add_option("--comm-timeout", o.comm_timeout_s,

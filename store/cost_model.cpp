@@ -17,6 +17,8 @@
 #include "host/host_table.hpp"
 #include "host/repeats.hpp"
 #include "host/topology.hpp"
+#include "store/detail/cache_transfers.hpp"
+#include "store/detail/cached_engine.hpp"
 #include "store/detail/device_features.hpp"
 #include "store/detail/sharded_engine.hpp"
 
@@ -441,6 +443,14 @@ double EngineStaging::offload_feature(std::int64_t bags, std::int64_t keys, std:
 
 double EngineStaging::list(std::int64_t n) {
   return static_cast<double>(gpu::Staging::bytes_for<std::uint64_t>(static_cast<std::size_t>(n)));
+}
+
+std::int64_t EngineStaging::flush_rows(std::int64_t slots, std::int64_t stride) {
+  return detail::cache_flush_rows(slots, stride);
+}
+
+std::int64_t EngineStaging::transfer_probe_rows(std::int64_t slots) {
+  return std::min(slots, detail::kTransferProbeRows);
 }
 
 bool has_gather_rates(const HardwareProfile& p) noexcept {

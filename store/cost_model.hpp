@@ -226,6 +226,14 @@ struct EngineStaging {
   /// A list of `n` 8-byte entries (slots of a slot pool's fills or write-backs, host row
   /// addresses of an offload dim group's distinct rows or of zero-copy transfers).
   static double list(std::int64_t n);
+  /// `cached` and `hybrid` tables: the rows a flush's staging holds for a slot pool of `slots`
+  /// records of `stride` floats (one flush chunk: the whole pool, or as many rows as 64 MiB of
+  /// records hold; store/detail/cached_engine.hpp).
+  static std::int64_t flush_rows(std::int64_t slots, std::int64_t stride);
+  /// `cached` and `hybrid` tables with cache.transfer auto: the rows that the measurement of staged
+  /// against zero-copy transfers moves through a slot pool of `slots` slots when the store opens
+  /// (store/detail/cache_transfers.hpp).
+  static std::int64_t transfer_probe_rows(std::int64_t slots);
 };
 
 /// Models one step of `bytes` on `profile` (see the header comment). Requires validate(profile)

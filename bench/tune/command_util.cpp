@@ -15,6 +15,18 @@
 
 namespace strata::tune {
 
+Result<int> parse_ranks(const std::string& text, int max) {
+  const auto bad = [&] {
+    return Status::invalid_argument("--ranks '" + text + "' (expected an integer in [1, " + std::to_string(max) + "])");
+  };
+  if (text.empty() || text.size() > 6) return bad();
+  for (const char ch : text)
+    if (ch < '0' || ch > '9') return bad();
+  const long v = std::stol(text);
+  if (v < 1 || v > max) return bad();
+  return static_cast<int>(v);
+}
+
 int fail(const std::string& message, int code) {
   std::cerr << "strata-tune: " << message << "\n";
   return code;

@@ -12,6 +12,9 @@ namespace strata::tune {
 /// Prints "strata-tune: <message>" on stderr and returns `code`.
 int fail(const std::string& message, int code = 2);
 
+/// Parses --ranks: an integer in [1, max]; else "--ranks 'TEXT' (expected an integer in [1, MAX])".
+Result<int> parse_ranks(const std::string& text, int max);
+
 /// Reads a profile file within the bench input limits (a regular file of at most 4 MiB, bounded
 /// JSON nesting) and parses it.
 Result<HardwareProfile> load_profile_file(const std::string& path);

@@ -63,6 +63,7 @@ struct ValidateArgs {
   std::int64_t steps = 0;          ///< timed training steps (0: half the source's batches, at least 1)
   std::string backend = "auto";    ///< strata-bench --backend
   std::string trainer = "device";  ///< strata-bench --trainer: device | host
+  std::string ranks = "1";         ///< strata-bench --ranks: thread ranks of a plan made with plan --ranks
   std::string bench;               ///< the strata-bench program (empty: the one next to strata-tune)
   std::string out;                 ///< JSON output
   bool progress = true;

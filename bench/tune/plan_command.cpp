@@ -17,24 +17,11 @@ namespace strata::tune {
 namespace {
 
 // Upper bound of --ranks: far above any world this store targets, low enough to refuse a typo.
-constexpr long kMaxRanks = 4096;
+constexpr int kMaxRanks = 4096;
 
 Result<double> budget(const std::string& flag, const std::string& text, double fallback_bytes) {
   if (text.empty()) return fallback_bytes;
   return parse_byte_size(text, flag);
-}
-
-Result<int> parse_ranks(const std::string& text) {
-  const auto bad = [&] {
-    return Status::invalid_argument("--ranks '" + text + "' (expected an integer in [1, " + std::to_string(kMaxRanks) +
-                                    "])");
-  };
-  if (text.empty() || text.size() > 6) return bad();
-  for (const char ch : text)
-    if (ch < '0' || ch > '9') return bad();
-  const long v = std::stol(text);
-  if (v < 1 || v > kMaxRanks) return bad();
-  return static_cast<int>(v);
 }
 
 // The curves of every rank's shard of every table (an empty curve for a rank that holds none).
@@ -65,7 +52,7 @@ int run_plan(const PlanArgs& a) {
   auto profile = load_profile_file(ppath);
   if (!profile) return fail("--profile " + a.profile + ": " + profile.status().message());
   PlanOptions po;
-  auto ranks = parse_ranks(a.ranks);
+  auto ranks = parse_ranks(a.ranks, kMaxRanks);
   if (!ranks) return fail(ranks.status().message());
   po.cost.ranks = *ranks;
   // Budgets are per rank: one GPU's HBM, and the host memory of the ranks sharing a host.

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <utility>
 
+#include "bench/tune/shard_traces.hpp"
 #include "bench/tune/text.hpp"
 
 namespace strata::tune {
@@ -29,11 +30,13 @@ TableLoad load_of(const TuneInput& input, std::size_t t, const ShardInputs& shar
   l.max_keys = tr.max_keys;
   for (const std::int64_t b : tr.step_bags) l.max_bags = std::max(l.max_bags, b);
   l.max_distinct = tr.max_distinct;
-  if (t < shards.traces.size())
+  if (t < shards.traces.size()) {
     for (const TableTrace& s : shards.traces[t]) {
       l.shard_distinct = std::max(l.shard_distinct, s.distinct_per_step());
       l.shard_max_distinct = std::max(l.shard_max_distinct, s.max_distinct);
     }
+    l.shard_max_served = max_served(tr, static_cast<int>(shards.traces[t].size()), input.sample_rate);
+  }
   return l;
 }
 

@@ -64,6 +64,27 @@ TableTrace shard_trace(const TableTrace& table, int ranks, int rank, double samp
   return s;
 }
 
+std::int64_t max_served(const TableTrace& table, int ranks, double sample_rate) {
+  const cache::KeyTrace& k = table.keys;
+  const std::int64_t steps = k.num_batches();
+  const auto n = static_cast<std::uint64_t>(ranks);
+  std::int64_t most = 0;
+  std::vector<std::int64_t> served(static_cast<std::size_t>(ranks));
+  std::vector<std::uint64_t> step;
+  for (std::int64_t s0 = 0; s0 < steps; s0 += ranks) {
+    std::fill(served.begin(), served.end(), 0);
+    for (std::int64_t s = s0; s < std::min(steps, s0 + ranks); ++s) {
+      step.assign(k.keys.begin() + k.batch_offsets[static_cast<std::size_t>(s)],
+                  k.keys.begin() + k.batch_offsets[static_cast<std::size_t>(s) + 1]);
+      std::sort(step.begin(), step.end());
+      step.erase(std::unique(step.begin(), step.end()), step.end());
+      for (const std::uint64_t key : step) ++served[static_cast<std::size_t>(key % n)];
+    }
+    most = std::max(most, *std::max_element(served.begin(), served.end()));
+  }
+  return scaled(most, sample_rate);
+}
+
 std::vector<std::vector<TableTrace>> shard_traces(const TuneInput& input, int ranks) {
   std::vector<std::vector<TableTrace>> out;
   for (const TableTrace& t : input.tables) {

@@ -22,6 +22,12 @@ namespace strata::tune {
 /// world step (scaled by 1 / sample_rate when sampled).
 TableTrace shard_trace(const TableTrace& table, int ranks, int rank, double sample_rate);
 
+/// The most keys one rank serves in one world step of `table` over `ranks` (>= 1) ranks: each
+/// source step's distinct keys of the rank's shard, summed over the world step's steps (a key that
+/// several sources look up is served once to each), the largest over ranks and world steps (scaled
+/// by 1 / sample_rate when sampled).
+std::int64_t max_served(const TableTrace& table, int ranks, double sample_rate);
+
 /// Every table's shards over `ranks` ranks: out[t][r] for input.tables[t] and rank r.
 std::vector<std::vector<TableTrace>> shard_traces(const TuneInput& input, int ranks);
 

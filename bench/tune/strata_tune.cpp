@@ -89,6 +89,9 @@ int main(int argc, char** argv) {
   val->add_option("--trainer", v.trainer, "strata-bench --trainer: device | host (where the dense model lives)")
       ->check(CLI::IsMember({"device", "host"}))
       ->capture_default_str();
+  val->add_option("--ranks", v.ranks,
+                  "thread ranks (strata-bench --ranks) of a plan made with plan --ranks N: every table gpu or "
+                  "hybrid; rank 0's counters are compared (default 1)");
   val->add_option("--bench", v.bench, "the strata-bench program (default: the one next to strata-tune)");
   val->add_option("--out", v.out, "write predicted and measured as JSON");
   val->add_flag("!--no-progress", v.progress, "no progress lines");

@@ -218,70 +218,217 @@ StepBytes group_submit_bytes(Placement placement, std::int64_t fills, std::int64
 
 namespace {
 
-// A cache of `cache_rows` rows over host records, `distinct` rows used per step at `hit_rate`:
-// misses filled (host gather, H2D, HBM write) and as many dirty rows written back (HBM read, D2H,
-// host write); HBM for the slots and the fill staging, host for the records, staging and index.
-Status add_cache(TableCost& c, const TableSpec& spec, double distinct, std::int64_t max_distinct,
-                 std::int64_t cache_rows, double hit_rate, Placement placement, const CostOptions& o) {
-  (void)distinct;
-  (void)hit_rate;
-  const RowSizes z = sizes_of(spec);
-  const double staging = o.max_in_flight * static_cast<double>(max_distinct) * z.record;
-  c.hbm_bytes += static_cast<double>(cache_rows) * z.stride + staging;
-  STRATA_ASSIGN_OR_RETURN(const HostTableMemory m, host_memory(spec, placement, o));
-  c.host_bytes += m.mapped_bytes + staging + kCacheIndexBytesPerSlot * static_cast<double>(cache_rows);
-  return Status::ok();
+// An array of `bytes` in the sharded engine's metadata, rounded up to 8-byte words (stage_meta).
+double words(double bytes) { return std::ceil(bytes / 8.0) * 8.0; }
+
+// The shard as its inner engine's table: rank 0's rows of it, served as unpooled bags.
+TableSpec inner_spec(const TableSpec& spec, int ranks) {
+  TableSpec s = spec;
+  s.rows = (spec.rows + ranks - 1) / ranks;
+  s.pooling = Pooling::kNone;
+  return s;
 }
 
-// One rank's cost of a table sharded row-wise over o.ranks ranks (header comment).
-Result<TableCost> sharded_cost(const TableSpec& spec, const TableLoad& load, Placement placement,
-                               std::int64_t cache_rows, double hit_rate, const CostOptions& o) {
+// The inner engine's options: device views of the served rows and their gradients, which the
+// store does not check (it checks the caller's gradients).
+CostOptions inner_options(const CostOptions& o) {
+  CostOptions i = o;
+  i.trainer_on_device = true;
+  i.check_finite = false;
+  return i;
+}
+
+}  // namespace
+
+StepBytes sharded_submit_bytes(const TableSpec& spec, Placement placement, const ShardStep& k, const CostOptions& o) {
+  if (k.served.keys == 0) return {};  // the inner engine is given no feature of the table
+  return submit_bytes(inner_spec(spec, o.ranks), placement == Placement::kHybrid ? Placement::kCached : Placement::kGpu,
+                      k.served, inner_options(o));
+}
+
+StepBytes sharded_compute_bytes(const TableSpec& spec, const ShardStep& k, const CostOptions& o) {
+  StepBytes b;
   const RowSizes z = sizes_of(spec);
-  const double N = o.ranks, f = (N - 1.0) / N, in_flight = o.max_in_flight;
-  const double K = load.keys, U = load.distinct, S = load.distinct;
-  const double Us = load.shard_distinct > 0 ? load.shard_distinct : U;
-  const double s_max = static_cast<double>(std::max(load.max_distinct, load.shard_max_distinct));
-  const double u_max = static_cast<double>(load.max_distinct), k_max = static_cast<double>(load.max_keys);
-  TableCost c;
-  StepBytes& b = c.bytes;
-  b.all_to_all += (8.0 + 2.0 * z.row) * U * f + 8.0 * (N - 1.0);
-  // The holder's shard: the served keys' metadata up; rows looked up into, and gradients read
-  // from, device memory; the update of its distinct rows.
-  b.h2d += 8.0 * (2.0 * S + 1.0);
-  b.hbm_read += S * z.row + Us * z.record;
-  b.hbm_write += S * z.row + Us * z.record;
-  // Rows and gradient sums move device to device (store/detail/sharded_engine.cpp, KeyExchange's
-  // device forms): served rows packed (S), exchanged (thread ranks: peer copies, read at the
-  // sender, written at the receiver), put at the source's unique keys (U); sums taken (U),
-  // exchanged, and copied into the served order (S). The index lists of both go up.
-  b.h2d += 2.0 * 8.0 * U;
-  b.hbm_read += (2.0 * S + 3.0 * U + S) * z.row + 16.0 * U;
-  b.hbm_write += (S + 3.0 * U + 2.0 * S) * z.row;
-  // The source pools its bags from the unique rows and sums the gradients of each unique key on
-  // the device; the metadata of both goes up (offsets, keys as unique indexes, unique slots and
-  // offsets, positions, bags of the positions).
-  const double Bg = load.bags;
-  b.h2d += 2.0 * 8.0 * (Bg + 1.0) + 8.0 * K + 8.0 * U + 8.0 * (U + 1.0) + 8.0 * K;
-  b.hbm_read += K * z.row + 8.0 * (Bg + 1.0) + 8.0 * K;  // gather_pool
-  b.hbm_write += Bg * z.row;
-  b.hbm_read += Bg * z.row + 16.0 * U + 8.0 * K;  // reduce_grads
-  b.hbm_write += U * z.row;
-  const double out = Bg * z.row;
+  const double r = z.row, K = static_cast<double>(k.source.keys), B = static_cast<double>(k.source.bags);
+  const double U = static_cast<double>(k.source.distinct), W = static_cast<double>(k.source.weights);
+  const double S = static_cast<double>(k.served.keys), P = pooled_rows(spec, k.source), out = P * r;
+  const bool pooled = spec.pooling != Pooling::kNone;
+  // Forward: the shard's inner engine looks the served keys up into device memory.
+  if (S > 0) gather(b, k.served, r, S);
+  // Rows back to their sources (dispatch/exchange.cpp, device form): the index list of the keys
+  // sent up; the served rows packed, sent (read at this rank, written at the receivers: peer
+  // copies of thread ranks), the returned rows received and put at the unique keys.
+  copy_h2d(b, 8.0 * U);
+  b.hbm_read += 2.0 * S * r;
+  b.hbm_write += S * r;
+  b.hbm_write += U * r;
+  b.hbm_read += U * r + 8.0 * U;
+  b.hbm_write += U * r;
+  // The source pools its bags from its unique rows: offsets, each key's unique index and the
+  // weights up (8-byte words), then gather_pool.
+  copy_h2d(b, words(8.0 * (B + 1)) + words(8.0 * K) + words(4.0 * W));
+  gather(b, k.source, r, P);
   if (o.trainer_on_device) {  // outputs and gradients in the trainer's device buffers
     finite_check(b, out, o);
   } else {  // the engine's own D2H of the outputs and H2D of the gradients
     copy_d2h(b, out);
     copy_h2d(b, out);
   }
-  // Per batch in flight, the shard's engine stages the served keys (one unpooled bag each) as a
-  // gpu or cached engine stages a feature, in HBM and again in pinned memory, grown to twice one
-  // step's need (gpu/staging.hpp).
-  const auto served_max = static_cast<std::int64_t>(s_max);
-  const double served_keys = in_flight * 2.0 * EngineStaging::gpu_feature(served_max, served_max, 0, served_max);
+  // Backward: the gradient sums' arguments up (offsets, weights, unique slots and offsets,
+  // positions, bag of each position), then reduce_grads.
+  copy_h2d(b, words(8.0 * (B + 1)) + words(4.0 * W) + words(8.0 * U) + words(8.0 * (U + 1)) + words(4.0 * K) +
+                  (pooled ? words(4.0 * K) : 0.0));
+  b.hbm_read += P * r + 16.0 * U + 8.0 * K;
+  b.hbm_write += U * r;
+  // Sums to the holders: the index list up; the sums taken, sent, received and copied into the
+  // served order.
+  copy_h2d(b, 8.0 * U);
+  b.hbm_read += U * r + 8.0 * U;
+  b.hbm_write += U * r;
+  b.hbm_read += U * r;
+  b.hbm_write += S * r;
+  b.hbm_read += S * r;
+  b.hbm_write += S * r;
+  // The inner engine's update of the served rows' U_s records from the served gradients (one
+  // unpooled bag each; device views, which the store does not check).
+  const double Us = static_cast<double>(k.served.distinct);
+  b.hbm_read += S * r + Us * (z.record + 16.0) + 8.0 * S;
+  b.hbm_write += Us * z.record;
+  // Keys out, their rows back and their gradients out, to and from the other ranks, and one count
+  // per table and peer (dispatch::KeyExchange).
+  b.all_to_all += (8.0 + 2.0 * r) * static_cast<double>(k.remote) + 8.0 * (o.ranks - 1.0);
+  return b;
+}
+
+namespace {
+
+double round64(double bytes) { return std::ceil(bytes / 64.0) * 64.0; }
+
+// Device and pinned host bytes of staging buffers.
+struct Staged {
+  double device = 0, pinned = 0;
+};
+
+// The regions of a gpu::Staging request (gpu/staging.hpp) and what the buffers take once reserved
+// for it with the headroom: twice each region, the mirrored one on both sides.
+struct Regions {
+  double mirrored = 0, host_only = 0, dev_only = 0;
+  Staged doubled() const { return {2.0 * (mirrored + dev_only), 2.0 * (mirrored + host_only)}; }
+};
+
+// `n` records of a slot pool of `spec`'s shape, as staging holds them (at the stride).
+double records(const TableSpec& spec, double n) { return round64(n * sizes_of(spec).stride); }
+
+// One batch's staging in a slot-pool engine's ring (store/detail/gpu_engine.cpp submit,
+// cached_engine.cpp prepare) for a feature of `bags` bags, `keys` keys (no per-key weights, as
+// everywhere in this model) and `unique` distinct rows: its lookup and update arguments and,
+// cached, the slots of its fills and write-backs, the write-backs packed on the device and the
+// fills (staged: in the device and pinned at the stride; zero-copy: their host addresses).
+Regions batch_regions(const TableSpec& spec, bool cached, std::int64_t bags, std::int64_t keys, std::int64_t unique,
+                      const CostOptions& o) {
+  Regions r;
+  r.mirrored = EngineStaging::gpu_feature(bags, keys, 0, unique);
+  if (!cached) return r;
+  const double rec = records(spec, static_cast<double>(unique));
+  r.mirrored += 2.0 * EngineStaging::list(unique);
+  r.dev_only += rec;  // write-backs, packed
+  if (o.zero_copy) {
+    r.mirrored += 2.0 * EngineStaging::list(unique);
+  } else {
+    r.host_only += 2.0 * rec;
+    r.dev_only += rec;  // fills
+  }
+  return r;
+}
+
+// A slot-pool table's staging (gpu or cached, one rank or an inner engine of a sharded one):
+// max_in_flight entries of the batch ring, each grown to twice the largest batch's need, and a
+// cache's (`cache_rows` > 0) flush staging, grown to twice one flush chunk and kept (a flush:
+// checkpoints, reads, the end of training). With cache.transfer auto the store first measures
+// both transfers through up to EngineStaging::transfer_probe_rows rows of the pool, while it opens
+// (nothing else staged yet): the larger of the two.
+Staged slot_pool_staging(const TableSpec& spec, bool cached, std::int64_t bags, std::int64_t keys, std::int64_t unique,
+                         std::int64_t cache_rows, const CostOptions& o) {
+  const Staged entry = batch_regions(spec, cached, bags, keys, unique, o).doubled();
+  Staged s{o.max_in_flight * entry.device, o.max_in_flight * entry.pinned};
+  if (!cached) return s;
+  const std::int64_t stride = record_stride(spec.dim, optimizer_state_dim(spec.optimizer.kind, spec.dim));
+  const auto w = EngineStaging::flush_rows(cache_rows, stride);
+  Regions flush;  // store/detail/cached_engine.cpp flush_sizes
+  flush.mirrored = EngineStaging::list(w) * (o.zero_copy ? 2.0 : 1.0);
+  flush.dev_only = records(spec, static_cast<double>(w));
+  flush.host_only = o.zero_copy ? 0.0 : flush.dev_only;
+  const Staged f = flush.doubled();
+  s.device += f.device;
+  s.pinned += f.pinned;
+  if (o.transfer_probe && !o.zero_copy) {  // store/detail/cache_transfers.cpp zero_copy_is_faster
+    const auto n = EngineStaging::transfer_probe_rows(cache_rows);
+    Regions probe;
+    probe.mirrored = 2.0 * EngineStaging::list(n);
+    probe.dev_only = probe.host_only = records(spec, static_cast<double>(n));
+    const Staged p = probe.doubled();
+    s.device = std::max(s.device, p.device);
+    s.pinned = std::max(s.pinned, p.pinned);
+  }
+  return s;
+}
+
+// A cache of `cache_rows` rows over host records (the table's, or rank 0's shard's): its slots
+// in HBM; in host memory the mapped records and the cache index.
+Status add_cache(TableCost& c, const TableSpec& spec, std::int64_t cache_rows, Placement placement,
+                 const CostOptions& o) {
+  const RowSizes z = sizes_of(spec);
+  c.hbm_bytes += static_cast<double>(cache_rows) * z.stride;
+  STRATA_ASSIGN_OR_RETURN(const HostTableMemory m, host_memory(spec, placement, o));
+  c.host_bytes += m.mapped_bytes + kCacheIndexBytesPerSlot * static_cast<double>(cache_rows);
+  return Status::ok();
+}
+
+// One step of rank 0's sharded table (several ranks) from the means of `load` (the planner's):
+// the rank's own batch of K keys, B bags and U distinct rows, U f of them held by other ranks;
+// it serves S = U keys (row sharding spreads every rank's keys evenly) to U_s distinct rows of its
+// shard, a hybrid cache missing U_s (1 - hit rate) of them, each miss a fill and a write-back.
+ShardStep mean_shard_step(const TableLoad& load, double hit_rate, Placement placement, const CostOptions& o) {
+  ShardStep k;
+  const double f = (o.ranks - 1.0) / o.ranks;
+  k.source.keys = std::llround(load.keys);
+  k.source.bags = std::llround(load.bags);
+  k.source.distinct = std::llround(load.distinct);
+  k.remote = std::llround(load.distinct * f);
+  const double us = load.shard_distinct > 0 ? load.shard_distinct : load.distinct;
+  k.served.keys = k.served.bags = k.source.distinct;
+  k.served.distinct = std::llround(us);
+  if (placement == Placement::kHybrid) k.served.fills = k.served.writebacks = std::llround(us * (1.0 - hit_rate));
+  return k;
+}
+
+// One rank's cost of a table sharded row-wise over o.ranks ranks (header comment).
+Result<TableCost> sharded_cost(const TableSpec& spec, const TableLoad& load, Placement placement,
+                               std::int64_t cache_rows, double hit_rate, const CostOptions& o) {
+  const RowSizes z = sizes_of(spec);
+  const double in_flight = o.max_in_flight;
+  TableCost c;
+  const ShardStep step = mean_shard_step(load, hit_rate, placement, o);
+  c.bytes = sharded_submit_bytes(spec, placement, step, o);
+  add_bytes(c.bytes, sharded_compute_bytes(spec, step, o));
+  if (placement == Placement::kHybrid)
+    add_bytes(c.bytes, group_submit_bytes(Placement::kCached, step.served.fills, step.served.writebacks, 0, o));
+  // The most keys the rank serves in one step (every source's distinct keys of its shard), the
+  // most distinct rows among them, and the rank's own most distinct rows, keys and bags.
+  const std::int64_t us_max = std::max<std::int64_t>(1, load.shard_max_distinct);
+  const std::int64_t s_max =
+      load.shard_max_served > 0 ? load.shard_max_served : std::max(load.max_distinct, load.shard_max_distinct);
+  const double u_max = static_cast<double>(load.max_distinct), k_max = static_cast<double>(load.max_keys);
+  const double sm = static_cast<double>(s_max);
+  // The shard's inner engine (gpu or cached) stages the served keys (one unpooled bag each) as a
+  // gpu or cached table's batch, in HBM and again in pinned memory, and a hybrid cache's fills and
+  // write-backs with them.
+  const Staged served = slot_pool_staging(spec, placement == Placement::kHybrid, s_max, s_max, us_max,
+                                          placement == Placement::kHybrid ? cache_rows : 0, o);
   // The sharded engine's device scratch, grown to twice one step's need (gpu/grow_buffer.hpp):
   // served rows (then served gradients), unique rows, their gradient sums, and the exchange's send
   // and receive buffers.
-  c.hbm_bytes += served_keys + 2.0 * z.row * (s_max + 2.0 * u_max + 2.0 * std::max(s_max, u_max));
+  c.hbm_bytes += served.device + 2.0 * z.row * (sm + 2.0 * u_max + 2.0 * std::max(sm, u_max));
   // Its metadata scratch, grown likewise (store/detail/sharded_engine.cpp, reserve): the arguments
   // of the source's pooling and gradient sums, in HBM and again in pinned staging (no per-key
   // weights, as everywhere in this model); the exchange's index lists of the keys sent, in HBM and
@@ -292,18 +439,13 @@ Result<TableCost> sharded_cost(const TableSpec& spec, const TableLoad& load, Pla
   const double meta = 2.0 * EngineStaging::sharded_feature(std::llround(b_max), load.max_keys, 0, load.max_distinct);
   const double index = 2.0 * 8.0 * u_max, activations = 2.0 * p_max * z.row;
   c.hbm_bytes += meta + index + activations;
-  c.comm_bytes = in_flight * (16.0 * u_max + 12.0 * k_max + 4.0 * u_max + 24.0 * s_max) + index;
-  c.host_bytes += c.comm_bytes + served_keys + meta + (o.trainer_on_device ? 0.0 : activations);
+  c.comm_bytes = in_flight * (16.0 * u_max + 12.0 * k_max + 4.0 * u_max + 24.0 * sm) + index;
+  c.host_bytes += c.comm_bytes + served.pinned + meta + (o.trainer_on_device ? 0.0 : activations);
   if (placement == Placement::kGpu) {
-    c.hbm_bytes += std::ceil(static_cast<double>(spec.rows) / N) * z.stride;
+    c.hbm_bytes += std::ceil(static_cast<double>(spec.rows) / o.ranks) * z.stride;
     return c;
   }
-  const std::int64_t smallest = std::max<std::int64_t>(1, load.shard_max_distinct);
-  STRATA_RETURN_IF_ERROR(add_cache(c, spec, Us, smallest, cache_rows, hit_rate, placement, o));
-  // Fills and write-backs of the shard's cache, every miss written back in steady training.
-  BatchKeys k;
-  k.fills = k.writebacks = std::llround(Us * (1.0 - hit_rate));
-  add_transfers(b, spec, k, o);
+  STRATA_RETURN_IF_ERROR(add_cache(c, spec, cache_rows, placement, o));
   return c;
 }
 
@@ -334,17 +476,31 @@ Result<TableCost> table_cost(const TableSpec& spec, const TableLoad& load, Place
   c.bytes = submit_bytes(spec, placement, k, o);
   add_bytes(c.bytes, compute_bytes(spec, placement, k, o));
   add_bytes(c.bytes, group_submit_bytes(placement, k.fills, k.writebacks, k.distinct, o));
-  if (placement != Placement::kCpu)
-    c.hbm_bytes += in_flight * 8.0 * (static_cast<double>(load.max_keys) + B + 1) + 2.0 * B * z.row;
+  const double b_max = load.max_bags > 0 ? static_cast<double>(load.max_bags) : std::ceil(B);
+  const double p_max = spec.pooling == Pooling::kNone ? static_cast<double>(load.max_keys) : b_max;
   switch (placement) {
     case Placement::kGpu:
-      c.hbm_bytes += static_cast<double>(spec.rows) * z.stride;
+    case Placement::kCached: {
+      const bool cached = placement == Placement::kCached;
+      const Staged st = slot_pool_staging(spec, cached, std::llround(b_max), load.max_keys, load.max_distinct,
+                                          cached ? cache_rows : 0, o);
+      // One step's outputs and gradients: the trainer's own buffers in HBM with it on the device;
+      // with it on the host, the activation staging of the host views (an output and a gradient
+      // buffer in HBM and pinned, grown to twice the need) of each batch in flight.
+      const double act = o.trainer_on_device ? 2.0 * p_max * z.row : in_flight * 4.0 * round64(p_max * z.row);
+      c.hbm_bytes += st.device + act;
+      if (cached) {
+        c.host_bytes += st.pinned + (o.trainer_on_device ? 0.0 : act);
+        STRATA_RETURN_IF_ERROR(add_cache(c, spec, cache_rows, placement, o));
+      } else {
+        c.hbm_bytes += static_cast<double>(spec.rows) * z.stride;
+      }
       break;
-    case Placement::kCached:
-      STRATA_RETURN_IF_ERROR(add_cache(c, spec, load.distinct, load.max_distinct, cache_rows, hit_rate, placement, o));
-      break;
+    }
     case Placement::kOffload:
     case Placement::kCpu: {
+      if (placement == Placement::kOffload)
+        c.hbm_bytes += in_flight * 8.0 * (static_cast<double>(load.max_keys) + B + 1) + 2.0 * B * z.row;
       STRATA_ASSIGN_OR_RETURN(const HostTableMemory m, host_memory(spec, placement, o));
       c.host_bytes += m.mapped_bytes + m.scratch_bytes;
       break;

@@ -41,54 +41,87 @@
 //   cpu        CPU threads gather K rows and read and write U records
 // Host bytes of CPU kernels (CPU gather, CPU optimizer) are StepBytes::host_cpu_read/write too:
 // no device counts them. Host row traffic is listed as random-row gathers (StepBytes::host_gathers).
-// Memory (what the planner counts against the budgets):
+// Memory (what the planner counts against the budgets), with E = CostOptions::max_in_flight (the
+// plan's cache.max_in_flight) and U_max, K_max, B_max a step's most distinct rows, keys and bags,
+// P_max its pooled rows (B_max, or K_max without pooling):
 //   HBM  gpu: rows x record stride x 4 (as the gpu engine allocates); cached: cache rows x stride
-//        x 4; every device placement: per batch in flight its keys and offsets, and one step's
-//        pooled outputs and their gradients; cached also, per batch in flight, its largest step's
-//        distinct rows as fill records
+//        x 4. gpu and cached: the slot-pool engine's staging ring (gpu/staging.hpp), E entries,
+//        each grown to twice its largest batch's need (store/detail/gpu_engine.cpp submit,
+//        cached_engine.cpp prepare; every array rounded up to 64 bytes): the feature's arguments
+//        (EngineStaging::gpu_feature(B_max, K_max, 0, U_max)) and, cached, the slots of its fills
+//        and write-backs (2 list(U_max)), the write-backs packed at the stride and the fills at the
+//        stride (staged; zero-copy: their host addresses instead of the fills); cached also the
+//        flush staging (store/detail/cached_engine.cpp: twice one flush chunk, the whole cache up
+//        to 64 MiB of records, and its slots; reserved by the first flush, then kept); the
+//        transfer probe of cache.transfer auto (up to 4096 rows both ways, staged while the store
+//        opens, before the rest) counts instead when it is larger than the two together.
+//        One step's outputs and gradients: with the trainer on the device its own buffers (2 P_max
+//        rows); on the host the activation staging of the host views, E entries of an output and a
+//        gradient buffer grown to twice (4 P_max rows rounded up to 64 bytes each). offload: per
+//        batch in flight its keys and offsets, and one step's outputs and gradients.
+//        An entry per batch submitted and not retired, and the ring makes a new one rather than
+//        wait for a free entry whose device work (a retired batch's update) is still running, up
+//        to kMaxBusyFree - 1 = 2 more: E covers a trainer that keeps E - 2 batches in flight
+//        without waiting for the device (strata-bench keeps 2; E defaults to 8), or E batches when
+//        the device is done with a retired batch by the next submit (the sharded engine waits for
+//        its inner engines; a forward into host views waits for the device). A cache smaller than
+//        the rows of the batches in flight defers the later ones' plans and stages fewer.
 //   host cpu, offload, cached: the mapped table records (store/cost_model.hpp's host_table_memory,
 //        exact for the table alone), cpu and offload the CPU optimizer's scratch; cached the
-//        pinned staging of the batches in flight (largest step's distinct records each) and the
-//        cache index (kCacheIndexBytesPerSlot per cache row)
+//        pinned side of its staging, flush staging and (host trainer) activation staging, and the
+//        cache index (kCacheIndexBytesPerSlot per cache row). The pinned staging of gpu tables
+//        (as much as their HBM staging) is not counted.
 //
 // Several ranks (CostOptions::ranks = N > 1; store/detail/sharded_engine.hpp). Every table is
-// `gpu` or `hybrid`, sharded row-wise (key k on rank k % N), and the costs are those of one rank:
-// rank 0, which holds the largest shard (ceil(rows / N) rows). Each rank trains on a batch of the
-// input's step shape (as strata-bench --ranks runs them: rank r takes steps r, r + N, ...). With U
-// the rank's distinct rows per step and f = (N - 1) / N the share of them held elsewhere:
-//   all-to-all  keys out 8 U f, their rows back 4 d U f, gradients out 4 d U f, and one count
-//               per table and peer (8 (N - 1)): as dispatch::KeyExchange counts them
-//   served      the rank serves S = U keys per step (the other ranks' keys of its shard; row
-//               sharding spreads them evenly), as unpooled bags of its inner gpu or cached engine
-//               writing into and reading from device memory: keys and offsets H2D (8 (2 S + 1));
-//               HBM gathers S rows, writes S outputs, and the optimizer reads and writes U_s records
-//               (U_s: the distinct rows the worst shard serves per step, TableLoad::shard_distinct)
-//   exchange    device to device (thread ranks' peer copies, counted as HBM reads at the sender
-//               and writes at the receiver): served rows packed, sent, put at the unique keys;
-//               gradient sums taken, sent, copied into served order (HBM reads 4 d (3 S + 3 U) +
-//               16 U, writes 4 d (3 S + 3 U)); the index lists of both H2D (16 U)
+// `gpu` or `hybrid`, sharded row-wise (key k on rank k % N, local row k / N), and the costs are
+// those of one rank: rank 0, which holds the largest shard (ceil(rows / N) rows). Each rank trains
+// on a batch of the input's step shape (as strata-bench --ranks runs them: rank r takes steps r,
+// r + N, ...). Per step rank 0 has K keys, B bags and U distinct keys of its own batch, `remote` of
+// them held by other ranks, and serves S keys (S here counts keys, not the stride: every source's
+// distinct keys of its shard, a key that several sources look up once to each) of U_s distinct
+// shard rows (ShardStep). The bytes (sharded_submit_bytes, sharded_compute_bytes; r = 4 d, R the
+// record, words of 8 bytes):
+//   all-to-all  keys out, their rows back and gradients out, (8 + 2 r) remote, and one count per
+//               table and peer (8 (N - 1)): as dispatch::KeyExchange sends them
+//   served      at submit, as its inner gpu or cached engine stages a feature (S unpooled bags of
+//               one key): EngineStaging::gpu_feature(S, S, 0, U_s) H2D (none when S = 0); at
+//               forward it gathers S rows into device memory (HBM reads S r + 8 (S + 1) + 8 S,
+//               writes S r); at backward it updates U_s records from S gradient rows (reads
+//               S r + U_s (R + 16) + 8 S, writes U_s R)
+//   exchange    device to device (dispatch/exchange.cpp; thread ranks' peer copies, counted as HBM
+//               reads at the sender and writes at the receiver): served rows packed (d2d S r),
+//               sent (reads S r), received (writes U r) and put at the unique keys (reads U r +
+//               8 U, writes U r); gradient sums taken (reads U r + 8 U, writes U r), sent (reads
+//               U r), received (writes S r) and copied into the served order (d2d S r); the index
+//               lists of both H2D (8 U each)
 //   source      the device pools the rank's K keys from its U returned rows (gather_pool) and
-//               sums their gradients per unique key (reduce_grads); their metadata H2D
-//               (16 (B + 1) + 16 K + 16 U + 8); with the trainer on the device the outputs and
+//               sums their gradients per unique key (reduce_grads: reads P r + 16 U + 8 K, writes
+//               U r); their metadata H2D in 8-byte words: forward offsets, unique index of each key
+//               and weights, backward offsets, weights, unique slots and offsets, positions and
+//               (pooled) bag of each position; with the trainer on the device the outputs and
 //               gradients are the trainer's device buffers (the gradients' NaN/Inf count as for
-//               one rank), with it on the host the outputs go D2H and the gradients H2D (B r each)
-//               (not validated: validate runs one rank)
-//   hybrid      as cached on the shard: fills and write-backs of U_s (1 - hit rate) records, the
-//               hit rate of the worst shard's cache of `cache_rows` rows (rows per rank)
+//               one rank), with it on the host the outputs go D2H and the gradients H2D (P r each)
+//   hybrid      as cached on the shard: fills and write-backs of the served rows at submit (and
+//               the lists of its slot pool, group_submit_bytes)
+// On emu these are rank 0's counters exactly (validate --ranks N, bench/tune/validate.hpp). The
+// planner takes the means: S = U (row sharding spreads every rank's keys evenly), U_s the worst
+// shard's distinct rows per step (TableLoad::shard_distinct), remote U (N - 1) / N, and for
+// hybrid U_s (1 - hit rate) fills and as many write-backs, the hit rate of the worst shard's cache
+// of `cache_rows` rows (rows per rank).
 // Memory per rank: gpu: the shard's rows in HBM; hybrid: the shard's host records
-// (host_table_memory of rank 0), its cache, staging and index as cached; both: per batch in flight
-// the staging of the served keys (2 EngineStaging::gpu_feature(S_max, S_max, 0, S_max), in HBM and
-// again pinned), and the engine's device scratch in HBM, grown to twice one step's need (S_max =
-// the larger of the rank's and the shard's most distinct rows of one step, U_max, K_max and B_max
-// the rank's most distinct rows, keys and bags of one step, P_max its pooled rows: B_max, or K_max
-// without pooling): served rows, unique rows and their gradient sums, and the exchange's send and
-// receive buffers (8 d (S_max + 2 U_max + 2 max(S_max, U_max))); the metadata of the source's
-// pooling and gradient sums (2 M, M = EngineStaging::sharded_feature(B_max, K_max, 0, U_max)) and
-// the exchange's index lists (16 U_max), each in HBM and again in pinned host memory; one step's
-// outputs, then gradients (8 d P_max: the engine's buffer and its pinned staging with the trainer
-// on the host, the trainer's own buffers in HBM with it on the device); in host memory the
-// communication metadata per batch in flight: its unique keys, positions and inverse (8 U + 8 U +
-// 12 K) and the keys sent and served (4 U + 24 S_max), and the pinned index lists.
+// (host_table_memory of rank 0), its cache and index as cached; both: the inner engine's staging
+// of the served keys as a gpu or cached table's (above) with S_max keys in S_max bags and U_s,max
+// distinct rows (S_max: TableLoad::shard_max_served, the most keys one rank serves in one step;
+// U_s,max: shard_max_distinct), hybrid with its flush staging or probe; and the engine's device
+// scratch in HBM, grown to twice one step's need: served rows, unique rows and their gradient
+// sums, and the exchange's send and receive buffers (8 d (S_max + 2 U_max + 2 max(S_max,
+// U_max))); the metadata of the source's pooling and gradient sums (2 M, M =
+// EngineStaging::sharded_feature(B_max, K_max, 0, U_max)) and the exchange's index lists
+// (16 U_max), each in HBM and again in pinned host memory; one step's outputs, then gradients
+// (8 d P_max: the engine's buffer and its pinned staging with the trainer on the host, the
+// trainer's own buffers in HBM with it on the device); in host memory the communication metadata
+// per batch in flight: its unique keys, positions and inverse (8 U + 8 U + 12 K) and the keys sent
+// and served (4 U + 24 S_max), and the pinned index lists and staging.
 
 #include <cstdint>
 
@@ -114,6 +147,9 @@ struct TableLoad {
   double shard_distinct = 0;
   /// Several ranks: most distinct rows one shard serves in one step (the smallest hybrid cache).
   std::int64_t shard_max_distinct = 0;
+  /// Several ranks: most keys one rank serves in one step (every source's distinct keys of its
+  /// shard; 0: the larger of max_distinct and shard_max_distinct).
+  std::int64_t shard_max_served = 0;
 };
 
 /// One table's keys in one step: exact counts (validate) or rounded means (the planner).
@@ -137,7 +173,8 @@ struct CostOptions {
   bool offload_cpu_gather = false;  ///< offload tables pooled by CPU threads (StoreConfig::offload_gather cpu)
   bool check_finite = true;         ///< device gradients checked for NaN and Inf (accept_nonfinite_gradients false)
   bool store_has_device =
-      false;  ///< a table of the store is not `cpu` (its cpu tables' device gradients are checked too)
+      false;                   ///< a table of the store is not `cpu` (its cpu tables' device gradients are checked too)
+  bool transfer_probe = true;  ///< cached: cache.transfer auto (the store measures both transfers when it opens)
 };
 
 /// Bytes one table's batch moves when it is submitted (cached: planned): metadata, cached fills
@@ -151,6 +188,28 @@ StepBytes compute_bytes(const TableSpec& spec, Placement placement, const BatchK
 /// `writebacks` (cached) or `distinct` rows (offload) in the metadata.
 StepBytes group_submit_bytes(Placement placement, std::int64_t fills, std::int64_t writebacks, std::int64_t distinct,
                              const CostOptions& options);
+
+/// One sharded table's keys on one rank in one step (several ranks, row sharding).
+struct ShardStep {
+  /// The rank's own batch: K keys, B bags, U distinct keys (whose rows come from their holders).
+  BatchKeys source;
+  std::int64_t remote = 0;  ///< of the U, those held by other ranks (sent over the all-to-all)
+  /// The keys the rank serves: every source's distinct keys of its shard, one unpooled bag each
+  /// (keys = bags = S), U_s distinct rows of the shard among them (`distinct`), and a hybrid
+  /// cache's fills and write-backs of them.
+  BatchKeys served;
+};
+
+/// Bytes one rank's sharded table moves when a batch is submitted: the inner engine's (gpu or
+/// cached) staging of the served keys, and a hybrid cache's fills and write-backs (not the lists
+/// of its slot pool: group_submit_bytes, kCached).
+StepBytes sharded_submit_bytes(const TableSpec& spec, Placement placement, const ShardStep& k,
+                               const CostOptions& options);
+/// Bytes of one rank's forward and backward of a sharded table: the served rows' lookup and
+/// update, the rows and gradient sums exchanged device to device, the source's pooling and
+/// gradient sums and their metadata, the trainer's outputs and gradients, and the all-to-all
+/// (the same for gpu and hybrid).
+StepBytes sharded_compute_bytes(const TableSpec& spec, const ShardStep& k, const CostOptions& options);
 
 /// One table in one placement.
 struct TableCost {

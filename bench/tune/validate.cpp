@@ -7,8 +7,12 @@
 
 namespace strata::tune {
 
+namespace {
+bool caches(Placement p) { return p == Placement::kCached || p == Placement::kHybrid; }
+}  // namespace
+
 double TablePrediction::hit_rate() const noexcept {
-  if (placement != Placement::kCached) return -1;
+  if (!caches(placement)) return -1;
   return accesses > 0 ? static_cast<double>(hits) / static_cast<double>(accesses) : 0.0;
 }
 
@@ -16,7 +20,7 @@ double RunPrediction::hit_rate() const noexcept {
   std::int64_t a = 0, h = 0;
   bool any = false;
   for (const TablePrediction& t : tables)
-    if (t.placement == Placement::kCached) {
+    if (caches(t.placement)) {
       any = true;
       a += t.accesses;
       h += t.hits;
@@ -63,15 +67,16 @@ cache::KeyTrace run_keys(const cache::KeyTrace& source, std::int64_t from, std::
   return out;
 }
 
-// The per-step load of run batches [from, to).
-TableLoad window_load(const TableTrace& t, std::int64_t from, std::int64_t to) {
+// The per-step load of run batches [from, to) of rank 0 of `ranks` (run batch i is source batch
+// i * ranks, mod the source's batches).
+TableLoad window_load(const TableTrace& t, std::int64_t from, std::int64_t to, int ranks) {
   TableLoad l;
   const cache::KeyTrace& k = t.keys;
   const std::int64_t n = k.num_batches();
   std::vector<std::uint64_t> scratch;
   double keys = 0, bags = 0, distinct = 0;
   for (std::int64_t i = from; i < to; ++i) {
-    const std::int64_t b = i % n;
+    const std::int64_t b = i * ranks % n;
     scratch.assign(k.keys.begin() + k.batch_offsets[b], k.keys.begin() + k.batch_offsets[b + 1]);
     std::sort(scratch.begin(), scratch.end());
     const auto u = static_cast<std::int64_t>(std::unique(scratch.begin(), scratch.end()) - scratch.begin());
@@ -201,11 +206,106 @@ Status predict_bytes(const TuneInput& input, const StoreConfig& plan, std::int64
   return Status::ok();
 }
 
+// Several ranks (row sharding): the bytes rank 0's counters see over its training phase, and its
+// hybrid caches' hits, as strata-bench --ranks N runs the plan on thread ranks: in run batch i (a
+// world step) rank r trains on source batch i N + r; each rank sends its distinct keys of a table
+// to their holders (key k on rank k % N, local row k / N), and rank 0 serves every source's keys of
+// its shard, sources in rank order and each one's keys in the order of their first use, as one
+// unpooled feature of its inner engine (a cache for hybrid, which sees its distinct rows in the
+// order of their first use there).
+Status predict_sharded(const TuneInput& input, const StoreConfig& plan, std::int64_t steps, std::int64_t counted,
+                       const CostOptions& o, RunPrediction& r) {
+  const std::int64_t end = 2 * steps;
+  const int N = o.ranks;
+  const auto n = static_cast<std::uint64_t>(N);
+  std::vector<const TableTrace*> traces;
+  std::vector<DirtyLru> caches;
+  for (const TableConfig& tc : plan.tables) {
+    traces.push_back(&*std::find_if(input.tables.begin(), input.tables.end(),
+                                    [&](const TableTrace& t) { return t.spec.name == tc.spec.name; }));
+    caches.emplace_back(tc.placement == Placement::kHybrid ? cache_rows(tc) : 0);
+  }
+  std::unordered_map<std::uint64_t, std::int64_t> seen;
+  std::int64_t stamp = 0;
+  std::vector<std::uint64_t> served;
+  for (std::int64_t i = 0; i < end; ++i) {
+    std::map<std::pair<int, int>, BatchKeys> pools;  // the hybrid tables' slot pools (dim, state)
+    for (std::size_t t = 0; t < plan.tables.size(); ++t) {
+      const TableConfig& tc = plan.tables[t];
+      const std::int64_t batches = traces[t]->keys.num_batches();
+      ShardStep k;
+      served.clear();
+      for (int q = 0; q < N; ++q) {
+        seen.clear();
+        const StepKeys sk = step_keys(*traces[t], (i * N + q) % batches, seen, ++stamp);
+        if (q == 0) k.source = sk.k;
+        for (const std::uint64_t key : sk.first_use) {
+          if (key % n == 0) served.push_back(key / n);
+          if (q == 0 && key % n != 0) ++k.remote;
+        }
+      }
+      // The inner engine's distinct rows, in the order of their first use.
+      seen.clear();
+      ++stamp;
+      std::vector<std::uint64_t> rows;
+      for (const std::uint64_t row : served) {
+        auto [it, fresh] = seen.try_emplace(row, stamp);
+        if (fresh || it->second != stamp) {
+          it->second = stamp;
+          rows.push_back(row);
+        }
+      }
+      k.served.keys = k.served.bags = static_cast<std::int64_t>(served.size());
+      k.served.distinct = static_cast<std::int64_t>(rows.size());
+      TablePrediction& p = r.tables[t];
+      if (tc.placement == Placement::kHybrid) {
+        caches[t].step(rows, i >= steps, k.served.fills, k.served.writebacks);
+        if (i >= counted) {
+          p.accesses += k.served.distinct;
+          p.hits += k.served.distinct - k.served.fills;
+        }
+      }
+      if (i < steps) continue;  // the forward phase: not counted
+      add_bytes(p.bytes, sharded_compute_bytes(tc.spec, k, o));
+      r.exchange_bytes += (8.0 + 8.0 * tc.spec.dim) * static_cast<double>(k.remote);
+      if (i < counted) continue;  // submitted before the counters started
+      add_bytes(p.bytes, sharded_submit_bytes(tc.spec, tc.placement, k, o));
+      if (tc.placement == Placement::kHybrid && k.served.keys > 0) {
+        BatchKeys& g = pools[{tc.spec.dim, optimizer_state_dim(tc.spec.optimizer.kind, tc.spec.dim)}];
+        g.fills += k.served.fills;
+        g.writebacks += k.served.writebacks;
+      }
+    }
+    for (const auto& [key, g] : pools)
+      add_bytes(r.bytes, group_submit_bytes(Placement::kCached, g.fills, g.writebacks, 0, o));
+  }
+  for (TablePrediction& p : r.tables) {
+    add_bytes(r.bytes, p.bytes);
+    scale_bytes(p.bytes, 1.0 / static_cast<double>(steps));
+  }
+  scale_bytes(r.bytes, 1.0 / static_cast<double>(steps));
+  r.exchange_bytes /= static_cast<double>(steps);
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<RunPrediction> predict_run(const TuneInput& input, const StoreConfig& plan, std::int64_t steps, int pipeline,
-                                  const HardwareProfile& profile, bool trainer_on_device) {
+                                  const HardwareProfile& profile, bool trainer_on_device, int ranks) {
   if (steps < 1) return Status::invalid_argument("--steps " + std::to_string(steps) + " (expected >= 1)");
+  if (ranks < 1) return Status::invalid_argument("--ranks " + std::to_string(ranks) + " (expected >= 1)");
+  for (const TableConfig& tc : plan.tables) {
+    if (ranks > 1 && tc.placement != Placement::kGpu && tc.placement != Placement::kHybrid)
+      return Status::invalid_argument("table '" + tc.spec.name + "' is " + to_string(tc.placement) + ": a world of " +
+                                      std::to_string(ranks) + " ranks takes gpu or hybrid tables");
+    if (ranks > 1 && tc.sharding.type != dispatch::ShardingType::kRow)
+      return Status::invalid_argument("table '" + tc.spec.name + "' is sharded " +
+                                      dispatch::to_string(tc.sharding.type) +
+                                      " (validate predicts row sharding, as strata-tune plans it)");
+    if (ranks == 1 && tc.placement == Placement::kHybrid)
+      return Status::invalid_argument("table '" + tc.spec.name +
+                                      "' is hybrid: validate runs one rank (give --ranks N for a plan made with it)");
+  }
   const std::int64_t counted = steps + std::min<std::int64_t>(steps, std::max(1, pipeline) - 1);
   if (input.sample_rate < 1.0) return Status::invalid_argument("validate needs every key (no --sample)");
   CostOptions o;
@@ -218,8 +318,10 @@ Result<RunPrediction> predict_run(const TuneInput& input, const StoreConfig& pla
   o.max_in_flight = plan.cache.max_in_flight;
   o.threads = plan.threads;
   o.numa_nodes = static_cast<int>(std::max<std::size_t>(1, profile.numa_nodes.size()));
+  o.ranks = ranks;
   RunPrediction r;
   r.steps = steps;
+  r.ranks = ranks;
   for (const TableConfig& tc : plan.tables) {
     const auto it = std::find_if(input.tables.begin(), input.tables.end(),
                                  [&](const TableTrace& t) { return t.spec.name == tc.spec.name; });
@@ -227,7 +329,8 @@ Result<RunPrediction> predict_run(const TuneInput& input, const StoreConfig& pla
     TablePrediction p;
     p.name = tc.spec.name;
     p.placement = tc.placement;
-    p.load = window_load(*it, steps, 2 * steps);
+    p.load = window_load(*it, steps, 2 * steps, ranks);
+    if (tc.placement == Placement::kHybrid) p.cache_rows = cache_rows(tc);  // hits: predict_sharded
     if (tc.placement == Placement::kCached) {
       p.cache_rows = cache_rows(tc);
       STRATA_ASSIGN_OR_RETURN(const cache::LruCurve both,
@@ -239,7 +342,8 @@ Result<RunPrediction> predict_run(const TuneInput& input, const StoreConfig& pla
     }
     r.tables.push_back(std::move(p));
   }
-  STRATA_RETURN_IF_ERROR(predict_bytes(input, plan, steps, counted, o, r));
+  STRATA_RETURN_IF_ERROR(ranks > 1 ? predict_sharded(input, plan, steps, counted, o, r)
+                                   : predict_bytes(input, plan, steps, counted, o, r));
   r.step = model_step(profile, r.bytes);
   return r;
 }

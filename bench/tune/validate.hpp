@@ -13,6 +13,10 @@
 // 0..2S-1 less those of run batches 0..S+pipeline-2 (LRU is online: earlier hits do not depend on
 // what follows), at the table's cache rows (the planner caps each
 // cached table at its own rows, so each behaves as an LRU cache of its own).
+//
+// A plan over several ranks (`strata-tune plan --ranks N`) runs as strata-bench --config plan.json
+// --ranks N runs it: N thread ranks, rank r training on source batches r, r + N, ...; strata-bench
+// reports rank 0's counters, and the prediction is rank 0's (predict_run).
 
 #include <cstdint>
 #include <string>
@@ -29,24 +33,29 @@ namespace strata::tune {
 struct TablePrediction {
   std::string name;
   Placement placement = Placement::kCpu;
-  std::int64_t cache_rows = 0;  ///< cached only
-  std::int64_t accesses = 0;    ///< cached: distinct (batch, row) pairs of the training phase
-  std::int64_t hits = 0;        ///< cached: of which LRU hits
-  TableLoad load;               ///< per training step
+  std::int64_t cache_rows = 0;  ///< cached and hybrid (rows per rank) only
+  std::int64_t accesses = 0;    ///< cached, hybrid: distinct (batch, row) pairs of the training phase (rank 0's shard)
+  std::int64_t hits = 0;        ///< cached, hybrid: of which LRU hits
+  TableLoad load;               ///< per training step (several ranks: rank 0's batches)
   StepBytes bytes;              ///< per training step
 
-  /// hits / accesses; -1 when not cached.
+  /// hits / accesses; -1 when not cached or hybrid.
   double hit_rate() const noexcept;
 };
 
 /// The run.
 struct RunPrediction {
   std::int64_t steps = 0;               ///< S, the timed training steps
+  int ranks = 1;                        ///< thread ranks of the run (> 1: rank 0's counters)
   std::vector<TablePrediction> tables;  ///< in plan order
   StepBytes bytes;                      ///< per training step, every table
-  ModelledStep step;                    ///< on the profile
+  /// Several ranks: bytes of keys, rows and gradients rank 0 sends to and receives from the other
+  /// ranks per training step, as DispatchStats counts them (StepBytes::all_to_all less the counts
+  /// exchanged with them, 8 bytes per table and peer, which it does not count).
+  double exchange_bytes = 0;
+  ModelledStep step;  ///< on the profile
 
-  /// Hits over accesses of every cached table; -1 without one.
+  /// Hits over accesses of every cached or hybrid table; -1 without one.
   double hit_rate() const noexcept;
 };
 
@@ -56,10 +65,11 @@ struct RunPrediction {
 Status check_plan_tables(const StoreConfig& plan, const std::vector<std::string>& names,
                          const std::vector<std::int64_t>& rows, const std::vector<int>& dims, const std::string& what);
 
-/// Predicts the run of `plan` (its specs, placements and caches; hybrid is not predicted) over
-/// `input` (exact keys, its tables those of the plan by name) with `steps` (>= 1) training steps
-/// and strata-bench's `pipeline` (>= 1), the trainer's dense model on the device or on the host
-/// (strata-bench --trainer).
+/// Predicts the run of `plan` (its specs, placements and caches) over `input` (exact keys, its
+/// tables those of the plan by name) with `steps` (>= 1) training steps and strata-bench's
+/// `pipeline` (>= 1), the trainer's dense model on the device or on the host (strata-bench
+/// --trainer), on `ranks` thread ranks (1: every placement but hybrid; > 1: gpu and hybrid tables
+/// sharded row-wise, as strata-tune plan --ranks makes them).
 ///
 /// Bytes per link: what the device layer's counters count over the training phase (the engines'
 /// work as bench/tune/table_cost.hpp lists it), divided by S: the forward and backward of run
@@ -71,8 +81,16 @@ Status check_plan_tables(const StoreConfig& plan, const std::vector<std::string>
 /// transfers there; cuda's `transfer: auto` may choose zero-copy, and a plan's cache.flush_every
 /// adds flushes that are not predicted). CPU kernels' bytes (StepBytes::host_cpu_read/write) are
 /// part of host_read/host_write and have no counter.
+///
+/// Several ranks: rank 0's bytes (bench/tune/table_cost.hpp, sharded_submit_bytes and
+/// sharded_compute_bytes) from the keys of every rank's batch of each world step: rank 0's own
+/// batch, the keys it sends to the other ranks, and the keys it serves (every source's distinct
+/// keys of its shard); each hybrid table's fills, write-backs and hits from the same simulation of
+/// rank 0's shard cache, fed the rows its inner engine sees (the served keys, deduplicated in the
+/// order of their first use). Equal to rank 0's counters on emu, and its all-to-all bytes to
+/// exchange_bytes.
 Result<RunPrediction> predict_run(const TuneInput& input, const StoreConfig& plan, std::int64_t steps, int pipeline,
-                                  const HardwareProfile& profile, bool trainer_on_device = true);
+                                  const HardwareProfile& profile, bool trainer_on_device = true, int ranks = 1);
 
 /// strata-bench's --pipeline as validate runs it.
 inline constexpr int kValidatePipeline = 2;

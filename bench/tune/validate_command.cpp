@@ -127,9 +127,18 @@ int run_validate(const ValidateArgs& a) {
   if (auto j = bench::parse_json_limited(*text, "plan " + a.plan); !j) return fail(j.status().message());
   auto plan = parse_store_config(*text);
   if (!plan) return fail("plan " + a.plan + ": " + plan.status().message());
-  for (const TableConfig& t : plan->tables)
-    if (t.placement == Placement::kHybrid)
-      return fail("plan " + a.plan + ": table '" + t.spec.name + "' is hybrid (validate runs one rank)");
+  // strata-bench runs at most 64 thread ranks.
+  const auto ranks = parse_ranks(a.ranks, 64);
+  if (!ranks) return fail(ranks.status().message());
+  for (const TableConfig& t : plan->tables) {
+    if (*ranks == 1 && t.placement == Placement::kHybrid)
+      return fail("plan " + a.plan + ": table '" + t.spec.name +
+                  "' is hybrid (a plan made with plan --ranks N: validate it with --ranks N)");
+    if (*ranks > 1 && t.placement != Placement::kGpu && t.placement != Placement::kHybrid)
+      return fail("plan " + a.plan + ": table '" + t.spec.name + "' is " + to_string(t.placement) + ": a world of " +
+                  std::to_string(*ranks) + " ranks takes gpu or hybrid tables (a plan made with plan --ranks " +
+                  std::to_string(*ranks) + ")");
+  }
   auto shapes = input_tables(a.input);
   if (!shapes) return fail(shapes.status().message());
   const std::string what = !a.input.trace.empty() ? "trace" : !a.input.criteo.empty() ? "criteo table set" : "workload";
@@ -163,9 +172,10 @@ int run_validate(const ValidateArgs& a) {
   }
   auto input = load_input(in, OptimizerKind::kSgd, progress);
   if (!input) return fail(input.status().message());
-  const std::int64_t steps = a.steps > 0 ? a.steps : std::max<std::int64_t>(1, input->steps / 2);
+  // Each rank runs 2 x steps batches of the source (forward, then training): by default none repeats.
+  const std::int64_t steps = a.steps > 0 ? a.steps : std::max<std::int64_t>(1, input->steps / (2 * *ranks));
   if (progress) progress("predicting " + std::to_string(steps) + " training steps");
-  auto predicted = predict_run(*input, *plan, steps, kValidatePipeline, *profile, a.trainer != "host");
+  auto predicted = predict_run(*input, *plan, steps, kValidatePipeline, *profile, a.trainer != "host", *ranks);
   if (!predicted) return fail(predicted.status().message());
 
   // ---- the run ----
@@ -191,6 +201,8 @@ int run_validate(const ValidateArgs& a) {
                                 a.backend,
                                 "--trainer",
                                 a.trainer,
+                                "--ranks",
+                                std::to_string(*ranks),
                                 "--profile",
                                 ppath,
                                 "--json",
@@ -220,11 +232,14 @@ int run_validate(const ValidateArgs& a) {
   out["plan"] = a.plan;
   out["source"] = input->source;
   out["steps"] = steps;
+  out["ranks"] = *ranks;
   out["profile"] = profile->name;
   out["device"] = result["device"];
   std::ostringstream o;
   o << "strata-tune validate: " << a.plan << " on " << input->source << "; strata-bench ran " << steps
-    << " training steps (after " << steps << " forward steps) on " << result["device"].get<std::string>() << "\n\n";
+    << " training steps (after " << steps << " forward steps) on " << result["device"].get<std::string>();
+  if (*ranks > 1) o << ", " << *ranks << " thread ranks (rank 0's counters and cache)";
+  o << "\n\n";
   char line[256];
   std::snprintf(line, sizeof line, "%-16s %-9s %11s %12s %12s %9s\n", "table", "placement", "cache rows",
                 "LRU predicted", "measured", "points");
@@ -239,14 +254,14 @@ int run_validate(const ValidateArgs& a) {
         if (t["name"] == p.name) mt = t;
     if (!mt.is_null() && mt["accesses"].get<double>() > 0)
       measured = mt["hits"].get<double>() / mt["accesses"].get<double>();
+    const bool cached = p.placement == Placement::kCached || p.placement == Placement::kHybrid;
     std::snprintf(line, sizeof line, "%-16s %-9s %11s %12s %12s %9s\n", p.name.c_str(), to_string(p.placement),
-                  p.placement == Placement::kCached ? std::to_string(p.cache_rows).c_str() : "-",
-                  rate_text(p.hit_rate()).c_str(), rate_text(measured).c_str(),
-                  points_text(p.hit_rate(), measured).c_str());
+                  cached ? std::to_string(p.cache_rows).c_str() : "-", rate_text(p.hit_rate()).c_str(),
+                  rate_text(measured).c_str(), points_text(p.hit_rate(), measured).c_str());
     o << line;
     json jt = {
         {"name", p.name}, {"placement", to_string(p.placement)}, {"predicted_bytes_per_step", bytes_json(p.bytes)}};
-    if (p.placement == Placement::kCached) {
+    if (cached) {
       jt["cache_rows"] = p.cache_rows;
       jt["predicted"] = {{"accesses", p.accesses}, {"hits", p.hits}, {"hit_rate", p.hit_rate()}};
       jt["measured"] = mt.is_null() ? json(nullptr)
@@ -277,6 +292,17 @@ int run_validate(const ValidateArgs& a) {
     o << line;
   }
   out["bytes_per_step"] = {{"predicted", pb}, {"measured", measured_bytes}};
+  if (*ranks > 1) {
+    // Keys, rows and gradients rank 0 exchanged with the other ranks (DispatchStats: not the counts
+    // of the keys, 8 bytes per table and peer, which the model's all-to-all includes).
+    const double m = result["bytes_per_step"]["all_to_all"].get<double>(), p = predicted->exchange_bytes;
+    std::snprintf(line, sizeof line,
+                  "  %-11s %16.1f %16.1f %12.1f  (keys, rows and gradients to and from the other ranks)\n",
+                  "all_to_all", p, m, byte_difference(m, p, steps));
+    o << line;
+    out["bytes_per_step"]["predicted"]["all_to_all"] = p;
+    out["bytes_per_step"]["measured"]["all_to_all"] = m;
+  }
   // CPU kernels' host bytes: no device counts them; strata-bench counts them from the keys.
   const json pc = {{"host_read", predicted->bytes.host_cpu_read}, {"host_write", predicted->bytes.host_cpu_write}};
   const json mc = result.contains("cpu_kernel_bytes_per_step") ? result["cpu_kernel_bytes_per_step"] : json(nullptr);

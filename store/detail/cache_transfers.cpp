@@ -47,9 +47,9 @@ float** CacheTransfers::stage_rows(Staging& st, const Pool& pool, const std::vec
   return p.dev;
 }
 
-// Moves up to 4096 random rows of the pool's tables into its empty slots and back, both ways
-// (interleaved, five times each), and says whether the zero-copy kernels took less time (the
-// medians of fill + write-back). Which way wins depends on the record size, so each pool
+// Moves up to kTransferProbeRows random rows of the pool's tables into its empty slots and back,
+// both ways (interleaved, five times each), and says whether the zero-copy kernels took less time
+// (the medians of fill + write-back). Which way wins depends on the record size, so each pool
 // decides for itself. Slots are free while the store opens and write-backs write
 // back the bytes just read, so the probe changes no row; its staging is freed before the store
 // opens (too little device memory for it: staged). Its bytes show in the link counters.
@@ -62,7 +62,7 @@ Result<bool> CacheTransfers::zero_copy_is_faster(gpu::StreamView s, const Pool& 
   for (std::int64_t local = 0; local < tables; ++local) {
     const std::int64_t table_rows = host_.at(pool.tables[static_cast<std::size_t>(local)]).table().rows();
     const std::int64_t want =
-        std::min(table_rows, (std::min<std::int64_t>(4096, pool.view.slots) + tables - 1) / tables);
+        std::min(table_rows, (std::min(kTransferProbeRows, pool.view.slots) + tables - 1) / tables);
     std::int64_t step = 7919 % table_rows + 1;
     while (std::gcd(step, table_rows) != 1) ++step;
     const std::int64_t start = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(table_rows));

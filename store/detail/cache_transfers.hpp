@@ -10,6 +10,7 @@
 // to this object and to the pool: both outlive every stream that runs them (the engine waits for
 // its streams before either goes). Not thread-safe: the store's driving thread owns it.
 
+#include <cstdint>
 #include <unordered_map>
 #include <vector>
 
@@ -22,6 +23,9 @@
 #include "store/detail/slot_pool_engine.hpp"
 
 namespace strata::detail {
+
+/// Rows zero_copy_is_faster moves through a pool, at most (fewer when the pool has fewer slots).
+inline constexpr std::int64_t kTransferProbeRows = 4096;
 
 class CacheTransfers {
  public:
@@ -58,8 +62,9 @@ class CacheTransfers {
   /// issue. send_home and stage_in count their own; the caller counts the zero-copy fills it issues.
   void count_host(const Pool& pool, const std::vector<cache::Transfer>& rows, bool write);
 
-  /// Moves up to 4096 rows of the pool's tables into its (empty) slots and back, both ways, on `s`,
-  /// and says whether the zero-copy kernels took less time. Changes no row; synchronizes `s`.
+  /// Moves up to kTransferProbeRows rows of the pool's tables into its (empty) slots and back, both
+  /// ways, on `s`, and says whether the zero-copy kernels took less time. Changes no row;
+  /// synchronizes `s`.
   /// Needs map_tables(). False when its staging does not fit on the device.
   Result<bool> zero_copy_is_faster(gpu::StreamView s, const Pool& pool);
 

@@ -15,6 +15,9 @@ namespace {
 
 using gpu::Staging;
 
+// Bytes of records one flush chunk writes back, at most (cache_flush_rows).
+constexpr std::size_t kFlushChunkBytes = std::size_t{64} << 20;
+
 // A slot pool (the core's pool, planned by the prefetcher's pool of the same number).
 using Pool = SlotPoolEngine::Pool;
 
@@ -201,7 +204,7 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
     // once, not whenever more rows are dirty than before.
     flush_largest_ = {};
     for (int p = 0; p < static_cast<int>(core_.pools().size()); ++p) {
-      const std::size_t W = std::min(static_cast<std::size_t>(core_.pool(p).view.slots), flush_rows(p));
+      const auto W = static_cast<std::size_t>(cache_flush_rows(core_.pool(p).view.slots, core_.pool(p).view.stride));
       const gpu::StagingSizes z = flush_sizes(p, W);
       flush_largest_ = {std::max(flush_largest_.mirrored, z.mirrored), std::max(flush_largest_.host_only, z.host_only),
                         std::max(flush_largest_.dev_only, z.dev_only)};
@@ -458,7 +461,6 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
   cache::Prefetcher prefetcher_;
   std::unique_ptr<Staging> flush_staging_;
   DedupScratch scratch_;
-  static constexpr std::size_t kFlushChunkBytes = std::size_t{64} << 20;  // bytes of records per flush chunk, at most
   gpu::StagingSizes flush_largest_;  // during a flush: the staging its largest chunk needs
   std::int64_t unflushed_ = 0;       // backward calls applied since the last complete flush
   // The pools, the copy, write-back and compute streams, the lookups and updates. Last: destroyed
@@ -467,6 +469,11 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
 };
 
 }  // namespace
+
+std::int64_t cache_flush_rows(std::int64_t slots, std::int64_t stride) {
+  const auto chunk = static_cast<std::int64_t>(kFlushChunkBytes / (static_cast<std::size_t>(stride) * sizeof(float)));
+  return std::min(slots, std::max<std::int64_t>(1, chunk));
+}
 
 Result<std::unique_ptr<Engine>> make_cached_engine(const Topology& topo, const StoreConfig& config,
                                                    const std::vector<int>& tables, HostTableOptions options,

@@ -13,6 +13,7 @@
 // backward (victims are unpinned, so every batch that used them has had its backward issued).
 // Host sync points: forward (outputs come back), flush, and reuse of a staging entry.
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -22,6 +23,11 @@
 #include "store/store_config.hpp"
 
 namespace strata::detail {
+
+/// Rows of one flush chunk of a slot pool of `slots` records of `stride` floats: as many as 64 MiB
+/// of records hold (at least one), or the whole pool when that is smaller. A flush reserves its
+/// staging for the largest chunk of any pool (twice it, gpu/staging.hpp) and keeps it.
+std::int64_t cache_flush_rows(std::int64_t slots, std::int64_t stride);
 
 Result<std::unique_ptr<Engine>> make_cached_engine(const Topology& topo, const StoreConfig& config,
                                                    const std::vector<int>& tables, HostTableOptions options,

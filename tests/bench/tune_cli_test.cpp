@@ -162,11 +162,12 @@ TEST(TuneCli, PlanOverRanksWritesAShardedStoreConfigAndPerRankNumbers) {
   EXPECT_GT(report["exchange_bytes_per_step"].get<double>(), 0);
   EXPECT_GT(report["comm_buffer_bytes"].get<double>(), 0);
   EXPECT_LE(report["hbm_bytes"].get<double>(), report["hbm_budget_bytes"].get<double>());
-  // A per-rank HBM budget below every table sharded (about 967 KB: the shards, the staging of
-  // the served keys and the engine's device scratch) but above the smallest feasible (723 KB):
-  // some tables hybrid, within the budget.
-  r = run_program(kBin + " plan --workload " + kWorkload + " --ranks 4 --hbm-budget 850KB --host-budget 1GB --out " +
-                  plan + " --json " + json);
+  // With two batches in flight (strata-bench's pipeline), a per-rank HBM budget below every table
+  // sharded (about 748 KB: the shards, the staging of the served keys and the engine's device
+  // scratch) but above the smallest feasible (532 KB): some tables hybrid, within the budget.
+  r = run_program(kBin + " plan --workload " + kWorkload +
+                  " --ranks 4 --max-in-flight 2 --hbm-budget 650KB --host-budget 1GB --out " + plan + " --json " +
+                  json);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   config = parse_store_config(read_file(plan));
   ASSERT_TRUE(config.is_ok()) << config.status().to_string();
@@ -174,7 +175,7 @@ TEST(TuneCli, PlanOverRanksWritesAShardedStoreConfigAndPerRankNumbers) {
   for (const TableConfig& t : config->tables) hybrid = hybrid || t.placement == Placement::kHybrid;
   EXPECT_TRUE(hybrid) << read_file(plan);
   report = nlohmann::json::parse(read_file(json));
-  EXPECT_LE(report["hbm_bytes"].get<double>(), 850e3);
+  EXPECT_LE(report["hbm_bytes"].get<double>(), 650e3);
 }
 
 TEST(TuneCli, BadRanks) {
@@ -305,6 +306,17 @@ nlohmann::json expect_exact_bytes(const std::string& plan_text, const std::strin
     EXPECT_EQ(whole(cpu["predicted"][link]), whole(cpu["counted_by_bench"][link]))
         << name << ", trainer " << trainer << ", CPU kernels " << link << ": " << cpu.dump();
   EXPECT_EQ(j["trainer"], trainer);
+  if (j["ranks"].get<int>() > 1) {
+    // Rank 0's keys, rows and gradients exchanged with the other ranks, and its shard caches' hits.
+    EXPECT_EQ(whole(j["bytes_per_step"]["predicted"]["all_to_all"]),
+              whole(j["bytes_per_step"]["measured"]["all_to_all"]))
+        << name << ", trainer " << trainer << ": " << j["bytes_per_step"].dump();
+    for (const auto& t : j["tables"]) {
+      if (t["placement"] != "hybrid") continue;
+      EXPECT_EQ(t["predicted"]["accesses"], t["measured"]["accesses"]) << name << ": " << t.dump();
+      EXPECT_EQ(t["predicted"]["hits"], t["measured"]["hits"]) << name << ": " << t.dump();
+    }
+  }
   return j;
 }
 
@@ -352,6 +364,51 @@ TEST(TuneCli, ValidatePredictsTheBytesPerLinkExactlyOnEmu) {
   }
 }
 
+// A plan over several ranks (plan --ranks N: every table gpu or hybrid, sharded row-wise) runs as
+// strata-bench --config plan.json --ranks N runs it, on N thread ranks: rank 0's counters equal
+// validate's prediction to the byte, per link and over the all-to-all, and its shard caches' hits
+// equal those of the simulation of its inner cache.
+TEST(TuneCli, ValidatePredictsShardedRunsExactlyOnEmu) {
+  const std::string w =
+      "--workload '{\"tables\":\"a=20000x16,b=3000x16,c=500x8\",\"batch\":64,\"bag_size\":4,"
+      "\"dist\":\"zipf:1.05\",\"distinct_batches\":40}'";
+  // Two hybrid tables in one slot pool (each capped at its rows per rank), evicting; a gpu table.
+  const char* const hybrid_plan = R"({"threads": 1, "tables": [
+ {"name": "a", "rows": 20000, "dim": 16, "placement": "hybrid", "cache": {"rows": 400, "cap": true}},
+ {"name": "b", "rows": 3000, "dim": 16, "placement": "hybrid", "cache": {"rows": 250, "cap": true}},
+ {"name": "c", "rows": 500, "dim": 8, "placement": "gpu"}]})";
+  const char* const gpu_plan = R"({"threads": 1, "tables": [
+ {"name": "a", "rows": 20000, "dim": 16, "placement": "gpu"},
+ {"name": "b", "rows": 3000, "dim": 16, "placement": "gpu"},
+ {"name": "c", "rows": 500, "dim": 8, "placement": "gpu"}]})";
+  for (const int ranks : {2, 4})
+    for (const std::string trainer : {"device", "host"}) {
+      const std::string in = w + " --ranks " + std::to_string(ranks);
+      const auto j = expect_exact_bytes(hybrid_plan, "sharded-hybrid-" + std::to_string(ranks), in, trainer);
+      if (!j.is_null()) {
+        EXPECT_EQ(j["ranks"], ranks);
+        EXPECT_GT(j["bytes_per_step"]["measured"]["host_write"].get<double>(), 0);  // dirty rows written back
+        EXPECT_GT(j["bytes_per_step"]["measured"]["all_to_all"].get<double>(), 0);
+      }
+      expect_exact_bytes(gpu_plan, "sharded-gpu-" + std::to_string(ranks), in, trainer);
+    }
+  // A trace (bags of several sizes) over an odd world.
+  const std::string trace = temp_dir() + "/sharded.strtrace";
+  write_trace(trace, 60);
+  const char* const trace_plan = R"({"threads": 1, "tables": [
+ {"name": "a", "rows": 1000, "dim": 8, "placement": "hybrid", "cache": {"rows": 12, "cap": true}},
+ {"name": "b", "rows": 50, "dim": 8, "placement": "gpu"}]})";
+  for (const std::string trainer : {"device", "host"})
+    expect_exact_bytes(trace_plan, "sharded-trace", "--trace " + trace + " --ranks 3", trainer);
+  // A plan strata-tune made for 2 ranks, some tables hybrid.
+  const std::string made = temp_dir() + "/made_ranks_plan.json";
+  const auto r = run_program(kBin + " plan " + w + " --ranks 2 --hbm-budget 1.2MB --host-budget 1GB --out " + made);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string text = read_file(made);
+  EXPECT_NE(text.find("\"hybrid\""), std::string::npos) << text;
+  expect_exact_bytes(text, "sharded-made", w + " --ranks 2", "device");
+}
+
 TEST(TuneCli, ValidateRefusesAPlanThatDoesNotMatchBeforeTheRun) {
   const std::string plan = temp_dir() + "/other_plan.json";
   std::string p = kCachedPlan;
@@ -366,6 +423,16 @@ TEST(TuneCli, ValidateRefusesAPlanThatDoesNotMatchBeforeTheRun) {
   write(notjson, "{\"tables\": [");
   expect_one_line_error("validate " + notjson + " --trace " + trace, "notjson_plan.json");
   expect_one_line_error("validate " + temp_dir() + "/no_plan.json --trace " + trace, "no_plan.json");
+  // Several ranks take gpu and hybrid tables; a hybrid plan needs its ranks.
+  write(plan, kCachedPlan);
+  expect_one_line_error("validate " + plan + " --workload " + kWorkload + " --ranks 2",
+                        "table 'a' is cached: a world of 2 ranks takes gpu or hybrid tables");
+  std::string h = kCachedPlan;
+  for (std::size_t at; (at = h.find("\"cached\"")) != std::string::npos;) h.replace(at, 8, "\"hybrid\"");
+  write(plan, h);
+  expect_one_line_error("validate " + plan + " --workload " + kWorkload, "is hybrid (a plan made with plan --ranks N");
+  expect_one_line_error("validate " + plan + " --workload " + kWorkload + " --ranks 65",
+                        "--ranks '65' (expected an integer in [1, 64])");
 }
 
 TEST(TuneCli, CalibrateOutputParsesAndValidates) {

@@ -387,7 +387,7 @@ TEST(TunePlannerRanks, NeverExceedsThePerRankBudgetAndSaysWhyForEachTable) {
   for (const int ranks : {2, 4}) {
     const ShardInputs sh = shards_of(in, ranks);
     const double all_gpu = sharded_gpu_hbm(in, ranks, sh);
-    for (const double f : {0.3, 0.5, 0.8}) {
+    for (const double f : {0.5, 0.65, 0.8}) {
       const PlanOptions o = rank_budgets(all_gpu * f, 1e9, ranks);
       auto plan = make_plan(in, curves, profile(true), o, sh);
       ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
@@ -483,17 +483,19 @@ KeyBatch batch_of_step(const TuneInput& in, std::int64_t step) {
   return batch;
 }
 
-// The plan opens on every thread rank of a world of `ranks` and trains `world_steps` steps, each
-// rank on the input's steps r, r + ranks, ... (as strata-bench --ranks runs them; the hybrid
-// caches were sized for exactly those world steps), with host views or (`device_views`) views of
-// buffers on the rank's device, as a trainer with its dense model there has. Returns each rank's
-// peak device memory (StoreStats::device_peak_bytes).
+// The plan opens on every thread rank of a world of `ranks` (one rank: Store::open without a
+// world) and trains `world_steps` steps, each rank on the input's steps r, r + ranks, ... (as
+// strata-bench --ranks runs them; the hybrid caches were sized for exactly those world steps),
+// keeping `in_flight` batches submitted ahead of the one it trains (strata-bench --pipeline), with
+// host views or (`device_views`) views of buffers on the rank's device, as a trainer with its
+// dense model there has; then flushes, as a training run ends. Returns each rank's peak device
+// memory (StoreStats::device_peak_bytes).
 std::vector<std::size_t> open_and_train(const TuneInput& in, const StoreConfig& config, int ranks,
-                                        std::int64_t world_steps = 3, bool device_views = false) {
+                                        std::int64_t world_steps = 3, bool device_views = false, int in_flight = 1) {
   std::vector<Status> got(static_cast<std::size_t>(ranks));
   std::vector<std::size_t> peak(static_cast<std::size_t>(ranks));
   testing::on_ranks(ranks, 20000, [&](int r, std::shared_ptr<dispatch::Communicator> comm) {
-    auto store = Store::open(config, comm);
+    auto store = Store::open(config, ranks > 1 ? comm : nullptr);
     Status& s = got[static_cast<std::size_t>(r)];
     if (!store) {
       s = store.status();
@@ -509,13 +511,19 @@ std::vector<std::size_t> open_and_train(const TuneInput& in, const StoreConfig& 
       }
       stream = std::move(made).value();
     }
+    std::int64_t submitted = 0;
+    const auto submit_upto = [&](std::int64_t end) {
+      for (; submitted < std::min(end, world_steps) && s.is_ok(); ++submitted)
+        s = (*store)->submit(submitted, batch_of_step(in, submitted * ranks + r));
+    };
     for (std::int64_t w = 0; w < world_steps && s.is_ok(); ++w) {
-      KeyBatch batch = batch_of_step(in, w * ranks + r);
+      submit_upto(w + 1);
+      const KeyBatch batch = batch_of_step(in, w * ranks + r);
       std::vector<std::vector<float>> out, grad;
       std::vector<gpu::DeviceBuffer> dev_out, dev_grad;
       std::vector<MatrixView> outs;
       std::vector<ConstMatrixView> grads;
-      for (std::size_t t = 0; t < in.tables.size(); ++t) {
+      for (std::size_t t = 0; t < in.tables.size() && s.is_ok(); ++t) {
         const std::int64_t bags = batch.features[t].batch_size(), dim = in.tables[t].spec.dim;
         const std::size_t n = static_cast<std::size_t>(bags * dim);
         out.emplace_back(n, 0.0f);
@@ -540,10 +548,11 @@ std::vector<std::size_t> open_and_train(const TuneInput& in, const StoreConfig& 
         dev_out.push_back(std::move(o).value());
         dev_grad.push_back(std::move(g).value());
       }
-      if (s.is_ok()) s = (*store)->submit(w, std::move(batch));
       if (s.is_ok()) s = (*store)->forward(w, outs);
+      submit_upto(w + in_flight);  // the next batches, while the dense model computes
       if (s.is_ok()) s = (*store)->backward(w, grads);
     }
+    if (s.is_ok()) s = (*store)->flush();
     peak[static_cast<std::size_t>(r)] = (*store)->stats().device_peak_bytes;
   });
   for (int r = 0; r < ranks; ++r)
@@ -558,7 +567,7 @@ TEST(TunePlannerRanks, PlanOpensOnEveryRankOfTwoAndFourThreadRanksAndTrains) {
   for (const int ranks : {2, 4}) {
     const ShardInputs sh = shards_of(in, ranks);
     const double all_gpu = sharded_gpu_hbm(in, ranks, sh);
-    for (const double f : {0.3, 2.0}) {  // mixed gpu and hybrid, then every table gpu
+    for (const double f : {0.5, 2.0}) {  // mixed gpu and hybrid, then every table gpu
       auto plan = make_plan(in, curves, profile(true), rank_budgets(all_gpu * f, 1e9, ranks), sh);
       ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
       auto parsed = parse_store_config(to_json(plan->config));
@@ -568,32 +577,56 @@ TEST(TunePlannerRanks, PlanOpensOnEveryRankOfTwoAndFourThreadRanksAndTrains) {
   }
 }
 
-// The per-rank memory model of sharded gpu tables (bench/tune/table_cost.hpp) covers the device
-// memory each rank's store allocates, and not by much more: the shards, the inner engine's staging
-// of the served keys, the sharded engine's scratch (rows, exchange buffers, the metadata of pooling
-// and gradient sums, the exchange's index lists) and one step's outputs and gradients (the
-// engine's with host views, the trainer's with device views). Before the model counted the
-// metadata, the index lists, the outputs and the whole staging of the served keys, rank 0
-// allocated 1.9% more than modelled over two ranks, 3.9% over four. (Hybrid tables are left out:
-// their caches stage fills and write-backs beyond what the cached model counts, on one rank too.)
+// The memory model (bench/tune/table_cost.hpp) covers the device memory each rank's store
+// allocates, and not by much more: the tables, shards and caches; the slot-pool engines' staging,
+// one entry per batch in flight grown to twice the largest batch's need (the arguments, and a
+// cache's fills and write-backs at the stride); a cache's flush staging (twice its pool, kept) or
+// its transfer probe; the sharded engine's scratch (rows, exchange buffers, the metadata of pooling
+// and gradient sums, the exchange's index lists); and one step's outputs and gradients (the
+// activation staging of host views, or the trainer's buffers with device views). Each rank keeps
+// max_in_flight (2) batches in flight, submitting the next one during the dense model's step (a
+// host view's forward waits for the device, so the ring reuses the entry of the batch retired
+// before; gpu/staging.hpp), and flushes at the end. Plans: every table gpu, then cached (one rank)
+// or hybrid (2 and 4 thread ranks) tables beside gpu ones. Measured: 93-100% of the model. Before
+// the model counted this staging, the flush staging and the probe, rank 0 allocated up to 2.58
+// times the modelled HBM on one rank (two cached tables), 1.66 times over two ranks (two hybrid),
+// 1.24 over four, and 1% more in the all-gpu plan on one rank. (Caches smaller than the batches in
+// flight defer the later ones' plans and stage fewer batches than the model counts: not tested.)
 TEST(TunePlannerRanks, MemoryModelCoversTheDeviceMemoryEachRankAllocates) {
   const TuneInput in = make_input({60000, 20000, 3000}, {256, 128, 64}, 16);
   const auto curves = curves_of(in);
-  for (const int ranks : {2, 4}) {
-    const ShardInputs sh = shards_of(in, ranks);
+  struct Case {
+    int ranks;
+    double budget;  // of every table gpu
+    int off_gpu;    // tables cached or hybrid
+  };
+  for (const Case c : {Case{1, 2.0, 0}, Case{1, 0.5, 1}, Case{1, 0.2, 2}, Case{2, 2.0, 0}, Case{2, 0.5, 1},
+                       Case{2, 0.3, 2}, Case{4, 2.0, 0}, Case{4, 0.7, 1}, Case{4, 0.5, 2}}) {
+    const ShardInputs sh = c.ranks > 1 ? shards_of(in, c.ranks) : ShardInputs{};
+    const double all_gpu = c.ranks > 1 ? sharded_gpu_hbm(in, c.ranks, sh) : gpu_hbm(in, budgets(1e12, 1e12));
     for (const bool device_views : {false, true}) {
-      PlanOptions o = rank_budgets(1e12, 1e12, ranks);
+      PlanOptions o = rank_budgets(all_gpu * c.budget, 1e12, c.ranks);
       o.cost.trainer_on_device = device_views;
       auto plan = make_plan(in, curves, profile(true), o, sh);
       ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
-      for (const TablePlan& t : plan->tables) ASSERT_EQ(t.placement, Placement::kGpu) << t.name;
+      std::string what = std::to_string(c.ranks) + " ranks, device views " + std::to_string(device_views) + ":";
+      int off = 0;
+      for (const TablePlan& t : plan->tables) {
+        what += std::string(" ") + to_string(t.placement);
+        off += t.placement != Placement::kGpu;
+        EXPECT_TRUE(t.placement == Placement::kGpu ||
+                    t.placement == (c.ranks > 1 ? Placement::kHybrid : Placement::kCached))
+            << what;
+      }
+      EXPECT_EQ(off, c.off_gpu) << what;
       auto parsed = parse_store_config(to_json(plan->config));
       ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
-      const std::vector<std::size_t> peak = open_and_train(in, *parsed, ranks, in.steps / ranks, device_views);
-      for (int r = 0; r < ranks; ++r) {
+      const std::vector<std::size_t> peak =
+          open_and_train(in, *parsed, c.ranks, in.steps / c.ranks, device_views, o.cost.max_in_flight);
+      for (int r = 0; r < c.ranks; ++r) {
         const double got = static_cast<double>(peak[static_cast<std::size_t>(r)]);
-        EXPECT_LE(got, plan->hbm_bytes) << ranks << " ranks, rank " << r << ", device views " << device_views;
-        EXPECT_GE(got, 0.9 * plan->hbm_bytes) << ranks << " ranks, rank " << r << ", device views " << device_views;
+        EXPECT_LE(got, plan->hbm_bytes) << what << ", rank " << r;
+        EXPECT_GE(got, 0.9 * plan->hbm_bytes) << what << ", rank " << r;
       }
     }
   }
