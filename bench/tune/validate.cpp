@@ -157,6 +157,17 @@ class DirtyLru {
   std::unordered_map<std::uint64_t, std::list<std::pair<std::uint64_t, bool>>::iterator> where_;
 };
 
+// Each plan table's trace, and its simulated cache (empty unless its placement is `cached`:
+// kCached on one rank, kHybrid over ranks).
+void plan_tables(const TuneInput& input, const StoreConfig& plan, Placement cached,
+                 std::vector<const TableTrace*>& traces, std::vector<DirtyLru>& caches) {
+  for (const TableConfig& tc : plan.tables) {
+    traces.push_back(&*std::find_if(input.tables.begin(), input.tables.end(),
+                                    [&](const TableTrace& t) { return t.spec.name == tc.spec.name; }));
+    caches.emplace_back(tc.placement == cached ? cache_rows(tc) : 0);
+  }
+}
+
 // The bytes strata-bench's counters see over its training phase (predict_run's header comment),
 // per table and in all, summed over the run's batches (not yet divided by the steps).
 Status predict_bytes(const TuneInput& input, const StoreConfig& plan, std::int64_t steps, std::int64_t counted,
@@ -164,11 +175,7 @@ Status predict_bytes(const TuneInput& input, const StoreConfig& plan, std::int64
   const std::int64_t end = 2 * steps;
   std::vector<const TableTrace*> traces;
   std::vector<DirtyLru> caches;
-  for (const TableConfig& tc : plan.tables) {
-    traces.push_back(&*std::find_if(input.tables.begin(), input.tables.end(),
-                                    [&](const TableTrace& t) { return t.spec.name == tc.spec.name; }));
-    caches.emplace_back(tc.placement == Placement::kCached ? cache_rows(tc) : 0);
-  }
+  plan_tables(input, plan, Placement::kCached, traces, caches);
   std::unordered_map<std::uint64_t, std::int64_t> seen;
   std::int64_t stamp = 0;
   for (std::int64_t i = 0; i < end; ++i) {
@@ -220,11 +227,7 @@ Status predict_sharded(const TuneInput& input, const StoreConfig& plan, std::int
   const auto n = static_cast<std::uint64_t>(N);
   std::vector<const TableTrace*> traces;
   std::vector<DirtyLru> caches;
-  for (const TableConfig& tc : plan.tables) {
-    traces.push_back(&*std::find_if(input.tables.begin(), input.tables.end(),
-                                    [&](const TableTrace& t) { return t.spec.name == tc.spec.name; }));
-    caches.emplace_back(tc.placement == Placement::kHybrid ? cache_rows(tc) : 0);
-  }
+  plan_tables(input, plan, Placement::kHybrid, traces, caches);
   std::unordered_map<std::uint64_t, std::int64_t> seen;
   std::int64_t stamp = 0;
   std::vector<std::uint64_t> served;
