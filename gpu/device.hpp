@@ -154,7 +154,7 @@ using PinnedBuffer = detail::Buffer<true>;
 /// Options of the emulated device.
 struct EmuOptions {
   std::size_t capacity = std::size_t{1} << 30;  ///< bytes of "HBM"; allocating past it fails like a full GPU
-  int threads = 0;                              ///< oneTBB workers for kernels (0: all cores)
+  int threads = 0;                              ///< oneTBB threads for each stream's kernels (0: all cores)
   int max_delay_us = 0;              ///< > 0: sleep a random 0..max µs before every stream op (race hunting)
   std::uint64_t seed = 1;            ///< seed of the delays
   std::int64_t fail_after_ops = -1;  ///< >= 0: the op with this index (0-based, all streams) fails with a device fault

@@ -1,6 +1,6 @@
 // The `emu` backend: device memory is host memory under a capacity limit, each stream runs its
 // work in order on its own worker thread, and kernels are the `cuda` backend's kernel source
-// (gpu/kernels/bodies.hpp) run by the CPU grid (gpu/kernels/host_grid.hpp) in the device's oneTBB
+// (gpu/kernels/bodies.hpp) run by the CPU grid (gpu/kernels/host_grid.hpp) in the stream's oneTBB
 // arena. Optional random delays before every stream operation shake out races;
 // an injected fault makes one operation fail like a device error (sticky, as in CUDA).
 //
@@ -307,6 +307,7 @@ struct EmuEvent final : detail::EventState {
 struct Task {
   std::function<void()> fn;
   bool control = false;  // event records/waits run even after a fault, so nothing waits forever
+  bool kernel = false;   // runs inside the stream's oneTBB arena (EmuStream::arena_)
 };
 
 class EmuStream;
@@ -347,9 +348,18 @@ std::map<const void*, EmuStreamBase*>& stream_registry() {
 
 class EmuStream final : public EmuStreamBase {
  public:
-  // The worker runs with the default FP environment, not the one of the thread creating the stream.
-  EmuStream(EmuDevice* dev, std::shared_ptr<EmuStreamSet> set, std::uint64_t seed)
-      : EmuStreamBase(dev, this), dev_(dev), set_(std::move(set)), rng_(seed) {
+  // The worker runs with the default FP environment, not the one of the thread creating the stream;
+  // the arena captures the environment it is initialized under and runs every kernel with it.
+  EmuStream(EmuDevice* dev, std::shared_ptr<EmuStreamSet> set, std::uint64_t seed, int threads)
+      : EmuStreamBase(dev, this),
+        dev_(dev),
+        set_(std::move(set)),
+        rng_(seed),
+        arena_(threads > 0 ? threads : tbb::task_arena::automatic) {
+    {
+      DefaultFpEnv fp;
+      arena_.initialize();
+    }
     worker_ = std::thread([this] {
       DefaultFpEnv fp;
       run();
@@ -402,6 +412,13 @@ class EmuStream final : public EmuStreamBase {
   EmuDevice* dev_;
   std::shared_ptr<EmuStreamSet> set_;
   std::mt19937_64 rng_;
+  // Kernels of this stream run in an arena of its own, which no other stream's thread enters. In
+  // one arena shared by the device's streams, a oneTBB worker ran a stream's kernel in its place
+  // when the arena's slots were taken, and a stream's thread waiting for its own launch ran ranges
+  // of another stream's: hand-offs inside oneTBB's scheduler, which ThreadSanitizer cannot see
+  // (Debian's libtbb is not instrumented), so under the tsan preset (oneTBB without workers:
+  // tests/tsan_tbb_serial.cpp) kernels read what their stream had ordered before them as races.
+  tbb::task_arena arena_;
   std::mutex m_;
   std::condition_variable cv_, idle_;
   std::deque<Task> q_;
@@ -413,15 +430,8 @@ class EmuStream final : public EmuStreamBase {
 class EmuDevice final : public Device {
  public:
   explicit EmuDevice(const EmuOptions& o)
-      : Device(make_info(o), o.numa_nodes),
-        options_(o),
-        arena_(o.threads > 0 ? o.threads : tbb::task_arena::automatic),
-        pinner_(this),
-        id_(next_id()) {
+      : Device(make_info(o), o.numa_nodes), options_(o), pinner_(this), id_(next_id()) {
     (void)emu_memory();  // constructed before this device, so destroyed after it
-    // The arena captures the FP environment it is initialized under and runs every kernel with it.
-    DefaultFpEnv fp;
-    arena_.initialize();
   }
   ~EmuDevice() override {
     default_stream_.reset();  // runs what is still queued there, which may read the blocks below
@@ -439,7 +449,7 @@ class EmuDevice final : public Device {
 
   Result<Stream> create_stream() override {
     const EmuScope scope(id_);
-    return Stream(std::make_unique<EmuStream>(this, streams_set_, next_seed()));
+    return Stream(std::make_unique<EmuStream>(this, streams_set_, next_seed(), options_.threads));
   }
 
   // The native handle of an emu stream is its StreamView::state() (see Device::wrap_stream).
@@ -447,8 +457,9 @@ class EmuDevice final : public Device {
     const EmuScope scope(id_);
     EmuStream* queue = nullptr;
     if (!native) {
-      std::call_once(default_once_,
-                     [&] { default_stream_ = std::make_unique<EmuStream>(this, streams_set_, next_seed()); });
+      std::call_once(default_once_, [&] {
+        default_stream_ = std::make_unique<EmuStream>(this, streams_set_, next_seed(), options_.threads);
+      });
       queue = default_stream_.get();
     } else {
       EmuStreamBase* found = EmuStreamBase::find(native);
@@ -990,16 +1001,15 @@ class EmuDevice final : public Device {
                                     std::to_string(t_current_device) + ", not this device " + std::to_string(id_) +
                                     " (every operation must make its device current: EmuScope)"));
   }
-  // Kernels run inside the device's arena, so they use its threads, not the caller's.
+  // Kernels run inside their stream's arena, so they use its threads, not the caller's.
   template <class F>
   void kernel(StreamView s, F fn) {
-    stream(s).push({[this, fn = std::move(fn)] { arena_.execute(fn); }, false});
+    stream(s).push({std::move(fn), false, true});
   }
 
   std::uint64_t next_seed() { return options_.seed * 0x9E3779B97F4A7C15ull + streams_.fetch_add(1); }
 
   EmuOptions options_;
-  tbb::task_arena arena_;
   EmuPinner pinner_;
   const int id_;
   std::atomic<std::uint64_t> streams_{0};
@@ -1063,7 +1073,13 @@ void EmuStream::run() {
     }
     if (max_delay > 0)
       std::this_thread::sleep_for(std::chrono::microseconds(rng_() % static_cast<std::uint64_t>(max_delay + 1)));
-    if (t.control || dev_->admit()) t.fn();
+    if (t.control || dev_->admit()) {
+      if (t.kernel) {
+        arena_.execute(t.fn);
+      } else {
+        t.fn();
+      }
+    }
     // What the task captured goes before the task counts as done (as CUDA destroys a host
     // function's data inside its callback): a caller that synchronized and then drops its last
     // reference to a buffer the task also held frees it on its own thread, not on this worker.
