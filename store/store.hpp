@@ -67,8 +67,9 @@ struct StoreStats {
 /// forward reads the rows as of the call; backward applies the optimizer to the rows the batch used.
 /// Every call validates all its input before changing anything: on error nothing changed.
 ///
-/// Thread-safety: one thread drives a Store (calls are not concurrent); kernels run on the
-/// store's own oneTBB arena of `threads` workers.
+/// Thread-safety: one thread drives a Store (calls are not concurrent); CPU kernels run on the
+/// store's own oneTBB arena of `threads` threads (on the emulated device, each stream's kernels on
+/// an arena of that many more).
 class Store {
  public:
   /// Validates the config and builds the tables (allocating and initialising host memory).

@@ -124,7 +124,7 @@ inline constexpr int kMaxThreads = 1024;
 /// Everything Store::open needs.
 struct StoreConfig {
   std::vector<TableConfig> tables;            ///< at least one; names unique
-  int threads = 0;                            ///< worker threads for kernels, in [0, kMaxThreads] (0: all cores)
+  int threads = 0;                            ///< kernel threads (emu: per stream), in [0, kMaxThreads] (0: all cores)
   NumaPolicy numa = NumaPolicy::kInterleave;  ///< host table placement
   int numa_node = 0;                          ///< node for NumaPolicy::kBind
   bool huge_pages = true;                     ///< back host tables with transparent huge pages
