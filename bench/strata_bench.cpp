@@ -1417,21 +1417,21 @@ Result<std::vector<double>> parse_fractions(const std::string& s) {
   return out;
 }
 
-// Rows each slot pool must hold at once: the most unique rows of `window` consecutive batches
-// of the training sequence (the batches in flight pin their rows together), and of any single
-// batch of the run (the forward phase's too). A cache smaller than that is refused before it runs. Reads the training
-// sequence once through a cursor (one batch and the window's row sets at a time).
+// Rows each slot pool must hold at once: the most unique rows of one step of the run (a batch;
+// over several ranks a world step, one batch per rank), in the forward phase or in training. That
+// is all the store needs: a plan that does not fit beside the rows pinned by the batches in flight
+// waits for them to retire (CacheStats::deferred, printed per mode), and the training loop retires
+// batch i before it asks for batch i + 1's rows. A cache smaller than one step fails at its first
+// such step, so it is refused before the run. Reads the run's batches once through a cursor.
 Result<std::vector<std::int64_t>> rows_needed_per_pool(const Options& o, const StoreConfig& c,
                                                        const std::vector<PoolSize>& pools, const BatchSource& source,
                                                        int ranks) {
-  const int total = o.warmup + o.steps;
-  const std::size_t window = static_cast<std::size_t>(std::max(1, o.lookahead + o.pipeline));
-  // Keys of a batch in pool p, as (table index, key) pairs, sorted and unique. Over several ranks
-  // a batch is a world step (one batch per rank) and a pool is a rank's, holding its shards' rows
-  // (row sharding: key k on rank k % ranks, local row k / ranks).
+  // Keys of a world step in pool p on `rank`, as (table index, key) pairs: a pool is a rank's,
+  // holding its shards' rows (row sharding: key k on rank k % ranks, local row k / ranks).
   using Row = std::pair<std::size_t, Key>;
-  const auto rows_of = [&](const std::vector<KeyBatch>& step, const PoolSize& pool, int rank) {
-    std::vector<Row> rows;
+  std::vector<Row> rows;
+  const auto count_rows = [&](const std::vector<KeyBatch>& step, const PoolSize& pool, int rank) {
+    rows.clear();
     for (const KeyBatch& batch : step)
       for (const std::size_t t : pool.tables)
         for (const auto& f : batch.features)
@@ -1440,52 +1440,27 @@ Result<std::vector<std::int64_t>> rows_needed_per_pool(const Options& o, const S
               if (ranks == 1 || static_cast<int>(k % static_cast<Key>(ranks)) == rank)
                 rows.emplace_back(t, k / static_cast<Key>(ranks));
     std::sort(rows.begin(), rows.end());
-    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
-    return rows;
+    return static_cast<std::int64_t>(std::unique(rows.begin(), rows.end()) - rows.begin());
   };
   std::vector<std::int64_t> need(pools.size(), 0);
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<BatchCursor> cursor, source.cursor(0, 1));
-  // The world steps of the run (each rank's batch r, r + ranks, ...: world step i is source
-  // batches i ranks .. i ranks + ranks - 1, mod the source's batches).
-  std::vector<std::vector<KeyBatch>> steps;
-  const int end = 2 * total;
-  for (int s = 0; s < end; ++s) {
-    steps.emplace_back();
+  // The world steps of both phases: world step i is source batches i ranks .. i ranks + ranks - 1
+  // (each rank's batch r, r + ranks, ...), mod the source's batches.
+  const int steps = 2 * (o.warmup + o.steps);
+  std::vector<KeyBatch> step;
+  for (int s = 0; s < steps; ++s) {
+    step.clear();
     for (int r = 0; r < ranks; ++r) {
       STRATA_ASSIGN_OR_RETURN(KeyBatch b, cursor->next());
-      steps.back().push_back(std::move(b));
+      step.push_back(std::move(b));
     }
-  }
-  for (int rank = 0; rank < ranks; ++rank) {
-    // The last `window` world steps' rows per pool.
-    std::vector<std::deque<std::vector<Row>>> recent(pools.size());
-    // Steps 0 .. total-1 are the forward phase's (one at a time), total .. 2 total-1 the training
-    // phase's: windows start at each of them, the last ones cut at the end.
-    for (int s = 0; s < end + static_cast<int>(window) - 1; ++s) {
-      for (std::size_t p = 0; p < pools.size(); ++p) {
-        auto& w = recent[p];
-        if (s < end) {
-          std::vector<Row> rows = rows_of(steps[static_cast<std::size_t>(s)], pools[p], rank);
-          need[p] = std::max<std::int64_t>(need[p], static_cast<std::int64_t>(rows.size()));
-          if (s < total) continue;
-          w.push_back(std::move(rows));
-          if (w.size() > window) w.pop_front();
-          if (w.size() < window && s != end - 1) continue;  // not a full window yet
-        } else {
-          w.pop_front();
-          if (w.empty()) continue;
-        }
-        std::vector<Row> in_flight;
-        for (const auto& r : w) in_flight.insert(in_flight.end(), r.begin(), r.end());
-        std::sort(in_flight.begin(), in_flight.end());
-        need[p] = std::max<std::int64_t>(need[p], std::unique(in_flight.begin(), in_flight.end()) - in_flight.begin());
-      }
-    }
+    for (int rank = 0; rank < ranks; ++rank)
+      for (std::size_t p = 0; p < pools.size(); ++p) need[p] = std::max(need[p], count_rows(step, pools[p], rank));
   }
   return need;
 }
 
-// "" when the slot pools of `c` can hold the batches in flight, else why not; `what` says where
+// "" when the slot pools of `c` can hold a step's rows, else why not; `what` says where
 // the cache's size came from ("cache fraction 0.1", "the config").
 Result<std::string> cache_too_small(const Options& o, const StoreConfig& c, const std::string& what,
                                     const BatchSource& source, int ranks = 1) {
@@ -1495,9 +1470,7 @@ Result<std::string> cache_too_small(const Options& o, const StoreConfig& c, cons
   for (std::size_t p = 0; p < pools.size(); ++p) {
     if (pools[p].rows >= need[p]) continue;
     char buf[320];
-    std::snprintf(buf, sizeof buf,
-                  "%s gives the dim-%d slot pool %lld rows, but the batches in flight need %lld unique rows in it at "
-                  "once",
+    std::snprintf(buf, sizeof buf, "%s gives the dim-%d slot pool %lld rows, but one step needs %lld unique rows in it",
                   what.c_str(), pools[p].dim, static_cast<long long>(pools[p].rows), static_cast<long long>(need[p]));
     return std::string(buf);
   }
@@ -1847,8 +1820,9 @@ int run(const Options& o_in) {
   if (!o.dump_trace.empty()) {
     if (Status s = dump_trace(o, batches); !s.is_ok()) return fail("--dump-trace: " + s.message(), 1);
   }
-  // A cache that cannot hold the batches in flight fails at its first step: refuse it now (a
-  // sweep point is skipped with the reason instead).
+  // A cache that cannot hold one step's rows fails at that step: refuse it now (a sweep point is
+  // skipped with the reason instead). One that holds a step but not the batches in flight runs,
+  // its later plans deferred.
   for (const ModeDescriptor* m : modes) {
     if (m->placement != Placement::kCached) continue;
     Result<std::string> why =
@@ -1901,8 +1875,8 @@ int run(const Options& o_in) {
     results.push_back(std::move(r).value());
   }
   // The sweep: the cached mode at each fraction, on the same batches. A point equal to the cached
-  // run above reuses it; a point whose cache cannot hold the batches in flight is reported as
-  // skipped with the store's reason.
+  // run above reuses it; a point whose cache cannot hold a step's rows is reported as skipped
+  // with the reason.
   std::vector<std::pair<double, Result<ModeResult>>> sweep_results;
   for (std::size_t i = 0; i < sweep.size(); ++i) {
     const double f = sweep[i];

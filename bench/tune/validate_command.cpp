@@ -277,6 +277,14 @@ int run_validate(const ValidateArgs& a) {
   o << line;
   out["hit_rate"] = {{"predicted", predicted->hit_rate() < 0 ? json(nullptr) : json(predicted->hit_rate())},
                      {"measured", result["hit_rate"]}};
+  // Plans that did not fit beside the rows the batches in flight pin waited for them to retire: a
+  // cache that holds a step but not strata-bench's pipeline. Hits and bytes are the same; the
+  // prefetch overlapped less.
+  const std::int64_t deferred = cache.value("deferred", std::int64_t{0});
+  out["deferred_plans"] = deferred;
+  if (deferred > 0)
+    o << deferred << " table plans waited for the batches in flight to retire (the plan's caches hold a step, "
+      << "not the " << kValidatePipeline << " batches strata-bench keeps in flight)\n";
 
   o << "\nbytes per training step (every table; trainer on the " << a.trainer
     << "; as the device layer counts them, CPU kernels apart):\n";

@@ -409,6 +409,30 @@ TEST(TuneCli, ValidatePredictsShardedRunsExactlyOnEmu) {
   expect_exact_bytes(text, "sharded-made", w + " --ranks 2", "device");
 }
 
+// A plan at the smallest feasible budget gives its hybrid tables the planner's smallest cache, one
+// world step of the fullest shard's rows: fewer than the two batches strata-bench keeps in flight
+// pin, so the later plans wait for them (deferred), and the run still matches the prediction. (It
+// used to be refused before the run: "the batches in flight need 284 unique rows", for 165.)
+TEST(TuneCli, ValidateRunsAPlanAtTheSmallestFeasibleBudget) {
+  const std::string w =
+      "--workload '{\"tables\":\"a=20000x16,b=3000x16,c=500x8\",\"batch\":64,\"bag_size\":4,"
+      "\"dist\":\"zipf:1.05\",\"distinct_batches\":40}' --ranks 2";
+  const std::string plan = temp_dir() + "/smallest_plan.json";
+  auto r = run_program(kBin + " plan " + w + " --hbm-budget 1KB --host-budget 1GB --out " + plan);
+  ASSERT_EQ(r.exit_code, 2) << r.output;
+  const std::string key = "or --hbm-budget ", tail = " with this host budget";
+  const std::size_t at = r.output.find(key), end = r.output.find(tail);
+  ASSERT_TRUE(at != std::string::npos && end != std::string::npos && end > at) << r.output;
+  const std::string budget = r.output.substr(at + key.size(), end - at - key.size());  // "1.14 MB"
+  r = run_program(kBin + " plan " + w + " --hbm-budget '" + budget + "' --host-budget 1GB --out " + plan);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string text = read_file(plan);
+  EXPECT_NE(text.find("\"hybrid\""), std::string::npos) << text;
+  const auto j = expect_exact_bytes(text, "smallest", w, "device");
+  if (j.is_null()) return;
+  EXPECT_GT(j["deferred_plans"].get<std::int64_t>(), 0) << j.dump();
+}
+
 TEST(TuneCli, ValidateRefusesAPlanThatDoesNotMatchBeforeTheRun) {
   const std::string plan = temp_dir() + "/other_plan.json";
   std::string p = kCachedPlan;
