@@ -98,8 +98,8 @@ constexpr ModeDescriptor kModes[] = {
     {"cpu", "host rows, CPU kernels", Placement::kCpu, OffloadGather::kDevice, false},
     {"offload", "pinned host rows read by the device zero-copy; CPU optimizer", Placement::kOffload,
      OffloadGather::kDevice, true},
-    {"offload-cpu", "pinned host rows pooled by CPU threads; pooled outputs go H2D", Placement::kOffload,
-     OffloadGather::kCpu, true},
+    {"offload-cpu", "pinned host rows pooled by CPU threads; pooled outputs go H2D to a device trainer",
+     Placement::kOffload, OffloadGather::kCpu, true},
     {"cached", "pinned host rows + HBM row cache fed by the prefetcher", Placement::kCached, OffloadGather::kDevice,
      true},
     {"gpu", "every row in HBM; sharded over the ranks' devices (--ranks, --sharding)", Placement::kGpu,
@@ -605,6 +605,7 @@ MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDes
       double device = 0, staging = 0;
       if (m->uses_device) {
         double record = 0;  // the widest record of a cached table
+        double row = 0;     // the widest row of an offload table (its device gather reads rows)
         // Device rows are padded like host records (record_stride: a multiple of 16 floats, or a
         // power of two below 16).
         const auto padded = [](double floats) {
@@ -616,17 +617,25 @@ MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDes
           device += static_cast<double>(p.rows) * padded(p.dim + p.state) * 4.0;
           record = std::max(record, 4.0 * (p.dim + p.state));
         }
-        for (const auto& t : c.value().tables)
+        for (const auto& t : c.value().tables) {
           if (t.placement == Placement::kGpu)
             device += static_cast<double>(t.spec.rows) *
                       padded(t.spec.dim + optimizer_state_dim(t.spec.optimizer.kind, t.spec.dim)) * 4.0;
+          if (t.placement == Placement::kOffload && c.value().offload_gather == OffloadGather::kDevice)
+            row = std::max(row, 4.0 * t.spec.dim);
+        }
         // Keys and slots of the batches in flight, and the store's activation staging (grown to
         // twice a step's): with host views the outputs and gradients on both sides of the copies;
         // with device views none, but offload's pinned gradients for its CPU optimizer.
+        // offload-cpu pools a host trainer's outputs in place.
         device += in_flight * keys * 8.0 * 2.0;
-        if (!device_trainer) device += 2.0 * activations;
         const bool offload = m->placement == Placement::kOffload;
+        const bool pooled_in_place = offload && m->offload_gather == OffloadGather::kCpu && !device_trainer;
+        if (!device_trainer && !pooled_in_place) device += 2.0 * activations;
         staging = device_trainer ? (offload ? activations : 0.0) : 2.0 * activations;
+        // offload's device gather reads a batch's distinct rows (at worst every key) into device
+        // memory, for each of the batches the loop keeps in flight.
+        device += (o.lookahead + o.pipeline + 1) * keys * row;
         // Staging of (cached) the missing rows of the batches in flight, at worst every key a
         // miss: pinned, and again on the device where the fills land before they are unpacked.
         staging += in_flight * keys * record;

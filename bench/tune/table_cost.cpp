@@ -173,7 +173,7 @@ StepBytes compute_bytes(const TableSpec& spec, Placement placement, const BatchK
       if (o.offload_cpu_gather) {
         host_rows(b, K, z.row, true);  // CPU threads pool
         b.host_cpu_read += K * z.row;
-        copy_h2d(b, out);  // into the trainer's outputs, or (host trainer) the engine's device staging
+        if (o.trainer_on_device) copy_h2d(b, out);  // into the trainer's outputs (a host trainer's: pooled in place)
       } else {
         b.h2d += U * z.row;  // the distinct rows, zero-copy from pinned host memory
         b.hbm_read += 16.0 * U;

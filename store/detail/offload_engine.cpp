@@ -26,7 +26,7 @@ struct RowGroup {
 
 struct OffloadBatch final : EngineBatch {
   std::unique_ptr<gpu::Staging> st;       // its ready(): metadata uploaded (device gather)
-  std::unique_ptr<gpu::Staging> act;      // host views only: the device buffers of the outputs (looks[i].out)
+  std::unique_ptr<gpu::Staging> act;      // device gather, host views: the device buffers of the outputs (looks[i].out)
   std::vector<gpu::LookupFeature> looks;  // per engine feature, device pointers (out: set with act)
   std::vector<float*> host_out;           // per engine feature, pinned
   std::vector<RowGroup> groups;           // device gather: one per dim
@@ -146,10 +146,11 @@ class OffloadEngine final : public Engine {
       if (!bytes_of(batch, f, i)) continue;  // a feature of zero rows may have null views
       (out(outputs, f, i).space == MemorySpace::kDevice ? device : host) = true;
     }
-    if (host) STRATA_RETURN_IF_ERROR(stage_outputs(batch, f, b));
+    const bool device_gather = config_.offload_gather == OffloadGather::kDevice;
+    if (host && device_gather) STRATA_RETURN_IF_ERROR(stage_outputs(batch, f, b));
     // The caller's buffers are written on the device only after its work queued before the call.
     if (device && order.after.state()) dev_.wait(s, order.after);
-    if (config_.offload_gather == OffloadGather::kDevice) {
+    if (device_gather) {
       // Per dim: the distinct rows cross PCIe once (one launch), then one table-batched gather.
       dev_.wait(s, b.st->ready());
       for (const RowGroup& g : b.groups) {
@@ -165,18 +166,21 @@ class OffloadEngine final : public Engine {
         if (out(outputs, f, i).space == MemorySpace::kHost)
           dev_.copy_d2h(s, b.host_out[i], b.looks[i].out, bytes_of(batch, f, i));
     } else {
-      // CPU threads pool into pinned memory; the pooled outputs go to the device for the trainer.
-      // A forward of this batch again must not rewrite that memory while the last one's copies
-      // out of it may still be queued (a stream-ordered call returned without waiting).
+      // CPU threads pool: into a host view in place (a trainer on the host, as `cpu` does: nothing
+      // crosses PCIe), or into pinned memory whose pooled outputs go H2D into a device view. A
+      // forward of this batch again must not rewrite that memory while the last one's copies out
+      // of it may still be queued (a stream-ordered call returned without waiting).
       if (b.outputs_pending) STRATA_RETURN_IF_ERROR(dev_.synchronize(b.st->done()));
       b.outputs_pending = false;
       for (std::size_t i = 0; i < f.feature.size(); ++i) {
-        tables_.at(f.table[i]).forward(batch.features[static_cast<std::size_t>(f.feature[i])], b.host_out[i]);
+        const JaggedKeys& keys = batch.features[static_cast<std::size_t>(f.feature[i])];
         const MatrixView& o = out(outputs, f, i);
-        if (o.space == MemorySpace::kHost)
-          dev_.copy_h2d(s, b.looks[i].out, b.host_out[i], bytes_of(batch, f, i));
-        else if (const std::size_t n = bytes_of(batch, f, i))
-          dev_.copy_h2d(s, o.data, b.host_out[i], n);
+        if (o.space == MemorySpace::kHost) {
+          tables_.at(f.table[i]).forward(keys, o.data);
+          continue;
+        }
+        tables_.at(f.table[i]).forward(keys, b.host_out[i]);
+        if (const std::size_t n = bytes_of(batch, f, i)) dev_.copy_h2d(s, o.data, b.host_out[i], n);
       }
     }
     // The activation entry's done first: a host wait for the batch's done then covers both, so
@@ -199,7 +203,7 @@ class OffloadEngine final : public Engine {
     }
     STRATA_RETURN_IF_ERROR(dev_.synchronize(b.st->done()));
     reads_pending_ = false;  // done is the last work on this stream
-    for (std::size_t i = 0; i < f.feature.size(); ++i) {
+    for (std::size_t i = 0; device_gather && i < f.feature.size(); ++i) {
       const MatrixView& o = out(outputs, f, i);
       if (const std::size_t n = bytes_of(batch, f, i); n && o.space == MemorySpace::kHost)
         copy_activations(dev_.counters(), o.data, b.host_out[i], n);

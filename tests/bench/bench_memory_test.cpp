@@ -52,13 +52,15 @@ TEST(BenchMemory, ManySmallTablesEstimateIsWithinAFactorOfTwoOfTheRss) {
 // worst mode's) against what the store allocated at peak (device_peak_bytes), for the modes whose
 // device memory grows with the cache and the batch, with the trainer on either side. A trainer on
 // the device gives the store device views: no output or gradient staging of its own (the
-// estimate once counted it three times over), but the fills' device staging still counts.
+// estimate once counted it three times over), but the fills' device staging still counts, and
+// offload's device gather reads the distinct rows into device memory (once missed: 0.37 of the
+// peak). offload-cpu pools a host trainer's outputs in place (it used to stage them on the device).
 TEST(BenchMemory, DeviceEstimateIsWithinAFactorOfTwoOfThePeak) {
   const std::string dir = ::testing::TempDir() + "/strata_bench_device_memory_" + std::to_string(::getpid());
   ::mkdir(dir.c_str(), 0755);
   for (const char* trainer : {"device", "host"}) {
-    for (const char* mode : {"cached", "gpu"}) {
-      SCOPED_TRACE(std::string(mode) + ", trainer on the " + trainer);
+    for (const std::string mode : {"cached", "gpu", "offload", "offload-cpu"}) {
+      SCOPED_TRACE(mode + ", trainer on the " + trainer);
       const std::string out = dir + "/" + mode + "_" + trainer + ".json";
       const auto r = run_bench(std::string("--tables 4 --rows 20000 --dim 64 --batch 4096 --steps 3 --warmup 1 ") +
                                "--threads 2 --read-probe-mib 1 --no-gather-probe --cache-fraction 0.5 --backend emu " +
@@ -67,6 +69,11 @@ TEST(BenchMemory, DeviceEstimateIsWithinAFactorOfTwoOfThePeak) {
       const json j = json::parse(strata::testing::read_file(out));
       const double estimate = j["memory_estimate"]["device_bytes"].get<double>();
       const double peak = j["results"][0]["device_peak_bytes"].get<double>();
+      if (mode == "offload-cpu" && std::string(trainer) == "host") {
+        // CPU threads pool into the host trainer's outputs: nothing is staged on the device.
+        EXPECT_EQ(peak, 0.0);
+        continue;
+      }
       EXPECT_GE(estimate, 0.5 * peak) << "estimate " << estimate << ", peak " << peak;
       EXPECT_LE(estimate, 2.0 * peak) << "estimate " << estimate << ", peak " << peak;
     }

@@ -126,10 +126,11 @@ TEST(DeviceViews, AStepMovesNoOutputsOrGradientsOverPcie) {
 // `offload` takes device views itself: the device gather writes the outputs into the trainer's
 // buffers (no outputs over PCIe), the CPU gather's outputs go H2D once, straight into them, and
 // each gradient view crosses D2H once, into the engine's staging, where the CPU optimizer reads
-// it. Against host views and synchronous calls with the same batches: the same H2D (metadata and
-// the distinct rows read zero-copy; or the CPU's outputs, then into the engine's device staging),
-// and D2H exactly the gradients and the 8-byte NaN/Inf count of each view (the host run's D2H is
-// the device gather's outputs, or nothing).
+// it. Against host views and synchronous calls with the same batches: the device gather's same
+// H2D (metadata and the distinct rows read zero-copy); the CPU gather's outputs H2D, where host
+// views take nothing over PCIe (CPU threads pool into them in place); and D2H exactly the
+// gradients and the 8-byte NaN/Inf count of each view (the host run's D2H is the device gather's
+// outputs, or nothing).
 TEST(DeviceViews, OffloadMovesEachGradientOnceAndNoOutputsOverPcie) {
   for (OffloadGather gather : {OffloadGather::kDevice, OffloadGather::kCpu}) {
     for (bool ordered : {true, false}) {
@@ -147,7 +148,12 @@ TEST(DeviceViews, OffloadMovesEachGradientOnceAndNoOutputsOverPcie) {
         const std::uint64_t bytes = host.value().activation_bytes;  // outputs, and as many gradients
         const std::uint64_t counts = accept ? 0 : static_cast<std::uint64_t>(steady) * 2 * sizeof(std::int64_t);
         EXPECT_EQ(host.value().d2h, gather == OffloadGather::kDevice ? bytes : 0);
-        EXPECT_EQ(dev.value().h2d, host.value().h2d);
+        if (gather == OffloadGather::kDevice) {
+          EXPECT_EQ(dev.value().h2d, host.value().h2d);
+        } else {
+          EXPECT_EQ(host.value().h2d, 0u);
+          EXPECT_EQ(dev.value().h2d, bytes);  // the outputs, once
+        }
         EXPECT_EQ(dev.value().d2h, bytes + counts);
       }
     }
@@ -157,8 +163,9 @@ TEST(DeviceViews, OffloadMovesEachGradientOnceAndNoOutputsOverPcie) {
 // No activation goes through host memory with device views: `gpu`, `cached` and `offload` (either
 // gather) memcpy no outputs or gradients in a steady-state step, synchronous or stream-ordered.
 // With host views the counter is live: `gpu` and `cached` copy every output out of their pinned
-// staging and every gradient into it; `offload` copies the outputs (its CPU optimizer reads host
-// gradients where they are).
+// staging and every gradient into it; `offload`'s device gather copies the outputs (its CPU
+// optimizer reads host gradients where they are), and its CPU gather copies nothing (it pools
+// into the views).
 TEST(DeviceViews, NoActivationIsCopiedInHostMemory) {
   struct Mode {
     Placement p;
@@ -174,7 +181,9 @@ TEST(DeviceViews, NoActivationIsCopiedInHostMemory) {
     ASSERT_TRUE(host.is_ok()) << host.status().to_string();
     const std::uint64_t bytes = host.value().activation_bytes;  // outputs, and as many gradients
     ASSERT_GT(bytes, 0u);
-    EXPECT_EQ(host.value().host_copy, m.p == Placement::kOffload ? bytes : 2 * bytes);
+    EXPECT_EQ(host.value().host_copy, m.p != Placement::kOffload           ? 2 * bytes
+                                      : m.gather == OffloadGather::kDevice ? bytes
+                                                                           : 0);
     for (bool ordered : {true, false}) {
       auto dev = measure(c, true, warm, steady, ordered);
       ASSERT_TRUE(dev.is_ok()) << dev.status().to_string();
@@ -255,6 +264,11 @@ TEST(DeviceViews, DeviceViewsReserveNoOutputOrGradientStaging) {
           EXPECT_EQ(stats.staging.pinned, stats.staging.device);
           EXPECT_LE(stats.staging.pinned, stats.staging.entries * 2 * largest);
         }
+      } else if (m.gather == OffloadGather::kCpu) {
+        // CPU threads pool into the host views: nothing staged for the outputs on either side.
+        EXPECT_EQ(stats.activation_staging.entries, 0u);
+        EXPECT_EQ(stats.activation_staging.pinned, 0u);
+        EXPECT_EQ(stats.activation_staging.device, 0u);
       } else {
         EXPECT_GT(stats.activation_staging.entries, 0u);
         if (m.p == Placement::kOffload) {
