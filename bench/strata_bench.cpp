@@ -627,11 +627,11 @@ MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDes
         // Keys and slots of the batches in flight, and the store's activation staging (grown to
         // twice a step's): with host views the outputs and gradients on both sides of the copies;
         // with device views none, but offload's pinned gradients for its CPU optimizer.
-        // offload-cpu pools a host trainer's outputs in place.
-        device += in_flight * keys * 8.0 * 2.0;
+        // offload-cpu uploads no keys and pools a host trainer's outputs in place.
         const bool offload = m->placement == Placement::kOffload;
-        const bool pooled_in_place = offload && m->offload_gather == OffloadGather::kCpu && !device_trainer;
-        if (!device_trainer && !pooled_in_place) device += 2.0 * activations;
+        const bool cpu_pools = offload && m->offload_gather == OffloadGather::kCpu;
+        if (!cpu_pools) device += in_flight * keys * 8.0 * 2.0;
+        if (!device_trainer && !cpu_pools) device += 2.0 * activations;
         staging = device_trainer ? (offload ? activations : 0.0) : 2.0 * activations;
         // offload's device gather reads a batch's distinct rows (at worst every key) into device
         // memory, for each of the batches the loop keeps in flight.

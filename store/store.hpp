@@ -51,7 +51,8 @@ struct StoreStats {
   /// flight are not counted (with none in flight, all are). `staging`: the batches' arguments, the
   /// rows they move, `cached`'s flush entry and offload's pinned outputs and gradients; `activation_staging`: apart,
   /// the outputs and gradients of host views, taken by a forward with a host view (none while every output and gradient
-  /// view is a device view). Not counted: the tables of sharded modes.
+  /// view is a device view, nor for `offload` with `offload_gather: cpu`, which pools into host views in place). Not
+  /// counted: the tables of sharded modes.
   StagingBytes staging;
   StagingBytes activation_staging;  ///< see `staging`
 };

@@ -499,8 +499,13 @@ Result<TableCost> table_cost(const TableSpec& spec, const TableLoad& load, Place
     }
     case Placement::kOffload:
     case Placement::kCpu: {
-      if (placement == Placement::kOffload)
-        c.hbm_bytes += in_flight * 8.0 * (static_cast<double>(load.max_keys) + B + 1) + 2.0 * B * z.row;
+      // offload: the device gather's keys and offsets per batch in flight; one step's outputs and
+      // gradients (the trainer's on the device, or a host trainer's device-gather staging). The CPU
+      // gather uploads nothing and pools into a host trainer's outputs in place.
+      if (placement == Placement::kOffload && !o.offload_cpu_gather)
+        c.hbm_bytes += in_flight * 8.0 * (static_cast<double>(load.max_keys) + B + 1);
+      if (placement == Placement::kOffload && (!o.offload_cpu_gather || o.trainer_on_device))
+        c.hbm_bytes += 2.0 * B * z.row;
       STRATA_ASSIGN_OR_RETURN(const HostTableMemory m, host_memory(spec, placement, o));
       c.host_bytes += m.mapped_bytes + m.scratch_bytes;
       break;

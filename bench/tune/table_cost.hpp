@@ -36,8 +36,9 @@
 //              training, counts a write-back for every miss, W = F = U (1 - hit rate))
 //   offload    the device reads the U distinct rows from pinned host memory (H2D U r, host reads
 //              U r) and gathers them (a host trainer's outputs then come back D2H); offload-cpu:
-//              CPU threads pool (host reads K r) and the outputs go H2D (into the engine's device
-//              staging for a host trainer); the CPU optimizer reads and writes U records
+//              CPU threads pool (host reads K r) and the outputs go H2D into a device trainer's
+//              buffers (a host trainer's are pooled in place); the CPU optimizer reads and writes
+//              U records
 //   cpu        CPU threads gather K rows and read and write U records
 // Host bytes of CPU kernels (CPU gather, CPU optimizer) are StepBytes::host_cpu_read/write too:
 // no device counts them. Host row traffic is listed as random-row gathers (StepBytes::host_gathers).
@@ -58,7 +59,9 @@
 //        One step's outputs and gradients: with the trainer on the device its own buffers (2 P_max
 //        rows); on the host the activation staging of the host views, E entries of an output and a
 //        gradient buffer grown to twice (4 P_max rows rounded up to 64 bytes each). offload: per
-//        batch in flight its keys and offsets, and one step's outputs and gradients.
+//        batch in flight its keys and offsets (device gather), and one step's outputs and
+//        gradients (a device trainer's, or a host trainer's device-gather staging; offload-cpu
+//        with the trainer on the host holds no device memory).
 //        An entry per batch submitted and not retired, and the ring makes a new one rather than
 //        wait for a free entry whose device work (a retired batch's update) is still running, up
 //        to kMaxBusyFree - 1 = 2 more: E covers a trainer that keeps E - 2 batches in flight

@@ -70,7 +70,8 @@ class OffloadEngine final : public Engine {
       }
       outs += gpu::Staging::bytes_for<float>(static_cast<std::size_t>(output_rows(k, spec.pooling) * spec.dim));
     }
-    // The device buffers of the outputs are taken only by a forward of host views (activation_staging).
+    // The device buffers of the outputs are taken only by a device gather's forward of host views
+    // (activation_staging).
     STRATA_ASSIGN_OR_RETURN(b->st, staging_.take({mirrored, outs, rows}));
     std::vector<Key*> inverse(f.feature.size(), nullptr);
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
@@ -134,9 +135,9 @@ class OffloadEngine final : public Engine {
   // Device views: the device gather writes each feature straight into the caller's buffer, and the
   // CPU gather's pinned outputs go H2D straight into it (one copy per view, from the batch's own
   // staging: the store's host bounce would add a memcpy into its scratch and, before, a copy into
-  // this engine's device staging). Host views work as without a device view: the outputs come back
-  // D2H (device gather) or go H2D into the engine's device staging (CPU gather, the transfer a GPU
-  // trainer would need), the host waits and copies them out.
+  // this engine's device staging). Host views: the device gather's outputs come back D2H into the
+  // batch's pinned staging, and the host waits and copies them out; the CPU gather pools into
+  // them in place, as the `cpu` engine does (nothing crosses PCIe).
   Status forward(EngineBatch& eb, const KeyBatch& batch, const EngineFeatures& f,
                  const std::vector<MatrixView>& outputs, const CallOrder& order) override {
     auto& b = static_cast<OffloadBatch&>(eb);

@@ -195,8 +195,8 @@ TEST(DeviceViews, NoActivationIsCopiedInHostMemory) {
 // Staging for outputs and gradients is taken only for host views: a store that only ever sees
 // device views holds none (no pinned or device bytes, no entry), after warm-up and with no batch
 // in flight; the same loop with host views holds at least one batch's outputs and gradients
-// (`offload`: its outputs on the device; its pinned outputs stay in the batch's staging, where the
-// CPU gather pools and device gradients land).
+// (`offload`'s device gather: its outputs on the device; its pinned outputs stay in the batch's
+// staging, where device gradients land; its CPU gather: none, it pools into the host views).
 TEST(DeviceViews, DeviceViewsReserveNoOutputOrGradientStaging) {
   struct Mode {
     Placement p;
