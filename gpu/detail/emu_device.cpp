@@ -430,13 +430,13 @@ class EmuStream final : public EmuStreamBase {
   EmuDevice* dev_;
   std::shared_ptr<EmuStreamSet> set_;
   std::mt19937_64 rng_;
-  // Kernels, copies and host tasks of this stream run in an arena of its own, which no other
-  // stream's thread enters. In one arena shared by the device's streams, a oneTBB worker ran a
-  // stream's kernel in its place when the arena's slots were taken, and a stream's thread waiting
-  // for its own launch ran ranges of another stream's: hand-offs inside oneTBB's scheduler, which
-  // ThreadSanitizer cannot see (Debian's libtbb is not instrumented), so under the tsan preset
-  // (oneTBB without workers: tests/tsan_tbb_serial.cpp) kernels read what their stream had ordered
-  // before them as races.
+  // Kernels and host tasks of this stream run in an arena of its own, which no other stream's
+  // thread enters. In
+  // one arena shared by the device's streams, a oneTBB worker ran a stream's kernel in its place
+  // when the arena's slots were taken, and a stream's thread waiting for its own launch ran ranges
+  // of another stream's: hand-offs inside oneTBB's scheduler, which ThreadSanitizer cannot see
+  // (Debian's libtbb is not instrumented), so under the tsan preset (oneTBB without workers:
+  // tests/tsan_tbb_serial.cpp) kernels read what their stream had ordered before them as races.
   tbb::task_arena arena_;
   std::unique_ptr<StreamWorkers> workers_;  // observes arena_: declared after it, gone before it
   std::mutex m_;
