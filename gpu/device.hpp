@@ -258,10 +258,10 @@ class Device {
   /// Runs `fn` on the host when the work before it on `s` is done; later work on `s` waits for it.
   /// `fn` must not issue device work nor free device or pinned memory, and nor may destroying what
   /// it captures (CUDA forbids CUDA calls in a stream callback; emu makes a free on the stream's
-  /// own thread, or on a oneTBB worker running a loop of `fn` in the stream's arena, the sticky
-  /// error; a free on another thread `fn` waits for hangs, as under CUDA). Emu and cuda destroy what `fn` captured
-  /// before the work after it on `s` runs, so the caller's thread may free it once it synchronized `s`. Exceptions are
-  /// a programmer error.
+  /// own thread the sticky error, and a free on a thread `fn` waits for, e.g. a oneTBB worker of a
+  /// loop in it, hangs, as under CUDA). Emu and cuda destroy what `fn` captured before the work after
+  /// it on `s` runs, so the caller's thread may free it once it synchronized `s`. Exceptions are a
+  /// programmer error.
   virtual void host_task(StreamView s, std::function<void()> fn) = 0;
 
   // ---- device operations (one launch per call covers every feature given: table-batched) ----

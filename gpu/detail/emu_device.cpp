@@ -19,10 +19,9 @@
 // kinds and the bytes, and the operation does not run.
 // - Freeing device or pinned memory waits for the work issued so far to every stream of the device,
 //   as cudaFree and cudaFreeHost synchronize the device, so a buffer freed while stream-ordered
-//   work still reads it is freed once that work ran. A free from a stream task (host_task, on the
-//   stream's thread or a oneTBB worker in the stream's arena: StreamWorkers) is refused, as CUDA
-//   forbids CUDA calls in a stream callback and the free would wait for the stream that runs it:
-//   the sticky error; the block stays allocated until the device goes.
+//   work still reads it is freed once that work ran. A free from a stream task (host_task) is
+//   refused, as CUDA forbids CUDA calls in a stream callback and the free would wait for the
+//   stream that runs it: the sticky error; the block stays allocated until the device goes.
 // - Each thread has a current device (gpu/current_device.hpp, the stand-in for the CUDA runtime's):
 //   every operation makes its device current for its duration and restores the caller's (EmuScope,
 //   as the cuda backend's DeviceScope). Stream work and allocations also check that their device
@@ -65,18 +64,6 @@ constexpr std::size_t kAlign = 64;
 thread_local int t_current_device = -1;
 // On the worker of an emu stream: the id of the stream's device (-1 on any other thread).
 thread_local int t_worker_of = -1;
-// On a oneTBB worker inside an emu stream's arena: that stream's StreamWorkers token (its device's
-// id), expired once the stream is gone (a worker may leave the arena after the observer stopped
-// observing, and then no exit callback clears it).
-thread_local std::weak_ptr<const int> t_arena_worker_of;
-
-// The device whose stream task this thread runs, or -1: the stream's own thread, or a oneTBB
-// worker in the arena of a live stream.
-int stream_task_device() noexcept {
-  if (t_worker_of >= 0) return t_worker_of;
-  const std::shared_ptr<const int> token = t_arena_worker_of.lock();
-  return token ? *token : -1;
-}
 
 // Makes emu device `id` current on the calling thread for a scope and restores the thread's
 // previous current device after (the emu counterpart of gpu/cuda/device_scope.hpp).
@@ -325,23 +312,22 @@ struct Task {
 
 // The oneTBB workers that join a stream's arena (ranges of its kernels and of its host tasks'
 // loops) are the stream's workers while they are there: a free from one is refused as from the
-// stream's own thread (stream_task_device), where it would wait for the task it runs in, forever.
+// stream's own thread (t_worker_of), where it would wait for the task it runs in, forever.
 class StreamWorkers final : public tbb::task_scheduler_observer {
  public:
-  StreamWorkers(tbb::task_arena& arena, int device)
-      : tbb::task_scheduler_observer(arena), token_(std::make_shared<const int>(device)) {
+  StreamWorkers(tbb::task_arena& arena, int device) : tbb::task_scheduler_observer(arena), device_(device) {
     observe(true);
   }
   ~StreamWorkers() override { observe(false); }
   void on_scheduler_entry(bool is_worker) override {
-    if (is_worker) t_arena_worker_of = token_;
+    if (is_worker) t_worker_of = device_;
   }
   void on_scheduler_exit(bool is_worker) override {
-    if (is_worker) t_arena_worker_of.reset();
+    if (is_worker) t_worker_of = -1;
   }
 
  private:
-  const std::shared_ptr<const int> token_;
+  const int device_;
 };
 
 class EmuStream;
@@ -383,7 +369,7 @@ std::map<const void*, EmuStreamBase*>& stream_registry() {
 class EmuStream final : public EmuStreamBase {
  public:
   // The worker runs with the default FP environment, not the one of the thread creating the stream;
-  // the arena captures the environment it is initialized under and runs every task in it with it.
+  // the arena captures the environment it is initialized under and runs every kernel with it.
   EmuStream(EmuDevice* dev, std::shared_ptr<EmuStreamSet> set, std::uint64_t seed, int threads);
   ~EmuStream() override {
     {
@@ -634,10 +620,10 @@ class EmuDevice final : public Device {
   // for). False on a stream worker, where CUDA forbids the call (cudaErrorNotPermitted) and the
   // wait could never end: the sticky error, and the block is parked until the device goes.
   bool may_free(void* p, std::size_t bytes, bool pinned) noexcept {
-    if (const int task_device = stream_task_device(); task_device >= 0) {
+    if (t_worker_of >= 0) {
       record_error(Status::internal(
           name() + ": free of " + (pinned ? "pinned memory " : "device memory ") + hex(p) + " (" +
-          std::to_string(bytes) + " bytes) from a stream task of emu device " + std::to_string(task_device) +
+          std::to_string(bytes) + " bytes) from a stream task of emu device " + std::to_string(t_worker_of) +
           " (host_task): CUDA forbids CUDA calls in a stream callback (cudaErrorNotPermitted), and the free "
           "would wait for the stream running it; free it after the stream passed the task instead"));
       std::lock_guard<std::mutex> lock(parked_m_);
@@ -1021,8 +1007,7 @@ class EmuDevice final : public Device {
                                     std::to_string(t_current_device) + ", not this device " + std::to_string(id_) +
                                     " (every operation must make its device current: EmuScope)"));
   }
-  // Kernels run inside their stream's arena (as every task but the control ones: EmuStream::run),
-  // so they use its threads, not the caller's.
+  // Kernels run inside their stream's arena, so they use its threads, not the caller's.
   template <class F>
   void kernel(StreamView s, F fn) {
     stream(s).push({std::move(fn), false});

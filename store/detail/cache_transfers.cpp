@@ -16,10 +16,9 @@ using gpu::Staging;
 
 namespace {
 
-// Runs fn(i) for every i in [0, n) on oneTBB threads, from a host task (on emu in the stream's own
-// arena, with its threads): isolated, so that while the stream's thread waits for the loop it
-// takes no other work of the arena it runs in (which could free memory, refused on a stream's
-// thread: gpu/device.hpp host_task); a safeguard where that arena is the stream's alone.
+// Runs fn(i) for every i in [0, n) on oneTBB threads, from a host task: isolated, so that while the
+// stream's thread waits for the loop it takes none of the arena's other work (which could free
+// memory, refused on a stream's thread: gpu/device.hpp host_task).
 template <class Fn>
 void for_each_row(std::size_t n, const Fn& fn) {
   tbb::this_task_arena::isolate([&] {

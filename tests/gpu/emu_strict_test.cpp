@@ -11,7 +11,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -276,41 +275,6 @@ TEST(EmuStrict, FreeFromAHostTasksLoopIsRefusedOnEveryThread) {
   if (!freed) GTEST_SKIP() << "no oneTBB worker joined the host task's loop";
   ASSERT_FALSE(st.is_ok()) << "the free from the loop's worker was not refused";
   EXPECT_NE(st.message().find("(256 bytes) from a stream task"), std::string::npos) << st.message();
-}
-
-// A oneTBB worker counts as a stream's only while the stream lives: one that ran ranges of a
-// stream's loop frees normally afterwards, in a loop of the caller's own. (The window this guards,
-// a worker still idling in the arena when the stream stops observing it, so that no exit callback
-// clears its mark, is a matter of timing that the test does not force: it held on the code before
-// the mark expired with its stream too, 6 runs of 6.)
-TEST(EmuStrict, AWorkerFreesNormallyOnceTheStreamItServedIsGone) {
-  EmuOptions o;
-  o.capacity = std::size_t{16} << 20;
-  o.threads = 2;
-  auto dev = make_emu_device(o).value();
-  // Ranges left to a worker while `owner` sleeps on its own; true when a worker took one.
-  const auto loop_with_a_worker = [](const std::function<void()>& on_worker) {
-    const std::thread::id owner = std::this_thread::get_id();
-    std::atomic<bool> taken{false};
-    tbb::parallel_for(tbb::blocked_range<int>(0, 256, 1), [&](const tbb::blocked_range<int>&) {
-      if (std::this_thread::get_id() == owner) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      } else if (!taken.exchange(true)) {
-        on_worker();
-      }
-    });
-    return taken.load();
-  };
-  bool served = false;
-  {
-    auto s = dev->create_stream().value();
-    dev->host_task(s.view(), [&] { served = loop_with_a_worker([] {}); });
-    ASSERT_TRUE(dev->synchronize(s.view()).is_ok());
-  }  // the stream goes while the worker may still be in its arena
-  if (!served) GTEST_SKIP() << "no oneTBB worker joined the host task's loop";
-  auto d = dev->allocate(256).value();
-  if (!loop_with_a_worker([&] { d = DeviceBuffer(); })) GTEST_SKIP() << "no oneTBB worker joined the loop";
-  EXPECT_TRUE(dev->status().is_ok()) << dev->status().to_string();
 }
 
 // What a host task captured is gone once the stream passed the task (as the cuda backend destroys
