@@ -30,7 +30,6 @@
 //   without its scope.
 
 #include <tbb/task_arena.h>
-#include <tbb/task_scheduler_observer.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -308,26 +307,7 @@ struct EmuEvent final : detail::EventState {
 struct Task {
   std::function<void()> fn;
   bool control = false;  // event records/waits run even after a fault, so nothing waits forever
-};
-
-// The oneTBB workers that join a stream's arena (ranges of its kernels and of its host tasks'
-// loops) are the stream's workers while they are there: a free from one is refused as from the
-// stream's own thread (t_worker_of), where it would wait for the task it runs in, forever.
-class StreamWorkers final : public tbb::task_scheduler_observer {
- public:
-  StreamWorkers(tbb::task_arena& arena, int device) : tbb::task_scheduler_observer(arena), device_(device) {
-    observe(true);
-  }
-  ~StreamWorkers() override { observe(false); }
-  void on_scheduler_entry(bool is_worker) override {
-    if (is_worker) t_worker_of = device_;
-  }
-  void on_scheduler_exit(bool is_worker) override {
-    if (is_worker) t_worker_of = -1;
-  }
-
- private:
-  const int device_;
+  bool kernel = false;   // runs inside the stream's oneTBB arena (EmuStream::arena_)
 };
 
 class EmuStream;
@@ -370,7 +350,23 @@ class EmuStream final : public EmuStreamBase {
  public:
   // The worker runs with the default FP environment, not the one of the thread creating the stream;
   // the arena captures the environment it is initialized under and runs every kernel with it.
-  EmuStream(EmuDevice* dev, std::shared_ptr<EmuStreamSet> set, std::uint64_t seed, int threads);
+  EmuStream(EmuDevice* dev, std::shared_ptr<EmuStreamSet> set, std::uint64_t seed, int threads)
+      : EmuStreamBase(dev, this),
+        dev_(dev),
+        set_(std::move(set)),
+        rng_(seed),
+        arena_(threads > 0 ? threads : tbb::task_arena::automatic) {
+    {
+      DefaultFpEnv fp;
+      arena_.initialize();
+    }
+    worker_ = std::thread([this] {
+      DefaultFpEnv fp;
+      run();
+    });
+    std::lock_guard<std::mutex> lock(set_->m);
+    set_->live.insert(this);
+  }
   ~EmuStream() override {
     {
       // Out of the set first: a marker (see mark) queued after the worker stopped would never run.
@@ -416,15 +412,13 @@ class EmuStream final : public EmuStreamBase {
   EmuDevice* dev_;
   std::shared_ptr<EmuStreamSet> set_;
   std::mt19937_64 rng_;
-  // Kernels and host tasks of this stream run in an arena of its own, which no other stream's
-  // thread enters. In
+  // Kernels of this stream run in an arena of its own, which no other stream's thread enters. In
   // one arena shared by the device's streams, a oneTBB worker ran a stream's kernel in its place
   // when the arena's slots were taken, and a stream's thread waiting for its own launch ran ranges
   // of another stream's: hand-offs inside oneTBB's scheduler, which ThreadSanitizer cannot see
   // (Debian's libtbb is not instrumented), so under the tsan preset (oneTBB without workers:
   // tests/tsan_tbb_serial.cpp) kernels read what their stream had ordered before them as races.
   tbb::task_arena arena_;
-  std::unique_ptr<StreamWorkers> workers_;  // observes arena_: declared after it, gone before it
   std::mutex m_;
   std::condition_variable cv_, idle_;
   std::deque<Task> q_;
@@ -1010,7 +1004,7 @@ class EmuDevice final : public Device {
   // Kernels run inside their stream's arena, so they use its threads, not the caller's.
   template <class F>
   void kernel(StreamView s, F fn) {
-    stream(s).push({std::move(fn), false});
+    stream(s).push({std::move(fn), false, true});
   }
 
   std::uint64_t next_seed() { return options_.seed * 0x9E3779B97F4A7C15ull + streams_.fetch_add(1); }
@@ -1065,25 +1059,6 @@ EmuStreamBase* EmuStreamBase::find(const void* p) {
   return it == stream_registry().end() ? nullptr : it->second;
 }
 
-EmuStream::EmuStream(EmuDevice* dev, std::shared_ptr<EmuStreamSet> set, std::uint64_t seed, int threads)
-    : EmuStreamBase(dev, this),
-      dev_(dev),
-      set_(std::move(set)),
-      rng_(seed),
-      arena_(threads > 0 ? threads : tbb::task_arena::automatic) {
-  {
-    DefaultFpEnv fp;
-    arena_.initialize();
-  }
-  workers_ = std::make_unique<StreamWorkers>(arena_, dev->id());
-  worker_ = std::thread([this] {
-    DefaultFpEnv fp;
-    run();
-  });
-  std::lock_guard<std::mutex> lock(set_->m);
-  set_->live.insert(this);
-}
-
 void EmuStream::run() {
   t_worker_of = dev_->id();
   const int max_delay = dev_->max_delay_us();
@@ -1098,10 +1073,12 @@ void EmuStream::run() {
     }
     if (max_delay > 0)
       std::this_thread::sleep_for(std::chrono::microseconds(rng_() % static_cast<std::uint64_t>(max_delay + 1)));
-    if (t.control) {
-      t.fn();  // event records and waits: outside the arena, which a wait would hold
-    } else if (dev_->admit()) {
-      arena_.execute(t.fn);
+    if (t.control || dev_->admit()) {
+      if (t.kernel) {
+        arena_.execute(t.fn);
+      } else {
+        t.fn();
+      }
     }
     // What the task captured goes before the task counts as done (as CUDA destroys a host
     // function's data inside its callback): a caller that synchronized and then drops its last

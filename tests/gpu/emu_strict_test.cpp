@@ -4,8 +4,6 @@
 // the registered ranges as cudaHostRegister does. Frees wait for the device, as cudaFree does.
 
 #include <gtest/gtest.h>
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
 
 #include <atomic>
 #include <chrono>
@@ -247,34 +245,6 @@ TEST_F(EmuStrictTest, FreeFromAHostTaskIsRefused) {
     h = PinnedBuffer();
   });
   expect_refused({"free of device memory", "(256 bytes) from a stream task", "cudaErrorNotPermitted"});
-}
-
-// ...and from a oneTBB thread running a range of the host task's own loop (the cached engine's
-// host tasks fan their rows out so): refused as well, where the free used to wait for the task
-// that runs the loop, forever. Skipped where no oneTBB worker joins the loop (one core, or the
-// tsan preset's serial oneTBB).
-TEST(EmuStrict, FreeFromAHostTasksLoopIsRefusedOnEveryThread) {
-  EmuOptions o;
-  o.capacity = std::size_t{16} << 20;
-  o.threads = 2;
-  auto dev = make_emu_device(o).value();
-  auto s = dev->create_stream().value();
-  auto d = dev->allocate(256).value();
-  std::atomic<bool> freed{false};
-  dev->host_task(s.view(), [&] {
-    const std::thread::id stream = std::this_thread::get_id();
-    tbb::parallel_for(tbb::blocked_range<int>(0, 256, 1), [&](const tbb::blocked_range<int>&) {
-      if (std::this_thread::get_id() == stream) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));  // leave ranges to a worker
-      } else if (!freed.exchange(true)) {
-        d = DeviceBuffer();
-      }
-    });
-  });
-  const Status st = dev->synchronize(s.view());
-  if (!freed) GTEST_SKIP() << "no oneTBB worker joined the host task's loop";
-  ASSERT_FALSE(st.is_ok()) << "the free from the loop's worker was not refused";
-  EXPECT_NE(st.message().find("(256 bytes) from a stream task"), std::string::npos) << st.message();
 }
 
 // What a host task captured is gone once the stream passed the task (as the cuda backend destroys
