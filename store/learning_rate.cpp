@@ -1,13 +1,15 @@
-// Store::set_learning_rate / learning_rate: the learning rate in force lives in config_ (every
-// engine reads its table's optimizer spec from there at backward); implementations that copy the
-// spec are told through learning_rate_changed. On a world of several ranks each rank updates its
-// own shards, so a rate change is a collective: every rank checks its own call, then the ranks
-// compare what they are setting, and all apply it or none does.
+// Store::set_learning_rate / learning_rate / set_step: what a backward reads besides the rows.
+// The learning rate in force lives in config_ (every engine reads its table's optimizer spec from
+// there at backward); implementations that copy the spec are told through learning_rate_changed.
+// The step counter is step_ (backward passes step_ + 1 to the engines). On a world of several
+// ranks each rank updates its own shards, so a change of either is a collective: every rank checks
+// its own call, then the ranks compare what they are setting, and all apply it or none does.
 
 #include <cmath>
 #include <vector>
 
 #include "dispatch/agreement.hpp"
+#include "store/detail/batch_checks.hpp"
 #include "store/detail/config_agreement.hpp"
 #include "store/store.hpp"
 
@@ -79,6 +81,19 @@ Status Store::set_learning_rate(float learning_rate) {
     if (local.is_ok()) local = check_rate(t.spec.name, learning_rate);
   STRATA_RETURN_IF_ERROR(agree_on_rate(world(), config_, {step_, kEveryTable, learning_rate}, local));
   for (std::size_t t = 0; t < config_.tables.size(); ++t) apply_learning_rate(static_cast<int>(t), learning_rate);
+  return Status::ok();
+}
+
+Status Store::set_step(std::int64_t step) {
+  Status local;
+  if (step < 0)
+    local = Status::invalid_argument("set_step: step " + std::to_string(step) + " (expected a step count >= 0)");
+  else if (in_flight() > 0)
+    local = detail::busy("set_step", in_flight());
+  // The step is an argument of the agreement: ranks that set different steps are refused by it.
+  dispatch::Communicator* comm = world();
+  STRATA_RETURN_IF_ERROR(comm ? dispatch::agree(*comm, {"set_step", step, 0, 0}, local) : local);
+  step_ = step;
   return Status::ok();
 }
 

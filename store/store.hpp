@@ -107,7 +107,18 @@ class Store {
   /// Index of a table by name, or NotFound.
   Result<int> table_index(const std::string& name) const;
   /// Number of backward() calls applied so far (Adam's step t is step() + 1 in the next backward).
+  /// Restored by load() and set_step(); write_rows() leaves it alone.
   std::int64_t step() const noexcept { return step_; }
+  /// Sets step() (for a trainer that restores a store from rows it saved itself: read_rows and
+  /// write_rows carry the rows and their optimizer state, learning_rate and set_learning_rate the
+  /// rates, step and set_step the step counter; together they are what save/load restores). The
+  /// next backward is step `step + 1` (Adam's bias correction). Errors (nothing changes):
+  /// InvalidArgument for `step` < 0, FailedPrecondition with batches in flight (their backward
+  /// would take a step of the old count or the new). On a store opened as a rank of a world of
+  /// several ranks it is a collective like set_learning_rate: every rank sets the same step; a rank
+  /// whose call is refused, or ranks that set different steps, fail every rank ("ranks disagree
+  /// on the step: rank 0 at set_step(5), rank 1 at set_step(6)") and no rank's step changes.
+  Status set_step(std::int64_t step);
 
   /// Validates `batch` (known tables, each at most once, one batch size, offsets, key ranges,
   /// weights) and dedups its keys. Fails with AlreadyExists when `batch_id` is in flight.
@@ -217,9 +228,11 @@ class Store {
   /// Copies rows [row0, row0+n) of a table: weights (n, dim) and, when non-null, optimizer state
   /// (n, state_dim), into host buffers. Sees every applied backward. After a device fault, a
   /// cached table reads from host memory when no backward was applied since the last flush, and
-  /// fails with DataLoss (naming the steps lost) otherwise.
+  /// fails with DataLoss (naming the steps lost) otherwise. Rows only: the rest of what the next
+  /// backward reads is learning_rate() and step() (see set_step).
   virtual Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) = 0;
   /// Overwrites rows [row0, row0+n) (weights, and state when non-null). Fails if batches are in flight.
+  /// Rows only: the learning rates and step() stay as they are (set_learning_rate, set_step).
   virtual Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) = 0;
   /// Sets the learning rate of one table, used from the next backward() on (batches already in
   /// flight included; schedules such as warm-up or decay call it between steps). `learning_rate`

@@ -13,14 +13,62 @@ std::string shape_of(const py::array& a) {
 
 std::string dtype_of(const py::array& a) { return py::str(a.dtype()).cast<std::string>(); }
 
-std::string type_name(py::handle obj) { return py::str(py::type::of(obj).attr("__name__")).cast<std::string>(); }
-
 // A torch tensor, duck-typed: the module does not link libtorch.
 bool is_tensor(py::handle obj) {
   return py::hasattr(obj, "device") && py::hasattr(obj, "detach") && !py::isinstance<py::array>(obj);
 }
 
 }  // namespace
+
+std::string type_name(py::handle obj) { return py::str(py::type::of(obj).attr("__name__")).cast<std::string>(); }
+
+std::int64_t to_int(py::handle obj, const std::string& what) {
+  if (py::isinstance<py::bool_>(obj) || py::isinstance(obj, py::module_::import("numpy").attr("bool_")) ||
+      !PyIndex_Check(obj.ptr()))
+    throw py::type_error(what + " is a " + type_name(obj) + " (expected an int)");
+  py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(obj.ptr()));
+  if (!i) {  // an __index__ that refused (a float tensor, a tensor of several elements)
+    PyErr_Clear();
+    throw py::type_error(what + " is a " + type_name(obj) + " that is not an integer (expected an int)");
+  }
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+  if (overflow)
+    throw py::value_error(what + " " + py::repr(i).cast<std::string>() +
+                          " is out of range (expected an int64: from -2^63 to 2^63 - 1)");
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  return static_cast<std::int64_t>(v);
+}
+
+double to_number(py::handle obj, const std::string& what) {
+  const bool text = py::isinstance<py::str>(obj) || py::isinstance<py::bytes>(obj);
+  if (!text && !py::isinstance<py::bool_>(obj) && !py::isinstance(obj, py::module_::import("numpy").attr("bool_"))) {
+    const double d = PyFloat_AsDouble(obj.ptr());
+    if (!(d == -1.0 && PyErr_Occurred())) return d;
+    PyErr_Clear();  // no __float__ (or __index__), or one that refused (a tensor of several elements)
+  }
+  throw py::type_error(what + " is a " + type_name(obj) + " (expected a number)");
+}
+
+std::string to_name(py::handle obj, const std::string& what) {
+  if (!py::isinstance<py::str>(obj))
+    throw py::type_error(what + " is a " + type_name(obj) + " (expected a table name: str)");
+  return obj.cast<std::string>();
+}
+
+std::string to_path(py::handle obj, const std::string& what) {
+  const py::module_ os = py::module_::import("os");
+  if (!py::isinstance<py::str>(obj) && !py::isinstance<py::bytes>(obj) && !py::isinstance(obj, os.attr("PathLike")))
+    throw py::type_error(what + " is a " + type_name(obj) + " (expected a path: str, bytes or os.PathLike)");
+  py::object p;
+  try {
+    p = os.attr("fsdecode")(obj);  // a PathLike's __fspath__ may return anything
+  } catch (py::error_already_set&) {
+    throw py::type_error(what + " is a " + type_name(obj) + " whose __fspath__ gives no str or bytes (expected a " +
+                         "path: str, bytes or os.PathLike)");
+  }
+  return p.cast<std::string>();
+}
 
 void throw_if_error(const Status& s) {
   switch (s.code()) {
@@ -97,7 +145,7 @@ py::object entry(const py::dict& d, const char* name, const char* alias) {
 
 KeyBatch to_key_batch(py::handle features) {
   if (!py::isinstance<py::dict>(features))
-    throw py::type_error("features is a " + py::str(py::type::of(features).attr("__name__")).cast<std::string>() +
+    throw py::type_error("features is a " + type_name(features) +
                          " (expected a dict {table: {'keys': ..., 'offsets' or 'lengths': ..., 'weights': ...}})");
   KeyBatch batch;
   for (auto [key, value] : py::reinterpret_borrow<py::dict>(features)) {
@@ -107,8 +155,7 @@ KeyBatch to_key_batch(py::handle features) {
     f.table = key.cast<std::string>();
     const std::string who = "table '" + f.table + "': ";
     if (!py::isinstance<py::dict>(value))
-      throw py::type_error(who + "features value is a " +
-                           py::str(py::type::of(value).attr("__name__")).cast<std::string>() +
+      throw py::type_error(who + "features value is a " + type_name(value) +
                            " (expected a dict with 'keys' and 'offsets' or 'lengths')");
     const py::dict d = py::reinterpret_borrow<py::dict>(value);
     for (auto [k, v] : d) {

@@ -19,6 +19,23 @@ namespace strata::python {
 
 namespace py = pybind11;
 
+/// The name of `obj`'s type, for messages ("int", "Tensor").
+std::string type_name(py::handle obj);
+
+/// The scalar arguments of the public calls. Each raises TypeError naming the argument (`what`:
+/// "batch_id", "table") and what was expected when `obj` has another type, so that no call reaches
+/// pybind11's generic cast error:
+///  - to_int: an int, or an integer with __index__ (NumPy integers, integer 0-d tensors); not a
+///    bool, a float or a str. ValueError when it does not fit int64.
+///  - to_number: an int or a float, or a real with __float__ (NumPy floats, 0-d tensors); not a
+///    bool or a str.
+///  - to_name: a str (a table name).
+///  - to_path: a str, bytes or os.PathLike (decoded with os.fsdecode).
+std::int64_t to_int(py::handle obj, const std::string& what);
+double to_number(py::handle obj, const std::string& what);
+std::string to_name(py::handle obj, const std::string& what);
+std::string to_path(py::handle obj, const std::string& what);
+
 /// Raises the Python exception that fits `s` (ValueError for bad arguments, unknown tables and
 /// batch ids; RuntimeError otherwise) with the Status text; returns when `s` is OK.
 void throw_if_error(const Status& s);

@@ -110,7 +110,7 @@ StreamArg parse_stream(py::handle stream) {
   for (const char* attr : {"cuda_stream", "ptr"})  // torch.cuda.Stream, cupy.cuda.Stream
     if (!py::isinstance<py::int_>(handle) && py::hasattr(handle, attr)) handle = handle.attr(attr);
   if (!py::isinstance<py::int_>(handle) || py::isinstance<py::bool_>(handle))
-    throw py::type_error("stream is a " + py::str(py::type::of(stream).attr("__name__")).cast<std::string>() +
+    throw py::type_error("stream is a " + type_name(stream) +
                          " (expected None, a strata Stream (Store.stream()), a CUDA stream handle as an int "
                          "(torch.cuda.current_stream().cuda_stream) or a torch.cuda.Stream)");
   const py::int_ v = handle.cast<py::int_>();

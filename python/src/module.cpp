@@ -2,6 +2,11 @@
 // the GIL held (python/src/arrays.hpp); every Store call then runs with the GIL released, under a
 // per-store mutex (a Store is driven by one thread at a time; Python threads may share one).
 // Device arrays and streams: python/src/device.hpp.
+//
+// Every argument is taken as a py::handle and converted by the functions of arrays.hpp (to_int,
+// to_name, ...), never by pybind11's casters: a wrong type raises TypeError naming the argument and
+// what was expected ("batch_id is a float (expected an int)") instead of pybind11's generic
+// "Unable to cast Python instance" or "incompatible function arguments".
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -27,15 +32,29 @@ StoreConfig to_config(py::handle config) {
   } else if (py::isinstance<py::dict>(config)) {
     text = py::module_::import("json").attr("dumps")(config).cast<std::string>();
   } else {
-    throw py::type_error("config is a " + py::str(py::type::of(config).attr("__name__")).cast<std::string>() +
-                         " (expected a dict or a JSON string)");
+    throw py::type_error("config is a " + type_name(config) + " (expected a dict or a JSON string)");
   }
   Result<StoreConfig> c = parse_store_config(text);
   throw_if_error(c.status());
   return std::move(c).value();
 }
 
-std::string path_of(py::handle p) { return py::str(py::module_::import("os").attr("fspath")(p)).cast<std::string>(); }
+// The outputs of forward (None: new arrays) or the grads of backward: a sequence of arrays, one per
+// feature in submit order (not a dict, whose order would be its own, nor a str).
+void check_views(py::handle views, const char* what, bool none_allowed) {
+  if (none_allowed && views.is_none()) return;
+  if (py::isinstance<py::dict>(views) || py::isinstance<py::str>(views) || py::isinstance<py::bytes>(views) ||
+      !py::isinstance<py::sequence>(views))
+    throw py::type_error(std::string(what) + " is a " + type_name(views) + " (expected " +
+                         (none_allowed ? "None or " : "") +
+                         "a list of float32 arrays, one per feature in submit order)");
+}
+
+// An optional table name: None or a str.
+py::object optional_name(py::handle table, const std::string& what) {
+  if (table.is_none()) return py::none();
+  return py::str(to_name(table, what));
+}
 
 class PyStore {
  public:
@@ -50,7 +69,8 @@ class PyStore {
     store_ = std::move(s).value();
   }
 
-  void submit(std::int64_t id, py::handle features) {
+  void submit(py::handle batch_id, py::handle features) {
+    const std::int64_t id = to_int(batch_id, "batch_id");
     KeyBatch batch = to_key_batch(features);
     std::vector<Shape> shapes;
     for (const auto& f : batch.features) {
@@ -66,12 +86,15 @@ class PyStore {
     });
   }
 
-  void preview(std::int64_t id, py::handle features) {
+  void preview(py::handle batch_id, py::handle features) {
+    const std::int64_t id = to_int(batch_id, "batch_id");
     const KeyBatch batch = to_key_batch(features);
     call([&](Store& s) { return s.preview(id, batch); });
   }
 
-  py::list forward(std::int64_t id, py::object outputs, py::handle stream) {
+  py::list forward(py::handle batch_id, py::object outputs, py::handle stream) {
+    const std::int64_t id = to_int(batch_id, "batch_id");
+    check_views(outputs, "outputs", true);
     const StreamArg on = parse_stream(stream);
     std::vector<Shape> shapes;
     bool known = false;
@@ -109,10 +132,9 @@ class PyStore {
     return arrays;
   }
 
-  void backward(std::int64_t id, py::handle grads, py::handle stream) {
-    if (py::isinstance<py::dict>(grads) || py::isinstance<py::str>(grads) || !py::isinstance<py::sequence>(grads))
-      throw py::type_error("grads is a " + py::str(py::type::of(grads).attr("__name__")).cast<std::string>() +
-                           " (expected a list of float32 arrays, one per feature in submit order)");
+  void backward(py::handle batch_id, py::handle grads, py::handle stream) {
+    const std::int64_t id = to_int(batch_id, "batch_id");
+    check_views(grads, "grads", false);
     const StreamArg on = parse_stream(stream);
     // `grads` holds the device arrays, `keep` the (C-contiguous) NumPy forms of host ones.
     std::vector<py::array_t<float, py::array::c_style>> keep;
@@ -138,7 +160,8 @@ class PyStore {
     });
   }
 
-  void discard(std::int64_t id) {
+  void discard(py::handle batch_id) {
+    const std::int64_t id = to_int(batch_id, "batch_id");
     call([&](Store& s) {
       Status st = s.discard(id);
       shapes_.erase(id);  // retired either way (discard reports engine errors after retiring)
@@ -146,12 +169,15 @@ class PyStore {
     });
   }
 
-  py::tuple read_rows(const std::string& table, std::int64_t row0, py::object n_obj, py::object out,
+  py::tuple read_rows(py::handle table_obj, py::handle row0_obj, py::handle n_obj, py::object out,
                       py::object state_out) {
+    const std::string table = to_name(table_obj, "table");
+    const std::int64_t row0 = to_int(row0_obj, "row0");
+    const std::int64_t n_given = n_obj.is_none() ? 0 : to_int(n_obj, "n");
     const int t = index(table);
     const TableSpec& spec = store_->config().tables[static_cast<std::size_t>(t)].spec;
     const std::int32_t sd = optimizer_state_dim(spec.optimizer.kind, spec.dim);
-    const std::int64_t n = n_obj.is_none() ? spec.rows - row0 : n_obj.cast<std::int64_t>();
+    const std::int64_t n = n_obj.is_none() ? spec.rows - row0 : n_given;
     if (row0 < 0 || n < 0 || row0 > spec.rows || n > spec.rows - row0)
       call([&](Store& s) { return s.read_rows(t, row0, n, nullptr, nullptr); });  // the store's words for it
     py::array_t<float> w = out.is_none() ? py::array_t<float>({n, static_cast<std::int64_t>(spec.dim)})
@@ -166,7 +192,9 @@ class PyStore {
     return py::make_tuple(w, st);
   }
 
-  void write_rows(const std::string& table, std::int64_t row0, py::handle weights, py::object state) {
+  void write_rows(py::handle table_obj, py::handle row0_obj, py::handle weights, py::object state) {
+    const std::string table = to_name(table_obj, "table");
+    const std::int64_t row0 = to_int(row0_obj, "row0");
     const int t = index(table);
     const TableSpec& spec = store_->config().tables[static_cast<std::size_t>(t)].spec;
     const std::int32_t sd = optimizer_state_dim(spec.optimizer.kind, spec.dim);
@@ -185,7 +213,9 @@ class PyStore {
     call([&](Store& s) { return s.write_rows(t, row0, n, w.data(), sp); });
   }
 
-  void set_learning_rate(double rate, py::object table) {
+  void set_learning_rate(py::handle lr_obj, py::handle table_obj) {
+    const double rate = to_number(lr_obj, "lr");
+    const py::object table = optional_name(table_obj, "table");
     // Python floats are doubles: a rate float32 cannot hold (1e-50 would read as 0, 1e39 as inf) is
     // refused here in the caller's words rather than by the store's check of the narrowed value.
     const auto lr = static_cast<float>(rate);
@@ -202,7 +232,8 @@ class PyStore {
     }
   }
 
-  float learning_rate(const std::string& table) {
+  float learning_rate(py::handle table_obj) {
+    const std::string table = to_name(table_obj, "table");
     float lr = 0;
     call([&](Store& s) {
       auto r = s.learning_rate(table);
@@ -210,6 +241,11 @@ class PyStore {
       return r.status();
     });
     return lr;
+  }
+
+  void set_step(py::handle step_obj) {
+    const std::int64_t step = to_int(step_obj, "step");
+    call([&](Store& s) { return s.set_step(step); });
   }
 
   py::dict stats() {
@@ -384,9 +420,10 @@ NumPy arrays or CPU tensors (int64; int32 widened); outputs and gradients float3
 in host memory or in the store's device memory (objects with __cuda_array_interface__).
 Bad input raises ValueError/TypeError (RuntimeError for state and device errors) and changes
 nothing. Calls release the GIL; one call runs at a time per store.)")
-      .def(py::init<py::handle>(), py::arg("config"))
+      .def(py::init<py::handle>(), py::arg("config"), "config: a dict or a JSON string (README, \"Using the store\").")
       .def("submit", &PyStore::submit, py::arg("batch_id"), py::arg("features"),
-           "Validates and submits a batch: {table: {'keys', 'offsets' | 'lengths', ['weights']}}.")
+           "Validates and submits a batch (batch_id: an int) of features {table: {'keys', 'offsets' | 'lengths', "
+           "['weights']}}.")
       .def("preview", &PyStore::preview, py::arg("batch_id"), py::arg("features"),
            "Announces the keys of a batch to be submitted later (cache planning only).")
       .def("drop_previews",
@@ -409,19 +446,21 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
            "Applies gradients (float32, shaped as forward's outputs and in their memory: host or device) with the "
            "fused optimizer and retires the batch. `stream` as for forward (stream-ordered: the gradients are read "
            "before what is queued on the stream after the call; store/store.hpp says what the host waits for).")
-      .def("discard", &PyStore::discard, py::arg("batch_id"))
+      .def("discard", &PyStore::discard, py::arg("batch_id"), "Retires a submitted batch without backward.")
       .def("flush", [](PyStore& p) { p.call([](Store& s) { return s.flush(); }); })
       .def(
           "save",
           [](PyStore& p, py::handle dir) {
-            const std::string d = path_of(dir);
+            const std::string d = to_path(dir, "dir");
             p.call([&](Store& s) { return s.save(d); });
           },
-          py::arg("dir"))
+          py::arg("dir"),
+          "Writes a checkpoint (dir: a path) of every table's rows and optimizer state, each table's learning rate "
+          "and the step.")
       .def(
           "load",
           [](PyStore& p, py::handle dir) {
-            const std::string d = path_of(dir);
+            const std::string d = to_path(dir, "dir");
             p.call([&](Store& s) { return s.load(d); });
           },
           py::arg("dir"),
@@ -429,27 +468,37 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
           "(the checkpoint's rate wins over the config's; call set_learning_rate after load to change it).")
       .def(
           "export_npy",
-          [](PyStore& p, const std::string& table, py::handle path) {
-            const std::string f = path_of(path);
-            p.call([&](Store& s) { return s.export_npy(table, f); });
+          [](PyStore& p, py::handle table, py::handle path) {
+            const std::string t = to_name(table, "table"), f = to_path(path, "path");
+            p.call([&](Store& s) { return s.export_npy(t, f); });
           },
-          py::arg("table"), py::arg("path"))
+          py::arg("table"), py::arg("path"), "Writes a table's weights as a .npy file (rows, dim) float32.")
       .def(
           "import_npy",
-          [](PyStore& p, const std::string& table, py::handle path) {
-            const std::string f = path_of(path);
-            p.call([&](Store& s) { return s.import_npy(table, f); });
+          [](PyStore& p, py::handle table, py::handle path) {
+            const std::string t = to_name(table, "table"), f = to_path(path, "path");
+            p.call([&](Store& s) { return s.import_npy(t, f); });
           },
-          py::arg("table"), py::arg("path"))
+          py::arg("table"), py::arg("path"),
+          "Replaces a table's weights from a .npy file (rows, dim) float32 (optimizer state, rates and step "
+          "unchanged).")
       .def("read_rows", &PyStore::read_rows, py::arg("table"), py::arg("row0") = 0, py::arg("n") = py::none(),
            py::arg("out") = py::none(), py::arg("state_out") = py::none(),
            "Returns (weights (n, dim), state (n, state_dim)) of rows [row0, row0 + n) (n: to the end), written "
-           "into `out`/`state_out` when given (as forward's outputs).")
+           "into `out`/`state_out` when given (as forward's outputs). Rows only: learning_rate() and step hold the "
+           "rest of what the next backward reads.")
       .def("write_rows", &PyStore::write_rows, py::arg("table"), py::arg("row0"), py::arg("weights"),
-           py::arg("state") = py::none(), "Overwrites rows [row0, row0 + len(weights)) (and their state when given).")
+           py::arg("state") = py::none(),
+           "Overwrites rows [row0, row0 + len(weights)) (and their state when given). Rows only: the learning rates "
+           "and the step stay (set_learning_rate, set_step).")
       .def("set_learning_rate", &PyStore::set_learning_rate, py::arg("lr"), py::arg("table") = py::none(),
-           "Sets a table's learning rate (every table's when table is None), used from the next backward.")
-      .def("learning_rate", &PyStore::learning_rate, py::arg("table"))
+           "Sets a table's learning rate (lr: a number; every table's when table is None), used from the next "
+           "backward.")
+      .def("learning_rate", &PyStore::learning_rate, py::arg("table"), "The learning rate in force for a table.")
+      .def("set_step", &PyStore::set_step, py::arg("step"),
+           "Sets the step counter (an int >= 0; the property `step`) with no batch in flight: the next backward is "
+           "step + 1 (Adam's bias correction). With read_rows/write_rows and learning_rate/set_learning_rate it "
+           "restores what load() restores from a checkpoint.")
       .def("stats", &PyStore::stats,
            "Counters since open (StoreStats): 'cache' per cached table, 'links' (bytes per link; 'host_copy': "
            "activations copied through host memory, 0 while every view is a device array), 'device_peak_bytes', "
@@ -463,12 +512,20 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
           "A new Stream of the store's device (RuntimeError without one).")
       .def(
           "device_array",
-          [](PyStore& p, std::pair<std::int64_t, std::int64_t> shape) {
-            return make_device_array(p.device(), shape.first, shape.second);
+          [](PyStore& p, py::handle shape) {
+            if (!py::isinstance<py::tuple>(shape) && !py::isinstance<py::list>(shape))
+              throw py::type_error("shape is a " + type_name(shape) + " (expected (rows, cols): a tuple of two ints)");
+            if (py::len(shape) != 2)
+              throw py::value_error("shape " + py::repr(shape).cast<std::string>() +
+                                    " (expected (rows, cols): a tuple of two ints)");
+            const py::sequence rc = py::reinterpret_borrow<py::sequence>(shape);
+            return make_device_array(p.device(), to_int(rc[0], "shape[0]"), to_int(rc[1], "shape[1]"));
           },
           py::keep_alive<0, 1>(), py::arg("shape"),
           "A new DeviceArray of `shape` (rows, cols) float32 in the store's device memory (uninitialized).")
-      .def_property_readonly("step", [](PyStore& p) { return p.read([](Store& s) { return s.step(); }); })
+      .def_property_readonly(
+          "step", [](PyStore& p) { return p.read([](Store& s) { return s.step(); }); },
+          "Backward calls applied so far (restored by load and set_step).")
       .def_property_readonly("in_flight", [](PyStore& p) { return p.read([](Store& s) { return s.in_flight(); }); })
       .def_property_readonly("previewed", [](PyStore& p) { return p.read([](Store& s) { return s.previewed(); }); })
       .def_property_readonly("config", [](PyStore& p) {

@@ -20,7 +20,9 @@ optional ``stream=``: a ``strata.Stream`` (``Store.stream()``), a CUDA stream ha
 stream-ordered calls, without one the synchronous calls. Keys stay host memory: keys on a CUDA
 device are refused (ValueError), not copied. Bad input raises ValueError or TypeError (and
 RuntimeError for calls in the wrong state or device errors) with the C++ Status message, and
-changes nothing.
+changes nothing; an argument of a wrong type raises TypeError naming it and what was expected
+("batch_id is a float (expected an int)"). Ints may be NumPy integers, numbers NumPy floats or 0-d
+tensors, paths str, bytes or os.PathLike; bools are neither ints nor numbers.
 """
 
 from strata._strata import DeviceArray, Store, Stream

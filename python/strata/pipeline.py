@@ -5,6 +5,7 @@ Used through ``strata.torch.pipelined``; works with any module that has ``submit
 
 import collections
 import itertools
+import numbers
 
 __all__ = ["pipelined"]
 
@@ -16,16 +17,35 @@ def pipelined(module, batches, sparse=None, ahead=1, preview=0):
     next ``ahead`` are submitted (so a cached store prefetches their rows) and the ``preview``
     after those are previewed (their keys steer the lookahead cache; needs ``cache.preview`` >=
     ``preview`` in the store config). ``sparse(batch)`` picks the sparse features out of a batch
-    (default: the batch itself). So ``ahead`` + 1 batches are in flight while the trainer works on
+    (default: the batch itself). Its arguments are checked at the call (TypeError or ValueError
+    naming the argument), before anything is submitted. So ``ahead`` + 1 batches are in flight while the trainer works on
     one (the next is submitted when it asks for it): ``ahead`` + 1 must not exceed
     ``cache.max_in_flight``. When the generator closes (the loop ended, stopped with ``break`` or
     an exception, or ``close()``), the batches it submitted and that were never forwarded, yielded
     or not, are discarded, and the previews dropped. A batch forwarded and not yet backpropagated
     is the module's (``discard_in_flight()``)."""
+    for name in ("submit", "preview", "submit_previewed", "store"):
+        if not hasattr(module, name):
+            raise TypeError(f"module is a {type(module).__name__} without {name} (expected a module with submit, "
+                            "preview, submit_previewed and store: strata.torch.EmbeddingBagCollection)")
+    for name, value in (("ahead", ahead), ("preview", preview)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"{name} is a {type(value).__name__} (expected an int >= 0)")
     if ahead < 0 or preview < 0:
         raise ValueError(f"ahead {ahead} and preview {preview} (expected >= 0)")
+    if sparse is not None and not callable(sparse):
+        raise TypeError(f"sparse is a {type(sparse).__name__} (expected None or a function of a batch)")
     pick = sparse if sparse is not None else (lambda b: b)
-    it = iter(batches)
+    try:
+        it = iter(batches)
+    except TypeError:
+        raise TypeError(f"batches is a {type(batches).__name__} (expected an iterable of batches: a data loader, "
+                        "a list, a generator)") from None
+    return _pipeline(module, it, pick, ahead, preview)  # arguments checked at the call, not at the first next()
+
+
+def _pipeline(module, it, pick, ahead, preview):
+    """The generator of ``pipelined`` over the iterator ``it``."""
     window = collections.deque()  # [batch, SubmittedBatch or previewed id]; the front is the current one
     yielded = []  # SubmittedBatches yielded before the current one and not forwarded yet
     exhausted = False

@@ -47,7 +47,9 @@ tables only is refused with ``device="cuda"``, as is a torch without CUDA. Keys 
 are refused (ValueError), not copied; keep the data loader's sparse features on the CPU.
 """
 
+import collections.abc
 import json
+import numbers
 import threading
 
 import numpy as np
@@ -64,8 +66,21 @@ class KeyedEmbeddings:
     """The outputs of one forward, by feature (like TorchRec's ``KeyedTensor``)."""
 
     def __init__(self, keys, tensors):
+        if isinstance(keys, str) or not isinstance(keys, collections.abc.Iterable):
+            raise TypeError(f"keys is a {type(keys).__name__} (expected a list of feature names)")
+        if not isinstance(tensors, collections.abc.Iterable):
+            raise TypeError(f"tensors is a {type(tensors).__name__} (expected a list of tensors, one per key)")
         self._keys = list(keys)
         self._tensors = list(tensors)
+        bad = [k for k in self._keys if not isinstance(k, str)]
+        if bad:
+            raise TypeError(f"keys holds a {type(bad[0]).__name__} (expected feature names: str)")
+        bad = [t for t in self._tensors if not isinstance(t, torch.Tensor)]
+        if bad:
+            raise TypeError(f"tensors holds a {type(bad[0]).__name__} (expected tensors)")
+        if len(self._keys) != len(self._tensors):
+            raise ValueError(f"keys has {len(self._keys)} names and tensors {len(self._tensors)} tensors (expected "
+                             "one tensor per key)")
 
     def keys(self):
         """Feature (table) names, in the order of the input."""
@@ -76,6 +91,10 @@ class KeyedEmbeddings:
         return dict(zip(self._keys, self._tensors))
 
     def __getitem__(self, key):
+        if not isinstance(key, str):
+            raise TypeError(f"key is a {type(key).__name__} (expected a feature name: str, one of {self._keys})")
+        if key not in self._keys:
+            raise ValueError(f"feature {key!r} is not in these embeddings (expected one of {self._keys})")
         return self._tensors[self._keys.index(key)]
 
     def __len__(self):
@@ -93,6 +112,10 @@ class SubmittedBatch:
     __slots__ = ("owner", "batch_id", "tables", "forwarded")
 
     def __init__(self, owner, batch_id, tables):
+        if isinstance(batch_id, bool) or not isinstance(batch_id, numbers.Integral):
+            raise TypeError(f"batch_id is a {type(batch_id).__name__} (expected an int)")
+        if not isinstance(tables, list):
+            raise TypeError(f"tables is a {type(tables).__name__} (expected a list of (name, (rows, dim)))")
         self.owner = owner
         self.batch_id = batch_id
         self.tables = tables
@@ -118,7 +141,12 @@ class _Lookup(torch.autograd.Function):
 
 def _check_device(device):
     """The module's device: cpu, or cuda with its index (torch's current device for "cuda")."""
-    device = torch.device(device)
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device is a {type(device).__name__} (expected 'cpu', 'cuda', 'cuda:N' or a torch.device)")
+    try:
+        device = torch.device(device)
+    except RuntimeError as e:  # torch's words for a string it does not parse
+        raise ValueError(f"device {device!r} (expected 'cpu', 'cuda', 'cuda:N' or a torch.device): {e}") from None
     if device.type == "cpu":
         return device
     if device.type != "cuda":
@@ -167,16 +195,18 @@ def _features_of(batch):
             features[name] = f
         return features
     raise TypeError(
-        f"features is a {type(batch).__name__} (expected a dict {{table: {{'keys', 'lengths' or 'offsets', "
-        "'weights'}}}}, a KeyedJaggedTensor or a SubmittedBatch)")
+        f"batch is a {type(batch).__name__} (expected a dict {{table: {{'keys', 'lengths' or 'offsets', "
+        "'weights'}} or a KeyedJaggedTensor; forward takes a SubmittedBatch too)")
 
 
 class EmbeddingBagCollection(nn.Module):
     """Embedding tables held in a ``strata.Store`` (any placement mode), trained by the store's
     fused optimizer. ``config``: the store config as a dict or JSON string (README, "Using the
-    store"). ``state_dict()`` holds ``tables.<name>.weight`` (rows, dim), ``tables.<name>.
-    optimizer_state`` (rows, state_dim; absent for sgd) and ``tables.<name>.learning_rate`` per
-    table; Adam's step counter is store-wide and only in checkpoints (``store.save``)."""
+    store"). ``state_dict()`` holds everything the next update reads: ``tables.<name>.weight``
+    (rows, dim), ``tables.<name>.optimizer_state`` (rows, state_dim; absent for sgd) and
+    ``tables.<name>.learning_rate`` per table, and ``step``, the store's step counter (an int64
+    scalar tensor; Adam's bias correction reads it). A module that loads it continues bit for bit as
+    the one that saved it (see ``load_state_dict``)."""
 
     def __init__(self, config, device="cpu"):
         super().__init__()
@@ -317,16 +347,29 @@ class EmbeddingBagCollection(nn.Module):
 
     # ---- learning rate ----
     def set_learning_rate(self, lr, table=None):
-        """Sets a table's learning rate (every table's when table is None) from the next backward.
-        The rates are part of ``state_dict()`` and of the store's checkpoints: loading either
-        replaces the rates in force, also those of a new config (set them again after loading to
-        change them)."""
-        self.store.set_learning_rate(float(lr), table)
+        """Sets a table's learning rate (lr: a number; every table's when table is None) from the
+        next backward. The rates are part of ``state_dict()`` and of the store's checkpoints:
+        loading either replaces the rates in force, also those of a new config (set them again
+        after loading to change them)."""
+        self.store.set_learning_rate(lr, table)
 
     def learning_rate(self, table):
         return self.store.learning_rate(table)
 
-    # ---- state dict: table weights and optimizer state by table name ----
+    # ---- state dict: table weights, optimizer state and rates by table name, and the step ----
+    def _state_dim(self, name):
+        return self.store.read_rows(name, 0, 0)[1].shape[1]
+
+    def _state_keys(self):
+        """The keys of state_dict() (without prefix): what the next update reads."""
+        keys = ["step"]
+        for name in self._tables:
+            keys.append(f"tables.{name}.weight")
+            if self._state_dim(name) > 0:
+                keys.append(f"tables.{name}.optimizer_state")
+            keys.append(f"tables.{name}.learning_rate")
+        return keys
+
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         for name in self._tables:
             weights, state = self.store.read_rows(name)
@@ -334,18 +377,36 @@ class EmbeddingBagCollection(nn.Module):
             if state.shape[1] > 0:
                 destination[f"{prefix}tables.{name}.optimizer_state"] = torch.from_numpy(state)
             destination[f"{prefix}tables.{name}.learning_rate"] = torch.tensor(self.store.learning_rate(name))
+        destination[f"{prefix}step"] = torch.tensor(self.store.step, dtype=torch.int64)
 
     def load_state_dict(self, state_dict, strict=True):
-        """Loads table weights (and optimizer state and learning rate where given): tensors or
-        NumPy arrays of float32, rates as numbers that float32 holds. Every entry is checked before
-        any row changes: on an error (a wrong shape, type or dtype, a bad rate, and with ``strict``
-        a missing or unexpected key) it raises RuntimeError and the tables are unchanged. Nested in
-        another module, torch loads each submodule in turn: an error elsewhere in the parent's
-        state dict (a missing or unexpected key of another module) raises after the tables were
-        loaded, as it does after torch's own parameters were copied."""
+        """Loads what ``state_dict()`` holds: table weights, optimizer state (tensors or NumPy
+        arrays of float32), learning rates (numbers that float32 holds) and ``step`` (an integer
+        >= 0: an int, a 0-d integer tensor or NumPy array), then continues bit for bit as the
+        module that saved it.
+
+        With ``strict`` (the default) every entry of ``state_dict()`` must be there: a state_dict
+        without ``step`` (saved before the step was part of it) or without a table's optimizer
+        state or rate is refused, since the module would continue from its own, silently another
+        run's. Load such a state_dict with ``strict=False``: it loads what is there and reports the
+        rest in ``missing_keys``, which keep the module's current values (set the step with
+        ``module.store.set_step(n)`` if you know it). A table's optimizer state without its weight
+        is refused either way.
+
+        Every entry is checked before any row changes: on an error (a wrong shape, type or dtype,
+        a bad rate or step, and with ``strict`` a missing or unexpected key) it raises RuntimeError
+        naming the entry, and nothing is changed. Nested in another module, torch loads each
+        submodule in turn: an error elsewhere in the parent's state dict (a missing or unexpected
+        key of another module) raises after the tables were loaded, as it does after torch's own
+        parameters were copied."""
+        if not isinstance(state_dict, collections.abc.Mapping):
+            raise TypeError(f"state_dict is a {type(state_dict).__name__} (expected a mapping of names to tensors, "
+                            "as state_dict() returns)")
+        if not isinstance(strict, bool):
+            raise TypeError(f"strict is a {type(strict).__name__} (expected a bool)")
         if strict:
-            want = {f"tables.{n}.weight" for n in self._tables}
-            known = want | {f"tables.{n}.{s}" for n in self._tables for s in ("optimizer_state", "learning_rate")}
+            want = set(self._state_keys())
+            known = want | {f"tables.{n}.optimizer_state" for n in self._tables}
             missing, unexpected = sorted(want - set(state_dict)), sorted(set(state_dict) - known)
             if missing or unexpected:
                 raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}: missing keys {missing}, "
@@ -363,27 +424,40 @@ class EmbeddingBagCollection(nn.Module):
             key = f"{prefix}tables.{name}."
             weight, state, lr = (state_dict.get(key + s) for s in ("weight", "optimizer_state", "learning_rate"))
             ours.difference_update({key + "weight", key + "optimizer_state", key + "learning_rate"})
-            if weight is None:
-                missing_keys.append(key + "weight")
-                continue
-            w = _host_float32(weight, key + "weight", problems)
+            state_dim = self._state_dim(name)
+            missing_keys.extend(key + s for s, v in (("weight", weight), ("optimizer_state", state),
+                                                     ("learning_rate", lr))
+                                if v is None and (s != "optimizer_state" or state_dim > 0))
+            w = None if weight is None else _host_float32(weight, key + "weight", problems)
             s = None if state is None else _host_float32(state, key + "optimizer_state", problems)
+            if weight is None and state is not None:
+                problems.append(f"{key}optimizer_state without {key}weight (expected both: a row's state belongs "
+                                "to its weights)")
             if w is not None and tuple(w.shape) != (table["rows"], table["dim"]):
                 problems.append(f"{key}weight has shape {tuple(w.shape)} (expected ({table['rows']}, {table['dim']}))")
-            state_dim = self.store.read_rows(name, 0, 0)[1].shape[1]
             if s is not None and tuple(s.shape) != (table["rows"], state_dim):
                 problems.append(f"{key}optimizer_state has shape {tuple(s.shape)} (expected ({table['rows']}, "
                                 f"{state_dim}) for optimizer {table['optimizer']['kind']})")
             rate = None if lr is None else _float32_rate(lr, key + "learning_rate", problems)
             plan.append((name, w, s, rate))
+        step = state_dict.get(prefix + "step")
+        ours.discard(prefix + "step")
+        if step is None:
+            missing_keys.append(prefix + "step")
+        else:
+            step = _step_count(step, prefix + "step", problems)
         unexpected_keys.extend(sorted(ours))
         error_msgs.extend(problems)
         if problems:
             return  # load_state_dict raises; nothing was changed
+        # Checked above: these fail only with batches in flight, also checked above.
         for name, w, s, rate in plan:
-            self.store.write_rows(name, 0, w, s)  # checked above; fails only with batches in flight
+            if w is not None:
+                self.store.write_rows(name, 0, w, s)
             if rate is not None:
                 self.store.set_learning_rate(rate, name)
+        if step is not None:
+            self.store.set_step(step)
 
 
 def _host_float32(t, what, problems):
@@ -401,6 +475,37 @@ def _host_float32(t, what, problems):
         return t
     problems.append(f"{what} is a {type(t).__name__} (expected a torch.float32 tensor or a float32 NumPy array)")
     return None
+
+
+def _step_count(step, what, problems):
+    """A state-dict step (an int, or a 0-d integer tensor or NumPy array) as an int >= 0, or None
+    after noting why not in ``problems``."""
+    expected = "expected an integer >= 0: an int, or a 0-d integer tensor or NumPy array"
+    if isinstance(step, (bool, np.bool_)):
+        problems.append(f"{what} is a bool ({expected})")
+        return None
+    if isinstance(step, (torch.Tensor, np.ndarray, np.generic)):
+        dtype = step.dtype
+        integral = (not (dtype.is_floating_point or dtype.is_complex) and dtype != torch.bool
+                    if isinstance(step, torch.Tensor) else dtype.kind in "iu")
+        if not integral:
+            problems.append(f"{what} has dtype {dtype} ({expected})")
+            return None
+        if tuple(step.shape) != ():
+            problems.append(f"{what} has shape {tuple(step.shape)} (expected a scalar: an int, or a 0-d integer "
+                            "tensor or NumPy array)")
+            return None
+        step = int(step)
+    elif not isinstance(step, int):
+        problems.append(f"{what} is a {type(step).__name__} ({expected})")
+        return None
+    if step < 0:
+        problems.append(f"{what} {step} (expected >= 0)")
+        return None
+    if step >= 2**63:
+        problems.append(f"{what} {step} (expected < 2^63)")
+        return None
+    return step
 
 
 def _float32_rate(lr, what, problems):

@@ -4,13 +4,14 @@ import numpy as np
 import pytest
 
 MODES = ["cpu", "cached", "offload"]
+PLACEMENTS = ["cpu", "offload", "cached", "gpu", "hybrid"]  # every placement (gpu and hybrid on one rank)
 
 
 def table(name, rows, dim, pooling="sum", optimizer="sgd", lr=0.1, mode="cpu", cache_rows=None):
     t = {"name": name, "rows": rows, "dim": dim, "pooling": pooling, "placement": mode,
          "init": {"bound": 0.1, "seed": 1},
          "optimizer": {"kind": optimizer, "learning_rate": lr, "eps": 1e-8, "initial_accumulator": 0.0}}
-    if mode == "cached":
+    if mode in ("cached", "hybrid"):  # a hybrid table on one rank is a cached one
         t["cache"] = {"rows": cache_rows or min(rows, 13)}  # one batch of <= 12 rows fits; rows are evicted
     return t
 

@@ -37,7 +37,8 @@ def test_state_dict_round_trip_by_table():
     a.set_learning_rate(0.03, "item")
     sd = a.state_dict()
     assert set(sd) == {f"tables.{n}.{k}" for n in ("user", "item") for k in ("weight", "optimizer_state",
-                                                                            "learning_rate")}
+                                                                            "learning_rate")} | {"step"}
+    assert sd["step"].dtype == torch.int64 and int(sd["step"]) == 3
     assert sd["tables.user.weight"].shape == (30, 4) and sd["tables.user.optimizer_state"].shape == (30, 4)
     b = make()
     b.load_state_dict(sd)
@@ -95,7 +96,8 @@ def test_load_state_dict_checks_every_table_before_writing_any():
         for k, v in a.state_dict().items():
             torch.testing.assert_close(v, before[k], rtol=0, atol=0)
     # Float32 NumPy arrays and plain numbers load.
-    a.load_state_dict({k: (v.numpy() if v.dim() else float(v)) for k, v in sd.items()})
+    a.load_state_dict({k: (v.numpy() if v.dim() else float(v) if v.is_floating_point() else int(v))
+                       for k, v in sd.items()})
     for k, v in a.state_dict().items():
         torch.testing.assert_close(v, sd[k], rtol=0, atol=0)
 

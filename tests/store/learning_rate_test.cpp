@@ -1,6 +1,8 @@
 // Store::set_learning_rate: a rate set between steps (or while a batch is in flight) is used from
 // the next backward on, in every placement mode, bit for bit as a store opened with that rate;
-// bad rates and unknown tables are refused without change.
+// bad rates and unknown tables are refused without change. Store::set_step: a store restored by
+// hand (read_rows/write_rows, learning_rate/set_learning_rate, step/set_step) continues bit for bit
+// as the uninterrupted one, Adam included; bad steps are refused without change.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -141,6 +143,59 @@ TEST_P(LearningRate, AdamWithBatchesInFlightDuringTheChangeEqualsTheReference) {
   EXPECT_FALSE(same_state(snapshot(**kept), snapshot(**got)));
 }
 
+// A trainer's own checkpoint: after 4 steps (and a rate change), every row and its state, every
+// rate and the step go into a new store, which continues as the store that was not interrupted.
+// With Adam, whose bias correction reads the step: without set_step the rows diverge.
+TEST_P(LearningRate, RowsRatesAndStepRestoredByHandContinueAsTheUninterruptedRun) {
+  const Mode m = GetParam();
+  const StoreConfig c = config_for(m);
+  std::mt19937_64 rng(17);
+  std::vector<KeyBatch> batches;
+  for (int i = 0; i < 7; ++i) batches.push_back(random_batch(rng, c, 4));
+  for (OptimizerKind kind : {OptimizerKind::kAdam, OptimizerKind::kRowwiseAdagrad}) {
+    StoreConfig k = c;
+    for (auto& t : k.tables) t.spec.optimizer.kind = kind;
+    const auto train = [&](Store& s, int from, int to, std::mt19937_64& grads) {
+      for (int i = from; i < to; ++i) {
+        if (i == 2) {
+          ASSERT_TRUE(s.set_learning_rate(k.tables[1].spec.name, 0.2f).is_ok());
+        }
+        step(s, k, batches[static_cast<std::size_t>(i)], i, grads);
+      }
+    };
+    auto whole = open_mode(m, k);
+    ASSERT_TRUE(whole.is_ok()) << whole.status().to_string();
+    std::mt19937_64 grads_whole(19);
+    train(**whole, 0, 7, grads_whole);
+
+    auto first = open_mode(m, k);
+    ASSERT_TRUE(first.is_ok()) << first.status().to_string();
+    std::mt19937_64 grads(19);
+    train(**first, 0, 4, grads);
+    const Snapshot rows = snapshot(**first);
+    std::vector<float> rates;
+    for (const auto& t : k.tables) rates.push_back((*first)->learning_rate(t.spec.name).value());
+    const std::int64_t steps = (*first)->step();
+    ASSERT_EQ(steps, 4);
+
+    auto resumed = open_mode(m, k);
+    ASSERT_TRUE(resumed.is_ok()) << resumed.status().to_string();
+    Store& r = **resumed;
+    for (std::size_t t = 0; t < k.tables.size(); ++t) {
+      ASSERT_TRUE(r.write_rows(static_cast<int>(t), 0, k.tables[t].spec.rows, rows.weights[t].data(),
+                               rows.state[t].empty() ? nullptr : rows.state[t].data())
+                      .is_ok());
+      ASSERT_TRUE(r.set_learning_rate(k.tables[t].spec.name, rates[t]).is_ok());
+    }
+    EXPECT_EQ(r.step(), 0);  // write_rows restores rows only
+    ASSERT_TRUE(r.set_step(steps).is_ok());
+    EXPECT_EQ(r.step(), 4);
+    train(r, 4, 7, grads);
+    EXPECT_EQ(r.step(), 7);
+    EXPECT_TRUE(same_state(snapshot(**whole), snapshot(r))) << to_string(kind);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Modes, LearningRate,
     ::testing::Values(Mode{"reference", Placement::kCpu, false, true}, Mode{"cpu", Placement::kCpu, false, false},
@@ -177,6 +232,28 @@ TEST(LearningRateBadInput, RefusedNamingTableAndValueWithoutChange) {
   // A tiny rate is a rate.
   EXPECT_TRUE(s.set_learning_rate(name, 1e-30f).is_ok());
   EXPECT_EQ(s.learning_rate(name).value(), 1e-30f);
+}
+
+TEST(SetStepBadInput, RefusedNamingTheStepWithoutChange) {
+  std::mt19937_64 rng(3);
+  const StoreConfig c = random_config(rng, 2);
+  auto opened = Store::open(c);
+  ASSERT_TRUE(opened.is_ok());
+  Store& s = **opened;
+  ASSERT_TRUE(s.set_step(5).is_ok());
+  const Status negative = s.set_step(-1);
+  EXPECT_EQ(negative.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(negative.message(), "set_step: step -1 (expected a step count >= 0)");
+  EXPECT_EQ(s.step(), 5);
+  // With a batch in flight: its backward would take a step of either count.
+  ASSERT_TRUE(s.submit(0, random_batch(rng, c, 2)).is_ok());
+  const Status busy = s.set_step(9);
+  EXPECT_EQ(busy.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(busy.message().find("set_step with 1 batch(es) in flight"), std::string::npos) << busy.message();
+  EXPECT_EQ(s.step(), 5);
+  ASSERT_TRUE(s.discard(0).is_ok());
+  ASSERT_TRUE(s.set_step(0).is_ok());
+  EXPECT_EQ(s.step(), 0);
 }
 
 // Sharded over a world of several ranks, each rank applies the updates of its own shard: a rate
@@ -334,6 +411,33 @@ TEST_F(LearningRateWorld, RanksThatDisagreeAreRefusedOnEveryRankWithoutChange) {
   train_step(**ref, 0, 1);
   const std::vector<float> want = weights(**ref, 0);
   for (std::size_t x = 0; x < want.size(); ++x) EXPECT_NEAR(after[0][x], want[x], 1e-6f) << x;
+}
+
+// set_step on a world: the ranks set the same step, or none changes.
+TEST_F(LearningRateWorld, SetStepIsACollectiveThatRanksMustAgreeOn) {
+  const StoreConfig c = world_config(Placement::kHybrid);
+  std::vector<Status> same(2), differ(2), invalid(2);
+  std::vector<std::int64_t> steps(2);
+  on_ranks(2, 20000, [&](int r, std::shared_ptr<dispatch::Communicator> comm) {
+    const std::size_t ur = static_cast<std::size_t>(r);
+    auto s = Store::open(c, comm);
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    train_step(**s, r, 0);
+    same[ur] = (*s)->set_step(7);
+    differ[ur] = (*s)->set_step(r == 0 ? 8 : 9);
+    invalid[ur] = (*s)->set_step(-2);
+    steps[ur] = (*s)->step();
+    train_step(**s, r, 1);  // the world is still usable
+  });
+  for (std::size_t r = 0; r < 2; ++r) {
+    EXPECT_TRUE(same[r].is_ok()) << same[r].to_string();
+    EXPECT_EQ(steps[r], 7);
+    EXPECT_EQ(differ[r].code(), StatusCode::kFailedPrecondition) << differ[r].to_string();
+    EXPECT_NE(differ[r].message().find("ranks disagree on the step: rank 0 at set_step(8), rank 1 at set_step(9)"),
+              std::string::npos)
+        << differ[r].message();
+    EXPECT_EQ(invalid[r].message(), "set_step: step -2 (expected a step count >= 0)");
+  }
 }
 
 }  // namespace
