@@ -101,6 +101,17 @@ Status scan(const std::function<Result<bool>(KeyBatch&)>& read, const std::vecto
 
 }  // namespace
 
+Status check_source_holds_phase(const std::string& kind, const std::string& path, std::int64_t batches,
+                                std::int64_t warmup, std::int64_t steps, int world) {
+  const std::int64_t per_phase = (warmup + steps) * world;
+  if (batches >= per_phase) return Status::ok();
+  return Status::invalid_argument(
+      kind + " " + path + " has " + std::to_string(batches) + " batches but --warmup " + std::to_string(warmup) +
+      " + --steps " + std::to_string(steps) + (world > 1 ? " on " + std::to_string(world) + " ranks" : "") +
+      " need at least " + std::to_string(per_phase) +
+      " (each phase runs warmup + steps batches per rank; up to twice that are read, fewer are cycled)");
+}
+
 void order_features(KeyBatch& batch, const std::vector<TraceTable>& tables) {
   const std::int64_t bags = batch.batch_size();
   std::vector<JaggedKeys> ordered(tables.size());

@@ -28,6 +28,20 @@ namespace strata::bench {
 /// Batches kept in memory from the start of a file source (for probes that need a few batches).
 inline constexpr std::int64_t kSourceHeadBatches = 9;
 
+/// Most timed steps, and most warm-up steps, per phase of a strata-bench run (its --steps and
+/// --warmup, and strata-tune validate's --steps, which it passes on): their sum and the batch
+/// counts made from them stay far from int overflow.
+inline constexpr int kMaxSteps = 1000000;
+
+/// Checks that a file source of `batches` batches holds one phase of a run: `warmup` + `steps`
+/// batches per rank on `world` ranks (a run reads up to twice that; a source between the two is
+/// cycled). `kind` and `path` name the source ("trace", "day0.strtrace"). strata-bench applies it
+/// to its --trace and --criteo, strata-tune validate before it predicts the run. Error
+/// (kInvalidArgument): "<kind> <path> has N batches but --warmup W + --steps S [on R ranks] need at
+/// least P (...)".
+Status check_source_holds_phase(const std::string& kind, const std::string& path, std::int64_t batches,
+                                std::int64_t warmup, std::int64_t steps, int world);
+
 /// Reads the batches of a source in the order of a run, one at a time. Not thread-safe; one per
 /// thread.
 class BatchCursor {

@@ -4,6 +4,8 @@
 #include <oneapi/tbb/version.h>
 #include <sys/utsname.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <thread>
 
@@ -92,6 +94,31 @@ bool reset_peak_rss() {
   f << "5";
   f.flush();
   return static_cast<bool>(f);
+}
+
+double usable_memory_bytes(const MachineInfo& m) {
+  return kUsableMemoryFraction * static_cast<double>(m.memory_available_bytes);
+}
+
+std::string usable_memory_note() {
+  return "MemAvailable in /proc/meminfo; at most " + std::to_string(std::lround(kUsableMemoryFraction * 100)) +
+         "% of it is used";
+}
+
+int hardware_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+
+Status check_thread_count(const std::string& flag, std::int64_t threads, int min) {
+  const int hw = hardware_threads();
+  const std::int64_t max = std::int64_t{kThreadsPerHardwareThread} * hw;
+  const std::string expected = " (expected " + std::to_string(min) + ".." + std::to_string(max) + ")";
+  if (threads < min)
+    return Status::invalid_argument(flag + " " + std::to_string(threads) + " must be >= " + std::to_string(min) +
+                                    expected);
+  if (threads > max)
+    return Status::invalid_argument(flag + " " + std::to_string(threads) + " is more than " +
+                                    std::to_string(kThreadsPerHardwareThread) + " x the " + std::to_string(hw) +
+                                    " hardware threads of this machine" + expected);
+  return Status::ok();
 }
 
 }  // namespace strata::bench

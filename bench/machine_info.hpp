@@ -9,7 +9,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/status.hpp"
+
 namespace strata::bench {
+
+/// The share of MemAvailable a bench program plans to use at most (strata-bench's memory guard,
+/// strata-tune's counts): the rest is left to the OS and the other processes.
+inline constexpr double kUsableMemoryFraction = 0.9;
+
+/// A --threads of the bench programs may be at most this many times the machine's hardware threads.
+inline constexpr int kThreadsPerHardwareThread = 4;
 
 struct MachineInfo {
   std::string cpu_model;                     ///< /proc/cpuinfo "model name"
@@ -27,6 +36,22 @@ struct MachineInfo {
 
 /// Reads the machine's description (cheap; no benchmarking).
 MachineInfo describe_machine();
+/// Bytes a bench program may plan to use: kUsableMemoryFraction x memory_available_bytes (0 when
+/// /proc/meminfo gave no MemAvailable: unknown, nothing can be checked).
+double usable_memory_bytes(const MachineInfo& m);
+
+/// Where usable_memory_bytes comes from, for messages: "MemAvailable in /proc/meminfo; at most 90%
+/// of it is used".
+std::string usable_memory_note();
+
+/// Hardware threads of this machine (std::thread::hardware_concurrency, at least 1).
+int hardware_threads();
+
+/// Checks a thread count given as `flag`: in [min, kThreadsPerHardwareThread x hardware_threads()]
+/// (`min` 0 or 1). Errors (kInvalidArgument): "--threads N must be >= MIN (expected MIN..MAX)", "--threads
+/// N is more than 4 x the H hardware threads of this machine (expected MIN..MAX)".
+Status check_thread_count(const std::string& flag, std::int64_t threads, int min);
+
 /// The description as a JSON object (keys as the field names; "gpus" an array of strings).
 nlohmann::json to_json(const MachineInfo& m);
 

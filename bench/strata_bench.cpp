@@ -27,6 +27,7 @@
 #include <deque>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -42,6 +43,7 @@
 
 #include "bench/batch_source.hpp"
 #include "bench/bounded_input.hpp"
+#include "bench/cli_flags.hpp"
 #include "bench/criteo_tsv.hpp"
 #include "bench/gather_probe.hpp"
 #include "bench/machine_info.hpp"
@@ -154,22 +156,14 @@ class Progress {
 
 // ---- options ----
 
-/// Most timed steps, and most warm-up steps, per phase (their sum and the default batch count
-/// stay far from int overflow).
-constexpr int kMaxSteps = 1000000;
 /// Most batches prefetched ahead of forward (--pipeline).
 constexpr int kMaxPipeline = 1024;
-/// --threads may be at most this many times the machine's hardware threads; the read-bandwidth
-/// probe uses at most the hardware threads.
-constexpr int kThreadsPerHardwareThread = 4;
 /// Default --comm-timeout: a collective that waits this long for a rank fails the run. Two
 /// minutes: far beyond a slow first step (store opening, first cache fill) on a busy machine,
 /// short enough that a stopped or crashed rank ends the job soon.
 constexpr double kDefaultCommTimeoutS = 120;
 /// Largest --comm-timeout (a day).
 constexpr double kMaxCommTimeoutS = 86400;
-
-int hardware_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
 
 // Where the trainer's dense model lives (--trainer): its activations and gradients are there.
 enum class Trainer { kDevice, kHost };
@@ -557,16 +551,14 @@ MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDes
   MemoryEstimate e;
   const auto shapes = workload_tables(o.workload);
   const double keys_per_bag = o.workload.bag_dist == "uniform" ? 2.0 * o.workload.bag_size : o.workload.bag_size;
-  double keys = 0, out_floats = 0;
-  for (const auto& t : shapes) {
-    keys += static_cast<double>(o.workload.batch) * keys_per_bag;
+  const double keys = max_batch_keys(o.workload);
+  double out_floats = 0;
+  for (const auto& t : shapes)
     out_floats += static_cast<double>(o.workload.batch) * (o.pooling_mode == "none" ? keys_per_bag : 1.0) * t.dim;
-  }
   // Keys and offsets (8 bytes each) of every distinct batch, plus the store's validated and
   // deduplicated copies of the batches in flight (about three more copies of each).
   const double in_flight = std::max(8, o.lookahead + o.pipeline + 1);
-  e.batches = (keys + static_cast<double>(shapes.size()) * static_cast<double>(o.workload.batch + 1)) * 8.0 *
-              (o.workload.distinct_batches + 3.0 * in_flight);
+  e.batches = max_batch_bytes(o.workload) * (o.workload.distinct_batches + 3.0 * in_flight);
   // One step's outputs and gradients. The loop keeps them in host memory; with the trainer on the
   // device also in device buffers (emu: host memory) and, in cpu mode, in the pinned buffers the
   // trainer's copies go through.
@@ -1402,17 +1394,10 @@ std::string iso_time_now() {
   return buf;
 }
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> parts;
-  std::stringstream ss(s);
-  for (std::string p; std::getline(ss, p, sep);) parts.push_back(p);
-  return parts;
-}
-
-// "0.01,0.1,0.3" -> sorted unique fractions in (0, 1].
+// "0.01,0.1,0.3" -> sorted unique fractions in (0, 1]; an empty item ("0.5,", "0.1,,0.2") is refused.
 Result<std::vector<double>> parse_fractions(const std::string& s) {
   std::vector<double> out;
-  for (const auto& item : split(s, ',')) {
+  for (const auto& item : split_list(s)) {
     char* end = nullptr;
     const double f = std::strtod(item.c_str(), &end);
     if (item.empty() || end != item.c_str() + item.size() || !(f > 0.0 && f <= 1.0))
@@ -1632,12 +1617,7 @@ Result<BatchSource> open_file_source(Options& o, std::string& table_set, int wor
   }
   if (o.progress) std::fprintf(stderr, "\n");
   if (!src) return src.status();
-  if (src->size() < per_phase)
-    return Status::invalid_argument(
-        src->kind() + " " + path + " has " + std::to_string(src->size()) + " batches but --warmup " +
-        std::to_string(o.warmup) + " + --steps " + std::to_string(o.steps) +
-        (world > 1 ? " on " + std::to_string(world) + " ranks" : "") + " need at least " + std::to_string(per_phase) +
-        " (each phase runs warmup + steps batches per rank; up to twice that are read, fewer are cycled)");
+  STRATA_RETURN_IF_ERROR(check_source_holds_phase(src->kind(), path, src->size(), o.warmup, o.steps, world));
   if (!o.trace_file.empty()) {
     o.workload.table_list.clear();
     for (const TraceTable& t : src->tables()) {
@@ -1714,7 +1694,7 @@ int run(const Options& o_in) {
   }
   if (auto t = dispatch::parse_sharding(o.sharding); !t) return fail("--sharding: " + t.status().message());
   std::vector<const ModeDescriptor*> modes;
-  for (const auto& name : split(o.modes, ',')) {
+  for (const auto& name : split_list(o.modes)) {
     if (name.empty()) continue;
     auto m = find_mode(name);
     if (!m) return fail("--modes: " + m.status().message());
@@ -1775,13 +1755,13 @@ int run(const Options& o_in) {
                 " (expected --backend auto or emu, or only --modes cpu)");
   const MemoryEstimate mem = estimate_memory(o, modes, sweep, emu);
   const double available = static_cast<double>(machine.memory_available_bytes);
-  if (available > 0 && mem.total > 0.9 * available) {
+  if (available > 0 && mem.total > usable_memory_bytes(machine)) {
     return fail("the workload needs about " + human_bytes(mem.total) + " of host memory (mode " + mem.worst_mode +
                 ": tables " + human_bytes(mem.tables) + (emu ? ", emulated device " : ", device ") +
                 human_bytes(mem.device) + "; batches " + human_bytes(mem.batches) + ") but only " +
-                human_bytes(available) +
-                " is available (MemAvailable in /proc/meminfo; at most 90% of it is used); use fewer or smaller "
-                "tables (--tables, --rows, --dim, criteo:TOTAL_ROWS), a smaller --batch or --cache-fraction");
+                human_bytes(available) + " is available (" + usable_memory_note() +
+                "); use fewer or smaller tables (--tables, --rows, --dim, criteo:TOTAL_ROWS), a smaller --batch or "
+                "--cache-fraction");
   }
   if (emu) {
     const double capacity = static_cast<double>(o.device_capacity > 0 ? o.device_capacity : std::int64_t{4} << 30);
@@ -2181,17 +2161,14 @@ int run(const Options& o_in) {
 
 // ---- flag checks (run while the command line is parsed: a usage error, exit 2) ----
 
-// A decimal integer in [0, 2^64): the seed as written, never saturated.
+// A decimal integer in [0, 2^64): the seed as written, never saturated, rewritten canonical (a
+// transform: CLI11 alone would read "010" as octal).
 CLI::Validator seed_check() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        errno = 0;
-        char* end = nullptr;
-        const bool digits =
-            !text.empty() && text.size() <= 20 && text.find_first_not_of("0123456789") == std::string::npos;
-        if (digits) (void)std::strtoull(text.c_str(), &end, 10);
-        if (!digits || errno == ERANGE || end != text.c_str() + text.size())
-          return "'" + quote_prefix(text) + "' is not an integer in [0, 18446744073709551615]";
+        const Result<std::uint64_t> v = parse_unsigned(text, std::numeric_limits<std::uint64_t>::max());
+        if (!v) return v.status().message();
+        text = std::to_string(*v);
         return "";
       },
       "UINT64");
@@ -2216,6 +2193,7 @@ CLI::Validator number_in(double lo, double hi, const std::string& what, const st
 }  // namespace strata::bench
 
 int main(int argc, char** argv) {
+  constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
   using strata::bench::Options;
   using strata::bench::Trainer;
   Options o;
@@ -2233,13 +2211,18 @@ int main(int argc, char** argv) {
                                 "--criteo-rows rows in total, dim --dim), criteo:TOTAL_ROWS, or a list "
                                 "[NAME=]ROWS[xDIM],... (e.g. user=1000000x128,item=50000x32)")
                      ->capture_default_str();
-  app.add_option("--criteo-rows", o.criteo_rows, "total rows of the built-in criteo table set")->capture_default_str();
+  app.add_option("--criteo-rows", o.criteo_rows, "total rows of the built-in criteo table set")
+      ->capture_default_str()
+      ->transform(strata::bench::integer_in(1, kInt64Max, "ROWS >= 1"));
   auto* rows = app.add_option("--rows", o.workload.rows, "rows per table for --tables N (given alone: --tables 1)")
-                   ->capture_default_str();
+                   ->capture_default_str()
+                   ->transform(strata::bench::integer_in(1, kInt64Max, "ROWS >= 1"));
   auto* dim =
       app.add_option("--dim", o.workload.dim, "embedding dimension (every table of criteo or N; default of list items)")
           ->capture_default_str();
-  app.add_option("--batch", o.workload.batch, "bags (samples) per table per batch")->capture_default_str();
+  app.add_option("--batch", o.workload.batch, "bags (samples) per table per batch")
+      ->capture_default_str()
+      ->transform(strata::bench::integer_in(1, kInt64Max, "BAGS >= 1"));
   app.add_option("--pooling", o.workload.bag_size, "keys per bag (mean with --bag-dist uniform)")
       ->capture_default_str();
   app.add_option("--bag-dist", o.workload.bag_dist, "bag lengths: fixed | uniform (i.i.d. in [0, 2 x --pooling])")
@@ -2253,7 +2236,7 @@ int main(int argc, char** argv) {
                                   "are cycled)");
   app.add_option("--seed", o.workload.seed, "seed of the keys (an integer in [0, 2^64))")
       ->capture_default_str()
-      ->check(strata::bench::seed_check());
+      ->transform(strata::bench::seed_check());
   app.add_option("--steps", o.steps, "timed steps per phase")
       ->capture_default_str()
       ->check(CLI::Range(1, strata::bench::kMaxSteps));
@@ -2310,7 +2293,8 @@ int main(int argc, char** argv) {
                       ->capture_default_str();
   auto* capacity = app.add_option("--device-capacity", o.device_capacity,
                                   "bytes of device memory to use (0: emu 4 GiB, cuda all free; overrides --config's)")
-                       ->capture_default_str();
+                       ->capture_default_str()
+                       ->transform(strata::bench::integer_in(0, kInt64Max, "BYTES >= 0"));
   app.add_option("--json", o.json_out, "write results as JSON to this file");
   app.add_option("--html", o.html_out, "write a self-contained HTML report (SVG charts) to this file");
   app.add_option("--profile", o.profile,
@@ -2337,29 +2321,14 @@ int main(int argc, char** argv) {
                  "also run this store config JSON as given (mixed placements, per-table caches, its own optimizer, "
                  "threads and cache settings) as a mode named after the file's stem; --modes may then be empty");
   app.add_flag("!--no-progress", o.progress, "hide the progress bars");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    // app.exit prints --help (exit 0) or the error (on stderr); every usage error exits 2, not
-    // CLI11's own codes (100 and up).
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (const std::optional<int> code = strata::bench::parse_command_line(app, argc, argv, "strata-bench")) return *code;
   o.dim_given = dim->count() > 0;
   o.tables_given = tables->count() > 0 || rows->count() > 0;
   o.backend_given = backend->count() > 0;
   o.trainer = trainer == "host" ? Trainer::kHost : Trainer::kDevice;
   o.capacity_given = capacity->count() > 0;
-  const int hardware_threads = strata::bench::hardware_threads();
-  const int max_threads = strata::bench::kThreadsPerHardwareThread * hardware_threads;
-  if (o.threads < 1 || o.threads > max_threads) {
-    std::cerr << "strata-bench: --threads " << o.threads;
-    if (o.threads < 1) {
-      std::cerr << " must be >= 1";
-    } else {
-      std::cerr << " is more than " << strata::bench::kThreadsPerHardwareThread << " x the " << hardware_threads
-                << " hardware threads of this machine";
-    }
-    std::cerr << " (expected 1.." << max_threads << ")\n";
+  if (const strata::Status s = strata::bench::check_thread_count("--threads", o.threads, 1); !s.is_ok()) {
+    std::cerr << "strata-bench: " << s.message() << "\n";
     return 2;
   }
   // Under mpirun with several processes, each process is a rank of the sharded modes; only rank 0

@@ -85,13 +85,19 @@ Result<std::int64_t> json_integer(const std::string& key, const nlohmann::json& 
 }
 
 bool valid_table_name(const std::string& name) noexcept {
-  if (name.empty()) return false;
+  if (name.empty() || name.size() > kMaxTableNameBytes) return false;
   for (const char c : name) {
     const bool ok =
         (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
     if (!ok) return false;
   }
   return true;
+}
+
+// What valid_table_name accepts, for messages.
+std::string table_name_rule() {
+  return "must be non-empty, at most " + std::to_string(kMaxTableNameBytes) +
+         " characters, and hold only letters, digits, '_', '-' and '.'";
 }
 
 // A plain decimal integer in [1, max] (no sign, no exponent, no spaces), or nullopt.
@@ -206,10 +212,8 @@ Status validate(const WorkloadSpec& s) {
     std::set<std::string> names;
     for (std::size_t i = 0; i < s.table_list.size(); ++i) {
       const TableShape& t = s.table_list[i];
-      const std::string who = "workload: table " + std::to_string(i) + " '" + t.name + "'";
-      if (!valid_table_name(t.name))
-        return Status::invalid_argument(who +
-                                        ": name must be non-empty and hold only letters, digits, '_', '-' and '.'");
+      const std::string who = "workload: table " + std::to_string(i) + " '" + quote_prefix(t.name) + "'";
+      if (!valid_table_name(t.name)) return Status::invalid_argument(who + ": name " + table_name_rule());
       if (!names.insert(t.name).second)
         return Status::invalid_argument(who + ": name used twice (expected unique names)");
       if (t.rows <= 0) return Status::invalid_argument(who + ": rows " + std::to_string(t.rows) + " must be > 0");
@@ -234,6 +238,17 @@ Status validate(const WorkloadSpec& s) {
     return Status::invalid_argument("workload: batch " + std::to_string(s.batch) + " x 2 x bag_size " +
                                     std::to_string(s.bag_size) + " overflows the key count (bag_dist uniform)");
   return Status::ok();
+}
+
+double max_batch_keys(const WorkloadSpec& s) {
+  const double keys_per_bag = s.bag_dist == "uniform" ? 2.0 * s.bag_size : s.bag_size;
+  const double tables = s.table_list.empty() ? s.tables : static_cast<double>(s.table_list.size());
+  return tables * static_cast<double>(s.batch) * keys_per_bag;
+}
+
+double max_batch_bytes(const WorkloadSpec& s) {
+  const double tables = s.table_list.empty() ? s.tables : static_cast<double>(s.table_list.size());
+  return (max_batch_keys(s) + tables * (static_cast<double>(s.batch) + 1.0)) * 8.0;
 }
 
 Result<WorkloadSpec> parse_workload_json(const std::string& json_text) {
@@ -398,15 +413,14 @@ Status apply_table_set(WorkloadSpec& spec, const std::string& set) {
   for (int index = 0;; ++index) {
     const std::size_t comma = set.find(',', begin);
     const std::string item = set.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
-    const std::string who = "table list item " + std::to_string(index) + " '" + item + "'";
+    const std::string who = "table list item " + std::to_string(index) + " '" + quote_prefix(item) + "'";
     const std::string form = " (expected [NAME=]ROWS[xDIM], e.g. user=1000000x128)";
     TableShape t{"t" + std::to_string(index), 0, spec.dim};
     std::string shape = item;
     if (const std::size_t eq = item.find('='); eq != std::string::npos) {
       t.name = item.substr(0, eq);
       if (!valid_table_name(t.name))
-        return Status::invalid_argument(who + ": name '" + t.name +
-                                        "' must be non-empty and hold only letters, digits, '_', '-' and '.'" + form);
+        return Status::invalid_argument(who + ": name '" + quote_prefix(t.name) + "' " + table_name_rule() + form);
       shape = item.substr(eq + 1);
     }
     const std::size_t x = shape.find('x');

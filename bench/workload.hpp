@@ -42,6 +42,12 @@ struct TableShape {
 /// Checked before any per-table state is built.
 inline constexpr int kMaxWorkloadTables = 1 << 16;
 
+/// Longest table name, in bytes, a workload or a --tables list may give (the characters: letters,
+/// digits, '_', '-' and '.'). The store documents no table-name rule yet; until it does, the bench
+/// programs refuse longer names here, before a store opens. When the store states its limit (names
+/// become checkpoint file names), this constant must become that one.
+inline constexpr std::size_t kMaxTableNameBytes = 128;
+
 /// Shape and key distribution of a synthetic workload: `tables` tables of `rows` x `dim` each
 /// (named "t0", "t1", ...), or, when `table_list` is non-empty, exactly the tables it lists
 /// (heterogeneous rows and dims; `tables`, `rows` and `dim` are then unused).
@@ -92,6 +98,14 @@ std::vector<TableShape> workload_tables(const WorkloadSpec& spec);
 /// has a valid unique name, rows > 0 and dim > 0. The message names the field (or table), the
 /// value and what was expected.
 Status validate(const WorkloadSpec& spec);
+
+/// The most key occurrences one generated batch of `spec` holds over every table: batch x
+/// bag_size per table, twice that with bag_dist "uniform" (bag lengths reach 2 x bag_size). A
+/// double, so that a spec no machine can hold still has a value.
+double max_batch_keys(const WorkloadSpec& spec);
+
+/// The most bytes of one generated batch of `spec`: its keys and its bags' offsets, 8 bytes each.
+double max_batch_bytes(const WorkloadSpec& spec);
 
 /// The spec as a one-line JSON object (the same keys parse_workload_json reads), for result files.
 /// With a table_list, "tables" is the array of {"name", "rows", "dim"} objects and "rows"/"dim"

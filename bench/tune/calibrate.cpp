@@ -3,6 +3,7 @@
 #include <hwloc.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <thread>
 #include <utility>
@@ -102,7 +103,7 @@ Status validate(const CalibrateOptions& o) {
   if (o.row_bytes.empty()) return Status::invalid_argument("--row-bytes is empty (expected sizes like 64,128,256)");
   for (std::size_t i = 0; i < o.row_bytes.size(); ++i) {
     const std::int64_t b = o.row_bytes[i];
-    if (b <= 0 || b % 4 != 0 || (i > 0 && b <= o.row_bytes[i - 1]) || b > (std::int64_t{4} << 20))
+    if (b <= 0 || b % 4 != 0 || (i > 0 && b <= o.row_bytes[i - 1]) || b > kMaxCalibrateRowBytes)
       return Status::invalid_argument("--row-bytes: " + std::to_string(b) +
                                       " (expected multiples of 4 bytes, ascending, at most 4 MiB)");
   }
@@ -116,8 +117,30 @@ Status validate(const CalibrateOptions& o) {
   return Status::ok();
 }
 
+double calibrate_peak_bytes(const CalibrateOptions& o) {
+  const double bags = std::floor(static_cast<double>(o.lookups) / kCalibrateBagKeys);  // random_batches' bags
+  const double keys = 2.0 * (bags * kCalibrateBagKeys + bags + 1.0) * 8.0;             // two batches
+  const double output = bags * static_cast<double>(o.row_bytes.empty() ? 0 : o.row_bytes.back());
+  return static_cast<double>(o.table_bytes) + keys + output;
+}
+
+Status check_fits_machine(const CalibrateOptions& o) {
+  STRATA_RETURN_IF_ERROR(bench::check_thread_count("--threads", o.threads, 0));
+  const double usable = bench::usable_memory_bytes(bench::describe_machine());
+  const double peak = calibrate_peak_bytes(o);
+  if (usable > 0 && peak > usable)
+    return Status::invalid_argument(
+        "--probe-mib " + std::to_string(o.table_bytes >> 20) + " --lookups " + std::to_string(o.lookups) +
+        ": the probes hold up to " + std::to_string(std::llround(peak / 1048576.0)) + " MiB at once (a probe table, " +
+        "the keys of two batches of --lookups rows and a batch of the largest --row-bytes output), more than the " +
+        std::to_string(std::llround(usable / 1048576.0)) + " MiB this machine can use (" + bench::usable_memory_note() +
+        "); lower --probe-mib or --lookups");
+  return Status::ok();
+}
+
 Result<HardwareProfile> calibrate(const CalibrateOptions& o, const ProgressFn& progress) {
   STRATA_RETURN_IF_ERROR(validate(o));
+  STRATA_RETURN_IF_ERROR(check_fits_machine(o));
   STRATA_ASSIGN_OR_RETURN(const Topology topo, Topology::discover());
   const bench::MachineInfo machine = bench::describe_machine();
   const int nodes = std::max(1, topo.num_nodes());

@@ -3,6 +3,7 @@
 #include <ctime>
 #include <iostream>
 
+#include "bench/cli_flags.hpp"
 #include "bench/tune/calibrate.hpp"
 #include "bench/tune/command_util.hpp"
 #include "bench/tune/commands.hpp"
@@ -16,7 +17,9 @@ int run_calibrate(const CalibrateArgs& a) {
   if (!base) return fail("--from " + a.from + ": " + base.status().message());
   o.base = std::move(base).value();
   o.name = a.name.empty() ? "calibrated-" + o.base.name : a.name;
-  o.row_bytes = a.row_bytes;
+  auto row_bytes = bench::parse_integer_list(a.row_bytes, 1, kMaxCalibrateRowBytes);
+  if (!row_bytes) return fail("--row-bytes " + row_bytes.status().message());
+  o.row_bytes = std::move(row_bytes).value();
   o.table_bytes = static_cast<std::size_t>(a.probe_mib < 0 ? 0 : a.probe_mib) << 20;
   o.lookups = a.lookups;
   o.threads = a.threads;
@@ -28,6 +31,7 @@ int run_calibrate(const CalibrateArgs& a) {
   std::strftime(date, sizeof date, "%Y-%m-%d", &utc);
   o.date = date;
   if (Status s = validate(o); !s.is_ok()) return fail(s.message());
+  if (Status s = check_fits_machine(o); !s.is_ok()) return fail(s.message());
   if (!a.out.empty())
     if (Status s = check_output(a.out, "--out"); !s.is_ok()) return fail(s.message());
   auto profile = calibrate(o, progress_printer(true));

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "bench/bounded_input.hpp"
+#include "bench/cli_flags.hpp"
 #include "bench/tune/commands.hpp"
 #include "store/detail/file_io.hpp"
 
@@ -16,15 +17,11 @@
 namespace strata::tune {
 
 Result<int> parse_ranks(const std::string& text, int max) {
-  const auto bad = [&] {
-    return Status::invalid_argument("--ranks '" + text + "' (expected an integer in [1, " + std::to_string(max) + "])");
-  };
-  if (text.empty() || text.size() > 6) return bad();
-  for (const char ch : text)
-    if (ch < '0' || ch > '9') return bad();
-  const long v = std::stol(text);
-  if (v < 1 || v > max) return bad();
-  return static_cast<int>(v);
+  const Result<std::int64_t> v = bench::parse_integer(text, 1, max);
+  if (!v)
+    return Status::invalid_argument("--ranks '" + bench::quote_prefix(text) + "' (expected an integer in [1, " +
+                                    std::to_string(max) + "])");
+  return static_cast<int>(*v);
 }
 
 int fail(const std::string& message, int code) {

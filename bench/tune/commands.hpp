@@ -1,9 +1,11 @@
 #pragma once
 // The subcommands of strata-tune, as functions of their parsed arguments (the main program only
-// parses the command line). Each returns the process exit code: 0 on success, 2 for bad input (one
-// line on stderr, before any long work where the input allows), 1 when the work itself fails.
+// parses the command line: every integer flag a plain decimal in its range, bench/cli_flags.hpp).
+// Each returns the process exit code: 0 on success, 2 for bad input (one line on stderr, before any
+// long work and before any count is allocated), 1 when the work itself fails.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,13 +13,13 @@ namespace strata::tune {
 
 /// Arguments of `strata-tune calibrate`.
 struct CalibrateArgs {
-  std::string out;                  ///< profile file to write; empty: stdout
-  std::string from = "h200-pcie5";  ///< profile (name in bench/profiles or a file) giving the GPU numbers
-  std::string name;                 ///< the new profile's name; empty: "calibrated-<from's name>"
-  std::vector<std::int64_t> row_bytes{64, 128, 256, 512, 1024};
-  int probe_mib = 512;
-  std::int64_t lookups = std::int64_t{1} << 20;
-  int threads = 0;
+  std::string out;                                ///< profile file to write; empty: stdout
+  std::string from = "h200-pcie5";                ///< profile (name in bench/profiles or a file) giving the GPU numbers
+  std::string name;                               ///< the new profile's name; empty: "calibrated-<from's name>"
+  std::string row_bytes = "64,128,256,512,1024";  ///< gather row sizes, a comma-separated list (every item given)
+  int probe_mib = 512;                            ///< MiB of each probe table (the probes within usable memory)
+  std::int64_t lookups = std::int64_t{1} << 20;   ///< rows gathered per timed pass (within usable memory)
+  int threads = 0;      ///< per NUMA node, in [0, 4 x the hardware threads] (0: the node's cores)
   std::string command;  ///< the command line as typed, for the sources
 };
 
@@ -31,8 +33,8 @@ struct InputArgs {
   std::int64_t batch = 8192;           ///< criteo: samples per step (strata-bench's default --batch)
   bool criteo_label = true;            ///< criteo: lines start with the label
   int dim = 64;                        ///< trace, criteo: dim of every table
-  std::int64_t steps = 0;              ///< workload: steps (0: twice its distinct batches)
-  double sample = 1.0;                 ///< spatial sampling rate of the keys (1: exact curves)
+  std::int64_t steps = 0;  ///< workload: steps (0: twice its distinct batches); their keys within usable memory
+  double sample = 1.0;     ///< spatial sampling rate of the keys (1: exact curves)
   std::int64_t sample_check_keys = std::int64_t{1} << 22;  ///< sampled: exact keys the error is measured on
 };
 
@@ -41,13 +43,13 @@ struct PlanArgs {
   InputArgs input;
   std::string profile = "h200-pcie5";
   std::string ranks = "1";  ///< ranks (GPUs) of the world, an integer >= 1 (> 1: every table gpu or hybrid, sharded)
-  std::string hbm_budget;   ///< per rank; empty: the profile's HBM capacity (of one GPU)
-  std::string host_budget;  ///< per rank; empty: the profile's host memory over the ranks sharing it
+  std::optional<std::string> hbm_budget;   ///< per rank; none: the profile's HBM capacity (of one GPU)
+  std::optional<std::string> host_budget;  ///< per rank; none: the profile's host memory over the ranks sharing it
   std::string optimizer = "sgd";
-  int max_in_flight = 8;
-  int threads = 0;
-  int points = 16;                 ///< curve points per table
-  int belady_points = 4;           ///< curve points per table with Belady's optimum (0: none)
+  int max_in_flight = 8;           ///< >= 1
+  int threads = 0;                 ///< store worker threads, in [0, kMaxThreads] (0: all cores)
+  int points = 16;                 ///< curve points per table, in [2, kMaxCurvePoints]
+  int belady_points = 4;           ///< curve points per table with Belady's optimum, in [0, kMaxCurvePoints] (0: none)
   std::string trainer = "device";  ///< where the trainer's dense model lives: device | host
   std::string out;                 ///< plan.json
   std::string html;                ///< report.html
@@ -60,7 +62,8 @@ struct ValidateArgs {
   std::string plan;  ///< the plan (a store config, as `plan --out` writes it)
   InputArgs input;   ///< the keys (dims, optimizers and threads are the plan's)
   std::string profile = "h200-pcie5";
-  std::int64_t steps = 0;          ///< timed training steps (0: half the source's batches, at least 1)
+  std::int64_t steps =
+      0;  ///< timed training steps, in [0, bench::kMaxSteps] (0: half the source's batches, at least 1)
   std::string backend = "auto";    ///< strata-bench --backend
   std::string trainer = "device";  ///< strata-bench --trainer: device | host
   std::string ranks = "1";         ///< strata-bench --ranks: thread ranks of a plan made with plan --ranks

@@ -24,6 +24,10 @@
 
 namespace strata::tune {
 
+/// Most curve points per table in a report (plan --points, --belady-points): far more than a chart
+/// shows, few enough that no count of them is long work.
+inline constexpr int kMaxCurvePoints = 1024;
+
 /// One size of a curve.
 struct CurvePoint {
   std::int64_t rows = 0;  ///< cache capacity in rows

@@ -19,9 +19,10 @@ namespace {
 // Upper bound of --ranks: far above any world this store targets, low enough to refuse a typo.
 constexpr int kMaxRanks = 4096;
 
-Result<double> budget(const std::string& flag, const std::string& text, double fallback_bytes) {
-  if (text.empty()) return fallback_bytes;
-  return parse_byte_size(text, flag);
+// A budget flag's size, or `fallback_bytes` when the flag was not given (given empty, it is refused).
+Result<double> budget(const std::string& flag, const std::optional<std::string>& text, double fallback_bytes) {
+  if (!text) return fallback_bytes;
+  return parse_byte_size(*text, flag);
 }
 
 // The curves of every rank's shard of every table (an empty curve for a rank that holds none).
@@ -67,9 +68,6 @@ int run_plan(const PlanArgs& a) {
   po.cost.trainer_on_device = a.trainer != "host";
   po.cost.threads = a.threads;
   po.cost.numa_nodes = static_cast<int>(profile->numa_nodes.size());
-  if (a.max_in_flight < 1) return fail("--max-in-flight " + std::to_string(a.max_in_flight) + " (expected >= 1)");
-  if (a.points < 2) return fail("--points " + std::to_string(a.points) + " (expected >= 2)");
-  if (a.belady_points < 0) return fail("--belady-points " + std::to_string(a.belady_points) + " (expected >= 0)");
   auto optimizer = parse_optimizer(a.optimizer);
   if (!optimizer) return fail("--optimizer: " + optimizer.status().message());
   for (const auto& [flag, path] :

@@ -130,6 +130,11 @@ Status check_dim(int dim) {
 
 }  // namespace
 
+double workload_step_bytes(const bench::WorkloadSpec& spec) {
+  const auto tables = static_cast<double>(bench::workload_tables(spec).size());
+  return 8.0 * bench::max_batch_keys(spec) + 16.0 * tables;
+}
+
 Result<TuneInput> load_workload(const bench::WorkloadSpec& spec, std::int64_t steps, OptimizerKind optimizer,
                                 const Sampling& sampling, const ProgressFn& progress) {
   STRATA_RETURN_IF_ERROR(bench::validate(spec));

@@ -94,6 +94,12 @@ class InputBuilder {
   std::vector<std::uint64_t> scratch_;
 };
 
+/// Bytes load_workload keeps per step of `spec` at most: 8 per key occurrence
+/// (bench::max_batch_keys), and a bag count and an offset per table. Beside them it holds the
+/// spec's distinct batches (bench::max_batch_bytes each); the curves need more after. A double, so
+/// that a count no machine can hold still has a value.
+double workload_step_bytes(const bench::WorkloadSpec& spec);
+
 /// The keys of `spec` (validated) over `steps` training steps (>= 1): the spec's
 /// distinct_batches batches (make_batches) cycled, as strata-bench runs them. Every table gets
 /// `optimizer`. Errors: an invalid spec, steps < 1.

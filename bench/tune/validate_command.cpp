@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <fcntl.h>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "bench/batch_source.hpp"
 #include "bench/bounded_input.hpp"
 #include "bench/tune/command_util.hpp"
 #include "bench/tune/commands.hpp"
@@ -116,7 +118,6 @@ int run_validate(const ValidateArgs& a) {
   // ---- everything that needs no keys, first ----
   if (Status s = check_input_args(a.input); !s.is_ok()) return fail(s.message());
   if (a.input.sample < 1.0) return fail("--sample: validate compares exact predictions (give every key)");
-  if (a.steps < 0) return fail("--steps " + std::to_string(a.steps) + " (expected >= 1, or 0 for half the batches)");
   const std::string ppath = profile_path(a.profile);
   auto profile = load_profile_file(ppath);
   if (!profile) return fail("--profile " + a.profile + ": " + profile.status().message());
@@ -172,8 +173,19 @@ int run_validate(const ValidateArgs& a) {
   }
   auto input = load_input(in, OptimizerKind::kSgd, progress);
   if (!input) return fail(input.status().message());
-  // Each rank runs 2 x steps batches of the source (forward, then training): by default none repeats.
-  const std::int64_t steps = a.steps > 0 ? a.steps : std::max<std::int64_t>(1, input->steps / (2 * *ranks));
+  // Each rank runs 2 x steps batches of the source (forward, then training): by default none
+  // repeats, within strata-bench's most steps.
+  const std::int64_t steps =
+      a.steps > 0 ? a.steps : std::clamp<std::int64_t>(input->steps / (2 * *ranks), 1, std::int64_t{bench::kMaxSteps});
+  // A file must hold the steps strata-bench runs: its own check, before the prediction (which
+  // takes as long as the steps).
+  if (!a.input.trace.empty() || !a.input.criteo.empty()) {
+    const bool trace = !a.input.trace.empty();
+    if (Status s = bench::check_source_holds_phase(trace ? "trace" : "criteo", trace ? a.input.trace : a.input.criteo,
+                                                   input->steps, 0, steps, *ranks);
+        !s.is_ok())
+      return fail(s.message());
+  }
   if (progress) progress("predicting " + std::to_string(steps) + " training steps");
   auto predicted = predict_run(*input, *plan, steps, kValidatePipeline, *profile, a.trainer != "host", *ranks);
   if (!predicted) return fail(predicted.status().message());

@@ -166,6 +166,29 @@ INSTANTIATE_TEST_SUITE_P(
                 "--dump-keys /nonexistent-dir/keys.bin: cannot write there"}),
     [](const ::testing::TestParamInfo<Refused>& info) { return std::string(info.param.name); });
 
+// Issue 29: counts refused as out of range, not saturated to INT64_MAX; an empty list item; a table
+// name no store could hold.
+const std::string kLongName(5000, 'n');
+INSTANTIATE_TEST_SUITE_P(
+    Issue29, BenchRefuses,
+    ::testing::Values(
+        Refused{"DeviceCapacityOutOfRange", "--device-capacity 99999999999999999999",
+                "--device-capacity: '99999999999999999999' is not an integer in [0, 9223372036854775807]"},
+        Refused{"BatchOutOfRange", "--batch 99999999999999999999",
+                "--batch: '99999999999999999999' is not an integer in [1, 9223372036854775807]"},
+        Refused{"RowsOutOfRange", "--rows 99999999999999999999",
+                "--rows: '99999999999999999999' is not an integer in [1, 9223372036854775807]"},
+        Refused{"CriteoRowsOutOfRange", "--criteo-rows 99999999999999999999",
+                "--criteo-rows: '99999999999999999999' is not an integer in [1, 9223372036854775807]"},
+        Refused{"NegativeDeviceCapacity", "--device-capacity -1", "--device-capacity: '-1' is not an integer in [0, "},
+        Refused{"SweepCacheTrailingComma", "--sweep-cache 0.5,", "--sweep-cache: '' is not a cache fraction in (0, 1]"},
+        Refused{"SweepCacheLeadingComma", "--sweep-cache ,0.5", "--sweep-cache: '' is not a cache fraction in (0, 1]"},
+        Refused{"LongTableNameInAList", "--tables " + kLongName + "=10",
+                "nnnnnnnnn...' must be non-empty, at most 128 characters, and hold only letters"},
+        Refused{"LongTableNameInAWorkload", "", "name must be non-empty, at most 128 characters", "",
+                R"({"tables": [{"name": ")" + kLongName + R"(", "rows": 10, "dim": 4}]})"}),
+    [](const ::testing::TestParamInfo<Refused>& info) { return std::string(info.param.name); });
+
 // ---- usage errors: exit 2, the message on stderr ----
 
 TEST(BenchUsage, EveryUsageErrorExitsTwoWithTheMessageOnStderr) {
@@ -181,6 +204,21 @@ TEST(BenchUsage, EveryUsageErrorExitsTwoWithTheMessageOnStderr) {
   }
   // --help is not an error.
   EXPECT_EQ(run_bench("--help").exit_code, 0);
+}
+
+// One line, the reason in it: a program that runs strata-bench (strata-tune validate) relays its
+// last line, which used to be "Run with --help for more information".
+TEST(BenchUsage, AUsageErrorIsOneLineWithTheReason) {
+  for (const auto& [args, reason] : std::vector<std::pair<std::string, std::string>>{
+           {"--steps 0", "--steps: Value 0 not in range 1 to 1000000"},
+           {"--no-such-flag", "--no-such-flag"},
+           {"--batch 99999999999999999999", "--batch: '99999999999999999999' is not an integer"}}) {
+    const RunOutput r = run_bench_stderr(args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
+    EXPECT_EQ(r.output.rfind("strata-bench: ", 0), 0u) << args << ": " << r.output;
+    EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << args << ": expected one line:\n" << r.output;
+    EXPECT_NE(r.output.find(reason), std::string::npos) << args << ": " << r.output;
+  }
 }
 
 // ---- step counts are bounded ----

@@ -90,5 +90,24 @@ TEST(TuneCalibrate, BadOptionsNameTheField) {
   EXPECT_FALSE(calibrate(o).is_ok());
 }
 
+// Issue 29: a count the machine cannot hold is refused before anything is allocated or started.
+TEST(TuneCalibrate, CountsBeyondTheMachineAreRefusedBeforeAnyProbe) {
+  CalibrateOptions o = small_options();
+  EXPECT_TRUE(check_fits_machine(o).is_ok()) << check_fits_machine(o).to_string();
+  // Keys and offsets of two batches, and one batch's output of the largest rows.
+  EXPECT_EQ(calibrate_peak_bytes(o), (2 << 20) + 2.0 * (4096 + 256 + 1) * 8 + 256.0 * 256);
+  o.lookups = std::int64_t{1} << 50;
+  const Status s = check_fits_machine(o);
+  EXPECT_NE(s.message().find("--probe-mib 2 --lookups 1125899906842624: the probes hold up to "), std::string::npos)
+      << s.to_string();
+  EXPECT_NE(s.message().find("this machine can use"), std::string::npos) << s.to_string();
+  EXPECT_EQ(calibrate(o).status().message(), s.message());
+  o = small_options();
+  o.threads = 1 << 30;
+  EXPECT_NE(check_fits_machine(o).message().find("--threads 1073741824 is more than 4 x the "), std::string::npos)
+      << check_fits_machine(o).to_string();
+  EXPECT_FALSE(calibrate(o).is_ok());
+}
+
 }  // namespace
 }  // namespace strata::tune

@@ -6,9 +6,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -474,6 +477,106 @@ TEST(TuneCli, CalibrateOutputParsesAndValidates) {
   // The calibrated profile plans.
   EXPECT_EQ(run_program(kBin + " plan --workload " + kWorkload + " --profile " + out).exit_code, 0);
   expect_one_line_error("calibrate --row-bytes 64,63", "--row-bytes: 63");
+}
+
+// ---- issue 29: every count bounded, every usage error exit 2 ----
+
+// Virtual memory limit (KiB) for cases that used to allocate without bound: a regression fails
+// fast (std::bad_alloc) instead of eating the machine's memory.
+const std::string kMemoryLimit = "ulimit -v 4000000; ";
+
+// One line "strata-tune: ..." with every one of `needles`, exit code 2, run under kMemoryLimit.
+void expect_bounded(const std::string& args, const std::vector<std::string>& needles) {
+  const auto r = run_program(kMemoryLimit + kBin + " " + args);
+  EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+  EXPECT_EQ(r.output.rfind("strata-tune: ", 0), 0u) << args << "\n" << r.output;
+  EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << args << ": expected one line:\n" << r.output;
+  for (const std::string& n : needles) EXPECT_NE(r.output.find(n), std::string::npos) << args << "\n" << r.output;
+}
+
+const std::string kMachineThreads = std::to_string(std::max(1u, std::thread::hardware_concurrency()));
+
+TEST(TuneCli, CountsAreBoundedBeforeAnythingIsAllocated) {
+  // These aborted (std::bad_alloc, std::system_error) after seconds of work.
+  expect_bounded("plan --workload " + kWorkload + " --steps 99999999999999999999",
+                 {"--steps: '99999999999999999999' is not an integer in [0, 9223372036854775807]"});
+  expect_bounded("plan --workload " + kWorkload + " --steps 100000000",
+                 {"--steps 100000000: the keys of 100000000 steps take up to ", "this machine can use",
+                  "steps of this workload fit"});
+  expect_bounded("calibrate --probe-mib 1 --lookups 99999999999999999999",
+                 {"--lookups: '99999999999999999999' is not an integer in [16, 9223372036854775807]"});
+  expect_bounded("calibrate --probe-mib 1 --lookups 1000000000000",
+                 {"--probe-mib 1 --lookups 1000000000000: the probes hold up to ", "this machine can use"});
+  expect_bounded("calibrate --threads 1000000",
+                 {"--threads 1000000 is more than 4 x the " + kMachineThreads + " hardware threads of this machine"});
+  expect_bounded("calibrate --threads -1", {"--threads: '-1' is not an integer in [0, 2147483647]"});
+  // The counts of plan's curves, and a budget or a count out of range.
+  expect_bounded("plan --workload " + kWorkload + " --points 1000000000", {"--points: '1000000000'", "[2, 1024]"});
+  expect_bounded("plan --workload " + kWorkload + " --belady-points 1000000000", {"--belady-points", "[0, 1024]"});
+  expect_bounded("plan --workload " + kWorkload + " --threads 5000", {"--threads: '5000'", "[0, 1024]"});
+  expect_bounded("plan --criteo x.tsv --batch 99999999999999999999", {"--batch: '99999999999999999999'"});
+  expect_bounded("plan --criteo x.tsv --criteo-rows 99999999999999999999", {"--criteo-rows: '99999999999999999999'"});
+  // A workload whose own distinct batches cannot be held.
+  expect_bounded("plan --workload '{\"tables\": 4, \"rows\": 1000, \"batch\": 100000000000, \"bag_size\": 4}'",
+                 {"--workload: its 8 distinct batches take up to ", "this machine can use"});
+}
+
+TEST(TuneCli, RefusesWhatItUsedToTakeSilently) {
+  // --steps -1 was the default, an empty budget the profile's, an empty --row-bytes item dropped.
+  expect_bounded("plan --workload " + kWorkload + " --steps -1", {"--steps: '-1' is not an integer in [0, "});
+  expect_bounded("plan --workload " + kWorkload + " --hbm-budget ''",
+                 {"--hbm-budget '': expected a size like 80GB, 512MiB or 1e9"});
+  expect_bounded("plan --workload " + kWorkload + " --host-budget ''",
+                 {"--host-budget '': expected a size like 80GB, 512MiB or 1e9"});
+  // (Small probes, so that a regression ends soon.)
+  const std::string probe = "calibrate --probe-mib 1 --lookups 1024 --threads 1 --row-bytes ";
+  expect_bounded(probe + "64,,128", {"--row-bytes '64,,128': item 2 '' is not an integer in [1, 4194304]"});
+  expect_bounded(probe + "64,128,", {"--row-bytes '64,128,': item 3 '' is not an integer"});
+  expect_bounded(probe + ",64", {"--row-bytes ',64': item 1 ''"});
+  expect_bounded(probe + "''", {"--row-bytes '': no items"});
+  expect_bounded(probe + "64,0x80", {"--row-bytes '64,0x80': item 2 '0x80' is not an integer"});
+}
+
+TEST(TuneCli, EveryUsageErrorExitsTwo) {
+  // CLI11's own codes (104 to 114) used to be the exit codes.
+  for (const std::string args : {"", "nosuch", "plan --no-such-flag", "plan --steps", "plan --steps abc",
+                                 "plan --steps 010x", "plan --trainer gpu", "plan --workload a --workload", "validate",
+                                 "validate a b c", "calibrate --lookups 1e6", "calibrate --row-bytes"}) {
+    const auto r = run_program(kBin + " " + args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    EXPECT_EQ(r.output.rfind("strata-tune: ", 0), 0u) << args << "\n" << r.output;
+    EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << args << ": expected one line:\n" << r.output;
+  }
+  for (const std::string args : {"--help", "plan --help", "validate --help", "calibrate --help"})
+    EXPECT_EQ(run_program(kBin + " " + args).exit_code, 0) << args;
+}
+
+TEST(TuneCli, ValidateChecksItsStepsBeforeItPredictsOrRuns) {
+  const std::string trace = temp_dir() + "/forty.strtrace", plan = temp_dir() + "/forty_plan.json";
+  write_trace(trace, 40);
+  write(plan, R"({"threads": 1, "tables": [
+ {"name": "a", "rows": 1000, "dim": 8, "placement": "cached", "cache": {"rows": 8, "cap": true}},
+ {"name": "b", "rows": 50, "dim": 8, "placement": "gpu"}]})");
+  const std::string args = "validate " + plan + " --trace " + trace + " --backend emu --no-progress";
+  // Beyond strata-bench's steps: refused as strata-bench refuses it, with the reason (it used to
+  // say only "strata-bench failed (exit 2): Run with --help for more information").
+  expect_bounded(args + " --steps 99999999999999999999",
+                 {"--steps: '99999999999999999999' is not an integer in [0, 1000000]"});
+  // Within them, but more than the trace holds: strata-bench's own check, before the prediction
+  // (which took minutes for a billion steps) and without running strata-bench.
+  const auto r = run_program("timeout 60 " + kBin + " " + args + " --steps 1000000");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("trace " + trace + " has 40 batches but --warmup 0 + --steps 1000000 need at least 1000000"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("strata-bench failed"), std::string::npos) << r.output;
+  // Over ranks (a plan of gpu tables), even with a program that is not strata-bench.
+  const std::string gpu_plan = temp_dir() + "/forty_gpu_plan.json";
+  write(gpu_plan, R"({"threads": 1, "tables": [
+ {"name": "a", "rows": 1000, "dim": 8, "placement": "gpu"},
+ {"name": "b", "rows": 50, "dim": 8, "placement": "gpu"}]})");
+  expect_bounded("validate " + gpu_plan + " --trace " + trace + " --steps 25 --ranks 2 --bench /bin/false",
+                 {"trace " + trace + " has 40 batches but --warmup 0 + --steps 25 on 2 ranks need at least 50"});
 }
 
 }  // namespace

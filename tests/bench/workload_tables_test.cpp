@@ -109,6 +109,22 @@ TEST(TableSet, MalformedListsNameTheItem) {
   EXPECT_TRUE(after.table_list.empty());
 }
 
+// Issue 29: a name of 5,000 characters was accepted; names are bounded (kMaxTableNameBytes), and
+// a message quotes only the start of one.
+TEST(TableSet, TableNamesAreBounded) {
+  const std::string longest(kMaxTableNameBytes, 'n'), over(kMaxTableNameBytes + 1, 'n');
+  WorkloadSpec w;
+  ASSERT_TRUE(apply_table_set(w, longest + "=10").is_ok());
+  EXPECT_TRUE(validate(w).is_ok());
+  const std::string e = error_of(w, std::string(5000, 'n') + "=10");
+  EXPECT_TRUE(contains(e, "' must be non-empty, at most 128 characters")) << e;
+  EXPECT_LT(e.size(), 400u) << e;
+  EXPECT_TRUE(contains(error_of(w, over + "=10"), "at most 128 characters"));
+  w.table_list = {{over, 10, 4}};
+  EXPECT_TRUE(contains(validate(w).message(), "name must be non-empty, at most 128 characters"));
+  EXPECT_LT(validate(w).message().size(), 400u);
+}
+
 TEST(TableSet, ValidateChecksEveryListEntry) {
   WorkloadSpec w;
   w.table_list = {{"a", 10, 4}, {"b", 0, 4}};
