@@ -287,5 +287,24 @@ TEST(BadConfig, ThreadsAreBounded) {
   EXPECT_TRUE((*store)->backward(1, out.cviews).is_ok());
 }
 
+// A table name that cannot become a file name is refused at open, before anything trains: a name
+// of 300 characters opened and trained, then save failed with "File name too long" (issue 29).
+TEST(BadConfig, TableNamesThatCannotNameFilesAreRefusedAtOpen) {
+  const std::string rule = " (expected 1 to 128 bytes of letters, digits, '_', '-' and '.', not starting with '.')";
+  const std::pair<std::string, std::string> cases[] = {
+      {std::string(300, 'i'), "table '" + std::string(32, 'i') + "...': name is 300 bytes long" + rule},
+      {".item", "table '.item': name starts with '.'" + rule},
+      {"it em", "table 'it em': name holds ' ' at byte 2" + rule},
+  };
+  for (const auto& [name, message] : cases) {
+    StoreConfig c = two_tables();
+    c.tables[1].spec.name = name;
+    EXPECT_EQ(validate(c).message(), message);
+    EXPECT_EQ(Store::open(c).status().message(), message);
+    EXPECT_EQ(open_reference_store(c).status().message(), message);
+    EXPECT_EQ(open_gpu(c).status().message(), message);
+  }
+}
+
 }  // namespace
 }  // namespace strata
