@@ -47,6 +47,8 @@ struct InitializerSpec {
   /// Origin of a shard (set by dispatch for the local part of a sharded table, not by users): local
   /// row l, column c takes the initial value of row l * row_stride + row_offset, column
   /// c + col_offset of the whole table, so every shard starts as a slice of the same table.
+  /// validate(StoreConfig) refuses a config whose tables set them to anything but 1, 0, 0 (the
+  /// whole table), and the JSON config has no fields for them.
   std::int64_t row_stride = 1;
   std::int64_t row_offset = 0;
   std::int32_t col_offset = 0;

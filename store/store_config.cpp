@@ -185,6 +185,17 @@ Status validate(const StoreConfig& c) {
   std::set<std::string> names;
   for (const auto& t : c.tables) {
     STRATA_RETURN_IF_ERROR(validate(t.spec));
+    // The shard origin is dispatch's to set, on the specs of each rank's shard: a config's tables
+    // are whole tables (row_stride 0 opened and gave other rows than the reference's).
+    const InitializerSpec& init = t.spec.init;
+    const InitializerSpec whole;
+    if (init.row_stride != whole.row_stride || init.row_offset != whole.row_offset ||
+        init.col_offset != whole.col_offset)
+      return Status::invalid_argument(
+          "table '" + t.spec.name + "': init.row_stride " + std::to_string(init.row_stride) + ", init.row_offset " +
+          std::to_string(init.row_offset) + ", init.col_offset " + std::to_string(init.col_offset) +
+          ": these place a shard in its table and are set by dispatch, not by a config "
+          "(expected 1, 0, 0)");
     STRATA_RETURN_IF_ERROR(
         check_enum(t.placement, "table '" + t.spec.name + "': placement", "cpu, offload, cached, gpu or hybrid"));
     if (!names.insert(t.spec.name).second)

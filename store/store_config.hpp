@@ -153,6 +153,7 @@ Result<CacheTransfer> parse_cache_transfer(const std::string& s);
 
 /// Checks every table and the store-wide fields, enums included (a value outside its enum, say
 /// static_cast<Placement>(9), is named with its integer); errors name the table and the value.
+/// Also refuses what only dispatch sets (the shard origin in TableSpec::init).
 Status validate(const StoreConfig& config);
 
 /// Parses a JSON config. Schema (every field but tables[].name/rows/dim optional):

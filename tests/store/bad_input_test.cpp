@@ -306,5 +306,31 @@ TEST(BadConfig, TableNamesThatCannotNameFilesAreRefusedAtOpen) {
   }
 }
 
+// init.row_stride, row_offset and col_offset place a shard in its table: dispatch sets them on the
+// specs of each rank's shard. A config that set row_stride = 0 opened and its forward differed
+// from the reference (issue 29); every config is refused unless they are the whole table's.
+TEST(BadConfig, ShardOriginIsNotAConfigField) {
+  struct Case {
+    std::int64_t row_stride, row_offset;
+    std::int32_t col_offset;
+  };
+  for (const Case& k : {Case{0, 0, 0}, Case{2, 0, 0}, Case{-1, 0, 0}, Case{1, 5, 0}, Case{1, 0, 3}}) {
+    StoreConfig c = two_tables();
+    c.tables[0].spec.init.row_stride = k.row_stride;
+    c.tables[0].spec.init.row_offset = k.row_offset;
+    c.tables[0].spec.init.col_offset = k.col_offset;
+    const std::string message =
+        "table 'user': init.row_stride " + std::to_string(k.row_stride) + ", init.row_offset " +
+        std::to_string(k.row_offset) + ", init.col_offset " + std::to_string(k.col_offset) +
+        ": these place a shard in its table and are set by dispatch, not by a config (expected 1, 0, 0)";
+    EXPECT_EQ(validate(c).code(), StatusCode::kInvalidArgument) << message;
+    EXPECT_EQ(validate(c).message(), message);
+    EXPECT_EQ(Store::open(c).status().message(), message);
+    EXPECT_EQ(open_reference_store(c).status().message(), message);
+    EXPECT_EQ(open_gpu(c).status().message(), message);
+    EXPECT_EQ(open_sharded_gpu(c).status().message(), "rank 0: " + message);
+  }
+}
+
 }  // namespace
 }  // namespace strata
