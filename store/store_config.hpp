@@ -111,7 +111,9 @@ struct TableConfig {
   TableSpec spec;                         ///< shape, pooling, initializer, optimizer
   Placement placement = Placement::kCpu;  ///< placement mode of this table
   TableCacheConfig cache;                 ///< `cached` and `hybrid` (per rank: a fraction of the rank's shard)
-  dispatch::ShardingPlan sharding;        ///< `gpu` and `hybrid`: how the table is split over the ranks
+  /// `gpu` and `hybrid`: how the table is split over the ranks. Store::open checks it against the
+  /// world (a store without a communicator is one rank): a table-wise owner must be in [0, world).
+  dispatch::ShardingPlan sharding;
 };
 
 /// Upper bound of StoreConfig::threads. A fixed number, not a multiple of this machine's cores,
@@ -153,7 +155,8 @@ Result<CacheTransfer> parse_cache_transfer(const std::string& s);
 
 /// Checks every table and the store-wide fields, enums included (a value outside its enum, say
 /// static_cast<Placement>(9), is named with its integer); errors name the table and the value.
-/// Also refuses what only dispatch sets (the shard origin in TableSpec::init).
+/// Also refuses what only dispatch sets (the shard origin in TableSpec::init) and sharding owners
+/// below -1; owners beyond the world are refused by Store::open, which knows the world.
 Status validate(const StoreConfig& config);
 
 /// Parses a JSON config. Schema (every field but tables[].name/rows/dim optional):

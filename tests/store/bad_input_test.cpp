@@ -332,5 +332,38 @@ TEST(BadConfig, ShardOriginIsNotAConfigField) {
   }
 }
 
+// A table-wise owner must be a rank of the world: a `gpu` table owned by rank 5 opened in a store
+// without a communicator (a world of one rank, where a 1-rank world refused it), and an owner of
+// -5 was taken as -1, the default (issue 29).
+TEST(BadConfig, ShardingOwnersOutsideTheWorldAreRefused) {
+  for (Placement p : {Placement::kGpu, Placement::kHybrid}) {
+    StoreConfig c = two_tables();
+    c.device.backend = BackendChoice::kEmu;
+    c.tables[1].placement = p;
+    if (p == Placement::kHybrid) c.tables[1].cache.rows = 10;
+    c.tables[1].sharding = {dispatch::ShardingType::kTable, 5};
+    EXPECT_TRUE(validate(c).is_ok()) << validate(c).message();  // the world is known at open
+    const std::string one_rank =
+        "table 'item': table sharding owner rank 5 out of range [0, 1) for a world of 1 rank (a store opened "
+        "without a communicator is one rank)";
+    EXPECT_EQ(Store::open(c).status().message(), one_rank);
+    c.tables[1].sharding.owner = 1;
+    EXPECT_NE(Store::open(c).status().message().find("owner rank 1 out of range [0, 1)"), std::string::npos);
+    c.tables[1].sharding.owner = 0;
+    auto store = Store::open(c);
+    EXPECT_TRUE(store.is_ok()) << store.status().to_string();
+    for (auto type : {dispatch::ShardingType::kTable, dispatch::ShardingType::kRow}) {
+      c.tables[1].sharding = {type, -5};
+      const std::string negative =
+          "table 'item': sharding owner -5 out of range (expected -1, the default, or for table sharding a rank "
+          "in [0, world size))";
+      EXPECT_EQ(validate(c).code(), StatusCode::kInvalidArgument);
+      EXPECT_EQ(validate(c).message(), negative);
+      EXPECT_EQ(Store::open(c).status().message(), negative);
+      EXPECT_EQ(open_sharded(c, p).status().message(), "rank 0: " + negative);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata

@@ -185,4 +185,23 @@ TEST(StoreConfig, DeeplyNestedValuesAreRefusedWithoutPrintingThem) {
   EXPECT_LT(long_string.status().message().size(), 200u) << long_string.status().message();
 }
 
+// The shard origin of InitializerSpec (set by dispatch) has no JSON form, and the owner of a
+// table-wise plan below -1 is refused (it was taken as -1; issue 29).
+TEST(StoreConfig, ShardOriginHasNoJsonFormAndOwnersBelowTheDefaultAreRefused) {
+  EXPECT_EQ(parse_store_config(R"({"tables": [{"name": "u", "rows": 5, "dim": 4, "init": {"row_stride": 0}}]})")
+                .status()
+                .message(),
+            "table 'u': unknown field 'init.row_stride' (expected one of bound, seed)");
+  EXPECT_EQ(parse_store_config(R"({"tables": [{"name": "u", "rows": 5, "dim": 4, "placement": "gpu",
+                                               "sharding": {"type": "table", "owner": -5}}]})")
+                .status()
+                .message(),
+            "table 'u': sharding owner -5 out of range (expected -1, the default, or for table sharding a rank in "
+            "[0, world size))");
+  auto c = parse_store_config(R"({"tables": [{"name": "u", "rows": 5, "dim": 4, "placement": "gpu",
+                                              "sharding": {"type": "table", "owner": 5}}]})");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();  // a rank of a world of 6 or more: checked at open
+  EXPECT_EQ(c->tables[0].sharding.owner, 5);
+}
+
 }  // namespace strata
