@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "store/detail/json_keys.hpp"
+
 namespace strata {
 
 using nlohmann::json;
@@ -507,11 +509,13 @@ Status parse_store_wide(Fields& f, StoreConfig& c) {
 
 Result<StoreConfig> parse_store_config(const std::string& text) {
   json j;
+  detail::DuplicateKeys keys;
   try {
-    j = json::parse(text);
+    j = json::parse(text, keys.callback());
   } catch (const json::exception& e) {
     return Status::invalid_argument(std::string("config is not valid JSON: ") + e.what());
   }
+  STRATA_RETURN_IF_ERROR(keys.status("config"));
   if (!j.is_object()) return Status::invalid_argument("config: expected a JSON object at the top level");
   StoreConfig c;
   Fields f(j, "config");

@@ -183,7 +183,9 @@ Status validate(const StoreConfig& config);
 /// the wrong JSON type, never coerced: integers must be JSON integers within their field's type
 /// (8.9, true, 1e6, or -1 for the seed are refused), numbers numbers, booleans true or false, names
 /// strings; errors quote what was written ("table 'user': dim: expected an integer in [-2^31,
-/// 2^31), got 8.9"). Validates the result.
+/// 2^31), got 8.9"). A key given twice in one object is refused too, naming it with its path
+/// ("config: key 'tables[1].optimizer.kind' is given twice ..."), where a JSON parser would keep
+/// one of the values without a word. Validates the result.
 Result<StoreConfig> parse_store_config(const std::string& json_text);
 /// Reads and parses a JSON config file.
 Result<StoreConfig> load_store_config(const std::string& path);
