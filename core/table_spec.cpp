@@ -1,8 +1,56 @@
 #include "core/table_spec.hpp"
 
 #include <cmath>
+#include <cstdio>
 
 namespace strata {
+namespace {
+
+bool name_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+}
+
+// A name as an error shows it: its first 32 bytes ("..." when cut), bytes outside the rule that
+// would not print as \xNN.
+std::string shown_name(const std::string& name) {
+  constexpr std::size_t kShown = 32;
+  std::string out;
+  for (std::size_t i = 0; i < name.size() && i < kShown; ++i) {
+    const auto c = static_cast<unsigned char>(name[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    }
+  }
+  return name.size() > kShown ? out + "..." : out;
+}
+
+}  // namespace
+
+Status validate_table_name(const std::string& name) {
+  const std::string rule = " (expected 1 to " + std::to_string(kMaxTableNameBytes) +
+                           " bytes of letters, digits, '_', '-' and '.', not starting with '.')";
+  if (name.empty()) return Status::invalid_argument("table name is empty" + rule);
+  const std::string who = "table '" + shown_name(name) + "': name ";
+  if (name.size() > kMaxTableNameBytes)
+    return Status::invalid_argument(who + "is " + std::to_string(name.size()) + " bytes long" + rule);
+  if (name[0] == '.') return Status::invalid_argument(who + "starts with '.'" + rule);
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    if (name_char(c)) continue;
+    const auto u = static_cast<unsigned char>(c);
+    char what[16];
+    if (u >= 0x20 && u < 0x7f)
+      std::snprintf(what, sizeof what, "'%c'", c);
+    else
+      std::snprintf(what, sizeof what, "byte 0x%02x", u);
+    return Status::invalid_argument(who + "holds " + what + " at byte " + std::to_string(i) + rule);
+  }
+  return Status::ok();
+}
 
 std::int32_t optimizer_state_dim(OptimizerKind kind, std::int32_t dim) noexcept {
   switch (kind) {
@@ -19,13 +67,8 @@ std::int32_t optimizer_state_dim(OptimizerKind kind, std::int32_t dim) noexcept 
 }
 
 Status validate(const TableSpec& s) {
+  STRATA_RETURN_IF_ERROR(validate_table_name(s.name));
   const std::string who = "table '" + s.name + "'";
-  if (s.name.empty()) return Status::invalid_argument("table name must not be empty");
-  for (char c : s.name) {
-    const bool ok =
-        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
-    if (!ok) return Status::invalid_argument(who + ": name may hold only letters, digits, '_', '-' and '.'");
-  }
   if (s.rows <= 0) return Status::invalid_argument(who + ": rows " + std::to_string(s.rows) + " must be > 0");
   if (s.dim <= 0) return Status::invalid_argument(who + ": dim " + std::to_string(s.dim) + " must be > 0");
   if (s.dim > kMaxDim)

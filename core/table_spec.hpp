@@ -1,6 +1,7 @@
 #pragma once
 // TableSpec: the description of one embedding table (shape, pooling, initial values, optimizer).
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -46,6 +47,8 @@ struct InitializerSpec {
   /// Origin of a shard (set by dispatch for the local part of a sharded table, not by users): local
   /// row l, column c takes the initial value of row l * row_stride + row_offset, column
   /// c + col_offset of the whole table, so every shard starts as a slice of the same table.
+  /// validate(StoreConfig) refuses a config whose tables set them to anything but 1, 0, 0 (the
+  /// whole table), and the JSON config has no fields for them.
   std::int64_t row_stride = 1;
   std::int64_t row_offset = 0;
   std::int32_t col_offset = 0;
@@ -55,7 +58,7 @@ struct InitializerSpec {
 
 /// Complete description of one table.
 struct TableSpec {
-  std::string name;                 ///< unique, non-empty; used in errors and file names
+  std::string name;                 ///< unique; see validate_table_name (it names checkpoint files)
   std::int64_t rows = 0;            ///< number of rows (> 0); keys are in [0, rows)
   std::int32_t dim = 0;             ///< row width in elements (> 0)
   DType dtype = DType::kF32;        ///< element type (fp32 only for now)
@@ -69,10 +72,25 @@ struct TableSpec {
 inline constexpr std::int32_t kMaxDim = 1 << 20;
 inline constexpr std::int64_t kMaxTableBytes = std::int64_t{1} << 48;
 
+/// Longest table name, in bytes. A name is part of the names of its checkpoint files
+/// ("<name>.<generation>.tbl", written as "<name>.<generation>.tbl.tmp-<pid>-<n>" first: at most 61
+/// bytes more), which must fit the 255 bytes a file name may have on Linux file systems.
+inline constexpr std::size_t kMaxTableNameBytes = 128;
+
+/// Checks that `name` can name a table, and so a file: 1 to kMaxTableNameBytes bytes of ASCII
+/// letters, digits, '_', '-' and '.', not starting with '.' (never ".", ".." or a hidden file). The
+/// one place this rule lives: validate(TableSpec) calls it, and tools that take table names (say
+/// strata-bench's --tables) may call it to refuse a name before building a config. Errors
+/// (kInvalidArgument) name the table (its first 32 bytes when longer, bytes outside the rule as
+/// \xNN), what is wrong and the rule: "table 'user id': name holds ' ' at byte 4 (expected 1 to
+/// 128 bytes of letters, digits, '_', '-' and '.', not starting with '.')".
+Status validate_table_name(const std::string& name);
+
 /// Optimizer-state floats kept per row: sgd 0, adagrad dim, rowwise_adagrad 1, adam 2*dim.
 std::int32_t optimizer_state_dim(OptimizerKind kind, std::int32_t dim) noexcept;
 
-/// Checks a spec: "table 'user': dim 0 must be > 0". Does not check name uniqueness.
+/// Checks a spec: its name (validate_table_name), then "table 'user': dim 0 must be > 0". Does not
+/// check name uniqueness, nor the shard origin in `init` (validate(StoreConfig) does).
 Status validate(const TableSpec& spec);
 
 /// Names used in configs and messages ("sum", "rowwise_adagrad", "fp32") and their parsers.

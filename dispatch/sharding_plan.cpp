@@ -25,12 +25,17 @@ Result<ShardingType> parse_sharding(const std::string& s) {
 Status validate_plan(const TableSpec& spec, const ShardingPlan& plan, int world) {
   const std::string who = "table '" + spec.name + "': ";
   if (world < 1) return Status::invalid_argument(who + "world size " + std::to_string(world) + " must be >= 1");
+  // Below the default (a negative owner used to be taken as -1), whatever the type and the world.
+  if (plan.owner < -1)
+    return Status::invalid_argument(who + "sharding owner " + std::to_string(plan.owner) +
+                                    " out of range (expected -1, the default, or for table sharding a rank in [0, "
+                                    "world size))");
   switch (plan.type) {
     case ShardingType::kTable:
       if (plan.owner >= world)
         return Status::invalid_argument(who + "table sharding owner rank " + std::to_string(plan.owner) +
                                         " out of range [0, " + std::to_string(world) + ") for a world of " +
-                                        std::to_string(world) + " ranks");
+                                        std::to_string(world) + (world == 1 ? " rank" : " ranks"));
       break;
     case ShardingType::kColumn:
       if (spec.dim < world)

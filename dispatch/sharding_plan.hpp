@@ -21,14 +21,15 @@ enum class ShardingType { kReplicated = 0, kTable = 1, kRow = 2, kColumn = 3 };
 
 struct ShardingPlan {
   ShardingType type = ShardingType::kRow;
-  int owner = -1;  ///< kTable: the rank holding the table (-1: table index % world)
+  int owner = -1;  ///< kTable: the rank holding the table, in [0, world); -1 (any type): table index % world
 };
 
 const char* to_string(ShardingType t) noexcept;
 Result<ShardingType> parse_sharding(const std::string& s);
 
 /// Checks a plan for a table and a world size: "table 'user': column sharding over 4 ranks needs
-/// dim >= 4, got 2". Capacities are checked by the caller, which knows its devices.
+/// dim >= 4, got 2"; an owner below -1 (any world), or a table-wise owner outside [0, world), is
+/// refused. Capacities are checked by the caller, which knows its devices.
 Status validate_plan(const TableSpec& spec, const ShardingPlan& plan, int world);
 
 /// A validated plan resolved for a world size. Cheap to copy.

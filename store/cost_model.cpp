@@ -20,6 +20,7 @@
 #include "store/detail/cache_transfers.hpp"
 #include "store/detail/cached_engine.hpp"
 #include "store/detail/device_features.hpp"
+#include "store/detail/json_keys.hpp"
 #include "store/detail/sharded_engine.hpp"
 
 namespace strata {
@@ -263,11 +264,13 @@ Status validate(const HardwareProfile& p) { return validate_as(p, "profile '" + 
 Result<HardwareProfile> parse_hardware_profile(const std::string& json_text, const std::string& origin) {
   const std::string who = "profile '" + origin + "'";
   json j;
+  detail::DuplicateKeys keys;
   try {
-    j = json::parse(json_text);
+    j = json::parse(json_text, keys.callback());
   } catch (const json::parse_error& e) {
     return Status::invalid_argument(who + ": invalid JSON: " + e.what());
   }
+  STRATA_RETURN_IF_ERROR(keys.status(who));
   if (!j.is_object())
     return Status::invalid_argument(who + ": expected a JSON object, got " + std::string(j.type_name()));
   HardwareProfile p;

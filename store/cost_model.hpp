@@ -87,9 +87,10 @@ struct HardwareProfile {
 /// "numa_nodes" (a non-empty array of {"local_gbs": N, "remote_gbs": N, optional "gather": [
 /// {"row_bytes": integer, "local_rows_per_s": N, "remote_rows_per_s": N}, ...]}) and one number object
 /// {"value": number, "source": "non-empty string"} for each other HardwareProfile field, named as
-/// the field. Every field is required; an unknown field at any level is an error. `origin` (a file
-/// name or "<string>") is named in every message, with the field path and what was expected.
-/// The result is validated.
+/// the field. Every field is required; an unknown field at any level is an error, and so is a key
+/// given twice in one object ("profile 'p.json': key 'numa_nodes[0].local_gbs.value' is given
+/// twice ..."). `origin` (a file name or "<string>") is named in every message, with the field
+/// path and what was expected. The result is validated.
 Result<HardwareProfile> parse_hardware_profile(const std::string& json_text, const std::string& origin);
 
 /// Reads and parses the profile file at `path` (parse_hardware_profile with origin = path).

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "store/detail/json_keys.hpp"
+
 namespace strata {
 
 using nlohmann::json;
@@ -185,6 +187,17 @@ Status validate(const StoreConfig& c) {
   std::set<std::string> names;
   for (const auto& t : c.tables) {
     STRATA_RETURN_IF_ERROR(validate(t.spec));
+    // The shard origin is dispatch's to set, on the specs of each rank's shard: a config's tables
+    // are whole tables (row_stride 0 opened and gave other rows than the reference's).
+    const InitializerSpec& init = t.spec.init;
+    const InitializerSpec whole;
+    if (init.row_stride != whole.row_stride || init.row_offset != whole.row_offset ||
+        init.col_offset != whole.col_offset)
+      return Status::invalid_argument(
+          "table '" + t.spec.name + "': init.row_stride " + std::to_string(init.row_stride) + ", init.row_offset " +
+          std::to_string(init.row_offset) + ", init.col_offset " + std::to_string(init.col_offset) +
+          ": these place a shard in its table and are set by dispatch, not by a config "
+          "(expected 1, 0, 0)");
     STRATA_RETURN_IF_ERROR(
         check_enum(t.placement, "table '" + t.spec.name + "': placement", "cpu, offload, cached, gpu or hybrid"));
     if (!names.insert(t.spec.name).second)
@@ -496,11 +509,13 @@ Status parse_store_wide(Fields& f, StoreConfig& c) {
 
 Result<StoreConfig> parse_store_config(const std::string& text) {
   json j;
+  detail::DuplicateKeys keys;
   try {
-    j = json::parse(text);
+    j = json::parse(text, keys.callback());
   } catch (const json::exception& e) {
     return Status::invalid_argument(std::string("config is not valid JSON: ") + e.what());
   }
+  STRATA_RETURN_IF_ERROR(keys.status("config"));
   if (!j.is_object()) return Status::invalid_argument("config: expected a JSON object at the top level");
   StoreConfig c;
   Fields f(j, "config");

@@ -111,7 +111,9 @@ struct TableConfig {
   TableSpec spec;                         ///< shape, pooling, initializer, optimizer
   Placement placement = Placement::kCpu;  ///< placement mode of this table
   TableCacheConfig cache;                 ///< `cached` and `hybrid` (per rank: a fraction of the rank's shard)
-  dispatch::ShardingPlan sharding;        ///< `gpu` and `hybrid`: how the table is split over the ranks
+  /// `gpu` and `hybrid`: how the table is split over the ranks. Store::open checks it against the
+  /// world (a store without a communicator is one rank): a table-wise owner must be in [0, world).
+  dispatch::ShardingPlan sharding;
 };
 
 /// Upper bound of StoreConfig::threads. A fixed number, not a multiple of this machine's cores,
@@ -153,6 +155,8 @@ Result<CacheTransfer> parse_cache_transfer(const std::string& s);
 
 /// Checks every table and the store-wide fields, enums included (a value outside its enum, say
 /// static_cast<Placement>(9), is named with its integer); errors name the table and the value.
+/// Also refuses what only dispatch sets (the shard origin in TableSpec::init) and sharding owners
+/// below -1; owners beyond the world are refused by Store::open, which knows the world.
 Status validate(const StoreConfig& config);
 
 /// Parses a JSON config. Schema (every field but tables[].name/rows/dim optional):
@@ -179,7 +183,9 @@ Status validate(const StoreConfig& config);
 /// the wrong JSON type, never coerced: integers must be JSON integers within their field's type
 /// (8.9, true, 1e6, or -1 for the seed are refused), numbers numbers, booleans true or false, names
 /// strings; errors quote what was written ("table 'user': dim: expected an integer in [-2^31,
-/// 2^31), got 8.9"). Validates the result.
+/// 2^31), got 8.9"). A key given twice in one object is refused too, naming it with its path
+/// ("config: key 'tables[1].optimizer.kind' is given twice ..."), where a JSON parser would keep
+/// one of the values without a word. Validates the result.
 Result<StoreConfig> parse_store_config(const std::string& json_text);
 /// Reads and parses a JSON config file.
 Result<StoreConfig> load_store_config(const std::string& path);

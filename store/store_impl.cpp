@@ -475,16 +475,20 @@ namespace {
 
 Result<std::unique_ptr<Store>> open_rank(const StoreConfig& config, std::shared_ptr<dispatch::Communicator> comm) {
   STRATA_RETURN_IF_ERROR(validate(config));
-  if (comm) {
-    for (std::size_t t = 0; t < config.tables.size(); ++t) {
-      const TableConfig& tc = config.tables[t];
-      if (comm->size() > 1 && tc.placement != Placement::kGpu && tc.placement != Placement::kHybrid)
-        return Status::invalid_argument("table '" + tc.spec.name + "': placement " + to_string(tc.placement) +
-                                        " serves one rank; in a world of " + std::to_string(comm->size()) +
-                                        " ranks every table must be gpu or hybrid");
-      if (tc.placement == Placement::kGpu || tc.placement == Placement::kHybrid)
-        STRATA_RETURN_IF_ERROR(dispatch::validate_plan(tc.spec, tc.sharding, comm->size()));
-    }
+  // Without a communicator the store is a world of one rank: a plan must hold there too (a
+  // table-wise owner 5 opened here while a 1-rank world refused it).
+  const int world = comm ? comm->size() : 1;
+  for (std::size_t t = 0; t < config.tables.size(); ++t) {
+    const TableConfig& tc = config.tables[t];
+    if (world > 1 && tc.placement != Placement::kGpu && tc.placement != Placement::kHybrid)
+      return Status::invalid_argument("table '" + tc.spec.name + "': placement " + to_string(tc.placement) +
+                                      " serves one rank; in a world of " + std::to_string(world) +
+                                      " ranks every table must be gpu or hybrid");
+    if (tc.placement != Placement::kGpu && tc.placement != Placement::kHybrid) continue;
+    const Status plan = dispatch::validate_plan(tc.spec, tc.sharding, world);
+    if (!plan.is_ok() && !comm)
+      return Status::invalid_argument(plan.message() + " (a store opened without a communicator is one rank)");
+    STRATA_RETURN_IF_ERROR(plan);
   }
   Result<Topology> topo =
       config.fake_numa_nodes > 0 ? Result<Topology>(Topology::fake(config.fake_numa_nodes)) : Topology::discover();

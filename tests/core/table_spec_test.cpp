@@ -64,6 +64,43 @@ TEST(TableSpec, BadFieldsNameTableAndValue) {
   EXPECT_NE(validate(s).message().find("beta1"), std::string::npos);
 }
 
+// A table name becomes part of its checkpoint files' names ("<name>.<generation>.tbl", written
+// as "<name>.<generation>.tbl.tmp-<pid>-<n>" first): a name of 300 characters opened and trained,
+// then save failed with "File name too long" (issue 29). The rule is checked in one place,
+// validate_table_name, and the errors name the table, what is wrong and the rule.
+TEST(TableSpec, NamesThatCannotBecomeFileNamesAreRefused) {
+  const std::string rule = " (expected 1 to 128 bytes of letters, digits, '_', '-' and '.', not starting with '.')";
+  EXPECT_EQ(kMaxTableNameBytes, 128u);
+  for (const std::string& name : {std::string("user"), std::string("C26"), std::string("t0"), std::string("a.b-c_D9"),
+                                  std::string("x."), std::string("-x"), std::string(128, 'n')}) {
+    EXPECT_TRUE(validate_table_name(name).is_ok()) << name << ": " << validate_table_name(name).message();
+    auto s = good();
+    s.name = name;
+    EXPECT_TRUE(validate(s).is_ok()) << name << ": " << validate(s).message();
+  }
+  const std::pair<std::string, std::string> cases[] = {
+      {"", "table name is empty" + rule},
+      {std::string(129, 'n'), "table '" + std::string(32, 'n') + "...': name is 129 bytes long" + rule},
+      {std::string(300, 'x'), "table '" + std::string(32, 'x') + "...': name is 300 bytes long" + rule},
+      {std::string(5000, 'x'), "table '" + std::string(32, 'x') + "...': name is 5000 bytes long" + rule},
+      {".user", "table '.user': name starts with '.'" + rule},
+      {".", "table '.': name starts with '.'" + rule},
+      {"..", "table '..': name starts with '.'" + rule},
+      {"a/b", "table 'a/b': name holds '/' at byte 1" + rule},
+      {"user id", "table 'user id': name holds ' ' at byte 4" + rule},
+      {std::string("a\0b", 3), "table 'a\\x00b': name holds byte 0x00 at byte 1" + rule},
+      {"a\nb", "table 'a\\x0ab': name holds byte 0x0a at byte 1" + rule},
+      {"caf\xc3\xa9", "table 'caf\\xc3\\xa9': name holds byte 0xc3 at byte 3" + rule},
+  };
+  for (const auto& [name, message] : cases) {
+    EXPECT_EQ(validate_table_name(name).code(), StatusCode::kInvalidArgument) << message;
+    EXPECT_EQ(validate_table_name(name).message(), message);
+    auto s = good();
+    s.name = name;
+    EXPECT_EQ(validate(s).message(), message);
+  }
+}
+
 TEST(TableSpec, StateDims) {
   EXPECT_EQ(optimizer_state_dim(OptimizerKind::kSgd, 16), 0);
   EXPECT_EQ(optimizer_state_dim(OptimizerKind::kAdagrad, 16), 16);

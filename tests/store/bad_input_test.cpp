@@ -287,5 +287,83 @@ TEST(BadConfig, ThreadsAreBounded) {
   EXPECT_TRUE((*store)->backward(1, out.cviews).is_ok());
 }
 
+// A table name that cannot become a file name is refused at open, before anything trains: a name
+// of 300 characters opened and trained, then save failed with "File name too long" (issue 29).
+TEST(BadConfig, TableNamesThatCannotNameFilesAreRefusedAtOpen) {
+  const std::string rule = " (expected 1 to 128 bytes of letters, digits, '_', '-' and '.', not starting with '.')";
+  const std::pair<std::string, std::string> cases[] = {
+      {std::string(300, 'i'), "table '" + std::string(32, 'i') + "...': name is 300 bytes long" + rule},
+      {".item", "table '.item': name starts with '.'" + rule},
+      {"it em", "table 'it em': name holds ' ' at byte 2" + rule},
+  };
+  for (const auto& [name, message] : cases) {
+    StoreConfig c = two_tables();
+    c.tables[1].spec.name = name;
+    EXPECT_EQ(validate(c).message(), message);
+    EXPECT_EQ(Store::open(c).status().message(), message);
+    EXPECT_EQ(open_reference_store(c).status().message(), message);
+    EXPECT_EQ(open_gpu(c).status().message(), message);
+  }
+}
+
+// init.row_stride, row_offset and col_offset place a shard in its table: dispatch sets them on the
+// specs of each rank's shard. A config that set row_stride = 0 opened and its forward differed
+// from the reference (issue 29); every config is refused unless they are the whole table's.
+TEST(BadConfig, ShardOriginIsNotAConfigField) {
+  struct Case {
+    std::int64_t row_stride, row_offset;
+    std::int32_t col_offset;
+  };
+  for (const Case& k : {Case{0, 0, 0}, Case{2, 0, 0}, Case{-1, 0, 0}, Case{1, 5, 0}, Case{1, 0, 3}}) {
+    StoreConfig c = two_tables();
+    c.tables[0].spec.init.row_stride = k.row_stride;
+    c.tables[0].spec.init.row_offset = k.row_offset;
+    c.tables[0].spec.init.col_offset = k.col_offset;
+    const std::string message =
+        "table 'user': init.row_stride " + std::to_string(k.row_stride) + ", init.row_offset " +
+        std::to_string(k.row_offset) + ", init.col_offset " + std::to_string(k.col_offset) +
+        ": these place a shard in its table and are set by dispatch, not by a config (expected 1, 0, 0)";
+    EXPECT_EQ(validate(c).code(), StatusCode::kInvalidArgument) << message;
+    EXPECT_EQ(validate(c).message(), message);
+    EXPECT_EQ(Store::open(c).status().message(), message);
+    EXPECT_EQ(open_reference_store(c).status().message(), message);
+    EXPECT_EQ(open_gpu(c).status().message(), message);
+    EXPECT_EQ(open_sharded_gpu(c).status().message(), "rank 0: " + message);
+  }
+}
+
+// A table-wise owner must be a rank of the world: a `gpu` table owned by rank 5 opened in a store
+// without a communicator (a world of one rank, where a 1-rank world refused it), and an owner of
+// -5 was taken as -1, the default (issue 29).
+TEST(BadConfig, ShardingOwnersOutsideTheWorldAreRefused) {
+  for (Placement p : {Placement::kGpu, Placement::kHybrid}) {
+    StoreConfig c = two_tables();
+    c.device.backend = BackendChoice::kEmu;
+    c.tables[1].placement = p;
+    if (p == Placement::kHybrid) c.tables[1].cache.rows = 10;
+    c.tables[1].sharding = {dispatch::ShardingType::kTable, 5};
+    EXPECT_TRUE(validate(c).is_ok()) << validate(c).message();  // the world is known at open
+    const std::string one_rank =
+        "table 'item': table sharding owner rank 5 out of range [0, 1) for a world of 1 rank (a store opened "
+        "without a communicator is one rank)";
+    EXPECT_EQ(Store::open(c).status().message(), one_rank);
+    c.tables[1].sharding.owner = 1;
+    EXPECT_NE(Store::open(c).status().message().find("owner rank 1 out of range [0, 1)"), std::string::npos);
+    c.tables[1].sharding.owner = 0;
+    auto store = Store::open(c);
+    EXPECT_TRUE(store.is_ok()) << store.status().to_string();
+    for (auto type : {dispatch::ShardingType::kTable, dispatch::ShardingType::kRow}) {
+      c.tables[1].sharding = {type, -5};
+      const std::string negative =
+          "table 'item': sharding owner -5 out of range (expected -1, the default, or for table sharding a rank "
+          "in [0, world size))";
+      EXPECT_EQ(validate(c).code(), StatusCode::kInvalidArgument);
+      EXPECT_EQ(validate(c).message(), negative);
+      EXPECT_EQ(Store::open(c).status().message(), negative);
+      EXPECT_EQ(open_sharded(c, p).status().message(), "rank 0: " + negative);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata

@@ -102,6 +102,23 @@ TEST_F(Checkpoint, RoundTripThenTrainingContinuesIdentically) {
 }
 
 // The learning rates in force (Store::set_learning_rate) are saved, and load restores them.
+// The longest table name Store::open accepts names checkpoint files that fit a file name (a name
+// of 300 characters opened, trained, then failed to save with "File name too long"; issue 29).
+TEST_F(Checkpoint, TheLongestTableNameSavesAndLoads) {
+  config_.tables[1].spec.name = std::string(kMaxTableNameBytes, 'n');
+  auto a = Store::open(config_);
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  train(**a, 1, 3);
+  ASSERT_TRUE((*a)->save(dir_).is_ok());
+  ASSERT_TRUE((*a)->save(dir_).is_ok());  // a second generation replaces the first
+  auto b = Store::open(config_);
+  ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+  const Status loaded = (*b)->load(dir_);
+  ASSERT_TRUE(loaded.is_ok()) << loaded.to_string();
+  EXPECT_TRUE(same_state(snapshot(**a), snapshot(**b)));
+  EXPECT_EQ((*b)->step(), 3);
+}
+
 TEST_F(Checkpoint, LearningRatesRoundTrip) {
   auto a = Store::open(config_);
   ASSERT_TRUE(a.is_ok());

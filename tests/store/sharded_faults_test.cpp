@@ -51,6 +51,21 @@ std::vector<float> weights_of(Store& s, int table) {
   return w;
 }
 
+// An owner below -1 was taken as -1, the default (issue 29): refused on every rank, as is an owner
+// beyond the world.
+TEST(ShardedFaults, OwnerBelowTheDefaultFailsOnEveryRank) {
+  for (auto type : {dispatch::ShardingType::kTable, dispatch::ShardingType::kColumn}) {
+    StoreConfig c = two_tables(Placement::kGpu);
+    c.tables[1].sharding = {type, -5};
+    std::vector<Status> got(2);
+    on_ranks(2, 5000, [&](int r, auto comm) { got[static_cast<std::size_t>(r)] = Store::open(c, comm).status(); });
+    for (std::size_t r = 0; r < got.size(); ++r)
+      EXPECT_EQ(got[r].message(), "rank " + std::to_string(r) +
+                                      ": table 'item': sharding owner -5 out of range (expected -1, the default, or "
+                                      "for table sharding a rank in [0, world size))");
+  }
+}
+
 TEST(ShardedFaults, PlanThatDoesNotFitTheWorldOrTheDeviceFailsOnEveryRank) {
   // A table-wise owner outside the world.
   StoreConfig c = two_tables(Placement::kGpu);
