@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
+#include <unordered_set>
+#include <vector>
 
 namespace strata::bench {
 namespace {
@@ -49,9 +52,19 @@ class DepthCheck final : public json::json_sax_t {
   bool number_float(number_float_t, const string_t&) override { return true; }
   bool string(string_t&) override { return true; }
   bool binary(binary_t&) override { return true; }
-  bool start_object(std::size_t) override { return enter(); }
-  bool key(string_t&) override { return true; }
-  bool end_object() override { return leave(); }
+  bool start_object(std::size_t) override {
+    objects_.emplace_back();
+    return enter();
+  }
+  bool key(string_t& k) override {
+    if (objects_.back().insert(k).second) return true;
+    duplicate_ = k;  // the parser would keep the last value silently
+    return false;
+  }
+  bool end_object() override {
+    objects_.pop_back();
+    return leave();
+  }
   bool start_array(std::size_t) override { return enter(); }
   bool end_array() override { return leave(); }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
@@ -60,6 +73,8 @@ class DepthCheck final : public json::json_sax_t {
   }
 
   bool too_deep() const noexcept { return too_deep_; }
+  /// A key given twice in one object (the parse stopped there), or nullptr.
+  const std::string* duplicate() const noexcept { return duplicate_ ? &*duplicate_ : nullptr; }
   const std::string& error() const noexcept { return error_; }
 
  private:
@@ -78,6 +93,8 @@ class DepthCheck final : public json::json_sax_t {
   int max_depth_;
   int depth_ = 0;
   bool too_deep_ = false;
+  std::vector<std::unordered_set<std::string>> objects_;  // the keys of each object open, outermost first
+  std::optional<std::string> duplicate_;
   std::string error_;
 };
 
@@ -199,6 +216,9 @@ Result<json> parse_json_limited(const std::string& text, const std::string& who,
       return Status::invalid_argument(who + ": JSON nested deeper than " + std::to_string(max_depth) +
                                       " levels (expected at most " + std::to_string(max_depth) +
                                       " levels of arrays and objects)");
+    if (const std::string* key = check.duplicate())
+      return Status::invalid_argument(who + ": key '" + quote_prefix(*key, 200) +
+                                      "' is given twice in one object (expected each key at most once in an object)");
     return Status::invalid_argument(who + ": invalid JSON: " + quote_prefix(check.error(), 200));
   }
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);

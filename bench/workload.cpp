@@ -84,22 +84,6 @@ Result<std::int64_t> json_integer(const std::string& key, const nlohmann::json& 
   return x;
 }
 
-bool valid_table_name(const std::string& name) noexcept {
-  if (name.empty() || name.size() > kMaxTableNameBytes) return false;
-  for (const char c : name) {
-    const bool ok =
-        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
-    if (!ok) return false;
-  }
-  return true;
-}
-
-// What valid_table_name accepts, for messages.
-std::string table_name_rule() {
-  return "must be non-empty, at most " + std::to_string(kMaxTableNameBytes) +
-         " characters, and hold only letters, digits, '_', '-' and '.'";
-}
-
 // A plain decimal integer in [1, max] (no sign, no exponent, no spaces), or nullopt.
 std::optional<std::int64_t> positive_decimal(const std::string& s, std::int64_t max) noexcept {
   if (s.empty() || s.size() > 19) return std::nullopt;
@@ -213,7 +197,8 @@ Status validate(const WorkloadSpec& s) {
     for (std::size_t i = 0; i < s.table_list.size(); ++i) {
       const TableShape& t = s.table_list[i];
       const std::string who = "workload: table " + std::to_string(i) + " '" + quote_prefix(t.name) + "'";
-      if (!valid_table_name(t.name)) return Status::invalid_argument(who + ": name " + table_name_rule());
+      if (Status named = validate_table_name(t.name); !named.is_ok())
+        return Status::invalid_argument(who + ": " + named.message());
       if (!names.insert(t.name).second)
         return Status::invalid_argument(who + ": name used twice (expected unique names)");
       if (t.rows <= 0) return Status::invalid_argument(who + ": rows " + std::to_string(t.rows) + " must be > 0");
@@ -419,8 +404,8 @@ Status apply_table_set(WorkloadSpec& spec, const std::string& set) {
     std::string shape = item;
     if (const std::size_t eq = item.find('='); eq != std::string::npos) {
       t.name = item.substr(0, eq);
-      if (!valid_table_name(t.name))
-        return Status::invalid_argument(who + ": name '" + quote_prefix(t.name) + "' " + table_name_rule() + form);
+      if (Status named = validate_table_name(t.name); !named.is_ok())
+        return Status::invalid_argument(who + ": " + named.message() + form);
       shape = item.substr(eq + 1);
     }
     const std::size_t x = shape.find('x');

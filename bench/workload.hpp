@@ -42,12 +42,6 @@ struct TableShape {
 /// Checked before any per-table state is built.
 inline constexpr int kMaxWorkloadTables = 1 << 16;
 
-/// Longest table name, in bytes, a workload or a --tables list may give (the characters: letters,
-/// digits, '_', '-' and '.'). The store documents no table-name rule yet; until it does, the bench
-/// programs refuse longer names here, before a store opens. When the store states its limit (names
-/// become checkpoint file names), this constant must become that one.
-inline constexpr std::size_t kMaxTableNameBytes = 128;
-
 /// Shape and key distribution of a synthetic workload: `tables` tables of `rows` x `dim` each
 /// (named "t0", "t1", ...), or, when `table_list` is non-empty, exactly the tables it lists
 /// (heterogeneous rows and dims; `tables`, `rows` and `dim` are then unused).

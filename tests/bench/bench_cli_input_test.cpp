@@ -184,8 +184,8 @@ INSTANTIATE_TEST_SUITE_P(
         Refused{"SweepCacheTrailingComma", "--sweep-cache 0.5,", "--sweep-cache: '' is not a cache fraction in (0, 1]"},
         Refused{"SweepCacheLeadingComma", "--sweep-cache ,0.5", "--sweep-cache: '' is not a cache fraction in (0, 1]"},
         Refused{"LongTableNameInAList", "--tables " + kLongName + "=10",
-                "nnnnnnnnn...' must be non-empty, at most 128 characters, and hold only letters"},
-        Refused{"LongTableNameInAWorkload", "", "name must be non-empty, at most 128 characters", "",
+                "name is 5000 bytes long (expected 1 to 128 bytes of letters"},
+        Refused{"LongTableNameInAWorkload", "", "name is 5000 bytes long (expected 1 to 128 bytes of letters", "",
                 R"({"tables": [{"name": ")" + kLongName + R"(", "rows": 10, "dim": 4}]})"}),
     [](const ::testing::TestParamInfo<Refused>& info) { return std::string(info.param.name); });
 

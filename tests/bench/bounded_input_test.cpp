@@ -50,6 +50,17 @@ TEST(ParseJsonLimited, InvalidJsonQuotesABoundedParserMessage) {
   EXPECT_LE(r.status().message().size(), 300u);
 }
 
+// Issue 29: a key given twice in a workload or profile was taken silently (the last value won).
+TEST(ParseJsonLimited, AKeyGivenTwiceInOneObjectIsRefused) {
+  const auto r = parse_json_limited(R"({"tables": 2, "seed": 1, "tables": 4})", "workload");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message(),
+            "workload: key 'tables' is given twice in one object (expected each key at most once in an object)");
+  // The same key in different objects is fine, at any depth.
+  EXPECT_TRUE(parse_json_limited(R"({"a": {"x": 1}, "b": {"x": 2}, "x": [{"x": 3}, {"x": 4}]})", "doc").is_ok());
+  EXPECT_FALSE(parse_json_limited(R"({"a": [{"x": 3, "x": 4}]})", "doc").is_ok());
+}
+
 TEST(JsonExcerpt, QuotesShortValuesWholeAndLongOnesByAPrefix) {
   EXPECT_EQ(json_excerpt(json::parse(R"({"a": [1, 2], "b": "x"})")), R"({"a":[1,2],"b":"x"})");
   json big = json::array();
