@@ -53,6 +53,9 @@ if [ "$backend" = cuda ] && [ "$tests" = 1 ]; then
     ran=$((ran + 1))
   }
   cuda_test gpu/gpu_cuda_only_test
+  cuda_test gpu/gpu_cuda_runtime_test
+  cuda_test gpu/gpu_cuda_context_test
+  cuda_test gpu/gpu_cuda_range_test
   cuda_test gpu/gpu_test '--gtest_filter=*cuda*:CudaProbe.*:CudaGate.*'
   cuda_test store/store_test '--gtest_filter=*ModeEquivalence*cuda*:*HotRows*cuda*'
   cuda_test dispatch/dispatch_nccl_test

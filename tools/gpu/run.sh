@@ -309,8 +309,8 @@ fi
 # test binary (GoogleTest, gmock) and the benchmarks (CLI11, nlohmann-json, jemalloc) link every
 # bundle library the GPU build links.
 if [ "$mode" = gpu ]; then
-  want=(gpu_test gpu_cuda_only_test gpu_cuda_context_test gpu_cuda_range_test gpu_store_device_test store_test
-        dispatch_nccl_test strata-devbench strata-bench)
+  want=(gpu_test gpu_cuda_only_test gpu_cuda_context_test gpu_cuda_range_test gpu_cuda_runtime_test
+        gpu_store_device_test store_test dispatch_nccl_test strata-devbench strata-bench)
 else
   want=(gpu_cuda_only_test strata-devbench strata-bench)
 fi
