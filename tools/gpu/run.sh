@@ -31,8 +31,8 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 root=$PWD
-# The whole script is one function, read before it runs: editing the file during a run cannot
-# change the run.
+# The whole script is one function, read before it runs, and called on the script's last line
+# together with its exit: editing the file during a run cannot change the run.
 main() {
 
 mode=gpu bundle=.gpu-bundle build="" out="" jobs=$(nproc 2>/dev/null || echo 4) budget=""
@@ -355,7 +355,11 @@ fi
 cuda_tests='[Cc]uda|CUDA|[Nn]ccl|NCCL'
 if [ "$built" = 1 ] && [ "$tests" = ON ] && [ -n "$ctest" ]; then
   if [ "$mode" = gpu ]; then export STRATA_REQUIRE_GPU=1; fi
-  step ctest 360 "$ctest" --test-dir "$build" -R "$cuda_tests" -E '_NOT_BUILT' -j 8 --timeout 240 --no-tests=error \
+  # At most what leaves 3 minutes for gpu_targets.sh (the figures), at least one.
+  ctest_limit=$((deadline - SECONDS - 25 - 180))
+  [ "$ctest_limit" -gt 360 ] && ctest_limit=360
+  [ "$ctest_limit" -lt 60 ] && ctest_limit=60
+  step ctest "$ctest_limit" "$ctest" --test-dir "$build" -R "$cuda_tests" -E '_NOT_BUILT' -j 8 --timeout 240 --no-tests=error \
     --output-on-failure --output-junit "$work/ctest-junit.xml"
   unset STRATA_REQUIRE_GPU
 fi
@@ -365,6 +369,10 @@ bench_dir=$(dirname "$(exe strata-devbench)")
 if [ -n "$(exe strata-devbench)" ]; then
   targets_args=(--backend cuda --no-tests --bin "$bench_dir" --out "$work/targets")
   [ "$mode" = rehearse ] && targets_args=(--backend emu --quick --no-tests --bin "$bench_dir" --out "$work/targets")
+  if [ "$mode" = gpu ] && [ $((deadline - SECONDS)) -lt 240 ]; then
+    say "under 4 minutes left: gpu_targets.sh --quick (small sizes, on the GPU all the same)"
+    targets_args+=(--quick)
+  fi
   if [ -z "$(exe strata-bench)" ]; then
     say "strata-bench did not build: strata-devbench alone (the kernels against copies)"
     targets_args+=(--only devbench)
@@ -452,5 +460,4 @@ tar -czf "$out/gpu-run.tar.gz" -C "$build" run 2>/dev/null
 cat "$work/summary.md" | sed -n '/^## Steps/,/^## Commands/p' | grep -v '^## Commands'
 [ -z "$failed_steps" ]
 }
-main "$@"
-exit
+main "$@"; exit
