@@ -421,8 +421,10 @@ if os.path.exists(junit):
             else:
                 counts["passed"] += 1
         print(f"## CUDA tests\n{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped\n")
-        for n in bad:
+        for n in bad[:60]:
             print(f"- FAILED {n}")
+        if len(bad) > 60:
+            print(f"- ... and {len(bad) - 60} more (ctest-junit.xml, ctest.log)")
         print()
     except ET.ParseError as e:
         print(f"## CUDA tests\nctest-junit.xml unreadable: {e}\n")
