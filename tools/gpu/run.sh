@@ -327,13 +327,21 @@ if [ "$built" = 1 ]; then
   build_limit=480
   [ "$mode" = rehearse ] && build_limit=2400  # two shared cores, not sixteen
   step build "$build_limit" "$cmake" --build "$build" -j "$jobs" --target "${targets[@]}" -- "${keep_going[@]}"
-  for t in "${want[@]}"; do
-    if [ -n "$(exe "$t")" ]; then
-      echo "$t: built"
-    elif have_target "$t"; then
-      echo "$t: NOT built (see build.log)"
+  # Built means up to date now (ninja has no work left for it), not a binary left by an earlier run.
+  up_to_date() {
+    if [ "$generator" = Ninja ]; then
+      "$ninja" -C "$build" -n "$1" 2>/dev/null | grep -q '^ninja: no work to do'
     else
+      [ -n "$(exe "$1")" ]
+    fi
+  }
+  for t in "${want[@]}"; do
+    if ! have_target "$t"; then
       echo "$t: not in this configuration"
+    elif up_to_date "$t"; then
+      echo "$t: built"
+    else
+      echo "$t: NOT built (see build.log)"
     fi
   done | tee "$work/targets-built.txt"
   # A wanted target that exists but did not build fails the run (the rest still runs).
@@ -365,15 +373,16 @@ if [ "$built" = 1 ] && [ "$tests" = ON ] && [ -n "$ctest" ]; then
 fi
 
 # ---- 8. bench/gpu_targets.sh ----
+built_ok() { grep -q "^$1: built" "$work/targets-built.txt" 2>/dev/null; }
 bench_dir=$(dirname "$(exe strata-devbench)")
-if [ -n "$(exe strata-devbench)" ]; then
+if built_ok strata-devbench; then
   targets_args=(--backend cuda --no-tests --bin "$bench_dir" --out "$work/targets")
   [ "$mode" = rehearse ] && targets_args=(--backend emu --quick --no-tests --bin "$bench_dir" --out "$work/targets")
   if [ "$mode" = gpu ] && [ $((deadline - SECONDS)) -lt 240 ]; then
     say "under 4 minutes left: gpu_targets.sh --quick (small sizes, on the GPU all the same)"
     targets_args+=(--quick)
   fi
-  if [ -z "$(exe strata-bench)" ]; then
+  if ! built_ok strata-bench; then
     say "strata-bench did not build: strata-devbench alone (the kernels against copies)"
     targets_args+=(--only devbench)
   fi
