@@ -106,18 +106,25 @@ note() {  # note NAME STATUS TEXT: a step decided here (no command)
 }
 
 # ---- 1. the machine ----
-find_tool() {  # find_tool NAME CANDIDATE...: the first on PATH or among the candidates
-  local name=$1 c
-  shift
-  command -v "$name" 2>/dev/null && return 0
-  for c in "$@"; do [ -x "$c" ] && { echo "$c"; return 0; }; done
+find_tool() {  # find_tool NAME|PATH...: the first that is on PATH (a name) or executable (a path)
+  local c
+  for c in "$@"; do
+    case "$c" in
+      */*) [ -x "$c" ] && { echo "$c"; return 0; } ;;
+      ?*) command -v "$c" 2>/dev/null && return 0 ;;
+    esac
+  done
   return 1
 }
+# Where pip's cmake and ninja put theirs (the image's PyTorch environment has both), and nvcc's
+# usual homes, for a PATH that lacks them.
+py_bin() { python3 -c "import $1, sys; sys.stdout.write($2)" 2>/dev/null; }
+pip_cmake=$(py_bin cmake 'cmake.CMAKE_BIN_DIR') pip_ninja=$(py_bin ninja 'ninja.BIN_DIR')
 nvcc=$(find_tool nvcc /usr/local/cuda/bin/nvcc /usr/local/cuda-*/bin/nvcc) || nvcc=""
-cmake=$(find_tool cmake) || cmake=""
-ctest=$(find_tool ctest) || ctest=""
-ninja=$(find_tool ninja) || ninja=""
-cxx=$(find_tool c++ g++) || cxx=""
+cmake=$(find_tool cmake "${pip_cmake:-/nonexistent}/cmake") || cmake=""
+ctest=$(find_tool ctest "${pip_cmake:-/nonexistent}/ctest") || ctest=""
+ninja=$(find_tool ninja "${pip_ninja:-/nonexistent}/ninja") || ninja=""
+cxx=$(find_tool c++ g++ clang++) || cxx=""
 glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -295,11 +302,16 @@ else
       -DSTRATA_INSTALL=OFF -DSTRATA_BUILD_TESTS="$tests" -DSTRATA_BUILD_BENCH="$bench" \
       -DSTRATA_USE_JEMALLOC="$jemalloc" -DSTRATA_TEST_GPU_REHEARSAL=OFF "${cuda_args[@]}" "${launcher[@]}" "${@:2}"
   }
+  # Retries, each keeping what the one before gave up: without NCCL; with nvcc told to accept a
+  # host compiler newer than it knows; without tests.
   if configure ""; then
     built=1
   elif [ -n "$nvcc" ] && configure "-no-nccl" -DSTRATA_NCCL=OFF; then
     built=1
-  elif [ "$tests" = ON ] && configure "-no-tests" -DSTRATA_NCCL=OFF -DSTRATA_BUILD_TESTS=OFF; then
+  elif [ -n "$nvcc" ] && configure "-any-host-compiler" -DSTRATA_NCCL=OFF -DCMAKE_CUDA_FLAGS=-allow-unsupported-compiler; then
+    built=1
+  elif [ "$tests" = ON ] && configure "-no-tests" -DSTRATA_NCCL=OFF -DCMAKE_CUDA_FLAGS=-allow-unsupported-compiler \
+    -DSTRATA_BUILD_TESTS=OFF; then
     built=1 tests=OFF
   fi
 fi
