@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Strata's one entry point: setup | build | test | bench | peers | lint. See README.md.
+# Strata's one entry point: setup | build | test | bench | peers | lint | bundle | gpu. See README.md.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
@@ -113,6 +113,14 @@ cmd_peers() {
   bash bench/peers/compare_torch.sh "$@"
 }
 
+# The GPU machine (README, "Testing on a GPU"): `bundle` fetches the Debian packages the build needs
+# into .gpu-bundle/ (here, with apt-get; carried to that machine, which has no registry), `gpu` is
+# the one command run there (tools/gpu/run.sh builds from the sources and the bundle, runs the CUDA
+# tests and bench/gpu_targets.sh, writes $OUT), `gpu --rehearse` the same here without a GPU.
+# Neither installs anything: `gpu` runs where nothing can be installed.
+cmd_bundle() { bash tools/gpu/bundle.sh "$@"; }
+cmd_gpu() { bash tools/gpu/run.sh "$@"; }
+
 usage() {
   cat <<'USAGE'
 usage: ./strata.sh COMMAND [ARGS]
@@ -123,6 +131,10 @@ usage: ./strata.sh COMMAND [ARGS]
   peers [FLAGS]       Strata cpu mode vs torch.nn.EmbeddingBag on the same keys, with ratios
   lint [--fix]        check every C++ file against .clang-format (CI runs it), clang-tidy on changed
                       sources (LINT_BASE=<rev>, default HEAD); --fix formats every C++ file
+  bundle [--force]    fetch the GPU run's dependency bundle into .gpu-bundle/ (Debian packages, ~8 MB)
+  gpu [--rehearse]    the GPU machine's one command: build from the sources and .gpu-bundle/, run the
+                      CUDA tests and bench/gpu_targets.sh, results in $OUT (--rehearse: here, no GPU;
+                      other flags: tools/gpu/run.sh)
 USAGE
 }
 
@@ -133,6 +145,8 @@ case "${1:-}" in
   bench) shift; cmd_bench "$@" ;;
   peers) shift; cmd_peers "$@" ;;
   lint) shift; cmd_lint "$@" ;;
+  bundle) shift; cmd_bundle "$@" ;;
+  gpu) shift; cmd_gpu "$@" ;;
   -h|--help|help|"") usage ;;
   *) usage; exit 2 ;;
 esac

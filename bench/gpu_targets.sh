@@ -7,9 +7,12 @@
 #      zipf:1.05 keys against uniform ones (target <= 2x);
 #   2. strata-bench: `cached` over a cache sweep against the same tables fully in HBM (`gpu`):
 #      cached's training step p50 within 2x of gpu's at the smallest swept cache with >= 95% hits.
-# usage: bench/gpu_targets.sh [--out DIR] [--backend cuda|emu|auto] [--quick] [--bin DIR]
+# usage: bench/gpu_targets.sh [--out DIR] [--backend cuda|emu|auto] [--quick] [--bin DIR] [--no-tests]
+#                              [--only devbench]
 #   --quick: small sizes, to check the script (with --backend emu its figures are not GPU figures);
-#   --bin: where strata-devbench and strata-bench are (default build/default/bench).
+#   --bin: where strata-devbench and strata-bench are (default build/default/bench);
+#   --no-tests: skip the CUDA tests below (the caller ran them: tools/gpu/run.sh, `strata.sh gpu`);
+#   --only devbench: strata-devbench alone (the kernels against copies; no strata-bench needed).
 # Writes DIR/devbench.{json,txt}, DIR/bench.{json,html,txt} and DIR/targets.json (also printed).
 # With --backend cuda it first runs the CUDA tests that are built (beside --bin: ../tests) under
 # STRATA_REQUIRE_GPU=1 (README, "Testing on a GPU"), so a GPU the tests cannot see, or a broken
@@ -17,22 +20,29 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-out="results/gpu-targets-$(date +%Y%m%d-%H%M%S)" backend=cuda quick=0 bin=./build/default/bench
+out="results/gpu-targets-$(date +%Y%m%d-%H%M%S)" backend=cuda quick=0 bin=./build/default/bench tests=1 only=all
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
     --backend) backend=$2; shift 2 ;;
     --quick) quick=1; shift ;;
     --bin) bin=$2; shift 2 ;;
-    *) echo "gpu_targets.sh: unknown argument '$1' (expected --out DIR, --backend B, --quick, --bin DIR)" >&2; exit 2 ;;
+    --no-tests) tests=0; shift ;;
+    --only) only=$2; shift 2 ;;
+    *) echo "gpu_targets.sh: unknown argument '$1' (expected --out DIR, --backend B, --quick, --bin DIR, --no-tests, --only devbench)" >&2; exit 2 ;;
   esac
 done
-for p in strata-devbench strata-bench; do
+case "$only" in
+  all) programs="strata-devbench strata-bench" ;;
+  devbench) programs=strata-devbench ;;
+  *) echo "gpu_targets.sh: --only '$only' (expected devbench)" >&2; exit 2 ;;
+esac
+for p in $programs; do
   [ -x "$bin/$p" ] || { echo "gpu_targets.sh: $bin/$p is missing: build first (./strata.sh build)" >&2; exit 2; }
 done
 mkdir -p "$out"
 
-if [ "$backend" = cuda ]; then
+if [ "$backend" = cuda ] && [ "$tests" = 1 ]; then
   export STRATA_REQUIRE_GPU=1  # on a GPU machine a skipped CUDA test is a failure
   tests="$(dirname "$bin")/tests" ran=0
   cuda_test() {  # cuda_test BINARY [ARGS...]: runs it when it is built; stops the script when it fails
@@ -43,6 +53,9 @@ if [ "$backend" = cuda ]; then
     ran=$((ran + 1))
   }
   cuda_test gpu/gpu_cuda_only_test
+  cuda_test gpu/gpu_cuda_runtime_test
+  cuda_test gpu/gpu_cuda_context_test
+  cuda_test gpu/gpu_cuda_range_test
   cuda_test gpu/gpu_test '--gtest_filter=*cuda*:CudaProbe.*:CudaGate.*'
   cuda_test store/store_test '--gtest_filter=*ModeEquivalence*cuda*:*HotRows*cuda*'
   cuda_test dispatch/dispatch_nccl_test
@@ -64,21 +77,26 @@ fi
 
 echo "gpu_targets.sh: 1/2 strata-devbench" >&2
 "$bin/strata-devbench" --backend "$backend" "${dev_args[@]}" --json "$out/devbench.json" | tee "$out/devbench.txt"
-echo "gpu_targets.sh: 2/2 strata-bench gpu and cached (cache sweep $sweep)" >&2
-"$bin/strata-bench" --backend "$backend" --modes gpu,cached --dist zipf:1.05 --policy lookahead --lookahead 4 \
-  --sweep-cache "$sweep" "${bench_args[@]}" --json "$out/bench.json" --html "$out/bench.html" | tee "$out/bench.txt"
+if [ "$only" = all ]; then
+  echo "gpu_targets.sh: 2/2 strata-bench gpu and cached (cache sweep $sweep)" >&2
+  "$bin/strata-bench" --backend "$backend" --modes gpu,cached --dist zipf:1.05 --policy lookahead --lookahead 4 \
+    --sweep-cache "$sweep" "${bench_args[@]}" --json "$out/bench.json" --html "$out/bench.html" | tee "$out/bench.txt"
+fi
 
 python3 - "$out" <<'PY'
-import json, sys
+import json, os, sys
 out = sys.argv[1]
 dev = json.load(open(f"{out}/devbench.json"))
-bench = json.load(open(f"{out}/bench.json"))
-gpu = next(r for r in bench["results"] if r["mode"] == "gpu")
-runs = [s for s in bench["sweep"] if not s.get("skipped") and s.get("hit_rate") is not None]
-at95 = sorted((s for s in runs if s["hit_rate"] >= 0.95), key=lambda s: s["cache_fraction"])
-row = {"target": 2.0, "gpu_train_step_ms_p50": gpu["train_step_ms_p50"],
-       "sweep": [{k: s[k] for k in ("cache_fraction", "hit_rate", "train_step_ms_p50")} for s in runs]}
-if at95:
+bench = json.load(open(f"{out}/bench.json")) if os.path.exists(f"{out}/bench.json") else None
+if bench:
+    gpu = next(r for r in bench["results"] if r["mode"] == "gpu")
+    runs = [s for s in bench["sweep"] if not s.get("skipped") and s.get("hit_rate") is not None]
+    at95 = sorted((s for s in runs if s["hit_rate"] >= 0.95), key=lambda s: s["cache_fraction"])
+    row = {"target": 2.0, "gpu_train_step_ms_p50": gpu["train_step_ms_p50"],
+           "sweep": [{k: s[k] for k in ("cache_fraction", "hit_rate", "train_step_ms_p50")} for s in runs]}
+if not bench:
+    row = {"target": 2.0, "value": None, "why": "strata-bench not run (--only devbench)"}
+elif at95:
     s = at95[0]
     row.update(cache_fraction=s["cache_fraction"], hit_rate=s["hit_rate"], cached_train_step_ms_p50=s["train_step_ms_p50"],
                value=s["train_step_ms_p50"] / gpu["train_step_ms_p50"])

@@ -3,6 +3,29 @@
 
 #include "dispatch/nccl_communicator.hpp"
 
+namespace strata::dispatch::detail {
+
+Result<int> nccl_device_for_rank(int local_rank, const char* local_from, int gpus, int wanted) {
+  if (gpus <= 0) return Status::unavailable("nccl communicator: no CUDA GPU is visible");
+  if (wanted >= 0) {
+    if (wanted >= gpus) {
+      return Status::invalid_argument("nccl communicator: device " + std::to_string(wanted) + " out of range [0, " +
+                                      std::to_string(gpus) + ") (" + std::to_string(gpus) + " GPU(s) visible)");
+    }
+    return wanted;
+  }
+  if (local_rank >= gpus) {
+    return Status::invalid_argument(
+        "nccl communicator: local rank " + std::to_string(local_rank) + " (" + local_from + ") on a host with " +
+        std::to_string(gpus) + " visible GPU(s): it would share GPU " + std::to_string(local_rank % gpus) +
+        " with local rank " + std::to_string(local_rank % gpus) + ", and NCCL runs one rank per GPU; start at most " +
+        std::to_string(gpus) + " rank(s) on this host, or give each rank its own GPU (NcclOptions::device)");
+  }
+  return local_rank;
+}
+
+}  // namespace strata::dispatch::detail
+
 #if defined(STRATA_DISPATCH_NCCL)
 
 #include <cuda_runtime_api.h>
@@ -140,7 +163,7 @@ class NcclCommunicator final : public Communicator {
 
   ~NcclCommunicator() override {
     const DeviceScope scope(ctx_);
-    if (comm_) {
+    if (comm_) {  // null once aborted (every failure aborts at once: fail())
       if (broken_.is_ok()) {
         // Flush, then destroy; a peer that never finalizes must not hang us: abort after the timeout.
         ncclResult_t r = ncclCommFinalize(comm_);
@@ -465,7 +488,7 @@ class NcclCommunicator final : public Communicator {
       return payload(deadline, what);
     }();
     if (!s.is_ok()) {
-      if (broken_.is_ok()) broken_ = s;
+      fail(s);
       return s;
     }
     const detail::MovedBytes moved = detail::moved_bytes(mine, rank_, size_);
@@ -547,8 +570,7 @@ class NcclCommunicator final : public Communicator {
         if (q != cudaErrorNotReady) STRATA_CUDA_TRY(q);
       }
       if (Clock::now() >= deadline) {
-        ncclCommAbort(comm_);
-        comm_ = nullptr;
+        abort_nccl();
         return Status::unavailable(std::string(what) + ": timed out after " + std::to_string(options_.timeout.count()) +
                                    " ms; not every one of the " + std::to_string(size_) +
                                    " ranks arrived (NCCL does not say which); the NCCL communicator was aborted");
@@ -557,7 +579,23 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
-  ncclComm_t comm_;
+  // The first failure of a collective breaks the communicator (every later call returns it) and
+  // aborts NCCL at once, whatever the failure: a peer that died mid-collective leaves NCCL's
+  // kernels spinning on this GPU, and the next cudaFree or cudaFreeHost on it (a store closing its
+  // engines, which goes before the communicator, or a staging buffer growing) would wait for them
+  // forever. An abort stops them; the buffers they may still write are freed only once the stream
+  // is idle (the destructor).
+  void fail(const Status& s) {
+    if (broken_.is_ok()) broken_ = s;
+    abort_nccl();
+  }
+  void abort_nccl() noexcept {
+    if (!comm_) return;
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
+
+  ncclComm_t comm_;  // null once aborted
   const int rank_;
   const int size_;
   const int local_rank_;      // the bootstrap's (thread ranks) or the launcher's, else rank_
@@ -575,31 +613,22 @@ class NcclCommunicator final : public Communicator {
 };
 
 // The local rank of a rank bootstrapped without a communicator (one process per rank): the
-// launcher's, else the rank.
-int process_local_rank(int rank) {
+// launcher's, else the rank; `from` says which.
+int process_local_rank(int rank, const char** from) {
   const int local = launcher_local_rank();
+  *from = local >= 0 ? "the launcher's" : "its rank: no launcher set a local rank";
   return local >= 0 ? local : rank;
 }
 
-// The device of a rank: the option, else its local rank modulo the GPUs.
-Result<int> pick_device(int local_rank, int wanted) {
+// The GPU of a rank (detail::nccl_device_for_rank over the GPUs visible here).
+Result<int> pick_device(int local_rank, const char* from, int wanted) {
   auto gpus = gpu::cuda_devices();
   if (!gpus) return gpus.status().with_context("nccl communicator");
-  const int count = gpus.value();
-  if (count == 0) return Status::unavailable("nccl communicator: no CUDA GPU is visible");
-  if (wanted >= 0) {
-    if (wanted >= count) {
-      return Status::invalid_argument("nccl communicator: device " + std::to_string(wanted) + " out of range [0, " +
-                                      std::to_string(count) + ")");
-    }
-    return wanted;
-  }
-  return local_rank % count;
+  return detail::nccl_device_for_rank(local_rank, from, gpus.value(), wanted);
 }
 
-Result<std::unique_ptr<Communicator>> create(const ncclUniqueId& id, int rank, int size, int local_rank,
+Result<std::unique_ptr<Communicator>> create(const ncclUniqueId& id, int rank, int size, int local_rank, int device,
                                              const NcclOptions& options) {
-  STRATA_ASSIGN_OR_RETURN(const int device, pick_device(local_rank, options.device));
   STRATA_ASSIGN_OR_RETURN(PrimaryContext ctx, PrimaryContext::retain(device));
   const DeviceScope scope(ctx);
   STRATA_RETURN_IF_ERROR(scope.status());
@@ -663,6 +692,32 @@ bool nccl_built() noexcept { return true; }
 
 Result<std::unique_ptr<Communicator>> make_nccl_communicator(Communicator& bootstrap, const NcclOptions& options) {
   STRATA_RETURN_IF_ERROR(check_options(bootstrap.rank(), bootstrap.size(), options));
+  // The bootstrap's local rank: thread ranks of a `local` bootstrap are distinct GPUs of one process
+  // even under a launcher whose environment gives the process one local rank. Every rank picks its
+  // GPU before NCCL starts, and the ranks tell each other whether they could: one that cannot (no
+  // GPU, more ranks than GPUs on its host) fails every rank at once, each naming its reason, where
+  // the others would wait in NCCL's initialization until the timeout.
+  const Result<int> device = pick_device(bootstrap.local_rank(), "the bootstrap's", options.device);
+  {
+    constexpr std::size_t kWhy = 256;
+    std::vector<char> mine(kWhy, '\0'), all(kWhy * static_cast<std::size_t>(bootstrap.size()), '\0');
+    if (!device.is_ok()) {
+      const std::string why = device.status().message();
+      std::memcpy(mine.data(), why.data(), std::min(why.size(), kWhy - 1));
+      mine[0] = mine[0] ? mine[0] : '?';
+    }
+    Status s = bootstrap.all_gather(mine.data(), static_cast<std::int64_t>(kWhy), all.data());
+    if (!s.is_ok()) return s.with_context("nccl communicator: telling the ranks which GPU each takes");
+    if (!device.is_ok()) return device.status();
+    for (int r = 0; r < bootstrap.size(); ++r) {
+      const char* why = all.data() + kWhy * static_cast<std::size_t>(r);
+      if (*why) {
+        return Status::failed_precondition("nccl communicator: rank " + std::to_string(r) + " of " +
+                                           std::to_string(bootstrap.size()) + " has no GPU of its own (" +
+                                           std::string(why, strnlen(why, kWhy)) + "), so no rank starts NCCL");
+      }
+    }
+  }
   // Rank 0 always broadcasts, also when it failed to make the id, so that no peer waits for it.
   struct IdMessage {
     std::int32_t ok = 0;
@@ -673,16 +728,16 @@ Result<std::unique_ptr<Communicator>> make_nccl_communicator(Communicator& boots
   Status s = bootstrap.broadcast(&msg, sizeof(msg), 0);
   if (!s.is_ok()) return s.with_context("nccl communicator: broadcasting the NCCL id");
   if (!msg.ok) return Status::internal("nccl communicator: rank 0 could not make an NCCL id (ncclGetUniqueId failed)");
-  // The bootstrap's local rank: thread ranks of a `local` bootstrap are distinct GPUs of one process
-  // even under a launcher whose environment gives the process one local rank.
-  return create(msg.id, bootstrap.rank(), bootstrap.size(), bootstrap.local_rank(), options);
+  return create(msg.id, bootstrap.rank(), bootstrap.size(), bootstrap.local_rank(), device.value(), options);
 }
 
 Result<std::unique_ptr<Communicator>> make_nccl_communicator_from_file(const std::string& id_path, int rank, int size,
                                                                        const NcclOptions& options) {
   STRATA_RETURN_IF_ERROR(check_options(rank, size, options));
-  // Fail before touching NCCL (or the file) when this rank has no GPU to run on.
-  STRATA_RETURN_IF_ERROR(pick_device(process_local_rank(rank), options.device).status());
+  // Fail before touching NCCL (or the file) when this rank has no GPU of its own to run on.
+  const char* local_from = nullptr;
+  const int local_rank = process_local_rank(rank, &local_from);
+  STRATA_ASSIGN_OR_RETURN(const int device, pick_device(local_rank, local_from, options.device));
   ncclUniqueId id{};
   if (rank == 0) {
     const ncclResult_t r = ncclGetUniqueId(&id);
@@ -716,7 +771,7 @@ Result<std::unique_ptr<Communicator>> make_nccl_communicator_from_file(const std
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
-  return create(id, rank, size, process_local_rank(rank), options);
+  return create(id, rank, size, local_rank, device, options);
 }
 
 }  // namespace strata::dispatch

@@ -13,8 +13,10 @@
 // data, the ranks all-gather a fixed-size header (kind and sizes, all_to_all_v's counts) so that a mismatch is reported
 // by every rank instead of corrupting data or hanging inside NCCL. The NCCL communicator is non-blocking
 // (ncclConfig_t::blocking = 0) and every wait polls until the timeout; on timeout it is aborted (ncclCommAbort) and the
-// call returns kUnavailable. Unlike `local` and `mpi`, NCCL cannot say which ranks did not arrive, so that message
-// names none.
+// call returns kUnavailable. Any failure of a call (a timeout, an NCCL or CUDA error, arguments the ranks disagree on)
+// breaks the communicator and aborts it at once (ncclCommAbort), so that no NCCL kernel is left spinning on the GPU
+// for the next cudaFree to wait on. Unlike `local` and `mpi`, NCCL cannot say which ranks did not arrive, so a
+// timeout's message names none.
 
 #include <memory>
 #include <string>
@@ -29,16 +31,30 @@ bool nccl_built() noexcept;
 
 struct NcclOptions {
   CommOptions comm;  ///< timeout of the bootstrap and of every collective
-  /// CUDA device of this rank; -1: its local rank modulo the visible GPUs (make_nccl_communicator:
-  /// the bootstrap's local_rank(); from a file: the launcher's local rank, else the rank).
+  /// CUDA device of this rank; -1: its local rank (make_nccl_communicator: the bootstrap's
+  /// local_rank(); from a file: the launcher's local rank, else the rank), which must be below the
+  /// number of visible GPUs (detail::nccl_device_for_rank).
   int device = -1;
 };
+
+namespace detail {
+/// How a rank of an NCCL world picks its GPU among the `gpus` visible (the factories below apply it;
+/// no CUDA here): `wanted` >= 0 is that GPU (InvalidArgument when it is not one of them); else the
+/// rank's local rank, which must be below `gpus`: NCCL runs one rank per GPU, so a host with more
+/// ranks than GPUs is refused (InvalidArgument naming the local rank, `local_from` (where the local
+/// rank came from, e.g. "the bootstrap's") and the GPUs) instead of putting two ranks on one GPU.
+/// No GPU visible: Unavailable.
+Result<int> nccl_device_for_rank(int local_rank, const char* local_from, int gpus, int wanted);
+}  // namespace detail
 
 /// This rank of an NCCL world with the ranks of `bootstrap` (rank bootstrap.rank() of
 /// bootstrap.size()): rank 0 makes the ncclUniqueId and broadcasts it over `bootstrap`, which may
 /// be any communicator (`mpi` for one process per GPU, `local` for threads driving different GPUs
 /// of one process). Collective over `bootstrap`, which is not kept. FailedPrecondition when built
-/// without CUDA or NCCL; Unavailable when no GPU is visible or a rank does not join in time.
+/// without CUDA or NCCL; Unavailable when no GPU is visible or a rank does not join in time. Every
+/// rank picks its GPU first and the ranks compare: when one cannot (no GPU, or more ranks than GPUs
+/// on its host: detail::nccl_device_for_rank), that rank returns why and every other rank a
+/// FailedPrecondition naming it, before any rank starts NCCL.
 Result<std::unique_ptr<Communicator>> make_nccl_communicator(Communicator& bootstrap, const NcclOptions& options = {});
 
 /// The same bootstrapped through a file: rank 0 writes the id to `id_path` atomically (a

@@ -138,8 +138,8 @@ struct HostTask {
 
 class CudaDevice final : public Device {
  public:
-  CudaDevice(DeviceInfo info, int numa_nodes, int sm_count, PrimaryContext ctx)
-      : Device(std::move(info), numa_nodes), sm_count_(sm_count), ctx_(std::move(ctx)), pinner_(ctx_) {}
+  CudaDevice(DeviceInfo info, int numa_nodes, const cuda_detail::KernelGrids& grids, PrimaryContext ctx)
+      : Device(std::move(info), numa_nodes), grids_(grids), ctx_(std::move(ctx)), pinner_(ctx_) {}
 
   Pinner& pinner() noexcept override { return pinner_; }
 
@@ -337,14 +337,16 @@ class CudaDevice final : public Device {
     STRATA_CUDA_RECORD(*this, cudaMemcpyAsync(dst, src, bytes, k, stream(s)));
   }
 
-  // cudaMemcpyPeerAsync: direct where the two GPUs can reach each other, staged by the driver where
-  // they cannot, a device-to-device copy when both Device objects are the same ordinal.
+  // cudaMemcpyPeerAsync: direct where the two GPUs can reach each other and peer access is on
+  // (enable_peer_access), staged through host memory by the driver where not, a device-to-device
+  // copy when both Device objects are the same ordinal.
   void do_copy_peer(StreamView s, void* dst, Device& src_device, const void* src, std::size_t bytes) override {
     if (bytes == 0) return;
     const DeviceScope scope(ctx_);
     if (!begin_issue(scope)) return;
-    STRATA_CUDA_RECORD(*this,
-                       cudaMemcpyPeerAsync(dst, ctx_.ordinal(), src, src_device.info().ordinal, bytes, stream(s)));
+    const int peer = src_device.info().ordinal;
+    enable_peer_access(peer);
+    STRATA_CUDA_RECORD(*this, cudaMemcpyPeerAsync(dst, ctx_.ordinal(), src, peer, bytes, stream(s)));
   }
 
   void do_gather_pool(StreamView s, SlotPool pool, const std::vector<LookupFeature>& features) override {
@@ -382,7 +384,7 @@ class CudaDevice final : public Device {
     const DeviceScope scope(ctx_);
     if (!begin_issue(scope)) return;
     for (const auto& a : kernels::update_launches(pool, features))
-      if (!STRATA_CUDA_RECORD(*this, cuda_detail::launch_update(a, stream(s), sm_count_))) return;
+      if (!STRATA_CUDA_RECORD(*this, cuda_detail::launch_update(a, stream(s), grids_))) return;
   }
 
   void do_pack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* dst) override {
@@ -390,7 +392,7 @@ class CudaDevice final : public Device {
     const DeviceScope scope(ctx_);
     if (!begin_issue(scope)) return;
     const kernels::RecordArgs a{pool.base, pool.stride, slots, n, dst};
-    STRATA_CUDA_RECORD(*this, cuda_detail::launch_records(a, false, stream(s), sm_count_));
+    STRATA_CUDA_RECORD(*this, cuda_detail::launch_records(a, false, stream(s), grids_));
   }
 
   void do_unpack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, const float* src) override {
@@ -398,7 +400,7 @@ class CudaDevice final : public Device {
     const DeviceScope scope(ctx_);
     if (!begin_issue(scope)) return;
     const kernels::RecordArgs a{pool.base, pool.stride, slots, n, const_cast<float*>(src)};
-    STRATA_CUDA_RECORD(*this, cuda_detail::launch_records(a, true, stream(s), sm_count_));
+    STRATA_CUDA_RECORD(*this, cuda_detail::launch_records(a, true, stream(s), grids_));
   }
 
   void do_move_columns(StreamView s, SlotPool rows, std::int64_t col, const Key* slots, std::int64_t n, float* packed,
@@ -407,7 +409,7 @@ class CudaDevice final : public Device {
     const DeviceScope scope(ctx_);
     if (!begin_issue(scope)) return;
     const kernels::RecordArgs a{rows.base + col, rows.stride, slots, n, packed, rows.dim};
-    STRATA_CUDA_RECORD(*this, cuda_detail::launch_records(a, put, stream(s), sm_count_));
+    STRATA_CUDA_RECORD(*this, cuda_detail::launch_records(a, put, stream(s), grids_));
   }
 
   void do_reduce_grads(StreamView s, SlotPool sums, const std::vector<UpdateFeature>& features) override {
@@ -415,7 +417,7 @@ class CudaDevice final : public Device {
     const DeviceScope scope(ctx_);
     if (!begin_issue(scope)) return;
     for (const auto& a : kernels::update_launches(sums, features))
-      if (!STRATA_CUDA_RECORD(*this, cuda_detail::launch_reduce(a, stream(s), sm_count_))) return;
+      if (!STRATA_CUDA_RECORD(*this, cuda_detail::launch_reduce(a, stream(s), grids_))) return;
   }
 
   void do_records_host(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* const* rows,
@@ -424,7 +426,7 @@ class CudaDevice final : public Device {
     const DeviceScope scope(ctx_);
     if (!begin_issue(scope)) return;
     const kernels::HostRecordArgs a{pool.base, pool.stride, pool.dim + pool.state_dim, slots, rows, n};
-    STRATA_CUDA_RECORD(*this, cuda_detail::launch_host_records(a, to_host, stream(s), sm_count_));
+    STRATA_CUDA_RECORD(*this, cuda_detail::launch_host_records(a, to_host, stream(s), grids_));
   }
 
   Result<float*> device_address(float* host) override {
@@ -446,7 +448,7 @@ class CudaDevice final : public Device {
     const DeviceScope scope(ctx_);
     if (!begin_issue(scope)) return;
     const kernels::InitArgs a{pool.base, pool.stride, pool.dim, pool.state_dim, first_slot, n, init};
-    STRATA_CUDA_RECORD(*this, cuda_detail::launch_init(a, stream(s), sm_count_));
+    STRATA_CUDA_RECORD(*this, cuda_detail::launch_init(a, stream(s), grids_));
   }
 
   void do_count_nonfinite(StreamView s, const std::vector<FloatRange>& ranges, std::int64_t* partial,
@@ -455,7 +457,7 @@ class CudaDevice final : public Device {
     const DeviceScope scope(ctx_);
     if (!begin_issue(scope)) return;
     for (const auto& a : kernels::finite_launches(ranges, partial, totals))
-      if (!STRATA_CUDA_RECORD(*this, cuda_detail::launch_nonfinite(a, stream(s), sm_count_))) return;
+      if (!STRATA_CUDA_RECORD(*this, cuda_detail::launch_nonfinite(a, stream(s), grids_))) return;
   }
 
  private:
@@ -468,13 +470,31 @@ class CudaDevice final : public Device {
     return static_cast<CudaEvent*>(e.state())->event;
   }
 
+  // Peer access from this GPU to `peer`'s memory, which CUDA leaves off (without it peer copies are
+  // staged through host memory): turned on at the first copy from `peer` where the GPUs allow it
+  // (cudaDeviceCanAccessPeer), once; this device must be current. It is a property of this GPU's
+  // primary context, which a trainer on the GPU shares (PyTorch turns it on the same way); one
+  // that the trainer turned on already is left so. Errors only mean staged copies: not recorded.
+  void enable_peer_access(int peer) {
+    const int self = ctx_.ordinal();
+    if (peer == self || peer < 0 || peer >= 64) return;
+    std::lock_guard<std::mutex> lock(peers_m_);
+    const std::uint64_t bit = std::uint64_t{1} << peer;
+    if (peers_tried_ & bit) return;
+    peers_tried_ |= bit;
+    int can = 0;
+    if (cuda_detail::call_quietly([&] { return cudaDeviceCanAccessPeer(&can, self, peer); }) != cudaSuccess || !can)
+      return;
+    (void)cuda_detail::call_quietly([&] { return cudaDeviceEnablePeerAccess(peer, 0); });
+  }
+
   // Whether to issue a copy, kernel or host task: not after a sticky error (as emu), and only
   // while this device is current (`scope`).
   bool begin_issue(const DeviceScope& scope) { return !failed() && entered(scope); }
 
   void issue_gathers(StreamView s, const std::vector<kernels::GatherArgs>& launches) {
     for (const auto& a : launches)
-      if (!STRATA_CUDA_RECORD(*this, cuda_detail::launch_gather(a, stream(s), sm_count_))) return;
+      if (!STRATA_CUDA_RECORD(*this, cuda_detail::launch_gather(a, stream(s), grids_))) return;
   }
 
   // Runs on a CUDA runtime thread once the work before it is done, possibly after this device
@@ -485,11 +505,13 @@ class CudaDevice final : public Device {
     if (!task->failed->load(std::memory_order_acquire)) task->fn();
   }
 
-  const int sm_count_;
-  const PrimaryContext ctx_;  // this device's primary context, retained while the device lives
+  const cuda_detail::KernelGrids grids_;  // each kernel's grid cap on this GPU (occupancy at creation)
+  const PrimaryContext ctx_;              // this device's primary context, retained while the device lives
   CudaPinner pinner_;
   std::mutex error_m_;
   Status error_;
+  std::mutex peers_m_;
+  std::uint64_t peers_tried_ = 0;  // bit p: enable_peer_access(p) ran
   // Shared with the host tasks in flight, which may outlive the device (HostTask).
   const std::shared_ptr<std::atomic<bool>> failed_ = std::make_shared<std::atomic<bool>>(false);
 };
@@ -531,6 +553,19 @@ Result<std::unique_ptr<Device>> make_cuda_device(int ordinal, std::size_t capaci
   STRATA_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes));
   int sm_count = 0;
   STRATA_CUDA_TRY(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, ordinal));
+  // Each kernel's grid: as many blocks as the GPU holds at once, from its registers and shared memory.
+  cuda_detail::KernelGrids grids;
+  STRATA_CUDA_TRY(cuda_detail::query_kernel_grids(sm_count, &grids));
+  for (int k = 0; k < cuda_detail::kKernelCount; ++k) {
+    if (grids.blocks_per_sm[k] > 0) continue;
+    const auto kernel = static_cast<cuda_detail::Kernel>(k);
+    return Status::internal("CUDA device " + std::to_string(ordinal) + " (" + prop.name + ", sm_" +
+                            std::to_string(prop.major) + std::to_string(prop.minor) + "): kernel " +
+                            cuda_detail::kernel_name(kernel) + " cannot run there: no block of " +
+                            std::to_string(cuda_detail::kernel_block(kernel)) +
+                            " threads fits a multiprocessor (cudaOccupancyMaxActiveBlocksPerMultiprocessor is 0; "
+                            "gpu/cuda/kernel_resources_sm90.txt lists each kernel's registers and shared memory)");
+  }
 
   DeviceInfo info;
   info.backend = Backend::kCuda;
@@ -538,7 +573,7 @@ Result<std::unique_ptr<Device>> make_cuda_device(int ordinal, std::size_t capaci
   info.ordinal = ordinal;
   info.capacity = capacity > 0 ? std::min(free_bytes, capacity) : free_bytes;
   info.numa_node = numa_node_of(ordinal);
-  return std::unique_ptr<Device>(std::make_unique<CudaDevice>(std::move(info), numa_nodes, sm_count, std::move(ctx)));
+  return std::unique_ptr<Device>(std::make_unique<CudaDevice>(std::move(info), numa_nodes, grids, std::move(ctx)));
 }
 
 static_assert(cudaSuccess == detail::kCudaSuccess && cudaErrorNoDevice == detail::kCudaErrorNoDevice &&

@@ -25,6 +25,19 @@ bool record_if_error(Sink& sink, cudaError_t err, const char* expr, const char* 
   return false;
 }
 
+/// Runs `call` (a runtime call whose error Strata handles itself: it returns it) so that its failure
+/// does not stay behind as the thread's last error, which a trainer linking the same static runtime
+/// reads with cudaGetLastError: the error is taken back only when none was pending before, so an
+/// error the trainer left pending is never cleared (the runtime keeps one error a thread: a failure
+/// of `call` replaces a pending one, and then stays). Returns the call's error.
+template <class Call>
+cudaError_t call_quietly(Call&& call) {
+  const cudaError_t pending = cudaPeekAtLastError();
+  const cudaError_t err = call();
+  if (err != cudaSuccess && pending == cudaSuccess) (void)cudaGetLastError();
+  return err;
+}
+
 }  // namespace strata::gpu::cuda_detail
 
 /// Evaluates a CUDA runtime call and returns an Internal Status (call, error, file, line) from the

@@ -1,10 +1,19 @@
 // The `cuda` backend's kernels: grids over the shared kernel bodies of gpu/kernels/bodies.hpp (the
 // same source the `emu` backend runs on the CPU grid). Blocks of kBlock threads, a warp per work
-// item, grids sized to the GPU and looping over the items; the hot rows of a backward get a
-// second kernel with a block of kHotWarps warps per row.
+// item, grids as large as the GPU holds at once (KernelGrids, from the occupancy of each kernel at
+// device creation) and looping over the items; the hot rows of a backward get a second kernel with
+// a block of kHotWarps warps per row.
+//
+// Register budgets: __launch_bounds__(kBlock) alone let ptxas cap gather_kernel<true> and
+// update_kernel at 64 registers, where they spilled 24-52 bytes a thread (nvcc 13.0, sm_80 and
+// sm_90); they ask for 3 resident blocks instead (up to 85 registers: 72 and no spill on sm_90).
+// gpu/cuda/kernel_resources_sm90.txt holds every kernel's registers, spills and shared memory, and
+// the test gpu_kernel_resources_sm90 compares each compile with it.
 
 #include <cstdint>
+#include <utility>
 
+#include "gpu/cuda/cuda_try.hpp"
 #include "gpu/cuda/kernels.cuh"
 #include "gpu/kernels/bodies.hpp"
 
@@ -16,15 +25,18 @@ using namespace kernels;
 constexpr int kBlock = 256;
 constexpr int kWarpsPerBlock = kBlock / kWarp;
 constexpr int kHotBlock = kHotWarps * kWarp;
-// 8 blocks of 256 threads fill an SM (2048 threads on sm_80 and sm_90).
-constexpr int kBlocksPerSm = 8;
+// Resident blocks the register-heavy warp kernels ask of ptxas (__launch_bounds__'s second
+// argument): 65536 / (3 * 256) = 85 registers a thread at most.
+constexpr int kHeavyMinBlocks = 3;
 
-int grid_for(std::int64_t items, int per_block, int blocks_per_sm, int sm_count) {
+int grid_for(std::int64_t items, int per_block, const KernelGrids& grids, Kernel k) {
   const std::int64_t blocks = (items + per_block - 1) / per_block;
-  const std::int64_t cap = std::int64_t{sm_count > 0 ? sm_count : 1} * blocks_per_sm;
+  const std::int64_t cap = grids.max_blocks(k);
   return static_cast<int>(blocks < cap ? blocks : cap);
 }
-int warp_grid(std::int64_t items, int sm_count) { return grid_for(items, kWarpsPerBlock, kBlocksPerSm, sm_count); }
+int warp_grid(std::int64_t items, const KernelGrids& grids, Kernel k) {
+  return grid_for(items, kWarpsPerBlock, grids, k);
+}
 
 __device__ __forceinline__ DeviceWarp this_warp() { return DeviceWarp{static_cast<int>(threadIdx.x) % kWarp}; }
 __device__ __forceinline__ std::int64_t first_item() {
@@ -33,13 +45,13 @@ __device__ __forceinline__ std::int64_t first_item() {
 __device__ __forceinline__ std::int64_t item_step() { return std::int64_t{gridDim.x} * kWarpsPerBlock; }
 
 template <bool kInterleaved>
-__global__ void __launch_bounds__(kBlock) gather_kernel(const GatherArgs a) {
+__global__ void __launch_bounds__(kBlock, kHeavyMinBlocks) gather_kernel(const GatherArgs a) {
   const DeviceWarp w = this_warp();
   const std::int64_t total = a.begin[a.count];
   for (std::int64_t item = first_item(); item < total; item += item_step()) gather_item<kInterleaved>(w, a, item);
 }
 
-__global__ void __launch_bounds__(kBlock) update_kernel(const UpdateArgs a) {
+__global__ void __launch_bounds__(kBlock, kHeavyMinBlocks) update_kernel(const UpdateArgs a) {
   const DeviceWarp w = this_warp();
   const std::int64_t total = a.begin[a.count];
   for (std::int64_t item = first_item(); item < total; item += item_step()) update_item(w, a, item);
@@ -95,85 +107,130 @@ __global__ void __launch_bounds__(kBlock) nonfinite_sum_kernel(const FiniteArgs 
   for (std::int64_t f = first_item(); f < a.count; f += item_step()) sum_nonfinite(w, a, static_cast<int>(f));
 }
 
-// Drops an error left by an earlier runtime call on this thread (already reported through that
-// call's return value), so the check after a launch reports that launch alone.
-void clear_stale_error() { (void)cudaGetLastError(); }
+// Launches `kernel` over `grid` blocks of `block` threads on `stream` and returns that launch's own
+// error (cudaLaunchKernelEx returns it, where `<<<>>>` needs cudaGetLastError, which would also
+// take an error a trainer left pending on the thread: call_quietly keeps that one).
+template <class... Params, class... Args>
+cudaError_t launch(void (*kernel)(Params...), int grid, int block, cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(grid));
+  config.blockDim = dim3(static_cast<unsigned>(block));
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  return call_quietly([&] { return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...); });
+}
+
+struct KernelEntry {
+  Kernel kernel;
+  const void* function;
+  int block;
+};
+
+// Every kernel with its block size, in the order of Kernel.
+const KernelEntry kKernels[] = {
+    {Kernel::kGather, reinterpret_cast<const void*>(&gather_kernel<false>), kBlock},
+    {Kernel::kGatherInterleaved, reinterpret_cast<const void*>(&gather_kernel<true>), kBlock},
+    {Kernel::kUpdate, reinterpret_cast<const void*>(&update_kernel), kBlock},
+    {Kernel::kUpdateHot, reinterpret_cast<const void*>(&update_hot_kernel), kHotBlock},
+    {Kernel::kReduce, reinterpret_cast<const void*>(&reduce_kernel), kBlock},
+    {Kernel::kPack, reinterpret_cast<const void*>(&records_kernel<false>), kBlock},
+    {Kernel::kUnpack, reinterpret_cast<const void*>(&records_kernel<true>), kBlock},
+    {Kernel::kFromHost, reinterpret_cast<const void*>(&host_records_kernel<false>), kBlock},
+    {Kernel::kToHost, reinterpret_cast<const void*>(&host_records_kernel<true>), kBlock},
+    {Kernel::kInit, reinterpret_cast<const void*>(&init_kernel), kBlock},
+    {Kernel::kNonfiniteChunk, reinterpret_cast<const void*>(&nonfinite_chunk_kernel), kBlock},
+    {Kernel::kNonfiniteSum, reinterpret_cast<const void*>(&nonfinite_sum_kernel), kBlock},
+};
+static_assert(sizeof(kKernels) / sizeof(kKernels[0]) == kKernelCount, "one entry per Kernel");
 
 }  // namespace
 
-cudaError_t launch_gather(const GatherArgs& args, cudaStream_t stream, int sm_count) {
-  const std::int64_t items = args.begin[args.count];
-  if (items <= 0) return cudaSuccess;
-  clear_stale_error();
-  if (args.source.parts == 1) {
-    gather_kernel<false><<<warp_grid(items, sm_count), kBlock, 0, stream>>>(args);
-  } else {
-    gather_kernel<true><<<warp_grid(items, sm_count), kBlock, 0, stream>>>(args);
-  }
-  return cudaGetLastError();
+const char* kernel_name(Kernel k) {
+  static const char* const names[] = {"gather_kernel<false>",
+                                      "gather_kernel<true>",
+                                      "update_kernel",
+                                      "update_hot_kernel",
+                                      "reduce_kernel",
+                                      "records_kernel<false>",
+                                      "records_kernel<true>",
+                                      "host_records_kernel<false>",
+                                      "host_records_kernel<true>",
+                                      "init_kernel",
+                                      "nonfinite_chunk_kernel",
+                                      "nonfinite_sum_kernel"};
+  static_assert(sizeof(names) / sizeof(names[0]) == kKernelCount, "one name per Kernel");
+  return names[static_cast<int>(k)];
 }
 
-cudaError_t launch_update(const UpdateArgs& args, cudaStream_t stream, int sm_count) {
+int kernel_block(Kernel k) { return kKernels[static_cast<int>(k)].block; }
+
+cudaError_t query_kernel_grids(int sm_count, KernelGrids* grids) {
+  *grids = KernelGrids{};
+  grids->sm_count = sm_count;
+  for (const KernelEntry& e : kKernels) {
+    int blocks = 0;
+    const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, e.function, e.block, 0);
+    if (err != cudaSuccess) return err;
+    grids->blocks_per_sm[static_cast<int>(e.kernel)] = blocks;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t launch_gather(const GatherArgs& args, cudaStream_t stream, const KernelGrids& grids) {
   const std::int64_t items = args.begin[args.count];
   if (items <= 0) return cudaSuccess;
-  clear_stale_error();
-  update_kernel<<<warp_grid(items, sm_count), kBlock, 0, stream>>>(args);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  // One block of kHotBlock threads fits an SM (ptxas: 92 registers a thread, 47k of 64k); none
-  // when the lists say no row is hot.
+  if (args.source.parts == 1)
+    return launch(gather_kernel<false>, warp_grid(items, grids, Kernel::kGather), kBlock, stream, args);
+  return launch(gather_kernel<true>, warp_grid(items, grids, Kernel::kGatherInterleaved), kBlock, stream, args);
+}
+
+cudaError_t launch_update(const UpdateArgs& args, cudaStream_t stream, const KernelGrids& grids) {
+  const std::int64_t items = args.begin[args.count];
+  if (items <= 0) return cudaSuccess;
+  if (cudaError_t e = launch(update_kernel, warp_grid(items, grids, Kernel::kUpdate), kBlock, stream, args);
+      e != cudaSuccess)
+    return e;
+  // A block of kHotBlock threads per hot row; none when the lists say no row is hot.
   const std::int64_t hot = args.hot_items();
   if (hot <= 0) return cudaSuccess;
-  update_hot_kernel<<<grid_for(hot, 1, 1, sm_count), kHotBlock, 0, stream>>>(args);
-  return cudaGetLastError();
+  return launch(update_hot_kernel, grid_for(hot, 1, grids, Kernel::kUpdateHot), kHotBlock, stream, args);
 }
 
-cudaError_t launch_reduce(const UpdateArgs& args, cudaStream_t stream, int sm_count) {
+cudaError_t launch_reduce(const UpdateArgs& args, cudaStream_t stream, const KernelGrids& grids) {
   const std::int64_t items = args.begin[args.count];
   if (items <= 0) return cudaSuccess;
-  clear_stale_error();
-  reduce_kernel<<<warp_grid(items, sm_count), kBlock, 0, stream>>>(args);
-  return cudaGetLastError();
+  return launch(reduce_kernel, warp_grid(items, grids, Kernel::kReduce), kBlock, stream, args);
 }
 
-cudaError_t launch_records(const RecordArgs& args, bool unpack, cudaStream_t stream, int sm_count) {
+cudaError_t launch_records(const RecordArgs& args, bool unpack, cudaStream_t stream, const KernelGrids& grids) {
   if (args.n <= 0 || args.stride <= 0) return cudaSuccess;
-  clear_stale_error();
-  if (unpack) {
-    records_kernel<true><<<warp_grid(args.n, sm_count), kBlock, 0, stream>>>(args);
-  } else {
-    records_kernel<false><<<warp_grid(args.n, sm_count), kBlock, 0, stream>>>(args);
-  }
-  return cudaGetLastError();
+  if (unpack) return launch(records_kernel<true>, warp_grid(args.n, grids, Kernel::kUnpack), kBlock, stream, args);
+  return launch(records_kernel<false>, warp_grid(args.n, grids, Kernel::kPack), kBlock, stream, args);
 }
 
-cudaError_t launch_host_records(const HostRecordArgs& args, bool to_host, cudaStream_t stream, int sm_count) {
+cudaError_t launch_host_records(const HostRecordArgs& args, bool to_host, cudaStream_t stream,
+                                const KernelGrids& grids) {
   if (args.n <= 0) return cudaSuccess;
-  clear_stale_error();
-  if (to_host) {
-    host_records_kernel<true><<<warp_grid(args.n, sm_count), kBlock, 0, stream>>>(args);
-  } else {
-    host_records_kernel<false><<<warp_grid(args.n, sm_count), kBlock, 0, stream>>>(args);
-  }
-  return cudaGetLastError();
+  if (to_host)
+    return launch(host_records_kernel<true>, warp_grid(args.n, grids, Kernel::kToHost), kBlock, stream, args);
+  return launch(host_records_kernel<false>, warp_grid(args.n, grids, Kernel::kFromHost), kBlock, stream, args);
 }
 
-cudaError_t launch_init(const InitArgs& args, cudaStream_t stream, int sm_count) {
+cudaError_t launch_init(const InitArgs& args, cudaStream_t stream, const KernelGrids& grids) {
   if (args.n <= 0) return cudaSuccess;
-  clear_stale_error();
-  init_kernel<<<warp_grid(args.n, sm_count), kBlock, 0, stream>>>(args);
-  return cudaGetLastError();
+  return launch(init_kernel, warp_grid(args.n, grids, Kernel::kInit), kBlock, stream, args);
 }
 
-cudaError_t launch_nonfinite(const FiniteArgs& args, cudaStream_t stream, int sm_count) {
+cudaError_t launch_nonfinite(const FiniteArgs& args, cudaStream_t stream, const KernelGrids& grids) {
   if (args.count <= 0) return cudaSuccess;
-  clear_stale_error();
   const std::int64_t chunks = args.begin[args.count];
   if (chunks > 0) {
-    nonfinite_chunk_kernel<<<warp_grid(chunks, sm_count), kBlock, 0, stream>>>(args);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    if (cudaError_t e =
+            launch(nonfinite_chunk_kernel, warp_grid(chunks, grids, Kernel::kNonfiniteChunk), kBlock, stream, args);
+        e != cudaSuccess)
+      return e;
   }
-  nonfinite_sum_kernel<<<warp_grid(args.count, sm_count), kBlock, 0, stream>>>(args);
-  return cudaGetLastError();
+  return launch(nonfinite_sum_kernel, warp_grid(args.count, grids, Kernel::kNonfiniteSum), kBlock, stream, args);
 }
 
 }  // namespace strata::gpu::cuda_detail

@@ -1,22 +1,103 @@
 // The `nccl` communicator: the conformance suite with one rank on one GPU (bootstrapped through
-// an id file), and the factories' errors. Skips when the build has no NCCL or no GPU is visible
+// an id file), the factories' errors, the rule by which a rank picks its GPU, and what a failed
+// collective leaves behind. Skips when the build has no NCCL or no GPU is visible
 // (tests/gpu/cuda_gate.hpp: fails instead when CUDA is broken or STRATA_REQUIRE_GPU=1).
+//
+// With NCCL (STRATA_TEST_NCCL), this binary interposes three NCCL functions (ncclAllGather,
+// ncclCommGetAsyncError, ncclCommAbort): they call the real ones (dlsym RTLD_NEXT) and, only while
+// a test arms them, stand in for a peer that died mid-collective (FailedPeer below).
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <future>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
+
+#if defined(STRATA_TEST_NCCL)
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <nccl.h>
+#endif
 
 #include "dispatch/local_communicator.hpp"
 #include "dispatch/nccl_communicator.hpp"
 #include "gpu/device.hpp"
 #include "tests/dispatch/conformance.hpp"
 #include "tests/gpu/cuda_gate.hpp"
+
+#if defined(STRATA_TEST_NCCL)
+// A peer that died mid-collective, as this rank sees it: the armed all-gather leaves work on the
+// communicator's stream that does not end (a host function spinning, standing in for NCCL's
+// kernels waiting for the peer) until the communicator is aborted, and the next poll of the
+// communicator reports a remote error. Every step is logged, in order.
+namespace strata::dispatch::testing {
+struct FailedPeer {
+  std::atomic<bool> armed{false};
+  std::atomic<bool> released{false};
+  std::mutex m;
+  std::vector<std::string> log;
+  void note(const std::string& what) {
+    std::lock_guard<std::mutex> lock(m);
+    log.push_back(what);
+  }
+};
+FailedPeer g_failed_peer;
+
+template <class F>
+F real(const char* name) {
+  static_assert(sizeof(F) == sizeof(void*), "a function pointer");
+  return reinterpret_cast<F>(::dlsym(RTLD_NEXT, name));
+}
+}  // namespace strata::dispatch::testing
+
+using strata::dispatch::testing::g_failed_peer;
+using strata::dispatch::testing::real;
+
+extern "C" {
+ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t type, ncclComm_t comm,
+                           cudaStream_t stream) {
+  static const auto fn =
+      real<ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t)>("ncclAllGather");
+  const ncclResult_t r = fn(send, recv, count, type, comm, stream);
+  if (g_failed_peer.armed.load()) {
+    g_failed_peer.note("collective issued");
+    (void)cudaLaunchHostFunc(
+        stream,
+        [](void*) {
+          while (!g_failed_peer.released.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        },
+        nullptr);
+  }
+  return r;
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* state) {
+  static const auto fn = real<ncclResult_t (*)(ncclComm_t, ncclResult_t*)>("ncclCommGetAsyncError");
+  if (g_failed_peer.armed.load()) {
+    g_failed_peer.note("remote error");
+    *state = ncclRemoteError;
+    return ncclSuccess;
+  }
+  return fn(comm, state);
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  static const auto fn = real<ncclResult_t (*)(ncclComm_t)>("ncclCommAbort");
+  if (g_failed_peer.armed.exchange(false)) g_failed_peer.note("abort");
+  g_failed_peer.released.store(true);  // an abort ends the communicator's work on the GPU
+  return fn(comm);
+}
+}  // extern "C"
+#endif  // STRATA_TEST_NCCL
 
 namespace strata::dispatch::testing {
 namespace {
@@ -124,6 +205,89 @@ TEST(NcclCommunicator, MissingIdFileTimesOut) {
   EXPECT_EQ(made.status().code(), StatusCode::kUnavailable);
   EXPECT_THAT(made.status().message(), HasSubstr("did not appear within 200 ms"));
 }
+
+// The rule each rank picks its GPU by (no GPU needed): its local rank, one rank per GPU; a host
+// with more ranks than GPUs is refused, not doubled up on GPU local_rank % GPUs.
+TEST(NcclDevice, AHostWithMoreRanksThanGpusIsRefused) {
+  const Result<int> third = detail::nccl_device_for_rank(2, "the bootstrap's", 2, -1);
+  EXPECT_EQ(third.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(third.status().message(),
+              HasSubstr("local rank 2 (the bootstrap's) on a host with 2 visible GPU(s): it would share GPU 0 with "
+                        "local rank 0, and NCCL runs one rank per GPU; start at most 2 rank(s) on this host"));
+  EXPECT_EQ(detail::nccl_device_for_rank(1, "the launcher's", 2, -1).value(), 1);
+  EXPECT_EQ(detail::nccl_device_for_rank(5, "the launcher's", 2, 1).value(), 1) << "a chosen device is taken";
+  const Result<int> out = detail::nccl_device_for_rank(0, "the launcher's", 2, 2);
+  EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status().message(), HasSubstr("device 2 out of range [0, 2)"));
+  EXPECT_EQ(detail::nccl_device_for_rank(0, "the launcher's", 0, -1).status().code(), StatusCode::kUnavailable);
+}
+
+// On a GPU: one thread rank more than there are GPUs. Every rank fails at once (no rank waits in
+// NCCL's initialization for the one that has no GPU), each saying why.
+TEST(NcclCommunicator, MoreThreadRanksThanGpusFailTogetherAtOnce) {
+  if (!nccl_built()) GTEST_SKIP() << "this build has no NCCL";
+  STRATA_SKIP_WITHOUT_CUDA_GPU();
+  const int gpus = gpu::cuda_devices().value();
+  CommOptions o;
+  o.timeout = std::chrono::milliseconds(30000);
+  auto boot = make_local_group(gpus + 1, o).value();
+  std::vector<Status> got(static_cast<std::size_t>(gpus + 1));
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> ranks;
+  for (int r = 0; r <= gpus; ++r) {
+    ranks.emplace_back([&, r] {
+      NcclOptions n;
+      n.comm = o;
+      got[static_cast<std::size_t>(r)] = make_nccl_communicator(*boot[static_cast<std::size_t>(r)], n).status();
+    });
+  }
+  for (auto& t : ranks) t.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  for (int r = 0; r < gpus; ++r) {
+    EXPECT_EQ(got[static_cast<std::size_t>(r)].code(), StatusCode::kFailedPrecondition) << r;
+    EXPECT_THAT(
+        got[static_cast<std::size_t>(r)].message(),
+        HasSubstr("rank " + std::to_string(gpus) + " of " + std::to_string(gpus + 1) + " has no GPU of its own"));
+  }
+  EXPECT_EQ(got[static_cast<std::size_t>(gpus)].code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(got[static_cast<std::size_t>(gpus)].message(), HasSubstr("local rank " + std::to_string(gpus)));
+}
+
+#if defined(STRATA_TEST_NCCL)
+// A peer dies mid-collective (FailedPeer): the call fails, the communicator is aborted right away
+// (before the caller can free anything), and a cudaFree afterwards, as a store closing its engines
+// does while the communicator still exists, returns instead of waiting forever for NCCL's work.
+TEST(NcclCommunicator, AFailedCollectiveAbortsBeforeAnyFree) {
+  STRATA_SKIP_WITHOUT_CUDA_GPU();
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  void* engine_memory = nullptr;
+  ASSERT_EQ(cudaMalloc(&engine_memory, 1 << 20), cudaSuccess);
+  auto made = make_nccl_communicator_from_file(fresh_id_path(), 0, 1);
+  ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+  g_failed_peer.log.clear();
+  g_failed_peer.released.store(false);
+  g_failed_peer.armed.store(true);
+  std::int64_t v = 1;
+  const Status s = made.value()->all_reduce(&v, 1, DataType::kInt64, ReduceOp::kSum);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.to_string();
+  auto freed = std::async(std::launch::async, [&] {
+    const cudaError_t e = cudaFree(engine_memory);
+    g_failed_peer.note("free returned");
+    return e;
+  });
+  if (freed.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    ADD_FAILURE() << "cudaFree still waits 20 s after the failed collective: the communicator was not aborted";
+    g_failed_peer.released.store(true);  // let it return
+  }
+  EXPECT_EQ(freed.get(), cudaSuccess);
+  g_failed_peer.armed.store(false);
+  EXPECT_THAT(g_failed_peer.log, ::testing::ElementsAre("collective issued", "remote error", "abort", "free returned"));
+  // Broken for good: later calls return the first error, and the destructor has nothing left to abort.
+  EXPECT_EQ(made.value()->barrier().code(), StatusCode::kUnavailable);
+  made.value().reset();
+  EXPECT_THAT(g_failed_peer.log, ::testing::ElementsAre("collective issued", "remote error", "abort", "free returned"));
+}
+#endif
 
 }  // namespace
 }  // namespace strata::dispatch::testing

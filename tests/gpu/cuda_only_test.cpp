@@ -230,7 +230,7 @@ TEST_P(GatherPool, MatchesEmuBitForBit) {
   EXPECT_TRUE(same_bits(cuda_.download(cpool, records.size()), records));
 }
 
-INSTANTIATE_TEST_SUITE_P(Dims, GatherPool, ::testing::Values(1, 7, 32, 100, 128, 129, 300, 1000));
+INSTANTIATE_TEST_SUITE_P(CudaDims, GatherPool, ::testing::Values(1, 7, 32, 100, 128, 129, 300, 1000));
 
 // ---- backward_update ------------------------------------------------------------------------
 
@@ -300,7 +300,7 @@ std::string backward_name(const ::testing::TestParamInfo<std::tuple<OptimizerKin
          (std::get<2>(info.param) ? "_decay" : "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Optimizers, BackwardUpdate,
+INSTANTIATE_TEST_SUITE_P(CudaOptimizers, BackwardUpdate,
                          ::testing::Combine(::testing::Values(OptimizerKind::kSgd, OptimizerKind::kAdagrad,
                                                               OptimizerKind::kRowwiseAdagrad, OptimizerKind::kAdam),
                                             ::testing::Values(1, 5, 32, 128, 129, 300), ::testing::Bool()),
