@@ -7,9 +7,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <optional>
-#include <unordered_set>
-#include <vector>
+
+#include "core/json_keys.hpp"
 
 namespace strata::bench {
 namespace {
@@ -38,34 +37,35 @@ struct FdCloser {
   }
 };
 
-// A SAX consumer that only tracks the nesting depth and stops the parse when it goes past the
-// limit; it builds nothing. nlohmann's parser keeps its own state on the heap, so the pass uses
-// bounded stack whatever the input.
+// A SAX consumer that only tracks the nesting depth and the keys of the objects open, and stops
+// the parse when it goes past the depth limit or at a key given twice; it builds nothing.
+// nlohmann's parser keeps its own state on the heap, so the pass uses bounded stack whatever the
+// input.
 class DepthCheck final : public json::json_sax_t {
  public:
   explicit DepthCheck(int max_depth) : max_depth_(max_depth) {}
 
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool string(string_t&) override { return value(); }
+  bool binary(binary_t&) override { return value(); }
   bool start_object(std::size_t) override {
-    objects_.emplace_back();
+    keys_.start(true);
     return enter();
   }
   bool key(string_t& k) override {
-    if (objects_.back().insert(k).second) return true;
-    duplicate_ = k;  // the parser would keep the last value silently
+    if (keys_.key(k)) return true;
+    duplicate_ = true;  // the parser would keep the last value silently
     return false;
   }
-  bool end_object() override {
-    objects_.pop_back();
-    return leave();
+  bool end_object() override { return leave(); }
+  bool start_array(std::size_t) override {
+    keys_.start(false);
+    return enter();
   }
-  bool start_array(std::size_t) override { return enter(); }
   bool end_array() override { return leave(); }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
     error_ = e.what();
@@ -73,8 +73,9 @@ class DepthCheck final : public json::json_sax_t {
   }
 
   bool too_deep() const noexcept { return too_deep_; }
-  /// A key given twice in one object (the parse stopped there), or nullptr.
-  const std::string* duplicate() const noexcept { return duplicate_ ? &*duplicate_ : nullptr; }
+  /// True when a key was given twice in one object (the parse stopped there; keys() names it).
+  bool duplicate() const noexcept { return duplicate_; }
+  const DuplicateKeys& keys() const noexcept { return keys_; }
   const std::string& error() const noexcept { return error_; }
 
  private:
@@ -87,14 +88,19 @@ class DepthCheck final : public json::json_sax_t {
   }
   bool leave() {
     --depth_;
+    keys_.end();
+    return true;
+  }
+  bool value() {
+    keys_.value();
     return true;
   }
 
   int max_depth_;
   int depth_ = 0;
   bool too_deep_ = false;
-  std::vector<std::unordered_set<std::string>> objects_;  // the keys of each object open, outermost first
-  std::optional<std::string> duplicate_;
+  DuplicateKeys keys_;  // the keys of each object open
+  bool duplicate_ = false;
   std::string error_;
 };
 
@@ -216,9 +222,7 @@ Result<json> parse_json_limited(const std::string& text, const std::string& who,
       return Status::invalid_argument(who + ": JSON nested deeper than " + std::to_string(max_depth) +
                                       " levels (expected at most " + std::to_string(max_depth) +
                                       " levels of arrays and objects)");
-    if (const std::string* key = check.duplicate())
-      return Status::invalid_argument(who + ": key '" + quote_prefix(*key, 200) +
-                                      "' is given twice in one object (expected each key at most once in an object)");
+    if (check.duplicate()) return check.keys().status(who);
     return Status::invalid_argument(who + ": invalid JSON: " + quote_prefix(check.error(), 200));
   }
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);

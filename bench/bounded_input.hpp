@@ -41,9 +41,10 @@ Result<std::string> read_input_file(const std::string& path, const std::string& 
 /// document is built, so any input is refused or parsed with bounded stack and no exception
 /// escapes. Errors (kInvalidArgument) start with `who`: "<who>: invalid JSON: <parser message,
 /// at most 200 characters>" or "<who>: JSON nested deeper than <max_depth> levels (expected at
-/// most <max_depth> levels of arrays and objects)", or "<who>: key '<key>' is given twice in one
-/// object (...)" (the parser would keep the last value silently; the store's config parser refuses
-/// the same, store/detail/json_keys.hpp).
+/// most <max_depth> levels of arrays and objects)", or "<who>: key 'tables[0].name' is given
+/// twice (expected each key at most once in an object)", naming the key by its path (the parser
+/// would keep the last value silently; the store's JSON inputs refuse the same, in the same words:
+/// core/json_keys.hpp).
 Result<nlohmann::json> parse_json_limited(const std::string& text, const std::string& who,
                                           int max_depth = kMaxJsonDepth);
 

@@ -113,8 +113,9 @@ Result<Manifest> parse_manifest(const std::string& path, const std::string& text
                                       std::to_string(kFormatVersion) + ")");
     m.generation = j.at("generation").get<std::uint64_t>();
     m.step = j.at("step").get<std::int64_t>();
-    if (m.step < 0)
-      return Status::data_loss(path + ": step " + std::to_string(m.step) + " (expected a step count >= 0; corrupt)");
+    if (m.step < 0 || m.step > Store::kMaxStep)
+      return Status::data_loss(path + ": step " + std::to_string(m.step) + " (expected a step count from 0 to " +
+                               std::to_string(Store::kMaxStep) + "; corrupt)");
     for (const auto& t : j.at("tables")) {
       ManifestTable mt;
       mt.name = t.at("name").get<std::string>();

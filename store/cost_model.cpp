@@ -264,9 +264,9 @@ Status validate(const HardwareProfile& p) { return validate_as(p, "profile '" + 
 Result<HardwareProfile> parse_hardware_profile(const std::string& json_text, const std::string& origin) {
   const std::string who = "profile '" + origin + "'";
   json j;
-  detail::DuplicateKeys keys;
+  DuplicateKeys keys;
   try {
-    j = json::parse(json_text, keys.callback());
+    j = json::parse(json_text, detail::duplicate_keys_callback(keys));
   } catch (const json::parse_error& e) {
     return Status::invalid_argument(who + ": invalid JSON: " + e.what());
   }

@@ -88,6 +88,9 @@ Status Store::set_step(std::int64_t step) {
   Status local;
   if (step < 0)
     local = Status::invalid_argument("set_step: step " + std::to_string(step) + " (expected a step count >= 0)");
+  else if (step > kMaxStep)
+    local = Status::invalid_argument("set_step: step " + std::to_string(step) + " (expected at most " +
+                                     std::to_string(kMaxStep) + " = 2^63 - 2: the next backward takes step + 1)");
   else if (in_flight() > 0)
     local = detail::busy("set_step", in_flight());
   // The step is an argument of the agreement: ranks that set different steps are refused by it.

@@ -106,15 +106,19 @@ class Store {
   const StoreConfig& config() const noexcept { return config_; }
   /// Index of a table by name, or NotFound.
   Result<int> table_index(const std::string& name) const;
+  /// The largest step(): the next backward takes step t = step() + 1, an int64 (Adam's bias
+  /// correction reads it), so a store at kMaxStep refuses backward, and set_step and load refuse
+  /// a larger count.
+  static constexpr std::int64_t kMaxStep = INT64_MAX - 1;
   /// Number of backward() calls applied so far (Adam's step t is step() + 1 in the next backward).
-  /// Restored by load() and set_step(); write_rows() leaves it alone.
+  /// Restored by load() and set_step(); write_rows() leaves it alone. At most kMaxStep.
   std::int64_t step() const noexcept { return step_; }
   /// Sets step() (for a trainer that restores a store from rows it saved itself: read_rows and
   /// write_rows carry the rows and their optimizer state, learning_rate and set_learning_rate the
   /// rates, step and set_step the step counter; together they are what save/load restores). The
   /// next backward is step `step + 1` (Adam's bias correction). Errors (nothing changes):
-  /// InvalidArgument for `step` < 0, FailedPrecondition with batches in flight (their backward
-  /// would take a step of the old count or the new). On a store opened as a rank of a world of
+  /// InvalidArgument for `step` < 0 or > kMaxStep, FailedPrecondition with batches in flight
+  /// (their backward would take a step of the old count or the new). On a store opened as a rank of a world of
   /// several ranks it is a collective like set_learning_rate: every rank sets the same step; a rank
   /// whose call is refused, or ranks that set different steps, fail every rank ("ranks disagree
   /// on the step: rank 0 at set_step(5), rank 1 at set_step(6)") and no rank's step changes.
@@ -140,7 +144,7 @@ class Store {
   /// changes, the batch stays in flight) unless accept_nonfinite_gradients. On a failed device
   /// nothing is applied to the tables in host memory and step() does not advance. With
   /// cache.flush_every = N, every N-th step then flushes (its error is returned after the step
-  /// was applied).
+  /// was applied). At step() == kMaxStep it is refused (OutOfRange; nothing changes).
   virtual Status backward(std::int64_t batch_id, const std::vector<ConstMatrixView>& grads) = 0;
 
   /// Outputs and gradients on the device. A trainer whose dense model runs on the GPU gives views

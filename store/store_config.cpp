@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/text.hpp"
 #include "store/detail/json_keys.hpp"
 
 namespace strata {
@@ -133,7 +134,7 @@ std::string quoted(const json& v) {
              (v.is_array() ? " values" : " fields");
   }
   std::string s = v.dump();
-  if (s.size() > 64) s = s.substr(0, 64) + "...";
+  if (s.size() > 64) s = s.substr(0, utf8_cut(s, 64)) + "...";  // a message Python can decode
   return s;
 }
 
@@ -509,9 +510,9 @@ Status parse_store_wide(Fields& f, StoreConfig& c) {
 
 Result<StoreConfig> parse_store_config(const std::string& text) {
   json j;
-  detail::DuplicateKeys keys;
+  DuplicateKeys keys;
   try {
-    j = json::parse(text, keys.callback());
+    j = json::parse(text, detail::duplicate_keys_callback(keys));
   } catch (const json::exception& e) {
     return Status::invalid_argument(std::string("config is not valid JSON: ") + e.what());
   }

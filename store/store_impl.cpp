@@ -245,6 +245,9 @@ class StoreImpl final : public Store {
     auto found = arena_.execute(
         [&] { return detail::find_batch(batches_, id, config_, grads, "gradient", true, device_.get()); });
     if (found && ordered) found = refusal_or(detail::check_stream("backward", id, device_.get(), stream), found);
+    if (found && step_ >= kMaxStep)
+      found = Status::out_of_range("batch " + std::to_string(id) + ": backward at step " + std::to_string(step_) +
+                                   ", the largest step count (expected a store below it: set_step a smaller one)");
     if (!found) return refuse("backward", id, found.status());
     Entry& e = *found.value();
     // A failed device applies nothing, not even to the tables in host memory: the batch stays in

@@ -45,7 +45,11 @@ double to_number(py::handle obj, const std::string& what) {
   if (!text && !py::isinstance<py::bool_>(obj) && !py::isinstance(obj, py::module_::import("numpy").attr("bool_"))) {
     const double d = PyFloat_AsDouble(obj.ptr());
     if (!(d == -1.0 && PyErr_Occurred())) return d;
-    PyErr_Clear();  // no __float__ (or __index__), or one that refused (a tensor of several elements)
+    const bool overflow = PyErr_ExceptionMatches(PyExc_OverflowError);  // an int no double holds (10**400)
+    PyErr_Clear();  // else no __float__ (or __index__), or one that refused (a tensor of several elements)
+    if (overflow)
+      throw py::value_error(what + " is out of range (expected a number that a double holds: at most 1.8e308 in " +
+                            "magnitude)");
   }
   throw py::type_error(what + " is a " + type_name(obj) + " (expected a number)");
 }
@@ -60,15 +64,38 @@ std::string to_path(py::handle obj, const std::string& what) {
   const py::module_ os = py::module_::import("os");
   if (!py::isinstance<py::str>(obj) && !py::isinstance<py::bytes>(obj) && !py::isinstance(obj, os.attr("PathLike")))
     throw py::type_error(what + " is a " + type_name(obj) + " (expected a path: str, bytes or os.PathLike)");
+  // The file system's bytes (os.fsencode): a name that is not UTF-8 (bytes, or a str with the
+  // surrogate escapes os.listdir gives for one) is the file's name, not a cast error.
   py::object p;
   try {
-    p = os.attr("fsdecode")(obj);  // a PathLike's __fspath__ may return anything
-  } catch (py::error_already_set&) {
+    p = os.attr("fsencode")(obj);
+  } catch (py::error_already_set& e) {
+    if (e.matches(PyExc_UnicodeEncodeError))
+      throw py::value_error(what + " cannot be encoded as a file name (" + py::str(e.value()).cast<std::string>() +
+                            "; expected a path os.fsencode takes)");
+    // A PathLike's __fspath__ may return anything.
     throw py::type_error(what + " is a " + type_name(obj) + " whose __fspath__ gives no str or bytes (expected a " +
                          "path: str, bytes or os.PathLike)");
   }
-  return p.cast<std::string>();
+  std::string path = p.cast<std::string>();
+  if (path.find('\0') != std::string::npos)
+    throw py::value_error(what + " holds a NUL byte (expected a path without one: the file system would read it " +
+                          "only up to the NUL)");
+  return path;
 }
+
+namespace {
+
+// Raises `type` with `message` decoded as UTF-8, the bytes that are not shown as \xNN (a file name
+// that is not UTF-8): pybind11's exceptions decode strictly, and raised UnicodeDecodeError instead.
+[[noreturn]] void raise(PyObject* type, const std::string& message) {
+  const py::object text = py::reinterpret_steal<py::object>(
+      PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()), "backslashreplace"));
+  if (text) PyErr_SetObject(type, text.ptr());
+  throw py::error_already_set();
+}
+
+}  // namespace
 
 void throw_if_error(const Status& s) {
   switch (s.code()) {
@@ -78,9 +105,9 @@ void throw_if_error(const Status& s) {
     case StatusCode::kOutOfRange:
     case StatusCode::kNotFound:
     case StatusCode::kAlreadyExists:
-      throw py::value_error(s.to_string());
+      raise(PyExc_ValueError, s.to_string());
     default:
-      throw std::runtime_error(s.to_string());  // pybind11 raises RuntimeError
+      raise(PyExc_RuntimeError, s.to_string());
   }
 }
 

@@ -28,16 +28,18 @@ std::string type_name(py::handle obj);
 ///  - to_int: an int, or an integer with __index__ (NumPy integers, integer 0-d tensors); not a
 ///    bool, a float or a str. ValueError when it does not fit int64.
 ///  - to_number: an int or a float, or a real with __float__ (NumPy floats, 0-d tensors); not a
-///    bool or a str.
+///    bool or a str. ValueError for an int no double holds (10**400).
 ///  - to_name: a str (a table name).
-///  - to_path: a str, bytes or os.PathLike (decoded with os.fsdecode).
+///  - to_path: a str, bytes or os.PathLike, as the file system's bytes (os.fsencode: a name that is
+///    not UTF-8 is kept as it is). ValueError for a str it cannot encode or a NUL byte.
 std::int64_t to_int(py::handle obj, const std::string& what);
 double to_number(py::handle obj, const std::string& what);
 std::string to_name(py::handle obj, const std::string& what);
 std::string to_path(py::handle obj, const std::string& what);
 
 /// Raises the Python exception that fits `s` (ValueError for bad arguments, unknown tables and
-/// batch ids; RuntimeError otherwise) with the Status text; returns when `s` is OK.
+/// batch ids; RuntimeError otherwise) with the Status text (bytes that are not UTF-8, as in a file
+/// name, shown as \xNN); returns when `s` is OK.
 void throw_if_error(const Status& s);
 
 /// A NumPy view of `obj`: a NumPy array as is, a CPU torch tensor without a copy (detached). A

@@ -48,6 +48,7 @@ are refused (ValueError), not copied; keep the data loader's sparse features on 
 """
 
 import collections.abc
+import inspect
 import json
 import numbers
 import threading
@@ -60,6 +61,9 @@ import strata
 from strata.pipeline import pipelined
 
 __all__ = ["EmbeddingBagCollection", "KeyedEmbeddings", "SubmittedBatch", "pipelined"]
+
+# torch >= 2.1's Module.load_state_dict takes `assign`; older ones do not.
+_LOAD_TAKES_ASSIGN = "assign" in inspect.signature(nn.Module.load_state_dict).parameters
 
 
 class KeyedEmbeddings:
@@ -224,6 +228,9 @@ class EmbeddingBagCollection(nn.Module):
         # Outputs of a custom autograd function require grad only when an input does: this
         # tensor, never a parameter, makes the lookup part of the graph.
         self._anchor = torch.zeros((), requires_grad=True)
+        # True while this module's own load_state_dict(strict=False) runs: torch tells
+        # _load_from_state_dict strict=True whatever the caller asked.
+        self._partial_load = False
 
     # ---- batch ids ----
     def _take_id(self):
@@ -379,44 +386,57 @@ class EmbeddingBagCollection(nn.Module):
             destination[f"{prefix}tables.{name}.learning_rate"] = torch.tensor(self.store.learning_rate(name))
         destination[f"{prefix}step"] = torch.tensor(self.store.step, dtype=torch.int64)
 
-    def load_state_dict(self, state_dict, strict=True):
+    def load_state_dict(self, state_dict, strict=True, assign=False):
         """Loads what ``state_dict()`` holds: table weights, optimizer state (tensors or NumPy
-        arrays of float32), learning rates (numbers that float32 holds) and ``step`` (an integer
-        >= 0: an int, a 0-d integer tensor or NumPy array), then continues bit for bit as the
-        module that saved it.
+        arrays of float32), learning rates (numbers: an int or float, or a 0-d tensor or NumPy
+        array, that float32 holds) and ``step`` (an integer from 0 to 2^63 - 2, as the next update
+        takes step + 1: an int, a 0-d integer tensor or NumPy array), then continues bit for bit as
+        the module that saved it. ``assign`` (torch's, passed on where torch takes it) changes
+        nothing here: the rows are always copied into the store.
 
         With ``strict`` (the default) every entry of ``state_dict()`` must be there: a state_dict
         without ``step`` (saved before the step was part of it) or without a table's optimizer
         state or rate is refused, since the module would continue from its own, silently another
         run's. Load such a state_dict with ``strict=False``: it loads what is there and reports the
         rest in ``missing_keys``, which keep the module's current values (set the step with
-        ``module.store.set_step(n)`` if you know it). A table's optimizer state without its weight
-        is refused either way.
+        ``module.store.set_step(n)`` if you know it), and unexpected keys in ``unexpected_keys``.
+        A table's optimizer state without its weight is refused either way.
 
         Every entry is checked before any row changes: on an error (a wrong shape, type or dtype,
         a bad rate or step, and with ``strict`` a missing or unexpected key) it raises RuntimeError
-        naming the entry, and nothing is changed. Nested in another module, torch loads each
-        submodule in turn: an error elsewhere in the parent's state dict (a missing or unexpected
-        key of another module) raises after the tables were loaded, as it does after torch's own
-        parameters were copied."""
+        naming the entry, and nothing is changed. Once the entries are checked, only the device
+        can fail the load: the write of a ``gpu``, ``cached`` or ``hybrid`` table whose device has
+        failed (before or during the load) raises, and the tables written before it hold the
+        state_dict's rows while the rest keep their own (load again on a store whose device works).
+
+        Nested in another module (``nn.Sequential(ebc)``), torch loads each submodule in turn and
+        this method does not run: the module's entries are checked as under ``strict`` whatever the
+        parent's ``strict``, and with one missing, unexpected or bad the tables load nothing and the
+        parent's load raises. For a partial load of a nested module, call its own
+        ``load_state_dict(entries, strict=False)`` with its entries (their prefix removed). An
+        error elsewhere in the parent's state dict (a missing or unexpected key of another module)
+        raises after the tables were loaded, as it does after torch's own parameters were copied."""
         if not isinstance(state_dict, collections.abc.Mapping):
             raise TypeError(f"state_dict is a {type(state_dict).__name__} (expected a mapping of names to tensors, "
                             "as state_dict() returns)")
         if not isinstance(strict, bool):
             raise TypeError(f"strict is a {type(strict).__name__} (expected a bool)")
-        if strict:
-            want = set(self._state_keys())
-            known = want | {f"tables.{n}.optimizer_state" for n in self._tables}
-            missing, unexpected = sorted(want - set(state_dict)), sorted(set(state_dict) - known)
-            if missing or unexpected:
-                raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}: missing keys {missing}, "
-                                   f"unexpected keys {unexpected} (nothing was loaded)")
-        return super().load_state_dict(state_dict, strict)
+        if not isinstance(assign, bool):
+            raise TypeError(f"assign is a {type(assign).__name__} (expected a bool)")
+        self._partial_load = not strict
+        try:
+            if _LOAD_TAKES_ASSIGN:
+                return super().load_state_dict(state_dict, strict, assign=assign)
+            return super().load_state_dict(state_dict, strict)
+        finally:
+            self._partial_load = False
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
-        ours = {k for k in state_dict if k.startswith(prefix + "tables.")}
-        plan, problems = [], []
+        # Every entry under the prefix is the module's (it has no submodules of torch's own).
+        ours = {k for k in state_dict if k.startswith(prefix)
+                and not any(k.startswith(f"{prefix}{child}.") for child in self._modules)}
+        plan, problems, missing = [], [], []
         if self.store.in_flight:
             problems.append(f"{self.store.in_flight} batch(es) in flight (expected none: run their backward or "
                             "discard_in_flight() first)")
@@ -425,9 +445,8 @@ class EmbeddingBagCollection(nn.Module):
             weight, state, lr = (state_dict.get(key + s) for s in ("weight", "optimizer_state", "learning_rate"))
             ours.difference_update({key + "weight", key + "optimizer_state", key + "learning_rate"})
             state_dim = self._state_dim(name)
-            missing_keys.extend(key + s for s, v in (("weight", weight), ("optimizer_state", state),
-                                                     ("learning_rate", lr))
-                                if v is None and (s != "optimizer_state" or state_dim > 0))
+            missing.extend(key + s for s, v in (("weight", weight), ("optimizer_state", state), ("learning_rate", lr))
+                           if v is None and (s != "optimizer_state" or state_dim > 0))
             w = None if weight is None else _host_float32(weight, key + "weight", problems)
             s = None if state is None else _host_float32(state, key + "optimizer_state", problems)
             if weight is None and state is not None:
@@ -443,14 +462,24 @@ class EmbeddingBagCollection(nn.Module):
         step = state_dict.get(prefix + "step")
         ours.discard(prefix + "step")
         if step is None:
-            missing_keys.append(prefix + "step")
+            missing.append(prefix + "step")
         else:
             step = _step_count(step, prefix + "step", problems)
-        unexpected_keys.extend(sorted(ours))
+        unexpected = sorted(ours)
+        missing_keys.extend(missing)
+        unexpected_keys.extend(unexpected)
+        if (missing or unexpected) and not self._partial_load:
+            how = (f"submodule '{prefix[:-1]}''s own load_state_dict, given its entries ('{prefix}' removed) and "
+                   "strict=False," if prefix else "load_state_dict(..., strict=False)")
+            problems.append(f"{type(self).__name__}{' ' + repr(prefix[:-1]) if prefix else ''}: missing keys "
+                            f"{missing}, unexpected keys {unexpected}: nothing was loaded into its tables ({how} "
+                            "loads what is there)")
         error_msgs.extend(problems)
         if problems:
-            return  # load_state_dict raises; nothing was changed
-        # Checked above: these fail only with batches in flight, also checked above.
+            return  # torch's load_state_dict raises; nothing was changed
+        # Every entry is checked and no batch is in flight, so the rates and the step cannot be
+        # refused; a write fails only when the device of a gpu, cached or hybrid table has failed,
+        # and then the tables before it stay written (load_state_dict's docstring).
         for name, w, s, rate in plan:
             if w is not None:
                 self.store.write_rows(name, 0, w, s)
@@ -478,8 +507,9 @@ def _host_float32(t, what, problems):
 
 
 def _step_count(step, what, problems):
-    """A state-dict step (an int, or a 0-d integer tensor or NumPy array) as an int >= 0, or None
-    after noting why not in ``problems``."""
+    """A state-dict step (an int, or a 0-d integer tensor or NumPy array) as an int from 0 to
+    2^63 - 2 (the next update takes step + 1, an int64), or None after noting why not in
+    ``problems``."""
     expected = "expected an integer >= 0: an int, or a 0-d integer tensor or NumPy array"
     if isinstance(step, (bool, np.bool_)):
         problems.append(f"{what} is a bool ({expected})")
@@ -502,18 +532,36 @@ def _step_count(step, what, problems):
     if step < 0:
         problems.append(f"{what} {step} (expected >= 0)")
         return None
-    if step >= 2**63:
-        problems.append(f"{what} {step} (expected < 2^63)")
+    if step > 2**63 - 2:
+        problems.append(f"{what} {step} (expected at most 2^63 - 2: the next update takes step + 1)")
         return None
     return step
 
 
 def _float32_rate(lr, what, problems):
-    """A learning rate as the store will hold it (float32), or None after noting why not."""
+    """A learning rate (a number: an int or float, or a 0-d tensor or NumPy array of one, as
+    set_learning_rate takes) as the store will hold it (float32), or None after noting why not."""
+    expected = "expected a number: an int or float, or a 0-d tensor or NumPy array"
+    if isinstance(lr, (bool, np.bool_)):
+        problems.append(f"{what} is a bool ({expected})")
+        return None
+    if isinstance(lr, (torch.Tensor, np.ndarray, np.generic)):
+        if tuple(lr.shape) != ():
+            problems.append(f"{what} is a {type(lr).__name__} of shape {tuple(lr.shape)} ({expected})")
+            return None
+        dtype = lr.dtype
+        number = (dtype != torch.bool and not dtype.is_complex if isinstance(lr, torch.Tensor)
+                  else dtype.kind in "iuf")
+        if not number:
+            problems.append(f"{what} has dtype {dtype} ({expected})")
+            return None
+    elif not isinstance(lr, numbers.Real):
+        problems.append(f"{what} is a {type(lr).__name__} ({expected})")
+        return None
     try:
         rate = float(lr)
-    except (TypeError, ValueError, RuntimeError):
-        problems.append(f"{what} is {lr!r} (expected a number)")
+    except OverflowError:  # an int no double holds
+        problems.append(f"{what} is out of range (expected a finite number > 0 that float32 holds)")
         return None
     with np.errstate(over="ignore", under="ignore"):
         held = np.float32(rate)

@@ -5,6 +5,7 @@ walked from the package's public names: a new public call fails test_every_publi
 until it has its row in CALLS."""
 
 import inspect
+import os
 import re
 
 import numpy as np
@@ -110,8 +111,9 @@ CALLS = {
     "EmbeddingBagCollection.learning_rate": (lambda c, **a: c["module"].learning_rate(**a), {"table": "user"},
                                              {"table": NAME}),
     "EmbeddingBagCollection.load_state_dict": (lambda c, **a: c["module"].load_state_dict(**a),
-                                               {"state_dict": module().state_dict(), "strict": True},
-                                               {"state_dict": [[1], 3, "x", None], "strict": ["yes", 1, None]}),
+                                               {"state_dict": module().state_dict(), "strict": True, "assign": False},
+                                               {"state_dict": [[1], 3, "x", None], "strict": ["yes", 1, None],
+                                                "assign": ["yes", 1, None]}),
     "KeyedEmbeddings": (lambda c, **a: st.KeyedEmbeddings(**a), {"keys": ["a"], "tensors": [torch.zeros(1, 1)]},
                         {"keys": [3, "a", None, [1]], "tensors": [3, None, [np.zeros((1, 1))]]}),
     "KeyedEmbeddings.__getitem__": (lambda c, **a: c["keyed"][a["key"]], {"key": "user"},
@@ -201,12 +203,29 @@ def test_set_learning_rate_with_a_table_of_the_wrong_type():
     s.discard(np.int64(0))
     s.set_step(torch.tensor(4))
     assert s.step == 4 and s.in_flight == 0
+    # A number no double holds (PyFloat_AsDouble's OverflowError read as a wrong type).
+    for huge in (10**400, -10**400):
+        with pytest.raises(ValueError, match=r"^lr is out of range \(expected a number"):
+            s.set_learning_rate(huge)
 
 
 def test_paths_as_str_bytes_and_path_like(tmp_path):
-    """bytes paths are decoded (os.fsdecode), not written as "b'...'"."""
+    """bytes paths are the file system's bytes (os.fsencode), not written as "b'...'"."""
     s = open_store()
     s.discard(0)
     for form in (str(tmp_path / "s"), bytes(tmp_path / "b"), tmp_path / "p"):
         s.save(form)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "p", "s"]
+    # Names that are not UTF-8 (bytes, or a str with surrogate escapes as os.listdir gives) are
+    # the file system's bytes, not a cast error.
+    s.save(bytes(tmp_path) + b"/\xff")
+    s.save(os.fsdecode(bytes(tmp_path) + b"/\xfe"))
+    assert sorted(os.listdir(bytes(tmp_path))) == [b"b", b"p", b"s", b"\xfe", b"\xff"]
+    s.load(bytes(tmp_path) + b"/\xff")
+    s.export_npy("a", os.fsdecode(bytes(tmp_path) + b"/\xfd.npy"))
+    s.import_npy("a", bytes(tmp_path) + b"/\xfd.npy")
+    with pytest.raises(ValueError, match=r"\\xfc/MANIFEST"):  # named in the store's error (was UnicodeDecodeError)
+        s.load(bytes(tmp_path) + b"/\xfc")
+    with pytest.raises(ValueError, match=r"^dir holds a NUL byte"):  # the C library would stop at it
+        s.save(str(tmp_path / "x\0y"))
+    assert not (tmp_path / "x").exists()

@@ -73,6 +73,37 @@ def test_bad_state_dict_raises_and_changes_nothing():
             torch.testing.assert_close(v, before[k], rtol=0, atol=0)
 
 
+def test_nested_load_checks_every_entry_before_writing_any():
+    """Nested in another module, torch calls the tables' _load_from_state_dict itself (the module's
+    own load_state_dict does not run): an old state_dict without the step, or one with an unexpected
+    key of the module, wrote every table before torch raised (issue 29), or loaded silently."""
+    rng = np.random.default_rng(2)
+    a = make()
+    for _ in range(2):
+        step(a, tensors(batch(rng)))
+    sd = {"0." + k: v for k, v in a.state_dict().items()}
+    model = torch.nn.Sequential(make())
+    before = model.state_dict()
+    no_step = {k: v for k, v in sd.items() if k != "0.step"}
+    for bad, words in [(no_step, 'Missing key(s) in state_dict: "0.step"'),
+                       (dict(sd, **{"0.tables.other.weight": torch.zeros(1, 1)}), '"0.tables.other.weight"'),
+                       (dict(sd, **{"0.foo": torch.zeros(1)}), 'Unexpected key(s) in state_dict: "0.foo"')]:
+        for strict in (True, False):
+            with pytest.raises(RuntimeError) as e:
+                model.load_state_dict(bad, strict=strict)
+            assert words in str(e.value) or not strict, str(e.value)
+            assert "nothing was loaded" in str(e.value), str(e.value)
+            for k, v in model.state_dict().items():
+                torch.testing.assert_close(v, before[k], rtol=0, atol=0)
+    # A partial load of the nested module: its own load_state_dict, non-strict.
+    result = model[0].load_state_dict({k[2:]: v for k, v in no_step.items()}, strict=False)
+    assert result.missing_keys == ["step"] and model[0].store.step == 0
+    loaded = model[0].state_dict()["tables.user.weight"]
+    torch.testing.assert_close(loaded, sd["0.tables.user.weight"], rtol=0, atol=0)
+    result = model[0].load_state_dict({"foo": 1, **{k[2:]: v for k, v in sd.items()}}, strict=False, assign=False)
+    assert result.unexpected_keys == ["foo"] and model[0].store.step == 2
+
+
 def test_load_state_dict_checks_every_table_before_writing_any():
     """Entries that only fail when written (a float64 NumPy weight, a list, a rate that float32
     cannot hold) are found before any table changes, also when an earlier table is fine."""
@@ -88,6 +119,10 @@ def test_load_state_dict_checks_every_table_before_writing_any():
         ("tables.item.learning_rate 1e-50", {"tables.item.learning_rate": 1e-50}),
         ("tables.item.learning_rate 1e+39", {"tables.item.learning_rate": torch.tensor(1e39, dtype=torch.float64)}),
         ("tables.item.learning_rate is", {"tables.item.learning_rate": torch.tensor([0.1, 0.2])}),
+        # Only numbers are rates, as for set_learning_rate (float() took these).
+        ("tables.item.learning_rate is a str", {"tables.item.learning_rate": "0.1"}),
+        ("tables.item.learning_rate is a bool", {"tables.item.learning_rate": True}),
+        ("tables.item.learning_rate is a Tensor of shape (1,)", {"tables.item.learning_rate": torch.tensor([0.1])}),
     ]
     for words, change in bad:
         with pytest.raises(RuntimeError) as e:

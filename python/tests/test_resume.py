@@ -99,6 +99,8 @@ def assert_same_dict(x, y):
     (torch.tensor([2]), "step has shape (1,) (expected a scalar"),
     (torch.tensor(-1), "step -1 (expected >= 0)"),
     (-3, "step -3 (expected >= 0)"),
+    (2**63 - 1, "step 9223372036854775807 (expected at most 2^63 - 2"),  # the next update takes step + 1
+    (torch.tensor(2**63 - 1), "step 9223372036854775807 (expected at most 2^63 - 2"),
     (2.5, "step is a float (expected an integer"),
     ("2", "step is a str (expected an integer"),
     (True, "step is a bool (expected an integer"),

@@ -252,6 +252,13 @@ def test_bad_configs():
         strata.Store({"tables": [{"name": "a", "rows": -1, "dim": 4}]})
     with pytest.raises(ValueError):
         strata.Store("{not json")
+    # Messages cut a long key or value at a character boundary: cut inside one, Python could not
+    # decode the message and raised UnicodeDecodeError.
+    key = '"a' + "\u00e9" * 150 + '"'
+    with pytest.raises(ValueError, match="is given twice"):
+        strata.Store("{" + key + ": 1, " + key + ': 2, "tables": []}')
+    with pytest.raises(ValueError, match="rows"):
+        strata.Store({"tables": [{"name": "a", "rows": "\u00e9" * 40, "dim": 4}]})
 
 
 def test_threads_sharing_one_store():

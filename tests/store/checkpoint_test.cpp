@@ -391,7 +391,19 @@ TEST_F(Checkpoint, ManifestWithAPathOrANegativeStepIsRefused) {
   edit_manifest("\"step\": 2", "\"step\": -2");
   const Status s = (*b)->load(dir_);
   EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.to_string();
-  EXPECT_NE(s.message().find("step -2 (expected a step count >= 0"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("step -2 (expected a step count from 0 to 9223372036854775806; corrupt)"),
+            std::string::npos)
+      << s.message();
+  EXPECT_TRUE(same_state(fresh, snapshot(**b)));
+  EXPECT_EQ((*b)->step(), 0);
+  // A step whose next backward (step + 1) would overflow.
+  fs::copy_file(saved, manifest, fs::copy_options::overwrite_existing);
+  edit_manifest("\"step\": 2", "\"step\": 9223372036854775807");
+  const Status max = (*b)->load(dir_);
+  EXPECT_EQ(max.code(), StatusCode::kDataLoss) << max.to_string();
+  EXPECT_NE(max.message().find("step 9223372036854775807 (expected a step count from 0 to 9223372036854775806"),
+            std::string::npos)
+      << max.message();
   EXPECT_TRUE(same_state(fresh, snapshot(**b)));
   EXPECT_EQ((*b)->step(), 0);
   // The untouched manifest still loads.

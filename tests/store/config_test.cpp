@@ -206,6 +206,10 @@ TEST(StoreConfig, DuplicateKeysAreRefusedNamingTheKeyAndItsObject) {
       // Keys inside values no field reads (an unknown field) are checked too: the first error wins.
       {R"({"tables": [{"name": "u", "rows": 5, "dim": 4, "x": [1, [2], {"a": 1, "a": 2}]}]})",
        "config: key 'tables[0].x[2].a" + twice},
+      // A key that holds '.' or '[' (or is empty) is quoted, so the path reads one way.
+      {R"({"a.b": 1, "a.b": 2, )" + tables + "}", "config: key '[\"a.b\"]" + twice},
+      {R"({"device": {"x[0]": 1, "": 2, "x[0]": 3}, )" + tables + "}", "config: key 'device[\"x[0]\"]" + twice},
+      {R"({"device": {"": 1, "": 2}, )" + tables + "}", "config: key 'device[\"\"]" + twice},
   };
   for (const auto& [text, message] : cases) {
     auto c = parse_store_config(text);

@@ -254,6 +254,26 @@ TEST(SetStepBadInput, RefusedNamingTheStepWithoutChange) {
   ASSERT_TRUE(s.discard(0).is_ok());
   ASSERT_TRUE(s.set_step(0).is_ok());
   EXPECT_EQ(s.step(), 0);
+  // The next backward takes step + 1: a count it would overflow is refused (issue 29: the step
+  // wrapped, and Adam's bias correction read a garbage t).
+  const Status max = s.set_step(std::numeric_limits<std::int64_t>::max());
+  EXPECT_EQ(max.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(max.message(),
+            "set_step: step 9223372036854775807 (expected at most 9223372036854775806 = 2^63 - 2: the next backward "
+            "takes step + 1)");
+  EXPECT_EQ(s.step(), 0);
+  // At the largest count, a backward is refused and leaves the batch in flight.
+  ASSERT_TRUE(s.set_step(Store::kMaxStep).is_ok());
+  const KeyBatch kb = random_batch(rng, c, 2);
+  Buffers out = make_buffers(c, kb);
+  ASSERT_TRUE(s.submit(1, kb).is_ok());
+  ASSERT_TRUE(s.forward(1, out.views).is_ok());
+  const Status last = s.backward(1, out.cviews);
+  EXPECT_EQ(last.code(), StatusCode::kOutOfRange) << last.to_string();
+  EXPECT_NE(last.message().find("backward at step 9223372036854775806, the largest step count"), std::string::npos)
+      << last.message();
+  EXPECT_EQ(s.step(), Store::kMaxStep);
+  EXPECT_EQ(s.in_flight(), 1);
 }
 
 // Sharded over a world of several ranks, each rank applies the updates of its own shard: a rate
