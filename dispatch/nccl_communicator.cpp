@@ -3,9 +3,12 @@
 
 #include "dispatch/nccl_communicator.hpp"
 
+#include <string>
+#include <vector>
+
 namespace strata::dispatch::detail {
 
-Result<int> nccl_device_for_rank(int local_rank, const char* local_from, int gpus, int wanted) {
+Result<int> nccl_device_for_rank(int local_rank, int gpus, int wanted) {
   if (gpus <= 0) return Status::unavailable("nccl communicator: no CUDA GPU is visible");
   if (wanted >= 0) {
     if (wanted >= gpus) {
@@ -14,14 +17,26 @@ Result<int> nccl_device_for_rank(int local_rank, const char* local_from, int gpu
     }
     return wanted;
   }
-  if (local_rank >= gpus) {
-    return Status::invalid_argument(
-        "nccl communicator: local rank " + std::to_string(local_rank) + " (" + local_from + ") on a host with " +
-        std::to_string(gpus) + " visible GPU(s): it would share GPU " + std::to_string(local_rank % gpus) +
-        " with local rank " + std::to_string(local_rank % gpus) + ", and NCCL runs one rank per GPU; start at most " +
-        std::to_string(gpus) + " rank(s) on this host, or give each rank its own GPU (NcclOptions::device)");
+  return local_rank % gpus;
+}
+
+Status nccl_one_rank_per_gpu(const std::vector<NcclPlacement>& ranks) {
+  const int size = static_cast<int>(ranks.size());
+  for (int a = 0; a < size; ++a) {
+    for (int b = a + 1; b < size; ++b) {
+      const NcclPlacement& x = ranks[static_cast<std::size_t>(a)];
+      const NcclPlacement& y = ranks[static_cast<std::size_t>(b)];
+      if (x.host != y.host || x.gpu != y.gpu) continue;
+      return Status::failed_precondition(
+          "nccl communicator: ranks " + std::to_string(a) + " and " + std::to_string(b) + " of " +
+          std::to_string(size) + " are on one GPU, " + x.gpu + " (device " + std::to_string(x.device) + " of rank " +
+          std::to_string(a) + ", device " + std::to_string(y.device) + " of rank " + std::to_string(b) + ", host " +
+          x.host +
+          "), and NCCL runs one rank per GPU, so no rank starts NCCL: give each rank its own GPU "
+          "(CUDA_VISIBLE_DEVICES, NcclOptions::device) or start fewer ranks on that host");
+    }
   }
-  return local_rank;
+  return Status::ok();
 }
 
 }  // namespace strata::dispatch::detail
@@ -37,6 +52,7 @@ Result<int> nccl_device_for_rank(int local_rank, const char* local_from, int gpu
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -410,12 +426,23 @@ class NcclCommunicator final : public Communicator {
     return c;
   }
 
+  // The first failure of a collective breaks the communicator (every later call returns it) and
+  // aborts NCCL at once, whatever the failure: a peer that died mid-collective leaves NCCL's
+  // kernels spinning on this GPU, and the next cudaFree or cudaFreeHost on it (a store closing its
+  // engines, which goes before the communicator, or a staging buffer growing) would wait for them
+  // forever. An abort stops them; the buffers they may still write are freed only once the stream
+  // is idle (the destructor). The factory also fails a communicator that it does not hand out.
+  void fail(const Status& s) {
+    if (broken_.is_ok()) broken_ = s;
+    abort_nccl();
+  }
+
   // Allocates the header buffers (called once by the factory).
   Status init() {
     int pools = 0;
-    if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device_) != cudaSuccess) {
-      (void)cudaGetLastError();  // not sticky; read as "no pools"
-      pools = 0;
+    if (gpu::cuda_detail::call_quietly(
+            [&] { return cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device_); }) != cudaSuccess) {
+      pools = 0;  // read as "no pools"
     }
     stream_ordered_ = pools != 0;
     STRATA_RETURN_IF_ERROR(grow(header_mine_, static_cast<std::int64_t>(header_bytes_)));
@@ -579,16 +606,6 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
-  // The first failure of a collective breaks the communicator (every later call returns it) and
-  // aborts NCCL at once, whatever the failure: a peer that died mid-collective leaves NCCL's
-  // kernels spinning on this GPU, and the next cudaFree or cudaFreeHost on it (a store closing its
-  // engines, which goes before the communicator, or a staging buffer growing) would wait for them
-  // forever. An abort stops them; the buffers they may still write are freed only once the stream
-  // is idle (the destructor).
-  void fail(const Status& s) {
-    if (broken_.is_ok()) broken_ = s;
-    abort_nccl();
-  }
   void abort_nccl() noexcept {
     if (!comm_) return;
     ncclCommAbort(comm_);
@@ -613,22 +630,108 @@ class NcclCommunicator final : public Communicator {
 };
 
 // The local rank of a rank bootstrapped without a communicator (one process per rank): the
-// launcher's, else the rank; `from` says which.
-int process_local_rank(int rank, const char** from) {
+// launcher's, else the rank.
+int process_local_rank(int rank) {
   const int local = launcher_local_rank();
-  *from = local >= 0 ? "the launcher's" : "its rank: no launcher set a local rank";
   return local >= 0 ? local : rank;
 }
 
 // The GPU of a rank (detail::nccl_device_for_rank over the GPUs visible here).
-Result<int> pick_device(int local_rank, const char* from, int wanted) {
+Result<int> pick_device(int local_rank, int wanted) {
   auto gpus = gpu::cuda_devices();
   if (!gpus) return gpus.status().with_context("nccl communicator");
-  return detail::nccl_device_for_rank(local_rank, from, gpus.value(), wanted);
+  return detail::nccl_device_for_rank(local_rank, gpus.value(), wanted);
 }
 
+// This host's identity: the kernel's boot id (distinct per host, shared by the containers of one
+// host, which share its GPUs), else the host name.
+std::string host_identity() {
+  char buf[128] = {};
+  const int fd = ::open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
+    ::close(fd);
+    std::string id(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
+    while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+    if (!id.empty()) return "boot id " + id;
+  }
+  if (::gethostname(buf, sizeof(buf) - 1) == 0 && buf[0]) return std::string("host name ") + buf;
+  return "unknown host";
+}
+
+// The UUID of CUDA device `device`, as nvidia-smi prints it (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx).
+Result<std::string> gpu_uuid(int device) {
+  // cudaDeviceProp::uuid: CUDA 13 has no cudaDeviceGetUuid.
+  cudaDeviceProp prop{};
+  const cudaError_t e = gpu::cuda_detail::call_quietly([&] { return cudaGetDeviceProperties(&prop, device); });
+  if (e != cudaSuccess)
+    return gpu::cuda_detail::cuda_status(e, "cudaGetDeviceProperties(&prop, device)", __FILE__, __LINE__);
+  const cudaUUID_t u = prop.uuid;
+  char out[48];
+  const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
+  std::snprintf(out, sizeof(out), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  return std::string(out);
+}
+
+// What every rank all-gathers before it starts (or keeps) NCCL: why it has no GPU (empty when it
+// has one), else where its GPU is. Fixed size, the same on every rank.
+struct PlacementWire {
+  char why[512] = {};
+  char host[128] = {};
+  char gpu[48] = {};
+  std::int32_t device = -1;
+  std::int32_t pad = 0;
+};
+
+void copy_text(char* to, std::size_t capacity, const std::string& from) {
+  std::memcpy(to, from.data(), std::min(from.size(), capacity - 1));
+}
+
+// The ranks of `over` (the bootstrap, or the new NCCL communicator itself) tell each other where
+// they run: a rank without a GPU (`device` failed) returns its reason, the others a
+// FailedPrecondition naming it; two ranks on one GPU (host and UUID): every rank
+// detail::nccl_one_rank_per_gpu's FailedPrecondition. `what` says which exchange failed.
+Status agree_on_placement(Communicator& over, const Result<int>& device, const char* what) {
+  PlacementWire mine;
+  Status own = device.status();
+  if (own.is_ok()) {
+    Result<std::string> uuid = gpu_uuid(device.value());
+    if (uuid.is_ok()) {
+      copy_text(mine.host, sizeof(mine.host), host_identity());
+      copy_text(mine.gpu, sizeof(mine.gpu), uuid.value());
+      mine.device = device.value();
+    } else {
+      own = uuid.status().with_context("nccl communicator: the UUID of device " + std::to_string(device.value()));
+    }
+  }
+  if (!own.is_ok()) {
+    copy_text(mine.why, sizeof(mine.why), own.message());
+    mine.why[0] = mine.why[0] ? mine.why[0] : '?';
+  }
+  const std::size_t size = static_cast<std::size_t>(over.size());
+  std::vector<PlacementWire> all(size);
+  Status s = over.all_gather(&mine, static_cast<std::int64_t>(sizeof(mine)), all.data());
+  if (!s.is_ok()) return s.with_context(what);
+  if (!own.is_ok()) return own;
+  std::vector<detail::NcclPlacement> placed(size);
+  for (std::size_t r = 0; r < size; ++r) {
+    PlacementWire& w = all[r];
+    w.why[sizeof(w.why) - 1] = w.host[sizeof(w.host) - 1] = w.gpu[sizeof(w.gpu) - 1] = '\0';
+    if (w.why[0]) {
+      return Status::failed_precondition("nccl communicator: rank " + std::to_string(r) + " of " +
+                                         std::to_string(size) + " has no GPU of its own (" + w.why +
+                                         "), so no rank starts NCCL");
+    }
+    placed[r] = detail::NcclPlacement{w.host, w.gpu, w.device};
+  }
+  return detail::nccl_one_rank_per_gpu(placed);
+}
+
+// `placement_agreed`: the ranks already compared their GPUs over a bootstrap (agree_on_placement);
+// otherwise they do it over the new communicator before it is handed out.
 Result<std::unique_ptr<Communicator>> create(const ncclUniqueId& id, int rank, int size, int local_rank, int device,
-                                             const NcclOptions& options) {
+                                             const NcclOptions& options, bool placement_agreed) {
   STRATA_ASSIGN_OR_RETURN(PrimaryContext ctx, PrimaryContext::retain(device));
   const DeviceScope scope(ctx);
   STRATA_RETURN_IF_ERROR(scope.status());
@@ -670,7 +773,16 @@ Result<std::unique_ptr<Communicator>> create(const ncclUniqueId& id, int rank, i
     return gpu::cuda_detail::cuda_status(e, "cudaStreamCreateWithFlags / cudaEventCreateWithFlags", __FILE__, __LINE__);
   }
   auto c = std::make_unique<NcclCommunicator>(comm, rank, size, local_rank, std::move(ctx), stream, done, options.comm);
-  STRATA_RETURN_IF_ERROR(c->init());
+  // A communicator not handed out is aborted, not finalized: a failed init or a refused placement
+  // must not wait in ncclCommFinalize for peers that fail the same way.
+  Status s = c->init();
+  if (s.is_ok() && !placement_agreed) {
+    s = agree_on_placement(*c, device, "nccl communicator: telling the ranks which GPU each took");
+  }
+  if (!s.is_ok()) {
+    c->fail(s);
+    return s;
+  }
   return std::unique_ptr<Communicator>(std::move(c));
 }
 
@@ -694,30 +806,12 @@ Result<std::unique_ptr<Communicator>> make_nccl_communicator(Communicator& boots
   STRATA_RETURN_IF_ERROR(check_options(bootstrap.rank(), bootstrap.size(), options));
   // The bootstrap's local rank: thread ranks of a `local` bootstrap are distinct GPUs of one process
   // even under a launcher whose environment gives the process one local rank. Every rank picks its
-  // GPU before NCCL starts, and the ranks tell each other whether they could: one that cannot (no
-  // GPU, more ranks than GPUs on its host) fails every rank at once, each naming its reason, where
-  // the others would wait in NCCL's initialization until the timeout.
-  const Result<int> device = pick_device(bootstrap.local_rank(), "the bootstrap's", options.device);
-  {
-    constexpr std::size_t kWhy = 256;
-    std::vector<char> mine(kWhy, '\0'), all(kWhy * static_cast<std::size_t>(bootstrap.size()), '\0');
-    if (!device.is_ok()) {
-      const std::string why = device.status().message();
-      std::memcpy(mine.data(), why.data(), std::min(why.size(), kWhy - 1));
-      mine[0] = mine[0] ? mine[0] : '?';
-    }
-    Status s = bootstrap.all_gather(mine.data(), static_cast<std::int64_t>(kWhy), all.data());
-    if (!s.is_ok()) return s.with_context("nccl communicator: telling the ranks which GPU each takes");
-    if (!device.is_ok()) return device.status();
-    for (int r = 0; r < bootstrap.size(); ++r) {
-      const char* why = all.data() + kWhy * static_cast<std::size_t>(r);
-      if (*why) {
-        return Status::failed_precondition("nccl communicator: rank " + std::to_string(r) + " of " +
-                                           std::to_string(bootstrap.size()) + " has no GPU of its own (" +
-                                           std::string(why, strnlen(why, kWhy)) + "), so no rank starts NCCL");
-      }
-    }
-  }
+  // GPU before NCCL starts, and the ranks tell each other where they are: one that has no GPU, or
+  // two on one GPU, fail every rank at once, where the others would wait in NCCL's initialization
+  // until the timeout (or NCCL would run two ranks on one GPU).
+  const Result<int> device = pick_device(bootstrap.local_rank(), options.device);
+  STRATA_RETURN_IF_ERROR(
+      agree_on_placement(bootstrap, device, "nccl communicator: telling the ranks which GPU each takes"));
   // Rank 0 always broadcasts, also when it failed to make the id, so that no peer waits for it.
   struct IdMessage {
     std::int32_t ok = 0;
@@ -728,16 +822,16 @@ Result<std::unique_ptr<Communicator>> make_nccl_communicator(Communicator& boots
   Status s = bootstrap.broadcast(&msg, sizeof(msg), 0);
   if (!s.is_ok()) return s.with_context("nccl communicator: broadcasting the NCCL id");
   if (!msg.ok) return Status::internal("nccl communicator: rank 0 could not make an NCCL id (ncclGetUniqueId failed)");
-  return create(msg.id, bootstrap.rank(), bootstrap.size(), bootstrap.local_rank(), device.value(), options);
+  return create(msg.id, bootstrap.rank(), bootstrap.size(), bootstrap.local_rank(), device.value(), options,
+                /*placement_agreed=*/true);
 }
 
 Result<std::unique_ptr<Communicator>> make_nccl_communicator_from_file(const std::string& id_path, int rank, int size,
                                                                        const NcclOptions& options) {
   STRATA_RETURN_IF_ERROR(check_options(rank, size, options));
   // Fail before touching NCCL (or the file) when this rank has no GPU of its own to run on.
-  const char* local_from = nullptr;
-  const int local_rank = process_local_rank(rank, &local_from);
-  STRATA_ASSIGN_OR_RETURN(const int device, pick_device(local_rank, local_from, options.device));
+  const int local_rank = process_local_rank(rank);
+  STRATA_ASSIGN_OR_RETURN(const int device, pick_device(local_rank, options.device));
   ncclUniqueId id{};
   if (rank == 0) {
     const ncclResult_t r = ncclGetUniqueId(&id);
@@ -771,7 +865,7 @@ Result<std::unique_ptr<Communicator>> make_nccl_communicator_from_file(const std
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
-  return create(id, rank, size, local_rank, device, options);
+  return create(id, rank, size, local_rank, device, options, /*placement_agreed=*/false);
 }
 
 }  // namespace strata::dispatch

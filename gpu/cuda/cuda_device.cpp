@@ -39,6 +39,7 @@
 namespace strata::gpu {
 namespace {
 
+using cuda_detail::call_quietly;
 using cuda_detail::cuda_status;
 using cuda_detail::DeviceScope;
 using cuda_detail::PrimaryContext;
@@ -57,8 +58,7 @@ std::string error_text(cudaError_t err) {
 // NUMA node of the GPU's PCI device from sysfs (-1 when unknown, e.g. outside Linux or in a VM).
 int numa_node_of(int ordinal) {
   char bus_id[32] = {};
-  if (cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), ordinal) != cudaSuccess) {
-    (void)cudaGetLastError();
+  if (call_quietly([&] { return cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), ordinal); }) != cudaSuccess) {
     return -1;
   }
   std::string id(bus_id);
@@ -80,9 +80,9 @@ class CudaPinner final : public Pinner {
     if (len == 0) return Status::ok();
     const DeviceScope scope(ctx_);
     STRATA_RETURN_IF_ERROR(scope.status());
-    const cudaError_t err = cudaHostRegister(addr, len, cudaHostRegisterPortable | cudaHostRegisterMapped);
+    const cudaError_t err =
+        call_quietly([&] { return cudaHostRegister(addr, len, cudaHostRegisterPortable | cudaHostRegisterMapped); });
     if (err == cudaSuccess) return Status::ok();
-    (void)cudaGetLastError();  // not sticky: keep it out of later launch checks
     return cuda_status(err, "cudaHostRegister(addr, len, cudaHostRegisterPortable | cudaHostRegisterMapped)", __FILE__,
                        __LINE__)
         .with_context("cuda pinner: cannot pin host range [" + hex(addr) + ", " + hex(static_cast<char*>(addr) + len) +
@@ -97,9 +97,8 @@ class CudaPinner final : public Pinner {
                    hex(static_cast<char*>(addr) + len).c_str(), scope.status().to_string().c_str());
       return;
     }
-    const cudaError_t err = cudaHostUnregister(addr);
+    const cudaError_t err = call_quietly([&] { return cudaHostUnregister(addr); });
     if (err != cudaSuccess) {
-      (void)cudaGetLastError();
       std::fprintf(stderr, "strata: cuda pinner: cannot unpin host range [%s, %s): %s\n", hex(addr).c_str(),
                    hex(static_cast<char*>(addr) + len).c_str(), error_text(err).c_str());
     }
@@ -220,8 +219,7 @@ class CudaDevice final : public Device {
     if (!scope.ok()) return scope.status();
     for (const void* q : {p, static_cast<const void*>(static_cast<const char*>(p) + bytes - 1)}) {
       cudaPointerAttributes a{};
-      const cudaError_t err = cudaPointerGetAttributes(&a, q);
-      if (err != cudaSuccess) (void)cudaGetLastError();
+      const cudaError_t err = call_quietly([&] { return cudaPointerGetAttributes(&a, q); });
       if (err != cudaSuccess && err != cudaErrorInvalidValue) {
         std::ostringstream what;
         what << "cannot check the range at " << p << " (" << bytes << " bytes): cudaPointerGetAttributes(" << q
@@ -295,9 +293,8 @@ class CudaDevice final : public Device {
     const DeviceScope scope(ctx_);
     STRATA_RETURN_IF_ERROR(scope.status());
     void* p = nullptr;
-    const cudaError_t err = cudaMalloc(&p, bytes);
+    const cudaError_t err = call_quietly([&] { return cudaMalloc(&p, bytes); });
     if (err == cudaSuccess) return p;
-    (void)cudaGetLastError();  // allocation failures are not sticky
     if (err == cudaErrorMemoryAllocation)
       return Status::resource_exhausted("device " + info().name + ": cudaMalloc of " + std::to_string(bytes) +
                                         " bytes failed: out of device memory (" + error_text(err) + ")");
@@ -313,9 +310,8 @@ class CudaDevice final : public Device {
     const DeviceScope scope(ctx_);
     STRATA_RETURN_IF_ERROR(scope.status());
     void* p = nullptr;
-    const cudaError_t err = cudaMallocHost(&p, bytes);
+    const cudaError_t err = call_quietly([&] { return cudaMallocHost(&p, bytes); });
     if (err == cudaSuccess) return p;
-    (void)cudaGetLastError();
     if (err == cudaErrorMemoryAllocation)
       return Status::resource_exhausted("device " + info().name + ": cudaMallocHost of " + std::to_string(bytes) +
                                         " bytes failed: out of pinned host memory (" + error_text(err) + ")");
@@ -433,9 +429,8 @@ class CudaDevice final : public Device {
     const DeviceScope scope(ctx_);
     if (!scope.ok()) return scope.status().with_context("device " + info().name + ": cannot make it current");
     void* mapped = nullptr;
-    const cudaError_t err = cudaHostGetDevicePointer(&mapped, host, 0);
+    const cudaError_t err = call_quietly([&] { return cudaHostGetDevicePointer(&mapped, host, 0); });
     if (err != cudaSuccess) {
-      (void)cudaGetLastError();
       return cuda_status(err, "cudaHostGetDevicePointer(&mapped, host, 0) (is the memory registered?)", __FILE__,
                          __LINE__);
     }
@@ -555,7 +550,7 @@ Result<std::unique_ptr<Device>> make_cuda_device(int ordinal, std::size_t capaci
   STRATA_CUDA_TRY(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, ordinal));
   // Each kernel's grid: as many blocks as the GPU holds at once, from its registers and shared memory.
   cuda_detail::KernelGrids grids;
-  STRATA_CUDA_TRY(cuda_detail::query_kernel_grids(sm_count, &grids));
+  STRATA_CUDA_TRY(call_quietly([&] { return cuda_detail::query_kernel_grids(sm_count, &grids); }));
   for (int k = 0; k < cuda_detail::kKernelCount; ++k) {
     if (grids.blocks_per_sm[k] > 0) continue;
     const auto kernel = static_cast<cuda_detail::Kernel>(k);
@@ -582,9 +577,8 @@ static_assert(cudaSuccess == detail::kCudaSuccess && cudaErrorNoDevice == detail
 
 Result<int> cuda_devices() {
   detail::CudaProbe p;
-  const cudaError_t err = cudaGetDeviceCount(&p.count);
+  const cudaError_t err = cuda_detail::call_quietly([&] { return cudaGetDeviceCount(&p.count); });
   if (err == cudaSuccess) return detail::classify_cuda_probe(p);
-  (void)cudaGetLastError();
   p.error = static_cast<int>(err);
   p.error_name = cudaGetErrorName(err);
   p.error_text = cudaGetErrorString(err);

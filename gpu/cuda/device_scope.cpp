@@ -34,13 +34,14 @@ struct Driver {
     void* p = nullptr;
     cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
 #if CUDART_VERSION >= 12050
-    e = cudaGetDriverEntryPointByVersion(name, &p, static_cast<unsigned>(version), cudaEnableDefault, &q);
+    e = call_quietly([&] {
+      return cudaGetDriverEntryPointByVersion(name, &p, static_cast<unsigned>(version), cudaEnableDefault, &q);
+    });
 #else
     (void)version;  // only 12.0 forms are asked for before 12.5
-    e = cudaGetDriverEntryPoint(name, &p, cudaEnableDefault, &q);
+    e = call_quietly([&] { return cudaGetDriverEntryPoint(name, &p, cudaEnableDefault, &q); });
 #endif
     if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !p) {
-      (void)cudaGetLastError();
       return nullptr;
     }
     return p;

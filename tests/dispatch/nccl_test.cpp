@@ -206,24 +206,48 @@ TEST(NcclCommunicator, MissingIdFileTimesOut) {
   EXPECT_THAT(made.status().message(), HasSubstr("did not appear within 200 ms"));
 }
 
-// The rule each rank picks its GPU by (no GPU needed): its local rank, one rank per GPU; a host
-// with more ranks than GPUs is refused, not doubled up on GPU local_rank % GPUs.
-TEST(NcclDevice, AHostWithMoreRanksThanGpusIsRefused) {
-  const Result<int> third = detail::nccl_device_for_rank(2, "the bootstrap's", 2, -1);
-  EXPECT_EQ(third.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(third.status().message(),
-              HasSubstr("local rank 2 (the bootstrap's) on a host with 2 visible GPU(s): it would share GPU 0 with "
-                        "local rank 0, and NCCL runs one rank per GPU; start at most 2 rank(s) on this host"));
-  EXPECT_EQ(detail::nccl_device_for_rank(1, "the launcher's", 2, -1).value(), 1);
-  EXPECT_EQ(detail::nccl_device_for_rank(5, "the launcher's", 2, 1).value(), 1) << "a chosen device is taken";
-  const Result<int> out = detail::nccl_device_for_rank(0, "the launcher's", 2, 2);
+// The rule each rank picks its GPU by (no GPU needed): the configured device, else its local rank
+// modulo the GPUs it sees. A process that sees one GPU (CUDA_VISIBLE_DEVICES=$LOCAL_RANK, srun
+// --gpu-bind) takes that one whatever its local rank, and so does a rank of a world over several
+// hosts that has only its global rank; whether two ranks share a GPU is decided later, by all ranks.
+TEST(NcclDevice, ARankTakesItsLocalRankModuloTheVisibleGpus) {
+  EXPECT_EQ(detail::nccl_device_for_rank(7, 1, -1).value(), 0) << "local rank 7 of a process that sees one GPU";
+  EXPECT_EQ(detail::nccl_device_for_rank(9, 8, -1).value(), 1) << "global rank 9 on the second host of 8 GPUs";
+  EXPECT_EQ(detail::nccl_device_for_rank(1, 2, -1).value(), 1);
+  EXPECT_EQ(detail::nccl_device_for_rank(5, 2, 1).value(), 1) << "a chosen device is taken";
+  const Result<int> out = detail::nccl_device_for_rank(0, 2, 2);
   EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(out.status().message(), HasSubstr("device 2 out of range [0, 2)"));
-  EXPECT_EQ(detail::nccl_device_for_rank(0, "the launcher's", 0, -1).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(detail::nccl_device_for_rank(0, 0, -1).status().code(), StatusCode::kUnavailable);
+}
+
+// Two ranks on one GPU are refused from the all-gathered (host, GPU UUID) of every rank, whatever
+// put them there: more ranks than GPUs on a host (local_rank % GPUs), or NcclOptions::device.
+TEST(NcclDevice, AHostWithMoreRanksThanGpusIsRefused) {
+  using P = detail::NcclPlacement;
+  // Three ranks on a host with two GPUs: rank 2 wraps around onto rank 0's GPU.
+  const Status three_on_two = detail::nccl_one_rank_per_gpu(
+      {P{"boot id a", "GPU-0", 0}, P{"boot id a", "GPU-1", 1}, P{"boot id a", "GPU-0", 0}});
+  EXPECT_EQ(three_on_two.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(three_on_two.message(),
+              HasSubstr("ranks 0 and 2 of 3 are on one GPU, GPU-0 (device 0 of rank 0, device 0 of rank 2, host boot "
+                        "id a), and NCCL runs one rank per GPU"));
+  // One GPU per process (CUDA_VISIBLE_DEVICES): every rank's device 0, distinct UUIDs.
+  EXPECT_TRUE(detail::nccl_one_rank_per_gpu({P{"h", "GPU-0", 0}, P{"h", "GPU-1", 0}, P{"h", "GPU-2", 0}}).is_ok());
+  // Two hosts, one GPU each, the same ordinal: not shared.
+  EXPECT_TRUE(detail::nccl_one_rank_per_gpu({P{"h1", "GPU-0", 0}, P{"h2", "GPU-9", 0}}).is_ok());
+  EXPECT_TRUE(detail::nccl_one_rank_per_gpu({P{"h1", "GPU-0", 0}, P{"h2", "GPU-0", 0}}).is_ok())
+      << "one UUID on two hosts is two GPUs as far as this check goes";
+  // The same physical GPU under two ordinals (different CUDA_VISIBLE_DEVICES, or NcclOptions::device).
+  const Status configured = detail::nccl_one_rank_per_gpu({P{"h", "GPU-1", 1}, P{"h", "GPU-0", 0}, P{"h", "GPU-1", 0}});
+  EXPECT_EQ(configured.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(configured.message(),
+              HasSubstr("ranks 0 and 2 of 3 are on one GPU, GPU-1 (device 1 of rank 0, device 0 of rank 2"));
+  EXPECT_TRUE(detail::nccl_one_rank_per_gpu({}).is_ok());
 }
 
 // On a GPU: one thread rank more than there are GPUs. Every rank fails at once (no rank waits in
-// NCCL's initialization for the one that has no GPU), each saying why.
+// NCCL's initialization), each naming the two ranks on one GPU.
 TEST(NcclCommunicator, MoreThreadRanksThanGpusFailTogetherAtOnce) {
   if (!nccl_built()) GTEST_SKIP() << "this build has no NCCL";
   STRATA_SKIP_WITHOUT_CUDA_GPU();
@@ -243,14 +267,33 @@ TEST(NcclCommunicator, MoreThreadRanksThanGpusFailTogetherAtOnce) {
   }
   for (auto& t : ranks) t.join();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
-  for (int r = 0; r < gpus; ++r) {
+  for (int r = 0; r <= gpus; ++r) {
     EXPECT_EQ(got[static_cast<std::size_t>(r)].code(), StatusCode::kFailedPrecondition) << r;
     EXPECT_THAT(
         got[static_cast<std::size_t>(r)].message(),
-        HasSubstr("rank " + std::to_string(gpus) + " of " + std::to_string(gpus + 1) + " has no GPU of its own"));
+        HasSubstr("ranks 0 and " + std::to_string(gpus) + " of " + std::to_string(gpus + 1) + " are on one GPU, GPU-"));
   }
-  EXPECT_EQ(got[static_cast<std::size_t>(gpus)].code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(got[static_cast<std::size_t>(gpus)].message(), HasSubstr("local rank " + std::to_string(gpus)));
+}
+
+// On a GPU: two thread ranks that chose the same device (NcclOptions::device) are refused alike.
+TEST(NcclCommunicator, TwoRanksConfiguredOntoOneGpuAreRefused) {
+  if (!nccl_built()) GTEST_SKIP() << "this build has no NCCL";
+  STRATA_SKIP_WITHOUT_CUDA_GPU();
+  auto boot = make_local_group(2).value();
+  std::vector<Status> got(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      NcclOptions n;
+      n.device = 0;
+      got[static_cast<std::size_t>(r)] = make_nccl_communicator(*boot[static_cast<std::size_t>(r)], n).status();
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (const Status& s : got) {
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+    EXPECT_THAT(s.message(), HasSubstr("ranks 0 and 1 of 2 are on one GPU"));
+  }
 }
 
 #if defined(STRATA_TEST_NCCL)

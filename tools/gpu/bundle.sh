@@ -6,7 +6,13 @@
 # Strata from the sources plus this folder. Idempotent: a bundle whose MANIFEST lists the same
 # packages is kept (--force makes it again).
 #
-# usage: tools/gpu/bundle.sh [--dir DIR] [--force]
+# usage: tools/gpu/bundle.sh [--dir DIR] [--force] [--check]
+#   --check  only says whether DIR holds a complete, current bundle (exit 0) or not (exit 1)
+#
+# A download that fails is retried once after `apt-get update` (as root, or with sudo that needs
+# no password); exit 3 when the packages still cannot be fetched (the rehearsal test skips then).
+# The bundle is made in a folder next to DIR and renamed into place, its MANIFEST last: a bundle
+# interrupted anywhere never reads as complete.
 #
 # Layout: DIR/usr/{include,lib/x86_64-linux-gnu,share} as the packages install them, with the
 # pkg-config files made relocatable (prefix=${pcfiledir}/...), static copies of libraries that also
@@ -31,18 +37,21 @@ BUNDLE_PACKAGES=(
 )
 EXTRA_PACKAGES=(libudev1)  # libhwloc's one dependency beyond libc
 
-dir=.gpu-bundle force=0
+dir=.gpu-bundle force=0 check=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --dir) dir=$2; shift 2 ;;
     --force) force=1; shift ;;
-    *) echo "bundle.sh: unknown argument '$1' (expected --dir DIR, --force)" >&2; exit 2 ;;
+    --check) check=1; shift ;;
+    *) echo "bundle.sh: unknown argument '$1' (expected --dir DIR, --force, --check)" >&2; exit 2 ;;
   esac
 done
 log() { printf '[bundle] %s\n' "$*" >&2; }
 
 want="packages: ${BUNDLE_PACKAGES[*]} | extra: ${EXTRA_PACKAGES[*]}"
-if [ "$force" = 0 ] && [ -f "$dir/MANIFEST" ] && grep -qxF "$want" "$dir/MANIFEST"; then
+complete() { [ -f "$dir/MANIFEST" ] && grep -qxF "$want" "$dir/MANIFEST"; }
+if [ "$check" = 1 ]; then complete; exit; fi
+if [ "$force" = 0 ] && complete; then
   log "$dir is up to date ($(du -sh "$dir" | cut -f1)); --force makes it again"
   exit 0
 fi
@@ -50,23 +59,47 @@ fi
 for tool in apt-get dpkg-deb objdump; do
   command -v "$tool" >/dev/null || { log "needs $tool (a Debian machine with binutils)"; exit 2; }
 done
-# apt-get download needs the package lists: fetch them once if this machine has none.
-if ! apt-cache show --no-all-versions "${BUNDLE_PACKAGES[0]}" >/dev/null 2>&1; then
-  log "no package lists: apt-get update"
-  sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+# apt-get update, where this user may run it (root, or sudo without a password); false otherwise.
+update_lists() {
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    sudo -n true 2>/dev/null || { log "cannot run apt-get update (not root, no password-less sudo)"; return 1; }
+    sudo="sudo -n"
+  fi
+  log "apt-get update"
   $sudo apt-get update -qq
+}
+# apt-get download needs the package lists: fetch them once if this machine has none.
+updated=0
+if ! apt-cache show --no-all-versions "${BUNDLE_PACKAGES[0]}" >/dev/null 2>&1; then
+  log "no package lists"
+  update_lists || exit 3
+  updated=1
 fi
 
-tmp=$(mktemp -d)
+# Made next to DIR (one file system: the rename below is atomic), removed on any exit.
+mkdir -p "$(dirname "$dir")"
+tmp=$(mktemp -d "$(dirname "$dir")/.$(basename "$dir").tmp.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/debs" "$tmp/extra-debs" "$tmp/new/extra"
-# apt-get download writes into the current folder; as root it warns that the _apt user cannot
-# write there (harmless), hence the filter.
-(cd "$tmp/debs" && apt-get download "${BUNDLE_PACKAGES[@]}" 2>&1 | grep -v -e '^Get:' -e 'unsandboxed' >&2 || true)
-(cd "$tmp/extra-debs" && apt-get download "${EXTRA_PACKAGES[@]}" 2>&1 | grep -v -e '^Get:' -e 'unsandboxed' >&2 || true)
-[ "$(ls "$tmp/debs" | wc -l)" -eq "${#BUNDLE_PACKAGES[@]}" ] ||
-  { log "apt-get download fetched $(ls "$tmp/debs" | wc -l) of ${#BUNDLE_PACKAGES[@]} packages"; exit 1; }
+# download WHERE PACKAGE...: apt-get download into WHERE; true when every package came. As root
+# apt-get warns that the _apt user cannot write there (harmless), hence the filter.
+download() {
+  local where=$1
+  shift
+  rm -rf "$where" && mkdir -p "$where"
+  (cd "$where" && apt-get download "$@" 2>&1 | grep -v -e '^Get:' -e 'unsandboxed' >&2 || true)
+  [ "$(ls "$where" | wc -l)" -eq "$#" ]
+}
+fetch_all() { download "$tmp/debs" "${BUNDLE_PACKAGES[@]}" && download "$tmp/extra-debs" "${EXTRA_PACKAGES[@]}"; }
+if ! fetch_all; then
+  # Stale package lists name versions the mirror no longer has: refresh them once and retry.
+  if [ "$updated" = 1 ] || ! update_lists || ! fetch_all; then
+    log "apt-get download fetched $(ls "$tmp/debs" | wc -l) of ${#BUNDLE_PACKAGES[@]} packages" \
+      "(and $(ls "$tmp/extra-debs" 2>/dev/null | wc -l) of ${#EXTRA_PACKAGES[@]} extra)"
+    exit 3
+  fi
+fi
+mkdir -p "$tmp/new/extra"
 
 for deb in "$tmp"/debs/*.deb; do dpkg-deb -x "$deb" "$tmp/new"; done
 for deb in "$tmp"/extra-debs/*.deb; do
@@ -109,9 +142,9 @@ newest() {  # newest PREFIX: the highest PREFIX<version> among the dynamic symbo
   for deb in "$tmp"/debs/*.deb "$tmp"/extra-debs/*.deb; do
     echo "deb: $(dpkg-deb -f "$deb" Package) $(dpkg-deb -f "$deb" Version)"
   done
-} >"$new/MANIFEST"
+} >"$tmp/MANIFEST"
 
 rm -rf "$dir"
-mkdir -p "$(dirname "$dir")"
 mv "$new" "$dir"
+mv "$tmp/MANIFEST" "$dir/MANIFEST"  # last: only now is the bundle complete
 log "wrote $dir ($(du -sh "$dir" | cut -f1); $(grep -c '^deb:' "$dir/MANIFEST") packages; $(grep '^needs glibc' "$dir/MANIFEST"))"
