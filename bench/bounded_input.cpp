@@ -104,13 +104,6 @@ class DepthCheck final : public json::json_sax_t {
   std::string error_;
 };
 
-// The longest prefix of s[0, n) that does not end inside a UTF-8 sequence.
-std::size_t utf8_cut(const std::string& s, std::size_t n) {
-  if (n >= s.size()) return s.size();
-  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
-  return n;
-}
-
 std::string dump_string(const std::string& s) { return json(s).dump(-1, ' ', false, json::error_handler_t::replace); }
 
 // Appends `v` to `out` until `out` is longer than `budget`; the caller cuts the result.
@@ -154,12 +147,6 @@ void append_excerpt(const json& v, std::string& out, std::size_t budget, int dep
 }
 
 }  // namespace
-
-std::string quote_prefix(const std::string& s, std::size_t max_chars) {
-  if (s.size() <= max_chars) return s;
-  const std::size_t keep = max_chars > 3 ? max_chars - 3 : 0;
-  return s.substr(0, utf8_cut(s, keep)) + "...";
-}
 
 std::string json_excerpt(const json& v, std::size_t max_chars) {
   std::string out;

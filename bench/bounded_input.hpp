@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.hpp"
+#include "core/text.hpp"
 
 namespace strata::bench {
 
@@ -54,7 +55,10 @@ Result<nlohmann::json> parse_json_limited(const std::string& text, const std::st
 /// cost does not depend on the size or depth of `v`. Never throws for invalid UTF-8 (replaced).
 std::string json_excerpt(const nlohmann::json& v, std::size_t max_chars = kMaxQuotedChars);
 
-/// At most `max_chars` bytes of `s`, ending in "..." when cut (at a UTF-8 character boundary).
-std::string quote_prefix(const std::string& s, std::size_t max_chars = kMaxQuotedChars);
+/// At most `max_chars` bytes of `s`, ending in "..." when cut (at a UTF-8 character boundary):
+/// core's strata::quote_prefix with the tools' default length.
+inline std::string quote_prefix(const std::string& s, std::size_t max_chars = kMaxQuotedChars) {
+  return strata::quote_prefix(s, max_chars);
+}
 
 }  // namespace strata::bench
