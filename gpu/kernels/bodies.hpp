@@ -36,7 +36,7 @@ STRATA_SIMT int feature_of(const Args& a, std::int64_t item) {
 /// Record of row r: RowRef::row with the bases held in the launch parameters.
 template <bool kInterleaved>
 STRATA_SIMT const float* source_row(const RowSource& s, Key r) {
-  if (!kInterleaved || s.parts == 1) return s.bases[0] + r * s.stride;
+  if (!kInterleaved || s.parts == 1) return slot_record(s.bases[0], s.overflow, s.first_overflow, s.stride, r);
   const std::int64_t block = r >> s.block_shift;
   const std::int64_t local = ((block / s.parts) << s.block_shift) + (r & ((std::int64_t{1} << s.block_shift) - 1));
   return s.bases[block % s.parts] + local * s.stride;
@@ -394,7 +394,7 @@ STRATA_SIMT void update_item(const W& w, const UpdateArgs& a, std::int64_t item)
   const std::int64_t u = item - a.begin[fi];
   const std::int64_t p_lo = f.unique_offsets[u], p_hi = f.unique_offsets[u + 1];
   if (p_hi - p_lo > kHotUses) return;
-  update_row(WarpReduce<W>{w, f, a.dim, p_lo, p_hi}, f, a.dim, a.base + f.unique_slots[u] * a.stride);
+  update_row(WarpReduce<W>{w, f, a.dim, p_lo, p_hi}, f, a.dim, a.record(f.unique_slots[u]));
 }
 
 /// Hot-row work item `item` of a backward launch (UpdateArgs::hot_items): the item-th listed hot
@@ -414,7 +414,7 @@ STRATA_SIMT void update_hot_row(const B& b, const UpdateArgs& a, std::int64_t it
   const UpdateFeatureArgs& f = a.features[fi];
   const std::int64_t p_lo = f.unique_offsets[u], p_hi = f.unique_offsets[u + 1];
   if (p_hi - p_lo <= kHotUses) return;
-  update_row(BlockReduce<B>{b, f, a.dim, p_lo, p_hi, partials}, f, a.dim, a.base + f.unique_slots[u] * a.stride);
+  update_row(BlockReduce<B>{b, f, a.dim, p_lo, p_hi, partials}, f, a.dim, a.record(f.unique_slots[u]));
 }
 
 /// One work item of a gradient reduction (Device::reduce_grads): unique row `item`'s summed
@@ -426,7 +426,7 @@ STRATA_SIMT void reduce_item(const W& w, const UpdateArgs& a, std::int64_t item)
   const UpdateFeatureArgs& f = a.features[fi];
   const std::int64_t u = item - a.begin[fi];
   const std::int64_t p_lo = f.unique_offsets[u], p_hi = f.unique_offsets[u + 1];
-  float* out = a.base + f.unique_slots[u] * a.stride;
+  float* out = a.record(f.unique_slots[u]);
   for (std::int32_t cb = 0; cb < a.dim; cb += kChunk) {
     w.lanes([&](int lane) {
       float g[kColsPerLane];
@@ -444,11 +444,12 @@ STRATA_SIMT void reduce_item(const W& w, const UpdateArgs& a, std::int64_t item)
 // Record moves. Whole records are moved as 32-bit words, so every bit (NaN payloads included) is
 // kept.
 
-/// packed[i] = record slots[i] of the pool (its first `width` floats: a column slice, or all).
+/// packed[i] = record slots[i] of the pool (its first `width` floats: a column slice, or all). Slots
+/// of the pool's overflow region (RecordArgs::record) move as the others do.
 template <class W>
 STRATA_SIMT void pack_record(const W& w, const RecordArgs& a, std::int64_t i) {
   const std::int64_t width = a.width ? a.width : a.stride;
-  const auto* from = reinterpret_cast<const std::uint32_t*>(a.base + a.slots[i] * a.stride);
+  const auto* from = reinterpret_cast<const std::uint32_t*>(a.record(a.slots[i]));
   auto* to = reinterpret_cast<std::uint32_t*>(a.packed + i * width);
   w.lanes([&](int lane) {
     for (std::int64_t c = lane; c < width; c += kWarp) to[c] = from[c];
@@ -460,7 +461,7 @@ template <class W>
 STRATA_SIMT void unpack_record(const W& w, const RecordArgs& a, std::int64_t i) {
   const std::int64_t width = a.width ? a.width : a.stride;
   const auto* from = reinterpret_cast<const std::uint32_t*>(a.packed + i * width);
-  auto* to = reinterpret_cast<std::uint32_t*>(a.base + a.slots[i] * a.stride);
+  auto* to = reinterpret_cast<std::uint32_t*>(a.record(a.slots[i]));
   w.lanes([&](int lane) {
     for (std::int64_t c = lane; c < width; c += kWarp) to[c] = from[c];
   });
@@ -469,7 +470,7 @@ STRATA_SIMT void unpack_record(const W& w, const RecordArgs& a, std::int64_t i) 
 /// Record slots[i] <-> host record rows[i] (to_host: slot -> host), dim + state_dim floats.
 template <class W>
 STRATA_SIMT void move_host_record(const W& w, const HostRecordArgs& a, std::int64_t i, bool to_host) {
-  auto* slot = reinterpret_cast<std::uint32_t*>(a.base + (a.slots ? a.slots[i] : i) * a.stride);
+  auto* slot = reinterpret_cast<std::uint32_t*>(a.record(i));
   auto* host = reinterpret_cast<std::uint32_t*>(a.rows[i]);
   w.lanes([&](int lane) {
     for (std::int64_t c = lane; c < a.floats; c += kWarp) {
