@@ -180,6 +180,7 @@ Result<PartitionedProbe> PartitionedPlanner::probe(std::int64_t seq, const std::
     if (!found[s]->is_ok()) return found[s]->status();
     p.partitions.push_back(std::move(*found[s]).value());
     overflow = std::max(overflow, p.partitions.back().overflow_records);
+    p.overflow = p.overflow || p.partitions.back().overflow;
     for (const auto& f : p.partitions.back().found)
       for (const std::int64_t slot : f) p.misses += slot < 0;
   }

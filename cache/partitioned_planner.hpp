@@ -28,6 +28,7 @@ struct PartitionedProbe {
   std::int64_t seq = 0;
   std::int64_t misses = 0;            ///< rows to fill, over every partition (into cache or overflow slots)
   std::int64_t overflow_records = 0;  ///< as PoolProbe's, over the pool: its overflow slots stay below slots + this
+  bool overflow = false;              ///< as PoolProbe's: some row is or will be in an overflow slot
   std::vector<PoolProbe> partitions;  ///< per partition
   // S > 1: per partition, per feature: the feature's rows that hash to the partition (keys only), and the
   // index of each in the feature's unique rows. The partitions' probes point into `keys`.

@@ -311,9 +311,11 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
   const TableSpec& spec_of(int table) const { return config_.tables[static_cast<std::size_t>(table)].spec; }
 
   // The staging of a batch, from its shape, not from the cache's state: its fills, its write-backs
-  // and its overflow rows are each at most its unique rows (a cold cache fills them all), so the
-  // staging of a training loop stops growing after its first batches (gpu/staging.hpp).
-  gpu::StagingSizes staging_want(const CachedBatch& b) const {
+  // and (`overflow`: when some of its rows are outside the cache) its overflow rows are each at
+  // most its unique rows (a cold cache fills them all), so the staging of a training loop stops
+  // growing after its first batches (gpu/staging.hpp).
+  gpu::StagingSizes staging_want(const CachedBatch& b, bool overflow) const {
+    const std::size_t lists = overflow ? 3 : 2;                // write-backs, fills, overflow rows
     std::vector<std::size_t> unique(core_.pools().size(), 0);  // per pool
     for (std::size_t i = 0; i < b.keys.size(); ++i)
       unique[static_cast<std::size_t>(prefetcher_.where(b.keys[i].table).first)] +=
@@ -322,10 +324,10 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
     for (std::size_t p = 0; p < unique.size(); ++p) {
       if (unique[p] == 0) continue;
       const std::size_t records = unique[p] * static_cast<std::size_t>(core_.pool(static_cast<int>(p)).view.stride);
-      want.mirrored += 3 * Staging::bytes_for<Key>(unique[p]);  // write-backs, fills, overflow rows
-      want.dev_only += Staging::bytes_for<float>(records);      // write-backs, packed
+      want.mirrored += lists * Staging::bytes_for<Key>(unique[p]);
+      want.dev_only += Staging::bytes_for<float>(records);  // write-backs (and overflow rows), packed
       if (zero_copy_[p]) {
-        want.mirrored += 3 * Staging::bytes_for<float*>(unique[p]);
+        want.mirrored += lists * Staging::bytes_for<float*>(unique[p]);
       } else {
         want.host_only += 2 * Staging::bytes_for<float>(records);
         want.dev_only += Staging::bytes_for<float>(records);  // fills
@@ -346,7 +348,7 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
       pools += core_.pool(static_cast<int>(p)).memory.bytes();
       rows += static_cast<std::size_t>(beyond[p]);
     }
-    const gpu::StagingSizes want = staging_want(b);
+    const gpu::StagingSizes want = staging_want(b, true);
     const std::size_t need = beyond_bytes + want.mirrored + want.dev_only;
     const std::size_t capacity = dev_.info().capacity;
     if (capacity == 0 || need + pools <= capacity) return Status::ok();
@@ -364,16 +366,18 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
     auto& b = static_cast<CachedBatch&>(pb);
     b.work.clear();
     b.moves.clear();
+    bool overflow = false;
     for (const auto& part : b.parts) {
       PoolWork w;
       w.pool = part.pool;
       w.feats = part.keys;  // the batch's keys are its features, in order
       b.work.push_back(std::move(w));
       b.moves.emplace_back();
+      overflow = overflow || part.probe.overflow;
       if (Status r = core_.reserve_overflow(part.pool, part.probe.overflow_records); !r.is_ok())
         return r.with_context("batch " + std::to_string(b.id));
     }
-    const gpu::StagingSizes want = staging_want(b);
+    const gpu::StagingSizes want = staging_want(b, overflow);
     auto st = core_.staging().take(want);
     if (!st)
       return st.status().with_context("batch " + std::to_string(b.id) + ": staging of " +
