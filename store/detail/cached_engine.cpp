@@ -28,9 +28,10 @@ struct PoolMoves {
   const cache::PartitionedPlan* plan = nullptr;
   Key* wb_slots_dev = nullptr;
   // The write-backs' records, packed on the device, and (staged) their pinned copy: the dirty
-  // victims' at plan time, then, on the same stream, the overflow rows' after the backward.
+  // victims' at plan time; the pinned copy, on the same stream, the overflow rows' after the backward.
   float* wb_dev = nullptr;
   float* wb_host = nullptr;
+  float* overflow_dev = nullptr;  // the overflow rows' records, packed on the compute stream after the backward
   Key* fill_slots_dev = nullptr;
   float *fill_host = nullptr, *fill_dev = nullptr;  // staged
   float** wb_rows_dev = nullptr;                    // zero-copy transfers: device addresses of the host records
@@ -325,7 +326,7 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
       if (unique[p] == 0) continue;
       const std::size_t records = unique[p] * static_cast<std::size_t>(core_.pool(static_cast<int>(p)).view.stride);
       want.mirrored += lists * Staging::bytes_for<Key>(unique[p]);
-      want.dev_only += Staging::bytes_for<float>(records);  // write-backs (and overflow rows), packed
+      want.dev_only += (overflow ? 2 : 1) * Staging::bytes_for<float>(records);  // write-backs (overflow rows), packed
       if (zero_copy_[p]) {
         want.mirrored += lists * Staging::bytes_for<float*>(unique[p]);
       } else {
@@ -449,24 +450,29 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
     dev_.record(b.st->ready(), copy);
   }
 
-  // After the batch's backward (whose updates `progress` follows): its rows in overflow slots go
-  // home on the write-back stream, through the buffers its dirty victims went through (the same
-  // stream, so those are done), then record `written` (a later fill of such a row, or of the
-  // overflow slot it held, waits for it) and the entry's `drained`. A row that a batch still in
-  // flight also uses goes home again after that batch's backward: the stream keeps them in order,
-  // so the host ends with the last update. Before the prefetcher's retire frees their slots.
+  // After the batch's backward: its rows in overflow slots are packed on the compute stream right
+  // behind its updates (so before any later batch's work there: a row a batch still in flight
+  // shares may be updated next, and a pack on another stream would read it while it is written),
+  // `progress` is recorded again (the packs are the batch's last compute work), and they go home
+  // on the write-back stream after it, through the pinned buffer its dirty victims went through
+  // (the same stream, so those are done). Then `written` (a later fill of such a row, or of the
+  // overflow slot it held, waits for it) and the entry's `drained`. A row a batch still in flight
+  // also uses goes home again after that batch's backward, in stream order, so host memory ends
+  // with the last update. Before the prefetcher's retire frees their slots.
   void write_back_overflow(CachedBatch& b, gpu::EventView drained) {
     bool any = false;
     for (const PoolMoves& m : b.moves) any = any || !m.plan->overflow.empty();
     if (!any) return;
-    const gpu::StreamView wb = core_.writeback();
+    const gpu::StreamView compute = core_.compute(), wb = core_.writeback();
+    for (const PoolMoves& m : b.moves)
+      if (!m.plan->overflow.empty())
+        dev_.pack_records(compute, m.pool->view, m.overflow_slots_dev,
+                          static_cast<std::int64_t>(m.plan->overflow.size()), m.overflow_dev);
+    dev_.record(core_.progress(), compute);
     dev_.wait(wb, core_.progress());
-    for (const PoolMoves& m : b.moves) {
-      if (m.plan->overflow.empty()) continue;
-      dev_.pack_records(wb, m.pool->view, m.overflow_slots_dev, static_cast<std::int64_t>(m.plan->overflow.size()),
-                        m.wb_dev);
-      transfers_.send_home(wb, *m.pool, m.plan->overflow, m.wb_dev, m.wb_host, m.overflow_rows_dev);
-    }
+    for (const PoolMoves& m : b.moves)
+      if (!m.plan->overflow.empty())
+        transfers_.send_home(wb, *m.pool, m.plan->overflow, m.overflow_dev, m.wb_host, m.overflow_rows_dev);
     dev_.record(written_.view(), wb);
     dev_.record(drained, wb);
   }
@@ -492,15 +498,15 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
     auto os = st.mirrored<Key>(O);
     for (std::size_t i = 0; i < O; ++i) os.host[i] = m.plan->overflow[i].slot;
     m.overflow_slots_dev = os.dev;
-    const std::size_t WO = std::max(W, O);  // victims and overflow rows take turns in these
-    m.wb_dev = st.dev_only<float>(WO * rec);
+    m.wb_dev = st.dev_only<float>(W * rec);
+    m.overflow_dev = st.dev_only<float>(O * rec);
     if (zero_copy_[static_cast<std::size_t>(w.pool)]) {
       m.wb_rows_dev = transfers_.stage_rows(st, pool, m.plan->writebacks);
       m.fill_rows_dev = transfers_.stage_rows(st, pool, m.plan->fills);
       m.overflow_rows_dev = transfers_.stage_rows(st, pool, m.plan->overflow);
       return;
     }
-    m.wb_host = st.host_only<float>(WO * rec);
+    m.wb_host = st.host_only<float>(std::max(W, O) * rec);  // victims', then overflow rows
     m.fill_host = st.host_only<float>(F * rec);
     m.fill_dev = st.dev_only<float>(F * rec);
   }
