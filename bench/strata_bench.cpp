@@ -1239,6 +1239,7 @@ json result_json(const Options& o, const ModeResult& r, double read_gbs, const S
                   {"evictions", cs.evictions},
                   {"writebacks", cs.writebacks},
                   {"deferred", cs.deferred},
+                  {"bypassed", cs.bypassed},
                   {"policy", r.mode->from_config ? std::string(cache::to_string(cc.policy)) : o.policy},
                   {"lookahead", r.mode->from_config ? cc.lookahead : o.lookahead},
                   {"preview", r.mode->from_config ? cc.preview : o.preview},
@@ -2068,6 +2069,10 @@ int run(const Options& o_in) {
           "%-12s %lld table plans waited for batches in flight to retire (the cache is small for --pipeline %d)\n",
           m["mode"].get<std::string>().c_str(), static_cast<long long>((*c)["deferred"].get<std::int64_t>()),
           o.pipeline);
+    // Rows that did not fit the cache were read and updated outside it (CacheStats::bypassed).
+    if (c && c->contains("bypassed") && (*c)["bypassed"].get<std::int64_t>() > 0)
+      std::printf("%-12s %lld (batch, row) lookups bypassed the cache (it is small for the batches)\n",
+                  m["mode"].get<std::string>().c_str(), static_cast<long long>((*c)["bypassed"].get<std::int64_t>()));
   }
   std::printf("sequential read bandwidth (same run, %d threads): %.2f GB/s\n", probe_threads, read_gbs);
   for (const GatherLimit& g : gather_limits)

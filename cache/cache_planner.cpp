@@ -13,6 +13,7 @@ CacheStats& CacheStats::operator+=(const CacheStats& o) noexcept {
   writebacks += o.writebacks;
   bytes_filled += o.bytes_filled;
   bytes_written_back += o.bytes_written_back;
+  bypassed += o.bypassed;
   deferred += o.deferred;
   return *this;
 }
@@ -25,6 +26,7 @@ CacheStats& CacheStats::operator-=(const CacheStats& o) noexcept {
   writebacks -= o.writebacks;
   bytes_filled -= o.bytes_filled;
   bytes_written_back -= o.bytes_written_back;
+  bypassed -= o.bypassed;
   deferred -= o.deferred;
   return *this;
 }
@@ -179,13 +181,15 @@ void CachePlanner::window_drop(std::int64_t seq, const std::vector<FeatureKeys>&
   }
 }
 
-Result<PoolProbe> CachePlanner::probe(std::int64_t seq, const std::vector<FeatureKeys>& features) const {
+Result<PoolProbe> CachePlanner::probe(std::int64_t seq, const std::vector<FeatureKeys>& features, bool bypass) const {
   PoolProbe p;
   p.seq = seq;
   p.features = features;
   p.found.resize(features.size());
   const std::size_t T = opt_.tables.size();
+  // unique: rows that are not in overflow slots (those need no cache slot).
   std::vector<std::int64_t> unique(T, 0), misses(T, 0), hits_unpinned(T, 0);
+  const bool any_overflow = !overflow_index_.empty();
   const auto record = [this](std::int32_t slot) { return &slots_[static_cast<std::size_t>(slot)]; };
   constexpr std::size_t kChunkAhead = 24, kRecordAhead = 12, kRing = 32;
   std::uint64_t hash[kRing];
@@ -196,7 +200,7 @@ Result<PoolProbe> CachePlanner::probe(std::int64_t seq, const std::vector<Featur
     const std::size_t n = f.unique->keys.size();
     auto& found = p.found[i];
     found.resize(n);
-    std::int64_t m = 0, h = 0;
+    std::int64_t m = 0, h = 0, o = 0;
     // A pipeline over the rows: the index chunk of row u + kChunkAhead and the record of row
     // u + kRecordAhead (whose chunk has arrived by then) start loading while row u is looked up
     // (BM_PlanBatch 2-7% faster than blocks of 64 rows with each stage a burst of loads).
@@ -219,10 +223,24 @@ Result<PoolProbe> CachePlanner::probe(std::int64_t seq, const std::vector<Featur
       const Slot& s = hit ? slots_[static_cast<std::size_t>(slot)] : kFreeSlot;
       m += !hit;
       h += static_cast<std::int64_t>(hit) & static_cast<std::int64_t>(s.pins() == 0);
+      if (__builtin_expect(!hit && any_overflow, 0)) {  // a row a batch in flight bypassed?
+        const std::int64_t over = overflow_slot_of(cache_key(f.table, keys[u]));
+        if (over >= 0) {
+          found[u] = over;
+          --m;
+          ++o;
+        }
+      }
     }
     misses[t] += m;
     hits_unpinned[t] += h;
-    unique[t] += static_cast<std::int64_t>(n);
+    unique[t] += static_cast<std::int64_t>(n) - o;
+    p.overflow = p.overflow || o > 0;
+  }
+  p.overflow_records = static_cast<std::int64_t>(overflow_.size());
+  if (bypass) {
+    bypass_misses(p, misses, hits_unpinned);
+    return p;
   }
   std::int64_t total_unique = 0, total_misses = 0, total_hits_unpinned = 0;
   for (std::size_t t = 0; t < T; ++t) {
@@ -253,6 +271,42 @@ Result<PoolProbe> CachePlanner::probe(std::int64_t seq, const std::vector<Featur
         std::to_string(pinned_total_) +
         " pinned by batches in flight); raise the cache capacity or keep fewer batches in flight");
   return p;
+}
+
+// The misses beyond the room the probe's checks below demand (each table's cap, the free and
+// evictable slots) become kBypass, in feature and row order: the first misses fill the room.
+void CachePlanner::bypass_misses(PoolProbe& p, const std::vector<std::int64_t>& misses,
+                                 const std::vector<std::int64_t>& hits_unpinned) const {
+  const std::size_t T = opt_.tables.size();
+  std::int64_t total_misses = 0, total_hits_unpinned = 0;
+  std::vector<std::int64_t> room(T, std::numeric_limits<std::int64_t>::max());
+  bool fits = true;
+  for (std::size_t t = 0; t < T; ++t) {
+    total_misses += misses[t];
+    total_hits_unpinned += hits_unpinned[t];
+    const std::int64_t cap = opt_.tables[t].cap;
+    if (cap <= 0) continue;
+    room[t] = std::max<std::int64_t>(0, cap - table_[t].pinned - hits_unpinned[t]);
+    fits = fits && misses[t] <= room[t];
+  }
+  std::int64_t pool_room = std::max<std::int64_t>(0, opt_.slots - pinned_total_ - total_hits_unpinned);
+  if (fits && total_misses <= pool_room) return;
+  std::int64_t bypassed = 0;
+  for (std::size_t i = 0; i < p.features.size(); ++i) {
+    std::int64_t& table_room = room[static_cast<std::size_t>(p.features[i].table)];
+    for (std::int64_t& slot : p.found[i]) {
+      if (slot != PoolProbe::kMiss) continue;
+      if (table_room > 0 && pool_room > 0) {
+        --table_room;
+        --pool_room;
+      } else {
+        slot = PoolProbe::kBypass;
+        ++bypassed;
+      }
+    }
+  }
+  p.overflow = true;
+  p.overflow_records += std::max<std::int64_t>(0, bypassed - static_cast<std::int64_t>(overflow_free_.size()));
 }
 
 std::int64_t CachePlanner::take_victim(int table) {
@@ -302,15 +356,17 @@ PoolPlan CachePlanner::commit(PoolProbe probe) {
     misses_.resize(m0 + n);
     hit_rows_.resize(n);
     std::size_t nm = 0, nh = 0;
+    // Rows in overflow slots (or bypassed: kBypass) are neither: commit_overflow's, below.
     for (std::size_t u = 0; u < n; ++u) {
-      const bool miss = found[u] < 0;
+      const bool miss = found[u] == PoolProbe::kMiss;
+      const bool hit = static_cast<std::uint64_t>(found[u]) < static_cast<std::uint64_t>(opt_.slots);
       Miss& m = misses_[m0 + nm];
       m.key = cache_key(f.table, keys[u]);
       m.feature = static_cast<std::uint32_t>(i);
       m.u = static_cast<std::uint32_t>(u);
       nm += miss;
       hit_rows_[nh] = static_cast<std::uint32_t>(u);
-      nh += !miss;
+      nh += hit;
     }
     misses_.resize(m0 + nm);
     for (std::size_t b = 0; b < nh; b += kBlock) {
@@ -416,6 +472,7 @@ PoolPlan CachePlanner::commit(PoolProbe probe) {
     }
   }
   plan.misses = static_cast<std::int64_t>(M);
+  if (probe.overflow) commit_overflow(probe, plan);
   if (lookahead) {
     order_.retire_window(probe.seq, version_.data());
     for (std::size_t t = 0; t < table_order_.size(); ++t)
@@ -424,7 +481,54 @@ PoolPlan CachePlanner::commit(PoolProbe probe) {
   return plan;
 }
 
+// commit()'s rows outside the cache: pins the overflow rows of batches in flight, gives each
+// bypassed miss an overflow slot (filled as the other misses are), and lists them all for the
+// write-back after the backward. They use up their window entries as cached rows do.
+void CachePlanner::commit_overflow(PoolProbe& probe, PoolPlan& plan) {
+  const bool lookahead = opt_.policy == Policy::kLookahead;
+  for (std::size_t i = 0; i < probe.features.size(); ++i) {
+    const FeatureKeys& f = probe.features[i];
+    const Key* keys = f.unique->keys.data();
+    CacheStats& st = table_[static_cast<std::size_t>(f.table)].stats;
+    std::vector<Key>& slots = plan.unique_slots[i];
+    for (std::size_t u = 0; u < slots.size(); ++u) {
+      Key& slot = slots[u];
+      if (slot != PoolProbe::kBypass && slot < opt_.slots) continue;
+      const std::uint64_t key = cache_key(f.table, keys[u]);
+      if (slot == PoolProbe::kBypass) {
+        std::int64_t o;
+        if (overflow_free_.empty()) {
+          o = static_cast<std::int64_t>(overflow_.size());
+          overflow_.emplace_back();
+        } else {
+          o = overflow_free_.back();
+          overflow_free_.pop_back();
+        }
+        overflow_[static_cast<std::size_t>(o)].key = key;
+        overflow_index_.emplace(key, o);
+        slot = opt_.slots + o;
+        plan.fills.push_back({slot, f.table, keys[u]});
+        ++plan.misses;
+        ++st.misses;
+        st.bytes_filled += opt_.record_bytes;
+      } else {
+        ++plan.hits;
+        ++st.hits;
+      }
+      ++overflow_[static_cast<std::size_t>(slot - opt_.slots)].pins;
+      plan.overflow.push_back({slot, f.table, keys[u]});
+      ++st.bypassed;
+      if (lookahead) {
+        const std::uint64_t h = detail::KeyMap::hash(key);
+        (void)window_.consume(key, h, probe.seq);
+        (void)sketch_.add(h);
+      }
+    }
+  }
+}
+
 void CachePlanner::retire(const PoolPlan& plan, bool updated) {
+  if (!plan.overflow.empty()) return retire_slow(plan, updated);
   const bool ranked_by_uses = opt_.policy != Policy::kLru;
   for (const auto& us : plan.unique_slots) {
     const std::size_t n = us.size();
@@ -452,6 +556,40 @@ void CachePlanner::retire(const PoolPlan& plan, bool updated) {
   }
 }
 
+// retire() of a plan with overflow rows: slot by slot, without the pipeline.
+void CachePlanner::retire_slow(const PoolPlan& plan, bool updated) {
+  for (const auto& us : plan.unique_slots) {
+    for (const Key slot : us) {
+      if (slot >= opt_.slots) continue;  // below
+      Slot& s = slots_[static_cast<std::size_t>(slot)];
+      if (updated) s.state |= Slot::kDirty;
+      if (--s.state % Slot::kDirty == 0) {  // the last pin
+        --pinned_total_;
+        --table_[s.table()].pinned;
+        enter_order(slot);
+      }
+    }
+  }
+  for (const Transfer& t : plan.overflow) {
+    if (updated) {  // the executor writes it back after the backward
+      CacheStats& st = table_[static_cast<std::size_t>(t.table)].stats;
+      ++st.writebacks;
+      st.bytes_written_back += opt_.record_bytes;
+    }
+    const std::int64_t o = t.slot - opt_.slots;
+    OverflowSlot& s = overflow_[static_cast<std::size_t>(o)];
+    STRATA_CHECK(s.key == cache_key(t.table, t.row) && s.pins > 0);
+    if (--s.pins > 0) continue;
+    overflow_index_.erase(s.key);
+    s = OverflowSlot();
+    overflow_free_.push_back(o);
+  }
+  if (overflow_index_.empty()) {  // numbers start again from the first overflow slot
+    overflow_.clear();
+    overflow_free_.clear();
+  }
+}
+
 std::vector<Transfer> CachePlanner::dirty() const {
   std::vector<Transfer> out;
   for (std::size_t i = 0; i < slots_.size(); ++i) {
@@ -475,6 +613,7 @@ void CachePlanner::mark_clean(const std::vector<Transfer>& rows) {
 }
 
 void CachePlanner::invalidate_table(int table) {
+  STRATA_CHECK(overflow_index_.empty());  // no batch in flight
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
     if (s.key == detail::KeyMap::kEmpty || s.table() != static_cast<std::size_t>(table)) continue;

@@ -9,6 +9,16 @@
 //
 // Planning is two-phase so a batch touching several pools is all-or-nothing: probe() every pool
 // (no state change; errors name the table and the numbers), then commit() each probe.
+//
+// Rows that do not fit (bypass): a probe asked to bypass never refuses a batch. The misses that fit
+// the free and evictable slots (and each table's cap) are filled into cache slots as usual; the
+// others get overflow slots, numbered from options().slots on: device memory outside the cache
+// (gpu::SlotPool::overflow) that holds the row only while batches in flight use it. An overflow row
+// is in the pool's index like a resident one, so a later batch using it pins it too (a hit: one
+// copy of the row on the device, updated by each backward in call order); it is never a victim and
+// never dirty: the executor writes a batch's overflow rows back to the host after its backward
+// (PoolPlan::overflow), and the row leaves when its last pin goes. So a cache of any size trains
+// batches of any size (FBGEMM likewise leaves rows that do not fit in host memory).
 // Batches are usually planned in sequence order; they may be planned in another order (a batch
 // submitted without a preview while previews are in the window gets a higher number than theirs
 // but is planned first): every decision stays valid, the window just ranks that batch's rows as if
@@ -23,6 +33,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cache/detail/eviction_order.hpp"
@@ -44,6 +55,10 @@ struct CacheStats {
   std::int64_t writebacks = 0;          ///< dirty rows copied back to the host (evictions and flushes)
   std::int64_t bytes_filled = 0;        ///< record bytes moved host -> device
   std::int64_t bytes_written_back = 0;  ///< record bytes moved device -> host
+  /// Of the accesses, those served outside the cache: misses that did not fit it (beside the rows
+  /// pinned by batches in flight, or at all) and hits on such rows of batches in flight. Counted
+  /// in `misses` or `hits` too; each is written back after its batch's backward (`writebacks`).
+  std::int64_t bypassed = 0;
   /// Batches (counted once per table they touch) whose plan did not fit beside the rows pinned by
   /// batches in flight when it was due: planned later, once batches retired, so their prefetch
   /// overlapped less (counted by cache::Prefetcher, not by the pool).
@@ -98,7 +113,10 @@ struct PoolPlan {
   std::int64_t seq = 0;                        ///< the batch's sequence number
   std::vector<std::vector<Key>> unique_slots;  ///< per feature: slot of each unique row (same order)
   std::vector<Transfer> writebacks;            ///< dirty victims: copy slot -> host before the fills
-  std::vector<Transfer> fills;                 ///< misses: copy host -> slot
+  std::vector<Transfer> fills;                 ///< misses: copy host -> slot (overflow slots included)
+  /// The batch's rows in overflow slots (bypassed now, or by a batch in flight): copy slot -> host
+  /// after the batch's backward (not after a discard).
+  std::vector<Transfer> overflow;
   std::int64_t hits = 0, misses = 0;
 };
 
@@ -106,7 +124,14 @@ struct PoolPlan {
 struct PoolProbe {
   std::int64_t seq = 0;
   std::vector<FeatureKeys> features;
-  std::vector<std::vector<std::int64_t>> found;  ///< per feature, per unique row: slot or -1
+  /// Per feature, per unique row: its slot (a cache or an overflow slot), or kMiss (to fill into a
+  /// cache slot) or kBypass (to fill into an overflow slot).
+  std::vector<std::vector<std::int64_t>> found;
+  /// Overflow records the pool needs once this is committed: its overflow slots stay below
+  /// options().slots + overflow_records.
+  std::int64_t overflow_records = 0;
+  bool overflow = false;  ///< some row is or will be in an overflow slot
+  static constexpr std::int64_t kMiss = -1, kBypass = -2;
 };
 
 // Cache-line aligned: the pools of a PartitionedPlanner are planned on different cores, and the counters
@@ -131,11 +156,16 @@ class alignas(64) CachePlanner {
 
   /// Looks up every unique row and checks that the batch fits: its unique rows of each table fit
   /// the table's cap and the pool, and its misses fit the slots that are not pinned by batches in
-  /// flight. No state change. Each table appears in at most one of `features`.
-  Result<PoolProbe> probe(std::int64_t seq, const std::vector<FeatureKeys>& features) const;
-  /// Applies a probe: pins hits, chooses victims by policy, assigns slots to misses.
+  /// flight. With `bypass`, a batch always fits: the misses beyond that room (the first ones in
+  /// feature and row order fill the room) go to overflow slots (see the top of this file). No
+  /// state change. Each table appears in at most one of `features`.
+  Result<PoolProbe> probe(std::int64_t seq, const std::vector<FeatureKeys>& features, bool bypass = false) const;
+  /// Applies a probe: pins hits, chooses victims by policy, assigns slots to misses (overflow slots
+  /// to the misses the probe bypassed).
   PoolPlan commit(PoolProbe probe);
-  /// The batch is done (backward or discard): unpins its slots, marking them dirty when `updated`.
+  /// The batch is done (backward or discard): unpins its slots, marking them dirty when `updated`;
+  /// an overflow row leaves with its last pin (counted as written back when `updated`: the
+  /// executor writes PoolPlan::overflow back after the backward).
   void retire(const PoolPlan& plan, bool updated);
 
   /// Every dirty resident row, in slot order; they stay dirty until mark_clean().
@@ -146,10 +176,12 @@ class alignas(64) CachePlanner {
   /// Drops every resident row of `table` (none may be pinned or dirty: flush first).
   void invalidate_table(int table);
 
-  /// Resident rows, pinned slots.
+  /// Resident rows, pinned slots (of the cache: overflow rows are not counted).
   std::int64_t resident() const noexcept { return resident_; }
   std::int64_t pinned() const noexcept { return pinned_total_; }
-  /// Whether (table, row) is resident; its slot or -1.
+  /// Rows in overflow slots (used by batches in flight).
+  std::int64_t overflow_rows() const noexcept { return static_cast<std::int64_t>(overflow_index_.size()); }
+  /// Whether (table, row) is resident in the cache; its slot or -1 (also for an overflow row).
   std::int64_t slot_of(int table, Key row) const noexcept;
   const CacheStats& table_stats(int table) const { return table_[static_cast<std::size_t>(table)].stats; }
   CacheStats pool_stats() const;
@@ -231,6 +263,24 @@ class alignas(64) CachePlanner {
   };
   std::vector<First> first_;             // window_push() scratch: rows with no use in the window before
   std::vector<std::uint32_t> hit_rows_;  // commit() scratch
+
+  // Overflow slots (bypass): slot opt_.slots + i is overflow_[i]. Apart from the cache's index and
+  // records: rare, and never ranked. Emptied (numbers start again from 0) when the last one leaves.
+  struct OverflowSlot {
+    std::uint64_t key = detail::KeyMap::kEmpty;  // cache key (table, row); kEmpty when free
+    std::uint32_t pins = 0;
+  };
+  std::int64_t overflow_slot_of(std::uint64_t key) const noexcept {
+    const auto it = overflow_index_.find(key);
+    return it == overflow_index_.end() ? -1 : opt_.slots + it->second;
+  }
+  void bypass_misses(PoolProbe& p, const std::vector<std::int64_t>& misses,
+                     const std::vector<std::int64_t>& hits_unpinned) const;
+  void commit_overflow(PoolProbe& probe, PoolPlan& plan);
+  void retire_slow(const PoolPlan& plan, bool updated);
+  std::vector<OverflowSlot> overflow_;
+  std::vector<std::int64_t> overflow_free_;                         // indexes into overflow_
+  std::unordered_map<std::uint64_t, std::int64_t> overflow_index_;  // cache key -> index into overflow_
 };
 
 /// Expands per-unique slots to per-lookup slots: out[positions[p]] = unique_slots[u] (CSR of `u`).

@@ -28,6 +28,21 @@ void append_offset(const std::vector<Transfer>& from, Key offset, std::vector<Tr
   }
 }
 
+}  // namespace
+
+void PartitionedPlanner::append_global(const std::vector<Transfer>& from, std::size_t s,
+                                       std::vector<Transfer>& to) const {
+  std::size_t k = to.size();
+  to.resize(k + from.size());
+  for (const Transfer& t : from) {
+    Transfer& d = to[k++];
+    d.slot = global_slot(s, t.slot);
+    d.table = t.table;
+    d.row = t.row;
+  }
+}
+
+namespace {
 // Runs fn(s) for every partition, in parallel when there are several.
 template <class Fn>
 void for_each_partition(std::size_t partitions, const Fn& fn) {
@@ -140,7 +155,8 @@ void PartitionedPlanner::window_drop(std::int64_t seq, const std::vector<Feature
   });
 }
 
-Result<PartitionedProbe> PartitionedPlanner::probe(std::int64_t seq, const std::vector<FeatureKeys>& features) const {
+Result<PartitionedProbe> PartitionedPlanner::probe(std::int64_t seq, const std::vector<FeatureKeys>& features,
+                                                   bool bypass) const {
   PartitionedProbe p;
   p.seq = seq;
   const std::size_t S = partitions_.size();
@@ -151,20 +167,24 @@ Result<PartitionedProbe> PartitionedPlanner::probe(std::int64_t seq, const std::
   std::vector<std::optional<Result<PoolProbe>>> found(S);
   for_each_partition(S, [&](std::size_t s) {
     if (S == 1) {
-      found[s].emplace(partitions_[s]->probe(seq, features));
+      found[s].emplace(partitions_[s]->probe(seq, features, bypass));
       return;
     }
     // Each partition picks its rows out of the batch itself: no serial split before the fork.
     split(features, s, p.keys[s], &p.rows[s]);
-    found[s].emplace(partitions_[s]->probe(seq, partition_features(features, p.keys[s])));
+    found[s].emplace(partitions_[s]->probe(seq, partition_features(features, p.keys[s]), bypass));
   });
   p.partitions.reserve(S);
+  std::int64_t overflow = 0;
   for (std::size_t s = 0; s < S; ++s) {
     if (!found[s]->is_ok()) return found[s]->status();
     p.partitions.push_back(std::move(*found[s]).value());
+    overflow = std::max(overflow, p.partitions.back().overflow_records);
+    p.overflow = p.overflow || p.partitions.back().overflow;
     for (const auto& f : p.partitions.back().found)
       for (const std::int64_t slot : f) p.misses += slot < 0;
   }
+  p.overflow_records = S == 1 ? overflow : overflow * static_cast<std::int64_t>(S);  // global_slot
   return p;
 }
 
@@ -195,10 +215,19 @@ PartitionedPlan PartitionedPlanner::commit(PartitionedProbe probe) {
       const std::vector<std::uint32_t>& rows = probe.rows[s][i];
       const Key* local = sp.unique_slots[i].data();
       Key* out = plan.unique_slots[i].data();
-      for (std::size_t j = 0; j < rows.size(); ++j) out[rows[j]] = local[j] + off;
+      if (sp.overflow.empty()) {
+        for (std::size_t j = 0; j < rows.size(); ++j) out[rows[j]] = local[j] + off;
+      } else {
+        for (std::size_t j = 0; j < rows.size(); ++j) out[rows[j]] = global_slot(s, local[j]);
+      }
     }
     append_offset(sp.writebacks, off, plan.writebacks);
-    append_offset(sp.fills, off, plan.fills);
+    if (sp.overflow.empty()) {
+      append_offset(sp.fills, off, plan.fills);
+    } else {
+      append_global(sp.fills, s, plan.fills);
+      append_global(sp.overflow, s, plan.overflow);
+    }
     plan.hits += sp.hits;
     plan.misses += sp.misses;
   }
@@ -244,7 +273,13 @@ std::int64_t PartitionedPlanner::pinned() const noexcept {
   return n;
 }
 
-Status PartitionedPlanner::check_fits(const std::string& who, const std::vector<FeatureKeys>& features) const {
+std::int64_t PartitionedPlanner::overflow_rows() const noexcept {
+  std::int64_t n = 0;
+  for (const auto& partition : partitions_) n += partition->overflow_rows();
+  return n;
+}
+
+std::int64_t PartitionedPlanner::rows_beyond(const std::vector<FeatureKeys>& features) const {
   const std::size_t S = partitions_.size();
   // rows[s][f]: rows of feature f that hash to partition s (S = 1: every row, no hashing).
   std::vector<std::vector<std::int64_t>> rows(S, std::vector<std::int64_t>(features.size(), 0));
@@ -256,24 +291,18 @@ Status PartitionedPlanner::check_fits(const std::string& who, const std::vector<
     }
     for (Key k : u.keys) ++rows[partition_of(detail::KeyMap::hash(CachePlanner::cache_key(features[f].table, k)))][f];
   }
+  std::int64_t beyond = 0;
   for (std::size_t s = 0; s < S; ++s) {
     const CachePlannerOptions& so = partitions_[s]->options();
-    std::int64_t total = 0;
+    std::int64_t total = 0, cacheable = 0;  // each table's rows within its cap
     for (std::size_t f = 0; f < features.size(); ++f) {
       total += rows[s][f];
       const PoolTable& pt = so.tables[static_cast<std::size_t>(features[f].table)];
-      if (pt.cap > 0 && rows[s][f] > pt.cap)
-        return Status::resource_exhausted(who + ", table '" + pt.name + "'" +
-                                          (S == 1 ? "" : " in slot pool " + so.name) + ": " +
-                                          std::to_string(rows[s][f]) + " unique rows exceed the table's cache cap of " +
-                                          std::to_string(pt.cap) + " rows");
+      cacheable += pt.cap > 0 ? std::min(rows[s][f], pt.cap) : rows[s][f];
     }
-    if (total > so.slots)
-      return Status::resource_exhausted(who + ": " + std::to_string(total) +
-                                        " unique rows exceed the capacity of slot pool " + so.name + " (" +
-                                        std::to_string(so.slots) + " rows)");
+    beyond += total - std::min(cacheable, so.slots);
   }
-  return Status::ok();
+  return beyond;
 }
 
 std::int64_t PartitionedPlanner::slot_of(int table, Key row) const noexcept {

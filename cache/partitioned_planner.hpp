@@ -8,9 +8,11 @@
 // What changes with S > 1: each policy ranks rows within their partition, not over the whole pool (as
 // the set-associative caches of HugeCTR and FBGEMM rank rows within a set), so the hit rates move
 // a little (BM_PlanBatchPartitioned reports them); a batch must fit every partition it touches (a partition
-// holds slots / S rows, so a batch near the pool's capacity may be refused where S = 1 takes it:
-// the error names the partition); a table's cap is split over the partitions the same way.
-// Slot numbers are global: partition s owns the slots [offset(s), offset(s) + slots(s)).
+// holds slots / S rows, so a batch near the pool's capacity may bypass the cache for rows where S = 1
+// takes them all); a table's cap is split over the partitions the same way.
+// Slot numbers are global: partition s owns the slots [offset(s), offset(s) + slots(s)), and its
+// overflow slots (CachePlanner: bypass) interleave after the pool's: its local overflow slot
+// slots(s) + i is global slot options().slots + i * S + s.
 // Not thread-safe: the store's driving thread owns it (it forks the partitions' work itself).
 
 #include <cstdint>
@@ -24,7 +26,9 @@ namespace strata::cache {
 /// What probe() found; consumed by commit(). Valid only until the pool changes.
 struct PartitionedProbe {
   std::int64_t seq = 0;
-  std::int64_t misses = 0;            ///< rows to fill, over every partition
+  std::int64_t misses = 0;            ///< rows to fill, over every partition (into cache or overflow slots)
+  std::int64_t overflow_records = 0;  ///< as PoolProbe's, over the pool: its overflow slots stay below slots + this
+  bool overflow = false;              ///< as PoolProbe's: some row is or will be in an overflow slot
   std::vector<PoolProbe> partitions;  ///< per partition
   // S > 1: per partition, per feature: the feature's rows that hash to the partition (keys only), and the
   // index of each in the feature's unique rows. The partitions' probes point into `keys`.
@@ -53,19 +57,18 @@ class PartitionedPlanner {
   const CachePlannerOptions& options() const noexcept { return opt_; }
   int partitions() const noexcept { return static_cast<int>(partitions_.size()); }
 
-  /// Whether a batch fits the pool when nothing is pinned: its rows within every partition's slots and
-  /// each table's rows within its cap (in every partition). A batch refused here can never be planned;
-  /// one accepted is refused by probe() only while rows pinned by batches in flight crowd it out.
-  /// Errors start with `who` (e.g. "batch 7") and name the table or the pool (and the partition when
-  /// S > 1) with the numbers. No state change.
-  Status check_fits(const std::string& who, const std::vector<FeatureKeys>& features) const;
+  /// Rows of a batch that no cache slot can take even when nothing is pinned: beyond a partition's
+  /// slots, or beyond a table's cap in a partition. A batch with none is refused by probe() (without
+  /// bypass) only while rows pinned by batches in flight crowd it out; one with some is planned with
+  /// bypass (at least these rows go to overflow slots). No state change.
+  std::int64_t rows_beyond(const std::vector<FeatureKeys>& features) const;
 
   /// As CachePlanner's, split by partition.
   void window_push(std::int64_t seq, const std::vector<FeatureKeys>& features);
   void window_drop(std::int64_t seq, const std::vector<FeatureKeys>& features);
   /// As CachePlanner::probe, in every partition; the first partition that refuses the batch (lowest number)
   /// gives the error. No state change.
-  Result<PartitionedProbe> probe(std::int64_t seq, const std::vector<FeatureKeys>& features) const;
+  Result<PartitionedProbe> probe(std::int64_t seq, const std::vector<FeatureKeys>& features, bool bypass = false) const;
   /// As CachePlanner::commit, in every partition; the plan's lists go partition by partition.
   PartitionedPlan commit(PartitionedProbe probe);
   /// As CachePlanner::retire.
@@ -78,6 +81,7 @@ class PartitionedPlanner {
 
   std::int64_t resident() const noexcept;
   std::int64_t pinned() const noexcept;
+  std::int64_t overflow_rows() const noexcept;
   /// Whether (table, row) is resident; its (global) slot or -1.
   std::int64_t slot_of(int table, Key row) const noexcept;
   CacheStats table_stats(int table) const;
@@ -95,6 +99,14 @@ class PartitionedPlanner {
              std::vector<std::vector<std::uint32_t>>* rows) const;
   std::vector<FeatureKeys> partition_features(const std::vector<FeatureKeys>& features,
                                               const std::vector<UniqueKeys>& keys) const;
+  // The global number of partition s's slot `local` (a cache or an overflow slot).
+  Key global_slot(std::size_t s, Key local) const noexcept {
+    const std::int64_t n = partitions_[s]->options().slots;
+    return local < n ? offset_[s] + local
+                     : opt_.slots + (local - n) * static_cast<std::int64_t>(partitions_.size()) + static_cast<Key>(s);
+  }
+  // Appends `from` to `to` with partition s's slots made global.
+  void append_global(const std::vector<Transfer>& from, std::size_t s, std::vector<Transfer>& to) const;
 
   CachePlannerOptions opt_;
   std::vector<std::unique_ptr<CachePlanner>> partitions_;

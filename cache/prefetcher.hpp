@@ -11,6 +11,13 @@
 //     pinned by batches in flight (kResourceExhausted, from a pool or from prepare()) is deferred:
 //     the batch stays pending, counted once in CacheStats::deferred of each table it touches, and
 //     is planned when batches retire or, at the latest, by plan() (the store's forward).
+//   - bypass (set_bypass(), for planners whose probe takes a bypass flag, CachePlanner's): plan()
+//     plans with it, so the rows that do not fit beside the rows pinned by batches in flight go to
+//     overflow slots outside the cache instead of the forward failing; so does the plan of a batch
+//     that can never fit the cache (Batch::bypass_when_due, set by the caller from rows_beyond())
+//     when it is due, instead of being deferred. Only prepare() (the executor: staging, device
+//     memory for the overflow rows) can still refuse a plan. Off by default: a plan that does not
+//     fit is then refused as before (the tools and the planner tests compare plans that way).
 //   - retire / discard: the pools unpin the batch's rows (dirty when updated). When the oldest
 //     pending batch is deferred and more than `lookahead` batches are pending, the batches due are
 //     planned again, oldest first, up to the first that still does not fit.
@@ -54,6 +61,13 @@ struct TableKeys {
   const UniqueKeys* unique = nullptr;  ///< alive while the batch is submitted
 };
 
+/// Whether a planner's probe takes a bypass flag (CachePlanner, PartitionedPlanner).
+template <class Planner, class = void>
+struct CanBypass : std::false_type {};
+template <class Planner>
+struct CanBypass<Planner, std::void_t<decltype(std::declval<const Planner&>().probe(
+                              0, std::declval<const std::vector<FeatureKeys>&>(), true))>> : std::true_type {};
+
 template <class Planner>
 class BasicPrefetcher {
  public:
@@ -70,8 +84,13 @@ class BasicPrefetcher {
     struct Part {
       int pool = 0;
       std::vector<int> keys;  ///< indexes into Batch::keys of the pool's tables
+      Probe probe;            ///< between probe and commit (what Executor::prepare may read)
       Plan plan;              ///< once planned
     };
+    /// Set by the caller before submit(): the batch can never fit the cache (rows_beyond), so its
+    /// plan bypasses the cache for the rows that do not fit when it is due instead of being
+    /// deferred (with set_bypass()).
+    bool bypass_when_due = false;
     std::vector<Part> parts;        ///< per pool touched, in the order `keys` first touch them
     bool planned = false;           ///< committed in every pool (and issued)
     bool deferred = false;          ///< its plan did not fit when due (counted in CacheStats::deferred)
@@ -125,6 +144,12 @@ class BasicPrefetcher {
   int add_pool(std::unique_ptr<Planner> planner, std::vector<int> tables);
   /// The executor (alive while the prefetcher is used): before the first submit or flush.
   void set_executor(Executor* executor) noexcept { exec_ = executor; }
+  /// Plans with bypass (see the top of this file); before the first submit. Only for planners
+  /// that can (CanBypass).
+  void set_bypass(bool on) noexcept {
+    static_assert(CanBypass<Planner>::value, "the planner's probe takes no bypass flag");
+    bypass_ = on;
+  }
 
   int pools() const noexcept { return static_cast<int>(pools_.size()); }
   const Planner& planner(int pool) const { return *pools_[static_cast<std::size_t>(pool)].planner; }
@@ -138,10 +163,10 @@ class BasicPrefetcher {
   /// The oldest batch submitted and not yet planned, or null.
   const Batch* oldest_pending() const noexcept { return pending_.empty() ? nullptr : pending_.front(); }
 
-  /// The planners' check_fits (a batch that could not fit even an empty cache), pool by pool in
-  /// the order the batch touches them; `b.keys` set. Only for planners that have check_fits
+  /// The planners' rows_beyond (rows no cache slot can take even when nothing is pinned), per pool
+  /// (indexed by pool number); `b.keys` set. Only for planners that have rows_beyond
   /// (PartitionedPlanner). No state change.
-  Status check_fits(const Batch& b) const;
+  std::vector<std::int64_t> rows_beyond(const Batch& b) const;
 
   /// Submits `b` (id and keys set): into the window, then plans the batches due, oldest first. A
   /// plan that does not fit is deferred (not an error). Any other error takes `b` back (a previewed
@@ -149,9 +174,10 @@ class BasicPrefetcher {
   /// batch's plan: that batch stays pending (executor_refused when its prepare() failed), and the
   /// caller of submit(b) gets an error naming that batch, not `b`.
   Status submit(Batch& b);
-  /// Plans the pending batches up to `b`, oldest first (the store's forward); `b` submitted (planned
-  /// or pending: checked). On an error the oldest pending batch is the one that failed (deferred
-  /// when the error is kResourceExhausted).
+  /// Plans the pending batches up to `b`, oldest first (the store's forward), with bypass when it
+  /// is set (then only Executor::prepare can refuse); `b` submitted (planned or pending: checked).
+  /// On an error the oldest pending batch is the one that failed (deferred when the error is
+  /// kResourceExhausted).
   Status plan(Batch& b);
   /// A planned batch (checked) is done: its rows unpinned (dirty when `updated`). Then, when the
   /// oldest pending batch is deferred and more than `lookahead` batches are pending, the batches due
@@ -198,13 +224,14 @@ class BasicPrefetcher {
     if (!pending_.empty() && pending_.front()->deferred) (void)plan_due();
   }
   void mark_deferred(Batch& b);
-  Status plan_front();
+  Status plan_front(bool bypass);
 
   int lookahead_;
   std::vector<std::pair<int, int>> where_;  // table -> (pool, pool-local index)
   std::vector<std::int64_t> deferred_;      // per table: batches whose plan was deferred
   std::vector<Pool> pools_;
   bool uses_window_ = false;
+  bool bypass_ = false;  // set_bypass()
   Executor* exec_ = nullptr;
   std::deque<Batch*> pending_;    // submitted, not yet planned, oldest first
   std::deque<Preview> previews_;  // previewed, not yet submitted, ascending id and seq
@@ -255,14 +282,15 @@ void BasicPrefetcher<Planner>::group(Batch& b) const {
 }
 
 template <class Planner>
-Status BasicPrefetcher<Planner>::check_fits(const Batch& b) const {
+std::vector<std::int64_t> BasicPrefetcher<Planner>::rows_beyond(const Batch& b) const {
   Batch grouped;
   grouped.keys = b.keys;
   group(grouped);
+  std::vector<std::int64_t> out(pools_.size(), 0);
   for (const auto& w : grouped.parts)
-    STRATA_RETURN_IF_ERROR(pools_[static_cast<std::size_t>(w.pool)].planner->check_fits("batch " + std::to_string(b.id),
-                                                                                        features(grouped, w)));
-  return Status::ok();
+    out[static_cast<std::size_t>(w.pool)] =
+        pools_[static_cast<std::size_t>(w.pool)].planner->rows_beyond(features(grouped, w));
+  return out;
 }
 
 // Whether a batch's keys are those of its preview (same tables, same unique keys in order).
@@ -361,7 +389,7 @@ void BasicPrefetcher<Planner>::unsubmit(Batch& b) {
 template <class Planner>
 Status BasicPrefetcher<Planner>::plan_due() {
   while (static_cast<int>(pending_.size()) > lookahead_) {
-    Status s = plan_front();
+    Status s = plan_front(bypass_ && pending_.front()->bypass_when_due);
     if (s.code() == StatusCode::kResourceExhausted) {
       mark_deferred(*pending_.front());
       return Status::ok();
@@ -378,25 +406,30 @@ void BasicPrefetcher<Planner>::mark_deferred(Batch& b) {
   for (const TableKeys& k : b.keys) ++deferred_[static_cast<std::size_t>(k.table)];
 }
 
-// Plans the oldest pending batch. All-or-nothing across pools.
+// Plans the oldest pending batch (with bypass: the rows that do not fit go outside the cache, for
+// planners that can). All-or-nothing across pools.
 template <class Planner>
-Status BasicPrefetcher<Planner>::plan_front() {
+Status BasicPrefetcher<Planner>::plan_front(bool bypass) {
   STRATA_CHECK(exec_ != nullptr && "set_executor() before planning (PlanOnly to only plan)");
   Batch& b = *pending_.front();
   b.executor_refused = false;  // this attempt's cause, not an earlier one's
-  std::vector<Probe> probes;
-  probes.reserve(b.parts.size());
-  for (const auto& w : b.parts) {
-    auto p = pools_[static_cast<std::size_t>(w.pool)].planner->probe(b.seq, features(b, w));
+  for (auto& w : b.parts) {
+    const Planner& planner = *pools_[static_cast<std::size_t>(w.pool)].planner;
+    Result<Probe> p = [&] {
+      if constexpr (CanBypass<Planner>::value) {
+        return planner.probe(b.seq, features(b, w), bypass);
+      } else {
+        return planner.probe(b.seq, features(b, w));
+      }
+    }();
     if (!p) return p.status().with_context("batch " + std::to_string(b.id));
-    probes.push_back(std::move(p).value());
+    w.probe = std::move(p).value();
   }
   Status prepared = exec_->prepare(b);
   b.executor_refused = !prepared.is_ok();
   STRATA_RETURN_IF_ERROR(prepared);
   // From here on nothing fails: commit and issue.
-  for (std::size_t k = 0; k < b.parts.size(); ++k)
-    b.parts[k].plan = pools_[static_cast<std::size_t>(b.parts[k].pool)].planner->commit(std::move(probes[k]));
+  for (auto& w : b.parts) w.plan = pools_[static_cast<std::size_t>(w.pool)].planner->commit(std::move(w.probe));
   exec_->issue(b);
   b.planned = true;
   pending_.pop_front();
@@ -407,7 +440,7 @@ template <class Planner>
 Status BasicPrefetcher<Planner>::plan(Batch& b) {
   while (!b.planned) {
     STRATA_CHECK(!pending_.empty() && "plan() of a batch not submitted");
-    Status s = plan_front();
+    Status s = plan_front(bypass_);
     if (s.is_ok()) continue;
     if (s.code() == StatusCode::kResourceExhausted) mark_deferred(*pending_.front());
     return s;

@@ -187,6 +187,7 @@ void Device::put_columns(StreamView s, SlotPool rows, std::int64_t col, const Ke
 }
 
 void Device::reduce_grads(StreamView s, SlotPool sums, const std::vector<UpdateFeature>& features) {
+  STRATA_CHECK(sums.overflow == nullptr && "reduce_grads: sums have no overflow region");
   if (!own_stream(s, "reduce_grads")) return;
   for (const auto& f : features) {
     const std::uint64_t grad_rows = static_cast<std::uint64_t>(f.pooling == Pooling::kNone ? f.num_keys : f.batch);

@@ -21,13 +21,18 @@ enum class Backend {
 const char* to_string(Backend b) noexcept;
 
 /// A slot pool in device memory: `slots` records of `stride` floats, [weights (dim) | state (state_dim) | pad].
-/// Slots of one pool are shared by every table of that (dim, state_dim) shape.
+/// Slots of one pool are shared by every table of that (dim, state_dim) shape. Slot numbers from
+/// `slots` on, when the pool has an overflow region, address its records instead: slot s >= slots
+/// is overflow record s - slots (the rows a `cached` pool serves outside its cache, for the
+/// batches in flight that use them; every kernel that takes slot numbers follows this mapping).
 struct SlotPool {
-  float* base = nullptr;       ///< (slots, stride) device
-  std::int64_t slots = 0;      ///< number of records
-  std::int64_t stride = 0;     ///< floats per record (record_stride(dim, state_dim))
-  std::int32_t dim = 0;        ///< weights per row
-  std::int32_t state_dim = 0;  ///< optimizer state floats per row
+  float* base = nullptr;            ///< (slots, stride) device
+  std::int64_t slots = 0;           ///< number of records
+  std::int64_t stride = 0;          ///< floats per record (record_stride(dim, state_dim))
+  std::int32_t dim = 0;             ///< weights per row
+  std::int32_t state_dim = 0;       ///< optimizer state floats per row
+  float* overflow = nullptr;        ///< (overflow_slots, stride) device, or nullptr: records of slots >= slots
+  std::int64_t overflow_slots = 0;  ///< records of the overflow region
 
   /// Bytes of one record.
   std::int64_t record_bytes() const noexcept { return stride * static_cast<std::int64_t>(sizeof(float)); }

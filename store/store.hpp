@@ -94,7 +94,8 @@ class Store {
   /// numa_node, huge_pages, fake_numa_nodes, the whole `device` (backend, ordinal, capacity, emu
   /// settings), offload_gather (no offload table serves a world), cache.policy, cache.lookahead,
   /// cache.planner_partitions, cache.transfer, and each table's `cache` size and cap (a rank with a smaller device
-  /// caches less of its shard; a batch its cache cannot hold fails every rank at submit).
+  /// caches less of its shard; rows its cache cannot hold bypass it, and a batch its device cannot hold fails every
+  /// rank at submit).
   static Result<std::unique_ptr<Store>> open(const StoreConfig& config, std::shared_ptr<dispatch::Communicator> comm);
 
   virtual ~Store() = default;
@@ -125,7 +126,10 @@ class Store {
   Status set_step(std::int64_t step);
 
   /// Validates `batch` (known tables, each at most once, one batch size, offsets, key ranges,
-  /// weights) and dedups its keys. Fails with AlreadyExists when `batch_id` is in flight.
+  /// weights) and dedups its keys. Fails with AlreadyExists when `batch_id` is in flight. A
+  /// `cached` table takes a batch of any size: rows that do not fit its cache are read and updated
+  /// outside it (CacheStats::bypassed); only a batch whose rows beyond the cache and staging could
+  /// not fit the device's memory beside the cache is refused (ResourceExhausted).
   virtual Status submit(std::int64_t batch_id, KeyBatch batch) = 0;
   /// Looks up a submitted batch. `outputs[i]` receives feature i of the batch: (batch, dim) for
   /// pooled tables, (num_keys, dim) for pooling none. Each view is host memory or, with
@@ -163,8 +167,9 @@ class Store {
   /// the gradients read), so the trainer's kernels and the store's need no host sync between them.
   ///  - forward(id, outputs, stream): with only device views of `gpu`, `cached` and `offload`
   ///    tables, the host waits for nothing on the device (it still plans: a `cached` table whose
-  ///    plan waits for batches to retire fails as the synchronous call does; an `offload` table
-  ///    with offload_gather cpu pools on the host first). Tables staged through host memory
+  ///    staging or rows outside the cache do not fit the device fails as the synchronous call
+  ///    does, and growing the device memory for rows outside the cache waits for the cache's
+  ///    streams; an `offload` table with offload_gather cpu pools on the host first). Tables staged through host memory
   ///    compute their outputs on the host first; their H2D copies are then ordered on `stream`,
   ///    not waited for. Sharded tables over a communicator wait for their lookups and exchanges
   ///    (host-synchronous collectives); only their pooling into the device views is left

@@ -387,7 +387,7 @@ class CudaDevice final : public Device {
     if (n <= 0) return;
     const DeviceScope scope(ctx_);
     if (!begin_issue(scope)) return;
-    const kernels::RecordArgs a{pool.base, pool.stride, slots, n, dst};
+    const kernels::RecordArgs a = kernels::record_args(pool, slots, n, dst);
     STRATA_CUDA_RECORD(*this, cuda_detail::launch_records(a, false, stream(s), grids_));
   }
 
@@ -395,7 +395,7 @@ class CudaDevice final : public Device {
     if (n <= 0) return;
     const DeviceScope scope(ctx_);
     if (!begin_issue(scope)) return;
-    const kernels::RecordArgs a{pool.base, pool.stride, slots, n, const_cast<float*>(src)};
+    const kernels::RecordArgs a = kernels::record_args(pool, slots, n, const_cast<float*>(src));
     STRATA_CUDA_RECORD(*this, cuda_detail::launch_records(a, true, stream(s), grids_));
   }
 
@@ -421,7 +421,7 @@ class CudaDevice final : public Device {
     if (n <= 0) return;
     const DeviceScope scope(ctx_);
     if (!begin_issue(scope)) return;
-    const kernels::HostRecordArgs a{pool.base, pool.stride, pool.dim + pool.state_dim, slots, rows, n};
+    const kernels::HostRecordArgs a = kernels::host_record_args(pool, slots, n, rows);
     STRATA_CUDA_RECORD(*this, cuda_detail::launch_host_records(a, to_host, stream(s), grids_));
   }
 

@@ -48,22 +48,42 @@ template <bool kInterleaved>
 __global__ void __launch_bounds__(kBlock, kHeavyMinBlocks) gather_kernel(const GatherArgs a) {
   const DeviceWarp w = this_warp();
   const std::int64_t total = a.begin[a.count];
-  for (std::int64_t item = first_item(); item < total; item += item_step()) gather_item<kInterleaved>(w, a, item);
+  for (std::int64_t item = first_item(); item < total; item += item_step())
+    gather_item<kInterleaved, false>(w, a, item);
 }
 
-__global__ void __launch_bounds__(kBlock, kHeavyMinBlocks) update_kernel(const UpdateArgs a) {
+// The gather, update and hot-row kernels of a slot pool with an overflow region (rows a `cached`
+// pool serves outside its cache): the same bodies with the overflow mapping of slot numbers, apart
+// so that the kernels of every other launch keep their registers.
+__global__ void __launch_bounds__(kBlock, kHeavyMinBlocks) gather_overflow_kernel(const GatherArgs a) {
   const DeviceWarp w = this_warp();
   const std::int64_t total = a.begin[a.count];
-  for (std::int64_t item = first_item(); item < total; item += item_step()) update_item(w, a, item);
+  for (std::int64_t item = first_item(); item < total; item += item_step()) gather_item<false, true>(w, a, item);
+}
+
+template <bool kOverflow>
+__device__ __forceinline__ void update_items(const UpdateArgs& a) {
+  const DeviceWarp w = this_warp();
+  const std::int64_t total = a.begin[a.count];
+  for (std::int64_t item = first_item(); item < total; item += item_step()) update_item<kOverflow>(w, a, item);
+}
+__global__ void __launch_bounds__(kBlock, kHeavyMinBlocks) update_kernel(const UpdateArgs a) { update_items<false>(a); }
+__global__ void __launch_bounds__(kBlock, kHeavyMinBlocks) update_overflow_kernel(const UpdateArgs a) {
+  update_items<true>(a);
 }
 
 // A block per hot row (update_kernel skipped them): the listed ones, or every unique row, skipping
 // those that are not hot.
-__global__ void __launch_bounds__(kHotBlock) update_hot_kernel(const UpdateArgs a) {
+template <bool kOverflow>
+__device__ __forceinline__ void update_hot_rows(const UpdateArgs& a) {
   __shared__ float partials[kHotWarps * kChunk];
   const DeviceBlock<kHotWarps> b{this_warp(), static_cast<int>(threadIdx.x) / kWarp};
   const std::int64_t total = a.hot_items();
-  for (std::int64_t item = blockIdx.x; item < total; item += gridDim.x) update_hot_row(b, a, item, partials);
+  for (std::int64_t item = blockIdx.x; item < total; item += gridDim.x) update_hot_row<kOverflow>(b, a, item, partials);
+}
+__global__ void __launch_bounds__(kHotBlock) update_hot_kernel(const UpdateArgs a) { update_hot_rows<false>(a); }
+__global__ void __launch_bounds__(kHotBlock) update_hot_overflow_kernel(const UpdateArgs a) {
+  update_hot_rows<true>(a);
 }
 
 __global__ void __launch_bounds__(kBlock) reduce_kernel(const UpdateArgs a) {
@@ -140,6 +160,9 @@ const KernelEntry kKernels[] = {
     {Kernel::kInit, reinterpret_cast<const void*>(&init_kernel), kBlock},
     {Kernel::kNonfiniteChunk, reinterpret_cast<const void*>(&nonfinite_chunk_kernel), kBlock},
     {Kernel::kNonfiniteSum, reinterpret_cast<const void*>(&nonfinite_sum_kernel), kBlock},
+    {Kernel::kGatherOverflow, reinterpret_cast<const void*>(&gather_overflow_kernel), kBlock},
+    {Kernel::kUpdateOverflow, reinterpret_cast<const void*>(&update_overflow_kernel), kBlock},
+    {Kernel::kUpdateHotOverflow, reinterpret_cast<const void*>(&update_hot_overflow_kernel), kHotBlock},
 };
 static_assert(sizeof(kKernels) / sizeof(kKernels[0]) == kKernelCount, "one entry per Kernel");
 
@@ -157,7 +180,10 @@ const char* kernel_name(Kernel k) {
                                       "host_records_kernel<true>",
                                       "init_kernel",
                                       "nonfinite_chunk_kernel",
-                                      "nonfinite_sum_kernel"};
+                                      "nonfinite_sum_kernel",
+                                      "gather_overflow_kernel",
+                                      "update_overflow_kernel",
+                                      "update_hot_overflow_kernel"};
   static_assert(sizeof(names) / sizeof(names[0]) == kKernelCount, "one name per Kernel");
   return names[static_cast<int>(k)];
 }
@@ -179,6 +205,8 @@ cudaError_t query_kernel_grids(int sm_count, KernelGrids* grids) {
 cudaError_t launch_gather(const GatherArgs& args, cudaStream_t stream, const KernelGrids& grids) {
   const std::int64_t items = args.begin[args.count];
   if (items <= 0) return cudaSuccess;
+  if (args.source.parts == 1 && args.source.overflow)
+    return launch(gather_overflow_kernel, warp_grid(items, grids, Kernel::kGatherOverflow), kBlock, stream, args);
   if (args.source.parts == 1)
     return launch(gather_kernel<false>, warp_grid(items, grids, Kernel::kGather), kBlock, stream, args);
   return launch(gather_kernel<true>, warp_grid(items, grids, Kernel::kGatherInterleaved), kBlock, stream, args);
@@ -187,13 +215,18 @@ cudaError_t launch_gather(const GatherArgs& args, cudaStream_t stream, const Ker
 cudaError_t launch_update(const UpdateArgs& args, cudaStream_t stream, const KernelGrids& grids) {
   const std::int64_t items = args.begin[args.count];
   if (items <= 0) return cudaSuccess;
-  if (cudaError_t e = launch(update_kernel, warp_grid(items, grids, Kernel::kUpdate), kBlock, stream, args);
+  const bool overflow = args.overflow != nullptr;
+  const Kernel warp = overflow ? Kernel::kUpdateOverflow : Kernel::kUpdate;
+  if (cudaError_t e = launch(overflow ? update_overflow_kernel : update_kernel, warp_grid(items, grids, warp), kBlock,
+                             stream, args);
       e != cudaSuccess)
     return e;
   // A block of kHotBlock threads per hot row; none when the lists say no row is hot.
   const std::int64_t hot = args.hot_items();
   if (hot <= 0) return cudaSuccess;
-  return launch(update_hot_kernel, grid_for(hot, 1, grids, Kernel::kUpdateHot), kHotBlock, stream, args);
+  const Kernel block = overflow ? Kernel::kUpdateHotOverflow : Kernel::kUpdateHot;
+  return launch(overflow ? update_hot_overflow_kernel : update_hot_kernel, grid_for(hot, 1, grids, block), kHotBlock,
+                stream, args);
 }
 
 cudaError_t launch_reduce(const UpdateArgs& args, cudaStream_t stream, const KernelGrids& grids) {

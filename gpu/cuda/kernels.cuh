@@ -29,8 +29,11 @@ enum class Kernel : int {
   kInit,               ///< record initialization
   kNonfiniteChunk,     ///< NaN/Inf counts per chunk
   kNonfiniteSum,       ///< NaN/Inf counts per range
+  kGatherOverflow,     ///< kGather from a slot pool with an overflow region (gpu::SlotPool::overflow)
+  kUpdateOverflow,     ///< kUpdate in a slot pool with an overflow region
+  kUpdateHotOverflow,  ///< kUpdateHot in a slot pool with an overflow region
 };
-inline constexpr int kKernelCount = 12;
+inline constexpr int kKernelCount = 15;
 
 /// How many blocks of each kernel one GPU runs at once: its multiprocessors times the blocks of
 /// that kernel a multiprocessor holds (cudaOccupancyMaxActiveBlocksPerMultiprocessor at the

@@ -112,6 +112,7 @@ T* emu_untag(T* p) noexcept {
 /// The parameter structs of the kernel ops with every device address untagged (emu_untag).
 inline SlotPool to_host(SlotPool p) noexcept {
   p.base = emu_untag(p.base);
+  p.overflow = emu_untag(p.overflow);
   return p;
 }
 inline LookupFeature to_host(LookupFeature f) noexcept {
@@ -753,14 +754,14 @@ class EmuDevice final : public Device {
   void do_pack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* dst) override {
     const EmuScope scope(id_);
     if (!to_host("pack_records", pool, slots, n, dst)) return;
-    const kernels::RecordArgs a{pool.base, pool.stride, slots, n, dst};
+    const kernels::RecordArgs a = kernels::record_args(pool, slots, n, dst);
     kernel(s, [a] { kernels::run_records(a, false); });
   }
 
   void do_unpack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, const float* src) override {
     const EmuScope scope(id_);
     if (!to_host("unpack_records", pool, slots, n, src)) return;
-    const kernels::RecordArgs a{pool.base, pool.stride, slots, n, const_cast<float*>(src)};
+    const kernels::RecordArgs a = kernels::record_args(pool, slots, n, const_cast<float*>(src));
     kernel(s, [a] { kernels::run_records(a, true); });
   }
 
@@ -794,12 +795,12 @@ class EmuDevice final : public Device {
                        bool to_host_records) override {
     const EmuScope scope(id_);
     ArgCheck c{this, to_host_records ? "records_to_host" : "records_from_host", {}};
-    c("pool", pool.base, pool.slots * pool.record_bytes(), kDeviceOnly);
+    check_pool(c, pool);
     c("slots", slots, n * static_cast<std::int64_t>(sizeof(Key)));
     c("rows", rows, n * static_cast<std::int64_t>(sizeof(float*)));
     if (!check_done(c)) return;
-    const kernels::HostRecordArgs a{emu_untag(pool.base), pool.stride,     pool.dim + pool.state_dim,
-                                    emu_untag(slots),     emu_untag(rows), n};
+    const kernels::HostRecordArgs a =
+        kernels::host_record_args(strata::gpu::to_host(pool), emu_untag(slots), n, emu_untag(rows));
     // The row addresses are device data (uploaded on the stream): checked when the kernel runs,
     // each a record of pinned host memory, as a GPU would fault on any other.
     kernel(s, [this, a, to_host_records] {
@@ -914,6 +915,11 @@ class EmuDevice final : public Device {
     record_error(Status::internal(std::move(c.error)));
     return false;
   }
+  // A slot pool's records, and its overflow region's, must be device memory of this device.
+  static void check_pool(ArgCheck& c, const SlotPool& pool) {
+    c("pool", pool.base, pool.slots * pool.record_bytes(), kDeviceOnly);
+    c("pool overflow", pool.overflow, pool.overflow_slots * pool.record_bytes(), kDeviceOnly);
+  }
   static std::int64_t out_bytes(const LookupFeature& f, std::int32_t dim) {
     return (f.pooling == Pooling::kNone ? f.num_keys : f.batch) * dim * static_cast<std::int64_t>(sizeof(float));
   }
@@ -932,7 +938,7 @@ class EmuDevice final : public Device {
   // not run.
   bool to_host(const char* op, SlotPool& pool, std::vector<LookupFeature>& features) {
     ArgCheck c{this, op, {}};
-    c("pool", pool.base, pool.slots * pool.record_bytes(), kDeviceOnly);
+    check_pool(c, pool);
     check_lookups(c, features, pool.dim);
     if (!check_done(c)) return false;
     pool = strata::gpu::to_host(pool);
@@ -951,7 +957,7 @@ class EmuDevice final : public Device {
   }
   bool to_host(const char* op, SlotPool& pool, std::vector<UpdateFeature>& features) {
     ArgCheck c{this, op, {}};
-    c("pool", pool.base, pool.slots * pool.record_bytes(), kDeviceOnly);
+    check_pool(c, pool);
     for (const UpdateFeature& f : features) {
       const std::int64_t grad_rows = f.pooling == Pooling::kNone ? f.num_keys : f.batch;
       c("offsets", f.offsets, (f.batch + 1) * 8);
@@ -971,7 +977,7 @@ class EmuDevice final : public Device {
   template <class F>  // F: float or const float
   bool to_host(const char* op, SlotPool& pool, const Key*& slots, std::int64_t n, F*& records) {
     ArgCheck c{this, op, {}};
-    c("pool", pool.base, pool.slots * pool.record_bytes(), kDeviceOnly);
+    check_pool(c, pool);
     c("slots", slots, n * static_cast<std::int64_t>(sizeof(Key)));
     c("records", records, n * pool.record_bytes());
     if (!check_done(c)) return false;

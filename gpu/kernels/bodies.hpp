@@ -33,9 +33,11 @@ STRATA_SIMT int feature_of(const Args& a, std::int64_t item) {
   return f;
 }
 
-/// Record of row r: RowRef::row with the bases held in the launch parameters.
-template <bool kInterleaved>
+/// Record of row r: RowRef::row with the bases held in the launch parameters; kOverflow: a slot
+/// pool with an overflow region (SlotPool), whose mapping only those launches pay for.
+template <bool kInterleaved, bool kOverflow = false>
 STRATA_SIMT const float* source_row(const RowSource& s, Key r) {
+  if (kOverflow) return slot_record(s.bases[0], s.overflow, s.first_overflow, s.stride, r);
   if (!kInterleaved || s.parts == 1) return s.bases[0] + r * s.stride;
   const std::int64_t block = r >> s.block_shift;
   const std::int64_t local = ((block / s.parts) << s.block_shift) + (r & ((std::int64_t{1} << s.block_shift) - 1));
@@ -57,7 +59,7 @@ struct PoolAcc {
 /// the key's weight, a broadcast load), in key order from 0.0f (row_axpy / row_add), so the sums
 /// are the CPU kernels'. The chunk loop runs to the warp's longest bag (warp-uniform, as the shuffles
 /// need); a lane past its bag's end adds nothing.
-template <bool kInterleaved, bool kWeighted, class W>
+template <bool kInterleaved, bool kOverflow, bool kWeighted, class W>
 STRATA_SIMT void pool_bags(const W& w, const GatherArgs& a, const GatherFeatureArgs& f, std::int64_t first) {
   const int lanes = a.lanes_per_row;
   const std::int32_t dim = a.dim;
@@ -92,7 +94,7 @@ STRATA_SIMT void pool_bags(const W& w, const GatherArgs& a, const GatherFeatureA
           }
           const typename W::template Reg<Key> key = w.read_group_lane(idx, u + q, lanes);
           w.lanes([&](int lane) {
-            r[q][lane] = base + u + q < len[lane] ? source_row<kInterleaved>(a.source, key[lane]) : nullptr;
+            r[q][lane] = base + u + q < len[lane] ? source_row<kInterleaved, kOverflow>(a.source, key[lane]) : nullptr;
           });
         }
         w.lanes([&](int lane) {
@@ -134,7 +136,8 @@ STRATA_SIMT void pool_bags(const W& w, const GatherArgs& a, const GatherFeatureA
 }
 
 /// One work item of a gather launch: kWarp / lanes_per_row consecutive output rows of one feature.
-template <bool kInterleaved, class W>
+/// kOverflow: the source is a slot pool with an overflow region (RowSource::overflow).
+template <bool kInterleaved, bool kOverflow, class W>
 STRATA_SIMT void gather_item(const W& w, const GatherArgs& a, std::int64_t item) {
   const int fi = feature_of(a, item);
   const GatherFeatureArgs& f = a.features[fi];
@@ -143,9 +146,9 @@ STRATA_SIMT void gather_item(const W& w, const GatherArgs& a, std::int64_t item)
   const std::int32_t dim = a.dim;
   if (f.pooling != Pooling::kNone) {
     if (f.weights) {
-      pool_bags<kInterleaved, true>(w, a, f, first);
+      pool_bags<kInterleaved, kOverflow, true>(w, a, f, first);
     } else {
-      pool_bags<kInterleaved, false>(w, a, f, first);
+      pool_bags<kInterleaved, kOverflow, false>(w, a, f, first);
     }
     return;
   }
@@ -155,7 +158,7 @@ STRATA_SIMT void gather_item(const W& w, const GatherArgs& a, std::int64_t item)
     if (i >= f.outputs) return;
     const int col = lane % lanes;
     float* o = f.out + i * dim;
-    const float* row = source_row<kInterleaved>(a.source, f.rows[i]);
+    const float* row = source_row<kInterleaved, kOverflow>(a.source, f.rows[i]);
     if (f.weights) {
       const float wt = f.weights[i];
       for (std::int32_t c = col; c < dim; c += lanes) o[c] = wt * row[c];
@@ -386,21 +389,28 @@ STRATA_SIMT void update_row(const Team& team, const UpdateFeatureArgs& f, std::i
   }
 }
 
+/// The record of unique slot `slot` of a backward launch: kOverflow, through the pool's overflow
+/// mapping (UpdateArgs::record); else in the pool, as every launch of a pool without one.
+template <bool kOverflow>
+STRATA_SIMT float* update_record(const UpdateArgs& a, Key slot) {
+  return kOverflow ? a.record(slot) : a.base + slot * a.stride;
+}
+
 /// One work item of a backward launch: unique slot `item`, unless it is hot (update_hot_row's).
-template <class W>
+template <bool kOverflow, class W>
 STRATA_SIMT void update_item(const W& w, const UpdateArgs& a, std::int64_t item) {
   const int fi = feature_of(a, item);
   const UpdateFeatureArgs& f = a.features[fi];
   const std::int64_t u = item - a.begin[fi];
   const std::int64_t p_lo = f.unique_offsets[u], p_hi = f.unique_offsets[u + 1];
   if (p_hi - p_lo > kHotUses) return;
-  update_row(WarpReduce<W>{w, f, a.dim, p_lo, p_hi}, f, a.dim, a.base + f.unique_slots[u] * a.stride);
+  update_row(WarpReduce<W>{w, f, a.dim, p_lo, p_hi}, f, a.dim, update_record<kOverflow>(a, f.unique_slots[u]));
 }
 
 /// Hot-row work item `item` of a backward launch (UpdateArgs::hot_items): the item-th listed hot
 /// row, or unique row `item` if it is hot. Reduced by a block of kHotWarps warps; partials:
 /// (kHotWarps, kChunk) floats of the block's shared memory.
-template <class B>
+template <bool kOverflow, class B>
 STRATA_SIMT void update_hot_row(const B& b, const UpdateArgs& a, std::int64_t item, float* partials) {
   int fi = 0;
   std::int64_t u;
@@ -414,7 +424,8 @@ STRATA_SIMT void update_hot_row(const B& b, const UpdateArgs& a, std::int64_t it
   const UpdateFeatureArgs& f = a.features[fi];
   const std::int64_t p_lo = f.unique_offsets[u], p_hi = f.unique_offsets[u + 1];
   if (p_hi - p_lo <= kHotUses) return;
-  update_row(BlockReduce<B>{b, f, a.dim, p_lo, p_hi, partials}, f, a.dim, a.base + f.unique_slots[u] * a.stride);
+  update_row(BlockReduce<B>{b, f, a.dim, p_lo, p_hi, partials}, f, a.dim,
+             update_record<kOverflow>(a, f.unique_slots[u]));
 }
 
 /// One work item of a gradient reduction (Device::reduce_grads): unique row `item`'s summed
@@ -426,7 +437,7 @@ STRATA_SIMT void reduce_item(const W& w, const UpdateArgs& a, std::int64_t item)
   const UpdateFeatureArgs& f = a.features[fi];
   const std::int64_t u = item - a.begin[fi];
   const std::int64_t p_lo = f.unique_offsets[u], p_hi = f.unique_offsets[u + 1];
-  float* out = a.base + f.unique_slots[u] * a.stride;
+  float* out = a.base + f.unique_slots[u] * a.stride;  // sums have no overflow region (Device::reduce_grads)
   for (std::int32_t cb = 0; cb < a.dim; cb += kChunk) {
     w.lanes([&](int lane) {
       float g[kColsPerLane];
@@ -444,11 +455,12 @@ STRATA_SIMT void reduce_item(const W& w, const UpdateArgs& a, std::int64_t item)
 // Record moves. Whole records are moved as 32-bit words, so every bit (NaN payloads included) is
 // kept.
 
-/// packed[i] = record slots[i] of the pool (its first `width` floats: a column slice, or all).
+/// packed[i] = record slots[i] of the pool (its first `width` floats: a column slice, or all). Slots
+/// of the pool's overflow region (RecordArgs::record) move as the others do.
 template <class W>
 STRATA_SIMT void pack_record(const W& w, const RecordArgs& a, std::int64_t i) {
   const std::int64_t width = a.width ? a.width : a.stride;
-  const auto* from = reinterpret_cast<const std::uint32_t*>(a.base + a.slots[i] * a.stride);
+  const auto* from = reinterpret_cast<const std::uint32_t*>(a.record(a.slots[i]));
   auto* to = reinterpret_cast<std::uint32_t*>(a.packed + i * width);
   w.lanes([&](int lane) {
     for (std::int64_t c = lane; c < width; c += kWarp) to[c] = from[c];
@@ -460,7 +472,7 @@ template <class W>
 STRATA_SIMT void unpack_record(const W& w, const RecordArgs& a, std::int64_t i) {
   const std::int64_t width = a.width ? a.width : a.stride;
   const auto* from = reinterpret_cast<const std::uint32_t*>(a.packed + i * width);
-  auto* to = reinterpret_cast<std::uint32_t*>(a.base + a.slots[i] * a.stride);
+  auto* to = reinterpret_cast<std::uint32_t*>(a.record(a.slots[i]));
   w.lanes([&](int lane) {
     for (std::int64_t c = lane; c < width; c += kWarp) to[c] = from[c];
   });
@@ -469,7 +481,7 @@ STRATA_SIMT void unpack_record(const W& w, const RecordArgs& a, std::int64_t i) 
 /// Record slots[i] <-> host record rows[i] (to_host: slot -> host), dim + state_dim floats.
 template <class W>
 STRATA_SIMT void move_host_record(const W& w, const HostRecordArgs& a, std::int64_t i, bool to_host) {
-  auto* slot = reinterpret_cast<std::uint32_t*>(a.base + (a.slots ? a.slots[i] : i) * a.stride);
+  auto* slot = reinterpret_cast<std::uint32_t*>(a.record(i));
   auto* host = reinterpret_cast<std::uint32_t*>(a.rows[i]);
   w.lanes([&](int lane) {
     for (std::int64_t c = lane; c < a.floats; c += kWarp) {

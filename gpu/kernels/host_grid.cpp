@@ -22,23 +22,36 @@ void for_items(std::int64_t items, std::int64_t grain, Item item) {
 
 void run_gather(const GatherArgs& a) {
   const HostWarp w;
-  if (a.source.parts == 1) {
-    for_items(a.begin[a.count], kGrain, [&](std::int64_t i) { gather_item<false>(w, a, i); });
+  if (a.source.parts > 1) {
+    for_items(a.begin[a.count], kGrain, [&](std::int64_t i) { gather_item<true, false>(w, a, i); });
+  } else if (a.source.overflow) {  // the cuda backend's gather_overflow_kernel
+    for_items(a.begin[a.count], kGrain, [&](std::int64_t i) { gather_item<false, true>(w, a, i); });
   } else {
-    for_items(a.begin[a.count], kGrain, [&](std::int64_t i) { gather_item<true>(w, a, i); });
+    for_items(a.begin[a.count], kGrain, [&](std::int64_t i) { gather_item<false, false>(w, a, i); });
   }
 }
 
-void run_update(const UpdateArgs& a) {
+namespace {
+template <bool kOverflow>
+void run_update_kernels(const UpdateArgs& a) {
   const HostWarp w;
   const std::int64_t items = a.begin[a.count];
-  for_items(items, kGrain, [&](std::int64_t i) { update_item(w, a, i); });
+  for_items(items, kGrain, [&](std::int64_t i) { update_item<kOverflow>(w, a, i); });
   // The hot rows (update_item skipped them): a block each, as the GPU's second kernel.
   for_items(a.hot_items(), a.hot_listed ? 1 : 256, [&](std::int64_t i) {
     const HostBlock<kHotWarps> b;
     float partials[kHotWarps * kChunk];
-    update_hot_row(b, a, i, partials);
+    update_hot_row<kOverflow>(b, a, i, partials);
   });
+}
+}  // namespace
+
+void run_update(const UpdateArgs& a) {
+  if (a.overflow) {  // the cuda backend's update_overflow_kernel and update_hot_overflow_kernel
+    run_update_kernels<true>(a);
+  } else {
+    run_update_kernels<false>(a);
+  }
 }
 
 void run_reduce(const UpdateArgs& a) {

@@ -12,12 +12,44 @@ std::int32_t gather_lanes_per_row(std::int32_t dim) noexcept {
   return lanes;
 }
 
+namespace {
+// SlotPool::slots when the pool has an overflow region, else kNoOverflow.
+std::int64_t first_overflow(const SlotPool& pool) noexcept { return pool.overflow ? pool.slots : kNoOverflow; }
+}  // namespace
+
 RowSource pool_source(const SlotPool& pool) noexcept {
   RowSource s;
   s.bases[0] = pool.base;
   s.parts = 1;
   s.stride = pool.stride;
+  s.overflow = pool.overflow;
+  s.first_overflow = first_overflow(pool);
   return s;
+}
+
+RecordArgs record_args(const SlotPool& pool, const Key* slots, std::int64_t n, float* packed) noexcept {
+  RecordArgs a;
+  a.base = pool.base;
+  a.stride = pool.stride;
+  a.slots = slots;
+  a.n = n;
+  a.packed = packed;
+  a.overflow = pool.overflow;
+  a.first_overflow = first_overflow(pool);
+  return a;
+}
+
+HostRecordArgs host_record_args(const SlotPool& pool, const Key* slots, std::int64_t n, float* const* rows) noexcept {
+  HostRecordArgs a;
+  a.base = pool.base;
+  a.stride = pool.stride;
+  a.floats = pool.dim + pool.state_dim;
+  a.slots = slots;
+  a.rows = rows;
+  a.n = n;
+  a.overflow = pool.overflow;
+  a.first_overflow = first_overflow(pool);
+  return a;
 }
 
 RowSource host_source(const RowRef& table, float* const* bases) noexcept {
@@ -91,6 +123,8 @@ std::vector<UpdateArgs> update_launches(const SlotPool& pool, const std::vector<
     UpdateArgs a;
     a.base = pool.base;
     a.stride = pool.stride;
+    a.overflow = pool.overflow;
+    a.first_overflow = first_overflow(pool);
     a.dim = pool.dim;
     a.count = static_cast<std::int32_t>(n);
     a.hot_listed = true;

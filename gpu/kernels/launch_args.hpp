@@ -36,13 +36,24 @@ inline constexpr std::int64_t kHotUses = 2 * kGradSegment;
 /// Warps of the block that reduces one hot row.
 inline constexpr int kHotWarps = 16;
 
+/// No overflow region: the first slot number that addresses one (never reached).
+inline constexpr std::int64_t kNoOverflow = INT64_MAX;
+
+/// The record of slot `slot` of a pool at `base` whose slots from `first_overflow` on are records
+/// of `overflow` (SlotPool's mapping; kNoOverflow when there is none).
+STRATA_HD float* slot_record(float* base, float* overflow, std::int64_t first_overflow, std::int64_t stride, Key slot) {
+  return slot < first_overflow ? base + slot * stride : overflow + (slot - first_overflow) * stride;
+}
+
 /// Where lookup rows live: RowRef's mapping with the bases copied in (device-visible addresses).
-/// A slot pool is one part.
+/// A slot pool is one part, with its overflow region (SlotPool).
 struct RowSource {
-  float* bases[kMaxHostParts] = {};  ///< (parts) base of each part's records; device or mapped pinned host
-  std::int32_t parts = 1;            ///< number of parts, 1..kMaxHostParts
-  std::int32_t block_shift = 62;     ///< log2 rows per interleaving block (as RowRef)
-  std::int64_t stride = 0;           ///< floats between consecutive records
+  float* bases[kMaxHostParts] = {};           ///< (parts) base of each part's records; device or mapped pinned host
+  std::int32_t parts = 1;                     ///< number of parts, 1..kMaxHostParts
+  std::int32_t block_shift = 62;              ///< log2 rows per interleaving block (as RowRef)
+  std::int64_t stride = 0;                    ///< floats between consecutive records
+  float* overflow = nullptr;                  ///< one part: records of rows >= first_overflow (SlotPool::overflow)
+  std::int64_t first_overflow = kNoOverflow;  ///< SlotPool::slots when there is an overflow region
 };
 
 /// One feature of a gather launch (see LookupFeature; all pointers device).
@@ -86,6 +97,8 @@ struct UpdateFeatureArgs {
 struct UpdateArgs {
   float* base = nullptr;  ///< (slots, stride) device: the slot pool, updated in place
   std::int64_t stride = 0;
+  float* overflow = nullptr;                  ///< the pool's overflow region (SlotPool), or nullptr
+  std::int64_t first_overflow = kNoOverflow;  ///< SlotPool::slots when there is one
   std::int32_t dim = 0;
   std::int32_t count = 0;
   bool hot_listed = false;
@@ -95,6 +108,8 @@ struct UpdateArgs {
 
   /// Work items of the hot rows' block kernel: listed hot rows, or every unique row.
   STRATA_HD std::int64_t hot_items() const noexcept { return hot_listed ? hot_begin[count] : begin[count]; }
+  /// The record of `slot`.
+  STRATA_HD float* record(Key slot) const noexcept { return slot_record(base, overflow, first_overflow, stride, slot); }
 };
 
 /// Parameters of a record move (pack: pool -> dst; unpack: src -> pool). Work items are records.
@@ -107,6 +122,10 @@ struct RecordArgs {
   /// Floats moved per record, and floats per packed row: 0 means `stride` (whole records); a
   /// column slice otherwise (Device::take_columns/put_columns, `base` then points at its first column).
   std::int64_t width = 0;
+  float* overflow = nullptr;                  ///< the pool's overflow region (SlotPool), or nullptr
+  std::int64_t first_overflow = kNoOverflow;  ///< SlotPool::slots when there is one
+  /// The record of `slot`.
+  STRATA_HD float* record(Key slot) const noexcept { return slot_record(base, overflow, first_overflow, stride, slot); }
 };
 
 /// Parameters of a zero-copy record move between slots and host records (Device::records_from_host,
@@ -118,6 +137,12 @@ struct HostRecordArgs {
   const Key* slots = nullptr;    ///< (n) device; nullptr: slot i
   float* const* rows = nullptr;  ///< (n) device: device-visible addresses of host records
   std::int64_t n = 0;
+  float* overflow = nullptr;                  ///< the pool's overflow region (SlotPool), or nullptr
+  std::int64_t first_overflow = kNoOverflow;  ///< SlotPool::slots when there is one
+  /// The record of slot slots[i] (slot i without a list).
+  STRATA_HD float* record(std::int64_t i) const noexcept {
+    return slot_record(base, overflow, first_overflow, stride, slots ? slots[i] : i);
+  }
 };
 
 /// Parameters of a record initialization: records first_slot .. first_slot + n of a pool get the
@@ -160,8 +185,13 @@ static_assert(sizeof(FiniteArgs) <= 4096, "FiniteArgs must fit in the kernel par
 /// (dim 16: 4 lanes, 8 rows per warp).
 std::int32_t gather_lanes_per_row(std::int32_t dim) noexcept;
 
-/// The row source of a slot pool.
+/// The row source of a slot pool (with its overflow region).
 RowSource pool_source(const SlotPool& pool) noexcept;
+/// A whole-record move between the slots of `pool` (its overflow region included) and `packed`.
+RecordArgs record_args(const SlotPool& pool, const Key* slots, std::int64_t n, float* packed) noexcept;
+/// A zero-copy record move between the slots of `pool` (its overflow region included; slots may be
+/// null for slots 0..n-1) and the host records at `rows`.
+HostRecordArgs host_record_args(const SlotPool& pool, const Key* slots, std::int64_t n, float* const* rows) noexcept;
 /// The row source of a host table as RowRef maps it, with `bases` (table.parts of them) as the
 /// addresses the kernels read: the table's own, or their device mappings.
 RowSource host_source(const RowRef& table, float* const* bases) noexcept;

@@ -27,12 +27,17 @@ struct PoolMoves {
   const Pool* pool = nullptr;
   const cache::PartitionedPlan* plan = nullptr;
   Key* wb_slots_dev = nullptr;
-  float* wb_dev = nullptr;   // the write-backs' records, packed on the device
-  float* wb_host = nullptr;  // staged: their pinned copy
+  // The write-backs' records, packed on the device, and (staged) their pinned copy: the dirty
+  // victims' at plan time; the pinned copy, on the same stream, the overflow rows' after the backward.
+  float* wb_dev = nullptr;
+  float* wb_host = nullptr;
+  float* overflow_dev = nullptr;  // the overflow rows' records, packed on the compute stream after the backward
   Key* fill_slots_dev = nullptr;
   float *fill_host = nullptr, *fill_dev = nullptr;  // staged
   float** wb_rows_dev = nullptr;                    // zero-copy transfers: device addresses of the host records
   float** fill_rows_dev = nullptr;
+  Key* overflow_slots_dev = nullptr;  // the plan's overflow rows (bypassed), written back after the backward
+  float** overflow_rows_dev = nullptr;
 };
 
 // The prefetcher's batch (id, keys, plans) with what the device needs to execute it.
@@ -57,6 +62,7 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
         prefetcher_(config.cache.lookahead, static_cast<int>(config.tables.size())),
         core_(config, dev) {
     prefetcher_.set_executor(this);
+    prefetcher_.set_bypass(true);  // rows that do not fit are served outside the cache
   }
 
   Status init(const Topology& topo, const std::vector<int>& tables, HostTableOptions options) {
@@ -129,9 +135,16 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
       dedup_keys(k.keys.data(), k.num_keys(), b->unique[i], scratch_);
       b->keys.push_back({f.table[i], &b->unique[i]});
     }
-    // Refused here: a batch that could not fit even an empty cache. One that passes is planned at
-    // its forward at the latest.
-    STRATA_RETURN_IF_ERROR(prefetcher_.check_fits(*b));
+    // A batch that could not fit even an empty cache bypasses it for the rows that do not fit,
+    // from when it is due; refused only when those rows and its staging could never fit the
+    // device beside the slot pools. Every other batch is planned at its forward at the latest.
+    const std::vector<std::int64_t> beyond = prefetcher_.rows_beyond(*b);
+    std::size_t beyond_bytes = 0;
+    for (std::size_t p = 0; p < beyond.size(); ++p)
+      beyond_bytes += static_cast<std::size_t>(beyond[p]) *
+                      static_cast<std::size_t>(core_.pool(static_cast<int>(p)).view.record_bytes());
+    b->bypass_when_due = beyond_bytes > 0;
+    if (b->bypass_when_due) STRATA_RETURN_IF_ERROR(fits_the_device(*b, beyond, beyond_bytes));
     STRATA_RETURN_IF_ERROR(prefetcher_.submit(*b));
     return std::unique_ptr<EngineBatch>(std::move(b));
   }
@@ -143,19 +156,17 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
     auto& b = static_cast<CachedBatch&>(eb);
     // A deferred plan (and, with lookahead, a plan still waiting for later batches) is made now:
     // the batches before this one that have retired no longer pin their rows.
+    // Rows that do not fit beside the rows pinned by batches in flight bypass the cache (plan()
+    // plans with bypass), so only the device's memory can refuse it.
     {
       Status planned = prefetcher_.plan(b);
       if (!planned.is_ok()) {
         if (planned.code() != StatusCode::kResourceExhausted) return planned;
-        if (prefetcher_.oldest_pending()->executor_refused)
-          return planned.with_context(
-              "forward of batch " + std::to_string(b.id) +
-              ": the device has no room for its staging beside the cache (retire the batches in flight first, "
-              "whose staging it could reuse, or make room on the device: fewer cache rows, a lower "
-              "cache.max_in_flight or smaller batches)");
-        return planned.with_context("forward of batch " + std::to_string(b.id) +
-                                    " waits for batches in flight to retire (backward or discard them first, or give "
-                                    "the cache more rows)");
+        return planned.with_context(
+            "forward of batch " + std::to_string(b.id) +
+            ": the device has no room for its staging and its rows outside the cache beside the cache (retire the "
+            "batches in flight first, whose staging it could reuse, or make room on the device: fewer cache rows, a "
+            "lower cache.max_in_flight or smaller batches)");
       }
     }
     return core_.forward(b, f, outputs, order);
@@ -166,8 +177,11 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
     auto& b = static_cast<CachedBatch&>(eb);
     STRATA_CHECK(b.planned);  // forward came first
     // The core gives the batch's staging back before the prefetcher's retire, which may plan
-    // deferred batches into it.
+    // deferred batches into it: the entry's `drained` is recorded after the overflow rows'
+    // write-back, which uses it, before anything can take it.
+    const gpu::EventView drained = b.st->drained();
     Status applied = core_.backward(b, f, grads, t, order);
+    write_back_overflow(b, drained);
     prefetcher_.retire(b, true);
     if (applied.is_ok()) ++unflushed_;
     return applied;
@@ -282,6 +296,8 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
 
   void staging_stats(StagingBytes& batches, StagingBytes& activations) const override {
     core_.staging_stats(batches, activations);
+    // The pools' overflow regions, once a batch bypassed the cache (kept, as staging is).
+    for (const Pool& pool : core_.pools()) batches.device += pool.overflow.bytes();
     // The flush's own entry, once a flush gave it room (flush() returns with its chunks landed).
     const gpu::StagingSizes f = flush_staging_->capacity();
     if (f.mirrored + f.host_only + f.dev_only > 0) add_staging(f, 1, batches);
@@ -295,39 +311,74 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
  private:
   const TableSpec& spec_of(int table) const { return config_.tables[static_cast<std::size_t>(table)].spec; }
 
-  // Executor: every pool accepted the batch; takes its staging (the plan is committed after this).
+  // The staging of a batch, from its shape, not from the cache's state: its fills, its write-backs
+  // and (`overflow`: when some of its rows are outside the cache) its overflow rows are each at
+  // most its unique rows (a cold cache fills them all), so the staging of a training loop stops
+  // growing after its first batches (gpu/staging.hpp).
+  gpu::StagingSizes staging_want(const CachedBatch& b, bool overflow) const {
+    const std::size_t lists = overflow ? 3 : 2;                // write-backs, fills, overflow rows
+    std::vector<std::size_t> unique(core_.pools().size(), 0);  // per pool
+    for (std::size_t i = 0; i < b.keys.size(); ++i)
+      unique[static_cast<std::size_t>(prefetcher_.where(b.keys[i].table).first)] +=
+          static_cast<std::size_t>(b.unique[i].size());
+    gpu::StagingSizes want;
+    for (std::size_t p = 0; p < unique.size(); ++p) {
+      if (unique[p] == 0) continue;
+      const std::size_t records = unique[p] * static_cast<std::size_t>(core_.pool(static_cast<int>(p)).view.stride);
+      want.mirrored += lists * Staging::bytes_for<Key>(unique[p]);
+      want.dev_only += (overflow ? 2 : 1) * Staging::bytes_for<float>(records);  // write-backs (overflow rows), packed
+      if (zero_copy_[p]) {
+        want.mirrored += lists * Staging::bytes_for<float*>(unique[p]);
+      } else {
+        want.host_only += 2 * Staging::bytes_for<float>(records);
+        want.dev_only += Staging::bytes_for<float>(records);  // fills
+      }
+    }
+    for (std::size_t i = 0; i < b.keys.size(); ++i)
+      add_feature_bytes(b.feats[static_cast<std::size_t>(b.features.feature[i])], b.unique[i].size(), want.mirrored);
+    return want;
+  }
+
+  // submit() of a batch whose rows `beyond` (per pool, beyond_bytes of records) can never be
+  // cached: refused when they and its staging would not fit the device even beside nothing but
+  // the slot pools.
+  Status fits_the_device(const CachedBatch& b, const std::vector<std::int64_t>& beyond,
+                         std::size_t beyond_bytes) const {
+    std::size_t pools = 0, rows = 0;
+    for (std::size_t p = 0; p < beyond.size(); ++p) {
+      pools += core_.pool(static_cast<int>(p)).memory.bytes();
+      rows += static_cast<std::size_t>(beyond[p]);
+    }
+    const gpu::StagingSizes want = staging_want(b, true);
+    const std::size_t need = beyond_bytes + want.mirrored + want.dev_only;
+    const std::size_t capacity = dev_.info().capacity;
+    if (capacity == 0 || need + pools <= capacity) return Status::ok();
+    return Status::resource_exhausted(
+        "batch " + std::to_string(b.id) + ": " + std::to_string(rows) +
+        " of its unique rows do not fit the cache, and with its staging they need " + std::to_string(need) +
+        " bytes of device memory, more than the " + std::to_string(capacity > pools ? capacity - pools : 0) +
+        " bytes the device (" + std::to_string(capacity) + " bytes) leaves beside the slot pools (" +
+        std::to_string(pools) + " bytes); split the batch or give the device more memory");
+  }
+
+  // Executor: every pool accepted the batch; makes room for its overflow rows and takes its
+  // staging (the plan is committed after this).
   Status prepare(cache::Prefetcher::Batch& pb) override {
     auto& b = static_cast<CachedBatch&>(pb);
     b.work.clear();
     b.moves.clear();
+    bool overflow = false;
     for (const auto& part : b.parts) {
       PoolWork w;
       w.pool = part.pool;
       w.feats = part.keys;  // the batch's keys are its features, in order
       b.work.push_back(std::move(w));
       b.moves.emplace_back();
+      overflow = overflow || part.probe.overflow;
+      if (Status r = core_.reserve_overflow(part.pool, part.probe.overflow_records); !r.is_ok())
+        return r.with_context("batch " + std::to_string(b.id));
     }
-    // Staging sizes from the batch's shape, not from the cache's state: its fills and its
-    // write-backs are each at most its unique rows (a cold cache fills them all), so the staging
-    // of a training loop stops growing after its first batches (gpu/staging.hpp).
-    gpu::StagingSizes want;
-    for (const PoolWork& w : b.work) {
-      const Pool& pool = core_.pool(w.pool);
-      std::size_t unique = 0;
-      for (int i : w.feats) unique += static_cast<std::size_t>(b.unique[static_cast<std::size_t>(i)].size());
-      const std::size_t records = unique * static_cast<std::size_t>(pool.view.stride);
-      want.mirrored += 2 * Staging::bytes_for<Key>(unique);
-      want.dev_only += Staging::bytes_for<float>(records);  // write-backs, packed
-      if (zero_copy_[static_cast<std::size_t>(w.pool)]) {
-        want.mirrored += 2 * Staging::bytes_for<float*>(unique);
-      } else {
-        want.host_only += 2 * Staging::bytes_for<float>(records);
-        want.dev_only += Staging::bytes_for<float>(records);  // fills
-      }
-      for (int i : w.feats)
-        add_feature_bytes(b.feats[static_cast<std::size_t>(b.features.feature[static_cast<std::size_t>(i)])],
-                          b.unique[static_cast<std::size_t>(i)].size(), want.mirrored);
-    }
+    const gpu::StagingSizes want = staging_want(b, overflow);
     auto st = core_.staging().take(want);
     if (!st)
       return st.status().with_context("batch " + std::to_string(b.id) + ": staging of " +
@@ -399,6 +450,33 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
     dev_.record(b.st->ready(), copy);
   }
 
+  // After the batch's backward: its rows in overflow slots are packed on the compute stream right
+  // behind its updates (so before any later batch's work there: a row a batch still in flight
+  // shares may be updated next, and a pack on another stream would read it while it is written),
+  // `progress` is recorded again (the packs are the batch's last compute work), and they go home
+  // on the write-back stream after it, through the pinned buffer its dirty victims went through
+  // (the same stream, so those are done). Then `written` (a later fill of such a row, or of the
+  // overflow slot it held, waits for it) and the entry's `drained`. A row a batch still in flight
+  // also uses goes home again after that batch's backward, in stream order, so host memory ends
+  // with the last update. Before the prefetcher's retire frees their slots.
+  void write_back_overflow(CachedBatch& b, gpu::EventView drained) {
+    bool any = false;
+    for (const PoolMoves& m : b.moves) any = any || !m.plan->overflow.empty();
+    if (!any) return;
+    const gpu::StreamView compute = core_.compute(), wb = core_.writeback();
+    for (const PoolMoves& m : b.moves)
+      if (!m.plan->overflow.empty())
+        dev_.pack_records(compute, m.pool->view, m.overflow_slots_dev,
+                          static_cast<std::int64_t>(m.plan->overflow.size()), m.overflow_dev);
+    dev_.record(core_.progress(), compute);
+    dev_.wait(wb, core_.progress());
+    for (const PoolMoves& m : b.moves)
+      if (!m.plan->overflow.empty())
+        transfers_.send_home(wb, *m.pool, m.plan->overflow, m.overflow_dev, m.wb_host, m.overflow_rows_dev);
+    dev_.record(written_.view(), wb);
+    dev_.record(drained, wb);
+  }
+
   // Writes the batch's lookup and update arguments, and the slots and buffers of its transfers,
   // into its staging (`m`: the transfers of the pool of `w`).
   void stage_metadata(CachedBatch& b, const PoolWork& w, PoolMoves& m) {
@@ -410,20 +488,25 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
       b.dev[i] = stage_feature(st, b.feats[static_cast<std::size_t>(b.features.feature[i])],
                                spec_of(b.features.table[i]), b.unique[i], m.plan->unique_slots[j]);
     }
-    const std::size_t W = m.plan->writebacks.size(), F = m.plan->fills.size();
+    const std::size_t W = m.plan->writebacks.size(), F = m.plan->fills.size(), O = m.plan->overflow.size();
     auto wb = st.mirrored<Key>(W);
     for (std::size_t i = 0; i < W; ++i) wb.host[i] = m.plan->writebacks[i].slot;
     m.wb_slots_dev = wb.dev;
     auto fs = st.mirrored<Key>(F);
     for (std::size_t i = 0; i < F; ++i) fs.host[i] = m.plan->fills[i].slot;
     m.fill_slots_dev = fs.dev;
+    auto os = st.mirrored<Key>(O);
+    for (std::size_t i = 0; i < O; ++i) os.host[i] = m.plan->overflow[i].slot;
+    m.overflow_slots_dev = os.dev;
     m.wb_dev = st.dev_only<float>(W * rec);
+    m.overflow_dev = st.dev_only<float>(O * rec);
     if (zero_copy_[static_cast<std::size_t>(w.pool)]) {
       m.wb_rows_dev = transfers_.stage_rows(st, pool, m.plan->writebacks);
       m.fill_rows_dev = transfers_.stage_rows(st, pool, m.plan->fills);
+      m.overflow_rows_dev = transfers_.stage_rows(st, pool, m.plan->overflow);
       return;
     }
-    m.wb_host = st.host_only<float>(W * rec);
+    m.wb_host = st.host_only<float>(std::max(W, O) * rec);  // victims', then overflow rows
     m.fill_host = st.host_only<float>(F * rec);
     m.fill_dev = st.dev_only<float>(F * rec);
   }

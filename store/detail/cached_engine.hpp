@@ -11,7 +11,11 @@
 // and host tables are cache_transfers.hpp's.
 // Before a prefetch touches victim slots, the copy stream waits for the compute stream's latest
 // backward (victims are unpinned, so every batch that used them has had its backward issued).
-// Host sync points: forward (outputs come back), flush, and reuse of a staging entry.
+// Rows that do not fit the cache (beside the rows pinned by batches in flight, or at all) are
+// served from each pool's overflow region (gpu::SlotPool::overflow), filled like misses and
+// written back on the write-back stream after the backward of each batch that uses them.
+// Host sync points: forward (outputs come back), flush, reuse of a staging entry, and growing a
+// pool's overflow region (all three streams).
 
 #include <cstdint>
 #include <memory>

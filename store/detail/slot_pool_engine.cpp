@@ -53,6 +53,35 @@ Status SlotPoolEngine::add_pool(std::int32_t dim, std::int32_t state_dim, std::i
   return Status::ok();
 }
 
+Status SlotPoolEngine::reserve_overflow(int p, std::int64_t records) {
+  Pool& pool = pools_[static_cast<std::size_t>(p)];
+  if (records <= pool.view.overflow_slots) return Status::ok();
+  const std::size_t rec = static_cast<std::size_t>(pool.view.record_bytes());
+  for (const gpu::Stream* s : {&copy_, &writeback_, &compute_})
+    if (*s) STRATA_RETURN_IF_ERROR(dev_.synchronize(s->view()));
+  auto mem = dev_.allocate(2 * static_cast<std::size_t>(records) * rec);
+  std::int64_t got = 2 * records;
+  if (!mem) {
+    mem = dev_.allocate(static_cast<std::size_t>(records) * rec);
+    got = records;
+  }
+  if (!mem)
+    return Status::resource_exhausted(std::to_string(static_cast<std::size_t>(records) * rec) +
+                                      " bytes of device memory for " + std::to_string(records) +
+                                      " rows outside slot pool (dim " + std::to_string(pool.view.dim) + ", state " +
+                                      std::to_string(pool.view.state_dim) + "): " + mem.status().message());
+  gpu::DeviceBuffer grown = std::move(mem).value();
+  if (pool.view.overflow_slots > 0) {
+    dev_.copy_d2d(copy_.view(), grown.data(), pool.view.overflow,
+                  static_cast<std::size_t>(pool.view.overflow_slots) * rec);
+    STRATA_RETURN_IF_ERROR(dev_.synchronize(copy_.view()));
+  }
+  pool.overflow = std::move(grown);  // frees the old region (after the device's work, gpu/device.hpp)
+  pool.view.overflow = pool.overflow.as<float>();
+  pool.view.overflow_slots = got;
+  return Status::ok();
+}
+
 Status SlotPoolEngine::forward(SlotBatch& b, const EngineFeatures& f, const std::vector<MatrixView>& outputs,
                                const CallOrder& order) {
   for (std::size_t i = 0; i < b.dev.size() && !b.act; ++i)

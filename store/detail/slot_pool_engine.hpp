@@ -50,9 +50,10 @@ struct SlotPoolOptions {
 
 class SlotPoolEngine {
  public:
-  /// A slot pool: (slots, stride) records in device memory.
+  /// A slot pool: (slots, stride) records in device memory, and (`cached`) its overflow region.
   struct Pool {
     gpu::DeviceBuffer memory;
+    gpu::DeviceBuffer overflow;  ///< view.overflow: records of the rows served outside the cache
     gpu::SlotPool view;
     std::vector<int> tables;  ///< the global tables it serves (pool-local index -> global table)
   };
@@ -79,6 +80,13 @@ class SlotPoolEngine {
   Status add_pool(std::int32_t dim, std::int32_t state_dim, std::int64_t slots, std::vector<int> tables,
                   const std::string& needs);
 
+  /// Makes pool `p`'s overflow region (gpu::SlotPool::overflow) hold at least `records` records:
+  /// when it holds fewer, waits for the copy, write-back and compute streams (the work queued on
+  /// them may use it), allocates twice `records` (exactly `records` when the device has no room
+  /// for that), copies the records over and frees the old region. Work issued later reads the
+  /// pool's view, so it finds the records where they now are. Out of device memory:
+  /// ResourceExhausted naming the bytes, the region unchanged.
+  Status reserve_overflow(int p, std::int64_t records);
   /// On the compute stream: waits for order.after and b.st->ready(), gathers every pool's
   /// features into `outputs` (indexed like the batch's features, `f.feature`), and finishes them
   /// (finish_outputs: the host waits for host views or a synchronous call). A host view among the

@@ -139,6 +139,67 @@ TEST_P(PolicyConformance, InvalidateDropsOnlyThatTable) {
   EXPECT_EQ(pool.resident(), 1);
 }
 
+// With bypass a probe never refuses: the misses that fit the free slots (and the table's cap) go to
+// cache slots, first come first served, the rest to overflow slots numbered from the pool's slots on.
+// A later batch in flight shares an overflow row (a hit); it is never dirty, counted as written back
+// when an updating batch retires, and leaves with its last pin, the numbers starting over.
+TEST_P(PolicyConformance, BypassPutsTheMissesThatDoNotFitInOverflowSlots) {
+  CachePlanner pool(options(4, GetParam(), {{"a", 0}, {"b", 1}}));
+  const UniqueKeys a = uniq({1, 2, 3}), b = uniq({10, 11});
+  ASSERT_FALSE(pool.probe(0, {{0, &a}, {1, &b}}).is_ok());  // b's cap is 1
+  auto pa = pool.probe(0, {{0, &a}, {1, &b}}, true);
+  ASSERT_TRUE(pa.is_ok()) << pa.status().to_string();
+  EXPECT_EQ(pa.value().overflow_records, 1);
+  const PoolPlan plan_a = pool.commit(std::move(pa).value());
+  ASSERT_EQ(plan_a.overflow.size(), 1u);
+  EXPECT_EQ(plan_a.overflow[0].slot, 4);
+  EXPECT_EQ(plan_a.overflow[0].table, 1);
+  EXPECT_EQ(plan_a.overflow[0].row, 11);
+  EXPECT_EQ(plan_a.unique_slots[1][1], 4);
+  EXPECT_EQ(plan_a.fills.size(), 5u);  // the overflow row is filled like the others
+  EXPECT_EQ(pool.slot_of(1, 11), -1);  // not in the cache
+  EXPECT_EQ(pool.overflow_rows(), 1);
+  EXPECT_EQ(pool.resident(), 4);
+  // b: row 11 is batch a's overflow row (a hit, the same slot); row 12 does not fit b's cap.
+  const UniqueKeys b2 = uniq({11, 12});
+  auto pb = pool.probe(1, {{1, &b2}}, true);
+  ASSERT_TRUE(pb.is_ok());
+  const PoolPlan plan_b = pool.commit(std::move(pb).value());
+  EXPECT_EQ(plan_b.unique_slots[0][0], 4);
+  EXPECT_EQ(plan_b.unique_slots[0][1], 5);
+  EXPECT_EQ(plan_b.hits, 1);
+  EXPECT_EQ(plan_b.misses, 1);
+  ASSERT_EQ(plan_b.fills.size(), 1u);
+  EXPECT_EQ(plan_b.fills[0].slot, 5);
+  EXPECT_EQ(plan_b.overflow.size(), 2u);
+  CacheStats sb = pool.table_stats(1);
+  EXPECT_EQ(sb.bypassed, 3);
+  EXPECT_EQ(sb.accesses, 4);
+  EXPECT_EQ(sb.hits, 1);
+  EXPECT_EQ(sb.misses, 3);
+  pool.retire(plan_a, true);
+  EXPECT_EQ(pool.overflow_rows(), 2);  // row 11 is still batch b's
+  EXPECT_EQ(pool.table_stats(1).writebacks, 1);
+  pool.retire(plan_b, false);
+  EXPECT_EQ(pool.overflow_rows(), 0);
+  EXPECT_EQ(pool.table_stats(1).writebacks, 1);
+  for (const Transfer& t : pool.dirty()) EXPECT_LT(t.slot, 4);  // overflow rows are never dirty
+  EXPECT_EQ(pool.dirty().size(), 4u);
+  // The overflow slots start over: 5 new rows, 4 evict the (dirty) cached ones, 1 is slot 4 again.
+  const UniqueKeys c = uniq({20, 21, 22, 23, 24});
+  auto pc = pool.probe(2, {{0, &c}}, true);
+  ASSERT_TRUE(pc.is_ok());
+  const PoolPlan plan_c = pool.commit(std::move(pc).value());
+  EXPECT_EQ(plan_c.writebacks.size(), 4u);
+  ASSERT_EQ(plan_c.overflow.size(), 1u);
+  EXPECT_EQ(plan_c.overflow[0].slot, 4);
+  EXPECT_EQ(plan_c.overflow[0].row, 24);
+  pool.retire(plan_c, true);
+  const CacheStats s = pool.pool_stats();
+  EXPECT_EQ(s.accesses, s.hits + s.misses);
+  EXPECT_EQ(s.bypassed, 4);
+}
+
 INSTANTIATE_TEST_SUITE_P(Policies, PolicyConformance, ::testing::Values(Policy::kLru, Policy::kLfu, Policy::kLookahead),
                          [](const ::testing::TestParamInfo<Policy>& i) { return std::string(to_string(i.param)); });
 

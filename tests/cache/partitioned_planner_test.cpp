@@ -362,6 +362,44 @@ TEST(PartitionedPlanner, SlotsAreGlobalAndDistinct) {
   EXPECT_EQ(pool.pool_stats().writebacks, 600);
 }
 
+TEST(PartitionedPlanner, OverflowSlotsAreGlobalAndInterleavedAfterThePools) {
+  // 600 rows in a pool of 100 slots in 3 partitions: 100 cached, 500 in overflow slots numbered
+  // from 100 on (partition s's i-th is 100 + 3 i + s), all distinct, within the probe's count.
+  const CachePlannerOptions o = options(100, Policy::kLru, {{"t", 0}});
+  PartitionedPlanner pool(o, 3);
+  std::vector<Key> keys;
+  for (Key k = 0; k < 600; ++k) keys.push_back(k * 7919 % 100003);
+  const UniqueKeys u = dedup_keys(keys.data(), static_cast<std::int64_t>(keys.size()));
+  ASSERT_FALSE(pool.probe(0, {{0, &u}}).is_ok());
+  EXPECT_EQ(pool.rows_beyond({{0, &u}}), 500);
+  auto probe = pool.probe(0, {{0, &u}}, true);
+  ASSERT_TRUE(probe.is_ok()) << probe.status().to_string();
+  EXPECT_TRUE(probe.value().overflow);
+  const std::int64_t records = probe.value().overflow_records;
+  const PartitionedPlan plan = pool.commit(std::move(probe).value());
+  const std::set<Key> slots(plan.unique_slots[0].begin(), plan.unique_slots[0].end());
+  EXPECT_EQ(slots.size(), 600u);
+  EXPECT_LT(*slots.rbegin(), 100 + records);
+  std::set<Key> overflow;
+  for (const Transfer& t : plan.overflow) overflow.insert(t.slot);
+  EXPECT_EQ(overflow.size(), 500u);
+  EXPECT_GE(*overflow.begin(), 100);
+  for (std::size_t i = 0; i < u.keys.size(); ++i) {
+    const Key s = plan.unique_slots[0][i];
+    EXPECT_EQ(s >= 100, overflow.count(s) == 1);
+    EXPECT_EQ(pool.slot_of(0, u.keys[i]), s >= 100 ? -1 : s);
+  }
+  EXPECT_EQ(plan.fills.size(), 600u);
+  EXPECT_EQ(pool.resident(), 100);
+  EXPECT_EQ(pool.overflow_rows(), 500);
+  EXPECT_EQ(pool.pool_stats().bypassed, 500);
+  pool.retire(plan, true);
+  EXPECT_EQ(pool.overflow_rows(), 0);
+  EXPECT_EQ(pool.pinned(), 0);
+  EXPECT_EQ(pool.dirty().size(), 100u);
+  EXPECT_EQ(pool.pool_stats().writebacks, 500);
+}
+
 TEST(PartitionedPlanner, ValidateNamesThePoolTheTableAndTheNumbers) {
   const Status zero = PartitionedPlanner::validate(options(10, Policy::kLru, {{"t", 0}}), 0);
   EXPECT_EQ(zero.code(), StatusCode::kInvalidArgument);

@@ -279,6 +279,113 @@ TEST_P(DeviceTest, GatherPoolAndBackwardMatchHostKernelsBitForBit) {
   }
 }
 
+// A slot pool with an overflow region (SlotPool::overflow: slot s >= slots is its record s - slots)
+// behaves as one pool holding all the records: the gather (with weights, empty bags, two hot rows
+// used more than kHotUses times, one of them in the overflow region), the fused update (warp and
+// block kernels) and the record moves give the same bits as on a whole pool of the same records.
+TEST_P(DeviceTest, OverflowSlotsActAsSlotsOfOnePool) {
+  auto s = dev_->create_stream().value();
+  std::mt19937_64 rng(11);
+  for (Pooling pooling : {Pooling::kSum, Pooling::kNone}) {
+    const std::int32_t dim = 33;
+    OptimizerSpec opt;
+    opt.kind = OptimizerKind::kAdam;
+    opt.learning_rate = 0.1f;
+    const std::int32_t sd = optimizer_state_dim(opt.kind, dim);
+    const std::int64_t slots = 300, kept = 100;  // slots [kept, slots) in the overflow region
+    PoolFixture host = make_pool_data(dim, sd, slots, rng());
+    const auto split_at = host.records.begin() + kept * host.stride;
+    auto whole_buf = upload(host.records, s.view());
+    auto head_buf = upload(std::vector<float>(host.records.begin(), split_at), s.view());
+    auto tail_buf = upload(std::vector<float>(split_at, host.records.end()), s.view());
+    const SlotPool whole{whole_buf.as<float>(), slots, host.stride, dim, sd};
+    const SlotPool split{head_buf.as<float>(), kept, host.stride, dim, sd, tail_buf.as<float>(), slots - kept};
+    std::vector<std::int64_t> offs = {0};
+    std::vector<Key> rows;
+    std::vector<float> wts;
+    const std::int64_t batch = 1200;
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const std::int64_t len = static_cast<std::int64_t>(rng() % 4);  // includes empty bags
+      for (std::int64_t j = 0; j < len; ++j) {
+        rows.push_back(j == 0 ? (b % 2 ? 7 : 250) : static_cast<Key>(rng() % slots));  // rows 7 and 250: hot
+        wts.push_back(static_cast<float>(rng() % 100) / 50.0f);
+      }
+      offs.push_back(static_cast<std::int64_t>(rows.size()));
+    }
+    const auto d_offs = upload(offs, s.view());
+    const auto d_rows = upload(rows, s.view());
+    const auto d_wts = upload(wts, s.view());
+    const std::int64_t out_rows = pooling == Pooling::kNone ? static_cast<std::int64_t>(rows.size()) : batch;
+    std::vector<DeviceBuffer> outs;
+    for (int i = 0; i < 2; ++i) outs.push_back(dev_->allocate(static_cast<std::size_t>(out_rows * dim) * 4).value());
+    const auto lookup = [&](int i) {
+      return std::vector<LookupFeature>{{d_offs.as<std::int64_t>(), batch, d_rows.as<Key>(), d_wts.as<float>(),
+                                         static_cast<std::int64_t>(rows.size()), pooling, outs[i].as<float>()}};
+    };
+    dev_->gather_pool(s.view(), whole, lookup(0));
+    dev_->gather_pool(s.view(), split, lookup(1));
+    const std::size_t out_floats = static_cast<std::size_t>(out_rows * dim);
+    const std::vector<float> want = download<float>(outs[0], out_floats, s.view());
+    const std::vector<float> got = download<float>(outs[1], out_floats, s.view());
+    EXPECT_EQ(std::memcmp(want.data(), got.data(), out_floats * 4), 0) << "gather, pooling " << to_string(pooling);
+
+    const UniqueKeys u = dedup_keys(rows.data(), static_cast<std::int64_t>(rows.size()));
+    std::int64_t hot = 0;
+    for (std::int64_t r = 0; r < u.size(); ++r) {
+      const std::int64_t uses = u.offsets[static_cast<std::size_t>(r) + 1] - u.offsets[static_cast<std::size_t>(r)];
+      hot += uses > kernels::kHotUses;
+    }
+    ASSERT_EQ(hot, 2);
+    std::vector<float> grads(out_floats);
+    for (auto& g : grads) g = static_cast<float>(static_cast<int>(rng() % 200) - 100) / 64.0f;
+    const auto d_slots = upload(u.keys, s.view());  // slot = row
+    const auto d_uoffs = upload(u.offsets, s.view());
+    const auto d_pos = upload(u.positions, s.view());
+    const auto d_bag = upload(bag_of_positions(offs.data(), batch), s.view());
+    const auto d_grads = upload(grads, s.view());
+    UpdateFeature uf;
+    uf.offsets = d_offs.as<std::int64_t>();
+    uf.batch = batch;
+    uf.weights = d_wts.as<float>();
+    uf.num_keys = static_cast<std::int64_t>(rows.size());
+    uf.pooling = pooling;
+    uf.unique_slots = d_slots.as<Key>();
+    uf.unique_offsets = d_uoffs.as<std::int64_t>();
+    uf.positions = d_pos.as<std::int32_t>();
+    uf.bag_of = d_bag.as<std::int32_t>();
+    uf.num_unique = u.size();
+    uf.grads = d_grads.as<float>();
+    uf.step = make_optimizer_step(opt, 3);
+    dev_->backward_update(s.view(), whole, {uf});
+    dev_->backward_update(s.view(), split, {uf});
+    const std::vector<float> updated = download<float>(whole_buf, host.records.size(), s.view());
+    std::vector<float> parts = download<float>(head_buf, static_cast<std::size_t>(kept * host.stride), s.view());
+    const std::vector<float> tail =
+        download<float>(tail_buf, static_cast<std::size_t>((slots - kept) * host.stride), s.view());
+    parts.insert(parts.end(), tail.begin(), tail.end());
+    ASSERT_EQ(parts.size(), updated.size());
+    EXPECT_EQ(std::memcmp(parts.data(), updated.data(), updated.size() * 4), 0)
+        << "update, pooling " << to_string(pooling);
+    EXPECT_NE(std::memcmp(updated.data(), host.records.data(), updated.size() * 4), 0);  // it did update
+
+    // Pack and unpack through overflow slots: records 250 and 5 swap places, as in the whole pool.
+    const auto d_pair = upload(std::vector<Key>{250, 5}, s.view());
+    const auto d_swap = upload(std::vector<Key>{5, 250}, s.view());
+    auto packed = dev_->allocate(2 * static_cast<std::size_t>(host.stride) * 4).value();
+    for (const SlotPool& p : {whole, split}) {
+      dev_->pack_records(s.view(), p, d_pair.as<Key>(), 2, packed.as<float>());
+      dev_->unpack_records(s.view(), p, d_swap.as<Key>(), 2, packed.as<float>());
+    }
+    std::vector<float> moved = download<float>(head_buf, static_cast<std::size_t>(kept * host.stride), s.view());
+    const std::vector<float> moved_tail =
+        download<float>(tail_buf, static_cast<std::size_t>((slots - kept) * host.stride), s.view());
+    moved.insert(moved.end(), moved_tail.begin(), moved_tail.end());
+    EXPECT_EQ(moved, download<float>(whole_buf, host.records.size(), s.view()));
+    EXPECT_EQ(moved[static_cast<std::size_t>(5 * host.stride)], updated[static_cast<std::size_t>(250 * host.stride)]);
+  }
+  EXPECT_TRUE(dev_->status().is_ok()) << dev_->status().to_string();
+}
+
 TEST_P(DeviceTest, PackUnpackMoveWholeRecords) {
   auto s = dev_->create_stream().value();
   PoolFixture host = make_pool_data(5, 5, 64, 3);

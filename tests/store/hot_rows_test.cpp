@@ -2,7 +2,8 @@
 // that every bag uses (a row used more often than kHotUses, so the device kernels reduce it with a
 // block, segment by segment), zipf keys (hot rows of every size), and small dims (several bags per
 // warp in the gather). With the emu backend this runs the cuda backend's kernel source on the CPU
-// grid; with a GPU, the kernels themselves.
+// grid; with a GPU, the kernels themselves. The `tiny` cases give cached tables caches of 1 or 2
+// rows, so hot rows too are read and updated outside the cache (bypass).
 
 #include <gtest/gtest.h>
 
@@ -27,6 +28,7 @@ struct HotCase {
   Placement placement;
   std::int32_t dim;
   bool cuda;
+  bool tiny = false;  ///< caches of 1 or 2 rows; "one" has two rows, both hot, one bypasses the cache
 };
 
 // Zipf(s) over [0, n) by inverse CDF.
@@ -68,7 +70,7 @@ StoreConfig hot_config(const HotCase& c) {
   for (const auto& t : tables) {
     TableConfig tc;
     tc.spec.name = t.name;
-    tc.spec.rows = t.rows;
+    tc.spec.rows = c.tiny && t.rows == 1 ? 2 : t.rows;
     tc.spec.dim = c.dim;
     tc.spec.pooling = t.pooling;
     tc.spec.init.bound = 0.5f;
@@ -83,8 +85,8 @@ StoreConfig hot_config(const HotCase& c) {
   return config;
 }
 
-// A batch of `bags` bags: "one" in every bag (twice in some), zipf:1.05 keys elsewhere, weights on
-// the zipf_sgd table.
+// A batch of `bags` bags: "one" in every bag (twice in some; uniform over its two rows when `tiny`),
+// zipf:1.05 keys elsewhere, weights on the zipf_sgd table.
 KeyBatch hot_batch(std::mt19937_64& rng, const StoreConfig& config, std::int64_t bags) {
   KeyBatch kb;
   for (const auto& t : config.tables) {
@@ -93,9 +95,9 @@ KeyBatch hot_batch(std::mt19937_64& rng, const StoreConfig& config, std::int64_t
     f.offsets.push_back(0);
     const Zipf zipf(t.spec.rows, 1.05);
     for (std::int64_t b = 0; b < bags; ++b) {
-      const int len = t.spec.rows == 1 ? 1 + static_cast<int>(rng() % 2) : static_cast<int>(rng() % 5);
+      const int len = t.spec.rows <= 2 ? 1 + static_cast<int>(rng() % 2) : static_cast<int>(rng() % 5);
       for (int i = 0; i < len; ++i) {
-        f.keys.push_back(zipf(rng));
+        f.keys.push_back(t.spec.rows == 2 ? static_cast<Key>(rng() % 2) : zipf(rng));
         if (t.spec.name == "zipf_sgd") f.weights.push_back(static_cast<float>(rng() % 1000) / 500.0f);
       }
       f.offsets.push_back(static_cast<std::int64_t>(f.keys.size()));
@@ -125,6 +127,7 @@ TEST_P(HotRows, EqualTheReferenceBitForBit) {
       for (const auto& f : kb.features)
         if (f.table == t.spec.name) max_unique = std::max(max_unique, dedup_keys(f.keys.data(), f.num_keys()).size());
     t.cache.rows = std::min(t.spec.rows, max_unique + 2);  // rows are evicted between batches
+    if (c.tiny) t.cache.rows = t.spec.rows == 2 ? 1 : 2;
   }
   auto dev = Store::open(config);
   auto ref = open_reference_store(config);
@@ -143,6 +146,17 @@ TEST_P(HotRows, EqualTheReferenceBitForBit) {
     ASSERT_TRUE((*ref)->backward(i, grads.cviews).is_ok());
   }
   EXPECT_TRUE(same_state(snapshot(**dev), snapshot(**ref)));
+  if (c.tiny) {
+    // Both rows of "one" are used more than kHotUses times in every batch; its cache holds one, the
+    // other is reduced by a block outside the cache.
+    for (const auto& kb : batches)
+      for (const Key row : {Key{0}, Key{1}}) {
+        const auto& keys = kb.features[0].keys;
+        ASSERT_GT(std::count(keys.begin(), keys.end(), row), gpu::kernels::kHotUses);
+      }
+    for (const auto& [name, st] : (*dev)->stats().cache)
+      if (name == "one") EXPECT_EQ(st.bypassed, steps);
+  }
 }
 
 std::vector<HotCase> hot_cases() {
@@ -150,13 +164,16 @@ std::vector<HotCase> hot_cases() {
   for (bool cuda : {false, true})
     for (Placement p : {Placement::kCpu, Placement::kOffload, Placement::kCached, Placement::kGpu, Placement::kHybrid})
       for (std::int32_t dim : {4, 16, 48, 160}) v.push_back({p, dim, cuda});
+  for (bool cuda : {false, true})
+    for (Placement p : {Placement::kCached, Placement::kHybrid})
+      for (std::int32_t dim : {4, 48, 160}) v.push_back({p, dim, cuda, true});
   return v;
 }
 
 INSTANTIATE_TEST_SUITE_P(Placements, HotRows, ::testing::ValuesIn(hot_cases()),
                          [](const ::testing::TestParamInfo<HotCase>& i) {
                            return std::string(i.param.cuda ? "cuda_" : "emu_") + to_string(i.param.placement) + "_dim" +
-                                  std::to_string(i.param.dim);
+                                  std::to_string(i.param.dim) + (i.param.tiny ? "_tiny" : "");
                          });
 
 }  // namespace

@@ -2,8 +2,9 @@
 // and `hybrid` tables on the emu device (and cuda when a GPU is visible) against the reference, on randomized
 // multi-table workloads: caches sized to a few batches so rows are evicted and written back all the
 // time, every policy, lookahead depths 0..8, pools planned in 1..4 partitions, duplicate keys, empty
-// bags, random stream delays, and flush/save/load in the middle of training; and caches too small
-// for the batches in flight, whose plans wait for batches to retire (CacheStats::deferred); outputs
+// bags, random stream delays, and flush/save/load in the middle of training; caches too small
+// for the batches in flight, whose plans wait for batches to retire (CacheStats::deferred); caches
+// of 1..10 rows against batches of hundreds of distinct rows, which bypass them (CacheStats::bypassed); outputs
 // and gradients in host or device memory, passed by synchronous or stream-ordered calls (the strict
 // emu device kills a host dereference of device memory). Results must be bit-exact.
 #include <gtest/gtest.h>
@@ -27,6 +28,7 @@ struct ModeCase {
   int seed;
   bool cuda;
   bool overflow = false;  // caches hold one batch, not `depth`: plans are deferred
+  bool bypass = false;    // caches of 1..10 rows, batches of hundreds of rows: rows bypass the caches
 };
 
 class ModeEquivalence : public ::testing::TestWithParam<ModeCase> {};
@@ -42,6 +44,11 @@ TEST_P(ModeEquivalence, OutputsAndFinalStateEqualTheReference) {
   if (mc.cuda) STRATA_SKIP_WITHOUT_CUDA_GPU();
   std::mt19937_64 rng(static_cast<std::uint64_t>(mc.seed) * 7919 + 13);
   StoreConfig config = random_config(rng, 1 + static_cast<int>(rng() % 4));
+  // Bypass cases draw from a generator of their own too: tables of hundreds of rows, batches of
+  // hundreds of keys, caches of a few rows.
+  std::mt19937_64 bypass_rng(static_cast<std::uint64_t>(mc.seed) * 71 + 29);
+  if (mc.bypass)
+    for (auto& t : config.tables) t.spec.rows = 200 + static_cast<std::int64_t>(bypass_rng() % 800);
   const int steps = 8;
   // Overflow cases draw from a generator of their own, so the other cases stay as they were.
   std::mt19937_64 overflow_rng(static_cast<std::uint64_t>(mc.seed) * 131 + 3);
@@ -50,7 +57,9 @@ TEST_P(ModeEquivalence, OutputsAndFinalStateEqualTheReference) {
   const int depth = mc.overflow ? 2 + static_cast<int>(overflow_rng() % 3) : drawn_depth;
   std::vector<KeyBatch> batches;
   for (int i = 0; i < steps; ++i)
-    batches.push_back(random_batch(rng, config, 1 + static_cast<std::int64_t>(rng() % 40)));
+    batches.push_back(random_batch(
+        rng, config,
+        (mc.bypass ? 60 + static_cast<std::int64_t>(bypass_rng() % 100) : 1) + static_cast<std::int64_t>(rng() % 40)));
 
   // Placement per table; cached tables get a cache just big enough for `depth` batches in flight.
   config.cache.policy = static_cast<cache::Policy>(rng() % 3);
@@ -68,6 +77,8 @@ TEST_P(ModeEquivalence, OutputsAndFinalStateEqualTheReference) {
     t.placement = static_cast<Placement>(rng() % 5);
     if (mc.overflow && &t == &config.tables[0])
       t.placement = overflow_rng() % 2 ? Placement::kCached : Placement::kHybrid;
+    if (mc.bypass && (&t == &config.tables[0] || bypass_rng() % 2))
+      t.placement = bypass_rng() % 2 ? Placement::kCached : Placement::kHybrid;
     if (t.placement != Placement::kCached && t.placement != Placement::kHybrid) continue;
     std::int64_t max_unique = 1;
     for (const auto& kb : batches)
@@ -75,6 +86,7 @@ TEST_P(ModeEquivalence, OutputsAndFinalStateEqualTheReference) {
         if (f.table == t.spec.name) max_unique = std::max(max_unique, dedup_keys(f.keys.data(), f.num_keys()).size());
     t.cache.rows = std::min(t.spec.rows, max_unique * (mc.overflow ? 1 : depth) + static_cast<std::int64_t>(rng() % 3));
     t.cache.cap = rng() % 4 == 0;
+    if (mc.bypass) t.cache.rows = 1 + static_cast<std::int64_t>(bypass_rng() % 10);
   }
   // Half the stores plan each slot pool in 2..4 partitions (cache/partitioned_planner.hpp), drawn from a
   // generator of their own so the other draws stay as they were. A shard holds 1/S of the slots
@@ -167,6 +179,11 @@ TEST_P(ModeEquivalence, OutputsAndFinalStateEqualTheReference) {
   }
   EXPECT_EQ(out_dev.data, out_ref.data);
   EXPECT_TRUE(same_state(snapshot(**dev), snapshot(**ref)));
+  if (mc.bypass) {
+    std::int64_t bypassed = 0;
+    for (const auto& [name, st] : (*dev)->stats().cache) bypassed += st.bypassed;
+    EXPECT_GT(bypassed, 0);
+  }
   std::filesystem::remove_all(ckpt_dev);
   std::filesystem::remove_all(ckpt_ref);
 }
@@ -177,13 +194,15 @@ std::vector<ModeCase> cases() {
   for (int s = 0; s < 10; ++s) v.push_back({s, true});
   for (int s = 80; s < 120; ++s) v.push_back({s, false, true});
   for (int s = 10; s < 14; ++s) v.push_back({s, true, true});
+  for (int s = 120; s < 144; ++s) v.push_back({s, false, false, true});
+  for (int s = 14; s < 17; ++s) v.push_back({s, true, false, true});
   return v;
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, ModeEquivalence, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<ModeCase>& i) {
                            return std::string(i.param.cuda ? "cuda_" : "emu_") + (i.param.overflow ? "overflow_" : "") +
-                                  std::to_string(i.param.seed);
+                                  (i.param.bypass ? "bypass_" : "") + std::to_string(i.param.seed);
                          });
 
 }  // namespace

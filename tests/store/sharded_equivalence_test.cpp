@@ -65,6 +65,17 @@ std::vector<ShardCase> cases() {
       c.tight = true;
       out.push_back(c);
     }
+  // Caches of 1..10 rows against batches of hundreds of rows: rows bypass the caches, over 1..4 ranks.
+  for (int world = 1; world <= 4; ++world)
+    for (int repeat = 0; repeat < 2; ++repeat) {
+      ShardCase c;
+      c.world = world;
+      c.placement = static_cast<int>(Placement::kHybrid);
+      c.seed = seed++;
+      c.steps = 4;
+      c.tiny = true;
+      out.push_back(c);
+    }
   return out;
 }
 

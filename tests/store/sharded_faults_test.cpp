@@ -150,25 +150,53 @@ TEST(ShardedFaults, ABadBatchOnOneRankFailsEveryRankWithItsReason) {
   }
 }
 
-TEST(ShardedFaults, ACacheThatRefusesTheServedKeysFailsEveryRank) {
-  // Rank 1 serves the odd keys of both ranks: more unique rows than its cache holds.
+// The served keys beyond a rank's cache bypass it; a rank whose device cannot hold them at all
+// refuses the batch, and so does every rank. (A batch beyond a rank's cache used to be refused.)
+TEST(ShardedFaults, ADeviceThatCannotHoldTheServedKeysFailsEveryRank) {
+  // Rank 1 serves the odd keys of both ranks: 8000 rows of 512 bytes beyond its cache of 5 rows,
+  // more than its device of 1 MiB holds.
   std::vector<Status> got(2);
   on_ranks(2, 5000, [&](int r, auto comm) {
     StoreConfig c = two_tables(Placement::kHybrid);
+    c.device.capacity = 1 << 20;
+    c.tables[0].spec.rows = 20000;
+    c.tables[0].spec.dim = 128;
     c.tables[0].cache.rows = 5;
     c.tables[0].cache.cap = true;  // the pool is shared with 'item': cap the table itself
     auto store = Store::open(c, comm);
-    ASSERT_TRUE(store.is_ok());
+    ASSERT_TRUE(store.is_ok()) << store.status().to_string();
     std::vector<Key> keys;
-    for (Key k = 1; k < 14; k += 2) keys.push_back(k + 14 * r);
+    for (Key k = 0; k < 4000; ++k) keys.push_back(2 * (k + 4000 * r) + 1);
     got[static_cast<std::size_t>(r)] = (*store)->submit(1, batch_of(keys));
     EXPECT_EQ((*store)->in_flight(), 0);
   });
   for (const Status& s : got) EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.to_string();
-  EXPECT_EQ(got[1].message(), "rank 1: batch 1, table 'user': 14 unique rows exceed the table's cache cap of 5 rows");
-  EXPECT_EQ(got[0].message(),
-            "submit(1) failed on another rank (rank 1: rank 1: batch 1, table 'user': 14 unique rows exceed the "
-            "table's cache cap of 5 rows)");
+  EXPECT_EQ(got[1].message().rfind("rank 1: batch 1: 7995 of its unique rows do not fit the cache", 0), 0u)
+      << got[1].message();
+  EXPECT_EQ(got[0].message().rfind("submit(1) failed on another rank (rank 1: rank 1: batch 1: 7995 of its", 0), 0u)
+      << got[0].message();
+}
+
+// The same keys on a device that holds them train on both ranks.
+TEST(ShardedFaults, ServedKeysBeyondARanksCacheBypassIt) {
+  std::vector<Status> got(2);
+  std::vector<std::int64_t> bypassed(2);
+  on_ranks(2, 5000, [&](int r, auto comm) {
+    StoreConfig c = two_tables(Placement::kHybrid);
+    c.tables[0].cache.rows = 5;
+    c.tables[0].cache.cap = true;
+    auto store = Store::open(c, comm);
+    ASSERT_TRUE(store.is_ok()) << store.status().to_string();
+    std::vector<Key> keys;
+    for (Key k = 1; k < 14; k += 2) keys.push_back(k + 14 * r);
+    ASSERT_TRUE((*store)->submit(1, batch_of(keys)).is_ok());
+    std::vector<float> out(8), grad(8, 0.25f);
+    ASSERT_TRUE((*store)->forward(1, {{out.data(), 1, 8}}).is_ok());
+    got[static_cast<std::size_t>(r)] = (*store)->backward(1, {{grad.data(), 1, 8}});
+    for (const auto& [name, st] : (*store)->stats().cache) bypassed[static_cast<std::size_t>(r)] += st.bypassed;
+  });
+  for (const Status& s : got) EXPECT_TRUE(s.is_ok()) << s.to_string();
+  EXPECT_EQ(bypassed[1], 9);  // 14 rows served by rank 1, its cap 5
 }
 
 // A backward refused on one rank (NaN gradients there) leaves the batch in flight on every rank:
