@@ -181,16 +181,19 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
     // write-back, which uses it, before anything can take it.
     const gpu::EventView drained = b.st->drained();
     Status applied = core_.backward(b, f, grads, t, order);
-    write_back_overflow(b, drained);
+    sent_overflow_ = write_back_overflow(b, drained);
     prefetcher_.retire(b, true);
     if (applied.is_ok()) ++unflushed_;
     return applied;
   }
 
   // The call's update stays on the failed device: host memory holds the table as of the last
-  // flush, which is what the store now holds it to be.
+  // flush, which is what the store now holds it to be. Unless the call already sent its overflow
+  // rows home with the update applied (another engine's backward failed after this one's): host
+  // memory then holds an update the store does not count, so the call stays counted and a read
+  // after the fault reports DataLoss rather than that mix.
   void backward_not_applied() override {
-    if (unflushed_ > 0) --unflushed_;
+    if (unflushed_ > 0 && !sent_overflow_) --unflushed_;
   }
 
   Status discard(EngineBatch& eb, const KeyBatch&, const EngineFeatures&) override {
@@ -459,10 +462,11 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
   // overflow slot it held, waits for it) and the entry's `drained`. A row a batch still in flight
   // also uses goes home again after that batch's backward, in stream order, so host memory ends
   // with the last update. Before the prefetcher's retire frees their slots.
-  void write_back_overflow(CachedBatch& b, gpu::EventView drained) {
+  // Returns whether it sent any row.
+  bool write_back_overflow(CachedBatch& b, gpu::EventView drained) {
     bool any = false;
     for (const PoolMoves& m : b.moves) any = any || !m.plan->overflow.empty();
-    if (!any) return;
+    if (!any) return false;
     const gpu::StreamView compute = core_.compute(), wb = core_.writeback();
     for (const PoolMoves& m : b.moves)
       if (!m.plan->overflow.empty())
@@ -475,6 +479,7 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
         transfers_.send_home(wb, *m.pool, m.plan->overflow, m.overflow_dev, m.wb_host, m.overflow_rows_dev);
     dev_.record(written_.view(), wb);
     dev_.record(drained, wb);
+    return true;
   }
 
   // Writes the batch's lookup and update arguments, and the slots and buffers of its transfers,
@@ -546,6 +551,7 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
   DedupScratch scratch_;
   gpu::StagingSizes flush_largest_;  // during a flush: the staging its largest chunk needs
   std::int64_t unflushed_ = 0;       // backward calls applied since the last complete flush
+  bool sent_overflow_ = false;       // the last backward sent overflow rows home
   // The pools, the copy, write-back and compute streams, the lookups and updates. Last: destroyed
   // first, it waits for its streams before the host tables and staging above go.
   SlotPoolEngine core_;

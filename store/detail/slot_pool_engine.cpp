@@ -59,12 +59,11 @@ Status SlotPoolEngine::reserve_overflow(int p, std::int64_t records) {
   const std::size_t rec = static_cast<std::size_t>(pool.view.record_bytes());
   for (const gpu::Stream* s : {&copy_, &writeback_, &compute_})
     if (*s) STRATA_RETURN_IF_ERROR(dev_.synchronize(s->view()));
-  auto mem = dev_.allocate(2 * static_cast<std::size_t>(records) * rec);
-  std::int64_t got = 2 * records;
-  if (!mem) {
-    mem = dev_.allocate(static_cast<std::size_t>(records) * rec);
-    got = records;
-  }
+  // Exactly what the plan needs, no headroom: a region that took more than its batch needs could
+  // leave no room for that batch's staging, taken next, and never shrinks, so the batch would be
+  // refused at every forward. It grows again only when a batch needs more (warm-up).
+  auto mem = dev_.allocate(static_cast<std::size_t>(records) * rec);
+  const std::int64_t got = records;
   if (!mem)
     return Status::resource_exhausted(std::to_string(static_cast<std::size_t>(records) * rec) +
                                       " bytes of device memory for " + std::to_string(records) +

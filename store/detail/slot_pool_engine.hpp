@@ -82,10 +82,10 @@ class SlotPoolEngine {
 
   /// Makes pool `p`'s overflow region (gpu::SlotPool::overflow) hold at least `records` records:
   /// when it holds fewer, waits for the copy, write-back and compute streams (the work queued on
-  /// them may use it), allocates twice `records` (exactly `records` when the device has no room
-  /// for that), copies the records over and frees the old region. Work issued later reads the
-  /// pool's view, so it finds the records where they now are. Out of device memory:
-  /// ResourceExhausted naming the bytes, the region unchanged.
+  /// them may use it), allocates exactly `records` (no headroom: the batch's staging is
+  /// taken after it, and the region never shrinks), copies the records over and frees the old region. Work issued later
+  /// reads the pool's view, so it finds the records where they now are. Out of device memory: ResourceExhausted naming
+  /// the bytes, the region unchanged.
   Status reserve_overflow(int p, std::int64_t records);
   /// On the compute stream: waits for order.after and b.st->ready(), gathers every pool's
   /// features into `outputs` (indexed like the batch's features, `f.feature`), and finishes them
