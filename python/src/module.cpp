@@ -268,6 +268,7 @@ class PyStore {
       d["bytes_filled"] = c.bytes_filled;
       d["bytes_written_back"] = c.bytes_written_back;
       d["deferred"] = c.deferred;
+      d["bypassed"] = c.bypassed;
       d["hit_rate"] = c.hit_rate();
       cache[py::str(name)] = d;
     }

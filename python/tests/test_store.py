@@ -141,6 +141,19 @@ def test_stats_of_a_cached_store():
         s.discard(i)
     st = s.stats()
     assert st["device"] == "emu" and st["cache"]["a"]["accesses"] > 0 and st["links"]["h2d"] > 0
+    assert st["cache"]["a"]["bypassed"] == 0  # every batch's rows fit the 13 cache rows
+
+
+def test_a_batch_larger_than_the_cache_trains_and_counts_its_bypassed_rows():
+    s = strata.Store(config([table("a", 20, 4, mode="cached", cache_rows=2)], "cached"))
+    ref = strata.Store(config([table("a", 20, 4)]))
+    batch = {"a": {"keys": np.arange(20, dtype=np.int64), "lengths": np.full(5, 4, np.int64)}}
+    for st in (s, ref):
+        st.submit(0, batch)
+        out = st.forward(0)
+        st.backward(0, [np.ones_like(out[0])])
+    np.testing.assert_array_equal(s.read_rows("a")[0], ref.read_rows("a")[0])
+    assert s.stats()["cache"]["a"]["bypassed"] == 18  # 20 distinct rows, 2 cache rows
 
 
 def read_only(shape):
