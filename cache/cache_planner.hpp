@@ -52,7 +52,7 @@ struct CacheStats {
   std::int64_t hits = 0;                ///< of which already resident
   std::int64_t misses = 0;              ///< of which filled from the host
   std::int64_t evictions = 0;           ///< resident rows dropped to make room
-  std::int64_t writebacks = 0;          ///< dirty rows copied back to the host (evictions and flushes)
+  std::int64_t writebacks = 0;          ///< rows copied back to the host (dirty evictions, flushes, bypassed rows)
   std::int64_t bytes_filled = 0;        ///< record bytes moved host -> device
   std::int64_t bytes_written_back = 0;  ///< record bytes moved device -> host
   /// Of the accesses, those served outside the cache: misses that did not fit it (beside the rows
