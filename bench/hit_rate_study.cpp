@@ -41,12 +41,12 @@
 #include <utility>
 #include <vector>
 
-#include "bench/workload.hpp"
 #include "cache/analysis.hpp"
 #include "cache/cache_planner.hpp"
 #include "cache/policy.hpp"
 #include "cache/prefetcher.hpp"
 #include "host/dedup.hpp"
+#include "toolkit/workload.hpp"
 
 namespace strata::bench {
 namespace {

@@ -41,19 +41,19 @@
 #include "dispatch/local_communicator.hpp"
 #include "dispatch/mpi_communicator.hpp"
 
-#include "bench/batch_source.hpp"
-#include "bench/bounded_input.hpp"
-#include "bench/cli_flags.hpp"
-#include "bench/criteo_tsv.hpp"
-#include "bench/gather_probe.hpp"
-#include "bench/machine_info.hpp"
-#include "bench/report_html.hpp"
-#include "bench/workload.hpp"
 #include "gpu/device.hpp"
 #include "host/host_table.hpp"
 #include "store/cost_model.hpp"
 #include "store/detail/file_io.hpp"
 #include "store/store.hpp"
+#include "toolkit/batch_source.hpp"
+#include "toolkit/bounded_input.hpp"
+#include "toolkit/cli_flags.hpp"
+#include "toolkit/criteo_tsv.hpp"
+#include "toolkit/gather_probe.hpp"
+#include "toolkit/machine_info.hpp"
+#include "toolkit/report_html.hpp"
+#include "toolkit/workload.hpp"
 
 #ifndef STRATA_VERSION
 #define STRATA_VERSION "unknown"
@@ -325,7 +325,7 @@ std::vector<PoolSize> slot_pools(const StoreConfig& c) {
   return pools;
 }
 
-// ---- the gather limit (bench/gather_probe.hpp) ----
+// ---- the gather limit (toolkit/gather_probe.hpp) ----
 
 /// Largest gather-probe table: a workload's tables of one dim beyond this are folded into it (row
 /// indices taken modulo its rows). 2 GiB is far beyond any last-level cache, and filling it takes
@@ -1295,7 +1295,7 @@ std::string human_bytes(double b) {
   return buf;
 }
 
-// The HTML report's document (bench/report_html.hpp) from the JSON results.
+// The HTML report's document (toolkit/report_html.hpp) from the JSON results.
 json report_document(const json& j) {
   json report;
   std::string modes;

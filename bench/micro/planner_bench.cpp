@@ -24,10 +24,10 @@
 
 #include <tbb/task_arena.h>
 
-#include "bench/workload.hpp"
 #include "cache/partitioned_planner.hpp"
 #include "cache/prefetcher.hpp"
 #include "host/dedup.hpp"
+#include "toolkit/workload.hpp"
 
 namespace strata {
 namespace {

@@ -2,7 +2,7 @@
 """Peer benchmark: torch.nn.EmbeddingBag (CPU) replaying a Strata raw key trace.
 
 Reads a trace written by strata::bench::write_batches_raw (format "STRKEYS1", documented in
-bench/workload.hpp), builds one EmbeddingBag(rows, dim, mode='sum') per table in the trace, and
+toolkit/workload.hpp), builds one EmbeddingBag(rows, dim, mode='sum') per table in the trace, and
 measures
   (a) forward only (under torch.no_grad): median wall time per step, cycling through the batches;
   (b) a training step with EmbeddingBag(sparse=True) + torch.optim.SGD(lr): forward,

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "bench/criteo_tsv.hpp"
-#include "bench/trace.hpp"
 #include "tests/bench/run_program.hpp"
+#include "toolkit/criteo_tsv.hpp"
+#include "toolkit/trace.hpp"
 
 namespace {
 

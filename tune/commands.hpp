@@ -1,0 +1,82 @@
+#pragma once
+// The subcommands of strata-tune, as functions of their parsed arguments (the main program only
+// parses the command line: every integer flag a plain decimal in its range, toolkit/cli_flags.hpp).
+// Each returns the process exit code: 0 on success, 2 for bad input (one line on stderr, before any
+// long work and before any count is allocated), 1 when the work itself fails.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace strata::tune {
+
+/// Arguments of `strata-tune calibrate`.
+struct CalibrateArgs {
+  std::string out;                                ///< profile file to write; empty: stdout
+  std::string from = "h200-pcie5";                ///< profile (name in bench/profiles or a file) giving the GPU numbers
+  std::string name;                               ///< the new profile's name; empty: "calibrated-<from's name>"
+  std::string row_bytes = "64,128,256,512,1024";  ///< gather row sizes, a comma-separated list (every item given)
+  int probe_mib = 512;                            ///< MiB of each probe table (the probes within usable memory)
+  std::int64_t lookups = std::int64_t{1} << 20;   ///< rows gathered per timed pass (within usable memory)
+  int threads = 0;      ///< per NUMA node, in [0, 4 x the hardware threads] (0: the node's cores)
+  std::string command;  ///< the command line as typed, for the sources
+};
+
+/// The keys of `plan` and `validate`: exactly one of workload, trace and criteo.
+struct InputArgs {
+  std::string workload;                ///< workload JSON file, or inline JSON starting with '{'
+  std::string trace;                   ///< STRTRACE file
+  std::string criteo;                  ///< Criteo TSV file
+  std::string tables = "criteo";       ///< criteo: the table set (as strata-bench --tables)
+  std::int64_t criteo_rows = 1953125;  ///< criteo: total rows of the "criteo" set (bench::kCriteoDefaultMaxRows)
+  std::int64_t batch = 8192;           ///< criteo: samples per step (strata-bench's default --batch)
+  bool criteo_label = true;            ///< criteo: lines start with the label
+  int dim = 64;                        ///< trace, criteo: dim of every table
+  std::int64_t steps = 0;  ///< workload: steps (0: twice its distinct batches); their keys within usable memory
+  double sample = 1.0;     ///< spatial sampling rate of the keys (1: exact curves)
+  std::int64_t sample_check_keys = std::int64_t{1} << 22;  ///< sampled: exact keys the error is measured on
+};
+
+/// Arguments of `strata-tune plan`.
+struct PlanArgs {
+  InputArgs input;
+  std::string profile = "h200-pcie5";
+  std::string ranks = "1";  ///< ranks (GPUs) of the world, an integer >= 1 (> 1: every table gpu or hybrid, sharded)
+  std::optional<std::string> hbm_budget;   ///< per rank; none: the profile's HBM capacity (of one GPU)
+  std::optional<std::string> host_budget;  ///< per rank; none: the profile's host memory over the ranks sharing it
+  std::string optimizer = "sgd";
+  int max_in_flight = 8;           ///< >= 1
+  int threads = 0;                 ///< store worker threads, in [0, kMaxThreads] (0: all cores)
+  int points = 16;                 ///< curve points per table, in [2, kMaxCurvePoints]
+  int belady_points = 4;           ///< curve points per table with Belady's optimum, in [0, kMaxCurvePoints] (0: none)
+  std::string trainer = "device";  ///< where the trainer's dense model lives: device | host
+  std::string out;                 ///< plan.json
+  std::string html;                ///< report.html
+  std::string json;                ///< report.json (the plan's numbers; plan.json is the store config)
+  bool progress = true;            ///< progress lines on stderr when it is a terminal
+};
+
+/// Arguments of `strata-tune validate`.
+struct ValidateArgs {
+  std::string plan;  ///< the plan (a store config, as `plan --out` writes it)
+  InputArgs input;   ///< the keys (dims, optimizers and threads are the plan's)
+  std::string profile = "h200-pcie5";
+  std::int64_t steps =
+      0;  ///< timed training steps, in [0, bench::kMaxSteps] (0: half the source's batches, at least 1)
+  std::string backend = "auto";    ///< strata-bench --backend
+  std::string trainer = "device";  ///< strata-bench --trainer: device | host
+  std::string ranks = "1";         ///< strata-bench --ranks: thread ranks of a plan made with plan --ranks
+  std::string bench;               ///< the strata-bench program (empty: the one next to strata-tune)
+  std::string out;                 ///< JSON output
+  bool progress = true;
+};
+
+/// Resolves --profile/--from: an existing file as is, else bench/profiles/NAME.json.
+std::string profile_path(const std::string& name_or_path);
+
+int run_calibrate(const CalibrateArgs& args);
+int run_plan(const PlanArgs& args);
+int run_validate(const ValidateArgs& args);
+
+}  // namespace strata::tune

@@ -1,0 +1,26 @@
+#pragma once
+// The keys `strata-tune plan` and `validate` read, from their command-line arguments
+// (commands.hpp's InputArgs): a workload, a STRTRACE trace or a Criteo TSV file.
+
+#include <vector>
+
+#include "toolkit/workload.hpp"
+#include "tune/commands.hpp"
+#include "tune/tune_input.hpp"
+
+namespace strata::tune {
+
+/// Checks the arguments alone (exactly one source, a rate in (0, 1], ...); reads nothing.
+Status check_input_args(const InputArgs& args);
+
+/// The workload of --workload (a file, or inline JSON starting with '{'), validated.
+Result<bench::WorkloadSpec> workload_of(const std::string& text_or_path);
+
+/// The tables of the source (names, rows, dims) from what is cheap to read: the trace's header,
+/// the Criteo table set, the workload. For checks before the long work.
+Result<std::vector<bench::TableShape>> input_tables(const InputArgs& args);
+
+/// Reads the keys (tune_input.hpp), every table with `optimizer`.
+Result<TuneInput> load_input(const InputArgs& args, OptimizerKind optimizer, const ProgressFn& progress);
+
+}  // namespace strata::tune

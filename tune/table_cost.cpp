@@ -1,0 +1,520 @@
+#include "tune/table_cost.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "host/host_table.hpp"
+
+namespace strata::tune {
+
+void add_bytes(StepBytes& total, const StepBytes& b) {
+  total.hbm_read += b.hbm_read;
+  total.hbm_write += b.hbm_write;
+  total.h2d += b.h2d;
+  total.d2h += b.d2h;
+  total.host_read += b.host_read;
+  total.host_write += b.host_write;
+  total.host_remote += b.host_remote;
+  total.all_to_all += b.all_to_all;
+  total.launches += b.launches;
+  total.host_cpu_read += b.host_cpu_read;
+  total.host_cpu_write += b.host_cpu_write;
+  total.host_gathers.insert(total.host_gathers.end(), b.host_gathers.begin(), b.host_gathers.end());
+}
+
+void scale_bytes(StepBytes& b, double f) {
+  for (double* x : {&b.hbm_read, &b.hbm_write, &b.h2d, &b.d2h, &b.host_read, &b.host_write, &b.host_remote,
+                    &b.all_to_all, &b.launches, &b.host_cpu_read, &b.host_cpu_write})
+    *x *= f;
+  for (RowGather& g : b.host_gathers) g.rows *= f;
+}
+
+namespace {
+
+// Random host rows read (`read`) or written.
+void host_rows(StepBytes& b, double rows, double row_bytes, bool read) {
+  if (rows <= 0) return;
+  (read ? b.host_read : b.host_write) += rows * row_bytes;
+  b.host_gathers.push_back({rows, row_bytes});
+}
+
+// The table alone in `placement`, as the store maps its host records (several ranks: rank 0's
+// shard, sharded row-wise).
+Result<HostTableMemory> host_memory(const TableSpec& spec, Placement placement, const CostOptions& o) {
+  StoreConfig one;
+  one.threads = o.threads;
+  TableConfig tc;
+  tc.spec = spec;
+  tc.placement = placement;
+  one.tables.push_back(tc);
+  return host_table_memory(one, o.numa_nodes, o.ranks > 1 ? o.ranks : 0, 0);
+}
+
+// Per-row sizes of a table: row, record (row and optimizer state) and padded record bytes.
+struct RowSizes {
+  double row = 0, record = 0, stride = 0;
+};
+
+RowSizes sizes_of(const TableSpec& spec) {
+  const double state = optimizer_state_dim(spec.optimizer.kind, spec.dim);
+  return {4.0 * spec.dim, 4.0 * (spec.dim + state),
+          4.0 * static_cast<double>(record_stride(spec.dim, static_cast<std::int32_t>(state)))};
+}
+
+// A device copy of `n` bytes: over PCIe, and written into (H2D) or read from (D2H) HBM.
+void copy_h2d(StepBytes& b, double n) {
+  b.h2d += n;
+  b.hbm_write += n;
+}
+void copy_d2h(StepBytes& b, double n) {
+  b.d2h += n;
+  b.hbm_read += n;
+}
+
+// Pooled rows of a batch: one per bag, or one per key without pooling.
+double pooled_rows(const TableSpec& spec, const BatchKeys& k) {
+  return static_cast<double>(spec.pooling == Pooling::kNone ? k.keys : k.bags);
+}
+
+// The gather kernel (gpu/device.cpp: gather_pool): K rows and the index read, P rows written.
+void gather(StepBytes& b, const BatchKeys& k, double row, double out_rows) {
+  const double K = static_cast<double>(k.keys);
+  b.hbm_read += K * row + 8.0 * (static_cast<double>(k.bags) + 1) + K * (8.0 + (k.weights > 0 ? 4.0 : 0.0));
+  b.hbm_write += out_rows * row;
+}
+
+// The store's NaN/Inf count of device gradients (store/detail/finite_check.cpp): the gradients
+// read, one 8-byte count per view written and copied D2H.
+void finite_check(StepBytes& b, double grad_bytes, const CostOptions& o) {
+  if (!o.check_finite || grad_bytes <= 0) return;
+  b.hbm_read += grad_bytes;
+  b.hbm_write += 8;
+  copy_d2h(b, 8);
+}
+
+// The CPU optimizer: U records read and written by CPU threads.
+void cpu_optimizer(StepBytes& b, double distinct, double record) {
+  host_rows(b, distinct, record, true);
+  host_rows(b, distinct, record, false);
+  b.host_cpu_read += distinct * record;
+  b.host_cpu_write += distinct * record;
+}
+
+// A cache's fills and write-backs of one batch (store/detail/cached_engine.cpp).
+void add_transfers(StepBytes& b, const TableSpec& spec, const BatchKeys& k, const CostOptions& o) {
+  const RowSizes z = sizes_of(spec);
+  const double F = static_cast<double>(k.fills), W = static_cast<double>(k.writebacks);
+  // Write-backs: packed on the device (slots read), then home.
+  b.hbm_read += W * z.stride + 8.0 * W;
+  b.hbm_write += W * z.stride;
+  if (o.zero_copy) {
+    b.d2h += W * z.record;
+    b.hbm_read += W * z.record + 16.0 * W;
+  } else {
+    copy_d2h(b, W * z.stride);
+  }
+  host_rows(b, W, z.record, /*read=*/false);
+  // Fills: host rows to the device, into their slots.
+  host_rows(b, F, z.record, /*read=*/true);
+  if (o.zero_copy) {
+    b.h2d += F * z.record;
+    b.hbm_read += 16.0 * F;
+    b.hbm_write += F * z.record;
+  } else {
+    copy_h2d(b, F * z.stride);
+    b.hbm_read += F * z.stride + 8.0 * F;
+    b.hbm_write += F * z.stride;
+  }
+}
+
+}  // namespace
+
+StepBytes submit_bytes(const TableSpec& spec, Placement placement, const BatchKeys& k, const CostOptions& o) {
+  StepBytes b;
+  const RowSizes z = sizes_of(spec);
+  switch (placement) {
+    case Placement::kGpu:
+    case Placement::kCached:
+      copy_h2d(b, EngineStaging::gpu_feature(k.bags, k.keys, k.weights, k.distinct));
+      if (placement == Placement::kCached) add_transfers(b, spec, k, o);
+      break;
+    case Placement::kOffload:
+      if (o.offload_cpu_gather) break;
+      copy_h2d(b, EngineStaging::offload_feature(k.bags, k.keys, k.weights));
+      host_rows(b, static_cast<double>(k.distinct), z.row, true);  // the device reads them at forward
+      break;
+    case Placement::kCpu:
+    case Placement::kHybrid:
+      break;
+  }
+  return b;
+}
+
+StepBytes compute_bytes(const TableSpec& spec, Placement placement, const BatchKeys& k, const CostOptions& o) {
+  StepBytes b;
+  const RowSizes z = sizes_of(spec);
+  const double K = static_cast<double>(k.keys), U = static_cast<double>(k.distinct);
+  const double P = pooled_rows(spec, k), out = P * z.row;
+  switch (placement) {
+    case Placement::kGpu:
+    case Placement::kCached:
+      gather(b, k, z.row, P);
+      if (o.trainer_on_device) {
+        finite_check(b, out, o);
+      } else {
+        copy_d2h(b, out);  // outputs
+        copy_h2d(b, out);  // gradients
+      }
+      b.hbm_read += out + U * (z.record + 16.0) + 8.0 * K;  // the update
+      b.hbm_write += U * z.record;
+      break;
+    case Placement::kOffload:
+      // The engine takes device views itself (store/detail/offload_engine.cpp).
+      if (o.offload_cpu_gather) {
+        host_rows(b, K, z.row, true);  // CPU threads pool
+        b.host_cpu_read += K * z.row;
+        if (o.trainer_on_device) copy_h2d(b, out);  // into the trainer's outputs (a host trainer's: pooled in place)
+      } else {
+        b.h2d += U * z.row;  // the distinct rows, zero-copy from pinned host memory
+        b.hbm_read += 16.0 * U;
+        b.hbm_write += U * z.row;
+        gather(b, k, z.row, P);                      // a device trainer's outputs are written in place
+        if (!o.trainer_on_device) copy_d2h(b, out);  // a host trainer's come back
+      }
+      if (o.trainer_on_device) {  // the gradients, D2H once for the CPU optimizer
+        finite_check(b, out, o);
+        copy_d2h(b, out);
+      }
+      cpu_optimizer(b, U, z.record);
+      break;
+    case Placement::kCpu:
+      host_rows(b, K, z.row, true);
+      b.host_cpu_read += K * z.row;
+      cpu_optimizer(b, U, z.record);
+      if (o.trainer_on_device) {  // the store's host-bounce adaptor, or (no device in the store) the trainer's own
+        copy_h2d(b, out);
+        if (o.store_has_device) finite_check(b, out, o);
+        copy_d2h(b, out);
+      }
+      break;
+    case Placement::kHybrid:
+      break;
+  }
+  return b;
+}
+
+StepBytes group_submit_bytes(Placement placement, std::int64_t fills, std::int64_t writebacks, std::int64_t distinct,
+                             const CostOptions& o) {
+  StepBytes b;
+  if (placement == Placement::kCached) {
+    double lists = EngineStaging::list(writebacks) + EngineStaging::list(fills);
+    if (o.zero_copy) lists *= 2;  // and the host addresses of their rows
+    copy_h2d(b, lists);
+  } else if (placement == Placement::kOffload && !o.offload_cpu_gather) {
+    copy_h2d(b, EngineStaging::list(distinct));
+  }
+  return b;
+}
+
+namespace {
+
+// An array of `bytes` in the sharded engine's metadata, rounded up to 8-byte words (stage_meta).
+double words(double bytes) { return std::ceil(bytes / 8.0) * 8.0; }
+
+// The shard as its inner engine's table: rank 0's rows of it, served as unpooled bags.
+TableSpec inner_spec(const TableSpec& spec, int ranks) {
+  TableSpec s = spec;
+  s.rows = (spec.rows + ranks - 1) / ranks;
+  s.pooling = Pooling::kNone;
+  return s;
+}
+
+// The inner engine's options: device views of the served rows and their gradients, which the
+// store does not check (it checks the caller's gradients).
+CostOptions inner_options(const CostOptions& o) {
+  CostOptions i = o;
+  i.trainer_on_device = true;
+  i.check_finite = false;
+  return i;
+}
+
+}  // namespace
+
+StepBytes sharded_submit_bytes(const TableSpec& spec, Placement placement, const ShardStep& k, const CostOptions& o) {
+  if (k.served.keys == 0) return {};  // the inner engine is given no feature of the table
+  return submit_bytes(inner_spec(spec, o.ranks), placement == Placement::kHybrid ? Placement::kCached : Placement::kGpu,
+                      k.served, inner_options(o));
+}
+
+StepBytes sharded_compute_bytes(const TableSpec& spec, const ShardStep& k, const CostOptions& o) {
+  StepBytes b;
+  const RowSizes z = sizes_of(spec);
+  const double r = z.row, K = static_cast<double>(k.source.keys), B = static_cast<double>(k.source.bags);
+  const double U = static_cast<double>(k.source.distinct), W = static_cast<double>(k.source.weights);
+  const double S = static_cast<double>(k.served.keys), P = pooled_rows(spec, k.source), out = P * r;
+  const bool pooled = spec.pooling != Pooling::kNone;
+  // Forward: the shard's inner engine looks the served keys up into device memory.
+  if (S > 0) gather(b, k.served, r, S);
+  // Rows back to their sources (dispatch/exchange.cpp, device form): the index list of the keys
+  // sent up; the served rows packed, sent (read at this rank, written at the receivers: peer
+  // copies of thread ranks), the returned rows received and put at the unique keys.
+  copy_h2d(b, 8.0 * U);
+  b.hbm_read += 2.0 * S * r;
+  b.hbm_write += S * r;
+  b.hbm_write += U * r;
+  b.hbm_read += U * r + 8.0 * U;
+  b.hbm_write += U * r;
+  // The source pools its bags from its unique rows: offsets, each key's unique index and the
+  // weights up (8-byte words), then gather_pool.
+  copy_h2d(b, words(8.0 * (B + 1)) + words(8.0 * K) + words(4.0 * W));
+  gather(b, k.source, r, P);
+  if (o.trainer_on_device) {  // outputs and gradients in the trainer's device buffers
+    finite_check(b, out, o);
+  } else {  // the engine's own D2H of the outputs and H2D of the gradients
+    copy_d2h(b, out);
+    copy_h2d(b, out);
+  }
+  // Backward: the gradient sums' arguments up (offsets, weights, unique slots and offsets,
+  // positions, bag of each position), then reduce_grads.
+  copy_h2d(b, words(8.0 * (B + 1)) + words(4.0 * W) + words(8.0 * U) + words(8.0 * (U + 1)) + words(4.0 * K) +
+                  (pooled ? words(4.0 * K) : 0.0));
+  b.hbm_read += P * r + 16.0 * U + 8.0 * K;
+  b.hbm_write += U * r;
+  // Sums to the holders: the index list up; the sums taken, sent, received and copied into the
+  // served order.
+  copy_h2d(b, 8.0 * U);
+  b.hbm_read += U * r + 8.0 * U;
+  b.hbm_write += U * r;
+  b.hbm_read += U * r;
+  b.hbm_write += S * r;
+  b.hbm_read += S * r;
+  b.hbm_write += S * r;
+  // The inner engine's update of the served rows' U_s records from the served gradients (one
+  // unpooled bag each; device views, which the store does not check).
+  const double Us = static_cast<double>(k.served.distinct);
+  b.hbm_read += S * r + Us * (z.record + 16.0) + 8.0 * S;
+  b.hbm_write += Us * z.record;
+  // Keys out, their rows back and their gradients out, to and from the other ranks, and one count
+  // per table and peer (dispatch::KeyExchange).
+  b.all_to_all += (8.0 + 2.0 * r) * static_cast<double>(k.remote) + 8.0 * (o.ranks - 1.0);
+  return b;
+}
+
+namespace {
+
+double round64(double bytes) { return std::ceil(bytes / 64.0) * 64.0; }
+
+// Device and pinned host bytes of staging buffers.
+struct Staged {
+  double device = 0, pinned = 0;
+};
+
+// The regions of a gpu::Staging request (gpu/staging.hpp) and what the buffers take once reserved
+// for it with the headroom: twice each region, the mirrored one on both sides.
+struct Regions {
+  double mirrored = 0, host_only = 0, dev_only = 0;
+  Staged doubled() const { return {2.0 * (mirrored + dev_only), 2.0 * (mirrored + host_only)}; }
+};
+
+// `n` records of a slot pool of `spec`'s shape, as staging holds them (at the stride).
+double records(const TableSpec& spec, double n) { return round64(n * sizes_of(spec).stride); }
+
+// One batch's staging in a slot-pool engine's ring (store/detail/gpu_engine.cpp submit,
+// cached_engine.cpp prepare) for a feature of `bags` bags, `keys` keys (no per-key weights, as
+// everywhere in this model) and `unique` distinct rows: its lookup and update arguments and,
+// cached, the slots of its fills and write-backs, the write-backs packed on the device and the
+// fills (staged: in the device and pinned at the stride; zero-copy: their host addresses).
+Regions batch_regions(const TableSpec& spec, bool cached, std::int64_t bags, std::int64_t keys, std::int64_t unique,
+                      const CostOptions& o) {
+  Regions r;
+  r.mirrored = EngineStaging::gpu_feature(bags, keys, 0, unique);
+  if (!cached) return r;
+  const double rec = records(spec, static_cast<double>(unique));
+  r.mirrored += 2.0 * EngineStaging::list(unique);
+  r.dev_only += rec;  // write-backs, packed
+  if (o.zero_copy) {
+    r.mirrored += 2.0 * EngineStaging::list(unique);
+  } else {
+    r.host_only += 2.0 * rec;
+    r.dev_only += rec;  // fills
+  }
+  return r;
+}
+
+// A slot-pool table's staging (gpu or cached, one rank or an inner engine of a sharded one):
+// max_in_flight entries of the batch ring, each grown to twice the largest batch's need, and a
+// cache's (`cache_rows` > 0) flush staging, grown to twice one flush chunk and kept (a flush:
+// checkpoints, reads, the end of training). With cache.transfer auto the store first measures
+// both transfers through up to EngineStaging::transfer_probe_rows rows of the pool, while it opens
+// (nothing else staged yet): the larger of the two.
+Staged slot_pool_staging(const TableSpec& spec, bool cached, std::int64_t bags, std::int64_t keys, std::int64_t unique,
+                         std::int64_t cache_rows, const CostOptions& o) {
+  const Staged entry = batch_regions(spec, cached, bags, keys, unique, o).doubled();
+  Staged s{o.max_in_flight * entry.device, o.max_in_flight * entry.pinned};
+  if (!cached) return s;
+  const std::int64_t stride = record_stride(spec.dim, optimizer_state_dim(spec.optimizer.kind, spec.dim));
+  const auto w = EngineStaging::flush_rows(cache_rows, stride);
+  Regions flush;  // store/detail/cached_engine.cpp flush_sizes
+  flush.mirrored = EngineStaging::list(w) * (o.zero_copy ? 2.0 : 1.0);
+  flush.dev_only = records(spec, static_cast<double>(w));
+  flush.host_only = o.zero_copy ? 0.0 : flush.dev_only;
+  const Staged f = flush.doubled();
+  s.device += f.device;
+  s.pinned += f.pinned;
+  if (o.transfer_probe && !o.zero_copy) {  // store/detail/cache_transfers.cpp zero_copy_is_faster
+    const auto n = EngineStaging::transfer_probe_rows(cache_rows);
+    Regions probe;
+    probe.mirrored = 2.0 * EngineStaging::list(n);
+    probe.dev_only = probe.host_only = records(spec, static_cast<double>(n));
+    const Staged p = probe.doubled();
+    s.device = std::max(s.device, p.device);
+    s.pinned = std::max(s.pinned, p.pinned);
+  }
+  return s;
+}
+
+// A cache of `cache_rows` rows over host records (the table's, or rank 0's shard's): its slots
+// in HBM; in host memory the mapped records and the cache index.
+Status add_cache(TableCost& c, const TableSpec& spec, std::int64_t cache_rows, Placement placement,
+                 const CostOptions& o) {
+  const RowSizes z = sizes_of(spec);
+  c.hbm_bytes += static_cast<double>(cache_rows) * z.stride;
+  STRATA_ASSIGN_OR_RETURN(const HostTableMemory m, host_memory(spec, placement, o));
+  c.host_bytes += m.mapped_bytes + kCacheIndexBytesPerSlot * static_cast<double>(cache_rows);
+  return Status::ok();
+}
+
+// One step of rank 0's sharded table (several ranks) from the means of `load` (the planner's):
+// the rank's own batch of K keys, B bags and U distinct rows, U f of them held by other ranks;
+// it serves S = U keys (row sharding spreads every rank's keys evenly) to U_s distinct rows of its
+// shard, a hybrid cache missing U_s (1 - hit rate) of them, each miss a fill and a write-back.
+ShardStep mean_shard_step(const TableLoad& load, double hit_rate, Placement placement, const CostOptions& o) {
+  ShardStep k;
+  const double f = (o.ranks - 1.0) / o.ranks;
+  k.source.keys = std::llround(load.keys);
+  k.source.bags = std::llround(load.bags);
+  k.source.distinct = std::llround(load.distinct);
+  k.remote = std::llround(load.distinct * f);
+  const double us = load.shard_distinct > 0 ? load.shard_distinct : load.distinct;
+  k.served.keys = k.served.bags = k.source.distinct;
+  k.served.distinct = std::llround(us);
+  if (placement == Placement::kHybrid) k.served.fills = k.served.writebacks = std::llround(us * (1.0 - hit_rate));
+  return k;
+}
+
+// One rank's cost of a table sharded row-wise over o.ranks ranks (header comment).
+Result<TableCost> sharded_cost(const TableSpec& spec, const TableLoad& load, Placement placement,
+                               std::int64_t cache_rows, double hit_rate, const CostOptions& o) {
+  const RowSizes z = sizes_of(spec);
+  const double in_flight = o.max_in_flight;
+  TableCost c;
+  const ShardStep step = mean_shard_step(load, hit_rate, placement, o);
+  c.bytes = sharded_submit_bytes(spec, placement, step, o);
+  add_bytes(c.bytes, sharded_compute_bytes(spec, step, o));
+  if (placement == Placement::kHybrid)
+    add_bytes(c.bytes, group_submit_bytes(Placement::kCached, step.served.fills, step.served.writebacks, 0, o));
+  // The most keys the rank serves in one step (every source's distinct keys of its shard), the
+  // most distinct rows among them, and the rank's own most distinct rows, keys and bags.
+  const std::int64_t us_max = std::max<std::int64_t>(1, load.shard_max_distinct);
+  const std::int64_t s_max =
+      load.shard_max_served > 0 ? load.shard_max_served : std::max(load.max_distinct, load.shard_max_distinct);
+  const double u_max = static_cast<double>(load.max_distinct), k_max = static_cast<double>(load.max_keys);
+  const double sm = static_cast<double>(s_max);
+  // The shard's inner engine (gpu or cached) stages the served keys (one unpooled bag each) as a
+  // gpu or cached table's batch, in HBM and again in pinned memory, and a hybrid cache's fills and
+  // write-backs with them.
+  const Staged served = slot_pool_staging(spec, placement == Placement::kHybrid, s_max, s_max, us_max,
+                                          placement == Placement::kHybrid ? cache_rows : 0, o);
+  // The sharded engine's device scratch, grown to twice one step's need (gpu/grow_buffer.hpp):
+  // served rows (then served gradients), unique rows, their gradient sums, and the exchange's send
+  // and receive buffers.
+  c.hbm_bytes += served.device + 2.0 * z.row * (sm + 2.0 * u_max + 2.0 * std::max(sm, u_max));
+  // Its metadata scratch, grown likewise (store/detail/sharded_engine.cpp, reserve): the arguments
+  // of the source's pooling and gradient sums, in HBM and again in pinned staging (no per-key
+  // weights, as everywhere in this model); the exchange's index lists of the keys sent, in HBM and
+  // pinned; one step's outputs, then their gradients: with the trainer on the host the engine's
+  // buffer of them in HBM and its pinned staging, on the device the trainer's own buffers in HBM.
+  const double b_max = load.max_bags > 0 ? static_cast<double>(load.max_bags) : std::ceil(load.bags);
+  const double p_max = spec.pooling == Pooling::kNone ? k_max : b_max;
+  const double meta = 2.0 * EngineStaging::sharded_feature(std::llround(b_max), load.max_keys, 0, load.max_distinct);
+  const double index = 2.0 * 8.0 * u_max, activations = 2.0 * p_max * z.row;
+  c.hbm_bytes += meta + index + activations;
+  c.comm_bytes = in_flight * (16.0 * u_max + 12.0 * k_max + 4.0 * u_max + 24.0 * sm) + index;
+  c.host_bytes += c.comm_bytes + served.pinned + meta + (o.trainer_on_device ? 0.0 : activations);
+  if (placement == Placement::kGpu) {
+    c.hbm_bytes += std::ceil(static_cast<double>(spec.rows) / o.ranks) * z.stride;
+    return c;
+  }
+  STRATA_RETURN_IF_ERROR(add_cache(c, spec, cache_rows, placement, o));
+  return c;
+}
+
+}  // namespace
+
+Result<TableCost> table_cost(const TableSpec& spec, const TableLoad& load, Placement placement, std::int64_t cache_rows,
+                             double hit_rate, const CostOptions& o) {
+  if (o.ranks > 1) {
+    if (placement != Placement::kGpu && placement != Placement::kHybrid)
+      return Status::invalid_argument("table '" + spec.name + "': placement " + to_string(placement) +
+                                      " serves one rank (expected gpu or hybrid over " + std::to_string(o.ranks) +
+                                      " ranks)");
+    return sharded_cost(spec, load, placement, cache_rows, hit_rate, o);
+  }
+  const RowSizes z = sizes_of(spec);
+  const double in_flight = o.max_in_flight;
+  const double B = load.bags;
+  if (placement == Placement::kHybrid)
+    return Status::invalid_argument("table '" + spec.name +
+                                    "': placement hybrid is planned over several ranks (--ranks > 1)");
+  // A mean step, counts rounded; in steady training every miss evicts a dirty row.
+  BatchKeys k;
+  k.keys = std::llround(load.keys);
+  k.bags = std::llround(load.bags);
+  k.distinct = std::llround(load.distinct);
+  if (placement == Placement::kCached) k.fills = k.writebacks = std::llround(load.distinct * (1.0 - hit_rate));
+  TableCost c;
+  c.bytes = submit_bytes(spec, placement, k, o);
+  add_bytes(c.bytes, compute_bytes(spec, placement, k, o));
+  add_bytes(c.bytes, group_submit_bytes(placement, k.fills, k.writebacks, k.distinct, o));
+  const double b_max = load.max_bags > 0 ? static_cast<double>(load.max_bags) : std::ceil(B);
+  const double p_max = spec.pooling == Pooling::kNone ? static_cast<double>(load.max_keys) : b_max;
+  switch (placement) {
+    case Placement::kGpu:
+    case Placement::kCached: {
+      const bool cached = placement == Placement::kCached;
+      const Staged st = slot_pool_staging(spec, cached, std::llround(b_max), load.max_keys, load.max_distinct,
+                                          cached ? cache_rows : 0, o);
+      // One step's outputs and gradients: the trainer's own buffers in HBM with it on the device;
+      // with it on the host, the activation staging of the host views (an output and a gradient
+      // buffer in HBM and pinned, grown to twice the need) of each batch in flight.
+      const double act = o.trainer_on_device ? 2.0 * p_max * z.row : in_flight * 4.0 * round64(p_max * z.row);
+      c.hbm_bytes += st.device + act;
+      if (cached) {
+        c.host_bytes += st.pinned + (o.trainer_on_device ? 0.0 : act);
+        STRATA_RETURN_IF_ERROR(add_cache(c, spec, cache_rows, placement, o));
+      } else {
+        c.hbm_bytes += static_cast<double>(spec.rows) * z.stride;
+      }
+      break;
+    }
+    case Placement::kOffload:
+    case Placement::kCpu: {
+      // offload: the device gather's keys and offsets per batch in flight; one step's outputs and
+      // gradients (the trainer's on the device, or a host trainer's device-gather staging). The CPU
+      // gather uploads nothing and pools into a host trainer's outputs in place.
+      if (placement == Placement::kOffload && !o.offload_cpu_gather)
+        c.hbm_bytes += in_flight * 8.0 * (static_cast<double>(load.max_keys) + B + 1);
+      if (placement == Placement::kOffload && (!o.offload_cpu_gather || o.trainer_on_device))
+        c.hbm_bytes += 2.0 * B * z.row;
+      STRATA_ASSIGN_OR_RETURN(const HostTableMemory m, host_memory(spec, placement, o));
+      c.host_bytes += m.mapped_bytes + m.scratch_bytes;
+      break;
+    }
+    case Placement::kHybrid:
+      return Status::invalid_argument("table '" + spec.name +
+                                      "': placement hybrid is planned over several ranks (--ranks > 1)");
+  }
+  return c;
+}
+
+}  // namespace strata::tune

@@ -1,0 +1,363 @@
+// strata-tune validate: check the plan against the keys, run it with strata-bench (the program,
+// so the run is exactly strata-bench's: the same store calls, counters and checks), predict the
+// same run from the keys (tune/validate.hpp), and set one against the other.
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "toolkit/batch_source.hpp"
+#include "toolkit/bounded_input.hpp"
+#include "tune/command_util.hpp"
+#include "tune/commands.hpp"
+#include "tune/input_args.hpp"
+#include "tune/text.hpp"
+#include "tune/validate.hpp"
+
+namespace strata::tune {
+namespace {
+
+using json = nlohmann::json;
+
+// The strata-bench next to this program (installed: the same bin/), or in the build tree's
+// bench/ beside this program's tune/ (tune/strata-tune and bench/strata-bench).
+std::string sibling_bench() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "strata-bench";
+  const std::string self(buf, static_cast<std::size_t>(n));
+  const std::string dir = self.substr(0, self.find_last_of('/') + 1);
+  if (::access((dir + "strata-bench").c_str(), X_OK) == 0) return dir + "strata-bench";
+  return dir + "../bench/strata-bench";
+}
+
+// Runs `argv` with stdout and stderr into `log`; its exit code (-1 when it could not start).
+int run_child(const std::vector<std::string>& argv, const std::string& log) {
+  const pid_t pid = ::fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+      ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+    }
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  if (::waitpid(pid, &status, 0) < 0) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// The last non-empty line of `text`.
+std::string last_line(const std::string& text) {
+  std::string line, last;
+  std::istringstream in(text);
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  return last;
+}
+
+// RAII temporary directory (removed with its files).
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/strata-tune-validate-XXXXXX";
+    if (::mkdtemp(tmpl) != nullptr) path = tmpl;
+  }
+  ~TempDir() {
+    if (path.empty()) return;
+    for (const char* f : {"/bench.json", "/bench.log", "/workload.json"}) ::unlink((path + f).c_str());
+    ::rmdir(path.c_str());
+  }
+};
+
+// The bytes the device layer counts: host_read and host_write without the CPU kernels' part.
+json bytes_json(const StepBytes& b) {
+  return {{"hbm_read", b.hbm_read},
+          {"hbm_write", b.hbm_write},
+          {"h2d", b.h2d},
+          {"d2h", b.d2h},
+          {"host_read", b.host_read - b.host_cpu_read},
+          {"host_write", b.host_write - b.host_cpu_write}};
+}
+
+const char* const kLinks[] = {"hbm_read", "hbm_write", "h2d", "d2h", "host_read", "host_write"};
+
+std::string rate_text(double r) { return r < 0 ? "-" : percent_text(r); }
+
+// Percentage points between two rates, "-" when either is missing.
+std::string points_text(double predicted, double measured) {
+  if (predicted < 0 || measured < 0) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%+.2f", 100.0 * (measured - predicted));
+  return buf;
+}
+
+// measured - predicted per step, from the whole bytes over the run's `steps` (per-step values are
+// byte totals over the steps, summed in different orders: their last bits may differ).
+double byte_difference(double measured, double predicted, std::int64_t steps) {
+  const double s = static_cast<double>(steps);
+  return static_cast<double>(std::llround(measured * s) - std::llround(predicted * s)) / s;
+}
+
+}  // namespace
+
+int run_validate(const ValidateArgs& a) {
+  // ---- everything that needs no keys, first ----
+  if (Status s = check_input_args(a.input); !s.is_ok()) return fail(s.message());
+  if (a.input.sample < 1.0) return fail("--sample: validate compares exact predictions (give every key)");
+  const std::string ppath = profile_path(a.profile);
+  auto profile = load_profile_file(ppath);
+  if (!profile) return fail("--profile " + a.profile + ": " + profile.status().message());
+  if (!a.out.empty())
+    if (Status s = check_output(a.out, "--out"); !s.is_ok()) return fail(s.message());
+  auto text = bench::read_input_file(a.plan, "plan file");
+  if (!text) return fail("plan " + a.plan + ": " + text.status().message());
+  if (auto j = bench::parse_json_limited(*text, "plan " + a.plan); !j) return fail(j.status().message());
+  auto plan = parse_store_config(*text);
+  if (!plan) return fail("plan " + a.plan + ": " + plan.status().message());
+  // strata-bench runs at most 64 thread ranks.
+  const auto ranks = parse_ranks(a.ranks, 64);
+  if (!ranks) return fail(ranks.status().message());
+  for (const TableConfig& t : plan->tables) {
+    if (*ranks == 1 && t.placement == Placement::kHybrid)
+      return fail("plan " + a.plan + ": table '" + t.spec.name +
+                  "' is hybrid (a plan made with plan --ranks N: validate it with --ranks N)");
+    if (*ranks > 1 && t.placement != Placement::kGpu && t.placement != Placement::kHybrid)
+      return fail("plan " + a.plan + ": table '" + t.spec.name + "' is " + to_string(t.placement) + ": a world of " +
+                  std::to_string(*ranks) + " ranks takes gpu or hybrid tables (a plan made with plan --ranks " +
+                  std::to_string(*ranks) + ")");
+  }
+  auto shapes = input_tables(a.input);
+  if (!shapes) return fail(shapes.status().message());
+  const std::string what = !a.input.trace.empty() ? "trace" : !a.input.criteo.empty() ? "criteo table set" : "workload";
+  std::vector<std::string> names;
+  std::vector<std::int64_t> rows;
+  std::vector<int> dims;
+  for (const bench::TableShape& s : *shapes) {
+    names.push_back(s.name);
+    rows.push_back(s.rows);
+    dims.push_back(s.dim);
+  }
+  if (!a.input.trace.empty()) dims.clear();  // a trace records no dims: the plan's are used
+  if (Status s = check_plan_tables(*plan, names, rows, dims, what); !s.is_ok())
+    return fail("plan " + a.plan + " does not match the " + what + ": " + s.message());
+  const std::string bench = a.bench.empty() ? sibling_bench() : a.bench;
+  if (::access(bench.c_str(), X_OK) != 0)
+    return fail("--bench " + bench + ": not an executable program (expected strata-bench)");
+  TempDir tmp;
+  if (tmp.path.empty()) return fail("cannot create a temporary directory in /tmp", 1);
+
+  // ---- the keys, the run's prediction ----
+  const ProgressFn progress = progress_printer(a.progress);
+  InputArgs in = a.input;
+  std::string workload_file;
+  if (!a.input.workload.empty()) {
+    auto spec = workload_of(a.input.workload);
+    if (!spec) return fail("--workload: " + spec.status().message());
+    in.steps = spec->distinct_batches;  // the source: its distinct batches, cycled by the run
+    workload_file = tmp.path + "/workload.json";
+    if (Status s = write_output(workload_file, bench::workload_to_json(*spec)); !s.is_ok()) return fail(s.message(), 1);
+  }
+  auto input = load_input(in, OptimizerKind::kSgd, progress);
+  if (!input) return fail(input.status().message());
+  // Each rank runs 2 x steps batches of the source (forward, then training): by default none
+  // repeats, within strata-bench's most steps.
+  const std::int64_t steps =
+      a.steps > 0 ? a.steps : std::clamp<std::int64_t>(input->steps / (2 * *ranks), 1, std::int64_t{bench::kMaxSteps});
+  // A file must hold the steps strata-bench runs: its own check, before the prediction (which
+  // takes as long as the steps).
+  if (!a.input.trace.empty() || !a.input.criteo.empty()) {
+    const bool trace = !a.input.trace.empty();
+    if (Status s = bench::check_source_holds_phase(trace ? "trace" : "criteo", trace ? a.input.trace : a.input.criteo,
+                                                   input->steps, 0, steps, *ranks);
+        !s.is_ok())
+      return fail(s.message());
+  }
+  if (progress) progress("predicting " + std::to_string(steps) + " training steps");
+  auto predicted = predict_run(*input, *plan, steps, kValidatePipeline, *profile, a.trainer != "host", *ranks);
+  if (!predicted) return fail(predicted.status().message());
+
+  // ---- the run ----
+  const std::string bench_json = tmp.path + "/bench.json", log = tmp.path + "/bench.log";
+  std::vector<std::string> argv{bench,
+                                "--modes",
+                                "",
+                                "--config",
+                                a.plan,
+                                "--warmup",
+                                "0",
+                                "--steps",
+                                std::to_string(steps),
+                                "--pipeline",
+                                std::to_string(kValidatePipeline),
+                                "--lookahead",
+                                "0",
+                                "--no-progress",
+                                "--no-gather-probe",
+                                "--read-probe-mib",
+                                "1",
+                                "--backend",
+                                a.backend,
+                                "--trainer",
+                                a.trainer,
+                                "--ranks",
+                                std::to_string(*ranks),
+                                "--profile",
+                                ppath,
+                                "--json",
+                                bench_json};
+  if (!a.input.trace.empty()) {
+    argv.insert(argv.end(), {"--trace", a.input.trace});
+  } else if (!a.input.criteo.empty()) {
+    argv.insert(argv.end(), {"--criteo", a.input.criteo, "--tables", a.input.tables, "--criteo-rows",
+                             std::to_string(a.input.criteo_rows), "--batch", std::to_string(a.input.batch), "--dim",
+                             std::to_string(a.input.dim)});
+    if (!a.input.criteo_label) argv.emplace_back("--criteo-no-label");
+  } else {
+    argv.insert(argv.end(), {"--workload", workload_file});
+  }
+  if (progress) progress("running " + bench + " --config " + a.plan + " (" + std::to_string(steps) + " steps)");
+  const int code = run_child(argv, log);
+  const auto log_read = bench::read_input_file(log, "strata-bench output");
+  const std::string log_text = log_read ? *log_read : std::string();
+  if (code != 0)
+    return fail("strata-bench failed (exit " + std::to_string(code) + "): " + last_line(log_text), code == 2 ? 2 : 1);
+  auto bench_text = bench::read_input_file(bench_json, "strata-bench JSON");
+  if (!bench_text) return fail(bench_text.status().message(), 1);
+  const json result = json::parse(*bench_text)["results"][0];
+
+  // ---- predicted against measured ----
+  json out;
+  out["plan"] = a.plan;
+  out["source"] = input->source;
+  out["steps"] = steps;
+  out["ranks"] = *ranks;
+  out["profile"] = profile->name;
+  out["device"] = result["device"];
+  std::ostringstream o;
+  o << "strata-tune validate: " << a.plan << " on " << input->source << "; strata-bench ran " << steps
+    << " training steps (after " << steps << " forward steps) on " << result["device"].get<std::string>();
+  if (*ranks > 1) o << ", " << *ranks << " thread ranks (rank 0's counters and cache)";
+  o << "\n\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "%-16s %-9s %11s %12s %12s %9s\n", "table", "placement", "cache rows",
+                "LRU predicted", "measured", "points");
+  o << line;
+  json tables = json::array();
+  const json& cache = result.contains("cache") ? result["cache"] : json::object();
+  for (const TablePrediction& p : predicted->tables) {
+    double measured = -1;
+    json mt;
+    if (cache.contains("tables"))
+      for (const json& t : cache["tables"])
+        if (t["name"] == p.name) mt = t;
+    if (!mt.is_null() && mt["accesses"].get<double>() > 0)
+      measured = mt["hits"].get<double>() / mt["accesses"].get<double>();
+    const bool cached = p.placement == Placement::kCached || p.placement == Placement::kHybrid;
+    std::snprintf(line, sizeof line, "%-16s %-9s %11s %12s %12s %9s\n", p.name.c_str(), to_string(p.placement),
+                  cached ? std::to_string(p.cache_rows).c_str() : "-", rate_text(p.hit_rate()).c_str(),
+                  rate_text(measured).c_str(), points_text(p.hit_rate(), measured).c_str());
+    o << line;
+    json jt = {
+        {"name", p.name}, {"placement", to_string(p.placement)}, {"predicted_bytes_per_step", bytes_json(p.bytes)}};
+    if (cached) {
+      jt["cache_rows"] = p.cache_rows;
+      jt["predicted"] = {{"accesses", p.accesses}, {"hits", p.hits}, {"hit_rate", p.hit_rate()}};
+      jt["measured"] = mt.is_null() ? json(nullptr)
+                                    : json{{"accesses", mt["accesses"]}, {"hits", mt["hits"]}, {"hit_rate", measured}};
+    }
+    tables.push_back(jt);
+  }
+  out["tables"] = tables;
+  const double overall_measured = result["hit_rate"].is_null() ? -1.0 : result["hit_rate"].get<double>();
+  std::snprintf(line, sizeof line, "%-16s %-9s %11s %12s %12s %9s\n", "overall", "", "",
+                rate_text(predicted->hit_rate()).c_str(), rate_text(overall_measured).c_str(),
+                points_text(predicted->hit_rate(), overall_measured).c_str());
+  o << line;
+  out["hit_rate"] = {{"predicted", predicted->hit_rate() < 0 ? json(nullptr) : json(predicted->hit_rate())},
+                     {"measured", result["hit_rate"]}};
+  // Plans that did not fit beside the rows the batches in flight pin waited for them to retire: a
+  // cache that holds a step but not strata-bench's pipeline. Hits and bytes are the same; the
+  // prefetch overlapped less.
+  const std::int64_t deferred = cache.value("deferred", std::int64_t{0});
+  out["deferred_plans"] = deferred;
+  if (deferred > 0)
+    o << deferred << " table plans waited for the batches in flight to retire (the plan's caches hold a step, "
+      << "not the " << kValidatePipeline << " batches strata-bench keeps in flight)\n";
+
+  o << "\nbytes per training step (every table; trainer on the " << a.trainer
+    << "; as the device layer counts them, CPU kernels apart):\n";
+  std::snprintf(line, sizeof line, "  %-11s %16s %16s %12s\n", "link", "predicted", "measured", "difference");
+  o << line;
+  const json& mb = result["bytes_per_step"];
+  const json pb = bytes_json(predicted->bytes);
+  json measured_bytes = json::object();
+  for (const char* l : kLinks) {
+    const double p = pb[l].get<double>(), m = mb[l].get<double>();
+    measured_bytes[l] = m;
+    std::snprintf(line, sizeof line, "  %-11s %16.1f %16.1f %12.1f\n", l, p, m, byte_difference(m, p, steps));
+    o << line;
+  }
+  out["bytes_per_step"] = {{"predicted", pb}, {"measured", measured_bytes}};
+  if (*ranks > 1) {
+    // Keys, rows and gradients rank 0 exchanged with the other ranks (DispatchStats: not the counts
+    // of the keys, 8 bytes per table and peer, which the model's all-to-all includes).
+    const double m = result["bytes_per_step"]["all_to_all"].get<double>(), p = predicted->exchange_bytes;
+    std::snprintf(line, sizeof line,
+                  "  %-11s %16.1f %16.1f %12.1f  (keys, rows and gradients to and from the other ranks)\n",
+                  "all_to_all", p, m, byte_difference(m, p, steps));
+    o << line;
+    out["bytes_per_step"]["predicted"]["all_to_all"] = p;
+    out["bytes_per_step"]["measured"]["all_to_all"] = m;
+  }
+  // CPU kernels' host bytes: no device counts them; strata-bench counts them from the keys.
+  const json pc = {{"host_read", predicted->bytes.host_cpu_read}, {"host_write", predicted->bytes.host_cpu_write}};
+  const json mc = result.contains("cpu_kernel_bytes_per_step") ? result["cpu_kernel_bytes_per_step"] : json(nullptr);
+  out["cpu_kernel_bytes_per_step"] = {{"predicted", pc}, {"counted_by_bench", mc}};
+  if (pc["host_read"].get<double>() > 0 || pc["host_write"].get<double>() > 0) {
+    for (const char* l : {"host_read", "host_write"}) {
+      const double p = pc[l].get<double>(), m = mc.is_null() ? 0.0 : mc[l].get<double>();
+      std::snprintf(line, sizeof line, "  %-11s %16.1f %16.1f %12.1f  (CPU kernels, counted from the keys)\n", l, p, m,
+                    byte_difference(m, p, steps));
+      o << line;
+    }
+  }
+  out["trainer"] = a.trainer;
+
+  const double predicted_ms = predicted->step.step_s * 1e3;
+  const double modelled_ms = result["modelled"]["step_ms"].get<double>();
+  const double measured_ms = result["train_step_ms_p50"].get<double>();
+  o << "\nstep time:\n  predicted on profile " << profile->name << ": " << ms_text(predicted->step.step_s) << " ("
+    << predicted->step.bottleneck
+    << ")\n  modelled from the measured bytes on the same profile: " << ms_text(modelled_ms / 1e3)
+    << "\n  measured on this machine (" << result["device"].get<std::string>()
+    << ", median of the training steps): " << ms_text(measured_ms / 1e3) << "\n";
+  if (result["device"] == "emu")
+    o << "  (the emulated device runs on the CPU: its step time is not the profile's GPU; the bytes and hit rates "
+         "are the comparison that holds)\n";
+  out["step_ms"] = {{"predicted", predicted_ms},
+                    {"modelled_from_measured_bytes", modelled_ms},
+                    {"measured_p50", measured_ms},
+                    {"bottleneck", predicted->step.bottleneck}};
+  std::cout << o.str();
+  if (!a.out.empty()) {
+    if (Status s = write_output(a.out, out.dump(2) + "\n"); !s.is_ok()) return fail(s.message(), 1);
+    std::cout << "wrote " << a.out << "\n";
+  }
+  return 0;
+}
+
+}  // namespace strata::tune
