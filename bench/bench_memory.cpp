@@ -1,0 +1,210 @@
+#include "bench/bench_memory.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "bench/bench_probes.hpp"
+#include "store/cost_model.hpp"
+
+namespace strata::bench {
+
+double record_bytes(const TableSpec& s) {
+  return 4.0 * static_cast<double>(s.dim + optimizer_state_dim(s.optimizer.kind, s.dim));
+}
+
+double host_table_bytes(const StoreConfig& c) {
+  double b = 0;
+  for (const auto& t : c.tables) b += static_cast<double>(t.spec.rows) * record_bytes(t.spec);
+  return b;
+}
+
+std::vector<PoolSize> slot_pools(const StoreConfig& c) {
+  std::vector<PoolSize> pools;
+  for (std::size_t i = 0; i < c.tables.size(); ++i) {
+    const TableConfig& t = c.tables[i];
+    if (t.placement != Placement::kCached && t.placement != Placement::kHybrid) continue;
+    const std::int32_t state = optimizer_state_dim(t.spec.optimizer.kind, t.spec.dim);
+    auto it = std::find_if(pools.begin(), pools.end(),
+                           [&](const PoolSize& p) { return p.dim == t.spec.dim && p.state == state; });
+    if (it == pools.end()) it = pools.insert(pools.end(), PoolSize{t.spec.dim, state, 0, 0, {}});
+    it->rows += cache_rows(t);
+    it->bytes += static_cast<double>(cache_rows(t)) * record_bytes(t.spec);
+    it->tables.push_back(i);
+  }
+  return pools;
+}
+
+MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDescriptor*>& modes,
+                               const std::vector<double>& sweep, bool emu) {
+  MemoryEstimate e;
+  const auto shapes = workload_tables(o.workload);
+  const double keys_per_bag = o.workload.bag_dist == "uniform" ? 2.0 * o.workload.bag_size : o.workload.bag_size;
+  const double keys = max_batch_keys(o.workload);
+  double out_floats = 0;
+  for (const auto& t : shapes)
+    out_floats += static_cast<double>(o.workload.batch) * (o.pooling_mode == "none" ? keys_per_bag : 1.0) * t.dim;
+  // Keys and offsets (8 bytes each) of every distinct batch, plus the store's validated and
+  // deduplicated copies of the batches in flight (about three more copies of each).
+  const double in_flight = std::max(8, o.lookahead + o.pipeline + 1);
+  e.batches = max_batch_bytes(o.workload) * (o.workload.distinct_batches + 3.0 * in_flight);
+  // One step's outputs and gradients. The loop keeps them in host memory; with the trainer on the
+  // device also in device buffers (emu: host memory) and, in cpu mode, in the pinned buffers the
+  // trainer's copies go through.
+  const bool device_trainer = o.trainer == Trainer::kDevice;
+  const double activations = out_floats * 4.0 * 2.0;
+  e.buffers = activations * (device_trainer ? 3.0 : 1.0);
+  e.probe = static_cast<double>(o.read_probe_mib) * 1024.0 * 1024.0;
+  if (o.gather_probe)
+    for (const GatherProbePlan& p : gather_probe_plans(o))
+      e.probe = std::max(e.probe, static_cast<double>(p.rows) * static_cast<double>(p.stride) * 4.0);
+  double worst = 0;
+  std::vector<const ModeDescriptor*> runs = modes;  // the sweep runs the cached mode too
+  if (!sweep.empty()) runs.push_back(find_mode("cached").value());
+  for (const ModeDescriptor* m : runs) {
+    std::vector<double> fractions = {o.cache_fraction};
+    if (m->placement == Placement::kCached && !sweep.empty())
+      fractions.push_back(*std::max_element(sweep.begin(), sweep.end()));
+    for (const double f : fractions) {
+      auto c = make_config(o, *m, f);
+      if (!c) continue;
+      // Host tables as the store maps them (store/cost_model.hpp): padded records, tables of 1 MiB
+      // and more in arenas of their own rounded up to 2 MiB, smaller ones packed into shared 2 MiB
+      // arenas, and the CPU optimizer's scratch of cpu/offload tables; per rank (thread ranks each
+      // open a store in this process; under mpirun this process is one rank). Counting rows x
+      // record alone missed 2 MiB of arena and 1 MB of scratch per small table: 1,000 one-row
+      // tables reached 3.09 GB of RSS while the estimate said 1.7 MB.
+      double tables = 0;
+      const int world = o.mpi ? o.mpi->size() : runs_on_ranks(*m) && o.ranks > 1 ? o.ranks : 0;
+      const int first = o.mpi ? o.mpi->rank() : 0;
+      const int last = o.mpi ? first + 1 : std::max(1, world);
+      for (int r = first; r < last; ++r) {
+        auto mem = host_table_memory(c.value(), 0, world, r);
+        if (!mem) break;  // the run reports the sharding error
+        tables += mem->mapped_bytes + mem->scratch_bytes;
+      }
+      double device = 0, staging = 0;
+      if (m->uses_device) {
+        double record = 0;  // the widest record of a cached table
+        double row = 0;     // the widest row of an offload table (its device gather reads rows)
+        // Device rows are padded like host records (record_stride: a multiple of 16 floats, or a
+        // power of two below 16).
+        const auto padded = [](double floats) {
+          double stride = 1;
+          while (stride < floats) stride *= 2;
+          return floats >= 16 ? std::ceil(floats / 16.0) * 16.0 : stride;
+        };
+        for (const auto& p : slot_pools(c.value())) {
+          device += static_cast<double>(p.rows) * padded(p.dim + p.state) * 4.0;
+          record = std::max(record, 4.0 * (p.dim + p.state));
+        }
+        for (const auto& t : c.value().tables) {
+          if (t.placement == Placement::kGpu)
+            device += static_cast<double>(t.spec.rows) *
+                      padded(t.spec.dim + optimizer_state_dim(t.spec.optimizer.kind, t.spec.dim)) * 4.0;
+          if (t.placement == Placement::kOffload && c.value().offload_gather == OffloadGather::kDevice)
+            row = std::max(row, 4.0 * t.spec.dim);
+        }
+        // Keys and slots of the batches in flight, and the store's activation staging (grown to
+        // twice a step's): with host views the outputs and gradients on both sides of the copies;
+        // with device views none, but offload's pinned gradients for its CPU optimizer.
+        // offload-cpu uploads no keys and pools a host trainer's outputs in place.
+        const bool offload = m->placement == Placement::kOffload;
+        const bool cpu_pools = offload && m->offload_gather == OffloadGather::kCpu;
+        if (!cpu_pools) device += in_flight * keys * 8.0 * 2.0;
+        if (!device_trainer && !cpu_pools) device += 2.0 * activations;
+        staging = device_trainer ? (offload ? activations : 0.0) : 2.0 * activations;
+        // offload's device gather reads a batch's distinct rows (at worst every key) into device
+        // memory, for each of the batches the loop keeps in flight.
+        device += (o.lookahead + o.pipeline + 1) * keys * row;
+        // Staging of (cached) the missing rows of the batches in flight, at worst every key a
+        // miss: pinned, and again on the device where the fills land before they are unpacked.
+        staging += in_flight * keys * record;
+        device += in_flight * keys * record;
+      }
+      const double host = tables + staging + (emu ? device : 0.0);
+      if (host > worst) {
+        worst = host;
+        e.tables = tables;
+        // The device also holds the trainer's outputs and gradients (in e.buffers for the host).
+        e.device = device + (device_trainer ? activations : 0.0);
+        e.worst_mode = m->name;
+      }
+    }
+  }
+  e.total = std::max(worst + e.buffers, e.probe) + e.batches;
+  return e;
+}
+
+namespace {
+
+// Rows each slot pool must hold at once: the most unique rows of one step of the run (a batch;
+// over several ranks a world step, one batch per rank), in the forward phase or in training. That
+// is all the store needs: a plan that does not fit beside the rows pinned by the batches in flight
+// waits for them to retire (CacheStats::deferred, printed per mode), and the training loop retires
+// batch i before it asks for batch i + 1's rows. A cache smaller than one step fails at its first
+// such step, so it is refused before the run. Reads the run's batches once through a cursor.
+Result<std::vector<std::int64_t>> rows_needed_per_pool(const Options& o, const StoreConfig& c,
+                                                       const std::vector<PoolSize>& pools, const BatchSource& source,
+                                                       int ranks) {
+  // Keys of a world step in pool p on `rank`, as (table index, key) pairs: a pool is a rank's,
+  // holding its shards' rows (row sharding: key k on rank k % ranks, local row k / ranks).
+  using Row = std::pair<std::size_t, Key>;
+  std::vector<Row> rows;
+  const auto count_rows = [&](const std::vector<KeyBatch>& step, const PoolSize& pool, int rank) {
+    rows.clear();
+    for (const KeyBatch& batch : step)
+      for (const std::size_t t : pool.tables)
+        for (const auto& f : batch.features)
+          if (f.table == c.tables[t].spec.name)
+            for (const Key k : f.keys)
+              if (ranks == 1 || static_cast<int>(k % static_cast<Key>(ranks)) == rank)
+                rows.emplace_back(t, k / static_cast<Key>(ranks));
+    std::sort(rows.begin(), rows.end());
+    return static_cast<std::int64_t>(std::unique(rows.begin(), rows.end()) - rows.begin());
+  };
+  std::vector<std::int64_t> need(pools.size(), 0);
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<BatchCursor> cursor, source.cursor(0, 1));
+  // The world steps of both phases: world step i is source batches i ranks .. i ranks + ranks - 1
+  // (each rank's batch r, r + ranks, ...), mod the source's batches.
+  const int steps = 2 * (o.warmup + o.steps);
+  std::vector<KeyBatch> step;
+  for (int s = 0; s < steps; ++s) {
+    step.clear();
+    for (int r = 0; r < ranks; ++r) {
+      STRATA_ASSIGN_OR_RETURN(KeyBatch b, cursor->next());
+      step.push_back(std::move(b));
+    }
+    for (int rank = 0; rank < ranks; ++rank)
+      for (std::size_t p = 0; p < pools.size(); ++p) need[p] = std::max(need[p], count_rows(step, pools[p], rank));
+  }
+  return need;
+}
+
+}  // namespace
+
+Result<std::string> cache_too_small(const Options& o, const StoreConfig& c, const std::string& what,
+                                    const BatchSource& source, int ranks) {
+  const auto pools = slot_pools(c);
+  if (pools.empty()) return std::string();
+  STRATA_ASSIGN_OR_RETURN(const auto need, rows_needed_per_pool(o, c, pools, source, ranks));
+  for (std::size_t p = 0; p < pools.size(); ++p) {
+    if (pools[p].rows >= need[p]) continue;
+    char buf[320];
+    std::snprintf(buf, sizeof buf, "%s gives the dim-%d slot pool %lld rows, but one step needs %lld unique rows in it",
+                  what.c_str(), pools[p].dim, static_cast<long long>(pools[p].rows), static_cast<long long>(need[p]));
+    return std::string(buf);
+  }
+  return std::string();
+}
+
+// cache_too_small for the cached mode at cache fraction `fraction`.
+Result<std::string> cached_too_small(const Options& o, double fraction, const BatchSource& source) {
+  auto c = make_config(o, *find_mode("cached").value(), fraction);
+  if (!c) return c.status().message();
+  char what[64];
+  std::snprintf(what, sizeof what, "cache fraction %g", fraction);
+  return cache_too_small(o, c.value(), what, source);
+}
+
+}  // namespace strata::bench
