@@ -289,7 +289,8 @@ Status backward(gpu::Device& dev, gpu::StreamView s, const Options& o, gpu::Pinn
   return Status::ok();
 }
 
-Result<nlohmann::json> run(const Options& o) {
+// The options' ranges (kInvalidArgument naming the flag).
+Status check_options(const Options& o) {
   const auto at_least = [](const char* flag, std::int64_t v, std::int64_t min) {
     return v >= min ? Status::ok()
                     : Status::invalid_argument(std::string(flag) + ": " + std::to_string(v) +
@@ -309,6 +310,57 @@ Result<nlohmann::json> run(const Options& o) {
   for (std::int64_t r : o.fill_rows) STRATA_RETURN_IF_ERROR(at_least("--fill-rows", r, 1));
   for (std::int32_t d : o.sweep_dims) STRATA_RETURN_IF_ERROR(at_least("--sweep-dims", d, 1));
   for (std::int32_t p : o.sweep_pooling) STRATA_RETURN_IF_ERROR(at_least("--sweep-pooling", p, 1));
+  return Status::ok();
+}
+
+// Fill uploads of each --fill-rows count: slot ids and records H2D from pinned staging, then
+// unpacked into their slots (j["fill_upload"]), against a plain H2D of as many bytes.
+Status fill_uploads(gpu::Device& dev, gpu::StreamView s, const Options& o, double h2d_gbs, std::mt19937_64& rng,
+                    nlohmann::json& j) {
+  const std::int64_t fill_stride = record_stride(o.dim, o.state_dim);
+  const std::int64_t max_fill = *std::max_element(o.fill_rows.begin(), o.fill_rows.end());
+  const std::size_t fill_pool_bytes = static_cast<std::size_t>(max_fill * fill_stride) * sizeof(float);
+  const std::size_t fill_bytes =
+      static_cast<std::size_t>(max_fill) * (static_cast<std::size_t>(fill_stride) * sizeof(float) + sizeof(Key));
+  say(o, "fill uploads");
+  STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer fill_pool_mem, dev.allocate(fill_pool_bytes));
+  STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer fill_dev, dev.allocate(fill_bytes));
+  STRATA_ASSIGN_OR_RETURN(gpu::PinnedBuffer fill_host, dev.allocate_pinned(fill_bytes));
+  std::memset(fill_host.data(), 0, fill_bytes);
+  const gpu::SlotPool fill_pool{fill_pool_mem.as<float>(), max_fill, fill_stride, o.dim, o.state_dim};
+  nlohmann::json fills = nlohmann::json::array();
+  for (const std::int64_t n : o.fill_rows) {
+    Key* slots_host = fill_host.as<Key>();
+    std::vector<Key> order(static_cast<std::size_t>(max_fill));
+    for (std::int64_t i = 0; i < max_fill; ++i) order[static_cast<std::size_t>(i)] = i;
+    std::shuffle(order.begin(), order.end(), rng);  // misses land in scattered slots
+    std::copy(order.begin(), order.begin() + n, slots_host);
+    const std::size_t ids = static_cast<std::size_t>(n) * sizeof(Key);
+    const std::size_t recs = static_cast<std::size_t>(n * fill_stride) * sizeof(float);
+    auto* recs_dev = reinterpret_cast<float*>(fill_dev.as<char>() + ids);
+    const void* recs_host = fill_host.as<char>() + ids;
+    STRATA_ASSIGN_OR_RETURN(const double fill_s, time_op(dev, s, o, [&] {
+                              dev.copy_h2d(s, fill_dev.data(), fill_host.data(), ids);
+                              dev.copy_h2d(s, recs_dev, recs_host, recs);
+                              dev.unpack_records(s, fill_pool, fill_dev.as<Key>(), n, recs_dev);
+                            }));
+    STRATA_ASSIGN_OR_RETURN(const double raw_s, time_op(dev, s, o, [&] {
+                              dev.copy_h2d(s, fill_dev.data(), fill_host.data(), ids + recs);
+                            }));
+    const double fill_gbs = gbs(static_cast<double>(ids + recs), fill_s);
+    fills.push_back({{"rows", n},
+                     {"bytes", ids + recs},
+                     {"s", fill_s},
+                     {"gbs", fill_gbs},
+                     {"fraction_of_h2d", h2d_gbs > 0 ? fill_gbs / h2d_gbs : 0.0},
+                     {"same_size_h2d_gbs", gbs(static_cast<double>(ids + recs), raw_s)}});
+  }
+  j["fill_upload"] = fills;
+  return Status::ok();
+}
+
+Result<nlohmann::json> run(const Options& o) {
+  STRATA_RETURN_IF_ERROR(check_options(o));
   const std::size_t copy = static_cast<std::size_t>(o.copy_mib * (1 << 20)) / 64 * 64;
   const std::int64_t stride = record_stride(o.dim, 0);
   const std::int64_t fill_stride = record_stride(o.dim, o.state_dim);
@@ -395,45 +447,9 @@ Result<nlohmann::json> run(const Options& o) {
   index = gpu::DeviceBuffer();
   out = gpu::DeviceBuffer();
 
-  // Fill upload: slot ids and records H2D from pinned staging, then unpacked into their slots.
-  say(o, "fill uploads");
-  STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer fill_pool_mem, dev->allocate(fill_pool_bytes));
-  STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer fill_dev, dev->allocate(fill_bytes));
-  STRATA_ASSIGN_OR_RETURN(gpu::PinnedBuffer fill_host, dev->allocate_pinned(fill_bytes));
-  std::memset(fill_host.data(), 0, fill_bytes);
-  const gpu::SlotPool fill_pool{fill_pool_mem.as<float>(), max_fill, fill_stride, o.dim, o.state_dim};
-  nlohmann::json fills = nlohmann::json::array();
-  for (const std::int64_t n : o.fill_rows) {
-    Key* slots_host = fill_host.as<Key>();
-    std::vector<Key> order(static_cast<std::size_t>(max_fill));
-    for (std::int64_t i = 0; i < max_fill; ++i) order[static_cast<std::size_t>(i)] = i;
-    std::shuffle(order.begin(), order.end(), rng);  // misses land in scattered slots
-    std::copy(order.begin(), order.begin() + n, slots_host);
-    const std::size_t ids = static_cast<std::size_t>(n) * sizeof(Key);
-    const std::size_t recs = static_cast<std::size_t>(n * fill_stride) * sizeof(float);
-    auto* recs_dev = reinterpret_cast<float*>(fill_dev.as<char>() + ids);
-    const void* recs_host = fill_host.as<char>() + ids;
-    STRATA_ASSIGN_OR_RETURN(const double fill_s, time_op(*dev, s, o, [&] {
-                              dev->copy_h2d(s, fill_dev.data(), fill_host.data(), ids);
-                              dev->copy_h2d(s, recs_dev, recs_host, recs);
-                              dev->unpack_records(s, fill_pool, fill_dev.as<Key>(), n, recs_dev);
-                            }));
-    STRATA_ASSIGN_OR_RETURN(const double raw_s, time_op(*dev, s, o, [&] {
-                              dev->copy_h2d(s, fill_dev.data(), fill_host.data(), ids + recs);
-                            }));
-    const double fill_gbs = gbs(static_cast<double>(ids + recs), fill_s);
-    fills.push_back({{"rows", n},
-                     {"bytes", ids + recs},
-                     {"s", fill_s},
-                     {"gbs", fill_gbs},
-                     {"fraction_of_h2d", h2d_gbs > 0 ? fill_gbs / h2d_gbs : 0.0},
-                     {"same_size_h2d_gbs", gbs(static_cast<double>(ids + recs), raw_s)}});
-  }
-  j["fill_upload"] = fills;
-  fill_pool_mem = gpu::DeviceBuffer();
-  fill_dev = gpu::DeviceBuffer();
+  STRATA_RETURN_IF_ERROR(fill_uploads(*dev, s, o, h2d_gbs, rng, j));
   double worst_fill = 1e300;
-  for (const auto& x : fills) worst_fill = std::min(worst_fill, x["fraction_of_h2d"].get<double>());
+  for (const auto& x : j["fill_upload"]) worst_fill = std::min(worst_fill, x["fraction_of_h2d"].get<double>());
   j["targets"] = {{"gather_pool_fraction_of_d2d", {{"value", j["gather_pool"]["fraction_of_d2d"]}, {"target", 0.70}}},
                   {"fill_upload_fraction_of_h2d_worst", {{"value", worst_fill}, {"target", 0.85}}}};
   STRATA_RETURN_IF_ERROR(gather_sweep(*dev, s, o, d2d_gbs, host, rng, j));

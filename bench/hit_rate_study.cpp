@@ -299,194 +299,220 @@ void run_jobs(std::vector<std::function<void()>>& jobs, int threads) {
 
 double pp(double a, double b) { return (a - b) * 100.0; }
 
-int run(const StudyOptions& o) {
-  const auto t0 = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+// One run of the study: its options, traces and cells, and what the checks found.
+struct Study {
+  explicit Study(const StudyOptions& opts) : o(opts) {}
+  const StudyOptions& o;
   std::vector<cache::Policy> policies;
+  int threads = 1;
+  std::int64_t warm = 0;  // batches not counted
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  std::vector<Trace> traces;  // one per alpha
+  nlohmann::json trace_info = nlohmann::json::array();
+  std::vector<Cell> cells;
+  std::vector<std::size_t> cell_alpha;  // index into traces
+  // Exact LRU of the whole trace and of the warm-up prefix, per alpha: LRU is online, so the hits
+  // after the warm-up are the difference.
+  std::vector<cache::LruCurve> curve_all, curve_warm;
+  std::mutex mu;      // guards error and the progress lines
+  std::string error;  // the first job's error
+  std::atomic<int> done{0};
+  int total_jobs = 0;
+  double max_lru_diff_pp = 0;
+  std::int64_t max_lru_diff_hits = 0;
+  bool lru_order_checked = false;
+  std::int64_t lru_order_max_diff = 0;
+
+  double elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+  // A job's progress line (with --progress).
+  void report(const std::string& what, std::chrono::steady_clock::time_point start) {
+    if (!o.progress) return;
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::lock_guard<std::mutex> g(mu);
+    std::fprintf(stderr, "[%6.1fs] %-40s done in %5.2fs (%d/%d)\n", elapsed(), what.c_str(), secs, ++done, total_jobs);
+  }
+  // Records a job's error (the last one wins, as any one stops the run).
+  void fail(const std::string& message) {
+    std::lock_guard<std::mutex> g(mu);
+    error = message;
+  }
+};
+
+// The policies by name, the threads and the warm-up; an exit code when a policy is unknown.
+int set_up(Study& s) {
+  const StudyOptions& o = s.o;
   for (const auto& name : o.policies) {
     auto p = cache::parse_policy(name);
     if (!p.is_ok()) {
       std::cerr << "strata-hitrate: " << p.status().to_string() << "\n";
       return 2;
     }
-    policies.push_back(p.value());
+    s.policies.push_back(p.value());
   }
-  const int threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
-  const std::int64_t warm = static_cast<std::int64_t>(std::floor(o.warmup * static_cast<double>(o.batches)));
-  std::vector<Cell> cells;
-  nlohmann::json trace_info = nlohmann::json::array();
-  std::mutex mu;
-  std::string error;
-  double max_lru_diff_pp = 0;
-  std::int64_t max_lru_diff_hits = 0;
-  bool lru_order_checked = false;
-  std::int64_t lru_order_max_diff = 0;
+  s.threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+  s.warm = static_cast<std::int64_t>(std::floor(o.warmup * static_cast<double>(o.batches)));
+  return 0;
+}
 
-  // ---- traces, one per alpha, generated in parallel ----
-  const std::size_t A = o.alphas.size();
-  std::vector<Trace> traces(A);
-  {
-    std::vector<std::function<void()>> gen;
-    for (std::size_t a = 0; a < A; ++a)
-      gen.push_back([&, a] {
-        const auto s = std::chrono::steady_clock::now();
-        auto tr = make_trace(o, o.alphas[a]);
-        std::lock_guard<std::mutex> g(mu);
-        if (!tr.is_ok()) {
-          error = tr.status().to_string();
-          return;
-        }
-        traces[a] = std::move(tr).value();
-        if (o.progress)
-          std::fprintf(stderr, "[%6.1fs] alpha %s: %lld batches generated in %5.2fs\n", elapsed(),
-                       alpha_str(o.alphas[a]).c_str(), static_cast<long long>(o.batches),
-                       std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count());
-      });
-    run_jobs(gen, threads);
-    if (!error.empty()) {
-      std::cerr << "strata-hitrate: " << error << "\n";
-      return 2;
-    }
+// The traces, one per alpha, generated in parallel, and their summary for the JSON.
+int generate_traces(Study& s) {
+  const StudyOptions& o = s.o;
+  s.traces.resize(o.alphas.size());
+  std::vector<std::function<void()>> gen;
+  for (std::size_t a = 0; a < o.alphas.size(); ++a)
+    gen.push_back([&s, &o, a] {
+      const auto start = std::chrono::steady_clock::now();
+      auto tr = make_trace(o, o.alphas[a]);
+      std::lock_guard<std::mutex> g(s.mu);
+      if (!tr.is_ok()) {
+        s.error = tr.status().to_string();
+        return;
+      }
+      s.traces[a] = std::move(tr).value();
+      if (o.progress)
+        std::fprintf(stderr, "[%6.1fs] alpha %s: %lld batches generated in %5.2fs\n", s.elapsed(),
+                     alpha_str(o.alphas[a]).c_str(), static_cast<long long>(o.batches),
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    });
+  run_jobs(gen, s.threads);
+  if (!s.error.empty()) {
+    std::cerr << "strata-hitrate: " << s.error << "\n";
+    return 2;
   }
-  for (const Trace& t : traces)
-    trace_info.push_back(
+  for (const Trace& t : s.traces)
+    s.trace_info.push_back(
         {{"alpha", t.alpha},
          {"unique_per_batch_max", t.widest},
          {"unique_per_batch_mean", static_cast<double>(t.total_unique) / static_cast<double>(o.batches)},
          {"unique_accesses", t.total_unique},
          {"distinct_rows", t.distinct_rows}});
+  return 0;
+}
 
-  // ---- cells ----
-  std::vector<std::size_t> cell_alpha;  // index into traces
-  for (std::size_t a = 0; a < A; ++a)
+// One cell per (alpha, capacity); infeasible where a batch has more unique rows than the slots.
+void make_cells(Study& s) {
+  const StudyOptions& o = s.o;
+  for (std::size_t a = 0; a < o.alphas.size(); ++a)
     for (double f : o.capacities) {
       Cell cell;
       cell.alpha = o.alphas[a];
       cell.fraction = f;
       cell.slots = std::llround(f * static_cast<double>(o.rows));
-      if (cell.slots < traces[a].widest) {
+      if (cell.slots < s.traces[a].widest) {
         cell.feasible = false;
-        cell.note = "a batch has up to " + std::to_string(traces[a].widest) + " unique rows, more than the " +
+        cell.note = "a batch has up to " + std::to_string(s.traces[a].widest) + " unique rows, more than the " +
                     std::to_string(cell.slots) + " slots";
       }
-      cell.policies.resize(policies.size());
-      cell.policies_all.resize(policies.size());
-      cells.push_back(cell);
-      cell_alpha.push_back(a);
+      cell.policies.resize(s.policies.size());
+      cell.policies_all.resize(s.policies.size());
+      s.cells.push_back(cell);
+      s.cell_alpha.push_back(a);
     }
+}
 
-  // ---- jobs: every (alpha, capacity, policy) run, Belady per cell, the LRU curves per alpha ----
-  // Exact LRU of the whole trace and of the warm-up prefix: LRU is online, so the hits after the
-  // warm-up are the difference.
-  std::vector<cache::LruCurve> curve_all(A), curve_warm(A);
+std::string cell_name(const Cell& c) {
+  return "alpha " + alpha_str(c.alpha) + " cap " + alpha_str(c.fraction * 100) + "%: ";
+}
+
+// The exact LRU curves of trace `a`, of the whole trace and of its warm-up prefix.
+void lru_curves_job(Study& s, std::size_t a) {
+  const auto start = std::chrono::steady_clock::now();
+  const Trace& t = s.traces[a];
+  auto c = cache::lru_curve(t.keys, cache::PerBatch::kDistinct);
+  cache::KeyTrace prefix;
+  prefix.batch_offsets.assign(t.keys.batch_offsets.begin(), t.keys.batch_offsets.begin() + s.warm + 1);
+  prefix.keys.assign(t.keys.keys.begin(), t.keys.keys.begin() + prefix.batch_offsets.back());
+  auto w = cache::lru_curve(prefix, cache::PerBatch::kDistinct);
+  if (!c.is_ok() || !w.is_ok()) return s.fail("lru_curve: " + (c.is_ok() ? w.status() : c.status()).to_string());
+  s.curve_all[a] = std::move(c).value();
+  s.curve_warm[a] = std::move(w).value();
+  s.report("alpha " + alpha_str(t.alpha) + ": lru_curve", start);
+}
+
+// Cell `ci` under policy `pi`: the CachePlanner's hits (and, --check-lru-order, lru_curve on the
+// pool's own order).
+void policy_job(Study& s, std::size_t ci, std::size_t pi) {
+  const auto start = std::chrono::steady_clock::now();
+  const StudyOptions& o = s.o;
+  const Trace& t = s.traces[s.cell_alpha[ci]];
+  Cell& c = s.cells[ci];
+  const cache::Policy policy = s.policies[pi];
+  const bool check = o.check_lru_order && policy == cache::Policy::kLru;
+  cache::KeyTrace order;
+  auto r = run_pool(t, c.slots, policy, o.lookahead, o.preview, o.half_life, check ? &order : nullptr);
+  if (!r.is_ok())
+    return s.fail(std::string("CachePlanner ") + cache::to_string(policy) + ": " + r.status().to_string());
+  if (policy == cache::Policy::kLru) c.pool_lru_hits_all = sum_from(r.value(), 0).hits;
+  if (check) {
+    auto curve = cache::lru_curve(order, cache::PerBatch::kDistinct);
+    if (!curve.is_ok()) return s.fail("lru_curve (pool order): " + curve.status().to_string());
+    c.lru_pool_order_hits = curve.value().hits_at(c.slots);
+  }
+  c.policies[pi] = {cache::to_string(policy), sum_from(r.value(), s.warm)};
+  c.policies_all[pi] = {cache::to_string(policy), sum_from(r.value(), 0)};
+  s.report(cell_name(c) + cache::to_string(policy), start);
+}
+
+// Cell `ci`'s Belady optimum, per batch and by cache::belady_hits (which must agree).
+void belady_job(Study& s, std::size_t ci) {
+  const auto start = std::chrono::steady_clock::now();
+  const Trace& t = s.traces[s.cell_alpha[ci]];
+  Cell& c = s.cells[ci];
+  auto lib = cache::belady_hits(t.keys, c.slots);
+  if (!lib.is_ok()) return s.fail("belady_hits: " + lib.status().to_string());
+  const BatchCounts b = belady_per_batch(t, s.o.rows, c.slots);
+  c.belady = sum_from(b, s.warm);
+  c.belady_all = sum_from(b, 0);
+  c.belady_library_hits = lib.value().hits;
+  s.report(cell_name(c) + "belady", start);
+}
+
+// Every (alpha, capacity, policy) run, Belady per cell and the LRU curves per alpha, on the
+// study's threads, the longest jobs first (which balances the threads).
+int run_cells(Study& s) {
   struct Job {
-    int order;  // lower runs first: the longest jobs first balances the threads
+    int order;  // lower runs first
     std::function<void()> run;
   };
   std::vector<Job> jobs;
-  std::atomic<int> done{0};
-  int total_jobs = 0;
-  auto report = [&](const std::string& what, double secs) {
-    if (!o.progress) return;
-    std::lock_guard<std::mutex> g(mu);
-    std::fprintf(stderr, "[%6.1fs] %-40s done in %5.2fs (%d/%d)\n", elapsed(), what.c_str(), secs, ++done, total_jobs);
-  };
-  auto cell_name = [&](const Cell& c) {
-    return "alpha " + alpha_str(c.alpha) + " cap " + alpha_str(c.fraction * 100) + "%: ";
-  };
-  for (std::size_t a = 0; a < A; ++a)
-    jobs.push_back({1, [&, a] {
-                      const auto s = std::chrono::steady_clock::now();
-                      const Trace& t = traces[a];
-                      auto c = cache::lru_curve(t.keys, cache::PerBatch::kDistinct);
-                      cache::KeyTrace prefix;
-                      prefix.batch_offsets.assign(t.keys.batch_offsets.begin(),
-                                                  t.keys.batch_offsets.begin() + warm + 1);
-                      prefix.keys.assign(t.keys.keys.begin(), t.keys.keys.begin() + prefix.batch_offsets.back());
-                      auto w = cache::lru_curve(prefix, cache::PerBatch::kDistinct);
-                      if (!c.is_ok() || !w.is_ok()) {
-                        std::lock_guard<std::mutex> g(mu);
-                        error = "lru_curve: " + (c.is_ok() ? w.status() : c.status()).to_string();
-                        return;
-                      }
-                      curve_all[a] = std::move(c).value();
-                      curve_warm[a] = std::move(w).value();
-                      report("alpha " + alpha_str(t.alpha) + ": lru_curve",
-                             std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count());
-                    }});
-  for (std::size_t ci = 0; ci < cells.size(); ++ci) {
-    if (!cells[ci].feasible) continue;
-    const Trace& t = traces[cell_alpha[ci]];
-    for (std::size_t pi = 0; pi < policies.size(); ++pi) {
-      jobs.push_back(
-          {policies[pi] == cache::Policy::kLookahead ? 0 : 2, [&, ci, pi] {
-             const auto s = std::chrono::steady_clock::now();
-             Cell& c = cells[ci];
-             const bool check = o.check_lru_order && policies[pi] == cache::Policy::kLru;
-             cache::KeyTrace order;
-             auto r = run_pool(t, c.slots, policies[pi], o.lookahead, o.preview, o.half_life, check ? &order : nullptr);
-             if (!r.is_ok()) {
-               std::lock_guard<std::mutex> g(mu);
-               error = std::string("CachePlanner ") + cache::to_string(policies[pi]) + ": " + r.status().to_string();
-               return;
-             }
-             if (policies[pi] == cache::Policy::kLru) c.pool_lru_hits_all = sum_from(r.value(), 0).hits;
-             if (check) {
-               auto curve = cache::lru_curve(order, cache::PerBatch::kDistinct);
-               if (!curve.is_ok()) {
-                 std::lock_guard<std::mutex> g(mu);
-                 error = "lru_curve (pool order): " + curve.status().to_string();
-                 return;
-               }
-               c.lru_pool_order_hits = curve.value().hits_at(c.slots);
-             }
-             c.policies[pi] = {cache::to_string(policies[pi]), sum_from(r.value(), warm)};
-             c.policies_all[pi] = {cache::to_string(policies[pi]), sum_from(r.value(), 0)};
-             report(cell_name(c) + cache::to_string(policies[pi]),
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count());
-           }});
-    }
-    jobs.push_back({1, [&, ci] {
-                      const auto s = std::chrono::steady_clock::now();
-                      Cell& c = cells[ci];
-                      auto lib = cache::belady_hits(t.keys, c.slots);
-                      if (!lib.is_ok()) {
-                        std::lock_guard<std::mutex> g(mu);
-                        error = "belady_hits: " + lib.status().to_string();
-                        return;
-                      }
-                      const BatchCounts b = belady_per_batch(t, o.rows, c.slots);
-                      c.belady = sum_from(b, warm);
-                      c.belady_all = sum_from(b, 0);
-                      c.belady_library_hits = lib.value().hits;
-                      report(cell_name(c) + "belady",
-                             std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count());
-                    }});
+  s.curve_all.resize(s.traces.size());
+  s.curve_warm.resize(s.traces.size());
+  for (std::size_t a = 0; a < s.traces.size(); ++a) jobs.push_back({1, [&s, a] { lru_curves_job(s, a); }});
+  for (std::size_t ci = 0; ci < s.cells.size(); ++ci) {
+    if (!s.cells[ci].feasible) continue;
+    for (std::size_t pi = 0; pi < s.policies.size(); ++pi)
+      jobs.push_back({s.policies[pi] == cache::Policy::kLookahead ? 0 : 2, [&s, ci, pi] { policy_job(s, ci, pi); }});
+    jobs.push_back({1, [&s, ci] { belady_job(s, ci); }});
   }
   std::stable_sort(jobs.begin(), jobs.end(), [](const Job& x, const Job& y) { return x.order < y.order; });
   std::vector<std::function<void()>> runs;
   for (auto& j : jobs) runs.push_back(std::move(j.run));
-  total_jobs = static_cast<int>(runs.size());
-  run_jobs(runs, threads);
-  if (!error.empty()) {
-    std::cerr << "strata-hitrate: " << error << "\n";
+  s.total_jobs = static_cast<int>(runs.size());
+  run_jobs(runs, s.threads);
+  if (!s.error.empty()) {
+    std::cerr << "strata-hitrate: " << s.error << "\n";
     return 1;
   }
+  return 0;
+}
 
-  // ---- checks and references ----
-  for (std::size_t ci = 0; ci < cells.size(); ++ci) {
-    Cell& c = cells[ci];
+// The checks (the two Belady counts agree; CachePlanner lru against exact LRU) and the references
+// (exact LRU, the static top rows) of every feasible cell.
+int check_cells(Study& s) {
+  const StudyOptions& o = s.o;
+  for (std::size_t ci = 0; ci < s.cells.size(); ++ci) {
+    Cell& c = s.cells[ci];
     if (!c.feasible) continue;
-    const std::size_t a = cell_alpha[ci];
-    const Trace& t = traces[a];
+    const std::size_t a = s.cell_alpha[ci];
+    const Trace& t = s.traces[a];
     if (c.belady_library_hits != c.belady_all.hits) {
       std::cerr << "strata-hitrate: per-batch Belady counted " << c.belady_all.hits << " hits, cache::belady_hits "
                 << c.belady_library_hits << " (alpha " << c.alpha << ", " << c.slots << " slots)\n";
       return 1;
     }
-    c.lru_exact_all = {curve_all[a].hits_at(c.slots), curve_all[a].accesses()};
-    c.lru_exact = {curve_all[a].hits_at(c.slots) - curve_warm[a].hits_at(c.slots),
-                   curve_all[a].accesses() - curve_warm[a].accesses()};
+    c.lru_exact_all = {s.curve_all[a].hits_at(c.slots), s.curve_all[a].accesses()};
+    c.lru_exact = {s.curve_all[a].hits_at(c.slots) - s.curve_warm[a].hits_at(c.slots),
+                   s.curve_all[a].accesses() - s.curve_warm[a].accesses()};
     for (std::int64_t b = 0; b < o.batches; ++b) {
       std::int64_t hits = 0;
       for (std::int64_t i = t.keys.batch_offsets[static_cast<std::size_t>(b)];
@@ -495,23 +521,28 @@ int run(const StudyOptions& o) {
       const std::int64_t acc = t.unique[static_cast<std::size_t>(b)].size();
       c.static_top_all.hits += hits;
       c.static_top_all.accesses += acc;
-      if (b >= warm) {
+      if (b >= s.warm) {
         c.static_top.hits += hits;
         c.static_top.accesses += acc;
       }
     }
     if (c.lru_pool_order_hits >= 0) {
-      lru_order_checked = true;
-      lru_order_max_diff = std::max(lru_order_max_diff, std::abs(c.lru_pool_order_hits - c.pool_lru_hits_all));
+      s.lru_order_checked = true;
+      s.lru_order_max_diff = std::max(s.lru_order_max_diff, std::abs(c.lru_pool_order_hits - c.pool_lru_hits_all));
     }
-    for (std::size_t pi = 0; pi < policies.size(); ++pi) {
-      if (policies[pi] != cache::Policy::kLru) continue;
-      max_lru_diff_pp = std::max(max_lru_diff_pp, std::abs(pp(c.policies[pi].second.rate(), c.lru_exact.rate())));
-      max_lru_diff_hits = std::max(max_lru_diff_hits, std::abs(c.policies_all[pi].second.hits - c.lru_exact_all.hits));
+    for (std::size_t pi = 0; pi < s.policies.size(); ++pi) {
+      if (s.policies[pi] != cache::Policy::kLru) continue;
+      s.max_lru_diff_pp = std::max(s.max_lru_diff_pp, std::abs(pp(c.policies[pi].second.rate(), c.lru_exact.rate())));
+      s.max_lru_diff_hits =
+          std::max(s.max_lru_diff_hits, std::abs(c.policies_all[pi].second.hits - c.lru_exact_all.hits));
     }
   }
+  return 0;
+}
 
-  // ---- console table ----
+// The console table: every cell's hit rate under each policy and the references.
+void print_table(const Study& s) {
+  const StudyOptions& o = s.o;
   std::printf(
       "\nstrata-hitrate: 1 table x %lld rows, batch %lld bags x %d keys (%lld lookups), %lld batches, seed %llu, %s\n",
       static_cast<long long>(o.rows), static_cast<long long>(o.batch), o.bag_size,
@@ -524,11 +555,11 @@ int run(const StudyOptions& o) {
       o.lookahead, o.preview,
       o.half_life > 0 ? (alpha_str(o.half_life) + " x slots").c_str()
                       : (std::to_string(cache::kDefaultHalfLifeSlots) + " x slots (default)").c_str(),
-      static_cast<long long>(warm), static_cast<long long>(o.batches), o.warmup * 100);
+      static_cast<long long>(s.warm), static_cast<long long>(o.batches), o.warmup * 100);
   std::printf("%-6s %-6s %8s", "alpha", "cache", "slots");
   for (const auto& p : o.policies) std::printf(" %9s", p.c_str());
   std::printf(" %9s %9s %10s %12s\n", "lru_exact", "belady", "static_top", "la-gap(pp)");
-  for (const Cell& c : cells) {
+  for (const Cell& c : s.cells) {
     std::printf("%-6s %5g%% %8lld", alpha_str(c.alpha).c_str(), c.fraction * 100, static_cast<long long>(c.slots));
     if (!c.feasible) {
       std::printf("  infeasible: %s\n", c.note.c_str());
@@ -550,19 +581,26 @@ int run(const StudyOptions& o) {
   std::printf(
       "CachePlanner lru vs exact LRU (lru_curve kDistinct): max difference %.4f pp after warm-up, %lld hits over all "
       "batches\n",
-      max_lru_diff_pp, static_cast<long long>(max_lru_diff_hits));
-  if (lru_order_checked)
+      s.max_lru_diff_pp, static_cast<long long>(s.max_lru_diff_hits));
+  if (s.lru_order_checked)
     std::printf("lru_curve on the pool's own within-batch order (hits, then misses): max difference %lld hits (%s)\n",
-                static_cast<long long>(lru_order_max_diff), lru_order_max_diff == 0 ? "exact" : "MISMATCH");
-  else if (max_lru_diff_hits != 0)
+                static_cast<long long>(s.lru_order_max_diff), s.lru_order_max_diff == 0 ? "exact" : "MISMATCH");
+  else if (s.max_lru_diff_hits != 0)
     std::printf(
         "(the pool stamps a batch's hits before its misses, lru_curve orders a batch by first use; run with\n"
         " --check-lru-order to compare against lru_curve on the pool's order)\n");
+}
 
-  // ---- targets ----
+// The study's two targets over the feasible cells: lookahead at least as good as lru and lfu, and
+// within 3 pp of Belady at capacities of 5% and more.
+struct Targets {
   bool ge_ok = true, gap_ok = true, have_la = false, have_other = false;
-  nlohmann::json target_cells = nlohmann::json::array();
-  for (const Cell& c : cells) {
+  nlohmann::json cells = nlohmann::json::array();
+};
+
+Targets evaluate_targets(const Study& s) {
+  Targets t;
+  for (const Cell& c : s.cells) {
     if (!c.feasible) continue;
     double la = -1, best_other = -1;
     for (const auto& [name, tot] : c.policies) {
@@ -572,23 +610,30 @@ int run(const StudyOptions& o) {
         best_other = std::max(best_other, tot.rate());
     }
     if (la < 0) continue;
-    have_la = true;
-    have_other = have_other || best_other >= 0;
+    t.have_la = true;
+    t.have_other = t.have_other || best_other >= 0;
     const bool ge = best_other < 0 || la >= best_other;
     const double gap = pp(c.belady.rate(), la);
     const bool gap_applies = c.fraction >= 0.05 - 1e-9;
     const bool within = !gap_applies || gap <= 3.0;
-    ge_ok = ge_ok && ge;
-    gap_ok = gap_ok && within;
-    target_cells.push_back({{"alpha", c.alpha},
-                            {"capacity_fraction", c.fraction},
-                            {"lookahead_minus_best_other_pp",
-                             best_other < 0 ? nlohmann::json(nullptr) : nlohmann::json(pp(la, best_other))},
-                            {"lookahead_ge_lru_lfu", ge},
-                            {"gap_pp", gap},
-                            {"within_3pp", gap_applies ? nlohmann::json(within) : nlohmann::json(nullptr)}});
+    t.ge_ok = t.ge_ok && ge;
+    t.gap_ok = t.gap_ok && within;
+    t.cells.push_back({{"alpha", c.alpha},
+                       {"capacity_fraction", c.fraction},
+                       {"lookahead_minus_best_other_pp",
+                        best_other < 0 ? nlohmann::json(nullptr) : nlohmann::json(pp(la, best_other))},
+                       {"lookahead_ge_lru_lfu", ge},
+                       {"gap_pp", gap},
+                       {"within_3pp", gap_applies ? nlohmann::json(within) : nlohmann::json(nullptr)}});
   }
-  if (have_la) {
+  return t;
+}
+
+// The targets on the console, and the cells that missed them or were infeasible.
+void print_targets(const Study& s, const Targets& t) {
+  const bool have_other = t.have_other, ge_ok = t.ge_ok, gap_ok = t.gap_ok;
+  const nlohmann::json& target_cells = t.cells;
+  if (t.have_la) {
     std::printf("target 1: lookahead >= max(lru, lfu) in every feasible cell: %s\n",
                 !have_other ? "not evaluated (run lru and lfu too)"
                 : ge_ok     ? "HOLDS"
@@ -604,82 +649,109 @@ int run(const StudyOptions& o) {
         std::printf("  alpha %s cap %g%%: gap %.2f pp\n", alpha_str(tc["alpha"].get<double>()).c_str(),
                     tc["capacity_fraction"].get<double>() * 100, tc["gap_pp"].get<double>());
   }
-  for (const Cell& c : cells)
+  for (const Cell& c : s.cells)
     if (!c.feasible)
       std::printf("note: alpha %s cap %g%% is infeasible (not counted in the targets)\n", alpha_str(c.alpha).c_str(),
                   c.fraction * 100);
+}
 
-  // ---- JSON ----
-  if (!o.json_out.empty()) {
-    nlohmann::json j;
-    j["trace"] = {
-        {"generator", "bench::KeySampler zipf:ALPHA (rejection-inversion; ranks scattered by RowPermutation)"},
-        {"tables", 1},
-        {"rows", o.rows},
-        {"batch", o.batch},
-        {"bag_size", o.bag_size},
-        {"lookups_per_batch", o.batch * o.bag_size},
-        {"batches", o.batches},
-        {"seed", o.seed},
-        {"lookahead", o.lookahead},
-        {"preview", o.preview},
-        {"window", o.lookahead + o.preview},
-        {"distribution", o.drift > 0 ? "drift:ALPHA:" + std::to_string(o.drift) : std::string("zipf:ALPHA")},
-        {"half_life_slots", o.half_life > 0 ? o.half_life : static_cast<double>(cache::kDefaultHalfLifeSlots)},
-        {"warmup_fraction", o.warmup},
-        {"warmup_batches", warm},
-        {"counted", "unique (batch, row) accesses of batches [warmup_batches, batches)"},
-        {"driver",
-         "CachePlanner, one table, no device: window_push up to batch j+K+W, probe(j), commit, retire(plan, "
-         "updated=true)"},
-        {"per_alpha", trace_info}};
-    nlohmann::json results = nlohmann::json::array();
-    for (const Cell& c : cells) {
-      auto row = [&](const std::string& policy, const Totals& t, const Totals& all) {
-        nlohmann::json r = {
-            {"alpha", c.alpha}, {"capacity_fraction", c.fraction}, {"capacity_rows", c.slots}, {"policy", policy}};
-        if (!c.feasible) {
-          r["feasible"] = false;
-          r["note"] = c.note;
-          r["hit_rate"] = nullptr;
-          r["belady_hit_rate"] = nullptr;
-          r["gap_pp"] = nullptr;
-        } else {
-          r["feasible"] = true;
-          r["hit_rate"] = t.rate();
-          r["belady_hit_rate"] = c.belady.rate();
-          r["gap_pp"] = pp(c.belady.rate(), t.rate());
-          r["hits"] = t.hits;
-          r["accesses"] = t.accesses;
-          r["hit_rate_all"] = all.rate();
-          r["belady_hit_rate_all"] = c.belady_all.rate();
-        }
-        results.push_back(r);
-      };
-      for (std::size_t pi = 0; pi < policies.size(); ++pi)
-        row(o.policies[pi], c.feasible ? c.policies[pi].second : Totals{},
-            c.feasible ? c.policies_all[pi].second : Totals{});
-      row("lru_exact", c.lru_exact, c.lru_exact_all);
-      row("belady", c.belady, c.belady_all);
-      row("static_top", c.static_top, c.static_top_all);
-    }
-    j["results"] = results;
-    j["lru_check"] = {{"max_abs_diff_pp", max_lru_diff_pp}, {"max_abs_diff_hits_all_batches", max_lru_diff_hits}};
-    if (lru_order_checked) j["lru_check"]["pool_order_max_abs_diff_hits_all_batches"] = lru_order_max_diff;
-    if (have_la)
-      j["targets"] = {
-          {"lookahead_ge_max_lru_lfu_every_cell", have_other ? nlohmann::json(ge_ok) : nlohmann::json(nullptr)},
-          {"lookahead_within_3pp_of_belady_at_5_and_20_percent", gap_ok},
-          {"cells", target_cells}};
-    j["elapsed_s"] = elapsed();
-    std::ofstream f(o.json_out);
-    f << j.dump(2) << "\n";
-    if (!f) {
-      std::cerr << "strata-hitrate: cannot write " << o.json_out << "\n";
-      return 1;
-    }
+// The JSON's trace: how the keys were drawn and the study driven.
+nlohmann::json trace_json(const Study& s) {
+  const StudyOptions& o = s.o;
+  return {{"generator", "bench::KeySampler zipf:ALPHA (rejection-inversion; ranks scattered by RowPermutation)"},
+          {"tables", 1},
+          {"rows", o.rows},
+          {"batch", o.batch},
+          {"bag_size", o.bag_size},
+          {"lookups_per_batch", o.batch * o.bag_size},
+          {"batches", o.batches},
+          {"seed", o.seed},
+          {"lookahead", o.lookahead},
+          {"preview", o.preview},
+          {"window", o.lookahead + o.preview},
+          {"distribution", o.drift > 0 ? "drift:ALPHA:" + std::to_string(o.drift) : std::string("zipf:ALPHA")},
+          {"half_life_slots", o.half_life > 0 ? o.half_life : static_cast<double>(cache::kDefaultHalfLifeSlots)},
+          {"warmup_fraction", o.warmup},
+          {"warmup_batches", s.warm},
+          {"counted", "unique (batch, row) accesses of batches [warmup_batches, batches)"},
+          {"driver",
+           "CachePlanner, one table, no device: window_push up to batch j+K+W, probe(j), commit, retire(plan, "
+           "updated=true)"},
+          {"per_alpha", s.trace_info}};
+}
+
+// The JSON's results: every cell under each policy and the references.
+nlohmann::json results_json(const Study& s) {
+  const StudyOptions& o = s.o;
+  nlohmann::json results = nlohmann::json::array();
+  for (const Cell& c : s.cells) {
+    auto row = [&](const std::string& policy, const Totals& t, const Totals& all) {
+      nlohmann::json r = {
+          {"alpha", c.alpha}, {"capacity_fraction", c.fraction}, {"capacity_rows", c.slots}, {"policy", policy}};
+      if (!c.feasible) {
+        r["feasible"] = false;
+        r["note"] = c.note;
+        r["hit_rate"] = nullptr;
+        r["belady_hit_rate"] = nullptr;
+        r["gap_pp"] = nullptr;
+      } else {
+        r["feasible"] = true;
+        r["hit_rate"] = t.rate();
+        r["belady_hit_rate"] = c.belady.rate();
+        r["gap_pp"] = pp(c.belady.rate(), t.rate());
+        r["hits"] = t.hits;
+        r["accesses"] = t.accesses;
+        r["hit_rate_all"] = all.rate();
+        r["belady_hit_rate_all"] = c.belady_all.rate();
+      }
+      results.push_back(r);
+    };
+    for (std::size_t pi = 0; pi < s.policies.size(); ++pi)
+      row(o.policies[pi], c.feasible ? c.policies[pi].second : Totals{},
+          c.feasible ? c.policies_all[pi].second : Totals{});
+    row("lru_exact", c.lru_exact, c.lru_exact_all);
+    row("belady", c.belady, c.belady_all);
+    row("static_top", c.static_top, c.static_top_all);
   }
-  if (o.progress) std::fprintf(stderr, "[%6.1fs] done\n", elapsed());
+  return results;
+}
+
+// Writes --json; an exit code when it cannot.
+int write_json(const Study& s, const Targets& t) {
+  const StudyOptions& o = s.o;
+  nlohmann::json j;
+  j["trace"] = trace_json(s);
+  j["results"] = results_json(s);
+  j["lru_check"] = {{"max_abs_diff_pp", s.max_lru_diff_pp}, {"max_abs_diff_hits_all_batches", s.max_lru_diff_hits}};
+  if (s.lru_order_checked) j["lru_check"]["pool_order_max_abs_diff_hits_all_batches"] = s.lru_order_max_diff;
+  if (t.have_la)
+    j["targets"] = {
+        {"lookahead_ge_max_lru_lfu_every_cell", t.have_other ? nlohmann::json(t.ge_ok) : nlohmann::json(nullptr)},
+        {"lookahead_within_3pp_of_belady_at_5_and_20_percent", t.gap_ok},
+        {"cells", t.cells}};
+  j["elapsed_s"] = s.elapsed();
+  std::ofstream f(o.json_out);
+  f << j.dump(2) << "\n";
+  if (!f) {
+    std::cerr << "strata-hitrate: cannot write " << o.json_out << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+int run(const StudyOptions& o) {
+  Study s(o);
+  if (const int code = set_up(s)) return code;
+  if (const int code = generate_traces(s)) return code;
+  make_cells(s);
+  if (const int code = run_cells(s)) return code;
+  if (const int code = check_cells(s)) return code;
+  print_table(s);
+  const Targets t = evaluate_targets(s);
+  print_targets(s, t);
+  if (!o.json_out.empty())
+    if (const int code = write_json(s, t)) return code;
+  if (o.progress) std::fprintf(stderr, "[%6.1fs] done\n", s.elapsed());
   return 0;
 }
 
