@@ -336,41 +336,20 @@ std::string trainer_of(const json& doc) {
   return "host";
 }
 
-std::string render_html_report(const json& results, const HtmlReportOptions& options) {
-  const json& doc = results.is_object() ? results : json::object();
-  std::string title = options.title;
-  if (title.empty()) title = string_at(doc, "title").value_or("Strata benchmark report");
+namespace {
 
+// What every section of the report reads: the results document, its modes (those with a name),
+// their names, and whether a device mode ran on the emulated device.
+struct ReportInput {
+  const json& doc;
   std::vector<ModeRow> modes;
-  if (doc.contains("modes") && doc["modes"].is_array()) {
-    for (const json& m : doc["modes"]) {
-      const auto name = string_at(m, "mode");
-      if (name) modes.push_back({*name, &m});
-    }
-  }
   std::vector<std::string> mode_names;
-  for (const auto& m : modes) mode_names.push_back(m.mode);
+  bool emu = false;
+};
 
-  std::ostringstream o;
-  o << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-    << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>" << html_escape(title)
-    << "</title>\n<style>" << kCss << "</style>\n</head>\n<body>\n<header><h1>" << html_escape(title) << "</h1>";
-  o << "<p class=\"note\">Every mode ran the same sequence of batches. Hover over a bar or point for its value.</p>";
-  // Measured device times from the emulator say nothing about a GPU: say so before any number.
-  const bool emu = std::any_of(modes.begin(), modes.end(), [](const ModeRow& m) {
-    return string_at(*m.doc, "device") == std::string("emu") ||
-           string_at(*m.doc, "trainer_device") == std::string("emu");
-  });
-  if (emu)
-    o << "<p class=\"warn\" id=\"emulated\">No GPU: the device modes ran on the <b>emulated device</b> (emu), "
-      << "which runs the GPU kernels' logic on this machine's CPU. Their measured throughput and step times are "
-      << "the emulation's, not a GPU's; compare the modes by their bytes per link and modelled step times.</p>";
-  o << "</header>\n";
-
-  info_section(o, "machine", "Machine", object_at(doc, "machine"));
-  info_section(o, "workload", "Workload", object_at(doc, "workload"));
-
-  // The table list (collapsed: a Criteo-shaped set has 26 entries).
+// The table list (collapsed: a Criteo-shaped set has 26 entries).
+void tables_section(std::ostream& o, const ReportInput& in) {
+  const json& doc = in.doc;
   if (doc.contains("tables") && doc["tables"].is_array() && !doc["tables"].empty()) {
     std::ostringstream rows;
     double total_rows = 0, total_bytes = 0;
@@ -394,8 +373,11 @@ std::string render_html_report(const json& results, const HtmlReportOptions& opt
         << "</table></details></section>\n";
     }
   }
+}
 
-  // Summary table: only the columns some mode has.
+// The summary table: only the columns some mode has.
+void summary_section(std::ostream& o, const ReportInput& in) {
+  const std::vector<ModeRow>& modes = in.modes;
   if (!modes.empty()) {
     struct Column {
       const char* header;
@@ -454,227 +436,295 @@ std::string render_html_report(const json& results, const HtmlReportOptions& opt
     }
     o << "</table></section>\n";
   }
+}
 
-  // Throughput.
-  {
-    BarSeries fwd{"forward lookups/s", {}}, train{"training-step lookups/s", {}};
+// Throughput per mode.
+void throughput_section(std::ostream& o, const ReportInput& in) {
+  const std::vector<ModeRow>& modes = in.modes;
+  const std::vector<std::string>& mode_names = in.mode_names;
+  BarSeries fwd{"forward lookups/s", {}}, train{"training-step lookups/s", {}};
+  bool any = false;
+  for (const auto& m : modes) {
+    fwd.values.push_back(number_at(*m.doc, "forward_lookups_per_s"));
+    train.values.push_back(number_at(*m.doc, "train_lookups_per_s"));
+    any = any || fwd.values.back() || train.values.back();
+  }
+  if (any) {
+    o << "<section class=\"chart\" id=\"throughput\"><h2>Throughput per mode</h2>"
+      << "<p class=\"note\">Embedding lookups (keys) per second; higher is better.</p>"
+      << bar_chart("lookups per second per mode", mode_names, {fwd, train}, Unit::kCount, "lookups/s")
+      << "</section>\n";
+  }
+}
+
+// Bytes per step per link.
+void bytes_section(std::ostream& o, const ReportInput& in) {
+  const json& doc = in.doc;
+  const std::vector<ModeRow>& modes = in.modes;
+  const std::vector<std::string>& mode_names = in.mode_names;
+  static const std::pair<const char*, const char*> kLinks[] = {
+      {"hbm_read", "HBM read"},   {"hbm_write", "HBM write"},   {"h2d", "PCIe H2D"},         {"d2h", "PCIe D2H"},
+      {"host_read", "host read"}, {"host_write", "host write"}, {"all_to_all", "all-to-all"}};
+  std::vector<BarSeries> series;
+  for (const auto& [key, label] : kLinks) {
+    BarSeries s{label, {}};
     bool any = false;
     for (const auto& m : modes) {
-      fwd.values.push_back(number_at(*m.doc, "forward_lookups_per_s"));
-      train.values.push_back(number_at(*m.doc, "train_lookups_per_s"));
-      any = any || fwd.values.back() || train.values.back();
+      s.values.push_back(number_at(object_at(*m.doc, "bytes_per_step"), key));
+      any = any || s.values.back().has_value();
     }
-    if (any) {
-      o << "<section class=\"chart\" id=\"throughput\"><h2>Throughput per mode</h2>"
-        << "<p class=\"note\">Embedding lookups (keys) per second; higher is better.</p>"
-        << bar_chart("lookups per second per mode", mode_names, {fwd, train}, Unit::kCount, "lookups/s")
-        << "</section>\n";
-    }
+    if (any) series.push_back(std::move(s));
   }
-
-  // Bytes per link.
-  {
-    static const std::pair<const char*, const char*> kLinks[] = {
-        {"hbm_read", "HBM read"},   {"hbm_write", "HBM write"},   {"h2d", "PCIe H2D"},         {"d2h", "PCIe D2H"},
-        {"host_read", "host read"}, {"host_write", "host write"}, {"all_to_all", "all-to-all"}};
-    std::vector<BarSeries> series;
-    for (const auto& [key, label] : kLinks) {
-      BarSeries s{label, {}};
-      bool any = false;
-      for (const auto& m : modes) {
-        s.values.push_back(number_at(object_at(*m.doc, "bytes_per_step"), key));
-        any = any || s.values.back().has_value();
-      }
-      if (any) series.push_back(std::move(s));
-    }
-    if (!series.empty()) {
-      o << "<section class=\"chart\" id=\"bytes\"><h2>Bytes per step per link</h2>"
-        << "<p class=\"note\">Bytes one training step moves over each link, as counted by the device layer, "
-        << "with the trainer's dense model on the " << html_escape(trainer_of(doc)) << " (strata-bench --trainer). "
-        << "Host-side CPU kernels (the CPU gather and the CPU optimizer) have no counters and are not shown; the "
-        << "modelled step time adds their row traffic.</p>"
-        << bar_chart("bytes per training step on each link, per mode", mode_names, series, Unit::kBytes, "bytes/step")
-        << "</section>\n";
-    }
+  if (!series.empty()) {
+    o << "<section class=\"chart\" id=\"bytes\"><h2>Bytes per step per link</h2>"
+      << "<p class=\"note\">Bytes one training step moves over each link, as counted by the device layer, "
+      << "with the trainer's dense model on the " << html_escape(trainer_of(doc)) << " (strata-bench --trainer). "
+      << "Host-side CPU kernels (the CPU gather and the CPU optimizer) have no counters and are not shown; the "
+      << "modelled step time adds their row traffic.</p>"
+      << bar_chart("bytes per training step on each link, per mode", mode_names, series, Unit::kBytes, "bytes/step")
+      << "</section>\n";
   }
+}
 
-  // Measured step time. The modelled times get a chart of their own: beside emulated or CPU times
-  // tens to thousands of times larger they would be bars too short to read.
-  {
-    BarSeries p50{"measured p50", {}}, p99{"measured p99", {}}, max{"measured max", {}};
+// Measured step time. The modelled times get a chart of their own: beside emulated or CPU times
+// tens to thousands of times larger they would be bars too short to read.
+void step_time_section(std::ostream& o, const ReportInput& in) {
+  const std::vector<ModeRow>& modes = in.modes;
+  const std::vector<std::string>& mode_names = in.mode_names;
+  const bool emu = in.emu;
+  BarSeries p50{"measured p50", {}}, p99{"measured p99", {}}, max{"measured max", {}};
+  for (const auto& m : modes) {
+    p50.values.push_back(number_at(*m.doc, "step_ms_p50"));
+    p99.values.push_back(number_at(*m.doc, "step_ms_p99"));
+    max.values.push_back(number_at(*m.doc, "step_ms_max"));
+  }
+  std::vector<BarSeries> series;
+  for (auto* s : {&p50, &p99, &max})
+    if (std::any_of(s->values.begin(), s->values.end(), [](const Opt& v) { return v.has_value(); }))
+      series.push_back(*s);
+  if (!series.empty()) {
+    const bool tail = std::any_of(p99.values.begin(), p99.values.end(), [](const Opt& v) { return v.has_value(); });
+    o << "<section class=\"chart\" id=\"step-time\"><h2>Measured step time</h2>"
+      << "<p class=\"note\">Training step latency measured on this machine"
+      << (emu ? " (device modes on the emulated device)" : "") << ": median" << (tail ? ", 99th percentile" : "")
+      << " and slowest step" << (tail ? "" : " (too few timed steps for a 99th percentile)") << ".</p>"
+      << bar_chart("measured step time per mode", mode_names, series, Unit::kMs, "ms per step") << "</section>\n";
+  }
+}
+
+// Modelled step time, on its own axis.
+void modelled_section(std::ostream& o, const ReportInput& in) {
+  const std::vector<ModeRow>& modes = in.modes;
+  const std::vector<std::string>& mode_names = in.mode_names;
+  BarSeries model{"modelled", {}};
+  std::vector<std::pair<std::string, std::string>> explanations;
+  std::string profile;
+  for (const auto& m : modes) {
+    const json& mod = object_at(*m.doc, "modelled");
+    model.values.push_back(number_at(mod, "step_ms"));
+    if (const auto e = string_at(mod, "explanation")) explanations.emplace_back(m.mode, *e);
+    if (const auto pr = string_at(mod, "profile"); pr && profile.empty()) profile = *pr;
+  }
+  if (std::any_of(model.values.begin(), model.values.end(), [](const Opt& v) { return v.has_value(); })) {
+    o << "<section class=\"chart\" id=\"modelled-step\"><h2>Modelled step time</h2>"
+      << "<p class=\"note\">The cost model's step time"
+      << (profile.empty() ? std::string() : " on profile " + html_escape(profile))
+      << ", from this run's bytes per link (links overlap: the slowest link plus kernel launches).</p>"
+      << bar_chart("modelled step time per mode", mode_names, {model}, Unit::kMs, "ms per step");
+    if (!explanations.empty()) {
+      o << "<ul class=\"explain\">";
+      for (const auto& [mode, e] : explanations)
+        o << "<li><b>" << html_escape(mode) << "</b>: " << html_escape(e) << "</li>";
+      o << "</ul>";
+    }
+    o << "</section>\n";
+  }
+}
+
+// Peak memory per mode.
+void memory_section(std::ostream& o, const ReportInput& in) {
+  const std::vector<ModeRow>& modes = in.modes;
+  const std::vector<std::string>& mode_names = in.mode_names;
+  static const std::pair<const char*, const char*> kMemory[] = {{"peak_host_bytes", "peak host (process RSS)"},
+                                                                {"host_table_bytes", "host tables"},
+                                                                {"peak_device_bytes", "peak device"}};
+  std::vector<BarSeries> series;
+  for (const auto& [key, label] : kMemory) {
+    BarSeries s{label, {}};
+    bool any = false;
     for (const auto& m : modes) {
-      p50.values.push_back(number_at(*m.doc, "step_ms_p50"));
-      p99.values.push_back(number_at(*m.doc, "step_ms_p99"));
-      max.values.push_back(number_at(*m.doc, "step_ms_max"));
+      s.values.push_back(number_at(*m.doc, key));
+      any = any || s.values.back().has_value();
     }
-    std::vector<BarSeries> series;
-    for (auto* s : {&p50, &p99, &max})
-      if (std::any_of(s->values.begin(), s->values.end(), [](const Opt& v) { return v.has_value(); }))
-        series.push_back(*s);
-    if (!series.empty()) {
-      const bool tail = std::any_of(p99.values.begin(), p99.values.end(), [](const Opt& v) { return v.has_value(); });
-      o << "<section class=\"chart\" id=\"step-time\"><h2>Measured step time</h2>"
-        << "<p class=\"note\">Training step latency measured on this machine"
-        << (emu ? " (device modes on the emulated device)" : "") << ": median" << (tail ? ", 99th percentile" : "")
-        << " and slowest step" << (tail ? "" : " (too few timed steps for a 99th percentile)") << ".</p>"
-        << bar_chart("measured step time per mode", mode_names, series, Unit::kMs, "ms per step") << "</section>\n";
+    if (any) series.push_back(std::move(s));
+  }
+  if (!series.empty()) {
+    o << "<section class=\"chart\" id=\"memory\"><h2>Peak memory per mode</h2>"
+      << "<p class=\"note\">Peak resident memory of the process while the mode ran (an emulated device's memory is "
+      << "host memory and counts in it), the store's host tables, and the device's high-water mark of allocated "
+      << "bytes.</p>" << bar_chart("peak host and device memory per mode", mode_names, series, Unit::kBytes, "bytes")
+      << "</section>\n";
+  }
+}
+
+// Hit rate against cache size.
+void sweep_hit_rate_section(std::ostream& o, const ReportInput& in) {
+  const json& doc = in.doc;
+  if (!(doc.contains("sweep") && doc["sweep"].is_array())) return;
+  // Sizes that hold every row the run touched have first-use misses only.
+  Opt smallest_full;  // the smallest cache size that holds every row the run touched
+  for (const json& p : doc["sweep"]) {
+    const auto h = p.find("holds_every_touched_row");
+    const Opt x = number_at(p, "cache_fraction");
+    if (h == p.end() || !h->is_boolean() || !h->get<bool>() || !x || !number_at(p, "hit_rate")) continue;
+    if (!smallest_full || *x < *smallest_full) smallest_full = x;
+  }
+  std::string saturated;
+  if (smallest_full) {
+    const Opt touched = number_at(doc, "sweep_touched_rows");
+    saturated = " From " + html_escape(percent_str(*smallest_full)) + " on, the cache holds every one of the " +
+                (touched ? html_escape(fmt("%.0f", *touched)) + " " : std::string()) +
+                "distinct rows the run touched (marked * in the table): its misses are first uses only, so a "
+                "larger cache cannot raise the hit rate; a longer run or more distinct rows would compare them.";
+  }
+  std::map<std::pair<std::string, std::string>, LineSeries> by_key;
+  std::vector<std::pair<std::string, std::string>> order;
+  for (const json& p : doc["sweep"]) {
+    const Opt x = number_at(p, "cache_fraction");
+    const Opt y = number_at(p, "hit_rate");
+    if (!x || !y || *x < 0 || *y < 0) continue;
+    const std::string mode = string_at(p, "mode").value_or("");
+    const std::string policy = string_at(p, "policy").value_or("");
+    const auto key = std::make_pair(mode, policy);
+    auto it = by_key.find(key);
+    if (it == by_key.end()) {
+      std::string name = mode;
+      if (!policy.empty()) name += name.empty() ? policy : " / " + policy;
+      if (name.empty()) name = "hit rate";
+      it = by_key.emplace(key, LineSeries{name, {}}).first;
+      order.push_back(key);
+    }
+    it->second.points.emplace_back(*x, *y);
+  }
+  if (!order.empty()) {
+    std::vector<LineSeries> series;
+    for (const auto& k : order) {
+      LineSeries s = by_key[k];
+      std::sort(s.points.begin(), s.points.end());
+      series.push_back(std::move(s));
+    }
+    o << "<section class=\"chart\" id=\"hit-rate\"><h2>Hit rate against cache size</h2>"
+      << "<p class=\"note\">Cache hit rate for each cache size, as a fraction of the table rows." << saturated << "</p>"
+      << line_chart("hit rate against cache size", series, "cache size (fraction of rows)", "hit rate")
+      << "</section>\n";
+  }
+}
+
+// Throughput against cache size (the sweep points that have it).
+void sweep_throughput_section(std::ostream& o, const ReportInput& in) {
+  const json& doc = in.doc;
+  if (!(doc.contains("sweep") && doc["sweep"].is_array())) return;
+  LineSeries fwd{"forward lookups/s", {}}, train{"training-step lookups/s", {}};
+  for (const json& p : doc["sweep"]) {
+    const Opt x = number_at(p, "cache_fraction");
+    if (!x || *x < 0) continue;
+    if (const Opt y = number_at(p, "forward_lookups_per_s"); y && *y >= 0) fwd.points.emplace_back(*x, *y);
+    if (const Opt y = number_at(p, "train_lookups_per_s"); y && *y >= 0) train.points.emplace_back(*x, *y);
+  }
+  std::vector<LineSeries> tput;
+  for (auto* s : {&fwd, &train}) {
+    if (s->points.empty()) continue;
+    std::sort(s->points.begin(), s->points.end());
+    tput.push_back(*s);
+  }
+  if (!tput.empty()) {
+    o << "<section class=\"chart\" id=\"sweep-throughput\"><h2>Throughput against cache size</h2>"
+      << "<p class=\"note\">Lookups per second of the cached mode at each cache size (same batches).</p>"
+      << line_chart("lookups per second against cache size", tput, "cache size (fraction of rows)", "lookups/s",
+                    Unit::kCount, "lookups/s")
+      << "</section>\n";
+  }
+}
+
+// The cache sweep: every point, including those skipped.
+void sweep_table_section(std::ostream& o, const ReportInput& in) {
+  const json& doc = in.doc;
+  if (!(doc.contains("sweep") && doc["sweep"].is_array())) return;
+  std::ostringstream rows;
+  int n = 0;
+  for (const json& p : doc["sweep"]) {
+    const Opt x = number_at(p, "cache_fraction");
+    if (!x) continue;
+    const auto cell = [&](const char* key, Unit unit) {
+      const Opt v = number_at(p, key);
+      return v ? html_escape(format_value(*v, unit)) : std::string("&ndash;");
+    };
+    ++n;
+    const auto h = p.find("holds_every_touched_row");
+    const bool holds = h != p.end() && h->is_boolean() && h->get<bool>();
+    rows << "<tr><td class=\"n\">" << html_escape(percent_str(*x)) << (holds ? " *" : "") << "</td><td>"
+         << html_escape(string_at(p, "policy").value_or("")) << "</td>";
+    if (const auto skipped = string_at(p, "skipped")) {
+      rows << "<td colspan=\"4\">skipped: " << html_escape(*skipped) << "</td></tr>";
+      continue;
+    }
+    rows << "<td class=\"n\">" << cell("cache_bytes", Unit::kBytes) << "</td><td class=\"n\">"
+         << cell("hit_rate", Unit::kFraction) << "</td><td class=\"n\">" << cell("forward_lookups_per_s", Unit::kCount)
+         << "</td><td class=\"n\">" << cell("train_lookups_per_s", Unit::kCount) << "</td></tr>";
+  }
+  if (n > 0) {
+    o << "<section class=\"summary\" id=\"sweep-table\"><h2>Cache sweep</h2><table><tr><th>cache size</th>"
+      << "<th>policy</th><th>cache bytes</th><th>hit rate</th><th>forward lookups/s</th><th>train lookups/s</th></tr>"
+      << rows.str() << "</table></section>\n";
+  }
+}
+
+}  // namespace
+
+std::string render_html_report(const json& results, const HtmlReportOptions& options) {
+  const json& doc = results.is_object() ? results : json::object();
+  std::string title = options.title;
+  if (title.empty()) title = string_at(doc, "title").value_or("Strata benchmark report");
+
+  ReportInput in{doc, {}, {}, false};
+  std::vector<ModeRow>& modes = in.modes;
+  if (doc.contains("modes") && doc["modes"].is_array()) {
+    for (const json& m : doc["modes"]) {
+      const auto name = string_at(m, "mode");
+      if (name) modes.push_back({*name, &m});
     }
   }
+  for (const auto& m : modes) in.mode_names.push_back(m.mode);
 
-  // Modelled step time, on its own axis.
-  {
-    BarSeries model{"modelled", {}};
-    std::vector<std::pair<std::string, std::string>> explanations;
-    std::string profile;
-    for (const auto& m : modes) {
-      const json& mod = object_at(*m.doc, "modelled");
-      model.values.push_back(number_at(mod, "step_ms"));
-      if (const auto e = string_at(mod, "explanation")) explanations.emplace_back(m.mode, *e);
-      if (const auto pr = string_at(mod, "profile"); pr && profile.empty()) profile = *pr;
-    }
-    if (std::any_of(model.values.begin(), model.values.end(), [](const Opt& v) { return v.has_value(); })) {
-      o << "<section class=\"chart\" id=\"modelled-step\"><h2>Modelled step time</h2>"
-        << "<p class=\"note\">The cost model's step time"
-        << (profile.empty() ? std::string() : " on profile " + html_escape(profile))
-        << ", from this run's bytes per link (links overlap: the slowest link plus kernel launches).</p>"
-        << bar_chart("modelled step time per mode", mode_names, {model}, Unit::kMs, "ms per step");
-      if (!explanations.empty()) {
-        o << "<ul class=\"explain\">";
-        for (const auto& [mode, e] : explanations)
-          o << "<li><b>" << html_escape(mode) << "</b>: " << html_escape(e) << "</li>";
-        o << "</ul>";
-      }
-      o << "</section>\n";
-    }
-  }
+  std::ostringstream o;
+  o << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+    << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>" << html_escape(title)
+    << "</title>\n<style>" << kCss << "</style>\n</head>\n<body>\n<header><h1>" << html_escape(title) << "</h1>";
+  o << "<p class=\"note\">Every mode ran the same sequence of batches. Hover over a bar or point for its value.</p>";
+  // Measured device times from the emulator say nothing about a GPU: say so before any number.
+  in.emu = std::any_of(modes.begin(), modes.end(), [](const ModeRow& m) {
+    return string_at(*m.doc, "device") == std::string("emu") ||
+           string_at(*m.doc, "trainer_device") == std::string("emu");
+  });
+  if (in.emu)
+    o << "<p class=\"warn\" id=\"emulated\">No GPU: the device modes ran on the <b>emulated device</b> (emu), "
+      << "which runs the GPU kernels' logic on this machine's CPU. Their measured throughput and step times are "
+      << "the emulation's, not a GPU's; compare the modes by their bytes per link and modelled step times.</p>";
+  o << "</header>\n";
 
-  // Memory per mode.
-  {
-    static const std::pair<const char*, const char*> kMemory[] = {{"peak_host_bytes", "peak host (process RSS)"},
-                                                                  {"host_table_bytes", "host tables"},
-                                                                  {"peak_device_bytes", "peak device"}};
-    std::vector<BarSeries> series;
-    for (const auto& [key, label] : kMemory) {
-      BarSeries s{label, {}};
-      bool any = false;
-      for (const auto& m : modes) {
-        s.values.push_back(number_at(*m.doc, key));
-        any = any || s.values.back().has_value();
-      }
-      if (any) series.push_back(std::move(s));
-    }
-    if (!series.empty()) {
-      o << "<section class=\"chart\" id=\"memory\"><h2>Peak memory per mode</h2>"
-        << "<p class=\"note\">Peak resident memory of the process while the mode ran (an emulated device's memory is "
-        << "host memory and counts in it), the store's host tables, and the device's high-water mark of allocated "
-        << "bytes.</p>" << bar_chart("peak host and device memory per mode", mode_names, series, Unit::kBytes, "bytes")
-        << "</section>\n";
-    }
-  }
+  info_section(o, "machine", "Machine", object_at(doc, "machine"));
+  info_section(o, "workload", "Workload", object_at(doc, "workload"));
 
-  // Hit rate against cache size.
-  if (doc.contains("sweep") && doc["sweep"].is_array()) {
-    // Sizes that hold every row the run touched have first-use misses only.
-    Opt smallest_full;  // the smallest cache size that holds every row the run touched
-    for (const json& p : doc["sweep"]) {
-      const auto h = p.find("holds_every_touched_row");
-      const Opt x = number_at(p, "cache_fraction");
-      if (h == p.end() || !h->is_boolean() || !h->get<bool>() || !x || !number_at(p, "hit_rate")) continue;
-      if (!smallest_full || *x < *smallest_full) smallest_full = x;
-    }
-    std::string saturated;
-    if (smallest_full) {
-      const Opt touched = number_at(doc, "sweep_touched_rows");
-      saturated = " From " + html_escape(percent_str(*smallest_full)) + " on, the cache holds every one of the " +
-                  (touched ? html_escape(fmt("%.0f", *touched)) + " " : std::string()) +
-                  "distinct rows the run touched (marked * in the table): its misses are first uses only, so a "
-                  "larger cache cannot raise the hit rate; a longer run or more distinct rows would compare them.";
-    }
-    std::map<std::pair<std::string, std::string>, LineSeries> by_key;
-    std::vector<std::pair<std::string, std::string>> order;
-    for (const json& p : doc["sweep"]) {
-      const Opt x = number_at(p, "cache_fraction");
-      const Opt y = number_at(p, "hit_rate");
-      if (!x || !y || *x < 0 || *y < 0) continue;
-      const std::string mode = string_at(p, "mode").value_or("");
-      const std::string policy = string_at(p, "policy").value_or("");
-      const auto key = std::make_pair(mode, policy);
-      auto it = by_key.find(key);
-      if (it == by_key.end()) {
-        std::string name = mode;
-        if (!policy.empty()) name += name.empty() ? policy : " / " + policy;
-        if (name.empty()) name = "hit rate";
-        it = by_key.emplace(key, LineSeries{name, {}}).first;
-        order.push_back(key);
-      }
-      it->second.points.emplace_back(*x, *y);
-    }
-    if (!order.empty()) {
-      std::vector<LineSeries> series;
-      for (const auto& k : order) {
-        LineSeries s = by_key[k];
-        std::sort(s.points.begin(), s.points.end());
-        series.push_back(std::move(s));
-      }
-      o << "<section class=\"chart\" id=\"hit-rate\"><h2>Hit rate against cache size</h2>"
-        << "<p class=\"note\">Cache hit rate for each cache size, as a fraction of the table rows." << saturated
-        << "</p>" << line_chart("hit rate against cache size", series, "cache size (fraction of rows)", "hit rate")
-        << "</section>\n";
-    }
-
-    // Throughput against cache size (points that have it).
-    LineSeries fwd{"forward lookups/s", {}}, train{"training-step lookups/s", {}};
-    for (const json& p : doc["sweep"]) {
-      const Opt x = number_at(p, "cache_fraction");
-      if (!x || *x < 0) continue;
-      if (const Opt y = number_at(p, "forward_lookups_per_s"); y && *y >= 0) fwd.points.emplace_back(*x, *y);
-      if (const Opt y = number_at(p, "train_lookups_per_s"); y && *y >= 0) train.points.emplace_back(*x, *y);
-    }
-    std::vector<LineSeries> tput;
-    for (auto* s : {&fwd, &train}) {
-      if (s->points.empty()) continue;
-      std::sort(s->points.begin(), s->points.end());
-      tput.push_back(*s);
-    }
-    if (!tput.empty()) {
-      o << "<section class=\"chart\" id=\"sweep-throughput\"><h2>Throughput against cache size</h2>"
-        << "<p class=\"note\">Lookups per second of the cached mode at each cache size (same batches).</p>"
-        << line_chart("lookups per second against cache size", tput, "cache size (fraction of rows)", "lookups/s",
-                      Unit::kCount, "lookups/s")
-        << "</section>\n";
-    }
-
-    // Every point, including those skipped.
-    std::ostringstream rows;
-    int n = 0;
-    for (const json& p : doc["sweep"]) {
-      const Opt x = number_at(p, "cache_fraction");
-      if (!x) continue;
-      const auto cell = [&](const char* key, Unit unit) {
-        const Opt v = number_at(p, key);
-        return v ? html_escape(format_value(*v, unit)) : std::string("&ndash;");
-      };
-      ++n;
-      const auto h = p.find("holds_every_touched_row");
-      const bool holds = h != p.end() && h->is_boolean() && h->get<bool>();
-      rows << "<tr><td class=\"n\">" << html_escape(percent_str(*x)) << (holds ? " *" : "") << "</td><td>"
-           << html_escape(string_at(p, "policy").value_or("")) << "</td>";
-      if (const auto skipped = string_at(p, "skipped")) {
-        rows << "<td colspan=\"4\">skipped: " << html_escape(*skipped) << "</td></tr>";
-        continue;
-      }
-      rows << "<td class=\"n\">" << cell("cache_bytes", Unit::kBytes) << "</td><td class=\"n\">"
-           << cell("hit_rate", Unit::kFraction) << "</td><td class=\"n\">"
-           << cell("forward_lookups_per_s", Unit::kCount) << "</td><td class=\"n\">"
-           << cell("train_lookups_per_s", Unit::kCount) << "</td></tr>";
-    }
-    if (n > 0) {
-      o << "<section class=\"summary\" id=\"sweep-table\"><h2>Cache sweep</h2><table><tr><th>cache size</th>"
-        << "<th>policy</th><th>cache bytes</th><th>hit rate</th><th>forward lookups/s</th><th>train lookups/s</th></tr>"
-        << rows.str() << "</table></section>\n";
-    }
-  }
-
+  tables_section(o, in);
+  summary_section(o, in);
+  throughput_section(o, in);
+  bytes_section(o, in);
+  step_time_section(o, in);
+  modelled_section(o, in);
+  memory_section(o, in);
+  sweep_hit_rate_section(o, in);
+  sweep_throughput_section(o, in);
+  sweep_table_section(o, in);
   if (modes.empty() && !(doc.contains("sweep") && doc["sweep"].is_array() && !doc["sweep"].empty()))
     o << "<p class=\"note\">The results document holds no modes.</p>\n";
   o << "</body>\n</html>\n";
