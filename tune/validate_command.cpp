@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "toolkit/batch_source.hpp"
@@ -112,15 +113,31 @@ double byte_difference(double measured, double predicted, std::int64_t steps) {
   return static_cast<double>(std::llround(measured * s) - std::llround(predicted * s)) / s;
 }
 
-}  // namespace
+// One validation: the plan and profile, the keys and their prediction, strata-bench's run.
+struct Validation {
+  std::string profile_path;  ///< --profile resolved (strata-bench is given the same file)
+  HardwareProfile profile;
+  StoreConfig plan;
+  int ranks = 1;
+  std::string bench;           ///< the strata-bench program
+  std::optional<TempDir> tmp;  ///< strata-bench's JSON and log (and --workload's file), made after the checks
+  std::string workload_file;   ///< --workload, written for strata-bench ("" for a file input)
+  ProgressFn progress;
+  TuneInput input;
+  std::int64_t steps = 0;  ///< training steps of the run (after as many forward steps)
+  RunPrediction predicted;
+  json result;  ///< strata-bench's results[0]
+};
 
-int run_validate(const ValidateArgs& a) {
-  // ---- everything that needs no keys, first ----
+// Everything that needs no keys, first: the inputs, the profile, the output, the plan and its
+// tables against the input's, the ranks and strata-bench.
+int check_arguments(const ValidateArgs& a, Validation& v) {
   if (Status s = check_input_args(a.input); !s.is_ok()) return fail(s.message());
   if (a.input.sample < 1.0) return fail("--sample: validate compares exact predictions (give every key)");
-  const std::string ppath = profile_path(a.profile);
-  auto profile = load_profile_file(ppath);
+  v.profile_path = profile_path(a.profile);
+  auto profile = load_profile_file(v.profile_path);
   if (!profile) return fail("--profile " + a.profile + ": " + profile.status().message());
+  v.profile = std::move(profile).value();
   if (!a.out.empty())
     if (Status s = check_output(a.out, "--out"); !s.is_ok()) return fail(s.message());
   auto text = bench::read_input_file(a.plan, "plan file");
@@ -128,10 +145,12 @@ int run_validate(const ValidateArgs& a) {
   if (auto j = bench::parse_json_limited(*text, "plan " + a.plan); !j) return fail(j.status().message());
   auto plan = parse_store_config(*text);
   if (!plan) return fail("plan " + a.plan + ": " + plan.status().message());
+  v.plan = std::move(plan).value();
   // strata-bench runs at most 64 thread ranks.
   const auto ranks = parse_ranks(a.ranks, 64);
   if (!ranks) return fail(ranks.status().message());
-  for (const TableConfig& t : plan->tables) {
+  v.ranks = *ranks;
+  for (const TableConfig& t : v.plan.tables) {
     if (*ranks == 1 && t.placement == Placement::kHybrid)
       return fail("plan " + a.plan + ": table '" + t.spec.name +
                   "' is hybrid (a plan made with plan --ranks N: validate it with --ranks N)");
@@ -152,47 +171,55 @@ int run_validate(const ValidateArgs& a) {
     dims.push_back(s.dim);
   }
   if (!a.input.trace.empty()) dims.clear();  // a trace records no dims: the plan's are used
-  if (Status s = check_plan_tables(*plan, names, rows, dims, what); !s.is_ok())
+  if (Status s = check_plan_tables(v.plan, names, rows, dims, what); !s.is_ok())
     return fail("plan " + a.plan + " does not match the " + what + ": " + s.message());
-  const std::string bench = a.bench.empty() ? sibling_bench() : a.bench;
-  if (::access(bench.c_str(), X_OK) != 0)
-    return fail("--bench " + bench + ": not an executable program (expected strata-bench)");
-  TempDir tmp;
-  if (tmp.path.empty()) return fail("cannot create a temporary directory in /tmp", 1);
+  v.bench = a.bench.empty() ? sibling_bench() : a.bench;
+  if (::access(v.bench.c_str(), X_OK) != 0)
+    return fail("--bench " + v.bench + ": not an executable program (expected strata-bench)");
+  return 0;
+}
 
-  // ---- the keys, the run's prediction ----
-  const ProgressFn progress = progress_printer(a.progress);
+// The keys (a --workload is written to a file strata-bench reads) and the run's prediction.
+int predict(const ValidateArgs& a, Validation& v) {
+  v.progress = progress_printer(a.progress);
+  const ProgressFn& progress = v.progress;
   InputArgs in = a.input;
-  std::string workload_file;
   if (!a.input.workload.empty()) {
     auto spec = workload_of(a.input.workload);
     if (!spec) return fail("--workload: " + spec.status().message());
     in.steps = spec->distinct_batches;  // the source: its distinct batches, cycled by the run
-    workload_file = tmp.path + "/workload.json";
-    if (Status s = write_output(workload_file, bench::workload_to_json(*spec)); !s.is_ok()) return fail(s.message(), 1);
+    v.workload_file = v.tmp->path + "/workload.json";
+    if (Status s = write_output(v.workload_file, bench::workload_to_json(*spec)); !s.is_ok())
+      return fail(s.message(), 1);
   }
   auto input = load_input(in, OptimizerKind::kSgd, progress);
   if (!input) return fail(input.status().message());
+  v.input = std::move(input).value();
   // Each rank runs 2 x steps batches of the source (forward, then training): by default none
   // repeats, within strata-bench's most steps.
-  const std::int64_t steps =
-      a.steps > 0 ? a.steps : std::clamp<std::int64_t>(input->steps / (2 * *ranks), 1, std::int64_t{bench::kMaxSteps});
+  v.steps = a.steps > 0 ? a.steps
+                        : std::clamp<std::int64_t>(v.input.steps / (2 * v.ranks), 1, std::int64_t{bench::kMaxSteps});
   // A file must hold the steps strata-bench runs: its own check, before the prediction (which
   // takes as long as the steps).
   if (!a.input.trace.empty() || !a.input.criteo.empty()) {
     const bool trace = !a.input.trace.empty();
     if (Status s = bench::check_source_holds_phase(trace ? "trace" : "criteo", trace ? a.input.trace : a.input.criteo,
-                                                   input->steps, 0, steps, *ranks);
+                                                   v.input.steps, 0, v.steps, v.ranks);
         !s.is_ok())
       return fail(s.message());
   }
-  if (progress) progress("predicting " + std::to_string(steps) + " training steps");
-  auto predicted = predict_run(*input, *plan, steps, kValidatePipeline, *profile, a.trainer != "host", *ranks);
+  if (progress) progress("predicting " + std::to_string(v.steps) + " training steps");
+  auto predicted = predict_run(v.input, v.plan, v.steps, kValidatePipeline, v.profile, a.trainer != "host", v.ranks);
   if (!predicted) return fail(predicted.status().message());
+  v.predicted = std::move(predicted).value();
 
-  // ---- the run ----
-  const std::string bench_json = tmp.path + "/bench.json", log = tmp.path + "/bench.log";
-  std::vector<std::string> argv{bench,
+  return 0;
+}
+
+// strata-bench on the plan: the same keys and steps, no warm-up, the pipeline the prediction assumed.
+int run_bench(const ValidateArgs& a, Validation& v) {
+  const std::string bench_json = v.tmp->path + "/bench.json", log = v.tmp->path + "/bench.log";
+  std::vector<std::string> argv{v.bench,
                                 "--modes",
                                 "",
                                 "--config",
@@ -200,7 +227,7 @@ int run_validate(const ValidateArgs& a) {
                                 "--warmup",
                                 "0",
                                 "--steps",
-                                std::to_string(steps),
+                                std::to_string(v.steps),
                                 "--pipeline",
                                 std::to_string(kValidatePipeline),
                                 "--lookahead",
@@ -214,9 +241,9 @@ int run_validate(const ValidateArgs& a) {
                                 "--trainer",
                                 a.trainer,
                                 "--ranks",
-                                std::to_string(*ranks),
+                                std::to_string(v.ranks),
                                 "--profile",
-                                ppath,
+                                v.profile_path,
                                 "--json",
                                 bench_json};
   if (!a.input.trace.empty()) {
@@ -227,9 +254,9 @@ int run_validate(const ValidateArgs& a) {
                              std::to_string(a.input.dim)});
     if (!a.input.criteo_label) argv.emplace_back("--criteo-no-label");
   } else {
-    argv.insert(argv.end(), {"--workload", workload_file});
+    argv.insert(argv.end(), {"--workload", v.workload_file});
   }
-  if (progress) progress("running " + bench + " --config " + a.plan + " (" + std::to_string(steps) + " steps)");
+  if (v.progress) v.progress("running " + v.bench + " --config " + a.plan + " (" + std::to_string(v.steps) + " steps)");
   const int code = run_child(argv, log);
   const auto log_read = bench::read_input_file(log, "strata-bench output");
   const std::string log_text = log_read ? *log_read : std::string();
@@ -237,28 +264,20 @@ int run_validate(const ValidateArgs& a) {
     return fail("strata-bench failed (exit " + std::to_string(code) + "): " + last_line(log_text), code == 2 ? 2 : 1);
   auto bench_text = bench::read_input_file(bench_json, "strata-bench JSON");
   if (!bench_text) return fail(bench_text.status().message(), 1);
-  const json result = json::parse(*bench_text)["results"][0];
+  v.result = json::parse(*bench_text)["results"][0];
 
-  // ---- predicted against measured ----
-  json out;
-  out["plan"] = a.plan;
-  out["source"] = input->source;
-  out["steps"] = steps;
-  out["ranks"] = *ranks;
-  out["profile"] = profile->name;
-  out["device"] = result["device"];
-  std::ostringstream o;
-  o << "strata-tune validate: " << a.plan << " on " << input->source << "; strata-bench ran " << steps
-    << " training steps (after " << steps << " forward steps) on " << result["device"].get<std::string>();
-  if (*ranks > 1) o << ", " << *ranks << " thread ranks (rank 0's counters and cache)";
-  o << "\n\n";
+  return 0;
+}
+
+// Each table's hit rate, predicted (LRU) against measured, and the plans that waited.
+void compare_hit_rates(const Validation& v, std::ostream& o, json& out) {
   char line[256];
   std::snprintf(line, sizeof line, "%-16s %-9s %11s %12s %12s %9s\n", "table", "placement", "cache rows",
                 "LRU predicted", "measured", "points");
   o << line;
   json tables = json::array();
-  const json& cache = result.contains("cache") ? result["cache"] : json::object();
-  for (const TablePrediction& p : predicted->tables) {
+  const json& cache = v.result.contains("cache") ? v.result["cache"] : json::object();
+  for (const TablePrediction& p : v.predicted.tables) {
     double measured = -1;
     json mt;
     if (cache.contains("tables"))
@@ -282,13 +301,13 @@ int run_validate(const ValidateArgs& a) {
     tables.push_back(jt);
   }
   out["tables"] = tables;
-  const double overall_measured = result["hit_rate"].is_null() ? -1.0 : result["hit_rate"].get<double>();
+  const double overall_measured = v.result["hit_rate"].is_null() ? -1.0 : v.result["hit_rate"].get<double>();
   std::snprintf(line, sizeof line, "%-16s %-9s %11s %12s %12s %9s\n", "overall", "", "",
-                rate_text(predicted->hit_rate()).c_str(), rate_text(overall_measured).c_str(),
-                points_text(predicted->hit_rate(), overall_measured).c_str());
+                rate_text(v.predicted.hit_rate()).c_str(), rate_text(overall_measured).c_str(),
+                points_text(v.predicted.hit_rate(), overall_measured).c_str());
   o << line;
-  out["hit_rate"] = {{"predicted", predicted->hit_rate() < 0 ? json(nullptr) : json(predicted->hit_rate())},
-                     {"measured", result["hit_rate"]}};
+  out["hit_rate"] = {{"predicted", v.predicted.hit_rate() < 0 ? json(nullptr) : json(v.predicted.hit_rate())},
+                     {"measured", v.result["hit_rate"]}};
   // Plans that did not fit beside the rows the batches in flight pin waited for them to retire: a
   // cache that holds a step but not strata-bench's pipeline. Hits and bytes are the same; the
   // prefetch overlapped less.
@@ -297,61 +316,97 @@ int run_validate(const ValidateArgs& a) {
   if (deferred > 0)
     o << deferred << " table plans waited for the batches in flight to retire (the plan's caches hold a step, "
       << "not the " << kValidatePipeline << " batches strata-bench keeps in flight)\n";
+}
 
+// The bytes per training step on each link, predicted against measured (and the all-to-all and
+// the CPU kernels' host bytes where they count).
+void compare_bytes(const ValidateArgs& a, const Validation& v, std::ostream& o, json& out) {
+  char line[256];
   o << "\nbytes per training step (every table; trainer on the " << a.trainer
     << "; as the device layer counts them, CPU kernels apart):\n";
   std::snprintf(line, sizeof line, "  %-11s %16s %16s %12s\n", "link", "predicted", "measured", "difference");
   o << line;
-  const json& mb = result["bytes_per_step"];
-  const json pb = bytes_json(predicted->bytes);
+  const json& mb = v.result["bytes_per_step"];
+  const json pb = bytes_json(v.predicted.bytes);
   json measured_bytes = json::object();
   for (const char* l : kLinks) {
     const double p = pb[l].get<double>(), m = mb[l].get<double>();
     measured_bytes[l] = m;
-    std::snprintf(line, sizeof line, "  %-11s %16.1f %16.1f %12.1f\n", l, p, m, byte_difference(m, p, steps));
+    std::snprintf(line, sizeof line, "  %-11s %16.1f %16.1f %12.1f\n", l, p, m, byte_difference(m, p, v.steps));
     o << line;
   }
   out["bytes_per_step"] = {{"predicted", pb}, {"measured", measured_bytes}};
-  if (*ranks > 1) {
+  if (v.ranks > 1) {
     // Keys, rows and gradients rank 0 exchanged with the other ranks (DispatchStats: not the counts
     // of the keys, 8 bytes per table and peer, which the model's all-to-all includes).
-    const double m = result["bytes_per_step"]["all_to_all"].get<double>(), p = predicted->exchange_bytes;
+    const double m = v.result["bytes_per_step"]["all_to_all"].get<double>(), p = v.predicted.exchange_bytes;
     std::snprintf(line, sizeof line,
                   "  %-11s %16.1f %16.1f %12.1f  (keys, rows and gradients to and from the other ranks)\n",
-                  "all_to_all", p, m, byte_difference(m, p, steps));
+                  "all_to_all", p, m, byte_difference(m, p, v.steps));
     o << line;
     out["bytes_per_step"]["predicted"]["all_to_all"] = p;
     out["bytes_per_step"]["measured"]["all_to_all"] = m;
   }
   // CPU kernels' host bytes: no device counts them; strata-bench counts them from the keys.
-  const json pc = {{"host_read", predicted->bytes.host_cpu_read}, {"host_write", predicted->bytes.host_cpu_write}};
-  const json mc = result.contains("cpu_kernel_bytes_per_step") ? result["cpu_kernel_bytes_per_step"] : json(nullptr);
+  const json pc = {{"host_read", v.predicted.bytes.host_cpu_read}, {"host_write", v.predicted.bytes.host_cpu_write}};
+  const json mc =
+      v.result.contains("cpu_kernel_bytes_per_step") ? v.result["cpu_kernel_bytes_per_step"] : json(nullptr);
   out["cpu_kernel_bytes_per_step"] = {{"predicted", pc}, {"counted_by_bench", mc}};
   if (pc["host_read"].get<double>() > 0 || pc["host_write"].get<double>() > 0) {
     for (const char* l : {"host_read", "host_write"}) {
       const double p = pc[l].get<double>(), m = mc.is_null() ? 0.0 : mc[l].get<double>();
       std::snprintf(line, sizeof line, "  %-11s %16.1f %16.1f %12.1f  (CPU kernels, counted from the keys)\n", l, p, m,
-                    byte_difference(m, p, steps));
+                    byte_difference(m, p, v.steps));
       o << line;
     }
   }
   out["trainer"] = a.trainer;
+}
 
-  const double predicted_ms = predicted->step.step_s * 1e3;
-  const double modelled_ms = result["modelled"]["step_ms"].get<double>();
-  const double measured_ms = result["train_step_ms_p50"].get<double>();
-  o << "\nstep time:\n  predicted on profile " << profile->name << ": " << ms_text(predicted->step.step_s) << " ("
-    << predicted->step.bottleneck
+// The step time: predicted, modelled from the measured bytes, and measured on this machine.
+void compare_step_time(const Validation& v, std::ostream& o, json& out) {
+  const double predicted_ms = v.predicted.step.step_s * 1e3;
+  const double modelled_ms = v.result["modelled"]["step_ms"].get<double>();
+  const double measured_ms = v.result["train_step_ms_p50"].get<double>();
+  o << "\nstep time:\n  predicted on profile " << v.profile.name << ": " << ms_text(v.predicted.step.step_s) << " ("
+    << v.predicted.step.bottleneck
     << ")\n  modelled from the measured bytes on the same profile: " << ms_text(modelled_ms / 1e3)
-    << "\n  measured on this machine (" << result["device"].get<std::string>()
+    << "\n  measured on this machine (" << v.result["device"].get<std::string>()
     << ", median of the training steps): " << ms_text(measured_ms / 1e3) << "\n";
-  if (result["device"] == "emu")
+  if (v.result["device"] == "emu")
     o << "  (the emulated device runs on the CPU: its step time is not the profile's GPU; the bytes and hit rates "
          "are the comparison that holds)\n";
   out["step_ms"] = {{"predicted", predicted_ms},
                     {"modelled_from_measured_bytes", modelled_ms},
                     {"measured_p50", measured_ms},
-                    {"bottleneck", predicted->step.bottleneck}};
+                    {"bottleneck", v.predicted.step.bottleneck}};
+}
+
+}  // namespace
+
+int run_validate(const ValidateArgs& a) {
+  Validation v;
+  if (const int code = check_arguments(a, v)) return code;
+  v.tmp.emplace();
+  if (v.tmp->path.empty()) return fail("cannot create a temporary directory in /tmp", 1);
+  if (const int code = predict(a, v)) return code;
+  if (const int code = run_bench(a, v)) return code;
+  // Predicted against measured.
+  json out;
+  out["plan"] = a.plan;
+  out["source"] = v.input.source;
+  out["steps"] = v.steps;
+  out["ranks"] = v.ranks;
+  out["profile"] = v.profile.name;
+  out["device"] = v.result["device"];
+  std::ostringstream o;
+  o << "strata-tune validate: " << a.plan << " on " << v.input.source << "; strata-bench ran " << v.steps
+    << " training steps (after " << v.steps << " forward steps) on " << v.result["device"].get<std::string>();
+  if (v.ranks > 1) o << ", " << v.ranks << " thread ranks (rank 0's counters and cache)";
+  o << "\n\n";
+  compare_hit_rates(v, o, out);
+  compare_bytes(a, v, o, out);
+  compare_step_time(v, o, out);
   std::cout << o.str();
   if (!a.out.empty()) {
     if (Status s = write_output(a.out, out.dump(2) + "\n"); !s.is_ok()) return fail(s.message(), 1);
