@@ -288,6 +288,175 @@ Result<std::vector<UniformMode>> uniform_modes(const TuneInput& input, const std
   return out;
 }
 
+// Every table's options. One rank: [0] gpu, [1] offload, [2] cpu, then cached sizes below its
+// rows. Several ranks: [0] gpu, [1] hybrid with the smallest cache, then hybrid sizes below the
+// largest shard's rows. kOffOpt: the least HBM (where tables that leave the GPU start).
+constexpr std::size_t kGpuOpt = 0, kOffloadOpt = 1, kCpuOpt = 2;
+
+// The placements make_plan chooses among, and what it knows of each table.
+struct PlanSpace {
+  std::vector<std::vector<Option>> options;  // per table
+  std::vector<CacheCurve> caches;            // per table
+  std::vector<TableLoad> loads;              // per table
+  std::size_t off_opt = kCpuOpt;             // the option of least HBM
+  const HardwareProfile* profile = nullptr;
+  ModelOptions model;
+  const PlanOptions* o = nullptr;
+
+  // The costs of the tables in the options `p`.
+  std::vector<const TableCost*> costs_of(const std::vector<std::size_t>& p) const {
+    std::vector<const TableCost*> c(p.size());
+    for (std::size_t t = 0; t < p.size(); ++t) c[t] = &options[t][p[t]].cost;
+    return c;
+  }
+  Evaluation evaluate_pick(const std::vector<std::size_t>& p) const { return evaluate(costs_of(p), *profile, model); }
+  bool fits(const Evaluation& e) const { return e.hbm <= o->hbm_budget_bytes && e.host <= o->host_budget_bytes; }
+};
+
+// Fills `space.options` and `space.caches` for every table of `input`.
+Status add_options(const TuneInput& input, const std::vector<HitCurve>& curves, const ShardInputs& shards,
+                   PlanSpace& space) {
+  const PlanOptions& o = *space.o;
+  const std::size_t n = input.tables.size();
+  const Placement cached = several(o) ? Placement::kHybrid : Placement::kCached;
+  const std::vector<TableLoad>& loads = space.loads;
+  std::vector<std::vector<Option>>& options = space.options;
+  std::vector<CacheCurve>& caches = space.caches;
+  options.resize(n);
+  for (std::size_t t = 0; t < n; ++t) {
+    const TableSpec& spec = input.tables[t].spec;
+    caches.push_back(cache_curve(t, spec, loads[t], curves, shards, o));
+    const CacheCurve& cc = caches.back();
+    if (several(o)) {
+      STRATA_ASSIGN_OR_RETURN(TableCost g, table_cost(spec, loads[t], Placement::kGpu, 0, 0, o.cost));
+      options[t].push_back({Placement::kGpu, 0, -1, std::move(g)});
+      const double h = cc.hit_rate(cc.min_rows);
+      STRATA_ASSIGN_OR_RETURN(TableCost c, table_cost(spec, loads[t], cached, cc.min_rows, h, o.cost));
+      options[t].push_back({cached, cc.min_rows, h, std::move(c)});
+    } else {
+      for (const Placement p : {Placement::kGpu, Placement::kOffload, Placement::kCpu}) {
+        STRATA_ASSIGN_OR_RETURN(TableCost c, table_cost(spec, loads[t], p, 0, 0, o.cost));
+        options[t].push_back({p, 0, -1, std::move(c)});
+      }
+    }
+    for (const std::int64_t rows : cache_grid(cc, o.cache_sizes)) {
+      if (rows >= cc.rows) continue;  // a cache of every row: gpu does it with less
+      if (several(o) && rows == cc.min_rows) continue;
+      const double h = cc.hit_rate(rows);
+      STRATA_ASSIGN_OR_RETURN(TableCost c, table_cost(spec, loads[t], cached, rows, h, o.cost));
+      options[t].push_back({cached, rows, h, std::move(c)});
+    }
+  }
+  return Status::ok();
+}
+
+// Greedy moves of the `movable` tables from `pick`: the move that lowers the objective most per
+// byte of HBM it adds (moves adding none first), while one within the budgets lowers it.
+Evaluation search(const PlanSpace& space, std::vector<std::size_t>& pick, const std::vector<bool>& movable) {
+  const std::size_t n = pick.size();
+  const std::vector<std::vector<Option>>& options = space.options;
+  Evaluation cur = space.evaluate_pick(pick);
+  for (int iteration = 0; iteration < 100000; ++iteration) {
+    double best_score = 0;
+    bool best_free = false;
+    std::size_t best_t = 0, best_i = 0;
+    Evaluation best_eval;
+    for (std::size_t t = 0; t < n; ++t) {
+      if (!movable[t]) continue;
+      for (std::size_t i = 0; i < options[t].size(); ++i) {
+        if (i == pick[t]) continue;
+        std::vector<std::size_t> p = pick;
+        p[t] = i;
+        const Evaluation e = space.evaluate_pick(p);
+        if (!space.fits(e)) continue;
+        const double gain = cur.objective - e.objective;
+        if (gain <= cur.objective * 1e-9) continue;
+        const double added = e.hbm - cur.hbm;
+        const bool free = added <= 0;
+        const double score = free ? gain : gain / added;
+        if ((free && !best_free) || (free == best_free && score > best_score)) {
+          best_score = score;
+          best_free = free;
+          best_t = t;
+          best_i = i;
+          best_eval = e;
+        }
+      }
+    }
+    if (best_score <= 0) break;
+    pick[best_t] = best_i;
+    cur = best_eval;
+  }
+  return cur;
+}
+
+// Why table `t` is where the plan puts it (and, cached with sampled keys, Belady's estimate).
+Status explain(const TuneInput& input, const std::vector<HitCurve>& curves, const PlanSpace& space, const Split& split,
+               const Cut& cut, const std::vector<int>& heat_rank, const std::vector<std::size_t>& pick,
+               const Evaluation& cur, std::size_t t, TablePlan& tp) {
+  const PlanOptions& o = *space.o;
+  const std::size_t n = pick.size();
+  const std::vector<TableLoad>& loads = space.loads;
+  const std::vector<CacheCurve>& caches = space.caches;
+  const std::vector<std::vector<Option>>& options = space.options;
+  const Option& opt = options[t][pick[t]];
+  const TableSpec& spec = input.tables[t].spec;
+  const double all_gpu = std::accumulate(split.gpu_hbm.begin(), split.gpu_hbm.end(), 0.0);
+  const std::string sharded = several(o) ? " sharded row-wise over " + std::to_string(o.cost.ranks) + " ranks" : "";
+  const std::string per = several(o) ? " per rank" : "";
+  const std::size_t kOffOpt = space.off_opt;
+  char heat[160];
+  std::snprintf(heat, sizeof heat, "%.3g distinct rows per step per GB of HBM as gpu, %d of %zu by heat, coldest first",
+                loads[t].distinct / split.gpu_hbm[t] * 1e9, heat_rank[t] + 1, n);
+  // The modelled step with this table in option i instead, for the comparison.
+  const auto step_with = [&](std::size_t i) {
+    std::vector<std::size_t> p = pick;
+    p[t] = i;
+    return space.evaluate_pick(p).step.step_s;
+  };
+  if (cut.leave == 0) {
+    tp.why = "every table fits in HBM" + sharded + " (" + bytes_text(all_gpu) + per + " of the " +
+             bytes_text(o.hbm_budget_bytes) + per + " budget)";
+  } else if (opt.placement == Placement::kGpu) {
+    tp.why = "in HBM" + sharded + ": hot (" + heat + "); the budget's bytes lower the step most here";
+  } else {
+    tp.why = "off the GPU: the HBM budget" + per + " does not hold every table" + sharded + ", and this one is cold (" +
+             std::string(heat) + ", " + bytes_text(split.gpu_hbm[t]) + per + " as gpu); ";
+    if (opt.placement == Placement::kHybrid) {
+      char buf[320];
+      std::snprintf(buf, sizeof buf,
+                    "hybrid: each rank caches %lld rows of its shard of %lld (%.3g%%): LRU hit rate %s (the worst "
+                    "rank's); step %s against %s with the smallest cache (%lld rows)",
+                    static_cast<long long>(opt.cache_rows), static_cast<long long>(caches[t].rows),
+                    100.0 * static_cast<double>(opt.cache_rows) / static_cast<double>(caches[t].rows),
+                    percent_text(opt.hit_rate).c_str(), ms_text(cur.step.step_s).c_str(),
+                    ms_text(step_with(kOffOpt)).c_str(), static_cast<long long>(caches[t].min_rows));
+      tp.why += buf;
+    } else if (opt.placement == Placement::kCached) {
+      char buf[256];
+      std::snprintf(buf, sizeof buf,
+                    "cached %lld rows (%.3g%% of its rows): LRU hit rate %s; step %s against %s as offload",
+                    static_cast<long long>(opt.cache_rows),
+                    100.0 * static_cast<double>(opt.cache_rows) / static_cast<double>(spec.rows),
+                    percent_text(opt.hit_rate).c_str(), ms_text(cur.step.step_s).c_str(),
+                    ms_text(step_with(kOffloadOpt)).c_str());
+      tp.why += buf;
+      // Sampled keys: Belady's estimate at the rescaled size, where that holds every sampled step.
+      const double rate = curves[t].sample_rate;
+      const std::int64_t at = rate < 1.0 ? std::llround(static_cast<double>(opt.cache_rows) * rate) : opt.cache_rows;
+      auto b = cache::belady_hits(input.tables[t].keys, at);
+      if (!b && rate >= 1.0) return b.status();
+      tp.belady = b ? b->hit_rate() : -1.0;
+    } else {
+      const std::size_t other = pick[t] == kOffloadOpt ? kCpuOpt : kOffloadOpt;
+      tp.why += std::string(to_string(opt.placement)) + ": step " + ms_text(cur.step.step_s) + " against " +
+                ms_text(step_with(other)) + " as " + to_string(options[t][other].placement) +
+                "; no cache size within the HBM left pays more";
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<Extremes> memory_extremes(const TuneInput& input, const PlanOptions& options, const ShardInputs& shards) {
@@ -319,92 +488,21 @@ Result<Plan> make_plan(const TuneInput& input, const std::vector<HitCurve>& curv
                                     " tables (expected one per table)");
   STRATA_RETURN_IF_ERROR(check_shards(input, o, shards, true));
   const int N = o.cost.ranks;
-  ModelOptions model;
-  model.ranks_per_host = std::max(1, std::min(N, static_cast<int>(profile.gpus.value)));
-  std::vector<TableLoad> loads = loads_of(input, shards, true);
-  for (std::size_t t = 0; t < n; ++t) loads[t].max_distinct = curves[t].min_rows;
-  STRATA_ASSIGN_OR_RETURN(const Split split, split_of(input, loads, o));
-  const std::vector<std::size_t> order = coldest_first(input, loads, split);
+  PlanSpace space;
+  space.o = &o;
+  space.profile = &profile;
+  space.model.ranks_per_host = std::max(1, std::min(N, static_cast<int>(profile.gpus.value)));
+  space.loads = loads_of(input, shards, true);
+  for (std::size_t t = 0; t < n; ++t) space.loads[t].max_distinct = curves[t].min_rows;
+  STRATA_ASSIGN_OR_RETURN(const Split split, split_of(input, space.loads, o));
+  const std::vector<std::size_t> order = coldest_first(input, space.loads, split);
   const Cut cut = find_cut(order, split, o);
   if (cut.leave < 0) return infeasible(cut, o, n);
-
-  // Options of every table. One rank: [0] gpu, [1] offload, [2] cpu, then cached sizes below its
-  // rows. Several ranks: [0] gpu, [1] hybrid with the smallest cache, then hybrid sizes below the
-  // largest shard's rows. kOffOpt: the least HBM (where tables that leave the GPU start).
-  constexpr std::size_t kGpuOpt = 0, kOffloadOpt = 1, kCpuOpt = 2;
-  const std::size_t kOffOpt = several(o) ? 1 : kCpuOpt;
-  const Placement cached = several(o) ? Placement::kHybrid : Placement::kCached;
-  std::vector<std::vector<Option>> options(n);
-  std::vector<CacheCurve> caches;
+  space.off_opt = several(o) ? 1 : kCpuOpt;
+  const std::size_t kOffOpt = space.off_opt;
   std::vector<int> heat_rank(n, 0);  // 0: the coldest table
   for (std::size_t k = 0; k < n; ++k) heat_rank[order[k]] = static_cast<int>(k);
-  for (std::size_t t = 0; t < n; ++t) {
-    const TableSpec& spec = input.tables[t].spec;
-    caches.push_back(cache_curve(t, spec, loads[t], curves, shards, o));
-    const CacheCurve& cc = caches.back();
-    if (several(o)) {
-      STRATA_ASSIGN_OR_RETURN(TableCost g, table_cost(spec, loads[t], Placement::kGpu, 0, 0, o.cost));
-      options[t].push_back({Placement::kGpu, 0, -1, std::move(g)});
-      const double h = cc.hit_rate(cc.min_rows);
-      STRATA_ASSIGN_OR_RETURN(TableCost c, table_cost(spec, loads[t], cached, cc.min_rows, h, o.cost));
-      options[t].push_back({cached, cc.min_rows, h, std::move(c)});
-    } else {
-      for (const Placement p : {Placement::kGpu, Placement::kOffload, Placement::kCpu}) {
-        STRATA_ASSIGN_OR_RETURN(TableCost c, table_cost(spec, loads[t], p, 0, 0, o.cost));
-        options[t].push_back({p, 0, -1, std::move(c)});
-      }
-    }
-    for (const std::int64_t rows : cache_grid(cc, o.cache_sizes)) {
-      if (rows >= cc.rows) continue;  // a cache of every row: gpu does it with less
-      if (several(o) && rows == cc.min_rows) continue;
-      const double h = cc.hit_rate(rows);
-      STRATA_ASSIGN_OR_RETURN(TableCost c, table_cost(spec, loads[t], cached, rows, h, o.cost));
-      options[t].push_back({cached, rows, h, std::move(c)});
-    }
-  }
-  const auto costs_of = [&](const std::vector<std::size_t>& p) {
-    std::vector<const TableCost*> c(n);
-    for (std::size_t t = 0; t < n; ++t) c[t] = &options[t][p[t]].cost;
-    return c;
-  };
-  const auto fits = [&](const Evaluation& e) { return e.hbm <= o.hbm_budget_bytes && e.host <= o.host_budget_bytes; };
-  // Greedy moves of the `movable` tables from `pick`: the move that lowers the objective most per
-  // byte of HBM it adds (moves adding none first), while one within the budgets lowers it.
-  const auto search = [&](std::vector<std::size_t>& pick, const std::vector<bool>& movable) {
-    Evaluation cur = evaluate(costs_of(pick), profile, model);
-    for (int iteration = 0; iteration < 100000; ++iteration) {
-      double best_score = 0;
-      bool best_free = false;
-      std::size_t best_t = 0, best_i = 0;
-      Evaluation best_eval;
-      for (std::size_t t = 0; t < n; ++t) {
-        if (!movable[t]) continue;
-        for (std::size_t i = 0; i < options[t].size(); ++i) {
-          if (i == pick[t]) continue;
-          std::vector<std::size_t> p = pick;
-          p[t] = i;
-          const Evaluation e = evaluate(costs_of(p), profile, model);
-          if (!fits(e)) continue;
-          const double gain = cur.objective - e.objective;
-          if (gain <= cur.objective * 1e-9) continue;
-          const double added = e.hbm - cur.hbm;
-          const bool free = added <= 0;
-          const double score = free ? gain : gain / added;
-          if ((free && !best_free) || (free == best_free && score > best_score)) {
-            best_score = score;
-            best_free = free;
-            best_t = t;
-            best_i = i;
-            best_eval = e;
-          }
-        }
-      }
-      if (best_score <= 0) break;
-      pick[best_t] = best_i;
-      cur = best_eval;
-    }
-    return cur;
-  };
+  STRATA_RETURN_IF_ERROR(add_options(input, curves, shards, space));
 
   // A: the coldest tables leave (rule 2) to their least-HBM placement, and only they move. B:
   // every table starts there and every table moves (HBM bought where it pays most). The better of
@@ -415,13 +513,13 @@ Result<Plan> make_plan(const TuneInput& input, const std::vector<HitCurve>& curv
     left[order[static_cast<std::size_t>(k)]] = true;
     pick[order[static_cast<std::size_t>(k)]] = kOffOpt;
   }
-  Evaluation cur = evaluate(costs_of(pick), profile, model);
-  if (!fits(cur)) return infeasible(cut, o, n);
+  Evaluation cur = space.evaluate_pick(pick);
+  if (!space.fits(cur)) return infeasible(cut, o, n);
   if (cut.leave > 0) {
-    cur = search(pick, left);
+    cur = search(space, pick, left);
     std::vector<std::size_t> all_off(n, kOffOpt);
-    if (fits(evaluate(costs_of(all_off), profile, model))) {
-      const Evaluation b = search(all_off, std::vector<bool>(n, true));
+    if (space.fits(space.evaluate_pick(all_off))) {
+      const Evaluation b = search(space, all_off, std::vector<bool>(n, true));
       if (b.objective < cur.objective) {
         pick = all_off;
         cur = b;
@@ -438,70 +536,17 @@ Result<Plan> make_plan(const TuneInput& input, const std::vector<HitCurve>& curv
   plan.config.threads = o.cost.threads;
   plan.config.cache.policy = cache::Policy::kLru;
   plan.config.cache.max_in_flight = o.cost.max_in_flight;
-  const double all_gpu = std::accumulate(split.gpu_hbm.begin(), split.gpu_hbm.end(), 0.0);
-  const std::string sharded = several(o) ? " sharded row-wise over " + std::to_string(N) + " ranks" : "";
-  const std::string per = several(o) ? " per rank" : "";
   for (std::size_t t = 0; t < n; ++t) {
-    const Option& opt = options[t][pick[t]];
+    const Option& opt = space.options[t][pick[t]];
     const TableSpec& spec = input.tables[t].spec;
     TablePlan tp;
     tp.name = spec.name;
     tp.placement = opt.placement;
     tp.cache_rows = opt.cache_rows;
     tp.hit_rate = opt.hit_rate;
-    tp.load = loads[t];
+    tp.load = space.loads[t];
     tp.cost = opt.cost;
-    char heat[160];
-    std::snprintf(heat, sizeof heat,
-                  "%.3g distinct rows per step per GB of HBM as gpu, %d of %zu by heat, coldest first",
-                  loads[t].distinct / split.gpu_hbm[t] * 1e9, heat_rank[t] + 1, n);
-    // The modelled step with this table in option i instead, for the comparison.
-    const auto step_with = [&](std::size_t i) {
-      std::vector<std::size_t> p = pick;
-      p[t] = i;
-      return evaluate(costs_of(p), profile, model).step.step_s;
-    };
-    if (cut.leave == 0) {
-      tp.why = "every table fits in HBM" + sharded + " (" + bytes_text(all_gpu) + per + " of the " +
-               bytes_text(o.hbm_budget_bytes) + per + " budget)";
-    } else if (opt.placement == Placement::kGpu) {
-      tp.why = "in HBM" + sharded + ": hot (" + heat + "); the budget's bytes lower the step most here";
-    } else {
-      tp.why = "off the GPU: the HBM budget" + per + " does not hold every table" + sharded +
-               ", and this one is cold (" + std::string(heat) + ", " + bytes_text(split.gpu_hbm[t]) + per +
-               " as gpu); ";
-      if (opt.placement == Placement::kHybrid) {
-        char buf[320];
-        std::snprintf(buf, sizeof buf,
-                      "hybrid: each rank caches %lld rows of its shard of %lld (%.3g%%): LRU hit rate %s (the worst "
-                      "rank's); step %s against %s with the smallest cache (%lld rows)",
-                      static_cast<long long>(opt.cache_rows), static_cast<long long>(caches[t].rows),
-                      100.0 * static_cast<double>(opt.cache_rows) / static_cast<double>(caches[t].rows),
-                      percent_text(opt.hit_rate).c_str(), ms_text(cur.step.step_s).c_str(),
-                      ms_text(step_with(kOffOpt)).c_str(), static_cast<long long>(caches[t].min_rows));
-        tp.why += buf;
-      } else if (opt.placement == Placement::kCached) {
-        char buf[256];
-        std::snprintf(buf, sizeof buf,
-                      "cached %lld rows (%.3g%% of its rows): LRU hit rate %s; step %s against %s as offload",
-                      static_cast<long long>(opt.cache_rows),
-                      100.0 * static_cast<double>(opt.cache_rows) / static_cast<double>(spec.rows),
-                      percent_text(opt.hit_rate).c_str(), ms_text(cur.step.step_s).c_str(),
-                      ms_text(step_with(kOffloadOpt)).c_str());
-        tp.why += buf;
-        // Sampled keys: Belady's estimate at the rescaled size, where that holds every sampled step.
-        const double rate = curves[t].sample_rate;
-        const std::int64_t at = rate < 1.0 ? std::llround(static_cast<double>(opt.cache_rows) * rate) : opt.cache_rows;
-        auto b = cache::belady_hits(input.tables[t].keys, at);
-        if (!b && rate >= 1.0) return b.status();
-        tp.belady = b ? b->hit_rate() : -1.0;
-      } else {
-        const std::size_t other = pick[t] == kOffloadOpt ? kCpuOpt : kOffloadOpt;
-        tp.why += std::string(to_string(opt.placement)) + ": step " + ms_text(cur.step.step_s) + " against " +
-                  ms_text(step_with(other)) + " as " + to_string(options[t][other].placement) +
-                  "; no cache size within the HBM left pays more";
-      }
-    }
+    STRATA_RETURN_IF_ERROR(explain(input, curves, space, split, cut, heat_rank, pick, cur, t, tp));
     TableConfig tc;
     tc.spec = spec;
     tc.placement = opt.placement;
@@ -514,7 +559,7 @@ Result<Plan> make_plan(const TuneInput& input, const std::vector<HitCurve>& curv
     plan.tables.push_back(std::move(tp));
   }
   STRATA_RETURN_IF_ERROR(validate(plan.config));
-  STRATA_ASSIGN_OR_RETURN(plan.uniform, uniform_modes(input, caches, loads, profile, o, model));
+  STRATA_ASSIGN_OR_RETURN(plan.uniform, uniform_modes(input, space.caches, space.loads, profile, o, space.model));
   return plan;
 }
 
