@@ -1,7 +1,7 @@
 #pragma once
 // The placement planner: for every table, gpu, cached with a size, offload or cpu, maximizing the
 // modelled throughput (store/cost_model.hpp's step time over the tables' summed bytes,
-// tune/table_cost.hpp) within an HBM and a host memory budget.
+// store/model/table_cost.hpp) within an HBM and a host memory budget.
 //
 // Rules, in order:
 //  1. Everything fits in HBM (every table gpu, within both budgets): every table is gpu.
@@ -18,7 +18,7 @@
 //     lowers it. The objective is the modelled step time plus 1% of the serial sum (so a link
 //     that is not the bottleneck still counts a little). Search B buys HBM where it pays most, so
 //     the largest cold tables are the last to get it.
-// Several ranks (PlanOptions::cost.ranks = N > 1; tune/table_cost.hpp has the per-rank costs):
+// Several ranks (PlanOptions::cost.ranks = N > 1; store/model/table_cost.hpp has the per-rank costs):
 // every table is `gpu` or `hybrid`, sharded row-wise (dispatch/sharding_plan.hpp: row-wise splits
 // every table's memory evenly and sends each key to one rank; table-wise would put a whole table on
 // one rank's HBM, column-wise sends every key to every rank). The budgets are per rank (each rank
@@ -36,9 +36,9 @@
 #include <vector>
 
 #include "store/cost_model.hpp"
+#include "store/model/table_cost.hpp"
 #include "store/store_config.hpp"
 #include "tune/curves.hpp"
-#include "tune/table_cost.hpp"
 #include "tune/tune_input.hpp"
 
 namespace strata::tune {

@@ -1,7 +1,7 @@
 #pragma once
 // What `strata-tune validate` predicts for a plan run by strata-bench on the same keys, computed
 // from the keys alone (no store): per table the LRU hits of its cache and the bytes it moves per
-// step (tune/table_cost.hpp), and the modelled step.
+// step (store/model/table_cost.hpp), and the modelled step.
 //
 // The run strata-bench makes with `--config plan.json --warmup 0 --steps S` over a source of N
 // batches: a forward phase over run batches 0..S-1, then a training phase over run batches
@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "store/cost_model.hpp"
+#include "store/model/table_cost.hpp"
 #include "store/store_config.hpp"
-#include "tune/table_cost.hpp"
 #include "tune/tune_input.hpp"
 
 namespace strata::tune {
@@ -72,7 +72,7 @@ Status check_plan_tables(const StoreConfig& plan, const std::vector<std::string>
 /// sharded row-wise, as strata-tune plan --ranks makes them).
 ///
 /// Bytes per link: what the device layer's counters count over the training phase (the engines'
-/// work as tune/table_cost.hpp lists it), divided by S: the forward and backward of run
+/// work as store/model/table_cost.hpp lists it), divided by S: the forward and backward of run
 /// batches S..2S-1, and the submit-time work (metadata uploads, cached fills and write-backs,
 /// offload's host reads) of run batches S + pipeline - 1 .. 2S - 1 (the first ones were submitted
 /// before the counters started). Each cached table's fills and write-backs come from a simulation
@@ -82,7 +82,7 @@ Status check_plan_tables(const StoreConfig& plan, const std::vector<std::string>
 /// adds flushes that are not predicted). CPU kernels' bytes (StepBytes::host_cpu_read/write) are
 /// part of host_read/host_write and have no counter.
 ///
-/// Several ranks: rank 0's bytes (tune/table_cost.hpp, sharded_submit_bytes and
+/// Several ranks: rank 0's bytes (store/model/table_cost.hpp, sharded_submit_bytes and
 /// sharded_compute_bytes) from the keys of every rank's batch of each world step: rank 0's own
 /// batch, the keys it sends to the other ranks, and the keys it serves (every source's distinct
 /// keys of its shard); each hybrid table's fills, write-backs and hits from the same simulation of

@@ -100,7 +100,7 @@ double gpu_hbm(const TuneInput& in, const PlanOptions& o) {
   return e->all_gpu_hbm;
 }
 
-// The per-table cost by trainer placement (tune/table_cost.hpp): with the trainer on the
+// The per-table cost by trainer placement (store/model/table_cost.hpp): with the trainer on the
 // device a gpu table moves only its metadata H2D (and the 8-byte NaN/Inf count D2H); on the host
 // its outputs go D2H and its gradients H2D. A cpu table pays those copies only with the trainer on
 // the device. The CPU kernels' bytes are listed apart.
@@ -577,7 +577,7 @@ TEST(TunePlannerRanks, PlanOpensOnEveryRankOfTwoAndFourThreadRanksAndTrains) {
   }
 }
 
-// The memory model (tune/table_cost.hpp) covers the device memory each rank's store
+// The memory model (store/model/table_cost.hpp) covers the device memory each rank's store
 // allocates, and not by much more: the tables, shards and caches; the slot-pool engines' staging,
 // one entry per batch in flight grown to twice the largest batch's need (the arguments, and a
 // cache's fills and write-backs at the stride); a cache's flush staging (twice its pool, kept) or

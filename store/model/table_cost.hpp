@@ -1,7 +1,10 @@
 #pragma once
 // What one table costs per training step in each placement: the bytes it moves over each link
-// (store/cost_model.hpp's StepBytes) and the memory it takes in HBM and in host memory. The
-// planner (tune/planner.hpp) adds these up over the tables and models the step.
+// (store/cost_model.hpp's StepBytes) and the memory it takes in HBM and in host memory: the one
+// model of the engines' allocations and transfers, beside the engines. strata-tune's planner
+// (tune/planner.hpp) adds these up over the tables and models the step; strata-tune validate
+// (tune/validate.hpp) predicts a run's counters with it; strata-bench's memory guard estimates a
+// run's HBM and pinned staging with it.
 //
 // Per step, with K key occurrences, U distinct rows, B bags, P pooled rows (B; K without pooling),
 // rows of d floats (row bytes r = 4d), records of d + s floats (s the optimizer state; record
@@ -131,7 +134,7 @@
 #include "store/cost_model.hpp"
 #include "store/store_config.hpp"
 
-namespace strata::tune {
+namespace strata {
 
 /// Host bytes per cache slot of the pool's bookkeeping (estimate from cache/cache_planner.hpp: the
 /// 32-byte slot record, the key map's entry of about 16 bytes at its load, the slot's version and
@@ -234,4 +237,4 @@ void add_bytes(StepBytes& total, const StepBytes& b);
 /// Multiplies every byte count of `b` (and its gathers' rows) by `f`.
 void scale_bytes(StepBytes& b, double f);
 
-}  // namespace strata::tune
+}  // namespace strata

@@ -1,11 +1,11 @@
-#include "tune/table_cost.hpp"
+#include "store/model/table_cost.hpp"
 
 #include <algorithm>
 #include <cmath>
 
 #include "host/host_table.hpp"
 
-namespace strata::tune {
+namespace strata {
 
 void add_bytes(StepBytes& total, const StepBytes& b) {
   total.hbm_read += b.hbm_read;
@@ -517,4 +517,4 @@ Result<TableCost> table_cost(const TableSpec& spec, const TableLoad& load, Place
   return c;
 }
 
-}  // namespace strata::tune
+}  // namespace strata
