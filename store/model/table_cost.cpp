@@ -373,6 +373,33 @@ Staged slot_pool_staging(const TableSpec& spec, bool cached, std::int64_t bags, 
   return s;
 }
 
+// An offload table's staging and outputs (store/detail/offload_engine.cpp submit and forward):
+// every batch in flight takes an entry of the engine's ring, grown to twice its largest batch's
+// need: the outputs in pinned memory (a device view's gradients come D2H into them too) and, with
+// the device gather, its arguments (offsets, keys and the distinct rows' host addresses; no per-key
+// weights, as everywhere in this model) mirrored and the distinct rows read into device memory.
+// One step's outputs and gradients: with the trainer on the device its own buffers in HBM; host
+// views of the device gather take a device buffer of the outputs per batch in flight, grown to
+// twice (the CPU gather pools into them in place).
+Staged offload_staging(const TableLoad& load, double b_max, double p_max, const RowSizes& z, const CostOptions& o) {
+  const bool device_gather = !o.offload_cpu_gather;
+  Regions r;
+  r.host_only = round64(p_max * z.row);
+  if (device_gather) {
+    r.mirrored =
+        EngineStaging::offload_feature(std::llround(b_max), load.max_keys, 0) + EngineStaging::list(load.max_distinct);
+    r.dev_only = round64(static_cast<double>(load.max_distinct) * z.row);
+  }
+  const Staged entry = r.doubled();
+  Staged s{o.max_in_flight * entry.device, o.max_in_flight * entry.pinned};
+  if (o.trainer_on_device) {
+    s.device += 2.0 * p_max * z.row;
+  } else if (device_gather) {
+    s.device += o.max_in_flight * 2.0 * round64(p_max * z.row);
+  }
+  return s;
+}
+
 // A cache of `cache_rows` rows over host records (the table's, or rank 0's shard's): its slots
 // in HBM; in host memory the mapped records and the cache index.
 Status add_cache(TableCost& c, const TableSpec& spec, std::int64_t cache_rows, Placement placement,
@@ -499,13 +526,11 @@ Result<TableCost> table_cost(const TableSpec& spec, const TableLoad& load, Place
     }
     case Placement::kOffload:
     case Placement::kCpu: {
-      // offload: the device gather's keys and offsets per batch in flight; one step's outputs and
-      // gradients (the trainer's on the device, or a host trainer's device-gather staging). The CPU
-      // gather uploads nothing and pools into a host trainer's outputs in place.
-      if (placement == Placement::kOffload && !o.offload_cpu_gather)
-        c.hbm_bytes += in_flight * 8.0 * (static_cast<double>(load.max_keys) + B + 1);
-      if (placement == Placement::kOffload && (!o.offload_cpu_gather || o.trainer_on_device))
-        c.hbm_bytes += 2.0 * B * z.row;
+      if (placement == Placement::kOffload) {
+        const Staged st = offload_staging(load, b_max, p_max, z, o);
+        c.hbm_bytes += st.device;
+        c.host_bytes += st.pinned;
+      }
       STRATA_ASSIGN_OR_RETURN(const HostTableMemory m, host_memory(spec, placement, o));
       c.host_bytes += m.mapped_bytes + m.scratch_bytes;
       break;

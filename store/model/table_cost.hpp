@@ -62,9 +62,12 @@
 //        One step's outputs and gradients: with the trainer on the device its own buffers (2 P_max
 //        rows); on the host the activation staging of the host views, E entries of an output and a
 //        gradient buffer grown to twice (4 P_max rows rounded up to 64 bytes each). offload: per
-//        batch in flight its keys and offsets (device gather), and one step's outputs and
-//        gradients (a device trainer's, or a host trainer's device-gather staging; offload-cpu
-//        with the trainer on the host holds no device memory).
+//        batch in flight an entry of the offload engine's ring grown to twice its largest batch's
+//        need (store/detail/offload_engine.cpp): with the device gather its arguments (offsets,
+//        keys, the distinct rows' host addresses: EngineStaging::offload_feature + list(U_max)) and
+//        the U_max distinct rows read into device memory; one step's outputs and gradients (a device
+//        trainer's own buffers, or per batch in flight a host trainer's device-gather output buffer
+//        grown to twice; offload-cpu with the trainer on the host holds no device memory).
 //        An entry per batch submitted and not retired, and the ring makes a new one rather than
 //        wait for a free entry whose device work (a retired batch's update) is still running, up
 //        to kMaxBusyFree - 1 = 2 more: E covers a trainer that keeps E - 2 batches in flight
@@ -73,10 +76,11 @@
 //        its inner engines; a forward into host views waits for the device). A cache smaller than
 //        the rows of the batches in flight defers the later ones' plans and stages fewer.
 //   host cpu, offload, cached: the mapped table records (store/cost_model.hpp's host_table_memory,
-//        exact for the table alone), cpu and offload the CPU optimizer's scratch; cached the
-//        pinned side of its staging, flush staging and (host trainer) activation staging, and the
-//        cache index (kCacheIndexBytesPerSlot per cache row). The pinned staging of gpu tables
-//        (as much as their HBM staging) is not counted.
+//        exact for the table alone), cpu and offload the CPU optimizer's scratch; offload the
+//        pinned side of its ring (the mirrored arguments and the outputs, grown to twice, per
+//        batch in flight); cached the pinned side of its staging, flush staging and (host trainer)
+//        activation staging, and the cache index (kCacheIndexBytesPerSlot per cache row). The
+//        pinned staging of gpu tables (as much as their HBM staging) is not counted.
 //
 // Several ranks (CostOptions::ranks = N > 1; store/detail/sharded_engine.hpp). Every table is
 // `gpu` or `hybrid`, sharded row-wise (key k on rank k % N, local row k / N), and the costs are
