@@ -6,41 +6,51 @@
 
 #include "bench/bench_probes.hpp"
 #include "store/cost_model.hpp"
+#include "store/model/table_cost.hpp"
 
 namespace strata::bench {
 
-double record_bytes(const TableSpec& s) {
-  return 4.0 * static_cast<double>(s.dim + optimizer_state_dim(s.optimizer.kind, s.dim));
-}
-
 double host_table_bytes(const StoreConfig& c) {
   double b = 0;
-  for (const auto& t : c.tables) b += static_cast<double>(t.spec.rows) * record_bytes(t.spec);
+  for (const auto& t : c.tables) b += static_cast<double>(t.spec.rows) * row_sizes(t.spec).record;
   return b;
 }
 
-std::vector<PoolSize> slot_pools(const StoreConfig& c) {
-  std::vector<PoolSize> pools;
-  for (std::size_t i = 0; i < c.tables.size(); ++i) {
-    const TableConfig& t = c.tables[i];
-    if (t.placement != Placement::kCached && t.placement != Placement::kHybrid) continue;
-    const std::int32_t state = optimizer_state_dim(t.spec.optimizer.kind, t.spec.dim);
-    auto it = std::find_if(pools.begin(), pools.end(),
-                           [&](const PoolSize& p) { return p.dim == t.spec.dim && p.state == state; });
-    if (it == pools.end()) it = pools.insert(pools.end(), PoolSize{t.spec.dim, state, 0, 0, {}});
-    it->rows += cache_rows(t);
-    it->bytes += static_cast<double>(cache_rows(t)) * record_bytes(t.spec);
-    it->tables.push_back(i);
-  }
-  return pools;
+namespace {
+
+// The model's options for a store of `c` as strata-bench runs it on `world` ranks (0 or 1: one):
+// the batches it keeps in flight (lookahead + pipeline, at most the ring the config allows), the
+// trainer's side, the offload gather and the cache transfers of the config; this machine's NUMA
+// nodes, as host_table_memory counts the tables.
+CostOptions cost_options(const Options& o, const StoreConfig& c, int world) {
+  CostOptions co;
+  co.max_in_flight = std::max(1, std::min(c.cache.max_in_flight, o.lookahead + o.pipeline));
+  co.numa_nodes = 0;
+  co.threads = c.threads;
+  co.ranks = std::max(1, world);
+  co.trainer_on_device = o.trainer == Trainer::kDevice;
+  co.offload_cpu_gather = c.offload_gather == OffloadGather::kCpu;
+  co.transfer_probe = c.cache.transfer == CacheTransfer::kAuto;
+  return co;
 }
+
+// Every table's step at its largest (the model's largest_load): the workload's batch of bags,
+// each of its most keys.
+std::vector<TableLoad> largest_loads(const Options& o, const StoreConfig& c, int world) {
+  const double keys_per_bag = o.workload.bag_dist == "uniform" ? 2.0 * o.workload.bag_size : o.workload.bag_size;
+  const auto keys = static_cast<std::int64_t>(static_cast<double>(o.workload.batch) * keys_per_bag);
+  std::vector<TableLoad> loads;
+  for (const TableConfig& t : c.tables) loads.push_back(largest_load(t.spec, keys, o.workload.batch, world));
+  return loads;
+}
+
+}  // namespace
 
 MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDescriptor*>& modes,
                                const std::vector<double>& sweep, bool emu) {
   MemoryEstimate e;
   const auto shapes = workload_tables(o.workload);
   const double keys_per_bag = o.workload.bag_dist == "uniform" ? 2.0 * o.workload.bag_size : o.workload.bag_size;
-  const double keys = max_batch_keys(o.workload);
   double out_floats = 0;
   for (const auto& t : shapes)
     out_floats += static_cast<double>(o.workload.batch) * (o.pooling_mode == "none" ? keys_per_bag : 1.0) * t.dim;
@@ -83,51 +93,22 @@ MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDes
         if (!mem) break;  // the run reports the sharding error
         tables += mem->mapped_bytes + mem->scratch_bytes;
       }
+      // The store's device memory and pinned staging, by the engine model (store/model/table_cost.hpp),
+      // for rank 0 (the largest shards).
       double device = 0, staging = 0;
       if (m->uses_device) {
-        double record = 0;  // the widest record of a cached table
-        double row = 0;     // the widest row of an offload table (its device gather reads rows)
-        // Device rows are padded like host records (record_stride: a multiple of 16 floats, or a
-        // power of two below 16).
-        const auto padded = [](double floats) {
-          double stride = 1;
-          while (stride < floats) stride *= 2;
-          return floats >= 16 ? std::ceil(floats / 16.0) * 16.0 : stride;
-        };
-        for (const auto& p : slot_pools(c.value())) {
-          device += static_cast<double>(p.rows) * padded(p.dim + p.state) * 4.0;
-          record = std::max(record, 4.0 * (p.dim + p.state));
-        }
-        for (const auto& t : c.value().tables) {
-          if (t.placement == Placement::kGpu)
-            device += static_cast<double>(t.spec.rows) *
-                      padded(t.spec.dim + optimizer_state_dim(t.spec.optimizer.kind, t.spec.dim)) * 4.0;
-          if (t.placement == Placement::kOffload && c.value().offload_gather == OffloadGather::kDevice)
-            row = std::max(row, 4.0 * t.spec.dim);
-        }
-        // Keys and slots of the batches in flight, and the store's activation staging (grown to
-        // twice a step's): with host views the outputs and gradients on both sides of the copies;
-        // with device views none, but offload's pinned gradients for its CPU optimizer.
-        // offload-cpu uploads no keys and pools a host trainer's outputs in place.
-        const bool offload = m->placement == Placement::kOffload;
-        const bool cpu_pools = offload && m->offload_gather == OffloadGather::kCpu;
-        if (!cpu_pools) device += in_flight * keys * 8.0 * 2.0;
-        if (!device_trainer && !cpu_pools) device += 2.0 * activations;
-        staging = device_trainer ? (offload ? activations : 0.0) : 2.0 * activations;
-        // offload's device gather reads a batch's distinct rows (at worst every key) into device
-        // memory, for each of the batches the loop keeps in flight.
-        device += (o.lookahead + o.pipeline + 1) * keys * row;
-        // Staging of (cached) the missing rows of the batches in flight, at worst every key a
-        // miss: pinned, and again on the device where the fills land before they are unpacked.
-        staging += in_flight * keys * record;
-        device += in_flight * keys * record;
+        auto mem = store_memory(c.value(), largest_loads(o, c.value(), world), cost_options(o, c.value(), world));
+        if (!mem) continue;  // the run reports the error
+        device = mem->hbm_bytes;
+        staging = mem->host_staging_bytes;
       }
       const double host = tables + staging + (emu ? device : 0.0);
       if (host > worst) {
         worst = host;
         e.tables = tables;
-        // The device also holds the trainer's outputs and gradients (in e.buffers for the host).
-        e.device = device + (device_trainer ? activations : 0.0);
+        // The store's device holds a device trainer's outputs and gradients (the model counts them);
+        // without one (cpu mode) strata-bench opens a device for them.
+        e.device = m->uses_device ? device : device_trainer ? activations : 0.0;
         e.worst_mode = m->name;
       }
     }
@@ -145,13 +126,13 @@ namespace {
 // batch i before it asks for batch i + 1's rows. A cache smaller than one step fails at its first
 // such step, so it is refused before the run. Reads the run's batches once through a cursor.
 Result<std::vector<std::int64_t>> rows_needed_per_pool(const Options& o, const StoreConfig& c,
-                                                       const std::vector<PoolSize>& pools, const BatchSource& source,
+                                                       const std::vector<SlotPool>& pools, const BatchSource& source,
                                                        int ranks) {
   // Keys of a world step in pool p on `rank`, as (table index, key) pairs: a pool is a rank's,
   // holding its shards' rows (row sharding: key k on rank k % ranks, local row k / ranks).
   using Row = std::pair<std::size_t, Key>;
   std::vector<Row> rows;
-  const auto count_rows = [&](const std::vector<KeyBatch>& step, const PoolSize& pool, int rank) {
+  const auto count_rows = [&](const std::vector<KeyBatch>& step, const SlotPool& pool, int rank) {
     rows.clear();
     for (const KeyBatch& batch : step)
       for (const std::size_t t : pool.tables)

@@ -8,29 +8,19 @@
 #include <vector>
 
 #include "bench/bench_options.hpp"
+#include "store/model/table_cost.hpp"
 #include "toolkit/batch_source.hpp"
 
 namespace strata::bench {
 
-/// Bytes of one table record (weights and optimizer state) on the host.
-double record_bytes(const TableSpec& s);
-
-/// Host bytes of the store's tables: rows x (dim + optimizer state) x 4 (every mode keeps them).
+/// Host bytes of the store's tables: rows x record (row and optimizer state; every mode keeps them).
 double host_table_bytes(const StoreConfig& c);
 
-/// Slot pools of a cached config: rows and bytes per (dim, state) shape, as the store sizes them.
-struct PoolSize {
-  int dim = 0;
-  std::int32_t state = 0;
-  std::int64_t rows = 0;
-  double bytes = 0;
-  std::vector<std::size_t> tables;  // indices into config.tables
-};
-std::vector<PoolSize> slot_pools(const StoreConfig& c);
-
-/// Calibrated against measured peak RSS on the default workload (it overestimates a little):
-/// host(mode) = tables + pinned staging + (emu: device) + output/gradient buffers, and the batches
-/// and the read probe beside.
+/// The peak memory of a run, before anything large is allocated (it overestimates a little):
+/// host(mode) = tables (host_table_memory) + the store's pinned staging + (emu: device) +
+/// output/gradient buffers, and the batches and the read probe beside; the store's device memory
+/// and pinned staging by the engine model (store/model/table_cost.hpp, store_memory), for every
+/// table's largest step and the batches the run keeps in flight.
 struct MemoryEstimate {
   double tables = 0;       // host tables (all modes)
   double device = 0;       // device allocation of the worst mode (emu: host memory too)

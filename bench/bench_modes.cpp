@@ -240,7 +240,7 @@ Status count_timed_batch(const Store& store, const KeyBatch& b, ModeResult& r) {
       sorted.assign(f.keys.begin(), f.keys.end());
       std::sort(sorted.begin(), sorted.end());
       const auto distinct = std::unique(sorted.begin(), sorted.end()) - sorted.begin();
-      r.timed_host_optimizer_bytes += static_cast<double>(distinct) * record_bytes(tc.spec);
+      r.timed_host_optimizer_bytes += static_cast<double>(distinct) * row_sizes(tc.spec).record;
     }
   }
   ++r.timed_batches;
@@ -389,9 +389,9 @@ Result<ModeResult> run_mode(const Options& o, const ModeDescriptor& mode, double
   r.ranks = ranks;
   r.cache_fraction = cache_fraction;
   r.host_table_bytes = host_table_bytes(config);
-  for (const auto& p : slot_pools(config)) {
+  for (const SlotPool& p : slot_pools(config)) {
     r.cache_rows += p.rows;
-    r.cache_bytes += p.bytes;
+    r.cache_bytes += static_cast<double>(p.rows) * row_sizes(config.tables[p.tables.front()].spec).record;
   }
   r.peak_rss_per_mode = reset_peak_rss();
   r.rss_start_bytes = process_rss_bytes();
@@ -439,7 +439,7 @@ Result<ModeResult> run_mode(const Options& o, const ModeDescriptor& mode, double
 
 Result<std::vector<std::int64_t>> touched_rows_per_pool(const Options& o, const StoreConfig& config,
                                                         const BatchSource& source) {
-  const std::vector<PoolSize> pools = slot_pools(config);
+  const std::vector<SlotPool> pools = slot_pools(config);
   std::map<std::string, std::size_t> pool_of;  // table name -> index into pools
   for (std::size_t p = 0; p < pools.size(); ++p)
     for (const std::size_t t : pools[p].tables) pool_of[config.tables[t].spec.name] = p;

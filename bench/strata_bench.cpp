@@ -350,7 +350,7 @@ int count_touched_rows(const Options& o, const BatchSource& batches, RunRecord& 
   for (SweepPoint& point : run.sweep_points) {
     auto pc = make_config(o, cached, point.fraction);
     if (!pc) return fail("sweep: " + pc.status().to_string(), 1);
-    const std::vector<PoolSize> pools = slot_pools(pc.value());
+    const std::vector<SlotPool> pools = slot_pools(pc.value());
     bool holds = pools.size() == touched.size();
     for (std::size_t i = 0; holds && i < pools.size(); ++i) holds = pools[i].rows >= touched[i];
     point.holds_every_touched_row = holds;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <utility>
 
 #include "host/host_table.hpp"
 
@@ -20,6 +22,12 @@ void add_bytes(StepBytes& total, const StepBytes& b) {
   total.host_cpu_read += b.host_cpu_read;
   total.host_cpu_write += b.host_cpu_write;
   total.host_gathers.insert(total.host_gathers.end(), b.host_gathers.begin(), b.host_gathers.end());
+}
+
+RowSizes row_sizes(const TableSpec& spec) {
+  const double state = optimizer_state_dim(spec.optimizer.kind, spec.dim);
+  return {4.0 * spec.dim, 4.0 * (spec.dim + state),
+          4.0 * static_cast<double>(record_stride(spec.dim, static_cast<std::int32_t>(state)))};
 }
 
 void scale_bytes(StepBytes& b, double f) {
@@ -48,17 +56,6 @@ Result<HostTableMemory> host_memory(const TableSpec& spec, Placement placement, 
   tc.placement = placement;
   one.tables.push_back(tc);
   return host_table_memory(one, o.numa_nodes, o.ranks > 1 ? o.ranks : 0, 0);
-}
-
-// Per-row sizes of a table: row, record (row and optimizer state) and padded record bytes.
-struct RowSizes {
-  double row = 0, record = 0, stride = 0;
-};
-
-RowSizes sizes_of(const TableSpec& spec) {
-  const double state = optimizer_state_dim(spec.optimizer.kind, spec.dim);
-  return {4.0 * spec.dim, 4.0 * (spec.dim + state),
-          4.0 * static_cast<double>(record_stride(spec.dim, static_cast<std::int32_t>(state)))};
 }
 
 // A device copy of `n` bytes: over PCIe, and written into (H2D) or read from (D2H) HBM.
@@ -102,7 +99,7 @@ void cpu_optimizer(StepBytes& b, double distinct, double record) {
 
 // A cache's fills and write-backs of one batch (store/detail/cached_engine.cpp).
 void add_transfers(StepBytes& b, const TableSpec& spec, const BatchKeys& k, const CostOptions& o) {
-  const RowSizes z = sizes_of(spec);
+  const RowSizes z = row_sizes(spec);
   const double F = static_cast<double>(k.fills), W = static_cast<double>(k.writebacks);
   // Write-backs: packed on the device (slots read), then home.
   b.hbm_read += W * z.stride + 8.0 * W;
@@ -131,7 +128,7 @@ void add_transfers(StepBytes& b, const TableSpec& spec, const BatchKeys& k, cons
 
 StepBytes submit_bytes(const TableSpec& spec, Placement placement, const BatchKeys& k, const CostOptions& o) {
   StepBytes b;
-  const RowSizes z = sizes_of(spec);
+  const RowSizes z = row_sizes(spec);
   switch (placement) {
     case Placement::kGpu:
     case Placement::kCached:
@@ -152,7 +149,7 @@ StepBytes submit_bytes(const TableSpec& spec, Placement placement, const BatchKe
 
 StepBytes compute_bytes(const TableSpec& spec, Placement placement, const BatchKeys& k, const CostOptions& o) {
   StepBytes b;
-  const RowSizes z = sizes_of(spec);
+  const RowSizes z = row_sizes(spec);
   const double K = static_cast<double>(k.keys), U = static_cast<double>(k.distinct);
   const double P = pooled_rows(spec, k), out = P * z.row;
   switch (placement) {
@@ -248,7 +245,7 @@ StepBytes sharded_submit_bytes(const TableSpec& spec, Placement placement, const
 
 StepBytes sharded_compute_bytes(const TableSpec& spec, const ShardStep& k, const CostOptions& o) {
   StepBytes b;
-  const RowSizes z = sizes_of(spec);
+  const RowSizes z = row_sizes(spec);
   const double r = z.row, K = static_cast<double>(k.source.keys), B = static_cast<double>(k.source.bags);
   const double U = static_cast<double>(k.source.distinct), W = static_cast<double>(k.source.weights);
   const double S = static_cast<double>(k.served.keys), P = pooled_rows(spec, k.source), out = P * r;
@@ -317,7 +314,7 @@ struct Regions {
 };
 
 // `n` records of a slot pool of `spec`'s shape, as staging holds them (at the stride).
-double records(const TableSpec& spec, double n) { return round64(n * sizes_of(spec).stride); }
+double records(const TableSpec& spec, double n) { return round64(n * row_sizes(spec).stride); }
 
 // One batch's staging in a slot-pool engine's ring (store/detail/gpu_engine.cpp submit,
 // cached_engine.cpp prepare) for a feature of `bags` bags, `keys` keys (no per-key weights, as
@@ -404,10 +401,11 @@ Staged offload_staging(const TableLoad& load, double b_max, double p_max, const 
 // in HBM; in host memory the mapped records and the cache index.
 Status add_cache(TableCost& c, const TableSpec& spec, std::int64_t cache_rows, Placement placement,
                  const CostOptions& o) {
-  const RowSizes z = sizes_of(spec);
+  const RowSizes z = row_sizes(spec);
   c.hbm_bytes += static_cast<double>(cache_rows) * z.stride;
   STRATA_ASSIGN_OR_RETURN(const HostTableMemory m, host_memory(spec, placement, o));
   c.host_bytes += m.mapped_bytes + kCacheIndexBytesPerSlot * static_cast<double>(cache_rows);
+  c.host_table_bytes += m.mapped_bytes;
   return Status::ok();
 }
 
@@ -432,7 +430,7 @@ ShardStep mean_shard_step(const TableLoad& load, double hit_rate, Placement plac
 // One rank's cost of a table sharded row-wise over o.ranks ranks (header comment).
 Result<TableCost> sharded_cost(const TableSpec& spec, const TableLoad& load, Placement placement,
                                std::int64_t cache_rows, double hit_rate, const CostOptions& o) {
-  const RowSizes z = sizes_of(spec);
+  const RowSizes z = row_sizes(spec);
   const double in_flight = o.max_in_flight;
   TableCost c;
   const ShardStep step = mean_shard_step(load, hit_rate, placement, o);
@@ -487,7 +485,7 @@ Result<TableCost> table_cost(const TableSpec& spec, const TableLoad& load, Place
                                       " ranks)");
     return sharded_cost(spec, load, placement, cache_rows, hit_rate, o);
   }
-  const RowSizes z = sizes_of(spec);
+  const RowSizes z = row_sizes(spec);
   const double in_flight = o.max_in_flight;
   const double B = load.bags;
   if (placement == Placement::kHybrid)
@@ -533,6 +531,7 @@ Result<TableCost> table_cost(const TableSpec& spec, const TableLoad& load, Place
       }
       STRATA_ASSIGN_OR_RETURN(const HostTableMemory m, host_memory(spec, placement, o));
       c.host_bytes += m.mapped_bytes + m.scratch_bytes;
+      c.host_table_bytes += m.mapped_bytes + m.scratch_bytes;
       break;
     }
     case Placement::kHybrid:
@@ -540,6 +539,61 @@ Result<TableCost> table_cost(const TableSpec& spec, const TableLoad& load, Place
                                       "': placement hybrid is planned over several ranks (--ranks > 1)");
   }
   return c;
+}
+
+TableLoad largest_load(const TableSpec& spec, std::int64_t keys, std::int64_t bags, int ranks) {
+  TableLoad l;
+  l.max_keys = keys;
+  l.max_bags = bags;
+  l.max_distinct = std::min(keys, spec.rows);
+  l.keys = static_cast<double>(l.max_keys);
+  l.bags = static_cast<double>(l.max_bags);
+  l.distinct = static_cast<double>(l.max_distinct);
+  if (ranks > 1) {
+    l.shard_max_distinct = std::min(l.max_distinct, (spec.rows + ranks - 1) / ranks);
+    l.shard_distinct = static_cast<double>(l.shard_max_distinct);
+  }
+  return l;
+}
+
+std::vector<SlotPool> slot_pools(const StoreConfig& config) {
+  std::map<std::pair<std::int32_t, std::int32_t>, SlotPool> by_shape;
+  for (std::size_t t = 0; t < config.tables.size(); ++t) {
+    const TableConfig& tc = config.tables[t];
+    if (tc.placement != Placement::kCached && tc.placement != Placement::kHybrid) continue;
+    const std::int32_t state = optimizer_state_dim(tc.spec.optimizer.kind, tc.spec.dim);
+    SlotPool& p = by_shape[{tc.spec.dim, state}];
+    p.dim = tc.spec.dim;
+    p.state = state;
+    p.rows += cache_rows(tc);
+    p.tables.push_back(t);
+  }
+  std::vector<SlotPool> out;
+  for (auto& [shape, pool] : by_shape) out.push_back(std::move(pool));
+  return out;
+}
+
+Result<StoreMemory> store_memory(const StoreConfig& config, const std::vector<TableLoad>& loads,
+                                 const CostOptions& options) {
+  if (loads.size() != config.tables.size())
+    return Status::invalid_argument("store_memory: " + std::to_string(loads.size()) + " loads for " +
+                                    std::to_string(config.tables.size()) + " tables (expected one per table)");
+  StoreMemory m;
+  for (std::size_t t = 0; t < config.tables.size(); ++t) {
+    const TableConfig& tc = config.tables[t];
+    // Without a world a hybrid table is a world of one: its shard is the table, cached.
+    const Placement p = options.ranks <= 1 && tc.placement == Placement::kHybrid ? Placement::kCached : tc.placement;
+    std::int64_t rows = 0;
+    if (p == Placement::kCached || p == Placement::kHybrid) {
+      TableConfig shard = tc;  // rank 0's shard (row sharding) holds the most rows
+      if (options.ranks > 1) shard.spec.rows = (tc.spec.rows + options.ranks - 1) / options.ranks;
+      rows = cache_rows(shard);
+    }
+    STRATA_ASSIGN_OR_RETURN(const TableCost c, table_cost(tc.spec, loads[t], p, rows, 0.0, options));
+    m.hbm_bytes += c.hbm_bytes;
+    m.host_staging_bytes += c.host_bytes - c.host_table_bytes;
+  }
+  return m;
 }
 
 }  // namespace strata

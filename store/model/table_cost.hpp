@@ -133,12 +133,22 @@
 // per batch in flight: its unique keys, positions and inverse (8 U + 8 U + 12 K) and the keys sent
 // and served (4 U + 24 S_max), and the pinned index lists and staging.
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "store/cost_model.hpp"
 #include "store/store_config.hpp"
 
 namespace strata {
+
+/// Per-row sizes of a table, in bytes: a row (dim floats), a record (row and optimizer state) and
+/// a record padded to record_stride (host/host_table.hpp), as slots and staging hold it.
+struct RowSizes {
+  double row = 0, record = 0, stride = 0;
+};
+/// The row sizes of `spec`.
+RowSizes row_sizes(const TableSpec& spec);
 
 /// Host bytes per cache slot of the pool's bookkeeping (estimate from cache/cache_planner.hpp: the
 /// 32-byte slot record, the key map's entry of about 16 bytes at its load, the slot's version and
@@ -227,6 +237,9 @@ struct TableCost {
   double hbm_bytes = 0;   ///< HBM taken
   double host_bytes = 0;  ///< host memory taken
   double comm_bytes = 0;  ///< several ranks: the communication buffers, part of host_bytes
+  /// The table's host records (and CPU optimizer scratch) as host_table_memory maps the table
+  /// alone, part of host_bytes; the rest is staging, cache index and communication buffers.
+  double host_table_bytes = 0;
 };
 
 /// The cost of `spec` (validated) in `placement` with `load`; for cached and hybrid, a cache of
@@ -240,5 +253,38 @@ Result<TableCost> table_cost(const TableSpec& spec, const TableLoad& load, Place
 void add_bytes(StepBytes& total, const StepBytes& b);
 /// Multiplies every byte count of `b` (and its gathers' rows) by `f`.
 void scale_bytes(StepBytes& b, double f);
+
+/// A table's step at its largest when only its shape is known (a memory estimate before any key
+/// is read): `keys` key occurrences in `bags` bags, every key a distinct row (at most the table's
+/// rows; over `ranks` > 1 ranks, at most a shard's rows each rank serves). The means equal the
+/// maxima.
+TableLoad largest_load(const TableSpec& spec, std::int64_t keys, std::int64_t bags, int ranks = 1);
+
+/// A slot pool of a store's caches: the `cached` and `hybrid` tables of one (dim, optimizer state
+/// dim) shape share one, as the slot-pool engines group them (store/detail/slot_pool_engine.hpp).
+struct SlotPool {
+  std::int32_t dim = 0;
+  std::int32_t state = 0;           ///< optimizer state floats per row
+  std::int64_t rows = 0;            ///< slots: the sum of the tables' cache_rows
+  std::vector<std::size_t> tables;  ///< indices into the config's tables
+};
+/// The slot pools of `config`'s cached and hybrid tables, shapes ascending (the tables' cache rows
+/// as configured: a hybrid table's are per rank).
+std::vector<SlotPool> slot_pools(const StoreConfig& config);
+
+/// What one rank of a store takes by the model, beside the tables' host records.
+struct StoreMemory {
+  double hbm_bytes = 0;           ///< device memory (rank 0's: the largest shards)
+  double host_staging_bytes = 0;  ///< host memory beside the records: pinned staging, cache indexes, communication
+};
+/// The memory of one rank of a store opened with `config` (validated), by the model: the sum over
+/// its tables of table_cost's HBM, and of its host memory less each table's own records
+/// (TableCost::host_table_bytes: host_table_memory counts those for the whole config, where small
+/// tables share arenas). `loads[t]`: table t's step (config order). Caches: each table's cache_rows
+/// (several ranks: of rank 0's shard, row sharding); a hit rate of 0 (memory does not depend on it).
+/// Without a world (options.ranks 1) a hybrid table is priced as a cached one, as Store::open opens
+/// it. Errors: table_cost's; a load count other than the tables'.
+Result<StoreMemory> store_memory(const StoreConfig& config, const std::vector<TableLoad>& loads,
+                                 const CostOptions& options);
 
 }  // namespace strata
