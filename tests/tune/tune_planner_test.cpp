@@ -664,8 +664,8 @@ TEST(TunePlannerRanks, MemoryModelCoversTheDeviceMemoryOfOffloadTables) {
       }
       const std::string what = std::string("offload gather ") + (gather == OffloadGather::kCpu ? "cpu" : "device") +
                                ", device views " + std::to_string(device_views);
-      const double got = static_cast<double>(
-          open_and_train(in, config, 1, in.steps, device_views, o.cost.max_in_flight).front());
+      const double got =
+          static_cast<double>(open_and_train(in, config, 1, in.steps, device_views, o.cost.max_in_flight).front());
       EXPECT_LE(got, mode->hbm_bytes) << what;
       EXPECT_GE(got, 0.9 * mode->hbm_bytes) << what;
     }
