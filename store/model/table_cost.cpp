@@ -569,6 +569,7 @@ std::vector<SlotPool> slot_pools(const StoreConfig& config) {
     p.tables.push_back(t);
   }
   std::vector<SlotPool> out;
+  out.reserve(by_shape.size());
   for (auto& [shape, pool] : by_shape) out.push_back(std::move(pool));
   return out;
 }
