@@ -51,8 +51,8 @@
 #include "bench/workload.hpp"
 #include "gpu/device.hpp"
 #include "host/host_table.hpp"
-#include "store/cost_model.hpp"
-#include "store/detail/file_io.hpp"
+#include "store/io/file_io.hpp"
+#include "store/model/cost_model.hpp"
 #include "store/store.hpp"
 
 #ifndef STRATA_VERSION

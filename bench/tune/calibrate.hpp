@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "bench/tune/tune_input.hpp"
-#include "store/cost_model.hpp"
+#include "store/model/cost_model.hpp"
 
 namespace strata::tune {
 

@@ -8,7 +8,7 @@
 #include "bench/bounded_input.hpp"
 #include "bench/cli_flags.hpp"
 #include "bench/tune/commands.hpp"
-#include "store/detail/file_io.hpp"
+#include "store/io/file_io.hpp"
 
 #ifndef STRATA_PROFILE_DIR
 #define STRATA_PROFILE_DIR "bench/profiles"

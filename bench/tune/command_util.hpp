@@ -5,7 +5,7 @@
 
 #include "bench/tune/tune_input.hpp"
 #include "core/status.hpp"
-#include "store/cost_model.hpp"
+#include "store/model/cost_model.hpp"
 
 namespace strata::tune {
 

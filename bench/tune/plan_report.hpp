@@ -9,7 +9,7 @@
 
 #include "bench/tune/curves.hpp"
 #include "bench/tune/planner.hpp"
-#include "store/cost_model.hpp"
+#include "store/model/cost_model.hpp"
 
 namespace strata::tune {
 

@@ -38,7 +38,7 @@
 #include "bench/tune/curves.hpp"
 #include "bench/tune/table_cost.hpp"
 #include "bench/tune/tune_input.hpp"
-#include "store/cost_model.hpp"
+#include "store/model/cost_model.hpp"
 #include "store/store_config.hpp"
 
 namespace strata::tune {

@@ -128,7 +128,7 @@
 
 #include <cstdint>
 
-#include "store/cost_model.hpp"
+#include "store/model/cost_model.hpp"
 #include "store/store_config.hpp"
 
 namespace strata::tune {

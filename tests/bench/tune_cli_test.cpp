@@ -17,7 +17,7 @@
 
 #include "bench/trace.hpp"
 #include "bench/workload.hpp"
-#include "store/cost_model.hpp"
+#include "store/model/cost_model.hpp"
 #include "store/store_config.hpp"
 #include "tests/bench/run_program.hpp"
 
