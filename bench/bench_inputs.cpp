@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "store/detail/file_io.hpp"
+#include "store/io/file_io.hpp"
 #include "toolkit/bounded_input.hpp"
 #include "toolkit/cli_flags.hpp"
 #include "toolkit/criteo_tsv.hpp"

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "bench/bench_options.hpp"
-#include "store/cost_model.hpp"
+#include "store/model/cost_model.hpp"
 #include "toolkit/batch_source.hpp"
 
 namespace strata::bench {

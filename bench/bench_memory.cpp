@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "bench/bench_probes.hpp"
-#include "store/cost_model.hpp"
+#include "store/model/cost_model.hpp"
 #include "store/model/table_cost.hpp"
 
 namespace strata::bench {
@@ -78,7 +78,7 @@ MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDes
     for (const double f : fractions) {
       auto c = make_config(o, *m, f);
       if (!c) continue;
-      // Host tables as the store maps them (store/cost_model.hpp): padded records, tables of 1 MiB
+      // Host tables as the store maps them (store/model/cost_model.hpp): padded records, tables of 1 MiB
       // and more in arenas of their own rounded up to 2 MiB, smaller ones packed into shared 2 MiB
       // arenas, and the CPU optimizer's scratch of cpu/offload tables; per rank (thread ranks each
       // open a store in this process; under mpirun this process is one rank). Counting rows x

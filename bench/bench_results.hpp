@@ -12,7 +12,7 @@
 #include "bench/bench_modes.hpp"
 #include "bench/bench_options.hpp"
 #include "bench/bench_probes.hpp"
-#include "store/cost_model.hpp"
+#include "store/model/cost_model.hpp"
 #include "toolkit/batch_source.hpp"
 #include "toolkit/machine_info.hpp"
 

@@ -38,7 +38,7 @@
 #include "bench/bench_probes.hpp"
 #include "bench/bench_results.hpp"
 #include "gpu/device.hpp"
-#include "store/detail/file_io.hpp"
+#include "store/io/file_io.hpp"
 #include "toolkit/bounded_input.hpp"
 #include "toolkit/cli_flags.hpp"
 #include "toolkit/machine_info.hpp"

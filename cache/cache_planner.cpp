@@ -5,32 +5,6 @@
 
 namespace strata::cache {
 
-CacheStats& CacheStats::operator+=(const CacheStats& o) noexcept {
-  accesses += o.accesses;
-  hits += o.hits;
-  misses += o.misses;
-  evictions += o.evictions;
-  writebacks += o.writebacks;
-  bytes_filled += o.bytes_filled;
-  bytes_written_back += o.bytes_written_back;
-  bypassed += o.bypassed;
-  deferred += o.deferred;
-  return *this;
-}
-
-CacheStats& CacheStats::operator-=(const CacheStats& o) noexcept {
-  accesses -= o.accesses;
-  hits -= o.hits;
-  misses -= o.misses;
-  evictions -= o.evictions;
-  writebacks -= o.writebacks;
-  bytes_filled -= o.bytes_filled;
-  bytes_written_back -= o.bytes_written_back;
-  bypassed -= o.bypassed;
-  deferred -= o.deferred;
-  return *this;
-}
-
 namespace {
 // lookahead: the half-life of the frequency sketch, and the ticks of recency one frequency level
 // is worth in the eviction order (a quarter doubling of the decayed count: half_life / 4).

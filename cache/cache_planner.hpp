@@ -36,6 +36,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cache/cache_stats.hpp"
 #include "cache/detail/eviction_order.hpp"
 #include "cache/detail/frequency_sketch.hpp"
 #include "cache/detail/key_map.hpp"
@@ -45,30 +46,6 @@
 #include "host/dedup.hpp"
 
 namespace strata::cache {
-
-/// Counters of a table or a pool.
-struct CacheStats {
-  std::int64_t accesses = 0;            ///< unique (batch, row) lookups planned
-  std::int64_t hits = 0;                ///< of which already resident
-  std::int64_t misses = 0;              ///< of which filled from the host
-  std::int64_t evictions = 0;           ///< resident rows dropped to make room
-  std::int64_t writebacks = 0;          ///< rows copied back to the host (dirty evictions, flushes, bypassed rows)
-  std::int64_t bytes_filled = 0;        ///< record bytes moved host -> device
-  std::int64_t bytes_written_back = 0;  ///< record bytes moved device -> host
-  /// Of the accesses, those served outside the cache: misses that did not fit it (beside the rows
-  /// pinned by batches in flight, or at all) and hits on such rows of batches in flight. Counted
-  /// in `misses` or `hits` too; each is written back after its batch's backward (`writebacks`).
-  std::int64_t bypassed = 0;
-  /// Batches (counted once per table they touch) whose plan did not fit beside the rows pinned by
-  /// batches in flight when it was due: planned later, once batches retired, so their prefetch
-  /// overlapped less (counted by cache::Prefetcher, not by the pool).
-  std::int64_t deferred = 0;
-  double hit_rate() const noexcept {
-    return accesses ? static_cast<double>(hits) / static_cast<double>(accesses) : 0.0;
-  }
-  CacheStats& operator+=(const CacheStats& o) noexcept;
-  CacheStats& operator-=(const CacheStats& o) noexcept;
-};
 
 /// One table served by a pool.
 struct PoolTable {

@@ -26,7 +26,7 @@
 //     marked clean.
 // It produces plans (per pool: the slot of every unique row, the rows to write back, the rows to
 // fill) and statistics; it moves no data. Moving data is the executor's job (Executor below): the
-// store's cached engine (store/detail/cached_engine.cpp) implements it with staging, copy streams
+// store's cached engine (store/engines/cached_engine.cpp) implements it with staging, copy streams
 // and events. So cache/ knows nothing of store/ or of a device, and tools without a device drive
 // the same class with the PlanOnly executor, which moves nothing (strata-hitrate, the planner
 // benchmarks). There is no default: a prefetcher with no executor set refuses (aborts) to plan or

@@ -14,7 +14,8 @@ foreach(layer IN LISTS STRATA_LAYERS)
   list(APPEND _strata_targets strata_${layer})
 endforeach()
 # Each layer's public headers are its HEADERS file set (BASE_DIRS the source root), listed in its
-# CMakeLists.txt; headers of detail/ folders that no public header includes stay out.
+# CMakeLists.txt: the public API only (no detail/, no kernel bodies, no engines), each compiling
+# alone from the prefix (the test install_headers_alone).
 install(TARGETS ${_strata_targets} EXPORT strataTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         FILE_SET HEADERS DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/strata)

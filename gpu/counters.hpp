@@ -21,7 +21,7 @@ struct LinkBytes {
   std::vector<std::uint64_t> host_read;   ///< (nodes) host DRAM read by host-side staging work
   std::vector<std::uint64_t> host_write;  ///< (nodes) host DRAM written by host-side staging work
   /// Activations (pooled outputs and their gradients) the store copied host to host, between its
-  /// pinned staging and the caller's host views (store/detail/activation_copy.hpp). Not part of
+  /// pinned staging and the caller's host views (store/engines/detail/activation_copy.hpp). Not part of
   /// host_read/host_write nor of the cost model: it shows whether a mode moves activations through
   /// host memory at all (device views in a device mode: none).
   std::uint64_t host_copy = 0;

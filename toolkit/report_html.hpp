@@ -33,7 +33,7 @@
 //         "peak_device_bytes": number,         peak device memory of the mode (bytes)
 //         "bytes_per_step": {                  bytes per training step on each link
 //           "hbm_read", "hbm_write", "h2d", "d2h", "host_read", "host_write", "all_to_all": number },
-//         "modelled": {                        the cost model's view (store/cost_model.hpp)
+//         "modelled": {                        the cost model's view (store/model/cost_model.hpp)
 //           "profile": string, "step_ms": number, "serial_ms": number,
 //           "bottleneck": string, "explanation": string } } ],
 //     "sweep": [                               hit rate and throughput against cache size (--sweep-cache)

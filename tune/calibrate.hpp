@@ -1,6 +1,6 @@
 #pragma once
 // strata-tune calibrate: measures this machine's host memory and writes a hardware profile in the
-// format --profile reads (store/cost_model.hpp), every number with its source.
+// format --profile reads (store/model/cost_model.hpp), every number with its source.
 //
 // Measured here, per NUMA node (threads bound to the node's cores; memory bound to the node for
 // "local", to the next node for "remote" where there are several nodes; hwloc):
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "store/cost_model.hpp"
+#include "store/model/cost_model.hpp"
 #include "tune/tune_input.hpp"
 
 namespace strata::tune {

@@ -5,7 +5,7 @@
 
 #include <iostream>
 
-#include "store/detail/file_io.hpp"
+#include "store/io/file_io.hpp"
 #include "toolkit/bounded_input.hpp"
 #include "toolkit/cli_flags.hpp"
 #include "tune/commands.hpp"

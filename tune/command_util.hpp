@@ -4,7 +4,7 @@
 #include <string>
 
 #include "core/status.hpp"
-#include "store/cost_model.hpp"
+#include "store/model/cost_model.hpp"
 #include "tune/tune_input.hpp"
 
 namespace strata::tune {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "store/cost_model.hpp"
+#include "store/model/cost_model.hpp"
 #include "tune/curves.hpp"
 #include "tune/planner.hpp"
 

@@ -1,6 +1,6 @@
 #pragma once
 // The placement planner: for every table, gpu, cached with a size, offload or cpu, maximizing the
-// modelled throughput (store/cost_model.hpp's step time over the tables' summed bytes,
+// modelled throughput (store/model/cost_model.hpp's step time over the tables' summed bytes,
 // store/model/table_cost.hpp) within an HBM and a host memory budget.
 //
 // Rules, in order:
@@ -35,7 +35,7 @@
 #include <string>
 #include <vector>
 
-#include "store/cost_model.hpp"
+#include "store/model/cost_model.hpp"
 #include "store/model/table_cost.hpp"
 #include "store/store_config.hpp"
 #include "tune/curves.hpp"

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "store/cost_model.hpp"
+#include "store/model/cost_model.hpp"
 #include "store/model/table_cost.hpp"
 #include "store/store_config.hpp"
 #include "tune/tune_input.hpp"

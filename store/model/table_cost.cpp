@@ -80,7 +80,7 @@ void gather(StepBytes& b, const BatchKeys& k, double row, double out_rows) {
   b.hbm_write += out_rows * row;
 }
 
-// The store's NaN/Inf count of device gradients (store/detail/finite_check.cpp): the gradients
+// The store's NaN/Inf count of device gradients (store/engines/finite_check.cpp): the gradients
 // read, one 8-byte count per view written and copied D2H.
 void finite_check(StepBytes& b, double grad_bytes, const CostOptions& o) {
   if (!o.check_finite || grad_bytes <= 0) return;
@@ -97,7 +97,7 @@ void cpu_optimizer(StepBytes& b, double distinct, double record) {
   b.host_cpu_write += distinct * record;
 }
 
-// A cache's fills and write-backs of one batch (store/detail/cached_engine.cpp).
+// A cache's fills and write-backs of one batch (store/engines/cached_engine.cpp).
 void add_transfers(StepBytes& b, const TableSpec& spec, const BatchKeys& k, const CostOptions& o) {
   const RowSizes z = row_sizes(spec);
   const double F = static_cast<double>(k.fills), W = static_cast<double>(k.writebacks);
@@ -166,7 +166,7 @@ StepBytes compute_bytes(const TableSpec& spec, Placement placement, const BatchK
       b.hbm_write += U * z.record;
       break;
     case Placement::kOffload:
-      // The engine takes device views itself (store/detail/offload_engine.cpp).
+      // The engine takes device views itself (store/engines/offload_engine.cpp).
       if (o.offload_cpu_gather) {
         host_rows(b, K, z.row, true);  // CPU threads pool
         b.host_cpu_read += K * z.row;
@@ -316,7 +316,7 @@ struct Regions {
 // `n` records of a slot pool of `spec`'s shape, as staging holds them (at the stride).
 double records(const TableSpec& spec, double n) { return round64(n * row_sizes(spec).stride); }
 
-// One batch's staging in a slot-pool engine's ring (store/detail/gpu_engine.cpp submit,
+// One batch's staging in a slot-pool engine's ring (store/engines/gpu_engine.cpp submit,
 // cached_engine.cpp prepare) for a feature of `bags` bags, `keys` keys (no per-key weights, as
 // everywhere in this model) and `unique` distinct rows: its lookup and update arguments and,
 // cached, the slots of its fills and write-backs, the write-backs packed on the device and the
@@ -351,14 +351,14 @@ Staged slot_pool_staging(const TableSpec& spec, bool cached, std::int64_t bags, 
   if (!cached) return s;
   const std::int64_t stride = record_stride(spec.dim, optimizer_state_dim(spec.optimizer.kind, spec.dim));
   const auto w = EngineStaging::flush_rows(cache_rows, stride);
-  Regions flush;  // store/detail/cached_engine.cpp flush_sizes
+  Regions flush;  // store/engines/cached_engine.cpp flush_sizes
   flush.mirrored = EngineStaging::list(w) * (o.zero_copy ? 2.0 : 1.0);
   flush.dev_only = records(spec, static_cast<double>(w));
   flush.host_only = o.zero_copy ? 0.0 : flush.dev_only;
   const Staged f = flush.doubled();
   s.device += f.device;
   s.pinned += f.pinned;
-  if (o.transfer_probe && !o.zero_copy) {  // store/detail/cache_transfers.cpp zero_copy_is_faster
+  if (o.transfer_probe && !o.zero_copy) {  // store/engines/cache_transfers.cpp zero_copy_is_faster
     const auto n = EngineStaging::transfer_probe_rows(cache_rows);
     Regions probe;
     probe.mirrored = 2.0 * EngineStaging::list(n);
@@ -370,7 +370,7 @@ Staged slot_pool_staging(const TableSpec& spec, bool cached, std::int64_t bags, 
   return s;
 }
 
-// An offload table's staging and outputs (store/detail/offload_engine.cpp submit and forward):
+// An offload table's staging and outputs (store/engines/offload_engine.cpp submit and forward):
 // every batch in flight takes an entry of the engine's ring, grown to twice its largest batch's
 // need: the outputs in pinned memory (a device view's gradients come D2H into them too) and, with
 // the device gather, its arguments (offsets, keys and the distinct rows' host addresses; no per-key
@@ -454,7 +454,7 @@ Result<TableCost> sharded_cost(const TableSpec& spec, const TableLoad& load, Pla
   // served rows (then served gradients), unique rows, their gradient sums, and the exchange's send
   // and receive buffers.
   c.hbm_bytes += served.device + 2.0 * z.row * (sm + 2.0 * u_max + 2.0 * std::max(sm, u_max));
-  // Its metadata scratch, grown likewise (store/detail/sharded_engine.cpp, reserve): the arguments
+  // Its metadata scratch, grown likewise (store/engines/sharded_engine.cpp, reserve): the arguments
   // of the source's pooling and gradient sums, in HBM and again in pinned staging (no per-key
   // weights, as everywhere in this model); the exchange's index lists of the keys sent, in HBM and
   // pinned; one step's outputs, then their gradients: with the trainer on the host the engine's

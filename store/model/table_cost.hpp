@@ -1,6 +1,6 @@
 #pragma once
 // What one table costs per training step in each placement: the bytes it moves over each link
-// (store/cost_model.hpp's StepBytes) and the memory it takes in HBM and in host memory: the one
+// (store/model/cost_model.hpp's StepBytes) and the memory it takes in HBM and in host memory: the one
 // model of the engines' allocations and transfers, beside the engines. strata-tune's planner
 // (tune/planner.hpp) adds these up over the tables and models the step; strata-tune validate
 // (tune/validate.hpp) predicts a run's counters with it; strata-bench's memory guard estimates a
@@ -9,7 +9,7 @@
 // Per step, with K key occurrences, U distinct rows, B bags, P pooled rows (B; K without pooling),
 // rows of d floats (row bytes r = 4d), records of d + s floats (s the optimizer state; record
 // bytes R = 4(d + s)) padded to the stride S (bytes; record_stride) in device slots. Every byte
-// below is what the engines issue and the device layer counts (store/detail/*_engine.cpp,
+// below is what the engines issue and the device layer counts (store/engines/*_engine.cpp,
 // gpu/device.cpp), so on emu the prediction of a run equals its counters exactly
 // (tune/validate.hpp); a copy moves its bytes over PCIe and reads or writes them in HBM.
 //   metadata   gpu and cached: the feature's lookup and update arguments, uploaded H2D with the
@@ -50,12 +50,12 @@
 // P_max its pooled rows (B_max, or K_max without pooling):
 //   HBM  gpu: rows x record stride x 4 (as the gpu engine allocates); cached: cache rows x stride
 //        x 4. gpu and cached: the slot-pool engine's staging ring (gpu/staging.hpp), E entries,
-//        each grown to twice its largest batch's need (store/detail/gpu_engine.cpp submit,
+//        each grown to twice its largest batch's need (store/engines/gpu_engine.cpp submit,
 //        cached_engine.cpp prepare; every array rounded up to 64 bytes): the feature's arguments
 //        (EngineStaging::gpu_feature(B_max, K_max, 0, U_max)) and, cached, the slots of its fills
 //        and write-backs (2 list(U_max)), the write-backs packed at the stride and the fills at the
 //        stride (staged; zero-copy: their host addresses instead of the fills); cached also the
-//        flush staging (store/detail/cached_engine.cpp: twice one flush chunk, the whole cache up
+//        flush staging (store/engines/cached_engine.cpp: twice one flush chunk, the whole cache up
 //        to 64 MiB of records, and its slots; reserved by the first flush, then kept); the
 //        transfer probe of cache.transfer auto (up to 4096 rows both ways, staged while the store
 //        opens, before the rest) counts instead when it is larger than the two together.
@@ -63,7 +63,7 @@
 //        rows); on the host the activation staging of the host views, E entries of an output and a
 //        gradient buffer grown to twice (4 P_max rows rounded up to 64 bytes each). offload: per
 //        batch in flight an entry of the offload engine's ring grown to twice its largest batch's
-//        need (store/detail/offload_engine.cpp): with the device gather its arguments (offsets,
+//        need (store/engines/offload_engine.cpp): with the device gather its arguments (offsets,
 //        keys, the distinct rows' host addresses: EngineStaging::offload_feature + list(U_max)) and
 //        the U_max distinct rows read into device memory; one step's outputs and gradients (a device
 //        trainer's own buffers, or per batch in flight a host trainer's device-gather output buffer
@@ -75,14 +75,14 @@
 //        the device is done with a retired batch by the next submit (the sharded engine waits for
 //        its inner engines; a forward into host views waits for the device). A cache smaller than
 //        the rows of the batches in flight defers the later ones' plans and stages fewer.
-//   host cpu, offload, cached: the mapped table records (store/cost_model.hpp's host_table_memory,
+//   host cpu, offload, cached: the mapped table records (store/model/cost_model.hpp's host_table_memory,
 //        exact for the table alone), cpu and offload the CPU optimizer's scratch; offload the
 //        pinned side of its ring (the mirrored arguments and the outputs, grown to twice, per
 //        batch in flight); cached the pinned side of its staging, flush staging and (host trainer)
 //        activation staging, and the cache index (kCacheIndexBytesPerSlot per cache row). The
 //        pinned staging of gpu tables (as much as their HBM staging) is not counted.
 //
-// Several ranks (CostOptions::ranks = N > 1; store/detail/sharded_engine.hpp). Every table is
+// Several ranks (CostOptions::ranks = N > 1; store/engines/sharded_engine.hpp). Every table is
 // `gpu` or `hybrid`, sharded row-wise (key k on rank k % N, local row k / N), and the costs are
 // those of one rank: rank 0, which holds the largest shard (ceil(rows / N) rows). Each rank trains
 // on a batch of the input's step shape (as strata-bench --ranks runs them: rank r takes steps r,
@@ -137,7 +137,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "store/cost_model.hpp"
+#include "store/model/cost_model.hpp"
 #include "store/store_config.hpp"
 
 namespace strata {
@@ -261,7 +261,7 @@ void scale_bytes(StepBytes& b, double f);
 TableLoad largest_load(const TableSpec& spec, std::int64_t keys, std::int64_t bags, int ranks = 1);
 
 /// A slot pool of a store's caches: the `cached` and `hybrid` tables of one (dim, optimizer state
-/// dim) shape share one, as the slot-pool engines group them (store/detail/slot_pool_engine.hpp).
+/// dim) shape share one, as the slot-pool engines group them (store/engines/detail/slot_pool_engine.hpp).
 struct SlotPool {
   std::int32_t dim = 0;
   std::int32_t state = 0;           ///< optimizer state floats per row

@@ -1,6 +1,6 @@
-// The cost model (store/cost_model.hpp) against hand-computed cases, and the shipped profiles.
+// The cost model (store/model/cost_model.hpp) against hand-computed cases, and the shipped profiles.
 
-#include "store/cost_model.hpp"
+#include "store/model/cost_model.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

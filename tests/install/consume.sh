@@ -13,6 +13,9 @@
 #   consume.sh readme-pkgconfig PREFIX README WORK_DIR WITHOUT
 #       the same program built with the section's pkg-config command line, as written there, and run;
 #       then every header installed under PREFIX compiled in one file with pkg-config's flags only.
+#   consume.sh headers PREFIX WORK_DIR
+#       the installed headers are the public API only (no detail/, no kernel bodies, no engines),
+#       and each compiles alone, in a file of its own, with pkg-config's flags only ($CXX, else c++).
 #
 # WITHOUT: comma-separated libraries (jemalloc, mpi, nccl, cudart) that the programs built must
 # not load (ldd) and that pkg-config's flags must not name ("-" for none).
@@ -55,6 +58,15 @@ cmake_project() {  # SOURCE_DIR WORK_DIR PREFIX [CMAKE_ARGS...]
   cmake --build "$work/build"
 }
 
+# Points pkg-config at the strata.pc installed under PREFIX.
+use_pkgconfig() {
+  local pc
+  pc=$(find "$1" -name strata.pc -path '*/pkgconfig/*' | head -n1)
+  [ -n "$pc" ] || die "no strata.pc under $1"
+  export PKG_CONFIG_PATH
+  PKG_CONFIG_PATH=$(dirname "$pc")
+}
+
 mode=${1:-}
 shift || true
 case "$mode" in
@@ -95,10 +107,7 @@ case "$mode" in
     readme_block "$readme" cpp >"$work/trainer.cpp"
     line=$(readme_block "$readme" sh | grep -m1 'pkg-config' || true)
     [ -n "$line" ] || die "no pkg-config line in a \`\`\`sh block of the section '$SECTION' of $readme"
-    pc=$(find "$prefix" -name strata.pc -path '*/pkgconfig/*' | head -n1)
-    [ -n "$pc" ] || die "no strata.pc under $prefix"
-    export PKG_CONFIG_PATH
-    PKG_CONFIG_PATH=$(dirname "$pc")
+    use_pkgconfig "$prefix"
     flags=$(pkg-config --cflags --libs strata)
     echo "pkg-config --cflags --libs strata: $flags"
     if [ "$without" != "-" ]; then
@@ -116,7 +125,35 @@ case "$mode" in
     # shellcheck disable=SC2046
     c++ -std=c++17 -fsyntax-only $(pkg-config --cflags strata) "$work/all_headers.cpp"
     ;;
+  headers)
+    [ $# -eq 2 ] || die "usage: consume.sh headers PREFIX WORK_DIR"
+    prefix=$1 work=$2
+    root="$prefix/include/strata"
+    [ -d "$root" ] || die "no $root (install first)"
+    # Private code (detail/, the engines), kernel bodies (gpu/kernels/, gpu/cuda/, .cuh) and CUDA
+    # sources are not for users: a FILE_SET HEADERS that lists one fails here.
+    private=$(cd "$root" && find . -type f \( -path '*/detail/*' -o -path './gpu/kernels/*' -o -path './gpu/cuda/*' \
+      -o -path './store/engines/*' -o -name '*.cuh' -o -name '*.cu' \) | sed 's|^\./||' | sort)
+    [ -z "$private" ] || die "installed but not public API (keep it out of its layer's FILE_SET HEADERS):"$'\n'"$private"
+    rm -rf "$work"
+    mkdir -p "$work"
+    use_pkgconfig "$prefix"
+    flags=$(pkg-config --cflags strata)
+    mapfile -t headers < <(cd "$root" && find . -name '*.hpp' | sed 's|^\./||' | sort)
+    [ "${#headers[@]}" -gt 0 ] || die "no headers under $root"
+    for h in "${headers[@]}"; do
+      printf '#include "%s"\n' "$h" >"$work/${h//\//__}.cpp"
+    done
+    echo "compiling each of the ${#headers[@]} installed headers alone: ${CXX:-c++} -std=c++17 -fsyntax-only $flags"
+    export flags
+    # shellcheck disable=SC2016
+    if ! find "$work" -name '*.cpp' -print0 | sort -z | xargs -0 -P "$(nproc)" -n 1 bash -c \
+      '${CXX:-c++} -std=c++17 -fsyntax-only $flags "$1" || { echo "FAILED alone: $(head -n1 "$1")" >&2; exit 255; }' _; then
+      die "an installed header does not compile alone (above)"
+    fi
+    echo "every installed header compiles alone"
+    ;;
   *)
-    die "usage: consume.sh install|example|readme-cmake|readme-pkgconfig ..."
+    die "usage: consume.sh install|example|readme-cmake|readme-pkgconfig|headers ..."
     ;;
 esac

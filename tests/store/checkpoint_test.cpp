@@ -11,8 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "store/detail/crc32c.hpp"
-#include "store/detail/file_io.hpp"
+#include "store/io/detail/crc32c.hpp"
+#include "store/io/file_io.hpp"
 #include "tests/store/store_test_util.hpp"
 
 namespace strata {

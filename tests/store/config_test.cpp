@@ -1,6 +1,6 @@
 #include "store/store_config.hpp"
 
-#include "store/cost_model.hpp"
+#include "store/model/cost_model.hpp"
 
 #include <gtest/gtest.h>
 

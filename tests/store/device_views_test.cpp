@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "store/cost_model.hpp"
+#include "store/model/cost_model.hpp"
 #include "tests/store/device_views.hpp"
 #include "tests/store/store_test_util.hpp"
 #include "tests/store/thread_ranks.hpp"

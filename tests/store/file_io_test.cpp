@@ -1,4 +1,4 @@
-#include "store/detail/file_io.hpp"
+#include "store/io/file_io.hpp"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "store/detail/crc32c.hpp"
+#include "store/io/detail/crc32c.hpp"
 
 namespace strata::detail {
 namespace {

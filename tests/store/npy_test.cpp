@@ -1,4 +1,4 @@
-#include "store/npy.hpp"
+#include "store/io/npy.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "store/detail/file_io.hpp"
+#include "store/io/file_io.hpp"
 
 namespace strata {
 namespace {

@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "store/cost_model.hpp"
+#include "store/model/cost_model.hpp"
 #include "store/store_config.hpp"
 #include "tests/bench/run_program.hpp"
 #include "toolkit/trace.hpp"

@@ -1,4 +1,4 @@
-#include "store/detail/finite_check.hpp"
+#include "store/engines/finite_check.hpp"
 
 #include "gpu/kernels/launch_args.hpp"
 #include "store/detail/batch_checks.hpp"

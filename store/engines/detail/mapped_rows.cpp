@@ -1,4 +1,4 @@
-#include "store/detail/mapped_rows.hpp"
+#include "store/engines/detail/mapped_rows.hpp"
 
 namespace strata::detail {
 

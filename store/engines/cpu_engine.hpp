@@ -9,7 +9,7 @@
 #include "host/host_table.hpp"
 #include "host/kernels.hpp"
 #include "host/repeats.hpp"
-#include "store/detail/engine.hpp"
+#include "store/engines/engine.hpp"
 #include "store/store_config.hpp"
 
 namespace strata::detail {

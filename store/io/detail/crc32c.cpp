@@ -1,4 +1,4 @@
-#include "store/detail/crc32c.hpp"
+#include "store/io/detail/crc32c.hpp"
 
 #include <array>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "store/detail/sharded_engine.hpp"
+#include "store/engines/sharded_engine.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -8,9 +8,9 @@
 #include "dispatch/exchange.hpp"
 #include "gpu/grow_buffer.hpp"
 #include "host/kernels.hpp"
-#include "store/detail/activation_copy.hpp"
-#include "store/detail/cached_engine.hpp"
-#include "store/detail/gpu_engine.hpp"
+#include "store/engines/cached_engine.hpp"
+#include "store/engines/detail/activation_copy.hpp"
+#include "store/engines/gpu_engine.hpp"
 
 namespace strata::detail {
 namespace {

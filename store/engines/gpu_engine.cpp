@@ -1,11 +1,11 @@
-#include "store/detail/gpu_engine.hpp"
+#include "store/engines/gpu_engine.hpp"
 
 #include <algorithm>
 #include <cstring>
 
 #include "host/host_table.hpp"
-#include "store/detail/device_features.hpp"
-#include "store/detail/slot_pool_engine.hpp"
+#include "store/engines/detail/slot_pool_engine.hpp"
+#include "store/engines/device_features.hpp"
 
 namespace strata::detail {
 namespace {

@@ -211,16 +211,16 @@ struct HostTableMemory {
 /// Errors: a sharding plan that does not resolve for the world (dispatch::ShardLayout::make).
 Result<HostTableMemory> host_table_memory(const StoreConfig& config, int numa_nodes, int world = 0, int rank = 0);
 
-/// Staging the engines upload H2D with each batch (store/detail, gpu/staging.hpp: every array
+/// Staging the engines upload H2D with each batch (store/engines/, gpu/staging.hpp: every array
 /// rounded up to 64 bytes), for a byte-exact cost model.
 struct EngineStaging {
   /// `gpu` and `cached` tables, per feature of `bags` bags, `keys` keys, `weights` per-key weights
   /// (0 or keys) and `unique` distinct rows: offsets, slots, weights, unique slots and offsets,
-  /// positions, bag of each position and the hot rows (store/detail/device_features.hpp).
+  /// positions, bag of each position and the hot rows (store/engines/device_features.hpp).
   static double gpu_feature(std::int64_t bags, std::int64_t keys, std::int64_t weights, std::int64_t unique);
   /// Sharded `gpu` and `hybrid` tables, per feature of a rank's batch: the metadata the sharded
   /// engine reserves for pooling the returned rows and summing the gradients per unique key
-  /// (store/detail/sharded_engine.hpp), in its device scratch and again in its pinned staging.
+  /// (store/engines/sharded_engine.hpp), in its device scratch and again in its pinned staging.
   static double sharded_feature(std::int64_t bags, std::int64_t keys, std::int64_t weights, std::int64_t unique);
   /// `offload` tables gathered on the device, per feature: offsets, keys and weights.
   static double offload_feature(std::int64_t bags, std::int64_t keys, std::int64_t weights);
@@ -229,11 +229,11 @@ struct EngineStaging {
   static double list(std::int64_t n);
   /// `cached` and `hybrid` tables: the rows a flush's staging holds for a slot pool of `slots`
   /// records of `stride` floats (one flush chunk: the whole pool, or as many rows as 64 MiB of
-  /// records hold; store/detail/cached_engine.hpp).
+  /// records hold; store/engines/cached_engine.hpp).
   static std::int64_t flush_rows(std::int64_t slots, std::int64_t stride);
   /// `cached` and `hybrid` tables with cache.transfer auto: the rows that the measurement of staged
   /// against zero-copy transfers moves through a slot pool of `slots` slots when the store opens
-  /// (store/detail/cache_transfers.hpp).
+  /// (store/engines/cache_transfers.hpp).
   static std::int64_t transfer_probe_rows(std::int64_t slots);
 };
 

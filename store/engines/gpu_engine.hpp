@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "gpu/device.hpp"
-#include "store/detail/engine.hpp"
+#include "store/engines/engine.hpp"
 #include "store/store_config.hpp"
 
 namespace strata::detail {

@@ -12,7 +12,7 @@
 
 #include "gpu/device.hpp"
 #include "host/host_table.hpp"
-#include "store/detail/engine.hpp"
+#include "store/engines/engine.hpp"
 #include "store/store_config.hpp"
 
 namespace strata::detail {

@@ -1,4 +1,4 @@
-#include "store/detail/slot_pool_engine.hpp"
+#include "store/engines/detail/slot_pool_engine.hpp"
 
 #include <utility>
 

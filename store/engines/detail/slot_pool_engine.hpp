@@ -18,8 +18,8 @@
 
 #include "gpu/device.hpp"
 #include "gpu/staging.hpp"
-#include "store/detail/device_features.hpp"
-#include "store/detail/engine.hpp"
+#include "store/engines/device_features.hpp"
+#include "store/engines/engine.hpp"
 #include "store/store_config.hpp"
 
 namespace strata::detail {

@@ -12,7 +12,7 @@
 #include "gpu/device.hpp"
 #include "gpu/staging.hpp"
 #include "host/dedup.hpp"
-#include "store/detail/engine.hpp"
+#include "store/engines/engine.hpp"
 
 namespace strata::detail {
 

@@ -1,13 +1,13 @@
-#include "store/detail/offload_engine.hpp"
+#include "store/engines/offload_engine.hpp"
 
 #include <cstring>
 #include <unordered_map>
 
 #include "gpu/staging.hpp"
 #include "host/dedup.hpp"
-#include "store/detail/activation_copy.hpp"
-#include "store/detail/cpu_engine.hpp"
-#include "store/detail/mapped_rows.hpp"
+#include "store/engines/cpu_engine.hpp"
+#include "store/engines/detail/activation_copy.hpp"
+#include "store/engines/detail/mapped_rows.hpp"
 
 namespace strata::detail {
 namespace {

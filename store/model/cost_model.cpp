@@ -1,4 +1,4 @@
-#include "store/cost_model.hpp"
+#include "store/model/cost_model.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -17,11 +17,11 @@
 #include "host/host_table.hpp"
 #include "host/repeats.hpp"
 #include "host/topology.hpp"
-#include "store/detail/cache_transfers.hpp"
-#include "store/detail/cached_engine.hpp"
-#include "store/detail/device_features.hpp"
 #include "store/detail/json_keys.hpp"
-#include "store/detail/sharded_engine.hpp"
+#include "store/engines/cache_transfers.hpp"
+#include "store/engines/cached_engine.hpp"
+#include "store/engines/device_features.hpp"
+#include "store/engines/sharded_engine.hpp"
 
 namespace strata {
 namespace {
@@ -381,7 +381,7 @@ Result<HostTableMemory> host_table_memory(const StoreConfig& config, int numa_no
   options.interleave = config.numa == NumaPolicy::kInterleave;
   options.node = config.numa_node;
   options.huge_pages = config.huge_pages;
-  // The engines that hold host tables, each with its own ArenaPacker (store/detail/*_engine.cpp): cpu,
+  // The engines that hold host tables, each with its own ArenaPacker (store/engines/*_engine.cpp): cpu,
   // offload, cached (with `hybrid` when there is no communicator), and the sharded engine's cached
   // shards of `hybrid` tables.
   enum Group { kCpuG, kOffloadG, kCachedG, kShardedG, kGroups };
@@ -412,7 +412,7 @@ Result<HostTableMemory> host_table_memory(const StoreConfig& config, int numa_no
     }
   }
   HostTableMemory m;
-  // cpu and offload tables run backward on the CPU (store/detail/cpu_engine.hpp): each keeps a
+  // cpu and offload tables run backward on the CPU (store/engines/cpu_engine.hpp): each keeps a
   // find_repeats map per arena thread that has scanned it.
   const double threads = config.threads > 0 ? config.threads : std::max(1u, std::thread::hardware_concurrency());
   for (const int g : {kCpuG, kOffloadG})
@@ -438,7 +438,7 @@ double EngineStaging::sharded_feature(std::int64_t bags, std::int64_t keys, std:
 }
 
 double EngineStaging::offload_feature(std::int64_t bags, std::int64_t keys, std::int64_t weights) {
-  using gpu::Staging;  // as store/detail/offload_engine.cpp stages them
+  using gpu::Staging;  // as store/engines/offload_engine.cpp stages them
   return static_cast<double>(Staging::bytes_for<std::int64_t>(static_cast<std::size_t>(bags + 1)) +
                              Staging::bytes_for<Key>(static_cast<std::size_t>(keys)) +
                              Staging::bytes_for<float>(static_cast<std::size_t>(weights)));

@@ -1,10 +1,10 @@
-#include "store/detail/device_features.hpp"
+#include "store/engines/device_features.hpp"
 
 #include <cstring>
 
 #include "cache/cache_planner.hpp"
 #include "gpu/kernels/launch_args.hpp"
-#include "store/detail/activation_copy.hpp"
+#include "store/engines/detail/activation_copy.hpp"
 
 namespace strata::detail {
 

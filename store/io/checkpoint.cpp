@@ -32,9 +32,9 @@
 #include <nlohmann/json.hpp>
 
 #include "store/detail/batch_checks.hpp"
-#include "store/detail/crc32c.hpp"
-#include "store/detail/file_io.hpp"
-#include "store/npy.hpp"
+#include "store/io/detail/crc32c.hpp"
+#include "store/io/file_io.hpp"
+#include "store/io/npy.hpp"
 #include "store/store.hpp"
 
 namespace strata {

@@ -1,4 +1,4 @@
-#include "store/detail/host_bounce.hpp"
+#include "store/engines/host_bounce.hpp"
 
 namespace strata::detail {
 namespace {

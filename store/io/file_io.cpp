@@ -1,4 +1,4 @@
-#include "store/detail/file_io.hpp"
+#include "store/io/file_io.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -12,7 +12,7 @@
 #include <new>
 #include <utility>
 
-#include "store/detail/crc32c.hpp"
+#include "store/io/detail/crc32c.hpp"
 
 namespace strata::detail {
 namespace {

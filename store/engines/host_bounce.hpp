@@ -15,7 +15,7 @@
 
 #include "core/key_batch.hpp"
 #include "gpu/device.hpp"
-#include "store/detail/engine.hpp"
+#include "store/engines/engine.hpp"
 
 namespace strata::detail {
 

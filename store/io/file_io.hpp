@@ -1,7 +1,8 @@
 #pragma once
 // Low-level file utilities for checkpoints: crash-safe whole-file writes (temp file, fsync, rename,
 // fsync of the directory), whole-file and positional reads, mkdir -p, and a fault-injection hook
-// that lets tests simulate a crash in the middle of a save. POSIX only.
+// that lets tests simulate a crash in the middle of a save. POSIX only. Public (installed): the
+// tools write their outputs with AtomicFileWriter and write_file_atomic too.
 
 #include <cstddef>
 #include <cstdint>

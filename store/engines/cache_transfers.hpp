@@ -18,9 +18,9 @@
 #include "gpu/device.hpp"
 #include "gpu/staging.hpp"
 #include "host/host_table.hpp"
-#include "store/detail/cpu_engine.hpp"
-#include "store/detail/mapped_rows.hpp"
-#include "store/detail/slot_pool_engine.hpp"
+#include "store/engines/cpu_engine.hpp"
+#include "store/engines/detail/mapped_rows.hpp"
+#include "store/engines/detail/slot_pool_engine.hpp"
 
 namespace strata::detail {
 

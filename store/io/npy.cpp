@@ -1,4 +1,4 @@
-#include "store/npy.hpp"
+#include "store/io/npy.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -7,7 +7,7 @@
 #include <new>
 #include <string_view>
 
-#include "store/detail/file_io.hpp"
+#include "store/io/file_io.hpp"
 
 namespace strata {
 namespace {

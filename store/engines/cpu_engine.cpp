@@ -1,4 +1,4 @@
-#include "store/detail/cpu_engine.hpp"
+#include "store/engines/cpu_engine.hpp"
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>

@@ -1,4 +1,4 @@
-#include "store/detail/cached_engine.hpp"
+#include "store/engines/cached_engine.hpp"
 
 #include <algorithm>
 #include <memory>
@@ -6,9 +6,9 @@
 
 #include "cache/prefetcher.hpp"
 #include "gpu/staging.hpp"
-#include "store/detail/cache_transfers.hpp"
-#include "store/detail/device_features.hpp"
-#include "store/detail/slot_pool_engine.hpp"
+#include "store/engines/cache_transfers.hpp"
+#include "store/engines/detail/slot_pool_engine.hpp"
+#include "store/engines/device_features.hpp"
 
 namespace strata::detail {
 namespace {

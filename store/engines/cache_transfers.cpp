@@ -1,4 +1,4 @@
-#include "store/detail/cache_transfers.hpp"
+#include "store/engines/cache_transfers.hpp"
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>

@@ -1,0 +1,56 @@
+#pragma once
+// StoreStats: the counters a store reports (Store::stats()): each cached table's cache statistics,
+// bytes per link, device memory and resources, the sharded tables' traffic, staging bytes. Plain
+// values, in a header of their own so that store.hpp reports them without pulling the planners.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cache/cache_stats.hpp"
+#include "gpu/counters.hpp"
+
+namespace strata {
+
+/// Traffic between ranks and time of the sharded (`gpu`/`hybrid` over a world) tables, this rank's
+/// share since the store was opened.
+struct DispatchStats {
+  int rank = 0, world = 1;
+  std::int64_t batches = 0;                                   ///< batches exchanged (submitted and looked up)
+  std::int64_t key_bytes = 0, row_bytes = 0, grad_bytes = 0;  ///< exchanged with other ranks (dedup on)
+  std::int64_t bytes_no_dedup = 0;  ///< what keys + rows + gradients would have been without dedup
+  double exchange_seconds = 0;      ///< in collectives (agreement, counts, keys, rows, gradients)
+  double lookup_seconds = 0;        ///< in this rank's shards (the inner engine)
+  double local_seconds = 0;         ///< dedup, pooling and gradient sums at the source
+  std::int64_t bytes() const noexcept { return key_bytes + row_bytes + grad_bytes; }
+};
+
+/// Bytes of staging buffers (pinned host and device memory) a store's device engines hold.
+struct StagingBytes {
+  std::size_t pinned = 0;   ///< pinned host memory
+  std::size_t device = 0;   ///< device memory
+  std::size_t entries = 0;  ///< staging entries (one per batch in flight, reused)
+};
+
+/// Counters of a store since it was opened (for benchmarks and tuning).
+struct StoreStats {
+  std::vector<std::pair<std::string, cache::CacheStats>> cache;  ///< per `cached` table, by name
+  std::string device;                                            ///< "" without a device, else "emu" or "cuda <name>"
+  gpu::LinkBytes links;               ///< bytes per link counted by the device layer and the prefetcher
+  std::size_t device_peak_bytes = 0;  ///< peak device memory allocated
+  DispatchStats dispatch;             ///< sharded tables only
+  /// Allocations, frees and events of the device so far (a training loop's steady state adds none).
+  gpu::ResourceCounts device_resources;
+  /// The staging of the `gpu`, `cached` and `offload` engines, between calls: entries of batches in
+  /// flight are not counted (with none in flight, all are). `staging`: the batches' arguments, the
+  /// rows they move, `cached`'s flush entry and offload's pinned outputs and gradients; `activation_staging`: apart,
+  /// the outputs and gradients of host views, taken by a forward with a host view (none while every output and gradient
+  /// view is a device view, nor for `offload` with `offload_gather: cpu`, which pools into host views in place). Not
+  /// counted: the tables of sharded modes.
+  StagingBytes staging;
+  StagingBytes activation_staging;  ///< see `staging`
+};
+
+}  // namespace strata
