@@ -17,7 +17,7 @@
 // About one line (32 counters, 64 bytes) per cache slot: with 8 counters per slot the many rows
 // used once or twice (a Zipf tail) inflated the counts of the rows at the edge of the cache (up to
 // 2 pp of hit rate in the hit-rate study while this was tuned; the kept figures are in
-// bench/results/2026-11-22-hit-rate-study/preview/README.md).
+// results/2026-11-22-hit-rate-study/preview/README.md).
 // Deterministic (fp32 adds, bfloat16 rounding, compares). Not thread-safe.
 
 #include <algorithm>
