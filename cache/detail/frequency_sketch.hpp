@@ -63,7 +63,7 @@ class FrequencySketch {
   std::uint32_t add(std::uint64_t h) noexcept {
     Line& l = lines_[h & mask_];
     std::uint16_t* c[4];
-    for (unsigned i = 0; i < 4; ++i) c[i] = &l.c[8 * i + ((h >> (32 + 3 * i)) & 7)];
+    for (std::size_t i = 0; i < 4; ++i) c[i] = &l.c[8 * i + ((h >> (32 + 3 * i)) & 7)];
     // Non-negative bfloat16 values order as their bit patterns.
     const std::uint16_t est = std::min(std::min(*c[0], *c[1]), std::min(*c[2], *c[3]));
     const float now = to_float(est) + weight_;
