@@ -125,10 +125,12 @@ class [[nodiscard]] Result {
 #define STRATA_CONCAT_INNER(a, b) a##b
 #define STRATA_CONCAT(a, b) STRATA_CONCAT_INNER(a, b)
 /// `STRATA_ASSIGN_OR_RETURN(auto x, make_x());` unwraps a Result or returns its status.
+// NOLINTBEGIN(bugprone-macro-parentheses): lhs may be a declaration ("auto x"), which parentheses would break
 #define STRATA_ASSIGN_OR_RETURN(lhs, expr)                                                                       \
   auto STRATA_CONCAT(strata_result_, __LINE__) = (expr);                                                         \
   if (!STRATA_CONCAT(strata_result_, __LINE__).is_ok()) return STRATA_CONCAT(strata_result_, __LINE__).status(); \
   lhs = std::move(STRATA_CONCAT(strata_result_, __LINE__)).value()
+// NOLINTEND(bugprone-macro-parentheses)
 
 /// Aborts with file and line on a broken internal invariant (programmer error, not bad input).
 #define STRATA_CHECK(cond)                                                                    \

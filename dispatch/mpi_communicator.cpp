@@ -565,7 +565,7 @@ class MpiCommunicator final : public Communicator {
 
   Status exchange_headers(const CallInfo& mine, std::uint64_t seq, Clock::time_point deadline, const char* what,
                           std::vector<CallInfo>& all) {
-    const std::size_t counts = static_cast<std::size_t>(2 * size_);
+    const std::size_t counts = 2 * static_cast<std::size_t>(size_);
     const std::size_t max_words = sizeof(WireHeader) / sizeof(std::int64_t) + counts;
     WireHeader h;
     h.kind = static_cast<std::int32_t>(mine.kind);

@@ -685,7 +685,9 @@ struct PlacementWire {
 };
 
 void copy_text(char* to, std::size_t capacity, const std::string& from) {
-  std::memcpy(to, from.data(), std::min(from.size(), capacity - 1));
+  const std::size_t n = std::min(from.size(), capacity - 1);
+  std::memcpy(to, from.data(), n);
+  to[n] = '\0';
 }
 
 // The ranks of `over` (the bootstrap, or the new NCCL communicator itself) tell each other where

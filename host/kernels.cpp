@@ -4,6 +4,7 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <type_traits>
 #include <utility>
@@ -30,6 +31,8 @@ constexpr std::int64_t kPrefetchDistance = 48;
 constexpr std::int64_t kUpdatePrefetch = 8;
 // Gradient rows (mostly in L3) prefetched ahead in backward.
 constexpr std::int64_t kGradPrefetch = 8;
+// Floats per register, as a pointer offset: a row's c-th register starts at row + kF * c.
+constexpr std::ptrdiff_t kF = simd::kFloats;
 
 // Bags per task: large enough to amortise scheduling, small enough to balance two cores.
 std::int64_t bag_grain(std::int64_t batch) {
@@ -112,13 +115,13 @@ void pool_bags_vec(RowRef t, const BagsView& bags, Pooling pooling, float* out, 
         const float w = bags.weights[j];
         for (int c = 0; c < kVecs; ++c) {
           simd::Floats v;
-          std::memcpy(&v, row + simd::kFloats * c, sizeof v);
+          std::memcpy(&v, row + kF * c, sizeof v);
           acc[c] += w * v;
         }
       } else {
         for (int c = 0; c < kVecs; ++c) {
           simd::Floats v;
-          std::memcpy(&v, row + simd::kFloats * c, sizeof v);
+          std::memcpy(&v, row + kF * c, sizeof v);
           acc[c] += v;
         }
       }
@@ -128,7 +131,7 @@ void pool_bags_vec(RowRef t, const BagsView& bags, Pooling pooling, float* out, 
       for (int c = 0; c < kVecs; ++c) acc[c] *= s;
     }
     float* o = out + b * dim;
-    for (int c = 0; c < kVecs; ++c) std::memcpy(o + simd::kFloats * c, &acc[c], sizeof acc[c]);
+    for (int c = 0; c < kVecs; ++c) std::memcpy(o + kF * c, &acc[c], sizeof acc[c]);
   }
 }
 
@@ -247,12 +250,12 @@ inline void reduce_one(const BagsView& bags, Pooling pooling, const UniqueView& 
 //            w - (lr * (m / bias1)) / (sqrt(v / bias2) + eps)
 struct GradIn {
   const float* g;
-  simd::Floats operator()(int i) const noexcept { return simd::load(g + simd::kFloats * i); }
+  simd::Floats operator()(int i) const noexcept { return simd::load(g + kF * i); }
 };
 struct ScaledGradIn {
   const float* g;
   float s;
-  simd::Floats operator()(int i) const noexcept { return 0.0f + s * simd::load(g + simd::kFloats * i); }
+  simd::Floats operator()(int i) const noexcept { return 0.0f + s * simd::load(g + kF * i); }
 };
 
 // The row-wise Adagrad sum of squares, column by column as apply_optimizer adds it (a sequential
@@ -273,7 +276,6 @@ inline void fused_step(const OptimizerStep& st, float* __restrict__ w, const Gra
                        const float* known_sq) {
   static_assert(kDim % simd::kFloats == 0, "a row is a whole number of registers");
   constexpr int kVecs = kDim / simd::kFloats;
-  constexpr int kF = simd::kFloats;
   const OptimizerSpec& o = st.spec;
   const float lr = o.learning_rate, wd = o.weight_decay, eps = o.eps;
   const bool decays = wd != 0.0f;

@@ -164,7 +164,7 @@ class ReferenceStore final : public Store {
     STRATA_RETURN_IF_ERROR(detail::check_row_range(table, row0, n, config_));
     const Table& t = tables_[static_cast<std::size_t>(table)];
     if (!weights && n > 0) return null_weights("read_rows", t.spec, n);
-    if (n == 0) return Status::ok();  // buffers may be null: no memcpy of nothing from null
+    if (n <= 0) return Status::ok();  // buffers may be null: no memcpy of nothing from null (n < 0 was refused)
     std::memcpy(weights, t.row(row0), sizeof(float) * static_cast<std::size_t>(n * t.spec.dim));
     if (state && t.state_dim)
       std::memcpy(state, t.state.data() + row0 * t.state_dim,
@@ -176,7 +176,7 @@ class ReferenceStore final : public Store {
     STRATA_RETURN_IF_ERROR(detail::check_row_range(table, row0, n, config_));
     Table& t = tables_[static_cast<std::size_t>(table)];
     if (!weights && n > 0) return null_weights("write_rows", t.spec, n);
-    if (n == 0) return Status::ok();
+    if (n <= 0) return Status::ok();  // n < 0 was refused above
     std::memcpy(t.row(row0), weights, sizeof(float) * static_cast<std::size_t>(n * t.spec.dim));
     if (state && t.state_dim)
       std::memcpy(t.state_of(row0), state, sizeof(float) * static_cast<std::size_t>(n * t.state_dim));

@@ -64,7 +64,8 @@ class Store {
   /// cache.planner_partitions, cache.transfer, and each table's `cache` size and cap (a rank with a smaller device
   /// caches less of its shard; rows its cache cannot hold bypass it, and a batch its device cannot hold fails every
   /// rank at submit).
-  static Result<std::unique_ptr<Store>> open(const StoreConfig& config, std::shared_ptr<dispatch::Communicator> comm);
+  static Result<std::unique_ptr<Store>> open(const StoreConfig& config,
+                                             const std::shared_ptr<dispatch::Communicator>& comm);
 
   virtual ~Store() = default;
   Store(const Store&) = delete;

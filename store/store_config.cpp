@@ -112,7 +112,7 @@ std::int64_t cache_rows(const TableConfig& t) {
   if (c.rows > 0) {
     rows = c.rows;
   } else if (c.bytes > 0) {
-    const std::int64_t rec = (t.spec.dim + optimizer_state_dim(t.spec.optimizer.kind, t.spec.dim)) * 4;
+    const std::int64_t rec = std::int64_t{t.spec.dim + optimizer_state_dim(t.spec.optimizer.kind, t.spec.dim)} * 4;
     rows = c.bytes / rec;
   } else {
     rows = static_cast<std::int64_t>(static_cast<double>(t.spec.rows) * (c.fraction > 0 ? c.fraction : 0.1));

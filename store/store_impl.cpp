@@ -503,7 +503,8 @@ Result<std::unique_ptr<Store>> open_rank(const StoreConfig& config, std::shared_
 
 }  // namespace
 
-Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config, std::shared_ptr<dispatch::Communicator> comm) {
+Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config,
+                                           const std::shared_ptr<dispatch::Communicator>& comm) {
   if (!comm) return open_rank(config, nullptr);
   // Collective from here. Every rank's config must be valid and agree with rank 0's on what every
   // rank must share before anything is sized by it: a rank with more rows or another plan would

@@ -17,7 +17,7 @@
 // About one line (32 counters, 64 bytes) per cache slot: with 8 counters per slot the many rows
 // used once or twice (a Zipf tail) inflated the counts of the rows at the edge of the cache (up to
 // 2 pp of hit rate in the hit-rate study while this was tuned; the kept figures are in
-// bench/results/2026-11-22-hit-rate-study/preview/README.md).
+// results/2026-11-22-hit-rate-study/preview/README.md).
 // Deterministic (fp32 adds, bfloat16 rounding, compares). Not thread-safe.
 
 #include <algorithm>
@@ -63,7 +63,7 @@ class FrequencySketch {
   std::uint32_t add(std::uint64_t h) noexcept {
     Line& l = lines_[h & mask_];
     std::uint16_t* c[4];
-    for (unsigned i = 0; i < 4; ++i) c[i] = &l.c[8 * i + ((h >> (32 + 3 * i)) & 7)];
+    for (std::size_t i = 0; i < 4; ++i) c[i] = &l.c[8 * i + ((h >> (32 + 3 * i)) & 7)];
     // Non-negative bfloat16 values order as their bit patterns.
     const std::uint16_t est = std::min(std::min(*c[0], *c[1]), std::min(*c[2], *c[3]));
     const float now = to_float(est) + weight_;

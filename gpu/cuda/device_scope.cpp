@@ -145,7 +145,9 @@ DeviceScope::DeviceScope(CUcontext ctx) noexcept {
 }
 
 DeviceScope::~DeviceScope() {
-  if (changed_) (void)driver().ctx_set_current(previous_);
+  if (!changed_) return;
+  const Driver& d = driver();
+  if (!d.missing) (void)d.ctx_set_current(previous_);  // always true when changed_ (the constructor checked)
 }
 
 Status DeviceScope::status() const {

@@ -92,7 +92,7 @@ class PyStore {
     call([&](Store& s) { return s.preview(id, batch); });
   }
 
-  py::list forward(py::handle batch_id, py::object outputs, py::handle stream) {
+  py::list forward(py::handle batch_id, const py::object& outputs, py::handle stream) {
     const std::int64_t id = to_int(batch_id, "batch_id");
     check_views(outputs, "outputs", true);
     const StreamArg on = parse_stream(stream);
@@ -169,8 +169,8 @@ class PyStore {
     });
   }
 
-  py::tuple read_rows(py::handle table_obj, py::handle row0_obj, py::handle n_obj, py::object out,
-                      py::object state_out) {
+  py::tuple read_rows(py::handle table_obj, py::handle row0_obj, py::handle n_obj, const py::object& out,
+                      const py::object& state_out) {
     const std::string table = to_name(table_obj, "table");
     const std::int64_t row0 = to_int(row0_obj, "row0");
     const std::int64_t n_given = n_obj.is_none() ? 0 : to_int(n_obj, "n");
@@ -192,7 +192,7 @@ class PyStore {
     return py::make_tuple(w, st);
   }
 
-  void write_rows(py::handle table_obj, py::handle row0_obj, py::handle weights, py::object state) {
+  void write_rows(py::handle table_obj, py::handle row0_obj, py::handle weights, const py::object& state) {
     const std::string table = to_name(table_obj, "table");
     const std::int64_t row0 = to_int(row0_obj, "row0");
     const int t = index(table);

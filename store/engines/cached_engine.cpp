@@ -85,7 +85,7 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
       po.policy = config_.cache.policy;
       po.window = config_.cache.lookahead + config_.cache.preview + 1;
       po.name = "(dim " + std::to_string(shape.first) + ", state " + std::to_string(shape.second) + ")";
-      po.record_bytes = (shape.first + shape.second) * 4;
+      po.record_bytes = std::int64_t{shape.first + shape.second} * 4;
       for (int t : members) {
         const TableConfig& tc = config_.tables[static_cast<std::size_t>(t)];
         po.slots += cache_rows(tc);

@@ -36,8 +36,12 @@ TEST(ShardLayout, EveryRowAndColumnLivesExactlyWhereTheLayoutSays) {
             total_cols += l->local_dim(r);
           }
         }
-        if (type == ShardingType::kRow) EXPECT_EQ(total_rows, rows);
-        if (type == ShardingType::kColumn) EXPECT_EQ(total_cols, spec.dim);
+        if (type == ShardingType::kRow) {
+          EXPECT_EQ(total_rows, rows);
+        }
+        if (type == ShardingType::kColumn) {
+          EXPECT_EQ(total_cols, spec.dim);
+        }
         if (type == ShardingType::kTable) {
           for (int r = 0; r < world; ++r) EXPECT_EQ(l->holds(r), r == 3 % world);  // default owner: table index % world
         }
@@ -46,7 +50,9 @@ TEST(ShardLayout, EveryRowAndColumnLivesExactlyWhereTheLayoutSays) {
           const int o = l->owner_of(k);
           ASSERT_TRUE(o >= 0 && o < world);
           EXPECT_LT(l->local_row(k), l->local_rows(o));
-          if (type == ShardingType::kRow) EXPECT_EQ(l->local_row(k) * world + o, k);
+          if (type == ShardingType::kRow) {
+            EXPECT_EQ(l->local_row(k) * world + o, k);
+          }
         }
         // local_range against brute force for every range.
         for (std::int64_t row0 = 0; row0 < rows; ++row0)

@@ -155,7 +155,9 @@ TEST_P(HotRows, EqualTheReferenceBitForBit) {
         ASSERT_GT(std::count(keys.begin(), keys.end(), row), gpu::kernels::kHotUses);
       }
     for (const auto& [name, st] : (*dev)->stats().cache)
-      if (name == "one") EXPECT_EQ(st.bypassed, steps);
+      if (name == "one") {
+        EXPECT_EQ(st.bypassed, steps);
+      }
   }
 }
 

@@ -234,8 +234,9 @@ TEST(SteadyState, EveryRankOfAWorldAllocatesNothingAfterWarmUp) {
         // Rows and gradients stay on the device: with the trainer's buffers there, a sharded `gpu`
         // table moves nothing D2H but what the test itself downloads, its 64 pooled outputs of
         // dims 16 and 8 per step (a `hybrid` shard also writes its cache's dirty rows back).
-        if (device_views && placement == Placement::kGpu)
+        if (device_views && placement == Placement::kGpu) {
           EXPECT_EQ(links[static_cast<std::size_t>(r)].d2h, 30u * 64u * (16u + 8u) * sizeof(float));
+        }
         // Activations copied in host memory: none with device views; with host views each step's
         // outputs and gradients once (links.host_copy counts what the engines memcpy).
         EXPECT_EQ(links[static_cast<std::size_t>(r)].host_copy,

@@ -16,6 +16,15 @@
 namespace strata {
 namespace {
 
+// The table of with_device's configs, every other field its default.
+TableConfig table_t() {
+  TableConfig t;
+  t.spec.name = "t";
+  t.spec.rows = 10;
+  t.spec.dim = 4;
+  return t;
+}
+
 std::string with_device(const std::string& device) {
   return R"({"device": )" + device + R"(, "tables": [{"name": "t", "rows": 10, "dim": 4}]})";
 }
@@ -48,7 +57,7 @@ TEST(DeviceOrdinalConfig, BadInputNamesTheFieldAndTheValue) {
   }
   // In C++, below kDeviceOrdinalAuto.
   StoreConfig c;
-  c.tables.push_back({{"t", 10, 4}});
+  c.tables.push_back(table_t());
   c.device.ordinal = -3;
   const Status st = validate(c);
   ASSERT_FALSE(st.is_ok());
@@ -62,7 +71,7 @@ TEST(DeviceOrdinalConfig, BadInputNamesTheFieldAndTheValue) {
 TEST(DeviceOrdinalConfig, RoundTripsThroughJson) {
   for (int ordinal : {kDeviceOrdinalAuto, kDeviceOrdinalCurrent, 0, 5}) {
     StoreConfig c;
-    c.tables.push_back({{"t", 10, 4}});
+    c.tables.push_back(table_t());
     c.device.ordinal = ordinal;
     const std::string json = to_json(c);
     auto back = parse_store_config(json);
@@ -70,7 +79,7 @@ TEST(DeviceOrdinalConfig, RoundTripsThroughJson) {
     EXPECT_EQ(back.value().device.ordinal, ordinal) << json;
   }
   StoreConfig c;
-  c.tables.push_back({{"t", 10, 4}});
+  c.tables.push_back(table_t());
   EXPECT_NE(to_json(c).find(R"("ordinal": "auto")"), std::string::npos) << to_json(c);
   c.device.ordinal = kDeviceOrdinalCurrent;
   EXPECT_NE(to_json(c).find(R"("ordinal": "current")"), std::string::npos) << to_json(c);

@@ -346,14 +346,17 @@ TEST(TuneCli, ValidatePredictsTheBytesPerLinkExactlyOnEmu) {
   for (const std::string trainer : {"device", "host"}) {
     const auto cached = expect_exact_bytes(kCachedPlan, "exact-cached", w, trainer);
     // The caches evict rows the training phase updated: write-backs are part of what matches.
-    if (!cached.is_null()) EXPECT_GT(cached["bytes_per_step"]["measured"]["host_write"].get<double>(), 0);
+    if (!cached.is_null()) {
+      EXPECT_GT(cached["bytes_per_step"]["measured"]["host_write"].get<double>(), 0);
+    }
     expect_exact_bytes(gpu_plan, "exact-gpu", w, trainer);
     expect_exact_bytes(host_plan, "exact-offload", w, trainer);
     expect_exact_bytes(offload_cpu_plan, "exact-offload-cpu", w, trainer);
     const auto cpu = expect_exact_bytes(cpu_plan, "exact-cpu", w, trainer);
     // A trainer on the device pays PCIe for a cpu store's outputs and gradients (the bench's device).
-    if (!cpu.is_null())
+    if (!cpu.is_null()) {
       EXPECT_EQ(cpu["bytes_per_step"]["measured"]["h2d"].get<double>() > 0, trainer == "device") << cpu.dump();
+    }
   }
   // A trace: bags of several sizes, a cache of 8 rows that evicts.
   const std::string trace = temp_dir() + "/exact.strtrace";
@@ -363,7 +366,9 @@ TEST(TuneCli, ValidatePredictsTheBytesPerLinkExactlyOnEmu) {
  {"name": "b", "rows": 50, "dim": 8, "placement": "gpu"}]})";
   for (const std::string trainer : {"device", "host"}) {
     const auto j = expect_exact_bytes(trace_plan, "exact-trace", "--trace " + trace, trainer);
-    if (!j.is_null()) EXPECT_GT(j["bytes_per_step"]["measured"]["host_write"].get<double>(), 0);
+    if (!j.is_null()) {
+      EXPECT_GT(j["bytes_per_step"]["measured"]["host_write"].get<double>(), 0);
+    }
   }
 }
 
