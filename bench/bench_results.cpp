@@ -160,20 +160,17 @@ json result_json(const Options& o, const ModeResult& r, double read_gbs, const S
     const cache::CacheStats cs = total_cache_stats(r);
     const CacheConfig& cc = r.mode->from_config ? o.config.cache : CacheConfig{};
     m["hit_rate"] = cs.hit_rate();
-    m["cache"] = {{"accesses", cs.accesses},
-                  {"hits", cs.hits},
-                  {"misses", cs.misses},
-                  {"evictions", cs.evictions},
-                  {"writebacks", cs.writebacks},
-                  {"deferred", cs.deferred},
-                  {"bypassed", cs.bypassed},
-                  {"policy", r.mode->from_config ? std::string(cache::to_string(cc.policy)) : o.policy},
-                  {"lookahead", r.mode->from_config ? cc.lookahead : o.lookahead},
-                  {"preview", r.mode->from_config ? cc.preview : o.preview},
-                  {"planner_partitions", r.mode->from_config ? cc.planner_partitions : o.planner_partitions},
-                  {"cache_fraction", r.mode->from_config ? json(nullptr) : json(r.cache_fraction)},
-                  {"cache_rows", r.cache_rows},
-                  {"cache_bytes", r.cache_bytes}};
+    json counters;
+    cache::CacheStats::for_each_counter(
+        [&](const char* key, std::int64_t cache::CacheStats::*n) { counters[key] = cs.*n; });
+    m["cache"] = counters;
+    m["cache"].update(json{{"policy", r.mode->from_config ? std::string(cache::to_string(cc.policy)) : o.policy},
+                           {"lookahead", r.mode->from_config ? cc.lookahead : o.lookahead},
+                           {"preview", r.mode->from_config ? cc.preview : o.preview},
+                           {"planner_partitions", r.mode->from_config ? cc.planner_partitions : o.planner_partitions},
+                           {"cache_fraction", r.mode->from_config ? json(nullptr) : json(r.cache_fraction)},
+                           {"cache_rows", r.cache_rows},
+                           {"cache_bytes", r.cache_bytes}});
     // Per cached table (strata-tune validate sets each against its predicted LRU hit rate).
     json per_table = json::array();
     for (const auto& [name, st] : r.train_stats.cache)

@@ -27,6 +27,21 @@ struct CacheStats {
   double hit_rate() const noexcept {
     return accesses ? static_cast<double>(hits) / static_cast<double>(accesses) : 0.0;
   }
+  /// Calls `f(name, member)` for each counter, in one order: the one list of the counters that the
+  /// arithmetic below and every report (strata-bench's JSON, the Python package's stats()) go
+  /// through, so that a new counter is added, summed and reported in one place.
+  template <typename F>
+  static void for_each_counter(F&& f) {
+    f("accesses", &CacheStats::accesses);
+    f("hits", &CacheStats::hits);
+    f("misses", &CacheStats::misses);
+    f("evictions", &CacheStats::evictions);
+    f("writebacks", &CacheStats::writebacks);
+    f("bytes_filled", &CacheStats::bytes_filled);
+    f("bytes_written_back", &CacheStats::bytes_written_back);
+    f("bypassed", &CacheStats::bypassed);
+    f("deferred", &CacheStats::deferred);
+  }
   CacheStats& operator+=(const CacheStats& o) noexcept;
   CacheStats& operator-=(const CacheStats& o) noexcept;
 };

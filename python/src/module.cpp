@@ -260,15 +260,7 @@ class PyStore {
     py::dict cache;
     for (const auto& [name, c] : st.cache) {
       py::dict d;
-      d["accesses"] = c.accesses;
-      d["hits"] = c.hits;
-      d["misses"] = c.misses;
-      d["evictions"] = c.evictions;
-      d["writebacks"] = c.writebacks;
-      d["bytes_filled"] = c.bytes_filled;
-      d["bytes_written_back"] = c.bytes_written_back;
-      d["deferred"] = c.deferred;
-      d["bypassed"] = c.bypassed;
+      cache::CacheStats::for_each_counter([&](const char* key, std::int64_t cache::CacheStats::*n) { d[key] = c.*n; });
       d["hit_rate"] = c.hit_rate();
       cache[py::str(name)] = d;
     }
