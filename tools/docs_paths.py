@@ -10,10 +10,10 @@ What counts as a mention:
 - the target of a Markdown link, [text](target) or [label]: target, resolved against the folder of
   the file that holds it (as a Markdown viewer does);
 - in the prose, a word with a slash that ends in a known extension (.hpp, .md, ...) or a slash
-  (`see bench/gather_probe.hpp`, `in store/detail/`); other prose words with a slash are skipped:
+  (`see toolkit/gather_probe.hpp`, `in store/detail/`); other prose words with a slash are skipped:
   "host/device" is not a path.
 A word is a repository path when its first component is a top-level folder of the repository and it
-has a slash (`store/detail/file_io.hpp`, `bench/peers/`, `.ci/run`); it exists when the file or
+has a slash (`store/io/file_io.hpp`, `bench/peers/`, `.ci/run`); it exists when the file or
 folder is in the source tree (tracked by git or new and not ignored; with no git, on disk). A word
 with a glob (`bench/profiles/*.json`) must match at least one such file.
 
