@@ -13,8 +13,9 @@
 #include "store/stats.hpp"
 #include "store/store_config.hpp"
 
-// Used by pointer or reference only: a trainer that calls them includes gpu/device.hpp (device(), its
-// streams and buffers) or a dispatch/ communicator header.
+// Declared only (StreamView is taken by value by the calls that use it, which need its definition): a
+// trainer that calls them includes gpu/device.hpp (device(), its streams and buffers) or a
+// dispatch/ communicator header.
 namespace strata::gpu {
 class Device;
 class StreamView;
