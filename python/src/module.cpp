@@ -258,7 +258,8 @@ class PyStore {
       return Status::ok();
     });
     py::dict cache;
-    for (const auto& [name, c] : st.cache) {
+    for (const auto& [name, table_stats] : st.cache) {
+      const cache::CacheStats& c = table_stats;  // a structured binding is not captured (C++17)
       py::dict d;
       cache::CacheStats::for_each_counter([&](const char* key, std::int64_t cache::CacheStats::*n) { d[key] = c.*n; });
       d["hit_rate"] = c.hit_rate();
