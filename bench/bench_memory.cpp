@@ -58,12 +58,12 @@ MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDes
   // deduplicated copies of the batches in flight (about three more copies of each).
   const double in_flight = std::max(8, o.lookahead + o.pipeline + 1);
   e.batches = max_batch_bytes(o.workload) * (o.workload.distinct_batches + 3.0 * in_flight);
-  // One step's outputs and gradients. The loop keeps them in host memory; with the trainer on the
-  // device also in device buffers (emu: host memory) and, in cpu mode, in the pinned buffers the
-  // trainer's copies go through.
+  // One step's outputs and gradients: the loop keeps them in host memory (per rank); with the
+  // trainer on the device also in device buffers (the store's device: the model counts them; cpu
+  // mode: a device strata-bench opens, emu: host memory) and, in cpu mode, in the pinned buffers
+  // the trainer's copies go through.
   const bool device_trainer = o.trainer == Trainer::kDevice;
   const double activations = out_floats * 4.0 * 2.0;
-  e.buffers = activations * (device_trainer ? 3.0 : 1.0);
   e.probe = static_cast<double>(o.read_probe_mib) * 1024.0 * 1024.0;
   if (o.gather_probe)
     for (const GatherProbePlan& p : gather_probe_plans(o))
@@ -94,7 +94,10 @@ MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDes
         tables += mem->mapped_bytes + mem->scratch_bytes;
       }
       // The store's device memory and pinned staging, by the engine model (store/model/table_cost.hpp),
-      // for rank 0 (the largest shards).
+      // for rank 0 (the largest shards). Every thread rank opens a store, with its own device, in
+      // this process: host memory holds each one's staging (and, emu, device memory), at most
+      // rank 0's each.
+      const int here = last - first;
       double device = 0, staging = 0;
       if (m->uses_device) {
         auto mem = store_memory(c.value(), largest_loads(o, c.value(), world), cost_options(o, c.value(), world));
@@ -102,18 +105,21 @@ MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDes
         device = mem->hbm_bytes;
         staging = mem->host_staging_bytes;
       }
-      const double host = tables + staging + (emu ? device : 0.0);
+      // The store's device holds a device trainer's outputs and gradients (the model counts them);
+      // without one (cpu mode) strata-bench opens a device for them and copies through pinned buffers.
+      const double trainer_device = m->uses_device ? 0.0 : device_trainer ? activations : 0.0;
+      const double buffers = here * (activations + (m->uses_device ? 0.0 : trainer_device));
+      const double host = tables + here * (staging + (emu ? device + trainer_device : 0.0)) + buffers;
       if (host > worst) {
         worst = host;
         e.tables = tables;
-        // The store's device holds a device trainer's outputs and gradients (the model counts them);
-        // without one (cpu mode) strata-bench opens a device for them.
-        e.device = m->uses_device ? device : device_trainer ? activations : 0.0;
+        e.buffers = buffers;
+        e.device = m->uses_device ? device : trainer_device;
         e.worst_mode = m->name;
       }
     }
   }
-  e.total = std::max(worst + e.buffers, e.probe) + e.batches;
+  e.total = std::max(worst, e.probe) + e.batches;
   return e;
 }
 

@@ -18,14 +18,15 @@ double host_table_bytes(const StoreConfig& c);
 
 /// The peak memory of a run, before anything large is allocated (it overestimates a little):
 /// host(mode) = tables (host_table_memory) + the store's pinned staging + (emu: device) +
-/// output/gradient buffers, and the batches and the read probe beside; the store's device memory
-/// and pinned staging by the engine model (store/model/table_cost.hpp, store_memory), for every
-/// table's largest step and the batches the run keeps in flight.
+/// output/gradient buffers, each of the latter three per thread rank (each opens a store and a
+/// device in this process), and the batches and the read probe beside; the store's device memory
+/// and pinned staging by the engine model (store/model/table_cost.hpp, store_memory; rank 0's,
+/// the largest), for every table's largest step and the staging entries the run can reach.
 struct MemoryEstimate {
-  double tables = 0;       // host tables (all modes)
-  double device = 0;       // device allocation of the worst mode (emu: host memory too)
+  double tables = 0;       // host tables (all modes; every rank in this process)
+  double device = 0;       // device allocation of the worst mode, per device (emu: host memory too, per rank)
   double batches = 0;      // generated batches plus the store's copies of the batches in flight
-  double buffers = 0;      // output and gradient buffers
+  double buffers = 0;      // the worst mode's host output and gradient buffers (cpu mode: and their pinned copies)
   double probe = 0;        // the larger of the read-bandwidth and gather probes (freed before the modes run)
   double total = 0;        // peak estimate
   std::string worst_mode;  // the mode with the largest estimate

@@ -47,7 +47,7 @@ void host_rows(StepBytes& b, double rows, double row_bytes, bool read) {
 }
 
 // The table alone in `placement`, as the store maps its host records (several ranks: rank 0's
-// shard, sharded row-wise).
+// shard, sharded row-wise; CostOptions::whole_shards: the whole table).
 Result<HostTableMemory> host_memory(const TableSpec& spec, Placement placement, const CostOptions& o) {
   StoreConfig one;
   one.threads = o.threads;
@@ -55,7 +55,7 @@ Result<HostTableMemory> host_memory(const TableSpec& spec, Placement placement, 
   tc.spec = spec;
   tc.placement = placement;
   one.tables.push_back(tc);
-  return host_table_memory(one, o.numa_nodes, o.ranks > 1 ? o.ranks : 0, 0);
+  return host_table_memory(one, o.numa_nodes, o.ranks > 1 && !o.whole_shards ? o.ranks : 0, 0);
 }
 
 // A device copy of `n` bytes: over PCIe, and written into (H2D) or read from (D2H) HBM.
@@ -338,26 +338,35 @@ Regions batch_regions(const TableSpec& spec, bool cached, std::int64_t bags, std
   return r;
 }
 
+// A cache's flush staging (store/engines/cached_engine.cpp flush_sizes): one flush chunk of a slot
+// pool of `spec`'s shape and `pool_rows` slots, before the headroom.
+Regions flush_regions(const TableSpec& spec, std::int64_t pool_rows, const CostOptions& o) {
+  const std::int64_t stride = record_stride(spec.dim, optimizer_state_dim(spec.optimizer.kind, spec.dim));
+  const auto w = EngineStaging::flush_rows(pool_rows, stride);
+  Regions flush;
+  flush.mirrored = EngineStaging::list(w) * (o.zero_copy ? 2.0 : 1.0);
+  flush.dev_only = records(spec, static_cast<double>(w));
+  flush.host_only = o.zero_copy ? 0.0 : flush.dev_only;
+  return flush;
+}
+
 // A slot-pool table's staging (gpu or cached, one rank or an inner engine of a sharded one):
 // max_in_flight entries of the batch ring, each grown to twice the largest batch's need, and a
 // cache's (`cache_rows` > 0) flush staging, grown to twice one flush chunk and kept (a flush:
 // checkpoints, reads, the end of training). With cache.transfer auto the store first measures
 // both transfers through up to EngineStaging::transfer_probe_rows rows of the pool, while it opens
-// (nothing else staged yet): the larger of the two.
+// (nothing else staged yet): the larger of the two. `flush`: the part of the result that is the
+// flush staging (a store keeps one for all its pools: store_memory counts it once).
 Staged slot_pool_staging(const TableSpec& spec, bool cached, std::int64_t bags, std::int64_t keys, std::int64_t unique,
-                         std::int64_t cache_rows, const CostOptions& o) {
+                         std::int64_t cache_rows, const CostOptions& o, Staged* flush = nullptr) {
   const Staged entry = batch_regions(spec, cached, bags, keys, unique, o).doubled();
   Staged s{o.max_in_flight * entry.device, o.max_in_flight * entry.pinned};
   if (!cached) return s;
-  const std::int64_t stride = record_stride(spec.dim, optimizer_state_dim(spec.optimizer.kind, spec.dim));
-  const auto w = EngineStaging::flush_rows(cache_rows, stride);
-  Regions flush;  // store/engines/cached_engine.cpp flush_sizes
-  flush.mirrored = EngineStaging::list(w) * (o.zero_copy ? 2.0 : 1.0);
-  flush.dev_only = records(spec, static_cast<double>(w));
-  flush.host_only = o.zero_copy ? 0.0 : flush.dev_only;
-  const Staged f = flush.doubled();
+  const Staged ring = s;
+  const Staged f = flush_regions(spec, cache_rows, o).doubled();
   s.device += f.device;
   s.pinned += f.pinned;
+  Staged without = ring;                   // the probe beside the ring alone
   if (o.transfer_probe && !o.zero_copy) {  // store/engines/cache_transfers.cpp zero_copy_is_faster
     const auto n = EngineStaging::transfer_probe_rows(cache_rows);
     Regions probe;
@@ -366,7 +375,10 @@ Staged slot_pool_staging(const TableSpec& spec, bool cached, std::int64_t bags, 
     const Staged p = probe.doubled();
     s.device = std::max(s.device, p.device);
     s.pinned = std::max(s.pinned, p.pinned);
+    without.device = std::max(without.device, p.device);
+    without.pinned = std::max(without.pinned, p.pinned);
   }
+  if (flush) *flush = {s.device - without.device, s.pinned - without.pinned};
   return s;
 }
 
@@ -440,16 +452,24 @@ Result<TableCost> sharded_cost(const TableSpec& spec, const TableLoad& load, Pla
     add_bytes(c.bytes, group_submit_bytes(Placement::kCached, step.served.fills, step.served.writebacks, 0, o));
   // The most keys the rank serves in one step (every source's distinct keys of its shard), the
   // most distinct rows among them, and the rank's own most distinct rows, keys and bags.
-  const std::int64_t us_max = std::max<std::int64_t>(1, load.shard_max_distinct);
-  const std::int64_t s_max =
-      load.shard_max_served > 0 ? load.shard_max_served : std::max(load.max_distinct, load.shard_max_distinct);
+  // Other plans than row sharding (CostOptions::whole_shards): the whole table on the rank, serving
+  // every rank's distinct keys.
+  const std::int64_t whole_served = o.ranks * load.max_distinct;
+  const std::int64_t us_max = o.whole_shards ? std::max<std::int64_t>(1, std::min(whole_served, spec.rows))
+                                             : std::max<std::int64_t>(1, load.shard_max_distinct);
+  const std::int64_t s_max = o.whole_shards              ? whole_served
+                             : load.shard_max_served > 0 ? load.shard_max_served
+                                                         : std::max(load.max_distinct, load.shard_max_distinct);
   const double u_max = static_cast<double>(load.max_distinct), k_max = static_cast<double>(load.max_keys);
   const double sm = static_cast<double>(s_max);
   // The shard's inner engine (gpu or cached) stages the served keys (one unpooled bag each) as a
   // gpu or cached table's batch, in HBM and again in pinned memory, and a hybrid cache's fills and
   // write-backs with them.
+  Staged flush;
   const Staged served = slot_pool_staging(spec, placement == Placement::kHybrid, s_max, s_max, us_max,
-                                          placement == Placement::kHybrid ? cache_rows : 0, o);
+                                          placement == Placement::kHybrid ? cache_rows : 0, o, &flush);
+  c.flush_hbm_bytes = flush.device;
+  c.flush_host_bytes = flush.pinned;
   // The sharded engine's device scratch, grown to twice one step's need (gpu/grow_buffer.hpp):
   // served rows (then served gradients), unique rows, their gradient sums, and the exchange's send
   // and receive buffers.
@@ -467,7 +487,9 @@ Result<TableCost> sharded_cost(const TableSpec& spec, const TableLoad& load, Pla
   c.comm_bytes = in_flight * (16.0 * u_max + 12.0 * k_max + 4.0 * u_max + 24.0 * sm) + index;
   c.host_bytes += c.comm_bytes + served.pinned + meta + (o.trainer_on_device ? 0.0 : activations);
   if (placement == Placement::kGpu) {
-    c.hbm_bytes += std::ceil(static_cast<double>(spec.rows) / o.ranks) * z.stride;
+    c.hbm_bytes +=
+        (o.whole_shards ? static_cast<double>(spec.rows) : std::ceil(static_cast<double>(spec.rows) / o.ranks)) *
+        z.stride;
     return c;
   }
   STRATA_RETURN_IF_ERROR(add_cache(c, spec, cache_rows, placement, o));
@@ -507,8 +529,11 @@ Result<TableCost> table_cost(const TableSpec& spec, const TableLoad& load, Place
     case Placement::kGpu:
     case Placement::kCached: {
       const bool cached = placement == Placement::kCached;
+      Staged flush;
       const Staged st = slot_pool_staging(spec, cached, std::llround(b_max), load.max_keys, load.max_distinct,
-                                          cached ? cache_rows : 0, o);
+                                          cached ? cache_rows : 0, o, &flush);
+      c.flush_hbm_bytes = flush.device;
+      c.flush_host_bytes = flush.pinned;
       // One step's outputs and gradients: the trainer's own buffers in HBM with it on the device;
       // with it on the host, the activation staging of the host views (an output and a gradient
       // buffer in HBM and pinned, grown to twice the need) of each batch in flight.
@@ -519,6 +544,7 @@ Result<TableCost> table_cost(const TableSpec& spec, const TableLoad& load, Place
         STRATA_RETURN_IF_ERROR(add_cache(c, spec, cache_rows, placement, o));
       } else {
         c.hbm_bytes += static_cast<double>(spec.rows) * z.stride;
+        c.gpu_pinned_bytes = st.pinned + (o.trainer_on_device ? 0.0 : act);
       }
       break;
     }
@@ -580,20 +606,39 @@ Result<StoreMemory> store_memory(const StoreConfig& config, const std::vector<Ta
     return Status::invalid_argument("store_memory: " + std::to_string(loads.size()) + " loads for " +
                                     std::to_string(config.tables.size()) + " tables (expected one per table)");
   StoreMemory m;
+  // The caches' slot pools of rank 0 (one per shape): the store keeps one flush staging, for the
+  // largest chunk of any pool (store/engines/cached_engine.cpp flush).
+  std::map<std::pair<std::int32_t, std::int32_t>, std::pair<TableSpec, std::int64_t>> pools;
   for (std::size_t t = 0; t < config.tables.size(); ++t) {
     const TableConfig& tc = config.tables[t];
     // Without a world a hybrid table is a world of one: its shard is the table, cached.
     const Placement p = options.ranks <= 1 && tc.placement == Placement::kHybrid ? Placement::kCached : tc.placement;
+    // Row sharding: rank 0's shard holds the most rows; other plans: priced as the whole table on
+    // the rank (replicated holds it on every rank, table sharding on its owner).
+    CostOptions o = options;
+    o.whole_shards = options.ranks > 1 && tc.sharding.type != dispatch::ShardingType::kRow;
     std::int64_t rows = 0;
     if (p == Placement::kCached || p == Placement::kHybrid) {
-      TableConfig shard = tc;  // rank 0's shard (row sharding) holds the most rows
-      if (options.ranks > 1) shard.spec.rows = (tc.spec.rows + options.ranks - 1) / options.ranks;
+      TableConfig shard = tc;
+      if (options.ranks > 1 && !o.whole_shards) shard.spec.rows = (tc.spec.rows + options.ranks - 1) / options.ranks;
       rows = cache_rows(shard);
+      auto& pool = pools[{tc.spec.dim, optimizer_state_dim(tc.spec.optimizer.kind, tc.spec.dim)}];
+      pool.first = tc.spec;
+      pool.second += rows;
     }
-    STRATA_ASSIGN_OR_RETURN(const TableCost c, table_cost(tc.spec, loads[t], p, rows, 0.0, options));
-    m.hbm_bytes += c.hbm_bytes;
-    m.host_staging_bytes += c.host_bytes - c.host_table_bytes;
+    STRATA_ASSIGN_OR_RETURN(const TableCost c, table_cost(tc.spec, loads[t], p, rows, 0.0, o));
+    m.hbm_bytes += c.hbm_bytes - c.flush_hbm_bytes;
+    m.host_staging_bytes += c.host_bytes - c.host_table_bytes - c.flush_host_bytes + c.gpu_pinned_bytes;
   }
+  Regions flush;
+  for (const auto& [shape, pool] : pools) {
+    const Regions f = flush_regions(pool.first, pool.second, options);
+    flush = {std::max(flush.mirrored, f.mirrored), std::max(flush.host_only, f.host_only),
+             std::max(flush.dev_only, f.dev_only)};
+  }
+  const Staged f = flush.doubled();
+  m.hbm_bytes += f.device;
+  m.host_staging_bytes += f.pinned;
   return m;
 }
 

@@ -80,7 +80,13 @@
 //        pinned side of its ring (the mirrored arguments and the outputs, grown to twice, per
 //        batch in flight); cached the pinned side of its staging, flush staging and (host trainer)
 //        activation staging, and the cache index (kCacheIndexBytesPerSlot per cache row). The
-//        pinned staging of gpu tables (as much as their HBM staging) is not counted.
+//        pinned staging of gpu tables (the ring's mirrored side and, with the trainer on the
+//        host, the activation staging) is TableCost::gpu_pinned_bytes, outside host_bytes: the
+//        planner does not budget it, store_memory counts it.
+//   flush A store keeps one flush staging for its caches, sized for the largest chunk of any slot
+//        pool: table_cost counts it per cached table (TableCost::flush_hbm_bytes and
+//        flush_host_bytes, as if the table's pool were the only one; the planner sums them, an
+//        upper bound), store_memory once, from the store's pools.
 //
 // Several ranks (CostOptions::ranks = N > 1; store/engines/sharded_engine.hpp). Every table is
 // `gpu` or `hybrid`, sharded row-wise (key k on rank k % N, local row k / N), and the costs are
@@ -195,6 +201,10 @@ struct CostOptions {
   bool store_has_device =
       false;                   ///< a table of the store is not `cpu` (its cpu tables' device gradients are checked too)
   bool transfer_probe = true;  ///< cached: cache.transfer auto (the store measures both transfers when it opens)
+  /// Several ranks, memory: the whole table on the rank, serving every rank's distinct keys (an
+  /// upper bound for table, column and replicated sharding; store_memory sets it per table). The
+  /// step bytes stay those of row sharding.
+  bool whole_shards = false;
 };
 
 /// Bytes one table's batch moves when it is submitted (cached: planned): metadata, cached fills
@@ -240,6 +250,14 @@ struct TableCost {
   /// The table's host records (and CPU optimizer scratch) as host_table_memory maps the table
   /// alone, part of host_bytes; the rest is staging, cache index and communication buffers.
   double host_table_bytes = 0;
+  /// A cache's flush staging, part of hbm_bytes and host_bytes: as if the table's slot pool were the
+  /// store's only one (the store keeps one flush staging for its largest pool's chunk; store_memory
+  /// counts it once, the planner sums every cached table's).
+  double flush_hbm_bytes = 0, flush_host_bytes = 0;
+  /// A gpu table's pinned staging (the ring's mirrored side; with the trainer on the host the
+  /// activation staging of the host views), not part of host_bytes (the planner budgets host
+  /// memory for host tables); store_memory counts it.
+  double gpu_pinned_bytes = 0;
 };
 
 /// The cost of `spec` (validated) in `placement` with `load`; for cached and hybrid, a cache of
@@ -280,8 +298,11 @@ struct StoreMemory {
 /// The memory of one rank of a store opened with `config` (validated), by the model: the sum over
 /// its tables of table_cost's HBM, and of its host memory less each table's own records
 /// (TableCost::host_table_bytes: host_table_memory counts those for the whole config, where small
-/// tables share arenas). `loads[t]`: table t's step (config order). Caches: each table's cache_rows
-/// (several ranks: of rank 0's shard, row sharding); a hit rate of 0 (memory does not depend on it).
+/// tables share arenas), with gpu tables' pinned staging, and the store's one flush staging (the
+/// largest of its slot pools' chunks) in place of each cached table's. `loads[t]`: table t's step
+/// (config order). Caches: each table's cache_rows (several ranks: of rank 0's shard, row sharding;
+/// a table of another sharding plan is priced whole on the rank, CostOptions::whole_shards); a hit
+/// rate of 0 (memory does not depend on it).
 /// Without a world (options.ranks 1) a hybrid table is priced as a cached one, as Store::open opens
 /// it. Errors: table_cost's; a load count other than the tables'.
 Result<StoreMemory> store_memory(const StoreConfig& config, const std::vector<TableLoad>& loads,

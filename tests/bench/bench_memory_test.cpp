@@ -81,6 +81,49 @@ TEST(BenchMemory, DeviceEstimateIsWithinAFactorOfTwoOfThePeak) {
   }
 }
 
+// Thread ranks (--ranks N, emu) each open a store with its own emulated device in this process:
+// the host estimate must cover every rank's device memory, not rank 0's alone (it counted one of
+// four ranks' devices: 57 MB against 220 MB of growth).
+TEST(BenchMemory, ThreadRanksEstimateCountsEveryRanksDevice) {
+  const std::string dir = ::testing::TempDir() + "/strata_bench_rank_memory_" + std::to_string(::getpid());
+  ::mkdir(dir.c_str(), 0755);
+  const auto r = run_bench(
+      "--tables 4 --rows 200000 --dim 64 --batch 256 --steps 2 --warmup 1 --threads 1 --read-probe-mib 1 "
+      "--no-gather-probe --modes gpu --ranks 4 --backend emu --json " +
+      dir + "/ranks.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json j = json::parse(strata::testing::read_file(dir + "/ranks.json"));
+  const double estimate = j["memory_estimate"]["host_bytes"].get<double>();
+  const auto& m = j["results"][0];
+  if (m["peak_host_scope"] != "mode") GTEST_SKIP() << "the peak RSS cannot be reset per mode here";
+  const double grown = m["peak_host_bytes"].get<double>() - m["host_rss_start_bytes"].get<double>();
+  EXPECT_GE(estimate, grown) << "estimate " << estimate << ", growth " << grown;
+  EXPECT_LE(estimate, 2.0 * grown) << "estimate " << estimate << ", growth " << grown;
+}
+
+// Sharding plans other than row (strata-bench --sharding): replicated holds every table whole on
+// every rank, table sharding whole tables on their owners (rank 0: tables 0 and 2 of three). The
+// device estimate must cover rank 0's peak (it priced row shards: 0.51 of the replicated peak, 0.75
+// of table sharding's) and stay within a factor of two of it.
+TEST(BenchMemory, DeviceEstimateCoversOtherShardingPlans) {
+  const std::string dir = ::testing::TempDir() + "/strata_bench_sharding_memory_" + std::to_string(::getpid());
+  ::mkdir(dir.c_str(), 0755);
+  for (const std::string sharding : {"replicated", "table", "column"}) {
+    SCOPED_TRACE(sharding);
+    const std::string out = dir + "/" + sharding + ".json";
+    const auto r = run_bench(
+        "--tables 3 --rows 200000 --dim 64 --batch 256 --steps 2 --warmup 1 --threads 1 --read-probe-mib 1 "
+        "--no-gather-probe --modes gpu --ranks 2 --backend emu --sharding " +
+        sharding + " --json " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const json j = json::parse(strata::testing::read_file(out));
+    const double estimate = j["memory_estimate"]["device_bytes"].get<double>();
+    const double peak = j["results"][0]["device_peak_bytes"].get<double>();
+    EXPECT_GE(estimate, peak) << "estimate " << estimate << ", peak " << peak;
+    EXPECT_LE(estimate, 2.0 * peak) << "estimate " << estimate << ", peak " << peak;
+  }
+}
+
 // 65,536 tables (strata-bench's most) of 4,200 x 64 floats (1.08 MB each, above the packing
 // threshold) each take an arena of 2 MiB: the guard counts 137 GB for them (not the 70.8 GB of
 // their rows) and refuses.
