@@ -70,25 +70,25 @@ std::string sig3(double v) {
   return s;
 }
 
-// 1234567 -> "1.23 M" (decimal SI prefixes).
-std::string si(double v) {
-  static const char* const kPrefix[] = {"", " k", " M", " G", " T", " P"};
+// v in steps of 1000, with the suffix of its step: 3 significant digits.
+std::string decimal_scaled(double v, const char* const (&suffix)[6]) {
   int p = 0;
   while (p < 5 && std::fabs(v) >= 1000.0) {
     v /= 1000.0;
     ++p;
   }
-  return sig3(v) + kPrefix[p];
+  return sig3(v) + suffix[p];
+}
+
+// 1234567 -> "1.23 M" (decimal SI prefixes).
+std::string si(double v) {
+  static const char* const kPrefix[] = {"", " k", " M", " G", " T", " P"};
+  return decimal_scaled(v, kPrefix);
 }
 
 std::string bytes_str(double v) {
   static const char* const kUnit[] = {" B", " KB", " MB", " GB", " TB", " PB"};
-  int p = 0;
-  while (p < 5 && std::fabs(v) >= 1000.0) {
-    v /= 1000.0;
-    ++p;
-  }
-  return sig3(v) + kUnit[p];
+  return decimal_scaled(v, kUnit);
 }
 
 std::string ms_str(double v) { return sig3(v) + " ms"; }
