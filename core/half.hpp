@@ -138,8 +138,10 @@ STRATA_HD std::uint16_t narrow_f16_sr(float x, std::uint32_t r) {
   return static_cast<std::uint16_t>(sign | (static_cast<std::uint32_t>(whole) + up));
 }
 
-/// 32-bit finaliser (Chris Wellons' lowbias32): a well-mixed hash of one word.
-STRATA_HD std::uint32_t lowbias32(std::uint32_t x) {
+/// 32-bit finaliser (Chris Wellons' lowbias32): a well-mixed hash of one word, or lane by lane of
+/// a vector of words (core/simd.hpp).
+template <class U32>
+STRATA_HD U32 lowbias32(U32 x) {
   x ^= x >> 16;
   x *= 0x7FEB352Du;
   x ^= x >> 15;
@@ -153,7 +155,7 @@ STRATA_HD std::uint32_t lowbias32(std::uint32_t x) {
 STRATA_HD std::uint32_t rounding_bits(std::uint64_t row_key, std::int64_t global_col) {
   const auto lo = static_cast<std::uint32_t>(row_key);
   const auto hi = static_cast<std::uint32_t>(row_key >> 32);
-  return lowbias32(lo ^ hi ^ (static_cast<std::uint32_t>(global_col) * 0x9E3779B9u));
+  return lowbias32<std::uint32_t>(lo ^ hi ^ (static_cast<std::uint32_t>(global_col) * 0x9E3779B9u));
 }
 
 /// fp32 -> the bits of a half element of type `dtype` (kBF16 or kF16), rounded to nearest or,
