@@ -6,13 +6,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/hd.hpp"
 #include "core/table_spec.hpp"
-
-#if defined(__CUDACC__)
-#define STRATA_HD __host__ __device__ __forceinline__
-#else
-#define STRATA_HD inline
-#endif
 
 namespace strata {
 
@@ -27,6 +22,19 @@ STRATA_HD std::uint64_t mix64(std::uint64_t x) {
 /// Per-table seed: mixes the store seed with the table's name hash.
 STRATA_HD std::uint64_t table_seed(std::uint64_t seed, std::uint64_t name_hash) {
   return mix64(seed ^ mix64(name_hash));
+}
+
+/// What a stochastic rounding rounds: a table's weights, or one of its optimizer state vectors.
+enum class RoundingSalt : std::uint64_t { kWeights = 0, kState0 = 1, kState1 = 2 };
+
+/// The per-row key of the stochastic rounding bits (`rounding_bits` in core/half.hpp): a pure
+/// function of the table's rounding seed, the row's global id, the step (the backward's 1-based
+/// count) and what is rounded, so every placement, shard and cache draws the same bits.
+STRATA_HD std::uint64_t rounding_row_key(std::uint64_t tseed, std::int64_t global_row, std::int64_t step,
+                                         RoundingSalt salt) {
+  return mix64(tseed ^
+               mix64((static_cast<std::uint64_t>(global_row) * 0x100000001B3ull) ^
+                     (static_cast<std::uint64_t>(step) * 0xD6E8FEB86659FD93ull) ^ static_cast<std::uint64_t>(salt)));
 }
 
 /// Initial value of element (row, col): uniform in [-bound, bound), pure in its arguments.
