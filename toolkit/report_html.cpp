@@ -94,7 +94,7 @@ std::string bytes_str(double v) {
 std::string ms_str(double v) { return sig3(v) + " ms"; }
 std::string percent_str(double v) { return sig3(v * 100.0) + "%"; }
 
-enum class Unit { kCount, kBytes, kMs, kFraction };
+using Unit = ChartUnit;
 
 std::string format_value(double v, Unit u) {
   switch (u) {
@@ -130,10 +130,7 @@ std::string num(double v) { return fmt("%.1f", v); }  // SVG coordinates
 constexpr double kWidth = 760, kHeight = 380;
 constexpr double kLeft = 84, kRight = 16, kTop = 44, kBottom = 64;
 
-struct BarSeries {
-  std::string name;         // legend entry
-  std::vector<Opt> values;  // one per group; nullopt: no bar
-};
+using BarSeries = BarLine;
 
 void legend(std::ostringstream& o, const std::vector<std::string>& names) {
   double x = kLeft;
@@ -162,8 +159,8 @@ void y_axis(std::ostringstream& o, double y_max, double step, Unit unit, const s
 }
 
 // Grouped bars: one group per entry of `groups`, one bar per series within a group.
-std::string bar_chart(const std::string& aria, const std::vector<std::string>& groups,
-                      const std::vector<BarSeries>& series, Unit unit, const std::string& y_label) {
+std::string grouped_bars(const std::string& aria, const std::vector<std::string>& groups,
+                         const std::vector<BarSeries>& series, Unit unit, const std::string& y_label) {
   double max = 0;
   for (const auto& s : series)
     for (const auto& v : s.values)
@@ -205,6 +202,7 @@ std::string bar_chart(const std::string& aria, const std::vector<std::string>& g
 struct LineSeries {
   std::string name;
   std::vector<std::pair<double, double>> points;  // (x, y), sorted by x
+  bool markers_only = false;                      // the points alone, no line joining them
 };
 
 // Lines over x in [0, 1] (fractions, shown as percentages) with y in `y_unit`; fractions on y run
@@ -244,10 +242,12 @@ std::string line_chart(const std::string& aria, const std::vector<LineSeries>& s
     << "\" y2=\"" << num(kTop + plot_h) << "\" class=\"axisline\"/>";
   for (std::size_t s = 0; s < series.size(); ++s) {
     const char* color = kColors[s % kNumColors];
-    o << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"2\" points=\"";
-    for (std::size_t i = 0; i < series[s].points.size(); ++i)
-      o << (i ? " " : "") << num(px(series[s].points[i].first)) << "," << num(py(series[s].points[i].second));
-    o << "\"/>";
+    if (!series[s].markers_only) {
+      o << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"2\" points=\"";
+      for (std::size_t i = 0; i < series[s].points.size(); ++i)
+        o << (i ? " " : "") << num(px(series[s].points[i].first)) << "," << num(py(series[s].points[i].second));
+      o << "\"/>";
+    }
     for (const auto& [x, y] : series[s].points) {
       o << "<circle cx=\"" << num(px(x)) << "\" cy=\"" << num(py(y)) << "\" r=\"3.5\" fill=\"" << color << "\"><title>"
         << html_escape(series[s].name + ": cache " + percent_str(x) + ", " + y_name + " " + format_value(y, y_unit))
@@ -452,7 +452,7 @@ void throughput_section(std::ostream& o, const ReportInput& in) {
   if (any) {
     o << "<section class=\"chart\" id=\"throughput\"><h2>Throughput per mode</h2>"
       << "<p class=\"note\">Embedding lookups (keys) per second; higher is better.</p>"
-      << bar_chart("lookups per second per mode", mode_names, {fwd, train}, Unit::kCount, "lookups/s")
+      << grouped_bars("lookups per second per mode", mode_names, {fwd, train}, Unit::kCount, "lookups/s")
       << "</section>\n";
   }
 }
@@ -481,7 +481,7 @@ void bytes_section(std::ostream& o, const ReportInput& in) {
       << "with the trainer's dense model on the " << html_escape(trainer_of(doc)) << " (strata-bench --trainer). "
       << "Host-side CPU kernels (the CPU gather and the CPU optimizer) have no counters and are not shown; the "
       << "modelled step time adds their row traffic.</p>"
-      << bar_chart("bytes per training step on each link, per mode", mode_names, series, Unit::kBytes, "bytes/step")
+      << grouped_bars("bytes per training step on each link, per mode", mode_names, series, Unit::kBytes, "bytes/step")
       << "</section>\n";
   }
 }
@@ -508,7 +508,7 @@ void step_time_section(std::ostream& o, const ReportInput& in) {
       << "<p class=\"note\">Training step latency measured on this machine"
       << (emu ? " (device modes on the emulated device)" : "") << ": median" << (tail ? ", 99th percentile" : "")
       << " and slowest step" << (tail ? "" : " (too few timed steps for a 99th percentile)") << ".</p>"
-      << bar_chart("measured step time per mode", mode_names, series, Unit::kMs, "ms per step") << "</section>\n";
+      << grouped_bars("measured step time per mode", mode_names, series, Unit::kMs, "ms per step") << "</section>\n";
   }
 }
 
@@ -530,7 +530,7 @@ void modelled_section(std::ostream& o, const ReportInput& in) {
       << "<p class=\"note\">The cost model's step time"
       << (profile.empty() ? std::string() : " on profile " + html_escape(profile))
       << ", from this run's bytes per link (links overlap: the slowest link plus kernel launches).</p>"
-      << bar_chart("modelled step time per mode", mode_names, {model}, Unit::kMs, "ms per step");
+      << grouped_bars("modelled step time per mode", mode_names, {model}, Unit::kMs, "ms per step");
     if (!explanations.empty()) {
       o << "<ul class=\"explain\">";
       for (const auto& [mode, e] : explanations)
@@ -562,7 +562,7 @@ void memory_section(std::ostream& o, const ReportInput& in) {
     o << "<section class=\"chart\" id=\"memory\"><h2>Peak memory per mode</h2>"
       << "<p class=\"note\">Peak resident memory of the process while the mode ran (an emulated device's memory is "
       << "host memory and counts in it), the store's host tables, and the device's high-water mark of allocated "
-      << "bytes.</p>" << bar_chart("peak host and device memory per mode", mode_names, series, Unit::kBytes, "bytes")
+      << "bytes.</p>" << grouped_bars("peak host and device memory per mode", mode_names, series, Unit::kBytes, "bytes")
       << "</section>\n";
   }
 }
@@ -733,8 +733,14 @@ std::string render_html_report(const json& results, const HtmlReportOptions& opt
 
 std::string hit_rate_chart(const std::string& aria, const std::vector<HitRateLine>& lines, const std::string& x_label) {
   std::vector<LineSeries> series;
-  for (const HitRateLine& l : lines) series.push_back({l.name, l.points});
+  series.reserve(lines.size());
+  for (const HitRateLine& l : lines) series.push_back({l.name, l.points, l.markers_only});
   return line_chart(aria, series, x_label, "hit rate");
+}
+
+std::string bar_chart(const std::string& aria, const std::vector<std::string>& groups,
+                      const std::vector<BarLine>& series, ChartUnit unit, const std::string& y_label) {
+  return grouped_bars(aria, groups, series, unit, y_label);
 }
 
 const char* report_css() noexcept { return kCss; }

@@ -65,6 +65,7 @@
 // Each chart section holds exactly one <svg>; no other section holds one. Every string from the
 // document is HTML-escaped.
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -97,11 +98,26 @@ std::string html_escape(const std::string& s);
 struct HitRateLine {
   std::string name;                               ///< legend entry
   std::vector<std::pair<double, double>> points;  ///< (fraction, hit rate)
+  bool markers_only = false;  ///< the points alone, not joined (values known only there, e.g. Belady's optimum)
 };
 
 /// The report's hit-rate chart (the "hit-rate" section's) for other pages: one inline <svg>,
 /// hit rate against cache fraction, one line per entry. `aria` labels the image.
 std::string hit_rate_chart(const std::string& aria, const std::vector<HitRateLine>& lines, const std::string& x_label);
+
+/// What the values of a bar chart are: counts (SI prefixes), bytes, milliseconds or fractions (%).
+enum class ChartUnit { kCount, kBytes, kMs, kFraction };
+
+/// One series of a bar chart: a value per group (none: no bar).
+struct BarLine {
+  std::string name;                           ///< legend entry
+  std::vector<std::optional<double>> values;  ///< one per group
+};
+
+/// The report's grouped bar chart for other pages: one inline <svg>, one group of bars per entry of
+/// `groups`, one bar per series in each; `aria` labels the image, `y_label` the axis.
+std::string bar_chart(const std::string& aria, const std::vector<std::string>& groups,
+                      const std::vector<BarLine>& series, ChartUnit unit, const std::string& y_label);
 
 /// The report's stylesheet, for other pages that embed its charts.
 const char* report_css() noexcept;

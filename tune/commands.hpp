@@ -69,6 +69,7 @@ struct ValidateArgs {
   std::string ranks = "1";         ///< strata-bench --ranks: thread ranks of a plan made with plan --ranks
   std::string bench;               ///< the strata-bench program (empty: the one next to strata-tune)
   std::string out;                 ///< JSON output
+  std::string html;                ///< HTML page: predicted against measured, per table and per link
   bool progress = true;
 };
 
