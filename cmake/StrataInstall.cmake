@@ -91,8 +91,12 @@ foreach(layer IN LISTS _layers_top_down)
 endforeach()
 # strata_pc_link(VARIABLE LIBRARY_FILE): appends -l<name> for LIBRARY_FILE (libNAME.a, libNAME.so[.N]) to
 # STRATA_PC_LIBS, after -L${VARIABLE} (and its run path for a shared library) with VARIABLE=its folder
-# when the linker does not search that folder by default.
+# when the linker does not search that folder by default; anything but an absolute path as it is.
 function(strata_pc_link variable file)
+  if(NOT IS_ABSOLUTE "${file}")  # a flag or a bare name (-lfoo, foo): as it is
+    set(STRATA_PC_LIBS "${STRATA_PC_LIBS} ${file}" PARENT_SCOPE)
+    return()
+  endif()
   get_filename_component(dir ${file} DIRECTORY)
   get_filename_component(name ${file} NAME)
   string(REGEX REPLACE "^lib([^.]+)\\..*$" "\\1" name "${name}")

@@ -11,7 +11,9 @@ set -euo pipefail
 python=$1 src=$2 build=$3 work=$4
 rm -rf "$work"
 mkdir -p "$work"
-"$python" -m venv --system-site-packages "$work/venv"
+# --without-pip: the environment's pip is Debian's own (python3-pip, seen through the system site
+# packages), as the one venv would copy in is; copying it takes seconds.
+"$python" -m venv --system-site-packages --without-pip "$work/venv"
 STRATA_CMAKE_BUILD_DIR=$build "$work/venv/bin/python" -m pip install --no-build-isolation --no-index -q "$src/python"
 cd "$work"
 "$work/venv/bin/python" - "$work/venv" <<'PY'

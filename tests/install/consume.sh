@@ -124,11 +124,15 @@ case "$mode" in
       done
     fi
     # No library file of this machine by absolute path: Strata's archives come from the prefix
-    # (${libdir}), every other absolute folder is one of strata.pc's *_libdir variables (a user redefines
-    # it with --define-variable), and a folder under the prefix is the only path into a Strata tree.
+    # (${libdir}), every other absolute folder of strata.pc's own is one of its *_libdir variables (a
+    # user redefines it with --define-variable); what the modules it requires (tbb, hwloc, MPI's) print
+    # is theirs.
     libdir=$(pkg-config --variable=libdir strata)
-    dirs=$(pkg-config --print-variables strata | grep '_libdir$' | while read -r v; do pkg-config --variable="$v" strata; done)
+    dirs=$(pkg-config --print-variables strata | { grep '_libdir$' || true; } | while read -r v; do pkg-config --variable="$v" strata; done)
+    # shellcheck disable=SC2046
+    required=" $(pkg-config --cflags --libs $(pkg-config --print-requires strata | cut -d' ' -f1)) "
     for token in $flags; do
+      [[ $required == *" $token "* ]] && continue
       path=${token#-L}
       path=${path#-Wl,-rpath,}
       path=${path#-I}
@@ -222,7 +226,8 @@ CPP
     if out=$(cmake -S "$work/src" -B "$work/unknown" -DCMAKE_PREFIX_PATH="$prefix" "-DASK=host;hots" "$@" 2>&1); then
       die "find_package(strata COMPONENTS host hots) configured"
     fi
-    grep -q "unknown component 'hots' (expected one of core;host;gpu;cache;dispatch;store cuda mpi nccl)" <<<"$out" ||
+    grep -q "unknown component 'hots' (expected core, host, gpu, cache, dispatch, store, cuda, mpi or nccl)" \
+      <<<"$(tr -s ' \n' ' ' <<<"$out")" ||
       die "find_package(strata COMPONENTS host hots) failed without naming 'hots':"$'\n'"$out"
     echo "an unknown component is refused by name"
     ;;
