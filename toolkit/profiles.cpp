@@ -25,7 +25,7 @@ std::string program_dir() {
 std::string profile_dir() {
   const std::string dir = program_dir();
   if (!dir.empty()) {
-    const std::string installed = dir + STRATA_INSTALLED_PROFILE_DIR;
+    std::string installed = dir + STRATA_INSTALLED_PROFILE_DIR;
     struct stat st {};
     if (::stat(installed.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return installed;
   }
