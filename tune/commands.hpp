@@ -73,9 +73,6 @@ struct ValidateArgs {
   bool progress = true;
 };
 
-/// Resolves --profile/--from: an existing file as is, else bench/profiles/NAME.json.
-std::string profile_path(const std::string& name_or_path);
-
 int run_calibrate(const CalibrateArgs& args);
 int run_plan(const PlanArgs& args);
 int run_validate(const ValidateArgs& args);

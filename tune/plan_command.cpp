@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "toolkit/machine_info.hpp"
+#include "toolkit/profiles.hpp"
 #include "toolkit/workload.hpp"
 #include "tune/byte_size.hpp"
 #include "tune/command_util.hpp"
@@ -90,7 +91,7 @@ std::vector<std::string> plan_warnings(const PlanArgs& a, const TuneInput& input
 int run_plan(const PlanArgs& a) {
   // Everything that can be checked without the keys, first.
   if (Status s = check_input_args(a.input); !s.is_ok()) return fail(s.message());
-  const std::string ppath = profile_path(a.profile);
+  const std::string ppath = bench::profile_path(a.profile);
   auto profile = load_profile_file(ppath);
   if (!profile) return fail("--profile " + a.profile + ": " + profile.status().message());
   PlanOptions po;

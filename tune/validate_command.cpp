@@ -18,6 +18,7 @@
 
 #include "toolkit/batch_source.hpp"
 #include "toolkit/bounded_input.hpp"
+#include "toolkit/profiles.hpp"
 #include "toolkit/report_html.hpp"
 #include "tune/command_util.hpp"
 #include "tune/commands.hpp"
@@ -33,11 +34,8 @@ using json = nlohmann::json;
 // The strata-bench next to this program (installed: the same bin/), or in the build tree's
 // bench/ beside this program's tune/ (tune/strata-tune and bench/strata-bench).
 std::string sibling_bench() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return "strata-bench";
-  const std::string self(buf, static_cast<std::size_t>(n));
-  const std::string dir = self.substr(0, self.find_last_of('/') + 1);
+  const std::string dir = bench::program_dir();
+  if (dir.empty()) return "strata-bench";
   if (::access((dir + "strata-bench").c_str(), X_OK) == 0) return dir + "strata-bench";
   return dir + "../bench/strata-bench";
 }
@@ -137,7 +135,7 @@ struct Validation {
 int check_arguments(const ValidateArgs& a, Validation& v) {
   if (Status s = check_input_args(a.input); !s.is_ok()) return fail(s.message());
   if (a.input.sample < 1.0) return fail("--sample: validate compares exact predictions (give every key)");
-  v.profile_path = profile_path(a.profile);
+  v.profile_path = bench::profile_path(a.profile);
   auto profile = load_profile_file(v.profile_path);
   if (!profile) return fail("--profile " + a.profile + ": " + profile.status().message());
   v.profile = std::move(profile).value();
