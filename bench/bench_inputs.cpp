@@ -147,10 +147,10 @@ void fit_steps_to_source(Options& o, const BatchSource& src, int world) {
   }
   char note[512];
   std::snprintf(note, sizeof note,
-                "%s %s has %lld batches, fewer than --warmup %d + --steps %d%s need: running --warmup %d --steps %d, "
+                "%s %s has %lld batch%s, fewer than --warmup %d + --steps %d%s need: running --warmup %d --steps %d, "
                 "fitted to the file (%s)",
                 src.kind().c_str(), (o.trace_file.empty() ? o.criteo_file : o.trace_file).c_str(),
-                static_cast<long long>(src.size()), warmup, steps,
+                static_cast<long long>(src.size()), src.size() == 1 ? "" : "es", warmup, steps,
                 world > 1 ? (" on " + std::to_string(world) + " ranks").c_str() : "", o.warmup, o.steps, more.c_str());
   o.steps_note = note;
   std::fprintf(stderr, "strata-bench: note: %s\n", note);
@@ -197,9 +197,9 @@ Result<BatchSource> open_file_source(Options& o, std::string& table_set, int wor
     // A TSV file makes more batches of fewer lines.
     const std::int64_t batch = smaller_batch(*src, static_cast<std::int64_t>(o.warmup + o.steps) * world);
     if (o.criteo_file.empty() || batch < 1) return s;
-    return Status::invalid_argument(s.message() + "; or give a smaller --batch: --batch " + std::to_string(batch) +
-                                    " makes at least " + std::to_string((o.warmup + o.steps) * world) +
-                                    " batches of its " + std::to_string(src->summary().samples) + " lines");
+    return Status::invalid_argument(s.message() + ", or give a smaller --batch: --batch " + std::to_string(batch) +
+                                    " splits its " + std::to_string(src->summary().samples) + " lines into at least " +
+                                    std::to_string((o.warmup + o.steps) * world) + " batches");
   }
   if (!o.trace_file.empty()) {
     o.workload.table_list.clear();

@@ -352,8 +352,14 @@ json sweep_json(const Options& o, const RunRecord& run) {
 // The workload table as people read it: what the generator's fields are for a file's keys (the
 // JSON keeps them null), the mean bag rounded, and why a step's samples differ from --batch.
 json readable_workload(json w) {
-  const json& src = w["source"];
+  const json src = w["source"];
   const std::string kind = src.is_object() && src["kind"].is_string() ? src["kind"].get<std::string>() : "";
+  if (src.is_object() && src["batches"].is_number()) {  // one line, not a JSON object
+    const std::string n = std::to_string(src["batches"].get<std::int64_t>());
+    w["source"] = kind == "generated" ? "generated: " + n + " distinct batches"
+                                      : kind + " " + src["path"].get<std::string>() + ": " + n + " batches read (" +
+                                            std::to_string(src["samples"].get<std::int64_t>()) + " samples)";
+  }
   if (kind == "criteo" || kind == "trace") {
     const std::string file = kind == "criteo" ? "the Criteo file" : "the trace";
     w["dist"] = "from " + file + " (its keys, not generated)";

@@ -31,10 +31,10 @@ Result<MemoryBudgets> memory_budgets(const Options& o, const HardwareProfile& pr
 json memory_fit_json(const ModeMemory& memory, const MemoryBudgets& budgets) {
   const bool fits_hbm = memory.hbm <= budgets.hbm, fits_host = memory.host() <= budgets.host;
   std::string why;
-  if (!fits_hbm) why = "HBM " + human_bytes(memory.hbm) + " > " + human_bytes(budgets.hbm) + " budget";
+  if (!fits_hbm) why = "HBM " + human_bytes(memory.hbm) + " > " + human_bytes(budgets.hbm);
   if (!fits_host)
     why += (why.empty() ? "" : ", ") + std::string("host ") + human_bytes(memory.host()) + " > " +
-           human_bytes(budgets.host) + " budget";
+           human_bytes(budgets.host);
   return {{"hbm_bytes", memory.hbm}, {"host_bytes", memory.host()},   {"fits_hbm", fits_hbm},
           {"fits_host", fits_host},  {"fits", fits_hbm && fits_host}, {"why", why}};
 }
@@ -196,7 +196,7 @@ json verdict_json(const json& doc, const MemoryBudgets& budgets, const std::stri
   if (!misfit.empty()) {
     std::string no = "does not fit (never chosen): ";
     for (std::size_t i = 0; i < misfit.size(); ++i)
-      no += (i ? "; " : "") + misfit[i]->label + " (" + (*misfit[i]->doc)["memory_fit"]["why"].get<std::string>() + ")";
+      no += (i ? "; " : "") + misfit[i]->label + ": " + (*misfit[i]->doc)["memory_fit"]["why"].get<std::string>();
     lines.push_back(no);
   }
   // Which figures are this machine's and which the profile's.

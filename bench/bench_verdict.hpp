@@ -30,7 +30,7 @@ Result<MemoryBudgets> memory_budgets(const Options& o, const HardwareProfile& pr
 
 /// The JSON's memory_fit of one mode: its memory by the model (per rank) against the budgets:
 /// {"hbm_bytes", "host_bytes", "fits_hbm", "fits_host", "fits", "why"} ("why": "" when it fits,
-/// else "HBM 35.2 MB > 8.0 MB budget").
+/// else the need against the budget: "HBM 35.2 MB > 8.0 MB").
 json memory_fit_json(const ModeMemory& memory, const MemoryBudgets& budgets);
 
 /// The verdict (the JSON's "verdict"; docs/bench.md, "Verdict") from a results document whose

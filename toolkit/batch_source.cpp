@@ -123,8 +123,8 @@ Status check_source_holds_phase(const std::string& kind, const std::string& path
   return Status::invalid_argument(
       kind + " " + path + " has " + std::to_string(batches) + " batches but --warmup " + std::to_string(warmup) +
       " + --steps " + std::to_string(steps) + (world > 1 ? " on " + std::to_string(world) + " ranks" : "") +
-      " need at least " + std::to_string(per_phase) + ": " + lower +
-      " (each phase runs warmup + steps batches per rank; up to twice that are read, fewer are cycled)");
+      " need at least " + std::to_string(per_phase) +
+      " (each phase runs warmup + steps batches per rank; up to twice that are read, fewer are cycled): " + lower);
 }
 
 void order_features(KeyBatch& batch, const std::vector<TraceTable>& tables) {

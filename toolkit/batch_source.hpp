@@ -38,7 +38,7 @@ inline constexpr int kMaxSteps = 1000000;
 /// cycled). `kind` and `path` name the source ("trace", "day0.strtrace"). strata-bench applies it
 /// to its --trace and --criteo, strata-tune validate before it predicts the run. Error
 /// (kInvalidArgument): "<kind> <path> has N batches but --warmup W + --steps S [on R ranks] need at
-/// least P: lower --steps to at most S (...)" (or which flags to lower when --steps alone cannot).
+/// least P (...): lower --steps to at most S" (or which flags to lower when --steps alone cannot).
 Status check_source_holds_phase(const std::string& kind, const std::string& path, std::int64_t batches,
                                 std::int64_t warmup, std::int64_t steps, int world);
 

@@ -281,6 +281,7 @@ section.verdict{background:#eef6ee;border-left:4px solid #009E73;padding:.3rem .
 section.verdict h2{border:none;margin:.3rem 0}section.verdict p.headline{font-size:1.05rem;margin:.2rem 0 .4rem}
 section.verdict.none{background:#fdecea;border-left-color:#D55E00}
 tr.chosen td{background:#eef6ee;font-weight:600}tr.nofit td{color:#8a8a8a}tr.nofit td.fit{color:#b3261e}
+td.fit{white-space:nowrap}div.wide{overflow-x:auto}
 )";
 
 std::string value_cell(const json& v) {
@@ -427,25 +428,9 @@ void summary_section(std::ostream& o, const ReportInput& in) {
         return format_value(*v, unit);
       };
     };
+    // The verdict's figures first (fit, modelled step, the model's memory), then what was measured.
     const std::vector<Column> columns = {
-        {"samples/s", numeric("samples_per_s", Unit::kCount), true},
-        {"forward lookups/s", numeric("forward_lookups_per_s", Unit::kCount), true},
-        {"train lookups/s", numeric("train_lookups_per_s", Unit::kCount), true},
-        {"forward / gather limit", numeric("forward_fraction_of_gather_limit", Unit::kFraction), true},
-        {"step floor / step", numeric("train_fraction_of_step_floor", Unit::kFraction), true},
-        {"step p50", numeric("step_ms_p50", Unit::kMs), true},
-        {"step p99", numeric("step_ms_p99", Unit::kMs), true},
-        {"step max", numeric("step_ms_max", Unit::kMs), true},
-        {"hit rate", numeric("hit_rate", Unit::kFraction), true},
-        {"deferred plans",  // table plans that waited for batches in flight to retire (cache small for the pipeline)
-         [](const json& m) -> std::optional<std::string> {
-           const Opt v = number_at(object_at(m, "cache"), "deferred");
-           if (!v) return std::nullopt;
-           return format_value(*v, Unit::kCount);
-         },
-         true},
-        {"peak host", numeric("peak_host_bytes", Unit::kBytes), true},
-        {"peak device", numeric("peak_device_bytes", Unit::kBytes), true},
+        {"fits", [](const json& m) { return fit_text(m); }, false},
         {"modelled step",
          [](const json& m) -> std::optional<std::string> {
            const Opt v = number_at(object_at(m, "modelled"), "step_ms");
@@ -468,13 +453,30 @@ void summary_section(std::ostream& o, const ReportInput& in) {
            return bytes_str(*v);
          },
          true},
-        {"fits", [](const json& m) { return fit_text(m); }, false},
+        {"samples/s", numeric("samples_per_s", Unit::kCount), true},
+        {"forward lookups/s", numeric("forward_lookups_per_s", Unit::kCount), true},
+        {"train lookups/s", numeric("train_lookups_per_s", Unit::kCount), true},
+        {"forward / gather limit", numeric("forward_fraction_of_gather_limit", Unit::kFraction), true},
+        {"step floor / step", numeric("train_fraction_of_step_floor", Unit::kFraction), true},
+        {"step p50", numeric("step_ms_p50", Unit::kMs), true},
+        {"step p99", numeric("step_ms_p99", Unit::kMs), true},
+        {"step max", numeric("step_ms_max", Unit::kMs), true},
+        {"hit rate", numeric("hit_rate", Unit::kFraction), true},
+        {"deferred plans",  // table plans that waited for batches in flight to retire (cache small for the pipeline)
+         [](const json& m) -> std::optional<std::string> {
+           const Opt v = number_at(object_at(m, "cache"), "deferred");
+           if (!v) return std::nullopt;
+           return format_value(*v, Unit::kCount);
+         },
+         true},
+        {"peak host", numeric("peak_host_bytes", Unit::kBytes), true},
+        {"peak device", numeric("peak_device_bytes", Unit::kBytes), true},
     };
     std::vector<const Column*> shown;
     for (const auto& c : columns)
       if (std::any_of(modes.begin(), modes.end(), [&](const ModeRow& m) { return c.cell(*m.doc).has_value(); }))
         shown.push_back(&c);
-    o << "<section class=\"summary\" id=\"summary\"><h2>Summary</h2><table><tr><th>mode</th>";
+    o << "<section class=\"summary\" id=\"summary\"><h2>Summary</h2><div class=\"wide\"><table><tr><th>mode</th>";
     for (const Column* c : shown) o << "<th>" << html_escape(c->header) << "</th>";
     o << "</tr>";
     for (const auto& m : modes) {
@@ -495,7 +497,7 @@ void summary_section(std::ostream& o, const ReportInput& in) {
       }
       o << "</tr>";
     }
-    o << "</table>";
+    o << "</table></div>";
     if (std::any_of(modes.begin(), modes.end(), [](const ModeRow& m) {
           return number_at(object_at(*m.doc, "memory_fit"), "hbm_bytes").has_value();
         }))
