@@ -220,7 +220,7 @@ Result<BatchSource> open_file_source(Options& o, std::string& table_set, int wor
   if (src->size() < 2 * per_phase)
     std::fprintf(stderr, "strata-bench: %s %s has %lld batches, fewer than the %lld the run uses: they are cycled\n",
                  src->kind().c_str(), path.c_str(), static_cast<long long>(src->size()),
-                 static_cast<long long>(2 * per_phase));
+                 2 * static_cast<long long>(per_phase));
   return src;
 }
 

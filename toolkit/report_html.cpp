@@ -428,31 +428,21 @@ void summary_section(std::ostream& o, const ReportInput& in) {
         return format_value(*v, unit);
       };
     };
+    // A number of an object of the mode ("modelled", "memory_fit").
+    const auto nested = [](const char* object, const char* key, Unit unit) {
+      return [object, key, unit](const json& m) -> std::optional<std::string> {
+        const Opt v = number_at(object_at(m, object), key);
+        if (!v) return std::nullopt;
+        return format_value(*v, unit);
+      };
+    };
     // The verdict's figures first (fit, modelled step, the model's memory), then what was measured.
     const std::vector<Column> columns = {
         {"fits", [](const json& m) { return fit_text(m); }, false},
-        {"modelled step",
-         [](const json& m) -> std::optional<std::string> {
-           const Opt v = number_at(object_at(m, "modelled"), "step_ms");
-           if (!v) return std::nullopt;
-           return ms_str(*v);
-         },
-         true},
+        {"modelled step", nested("modelled", "step_ms", Unit::kMs), true},
         {"bottleneck", [](const json& m) { return string_at(object_at(m, "modelled"), "bottleneck"); }, false},
-        {"model HBM",
-         [](const json& m) -> std::optional<std::string> {
-           const Opt v = number_at(object_at(m, "memory_fit"), "hbm_bytes");
-           if (!v) return std::nullopt;
-           return bytes_str(*v);
-         },
-         true},
-        {"model host",
-         [](const json& m) -> std::optional<std::string> {
-           const Opt v = number_at(object_at(m, "memory_fit"), "host_bytes");
-           if (!v) return std::nullopt;
-           return bytes_str(*v);
-         },
-         true},
+        {"model HBM", nested("memory_fit", "hbm_bytes", Unit::kBytes), true},
+        {"model host", nested("memory_fit", "host_bytes", Unit::kBytes), true},
         {"samples/s", numeric("samples_per_s", Unit::kCount), true},
         {"forward lookups/s", numeric("forward_lookups_per_s", Unit::kCount), true},
         {"train lookups/s", numeric("train_lookups_per_s", Unit::kCount), true},

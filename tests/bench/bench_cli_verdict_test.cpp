@@ -16,11 +16,8 @@ namespace {
 
 using nlohmann::json;
 using strata::testing::read_file;
+using strata::testing::run_bench;
 using strata::testing::RunOutput;
-
-RunOutput run_bench(const std::string& args) {
-  return strata::testing::run_program(std::string(STRATA_BENCH_BIN) + " --no-progress " + args);
-}
 
 std::string temp_dir() {
   static const std::string dir = strata::testing::scratch_dir("strata_bench_verdict");
