@@ -142,6 +142,9 @@ int check_outputs_and_profile(const Options& o, RunRecord& run) {
     return fail("--profile " + o.profile + ": " + profile.status().message() +
                 " (expected h200-pcie5, a100-pcie4, dgx-a100, dgx-h100 or a profile JSON file)");
   run.profile = std::move(profile).value();
+  auto budgets = memory_budgets(o, run.profile);
+  if (!budgets) return fail(budgets.status().message());
+  run.budgets = budgets.value();
   return 0;
 }
 

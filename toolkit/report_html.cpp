@@ -277,6 +277,11 @@ svg .grid{stroke:#e6e6e6;stroke-width:1}svg .axisline{stroke:#888;stroke-width:1
 ul.explain{font-size:.9rem}
 details summary{cursor:pointer;color:#333;margin:.3rem 0}
 table.tables td{padding:.1rem .5rem}
+section.verdict{background:#eef6ee;border-left:4px solid #009E73;padding:.3rem .9rem .5rem;margin:.8rem 0}
+section.verdict h2{border:none;margin:.3rem 0}section.verdict p.headline{font-size:1.05rem;margin:.2rem 0 .4rem}
+section.verdict.none{background:#fdecea;border-left-color:#D55E00}
+tr.chosen td{background:#eef6ee;font-weight:600}tr.nofit td{color:#8a8a8a}tr.nofit td.fit{color:#b3261e}
+td.fit{white-space:nowrap}div.wide{overflow-x:auto}
 )";
 
 std::string value_cell(const json& v) {
@@ -375,6 +380,38 @@ void tables_section(std::ostream& o, const ReportInput& in) {
   }
 }
 
+// Whether a mode (or sweep point) fits the memory budgets: true unless its memory_fit says not.
+bool fits(const json& m) {
+  const json& f = object_at(m, "memory_fit");
+  const auto it = f.is_object() ? f.find("fits") : f.end();
+  return !(f.is_object() && it != f.end() && it->is_boolean() && !it->get<bool>());
+}
+
+// "yes", or "no: HBM 35.2 MB > 8.0 MB budget"; none without a memory_fit.
+std::optional<std::string> fit_text(const json& m) {
+  const json& f = object_at(m, "memory_fit");
+  if (!f.is_object() || !f.contains("fits") || !f["fits"].is_boolean()) return std::nullopt;
+  if (fits(m)) return std::string("yes");
+  return "no: " + string_at(f, "why").value_or("over the budget");
+}
+
+// The verdict: the placement to use and why, and which figures are measured and which modelled.
+void verdict_section(std::ostream& o, const ReportInput& in) {
+  const json& v = object_at(in.doc, "verdict");
+  const auto headline = string_at(v, "headline");
+  if (!headline) return;
+  const bool none = !string_at(v, "mode");  // no placement fits
+  o << "<section class=\"verdict" << (none ? " none" : "")
+    << "\" id=\"verdict\"><h2>Verdict</h2><p class=\"headline\"><b>" << html_escape(*headline) << "</b></p>";
+  if (v.contains("lines") && v["lines"].is_array()) {
+    o << "<ul class=\"explain\">";
+    for (const json& l : v["lines"])
+      if (l.is_string()) o << "<li>" << html_escape(l.get<std::string>()) << "</li>";
+    o << "</ul>";
+  }
+  o << "</section>\n";
+}
+
 // The summary table: only the columns some mode has.
 void summary_section(std::ostream& o, const ReportInput& in) {
   const std::vector<ModeRow>& modes = in.modes;
@@ -391,7 +428,21 @@ void summary_section(std::ostream& o, const ReportInput& in) {
         return format_value(*v, unit);
       };
     };
+    // A number of an object of the mode ("modelled", "memory_fit").
+    const auto nested = [](const char* object, const char* key, Unit unit) {
+      return [object, key, unit](const json& m) -> std::optional<std::string> {
+        const Opt v = number_at(object_at(m, object), key);
+        if (!v) return std::nullopt;
+        return format_value(*v, unit);
+      };
+    };
+    // The verdict's figures first (fit, modelled step, the model's memory), then what was measured.
     const std::vector<Column> columns = {
+        {"fits", [](const json& m) { return fit_text(m); }, false},
+        {"modelled step", nested("modelled", "step_ms", Unit::kMs), true},
+        {"bottleneck", [](const json& m) { return string_at(object_at(m, "modelled"), "bottleneck"); }, false},
+        {"model HBM", nested("memory_fit", "hbm_bytes", Unit::kBytes), true},
+        {"model host", nested("memory_fit", "host_bytes", Unit::kBytes), true},
         {"samples/s", numeric("samples_per_s", Unit::kCount), true},
         {"forward lookups/s", numeric("forward_lookups_per_s", Unit::kCount), true},
         {"train lookups/s", numeric("train_lookups_per_s", Unit::kCount), true},
@@ -410,31 +461,40 @@ void summary_section(std::ostream& o, const ReportInput& in) {
          true},
         {"peak host", numeric("peak_host_bytes", Unit::kBytes), true},
         {"peak device", numeric("peak_device_bytes", Unit::kBytes), true},
-        {"modelled step",
-         [](const json& m) -> std::optional<std::string> {
-           const Opt v = number_at(object_at(m, "modelled"), "step_ms");
-           if (!v) return std::nullopt;
-           return ms_str(*v);
-         },
-         true},
-        {"bottleneck", [](const json& m) { return string_at(object_at(m, "modelled"), "bottleneck"); }, false},
     };
     std::vector<const Column*> shown;
     for (const auto& c : columns)
       if (std::any_of(modes.begin(), modes.end(), [&](const ModeRow& m) { return c.cell(*m.doc).has_value(); }))
         shown.push_back(&c);
-    o << "<section class=\"summary\" id=\"summary\"><h2>Summary</h2><table><tr><th>mode</th>";
+    o << "<section class=\"summary\" id=\"summary\"><h2>Summary</h2><div class=\"wide\"><table><tr><th>mode</th>";
     for (const Column* c : shown) o << "<th>" << html_escape(c->header) << "</th>";
     o << "</tr>";
     for (const auto& m : modes) {
-      o << "<tr><td>" << html_escape(m.mode) << "</td>";
+      const auto chosen = m.doc->find("chosen");
+      const bool is_chosen = chosen != m.doc->end() && chosen->is_boolean() && chosen->get<bool>();
+      o << "<tr"
+        << (is_chosen       ? " class=\"chosen\""
+            : !fits(*m.doc) ? " class=\"nofit\""
+                            : "")
+        << "><td>" << html_escape(m.mode) << (is_chosen ? " &#10003;" : "") << "</td>";
       for (const Column* c : shown) {
         const auto v = c->cell(*m.doc);
-        o << "<td" << (c->numeric ? " class=\"n\"" : "") << ">" << (v ? html_escape(*v) : "&ndash;") << "</td>";
+        o << "<td"
+          << (c->numeric                         ? " class=\"n\""
+              : std::string(c->header) == "fits" ? " class=\"fit\""
+                                                 : "")
+          << ">" << (v ? html_escape(*v) : "&ndash;") << "</td>";
       }
       o << "</tr>";
     }
-    o << "</table></section>\n";
+    o << "</table></div>";
+    if (std::any_of(modes.begin(), modes.end(), [](const ModeRow& m) {
+          return number_at(object_at(*m.doc, "memory_fit"), "hbm_bytes").has_value();
+        }))
+      o << "<p class=\"note\">model HBM and model host: what one rank of the mode's store takes by the engine "
+        << "model (every table's largest step); a mode that does not fit the memory budgets is greyed and never "
+        << "chosen. &#10003; marks the verdict's choice.</p>";
+    o << "</section>\n";
   }
 }
 
@@ -451,8 +511,11 @@ void throughput_section(std::ostream& o, const ReportInput& in) {
   }
   if (any) {
     o << "<section class=\"chart\" id=\"throughput\"><h2>Throughput per mode</h2>"
-      << "<p class=\"note\">Embedding lookups (keys) per second; higher is better.</p>"
-      << grouped_bars("lookups per second per mode", mode_names, {fwd, train}, Unit::kCount, "lookups/s")
+      << "<p class=\"note\">Embedding lookups (keys) per second; higher is better."
+      << (in.emu ? " Measured on the emulated device: these rates rank CPU work only (the CPU running the GPU "
+                   "kernels' logic), not the placements on a GPU; the verdict above uses the modelled step."
+                 : "")
+      << "</p>" << grouped_bars("lookups per second per mode", mode_names, {fwd, train}, Unit::kCount, "lookups/s")
       << "</section>\n";
   }
 }
@@ -665,16 +728,18 @@ void sweep_table_section(std::ostream& o, const ReportInput& in) {
     rows << "<tr><td class=\"n\">" << html_escape(percent_str(*x)) << (holds ? " *" : "") << "</td><td>"
          << html_escape(string_at(p, "policy").value_or("")) << "</td>";
     if (const auto skipped = string_at(p, "skipped")) {
-      rows << "<td colspan=\"4\">skipped: " << html_escape(*skipped) << "</td></tr>";
+      rows << "<td colspan=\"5\">skipped: " << html_escape(*skipped) << "</td></tr>";
       continue;
     }
     rows << "<td class=\"n\">" << cell("cache_bytes", Unit::kBytes) << "</td><td class=\"n\">"
          << cell("hit_rate", Unit::kFraction) << "</td><td class=\"n\">" << cell("forward_lookups_per_s", Unit::kCount)
-         << "</td><td class=\"n\">" << cell("train_lookups_per_s", Unit::kCount) << "</td></tr>";
+         << "</td><td class=\"n\">" << cell("train_lookups_per_s", Unit::kCount) << "</td><td>"
+         << html_escape(fit_text(p).value_or("")) << "</td></tr>";
   }
   if (n > 0) {
     o << "<section class=\"summary\" id=\"sweep-table\"><h2>Cache sweep</h2><table><tr><th>cache size</th>"
-      << "<th>policy</th><th>cache bytes</th><th>hit rate</th><th>forward lookups/s</th><th>train lookups/s</th></tr>"
+      << "<th>policy</th><th>cache bytes</th><th>hit rate</th><th>forward lookups/s</th><th>train "
+         "lookups/s</th><th>fits</th></tr>"
       << rows.str() << "</table></section>\n";
   }
 }
@@ -712,6 +777,7 @@ std::string render_html_report(const json& results, const HtmlReportOptions& opt
       << "the emulation's, not a GPU's; compare the modes by their bytes per link and modelled step times.</p>";
   o << "</header>\n";
 
+  verdict_section(o, in);
   info_section(o, "machine", "Machine", object_at(doc, "machine"));
   info_section(o, "workload", "Workload", object_at(doc, "workload"));
 

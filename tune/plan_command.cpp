@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <iostream>
 
+#include "toolkit/cli_flags.hpp"
 #include "toolkit/machine_info.hpp"
 #include "toolkit/profiles.hpp"
 #include "toolkit/workload.hpp"
-#include "tune/byte_size.hpp"
 #include "tune/command_util.hpp"
 #include "tune/commands.hpp"
 #include "tune/curves.hpp"
@@ -25,7 +25,7 @@ constexpr int kMaxRanks = 4096;
 // A budget flag's size, or `fallback_bytes` when the flag was not given (given empty, it is refused).
 Result<double> budget(const std::string& flag, const std::optional<std::string>& text, double fallback_bytes) {
   if (!text) return fallback_bytes;
-  return parse_byte_size(*text, flag);
+  return bench::parse_byte_size(*text, flag);
 }
 
 // The curves of every rank's shard of every table (an empty curve for a rank that holds none).
