@@ -19,9 +19,9 @@ namespace {
 constexpr std::int32_t kEveryTable = -1;
 
 Status check_rate(const std::string& table, float lr) {
-  if (lr > 0.0f && std::isfinite(lr)) return Status::ok();
+  if (lr >= 0.0f && std::isfinite(lr)) return Status::ok();
   return Status::invalid_argument("set_learning_rate: table '" + table + "': learning_rate " + detail::number_text(lr) +
-                                  " (expected a finite number > 0)");
+                                  " (expected a finite number >= 0)");
 }
 
 // What one rank sets (fixed size: all_gather needs equal sizes).
@@ -63,6 +63,7 @@ Status agree_on_rate(dispatch::Communicator* comm, const StoreConfig& c, const R
 }  // namespace
 
 void Store::apply_learning_rate(int table, float learning_rate) {
+  if (learning_rate == 0.0f) learning_rate = 0.0f;  // -0.0 is held as 0: no rate in force is negative
   config_.tables[static_cast<std::size_t>(table)].spec.optimizer.learning_rate = learning_rate;
   learning_rate_changed(table, learning_rate);
 }

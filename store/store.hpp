@@ -215,9 +215,11 @@ class Store {
   virtual Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) = 0;
   /// Sets the learning rate of one table, used from the next backward() on (batches already in
   /// flight included; schedules such as warm-up or decay call it between steps). `learning_rate`
-  /// must be finite and > 0, as in the config. Errors (nothing changes): NotFound for an unknown
-  /// table, InvalidArgument "set_learning_rate: table 'user': learning_rate -1 (expected a finite
-  /// number > 0)". Saved by save() and restored by load().
+  /// must be finite and >= 0, as in the config: 0 (-0.0 is held as 0) is an update of zero, which
+  /// keeps every weight's bits while Adagrad's and Adam's state still advance as the optimizer
+  /// defines (a schedule that decays to 0). Errors (nothing changes): NotFound for an unknown table,
+  /// InvalidArgument "set_learning_rate: table 'user': learning_rate -1 (expected a finite number
+  /// >= 0)". Saved by save() and restored by load().
   /// On a store opened as a rank of a world of several ranks (each rank updates its own shards) it
   /// is a collective, like submit: every rank calls it with the same table and rate at the same
   /// step(). A rank whose call is refused fails every rank (naming it and its error), and ranks

@@ -217,12 +217,13 @@ class PyStore {
     const double rate = to_number(lr_obj, "lr");
     const py::object table = optional_name(table_obj, "table");
     // Python floats are doubles: a rate float32 cannot hold (1e-50 would read as 0, 1e39 as inf) is
-    // refused here in the caller's words rather than by the store's check of the narrowed value.
+    // refused here in the caller's words rather than by the store's check of the narrowed value. 0 is
+    // a rate (an update of zero); negative and non-finite ones are refused by the store.
     const auto lr = static_cast<float>(rate);
     if (std::isfinite(rate) && rate > 0 && (lr == 0 || !std::isfinite(lr)))
       throw py::value_error("set_learning_rate: learning_rate " + py::repr(py::float_(rate)).cast<std::string>() +
                             (table.is_none() ? std::string() : " for table '" + table.cast<std::string>() + "'") +
-                            " is outside float32's range (expected a finite number > 0 that float32 holds, from "
+                            " is outside float32's range (expected 0 or a finite number that float32 holds, from "
                             "1.4e-45 to 3.4e+38)");
     if (table.is_none()) {
       call([&](Store& s) { return s.set_learning_rate(lr); });

@@ -561,11 +561,12 @@ def _float32_rate(lr, what, problems):
     try:
         rate = float(lr)
     except OverflowError:  # an int no double holds
-        problems.append(f"{what} is out of range (expected a finite number > 0 that float32 holds)")
+        problems.append(f"{what} is out of range (expected a finite number >= 0 that float32 holds)")
         return None
     with np.errstate(over="ignore", under="ignore"):
         held = np.float32(rate)
-    if not (held > 0 and np.isfinite(held)):
-        problems.append(f"{what} {rate!r} (expected a finite number > 0 that float32 holds)")
+    # 0 is a rate (an update of zero); a positive rate that float32 rounds to 0 is not.
+    if not (held >= 0 and np.isfinite(held)) or (held == 0 and rate != 0):
+        problems.append(f"{what} {rate!r} (expected a finite number >= 0 that float32 holds)")
         return None
-    return float(held)
+    return float(held) + 0.0  # -0.0 is 0

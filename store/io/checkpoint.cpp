@@ -75,7 +75,8 @@ struct ManifestTable {
   std::string dtype, optimizer;
   std::uint64_t bytes = 0;
   std::uint32_t crc = 0;
-  float learning_rate = 0;  // 0: not recorded (a checkpoint from before learning rates were saved)
+  float learning_rate = 0;
+  bool has_learning_rate = false;  // false: a checkpoint from before learning rates were saved
 };
 struct Manifest {
   std::uint64_t generation = 0;
@@ -130,9 +131,10 @@ Result<Manifest> parse_manifest(const std::string& path, const std::string& text
       if (t.contains("learning_rate")) {
         const double lr = t.at("learning_rate").get<double>();
         mt.learning_rate = static_cast<float>(lr);
-        if (!(mt.learning_rate > 0.0f) || !std::isfinite(mt.learning_rate))
+        mt.has_learning_rate = true;
+        if (!(mt.learning_rate >= 0.0f) || !std::isfinite(mt.learning_rate))
           return Status::data_loss(path + ": table '" + mt.name + "': learning_rate " + t.at("learning_rate").dump() +
-                                   " (expected a finite number > 0; corrupt)");
+                                   " (expected a finite number >= 0; corrupt)");
       }
       if (!is_plain_file_name(mt.file))
         return Status::data_loss(path + ": table '" + mt.name + "': file '" + mt.file +
@@ -411,10 +413,10 @@ Status Store::load(const std::string& dir) {
   }
   step_ = c.manifest.step;
   for (std::size_t ti = 0; ti < config_.tables.size(); ++ti) {
-    const float lr = c.manifest.tables[c.entry[ti]].learning_rate;
-    // 0: not recorded, keep the store's. Else checked when the manifest was parsed. Local, like
-    // the rows (load is not a collective).
-    if (lr != 0.0f) apply_learning_rate(static_cast<int>(ti), lr);
+    const ManifestTable& mt = c.manifest.tables[c.entry[ti]];
+    // Not recorded: keep the store's. Else checked when the manifest was parsed (0 is a rate).
+    // Local, like the rows (load is not a collective).
+    if (mt.has_learning_rate) apply_learning_rate(static_cast<int>(ti), mt.learning_rate);
   }
   return Status::ok();
 }

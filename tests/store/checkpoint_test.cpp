@@ -124,6 +124,7 @@ TEST_F(Checkpoint, LearningRatesRoundTrip) {
   ASSERT_TRUE(a.is_ok());
   ASSERT_TRUE((*a)->set_learning_rate(config_.tables[0].spec.name, 0.2f).is_ok());
   ASSERT_TRUE((*a)->set_learning_rate(config_.tables[1].spec.name, 0.0123f).is_ok());
+  ASSERT_TRUE((*a)->set_learning_rate(config_.tables[2].spec.name, 0.0f).is_ok());  // a rate, not "unrecorded"
   train(**a, 1, 3);
   ASSERT_TRUE((*a)->save(dir_).is_ok());
   auto b = Store::open(config_);  // at the config's rates
@@ -131,6 +132,7 @@ TEST_F(Checkpoint, LearningRatesRoundTrip) {
   for (const auto& t : config_.tables)
     EXPECT_EQ((*b)->learning_rate(t.spec.name).value(), (*a)->learning_rate(t.spec.name).value()) << t.spec.name;
   EXPECT_EQ((*b)->learning_rate(config_.tables[1].spec.name).value(), 0.0123f);
+  EXPECT_EQ((*b)->learning_rate(config_.tables[2].spec.name).value(), 0.0f);
   train(**a, 2, 3);
   train(**b, 2, 3);
   EXPECT_TRUE(same_state(snapshot(**a), snapshot(**b)));
@@ -157,7 +159,7 @@ TEST_F(Checkpoint, CheckpointWithoutLearningRatesKeepsTheStoresRates) {
   for (const auto& t : config_.tables) EXPECT_EQ((*b)->learning_rate(t.spec.name).value(), 0.3f);
 }
 
-// A recorded rate that no store could have (<= 0, not finite, not a number) is corruption: load
+// A recorded rate that no store could have (< 0, not finite, not a number) is corruption: load
 // refuses it naming the table and the value, and changes nothing (rows, step, rates).
 TEST_F(Checkpoint, BadLearningRateInTheManifestIsRefusedAndChangesNothing) {
   auto a = Store::open(config_);
@@ -168,14 +170,15 @@ TEST_F(Checkpoint, BadLearningRateInTheManifestIsRefusedAndChangesNothing) {
   auto b = Store::open(config_);
   const Snapshot fresh = snapshot(**b);
   const std::string name = config_.tables[1].spec.name;
-  for (const nlohmann::json& bad : {nlohmann::json(-1.5), nlohmann::json(0), nlohmann::json("fast")}) {
+  for (const nlohmann::json& bad : {nlohmann::json(-1.5), nlohmann::json(-1e-30), nlohmann::json(1e39),
+                                    nlohmann::json("fast")}) {
     fs::copy_file(saved, dir_ / "MANIFEST", fs::copy_options::overwrite_existing);
     rewrite_manifest([&](nlohmann::json& j) { j.at("tables")[1]["learning_rate"] = bad; });
     const Status s = (*b)->load(dir_);
     EXPECT_EQ(s.code(), StatusCode::kDataLoss) << bad << ": " << s.to_string();
     if (bad.is_number()) {
       EXPECT_NE(s.message().find("table '" + name + "': learning_rate " + bad.dump() +
-                                 " (expected a finite number > 0; corrupt)"),
+                                 " (expected a finite number >= 0; corrupt)"),
                 std::string::npos)
           << s.message();
     }
