@@ -4,6 +4,7 @@
 // behind this one interface, and so does the reference implementation used as the test oracle.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,9 @@ class Communicator;
 }  // namespace strata::dispatch
 
 namespace strata {
+
+/// Changes a checkpoint's recorded config before Store::open_checkpoint opens it (see there).
+using ConfigOverrides = std::function<void(StoreConfig&)>;
 
 /// An embedding store. Create with Store::open (or open_reference_store for the oracle).
 ///
@@ -67,6 +71,27 @@ class Store {
   /// rank at submit).
   static Result<std::unique_ptr<Store>> open(const StoreConfig& config,
                                              const std::shared_ptr<dispatch::Communicator>& comm);
+
+  /// Opens a store from a checkpoint alone: the config that save() recorded in its manifest (every
+  /// table with its placement, cache, sharding and optimizer; every store-wide setting), then load()
+  /// of that same manifest's rows, optimizer state, step and learning rates. It reads as, and
+  /// continues training bit for bit as, the store that saved it. `overrides`, when given, edits the
+  /// recorded config first, for what describes this machine or tunes speed and never changes
+  /// results: the fields that may differ per rank in open(config, comm) (threads, numa, numa_node,
+  /// huge_pages, fake_numa_nodes, the whole `device`, offload_gather, cache.policy,
+  /// cache.lookahead, cache.planner_partitions, cache.transfer and each table's `cache` size).
+  /// Errors, with no store opened: FailedPrecondition for a checkpoint whose manifest holds no
+  /// config (saved before manifests recorded it: open a store with its config and load() it);
+  /// InvalidArgument for an override of any other field, naming it ("open_checkpoint 'ckpt':
+  /// table 'user' rows 10 differs from the checkpoint's 20"; set learning rates after opening);
+  /// open()'s and load()'s errors. The config and the rows come from one manifest: when a save
+  /// replaces the checkpoint meanwhile, it starts over with the new one (as load does, up to 10
+  /// times).
+  static Result<std::unique_ptr<Store>> open_checkpoint(const std::string& dir, const ConfigOverrides& overrides = {});
+  /// One rank of a world (open(config, comm)) from a checkpoint of the same save on every rank.
+  static Result<std::unique_ptr<Store>> open_checkpoint(const std::string& dir,
+                                                        const std::shared_ptr<dispatch::Communicator>& comm,
+                                                        const ConfigOverrides& overrides = {});
 
   virtual ~Store() = default;
   Store(const Store&) = delete;
@@ -209,10 +234,17 @@ class Store {
   /// cached table reads from host memory when no backward was applied since the last flush, and
   /// fails with DataLoss (naming the steps lost) otherwise. Rows only: the rest of what the next
   /// backward reads is learning_rate() and step() (see set_step).
+  /// `state` holds optimizer_state_dim(kind, dim) floats per row (core/table_spec.hpp: 0 for sgd,
+  /// dim for adagrad, 1 for rowwise_adagrad, 2 * dim for adam).
   virtual Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) = 0;
+  /// read_rows of the table named `table` (NotFound for an unknown name).
+  Status read_rows(const std::string& table, std::int64_t row0, std::int64_t n, float* weights, float* state);
   /// Overwrites rows [row0, row0+n) (weights, and state when non-null). Fails if batches are in flight.
   /// Rows only: the learning rates and step() stay as they are (set_learning_rate, set_step).
   virtual Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) = 0;
+  /// write_rows of the table named `table` (NotFound for an unknown name).
+  Status write_rows(const std::string& table, std::int64_t row0, std::int64_t n, const float* weights,
+                    const float* state);
   /// Sets the learning rate of one table, used from the next backward() on (batches already in
   /// flight included; schedules such as warm-up or decay call it between steps). `learning_rate`
   /// must be finite and >= 0, as in the config: 0 (-0.0 is held as 0) is an update of zero, which
@@ -238,8 +270,9 @@ class Store {
   /// Batches submitted and not yet retired.
   virtual std::int64_t in_flight() const noexcept = 0;
 
-  /// Writes a checkpoint of every table (rows and optimizer state) and the step counter into
-  /// `dir`: one checksummed file per table plus a manifest, each written to a temporary name,
+  /// Writes a checkpoint of every table (rows and optimizer state), the step counter, the learning
+  /// rates and the whole config (what open_checkpoint reopens) into `dir`: one checksummed file per
+  /// table plus a manifest, each written to a temporary name,
   /// fsynced and renamed, the manifest last, so a crash mid-save leaves the previous checkpoint
   /// in `dir` intact. Flushes first. Savers of several processes (or stores) sharing `dir` take
   /// turns on an advisory lock (flock) of it, waiting as long as another save holds it; loads
@@ -283,6 +316,14 @@ class Store {
  private:
   /// Sets table `table`'s rate (already checked, and agreed on a world) on this rank alone.
   void apply_learning_rate(int table, float learning_rate);
+  /// load(dir); with `manifest` (the MANIFEST text open_checkpoint read its config from), that
+  /// manifest only, so that the config and the rows come from one checkpoint: no retry with a
+  /// newer one (open_checkpoint starts over instead).
+  Status load_checkpoint(const std::string& dir, const std::string* manifest);
+  /// open_checkpoint, as a rank of the world of `*comm` when `comm` is not null.
+  static Result<std::unique_ptr<Store>> reopen(const std::string& dir,
+                                               const std::shared_ptr<dispatch::Communicator>* comm,
+                                               const ConfigOverrides& overrides);
 };
 
 /// The oracle: a deliberately simple implementation (plain loops over std::vector rows, no
@@ -290,5 +331,9 @@ class Store {
 /// store, reads them in parallel in the caller's oneTBB arena) that every mode is tested against.
 /// Same API, same results.
 Result<std::unique_ptr<Store>> open_reference_store(const StoreConfig& config);
+
+/// The config recorded in the checkpoint in `dir` (what Store::open_checkpoint opens), validated.
+/// FailedPrecondition for a checkpoint saved before manifests recorded it.
+Result<StoreConfig> read_checkpoint_config(const std::string& dir);
 
 }  // namespace strata

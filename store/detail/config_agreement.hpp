@@ -26,7 +26,9 @@ std::string shared_config(const StoreConfig& config);
 
 /// The first field in which shared config `mine` differs from `rank0`'s, as "table 'user' rows
 /// 1000 differs from rank 0's 2000", or "" when they are the same. Both are shared_config texts.
-std::string config_difference(const std::string& mine, const std::string& rank0);
+/// `whose` names the other config in the text (Store::open_checkpoint: "the checkpoint's"). The
+/// same fields that may differ per rank may differ from a checkpoint's recorded config on reopen.
+std::string config_difference(const std::string& mine, const std::string& rank0, const std::string& whose = "rank 0's");
 
 /// Collective: exchanges every rank's shared_config (of any size) and returns OK when all equal
 /// rank 0's; otherwise InvalidArgument, the same on every rank, naming each rank that differs and
