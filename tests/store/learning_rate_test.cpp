@@ -202,8 +202,8 @@ TEST_P(LearningRate, RowsRatesAndStepRestoredByHandContinueAsTheUninterruptedRun
 TEST_P(LearningRate, ZeroRateKeepsEveryWeightAndAdvancesTheState) {
   const Mode m = GetParam();
   std::mt19937_64 rng(23);
-  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad,
-                             OptimizerKind::kAdam}) {
+  for (OptimizerKind kind :
+       {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad, OptimizerKind::kAdam}) {
     StoreConfig c = config_for(m);
     for (auto& t : c.tables) t.spec.optimizer.kind = kind;
     c.tables[0].spec.optimizer.learning_rate = 0.0f;  // from the config; the others by set_learning_rate
