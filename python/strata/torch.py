@@ -60,7 +60,7 @@ from torch import nn
 import strata
 from strata.pipeline import pipelined
 
-__all__ = ["EmbeddingBagCollection", "KeyedEmbeddings", "SubmittedBatch", "pipelined"]
+__all__ = ["EmbeddingBagCollection", "KeyedEmbeddings", "SubmittedBatch", "TableOptimizer", "pipelined"]
 
 # torch >= 2.1's Module.load_state_dict takes `assign`; older ones do not.
 _LOAD_TAKES_ASSIGN = "assign" in inspect.signature(nn.Module.load_state_dict).parameters
@@ -363,6 +363,22 @@ class EmbeddingBagCollection(nn.Module):
     def learning_rate(self, table):
         return self.store.learning_rate(table)
 
+    def sparse_optimizer(self, dense=None):
+        """The tables' learning rates as a ``torch.optim.Optimizer`` that ``torch.optim.lr_scheduler``
+        classes drive: a :class:`TableOptimizer` with one param group per table (its ``"lr"`` is the
+        table's rate, ``"table"`` its name). Given ``dense`` (the dense model's optimizer), its param
+        groups come first and ``step()``/``zero_grad()`` are the dense optimizer's, so one scheduler
+        drives the dense and the sparse rates alike::
+
+            opt = ebc.sparse_optimizer(torch.optim.Adagrad(dense_params, lr=0.05))
+            sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps, eta_min=0)
+            # per step: loss.backward(); opt.step(); sched.step()
+        """
+        return TableOptimizer(self, dense)
+
+    def extra_repr(self):
+        return f"device={self.device}, store={self.store!r}"
+
     # ---- state dict: table weights, optimizer state and rates by table name, and the step ----
     def _state_dim(self, name):
         return self.store.read_rows(name, 0, 0)[1].shape[1]
@@ -487,6 +503,95 @@ class EmbeddingBagCollection(nn.Module):
                 self.store.set_learning_rate(rate, name)
         if step is not None:
             self.store.set_step(step)
+
+
+class _TableGroup(dict):
+    """A param group of :class:`TableOptimizer`: ``group["lr"]`` is the table's rate in the store.
+    Setting it sets the store's rate at once (used from the next backward; a bad rate raises and
+    changes nothing). Reading it gives the value last set, as torch's schedulers compute it (a
+    double), unless the store's rate was changed since by other means (set_learning_rate,
+    load_state_dict, load): then the store's."""
+
+    def __init__(self, module, table):
+        super().__init__(params=[], table=table, lr=module.learning_rate(table))
+        self._module = module
+
+    def __setitem__(self, key, value):
+        if key == "lr":
+            self._module.set_learning_rate(value, dict.__getitem__(self, "table"))
+        super().__setitem__(key, value)
+
+    def __getitem__(self, key):
+        value = super().__getitem__(key)
+        if key == "lr":
+            held = self._module.learning_rate(dict.__getitem__(self, "table"))
+            if np.float32(value) != np.float32(held):
+                return held
+        return value
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+
+class TableOptimizer(torch.optim.Optimizer):
+    """The learning rates of an :class:`EmbeddingBagCollection`'s tables as a torch optimizer, for
+    torch's learning-rate schedulers (``EmbeddingBagCollection.sparse_optimizer``). Its param groups
+    are the dense optimizer's (when given), then one per table: ``{"params": [], "table": name,
+    "lr": rate}``; a scheduler's write of a table group's ``"lr"`` sets the table's rate in the
+    store (held as float32; 0 is a rate: ``CosineAnnealingLR(eta_min=0)`` ends at an update of
+    zero). The tables' update itself is fused into backward, so ``step()`` and ``zero_grad()`` are
+    the dense optimizer's (nothing without one). ``state_dict()`` holds the dense optimizer's state
+    and the tables' rates."""
+
+    def __init__(self, module, dense=None):
+        if not isinstance(module, EmbeddingBagCollection):
+            raise TypeError(f"module is a {type(module).__name__} (expected an EmbeddingBagCollection)")
+        if dense is not None and not isinstance(dense, torch.optim.Optimizer):
+            raise TypeError(f"dense is a {type(dense).__name__} (expected None or a torch.optim.Optimizer)")
+        # torch's constructor sets up what its schedulers and hooks read; its one empty group is replaced.
+        super().__init__([{"params": []}], {})
+        self.module = module
+        self.dense = dense
+        self.table_groups = [_TableGroup(module, name) for name in module._tables]
+        self.param_groups = (list(dense.param_groups) if dense is not None else []) + self.table_groups
+        if dense is not None:
+            self.state = dense.state
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """The dense optimizer's step (the tables were updated by backward)."""
+        if self.dense is not None:
+            return self.dense.step(closure)
+        if closure is not None:
+            with torch.enable_grad():
+                return closure()
+        return None
+
+    def zero_grad(self, set_to_none=True):
+        """The dense optimizer's zero_grad (the tables keep no gradients)."""
+        if self.dense is not None:
+            self.dense.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self):
+        return {"dense": self.dense.state_dict() if self.dense is not None else None,
+                "table_lr": {g["table"]: g["lr"] for g in self.table_groups}}
+
+    def load_state_dict(self, state_dict):
+        if not isinstance(state_dict, collections.abc.Mapping) or set(state_dict) != {"dense", "table_lr"}:
+            raise ValueError("state_dict is not a TableOptimizer's (expected {'dense': ..., 'table_lr': {table: "
+                             "rate}}, as state_dict() returns)")
+        rates = state_dict["table_lr"]
+        unknown = sorted(set(rates) - {g["table"] for g in self.table_groups})
+        if unknown:
+            raise ValueError(f"state_dict has rates of tables {unknown} that the module does not have")
+        if (state_dict["dense"] is None) != (self.dense is None):
+            raise ValueError("state_dict's dense optimizer state does not match this optimizer's (expected "
+                             f"{'none' if self.dense is None else 'one'})")
+        if self.dense is not None:
+            self.dense.load_state_dict(state_dict["dense"])
+        for g in self.table_groups:
+            if g["table"] in rates:
+                g["lr"] = rates[g["table"]]
 
 
 def _host_float32(t, what, problems):
