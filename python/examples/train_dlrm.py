@@ -234,10 +234,7 @@ def main(argv=None):
         config = {"threads": threads, "tables": [dict(table, name=f"c{i}") for i in range(SPARSE)]}
         if a.mode != "cpu":
             config["device"] = {"backend": "auto"}
-        try:
-            tables = st.EmbeddingBagCollection(config, device=device)
-        except (ValueError, RuntimeError) as e:  # the store's words, without a traceback
-            raise SystemExit(f"train_dlrm: the Strata tables cannot be opened: {e}") from None
+        tables = st.EmbeddingBagCollection(config, device=device)
         sparse_opt = None  # the store's fused Adagrad runs in backward
     model = DLRM(tables, a.dim, a.rows).to(device)
     dense_opt = torch.optim.Adagrad([p for n, p in model.named_parameters() if not n.startswith("tables.")], lr=a.lr)
