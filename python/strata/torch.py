@@ -47,6 +47,7 @@ tables only is refused with ``device="cuda"``, as is a torch without CUDA. Keys 
 are refused (ValueError), not copied; keep the data loader's sparse features on the CPU.
 """
 
+import collections
 import collections.abc
 import inspect
 import json
@@ -536,10 +537,10 @@ class _TableGroup(dict):
 class TableOptimizer(torch.optim.Optimizer):
     """The learning rates of an :class:`EmbeddingBagCollection`'s tables as a torch optimizer, for
     torch's learning-rate schedulers (``EmbeddingBagCollection.sparse_optimizer``). Its param groups
-    are the dense optimizer's (when given), then one per table: ``{"params": [], "table": name,
-    "lr": rate}``; a scheduler's write of a table group's ``"lr"`` sets the table's rate in the
-    store (held as float32; 0 is a rate: ``CosineAnnealingLR(eta_min=0)`` ends at an update of
-    zero). The tables' update itself is fused into backward, so ``step()`` and ``zero_grad()`` are
+    are the dense optimizer's (when given; read from it each time, so they stay its own after its
+    ``load_state_dict``), then one per table: ``{"params": [], "table": name, "lr": rate}``; a
+    scheduler's write of a table group's ``"lr"`` sets the table's rate in the store (held as
+    float32; 0 is a rate: ``CosineAnnealingLR(eta_min=0)`` ends at an update of zero). The tables' update itself is fused into backward, so ``step()`` and ``zero_grad()`` are
     the dense optimizer's (nothing without one). ``state_dict()`` holds the dense optimizer's state
     and the tables' rates."""
 
@@ -548,14 +549,55 @@ class TableOptimizer(torch.optim.Optimizer):
             raise TypeError(f"module is a {type(module).__name__} (expected an EmbeddingBagCollection)")
         if dense is not None and not isinstance(dense, torch.optim.Optimizer):
             raise TypeError(f"dense is a {type(dense).__name__} (expected None or a torch.optim.Optimizer)")
-        # torch's constructor sets up what its schedulers and hooks read; its one empty group is replaced.
-        super().__init__([{"params": []}], {})
         self.module = module
         self.dense = dense
         self.table_groups = [_TableGroup(module, name) for name in module._tables]
-        self.param_groups = (list(dense.param_groups) if dense is not None else []) + self.table_groups
-        if dense is not None:
-            self.state = dense.state
+        self._state = collections.defaultdict(dict)  # the state without a dense optimizer (none is kept)
+        # torch's constructor sets up what its schedulers and hooks read; what it assigns to
+        # param_groups and state (its one empty group) is dropped by the setters while it runs.
+        self._constructing = True
+        super().__init__([{"params": []}], {})
+        self._constructing = False
+
+    # Read each time, not copied: the dense optimizer's load_state_dict replaces its groups and state.
+    @property
+    def param_groups(self):
+        """The dense optimizer's param groups as they are now, then the tables' (a new list each time)."""
+        return (list(self.dense.param_groups) if self.dense is not None else []) + self.table_groups
+
+    @param_groups.setter
+    def param_groups(self, groups):
+        if self._constructing:
+            return
+        groups = list(groups)
+        n = len(groups) - len(self.table_groups)
+        if n < 0 or any(a is not b for a, b in zip(groups[n:], self.table_groups)) or (n and self.dense is None):
+            raise ValueError("param_groups must be the dense optimizer's groups followed by this optimizer's "
+                             "table groups (set dense.param_groups to change the dense ones)")
+        if self.dense is not None:
+            self.dense.param_groups = groups[:n]
+
+    @property
+    def state(self):
+        """The dense optimizer's state as it is now (the tables' optimizer state is in the store)."""
+        return self.dense.state if self.dense is not None else self._state
+
+    @state.setter
+    def state(self, state):
+        if self._constructing:
+            return
+        if self.dense is not None:
+            self.dense.state = state
+        else:
+            self._state = state
+
+    def add_param_group(self, param_group):
+        """Adds a param group to the dense optimizer (ValueError without one)."""
+        if self._constructing:
+            return
+        if self.dense is None:
+            raise ValueError("add_param_group: this TableOptimizer has no dense optimizer to add the group to")
+        self.dense.add_param_group(param_group)
 
     @torch.no_grad()
     def step(self, closure=None):

@@ -102,3 +102,25 @@ def test_repr_lists_the_tables():
         assert "item: rows=20, dim=2, dtype=fp32, placement=cpu, optimizer=adam(lr=0)" in text, text
     assert repr(ebc).startswith("EmbeddingBagCollection(")
     assert "step=0" in repr(strata.Store(config([table("a", 3, 2)])))
+
+
+@pytest.mark.parametrize("load", ["optimizer", "dense"])
+def test_a_scheduler_drives_the_rates_after_a_resume(load):
+    # load_state_dict gives the dense optimizer new param group dicts: the scheduler must write those.
+    ebc = make(lr=0.1)
+    dense = torch.nn.Linear(2, 1)
+    sgd = torch.optim.SGD(dense.parameters(), lr=0.1)
+    opt = ebc.sparse_optimizer(sgd)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    if load == "optimizer":
+        opt.load_state_dict(opt.state_dict())
+    else:
+        sgd.load_state_dict(sgd.state_dict())
+    for i in range(1, 4):
+        dense(torch.ones(1, 2)).sum().backward()
+        opt.step()
+        sched.step()
+        assert sgd.param_groups[0]["lr"] == pytest.approx(0.1 * 0.5 ** i), i
+        for name in ("user", "item"):
+            assert ebc.learning_rate(name) == np.float32(0.1 * 0.5 ** i), (name, i)
+    assert opt.param_groups[0] is sgd.param_groups[0] and opt.state is sgd.state
