@@ -86,12 +86,9 @@ class Store {
   /// table 'user' rows 10 differs from the checkpoint's 20"; set learning rates after opening);
   /// open()'s and load()'s errors. The config and the rows come from one manifest: when a save
   /// replaces the checkpoint meanwhile, it starts over with the new one (as load does, up to 10
-  /// times).
+  /// times). It opens a single store (no communicator): the ranks of a world open with
+  /// open(config, comm), each with the config the checkpoint was saved with, then load(dir).
   static Result<std::unique_ptr<Store>> open_checkpoint(const std::string& dir, const ConfigOverrides& overrides = {});
-  /// One rank of a world (open(config, comm)) from a checkpoint of the same save on every rank.
-  static Result<std::unique_ptr<Store>> open_checkpoint(const std::string& dir,
-                                                        const std::shared_ptr<dispatch::Communicator>& comm,
-                                                        const ConfigOverrides& overrides = {});
 
   virtual ~Store() = default;
   Store(const Store&) = delete;
@@ -320,10 +317,6 @@ class Store {
   /// manifest only, so that the config and the rows come from one checkpoint: no retry with a
   /// newer one (open_checkpoint starts over instead).
   Status load_checkpoint(const std::string& dir, const std::string* manifest);
-  /// open_checkpoint, as a rank of the world of `*comm` when `comm` is not null.
-  static Result<std::unique_ptr<Store>> reopen(const std::string& dir,
-                                               const std::shared_ptr<dispatch::Communicator>* comm,
-                                               const ConfigOverrides& overrides);
 };
 
 /// The oracle: a deliberately simple implementation (plain loops over std::vector rows, no

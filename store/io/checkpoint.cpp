@@ -456,9 +456,7 @@ Result<StoreConfig> read_checkpoint_config(const std::string& dir) {
   return recorded_config(dir, text);
 }
 
-Result<std::unique_ptr<Store>> Store::reopen(const std::string& dir,
-                                             const std::shared_ptr<dispatch::Communicator>* comm,
-                                             const ConfigOverrides& overrides) {
+Result<std::unique_ptr<Store>> Store::open_checkpoint(const std::string& dir, const ConfigOverrides& overrides) {
   const std::string who = "open_checkpoint '" + dir + "'";
   const std::string manifest_path = join(dir, kManifest);
   for (int attempt = 1;; ++attempt) {
@@ -477,7 +475,7 @@ Result<std::unique_ptr<Store>> Store::reopen(const std::string& dir,
           " (overrides may change only what never changes results: threads, numa, numa_node, huge_pages, "
           "fake_numa_nodes, device, offload_gather, cache policy, lookahead, planner_partitions and transfer, "
           "and each table's cache; set learning rates after opening)");
-    Result<std::unique_ptr<Store>> store = comm ? Store::open(config, *comm) : Store::open(config);
+    Result<std::unique_ptr<Store>> store = Store::open(config);
     if (!store) return store.status().with_context(who);
     // The rows of the manifest the config came from, or none.
     const Status loaded = store.value()->load_checkpoint(dir, &text.value());
@@ -489,16 +487,6 @@ Result<std::unique_ptr<Store>> Store::reopen(const std::string& dir,
       return loaded.with_context(who + ": the checkpoint was replaced " + std::to_string(attempt) +
                                  " times while it was opened");
   }
-}
-
-Result<std::unique_ptr<Store>> Store::open_checkpoint(const std::string& dir, const ConfigOverrides& overrides) {
-  return reopen(dir, nullptr, overrides);
-}
-
-Result<std::unique_ptr<Store>> Store::open_checkpoint(const std::string& dir,
-                                                      const std::shared_ptr<dispatch::Communicator>& comm,
-                                                      const ConfigOverrides& overrides) {
-  return reopen(dir, &comm, overrides);
 }
 
 Status Store::read_rows(const std::string& table, std::int64_t row0, std::int64_t n, float* weights, float* state) {
