@@ -325,8 +325,4 @@ class Store {
 /// Same API, same results.
 Result<std::unique_ptr<Store>> open_reference_store(const StoreConfig& config);
 
-/// The config recorded in the checkpoint in `dir` (what Store::open_checkpoint opens), validated.
-/// FailedPrecondition for a checkpoint saved before manifests recorded it.
-Result<StoreConfig> read_checkpoint_config(const std::string& dir);
-
 }  // namespace strata

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -110,27 +111,33 @@ class PyStore {
     if (!overrides.is_none() && !py::isinstance<py::dict>(overrides))
       throw py::type_error("overrides is a " + type_name(overrides) +
                            " (expected None or a dict merged into the recorded config)");
+    // Merged into the config open_checkpoint passes in, on each of its attempts: a save that
+    // replaces the checkpoint meanwhile is opened with the overrides, not refused as one.
     ConfigOverrides edit;
-    StoreConfig wanted;
+    std::exception_ptr failed;  // the merge's Python error, raised once open_checkpoint returns
+    struct MergeFailed : std::exception {};
     if (!overrides.is_none()) {
-      Result<StoreConfig> recorded = Status::internal("unreachable");
-      {
-        py::gil_scoped_release nogil;
-        recorded = read_checkpoint_config(dir);
-      }
-      throw_if_error(recorded.status());
-      const py::module_ json = py::module_::import("json");
-      py::dict merged = json.attr("loads")(to_json(recorded.value()));
-      merge_overrides(merged, overrides, "overrides");
-      Result<StoreConfig> parsed = parse_store_config(json.attr("dumps")(merged).cast<std::string>());
-      throw_if_error(parsed.status().with_context("from_checkpoint: overrides"));
-      wanted = std::move(parsed).value();
-      edit = [&wanted](StoreConfig& c) { c = wanted; };
+      edit = [&overrides, &failed](StoreConfig& c) {
+        py::gil_scoped_acquire gil;
+        try {
+          const py::module_ json = py::module_::import("json");
+          py::dict merged = json.attr("loads")(to_json(c));
+          merge_overrides(merged, overrides, "overrides");
+          Result<StoreConfig> parsed = parse_store_config(json.attr("dumps")(merged).cast<std::string>());
+          throw_if_error(parsed.status().with_context("from_checkpoint: overrides"));
+          c = std::move(parsed).value();
+        } catch (...) {
+          failed = std::current_exception();
+          throw MergeFailed{};
+        }
+      };
     }
     Result<std::unique_ptr<Store>> s = Status::internal("unreachable");
-    {
+    try {
       py::gil_scoped_release nogil;
       s = Store::open_checkpoint(dir, edit);
+    } catch (const MergeFailed&) {
+      std::rethrow_exception(failed);
     }
     throw_if_error(s.status());
     return std::make_unique<PyStore>(std::move(s).value());

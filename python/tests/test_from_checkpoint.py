@@ -62,3 +62,27 @@ def test_overrides_that_change_results_are_refused(tmp_path):
         strata.Store.from_checkpoint(tmp_path, [1])
     with pytest.raises(ValueError, match="MANIFEST"):  # NotFound: no checkpoint there
         strata.Store.from_checkpoint(tmp_path / "none")
+
+
+def test_overrides_apply_to_the_save_that_replaced_the_checkpoint_meanwhile(tmp_path, monkeypatch):
+    # A save (of a changed rate and step) lands while from_checkpoint merges the overrides: it opens
+    # that save, with the overrides, rather than refusing the new rate as an override.
+    import json
+
+    cfg = config([table("user", 24, 4, mode="cached"), table("item", 16, 3, mode="cached")], "cached")
+    a, b = strata.Store(cfg), strata.Store(cfg)
+    a.save(tmp_path)
+    step(b, 0, np.random.default_rng(0))
+    b.set_learning_rate(0.5)
+    dumps, saved = json.dumps, []
+
+    def dumps_then_save(*args, **kwargs):
+        if not saved:
+            saved.append(b.save(tmp_path))
+        return dumps(*args, **kwargs)
+
+    monkeypatch.setattr(json, "dumps", dumps_then_save)
+    c = strata.Store.from_checkpoint(tmp_path, {"threads": 2, "tables": {"user": {"cache": {"rows": 20}}}})
+    assert saved and c.step == 1 and c.learning_rate("user") == 0.5
+    assert c.config["threads"] == 2 and c.config["tables"][0]["cache"]["rows"] == 20
+    assert_same(rows(b), rows(c))

@@ -451,11 +451,6 @@ Status Store::load_checkpoint(const std::string& dir, const std::string* manifes
   return Status::ok();
 }
 
-Result<StoreConfig> read_checkpoint_config(const std::string& dir) {
-  STRATA_ASSIGN_OR_RETURN(std::string text, detail::read_file(join(dir, kManifest)));
-  return recorded_config(dir, text);
-}
-
 Result<std::unique_ptr<Store>> Store::open_checkpoint(const std::string& dir, const ConfigOverrides& overrides) {
   const std::string who = "open_checkpoint '" + dir + "'";
   const std::string manifest_path = join(dir, kManifest);

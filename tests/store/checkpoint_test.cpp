@@ -260,7 +260,6 @@ TEST_F(Checkpoint, ReopenRefusesAnOldCheckpointAndOverridesThatChangeResults) {
   const auto placement = [](StoreConfig& c) { c.tables[0].placement = Placement::kOffload; };
   EXPECT_NE(Store::open_checkpoint(dir_.string(), placement).status().message().find("placement 'offload' differs"),
             std::string::npos);
-  EXPECT_EQ(read_checkpoint_config(dir_.string()).value().tables.size(), config_.tables.size());
 
   rewrite_manifest([](nlohmann::json& j) { j.erase("config"); });
   const Status old = Store::open_checkpoint(dir_.string()).status();
@@ -268,7 +267,6 @@ TEST_F(Checkpoint, ReopenRefusesAnOldCheckpointAndOverridesThatChangeResults) {
   EXPECT_NE(old.message().find("the manifest holds no store config, so the checkpoint cannot be reopened alone"),
             std::string::npos)
       << old.message();
-  EXPECT_EQ(read_checkpoint_config(dir_.string()).status().code(), StatusCode::kFailedPrecondition);
   auto b = Store::open(config_);
   ASSERT_TRUE((*b)->load(dir_).is_ok());
   EXPECT_TRUE(same_state(snapshot(**a), snapshot(**b)));
