@@ -622,18 +622,26 @@ class TableOptimizer(torch.optim.Optimizer):
         if not isinstance(state_dict, collections.abc.Mapping) or set(state_dict) != {"dense", "table_lr"}:
             raise ValueError("state_dict is not a TableOptimizer's (expected {'dense': ..., 'table_lr': {table: "
                              "rate}}, as state_dict() returns)")
+        # Everything checked first: a refused state_dict changes neither the dense state nor any rate.
         rates = state_dict["table_lr"]
-        unknown = sorted(set(rates) - {g["table"] for g in self.table_groups})
+        if not isinstance(rates, collections.abc.Mapping):
+            raise TypeError(f"state_dict['table_lr'] is a {type(rates).__name__} (expected a dict {{table: rate}}, "
+                            "as state_dict() returns)")
+        unknown = sorted(set(rates) - {g["table"] for g in self.table_groups}, key=str)
         if unknown:
             raise ValueError(f"state_dict has rates of tables {unknown} that the module does not have")
+        problems = []
+        held = {table: _float32_rate(lr, f"state_dict['table_lr'][{table!r}]", problems) for table, lr in rates.items()}
+        if problems:
+            raise ValueError("; ".join(problems))
         if (state_dict["dense"] is None) != (self.dense is None):
             raise ValueError("state_dict's dense optimizer state does not match this optimizer's (expected "
                              f"{'none' if self.dense is None else 'one'})")
         if self.dense is not None:
             self.dense.load_state_dict(state_dict["dense"])
         for g in self.table_groups:
-            if g["table"] in rates:
-                g["lr"] = rates[g["table"]]
+            if g["table"] in held:
+                g["lr"] = held[g["table"]]
 
 
 def _host_float32(t, what, problems):

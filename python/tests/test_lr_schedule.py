@@ -124,3 +124,23 @@ def test_a_scheduler_drives_the_rates_after_a_resume(load):
         for name in ("user", "item"):
             assert ebc.learning_rate(name) == np.float32(0.1 * 0.5 ** i), (name, i)
     assert opt.param_groups[0] is sgd.param_groups[0] and opt.state is sgd.state
+
+
+def test_a_bad_optimizer_state_dict_changes_nothing():
+    ebc = make(lr=0.1)
+    dense = torch.nn.Linear(2, 1)
+    sgd = torch.optim.SGD(dense.parameters(), lr=0.1)
+    opt = ebc.sparse_optimizer(sgd)
+    sd = opt.state_dict()
+    sd["dense"]["param_groups"][0]["lr"] = 0.7
+    key = r"state_dict\['table_lr'\]"
+    for rates, match in (({"user": 0.3, "item": -1.0}, key + r"\['item'\] -1.0 \(expected a finite number >= 0"),
+                         ({"user": 0.3, "item": "fast"}, key + r"\['item'\] is a str"),
+                         ([0.3, 0.3], key + r" is a list \(expected a dict")):
+        with pytest.raises((ValueError, TypeError), match=match):
+            opt.load_state_dict({"dense": sd["dense"], "table_lr": rates})
+        assert sgd.param_groups[0]["lr"] == 0.1  # the dense state is not loaded either
+        assert ebc.learning_rate("user") == np.float32(0.1) and ebc.learning_rate("item") == np.float32(0.1)
+    opt.load_state_dict({"dense": sd["dense"], "table_lr": {"user": 0.3, "item": 0.0}})
+    assert sgd.param_groups[0]["lr"] == 0.7 and ebc.learning_rate("user") == np.float32(0.3)
+    assert ebc.learning_rate("item") == 0.0
