@@ -126,6 +126,22 @@ def test_a_scheduler_drives_the_rates_after_a_resume(load):
     assert opt.param_groups[0] is sgd.param_groups[0] and opt.state is sgd.state
 
 
+def test_a_tiny_negative_rate_is_refused_not_taken_for_zero():
+    # -1e-50 narrows to float32's -0.0: refused as negative before narrowing, on every path.
+    ebc = make(lr=0.1)
+    with pytest.raises(ValueError, match=r"set_learning_rate: table 'user': learning_rate -1e-50 \(expected a finite "
+                                         r"number >= 0\)"):
+        ebc.set_learning_rate(-1e-50, "user")
+    with pytest.raises(ValueError, match=r"set_learning_rate: learning_rate -1e-50 \(expected a finite number >= 0\)"):
+        ebc.store.set_learning_rate(-1e-50)
+    assert ebc.learning_rate("user") == np.float32(0.1) and ebc.learning_rate("item") == np.float32(0.1)
+    with pytest.raises(RuntimeError, match="tables.user.learning_rate -1e-50 "):
+        ebc.load_state_dict(dict(ebc.state_dict(), **{"tables.user.learning_rate": -1e-50}))
+    for tiny in (-1e-50, 1e-50):  # in a config: a number float32 holds only as 0 is not that number
+        with pytest.raises(ValueError, match="learning_rate"):
+            strata.Store(config([table("user", 30, 4, lr=tiny)]))
+
+
 def test_a_bad_optimizer_state_dict_changes_nothing():
     ebc = make(lr=0.1)
     dense = torch.nn.Linear(2, 1)
