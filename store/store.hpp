@@ -300,7 +300,7 @@ class Store {
   Status import_npy(const std::string& table, const std::string& path);
 
  protected:
-  explicit Store(StoreConfig config) : config_(std::move(config)) {}
+  explicit Store(StoreConfig config) : config_(rates_held(std::move(config))) {}
   /// Table `table`'s learning rate in config_ changed to `learning_rate` (already checked): for
   /// implementations that keep a copy of the optimizer spec. Reading config_ at backward needs nothing.
   virtual void learning_rate_changed(int /*table*/, float /*learning_rate*/) {}
@@ -311,6 +311,8 @@ class Store {
   std::int64_t step_ = 0;
 
  private:
+  /// `config` with each table's rate as held (-0.0 as 0), as open keeps it (store/learning_rate.cpp).
+  static StoreConfig rates_held(StoreConfig config);
   /// Sets table `table`'s rate (already checked, and agreed on a world) on this rank alone.
   void apply_learning_rate(int table, float learning_rate);
   /// load(dir); with `manifest` (the MANIFEST text open_checkpoint read its config from), that

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "core/text.hpp"
 
 namespace strata::detail {
 namespace {
@@ -57,23 +57,6 @@ const char* const kPerRankCache[] = {"policy", "lookahead", "planner_partitions"
 const char* const kPerRankTable[] = {"cache"};
 
 }  // namespace
-
-// A float field is stored by to_json as the double of a float: it prints as that float.
-std::string number_text(double d) {
-  char buf[40];
-  const float f = static_cast<float>(d);
-  if (static_cast<double>(f) == d) {
-    for (int p = 1; p <= 9; ++p) {
-      std::snprintf(buf, sizeof(buf), "%.*g", p, static_cast<double>(f));
-      if (std::strtof(buf, nullptr) == f) return buf;
-    }
-  }
-  for (int p = 1; p <= 17; ++p) {
-    std::snprintf(buf, sizeof(buf), "%.*g", p, d);
-    if (std::strtod(buf, nullptr) == d) return buf;
-  }
-  return buf;
-}
 
 std::string shared_config(const StoreConfig& config) {
   json j = json::parse(to_json(config));

@@ -13,10 +13,6 @@
 
 namespace strata::detail {
 
-/// The shortest text that reads back as `d`; the double of a float prints as that float ("0.01",
-/// not "0.009999999776482582"). For messages that quote a value.
-std::string number_text(double d);
-
 /// The part of `config` that every rank must share, as canonical JSON text (keys sorted, no
 /// spaces): to_json(config) without the per-rank fields listed in Store::open's comment (threads,
 /// NUMA, huge pages, fake NUMA nodes, the device, offload_gather, the cache policy, lookahead and

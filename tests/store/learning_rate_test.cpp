@@ -280,6 +280,27 @@ TEST(LearningRateBadInput, RefusedNamingTableAndValueWithoutChange) {
   EXPECT_EQ(s.learning_rate(name).value(), 0.0f);
 }
 
+// A config's rate: -0.0 is held as 0 from open on (in the store and in the oracle), and a negative
+// one is refused quoting it as written ("-0.5", not std::to_string's "-0.500000").
+TEST(LearningRateBadInput, ConfigRateOfMinusZeroIsHeldAsZeroAndANegativeOneQuotedShortest) {
+  std::mt19937_64 rng(4);
+  StoreConfig c = random_config(rng, 2);
+  c.tables[0].spec.optimizer.learning_rate = -0.0f;
+  for (bool reference : {false, true}) {
+    auto s = reference ? open_reference_store(c) : Store::open(c);
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    const float lr = (*s)->learning_rate(c.tables[0].spec.name).value();
+    EXPECT_EQ(lr, 0.0f);
+    EXPECT_FALSE(std::signbit(lr)) << reference;
+    EXPECT_FALSE(std::signbit((*s)->config().tables[0].spec.optimizer.learning_rate)) << reference;
+  }
+  c.tables[0].spec.optimizer.learning_rate = -0.5f;
+  const Status bad = Store::open(c).status();
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("learning_rate -0.5 (expected a finite number >= 0"), std::string::npos)
+      << bad.message();
+}
+
 TEST(SetStepBadInput, RefusedNamingTheStepWithoutChange) {
   std::mt19937_64 rng(3);
   const StoreConfig c = random_config(rng, 2);
