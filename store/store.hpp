@@ -77,17 +77,17 @@ class Store {
   /// of that same manifest's rows, optimizer state, step and learning rates. It reads as, and
   /// continues training bit for bit as, the store that saved it. `overrides`, when given, edits the
   /// recorded config first, for what describes this machine or tunes speed and never changes
-  /// results: the fields that may differ per rank in open(config, comm) (threads, numa, numa_node,
-  /// huge_pages, fake_numa_nodes, the whole `device`, offload_gather, cache.policy,
-  /// cache.lookahead, cache.planner_partitions, cache.transfer and each table's `cache` size).
+  /// results: the fields that may differ per rank in open(config, comm) (listed there).
   /// Errors, with no store opened: FailedPrecondition for a checkpoint whose manifest holds no
   /// config (saved before manifests recorded it: open a store with its config and load() it);
   /// InvalidArgument for an override of any other field, naming it ("open_checkpoint 'ckpt':
   /// table 'user' rows 10 differs from the checkpoint's 20"; set learning rates after opening);
   /// open()'s and load()'s errors. The config and the rows come from one manifest: when a save
   /// replaces the checkpoint meanwhile, it starts over with the new one (as load does, up to 10
-  /// times). It opens a single store (no communicator): the ranks of a world open with
-  /// open(config, comm), each with the config the checkpoint was saved with, then load(dir).
+  /// times; when saves come faster than a store opens, it then gives up with load()'s error and
+  /// "the checkpoint was replaced 10 times while it was opened"). It opens a single store (no
+  /// communicator): the ranks of a world open with open(config, comm), each with the config the
+  /// checkpoint was saved with, then load(dir).
   static Result<std::unique_ptr<Store>> open_checkpoint(const std::string& dir, const ConfigOverrides& overrides = {});
 
   virtual ~Store() = default;

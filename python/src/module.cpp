@@ -520,10 +520,9 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
       .def_static("from_checkpoint", &PyStore::from_checkpoint, py::arg("dir"), py::arg("overrides") = py::none(),
                   "Opens a store from a checkpoint alone (Store::open_checkpoint): the config its manifest "
                   "recorded, with the rows, optimizer state, step and learning rates. `overrides` (a dict merged "
-                  "into that config: dicts key by key, 'tables' as {name: {...}}) may change what describes this "
-                  "machine or tunes speed and never changes results: threads, numa, numa_node, huge_pages, "
-                  "fake_numa_nodes, device, offload_gather, cache policy/lookahead/planner_partitions/transfer and "
-                  "each table's cache; any other change raises ValueError naming the field.")
+                  "into that config: dicts key by key, 'tables' as {name: {...}}) may change what may differ between "
+                  "ranks (what describes this machine or tunes speed and never changes results; the error of any "
+                  "other change lists it); any other change raises ValueError naming the field.")
       .def("__repr__", &PyStore::repr)
       .def("submit", &PyStore::submit, py::arg("batch_id"), py::arg("features"),
            "Validates and submits a batch (batch_id: an int) of features {table: {'keys', 'offsets' | 'lengths', "

@@ -58,6 +58,14 @@ const char* const kPerRankTable[] = {"cache"};
 
 }  // namespace
 
+std::string per_rank_fields() {
+  std::string text;
+  for (const char* k : kPerRank) text += std::string(text.empty() ? "" : ", ") + k;
+  for (const char* k : kPerRankCache) text += std::string(", cache.") + k;
+  for (const char* k : kPerRankTable) text += std::string(", each table's ") + k;
+  return text;
+}
+
 std::string shared_config(const StoreConfig& config) {
   json j = json::parse(to_json(config));
   for (const char* k : kPerRank) j.erase(k);

@@ -20,6 +20,10 @@ namespace strata::detail {
 /// added to to_json later is shared unless it is added to that list.
 std::string shared_config(const StoreConfig& config);
 
+/// The fields that shared_config leaves out (may differ per rank), for messages: "threads, numa,
+/// ..., cache.policy, ..., each table's cache".
+std::string per_rank_fields();
+
 /// The first field in which shared config `mine` differs from `rank0`'s, as "table 'user' rows
 /// 1000 differs from rank 0's 2000", or "" when they are the same. Both are shared_config texts.
 /// `whose` names the other config in the text (Store::open_checkpoint: "the checkpoint's"). The

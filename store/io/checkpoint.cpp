@@ -466,10 +466,8 @@ Result<std::unique_ptr<Store>> Store::open_checkpoint(const std::string& dir, co
                                                        detail::shared_config(recorded.value()), "the checkpoint's");
     if (!diff.empty())
       return Status::invalid_argument(
-          who + ": " + diff +
-          " (overrides may change only what never changes results: threads, numa, numa_node, huge_pages, "
-          "fake_numa_nodes, device, offload_gather, cache policy, lookahead, planner_partitions and transfer, "
-          "and each table's cache; set learning rates after opening)");
+          who + ": " + diff + " (overrides may change only what may differ per rank and never changes results: " +
+          detail::per_rank_fields() + "; set learning rates after opening)");
     Result<std::unique_ptr<Store>> store = Store::open(config);
     if (!store) return store.status().with_context(who);
     // The rows of the manifest the config came from, or none.

@@ -257,6 +257,13 @@ TEST_F(Checkpoint, ReopenRefusesAnOldCheckpointAndOverridesThatChangeResults) {
                                    " differs from the checkpoint's " + std::to_string(config_.tables[1].spec.rows)),
             std::string::npos)
       << changed.message();
+  // What may be overridden is what may differ per rank, listed from the one list (config_agreement.cpp).
+  EXPECT_NE(changed.message().find("(overrides may change only what may differ per rank and never changes results: "
+                                   "threads, numa, numa_node, huge_pages, fake_numa_nodes, device, offload_gather, "
+                                   "cache.policy, cache.lookahead, cache.planner_partitions, cache.transfer, each "
+                                   "table's cache; set learning rates after opening)"),
+            std::string::npos)
+      << changed.message();
   const auto placement = [](StoreConfig& c) { c.tables[0].placement = Placement::kOffload; };
   EXPECT_NE(Store::open_checkpoint(dir_.string(), placement).status().message().find("placement 'offload' differs"),
             std::string::npos);
