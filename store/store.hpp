@@ -279,7 +279,8 @@ class Store {
   /// with each table's learning rate: the checkpoint's rate replaces the store's, also when the
   /// store was opened with a new rate in its config (set_learning_rate after load to change it). A
   /// checkpoint saved before learning rates were recorded keeps the store's current ones; a build
-  /// from before then reads a newer checkpoint (same format version) but ignores its rates. On a
+  /// from before then reads a newer checkpoint (same format version) but ignores its rates, and a
+  /// build from before rates of 0 were allowed refuses a checkpoint holding one as corrupt. On a
   /// world, load is local like write_rows: give every rank a checkpoint of the same save, so that
   /// the ranks continue with the same rows, step and rates.
   /// Reads the manifest once, opens every file it names once, and verifies each file's size and

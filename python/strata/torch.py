@@ -541,8 +541,10 @@ class TableOptimizer(torch.optim.Optimizer):
     ``load_state_dict``), then one per table: ``{"params": [], "table": name, "lr": rate}``; a
     scheduler's write of a table group's ``"lr"`` sets the table's rate in the store (held as
     float32; 0 is a rate: ``CosineAnnealingLR(eta_min=0)`` ends at an update of zero). The tables' update itself is fused into backward, so ``step()`` and ``zero_grad()`` are
-    the dense optimizer's (nothing without one). ``state_dict()`` holds the dense optimizer's state
-    and the tables' rates."""
+    the dense optimizer's (nothing without one). ``state_dict()`` is this class's own format,
+    ``{"dense": the dense optimizer's state_dict() or None, "table_lr": {table: rate}}`` (not torch's
+    ``{"state", "param_groups"}``); ``load_state_dict`` takes only that. The table groups hold no
+    ``momentum`` or ``betas``: ``OneCycleLR`` and ``CyclicLR`` need ``cycle_momentum=False``."""
 
     def __init__(self, module, dense=None):
         if not isinstance(module, EmbeddingBagCollection):
