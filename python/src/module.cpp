@@ -315,12 +315,12 @@ class PyStore {
     // Python floats are doubles: a rate float32 cannot hold (1e-50 would read as 0, 1e39 as inf) is
     // refused here in the caller's words rather than by the store's check of the narrowed value. 0 is
     // a rate (an update of zero); negative and non-finite ones are refused by the store.
-    const std::string where = table.is_none() ? std::string() : "table '" + table.cast<std::string>() + "': ";
-    // The store's rule (check_rate), applied before narrowing: -1e-50 would narrow to -0.0, a rate.
-    if (rate < 0)
-      throw py::value_error("set_learning_rate: " + where + "learning_rate " +
-                            py::repr(py::float_(rate)).cast<std::string>() + " (expected a finite number >= 0)");
     const auto lr = static_cast<float>(rate);
+    // The store's rule (check_rate: >= 0) on the rate given: -1e-50 would narrow to -0.0, a rate.
+    if (rate < 0 && lr == 0)
+      throw py::value_error(
+          "set_learning_rate: " + (table.is_none() ? std::string() : "table '" + table.cast<std::string>() + "': ") +
+          "learning_rate " + py::repr(py::float_(rate)).cast<std::string>() + " (expected a finite number >= 0)");
     if (std::isfinite(rate) && rate > 0 && (lr == 0 || !std::isfinite(lr)))
       throw py::value_error("set_learning_rate: learning_rate " + py::repr(py::float_(rate)).cast<std::string>() +
                             (table.is_none() ? std::string() : " for table '" + table.cast<std::string>() + "'") +
