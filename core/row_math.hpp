@@ -112,7 +112,9 @@ inline OptimizerStep make_optimizer_step(const OptimizerSpec& spec, std::int64_t
   return s;
 }
 
-/// Applies one optimizer step to a row in place.
+/// Applies one optimizer step to a row in place. A learning rate of 0 leaves `w` as it is (its
+/// state still advances): w - 0 * g would turn a weight of -0.0 into +0.0 where g < 0 (and into
+/// NaN where g is not finite).
 ///   w     (dim)        the row's weights
 ///   state (state_dim)  its optimizer state (see optimizer_state_dim)
 ///   g     (dim)        the row's gradient, already summed over all its uses in the batch;
@@ -120,17 +122,19 @@ inline OptimizerStep make_optimizer_step(const OptimizerSpec& spec, std::int64_t
 STRATA_HD void apply_optimizer(const OptimizerStep& st, float* __restrict__ w, float* __restrict__ state,
                                float* __restrict__ g, std::int32_t dim) {
   const OptimizerSpec& o = st.spec;
+  const bool moves = o.learning_rate != 0.0f;
   if (o.weight_decay != 0.0f) {
     for (std::int32_t c = 0; c < dim; ++c) g[c] += o.weight_decay * w[c];
   }
   switch (o.kind) {
     case OptimizerKind::kSgd:
-      for (std::int32_t c = 0; c < dim; ++c) w[c] -= o.learning_rate * g[c];
+      if (moves)
+        for (std::int32_t c = 0; c < dim; ++c) w[c] -= o.learning_rate * g[c];
       break;
     case OptimizerKind::kAdagrad:
       for (std::int32_t c = 0; c < dim; ++c) {
         state[c] += g[c] * g[c];
-        w[c] -= o.learning_rate * g[c] / (std::sqrt(state[c]) + o.eps);
+        if (moves) w[c] -= o.learning_rate * g[c] / (std::sqrt(state[c]) + o.eps);
       }
       break;
     case OptimizerKind::kRowwiseAdagrad: {
@@ -138,7 +142,8 @@ STRATA_HD void apply_optimizer(const OptimizerStep& st, float* __restrict__ w, f
       for (std::int32_t c = 0; c < dim; ++c) sq += g[c] * g[c];
       state[0] += sq / static_cast<float>(dim);
       const float m = o.learning_rate / (std::sqrt(state[0]) + o.eps);
-      for (std::int32_t c = 0; c < dim; ++c) w[c] -= m * g[c];
+      if (moves)
+        for (std::int32_t c = 0; c < dim; ++c) w[c] -= m * g[c];
       break;
     }
     case OptimizerKind::kAdam: {
@@ -149,7 +154,7 @@ STRATA_HD void apply_optimizer(const OptimizerStep& st, float* __restrict__ w, f
         v[c] = o.beta2 * v[c] + (1.0f - o.beta2) * g[c] * g[c];
         const float mh = m[c] / st.bias1;
         const float vh = v[c] / st.bias2;
-        w[c] -= o.learning_rate * mh / (std::sqrt(vh) + o.eps);
+        if (moves) w[c] -= o.learning_rate * mh / (std::sqrt(vh) + o.eps);
       }
       break;
     }
