@@ -270,18 +270,55 @@ std::string check_broadcast_arguments(int size, const void* data, std::int64_t b
   return "";
 }
 
-std::string ready_space(const BufferSpace& space) {
-  if (!space.on_device()) return "";
-  if (!space.device->owns(space.stream)) {
-    return "device buffers ordered on " +
-           std::string(space.stream.device() ? "a stream of another device" : "an empty stream view") +
-           " (expected a stream of the buffers' device " + space.device->info().name + ")";
-  }
-  const Status s = space.device->synchronize(space.stream);
-  return s.is_ok() ? "" : "device " + space.device->info().name + " failed before the collective: " + s.to_string();
+std::string check_space(const BufferSpace& space) {
+  if (!space.on_device() || space.device->owns(space.stream)) return "";
+  return "device buffers ordered on " +
+         std::string(space.stream.device() ? "a stream of another device" : "an empty stream view") +
+         " (expected a stream of the buffers' device " + space.device->info().name + ")";
 }
 
-Status check_agreement(const std::vector<const CallInfo*>& calls) {
+Status ready_space(const BufferSpace& space) {
+  if (!space.on_device()) return Status::ok();
+  return space.device->synchronize(space.stream)
+      .with_context("device " + space.device->info().name + " failed before the collective");
+}
+
+void judge_space(CallInfo& info, const BufferSpace& space) {
+  if (info.arg_error.empty()) info.arg_error = check_space(space);
+  if (info.arg_error.empty()) info.device_error = ready_space(space);
+}
+
+Status status_of(StatusCode code, std::string msg) {
+  switch (code) {
+    case StatusCode::kInvalidArgument:
+      return Status::invalid_argument(std::move(msg));
+    case StatusCode::kNotFound:
+      return Status::not_found(std::move(msg));
+    case StatusCode::kOutOfRange:
+      return Status::out_of_range(std::move(msg));
+    case StatusCode::kFailedPrecondition:
+      return Status::failed_precondition(std::move(msg));
+    case StatusCode::kAlreadyExists:
+      return Status::already_exists(std::move(msg));
+    case StatusCode::kResourceExhausted:
+      return Status::resource_exhausted(std::move(msg));
+    case StatusCode::kDataLoss:
+      return Status::data_loss(std::move(msg));
+    case StatusCode::kIoError:
+      return Status::io_error(std::move(msg));
+    case StatusCode::kInternal:
+      return Status::internal(std::move(msg));
+    case StatusCode::kOk:
+    case StatusCode::kUnavailable:
+      break;
+  }
+  return Status::unavailable(std::move(msg));
+}
+
+namespace {
+
+// The breaking part of check_agreement: whether the ranks are in step and agree.
+Status agreement(const std::vector<const CallInfo*>& calls) {
   const int n = static_cast<int>(calls.size());
   STRATA_CHECK(n > 0);
   const CallInfo& first = *calls[0];
@@ -354,6 +391,28 @@ Status check_agreement(const std::vector<const CallInfo*>& calls) {
       return Status::ok();
   }
   return Status::internal(std::string("unknown collective ") + std::to_string(kinds[0]) + " in a call");
+}
+
+}  // namespace
+
+Verdict check_agreement(const std::vector<const CallInfo*>& calls) {
+  Status disagreement = agreement(calls);
+  if (!disagreement.is_ok()) return {std::move(disagreement), true};
+  // The ranks are in step and nothing moved: the devices that failed fail the call on every rank,
+  // in rank order (the first one's code), and the next call goes on as usual.
+  std::string failed;
+  StatusCode code = StatusCode::kOk;
+  for (int r = 0; r < static_cast<int>(calls.size()); ++r) {
+    const Status& e = calls[r]->device_error;
+    if (e.is_ok()) continue;
+    if (code == StatusCode::kOk) code = e.code();
+    failed += failed.empty() ? "" : "; ";
+    failed += "rank " + std::to_string(r) + ": " + e.message();
+  }
+  if (failed.empty()) return {};
+  return {status_of(code, std::string(collective_name(calls[0]->kind)) + ": " + failed +
+                              " (no data moved; the communicator stays usable)"),
+          false};
 }
 
 std::string rank_list(const std::vector<int>& ranks) {

@@ -219,5 +219,50 @@ TEST(CheckA2aArguments, OtherErrorsComeFirst) {
   EXPECT_EQ(check(c, buf.data(), buf.data()), "send_counts[1] = -1 is negative");
 }
 
+// check_agreement's verdict on device errors (CallInfo::device_error, a device that failed before
+// the collective): they fail the call without breaking the communicator, named in rank order
+// with the first one's code; any disagreement comes first and breaks it.
+std::vector<const CallInfo*> pointers(const std::vector<CallInfo>& calls) {
+  std::vector<const CallInfo*> p;
+  for (const CallInfo& c : calls) p.push_back(&c);
+  return p;
+}
+
+TEST(CheckAgreement, DeviceErrorsFailTheCallWithoutBreakingTheCommunicator) {
+  std::vector<CallInfo> calls(4);
+  for (CallInfo& c : calls) {
+    c.kind = Collective::kAllGather;
+    c.bytes = 8;
+  }
+  Verdict v = check_agreement(pointers(calls));
+  EXPECT_TRUE(v.status.is_ok()) << v.status.to_string();
+  EXPECT_FALSE(v.breaks);
+  calls[3].device_error = Status::internal("device emu3 failed before the collective: fault");
+  calls[1].device_error = Status::resource_exhausted("pinned staging of device buffers: full");
+  v = check_agreement(pointers(calls));
+  EXPECT_FALSE(v.breaks);
+  EXPECT_EQ(v.status.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(v.status.message(),
+            "all_gather: rank 1: pinned staging of device buffers: full; rank 3: device emu3 failed before the "
+            "collective: fault (no data moved; the communicator stays usable)");
+}
+
+TEST(CheckAgreement, ADisagreementBeatsDeviceErrorsAndBreaks) {
+  std::vector<CallInfo> calls(2);
+  for (CallInfo& c : calls) c.kind = Collective::kBroadcast;
+  calls[0].bytes = 8;
+  calls[1].bytes = 16;
+  calls[0].device_error = Status::internal("device emu0 failed before the collective: fault");
+  Verdict v = check_agreement(pointers(calls));
+  EXPECT_TRUE(v.breaks);
+  EXPECT_EQ(v.status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(v.status.message(), HasSubstr("ranks disagree on bytes"));
+  calls[1].bytes = 8;
+  calls[1].arg_error = "data is null but bytes = 8";
+  v = check_agreement(pointers(calls));
+  EXPECT_TRUE(v.breaks);
+  EXPECT_EQ(v.status.message(), "broadcast: invalid arguments: rank 1: data is null but bytes = 8");
+}
+
 }  // namespace
 }  // namespace strata::dispatch::detail
