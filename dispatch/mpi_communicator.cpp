@@ -78,7 +78,7 @@ struct WireHeader {
   std::int32_t root = 0;
   std::int32_t has_arg_error = 0;
   std::int32_t device_code = 0;  // the StatusCode of CallInfo::device_error, 0 (kOk) when none
-  char error[220] = {};          // the arg_error, else the device_error's message; NUL-terminated, truncated
+  char error[220] = {};          // detail::encode_failure()'s text
 };
 static_assert(sizeof(WireHeader) % sizeof(std::int64_t) == 0, "the counts after the header stay aligned");
 
@@ -87,12 +87,6 @@ struct WireFailure {
   std::int32_t code = 0;
   char message[508] = {};
 };
-
-void copy_text(char* dst, std::size_t cap, const std::string& s) {
-  const std::size_t n = std::min(cap - 1, s.size());
-  std::memcpy(dst, s.data(), n);
-  dst[n] = '\0';
-}
 
 // Polling backoff: spin briefly (low latency when peers are ready), then yield, then sleep, so
 // ranks oversubscribed on few cores (mpirun --oversubscribe) leave the CPU to the peers they wait for.
@@ -565,9 +559,7 @@ class MpiCommunicator final : public Communicator {
     h.type = static_cast<std::int32_t>(mine.type);
     h.op = static_cast<std::int32_t>(mine.op);
     h.root = mine.root;
-    h.has_arg_error = mine.arg_error.empty() ? 0 : 1;
-    h.device_code = static_cast<std::int32_t>(mine.device_error.code());
-    copy_text(h.error, sizeof(h.error), h.has_arg_error ? mine.arg_error : mine.device_error.message());
+    detail::encode_failure(mine, h.has_arg_error, h.device_code, h.error, sizeof(h.error));
     const bool with_counts = mine.kind == Collective::kAllToAllV && mine.arg_error.empty();
     std::size_t words = sizeof(WireHeader) / sizeof(std::int64_t);
     auto& out = buffers_.header_out;
@@ -596,13 +588,13 @@ class MpiCommunicator final : public Communicator {
     Status s = wait(ops, deadline, what, /*arrival=*/true);
     if (!s.is_ok()) return broken_.is_ok() ? fail(s, true) : s;
 
+    // Every call as it went on the wire, this rank's too (from the header just encoded), so every
+    // rank judges the same texts.
     all.assign(size_, CallInfo{});
-    all[rank_] = mine;
     for (int p = 0; p < size_; ++p) {
-      if (p == rank_) continue;
-      const auto& in = buffers_.header_in[p];
+      const std::int64_t* in = p == rank_ ? out.data() : buffers_.header_in[p].data();
       WireHeader ph;
-      std::memcpy(static_cast<void*>(&ph), in.data(), sizeof(ph));
+      std::memcpy(static_cast<void*>(&ph), in, sizeof(ph));
       if (ph.magic != kMagic) {
         return fail(Status::internal(std::string(what) + ": rank " + std::to_string(p) +
                                      " sent a message that is not a strata header (another program on this MPI "
@@ -616,16 +608,11 @@ class MpiCommunicator final : public Communicator {
       c.type = static_cast<DataType>(ph.type);
       c.op = static_cast<ReduceOp>(ph.op);
       c.root = ph.root;
-      ph.error[sizeof(ph.error) - 1] = '\0';
-      if (ph.has_arg_error) {
-        c.arg_error = ph.error[0] ? ph.error : "invalid arguments";
-      } else if (ph.device_code != 0) {
-        c.device_error = detail::status_of(static_cast<StatusCode>(ph.device_code), ph.error);
-      }
+      detail::decode_failure(ph.has_arg_error, ph.device_code, ph.error, sizeof(ph.error), c);
       if (c.kind == Collective::kAllToAllV && !ph.has_arg_error) {
         const std::size_t w = sizeof(WireHeader) / sizeof(std::int64_t);
-        c.send_counts = in.data() + w;
-        c.recv_counts = in.data() + w + size_;
+        c.send_counts = in + w;
+        c.recv_counts = in + w + size_;
       }
     }
     return Status::ok();
@@ -726,7 +713,7 @@ class MpiCommunicator final : public Communicator {
     broken_ = s;
     if (tell_peers && size_ > 1) {
       buffers_.failure.code = static_cast<std::int32_t>(s.code());
-      copy_text(buffers_.failure.message, sizeof(buffers_.failure.message), s.message());
+      detail::copy_text(buffers_.failure.message, sizeof(buffers_.failure.message), s.message());
       for (int p = 0; p < size_; ++p) {
         if (p == rank_) continue;
         MPI_Request r = MPI_REQUEST_NULL;

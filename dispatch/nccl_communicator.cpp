@@ -111,7 +111,7 @@ struct WireHeader {
   std::int64_t count = 0;
   std::int32_t has_arg_error = 0;
   std::int32_t device_code = 0;  // the StatusCode of CallInfo::device_error, 0 (kOk) when none
-  char error[216] = {};          // the arg_error, else the device_error's message
+  char error[216] = {};          // detail::encode_failure()'s text
 };
 static_assert(sizeof(WireHeader) % sizeof(std::int64_t) == 0, "the counts after the header stay aligned");
 
@@ -543,10 +543,7 @@ class NcclCommunicator final : public Communicator {
     h.root = mine.root;
     h.bytes = mine.bytes;
     h.count = mine.count;
-    h.has_arg_error = mine.arg_error.empty() ? 0 : 1;
-    h.device_code = static_cast<std::int32_t>(mine.device_error.code());
-    const std::string& text = h.has_arg_error ? mine.arg_error : mine.device_error.message();
-    std::memcpy(h.error, text.data(), std::min(sizeof(h.error) - 1, text.size()));
+    detail::encode_failure(mine, h.has_arg_error, h.device_code, h.error, sizeof(h.error));
     std::memset(host_mine, 0, header_bytes_);
     std::memcpy(host_mine, &h, sizeof(h));
     if (mine.kind == Collective::kAllToAllV && mine.arg_error.empty()) {
@@ -559,16 +556,13 @@ class NcclCommunicator final : public Communicator {
     STRATA_CUDA_TRY(cudaMemcpyAsync(host_all, header_all_.ptr, header_bytes_ * size_, cudaMemcpyDeviceToHost, stream_));
     STRATA_CUDA_TRY(cudaStreamSynchronize(stream_));
 
+    // Every call as it went on the wire, this rank's too (from the header just encoded), so every
+    // rank judges the same texts.
     all.assign(size_, CallInfo{});
     for (int r = 0; r < size_; ++r) {
-      if (r == rank_) {
-        all[r] = mine;
-        continue;
-      }
-      const char* at = host_all + header_bytes_ * r;
+      const char* at = r == rank_ ? host_mine : host_all + header_bytes_ * r;
       WireHeader ph;
       std::memcpy(static_cast<void*>(&ph), at, sizeof(ph));
-      ph.error[sizeof(ph.error) - 1] = '\0';
       CallInfo& c = all[r];
       c.kind = static_cast<Collective>(ph.kind);
       c.type = static_cast<DataType>(ph.type);
@@ -576,11 +570,7 @@ class NcclCommunicator final : public Communicator {
       c.root = ph.root;
       c.bytes = ph.bytes;
       c.count = ph.count;
-      if (ph.has_arg_error) {
-        c.arg_error = ph.error[0] ? ph.error : "invalid arguments";
-      } else if (ph.device_code != 0) {
-        c.device_error = detail::status_of(static_cast<StatusCode>(ph.device_code), ph.error);
-      }
+      detail::decode_failure(ph.has_arg_error, ph.device_code, ph.error, sizeof(ph.error), c);
       if (c.kind == Collective::kAllToAllV && !ph.has_arg_error) {
         c.send_counts = reinterpret_cast<const std::int64_t*>(at + sizeof(ph));
         c.recv_counts = c.send_counts + size_;
@@ -697,12 +687,6 @@ struct PlacementWire {
   std::int32_t pad = 0;
 };
 
-void copy_text(char* to, std::size_t capacity, const std::string& from) {
-  const std::size_t n = std::min(from.size(), capacity - 1);
-  std::memcpy(to, from.data(), n);
-  to[n] = '\0';
-}
-
 // The ranks of `over` (the bootstrap, or the new NCCL communicator itself) tell each other where
 // they run: a rank without a GPU (`device` failed) returns its reason, the others a
 // FailedPrecondition naming it; two ranks on one GPU (host and UUID): every rank
@@ -713,15 +697,15 @@ Status agree_on_placement(Communicator& over, const Result<int>& device, const c
   if (own.is_ok()) {
     Result<std::string> uuid = gpu_uuid(device.value());
     if (uuid.is_ok()) {
-      copy_text(mine.host, sizeof(mine.host), host_identity());
-      copy_text(mine.gpu, sizeof(mine.gpu), uuid.value());
+      detail::copy_text(mine.host, sizeof(mine.host), host_identity());
+      detail::copy_text(mine.gpu, sizeof(mine.gpu), uuid.value());
       mine.device = device.value();
     } else {
       own = uuid.status().with_context("nccl communicator: the UUID of device " + std::to_string(device.value()));
     }
   }
   if (!own.is_ok()) {
-    copy_text(mine.why, sizeof(mine.why), own.message());
+    detail::copy_text(mine.why, sizeof(mine.why), own.message());
     mine.why[0] = mine.why[0] ? mine.why[0] : '?';
   }
   const std::size_t size = static_cast<std::size_t>(over.size());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <type_traits>
@@ -313,6 +314,41 @@ Status status_of(StatusCode code, std::string msg) {
       break;
   }
   return Status::unavailable(std::move(msg));
+}
+
+void copy_text(char* dst, std::size_t cap, const std::string& text) noexcept {
+  static constexpr char kCut[] = "\u2026";  // "…", 3 bytes of UTF-8
+  std::size_t n = text.size();
+  const bool cut = n > cap - 1;
+  if (cut) {
+    n = cap - sizeof(kCut);  // room for the mark and the NUL
+    // Not inside a character: back to the start of the one the cut falls in.
+    while (n > 0 && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80) --n;
+    while (n > 0 && (text[n - 1] == ' ' || text[n - 1] == '(' || text[n - 1] == '[')) --n;
+  }
+  std::memcpy(dst, text.data(), n);
+  if (cut) {
+    std::memcpy(dst + n, kCut, sizeof(kCut));  // with its NUL
+  } else {
+    dst[n] = '\0';
+  }
+}
+
+void encode_failure(const CallInfo& info, std::int32_t& has_arg_error, std::int32_t& device_code, char* text,
+                    std::size_t cap) noexcept {
+  has_arg_error = info.arg_error.empty() ? 0 : 1;
+  device_code = has_arg_error ? 0 : static_cast<std::int32_t>(info.device_error.code());
+  copy_text(text, cap, has_arg_error ? info.arg_error : info.device_error.message());
+}
+
+void decode_failure(std::int32_t has_arg_error, std::int32_t device_code, const char* text, std::size_t cap,
+                    CallInfo& info) {
+  std::string s(text, std::find(text, text + cap, '\0'));
+  if (has_arg_error) {
+    info.arg_error = s.empty() ? "invalid arguments" : std::move(s);
+  } else if (device_code != 0) {
+    info.device_error = status_of(static_cast<StatusCode>(device_code), std::move(s));
+  }
 }
 
 namespace {

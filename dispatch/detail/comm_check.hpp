@@ -42,6 +42,22 @@ struct CallInfo {
   Status device_error;
 };
 
+/// Writes `text` into `dst` (`cap` >= 4 bytes), NUL-terminated: whole when it fits, else cut at a
+/// character boundary (UTF-8), without the spaces and opening brackets before the cut, and ended
+/// with "…", so that a cut text says so and never ends in a dangling "(".
+void copy_text(char* dst, std::size_t cap, const std::string& text) noexcept;
+
+/// The failure of a call as a header carries it between ranks: `has_arg_error` (1 when the
+/// arguments are invalid), `device_code` (the device_error's StatusCode, 0 when none) and `text`
+/// (`cap` bytes: the arg_error, else the device_error's message, through copy_text()).
+void encode_failure(const CallInfo& info, std::int32_t& has_arg_error, std::int32_t& device_code, char* text,
+                    std::size_t cap) noexcept;
+/// Sets the arg_error or device_error of `info` from fields encode_failure() wrote (`text`: `cap`
+/// bytes, read up to its NUL). Every rank judges every call decoded, its own too (from the header
+/// it just encoded), so the verdicts' texts are the same on every rank however long the errors.
+void decode_failure(std::int32_t has_arg_error, std::int32_t device_code, const char* text, std::size_t cap,
+                    CallInfo& info);
+
 /// Judges what one rank can judge alone (negative sizes, null buffers with non-zero sizes, a root
 /// or an enum value out of range); returns "" when fine, else the reason (without the kind).
 /// `send`/`recv`/`data` are the caller's pointers, never dereferenced: null-checked and, for

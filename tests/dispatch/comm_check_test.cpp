@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <new>
 #include <string>
@@ -262,6 +263,56 @@ TEST(CheckAgreement, ADisagreementBeatsDeviceErrorsAndBreaks) {
   v = check_agreement(pointers(calls));
   EXPECT_TRUE(v.breaks);
   EXPECT_EQ(v.status.message(), "broadcast: invalid arguments: rank 1: data is null but bytes = 8");
+}
+
+// What a header carries of a call's failure comes back as it went when it fits, else cut at a
+// character with "…" (never a dangling "(" or half a character), the same on every rank.
+CallInfo round_trip(const CallInfo& in) {
+  std::int32_t has_arg_error = -1, device_code = -1;
+  char text[32];
+  std::memset(text, '?', sizeof(text));
+  encode_failure(in, has_arg_error, device_code, text, sizeof(text));
+  CallInfo out;
+  decode_failure(has_arg_error, device_code, text, sizeof(text), out);
+  return out;
+}
+
+TEST(WireFailure, EncodeThenDecodeKeepsAShortFailure) {
+  CallInfo none;
+  CallInfo out = round_trip(none);
+  EXPECT_EQ(out.arg_error, "");
+  EXPECT_TRUE(out.device_error.is_ok());
+  CallInfo arg;
+  arg.arg_error = "bytes = -1 is negative";
+  arg.device_error = Status::internal("not sent with an argument error");
+  out = round_trip(arg);
+  EXPECT_EQ(out.arg_error, "bytes = -1 is negative");
+  EXPECT_TRUE(out.device_error.is_ok());
+  CallInfo dev;
+  dev.device_error = Status::data_loss("device lost rows");
+  out = round_trip(dev);
+  EXPECT_EQ(out.arg_error, "");
+  EXPECT_EQ(out.device_error.code(), StatusCode::kDataLoss);
+  EXPECT_EQ(out.device_error.message(), "device lost rows");
+}
+
+TEST(WireFailure, ALongTextIsCutWithAMark) {
+  char text[24];
+  copy_text(text, sizeof(text), "exactly twenty-three ch");  // fits: 23 bytes and the NUL
+  EXPECT_STREQ(text, "exactly twenty-three ch");
+  copy_text(text, sizeof(text), "the source must be (pinned)");
+  EXPECT_STREQ(text, "the source must be\u2026");  // no " (" dangling
+  copy_text(text, sizeof(text), "device 012345678901234567890");
+  EXPECT_STREQ(text, "device 0123456789012\u2026");
+  // Not inside a character: "é" is 2 bytes, and the cut at byte 20 would split the last one.
+  copy_text(text, sizeof(text), "abcdefghijklmnopqrs\u00e9\u00e9\u00e9");
+  EXPECT_STREQ(text, "abcdefghijklmnopqrs\u2026");
+  // Through a header's field of 32 bytes.
+  CallInfo in;
+  in.device_error = Status::io_error(std::string(100, 'x'));
+  const CallInfo out = round_trip(in);
+  EXPECT_EQ(out.device_error.code(), StatusCode::kIoError);
+  EXPECT_EQ(out.device_error.message(), std::string(28, 'x') + "\u2026");
 }
 
 }  // namespace
