@@ -702,7 +702,7 @@ class MpiCommunicator final : public Communicator {
     WireFailure f;
     STRATA_MPI_TRY(MPI_Recv(&f, sizeof(f), MPI_BYTE, st.MPI_SOURCE, kControlTag, comm_, MPI_STATUS_IGNORE));
     f.message[sizeof(f.message) - 1] = '\0';
-    return detail::status_of(static_cast<StatusCode>(f.code), "rank " + std::to_string(st.MPI_SOURCE) + " of " +
+    return Status::from_code(static_cast<StatusCode>(f.code), "rank " + std::to_string(st.MPI_SOURCE) + " of " +
                                                                   std::to_string(size_) + " failed: " + f.message);
   }
 

@@ -289,33 +289,6 @@ void judge_space(CallInfo& info, const BufferSpace& space) {
   if (info.arg_error.empty()) info.device_error = ready_space(space);
 }
 
-Status status_of(StatusCode code, std::string msg) {
-  switch (code) {
-    case StatusCode::kInvalidArgument:
-      return Status::invalid_argument(std::move(msg));
-    case StatusCode::kNotFound:
-      return Status::not_found(std::move(msg));
-    case StatusCode::kOutOfRange:
-      return Status::out_of_range(std::move(msg));
-    case StatusCode::kFailedPrecondition:
-      return Status::failed_precondition(std::move(msg));
-    case StatusCode::kAlreadyExists:
-      return Status::already_exists(std::move(msg));
-    case StatusCode::kResourceExhausted:
-      return Status::resource_exhausted(std::move(msg));
-    case StatusCode::kDataLoss:
-      return Status::data_loss(std::move(msg));
-    case StatusCode::kIoError:
-      return Status::io_error(std::move(msg));
-    case StatusCode::kInternal:
-      return Status::internal(std::move(msg));
-    case StatusCode::kOk:
-    case StatusCode::kUnavailable:
-      break;
-  }
-  return Status::unavailable(std::move(msg));
-}
-
 void copy_text(char* dst, std::size_t cap, const std::string& text) noexcept {
   static constexpr char kCut[] = "\u2026";  // "…", 3 bytes of UTF-8
   std::size_t n = text.size();
@@ -347,7 +320,7 @@ void decode_failure(std::int32_t has_arg_error, std::int32_t device_code, const 
   if (has_arg_error) {
     info.arg_error = s.empty() ? "invalid arguments" : std::move(s);
   } else if (device_code != 0) {
-    info.device_error = status_of(static_cast<StatusCode>(device_code), std::move(s));
+    info.device_error = Status::from_code(static_cast<StatusCode>(device_code), std::move(s));
   }
 }
 
@@ -446,8 +419,8 @@ Verdict check_agreement(const std::vector<const CallInfo*>& calls) {
     failed += "rank " + std::to_string(r) + ": " + e.message();
   }
   if (failed.empty()) return {};
-  return {status_of(code, std::string(collective_name(calls[0]->kind)) + ": " + failed +
-                              " (no data moved; the communicator stays usable)"),
+  return {Status::from_code(code, std::string(collective_name(calls[0]->kind)) + ": " + failed +
+                                      " (no data moved; the communicator stays usable)"),
           false};
 }
 

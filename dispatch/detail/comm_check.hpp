@@ -110,10 +110,6 @@ struct Verdict {
 /// verdict from the same calls.
 Verdict check_agreement(const std::vector<const CallInfo*>& calls);
 
-/// The Status with `code` and `msg` (kUnavailable for kOk or a value off the enum): a code that
-/// travelled between ranks as an integer.
-Status status_of(StatusCode code, std::string msg);
-
 /// "rank 3" or "ranks 2, 3" (at most 16 listed, then "and N more").
 std::string rank_list(const std::vector<int>& ranks);
 
