@@ -59,24 +59,34 @@ bool valid_type(DataType t) {
 }
 bool valid_op(ReduceOp op) { return op == ReduceOp::kSum || op == ReduceOp::kMin || op == ReduceOp::kMax; }
 
-// "ranks 0, 1, 3: 64; rank 2: 32": the ranks grouped by value, groups in order of first rank.
+// "ranks 0, 1, 3: 64; rank 2: 32": the ranks r with `listed(r)` (all when empty) grouped by
+// value, groups in order of first rank; at most 16 groups (rank_list's cap), then "and N more
+// ranks".
 template <class T>
 std::string grouped(const std::vector<T>& values, const std::function<std::string(const T&)>& show,
-                    const char* separator = ": ") {
-  std::vector<std::pair<T, std::vector<int>>> groups;
+                    const char* separator = ": ", const std::function<bool(int)>& listed = {}) {
+  constexpr std::size_t kMaxGroups = 16;
+  std::vector<std::pair<const T*, std::vector<int>>> groups;
   for (int r = 0; r < static_cast<int>(values.size()); ++r) {
-    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == values[r]; });
+    if (listed && !listed(r)) continue;
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return *g.first == values[r]; });
     if (it == groups.end()) {
-      groups.push_back({values[r], {r}});
+      groups.push_back({&values[r], {r}});
     } else {
       it->second.push_back(r);
     }
   }
   std::string out;
-  for (const auto& g : groups) {
+  std::size_t more = 0;
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    if (i >= kMaxGroups) {
+      more += groups[i].second.size();
+      continue;
+    }
     if (!out.empty()) out += "; ";
-    out += rank_list(g.second) + separator + show(g.first);
+    out += rank_list(groups[i].second) + separator + show(*groups[i].first);
   }
+  if (more) out += "; and " + std::to_string(more) + " more rank" + (more == 1 ? "" : "s");
   return out;
 }
 
@@ -408,17 +418,20 @@ Verdict check_agreement(const std::vector<const CallInfo*>& calls) {
   Status disagreement = agreement(calls);
   if (!disagreement.is_ok()) return {std::move(disagreement), true};
   // The ranks are in step and nothing moved: the devices that failed fail the call on every rank,
-  // in rank order (the first one's code), and the next call goes on as usual.
-  std::string failed;
+  // the ranks with one message named together (the first failed rank's code), and the next call
+  // goes on as usual.
+  const int n = static_cast<int>(calls.size());
+  std::vector<std::string> messages(n);
   StatusCode code = StatusCode::kOk;
-  for (int r = 0; r < static_cast<int>(calls.size()); ++r) {
+  for (int r = 0; r < n; ++r) {
     const Status& e = calls[r]->device_error;
     if (e.is_ok()) continue;
     if (code == StatusCode::kOk) code = e.code();
-    failed += failed.empty() ? "" : "; ";
-    failed += "rank " + std::to_string(r) + ": " + e.message();
+    messages[r] = e.message();
   }
-  if (failed.empty()) return {};
+  if (code == StatusCode::kOk) return {};
+  const std::string failed = grouped<std::string>(
+      messages, [](const std::string& m) { return m; }, ": ", [&](int r) { return !calls[r]->device_error.is_ok(); });
   return {Status::from_code(code, std::string(collective_name(calls[0]->kind)) + ": " + failed +
                                       " (no data moved; the communicator stays usable)"),
           false};

@@ -106,7 +106,8 @@ struct Verdict {
 /// breaking, FailedPrecondition when ranks called different collectives, InvalidArgument when a
 /// rank's arguments were invalid or ranks disagree on a size that must match; or, when the calls
 /// agree but some rank's device_error is set, that error (the code of the first such rank; the
-/// message names every such rank), not breaking. Deterministic: every rank computes the same
+/// message names the ranks by message, "ranks 0, 2: <message>; rank 5: <another>", at most 16
+/// messages and 16 ranks for each, then how many more), not breaking. Deterministic: every rank computes the same
 /// verdict from the same calls.
 Verdict check_agreement(const std::vector<const CallInfo*>& calls);
 

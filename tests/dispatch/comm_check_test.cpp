@@ -248,6 +248,24 @@ TEST(CheckAgreement, DeviceErrorsFailTheCallWithoutBreakingTheCommunicator) {
             "collective: fault (no data moved; the communicator stays usable)");
 }
 
+// Many failed ranks: one message for the ranks that share it, at most 16 messages and 16 ranks
+// each. Regression: every failed rank's message was appended, without bound.
+TEST(CheckAgreement, DeviceErrorsAreGroupedByMessageAndCapped) {
+  std::vector<CallInfo> calls(48);
+  for (CallInfo& c : calls) c.kind = Collective::kBarrier;
+  for (int r = 0; r < 20; ++r) calls[r].device_error = Status::internal("device emu failed: fault");
+  for (int r = 24; r < 44; ++r) calls[r].device_error = Status::unavailable("fault " + std::to_string(r));
+  const Verdict v = check_agreement(pointers(calls));
+  EXPECT_FALSE(v.breaks);
+  EXPECT_EQ(v.status.code(), StatusCode::kInternal);
+  std::string expected =
+      "barrier: ranks 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15 and 4 more: device emu "
+      "failed: fault";
+  for (int r = 24; r < 39; ++r) expected += "; rank " + std::to_string(r) + ": fault " + std::to_string(r);
+  expected += "; and 5 more ranks (no data moved; the communicator stays usable)";
+  EXPECT_EQ(v.status.message(), expected);
+}
+
 TEST(CheckAgreement, ADisagreementBeatsDeviceErrorsAndBreaks) {
   std::vector<CallInfo> calls(2);
   for (CallInfo& c : calls) c.kind = Collective::kBroadcast;
