@@ -61,7 +61,7 @@ py::object optional_name(py::handle table, const std::string& what) {
 // Merges the dict `overrides` into `base` (a config as json.loads reads to_json's text): dicts into
 // dicts key by key, "tables" ({name: {...}}) into the table of that name, any other value replaced.
 // `where` names the level for errors ("overrides", "overrides['device']").
-void merge_overrides(py::dict base, py::handle overrides, const std::string& where) {
+void merge_overrides(const py::dict& base, py::handle overrides, const std::string& where) {
   if (!py::isinstance<py::dict>(overrides))
     throw py::type_error(where + " is a " + type_name(overrides) + " (expected a dict)");
   for (auto item : py::reinterpret_borrow<py::dict>(overrides)) {
