@@ -72,22 +72,16 @@ class Store {
   static Result<std::unique_ptr<Store>> open(const StoreConfig& config,
                                              const std::shared_ptr<dispatch::Communicator>& comm);
 
-  /// Opens a store from a checkpoint alone: the config that save() recorded in its manifest (every
-  /// table with its placement, cache, sharding and optimizer; every store-wide setting), then load()
-  /// of that same manifest's rows, optimizer state, step and learning rates. It reads as, and
-  /// continues training bit for bit as, the store that saved it. `overrides`, when given, edits the
-  /// recorded config first, for what describes this machine or tunes speed and never changes
-  /// results: the fields that may differ per rank in open(config, comm) (listed there).
-  /// Errors, with no store opened: FailedPrecondition for a checkpoint whose manifest holds no
-  /// config (saved before manifests recorded it: open a store with its config and load() it);
-  /// InvalidArgument for an override of any other field, naming it ("open_checkpoint 'ckpt':
-  /// table 'user' rows 10 differs from the checkpoint's 20"; set learning rates after opening);
-  /// open()'s and load()'s errors. The config and the rows come from one manifest: when a save
-  /// replaces the checkpoint meanwhile, it starts over with the new one (as load does, up to 10
-  /// times; when saves come faster than a store opens, it then gives up with load()'s error and
-  /// "the checkpoint was replaced 10 times while it was opened"). It opens a single store (no
-  /// communicator): the ranks of a world open with open(config, comm), each with the config the
-  /// checkpoint was saved with, then load(dir).
+  /// Opens a store from a checkpoint alone: the config save() recorded in its manifest (tables,
+  /// placements, cache, sharding, optimizers, store-wide settings), then load() of that manifest's
+  /// rows, state, step and rates; it continues bit for bit as the store that saved it. `overrides`
+  /// edits the recorded config first, only in the fields that may differ per rank (open(config,
+  /// comm) lists them). Errors, nothing opened: FailedPrecondition for a manifest without a config
+  /// (saved before manifests recorded it: open with its config, then load()); InvalidArgument naming
+  /// another field overridden ("open_checkpoint 'ckpt': table 'user' rows 10 differs from the
+  /// checkpoint's 20"; rates: set_learning_rate after opening); open()'s and load()'s. A save that
+  /// replaces the checkpoint meanwhile makes it start over (10 times at most, then load()'s error).
+  /// One store, no communicator: a world's ranks open(config, comm) with the saved config, then load.
   static Result<std::unique_ptr<Store>> open_checkpoint(const std::string& dir, const ConfigOverrides& overrides = {});
 
   virtual ~Store() = default;
@@ -231,8 +225,7 @@ class Store {
   /// cached table reads from host memory when no backward was applied since the last flush, and
   /// fails with DataLoss (naming the steps lost) otherwise. Rows only: the rest of what the next
   /// backward reads is learning_rate() and step() (see set_step).
-  /// `state` holds optimizer_state_dim(kind, dim) floats per row (core/table_spec.hpp: 0 for sgd,
-  /// dim for adagrad, 1 for rowwise_adagrad, 2 * dim for adam).
+  /// `state` holds optimizer_state_dim(kind, dim) floats a row (core/table_spec.hpp; 0 for sgd).
   virtual Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) = 0;
   /// read_rows of the table named `table` (NotFound for an unknown name).
   Status read_rows(const std::string& table, std::int64_t row0, std::int64_t n, float* weights, float* state);
