@@ -3,6 +3,8 @@
 #include <cstring>
 #include <vector>
 
+#include "dispatch/detail/comm_check.hpp"
+
 namespace strata::dispatch {
 namespace {
 
@@ -11,7 +13,7 @@ struct Record {
   char op[24];
   std::int64_t a, b, c;
   std::int32_t code;  // StatusCode of the local result
-  char message[180];  // its first characters
+  char message[180];  // its first characters, marked when cut (detail::copy_text)
 };
 
 std::string describe(const Record& r) {
@@ -29,7 +31,7 @@ Status agree(Communicator& comm, const Step& step, const Status& local) {
   mine.b = step.b;
   mine.c = step.c;
   mine.code = static_cast<std::int32_t>(local.code());
-  std::strncpy(mine.message, local.message().c_str(), sizeof(mine.message) - 1);
+  detail::copy_text(mine.message, sizeof(mine.message), local.message());
   std::vector<Record> all(static_cast<std::size_t>(comm.size()));
   STRATA_RETURN_IF_ERROR(comm.all_gather(&mine, sizeof(Record), all.data()));
   // Disagreement on the step first: the results of different steps mean nothing together.

@@ -138,6 +138,27 @@ TEST(Agree, ThePeersGetTheFailedRanksCode) {
   }
 }
 
+// agree(): a failed rank's message longer than the record holds reaches its peers cut at a
+// character boundary and marked as cut ("\u2026"), not silently shortened.
+TEST(Agree, ALongMessageReachesThePeersMarkedAsCut) {
+  const std::string long_text = "table 'user': " + std::string(300, 'x') + " (expected y)";
+  auto comms = make_local_group(2).value();
+  std::vector<Status> got(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      got[r] = agree(*comms[r], Step{"load", 1, 0, 0}, r == 1 ? Status::io_error(long_text) : Status::ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(got[1].message(), long_text);
+  EXPECT_EQ(got[0].code(), StatusCode::kIoError);
+  const std::string& m = got[0].message();
+  EXPECT_NE(m.find("(rank 1: table 'user': xxx"), std::string::npos) << m;
+  EXPECT_NE(m.find("x\u2026)"), std::string::npos) << m;
+  EXPECT_EQ(m.find("(expected y)"), std::string::npos) << m;
+}
+
 // Destroying every communicator right after the last collective, in any order, is fine: a peer
 // still returning from that collective must not see the group as broken.
 TEST(LocalGroup, RanksMayCloseAsSoonAsTheirLastCallReturns) {
