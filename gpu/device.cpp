@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "gpu/grow_buffer.hpp"
+
 namespace strata::gpu {
 
 const char* to_string(Backend b) noexcept { return b == Backend::kCuda ? "cuda" : "emu"; }
@@ -47,6 +49,32 @@ ResourceCounts Device::resource_counts() const noexcept {
 
 std::size_t Device::bytes_in_use() const noexcept { return in_use_.load(); }
 std::size_t Device::peak_bytes() const noexcept { return peak_.load(); }
+
+void Device::with_scratch(StreamView s, std::size_t bytes, const std::function<void(void*)>& issue) {
+  if (bytes == 0) {
+    issue(nullptr);
+    return;
+  }
+  const std::lock_guard<std::mutex> lock(scratch_m_);
+  if (!scratch_used_) {
+    Result<Event> e = create_event();
+    if (e) scratch_used_ = std::move(e).value();
+  }
+  // Growing frees the old scratch first, which waits for the device's queued work (its last user's too).
+  if (!scratch_used_ || !grow_buffer(scratch_, bytes, *this).is_ok()) {
+    issue(nullptr);
+    return;
+  }
+  wait(s, scratch_used_.view());
+  issue(scratch_.data());
+  record(scratch_used_.view(), s);
+}
+
+void Device::free_scratch() noexcept {
+  const std::lock_guard<std::mutex> lock(scratch_m_);
+  scratch_ = DeviceBuffer();
+  scratch_used_ = Event();
+}
 
 void Device::release(void* p, std::size_t bytes) noexcept {
   do_deallocate(p, bytes);
