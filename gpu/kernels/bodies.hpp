@@ -215,24 +215,22 @@ STRATA_SIMT void segment_sum(const W& w, const UpdateFeatureArgs& f, std::int32_
       if (base + lane < p_hi) use_of(f, dim, base + lane, row[lane], scale[lane]);
     });
     const int n = p_hi - base < kWarp ? static_cast<int>(p_hi - base) : kWarp;
-    for (int u = 0; u < n; u += 4) {  // u + q < kWarp: a lane of the warp
-      std::int64_t r[4];
-      float s[4];
-      STRATA_UNROLL
-      for (int q = 0; q < 4; ++q) {
-        r[q] = w.read_lane(row, u + q);
-        s[q] = w.read_lane(scale, u + q);
-      }
+    for (int u = 0; u < n; u += 4) {  // u + 3 < kWarp: lanes of the warp
+      const std::int64_t r0 = w.read_lane(row, u), r1 = w.read_lane(row, u + 1), r2 = w.read_lane(row, u + 2),
+                         r3 = w.read_lane(row, u + 3);
+      const float s0 = w.read_lane(scale, u), s1 = w.read_lane(scale, u + 1), s2 = w.read_lane(scale, u + 2),
+                  s3 = w.read_lane(scale, u + 3);
+      const int m = n - u;  // uses of these four that are live (a prefix)
       w.lanes([&](int lane) {
         STRATA_UNROLL
         for (int k = 0; k < kColsPerLane; ++k) {
           const std::int32_t c = cb + k * kWarp + lane;
           if (c >= dim) break;
-          STRATA_UNROLL
-          for (int q = 0; q < 4; ++q) {
-            if (u + q >= n) break;
-            g[k][lane] += s[q] * f.grads[r[q] + c];
-          }
+          float x = g[k][lane] + s0 * f.grads[r0 + c];
+          if (m > 1) x += s1 * f.grads[r1 + c];
+          if (m > 2) x += s2 * f.grads[r2 + c];
+          if (m > 3) x += s3 * f.grads[r3 + c];
+          g[k][lane] = x;
         }
       });
     }
