@@ -385,7 +385,8 @@ class CudaDevice final : public Device {
 
   // The launches of a backward or gradient reduction with the device's scratch for their hot rows.
   void issue_updates(StreamView s, std::vector<kernels::UpdateArgs> launches,
-                     cudaError_t (*launcher)(const kernels::UpdateArgs&, cudaStream_t, const cuda_detail::KernelGrids&)) {
+                     cudaError_t (*launcher)(const kernels::UpdateArgs&, cudaStream_t,
+                                             const cuda_detail::KernelGrids&)) {
     with_scratch(s, static_cast<std::size_t>(kernels::partial_floats(launches)) * sizeof(float), [&](void* scratch) {
       kernels::with_partials(launches, static_cast<float*>(scratch));
       for (const auto& a : launches)

@@ -42,9 +42,7 @@ inline constexpr std::int64_t kHotUses = 2 * kGradSegment;
 /// floor(n / kGradSegment) + 1 further on (the second term grows by one or more per hot row).
 /// Needs only the row's first position, so the segment kernel and the row's work item agree
 /// without a prefix sum over the hot rows.
-STRATA_HD std::int64_t hot_first_partial(std::int64_t first) {
-  return first / kGradSegment + first / (kHotUses + 1);
-}
+STRATA_HD std::int64_t hot_first_partial(std::int64_t first) { return first / kGradSegment + first / (kHotUses + 1); }
 /// Partial sums a feature of `keys` key positions may need (0 when no row can be hot): one past
 /// the largest hot_first_partial(first) + segments - 1 of any hot row, so the segment kernel's
 /// items of the feature.
