@@ -1,9 +1,10 @@
 #pragma once
 // The CPU grid: runs launches of the shared kernels (gpu/kernels/bodies.hpp) on the host, the way
 // a GPU runs their grids (warps as oneTBB tasks, the lanes of a warp in turn, the kernels of one
-// launch one after the other, as on one stream). The `emu` backend runs its device operations through these, so every
-// test on a machine without a GPU executes the logic of the `cuda` backend's kernels. Each call blocks until the launch
-// is done and runs in the caller's tbb::task_arena.
+// launch one after the other, as on one stream). The `emu` backend runs its device operations
+// through these, so every test on a machine without a GPU executes the logic of the `cuda`
+// backend's kernels. Each call blocks until the launch is done and runs in the caller's
+// tbb::task_arena.
 
 #include "gpu/kernels/launch_args.hpp"
 

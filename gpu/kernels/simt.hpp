@@ -13,10 +13,10 @@
 //  - A value that must outlive one `lanes` call per lane is a `Reg<T>`, indexed by the lane: a
 //    register of each thread on the GPU, an array of 32 values on the CPU.
 //  - Cross-lane operations sit outside `lanes`: `w.read_lane(reg, l)` gives every lane the value
-//    lane l holds (__shfl_sync on the GPU; float or 64-bit integers); `w.read_group_lane(reg, u, width)` gives each
-//    lane the value that lane u of its group of `width` lanes holds (groups of consecutive lanes, width a power of two:
-//    __shfl_sync with a width); `w.max(reg)` gives every lane the largest value, `w.sum(reg)` the sum (integers: any
-//    order).
+//    lane l holds (__shfl_sync on the GPU; float or 64-bit integers); `w.read_group_lane(reg, u,
+//    width)` gives each lane the value that lane u of its group of `width` lanes holds (groups of
+//    consecutive lanes, width a power of two: __shfl_sync with a width); `w.max(reg)` gives every
+//    lane the largest value, `w.sum(reg)` the sum (integers: any order).
 // Lanes of one warp never race on the CPU (they run in turn), and warps only meet through what one
 // launch writes and a later launch on the same stream reads (the hot rows' partial sums), so a
 // body that is correct here is correct in both.
