@@ -294,9 +294,9 @@ class Device {
   /// The reduction half of backward_update: the first sums.dim floats of record unique_slots[u] of
   /// `sums` = the summed gradient of unique row u of each feature, in backward_update's order and
   /// arithmetic (so the bits of host/kernels.hpp's reduce_unique_grads). The features' `step` and
-  /// hot lists are unused (hot rows take scratch as there); `sums` is typically (num_unique, dim) with unique_slots
-  /// 0..num_unique-1, and has no overflow region (a programmer error). Where the rows live elsewhere (dispatch sends
-  /// the sums to the ranks that hold them).
+  /// hot lists are unused (hot rows take scratch as there); `sums` is typically (num_unique, dim)
+  /// with unique_slots 0..num_unique-1, and has no overflow region (a programmer error).
+  /// Where the rows live elsewhere (dispatch sends the sums to the ranks that hold them).
   void reduce_grads(StreamView s, SlotPool sums, const std::vector<UpdateFeature>& features);
   /// record of slot slots[i] = the dim + state_dim floats at rows[i], read by the device from host
   /// memory (zero-copy: rows are device_address()es of pinned host records). slots, rows (n)

@@ -729,9 +729,10 @@ class EmuDevice final : public Device {
                       std::vector<kernels::UpdateArgs>& launches, void* scratch) {
     kernels::with_partials(launches, emu_untag(static_cast<float*>(scratch)));
     kernel(s, [this, features, launches] {
-      // A hot list must hold exactly the rows used more than kHotUses times, ascending: the warp
-      // kernel skips every such row, so a row missing from it would not be updated at all. The
-      // lists are device data (uploaded on the stream), so they are checked here, when they are.
+      // A hot list must hold exactly the rows used more than kHotUses times, ascending: the segment
+      // kernel finds a hot row's segments in it, so a row missing from it would be updated from
+      // partial sums nobody wrote. The lists are device data (uploaded on the stream), so they are
+      // checked here, when they are.
       for (std::size_t i = 0; i < features.size(); ++i) {
         const Status bad = check_hot_list(features[i]);
         if (!bad.is_ok()) {

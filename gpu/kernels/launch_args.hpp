@@ -36,7 +36,7 @@ inline constexpr int kMaxHostParts = 64;
 inline constexpr std::int64_t kHotUses = 2 * kGradSegment;
 
 /// Partial sum (of a launch's feature) of segment 0 of a hot row whose uses start at key position
-/// `first`; segment k's is the next but k. Distinct segments of distinct hot rows get distinct
+/// `first`; segment k's is that plus k. Distinct segments of distinct hot rows get distinct
 /// partials: a hot row of n > kHotUses uses from `first` takes ceil(n / kGradSegment) of them, and
 /// the next row starts at first + n or later, whose first partial is at least
 /// floor(n / kGradSegment) + 1 further on (the second term grows by one or more per hot row).

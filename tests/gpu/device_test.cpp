@@ -281,8 +281,8 @@ TEST_P(DeviceTest, GatherPoolAndBackwardMatchHostKernelsBitForBit) {
 
 // A slot pool with an overflow region (SlotPool::overflow: slot s >= slots is its record s - slots)
 // behaves as one pool holding all the records: the gather (with weights, empty bags, two hot rows
-// used more than kHotUses times, one of them in the overflow region), the fused update (warp and
-// block kernels) and the record moves give the same bits as on a whole pool of the same records.
+// used more than kHotUses times, one of them in the overflow region), the fused update (segment
+// and row kernels) and the record moves give the same bits as on a whole pool of the same records.
 TEST_P(DeviceTest, OverflowSlotsActAsSlotsOfOnePool) {
   auto s = dev_->create_stream().value();
   std::mt19937_64 rng(11);
@@ -439,7 +439,7 @@ TEST_P(DeviceTest, TakeAndPutColumnsMoveSlicesOfRows) {
 }
 
 // reduce_grads gives the bits of the host's reduce_unique_grads: every pooling, weights, rows used
-// more often than kHotUses (which backward_update hands to its block kernel), several features.
+// more often than kHotUses (summed segment by segment into partials first), several features.
 TEST_P(DeviceTest, ReduceGradsMatchHostReduceUniqueGradsBitForBit) {
   auto s = dev_->create_stream().value();
   std::mt19937_64 rng(11);
@@ -640,6 +640,7 @@ TEST_P(DeviceTest, HotRowsUsedThousandsOfTimesMatchHostKernelsBitForBit) {
       const std::int32_t sd = optimizer_state_dim(opt.kind, dim);
       const PoolFixture host = make_pool_data(dim, sd, kHotSlots, rng());
       std::vector<HotFeature> hf;
+      hf.reserve(3);
       for (int f = 0; f < 3; ++f) hf.push_back(make_hot_feature(rng, f, pooling, dim));
       for (const HotFeature& h : hf) {
         std::int64_t most = 0;
@@ -717,6 +718,7 @@ TEST_P(DeviceTest, HotRowsWithoutRoomForScratchKeepTheirBits) {
   const std::int32_t sd = optimizer_state_dim(opt.kind, dim);
   const PoolFixture host = make_pool_data(dim, sd, kHotSlots, rng());
   std::vector<HotFeature> hf;
+  hf.reserve(3);
   for (int f = 0; f < 3; ++f) hf.push_back(make_hot_feature(rng, f, pooling, dim));
   const HotOnDevice d = hot_on_device(hf, pooling, opt, true, up);
   std::vector<float> want = host_backward(host, hf, d.uf, pooling);
