@@ -9,6 +9,17 @@ namespace strata::gpu {
 const char* to_string(Backend b) noexcept { return b == Backend::kCuda ? "cuda" : "emu"; }
 
 Result<DeviceBuffer> Device::allocate(std::size_t bytes) {
+  Result<DeviceBuffer> b = allocate_once(bytes);
+  if (b || b.status().code() != StatusCode::kResourceExhausted) return b;
+  // The scratch yields, unless a with_scratch call holds it (or this is its own growth).
+  std::unique_lock<std::mutex> lock(scratch_m_, std::try_to_lock);
+  if (!lock.owns_lock() || scratch_.bytes() == 0) return b;
+  scratch_ = DeviceBuffer();
+  lock.unlock();
+  return allocate_once(bytes);
+}
+
+Result<DeviceBuffer> Device::allocate_once(std::size_t bytes) {
   if (bytes == 0) return DeviceBuffer();
   std::size_t used = in_use_.load();
   do {

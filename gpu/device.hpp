@@ -185,6 +185,8 @@ class Device {
 
   // ---- memory ----
   /// Device memory; ResourceExhausted (naming the request and what is free) past the capacity.
+  /// The scratch of the hot rows (backward_update) never stands in the way: a request that does
+  /// not fit frees it (after the work queued so far, as every free) and is tried again.
   Result<DeviceBuffer> allocate(std::size_t bytes);
   /// Pinned host memory for staging.
   Result<PinnedBuffer> allocate_pinned(std::size_t bytes);
@@ -328,8 +330,8 @@ class Device {
   /// Calls `issue` with the device's scratch, at least `bytes` of device memory, for what it
   /// issues to `s`; with nullptr when `bytes` is 0 or the scratch cannot grow that far (the
   /// operation then issues without it). The scratch grows as gpu/grow_buffer.hpp does and is kept,
-  /// so a steady run allocates nothing. Calls are serialized, and the work `issue` queues on `s`
-  /// waits for the last call's (an event), whichever stream that was on.
+  /// so a steady run allocates nothing, until an allocation needs its room (allocate). Calls are serialized, and the
+  /// work `issue` queues on `s` waits for the last call's (an event), whichever stream that was on.
   void with_scratch(StreamView s, std::size_t bytes, const std::function<void(void*)>& issue);
   /// Frees the scratch: the first thing a backend's destructor does (the free needs the backend).
   void free_scratch() noexcept;
@@ -364,6 +366,7 @@ class Device {
   friend class detail::Buffer;
   void release(void* p, std::size_t bytes) noexcept;
   void release_pinned(void* p, std::size_t bytes) noexcept;
+  Result<DeviceBuffer> allocate_once(std::size_t bytes);
 
   DeviceInfo info_;
   LinkCounters counters_;

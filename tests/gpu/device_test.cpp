@@ -704,8 +704,9 @@ TEST_P(DeviceTest, HotRowsUsedThousandsOfTimesMatchHostKernelsBitForBit) {
 }
 
 // Without room for the partials' scratch the hot rows are summed by a warp each: the same bits,
-// and nothing allocated; with room again, the next call takes the scratch.
-TEST_P(DeviceTest, HotRowsWithoutRoomForScratchKeepTheirBits) {
+// and nothing allocated; with room again, the next call takes the scratch, which gives way to an
+// allocation that does not fit beside it.
+TEST_P(DeviceTest, HotRowsWithoutRoomForScratchKeepTheirBitsAndTheScratchGivesWay) {
   if (GetParam() == Kind::kCuda) GTEST_SKIP() << "fills the emulated device";
   auto s = dev_->create_stream().value();
   const auto up = [&](const auto& v) { return upload(v, s.view()); };
@@ -744,6 +745,9 @@ TEST_P(DeviceTest, HotRowsWithoutRoomForScratchKeepTheirBits) {
   dev_->backward_update(s.view(), pool2, d.uf);
   EXPECT_EQ(download<float>(again, want.size(), s.view()), want);
   EXPECT_GE(dev_->bytes_in_use(), before + scratch) << "the scratch";
+  auto beside = dev_->allocate(dev_->info().capacity - before);  // fits only where the scratch was
+  ASSERT_TRUE(beside.is_ok()) << beside.status().to_string();
+  EXPECT_EQ(dev_->bytes_in_use(), dev_->info().capacity);
   EXPECT_TRUE(dev_->status().is_ok()) << dev_->status().to_string();
 }
 
