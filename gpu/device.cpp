@@ -8,10 +8,16 @@ namespace strata::gpu {
 
 const char* to_string(Backend b) noexcept { return b == Backend::kCuda ? "cuda" : "emu"; }
 
+namespace {
+// The device whose with_scratch call this thread is in (its scratch_m_ is held here), if any.
+thread_local const Device* t_in_scratch = nullptr;
+}  // namespace
+
 Result<DeviceBuffer> Device::allocate(std::size_t bytes) {
   Result<DeviceBuffer> b = allocate_once(bytes);
   if (b || b.status().code() != StatusCode::kResourceExhausted) return b;
-  // The scratch yields, unless a with_scratch call holds it (or this is its own growth).
+  // The scratch yields, unless a with_scratch call holds it (this thread's: the scratch's own growth).
+  if (t_in_scratch == this) return b;
   std::unique_lock<std::mutex> lock(scratch_m_, std::try_to_lock);
   if (!lock.owns_lock() || scratch_.bytes() == 0) return b;
   scratch_ = DeviceBuffer();
@@ -67,6 +73,10 @@ void Device::with_scratch(StreamView s, std::size_t bytes, const std::function<v
     return;
   }
   const std::lock_guard<std::mutex> lock(scratch_m_);
+  struct InScratch {
+    explicit InScratch(const Device* d) noexcept { t_in_scratch = d; }
+    ~InScratch() { t_in_scratch = nullptr; }
+  } in_scratch(this);
   if (!scratch_used_) {
     Result<Event> e = create_event();
     if (e) scratch_used_ = std::move(e).value();
