@@ -2,11 +2,30 @@
 
 #include <string>
 
+#include "gpu/grow_buffer.hpp"
+
 namespace strata::gpu {
 
 const char* to_string(Backend b) noexcept { return b == Backend::kCuda ? "cuda" : "emu"; }
 
+namespace {
+// The device whose with_scratch call this thread is in (its scratch_m_ is held here), if any.
+thread_local const Device* t_in_scratch = nullptr;
+}  // namespace
+
 Result<DeviceBuffer> Device::allocate(std::size_t bytes) {
+  Result<DeviceBuffer> b = allocate_once(bytes);
+  if (b || b.status().code() != StatusCode::kResourceExhausted) return b;
+  // The scratch yields, unless a with_scratch call holds it (this thread's: the scratch's own growth).
+  if (t_in_scratch == this) return b;
+  std::unique_lock<std::mutex> lock(scratch_m_, std::try_to_lock);
+  if (!lock.owns_lock() || scratch_.bytes() == 0) return b;
+  scratch_ = DeviceBuffer();
+  lock.unlock();
+  return allocate_once(bytes);
+}
+
+Result<DeviceBuffer> Device::allocate_once(std::size_t bytes) {
   if (bytes == 0) return DeviceBuffer();
   std::size_t used = in_use_.load();
   do {
@@ -47,6 +66,36 @@ ResourceCounts Device::resource_counts() const noexcept {
 
 std::size_t Device::bytes_in_use() const noexcept { return in_use_.load(); }
 std::size_t Device::peak_bytes() const noexcept { return peak_.load(); }
+
+void Device::with_scratch(StreamView s, std::size_t bytes, const std::function<void(void*)>& issue) {
+  if (bytes == 0) {
+    issue(nullptr);
+    return;
+  }
+  const std::lock_guard<std::mutex> lock(scratch_m_);
+  struct InScratch {
+    explicit InScratch(const Device* d) noexcept { t_in_scratch = d; }
+    ~InScratch() { t_in_scratch = nullptr; }
+  } in_scratch(this);
+  if (!scratch_used_) {
+    Result<Event> e = create_event();
+    if (e) scratch_used_ = std::move(e).value();
+  }
+  // Growing frees the old scratch first, which waits for the device's queued work (its last user's too).
+  if (!scratch_used_ || !grow_buffer(scratch_, bytes, *this).is_ok()) {
+    issue(nullptr);
+    return;
+  }
+  wait(s, scratch_used_.view());
+  issue(scratch_.data());
+  record(scratch_used_.view(), s);
+}
+
+void Device::free_scratch() noexcept {
+  const std::lock_guard<std::mutex> lock(scratch_m_);
+  scratch_ = DeviceBuffer();
+  scratch_used_ = Event();
+}
 
 void Device::release(void* p, std::size_t bytes) noexcept {
   do_deallocate(p, bytes);

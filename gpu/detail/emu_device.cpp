@@ -435,6 +435,7 @@ class EmuDevice final : public Device {
     (void)emu_memory();  // constructed before this device, so destroyed after it
   }
   ~EmuDevice() override {
+    free_scratch();
     default_stream_.reset();  // runs what is still queued there, which may read the blocks below
     for (const Parked& b : parked_) {
       if (b.pinned) {
@@ -719,10 +720,19 @@ class EmuDevice final : public Device {
     const EmuScope scope(id_);
     std::vector<UpdateFeature> features = device_features;
     if (!to_host("backward_update", pool, features)) return;
-    kernel(s, [this, features, launches = kernels::update_launches(pool, features)] {
-      // A hot list must hold exactly the rows used more than kHotUses times, ascending: the warp
-      // kernel skips every such row, so a row missing from it would not be updated at all. The
-      // lists are device data (uploaded on the stream), so they are checked here, when they are.
+    std::vector<kernels::UpdateArgs> launches = kernels::update_launches(pool, features);
+    with_scratch(s, static_cast<std::size_t>(kernels::partial_floats(launches)) * sizeof(float),
+                 [&](void* scratch) { issue_backward(s, features, launches, scratch); });
+  }
+
+  void issue_backward(StreamView s, const std::vector<UpdateFeature>& features,
+                      std::vector<kernels::UpdateArgs>& launches, void* scratch) {
+    kernels::with_partials(launches, emu_untag(static_cast<float*>(scratch)));
+    kernel(s, [this, features, launches] {
+      // A hot list must hold exactly the rows used more than kHotUses times, ascending: the segment
+      // kernel finds a hot row's segments in it, so a row missing from it would be updated from
+      // partial sums nobody wrote. The lists are device data (uploaded on the stream), so they are
+      // checked here, when they are.
       for (std::size_t i = 0; i < features.size(); ++i) {
         const Status bad = check_hot_list(features[i]);
         if (!bad.is_ok()) {
@@ -786,8 +796,12 @@ class EmuDevice final : public Device {
     const EmuScope scope(id_);
     std::vector<UpdateFeature> features = device_features;
     if (!to_host("reduce_grads", sums, features)) return;
-    kernel(s, [launches = kernels::update_launches(sums, features)] {
-      for (const auto& a : launches) kernels::run_reduce(a);
+    std::vector<kernels::UpdateArgs> launches = kernels::update_launches(sums, features);
+    with_scratch(s, static_cast<std::size_t>(kernels::partial_floats(launches)) * sizeof(float), [&](void* scratch) {
+      kernels::with_partials(launches, emu_untag(static_cast<float*>(scratch)));
+      kernel(s, [launches] {
+        for (const auto& a : launches) kernels::run_reduce(a);
+      });
     });
   }
 

@@ -1,9 +1,9 @@
 // Hot rows and small rows in every placement, bit for bit against the reference: a one-row table
-// that every bag uses (a row used more often than kHotUses, so the device kernels reduce it with a
-// block, segment by segment), zipf keys (hot rows of every size), and small dims (several bags per
-// warp in the gather). With the emu backend this runs the cuda backend's kernel source on the CPU
-// grid; with a GPU, the kernels themselves. The `tiny` cases give cached tables caches of 1 or 2
-// rows, so hot rows too are read and updated outside the cache (bypass).
+// that every bag uses (a row used more often than kHotUses, so the device kernels sum it segment by
+// segment into partial sums and add them in segment order), zipf keys (hot rows of every size),
+// and small dims (several bags per warp in the gather). With the emu backend this runs the cuda backend's kernel source
+// on the CPU grid; with a GPU, the kernels themselves. The `tiny` cases give cached tables caches of 1 or 2 rows, so
+// hot rows too are read and updated outside the cache (bypass).
 
 #include <gtest/gtest.h>
 
@@ -29,6 +29,7 @@ struct HotCase {
   std::int32_t dim;
   bool cuda;
   bool tiny = false;  ///< caches of 1 or 2 rows; "one" has two rows, both hot, one bypasses the cache
+  bool many = false;  ///< batches of 5000 to 6000 bags: the hot rows are used thousands of times
 };
 
 // Zipf(s) over [0, n) by inverse CDF.
@@ -117,9 +118,10 @@ TEST_P(HotRows, EqualTheReferenceBitForBit) {
   const int steps = 3;
   std::vector<KeyBatch> batches;
   for (int i = 0; i < steps; ++i)
-    batches.push_back(hot_batch(rng, config, 400 + static_cast<std::int64_t>(rng() % 200)));
-  // The one-row table's row is used more often than the block kernel's threshold in every batch.
-  for (const auto& kb : batches) ASSERT_GT(kb.features[0].num_keys(), gpu::kernels::kHotUses);
+    batches.push_back(hot_batch(rng, config, (c.many ? 5000 : 400) + static_cast<std::int64_t>(rng() % 200)));
+  // The one-row table's row is hot in every batch (used thousands of times in the `many` cases).
+  for (const auto& kb : batches)
+    ASSERT_GT(kb.features[0].num_keys(), c.many ? std::int64_t{5000} : gpu::kernels::kHotUses);
   for (auto& t : config.tables) {
     if (t.placement != Placement::kCached && t.placement != Placement::kHybrid) continue;
     std::int64_t max_unique = 1;
@@ -148,7 +150,7 @@ TEST_P(HotRows, EqualTheReferenceBitForBit) {
   EXPECT_TRUE(same_state(snapshot(**dev), snapshot(**ref)));
   if (c.tiny) {
     // Both rows of "one" are used more than kHotUses times in every batch; its cache holds one, the
-    // other is reduced by a block outside the cache.
+    // other is summed segment by segment outside the cache.
     for (const auto& kb : batches)
       for (const Key row : {Key{0}, Key{1}}) {
         const auto& keys = kb.features[0].keys;
@@ -169,13 +171,17 @@ std::vector<HotCase> hot_cases() {
   for (bool cuda : {false, true})
     for (Placement p : {Placement::kCached, Placement::kHybrid})
       for (std::int32_t dim : {4, 48, 160}) v.push_back({p, dim, cuda, true});
+  for (bool cuda : {false, true})
+    for (Placement p : {Placement::kCpu, Placement::kCached, Placement::kGpu})
+      for (std::int32_t dim : {16, 160}) v.push_back({p, dim, cuda, false, true});
   return v;
 }
 
 INSTANTIATE_TEST_SUITE_P(Placements, HotRows, ::testing::ValuesIn(hot_cases()),
                          [](const ::testing::TestParamInfo<HotCase>& i) {
                            return std::string(i.param.cuda ? "cuda_" : "emu_") + to_string(i.param.placement) + "_dim" +
-                                  std::to_string(i.param.dim) + (i.param.tiny ? "_tiny" : "");
+                                  std::to_string(i.param.dim) + (i.param.tiny ? "_tiny" : "") +
+                                  (i.param.many ? "_many" : "");
                          });
 
 }  // namespace
