@@ -17,15 +17,17 @@ namespace strata::detail {
 /// BagsView of a feature.
 BagsView bags_of(const JaggedKeys& f);
 
-/// Host-side lookups and updates of one HostTable, with reusable scratch.
+/// Host-side lookups and updates of one HostTable, with reusable scratch. Lookups and updates go
+/// through HostBatch, all the batch's tables at once.
 class HostTableOps {
  public:
   explicit HostTableOps(HostTable table) : table_(std::move(table)) {}
   HostTable& table() noexcept { return table_; }
-  /// out: host (output_rows(f), dim).
-  void forward(const JaggedKeys& f, float* out) const;
-  /// grads: host, the shape forward produced. Dedups, reduces per row, applies the optimizer.
-  void backward(const JaggedKeys& f, const float* grads, const OptimizerStep& step);
+  /// The table's part of a table-batched forward. out: host (output_rows(f), dim).
+  TableBatchItem forward_item(const JaggedKeys& f, float* out) const;
+  /// The table's part of a table-batched backward: finds its repeated keys (kept here until the
+  /// next call). grads: host, the shape forward produced.
+  TableBatchItem backward_item(const JaggedKeys& f, const float* grads, const OptimizerStep& step);
   void read_rows(std::int64_t row0, std::int64_t n, float* weights, float* state) const;
   void write_rows(std::int64_t row0, std::int64_t n, const float* weights, const float* state);
 
@@ -34,6 +36,31 @@ class HostTableOps {
   Repeats repeats_;
   RepeatsScratch scratch_;
   std::vector<std::int32_t> bag_of_;
+};
+
+/// One feature of a batch on its table, for HostBatch.
+struct HostFeature {
+  HostTableOps* ops = nullptr;
+  const JaggedKeys* keys = nullptr;
+  float* out = nullptr;          ///< forward: host (output_rows, dim)
+  const float* grads = nullptr;  ///< backward: host, the shape forward produced
+  OptimizerStep step{};          ///< backward
+};
+
+/// Table-batched lookups and updates of a batch's features (host/kernels.hpp: gather_pool_tables,
+/// backward_update_tables), for `cpu` and `offload`'s CPU gather and optimizer: one parallel loop
+/// over all the tables' chunks instead of a loop per table. The features' tables must be distinct.
+class HostBatch {
+ public:
+  /// Pools every feature into its `out`.
+  void forward(const std::vector<HostFeature>& f);
+  /// Finds each table's repeated keys (the tables side by side), then reduces and applies the
+  /// optimizer to the rows of all tables in one loop.
+  void backward(const std::vector<HostFeature>& f);
+
+ private:
+  std::vector<TableBatchItem> items_;
+  TableBatchScratch scratch_;
 };
 
 /// Creates the engine of the `cpu` tables `tables` (global indexes; allocates their HostTables).
