@@ -3,8 +3,11 @@
 // per unique row + optimizer update). `cpu` mode and the host side of `offload` and the sharded
 // modes run these on HostTables (the `emu` device runs the device kernel source instead,
 // gpu/kernels/). backward_update is the general form (any unique-row list; the device tests hold
-// the device kernels to it); the store's `cpu` path calls backward_update_by_bag. All run in the
-// caller's tbb::task_arena, block until done, and are thread-safe for distinct outputs.
+// the device kernels to it); the store's `cpu` and `offload` CPU paths call the table-batched forms
+// (gather_pool_tables, backward_update_tables: every table of a batch in one parallel loop, as
+// FBGEMM's TBE), which give each table what gather_pool / gather_rows and backward_update_by_bag
+// give it, bit for bit. All run in the caller's tbb::task_arena, block until done, and are
+// thread-safe for distinct outputs.
 
 #include <cstdint>
 #include <vector>

@@ -29,11 +29,14 @@ TableBatchItem HostTableOps::forward_item(const JaggedKeys& f, float* out) const
   return it;
 }
 
-TableBatchItem HostTableOps::backward_item(const JaggedKeys& f, const float* grads, const OptimizerStep& step) {
+void HostTableOps::prepare_backward(const JaggedKeys& f, bool shared) {
   // Repeated keys are only needed by backward, so they are found here: inference never pays for
   // it. Rows used once are updated straight from their bag's gradient.
   if (table_.spec().pooling != Pooling::kNone) bag_of_positions(f.offsets.data(), f.batch_size(), bag_of_);
-  find_repeats(f.keys.data(), f.num_keys(), table_.spec().rows, repeats_, scratch_);
+  if (!shared) find_repeats(f.keys.data(), f.num_keys(), table_.spec().rows, repeats_, scratch_);
+}
+
+TableBatchItem HostTableOps::backward_item(const JaggedKeys& f, const float* grads, const OptimizerStep& step) const {
   TableBatchItem it = forward_item(f, nullptr);
   it.grads = grads;
   it.repeats = &repeats_;
@@ -49,12 +52,26 @@ void HostBatch::forward(const std::vector<HostFeature>& f) {
 }
 
 void HostBatch::backward(const std::vector<HostFeature>& f) {
-  items_.resize(f.size());
-  // Each table's repeated keys, the tables side by side (each HostTableOps has its own scratch).
+  shared_.assign(f.size(), 0);
+  shared_keys_.clear();
+  shared_out_.clear();
+  std::int64_t rows = 0;
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    const std::int64_t r = f[i].ops->table().spec().rows;
+    if (r > kSharedRepeatsRows || rows + r > kRepeatsTablesMaxRows) continue;
+    rows += r;
+    shared_[i] = 1;
+    shared_keys_.push_back({f[i].keys->keys.data(), f[i].keys->num_keys(), r});
+    shared_out_.push_back(&f[i].ops->repeats());
+  }
+  // Each key's bag, and the large tables' repeated keys, the tables side by side (each
+  // HostTableOps has its own scratch); then the others' in one shared pass.
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, f.size(), 1), [&](const tbb::blocked_range<std::size_t>& r) {
-    for (std::size_t i = r.begin(); i < r.end(); ++i)
-      items_[i] = f[i].ops->backward_item(*f[i].keys, f[i].grads, f[i].step);
+    for (std::size_t i = r.begin(); i < r.end(); ++i) f[i].ops->prepare_backward(*f[i].keys, shared_[i] != 0);
   });
+  if (!shared_keys_.empty()) find_repeats_tables(shared_keys_, shared_out_, repeats_scratch_);
+  items_.clear();
+  for (const HostFeature& x : f) items_.push_back(x.ops->backward_item(*x.keys, x.grads, x.step));
   backward_update_tables(items_, scratch_);
 }
 

@@ -25,9 +25,14 @@ class HostTableOps {
   HostTable& table() noexcept { return table_; }
   /// The table's part of a table-batched forward. out: host (output_rows(f), dim).
   TableBatchItem forward_item(const JaggedKeys& f, float* out) const;
-  /// The table's part of a table-batched backward: finds its repeated keys (kept here until the
-  /// next call). grads: host, the shape forward produced.
-  TableBatchItem backward_item(const JaggedKeys& f, const float* grads, const OptimizerStep& step);
+  /// Prepares a backward of f: each key's bag and, unless `shared` (HostBatch finds them for
+  /// several tables at once, find_repeats_tables), the repeated keys (kept here until the next call).
+  void prepare_backward(const JaggedKeys& f, bool shared);
+  /// The table's repeated keys (what prepare_backward or find_repeats_tables left).
+  Repeats& repeats() noexcept { return repeats_; }
+  /// The table's part of a table-batched backward, after prepare_backward. grads: host, the shape
+  /// forward produced.
+  TableBatchItem backward_item(const JaggedKeys& f, const float* grads, const OptimizerStep& step) const;
   void read_rows(std::int64_t row0, std::int64_t n, float* weights, float* state) const;
   void write_rows(std::int64_t row0, std::int64_t n, const float* weights, const float* state);
 
@@ -54,13 +59,21 @@ class HostBatch {
  public:
   /// Pools every feature into its `out`.
   void forward(const std::vector<HostFeature>& f);
-  /// Finds each table's repeated keys (the tables side by side), then reduces and applies the
-  /// optimizer to the rows of all tables in one loop.
+  /// Finds the repeated keys: of the tables of up to kSharedRepeatsRows rows in one pass
+  /// (find_repeats_tables), of larger ones table by table, as before (the tables side by side);
+  /// then reduces and applies the optimizer to the rows of all tables in one loop.
   void backward(const std::vector<HostFeature>& f);
+
+  /// Rows up to which a table's repeated keys are found in the batch's shared pass.
+  static constexpr std::int64_t kSharedRepeatsRows = std::int64_t{1} << 22;
 
  private:
   std::vector<TableBatchItem> items_;
   TableBatchScratch scratch_;
+  std::vector<char> shared_;  // per feature: found in the shared pass
+  std::vector<TableKeys> shared_keys_;
+  std::vector<Repeats*> shared_out_;
+  TablesRepeatsScratch repeats_scratch_;
 };
 
 /// Creates the engine of the `cpu` tables `tables` (global indexes; allocates their HostTables).
