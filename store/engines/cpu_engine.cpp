@@ -58,7 +58,8 @@ void HostBatch::backward(const std::vector<HostFeature>& f) {
   std::int64_t rows = 0;
   for (std::size_t i = 0; i < f.size(); ++i) {
     const std::int64_t r = f[i].ops->table().spec().rows;
-    if (r > kSharedRepeatsRows || rows + r > kRepeatsTablesMaxRows) continue;
+    if (r > kSharedRepeatsRows || f[i].keys->num_keys() > kSharedRepeatsKeys || rows + r > kRepeatsTablesMaxRows)
+      continue;
     rows += r;
     shared_[i] = 1;
     shared_keys_.push_back({f[i].keys->keys.data(), f[i].keys->num_keys(), r});

@@ -59,13 +59,18 @@ class HostBatch {
  public:
   /// Pools every feature into its `out`.
   void forward(const std::vector<HostFeature>& f);
-  /// Finds the repeated keys: of the tables of up to kSharedRepeatsRows rows in one pass
-  /// (find_repeats_tables), of larger ones table by table, as before (the tables side by side);
-  /// then reduces and applies the optimizer to the rows of all tables in one loop.
+  /// Finds the repeated keys: of the tables of up to kSharedRepeatsRows rows and kSharedRepeatsKeys
+  /// keys in one pass (find_repeats_tables), of the others table by table, as before (the tables
+  /// side by side); then reduces and applies the optimizer to the rows of all tables in one loop.
   void backward(const std::vector<HostFeature>& f);
 
   /// Rows up to which a table's repeated keys are found in the batch's shared pass.
   static constexpr std::int64_t kSharedRepeatsRows = std::int64_t{1} << 22;
+  /// Keys up to which a table's repeated keys are found in the batch's shared pass: a table of
+  /// more keys is scanned in parallel on its own (find_repeats' chunks are 16,384 keys), and
+  /// copying its keys into the shared key space would only add traffic (the 26 tables of 163,840
+  /// keys of `--pooling 20`: 4.3M keys copied, flags and positions split back per table).
+  static constexpr std::int64_t kSharedRepeatsKeys = 16384;
 
  private:
   std::vector<TableBatchItem> items_;
