@@ -90,11 +90,10 @@ struct TableBatchScratch {
 void gather_pool_tables(const std::vector<TableBatchItem>& items, TableBatchScratch& scratch);
 
 /// backward_update_by_bag of every item, as one parallel loop over the chunks of all the items:
-/// bag ranges whose keys used once are updated from their bag's gradient, and ranges of the
-/// repeated unique rows (reduced, then updated). The rows of one item's chunks are disjoint (a row
-/// is either used once or repeated), so the order between chunks does not matter and every row
-/// gets the same arithmetic as in backward_update_by_bag (bit-identical). Items' tables must be
-/// distinct.
+/// bag ranges whose keys used once are updated from their bag's gradient, and the ranges of the
+/// repeated unique rows (reduced, then updated), each chunk one of backward_update_by_bag's tasks. The rows of one
+/// item's chunks are disjoint (a row is either used once or repeated), so the order between chunks does not matter and
+/// every row gets the same arithmetic as in backward_update_by_bag (bit-identical). Items' tables must be distinct.
 void backward_update_tables(const std::vector<TableBatchItem>& items, TableBatchScratch& scratch);
 
 /// Row bytes of a chunk of the table-batched calls: a chunk of bags reads about this many bytes
