@@ -7,7 +7,7 @@
 # then torch.nn.EmbeddingBag (bench/peers/torch_embeddingbag.py: 2 threads, sparse SGD, no_grad
 # forward) on the --pooling 20 keys. Writes OUT/*.json, OUT/*.txt and OUT/summary.md.
 #
-# usage: results/2026-11-29-table-batched/run.sh [OUT] [BASE_BENCH] [PAIRS]
+# usage: [WORKLOADS="default host pool20"] [TORCH=1] results/2026-11-29-table-batched/run.sh [OUT] [BASE_BENCH] [PAIRS]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=${1:-results/2026-11-29-table-batched}
@@ -18,7 +18,7 @@ mkdir -p "$out"
 common=(--modes cpu,offload-cpu --sweep-cache '' --no-progress --threads 2)
 uptime | tee "$out/load.txt"
 for p in $(seq 1 "$pairs"); do
-  for w in default host pool20; do
+  for w in ${WORKLOADS:-default host pool20}; do
     extra=()
     [ "$w" = host ] && extra=(--trainer host)
     [ "$w" = pool20 ] && extra=(--pooling 20 --warmup 2 --steps 10)
@@ -30,6 +30,7 @@ for p in $(seq 1 "$pairs"); do
     done
   done
 done
+if [ "${TORCH:-1}" = 1 ]; then
 # torch on the 20-keys-per-bag keys (the largest Criteo table's rows for every table: the peer
 # takes one row count).
 trace=$(mktemp /tmp/keys32.XXXXXX)
@@ -41,5 +42,6 @@ for p in $(seq 1 "$pairs"); do
   tail -2 "$out/torch-pool20-$p.txt"
 done
 rm -f "$trace"
+fi
 uptime >>"$out/load.txt"
 python3 "$(dirname "${BASH_SOURCE[0]}")/summary.py" "$out" | tee "$out/summary.md"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Summary of run.sh's runs: per workload and mode, the median over the pairs of forward as a
+"""Summary of run.sh (usage: summary.py OUT [TORCH_DIR]: the torch runs from TORCH_DIR, default OUT)'s runs: per workload and mode, the median over the pairs of forward as a
 fraction of the gather limit, the training step as a fraction of the step floor, and the step
 medians, for A (main before) and B (this change); and B's cpu training against torch."""
 import glob
@@ -32,6 +32,8 @@ print("| workload | mode | forward % of gather limit, A → B | training % of st
 print("|---|---|---|---|---|---|")
 for w in ("default", "host", "pool20"):
     a, b = runs("A", w), runs("B", w)
+    if not a and not b:
+        continue
     for mode in ("cpu", "offload-cpu"):
         print(f"| {w} | {mode} | {fmt(med(a, mode, 'forward_fraction_of_gather_limit', 100), '%')} → "
               f"{fmt(med(b, mode, 'forward_fraction_of_gather_limit', 100), '%')} | "
@@ -39,9 +41,10 @@ for w in ("default", "host", "pool20"):
               f"{fmt(med(b, mode, 'train_fraction_of_step_floor', 100), '%')} | "
               f"{fmt(med(a, mode, 'forward_step_ms_p50'))} → {fmt(med(b, mode, 'forward_step_ms_p50'))} | "
               f"{fmt(med(a, mode, 'train_step_ms_p50'))} → {fmt(med(b, mode, 'train_step_ms_p50'))} |")
-t = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(out, "torch-pool20-*.json")))]
+torch_dir = sys.argv[2] if len(sys.argv) > 2 else out
+t = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(torch_dir, "torch-pool20-*.json")))]
 if t:
-    tl = statistics.median(x["results"]["train"]["lookups_per_s"] for x in t)
+    tl = statistics.median(x["train_lookups_per_s"] for x in t)
     b = runs("B", "pool20")
     a = runs("A", "pool20")
     for name, rs in (("A (main)", a), ("B (this change)", b)):
