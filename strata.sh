@@ -10,8 +10,10 @@ CORE_PACKAGES=(build-essential cmake ninja-build pkg-config git
   libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev
   python3  # python3: the summary of bench/gpu_targets.sh (and its test)
   # The Python package (python/) and its tests: Debian's python3 with headers, pybind11, NumPy,
-  # pytest and PyTorch (strata.torch and its equivalence tests against torch.nn.EmbeddingBag).
-  python3-dev pybind11-dev python3-numpy python3-pytest python3-torch)
+  # pytest and PyTorch (strata.torch and its equivalence tests against torch.nn.EmbeddingBag); and
+  # `pip install --no-build-isolation ./python` into a virtual environment (pip, venv, setuptools, wheel).
+  python3-dev pybind11-dev python3-numpy python3-pytest python3-torch
+  python3-pip python3-venv python3-setuptools python3-wheel)
 # The PyTorch peer benchmark (bench/peers): already in CORE_PACKAGES since the Python package's
 # tests need torch; kept so that `setup --peers` stays a complete list for it.
 PEER_PACKAGES=(python3-torch python3-numpy)

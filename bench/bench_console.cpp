@@ -10,6 +10,13 @@ namespace {
 /// Whether a device name from the results ("emu", "cuda <name>", "none") is the emulated device.
 bool emulated(const json& device) { return device.is_string() && device.get<std::string>() == "emu"; }
 
+// The verdict first: the placement to use and why, and which figures are measured and which modelled.
+void print_verdict(const json& j) {
+  const json& v = j["verdict"];
+  std::printf("\nverdict: %s\n", v["headline"].get<std::string>().c_str());
+  for (const auto& line : v["lines"]) std::printf("  %s\n", line.get<std::string>().c_str());
+}
+
 // Each mode's rates and step times, the phases of its training step and its all-to-all.
 void print_rates(const Options& o, const json& j) {
   // The tail column is p99 only when enough timed steps back it; otherwise the maximum, so named.
@@ -122,24 +129,39 @@ void print_limits(const json& j, const RunRecord& run) {
 
 // Each mode's memory and modelled step time.
 void print_memory_and_model(const json& j, const RunRecord& run) {
-  std::printf("\n%-12s %12s %12s %12s %12s  (memory)\n", "mode", "peak RSS", "RSS at start", "host tables",
-              "peak device");
+  std::printf("\n%-12s %12s %12s %12s %12s %12s %12s  (memory; model: per rank on %s)\n", "mode", "peak RSS",
+              "RSS at start", "host tables", "peak device", "model HBM", "model host", run.profile.name.c_str());
   for (const auto& m : j["results"]) {
     const bool dev = m["device"].get<std::string>() != "none";
-    std::printf("%-12s %12s %12s %12s %12s\n", m["mode"].get<std::string>().c_str(),
+    const bool modelled = m.contains("memory_fit");
+    const std::string fit = !modelled ? ""
+                            : m["memory_fit"]["fits"].get<bool>()
+                                ? "  fits"
+                                : "  DOES NOT FIT: " + m["memory_fit"]["why"].get<std::string>();
+    std::printf("%-12s %12s %12s %12s %12s %12s %12s%s\n", m["mode"].get<std::string>().c_str(),
                 human_bytes(m["peak_host_bytes"].get<double>()).c_str(),
                 human_bytes(m["host_rss_start_bytes"].get<double>()).c_str(),
                 human_bytes(m["host_table_bytes"].get<double>()).c_str(),
-                dev ? human_bytes(m["device_peak_bytes"].get<double>()).c_str() : "-");
+                dev ? human_bytes(m["device_peak_bytes"].get<double>()).c_str() : "-",
+                modelled ? human_bytes(m["memory_fit"]["hbm_bytes"].get<double>()).c_str() : "-",
+                modelled ? human_bytes(m["memory_fit"]["host_bytes"].get<double>()).c_str() : "-", fit.c_str());
   }
   std::printf(
       "peak RSS: process peak resident memory while the mode ran%s; the emulated device's memory is host "
       "memory and counts in it\n",
       run.results.front().peak_rss_per_mode ? "" : " (not resettable here: peak since the process started)");
+  std::printf(
+      "model HBM, model host: what one rank of the mode's store takes by the engine model (store/model/table_cost.hpp) "
+      "for every table's largest step, against %s HBM (%s) and %s host memory (%s) per rank\n",
+      human_bytes(run.budgets.hbm).c_str(), run.budgets.hbm_given ? "--hbm-budget" : "the profile's",
+      human_bytes(run.budgets.host).c_str(), run.budgets.host_given ? "--host-budget" : "the profile's");
   std::printf("\nmodelled on %s (byte counts of this run; see docs/bench.md):\n", run.profile.name.c_str());
-  for (const auto& m : j["results"])
-    std::printf("%-12s %8.2f ms  %s\n", m["mode"].get<std::string>().c_str(), m["modelled"]["step_ms"].get<double>(),
-                m["modelled"]["explanation"].get<std::string>().c_str());
+  for (const auto& m : j["results"]) {
+    const bool misfit = m.contains("memory_fit") && !m["memory_fit"]["fits"].get<bool>();
+    std::printf("%-12s %8.2f ms  %s%s\n", m["mode"].get<std::string>().c_str(), m["modelled"]["step_ms"].get<double>(),
+                m["modelled"]["explanation"].get<std::string>().c_str(),
+                misfit ? ("  [does not fit: " + m["memory_fit"]["why"].get<std::string>() + "]").c_str() : "");
+  }
 }
 
 // The cache sweep: hit rate and throughput against cache size.
@@ -154,12 +176,14 @@ void print_sweep(const Options& o, const json& j, const RunRecord& run) {
         std::printf("%9g  skipped: %s\n", p["cache_fraction"].get<double>(), p["skipped"].get<std::string>().c_str());
         continue;
       }
-      std::printf("%9g %12lld %10.1f %7.1f%% %14.3e %15.3e %10.2f %10.2f%s\n", p["cache_fraction"].get<double>(),
+      std::printf("%9g %12lld %10.1f %7.1f%% %14.3e %15.3e %10.2f %10.2f%s%s\n", p["cache_fraction"].get<double>(),
                   static_cast<long long>(p["cache_rows"].get<std::int64_t>()), p["cache_bytes"].get<double>() / 1e6,
                   p["hit_rate"].get<double>() * 100, p["forward_lookups_per_s"].get<double>(),
                   p["train_lookups_per_s"].get<double>(), p["train_step_ms_p50"].get<double>(),
-                  p["bytes_per_step"]["h2d"].get<double>() / 1e6,
-                  p["holds_every_touched_row"].get<bool>() ? "  *" : "");
+                  p["bytes_per_step"]["h2d"].get<double>() / 1e6, p["holds_every_touched_row"].get<bool>() ? "  *" : "",
+                  p.contains("memory_fit") && !p["memory_fit"]["fits"].get<bool>()
+                      ? ("  [does not fit: " + p["memory_fit"]["why"].get<std::string>() + "]").c_str()
+                      : "");
     }
     const auto& pts = j["sweep"];
     if (std::any_of(pts.begin(), pts.end(), [](const json& p) { return p["holds_every_touched_row"].get<bool>(); }))
@@ -174,6 +198,7 @@ void print_sweep(const Options& o, const json& j, const RunRecord& run) {
 }  // namespace
 
 void print_console(const Options& o, const json& j, const RunRecord& run) {
+  print_verdict(j);
   print_rates(o, j);
   print_bytes(o, j);
   print_limits(j, run);

@@ -116,6 +116,46 @@ Status check_config_tables(const StoreConfig& c, const std::vector<TableShape>& 
   return Status::ok();
 }
 
+namespace {
+
+// The largest --batch that splits a TSV source's lines (all of them: it is shorter than the run)
+// into at least `batches` batches (0 when none does).
+std::int64_t smaller_batch(const BatchSource& src, std::int64_t batches) {
+  return batches > 0 ? src.summary().samples / batches : 0;
+}
+
+}  // namespace
+
+void fit_steps_to_source(Options& o, const BatchSource& src, int world) {
+  const std::int64_t per_rank = src.size() / std::max(1, world);
+  if (o.warmup + o.steps <= per_rank || per_rank < 1 || (o.warmup_given && o.steps_given)) return;
+  const int warmup = o.warmup, steps = o.steps;
+  // Half the file's batches warm up at most, the rest are timed.
+  if (!o.warmup_given) o.warmup = static_cast<int>(std::min<std::int64_t>(o.warmup, per_rank / 2));
+  if (!o.steps_given) o.steps = static_cast<int>(std::min<std::int64_t>(o.steps, per_rank - o.warmup));
+  if (o.steps < 1 || o.warmup + o.steps > per_rank) {  // what was given does not fit: refused with the flags to lower
+    o.warmup = warmup;
+    o.steps = steps;
+    return;
+  }
+  std::string more = "record a longer trace for more steps";
+  if (!o.criteo_file.empty()) {
+    const std::int64_t batch = smaller_batch(src, static_cast<std::int64_t>(warmup + steps) * world);
+    more = batch >= 1 ? "for --warmup " + std::to_string(warmup) + " --steps " + std::to_string(steps) +
+                            " give a smaller --batch, e.g. --batch " + std::to_string(batch)
+                      : "use a longer file for more steps";
+  }
+  char note[512];
+  std::snprintf(note, sizeof note,
+                "%s %s has %lld batch%s, fewer than --warmup %d + --steps %d%s need: running --warmup %d --steps %d, "
+                "fitted to the file (%s)",
+                src.kind().c_str(), (o.trace_file.empty() ? o.criteo_file : o.trace_file).c_str(),
+                static_cast<long long>(src.size()), src.size() == 1 ? "" : "es", warmup, steps,
+                world > 1 ? (" on " + std::to_string(world) + " ranks").c_str() : "", o.warmup, o.steps, more.c_str());
+  o.steps_note = note;
+  std::fprintf(stderr, "strata-bench: note: %s\n", note);
+}
+
 Result<BatchSource> open_file_source(Options& o, std::string& table_set, int world) {
   if (!o.trace_file.empty() && !o.criteo_file.empty())
     return Status::invalid_argument("give --trace or --criteo, not both");
@@ -123,7 +163,7 @@ Result<BatchSource> open_file_source(Options& o, std::string& table_set, int wor
     return Status::invalid_argument("--trace " + o.trace_file +
                                     ": the tables are the trace's (its header); --tables, --rows and --workload do "
                                     "not apply (--dim sets their dim)");
-  const std::int64_t per_phase = static_cast<std::int64_t>(o.warmup + o.steps) * world;
+  std::int64_t per_phase = static_cast<std::int64_t>(o.warmup + o.steps) * world;
   const std::string& path = o.trace_file.empty() ? o.criteo_file : o.trace_file;
   const auto progress = [&](std::int64_t done, std::int64_t total) {
     if (!o.progress) return;
@@ -151,7 +191,16 @@ Result<BatchSource> open_file_source(Options& o, std::string& table_set, int wor
   }
   if (o.progress) std::fprintf(stderr, "\n");
   if (!src) return src.status();
-  STRATA_RETURN_IF_ERROR(check_source_holds_phase(src->kind(), path, src->size(), o.warmup, o.steps, world));
+  fit_steps_to_source(o, *src, world);
+  per_phase = static_cast<std::int64_t>(o.warmup + o.steps) * world;
+  if (Status s = check_source_holds_phase(src->kind(), path, src->size(), o.warmup, o.steps, world); !s.is_ok()) {
+    // A TSV file makes more batches of fewer lines.
+    const std::int64_t batch = smaller_batch(*src, static_cast<std::int64_t>(o.warmup + o.steps) * world);
+    if (o.criteo_file.empty() || batch < 1) return s;
+    return Status::invalid_argument(s.message() + ", or give a smaller --batch: --batch " + std::to_string(batch) +
+                                    " splits its " + std::to_string(src->summary().samples) + " lines into at least " +
+                                    std::to_string((o.warmup + o.steps) * world) + " batches");
+  }
   if (!o.trace_file.empty()) {
     o.workload.table_list.clear();
     for (const TraceTable& t : src->tables()) {
@@ -171,7 +220,7 @@ Result<BatchSource> open_file_source(Options& o, std::string& table_set, int wor
   if (src->size() < 2 * per_phase)
     std::fprintf(stderr, "strata-bench: %s %s has %lld batches, fewer than the %lld the run uses: they are cycled\n",
                  src->kind().c_str(), path.c_str(), static_cast<long long>(src->size()),
-                 static_cast<long long>(2 * per_phase));
+                 2 * static_cast<long long>(per_phase));
   return src;
 }
 

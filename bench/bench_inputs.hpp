@@ -34,8 +34,17 @@ Status load_config_mode(Options& o);
 Status check_config_tables(const StoreConfig& c, const std::vector<TableShape>& shapes);
 
 /// Opens --trace or --criteo for a run of `world` ranks, reading and checking the batches it uses
-/// (2 x (warmup + steps) per rank at most), and sets the workload's tables and shape from it.
+/// (2 x (warmup + steps) per rank at most), and sets the workload's tables and shape from it; a
+/// file too short for the steps fits them (fit_steps_to_source) or is refused, naming the flags
+/// to lower.
 Result<BatchSource> open_file_source(Options& o, std::string& table_set, int world);
+
+/// A file source too short for --warmup + --steps (per rank): fits those of the two that were not
+/// given on the command line to it (at most half its batches warm up, the rest are timed) and
+/// prints a note on stderr saying so and how to get more steps (a TSV file: a smaller --batch).
+/// Changes nothing when the file is long enough, when both were given, or when what was given
+/// cannot fit (open_file_source then refuses the run, naming the flags to lower).
+void fit_steps_to_source(Options& o, const BatchSource& src, int world);
 
 /// Writes the source's batches (the sequence the run cycles) to --dump-trace.
 Status dump_trace(const Options& o, const BatchSource& source);

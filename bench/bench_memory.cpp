@@ -46,6 +46,35 @@ std::vector<TableLoad> largest_loads(const Options& o, const StoreConfig& c, int
 
 }  // namespace
 
+Result<ModeMemory> mode_memory(const Options& o, const ModeDescriptor& mode, double cache_fraction) {
+  STRATA_ASSIGN_OR_RETURN(const StoreConfig c, make_config(o, mode, cache_fraction));
+  ModeMemory mm;
+  // Host tables as the store maps them (store/model/cost_model.hpp): padded records, tables of 1 MiB
+  // and more in arenas of their own rounded up to 2 MiB, smaller ones packed into shared 2 MiB
+  // arenas, and the CPU optimizer's scratch of cpu/offload tables; per rank (thread ranks each
+  // open a store in this process; under mpirun this process is one rank). Counting rows x
+  // record alone missed 2 MiB of arena and 1 MB of scratch per small table: 1,000 one-row
+  // tables reached 3.09 GB of RSS while the estimate said 1.7 MB.
+  mm.world = o.mpi ? o.mpi->size() : runs_on_ranks(mode) && o.ranks > 1 ? o.ranks : 0;
+  const int first = o.mpi ? o.mpi->rank() : 0;
+  const int last = o.mpi ? first + 1 : std::max(1, mm.world);
+  for (int r = first; r < last; ++r) {
+    STRATA_ASSIGN_OR_RETURN(const HostTableMemory mem, host_table_memory(c, 0, mm.world, r));
+    mm.tables_here += mem.mapped_bytes + mem.scratch_bytes;
+  }
+  STRATA_ASSIGN_OR_RETURN(const HostTableMemory rank0, host_table_memory(c, 0, mm.world, 0));
+  mm.host_tables = rank0.mapped_bytes + rank0.scratch_bytes;
+  // The store's device memory and pinned staging, by the engine model, for rank 0 (the largest
+  // shards).
+  if (mode.uses_device) {
+    STRATA_ASSIGN_OR_RETURN(const StoreMemory mem,
+                            store_memory(c, largest_loads(o, c, mm.world), cost_options(o, c, mm.world)));
+    mm.hbm = mem.hbm_bytes;
+    mm.host_staging = mem.host_staging_bytes;
+  }
+  return mm;
+}
+
 MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDescriptor*>& modes,
                                const std::vector<double>& sweep, bool emu) {
   MemoryEstimate e;
@@ -76,43 +105,21 @@ MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDes
     if (m->placement == Placement::kCached && !sweep.empty())
       fractions.push_back(*std::max_element(sweep.begin(), sweep.end()));
     for (const double f : fractions) {
-      auto c = make_config(o, *m, f);
-      if (!c) continue;
-      // Host tables as the store maps them (store/model/cost_model.hpp): padded records, tables of 1 MiB
-      // and more in arenas of their own rounded up to 2 MiB, smaller ones packed into shared 2 MiB
-      // arenas, and the CPU optimizer's scratch of cpu/offload tables; per rank (thread ranks each
-      // open a store in this process; under mpirun this process is one rank). Counting rows x
-      // record alone missed 2 MiB of arena and 1 MB of scratch per small table: 1,000 one-row
-      // tables reached 3.09 GB of RSS while the estimate said 1.7 MB.
-      double tables = 0;
-      const int world = o.mpi ? o.mpi->size() : runs_on_ranks(*m) && o.ranks > 1 ? o.ranks : 0;
-      const int first = o.mpi ? o.mpi->rank() : 0;
-      const int last = o.mpi ? first + 1 : std::max(1, world);
-      for (int r = first; r < last; ++r) {
-        auto mem = host_table_memory(c.value(), 0, world, r);
-        if (!mem) break;  // the run reports the sharding error
-        tables += mem->mapped_bytes + mem->scratch_bytes;
-      }
-      // The store's device memory and pinned staging, by the engine model (store/model/table_cost.hpp),
-      // for rank 0 (the largest shards). Every thread rank opens a store, with its own device, in
-      // this process: host memory holds each one's staging (and, emu, device memory), at most
-      // rank 0's each.
-      const int here = last - first;
-      double device = 0, staging = 0;
-      if (m->uses_device) {
-        auto mem = store_memory(c.value(), largest_loads(o, c.value(), world), cost_options(o, c.value(), world));
-        if (!mem) continue;  // the run reports the error
-        device = mem->hbm_bytes;
-        staging = mem->host_staging_bytes;
-      }
+      // A mode the model cannot price fails when it runs, with the store's own message.
+      auto mm = mode_memory(o, *m, f);
+      if (!mm) continue;
+      // Every thread rank opens a store, with its own device, in this process: host memory holds
+      // each one's staging (and, emu, device memory), at most rank 0's each.
+      const int here = o.mpi ? 1 : std::max(1, mm->world);
+      const double device = mm->hbm, staging = mm->host_staging;
       // The store's device holds a device trainer's outputs and gradients (the model counts them);
       // without one (cpu mode) strata-bench opens a device for them and copies through pinned buffers.
       const double trainer_device = m->uses_device ? 0.0 : device_trainer ? activations : 0.0;
       const double buffers = here * (activations + (m->uses_device ? 0.0 : trainer_device));
-      const double host = tables + here * (staging + (emu ? device + trainer_device : 0.0)) + buffers;
+      const double host = mm->tables_here + here * (staging + (emu ? device + trainer_device : 0.0)) + buffers;
       if (host > worst) {
         worst = host;
-        e.tables = tables;
+        e.tables = mm->tables_here;
         e.buffers = buffers;
         e.device = m->uses_device ? device : trainer_device;
         e.worst_mode = m->name;

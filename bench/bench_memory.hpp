@@ -16,6 +16,23 @@ namespace strata::bench {
 /// Host bytes of the store's tables: rows x record (row and optimizer state; every mode keeps them).
 double host_table_bytes(const StoreConfig& c);
 
+/// What one rank of a mode's store takes by the engine model (store/model/table_cost.hpp), for
+/// every table's largest step: its host tables as host_table_memory maps them (mapped and CPU
+/// optimizer scratch) and store_memory's device memory and host memory beside the tables (pinned
+/// staging, cache indexes, communication buffers). Rank 0 holds the largest shards.
+struct ModeMemory {
+  int world = 0;            ///< ranks of the mode's store (0: one store without a world)
+  double hbm = 0;           ///< device memory of rank 0 (0: a mode without a device)
+  double host_tables = 0;   ///< rank 0's host tables
+  double host_staging = 0;  ///< rank 0's host memory beside its tables (0: a mode without a device)
+  double tables_here = 0;   ///< host tables of every rank in this process (thread ranks; under mpirun its own)
+  double host() const { return host_tables + host_staging; }  ///< rank 0's host memory
+};
+
+/// The memory of `mode` at `cache_fraction` (cached and hybrid tables) by the engine model.
+/// Errors: the config's (make_config), a sharding plan that does not resolve, store_memory's.
+Result<ModeMemory> mode_memory(const Options& o, const ModeDescriptor& mode, double cache_fraction);
+
 /// The peak memory of a run, before anything large is allocated (it overestimates a little):
 /// host(mode) = tables (host_table_memory) + the store's pinned staging + (emu: device) +
 /// output/gradient buffers, each of the latter three per thread rank (each opens a store and a

@@ -160,6 +160,8 @@ struct FlagHandles {
   CLI::Option* distinct = nullptr;
   CLI::Option* backend = nullptr;
   CLI::Option* capacity = nullptr;
+  CLI::Option* steps = nullptr;
+  CLI::Option* warmup = nullptr;
   std::string trainer = "device";
 };
 
@@ -202,10 +204,14 @@ void add_workload_flags(CLI::App& app, Options& o, FlagHandles& h) {
   app.add_option("--seed", o.workload.seed, "seed of the keys (an integer in [0, 2^64))")
       ->capture_default_str()
       ->transform(seed_check());
-  app.add_option("--steps", o.steps, "timed steps per phase")->capture_default_str()->check(CLI::Range(1, kMaxSteps));
-  app.add_option("--warmup", o.warmup, "untimed steps before each phase")
-      ->capture_default_str()
-      ->check(CLI::Range(0, kMaxSteps));
+  h.steps = app.add_option("--steps", o.steps,
+                           "timed steps per phase (not given: fitted to a --trace or --criteo file too short for it)")
+                ->capture_default_str()
+                ->check(CLI::Range(1, kMaxSteps));
+  h.warmup = app.add_option("--warmup", o.warmup,
+                            "untimed steps before each phase (not given: fitted to a file too short for it)")
+                 ->capture_default_str()
+                 ->check(CLI::Range(0, kMaxSteps));
   app.add_option("--threads", o.threads,
                  "worker threads, at most " + std::to_string(kThreadsPerHardwareThread) +
                      " x the hardware threads; the read-bandwidth probe uses at most the hardware threads")
@@ -268,6 +274,12 @@ void add_io_flags(CLI::App& app, Options& o) {
   app.add_option("--profile", o.profile,
                  "hardware profile for the modelled step time: h200-pcie5 | a100-pcie4 | dgx-a100 | dgx-h100 | FILE")
       ->capture_default_str();
+  app.add_option("--hbm-budget", o.hbm_budget,
+                 "HBM each mode may use per rank (GPU) for the verdict, e.g. 8MB or 80GB (default: the profile's, of "
+                 "one GPU); modes that need more are marked and never chosen");
+  app.add_option("--host-budget", o.host_budget,
+                 "host memory each mode may use per rank for the verdict (default: the profile's, over min(ranks, "
+                 "gpus))");
   app.add_option("--read-probe-mib", o.read_probe_mib, "MiB read by the sequential read-bandwidth probe")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
@@ -329,6 +341,8 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
   o.backend_given = h.backend->count() > 0;
   o.trainer = h.trainer == "host" ? Trainer::kHost : Trainer::kDevice;
   o.capacity_given = h.capacity->count() > 0;
+  o.steps_given = h.steps->count() > 0;
+  o.warmup_given = h.warmup->count() > 0;
   if (const Status s = check_thread_count("--threads", o.threads, 1); !s.is_ok()) {
     std::cerr << "strata-bench: " << s.message() << "\n";
     return 2;

@@ -98,6 +98,10 @@ struct Options {
   std::string json_out;
   std::string html_out;
   std::string profile = "h200-pcie5";
+  /// --hbm-budget, --host-budget: the memory per rank each mode must fit for the verdict (sizes as
+  /// strata-tune plan takes them, "8MB"); empty: the profile's (one GPU's HBM; its host memory over
+  /// the ranks sharing it).
+  std::string hbm_budget, host_budget;
   std::string dump_keys;
   std::string dump_trace;                        ///< --dump-trace: the run's batches as a STRTRACE file
   std::string trace_file;                        ///< --trace: replay this STRTRACE file
@@ -112,6 +116,9 @@ struct Options {
   bool tables_given = false;                     ///< --tables or --rows was on the command line
   bool backend_given = false;                    ///< --backend was on the command line (overrides the config's)
   bool capacity_given = false;                   ///< --device-capacity was on the command line (overrides the config's)
+  bool steps_given = false;                      ///< --steps was on the command line (else fitted to a short file)
+  bool warmup_given = false;                     ///< --warmup was on the command line (else fitted to a short file)
+  std::string steps_note;                        ///< why --warmup and --steps were fitted to a short file ("": not)
   bool progress = ::isatty(STDERR_FILENO) != 0;  // progress only on a terminal (--no-progress hides it there too)
   std::vector<std::string> argv;
 };

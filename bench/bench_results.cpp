@@ -1,6 +1,7 @@
 #include "bench/bench_results.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 
@@ -203,6 +204,30 @@ json result_json(const Options& o, const ModeResult& r, double read_gbs, const S
   return m;
 }
 
+// Why a step's samples (the first mode's mean over its timed steps) differ from --batch, in words;
+// null when they do not.
+json samples_note(const ModeResult& r, const BatchSource& batches) {
+  const SourceSummary& s = batches.summary();
+  const std::string ranks =
+      r.ranks > 1 ? " x " + std::to_string(r.ranks) + " ranks (each trains on its own batch)" : "";
+  const bool uneven = batches.from_file() && s.min_batch_size < s.max_batch_size;
+  if (!uneven) return r.ranks > 1 ? json("batch" + ranks) : json(nullptr);
+  char buf[400];
+  if (batches.kind() == "criteo") {
+    std::snprintf(buf, sizeof buf,
+                  "the mean over the timed steps%s: the file's %lld lines make %lld batches of --batch %lld, the last "
+                  "holding the %lld left over, and the steps cycle through them",
+                  ranks.c_str(), static_cast<long long>(s.samples), static_cast<long long>(batches.size()),
+                  static_cast<long long>(s.max_batch_size), static_cast<long long>(s.min_batch_size));
+  } else {
+    std::snprintf(buf, sizeof buf,
+                  "the mean over the timed steps%s: the trace's %lld batches hold %lld to %lld samples each",
+                  ranks.c_str(), static_cast<long long>(batches.size()), static_cast<long long>(s.min_batch_size),
+                  static_cast<long long>(s.max_batch_size));
+  }
+  return std::string(buf);
+}
+
 // The document's workload: its shape, where the batches came from, every table.
 json workload_json(const Options& o, const RunRecord& run, const BatchSource& batches) {
   const std::vector<ModeResult>& results = run.results;
@@ -213,12 +238,15 @@ json workload_json(const Options& o, const RunRecord& run, const BatchSource& ba
   w["optimizer"] = o.optimizer;
   w["steps"] = o.steps;
   w["warmup"] = o.warmup;
+  w["steps_note"] = o.steps_note.empty() ? json(nullptr) : json(o.steps_note);
   w["keys_per_step"] = results.front().keys_per_step;
   w["source"] = {{"kind", batches.kind()},
                  {"path", batches.from_file() ? json(batches.path()) : json(nullptr)},
                  {"batches", batches.size()},
                  {"mean_keys_per_bag", batches.summary().mean_keys_per_bag},
-                 {"max_batch_size", batches.summary().max_batch_size}};
+                 {"max_batch_size", batches.summary().max_batch_size},
+                 {"min_batch_size", batches.summary().min_batch_size},
+                 {"samples", batches.summary().samples}};
   if (batches.from_file()) {
     // The keys are the file's: the generator's fields say nothing.
     for (const char* k : {"dist", "seed", "bag_dist"}) w[k] = nullptr;
@@ -226,6 +254,7 @@ json workload_json(const Options& o, const RunRecord& run, const BatchSource& ba
     w["bag_size"] = batches.summary().mean_keys_per_bag;
   }
   w["samples_per_step"] = results.front().samples_per_step;
+  w["samples_per_step_note"] = samples_note(results.front(), batches);
   if (!w["tables"].is_array()) {  // list every table, also for N identical ones
     w["tables"] = json::array();
     for (const auto& t : workload_tables(o.workload))
@@ -252,6 +281,8 @@ json settings_json(const Options& o, const RunRecord& run) {
             {"device_capacity", o.device_capacity},
             {"profile", o.profile}};
   s["comm_timeout_s"] = o.comm_timeout_s;
+  s["hbm_budget"] = o.hbm_budget.empty() ? json(nullptr) : json(o.hbm_budget);
+  s["host_budget"] = o.host_budget.empty() ? json(nullptr) : json(o.host_budget);
   return s;
 }
 
@@ -287,6 +318,12 @@ void add_machine(json& j, const Options& o, const RunRecord& run) {
   j["machine"]["update_floor"] = update_floors_json(p.update_floors);
 }
 
+// The mode's memory by the engine model against the budgets (absent when the model cannot price it).
+void add_memory_fit(json& m, const Options& o, const ModeResult& r, const MemoryBudgets& budgets) {
+  const Result<ModeMemory> mm = mode_memory(o, *r.mode, r.cache_fraction);
+  if (mm) m["memory_fit"] = memory_fit_json(mm.value(), budgets);
+}
+
 // The sweep's points: each one's results (or why it was skipped) and whether it holds every row
 // the run touched.
 json sweep_json(const Options& o, const RunRecord& run) {
@@ -296,6 +333,7 @@ json sweep_json(const Options& o, const RunRecord& run) {
     json p;
     if (r.is_ok()) {
       p = result_json(o, r.value(), run.probes.read_gbs, run.probes.step_limits, run.profile, false);
+      add_memory_fit(p, o, r.value(), run.budgets);
       p["cache_rows"] = r.value().cache_rows;
       p["cache_bytes"] = r.value().cache_bytes;
       p["skipped"] = nullptr;
@@ -309,6 +347,43 @@ json sweep_json(const Options& o, const RunRecord& run) {
     a.push_back(p);
   }
   return a;
+}
+
+// The workload table as people read it: what the generator's fields are for a file's keys (the
+// JSON keeps them null), the mean bag rounded, and why a step's samples differ from --batch.
+json readable_workload(json w) {
+  const json src = w["source"];
+  const std::string kind = src.is_object() && src["kind"].is_string() ? src["kind"].get<std::string>() : "";
+  if (src.is_object() && src["batches"].is_number()) {  // one line, not a JSON object
+    const std::string n = std::to_string(src["batches"].get<std::int64_t>());
+    w["source"] = kind == "generated" ? "generated: " + n + " distinct batches"
+                                      : kind + " " + src["path"].get<std::string>() + ": " + n + " batches read (" +
+                                            std::to_string(src["samples"].get<std::int64_t>()) + " samples)";
+  }
+  if (kind == "criteo" || kind == "trace") {
+    const std::string file = kind == "criteo" ? "the Criteo file" : "the trace";
+    w["dist"] = "from " + file + " (its keys, not generated)";
+    w["seed"] = "none: the keys are " + file + "'s";
+    w["bag_dist"] = "from " + file + " (each bag as long as it is there)";
+    if (w["bag_size"].is_number()) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%.2f keys per bag (the mean of %s)", w["bag_size"].get<double>(),
+                    kind == "criteo" ? "the file's lines" : "the trace's bags");
+      w["bag_size"] = buf;
+    }
+    if (w["batch"].is_number())
+      w["batch"] = std::to_string(w["batch"].get<std::int64_t>()) +
+                   (kind == "criteo" ? " lines per batch (--batch)" : " samples at most (the trace's largest batch)");
+  }
+  if (w["samples_per_step_note"].is_string() && w["samples_per_step"].is_number())
+    w["samples_per_step"] = std::to_string(w["samples_per_step"].get<std::int64_t>()) + ": " +
+                            w["samples_per_step_note"].get<std::string>();
+  w.erase("samples_per_step_note");
+  if (w["steps_note"].is_string()) {
+    w["steps"] = std::to_string(w["steps"].get<int>()) + " (" + w["steps_note"].get<std::string>() + ")";
+  }
+  w.erase("steps_note");
+  return w;
 }
 
 }  // namespace
@@ -329,12 +404,15 @@ json results_document(const Options& o, const RunRecord& run, const BatchSource&
                           {"available_bytes", run.available}, {"worst_mode", mem.worst_mode}};
   j["profile"] = json::parse(hardware_profile_to_json(run.profile));
   j["results"] = json::array();
-  for (const auto& r : run.results)
+  for (const auto& r : run.results) {
     j["results"].push_back(result_json(o, r, run.probes.read_gbs, run.probes.step_limits, run.profile, true));
+    add_memory_fit(j["results"].back(), o, r, run.budgets);
+  }
   // Distinct rows the run touched per slot pool: a point whose every pool holds them has only
   // first-use misses (say so: a larger cache cannot raise its hit rate).
   if (!run.sweep_points.empty()) j["sweep_touched_rows"] = run.sweep_touched_rows;
   j["sweep"] = sweep_json(o, run);
+  j["verdict"] = verdict_json(j, run.budgets, run.profile.name);
   return j;
 }
 
@@ -388,8 +466,12 @@ json report_document(const json& j) {
   const auto shapes = w["tables"];
   if (shapes.is_array()) w["tables"] = std::to_string(shapes.size()) + " (listed under Tables)";
   for (const char* k : {"keys_per_step", "samples_per_step"})
-    if (w[k].is_number()) w[k] = static_cast<std::int64_t>(w[k].get<double>());
-  report["workload"] = w;
+    if (w[k].is_number()) w[k] = static_cast<std::int64_t>(std::llround(w[k].get<double>()));
+  report["workload"] = readable_workload(w);
+  // The verdict's text (bench_verdict.hpp), shown first.
+  const json& v = j["verdict"];
+  report["verdict"] = {
+      {"headline", v["headline"]}, {"lines", v["lines"]}, {"decided_by", v["decided_by"]}, {"mode", v["mode"]}};
   report["modes"] = json::array();
   for (const auto& m : j["results"]) {
     json rm = {{"mode", m["mode"]},
@@ -410,6 +492,11 @@ json report_document(const json& j) {
     if (m["timed_steps"].get<std::size_t>() >= kStepsForP99) rm["step_ms_p99"] = m["train_step_ms_p99"];
     if (m["trainer"]["device"].is_string()) rm["trainer_device"] = m["trainer"]["device"];
     if (m["hit_rate"].is_number()) rm["hit_rate"] = m["hit_rate"];
+    // The model's memory against the budgets, and whether the verdict chose this run.
+    if (m.contains("memory_fit")) rm["memory_fit"] = m["memory_fit"];
+    const json& v = j["verdict"];
+    const json fraction = m.contains("cache") ? m["cache"]["cache_fraction"] : json(nullptr);
+    rm["chosen"] = v["mode"] == m["mode"] && v["cache_fraction"] == fraction;
     // Per-node splits are in the JSON; the chart shows totals. A link nothing crossed (all-to-all
     // before dispatch) would only add an empty legend entry.
     rm["bytes_per_step"].erase("host_read_per_node");
@@ -422,7 +509,7 @@ json report_document(const json& j) {
   for (const auto& p : j["sweep"]) {
     json rp = {{"mode", "cached"}, {"policy", j["settings"]["policy"]}, {"cache_fraction", p["cache_fraction"]}};
     for (const char* k : {"hit_rate", "forward_lookups_per_s", "train_lookups_per_s", "cache_bytes", "skipped",
-                          "holds_every_touched_row"})
+                          "holds_every_touched_row", "memory_fit"})
       if (p.contains(k) && !p[k].is_null()) rp[k] = p[k];
     report["sweep"].push_back(rp);
   }

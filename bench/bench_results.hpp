@@ -12,6 +12,7 @@
 #include "bench/bench_modes.hpp"
 #include "bench/bench_options.hpp"
 #include "bench/bench_probes.hpp"
+#include "bench/bench_verdict.hpp"
 #include "store/model/cost_model.hpp"
 #include "toolkit/batch_source.hpp"
 #include "toolkit/machine_info.hpp"
@@ -61,6 +62,7 @@ struct RunRecord {
   MemoryEstimate mem;       ///< the memory guard's estimate
   double available = 0;     ///< host memory available when the run began
   HardwareProfile profile;  ///< --profile
+  MemoryBudgets budgets;    ///< the memory per rank each mode must fit (--hbm-budget, --host-budget, or the profile's)
   MachineProbes probes;
   std::vector<ModeResult> results;  ///< one per mode, in --modes order (then --config's)
   std::vector<SweepPoint> sweep_points;

@@ -17,8 +17,6 @@
 // and update floor), bench_modes (running a mode), bench_results (the JSON and the HTML report's
 // document), bench_console (the console tables); here the run's phases in order, and main.
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -42,6 +40,7 @@
 #include "toolkit/bounded_input.hpp"
 #include "toolkit/cli_flags.hpp"
 #include "toolkit/machine_info.hpp"
+#include "toolkit/profiles.hpp"
 #include "toolkit/report_html.hpp"
 #include "toolkit/workload.hpp"
 
@@ -137,16 +136,15 @@ int check_outputs_and_profile(const Options& o, RunRecord& run) {
     if (path.empty()) continue;
     if (Status s = check_output_path(flag, path, replaced); !s.is_ok()) return fail(s.message());
   }
-  // --profile NAME (bench/profiles/NAME.json) or a file path (anything at that path).
-  struct stat profile_stat {};
-  const std::string profile_path = ::stat(o.profile.c_str(), &profile_stat) == 0
-                                       ? o.profile
-                                       : std::string(STRATA_PROFILE_DIR) + "/" + o.profile + ".json";
-  auto profile = load_profile(profile_path);
+  // --profile NAME (NAME.json in the profiles folder, toolkit/profiles.hpp) or a file path.
+  auto profile = load_profile(profile_path(o.profile));
   if (!profile)
     return fail("--profile " + o.profile + ": " + profile.status().message() +
                 " (expected h200-pcie5, a100-pcie4, dgx-a100, dgx-h100 or a profile JSON file)");
   run.profile = std::move(profile).value();
+  auto budgets = memory_budgets(o, run.profile);
+  if (!budgets) return fail(budgets.status().message());
+  run.budgets = budgets.value();
   return 0;
 }
 

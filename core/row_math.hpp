@@ -6,13 +6,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/hd.hpp"
 #include "core/table_spec.hpp"
-
-#if defined(__CUDACC__)
-#define STRATA_HD __host__ __device__ __forceinline__
-#else
-#define STRATA_HD inline
-#endif
 
 namespace strata {
 
@@ -27,6 +22,19 @@ STRATA_HD std::uint64_t mix64(std::uint64_t x) {
 /// Per-table seed: mixes the store seed with the table's name hash.
 STRATA_HD std::uint64_t table_seed(std::uint64_t seed, std::uint64_t name_hash) {
   return mix64(seed ^ mix64(name_hash));
+}
+
+/// What a stochastic rounding rounds: a table's weights, or one of its optimizer state vectors.
+enum class RoundingSalt : std::uint64_t { kWeights = 0, kState0 = 1, kState1 = 2 };
+
+/// The per-row key of the stochastic rounding bits (`rounding_bits` in core/half.hpp): a pure
+/// function of the table's rounding seed, the row's global id, the step (the backward's 1-based
+/// count) and what is rounded, so every placement, shard and cache draws the same bits.
+STRATA_HD std::uint64_t rounding_row_key(std::uint64_t tseed, std::int64_t global_row, std::int64_t step,
+                                         RoundingSalt salt) {
+  return mix64(tseed ^
+               mix64((static_cast<std::uint64_t>(global_row) * 0x100000001B3ull) ^
+                     (static_cast<std::uint64_t>(step) * 0xD6E8FEB86659FD93ull) ^ static_cast<std::uint64_t>(salt)));
 }
 
 /// Initial value of element (row, col): uniform in [-bound, bound), pure in its arguments.
@@ -104,7 +112,9 @@ inline OptimizerStep make_optimizer_step(const OptimizerSpec& spec, std::int64_t
   return s;
 }
 
-/// Applies one optimizer step to a row in place.
+/// Applies one optimizer step to a row in place. A learning rate of 0 leaves `w` as it is (its
+/// state still advances): w - 0 * g would turn a weight of -0.0 into +0.0 where g < 0 (and into
+/// NaN where g is not finite).
 ///   w     (dim)        the row's weights
 ///   state (state_dim)  its optimizer state (see optimizer_state_dim)
 ///   g     (dim)        the row's gradient, already summed over all its uses in the batch;
@@ -112,17 +122,19 @@ inline OptimizerStep make_optimizer_step(const OptimizerSpec& spec, std::int64_t
 STRATA_HD void apply_optimizer(const OptimizerStep& st, float* __restrict__ w, float* __restrict__ state,
                                float* __restrict__ g, std::int32_t dim) {
   const OptimizerSpec& o = st.spec;
+  const bool moves = o.learning_rate != 0.0f;
   if (o.weight_decay != 0.0f) {
     for (std::int32_t c = 0; c < dim; ++c) g[c] += o.weight_decay * w[c];
   }
   switch (o.kind) {
     case OptimizerKind::kSgd:
-      for (std::int32_t c = 0; c < dim; ++c) w[c] -= o.learning_rate * g[c];
+      if (moves)
+        for (std::int32_t c = 0; c < dim; ++c) w[c] -= o.learning_rate * g[c];
       break;
     case OptimizerKind::kAdagrad:
       for (std::int32_t c = 0; c < dim; ++c) {
         state[c] += g[c] * g[c];
-        w[c] -= o.learning_rate * g[c] / (std::sqrt(state[c]) + o.eps);
+        if (moves) w[c] -= o.learning_rate * g[c] / (std::sqrt(state[c]) + o.eps);
       }
       break;
     case OptimizerKind::kRowwiseAdagrad: {
@@ -130,7 +142,8 @@ STRATA_HD void apply_optimizer(const OptimizerStep& st, float* __restrict__ w, f
       for (std::int32_t c = 0; c < dim; ++c) sq += g[c] * g[c];
       state[0] += sq / static_cast<float>(dim);
       const float m = o.learning_rate / (std::sqrt(state[0]) + o.eps);
-      for (std::int32_t c = 0; c < dim; ++c) w[c] -= m * g[c];
+      if (moves)
+        for (std::int32_t c = 0; c < dim; ++c) w[c] -= m * g[c];
       break;
     }
     case OptimizerKind::kAdam: {
@@ -141,7 +154,7 @@ STRATA_HD void apply_optimizer(const OptimizerStep& st, float* __restrict__ w, f
         v[c] = o.beta2 * v[c] + (1.0f - o.beta2) * g[c] * g[c];
         const float mh = m[c] / st.bias1;
         const float vh = v[c] / st.bias2;
-        w[c] -= o.learning_rate * mh / (std::sqrt(vh) + o.eps);
+        if (moves) w[c] -= o.learning_rate * mh / (std::sqrt(vh) + o.eps);
       }
       break;
     }

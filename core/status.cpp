@@ -30,6 +30,25 @@ const char* status_code_name(StatusCode code) noexcept {
   return "Unknown";
 }
 
+Status Status::from_code(StatusCode code, std::string msg) {
+  switch (code) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kNotFound:
+    case StatusCode::kOutOfRange:
+    case StatusCode::kFailedPrecondition:
+    case StatusCode::kAlreadyExists:
+    case StatusCode::kResourceExhausted:
+    case StatusCode::kDataLoss:
+    case StatusCode::kIoError:
+    case StatusCode::kInternal:
+    case StatusCode::kUnavailable:
+      return {code, std::move(msg)};
+    case StatusCode::kOk:
+      break;
+  }
+  return {StatusCode::kInternal, std::move(msg)};
+}
+
 const std::string& Status::message() const noexcept {
   static const std::string kEmpty;
   return rep_ ? rep_->message : kEmpty;

@@ -44,6 +44,10 @@ class [[nodiscard]] Status {
   static Status io_error(std::string msg) { return {StatusCode::kIoError, std::move(msg)}; }
   static Status internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
   static Status unavailable(std::string msg) { return {StatusCode::kUnavailable, std::move(msg)}; }
+  /// The Status with `code` and `msg`, for a code known only at run time (one that travelled
+  /// between ranks as an integer). kOk, or a value off the enum, gives kInternal: an error that
+  /// names no failure code is a bug of whoever made it; `msg` is kept.
+  static Status from_code(StatusCode code, std::string msg);
 
   bool is_ok() const noexcept { return rep_ == nullptr; }
   explicit operator bool() const noexcept { return is_ok(); }

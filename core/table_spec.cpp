@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/text.hpp"
+
 namespace strata {
 namespace {
 
@@ -90,8 +92,9 @@ Status validate(const TableSpec& s) {
   if (!(s.init.bound >= 0.0f) || !std::isfinite(s.init.bound))
     return Status::invalid_argument(who + ": initializer bound " + std::to_string(s.init.bound) + " must be >= 0");
   const OptimizerSpec& o = s.optimizer;
-  if (!(o.learning_rate > 0.0f) || !std::isfinite(o.learning_rate))
-    return Status::invalid_argument(who + ": learning_rate " + std::to_string(o.learning_rate) + " must be > 0");
+  if (!(o.learning_rate >= 0.0f) || !std::isfinite(o.learning_rate))
+    return Status::invalid_argument(who + ": learning_rate " + number_text(o.learning_rate) +
+                                    " (expected a finite number >= 0; 0 updates nothing)");
   if (!(o.eps > 0.0f) || !std::isfinite(o.eps))
     return Status::invalid_argument(who + ": eps " + std::to_string(o.eps) + " must be > 0");
   if (!(o.beta1 >= 0.0f && o.beta1 < 1.0f))

@@ -31,7 +31,7 @@ enum class OptimizerKind : std::uint8_t { kSgd = 0, kAdagrad = 1, kRowwiseAdagra
 /// Hyper-parameters of the optimizer; fields an optimizer does not use are ignored.
 struct OptimizerSpec {
   OptimizerKind kind = OptimizerKind::kSgd;  ///< which update rule
-  float learning_rate = 0.01f;               ///< step size (> 0)
+  float learning_rate = 0.01f;               ///< step size (>= 0; 0 keeps weights, state advances)
   float eps = 1e-8f;                         ///< adagrad/adam denominator guard (> 0)
   float beta1 = 0.9f;                        ///< adam first-moment decay, in [0, 1)
   float beta2 = 0.999f;                      ///< adam second-moment decay, in [0, 1)

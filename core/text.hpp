@@ -15,4 +15,8 @@ std::size_t utf8_cut(const std::string& s, std::size_t n) noexcept;
 /// UTF-8 character boundary) followed by "...".
 std::string quote_prefix(const std::string& s, std::size_t max_bytes);
 
+/// The shortest text that reads back as `d`; the double of a float prints as that float ("0.01",
+/// not "0.009999999776482582"; -0.0 as "-0"). For messages that quote a value.
+std::string number_text(double d);
+
 }  // namespace strata

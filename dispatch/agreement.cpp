@@ -52,25 +52,7 @@ Status agree(Communicator& comm, const Step& step, const Status& local) {
     failed += (failed.empty() ? "" : "; ") + ("rank " + std::to_string(r) + ": " + x.message);
   }
   if (failed.empty()) return Status::ok();
-  const std::string msg = describe(mine) + " failed on another rank (" + failed + ")";
-  switch (code) {
-    case StatusCode::kResourceExhausted:
-      return Status::resource_exhausted(msg);
-    case StatusCode::kInvalidArgument:
-      return Status::invalid_argument(msg);
-    case StatusCode::kOutOfRange:
-      return Status::out_of_range(msg);
-    case StatusCode::kNotFound:
-      return Status::not_found(msg);
-    case StatusCode::kAlreadyExists:
-      return Status::already_exists(msg);
-    case StatusCode::kUnavailable:
-      return Status::unavailable(msg);
-    case StatusCode::kInternal:
-      return Status::internal(msg);
-    default:
-      return Status::failed_precondition(msg);
-  }
+  return Status::from_code(code, describe(mine) + " failed on another rank (" + failed + ")");
 }
 
 }  // namespace strata::dispatch

@@ -21,9 +21,10 @@ struct Step {
 };
 
 /// Returns OK when every rank is at the same step and every rank's `local` is OK. Otherwise:
-/// `local` itself on a rank that failed; on the others an error naming the ranks that failed and
-/// the start of their messages, or the ranks whose steps differ ("rank 0 is at submit(7), rank 1 at
-/// submit(8)"). A communicator error (timeout naming the missing ranks) is returned as is.
+/// `local` itself on a rank that failed; on the others an error with the code of the first rank
+/// that failed (Status::from_code), naming the ranks that failed and the start of their messages, or the ranks whose
+/// steps differ ("rank 0 is at submit(7), rank 1 at submit(8)"). A communicator error (timeout naming the missing
+/// ranks) is returned as is.
 Status agree(Communicator& comm, const Step& step, const Status& local);
 
 }  // namespace strata::dispatch

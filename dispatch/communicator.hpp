@@ -8,9 +8,16 @@
 // ranks that did not arrive; a call whose peers are in a different collective (or disagree on a
 // size that must match) returns an error naming the ranks and what they called. After such an
 // error the communicator is broken: every later call returns the same error, never a hang. A
-// device error on one rank after a device collective's copies started (its device failed during
-// the call) fails that rank's call only, in `local` and `mpi` (`nccl` breaks): callers agree on
-// each rank's readiness before a device collective (dispatch::agree), so this is a device dying
+// device that failed before a device collective (a sticky error found by the call's own readiness
+// check, however late it came: work of another stream of the device may fail after the caller's
+// last agreement), or `mpi`'s pinned staging of device buffers that cannot be allocated
+// (ResourceExhausted), fails that call on every rank with the same error, and breaks nothing:
+// every rank learns it with the call's arguments, before any data moved, so the ranks stay in
+// step. Except under `nccl` when the fault poisoned the rank's CUDA context (cudaErrorIllegalAddress
+// and the like): that rank cannot copy its header for the all-gather either, so it breaks and
+// aborts, and its peers time out after CommOptions::timeout with kUnavailable and break. A device
+// error on one rank after a device collective's copies started (its device failed during the
+// call) fails that rank's call only, in `local` and `mpi` (`nccl` breaks): a device dying
 // mid-call, as one can during any kernel.
 //
 // Memory spaces: the data-moving collectives (all_to_all_v, all_gather, broadcast) take a
@@ -74,7 +81,9 @@ struct CommCounters {
 /// for the host, and the caller may queue work that reads the received data right away. `stream`
 /// must be a stream of `device`, else every rank fails the call with InvalidArgument (a broken
 /// communicator, as for any invalid argument). A sticky error of `device` found before the data
-/// moves fails every rank the same way; one found after (the copies in) fails this rank only.
+/// moves (or, `mpi`, staging it failing) fails every rank with that error's code, naming the rank,
+/// and leaves the communicator usable (`nccl`: unless the fault poisoned the CUDA context, see the
+/// top of this file); one found after (the copies in) fails this rank only.
 /// Device pointers, counts and displacements are bytes as for host buffers; the arrays of counts
 /// and displacements are always host memory.
 struct BufferSpace {

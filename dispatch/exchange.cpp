@@ -232,8 +232,10 @@ namespace {
 // The all-to-all of a device form. The ranks first agree (dispatch::agree, which leaves the
 // communicator usable) that every one is ready: its local steps succeeded and its device has not
 // failed (the stream's work before the exchange has run). A rank that is not makes every rank fail
-// this call, and the store's later collectives (read_rows, save, discard) still work; only a
-// device that fails between the agreement and the copies breaks the communicator.
+// this call, and the store's later collectives (read_rows, save, discard) still work. A device that
+// fails after the agreement (work of another stream in flight, an inner engine's) is found by the
+// all-to-all's own readiness check, which fails the call on every rank the same way and leaves the
+// communicator usable too; one that fails during the copies fails this rank's call.
 Status exchange(Communicator& comm, ExchangeWorkspace& ws, const char* send, const std::vector<std::int64_t>& sbytes,
                 char* recv, const std::vector<std::int64_t>& rbytes, const Status& local) {
   const auto sd = displs_of(sbytes), rd = displs_of(rbytes);
@@ -259,8 +261,8 @@ Status KeyExchange::return_rows(Communicator& comm, ExchangeWorkspace& ws, const
       if (layouts_[t]->returns_rows(static_cast<int>(s), me_))
         rbytes[s] += static_cast<std::int64_t>(sent_[s][t].size()) * row_floats(static_cast<int>(s), t) * kF;
     }
-  // A failure here is this rank's alone; the all-to-all below still runs (with null buffers, an
-  // argument error), so that every rank fails instead of waiting for this one.
+  // A failure here is this rank's alone; exchange() still meets the other ranks, whose agreement
+  // fails every rank with it instead of letting them wait for this one.
   Status local = failed;
   if (local.is_ok()) local = upload_index(ws);
   if (local.is_ok()) local = ws.reserve(static_cast<std::size_t>(std::max(sum(sbytes), sum(rbytes))), 0);

@@ -90,9 +90,10 @@ class KeyExchange {
   /// ws.stream() (the served rows are read as the work queued there left them) and returns with
   /// the rows' placement at their unique keys queued on it. On the wire: the same bytes as the host
   /// form; over PCIe: the index lists (8 bytes per unique key sent, H2D).
-  /// `local`: an error of this rank before the exchange; the collective still runs (as an argument
-  /// error, which fails every rank and breaks the communicator) and `local` is returned. The
-  /// same happens when this rank fails to prepare the exchange (the index upload).
+  /// `local`: an error of this rank before the exchange; the ranks still meet, agree that it
+  /// failed (dispatch::agree: every rank fails the call, and the communicator stays usable) and
+  /// `local` is returned. The same happens when this rank fails to prepare the exchange (the index
+  /// upload).
   Status return_rows(Communicator& comm, ExchangeWorkspace& ws, const std::vector<const float*>& served_rows,
                      const std::vector<float*>& unique_rows, const Status& local = Status::ok());
   /// Device form of send_grads: unique_grads[t] (n_t, dim) and served_grads[t]

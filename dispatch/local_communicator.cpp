@@ -64,7 +64,8 @@ class Group {
   int size() const noexcept { return size_; }
 
   // Step 1 for call number `k` (1-based, per rank) of rank `me`. Returns OK when every rank
-  // arrived and the calls agree; otherwise the error, which also breaks the group.
+  // arrived and the calls agree; otherwise the error, which also breaks the group unless it is
+  // a device error found before the call (detail::Verdict::breaks).
   Status arrive(int me, std::uint64_t k, Posting post, const char* what) {
     std::unique_lock<std::mutex> lock(mu_);
     if (!broken_.is_ok()) return detail::broken_status(what, broken_);
@@ -74,12 +75,13 @@ class Group {
       arrivals_ = 0;
       std::vector<const CallInfo*> calls(size_);
       for (int r = 0; r < size_; ++r) calls[r] = &posts_[r].info;
-      verdict_ = detail::check_agreement(calls);
-      if (verdict_.is_ok()) {
+      detail::Verdict v = detail::check_agreement(calls);
+      if (!v.breaks) {  // OK or device errors alone: ranks in mixed memory spaces disagree all the same
         const std::string mixed = space_disagreement(posts_);
-        if (!mixed.empty()) verdict_ = Status::invalid_argument(std::string(what) + ": " + mixed);
+        if (!mixed.empty()) v = {Status::invalid_argument(std::string(what) + ": " + mixed), true};
       }
-      if (!verdict_.is_ok()) broken_ = verdict_;
+      verdict_ = v.status;
+      if (v.breaks) broken_ = verdict_;
       completed_ = k;
       cv_.notify_all();
       return verdict_;
@@ -138,7 +140,7 @@ class Group {
   std::vector<std::uint64_t> arrived_;  // the last call number each rank arrived at
   int arrivals_ = 0;                    // ranks arrived at the generation in progress
   std::uint64_t completed_ = 0;         // the last generation every rank arrived at
-  Status verdict_;                      // check_agreement() of generation completed_
+  Status verdict_;                      // the verdict on generation completed_ (check_agreement())
   int departures_ = 0;
   std::uint64_t released_ = 0;  // the last generation every rank departed from
   Status broken_;               // the first failure; every later call returns it
@@ -165,7 +167,7 @@ class LocalCommunicator final : public Communicator {
     p.info.recv_counts = recv_counts;
     p.info.arg_error =
         detail::check_a2a_arguments(size(), rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
-    if (p.info.arg_error.empty()) p.info.arg_error = detail::ready_space(space);
+    detail::judge_space(p.info, space);
     p.src = send;
     p.send_displs = send_displs;
     p.device = space.device;
@@ -191,7 +193,7 @@ class LocalCommunicator final : public Communicator {
     p.info.kind = Collective::kAllGather;
     p.info.bytes = bytes;
     p.info.arg_error = detail::check_all_gather_arguments(size(), send, bytes, recv);
-    if (p.info.arg_error.empty()) p.info.arg_error = detail::ready_space(space);
+    detail::judge_space(p.info, space);
     p.src = send;
     p.device = space.device;
     p.data = true;
@@ -239,7 +241,7 @@ class LocalCommunicator final : public Communicator {
     p.info.bytes = bytes;
     p.info.root = root;
     p.info.arg_error = detail::check_broadcast_arguments(size(), data, bytes, root);
-    if (p.info.arg_error.empty()) p.info.arg_error = detail::ready_space(space);
+    detail::judge_space(p.info, space);
     p.src = data;
     p.device = space.device;
     p.data = true;

@@ -77,7 +77,8 @@ struct WireHeader {
   std::int32_t op = 0;
   std::int32_t root = 0;
   std::int32_t has_arg_error = 0;
-  char arg_error[224] = {};  // NUL-terminated, truncated
+  std::int32_t device_code = 0;  // the StatusCode of CallInfo::device_error, 0 (kOk) when none
+  char error[220] = {};          // detail::encode_failure()'s text
 };
 static_assert(sizeof(WireHeader) % sizeof(std::int64_t) == 0, "the counts after the header stay aligned");
 
@@ -86,39 +87,6 @@ struct WireFailure {
   std::int32_t code = 0;
   char message[508] = {};
 };
-
-Status status_of(StatusCode code, std::string msg) {
-  switch (code) {
-    case StatusCode::kInvalidArgument:
-      return Status::invalid_argument(std::move(msg));
-    case StatusCode::kNotFound:
-      return Status::not_found(std::move(msg));
-    case StatusCode::kOutOfRange:
-      return Status::out_of_range(std::move(msg));
-    case StatusCode::kFailedPrecondition:
-      return Status::failed_precondition(std::move(msg));
-    case StatusCode::kAlreadyExists:
-      return Status::already_exists(std::move(msg));
-    case StatusCode::kResourceExhausted:
-      return Status::resource_exhausted(std::move(msg));
-    case StatusCode::kDataLoss:
-      return Status::data_loss(std::move(msg));
-    case StatusCode::kIoError:
-      return Status::io_error(std::move(msg));
-    case StatusCode::kInternal:
-      return Status::internal(std::move(msg));
-    case StatusCode::kOk:
-    case StatusCode::kUnavailable:
-      break;
-  }
-  return Status::unavailable(std::move(msg));
-}
-
-void copy_text(char* dst, std::size_t cap, const std::string& s) {
-  const std::size_t n = std::min(cap - 1, s.size());
-  std::memcpy(dst, s.data(), n);
-  dst[n] = '\0';
-}
 
 // Polling backoff: spin briefly (low latency when peers are ready), then yield, then sleep, so
 // ranks oversubscribed on few cores (mpirun --oversubscribe) leave the CPU to the peers they wait for.
@@ -179,7 +147,7 @@ class MpiCommunicator final : public Communicator {
 
   Status all_to_all_v_host(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs,
                            void* recv, const std::int64_t* recv_counts, const std::int64_t* recv_displs,
-                           const std::string& space_error) {
+                           const std::string& space_error, const Status& device_error = Status::ok()) {
     CallInfo info;
     info.kind = Collective::kAllToAllV;
     info.send_counts = send_counts;
@@ -187,6 +155,7 @@ class MpiCommunicator final : public Communicator {
     info.arg_error =
         detail::check_a2a_arguments(size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
     if (info.arg_error.empty()) info.arg_error = space_error;
+    if (info.arg_error.empty()) info.device_error = device_error;
     return run(info, [&](std::uint64_t seq, Clock::time_point deadline, const char* what) -> Status {
       std::int64_t total = 0;
       for (int p = 0; p < size_; ++p) total += p == rank_ ? 0 : send_counts[p];
@@ -220,12 +189,14 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
-  Status all_gather_host(const void* send, std::int64_t bytes, void* recv, const std::string& space_error) {
+  Status all_gather_host(const void* send, std::int64_t bytes, void* recv, const std::string& space_error,
+                         const Status& device_error = Status::ok()) {
     CallInfo info;
     info.kind = Collective::kAllGather;
     info.bytes = bytes;
     info.arg_error = detail::check_all_gather_arguments(size_, send, bytes, recv);
     if (info.arg_error.empty()) info.arg_error = space_error;
+    if (info.arg_error.empty()) info.device_error = device_error;
     return run(info, [&](std::uint64_t seq, Clock::time_point deadline, const char* what) -> Status {
       if (bytes == 0) return Status::ok();
       auto& stage = stage_for(bytes);
@@ -302,13 +273,15 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
-  Status broadcast_host(void* data, std::int64_t bytes, int root, const std::string& space_error) {
+  Status broadcast_host(void* data, std::int64_t bytes, int root, const std::string& space_error,
+                        const Status& device_error = Status::ok()) {
     CallInfo info;
     info.kind = Collective::kBroadcast;
     info.bytes = bytes;
     info.root = root;
     info.arg_error = detail::check_broadcast_arguments(size_, data, bytes, root);
     if (info.arg_error.empty()) info.arg_error = space_error;
+    if (info.arg_error.empty()) info.device_error = device_error;
     return run(info, [&](std::uint64_t seq, Clock::time_point deadline, const char* what) -> Status {
       if (bytes == 0 || size_ == 1) return Status::ok();
       std::vector<Op> ops;
@@ -326,20 +299,24 @@ class MpiCommunicator final : public Communicator {
   }
 
   // ---- device buffers: staged through pinned host memory ----
-  // Each call checks its arguments and readies the device (detail::ready_space), copies what
+  // Each call checks its arguments and readies the device (detail::judge_space), copies what
   // leaves this rank D2H into the pinned send stage, runs the host collective between the stages
   // and copies what arrived H2D. This rank's own share moves device to device. A failure before
-  // the data moves becomes this rank's argument error, so every rank fails the call alike.
+  // the data moves goes to the host collective as this rank's argument error or device error, so
+  // every rank fails the call alike (and a device error leaves the communicator usable).
 
   Status do_all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
                          const std::int64_t* recv_counts, const std::int64_t* recv_displs,
                          const BufferSpace& space) override {
     if (!space.on_device())
       return all_to_all_v_host(send, send_counts, send_displs, recv, recv_counts, recv_displs, "");
-    std::string error =
+    CallInfo pre;
+    pre.arg_error =
         detail::check_a2a_arguments(size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
-    if (error.empty()) error = detail::ready_space(space);
-    if (!error.empty()) return all_to_all_v_host(send, send_counts, send_displs, recv, recv_counts, recv_displs, error);
+    detail::judge_space(pre, space);
+    if (!pre.arg_error.empty() || !pre.device_error.is_ok())
+      return all_to_all_v_host(send, send_counts, send_displs, recv, recv_counts, recv_displs, pre.arg_error,
+                               pre.device_error);
     // No overflow: check_a2a_arguments refused any displacement + count past int64.
     std::int64_t send_end = 0, recv_end = 0;
     for (int p = 0; p < size_; ++p) {
@@ -348,18 +325,19 @@ class MpiCommunicator final : public Communicator {
     }
     gpu::Device& d = *space.device;
     DeviceStage& st = stage_of(d);
-    error = grow(st, d, send_end, recv_end);
-    if (error.empty()) {
+    Status staged = grow(st, d, send_end, recv_end);
+    if (staged.is_ok()) {
       for (int p = 0; p < size_; ++p) {
         if (p == rank_ || send_counts[p] == 0) continue;
         d.copy_d2h(space.stream, st.send.as<char>() + send_displs[p], static_cast<const char*>(send) + send_displs[p],
                    static_cast<std::size_t>(send_counts[p]));
       }
-      error = synchronized(space);
+      staged = synchronized(space);
     }
     // With the caller's pointers, as above: a stage that failed to grow is empty, and the host
     // path's own check would report it as a null buffer instead of this error.
-    if (!error.empty()) return all_to_all_v_host(send, send_counts, send_displs, recv, recv_counts, recv_displs, error);
+    if (!staged.is_ok())
+      return all_to_all_v_host(send, send_counts, send_displs, recv, recv_counts, recv_displs, "", staged);
     // This rank's own share stays on the device: out of the host collective's way (zero bytes to
     // itself; every rank sees its own counts, so the others are not affected).
     std::vector<std::int64_t> sc(send_counts, send_counts + size_), rc(recv_counts, recv_counts + size_);
@@ -387,16 +365,19 @@ class MpiCommunicator final : public Communicator {
 
   Status do_all_gather(const void* send, std::int64_t bytes, void* recv, const BufferSpace& space) override {
     if (!space.on_device()) return all_gather_host(send, bytes, recv, "");
-    std::string error = detail::check_all_gather_arguments(size_, send, bytes, recv);
-    if (error.empty()) error = detail::ready_space(space);
+    CallInfo pre;
+    pre.arg_error = detail::check_all_gather_arguments(size_, send, bytes, recv);
+    detail::judge_space(pre, space);
     gpu::Device& d = *space.device;
     DeviceStage& st = stage_of(d);
-    if (error.empty()) error = grow(st, d, bytes, bytes * size_);
-    if (error.empty() && bytes > 0) {
+    const bool ready = pre.arg_error.empty() && pre.device_error.is_ok();
+    if (ready) pre.device_error = grow(st, d, bytes, bytes * size_);
+    if (ready && pre.device_error.is_ok() && bytes > 0) {
       d.copy_d2h(space.stream, st.send.data(), send, static_cast<std::size_t>(bytes));
-      error = synchronized(space);
+      pre.device_error = synchronized(space);
     }
-    if (!error.empty()) return all_gather_host(send, bytes, recv, error);
+    if (!pre.arg_error.empty() || !pre.device_error.is_ok())
+      return all_gather_host(send, bytes, recv, pre.arg_error, pre.device_error);
     STRATA_RETURN_IF_ERROR(all_gather_host(st.send.data(), bytes, st.recv.data(), ""));
     if (bytes == 0) return Status::ok();
     for (int p = 0; p < size_; ++p) {
@@ -412,17 +393,20 @@ class MpiCommunicator final : public Communicator {
 
   Status do_broadcast(void* data, std::int64_t bytes, int root, const BufferSpace& space) override {
     if (!space.on_device()) return broadcast_host(data, bytes, root, "");
-    std::string error = detail::check_broadcast_arguments(size_, data, bytes, root);
-    if (error.empty()) error = detail::ready_space(space);
+    CallInfo pre;
+    pre.arg_error = detail::check_broadcast_arguments(size_, data, bytes, root);
+    detail::judge_space(pre, space);
     gpu::Device& d = *space.device;
     DeviceStage& st = stage_of(d);
-    if (error.empty()) error = grow(st, d, bytes, 0);
+    const bool ready = pre.arg_error.empty() && pre.device_error.is_ok();
+    if (ready) pre.device_error = grow(st, d, bytes, 0);
     const bool moves = bytes > 0 && size_ > 1;
-    if (error.empty() && moves && rank_ == root) {
+    if (ready && pre.device_error.is_ok() && moves && rank_ == root) {
       d.copy_d2h(space.stream, st.send.data(), data, static_cast<std::size_t>(bytes));
-      error = synchronized(space);
+      pre.device_error = synchronized(space);
     }
-    if (!error.empty()) return broadcast_host(data, bytes, root, error);
+    if (!pre.arg_error.empty() || !pre.device_error.is_ok())
+      return broadcast_host(data, bytes, root, pre.arg_error, pre.device_error);
     STRATA_RETURN_IF_ERROR(broadcast_host(st.send.data(), bytes, root, ""));
     if (!moves || rank_ == root) return Status::ok();
     d.copy_h2d(space.stream, data, st.send.data(), static_cast<std::size_t>(bytes));
@@ -481,23 +465,22 @@ class MpiCommunicator final : public Communicator {
     return s;
   }
 
-  // Makes `st`, the stage of `d`, hold at least `send` and `recv` bytes: "" or what failed.
-  static std::string grow(DeviceStage& st, gpu::Device& d, std::int64_t send, std::int64_t recv) {
+  // Makes `st`, the stage of `d`, hold at least `send` and `recv` bytes: OK or what failed.
+  static Status grow(DeviceStage& st, gpu::Device& d, std::int64_t send, std::int64_t recv) {
     for (auto [buf, want] : {std::pair<gpu::PinnedBuffer*, std::int64_t>{&st.send, send}, {&st.recv, recv}}) {
       if (static_cast<std::int64_t>(buf->bytes()) >= want) continue;
       *buf = gpu::PinnedBuffer{};
       // Twice the call, in size_t (2 * want could overflow int64; such a request fails anyway).
       const auto bytes = static_cast<std::size_t>(want);
       auto b = d.allocate_pinned(bytes <= SIZE_MAX / 2 ? 2 * bytes : bytes);
-      if (!b) return "pinned staging of device buffers: " + b.status().to_string();
+      if (!b) return b.status().with_context("pinned staging of device buffers");
       *buf = std::move(b).value();
     }
-    return "";
+    return Status::ok();
   }
 
-  static std::string synchronized(const BufferSpace& space) {
-    const Status s = space.device->synchronize(space.stream);
-    return s.is_ok() ? "" : "staging device buffers failed: " + s.to_string();
+  static Status synchronized(const BufferSpace& space) {
+    return space.device->synchronize(space.stream).with_context("staging device buffers failed");
   }
 
   int tag(std::uint64_t seq, int phase) const noexcept {
@@ -552,8 +535,10 @@ class MpiCommunicator final : public Communicator {
     if (!s.is_ok()) return s;  // already broken (and told) by exchange_headers
     std::vector<const CallInfo*> calls(size_);
     for (int r = 0; r < size_; ++r) calls[r] = &all[r];
-    s = detail::check_agreement(calls);
-    if (!s.is_ok()) return fail(s, false);  // every rank reached the same verdict
+    const detail::Verdict verdict = detail::check_agreement(calls);
+    // Every rank reached the same verdict: none needs telling, and one that does not break the
+    // communicator (device errors found before the call) leaves every rank in step.
+    if (!verdict.status.is_ok()) return verdict.breaks ? fail(verdict.status, false) : verdict.status;
 
     s = payload(seq, deadline, what);
     if (!s.is_ok()) return broken_.is_ok() ? fail(s, true) : s;
@@ -574,8 +559,7 @@ class MpiCommunicator final : public Communicator {
     h.type = static_cast<std::int32_t>(mine.type);
     h.op = static_cast<std::int32_t>(mine.op);
     h.root = mine.root;
-    h.has_arg_error = mine.arg_error.empty() ? 0 : 1;
-    copy_text(h.arg_error, sizeof(h.arg_error), mine.arg_error);
+    detail::encode_failure(mine, h.has_arg_error, h.device_code, h.error, sizeof(h.error));
     const bool with_counts = mine.kind == Collective::kAllToAllV && mine.arg_error.empty();
     std::size_t words = sizeof(WireHeader) / sizeof(std::int64_t);
     auto& out = buffers_.header_out;
@@ -604,13 +588,13 @@ class MpiCommunicator final : public Communicator {
     Status s = wait(ops, deadline, what, /*arrival=*/true);
     if (!s.is_ok()) return broken_.is_ok() ? fail(s, true) : s;
 
+    // Every call as it went on the wire, this rank's too (from the header just encoded), so every
+    // rank judges the same texts.
     all.assign(size_, CallInfo{});
-    all[rank_] = mine;
     for (int p = 0; p < size_; ++p) {
-      if (p == rank_) continue;
-      const auto& in = buffers_.header_in[p];
+      const std::int64_t* in = p == rank_ ? out.data() : buffers_.header_in[p].data();
       WireHeader ph;
-      std::memcpy(static_cast<void*>(&ph), in.data(), sizeof(ph));
+      std::memcpy(static_cast<void*>(&ph), in, sizeof(ph));
       if (ph.magic != kMagic) {
         return fail(Status::internal(std::string(what) + ": rank " + std::to_string(p) +
                                      " sent a message that is not a strata header (another program on this MPI "
@@ -624,12 +608,11 @@ class MpiCommunicator final : public Communicator {
       c.type = static_cast<DataType>(ph.type);
       c.op = static_cast<ReduceOp>(ph.op);
       c.root = ph.root;
-      ph.arg_error[sizeof(ph.arg_error) - 1] = '\0';
-      if (ph.has_arg_error) c.arg_error = ph.arg_error[0] ? ph.arg_error : "invalid arguments";
+      detail::decode_failure(ph.has_arg_error, ph.device_code, ph.error, sizeof(ph.error), c);
       if (c.kind == Collective::kAllToAllV && !ph.has_arg_error) {
         const std::size_t w = sizeof(WireHeader) / sizeof(std::int64_t);
-        c.send_counts = in.data() + w;
-        c.recv_counts = in.data() + w + size_;
+        c.send_counts = in + w;
+        c.recv_counts = in + w + size_;
       }
     }
     return Status::ok();
@@ -719,8 +702,8 @@ class MpiCommunicator final : public Communicator {
     WireFailure f;
     STRATA_MPI_TRY(MPI_Recv(&f, sizeof(f), MPI_BYTE, st.MPI_SOURCE, kControlTag, comm_, MPI_STATUS_IGNORE));
     f.message[sizeof(f.message) - 1] = '\0';
-    return status_of(static_cast<StatusCode>(f.code), "rank " + std::to_string(st.MPI_SOURCE) + " of " +
-                                                          std::to_string(size_) + " failed: " + f.message);
+    return Status::from_code(static_cast<StatusCode>(f.code), "rank " + std::to_string(st.MPI_SOURCE) + " of " +
+                                                                  std::to_string(size_) + " failed: " + f.message);
   }
 
   // Breaks the communicator with `s`; `tell_peers` when they may not know (a timeout, a local
@@ -730,7 +713,7 @@ class MpiCommunicator final : public Communicator {
     broken_ = s;
     if (tell_peers && size_ > 1) {
       buffers_.failure.code = static_cast<std::int32_t>(s.code());
-      copy_text(buffers_.failure.message, sizeof(buffers_.failure.message), s.message());
+      detail::copy_text(buffers_.failure.message, sizeof(buffers_.failure.message), s.message());
       for (int p = 0; p < size_; ++p) {
         if (p == rank_) continue;
         MPI_Request r = MPI_REQUEST_NULL;

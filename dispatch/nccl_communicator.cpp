@@ -110,7 +110,8 @@ struct WireHeader {
   std::int64_t bytes = 0;
   std::int64_t count = 0;
   std::int32_t has_arg_error = 0;
-  char arg_error[220] = {};
+  std::int32_t device_code = 0;  // the StatusCode of CallInfo::device_error, 0 (kOk) when none
+  char error[216] = {};          // detail::encode_failure()'s text
 };
 static_assert(sizeof(WireHeader) % sizeof(std::int64_t) == 0, "the counts after the header stay aligned");
 
@@ -240,7 +241,7 @@ class NcclCommunicator final : public Communicator {
     info.arg_error =
         detail::check_a2a_arguments(size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
     if (space.on_device()) {
-      if (info.arg_error.empty()) info.arg_error = ready(space);
+      ready(info, space);
       return run(info, [&](Clock::time_point deadline, const char* what) -> Status {
         // NCCL reads and writes the caller's buffers; the own share is a device copy, unless it is
         // in place: compared by address, for send and recv may be one buffer whose displacements
@@ -334,7 +335,7 @@ class NcclCommunicator final : public Communicator {
     info.bytes = bytes;
     info.arg_error = detail::check_all_gather_arguments(size_, send, bytes, recv);
     if (space.on_device()) {
-      if (info.arg_error.empty()) info.arg_error = ready(space);
+      ready(info, space);
       return run(info, [&](Clock::time_point deadline, const char* what) -> Status {
         if (bytes == 0) return Status::ok();
         STRATA_NCCL_TRY(comm_, ncclAllGather(send, recv, static_cast<std::size_t>(bytes), ncclUint8, comm_, stream_));
@@ -385,7 +386,7 @@ class NcclCommunicator final : public Communicator {
     info.root = root;
     info.arg_error = detail::check_broadcast_arguments(size_, data, bytes, root);
     if (space.on_device()) {
-      if (info.arg_error.empty()) info.arg_error = ready(space);
+      ready(info, space);
       return run(info, [&](Clock::time_point deadline, const char* what) -> Status {
         if (bytes == 0 || size_ == 1) return Status::ok();
         STRATA_NCCL_TRY(comm_,
@@ -427,7 +428,9 @@ class NcclCommunicator final : public Communicator {
   }
 
   // The first failure of a collective breaks the communicator (every later call returns it) and
-  // aborts NCCL at once, whatever the failure: a peer that died mid-collective leaves NCCL's
+  // aborts NCCL at once, whatever the failure, except a verdict that does not break it (device
+  // errors found before the call, detail::Verdict: no NCCL work of the call was issued but the
+  // header all-gather, which completed on every rank): a peer that died mid-collective leaves NCCL's
   // kernels spinning on this GPU, and the next cudaFree or cudaFreeHost on it (a store closing its
   // engines, which goes before the communicator, or a staging buffer growing) would wait for them
   // forever. An abort stops them; the buffers they may still write are freed only once the stream
@@ -484,17 +487,17 @@ class NcclCommunicator final : public Communicator {
     return Status::ok();
   }
 
-  // Device buffers must be memory of this communicator's GPU (NCCL works on one device); then
-  // detail::ready_space waits for the caller's stream. "" or this rank's argument error.
-  std::string ready(const BufferSpace& space) const {
+  // Device buffers must be memory of this communicator's GPU (NCCL works on one device), an
+  // argument error of `info` (whose own arguments were judged); then detail::judge_space.
+  void ready(CallInfo& info, const BufferSpace& space) const {
     const gpu::DeviceInfo& d = space.device->info();
-    if (d.backend != gpu::Backend::kCuda || d.ordinal != device_) {
-      return "device buffers of " + d.name +
-             (d.backend == gpu::Backend::kCuda ? " (CUDA device " + std::to_string(d.ordinal) + ")"
-                                               : std::string(" (emulated)")) +
-             ", expected memory of this communicator's CUDA device " + std::to_string(device_);
+    if (info.arg_error.empty() && (d.backend != gpu::Backend::kCuda || d.ordinal != device_)) {
+      info.arg_error = "device buffers of " + d.name +
+                       (d.backend == gpu::Backend::kCuda ? " (CUDA device " + std::to_string(d.ordinal) + ")"
+                                                         : std::string(" (emulated)")) +
+                       ", expected memory of this communicator's CUDA device " + std::to_string(device_);
     }
-    return detail::ready_space(space);
+    detail::judge_space(info, space);
   }
 
   // One collective: header all-gather, agreement, then `payload(deadline, what)`.
@@ -505,17 +508,22 @@ class NcclCommunicator final : public Communicator {
     if (!broken_.is_ok()) return detail::broken_status(what, broken_);
     const auto deadline = Clock::now() + options_.timeout;
     const DeviceScope scope(ctx_);
+    bool in_step = false;  // refused by a verdict that leaves the communicator usable
     Status s = [&]() -> Status {
       STRATA_RETURN_IF_ERROR(scope.status());
       std::vector<CallInfo> all;
       STRATA_RETURN_IF_ERROR(exchange_headers(mine, deadline, what, all));
       std::vector<const CallInfo*> calls(size_);
       for (int r = 0; r < size_; ++r) calls[r] = &all[r];
-      STRATA_RETURN_IF_ERROR(detail::check_agreement(calls));
+      const detail::Verdict verdict = detail::check_agreement(calls);
+      if (!verdict.status.is_ok()) {
+        in_step = !verdict.breaks;
+        return verdict.status;
+      }
       return payload(deadline, what);
     }();
     if (!s.is_ok()) {
-      fail(s);
+      if (!in_step) fail(s);
       return s;
     }
     const detail::MovedBytes moved = detail::moved_bytes(mine, rank_, size_);
@@ -535,9 +543,7 @@ class NcclCommunicator final : public Communicator {
     h.root = mine.root;
     h.bytes = mine.bytes;
     h.count = mine.count;
-    h.has_arg_error = mine.arg_error.empty() ? 0 : 1;
-    const std::size_t n = std::min(sizeof(h.arg_error) - 1, mine.arg_error.size());
-    std::memcpy(h.arg_error, mine.arg_error.data(), n);
+    detail::encode_failure(mine, h.has_arg_error, h.device_code, h.error, sizeof(h.error));
     std::memset(host_mine, 0, header_bytes_);
     std::memcpy(host_mine, &h, sizeof(h));
     if (mine.kind == Collective::kAllToAllV && mine.arg_error.empty()) {
@@ -550,16 +556,13 @@ class NcclCommunicator final : public Communicator {
     STRATA_CUDA_TRY(cudaMemcpyAsync(host_all, header_all_.ptr, header_bytes_ * size_, cudaMemcpyDeviceToHost, stream_));
     STRATA_CUDA_TRY(cudaStreamSynchronize(stream_));
 
+    // Every call as it went on the wire, this rank's too (from the header just encoded), so every
+    // rank judges the same texts.
     all.assign(size_, CallInfo{});
     for (int r = 0; r < size_; ++r) {
-      if (r == rank_) {
-        all[r] = mine;
-        continue;
-      }
-      const char* at = host_all + header_bytes_ * r;
+      const char* at = r == rank_ ? host_mine : host_all + header_bytes_ * r;
       WireHeader ph;
       std::memcpy(static_cast<void*>(&ph), at, sizeof(ph));
-      ph.arg_error[sizeof(ph.arg_error) - 1] = '\0';
       CallInfo& c = all[r];
       c.kind = static_cast<Collective>(ph.kind);
       c.type = static_cast<DataType>(ph.type);
@@ -567,7 +570,7 @@ class NcclCommunicator final : public Communicator {
       c.root = ph.root;
       c.bytes = ph.bytes;
       c.count = ph.count;
-      if (ph.has_arg_error) c.arg_error = ph.arg_error[0] ? ph.arg_error : "invalid arguments";
+      detail::decode_failure(ph.has_arg_error, ph.device_code, ph.error, sizeof(ph.error), c);
       if (c.kind == Collective::kAllToAllV && !ph.has_arg_error) {
         c.send_counts = reinterpret_cast<const std::int64_t*>(at + sizeof(ph));
         c.recv_counts = c.send_counts + size_;
@@ -684,12 +687,6 @@ struct PlacementWire {
   std::int32_t pad = 0;
 };
 
-void copy_text(char* to, std::size_t capacity, const std::string& from) {
-  const std::size_t n = std::min(from.size(), capacity - 1);
-  std::memcpy(to, from.data(), n);
-  to[n] = '\0';
-}
-
 // The ranks of `over` (the bootstrap, or the new NCCL communicator itself) tell each other where
 // they run: a rank without a GPU (`device` failed) returns its reason, the others a
 // FailedPrecondition naming it; two ranks on one GPU (host and UUID): every rank
@@ -700,15 +697,15 @@ Status agree_on_placement(Communicator& over, const Result<int>& device, const c
   if (own.is_ok()) {
     Result<std::string> uuid = gpu_uuid(device.value());
     if (uuid.is_ok()) {
-      copy_text(mine.host, sizeof(mine.host), host_identity());
-      copy_text(mine.gpu, sizeof(mine.gpu), uuid.value());
+      detail::copy_text(mine.host, sizeof(mine.host), host_identity());
+      detail::copy_text(mine.gpu, sizeof(mine.gpu), uuid.value());
       mine.device = device.value();
     } else {
       own = uuid.status().with_context("nccl communicator: the UUID of device " + std::to_string(device.value()));
     }
   }
   if (!own.is_ok()) {
-    copy_text(mine.why, sizeof(mine.why), own.message());
+    detail::copy_text(mine.why, sizeof(mine.why), own.message());
     mine.why[0] = mine.why[0] ? mine.why[0] : '?';
   }
   const std::size_t size = static_cast<std::size_t>(over.size());

@@ -15,8 +15,12 @@
 // (ncclConfig_t::blocking = 0) and every wait polls until the timeout; on timeout it is aborted (ncclCommAbort) and the
 // call returns kUnavailable. Any failure of a call (a timeout, an NCCL or CUDA error, arguments the ranks disagree on)
 // breaks the communicator and aborts it at once (ncclCommAbort), so that no NCCL kernel is left spinning on the GPU
-// for the next cudaFree to wait on. Unlike `local` and `mpi`, NCCL cannot say which ranks did not arrive, so a
-// timeout's message names none.
+// for the next cudaFree to wait on; except a device that failed before the call (its sticky error, found by the
+// readiness check and carried in the header), which fails the call on every rank and breaks nothing, as in `local`
+// and `mpi`, as long as the rank's CUDA context still works. A fault that poisons the context (cudaErrorIllegalAddress
+// and the like) fails the rank's header copy before the all-gather: that rank breaks and aborts, and its peers time
+// out after CommOptions::timeout with kUnavailable and break. Unlike `local` and `mpi`, NCCL cannot say which ranks did
+// not arrive, so a timeout's message names none.
 
 #include <memory>
 #include <string>

@@ -287,6 +287,7 @@ inline void fused_step(const OptimizerStep& st, float* __restrict__ w, const Gra
   const OptimizerSpec& o = st.spec;
   const float lr = o.learning_rate, wd = o.weight_decay, eps = o.eps;
   const bool decays = wd != 0.0f;
+  const bool moves = lr != 0.0f;  // a rate of 0 keeps the weights (apply_optimizer says why)
   float* __restrict__ state = w + kDim;
   switch (o.kind) {
     case OptimizerKind::kSgd:
@@ -294,7 +295,7 @@ inline void fused_step(const OptimizerStep& st, float* __restrict__ w, const Gra
         const simd::Floats wv = simd::load(w + kF * i);
         simd::Floats g = grad(i);
         if (decays) g = g + wd * wv;
-        simd::store(w + kF * i, wv - lr * g);
+        if (moves) simd::store(w + kF * i, wv - lr * g);
       }
       break;
     case OptimizerKind::kAdagrad:
@@ -304,7 +305,7 @@ inline void fused_step(const OptimizerStep& st, float* __restrict__ w, const Gra
         if (decays) g = g + wd * wv;
         const simd::Floats a = simd::load(state + kF * i) + g * g;
         simd::store(state + kF * i, a);
-        simd::store(w + kF * i, wv - (lr * g) / (simd::sqrt(a) + eps));
+        if (moves) simd::store(w + kF * i, wv - (lr * g) / (simd::sqrt(a) + eps));
       }
       break;
     case OptimizerKind::kRowwiseAdagrad: {
@@ -324,7 +325,8 @@ inline void fused_step(const OptimizerStep& st, float* __restrict__ w, const Gra
       const float sq = known_sq ? *known_sq : sum_squares<kDim>(g);
       state[0] += sq / static_cast<float>(kDim);
       const float m = lr / (std::sqrt(state[0]) + eps);
-      for (int i = 0; i < kVecs; ++i) simd::store(w + kF * i, simd::load(w + kF * i) - m * simd::load(g + kF * i));
+      if (moves)
+        for (int i = 0; i < kVecs; ++i) simd::store(w + kF * i, simd::load(w + kF * i) - m * simd::load(g + kF * i));
       break;
     }
     case OptimizerKind::kAdam: {
@@ -341,7 +343,7 @@ inline void fused_step(const OptimizerStep& st, float* __restrict__ w, const Gra
         simd::store(var + kF * i, v);
         const simd::Floats mh = m / st.bias1;
         const simd::Floats vh = v / st.bias2;
-        simd::store(w + kF * i, wv - (lr * mh) / (simd::sqrt(vh) + eps));
+        if (moves) simd::store(w + kF * i, wv - (lr * mh) / (simd::sqrt(vh) + eps));
       }
       break;
     }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/text.hpp"
 #include "dispatch/agreement.hpp"
 #include "store/detail/batch_checks.hpp"
 #include "store/detail/config_agreement.hpp"
@@ -19,9 +20,9 @@ namespace {
 constexpr std::int32_t kEveryTable = -1;
 
 Status check_rate(const std::string& table, float lr) {
-  if (lr > 0.0f && std::isfinite(lr)) return Status::ok();
-  return Status::invalid_argument("set_learning_rate: table '" + table + "': learning_rate " + detail::number_text(lr) +
-                                  " (expected a finite number > 0)");
+  if (lr >= 0.0f && std::isfinite(lr)) return Status::ok();
+  return Status::invalid_argument("set_learning_rate: table '" + table + "': learning_rate " + number_text(lr) +
+                                  " (expected a finite number >= 0)");
 }
 
 // What one rank sets (fixed size: all_gather needs equal sizes).
@@ -34,7 +35,7 @@ struct RateCall {
 std::string describe(const StoreConfig& c, const RateCall& x) {
   const std::string what =
       x.table == kEveryTable ? "every table" : "table '" + c.tables[static_cast<std::size_t>(x.table)].spec.name + "'";
-  return what + " to " + detail::number_text(x.rate) + " at step " + std::to_string(x.step);
+  return what + " to " + number_text(x.rate) + " at step " + std::to_string(x.step);
 }
 
 // OK when this is one store, or when every rank of its world checked its call (`local`) and sets
@@ -60,9 +61,18 @@ Status agree_on_rate(dispatch::Communicator* comm, const StoreConfig& c, const R
                                      "rate changed)");
 }
 
+// -0.0 is held as 0: no rate in force is negative (the config's at open, and every rate set).
+float held_rate(float learning_rate) { return learning_rate == 0.0f ? 0.0f : learning_rate; }
+
 }  // namespace
 
+StoreConfig Store::rates_held(StoreConfig config) {
+  for (auto& t : config.tables) t.spec.optimizer.learning_rate = held_rate(t.spec.optimizer.learning_rate);
+  return config;
+}
+
 void Store::apply_learning_rate(int table, float learning_rate) {
+  learning_rate = held_rate(learning_rate);
   config_.tables[static_cast<std::size_t>(table)].spec.optimizer.learning_rate = learning_rate;
   learning_rate_changed(table, learning_rate);
 }

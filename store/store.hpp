@@ -4,6 +4,7 @@
 // behind this one interface, and so does the reference implementation used as the test oracle.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,9 @@ class Communicator;
 }  // namespace strata::dispatch
 
 namespace strata {
+
+/// Changes a checkpoint's recorded config before Store::open_checkpoint opens it (see there).
+using ConfigOverrides = std::function<void(StoreConfig&)>;
 
 /// An embedding store. Create with Store::open (or open_reference_store for the oracle).
 ///
@@ -67,6 +71,18 @@ class Store {
   /// rank at submit).
   static Result<std::unique_ptr<Store>> open(const StoreConfig& config,
                                              const std::shared_ptr<dispatch::Communicator>& comm);
+
+  /// Opens a store from a checkpoint alone: the config save() recorded in its manifest (tables,
+  /// placements, cache, sharding, optimizers, store-wide settings), then load() of that manifest's
+  /// rows, state, step and rates; it continues bit for bit as the store that saved it. `overrides`
+  /// edits the recorded config first, only in the fields that may differ per rank (open(config,
+  /// comm) lists them). Errors, nothing opened: FailedPrecondition for a manifest without a config
+  /// (saved before manifests recorded it: open with its config, then load()); InvalidArgument naming
+  /// another field overridden ("open_checkpoint 'ckpt': table 'user' rows 10 differs from the
+  /// checkpoint's 20"; rates: set_learning_rate after opening); open()'s and load()'s. A save that
+  /// replaces the checkpoint meanwhile makes it start over (10 times at most, then load()'s error).
+  /// One store, no communicator: a world's ranks open(config, comm) with the saved config, then load.
+  static Result<std::unique_ptr<Store>> open_checkpoint(const std::string& dir, const ConfigOverrides& overrides = {});
 
   virtual ~Store() = default;
   Store(const Store&) = delete;
@@ -209,15 +225,23 @@ class Store {
   /// cached table reads from host memory when no backward was applied since the last flush, and
   /// fails with DataLoss (naming the steps lost) otherwise. Rows only: the rest of what the next
   /// backward reads is learning_rate() and step() (see set_step).
+  /// `state` holds optimizer_state_dim(kind, dim) floats a row (core/table_spec.hpp; 0 for sgd).
   virtual Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) = 0;
+  /// read_rows of the table named `table` (NotFound for an unknown name).
+  Status read_rows(const std::string& table, std::int64_t row0, std::int64_t n, float* weights, float* state);
   /// Overwrites rows [row0, row0+n) (weights, and state when non-null). Fails if batches are in flight.
   /// Rows only: the learning rates and step() stay as they are (set_learning_rate, set_step).
   virtual Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) = 0;
+  /// write_rows of the table named `table` (NotFound for an unknown name).
+  Status write_rows(const std::string& table, std::int64_t row0, std::int64_t n, const float* weights,
+                    const float* state);
   /// Sets the learning rate of one table, used from the next backward() on (batches already in
   /// flight included; schedules such as warm-up or decay call it between steps). `learning_rate`
-  /// must be finite and > 0, as in the config. Errors (nothing changes): NotFound for an unknown
-  /// table, InvalidArgument "set_learning_rate: table 'user': learning_rate -1 (expected a finite
-  /// number > 0)". Saved by save() and restored by load().
+  /// must be finite and >= 0, as in the config: 0 (-0.0 is held as 0) is an update of zero, which
+  /// keeps every weight's bits while Adagrad's and Adam's state still advance as the optimizer
+  /// defines (a schedule that decays to 0). Errors (nothing changes): NotFound for an unknown table,
+  /// InvalidArgument "set_learning_rate: table 'user': learning_rate -1 (expected a finite number
+  /// >= 0)". Saved by save() and restored by load().
   /// On a store opened as a rank of a world of several ranks (each rank updates its own shards) it
   /// is a collective, like submit: every rank calls it with the same table and rate at the same
   /// step(). A rank whose call is refused fails every rank (naming it and its error), and ranks
@@ -236,8 +260,9 @@ class Store {
   /// Batches submitted and not yet retired.
   virtual std::int64_t in_flight() const noexcept = 0;
 
-  /// Writes a checkpoint of every table (rows and optimizer state) and the step counter into
-  /// `dir`: one checksummed file per table plus a manifest, each written to a temporary name,
+  /// Writes a checkpoint of every table (rows and optimizer state), the step counter, the learning
+  /// rates and the whole config (what open_checkpoint reopens) into `dir`: one checksummed file per
+  /// table plus a manifest, each written to a temporary name,
   /// fsynced and renamed, the manifest last, so a crash mid-save leaves the previous checkpoint
   /// in `dir` intact. Flushes first. Savers of several processes (or stores) sharing `dir` take
   /// turns on an advisory lock (flock) of it, waiting as long as another save holds it; loads
@@ -247,7 +272,8 @@ class Store {
   /// with each table's learning rate: the checkpoint's rate replaces the store's, also when the
   /// store was opened with a new rate in its config (set_learning_rate after load to change it). A
   /// checkpoint saved before learning rates were recorded keeps the store's current ones; a build
-  /// from before then reads a newer checkpoint (same format version) but ignores its rates. On a
+  /// from before then reads a newer checkpoint (same format version) but ignores its rates, and a
+  /// build from before rates of 0 were allowed refuses a checkpoint holding one as corrupt. On a
   /// world, load is local like write_rows: give every rank a checkpoint of the same save, so that
   /// the ranks continue with the same rows, step and rates.
   /// Reads the manifest once, opens every file it names once, and verifies each file's size and
@@ -268,7 +294,7 @@ class Store {
   Status import_npy(const std::string& table, const std::string& path);
 
  protected:
-  explicit Store(StoreConfig config) : config_(std::move(config)) {}
+  explicit Store(StoreConfig config) : config_(rates_held(std::move(config))) {}
   /// Table `table`'s learning rate in config_ changed to `learning_rate` (already checked): for
   /// implementations that keep a copy of the optimizer spec. Reading config_ at backward needs nothing.
   virtual void learning_rate_changed(int /*table*/, float /*learning_rate*/) {}
@@ -279,8 +305,14 @@ class Store {
   std::int64_t step_ = 0;
 
  private:
+  /// `config` with each table's rate as held (-0.0 as 0), as open keeps it (store/learning_rate.cpp).
+  static StoreConfig rates_held(StoreConfig config);
   /// Sets table `table`'s rate (already checked, and agreed on a world) on this rank alone.
   void apply_learning_rate(int table, float learning_rate);
+  /// load(dir); with `manifest` (the MANIFEST text open_checkpoint read its config from), that
+  /// manifest only, so that the config and the rows come from one checkpoint: no retry with a
+  /// newer one (open_checkpoint starts over instead).
+  Status load_checkpoint(const std::string& dir, const std::string* manifest);
 };
 
 /// The oracle: a deliberately simple implementation (plain loops over std::vector rows, no

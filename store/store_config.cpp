@@ -274,7 +274,7 @@ class Fields {
   }
 
   // A JSON number (integer or not) that the destination holds: finite, and for a float within
-  // float's range (1e39 would become inf).
+  // float's range (1e39 would become inf, and 1e-50 or -1e-50 0: not that number).
   template <typename T>
   Status number(const char* key, T& out) {
     static_assert(std::is_floating_point_v<T>, "number fields are float or double");
@@ -282,7 +282,8 @@ class Fields {
     if (!v) return Status::ok();
     if (!v->is_number()) return wrong(key, "a number", *v);
     const double d = v->get<double>();
-    if (!std::isfinite(d) || std::fabs(d) > static_cast<double>(std::numeric_limits<T>::max()))
+    if (!std::isfinite(d) || std::fabs(d) > static_cast<double>(std::numeric_limits<T>::max()) ||
+        (d != 0 && static_cast<T>(d) == 0))
       return wrong(key, std::is_same_v<T, float> ? "a number in float range" : "a finite number", *v);
     out = static_cast<T>(d);
     return Status::ok();

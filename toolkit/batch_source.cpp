@@ -12,6 +12,9 @@ using ProgressFn = std::function<void(std::int64_t, std::int64_t)>;
 
 // Adds one batch to the summary.
 void count(SourceSummary& s, const KeyBatch& b, std::int64_t& bags) {
+  const std::int64_t samples = b.batch_size();
+  s.min_batch_size = s.samples == 0 ? samples : std::min(s.min_batch_size, samples);
+  s.samples += samples;
   for (const JaggedKeys& f : b.features) {
     s.max_batch_size = std::max(s.max_batch_size, f.batch_size());
     s.keys += f.num_keys();
@@ -105,11 +108,23 @@ Status check_source_holds_phase(const std::string& kind, const std::string& path
                                 std::int64_t warmup, std::int64_t steps, int world) {
   const std::int64_t per_phase = (warmup + steps) * world;
   if (batches >= per_phase) return Status::ok();
+  // Which flag to lower: --steps alone when the file holds more than the warm-up, else both (or
+  // fewer ranks when it holds less than a batch per rank).
+  const std::int64_t per_rank = batches / world;
+  std::string lower;
+  if (per_rank > warmup) {
+    lower = "lower --steps to at most " + std::to_string(per_rank - warmup);
+  } else if (per_rank >= 1) {
+    lower = "lower --warmup and --steps to add up to at most " + std::to_string(per_rank) + " (e.g. --warmup " +
+            std::to_string(per_rank / 2) + " --steps " + std::to_string(per_rank - per_rank / 2) + ")";
+  } else {
+    lower = "use at most " + std::to_string(batches) + " ranks";
+  }
   return Status::invalid_argument(
       kind + " " + path + " has " + std::to_string(batches) + " batches but --warmup " + std::to_string(warmup) +
       " + --steps " + std::to_string(steps) + (world > 1 ? " on " + std::to_string(world) + " ranks" : "") +
       " need at least " + std::to_string(per_phase) +
-      " (each phase runs warmup + steps batches per rank; up to twice that are read, fewer are cycled)");
+      " (each phase runs warmup + steps batches per rank; up to twice that are read, fewer are cycled): " + lower);
 }
 
 void order_features(KeyBatch& batch, const std::vector<TraceTable>& tables) {

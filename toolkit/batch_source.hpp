@@ -38,7 +38,7 @@ inline constexpr int kMaxSteps = 1000000;
 /// cycled). `kind` and `path` name the source ("trace", "day0.strtrace"). strata-bench applies it
 /// to its --trace and --criteo, strata-tune validate before it predicts the run. Error
 /// (kInvalidArgument): "<kind> <path> has N batches but --warmup W + --steps S [on R ranks] need at
-/// least P (...)".
+/// least P (...): lower --steps to at most S" (or which flags to lower when --steps alone cannot).
 Status check_source_holds_phase(const std::string& kind, const std::string& path, std::int64_t batches,
                                 std::int64_t warmup, std::int64_t steps, int world);
 
@@ -56,6 +56,8 @@ struct SourceSummary {
   std::int64_t max_batch_size = 0;  ///< the most bags of a table in one batch
   double mean_keys_per_bag = 0;     ///< keys / bags over every table and batch
   std::int64_t keys = 0;            ///< keys of every table and batch
+  std::int64_t samples = 0;         ///< samples (a batch's most bags of a table) of every batch: a TSV's lines
+  std::int64_t min_batch_size = 0;  ///< the fewest samples of one batch (a TSV's last batch holds the lines left over)
 };
 
 /// A sequence of batches for a run. Copyable (file sources share nothing but the path).

@@ -1,6 +1,6 @@
 #pragma once
 // The command lines of the bench programs (strata-bench, strata-tune): integer and list flags
-// checked as written, and one way to end on a usage error.
+// checked as written, byte sizes, and one way to end on a usage error.
 //
 // An integer flag is a plain decimal integer in a stated range: digits with an optional leading
 // '-', nothing else (no '+', spaces, exponent, hex or octal), never saturated or wrapped: CLI11
@@ -49,5 +49,11 @@ CLI::Validator integer_in(std::int64_t lo, std::int64_t hi, const std::string& d
 /// after --help (printed on stdout), 2 after a usage error, printed on stderr as the one line
 /// "<program>: <what was wrong> (run with --help for the usage)".
 std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv, const std::string& program);
+
+/// Parses a byte size ("80GB", "80G", "1.5TB", "512MiB", "64 KiB", "1e9"): a non-negative finite
+/// number, optionally followed by a unit, case-insensitive: B, KB/K, MB/M, GB/G, TB/T (powers of
+/// 1000) or KiB, MiB, GiB, TiB (powers of 1024). Errors name `flag` and the text: "--hbm-budget
+/// '80 XB': expected a size like 80GB, 512MiB or 1e9".
+Result<double> parse_byte_size(const std::string& text, const std::string& flag);
 
 }  // namespace strata::bench

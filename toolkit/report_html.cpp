@@ -94,7 +94,7 @@ std::string bytes_str(double v) {
 std::string ms_str(double v) { return sig3(v) + " ms"; }
 std::string percent_str(double v) { return sig3(v * 100.0) + "%"; }
 
-enum class Unit { kCount, kBytes, kMs, kFraction };
+using Unit = ChartUnit;
 
 std::string format_value(double v, Unit u) {
   switch (u) {
@@ -130,10 +130,7 @@ std::string num(double v) { return fmt("%.1f", v); }  // SVG coordinates
 constexpr double kWidth = 760, kHeight = 380;
 constexpr double kLeft = 84, kRight = 16, kTop = 44, kBottom = 64;
 
-struct BarSeries {
-  std::string name;         // legend entry
-  std::vector<Opt> values;  // one per group; nullopt: no bar
-};
+using BarSeries = BarLine;
 
 void legend(std::ostringstream& o, const std::vector<std::string>& names) {
   double x = kLeft;
@@ -162,8 +159,8 @@ void y_axis(std::ostringstream& o, double y_max, double step, Unit unit, const s
 }
 
 // Grouped bars: one group per entry of `groups`, one bar per series within a group.
-std::string bar_chart(const std::string& aria, const std::vector<std::string>& groups,
-                      const std::vector<BarSeries>& series, Unit unit, const std::string& y_label) {
+std::string grouped_bars(const std::string& aria, const std::vector<std::string>& groups,
+                         const std::vector<BarSeries>& series, Unit unit, const std::string& y_label) {
   double max = 0;
   for (const auto& s : series)
     for (const auto& v : s.values)
@@ -205,6 +202,7 @@ std::string bar_chart(const std::string& aria, const std::vector<std::string>& g
 struct LineSeries {
   std::string name;
   std::vector<std::pair<double, double>> points;  // (x, y), sorted by x
+  bool markers_only = false;                      // the points alone, no line joining them
 };
 
 // Lines over x in [0, 1] (fractions, shown as percentages) with y in `y_unit`; fractions on y run
@@ -244,10 +242,12 @@ std::string line_chart(const std::string& aria, const std::vector<LineSeries>& s
     << "\" y2=\"" << num(kTop + plot_h) << "\" class=\"axisline\"/>";
   for (std::size_t s = 0; s < series.size(); ++s) {
     const char* color = kColors[s % kNumColors];
-    o << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"2\" points=\"";
-    for (std::size_t i = 0; i < series[s].points.size(); ++i)
-      o << (i ? " " : "") << num(px(series[s].points[i].first)) << "," << num(py(series[s].points[i].second));
-    o << "\"/>";
+    if (!series[s].markers_only) {
+      o << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"2\" points=\"";
+      for (std::size_t i = 0; i < series[s].points.size(); ++i)
+        o << (i ? " " : "") << num(px(series[s].points[i].first)) << "," << num(py(series[s].points[i].second));
+      o << "\"/>";
+    }
     for (const auto& [x, y] : series[s].points) {
       o << "<circle cx=\"" << num(px(x)) << "\" cy=\"" << num(py(y)) << "\" r=\"3.5\" fill=\"" << color << "\"><title>"
         << html_escape(series[s].name + ": cache " + percent_str(x) + ", " + y_name + " " + format_value(y, y_unit))
@@ -277,6 +277,11 @@ svg .grid{stroke:#e6e6e6;stroke-width:1}svg .axisline{stroke:#888;stroke-width:1
 ul.explain{font-size:.9rem}
 details summary{cursor:pointer;color:#333;margin:.3rem 0}
 table.tables td{padding:.1rem .5rem}
+section.verdict{background:#eef6ee;border-left:4px solid #009E73;padding:.3rem .9rem .5rem;margin:.8rem 0}
+section.verdict h2{border:none;margin:.3rem 0}section.verdict p.headline{font-size:1.05rem;margin:.2rem 0 .4rem}
+section.verdict.none{background:#fdecea;border-left-color:#D55E00}
+tr.chosen td{background:#eef6ee;font-weight:600}tr.nofit td{color:#8a8a8a}tr.nofit td.fit{color:#b3261e}
+td.fit{white-space:nowrap}div.wide{overflow-x:auto}
 )";
 
 std::string value_cell(const json& v) {
@@ -375,6 +380,38 @@ void tables_section(std::ostream& o, const ReportInput& in) {
   }
 }
 
+// Whether a mode (or sweep point) fits the memory budgets: true unless its memory_fit says not.
+bool fits(const json& m) {
+  const json& f = object_at(m, "memory_fit");
+  const auto it = f.is_object() ? f.find("fits") : f.end();
+  return !(f.is_object() && it != f.end() && it->is_boolean() && !it->get<bool>());
+}
+
+// "yes", or "no: HBM 35.2 MB > 8.0 MB budget"; none without a memory_fit.
+std::optional<std::string> fit_text(const json& m) {
+  const json& f = object_at(m, "memory_fit");
+  if (!f.is_object() || !f.contains("fits") || !f["fits"].is_boolean()) return std::nullopt;
+  if (fits(m)) return std::string("yes");
+  return "no: " + string_at(f, "why").value_or("over the budget");
+}
+
+// The verdict: the placement to use and why, and which figures are measured and which modelled.
+void verdict_section(std::ostream& o, const ReportInput& in) {
+  const json& v = object_at(in.doc, "verdict");
+  const auto headline = string_at(v, "headline");
+  if (!headline) return;
+  const bool none = !string_at(v, "mode");  // no placement fits
+  o << "<section class=\"verdict" << (none ? " none" : "")
+    << "\" id=\"verdict\"><h2>Verdict</h2><p class=\"headline\"><b>" << html_escape(*headline) << "</b></p>";
+  if (v.contains("lines") && v["lines"].is_array()) {
+    o << "<ul class=\"explain\">";
+    for (const json& l : v["lines"])
+      if (l.is_string()) o << "<li>" << html_escape(l.get<std::string>()) << "</li>";
+    o << "</ul>";
+  }
+  o << "</section>\n";
+}
+
 // The summary table: only the columns some mode has.
 void summary_section(std::ostream& o, const ReportInput& in) {
   const std::vector<ModeRow>& modes = in.modes;
@@ -391,7 +428,21 @@ void summary_section(std::ostream& o, const ReportInput& in) {
         return format_value(*v, unit);
       };
     };
+    // A number of an object of the mode ("modelled", "memory_fit").
+    const auto nested = [](const char* object, const char* key, Unit unit) {
+      return [object, key, unit](const json& m) -> std::optional<std::string> {
+        const Opt v = number_at(object_at(m, object), key);
+        if (!v) return std::nullopt;
+        return format_value(*v, unit);
+      };
+    };
+    // The verdict's figures first (fit, modelled step, the model's memory), then what was measured.
     const std::vector<Column> columns = {
+        {"fits", [](const json& m) { return fit_text(m); }, false},
+        {"modelled step", nested("modelled", "step_ms", Unit::kMs), true},
+        {"bottleneck", [](const json& m) { return string_at(object_at(m, "modelled"), "bottleneck"); }, false},
+        {"model HBM", nested("memory_fit", "hbm_bytes", Unit::kBytes), true},
+        {"model host", nested("memory_fit", "host_bytes", Unit::kBytes), true},
         {"samples/s", numeric("samples_per_s", Unit::kCount), true},
         {"forward lookups/s", numeric("forward_lookups_per_s", Unit::kCount), true},
         {"train lookups/s", numeric("train_lookups_per_s", Unit::kCount), true},
@@ -410,31 +461,40 @@ void summary_section(std::ostream& o, const ReportInput& in) {
          true},
         {"peak host", numeric("peak_host_bytes", Unit::kBytes), true},
         {"peak device", numeric("peak_device_bytes", Unit::kBytes), true},
-        {"modelled step",
-         [](const json& m) -> std::optional<std::string> {
-           const Opt v = number_at(object_at(m, "modelled"), "step_ms");
-           if (!v) return std::nullopt;
-           return ms_str(*v);
-         },
-         true},
-        {"bottleneck", [](const json& m) { return string_at(object_at(m, "modelled"), "bottleneck"); }, false},
     };
     std::vector<const Column*> shown;
     for (const auto& c : columns)
       if (std::any_of(modes.begin(), modes.end(), [&](const ModeRow& m) { return c.cell(*m.doc).has_value(); }))
         shown.push_back(&c);
-    o << "<section class=\"summary\" id=\"summary\"><h2>Summary</h2><table><tr><th>mode</th>";
+    o << "<section class=\"summary\" id=\"summary\"><h2>Summary</h2><div class=\"wide\"><table><tr><th>mode</th>";
     for (const Column* c : shown) o << "<th>" << html_escape(c->header) << "</th>";
     o << "</tr>";
     for (const auto& m : modes) {
-      o << "<tr><td>" << html_escape(m.mode) << "</td>";
+      const auto chosen = m.doc->find("chosen");
+      const bool is_chosen = chosen != m.doc->end() && chosen->is_boolean() && chosen->get<bool>();
+      o << "<tr"
+        << (is_chosen       ? " class=\"chosen\""
+            : !fits(*m.doc) ? " class=\"nofit\""
+                            : "")
+        << "><td>" << html_escape(m.mode) << (is_chosen ? " &#10003;" : "") << "</td>";
       for (const Column* c : shown) {
         const auto v = c->cell(*m.doc);
-        o << "<td" << (c->numeric ? " class=\"n\"" : "") << ">" << (v ? html_escape(*v) : "&ndash;") << "</td>";
+        o << "<td"
+          << (c->numeric                         ? " class=\"n\""
+              : std::string(c->header) == "fits" ? " class=\"fit\""
+                                                 : "")
+          << ">" << (v ? html_escape(*v) : "&ndash;") << "</td>";
       }
       o << "</tr>";
     }
-    o << "</table></section>\n";
+    o << "</table></div>";
+    if (std::any_of(modes.begin(), modes.end(), [](const ModeRow& m) {
+          return number_at(object_at(*m.doc, "memory_fit"), "hbm_bytes").has_value();
+        }))
+      o << "<p class=\"note\">model HBM and model host: what one rank of the mode's store takes by the engine "
+        << "model (every table's largest step); a mode that does not fit the memory budgets is greyed and never "
+        << "chosen. &#10003; marks the verdict's choice.</p>";
+    o << "</section>\n";
   }
 }
 
@@ -451,8 +511,11 @@ void throughput_section(std::ostream& o, const ReportInput& in) {
   }
   if (any) {
     o << "<section class=\"chart\" id=\"throughput\"><h2>Throughput per mode</h2>"
-      << "<p class=\"note\">Embedding lookups (keys) per second; higher is better.</p>"
-      << bar_chart("lookups per second per mode", mode_names, {fwd, train}, Unit::kCount, "lookups/s")
+      << "<p class=\"note\">Embedding lookups (keys) per second; higher is better."
+      << (in.emu ? " Measured on the emulated device: these rates rank CPU work only (the CPU running the GPU "
+                   "kernels' logic), not the placements on a GPU; the verdict above uses the modelled step."
+                 : "")
+      << "</p>" << grouped_bars("lookups per second per mode", mode_names, {fwd, train}, Unit::kCount, "lookups/s")
       << "</section>\n";
   }
 }
@@ -481,7 +544,7 @@ void bytes_section(std::ostream& o, const ReportInput& in) {
       << "with the trainer's dense model on the " << html_escape(trainer_of(doc)) << " (strata-bench --trainer). "
       << "Host-side CPU kernels (the CPU gather and the CPU optimizer) have no counters and are not shown; the "
       << "modelled step time adds their row traffic.</p>"
-      << bar_chart("bytes per training step on each link, per mode", mode_names, series, Unit::kBytes, "bytes/step")
+      << grouped_bars("bytes per training step on each link, per mode", mode_names, series, Unit::kBytes, "bytes/step")
       << "</section>\n";
   }
 }
@@ -508,7 +571,7 @@ void step_time_section(std::ostream& o, const ReportInput& in) {
       << "<p class=\"note\">Training step latency measured on this machine"
       << (emu ? " (device modes on the emulated device)" : "") << ": median" << (tail ? ", 99th percentile" : "")
       << " and slowest step" << (tail ? "" : " (too few timed steps for a 99th percentile)") << ".</p>"
-      << bar_chart("measured step time per mode", mode_names, series, Unit::kMs, "ms per step") << "</section>\n";
+      << grouped_bars("measured step time per mode", mode_names, series, Unit::kMs, "ms per step") << "</section>\n";
   }
 }
 
@@ -530,7 +593,7 @@ void modelled_section(std::ostream& o, const ReportInput& in) {
       << "<p class=\"note\">The cost model's step time"
       << (profile.empty() ? std::string() : " on profile " + html_escape(profile))
       << ", from this run's bytes per link (links overlap: the slowest link plus kernel launches).</p>"
-      << bar_chart("modelled step time per mode", mode_names, {model}, Unit::kMs, "ms per step");
+      << grouped_bars("modelled step time per mode", mode_names, {model}, Unit::kMs, "ms per step");
     if (!explanations.empty()) {
       o << "<ul class=\"explain\">";
       for (const auto& [mode, e] : explanations)
@@ -562,7 +625,7 @@ void memory_section(std::ostream& o, const ReportInput& in) {
     o << "<section class=\"chart\" id=\"memory\"><h2>Peak memory per mode</h2>"
       << "<p class=\"note\">Peak resident memory of the process while the mode ran (an emulated device's memory is "
       << "host memory and counts in it), the store's host tables, and the device's high-water mark of allocated "
-      << "bytes.</p>" << bar_chart("peak host and device memory per mode", mode_names, series, Unit::kBytes, "bytes")
+      << "bytes.</p>" << grouped_bars("peak host and device memory per mode", mode_names, series, Unit::kBytes, "bytes")
       << "</section>\n";
   }
 }
@@ -665,16 +728,18 @@ void sweep_table_section(std::ostream& o, const ReportInput& in) {
     rows << "<tr><td class=\"n\">" << html_escape(percent_str(*x)) << (holds ? " *" : "") << "</td><td>"
          << html_escape(string_at(p, "policy").value_or("")) << "</td>";
     if (const auto skipped = string_at(p, "skipped")) {
-      rows << "<td colspan=\"4\">skipped: " << html_escape(*skipped) << "</td></tr>";
+      rows << "<td colspan=\"5\">skipped: " << html_escape(*skipped) << "</td></tr>";
       continue;
     }
     rows << "<td class=\"n\">" << cell("cache_bytes", Unit::kBytes) << "</td><td class=\"n\">"
          << cell("hit_rate", Unit::kFraction) << "</td><td class=\"n\">" << cell("forward_lookups_per_s", Unit::kCount)
-         << "</td><td class=\"n\">" << cell("train_lookups_per_s", Unit::kCount) << "</td></tr>";
+         << "</td><td class=\"n\">" << cell("train_lookups_per_s", Unit::kCount) << "</td><td>"
+         << html_escape(fit_text(p).value_or("")) << "</td></tr>";
   }
   if (n > 0) {
     o << "<section class=\"summary\" id=\"sweep-table\"><h2>Cache sweep</h2><table><tr><th>cache size</th>"
-      << "<th>policy</th><th>cache bytes</th><th>hit rate</th><th>forward lookups/s</th><th>train lookups/s</th></tr>"
+      << "<th>policy</th><th>cache bytes</th><th>hit rate</th><th>forward lookups/s</th><th>train "
+         "lookups/s</th><th>fits</th></tr>"
       << rows.str() << "</table></section>\n";
   }
 }
@@ -712,6 +777,7 @@ std::string render_html_report(const json& results, const HtmlReportOptions& opt
       << "the emulation's, not a GPU's; compare the modes by their bytes per link and modelled step times.</p>";
   o << "</header>\n";
 
+  verdict_section(o, in);
   info_section(o, "machine", "Machine", object_at(doc, "machine"));
   info_section(o, "workload", "Workload", object_at(doc, "workload"));
 
@@ -733,8 +799,14 @@ std::string render_html_report(const json& results, const HtmlReportOptions& opt
 
 std::string hit_rate_chart(const std::string& aria, const std::vector<HitRateLine>& lines, const std::string& x_label) {
   std::vector<LineSeries> series;
-  for (const HitRateLine& l : lines) series.push_back({l.name, l.points});
+  series.reserve(lines.size());
+  for (const HitRateLine& l : lines) series.push_back({l.name, l.points, l.markers_only});
   return line_chart(aria, series, x_label, "hit rate");
+}
+
+std::string bar_chart(const std::string& aria, const std::vector<std::string>& groups,
+                      const std::vector<BarLine>& series, ChartUnit unit, const std::string& y_label) {
+  return grouped_bars(aria, groups, series, unit, y_label);
 }
 
 const char* report_css() noexcept { return kCss; }

@@ -3,12 +3,16 @@
 // JavaScript, no network access, so it opens offline in any browser.
 //
 // Input: the report document below, which strata-bench derives from its --json results
-// (report_document in bench/strata_bench.cpp). Every field is optional; a section whose data is
+// (report_document in bench/bench_results.cpp). Every field is optional; a section whose data is
 // missing is left out, and a value of the wrong type, or a number that is not finite, counts as
 // missing. Unknown fields are ignored.
 //
 //   {
 //     "title":    string,                      page title (default "Strata benchmark report")
+//     "verdict": { "headline": string,         the placement to use and why (strata-bench's
+//                  "lines": [string],          bench/bench_verdict.hpp), shown first; "mode" null or
+//                  "mode": string or null,     absent: no placement fits (shown in red)
+//                  "decided_by": string },
 //     "machine":  object,                      shown as a key/value table (nested values as JSON)
 //     "workload": object,                      likewise
 //     "tables": [ { "name": string, "rows": number, "dim": number } ],   the table list
@@ -35,18 +39,24 @@
 //           "hbm_read", "hbm_write", "h2d", "d2h", "host_read", "host_write", "all_to_all": number },
 //         "modelled": {                        the cost model's view (store/model/cost_model.hpp)
 //           "profile": string, "step_ms": number, "serial_ms": number,
-//           "bottleneck": string, "explanation": string } } ],
+//           "bottleneck": string, "explanation": string },
+//         "memory_fit": {                      the engine model's memory per rank against the budgets:
+//           "hbm_bytes": number, "host_bytes": number, "fits": bool, "why": string },  a mode
+//                                              that does not fit is greyed in the summary
+//         "chosen": bool } ],                  the verdict's choice (marked in the summary)
 //     "sweep": [                               hit rate and throughput against cache size (--sweep-cache)
 //       { "mode": string, "policy": string, "cache_fraction": number in [0, 1], "hit_rate": number,
 //         "forward_lookups_per_s": number, "train_lookups_per_s": number, "cache_bytes": number,
 //         "skipped": string (why the point did not run; it then has no hit rate),
 //         "holds_every_touched_row": bool (the cache holds every distinct row the run touched: only
-//                                    first-use misses; marked in the table and said under the chart) } ],
+//                                    first-use misses; marked in the table and said under the chart),
+//         "memory_fit": object (as a mode's; the table's "fits" column) } ],
 //     "sweep_touched_rows": number             distinct rows the sweep's run touched
 //   }
 //
 // Output sections, in order (ids are stable for tests and links):
 //   <p class="warn" id="emulated">             in the header, when a mode's device was the emulator
+//   <section class="verdict" id="verdict">      the verdict's headline and lines (no chart)
 //   <section class="info" id="machine">, id="workload"   key/value tables
 //   <section class="info" id="tables">                   the table list (collapsed <details>)
 //   <section class="summary" id="summary">               one row per mode
@@ -65,6 +75,7 @@
 // Each chart section holds exactly one <svg>; no other section holds one. Every string from the
 // document is HTML-escaped.
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -97,11 +108,26 @@ std::string html_escape(const std::string& s);
 struct HitRateLine {
   std::string name;                               ///< legend entry
   std::vector<std::pair<double, double>> points;  ///< (fraction, hit rate)
+  bool markers_only = false;  ///< the points alone, not joined (values known only there, e.g. Belady's optimum)
 };
 
 /// The report's hit-rate chart (the "hit-rate" section's) for other pages: one inline <svg>,
 /// hit rate against cache fraction, one line per entry. `aria` labels the image.
 std::string hit_rate_chart(const std::string& aria, const std::vector<HitRateLine>& lines, const std::string& x_label);
+
+/// What the values of a bar chart are: counts (SI prefixes), bytes, milliseconds or fractions (%).
+enum class ChartUnit { kCount, kBytes, kMs, kFraction };
+
+/// One series of a bar chart: a value per group (none: no bar).
+struct BarLine {
+  std::string name;                           ///< legend entry
+  std::vector<std::optional<double>> values;  ///< one per group
+};
+
+/// The report's grouped bar chart for other pages: one inline <svg>, one group of bars per entry of
+/// `groups`, one bar per series in each; `aria` labels the image, `y_label` the axis.
+std::string bar_chart(const std::string& aria, const std::vector<std::string>& groups,
+                      const std::vector<BarLine>& series, ChartUnit unit, const std::string& y_label);
 
 /// The report's stylesheet, for other pages that embed its charts.
 const char* report_css() noexcept;

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "toolkit/cli_flags.hpp"
+#include "toolkit/profiles.hpp"
 #include "tune/calibrate.hpp"
 #include "tune/command_util.hpp"
 #include "tune/commands.hpp"
@@ -12,7 +13,7 @@ namespace strata::tune {
 
 int run_calibrate(const CalibrateArgs& a) {
   CalibrateOptions o;
-  o.base_path = profile_path(a.from);
+  o.base_path = bench::profile_path(a.from);
   auto base = load_profile_file(o.base_path);
   if (!base) return fail("--from " + a.from + ": " + base.status().message());
   o.base = std::move(base).value();

@@ -10,10 +10,6 @@
 #include "toolkit/cli_flags.hpp"
 #include "tune/commands.hpp"
 
-#ifndef STRATA_PROFILE_DIR
-#define STRATA_PROFILE_DIR "bench/profiles"
-#endif
-
 namespace strata::tune {
 
 Result<int> parse_ranks(const std::string& text, int max) {
@@ -27,12 +23,6 @@ Result<int> parse_ranks(const std::string& text, int max) {
 int fail(const std::string& message, int code) {
   std::cerr << "strata-tune: " << message << "\n";
   return code;
-}
-
-std::string profile_path(const std::string& name_or_path) {
-  struct stat st {};
-  if (::stat(name_or_path.c_str(), &st) == 0) return name_or_path;
-  return std::string(STRATA_PROFILE_DIR) + "/" + name_or_path + ".json";
 }
 
 Result<HardwareProfile> load_profile_file(const std::string& path) {

@@ -69,11 +69,9 @@ struct ValidateArgs {
   std::string ranks = "1";         ///< strata-bench --ranks: thread ranks of a plan made with plan --ranks
   std::string bench;               ///< the strata-bench program (empty: the one next to strata-tune)
   std::string out;                 ///< JSON output
+  std::string html;                ///< HTML page: predicted against measured, per table and per link
   bool progress = true;
 };
-
-/// Resolves --profile/--from: an existing file as is, else bench/profiles/NAME.json.
-std::string profile_path(const std::string& name_or_path);
 
 int run_calibrate(const CalibrateArgs& args);
 int run_plan(const PlanArgs& args);

@@ -48,6 +48,10 @@ struct HitCurve {
   double error = -1;                ///< sampled: largest |sampled - exact| hit rate on the prefix; -1: exact
   std::int64_t error_keys = 0;      ///< sampled: key occurrences of the prefix `error` was measured on
 
+  /// Whether a cache smaller than the table (the pool) holds a step: false when some step touches
+  /// every row (min_rows >= rows), so the only cache is the whole table (the planner's cached
+  /// sizes are below the rows) and the curve is one point.
+  bool cacheable() const noexcept { return min_rows < rows; }
   /// Mean distinct rows per step (accesses / steps; sampled accesses / sample_rate).
   double distinct_per_step(std::int64_t steps) const noexcept;
   /// The LRU hit rate of a cache of `rows` rows (sampled: the sampled curve at sample_rate x rows).

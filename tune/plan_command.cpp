@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <iostream>
 
+#include "toolkit/cli_flags.hpp"
+#include "toolkit/machine_info.hpp"
+#include "toolkit/profiles.hpp"
 #include "toolkit/workload.hpp"
-#include "tune/byte_size.hpp"
 #include "tune/command_util.hpp"
 #include "tune/commands.hpp"
 #include "tune/curves.hpp"
@@ -12,6 +14,7 @@
 #include "tune/plan_report.hpp"
 #include "tune/planner.hpp"
 #include "tune/shard_traces.hpp"
+#include "tune/text.hpp"
 
 namespace strata::tune {
 namespace {
@@ -22,7 +25,7 @@ constexpr int kMaxRanks = 4096;
 // A budget flag's size, or `fallback_bytes` when the flag was not given (given empty, it is refused).
 Result<double> budget(const std::string& flag, const std::optional<std::string>& text, double fallback_bytes) {
   if (!text) return fallback_bytes;
-  return parse_byte_size(*text, flag);
+  return bench::parse_byte_size(*text, flag);
 }
 
 // The curves of every rank's shard of every table (an empty curve for a rank that holds none).
@@ -44,12 +47,51 @@ Result<std::vector<std::vector<HitCurve>>> shard_curves(const ShardInputs& shard
   return out;
 }
 
+// Steps below which a hit-rate curve is mostly the first use of each row (cold misses): plan warns.
+constexpr std::int64_t kMinCurveSteps = 10;
+
+// What the plan should say before its numbers: an input too short for a curve, and a host budget
+// (per rank, times the ranks sharing a host) above this machine's memory.
+std::vector<std::string> plan_warnings(const PlanArgs& a, const TuneInput& input, const PlanOptions& po,
+                                       double ranks_per_host, const HardwareProfile& profile) {
+  std::vector<std::string> w;
+  if (input.steps < kMinCurveSteps) {
+    std::string fix = "give a longer input";
+    if (!a.input.criteo.empty()) {
+      // Every sample is one bag of each table: the file's samples.
+      const std::int64_t samples = input.tables.empty() ? 0 : input.tables.front().bags;
+      const std::int64_t batch = std::max<std::int64_t>(1, samples / kMinCurveSteps);
+      fix = "lower --batch (" + std::to_string(a.input.batch) + " samples per step; " + std::to_string(batch) +
+            " or fewer give " + std::to_string(kMinCurveSteps) + " steps or more) or give a longer file";
+    } else if (!a.input.trace.empty()) {
+      fix = "record a longer trace";
+    } else {
+      fix = "give --steps " + std::to_string(kMinCurveSteps) + " or more";
+    }
+    w.push_back("the input has " + std::to_string(input.steps) + " steps: over fewer than " +
+                std::to_string(kMinCurveSteps) +
+                " a hit-rate curve is mostly the first use of each row, so the caches' hit rates and the plan say "
+                "little; " +
+                fix);
+  }
+  const double total = static_cast<double>(bench::describe_machine().memory_total_bytes);
+  const double host = po.host_budget_bytes * ranks_per_host;
+  if (total > 0 && host > total)
+    w.push_back("--host-budget " + bytes_text(po.host_budget_bytes) +
+                (a.host_budget ? std::string() : " (the profile " + profile.name + "'s host_memory_gb)") +
+                (ranks_per_host > 1 ? " per rank, " + bytes_text(host) + " for the ranks sharing a host," : "") +
+                " is more than this machine's memory (" + bytes_text(total) +
+                ", MemTotal in /proc/meminfo): the plan is for the profile's machine, and a store opened here "
+                "with it may not fit (give --host-budget)");
+  return w;
+}
+
 }  // namespace
 
 int run_plan(const PlanArgs& a) {
   // Everything that can be checked without the keys, first.
   if (Status s = check_input_args(a.input); !s.is_ok()) return fail(s.message());
-  const std::string ppath = profile_path(a.profile);
+  const std::string ppath = bench::profile_path(a.profile);
   auto profile = load_profile_file(ppath);
   if (!profile) return fail("--profile " + a.profile + ": " + profile.status().message());
   PlanOptions po;
@@ -86,6 +128,7 @@ int run_plan(const PlanArgs& a) {
   ctx.source = input->source;
   ctx.profile = &profile.value();
   ctx.options = po;
+  ctx.warnings = plan_warnings(a, *input, po, ranks_per_host, *profile);
   for (const TableTrace& t : input->tables) {
     if (progress) progress("curves of table " + t.spec.name);
     auto c = table_curve(t, a.points, a.belady_points, input->sample_rate);

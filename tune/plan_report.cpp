@@ -29,19 +29,6 @@ std::string mode_line(const UniformMode& m) {
          bytes_text(m.host_bytes) + ")";
 }
 
-// A curve's (fraction, hit rate) points: LRU and, where computed, Belady.
-std::vector<bench::HitRateLine> curve_lines(const HitCurve& c) {
-  bench::HitRateLine lru{"LRU", {}}, belady{"Belady (optimal)", {}};
-  for (const CurvePoint& p : c.points) {
-    const double f = c.rows > 0 ? static_cast<double>(p.rows) / static_cast<double>(c.rows) : 0.0;
-    lru.points.emplace_back(f, p.lru);
-    if (p.belady >= 0) belady.points.emplace_back(f, p.belady);
-  }
-  std::vector<bench::HitRateLine> lines{lru};
-  if (!belady.points.empty()) lines.push_back(belady);
-  return lines;
-}
-
 // "" for one rank, else " per rank".
 std::string per(const Plan& p) { return p.ranks > 1 ? " per rank" : ""; }
 
@@ -71,13 +58,27 @@ std::string memory_line(const Plan& p, const ReportContext& c) {
 
 }  // namespace
 
+std::vector<bench::HitRateLine> curve_lines(const HitCurve& c) {
+  bench::HitRateLine lru{"LRU", {}}, belady{"Belady (optimal), where computed", {}, true};
+  for (const CurvePoint& p : c.points) {
+    const double f = c.rows > 0 ? static_cast<double>(p.rows) / static_cast<double>(c.rows) : 0.0;
+    lru.points.emplace_back(f, p.lru);
+    if (p.belady >= 0) belady.points.emplace_back(f, p.belady);
+  }
+  std::vector<bench::HitRateLine> lines{lru};
+  if (!belady.points.empty()) lines.push_back(belady);
+  return lines;
+}
+
 std::string console_summary(const Plan& plan, const ReportContext& c) {
   std::ostringstream o;
   o << "strata-tune plan: " << c.source << "\n";
   if (c.profile) o << "profile " << c.profile->name << ": " << gather_note(*c.profile) << "\n";
   if (plan.ranks > 1) o << ranks_note(plan) << "\n";
   o << "budgets: HBM " << bytes_text(c.options.hbm_budget_bytes) << per(plan) << ", host "
-    << bytes_text(c.options.host_budget_bytes) << per(plan) << "\n\n";
+    << bytes_text(c.options.host_budget_bytes) << per(plan) << "\n";
+  for (const std::string& w : c.warnings) o << "warning: " << w << "\n";
+  o << "\n";
   char line[256];
   std::snprintf(line, sizeof line, "%-16s %12s %5s %-9s %11s %7s %7s %10s %10s\n", "table", "rows", "dim", "placement",
                 "cache rows", "LRU", "Belady", "HBM", "host");
@@ -118,6 +119,7 @@ std::string html_report(const Plan& plan, const ReportContext& c) {
     o << "<p class=\"note\">profile " << html_escape(c.profile->name) << ": " << html_escape(gather_note(*c.profile))
       << "</p>";
   if (plan.ranks > 1) o << "<p class=\"note\">" << html_escape(ranks_note(plan)) << "</p>";
+  for (const std::string& w : c.warnings) o << "<p class=\"warn\">warning: " << html_escape(w) << "</p>";
   o << "</header>\n";
 
   o << "<section class=\"summary\" id=\"plan\"><h2>Plan</h2><p>modelled step " << html_escape(ms_text(plan.step.step_s))
@@ -151,7 +153,19 @@ std::string html_report(const Plan& plan, const ReportContext& c) {
                                "cache size (fraction of the rows)")
       << "</section>\n";
   };
-  for (std::size_t t = 0; t < c.tables.size(); ++t) chart(c.tables[t], "curve-table-" + std::to_string(t));
+  // Tables no cache smaller than themselves holds: one line, not a chart of one point each.
+  std::string small;
+  for (const HitCurve& curve : c.tables)
+    if (!curve.cacheable())
+      small += (small.empty() ? "" : ", ") + curve.name + " (" + std::to_string(curve.rows) +
+               (curve.rows == 1 ? " row)" : " rows)");
+  if (!small.empty())
+    o << "<section class=\"summary\" id=\"too-small-to-cache\"><h2>Tables too small to cache</h2><p>"
+      << html_escape(small)
+      << ": a step touches every row of each, so no cache smaller than the table holds a step (each is gpu, "
+         "offload or cpu whole); no curve is drawn.</p></section>\n";
+  for (std::size_t t = 0; t < c.tables.size(); ++t)
+    if (c.tables[t].cacheable()) chart(c.tables[t], "curve-table-" + std::to_string(t));
   for (std::size_t p = 0; p < c.pools.size(); ++p) chart(c.pools[p], "curve-pool-" + std::to_string(p));
   o << "</body>\n</html>\n";
   return o.str();
@@ -200,6 +214,7 @@ std::string plan_json(const Plan& plan, const ReportContext& c) {
                        {"host_bytes", m.host_bytes},
                        {"step", step(m.step)}});
   json out{{"source", c.source},
+           {"warnings", c.warnings},
            {"profile", c.profile ? c.profile->name : std::string()},
            {"ranks", plan.ranks},
            {"per_rank", plan.ranks > 1},

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "store/model/cost_model.hpp"
+#include "toolkit/report_html.hpp"
 #include "tune/curves.hpp"
 #include "tune/planner.hpp"
 
@@ -20,7 +21,14 @@ struct ReportContext {
   PlanOptions options;           ///< the budgets
   std::vector<HitCurve> tables;  ///< per table, in plan order
   std::vector<HitCurve> pools;   ///< shared pools (may be empty)
+  std::vector<std::string>
+      warnings;  ///< said first in every output (an input too short for a curve, a budget above this machine's memory)
 };
+
+/// The lines of a curve's chart: LRU at the curve's points (exact at every size, joined), and
+/// Belady's optimum where it was computed, as markers only (it is known at those sizes alone: a
+/// line between them would read as values it does not have, and dip under LRU between them).
+std::vector<bench::HitRateLine> curve_lines(const HitCurve& curve);
 
 /// The console summary: source, profile and how it prices gathers, budgets, one line per table
 /// (placement, cache, hit rates, memory, why), the plan's step and memory, the uniform modes and
@@ -28,7 +36,8 @@ struct ReportContext {
 /// for the plan the all-to-all bytes per step and the communication buffers.
 std::string console_summary(const Plan& plan, const ReportContext& context);
 
-/// The HTML page.
+/// The HTML page: the plan, the uniform modes, a chart per table a cache smaller than it can hold
+/// (HitCurve::cacheable) and per pool; the tables too small to cache are named on one line.
 std::string html_report(const Plan& plan, const ReportContext& context);
 
 /// The report's numbers as JSON (plan --json): source, profile, ranks, the budgets, the plan's

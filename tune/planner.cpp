@@ -390,6 +390,73 @@ Evaluation search(const PlanSpace& space, std::vector<std::size_t>& pick, const 
   return cur;
 }
 
+// Whether two tables are identical for the plan: the same rows, dim and optimizer, and the same
+// keys step by step (so the same curves, loads and costs in every option).
+bool identical(const TableTrace& a, const TableTrace& b) {
+  return a.spec.rows == b.spec.rows && a.spec.dim == b.spec.dim && a.spec.optimizer.kind == b.spec.optimizer.kind &&
+         a.step_bags == b.step_bags && a.keys.batch_offsets == b.keys.batch_offsets && a.keys.keys == b.keys.keys;
+}
+
+// The groups of two or more identical tables, each in input order.
+std::vector<std::vector<std::size_t>> identical_groups(const TuneInput& input) {
+  std::vector<std::vector<std::size_t>> groups;
+  std::vector<bool> grouped(input.tables.size(), false);
+  for (std::size_t t = 0; t < input.tables.size(); ++t) {
+    if (grouped[t]) continue;
+    std::vector<std::size_t> g{t};
+    for (std::size_t u = t + 1; u < input.tables.size(); ++u)
+      if (!grouped[u] && identical(input.tables[t], input.tables[u])) {
+        grouped[u] = true;
+        g.push_back(u);
+      }
+    if (g.size() > 1) groups.push_back(std::move(g));
+  }
+  return groups;
+}
+
+// Identical tables get the same option where that fits both budgets and the step is no slower
+// (the best such, the earliest member's on a tie). Where none does (the budget holds the better
+// option for some of them only: the greedy search gave it to the first in input order), each
+// member's `notes` entry says so, with what each alike placement would do.
+void place_alike(const TuneInput& input, const PlanSpace& space, const std::vector<std::size_t>& group,
+                 std::vector<std::size_t>& pick, Evaluation& cur, std::vector<std::string>& notes) {
+  std::vector<std::size_t> choices;
+  for (const std::size_t t : group)
+    if (std::find(choices.begin(), choices.end(), pick[t]) == choices.end()) choices.push_back(pick[t]);
+  if (choices.size() < 2) return;
+  std::vector<std::size_t> best_pick;
+  Evaluation best;
+  std::string tried;
+  for (const std::size_t choice : choices) {
+    std::vector<std::size_t> p = pick;
+    for (const std::size_t t : group) p[t] = choice;
+    const Evaluation e = space.evaluate_pick(p);
+    const Option& opt = space.options[group.front()][choice];
+    std::string what = to_string(opt.placement);
+    if (opt.placement == Placement::kCached || opt.placement == Placement::kHybrid)
+      what += " (" + std::to_string(opt.cache_rows) + " rows)";
+    tried += (tried.empty() ? "" : ", ") + std::string("every one ") + what + ": " +
+             (space.fits(e) ? "step " + ms_text(e.step.step_s) : std::string("does not fit the budgets"));
+    if (!space.fits(e) || e.objective > cur.objective * (1 + 1e-9)) continue;
+    if (best_pick.empty() || e.objective < best.objective) {
+      best_pick = std::move(p);
+      best = e;
+    }
+  }
+  if (!best_pick.empty()) {
+    pick = std::move(best_pick);
+    cur = best;
+    return;
+  }
+  std::string names;
+  for (const std::size_t t : group) names += (names.empty() ? "" : ", ") + input.tables[t].spec.name;
+  for (const std::size_t t : group)
+    notes[t] = "; a tie: " + names + " are identical (same rows, dim, optimizer and keys) but not placed alike, as " +
+               tried + " against " + ms_text(cur.step.step_s) +
+               " as planned (the search takes equal tables in input order: the first got the budget's better "
+               "placement)";
+}
+
 // Why table `t` is where the plan puts it (and, cached with sampled keys, Belady's estimate).
 Status explain(const TuneInput& input, const std::vector<HitCurve>& curves, const PlanSpace& space, const Split& split,
                const Cut& cut, const std::vector<int>& heat_rank, const std::vector<std::size_t>& pick,
@@ -527,6 +594,11 @@ Result<Plan> make_plan(const TuneInput& input, const std::vector<HitCurve>& curv
     }
   }
 
+  // Identical tables placed alike where that costs nothing; else their why says so.
+  std::vector<std::string> tie_notes(n);
+  for (const std::vector<std::size_t>& group : identical_groups(input))
+    place_alike(input, space, group, pick, cur, tie_notes);
+
   Plan plan;
   plan.ranks = N;
   plan.step = cur.step;
@@ -547,6 +619,7 @@ Result<Plan> make_plan(const TuneInput& input, const std::vector<HitCurve>& curv
     tp.load = space.loads[t];
     tp.cost = opt.cost;
     STRATA_RETURN_IF_ERROR(explain(input, curves, space, split, cut, heat_rank, pick, cur, t, tp));
+    tp.why += tie_notes[t];
     TableConfig tc;
     tc.spec = spec;
     tc.placement = opt.placement;

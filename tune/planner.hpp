@@ -29,6 +29,10 @@
 // table's memory is rank 0's, which holds the largest shards. The modelled step is one rank's, with
 // the all-to-all of keys, rows and gradients on the profile's all_to_all_gbs link and host DRAM
 // shared by min(N, the profile's gpus) ranks (ModelOptions::ranks_per_host).
+// Identical tables (the same rows, dim, optimizer and keys) are placed alike where that fits and the
+// step is no slower; where not (the budget holds the better placement for some of them only: the
+// greedy search gives it to the first in input order), each one's why says it is a tie and what
+// placing them alike would do.
 // Deterministic: the same input gives the same plan. Cached tables are capped at their share
 // (cache.cap), so each gets exactly its own LRU hit rate, as planned.
 

@@ -144,6 +144,8 @@ int main(int argc, char** argv) {
                   "hybrid; rank 0's counters are compared (default 1)");
   val->add_option("--bench", v.bench, "the strata-bench program (default: the one next to strata-tune)");
   val->add_option("--out", v.out, "write predicted and measured as JSON");
+  val->add_option("--html", v.html,
+                  "write predicted against measured (per table and per link) as a self-contained HTML page");
   val->add_flag("!--no-progress", v.progress, "no progress lines");
 
   if (const std::optional<int> code = strata::bench::parse_command_line(app, argc, argv, "strata-tune")) return *code;

@@ -293,6 +293,15 @@ Status predict_sharded(const TuneInput& input, const StoreConfig& plan, std::int
 
 }  // namespace
 
+StepBytes measured_step_bytes(const StepBytes& counted, const RunPrediction& predicted) {
+  StepBytes b = counted;
+  b.all_to_all += std::max(0.0, predicted.bytes.all_to_all - predicted.exchange_bytes);
+  b.host_remote = predicted.bytes.host_remote;
+  b.launches = predicted.bytes.launches;
+  b.host_gathers = predicted.bytes.host_gathers;
+  return b;
+}
+
 Result<RunPrediction> predict_run(const TuneInput& input, const StoreConfig& plan, std::int64_t steps, int pipeline,
                                   const HardwareProfile& profile, bool trainer_on_device, int ranks) {
   if (steps < 1) return Status::invalid_argument("--steps " + std::to_string(steps) + " (expected >= 1)");

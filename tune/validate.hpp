@@ -92,6 +92,17 @@ Status check_plan_tables(const StoreConfig& plan, const std::vector<std::string>
 Result<RunPrediction> predict_run(const TuneInput& input, const StoreConfig& plan, std::int64_t steps, int pipeline,
                                   const HardwareProfile& profile, bool trainer_on_device = true, int ranks = 1);
 
+/// The bytes of a measured run for the model (store/model/cost_model.hpp), so that the prediction and
+/// the measurement are priced by one computation: `counted` holds what strata-bench counted per
+/// training step (hbm_read .. host_write with the CPU kernels' host bytes it counts from the keys,
+/// host_cpu_read/write those, all_to_all the keys, rows and gradients rank 0 exchanged); what no
+/// counter can see comes from `predicted` (the keys): which of the host bytes are random-row
+/// gathers (StepBytes::host_gathers; a counter sees bytes, not rows, and the profile's gather rates
+/// price rows), the part crossing NUMA nodes, the kernel launches and the counts of keys exchanged
+/// before the all-to-all (8 bytes per table and peer; RunPrediction::exchange_bytes leaves them
+/// out). Equal counted bytes give an equal modelled step (TuneCli.ValidatePredictsTheBytesPerLinkExactlyOnEmu).
+StepBytes measured_step_bytes(const StepBytes& counted, const RunPrediction& predicted);
+
 /// strata-bench's --pipeline as validate runs it.
 inline constexpr int kValidatePipeline = 2;
 

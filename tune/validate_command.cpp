@@ -14,9 +14,12 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 #include "toolkit/batch_source.hpp"
 #include "toolkit/bounded_input.hpp"
+#include "toolkit/profiles.hpp"
+#include "toolkit/report_html.hpp"
 #include "tune/command_util.hpp"
 #include "tune/commands.hpp"
 #include "tune/input_args.hpp"
@@ -31,11 +34,8 @@ using json = nlohmann::json;
 // The strata-bench next to this program (installed: the same bin/), or in the build tree's
 // bench/ beside this program's tune/ (tune/strata-tune and bench/strata-bench).
 std::string sibling_bench() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return "strata-bench";
-  const std::string self(buf, static_cast<std::size_t>(n));
-  const std::string dir = self.substr(0, self.find_last_of('/') + 1);
+  const std::string dir = bench::program_dir();
+  if (dir.empty()) return "strata-bench";
   if (::access((dir + "strata-bench").c_str(), X_OK) == 0) return dir + "strata-bench";
   return dir + "../bench/strata-bench";
 }
@@ -126,7 +126,8 @@ struct Validation {
   TuneInput input;
   std::int64_t steps = 0;  ///< training steps of the run (after as many forward steps)
   RunPrediction predicted;
-  json result;  ///< strata-bench's results[0]
+  json result;                 ///< strata-bench's results[0]
+  ModelledStep measured_step;  ///< the model on the measured bytes (measured_step_bytes)
 };
 
 // Everything that needs no keys, first: the inputs, the profile, the output, the plan and its
@@ -134,12 +135,13 @@ struct Validation {
 int check_arguments(const ValidateArgs& a, Validation& v) {
   if (Status s = check_input_args(a.input); !s.is_ok()) return fail(s.message());
   if (a.input.sample < 1.0) return fail("--sample: validate compares exact predictions (give every key)");
-  v.profile_path = profile_path(a.profile);
+  v.profile_path = bench::profile_path(a.profile);
   auto profile = load_profile_file(v.profile_path);
   if (!profile) return fail("--profile " + a.profile + ": " + profile.status().message());
   v.profile = std::move(profile).value();
-  if (!a.out.empty())
-    if (Status s = check_output(a.out, "--out"); !s.is_ok()) return fail(s.message());
+  for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--out", a.out}, {"--html", a.html}})
+    if (!path.empty())
+      if (Status s = check_output(path, flag); !s.is_ok()) return fail(s.message());
   auto text = bench::read_input_file(a.plan, "plan file");
   if (!text) return fail("plan " + a.plan + ": " + text.status().message());
   if (auto j = bench::parse_json_limited(*text, "plan " + a.plan); !j) return fail(j.status().message());
@@ -216,6 +218,26 @@ int predict(const ValidateArgs& a, Validation& v) {
   return 0;
 }
 
+// What strata-bench counted per training step (validate.hpp: measured_step_bytes), from its JSON.
+StepBytes counted_bytes(const json& result) {
+  const json& mb = result["bytes_per_step"];
+  const json& mc = result.contains("cpu_kernel_bytes_per_step") ? result["cpu_kernel_bytes_per_step"] : json(nullptr);
+  const auto at = [](const json& j, const char* k) {
+    return j.is_object() && j.contains(k) ? j[k].get<double>() : 0.0;
+  };
+  StepBytes b;
+  b.hbm_read = at(mb, "hbm_read");
+  b.hbm_write = at(mb, "hbm_write");
+  b.h2d = at(mb, "h2d");
+  b.d2h = at(mb, "d2h");
+  b.host_cpu_read = at(mc, "host_read");
+  b.host_cpu_write = at(mc, "host_write");
+  b.host_read = at(mb, "host_read") + b.host_cpu_read;
+  b.host_write = at(mb, "host_write") + b.host_cpu_write;
+  b.all_to_all = at(mb, "all_to_all");
+  return b;
+}
+
 // strata-bench on the plan: the same keys and steps, no warm-up, the pipeline the prediction assumed.
 int run_bench(const ValidateArgs& a, Validation& v) {
   const std::string bench_json = v.tmp->path + "/bench.json", log = v.tmp->path + "/bench.log";
@@ -265,6 +287,7 @@ int run_bench(const ValidateArgs& a, Validation& v) {
   auto bench_text = bench::read_input_file(bench_json, "strata-bench JSON");
   if (!bench_text) return fail(bench_text.status().message(), 1);
   v.result = json::parse(*bench_text)["results"][0];
+  v.measured_step = model_step(v.profile, measured_step_bytes(counted_bytes(v.result), v.predicted));
 
   return 0;
 }
@@ -363,23 +386,157 @@ void compare_bytes(const ValidateArgs& a, const Validation& v, std::ostream& o, 
   out["trainer"] = a.trainer;
 }
 
-// The step time: predicted, modelled from the measured bytes, and measured on this machine.
+// Random-row gathers per step of `b`, in rows.
+double gather_rows(const StepBytes& b) {
+  double rows = 0;
+  for (const RowGather& g : b.host_gathers) rows += g.rows;
+  return rows;
+}
+
+// The step time: predicted, modelled from the measured bytes (one computation: model_step on the
+// counted bytes, validate.hpp's measured_step_bytes), and measured on this machine. strata-bench's
+// own modelled step is shown apart when it differs: its counters cannot tell random-row gathers
+// from sequential bytes, so it prices every host byte at the sequential bandwidth.
 void compare_step_time(const Validation& v, std::ostream& o, json& out) {
-  const double predicted_ms = v.predicted.step.step_s * 1e3;
-  const double modelled_ms = v.result["modelled"]["step_ms"].get<double>();
+  const ModelledStep& predicted = v.predicted.step;
+  const ModelledStep& modelled = v.measured_step;
+  const double bench_ms = v.result["modelled"]["step_ms"].get<double>();
   const double measured_ms = v.result["train_step_ms_p50"].get<double>();
-  o << "\nstep time:\n  predicted on profile " << v.profile.name << ": " << ms_text(v.predicted.step.step_s) << " ("
-    << v.predicted.step.bottleneck
-    << ")\n  modelled from the measured bytes on the same profile: " << ms_text(modelled_ms / 1e3)
-    << "\n  measured on this machine (" << v.result["device"].get<std::string>()
+  const double rows = gather_rows(v.predicted.bytes);
+  o << "\nstep time:\n  predicted on profile " << v.profile.name << ": " << ms_text(predicted.step_s) << " ("
+    << predicted.bottleneck << ")\n  modelled from the measured bytes on the same profile: " << ms_text(modelled.step_s)
+    << " (" << modelled.bottleneck << ")\n";
+  if (rows > 0) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.4g", rows);
+    o << "    (the bytes per link as strata-bench counted them; which host bytes are random-row gathers, " << buf
+      << " rows per step, "
+      << (has_gather_rates(v.profile) ? "priced at the profile's gather rates"
+                                      : "priced at sequential bandwidth (the profile has no gather rates)")
+      << ", comes from the keys: a counter sees bytes, not rows)\n";
+  }
+  const bool bench_differs = std::abs(bench_ms - modelled.step_s * 1e3) > 1e-6 * std::max(1e-9, bench_ms);
+  if (bench_differs)
+    o << "  strata-bench's own modelled step (its JSON's modelled.step_ms): " << ms_text(bench_ms / 1e3)
+      << " (every host byte at the sequential bandwidth: its counters do not say which are random rows)\n";
+  o << "  measured on this machine (" << v.result["device"].get<std::string>()
     << ", median of the training steps): " << ms_text(measured_ms / 1e3) << "\n";
   if (v.result["device"] == "emu")
     o << "  (the emulated device runs on the CPU: its step time is not the profile's GPU; the bytes and hit rates "
          "are the comparison that holds)\n";
-  out["step_ms"] = {{"predicted", predicted_ms},
-                    {"modelled_from_measured_bytes", modelled_ms},
-                    {"measured_p50", measured_ms},
-                    {"bottleneck", v.predicted.step.bottleneck}};
+  json links = json::object();
+  for (int l = 0; l < kNumLinks; ++l)
+    links[link_name(static_cast<Link>(l))] = {
+        {"predicted", predicted.links[static_cast<std::size_t>(l)].seconds * 1e3},
+        {"modelled_from_measured_bytes", modelled.links[static_cast<std::size_t>(l)].seconds * 1e3}};
+  out["step_ms"] = {{"predicted", predicted.step_s * 1e3}, {"modelled_from_measured_bytes", modelled.step_s * 1e3},
+                    {"bench_modelled", bench_ms},          {"measured_p50", measured_ms},
+                    {"bottleneck", predicted.bottleneck},  {"bottleneck_from_measured_bytes", modelled.bottleneck},
+                    {"gather_rows_per_step", rows},        {"link_ms", links}};
+}
+
+// A number of the JSON, or none when it is missing or null.
+std::optional<double> number(const json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key) || !j[key].is_number()) return std::nullopt;
+  return j[key].get<double>();
+}
+
+// The page: predicted against measured per table (hit rates), per link (bytes per step and the
+// modelled time of each link) and for the step, from validate's JSON (`out`) and console text.
+std::string validate_html(const json& out, const std::string& text) {
+  using bench::html_escape;
+  std::ostringstream o;
+  o << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>strata-tune "
+       "validate</title>\n<style>"
+    << bench::report_css() << "</style>\n</head>\n<body>\n<header><h1>strata-tune validate</h1><p class=\"note\">"
+    << html_escape(out["plan"].get<std::string>() + " on " + out["source"].get<std::string>() + "; " +
+                   std::to_string(out["steps"].get<std::int64_t>()) + " training steps on " +
+                   out["device"].get<std::string>() + ", profile " + out["profile"].get<std::string>())
+    << "</p>";
+  if (out["device"] == "emu")
+    o << "<p class=\"warn\">the emulated device runs on the CPU: its measured step time is not the profile's GPU; "
+         "the bytes and hit rates are the comparison that holds</p>";
+  o << "</header>\n";
+
+  // Per table: the hit rates of the caches.
+  std::vector<std::string> cached;
+  bench::BarLine hp{"LRU predicted", {}}, hm{"measured", {}};
+  o << "<section class=\"summary\" id=\"tables\"><h2>Per table</h2><table><tr><th>table</th><th>placement</th>"
+    << "<th>cache rows</th><th>LRU predicted</th><th>measured</th><th>points</th>"
+    << "<th>predicted bytes per step (HBM, H2D, D2H, host)</th></tr>";
+  for (const json& t : out["tables"]) {
+    const std::optional<double> p = t.contains("predicted") ? number(t["predicted"], "hit_rate") : std::nullopt;
+    const std::optional<double> m = t.contains("measured") ? number(t["measured"], "hit_rate") : std::nullopt;
+    const json& b = t["predicted_bytes_per_step"];
+    o << "<tr><td>" << html_escape(t["name"].get<std::string>()) << "</td><td>"
+      << html_escape(t["placement"].get<std::string>()) << "</td><td class=\"n\">"
+      << (t.contains("cache_rows") ? std::to_string(t["cache_rows"].get<std::int64_t>()) : "-")
+      << "</td><td class=\"n\">" << rate_text(p.value_or(-1)) << "</td><td class=\"n\">" << rate_text(m.value_or(-1))
+      << "</td><td class=\"n\">" << points_text(p.value_or(-1), m.value_or(-1)) << "</td><td class=\"n\">"
+      << html_escape(bytes_text(b["hbm_read"].get<double>() + b["hbm_write"].get<double>()) + ", " +
+                     bytes_text(b["h2d"].get<double>()) + ", " + bytes_text(b["d2h"].get<double>()) + ", " +
+                     bytes_text(b["host_read"].get<double>() + b["host_write"].get<double>()))
+      << "</td></tr>";
+    if (p) {
+      cached.push_back(t["name"].get<std::string>());
+      hp.values.push_back(p);
+      hm.values.push_back(m);
+    }
+  }
+  o << "</table><p class=\"note\">strata-bench counts bytes per device, not per table: the per-table bytes are "
+       "predicted only; their sum is set against the measurement per link below.</p></section>\n";
+  if (!cached.empty())
+    o << "<section class=\"chart\" id=\"hit-rates\"><h2>Hit rate per cached table</h2>"
+      << bench::bar_chart("LRU hit rate per cached table, predicted against measured", cached, {hp, hm},
+                          bench::ChartUnit::kFraction, "hit rate")
+      << "</section>\n";
+
+  // Per link: bytes per step and the modelled time of each link.
+  const json& pb = out["bytes_per_step"]["predicted"];
+  const json& mb = out["bytes_per_step"]["measured"];
+  std::vector<std::string> links;
+  bench::BarLine bp{"predicted", {}}, bm{"measured", {}};
+  o << "<section class=\"summary\" id=\"links\"><h2>Per link</h2><table><tr><th>link</th><th>predicted bytes per "
+       "step</th><th>measured</th><th>difference</th></tr>";
+  for (const char* link : {"hbm_read", "hbm_write", "h2d", "d2h", "host_read", "host_write", "all_to_all"}) {
+    if (!pb.contains(link)) continue;
+    const double p = pb[link].get<double>(), m = mb.contains(link) ? mb[link].get<double>() : 0.0;
+    links.emplace_back(link);
+    bp.values.emplace_back(p);
+    bm.values.emplace_back(m);
+    char row[256];
+    std::snprintf(row, sizeof row,
+                  "<tr><td>%s</td><td class=\"n\">%.1f</td><td class=\"n\">%.1f</td><td class=\"n\">%.1f</td></tr>",
+                  link, p, m, byte_difference(m, p, out["steps"].get<std::int64_t>()));
+    o << row;
+  }
+  o << "</table><p class=\"note\">host_read and host_write as the device layer counts them; the CPU kernels' host "
+       "bytes (counted from the keys by both) are in the JSON (cpu_kernel_bytes_per_step).</p></section>\n"
+    << "<section class=\"chart\" id=\"bytes\"><h2>Bytes per training step, per link</h2>"
+    << bench::bar_chart("bytes per training step on each link, predicted against measured", links, {bp, bm},
+                        bench::ChartUnit::kBytes, "bytes/step")
+    << "</section>\n";
+  const json& step = out["step_ms"];
+  std::vector<std::string> model_links;
+  bench::BarLine tp{"predicted", {}}, tm{"modelled from the measured bytes", {}};
+  for (int l = 0; l < kNumLinks; ++l) {
+    const char* link = link_name(static_cast<Link>(l));
+    model_links.emplace_back(link);
+    tp.values.emplace_back(step["link_ms"][link]["predicted"].get<double>());
+    tm.values.emplace_back(step["link_ms"][link]["modelled_from_measured_bytes"].get<double>());
+  }
+  o << "<section class=\"chart\" id=\"link-time\"><h2>Modelled time per link</h2><p>step: predicted "
+    << html_escape(ms_text(step["predicted"].get<double>() / 1e3) + " (" + step["bottleneck"].get<std::string>() +
+                   "), modelled from the measured bytes " +
+                   ms_text(step["modelled_from_measured_bytes"].get<double>() / 1e3) + " (" +
+                   step["bottleneck_from_measured_bytes"].get<std::string>() + "), measured on this machine " +
+                   ms_text(step["measured_p50"].get<double>() / 1e3))
+    << "</p>"
+    << bench::bar_chart("modelled time of each link per step, predicted against from the measured bytes", model_links,
+                        {tp, tm}, bench::ChartUnit::kMs, "ms per step")
+    << "</section>\n<section class=\"summary\" id=\"console\"><h2>Console</h2><pre style=\"white-space:pre-wrap\">"
+    << html_escape(text) << "</pre></section>\n</body>\n</html>\n";
+  return o.str();
 }
 
 }  // namespace
@@ -411,6 +568,10 @@ int run_validate(const ValidateArgs& a) {
   if (!a.out.empty()) {
     if (Status s = write_output(a.out, out.dump(2) + "\n"); !s.is_ok()) return fail(s.message(), 1);
     std::cout << "wrote " << a.out << "\n";
+  }
+  if (!a.html.empty()) {
+    if (Status s = write_output(a.html, validate_html(out, o.str())); !s.is_ok()) return fail(s.message(), 1);
+    std::cout << "wrote " << a.html << "\n";
   }
   return 0;
 }

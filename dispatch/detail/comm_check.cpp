@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <type_traits>
@@ -58,24 +59,34 @@ bool valid_type(DataType t) {
 }
 bool valid_op(ReduceOp op) { return op == ReduceOp::kSum || op == ReduceOp::kMin || op == ReduceOp::kMax; }
 
-// "ranks 0, 1, 3: 64; rank 2: 32": the ranks grouped by value, groups in order of first rank.
+// "ranks 0, 1, 3: 64; rank 2: 32": the ranks r with `listed(r)` (all when empty) grouped by
+// value, groups in order of first rank; at most 16 groups (rank_list's cap), then "and N more
+// ranks".
 template <class T>
 std::string grouped(const std::vector<T>& values, const std::function<std::string(const T&)>& show,
-                    const char* separator = ": ") {
-  std::vector<std::pair<T, std::vector<int>>> groups;
+                    const char* separator = ": ", const std::function<bool(int)>& listed = {}) {
+  constexpr std::size_t kMaxGroups = 16;
+  std::vector<std::pair<const T*, std::vector<int>>> groups;
   for (int r = 0; r < static_cast<int>(values.size()); ++r) {
-    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == values[r]; });
+    if (listed && !listed(r)) continue;
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return *g.first == values[r]; });
     if (it == groups.end()) {
-      groups.push_back({values[r], {r}});
+      groups.push_back({&values[r], {r}});
     } else {
       it->second.push_back(r);
     }
   }
   std::string out;
-  for (const auto& g : groups) {
+  std::size_t more = 0;
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    if (i >= kMaxGroups) {
+      more += groups[i].second.size();
+      continue;
+    }
     if (!out.empty()) out += "; ";
-    out += rank_list(g.second) + separator + show(g.first);
+    out += rank_list(groups[i].second) + separator + show(*groups[i].first);
   }
+  if (more) out += "; and " + std::to_string(more) + " more rank" + (more == 1 ? "" : "s");
   return out;
 }
 
@@ -270,18 +281,63 @@ std::string check_broadcast_arguments(int size, const void* data, std::int64_t b
   return "";
 }
 
-std::string ready_space(const BufferSpace& space) {
-  if (!space.on_device()) return "";
-  if (!space.device->owns(space.stream)) {
-    return "device buffers ordered on " +
-           std::string(space.stream.device() ? "a stream of another device" : "an empty stream view") +
-           " (expected a stream of the buffers' device " + space.device->info().name + ")";
-  }
-  const Status s = space.device->synchronize(space.stream);
-  return s.is_ok() ? "" : "device " + space.device->info().name + " failed before the collective: " + s.to_string();
+std::string check_space(const BufferSpace& space) {
+  if (!space.on_device() || space.device->owns(space.stream)) return "";
+  return "device buffers ordered on " +
+         std::string(space.stream.device() ? "a stream of another device" : "an empty stream view") +
+         " (expected a stream of the buffers' device " + space.device->info().name + ")";
 }
 
-Status check_agreement(const std::vector<const CallInfo*>& calls) {
+Status ready_space(const BufferSpace& space) {
+  if (!space.on_device()) return Status::ok();
+  return space.device->synchronize(space.stream)
+      .with_context("device " + space.device->info().name + " failed before the collective");
+}
+
+void judge_space(CallInfo& info, const BufferSpace& space) {
+  if (info.arg_error.empty()) info.arg_error = check_space(space);
+  if (info.arg_error.empty()) info.device_error = ready_space(space);
+}
+
+void copy_text(char* dst, std::size_t cap, const std::string& text) noexcept {
+  static constexpr char kCut[] = "\u2026";  // "…", 3 bytes of UTF-8
+  std::size_t n = text.size();
+  const bool cut = n > cap - 1;
+  if (cut) {
+    n = cap - sizeof(kCut);  // room for the mark and the NUL
+    // Not inside a character: back to the start of the one the cut falls in.
+    while (n > 0 && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80) --n;
+    while (n > 0 && (text[n - 1] == ' ' || text[n - 1] == '(' || text[n - 1] == '[')) --n;
+  }
+  std::memcpy(dst, text.data(), n);
+  if (cut) {
+    std::memcpy(dst + n, kCut, sizeof(kCut));  // with its NUL
+  } else {
+    dst[n] = '\0';
+  }
+}
+
+void encode_failure(const CallInfo& info, std::int32_t& has_arg_error, std::int32_t& device_code, char* text,
+                    std::size_t cap) noexcept {
+  has_arg_error = info.arg_error.empty() ? 0 : 1;
+  device_code = has_arg_error ? 0 : static_cast<std::int32_t>(info.device_error.code());
+  copy_text(text, cap, has_arg_error ? info.arg_error : info.device_error.message());
+}
+
+void decode_failure(std::int32_t has_arg_error, std::int32_t device_code, const char* text, std::size_t cap,
+                    CallInfo& info) {
+  std::string s(text, std::find(text, text + cap, '\0'));
+  if (has_arg_error) {
+    info.arg_error = s.empty() ? "invalid arguments" : std::move(s);
+  } else if (device_code != 0) {
+    info.device_error = Status::from_code(static_cast<StatusCode>(device_code), std::move(s));
+  }
+}
+
+namespace {
+
+// The breaking part of check_agreement: whether the ranks are in step and agree.
+Status agreement(const std::vector<const CallInfo*>& calls) {
   const int n = static_cast<int>(calls.size());
   STRATA_CHECK(n > 0);
   const CallInfo& first = *calls[0];
@@ -354,6 +410,31 @@ Status check_agreement(const std::vector<const CallInfo*>& calls) {
       return Status::ok();
   }
   return Status::internal(std::string("unknown collective ") + std::to_string(kinds[0]) + " in a call");
+}
+
+}  // namespace
+
+Verdict check_agreement(const std::vector<const CallInfo*>& calls) {
+  Status disagreement = agreement(calls);
+  if (!disagreement.is_ok()) return {std::move(disagreement), true};
+  // The ranks are in step and nothing moved: the devices that failed fail the call on every rank,
+  // the ranks with one message named together (the first failed rank's code), and the next call
+  // goes on as usual.
+  const int n = static_cast<int>(calls.size());
+  std::vector<std::string> messages(n);
+  StatusCode code = StatusCode::kOk;
+  for (int r = 0; r < n; ++r) {
+    const Status& e = calls[r]->device_error;
+    if (e.is_ok()) continue;
+    if (code == StatusCode::kOk) code = e.code();
+    messages[r] = e.message();
+  }
+  if (code == StatusCode::kOk) return {};
+  const std::string failed = grouped<std::string>(
+      messages, [](const std::string& m) { return m; }, ": ", [&](int r) { return !calls[r]->device_error.is_ok(); });
+  return {Status::from_code(code, std::string(collective_name(calls[0]->kind)) + ": " + failed +
+                                      " (no data moved; the communicator stays usable)"),
+          false};
 }
 
 std::string rank_list(const std::vector<int>& ranks) {

@@ -36,7 +36,27 @@ struct CallInfo {
   const std::int64_t* recv_counts = nullptr;
   /// Non-empty when this rank's own arguments are invalid (what check_arguments() said).
   std::string arg_error;
+  /// With valid arguments: OK, or why this rank cannot take part although the ranks are in step:
+  /// its device failed before the collective (ready_space), or staging its device buffers did.
+  /// Nothing has moved yet, so the call fails on every rank and the communicator stays usable.
+  Status device_error;
 };
+
+/// Writes `text` into `dst` (`cap` >= 4 bytes), NUL-terminated: whole when it fits, else cut at a
+/// character boundary (UTF-8), without the spaces and opening brackets before the cut, and ended
+/// with "…", so that a cut text says so and never ends in a dangling "(".
+void copy_text(char* dst, std::size_t cap, const std::string& text) noexcept;
+
+/// The failure of a call as a header carries it between ranks: `has_arg_error` (1 when the
+/// arguments are invalid), `device_code` (the device_error's StatusCode, 0 when none) and `text`
+/// (`cap` bytes: the arg_error, else the device_error's message, through copy_text()).
+void encode_failure(const CallInfo& info, std::int32_t& has_arg_error, std::int32_t& device_code, char* text,
+                    std::size_t cap) noexcept;
+/// Sets the arg_error or device_error of `info` from fields encode_failure() wrote (`text`: `cap`
+/// bytes, read up to its NUL). Every rank judges every call decoded, its own too (from the header
+/// it just encoded), so the verdicts' texts are the same on every rank however long the errors.
+void decode_failure(std::int32_t has_arg_error, std::int32_t device_code, const char* text, std::size_t cap,
+                    CallInfo& info);
 
 /// Judges what one rank can judge alone (negative sizes, null buffers with non-zero sizes, a root
 /// or an enum value out of range); returns "" when fine, else the reason (without the kind).
@@ -56,17 +76,40 @@ std::string check_all_gather_arguments(int size, const void* send, std::int64_t 
 std::string check_all_reduce_arguments(const void* data, std::int64_t count, DataType type, ReduceOp op);
 std::string check_broadcast_arguments(int size, const void* data, std::int64_t bytes, int root);
 
-/// Judges a BufferSpace and readies its buffers: for device buffers, that `stream` is a stream of
-/// `device`, then waits (host) for the work queued on it and for a sticky error. "" when the
-/// buffers may be used, else the reason, which the caller passes on as its argument error so that
-/// every rank fails the collective the same way.
-std::string ready_space(const BufferSpace& space);
+/// Judges a BufferSpace: for device buffers, that `stream` is a stream of `device`. "" when fine,
+/// else the reason (this rank's argument error).
+std::string check_space(const BufferSpace& space);
 
-/// The verdict on one collective from every rank's CallInfo (`calls[r]` is rank r's): OK, or
-/// FailedPrecondition when ranks called different collectives, or InvalidArgument when a rank's
-/// arguments were invalid or ranks disagree on a size that must match. Deterministic: every rank
-/// computes the same message from the same calls.
-Status check_agreement(const std::vector<const CallInfo*>& calls);
+/// Readies the buffers of a BufferSpace that check_space() accepted: for device buffers, waits
+/// (host) for the work queued on `stream` and for a sticky error. OK when the buffers may be
+/// used, else the device's failure (its code; the message names the device), which the caller
+/// passes on as its CallInfo::device_error.
+Status ready_space(const BufferSpace& space);
+
+/// Fills in what `info`, a call on `space` whose own arguments were judged (arg_error), needs of
+/// the space: when the arguments are valid, check_space() as the argument error, else when the
+/// space is fine ready_space() as the device error.
+void judge_space(CallInfo& info, const BufferSpace& space);
+
+/// What every rank concludes from every rank's CallInfo: OK, or the error every rank returns and
+/// whether it breaks the communicator.
+struct Verdict {
+  Status status;
+  /// The ranks are out of step or disagree (different collectives, an invalid argument on some
+  /// rank, sizes that do not match): every later call fails too. False for a verdict that fails
+  /// the call on device errors alone (CallInfo::device_error): nothing moved, and every rank read
+  /// the same calls, so the ranks stay in step and the next collective runs as usual.
+  bool breaks = false;
+};
+
+/// The verdict on one collective from every rank's CallInfo (`calls[r]` is rank r's): OK; or,
+/// breaking, FailedPrecondition when ranks called different collectives, InvalidArgument when a
+/// rank's arguments were invalid or ranks disagree on a size that must match; or, when the calls
+/// agree but some rank's device_error is set, that error (the code of the first such rank; the
+/// message names the ranks by message, "ranks 0, 2: <message>; rank 5: <another>", at most 16
+/// messages and 16 ranks for each, then how many more), not breaking. Deterministic: every rank computes the same
+/// verdict from the same calls.
+Verdict check_agreement(const std::vector<const CallInfo*>& calls);
 
 /// "rank 3" or "ranks 2, 3" (at most 16 listed, then "and N more").
 std::string rank_list(const std::vector<int>& ranks);

@@ -382,7 +382,7 @@ STRATA_SIMT void update_row(const Team& team, const UpdateFeatureArgs& f, std::i
         STRATA_UNROLL
         for (int k = 0; k < kColsPerLane; ++k) {
           const std::int32_t c = cb + k * kWarp + lane;
-          if (c < dim) w[c] -= m * g[k][lane];
+          if (c < dim && o.learning_rate != 0.0f) w[c] -= m * g[k][lane];  // 0 keeps w (apply_optimizer)
         }
       });
     });

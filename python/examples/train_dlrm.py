@@ -3,11 +3,12 @@
 one pooled embedding per categorical feature (26 tables, Criteo's shape), pairwise dot
 interaction, top MLP, binary cross-entropy. Data: synthetic Criteo-shaped batches (labels from a
 hidden rule, so the loss can go down), or a Criteo TSV file (label, 13 integer, 26 hex fields)
-with --criteo. Prints the loss and samples/s every --log-every steps; --torch-tables trains the
+with --criteo, read again from its start (a new epoch, said on the console) until --steps steps
+ran. Prints the loss and samples/s every --log-every steps; --torch-tables trains the
 same model with torch.nn.EmbeddingBag tables (+ sparse Adagrad) instead, for comparison, one
 EmbeddingBag per table or, with --torch-tables fused, one EmbeddingBag holding every table (one
 lookup and one optimizer step per batch: plain PyTorch's fastest form). --json PATH writes the
-run's figures (samples/s per window, their median without the first window, losses).
+run's figures (the steps run, samples/s per window, their median without the first window, losses).
 --device cuda (the default when torch has CUDA) runs the dense model on the GPU and serves the
 Strata tables as CUDA tensors (their placement then defaults to cached; cpu is refused there).
 
@@ -110,7 +111,27 @@ def synthetic_batches(batch, rows, seed):
 
 def criteo_batches(path, batch, rows):
     """Batches from a Criteo TSV file (label, 13 integers, 26 hex ids; empty fields allowed),
-    ids hashed into `rows`."""
+    ids hashed into `rows`, epoch after epoch: at the end of the file (the lines short of a last
+    whole batch are left out) it says so and starts over. A file without one whole batch is an
+    error naming its lines and --batch."""
+    epoch = 1
+    while True:
+        batches = 0
+        for batch_of_file in _criteo_file_batches(path, batch, rows):
+            batches += 1
+            yield batch_of_file
+        if batches == 0:
+            with open(path) as f:
+                lines = sum(1 for _ in f)
+            raise SystemExit(f"--criteo {path}: {lines} lines, fewer than one batch of --batch {batch} (expected at "
+                             f"least {batch} lines: lower --batch or use a longer file)")
+        epoch += 1
+        print(f"--criteo {path}: end of the file after {batches} batches of {batch}; epoch {epoch} starts over "
+              "from its first line", flush=True)
+
+
+def _criteo_file_batches(path, batch, rows):
+    """One pass over a Criteo TSV file: its whole batches."""
     with open(path) as f:
         while True:
             lines = list(itertools.islice(f, batch))
@@ -133,25 +154,68 @@ def sparse_features(ids, device=None):
             for i in range(SPARSE)}
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The docstring as written, and every flag's default after its help (where the help does not
+    say it already)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "(default" not in text and action.default not in (None, argparse.SUPPRESS):
+            text += " (default: %(default)s)"
+        return text
+
+
+def train(a, model, data, dense_opt, sparse_opt, loss_fn):
+    """The training loop: returns the losses and the samples/s of each --log-every window."""
+    losses, rates, t0, window_loss, window_n = [], [], time.perf_counter(), 0.0, 0
+    for step, (dense, sparse, label) in enumerate(data, 1):
+        dense_opt.zero_grad()
+        if sparse_opt:
+            sparse_opt.zero_grad()
+        loss = loss_fn(model(dense, sparse), label)
+        loss.backward()
+        dense_opt.step()
+        if sparse_opt:
+            sparse_opt.step()
+        losses.append(loss.item())
+        window_loss, window_n = window_loss + loss.item(), window_n + 1
+        if step % a.log_every == 0:
+            rates.append(window_n * a.batch / (time.perf_counter() - t0))
+            print(f"step {step:6d}  loss {window_loss / window_n:.4f}  {rates[-1]:,.0f} samples/s", flush=True)
+            t0, window_loss, window_n = time.perf_counter(), 0.0, 0
+    return losses, rates
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--batch", type=int, default=256)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=_HelpFormatter)
+    p.add_argument("--steps", type=int, default=200, help="training steps (batches) to run")
+    p.add_argument("--batch", type=int, default=256, help="samples per batch")
     p.add_argument("--rows", type=int, default=10000, help="rows per table")
-    p.add_argument("--dim", type=int, default=16)
-    p.add_argument("--mode", help="placement of the Strata tables: cpu, offload, cached, gpu (default: cpu, "
-                   "cached on cuda)")
+    p.add_argument("--dim", type=int, default=16, help="embedding dimension (and the bottom MLP's output)")
+    p.add_argument("--mode", help="placement of the Strata tables: cpu, offload, cached, gpu, hybrid (default: "
+                   "cpu, cached on cuda)")
+    p.add_argument("--cache-fraction", type=float, default=0.2,
+                   help="--mode cached or hybrid: the share of each table's rows its device cache holds, in (0, 1]")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                    help="where the dense model and the outputs live: cpu or cuda (default: cuda when available)")
     p.add_argument("--threads", type=int, default=0, help="Strata and torch threads (0: torch's default)")
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--criteo", help="a Criteo TSV file (default: synthetic data)")
+    p.add_argument("--lr", type=float, default=0.05, help="learning rate of the tables and of the dense Adagrad")
+    p.add_argument("--criteo", help="a Criteo TSV file, read epoch after epoch until --steps (default: synthetic "
+                   "data)")
     p.add_argument("--torch-tables", nargs="?", const="per-table", choices=["per-table", "fused"],
-                   help="torch.nn.EmbeddingBag tables instead of Strata: one per table (default) or all in one")
-    p.add_argument("--json", help="write samples/s per window, their median and the losses to this file")
-    p.add_argument("--log-every", type=int, default=50)
-    p.add_argument("--seed", type=int, default=0)
+                   help="torch.nn.EmbeddingBag tables instead of Strata: one per table (per-table, the value when "
+                   "the flag is given alone) or all in one (fused) (default: Strata tables)")
+    p.add_argument("--json", help="write the steps run, samples/s per window, their median and the losses to this "
+                   "file (default: none)")
+    p.add_argument("--log-every", type=int, default=50, help="print the loss and samples/s every this many steps")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic data, the initial rows and torch")
     a = p.parse_args(argv)
+    for flag, value in (("--steps", a.steps), ("--batch", a.batch), ("--rows", a.rows), ("--dim", a.dim),
+                        ("--log-every", a.log_every)):
+        if value <= 0:
+            p.error(f"{flag} {value} (expected an integer > 0)")
+    if not 0 < a.cache_fraction <= 1:
+        p.error(f"--cache-fraction {a.cache_fraction} (expected a fraction of the rows in (0, 1])")
     device = torch.device(a.device)
     a.mode = a.mode or ("cached" if device.type == "cuda" else "cpu")
     torch.manual_seed(a.seed)
@@ -165,8 +229,8 @@ def main(argv=None):
     else:
         table = {"rows": a.rows, "dim": a.dim, "placement": a.mode, "init": {"bound": 0.05, "seed": a.seed},
                  "optimizer": {"kind": "adagrad", "learning_rate": a.lr, "eps": 1e-8}}
-        if a.mode == "cached":
-            table["cache"] = {"fraction": 0.2}
+        if a.mode in ("cached", "hybrid"):
+            table["cache"] = {"fraction": a.cache_fraction}
         config = {"threads": threads, "tables": [dict(table, name=f"c{i}") for i in range(SPARSE)]}
         if a.mode != "cpu":
             config["device"] = {"backend": "auto"}
@@ -184,28 +248,20 @@ def main(argv=None):
     if not a.torch_tables:
         data = ((d, s, y) for (d, _, y), s in st.pipelined(tables, data, sparse=lambda b: b[1], ahead=1))
 
-    losses, rates, t0, window_loss, window_n = [], [], time.perf_counter(), 0.0, 0
-    for step, (dense, sparse, label) in enumerate(data, 1):
-        dense_opt.zero_grad()
-        if sparse_opt:
-            sparse_opt.zero_grad()
-        loss = loss_fn(model(dense, sparse), label)
-        loss.backward()
-        dense_opt.step()
-        if sparse_opt:
-            sparse_opt.step()
-        losses.append(loss.item())
-        window_loss, window_n = window_loss + loss.item(), window_n + 1
-        if step % a.log_every == 0:
-            rates.append(window_n * a.batch / (time.perf_counter() - t0))
-            print(f"step {step:6d}  loss {window_loss / window_n:.4f}  {rates[-1]:,.0f} samples/s", flush=True)
-            t0, window_loss, window_n = time.perf_counter(), 0.0, 0
+    try:
+        losses, rates = train(a, model, data, dense_opt, sparse_opt, loss_fn)
+    except (ValueError, RuntimeError) as e:  # e.g. a batch the device cannot hold: say which flags size it
+        if a.torch_tables:
+            raise
+        raise SystemExit(f"train_dlrm: {e} (with --batch {a.batch}, --mode {a.mode}, --cache-fraction "
+                         f"{a.cache_fraction}, --rows {a.rows}: lower --batch or change the placement or cache "
+                         "size)") from None
     if a.json:
         tables_kind = "strata " + a.mode if not a.torch_tables else "torch " + a.torch_tables
         steady = rates[1:] or rates  # the first window includes warm-up
         with open(a.json, "w") as f:
-            json.dump({"tables": tables_kind, "device": str(device), "threads": threads, "batch": a.batch, "rows": a.rows, "dim": a.dim,
-                       "steps": a.steps, "log_every": a.log_every, "samples_per_s": rates,
+            json.dump({"tables": tables_kind, "device": str(device), "threads": threads, "batch": a.batch,
+                       "rows": a.rows, "dim": a.dim, "steps": len(losses), "log_every": a.log_every, "samples_per_s": rates,
                        "median_samples_per_s": statistics.median(steady) if steady else None,
                        "losses": losses}, f, indent=1)
     return losses

@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -56,8 +58,102 @@ py::object optional_name(py::handle table, const std::string& what) {
   return py::str(to_name(table, what));
 }
 
+// Merges the dict `overrides` into `base` (a config as json.loads reads to_json's text): dicts into
+// dicts key by key, "tables" ({name: {...}}) into the table of that name, any other value replaced.
+// `where` names the level for errors ("overrides", "overrides['device']").
+void merge_overrides(const py::dict& base, py::handle overrides, const std::string& where) {
+  if (!py::isinstance<py::dict>(overrides))
+    throw py::type_error(where + " is a " + type_name(overrides) + " (expected a dict)");
+  for (auto item : py::reinterpret_borrow<py::dict>(overrides)) {
+    const std::string key = to_name(item.first, where + " key");
+    const std::string at = where + "['" + key + "']";
+    if (key == "tables" && base.contains("tables")) {
+      if (!py::isinstance<py::dict>(item.second))
+        throw py::type_error(
+            at + " is a " + type_name(item.second) +
+            " (expected a dict {table name: {field: value}}, e.g. {'user': {'cache': {'rows': 100}}})");
+      py::list tables = base["tables"];
+      for (auto t : py::reinterpret_borrow<py::dict>(item.second)) {
+        const std::string name = to_name(t.first, at + " key");
+        bool found = false;
+        for (py::handle table : tables) {
+          if (table["name"].cast<std::string>() != name) continue;
+          merge_overrides(py::reinterpret_borrow<py::dict>(table), t.second, at + "['" + name + "']");
+          found = true;
+        }
+        if (!found) throw py::value_error(at + ": the checkpoint has no table '" + name + "'");
+      }
+    } else if (base.contains(key.c_str()) && py::isinstance<py::dict>(base[key.c_str()]) &&
+               py::isinstance<py::dict>(item.second)) {
+      merge_overrides(base[key.c_str()], item.second, at);
+    } else {
+      base[key.c_str()] = item.second;
+    }
+  }
+}
+
+// One table of repr(): "user: rows=1000, dim=16, dtype=fp32, placement=cpu, optimizer=adagrad(lr=0.05)".
+std::string describe_table(const TableConfig& t) {
+  char lr[32];
+  std::snprintf(lr, sizeof lr, "%g", static_cast<double>(t.spec.optimizer.learning_rate));
+  return t.spec.name + ": rows=" + std::to_string(t.spec.rows) + ", dim=" + std::to_string(t.spec.dim) +
+         ", dtype=" + to_string(t.spec.dtype) + ", placement=" + to_string(t.placement) +
+         ", optimizer=" + to_string(t.spec.optimizer.kind) + "(lr=" + lr + ")";
+}
+
 class PyStore {
  public:
+  explicit PyStore(std::unique_ptr<Store> store) : store_(std::move(store)) {}
+
+  // Store::open_checkpoint, the recorded config merged with `overrides` (None or a dict).
+  static std::unique_ptr<PyStore> from_checkpoint(py::handle dir_obj, py::handle overrides) {
+    const std::string dir = to_path(dir_obj, "dir");
+    if (!overrides.is_none() && !py::isinstance<py::dict>(overrides))
+      throw py::type_error("overrides is a " + type_name(overrides) +
+                           " (expected None or a dict merged into the recorded config)");
+    // Merged into the config open_checkpoint passes in, on each of its attempts: a save that
+    // replaces the checkpoint meanwhile is opened with the overrides, not refused as one.
+    ConfigOverrides edit;
+    std::exception_ptr failed;  // the merge's Python error, raised once open_checkpoint returns
+    struct MergeFailed : std::exception {};
+    if (!overrides.is_none()) {
+      edit = [&overrides, &failed](StoreConfig& c) {
+        py::gil_scoped_acquire gil;
+        try {
+          const py::module_ json = py::module_::import("json");
+          py::dict merged = json.attr("loads")(to_json(c));
+          merge_overrides(merged, overrides, "overrides");
+          Result<StoreConfig> parsed = parse_store_config(json.attr("dumps")(merged).cast<std::string>());
+          throw_if_error(parsed.status().with_context("from_checkpoint: overrides"));
+          c = std::move(parsed).value();
+        } catch (...) {
+          failed = std::current_exception();
+          throw MergeFailed{};
+        }
+      };
+    }
+    Result<std::unique_ptr<Store>> s = Status::internal("unreachable");
+    try {
+      py::gil_scoped_release nogil;
+      s = Store::open_checkpoint(dir, edit);
+    } catch (const MergeFailed&) {
+      std::rethrow_exception(failed);
+    }
+    throw_if_error(s.status());
+    return std::make_unique<PyStore>(std::move(s).value());
+  }
+
+  std::string repr() {
+    std::string text;
+    call([&](Store& s) {
+      text = "strata.Store(step=" + std::to_string(s.step()) + ", tables=[";
+      for (const auto& t : s.config().tables) text += "\n  " + describe_table(t) + ",";
+      text += "\n])";
+      return Status::ok();
+    });
+    return text;
+  }
+
   explicit PyStore(py::handle config) {
     StoreConfig c = to_config(config);
     Result<std::unique_ptr<Store>> s = Status::internal("unreachable");
@@ -217,12 +313,18 @@ class PyStore {
     const double rate = to_number(lr_obj, "lr");
     const py::object table = optional_name(table_obj, "table");
     // Python floats are doubles: a rate float32 cannot hold (1e-50 would read as 0, 1e39 as inf) is
-    // refused here in the caller's words rather than by the store's check of the narrowed value.
+    // refused here in the caller's words rather than by the store's check of the narrowed value. 0 is
+    // a rate (an update of zero); negative and non-finite ones are refused by the store.
     const auto lr = static_cast<float>(rate);
+    // The store's rule (check_rate: >= 0) on the rate given: -1e-50 would narrow to -0.0, a rate.
+    if (rate < 0 && lr == 0)
+      throw py::value_error(
+          "set_learning_rate: " + (table.is_none() ? std::string() : "table '" + table.cast<std::string>() + "': ") +
+          "learning_rate " + py::repr(py::float_(rate)).cast<std::string>() + " (expected a finite number >= 0)");
     if (std::isfinite(rate) && rate > 0 && (lr == 0 || !std::isfinite(lr)))
       throw py::value_error("set_learning_rate: learning_rate " + py::repr(py::float_(rate)).cast<std::string>() +
                             (table.is_none() ? std::string() : " for table '" + table.cast<std::string>() + "'") +
-                            " is outside float32's range (expected a finite number > 0 that float32 holds, from "
+                            " is outside float32's range (expected 0 or a finite number that float32 holds, from "
                             "1.4e-45 to 3.4e+38)");
     if (table.is_none()) {
       call([&](Store& s) { return s.set_learning_rate(lr); });
@@ -415,6 +517,13 @@ in host memory or in the store's device memory (objects with __cuda_array_interf
 Bad input raises ValueError/TypeError (RuntimeError for state and device errors) and changes
 nothing. Calls release the GIL; one call runs at a time per store.)")
       .def(py::init<py::handle>(), py::arg("config"), "config: a dict or a JSON string (README, \"Using the store\").")
+      .def_static("from_checkpoint", &PyStore::from_checkpoint, py::arg("dir"), py::arg("overrides") = py::none(),
+                  "Opens a store from a checkpoint alone (Store::open_checkpoint): the config its manifest "
+                  "recorded, with the rows, optimizer state, step and learning rates. `overrides` (a dict merged "
+                  "into that config: dicts key by key, 'tables' as {name: {...}}) may change what may differ between "
+                  "ranks (what describes this machine or tunes speed and never changes results; the error of any "
+                  "other change lists it); any other change raises ValueError naming the field.")
+      .def("__repr__", &PyStore::repr)
       .def("submit", &PyStore::submit, py::arg("batch_id"), py::arg("features"),
            "Validates and submits a batch (batch_id: an int) of features {table: {'keys', 'offsets' | 'lengths', "
            "['weights']}}.")

@@ -47,6 +47,7 @@ tables only is refused with ``device="cuda"``, as is a torch without CUDA. Keys 
 are refused (ValueError), not copied; keep the data loader's sparse features on the CPU.
 """
 
+import collections
 import collections.abc
 import inspect
 import json
@@ -60,7 +61,7 @@ from torch import nn
 import strata
 from strata.pipeline import pipelined
 
-__all__ = ["EmbeddingBagCollection", "KeyedEmbeddings", "SubmittedBatch", "pipelined"]
+__all__ = ["EmbeddingBagCollection", "KeyedEmbeddings", "SubmittedBatch", "TableOptimizer", "pipelined"]
 
 # torch >= 2.1's Module.load_state_dict takes `assign`; older ones do not.
 _LOAD_TAKES_ASSIGN = "assign" in inspect.signature(nn.Module.load_state_dict).parameters
@@ -363,6 +364,22 @@ class EmbeddingBagCollection(nn.Module):
     def learning_rate(self, table):
         return self.store.learning_rate(table)
 
+    def sparse_optimizer(self, dense=None):
+        """The tables' learning rates as a ``torch.optim.Optimizer`` that ``torch.optim.lr_scheduler``
+        classes drive: a :class:`TableOptimizer` with one param group per table (its ``"lr"`` is the
+        table's rate, ``"table"`` its name). Given ``dense`` (the dense model's optimizer), its param
+        groups come first and ``step()``/``zero_grad()`` are the dense optimizer's, so one scheduler
+        drives the dense and the sparse rates alike::
+
+            opt = ebc.sparse_optimizer(torch.optim.Adagrad(dense_params, lr=0.05))
+            sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps, eta_min=0)
+            # per step: loss.backward(); opt.step(); sched.step()
+        """
+        return TableOptimizer(self, dense)
+
+    def extra_repr(self):
+        return f"device={self.device}, store={self.store!r}"
+
     # ---- state dict: table weights, optimizer state and rates by table name, and the step ----
     def _state_dim(self, name):
         return self.store.read_rows(name, 0, 0)[1].shape[1]
@@ -489,6 +506,146 @@ class EmbeddingBagCollection(nn.Module):
             self.store.set_step(step)
 
 
+class _TableGroup(dict):
+    """A param group of :class:`TableOptimizer`: ``group["lr"]`` is the table's rate in the store.
+    Setting it sets the store's rate at once (used from the next backward; a bad rate raises and
+    changes nothing). Reading it gives the value last set, as torch's schedulers compute it (a
+    double), unless the store's rate was changed since by other means (set_learning_rate,
+    load_state_dict, load): then the store's."""
+
+    def __init__(self, module, table):
+        super().__init__(params=[], table=table, lr=module.learning_rate(table))
+        self._module = module
+
+    def __setitem__(self, key, value):
+        if key == "lr":
+            self._module.set_learning_rate(value, dict.__getitem__(self, "table"))
+        super().__setitem__(key, value)
+
+    def __getitem__(self, key):
+        value = super().__getitem__(key)
+        if key == "lr":
+            held = self._module.learning_rate(dict.__getitem__(self, "table"))
+            if np.float32(value) != np.float32(held):
+                return held
+        return value
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+
+class TableOptimizer(torch.optim.Optimizer):
+    """The learning rates of an :class:`EmbeddingBagCollection`'s tables as a torch optimizer, for
+    torch's learning-rate schedulers (``EmbeddingBagCollection.sparse_optimizer``). Its param groups
+    are the dense optimizer's (when given; read from it each time, so they stay its own after its
+    ``load_state_dict``), then one per table: ``{"params": [], "table": name, "lr": rate}``; a
+    scheduler's write of a table group's ``"lr"`` sets the table's rate in the store (held as
+    float32; 0 is a rate: ``CosineAnnealingLR(eta_min=0)`` ends at an update of zero). The tables' update itself is fused into backward, so ``step()`` and ``zero_grad()`` are
+    the dense optimizer's (nothing without one). ``state_dict()`` is this class's own format,
+    ``{"dense": the dense optimizer's state_dict() or None, "table_lr": {table: rate}}`` (not torch's
+    ``{"state", "param_groups"}``); ``load_state_dict`` takes only that. The table groups hold no
+    ``momentum`` or ``betas``: ``OneCycleLR`` and ``CyclicLR`` need ``cycle_momentum=False``."""
+
+    def __init__(self, module, dense=None):
+        if not isinstance(module, EmbeddingBagCollection):
+            raise TypeError(f"module is a {type(module).__name__} (expected an EmbeddingBagCollection)")
+        if dense is not None and not isinstance(dense, torch.optim.Optimizer):
+            raise TypeError(f"dense is a {type(dense).__name__} (expected None or a torch.optim.Optimizer)")
+        self.module = module
+        self.dense = dense
+        self.table_groups = [_TableGroup(module, name) for name in module._tables]
+        self._state = collections.defaultdict(dict)  # the state without a dense optimizer (none is kept)
+        # torch's constructor sets up what its schedulers and hooks read; what it assigns to
+        # param_groups and state (its one empty group) is dropped by the setters while it runs.
+        self._constructing = True
+        super().__init__([{"params": []}], {})
+        self._constructing = False
+
+    # Read each time, not copied: the dense optimizer's load_state_dict replaces its groups and state.
+    @property
+    def param_groups(self):
+        """The dense optimizer's param groups as they are now, then the tables' (a new list each time)."""
+        return (list(self.dense.param_groups) if self.dense is not None else []) + self.table_groups
+
+    @param_groups.setter
+    def param_groups(self, groups):
+        if self._constructing:
+            return
+        groups = list(groups)
+        n = len(groups) - len(self.table_groups)
+        if n < 0 or any(a is not b for a, b in zip(groups[n:], self.table_groups)) or (n and self.dense is None):
+            raise ValueError("param_groups must be the dense optimizer's groups followed by this optimizer's "
+                             "table groups (set dense.param_groups to change the dense ones)")
+        if self.dense is not None:
+            self.dense.param_groups = groups[:n]
+
+    @property
+    def state(self):
+        """The dense optimizer's state as it is now (the tables' optimizer state is in the store)."""
+        return self.dense.state if self.dense is not None else self._state
+
+    @state.setter
+    def state(self, state):
+        if self._constructing:
+            return
+        if self.dense is not None:
+            self.dense.state = state
+        else:
+            self._state = state
+
+    def add_param_group(self, param_group):
+        """Adds a param group to the dense optimizer (ValueError without one)."""
+        if self._constructing:
+            return
+        if self.dense is None:
+            raise ValueError("add_param_group: this TableOptimizer has no dense optimizer to add the group to")
+        self.dense.add_param_group(param_group)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """The dense optimizer's step (the tables were updated by backward)."""
+        if self.dense is not None:
+            return self.dense.step(closure)
+        if closure is not None:
+            with torch.enable_grad():
+                return closure()
+        return None
+
+    def zero_grad(self, set_to_none=True):
+        """The dense optimizer's zero_grad (the tables keep no gradients)."""
+        if self.dense is not None:
+            self.dense.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self):
+        return {"dense": self.dense.state_dict() if self.dense is not None else None,
+                "table_lr": {g["table"]: g["lr"] for g in self.table_groups}}
+
+    def load_state_dict(self, state_dict):
+        if not isinstance(state_dict, collections.abc.Mapping) or set(state_dict) != {"dense", "table_lr"}:
+            raise ValueError("state_dict is not a TableOptimizer's (expected {'dense': ..., 'table_lr': {table: "
+                             "rate}}, as state_dict() returns)")
+        # Everything checked first: a refused state_dict changes neither the dense state nor any rate.
+        rates = state_dict["table_lr"]
+        if not isinstance(rates, collections.abc.Mapping):
+            raise TypeError(f"state_dict['table_lr'] is a {type(rates).__name__} (expected a dict {{table: rate}}, "
+                            "as state_dict() returns)")
+        unknown = sorted(set(rates) - {g["table"] for g in self.table_groups}, key=str)
+        if unknown:
+            raise ValueError(f"state_dict has rates of tables {unknown} that the module does not have")
+        problems = []
+        held = {table: _float32_rate(lr, f"state_dict['table_lr'][{table!r}]", problems) for table, lr in rates.items()}
+        if problems:
+            raise ValueError("; ".join(problems))
+        if (state_dict["dense"] is None) != (self.dense is None):
+            raise ValueError("state_dict's dense optimizer state does not match this optimizer's (expected "
+                             f"{'none' if self.dense is None else 'one'})")
+        if self.dense is not None:
+            self.dense.load_state_dict(state_dict["dense"])
+        for g in self.table_groups:
+            if g["table"] in held:
+                g["lr"] = held[g["table"]]
+
+
 def _host_float32(t, what, problems):
     """A state-dict array (a tensor on any device, or a NumPy array) as a float32 NumPy array, or
     None after noting why not in ``problems``."""
@@ -561,11 +718,12 @@ def _float32_rate(lr, what, problems):
     try:
         rate = float(lr)
     except OverflowError:  # an int no double holds
-        problems.append(f"{what} is out of range (expected a finite number > 0 that float32 holds)")
+        problems.append(f"{what} is out of range (expected a finite number >= 0 that float32 holds)")
         return None
     with np.errstate(over="ignore", under="ignore"):
         held = np.float32(rate)
-    if not (held > 0 and np.isfinite(held)):
-        problems.append(f"{what} {rate!r} (expected a finite number > 0 that float32 holds)")
+    # 0 is a rate (an update of zero); a positive rate that float32 rounds to 0 is not.
+    if not (held >= 0 and np.isfinite(held)) or (held == 0 and rate != 0):
+        problems.append(f"{what} {rate!r} (expected a finite number >= 0 that float32 holds)")
         return None
-    return float(held)
+    return float(held) + 0.0  # -0.0 is 0

@@ -88,6 +88,8 @@ CALLS = {
                                 {"lr": NUMBER, "table": OPTIONAL_NAME}),
     "Store.learning_rate": (lambda c, **a: c["store"].learning_rate(**a), {"table": "a"}, {"table": NAME}),
     "Store.set_step": (lambda c, **a: c["store"].set_step(**a), {"step": 3}, {"step": INT}),
+    "Store.from_checkpoint": (lambda c, **a: strata.Store.from_checkpoint(**a), {"dir": "unused", "overrides": None},
+                              {"dir": PATH, "overrides": [[1], 3, "x"]}),
     "Store.device_array": (lambda c, **a: c["store"].device_array(**a), {"shape": (2, 3)},
                            {"shape": ["ab", 3, None, (1, "2"), (1.5, 2), (1, 2, 3), {1: 2}]}),
     "DeviceArray.copy_from": (lambda c, **a: c["array"].copy_from(**a),
@@ -110,6 +112,8 @@ CALLS = {
                                                  {"lr": 0.1, "table": None}, {"lr": NUMBER, "table": OPTIONAL_NAME}),
     "EmbeddingBagCollection.learning_rate": (lambda c, **a: c["module"].learning_rate(**a), {"table": "user"},
                                              {"table": NAME}),
+    "EmbeddingBagCollection.sparse_optimizer": (lambda c, **a: c["module"].sparse_optimizer(**a), {"dense": None},
+                                                {"dense": [3, "x", [1]]}),
     "EmbeddingBagCollection.load_state_dict": (lambda c, **a: c["module"].load_state_dict(**a),
                                                {"state_dict": module().state_dict(), "strict": True, "assign": False},
                                                {"state_dict": [[1], 3, "x", None], "strict": ["yes", 1, None],
@@ -131,6 +135,7 @@ NO_ARGUMENTS = {
     "Store.in_flight", "Store.previewed", "Store.config", "Stream.synchronize", "DeviceArray.shape",
     "DeviceArray.ptr", "EmbeddingBagCollection.discard_in_flight", "KeyedEmbeddings.keys",
     "KeyedEmbeddings.to_dict", "KeyedEmbeddings.values", "KeyedEmbeddings.__len__",
+    "EmbeddingBagCollection.extra_repr",
     "SubmittedBatch.owner", "SubmittedBatch.batch_id", "SubmittedBatch.tables", "SubmittedBatch.forwarded",
 }
 

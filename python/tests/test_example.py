@@ -74,3 +74,32 @@ def test_dlrm_example_device_flag():
         losses = train_dlrm.main(args + extra)
         first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
         assert last < first - 0.05, (extra, first, last)
+
+
+def test_dlrm_example_criteo_epochs_flags_and_help(tmp_path, capsys):
+    """--criteo reads the file again at its end (and says so), the JSON counts the steps run, a file
+    shorter than one batch is an error naming --batch, and --help gives every flag its default."""
+    sys.path.insert(0, str(SOURCE / "python" / "examples"))
+    try:
+        import train_dlrm
+    finally:
+        sys.path.pop(0)
+    tsv = tmp_path / "day.tsv"
+    tsv.write_text("".join("\t".join([str(i % 2)] + [str(i % 7)] * 13 + [f"{i * 2654435761 % 2**32:08x}"] * 26) + "\n"
+                           for i in range(70)))  # 2 batches of 32 per epoch, 6 lines left out
+    out = tmp_path / "run.json"
+    base = ["--rows", "100", "--threads", "1", "--log-every", "5", "--criteo", str(tsv), "--json", str(out)]
+    losses = train_dlrm.main(base + ["--steps", "5", "--batch", "32", "--mode", "cached", "--cache-fraction", "0.5"])
+    assert len(losses) == 5 and json.loads(out.read_text())["steps"] == 5
+    assert "end of the file after 2 batches of 32; epoch 2 starts" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="70 lines, fewer than one batch of --batch 8192"):
+        train_dlrm.main(base + ["--steps", "5", "--batch", "8192"])
+    with pytest.raises(SystemExit):
+        train_dlrm.main(["--cache-fraction", "1.5"])
+    assert "--cache-fraction 1.5 (expected a fraction of the rows in (0, 1])" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        train_dlrm.main(["--help"])
+    text = capsys.readouterr().out
+    for flag in ("--steps", "--batch", "--rows", "--dim", "--mode", "--cache-fraction", "--device", "--threads",
+                 "--lr", "--criteo", "--torch-tables", "--json", "--log-every", "--seed"):
+        assert re.search(re.escape(flag) + r"[^\n]*\n(?:\s+[^\n]*\n)*?[^\n]*\(default", text), flag

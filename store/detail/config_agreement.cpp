@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "core/text.hpp"
 
 namespace strata::detail {
 namespace {
@@ -19,35 +19,35 @@ std::string value_text(const json& v) {
   return v.dump();
 }
 
-// First difference of `mine` from `theirs` (rank 0's), walking objects in key order. `label` names
-// the value so far: "table 'user' " (a trailing space: the keys below it follow without a dot),
-// "table 'user' optimizer", or "" at the top.
-std::string first_difference(const json& mine, const json& theirs, const std::string& label) {
+// First difference of `mine` from `theirs` (`whose`: "rank 0's"), walking objects in key order.
+// `label` names the value so far: "table 'user' " (a trailing space: the keys below it follow
+// without a dot), "table 'user' optimizer", or "" at the top.
+std::string first_difference(const json& mine, const json& theirs, const std::string& label, const std::string& whose) {
   if (mine.is_object() && theirs.is_object()) {
     const std::string sep = label.empty() || label.back() == ' ' ? "" : ".";
     for (auto it = theirs.begin(); it != theirs.end(); ++it) {
       auto m = mine.find(it.key());
-      if (m == mine.end()) return label + sep + it.key() + " is missing (rank 0's is " + value_text(*it) + ")";
-      std::string d = first_difference(*m, *it, label + sep + it.key());
+      if (m == mine.end()) return label + sep + it.key() + " is missing (" + whose + " is " + value_text(*it) + ")";
+      std::string d = first_difference(*m, *it, label + sep + it.key(), whose);
       if (!d.empty()) return d;
     }
     for (auto it = mine.begin(); it != mine.end(); ++it)
       if (!theirs.contains(it.key()))
-        return label + sep + it.key() + " " + value_text(*it) + " is not in rank 0's config";
+        return label + sep + it.key() + " " + value_text(*it) + " is not in " + whose + " config";
     return "";
   }
   if (mine.is_array() && theirs.is_array()) {
     if (mine.size() != theirs.size())
-      return "number of " + label + " " + std::to_string(mine.size()) + " differs from rank 0's " +
+      return "number of " + label + " " + std::to_string(mine.size()) + " differs from " + whose + " " +
              std::to_string(theirs.size());
     for (std::size_t i = 0; i < mine.size(); ++i) {
-      std::string d = first_difference(mine[i], theirs[i], label + "[" + std::to_string(i) + "]");
+      std::string d = first_difference(mine[i], theirs[i], label + "[" + std::to_string(i) + "]", whose);
       if (!d.empty()) return d;
     }
     return "";
   }
   if (mine == theirs) return "";
-  return label + " " + value_text(mine) + " differs from rank 0's " + value_text(theirs);
+  return label + " " + value_text(mine) + " differs from " + whose + " " + value_text(theirs);
 }
 
 // Store-wide and per-table keys of to_json that may differ from rank to rank (see Store::open).
@@ -58,21 +58,12 @@ const char* const kPerRankTable[] = {"cache"};
 
 }  // namespace
 
-// A float field is stored by to_json as the double of a float: it prints as that float.
-std::string number_text(double d) {
-  char buf[40];
-  const float f = static_cast<float>(d);
-  if (static_cast<double>(f) == d) {
-    for (int p = 1; p <= 9; ++p) {
-      std::snprintf(buf, sizeof(buf), "%.*g", p, static_cast<double>(f));
-      if (std::strtof(buf, nullptr) == f) return buf;
-    }
-  }
-  for (int p = 1; p <= 17; ++p) {
-    std::snprintf(buf, sizeof(buf), "%.*g", p, d);
-    if (std::strtod(buf, nullptr) == d) return buf;
-  }
-  return buf;
+std::string per_rank_fields() {
+  std::string text;
+  for (const char* k : kPerRank) text += std::string(text.empty() ? "" : ", ") + k;
+  for (const char* k : kPerRankCache) text += std::string(", cache.") + k;
+  for (const char* k : kPerRankTable) text += std::string(", each table's ") + k;
+  return text;
 }
 
 std::string shared_config(const StoreConfig& config) {
@@ -91,7 +82,7 @@ std::string shared_config(const StoreConfig& config) {
   return j.dump();
 }
 
-std::string config_difference(const std::string& mine, const std::string& rank0) {
+std::string config_difference(const std::string& mine, const std::string& rank0, const std::string& whose) {
   const json m = json::parse(mine, nullptr, false);
   const json t = json::parse(rank0, nullptr, false);
   if (m.is_discarded() || t.is_discarded() || !m.is_object() || !t.is_object())
@@ -100,21 +91,22 @@ std::string config_difference(const std::string& mine, const std::string& rank0)
   const json& mt = m.contains("tables") ? m["tables"] : json::array();
   const json& tt = t.contains("tables") ? t["tables"] : json::array();
   if (mt.size() != tt.size())
-    return "number of tables " + std::to_string(mt.size()) + " differs from rank 0's " + std::to_string(tt.size());
+    return "number of tables " + std::to_string(mt.size()) + " differs from " + whose + " " + std::to_string(tt.size());
   for (std::size_t i = 0; i < mt.size(); ++i) {
     const json name = mt[i].is_object() && mt[i].contains("name") ? mt[i]["name"] : json();
     const json name0 = tt[i].is_object() && tt[i].contains("name") ? tt[i]["name"] : json();
     if (name != name0)
-      return "table " + std::to_string(i) + " name " + value_text(name) + " differs from rank 0's " + value_text(name0);
+      return "table " + std::to_string(i) + " name " + value_text(name) + " differs from " + whose + " " +
+             value_text(name0);
     const std::string label =
         name.is_string() ? "table '" + name.get<std::string>() + "' " : "table " + std::to_string(i) + " ";
-    std::string d = first_difference(mt[i], tt[i], label);
+    std::string d = first_difference(mt[i], tt[i], label, whose);
     if (!d.empty()) return d;
   }
   json mrest = m, trest = t;
   mrest.erase("tables");
   trest.erase("tables");
-  return first_difference(mrest, trest, "");
+  return first_difference(mrest, trest, "", whose);
 }
 
 Status agree_on_config(dispatch::Communicator& comm, const StoreConfig& config) {

@@ -13,10 +13,6 @@
 
 namespace strata::detail {
 
-/// The shortest text that reads back as `d`; the double of a float prints as that float ("0.01",
-/// not "0.009999999776482582"). For messages that quote a value.
-std::string number_text(double d);
-
 /// The part of `config` that every rank must share, as canonical JSON text (keys sorted, no
 /// spaces): to_json(config) without the per-rank fields listed in Store::open's comment (threads,
 /// NUMA, huge pages, fake NUMA nodes, the device, offload_gather, the cache policy, lookahead and
@@ -24,9 +20,15 @@ std::string number_text(double d);
 /// added to to_json later is shared unless it is added to that list.
 std::string shared_config(const StoreConfig& config);
 
+/// The fields that shared_config leaves out (may differ per rank), for messages: "threads, numa,
+/// ..., cache.policy, ..., each table's cache".
+std::string per_rank_fields();
+
 /// The first field in which shared config `mine` differs from `rank0`'s, as "table 'user' rows
 /// 1000 differs from rank 0's 2000", or "" when they are the same. Both are shared_config texts.
-std::string config_difference(const std::string& mine, const std::string& rank0);
+/// `whose` names the other config in the text (Store::open_checkpoint: "the checkpoint's"). The
+/// same fields that may differ per rank may differ from a checkpoint's recorded config on reopen.
+std::string config_difference(const std::string& mine, const std::string& rank0, const std::string& whose = "rank 0's");
 
 /// Collective: exchanges every rank's shared_config (of any size) and returns OK when all equal
 /// rank 0's; otherwise InvalidArgument, the same on every rank, naming each rank that differs and

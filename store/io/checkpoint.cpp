@@ -1,12 +1,15 @@
-// Store::save / load / export_npy / import_npy, written once on top of the Store's row access so
-// every placement mode shares them.
+// Store::save / load / open_checkpoint / export_npy / import_npy and the row access by table name,
+// written once on top of the Store's row access so every placement mode shares them.
 //
 // Layout of a checkpoint directory:
-//   MANIFEST            JSON (format, version, generation, step, one entry per table) followed by a
-//                       line "crc32c XXXXXXXX" over the JSON text. A table entry's "learning_rate"
-//                       (the rate in force at save) is optional: manifests written before it
-//                       existed lack it, and load then keeps the store's rate (same format version,
-//                       so a build from before then loads a newer checkpoint and ignores its rates).
+//   MANIFEST            JSON (format, version, generation, step, one entry per table, config)
+//                       followed by a line "crc32c XXXXXXXX" over the JSON text. A table entry's
+//                       "learning_rate" (the rate in force at save) is optional: manifests written
+//                       before it existed lack it, and load then keeps the store's rate. "config"
+//                       (the store's whole config, to_json's object, rates in force included) is
+//                       optional too: without it the checkpoint loads into an open store but cannot
+//                       be reopened alone (open_checkpoint). Both came with the same format version,
+//                       so a build from before them loads a newer checkpoint and ignores them.
 //   <table>.<gen>.tbl   64-byte header, then rows records of (dim weights | state_dim state) fp32
 // Table files of a new save get a new generation number, so the old ones stay untouched until the
 // new MANIFEST has been renamed into place (the commit point); then the old generation is removed.
@@ -32,6 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include "store/detail/batch_checks.hpp"
+#include "store/detail/config_agreement.hpp"
 #include "store/io/detail/crc32c.hpp"
 #include "store/io/file_io.hpp"
 #include "store/io/npy.hpp"
@@ -75,12 +79,14 @@ struct ManifestTable {
   std::string dtype, optimizer;
   std::uint64_t bytes = 0;
   std::uint32_t crc = 0;
-  float learning_rate = 0;  // 0: not recorded (a checkpoint from before learning rates were saved)
+  float learning_rate = 0;
+  bool has_learning_rate = false;  // false: a checkpoint from before learning rates were saved
 };
 struct Manifest {
   std::uint64_t generation = 0;
   std::int64_t step = 0;
   std::vector<ManifestTable> tables;
+  std::string config;  // the "config" object as JSON text; empty: not recorded (an older checkpoint)
 };
 
 // Whether `file` names an entry of the checkpoint directory itself: no path components, so a
@@ -130,9 +136,10 @@ Result<Manifest> parse_manifest(const std::string& path, const std::string& text
       if (t.contains("learning_rate")) {
         const double lr = t.at("learning_rate").get<double>();
         mt.learning_rate = static_cast<float>(lr);
-        if (!(mt.learning_rate > 0.0f) || !std::isfinite(mt.learning_rate))
+        mt.has_learning_rate = true;
+        if (!(mt.learning_rate >= 0.0f) || !std::isfinite(mt.learning_rate))
           return Status::data_loss(path + ": table '" + mt.name + "': learning_rate " + t.at("learning_rate").dump() +
-                                   " (expected a finite number > 0; corrupt)");
+                                   " (expected a finite number >= 0; corrupt)");
       }
       if (!is_plain_file_name(mt.file))
         return Status::data_loss(path + ": table '" + mt.name + "': file '" + mt.file +
@@ -144,6 +151,7 @@ Result<Manifest> parse_manifest(const std::string& path, const std::string& text
           return Status::data_loss(path + ": table '" + mt.name + "' is listed twice (corrupt)");
       m.tables.push_back(std::move(mt));
     }
+    if (j.contains("config")) m.config = j.at("config").dump();
   } catch (const std::exception& e) {
     return Status::data_loss(path + ": malformed manifest (" + e.what() + ")");
   }
@@ -154,6 +162,20 @@ Result<Manifest> read_manifest(const std::string& dir) {
   const std::string path = join(dir, kManifest);
   STRATA_ASSIGN_OR_RETURN(std::string text, detail::read_file(path));
   return parse_manifest(path, text);
+}
+
+// The config recorded in the manifest `text` of `dir` (parse_manifest's checks first).
+Result<StoreConfig> recorded_config(const std::string& dir, const std::string& text) {
+  const std::string path = join(dir, kManifest);
+  STRATA_ASSIGN_OR_RETURN(Manifest m, parse_manifest(path, text));
+  if (m.config.empty())
+    return Status::failed_precondition(path + ": the manifest holds no store config, so the checkpoint cannot be " +
+                                       "reopened alone (it was saved before checkpoints recorded their config; " +
+                                       "expected a checkpoint saved by this version: open a store with its config " +
+                                       "and load() the checkpoint into it)");
+  Result<StoreConfig> c = parse_store_config(m.config);
+  if (!c) return c.status().with_context(path + ": recorded config");
+  return c;
 }
 
 // Removes table files and temp files of other generations (best effort: leftovers cost only space).
@@ -238,7 +260,7 @@ struct OpenCheckpoint {
 
 // Reads the manifest `text` of `dir`, opens the files it names and verifies them against the
 // store's config (names, shapes, optimizers) and their sizes and checksums. Changes nothing.
-Result<OpenCheckpoint> open_checkpoint(const Store& store, const std::string& dir, const std::string& text) {
+Result<OpenCheckpoint> open_files(const Store& store, const std::string& dir, const std::string& text) {
   OpenCheckpoint c;
   STRATA_ASSIGN_OR_RETURN(c.manifest, parse_manifest(join(dir, kManifest), text));
   const auto& tables = store.config().tables;
@@ -273,7 +295,7 @@ Result<OpenCheckpoint> open_checkpoint(const Store& store, const std::string& di
   return c;
 }
 
-// How many manifests load tries when saves keep replacing the one it has just read.
+// How many manifests load (and open_checkpoint) try when saves keep replacing the one just read.
 constexpr int kLoadAttempts = 10;
 // Name of the lock file of a directory that cannot be flocked itself (see DirLock).
 constexpr char kLockFile[] = "LOCK";
@@ -341,6 +363,7 @@ Status Store::save(const std::string& dir) {
     next.tables.push_back(std::move(mt));
   }
   json j;
+  j["config"] = json::parse(to_json(config_));  // rates in force included (config_ holds them)
   j["format"] = "strata-checkpoint";
   j["version"] = kFormatVersion;
   j["generation"] = next.generation;
@@ -364,14 +387,23 @@ Status Store::save(const std::string& dir) {
   return Status::ok();
 }
 
-Status Store::load(const std::string& dir) {
+Status Store::load(const std::string& dir) { return load_checkpoint(dir, nullptr); }
+
+Status Store::load_checkpoint(const std::string& dir, const std::string* manifest) {
   if (in_flight() > 0) return detail::busy("load", in_flight());
   const std::string manifest_path = join(dir, kManifest);
   // Pass 1: one manifest, every file open and verified, every table matching the config, before
   // any row changes. A failure caused by a save that replaced the manifest meanwhile (its cleanup
-  // removed a file this manifest names) is retried with the new manifest.
-  STRATA_ASSIGN_OR_RETURN(std::string text, detail::read_file(manifest_path));
-  Result<OpenCheckpoint> opened = open_checkpoint(*this, dir, text);
+  // removed a file this manifest names) is retried with the new manifest, unless the manifest is
+  // pinned (open_checkpoint's, whose config must match the rows: it starts over itself).
+  std::string text;
+  if (manifest) {
+    text = *manifest;
+  } else {
+    STRATA_ASSIGN_OR_RETURN(text, detail::read_file(manifest_path));
+  }
+  Result<OpenCheckpoint> opened = open_files(*this, dir, text);
+  if (manifest && !opened.is_ok()) return opened.status();
   for (int attempt = 1; !opened.is_ok(); ++attempt) {
     Result<std::string> now = detail::read_file(manifest_path);
     if (!now.is_ok() || now.value() == text) return opened.status();
@@ -379,7 +411,7 @@ Status Store::load(const std::string& dir) {
       return opened.status().with_context(dir + ": the checkpoint was replaced " + std::to_string(attempt) +
                                           " times while load read it");
     text = std::move(now).value();
-    opened = open_checkpoint(*this, dir, text);
+    opened = open_files(*this, dir, text);
   }
   OpenCheckpoint& c = opened.value();
   // Nothing has changed yet. Write dirty cached rows back first, so that a device error there
@@ -411,12 +443,56 @@ Status Store::load(const std::string& dir) {
   }
   step_ = c.manifest.step;
   for (std::size_t ti = 0; ti < config_.tables.size(); ++ti) {
-    const float lr = c.manifest.tables[c.entry[ti]].learning_rate;
-    // 0: not recorded, keep the store's. Else checked when the manifest was parsed. Local, like
-    // the rows (load is not a collective).
-    if (lr != 0.0f) apply_learning_rate(static_cast<int>(ti), lr);
+    const ManifestTable& mt = c.manifest.tables[c.entry[ti]];
+    // Not recorded: keep the store's. Else checked when the manifest was parsed (0 is a rate).
+    // Local, like the rows (load is not a collective).
+    if (mt.has_learning_rate) apply_learning_rate(static_cast<int>(ti), mt.learning_rate);
   }
   return Status::ok();
+}
+
+Result<std::unique_ptr<Store>> Store::open_checkpoint(const std::string& dir, const ConfigOverrides& overrides) {
+  const std::string who = "open_checkpoint '" + dir + "'";
+  const std::string manifest_path = join(dir, kManifest);
+  for (int attempt = 1;; ++attempt) {
+    Result<std::string> text = detail::read_file(manifest_path);
+    if (!text) return text.status().with_context(who);
+    Result<StoreConfig> recorded = recorded_config(dir, text.value());
+    if (!recorded) return recorded.status().with_context(who);
+    StoreConfig config = recorded.value();
+    if (overrides) overrides(config);
+    // What may differ from the recorded config is what may differ from rank to rank: one rule.
+    const std::string diff = detail::config_difference(detail::shared_config(config),
+                                                       detail::shared_config(recorded.value()), "the checkpoint's");
+    if (!diff.empty())
+      return Status::invalid_argument(
+          who + ": " + diff + " (overrides may change only what may differ per rank and never changes results: " +
+          detail::per_rank_fields() + "; set learning rates after opening)");
+    Result<std::unique_ptr<Store>> store = Store::open(config);
+    if (!store) return store.status().with_context(who);
+    // The rows of the manifest the config came from, or none.
+    const Status loaded = store.value()->load_checkpoint(dir, &text.value());
+    if (loaded.is_ok()) return store;
+    // A save that replaced the manifest meanwhile: start over with the new one (and its config).
+    Result<std::string> now = detail::read_file(manifest_path);
+    if (!now.is_ok() || now.value() == text.value()) return loaded.with_context(who);
+    if (attempt == kLoadAttempts)
+      return loaded.with_context(who + ": the checkpoint was replaced " + std::to_string(attempt) +
+                                 " times while it was opened");
+  }
+}
+
+Status Store::read_rows(const std::string& table, std::int64_t row0, std::int64_t n, float* weights, float* state) {
+  Result<int> t = table_index(table);
+  if (!t) return t.status().with_context("read_rows");
+  return read_rows(t.value(), row0, n, weights, state);
+}
+
+Status Store::write_rows(const std::string& table, std::int64_t row0, std::int64_t n, const float* weights,
+                         const float* state) {
+  Result<int> t = table_index(table);
+  if (!t) return t.status().with_context("write_rows");
+  return write_rows(t.value(), row0, n, weights, state);
 }
 
 Status Store::export_npy(const std::string& table, const std::string& path) {

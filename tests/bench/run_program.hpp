@@ -30,6 +30,13 @@ inline RunOutput run_program(const std::string& command) {
   return r;
 }
 
+#ifdef STRATA_BENCH_BIN
+/// Runs the built strata-bench with `args` (and --no-progress).
+inline RunOutput run_bench(const std::string& args) {
+  return run_program(std::string(STRATA_BENCH_BIN) + " --no-progress " + args);
+}
+#endif
+
 /// The whole file ("" when it cannot be read).
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -20,6 +20,24 @@ TEST(Status, ErrorCarriesCodeAndMessage) {
   EXPECT_EQ(s.with_context("batch 3").message(), "batch 3: table 'user': key 70000 out of range [0, 65536)");
 }
 
+// A code known only at run time (received from a peer as an integer): kept when it is a failure
+// code, else Internal; the message is kept either way.
+TEST(Status, FromCodeKeepsEveryFailureCode) {
+  for (StatusCode code :
+       {StatusCode::kInvalidArgument, StatusCode::kNotFound, StatusCode::kOutOfRange, StatusCode::kFailedPrecondition,
+        StatusCode::kAlreadyExists, StatusCode::kResourceExhausted, StatusCode::kDataLoss, StatusCode::kIoError,
+        StatusCode::kInternal, StatusCode::kUnavailable}) {
+    const Status s = Status::from_code(code, "rank 1: disk full");
+    EXPECT_EQ(s.code(), code) << status_code_name(code);
+    EXPECT_EQ(s.message(), "rank 1: disk full");
+  }
+  for (StatusCode code : {StatusCode::kOk, static_cast<StatusCode>(-3), static_cast<StatusCode>(99)}) {
+    const Status s = Status::from_code(code, "rank 1: what");
+    EXPECT_EQ(s.code(), StatusCode::kInternal) << static_cast<int>(code);
+    EXPECT_EQ(s.message(), "rank 1: what");
+  }
+}
+
 Result<int> half(int x) {
   if (x % 2) return Status::invalid_argument("odd " + std::to_string(x));
   return x / 2;

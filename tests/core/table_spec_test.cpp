@@ -57,7 +57,11 @@ TEST(TableSpec, BadFieldsNameTableAndValue) {
   s.dtype = DType::kF16;
   EXPECT_NE(validate(s).message().find("fp16"), std::string::npos);
   s = good();
-  s.optimizer.learning_rate = 0;
+  s.optimizer.learning_rate = 0;  // a schedule that decays to 0 ends there (issue 37)
+  EXPECT_TRUE(validate(s).is_ok());
+  s.optimizer.learning_rate = -0.5f;
+  EXPECT_NE(validate(s).message().find("learning_rate -0.5"), std::string::npos);
+  s.optimizer.learning_rate = std::numeric_limits<float>::infinity();
   EXPECT_NE(validate(s).message().find("learning_rate"), std::string::npos);
   s = good();
   s.optimizer.beta1 = 1.0f;

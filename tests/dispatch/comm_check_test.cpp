@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <new>
 #include <string>
@@ -217,6 +218,119 @@ TEST(CheckA2aArguments, OtherErrorsComeFirst) {
   std::vector<char> buf(16);
   const Call c{0, {8, -1}, {0, 8}, {8, 8}, {0, 8}};
   EXPECT_EQ(check(c, buf.data(), buf.data()), "send_counts[1] = -1 is negative");
+}
+
+// check_agreement's verdict on device errors (CallInfo::device_error, a device that failed before
+// the collective): they fail the call without breaking the communicator, named in rank order
+// with the first one's code; any disagreement comes first and breaks it.
+std::vector<const CallInfo*> pointers(const std::vector<CallInfo>& calls) {
+  std::vector<const CallInfo*> p;
+  for (const CallInfo& c : calls) p.push_back(&c);
+  return p;
+}
+
+TEST(CheckAgreement, DeviceErrorsFailTheCallWithoutBreakingTheCommunicator) {
+  std::vector<CallInfo> calls(4);
+  for (CallInfo& c : calls) {
+    c.kind = Collective::kAllGather;
+    c.bytes = 8;
+  }
+  Verdict v = check_agreement(pointers(calls));
+  EXPECT_TRUE(v.status.is_ok()) << v.status.to_string();
+  EXPECT_FALSE(v.breaks);
+  calls[3].device_error = Status::internal("device emu3 failed before the collective: fault");
+  calls[1].device_error = Status::resource_exhausted("pinned staging of device buffers: full");
+  v = check_agreement(pointers(calls));
+  EXPECT_FALSE(v.breaks);
+  EXPECT_EQ(v.status.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(v.status.message(),
+            "all_gather: rank 1: pinned staging of device buffers: full; rank 3: device emu3 failed before the "
+            "collective: fault (no data moved; the communicator stays usable)");
+}
+
+// Many failed ranks: one message for the ranks that share it, at most 16 messages and 16 ranks
+// each. Regression: every failed rank's message was appended, without bound.
+TEST(CheckAgreement, DeviceErrorsAreGroupedByMessageAndCapped) {
+  std::vector<CallInfo> calls(48);
+  for (CallInfo& c : calls) c.kind = Collective::kBarrier;
+  for (int r = 0; r < 20; ++r) calls[r].device_error = Status::internal("device emu failed: fault");
+  for (int r = 24; r < 44; ++r) calls[r].device_error = Status::unavailable("fault " + std::to_string(r));
+  const Verdict v = check_agreement(pointers(calls));
+  EXPECT_FALSE(v.breaks);
+  EXPECT_EQ(v.status.code(), StatusCode::kInternal);
+  std::string expected =
+      "barrier: ranks 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15 and 4 more: device emu "
+      "failed: fault";
+  for (int r = 24; r < 39; ++r) expected += "; rank " + std::to_string(r) + ": fault " + std::to_string(r);
+  expected += "; and 5 more ranks (no data moved; the communicator stays usable)";
+  EXPECT_EQ(v.status.message(), expected);
+}
+
+TEST(CheckAgreement, ADisagreementBeatsDeviceErrorsAndBreaks) {
+  std::vector<CallInfo> calls(2);
+  for (CallInfo& c : calls) c.kind = Collective::kBroadcast;
+  calls[0].bytes = 8;
+  calls[1].bytes = 16;
+  calls[0].device_error = Status::internal("device emu0 failed before the collective: fault");
+  Verdict v = check_agreement(pointers(calls));
+  EXPECT_TRUE(v.breaks);
+  EXPECT_EQ(v.status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(v.status.message(), HasSubstr("ranks disagree on bytes"));
+  calls[1].bytes = 8;
+  calls[1].arg_error = "data is null but bytes = 8";
+  v = check_agreement(pointers(calls));
+  EXPECT_TRUE(v.breaks);
+  EXPECT_EQ(v.status.message(), "broadcast: invalid arguments: rank 1: data is null but bytes = 8");
+}
+
+// What a header carries of a call's failure comes back as it went when it fits, else cut at a
+// character with "…" (never a dangling "(" or half a character), the same on every rank.
+CallInfo round_trip(const CallInfo& in) {
+  std::int32_t has_arg_error = -1, device_code = -1;
+  char text[32];
+  std::memset(text, '?', sizeof(text));
+  encode_failure(in, has_arg_error, device_code, text, sizeof(text));
+  CallInfo out;
+  decode_failure(has_arg_error, device_code, text, sizeof(text), out);
+  return out;
+}
+
+TEST(WireFailure, EncodeThenDecodeKeepsAShortFailure) {
+  CallInfo none;
+  CallInfo out = round_trip(none);
+  EXPECT_EQ(out.arg_error, "");
+  EXPECT_TRUE(out.device_error.is_ok());
+  CallInfo arg;
+  arg.arg_error = "bytes = -1 is negative";
+  arg.device_error = Status::internal("not sent with an argument error");
+  out = round_trip(arg);
+  EXPECT_EQ(out.arg_error, "bytes = -1 is negative");
+  EXPECT_TRUE(out.device_error.is_ok());
+  CallInfo dev;
+  dev.device_error = Status::data_loss("device lost rows");
+  out = round_trip(dev);
+  EXPECT_EQ(out.arg_error, "");
+  EXPECT_EQ(out.device_error.code(), StatusCode::kDataLoss);
+  EXPECT_EQ(out.device_error.message(), "device lost rows");
+}
+
+TEST(WireFailure, ALongTextIsCutWithAMark) {
+  char text[24];
+  copy_text(text, sizeof(text), "exactly twenty-three ch");  // fits: 23 bytes and the NUL
+  EXPECT_STREQ(text, "exactly twenty-three ch");
+  copy_text(text, sizeof(text), "the source must be (pinned)");
+  EXPECT_STREQ(text, "the source must be\u2026");  // no " (" dangling
+  copy_text(text, sizeof(text), "device 012345678901234567890");
+  EXPECT_STREQ(text, "device 0123456789012\u2026");
+  // Not inside a character: "é" is 2 bytes, and the cut at byte 20 would split the last one.
+  copy_text(text, sizeof(text), "abcdefghijklmnopqrs\u00e9\u00e9\u00e9");
+  EXPECT_STREQ(text, "abcdefghijklmnopqrs\u2026");
+  // Through a header's field of 32 bytes.
+  CallInfo in;
+  in.device_error = Status::io_error(std::string(100, 'x'));
+  const CallInfo out = round_trip(in);
+  EXPECT_EQ(out.device_error.code(), StatusCode::kIoError);
+  EXPECT_EQ(out.device_error.message(), std::string(28, 'x') + "\u2026");
 }
 
 }  // namespace

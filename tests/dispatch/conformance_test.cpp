@@ -70,13 +70,16 @@ constexpr std::uint8_t kSentinel = 0xEE;
 // communicator to forget the device before destroying it (Communicator::forget_device).
 class RankDevice {
  public:
-  explicit RankDevice(Communicator& c) : comm_(c) {
+  /// `fail_after_ops` >= 0: an emulated device whose operation of that index fails
+  /// (EmuOptions::fail_after_ops); only for communicators tied to no GPU.
+  explicit RankDevice(Communicator& c, std::int64_t fail_after_ops = -1) : comm_(c) {
     if (c.device() >= 0) {
       dev_ = gpu::make_cuda_device(c.device()).value();
     } else {
       gpu::EmuOptions o;
       o.capacity = std::size_t{256} << 20;
       o.threads = 1;
+      o.fail_after_ops = fail_after_ops;
       dev_ = gpu::make_emu_device(o).value();
     }
     stream_ = dev_->create_stream().value();
@@ -1061,6 +1064,57 @@ TEST_P(Conformance, DeviceBuffersOnAStreamOfAnotherDeviceFailEveryRank) {
                                        ": device buffers ordered on a stream of "
                                        "another device"));
     EXPECT_TRUE(dev.device().status().is_ok()) << "refused before any device work";
+  });
+}
+
+// A device that failed before a device collective, by work on another stream that the call's
+// stream never saw (a sticky error, device-wide, as a kernel fault on a GPU), fails the call on
+// every rank with the same error naming the rank, before any data moved. The ranks are still in
+// step, so the communicator stays usable: host collectives go on, and the device collectives fail
+// the same way again while the device stays failed (a sharded store that saw a device fault still
+// reads its rows and saves through the communicator; it once broke it).
+TEST_P(Conformance, ADeviceThatFailedBeforeADeviceCollectiveFailsEveryRankAndTheCommunicatorGoesOn) {
+  if (world().kind() == "nccl") GTEST_SKIP() << "a failed CUDA context cannot be made on purpose and outlived";
+  world().run(normal_options(), [&](RankEnv& env) {
+    Communicator& c = env.comm;
+    const int me = c.rank(), last = n() - 1;
+    // The last rank's device fails at its third operation, after the two uploads.
+    RankDevice dev(c, me == last ? 2 : -1);
+    const std::vector<std::uint8_t> sent(8 * n(), static_cast<std::uint8_t>(me)), empty(8 * n(), kSentinel);
+    const gpu::DeviceBuffer dsend = dev.upload(sent), drecv = dev.upload(empty);
+    if (me == last) {
+      gpu::Stream other = dev.device().create_stream().value();
+      const gpu::PinnedBuffer byte = dev.device().allocate_pinned(1).value();
+      dev.device().copy_h2d(other.view(), dsend.data(), byte.data(), 1);
+      EXPECT_FALSE(dev.device().synchronize(other.view()).is_ok());
+    }
+    std::vector<std::int64_t> counts(n(), 8), displs(n());
+    for (int r = 0; r < n(); ++r) displs[r] = 8 * r;
+    auto expect_refused = [&](const Status& s, const std::string& what) {
+      EXPECT_EQ(s.code(), StatusCode::kInternal) << what << ", rank " << me << ": " << s.to_string();
+      EXPECT_THAT(s.message(), HasSubstr(what + ": rank " + std::to_string(last) + ": device "));
+      EXPECT_THAT(s.message(), HasSubstr(" failed before the collective: emulated device fault at operation 2"));
+    };
+    for (int round = 0; round < 2; ++round) {
+      expect_refused(c.all_to_all_v(dsend.data(), counts.data(), displs.data(), drecv.data(), counts.data(),
+                                    displs.data(), dev.space()),
+                     "all_to_all_v");
+      expect_refused(c.all_gather(dsend.data(), 8, drecv.data(), dev.space()), "all_gather");
+      expect_refused(c.broadcast(drecv.data(), 8, 0, dev.space()), "broadcast");
+      // In step: host collectives move their bytes.
+      EXPECT_EQ(exchange_and_check(
+                    c, [](int s, int r) -> std::int64_t { return 3 + s + 2 * r; }, false),
+                "");
+      std::int64_t one = 1;
+      const Status reduced = c.all_reduce(&one, 1, DataType::kInt64, ReduceOp::kSum);
+      EXPECT_TRUE(reduced.is_ok()) << "rank " << me << ": " << reduced.to_string();
+      EXPECT_EQ(one, n());
+      const Status met = c.barrier();
+      EXPECT_TRUE(met.is_ok()) << "rank " << me << ": " << met.to_string();
+    }
+    if (me != last) {
+      EXPECT_EQ(dev.download(drecv, empty.size()), empty) << "rank " << me << ": a refused call wrote";
+    }
   });
 }
 

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "dispatch/agreement.hpp"
 #include "dispatch/comm_factory.hpp"
 #include "dispatch/local_communicator.hpp"
 #include "gpu/device.hpp"
@@ -111,6 +112,30 @@ TEST(LocalGroup, ClosingARankFailsItsPeersWithoutWaitingForTheTimeout) {
     EXPECT_THAT(got[r].message(), HasSubstr("rank 2 of 3 closed its local communicator"));
   }
   EXPECT_FALSE(comms[0]->barrier().is_ok());
+}
+
+// agree(): a rank whose local step failed makes every rank fail it, its peers with its code (the
+// first failed rank's), DataLoss and IoError too. Regression: those two reached the peers as
+// FailedPrecondition.
+TEST(Agree, ThePeersGetTheFailedRanksCode) {
+  for (const Status& failure : {Status::data_loss("checkpoint 'c1': table 'user': crc mismatch"),
+                                Status::io_error("cannot read 'c1/user.rows': No such file"),
+                                Status::resource_exhausted("table 'user': no free slot")}) {
+    auto comms = make_local_group(3).value();
+    std::vector<Status> got(3);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 3; ++r) {
+      threads.emplace_back([&, r] {
+        got[r] = agree(*comms[r], Step{"load", 1, 0, 0}, r == 2 ? failure : Status::ok());
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(got[2].to_string(), failure.to_string());
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(got[r].code(), failure.code()) << got[r].to_string();
+      EXPECT_EQ(got[r].message(), "load(1) failed on another rank (rank 2: " + failure.message() + ")");
+    }
+  }
 }
 
 // Destroying every communicator right after the last collective, in any order, is fine: a peer

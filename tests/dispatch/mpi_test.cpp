@@ -136,8 +136,10 @@ TEST(MpiCommunicator, WorksOverAGivenCommunicator) {
 // When the pinned staging of device buffers cannot be allocated (here on rank 0, whose emulated
 // device has 1 MiB of pinned memory, and whose ranges start 600 KiB into its send or its receive
 // buffer: a stage of twice that), every rank fails the call with that error, for the send stage
-// and for the receive stage alike. Regression: the stage that failed to grow was passed on as a
-// null buffer, and every rank was told "send is null ..." or "recv is null ..." instead.
+// and for the receive stage alike, and the communicator stays usable (nothing moved). Regressions:
+// the stage that failed to grow was passed on as a null buffer, and every rank was told "send is
+// null ..." or "recv is null ..." instead; then it was an argument error, which broke the
+// communicator.
 TEST(MpiCommunicator, DeviceBuffersWhosePinnedStagingCannotBeAllocatedFailEveryRank) {
   constexpr std::int64_t kCount = 64, kGap = 600 << 10;
   for (const bool send_side : {true, false}) {
@@ -164,15 +166,63 @@ TEST(MpiCommunicator, DeviceBuffersWhosePinnedStagingCannotBeAllocatedFailEveryR
         const gpu::DeviceBuffer recv = dev->allocate(recv_gap + kCount * g_size).value();
         const Status s = c.all_to_all_v(send.data(), counts.data(), sd.data(), recv.data(), counts.data(), rd.data(),
                                         BufferSpace::on(*dev, stream.view()));
-        EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
-        EXPECT_THAT(s.message(), HasSubstr("all_to_all_v: invalid arguments: rank 0: pinned staging of device "
-                                           "buffers: ResourceExhausted: emu device: pinned allocation of "));
+        EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.to_string();
+        EXPECT_THAT(s.message(), HasSubstr("all_to_all_v: rank 0: pinned staging of device buffers: emu device: "
+                                           "pinned allocation of "));
         EXPECT_THAT(s.message(), HasSubstr("(EmuOptions::pinned_capacity)"));
       }
+      const Status met = c.barrier();
+      EXPECT_TRUE(met.is_ok()) << "the communicator broke: " << met.to_string();
       EXPECT_TRUE(dev->status().is_ok()) << dev->status().to_string();
       c.forget_device(*dev);
     });
   }
+}
+
+// Rank 0's `text`, on every rank (over the test control communicator).
+std::string rank0_text(const std::string& text) {
+  std::int64_t n = static_cast<std::int64_t>(text.size());
+  MPI_Request req;
+  MPI_Ibcast(&n, 1, MPI_INT64_T, 0, g_control, &req);
+  finish(req, "sharing a text's length");
+  std::string out = g_rank == 0 ? text : std::string(static_cast<std::size_t>(n), '\0');
+  MPI_Ibcast(out.data(), static_cast<int>(n), MPI_CHAR, 0, g_control, &req);
+  finish(req, "sharing a text");
+  return out;
+}
+
+// A device error longer than the header carries (here an emu copy refused with both addresses
+// described) reads the same on every rank, the failed one too: every rank judges the header as
+// it went on the wire, cut with "…". Regression: the failed rank judged its own call from its
+// full message and its peers from the cut one, so the ranks returned different errors.
+TEST(MpiCommunicator, ALongDeviceErrorReadsTheSameOnEveryRank) {
+  CommOptions options;
+  options.timeout = std::chrono::milliseconds(20000);
+  MpiWorld().run(options, [&](RankEnv& env) {
+    Communicator& c = env.comm;
+    gpu::EmuOptions o;
+    o.capacity = std::size_t{1} << 20;
+    o.threads = 1;
+    auto dev = gpu::make_emu_device(o).value();
+    auto stream = dev->create_stream().value();
+    const gpu::DeviceBuffer send = dev->allocate(8).value();
+    const gpu::DeviceBuffer recv = dev->allocate(8 * static_cast<std::size_t>(g_size)).value();
+    if (g_rank == g_size - 1) {
+      // A copy from pageable memory: refused, the device's sticky error.
+      const std::vector<char> pageable(8);
+      dev->copy_h2d(stream.view(), send.data(), pageable.data(), 8);
+      const Status sticky = dev->synchronize(stream.view());
+      EXPECT_GT(sticky.message().size(), 220u) << sticky.to_string();  // past what a header carries
+    }
+    const Status s = c.all_gather(send.data(), 8, recv.data(), BufferSpace::on(*dev, stream.view()));
+    EXPECT_EQ(s.code(), StatusCode::kInternal) << s.to_string();
+    EXPECT_THAT(s.message(), HasSubstr("all_gather: rank " + std::to_string(g_size - 1) + ": device emu failed"));
+    EXPECT_THAT(s.message(), HasSubstr("… (no data moved; the communicator stays usable)"));
+    EXPECT_EQ(s.message(), rank0_text(s.message())) << "rank " << g_rank;
+    const Status met = c.barrier();
+    EXPECT_TRUE(met.is_ok()) << "the communicator broke: " << met.to_string();
+    c.forget_device(*dev);
+  });
 }
 
 // Prints the failures of ranks other than 0 (whose GoogleTest output is silenced), with the rank.

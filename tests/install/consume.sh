@@ -16,6 +16,14 @@
 #   consume.sh headers PREFIX WORK_DIR
 #       the installed headers are the public API only (no detail/, no kernel bodies, no engines),
 #       and each compiles alone, in a file of its own, with pkg-config's flags only ($CXX, else c++).
+#   consume.sh host-layer PREFIX WORK_DIR [CMAKE_ARGS...]
+#       a project that uses strata::host alone (find_package(strata CONFIG REQUIRED COMPONENTS host))
+#       configures, builds and runs with MPI and CUDA made unfindable, and never looks for NCCL, however
+#       this Strata was built; and an unknown component is refused by name.
+#   consume.sh tools PREFIX WORK_DIR
+#       the installed strata-tune and strata-bench, copied with share/ to another folder (a moved
+#       prefix) and run there, find their hardware profiles by name beside them: one that exists only
+#       there proves they do not read the source tree's.
 #
 # WITHOUT: comma-separated libraries (jemalloc, mpi, nccl, cudart) that the programs built must
 # not load (ldd) and that pkg-config's flags must not name ("-" for none).
@@ -115,6 +123,25 @@ case "$mode" in
         if grep -qi "$lib" <<<"$flags"; then die "strata.pc names $lib, which this build does not use"; fi
       done
     fi
+    # No library file of this machine by absolute path: Strata's archives come from the prefix
+    # (${libdir}), every other absolute folder of strata.pc's own is one of its *_libdir variables (a
+    # user redefines it with --define-variable); what the modules it requires (tbb, hwloc, MPI's) print
+    # is theirs.
+    libdir=$(pkg-config --variable=libdir strata)
+    dirs=$(pkg-config --print-variables strata | { grep '_libdir$' || true; } | while read -r v; do pkg-config --variable="$v" strata; done)
+    # shellcheck disable=SC2046
+    required=" $(pkg-config --cflags --libs $(pkg-config --print-requires strata | cut -d' ' -f1)) "
+    for token in $flags; do
+      [[ $required == *" $token "* ]] && continue
+      path=${token#-L}
+      path=${path#-Wl,-rpath,}
+      path=${path#-I}
+      [[ $path == /* ]] || continue
+      if [[ $path =~ \.(a|so)(\.[0-9]+)*$ ]]; then die "strata.pc names a library file by its absolute path: $token"; fi
+      [[ $token == -I* ]] && continue
+      [ "$path" = "$libdir" ] || grep -qxF "$path" <<<"$dirs" ||
+        die "strata.pc links from $path, neither its libdir ($libdir) nor one of its *_libdir variables"
+    done
     echo "+ $line"
     (cd "$work" && bash -euo pipefail -c "$line")
     check_without "$work/trainer" "$without"
@@ -153,7 +180,80 @@ case "$mode" in
     fi
     echo "every installed header compiles alone"
     ;;
+  host-layer)
+    [ $# -ge 2 ] || die "usage: consume.sh host-layer PREFIX WORK_DIR [CMAKE_ARGS...]"
+    prefix=$1 work=$2
+    shift 2
+    rm -rf "$work"
+    mkdir -p "$work/src"
+    cat >"$work/src/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.25)
+project(host_layer_user LANGUAGES CXX)
+set(ASK host CACHE STRING "the components asked for")
+find_package(strata CONFIG REQUIRED COMPONENTS ${ASK})
+foreach(t strata::store strata::dispatch strata::gpu strata::strata)
+  if(TARGET ${t})
+    message(FATAL_ERROR "find_package(strata COMPONENTS ${ASK}) defines ${t}, which was not asked for")
+  endif()
+endforeach()
+add_executable(host_user host_user.cpp)
+target_link_libraries(host_user PRIVATE strata::host)
+CMAKE
+    cat >"$work/src/host_user.cpp" <<'CPP'
+#include <cstdio>
+
+#include "host/dedup.hpp"
+#include "host/topology.hpp"
+
+int main() {
+  const strata::Key keys[] = {7, 3, 7, 7};
+  const strata::UniqueKeys u = strata::dedup_keys(keys, 4);
+  auto topo = strata::Topology::discover();
+  if (!topo.is_ok()) return 1;
+  std::printf("host layer alone: %zu unique keys, %d NUMA node(s)\n", u.keys.size(), topo.value().num_nodes());
+  return u.keys.size() == 2 ? 0 : 1;
+}
+CPP
+    # MPI and CUDA cannot be found here; NCCL is looked for only after CUDA (it would fail first).
+    cmake_project "$work/src" "$work" "$prefix" -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON \
+      -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON "$@"
+    if grep -E '^(STRATA_NCCL_|MPI_|CUDAToolkit_)' "$work/build/CMakeCache.txt"; then
+      die "find_package(strata COMPONENTS host) looked for MPI, CUDA or NCCL (above, in its CMakeCache.txt)"
+    fi
+    check_without "$work/build/host_user" mpi,nccl,cudart
+    "$work/build/host_user"
+    # A component that does not exist stops the configure, naming it and the components there are.
+    if out=$(cmake -S "$work/src" -B "$work/unknown" -DCMAKE_PREFIX_PATH="$prefix" "-DASK=host;hots" "$@" 2>&1); then
+      die "find_package(strata COMPONENTS host hots) configured"
+    fi
+    grep -q "unknown component 'hots' (expected core, host, gpu, cache, dispatch, store, cuda, mpi or nccl)" \
+      <<<"$(tr -s ' \n' ' ' <<<"$out")" ||
+      die "find_package(strata COMPONENTS host hots) failed without naming 'hots':"$'\n'"$out"
+    echo "an unknown component is refused by name"
+    ;;
+  tools)
+    [ $# -eq 2 ] || die "usage: consume.sh tools PREFIX WORK_DIR"
+    prefix=$1 work=$2
+    for f in bin/strata-tune bin/strata-bench share/strata/profiles/h200-pcie5.json; do
+      [ -e "$prefix/$f" ] || die "cmake --install put no $f under $prefix"
+    done
+    rm -rf "$work"
+    mkdir -p "$work/moved"
+    cp -r "$prefix/bin" "$prefix/share" "$work/moved/"
+    cp "$work/moved/share/strata/profiles/h200-pcie5.json" "$work/moved/share/strata/profiles/only-installed.json"
+    cd "$work"
+    workload='{"tables":"a=2000x16,b=300x8","batch":32,"bag_size":2,"dist":"zipf:1.05","distinct_batches":2}'
+    for profile in h200-pcie5 only-installed; do
+      moved/bin/strata-tune plan --workload "$workload" --profile "$profile" --hbm-budget 64KB --host-budget 1GB \
+        --out "plan-$profile.json" >/dev/null
+      [ -s "plan-$profile.json" ] || die "strata-tune plan --profile $profile wrote no plan"
+      moved/bin/strata-bench --no-progress --rows 500 --dim 16 --batch 16 --pooling 2 --steps 1 --warmup 0 \
+        --threads 1 --read-probe-mib 1 --modes cpu --no-gather-probe --profile "$profile" --json "bench-$profile.json" >/dev/null
+      [ -s "bench-$profile.json" ] || die "strata-bench --profile $profile wrote no result"
+    done
+    echo "the installed strata-tune and strata-bench, moved, find their profiles (h200-pcie5, only-installed)"
+    ;;
   *)
-    die "usage: consume.sh install|example|readme-cmake|readme-pkgconfig|headers ..."
+    die "usage: consume.sh install|example|readme-cmake|readme-pkgconfig|headers|host-layer|tools ..."
     ;;
 esac

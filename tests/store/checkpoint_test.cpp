@@ -124,6 +124,7 @@ TEST_F(Checkpoint, LearningRatesRoundTrip) {
   ASSERT_TRUE(a.is_ok());
   ASSERT_TRUE((*a)->set_learning_rate(config_.tables[0].spec.name, 0.2f).is_ok());
   ASSERT_TRUE((*a)->set_learning_rate(config_.tables[1].spec.name, 0.0123f).is_ok());
+  ASSERT_TRUE((*a)->set_learning_rate(config_.tables[2].spec.name, 0.0f).is_ok());  // a rate, not "unrecorded"
   train(**a, 1, 3);
   ASSERT_TRUE((*a)->save(dir_).is_ok());
   auto b = Store::open(config_);  // at the config's rates
@@ -131,6 +132,7 @@ TEST_F(Checkpoint, LearningRatesRoundTrip) {
   for (const auto& t : config_.tables)
     EXPECT_EQ((*b)->learning_rate(t.spec.name).value(), (*a)->learning_rate(t.spec.name).value()) << t.spec.name;
   EXPECT_EQ((*b)->learning_rate(config_.tables[1].spec.name).value(), 0.0123f);
+  EXPECT_EQ((*b)->learning_rate(config_.tables[2].spec.name).value(), 0.0f);
   train(**a, 2, 3);
   train(**b, 2, 3);
   EXPECT_TRUE(same_state(snapshot(**a), snapshot(**b)));
@@ -157,7 +159,7 @@ TEST_F(Checkpoint, CheckpointWithoutLearningRatesKeepsTheStoresRates) {
   for (const auto& t : config_.tables) EXPECT_EQ((*b)->learning_rate(t.spec.name).value(), 0.3f);
 }
 
-// A recorded rate that no store could have (<= 0, not finite, not a number) is corruption: load
+// A recorded rate that no store could have (< 0, not finite, not a number) is corruption: load
 // refuses it naming the table and the value, and changes nothing (rows, step, rates).
 TEST_F(Checkpoint, BadLearningRateInTheManifestIsRefusedAndChangesNothing) {
   auto a = Store::open(config_);
@@ -168,14 +170,15 @@ TEST_F(Checkpoint, BadLearningRateInTheManifestIsRefusedAndChangesNothing) {
   auto b = Store::open(config_);
   const Snapshot fresh = snapshot(**b);
   const std::string name = config_.tables[1].spec.name;
-  for (const nlohmann::json& bad : {nlohmann::json(-1.5), nlohmann::json(0), nlohmann::json("fast")}) {
+  for (const nlohmann::json& bad :
+       {nlohmann::json(-1.5), nlohmann::json(-1e-30), nlohmann::json(1e39), nlohmann::json("fast")}) {
     fs::copy_file(saved, dir_ / "MANIFEST", fs::copy_options::overwrite_existing);
     rewrite_manifest([&](nlohmann::json& j) { j.at("tables")[1]["learning_rate"] = bad; });
     const Status s = (*b)->load(dir_);
     EXPECT_EQ(s.code(), StatusCode::kDataLoss) << bad << ": " << s.to_string();
     if (bad.is_number()) {
       EXPECT_NE(s.message().find("table '" + name + "': learning_rate " + bad.dump() +
-                                 " (expected a finite number > 0; corrupt)"),
+                                 " (expected a finite number >= 0; corrupt)"),
                 std::string::npos)
           << s.message();
     }
@@ -184,6 +187,141 @@ TEST_F(Checkpoint, BadLearningRateInTheManifestIsRefusedAndChangesNothing) {
     for (const auto& t : config_.tables) EXPECT_EQ((*b)->learning_rate(t.spec.name).value(), 0.05f);
   }
   fs::remove(saved);
+}
+
+// A store reopened from its checkpoint alone (Store::open_checkpoint: the config the manifest
+// recorded), in every placement, reads bit for bit as the store that saved it (rows, optimizer
+// state, step, rates, config) and then trains as that store, which kept running: same outputs and
+// same rows after every step. Threads and cache sizes are overridden, as they may be.
+TEST_F(Checkpoint, ReopenedFromTheCheckpointAloneReadsAndTrainsAsTheStoreThatKeptRunning) {
+  const StoreConfig base = config_;
+  for (Placement p : {Placement::kCpu, Placement::kOffload, Placement::kCached, Placement::kGpu, Placement::kHybrid}) {
+    SCOPED_TRACE(to_string(p));
+    fs::remove_all(dir_);
+    config_ = base;
+    config_.device.backend = BackendChoice::kEmu;
+    for (auto& t : config_.tables) {
+      t.placement = p;
+      if (p == Placement::kCached || p == Placement::kHybrid) t.cache.rows = std::min<std::int64_t>(t.spec.rows, 48);
+    }
+    auto a = Store::open(config_);
+    ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+    train(**a, 1, 3);
+    ASSERT_TRUE((*a)->set_learning_rate(config_.tables[1].spec.name, 0.2f).is_ok());
+    train(**a, 2, 1);
+    ASSERT_TRUE((*a)->save(dir_).is_ok());
+    auto b = Store::open_checkpoint(dir_.string(), [](StoreConfig& c) {
+      c.threads = 1;
+      for (auto& t : c.tables)
+        if (t.cache.rows > 0) t.cache.rows = std::min<std::int64_t>(t.spec.rows, 40);
+    });
+    ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+    Store& r = **b;
+    EXPECT_EQ(r.config().threads, 1);
+    StoreConfig want = (*a)->config();  // rates in force included
+    want.threads = 1;
+    for (std::size_t t = 0; t < want.tables.size(); ++t) want.tables[t].cache = r.config().tables[t].cache;
+    EXPECT_EQ(to_json(r.config()), to_json(want));
+    EXPECT_EQ(r.step(), 4);
+    EXPECT_EQ(r.learning_rate(config_.tables[1].spec.name).value(), 0.2f);
+    EXPECT_TRUE(same_state(snapshot(**a), snapshot(r)));
+    std::mt19937_64 rng(3);
+    for (int i = 0; i < 3; ++i) {
+      const KeyBatch kb = random_batch(rng, config_, 8);
+      Buffers out_a = make_buffers(config_, kb), out_r = make_buffers(config_, kb);
+      for (Store* s : {a.value().get(), &r}) {
+        Buffers& out = s == &r ? out_r : out_a;
+        ASSERT_TRUE(s->submit(i, kb).is_ok());
+        ASSERT_TRUE(s->forward(i, out.views).is_ok());
+      }
+      EXPECT_TRUE(same_outputs(out_a, out_r)) << "step " << i;
+      fill_random(rng, out_a);
+      ASSERT_TRUE((*a)->backward(i, out_a.cviews).is_ok());
+      ASSERT_TRUE(r.backward(i, out_a.cviews).is_ok());
+      EXPECT_TRUE(same_state(snapshot(**a), snapshot(r))) << "step " << i;
+    }
+  }
+}
+
+// What open_checkpoint refuses, opening nothing: a checkpoint saved before manifests recorded the
+// config (which still loads into an open store), and an override of a field that changes results.
+TEST_F(Checkpoint, ReopenRefusesAnOldCheckpointAndOverridesThatChangeResults) {
+  auto a = Store::open(config_);
+  train(**a, 1, 2);
+  ASSERT_TRUE((*a)->save(dir_).is_ok());
+  const auto rows = [](StoreConfig& c) { c.tables[1].spec.rows += 1; };
+  const Status changed = Store::open_checkpoint(dir_.string(), rows).status();
+  EXPECT_EQ(changed.code(), StatusCode::kInvalidArgument) << changed.to_string();
+  EXPECT_NE(changed.message().find("open_checkpoint '" + dir_.string() + "': table '" + config_.tables[1].spec.name +
+                                   "' rows " + std::to_string(config_.tables[1].spec.rows + 1) +
+                                   " differs from the checkpoint's " + std::to_string(config_.tables[1].spec.rows)),
+            std::string::npos)
+      << changed.message();
+  // What may be overridden is what may differ per rank, listed from the one list (config_agreement.cpp).
+  EXPECT_NE(changed.message().find("(overrides may change only what may differ per rank and never changes results: "
+                                   "threads, numa, numa_node, huge_pages, fake_numa_nodes, device, offload_gather, "
+                                   "cache.policy, cache.lookahead, cache.planner_partitions, cache.transfer, each "
+                                   "table's cache; set learning rates after opening)"),
+            std::string::npos)
+      << changed.message();
+  const auto placement = [](StoreConfig& c) { c.tables[0].placement = Placement::kOffload; };
+  EXPECT_NE(Store::open_checkpoint(dir_.string(), placement).status().message().find("placement 'offload' differs"),
+            std::string::npos);
+
+  rewrite_manifest([](nlohmann::json& j) { j.erase("config"); });
+  const Status old = Store::open_checkpoint(dir_.string()).status();
+  EXPECT_EQ(old.code(), StatusCode::kFailedPrecondition) << old.to_string();
+  EXPECT_NE(old.message().find("the manifest holds no store config, so the checkpoint cannot be reopened alone"),
+            std::string::npos)
+      << old.message();
+  auto b = Store::open(config_);
+  ASSERT_TRUE((*b)->load(dir_).is_ok());
+  EXPECT_TRUE(same_state(snapshot(**a), snapshot(**b)));
+}
+
+// A save of another config that replaces the checkpoint while open_checkpoint reads it: the store
+// opens with the new manifest's config and rows, never one manifest's config with another's rows.
+TEST_F(Checkpoint, ReopenWhileASaveOfAnotherConfigReplacesTheCheckpointTakesOneManifestWhole) {
+  auto a = Store::open(config_);
+  train(**a, 1, 2);
+  ASSERT_TRUE((*a)->save(dir_).is_ok());
+  StoreConfig other = config_;
+  other.tables[0].spec.dim += 1;
+  other.tables[0].spec.optimizer.weight_decay = 0.5f;
+  auto c = Store::open(other);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  int opens = 0;
+  detail::set_before_open_hook([&](const std::string&) {
+    if (opens++ == 0) {
+      ASSERT_TRUE((*c)->save(dir_).is_ok());
+    }
+  });
+  auto r = Store::open_checkpoint(dir_.string());
+  detail::set_before_open_hook({});
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(to_json((*r)->config()), to_json(other));
+  EXPECT_TRUE(same_state(snapshot(**c), snapshot(**r)));
+}
+
+// read_rows/write_rows by table name, as the other calls take it.
+TEST_F(Checkpoint, RowsByTableName) {
+  auto a = Store::open(config_);
+  train(**a, 1, 2);
+  const TableSpec& spec = config_.tables[0].spec;  // adam: state 2 * dim per row
+  const std::size_t sd = static_cast<std::size_t>(optimizer_state_dim(spec.optimizer.kind, spec.dim));
+  std::vector<float> w(static_cast<std::size_t>(spec.dim) * 2), st(sd * 2), w0(w.size()), st0(st.size());
+  ASSERT_TRUE((*a)->read_rows(spec.name, 1, 2, w.data(), st.data()).is_ok());
+  ASSERT_TRUE((*a)->read_rows(0, 1, 2, w0.data(), st0.data()).is_ok());
+  EXPECT_EQ(w, w0);
+  EXPECT_EQ(st, st0);
+  for (float& x : w) x += 1.0f;
+  ASSERT_TRUE((*a)->write_rows(spec.name, 1, 2, w.data(), nullptr).is_ok());
+  ASSERT_TRUE((*a)->read_rows(0, 1, 2, w0.data(), nullptr).is_ok());
+  EXPECT_EQ(w, w0);
+  const Status unknown = (*a)->read_rows("nope", 0, 1, w.data(), nullptr);
+  EXPECT_EQ(unknown.code(), StatusCode::kNotFound);
+  EXPECT_NE(unknown.message().find("read_rows: unknown table 'nope'"), std::string::npos) << unknown.message();
+  EXPECT_EQ((*a)->write_rows("nope", 0, 1, w.data(), nullptr).code(), StatusCode::kNotFound);
 }
 
 TEST_F(Checkpoint, SecondSaveReplacesTheFirstAndRemovesOldFiles) {

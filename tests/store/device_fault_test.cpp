@@ -166,6 +166,103 @@ TEST(DeviceFault, ShardedTablesStayReadableAndSaveAfterAFault) {
   }
 }
 
+// A communicator of one rank that passes every call on, except that once armed, the next device
+// collective first makes its device fail: the emulated device refuses a copy from pageable memory
+// at the call and keeps that as its sticky error, device-wide, as it keeps a fault of work in
+// flight on another stream (the inner engines'). The fault then lands after the agreement before
+// a device exchange and before the exchange itself, which DeviceFault.ShardedTables... above hit
+// by chance (a forward whose inner engines' work was still in flight).
+class FaultBeforeTheNextDeviceCollective final : public dispatch::Communicator {
+ public:
+  FaultBeforeTheNextDeviceCollective() : inner_(std::move(dispatch::make_local_group(1).value()[0])) {}
+  void arm() { armed_ = true; }
+  int rank() const noexcept override { return inner_->rank(); }
+  int size() const noexcept override { return inner_->size(); }
+  const char* kind() const noexcept override { return inner_->kind(); }
+  int local_rank() const noexcept override { return inner_->local_rank(); }
+  Status all_reduce(void* data, std::int64_t count, dispatch::DataType type, dispatch::ReduceOp op) override {
+    return inner_->all_reduce(data, count, type, op);
+  }
+  Status barrier() override { return inner_->barrier(); }
+  void forget_device(const gpu::Device& device) noexcept override { inner_->forget_device(device); }
+  dispatch::CommCounters counters() const noexcept override { return inner_->counters(); }
+
+ private:
+  void fault(const dispatch::BufferSpace& space) {
+    if (!space.on_device() || !armed_) return;
+    armed_ = false;
+    gpu::DeviceBuffer one = space.device->allocate(1).value();
+    const char pageable = 0;
+    space.device->copy_h2d(space.stream, one.data(), &pageable, 1);
+    ASSERT_FALSE(space.device->status().is_ok());
+  }
+  Status do_all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
+                         const std::int64_t* recv_counts, const std::int64_t* recv_displs,
+                         const dispatch::BufferSpace& space) override {
+    fault(space);
+    return inner_->all_to_all_v(send, send_counts, send_displs, recv, recv_counts, recv_displs, space);
+  }
+  Status do_all_gather(const void* send, std::int64_t bytes, void* recv, const dispatch::BufferSpace& space) override {
+    fault(space);
+    return inner_->all_gather(send, bytes, recv, space);
+  }
+  Status do_broadcast(void* data, std::int64_t bytes, int root, const dispatch::BufferSpace& space) override {
+    fault(space);
+    return inner_->broadcast(data, bytes, root, space);
+  }
+
+  std::unique_ptr<dispatch::Communicator> inner_;
+  bool armed_ = false;
+};
+
+// The race of DeviceFault.ShardedTablesStayReadableAndSaveAfterAFault made certain: the device
+// fails right before the rows of a forward go back to their sources. The forward is refused, and
+// the tables still read back as the reference and save whole (the communicator's readiness check
+// found the fault before any data moved; it once broke the communicator, and every later
+// read_rows and save of the sharded table failed).
+TEST(DeviceFault, AFaultRightBeforeAForwardsDeviceExchangeLeavesTheTablesReadableAndSaves) {
+  std::mt19937_64 rng(30);
+  StoreConfig c = mixed_config(rng, true);
+  c.cache.flush_every = 1;
+  const std::vector<KeyBatch> batches = {uniform_batch(rng, c, 4, 3), uniform_batch(rng, c, 4, 3)};
+  auto comm = std::make_shared<FaultBeforeTheNextDeviceCollective>();
+  auto s = Store::open(c, comm);
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  auto ref = open_reference_store(c);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE((*s)->submit(i, batches[static_cast<std::size_t>(i)]).is_ok());
+    ASSERT_TRUE((*ref)->submit(i, batches[static_cast<std::size_t>(i)]).is_ok());
+  }
+  Buffers out = make_buffers(c, batches[0]), grads = make_buffers(c, batches[0]);
+  fill_random(rng, grads);
+  ASSERT_TRUE((*s)->forward(0, out.views).is_ok());
+  ASSERT_TRUE((*ref)->forward(0, out.views).is_ok());
+  ASSERT_TRUE((*s)->backward(0, grads.cviews).is_ok());
+  ASSERT_TRUE((*ref)->backward(0, grads.cviews).is_ok());
+
+  comm->arm();
+  Buffers out1 = make_buffers(c, batches[1]);
+  const Status refused = (*s)->forward(1, out1.views);
+  EXPECT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.message().find("failed before the collective"), std::string::npos) << refused.to_string();
+  const Status met = comm->barrier();
+  EXPECT_TRUE(met.is_ok()) << "the communicator broke: " << met.to_string();
+
+  EXPECT_TRUE(same_state(snapshot(**s), snapshot(**ref)));
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("strata_devfault_exchange_" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  const Status saved = (*s)->save(dir);
+  EXPECT_TRUE(saved.is_ok()) << saved.to_string();
+  if (saved.is_ok()) {
+    auto back = Store::open(c);
+    ASSERT_TRUE(back.is_ok());
+    EXPECT_TRUE((*back)->load(dir).is_ok());
+    EXPECT_TRUE(same_state(snapshot(**back), snapshot(**ref)));
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(DeviceFault, WithoutAFlushReadingACachedTableSaysWhatWasLost) {
   std::mt19937_64 rng(22);
   StoreConfig c = mixed_config(rng);

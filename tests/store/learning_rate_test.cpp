@@ -196,6 +196,49 @@ TEST_P(LearningRate, RowsRatesAndStepRestoredByHandContinueAsTheUninterruptedRun
   }
 }
 
+// A rate of 0 (in the config or set between steps) is an update of zero: every weight keeps its
+// bits (a weight of -0.0 too, whose w - 0 * g with g < 0 would be +0.0), while Adagrad's and Adam's
+// state still advance as the optimizer defines, and the step counts. Same bits as the reference.
+TEST_P(LearningRate, ZeroRateKeepsEveryWeightAndAdvancesTheState) {
+  const Mode m = GetParam();
+  std::mt19937_64 rng(23);
+  for (OptimizerKind kind :
+       {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad, OptimizerKind::kAdam}) {
+    StoreConfig c = config_for(m);
+    for (auto& t : c.tables) t.spec.optimizer.kind = kind;
+    c.tables[0].spec.optimizer.learning_rate = 0.0f;  // from the config; the others by set_learning_rate
+    std::vector<KeyBatch> batches;
+    for (int i = 0; i < 3; ++i) batches.push_back(random_batch(rng, c, 8));
+    const auto run = [&](Store& s) {
+      for (std::size_t t = 0; t < c.tables.size(); ++t) {  // every weight -0.0: the sign of zero must stay
+        const std::vector<float> minus_zero(static_cast<std::size_t>(c.tables[t].spec.rows * c.tables[t].spec.dim),
+                                            -0.0f);
+        ASSERT_TRUE(s.write_rows(static_cast<int>(t), 0, c.tables[t].spec.rows, minus_zero.data(), nullptr).is_ok());
+      }
+      ASSERT_TRUE(s.set_learning_rate(0.0f).is_ok());
+      std::mt19937_64 grads(29);
+      for (int i = 0; i < 3; ++i) step(s, c, batches[static_cast<std::size_t>(i)], i, grads);
+    };
+    auto got = open_mode(m, c);
+    ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+    const Snapshot start = snapshot(**got);
+    run(**got);
+    EXPECT_EQ((*got)->step(), 3);
+    for (const auto& t : c.tables) EXPECT_EQ((*got)->learning_rate(t.spec.name).value(), 0.0f);
+    const Snapshot end = snapshot(**got);
+    auto want = open_reference_store(c);
+    ASSERT_TRUE(want.is_ok()) << want.status().to_string();
+    run(**want);
+    EXPECT_TRUE(same_state(snapshot(**want), end)) << to_string(kind);
+    Snapshot kept = end;  // its weights as written, its state as trained
+    for (auto& w : kept.weights) std::fill(w.begin(), w.end(), -0.0f);
+    EXPECT_TRUE(same_state(kept, end)) << to_string(kind) << ": a weight changed at rate 0";
+    if (kind != OptimizerKind::kSgd) {
+      EXPECT_NE(start.state, end.state) << to_string(kind) << ": state did not advance";
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Modes, LearningRate,
     ::testing::Values(Mode{"reference", Placement::kCpu, false, true}, Mode{"cpu", Placement::kCpu, false, false},
@@ -212,13 +255,13 @@ TEST(LearningRateBadInput, RefusedNamingTableAndValueWithoutChange) {
   ASSERT_TRUE(opened.is_ok());
   Store& s = **opened;
   const std::string name = c.tables[1].spec.name;
-  for (float bad : {0.0f, -0.5f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+  for (float bad : {-0.5f, -1e-30f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
                     -std::numeric_limits<float>::infinity()}) {
     const Status one = s.set_learning_rate(name, bad);
     EXPECT_EQ(one.code(), StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(one.message().find("set_learning_rate: table '" + name + "': learning_rate "), std::string::npos)
         << one.message();
-    EXPECT_NE(one.message().find("(expected a finite number > 0)"), std::string::npos) << one.message();
+    EXPECT_NE(one.message().find("(expected a finite number >= 0)"), std::string::npos) << one.message();
     const Status all = s.set_learning_rate(bad);
     EXPECT_EQ(all.code(), StatusCode::kInvalidArgument) << bad;
     for (const auto& t : c.tables) EXPECT_EQ(s.learning_rate(t.spec.name).value(), 0.05f);
@@ -229,9 +272,33 @@ TEST(LearningRateBadInput, RefusedNamingTableAndValueWithoutChange) {
   EXPECT_NE(unknown.message().find("set_learning_rate: unknown table 'nope'"), std::string::npos) << unknown.message();
   EXPECT_EQ(s.learning_rate("nope").status().code(), StatusCode::kNotFound);
   for (const auto& t : c.tables) EXPECT_EQ(s.learning_rate(t.spec.name).value(), 0.05f);
-  // A tiny rate is a rate.
+  // A tiny rate is a rate, and 0 an update of zero (-0.0 is held as 0: no rate is negative).
   EXPECT_TRUE(s.set_learning_rate(name, 1e-30f).is_ok());
   EXPECT_EQ(s.learning_rate(name).value(), 1e-30f);
+  EXPECT_TRUE(s.set_learning_rate(name, -0.0f).is_ok());
+  EXPECT_FALSE(std::signbit(s.learning_rate(name).value()));
+  EXPECT_EQ(s.learning_rate(name).value(), 0.0f);
+}
+
+// A config's rate: -0.0 is held as 0 from open on (in the store and in the oracle), and a negative
+// one is refused quoting it as written ("-0.5", not std::to_string's "-0.500000").
+TEST(LearningRateBadInput, ConfigRateOfMinusZeroIsHeldAsZeroAndANegativeOneQuotedShortest) {
+  std::mt19937_64 rng(4);
+  StoreConfig c = random_config(rng, 2);
+  c.tables[0].spec.optimizer.learning_rate = -0.0f;
+  for (bool reference : {false, true}) {
+    auto s = reference ? open_reference_store(c) : Store::open(c);
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    const float lr = (*s)->learning_rate(c.tables[0].spec.name).value();
+    EXPECT_EQ(lr, 0.0f);
+    EXPECT_FALSE(std::signbit(lr)) << reference;
+    EXPECT_FALSE(std::signbit((*s)->config().tables[0].spec.optimizer.learning_rate)) << reference;
+  }
+  c.tables[0].spec.optimizer.learning_rate = -0.5f;
+  const Status bad = Store::open(c).status();
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("learning_rate -0.5 (expected a finite number >= 0"), std::string::npos)
+      << bad.message();
 }
 
 TEST(SetStepBadInput, RefusedNamingTheStepWithoutChange) {
@@ -418,9 +485,9 @@ TEST_F(LearningRateWorld, RanksThatDisagreeAreRefusedOnEveryRankWithoutChange) {
               std::string::npos)
         << all_vs_one[r].message();
   }
-  EXPECT_EQ(invalid[0].message(), "set_learning_rate: table 'user': learning_rate nan (expected a finite number > 0)");
+  EXPECT_EQ(invalid[0].message(), "set_learning_rate: table 'user': learning_rate nan (expected a finite number >= 0)");
   EXPECT_NE(invalid[1].message().find("failed on another rank (rank 0: set_learning_rate: table 'user': "
-                                      "learning_rate nan (expected a finite number > 0))"),
+                                      "learning_rate nan (expected a finite number >= 0))"),
             std::string::npos)
       << invalid[1].message();
   // Both ranks agree on the rows, which a reference at the old rate reproduces.

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -184,6 +185,37 @@ TEST(TunePlanner, NeverExceedsABudgetAndSaysWhyForEachTable) {
   }
 }
 
+// Identical tables (the same rows, dim, optimizer and keys) get the same placement, or, where the
+// budget holds the better one for some of them only, each one's why says it is a tie.
+TEST(TunePlanner, IdenticalTablesArePlacedAlikeOrTheTieIsSaid) {
+  TuneInput in = make_input({400000, 30000, 30000, 2000}, {300, 200, 200, 100}, 30);
+  in.tables[2] = in.tables[1];
+  in.tables[2].spec.name = "t2";
+  const auto curves = curves_of(in);
+  const double need = gpu_hbm(in, budgets(1e12, 1e12));
+  int alike = 0, ties = 0;
+  for (int step = 0; step <= 40; ++step) {
+    for (const bool rates : {false, true}) {
+      const PlanOptions o = budgets(need * step / 40.0, 1e9);
+      auto plan = make_plan(in, curves, profile(rates), o);
+      ASSERT_TRUE(plan.is_ok()) << step << ": " << plan.status().to_string();
+      const TablePlan &a = plan->tables[1], &b = plan->tables[2];
+      if (a.placement == b.placement && a.cache_rows == b.cache_rows) {
+        ++alike;
+        EXPECT_EQ(a.why.find("a tie"), std::string::npos) << a.why;
+        continue;
+      }
+      ++ties;
+      for (const TablePlan* t : {&a, &b})
+        EXPECT_NE(t->why.find("a tie: t1, t2 are identical"), std::string::npos)
+            << "budget " << step << "/40, " << to_string(a.placement) << " and " << to_string(b.placement) << ": "
+            << t->why;
+    }
+  }
+  EXPECT_GT(alike, 0);
+  RecordProperty("budgets_with_a_tie", ties);
+}
+
 TEST(TunePlanner, LargestColdTablesLeaveFirst) {
   // t0 is large and cold, t1 small and hot, t2 large and as hot per row as t1: with room for all
   // but about one large table, t0 leaves and the others stay.
@@ -274,6 +306,70 @@ TEST(TuneCurves, BeladyAtTheAskedPointsAndNeverBelowLru) {
   EXPECT_EQ(with, 3);
   EXPECT_GE(c->points.front().belady, 0.0);
   EXPECT_GE(c->points.back().belady, 0.0);
+}
+
+// The HTML report of the plan of `in` within unbounded budgets (its tables' `curves`; "" when it fails).
+std::string report_page(const TuneInput& in, const std::vector<HitCurve>& curves) {
+  auto plan = make_plan(in, curves, profile(false), budgets(1e12, 1e12));
+  EXPECT_TRUE(plan.is_ok()) << plan.status().to_string();
+  if (!plan.is_ok()) return "";
+  ReportContext ctx;
+  ctx.source = "test";
+  ctx.tables = curves;
+  return html_report(*plan, ctx);
+}
+
+// Occurrences of `needle` in `text`.
+std::size_t count(const std::string& text, const std::string& needle) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+// The report's chart draws Belady's optimum where it was computed, as points (no line between
+// them that would pass under LRU), and never under LRU at the same size.
+TEST(TuneCurves, ChartDrawsBeladyAsPointsNeverUnderLru) {
+  const TuneInput in = make_input({5000, 3000}, {200, 150}, 30);
+  std::vector<HitCurve> curves;
+  for (const TableTrace& t : in.tables) {
+    auto c = table_curve(t, 12, 4);
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    curves.push_back(std::move(c).value());
+  }
+  for (const HitCurve& c : curves) {
+    const std::vector<bench::HitRateLine> lines = curve_lines(c);
+    ASSERT_EQ(lines.size(), 2u);
+    EXPECT_FALSE(lines[0].markers_only);
+    EXPECT_TRUE(lines[1].markers_only) << "Belady is known at its points only";
+    EXPECT_EQ(lines[1].points.size(), 4u);
+    for (const auto& [x, belady] : lines[1].points) {
+      const auto lru = std::find_if(lines[0].points.begin(), lines[0].points.end(),
+                                    [x = x](const std::pair<double, double>& p) { return p.first == x; });
+      ASSERT_NE(lru, lines[0].points.end()) << "Belady drawn at a size LRU is not: " << x;
+      EXPECT_GE(belady, lru->second) << c.name << " at " << x;
+    }
+  }
+  // The page: one polyline (LRU) per table chart.
+  const std::string html = report_page(in, curves);
+  EXPECT_EQ(count(html, "<svg"), 2u);
+  EXPECT_EQ(count(html, "<polyline"), 2u) << "Belady's points are not joined";
+}
+
+// Tables no cache smaller than themselves holds (a step touches every row) get one line in the
+// report, not a chart each.
+TEST(TuneCurves, TablesTooSmallToCacheShareOneLine) {
+  const TuneInput in = make_input({20000, 4, 1}, {200, 100, 100}, 20);
+  const auto curves = curves_of(in);
+  EXPECT_TRUE(curves[0].cacheable());
+  EXPECT_FALSE(curves[1].cacheable()) << curves[1].min_rows;
+  EXPECT_FALSE(curves[2].cacheable());
+  const std::string html = report_page(in, curves);
+  EXPECT_NE(html.find("id=\"curve-table-0\""), std::string::npos);
+  EXPECT_EQ(html.find("id=\"curve-table-1\""), std::string::npos) << "no chart of one point";
+  EXPECT_EQ(html.find("id=\"curve-table-2\""), std::string::npos);
+  const std::size_t small = html.find("id=\"too-small-to-cache\"");
+  ASSERT_NE(small, std::string::npos);
+  EXPECT_NE(html.find("t1 (4 rows), t2 (1 row)", small), std::string::npos) << html.substr(small, 400);
 }
 
 TEST(TuneCurves, LogSizes) {
