@@ -9,6 +9,8 @@
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_reduce.h>
 
+#include "core/simd.hpp"
+
 namespace strata::detail {
 
 TableIndex make_table_index(const StoreConfig& config) {
@@ -74,14 +76,29 @@ Result<std::vector<int>> check_preview(std::int64_t batch_id, const KeyBatch& ba
 }
 
 namespace {
-// Whether a row of n floats holds a NaN or an Inf: all exponent bits set. Integer ops, so the loop
-// vectorizes (a float reduction would not without -ffast-math).
+// Whether a row of n floats holds a NaN or an Inf: all exponent bits set. Integer ops on whole
+// registers (simd::U32s), then the tail one float at a time. The plain loop over n floats stayed
+// scalar: GCC 12 at -O2 (the default preset's RelWithDebInfo) does not vectorize a loop of unknown
+// trip count, and that loop took more cycles than the whole table-batched update on the default
+// strata-bench workload (perf: 7.0% of the run against 4.7%, reading the step's 54.5 MB of gradients
+// at 4-6 instructions a float).
 bool has_nonfinite(const float* row, std::int64_t n) {
+  constexpr std::uint32_t kExponent = 0x7f800000u;
+  // A lane-wise comparison gives all ones (-1) in the lanes where it holds, 0 elsewhere.
+  using Lanes = std::int32_t __attribute__((vector_size(simd::kVectorBytes)));
+  Lanes any_lane{};
+  std::int64_t j = 0;
+  for (; j + simd::kFloats <= n; j += simd::kFloats) {
+    simd::U32s bits;
+    std::memcpy(&bits, row + j, sizeof bits);
+    any_lane |= (bits & kExponent) == kExponent;
+  }
   std::uint32_t any = 0;
-  for (std::int64_t j = 0; j < n; ++j) {
+  for (int l = 0; l < simd::kFloats; ++l) any |= static_cast<std::uint32_t>(any_lane[l]);
+  for (; j < n; ++j) {
     std::uint32_t bits;
     std::memcpy(&bits, row + j, sizeof bits);
-    any |= static_cast<std::uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    any |= static_cast<std::uint32_t>((bits & kExponent) == kExponent);
   }
   return any != 0;
 }
