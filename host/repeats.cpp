@@ -212,6 +212,7 @@ void find_repeats_tables(const std::vector<TableKeys>& tables, std::vector<Repea
   }
   STRATA_CHECK(s.key_base[nt] <= kRepeatsTablesMaxRows);
   const std::int64_t n = s.pos_base[nt];
+  STRATA_CHECK(n <= kRepeatsTablesMaxKeys);
   s.keys.resize(static_cast<std::size_t>(n));
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, nt, 1), [&](const tbb::blocked_range<std::size_t>& r) {
     for (std::size_t i = r.begin(); i < r.end(); ++i) {

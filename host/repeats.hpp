@@ -77,13 +77,16 @@ struct TablesRepeatsScratch {
 /// pays one scan (three parallel loops) instead of one per table. out[i] gets table i's result,
 /// the same keys and positions as find_repeats(tables[i]) gives (in ranges of the shared key space:
 /// out[i].ranges has one entry per range of it, most of them empty for a small table). The tables'
-/// rows summed must stay within kRepeatsTablesMaxRows. Runs on the calling thread's
+/// rows summed must stay within kRepeatsTablesMaxRows and their keys summed within
+/// kRepeatsTablesMaxKeys. Runs on the calling thread's
 /// oneTBB arena.
 void find_repeats_tables(const std::vector<TableKeys>& tables, std::vector<Repeats*>& out,
                          TablesRepeatsScratch& scratch);
 
 /// The most rows find_repeats_tables takes in all (the direct-mapped scan's limit).
 inline constexpr std::int64_t kRepeatsTablesMaxRows = std::int64_t{1} << 28;
+/// The most keys find_repeats_tables takes in all (positions are 32-bit, as find_repeats' n < 2^31).
+inline constexpr std::int64_t kRepeatsTablesMaxKeys = (std::int64_t{1} << 31) - 1;
 
 /// Entries of the direct-mapped array one thread of find_repeats keeps in its scratch for a key
 /// space (8 bytes each; 0 beyond 2^28 rows, where a hash dedup is used): the key range width, but

@@ -55,12 +55,14 @@ void HostBatch::backward(const std::vector<HostFeature>& f) {
   shared_.assign(f.size(), 0);
   shared_keys_.clear();
   shared_out_.clear();
-  std::int64_t rows = 0;
+  std::int64_t rows = 0, keys = 0;
   for (std::size_t i = 0; i < f.size(); ++i) {
-    const std::int64_t r = f[i].ops->table().spec().rows;
-    if (r > kSharedRepeatsRows || f[i].keys->num_keys() > kSharedRepeatsKeys || rows + r > kRepeatsTablesMaxRows)
+    const std::int64_t r = f[i].ops->table().spec().rows, n = f[i].keys->num_keys();
+    if (r > kSharedRepeatsRows || n > kSharedRepeatsKeys || rows + r > kRepeatsTablesMaxRows ||
+        keys + n > kRepeatsTablesMaxKeys)
       continue;
     rows += r;
+    keys += n;
     shared_[i] = 1;
     shared_keys_.push_back({f[i].keys->keys.data(), f[i].keys->num_keys(), r});
     shared_out_.push_back(&f[i].ops->repeats());

@@ -16,6 +16,7 @@
 #include "gpu/device.hpp"
 #include "gpu/kernels/launch_args.hpp"
 #include "host/dedup.hpp"
+#include "store/engines/cpu_engine.hpp"
 #include "tests/gpu/cuda_gate.hpp"
 #include "tests/store/store_test_util.hpp"
 
@@ -87,8 +88,10 @@ StoreConfig hot_config(const HotCase& c) {
 }
 
 // A batch of `bags` bags: "one" in every bag (twice in some; uniform over its two rows when `tiny`),
-// zipf:1.05 keys elsewhere, weights on the zipf_sgd table.
-KeyBatch hot_batch(std::mt19937_64& rng, const StoreConfig& config, std::int64_t bags) {
+// zipf:1.05 keys elsewhere, weights on the zipf_sgd table. `wide`: 2 to 6 keys in each bag of the
+// unpooled table, so that in batches of 5000 bags it has more keys than the cpu and offload engines'
+// shared repeated-keys pass takes (detail::HostBatch::kSharedRepeatsKeys) while the other tables join it.
+KeyBatch hot_batch(std::mt19937_64& rng, const StoreConfig& config, std::int64_t bags, bool wide) {
   KeyBatch kb;
   for (const auto& t : config.tables) {
     JaggedKeys f;
@@ -96,7 +99,9 @@ KeyBatch hot_batch(std::mt19937_64& rng, const StoreConfig& config, std::int64_t
     f.offsets.push_back(0);
     const Zipf zipf(t.spec.rows, 1.05);
     for (std::int64_t b = 0; b < bags; ++b) {
-      const int len = t.spec.rows <= 2 ? 1 + static_cast<int>(rng() % 2) : static_cast<int>(rng() % 5);
+      const int len = t.spec.rows <= 2                           ? 1 + static_cast<int>(rng() % 2)
+                      : wide && t.spec.pooling == Pooling::kNone ? 2 + static_cast<int>(rng() % 5)
+                                                                 : static_cast<int>(rng() % 5);
       for (int i = 0; i < len; ++i) {
         f.keys.push_back(t.spec.rows == 2 ? static_cast<Key>(rng() % 2) : zipf(rng));
         if (t.spec.name == "zipf_sgd") f.weights.push_back(static_cast<float>(rng() % 1000) / 500.0f);
@@ -118,10 +123,15 @@ TEST_P(HotRows, EqualTheReferenceBitForBit) {
   const int steps = 3;
   std::vector<KeyBatch> batches;
   for (int i = 0; i < steps; ++i)
-    batches.push_back(hot_batch(rng, config, (c.many ? 5000 : 400) + static_cast<std::int64_t>(rng() % 200)));
-  // The one-row table's row is hot in every batch (used thousands of times in the `many` cases).
-  for (const auto& kb : batches)
+    batches.push_back(hot_batch(rng, config, (c.many ? 5000 : 400) + static_cast<std::int64_t>(rng() % 200), c.many));
+  // The one-row table's row is hot in every batch (used thousands of times in the `many` cases),
+  // and there the unpooled table's keys are found repeated on their own, the others' in one pass.
+  for (const auto& kb : batches) {
     ASSERT_GT(kb.features[0].num_keys(), c.many ? std::int64_t{5000} : gpu::kernels::kHotUses);
+    if (!c.many) continue;
+    ASSERT_LE(kb.features[0].num_keys(), detail::HostBatch::kSharedRepeatsKeys);
+    ASSERT_GT(kb.features[3].num_keys(), detail::HostBatch::kSharedRepeatsKeys);
+  }
   for (auto& t : config.tables) {
     if (t.placement != Placement::kCached && t.placement != Placement::kHybrid) continue;
     std::int64_t max_unique = 1;
@@ -172,7 +182,7 @@ std::vector<HotCase> hot_cases() {
     for (Placement p : {Placement::kCached, Placement::kHybrid})
       for (std::int32_t dim : {4, 48, 160}) v.push_back({p, dim, cuda, true});
   for (bool cuda : {false, true})
-    for (Placement p : {Placement::kCpu, Placement::kCached, Placement::kGpu})
+    for (Placement p : {Placement::kCpu, Placement::kOffload, Placement::kCached, Placement::kGpu})
       for (std::int32_t dim : {16, 160}) v.push_back({p, dim, cuda, false, true});
   return v;
 }
