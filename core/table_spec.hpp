@@ -13,8 +13,9 @@ namespace strata {
 /// Keys are signed 64-bit; a key of a dense table is its row id in [0, rows).
 using Key = std::int64_t;
 
-/// Element type of a table's rows. Only fp32 is implemented; the others are reserved so the
-/// vocabulary (and the checkpoint format, which records the dtype) does not change when they land.
+/// Element type of a table's rows, of its optimizer state and of its outputs and gradients. Math
+/// is fp32 whatever the dtype: half-size elements are widened on load and rounded once when stored
+/// (core/half.hpp). Only fp32 is accepted for now (see half_dtypes_accepted).
 enum class DType : std::uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
 
 /// How the rows of one bag are combined.
@@ -61,11 +62,28 @@ struct TableSpec {
   std::string name;                 ///< unique; see validate_table_name (it names checkpoint files)
   std::int64_t rows = 0;            ///< number of rows (> 0); keys are in [0, rows)
   std::int32_t dim = 0;             ///< row width in elements (> 0)
-  DType dtype = DType::kF32;        ///< element type (fp32 only for now)
+  DType dtype = DType::kF32;        ///< element type of the rows
   Pooling pooling = Pooling::kSum;  ///< bag pooling
   InitializerSpec init;             ///< initial values
   OptimizerSpec optimizer;          ///< update rule applied by backward()
+  /// Element type of the optimizer state: fp32, or bf16 for adagrad and adam (sgd has none;
+  /// rowwise_adagrad keeps its one fp32 per row).
+  DType state_dtype = DType::kF32;
+  /// Rounds updated half-size weights (and state) stochastically instead of to nearest even, with
+  /// random bits that are a pure function of (seed, table, row, step, column): only for a table
+  /// with a half-size dtype or state_dtype.
+  bool stochastic_rounding = false;
+  /// Element type of the table's forward outputs and backward gradients.
+  DType output_dtype = DType::kF32;
 };
+
+/// Whether validate accepts half-size element types (a dtype, state_dtype or output_dtype other
+/// than fp32). False until every engine stores them (issue 31): validate refuses them, by table and
+/// field, wherever a config enters (a C++ TableSpec, a store_config JSON, Python). The one switch
+/// for them; tests of the parts that already handle them (the reference store) turn it on around
+/// themselves. Not for concurrent use with validate.
+bool half_dtypes_accepted() noexcept;
+void set_half_dtypes_accepted(bool accepted) noexcept;
 
 /// Widest row a table may have (elements), and most bytes of weights and optimizer state a table
 /// may hold: bounds that keep every size computation within 64 bits.
@@ -86,11 +104,14 @@ inline constexpr std::size_t kMaxTableNameBytes = 128;
 /// 128 bytes of letters, digits, '_', '-' and '.', not starting with '.')".
 Status validate_table_name(const std::string& name);
 
-/// Optimizer-state floats kept per row: sgd 0, adagrad dim, rowwise_adagrad 1, adam 2*dim.
+/// Optimizer-state elements kept per row: sgd 0, adagrad dim, rowwise_adagrad 1, adam 2*dim.
 std::int32_t optimizer_state_dim(OptimizerKind kind, std::int32_t dim) noexcept;
 
-/// Checks a spec: its name (validate_table_name), then "table 'user': dim 0 must be > 0". Does not
-/// check name uniqueness, nor the shard origin in `init` (validate(StoreConfig) does).
+/// Checks a spec: its name (validate_table_name), then "table 'user': dim 0 must be > 0". Refuses a
+/// state_dtype other than fp32 or bf16, bf16 state for sgd and rowwise_adagrad, stochastic
+/// rounding on a table with no half-size element, and half-size dtypes while
+/// half_dtypes_accepted() is false. Does not check name uniqueness, nor the shard origin in `init`
+/// (validate(StoreConfig) does).
 Status validate(const TableSpec& spec);
 
 /// Names used in configs and messages ("sum", "rowwise_adagrad", "fp32") and their parsers.

@@ -146,7 +146,7 @@ class ReferenceStore final : public Store {
           }
         }
       }
-      const OptimizerStep st = make_optimizer_step(t.spec.optimizer, step_);
+      const OptimizerStep st = make_optimizer_step(t.spec, step_);
       for (auto& [key, sum] : sums) apply_optimizer(st, t.row(key), t.state_of(key), sum.finish(dim), dim);
     }
     batches_.erase(id);

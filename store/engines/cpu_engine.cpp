@@ -82,7 +82,7 @@ class CpuEngine final : public Engine {
     for_each_feature(f, [&](std::size_t i) {
       const std::size_t fi = static_cast<std::size_t>(f.feature[i]);
       const TableSpec& spec = config_.tables[static_cast<std::size_t>(f.table[i])].spec;
-      tables_.at(f.table[i]).backward(batch.features[fi], grads[fi].data, make_optimizer_step(spec.optimizer, t));
+      tables_.at(f.table[i]).backward(batch.features[fi], grads[fi].data, make_optimizer_step(spec, t));
     });
     return Status::ok();
   }

@@ -254,8 +254,7 @@ class OffloadEngine final : public Engine {
     }
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const std::size_t fi = static_cast<std::size_t>(f.feature[i]);
-      tables_.at(f.table[i])
-          .backward(batch.features[fi], b.grads[i], make_optimizer_step(spec_of(f.table[i]).optimizer, t));
+      tables_.at(f.table[i]).backward(batch.features[fi], b.grads[i], make_optimizer_step(spec_of(f.table[i]), t));
     }
     release(b);
     return Status::ok();
