@@ -44,10 +44,8 @@ Status validate(const JaggedKeys& f, const TableSpec& spec, std::int64_t expecte
 /// dereference. Keys (KeyBatch) are always host memory: the planner reads them on the CPU.
 enum class MemorySpace { kHost, kDevice };
 
-/// Row-major matrix view. Non-owning. `space` says where `data` lives (host unless set), so that
-/// `{ptr, rows, cols}` stays a host view. `dtype` is the element type (fp32 unless set): `data` is
-/// the address of the first element whatever it is, so a half-size view holds 2-byte elements
-/// there, read and written as their bits (core/half.hpp).
+/// Row-major matrix view. Non-owning. `space` says where `data` lives and `dtype` what it holds
+/// (a host fp32 view unless set, so `{ptr, rows, cols}` stays one; `data`: the first element).
 struct MatrixView {
   float* data = nullptr;  ///< (rows, cols), row-major
   std::int64_t rows = 0;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "core/half.hpp"
 #include "core/record_layout.hpp"
 #include "core/text.hpp"
 

@@ -2,6 +2,7 @@
 // Turns on half_dtypes_accepted() (core/table_spec.hpp) for a test's scope, for tests of the parts
 // that already handle half-size elements (the reference store) while validate still refuses them.
 
+#include "core/half.hpp"
 #include "core/table_spec.hpp"
 
 namespace strata {
