@@ -47,12 +47,12 @@ bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
     const TableSpec& spec = c.tables[t].spec;
     for (float w : s.weights[t])
       if (!same_bits(rounded(spec.dtype, w, false, 0), w))
-        return ::testing::AssertionFailure() << "table " << spec.name << ": weight " << w << " is no "
-                                             << to_string(spec.dtype);
+        return ::testing::AssertionFailure()
+               << "table " << spec.name << ": weight " << w << " is no " << to_string(spec.dtype);
     for (float v : s.state[t])
       if (!same_bits(rounded(spec.state_dtype, v, false, 0), v))
-        return ::testing::AssertionFailure() << "table " << spec.name << ": state " << v << " is no "
-                                             << to_string(spec.state_dtype);
+        return ::testing::AssertionFailure()
+               << "table " << spec.name << ": state " << v << " is no " << to_string(spec.state_dtype);
   }
   return ::testing::AssertionSuccess();
 }
