@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "core/record_layout.hpp"
 #include "gpu/device.hpp"
 #include "gpu/kernels/launch_args.hpp"
 #include "host/dedup.hpp"

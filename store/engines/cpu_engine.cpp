@@ -134,7 +134,7 @@ class CpuEngine final : public Engine {
       x.ops = &tables_.at(f.table[i]);
       x.keys = &batch.features[fi];
       x.grads = grads[fi].data;
-      x.step = make_optimizer_step(config_.tables[static_cast<std::size_t>(f.table[i])].spec.optimizer, t);
+      x.step = make_optimizer_step(config_.tables[static_cast<std::size_t>(f.table[i])].spec, t);
       features_.push_back(x);
     }
     batch_.backward(features_);

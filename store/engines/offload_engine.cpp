@@ -265,7 +265,7 @@ class OffloadEngine final : public Engine {
       x.ops = &tables_.at(f.table[i]);
       x.keys = &batch.features[static_cast<std::size_t>(f.feature[i])];
       x.grads = b.grads[i];
-      x.step = make_optimizer_step(spec_of(f.table[i]).optimizer, t);
+      x.step = make_optimizer_step(spec_of(f.table[i]), t);
       features_.push_back(x);
     }
     host_.backward(features_);

@@ -188,7 +188,7 @@ struct ModelOptions {
 };
 
 /// Host memory a store maps for its tables' records (weights and optimizer state), as it allocates
-/// them: records padded to record_stride, tables of 1 MiB and more in arenas of their own rounded up
+/// them: records padded to record_words, tables of 1 MiB and more in arenas of their own rounded up
 /// to 2 MiB, smaller tables packed into shared 2 MiB arenas (one set per engine and NUMA node; see
 /// host/host_table.hpp). mapped_bytes is exact: it equals the growth of
 /// NumaArena::live_mapped_bytes() when the store opens. scratch_bytes bounds the per-table scratch

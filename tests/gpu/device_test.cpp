@@ -20,6 +20,7 @@
 #include <xmmintrin.h>
 #endif
 
+#include "core/record_layout.hpp"
 #include "gpu/detail/cuda_probe.hpp"
 #include "gpu/device.hpp"
 #include "gpu/kernels/launch_args.hpp"

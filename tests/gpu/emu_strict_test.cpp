@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/record_layout.hpp"
 #include "gpu/device.hpp"
 #include "gpu/kernels/launch_args.hpp"
 #include "host/host_table.hpp"
