@@ -10,10 +10,11 @@
 namespace strata::gpu {
 
 /// Grows `b` (a DeviceBuffer or PinnedBuffer of `dev`) to hold at least `bytes`, allocating twice
-/// that so that slowly growing requests reallocate rarely. The contents are not kept, the capacity
-/// is: the old buffer is freed first (no two at once), and when the larger allocation fails the old
-/// size is allocated again, so work that fits the old capacity (reserved earlier) still runs. The
-/// caller must know that no queued work uses `b` when it grows. Errors: the allocation's.
+/// that so that slowly growing requests reallocate rarely, or exactly `bytes` when twice does not
+/// fit. The contents are not kept, the capacity is: the old buffer is freed first (no two at once),
+/// and when neither allocation succeeds the old size is allocated again, so work that fits the old
+/// capacity (reserved earlier) still runs. The caller must know that no queued work uses `b` when
+/// it grows. Errors: the allocation's (of exactly `bytes`).
 template <class B>
 Status grow_buffer(B& b, std::size_t bytes, Device& dev) {
   static_assert(std::is_same_v<B, DeviceBuffer> || std::is_same_v<B, PinnedBuffer>);
@@ -28,6 +29,7 @@ Status grow_buffer(B& b, std::size_t bytes, Device& dev) {
   const std::size_t old = b.bytes();
   b = B{};
   auto bigger = allocate(std::max<std::size_t>(2 * bytes, 64));
+  if (!bigger) bigger = allocate(bytes);
   if (!bigger) {
     if (old > 0) {
       if (auto back = allocate(old)) b = std::move(back).value();
