@@ -102,7 +102,7 @@ bool Device::grow_scratch(std::size_t bytes) {
   // Nor when this need or less failed before and nothing was freed since.
   if (bytes >= scratch_refused_ && in_use >= scratch_refused_in_use_) return false;
   // Growing frees the old scratch first, which waits for the device's queued work (its last user's too).
-  if (grow_buffer(scratch_, bytes, *this).is_ok()) {
+  if (grow_buffer(scratch_, bytes, *this, Growth::kTwiceOrExact).is_ok()) {
     scratch_refused_ = SIZE_MAX;
     return true;
   }

@@ -336,12 +336,13 @@ class Device {
   virtual void record_error(Status st) = 0;
   /// Calls `issue` with the device's scratch, at least `bytes` of device memory, for what it
   /// issues to `s`; with nullptr when `bytes` is 0 or the scratch cannot grow that far (the
-  /// operation then issues without it). The scratch grows as gpu/grow_buffer.hpp does and is kept,
-  /// so a steady run allocates nothing, until an allocation needs its room (allocate); its event
-  /// is made with the first scratch. A need that does not fit in place of the old scratch is not
-  /// tried (the old one is kept), nor is one that failed, until memory was freed. Calls are
-  /// serialized (`issue` must not wait for another thread's device call), and the work `issue`
-  /// queues on `s` waits for the last call's (an event), whichever stream that was on.
+  /// operation then issues without it). The scratch grows as gpu/grow_buffer.hpp does
+  /// (Growth::kTwiceOrExact) and is kept, so a steady run allocates nothing, until an allocation
+  /// needs its room (allocate); its event is made with the first scratch. A need that does not fit
+  /// in place of the old scratch is not tried (the old one is kept), nor is one that failed, until
+  /// memory was freed. Calls are serialized (`issue` must not wait for another thread's device
+  /// call), and the work `issue` queues on `s` waits for the last call's (an event), whichever
+  /// stream that was on.
   void with_scratch(StreamView s, std::size_t bytes, const std::function<void(void*)>& issue);
   /// Frees the scratch: the first thing a backend's destructor does (the free needs the backend).
   void free_scratch() noexcept;
