@@ -99,7 +99,7 @@ bool Device::grow_scratch(std::size_t bytes) {
   // test): the old one is kept, with no free (a device-wide sync) nor allocation.
   const std::size_t in_use = in_use_.load();
   if (bytes > info_.capacity - (in_use - scratch_.bytes())) return false;
-  // Nor when this need or less failed before and nothing was freed since.
+  // Nor when a need no larger than this one failed and nothing was freed since.
   if (bytes >= scratch_refused_ && in_use >= scratch_refused_in_use_) return false;
   // Growing frees the old scratch first, which waits for the device's queued work (its last user's too).
   if (grow_buffer(scratch_, bytes, *this, Growth::kTwiceOrExact).is_ok()) {
