@@ -98,6 +98,6 @@ void backward_update_tables(const std::vector<TableBatchItem>& items, TableBatch
 
 /// Row bytes of a chunk of the table-batched calls: a chunk of bags reads about this many bytes
 /// of rows (at least one bag, at most the table's whole batch).
-inline constexpr std::int64_t kTableChunkBytes = 128 * 1024;
+inline constexpr std::int64_t kTableChunkBytes = std::int64_t{128} * 1024;
 
 }  // namespace strata
