@@ -85,9 +85,7 @@ namespace {
 // at 4-6 instructions a float).
 bool has_nonfinite(const float* row, std::int64_t n) {
   constexpr std::uint32_t kExponent = 0x7f800000u;
-  // A lane-wise comparison gives all ones (-1) in the lanes where it holds, 0 elsewhere.
-  using Lanes = std::int32_t __attribute__((vector_size(simd::kVectorBytes)));
-  Lanes any_lane{};
+  simd::I32s any_lane{};  // the comparisons' lane masks, or-ed
   std::int64_t j = 0;
   for (; j + simd::kFloats <= n; j += simd::kFloats) {
     simd::U32s bits;
