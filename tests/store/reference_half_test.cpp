@@ -33,6 +33,12 @@ StoreConfig half_config(StoreConfig c, DType dtype, bool sr) {
   return c;
 }
 
+// `c` with every table's outputs and gradients of `out`.
+StoreConfig with_output_dtype(StoreConfig c, DType out) {
+  for (TableConfig& t : c.tables) t.spec.output_dtype = out;
+  return c;
+}
+
 std::unique_ptr<Store> open_reference(const StoreConfig& c) {
   auto s = open_reference_store(c);
   EXPECT_TRUE(s.is_ok()) << s.status().to_string();
@@ -171,8 +177,7 @@ TEST(ReferenceHalf, HalfOutputsAreRoundedOutputsAndHalfGradientsAreWidened) {
   std::mt19937_64 rng(23);
   StoreConfig wide = testing::random_config(rng, 4);
   for (const DType out : {DType::kBF16, DType::kF16}) {
-    StoreConfig half = wide;
-    for (TableConfig& t : half.tables) t.spec.output_dtype = out;
+    const StoreConfig half = with_output_dtype(wide, out);
     auto a = open_reference(wide), b = open_reference(half);
     ASSERT_TRUE(a && b);
     for (int step = 1; step <= 4; ++step) {
@@ -214,8 +219,7 @@ TEST(ReferenceHalf, NonFiniteHalfGradientsAndViewsOfAnotherDtypeAreRefused) {
   std::mt19937_64 rng(31);
   StoreConfig wide = testing::random_config(rng, 3);
   for (const DType out : {DType::kBF16, DType::kF16}) {
-    StoreConfig half = wide;
-    for (TableConfig& t : half.tables) t.spec.output_dtype = out;
+    const StoreConfig half = with_output_dtype(wide, out);
     auto store = open_reference(half);
     ASSERT_TRUE(store);
     KeyBatch kb;
