@@ -102,6 +102,14 @@ TEST(NumaHome, WithoutNumaSupportDegradesToNoBindingWithANote) {
                                   "constrained");
 }
 
+TEST(NumaHome, AutoIsAConfigValue) {
+  ASSERT_TRUE(parse_numa_policy("auto").is_ok());
+  EXPECT_EQ(parse_numa_policy("auto").value(), NumaPolicy::kAuto);
+  EXPECT_STREQ(to_string(NumaPolicy::kAuto), "auto");
+  EXPECT_EQ(parse_numa_policy("gpu").status().message(),
+            "unknown numa policy 'gpu' (expected auto, interleave or bind)");
+}
+
 TEST(NumaHome, InterleaveAndBindAsBefore) {
   const Topology topo = Topology::fake(2).with_gpus({{hwloc_bus(0), "gpu", 0}});
   const NumaAbilities can{true, {0, 1}};
@@ -157,14 +165,11 @@ TEST(NumaHome, HostTablePagesLieOnTheGpusNode) {
 }
 
 TEST(NumaHome, StoreStatsSayWhereTheHostTierIs) {
-  StoreConfig c;
-  TableConfig t;
-  t.spec.name = "t";
-  t.spec.rows = 10;
-  t.spec.dim = 4;
-  t.placement = Placement::kOffload;
-  c.tables = {t};
-  c.device.backend = BackendChoice::kEmu;
+  auto parsed = parse_store_config(
+      R"({"tables": [{"name": "t", "rows": 10, "dim": 4, "placement": "offload"}], "device": {"backend": "emu"}})");
+  ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
+  StoreConfig c = parsed.value();
+  EXPECT_EQ(c.numa, NumaPolicy::kAuto) << "the default";
   auto emu = Store::open(c);
   ASSERT_TRUE(emu.is_ok()) << emu.status().to_string();
   EXPECT_EQ(emu.value()->stats().numa.note, "numa auto: the device has no PCI bus id (emu); host tier interleaved");
