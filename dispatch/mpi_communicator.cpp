@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "dispatch/detail/comm_check.hpp"
+#include "dispatch/detail/device_stage.hpp"
 #include "gpu/device.hpp"
 
 namespace strata::dispatch {
@@ -298,126 +299,41 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
-  // ---- device buffers: staged through pinned host memory ----
-  // Each call checks its arguments and readies the device (detail::judge_space), copies what
-  // leaves this rank D2H into the pinned send stage, runs the host collective between the stages
-  // and copies what arrived H2D. This rank's own share moves device to device. A failure before
-  // the data moves goes to the host collective as this rank's argument error or device error, so
-  // every rank fails the call alike (and a device error leaves the communicator usable).
+  // ---- device buffers: staged through pinned host memory (detail/device_stage.hpp) ----
 
   Status do_all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
                          const std::int64_t* recv_counts, const std::int64_t* recv_displs,
                          const BufferSpace& space) override {
     if (!space.on_device())
       return all_to_all_v_host(send, send_counts, send_displs, recv, recv_counts, recv_displs, "");
-    CallInfo pre;
-    pre.arg_error =
-        detail::check_a2a_arguments(size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
-    detail::judge_space(pre, space);
-    if (!pre.arg_error.empty() || !pre.device_error.is_ok())
-      return all_to_all_v_host(send, send_counts, send_displs, recv, recv_counts, recv_displs, pre.arg_error,
-                               pre.device_error);
-    // No overflow: check_a2a_arguments refused any displacement + count past int64.
-    std::int64_t send_end = 0, recv_end = 0;
-    for (int p = 0; p < size_; ++p) {
-      if (send_counts[p] > 0) send_end = std::max(send_end, send_displs[p] + send_counts[p]);
-      if (recv_counts[p] > 0) recv_end = std::max(recv_end, recv_displs[p] + recv_counts[p]);
-    }
-    gpu::Device& d = *space.device;
-    DeviceStage& st = stage_of(d);
-    Status staged = grow(st, d, send_end, recv_end);
-    if (staged.is_ok()) {
-      for (int p = 0; p < size_; ++p) {
-        if (p == rank_ || send_counts[p] == 0) continue;
-        d.copy_d2h(space.stream, st.send.as<char>() + send_displs[p], static_cast<const char*>(send) + send_displs[p],
-                   static_cast<std::size_t>(send_counts[p]));
-      }
-      staged = synchronized(space);
-    }
-    // With the caller's pointers, as above: a stage that failed to grow is empty, and the host
-    // path's own check would report it as a null buffer instead of this error.
-    if (!staged.is_ok())
-      return all_to_all_v_host(send, send_counts, send_displs, recv, recv_counts, recv_displs, "", staged);
-    // This rank's own share stays on the device: out of the host collective's way (zero bytes to
-    // itself; every rank sees its own counts, so the others are not affected).
-    std::vector<std::int64_t> sc(send_counts, send_counts + size_), rc(recv_counts, recv_counts + size_);
-    const std::int64_t own = recv_counts[rank_];
-    if (own == send_counts[rank_]) sc[rank_] = rc[rank_] = 0;
-    STRATA_RETURN_IF_ERROR(
-        all_to_all_v_host(st.send.data(), sc.data(), send_displs, st.recv.data(), rc.data(), recv_displs, ""));
-    // The own share first, device to device, unless it is in place: compared by address, for send
-    // and recv may be one buffer whose displacements keep the ranges apart. No received range
-    // overlaps its source (check_a2a_arguments), and it goes first all the same, so that nothing
-    // queued after could ever overwrite what it reads.
-    if (own > 0) {
-      char* own_to = static_cast<char*>(recv) + recv_displs[rank_];
-      const char* own_from = static_cast<const char*>(send) + send_displs[rank_];
-      if (own_to != own_from) d.copy_d2d(space.stream, own_to, own_from, static_cast<std::size_t>(own));
-    }
-    for (int p = 0; p < size_; ++p) {
-      if (p == rank_ || recv_counts[p] == 0) continue;
-      d.copy_h2d(space.stream, static_cast<char*>(recv) + recv_displs[p], st.recv.as<char>() + recv_displs[p],
-                 static_cast<std::size_t>(recv_counts[p]));
-    }
-    // The host collective counted the bytes to peers; the own share moves none between ranks.
-    return d.synchronize(space.stream).with_context("all_to_all_v");
+    return detail::staged_all_to_all_v(
+        stages_, size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs, space,
+        [&](const void* hs, const std::int64_t* hsc, const std::int64_t* hsd, void* hr, const std::int64_t* hrc,
+            const std::int64_t* hrd, const std::string& arg_error, const Status& device_error) {
+          return all_to_all_v_host(hs, hsc, hsd, hr, hrc, hrd, arg_error, device_error);
+        });
   }
 
   Status do_all_gather(const void* send, std::int64_t bytes, void* recv, const BufferSpace& space) override {
     if (!space.on_device()) return all_gather_host(send, bytes, recv, "");
-    CallInfo pre;
-    pre.arg_error = detail::check_all_gather_arguments(size_, send, bytes, recv);
-    detail::judge_space(pre, space);
-    gpu::Device& d = *space.device;
-    DeviceStage& st = stage_of(d);
-    const bool ready = pre.arg_error.empty() && pre.device_error.is_ok();
-    if (ready) pre.device_error = grow(st, d, bytes, bytes * size_);
-    if (ready && pre.device_error.is_ok() && bytes > 0) {
-      d.copy_d2h(space.stream, st.send.data(), send, static_cast<std::size_t>(bytes));
-      pre.device_error = synchronized(space);
-    }
-    if (!pre.arg_error.empty() || !pre.device_error.is_ok())
-      return all_gather_host(send, bytes, recv, pre.arg_error, pre.device_error);
-    STRATA_RETURN_IF_ERROR(all_gather_host(st.send.data(), bytes, st.recv.data(), ""));
-    if (bytes == 0) return Status::ok();
-    for (int p = 0; p < size_; ++p) {
-      char* to = static_cast<char*>(recv) + p * bytes;
-      if (p != rank_) {
-        d.copy_h2d(space.stream, to, st.recv.as<char>() + p * bytes, static_cast<std::size_t>(bytes));
-      } else if (to != send) {
-        d.copy_d2d(space.stream, to, send, static_cast<std::size_t>(bytes));
-      }
-    }
-    return d.synchronize(space.stream).with_context("all_gather");
+    return detail::staged_all_gather(
+        stages_, size_, rank_, send, bytes, recv, space,
+        [&](const void* hs, void* hr, const std::string& arg_error, const Status& device_error) {
+          return all_gather_host(hs, bytes, hr, arg_error, device_error);
+        });
   }
 
   Status do_broadcast(void* data, std::int64_t bytes, int root, const BufferSpace& space) override {
     if (!space.on_device()) return broadcast_host(data, bytes, root, "");
-    CallInfo pre;
-    pre.arg_error = detail::check_broadcast_arguments(size_, data, bytes, root);
-    detail::judge_space(pre, space);
-    gpu::Device& d = *space.device;
-    DeviceStage& st = stage_of(d);
-    const bool ready = pre.arg_error.empty() && pre.device_error.is_ok();
-    if (ready) pre.device_error = grow(st, d, bytes, 0);
-    const bool moves = bytes > 0 && size_ > 1;
-    if (ready && pre.device_error.is_ok() && moves && rank_ == root) {
-      d.copy_d2h(space.stream, st.send.data(), data, static_cast<std::size_t>(bytes));
-      pre.device_error = synchronized(space);
-    }
-    if (!pre.arg_error.empty() || !pre.device_error.is_ok())
-      return broadcast_host(data, bytes, root, pre.arg_error, pre.device_error);
-    STRATA_RETURN_IF_ERROR(broadcast_host(st.send.data(), bytes, root, ""));
-    if (!moves || rank_ == root) return Status::ok();
-    d.copy_h2d(space.stream, data, st.send.data(), static_cast<std::size_t>(bytes));
-    return d.synchronize(space.stream).with_context("broadcast");
+    return detail::staged_broadcast(stages_, size_, rank_, data, bytes, root, space,
+                                    [&](void* hd, const std::string& arg_error, const Status& device_error) {
+                                      return broadcast_host(hd, bytes, root, arg_error, device_error);
+                                    });
   }
 
   void forget_device(const gpu::Device& device) noexcept override {
     // Only `device`'s pinned buffers go; the other devices' stages stay as they are.
-    stages_.erase(
-        std::remove_if(stages_.begin(), stages_.end(), [&](const DeviceStage& s) { return s.device == &device; }),
-        stages_.end());
+    stages_.forget(device);
   }
 
   Status barrier() override {
@@ -443,45 +359,6 @@ class MpiCommunicator final : public Communicator {
     std::vector<char> reduce_in;                       // all_reduce: the peers' parts of this rank's slice
     WireFailure failure;                               // the failure report sent to peers
   };
-
-  // Pinned staging of one device's buffers, allocated from that device (pinned memory belongs to
-  // a device in this layer's accounting); grown to twice the largest call with it, so a steady
-  // state allocates nothing, also when several devices (the stores sharing this communicator)
-  // take turns. Freed by forget_device().
-  struct DeviceStage {
-    const gpu::Device* device = nullptr;
-    gpu::PinnedBuffer send, recv;
-  };
-
-  // The stage of `d` (an empty one the first time). A reference into stages_: valid until the next
-  // stage_of() or forget_device().
-  DeviceStage& stage_of(const gpu::Device& d) {
-    // A linear search: a process has a device or two per communicator.
-    for (DeviceStage& s : stages_) {
-      if (s.device == &d) return s;
-    }
-    DeviceStage& s = stages_.emplace_back();
-    s.device = &d;
-    return s;
-  }
-
-  // Makes `st`, the stage of `d`, hold at least `send` and `recv` bytes: OK or what failed.
-  static Status grow(DeviceStage& st, gpu::Device& d, std::int64_t send, std::int64_t recv) {
-    for (auto [buf, want] : {std::pair<gpu::PinnedBuffer*, std::int64_t>{&st.send, send}, {&st.recv, recv}}) {
-      if (static_cast<std::int64_t>(buf->bytes()) >= want) continue;
-      *buf = gpu::PinnedBuffer{};
-      // Twice the call, in size_t (2 * want could overflow int64; such a request fails anyway).
-      const auto bytes = static_cast<std::size_t>(want);
-      auto b = d.allocate_pinned(bytes <= SIZE_MAX / 2 ? 2 * bytes : bytes);
-      if (!b) return b.status().with_context("pinned staging of device buffers");
-      *buf = std::move(b).value();
-    }
-    return Status::ok();
-  }
-
-  static Status synchronized(const BufferSpace& space) {
-    return space.device->synchronize(space.stream).with_context("staging device buffers failed");
-  }
 
   int tag(std::uint64_t seq, int phase) const noexcept {
     return kFirstTag + static_cast<int>(seq % static_cast<std::uint64_t>(tag_span_)) * kTagsPerCall + phase;
@@ -733,7 +610,7 @@ class MpiCommunicator final : public Communicator {
   std::uint64_t seq_ = 0;
   Status broken_;
   Buffers buffers_;
-  std::vector<DeviceStage> stages_;     // pinned staging of device buffers, one per device
+  detail::DeviceStages stages_;         // pinned staging of device buffers, one per device
   std::vector<MPI_Request> graveyard_;  // requests of failed calls (and failure reports) still pending
   std::atomic<std::int64_t> sent_{0}, received_{0}, calls_{0};
 };
