@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "core/record_layout.hpp"
 #include "host/host_table.hpp"
 #include "toolkit/workload.hpp"
 

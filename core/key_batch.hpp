@@ -44,13 +44,14 @@ Status validate(const JaggedKeys& f, const TableSpec& spec, std::int64_t expecte
 /// dereference. Keys (KeyBatch) are always host memory: the planner reads them on the CPU.
 enum class MemorySpace { kHost, kDevice };
 
-/// Row-major float matrix view. Non-owning. `space` says where `data` lives (host unless set), so
-/// that `{ptr, rows, cols}` stays a host view.
+/// Row-major matrix view. Non-owning. `space` says where `data` lives and `dtype` what it holds
+/// (a host fp32 view unless set, so `{ptr, rows, cols}` stays one; `data`: the first element).
 struct MatrixView {
   float* data = nullptr;  ///< (rows, cols), row-major
   std::int64_t rows = 0;
   std::int64_t cols = 0;
   MemorySpace space = MemorySpace::kHost;
+  DType dtype = DType::kF32;
 };
 /// Read-only counterpart of MatrixView.
 struct ConstMatrixView {
@@ -58,6 +59,7 @@ struct ConstMatrixView {
   std::int64_t rows = 0;
   std::int64_t cols = 0;
   MemorySpace space = MemorySpace::kHost;
+  DType dtype = DType::kF32;
 };
 /// "host" or "device".
 inline const char* to_string(MemorySpace s) noexcept { return s == MemorySpace::kDevice ? "device" : "host"; }

@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
+#include "core/half.hpp"
 #include "core/hd.hpp"
 #include "core/table_spec.hpp"
 
@@ -95,21 +97,93 @@ STRATA_HD float grad_scale(Pooling p, std::int64_t len, const float* weights, st
 /// many warps at once, one segment each, and results still agree bit for bit.
 inline constexpr std::int64_t kGradSegment = 128;
 
+/// Mixed into a table's initializer seed to seed its stochastic rounding (rounding_seed), so the
+/// rounding bits and the initial values are drawn from unrelated streams.
+inline constexpr std::uint64_t kRoundingSeed = 0x7C1B5F2A93E4D068ull;
+
+/// The seed of a table's stochastic rounding bits: a pure function of its initializer seed and
+/// name, so every placement, shard, cache and rank of the table draws the same bits.
+inline std::uint64_t rounding_seed(const TableSpec& spec) {
+  return table_seed(spec.init.seed ^ kRoundingSeed, table_name_hash(spec.name));
+}
+
+/// How an optimizer step stores the values it computed in fp32: each updated weight (and state
+/// element) is rounded once to its element type, to nearest even or stochastically with the bits
+/// rounding_bits(row_key(local row, salt), col_offset + c) (core/half.hpp), so the bits depend on
+/// (seed, table, global row, step, global column, salt) only. The identity for fp32 elements.
+struct Rounding {
+  std::uint64_t tseed = 0;          ///< rounding_seed(spec)
+  std::int64_t step = 0;            ///< the backward's 1-based step (Adam's t)
+  std::int64_t row_stride = 1;      ///< local row -> global row, as InitializerSpec::global_row
+  std::int64_t row_offset = 0;      ///<
+  std::int32_t col_offset = 0;      ///< local column -> global column
+  DType dtype = DType::kF32;        ///< the weights' element type
+  DType state_dtype = DType::kF32;  ///< the optimizer state's element type
+  bool stochastic = false;          ///< stochastic rounding (else to nearest even)
+
+  /// The key of local row `local`'s rounding bits for what `salt` names (rounding_row_key).
+  STRATA_HD std::uint64_t row_key(std::int64_t local, RoundingSalt salt) const {
+    return rounding_row_key(tseed, local * row_stride + row_offset, step, salt);
+  }
+  /// The rounding bits of local column c of a row whose key is `key` (0 unless stochastic).
+  STRATA_HD std::uint32_t bits(std::uint64_t key, std::int32_t c) const {
+    return stochastic ? rounding_bits(key, std::int64_t{col_offset} + c) : 0u;
+  }
+};
+
 /// Everything one optimizer step needs besides the row: the spec plus Adam's bias corrections for
-/// the store-wide step number t (1-based), precomputed once per backward on the host.
+/// the store-wide step number t (1-based), precomputed once per backward on the host, and how the
+/// results are rounded into the row.
 struct OptimizerStep {
   OptimizerSpec spec;
   float bias1 = 1.0f;  ///< 1 - beta1^t
   float bias2 = 1.0f;  ///< 1 - beta2^t
+  Rounding round;
 };
 
-/// Builds the step parameters for store step t >= 1.
+/// Builds the step parameters of an fp32 table for store step t >= 1 (rows stored unrounded).
 inline OptimizerStep make_optimizer_step(const OptimizerSpec& spec, std::int64_t t) {
   OptimizerStep s;
   s.spec = spec;
   s.bias1 = static_cast<float>(1.0 - std::pow(static_cast<double>(spec.beta1), static_cast<double>(t)));
   s.bias2 = static_cast<float>(1.0 - std::pow(static_cast<double>(spec.beta2), static_cast<double>(t)));
+  s.round.step = t;
   return s;
+}
+
+/// Builds the step parameters of table `spec` (its optimizer, element types, rounding and shard
+/// origin) for store step t >= 1.
+inline OptimizerStep make_optimizer_step(const TableSpec& spec, std::int64_t t) {
+  OptimizerStep s = make_optimizer_step(spec.optimizer, t);
+  Rounding& r = s.round;
+  r.dtype = spec.dtype;
+  r.state_dtype = spec.state_dtype;
+  r.stochastic = spec.stochastic_rounding;
+  r.tseed = r.stochastic ? rounding_seed(spec) : 0;
+  r.row_stride = spec.init.row_stride;
+  r.row_offset = spec.init.row_offset;
+  r.col_offset = spec.init.col_offset;
+  return s;
+}
+
+/// Stores the fp32 value w as element c of a row of `Elem`s (float, Bf16 or F16), rounded as `r`
+/// says; `key` is the row's r.row_key (with the salt of what the row holds: weights or a state
+/// vector). The identity for float.
+template <class Elem>
+STRATA_HD void store_weight(const Rounding& r, std::uint64_t key, std::int32_t c, float w, Elem* dst) {
+  if constexpr (std::is_same_v<Elem, float>) {
+    (void)r;
+    (void)key;
+    dst[c] = w;
+  } else {
+    dst[c].bits = narrow(Elem::kDType, w, r.stochastic, r.bits(key, c));
+  }
+}
+
+/// The value an element of type `dtype` holds once w is stored as element c of the row keyed `key`
+/// (store_weight, widened back): what the reference keeps in place of a half-size element.
+STRATA_HD float stored_value(const Rounding& r, DType dtype, std::uint64_t key, std::int32_t c, float w) {
+  return rounded(dtype, w, r.stochastic, r.bits(key, c));
 }
 
 /// Applies one optimizer step to a row in place. A learning rate of 0 leaves `w` as it is (its

@@ -1,12 +1,18 @@
 #include "core/table_spec.hpp"
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
+#include "core/half.hpp"
+#include "core/record_layout.hpp"
 #include "core/text.hpp"
 
 namespace strata {
 namespace {
+
+std::atomic<bool> half_accepted{false};  // half_dtypes_accepted()
 
 bool name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
@@ -30,7 +36,36 @@ std::string shown_name(const std::string& name) {
   return name.size() > kShown ? out + "..." : out;
 }
 
+// The element types' rules (their ranges were checked): the state_dtype an optimizer may have,
+// stochastic rounding only where something is rounded, and half-size types only once accepted.
+Status validate_dtypes(const TableSpec& s, const std::string& who) {
+  const OptimizerKind kind = s.optimizer.kind;
+  if (s.state_dtype != DType::kF32 && s.state_dtype != DType::kBF16)
+    return Status::invalid_argument(who + ": state_dtype " + to_string(s.state_dtype) + " (expected fp32 or bf16)");
+  if (s.state_dtype == DType::kBF16 && (kind == OptimizerKind::kSgd || kind == OptimizerKind::kRowwiseAdagrad))
+    return Status::invalid_argument(
+        who + ": state_dtype bf16 with optimizer " + to_string(kind) +
+        " (expected fp32: bf16 state is for adagrad and adam; " +
+        (kind == OptimizerKind::kSgd ? "sgd keeps no state)" : "rowwise_adagrad keeps one fp32 per row)"));
+  if (s.stochastic_rounding && s.dtype == DType::kF32 && s.state_dtype == DType::kF32)
+    return Status::invalid_argument(who +
+                                    ": stochastic_rounding on a table of fp32 rows and fp32 state (expected a "
+                                    "dtype of bf16 or fp16, or a state_dtype of bf16: fp32 elements are not rounded)");
+  if (half_accepted.load(std::memory_order_relaxed)) return Status::ok();
+  for (const auto& [field, v] : {std::pair<const char*, DType>{"dtype", s.dtype},
+                                 {"state_dtype", s.state_dtype},
+                                 {"output_dtype", s.output_dtype}})
+    if (v != DType::kF32)
+      return Status::invalid_argument(who + ": " + field + " " + to_string(v) +
+                                      " is not supported yet (expected fp32: half-size elements are being built, "
+                                      "issue 31)");
+  return Status::ok();
+}
+
 }  // namespace
+
+bool half_dtypes_accepted() noexcept { return half_accepted.load(std::memory_order_relaxed); }
+void set_half_dtypes_accepted(bool accepted) noexcept { half_accepted.store(accepted, std::memory_order_relaxed); }
 
 Status validate_table_name(const std::string& name) {
   const std::string rule = " (expected 1 to " + std::to_string(kMaxTableNameBytes) +
@@ -78,17 +113,19 @@ Status validate(const TableSpec& s) {
                                     std::to_string(kMaxDim) + " elements");
   // Enums first: a value outside its enum (a cast integer) is named by its number, and must not
   // reach a switch over it.
-  if (to_string(s.dtype)[0] == '?')
-    return Status::invalid_argument(who + ": dtype " + std::to_string(static_cast<int>(s.dtype)) +
-                                    " is out of range (expected fp32, fp16 or bf16)");
+  for (const auto& [field, v] : {std::pair<const char*, DType>{"dtype", s.dtype},
+                                 {"state_dtype", s.state_dtype},
+                                 {"output_dtype", s.output_dtype}})
+    if (to_string(v)[0] == '?')
+      return Status::invalid_argument(who + ": " + field + " " + std::to_string(static_cast<int>(v)) +
+                                      " is out of range (expected fp32, fp16 or bf16)");
   if (to_string(s.pooling)[0] == '?')
     return Status::invalid_argument(who + ": pooling " + std::to_string(static_cast<int>(s.pooling)) +
                                     " is out of range (expected sum, mean or none)");
   if (to_string(s.optimizer.kind)[0] == '?')
     return Status::invalid_argument(who + ": optimizer kind " + std::to_string(static_cast<int>(s.optimizer.kind)) +
                                     " is out of range (expected sgd, adagrad, rowwise_adagrad or adam)");
-  if (s.dtype != DType::kF32)
-    return Status::invalid_argument(who + ": dtype " + to_string(s.dtype) + " is not supported yet (expected fp32)");
+  STRATA_RETURN_IF_ERROR(validate_dtypes(s, who));
   if (!(s.init.bound >= 0.0f) || !std::isfinite(s.init.bound))
     return Status::invalid_argument(who + ": initializer bound " + std::to_string(s.init.bound) + " must be >= 0");
   const OptimizerSpec& o = s.optimizer;
@@ -107,7 +144,7 @@ Status validate(const TableSpec& s) {
     return Status::invalid_argument(who + ": initial_accumulator " + std::to_string(o.initial_accumulator) +
                                     " must be >= 0");
   // Sizes are computed in bytes of size_t: refuse a table whose records could not be addressed.
-  const std::int64_t record_bytes = (std::int64_t{s.dim} + optimizer_state_dim(o.kind, s.dim)) * 4;
+  const std::int64_t record_bytes = record_words(record_shape(s)) * 4;
   if (s.rows > kMaxTableBytes / record_bytes)
     return Status::invalid_argument(
         who + ": " + std::to_string(s.rows) + " rows of " + std::to_string(record_bytes) +

@@ -13,8 +13,7 @@ namespace strata {
 /// Keys are signed 64-bit; a key of a dense table is its row id in [0, rows).
 using Key = std::int64_t;
 
-/// Element type of a table's rows. Only fp32 is implemented; the others are reserved so the
-/// vocabulary (and the checkpoint format, which records the dtype) does not change when they land.
+/// Element type of rows, optimizer state, outputs and gradients (core/half.hpp); math is fp32.
 enum class DType : std::uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
 
 /// How the rows of one bag are combined.
@@ -45,10 +44,9 @@ struct InitializerSpec {
   float bound = 0.01f;     ///< half-width of the uniform range (>= 0)
   std::uint64_t seed = 0;  ///< seed shared by all tables; the table name is mixed in
   /// Origin of a shard (set by dispatch for the local part of a sharded table, not by users): local
-  /// row l, column c takes the initial value of row l * row_stride + row_offset, column
-  /// c + col_offset of the whole table, so every shard starts as a slice of the same table.
-  /// validate(StoreConfig) refuses a config whose tables set them to anything but 1, 0, 0 (the
-  /// whole table), and the JSON config has no fields for them.
+  /// row l, column c starts as row l * row_stride + row_offset, column c + col_offset of the whole
+  /// table. validate(StoreConfig) refuses a config whose tables set them to anything but 1, 0, 0
+  /// (the whole table), and the JSON config has no fields for them.
   std::int64_t row_stride = 1;
   std::int64_t row_offset = 0;
   std::int32_t col_offset = 0;
@@ -58,13 +56,16 @@ struct InitializerSpec {
 
 /// Complete description of one table.
 struct TableSpec {
-  std::string name;                 ///< unique; see validate_table_name (it names checkpoint files)
-  std::int64_t rows = 0;            ///< number of rows (> 0); keys are in [0, rows)
-  std::int32_t dim = 0;             ///< row width in elements (> 0)
-  DType dtype = DType::kF32;        ///< element type (fp32 only for now)
-  Pooling pooling = Pooling::kSum;  ///< bag pooling
-  InitializerSpec init;             ///< initial values
-  OptimizerSpec optimizer;          ///< update rule applied by backward()
+  std::string name;                  ///< unique; see validate_table_name (it names checkpoint files)
+  std::int64_t rows = 0;             ///< number of rows (> 0); keys are in [0, rows)
+  std::int32_t dim = 0;              ///< row width in elements (> 0)
+  DType dtype = DType::kF32;         ///< element type of the rows
+  Pooling pooling = Pooling::kSum;   ///< bag pooling
+  InitializerSpec init;              ///< initial values
+  OptimizerSpec optimizer;           ///< update rule applied by backward()
+  DType state_dtype = DType::kF32;   ///< optimizer state: fp32, or bf16 for adagrad and adam
+  bool stochastic_rounding = false;  ///< round half-size updates stochastically, not to nearest even
+  DType output_dtype = DType::kF32;  ///< forward outputs and backward gradients
 };
 
 /// Widest row a table may have (elements), and most bytes of weights and optimizer state a table
@@ -79,18 +80,17 @@ inline constexpr std::size_t kMaxTableNameBytes = 128;
 
 /// Checks that `name` can name a table, and so a file: 1 to kMaxTableNameBytes bytes of ASCII
 /// letters, digits, '_', '-' and '.', not starting with '.' (never ".", ".." or a hidden file). The
-/// one place this rule lives: validate(TableSpec) calls it, and tools that take table names (say
-/// strata-bench's --tables) may call it to refuse a name before building a config. Errors
-/// (kInvalidArgument) name the table (its first 32 bytes when longer, bytes outside the rule as
-/// \xNN), what is wrong and the rule: "table 'user id': name holds ' ' at byte 4 (expected 1 to
-/// 128 bytes of letters, digits, '_', '-' and '.', not starting with '.')".
+/// one place this rule lives: validate(TableSpec) and tools that take table names (strata-bench's
+/// --tables) call it. Errors (kInvalidArgument) name the table (its first 32 bytes, bytes outside
+/// the rule as \xNN), what is wrong and the rule: "table 'user id': name holds ' ' at byte 4
+/// (expected 1 to 128 bytes of letters, digits, '_', '-' and '.', not starting with '.')".
 Status validate_table_name(const std::string& name);
 
-/// Optimizer-state floats kept per row: sgd 0, adagrad dim, rowwise_adagrad 1, adam 2*dim.
+/// Optimizer-state elements kept per row: sgd 0, adagrad dim, rowwise_adagrad 1, adam 2*dim.
 std::int32_t optimizer_state_dim(OptimizerKind kind, std::int32_t dim) noexcept;
 
-/// Checks a spec: its name (validate_table_name), then "table 'user': dim 0 must be > 0". Does not
-/// check name uniqueness, nor the shard origin in `init` (validate(StoreConfig) does).
+/// Checks a spec: its name (validate_table_name), then "table 'user': dim 0 must be > 0", its dtypes.
+/// Does not check name uniqueness, nor the shard origin in `init` (validate(StoreConfig) does).
 Status validate(const TableSpec& spec);
 
 /// Names used in configs and messages ("sum", "rowwise_adagrad", "fp32") and their parsers.

@@ -1,12 +1,33 @@
 #include "gpu/device.hpp"
 
+#include <cstdint>
 #include <string>
+
+#include "gpu/grow_buffer.hpp"
 
 namespace strata::gpu {
 
 const char* to_string(Backend b) noexcept { return b == Backend::kCuda ? "cuda" : "emu"; }
 
+namespace {
+// The device whose with_scratch call this thread is in (its scratch_m_ is held here), if any.
+thread_local const Device* t_in_scratch = nullptr;
+}  // namespace
+
 Result<DeviceBuffer> Device::allocate(std::size_t bytes) {
+  Result<DeviceBuffer> b = allocate_once(bytes);
+  if (b || b.status().code() != StatusCode::kResourceExhausted) return b;
+  // The scratch yields, unless this thread's with_scratch call holds it (the scratch's own growth).
+  // Another thread's call is waited for: it waits on nothing but queued device work (its growth's
+  // free), which never waits for an allocating thread (a host task may not allocate).
+  if (t_in_scratch == this) return b;
+  std::unique_lock<std::mutex> lock(scratch_m_);
+  scratch_ = DeviceBuffer();
+  lock.unlock();
+  return allocate_once(bytes);
+}
+
+Result<DeviceBuffer> Device::allocate_once(std::size_t bytes) {
   if (bytes == 0) return DeviceBuffer();
   std::size_t used = in_use_.load();
   do {
@@ -47,6 +68,55 @@ ResourceCounts Device::resource_counts() const noexcept {
 
 std::size_t Device::bytes_in_use() const noexcept { return in_use_.load(); }
 std::size_t Device::peak_bytes() const noexcept { return peak_.load(); }
+
+void Device::with_scratch(StreamView s, std::size_t bytes, const std::function<void(void*)>& issue) {
+  if (bytes == 0) {
+    issue(nullptr);
+    return;
+  }
+  const std::lock_guard<std::mutex> lock(scratch_m_);
+  struct InScratch {
+    explicit InScratch(const Device* d) noexcept : previous(t_in_scratch) { t_in_scratch = d; }
+    ~InScratch() { t_in_scratch = previous; }
+    const Device* previous;
+  } in_scratch(this);
+  if (!scratch_used_) {  // once, with the first scratch
+    Result<Event> e = create_event();
+    if (e) scratch_used_ = std::move(e).value();
+  }
+  if (!scratch_used_ || !grow_scratch(bytes)) {
+    issue(nullptr);
+    return;
+  }
+  wait(s, scratch_used_.view());
+  issue(scratch_.data());
+  record(scratch_used_.view(), s);
+}
+
+bool Device::grow_scratch(std::size_t bytes) {
+  if (scratch_.bytes() >= bytes) return true;
+  // Nothing to try when the need does not fit even in place of the old scratch (allocate_once's
+  // test): the old one is kept, with no free (a device-wide sync) nor allocation.
+  const std::size_t in_use = in_use_.load();
+  if (bytes > info_.capacity - (in_use - scratch_.bytes())) return false;
+  // Nor when a need no larger than this one failed and nothing was freed since.
+  if (bytes >= scratch_refused_ && in_use >= scratch_refused_in_use_) return false;
+  // Growing frees the old scratch first, which waits for the device's queued work (its last user's too).
+  if (grow_buffer(scratch_, bytes, *this, Growth::kTwiceOrExact).is_ok()) {
+    scratch_refused_ = SIZE_MAX;
+    return true;
+  }
+  scratch_refused_ = bytes;
+  scratch_refused_in_use_ = in_use_.load();
+  return false;
+}
+
+void Device::free_scratch() noexcept {
+  const std::lock_guard<std::mutex> lock(scratch_m_);
+  scratch_ = DeviceBuffer();
+  scratch_used_ = Event();
+  scratch_refused_ = SIZE_MAX;
+}
 
 void Device::release(void* p, std::size_t bytes) noexcept {
   do_deallocate(p, bytes);

@@ -66,8 +66,8 @@ struct UpdateFeature {
   const float* grads = nullptr;  ///< (batch, dim) or (num_keys, dim) device
   OptimizerStep step;            ///< the table's optimizer for this step
   /// (num_hot) device: every unique row used more than gpu/kernels' kHotUses times, or nullptr
-  /// (then the device finds them itself, scanning every unique row). With the list, a backward
-  /// without hot rows launches no block kernel at all.
+  /// (then the device searches every unique row for them). With the list, a backward without hot
+  /// rows launches no segment kernel at all, and the segment kernel searches the list alone.
   const std::int64_t* hot = nullptr;
   std::int64_t num_hot = 0;
 };

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "core/record_layout.hpp"
+
 namespace strata {
 namespace {
 
@@ -30,8 +32,7 @@ std::vector<std::pair<int, std::int64_t>> layout_parts(const TableSpec& spec, co
 }
 
 std::size_t record_bytes_of(const TableSpec& spec) {
-  return static_cast<std::size_t>(record_stride(spec.dim, optimizer_state_dim(spec.optimizer.kind, spec.dim))) *
-         sizeof(float);
+  return static_cast<std::size_t>(record_words(record_shape(spec))) * sizeof(float);
 }
 
 // Whether a table of `total` record bytes goes into shared arenas. Capped at half an arena: a part
@@ -42,14 +43,6 @@ bool packs(std::size_t total, const HostTableOptions& options, bool have_packer)
 
 }  // namespace
 
-std::int64_t record_stride(std::int32_t dim, std::int32_t state_dim) noexcept {
-  const std::int64_t n = std::int64_t{dim} + state_dim;
-  if (n >= 16) return (n + 15) / 16 * 16;
-  std::int64_t p = 1;
-  while (p < n) p *= 2;
-  return p;
-}
-
 Result<HostTable> HostTable::create(const Topology& topo, const TableSpec& spec, const HostTableOptions& options) {
   STRATA_RETURN_IF_ERROR(validate(spec));
   if (options.block_rows_log2 < 0 || options.block_rows_log2 > 40)
@@ -59,7 +52,7 @@ Result<HostTable> HostTable::create(const Topology& topo, const TableSpec& spec,
   t.spec_ = spec;
   t.ref_.dim = spec.dim;
   t.ref_.state_dim = optimizer_state_dim(spec.optimizer.kind, spec.dim);
-  t.ref_.stride = record_stride(spec.dim, t.ref_.state_dim);
+  t.ref_.stride = record_words(record_shape(spec));
   const std::size_t record_bytes = static_cast<std::size_t>(t.ref_.stride) * sizeof(float);
   const auto parts = layout_parts(spec, options, topo.num_nodes());
   const bool packed = packs(static_cast<std::size_t>(spec.rows) * record_bytes, options, options.packer != nullptr);

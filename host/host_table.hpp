@@ -50,7 +50,7 @@ class HostTable {
   std::int64_t rows() const noexcept { return spec_.rows; }
   std::int32_t dim() const noexcept { return spec_.dim; }
   std::int32_t state_dim() const noexcept { return ref_.state_dim; }
-  /// Floats per record (dim + state_dim, padded for alignment).
+  /// Words per record: record_words(record_shape(spec)) (core/record_layout.hpp).
   std::int64_t stride() const noexcept { return ref_.stride; }
   /// Kernel view; valid while this table lives (the bases vector is owned here).
   RowRef ref() const noexcept { return ref_; }
@@ -96,9 +96,5 @@ struct HostFootprint {
 /// NumaArena::live_mapped_bytes() while they are created. Specs must be valid. Pure function.
 HostFootprint host_footprint(const std::vector<TableSpec>& specs, const HostTableOptions& options, int num_nodes,
                              bool packed);
-
-/// Floats per record for a (dim, state_dim): rounded up to a power of two below 16, else to a
-/// multiple of 16 (64 bytes), so records never straddle more cache lines than they must.
-std::int64_t record_stride(std::int32_t dim, std::int32_t state_dim) noexcept;
 
 }  // namespace strata

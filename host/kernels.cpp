@@ -164,22 +164,30 @@ void gather_pool(RowRef t, const BagsView& bags, Pooling pooling, float* out) {
       [&](const tbb::blocked_range<std::int64_t>& r) { pool(t, bags, pooling, out, r.begin(), r.end()); });
 }
 
-void gather_rows(RowRef t, const Key* keys, const float* weights, std::int64_t n, float* out) {
+namespace {
+
+// Unpooled lookups [j0, j1) of gather_rows.
+void gather_rows_range(RowRef t, const Key* keys, const float* weights, std::int64_t j0, std::int64_t j1, float* out) {
   const std::int32_t dim = t.dim;
-  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, n, 256), [&](const tbb::blocked_range<std::int64_t>& r) {
-    for (std::int64_t j = r.begin(); j < std::min(r.end(), r.begin() + kPrefetchDistance); ++j)
-      prefetch_row(t.row(keys[j]), dim);
-    for (std::int64_t j = r.begin(); j < r.end(); ++j) {
-      if (j + kPrefetchDistance < r.end()) prefetch_row(t.row(keys[j + kPrefetchDistance]), dim);
-      const float* row = t.row(keys[j]);
-      float* o = out + j * dim;
-      if (weights) {
-        const float w = weights[j];
-        for (std::int32_t c = 0; c < dim; ++c) o[c] = w * row[c];
-      } else {
-        std::memcpy(o, row, sizeof(float) * (dim));
-      }
+  for (std::int64_t j = j0; j < std::min(j1, j0 + kPrefetchDistance); ++j) prefetch_row(t.row(keys[j]), dim);
+  for (std::int64_t j = j0; j < j1; ++j) {
+    if (j + kPrefetchDistance < j1) prefetch_row(t.row(keys[j + kPrefetchDistance]), dim);
+    const float* row = t.row(keys[j]);
+    float* o = out + j * dim;
+    if (weights) {
+      const float w = weights[j];
+      for (std::int32_t c = 0; c < dim; ++c) o[c] = w * row[c];
+    } else {
+      std::memcpy(o, row, sizeof(float) * (dim));
     }
+  }
+}
+
+}  // namespace
+
+void gather_rows(RowRef t, const Key* keys, const float* weights, std::int64_t n, float* out) {
+  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, n, 256), [&](const tbb::blocked_range<std::int64_t>& r) {
+    gather_rows_range(t, keys, weights, r.begin(), r.end(), out);
   });
 }
 
@@ -484,6 +492,38 @@ struct UpdateUsedOnce {
 
 }  // namespace
 
+namespace {
+
+// The units (bags, or key positions for pooling none) of a batch of `units` units whose chunk
+// reads about kTableChunkBytes of records of row_bytes, for `keys` keys in all (at least 1).
+std::int64_t chunk_units(std::int64_t units, std::int64_t keys, std::int64_t row_bytes) {
+  const std::int64_t keys_per_unit = std::max<std::int64_t>(1, units > 0 ? keys / units : 1);
+  return std::max<std::int64_t>(1, kTableChunkBytes / (row_bytes * keys_per_unit));
+}
+
+// Appends item i's chunks of [0, units) units, `per` units each.
+void add_chunks(std::vector<TableBatchScratch::Chunk>& chunks, std::int32_t i, std::int64_t units, std::int64_t per) {
+  for (std::int64_t lo = 0; lo < units; lo += per) {
+    TableBatchScratch::Chunk c;
+    c.item = i;
+    c.lo = lo;
+    c.hi = std::min(units, lo + per);
+    chunks.push_back(c);
+  }
+}
+
+// Runs fn(chunk) for every chunk, as one parallel loop (consecutive chunks, mostly of one table,
+// go to one task; oneTBB's partitioner balances the rest).
+template <class Fn>
+void for_each_chunk(const std::vector<TableBatchScratch::Chunk>& chunks, Fn fn) {
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, chunks.size(), 1),
+                    [&](const tbb::blocked_range<std::size_t>& r) {
+                      for (std::size_t c = r.begin(); c < r.end(); ++c) fn(chunks[c]);
+                    });
+}
+
+}  // namespace
+
 void backward_update_by_bag(RowRef t, const BagsView& bags, Pooling pooling, const Repeats& repeats,
                             const std::int32_t* bag_of, const float* grads, const OptimizerStep& step) {
   const std::int64_t n = bags.offsets[bags.batch];
@@ -502,6 +542,72 @@ void backward_update_by_bag(RowRef t, const BagsView& bags, Pooling pooling, con
                         if (v.size > 0) rows(t, bags, pooling, v, bag_of, grads, step, 0, v.size);
                       }
                     });
+}
+
+void gather_pool_tables(const std::vector<TableBatchItem>& items, TableBatchScratch& scratch) {
+  using Pool = decltype(for_dim<PoolBags>(0));
+  std::vector<Pool> pool(items.size(), nullptr);
+  auto& chunks = scratch.chunks;
+  chunks.clear();
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const TableBatchItem& it = items[i];
+    const std::int64_t n = it.bags.offsets[it.bags.batch];
+    const std::int64_t row_bytes = std::int64_t{it.table.dim} * static_cast<std::int64_t>(sizeof(float));
+    const bool none = it.pooling == Pooling::kNone;
+    const std::int64_t units = none ? n : it.bags.batch;
+    if (!none) pool[i] = for_dim<PoolBags>(it.table.dim);
+    add_chunks(chunks, static_cast<std::int32_t>(i), units, chunk_units(units, none ? units : n, row_bytes));
+  }
+  for_each_chunk(chunks, [&](const TableBatchScratch::Chunk& c) {
+    const TableBatchItem& it = items[static_cast<std::size_t>(c.item)];
+    if (it.pooling == Pooling::kNone) {
+      gather_rows_range(it.table, it.bags.keys, it.bags.weights, c.lo, c.hi, it.out);
+    } else {
+      pool[static_cast<std::size_t>(c.item)](it.table, it.bags, it.pooling, it.out, c.lo, c.hi);
+    }
+  });
+}
+
+void backward_update_tables(const std::vector<TableBatchItem>& items, TableBatchScratch& scratch) {
+  using Once = decltype(for_dim<UpdateUsedOnce>(0));
+  using Rows = decltype(for_dim<UpdateRows>(0));
+  std::vector<Once> once(items.size(), nullptr);
+  std::vector<Rows> rows(items.size(), nullptr);
+  auto& chunks = scratch.chunks;
+  chunks.clear();
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const TableBatchItem& it = items[i];
+    once[i] = for_dim<UpdateUsedOnce>(it.table.dim);
+    rows[i] = for_dim<UpdateRows>(it.table.dim);
+    // backward_update_by_bag's tasks: its bag grain, and each repeated range whole. The update
+    // kernels prefetch from a task's first row on, without a burst up front, so a task's first
+    // rows wait: smaller chunks (128 KiB of records, 25 bags of 20 keys) made the --pooling 20
+    // training step slower (321 -> 387 ms p50 in two loaded pairs).
+    const std::int64_t n = it.bags.offsets[it.bags.batch];
+    const bool none = it.pooling == Pooling::kNone;
+    const std::int64_t units = none ? n : it.bags.batch;
+    add_chunks(chunks, static_cast<std::int32_t>(i), units, none ? 4096 : bag_grain(units));
+    for (std::size_t g = 0; g < it.repeats->ranges.size(); ++g) {
+      const std::int64_t u = it.repeats->ranges[g].size();
+      if (u == 0) continue;
+      TableBatchScratch::Chunk c;
+      c.item = static_cast<std::int32_t>(i);
+      c.repeated = true;
+      c.range = static_cast<std::int32_t>(g);
+      c.hi = u;
+      chunks.push_back(c);
+    }
+  }
+  for_each_chunk(chunks, [&](const TableBatchScratch::Chunk& c) {
+    const auto i = static_cast<std::size_t>(c.item);
+    const TableBatchItem& it = items[i];
+    if (c.repeated) {
+      const UniqueView v = view_of(it.repeats->ranges[static_cast<std::size_t>(c.range)]);
+      rows[i](it.table, it.bags, it.pooling, v, it.bag_of, it.grads, it.step, c.lo, c.hi);
+    } else {
+      once[i](it.table, it.bags, it.pooling, it.repeats->repeated.data(), it.grads, it.step, c.lo, c.hi);
+    }
+  });
 }
 
 void reduce_unique_grads(const BagsView& bags, Pooling pooling, UniqueView unique, const std::int32_t* bag_of,

@@ -3,10 +3,14 @@
 // per unique row + optimizer update). `cpu` mode and the host side of `offload` and the sharded
 // modes run these on HostTables (the `emu` device runs the device kernel source instead,
 // gpu/kernels/). backward_update is the general form (any unique-row list; the device tests hold
-// the device kernels to it); the store's `cpu` path calls backward_update_by_bag. All run in the
-// caller's tbb::task_arena, block until done, and are thread-safe for distinct outputs.
+// the device kernels to it); the store's `cpu` and `offload` CPU paths call the table-batched forms
+// (gather_pool_tables, backward_update_tables: every table of a batch in one parallel loop, as
+// FBGEMM's TBE), which give each table what gather_pool / gather_rows and backward_update_by_bag
+// give it, bit for bit. All run in the caller's tbb::task_arena, block until done, and are
+// thread-safe for distinct outputs.
 
 #include <cstdint>
+#include <vector>
 
 #include "core/row_math.hpp"
 #include "host/dedup.hpp"
@@ -53,5 +57,47 @@ void backward_update_by_bag(RowRef table, const BagsView& bags, Pooling pooling,
 /// (dispatch sends the sums to the ranks that own the rows).
 void reduce_unique_grads(const BagsView& bags, Pooling pooling, UniqueView unique, const std::int32_t* bag_of,
                          const float* grads, std::int32_t dim, float* out);
+
+/// One table's part of a table-batched call (gather_pool_tables, backward_update_tables): the
+/// arguments gather_pool / gather_rows and backward_update_by_bag take for that table.
+struct TableBatchItem {
+  RowRef table;
+  BagsView bags;
+  Pooling pooling = Pooling::kSum;
+  float* out = nullptr;                  ///< forward: (output rows, dim) host
+  const float* grads = nullptr;          ///< backward: the shape forward produced, host
+  const Repeats* repeats = nullptr;      ///< backward: find_repeats of bags.keys
+  const std::int32_t* bag_of = nullptr;  ///< backward: bag of each key position (pooled tables)
+  OptimizerStep step{};                  ///< backward
+};
+
+/// Reusable memory of the table-batched calls (the chunk list; keep it across batches).
+struct TableBatchScratch {
+  struct Chunk {
+    std::int32_t item = 0;
+    bool repeated = false;   ///< backward: unique keys [lo, hi) of range `range`, else bags [lo, hi)
+    std::int32_t range = 0;  ///< backward, repeated: index in repeats->ranges
+    std::int64_t lo = 0, hi = 0;
+  };
+  std::vector<Chunk> chunks;
+};
+
+/// gather_pool (pooled items) or gather_rows (Pooling::kNone) of every item, as one parallel loop
+/// over (table, bag range) chunks of all the items, each chunk's rows about an L2's share
+/// (kTableChunkBytes): one join for the batch instead of one per table, and small tables' bags in
+/// the same tasks as the large ones'. Each output row is computed as by the per-table kernels, in
+/// the same order, so the results are bit-identical. Items' outputs must be disjoint.
+void gather_pool_tables(const std::vector<TableBatchItem>& items, TableBatchScratch& scratch);
+
+/// backward_update_by_bag of every item, as one parallel loop over the chunks of all the items:
+/// bag ranges whose keys used once are updated from their bag's gradient, and the ranges of the
+/// repeated unique rows (reduced, then updated), each chunk one of backward_update_by_bag's tasks. The rows of one
+/// item's chunks are disjoint (a row is either used once or repeated), so the order between chunks does not matter and
+/// every row gets the same arithmetic as in backward_update_by_bag (bit-identical). Items' tables must be distinct.
+void backward_update_tables(const std::vector<TableBatchItem>& items, TableBatchScratch& scratch);
+
+/// Row bytes of a chunk of gather_pool_tables: a chunk of bags reads about this many bytes
+/// of rows (at least one bag, at most the table's whole batch).
+inline constexpr std::int64_t kTableChunkBytes = std::int64_t{128} * 1024;
 
 }  // namespace strata

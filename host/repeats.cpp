@@ -201,4 +201,64 @@ void find_repeats(const Key* keys, std::int64_t n, std::int64_t key_space, Repea
   });
 }
 
+void find_repeats_tables(const std::vector<TableKeys>& tables, std::vector<Repeats*>& out, TablesRepeatsScratch& s) {
+  const std::size_t nt = tables.size();
+  STRATA_CHECK(out.size() == nt);
+  s.key_base.assign(nt + 1, 0);
+  s.pos_base.assign(nt + 1, 0);
+  for (std::size_t i = 0; i < nt; ++i) {
+    s.key_base[i + 1] = s.key_base[i] + tables[i].rows;
+    s.pos_base[i + 1] = s.pos_base[i] + tables[i].n;
+  }
+  STRATA_CHECK(s.key_base[nt] <= kRepeatsTablesMaxRows);
+  const std::int64_t n = s.pos_base[nt];
+  STRATA_CHECK(n <= kRepeatsTablesMaxKeys);
+  s.keys.resize(static_cast<std::size_t>(n));
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, nt, 1), [&](const tbb::blocked_range<std::size_t>& r) {
+    for (std::size_t i = r.begin(); i < r.end(); ++i) {
+      Key* to = s.keys.data() + s.pos_base[i];
+      const Key base = s.key_base[i];
+      for (std::int64_t j = 0; j < tables[i].n; ++j) to[j] = tables[i].keys[j] + base;
+    }
+  });
+  for (std::size_t i = 0; i < nt; ++i) {
+    Repeats& o = *out[i];
+    o.repeated.resize(static_cast<std::size_t>(tables[i].n));
+    o.ranges.resize(0);
+  }
+  if (n == 0) return;
+  find_repeats(s.keys.data(), n, std::max<std::int64_t>(1, s.key_base[nt]), s.all, s.scratch);
+  // Each table's flags, and each shared range's keys split by table (key and position made the
+  // table's own again; a key's positions stay ascending). Range g goes to out[i].ranges[g].
+  const std::size_t ranges = s.all.ranges.size();
+  for (std::size_t i = 0; i < nt; ++i) out[i]->ranges.resize(ranges);
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, nt, 1), [&](const tbb::blocked_range<std::size_t>& r) {
+    for (std::size_t i = r.begin(); i < r.end(); ++i)
+      std::copy_n(s.all.repeated.begin() + s.pos_base[i], tables[i].n, out[i]->repeated.begin());
+  });
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, ranges, 1), [&](const tbb::blocked_range<std::size_t>& r) {
+    for (std::size_t g = r.begin(); g < r.end(); ++g) {
+      for (std::size_t i = 0; i < nt; ++i) {
+        UniqueKeys& u = out[i]->ranges[g];
+        u.keys.clear();
+        u.offsets.assign(1, 0);
+        u.positions.clear();
+      }
+      const UniqueKeys& a = s.all.ranges[g];
+      for (std::int64_t k = 0; k < a.size(); ++k) {
+        const Key key = a.keys[static_cast<std::size_t>(k)];
+        const auto i = static_cast<std::size_t>(std::upper_bound(s.key_base.begin(), s.key_base.end(), key) -
+                                                s.key_base.begin() - 1);
+        UniqueKeys& u = out[i]->ranges[g];
+        u.keys.push_back(key - s.key_base[i]);
+        const auto base = static_cast<std::int32_t>(s.pos_base[i]);
+        for (std::int64_t p = a.offsets[static_cast<std::size_t>(k)]; p < a.offsets[static_cast<std::size_t>(k) + 1];
+             ++p)
+          u.positions.push_back(a.positions[static_cast<std::size_t>(p)] - base);
+        u.offsets.push_back(static_cast<std::int64_t>(u.positions.size()));
+      }
+    }
+  });
+}
+
 }  // namespace strata

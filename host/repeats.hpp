@@ -1,6 +1,6 @@
 #pragma once
 // The keys of a batch that are used more than once, found without deduplicating the rest: what
-// `cpu` mode's backward needs (backward_update_by_bag updates a row used once straight from its
+// `cpu` and `offload`'s backward needs (backward_update_by_bag updates a row used once straight from its
 // bag's gradient, and reduces only the repeated ones). Keys are row ids of a dense table, so the
 // positions are split by key range, and each range is scanned with a direct-mapped array instead
 // of a hash table: cheaper per key than dedup_keys, and it builds no CSR for the keys used once
@@ -56,6 +56,37 @@ struct RepeatsScratch {
 /// depend on scratch.l2_bytes; how they are split into `ranges` does. Runs on the calling thread's
 /// oneTBB arena.
 void find_repeats(const Key* keys, std::int64_t n, std::int64_t key_space, Repeats& out, RepeatsScratch& scratch);
+
+/// One table's keys for find_repeats_tables.
+struct TableKeys {
+  const Key* keys = nullptr;  ///< (n) host, each in [0, rows)
+  std::int64_t n = 0;
+  std::int64_t rows = 0;
+};
+
+/// Reusable memory of find_repeats_tables.
+struct TablesRepeatsScratch {
+  std::vector<Key> keys;  ///< the tables' keys, one key space: table i's keys + the rows before it
+  std::vector<std::int64_t> key_base, pos_base;  ///< (tables + 1) prefix sums of rows and of n
+  Repeats all;                                   ///< find_repeats of `keys`
+  RepeatsScratch scratch;
+};
+
+/// find_repeats of several tables in one pass: their keys are laid end to end in one key space
+/// (table i's rows after those of tables 0..i-1) and scanned once, so a batch of many small tables
+/// pays one scan (three parallel loops) instead of one per table. out[i] gets table i's result,
+/// the same keys and positions as find_repeats(tables[i]) gives (in ranges of the shared key space:
+/// out[i].ranges has one entry per range of it, most of them empty for a small table). The tables'
+/// rows summed must stay within kRepeatsTablesMaxRows and their keys summed within
+/// kRepeatsTablesMaxKeys. Runs on the calling thread's
+/// oneTBB arena.
+void find_repeats_tables(const std::vector<TableKeys>& tables, std::vector<Repeats*>& out,
+                         TablesRepeatsScratch& scratch);
+
+/// The most rows find_repeats_tables takes in all (the direct-mapped scan's limit).
+inline constexpr std::int64_t kRepeatsTablesMaxRows = std::int64_t{1} << 28;
+/// The most keys find_repeats_tables takes in all (positions are 32-bit, as find_repeats' n < 2^31).
+inline constexpr std::int64_t kRepeatsTablesMaxKeys = (std::int64_t{1} << 31) - 1;
 
 /// Entries of the direct-mapped array one thread of find_repeats keeps in its scratch for a key
 /// space (8 bytes each; 0 beyond 2^28 rows, where a hash dedup is used): the key range width, but

@@ -2,7 +2,15 @@
 // vectors, one thread, no dedup; gradients are summed per row in the order keys appear, in
 // segments of kGradSegment uses (the order the fast kernels also use, so fp32 results match bit
 // for bit).
+//
+// Half-size elements (core/half.hpp) are held as the fp32 values they widen to: a bf16 or fp16 row
+// starts as its fp32 initial values rounded to nearest, and after each update every weight (and
+// every state element of a bf16 state) becomes the value store_weight would store, rounded to
+// nearest or stochastically with the bits of (seed, table, global row, step, global column, what).
+// The math is fp32, as everywhere. Half-size outputs are rounded to nearest once per output row
+// element; half-size gradients are widened where read.
 
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <unordered_map>
@@ -45,6 +53,24 @@ class GradSum {
   std::int64_t uses_ = 0;
 };
 
+// Rounds n elements of `dtype` in place to nearest, as a half-size table stores written values.
+void round_to_nearest(float* v, std::int64_t n, DType dtype) {
+  if (dtype == DType::kF32) return;
+  for (std::int64_t i = 0; i < n; ++i) v[i] = rounded(dtype, v[i], false, 0);
+}
+
+// A view's n elements as fp32: widened from the 2-byte elements of a half-size view (copied first:
+// the view's memory holds no floats), or the view's own floats.
+const float* widened(const ConstMatrixView& v, DType dtype, std::vector<float>& scratch) {
+  if (dtype == DType::kF32) return v.data;
+  const auto n = static_cast<std::size_t>(v.rows * v.cols);
+  std::vector<std::uint16_t> bits(n);
+  if (n > 0) std::memcpy(bits.data(), v.data, n * sizeof(std::uint16_t));  // data may be null when empty
+  scratch.resize(n);
+  for (std::size_t k = 0; k < n; ++k) scratch[k] = widen(dtype, bits[k]);
+  return scratch.data();
+}
+
 class ReferenceStore final : public Store {
  public:
   explicit ReferenceStore(StoreConfig config) : Store(std::move(config)), index_(detail::make_table_index(config_)) {
@@ -59,6 +85,8 @@ class ReferenceStore final : public Store {
         init_row(tab.weights.data() + r * t.spec.dim, seed, r, t.spec.dim, t.spec.init.bound);
         init_state(tab.state.data() + r * tab.state_dim, t.spec.optimizer, tab.state_dim);
       }
+      round_to_nearest(tab.weights.data(), static_cast<std::int64_t>(tab.weights.size()), t.spec.dtype);
+      round_to_nearest(tab.state.data(), static_cast<std::int64_t>(tab.state.size()), t.spec.state_dtype);
       tables_.push_back(std::move(tab));
     }
   }
@@ -88,26 +116,18 @@ class ReferenceStore final : public Store {
     for (std::size_t i = 0; i < e.tables.size(); ++i) {
       const Table& t = tables_[static_cast<std::size_t>(e.tables[i])];
       const JaggedKeys& f = e.batch.features[i];
-      const std::int32_t dim = t.spec.dim;
-      const float* w = f.weights.empty() ? nullptr : f.weights.data();
-      float* out = outputs[i].data;
-      if (t.spec.pooling == Pooling::kNone) {
-        for (std::int64_t j = 0; j < f.num_keys(); ++j) {
-          // The row, or the weight times it (not 0 + w * row: the sign of a zero must survive).
-          float* o = out + j * dim;
-          const float* row = t.row(f.keys[static_cast<std::size_t>(j)]);
-          for (std::int32_t c = 0; c < dim; ++c) o[c] = w ? w[j] * row[c] : row[c];
-        }
+      const MatrixView& view = outputs[i];
+      if (t.spec.output_dtype == DType::kF32) {
+        pool(t, f, view.data);
         continue;
       }
-      for (std::int64_t b = 0; b < f.batch_size(); ++b) {
-        float* o = out + b * dim;
-        for (std::int32_t c = 0; c < dim; ++c) o[c] = 0.0f;
-        const std::int64_t lo = f.offsets[static_cast<std::size_t>(b)], hi = f.offsets[static_cast<std::size_t>(b) + 1];
-        for (std::int64_t j = lo; j < hi; ++j)
-          row_axpy(o, t.row(f.keys[static_cast<std::size_t>(j)]), w ? w[j] : 1.0f, dim);
-        if (t.spec.pooling == Pooling::kMean && hi > lo) row_scale(o, bag_scale(t.spec.pooling, hi - lo), dim);
-      }
+      // Pooled in fp32, then each element rounded to nearest into the half-size view.
+      const auto n = static_cast<std::size_t>(view.rows * view.cols);
+      std::vector<float> out(n);
+      pool(t, f, out.data());
+      std::vector<std::uint16_t> bits(n);
+      for (std::size_t k = 0; k < n; ++k) bits[k] = narrow(t.spec.output_dtype, out[k], false, 0);
+      if (n > 0) std::memcpy(view.data, bits.data(), n * sizeof(std::uint16_t));  // data may be null when empty
     }
     e.forwarded = true;
     e.spaces.assign(outputs.size(), MemorySpace::kHost);
@@ -132,6 +152,8 @@ class ReferenceStore final : public Store {
       const JaggedKeys& f = e.batch.features[i];
       const std::int32_t dim = t.spec.dim;
       const float* w = f.weights.empty() ? nullptr : f.weights.data();
+      std::vector<float> wide;
+      const float* grad = widened(grads[i], t.spec.output_dtype, wide);
       // Per-row gradient sums, each accumulated in the order its keys appear, in segments of
       // kGradSegment uses (core/row_math.hpp).
       std::map<Key, GradSum> sums;
@@ -140,14 +162,17 @@ class ReferenceStore final : public Store {
         for (std::int64_t j = lo; j < hi; ++j) {
           GradSum& sum = sums[f.keys[static_cast<std::size_t>(j)]];
           if (t.spec.pooling == Pooling::kNone) {
-            sum.add(grads[i].data + j * dim, grad_scale(Pooling::kNone, 1, w, j), dim);
+            sum.add(grad + j * dim, grad_scale(Pooling::kNone, 1, w, j), dim);
           } else {
-            sum.add(grads[i].data + b * dim, grad_scale(t.spec.pooling, hi - lo, w, j), dim);
+            sum.add(grad + b * dim, grad_scale(t.spec.pooling, hi - lo, w, j), dim);
           }
         }
       }
-      const OptimizerStep st = make_optimizer_step(t.spec.optimizer, step_);
-      for (auto& [key, sum] : sums) apply_optimizer(st, t.row(key), t.state_of(key), sum.finish(dim), dim);
+      const OptimizerStep st = make_optimizer_step(t.spec, step_);
+      for (auto& [key, sum] : sums) {
+        apply_optimizer(st, t.row(key), t.state_of(key), sum.finish(dim), dim);
+        t.store(st.round, key);
+      }
     }
     batches_.erase(id);
     return Status::ok();
@@ -178,8 +203,11 @@ class ReferenceStore final : public Store {
     if (!weights && n > 0) return null_weights("write_rows", t.spec, n);
     if (n <= 0) return Status::ok();  // n < 0 was refused above
     std::memcpy(t.row(row0), weights, sizeof(float) * static_cast<std::size_t>(n * t.spec.dim));
-    if (state && t.state_dim)
+    round_to_nearest(t.row(row0), n * t.spec.dim, t.spec.dtype);
+    if (state && t.state_dim) {
       std::memcpy(t.state_of(row0), state, sizeof(float) * static_cast<std::size_t>(n * t.state_dim));
+      round_to_nearest(t.state_of(row0), n * t.state_dim, t.spec.state_dtype);
+    }
     return Status::ok();
   }
 
@@ -198,7 +226,47 @@ class ReferenceStore final : public Store {
     float* row(Key k) { return weights.data() + k * spec.dim; }
     const float* row(Key k) const { return weights.data() + k * spec.dim; }
     float* state_of(Key k) { return state.data() + k * state_dim; }
+    // Row k's weights and state after an update, as its element types store them (fp32: as is).
+    // A state of several vectors (adam's m and v) salts each with its own RoundingSalt.
+    void store(const Rounding& round, Key k) {
+      if (spec.dtype != DType::kF32) {
+        const std::uint64_t key = round.row_key(k, RoundingSalt::kWeights);
+        float* w = row(k);
+        for (std::int32_t c = 0; c < spec.dim; ++c) w[c] = stored_value(round, spec.dtype, key, c, w[c]);
+      }
+      if (spec.state_dtype != DType::kF32) {
+        float* s = state_of(k);
+        for (std::int32_t v = 0; v * spec.dim < state_dim; ++v) {
+          const std::uint64_t key = round.row_key(k, static_cast<RoundingSalt>(1 + v));
+          for (std::int32_t c = 0; c < spec.dim; ++c)
+            s[v * spec.dim + c] = stored_value(round, spec.state_dtype, key, c, s[v * spec.dim + c]);
+        }
+      }
+    }
   };
+  // The fp32 outputs of feature f of table t into `out` (output_rows x dim).
+  static void pool(const Table& t, const JaggedKeys& f, float* out) {
+    const std::int32_t dim = t.spec.dim;
+    const float* w = f.weights.empty() ? nullptr : f.weights.data();
+    if (t.spec.pooling == Pooling::kNone) {
+      for (std::int64_t j = 0; j < f.num_keys(); ++j) {
+        // The row, or the weight times it (not 0 + w * row: the sign of a zero must survive).
+        float* o = out + j * dim;
+        const float* row = t.row(f.keys[static_cast<std::size_t>(j)]);
+        for (std::int32_t c = 0; c < dim; ++c) o[c] = w ? w[j] * row[c] : row[c];
+      }
+      return;
+    }
+    for (std::int64_t b = 0; b < f.batch_size(); ++b) {
+      float* o = out + b * dim;
+      for (std::int32_t c = 0; c < dim; ++c) o[c] = 0.0f;
+      const std::int64_t lo = f.offsets[static_cast<std::size_t>(b)], hi = f.offsets[static_cast<std::size_t>(b) + 1];
+      for (std::int64_t j = lo; j < hi; ++j)
+        row_axpy(o, t.row(f.keys[static_cast<std::size_t>(j)]), w ? w[j] : 1.0f, dim);
+      if (t.spec.pooling == Pooling::kMean && hi > lo) row_scale(o, bag_scale(t.spec.pooling, hi - lo), dim);
+    }
+  }
+
   struct Entry {
     KeyBatch batch;
     std::vector<int> tables;

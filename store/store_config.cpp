@@ -450,6 +450,9 @@ Status parse_table(const json& j, std::size_t index, TableConfig& t) {
   STRATA_RETURN_IF_ERROR(f.integer("rows", s.rows));
   STRATA_RETURN_IF_ERROR(f.integer("dim", s.dim));
   STRATA_RETURN_IF_ERROR(f.choice("dtype", s.dtype, parse_dtype));
+  STRATA_RETURN_IF_ERROR(f.choice("state_dtype", s.state_dtype, parse_dtype));
+  STRATA_RETURN_IF_ERROR(f.boolean("stochastic_rounding", s.stochastic_rounding));
+  STRATA_RETURN_IF_ERROR(f.choice("output_dtype", s.output_dtype, parse_dtype));
   STRATA_RETURN_IF_ERROR(f.choice("pooling", s.pooling, parse_pooling));
   STRATA_RETURN_IF_ERROR(f.choice("placement", t.placement, parse_placement));
   STRATA_RETURN_IF_ERROR(f.object("init", [&](Fields& g) {
@@ -592,6 +595,12 @@ std::string to_json(const StoreConfig& c) {
          {"cache",
           {{"rows", t.cache.rows}, {"bytes", t.cache.bytes}, {"fraction", t.cache.fraction}, {"cap", t.cache.cap}}},
          {"sharding", {{"type", dispatch::to_string(t.sharding.type)}, {"owner", t.sharding.owner}}}});
+    json& table = j["tables"].back();
+    // Written only when not the default, so that the config of an fp32 store (and the manifest of
+    // its checkpoints, which records it) reads as it did before these keys existed.
+    if (t.spec.state_dtype != DType::kF32) table["state_dtype"] = to_string(t.spec.state_dtype);
+    if (t.spec.stochastic_rounding) table["stochastic_rounding"] = true;
+    if (t.spec.output_dtype != DType::kF32) table["output_dtype"] = to_string(t.spec.output_dtype);
   }
   return j.dump(2);
 }

@@ -139,6 +139,7 @@ class CudaDevice final : public Device {
  public:
   CudaDevice(DeviceInfo info, int numa_nodes, const cuda_detail::KernelGrids& grids, PrimaryContext ctx)
       : Device(std::move(info), numa_nodes), grids_(grids), ctx_(std::move(ctx)), pinner_(ctx_) {}
+  ~CudaDevice() override { free_scratch(); }  // while the context and this backend's free live
 
   Pinner& pinner() noexcept override { return pinner_; }
 
@@ -379,8 +380,18 @@ class CudaDevice final : public Device {
     if (features.empty()) return;
     const DeviceScope scope(ctx_);
     if (!begin_issue(scope)) return;
-    for (const auto& a : kernels::update_launches(pool, features))
-      if (!STRATA_CUDA_RECORD(*this, cuda_detail::launch_update(a, stream(s), grids_))) return;
+    issue_updates(s, kernels::update_launches(pool, features), cuda_detail::launch_update);
+  }
+
+  // The launches of a backward or gradient reduction with the device's scratch for their hot rows.
+  void issue_updates(StreamView s, std::vector<kernels::UpdateArgs> launches,
+                     cudaError_t (*launcher)(const kernels::UpdateArgs&, cudaStream_t,
+                                             const cuda_detail::KernelGrids&)) {
+    with_scratch(s, static_cast<std::size_t>(kernels::partial_floats(launches)) * sizeof(float), [&](void* scratch) {
+      kernels::with_partials(launches, static_cast<float*>(scratch));
+      for (const auto& a : launches)
+        if (!STRATA_CUDA_RECORD(*this, launcher(a, stream(s), grids_))) return;
+    });
   }
 
   void do_pack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* dst) override {
@@ -412,8 +423,7 @@ class CudaDevice final : public Device {
     if (features.empty()) return;
     const DeviceScope scope(ctx_);
     if (!begin_issue(scope)) return;
-    for (const auto& a : kernels::update_launches(sums, features))
-      if (!STRATA_CUDA_RECORD(*this, cuda_detail::launch_reduce(a, stream(s), grids_))) return;
+    issue_updates(s, kernels::update_launches(sums, features), cuda_detail::launch_reduce);
   }
 
   void do_records_host(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* const* rows,

@@ -1,14 +1,16 @@
 // The `cuda` backend's kernels: grids over the shared kernel bodies of gpu/kernels/bodies.hpp (the
 // same source the `emu` backend runs on the CPU grid). Blocks of kBlock threads, a warp per work
 // item, grids as large as the GPU holds at once (KernelGrids, from the occupancy of each kernel at
-// device creation) and looping over the items; the hot rows of a backward get a second kernel with
-// a block of kHotWarps warps per row.
+// device creation) and looping over the items; the hot rows of a backward or gradient reduction
+// get a kernel before it that sums each of their segments in a warp of its own (hot_segment_kernel).
 //
 // Register budgets: __launch_bounds__(kBlock) alone let ptxas cap gather_kernel<true> and
 // update_kernel at 64 registers, where they spilled 24-52 bytes a thread (nvcc 13.0, sm_80 and
-// sm_90); they ask for 3 resident blocks instead (up to 85 registers: 72 and no spill on sm_90).
-// gpu/cuda/kernel_resources_sm90.txt holds every kernel's registers, spills and shared memory, and
-// the test gpu_kernel_resources_sm90 compares each compile with it.
+// sm_90); they ask for 3 resident blocks instead (up to 85 registers, and no spill on sm_90), as
+// does reduce_kernel (it spilled 24 bytes under the 64-register cap once it read hot rows'
+// partials). gpu/cuda/kernel_resources_sm90.txt holds every kernel's registers, spills and shared
+// memory (the counts are there, not here), and the test gpu_kernel_resources_sm90 compares each
+// compile with it.
 
 #include <cstdint>
 #include <utility>
@@ -24,7 +26,6 @@ using namespace kernels;
 
 constexpr int kBlock = 256;
 constexpr int kWarpsPerBlock = kBlock / kWarp;
-constexpr int kHotBlock = kHotWarps * kWarp;
 // Resident blocks the register-heavy warp kernels ask of ptxas (__launch_bounds__'s second
 // argument): 65536 / (3 * 256) = 85 registers a thread at most.
 constexpr int kHeavyMinBlocks = 3;
@@ -52,7 +53,7 @@ __global__ void __launch_bounds__(kBlock, kHeavyMinBlocks) gather_kernel(const G
     gather_item<kInterleaved, false>(w, a, item);
 }
 
-// The gather, update and hot-row kernels of a slot pool with an overflow region (rows a `cached`
+// The gather and update kernels of a slot pool with an overflow region (rows a `cached`
 // pool serves outside its cache): the same bodies with the overflow mapping of slot numbers, apart
 // so that the kernels of every other launch keep their registers.
 __global__ void __launch_bounds__(kBlock, kHeavyMinBlocks) gather_overflow_kernel(const GatherArgs a) {
@@ -72,21 +73,15 @@ __global__ void __launch_bounds__(kBlock, kHeavyMinBlocks) update_overflow_kerne
   update_items<true>(a);
 }
 
-// A block per hot row (update_kernel skipped them): the listed ones, or every unique row, skipping
-// those that are not hot.
-template <bool kOverflow>
-__device__ __forceinline__ void update_hot_rows(const UpdateArgs& a) {
-  __shared__ float partials[kHotWarps * kChunk];
-  const DeviceBlock<kHotWarps> b{this_warp(), static_cast<int>(threadIdx.x) / kWarp};
-  const std::int64_t total = a.hot_items();
-  for (std::int64_t item = blockIdx.x; item < total; item += gridDim.x) update_hot_row<kOverflow>(b, a, item, partials);
-}
-__global__ void __launch_bounds__(kHotBlock) update_hot_kernel(const UpdateArgs a) { update_hot_rows<false>(a); }
-__global__ void __launch_bounds__(kHotBlock) update_hot_overflow_kernel(const UpdateArgs a) {
-  update_hot_rows<true>(a);
+// The hot rows' segments of a backward or gradient reduction (UpdateArgs::partials), before its
+// update or reduce kernel on the same stream.
+__global__ void __launch_bounds__(kBlock) hot_segment_kernel(const UpdateArgs a) {
+  const DeviceWarp w = this_warp();
+  const std::int64_t total = a.segment_items();
+  for (std::int64_t item = first_item(); item < total; item += item_step()) hot_segment_item(w, a, item);
 }
 
-__global__ void __launch_bounds__(kBlock) reduce_kernel(const UpdateArgs a) {
+__global__ void __launch_bounds__(kBlock, kHeavyMinBlocks) reduce_kernel(const UpdateArgs a) {
   const DeviceWarp w = this_warp();
   const std::int64_t total = a.begin[a.count];
   for (std::int64_t item = first_item(); item < total; item += item_step()) reduce_item(w, a, item);
@@ -151,7 +146,7 @@ const KernelEntry kKernels[] = {
     {Kernel::kGather, reinterpret_cast<const void*>(&gather_kernel<false>), kBlock},
     {Kernel::kGatherInterleaved, reinterpret_cast<const void*>(&gather_kernel<true>), kBlock},
     {Kernel::kUpdate, reinterpret_cast<const void*>(&update_kernel), kBlock},
-    {Kernel::kUpdateHot, reinterpret_cast<const void*>(&update_hot_kernel), kHotBlock},
+    {Kernel::kHotSegments, reinterpret_cast<const void*>(&hot_segment_kernel), kBlock},
     {Kernel::kReduce, reinterpret_cast<const void*>(&reduce_kernel), kBlock},
     {Kernel::kPack, reinterpret_cast<const void*>(&records_kernel<false>), kBlock},
     {Kernel::kUnpack, reinterpret_cast<const void*>(&records_kernel<true>), kBlock},
@@ -162,7 +157,6 @@ const KernelEntry kKernels[] = {
     {Kernel::kNonfiniteSum, reinterpret_cast<const void*>(&nonfinite_sum_kernel), kBlock},
     {Kernel::kGatherOverflow, reinterpret_cast<const void*>(&gather_overflow_kernel), kBlock},
     {Kernel::kUpdateOverflow, reinterpret_cast<const void*>(&update_overflow_kernel), kBlock},
-    {Kernel::kUpdateHotOverflow, reinterpret_cast<const void*>(&update_hot_overflow_kernel), kHotBlock},
 };
 static_assert(sizeof(kKernels) / sizeof(kKernels[0]) == kKernelCount, "one entry per Kernel");
 
@@ -172,7 +166,7 @@ const char* kernel_name(Kernel k) {
   static const char* const names[] = {"gather_kernel<false>",
                                       "gather_kernel<true>",
                                       "update_kernel",
-                                      "update_hot_kernel",
+                                      "hot_segment_kernel",
                                       "reduce_kernel",
                                       "records_kernel<false>",
                                       "records_kernel<true>",
@@ -182,8 +176,7 @@ const char* kernel_name(Kernel k) {
                                       "nonfinite_chunk_kernel",
                                       "nonfinite_sum_kernel",
                                       "gather_overflow_kernel",
-                                      "update_overflow_kernel",
-                                      "update_hot_overflow_kernel"};
+                                      "update_overflow_kernel"};
   static_assert(sizeof(names) / sizeof(names[0]) == kKernelCount, "one name per Kernel");
   return names[static_cast<int>(k)];
 }
@@ -212,26 +205,28 @@ cudaError_t launch_gather(const GatherArgs& args, cudaStream_t stream, const Ker
   return launch(gather_kernel<true>, warp_grid(items, grids, Kernel::kGatherInterleaved), kBlock, stream, args);
 }
 
+namespace {
+// The hot rows' segments of `args`, when it has scratch for them (else nothing to launch).
+cudaError_t launch_segments(const UpdateArgs& args, cudaStream_t stream, const KernelGrids& grids) {
+  const std::int64_t items = args.segment_items();
+  if (items <= 0) return cudaSuccess;
+  return launch(hot_segment_kernel, warp_grid(items, grids, Kernel::kHotSegments), kBlock, stream, args);
+}
+}  // namespace
+
 cudaError_t launch_update(const UpdateArgs& args, cudaStream_t stream, const KernelGrids& grids) {
   const std::int64_t items = args.begin[args.count];
   if (items <= 0) return cudaSuccess;
+  if (cudaError_t e = launch_segments(args, stream, grids); e != cudaSuccess) return e;
   const bool overflow = args.overflow != nullptr;
-  const Kernel warp = overflow ? Kernel::kUpdateOverflow : Kernel::kUpdate;
-  if (cudaError_t e = launch(overflow ? update_overflow_kernel : update_kernel, warp_grid(items, grids, warp), kBlock,
-                             stream, args);
-      e != cudaSuccess)
-    return e;
-  // A block of kHotBlock threads per hot row; none when the lists say no row is hot.
-  const std::int64_t hot = args.hot_items();
-  if (hot <= 0) return cudaSuccess;
-  const Kernel block = overflow ? Kernel::kUpdateHotOverflow : Kernel::kUpdateHot;
-  return launch(overflow ? update_hot_overflow_kernel : update_hot_kernel, grid_for(hot, 1, grids, block), kHotBlock,
-                stream, args);
+  const Kernel k = overflow ? Kernel::kUpdateOverflow : Kernel::kUpdate;
+  return launch(overflow ? update_overflow_kernel : update_kernel, warp_grid(items, grids, k), kBlock, stream, args);
 }
 
 cudaError_t launch_reduce(const UpdateArgs& args, cudaStream_t stream, const KernelGrids& grids) {
   const std::int64_t items = args.begin[args.count];
   if (items <= 0) return cudaSuccess;
+  if (cudaError_t e = launch_segments(args, stream, grids); e != cudaSuccess) return e;
   return launch(reduce_kernel, warp_grid(items, grids, Kernel::kReduce), kBlock, stream, args);
 }
 

@@ -20,7 +20,7 @@ enum class Kernel : int {
   kGather,             ///< gather-pool from a slot pool or a one-part host table
   kGatherInterleaved,  ///< gather-pool from a host table over several NUMA parts
   kUpdate,             ///< fused backward, a warp per row
-  kUpdateHot,          ///< fused backward, a block per hot row
+  kHotSegments,        ///< the hot rows' segment sums of a fused backward or gradient reduction
   kReduce,             ///< gradient sums of the sharded modes
   kPack,               ///< records -> packed
   kUnpack,             ///< packed -> records
@@ -31,9 +31,8 @@ enum class Kernel : int {
   kNonfiniteSum,       ///< NaN/Inf counts per range
   kGatherOverflow,     ///< kGather from a slot pool with an overflow region (gpu::SlotPool::overflow)
   kUpdateOverflow,     ///< kUpdate in a slot pool with an overflow region
-  kUpdateHotOverflow,  ///< kUpdateHot in a slot pool with an overflow region
 };
-inline constexpr int kKernelCount = 15;
+inline constexpr int kKernelCount = 14;
 
 /// How many blocks of each kernel one GPU runs at once: its multiprocessors times the blocks of
 /// that kernel a multiprocessor holds (cudaOccupancyMaxActiveBlocksPerMultiprocessor at the
@@ -61,8 +60,10 @@ int kernel_block(Kernel k);
 cudaError_t launch_gather(const kernels::GatherArgs& args, cudaStream_t stream, const KernelGrids& grids);
 
 /// Fused backward: per unique slot, the gradient in segment order, then the optimizer step in
-/// place; a warp per row, then a block per hot row. Asynchronous on `stream`.
+/// place; with args.partials first a warp per segment of each hot row, then a warp per row.
+/// Asynchronous on `stream`.
 cudaError_t launch_update(const kernels::UpdateArgs& args, cudaStream_t stream, const KernelGrids& grids);
+/// Gradient reduction (Device::reduce_grads): launch_update's sums, written instead of applied.
 cudaError_t launch_reduce(const kernels::UpdateArgs& args, cudaStream_t stream, const KernelGrids& grids);
 
 /// Packs (pool -> args.packed) or, with `unpack`, unpacks the records of args.slots, bit for bit.

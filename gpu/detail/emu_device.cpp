@@ -435,6 +435,7 @@ class EmuDevice final : public Device {
     (void)emu_memory();  // constructed before this device, so destroyed after it
   }
   ~EmuDevice() override {
+    free_scratch();
     default_stream_.reset();  // runs what is still queued there, which may read the blocks below
     for (const Parked& b : parked_) {
       if (b.pinned) {
@@ -719,20 +720,33 @@ class EmuDevice final : public Device {
     const EmuScope scope(id_);
     std::vector<UpdateFeature> features = device_features;
     if (!to_host("backward_update", pool, features)) return;
-    kernel(s, [this, features, launches = kernels::update_launches(pool, features)] {
-      // A hot list must hold exactly the rows used more than kHotUses times, ascending: the warp
-      // kernel skips every such row, so a row missing from it would not be updated at all. The
-      // lists are device data (uploaded on the stream), so they are checked here, when they are.
-      for (std::size_t i = 0; i < features.size(); ++i) {
-        const Status bad = check_hot_list(features[i]);
-        if (!bad.is_ok()) {
-          record_error(
-              Status::internal(name() + ": backward_update feature " + std::to_string(i) + ": " + bad.message()));
-          return;
-        }
-      }
+    std::vector<kernels::UpdateArgs> launches = kernels::update_launches(pool, features);
+    with_scratch(s, static_cast<std::size_t>(kernels::partial_floats(launches)) * sizeof(float),
+                 [&](void* scratch) { issue_backward(s, features, launches, scratch); });
+  }
+
+  void issue_backward(StreamView s, const std::vector<UpdateFeature>& features,
+                      std::vector<kernels::UpdateArgs>& launches, void* scratch) {
+    kernels::with_partials(launches, emu_untag(static_cast<float*>(scratch)));
+    kernel(s, [this, features, launches] {
+      if (!hot_lists_ok("backward_update", features)) return;
       for (const auto& a : launches) kernels::run_update(a);
     });
+  }
+
+  // A hot list must hold exactly the rows used more than kHotUses times, ascending: the segment
+  // kernel finds a hot row's segments in it alone, so a row missing from it would be summed from
+  // partials nobody wrote (or past the feature's). The lists are device data (uploaded on the
+  // stream), so they are checked in the kernel, when they are; a wrong one is the sticky error.
+  bool hot_lists_ok(const char* op, const std::vector<UpdateFeature>& features) {
+    for (std::size_t i = 0; i < features.size(); ++i) {
+      const Status bad = check_hot_list(features[i]);
+      if (!bad.is_ok()) {
+        record_error(Status::internal(name() + ": " + op + " feature " + std::to_string(i) + ": " + bad.message()));
+        return false;
+      }
+    }
+    return true;
   }
 
   static Status check_hot_list(const UpdateFeature& f) {
@@ -786,8 +800,13 @@ class EmuDevice final : public Device {
     const EmuScope scope(id_);
     std::vector<UpdateFeature> features = device_features;
     if (!to_host("reduce_grads", sums, features)) return;
-    kernel(s, [launches = kernels::update_launches(sums, features)] {
-      for (const auto& a : launches) kernels::run_reduce(a);
+    std::vector<kernels::UpdateArgs> launches = kernels::update_launches(sums, features);
+    with_scratch(s, static_cast<std::size_t>(kernels::partial_floats(launches)) * sizeof(float), [&](void* scratch) {
+      kernels::with_partials(launches, emu_untag(static_cast<float*>(scratch)));
+      kernel(s, [this, features, launches] {
+        if (!hot_lists_ok("reduce_grads", features)) return;
+        for (const auto& a : launches) kernels::run_reduce(a);
+      });
     });
   }
 

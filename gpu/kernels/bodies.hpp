@@ -10,11 +10,12 @@
 // core/row_math.hpp's; nvcc gets -fmad=false and keeps IEEE division and square root, as the host
 // build uses -ffp-contract=off.
 //
-// Layout: a warp per work item (a group of output rows, a unique slot, a record), lanes over
-// columns; a lane keeps kColsPerLane columns of a chunk in registers, columns cb + k * lanes + lane
-// so that each row read is coalesced. A row used more than kHotUses times in a batch is reduced by
-// a block of kHotWarps warps, each summing whole segments, so a hot row is not one warp's serial
-// tail.
+// Layout: a warp per work item (a group of output rows, a unique slot, a record, a segment of a
+// hot row), lanes over columns; a lane keeps kColsPerLane columns of a chunk in registers, columns
+// cb + k * lanes + lane so that each row read is coalesced. A row used more than kHotUses times in
+// a batch is split: a segment launch sums each of its segments in a warp of its own into a partial
+// sum in device scratch, and the row's warp adds the partials in segment order, so a hot row is
+// not one warp's serial tail.
 
 #include <cmath>
 #include <cstdint>
@@ -25,12 +26,17 @@
 
 namespace strata::gpu::kernels {
 
-/// Feature owning work item `item` (begin[0] == 0, begin ascending; count <= 16, so a scan is cheap).
+/// Feature owning work item `item` of a numbering `begin` of `count` features (begin[0] == 0,
+/// begin ascending; count <= 16, so a scan is cheap).
+STRATA_SIMT int first_owner(const std::int64_t* begin, int count, std::int64_t item) {
+  int f = 0;
+  while (f + 1 < count && item >= begin[f + 1]) ++f;
+  return f;
+}
+/// Feature owning work item `item` of a launch.
 template <class Args>
 STRATA_SIMT int feature_of(const Args& a, std::int64_t item) {
-  int f = 0;
-  while (f + 1 < a.count && item >= a.begin[f + 1]) ++f;
-  return f;
+  return first_owner(a.begin, a.count, item);
 }
 
 /// Record of row r: RowRef::row with the bases held in the launch parameters; kOverflow: a slot
@@ -171,41 +177,116 @@ STRATA_SIMT void gather_item(const W& w, const GatherArgs& a, std::int64_t item)
 // ---------------------------------------------------------------------------------------------
 // Backward: backward_update of host/kernels.cpp.
 
-/// This lane's columns of chunk cb of one segment's gradient: positions [p_lo, p_hi) in ascending
-/// order from 0.0f, each scaled by grad_scale (row_axpy).
-STRATA_SIMT void segment_sum(const UpdateFeatureArgs& f, std::int32_t dim, std::int64_t p_lo, std::int64_t p_hi,
-                             std::int32_t cb, int lane, float (&g)[kColsPerLane]) {
-  STRATA_UNROLL
-  for (int k = 0; k < kColsPerLane; ++k) g[k] = 0.0f;
-  for (std::int64_t p = p_lo; p < p_hi; ++p) {
-    const std::int64_t j = f.positions[p];
-    const float* grow;
-    float s;
-    if (f.pooling == Pooling::kNone) {
-      s = grad_scale(f.pooling, 1, f.weights, j);
-      grow = f.grads + j * dim;
-    } else {
-      const std::int64_t b = f.bag_of[j];
-      s = grad_scale(f.pooling, f.offsets[b + 1] - f.offsets[b], f.weights, j);
-      grow = f.grads + b * dim;
-    }
+/// This lane's kColsPerLane columns of a chunk, in every lane of a warp.
+template <class W>
+using Cols = typename W::template Reg<float>[kColsPerLane];
+
+/// Use p of a row (a key position, in the order of its uses): the offset of its gradient row in
+/// f.grads and its scale (grad_scale): the chain positions -> bag -> offsets/weights.
+STRATA_SIMT void use_of(const UpdateFeatureArgs& f, std::int32_t dim, std::int64_t p, std::int64_t& row, float& s) {
+  const std::int64_t j = f.positions[p];
+  if (f.pooling == Pooling::kNone) {
+    s = grad_scale(f.pooling, 1, f.weights, j);
+    row = j * dim;
+  } else {
+    const std::int64_t b = f.bag_of[j];
+    s = grad_scale(f.pooling, f.offsets[b + 1] - f.offsets[b], f.weights, j);
+    row = b * dim;
+  }
+}
+
+/// Columns of chunk cb of one segment's gradient: uses [p_lo, p_hi) in ascending order from 0.0f,
+/// each scaled (row_axpy). The uses' (gradient row, scale) are computed kWarp at a time, a use per
+/// lane, so that their chains of dependent loads run side by side, and handed to every lane
+/// (read_lane); the lanes then add the rows, four in flight, each lane its columns.
+template <class W>
+STRATA_SIMT void segment_sum(const W& w, const UpdateFeatureArgs& f, std::int32_t dim, std::int64_t p_lo,
+                             std::int64_t p_hi, std::int32_t cb, Cols<W>& g) {
+  w.lanes([&](int lane) {
     STRATA_UNROLL
-    for (int k = 0; k < kColsPerLane; ++k) {
-      const std::int32_t c = cb + k * kWarp + lane;
-      if (c < dim) g[k] += s * grow[c];
+    for (int k = 0; k < kColsPerLane; ++k) g[k][lane] = 0.0f;
+  });
+  for (std::int64_t base = p_lo; base < p_hi; base += kWarp) {
+    typename W::template Reg<std::int64_t> row;
+    typename W::template Reg<float> scale;
+    w.lanes([&](int lane) {
+      row[lane] = 0;
+      scale[lane] = 0.0f;
+      if (base + lane < p_hi) use_of(f, dim, base + lane, row[lane], scale[lane]);
+    });
+    const int n = p_hi - base < kWarp ? static_cast<int>(p_hi - base) : kWarp;
+    for (int u = 0; u < n; u += 4) {  // u + 3 < kWarp: lanes of the warp
+      const std::int64_t r0 = w.read_lane(row, u), r1 = w.read_lane(row, u + 1), r2 = w.read_lane(row, u + 2),
+                         r3 = w.read_lane(row, u + 3);
+      const float s0 = w.read_lane(scale, u), s1 = w.read_lane(scale, u + 1), s2 = w.read_lane(scale, u + 2),
+                  s3 = w.read_lane(scale, u + 3);
+      const int m = n - u;  // uses of these four that are live (a prefix)
+      w.lanes([&](int lane) {
+        STRATA_UNROLL
+        for (int k = 0; k < kColsPerLane; ++k) {
+          const std::int32_t c = cb + k * kWarp + lane;
+          if (c >= dim) break;
+          float x = g[k][lane] + s0 * f.grads[r0 + c];
+          if (m > 1) x += s1 * f.grads[r1 + c];
+          if (m > 2) x += s2 * f.grads[r2 + c];
+          if (m > 3) x += s3 * f.grads[r3 + c];
+          g[k][lane] = x;
+        }
+      });
     }
   }
 }
 
-/// The whole gradient of this lane's columns of chunk cb, segment after segment (grad_segments).
-STRATA_SIMT void row_gradient(const UpdateFeatureArgs& f, std::int32_t dim, std::int64_t p_lo, std::int64_t p_hi,
-                              std::int32_t cb, int lane, float (&g)[kColsPerLane]) {
-  segment_sum(f, dim, p_lo, p_lo + kGradSegment < p_hi ? p_lo + kGradSegment : p_hi, cb, lane, g);
-  for (std::int64_t s = p_lo + kGradSegment; s < p_hi; s += kGradSegment) {
-    float part[kColsPerLane];
-    segment_sum(f, dim, s, s + kGradSegment < p_hi ? s + kGradSegment : p_hi, cb, lane, part);
-    STRATA_UNROLL
-    for (int k = 0; k < kColsPerLane; ++k) g[k] += part[k];
+/// A row's uses [p_lo, p_hi) in the key positions of its feature, and for a hot row of a launch
+/// with scratch the partial sums of its segments (segment k's at partials + k * dim) that the
+/// segment launch wrote.
+struct RowUses {
+  std::int64_t p_lo, p_hi;
+  const float* partials;  ///< nullptr: the row's work item sums its uses itself
+};
+
+/// The uses of unique row u of feature fi of a launch.
+STRATA_SIMT RowUses row_uses(const UpdateArgs& a, int fi, std::int64_t u) {
+  const UpdateFeatureArgs& f = a.features[fi];
+  const std::int64_t p_lo = f.unique_offsets[u], p_hi = f.unique_offsets[u + 1];
+  const bool split = a.partials && p_hi - p_lo > kHotUses;
+  return {p_lo, p_hi, split ? a.partials + (a.seg_begin[fi] + hot_first_partial(p_lo)) * a.dim : nullptr};
+}
+
+/// Columns of chunk cb of the row's whole gradient (grad_segments): its segments' sums added left
+/// to right, from the partials or each segment summed here.
+template <class W>
+STRATA_SIMT void row_gradient(const W& w, const UpdateFeatureArgs& f, std::int32_t dim, const RowUses& r,
+                              std::int32_t cb, Cols<W>& g) {
+  if (r.partials) {
+    const std::int64_t segments = (r.p_hi - r.p_lo + kGradSegment - 1) / kGradSegment;
+    w.lanes([&](int lane) {
+      float v[kColsPerLane];
+      STRATA_UNROLL
+      for (int k = 0; k < kColsPerLane; ++k) {
+        const std::int32_t c = cb + k * kWarp + lane;
+        v[k] = c < dim ? r.partials[c] : 0.0f;
+      }
+      for (std::int64_t s = 1; s < segments; ++s) {
+        STRATA_UNROLL
+        for (int k = 0; k < kColsPerLane; ++k) {
+          const std::int32_t c = cb + k * kWarp + lane;
+          if (c < dim) v[k] += r.partials[s * dim + c];
+        }
+      }
+      STRATA_UNROLL
+      for (int k = 0; k < kColsPerLane; ++k) g[k][lane] = v[k];
+    });
+    return;
+  }
+  segment_sum(w, f, dim, r.p_lo, r.p_lo + kGradSegment < r.p_hi ? r.p_lo + kGradSegment : r.p_hi, cb, g);
+  for (std::int64_t s = r.p_lo + kGradSegment; s < r.p_hi; s += kGradSegment) {
+    Cols<W> part;
+    segment_sum(w, f, dim, s, s + kGradSegment < r.p_hi ? s + kGradSegment : r.p_hi, cb, part);
+    w.lanes([&](int lane) {
+      STRATA_UNROLL
+      for (int k = 0; k < kColsPerLane; ++k) g[k][lane] += part[k][lane];
+    });
   }
 }
 
@@ -233,95 +314,20 @@ STRATA_SIMT void update_column(const OptimizerStep& st, float* w, float* state, 
   }
 }
 
-/// The gradient of one unique row reduced by one warp.
+/// The optimizer step of one unique row (its record `rec`: weights, then state), by one warp.
 template <class W>
-struct WarpReduce {
-  using Warp = W;
-  const W& w;
-  const UpdateFeatureArgs& f;
-  std::int32_t dim;
-  std::int64_t p_lo, p_hi;
-
-  /// g = this row's gradient, columns of chunk cb (valid in the leader warp).
-  STRATA_SIMT void reduce(std::int32_t cb, typename W::template Reg<float> (&g)[kColsPerLane]) const {
-    w.lanes([&](int lane) {
-      float t[kColsPerLane];
-      row_gradient(f, dim, p_lo, p_hi, cb, lane, t);
-      STRATA_UNROLL
-      for (int k = 0; k < kColsPerLane; ++k) g[k][lane] = t[k];
-    });
-  }
-  /// Runs fn on the warp that holds the gradient and updates the row.
-  template <class F>
-  STRATA_SIMT void leader(F&& fn) const {
-    fn(w);
-  }
-};
-
-/// The gradient of one hot row reduced by a block: in rounds of kHotWarps segments, each warp sums
-/// one segment into shared memory, then the first warp adds them to its registers in segment order.
-template <class B>
-struct BlockReduce {
-  using Warp = typename B::Warp;
-  const B& b;
-  const UpdateFeatureArgs& f;
-  std::int32_t dim;
-  std::int64_t p_lo, p_hi;
-  float* partials;  ///< (kHotWarps, kChunk) shared
-
-  STRATA_SIMT void reduce(std::int32_t cb, typename Warp::template Reg<float> (&g)[kColsPerLane]) const {
-    const std::int64_t segments = (p_hi - p_lo + kGradSegment - 1) / kGradSegment;
-    for (std::int64_t s0 = 0; s0 < segments; s0 += kHotWarps) {
-      b.warps([&](const Warp& w, int wi) {
-        const std::int64_t s = s0 + wi;
-        if (s >= segments) return;
-        const std::int64_t lo = p_lo + s * kGradSegment;
-        const std::int64_t hi = lo + kGradSegment < p_hi ? lo + kGradSegment : p_hi;
-        w.lanes([&](int lane) {
-          float t[kColsPerLane];
-          segment_sum(f, dim, lo, hi, cb, lane, t);
-          STRATA_UNROLL
-          for (int k = 0; k < kColsPerLane; ++k) partials[wi * kChunk + k * kWarp + lane] = t[k];
-        });
-      });
-      b.sync();
-      b.first_warp([&](const Warp& w) {
-        w.lanes([&](int lane) {
-          for (int wi = 0; wi < kHotWarps && s0 + wi < segments; ++wi) {
-            STRATA_UNROLL
-            for (int k = 0; k < kColsPerLane; ++k) {
-              const float v = partials[wi * kChunk + k * kWarp + lane];
-              g[k][lane] = s0 + wi == 0 ? v : g[k][lane] + v;
-            }
-          }
-        });
-      });
-      b.sync();
-    }
-  }
-  template <class F>
-  STRATA_SIMT void leader(F&& fn) const {
-    b.first_warp(fn);
-  }
-};
-
-/// The optimizer step of one unique row whose gradient `team` reduces (WarpReduce or BlockReduce).
-template <class Team>
-STRATA_SIMT void update_row(const Team& team, const UpdateFeatureArgs& f, std::int32_t dim, float* w) {
-  using Warp = typename Team::Warp;
-  typename Warp::template Reg<float> g[kColsPerLane];
-  float* state = w + dim;
+STRATA_SIMT void update_row(const W& w, const UpdateFeatureArgs& f, std::int32_t dim, const RowUses& r, float* rec) {
+  Cols<W> g;
+  float* state = rec + dim;
   if (f.step.spec.kind != OptimizerKind::kRowwiseAdagrad) {
     for (std::int32_t cb = 0; cb < dim; cb += kChunk) {
-      team.reduce(cb, g);
-      team.leader([&](const Warp& wp) {
-        wp.lanes([&](int lane) {
-          STRATA_UNROLL
-          for (int k = 0; k < kColsPerLane; ++k) {
-            const std::int32_t c = cb + k * kWarp + lane;
-            if (c < dim) update_column(f.step, w, state, dim, c, g[k][lane]);
-          }
-        });
+      row_gradient(w, f, dim, r, cb, g);
+      w.lanes([&](int lane) {
+        STRATA_UNROLL
+        for (int k = 0; k < kColsPerLane; ++k) {
+          const std::int32_t c = cb + k * kWarp + lane;
+          if (c < dim) update_column(f.step, rec, state, dim, c, g[k][lane]);
+        }
       });
     }
     return;
@@ -333,58 +339,51 @@ STRATA_SIMT void update_row(const Team& team, const UpdateFeatureArgs& f, std::i
   // pass 2 (same order, so the same bits) instead of holding it.
   const OptimizerSpec& o = f.step.spec;
   // Weight decay folded into the gradient, as apply_optimizer does first (skipped when zero, as there).
-  auto decay = [&](const Warp& wp, std::int32_t cb) {
+  auto decay = [&](std::int32_t cb) {
     if (o.weight_decay == 0.0f) return;
-    wp.lanes([&](int lane) {
+    w.lanes([&](int lane) {
       STRATA_UNROLL
       for (int k = 0; k < kColsPerLane; ++k) {
         const std::int32_t c = cb + k * kWarp + lane;
-        if (c < dim) g[k][lane] += o.weight_decay * w[c];
+        if (c < dim) g[k][lane] += o.weight_decay * rec[c];
       }
     });
   };
   float sq = 0.0f;
   for (std::int32_t cb = 0; cb < dim; cb += kChunk) {
-    team.reduce(cb, g);
-    team.leader([&](const Warp& wp) {
-      decay(wp, cb);
-      STRATA_UNROLL
-      for (int k = 0; k < kColsPerLane; ++k) {
-        for (int l = 0; l < kWarp; ++l) {
-          const float v = wp.read_lane(g[k], l);
-          if (cb + k * kWarp + l < dim) sq += v * v;
-        }
+    row_gradient(w, f, dim, r, cb, g);
+    decay(cb);
+    STRATA_UNROLL
+    for (int k = 0; k < kColsPerLane; ++k) {
+      for (int l = 0; l < kWarp; ++l) {
+        const float v = w.read_lane(g[k], l);
+        if (cb + k * kWarp + l < dim) sq += v * v;
       }
-    });
+    }
   }
   // state[0] += sq / dim, read and written by lane 0 only (lanes may run apart on sm_70+).
-  float m = 0.0f;
-  team.leader([&](const Warp& wp) {
-    typename Warp::template Reg<float> s0;
-    wp.lanes([&](int lane) {
-      s0[lane] = 0.0f;
-      if (lane == 0) {
-        float x = state[0];
-        x += sq / static_cast<float>(dim);
-        state[0] = x;
-        s0[lane] = x;
-      }
-    });
-    m = o.learning_rate / (std::sqrt(wp.read_lane(s0, 0)) + o.eps);
+  typename W::template Reg<float> s0;
+  w.lanes([&](int lane) {
+    s0[lane] = 0.0f;
+    if (lane == 0) {
+      float x = state[0];
+      x += sq / static_cast<float>(dim);
+      state[0] = x;
+      s0[lane] = x;
+    }
   });
+  const float m = o.learning_rate / (std::sqrt(w.read_lane(s0, 0)) + o.eps);
   for (std::int32_t cb = 0; cb < dim; cb += kChunk) {
     if (dim > kChunk) {
-      team.reduce(cb, g);
-      team.leader([&](const Warp& wp) { decay(wp, cb); });
+      row_gradient(w, f, dim, r, cb, g);
+      decay(cb);
     }
-    team.leader([&](const Warp& wp) {
-      wp.lanes([&](int lane) {
-        STRATA_UNROLL
-        for (int k = 0; k < kColsPerLane; ++k) {
-          const std::int32_t c = cb + k * kWarp + lane;
-          if (c < dim && o.learning_rate != 0.0f) w[c] -= m * g[k][lane];  // 0 keeps w (apply_optimizer)
-        }
-      });
+    w.lanes([&](int lane) {
+      STRATA_UNROLL
+      for (int k = 0; k < kColsPerLane; ++k) {
+        const std::int32_t c = cb + k * kWarp + lane;
+        if (c < dim && o.learning_rate != 0.0f) rec[c] -= m * g[k][lane];  // 0 keeps w (apply_optimizer)
+      }
     });
   }
 }
@@ -396,56 +395,71 @@ STRATA_SIMT float* update_record(const UpdateArgs& a, Key slot) {
   return kOverflow ? a.record(slot) : a.base + slot * a.stride;
 }
 
-/// One work item of a backward launch: unique slot `item`, unless it is hot (update_hot_row's).
+/// One work item of a backward launch: unique slot `item` (numbered across features).
 template <bool kOverflow, class W>
 STRATA_SIMT void update_item(const W& w, const UpdateArgs& a, std::int64_t item) {
   const int fi = feature_of(a, item);
   const UpdateFeatureArgs& f = a.features[fi];
   const std::int64_t u = item - a.begin[fi];
-  const std::int64_t p_lo = f.unique_offsets[u], p_hi = f.unique_offsets[u + 1];
-  if (p_hi - p_lo > kHotUses) return;
-  update_row(WarpReduce<W>{w, f, a.dim, p_lo, p_hi}, f, a.dim, update_record<kOverflow>(a, f.unique_slots[u]));
+  update_row(w, f, a.dim, row_uses(a, fi, u), update_record<kOverflow>(a, f.unique_slots[u]));
 }
 
-/// Hot-row work item `item` of a backward launch (UpdateArgs::hot_items): the item-th listed hot
-/// row, or unique row `item` if it is hot. Reduced by a block of kHotWarps warps; partials:
-/// (kHotWarps, kChunk) floats of the block's shared memory.
-template <bool kOverflow, class B>
-STRATA_SIMT void update_hot_row(const B& b, const UpdateArgs& a, std::int64_t item, float* partials) {
-  int fi = 0;
-  std::int64_t u;
-  if (a.hot_listed) {
-    while (fi + 1 < a.count && item >= a.hot_begin[fi + 1]) ++fi;
-    u = a.features[fi].hot[item - a.hot_begin[fi]];
-  } else {
-    fi = feature_of(a, item);
-    u = item - a.begin[fi];
-  }
+/// One work item of a segment launch (before the backward or reduction launch of the same
+/// UpdateArgs): partial sum `item`, which is segment k of the hot row whose first partial is the
+/// last one at or before it (hot_first_partial; a binary search of the feature's hot list, or of
+/// its unique rows), when that row has a k-th segment. Partials no hot row takes are left alone.
+template <class W>
+STRATA_SIMT void hot_segment_item(const W& w, const UpdateArgs& a, std::int64_t item) {
+  const int fi = first_owner(a.seg_begin, a.count, item);
   const UpdateFeatureArgs& f = a.features[fi];
+  const std::int64_t i = item - a.seg_begin[fi];
+  // lo = the rows whose first partial is at or before i (rows ascend, and so do their first positions).
+  std::int64_t lo = 0, hi = a.hot_listed ? a.hot_begin[fi + 1] - a.hot_begin[fi] : a.begin[fi + 1] - a.begin[fi];
+  while (lo < hi) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    if (hot_first_partial(f.unique_offsets[a.hot_listed ? f.hot[mid] : mid]) <= i) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  if (lo == 0) return;
+  const std::int64_t u = a.hot_listed ? f.hot[lo - 1] : lo - 1;
   const std::int64_t p_lo = f.unique_offsets[u], p_hi = f.unique_offsets[u + 1];
-  if (p_hi - p_lo <= kHotUses) return;
-  update_row(BlockReduce<B>{b, f, a.dim, p_lo, p_hi, partials}, f, a.dim,
-             update_record<kOverflow>(a, f.unique_slots[u]));
+  const std::int64_t first = p_lo + (i - hot_first_partial(p_lo)) * kGradSegment;
+  if (p_hi - p_lo <= kHotUses || first >= p_hi) return;
+  const std::int64_t last = first + kGradSegment < p_hi ? first + kGradSegment : p_hi;
+  float* out = a.partials + item * a.dim;
+  for (std::int32_t cb = 0; cb < a.dim; cb += kChunk) {
+    Cols<W> g;
+    segment_sum(w, f, a.dim, first, last, cb, g);
+    w.lanes([&](int lane) {
+      STRATA_UNROLL
+      for (int k = 0; k < kColsPerLane; ++k) {
+        const std::int32_t c = cb + k * kWarp + lane;
+        if (c < a.dim) out[c] = g[k][lane];
+      }
+    });
+  }
 }
 
 /// One work item of a gradient reduction (Device::reduce_grads): unique row `item`'s summed
-/// gradient, every row by one warp (hot ones too: the sum is the same whichever team adds it, as
-/// the segments are added in order), into the first dim floats of record unique_slots[u].
+/// gradient, as update_item sums it, into the first dim floats of record unique_slots[u].
 template <class W>
 STRATA_SIMT void reduce_item(const W& w, const UpdateArgs& a, std::int64_t item) {
   const int fi = feature_of(a, item);
   const UpdateFeatureArgs& f = a.features[fi];
   const std::int64_t u = item - a.begin[fi];
-  const std::int64_t p_lo = f.unique_offsets[u], p_hi = f.unique_offsets[u + 1];
+  const RowUses r = row_uses(a, fi, u);
   float* out = a.base + f.unique_slots[u] * a.stride;  // sums have no overflow region (Device::reduce_grads)
   for (std::int32_t cb = 0; cb < a.dim; cb += kChunk) {
+    Cols<W> g;
+    row_gradient(w, f, a.dim, r, cb, g);
     w.lanes([&](int lane) {
-      float g[kColsPerLane];
-      row_gradient(f, a.dim, p_lo, p_hi, cb, lane, g);
       STRATA_UNROLL
       for (int k = 0; k < kColsPerLane; ++k) {
         const std::int32_t c = cb + k * kWarp + lane;
-        if (c < a.dim) out[c] = g[k];
+        if (c < a.dim) out[c] = g[k][lane];
       }
     });
   }

@@ -32,29 +32,28 @@ void run_gather(const GatherArgs& a) {
 }
 
 namespace {
-template <bool kOverflow>
-void run_update_kernels(const UpdateArgs& a) {
+// The hot rows' segments (UpdateArgs::partials), which the row items of the same launch read: the
+// cuda backend's hot_segment_kernel, before the launch's other kernel. Most items of a feature
+// with few hot rows end after their search, so a task takes several.
+void run_segments(const UpdateArgs& a) {
   const HostWarp w;
-  const std::int64_t items = a.begin[a.count];
-  for_items(items, kGrain, [&](std::int64_t i) { update_item<kOverflow>(w, a, i); });
-  // The hot rows (update_item skipped them): a block each, as the GPU's second kernel.
-  for_items(a.hot_items(), a.hot_listed ? 1 : 256, [&](std::int64_t i) {
-    const HostBlock<kHotWarps> b;
-    float partials[kHotWarps * kChunk];
-    update_hot_row<kOverflow>(b, a, i, partials);
-  });
+  for_items(a.segment_items(), 4, [&](std::int64_t i) { hot_segment_item(w, a, i); });
 }
 }  // namespace
 
 void run_update(const UpdateArgs& a) {
-  if (a.overflow) {  // the cuda backend's update_overflow_kernel and update_hot_overflow_kernel
-    run_update_kernels<true>(a);
+  run_segments(a);
+  const HostWarp w;
+  const std::int64_t items = a.begin[a.count];
+  if (a.overflow) {  // the cuda backend's update_overflow_kernel
+    for_items(items, kGrain, [&](std::int64_t i) { update_item<true>(w, a, i); });
   } else {
-    run_update_kernels<false>(a);
+    for_items(items, kGrain, [&](std::int64_t i) { update_item<false>(w, a, i); });
   }
 }
 
 void run_reduce(const UpdateArgs& a) {
+  run_segments(a);
   const HostWarp w;
   for_items(a.begin[a.count], kGrain, [&](std::int64_t i) { reduce_item(w, a, i); });
 }

@@ -1,9 +1,10 @@
 #pragma once
 // The CPU grid: runs launches of the shared kernels (gpu/kernels/bodies.hpp) on the host, the way
-// a GPU runs their grids (warps as oneTBB tasks, the lanes of a warp in turn, a block's warps
-// phase by phase). The `emu` backend runs its device operations through these, so every test on a
-// machine without a GPU executes the logic of the `cuda` backend's kernels. Each call blocks until
-// the launch is done and runs in the caller's tbb::task_arena.
+// a GPU runs their grids (warps as oneTBB tasks, the lanes of a warp in turn, the kernels of one
+// launch one after the other, as on one stream). The `emu` backend runs its device operations
+// through these, so every test on a machine without a GPU executes the logic of the `cuda`
+// backend's kernels. Each call blocks until the launch is done and runs in the caller's
+// tbb::task_arena.
 
 #include "gpu/kernels/launch_args.hpp"
 
@@ -11,8 +12,9 @@ namespace strata::gpu::kernels {
 
 /// Runs a gather launch (rows read through a.source; outputs fully overwritten).
 void run_gather(const GatherArgs& a);
-/// Runs a backward launch: the warp kernel over every unique row, then the block kernel over the hot ones.
+/// Runs a backward launch: the hot rows' segments (with a.partials), then every unique row.
 void run_update(const UpdateArgs& a);
+/// Runs a gradient reduction launch: the hot rows' segments (with a.partials), then every unique row.
 void run_reduce(const UpdateArgs& a);
 /// Runs a pack (pool -> a.packed) or, with `unpack`, an unpack (a.packed -> pool) of a.n records.
 void run_records(const RecordArgs& a, bool unpack);

@@ -136,9 +136,25 @@ std::vector<UpdateArgs> update_launches(const SlotPool& pool, const std::vector<
       a.hot_begin[i + 1] = a.hot_begin[i] + (f.hot ? std::max<std::int64_t>(0, f.num_hot) : 0);
       a.hot_listed = a.hot_listed && (f.hot != nullptr || f.num_unique <= 0);
     }
+    // Partials by key positions, hot rows or not: batches of one size need one scratch size, so
+    // a steady run sizes it once (a feature of `keys` positions can have a hot row in any batch).
+    for (std::size_t i = 0; i < n; ++i) {
+      const UpdateFeature& f = features[first + i];
+      a.seg_begin[i + 1] = a.seg_begin[i] + (f.num_unique > 0 ? hot_partials(f.num_keys) : 0);
+    }
     if (a.begin[a.count] > 0) out.push_back(a);
   }
   return out;
+}
+
+std::int64_t partial_floats(const std::vector<UpdateArgs>& launches) noexcept {
+  std::int64_t n = 0;
+  for (const UpdateArgs& a : launches) n = std::max(n, a.seg_begin[a.count] * a.dim);
+  return n;
+}
+
+void with_partials(std::vector<UpdateArgs>& launches, float* scratch) noexcept {
+  for (UpdateArgs& a : launches) a.partials = scratch;
 }
 
 }  // namespace strata::gpu::kernels

@@ -29,12 +29,26 @@ inline constexpr int kMaxFeaturesPerLaunch = 16;
 /// Parts (NUMA nodes) of a host table that a zero-copy gather can read: as many as a store allows
 /// (StoreConfig::fake_numa_nodes <= 64; real machines have up to 16 with SNC or NPS4).
 inline constexpr int kMaxHostParts = 64;
-/// Rows used more than this many times in a batch are reduced by a block of kHotWarps warps
-/// (update_hot_row) instead of one warp; the order of the sum is the same either way (segments of
-/// kGradSegment uses, core/row_math.hpp), so the result does not depend on which kernel ran.
+/// Rows used more than this many times in a batch are hot: a first launch sums each of their
+/// segments (kGradSegment uses, core/row_math.hpp) apart, a warp per segment (hot_segment_item),
+/// into a partial sum, and the row's own work item adds the partials in segment order; the order
+/// of the sum is the same either way, so the result does not depend on which path ran.
 inline constexpr std::int64_t kHotUses = 2 * kGradSegment;
-/// Warps of the block that reduces one hot row.
-inline constexpr int kHotWarps = 16;
+
+/// Partial sum (of a launch's feature) of segment 0 of a hot row whose uses start at key position
+/// `first`; segment k's is that plus k. Distinct segments of distinct hot rows get distinct
+/// partials: a hot row of n > kHotUses uses from `first` takes ceil(n / kGradSegment) of them, and
+/// the next row starts at first + n or later, whose first partial is at least
+/// floor(n / kGradSegment) + 1 further on (the second term grows by one or more per hot row).
+/// Needs only the row's first position, so the segment kernel and the row's work item agree
+/// without a prefix sum over the hot rows.
+STRATA_HD std::int64_t hot_first_partial(std::int64_t first) { return first / kGradSegment + first / (kHotUses + 1); }
+/// Partial sums a feature of `keys` key positions may need (0 when no row can be hot): one past
+/// the largest hot_first_partial(first) + segments - 1 of any hot row, so the segment kernel's
+/// items of the feature.
+STRATA_HD std::int64_t hot_partials(std::int64_t keys) {
+  return keys > kHotUses ? keys / kGradSegment + keys / (kHotUses + 1) + 1 : 0;
+}
 
 /// No overflow region: the first slot number that addresses one (never reached).
 inline constexpr std::int64_t kNoOverflow = INT64_MAX;
@@ -91,9 +105,14 @@ struct UpdateFeatureArgs {
   const std::int64_t* hot = nullptr;  ///< (num_hot) unique rows used more than kHotUses times
 };
 
-/// Parameters of one backward launch. Work items are unique slots, numbered across features; the
-/// hot rows' block kernel numbers the features' hot lists the same way (hot_begin) when every
-/// feature has one (hot_listed), else it scans every unique row.
+/// Parameters of one backward launch (or gradient reduction). Work items are unique slots,
+/// numbered across features. With `partials`, a segment launch first sums the hot rows' segments:
+/// its items are the features' partial sums (hot_partials of each feature's keys, whether or not a
+/// row is hot in this batch), numbered across features (seg_begin), partial `item` at
+/// partials + item * dim; each finds its hot row by a binary search of the feature's hot list
+/// (hot_begin) when every feature has one (hot_listed), else of its unique rows, and an item of no
+/// hot row's segment does nothing. With lists that are all empty there is no segment launch.
+/// Without `partials` (no scratch could be had) every row is summed by its own warp: the same bits.
 struct UpdateArgs {
   float* base = nullptr;  ///< (slots, stride) device: the slot pool, updated in place
   std::int64_t stride = 0;
@@ -104,10 +123,14 @@ struct UpdateArgs {
   bool hot_listed = false;
   std::int64_t begin[kMaxFeaturesPerLaunch + 1] = {};
   std::int64_t hot_begin[kMaxFeaturesPerLaunch + 1] = {};
+  std::int64_t seg_begin[kMaxFeaturesPerLaunch + 1] = {};
+  float* partials = nullptr;  ///< (seg_begin[count], dim) device scratch, or nullptr
   UpdateFeatureArgs features[kMaxFeaturesPerLaunch];
 
-  /// Work items of the hot rows' block kernel: listed hot rows, or every unique row.
-  STRATA_HD std::int64_t hot_items() const noexcept { return hot_listed ? hot_begin[count] : begin[count]; }
+  /// Work items of the segment launch (none without scratch, nor when the hot lists are all empty).
+  STRATA_HD std::int64_t segment_items() const noexcept {
+    return partials && !(hot_listed && hot_begin[count] == 0) ? seg_begin[count] : 0;
+  }
   /// The record of `slot`.
   STRATA_HD float* record(Key slot) const noexcept { return slot_record(base, overflow, first_overflow, stride, slot); }
 };
@@ -205,7 +228,14 @@ std::int64_t finite_partials(const std::vector<FloatRange>& ranges) noexcept;
 /// `partial` (finite_partials(ranges)) as scratch; empty when there is no range.
 std::vector<FiniteArgs> finite_launches(const std::vector<FloatRange>& ranges, std::int64_t* partial,
                                         std::int64_t* totals);
-/// The launches of one fused backward (empty when no feature has a unique row).
+/// The launches of one fused backward or gradient reduction (empty when no feature has a unique
+/// row), without scratch: see with_partials.
 std::vector<UpdateArgs> update_launches(const SlotPool& pool, const std::vector<UpdateFeature>& features);
+/// Floats of scratch the hot rows' partial sums of `launches` take (the launches run one after
+/// the other on one stream, so each starts at the same scratch).
+std::int64_t partial_floats(const std::vector<UpdateArgs>& launches) noexcept;
+/// Gives every launch `scratch` (partial_floats(launches) floats, device) for its partial sums;
+/// nullptr leaves them without (each hot row then summed by its own warp).
+void with_partials(std::vector<UpdateArgs>& launches, float* scratch) noexcept;
 
 }  // namespace strata::gpu::kernels

@@ -3,7 +3,7 @@
 // and a host implementation, so one kernel source runs on a GPU and on the CPU grid of the `emu`
 // backend.
 //
-// A kernel body is a function of a warp (or of a block of warps) written warp-synchronously:
+// A kernel body is a function of a warp, written warp-synchronously:
 //  - Code outside `w.lanes(...)` is warp-uniform: every lane computes the same values from the same
 //    inputs. On the GPU all 32 threads run it; on the CPU it runs once.
 //  - `w.lanes([&](int lane) { ... })` is the per-lane part: on the GPU each thread runs it once
@@ -13,16 +13,13 @@
 //  - A value that must outlive one `lanes` call per lane is a `Reg<T>`, indexed by the lane: a
 //    register of each thread on the GPU, an array of 32 values on the CPU.
 //  - Cross-lane operations sit outside `lanes`: `w.read_lane(reg, l)` gives every lane the value
-//    lane l holds (__shfl_sync on the GPU); `w.read_group_lane(reg, u, width)` gives each lane the
-//    value that lane u of its group of `width` lanes holds (groups of consecutive lanes, width a
-//    power of two: __shfl_sync with a width); `w.max(reg)` gives every lane the largest value, `w.sum(reg)` the sum
-//    (integers: any order).
-//  - A block (update_hot_row) adds `b.warps(fn)` (every warp runs fn(warp, index); on the CPU the
-//    warps run one after the other), `b.first_warp(fn)` and `b.sync()` (__syncthreads; nothing
-//    on the CPU, where the warps of a phase have all finished when the next phase starts), and
-//    shared memory handed in by the launcher.
-// Lanes of one warp never race on the CPU (they run in turn), and the warps of a block only meet
-// through shared memory between syncs, so a body that is correct here is correct in both.
+//    lane l holds (__shfl_sync on the GPU; float or 64-bit integers); `w.read_group_lane(reg, u,
+//    width)` gives each lane the value that lane u of its group of `width` lanes holds (groups of
+//    consecutive lanes, width a power of two: __shfl_sync with a width); `w.max(reg)` gives every
+//    lane the largest value, `w.sum(reg)` the sum (integers: any order).
+// Lanes of one warp never race on the CPU (they run in turn), and warps only meet through what one
+// launch writes and a later launch on the same stream reads (the hot rows' partial sums), so a
+// body that is correct here is correct in both.
 
 #include <cstdint>
 
@@ -53,7 +50,8 @@ struct DeviceWarp {
   __device__ __forceinline__ void lanes(F&& f) const {
     f(lane);
   }
-  __device__ __forceinline__ float read_lane(const Reg<float>& r, int l) const {
+  template <class T>
+  __device__ __forceinline__ T read_lane(const Reg<T>& r, int l) const {
     return __shfl_sync(0xffffffffu, r.v, l);
   }
   template <class T>
@@ -74,23 +72,6 @@ struct DeviceWarp {
     return t;
   }
 };
-
-/// One block of a CUDA launch: kWarps warps, the calling thread's warp among them.
-template <int kWarps>
-struct DeviceBlock {
-  using Warp = DeviceWarp;
-  DeviceWarp warp;
-  int warp_index;
-  template <class F>
-  __device__ __forceinline__ void warps(F&& f) const {
-    f(warp, warp_index);
-  }
-  template <class F>
-  __device__ __forceinline__ void first_warp(F&& f) const {
-    if (warp_index == 0) f(warp);
-  }
-  __device__ __forceinline__ void sync() const { __syncthreads(); }
-};
 #endif
 
 /// One warp on the CPU: lanes run in turn.
@@ -105,7 +86,10 @@ struct HostWarp {
   void lanes(F&& f) const {
     for (int l = 0; l < kWarp; ++l) f(l);
   }
-  float read_lane(const Reg<float>& r, int l) const { return r.v[l]; }
+  template <class T>
+  T read_lane(const Reg<T>& r, int l) const {
+    return r.v[l];
+  }
   template <class T>
   Reg<T> read_group_lane(const Reg<T>& r, int u, int width) const {
     Reg<T> out;
@@ -122,22 +106,6 @@ struct HostWarp {
     for (int l = 0; l < kWarp; ++l) t += r.v[l];
     return t;
   }
-};
-
-/// One block on the CPU: its warps run one after the other, phase by phase.
-template <int kWarps>
-struct HostBlock {
-  using Warp = HostWarp;
-  HostWarp warp;
-  template <class F>
-  void warps(F&& f) const {
-    for (int w = 0; w < kWarps; ++w) f(warp, w);
-  }
-  template <class F>
-  void first_warp(F&& f) const {
-    f(warp);
-  }
-  void sync() const {}
 };
 
 }  // namespace strata::gpu::kernels

@@ -273,6 +273,12 @@ def test_bad_configs():
         strata.Store("{" + key + ": 1, " + key + ': 2, "tables": []}')
     with pytest.raises(ValueError, match="rows"):
         strata.Store({"tables": [{"name": "a", "rows": "\u00e9" * 40, "dim": 4}]})
+    # Half-size element types are refused as the C++ config refuses them, naming the table and the
+    # field, until the engines store them (issue 31).
+    with pytest.raises(ValueError, match=r"table 'a': output_dtype bf16 is not supported yet \(expected fp32"):
+        strata.Store({"tables": [{"name": "a", "rows": 4, "dim": 4, "output_dtype": "bf16"}]})
+    with pytest.raises(ValueError, match=r"table 'a': stochastic_rounding on a table of fp32 rows and fp32 state"):
+        strata.Store({"tables": [{"name": "a", "rows": 4, "dim": 4, "stochastic_rounding": True}]})
 
 
 def test_threads_sharing_one_store():

@@ -20,20 +20,62 @@ BagsView bags_of(const JaggedKeys& f) {
   return v;
 }
 
-void HostTableOps::forward(const JaggedKeys& f, float* out) const {
-  if (table_.spec().pooling == Pooling::kNone) {
-    gather_rows(table_.ref(), f.keys.data(), f.weights.empty() ? nullptr : f.weights.data(), f.num_keys(), out);
-  } else {
-    gather_pool(table_.ref(), bags_of(f), table_.spec().pooling, out);
-  }
+TableBatchItem HostTableOps::forward_item(const JaggedKeys& f, float* out) const {
+  TableBatchItem it;
+  it.table = table_.ref();
+  it.bags = bags_of(f);
+  it.pooling = table_.spec().pooling;
+  it.out = out;
+  return it;
 }
 
-void HostTableOps::backward(const JaggedKeys& f, const float* grads, const OptimizerStep& step) {
+void HostTableOps::prepare_backward(const JaggedKeys& f, bool shared) {
   // Repeated keys are only needed by backward, so they are found here: inference never pays for
   // it. Rows used once are updated straight from their bag's gradient.
   if (table_.spec().pooling != Pooling::kNone) bag_of_positions(f.offsets.data(), f.batch_size(), bag_of_);
-  find_repeats(f.keys.data(), f.num_keys(), table_.spec().rows, repeats_, scratch_);
-  backward_update_by_bag(table_.ref(), bags_of(f), table_.spec().pooling, repeats_, bag_of_.data(), grads, step);
+  if (!shared) find_repeats(f.keys.data(), f.num_keys(), table_.spec().rows, repeats_, scratch_);
+}
+
+TableBatchItem HostTableOps::backward_item(const JaggedKeys& f, const float* grads, const OptimizerStep& step) const {
+  TableBatchItem it = forward_item(f, nullptr);
+  it.grads = grads;
+  it.repeats = &repeats_;
+  it.bag_of = bag_of_.data();
+  it.step = step;
+  return it;
+}
+
+void HostBatch::forward(const std::vector<HostFeature>& f) {
+  items_.clear();
+  for (const HostFeature& x : f) items_.push_back(x.ops->forward_item(*x.keys, x.out));
+  gather_pool_tables(items_, scratch_);
+}
+
+void HostBatch::backward(const std::vector<HostFeature>& f) {
+  shared_.assign(f.size(), 0);
+  shared_keys_.clear();
+  shared_out_.clear();
+  std::int64_t rows = 0, keys = 0;
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    const std::int64_t r = f[i].ops->table().spec().rows, n = f[i].keys->num_keys();
+    if (r > kSharedRepeatsRows || n > kSharedRepeatsKeys || rows + r > kRepeatsTablesMaxRows ||
+        keys + n > kRepeatsTablesMaxKeys)
+      continue;
+    rows += r;
+    keys += n;
+    shared_[i] = 1;
+    shared_keys_.push_back({f[i].keys->keys.data(), f[i].keys->num_keys(), r});
+    shared_out_.push_back(&f[i].ops->repeats());
+  }
+  // Each key's bag, and the large tables' repeated keys, the tables side by side (each
+  // HostTableOps has its own scratch); then the others' in one shared pass.
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, f.size(), 1), [&](const tbb::blocked_range<std::size_t>& r) {
+    for (std::size_t i = r.begin(); i < r.end(); ++i) f[i].ops->prepare_backward(*f[i].keys, shared_[i] != 0);
+  });
+  if (!shared_keys_.empty()) find_repeats_tables(shared_keys_, shared_out_, repeats_scratch_);
+  items_.clear();
+  for (const HostFeature& x : f) items_.push_back(x.ops->backward_item(*x.keys, x.grads, x.step));
+  backward_update_tables(items_, scratch_);
 }
 
 void HostTableOps::read_rows(std::int64_t row0, std::int64_t n, float* weights, float* state) const {
@@ -70,20 +112,32 @@ class CpuEngine final : public Engine {
 
   Status forward(EngineBatch&, const KeyBatch& batch, const EngineFeatures& f, const std::vector<MatrixView>& outputs,
                  const CallOrder&) override {
-    for_each_feature(f, [&](std::size_t i) {
+    features_.clear();
+    for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const std::size_t fi = static_cast<std::size_t>(f.feature[i]);
-      tables_.at(f.table[i]).forward(batch.features[fi], outputs[fi].data);
-    });
+      HostFeature x;
+      x.ops = &tables_.at(f.table[i]);
+      x.keys = &batch.features[fi];
+      x.out = outputs[fi].data;
+      features_.push_back(x);
+    }
+    batch_.forward(features_);
     return Status::ok();
   }
 
   Status backward(EngineBatch&, const KeyBatch& batch, const EngineFeatures& f,
                   const std::vector<ConstMatrixView>& grads, std::int64_t t, const CallOrder&) override {
-    for_each_feature(f, [&](std::size_t i) {
+    features_.clear();
+    for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const std::size_t fi = static_cast<std::size_t>(f.feature[i]);
-      const TableSpec& spec = config_.tables[static_cast<std::size_t>(f.table[i])].spec;
-      tables_.at(f.table[i]).backward(batch.features[fi], grads[fi].data, make_optimizer_step(spec.optimizer, t));
-    });
+      HostFeature x;
+      x.ops = &tables_.at(f.table[i]);
+      x.keys = &batch.features[fi];
+      x.grads = grads[fi].data;
+      x.step = make_optimizer_step(config_.tables[static_cast<std::size_t>(f.table[i])].spec, t);
+      features_.push_back(x);
+    }
+    batch_.backward(features_);
     return Status::ok();
   }
 
@@ -100,28 +154,10 @@ class CpuEngine final : public Engine {
   }
 
  private:
-  // Runs fn(i) for every feature of the batch, the features' tables side by side: each table's
-  // kernels are parallel within the table, and running the tables as tasks of one parallel loop
-  // (nested in oneTBB's work stealing) removes the join between one table and the next, which
-  // dominates with many small tables (26 one-hot Criteo features of 8192 bags). Safe: a table
-  // appears at most once per batch, each HostTableOps keeps its own scratch, and the features'
-  // outputs and rows are disjoint; each output is computed as before (bit-identical).
-  template <class Fn>
-  static void for_each_feature(const EngineFeatures& f, Fn fn) {
-    if (f.feature.size() == 1) {
-      fn(0);
-      return;
-    }
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, f.feature.size(), 1),
-                      [&](const tbb::blocked_range<std::size_t>& r) {
-                        for (std::size_t i = r.begin(); i < r.end(); ++i) {
-                          fn(i);
-                        }
-                      });
-  }
-
   const StoreConfig& config_;
   std::unordered_map<int, HostTableOps> tables_;
+  std::vector<HostFeature> features_;  // the call's features (reused)
+  HostBatch batch_;
 };
 
 }  // namespace

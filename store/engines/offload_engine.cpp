@@ -173,14 +173,20 @@ class OffloadEngine final : public Engine {
       // of it may still be queued (a stream-ordered call returned without waiting).
       if (b.outputs_pending) STRATA_RETURN_IF_ERROR(dev_.synchronize(b.st->done()));
       b.outputs_pending = false;
+      // Every table pooled in one table-batched pass (HostBatch), then the device views' copies.
+      features_.clear();
       for (std::size_t i = 0; i < f.feature.size(); ++i) {
-        const JaggedKeys& keys = batch.features[static_cast<std::size_t>(f.feature[i])];
         const MatrixView& o = out(outputs, f, i);
-        if (o.space == MemorySpace::kHost) {
-          tables_.at(f.table[i]).forward(keys, o.data);
-          continue;
-        }
-        tables_.at(f.table[i]).forward(keys, b.host_out[i]);
+        HostFeature x;
+        x.ops = &tables_.at(f.table[i]);
+        x.keys = &batch.features[static_cast<std::size_t>(f.feature[i])];
+        x.out = o.space == MemorySpace::kHost ? o.data : b.host_out[i];
+        features_.push_back(x);
+      }
+      host_.forward(features_);
+      for (std::size_t i = 0; i < f.feature.size(); ++i) {
+        const MatrixView& o = out(outputs, f, i);
+        if (o.space == MemorySpace::kHost) continue;
         if (const std::size_t n = bytes_of(batch, f, i)) dev_.copy_h2d(s, o.data, b.host_out[i], n);
       }
     }
@@ -252,11 +258,17 @@ class OffloadEngine final : public Engine {
       release(b);
       return dev;
     }
+    // The CPU optimizer of every table in one table-batched pass (HostBatch).
+    features_.clear();
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
-      const std::size_t fi = static_cast<std::size_t>(f.feature[i]);
-      tables_.at(f.table[i])
-          .backward(batch.features[fi], b.grads[i], make_optimizer_step(spec_of(f.table[i]).optimizer, t));
+      HostFeature x;
+      x.ops = &tables_.at(f.table[i]);
+      x.keys = &batch.features[static_cast<std::size_t>(f.feature[i])];
+      x.grads = b.grads[i];
+      x.step = make_optimizer_step(spec_of(f.table[i]), t);
+      features_.push_back(x);
     }
+    host_.backward(features_);
     release(b);
     return Status::ok();
   }
@@ -340,7 +352,9 @@ class OffloadEngine final : public Engine {
   // A forward returned before its work on compute_ was done (stream-ordered, device views only):
   // the device may still read host rows.
   bool reads_pending_ = false;
-  std::vector<UniqueKeys> unique_;  // per engine feature of the batch being submitted
+  std::vector<HostFeature> features_;  // the CPU gather's and optimizer's features of a call (reused)
+  HostBatch host_;                     // the CPU gather and optimizer
+  std::vector<UniqueKeys> unique_;     // per engine feature of the batch being submitted
   DedupScratch scratch_;
   gpu::StagingRing staging_{dev_};
   gpu::StagingRing activations_{dev_};  // host views' outputs on the device (OffloadBatch::act)

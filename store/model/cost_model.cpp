@@ -20,6 +20,7 @@
 #include "store/detail/json_keys.hpp"
 #include "store/engines/cache_transfers.hpp"
 #include "store/engines/cached_engine.hpp"
+#include "store/engines/cpu_engine.hpp"
 #include "store/engines/device_features.hpp"
 #include "store/engines/sharded_engine.hpp"
 
@@ -413,11 +414,19 @@ Result<HostTableMemory> host_table_memory(const StoreConfig& config, int numa_no
   }
   HostTableMemory m;
   // cpu and offload tables run backward on the CPU (store/engines/cpu_engine.hpp): each keeps a
-  // find_repeats map per arena thread that has scanned it.
+  // find_repeats map per arena thread that has scanned it, and each engine's HostBatch one more for
+  // its shared pass over the tables of up to kSharedRepeatsRows rows (a table may use both: it joins
+  // the shared pass only in batches of few keys).
   const double threads = config.threads > 0 ? config.threads : std::max(1u, std::thread::hardware_concurrency());
-  for (const int g : {kCpuG, kOffloadG})
-    for (const TableSpec& spec : group[g])
+  for (const int g : {kCpuG, kOffloadG}) {
+    std::int64_t shared_rows = 0;
+    for (const TableSpec& spec : group[g]) {
       m.scratch_bytes += threads * 8.0 * static_cast<double>(find_repeats_map_entries(spec.rows));
+      if (spec.rows <= detail::HostBatch::kSharedRepeatsRows) shared_rows += spec.rows;
+    }
+    shared_rows = std::min(shared_rows, kRepeatsTablesMaxRows);
+    m.scratch_bytes += threads * 8.0 * static_cast<double>(find_repeats_map_entries(shared_rows));
+  }
   for (const auto& specs : group) {
     const HostFootprint f = host_footprint(specs, options, nodes, true);
     m.record_bytes += static_cast<double>(f.record_bytes);

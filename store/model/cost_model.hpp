@@ -188,12 +188,13 @@ struct ModelOptions {
 };
 
 /// Host memory a store maps for its tables' records (weights and optimizer state), as it allocates
-/// them: records padded to record_stride, tables of 1 MiB and more in arenas of their own rounded up
+/// them: records padded to record_words, tables of 1 MiB and more in arenas of their own rounded up
 /// to 2 MiB, smaller tables packed into shared 2 MiB arenas (one set per engine and NUMA node; see
 /// host/host_table.hpp). mapped_bytes is exact: it equals the growth of
 /// NumaArena::live_mapped_bytes() when the store opens. scratch_bytes bounds the per-table scratch
 /// the CPU optimizer of `cpu` and `offload` tables keeps once trained (find_repeats' direct-mapped
-/// arrays: per thread, one 8-byte entry per row up to the key range width). Slot pools, staging and
+/// arrays: per thread, one 8-byte entry per row up to the key range width, per table and for each
+/// engine's shared pass over its small tables). Slot pools, staging and
 /// the other structures of the store are not included.
 struct HostTableMemory {
   double record_bytes = 0;   ///< rows x padded record (what the tables hold)

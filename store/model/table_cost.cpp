@@ -5,6 +5,7 @@
 #include <map>
 #include <utility>
 
+#include "core/record_layout.hpp"
 #include "host/host_table.hpp"
 
 namespace strata {
@@ -26,8 +27,7 @@ void add_bytes(StepBytes& total, const StepBytes& b) {
 
 RowSizes row_sizes(const TableSpec& spec) {
   const double state = optimizer_state_dim(spec.optimizer.kind, spec.dim);
-  return {4.0 * spec.dim, 4.0 * (spec.dim + state),
-          4.0 * static_cast<double>(record_stride(spec.dim, static_cast<std::int32_t>(state)))};
+  return {4.0 * spec.dim, 4.0 * (spec.dim + state), 4.0 * static_cast<double>(record_words(record_shape(spec)))};
 }
 
 void scale_bytes(StepBytes& b, double f) {
@@ -341,7 +341,7 @@ Regions batch_regions(const TableSpec& spec, bool cached, std::int64_t bags, std
 // A cache's flush staging (store/engines/cached_engine.cpp flush_sizes): one flush chunk of a slot
 // pool of `spec`'s shape and `pool_rows` slots, before the headroom.
 Regions flush_regions(const TableSpec& spec, std::int64_t pool_rows, const CostOptions& o) {
-  const std::int64_t stride = record_stride(spec.dim, optimizer_state_dim(spec.optimizer.kind, spec.dim));
+  const std::int64_t stride = record_words(record_shape(spec));
   const auto w = EngineStaging::flush_rows(pool_rows, stride);
   Regions flush;
   flush.mirrored = EngineStaging::list(w) * (o.zero_copy ? 2.0 : 1.0);

@@ -8,7 +8,7 @@
 //
 // Per step, with K key occurrences, U distinct rows, B bags, P pooled rows (B; K without pooling),
 // rows of d floats (row bytes r = 4d), records of d + s floats (s the optimizer state; record
-// bytes R = 4(d + s)) padded to the stride S (bytes; record_stride) in device slots. Every byte
+// bytes R = 4(d + s)) padded to the stride S (bytes; record_words) in device slots. Every byte
 // below is what the engines issue and the device layer counts (store/engines/*_engine.cpp,
 // gpu/device.cpp), so on emu the prediction of a run equals its counters exactly
 // (tune/validate.hpp); a copy moves its bytes over PCIe and reads or writes them in HBM.
@@ -149,7 +149,7 @@
 namespace strata {
 
 /// Per-row sizes of a table, in bytes: a row (dim floats), a record (row and optimizer state) and
-/// a record padded to record_stride (host/host_table.hpp), as slots and staging hold it.
+/// a record padded to record_words (core/record_layout.hpp), as slots and staging hold it.
 struct RowSizes {
   double row = 0, record = 0, stride = 0;
 };

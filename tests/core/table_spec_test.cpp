@@ -4,6 +4,9 @@
 
 #include <limits>
 
+#include "core/record_layout.hpp"
+#include "tests/core/accept_half_dtypes.hpp"
+
 namespace strata {
 
 TableSpec good() {
@@ -66,6 +69,99 @@ TEST(TableSpec, BadFieldsNameTableAndValue) {
   s = good();
   s.optimizer.beta1 = 1.0f;
   EXPECT_NE(validate(s).message().find("beta1"), std::string::npos);
+}
+
+// Half-size element types are refused, naming the table, the field and the value, until the engines
+// store them (issue 31): one switch, half_dtypes_accepted(), which tests of the reference turn on.
+TEST(TableSpec, HalfDTypesAreRefusedByFieldUntilAccepted) {
+  ASSERT_FALSE(half_dtypes_accepted());
+  for (const DType d : {DType::kBF16, DType::kF16}) {
+    auto s = good();
+    s.dtype = d;
+    EXPECT_EQ(validate(s).message(), std::string("table 'user': dtype ") + to_string(d) +
+                                         " is not supported yet (expected fp32: half-size elements are being "
+                                         "built, issue 31)");
+    EXPECT_EQ(validate(s).code(), StatusCode::kInvalidArgument);
+    s = good();
+    s.output_dtype = d;
+    EXPECT_EQ(validate(s).message(), std::string("table 'user': output_dtype ") + to_string(d) +
+                                         " is not supported yet (expected fp32: half-size elements are being "
+                                         "built, issue 31)");
+  }
+  auto s = good();
+  s.optimizer.kind = OptimizerKind::kAdam;
+  s.state_dtype = DType::kBF16;
+  EXPECT_EQ(validate(s).message(),
+            "table 'user': state_dtype bf16 is not supported yet (expected fp32: half-size elements are being built, "
+            "issue 31)");
+  {
+    AcceptHalfDTypes accept;
+    EXPECT_TRUE(validate(s).is_ok()) << validate(s).message();
+    s.dtype = DType::kF16;
+    s.output_dtype = DType::kBF16;
+    s.stochastic_rounding = true;
+    EXPECT_TRUE(validate(s).is_ok()) << validate(s).message();
+  }
+  EXPECT_FALSE(half_dtypes_accepted());
+  EXPECT_FALSE(validate(s).is_ok());
+}
+
+// The rules that stay once half-size elements are accepted: the state_dtype an optimizer may have,
+// stochastic rounding only where something is rounded, enum values in range.
+TEST(TableSpec, StateDTypeStochasticRoundingAndRangesAreChecked) {
+  AcceptHalfDTypes accept;
+  auto s = good();
+  s.optimizer.kind = OptimizerKind::kAdagrad;
+  s.state_dtype = DType::kF16;
+  EXPECT_EQ(validate(s).message(), "table 'user': state_dtype fp16 (expected fp32 or bf16)");
+  s.state_dtype = DType::kBF16;
+  EXPECT_TRUE(validate(s).is_ok()) << validate(s).message();
+  s.optimizer.kind = OptimizerKind::kSgd;
+  EXPECT_EQ(validate(s).message(),
+            "table 'user': state_dtype bf16 with optimizer sgd (expected fp32: bf16 state is for adagrad and adam; "
+            "sgd keeps no state)");
+  s.optimizer.kind = OptimizerKind::kRowwiseAdagrad;
+  EXPECT_EQ(validate(s).message(),
+            "table 'user': state_dtype bf16 with optimizer rowwise_adagrad (expected fp32: bf16 state is for "
+            "adagrad and adam; rowwise_adagrad keeps one fp32 per row)");
+
+  s = good();
+  s.stochastic_rounding = true;
+  const std::string sr_on_fp32 =
+      "table 'user': stochastic_rounding on a table of fp32 rows and fp32 state (expected a dtype of bf16 or "
+      "fp16, or a state_dtype of bf16: fp32 elements are not rounded)";
+  EXPECT_EQ(validate(s).message(), sr_on_fp32);
+  s.output_dtype = DType::kBF16;  // outputs are rounded to nearest: no stochastic rounding there
+  EXPECT_EQ(validate(s).message(), sr_on_fp32);
+  s.dtype = DType::kBF16;
+  EXPECT_TRUE(validate(s).is_ok()) << validate(s).message();
+  s.dtype = DType::kF32;
+  s.optimizer.kind = OptimizerKind::kAdam;
+  s.state_dtype = DType::kBF16;
+  EXPECT_TRUE(validate(s).is_ok()) << validate(s).message();
+
+  s = good();
+  s.state_dtype = static_cast<DType>(7);
+  EXPECT_EQ(validate(s).message(), "table 'user': state_dtype 7 is out of range (expected fp32, fp16 or bf16)");
+  s = good();
+  s.output_dtype = static_cast<DType>(3);
+  EXPECT_EQ(validate(s).message(), "table 'user': output_dtype 3 is out of range (expected fp32, fp16 or bf16)");
+}
+
+// The 2^48-byte bound counts the records as they are laid out (record_words): a bf16 row takes
+// half the bytes, so a bf16 table may hold twice the rows of an fp32 one.
+TEST(TableSpec, TableSizeBoundCountsRecordWords) {
+  AcceptHalfDTypes accept;
+  auto s = good();
+  s.dim = 64;  // sgd: fp32 records of 256 bytes, bf16 records of 128
+  s.rows = (std::int64_t{1} << 48) / 128;
+  EXPECT_NE(validate(s).message().find("rows of 256 bytes"), std::string::npos) << validate(s).message();
+  s.dtype = DType::kBF16;
+  EXPECT_TRUE(validate(s).is_ok()) << validate(s).message();
+  ++s.rows;
+  EXPECT_EQ(validate(s).message(), "table 'user': " + std::to_string(s.rows) +
+                                       " rows of 128 bytes (weights and optimizer state) exceed the most a table may "
+                                       "hold, 2^48 bytes");
 }
 
 // A table name becomes part of its checkpoint files' names ("<name>.<generation>.tbl", written

@@ -20,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/record_layout.hpp"
 #include "gpu/device.hpp"
 #include "host/dedup.hpp"
 #include "host/host_table.hpp"

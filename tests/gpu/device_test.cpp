@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <limits>
 #include <mutex>
 #include <random>
@@ -20,6 +21,7 @@
 #include <xmmintrin.h>
 #endif
 
+#include "core/record_layout.hpp"
 #include "gpu/detail/cuda_probe.hpp"
 #include "gpu/device.hpp"
 #include "gpu/kernels/launch_args.hpp"
@@ -281,8 +283,8 @@ TEST_P(DeviceTest, GatherPoolAndBackwardMatchHostKernelsBitForBit) {
 
 // A slot pool with an overflow region (SlotPool::overflow: slot s >= slots is its record s - slots)
 // behaves as one pool holding all the records: the gather (with weights, empty bags, two hot rows
-// used more than kHotUses times, one of them in the overflow region), the fused update (warp and
-// block kernels) and the record moves give the same bits as on a whole pool of the same records.
+// used more than kHotUses times, one of them in the overflow region), the fused update (segment
+// and row kernels) and the record moves give the same bits as on a whole pool of the same records.
 TEST_P(DeviceTest, OverflowSlotsActAsSlotsOfOnePool) {
   auto s = dev_->create_stream().value();
   std::mt19937_64 rng(11);
@@ -439,7 +441,7 @@ TEST_P(DeviceTest, TakeAndPutColumnsMoveSlicesOfRows) {
 }
 
 // reduce_grads gives the bits of the host's reduce_unique_grads: every pooling, weights, rows used
-// more often than kHotUses (which backward_update hands to its block kernel), several features.
+// more often than kHotUses (summed segment by segment into partials first), several features.
 TEST_P(DeviceTest, ReduceGradsMatchHostReduceUniqueGradsBitForBit) {
   auto s = dev_->create_stream().value();
   std::mt19937_64 rng(11);
@@ -509,6 +511,335 @@ TEST_P(DeviceTest, ReduceGradsMatchHostReduceUniqueGradsBitForBit) {
       }
     }
   }
+}
+
+// ---- hot rows: rows used thousands of times a batch ----
+
+// One feature of the hot-row tests (host data): a row used 5000 times and others over the hot
+// threshold (kHotUses + 1 uses, the fewest a hot row has, and exactly kHotUses, which is not hot),
+// cold rows, and rows in a pool's overflow region (slots >= kHotKept), shuffled into bags of 0 to 8
+// keys (empty bags too). Feature f's row r is slot 3 r + f: the features of one launch update
+// distinct slots, as a store's do.
+constexpr std::int64_t kHotSlots = 1200, kHotKept = 900;
+struct HotFeature {
+  std::vector<std::int64_t> offs = {0};
+  std::vector<Key> rows;
+  std::vector<float> wts;
+  std::vector<float> grads;
+  UniqueKeys uniq;
+  std::vector<std::int32_t> bag_of;
+  std::int64_t batch = 0;
+  std::vector<std::int64_t> hot;  ///< unique rows used more than kHotUses times, ascending
+};
+
+HotFeature make_hot_feature(std::mt19937_64& rng, int f, Pooling pooling, std::int32_t dim) {
+  HotFeature h;
+  const struct {
+    Key row;
+    std::int64_t uses;
+  } uses[] = {{7, f == 1 ? 9000 : 5000},
+              {350, 1300},  // an overflow slot
+              {20, kernels::kHotUses + 1},
+              {30, kernels::kHotUses},  // not hot
+              {40, 3 * kGradSegment}};
+  const auto slot = [&](Key r) { return r * 3 + f; };
+  for (const auto& u : uses)
+    for (std::int64_t i = 0; i < u.uses; ++i) h.rows.push_back(slot(u.row));
+  for (int i = 0; i < 3000; ++i) {  // cold: used a few times each, some in the overflow region
+    const Key r = static_cast<Key>(100 + rng() % (kHotSlots / 3 - 100));
+    if (r != 350) h.rows.push_back(slot(r));
+  }
+  std::shuffle(h.rows.begin(), h.rows.end(), rng);
+  for (std::size_t k = 0; k < h.rows.size();) {
+    k = std::min(h.rows.size(), k + static_cast<std::size_t>(rng() % 9));
+    h.offs.push_back(static_cast<std::int64_t>(k));
+  }
+  h.batch = static_cast<std::int64_t>(h.offs.size()) - 1;
+  for (std::size_t k = 0; k < h.rows.size(); ++k) h.wts.push_back(static_cast<float>(rng() % 1000) / 377.0f);
+  const std::int64_t keys = static_cast<std::int64_t>(h.rows.size());
+  h.grads.resize(static_cast<std::size_t>((pooling == Pooling::kNone ? keys : h.batch) * dim));
+  for (auto& g : h.grads) g = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 77.0f;
+  h.uniq = dedup_keys(h.rows.data(), keys);
+  h.bag_of = bag_of_positions(h.offs.data(), h.batch);
+  for (std::int64_t u = 0; u < h.uniq.size(); ++u)
+    if (h.uniq.offsets[u + 1] - h.uniq.offsets[u] > kernels::kHotUses) h.hot.push_back(u);
+  return h;
+}
+
+// The hot-row tests' features on a device: their buffers and the UpdateFeatures over them.
+struct HotOnDevice {
+  std::vector<DeviceBuffer> keep;
+  std::vector<UpdateFeature> uf;
+};
+
+// Three features in one launch (feature 1 weighted); `lists`: with hot lists. Slots are rows.
+template <class Upload>
+HotOnDevice hot_on_device(const std::vector<HotFeature>& hf, Pooling pooling, const OptimizerSpec& opt, bool lists,
+                          Upload upload) {
+  HotOnDevice d;
+  for (std::size_t f = 0; f < hf.size(); ++f) {
+    const HotFeature& h = hf[f];
+    UpdateFeature u;
+    d.keep.push_back(upload(h.offs));
+    u.offsets = d.keep.back().as<std::int64_t>();
+    u.batch = h.batch;
+    d.keep.push_back(upload(h.wts));
+    u.weights = f == 1 ? d.keep.back().as<float>() : nullptr;
+    u.num_keys = static_cast<std::int64_t>(h.rows.size());
+    u.pooling = pooling;
+    d.keep.push_back(upload(h.uniq.keys));
+    u.unique_slots = d.keep.back().as<Key>();
+    d.keep.push_back(upload(h.uniq.offsets));
+    u.unique_offsets = d.keep.back().as<std::int64_t>();
+    d.keep.push_back(upload(h.uniq.positions));
+    u.positions = d.keep.back().as<std::int32_t>();
+    d.keep.push_back(upload(h.bag_of));
+    u.bag_of = d.keep.back().as<std::int32_t>();
+    u.num_unique = h.uniq.size();
+    d.keep.push_back(upload(h.grads));
+    u.grads = d.keep.back().as<float>();
+    u.step = make_optimizer_step(opt, 2);
+    if (lists) {
+      d.keep.push_back(upload(h.hot));
+      u.hot = d.keep.back().as<std::int64_t>();
+      u.num_hot = static_cast<std::int64_t>(h.hot.size());
+    }
+    d.uf.push_back(u);
+  }
+  return d;
+}
+
+// The host kernels' results for the hot-row tests: the records after backward_update, and each
+// feature's reduce_unique_grads.
+std::vector<float> host_backward(PoolFixture host, const std::vector<HotFeature>& hf,
+                                 const std::vector<UpdateFeature>& uf, Pooling pooling) {
+  float* base;
+  const RowRef ref = host_ref(host, &base);
+  for (std::size_t f = 0; f < hf.size(); ++f) {
+    const HotFeature& h = hf[f];
+    const BagsView bags{h.offs.data(), h.batch, h.rows.data(), f == 1 ? h.wts.data() : nullptr};
+    backward_update(ref, bags, pooling, view_of(h.uniq), h.bag_of.data(), h.grads.data(), uf[f].step);
+  }
+  return host.records;
+}
+
+// Rows used thousands of times a batch, several hot rows per feature among cold ones, three
+// features in one launch, weights, every pooling, dims of one and two chunks, the element-wise and
+// the row-wise optimizers, slots of a pool's overflow region, with and without hot lists: the fused
+// update and the gradient reduction, which sum the hot rows segment by segment into partials in
+// the device's scratch and add them in segment order, give the host kernels' bits.
+TEST_P(DeviceTest, HotRowsUsedThousandsOfTimesMatchHostKernelsBitForBit) {
+  auto s = dev_->create_stream().value();
+  const auto up = [&](const auto& v) { return upload(v, s.view()); };
+  std::mt19937_64 rng(23);
+  bool first = true;
+  for (Pooling pooling : {Pooling::kSum, Pooling::kMean, Pooling::kNone}) {
+    for (std::int32_t dim : {1, 33, 130}) {
+      OptimizerSpec opt;
+      opt.kind = dim == 1 ? OptimizerKind::kAdagrad : dim == 33 ? OptimizerKind::kAdam : OptimizerKind::kRowwiseAdagrad;
+      opt.learning_rate = 0.05f;
+      opt.weight_decay = dim == 130 ? 0.01f : 0.0f;
+      const std::int32_t sd = optimizer_state_dim(opt.kind, dim);
+      const PoolFixture host = make_pool_data(dim, sd, kHotSlots, rng());
+      std::vector<HotFeature> hf;
+      hf.reserve(3);
+      for (int f = 0; f < 3; ++f) hf.push_back(make_hot_feature(rng, f, pooling, dim));
+      for (const HotFeature& h : hf) {
+        std::int64_t most = 0;
+        for (std::int64_t u = 0; u < h.uniq.size(); ++u)
+          most = std::max(most, h.uniq.offsets[u + 1] - h.uniq.offsets[u]);
+        ASSERT_GE(most, 5000);
+        ASSERT_EQ(h.hot.size(), 4u);
+      }
+      const HotOnDevice d = hot_on_device(hf, pooling, opt, dim != 1, up);
+      const std::vector<float> want = host_backward(host, hf, d.uf, pooling);
+      const std::string where = std::string("pooling ") + to_string(pooling) + " dim " + std::to_string(dim);
+
+      // The fused update, in a whole pool and in one with an overflow region.
+      const auto split_at = host.records.begin() + kHotKept * host.stride;
+      auto whole_buf = up(host.records);
+      auto head_buf = up(std::vector<float>(host.records.begin(), split_at));
+      auto tail_buf = up(std::vector<float>(split_at, host.records.end()));
+      const SlotPool whole{whole_buf.as<float>(), kHotSlots, host.stride, dim, sd};
+      const SlotPool split{head_buf.as<float>(), kHotKept, host.stride, dim, sd, tail_buf.as<float>(),
+                           kHotSlots - kHotKept};
+      const std::size_t in_use = dev_->bytes_in_use();
+      dev_->backward_update(s.view(), whole, d.uf);
+      if (first) {  // the partials took scratch (kept for the next calls)
+        const auto scratch = kernels::partial_floats(kernels::update_launches(whole, d.uf)) * 4;
+        EXPECT_GE(dev_->bytes_in_use(), in_use + static_cast<std::size_t>(scratch)) << where;
+        first = false;
+      }
+      dev_->backward_update(s.view(), split, d.uf);
+      EXPECT_EQ(download<float>(whole_buf, want.size(), s.view()), want) << where;
+      std::vector<float> parts = download<float>(head_buf, static_cast<std::size_t>(kHotKept * host.stride), s.view());
+      const auto tail = download<float>(tail_buf, want.size() - parts.size(), s.view());
+      parts.insert(parts.end(), tail.begin(), tail.end());
+      EXPECT_EQ(parts, want) << where << ", overflow region";
+
+      // The gradient reduction: every feature's sums in one buffer, feature f's from first[f] on.
+      std::vector<std::int64_t> first_sum = {0};
+      std::vector<DeviceBuffer> sum_slots;
+      std::vector<UpdateFeature> rf;
+      for (std::size_t f = 0; f < hf.size(); ++f) {
+        first_sum.push_back(first_sum.back() + hf[f].uniq.size());
+        std::vector<Key> slots(static_cast<std::size_t>(hf[f].uniq.size()));
+        for (std::size_t u = 0; u < slots.size(); ++u) slots[u] = first_sum[f] + static_cast<Key>(u);
+        sum_slots.push_back(up(slots));
+        rf.push_back(d.uf[f]);
+        rf.back().unique_slots = sum_slots.back().as<Key>();
+      }
+      auto sums = dev_->allocate(static_cast<std::size_t>(first_sum.back() * dim) * 4).value();
+      dev_->reduce_grads(s.view(), SlotPool{sums.as<float>(), first_sum.back(), dim, dim, 0}, rf);
+      const auto got = download<float>(sums, static_cast<std::size_t>(first_sum.back() * dim), s.view());
+      for (std::size_t f = 0; f < hf.size(); ++f) {
+        const HotFeature& h = hf[f];
+        std::vector<float> expect(static_cast<std::size_t>(h.uniq.size() * dim));
+        const BagsView bags{h.offs.data(), h.batch, h.rows.data(), f == 1 ? h.wts.data() : nullptr};
+        reduce_unique_grads(bags, pooling, view_of(h.uniq), h.bag_of.data(), h.grads.data(), dim, expect.data());
+        EXPECT_EQ(std::memcmp(got.data() + first_sum[f] * dim, expect.data(), expect.size() * 4), 0)
+            << where << ", reduce_grads feature " << f;
+      }
+    }
+  }
+  EXPECT_TRUE(dev_->status().is_ok()) << dev_->status().to_string();
+}
+
+// The scratch tests' setup: a pool of kHotSlots records of dim 40 (adagrad, `host`'s) and three
+// hot features of mean pooling with hot lists.
+struct HotScratchSetup {
+  PoolFixture host;
+  std::vector<HotFeature> hf;
+  HotOnDevice d;
+  DeviceBuffer pool_buf;
+  SlotPool pool;
+};
+template <class Upload>
+HotScratchSetup hot_scratch_setup(std::uint64_t seed, Upload up) {
+  std::mt19937_64 rng(seed);
+  const std::int32_t dim = 40;
+  OptimizerSpec opt;
+  opt.kind = OptimizerKind::kAdagrad;
+  opt.learning_rate = 0.05f;
+  const std::int32_t sd = optimizer_state_dim(opt.kind, dim);
+  HotScratchSetup h;
+  h.host = make_pool_data(dim, sd, kHotSlots, rng());
+  for (int f = 0; f < 3; ++f) h.hf.push_back(make_hot_feature(rng, f, Pooling::kMean, dim));
+  h.d = hot_on_device(h.hf, Pooling::kMean, opt, true, up);
+  h.pool_buf = up(h.host.records);
+  h.pool = SlotPool{h.pool_buf.as<float>(), kHotSlots, h.host.stride, dim, sd};
+  return h;
+}
+
+// Without room for the partials' scratch the hot rows are summed by a warp each: the same bits,
+// and nothing allocated; with room again, the next call takes the scratch, which gives way to an
+// allocation that does not fit beside it.
+TEST_P(DeviceTest, HotRowsWithoutRoomForScratchKeepTheirBitsAndTheScratchGivesWay) {
+  if (GetParam() == Kind::kCuda) GTEST_SKIP() << "fills the emulated device";
+  auto s = dev_->create_stream().value();
+  const auto up = [&](const auto& v) { return upload(v, s.view()); };
+  const Pooling pooling = Pooling::kMean;
+  HotScratchSetup h = hot_scratch_setup(29, up);
+  const PoolFixture& host = h.host;
+  const std::vector<HotFeature>& hf = h.hf;
+  const HotOnDevice& d = h.d;
+  const std::int32_t dim = h.pool.dim, sd = h.pool.state_dim;
+  std::vector<float> want = host_backward(host, hf, d.uf, pooling);
+  DeviceBuffer& pool_buf = h.pool_buf;
+  const SlotPool pool = h.pool;
+  const auto scratch = static_cast<std::size_t>(kernels::partial_floats(kernels::update_launches(pool, d.uf)) * 4);
+  ASSERT_GT(scratch, 0u);
+  auto filled = dev_->allocate(dev_->info().capacity - dev_->bytes_in_use() - scratch / 2);
+  ASSERT_TRUE(filled.is_ok());
+  DeviceBuffer filler = std::move(filled).value();
+  const std::size_t full = dev_->bytes_in_use();
+  dev_->backward_update(s.view(), pool, d.uf);
+  EXPECT_EQ(download<float>(pool_buf, want.size(), s.view()), want);
+  EXPECT_EQ(dev_->bytes_in_use(), full) << "no scratch";
+  filler = DeviceBuffer();
+  // Once more from the host's new records, now with the scratch.
+  auto again = up(want);
+  const SlotPool pool2{again.as<float>(), kHotSlots, host.stride, dim, sd};
+  PoolFixture after = host;
+  after.records = want;
+  want = host_backward(after, hf, d.uf, pooling);
+  const std::size_t before = dev_->bytes_in_use();
+  dev_->backward_update(s.view(), pool2, d.uf);
+  EXPECT_EQ(download<float>(again, want.size(), s.view()), want);
+  EXPECT_GE(dev_->bytes_in_use(), before + scratch) << "the scratch";
+  auto beside = dev_->allocate(dev_->info().capacity - before);  // fits only where the scratch was
+  ASSERT_TRUE(beside.is_ok()) << beside.status().to_string();
+  EXPECT_EQ(dev_->bytes_in_use(), dev_->info().capacity);
+  EXPECT_TRUE(dev_->status().is_ok()) << dev_->status().to_string();
+}
+
+// With room for the partials' scratch but not for twice it, the scratch takes exactly what the
+// call needs, and the next calls allocate nothing; with room for neither it keeps the scratch it
+// has, and calls after calls allocate, free and create nothing (no free of the old scratch, failed
+// growth and allocation of it again each time).
+TEST_P(DeviceTest, TheScratchTakesWhatFitsAndDoesNotRetryWhatCannot) {
+  if (GetParam() == Kind::kCuda) GTEST_SKIP() << "fills the emulated device";
+  auto s = dev_->create_stream().value();
+  const HotScratchSetup h = hot_scratch_setup(31, [&](const auto& v) { return upload(v, s.view()); });
+  const std::vector<UpdateFeature> one(h.d.uf.begin(), h.d.uf.begin() + 1);
+  const auto need = [&](const std::vector<UpdateFeature>& uf) {
+    return static_cast<std::size_t>(kernels::partial_floats(kernels::update_launches(h.pool, uf)) * 4);
+  };
+  const std::size_t small = need(one), all = need(h.d.uf), capacity = dev_->info().capacity;
+  ASSERT_GT(small, 64u);
+  ASSERT_LT(small, all);
+  {
+    auto filler = dev_->allocate(capacity - dev_->bytes_in_use() - small);
+    ASSERT_TRUE(filler.is_ok());
+    dev_->backward_update(s.view(), h.pool, one);
+    ASSERT_TRUE(dev_->synchronize(s.view()).is_ok());
+    EXPECT_EQ(dev_->bytes_in_use(), capacity) << "the scratch, exactly one call's need";
+    const ResourceCounts before = dev_->resource_counts();
+    dev_->backward_update(s.view(), h.pool, one);
+    ASSERT_TRUE(dev_->synchronize(s.view()).is_ok());
+    const ResourceCounts made = dev_->resource_counts() - before;
+    EXPECT_EQ(made.allocations + made.frees + made.events, 0u);
+  }
+  // The scratch of `small` stays; all the rest is taken: `all` fits nowhere.
+  auto filler = dev_->allocate(capacity - dev_->bytes_in_use());
+  ASSERT_TRUE(filler.is_ok());
+  const ResourceCounts before = dev_->resource_counts();
+  for (int i = 0; i < 3; ++i) dev_->backward_update(s.view(), h.pool, h.d.uf);
+  ASSERT_TRUE(dev_->synchronize(s.view()).is_ok());
+  const ResourceCounts made = dev_->resource_counts() - before;
+  EXPECT_EQ(made.allocations, 0u);
+  EXPECT_EQ(made.frees, 0u);
+  EXPECT_EQ(made.events, 0u);
+  EXPECT_EQ(dev_->bytes_in_use(), capacity) << "the old scratch is kept";
+}
+
+// An allocation that fits only without the scratch, made while another thread's backward holds
+// the scratch (here: growing it, whose free of the old one waits for a stream parked in a host
+// task), waits for that backward and then takes the scratch's room, rather than failing.
+TEST_P(DeviceTest, AnAllocationWaitsForTheScratchThatAnotherThreadHolds) {
+  if (GetParam() == Kind::kCuda) GTEST_SKIP() << "fills the emulated device";
+  auto s = dev_->create_stream().value();
+  auto parked = dev_->create_stream().value();
+  const HotScratchSetup h = hot_scratch_setup(31, [&](const auto& v) { return upload(v, s.view()); });
+  const std::vector<UpdateFeature> one(h.d.uf.begin(), h.d.uf.begin() + 1);
+  ASSERT_TRUE(dev_->synchronize(s.view()).is_ok());
+  const std::size_t others = dev_->bytes_in_use();
+  dev_->backward_update(s.view(), h.pool, one);  // a scratch for one feature
+  ASSERT_TRUE(dev_->synchronize(s.view()).is_ok());
+  ASSERT_GT(dev_->bytes_in_use(), others);
+  std::promise<void> open;
+  dev_->host_task(parked.view(), [gate = open.get_future().share()] { gate.wait(); });
+  std::thread grow([&] { dev_->backward_update(s.view(), h.pool, h.d.uf); });  // holds the scratch, parked
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  Result<DeviceBuffer> got = Status::internal("not run");
+  std::thread take([&] { got = dev_->allocate(dev_->info().capacity - others); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  open.set_value();
+  grow.join();
+  take.join();
+  ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+  EXPECT_EQ(dev_->bytes_in_use(), dev_->info().capacity);
+  EXPECT_TRUE(dev_->status().is_ok()) << dev_->status().to_string();
 }
 
 TEST_P(DeviceTest, ZeroCopyGatherReadsPinnedHostTable) {

@@ -22,15 +22,6 @@ TableSpec make_spec(std::int64_t rows, int dim, OptimizerKind opt) {
   return s;
 }
 
-TEST(HostTable, RecordStride) {
-  EXPECT_EQ(record_stride(1, 0), 1);
-  EXPECT_EQ(record_stride(3, 1), 4);
-  EXPECT_EQ(record_stride(5, 0), 8);
-  EXPECT_EQ(record_stride(16, 0), 16);
-  EXPECT_EQ(record_stride(128, 1), 144);
-  EXPECT_EQ(record_stride(64, 128), 192);
-}
-
 class HostTableLayout : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(HostTableLayout, RowsAreDistinctInitialisedAndNodePlaced) {

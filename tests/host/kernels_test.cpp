@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <random>
 #include <string>
@@ -377,6 +378,99 @@ TEST(BackwardUpdateByBag, ManyKeyRangesMatchBackwardUpdate) {
       for (const Key k : keys)
         for (std::int32_t c = 0; c < spec.dim + b->state_dim(); ++c)
           ASSERT_EQ(b->row(k)[c], a->row(k)[c]) << "row " << k << " float " << c;
+    });
+  }
+}
+
+// The table-batched kernels against the per-table ones, bit for bit: tables of different dims
+// (compile-time and run-time), poolings, per-sample weights, optimizers (with and without weight
+// decay) and sizes (one row, where every key repeats, to many) in one batch.
+TEST(TableBatched, MixedTablesAreBitIdenticalToThePerTableKernels) {
+  struct T {
+    std::int64_t rows;
+    std::int32_t dim;
+    Pooling pooling;
+    bool weighted;
+    OptimizerKind opt;
+    float decay;
+  };
+  const T shapes[] = {{1, 64, Pooling::kSum, false, OptimizerKind::kSgd, 0.0f},
+                      {3, 16, Pooling::kMean, true, OptimizerKind::kAdagrad, 0.0f},
+                      {5000, 64, Pooling::kSum, false, OptimizerKind::kRowwiseAdagrad, 0.0f},
+                      {700, 17, Pooling::kMean, false, OptimizerKind::kAdam, 0.01f},
+                      {2000, 128, Pooling::kNone, true, OptimizerKind::kSgd, 0.01f},
+                      {300, 8, Pooling::kNone, false, OptimizerKind::kRowwiseAdagrad, 0.01f},
+                      {40000, 32, Pooling::kSum, true, OptimizerKind::kAdam, 0.0f}};
+  std::mt19937_64 rng(32);
+  for (const int threads : {1, 2, 3}) {
+    tbb::task_arena arena(threads);
+    arena.execute([&] {
+      std::vector<HostTable> a, b;
+      std::vector<RandomBags> bags;
+      std::vector<std::vector<float>> grads, out_a, out_b;
+      std::vector<std::vector<std::int32_t>> bag_of;
+      std::vector<Repeats> repeats(std::size(shapes));
+      std::vector<TableBatchItem> items;
+      for (const T& t : shapes) {
+        TableSpec spec;
+        spec.name = "t";
+        spec.rows = t.rows;
+        spec.dim = t.dim;
+        spec.pooling = t.pooling;
+        spec.init.bound = 1.0f;
+        spec.optimizer.kind = t.opt;
+        spec.optimizer.weight_decay = t.decay;
+        auto ta = HostTable::create(Topology::fake(2), spec, {});
+        auto tb = HostTable::create(Topology::fake(2), spec, {});
+        ASSERT_TRUE(ta.is_ok() && tb.is_ok());
+        a.push_back(std::move(ta).value());
+        b.push_back(std::move(tb).value());
+        bags.push_back(random_bags(rng, 700, static_cast<Key>(t.rows)));
+        const std::int64_t n = static_cast<std::int64_t>(bags.back().keys.size());
+        const std::int64_t out_rows = t.pooling == Pooling::kNone ? n : 700;
+        std::vector<float> g(static_cast<std::size_t>(out_rows * t.dim));
+        for (auto& x : g) x = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 613.0f;
+        grads.push_back(std::move(g));
+        out_a.emplace_back(static_cast<std::size_t>(out_rows * t.dim), -1.0f);
+        out_b.emplace_back(static_cast<std::size_t>(out_rows * t.dim), -2.0f);
+      }
+      for (std::size_t i = 0; i < std::size(shapes); ++i) {
+        const T& t = shapes[i];
+        RandomBags& r = bags[i];
+        const std::int64_t n = static_cast<std::int64_t>(r.keys.size());
+        const BagsView v{r.offsets.data(), 700, r.keys.data(), t.weighted ? r.weights.data() : nullptr};
+        bag_of.push_back(bag_of_positions(r.offsets.data(), 700));
+        RepeatsScratch scratch;
+        find_repeats(r.keys.data(), n, t.rows, repeats[i], scratch);
+        const OptimizerStep step = make_optimizer_step(a[i].spec().optimizer, 3);
+        // Per table.
+        if (t.pooling == Pooling::kNone) {
+          gather_rows(a[i].ref(), r.keys.data(), v.weights, n, out_a[i].data());
+        } else {
+          gather_pool(a[i].ref(), v, t.pooling, out_a[i].data());
+        }
+        backward_update_by_bag(a[i].ref(), v, t.pooling, repeats[i], bag_of[i].data(), grads[i].data(), step);
+        TableBatchItem it;
+        it.table = b[i].ref();
+        it.bags = v;
+        it.pooling = t.pooling;
+        it.out = out_b[i].data();
+        it.grads = grads[i].data();
+        it.repeats = &repeats[i];
+        it.bag_of = bag_of[i].data();
+        it.step = step;
+        items.push_back(it);
+      }
+      TableBatchScratch scratch;
+      gather_pool_tables(items, scratch);
+      backward_update_tables(items, scratch);
+      for (std::size_t i = 0; i < std::size(shapes); ++i) {
+        ASSERT_EQ(std::memcmp(out_a[i].data(), out_b[i].data(), out_a[i].size() * sizeof(float)), 0) << "table " << i;
+        const std::int32_t rec = a[i].dim() + a[i].state_dim();
+        for (std::int64_t row = 0; row < shapes[i].rows; ++row)
+          ASSERT_EQ(std::memcmp(a[i].row(row), b[i].row(row), static_cast<std::size_t>(rec) * sizeof(float)), 0)
+              << "table " << i << " row " << row << " (" << threads << " threads)";
+      }
     });
   }
 }

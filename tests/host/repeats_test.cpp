@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 #include <tbb/task_arena.h>
 
+#include <iterator>
 #include <limits>
 #include <map>
 #include <random>
 #include <set>
+#include <string>
 
 #include "host/topology.hpp"
 
@@ -145,6 +147,41 @@ TEST(FindRepeats, ScratchOfASmallKeySpaceIsSmall) {
     expect_repeats(more, r);
   });
   for (const auto& m : s.maps) EXPECT_LE(m.last.size(), 10u);
+}
+
+// find_repeats_tables: each table's result is what find_repeats of that table alone says (every
+// position flagged exactly when its key repeats in its own table, each repeated key once with its
+// positions ascending), for tables of one row (every key repeats) to many, empty ones included,
+// whose keys overlap as row ids (row 0 of each table is its own row); reused across calls.
+TEST(FindRepeatsTables, EachTableMatchesAMapOfItsOwnKeys) {
+  std::mt19937_64 rng(32);
+  TablesRepeatsScratch scratch;
+  for (const int threads : {1, 2}) {
+    tbb::task_arena arena(threads);
+    arena.execute([&] {
+      for (int call = 0; call < 3; ++call) {
+        const std::int64_t rows[] = {1, 3, 70000, 1, 5000, 300000, 2};
+        const std::int64_t counts[] = {500, 0, 20000, 1, 3000, 40000, 9};
+        std::vector<std::vector<Key>> keys;
+        std::vector<TableKeys> tables;
+        for (std::size_t i = 0; i < std::size(rows); ++i) {
+          keys.emplace_back();
+          for (std::int64_t j = 0; j < counts[i]; ++j)
+            keys.back().push_back(rng() % 3 == 0 ? 0 : static_cast<Key>(rng() % static_cast<std::uint64_t>(rows[i])));
+        }
+        for (std::size_t i = 0; i < std::size(rows); ++i)
+          tables.push_back({keys[i].data(), static_cast<std::int64_t>(keys[i].size()), rows[i]});
+        std::vector<Repeats> out(std::size(rows));
+        std::vector<Repeats*> ptrs;
+        for (Repeats& r : out) ptrs.push_back(&r);
+        find_repeats_tables(tables, ptrs, scratch);
+        for (std::size_t i = 0; i < std::size(rows); ++i) {
+          SCOPED_TRACE("table " + std::to_string(i) + ", call " + std::to_string(call));
+          expect_repeats(keys[i], out[i]);
+        }
+      }
+    });
+  }
 }
 
 }  // namespace

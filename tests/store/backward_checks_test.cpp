@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "store/detail/batch_checks.hpp"
 #include "tests/store/device_views.hpp"
 #include "tests/store/store_test_util.hpp"
 
@@ -134,6 +135,36 @@ TEST(NonFiniteGradients, AreFoundInEveryChunkOfLargeGradients) {
   for (auto& g : grads.data) std::fill(g.begin(), g.end(), 0.25f);
   ASSERT_TRUE((*s)->backward(1, grads.cviews).is_ok());
   EXPECT_EQ((*s)->step(), 1);
+}
+
+// check_finite_gradients itself, on gradients whose length is not a multiple of any vector width
+// (3 bags of dim 37): a NaN, +Inf or -Inf at every float, in a register's lanes or in the tail, is
+// found and named by bag and column; the finite values at the edges (the largest, the smallest
+// subnormal, -0) pass.
+TEST(NonFiniteGradients, CheckFindsEveryPositionAndPassesFiniteEdges) {
+  StoreConfig c = one_table(Placement::kCpu, Pooling::kSum);
+  c.tables[0].spec.dim = 37;
+  const KeyBatch kb = three_bags();
+  const std::vector<int> tables = {0};
+  std::vector<float> g(3 * 37, 0.25f);
+  const std::vector<ConstMatrixView> views = {{g.data(), 3, 37, MemorySpace::kHost}};
+  for (const float fine : {std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
+                           std::numeric_limits<float>::denorm_min(), -0.0f}) {
+    std::fill(g.begin(), g.end(), fine);
+    EXPECT_TRUE(detail::check_finite_gradients(1, kb, tables, c, views).is_ok()) << fine;
+  }
+  std::fill(g.begin(), g.end(), 0.25f);
+  for (std::size_t at = 0; at < g.size(); ++at) {
+    for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity()}) {
+      g[at] = bad;
+      const Status st = detail::check_finite_gradients(1, kb, tables, c, views);
+      ASSERT_EQ(st.code(), StatusCode::kInvalidArgument) << "float " << at << ": " << st.to_string();
+      const std::string want = "gradient of bag " + std::to_string(at / 37) + ", column " + std::to_string(at % 37);
+      EXPECT_NE(st.message().find(want), std::string::npos) << st.message();
+    }
+    g[at] = 0.25f;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Placements, NonFiniteGradients,

@@ -1,6 +1,8 @@
 #include "store/store_config.hpp"
 
 #include "store/model/cost_model.hpp"
+#include "store/store.hpp"
+#include "tests/core/accept_half_dtypes.hpp"
 
 #include <gtest/gtest.h>
 
@@ -252,6 +254,84 @@ TEST(StoreConfig, ShardOriginHasNoJsonFormAndOwnersBelowTheDefaultAreRefused) {
                                               "sharding": {"type": "table", "owner": 5}}]})");
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();  // a rank of a world of 6 or more: checked at open
   EXPECT_EQ(c->tables[0].sharding.owner, 5);
+}
+
+// The element-type keys: dtype, state_dtype, stochastic_rounding and output_dtype are read, and
+// written back by to_json only when not their defaults, so that an fp32 store's config (and the
+// manifest of its checkpoints, which records it) reads as before they existed.
+TEST(StoreConfig, ElementTypeKeysRoundTripAndFp32ConfigsReadAsBefore) {
+  const std::string fp32 = R"({"tables": [{"name": "u", "rows": 5, "dim": 4}]})";
+  auto plain = parse_store_config(fp32);
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  const std::string text = to_json(*plain);
+  EXPECT_NE(text.find("\"dtype\": \"fp32\""), std::string::npos) << text;
+  for (const char* key : {"state_dtype", "stochastic_rounding", "output_dtype"})
+    EXPECT_EQ(text.find(key), std::string::npos) << key << " in " << text;
+
+  const std::string half = R"({"tables": [{"name": "u", "rows": 5, "dim": 4, "dtype": "bf16",
+      "state_dtype": "bf16", "stochastic_rounding": true, "output_dtype": "fp16",
+      "optimizer": {"kind": "adam"}}]})";
+  AcceptHalfDTypes accept;
+  auto c = parse_store_config(half);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  const TableSpec& s = c->tables[0].spec;
+  EXPECT_EQ(s.dtype, DType::kBF16);
+  EXPECT_EQ(s.state_dtype, DType::kBF16);
+  EXPECT_TRUE(s.stochastic_rounding);
+  EXPECT_EQ(s.output_dtype, DType::kF16);
+  auto again = parse_store_config(to_json(*c));
+  ASSERT_TRUE(again.is_ok()) << again.status().to_string();
+  EXPECT_EQ(to_json(*again), to_json(*c));
+  EXPECT_EQ(again->tables[0].spec.state_dtype, DType::kBF16);
+  EXPECT_TRUE(again->tables[0].spec.stochastic_rounding);
+  EXPECT_EQ(again->tables[0].spec.output_dtype, DType::kF16);
+}
+
+// Each refusal of the element types is the same whether the config comes as JSON or as a C++
+// StoreConfig, for the store and for the reference.
+TEST(StoreConfig, ElementTypeRefusalsNameTableFieldAndValueWhereverTheConfigEnters) {
+  const std::string soon = " is not supported yet (expected fp32: half-size elements are being built, issue 31)";
+  const std::pair<std::string, std::string> cases[] = {
+      {R"("dtype": "bf16")", "table 'u': dtype bf16" + soon},
+      {R"("dtype": "fp16")", "table 'u': dtype fp16" + soon},
+      {R"("output_dtype": "bf16")", "table 'u': output_dtype bf16" + soon},
+      {R"("state_dtype": "bf16", "optimizer": {"kind": "adagrad"})", "table 'u': state_dtype bf16" + soon},
+      {R"("state_dtype": "fp16", "optimizer": {"kind": "adagrad"})",
+       "table 'u': state_dtype fp16 (expected fp32 or bf16)"},
+      {R"("state_dtype": "bf16")",
+       "table 'u': state_dtype bf16 with optimizer sgd (expected fp32: bf16 state is for adagrad and adam; sgd keeps "
+       "no state)"},
+      {R"("state_dtype": "bf16", "optimizer": {"kind": "rowwise_adagrad"})",
+       "table 'u': state_dtype bf16 with optimizer rowwise_adagrad (expected fp32: bf16 state is for adagrad and "
+       "adam; rowwise_adagrad keeps one fp32 per row)"},
+      {R"("stochastic_rounding": true)",
+       "table 'u': stochastic_rounding on a table of fp32 rows and fp32 state (expected a dtype of bf16 or fp16, or "
+       "a state_dtype of bf16: fp32 elements are not rounded)"},
+      {R"("state_dtype": "fp8")", "table 'u': state_dtype: unknown dtype 'fp8' (expected fp32, fp16 or bf16)"},
+      {R"("output_dtype": 16)", "table 'u': output_dtype: expected a string, got 16"},
+      {R"("stochastic_rounding": "yes")", "table 'u': stochastic_rounding: expected true or false, got \"yes\""},
+  };
+  for (const auto& [fields, message] : cases) {
+    const std::string json = R"({"tables": [{"name": "u", "rows": 5, "dim": 4, )" + fields + "}]}";
+    const Result<StoreConfig> parsed = parse_store_config(json);
+    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument) << json;
+    EXPECT_EQ(parsed.status().message(), message) << json;
+  }
+  // The same specs built in C++.
+  StoreConfig c;
+  c.tables.resize(1);
+  TableSpec& s = c.tables[0].spec;
+  s.name = "u";
+  s.rows = 5;
+  s.dim = 4;
+  s.dtype = DType::kBF16;
+  EXPECT_EQ(validate(c).message(), "table 'u': dtype bf16" + soon);
+  EXPECT_EQ(Store::open(c).status().message(), "table 'u': dtype bf16" + soon);
+  EXPECT_EQ(open_reference_store(c).status().message(), "table 'u': dtype bf16" + soon);
+  s.dtype = DType::kF32;
+  s.stochastic_rounding = true;
+  EXPECT_EQ(Store::open(c).status().message(), cases[7].second);
+  EXPECT_EQ(open_reference_store(c).status().message(), cases[7].second);
 }
 
 }  // namespace strata

@@ -1,9 +1,9 @@
 // Hot rows and small rows in every placement, bit for bit against the reference: a one-row table
-// that every bag uses (a row used more often than kHotUses, so the device kernels reduce it with a
-// block, segment by segment), zipf keys (hot rows of every size), and small dims (several bags per
-// warp in the gather). With the emu backend this runs the cuda backend's kernel source on the CPU
-// grid; with a GPU, the kernels themselves. The `tiny` cases give cached tables caches of 1 or 2
-// rows, so hot rows too are read and updated outside the cache (bypass).
+// that every bag uses (a row used more often than kHotUses, so the device kernels sum it segment by
+// segment into partial sums and add them in segment order), zipf keys (hot rows of every size),
+// and small dims (several bags per warp in the gather). With the emu backend this runs the cuda backend's kernel source
+// on the CPU grid; with a GPU, the kernels themselves. The `tiny` cases give cached tables caches of 1 or 2 rows, so
+// hot rows too are read and updated outside the cache (bypass).
 
 #include <gtest/gtest.h>
 
@@ -16,6 +16,7 @@
 #include "gpu/device.hpp"
 #include "gpu/kernels/launch_args.hpp"
 #include "host/dedup.hpp"
+#include "store/engines/cpu_engine.hpp"
 #include "tests/gpu/cuda_gate.hpp"
 #include "tests/store/store_test_util.hpp"
 
@@ -29,6 +30,7 @@ struct HotCase {
   std::int32_t dim;
   bool cuda;
   bool tiny = false;  ///< caches of 1 or 2 rows; "one" has two rows, both hot, one bypasses the cache
+  bool many = false;  ///< batches of 5000 to 6000 bags: the hot rows are used thousands of times
 };
 
 // Zipf(s) over [0, n) by inverse CDF.
@@ -86,8 +88,10 @@ StoreConfig hot_config(const HotCase& c) {
 }
 
 // A batch of `bags` bags: "one" in every bag (twice in some; uniform over its two rows when `tiny`),
-// zipf:1.05 keys elsewhere, weights on the zipf_sgd table.
-KeyBatch hot_batch(std::mt19937_64& rng, const StoreConfig& config, std::int64_t bags) {
+// zipf:1.05 keys elsewhere, weights on the zipf_sgd table. `wide`: 2 to 6 keys in each bag of the
+// unpooled table, so that in batches of 5000 bags it has more keys than the cpu and offload engines'
+// shared repeated-keys pass takes (detail::HostBatch::kSharedRepeatsKeys) while the other tables join it.
+KeyBatch hot_batch(std::mt19937_64& rng, const StoreConfig& config, std::int64_t bags, bool wide) {
   KeyBatch kb;
   for (const auto& t : config.tables) {
     JaggedKeys f;
@@ -95,7 +99,9 @@ KeyBatch hot_batch(std::mt19937_64& rng, const StoreConfig& config, std::int64_t
     f.offsets.push_back(0);
     const Zipf zipf(t.spec.rows, 1.05);
     for (std::int64_t b = 0; b < bags; ++b) {
-      const int len = t.spec.rows <= 2 ? 1 + static_cast<int>(rng() % 2) : static_cast<int>(rng() % 5);
+      const int len = t.spec.rows <= 2                           ? 1 + static_cast<int>(rng() % 2)
+                      : wide && t.spec.pooling == Pooling::kNone ? 2 + static_cast<int>(rng() % 5)
+                                                                 : static_cast<int>(rng() % 5);
       for (int i = 0; i < len; ++i) {
         f.keys.push_back(t.spec.rows == 2 ? static_cast<Key>(rng() % 2) : zipf(rng));
         if (t.spec.name == "zipf_sgd") f.weights.push_back(static_cast<float>(rng() % 1000) / 500.0f);
@@ -117,9 +123,15 @@ TEST_P(HotRows, EqualTheReferenceBitForBit) {
   const int steps = 3;
   std::vector<KeyBatch> batches;
   for (int i = 0; i < steps; ++i)
-    batches.push_back(hot_batch(rng, config, 400 + static_cast<std::int64_t>(rng() % 200)));
-  // The one-row table's row is used more often than the block kernel's threshold in every batch.
-  for (const auto& kb : batches) ASSERT_GT(kb.features[0].num_keys(), gpu::kernels::kHotUses);
+    batches.push_back(hot_batch(rng, config, (c.many ? 5000 : 400) + static_cast<std::int64_t>(rng() % 200), c.many));
+  // The one-row table's row is hot in every batch (used thousands of times in the `many` cases),
+  // and there the unpooled table's keys are found repeated on their own, the others' in one pass.
+  for (const auto& kb : batches) {
+    ASSERT_GT(kb.features[0].num_keys(), c.many ? std::int64_t{5000} : gpu::kernels::kHotUses);
+    if (!c.many) continue;
+    ASSERT_LE(kb.features[0].num_keys(), detail::HostBatch::kSharedRepeatsKeys);
+    ASSERT_GT(kb.features[3].num_keys(), detail::HostBatch::kSharedRepeatsKeys);
+  }
   for (auto& t : config.tables) {
     if (t.placement != Placement::kCached && t.placement != Placement::kHybrid) continue;
     std::int64_t max_unique = 1;
@@ -148,7 +160,7 @@ TEST_P(HotRows, EqualTheReferenceBitForBit) {
   EXPECT_TRUE(same_state(snapshot(**dev), snapshot(**ref)));
   if (c.tiny) {
     // Both rows of "one" are used more than kHotUses times in every batch; its cache holds one, the
-    // other is reduced by a block outside the cache.
+    // other is summed segment by segment outside the cache.
     for (const auto& kb : batches)
       for (const Key row : {Key{0}, Key{1}}) {
         const auto& keys = kb.features[0].keys;
@@ -169,13 +181,17 @@ std::vector<HotCase> hot_cases() {
   for (bool cuda : {false, true})
     for (Placement p : {Placement::kCached, Placement::kHybrid})
       for (std::int32_t dim : {4, 48, 160}) v.push_back({p, dim, cuda, true});
+  for (bool cuda : {false, true})
+    for (Placement p : {Placement::kCpu, Placement::kOffload, Placement::kCached, Placement::kGpu})
+      for (std::int32_t dim : {16, 160}) v.push_back({p, dim, cuda, false, true});
   return v;
 }
 
 INSTANTIATE_TEST_SUITE_P(Placements, HotRows, ::testing::ValuesIn(hot_cases()),
                          [](const ::testing::TestParamInfo<HotCase>& i) {
                            return std::string(i.param.cuda ? "cuda_" : "emu_") + to_string(i.param.placement) + "_dim" +
-                                  std::to_string(i.param.dim) + (i.param.tiny ? "_tiny" : "");
+                                  std::to_string(i.param.dim) + (i.param.tiny ? "_tiny" : "") +
+                                  (i.param.many ? "_many" : "");
                          });
 
 }  // namespace

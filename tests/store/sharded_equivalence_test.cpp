@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <set>
 #include <thread>
 
 #include "dispatch/local_communicator.hpp"
@@ -35,6 +37,15 @@ std::string on_ranks(int world, Body body) {
 
 TEST_P(ShardedEquivalence, OutputsAndFinalTablesEqualTheReference) {
   const ShardCase c = GetParam();
+  if (c.hot) {  // some row is used thousands of times in a global batch
+    const StoreConfig cfg = sharded_config(c);
+    std::int64_t most = 0;
+    for (int step = 0; step < c.steps; ++step)
+      for (const auto& f : make_step(c, cfg, step).global.features)
+        for (const Key k : std::set<Key>(f.keys.begin(), f.keys.end()))
+          most = std::max<std::int64_t>(most, std::count(f.keys.begin(), f.keys.end(), k));
+    ASSERT_GT(most, 1000);
+  }
   EXPECT_EQ(on_ranks(c.world, [&](std::shared_ptr<dispatch::Communicator> comm) { return run_sharded_rank(c, comm); }),
             "");
 }
@@ -74,6 +85,16 @@ std::vector<ShardCase> cases() {
       c.seed = seed++;
       c.steps = 4;
       c.tiny = true;
+      out.push_back(c);
+    }
+  // Rows used thousands of times a batch (hot rows) over 1, 2 and 4 ranks.
+  for (int world : {1, 2, 4})
+    for (int repeat = 0; repeat < 2; ++repeat) {
+      ShardCase c;
+      c.world = world;
+      c.seed = seed++;
+      c.steps = 3;
+      c.hot = true;
       out.push_back(c);
     }
   return out;

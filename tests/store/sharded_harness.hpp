@@ -40,6 +40,9 @@ struct ShardCase {
   /// hybrid caches of 1..10 rows against batches of hundreds of rows: rows bypass the caches
   /// (CacheStats::bypassed)
   bool tiny = false;
+  /// batches of hundreds to thousands of bags over tables of 1..8 rows: rows used thousands of
+  /// times a batch (the device kernels' hot rows, summed segment by segment)
+  bool hot = false;
 };
 
 inline std::string case_name(const ShardCase& c) {
@@ -49,7 +52,7 @@ inline std::string case_name(const ShardCase& c) {
     << (c.placement < 0                                    ? "mixed"
         : c.placement == static_cast<int>(Placement::kGpu) ? "gpu"
                                                            : "hybrid")
-    << (c.tight ? "_tight" : "") << (c.tiny ? "_tiny" : "") << "_s" << c.seed;
+    << (c.tight ? "_tight" : "") << (c.tiny ? "_tiny" : "") << (c.hot ? "_hot" : "") << "_s" << c.seed;
   return o.str();
 }
 
@@ -100,6 +103,13 @@ inline StoreConfig sharded_config(const ShardCase& c) {
       if (tc.placement == Placement::kHybrid) tc.cache.rows = 1 + static_cast<std::int64_t>(tiny() % 10);
     }
   }
+  if (c.hot) {
+    std::mt19937_64 hot(c.seed * 389 + static_cast<std::uint64_t>(c.world));
+    for (auto& tc : cfg.tables) {
+      tc.spec.rows = 1 + static_cast<std::int64_t>(hot() % 8);
+      if (tc.placement == Placement::kHybrid) tc.cache.rows = tc.spec.rows;
+    }
+  }
   return cfg;
 }
 
@@ -124,7 +134,9 @@ inline GlobalStep make_step(const ShardCase& c, const StoreConfig& cfg, int step
   g.local.resize(static_cast<std::size_t>(c.world));
   std::vector<std::int64_t>& sizes = g.sizes;
   for (int r = 0; r < c.world; ++r)
-    sizes.push_back(rng() % 5 == 0 ? 0 : (c.tiny ? 80 : 1) + static_cast<std::int64_t>(rng() % (c.tiny ? 80 : 6)));
+    sizes.push_back(c.hot            ? 500 * (1 + static_cast<std::int64_t>(rng() % 6))
+                    : rng() % 5 == 0 ? 0
+                                     : (c.tiny ? 80 : 1) + static_cast<std::int64_t>(rng() % (c.tiny ? 80 : 6)));
   for (const auto& t : cfg.tables) {
     JaggedKeys all;
     all.table = t.spec.name;

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "core/record_layout.hpp"
 #include "core/row_math.hpp"
 #include "host/host_table.hpp"
 
@@ -115,7 +116,7 @@ Status SlotPoolEngine::backward(SlotBatch& b, const EngineFeatures& f, const std
     for (std::size_t j = 0; j < w.feats.size(); ++j) {
       const std::size_t i = static_cast<std::size_t>(w.feats[j]);
       w.updates[j] = update_from(b.dev[i], grads[static_cast<std::size_t>(f.feature[i])]);
-      w.updates[j].step = make_optimizer_step(spec_of(f.table[i]).optimizer, t);
+      w.updates[j].step = make_optimizer_step(spec_of(f.table[i]), t);
     }
     dev_.backward_update(s, pools_[static_cast<std::size_t>(w.pool)].view, w.updates);
   }

@@ -1,0 +1,270 @@
+// The reference store with half-size elements (issue 31): bf16 and fp16 rows, bf16 optimizer state,
+// stochastic rounding and half-size outputs. validate still refuses half dtypes (the engines do not
+// store them yet), so these tests turn half_dtypes_accepted() on around themselves.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/half.hpp"
+#include "store/store.hpp"
+#include "tests/core/accept_half_dtypes.hpp"
+#include "tests/store/store_test_util.hpp"
+
+namespace strata {
+namespace {
+
+using testing::Buffers;
+using testing::Snapshot;
+
+// `c` with every table's rows of `dtype`, bf16 state where the optimizer allows it, and stochastic
+// rounding when `sr`.
+StoreConfig half_config(StoreConfig c, DType dtype, bool sr) {
+  for (TableConfig& t : c.tables) {
+    t.spec.dtype = dtype;
+    const OptimizerKind k = t.spec.optimizer.kind;
+    if (k == OptimizerKind::kAdagrad || k == OptimizerKind::kAdam) t.spec.state_dtype = DType::kBF16;
+    t.spec.stochastic_rounding = sr;
+  }
+  return c;
+}
+
+// `c` with every table's outputs and gradients of `out`.
+StoreConfig with_output_dtype(StoreConfig c, DType out) {
+  for (TableConfig& t : c.tables) t.spec.output_dtype = out;
+  return c;
+}
+
+std::unique_ptr<Store> open_reference(const StoreConfig& c) {
+  auto s = open_reference_store(c);
+  EXPECT_TRUE(s.is_ok()) << s.status().to_string();
+  return s.is_ok() ? std::move(s).value() : nullptr;
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+// Whether every weight and state element of `s` is a value of its table's element type.
+::testing::AssertionResult representable(const StoreConfig& c, const Snapshot& s) {
+  for (std::size_t t = 0; t < c.tables.size(); ++t) {
+    const TableSpec& spec = c.tables[t].spec;
+    for (float w : s.weights[t])
+      if (!same_bits(rounded(spec.dtype, w, false, 0), w))
+        return ::testing::AssertionFailure()
+               << "table " << spec.name << ": weight " << w << " is no " << to_string(spec.dtype);
+    for (float v : s.state[t])
+      if (!same_bits(rounded(spec.state_dtype, v, false, 0), v))
+        return ::testing::AssertionFailure()
+               << "table " << spec.name << ": state " << v << " is no " << to_string(spec.state_dtype);
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Trains `steps` random batches (seeded by `seed`) and returns the final rows and state, checking
+// after every step that they are values of their element types.
+Snapshot train(const StoreConfig& c, std::uint64_t seed, int steps) {
+  auto store = open_reference(c);
+  if (!store) return {};
+  std::mt19937_64 rng(seed);
+  for (int step = 1; step <= steps; ++step) {
+    const KeyBatch kb = testing::random_batch(rng, c, 6);
+    Buffers b = testing::make_buffers(c, kb);
+    EXPECT_TRUE(store->submit(step, kb).is_ok());
+    EXPECT_TRUE(store->forward(step, b.views).is_ok());
+    testing::fill_random(rng, b);
+    EXPECT_TRUE(store->backward(step, b.cviews).is_ok());
+    EXPECT_TRUE(representable(c, testing::snapshot(*store))) << "after step " << step;
+  }
+  return testing::snapshot(*store);
+}
+
+}  // namespace
+
+// A half-size table starts as the fp32 table rounded to nearest, optimizer state included (an
+// initial_accumulator of 0.1 is no bf16).
+TEST(ReferenceHalf, InitialRowsAreTheFp32RowsRoundedToNearest) {
+  AcceptHalfDTypes accept;
+  std::mt19937_64 rng(131);
+  const StoreConfig fp32 = testing::random_config(rng, 6);
+  auto base = open_reference(fp32);
+  ASSERT_TRUE(base);
+  const Snapshot want = testing::snapshot(*base);
+  for (const DType dtype : {DType::kBF16, DType::kF16}) {
+    const StoreConfig c = half_config(fp32, dtype, false);
+    auto half = open_reference(c);
+    ASSERT_TRUE(half);
+    const Snapshot got = testing::snapshot(*half);
+    for (std::size_t t = 0; t < c.tables.size(); ++t) {
+      const TableSpec& spec = c.tables[t].spec;
+      for (std::size_t i = 0; i < want.weights[t].size(); ++i)
+        ASSERT_TRUE(same_bits(got.weights[t][i], widen(dtype, narrow(dtype, want.weights[t][i], false, 0))))
+            << spec.name << " weight " << i;
+      for (std::size_t i = 0; i < want.state[t].size(); ++i)
+        ASSERT_TRUE(same_bits(got.state[t][i], rounded(spec.state_dtype, want.state[t][i], false, 0)))
+            << spec.name << " state " << i;
+    }
+  }
+}
+
+// Updates are rounded into the element types after every step; the rounding bits are a pure
+// function of the config and the batches, so a second run gives the same bits, and stochastic
+// rounding gives other rows than rounding to nearest.
+TEST(ReferenceHalf, UpdatedRowsStayRepresentableAndRepeatBitForBit) {
+  AcceptHalfDTypes accept;
+  std::mt19937_64 rng(7);
+  const StoreConfig fp32 = testing::random_config(rng, 5);
+  for (const DType dtype : {DType::kBF16, DType::kF16}) {
+    const StoreConfig rne = half_config(fp32, dtype, false), sr = half_config(fp32, dtype, true);
+    const Snapshot a = train(sr, 99, 6), b = train(sr, 99, 6), n = train(rne, 99, 6);
+    EXPECT_TRUE(testing::same_state(a, b)) << to_string(dtype);
+    EXPECT_FALSE(testing::same_state(a, n)) << to_string(dtype) << ": stochastic rounding changed nothing";
+  }
+}
+
+// Updates smaller than half a bf16 step: rounding to nearest puts every weight back where it was
+// (a bias of the whole update), stochastic rounding moves it by the update on average.
+TEST(ReferenceHalf, StochasticRoundingIsUnbiasedWhereRoundingToNearestStalls) {
+  AcceptHalfDTypes accept;
+  StoreConfig c;
+  TableConfig t;
+  t.spec.name = "slow";
+  t.spec.rows = 16;
+  t.spec.dim = 64;
+  t.spec.dtype = DType::kBF16;
+  t.spec.optimizer.learning_rate = 1.0f / 1024;  // bf16 steps below 1.0 are 2^-8: a quarter of one
+  c.tables.push_back(t);
+  KeyBatch kb;
+  JaggedKeys& f = kb.features.emplace_back();
+  f.table = "slow";
+  for (Key k = 0; k < 16; ++k) {
+    f.offsets.push_back(k);
+    f.keys.push_back(k);
+  }
+  f.offsets.push_back(16);
+  constexpr int kSteps = 64;
+  for (const bool sr : {false, true}) {
+    c.tables[0].spec.stochastic_rounding = sr;
+    auto store = open_reference(c);
+    ASSERT_TRUE(store);
+    const std::vector<float> ones(16 * 64, 1.0f);
+    ASSERT_TRUE(store->write_rows(0, 0, 16, ones.data(), nullptr).is_ok());
+    for (int step = 1; step <= kSteps; ++step) {
+      Buffers b = testing::make_buffers(c, kb);
+      ASSERT_TRUE(store->submit(step, kb).is_ok());
+      ASSERT_TRUE(store->forward(step, b.views).is_ok());
+      for (auto& g : b.data) g.assign(g.size(), 1.0f);
+      ASSERT_TRUE(store->backward(step, b.cviews).is_ok());
+    }
+    const Snapshot s = testing::snapshot(*store);
+    double sum = 0;
+    for (float w : s.weights[0]) sum += w;
+    const double mean = sum / static_cast<double>(s.weights[0].size());
+    const double exact = 1.0 - kSteps / 1024.0;  // 0.9375
+    if (sr)
+      EXPECT_NEAR(mean, exact, 0.004);
+    else
+      EXPECT_EQ(mean, 1.0);
+  }
+}
+
+// Half-size outputs are the fp32 outputs rounded to nearest; half-size gradients are widened, so a
+// store fed them trains as an fp32-output store fed their widened values.
+TEST(ReferenceHalf, HalfOutputsAreRoundedOutputsAndHalfGradientsAreWidened) {
+  AcceptHalfDTypes accept;
+  std::mt19937_64 rng(23);
+  StoreConfig wide = testing::random_config(rng, 4);
+  for (const DType out : {DType::kBF16, DType::kF16}) {
+    const StoreConfig half = with_output_dtype(wide, out);
+    auto a = open_reference(wide), b = open_reference(half);
+    ASSERT_TRUE(a && b);
+    for (int step = 1; step <= 4; ++step) {
+      const KeyBatch kb = testing::random_batch(rng, wide, 5);
+      Buffers fa = testing::make_buffers(wide, kb), fb = testing::make_buffers(half, kb);
+      for (MatrixView& v : fb.views) v.dtype = out;
+      for (ConstMatrixView& v : fb.cviews) v.dtype = out;
+      ASSERT_TRUE(a->submit(step, kb).is_ok());
+      ASSERT_TRUE(b->submit(step, kb).is_ok());
+      ASSERT_TRUE(a->forward(step, fa.views).is_ok());
+      ASSERT_TRUE(b->forward(step, fb.views).is_ok());
+      for (std::size_t i = 0; i < fa.data.size(); ++i) {
+        std::vector<std::uint16_t> got(fa.data[i].size());
+        std::memcpy(got.data(), fb.data[i].data(), got.size() * sizeof(std::uint16_t));
+        for (std::size_t k = 0; k < got.size(); ++k)
+          ASSERT_EQ(got[k], narrow(out, fa.data[i][k], false, 0)) << "feature " << i << " element " << k;
+      }
+      testing::fill_random(rng, fa);
+      for (std::size_t i = 0; i < fa.data.size(); ++i) {
+        std::vector<std::uint16_t> g(fa.data[i].size());
+        for (std::size_t k = 0; k < g.size(); ++k) {
+          g[k] = narrow(out, fa.data[i][k], false, 0);
+          fa.data[i][k] = widen(out, g[k]);
+        }
+        std::memcpy(fb.data[i].data(), g.data(), g.size() * sizeof(std::uint16_t));
+      }
+      ASSERT_TRUE(a->backward(step, fa.cviews).is_ok());
+      ASSERT_TRUE(b->backward(step, fb.cviews).is_ok());
+    }
+    EXPECT_TRUE(testing::same_state(testing::snapshot(*a), testing::snapshot(*b))) << to_string(out);
+  }
+}
+
+// A half-size gradient holding NaN or Inf is refused, naming the table, the bag, the column and the
+// value, and changes nothing; a view whose dtype is not the table's output_dtype is refused naming
+// both, in a store of half-size outputs and in an fp32 one.
+TEST(ReferenceHalf, NonFiniteHalfGradientsAndViewsOfAnotherDtypeAreRefused) {
+  AcceptHalfDTypes accept;
+  std::mt19937_64 rng(31);
+  StoreConfig wide = testing::random_config(rng, 3);
+  for (const DType out : {DType::kBF16, DType::kF16}) {
+    const StoreConfig half = with_output_dtype(wide, out);
+    auto store = open_reference(half);
+    ASSERT_TRUE(store);
+    KeyBatch kb;
+    do kb = testing::random_batch(rng, half, 5);
+    while (kb.features[1].num_keys() == 0);
+    Buffers b = testing::make_buffers(half, kb);
+    for (MatrixView& v : b.views) v.dtype = out;
+    for (ConstMatrixView& v : b.cviews) v.dtype = out;
+    ASSERT_TRUE(store->submit(1, kb).is_ok());
+    ASSERT_TRUE(store->forward(1, b.views).is_ok());
+    for (auto& d : b.data) std::fill(d.begin(), d.end(), 0.0f);  // two half-size zeros per float
+    const Snapshot before = testing::snapshot(*store);
+    const TableSpec* spec = nullptr;  // feature 1's table
+    for (const TableConfig& t : half.tables)
+      if (t.spec.name == kb.features[1].table) spec = &t.spec;
+    ASSERT_NE(spec, nullptr);
+    const std::int32_t col = spec->dim - 1;
+    const std::uint16_t inf = out == DType::kBF16 ? 0x7f80u : 0x7c00u;
+    std::memcpy(reinterpret_cast<unsigned char*>(b.data[1].data()) + 2 * col, &inf, sizeof inf);  // bag 0
+    const Status s = store->backward(1, b.cviews);
+    ASSERT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+    EXPECT_NE(s.message().find("table '" + spec->name + "': gradient of "), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(", column " + std::to_string(col) + " is inf"), std::string::npos) << s.message();
+    EXPECT_TRUE(testing::same_state(testing::snapshot(*store), before));
+    // Gradients labelled fp32 in a store of half outputs: refused, naming both dtypes.
+    for (ConstMatrixView& v : b.cviews) v.dtype = DType::kF32;
+    const Status w = store->backward(1, b.cviews);
+    EXPECT_EQ(w.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(w.message().find("gradient view dtype fp32 (expected " + std::string(to_string(out)) +
+                               ": the table's output_dtype)"),
+              std::string::npos)
+        << w.message();
+    EXPECT_TRUE(testing::same_state(testing::snapshot(*store), before));
+  }
+  // An fp32 store refuses output views labelled half-size (their buffers would be half as large).
+  auto store = open_reference(wide);
+  ASSERT_TRUE(store);
+  const KeyBatch kb = testing::random_batch(rng, wide, 4);
+  Buffers b = testing::make_buffers(wide, kb);
+  b.views[0].dtype = DType::kBF16;
+  ASSERT_TRUE(store->submit(1, kb).is_ok());
+  const Status s = store->forward(1, b.views);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("output view dtype bf16 (expected fp32: the table's output_dtype)"), std::string::npos)
+      << s.message();
+}
+
+}  // namespace strata
