@@ -58,7 +58,6 @@ Status mpi_status(int err, const char* expr, const char* file, int line) {
 namespace strata::dispatch {
 namespace {
 
-constexpr std::uint32_t kMagic = 0x53545243;  // "STRC"
 constexpr int kControlTag = 1;
 constexpr int kFirstTag = 2;
 constexpr int kTagsPerCall = 3;  // header, payload round 1, payload round 2
@@ -66,22 +65,6 @@ constexpr int kTagsPerCall = 3;  // header, payload round 1, payload round 2
 constexpr std::int64_t kMaxMessage = std::int64_t{1} << 30;
 // After a failure, how long cancelled receives may take to report their cancellation.
 constexpr std::chrono::milliseconds kCancelGrace{200};
-
-// A rank's CallInfo on the wire, followed for all_to_all_v by send_counts[size] and
-// recv_counts[size]. Both ends are the same program, so no byte-order conversion.
-struct WireHeader {
-  std::uint32_t magic = kMagic;
-  std::int32_t kind = 0;
-  std::int64_t bytes = 0;
-  std::int64_t count = 0;
-  std::int32_t type = 0;
-  std::int32_t op = 0;
-  std::int32_t root = 0;
-  std::int32_t has_arg_error = 0;
-  std::int32_t device_code = 0;  // the StatusCode of CallInfo::device_error, 0 (kOk) when none
-  char error[220] = {};          // detail::encode_failure()'s text
-};
-static_assert(sizeof(WireHeader) % sizeof(std::int64_t) == 0, "the counts after the header stay aligned");
 
 // A failure report on the control tag: the code, then the message.
 struct WireFailure {
@@ -427,26 +410,11 @@ class MpiCommunicator final : public Communicator {
 
   Status exchange_headers(const CallInfo& mine, std::uint64_t seq, Clock::time_point deadline, const char* what,
                           std::vector<CallInfo>& all) {
-    const std::size_t counts = 2 * static_cast<std::size_t>(size_);
-    const std::size_t max_words = sizeof(WireHeader) / sizeof(std::int64_t) + counts;
-    WireHeader h;
-    h.kind = static_cast<std::int32_t>(mine.kind);
-    h.bytes = mine.bytes;
-    h.count = mine.count;
-    h.type = static_cast<std::int32_t>(mine.type);
-    h.op = static_cast<std::int32_t>(mine.op);
-    h.root = mine.root;
-    detail::encode_failure(mine, h.has_arg_error, h.device_code, h.error, sizeof(h.error));
-    const bool with_counts = mine.kind == Collective::kAllToAllV && mine.arg_error.empty();
-    std::size_t words = sizeof(WireHeader) / sizeof(std::int64_t);
+    // A header without counts goes alone; a receive takes the longest.
+    const std::size_t max_words = detail::wire_words(size_);
     auto& out = buffers_.header_out;
-    out.assign(with_counts ? max_words : words, 0);
-    std::memcpy(out.data(), &h, sizeof(h));
-    if (with_counts) {
-      std::memcpy(out.data() + words, mine.send_counts, size_ * sizeof(std::int64_t));
-      std::memcpy(out.data() + words + size_, mine.recv_counts, size_ * sizeof(std::int64_t));
-      words = max_words;
-    }
+    out.resize(max_words);
+    const std::size_t words = detail::encode_call(mine, seq, size_, out.data());
 
     std::vector<Op> ops;
     for (int p = 0; p < size_; ++p) {
@@ -470,27 +438,13 @@ class MpiCommunicator final : public Communicator {
     all.assign(size_, CallInfo{});
     for (int p = 0; p < size_; ++p) {
       const std::int64_t* in = p == rank_ ? out.data() : buffers_.header_in[p].data();
-      WireHeader ph;
-      std::memcpy(static_cast<void*>(&ph), in, sizeof(ph));
-      if (ph.magic != kMagic) {
+      if (!detail::is_wire_header(in)) {
         return fail(Status::internal(std::string(what) + ": rank " + std::to_string(p) +
                                      " sent a message that is not a strata header (another program on this MPI "
                                      "communicator?)"),
                     true);
       }
-      CallInfo& c = all[p];
-      c.kind = static_cast<Collective>(ph.kind);
-      c.bytes = ph.bytes;
-      c.count = ph.count;
-      c.type = static_cast<DataType>(ph.type);
-      c.op = static_cast<ReduceOp>(ph.op);
-      c.root = ph.root;
-      detail::decode_failure(ph.has_arg_error, ph.device_code, ph.error, sizeof(ph.error), c);
-      if (c.kind == Collective::kAllToAllV && !ph.has_arg_error) {
-        const std::size_t w = sizeof(WireHeader) / sizeof(std::int64_t);
-        c.send_counts = in + w;
-        c.recv_counts = in + w + size_;
-      }
+      detail::decode_call(in, size_, all[p]);
     }
     return Status::ok();
   }

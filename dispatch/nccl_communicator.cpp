@@ -100,21 +100,6 @@ Status nccl_status(ncclResult_t r, const char* expr, const char* file, int line,
 namespace strata::dispatch {
 namespace {
 
-// The header every rank all-gathers before a collective: the same size on every rank whatever
-// the kind (the counts of all_to_all_v are always there), so the all-gather itself always matches.
-struct WireHeader {
-  std::int32_t kind = 0;
-  std::int32_t type = 0;
-  std::int32_t op = 0;
-  std::int32_t root = 0;
-  std::int64_t bytes = 0;
-  std::int64_t count = 0;
-  std::int32_t has_arg_error = 0;
-  std::int32_t device_code = 0;  // the StatusCode of CallInfo::device_error, 0 (kOk) when none
-  char error[216] = {};          // detail::encode_failure()'s text
-};
-static_assert(sizeof(WireHeader) % sizeof(std::int64_t) == 0, "the counts after the header stay aligned");
-
 ncclDataType_t nccl_type(DataType t) {
   switch (t) {
     case DataType::kInt32:
@@ -176,7 +161,7 @@ class NcclCommunicator final : public Communicator {
         stream_(stream),
         done_(done),
         options_(options),
-        header_bytes_(sizeof(WireHeader) + 2 * static_cast<std::size_t>(size) * sizeof(std::int64_t)) {}
+        header_bytes_(detail::wire_words(size) * sizeof(std::int64_t)) {}
 
   ~NcclCommunicator() override {
     const DeviceScope scope(ctx_);
@@ -534,22 +519,12 @@ class NcclCommunicator final : public Communicator {
 
   Status exchange_headers(const CallInfo& mine, Clock::time_point deadline, const char* what,
                           std::vector<CallInfo>& all) {
-    char* host_mine = static_cast<char*>(header_host_);
-    char* host_all = host_mine + header_bytes_;
-    WireHeader h;
-    h.kind = static_cast<std::int32_t>(mine.kind);
-    h.type = static_cast<std::int32_t>(mine.type);
-    h.op = static_cast<std::int32_t>(mine.op);
-    h.root = mine.root;
-    h.bytes = mine.bytes;
-    h.count = mine.count;
-    detail::encode_failure(mine, h.has_arg_error, h.device_code, h.error, sizeof(h.error));
-    std::memset(host_mine, 0, header_bytes_);
-    std::memcpy(host_mine, &h, sizeof(h));
-    if (mine.kind == Collective::kAllToAllV && mine.arg_error.empty()) {
-      std::memcpy(host_mine + sizeof(h), mine.send_counts, size_ * sizeof(std::int64_t));
-      std::memcpy(host_mine + sizeof(h) + size_ * sizeof(std::int64_t), mine.recv_counts, size_ * sizeof(std::int64_t));
-    }
+    const std::size_t words = header_bytes_ / sizeof(std::int64_t);
+    auto* host_mine = static_cast<std::int64_t*>(header_host_);
+    std::int64_t* host_all = host_mine + words;
+    // Always the whole header and counts: the same size on every rank whatever the kind, so the
+    // all-gather itself always matches.
+    detail::encode_call(mine, 0, size_, host_mine);
     STRATA_CUDA_TRY(cudaMemcpyAsync(header_mine_.ptr, host_mine, header_bytes_, cudaMemcpyHostToDevice, stream_));
     STRATA_NCCL_TRY(comm_, ncclAllGather(header_mine_.ptr, header_all_.ptr, header_bytes_, ncclUint8, comm_, stream_));
     STRATA_RETURN_IF_ERROR(wait(deadline, what));
@@ -560,21 +535,7 @@ class NcclCommunicator final : public Communicator {
     // rank judges the same texts.
     all.assign(size_, CallInfo{});
     for (int r = 0; r < size_; ++r) {
-      const char* at = r == rank_ ? host_mine : host_all + header_bytes_ * r;
-      WireHeader ph;
-      std::memcpy(static_cast<void*>(&ph), at, sizeof(ph));
-      CallInfo& c = all[r];
-      c.kind = static_cast<Collective>(ph.kind);
-      c.type = static_cast<DataType>(ph.type);
-      c.op = static_cast<ReduceOp>(ph.op);
-      c.root = ph.root;
-      c.bytes = ph.bytes;
-      c.count = ph.count;
-      detail::decode_failure(ph.has_arg_error, ph.device_code, ph.error, sizeof(ph.error), c);
-      if (c.kind == Collective::kAllToAllV && !ph.has_arg_error) {
-        c.send_counts = reinterpret_cast<const std::int64_t*>(at + sizeof(ph));
-        c.recv_counts = c.send_counts + size_;
-      }
+      detail::decode_call(r == rank_ ? host_mine : host_all + words * r, size_, all[r]);
     }
     return Status::ok();
   }

@@ -25,32 +25,10 @@ namespace {
 using detail::CallInfo;
 using detail::Collective;
 
-constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'W', '1'};
-
-// A rank's CallInfo on the wire, followed by send_counts[size] and recv_counts[size] (all_to_all_v
-// with valid arguments; zeros otherwise): one size for every call of a world. Both ends are the
-// same program, so no byte-order conversion.
-struct WireHeader {
-  char magic[8] = {};
-  std::uint64_t seq = 0;
-  std::int64_t bytes = 0;
-  std::int64_t count = 0;
-  std::int32_t kind = 0;
-  std::int32_t type = 0;
-  std::int32_t op = 0;
-  std::int32_t root = 0;
-  std::int32_t has_arg_error = 0;
-  std::int32_t device_code = 0;  // the StatusCode of CallInfo::device_error, 0 (kOk) when none
-  char error[216] = {};          // detail::encode_failure()'s text
-};
-static_assert(sizeof(WireHeader) % sizeof(std::int64_t) == 0, "the counts after the header stay aligned");
-
-constexpr std::size_t kHeaderWords = sizeof(WireHeader) / sizeof(std::int64_t);
-
 class TransportCommunicator final : public Communicator {
  public:
   explicit TransportCommunicator(std::unique_ptr<Transport> t)
-      : t_(std::move(t)), rank_(t_->rank()), size_(t_->size()), words_(kHeaderWords + 2 * size_) {}
+      : t_(std::move(t)), rank_(t_->rank()), size_(t_->size()), words_(detail::wire_words(size_)) {}
 
   int rank() const noexcept override { return rank_; }
   int size() const noexcept override { return size_; }
@@ -286,7 +264,7 @@ class TransportCommunicator final : public Communicator {
   // alike): whether any rank sends a byte to another rank.
   bool anyone_sends_to_a_peer() const noexcept {
     for (int r = 0; r < size_; ++r) {
-      const std::int64_t* sc = headers_.data() + r * words_ + kHeaderWords;
+      const std::int64_t* sc = headers_.data() + r * words_ + detail::kWireHeaderWords;
       for (int p = 0; p < size_; ++p) {
         if (p != r && sc[p] > 0) return true;
       }
@@ -322,22 +300,8 @@ class TransportCommunicator final : public Communicator {
 
   Status exchange_headers(const CallInfo& mine, std::uint64_t seq, const char* what, std::vector<CallInfo>& all) {
     const std::int64_t header_bytes = static_cast<std::int64_t>(words_ * sizeof(std::int64_t));
-    WireHeader h;
-    std::memcpy(h.magic, kMagic, sizeof(kMagic));
-    h.seq = seq;
-    h.kind = static_cast<std::int32_t>(mine.kind);
-    h.bytes = mine.bytes;
-    h.count = mine.count;
-    h.type = static_cast<std::int32_t>(mine.type);
-    h.op = static_cast<std::int32_t>(mine.op);
-    h.root = mine.root;
-    detail::encode_failure(mine, h.has_arg_error, h.device_code, h.error, sizeof(h.error));
-    mine_.assign(words_, 0);
-    std::memcpy(mine_.data(), &h, sizeof(h));
-    if (mine.kind == Collective::kAllToAllV && mine.arg_error.empty()) {
-      std::memcpy(mine_.data() + kHeaderWords, mine.send_counts, size_ * sizeof(std::int64_t));
-      std::memcpy(mine_.data() + kHeaderWords + size_, mine.recv_counts, size_ * sizeof(std::int64_t));
-    }
+    mine_.resize(words_);
+    detail::encode_call(mine, seq, size_, mine_.data());
     headers_.assign(words_ * size_, 0);
     if (size_ == 1) {
       headers_ = mine_;
@@ -357,25 +321,11 @@ class TransportCommunicator final : public Communicator {
     std::vector<std::uint64_t> seqs(size_);
     for (int p = 0; p < size_; ++p) {
       const std::int64_t* in = headers_.data() + p * words_;
-      WireHeader ph;
-      std::memcpy(static_cast<void*>(&ph), in, sizeof(ph));
-      if (std::memcmp(ph.magic, kMagic, sizeof(kMagic)) != 0) {
+      if (!detail::is_wire_header(in)) {
         foreign.push_back(p);
         continue;
       }
-      seqs[p] = ph.seq;
-      CallInfo& c = all[p];
-      c.kind = static_cast<Collective>(ph.kind);
-      c.bytes = ph.bytes;
-      c.count = ph.count;
-      c.type = static_cast<DataType>(ph.type);
-      c.op = static_cast<ReduceOp>(ph.op);
-      c.root = ph.root;
-      detail::decode_failure(ph.has_arg_error, ph.device_code, ph.error, sizeof(ph.error), c);
-      if (c.kind == Collective::kAllToAllV && !ph.has_arg_error) {
-        c.send_counts = in + kHeaderWords;
-        c.recv_counts = in + kHeaderWords + size_;
-      }
+      seqs[p] = detail::decode_call(in, size_, all[p]);
     }
     if (!foreign.empty()) {
       return fail(Status::failed_precondition(

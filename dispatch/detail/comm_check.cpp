@@ -334,6 +334,44 @@ void decode_failure(std::int32_t has_arg_error, std::int32_t device_code, const 
   }
 }
 
+std::size_t encode_call(const CallInfo& call, std::uint64_t seq, int size, std::int64_t* out) noexcept {
+  WireHeader h;
+  std::memcpy(h.magic, kWireMagic, sizeof(kWireMagic));
+  h.seq = seq;
+  h.bytes = call.bytes;
+  h.count = call.count;
+  h.kind = static_cast<std::int32_t>(call.kind);
+  h.type = static_cast<std::int32_t>(call.type);
+  h.op = static_cast<std::int32_t>(call.op);
+  h.root = call.root;
+  encode_failure(call, h.has_arg_error, h.device_code, h.error, sizeof(h.error));
+  std::memset(out, 0, wire_words(size) * sizeof(std::int64_t));
+  std::memcpy(out, &h, sizeof(h));
+  if (call.kind != Collective::kAllToAllV || !call.arg_error.empty()) return kWireHeaderWords;
+  std::memcpy(out + kWireHeaderWords, call.send_counts, static_cast<std::size_t>(size) * sizeof(std::int64_t));
+  std::memcpy(out + kWireHeaderWords + size, call.recv_counts, static_cast<std::size_t>(size) * sizeof(std::int64_t));
+  return wire_words(size);
+}
+
+bool is_wire_header(const std::int64_t* in) noexcept { return std::memcmp(in, kWireMagic, sizeof(kWireMagic)) == 0; }
+
+std::uint64_t decode_call(const std::int64_t* in, int size, CallInfo& call) {
+  WireHeader h;
+  std::memcpy(static_cast<void*>(&h), in, sizeof(h));
+  call.kind = static_cast<Collective>(h.kind);
+  call.bytes = h.bytes;
+  call.count = h.count;
+  call.type = static_cast<DataType>(h.type);
+  call.op = static_cast<ReduceOp>(h.op);
+  call.root = h.root;
+  decode_failure(h.has_arg_error, h.device_code, h.error, sizeof(h.error), call);
+  if (call.kind == Collective::kAllToAllV && !h.has_arg_error) {
+    call.send_counts = in + kWireHeaderWords;
+    call.recv_counts = in + kWireHeaderWords + size;
+  }
+  return h.seq;
+}
+
 namespace {
 
 // The breaking part of check_agreement: whether the ranks are in step and agree.

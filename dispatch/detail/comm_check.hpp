@@ -2,10 +2,12 @@
 // What every communicator does the same way: judging one rank's arguments, judging whether all
 // ranks agree on a collective (kind and sizes), naming ranks in messages, and counting the bytes a
 // collective moves. Each implementation gathers one CallInfo per rank its own way (shared memory,
-// an MPI header exchange, an NCCL all-gather) and then asks check_agreement(), so every rank of a
-// world reaches the same verdict with the same message, whichever transport carried it.
+// an MPI header exchange, an NCCL or Transport all-gather; the last three in one wire format,
+// WireHeader) and then asks check_agreement(), so every rank of a world reaches the same verdict
+// with the same message, whichever transport carried it.
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -15,7 +17,7 @@
 
 namespace strata::dispatch::detail {
 
-/// The collectives of Communicator. The values travel in MPI headers: append, never renumber.
+/// The collectives of Communicator. The values travel in headers (WireHeader): append, never renumber.
 enum class Collective : std::int32_t { kAllToAllV = 1, kAllGather = 2, kAllReduce = 3, kBroadcast = 4, kBarrier = 5 };
 
 /// "all_to_all_v", "all_gather", ... ("unknown collective" for a value off the enum).
@@ -57,6 +59,41 @@ void encode_failure(const CallInfo& info, std::int32_t& has_arg_error, std::int3
 /// it just encoded), so the verdicts' texts are the same on every rank however long the errors.
 void decode_failure(std::int32_t has_arg_error, std::int32_t device_code, const char* text, std::size_t cap,
                     CallInfo& info);
+
+/// A rank's CallInfo as the communicators that exchange headers (mpi, nccl, transport) put it on
+/// the wire: this header, then send_counts[size] and recv_counts[size] (an all_to_all_v with valid
+/// arguments; zeros otherwise), wire_words(size) int64 words in all. Both ends are the same
+/// program, so no byte-order conversion.
+struct WireHeader {
+  char magic[8] = {};     ///< kWireMagic: a header of Strata's, not some other message
+  std::uint64_t seq = 0;  ///< the call's number on its communicator (0 where unused)
+  std::int64_t bytes = 0;
+  std::int64_t count = 0;
+  std::int32_t kind = 0;
+  std::int32_t type = 0;
+  std::int32_t op = 0;
+  std::int32_t root = 0;
+  std::int32_t has_arg_error = 0;
+  std::int32_t device_code = 0;  ///< the StatusCode of CallInfo::device_error, 0 (kOk) when none
+  char error[216] = {};          ///< encode_failure()'s text
+};
+static_assert(sizeof(WireHeader) % sizeof(std::int64_t) == 0, "the counts after the header stay aligned");
+
+inline constexpr char kWireMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'W', '1'};
+/// The header's size in int64 words (without the counts).
+inline constexpr std::size_t kWireHeaderWords = sizeof(WireHeader) / sizeof(std::int64_t);
+/// A header and its counts in a world of `size` ranks, in int64 words.
+constexpr std::size_t wire_words(int size) noexcept { return kWireHeaderWords + 2 * static_cast<std::size_t>(size); }
+
+/// Writes `call` (its number `seq`) into `out` (wire_words(size) words, host): the header, then the
+/// counts of an all_to_all_v with valid arguments, zeros otherwise. Returns how many words carry
+/// something: wire_words(size) with counts, else kWireHeaderWords (what a sender may send alone).
+std::size_t encode_call(const CallInfo& call, std::uint64_t seq, int size, std::int64_t* out) noexcept;
+/// Whether the words at `in` (kWireHeaderWords at least) start with kWireMagic.
+bool is_wire_header(const std::int64_t* in) noexcept;
+/// Sets `call` from the header at `in` (as encode_call() wrote it, in a world of `size`); an
+/// all_to_all_v's counts point into `in`, which must outlive `call`'s use. Returns the call's seq.
+std::uint64_t decode_call(const std::int64_t* in, int size, CallInfo& call);
 
 /// Judges what one rank can judge alone (negative sizes, null buffers with non-zero sizes, a root
 /// or an enum value out of range); returns "" when fine, else the reason (without the kind).
