@@ -14,7 +14,6 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -132,14 +131,9 @@ class MpiCommunicator final : public Communicator {
   Status all_to_all_v_host(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs,
                            void* recv, const std::int64_t* recv_counts, const std::int64_t* recv_displs,
                            const std::string& space_error, const Status& device_error = Status::ok()) {
-    CallInfo info;
-    info.kind = Collective::kAllToAllV;
-    info.send_counts = send_counts;
-    info.recv_counts = recv_counts;
-    info.arg_error =
-        detail::check_a2a_arguments(size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
-    if (info.arg_error.empty()) info.arg_error = space_error;
-    if (info.arg_error.empty()) info.device_error = device_error;
+    CallInfo info =
+        detail::all_to_all_v_call(size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
+    detail::judge_staging(info, space_error, device_error);
     return run(info, [&](std::uint64_t seq, Clock::time_point deadline, const char* what) -> Status {
       std::int64_t total = 0;
       for (int p = 0; p < size_; ++p) total += p == rank_ ? 0 : send_counts[p];
@@ -175,12 +169,8 @@ class MpiCommunicator final : public Communicator {
 
   Status all_gather_host(const void* send, std::int64_t bytes, void* recv, const std::string& space_error,
                          const Status& device_error = Status::ok()) {
-    CallInfo info;
-    info.kind = Collective::kAllGather;
-    info.bytes = bytes;
-    info.arg_error = detail::check_all_gather_arguments(size_, send, bytes, recv);
-    if (info.arg_error.empty()) info.arg_error = space_error;
-    if (info.arg_error.empty()) info.device_error = device_error;
+    CallInfo info = detail::all_gather_call(size_, send, bytes, recv);
+    detail::judge_staging(info, space_error, device_error);
     return run(info, [&](std::uint64_t seq, Clock::time_point deadline, const char* what) -> Status {
       if (bytes == 0) return Status::ok();
       auto& stage = stage_for(bytes);
@@ -200,12 +190,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   Status all_reduce(void* data, std::int64_t count, DataType type, ReduceOp op) override {
-    CallInfo info;
-    info.kind = Collective::kAllReduce;
-    info.count = count;
-    info.type = type;
-    info.op = op;
-    info.arg_error = detail::check_all_reduce_arguments(data, count, type, op);
+    CallInfo info = detail::all_reduce_call(data, count, type, op);
     return run(info, [&](std::uint64_t seq, Clock::time_point deadline, const char* what) -> Status {
       if (count == 0 || size_ == 1) return Status::ok();
       const std::int64_t es = static_cast<std::int64_t>(size_of(type));
@@ -259,13 +244,8 @@ class MpiCommunicator final : public Communicator {
 
   Status broadcast_host(void* data, std::int64_t bytes, int root, const std::string& space_error,
                         const Status& device_error = Status::ok()) {
-    CallInfo info;
-    info.kind = Collective::kBroadcast;
-    info.bytes = bytes;
-    info.root = root;
-    info.arg_error = detail::check_broadcast_arguments(size_, data, bytes, root);
-    if (info.arg_error.empty()) info.arg_error = space_error;
-    if (info.arg_error.empty()) info.device_error = device_error;
+    CallInfo info = detail::broadcast_call(size_, data, bytes, root);
+    detail::judge_staging(info, space_error, device_error);
     return run(info, [&](std::uint64_t seq, Clock::time_point deadline, const char* what) -> Status {
       if (bytes == 0 || size_ == 1) return Status::ok();
       std::vector<Op> ops;
@@ -289,12 +269,9 @@ class MpiCommunicator final : public Communicator {
                          const BufferSpace& space) override {
     if (!space.on_device())
       return all_to_all_v_host(send, send_counts, send_displs, recv, recv_counts, recv_displs, "");
-    return detail::staged_all_to_all_v(
-        stages_, size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs, space,
-        [&](const void* hs, const std::int64_t* hsc, const std::int64_t* hsd, void* hr, const std::int64_t* hrc,
-            const std::int64_t* hrd, const std::string& arg_error, const Status& device_error) {
-          return all_to_all_v_host(hs, hsc, hsd, hr, hrc, hrd, arg_error, device_error);
-        });
+    return detail::staged_all_to_all_v(stages_, size_, rank_, send, send_counts, send_displs, recv, recv_counts,
+                                       recv_displs, space,
+                                       [this](auto... host_args) { return all_to_all_v_host(host_args...); });
   }
 
   Status do_all_gather(const void* send, std::int64_t bytes, void* recv, const BufferSpace& space) override {
@@ -325,13 +302,7 @@ class MpiCommunicator final : public Communicator {
     return run(info, [](std::uint64_t, Clock::time_point, const char*) { return Status::ok(); });
   }
 
-  CommCounters counters() const noexcept override {
-    CommCounters c;
-    c.sent_bytes = sent_.load(std::memory_order_relaxed);
-    c.received_bytes = received_.load(std::memory_order_relaxed);
-    c.calls = calls_.load(std::memory_order_relaxed);
-    return c;
-  }
+  CommCounters counters() const noexcept override { return tally_.counters(); }
 
  private:
   // Internal buffers that pending MPI requests may point into.
@@ -382,7 +353,7 @@ class MpiCommunicator final : public Communicator {
   // One collective: header exchange, agreement, then `payload(seq, deadline, what)`.
   template <class Payload>
   Status run(const CallInfo& mine, Payload&& payload) {
-    calls_.fetch_add(1, std::memory_order_relaxed);
+    tally_.count_call();
     const char* what = detail::collective_name(mine.kind);
     if (!broken_.is_ok()) return detail::broken_status(what, broken_);
     Status s = check_control();
@@ -402,9 +373,7 @@ class MpiCommunicator final : public Communicator {
 
     s = payload(seq, deadline, what);
     if (!s.is_ok()) return broken_.is_ok() ? fail(s, true) : s;
-    const detail::MovedBytes moved = detail::moved_bytes(mine, rank_, size_);
-    sent_.fetch_add(moved.sent, std::memory_order_relaxed);
-    received_.fetch_add(moved.received, std::memory_order_relaxed);
+    tally_.count_moved(mine, rank_, size_);
     return Status::ok();
   }
 
@@ -566,7 +535,7 @@ class MpiCommunicator final : public Communicator {
   Buffers buffers_;
   detail::DeviceStages stages_;         // pinned staging of device buffers, one per device
   std::vector<MPI_Request> graveyard_;  // requests of failed calls (and failure reports) still pending
-  std::atomic<std::int64_t> sent_{0}, received_{0}, calls_{0};
+  detail::CallTally tally_;
 };
 
 std::mutex g_init_mu;

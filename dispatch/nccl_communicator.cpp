@@ -49,7 +49,6 @@ Status nccl_one_rank_per_gpu(const std::vector<NcclPlacement>& ranks) {
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -219,12 +218,8 @@ class NcclCommunicator final : public Communicator {
   Status do_all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
                          const std::int64_t* recv_counts, const std::int64_t* recv_displs,
                          const BufferSpace& space) override {
-    CallInfo info;
-    info.kind = Collective::kAllToAllV;
-    info.send_counts = send_counts;
-    info.recv_counts = recv_counts;
-    info.arg_error =
-        detail::check_a2a_arguments(size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
+    CallInfo info =
+        detail::all_to_all_v_call(size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
     if (space.on_device()) {
       ready(info, space);
       return run(info, [&](Clock::time_point deadline, const char* what) -> Status {
@@ -315,10 +310,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   Status do_all_gather(const void* send, std::int64_t bytes, void* recv, const BufferSpace& space) override {
-    CallInfo info;
-    info.kind = Collective::kAllGather;
-    info.bytes = bytes;
-    info.arg_error = detail::check_all_gather_arguments(size_, send, bytes, recv);
+    CallInfo info = detail::all_gather_call(size_, send, bytes, recv);
     if (space.on_device()) {
       ready(info, space);
       return run(info, [&](Clock::time_point deadline, const char* what) -> Status {
@@ -344,12 +336,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   Status all_reduce(void* data, std::int64_t count, DataType type, ReduceOp op) override {
-    CallInfo info;
-    info.kind = Collective::kAllReduce;
-    info.count = count;
-    info.type = type;
-    info.op = op;
-    info.arg_error = detail::check_all_reduce_arguments(data, count, type, op);
+    CallInfo info = detail::all_reduce_call(data, count, type, op);
     return run(info, [&](Clock::time_point deadline, const char* what) -> Status {
       if (count == 0) return Status::ok();
       const std::size_t bytes = static_cast<std::size_t>(count) * size_of(type);
@@ -365,11 +352,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   Status do_broadcast(void* data, std::int64_t bytes, int root, const BufferSpace& space) override {
-    CallInfo info;
-    info.kind = Collective::kBroadcast;
-    info.bytes = bytes;
-    info.root = root;
-    info.arg_error = detail::check_broadcast_arguments(size_, data, bytes, root);
+    CallInfo info = detail::broadcast_call(size_, data, bytes, root);
     if (space.on_device()) {
       ready(info, space);
       return run(info, [&](Clock::time_point deadline, const char* what) -> Status {
@@ -404,13 +387,7 @@ class NcclCommunicator final : public Communicator {
     return run(info, [](Clock::time_point, const char*) { return Status::ok(); });
   }
 
-  CommCounters counters() const noexcept override {
-    CommCounters c;
-    c.sent_bytes = sent_.load(std::memory_order_relaxed);
-    c.received_bytes = received_.load(std::memory_order_relaxed);
-    c.calls = calls_.load(std::memory_order_relaxed);
-    return c;
-  }
+  CommCounters counters() const noexcept override { return tally_.counters(); }
 
   // The first failure of a collective breaks the communicator (every later call returns it) and
   // aborts NCCL at once, whatever the failure, except a verdict that does not break it (device
@@ -488,7 +465,7 @@ class NcclCommunicator final : public Communicator {
   // One collective: header all-gather, agreement, then `payload(deadline, what)`.
   template <class Payload>
   Status run(const CallInfo& mine, Payload&& payload) {
-    calls_.fetch_add(1, std::memory_order_relaxed);
+    tally_.count_call();
     const char* what = detail::collective_name(mine.kind);
     if (!broken_.is_ok()) return detail::broken_status(what, broken_);
     const auto deadline = Clock::now() + options_.timeout;
@@ -511,9 +488,7 @@ class NcclCommunicator final : public Communicator {
       if (!in_step) fail(s);
       return s;
     }
-    const detail::MovedBytes moved = detail::moved_bytes(mine, rank_, size_);
-    sent_.fetch_add(moved.sent, std::memory_order_relaxed);
-    received_.fetch_add(moved.received, std::memory_order_relaxed);
+    tally_.count_moved(mine, rank_, size_);
     return Status::ok();
   }
 
@@ -590,7 +565,7 @@ class NcclCommunicator final : public Communicator {
   DeviceMemory send_, recv_, header_mine_, header_all_;
   bool stream_ordered_ = false;  // the device has memory pools: grow() uses cudaMallocAsync/cudaFreeAsync
   Status broken_;
-  std::atomic<std::int64_t> sent_{0}, received_{0}, calls_{0};
+  detail::CallTally tally_;
 };
 
 // The local rank of a rank bootstrapped without a communicator (one process per rank): the

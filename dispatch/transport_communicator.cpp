@@ -8,7 +8,6 @@
 #include "dispatch/transport_communicator.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -37,13 +36,7 @@ class TransportCommunicator final : public Communicator {
   int device() const noexcept override { return t_->device(); }
 
   Status all_reduce(void* data, std::int64_t count, DataType type, ReduceOp op) override {
-    CallInfo info;
-    info.kind = Collective::kAllReduce;
-    info.count = count;
-    info.type = type;
-    info.op = op;
-    info.arg_error = detail::check_all_reduce_arguments(data, count, type, op);
-    return run(info, [&]() -> Status {
+    return run(detail::all_reduce_call(data, count, type, op), [&]() -> Status {
       if (count == 0 || size_ == 1) return Status::ok();
       const std::int64_t bytes = count * static_cast<std::int64_t>(size_of(type));
       STRATA_ASSIGN_OR_RETURN(HostStage stage, t_->host_stage(bytes, bytes * size_));
@@ -65,13 +58,7 @@ class TransportCommunicator final : public Communicator {
 
   void forget_device(const gpu::Device& device) noexcept override { stages_.forget(device); }
 
-  CommCounters counters() const noexcept override {
-    CommCounters c;
-    c.sent_bytes = sent_.load(std::memory_order_relaxed);
-    c.received_bytes = received_.load(std::memory_order_relaxed);
-    c.calls = calls_.load(std::memory_order_relaxed);
-    return c;
-  }
+  CommCounters counters() const noexcept override { return tally_.counters(); }
 
  private:
   // ---- host buffers ----
@@ -79,14 +66,9 @@ class TransportCommunicator final : public Communicator {
   Status all_to_all_v_host(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs,
                            void* recv, const std::int64_t* recv_counts, const std::int64_t* recv_displs,
                            const std::string& space_error, const Status& device_error) {
-    CallInfo info;
-    info.kind = Collective::kAllToAllV;
-    info.send_counts = send_counts;
-    info.recv_counts = recv_counts;
-    info.arg_error =
-        detail::check_a2a_arguments(size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
-    if (info.arg_error.empty()) info.arg_error = space_error;
-    if (info.arg_error.empty()) info.device_error = device_error;
+    CallInfo info =
+        detail::all_to_all_v_call(size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
+    detail::judge_staging(info, space_error, device_error);
     return run(info, [&]() -> Status {
       if (anyone_sends_to_a_peer()) {
         std::vector<std::int64_t> sc(send_counts, send_counts + size_), rc(recv_counts, recv_counts + size_);
@@ -125,12 +107,8 @@ class TransportCommunicator final : public Communicator {
 
   Status all_gather_host(const void* send, std::int64_t bytes, void* recv, const std::string& space_error,
                          const Status& device_error) {
-    CallInfo info;
-    info.kind = Collective::kAllGather;
-    info.bytes = bytes;
-    info.arg_error = detail::check_all_gather_arguments(size_, send, bytes, recv);
-    if (info.arg_error.empty()) info.arg_error = space_error;
-    if (info.arg_error.empty()) info.device_error = device_error;
+    CallInfo info = detail::all_gather_call(size_, send, bytes, recv);
+    detail::judge_staging(info, space_error, device_error);
     return run(info, [&]() -> Status {
       if (bytes == 0) return Status::ok();
       if (size_ > 1) {
@@ -151,13 +129,8 @@ class TransportCommunicator final : public Communicator {
 
   Status broadcast_host(void* data, std::int64_t bytes, int root, const std::string& space_error,
                         const Status& device_error) {
-    CallInfo info;
-    info.kind = Collective::kBroadcast;
-    info.bytes = bytes;
-    info.root = root;
-    info.arg_error = detail::check_broadcast_arguments(size_, data, bytes, root);
-    if (info.arg_error.empty()) info.arg_error = space_error;
-    if (info.arg_error.empty()) info.device_error = device_error;
+    CallInfo info = detail::broadcast_call(size_, data, bytes, root);
+    detail::judge_staging(info, space_error, device_error);
     return run(info, [&]() -> Status {
       if (bytes == 0 || size_ == 1) return Status::ok();
       const bool is_root = rank_ == root;
@@ -177,12 +150,8 @@ class TransportCommunicator final : public Communicator {
     if (!space.on_device())
       return all_to_all_v_host(send, send_counts, send_displs, recv, recv_counts, recv_displs, "", Status::ok());
     if (t_->takes_device(space) && packed(send_counts, send_displs) && packed(recv_counts, recv_displs)) {
-      CallInfo info;
-      info.kind = Collective::kAllToAllV;
-      info.send_counts = send_counts;
-      info.recv_counts = recv_counts;
-      info.arg_error =
-          detail::check_a2a_arguments(size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
+      CallInfo info =
+          detail::all_to_all_v_call(size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
       detail::judge_space(info, space);
       return run(info, [&]() -> Status {
         if (anyone_sends_to_a_peer()) {
@@ -196,21 +165,15 @@ class TransportCommunicator final : public Communicator {
         return space.device->synchronize(space.stream);
       });
     }
-    return detail::staged_all_to_all_v(
-        stages_, size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs, space,
-        [&](const void* hs, const std::int64_t* hsc, const std::int64_t* hsd, void* hr, const std::int64_t* hrc,
-            const std::int64_t* hrd, const std::string& arg_error, const Status& device_error) {
-          return all_to_all_v_host(hs, hsc, hsd, hr, hrc, hrd, arg_error, device_error);
-        });
+    return detail::staged_all_to_all_v(stages_, size_, rank_, send, send_counts, send_displs, recv, recv_counts,
+                                       recv_displs, space,
+                                       [this](auto... host_args) { return all_to_all_v_host(host_args...); });
   }
 
   Status do_all_gather(const void* send, std::int64_t bytes, void* recv, const BufferSpace& space) override {
     if (!space.on_device()) return all_gather_host(send, bytes, recv, "", Status::ok());
     if (t_->takes_device(space)) {
-      CallInfo info;
-      info.kind = Collective::kAllGather;
-      info.bytes = bytes;
-      info.arg_error = detail::check_all_gather_arguments(size_, send, bytes, recv);
+      CallInfo info = detail::all_gather_call(size_, send, bytes, recv);
       detail::judge_space(info, space);
       return run(info, [&]() -> Status {
         if (bytes == 0) return Status::ok();
@@ -228,11 +191,7 @@ class TransportCommunicator final : public Communicator {
   Status do_broadcast(void* data, std::int64_t bytes, int root, const BufferSpace& space) override {
     if (!space.on_device()) return broadcast_host(data, bytes, root, "", Status::ok());
     if (t_->takes_device(space)) {
-      CallInfo info;
-      info.kind = Collective::kBroadcast;
-      info.bytes = bytes;
-      info.root = root;
-      info.arg_error = detail::check_broadcast_arguments(size_, data, bytes, root);
+      CallInfo info = detail::broadcast_call(size_, data, bytes, root);
       detail::judge_space(info, space);
       return run(info, [&]() -> Status {
         if (bytes == 0 || size_ == 1) return Status::ok();
@@ -275,7 +234,7 @@ class TransportCommunicator final : public Communicator {
   // Header exchange, agreement, then `payload()`.
   template <class Payload>
   Status run(const CallInfo& mine, Payload&& payload) {
-    calls_.fetch_add(1, std::memory_order_relaxed);
+    tally_.count_call();
     const char* what = detail::collective_name(mine.kind);
     if (!broken_.is_ok()) return detail::broken_status(what, broken_);
     const std::uint64_t seq = seq_++;
@@ -292,9 +251,7 @@ class TransportCommunicator final : public Communicator {
 
     s = payload();
     if (!s.is_ok()) return fail(s.with_context(what));
-    const detail::MovedBytes moved = detail::moved_bytes(mine, rank_, size_);
-    sent_.fetch_add(moved.sent, std::memory_order_relaxed);
-    received_.fetch_add(moved.received, std::memory_order_relaxed);
+    tally_.count_moved(mine, rank_, size_);
     return Status::ok();
   }
 
@@ -358,7 +315,7 @@ class TransportCommunicator final : public Communicator {
   std::uint64_t seq_ = 0;
   Status broken_;
   detail::DeviceStages stages_;  // pinned staging of device buffers the Transport does not take
-  std::atomic<std::int64_t> sent_{0}, received_{0}, calls_{0};
+  detail::CallTally tally_;
 };
 
 }  // namespace

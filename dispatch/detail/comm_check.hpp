@@ -6,6 +6,7 @@
 // WireHeader) and then asks check_agreement(), so every rank of a world reaches the same verdict
 // with the same message, whichever transport carried it.
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -113,6 +114,15 @@ std::string check_all_gather_arguments(int size, const void* send, std::int64_t 
 std::string check_all_reduce_arguments(const void* data, std::int64_t count, DataType type, ReduceOp op);
 std::string check_broadcast_arguments(int size, const void* data, std::int64_t bytes, int root);
 
+/// A call of each collective as CallInfo, with this rank's own arguments judged (arg_error: the
+/// check_*_arguments() above). The count arrays are borrowed.
+CallInfo all_to_all_v_call(int size, int me, const void* send, const std::int64_t* send_counts,
+                           const std::int64_t* send_displs, const void* recv, const std::int64_t* recv_counts,
+                           const std::int64_t* recv_displs);
+CallInfo all_gather_call(int size, const void* send, std::int64_t bytes, const void* recv);
+CallInfo all_reduce_call(const void* data, std::int64_t count, DataType type, ReduceOp op);
+CallInfo broadcast_call(int size, const void* data, std::int64_t bytes, int root);
+
 /// Judges a BufferSpace: for device buffers, that `stream` is a stream of `device`. "" when fine,
 /// else the reason (this rank's argument error).
 std::string check_space(const BufferSpace& space);
@@ -127,6 +137,10 @@ Status ready_space(const BufferSpace& space);
 /// the space: when the arguments are valid, check_space() as the argument error, else when the
 /// space is fine ready_space() as the device error.
 void judge_space(CallInfo& info, const BufferSpace& space);
+/// The same for a call on host buffers that stand in for device ones (detail/device_stage.hpp):
+/// when the arguments are valid, `space_error` (what staging found of the space) as the argument
+/// error, else when it is "" `device_error` (the device's state, or a staging failure).
+void judge_staging(CallInfo& info, const std::string& space_error, const Status& device_error);
 
 /// What every rank concludes from every rank's CallInfo: OK, or the error every rank returns and
 /// whether it breaks the communicator.
@@ -166,6 +180,19 @@ struct MovedBytes {
   std::int64_t sent = 0, received = 0;
 };
 MovedBytes moved_bytes(const CallInfo& call, int me, int size);
+
+/// A communicator's CommCounters: counted by the thread that makes the calls, read from any thread.
+class CallTally {
+ public:
+  /// A call made, whatever its outcome.
+  void count_call() noexcept { calls_.fetch_add(1, std::memory_order_relaxed); }
+  /// `call` of rank `me` of `size` succeeded: the bytes it moved (moved_bytes()).
+  void count_moved(const CallInfo& call, int me, int size) noexcept;
+  CommCounters counters() const noexcept;
+
+ private:
+  std::atomic<std::int64_t> sent_{0}, received_{0}, calls_{0};
+};
 
 /// Reduces `count` elements of `in` into `acc` (acc = op(acc, in)), element-wise. Every
 /// implementation that reduces on the host uses it, in rank order, so results are bit-identical.

@@ -14,6 +14,17 @@ Status synchronized(const BufferSpace& space) {
   return space.device->synchronize(space.stream).with_context("staging device buffers failed");
 }
 
+// Judges `pre`, a call on device buffers of `space`, and when it is fine grows the device's stage
+// to `send_bytes` and `recv_bytes`: a stage that cannot grow is the call's device error.
+DeviceStage& judged_stage(DeviceStages& stages, CallInfo& pre, const BufferSpace& space, std::int64_t send_bytes,
+                          std::int64_t recv_bytes) {
+  judge_space(pre, space);
+  DeviceStage& st = stages.of(*space.device);
+  if (pre.arg_error.empty() && pre.device_error.is_ok())
+    pre.device_error = DeviceStages::grow(st, *space.device, send_bytes, recv_bytes);
+  return st;
+}
+
 }  // namespace
 
 DeviceStage& DeviceStages::of(const gpu::Device& d) {
@@ -48,8 +59,7 @@ void DeviceStages::forget(const gpu::Device& device) noexcept {
 Status staged_all_to_all_v(DeviceStages& stages, int size, int rank, const void* send, const std::int64_t* send_counts,
                            const std::int64_t* send_displs, void* recv, const std::int64_t* recv_counts,
                            const std::int64_t* recv_displs, const BufferSpace& space, const HostAllToAllV& host) {
-  CallInfo pre;
-  pre.arg_error = check_a2a_arguments(size, rank, send, send_counts, send_displs, recv, recv_counts, recv_displs);
+  CallInfo pre = all_to_all_v_call(size, rank, send, send_counts, send_displs, recv, recv_counts, recv_displs);
   judge_space(pre, space);
   if (!pre.arg_error.empty() || !pre.device_error.is_ok())
     return host(send, send_counts, send_displs, recv, recv_counts, recv_displs, pre.arg_error, pre.device_error);
@@ -100,14 +110,10 @@ Status staged_all_to_all_v(DeviceStages& stages, int size, int rank, const void*
 
 Status staged_all_gather(DeviceStages& stages, int size, int rank, const void* send, std::int64_t bytes, void* recv,
                          const BufferSpace& space, const HostAllGather& host) {
-  CallInfo pre;
-  pre.arg_error = check_all_gather_arguments(size, send, bytes, recv);
-  judge_space(pre, space);
+  CallInfo pre = all_gather_call(size, send, bytes, recv);
+  DeviceStage& st = judged_stage(stages, pre, space, bytes, bytes * size);
   gpu::Device& d = *space.device;
-  DeviceStage& st = stages.of(d);
-  const bool ready = pre.arg_error.empty() && pre.device_error.is_ok();
-  if (ready) pre.device_error = DeviceStages::grow(st, d, bytes, bytes * size);
-  if (ready && pre.device_error.is_ok() && bytes > 0) {
+  if (pre.arg_error.empty() && pre.device_error.is_ok() && bytes > 0) {
     d.copy_d2h(space.stream, st.send.data(), send, static_cast<std::size_t>(bytes));
     pre.device_error = synchronized(space);
   }
@@ -127,15 +133,11 @@ Status staged_all_gather(DeviceStages& stages, int size, int rank, const void* s
 
 Status staged_broadcast(DeviceStages& stages, int size, int rank, void* data, std::int64_t bytes, int root,
                         const BufferSpace& space, const HostBroadcast& host) {
-  CallInfo pre;
-  pre.arg_error = check_broadcast_arguments(size, data, bytes, root);
-  judge_space(pre, space);
+  CallInfo pre = broadcast_call(size, data, bytes, root);
+  DeviceStage& st = judged_stage(stages, pre, space, bytes, 0);
   gpu::Device& d = *space.device;
-  DeviceStage& st = stages.of(d);
-  const bool ready = pre.arg_error.empty() && pre.device_error.is_ok();
-  if (ready) pre.device_error = DeviceStages::grow(st, d, bytes, 0);
   const bool moves = bytes > 0 && size > 1;
-  if (ready && pre.device_error.is_ok() && moves && rank == root) {
+  if (pre.arg_error.empty() && pre.device_error.is_ok() && moves && rank == root) {
     d.copy_d2h(space.stream, st.send.data(), data, static_cast<std::size_t>(bytes));
     pre.device_error = synchronized(space);
   }
