@@ -27,6 +27,19 @@ class Communicator;
 
 namespace strata {
 
+/// What this rank holds of a table (Store::shard_info): local row i is global row row_start + i * row_step, local
+/// column j global column col_offset + j (dispatch/sharding_plan.hpp). Row sharding: key k on rank k % world
+/// (row_start = rank, row_step = world); other types 0 and 1. Column sharding: the first dim % world ranks get one
+/// column more. Without a world: {kReplicated, 1, 0, the whole table, replicas {0}}.
+struct ShardInfo {
+  dispatch::ShardingType type = dispatch::ShardingType::kReplicated;
+  int world = 1, rank = 0;
+  std::int64_t rows = 0, dim = 0;                            ///< of the whole table
+  std::int64_t local_rows = 0, row_start = 0, row_step = 1;  ///< local_rows and local_dim are 0 where none is held
+  std::int32_t col_offset = 0, local_dim = 0;
+  std::vector<int> replicas;  ///< the ranks holding this same shard, this one included, ascending (empty: none)
+};
+
 /// Changes a checkpoint's recorded config before Store::open_checkpoint opens it (see there).
 using ConfigOverrides = std::function<void(StoreConfig&)>;
 
@@ -226,6 +239,15 @@ class Store {
   /// write_rows of the table named `table` (NotFound for an unknown name).
   Status write_rows(const std::string& table, std::int64_t row0, std::int64_t n, const float* weights,
                     const float* state);
+  /// This rank's part of table `table` (NotFound for an unknown index). Local: no collective.
+  virtual Result<ShardInfo> shard_info(int table) const;
+  /// Copies local rows [local_row0, local_row0+n) of this rank's shard: weights (n, local_dim) and, when non-null,
+  /// state (n, optimizer_state_dim(kind, local_dim)). Local (no collective), otherwise as read_rows. Refuses a table
+  /// this rank holds none of and a range outside [0, local_rows), naming the table; nothing changes.
+  Status read_shard(int table, std::int64_t local_row0, std::int64_t n, float* weights, float* state);
+  /// Overwrites local rows of this rank's shard, as read_shard reads them; fails if batches are in flight. Local: a
+  /// replicated table's other replicas keep their rows (give each the same).
+  Status write_shard(int table, std::int64_t local_row0, std::int64_t n, const float* weights, const float* state);
   /// Sets the learning rate of one table, used from the next backward() on (batches already in
   /// flight included; schedules such as warm-up or decay call it between steps). `learning_rate`
   /// must be finite and >= 0, as in the config: 0 (-0.0 is held as 0) is an update of zero, which
@@ -289,6 +311,14 @@ class Store {
   /// The communicator of a store opened as a rank of a world, else null (set_learning_rate is a
   /// collective over it).
   virtual dispatch::Communicator* world() noexcept { return nullptr; }
+  /// read_shard/write_shard once checked; by default read_rows/write_rows (a store without a world).
+  virtual Status read_own_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) {
+    return read_rows(table, row0, n, weights, state);
+  }
+  virtual Status write_own_rows(int table, std::int64_t row0, std::int64_t n, const float* weights,
+                                const float* state) {
+    return write_rows(table, row0, n, weights, state);
+  }
   StoreConfig config_;
   std::int64_t step_ = 0;
 

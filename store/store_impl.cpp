@@ -393,11 +393,28 @@ class StoreImpl final : public Store {
     return status;
   }
 
+  Result<ShardInfo> shard_info(int table) const override {
+    STRATA_ASSIGN_OR_RETURN(ShardInfo si, Store::shard_info(table));
+    engine(table).shard_info(table, si);
+    return si;
+  }
+
  protected:
   void learning_rate_changed(int table, float learning_rate) override {
     engine(table).learning_rate_changed(table, learning_rate);
   }
   dispatch::Communicator* world() noexcept override { return comm_.get(); }
+  Status read_own_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
+    Status status;
+    arena_.execute([&] { status = engine(table).read_shard(table, row0, n, weights, state); });
+    return status;
+  }
+  Status write_own_rows(int table, std::int64_t row0, std::int64_t n, const float* weights,
+                        const float* state) override {
+    Status status;
+    arena_.execute([&] { status = engine(table).write_shard(table, row0, n, weights, state); });
+    return status;
+  }
 
  private:
   struct Part {
@@ -457,7 +474,7 @@ class StoreImpl final : public Store {
                                     std::to_string(n) + " x " + std::to_string(s.dim) + " floats)");
   }
 
-  detail::Engine& engine(int table) {
+  detail::Engine& engine(int table) const {
     return *engines_[static_cast<std::size_t>(engine_of_[static_cast<std::size_t>(table)])];
   }
 

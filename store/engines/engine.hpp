@@ -95,6 +95,15 @@ class Engine {
   /// write_rows is only called with no batch in flight.
   virtual Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) = 0;
   virtual Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) = 0;
+  /// This rank's part of a table this engine serves: narrows `info` (the whole table, Store::shard_info's default) for
+  /// engines that shard. Rows of that part (range checked by the store against it; by default the whole table's).
+  virtual void shard_info(int /*table*/, ShardInfo& /*info*/) const {}
+  virtual Status read_shard(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) {
+    return read_rows(table, row0, n, weights, state);
+  }
+  virtual Status write_shard(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) {
+    return write_rows(table, row0, n, weights, state);
+  }
   /// Table `table`'s learning rate in the store's config changed (Store::set_learning_rate, load):
   /// for engines that keep their own copy of the optimizer spec. Engines that read the store's
   /// config at backward need nothing (the default).

@@ -387,6 +387,33 @@ class ShardedEngine final : public Engine {
   Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override;
   Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) override;
 
+  // This rank's shard, as dispatch placed it (ShardLayout); its rows are the inner engine's, local and unexchanged.
+  void shard_info(int table, ShardInfo& info) const override {
+    const ShardLayout& L = layouts_[static_cast<std::size_t>(canon_[static_cast<std::size_t>(table)])];
+    info.type = L.type();
+    info.world = comm_.size();
+    info.rank = me_;
+    info.replicas.clear();
+    if (!L.holds(me_)) {
+      info.local_rows = info.local_dim = 0;
+      return;
+    }
+    info.local_rows = L.local_rows(me_);
+    info.local_dim = L.local_dim(me_);
+    info.col_offset = L.col_offset(me_);
+    if (L.type() == dispatch::ShardingType::kRow) info.row_start = me_, info.row_step = comm_.size();
+    for (int r = 0; r < comm_.size(); ++r)
+      if (r == me_ || L.type() == dispatch::ShardingType::kReplicated) info.replicas.push_back(r);
+  }
+  Status read_shard(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
+    const auto [which, inner_table] = inner_of_[static_cast<std::size_t>(canon_[static_cast<std::size_t>(table)])];
+    return which < 0 ? not_held(table) : inner_[which]->read_rows(inner_table, row0, n, weights, state);
+  }
+  Status write_shard(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) override {
+    const auto [which, inner_table] = inner_of_[static_cast<std::size_t>(canon_[static_cast<std::size_t>(table)])];
+    return which < 0 ? not_held(table) : inner_[which]->write_rows(inner_table, row0, n, weights, state);
+  }
+
   void cache_stats(std::vector<std::pair<int, cache::CacheStats>>& out) const override {
     if (!inner_[kCachedInner]) return;
     std::vector<std::pair<int, cache::CacheStats>> inner;
@@ -403,6 +430,11 @@ class ShardedEngine final : public Engine {
   }
 
  private:
+  // The store refuses a table this rank holds none of before it gets here (shard_info says so).
+  Status not_held(int table) const {
+    return Status::failed_precondition("table '" + config_.tables[static_cast<std::size_t>(table)].spec.name +
+                                       "': rank " + std::to_string(me_) + " holds none of it");
+  }
   Status agree(const char* op, std::int64_t id, const Status& local, std::int64_t a2 = 0, std::int64_t a3 = 0) {
     const Clock::time_point t0 = Clock::now();
     Status s = dispatch::agree(comm_, {op, id, a2, a3}, local);
