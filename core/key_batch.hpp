@@ -34,18 +34,18 @@ struct KeyBatch {
   std::int64_t total_keys() const noexcept;
 };
 
-/// Checks the shape of one feature against its table: offsets of length batch+1 starting at 0,
-/// non-decreasing, ending at the key count; keys in [0, rows); weights empty or one per key.
-/// The message names the table, the offending value and what was expected.
+/// Checks the shape of one feature against its table: offsets of length batch+1 starting at 0, non-decreasing, ending
+/// at the key count; keys in [0, rows); weights empty or one per key. The message names the table, the offending value
+/// and what was expected.
 Status validate(const JaggedKeys& f, const TableSpec& spec, std::int64_t expected_batch);
 
-/// Where the memory of a view lives. kDevice: memory of the store's device (Store::device(); on
-/// `emu` a Device::allocate block, on `cuda` device memory of that GPU), which the host must not
-/// dereference. Keys (KeyBatch) are always host memory: the planner reads them on the CPU.
+/// Where the memory of a view lives. kDevice: memory of the store's device (Store::device(); on `emu` a
+/// Device::allocate block, on `cuda` device memory of that GPU), which the host must not dereference. Keys (KeyBatch)
+/// are always host memory: the planner reads them on the CPU.
 enum class MemorySpace { kHost, kDevice };
 
-/// Row-major matrix view. Non-owning. `space` says where `data` lives and `dtype` what it holds
-/// (a host fp32 view unless set, so `{ptr, rows, cols}` stays one; `data`: the first element).
+/// Row-major matrix view. Non-owning. `space` says where `data` lives and `dtype` what it holds (a host fp32 view
+/// unless set, so `{ptr, rows, cols}` stays one; `data`: the first element).
 struct MatrixView {
   float* data = nullptr;  ///< (rows, cols), row-major
   std::int64_t rows = 0;
@@ -64,8 +64,8 @@ struct ConstMatrixView {
 /// "host" or "device".
 inline const char* to_string(MemorySpace s) noexcept { return s == MemorySpace::kDevice ? "device" : "host"; }
 
-/// Shape of a table's forward output for a feature: (batch, dim) when pooled, (num_keys, dim) for
-/// pooling none. Gradients given to backward() have the same shape.
+/// Shape of a table's forward output for a feature: (batch, dim) when pooled, (num_keys, dim) for pooling none.
+/// Gradients given to backward() have the same shape.
 inline std::int64_t output_rows(const JaggedKeys& f, Pooling p) noexcept {
   return p == Pooling::kNone ? f.num_keys() : f.batch_size();
 }

@@ -23,8 +23,8 @@ enum class Pooling : std::uint8_t {
   kNone = 2,  ///< no pooling: one output row per key
 };
 
-/// Which optimizer backward() applies to the rows it touched (fused, sparse: untouched rows do not
-/// change, including their optimizer state).
+/// Which optimizer backward() applies to the rows it touched (fused, sparse: untouched rows do not change, including
+/// their optimizer state).
 enum class OptimizerKind : std::uint8_t { kSgd = 0, kAdagrad = 1, kRowwiseAdagrad = 2, kAdam = 3 };
 
 /// Hyper-parameters of the optimizer; fields an optimizer does not use are ignored.
@@ -38,15 +38,15 @@ struct OptimizerSpec {
   float initial_accumulator = 0.0f;          ///< starting value of adagrad accumulators (>= 0)
 };
 
-/// Initial values: uniform(-bound, bound), a pure function of (seed, table name, row, column), so
-/// any shard, cache or rank can create the same initial row without talking to anyone.
+/// Initial values: uniform(-bound, bound), a pure function of (seed, table name, row, column), so any shard, cache or
+/// rank can create the same initial row without talking to anyone.
 struct InitializerSpec {
   float bound = 0.01f;     ///< half-width of the uniform range (>= 0)
   std::uint64_t seed = 0;  ///< seed shared by all tables; the table name is mixed in
-  /// Origin of a shard (set by dispatch for the local part of a sharded table, not by users): local
-  /// row l, column c starts as row l * row_stride + row_offset, column c + col_offset of the whole
-  /// table. validate(StoreConfig) refuses a config whose tables set them to anything but 1, 0, 0
-  /// (the whole table), and the JSON config has no fields for them.
+  /// Origin of a shard (set by dispatch for the local part of a sharded table, not by users): local row l, column c
+  /// starts as row l * row_stride + row_offset, column c + col_offset of the whole table. validate(StoreConfig) refuses
+  /// a config whose tables set them to anything but 1, 0, 0 (the whole table), and the JSON config has no fields for
+  /// them.
   std::int64_t row_stride = 1;
   std::int64_t row_offset = 0;
   std::int32_t col_offset = 0;
@@ -68,29 +68,28 @@ struct TableSpec {
   DType output_dtype = DType::kF32;  ///< forward outputs and backward gradients
 };
 
-/// Widest row a table may have (elements), and most bytes of weights and optimizer state a table
-/// may hold: bounds that keep every size computation within 64 bits.
+/// Widest row a table may have (elements), and most bytes of weights and optimizer state a table may hold: bounds that
+/// keep every size computation within 64 bits.
 inline constexpr std::int32_t kMaxDim = 1 << 20;
 inline constexpr std::int64_t kMaxTableBytes = std::int64_t{1} << 48;
 
-/// Longest table name, in bytes. A name is part of the names of its checkpoint files
-/// ("<name>.<generation>.tbl", written as "<name>.<generation>.tbl.tmp-<pid>-<n>" first: at most 61
-/// bytes more), which must fit the 255 bytes a file name may have on Linux file systems.
+/// Longest table name, in bytes. A name is part of the names of its checkpoint files ("<name>.<generation>.tbl",
+/// written as "<name>.<generation>.tbl.tmp-<pid>-<n>" first: at most 61 bytes more), which must fit the 255 bytes a
+/// file name may have on Linux file systems.
 inline constexpr std::size_t kMaxTableNameBytes = 128;
 
-/// Checks that `name` can name a table, and so a file: 1 to kMaxTableNameBytes bytes of ASCII
-/// letters, digits, '_', '-' and '.', not starting with '.' (never ".", ".." or a hidden file). The
-/// one place this rule lives: validate(TableSpec) and tools that take table names (strata-bench's
-/// --tables) call it. Errors (kInvalidArgument) name the table (its first 32 bytes, bytes outside
-/// the rule as \xNN), what is wrong and the rule: "table 'user id': name holds ' ' at byte 4
-/// (expected 1 to 128 bytes of letters, digits, '_', '-' and '.', not starting with '.')".
+/// Checks that `name` can name a table, and so a file: 1 to kMaxTableNameBytes bytes of ASCII letters, digits, '_', '-'
+/// and '.', not starting with '.' (never ".", ".." or a hidden file). The one place this rule lives:
+/// validate(TableSpec) and tools that take table names (strata-bench's --tables) call it. Errors (kInvalidArgument)
+/// name the table (its first 32 bytes, bytes outside the rule as \xNN), what is wrong and the rule: "table 'user id':
+/// name holds ' ' at byte 4 (expected 1 to 128 bytes of letters, digits, '_', '-' and '.', not starting with '.')".
 Status validate_table_name(const std::string& name);
 
 /// Optimizer-state elements kept per row: sgd 0, adagrad dim, rowwise_adagrad 1, adam 2*dim.
 std::int32_t optimizer_state_dim(OptimizerKind kind, std::int32_t dim) noexcept;
 
-/// Checks a spec: its name (validate_table_name), then "table 'user': dim 0 must be > 0", its dtypes.
-/// Does not check name uniqueness, nor the shard origin in `init` (validate(StoreConfig) does).
+/// Checks a spec: its name (validate_table_name), then "table 'user': dim 0 must be > 0", its dtypes. Does not check
+/// name uniqueness, nor the shard origin in `init` (validate(StoreConfig) does).
 Status validate(const TableSpec& spec);
 
 /// Names used in configs and messages ("sum", "rowwise_adagrad", "fp32") and their parsers.

@@ -41,6 +41,14 @@ Result<ShardInfo> Store::shard_info(int table) const {
   return si;
 }
 
+Status Store::read_own_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) {
+  return read_rows(table, row0, n, weights, state);
+}
+
+Status Store::write_own_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) {
+  return write_rows(table, row0, n, weights, state);
+}
+
 Status Store::read_shard(int table, std::int64_t local_row0, std::int64_t n, float* weights, float* state) {
   if (Status s = detail::check_table(table, config_); !s.is_ok()) return s.with_context("read_shard");
   STRATA_ASSIGN_OR_RETURN(const ShardInfo si, shard_info(table));

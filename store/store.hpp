@@ -28,9 +28,9 @@ class Communicator;
 namespace strata {
 
 /// What this rank holds of a table (Store::shard_info): local row i is global row row_start + i * row_step, local
-/// column j global column col_offset + j (dispatch/sharding_plan.hpp). Row sharding: key k on rank k % world
-/// (row_start = rank, row_step = world); other types 0 and 1. Column sharding: the first dim % world ranks get one
-/// column more. Without a world: {kReplicated, 1, 0, the whole table, replicas {0}}.
+/// column j global column col_offset + j, as dispatch places them (dispatch/sharding_plan.hpp): row sharding puts key k
+/// on rank k % world (row_start = rank, row_step = world; other types 0 and 1), column sharding gives the first
+/// dim % world ranks one column more. Without a world: {kReplicated, 1, 0, the whole table, replicas {0}}.
 struct ShardInfo {
   dispatch::ShardingType type = dispatch::ShardingType::kReplicated;
   int world = 1, rank = 0;
@@ -48,19 +48,17 @@ using ConfigOverrides = std::function<void(StoreConfig&)>;
 /// Training step protocol, per batch id (any int64, unique among batches in flight):
 ///   [preview(id, batch)] -> submit(id, batch) -> forward(id, outputs) -> backward(id, grads)
 ///   (or discard(id) for inference)
-/// Several batches may be in flight (submitted, not yet backward); `cached` tables prefetch their
-/// missing rows for them at submit.
-/// Previews (optional) announce the keys of batches further ahead to the cache planner.
-/// forward reads the rows as of the call; backward applies the optimizer to the rows the batch used.
-/// Every call validates all its input before changing anything: on error nothing changed.
+/// Several batches may be in flight (submitted, not yet backward); `cached` tables prefetch their missing rows for them
+/// at submit. Previews (optional) announce the keys of batches further ahead to the cache planner. forward reads the
+/// rows as of the call; backward applies the optimizer to the rows the batch used. Every call validates all its input
+/// before changing anything: on error nothing changed.
 ///
-/// Thread-safety: one thread drives a Store (calls are not concurrent); CPU kernels run on the
-/// store's own oneTBB arena of `threads` threads (on the emulated device, each stream's kernels on
-/// an arena of that many more).
+/// Thread-safety: one thread drives a Store (calls are not concurrent); CPU kernels run on the store's own oneTBB arena
+/// of `threads` threads (on the emulated device, each stream's kernels on an arena of that many more).
 class Store {
  public:
-  /// Validates the config and builds the tables (allocating and initialising host memory).
-  /// `gpu` tables live on this store's device; `hybrid` tables are sharded over a world of one.
+  /// Validates the config and builds the tables (allocating and initialising host memory). `gpu` tables live on this
+  /// store's device; `hybrid` tables are sharded over a world of one.
   static Result<std::unique_ptr<Store>> open(const StoreConfig& config);
   /// One rank of a world: `gpu` and `hybrid` tables are sharded over the ranks of `comm` by each table's ShardingPlan
   /// (with more than one rank, every table must be `gpu` or `hybrid`). Every rank opens its store with the same config,
@@ -97,17 +95,16 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  /// The config this store was opened with, except each table's optimizer.learning_rate, which
-  /// holds the rate in force (set_learning_rate, load).
+  /// The config this store was opened with, except each table's optimizer.learning_rate, which holds the rate in force
+  /// (set_learning_rate, load).
   const StoreConfig& config() const noexcept { return config_; }
   /// Index of a table by name, or NotFound.
   Result<int> table_index(const std::string& name) const;
-  /// The largest step(): the next backward takes step t = step() + 1, an int64 (Adam's bias
-  /// correction reads it), so a store at kMaxStep refuses backward, and set_step and load refuse
-  /// a larger count.
+  /// The largest step(): the next backward takes step t = step() + 1, an int64 (Adam's bias correction reads it), so a
+  /// store at kMaxStep refuses backward, and set_step and load refuse a larger count.
   static constexpr std::int64_t kMaxStep = INT64_MAX - 1;
-  /// Number of backward() calls applied so far (Adam's step t is step() + 1 in the next backward).
-  /// Restored by load() and set_step(); write_rows() leaves it alone. At most kMaxStep.
+  /// Number of backward() calls applied so far (Adam's step t is step() + 1 in the next backward). Restored by load()
+  /// and set_step(); write_rows() leaves it alone. At most kMaxStep.
   std::int64_t step() const noexcept { return step_; }
   /// Sets step() (for a trainer that restores a store from rows it saved itself: read_rows and write_rows carry the
   /// rows and their optimizer state, learning_rate and set_learning_rate the rates, step and set_step the step counter;
@@ -141,81 +138,73 @@ class Store {
   /// refused (OutOfRange; nothing changes).
   virtual Status backward(std::int64_t batch_id, const std::vector<ConstMatrixView>& grads) = 0;
 
-  /// Outputs and gradients on the device. A trainer whose dense model runs on the GPU gives views
-  /// of device() memory (MemorySpace::kDevice): `gpu`, `cached` and `hybrid` tables (sharded over a
-  /// communicator or not) look up straight into them and read gradients straight from them, with no
-  /// copy over PCIe and no host memcpy. `offload` tables look up into them too (with
-  /// offload_gather cpu, the CPU's outputs are copied H2D into them once) and copy each gradient
-  /// D2H once for their CPU optimizer. `cpu` tables go through pinned host memory: their outputs
-  /// are copied H2D into the device views and their gradients D2H (all counted in stats().links).
-  /// Views of one call may mix spaces; a gradient view must be in the space of forward's output of
-  /// its feature. Keys stay host memory: the planner reads them on the CPU, ahead of the device.
+  /// Outputs and gradients on the device. A trainer whose dense model runs on the GPU gives views of device() memory
+  /// (MemorySpace::kDevice): `gpu`, `cached` and `hybrid` tables (sharded over a communicator or not) look up straight
+  /// into them and read gradients straight from them, with no copy over PCIe and no host memcpy. `offload` tables look
+  /// up into them too (with offload_gather cpu, the CPU's outputs are copied H2D into them once) and copy each gradient
+  /// D2H once for their CPU optimizer. `cpu` tables go through pinned host memory: their outputs are copied H2D into
+  /// the device views and their gradients D2H (all counted in stats().links). Views of one call may mix spaces; a
+  /// gradient view must be in the space of forward's output of its feature. Keys stay host memory: the planner reads
+  /// them on the CPU, ahead of the device.
   ///
-  /// Stream-ordered calls: forward/backward(id, views, stream) with a stream of device(). The
-  /// store's device work runs after everything queued on `stream` before the call, and whatever
-  /// is queued on `stream` after the call runs after it (forward: the outputs written; backward:
-  /// the gradients read), so the trainer's kernels and the store's need no host sync between them.
-  ///  - forward(id, outputs, stream): with only device views of `gpu`, `cached` and `offload`
-  ///    tables, the host waits for nothing on the device (it still plans: a `cached` table whose
-  ///    staging or rows outside the cache do not fit the device fails as the synchronous call
-  ///    does, and growing the device memory for rows outside the cache waits for the cache's
-  ///    streams; an `offload` table with offload_gather cpu pools on the host first). Tables staged through host memory
-  ///    compute their outputs on the host first; their H2D copies are then ordered on `stream`,
-  ///    not waited for. Sharded tables over a communicator wait for their lookups and exchanges
-  ///    (host-synchronous collectives); only their pooling into the device views is left
-  ///    ordered after `stream`. With a host view the host waits for the outputs.
-  ///  - backward(id, grads, stream): with device gradients and accept_nonfinite_gradients false,
-  ///    the host waits for `stream` up to the gradients and for the store's count of their NaN
-  ///    and Inf values (8 bytes per view come back D2H): it must refuse them before anything
-  ///    changes. It then returns without waiting for the updates. With
-  ///    accept_nonfinite_gradients true, backward with device gradients of `gpu` and `cached`
-  ///    tables does not wait for the device, as FBGEMM's TBE runs (except where a `cached` table
-  ///    plans a deferred batch into a staging entry still in use, gpu/staging.hpp, and in the steps
-  ///    where cache.flush_every flushes). Sharded tables over a communicator read device
-  ///    gradients on the device but wait for their exchange (so for `stream` up to the
-  ///    gradients) and for their shards' updates. Host
-  ///    gradients, and device gradients of `offload` tables and of the tables staged through
-  ///    host memory (copied D2H after `stream`), are read by the host before the call returns.
-  ///    A backward of `offload` tables (looked up on the device) also waits, on the host, for
-  ///    a stream-ordered forward with device views that may still read their host rows, and so
-  ///    for `stream` up to that forward: the CPU optimizer must not change rows the device reads.
-  /// Both keep the views and `stream` in use until the work queued on `stream` after the call has
-  /// run: do not free or reuse them before. Errors, as for every bad input, change nothing (the
-  /// batch stays in flight): a device view on a store without a device or outside device()'s
-  /// memory (a host pointer marked kDevice), a gradient view in another space than forward's
-  /// output, a null stream or one of another device (a store without a device takes none).
+  /// Stream-ordered calls: forward/backward(id, views, stream) with a stream of device(). The store's device work runs
+  /// after everything queued on `stream` before the call, and whatever is queued on `stream` after the call runs after
+  /// it (forward: the outputs written; backward: the gradients read), so the trainer's kernels and the store's need no
+  /// host sync between them.
+  ///  - forward(id, outputs, stream): with only device views of `gpu`, `cached` and `offload` tables, the host waits
+  ///    for nothing on the device (it still plans: a `cached` table whose staging or rows outside the cache do not fit
+  ///    the device fails as the synchronous call does, and growing the device memory for rows outside the cache waits
+  ///    for the cache's streams; an `offload` table with offload_gather cpu pools on the host first). Tables staged
+  ///    through host memory compute their outputs on the host first; their H2D copies are then ordered on `stream`, not
+  ///    waited for. Sharded tables over a communicator wait for their lookups and exchanges (host-synchronous
+  ///    collectives); only their pooling into the device views is left ordered after `stream`. With a host view the
+  ///    host waits for the outputs.
+  ///  - backward(id, grads, stream): with device gradients and accept_nonfinite_gradients false, the host waits for
+  ///    `stream` up to the gradients and for the store's count of their NaN and Inf values (8 bytes per view come back
+  ///    D2H): it must refuse them before anything changes. It then returns without waiting for the updates. With
+  ///    accept_nonfinite_gradients true, backward with device gradients of `gpu` and `cached` tables does not wait for
+  ///    the device, as FBGEMM's TBE runs (except where a `cached` table plans a deferred batch into a staging entry
+  ///    still in use, gpu/staging.hpp, and in the steps where cache.flush_every flushes). Sharded tables over a
+  ///    communicator read device gradients on the device but wait for their exchange (so for `stream` up to the
+  ///    gradients) and for their shards' updates. Host gradients, and device gradients of `offload` tables and of the
+  ///    tables staged through host memory (copied D2H after `stream`), are read by the host before the call returns. A
+  ///    backward of `offload` tables (looked up on the device) also waits, on the host, for a stream-ordered forward
+  ///    with device views that may still read their host rows, and so for `stream` up to that forward: the CPU
+  ///    optimizer must not change rows the device reads.
+  /// Both keep the views and `stream` in use until the work queued on `stream` after the call has run: do not free or
+  /// reuse them before. Errors, as for every bad input, change nothing (the batch stays in flight): a device view on a
+  /// store without a device or outside device()'s memory (a host pointer marked kDevice), a gradient view in another
+  /// space than forward's output, a null stream or one of another device (a store without a device takes none).
   virtual Status forward(std::int64_t batch_id, const std::vector<MatrixView>& outputs, gpu::StreamView stream) = 0;
   virtual Status backward(std::int64_t batch_id, const std::vector<ConstMatrixView>& grads, gpu::StreamView stream) = 0;
-  /// The device of this store's `gpu`, `cached`, `offload` and `hybrid` tables, or nullptr when it
-  /// has none (only `cpu` tables; the reference store). Trainers allocate device views
-  /// (allocate) and streams (create_stream) on it; it lives as long as the store.
+  /// The device of this store's `gpu`, `cached`, `offload` and `hybrid` tables, or nullptr when it has none (only `cpu`
+  /// tables; the reference store). Trainers allocate device views (allocate) and streams (create_stream) on it; it
+  /// lives as long as the store.
   virtual gpu::Device* device() noexcept { return nullptr; }
   /// Retires a submitted batch without backward (inference).
   virtual Status discard(std::int64_t batch_id) = 0;
 
-  /// Announces the keys of a batch the trainer will submit later, so that the `lookahead` cache
-  /// policy plans with a deeper window than the batches in flight (CacheConfig): a data loader
-  /// typically knows the keys of many batches before the staging ring has room to submit them.
-  /// Keys only: nothing is pinned, fetched, staged or planned, and no row changes; `batch` is
-  /// validated as submit validates it and need not stay alive (only its unique keys are kept).
+  /// Announces the keys of a batch the trainer will submit later, so that the `lookahead` cache policy plans with a
+  /// deeper window than the batches in flight (CacheConfig): a data loader typically knows the keys of many batches
+  /// before the staging ring has room to submit them. Keys only: nothing is pinned, fetched, staged or planned, and no
+  /// row changes; `batch` is validated as submit validates it and need not stay alive (only its unique keys are kept).
   ///
   /// Rules (the previews describe the submissions to come, in order):
-  ///  - Batch ids of previews increase: `batch_id` must be above every id previewed and not yet
-  ///    submitted, and not in flight. At most `cache.preview` batches are previewed and not yet
-  ///    submitted (0, the default, refuses every preview).
-  ///  - submit(id) of a previewed id uses its preview: the window entry is kept when the keys are
-  ///    the same (the same unique keys per table in the same first-use order) and replaced by the
-  ///    submitted keys otherwise; the previews of lower ids are dropped (those batches were skipped).
-  ///  - submit(id) of an id never previewed leaves the previews alone (e.g. an evaluation batch
-  ///    between training batches); while previews are pending the planner ranks that batch's rows
-  ///    as if it came after them, so preview every batch where you can.
-  ///  - drop_previews() forgets every preview (the loader was reset or reshuffled). A preview only
-  ///    ever affects which rows stay cached: outputs and updates are those of the batches submitted.
-  /// Only `cached` tables (and `hybrid` ones on a single rank without a communicator) with the
-  /// lookahead policy use previews; every other mode and policy validates and ignores them, so the
-  /// same trainer code runs in every mode. Local to this rank (not a collective call).
-  /// Errors (nothing changes): "preview of batch ID: ...", e.g. an unknown table, a key out of
-  /// range, a non-increasing id, the horizon reached.
+  ///  - Batch ids of previews increase: `batch_id` must be above every id previewed and not yet submitted, and not in
+  ///    flight. At most `cache.preview` batches are previewed and not yet submitted (0, the default, refuses every
+  ///    preview).
+  ///  - submit(id) of a previewed id uses its preview: the window entry is kept when the keys are the same (the same
+  ///    unique keys per table in the same first-use order) and replaced by the submitted keys otherwise; the previews
+  ///    of lower ids are dropped (those batches were skipped).
+  ///  - submit(id) of an id never previewed leaves the previews alone (e.g. an evaluation batch between training
+  ///    batches); while previews are pending the planner ranks that batch's rows as if it came after them, so preview
+  ///    every batch where you can.
+  ///  - drop_previews() forgets every preview (the loader was reset or reshuffled). A preview only ever affects which
+  ///    rows stay cached: outputs and updates are those of the batches submitted.
+  /// Only `cached` tables (and `hybrid` ones on a single rank without a communicator) with the lookahead policy use
+  /// previews; every other mode and policy validates and ignores them, so the same trainer code runs in every mode.
+  /// Local to this rank (not a collective call). Errors (nothing changes): "preview of batch ID: ...", e.g. an unknown
+  /// table, a key out of range, a non-increasing id, the horizon reached.
   virtual Status preview(std::int64_t batch_id, const KeyBatch& batch) = 0;
   /// Forgets every preview not yet submitted (see preview()). Never fails.
   virtual void drop_previews() = 0;
@@ -224,17 +213,16 @@ class Store {
   /// Makes every update visible in host memory (a no-op for `cpu`; caches write back).
   virtual Status flush() = 0;
 
-  /// Copies rows [row0, row0+n) of a table: weights (n, dim) and, when non-null, optimizer state
-  /// (n, state_dim), into host buffers. Sees every applied backward. After a device fault, a
-  /// cached table reads from host memory when no backward was applied since the last flush, and
-  /// fails with DataLoss (naming the steps lost) otherwise. Rows only: the rest of what the next
-  /// backward reads is learning_rate() and step() (see set_step).
-  /// `state` holds optimizer_state_dim(kind, dim) floats a row (core/table_spec.hpp; 0 for sgd).
+  /// Copies rows [row0, row0+n) of a table: weights (n, dim) and, when non-null, optimizer state (n, state_dim), into
+  /// host buffers. Sees every applied backward. After a device fault, a cached table reads from host memory when no
+  /// backward was applied since the last flush, and fails with DataLoss (naming the steps lost) otherwise. Rows only:
+  /// the rest of what the next backward reads is learning_rate() and step() (see set_step). `state` holds
+  /// optimizer_state_dim(kind, dim) floats a row (core/table_spec.hpp; 0 for sgd).
   virtual Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) = 0;
   /// read_rows of the table named `table` (NotFound for an unknown name).
   Status read_rows(const std::string& table, std::int64_t row0, std::int64_t n, float* weights, float* state);
-  /// Overwrites rows [row0, row0+n) (weights, and state when non-null). Fails if batches are in flight.
-  /// Rows only: the learning rates and step() stay as they are (set_learning_rate, set_step).
+  /// Overwrites rows [row0, row0+n) (weights, and state when non-null). Fails if batches are in flight. Rows only: the
+  /// learning rates and step() stay as they are (set_learning_rate, set_step).
   virtual Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) = 0;
   /// write_rows of the table named `table` (NotFound for an unknown name).
   Status write_rows(const std::string& table, std::int64_t row0, std::int64_t n, const float* weights,
@@ -248,22 +236,20 @@ class Store {
   /// Overwrites local rows of this rank's shard, as read_shard reads them; fails if batches are in flight. Local: a
   /// replicated table's other replicas keep their rows (give each the same).
   Status write_shard(int table, std::int64_t local_row0, std::int64_t n, const float* weights, const float* state);
-  /// Sets the learning rate of one table, used from the next backward() on (batches already in
-  /// flight included; schedules such as warm-up or decay call it between steps). `learning_rate`
-  /// must be finite and >= 0, as in the config: 0 (-0.0 is held as 0) is an update of zero, which
-  /// keeps every weight's bits while Adagrad's and Adam's state still advance as the optimizer
-  /// defines (a schedule that decays to 0). Errors (nothing changes): NotFound for an unknown table,
-  /// InvalidArgument "set_learning_rate: table 'user': learning_rate -1 (expected a finite number
-  /// >= 0)". Saved by save() and restored by load().
-  /// On a store opened as a rank of a world of several ranks (each rank updates its own shards) it
-  /// is a collective, like submit: every rank calls it with the same table and rate at the same
-  /// step(). A rank whose call is refused fails every rank (naming it and its error), and ranks
-  /// that set different tables, rates or steps are all refused with FailedPrecondition naming each
-  /// rank's call ("set_learning_rate: ranks disagree: rank 0 sets table 'user' to 0.1 at step 5,
-  /// rank 1 sets table 'user' to 0.2 at step 5 (...)"); then no rank changes its rate.
+  /// Sets the learning rate of one table, used from the next backward() on (batches already in flight included;
+  /// schedules such as warm-up or decay call it between steps). `learning_rate` must be finite and >= 0, as in the
+  /// config: 0 (-0.0 is held as 0) is an update of zero, which keeps every weight's bits while Adagrad's and Adam's
+  /// state still advance as the optimizer defines (a schedule that decays to 0). Errors (nothing changes): NotFound for
+  /// an unknown table, InvalidArgument "set_learning_rate: table 'user': learning_rate -1 (expected a finite number >=
+  /// 0)". Saved by save() and restored by load(). On a store opened as a rank of a world of several ranks (each rank
+  /// updates its own shards) it is a collective, like submit: every rank calls it with the same table and rate at the
+  /// same step(). A rank whose call is refused fails every rank (naming it and its error), and ranks that set different
+  /// tables, rates or steps are all refused with FailedPrecondition naming each rank's call ("set_learning_rate: ranks
+  /// disagree: rank 0 sets table 'user' to 0.1 at step 5, rank 1 sets table 'user' to 0.2 at step 5 (...)"); then no
+  /// rank changes its rate.
   Status set_learning_rate(const std::string& table, float learning_rate);
-  /// Sets the learning rate of every table (checked for all before any changes; collective on a
-  /// world, as above, where setting every table differs from setting each one).
+  /// Sets the learning rate of every table (checked for all before any changes; collective on a world, as above, where
+  /// setting every table differs from setting each one).
   Status set_learning_rate(float learning_rate);
   /// The learning rate in force for a table, or NotFound.
   Result<float> learning_rate(const std::string& table) const;
@@ -273,13 +259,11 @@ class Store {
   /// Batches submitted and not yet retired.
   virtual std::int64_t in_flight() const noexcept = 0;
 
-  /// Writes a checkpoint of every table (rows and optimizer state), the step counter, the learning
-  /// rates and the whole config (what open_checkpoint reopens) into `dir`: one checksummed file per
-  /// table plus a manifest, each written to a temporary name,
-  /// fsynced and renamed, the manifest last, so a crash mid-save leaves the previous checkpoint
-  /// in `dir` intact. Flushes first. Savers of several processes (or stores) sharing `dir` take
-  /// turns on an advisory lock (flock) of it, waiting as long as another save holds it; loads
-  /// running meanwhile are safe (see load()).
+  /// Writes a checkpoint of every table (rows and optimizer state), the step counter, the learning rates and the whole
+  /// config (what open_checkpoint reopens) into `dir`: one checksummed file per table plus a manifest, each written to
+  /// a temporary name, fsynced and renamed, the manifest last, so a crash mid-save leaves the previous checkpoint in
+  /// `dir` intact. Flushes first. Savers of several processes (or stores) sharing `dir` take turns on an advisory lock
+  /// (flock) of it, waiting as long as another save holds it; loads running meanwhile are safe (see load()).
   Status save(const std::string& dir);
   /// Restores a checkpoint written by save() for the same tables (names, rows, dims, optimizers), with each table's
   /// learning rate: the checkpoint's rate replaces the store's, also when the store was opened with a new rate in its
@@ -287,16 +271,15 @@ class Store {
   /// the store's current ones; a build from before then reads a newer checkpoint (same format version) but ignores its
   /// rates, and a build from before rates of 0 were allowed refuses a checkpoint holding one as corrupt. On a world,
   /// load is local like write_rows: give every rank a checkpoint of the same save, so that the ranks continue with the
-  /// same rows, step and rates.
-  /// Reads the manifest once, opens every file it names once, and verifies each file's size and checksum through those
-  /// descriptors before changing any row, then copies the rows in from the same descriptors: a save by another process
-  /// that replaces the checkpoint meanwhile cannot mix two checkpoints (when it removed a file before load opened it,
-  /// load starts over with the new checkpoint, up to 10 times). Any error found before the copy (a missing or corrupt
-  /// file, a manifest naming a path outside `dir` or a negative step, another config) changes nothing. The copy itself
-  /// fails only on a read or device error (or a file modified in place by something other than save): load then returns
-  /// that error with "load failed while copying rows", the tables may hold any mix of their previous rows and the
-  /// checkpoint's, and step() and the learning rates are unchanged; load again before training. Fails if batches are in
-  /// flight.
+  /// same rows, step and rates. Reads the manifest once, opens every file it names once, and verifies each file's size
+  /// and checksum through those descriptors before changing any row, then copies the rows in from the same descriptors:
+  /// a save by another process that replaces the checkpoint meanwhile cannot mix two checkpoints (when it removed a
+  /// file before load opened it, load starts over with the new checkpoint, up to 10 times). Any error found before the
+  /// copy (a missing or corrupt file, a manifest naming a path outside `dir` or a negative step, another config)
+  /// changes nothing. The copy itself fails only on a read or device error (or a file modified in place by something
+  /// other than save): load then returns that error with "load failed while copying rows", the tables may hold any mix
+  /// of their previous rows and the checkpoint's, and step() and the learning rates are unchanged; load again before
+  /// training. Fails if batches are in flight.
   Status load(const std::string& dir);
   /// Writes a table's weights as a NumPy .npy file (rows, dim) fp32.
   Status export_npy(const std::string& table, const std::string& path);
@@ -305,20 +288,14 @@ class Store {
 
  protected:
   explicit Store(StoreConfig config) : config_(rates_held(std::move(config))) {}
-  /// Table `table`'s learning rate in config_ changed to `learning_rate` (already checked): for
-  /// implementations that keep a copy of the optimizer spec. Reading config_ at backward needs nothing.
+  /// Table `table`'s learning rate in config_ changed to `learning_rate` (already checked): for implementations that
+  /// keep a copy of the optimizer spec. Reading config_ at backward needs nothing.
   virtual void learning_rate_changed(int /*table*/, float /*learning_rate*/) {}
-  /// The communicator of a store opened as a rank of a world, else null (set_learning_rate is a
-  /// collective over it).
+  /// The communicator of a store opened as a rank of a world, else null (set_learning_rate is a collective over it).
   virtual dispatch::Communicator* world() noexcept { return nullptr; }
   /// read_shard/write_shard once checked; by default read_rows/write_rows (a store without a world).
-  virtual Status read_own_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) {
-    return read_rows(table, row0, n, weights, state);
-  }
-  virtual Status write_own_rows(int table, std::int64_t row0, std::int64_t n, const float* weights,
-                                const float* state) {
-    return write_rows(table, row0, n, weights, state);
-  }
+  virtual Status read_own_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state);
+  virtual Status write_own_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state);
   StoreConfig config_;
   std::int64_t step_ = 0;
 
@@ -327,16 +304,14 @@ class Store {
   static StoreConfig rates_held(StoreConfig config);
   /// Sets table `table`'s rate (already checked, and agreed on a world) on this rank alone.
   void apply_learning_rate(int table, float learning_rate);
-  /// load(dir); with `manifest` (the MANIFEST text open_checkpoint read its config from), that
-  /// manifest only, so that the config and the rows come from one checkpoint: no retry with a
-  /// newer one (open_checkpoint starts over instead).
+  /// load(dir); with `manifest` (the MANIFEST text open_checkpoint read its config from), that manifest only, so that
+  /// the config and the rows come from one checkpoint: no retry with a newer one (open_checkpoint starts over instead).
   Status load_checkpoint(const std::string& dir, const std::string* manifest);
 };
 
-/// The oracle: a deliberately simple implementation (plain loops over std::vector rows, no
-/// dedup, computed on the calling thread; only the gradients' finiteness check, shared with the
-/// store, reads them in parallel in the caller's oneTBB arena) that every mode is tested against.
-/// Same API, same results.
+/// The oracle: a deliberately simple implementation (plain loops over std::vector rows, no dedup, computed on the
+/// calling thread; only the gradients' finiteness check, shared with the store, reads them in parallel in the caller's
+/// oneTBB arena) that every mode is tested against. Same API, same results.
 Result<std::unique_ptr<Store>> open_reference_store(const StoreConfig& config);
 
 }  // namespace strata

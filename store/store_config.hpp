@@ -20,9 +20,8 @@ enum class Placement {
   kHybrid = 4,   ///< sharded over the ranks; each rank's shard is `cached` (its host memory + its HBM cache)
 };
 
-/// Size of a `cached` table's share of its slot pool: set at most one of rows, bytes, fraction
-/// (none: fraction 0.1). Tables of the same (dim, optimizer state) shape share one pool whose size
-/// is the sum of their shares.
+/// Size of a `cached` table's share of its slot pool: set at most one of rows, bytes, fraction (none: fraction 0.1).
+/// Tables of the same (dim, optimizer state) shape share one pool whose size is the sum of their shares.
 struct TableCacheConfig {
   std::int64_t rows = 0;   ///< cache rows
   std::int64_t bytes = 0;  ///< cache bytes (weights and optimizer state)
@@ -33,23 +32,21 @@ struct TableCacheConfig {
 /// Which device backs `offload`, `cached`, `gpu` and `hybrid` tables.
 enum class BackendChoice { kAuto = 0, kCuda = 1, kEmu = 2 };
 
-/// DeviceConfig::ordinal "auto": a rank of a world opens the GPU of its local rank (the nccl
-/// communicator's own GPU, else Communicator::local_rank() modulo the visible GPUs); a store
-/// without a communicator opens GPU 0.
+/// DeviceConfig::ordinal "auto": a rank of a world opens the GPU of its local rank (the nccl communicator's own GPU,
+/// else Communicator::local_rank() modulo the visible GPUs); a store without a communicator opens GPU 0.
 inline constexpr int kDeviceOrdinalAuto = -2;
-/// DeviceConfig::ordinal "current": the CUDA device current on the thread that calls Store::open
-/// (cudaGetDevice; what a trainer selected with cudaSetDevice or torch.cuda.set_device), in its
-/// primary context, the one the runtime API and PyTorch use. It needs the caller's context
-/// current: a CUDA 12+ runtime's cudaSetDevice makes it so; under a CUDA 11 runtime (PyTorch
-/// cu11x) set_device alone does not, until the thread does CUDA work after it. With a
-/// communicator that has a GPU (nccl), a pinned or current ordinal must be that GPU.
+/// DeviceConfig::ordinal "current": the CUDA device current on the thread that calls Store::open (cudaGetDevice; what a
+/// trainer selected with cudaSetDevice or torch.cuda.set_device), in its primary context, the one the runtime API and
+/// PyTorch use. It needs the caller's context current: a CUDA 12+ runtime's cudaSetDevice makes it so; under a CUDA 11
+/// runtime (PyTorch cu11x) set_device alone does not, until the thread does CUDA work after it. With a communicator
+/// that has a GPU (nccl), a pinned or current ordinal must be that GPU.
 inline constexpr int kDeviceOrdinalCurrent = -1;
 
 /// The device of a store (used only when a table is `offload`, `cached`, `gpu` or `hybrid`).
 struct DeviceConfig {
   BackendChoice backend = BackendChoice::kAuto;  ///< auto: cuda when a GPU is visible, else emu
-  /// CUDA device: >= 0 pins that device on every rank; kDeviceOrdinalAuto (the default) or
-  /// kDeviceOrdinalCurrent choose it when the store opens (see those). The emu backend ignores it.
+  /// CUDA device: >= 0 pins that device on every rank; kDeviceOrdinalAuto (the default) or kDeviceOrdinalCurrent choose
+  /// it when the store opens (see those). The emu backend ignores it.
   int ordinal = kDeviceOrdinalAuto;
   std::int64_t capacity = 0;             ///< bytes of device memory to use (0: emu 1 GiB, cuda all free)
   int emu_max_delay_us = 0;              ///< emu: random delay before every stream op (tests)
@@ -71,11 +68,10 @@ enum class CacheTransfer {
 
 /// The cache and prefetcher of `cached` tables.
 ///
-/// The lookahead policy plans each batch knowing the batches after it (its window): the
-/// `lookahead` batches submitted behind it (each holds a staging entry, so lookahead <
-/// max_in_flight) and, beyond them, up to `preview` batches whose keys the trainer announced with
-/// Store::preview (keys only: nothing is pinned, staged or fetched for them, so a window of
-/// hundreds of batches costs host memory for their unique keys and nothing on the device).
+/// The lookahead policy plans each batch knowing the batches after it (its window): the `lookahead` batches submitted
+/// behind it (each holds a staging entry, so lookahead < max_in_flight) and, beyond them, up to `preview` batches whose
+/// keys the trainer announced with Store::preview (keys only: nothing is pinned, staged or fetched for them, so a
+/// window of hundreds of batches costs host memory for their unique keys and nothing on the device).
 struct CacheConfig {
   cache::Policy policy = cache::Policy::kLru;  ///< replacement policy
   int lookahead =
@@ -83,13 +79,13 @@ struct CacheConfig {
   int max_in_flight = 8;  ///< batches submitted and not yet retired (staging ring entries)
   int preview =
       0;  ///< most batches previewed (Store::preview) and not yet submitted, in [0, kMaxPreview]; 0: no previews
-  /// Cores that plan each slot pool, in [1, kMaxPlannerPartitions]: the pool's slots are split into
-  /// this many partitions planned in parallel (cache/partitioned_planner.hpp; rows are ranked within their
-  /// partition). Every partition of a pool, and of a capped table's cap, needs at least one row.
+  /// Cores that plan each slot pool, in [1, kMaxPlannerPartitions]: the pool's slots are split into this many
+  /// partitions planned in parallel (cache/partitioned_planner.hpp; rows are ranked within their partition). Every
+  /// partition of a pool, and of a capped table's cap, needs at least one row.
   int planner_partitions = 1;
-  /// Every `flush_every` backward calls (store steps) the store flushes (Store::flush): host memory
-  /// then holds every update up to that step, which bounds what a device fault can lose (README,
-  /// "When the device fails"). 0: only explicit flushes, save and close write cached rows back.
+  /// Every `flush_every` backward calls (store steps) the store flushes (Store::flush): host memory then holds every
+  /// update up to that step, which bounds what a device fault can lose (README, "When the device fails"). 0: only
+  /// explicit flushes, save and close write cached rows back.
   std::int64_t flush_every = 0;
   CacheTransfer transfer = CacheTransfer::kAuto;  ///< fills and write-backs
 };
@@ -104,8 +100,8 @@ inline constexpr int kMaxPreview = 1 << 16;
 enum class NumaPolicy {
   kInterleave = 0,  ///< row blocks dealt round-robin over all nodes (bandwidth of every node)
   kBind = 1,        ///< every table bound to `numa_node`
-  /// Bound to the node of the store's GPU, its kernel threads too (StoreStats::numa); else (no
-  /// device, emu, a GPU hwloc does not place) as kInterleave, with StoreStats::numa.note saying why.
+  /// Bound to the node of the store's GPU, its kernel threads too (StoreStats::numa); else (no device, emu, a GPU hwloc
+  /// does not place) as kInterleave, with StoreStats::numa.note saying why.
   kAuto = 2,
 };
 
@@ -114,16 +110,15 @@ struct TableConfig {
   TableSpec spec;                         ///< shape, pooling, initializer, optimizer
   Placement placement = Placement::kCpu;  ///< placement mode of this table
   TableCacheConfig cache;                 ///< `cached` and `hybrid` (per rank: a fraction of the rank's shard)
-  /// `gpu` and `hybrid`: how the table is split over the ranks. Store::open checks it against the
-  /// world (a store without a communicator is one rank): a table-wise owner must be in [0, world).
+  /// `gpu` and `hybrid`: how the table is split over the ranks. Store::open checks it against the world (a store
+  /// without a communicator is one rank): a table-wise owner must be in [0, world).
   dispatch::ShardingPlan sharding;
 };
 
-/// Upper bound of StoreConfig::threads. A fixed number, not a multiple of this machine's cores,
-/// so that a config valid on one machine is valid on every machine (and on every rank of a world).
-/// It is far above the cores of any machine this store targets (more workers than cores only
-/// oversubscribe them) and well within what oneTBB handles: a store of 100,000 threads crashed
-/// inside oneTBB (tearing down its arena when the store closed).
+/// Upper bound of StoreConfig::threads. A fixed number, not a multiple of this machine's cores, so that a config valid
+/// on one machine is valid on every machine (and on every rank of a world). It is far above the cores of any machine
+/// this store targets (more workers than cores only oversubscribe them) and well within what oneTBB handles: a store of
+/// 100,000 threads crashed inside oneTBB (tearing down its arena when the store closed).
 inline constexpr int kMaxThreads = 1024;
 
 /// Everything Store::open needs.
@@ -137,8 +132,8 @@ struct StoreConfig {
   DeviceConfig device;                  ///< device of offload/cached/gpu/hybrid tables
   CacheConfig cache;                    ///< cache and prefetcher of cached tables
   OffloadGather offload_gather = OffloadGather::kDevice;  ///< lookups of offload tables
-  /// backward refuses gradients holding NaN or +-Inf (naming the table and the bag), so they never
-  /// reach rows or optimizer state; true accepts them (for trainers that clip or skip elsewhere).
+  /// backward refuses gradients holding NaN or +-Inf (naming the table and the bag), so they never reach rows or
+  /// optimizer state; true accepts them (for trainers that clip or skip elsewhere).
   bool accept_nonfinite_gradients = false;
 };
 
@@ -157,9 +152,9 @@ const char* to_string(CacheTransfer t) noexcept;
 Result<CacheTransfer> parse_cache_transfer(const std::string& s);
 
 /// Checks every table and the store-wide fields, enums included (a value outside its enum, say
-/// static_cast<Placement>(9), is named with its integer); errors name the table and the value.
-/// Also refuses what only dispatch sets (the shard origin in TableSpec::init) and sharding owners
-/// below -1; owners beyond the world are refused by Store::open, which knows the world.
+/// static_cast<Placement>(9), is named with its integer); errors name the table and the value. Also refuses what only
+/// dispatch sets (the shard origin in TableSpec::init) and sharding owners below -1; owners beyond the world are
+/// refused by Store::open, which knows the world.
 Status validate(const StoreConfig& config);
 
 /// Parses a JSON config. Schema (every field but tables[].name/rows/dim optional):
@@ -176,19 +171,17 @@ Status validate(const StoreConfig& config);
 ///    "cache": {"policy": "lru"|"lfu"|"lookahead", "lookahead": 0, "max_in_flight": 8, "preview": 0,
 ///              "planner_partitions": 1, "flush_every": 0, "transfer": "auto"|"staged"|"zero_copy"},
 ///    "offload_gather": "device"|"cpu", "accept_nonfinite_gradients": false}
-/// cache.planner_partitions was called planner_shards, a name still read (not both at once).
-/// device.ordinal: an integer >= 0 pins that CUDA device (on every rank of a world); "auto" (the
-/// default) opens, on a rank of a world, the GPU of its local rank, and GPU 0 without a world;
-/// "current" (or -1) the calling thread's current CUDA device at Store::open. A config that says
-/// `"ordinal": 0` (as to_json wrote before "auto" existed) pins GPU 0 on every rank: leave the
-/// field out, or write "auto", to spread the ranks of a host over its GPUs.
-/// Unknown keys are errors (a typo must not silently fall back to a default), and so is a value of
-/// the wrong JSON type, never coerced: integers must be JSON integers within their field's type
-/// (8.9, true, 1e6, or -1 for the seed are refused), numbers numbers, booleans true or false, names
-/// strings; errors quote what was written ("table 'user': dim: expected an integer in [-2^31,
-/// 2^31), got 8.9"). A key given twice in one object is refused too, naming it with its path
-/// ("config: key 'tables[1].optimizer.kind' is given twice ..."), where a JSON parser would keep
-/// one of the values without a word. Validates the result.
+/// cache.planner_partitions was called planner_shards, a name still read (not both at once). device.ordinal: an integer
+/// >= 0 pins that CUDA device (on every rank of a world); "auto" (the default) opens, on a rank of a world, the GPU of
+/// its local rank, and GPU 0 without a world; "current" (or -1) the calling thread's current CUDA device at
+/// Store::open. A config that says `"ordinal": 0` (as to_json wrote before "auto" existed) pins GPU 0 on every rank:
+/// leave the field out, or write "auto", to spread the ranks of a host over its GPUs. Unknown keys are errors (a typo
+/// must not silently fall back to a default), and so is a value of the wrong JSON type, never coerced: integers must be
+/// JSON integers within their field's type (8.9, true, 1e6, or -1 for the seed are refused), numbers numbers, booleans
+/// true or false, names strings; errors quote what was written ("table 'user': dim: expected an integer in [-2^31,
+/// 2^31), got 8.9"). A key given twice in one object is refused too, naming it with its path ("config: key
+/// 'tables[1].optimizer.kind' is given twice ..."), where a JSON parser would keep one of the values without a word.
+/// Validates the result.
 Result<StoreConfig> parse_store_config(const std::string& json_text);
 /// Reads and parses a JSON config file.
 Result<StoreConfig> load_store_config(const std::string& path);

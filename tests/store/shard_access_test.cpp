@@ -23,12 +23,7 @@ using testing::on_ranks;
 // One table per sharding type; `row` is hybrid (a cached inner shard), the others gpu. The state
 // widths differ: sgd none, adagrad one block, adam two blocks split by column sharding.
 StoreConfig four_tables() {
-  StoreConfig c;
-  c.threads = 1;
-  c.fake_numa_nodes = 1;
-  c.huge_pages = false;
-  c.device.backend = BackendChoice::kEmu;
-  c.device.capacity = 16 << 20;
+  StoreConfig c = testing::thread_rank_config(16 << 20);
   struct T {
     const char* name;
     std::int64_t rows;
@@ -78,52 +73,59 @@ std::int64_t global_s(const ShardInfo& si, std::int64_t sd, std::int64_t i, std:
   return (si.row_start + i * si.row_step) * sd + blk * si.dim + si.col_offset + col;
 }
 
-TEST(ShardAccess, ShardInfoDescribesWhereDispatchPutsEachRow) {
+// body(world, rank, store, table) for every table of four_tables() on each rank of worlds of 2 and 3.
+template <class Body>
+void each_table_on_worlds_of_2_and_3(Body body) {
   const StoreConfig c = four_tables();
   for (const int N : {2, 3}) {
     on_ranks(N, 10000, [&](int r, auto comm) {
       auto store = Store::open(c, comm);
       ASSERT_TRUE(store.is_ok()) << store.status().message();
-      std::vector<int> all;
-      for (int q = 0; q < N; ++q) all.push_back(q);
-      for (int t = 0; t < 4; ++t) {
-        auto got = store.value()->shard_info(t);
-        ASSERT_TRUE(got.is_ok()) << got.status().message();
-        const ShardInfo& si = got.value();
-        const TableSpec& spec = spec_of(c, t);
-        SCOPED_TRACE("world " + std::to_string(N) + " rank " + std::to_string(r) + " table " + spec.name);
-        EXPECT_EQ(si.type, c.tables[static_cast<std::size_t>(t)].sharding.type);
-        EXPECT_EQ(si.world, N);
-        EXPECT_EQ(si.rank, r);
-        EXPECT_EQ(si.rows, spec.rows);
-        EXPECT_EQ(si.dim, spec.dim);
-        std::int64_t rows = spec.rows, start = 0, step = 1;
-        std::int32_t dim = spec.dim, col = 0;
-        std::vector<int> replicas{r};
-        if (t == 0) replicas = all;
-        if (t == 1 && r != 1) rows = dim = 0, replicas.clear();
-        if (t == 2) {  // keys 0..10 with k % N == r
-          rows = 0;
-          for (std::int64_t k = 0; k < spec.rows; ++k) rows += k % N == r;
-          start = r, step = N;
-        }
-        if (t == 3) {  // 7 columns: 4+3 over 2 ranks, 3+2+2 over 3
-          const std::vector<std::int32_t> widths =
-              N == 2 ? std::vector<std::int32_t>{4, 3} : std::vector<std::int32_t>{3, 2, 2};
-          dim = widths[static_cast<std::size_t>(r)];
-          for (int q = 0; q < r; ++q) col += widths[static_cast<std::size_t>(q)];
-        }
-        EXPECT_EQ(si.local_rows, rows);
-        EXPECT_EQ(si.local_dim, dim);
-        if (rows > 0) {
-          EXPECT_EQ(si.row_start, start);
-          EXPECT_EQ(si.row_step, step);
-          EXPECT_EQ(si.col_offset, col);
-        }
-        EXPECT_EQ(si.replicas, replicas);
-      }
+      for (int t = 0; t < static_cast<int>(c.tables.size()); ++t) body(N, r, *store.value(), t);
     });
   }
+}
+
+TEST(ShardAccess, ShardInfoDescribesWhereDispatchPutsEachRow) {
+  const StoreConfig c = four_tables();
+  each_table_on_worlds_of_2_and_3([&](int N, int r, Store& store, int t) {
+    std::vector<int> all;
+    for (int q = 0; q < N; ++q) all.push_back(q);
+    auto got = store.shard_info(t);
+    ASSERT_TRUE(got.is_ok()) << got.status().message();
+    const ShardInfo& si = got.value();
+    const TableSpec& spec = spec_of(c, t);
+    SCOPED_TRACE("world " + std::to_string(N) + " rank " + std::to_string(r) + " table " + spec.name);
+    EXPECT_EQ(si.type, c.tables[static_cast<std::size_t>(t)].sharding.type);
+    EXPECT_EQ(si.world, N);
+    EXPECT_EQ(si.rank, r);
+    EXPECT_EQ(si.rows, spec.rows);
+    EXPECT_EQ(si.dim, spec.dim);
+    std::int64_t rows = spec.rows, start = 0, step = 1;
+    std::int32_t dim = spec.dim, col = 0;
+    std::vector<int> replicas{r};
+    if (t == 0) replicas = all;
+    if (t == 1 && r != 1) rows = dim = 0, replicas.clear();
+    if (t == 2) {  // keys 0..10 with k % N == r
+      rows = 0;
+      for (std::int64_t k = 0; k < spec.rows; ++k) rows += k % N == r;
+      start = r, step = N;
+    }
+    if (t == 3) {  // 7 columns: 4+3 over 2 ranks, 3+2+2 over 3
+      const std::vector<std::int32_t> widths =
+          N == 2 ? std::vector<std::int32_t>{4, 3} : std::vector<std::int32_t>{3, 2, 2};
+      dim = widths[static_cast<std::size_t>(r)];
+      for (int q = 0; q < r; ++q) col += widths[static_cast<std::size_t>(q)];
+    }
+    EXPECT_EQ(si.local_rows, rows);
+    EXPECT_EQ(si.local_dim, dim);
+    if (rows > 0) {
+      EXPECT_EQ(si.row_start, start);
+      EXPECT_EQ(si.row_step, step);
+      EXPECT_EQ(si.col_offset, col);
+    }
+    EXPECT_EQ(si.replicas, replicas);
+  });
 }
 
 // Without a world: the whole table, replicated over a world of one (the store and the oracle).
@@ -163,91 +165,75 @@ TEST(ShardAccess, AStoreWithoutAWorldHoldsEveryTableWhole) {
 // the gathered read_rows.
 TEST(ShardAccess, ReadShardIsTheMatchingSliceOfTheGatheredRows) {
   const StoreConfig c = four_tables();
-  for (const int N : {2, 3}) {
-    on_ranks(N, 10000, [&](int r, auto comm) {
-      auto opened = Store::open(c, comm);
-      ASSERT_TRUE(opened.is_ok()) << opened.status().message();
-      Store& store = *opened.value();
-      for (int t = 0; t < 4; ++t) {
-        const TableSpec& spec = spec_of(c, t);
-        const std::int64_t sd = state_dim(spec);
-        std::vector<float> w(static_cast<std::size_t>(spec.rows * spec.dim)),
-            s(static_cast<std::size_t>(spec.rows * sd));
-        for (std::int64_t g = 0; g < spec.rows; ++g) {
-          for (std::int64_t j = 0; j < spec.dim; ++j)
-            w[static_cast<std::size_t>(g * spec.dim + j)] = weight_at(t, g, j);
-          for (std::int64_t j = 0; j < sd; ++j) s[static_cast<std::size_t>(g * sd + j)] = state_at(t, g, j);
-        }
-        ASSERT_TRUE(store.write_rows(t, 0, spec.rows, w.data(), s.data()).is_ok());
-        std::vector<float> gw, gs;
-        gathered(store, c, t, gw, gs);
-        EXPECT_EQ(gw, w);
-        const ShardInfo si = store.shard_info(t).value();
-        if (si.local_rows == 0) continue;
-        const std::int64_t lsd = optimizer_state_dim(spec.optimizer.kind, si.local_dim);
-        // The whole shard, then a part of it from local row 1.
-        for (const std::int64_t row0 : {std::int64_t{0}, std::int64_t{1}}) {
-          const std::int64_t n = si.local_rows - row0;
-          std::vector<float> lw(static_cast<std::size_t>(n * si.local_dim)), ls(static_cast<std::size_t>(n * lsd));
-          ASSERT_TRUE(store.read_shard(t, row0, n, lw.data(), ls.data()).is_ok());
-          for (std::int64_t i = 0; i < n; ++i) {
-            for (std::int64_t j = 0; j < si.local_dim; ++j)
-              ASSERT_EQ(lw[static_cast<std::size_t>(i * si.local_dim + j)],
-                        gw[static_cast<std::size_t>(global_w(si, row0 + i, j))])
-                  << spec.name << " rank " << r << " local row " << row0 + i << " column " << j;
-            for (std::int64_t j = 0; j < lsd; ++j)
-              ASSERT_EQ(ls[static_cast<std::size_t>(i * lsd + j)],
-                        gs[static_cast<std::size_t>(global_s(si, sd, row0 + i, j))])
-                  << spec.name << " rank " << r << " local row " << row0 + i << " state " << j;
-          }
-          // Weights only.
-          std::vector<float> only(lw.size());
-          ASSERT_TRUE(store.read_shard(t, row0, n, only.data(), nullptr).is_ok());
-          EXPECT_EQ(only, lw);
-        }
+  each_table_on_worlds_of_2_and_3([&](int, int r, Store& store, int t) {
+    const TableSpec& spec = spec_of(c, t);
+    const std::int64_t sd = state_dim(spec);
+    std::vector<float> w(static_cast<std::size_t>(spec.rows * spec.dim)), s(static_cast<std::size_t>(spec.rows * sd));
+    for (std::int64_t g = 0; g < spec.rows; ++g) {
+      for (std::int64_t j = 0; j < spec.dim; ++j) w[static_cast<std::size_t>(g * spec.dim + j)] = weight_at(t, g, j);
+      for (std::int64_t j = 0; j < sd; ++j) s[static_cast<std::size_t>(g * sd + j)] = state_at(t, g, j);
+    }
+    ASSERT_TRUE(store.write_rows(t, 0, spec.rows, w.data(), s.data()).is_ok());
+    std::vector<float> gw, gs;
+    gathered(store, c, t, gw, gs);
+    EXPECT_EQ(gw, w);
+    const ShardInfo si = store.shard_info(t).value();
+    if (si.local_rows == 0) return;
+    const std::int64_t lsd = optimizer_state_dim(spec.optimizer.kind, si.local_dim);
+    // The whole shard, then a part of it from local row 1.
+    for (const std::int64_t row0 : {std::int64_t{0}, std::int64_t{1}}) {
+      const std::int64_t n = si.local_rows - row0;
+      std::vector<float> lw(static_cast<std::size_t>(n * si.local_dim)), ls(static_cast<std::size_t>(n * lsd));
+      ASSERT_TRUE(store.read_shard(t, row0, n, lw.data(), ls.data()).is_ok());
+      for (std::int64_t i = 0; i < n; ++i) {
+        for (std::int64_t j = 0; j < si.local_dim; ++j)
+          ASSERT_EQ(lw[static_cast<std::size_t>(i * si.local_dim + j)],
+                    gw[static_cast<std::size_t>(global_w(si, row0 + i, j))])
+              << spec.name << " rank " << r << " local row " << row0 + i << " column " << j;
+        for (std::int64_t j = 0; j < lsd; ++j)
+          ASSERT_EQ(ls[static_cast<std::size_t>(i * lsd + j)],
+                    gs[static_cast<std::size_t>(global_s(si, sd, row0 + i, j))])
+              << spec.name << " rank " << r << " local row " << row0 + i << " state " << j;
       }
-    });
-  }
+      // Weights only.
+      std::vector<float> only(lw.size());
+      ASSERT_TRUE(store.read_shard(t, row0, n, only.data(), nullptr).is_ok());
+      EXPECT_EQ(only, lw);
+    }
+  });
 }
 
 // Each rank writes its own shards (values from their global places); the gathered read_rows then holds every element.
 TEST(ShardAccess, WriteShardLandsWhereReadRowsFindsIt) {
   const StoreConfig c = four_tables();
-  for (const int N : {2, 3}) {
-    on_ranks(N, 10000, [&](int, auto comm) {
-      auto opened = Store::open(c, comm);
-      ASSERT_TRUE(opened.is_ok()) << opened.status().message();
-      Store& store = *opened.value();
-      for (int t = 0; t < 4; ++t) {
-        const TableSpec& spec = spec_of(c, t);
-        const std::int64_t sd = state_dim(spec);
-        const ShardInfo si = store.shard_info(t).value();
-        if (si.local_rows > 0) {
-          const std::int64_t lsd = optimizer_state_dim(spec.optimizer.kind, si.local_dim), n = si.local_rows;
-          std::vector<float> lw(static_cast<std::size_t>(n * si.local_dim)), ls(static_cast<std::size_t>(n * lsd));
-          for (std::int64_t i = 0; i < n; ++i) {
-            for (std::int64_t j = 0; j < si.local_dim; ++j) {
-              const std::int64_t e = global_w(si, i, j);
-              lw[static_cast<std::size_t>(i * si.local_dim + j)] = weight_at(t, e / spec.dim, e % spec.dim);
-            }
-            for (std::int64_t j = 0; j < lsd; ++j) {
-              const std::int64_t e = global_s(si, sd, i, j);
-              ls[static_cast<std::size_t>(i * lsd + j)] = state_at(t, e / sd, e % sd);
-            }
-          }
-          ASSERT_TRUE(store.write_shard(t, 0, n, lw.data(), ls.data()).is_ok());
+  each_table_on_worlds_of_2_and_3([&](int, int, Store& store, int t) {
+    const TableSpec& spec = spec_of(c, t);
+    const std::int64_t sd = state_dim(spec);
+    const ShardInfo si = store.shard_info(t).value();
+    if (si.local_rows > 0) {
+      const std::int64_t lsd = optimizer_state_dim(spec.optimizer.kind, si.local_dim), n = si.local_rows;
+      std::vector<float> lw(static_cast<std::size_t>(n * si.local_dim)), ls(static_cast<std::size_t>(n * lsd));
+      for (std::int64_t i = 0; i < n; ++i) {
+        for (std::int64_t j = 0; j < si.local_dim; ++j) {
+          const std::int64_t e = global_w(si, i, j);
+          lw[static_cast<std::size_t>(i * si.local_dim + j)] = weight_at(t, e / spec.dim, e % spec.dim);
         }
-        std::vector<float> gw, gs;
-        gathered(store, c, t, gw, gs);
-        for (std::int64_t g = 0; g < spec.rows; ++g) {
-          for (std::int64_t j = 0; j < spec.dim; ++j)
-            ASSERT_EQ(gw[static_cast<std::size_t>(g * spec.dim + j)], weight_at(t, g, j)) << spec.name << " row " << g;
-          for (std::int64_t j = 0; j < sd; ++j)
-            ASSERT_EQ(gs[static_cast<std::size_t>(g * sd + j)], state_at(t, g, j)) << spec.name << " row " << g;
+        for (std::int64_t j = 0; j < lsd; ++j) {
+          const std::int64_t e = global_s(si, sd, i, j);
+          ls[static_cast<std::size_t>(i * lsd + j)] = state_at(t, e / sd, e % sd);
         }
       }
-    });
-  }
+      ASSERT_TRUE(store.write_shard(t, 0, n, lw.data(), ls.data()).is_ok());
+    }
+    std::vector<float> gw, gs;
+    gathered(store, c, t, gw, gs);
+    for (std::int64_t g = 0; g < spec.rows; ++g) {
+      for (std::int64_t j = 0; j < spec.dim; ++j)
+        ASSERT_EQ(gw[static_cast<std::size_t>(g * spec.dim + j)], weight_at(t, g, j)) << spec.name << " row " << g;
+      for (std::int64_t j = 0; j < sd; ++j)
+        ASSERT_EQ(gs[static_cast<std::size_t>(g * sd + j)], state_at(t, g, j)) << spec.name << " row " << g;
+    }
+  });
 }
 
 TEST(ShardAccess, BadCallsAreRefusedNamingTheTableAndChangeNothing) {

@@ -19,12 +19,7 @@ namespace strata {
 namespace {
 
 StoreConfig two_tables(Placement p) {
-  StoreConfig c;
-  c.threads = 1;
-  c.fake_numa_nodes = 1;
-  c.huge_pages = false;
-  c.device.backend = BackendChoice::kEmu;
-  c.device.capacity = 16 << 20;
+  StoreConfig c = testing::thread_rank_config(16 << 20);
   for (const char* name : {"user", "item"}) {
     TableConfig t;
     t.spec.name = name;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dispatch/local_communicator.hpp"
+#include "store/store_config.hpp"
 #include "tests/dispatch/thread_transport.hpp"
 
 namespace strata::testing {
@@ -32,6 +33,18 @@ inline std::vector<std::shared_ptr<dispatch::Communicator>> thread_comms(int wor
           ? dispatch::make_local_group(world, o).value()
           : dispatch::testing::make_transport_group(world, kind == ThreadComm::kTransportDirect, o).comms;
   return {std::make_move_iterator(made.begin()), std::make_move_iterator(made.end())};
+}
+
+/// A config without tables for one thread rank: one thread, one fake NUMA node, no huge pages, and an emulated device
+/// of `capacity` bytes (ranks of a process must not each take the machine).
+inline StoreConfig thread_rank_config(std::int64_t capacity) {
+  StoreConfig c;
+  c.threads = 1;
+  c.fake_numa_nodes = 1;
+  c.huge_pages = false;
+  c.device.backend = BackendChoice::kEmu;
+  c.device.capacity = capacity;
+  return c;
 }
 
 /// Runs body(rank, comm) on `world` thread ranks, whose collectives time out after `timeout_ms`,
