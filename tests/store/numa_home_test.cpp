@@ -3,7 +3,8 @@
 // notes, and the real pages of a host table on this machine (get_mempolicy).
 
 #include <gtest/gtest.h>
-#include <numaif.h>
+#include <linux/mempolicy.h>  // MPOL_*: the kernel's UAPI header (no libnuma)
+#include <linux/version.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -15,6 +16,12 @@
 #include "host/host_table.hpp"
 #include "store/detail/numa_home.hpp"
 #include "store/store.hpp"
+
+// MPOL_PREFERRED_MANY (Linux 5.15) is an enumerator, not a macro, so #ifndef cannot tell whether
+// the header has it; older headers get its value.
+#if LINUX_VERSION_CODE < KERNEL_VERSION(5, 15, 0)
+#define MPOL_PREFERRED_MANY 5
+#endif
 
 namespace strata::detail {
 namespace {
@@ -159,7 +166,8 @@ TEST(NumaHome, HostTablePagesLieOnTheGpusNode) {
     unsigned long mask[16] = {};
     ASSERT_EQ(syscall(SYS_get_mempolicy, &mode, mask, 64 * 16, table->row(r), MPOL_F_ADDR), 0);
     // Bound to the node (hwloc's non-strict bind is MPOL_PREFERRED_MANY where the kernel has it).
-    EXPECT_TRUE(mode == MPOL_BIND || mode == MPOL_PREFERRED || mode == 5) << "row " << r << ": mode " << mode;
+    EXPECT_TRUE(mode == MPOL_BIND || mode == MPOL_PREFERRED || mode == MPOL_PREFERRED_MANY)
+        << "row " << r << ": mode " << mode;
     EXPECT_EQ(mask[os_node / 64], 1ul << (os_node % 64)) << "row " << r;
   }
 }
