@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -63,12 +64,22 @@ TEST(NumaHome, AutoPutsEachRanksMemoryAndArenaOnItsGpusNode) {
       EXPECT_EQ(h.placement.memory_node, gpu_nodes[rank]);
       EXPECT_EQ(h.placement.thread_node, gpu_nodes[rank]);
       EXPECT_EQ(h.placement.note, "");
+      // The rank's host table: every row on its GPU's node.
+      TableSpec spec;
+      spec.name = "t";
+      spec.rows = 1000;
+      spec.dim = 16;
+      auto table = HostTable::create(topo, spec, h.host);
+      ASSERT_TRUE(table.is_ok()) << table.status().to_string();
+      for (std::int64_t r : {std::int64_t{0}, spec.rows / 2, spec.rows - 1})
+        EXPECT_EQ(table->node_of(r), gpu_nodes[rank]) << "row " << r;
     }
   }
 }
 
 TEST(NumaHome, AutoFallsBackToInterleaveWithANote) {
-  const Topology topo = Topology::fake(2).with_gpus({{hwloc_bus(0), "gpu", 1}, {hwloc_bus(1), "gpu", -1}});
+  const Topology topo =
+      Topology::fake(2).with_gpus({{hwloc_bus(0), "gpu", 1}, {hwloc_bus(1), "gpu", -1}, {hwloc_bus(3), "gpu", 5}});
   const NumaAbilities can{true, {0, 1}};
   struct Case {
     bool device;
@@ -78,9 +89,13 @@ TEST(NumaHome, AutoFallsBackToInterleaveWithANote) {
        {Case{false, "", "numa auto: the store has no device; host tier interleaved"},
         Case{true, "", "numa auto: the device has no PCI bus id (emu); host tier interleaved"},
         Case{true, cuda_bus(2),
-             "numa auto: hwloc lists no GPU of PCI bus id " + cuda_bus(2) + "; host tier interleaved"},
+             "numa auto: the fake topology (fake_numa_nodes) lists no GPU of PCI bus id " + cuda_bus(2) +
+                 "; host tier interleaved"},
         Case{true, cuda_bus(1),
-             "numa auto: hwloc does not know the NUMA node of GPU " + cuda_bus(1) + "; host tier interleaved"}}) {
+             "numa auto: hwloc does not know the NUMA node of GPU " + cuda_bus(1) + "; host tier interleaved"},
+        Case{true, cuda_bus(3),
+             "numa auto: hwloc puts GPU " + cuda_bus(3) +
+                 " on node 5, but the topology has 2 nodes; host tier interleaved"}}) {
     const NumaHome h = resolve_numa_home(StoreConfig{}, topo, c.device, c.bus, can);
     EXPECT_TRUE(h.host.interleave) << c.note;
     EXPECT_EQ(h.placement.memory_node, -1) << c.note;
@@ -89,24 +104,57 @@ TEST(NumaHome, AutoFallsBackToInterleaveWithANote) {
   }
 }
 
-TEST(NumaHome, WithoutNumaSupportDegradesToNoBindingWithANote) {
+TEST(NumaHome, WithoutMbindPlacesByFirstTouchWithANote) {
   const Topology topo = Topology::fake(2).with_gpus({{hwloc_bus(0), "gpu", 1}});
-  // A kernel (or container) that refuses mbind, and oneTBB without tbbbind (it reports node -1).
+  const std::string no_tbb =
+      "; oneTBB reports no NUMA node 1 (tbbbind not loaded, or the process's CPU affinity excludes node 1): "
+      "threads not constrained";
+  // A kernel (or container) that refuses mbind, and oneTBB without tbbbind (it reports node -1): the
+  // pages still go to the GPU's node, touched first by threads on it (NumaArena's pre-fault).
   const NumaHome h = resolve_numa_home(StoreConfig{}, topo, true, cuda_bus(0), NumaAbilities{false, {-1}});
-  EXPECT_EQ(h.placement.memory_node, -1);
+  EXPECT_FALSE(h.host.interleave);
+  EXPECT_EQ(h.host.node, 1);
+  EXPECT_EQ(h.placement.memory_node, 1);
   EXPECT_EQ(h.placement.thread_node, -1);
   EXPECT_EQ(h.placement.note,
-            "numa auto: GPU " + cuda_bus(0) +
-                " is on node 1, but the kernel does not bind memory (no NUMA support, or a container forbids "
-                "mbind): memory not bound; oneTBB reports no NUMA node 1 (tbbbind not loaded?): threads not "
-                "constrained");
+            "numa auto: GPU " + cuda_bus(0) + " is on node 1; placed by first touch (mbind unavailable)" + no_tbb);
   // Memory bound, threads not.
   const NumaHome m = resolve_numa_home(StoreConfig{}, topo, true, cuda_bus(0), NumaAbilities{true, {0}});
   EXPECT_EQ(m.placement.memory_node, 1);
   EXPECT_EQ(m.placement.thread_node, -1);
-  EXPECT_EQ(m.placement.note, "numa auto: GPU " + cuda_bus(0) +
-                                  " is on node 1; oneTBB reports no NUMA node 1 (tbbbind not loaded?): threads not "
-                                  "constrained");
+  EXPECT_EQ(m.placement.note, "numa auto: GPU " + cuda_bus(0) + " is on node 1" + no_tbb);
+  // bind, the same rule.
+  const NumaHome b =
+      resolve_numa_home(with_numa(NumaPolicy::kBind, 1), topo, true, cuda_bus(0), NumaAbilities{false, {}});
+  EXPECT_FALSE(b.host.interleave);
+  EXPECT_EQ(b.host.node, 1);
+  EXPECT_EQ(b.placement.memory_node, 1);
+  EXPECT_EQ(b.placement.note, "numa bind: node 1 placed by first touch (mbind unavailable)");
+}
+
+TEST(NumaHome, HwlocListsNoGpuOnTheRealMachine) {
+  auto real = Topology::discover();
+  ASSERT_TRUE(real.is_ok()) << real.status().to_string();
+  const NumaHome h = resolve_numa_home(StoreConfig{}, *real, true, cuda_bus(9), NumaAbilities{});
+  EXPECT_TRUE(h.host.interleave);
+  EXPECT_EQ(h.placement.note, "numa auto: hwloc lists no GPU of PCI bus id " + cuda_bus(9) + "; host tier interleaved");
+}
+
+TEST(NumaHome, AbilitiesAreProbedOnlyWhereNeeded) {
+  // NumaAbilities::of probes mbind and loads tbbbind: only bind and auto with a GPU node ask.
+  const Topology topo = Topology::fake(2).with_gpus({{hwloc_bus(0), "gpu", 1}});
+  int calls = 0;
+  const std::function<NumaAbilities()> count = [&calls] {
+    ++calls;
+    return NumaAbilities{true, {0, 1}};
+  };
+  (void)resolve_numa_home(with_numa(NumaPolicy::kInterleave), topo, true, cuda_bus(0), count);
+  (void)resolve_numa_home(StoreConfig{}, topo, false, "", count);
+  (void)resolve_numa_home(StoreConfig{}, topo, true, "", count);
+  (void)resolve_numa_home(StoreConfig{}, topo, true, cuda_bus(5), count);
+  EXPECT_EQ(calls, 0);
+  EXPECT_EQ(resolve_numa_home(StoreConfig{}, topo, true, cuda_bus(0), count).placement.thread_node, 1);
+  EXPECT_EQ(calls, 1);
 }
 
 TEST(NumaHome, AutoIsAConfigValue) {
@@ -186,7 +234,10 @@ TEST(NumaHome, StoreStatsSayWhereTheHostTierIs) {
   auto bound = Store::open(c);
   ASSERT_TRUE(bound.is_ok()) << bound.status().to_string();
   EXPECT_EQ(bound.value()->stats().numa.memory_node, 0);
-  EXPECT_EQ(bound.value()->stats().numa.note, "");
+  auto real = Topology::discover();
+  ASSERT_TRUE(real.is_ok()) << real.status().to_string();
+  EXPECT_EQ(bound.value()->stats().numa.note,
+            real->binds_memory() ? "" : "numa bind: node 0 placed by first touch (mbind unavailable)");
 }
 
 }  // namespace
