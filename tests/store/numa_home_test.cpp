@@ -165,6 +165,27 @@ TEST(NumaHome, AutoIsAConfigValue) {
             "unknown numa policy 'gpu' (expected auto, interleave or bind)");
 }
 
+TEST(NumaHome, NumaNodeIsForBindOnly) {
+  const std::string tables = R"("tables": [{"name": "t", "rows": 10, "dim": 4}])";
+  EXPECT_EQ(parse_store_config(R"({"numa": "auto", "numa_node": 7, )" + tables + "}").status().message(),
+            "numa_node 7 is the node of numa \"bind\", but numa is \"auto\" (drop numa_node, or set numa to "
+            "\"bind\")");
+  EXPECT_EQ(parse_store_config(R"({"numa_node": 1, )" + tables + "}").status().message(),
+            "numa_node 1 is the node of numa \"bind\", but numa is \"auto\" (drop numa_node, or set numa to "
+            "\"bind\")");
+  StoreConfig c = parse_store_config("{" + tables + "}").value();
+  c.numa = NumaPolicy::kInterleave;
+  c.numa_node = 2;
+  EXPECT_EQ(validate(c).message(),
+            "numa_node 2 is the node of numa \"bind\", but numa is \"interleave\" (drop numa_node, or set numa "
+            "to \"bind\")");
+  // 0 (the default, which configs and checkpoints of earlier builds record for every policy) is accepted.
+  EXPECT_TRUE(parse_store_config(R"({"numa": "interleave", "numa_node": 0, )" + tables + "}").is_ok());
+  EXPECT_TRUE(parse_store_config(R"({"numa": "bind", "numa_node": 1, )" + tables + "}").is_ok());
+  EXPECT_EQ(parse_store_config(R"({"numa": "bind", "numa_node": -1, )" + tables + "}").status().message(),
+            "numa_node -1 must be >= 0");
+}
+
 TEST(NumaHome, InterleaveAndBindAsBefore) {
   const Topology topo = Topology::fake(2).with_gpus({{hwloc_bus(0), "gpu", 0}});
   const NumaAbilities can{true, {0, 1}};
