@@ -21,7 +21,8 @@ namespace {
 // The model's options for a store of `c` as strata-bench runs it on `world` ranks (0 or 1: one):
 // the batches it keeps in flight (lookahead + pipeline, at most the ring the config allows), the
 // trainer's side, the offload gather and the cache transfers of the config; this machine's NUMA
-// nodes, as host_table_memory counts the tables.
+// nodes, as host_table_memory counts the tables (`numa: auto` priced as interleave: an upper bound, a
+// store bound to its GPU's node maps at most that).
 CostOptions cost_options(const Options& o, const StoreConfig& c, int world) {
   CostOptions co;
   co.max_in_flight = std::max(1, std::min(c.cache.max_in_flight, o.lookahead + o.pipeline));

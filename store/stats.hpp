@@ -34,11 +34,12 @@ struct StagingBytes {
   std::size_t entries = 0;  ///< staging entries (one per batch in flight, reused)
 };
 
-/// Where a store's host tier lives (config `numa`; every host table, engine and staging of the store):
-/// the logical NUMA node of its host tables and of its kernel threads, -1 when not bound to one.
+/// Where a store's host tier lives (config `numa`; its host tables and the store's arena: pinned staging
+/// and the cache's fill threads are not placed): the logical NUMA node of its host tables and of its
+/// kernel threads, -1 when not bound to one.
 struct NumaPlacement {
   int memory_node = -1, thread_node = -1;
-  std::string note;  ///< why `auto` bound less than the GPU's node ("" when it did not)
+  std::string note;  ///< why placement is less than asked (first touch, no GPU node, ...; "" when it is not)
 };
 
 /// Counters of a store since it was opened (for benchmarks and tuning).

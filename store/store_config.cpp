@@ -246,6 +246,11 @@ Status validate(const StoreConfig& c) {
     return Status::invalid_argument("threads " + std::to_string(c.threads) + " must be in [0, " +
                                     std::to_string(kMaxThreads) + "] (kernel worker threads; 0: all cores)");
   if (c.numa_node < 0) return Status::invalid_argument("numa_node " + std::to_string(c.numa_node) + " must be >= 0");
+  // 0, the default, passes with every policy: configs and checkpoints of earlier builds record it.
+  if (c.numa != NumaPolicy::kBind && c.numa_node != 0)
+    return Status::invalid_argument("numa_node " + std::to_string(c.numa_node) +
+                                    " is the node of numa \"bind\", but numa is \"" + to_string(c.numa) +
+                                    "\" (drop numa_node, or set numa to \"bind\")");
   if (c.fake_numa_nodes < 0 || c.fake_numa_nodes > 64)
     return Status::invalid_argument("fake_numa_nodes " + std::to_string(c.fake_numa_nodes) + " must be in [0, 64]");
   return Status::ok();

@@ -123,14 +123,16 @@ inline constexpr int kMaxThreads = 1024;
 
 /// Everything Store::open needs.
 struct StoreConfig {
-  std::vector<TableConfig> tables;      ///< at least one; names unique
-  int threads = 0;                      ///< kernel threads (emu: per stream), in [0, kMaxThreads] (0: all cores)
-  NumaPolicy numa = NumaPolicy::kAuto;  ///< host table placement
-  int numa_node = 0;                    ///< node for NumaPolicy::kBind
-  bool huge_pages = true;               ///< back host tables with transparent huge pages
-  int fake_numa_nodes = 0;              ///< > 0: pretend the machine has this many nodes (tests)
-  DeviceConfig device;                  ///< device of offload/cached/gpu/hybrid tables
-  CacheConfig cache;                    ///< cache and prefetcher of cached tables
+  std::vector<TableConfig> tables;  ///< at least one; names unique
+  /// kernel threads (emu: per stream), in [0, kMaxThreads] (0: all cores; under numa auto with a GPU
+  /// on a node oneTBB knows, the cores of that node)
+  int threads = 0;
+  NumaPolicy numa = NumaPolicy::kAuto;                    ///< host table placement
+  int numa_node = 0;                                      ///< node for NumaPolicy::kBind (other policies: 0)
+  bool huge_pages = true;                                 ///< back host tables with transparent huge pages
+  int fake_numa_nodes = 0;                                ///< > 0: pretend the machine has this many nodes (tests)
+  DeviceConfig device;                                    ///< device of offload/cached/gpu/hybrid tables
+  CacheConfig cache;                                      ///< cache and prefetcher of cached tables
   OffloadGather offload_gather = OffloadGather::kDevice;  ///< lookups of offload tables
   /// backward refuses gradients holding NaN or +-Inf (naming the table and the bag), so they never reach rows or
   /// optimizer state; true accepts them (for trainers that clip or skip elsewhere).

@@ -32,10 +32,12 @@ class StoreImpl final : public Store {
       : Store(std::move(config)),
         topo_(std::move(topo)),
         comm_(std::move(comm)),
-        index_(detail::make_table_index(config_)),
-        arena_(config_.threads > 0 ? config_.threads : tbb::task_arena::automatic) {}
+        index_(detail::make_table_index(config_)) {}
 
   ~StoreImpl() override {
+    // A store whose open failed before it had engines has nothing to write back (and arena_ may not
+    // be initialized: executing in it would initialize a fresh one).
+    if (engines_.empty()) return;
     // Nothing written is lost on close: cached rows go back to the host tables. (Errors cannot be
     // reported from a destructor; a failing device already reported them to the calls that failed.)
     // Sorted: with sharded tables discard is collective, and every rank must go in the same order.
@@ -89,7 +91,7 @@ class StoreImpl final : public Store {
     }
     const detail::NumaHome home = detail::resolve_numa_home(config_, topo_, device_ != nullptr,
                                                             device_ ? device_->info().pci_bus_id : std::string(),
-                                                            detail::NumaAbilities::of(topo_));
+                                                            [this] { return detail::NumaAbilities::of(topo_); });
     const HostTableOptions& ho = home.host;
     numa_ = home.placement;
     {
@@ -101,6 +103,7 @@ class StoreImpl final : public Store {
       tbb::task_arena::constraints where(tbb::task_arena::automatic,
                                          config_.threads > 0 ? config_.threads : tbb::task_arena::automatic);
       if (numa_.thread_node >= 0) where.numa_id = numa_.thread_node;
+      STRATA_CHECK(!arena_.is_active());
       arena_.initialize(where);
     }
     Status status;

@@ -3,6 +3,7 @@
 // oneTBB arena (the threads of the host kernels) is constrained to. `auto` follows the store's GPU:
 // hwloc's locality of the device, found by PCI bus id.
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,12 +30,21 @@ struct NumaHome {
 };
 
 /// Resolves config.numa (numa_node already checked against `topo`) for a store whose device has PCI
-/// bus id `gpu_pci_bus_id` ("" for emu; `has_device` false for a store without one). interleave:
-/// unbound; bind: memory on numa_node, threads unconstrained (as before `auto`); auto with a GPU that
-/// `topo` places on node N: memory on N, threads on N when `can.tbb_nodes` lists it. Every other
-/// case of auto falls back to interleave (or, when memory cannot be bound, to no binding), with a
-/// note saying why. Never an error.
+/// bus id `gpu_pci_bus_id` ("" for emu; `has_device` false for a store without one).
+/// interleave: row blocks dealt over the nodes (memory_node -1), threads unconstrained.
+/// bind: memory on numa_node, threads unconstrained (as before `auto`).
+/// auto with a GPU that `topo` places on node N (< topo.num_nodes()): memory on N, threads on N when
+/// the abilities' tbb_nodes list it. Every other case of auto falls back to interleave, with a note
+/// saying why. Where the machine cannot mbind (bind, or auto on node N), the tables are still placed
+/// on the node by first touch (NumaArena pre-faults with threads on it), with a note. `abilities`
+/// is called only for bind and for auto with a GPU node (it probes mbind and loads tbbbind). Never an
+/// error.
 NumaHome resolve_numa_home(const StoreConfig& config, const Topology& topo, bool has_device,
-                           const std::string& gpu_pci_bus_id, const NumaAbilities& can);
+                           const std::string& gpu_pci_bus_id, const std::function<NumaAbilities()>& abilities);
+/// The same with abilities given (tests describe machines this way).
+inline NumaHome resolve_numa_home(const StoreConfig& config, const Topology& topo, bool has_device,
+                                  const std::string& gpu_pci_bus_id, const NumaAbilities& can) {
+  return resolve_numa_home(config, topo, has_device, gpu_pci_bus_id, [&can] { return can; });
+}
 
 }  // namespace strata::detail

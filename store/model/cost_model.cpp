@@ -379,8 +379,9 @@ Result<HostTableMemory> host_table_memory(const StoreConfig& config, int numa_no
     auto topo = Topology::discover();
     nodes = topo ? topo->num_nodes() : 1;
   }
-  // As StoreImpl::init sets them for a store without a GPU: `numa: auto` is priced as interleave (the
-  // node of the GPU is known when the store opens; bound to it, a table's parts share one node's arenas).
+  // As StoreImpl::init sets them for a store without a GPU: `numa: auto` is priced as interleave, an upper
+  // bound (the node of the GPU is known only when the store opens; bound to it, a table's parts share one
+  // node's arenas, so it maps at most this much).
   const HostTableOptions options =
       detail::resolve_numa_home(config, Topology::fake(nodes), false, "", detail::NumaAbilities{}).host;
   // The engines that hold host tables, each with its own ArenaPacker (store/engines/*_engine.cpp): cpu,

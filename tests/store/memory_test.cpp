@@ -11,6 +11,7 @@
 
 #include "host/host_table.hpp"
 #include "host/numa_arena.hpp"
+#include "store/detail/numa_home.hpp"
 #include "store/store.hpp"
 
 namespace strata {
@@ -64,9 +65,11 @@ TEST_P(ManySmallTables, HostMemoryIsAboutTheRows) {
   // Exactly what the model of the host tier says (one shared arena here).
   std::vector<TableSpec> specs;
   for (const auto& t : config.tables) specs.push_back(t.spec);
-  HostTableOptions ho;
-  ho.interleave = config.numa == NumaPolicy::kInterleave;
-  ho.huge_pages = config.huge_pages;
+  // The host tier as the store resolves config.numa (the emu device of offload and cached has no PCI
+  // bus id: `auto` interleaves).
+  const HostTableOptions ho = detail::resolve_numa_home(config, Topology::fake(nodes), placement != Placement::kCpu, "",
+                                                        detail::NumaAbilities{})
+                                  .host;
   EXPECT_EQ(mapped, host_footprint(specs, ho, nodes, true).mapped_bytes);
 
   // Every table still works (its own rows, trained independently): train table t's row by t.

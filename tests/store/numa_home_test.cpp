@@ -3,18 +3,26 @@
 // notes, and the real pages of a host table on this machine (get_mempolicy).
 
 #include <gtest/gtest.h>
-#include <numaif.h>
+#include <linux/mempolicy.h>  // MPOL_*: the kernel's UAPI header (no libnuma)
+#include <linux/version.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "host/host_table.hpp"
 #include "store/detail/numa_home.hpp"
 #include "store/store.hpp"
+
+// MPOL_PREFERRED_MANY (Linux 5.15) is an enumerator, not a macro, so #ifndef cannot tell whether
+// the header has it; older headers get its value.
+#if LINUX_VERSION_CODE < KERNEL_VERSION(5, 15, 0)
+#define MPOL_PREFERRED_MANY 5
+#endif
 
 namespace strata::detail {
 namespace {
@@ -56,12 +64,22 @@ TEST(NumaHome, AutoPutsEachRanksMemoryAndArenaOnItsGpusNode) {
       EXPECT_EQ(h.placement.memory_node, gpu_nodes[rank]);
       EXPECT_EQ(h.placement.thread_node, gpu_nodes[rank]);
       EXPECT_EQ(h.placement.note, "");
+      // The rank's host table: every row on its GPU's node.
+      TableSpec spec;
+      spec.name = "t";
+      spec.rows = 1000;
+      spec.dim = 16;
+      auto table = HostTable::create(topo, spec, h.host);
+      ASSERT_TRUE(table.is_ok()) << table.status().to_string();
+      for (std::int64_t r : {std::int64_t{0}, spec.rows / 2, spec.rows - 1})
+        EXPECT_EQ(table->node_of(r), gpu_nodes[rank]) << "row " << r;
     }
   }
 }
 
 TEST(NumaHome, AutoFallsBackToInterleaveWithANote) {
-  const Topology topo = Topology::fake(2).with_gpus({{hwloc_bus(0), "gpu", 1}, {hwloc_bus(1), "gpu", -1}});
+  const Topology topo =
+      Topology::fake(2).with_gpus({{hwloc_bus(0), "gpu", 1}, {hwloc_bus(1), "gpu", -1}, {hwloc_bus(3), "gpu", 5}});
   const NumaAbilities can{true, {0, 1}};
   struct Case {
     bool device;
@@ -71,9 +89,13 @@ TEST(NumaHome, AutoFallsBackToInterleaveWithANote) {
        {Case{false, "", "numa auto: the store has no device; host tier interleaved"},
         Case{true, "", "numa auto: the device has no PCI bus id (emu); host tier interleaved"},
         Case{true, cuda_bus(2),
-             "numa auto: hwloc lists no GPU of PCI bus id " + cuda_bus(2) + "; host tier interleaved"},
+             "numa auto: the fake topology (fake_numa_nodes) lists no GPU of PCI bus id " + cuda_bus(2) +
+                 "; host tier interleaved"},
         Case{true, cuda_bus(1),
-             "numa auto: hwloc does not know the NUMA node of GPU " + cuda_bus(1) + "; host tier interleaved"}}) {
+             "numa auto: hwloc does not know the NUMA node of GPU " + cuda_bus(1) + "; host tier interleaved"},
+        Case{true, cuda_bus(3),
+             "numa auto: hwloc puts GPU " + cuda_bus(3) +
+                 " on node 5, but the topology has 2 nodes; host tier interleaved"}}) {
     const NumaHome h = resolve_numa_home(StoreConfig{}, topo, c.device, c.bus, can);
     EXPECT_TRUE(h.host.interleave) << c.note;
     EXPECT_EQ(h.placement.memory_node, -1) << c.note;
@@ -82,24 +104,57 @@ TEST(NumaHome, AutoFallsBackToInterleaveWithANote) {
   }
 }
 
-TEST(NumaHome, WithoutNumaSupportDegradesToNoBindingWithANote) {
+TEST(NumaHome, WithoutMbindPlacesByFirstTouchWithANote) {
   const Topology topo = Topology::fake(2).with_gpus({{hwloc_bus(0), "gpu", 1}});
-  // A kernel (or container) that refuses mbind, and oneTBB without tbbbind (it reports node -1).
+  const std::string no_tbb =
+      "; oneTBB reports no NUMA node 1 (tbbbind not loaded, or the process's CPU affinity excludes node 1): "
+      "threads not constrained";
+  // A kernel (or container) that refuses mbind, and oneTBB without tbbbind (it reports node -1): the
+  // pages still go to the GPU's node, touched first by threads on it (NumaArena's pre-fault).
   const NumaHome h = resolve_numa_home(StoreConfig{}, topo, true, cuda_bus(0), NumaAbilities{false, {-1}});
-  EXPECT_EQ(h.placement.memory_node, -1);
+  EXPECT_FALSE(h.host.interleave);
+  EXPECT_EQ(h.host.node, 1);
+  EXPECT_EQ(h.placement.memory_node, 1);
   EXPECT_EQ(h.placement.thread_node, -1);
   EXPECT_EQ(h.placement.note,
-            "numa auto: GPU " + cuda_bus(0) +
-                " is on node 1, but the kernel does not bind memory (no NUMA support, or a container forbids "
-                "mbind): memory not bound; oneTBB reports no NUMA node 1 (tbbbind not loaded?): threads not "
-                "constrained");
+            "numa auto: GPU " + cuda_bus(0) + " is on node 1; placed by first touch (mbind unavailable)" + no_tbb);
   // Memory bound, threads not.
   const NumaHome m = resolve_numa_home(StoreConfig{}, topo, true, cuda_bus(0), NumaAbilities{true, {0}});
   EXPECT_EQ(m.placement.memory_node, 1);
   EXPECT_EQ(m.placement.thread_node, -1);
-  EXPECT_EQ(m.placement.note, "numa auto: GPU " + cuda_bus(0) +
-                                  " is on node 1; oneTBB reports no NUMA node 1 (tbbbind not loaded?): threads not "
-                                  "constrained");
+  EXPECT_EQ(m.placement.note, "numa auto: GPU " + cuda_bus(0) + " is on node 1" + no_tbb);
+  // bind, the same rule.
+  const NumaHome b =
+      resolve_numa_home(with_numa(NumaPolicy::kBind, 1), topo, true, cuda_bus(0), NumaAbilities{false, {}});
+  EXPECT_FALSE(b.host.interleave);
+  EXPECT_EQ(b.host.node, 1);
+  EXPECT_EQ(b.placement.memory_node, 1);
+  EXPECT_EQ(b.placement.note, "numa bind: node 1 placed by first touch (mbind unavailable)");
+}
+
+TEST(NumaHome, HwlocListsNoGpuOnTheRealMachine) {
+  auto real = Topology::discover();
+  ASSERT_TRUE(real.is_ok()) << real.status().to_string();
+  const NumaHome h = resolve_numa_home(StoreConfig{}, *real, true, cuda_bus(9), NumaAbilities{});
+  EXPECT_TRUE(h.host.interleave);
+  EXPECT_EQ(h.placement.note, "numa auto: hwloc lists no GPU of PCI bus id " + cuda_bus(9) + "; host tier interleaved");
+}
+
+TEST(NumaHome, AbilitiesAreProbedOnlyWhereNeeded) {
+  // NumaAbilities::of probes mbind and loads tbbbind: only bind and auto with a GPU node ask.
+  const Topology topo = Topology::fake(2).with_gpus({{hwloc_bus(0), "gpu", 1}});
+  int calls = 0;
+  const std::function<NumaAbilities()> count = [&calls] {
+    ++calls;
+    return NumaAbilities{true, {0, 1}};
+  };
+  (void)resolve_numa_home(with_numa(NumaPolicy::kInterleave), topo, true, cuda_bus(0), count);
+  (void)resolve_numa_home(StoreConfig{}, topo, false, "", count);
+  (void)resolve_numa_home(StoreConfig{}, topo, true, "", count);
+  (void)resolve_numa_home(StoreConfig{}, topo, true, cuda_bus(5), count);
+  EXPECT_EQ(calls, 0);
+  EXPECT_EQ(resolve_numa_home(StoreConfig{}, topo, true, cuda_bus(0), count).placement.thread_node, 1);
+  EXPECT_EQ(calls, 1);
 }
 
 TEST(NumaHome, AutoIsAConfigValue) {
@@ -108,6 +163,27 @@ TEST(NumaHome, AutoIsAConfigValue) {
   EXPECT_STREQ(to_string(NumaPolicy::kAuto), "auto");
   EXPECT_EQ(parse_numa_policy("gpu").status().message(),
             "unknown numa policy 'gpu' (expected auto, interleave or bind)");
+}
+
+TEST(NumaHome, NumaNodeIsForBindOnly) {
+  const std::string tables = R"("tables": [{"name": "t", "rows": 10, "dim": 4}])";
+  EXPECT_EQ(parse_store_config(R"({"numa": "auto", "numa_node": 7, )" + tables + "}").status().message(),
+            "numa_node 7 is the node of numa \"bind\", but numa is \"auto\" (drop numa_node, or set numa to "
+            "\"bind\")");
+  EXPECT_EQ(parse_store_config(R"({"numa_node": 1, )" + tables + "}").status().message(),
+            "numa_node 1 is the node of numa \"bind\", but numa is \"auto\" (drop numa_node, or set numa to "
+            "\"bind\")");
+  StoreConfig c = parse_store_config("{" + tables + "}").value();
+  c.numa = NumaPolicy::kInterleave;
+  c.numa_node = 2;
+  EXPECT_EQ(validate(c).message(),
+            "numa_node 2 is the node of numa \"bind\", but numa is \"interleave\" (drop numa_node, or set numa "
+            "to \"bind\")");
+  // 0 (the default, which configs and checkpoints of earlier builds record for every policy) is accepted.
+  EXPECT_TRUE(parse_store_config(R"({"numa": "interleave", "numa_node": 0, )" + tables + "}").is_ok());
+  EXPECT_TRUE(parse_store_config(R"({"numa": "bind", "numa_node": 1, )" + tables + "}").is_ok());
+  EXPECT_EQ(parse_store_config(R"({"numa": "bind", "numa_node": -1, )" + tables + "}").status().message(),
+            "numa_node -1 must be >= 0");
 }
 
 TEST(NumaHome, InterleaveAndBindAsBefore) {
@@ -159,7 +235,8 @@ TEST(NumaHome, HostTablePagesLieOnTheGpusNode) {
     unsigned long mask[16] = {};
     ASSERT_EQ(syscall(SYS_get_mempolicy, &mode, mask, 64 * 16, table->row(r), MPOL_F_ADDR), 0);
     // Bound to the node (hwloc's non-strict bind is MPOL_PREFERRED_MANY where the kernel has it).
-    EXPECT_TRUE(mode == MPOL_BIND || mode == MPOL_PREFERRED || mode == 5) << "row " << r << ": mode " << mode;
+    EXPECT_TRUE(mode == MPOL_BIND || mode == MPOL_PREFERRED || mode == MPOL_PREFERRED_MANY)
+        << "row " << r << ": mode " << mode;
     EXPECT_EQ(mask[os_node / 64], 1ul << (os_node % 64)) << "row " << r;
   }
 }
@@ -178,7 +255,10 @@ TEST(NumaHome, StoreStatsSayWhereTheHostTierIs) {
   auto bound = Store::open(c);
   ASSERT_TRUE(bound.is_ok()) << bound.status().to_string();
   EXPECT_EQ(bound.value()->stats().numa.memory_node, 0);
-  EXPECT_EQ(bound.value()->stats().numa.note, "");
+  auto real = Topology::discover();
+  ASSERT_TRUE(real.is_ok()) << real.status().to_string();
+  EXPECT_EQ(bound.value()->stats().numa.note,
+            real->binds_memory() ? "" : "numa bind: node 0 placed by first touch (mbind unavailable)");
 }
 
 }  // namespace
