@@ -265,10 +265,14 @@ std::string check_all_gather_arguments(int size, const void* send, std::int64_t 
   return "";
 }
 
-std::string check_all_reduce_arguments(const void* data, std::int64_t count, DataType type, ReduceOp op) {
+std::string check_all_reduce_arguments(int size, const void* data, std::int64_t count, DataType type, ReduceOp op) {
   if (count < 0) return "count = " + std::to_string(count) + " is negative";
   if (!valid_type(type)) return "data type " + std::to_string(static_cast<int>(type)) + " is not a DataType";
   if (!valid_op(op)) return "reduce op " + std::to_string(static_cast<int>(op)) + " is not a ReduceOp";
+  const auto width = static_cast<std::int64_t>(size_of(type));
+  if (size > 0 && count > std::numeric_limits<std::int64_t>::max() / width / size)
+    return "count = " + std::to_string(count) + " of " + data_type_name(type) + " from each of " +
+           std::to_string(size) + " ranks add up past int64 bytes (a reduction gathers them all)";
   if (count > 0 && !data) return "data is null but count = " + std::to_string(count);
   return "";
 }
@@ -358,13 +362,13 @@ CallInfo all_gather_call(int size, const void* send, std::int64_t bytes, const v
   return c;
 }
 
-CallInfo all_reduce_call(const void* data, std::int64_t count, DataType type, ReduceOp op) {
+CallInfo all_reduce_call(int size, const void* data, std::int64_t count, DataType type, ReduceOp op) {
   CallInfo c;
   c.kind = Collective::kAllReduce;
   c.count = count;
   c.type = type;
   c.op = op;
-  c.arg_error = check_all_reduce_arguments(data, count, type, op);
+  c.arg_error = check_all_reduce_arguments(size, data, count, type, op);
   return c;
 }
 

@@ -111,7 +111,9 @@ std::string check_a2a_arguments(int size, int me, const void* send, const std::i
                                 const std::int64_t* recv_displs);
 /// all_gather of `bytes` per rank over `size` ranks: recv holds size x bytes, which must fit int64.
 std::string check_all_gather_arguments(int size, const void* send, std::int64_t bytes, const void* recv);
-std::string check_all_reduce_arguments(const void* data, std::int64_t count, DataType type, ReduceOp op);
+/// all_reduce of `count` elements of `type` per rank: size x count x the type's size must fit int64
+/// (a reduction over a gather holds them all).
+std::string check_all_reduce_arguments(int size, const void* data, std::int64_t count, DataType type, ReduceOp op);
 std::string check_broadcast_arguments(int size, const void* data, std::int64_t bytes, int root);
 
 /// A call of each collective as CallInfo, with this rank's own arguments judged (arg_error: the
@@ -120,7 +122,7 @@ CallInfo all_to_all_v_call(int size, int me, const void* send, const std::int64_
                            const std::int64_t* send_displs, const void* recv, const std::int64_t* recv_counts,
                            const std::int64_t* recv_displs);
 CallInfo all_gather_call(int size, const void* send, std::int64_t bytes, const void* recv);
-CallInfo all_reduce_call(const void* data, std::int64_t count, DataType type, ReduceOp op);
+CallInfo all_reduce_call(int size, const void* data, std::int64_t count, DataType type, ReduceOp op);
 CallInfo broadcast_call(int size, const void* data, std::int64_t bytes, int root);
 
 /// Judges a BufferSpace: for device buffers, that `stream` is a stream of `device`. "" when fine,

@@ -835,6 +835,24 @@ TEST_P(Conformance, AllToAllVWithADisplacementPlusCountPastInt64FailsEveryRank) 
   }
 }
 
+// An all_reduce whose bytes (count * the type's size, gathered from every rank) add up past
+// int64 is refused on every rank before anything is read, like all_gather's.
+TEST_P(Conformance, AllReduceWhoseBytesAddUpPastInt64FailsEveryRank) {
+  // Invalid arguments break the communicator: one world each.
+  for (const std::int64_t count :
+       {std::numeric_limits<std::int64_t>::max() / 8 + 1, std::numeric_limits<std::int64_t>::max() / (8 * n()) + 1}) {
+    world().run(normal_options(), [&](RankEnv& env) {
+      Communicator& c = env.comm;
+      std::vector<double> data(4, 1.0);
+      const Status s = c.all_reduce(data.data(), count, DataType::kFloat64, ReduceOp::kSum);
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+      EXPECT_THAT(s.message(), HasSubstr("count = " + std::to_string(count) + " of float64 from each of " +
+                                         std::to_string(n()) + " ranks add up past int64"));
+      EXPECT_EQ(data, std::vector<double>(4, 1.0));
+    });
+  }
+}
+
 // ---- device buffers (BufferSpace::on): the same bytes, counted the same way ----
 
 TEST_P(Conformance, DeviceBuffersAllToAllV) {

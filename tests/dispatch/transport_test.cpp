@@ -13,11 +13,13 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "dispatch/transport_communicator.hpp"
+#include "gpu/device.hpp"
 #include "tests/dispatch/conformance.hpp"
 #include "tests/dispatch/thread_transport.hpp"
 #include "tests/dispatch/thread_world.hpp"
@@ -161,6 +163,74 @@ TEST(TransportCommunicator, ATransportErrorBreaksTheCommunicator) {
   EXPECT_EQ(again.code(), StatusCode::kUnavailable);
   EXPECT_THAT(again.message(), HasSubstr("a peer left the process group"));
   EXPECT_EQ(g.transports[0]->gathers, gathers);
+}
+
+// One rank's emulated device and a stream on it (fail_after_ops: the op index that fails, -1 none).
+struct EmuRank {
+  explicit EmuRank(std::int64_t fail_after_ops = -1) {
+    gpu::EmuOptions o;
+    o.capacity = 1 << 20;
+    o.threads = 1;
+    o.fail_after_ops = fail_after_ops;
+    dev = gpu::make_emu_device(o).value();
+    stream = dev->create_stream().value();
+  }
+  BufferSpace space() { return BufferSpace::on(*dev, stream.view()); }
+  std::unique_ptr<gpu::Device> dev;
+  gpu::Stream stream;
+};
+
+// A device fault in the own share of a direct all_to_all_v that moves nothing between ranks (the
+// Transport gets no call) fails the call on that rank and leaves the communicator usable, as a
+// fault in the staged path's own share does: the peers are in step, no rank waits.
+TEST(TransportCommunicator, ADeviceFaultInTheOwnShareLeavesEveryRankInStep) {
+  for (bool direct : {false, true}) {
+    SCOPED_TRACE(direct ? "direct" : "staged");
+    CommOptions o;
+    o.timeout = std::chrono::seconds(10);
+    TransportGroup g = make_transport_group(2, direct, o);
+    std::vector<Status> got(2), after(2);
+    on_ranks(2, [&](int r) {
+      EmuRank er(r == 0 ? 0 : -1);
+      {
+        auto send = er.dev->allocate(64).value(), recv = er.dev->allocate(64).value();
+        std::vector<std::int64_t> counts(2, 0), displs(2, 0);
+        counts[r] = 8;
+        displs[1] = counts[0];
+        got[r] = g.comms[r]->all_to_all_v(send.data(), counts.data(), displs.data(), recv.data(), counts.data(),
+                                          displs.data(), er.space());
+      }
+      after[r] = g.comms[r]->barrier();
+      g.comms[r]->forget_device(*er.dev);
+    });
+    EXPECT_EQ(got[0].code(), StatusCode::kInternal) << got[0].to_string();
+    EXPECT_THAT(got[0].message(), HasSubstr("emulated device fault"));
+    EXPECT_TRUE(got[1].is_ok()) << got[1].to_string();
+    for (int r = 0; r < 2; ++r) EXPECT_TRUE(after[r].is_ok()) << "rank " << r << ": " << after[r].to_string();
+  }
+}
+
+// A device all_gather whose receive bytes (bytes * size) would pass int64 is refused on every rank
+// before anything computes them (undefined behaviour: UBSan aborts) or touches a device.
+TEST(TransportCommunicator, ADeviceAllGatherPastInt64IsRefusedBeforeItsSizeIsComputed) {
+  for (bool direct : {false, true}) {
+    SCOPED_TRACE(direct ? "direct" : "staged");
+    TransportGroup g = make_transport_group(2, direct);
+    std::vector<Status> got(2);
+    on_ranks(2, [&](int r) {
+      EmuRank er;
+      {
+        auto send = er.dev->allocate(64).value(), recv = er.dev->allocate(64).value();
+        got[r] = g.comms[r]->all_gather(send.data(), std::numeric_limits<std::int64_t>::max() / 2 + 1, recv.data(),
+                                        er.space());
+      }
+      g.comms[r]->forget_device(*er.dev);
+    });
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(got[r].code(), StatusCode::kInvalidArgument) << got[r].to_string();
+      EXPECT_THAT(got[r].message(), HasSubstr("from each of 2 ranks add up past int64"));
+    }
+  }
 }
 
 }  // namespace
