@@ -233,5 +233,35 @@ TEST(TransportCommunicator, ADeviceAllGatherPastInt64IsRefusedBeforeItsSizeIsCom
   }
 }
 
+// A Transport whose device operation only orders its work on the stream (returns before it ran):
+// the communicator waits for the stream before the call returns (a device collective is synchronous
+// for the host), so a fault in that work fails the call on that rank, and leaves the ranks in step.
+TEST(TransportCommunicator, ADirectDeviceCollectiveWaitsForTheTransportsQueuedWork) {
+  TransportGroup g = make_transport_group(2, true);
+  std::vector<Status> got(2), after(2);
+  std::vector<int> device_ops(2);
+  g.transports[0]->queue_after = [](const DeviceBuffers& dev) {
+    // Past the end of the allocation: emu's sticky error, seen at the next synchronize.
+    dev.space.device->copy_d2d(dev.space.stream, dev.recv, dev.send, std::size_t{1} << 30);
+  };
+  on_ranks(2, [&](int r) {
+    EmuRank er;
+    {
+      auto send = er.dev->allocate(64).value(), recv = er.dev->allocate(128).value();
+      got[r] = g.comms[r]->all_gather(send.data(), 64, recv.data(), er.space());
+    }
+    after[r] = g.comms[r]->barrier();
+    device_ops[r] = g.transports[r]->device_ops;
+    g.comms[r]->forget_device(*er.dev);
+  });
+  EXPECT_FALSE(got[0].is_ok());
+  EXPECT_THAT(got[0].message(), HasSubstr("all_gather: "));
+  EXPECT_TRUE(got[1].is_ok()) << got[1].to_string();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(after[r].is_ok()) << "rank " << r << ": " << after[r].to_string();
+    EXPECT_EQ(device_ops[r], 1);
+  }
+}
+
 }  // namespace
 }  // namespace strata::dispatch::testing
