@@ -153,6 +153,7 @@ class TransportCommunicator final : public Communicator {
       CallInfo info =
           detail::all_to_all_v_call(size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
       detail::judge_space(info, space);
+      info.direct = true;
       bool own_only = false;
       STRATA_RETURN_IF_ERROR(run(info, [&]() -> Status {
         own_only = !anyone_sends_to_a_peer();
@@ -179,6 +180,7 @@ class TransportCommunicator final : public Communicator {
     if (t_->takes_device(space)) {
       CallInfo info = detail::all_gather_call(size_, send, bytes, recv);
       detail::judge_space(info, space);
+      info.direct = true;
       STRATA_RETURN_IF_ERROR(run(info, [&]() -> Status {
         if (bytes == 0) return Status::ok();
         const DeviceBuffers dev{send, recv, space};
@@ -198,6 +200,7 @@ class TransportCommunicator final : public Communicator {
     if (t_->takes_device(space)) {
       CallInfo info = detail::broadcast_call(size_, data, bytes, root);
       detail::judge_space(info, space);
+      info.direct = true;
       STRATA_RETURN_IF_ERROR(run(info, [&]() -> Status {
         if (bytes == 0 || size_ == 1) return Status::ok();
         const DeviceBuffers dev{data, data, space};

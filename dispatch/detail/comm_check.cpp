@@ -391,6 +391,7 @@ std::size_t encode_call(const CallInfo& call, std::uint64_t seq, int size, std::
   h.type = static_cast<std::int32_t>(call.type);
   h.op = static_cast<std::int32_t>(call.op);
   h.root = call.root;
+  h.direct = call.direct ? 1 : 0;
   encode_failure(call, h.has_arg_error, h.device_code, h.error, sizeof(h.error));
   std::memset(out, 0, wire_words(size) * sizeof(std::int64_t));
   std::memcpy(out, &h, sizeof(h));
@@ -411,6 +412,7 @@ std::uint64_t decode_call(const std::int64_t* in, int size, CallInfo& call) {
   call.type = static_cast<DataType>(h.type);
   call.op = static_cast<ReduceOp>(h.op);
   call.root = h.root;
+  call.direct = h.direct != 0;
   decode_failure(h.has_arg_error, h.device_code, h.error, sizeof(h.error), call);
   if (call.kind == Collective::kAllToAllV && !h.has_arg_error) {
     call.send_counts = in + kWireHeaderWords;
@@ -446,6 +448,16 @@ Status agreement(const std::vector<const CallInfo*>& calls) {
     bad += "rank " + std::to_string(r) + ": " + calls[r]->arg_error;
   }
   if (!bad.empty()) return Status::invalid_argument(std::string(kind) + ": invalid arguments: " + bad);
+
+  // A device operation of the Transport on one rank against a host one on another: no process
+  // group matches them (transport; false everywhere else).
+  std::vector<std::int32_t> paths(n);
+  for (int r = 0; r < n; ++r) paths[r] = calls[r]->direct ? 1 : 0;
+  STRATA_RETURN_IF_ERROR(agree_on<std::int32_t>(kind, "the device path", paths, [](const std::int32_t& d) {
+    return std::string(d ? "direct (device buffers given to the transport)"
+                         : "staged (host buffers, or device buffers staged through host memory; all_to_all_v: "
+                           "displacements not packed in rank order)");
+  }));
 
   std::vector<std::int64_t> v(n);
   switch (first.kind) {

@@ -37,6 +37,9 @@ struct CallInfo {
   /// all_to_all_v: size() entries each, host; borrowed from the caller (or from a received header).
   const std::int64_t* send_counts = nullptr;
   const std::int64_t* recv_counts = nullptr;
+  /// transport: this rank gives its device buffers to the Transport's device operation (takes_device);
+  /// false: host buffers, or device buffers staged through host memory. Every rank must agree.
+  bool direct = false;
   /// Non-empty when this rank's own arguments are invalid (what check_arguments() said).
   std::string arg_error;
   /// With valid arguments: OK, or why this rank cannot take part although the ranks are in step:
@@ -76,7 +79,9 @@ struct WireHeader {
   std::int32_t root = 0;
   std::int32_t has_arg_error = 0;
   std::int32_t device_code = 0;  ///< the StatusCode of CallInfo::device_error, 0 (kOk) when none
-  char error[216] = {};          ///< encode_failure()'s text
+  std::int32_t direct = 0;       ///< CallInfo::direct
+  std::int32_t reserved = 0;
+  char error[208] = {};  ///< encode_failure()'s text
 };
 static_assert(sizeof(WireHeader) % sizeof(std::int64_t) == 0, "the counts after the header stay aligned");
 

@@ -263,5 +263,32 @@ TEST(TransportCommunicator, ADirectDeviceCollectiveWaitsForTheTransportsQueuedWo
   }
 }
 
+// Ranks whose device buffers take different paths (rank 0's Transport takes them, rank 1's stages
+// them through host memory: a host operation against a device one, which a real process group
+// cannot match) are refused on every rank before any data moves, naming the ranks.
+TEST(TransportCommunicator, RanksThatMixDirectAndStagedDeviceBuffersAreRefused) {
+  auto locals = make_local_group(2).value();
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (int r = 0; r < 2; ++r) {
+    comms.push_back(make_transport_communicator(
+                        std::make_unique<ThreadTransport>(std::move(locals[static_cast<std::size_t>(r)]), r == 0))
+                        .value());
+  }
+  std::vector<Status> got(2);
+  on_ranks(2, [&](int r) {
+    EmuRank er;
+    {
+      auto send = er.dev->allocate(8).value(), recv = er.dev->allocate(16).value();
+      got[r] = comms[r]->all_gather(send.data(), 8, recv.data(), er.space());
+    }
+    comms[r]->forget_device(*er.dev);
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(got[r].code(), StatusCode::kInvalidArgument) << got[r].to_string();
+    EXPECT_THAT(got[r].message(), HasSubstr("all_gather: ranks disagree on the device path: rank 0: direct"));
+    EXPECT_THAT(got[r].message(), HasSubstr("rank 1: staged"));
+  }
+}
+
 }  // namespace
 }  // namespace strata::dispatch::testing
