@@ -147,6 +147,7 @@ class TransportCommunicator final : public Communicator {
   Status do_all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
                          const std::int64_t* recv_counts, const std::int64_t* recv_displs,
                          const BufferSpace& space) override {
+    if (!broken_.is_ok()) return refuse_broken(Collective::kAllToAllV);
     if (!space.on_device())
       return all_to_all_v_host(send, send_counts, send_displs, recv, recv_counts, recv_displs, "", Status::ok());
     if (t_->takes_device(space) && packed(send_counts, send_displs) && packed(recv_counts, recv_displs)) {
@@ -176,6 +177,7 @@ class TransportCommunicator final : public Communicator {
   }
 
   Status do_all_gather(const void* send, std::int64_t bytes, void* recv, const BufferSpace& space) override {
+    if (!broken_.is_ok()) return refuse_broken(Collective::kAllGather);
     if (!space.on_device()) return all_gather_host(send, bytes, recv, "", Status::ok());
     if (t_->takes_device(space)) {
       CallInfo info = detail::all_gather_call(size_, send, bytes, recv);
@@ -196,6 +198,7 @@ class TransportCommunicator final : public Communicator {
   }
 
   Status do_broadcast(void* data, std::int64_t bytes, int root, const BufferSpace& space) override {
+    if (!broken_.is_ok()) return refuse_broken(Collective::kBroadcast);
     if (!space.on_device()) return broadcast_host(data, bytes, root, "", Status::ok());
     if (t_->takes_device(space)) {
       CallInfo info = detail::broadcast_call(size_, data, bytes, root);
@@ -247,12 +250,19 @@ class TransportCommunicator final : public Communicator {
     return false;
   }
 
+  // A call on a broken communicator: counted, refused with the first error, before any device
+  // work (staging) or Transport call.
+  Status refuse_broken(Collective kind) {
+    tally_.count_call();
+    return detail::broken_status(detail::collective_name(kind), broken_);
+  }
+
   // Header exchange, agreement, then `payload()`.
   template <class Payload>
   Status run(const CallInfo& mine, Payload&& payload) {
+    if (!broken_.is_ok()) return refuse_broken(mine.kind);
     tally_.count_call();
     const char* what = detail::collective_name(mine.kind);
-    if (!broken_.is_ok()) return detail::broken_status(what, broken_);
     const std::uint64_t seq = seq_++;
 
     std::vector<CallInfo> all;

@@ -290,5 +290,32 @@ TEST(TransportCommunicator, RanksThatMixDirectAndStagedDeviceBuffersAreRefused) 
   }
 }
 
+// A broken communicator does no device work for a device collective: no pinned staging grows, no
+// copy is queued (the device's first operation would fault); the call returns the first error.
+TEST(TransportCommunicator, ABrokenCommunicatorDoesNoDeviceWork) {
+  TransportGroup g = make_transport_group(2, false);
+  g.transports[1]->tamper = [](char* send, std::int64_t) { send[0] = 'X'; };
+  on_ranks(2, [&](int r) {
+    Communicator& c = *g.comms[r];
+    ASSERT_EQ(c.barrier().code(), StatusCode::kFailedPrecondition);
+    EmuRank er(0);
+    {
+      auto send = er.dev->allocate(16).value(), recv = er.dev->allocate(32).value();
+      const std::vector<std::int64_t> counts{8, 8}, displs{0, 8};
+      const gpu::ResourceCounts before = er.dev->resource_counts();
+      for (const Status& s :
+           {c.all_gather(send.data(), 8, recv.data(), er.space()), c.broadcast(recv.data(), 8, 0, er.space()),
+            c.all_to_all_v(send.data(), counts.data(), displs.data(), recv.data(), counts.data(), displs.data(),
+                           er.space())}) {
+        EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.to_string();
+        EXPECT_THAT(s.message(), HasSubstr("communicator broken by an earlier failure"));
+      }
+      EXPECT_TRUE(er.dev->resource_counts() - before == gpu::ResourceCounts{}) << "rank " << r;
+      EXPECT_TRUE(er.dev->status().is_ok()) << "rank " << r << ": " << er.dev->status().to_string();
+    }
+    c.forget_device(*er.dev);
+  });
+}
+
 }  // namespace
 }  // namespace strata::dispatch::testing
