@@ -317,5 +317,29 @@ TEST(TransportCommunicator, ABrokenCommunicatorDoesNoDeviceWork) {
   });
 }
 
+// The direct worlds reach the Transport's device operations: a packed device all_to_all_v (the
+// layout of dispatch::exchange), an all_gather and a broadcast each give it the caller's buffers.
+TEST(TransportCommunicator, DirectWorldsGiveDeviceBuffersToTheTransport) {
+  for (int n : {2, 3}) {
+    TransportGroup g = make_transport_group(n, true);
+    on_ranks(n, [&](int r) {
+      Communicator& c = *g.comms[r];
+      EmuRank er;
+      {
+        auto send = er.dev->allocate(8 * n).value(), recv = er.dev->allocate(8 * n).value();
+        std::vector<std::int64_t> counts(n, 8), displs(n);
+        for (int p = 0; p < n; ++p) displs[p] = 8 * p;
+        EXPECT_TRUE(c.all_to_all_v(send.data(), counts.data(), displs.data(), recv.data(), counts.data(), displs.data(),
+                                   er.space())
+                        .is_ok());
+        EXPECT_TRUE(c.all_gather(send.data(), 8, recv.data(), er.space()).is_ok());
+        EXPECT_TRUE(c.broadcast(recv.data(), 8, 0, er.space()).is_ok());
+      }
+      EXPECT_EQ(g.transports[r]->device_ops, 3) << "rank " << r;
+      c.forget_device(*er.dev);
+    });
+  }
+}
+
 }  // namespace
 }  // namespace strata::dispatch::testing
