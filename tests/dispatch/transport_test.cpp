@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -18,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "dispatch/detail/comm_check.hpp"
 #include "dispatch/transport_communicator.hpp"
 #include "gpu/device.hpp"
 #include "tests/dispatch/conformance.hpp"
@@ -99,7 +101,7 @@ TEST(TransportCommunicator, RanksOutOfStepAreNamedWithTheirCallNumbers) {
   TransportGroup g = make_transport_group(2, false);
   g.transports[1]->tamper = [](char* send, std::int64_t) {
     const std::uint64_t seq = 7;
-    std::memcpy(send + 8, &seq, sizeof(seq));  // WireHeader::seq follows the 8-byte magic
+    std::memcpy(send + offsetof(detail::WireHeader, seq), &seq, sizeof(seq));
   };
   std::vector<Status> got(2);
   on_ranks(2, [&](int r) { got[r] = g.comms[r]->barrier(); });
