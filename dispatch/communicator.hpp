@@ -19,8 +19,11 @@
 // the like): that rank cannot copy its header for the all-gather either, so it breaks and aborts,
 // and its peers time out after CommOptions::timeout with kUnavailable and break. A device error on
 // one rank after a device collective's copies started (its device failed during the call) fails
-// that rank's call only, in `local`, `mpi` and `transport` (`nccl` breaks): a device dying
-// mid-call, as one can during any kernel.
+// that rank's call only in `local`, `mpi` and `transport` when the communicator's own copies see
+// it (staging, the own share, the wait for the stream after the data moved); a failed device
+// operation of `nccl`, or of a `transport` whose Transport takes the device buffers (its device
+// operation returned an error), breaks the communicator like any error of the collective itself:
+// a device dying mid-call, as one can during any kernel.
 //
 // Memory spaces: the data-moving collectives (all_to_all_v, all_gather, broadcast) take a
 // BufferSpace saying where their buffers live: host memory (the default) or device memory of a
@@ -85,7 +88,7 @@ struct CommCounters {
 /// for the host, and the caller may queue work that reads the received data right away. `stream`
 /// must be a stream of `device`, else every rank fails the call with InvalidArgument (a broken
 /// communicator, as for any invalid argument). A sticky error of `device` found before the data
-/// moves (or, `mpi`, staging it failing) fails every rank with that error's code, naming the rank,
+/// moves (or, `mpi` and `transport`, staging it failing) fails every rank with that error's code, naming the rank,
 /// and leaves the communicator usable (`nccl`: unless the fault poisoned the CUDA context, see the
 /// top of this file); one found after (the copies in) fails this rank only.
 /// Device pointers, counts and displacements are bytes as for host buffers; the arrays of counts
@@ -108,7 +111,7 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const noexcept = 0;
   virtual int size() const noexcept = 0;
-  /// "local", "mpi" or "nccl".
+  /// "local", "mpi", "nccl", or for `transport` its Transport's kind() (e.g. "torch").
   virtual const char* kind() const noexcept = 0;
   /// This rank's place among the ranks of its host, which picks its GPU (local_rank modulo the
   /// visible GPUs: a store's device ordinal "auto", the `nccl` communicator's device): `local`
@@ -116,9 +119,10 @@ class Communicator {
   /// (launcher_local_rank(), dispatch/mpi_communicator.hpp), else the rank; `nccl` its bootstrap
   /// communicator's (from an id file: as `mpi`).
   virtual int local_rank() const noexcept = 0;
-  /// The CUDA device this rank's collectives run on (`nccl`), -1 for communicators that are tied to
-  /// no GPU (`local`, `mpi`: they work in host memory and take device buffers of any device). A store in this rank's
-  /// world opens that device (device ordinal "auto").
+  /// The CUDA device this rank's collectives run on (`nccl`; `transport`: its Transport's
+  /// device(), e.g. an NCCL process group's), -1 for communicators that are tied to no GPU (`local`,
+  /// `mpi`, a `transport` whose Transport names none: they work in host memory and take device
+  /// buffers of any device). A store in this rank's world opens that device (device ordinal "auto").
   virtual int device() const noexcept { return -1; }
 
   /// All-to-all with variable sizes, in bytes: `send_counts[r]` bytes starting at

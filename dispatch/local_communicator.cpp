@@ -205,7 +205,7 @@ class LocalCommunicator final : public Communicator {
 
   Status all_reduce(void* data, std::int64_t count, DataType type, ReduceOp op) override {
     Posting p;
-    p.info = detail::all_reduce_call(data, count, type, op);
+    p.info = detail::all_reduce_call(size(), data, count, type, op);
     const bool work = p.info.arg_error.empty() && count > 0 && size() > 1;
     if (work) {
       // `data` is both input and output, and peers read every rank's input while this rank

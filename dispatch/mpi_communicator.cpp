@@ -190,7 +190,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   Status all_reduce(void* data, std::int64_t count, DataType type, ReduceOp op) override {
-    CallInfo info = detail::all_reduce_call(data, count, type, op);
+    CallInfo info = detail::all_reduce_call(size_, data, count, type, op);
     return run(info, [&](std::uint64_t seq, Clock::time_point deadline, const char* what) -> Status {
       if (count == 0 || size_ == 1) return Status::ok();
       const std::int64_t es = static_cast<std::int64_t>(size_of(type));

@@ -336,7 +336,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   Status all_reduce(void* data, std::int64_t count, DataType type, ReduceOp op) override {
-    CallInfo info = detail::all_reduce_call(data, count, type, op);
+    CallInfo info = detail::all_reduce_call(size_, data, count, type, op);
     return run(info, [&](Clock::time_point deadline, const char* what) -> Status {
       if (count == 0) return Status::ok();
       const std::size_t bytes = static_cast<std::size_t>(count) * size_of(type);

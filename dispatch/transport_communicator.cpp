@@ -36,7 +36,7 @@ class TransportCommunicator final : public Communicator {
   int device() const noexcept override { return t_->device(); }
 
   Status all_reduce(void* data, std::int64_t count, DataType type, ReduceOp op) override {
-    return run(detail::all_reduce_call(data, count, type, op), [&]() -> Status {
+    return run(detail::all_reduce_call(size_, data, count, type, op), [&]() -> Status {
       if (count == 0 || size_ == 1) return Status::ok();
       const std::int64_t bytes = count * static_cast<std::int64_t>(size_of(type));
       STRATA_ASSIGN_OR_RETURN(HostStage stage, t_->host_stage(bytes, bytes * size_));
@@ -147,23 +147,29 @@ class TransportCommunicator final : public Communicator {
   Status do_all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
                          const std::int64_t* recv_counts, const std::int64_t* recv_displs,
                          const BufferSpace& space) override {
+    if (!broken_.is_ok()) return refuse_broken(Collective::kAllToAllV);
     if (!space.on_device())
       return all_to_all_v_host(send, send_counts, send_displs, recv, recv_counts, recv_displs, "", Status::ok());
     if (t_->takes_device(space) && packed(send_counts, send_displs) && packed(recv_counts, recv_displs)) {
       CallInfo info =
           detail::all_to_all_v_call(size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
       detail::judge_space(info, space);
-      return run(info, [&]() -> Status {
-        if (anyone_sends_to_a_peer()) {
-          const DeviceBuffers dev{send, recv, space};
-          return t_->all_to_all(send_counts, recv_counts, &dev);
-        }
-        const std::int64_t own = recv_counts[rank_];
-        if (own == 0) return Status::ok();
-        space.device->copy_d2d(space.stream, static_cast<char*>(recv) + recv_displs[rank_],
-                               static_cast<const char*>(send) + send_displs[rank_], static_cast<std::size_t>(own));
-        return space.device->synchronize(space.stream);
-      });
+      info.direct = true;
+      bool own_only = false;
+      STRATA_RETURN_IF_ERROR(run(info, [&]() -> Status {
+        own_only = !anyone_sends_to_a_peer();
+        if (own_only) return Status::ok();
+        const DeviceBuffers dev{send, recv, space};
+        return t_->all_to_all(send_counts, recv_counts, &dev);
+      }));
+      // No rank sends to another: the own share alone, after run() (as the staged path's), so a
+      // device fault in it is this rank's error and leaves the ranks in step.
+      const std::int64_t own = recv_counts[rank_];
+      char* to = static_cast<char*>(recv) + recv_displs[rank_];
+      const char* from = static_cast<const char*>(send) + send_displs[rank_];
+      if (own_only && own > 0 && to != from)
+        space.device->copy_d2d(space.stream, to, from, static_cast<std::size_t>(own));
+      return completed(space, "all_to_all_v");
     }
     return detail::staged_all_to_all_v(stages_, size_, rank_, send, send_counts, send_displs, recv, recv_counts,
                                        recv_displs, space,
@@ -171,15 +177,18 @@ class TransportCommunicator final : public Communicator {
   }
 
   Status do_all_gather(const void* send, std::int64_t bytes, void* recv, const BufferSpace& space) override {
+    if (!broken_.is_ok()) return refuse_broken(Collective::kAllGather);
     if (!space.on_device()) return all_gather_host(send, bytes, recv, "", Status::ok());
     if (t_->takes_device(space)) {
       CallInfo info = detail::all_gather_call(size_, send, bytes, recv);
       detail::judge_space(info, space);
-      return run(info, [&]() -> Status {
+      info.direct = true;
+      STRATA_RETURN_IF_ERROR(run(info, [&]() -> Status {
         if (bytes == 0) return Status::ok();
         const DeviceBuffers dev{send, recv, space};
         return t_->all_gather(bytes, &dev);
-      });
+      }));
+      return completed(space, "all_gather");
     }
     return detail::staged_all_gather(
         stages_, size_, rank_, send, bytes, recv, space,
@@ -189,20 +198,30 @@ class TransportCommunicator final : public Communicator {
   }
 
   Status do_broadcast(void* data, std::int64_t bytes, int root, const BufferSpace& space) override {
+    if (!broken_.is_ok()) return refuse_broken(Collective::kBroadcast);
     if (!space.on_device()) return broadcast_host(data, bytes, root, "", Status::ok());
     if (t_->takes_device(space)) {
       CallInfo info = detail::broadcast_call(size_, data, bytes, root);
       detail::judge_space(info, space);
-      return run(info, [&]() -> Status {
+      info.direct = true;
+      STRATA_RETURN_IF_ERROR(run(info, [&]() -> Status {
         if (bytes == 0 || size_ == 1) return Status::ok();
         const DeviceBuffers dev{data, data, space};
         return t_->broadcast(bytes, root, &dev);
-      });
+      }));
+      return completed(space, "broadcast");
     }
     return detail::staged_broadcast(stages_, size_, rank_, data, bytes, root, space,
                                     [&](void* hd, const std::string& arg_error, const Status& device_error) {
                                       return broadcast_host(hd, bytes, root, arg_error, device_error);
                                     });
+  }
+
+  // After a direct device collective succeeded on every rank: waits for `space.stream` (the
+  // Transport only orders its work before later work there; a device collective is synchronous for
+  // the host). A fault here is this rank's device error: the ranks are in step, so it breaks nothing.
+  static Status completed(const BufferSpace& space, const char* what) {
+    return space.device->synchronize(space.stream).with_context(what);
   }
 
   // ---- one collective ----
@@ -231,12 +250,19 @@ class TransportCommunicator final : public Communicator {
     return false;
   }
 
+  // A call on a broken communicator: counted, refused with the first error, before any device
+  // work (staging) or Transport call.
+  Status refuse_broken(Collective kind) {
+    tally_.count_call();
+    return detail::broken_status(detail::collective_name(kind), broken_);
+  }
+
   // Header exchange, agreement, then `payload()`.
   template <class Payload>
   Status run(const CallInfo& mine, Payload&& payload) {
+    if (!broken_.is_ok()) return refuse_broken(mine.kind);
     tally_.count_call();
     const char* what = detail::collective_name(mine.kind);
-    if (!broken_.is_ok()) return detail::broken_status(what, broken_);
     const std::uint64_t seq = seq_++;
 
     std::vector<CallInfo> all;

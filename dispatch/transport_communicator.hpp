@@ -108,7 +108,9 @@ class Transport {
   /// until the next host_stage() call or the Transport's destruction; the communicator calls it
   /// before each host operation (also to read a received header), writes `send` before and reads
   /// `recv` after the operation. Not a collective: ranks may ask for different sizes. An error
-  /// (ResourceExhausted, ...) breaks the communicator like an operation's.
+  /// (ResourceExhausted, ...) breaks the communicator like an operation's; one for a payload (after
+  /// the header went out) leaves this rank's peers in the Transport's operation until their timeout
+  /// (kUnavailable naming this rank): give memory that cannot fail late, e.g. grown ahead.
   virtual Result<HostStage> host_stage(std::int64_t send_bytes, std::int64_t recv_bytes) = 0;
 
   /// Every rank contributes `bytes` (> 0, the same on every rank): host, the first `bytes` of

@@ -265,10 +265,14 @@ std::string check_all_gather_arguments(int size, const void* send, std::int64_t 
   return "";
 }
 
-std::string check_all_reduce_arguments(const void* data, std::int64_t count, DataType type, ReduceOp op) {
+std::string check_all_reduce_arguments(int size, const void* data, std::int64_t count, DataType type, ReduceOp op) {
   if (count < 0) return "count = " + std::to_string(count) + " is negative";
   if (!valid_type(type)) return "data type " + std::to_string(static_cast<int>(type)) + " is not a DataType";
   if (!valid_op(op)) return "reduce op " + std::to_string(static_cast<int>(op)) + " is not a ReduceOp";
+  const auto width = static_cast<std::int64_t>(size_of(type));
+  if (size > 0 && count > std::numeric_limits<std::int64_t>::max() / width / size)
+    return "count = " + std::to_string(count) + " of " + data_type_name(type) + " from each of " +
+           std::to_string(size) + " ranks add up past int64 bytes (a reduction gathers them all)";
   if (count > 0 && !data) return "data is null but count = " + std::to_string(count);
   return "";
 }
@@ -358,13 +362,13 @@ CallInfo all_gather_call(int size, const void* send, std::int64_t bytes, const v
   return c;
 }
 
-CallInfo all_reduce_call(const void* data, std::int64_t count, DataType type, ReduceOp op) {
+CallInfo all_reduce_call(int size, const void* data, std::int64_t count, DataType type, ReduceOp op) {
   CallInfo c;
   c.kind = Collective::kAllReduce;
   c.count = count;
   c.type = type;
   c.op = op;
-  c.arg_error = check_all_reduce_arguments(data, count, type, op);
+  c.arg_error = check_all_reduce_arguments(size, data, count, type, op);
   return c;
 }
 
@@ -387,6 +391,7 @@ std::size_t encode_call(const CallInfo& call, std::uint64_t seq, int size, std::
   h.type = static_cast<std::int32_t>(call.type);
   h.op = static_cast<std::int32_t>(call.op);
   h.root = call.root;
+  h.direct = call.direct ? 1 : 0;
   encode_failure(call, h.has_arg_error, h.device_code, h.error, sizeof(h.error));
   std::memset(out, 0, wire_words(size) * sizeof(std::int64_t));
   std::memcpy(out, &h, sizeof(h));
@@ -407,6 +412,7 @@ std::uint64_t decode_call(const std::int64_t* in, int size, CallInfo& call) {
   call.type = static_cast<DataType>(h.type);
   call.op = static_cast<ReduceOp>(h.op);
   call.root = h.root;
+  call.direct = h.direct != 0;
   decode_failure(h.has_arg_error, h.device_code, h.error, sizeof(h.error), call);
   if (call.kind == Collective::kAllToAllV && !h.has_arg_error) {
     call.send_counts = in + kWireHeaderWords;
@@ -442,6 +448,16 @@ Status agreement(const std::vector<const CallInfo*>& calls) {
     bad += "rank " + std::to_string(r) + ": " + calls[r]->arg_error;
   }
   if (!bad.empty()) return Status::invalid_argument(std::string(kind) + ": invalid arguments: " + bad);
+
+  // A device operation of the Transport on one rank against a host one on another: no process
+  // group matches them (transport; false everywhere else).
+  std::vector<std::int32_t> paths(n);
+  for (int r = 0; r < n; ++r) paths[r] = calls[r]->direct ? 1 : 0;
+  STRATA_RETURN_IF_ERROR(agree_on<std::int32_t>(kind, "the device path", paths, [](const std::int32_t& d) {
+    return std::string(d ? "direct (device buffers given to the transport)"
+                         : "staged (host buffers, or device buffers staged through host memory; all_to_all_v: "
+                           "displacements not packed in rank order)");
+  }));
 
   std::vector<std::int64_t> v(n);
   switch (first.kind) {

@@ -37,6 +37,9 @@ struct CallInfo {
   /// all_to_all_v: size() entries each, host; borrowed from the caller (or from a received header).
   const std::int64_t* send_counts = nullptr;
   const std::int64_t* recv_counts = nullptr;
+  /// transport: this rank gives its device buffers to the Transport's device operation (takes_device);
+  /// false: host buffers, or device buffers staged through host memory. Every rank must agree.
+  bool direct = false;
   /// Non-empty when this rank's own arguments are invalid (what check_arguments() said).
   std::string arg_error;
   /// With valid arguments: OK, or why this rank cannot take part although the ranks are in step:
@@ -76,7 +79,9 @@ struct WireHeader {
   std::int32_t root = 0;
   std::int32_t has_arg_error = 0;
   std::int32_t device_code = 0;  ///< the StatusCode of CallInfo::device_error, 0 (kOk) when none
-  char error[216] = {};          ///< encode_failure()'s text
+  std::int32_t direct = 0;       ///< CallInfo::direct
+  std::int32_t reserved = 0;
+  char error[208] = {};  ///< encode_failure()'s text
 };
 static_assert(sizeof(WireHeader) % sizeof(std::int64_t) == 0, "the counts after the header stay aligned");
 
@@ -111,7 +116,9 @@ std::string check_a2a_arguments(int size, int me, const void* send, const std::i
                                 const std::int64_t* recv_displs);
 /// all_gather of `bytes` per rank over `size` ranks: recv holds size x bytes, which must fit int64.
 std::string check_all_gather_arguments(int size, const void* send, std::int64_t bytes, const void* recv);
-std::string check_all_reduce_arguments(const void* data, std::int64_t count, DataType type, ReduceOp op);
+/// all_reduce of `count` elements of `type` per rank: size x count x the type's size must fit int64
+/// (a reduction over a gather holds them all).
+std::string check_all_reduce_arguments(int size, const void* data, std::int64_t count, DataType type, ReduceOp op);
 std::string check_broadcast_arguments(int size, const void* data, std::int64_t bytes, int root);
 
 /// A call of each collective as CallInfo, with this rank's own arguments judged (arg_error: the
@@ -120,7 +127,7 @@ CallInfo all_to_all_v_call(int size, int me, const void* send, const std::int64_
                            const std::int64_t* send_displs, const void* recv, const std::int64_t* recv_counts,
                            const std::int64_t* recv_displs);
 CallInfo all_gather_call(int size, const void* send, std::int64_t bytes, const void* recv);
-CallInfo all_reduce_call(const void* data, std::int64_t count, DataType type, ReduceOp op);
+CallInfo all_reduce_call(int size, const void* data, std::int64_t count, DataType type, ReduceOp op);
 CallInfo broadcast_call(int size, const void* data, std::int64_t bytes, int root);
 
 /// Judges a BufferSpace: for device buffers, that `stream` is a stream of `device`. "" when fine,

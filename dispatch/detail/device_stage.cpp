@@ -111,7 +111,9 @@ Status staged_all_to_all_v(DeviceStages& stages, int size, int rank, const void*
 Status staged_all_gather(DeviceStages& stages, int size, int rank, const void* send, std::int64_t bytes, void* recv,
                          const BufferSpace& space, const HostAllGather& host) {
   CallInfo pre = all_gather_call(size, send, bytes, recv);
-  DeviceStage& st = judged_stage(stages, pre, space, bytes, bytes * size);
+  // bytes * size only once the arguments are judged valid (check_all_gather_arguments refuses it
+  // past int64; computing it before would be undefined).
+  DeviceStage& st = judged_stage(stages, pre, space, bytes, pre.arg_error.empty() ? bytes * size : 0);
   gpu::Device& d = *space.device;
   if (pre.arg_error.empty() && pre.device_error.is_ok() && bytes > 0) {
     d.copy_d2h(space.stream, st.send.data(), send, static_cast<std::size_t>(bytes));

@@ -115,8 +115,9 @@ class RankDevice {
 
 // Where exchange_and_check puts its send and receive ranges: two buffers, or one buffer passed as
 // both `send` and `recv` (the send ranges first, then the receive ranges: only the displacements
-// keep them apart).
-enum class Layout { kTwoBuffers, kOneBuffer };
+// keep them apart), or two buffers packed in rank order from 0 without gaps (as dispatch::exchange
+// lays them out: what a transport gives its Transport's device all_to_all directly).
+enum class Layout { kTwoBuffers, kOneBuffer, kPacked };
 
 // An all_to_all_v with per-pair sizes count(s, r), laid out with gaps (peers in reverse order when
 // `reverse`), checked byte for byte, gaps included (and, in one buffer, the send ranges left as
@@ -126,7 +127,8 @@ std::string exchange_and_check(Communicator& c, Count count, bool reverse, RankD
                                Layout layout = Layout::kTwoBuffers) {
   const int me = c.rank();
   const int n = c.size();
-  constexpr std::int64_t kGap = 5;
+  const std::int64_t kGap = layout == Layout::kPacked ? 0 : 5;
+  if (layout == Layout::kPacked) reverse = false;
   std::vector<std::int64_t> sc(n), sd(n), rc(n), rd(n);
   std::int64_t send_bytes = kGap, recv_bytes = kGap;
   for (int i = 0; i < n; ++i) {
@@ -835,6 +837,24 @@ TEST_P(Conformance, AllToAllVWithADisplacementPlusCountPastInt64FailsEveryRank) 
   }
 }
 
+// An all_reduce whose bytes (count * the type's size, gathered from every rank) add up past
+// int64 is refused on every rank before anything is read, like all_gather's.
+TEST_P(Conformance, AllReduceWhoseBytesAddUpPastInt64FailsEveryRank) {
+  // Invalid arguments break the communicator: one world each.
+  for (const std::int64_t count :
+       {std::numeric_limits<std::int64_t>::max() / 8 + 1, std::numeric_limits<std::int64_t>::max() / (8 * n()) + 1}) {
+    world().run(normal_options(), [&](RankEnv& env) {
+      Communicator& c = env.comm;
+      std::vector<double> data(4, 1.0);
+      const Status s = c.all_reduce(data.data(), count, DataType::kFloat64, ReduceOp::kSum);
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+      EXPECT_THAT(s.message(), HasSubstr("count = " + std::to_string(count) + " of float64 from each of " +
+                                         std::to_string(n()) + " ranks add up past int64"));
+      EXPECT_EQ(data, std::vector<double>(4, 1.0));
+    });
+  }
+}
+
 // ---- device buffers (BufferSpace::on): the same bytes, counted the same way ----
 
 TEST_P(Conformance, DeviceBuffersAllToAllV) {
@@ -853,6 +873,21 @@ TEST_P(Conformance, DeviceBuffersAllToAllV) {
     const Status s =
         env.comm.all_to_all_v(nullptr, zero.data(), zero.data(), nullptr, zero.data(), zero.data(), dev.space());
     EXPECT_TRUE(s.is_ok()) << s.to_string();
+    EXPECT_TRUE(dev.device().status().is_ok()) << dev.device().status().to_string();
+  });
+}
+
+// Packed in rank order from 0 (the layout of dispatch::exchange; a transport whose Transport takes
+// the device gives it these buffers directly), the own share alone included.
+TEST_P(Conformance, DeviceBuffersAllToAllVPacked) {
+  world().run(normal_options(), [&](RankEnv& env) {
+    RankDevice dev(env.comm);
+    auto uneven = [](int s, int r) -> std::int64_t {
+      return (s + 2 * r) % 3 == 1 ? 0 : 1 + ((s * 7 + r * 13) % 5) * 999;
+    };
+    EXPECT_EQ(exchange_and_check(env.comm, uneven, false, &dev, Layout::kPacked), "");
+    auto self_only = [](int s, int r) -> std::int64_t { return s == r ? 77 : 0; };
+    EXPECT_EQ(exchange_and_check(env.comm, self_only, false, &dev, Layout::kPacked), "");
     EXPECT_TRUE(dev.device().status().is_ok()) << dev.device().status().to_string();
   });
 }

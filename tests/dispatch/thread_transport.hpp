@@ -40,8 +40,8 @@ class ThreadTransport final : public Transport {
     ++gathers;
     STRATA_RETURN_IF_ERROR(failed("all_gather"));
     if (!dev && tamper) tamper(send_.data(), send_bytes_);
-    return strip(dev ? comm_->all_gather(dev->send, bytes, dev->recv, dev->space)
-                     : comm_->all_gather(send_.data(), bytes, recv_.data()));
+    return on(dev, dev ? comm_->all_gather(dev->send, bytes, dev->recv, dev->space)
+                       : comm_->all_gather(send_.data(), bytes, recv_.data()));
   }
 
   Status all_to_all(const std::int64_t* send_splits, const std::int64_t* recv_splits,
@@ -54,20 +54,24 @@ class ThreadTransport final : public Transport {
       sd[r] = sd[r - 1] + send_splits[r - 1];
       rd[r] = rd[r - 1] + recv_splits[r - 1];
     }
-    return strip(
-        dev ? comm_->all_to_all_v(dev->send, send_splits, sd.data(), dev->recv, recv_splits, rd.data(), dev->space)
-            : comm_->all_to_all_v(send_.data(), send_splits, sd.data(), recv_.data(), recv_splits, rd.data()));
+    return on(
+        dev, dev ? comm_->all_to_all_v(dev->send, send_splits, sd.data(), dev->recv, recv_splits, rd.data(), dev->space)
+                 : comm_->all_to_all_v(send_.data(), send_splits, sd.data(), recv_.data(), recv_splits, rd.data()));
   }
 
   Status broadcast(std::int64_t bytes, int root, const DeviceBuffers* dev) override {
     ++broadcasts;
     STRATA_RETURN_IF_ERROR(failed("broadcast"));
-    if (dev) return strip(comm_->broadcast(dev->recv, bytes, root, dev->space));
-    return strip(comm_->broadcast(rank() == root ? send_.data() : recv_.data(), bytes, root));
+    return on(dev, dev ? comm_->broadcast(dev->recv, bytes, root, dev->space)
+                       : comm_->broadcast(rank() == root ? send_.data() : recv_.data(), bytes, root));
   }
 
   // What the tests watch and change (the owning thread only).
   int stages = 0, gathers = 0, exchanges = 0, broadcasts = 0;
+  int device_ops = 0;  // operations given device buffers (all_gather, all_to_all, broadcast)
+  /// Called after a device operation succeeded, before it returns: work it queues on
+  /// `dev.space.stream` is left running (a Transport that only orders its work on the stream).
+  std::function<void(const DeviceBuffers& dev)> queue_after;
   std::function<void(char* send, std::int64_t bytes)> tamper;  // changes what a host all_gather sends
   /// Asked first by every operation ("all_gather", "all_to_all", "broadcast"): a non-OK Status
   /// fails the operation on this rank without moving a byte (a Python transport that raised).
@@ -75,6 +79,13 @@ class ThreadTransport final : public Transport {
 
  private:
   Status failed(const char* operation) const { return fail ? fail(operation) : Status::ok(); }
+
+  // Counts a device operation and runs queue_after after its success; then strip().
+  Status on(const DeviceBuffers* dev, const Status& s) {
+    if (dev) ++device_ops;
+    if (dev && s.is_ok() && queue_after) queue_after(*dev);
+    return strip(s);
+  }
 
   // local's messages start with the collective's name; a Transport's do not.
   static Status strip(const Status& s) {

@@ -10,14 +10,18 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "dispatch/detail/comm_check.hpp"
 #include "dispatch/transport_communicator.hpp"
+#include "gpu/device.hpp"
 #include "tests/dispatch/conformance.hpp"
 #include "tests/dispatch/thread_transport.hpp"
 #include "tests/dispatch/thread_world.hpp"
@@ -97,7 +101,7 @@ TEST(TransportCommunicator, RanksOutOfStepAreNamedWithTheirCallNumbers) {
   TransportGroup g = make_transport_group(2, false);
   g.transports[1]->tamper = [](char* send, std::int64_t) {
     const std::uint64_t seq = 7;
-    std::memcpy(send + 8, &seq, sizeof(seq));  // WireHeader::seq follows the 8-byte magic
+    std::memcpy(send + offsetof(detail::WireHeader, seq), &seq, sizeof(seq));
   };
   std::vector<Status> got(2);
   on_ranks(2, [&](int r) { got[r] = g.comms[r]->barrier(); });
@@ -161,6 +165,182 @@ TEST(TransportCommunicator, ATransportErrorBreaksTheCommunicator) {
   EXPECT_EQ(again.code(), StatusCode::kUnavailable);
   EXPECT_THAT(again.message(), HasSubstr("a peer left the process group"));
   EXPECT_EQ(g.transports[0]->gathers, gathers);
+}
+
+// One rank's emulated device and a stream on it (fail_after_ops: the op index that fails, -1 none).
+struct EmuRank {
+  explicit EmuRank(std::int64_t fail_after_ops = -1) {
+    gpu::EmuOptions o;
+    o.capacity = 1 << 20;
+    o.threads = 1;
+    o.fail_after_ops = fail_after_ops;
+    dev = gpu::make_emu_device(o).value();
+    stream = dev->create_stream().value();
+  }
+  BufferSpace space() { return BufferSpace::on(*dev, stream.view()); }
+  std::unique_ptr<gpu::Device> dev;
+  gpu::Stream stream;
+};
+
+// A device fault in the own share of a direct all_to_all_v that moves nothing between ranks (the
+// Transport gets no call) fails the call on that rank and leaves the communicator usable, as a
+// fault in the staged path's own share does: the peers are in step, no rank waits.
+TEST(TransportCommunicator, ADeviceFaultInTheOwnShareLeavesEveryRankInStep) {
+  for (bool direct : {false, true}) {
+    SCOPED_TRACE(direct ? "direct" : "staged");
+    CommOptions o;
+    o.timeout = std::chrono::seconds(10);
+    TransportGroup g = make_transport_group(2, direct, o);
+    std::vector<Status> got(2), after(2);
+    on_ranks(2, [&](int r) {
+      EmuRank er(r == 0 ? 0 : -1);
+      {
+        auto send = er.dev->allocate(64).value(), recv = er.dev->allocate(64).value();
+        std::vector<std::int64_t> counts(2, 0), displs(2, 0);
+        counts[r] = 8;
+        displs[1] = counts[0];
+        got[r] = g.comms[r]->all_to_all_v(send.data(), counts.data(), displs.data(), recv.data(), counts.data(),
+                                          displs.data(), er.space());
+      }
+      after[r] = g.comms[r]->barrier();
+      g.comms[r]->forget_device(*er.dev);
+    });
+    EXPECT_EQ(got[0].code(), StatusCode::kInternal) << got[0].to_string();
+    EXPECT_THAT(got[0].message(), HasSubstr("emulated device fault"));
+    EXPECT_TRUE(got[1].is_ok()) << got[1].to_string();
+    for (int r = 0; r < 2; ++r) EXPECT_TRUE(after[r].is_ok()) << "rank " << r << ": " << after[r].to_string();
+  }
+}
+
+// A device all_gather whose receive bytes (bytes * size) would pass int64 is refused on every rank
+// before anything computes them (undefined behaviour: UBSan aborts) or touches a device.
+TEST(TransportCommunicator, ADeviceAllGatherPastInt64IsRefusedBeforeItsSizeIsComputed) {
+  for (bool direct : {false, true}) {
+    SCOPED_TRACE(direct ? "direct" : "staged");
+    TransportGroup g = make_transport_group(2, direct);
+    std::vector<Status> got(2);
+    on_ranks(2, [&](int r) {
+      EmuRank er;
+      {
+        auto send = er.dev->allocate(64).value(), recv = er.dev->allocate(64).value();
+        got[r] = g.comms[r]->all_gather(send.data(), std::numeric_limits<std::int64_t>::max() / 2 + 1, recv.data(),
+                                        er.space());
+      }
+      g.comms[r]->forget_device(*er.dev);
+    });
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(got[r].code(), StatusCode::kInvalidArgument) << got[r].to_string();
+      EXPECT_THAT(got[r].message(), HasSubstr("from each of 2 ranks add up past int64"));
+    }
+  }
+}
+
+// A Transport whose device operation only orders its work on the stream (returns before it ran):
+// the communicator waits for the stream before the call returns (a device collective is synchronous
+// for the host), so a fault in that work fails the call on that rank, and leaves the ranks in step.
+TEST(TransportCommunicator, ADirectDeviceCollectiveWaitsForTheTransportsQueuedWork) {
+  TransportGroup g = make_transport_group(2, true);
+  std::vector<Status> got(2), after(2);
+  std::vector<int> device_ops(2);
+  g.transports[0]->queue_after = [](const DeviceBuffers& dev) {
+    // Past the end of the allocation: emu's sticky error, seen at the next synchronize.
+    dev.space.device->copy_d2d(dev.space.stream, dev.recv, dev.send, std::size_t{1} << 30);
+  };
+  on_ranks(2, [&](int r) {
+    EmuRank er;
+    {
+      auto send = er.dev->allocate(64).value(), recv = er.dev->allocate(128).value();
+      got[r] = g.comms[r]->all_gather(send.data(), 64, recv.data(), er.space());
+    }
+    after[r] = g.comms[r]->barrier();
+    device_ops[r] = g.transports[r]->device_ops;
+    g.comms[r]->forget_device(*er.dev);
+  });
+  EXPECT_FALSE(got[0].is_ok());
+  EXPECT_THAT(got[0].message(), HasSubstr("all_gather: "));
+  EXPECT_TRUE(got[1].is_ok()) << got[1].to_string();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(after[r].is_ok()) << "rank " << r << ": " << after[r].to_string();
+    EXPECT_EQ(device_ops[r], 1);
+  }
+}
+
+// Ranks whose device buffers take different paths (rank 0's Transport takes them, rank 1's stages
+// them through host memory: a host operation against a device one, which a real process group
+// cannot match) are refused on every rank before any data moves, naming the ranks.
+TEST(TransportCommunicator, RanksThatMixDirectAndStagedDeviceBuffersAreRefused) {
+  auto locals = make_local_group(2).value();
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (int r = 0; r < 2; ++r) {
+    comms.push_back(make_transport_communicator(
+                        std::make_unique<ThreadTransport>(std::move(locals[static_cast<std::size_t>(r)]), r == 0))
+                        .value());
+  }
+  std::vector<Status> got(2);
+  on_ranks(2, [&](int r) {
+    EmuRank er;
+    {
+      auto send = er.dev->allocate(8).value(), recv = er.dev->allocate(16).value();
+      got[r] = comms[r]->all_gather(send.data(), 8, recv.data(), er.space());
+    }
+    comms[r]->forget_device(*er.dev);
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(got[r].code(), StatusCode::kInvalidArgument) << got[r].to_string();
+    EXPECT_THAT(got[r].message(), HasSubstr("all_gather: ranks disagree on the device path: rank 0: direct"));
+    EXPECT_THAT(got[r].message(), HasSubstr("rank 1: staged"));
+  }
+}
+
+// A broken communicator does no device work for a device collective: no pinned staging grows, no
+// copy is queued (the device's first operation would fault); the call returns the first error.
+TEST(TransportCommunicator, ABrokenCommunicatorDoesNoDeviceWork) {
+  TransportGroup g = make_transport_group(2, false);
+  g.transports[1]->tamper = [](char* send, std::int64_t) { send[0] = 'X'; };
+  on_ranks(2, [&](int r) {
+    Communicator& c = *g.comms[r];
+    ASSERT_EQ(c.barrier().code(), StatusCode::kFailedPrecondition);
+    EmuRank er(0);
+    {
+      auto send = er.dev->allocate(16).value(), recv = er.dev->allocate(32).value();
+      const std::vector<std::int64_t> counts{8, 8}, displs{0, 8};
+      const gpu::ResourceCounts before = er.dev->resource_counts();
+      for (const Status& s :
+           {c.all_gather(send.data(), 8, recv.data(), er.space()), c.broadcast(recv.data(), 8, 0, er.space()),
+            c.all_to_all_v(send.data(), counts.data(), displs.data(), recv.data(), counts.data(), displs.data(),
+                           er.space())}) {
+        EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.to_string();
+        EXPECT_THAT(s.message(), HasSubstr("communicator broken by an earlier failure"));
+      }
+      EXPECT_TRUE(er.dev->resource_counts() - before == gpu::ResourceCounts{}) << "rank " << r;
+      EXPECT_TRUE(er.dev->status().is_ok()) << "rank " << r << ": " << er.dev->status().to_string();
+    }
+    c.forget_device(*er.dev);
+  });
+}
+
+// The direct worlds reach the Transport's device operations: a packed device all_to_all_v (the
+// layout of dispatch::exchange), an all_gather and a broadcast each give it the caller's buffers.
+TEST(TransportCommunicator, DirectWorldsGiveDeviceBuffersToTheTransport) {
+  for (int n : {2, 3}) {
+    TransportGroup g = make_transport_group(n, true);
+    on_ranks(n, [&](int r) {
+      Communicator& c = *g.comms[r];
+      EmuRank er;
+      {
+        auto send = er.dev->allocate(8 * n).value(), recv = er.dev->allocate(8 * n).value();
+        std::vector<std::int64_t> counts(n, 8), displs(n);
+        for (int p = 0; p < n; ++p) displs[p] = 8 * p;
+        EXPECT_TRUE(c.all_to_all_v(send.data(), counts.data(), displs.data(), recv.data(), counts.data(), displs.data(),
+                                   er.space())
+                        .is_ok());
+        EXPECT_TRUE(c.all_gather(send.data(), 8, recv.data(), er.space()).is_ok());
+        EXPECT_TRUE(c.broadcast(recv.data(), 8, 0, er.space()).is_ok());
+      }
+      EXPECT_EQ(g.transports[r]->device_ops, 3) << "rank " << r;
+      c.forget_device(*er.dev);
+    });
+  }
 }
 
 }  // namespace
