@@ -96,13 +96,15 @@ TEST(HalfTables, InitialRowsAreTheFp32RowsRoundedToNearestAndTheFootprintFollows
         ASSERT_TRUE(a.is_ok() && h.is_ok()) << what << ": " << h.status().to_string();
         const std::int64_t words = record_words(record_shape(spec));
         ASSERT_EQ(h->stride(), words) << what;
-        ASSERT_LT(words, a->stride()) << what;
+        ASSERT_LE(words, a->stride()) << what;  // (dim 5 adam: 13 words or 15 both pad to 16)
         const std::int64_t rw = element_words(dim, dtype);
         const std::int32_t sd = h->state_dim();
         for (std::int64_t r = 0; r < spec.rows; ++r) {
           for (int c = 0; c < dim; ++c)
             ASSERT_EQ(half_at(h->row(r), c), narrow(dtype, a->row(r)[c], false, 0)) << what << " row " << r;
-          if (dim % 2) ASSERT_EQ(half_at(h->row(r), dim), 0) << what << " pad, row " << r;
+          if (dim % 2) {
+            ASSERT_EQ(half_at(h->row(r), dim), 0) << what << " pad, row " << r;
+          }
           ASSERT_EQ(static_cast<const void*>(h->state(r)), static_cast<const void*>(h->row(r) + rw)) << what;
           for (int c = 0; c < sd; ++c) {
             if (state_dtype == DType::kF32) {
