@@ -495,8 +495,9 @@ inline void step_widened(const OptimizerStep& st, RowRef t, float* rec, std::int
     Bf16* s = elems<Bf16>(state);
     for (std::int32_t v = 0; v * dim < t.state_dim; ++v) {
       const std::uint64_t key = rd.stochastic ? rd.row_key(row, static_cast<RoundingSalt>(1 + v)) : 0;
+      const std::ptrdiff_t off = static_cast<std::ptrdiff_t>(v) * dim;
       const std::int32_t n = std::min(dim, t.state_dim - v * dim);
-      for (std::int32_t c = 0; c < n; ++c) store_weight(rd, key, c, sv[v * dim + c], s + v * dim);
+      for (std::int32_t c = 0; c < n; ++c) store_weight(rd, key, c, sv[off + c], s + off);
     }
   }
 }
