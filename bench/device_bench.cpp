@@ -7,8 +7,8 @@
 //    the rows) against a large pinned H2D copy (target: at least 85%), at several miss counts;
 //  - gather-pool at several dims, one-hot (1 key per bag) and pooled, each as a fraction of the
 //    D2D copy (targets: at least 70% pooled at dim 128, at least 50% pooled at dim 32);
-//  - the fused backward (SGD) on uniform and zipf:1.05 keys, whose hot rows the block kernel
-//    reduces (target: zipf within 2x of uniform).
+//  - the fused backward (SGD) on uniform and zipf:1.05 keys, whose hot rows the segment kernel
+//    sums (target: zipf within 2x of uniform).
 // Each op is also timed without waiting for the device ("issue"): the host's share of the op,
 // which the device time ("s") must exceed for the figure to be the device's.
 // Every figure is the median of --reps timed repetitions of --iters operations on one stream

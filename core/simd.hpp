@@ -46,6 +46,8 @@ inline constexpr int kU64s = kVectorBytes / static_cast<int>(sizeof(std::uint64_
 /// elements (half a register: the half-size row elements a Floats widens from or narrows to).
 typedef std::uint32_t U32s __attribute__((vector_size(kVectorBytes)));
 typedef std::uint16_t U16h __attribute__((vector_size(kVectorBytes / 2)));
+/// The lane masks a comparison of U32s gives: all ones (-1) where it holds, 0 elsewhere.
+typedef std::int32_t I32s __attribute__((vector_size(kVectorBytes)));
 
 static_assert(sizeof(Floats) == kVectorBytes && sizeof(U64s) == kVectorBytes && sizeof(U32s) == kVectorBytes &&
                   sizeof(U16h) * 2 == kVectorBytes,

@@ -1,5 +1,6 @@
 #include "gpu/device.hpp"
 
+#include <cstdint>
 #include <string>
 
 #include "gpu/grow_buffer.hpp"
@@ -16,10 +17,11 @@ thread_local const Device* t_in_scratch = nullptr;
 Result<DeviceBuffer> Device::allocate(std::size_t bytes) {
   Result<DeviceBuffer> b = allocate_once(bytes);
   if (b || b.status().code() != StatusCode::kResourceExhausted) return b;
-  // The scratch yields, unless a with_scratch call holds it (this thread's: the scratch's own growth).
+  // The scratch yields, unless this thread's with_scratch call holds it (the scratch's own growth).
+  // Another thread's call is waited for: it waits on nothing but queued device work (its growth's
+  // free), which never waits for an allocating thread (a host task may not allocate).
   if (t_in_scratch == this) return b;
-  std::unique_lock<std::mutex> lock(scratch_m_, std::try_to_lock);
-  if (!lock.owns_lock() || scratch_.bytes() == 0) return b;
+  std::unique_lock<std::mutex> lock(scratch_m_);
   scratch_ = DeviceBuffer();
   lock.unlock();
   return allocate_once(bytes);
@@ -74,15 +76,15 @@ void Device::with_scratch(StreamView s, std::size_t bytes, const std::function<v
   }
   const std::lock_guard<std::mutex> lock(scratch_m_);
   struct InScratch {
-    explicit InScratch(const Device* d) noexcept { t_in_scratch = d; }
-    ~InScratch() { t_in_scratch = nullptr; }
+    explicit InScratch(const Device* d) noexcept : previous(t_in_scratch) { t_in_scratch = d; }
+    ~InScratch() { t_in_scratch = previous; }
+    const Device* previous;
   } in_scratch(this);
-  if (!scratch_used_) {
+  if (!scratch_used_) {  // once, with the first scratch
     Result<Event> e = create_event();
     if (e) scratch_used_ = std::move(e).value();
   }
-  // Growing frees the old scratch first, which waits for the device's queued work (its last user's too).
-  if (!scratch_used_ || !grow_buffer(scratch_, bytes, *this).is_ok()) {
+  if (!scratch_used_ || !grow_scratch(bytes)) {
     issue(nullptr);
     return;
   }
@@ -91,10 +93,29 @@ void Device::with_scratch(StreamView s, std::size_t bytes, const std::function<v
   record(scratch_used_.view(), s);
 }
 
+bool Device::grow_scratch(std::size_t bytes) {
+  if (scratch_.bytes() >= bytes) return true;
+  // Nothing to try when the need does not fit even in place of the old scratch (allocate_once's
+  // test): the old one is kept, with no free (a device-wide sync) nor allocation.
+  const std::size_t in_use = in_use_.load();
+  if (bytes > info_.capacity - (in_use - scratch_.bytes())) return false;
+  // Nor when a need no larger than this one failed and nothing was freed since.
+  if (bytes >= scratch_refused_ && in_use >= scratch_refused_in_use_) return false;
+  // Growing frees the old scratch first, which waits for the device's queued work (its last user's too).
+  if (grow_buffer(scratch_, bytes, *this, Growth::kTwiceOrExact).is_ok()) {
+    scratch_refused_ = SIZE_MAX;
+    return true;
+  }
+  scratch_refused_ = bytes;
+  scratch_refused_in_use_ = in_use_.load();
+  return false;
+}
+
 void Device::free_scratch() noexcept {
   const std::lock_guard<std::mutex> lock(scratch_m_);
   scratch_ = DeviceBuffer();
   scratch_used_ = Event();
+  scratch_refused_ = SIZE_MAX;
 }
 
 void Device::release(void* p, std::size_t bytes) noexcept {

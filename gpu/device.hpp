@@ -186,7 +186,10 @@ class Device {
   // ---- memory ----
   /// Device memory; ResourceExhausted (naming the request and what is free) past the capacity.
   /// The scratch of the hot rows (backward_update) never stands in the way: a request that does
-  /// not fit frees it (after the work queued so far, as every free) and is tried again.
+  /// not fit frees it (after the work queued so far, as every free) and is tried again; while
+  /// another thread's operation uses the scratch, the request waits for it to finish issuing (that
+  /// holder waits for nothing but queued device work, which never waits for this thread: no
+  /// host_task allocates).
   Result<DeviceBuffer> allocate(std::size_t bytes);
   /// Pinned host memory for staging.
   Result<PinnedBuffer> allocate_pinned(std::size_t bytes);
@@ -259,8 +262,9 @@ class Device {
   /// another backend, or wrong memory on either side, becomes the sticky error.
   void copy_peer(StreamView s, void* dst_device, Device& src_device, const void* src, std::size_t bytes);
   /// Runs `fn` on the host when the work before it on `s` is done; later work on `s` waits for it.
-  /// `fn` must not issue device work nor free device or pinned memory, and nor may destroying what
-  /// it captures (CUDA forbids CUDA calls in a stream callback; emu makes a free on the stream's
+  /// `fn` must not issue device work nor allocate or free device or pinned memory, and nor may
+  /// destroying what it captures (CUDA forbids CUDA calls in a stream callback; an allocation may
+  /// wait for a scratch whose holder waits for `fn`, see allocate; emu makes a free on the stream's
   /// own thread the sticky error, and a free on a thread `fn` waits for, e.g. a oneTBB worker of a
   /// loop in it, hangs, as under CUDA). Emu and cuda destroy what `fn` captured before the work after
   /// it on `s` runs, so the caller's thread may free it once it synchronized `s`. Exceptions are a
@@ -277,9 +281,11 @@ class Device {
   /// Fused backward by slot: gradient reduction per unique slot + optimizer, in place in `pool`.
   /// Rows used more than gpu/kernels' kHotUses times are summed segment by segment into partial
   /// sums in the device's scratch (with_scratch), which grows to twice the most one call needed
-  /// and stays (counted in bytes_in_use): (keys / 128 + keys / 257 + 1) * dim floats for a feature
-  /// of `keys` key positions with a hot row. Without room for it the hot rows are summed as the
-  /// others are, by a warp each: the same bits either way.
+  /// (or exactly that when twice does not fit) and stays (counted in bytes_in_use): (keys / 128 +
+  /// keys / 257 + 1) * dim floats for each feature of `keys` > kHotUses key positions, whether or
+  /// not a row is hot in this batch (so that batches of one size size it once), summed over the
+  /// features of a launch (kernels::kMaxFeaturesPerLaunch of them). Without room for it the hot
+  /// rows are summed as the others are, by a warp each: the same bits either way.
   void backward_update(StreamView s, SlotPool pool, const std::vector<UpdateFeature>& features);
   /// dst[i] = record of slot slots[i] (whole records: weights and state).  slots (n) device, dst (n, stride) device.
   void pack_records(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* dst);
@@ -295,8 +301,9 @@ class Device {
                    const float* packed);
   /// The reduction half of backward_update: the first sums.dim floats of record unique_slots[u] of
   /// `sums` = the summed gradient of unique row u of each feature, in backward_update's order and
-  /// arithmetic (so the bits of host/kernels.hpp's reduce_unique_grads). The features' `step` and
-  /// hot lists are unused (hot rows take scratch as there); `sums` is typically (num_unique, dim)
+  /// arithmetic (so the bits of host/kernels.hpp's reduce_unique_grads), with the same scratch and
+  /// hot lists (which must be right, as there: emu checks them). The features' `step` is unused;
+  /// `sums` is typically (num_unique, dim)
   /// with unique_slots 0..num_unique-1, and has no overflow region (a programmer error).
   /// Where the rows live elsewhere (dispatch sends the sums to the ranks that hold them).
   void reduce_grads(StreamView s, SlotPool sums, const std::vector<UpdateFeature>& features);
@@ -329,9 +336,13 @@ class Device {
   virtual void record_error(Status st) = 0;
   /// Calls `issue` with the device's scratch, at least `bytes` of device memory, for what it
   /// issues to `s`; with nullptr when `bytes` is 0 or the scratch cannot grow that far (the
-  /// operation then issues without it). The scratch grows as gpu/grow_buffer.hpp does and is kept,
-  /// so a steady run allocates nothing, until an allocation needs its room (allocate). Calls are serialized, and the
-  /// work `issue` queues on `s` waits for the last call's (an event), whichever stream that was on.
+  /// operation then issues without it). The scratch grows as gpu/grow_buffer.hpp does
+  /// (Growth::kTwiceOrExact) and is kept, so a steady run allocates nothing, until an allocation
+  /// needs its room (allocate); its event is made with the first scratch. A need that does not fit
+  /// in place of the old scratch is not tried (the old one is kept), nor is one that failed, until
+  /// memory was freed. Calls are serialized (`issue` must not wait for another thread's device
+  /// call), and the work `issue` queues on `s` waits for the last call's (an event), whichever
+  /// stream that was on.
   void with_scratch(StreamView s, std::size_t bytes, const std::function<void(void*)>& issue);
   /// Frees the scratch: the first thing a backend's destructor does (the free needs the backend).
   void free_scratch() noexcept;
@@ -367,6 +378,8 @@ class Device {
   void release(void* p, std::size_t bytes) noexcept;
   void release_pinned(void* p, std::size_t bytes) noexcept;
   Result<DeviceBuffer> allocate_once(std::size_t bytes);
+  /// with_scratch's growth to `bytes` (scratch_m_ held): whether the scratch holds them.
+  bool grow_scratch(std::size_t bytes);
 
   DeviceInfo info_;
   LinkCounters counters_;
@@ -376,6 +389,9 @@ class Device {
   std::mutex scratch_m_;  ///< held for a with_scratch call
   DeviceBuffer scratch_;
   Event scratch_used_;  ///< recorded after the work of the last with_scratch call
+  /// The least need whose growth failed (SIZE_MAX: none since the last success), and bytes_in_use
+  /// then: retried only once less is in use.
+  std::size_t scratch_refused_ = SIZE_MAX, scratch_refused_in_use_ = 0;
 };
 
 /// An emulated device (always available).

@@ -103,8 +103,8 @@ void gather_pool_tables(const std::vector<TableBatchItem>& items, TableBatchScra
 /// every row gets the same arithmetic as in backward_update_by_bag (bit-identical). Items' tables must be distinct.
 void backward_update_tables(const std::vector<TableBatchItem>& items, TableBatchScratch& scratch);
 
-/// Row bytes of a chunk of the table-batched calls: a chunk of bags reads about this many bytes
+/// Row bytes of a chunk of gather_pool_tables: a chunk of bags reads about this many bytes
 /// of rows (at least one bag, at most the table's whole batch).
-inline constexpr std::int64_t kTableChunkBytes = 128 * 1024;
+inline constexpr std::int64_t kTableChunkBytes = std::int64_t{128} * 1024;
 
 }  // namespace strata

@@ -1,6 +1,6 @@
 #pragma once
 // The keys of a batch that are used more than once, found without deduplicating the rest: what
-// `cpu` mode's backward needs (backward_update_by_bag updates a row used once straight from its
+// `cpu` and `offload`'s backward needs (backward_update_by_bag updates a row used once straight from its
 // bag's gradient, and reduces only the repeated ones). Keys are row ids of a dense table, so the
 // positions are split by key range, and each range is scanned with a direct-mapped array instead
 // of a hash table: cheaper per key than dedup_keys, and it builds no CSR for the keys used once

@@ -65,7 +65,7 @@ const float* widened(const ConstMatrixView& v, DType dtype, std::vector<float>& 
   if (dtype == DType::kF32) return v.data;
   const auto n = static_cast<std::size_t>(v.rows * v.cols);
   std::vector<std::uint16_t> bits(n);
-  std::memcpy(bits.data(), v.data, n * sizeof(std::uint16_t));
+  if (n > 0) std::memcpy(bits.data(), v.data, n * sizeof(std::uint16_t));  // data may be null when empty
   scratch.resize(n);
   for (std::size_t k = 0; k < n; ++k) scratch[k] = widen(dtype, bits[k]);
   return scratch.data();
@@ -127,7 +127,7 @@ class ReferenceStore final : public Store {
       pool(t, f, out.data());
       std::vector<std::uint16_t> bits(n);
       for (std::size_t k = 0; k < n; ++k) bits[k] = narrow(t.spec.output_dtype, out[k], false, 0);
-      std::memcpy(view.data, bits.data(), n * sizeof(std::uint16_t));
+      if (n > 0) std::memcpy(view.data, bits.data(), n * sizeof(std::uint16_t));  // data may be null when empty
     }
     e.forwarded = true;
     e.spaces.assign(outputs.size(), MemorySpace::kHost);

@@ -60,7 +60,7 @@ class Store {
   /// Before building anything, open compares each rank's config with rank 0's and refuses a
   /// difference on every rank with the same InvalidArgument naming the rank and its first differing
   /// field ("rank 2: table 'user' rows 1000 differs from rank 0's 2000"). Must match: the tables
-  /// (their number, order, names, rows, dim, dtype, pooling, placement, sharding, initializer,
+  /// (their number, order, names, rows, dim, dtypes, pooling, placement, sharding, initializer,
   /// optimizer and its hyper-parameters) and cache.max_in_flight and cache.preview (which batches
   /// and previews a store accepts: ranks must accept the same calls). May differ per rank, as they
   /// describe the rank's machine or tune its speed and never change results: threads, numa,

@@ -729,20 +729,24 @@ class EmuDevice final : public Device {
                       std::vector<kernels::UpdateArgs>& launches, void* scratch) {
     kernels::with_partials(launches, emu_untag(static_cast<float*>(scratch)));
     kernel(s, [this, features, launches] {
-      // A hot list must hold exactly the rows used more than kHotUses times, ascending: the segment
-      // kernel finds a hot row's segments in it, so a row missing from it would be updated from
-      // partial sums nobody wrote. The lists are device data (uploaded on the stream), so they are
-      // checked here, when they are.
-      for (std::size_t i = 0; i < features.size(); ++i) {
-        const Status bad = check_hot_list(features[i]);
-        if (!bad.is_ok()) {
-          record_error(
-              Status::internal(name() + ": backward_update feature " + std::to_string(i) + ": " + bad.message()));
-          return;
-        }
-      }
+      if (!hot_lists_ok("backward_update", features)) return;
       for (const auto& a : launches) kernels::run_update(a);
     });
+  }
+
+  // A hot list must hold exactly the rows used more than kHotUses times, ascending: the segment
+  // kernel finds a hot row's segments in it alone, so a row missing from it would be summed from
+  // partials nobody wrote (or past the feature's). The lists are device data (uploaded on the
+  // stream), so they are checked in the kernel, when they are; a wrong one is the sticky error.
+  bool hot_lists_ok(const char* op, const std::vector<UpdateFeature>& features) {
+    for (std::size_t i = 0; i < features.size(); ++i) {
+      const Status bad = check_hot_list(features[i]);
+      if (!bad.is_ok()) {
+        record_error(Status::internal(name() + ": " + op + " feature " + std::to_string(i) + ": " + bad.message()));
+        return false;
+      }
+    }
+    return true;
   }
 
   static Status check_hot_list(const UpdateFeature& f) {
@@ -799,7 +803,8 @@ class EmuDevice final : public Device {
     std::vector<kernels::UpdateArgs> launches = kernels::update_launches(sums, features);
     with_scratch(s, static_cast<std::size_t>(kernels::partial_floats(launches)) * sizeof(float), [&](void* scratch) {
       kernels::with_partials(launches, emu_untag(static_cast<float*>(scratch)));
-      kernel(s, [launches] {
+      kernel(s, [this, features, launches] {
+        if (!hot_lists_ok("reduce_grads", features)) return;
         for (const auto& a : launches) kernels::run_reduce(a);
       });
     });

@@ -136,10 +136,11 @@ std::vector<UpdateArgs> update_launches(const SlotPool& pool, const std::vector<
       a.hot_begin[i + 1] = a.hot_begin[i] + (f.hot ? std::max<std::int64_t>(0, f.num_hot) : 0);
       a.hot_listed = a.hot_listed && (f.hot != nullptr || f.num_unique <= 0);
     }
+    // Partials by key positions, hot rows or not: batches of one size need one scratch size, so
+    // a steady run sizes it once (a feature of `keys` positions can have a hot row in any batch).
     for (std::size_t i = 0; i < n; ++i) {
       const UpdateFeature& f = features[first + i];
-      const bool none_hot = f.num_unique <= 0 || (a.hot_listed && f.num_hot <= 0);
-      a.seg_begin[i + 1] = a.seg_begin[i] + (none_hot ? 0 : hot_partials(f.num_keys));
+      a.seg_begin[i + 1] = a.seg_begin[i] + (f.num_unique > 0 ? hot_partials(f.num_keys) : 0);
     }
     if (a.begin[a.count] > 0) out.push_back(a);
   }

@@ -107,11 +107,12 @@ struct UpdateFeatureArgs {
 
 /// Parameters of one backward launch (or gradient reduction). Work items are unique slots,
 /// numbered across features. With `partials`, a segment launch first sums the hot rows' segments:
-/// its items are the features' partial sums (hot_partials of each feature's keys, or none for a
-/// feature whose hot list is empty), numbered across features (seg_begin), partial `item` at
+/// its items are the features' partial sums (hot_partials of each feature's keys, whether or not a
+/// row is hot in this batch), numbered across features (seg_begin), partial `item` at
 /// partials + item * dim; each finds its hot row by a binary search of the feature's hot list
-/// (hot_begin) when every feature has one (hot_listed), else of its unique rows. Without
-/// `partials` (no scratch could be had) every row is summed by its own warp: the same bits.
+/// (hot_begin) when every feature has one (hot_listed), else of its unique rows, and an item of no
+/// hot row's segment does nothing. With lists that are all empty there is no segment launch.
+/// Without `partials` (no scratch could be had) every row is summed by its own warp: the same bits.
 struct UpdateArgs {
   float* base = nullptr;  ///< (slots, stride) device: the slot pool, updated in place
   std::int64_t stride = 0;
@@ -126,8 +127,10 @@ struct UpdateArgs {
   float* partials = nullptr;  ///< (seg_begin[count], dim) device scratch, or nullptr
   UpdateFeatureArgs features[kMaxFeaturesPerLaunch];
 
-  /// Work items of the segment launch (none without scratch).
-  STRATA_HD std::int64_t segment_items() const noexcept { return partials ? seg_begin[count] : 0; }
+  /// Work items of the segment launch (none without scratch, nor when the hot lists are all empty).
+  STRATA_HD std::int64_t segment_items() const noexcept {
+    return partials && !(hot_listed && hot_begin[count] == 0) ? seg_begin[count] : 0;
+  }
   /// The record of `slot`.
   STRATA_HD float* record(Key slot) const noexcept { return slot_record(base, overflow, first_overflow, stride, slot); }
 };

@@ -9,6 +9,7 @@
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_reduce.h>
 
+#include "core/half.hpp"
 #include "core/simd.hpp"
 
 namespace strata::detail {
@@ -84,9 +85,7 @@ namespace {
 // at 4-6 instructions a float).
 bool has_nonfinite(const float* row, std::int64_t n) {
   constexpr std::uint32_t kExponent = 0x7f800000u;
-  // A lane-wise comparison gives all ones (-1) in the lanes where it holds, 0 elsewhere.
-  using Lanes = std::int32_t __attribute__((vector_size(simd::kVectorBytes)));
-  Lanes any_lane{};
+  simd::I32s any_lane{};  // the comparisons' lane masks, or-ed
   std::int64_t j = 0;
   for (; j + simd::kFloats <= n; j += simd::kFloats) {
     simd::U32s bits;
@@ -103,6 +102,38 @@ bool has_nonfinite(const float* row, std::int64_t n) {
   return any != 0;
 }
 
+// has_nonfinite over n elements of `dtype` at p: a half-size element is NaN or Inf when all its
+// exponent bits are set (bf16: 8 bits, fp16: 5).
+bool has_nonfinite(const void* p, std::int64_t n, DType dtype) {
+  if (dtype == DType::kF32) return has_nonfinite(static_cast<const float*>(p), n);
+  const std::uint16_t exponent = dtype == DType::kBF16 ? 0x7f80u : 0x7c00u;
+  const auto* bytes = static_cast<const unsigned char*>(p);
+  for (std::int64_t j = 0; j < n; ++j) {
+    std::uint16_t bits;
+    std::memcpy(&bits, bytes + 2 * j, sizeof bits);
+    if ((bits & exponent) == exponent) return true;
+  }
+  return false;
+}
+
+// Element j of a view's row as fp32 (widened from a half-size element).
+float element(const void* row, std::int64_t j, DType dtype) {
+  const auto* bytes = static_cast<const unsigned char*>(row);
+  if (dtype == DType::kF32) {
+    float v;
+    std::memcpy(&v, bytes + 4 * j, sizeof v);
+    return v;
+  }
+  std::uint16_t bits;
+  std::memcpy(&bits, bytes + 2 * j, sizeof bits);
+  return widen(dtype, bits);
+}
+
+// The address of row r of view g (its elements of g.dtype).
+const void* view_row(const ConstMatrixView& g, std::int64_t r) {
+  return reinterpret_cast<const unsigned char*>(g.data) + r * g.cols * element_bytes(g.dtype);
+}
+
 // Whether any of the host gradients `grads` holds a non-finite value: has_nonfinite over chunks of
 // 64 KiB of all of them in one parallel loop on the calling arena's threads (the gradients of a
 // step are tens of MB, 54.5 MB on the default strata-bench workload, which one thread reads in
@@ -111,20 +142,24 @@ bool has_nonfinite(const float* row, std::int64_t n) {
 bool any_nonfinite(const std::vector<ConstMatrixView>& grads) {
   constexpr std::int64_t kChunk = 16384;
   struct Chunk {
-    const float* p;
+    const void* p;
     std::int64_t n;
+    DType dtype;
   };
   std::vector<Chunk> chunks;
   for (const ConstMatrixView& g : grads) {
     if (g.space == MemorySpace::kDevice) continue;  // counted on the device by the store
     const std::int64_t n = g.rows * g.cols;
-    for (std::int64_t at = 0; at < n; at += kChunk) chunks.push_back({g.data + at, std::min(kChunk, n - at)});
+    const auto* bytes = reinterpret_cast<const unsigned char*>(g.data);
+    for (std::int64_t at = 0; at < n; at += kChunk)
+      chunks.push_back({bytes + at * element_bytes(g.dtype), std::min(kChunk, n - at), g.dtype});
   }
-  if (chunks.size() <= 1) return !chunks.empty() && has_nonfinite(chunks[0].p, chunks[0].n);
+  if (chunks.size() <= 1) return !chunks.empty() && has_nonfinite(chunks[0].p, chunks[0].n, chunks[0].dtype);
   return tbb::parallel_reduce(
       tbb::blocked_range<std::size_t>(0, chunks.size(), 1), false,
       [&chunks](const tbb::blocked_range<std::size_t>& r, bool found) {
-        for (std::size_t c = r.begin(); c < r.end() && !found; ++c) found = has_nonfinite(chunks[c].p, chunks[c].n);
+        for (std::size_t c = r.begin(); c < r.end() && !found; ++c)
+          found = has_nonfinite(chunks[c].p, chunks[c].n, chunks[c].dtype);
         return found;
       },
       std::logical_or<>());
@@ -137,7 +172,7 @@ Status check_finite_gradients(std::int64_t batch_id, const KeyBatch& batch, cons
   if (!any_nonfinite(grads)) return Status::ok();  // the usual case; else find the first
   for (std::size_t i = 0; i < grads.size(); ++i) {
     const ConstMatrixView& g = grads[i];
-    if (g.space == MemorySpace::kDevice || !has_nonfinite(g.data, g.rows * g.cols)) continue;
+    if (g.space == MemorySpace::kDevice || !has_nonfinite(g.data, g.rows * g.cols, g.dtype)) continue;
     return nonfinite_gradient(batch_id, batch, tables, config, i, g);
   }
   return Status::ok();
@@ -146,10 +181,10 @@ Status check_finite_gradients(std::int64_t batch_id, const KeyBatch& batch, cons
 Status nonfinite_gradient(std::int64_t batch_id, const KeyBatch& batch, const std::vector<int>& tables,
                           const StoreConfig& config, std::size_t i, const ConstMatrixView& g) {
   for (std::int64_t r = 0; r < g.rows; ++r) {
-    const float* row = g.data + r * g.cols;
-    if (!has_nonfinite(row, g.cols)) continue;
+    const void* row = view_row(g, r);
+    if (!has_nonfinite(row, g.cols, g.dtype)) continue;
     std::int64_t col = 0;
-    while (std::isfinite(row[col])) ++col;
+    while (std::isfinite(element(row, col, g.dtype))) ++col;
     const TableSpec& spec = config.tables[static_cast<std::size_t>(tables[i])].spec;
     const JaggedKeys& f = batch.features[i];
     std::string where;
@@ -160,7 +195,7 @@ Status nonfinite_gradient(std::int64_t batch_id, const KeyBatch& batch, const st
       where = "bag " + std::to_string(r);
     }
     std::ostringstream value;
-    value << row[col];
+    value << element(row, col, g.dtype);
     return Status::invalid_argument("batch " + std::to_string(batch_id) + ", table '" + spec.name + "': gradient of " +
                                     where + ", column " + std::to_string(col) + " is " + value.str() +
                                     " (expected finite values; set accept_nonfinite_gradients to let them through)");

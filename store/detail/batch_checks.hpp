@@ -70,6 +70,10 @@ Status check_views(std::int64_t batch_id, const KeyBatch& batch, const std::vect
       return Status::invalid_argument(who + ", table '" + spec.name + "': " + what + " shape (" +
                                       std::to_string(v.rows) + ", " + std::to_string(v.cols) + ") (expected (" +
                                       std::to_string(rows) + ", " + std::to_string(spec.dim) + "))");
+    if (v.dtype != spec.output_dtype)
+      return Status::invalid_argument(who + ", table '" + spec.name + "': " + what + " view dtype " +
+                                      to_string(v.dtype) + " (expected " + to_string(spec.output_dtype) +
+                                      ": the table's output_dtype)");
     if (v.data == nullptr && rows > 0)
       return Status::invalid_argument(who + ", table '" + spec.name + "': " + what + " data is null");
   }

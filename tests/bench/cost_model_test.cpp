@@ -441,7 +441,9 @@ TEST(HostTableMemory, ManySmallTablesAreOneSharedArena) {
   auto m = host_table_memory(c, 0);
   ASSERT_TRUE(m.is_ok());
   EXPECT_EQ(m->tables, 1000);
-  EXPECT_EQ(m->scratch_bytes, 1000 * 2 * 8.0);  // one find_repeats map entry per thread and table
+  // One find_repeats map entry per thread and table, and the cpu engine's shared pass (HostBatch)
+  // one per thread and row of its small tables: 1,000 rows.
+  EXPECT_EQ(m->scratch_bytes, 1000 * 2 * 8.0 + 2 * 8.0 * 1000);
   EXPECT_EQ(m->packed_tables, 1000);
   EXPECT_EQ(m->record_bytes, 1000 * 80 * 4.0);  // 64 weights + 1 rowwise state, padded to 80 floats
   EXPECT_EQ(m->mapped_bytes, 2.0 * 1024 * 1024);

@@ -9,10 +9,13 @@ namespace strata {
 
 class AcceptHalfDTypes {
  public:
-  AcceptHalfDTypes() noexcept { set_half_dtypes_accepted(true); }
-  ~AcceptHalfDTypes() { set_half_dtypes_accepted(false); }
+  AcceptHalfDTypes() noexcept : before_(half_dtypes_accepted()) { set_half_dtypes_accepted(true); }
+  ~AcceptHalfDTypes() { set_half_dtypes_accepted(before_); }
   AcceptHalfDTypes(const AcceptHalfDTypes&) = delete;
   AcceptHalfDTypes& operator=(const AcceptHalfDTypes&) = delete;
+
+ private:
+  bool before_;  ///< restored on destruction, so nested guards keep the outer one's setting
 };
 
 }  // namespace strata

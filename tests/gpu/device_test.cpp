@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <limits>
 #include <mutex>
 #include <random>
@@ -704,6 +705,32 @@ TEST_P(DeviceTest, HotRowsUsedThousandsOfTimesMatchHostKernelsBitForBit) {
   EXPECT_TRUE(dev_->status().is_ok()) << dev_->status().to_string();
 }
 
+// The scratch tests' setup: a pool of kHotSlots records of dim 40 (adagrad, `host`'s) and three
+// hot features of mean pooling with hot lists.
+struct HotScratchSetup {
+  PoolFixture host;
+  std::vector<HotFeature> hf;
+  HotOnDevice d;
+  DeviceBuffer pool_buf;
+  SlotPool pool;
+};
+template <class Upload>
+HotScratchSetup hot_scratch_setup(std::uint64_t seed, Upload up) {
+  std::mt19937_64 rng(seed);
+  const std::int32_t dim = 40;
+  OptimizerSpec opt;
+  opt.kind = OptimizerKind::kAdagrad;
+  opt.learning_rate = 0.05f;
+  const std::int32_t sd = optimizer_state_dim(opt.kind, dim);
+  HotScratchSetup h;
+  h.host = make_pool_data(dim, sd, kHotSlots, rng());
+  for (int f = 0; f < 3; ++f) h.hf.push_back(make_hot_feature(rng, f, Pooling::kMean, dim));
+  h.d = hot_on_device(h.hf, Pooling::kMean, opt, true, up);
+  h.pool_buf = up(h.host.records);
+  h.pool = SlotPool{h.pool_buf.as<float>(), kHotSlots, h.host.stride, dim, sd};
+  return h;
+}
+
 // Without room for the partials' scratch the hot rows are summed by a warp each: the same bits,
 // and nothing allocated; with room again, the next call takes the scratch, which gives way to an
 // allocation that does not fit beside it.
@@ -711,21 +738,15 @@ TEST_P(DeviceTest, HotRowsWithoutRoomForScratchKeepTheirBitsAndTheScratchGivesWa
   if (GetParam() == Kind::kCuda) GTEST_SKIP() << "fills the emulated device";
   auto s = dev_->create_stream().value();
   const auto up = [&](const auto& v) { return upload(v, s.view()); };
-  std::mt19937_64 rng(29);
   const Pooling pooling = Pooling::kMean;
-  const std::int32_t dim = 40;
-  OptimizerSpec opt;
-  opt.kind = OptimizerKind::kAdagrad;
-  opt.learning_rate = 0.05f;
-  const std::int32_t sd = optimizer_state_dim(opt.kind, dim);
-  const PoolFixture host = make_pool_data(dim, sd, kHotSlots, rng());
-  std::vector<HotFeature> hf;
-  hf.reserve(3);
-  for (int f = 0; f < 3; ++f) hf.push_back(make_hot_feature(rng, f, pooling, dim));
-  const HotOnDevice d = hot_on_device(hf, pooling, opt, true, up);
+  HotScratchSetup h = hot_scratch_setup(29, up);
+  const PoolFixture& host = h.host;
+  const std::vector<HotFeature>& hf = h.hf;
+  const HotOnDevice& d = h.d;
+  const std::int32_t dim = h.pool.dim, sd = h.pool.state_dim;
   std::vector<float> want = host_backward(host, hf, d.uf, pooling);
-  auto pool_buf = up(host.records);
-  const SlotPool pool{pool_buf.as<float>(), kHotSlots, host.stride, dim, sd};
+  DeviceBuffer& pool_buf = h.pool_buf;
+  const SlotPool pool = h.pool;
   const auto scratch = static_cast<std::size_t>(kernels::partial_floats(kernels::update_launches(pool, d.uf)) * 4);
   ASSERT_GT(scratch, 0u);
   auto filled = dev_->allocate(dev_->info().capacity - dev_->bytes_in_use() - scratch / 2);
@@ -748,6 +769,75 @@ TEST_P(DeviceTest, HotRowsWithoutRoomForScratchKeepTheirBitsAndTheScratchGivesWa
   EXPECT_GE(dev_->bytes_in_use(), before + scratch) << "the scratch";
   auto beside = dev_->allocate(dev_->info().capacity - before);  // fits only where the scratch was
   ASSERT_TRUE(beside.is_ok()) << beside.status().to_string();
+  EXPECT_EQ(dev_->bytes_in_use(), dev_->info().capacity);
+  EXPECT_TRUE(dev_->status().is_ok()) << dev_->status().to_string();
+}
+
+// With room for the partials' scratch but not for twice it, the scratch takes exactly what the
+// call needs, and the next calls allocate nothing; with room for neither it keeps the scratch it
+// has, and calls after calls allocate, free and create nothing (no free of the old scratch, failed
+// growth and allocation of it again each time).
+TEST_P(DeviceTest, TheScratchTakesWhatFitsAndDoesNotRetryWhatCannot) {
+  if (GetParam() == Kind::kCuda) GTEST_SKIP() << "fills the emulated device";
+  auto s = dev_->create_stream().value();
+  const HotScratchSetup h = hot_scratch_setup(31, [&](const auto& v) { return upload(v, s.view()); });
+  const std::vector<UpdateFeature> one(h.d.uf.begin(), h.d.uf.begin() + 1);
+  const auto need = [&](const std::vector<UpdateFeature>& uf) {
+    return static_cast<std::size_t>(kernels::partial_floats(kernels::update_launches(h.pool, uf)) * 4);
+  };
+  const std::size_t small = need(one), all = need(h.d.uf), capacity = dev_->info().capacity;
+  ASSERT_GT(small, 64u);
+  ASSERT_LT(small, all);
+  {
+    auto filler = dev_->allocate(capacity - dev_->bytes_in_use() - small);
+    ASSERT_TRUE(filler.is_ok());
+    dev_->backward_update(s.view(), h.pool, one);
+    ASSERT_TRUE(dev_->synchronize(s.view()).is_ok());
+    EXPECT_EQ(dev_->bytes_in_use(), capacity) << "the scratch, exactly one call's need";
+    const ResourceCounts before = dev_->resource_counts();
+    dev_->backward_update(s.view(), h.pool, one);
+    ASSERT_TRUE(dev_->synchronize(s.view()).is_ok());
+    const ResourceCounts made = dev_->resource_counts() - before;
+    EXPECT_EQ(made.allocations + made.frees + made.events, 0u);
+  }
+  // The scratch of `small` stays; all the rest is taken: `all` fits nowhere.
+  auto filler = dev_->allocate(capacity - dev_->bytes_in_use());
+  ASSERT_TRUE(filler.is_ok());
+  const ResourceCounts before = dev_->resource_counts();
+  for (int i = 0; i < 3; ++i) dev_->backward_update(s.view(), h.pool, h.d.uf);
+  ASSERT_TRUE(dev_->synchronize(s.view()).is_ok());
+  const ResourceCounts made = dev_->resource_counts() - before;
+  EXPECT_EQ(made.allocations, 0u);
+  EXPECT_EQ(made.frees, 0u);
+  EXPECT_EQ(made.events, 0u);
+  EXPECT_EQ(dev_->bytes_in_use(), capacity) << "the old scratch is kept";
+}
+
+// An allocation that fits only without the scratch, made while another thread's backward holds
+// the scratch (here: growing it, whose free of the old one waits for a stream parked in a host
+// task), waits for that backward and then takes the scratch's room, rather than failing.
+TEST_P(DeviceTest, AnAllocationWaitsForTheScratchThatAnotherThreadHolds) {
+  if (GetParam() == Kind::kCuda) GTEST_SKIP() << "fills the emulated device";
+  auto s = dev_->create_stream().value();
+  auto parked = dev_->create_stream().value();
+  const HotScratchSetup h = hot_scratch_setup(31, [&](const auto& v) { return upload(v, s.view()); });
+  const std::vector<UpdateFeature> one(h.d.uf.begin(), h.d.uf.begin() + 1);
+  ASSERT_TRUE(dev_->synchronize(s.view()).is_ok());
+  const std::size_t others = dev_->bytes_in_use();
+  dev_->backward_update(s.view(), h.pool, one);  // a scratch for one feature
+  ASSERT_TRUE(dev_->synchronize(s.view()).is_ok());
+  ASSERT_GT(dev_->bytes_in_use(), others);
+  std::promise<void> open;
+  dev_->host_task(parked.view(), [gate = open.get_future().share()] { gate.wait(); });
+  std::thread grow([&] { dev_->backward_update(s.view(), h.pool, h.d.uf); });  // holds the scratch, parked
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  Result<DeviceBuffer> got = Status::internal("not run");
+  std::thread take([&] { got = dev_->allocate(dev_->info().capacity - others); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  open.set_value();
+  grow.join();
+  take.join();
+  ASSERT_TRUE(got.is_ok()) << got.status().to_string();
   EXPECT_EQ(dev_->bytes_in_use(), dev_->info().capacity);
   EXPECT_TRUE(dev_->status().is_ok()) << dev_->status().to_string();
 }

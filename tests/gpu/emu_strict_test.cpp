@@ -374,13 +374,10 @@ TEST_F(EmuStrictTest, KernelWritingPageableMemoryIsRefused) {
                   "expected device memory of this device or pinned (mapped) host memory"});
 }
 
-// A fused backward whose hot list misses a hot row (the warp kernel skips every row used more than
-// kHotUses times, so that row would get no update) is refused.
-TEST_F(EmuStrictTest, BackwardWithAnIncompleteHotListIsRefused) {
-  const std::int32_t dim = 4;
-  const std::int64_t stride = record_stride(dim, 0), uses = kernels::kHotUses + 1;
-  auto pool_mem = dev_->allocate(static_cast<std::size_t>(2 * stride) * sizeof(float)).value();
-  // Two unique rows of one key position each, except row 0: uses positions (one bag each).
+// A feature of two unique rows, row 0 used kHotUses + 1 times (one bag each) and row 1 once,
+// whose hot list names row 1 instead of row 0: its buffers on the device (kept in `keep`).
+UpdateFeature wrong_hot_list(Device& dev, StreamView s, std::int32_t dim, std::vector<DeviceBuffer>& keep) {
+  const std::int64_t uses = kernels::kHotUses + 1;
   std::vector<std::int64_t> offsets(static_cast<std::size_t>(uses + 2));
   for (std::size_t b = 0; b < offsets.size(); ++b) offsets[b] = static_cast<std::int64_t>(b);
   std::vector<std::int32_t> positions(static_cast<std::size_t>(uses + 1)), bag_of(positions.size());
@@ -389,13 +386,12 @@ TEST_F(EmuStrictTest, BackwardWithAnIncompleteHotListIsRefused) {
   const std::vector<std::int64_t> unique_offsets = {0, uses, uses + 1};
   const std::vector<std::int64_t> hot = {1};  // row 1 is used once; row 0 is the hot one
   std::vector<float> grads(static_cast<std::size_t>((uses + 1) * dim), 0.5f);
-  auto pinned = dev_->allocate_pinned(1 << 16).value();
-  std::vector<DeviceBuffer> keep;
+  auto pinned = dev.allocate_pinned(1 << 16).value();
   auto put = [&](const void* src, std::size_t bytes) {
-    keep.push_back(dev_->allocate(bytes).value());
+    keep.push_back(dev.allocate(bytes).value());
     std::memcpy(pinned.data(), src, bytes);
-    dev_->copy_h2d(s(), keep.back().data(), pinned.data(), bytes);
-    EXPECT_TRUE(dev_->synchronize(s()).is_ok());
+    dev.copy_h2d(s, keep.back().data(), pinned.data(), bytes);
+    EXPECT_TRUE(dev.synchronize(s).is_ok());
     return keep.back().data();
   };
   UpdateFeature f;
@@ -411,8 +407,29 @@ TEST_F(EmuStrictTest, BackwardWithAnIncompleteHotListIsRefused) {
   f.step.spec.kind = OptimizerKind::kSgd;
   f.hot = static_cast<const std::int64_t*>(put(hot.data(), hot.size() * 8));
   f.num_hot = 1;
+  return f;
+}
+
+// A fused backward whose hot list misses a hot row (the segment kernel searches the list alone, so
+// that row would be updated from partial sums nobody wrote) is refused.
+TEST_F(EmuStrictTest, BackwardWithAnIncompleteHotListIsRefused) {
+  const std::int32_t dim = 4;
+  const std::int64_t stride = record_stride(dim, 0);
+  auto pool_mem = dev_->allocate(static_cast<std::size_t>(2 * stride) * sizeof(float)).value();
+  std::vector<DeviceBuffer> keep;
+  const UpdateFeature f = wrong_hot_list(*dev_, s(), dim, keep);
   dev_->backward_update(s(), SlotPool{pool_mem.as<float>(), 2, stride, dim, 0}, {f});
   expect_refused({"backward_update feature 0", "hot list misses unique row 0"});
+}
+
+// The gradient reduction reads the hot lists as the fused backward does: a wrong one is refused too.
+TEST_F(EmuStrictTest, GradientReductionWithAnIncompleteHotListIsRefused) {
+  const std::int32_t dim = 4;
+  auto sums = dev_->allocate(static_cast<std::size_t>(2 * dim) * sizeof(float)).value();
+  std::vector<DeviceBuffer> keep;
+  const UpdateFeature f = wrong_hot_list(*dev_, s(), dim, keep);
+  dev_->reduce_grads(s(), SlotPool{sums.as<float>(), 2, dim, dim, 0}, {f});
+  expect_refused({"reduce_grads feature 0", "hot list misses unique row 0"});
 }
 
 TEST_F(EmuStrictTest, ZeroCopyGatherOfAnUnregisteredTableIsRefused) {

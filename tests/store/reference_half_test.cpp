@@ -34,6 +34,12 @@ StoreConfig half_config(StoreConfig c, DType dtype, bool sr) {
   return c;
 }
 
+// `c` with every table's outputs and gradients of `out`.
+StoreConfig with_output_dtype(StoreConfig c, DType out) {
+  for (TableConfig& t : c.tables) t.spec.output_dtype = out;
+  return c;
+}
+
 std::unique_ptr<Store> open_reference(const StoreConfig& c) {
   auto s = open_reference_store(c);
   EXPECT_TRUE(s.is_ok()) << s.status().to_string();
@@ -207,10 +213,7 @@ TEST(ReferenceHalf, HalfOutputsAreRoundedOutputsAndHalfGradientsAreWidened) {
   std::mt19937_64 rng(23);
   StoreConfig wide = testing::random_config(rng, 4);
   for (const DType out : {DType::kBF16, DType::kF16}) {
-    StoreConfig half = wide;
-    for (TableConfig& t : half.tables) t.spec.output_dtype = out;
-    // Host gradient finiteness checks read fp32 views: off until they read half-size views.
-    half.accept_nonfinite_gradients = true;
+    const StoreConfig half = with_output_dtype(wide, out);
     auto a = open_reference(wide), b = open_reference(half);
     ASSERT_TRUE(a && b);
     for (int step = 1; step <= 4; ++step) {
@@ -242,6 +245,62 @@ TEST(ReferenceHalf, HalfOutputsAreRoundedOutputsAndHalfGradientsAreWidened) {
     }
     EXPECT_TRUE(testing::same_state(testing::snapshot(*a), testing::snapshot(*b))) << to_string(out);
   }
+}
+
+// A half-size gradient holding NaN or Inf is refused, naming the table, the bag, the column and the
+// value, and changes nothing; a view whose dtype is not the table's output_dtype is refused naming
+// both, in a store of half-size outputs and in an fp32 one.
+TEST(ReferenceHalf, NonFiniteHalfGradientsAndViewsOfAnotherDtypeAreRefused) {
+  AcceptHalfDTypes accept;
+  std::mt19937_64 rng(31);
+  StoreConfig wide = testing::random_config(rng, 3);
+  for (const DType out : {DType::kBF16, DType::kF16}) {
+    const StoreConfig half = with_output_dtype(wide, out);
+    auto store = open_reference(half);
+    ASSERT_TRUE(store);
+    KeyBatch kb;
+    do kb = testing::random_batch(rng, half, 5);
+    while (kb.features[1].num_keys() == 0);
+    Buffers b = testing::make_buffers(half, kb);
+    for (MatrixView& v : b.views) v.dtype = out;
+    for (ConstMatrixView& v : b.cviews) v.dtype = out;
+    ASSERT_TRUE(store->submit(1, kb).is_ok());
+    ASSERT_TRUE(store->forward(1, b.views).is_ok());
+    for (auto& d : b.data) std::fill(d.begin(), d.end(), 0.0f);  // two half-size zeros per float
+    const Snapshot before = testing::snapshot(*store);
+    const TableSpec* spec = nullptr;  // feature 1's table
+    for (const TableConfig& t : half.tables)
+      if (t.spec.name == kb.features[1].table) spec = &t.spec;
+    ASSERT_NE(spec, nullptr);
+    const std::int32_t col = spec->dim - 1;
+    const std::uint16_t inf = out == DType::kBF16 ? 0x7f80u : 0x7c00u;
+    std::memcpy(reinterpret_cast<unsigned char*>(b.data[1].data()) + 2 * col, &inf, sizeof inf);  // bag 0
+    const Status s = store->backward(1, b.cviews);
+    ASSERT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+    EXPECT_NE(s.message().find("table '" + spec->name + "': gradient of "), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(", column " + std::to_string(col) + " is inf"), std::string::npos) << s.message();
+    EXPECT_TRUE(testing::same_state(testing::snapshot(*store), before));
+    // Gradients labelled fp32 in a store of half outputs: refused, naming both dtypes.
+    for (ConstMatrixView& v : b.cviews) v.dtype = DType::kF32;
+    const Status w = store->backward(1, b.cviews);
+    EXPECT_EQ(w.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(w.message().find("gradient view dtype fp32 (expected " + std::string(to_string(out)) +
+                               ": the table's output_dtype)"),
+              std::string::npos)
+        << w.message();
+    EXPECT_TRUE(testing::same_state(testing::snapshot(*store), before));
+  }
+  // An fp32 store refuses output views labelled half-size (their buffers would be half as large).
+  auto store = open_reference(wide);
+  ASSERT_TRUE(store);
+  const KeyBatch kb = testing::random_batch(rng, wide, 4);
+  Buffers b = testing::make_buffers(wide, kb);
+  b.views[0].dtype = DType::kBF16;
+  ASSERT_TRUE(store->submit(1, kb).is_ok());
+  const Status s = store->forward(1, b.views);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("output view dtype bf16 (expected fp32: the table's output_dtype)"), std::string::npos)
+      << s.message();
 }
 
 }  // namespace strata

@@ -5,6 +5,8 @@
 // (Device::resource_counts, StoreStats::device_resources).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -78,17 +80,22 @@ KeyBatch jagged_batch(std::mt19937_64& rng, const StoreConfig& c) {
   return kb;
 }
 
+// Batch `i` of a loop's batches (steady_loop).
+using BatchMaker = std::function<KeyBatch(std::mt19937_64& rng, const StoreConfig& c, int i)>;
+
 // Trains `warm_up` steps and then `steady` more with `depth` batches submitted ahead (every
 // rank of a world calls it with the same seed); returns what the device made during the steady
 // steps, or the first error. With `device_views`, outputs and gradients live in device buffers
 // that the trainer allocated once, and the calls are stream-ordered on the trainer's stream.
-// `links`, when given, receives the bytes per link of the steady steps.
+// `links`, when given, receives the bytes per link of the steady steps. `make` gives the batches
+// (jagged_batch by default; every batch must have 64 bags per table).
 Result<gpu::ResourceCounts> steady_loop(Store& store, const StoreConfig& c, int warm_up, int steady,
-                                        bool device_views = false, gpu::LinkBytes* links = nullptr) {
+                                        bool device_views = false, gpu::LinkBytes* links = nullptr,
+                                        const BatchMaker& make = nullptr) {
   const int depth = 3;
   std::mt19937_64 rng(7);
   std::vector<KeyBatch> batches;
-  for (int i = 0; i < warm_up + steady + depth; ++i) batches.push_back(jagged_batch(rng, c));
+  for (int i = 0; i < warm_up + steady + depth; ++i) batches.push_back(make ? make(rng, c, i) : jagged_batch(rng, c));
   for (int i = 0; i < depth; ++i) STRATA_RETURN_IF_ERROR(store.submit(i, batches[static_cast<std::size_t>(i)]));
   // Every batch has 64 bags of pooled tables: one set of device buffers fits them all.
   gpu::Stream trainer;
@@ -145,6 +152,44 @@ TEST(SteadyState, ATrainingLoopAllocatesNothingAfterWarmUp) {
     if (m.placement == Placement::kCached) {
       const StoreStats st = (*s)->stats();
       EXPECT_GT(st.cache[0].second.writebacks, 100) << "the cache is too large to write back every step";
+    }
+  }
+}
+
+// Rows that turn hot after warm-up: every batch has 64 bags of 8 keys per table (512 key
+// positions, more than kHotUses), drawn uniformly during warm-up (no row used more than kHotUses
+// times) and from then on with 300 of them on one row. The device's scratch for the hot rows'
+// partial sums is sized by the key positions, so the warm-up sized it already.
+TEST(SteadyState, RowsTurningHotAfterWarmUpAllocateNothing) {
+  const int warm_up = 12;
+  const BatchMaker late_hot = [&](std::mt19937_64& rng, const StoreConfig& c, int i) {
+    KeyBatch kb;
+    for (const auto& t : c.tables) {
+      JaggedKeys f;
+      f.table = t.spec.name;
+      for (int k = 0; k < 512; ++k) f.keys.push_back(static_cast<Key>(rng() % static_cast<std::uint64_t>(t.spec.rows)));
+      if (i >= warm_up) std::fill(f.keys.begin(), f.keys.begin() + 300, Key{5});
+      std::shuffle(f.keys.begin(), f.keys.end(), rng);
+      for (int b = 0; b <= 64; ++b) f.offsets.push_back(8 * b);
+      kb.features.push_back(std::move(f));
+    }
+    return kb;
+  };
+  const Mode modes[] = {
+      {"cached staged", Placement::kCached},
+      {"hybrid", Placement::kHybrid},
+      {"gpu", Placement::kGpu},
+      {"offload device gather", Placement::kOffload},
+  };
+  for (const Mode& m : modes) {
+    for (bool device_views : {false, true}) {
+      SCOPED_TRACE(std::string(m.name) + (device_views ? ", device views" : ""));
+      const StoreConfig c = steady_config(m);
+      auto s = Store::open(c);
+      ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+      const Result<gpu::ResourceCounts> during = steady_loop(**s, c, warm_up, 10, device_views, nullptr, late_hot);
+      ASSERT_TRUE(during.is_ok()) << during.status().to_string();
+      expect_none(during.value());
     }
   }
 }
