@@ -15,6 +15,7 @@
 #include "core/half.hpp"
 #include "host/host_table.hpp"
 #include "tests/core/accept_half_dtypes.hpp"
+#include "tests/host/record_pads.hpp"
 
 namespace strata {
 namespace {
@@ -501,7 +502,7 @@ class HalfKernels : public ::testing::TestWithParam<HalfCase> {};
 // step, global column, salt)). For every optimizer, fp32 and bf16 state (where allowed), every
 // pooling, with and without per-sample weights, keys used once and repeated; backward_update,
 // backward_update_by_bag and the table-batched forms. SR cases use a shard's row and column
-// offsets, so the bits must come from global rows and columns.
+// offsets, so the bits must come from global rows and columns. The records' pads stay zero bits.
 TEST_P(HalfKernels, EveryKernelMatchesTheRowMathOnWidenedRowsBitForBit) {
   const HalfCase hc = GetParam();
   const AcceptHalfDTypes accept;
@@ -623,6 +624,7 @@ TEST_P(HalfKernels, EveryKernelMatchesTheRowMathOnWidenedRowsBitForBit) {
               for (std::int32_t k = 0; k < sd; ++k)
                 ASSERT_EQ(bits_of(element_at(t->state(r), state_dtype, k)), bits_of(want[r * rec + dim + k]))
                     << what << ": state, row " << r << " col " << k;
+              ASSERT_TRUE(testing::record_pads_are_zero(t->ref(), r)) << what;
             }
         }
       }
