@@ -148,7 +148,7 @@ namespace {
 template <class Elem>
 void pool_bags_any(RowRef t, const BagsView& bags, Pooling pooling, float* out, std::int64_t b0, std::int64_t b1) {
   const std::int32_t dim = t.dim;
-  const std::int64_t words = t.row_words();
+  const std::int64_t words = element_words(dim, dtype_of<Elem>());
   const std::int64_t j_end = bags.offsets[b1];
   for (std::int64_t j = bags.offsets[b0]; j < std::min(j_end, bags.offsets[b0] + kPrefetchDistance); ++j)
     prefetch_row(t.row(bags.keys[j]), words);
@@ -252,7 +252,7 @@ namespace {
 template <class Elem>
 void gather_rows_elems(RowRef t, const Key* keys, const float* weights, std::int64_t j0, std::int64_t j1, float* out) {
   const std::int32_t dim = t.dim;
-  const std::int64_t words = t.row_words();
+  const std::int64_t words = element_words(dim, dtype_of<Elem>());
   for (std::int64_t j = j0; j < std::min(j1, j0 + kPrefetchDistance); ++j) prefetch_row(t.row(keys[j]), words);
   for (std::int64_t j = j0; j < j1; ++j) {
     if (j + kPrefetchDistance < j1) prefetch_row(t.row(keys[j + kPrefetchDistance]), words);
@@ -508,6 +508,39 @@ std::vector<float> widened_scratch(const RowRef& t) {
   return std::vector<float>(half ? static_cast<std::size_t>(t.dim + t.state_dim) : 0);
 }
 
+// The dim whose instance of the update kernels updates table t: its dim (for_dim takes multiples of
+// 16 at compile time), or 0, the run-time-dim instance, for a bf16 state. So an instance of a
+// compile-time dim always has an fp32 state (fused_step keeps one), which it knows at compile time:
+// an fp32 table's update compiles to the code it had before half rows (issue 31 review).
+std::int32_t update_dim(const RowRef& t) { return t.state_dtype == DType::kF32 ? t.dim : 0; }
+
+// Whether the update kernel <kDim, Elem> has fp32 rows and state (update_dim).
+template <std::int32_t kDim, class Elem>
+constexpr bool kFp32Record = kDim > 0 && std::is_same_v<Elem, float>;
+
+// Words of a record's weights and state (the span the update kernels prefetch).
+template <std::int32_t kDim, class Elem>
+std::int64_t record_span(const RowRef& t) {
+  if constexpr (kDim > 0) {
+    return element_words(kDim, dtype_of<Elem>()) + t.state_dim;  // an fp32 state
+  } else {
+    return t.row_words() + t.state_words();
+  }
+}
+
+// The update kernels' optimizer step of a record outside fused_step: apply_optimizer in place for
+// fp32 rows and state of a compile-time dim, else step_widened (which `wide` serves).
+template <std::int32_t kDim, class Elem>
+inline void step_row(const OptimizerStep& st, RowRef t, float* rec, std::int64_t row, float* g, float* wide) {
+  if constexpr (kFp32Record<kDim, Elem>) {
+    (void)row;
+    (void)wide;
+    apply_optimizer(st, rec, rec + kDim, g, kDim);
+  } else {
+    step_widened<Elem>(st, t, rec, row, g, wide);
+  }
+}
+
 // Unique rows [u0, u1) of backward_update. The loop is memory-bound, but how many rows it keeps in
 // flight depends on how little else each row costs, so:
 //  - with kDim > 0 every per-row loop (reduction, optimizer) has a compile-time trip count and a
@@ -529,11 +562,11 @@ template <std::int32_t kDim, class Elem>
                                   const std::int32_t* bag_of, const float* grads, const OptimizerStep& step,
                                   std::int64_t u0, std::int64_t u1) {
   const std::int32_t dim = kDim > 0 ? kDim : t.dim;
-  const std::int64_t rec = t.row_words() + t.state_words();
-  const bool fp32_state = t.state_dtype == DType::kF32;
+  const std::int64_t rec = record_span<kDim, Elem>(t);
   RowAcc<kDim> row_acc(dim);
   float* acc = row_acc.data();
-  std::vector<float> wide = widened_scratch(t);
+  std::vector<float> wide;
+  if constexpr (!kFp32Record<kDim, Elem>) wide = widened_scratch(t);
   const std::int64_t p_end = unique.offsets[u1];
   for (std::int64_t u = u0; u < u1; ++u) {
     if (u + kPrefetchDistance < u1) prefetch_row(t.row(unique.keys[u + kPrefetchDistance]), rec);
@@ -543,12 +576,12 @@ template <std::int32_t kDim, class Elem>
     float* w = t.row(row);
     bool fused = false;
     if constexpr (kDim > 0) {
-      if (step.spec.kind != OptimizerKind::kSgd && fp32_state) {
+      if (step.spec.kind != OptimizerKind::kSgd) {
         fused_step<kDim, Elem>(step, w, row, GradIn{acc}, acc, nullptr);
         fused = true;
       }
     }
-    if (!fused) step_widened<Elem>(step, t, w, row, acc, wide.data());
+    if (!fused) step_row<kDim, Elem>(step, t, w, row, acc, wide.data());
   }
 }
 
@@ -562,7 +595,7 @@ struct UpdateRows {
 void backward_update(RowRef t, const BagsView& bags, Pooling pooling, UniqueView unique, const std::int32_t* bag_of,
                      const float* grads, const OptimizerStep& step) {
   // Compile-time dims for multiples of 16 up to 256, as gather_pool; other dims at run time.
-  const auto update = for_dim<UpdateRows>(t.dim, t.dtype);
+  const auto update = for_dim<UpdateRows>(update_dim(t), t.dtype);
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, unique.size, 128),
                     [&](const tbb::blocked_range<std::int64_t>& r) {
                       update(t, bags, pooling, unique, bag_of, grads, step, r.begin(), r.end());
@@ -586,9 +619,9 @@ template <std::int32_t kDim, class Elem>
                                        const float* grads, const OptimizerStep& step, std::int64_t b0,
                                        std::int64_t b1) {
   const std::int32_t dim = kDim > 0 ? kDim : t.dim;
-  const std::int64_t rec = t.row_words() + t.state_words();
-  const bool fused = kDim > 0 && t.state_dtype == DType::kF32;  // fused_step keeps an fp32 state
-  std::vector<float> wide = widened_scratch(t);
+  const std::int64_t rec = record_span<kDim, Elem>(t);
+  std::vector<float> wide;
+  if constexpr (!kFp32Record<kDim, Elem>) wide = widened_scratch(t);
   RowAcc<kDim> row_acc(dim), bag_row_acc(dim);
   float* acc = row_acc.data();
   float* bag_acc = bag_row_acc.data();
@@ -596,7 +629,7 @@ template <std::int32_t kDim, class Elem>
   const bool per_bag = bags.weights == nullptr;
   const bool decays = step.spec.weight_decay != 0.0f;
   // Row-wise Adagrad without decay: the sum of squares of a bag's gradient, once per bag too.
-  const bool bag_sq = fused && per_bag && !decays && step.spec.kind == OptimizerKind::kRowwiseAdagrad;
+  const bool bag_sq = kDim > 0 && per_bag && !decays && step.spec.kind == OptimizerKind::kRowwiseAdagrad;
   float bag_sq_value = 0.0f;
   const std::int64_t j_end = none ? b1 : bags.offsets[b1];
   for (std::int64_t b = b0; b < b1; ++b) {
@@ -613,21 +646,18 @@ template <std::int32_t kDim, class Elem>
       if (repeated[j]) continue;
       const Key row = bags.keys[j];
       float* w = t.row(row);
-      if (fused) {
-        if constexpr (kDim > 0) {
-          if (per_bag) {
-            if (!bag_ready) {
-              std::fill(bag_acc, bag_acc + dim, 0.0f);
-              row_axpy(bag_acc, grads + b * dim, grad_scale(pooling, hi - lo, nullptr, j), dim);
-              if (bag_sq) bag_sq_value = sum_squares<kDim>(bag_acc);
-              bag_ready = true;
-            }
-            fused_step<kDim, Elem>(step, w, row, GradIn{bag_acc}, acc, bag_sq ? &bag_sq_value : nullptr);
-          } else {
-            fused_step<kDim, Elem>(step, w, row,
-                                   ScaledGradIn{grads + b * dim, grad_scale(pooling, hi - lo, bags.weights, j)}, acc,
-                                   nullptr);
+      if constexpr (kDim > 0) {
+        if (per_bag) {
+          if (!bag_ready) {
+            std::fill(bag_acc, bag_acc + dim, 0.0f);
+            row_axpy(bag_acc, grads + b * dim, grad_scale(pooling, hi - lo, nullptr, j), dim);
+            if (bag_sq) bag_sq_value = sum_squares<kDim>(bag_acc);
+            bag_ready = true;
           }
+          fused_step<kDim, Elem>(step, w, row, GradIn{bag_acc}, acc, bag_sq ? &bag_sq_value : nullptr);
+        } else {
+          fused_step<kDim, Elem>(
+              step, w, row, ScaledGradIn{grads + b * dim, grad_scale(pooling, hi - lo, bags.weights, j)}, acc, nullptr);
         }
       } else {
         float* g = acc;
@@ -646,7 +676,7 @@ template <std::int32_t kDim, class Elem>
           std::fill(acc, acc + dim, 0.0f);
           row_axpy(acc, grads + b * dim, grad_scale(pooling, hi - lo, bags.weights, j), dim);
         }
-        step_widened<Elem>(step, t, w, row, g, wide.data());
+        step_row<kDim, Elem>(step, t, w, row, g, wide.data());
       }
     }
   }
@@ -696,12 +726,12 @@ void backward_update_by_bag(RowRef t, const BagsView& bags, Pooling pooling, con
   const std::int64_t n = bags.offsets[bags.batch];
   const std::int64_t batch = pooling == Pooling::kNone ? n : bags.batch;
   const std::int64_t grain = pooling == Pooling::kNone ? 4096 : bag_grain(batch);
-  const auto once = for_dim<UpdateUsedOnce>(t.dim, t.dtype);
+  const auto once = for_dim<UpdateUsedOnce>(update_dim(t), t.dtype);
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, batch, grain), [&](const tbb::blocked_range<std::int64_t>& r) {
     once(t, bags, pooling, repeats.repeated.data(), grads, step, r.begin(), r.end());
   });
   // The repeated keys, range by range (their rows are disjoint from the ones above).
-  const auto rows = for_dim<UpdateRows>(t.dim, t.dtype);
+  const auto rows = for_dim<UpdateRows>(update_dim(t), t.dtype);
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, repeats.ranges.size(), 1),
                     [&](const tbb::blocked_range<std::size_t>& r) {
                       for (std::size_t g = r.begin(); g < r.end(); ++g) {
@@ -744,8 +774,8 @@ void backward_update_tables(const std::vector<TableBatchItem>& items, TableBatch
   chunks.clear();
   for (std::size_t i = 0; i < items.size(); ++i) {
     const TableBatchItem& it = items[i];
-    once[i] = for_dim<UpdateUsedOnce>(it.table.dim, it.table.dtype);
-    rows[i] = for_dim<UpdateRows>(it.table.dim, it.table.dtype);
+    once[i] = for_dim<UpdateUsedOnce>(update_dim(it.table), it.table.dtype);
+    rows[i] = for_dim<UpdateRows>(update_dim(it.table), it.table.dtype);
     // backward_update_by_bag's tasks: its bag grain, and each repeated range whole. The update
     // kernels prefetch from a task's first row on, without a burst up front, so a task's first
     // rows wait: smaller chunks (128 KiB of records, 25 bags of 20 keys) made the --pooling 20

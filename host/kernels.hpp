@@ -14,7 +14,10 @@
 // fp32 rows, and the optimizer computes in fp32 with the same operations; each updated element is
 // then stored through store_weight (core/row_math.hpp: to nearest even, or stochastically with the
 // bits of (global row, step, global column, salt) that OptimizerStep::round gives), as the reference
-// store rounds it. Outputs and gradients are fp32 here (a half output_dtype is not served yet).
+// store rounds it. Compile-time dims (multiples of 16) with an fp32 state take the vectorised paths,
+// half rows widened and narrowed register by register; a bf16 state and half SGD rows in
+// backward_update step one scalar row at a time. Outputs and gradients are fp32 here: Store::open
+// refuses a half output_dtype (store/store_impl.cpp) until the host path writes half outputs.
 
 #include <cstdint>
 #include <vector>
