@@ -481,10 +481,7 @@ TEST(TableBatched, MixedTablesAreBitIdenticalToThePerTableKernels) {
 // Half-size rows (issue 31). Element c of `n` elements of `dtype` at `p`, widened to fp32 (naive:
 // core/half.hpp's scalar conversions on the raw bits).
 float element_at(const float* p, DType dtype, std::int64_t c) {
-  if (dtype == DType::kF32) return p[c];
-  std::uint16_t h;
-  std::memcpy(&h, reinterpret_cast<const unsigned char*>(p) + 2 * c, sizeof h);
-  return widen(dtype, h);
+  return dtype == DType::kF32 ? p[c] : widen(dtype, testing::half_bits_at(p, c));
 }
 
 struct HalfCase {

@@ -325,17 +325,16 @@ TEST(ReferenceHalf, CpuWriteRowsRoundsToNearestAndReadRowsWidens) {
 // placement only.
 TEST(ReferenceHalf, StoresRefuseWhatTheirPlacementsDoNotServe) {
   AcceptHalfDTypes accept;
+  StoreConfig c;
+  c.device.backend = BackendChoice::kEmu;
+  c.tables.resize(1);
+  c.tables[0].spec.name = "clicks";
+  c.tables[0].spec.rows = 8;
   for (const Placement p : {Placement::kCpu, Placement::kOffload, Placement::kCached, Placement::kGpu}) {
     for (const DType out : {DType::kBF16, DType::kF16}) {
-      StoreConfig c;
-      c.device.backend = BackendChoice::kEmu;
-      TableConfig t;
-      t.spec.name = "clicks";
-      t.spec.rows = 8;
-      t.spec.dim = 4;
-      t.spec.output_dtype = out;
-      t.placement = p;
-      c.tables.push_back(t);
+      c.tables[0].placement = p;
+      c.tables[0].spec.dtype = DType::kF32;
+      c.tables[0].spec.output_dtype = out;
       auto s = Store::open(c);
       ASSERT_FALSE(s.is_ok()) << to_string(p) << " " << to_string(out);
       EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
