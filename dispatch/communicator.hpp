@@ -1,23 +1,25 @@
 #pragma once
-// Communicator: the collectives that dispatch needs between the ranks of one world. Three
+// Communicator: the collectives that dispatch needs between the ranks of one world. Four
 // implementations share this interface and one conformance suite: `local` (ranks are threads of
-// one process), `mpi` (one rank per process, OpenMPI) and `nccl` (one rank per GPU).
+// one process), `mpi` (one rank per process, OpenMPI), `nccl` (one rank per GPU) and `transport`
+// (transport_communicator.hpp: over a Transport that only moves bytes, which a program implements
+// over what it has, e.g. a torch.distributed process group; its kind() is the Transport's).
 //
-// Every call is a collective: all ranks of the world must make the same calls in the same order.
-// A call that cannot complete within the communicator's timeout returns kUnavailable naming the
-// ranks that did not arrive; a call whose peers are in a different collective (or disagree on a
-// size that must match) returns an error naming the ranks and what they called. After such an
-// error the communicator is broken: every later call returns the same error, never a hang. A
-// device that failed before a device collective (a sticky error found by the call's own readiness
-// check, however late it came: work of another stream of the device may fail after the caller's
-// last agreement), or `mpi`'s pinned staging of device buffers that cannot be allocated
-// (ResourceExhausted), fails that call on every rank with the same error, and breaks nothing:
-// every rank learns it with the call's arguments, before any data moved, so the ranks stay in
-// step. Except under `nccl` when the fault poisoned the rank's CUDA context (cudaErrorIllegalAddress
-// and the like): that rank cannot copy its header for the all-gather either, so it breaks and
-// aborts, and its peers time out after CommOptions::timeout with kUnavailable and break. A device
-// error on one rank after a device collective's copies started (its device failed during the
-// call) fails that rank's call only, in `local` and `mpi` (`nccl` breaks): a device dying
+// Every call is a collective: all ranks of the world must make the same calls in the same order. A
+// call that cannot complete within the communicator's timeout returns kUnavailable naming the ranks
+// that did not arrive; a call whose peers are in a different collective (or disagree on a size that
+// must match) returns an error naming the ranks and what they called. After such an error the
+// communicator is broken: every later call returns the same error, never a hang. A device that
+// failed before a device collective (a sticky error found by the call's own readiness check,
+// however late it came: work of another stream of the device may fail after the caller's last
+// agreement), or the pinned staging of device buffers (`mpi`, `transport`) that cannot be allocated
+// (ResourceExhausted), fails that call on every rank with the same error, and breaks nothing: every
+// rank learns it with the call's arguments, before any data moved, so the ranks stay in step.
+// Except under `nccl` when the fault poisoned the rank's CUDA context (cudaErrorIllegalAddress and
+// the like): that rank cannot copy its header for the all-gather either, so it breaks and aborts,
+// and its peers time out after CommOptions::timeout with kUnavailable and break. A device error on
+// one rank after a device collective's copies started (its device failed during the call) fails
+// that rank's call only, in `local`, `mpi` and `transport` (`nccl` breaks): a device dying
 // mid-call, as one can during any kernel.
 //
 // Memory spaces: the data-moving collectives (all_to_all_v, all_gather, broadcast) take a
@@ -34,6 +36,8 @@
 //          before, one H2D after; MPI's own CUDA awareness is not used, see mpi_communicator.hpp)
 //   nccl   host: staged through device buffers the communicator owns; device: NCCL reads and
 //          writes the caller's device buffers directly (they must be on the communicator's GPU)
+//   transport  host: copied through the Transport's own memory; device: given to the Transport
+//          directly when it takes_device() the space, else staged as `mpi` does
 // all_reduce and barrier work on host memory only: they carry control values (counts, verdicts),
 // never rows.
 

@@ -162,11 +162,7 @@ class LocalCommunicator final : public Communicator {
                          const std::int64_t* recv_counts, const std::int64_t* recv_displs,
                          const BufferSpace& space) override {
     Posting p;
-    p.info.kind = Collective::kAllToAllV;
-    p.info.send_counts = send_counts;
-    p.info.recv_counts = recv_counts;
-    p.info.arg_error =
-        detail::check_a2a_arguments(size(), rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
+    p.info = detail::all_to_all_v_call(size(), rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
     detail::judge_space(p.info, space);
     p.src = send;
     p.send_displs = send_displs;
@@ -190,9 +186,7 @@ class LocalCommunicator final : public Communicator {
 
   Status do_all_gather(const void* send, std::int64_t bytes, void* recv, const BufferSpace& space) override {
     Posting p;
-    p.info.kind = Collective::kAllGather;
-    p.info.bytes = bytes;
-    p.info.arg_error = detail::check_all_gather_arguments(size(), send, bytes, recv);
+    p.info = detail::all_gather_call(size(), send, bytes, recv);
     detail::judge_space(p.info, space);
     p.src = send;
     p.device = space.device;
@@ -211,11 +205,7 @@ class LocalCommunicator final : public Communicator {
 
   Status all_reduce(void* data, std::int64_t count, DataType type, ReduceOp op) override {
     Posting p;
-    p.info.kind = Collective::kAllReduce;
-    p.info.count = count;
-    p.info.type = type;
-    p.info.op = op;
-    p.info.arg_error = detail::check_all_reduce_arguments(data, count, type, op);
+    p.info = detail::all_reduce_call(data, count, type, op);
     const bool work = p.info.arg_error.empty() && count > 0 && size() > 1;
     if (work) {
       // `data` is both input and output, and peers read every rank's input while this rank
@@ -237,10 +227,7 @@ class LocalCommunicator final : public Communicator {
 
   Status do_broadcast(void* data, std::int64_t bytes, int root, const BufferSpace& space) override {
     Posting p;
-    p.info.kind = Collective::kBroadcast;
-    p.info.bytes = bytes;
-    p.info.root = root;
-    p.info.arg_error = detail::check_broadcast_arguments(size(), data, bytes, root);
+    p.info = detail::broadcast_call(size(), data, bytes, root);
     detail::judge_space(p.info, space);
     p.src = data;
     p.device = space.device;
@@ -258,13 +245,7 @@ class LocalCommunicator final : public Communicator {
     return run(std::move(p), /*peers_read=*/false, [] { return Status::ok(); });
   }
 
-  CommCounters counters() const noexcept override {
-    CommCounters c;
-    c.sent_bytes = sent_.load(std::memory_order_relaxed);
-    c.received_bytes = received_.load(std::memory_order_relaxed);
-    c.calls = calls_made_.load(std::memory_order_relaxed);
-    return c;
-  }
+  CommCounters counters() const noexcept override { return tally_.counters(); }
 
  private:
   // Steps 1 to 3 (see the top of the file); `copy_in` is step 2, run only when every rank agreed.
@@ -281,7 +262,7 @@ class LocalCommunicator final : public Communicator {
       std::atomic<bool>& busy;
       ~Release() { busy.store(false, std::memory_order_release); }
     } release{busy_};
-    calls_made_.fetch_add(1, std::memory_order_relaxed);
+    tally_.count_call();
     const std::uint64_t k = ++calls_;
     const Collective kind = post.info.kind;
     // The counts arrays of all_to_all_v stay valid for the whole call; keep a copy of the rest.
@@ -291,9 +272,7 @@ class LocalCommunicator final : public Communicator {
     const Status copied = copy_in();
     if (peers_read) group_->depart(k);
     if (!copied.is_ok()) return copied.with_context(detail::collective_name(kind));
-    const detail::MovedBytes moved = detail::moved_bytes(info, rank_, size());
-    sent_.fetch_add(moved.sent, std::memory_order_relaxed);
-    received_.fetch_add(moved.received, std::memory_order_relaxed);
+    tally_.count_moved(info, rank_, size());
     return Status::ok();
   }
 
@@ -330,7 +309,7 @@ class LocalCommunicator final : public Communicator {
   const int rank_;
   std::uint64_t calls_ = 0;             // collectives started, numbering the generations
   std::vector<unsigned char> scratch_;  // all_reduce input posted to the peers
-  std::atomic<std::int64_t> sent_{0}, received_{0}, calls_made_{0};
+  detail::CallTally tally_;
   std::atomic<bool> busy_{false};  // a call is in progress
 };
 

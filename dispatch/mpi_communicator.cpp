@@ -14,7 +14,6 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -26,6 +25,7 @@
 #include <vector>
 
 #include "dispatch/detail/comm_check.hpp"
+#include "dispatch/detail/device_stage.hpp"
 #include "gpu/device.hpp"
 
 namespace strata::dispatch {
@@ -57,7 +57,6 @@ Status mpi_status(int err, const char* expr, const char* file, int line) {
 namespace strata::dispatch {
 namespace {
 
-constexpr std::uint32_t kMagic = 0x53545243;  // "STRC"
 constexpr int kControlTag = 1;
 constexpr int kFirstTag = 2;
 constexpr int kTagsPerCall = 3;  // header, payload round 1, payload round 2
@@ -65,22 +64,6 @@ constexpr int kTagsPerCall = 3;  // header, payload round 1, payload round 2
 constexpr std::int64_t kMaxMessage = std::int64_t{1} << 30;
 // After a failure, how long cancelled receives may take to report their cancellation.
 constexpr std::chrono::milliseconds kCancelGrace{200};
-
-// A rank's CallInfo on the wire, followed for all_to_all_v by send_counts[size] and
-// recv_counts[size]. Both ends are the same program, so no byte-order conversion.
-struct WireHeader {
-  std::uint32_t magic = kMagic;
-  std::int32_t kind = 0;
-  std::int64_t bytes = 0;
-  std::int64_t count = 0;
-  std::int32_t type = 0;
-  std::int32_t op = 0;
-  std::int32_t root = 0;
-  std::int32_t has_arg_error = 0;
-  std::int32_t device_code = 0;  // the StatusCode of CallInfo::device_error, 0 (kOk) when none
-  char error[220] = {};          // detail::encode_failure()'s text
-};
-static_assert(sizeof(WireHeader) % sizeof(std::int64_t) == 0, "the counts after the header stay aligned");
 
 // A failure report on the control tag: the code, then the message.
 struct WireFailure {
@@ -148,14 +131,9 @@ class MpiCommunicator final : public Communicator {
   Status all_to_all_v_host(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs,
                            void* recv, const std::int64_t* recv_counts, const std::int64_t* recv_displs,
                            const std::string& space_error, const Status& device_error = Status::ok()) {
-    CallInfo info;
-    info.kind = Collective::kAllToAllV;
-    info.send_counts = send_counts;
-    info.recv_counts = recv_counts;
-    info.arg_error =
-        detail::check_a2a_arguments(size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
-    if (info.arg_error.empty()) info.arg_error = space_error;
-    if (info.arg_error.empty()) info.device_error = device_error;
+    CallInfo info =
+        detail::all_to_all_v_call(size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
+    detail::judge_staging(info, space_error, device_error);
     return run(info, [&](std::uint64_t seq, Clock::time_point deadline, const char* what) -> Status {
       std::int64_t total = 0;
       for (int p = 0; p < size_; ++p) total += p == rank_ ? 0 : send_counts[p];
@@ -191,12 +169,8 @@ class MpiCommunicator final : public Communicator {
 
   Status all_gather_host(const void* send, std::int64_t bytes, void* recv, const std::string& space_error,
                          const Status& device_error = Status::ok()) {
-    CallInfo info;
-    info.kind = Collective::kAllGather;
-    info.bytes = bytes;
-    info.arg_error = detail::check_all_gather_arguments(size_, send, bytes, recv);
-    if (info.arg_error.empty()) info.arg_error = space_error;
-    if (info.arg_error.empty()) info.device_error = device_error;
+    CallInfo info = detail::all_gather_call(size_, send, bytes, recv);
+    detail::judge_staging(info, space_error, device_error);
     return run(info, [&](std::uint64_t seq, Clock::time_point deadline, const char* what) -> Status {
       if (bytes == 0) return Status::ok();
       auto& stage = stage_for(bytes);
@@ -216,12 +190,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   Status all_reduce(void* data, std::int64_t count, DataType type, ReduceOp op) override {
-    CallInfo info;
-    info.kind = Collective::kAllReduce;
-    info.count = count;
-    info.type = type;
-    info.op = op;
-    info.arg_error = detail::check_all_reduce_arguments(data, count, type, op);
+    CallInfo info = detail::all_reduce_call(data, count, type, op);
     return run(info, [&](std::uint64_t seq, Clock::time_point deadline, const char* what) -> Status {
       if (count == 0 || size_ == 1) return Status::ok();
       const std::int64_t es = static_cast<std::int64_t>(size_of(type));
@@ -275,13 +244,8 @@ class MpiCommunicator final : public Communicator {
 
   Status broadcast_host(void* data, std::int64_t bytes, int root, const std::string& space_error,
                         const Status& device_error = Status::ok()) {
-    CallInfo info;
-    info.kind = Collective::kBroadcast;
-    info.bytes = bytes;
-    info.root = root;
-    info.arg_error = detail::check_broadcast_arguments(size_, data, bytes, root);
-    if (info.arg_error.empty()) info.arg_error = space_error;
-    if (info.arg_error.empty()) info.device_error = device_error;
+    CallInfo info = detail::broadcast_call(size_, data, bytes, root);
+    detail::judge_staging(info, space_error, device_error);
     return run(info, [&](std::uint64_t seq, Clock::time_point deadline, const char* what) -> Status {
       if (bytes == 0 || size_ == 1) return Status::ok();
       std::vector<Op> ops;
@@ -298,126 +262,38 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
-  // ---- device buffers: staged through pinned host memory ----
-  // Each call checks its arguments and readies the device (detail::judge_space), copies what
-  // leaves this rank D2H into the pinned send stage, runs the host collective between the stages
-  // and copies what arrived H2D. This rank's own share moves device to device. A failure before
-  // the data moves goes to the host collective as this rank's argument error or device error, so
-  // every rank fails the call alike (and a device error leaves the communicator usable).
+  // ---- device buffers: staged through pinned host memory (detail/device_stage.hpp) ----
 
   Status do_all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
                          const std::int64_t* recv_counts, const std::int64_t* recv_displs,
                          const BufferSpace& space) override {
     if (!space.on_device())
       return all_to_all_v_host(send, send_counts, send_displs, recv, recv_counts, recv_displs, "");
-    CallInfo pre;
-    pre.arg_error =
-        detail::check_a2a_arguments(size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
-    detail::judge_space(pre, space);
-    if (!pre.arg_error.empty() || !pre.device_error.is_ok())
-      return all_to_all_v_host(send, send_counts, send_displs, recv, recv_counts, recv_displs, pre.arg_error,
-                               pre.device_error);
-    // No overflow: check_a2a_arguments refused any displacement + count past int64.
-    std::int64_t send_end = 0, recv_end = 0;
-    for (int p = 0; p < size_; ++p) {
-      if (send_counts[p] > 0) send_end = std::max(send_end, send_displs[p] + send_counts[p]);
-      if (recv_counts[p] > 0) recv_end = std::max(recv_end, recv_displs[p] + recv_counts[p]);
-    }
-    gpu::Device& d = *space.device;
-    DeviceStage& st = stage_of(d);
-    Status staged = grow(st, d, send_end, recv_end);
-    if (staged.is_ok()) {
-      for (int p = 0; p < size_; ++p) {
-        if (p == rank_ || send_counts[p] == 0) continue;
-        d.copy_d2h(space.stream, st.send.as<char>() + send_displs[p], static_cast<const char*>(send) + send_displs[p],
-                   static_cast<std::size_t>(send_counts[p]));
-      }
-      staged = synchronized(space);
-    }
-    // With the caller's pointers, as above: a stage that failed to grow is empty, and the host
-    // path's own check would report it as a null buffer instead of this error.
-    if (!staged.is_ok())
-      return all_to_all_v_host(send, send_counts, send_displs, recv, recv_counts, recv_displs, "", staged);
-    // This rank's own share stays on the device: out of the host collective's way (zero bytes to
-    // itself; every rank sees its own counts, so the others are not affected).
-    std::vector<std::int64_t> sc(send_counts, send_counts + size_), rc(recv_counts, recv_counts + size_);
-    const std::int64_t own = recv_counts[rank_];
-    if (own == send_counts[rank_]) sc[rank_] = rc[rank_] = 0;
-    STRATA_RETURN_IF_ERROR(
-        all_to_all_v_host(st.send.data(), sc.data(), send_displs, st.recv.data(), rc.data(), recv_displs, ""));
-    // The own share first, device to device, unless it is in place: compared by address, for send
-    // and recv may be one buffer whose displacements keep the ranges apart. No received range
-    // overlaps its source (check_a2a_arguments), and it goes first all the same, so that nothing
-    // queued after could ever overwrite what it reads.
-    if (own > 0) {
-      char* own_to = static_cast<char*>(recv) + recv_displs[rank_];
-      const char* own_from = static_cast<const char*>(send) + send_displs[rank_];
-      if (own_to != own_from) d.copy_d2d(space.stream, own_to, own_from, static_cast<std::size_t>(own));
-    }
-    for (int p = 0; p < size_; ++p) {
-      if (p == rank_ || recv_counts[p] == 0) continue;
-      d.copy_h2d(space.stream, static_cast<char*>(recv) + recv_displs[p], st.recv.as<char>() + recv_displs[p],
-                 static_cast<std::size_t>(recv_counts[p]));
-    }
-    // The host collective counted the bytes to peers; the own share moves none between ranks.
-    return d.synchronize(space.stream).with_context("all_to_all_v");
+    return detail::staged_all_to_all_v(stages_, size_, rank_, send, send_counts, send_displs, recv, recv_counts,
+                                       recv_displs, space,
+                                       [this](auto... host_args) { return all_to_all_v_host(host_args...); });
   }
 
   Status do_all_gather(const void* send, std::int64_t bytes, void* recv, const BufferSpace& space) override {
     if (!space.on_device()) return all_gather_host(send, bytes, recv, "");
-    CallInfo pre;
-    pre.arg_error = detail::check_all_gather_arguments(size_, send, bytes, recv);
-    detail::judge_space(pre, space);
-    gpu::Device& d = *space.device;
-    DeviceStage& st = stage_of(d);
-    const bool ready = pre.arg_error.empty() && pre.device_error.is_ok();
-    if (ready) pre.device_error = grow(st, d, bytes, bytes * size_);
-    if (ready && pre.device_error.is_ok() && bytes > 0) {
-      d.copy_d2h(space.stream, st.send.data(), send, static_cast<std::size_t>(bytes));
-      pre.device_error = synchronized(space);
-    }
-    if (!pre.arg_error.empty() || !pre.device_error.is_ok())
-      return all_gather_host(send, bytes, recv, pre.arg_error, pre.device_error);
-    STRATA_RETURN_IF_ERROR(all_gather_host(st.send.data(), bytes, st.recv.data(), ""));
-    if (bytes == 0) return Status::ok();
-    for (int p = 0; p < size_; ++p) {
-      char* to = static_cast<char*>(recv) + p * bytes;
-      if (p != rank_) {
-        d.copy_h2d(space.stream, to, st.recv.as<char>() + p * bytes, static_cast<std::size_t>(bytes));
-      } else if (to != send) {
-        d.copy_d2d(space.stream, to, send, static_cast<std::size_t>(bytes));
-      }
-    }
-    return d.synchronize(space.stream).with_context("all_gather");
+    return detail::staged_all_gather(
+        stages_, size_, rank_, send, bytes, recv, space,
+        [&](const void* hs, void* hr, const std::string& arg_error, const Status& device_error) {
+          return all_gather_host(hs, bytes, hr, arg_error, device_error);
+        });
   }
 
   Status do_broadcast(void* data, std::int64_t bytes, int root, const BufferSpace& space) override {
     if (!space.on_device()) return broadcast_host(data, bytes, root, "");
-    CallInfo pre;
-    pre.arg_error = detail::check_broadcast_arguments(size_, data, bytes, root);
-    detail::judge_space(pre, space);
-    gpu::Device& d = *space.device;
-    DeviceStage& st = stage_of(d);
-    const bool ready = pre.arg_error.empty() && pre.device_error.is_ok();
-    if (ready) pre.device_error = grow(st, d, bytes, 0);
-    const bool moves = bytes > 0 && size_ > 1;
-    if (ready && pre.device_error.is_ok() && moves && rank_ == root) {
-      d.copy_d2h(space.stream, st.send.data(), data, static_cast<std::size_t>(bytes));
-      pre.device_error = synchronized(space);
-    }
-    if (!pre.arg_error.empty() || !pre.device_error.is_ok())
-      return broadcast_host(data, bytes, root, pre.arg_error, pre.device_error);
-    STRATA_RETURN_IF_ERROR(broadcast_host(st.send.data(), bytes, root, ""));
-    if (!moves || rank_ == root) return Status::ok();
-    d.copy_h2d(space.stream, data, st.send.data(), static_cast<std::size_t>(bytes));
-    return d.synchronize(space.stream).with_context("broadcast");
+    return detail::staged_broadcast(stages_, size_, rank_, data, bytes, root, space,
+                                    [&](void* hd, const std::string& arg_error, const Status& device_error) {
+                                      return broadcast_host(hd, bytes, root, arg_error, device_error);
+                                    });
   }
 
   void forget_device(const gpu::Device& device) noexcept override {
     // Only `device`'s pinned buffers go; the other devices' stages stay as they are.
-    stages_.erase(
-        std::remove_if(stages_.begin(), stages_.end(), [&](const DeviceStage& s) { return s.device == &device; }),
-        stages_.end());
+    stages_.forget(device);
   }
 
   Status barrier() override {
@@ -426,13 +302,7 @@ class MpiCommunicator final : public Communicator {
     return run(info, [](std::uint64_t, Clock::time_point, const char*) { return Status::ok(); });
   }
 
-  CommCounters counters() const noexcept override {
-    CommCounters c;
-    c.sent_bytes = sent_.load(std::memory_order_relaxed);
-    c.received_bytes = received_.load(std::memory_order_relaxed);
-    c.calls = calls_.load(std::memory_order_relaxed);
-    return c;
-  }
+  CommCounters counters() const noexcept override { return tally_.counters(); }
 
  private:
   // Internal buffers that pending MPI requests may point into.
@@ -443,45 +313,6 @@ class MpiCommunicator final : public Communicator {
     std::vector<char> reduce_in;                       // all_reduce: the peers' parts of this rank's slice
     WireFailure failure;                               // the failure report sent to peers
   };
-
-  // Pinned staging of one device's buffers, allocated from that device (pinned memory belongs to
-  // a device in this layer's accounting); grown to twice the largest call with it, so a steady
-  // state allocates nothing, also when several devices (the stores sharing this communicator)
-  // take turns. Freed by forget_device().
-  struct DeviceStage {
-    const gpu::Device* device = nullptr;
-    gpu::PinnedBuffer send, recv;
-  };
-
-  // The stage of `d` (an empty one the first time). A reference into stages_: valid until the next
-  // stage_of() or forget_device().
-  DeviceStage& stage_of(const gpu::Device& d) {
-    // A linear search: a process has a device or two per communicator.
-    for (DeviceStage& s : stages_) {
-      if (s.device == &d) return s;
-    }
-    DeviceStage& s = stages_.emplace_back();
-    s.device = &d;
-    return s;
-  }
-
-  // Makes `st`, the stage of `d`, hold at least `send` and `recv` bytes: OK or what failed.
-  static Status grow(DeviceStage& st, gpu::Device& d, std::int64_t send, std::int64_t recv) {
-    for (auto [buf, want] : {std::pair<gpu::PinnedBuffer*, std::int64_t>{&st.send, send}, {&st.recv, recv}}) {
-      if (static_cast<std::int64_t>(buf->bytes()) >= want) continue;
-      *buf = gpu::PinnedBuffer{};
-      // Twice the call, in size_t (2 * want could overflow int64; such a request fails anyway).
-      const auto bytes = static_cast<std::size_t>(want);
-      auto b = d.allocate_pinned(bytes <= SIZE_MAX / 2 ? 2 * bytes : bytes);
-      if (!b) return b.status().with_context("pinned staging of device buffers");
-      *buf = std::move(b).value();
-    }
-    return Status::ok();
-  }
-
-  static Status synchronized(const BufferSpace& space) {
-    return space.device->synchronize(space.stream).with_context("staging device buffers failed");
-  }
 
   int tag(std::uint64_t seq, int phase) const noexcept {
     return kFirstTag + static_cast<int>(seq % static_cast<std::uint64_t>(tag_span_)) * kTagsPerCall + phase;
@@ -522,7 +353,7 @@ class MpiCommunicator final : public Communicator {
   // One collective: header exchange, agreement, then `payload(seq, deadline, what)`.
   template <class Payload>
   Status run(const CallInfo& mine, Payload&& payload) {
-    calls_.fetch_add(1, std::memory_order_relaxed);
+    tally_.count_call();
     const char* what = detail::collective_name(mine.kind);
     if (!broken_.is_ok()) return detail::broken_status(what, broken_);
     Status s = check_control();
@@ -542,34 +373,17 @@ class MpiCommunicator final : public Communicator {
 
     s = payload(seq, deadline, what);
     if (!s.is_ok()) return broken_.is_ok() ? fail(s, true) : s;
-    const detail::MovedBytes moved = detail::moved_bytes(mine, rank_, size_);
-    sent_.fetch_add(moved.sent, std::memory_order_relaxed);
-    received_.fetch_add(moved.received, std::memory_order_relaxed);
+    tally_.count_moved(mine, rank_, size_);
     return Status::ok();
   }
 
   Status exchange_headers(const CallInfo& mine, std::uint64_t seq, Clock::time_point deadline, const char* what,
                           std::vector<CallInfo>& all) {
-    const std::size_t counts = 2 * static_cast<std::size_t>(size_);
-    const std::size_t max_words = sizeof(WireHeader) / sizeof(std::int64_t) + counts;
-    WireHeader h;
-    h.kind = static_cast<std::int32_t>(mine.kind);
-    h.bytes = mine.bytes;
-    h.count = mine.count;
-    h.type = static_cast<std::int32_t>(mine.type);
-    h.op = static_cast<std::int32_t>(mine.op);
-    h.root = mine.root;
-    detail::encode_failure(mine, h.has_arg_error, h.device_code, h.error, sizeof(h.error));
-    const bool with_counts = mine.kind == Collective::kAllToAllV && mine.arg_error.empty();
-    std::size_t words = sizeof(WireHeader) / sizeof(std::int64_t);
+    // A header without counts goes alone; a receive takes the longest.
+    const std::size_t max_words = detail::wire_words(size_);
     auto& out = buffers_.header_out;
-    out.assign(with_counts ? max_words : words, 0);
-    std::memcpy(out.data(), &h, sizeof(h));
-    if (with_counts) {
-      std::memcpy(out.data() + words, mine.send_counts, size_ * sizeof(std::int64_t));
-      std::memcpy(out.data() + words + size_, mine.recv_counts, size_ * sizeof(std::int64_t));
-      words = max_words;
-    }
+    out.resize(max_words);
+    const std::size_t words = detail::encode_call(mine, seq, size_, out.data());
 
     std::vector<Op> ops;
     for (int p = 0; p < size_; ++p) {
@@ -593,27 +407,13 @@ class MpiCommunicator final : public Communicator {
     all.assign(size_, CallInfo{});
     for (int p = 0; p < size_; ++p) {
       const std::int64_t* in = p == rank_ ? out.data() : buffers_.header_in[p].data();
-      WireHeader ph;
-      std::memcpy(static_cast<void*>(&ph), in, sizeof(ph));
-      if (ph.magic != kMagic) {
+      if (!detail::is_wire_header(in)) {
         return fail(Status::internal(std::string(what) + ": rank " + std::to_string(p) +
                                      " sent a message that is not a strata header (another program on this MPI "
                                      "communicator?)"),
                     true);
       }
-      CallInfo& c = all[p];
-      c.kind = static_cast<Collective>(ph.kind);
-      c.bytes = ph.bytes;
-      c.count = ph.count;
-      c.type = static_cast<DataType>(ph.type);
-      c.op = static_cast<ReduceOp>(ph.op);
-      c.root = ph.root;
-      detail::decode_failure(ph.has_arg_error, ph.device_code, ph.error, sizeof(ph.error), c);
-      if (c.kind == Collective::kAllToAllV && !ph.has_arg_error) {
-        const std::size_t w = sizeof(WireHeader) / sizeof(std::int64_t);
-        c.send_counts = in + w;
-        c.recv_counts = in + w + size_;
-      }
+      detail::decode_call(in, size_, all[p]);
     }
     return Status::ok();
   }
@@ -733,9 +533,9 @@ class MpiCommunicator final : public Communicator {
   std::uint64_t seq_ = 0;
   Status broken_;
   Buffers buffers_;
-  std::vector<DeviceStage> stages_;     // pinned staging of device buffers, one per device
+  detail::DeviceStages stages_;         // pinned staging of device buffers, one per device
   std::vector<MPI_Request> graveyard_;  // requests of failed calls (and failure reports) still pending
-  std::atomic<std::int64_t> sent_{0}, received_{0}, calls_{0};
+  detail::CallTally tally_;
 };
 
 std::mutex g_init_mu;

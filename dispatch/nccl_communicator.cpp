@@ -49,7 +49,6 @@ Status nccl_one_rank_per_gpu(const std::vector<NcclPlacement>& ranks) {
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -99,21 +98,6 @@ Status nccl_status(ncclResult_t r, const char* expr, const char* file, int line,
 
 namespace strata::dispatch {
 namespace {
-
-// The header every rank all-gathers before a collective: the same size on every rank whatever
-// the kind (the counts of all_to_all_v are always there), so the all-gather itself always matches.
-struct WireHeader {
-  std::int32_t kind = 0;
-  std::int32_t type = 0;
-  std::int32_t op = 0;
-  std::int32_t root = 0;
-  std::int64_t bytes = 0;
-  std::int64_t count = 0;
-  std::int32_t has_arg_error = 0;
-  std::int32_t device_code = 0;  // the StatusCode of CallInfo::device_error, 0 (kOk) when none
-  char error[216] = {};          // detail::encode_failure()'s text
-};
-static_assert(sizeof(WireHeader) % sizeof(std::int64_t) == 0, "the counts after the header stay aligned");
 
 ncclDataType_t nccl_type(DataType t) {
   switch (t) {
@@ -176,7 +160,7 @@ class NcclCommunicator final : public Communicator {
         stream_(stream),
         done_(done),
         options_(options),
-        header_bytes_(sizeof(WireHeader) + 2 * static_cast<std::size_t>(size) * sizeof(std::int64_t)) {}
+        header_bytes_(detail::wire_words(size) * sizeof(std::int64_t)) {}
 
   ~NcclCommunicator() override {
     const DeviceScope scope(ctx_);
@@ -234,12 +218,8 @@ class NcclCommunicator final : public Communicator {
   Status do_all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
                          const std::int64_t* recv_counts, const std::int64_t* recv_displs,
                          const BufferSpace& space) override {
-    CallInfo info;
-    info.kind = Collective::kAllToAllV;
-    info.send_counts = send_counts;
-    info.recv_counts = recv_counts;
-    info.arg_error =
-        detail::check_a2a_arguments(size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
+    CallInfo info =
+        detail::all_to_all_v_call(size_, rank_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
     if (space.on_device()) {
       ready(info, space);
       return run(info, [&](Clock::time_point deadline, const char* what) -> Status {
@@ -330,10 +310,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   Status do_all_gather(const void* send, std::int64_t bytes, void* recv, const BufferSpace& space) override {
-    CallInfo info;
-    info.kind = Collective::kAllGather;
-    info.bytes = bytes;
-    info.arg_error = detail::check_all_gather_arguments(size_, send, bytes, recv);
+    CallInfo info = detail::all_gather_call(size_, send, bytes, recv);
     if (space.on_device()) {
       ready(info, space);
       return run(info, [&](Clock::time_point deadline, const char* what) -> Status {
@@ -359,12 +336,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   Status all_reduce(void* data, std::int64_t count, DataType type, ReduceOp op) override {
-    CallInfo info;
-    info.kind = Collective::kAllReduce;
-    info.count = count;
-    info.type = type;
-    info.op = op;
-    info.arg_error = detail::check_all_reduce_arguments(data, count, type, op);
+    CallInfo info = detail::all_reduce_call(data, count, type, op);
     return run(info, [&](Clock::time_point deadline, const char* what) -> Status {
       if (count == 0) return Status::ok();
       const std::size_t bytes = static_cast<std::size_t>(count) * size_of(type);
@@ -380,11 +352,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   Status do_broadcast(void* data, std::int64_t bytes, int root, const BufferSpace& space) override {
-    CallInfo info;
-    info.kind = Collective::kBroadcast;
-    info.bytes = bytes;
-    info.root = root;
-    info.arg_error = detail::check_broadcast_arguments(size_, data, bytes, root);
+    CallInfo info = detail::broadcast_call(size_, data, bytes, root);
     if (space.on_device()) {
       ready(info, space);
       return run(info, [&](Clock::time_point deadline, const char* what) -> Status {
@@ -419,13 +387,7 @@ class NcclCommunicator final : public Communicator {
     return run(info, [](Clock::time_point, const char*) { return Status::ok(); });
   }
 
-  CommCounters counters() const noexcept override {
-    CommCounters c;
-    c.sent_bytes = sent_.load(std::memory_order_relaxed);
-    c.received_bytes = received_.load(std::memory_order_relaxed);
-    c.calls = calls_.load(std::memory_order_relaxed);
-    return c;
-  }
+  CommCounters counters() const noexcept override { return tally_.counters(); }
 
   // The first failure of a collective breaks the communicator (every later call returns it) and
   // aborts NCCL at once, whatever the failure, except a verdict that does not break it (device
@@ -503,7 +465,7 @@ class NcclCommunicator final : public Communicator {
   // One collective: header all-gather, agreement, then `payload(deadline, what)`.
   template <class Payload>
   Status run(const CallInfo& mine, Payload&& payload) {
-    calls_.fetch_add(1, std::memory_order_relaxed);
+    tally_.count_call();
     const char* what = detail::collective_name(mine.kind);
     if (!broken_.is_ok()) return detail::broken_status(what, broken_);
     const auto deadline = Clock::now() + options_.timeout;
@@ -526,30 +488,18 @@ class NcclCommunicator final : public Communicator {
       if (!in_step) fail(s);
       return s;
     }
-    const detail::MovedBytes moved = detail::moved_bytes(mine, rank_, size_);
-    sent_.fetch_add(moved.sent, std::memory_order_relaxed);
-    received_.fetch_add(moved.received, std::memory_order_relaxed);
+    tally_.count_moved(mine, rank_, size_);
     return Status::ok();
   }
 
   Status exchange_headers(const CallInfo& mine, Clock::time_point deadline, const char* what,
                           std::vector<CallInfo>& all) {
-    char* host_mine = static_cast<char*>(header_host_);
-    char* host_all = host_mine + header_bytes_;
-    WireHeader h;
-    h.kind = static_cast<std::int32_t>(mine.kind);
-    h.type = static_cast<std::int32_t>(mine.type);
-    h.op = static_cast<std::int32_t>(mine.op);
-    h.root = mine.root;
-    h.bytes = mine.bytes;
-    h.count = mine.count;
-    detail::encode_failure(mine, h.has_arg_error, h.device_code, h.error, sizeof(h.error));
-    std::memset(host_mine, 0, header_bytes_);
-    std::memcpy(host_mine, &h, sizeof(h));
-    if (mine.kind == Collective::kAllToAllV && mine.arg_error.empty()) {
-      std::memcpy(host_mine + sizeof(h), mine.send_counts, size_ * sizeof(std::int64_t));
-      std::memcpy(host_mine + sizeof(h) + size_ * sizeof(std::int64_t), mine.recv_counts, size_ * sizeof(std::int64_t));
-    }
+    const std::size_t words = header_bytes_ / sizeof(std::int64_t);
+    auto* host_mine = static_cast<std::int64_t*>(header_host_);
+    std::int64_t* host_all = host_mine + words;
+    // Always the whole header and counts: the same size on every rank whatever the kind, so the
+    // all-gather itself always matches.
+    detail::encode_call(mine, 0, size_, host_mine);
     STRATA_CUDA_TRY(cudaMemcpyAsync(header_mine_.ptr, host_mine, header_bytes_, cudaMemcpyHostToDevice, stream_));
     STRATA_NCCL_TRY(comm_, ncclAllGather(header_mine_.ptr, header_all_.ptr, header_bytes_, ncclUint8, comm_, stream_));
     STRATA_RETURN_IF_ERROR(wait(deadline, what));
@@ -560,21 +510,7 @@ class NcclCommunicator final : public Communicator {
     // rank judges the same texts.
     all.assign(size_, CallInfo{});
     for (int r = 0; r < size_; ++r) {
-      const char* at = r == rank_ ? host_mine : host_all + header_bytes_ * r;
-      WireHeader ph;
-      std::memcpy(static_cast<void*>(&ph), at, sizeof(ph));
-      CallInfo& c = all[r];
-      c.kind = static_cast<Collective>(ph.kind);
-      c.type = static_cast<DataType>(ph.type);
-      c.op = static_cast<ReduceOp>(ph.op);
-      c.root = ph.root;
-      c.bytes = ph.bytes;
-      c.count = ph.count;
-      detail::decode_failure(ph.has_arg_error, ph.device_code, ph.error, sizeof(ph.error), c);
-      if (c.kind == Collective::kAllToAllV && !ph.has_arg_error) {
-        c.send_counts = reinterpret_cast<const std::int64_t*>(at + sizeof(ph));
-        c.recv_counts = c.send_counts + size_;
-      }
+      detail::decode_call(r == rank_ ? host_mine : host_all + words * r, size_, all[r]);
     }
     return Status::ok();
   }
@@ -629,7 +565,7 @@ class NcclCommunicator final : public Communicator {
   DeviceMemory send_, recv_, header_mine_, header_all_;
   bool stream_ordered_ = false;  // the device has memory pools: grow() uses cudaMallocAsync/cudaFreeAsync
   Status broken_;
-  std::atomic<std::int64_t> sent_{0}, received_{0}, calls_{0};
+  detail::CallTally tally_;
 };
 
 // The local rank of a rank bootstrapped without a communicator (one process per rank): the

@@ -96,6 +96,7 @@ struct DeviceInfo {
   int ordinal = 0;           ///< CUDA ordinal (0 for emu)
   std::size_t capacity = 0;  ///< bytes Device::allocate may hand out in total
   int numa_node = -1;        ///< node the device hangs off (-1: unknown)
+  std::string pci_bus_id;    ///< CUDA's "0000:3B:00.0" ("" for emu), to find the GPU in hwloc's topology
 };
 
 }  // namespace strata::gpu

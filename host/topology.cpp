@@ -2,6 +2,10 @@
 
 #include <hwloc.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -131,6 +135,42 @@ Topology Topology::fake(int nodes) {
   }
   for (int c = 0; c < ncpu; ++c) topo.nodes_[static_cast<std::size_t>(c % nodes)].cpus.push_back(c);
   return topo;
+}
+
+Topology Topology::with_gpus(std::vector<GpuInfo> gpus) const {
+  Topology copy;
+  copy.handle_ = handle_;
+  copy.nodes_ = nodes_;
+  copy.gpus_ = std::move(gpus);
+  copy.fake_ = fake_;
+  return copy;
+}
+
+const GpuInfo* Topology::find_gpu(const std::string& pci_bus_id) const {
+  const auto lower = [](std::string s) {
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  const std::string id = lower(pci_bus_id);
+  for (const GpuInfo& g : gpus_)
+    if (!id.empty() && lower(g.pci_bus_id) == id) return &g;
+  return nullptr;
+}
+
+bool Topology::binds_memory() const {
+  if (!handle_) return true;
+  // One page bound to the first node the process may use: ENOSYS (no NUMA in the kernel), EPERM
+  // (a seccomp profile) or EXDEV say that binding is not available here.
+  static const bool binds = [t = handle_->topo] {
+    const long page = sysconf(_SC_PAGESIZE);
+    void* p = mmap(nullptr, static_cast<std::size_t>(page), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return false;
+    const int rc = hwloc_set_area_membind(t, p, static_cast<std::size_t>(page), hwloc_topology_get_allowed_nodeset(t),
+                                          HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_BYNODESET);
+    munmap(p, static_cast<std::size_t>(page));
+    return rc == 0;
+  }();
+  return binds;
 }
 
 int Topology::num_cpus() const noexcept {

@@ -41,6 +41,9 @@ class Topology {
   /// A pretend machine with `nodes` nodes that splits the real CPUs round-robin among them and
   /// binds every fake node's memory to real node 0 (so it runs anywhere). For tests.
   static Topology fake(int nodes);
+  /// A copy of this topology that lists `gpus` (each on its given node) instead of the GPUs found:
+  /// a GPU on a given node of a fake or of the real machine, for tests.
+  Topology with_gpus(std::vector<GpuInfo> gpus) const;
 
   Topology(Topology&&) noexcept;
   Topology& operator=(Topology&&) noexcept;
@@ -50,6 +53,13 @@ class Topology {
   int num_nodes() const noexcept { return static_cast<int>(nodes_.size()); }
   const std::vector<GpuInfo>& gpus() const noexcept { return gpus_; }
   bool is_fake() const noexcept { return fake_; }
+  /// The GPU listed here whose PCI bus id is `pci_bus_id` (as CUDA writes it, "0000:3B:00.0"; case
+  /// does not matter), or nullptr.
+  const GpuInfo* find_gpu(const std::string& pci_bus_id) const;
+  /// Whether the kernel binds memory to nodes (mbind works: not a kernel without NUMA support nor a
+  /// container that forbids it); always true for a fake topology (nothing real to bind). Probed once
+  /// per process. bind_memory() succeeds without binding where this is false.
+  bool binds_memory() const;
   /// Bytes of one core's L2 cache (data or unified): the smallest L2 hwloc reports on this
   /// machine, or kDefaultL2Bytes when it reports none or cannot load. A property of the real
   /// machine (the same for a fake topology); computed once per process. Thread-safe.

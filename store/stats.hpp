@@ -34,6 +34,13 @@ struct StagingBytes {
   std::size_t entries = 0;  ///< staging entries (one per batch in flight, reused)
 };
 
+/// Where a store's host tier lives (config `numa`; every host table, engine and staging of the store):
+/// the logical NUMA node of its host tables and of its kernel threads, -1 when not bound to one.
+struct NumaPlacement {
+  int memory_node = -1, thread_node = -1;
+  std::string note;  ///< why `auto` bound less than the GPU's node ("" when it did not)
+};
+
 /// Counters of a store since it was opened (for benchmarks and tuning).
 struct StoreStats {
   std::vector<std::pair<std::string, cache::CacheStats>> cache;  ///< per `cached` table, by name
@@ -51,6 +58,7 @@ struct StoreStats {
   /// counted: the tables of sharded modes.
   StagingBytes staging;
   StagingBytes activation_staging;  ///< see `staging`
+  NumaPlacement numa;
 };
 
 }  // namespace strata

@@ -49,39 +49,35 @@ class Store {
   /// Validates the config and builds the tables (allocating and initialising host memory).
   /// `gpu` tables live on this store's device; `hybrid` tables are sharded over a world of one.
   static Result<std::unique_ptr<Store>> open(const StoreConfig& config);
-  /// One rank of a world: `gpu` and `hybrid` tables are sharded over the ranks of `comm` by each
-  /// table's ShardingPlan (with more than one rank, every table must be `gpu` or `hybrid`). Every
-  /// rank opens its store with the same config, and then makes the same calls in the same order:
-  /// submit/forward/backward/discard of each batch (its own keys; a batch may be empty on some
-  /// ranks), read_rows (and so save/export_npy) and set_learning_rate are collectives.
-  /// write_rows/load/import_npy are local and must be given the same rows on every rank. open
-  /// itself is collective: if any rank fails, every rank fails.
+  /// One rank of a world: `gpu` and `hybrid` tables are sharded over the ranks of `comm` by each table's ShardingPlan
+  /// (with more than one rank, every table must be `gpu` or `hybrid`). Every rank opens its store with the same config,
+  /// and then makes the same calls in the same order: submit/forward/backward/discard of each batch (its own keys; a
+  /// batch may be empty on some ranks), read_rows (and so save/export_npy) and set_learning_rate are collectives.
+  /// write_rows/load/import_npy are local and must be given the same rows on every rank. open itself is collective: if
+  /// any rank fails, every rank fails.
   ///
-  /// Before building anything, open compares each rank's config with rank 0's and refuses a
-  /// difference on every rank with the same InvalidArgument naming the rank and its first differing
-  /// field ("rank 2: table 'user' rows 1000 differs from rank 0's 2000"). Must match: the tables
-  /// (their number, order, names, rows, dim, dtypes, pooling, placement, sharding, initializer,
-  /// optimizer and its hyper-parameters) and cache.max_in_flight and cache.preview (which batches
-  /// and previews a store accepts: ranks must accept the same calls). May differ per rank, as they
-  /// describe the rank's machine or tune its speed and never change results: threads, numa,
-  /// numa_node, huge_pages, fake_numa_nodes, the whole `device` (backend, ordinal, capacity, emu
-  /// settings), offload_gather (no offload table serves a world), cache.policy, cache.lookahead,
-  /// cache.planner_partitions, cache.transfer, and each table's `cache` size and cap (a rank with a smaller device
-  /// caches less of its shard; rows its cache cannot hold bypass it, and a batch its device cannot hold fails every
-  /// rank at submit).
+  /// Before building anything, open compares each rank's config with rank 0's and refuses a difference on every rank
+  /// with the same InvalidArgument naming the rank and its first differing field ("rank 2: table 'user' rows 1000
+  /// differs from rank 0's 2000"). Must match: the tables (their number, order, names, rows, dim, dtypes, pooling,
+  /// placement, sharding, initializer, optimizer and its hyper-parameters) and cache.max_in_flight and cache.preview
+  /// (which batches and previews a store accepts: ranks must accept the same calls). May differ per rank, as they
+  /// describe the rank's machine or tune its speed and never change results: threads, numa, numa_node, huge_pages,
+  /// fake_numa_nodes, the whole `device` (backend, ordinal, capacity, emu settings), offload_gather (no offload table
+  /// serves a world), cache.policy, cache.lookahead, cache.planner_partitions, cache.transfer, and each table's `cache`
+  /// size and cap (a rank with a smaller device caches less of its shard; rows its cache cannot hold bypass it, and a
+  /// batch its device cannot hold fails every rank at submit).
   static Result<std::unique_ptr<Store>> open(const StoreConfig& config,
                                              const std::shared_ptr<dispatch::Communicator>& comm);
 
-  /// Opens a store from a checkpoint alone: the config save() recorded in its manifest (tables,
-  /// placements, cache, sharding, optimizers, store-wide settings), then load() of that manifest's
-  /// rows, state, step and rates; it continues bit for bit as the store that saved it. `overrides`
-  /// edits the recorded config first, only in the fields that may differ per rank (open(config,
-  /// comm) lists them). Errors, nothing opened: FailedPrecondition for a manifest without a config
-  /// (saved before manifests recorded it: open with its config, then load()); InvalidArgument naming
-  /// another field overridden ("open_checkpoint 'ckpt': table 'user' rows 10 differs from the
-  /// checkpoint's 20"; rates: set_learning_rate after opening); open()'s and load()'s. A save that
-  /// replaces the checkpoint meanwhile makes it start over (10 times at most, then load()'s error).
-  /// One store, no communicator: a world's ranks open(config, comm) with the saved config, then load.
+  /// Opens a store from a checkpoint alone: the config save() recorded in its manifest (tables, placements, cache,
+  /// sharding, optimizers, store-wide settings), then load() of that manifest's rows, state, step and rates; it
+  /// continues bit for bit as the store that saved it. `overrides` edits the recorded config first, only in the fields
+  /// that may differ per rank (open(config, comm) lists them). Errors, nothing opened: FailedPrecondition for a
+  /// manifest without a config (saved before manifests recorded it: open with its config, then load()); InvalidArgument
+  /// naming another field overridden ("open_checkpoint 'ckpt': table 'user' rows 10 differs from the checkpoint's 20";
+  /// rates: set_learning_rate after opening); open()'s and load()'s. A save that replaces the checkpoint meanwhile
+  /// makes it start over (10 times at most, then load()'s error). One store, no communicator: a world's ranks
+  /// open(config, comm) with the saved config, then load.
   static Result<std::unique_ptr<Store>> open_checkpoint(const std::string& dir, const ConfigOverrides& overrides = {});
 
   virtual ~Store() = default;
@@ -100,41 +96,36 @@ class Store {
   /// Number of backward() calls applied so far (Adam's step t is step() + 1 in the next backward).
   /// Restored by load() and set_step(); write_rows() leaves it alone. At most kMaxStep.
   std::int64_t step() const noexcept { return step_; }
-  /// Sets step() (for a trainer that restores a store from rows it saved itself: read_rows and
-  /// write_rows carry the rows and their optimizer state, learning_rate and set_learning_rate the
-  /// rates, step and set_step the step counter; together they are what save/load restores). The
-  /// next backward is step `step + 1` (Adam's bias correction). Errors (nothing changes):
-  /// InvalidArgument for `step` < 0 or > kMaxStep, FailedPrecondition with batches in flight
-  /// (their backward would take a step of the old count or the new). On a store opened as a rank of a world of
-  /// several ranks it is a collective like set_learning_rate: every rank sets the same step; a rank
-  /// whose call is refused, or ranks that set different steps, fail every rank ("ranks disagree
-  /// on the step: rank 0 at set_step(5), rank 1 at set_step(6)") and no rank's step changes.
+  /// Sets step() (for a trainer that restores a store from rows it saved itself: read_rows and write_rows carry the
+  /// rows and their optimizer state, learning_rate and set_learning_rate the rates, step and set_step the step counter;
+  /// together they are what save/load restores). The next backward is step `step + 1` (Adam's bias correction). Errors
+  /// (nothing changes): InvalidArgument for `step` < 0 or > kMaxStep, FailedPrecondition with batches in flight (their
+  /// backward would take a step of the old count or the new). On a store opened as a rank of a world of several ranks
+  /// it is a collective like set_learning_rate: every rank sets the same step; a rank whose call is refused, or ranks
+  /// that set different steps, fail every rank ("ranks disagree on the step: rank 0 at set_step(5), rank 1 at
+  /// set_step(6)") and no rank's step changes.
   Status set_step(std::int64_t step);
 
-  /// Validates `batch` (known tables, each at most once, one batch size, offsets, key ranges,
-  /// weights) and dedups its keys. Fails with AlreadyExists when `batch_id` is in flight. A
-  /// `cached` table takes a batch of any size: rows that do not fit its cache are read and updated
-  /// outside it (CacheStats::bypassed); only a batch whose rows beyond the cache and staging could
-  /// not fit the device's memory beside the cache is refused (ResourceExhausted).
+  /// Validates `batch` (known tables, each at most once, one batch size, offsets, key ranges, weights) and dedups its
+  /// keys. Fails with AlreadyExists when `batch_id` is in flight. A `cached` table takes a batch of any size: rows that
+  /// do not fit its cache are read and updated outside it (CacheStats::bypassed); only a batch whose rows beyond the
+  /// cache and staging could not fit the device's memory beside the cache is refused (ResourceExhausted).
   virtual Status submit(std::int64_t batch_id, KeyBatch batch) = 0;
-  /// Looks up a submitted batch. `outputs[i]` receives feature i of the batch: (batch, dim) for
-  /// pooled tables, (num_keys, dim) for pooling none. Each view is host memory or, with
-  /// `space = MemorySpace::kDevice`, memory of device() (see "Outputs and gradients on the device"
-  /// below). Synchronous: on return every output is written (the host waited for the device).
-  /// Device views are written with no order against any caller stream: work of the caller that
-  /// still reads these buffers must be synchronized before the call.
+  /// Looks up a submitted batch. `outputs[i]` receives feature i of the batch: (batch, dim) for pooled tables,
+  /// (num_keys, dim) for pooling none. Each view is host memory or, with `space = MemorySpace::kDevice`, memory of
+  /// device() (see "Outputs and gradients on the device" below). Synchronous: on return every output is written (the
+  /// host waited for the device). Device views are written with no order against any caller stream: work of the caller
+  /// that still reads these buffers must be synchronized before the call.
   virtual Status forward(std::int64_t batch_id, const std::vector<MatrixView>& outputs) = 0;
-  /// Applies gradients of the outputs (same shapes and memory spaces as forward's) to the rows the
-  /// batch used, with each table's optimizer, then retires the batch. Requires forward(batch_id)
-  /// first. Synchronous: on return the gradients have been read (device gradients: the host waited
-  /// for the updates that read them; host gradients are copied before the call returns). Device
-  /// gradients are read with no order against any caller stream: the caller must have
-  /// synchronized the work that wrote them. Gradients
-  /// holding NaN or Inf are refused (InvalidArgument naming the table, bag and column; nothing
-  /// changes, the batch stays in flight) unless accept_nonfinite_gradients. On a failed device
-  /// nothing is applied to the tables in host memory and step() does not advance. With
-  /// cache.flush_every = N, every N-th step then flushes (its error is returned after the step
-  /// was applied). At step() == kMaxStep it is refused (OutOfRange; nothing changes).
+  /// Applies gradients of the outputs (same shapes and memory spaces as forward's) to the rows the batch used, with
+  /// each table's optimizer, then retires the batch. Requires forward(batch_id) first. Synchronous: on return the
+  /// gradients have been read (device gradients: the host waited for the updates that read them; host gradients are
+  /// copied before the call returns). Device gradients are read with no order against any caller stream: the caller
+  /// must have synchronized the work that wrote them. Gradients holding NaN or Inf are refused (InvalidArgument naming
+  /// the table, bag and column; nothing changes, the batch stays in flight) unless accept_nonfinite_gradients. On a
+  /// failed device nothing is applied to the tables in host memory and step() does not advance. With cache.flush_every
+  /// = N, every N-th step then flushes (its error is returned after the step was applied). At step() == kMaxStep it is
+  /// refused (OutOfRange; nothing changes).
   virtual Status backward(std::int64_t batch_id, const std::vector<ConstMatrixView>& grads) = 0;
 
   /// Outputs and gradients on the device. A trainer whose dense model runs on the GPU gives views
@@ -268,24 +259,21 @@ class Store {
   /// turns on an advisory lock (flock) of it, waiting as long as another save holds it; loads
   /// running meanwhile are safe (see load()).
   Status save(const std::string& dir);
-  /// Restores a checkpoint written by save() for the same tables (names, rows, dims, optimizers),
-  /// with each table's learning rate: the checkpoint's rate replaces the store's, also when the
-  /// store was opened with a new rate in its config (set_learning_rate after load to change it). A
-  /// checkpoint saved before learning rates were recorded keeps the store's current ones; a build
-  /// from before then reads a newer checkpoint (same format version) but ignores its rates, and a
-  /// build from before rates of 0 were allowed refuses a checkpoint holding one as corrupt. On a
-  /// world, load is local like write_rows: give every rank a checkpoint of the same save, so that
-  /// the ranks continue with the same rows, step and rates.
-  /// Reads the manifest once, opens every file it names once, and verifies each file's size and
-  /// checksum through those descriptors before changing any row, then copies the rows in from the
-  /// same descriptors: a save by another process that replaces the checkpoint meanwhile cannot mix
-  /// two checkpoints (when it removed a file before load opened it, load starts over with the new
-  /// checkpoint, up to 10 times). Any error found before the copy (a missing or corrupt file, a
-  /// manifest naming a path outside `dir` or a negative step, another config) changes nothing.
-  /// The copy itself fails only on a read or device error (or a file modified in place by
-  /// something other than save): load then returns that error with "load failed while copying
-  /// rows", the tables may hold any mix of their previous rows and the checkpoint's, and step()
-  /// and the learning rates are unchanged; load again before training. Fails if batches are in
+  /// Restores a checkpoint written by save() for the same tables (names, rows, dims, optimizers), with each table's
+  /// learning rate: the checkpoint's rate replaces the store's, also when the store was opened with a new rate in its
+  /// config (set_learning_rate after load to change it). A checkpoint saved before learning rates were recorded keeps
+  /// the store's current ones; a build from before then reads a newer checkpoint (same format version) but ignores its
+  /// rates, and a build from before rates of 0 were allowed refuses a checkpoint holding one as corrupt. On a world,
+  /// load is local like write_rows: give every rank a checkpoint of the same save, so that the ranks continue with the
+  /// same rows, step and rates.
+  /// Reads the manifest once, opens every file it names once, and verifies each file's size and checksum through those
+  /// descriptors before changing any row, then copies the rows in from the same descriptors: a save by another process
+  /// that replaces the checkpoint meanwhile cannot mix two checkpoints (when it removed a file before load opened it,
+  /// load starts over with the new checkpoint, up to 10 times). Any error found before the copy (a missing or corrupt
+  /// file, a manifest naming a path outside `dir` or a negative step, another config) changes nothing. The copy itself
+  /// fails only on a read or device error (or a file modified in place by something other than save): load then returns
+  /// that error with "load failed while copying rows", the tables may hold any mix of their previous rows and the
+  /// checkpoint's, and step() and the learning rates are unchanged; load again before training. Fails if batches are in
   /// flight.
   Status load(const std::string& dir);
   /// Writes a table's weights as a NumPy .npy file (rows, dim) fp32.

@@ -47,13 +47,16 @@ const char* to_string(NumaPolicy p) noexcept {
       return "interleave";
     case NumaPolicy::kBind:
       return "bind";
+    case NumaPolicy::kAuto:
+      return "auto";
   }
   return "?";
 }
 Result<NumaPolicy> parse_numa_policy(const std::string& s) {
   if (s == "interleave") return NumaPolicy::kInterleave;
   if (s == "bind") return NumaPolicy::kBind;
-  return Status::invalid_argument("unknown numa policy '" + s + "' (expected interleave or bind)");
+  if (s == "auto") return NumaPolicy::kAuto;
+  return Status::invalid_argument("unknown numa policy '" + s + "' (expected auto, interleave or bind)");
 }
 
 const char* to_string(BackendChoice b) noexcept {
@@ -235,7 +238,7 @@ Status validate(const StoreConfig& c) {
   if (c.device.emu_max_delay_us < 0)
     return Status::invalid_argument("device emu_max_delay_us " + std::to_string(c.device.emu_max_delay_us) +
                                     " must be >= 0");
-  STRATA_RETURN_IF_ERROR(check_enum(c.numa, "numa", "interleave or bind"));
+  STRATA_RETURN_IF_ERROR(check_enum(c.numa, "numa", "auto, interleave or bind"));
   STRATA_RETURN_IF_ERROR(check_enum(c.device.backend, "device backend", "auto, cuda or emu"));
   STRATA_RETURN_IF_ERROR(check_enum(c.offload_gather, "offload_gather", "device or cpu"));
   STRATA_RETURN_IF_ERROR(check_enum(c.cache.transfer, "cache transfer", "auto, staged or zero_copy"));

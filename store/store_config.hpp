@@ -104,6 +104,9 @@ inline constexpr int kMaxPreview = 1 << 16;
 enum class NumaPolicy {
   kInterleave = 0,  ///< row blocks dealt round-robin over all nodes (bandwidth of every node)
   kBind = 1,        ///< every table bound to `numa_node`
+  /// Bound to the node of the store's GPU, its kernel threads too (StoreStats::numa); else (no
+  /// device, emu, a GPU hwloc does not place) as kInterleave, with StoreStats::numa.note saying why.
+  kAuto = 2,
 };
 
 /// One table and its placement.
@@ -125,14 +128,14 @@ inline constexpr int kMaxThreads = 1024;
 
 /// Everything Store::open needs.
 struct StoreConfig {
-  std::vector<TableConfig> tables;            ///< at least one; names unique
-  int threads = 0;                            ///< kernel threads (emu: per stream), in [0, kMaxThreads] (0: all cores)
-  NumaPolicy numa = NumaPolicy::kInterleave;  ///< host table placement
-  int numa_node = 0;                          ///< node for NumaPolicy::kBind
-  bool huge_pages = true;                     ///< back host tables with transparent huge pages
-  int fake_numa_nodes = 0;                    ///< > 0: pretend the machine has this many nodes (tests)
-  DeviceConfig device;                        ///< device of offload/cached/gpu/hybrid tables
-  CacheConfig cache;                          ///< cache and prefetcher of cached tables
+  std::vector<TableConfig> tables;      ///< at least one; names unique
+  int threads = 0;                      ///< kernel threads (emu: per stream), in [0, kMaxThreads] (0: all cores)
+  NumaPolicy numa = NumaPolicy::kAuto;  ///< host table placement
+  int numa_node = 0;                    ///< node for NumaPolicy::kBind
+  bool huge_pages = true;               ///< back host tables with transparent huge pages
+  int fake_numa_nodes = 0;              ///< > 0: pretend the machine has this many nodes (tests)
+  DeviceConfig device;                  ///< device of offload/cached/gpu/hybrid tables
+  CacheConfig cache;                    ///< cache and prefetcher of cached tables
   OffloadGather offload_gather = OffloadGather::kDevice;  ///< lookups of offload tables
   /// backward refuses gradients holding NaN or +-Inf (naming the table and the bag), so they never
   /// reach rows or optimizer state; true accepts them (for trainers that clip or skip elsewhere).
@@ -160,7 +163,7 @@ Result<CacheTransfer> parse_cache_transfer(const std::string& s);
 Status validate(const StoreConfig& config);
 
 /// Parses a JSON config. Schema (every field but tables[].name/rows/dim optional):
-///   {"threads": 2, "numa": "interleave"|"bind", "numa_node": 0, "huge_pages": true,
+///   {"threads": 2, "numa": "auto"|"interleave"|"bind", "numa_node": 0, "huge_pages": true,
 ///    "tables": [{"name": "user", "rows": 1000, "dim": 64, "dtype": "fp32", "pooling": "sum",
 ///                "placement": "cpu"|"offload"|"cached"|"gpu"|"hybrid", "init": {"bound": 0.01, "seed": 0},
 ///                "optimizer": {"kind": "adagrad", "learning_rate": 0.01, "eps": 1e-8,

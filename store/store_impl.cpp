@@ -12,6 +12,7 @@
 #include "host/fp_env.hpp"
 #include "store/detail/batch_checks.hpp"
 #include "store/detail/config_agreement.hpp"
+#include "store/detail/numa_home.hpp"
 #include "store/detail/open_device.hpp"
 #include "store/engines/cached_engine.hpp"
 #include "store/engines/cpu_engine.hpp"
@@ -32,13 +33,7 @@ class StoreImpl final : public Store {
         topo_(std::move(topo)),
         comm_(std::move(comm)),
         index_(detail::make_table_index(config_)),
-        arena_(config_.threads > 0 ? config_.threads : tbb::task_arena::automatic) {
-    // Every call runs its work in arena_, and the arena runs it (also on the calling thread, which
-    // gets its own environment back on return) with the FP environment it was initialized under:
-    // the default one, whatever the caller set (host/fp_env.hpp).
-    DefaultFpEnv fp;
-    arena_.initialize();
-  }
+        arena_(config_.threads > 0 ? config_.threads : tbb::task_arena::automatic) {}
 
   ~StoreImpl() override {
     // Nothing written is lost on close: cached rows go back to the host tables. (Errors cannot be
@@ -52,10 +47,6 @@ class StoreImpl final : public Store {
   }
 
   Status init() {
-    HostTableOptions ho;
-    ho.interleave = config_.numa == NumaPolicy::kInterleave;
-    ho.node = config_.numa_node;
-    ho.huge_pages = config_.huge_pages;
     if (config_.numa == NumaPolicy::kBind && config_.numa_node >= topo_.num_nodes())
       return Status::invalid_argument("numa_node " + std::to_string(config_.numa_node) + " out of range [0, " +
                                       std::to_string(topo_.num_nodes()) + ")");
@@ -95,6 +86,22 @@ class StoreImpl final : public Store {
       device_ = std::move(dev).value();
       bounce_ = std::make_unique<detail::HostBounce>(*device_);
       finite_ = std::make_unique<detail::FiniteCheck>(*device_);
+    }
+    const detail::NumaHome home = detail::resolve_numa_home(config_, topo_, device_ != nullptr,
+                                                            device_ ? device_->info().pci_bus_id : std::string(),
+                                                            detail::NumaAbilities::of(topo_));
+    const HostTableOptions& ho = home.host;
+    numa_ = home.placement;
+    {
+      // Every call runs its work in arena_ (its threads on the host tier's node when numa_ says one),
+      // and the arena runs it (also on the calling thread, which gets its own environment back on
+      // return) with the FP environment it was initialized under: the default one, whatever the
+      // caller set (host/fp_env.hpp).
+      DefaultFpEnv fp;
+      tbb::task_arena::constraints where(tbb::task_arena::automatic,
+                                         config_.threads > 0 ? config_.threads : tbb::task_arena::automatic);
+      if (numa_.thread_node >= 0) where.numa_id = numa_.thread_node;
+      arena_.initialize(where);
     }
     Status status;
     arena_.execute([&] {
@@ -359,6 +366,7 @@ class StoreImpl final : public Store {
       s.device_resources = device_->resource_counts();
     }
     if (collective_) collective_->dispatch_stats(s.dispatch);
+    s.numa = numa_;
     return s;
   }
 
@@ -457,6 +465,7 @@ class StoreImpl final : public Store {
   std::shared_ptr<dispatch::Communicator> comm_;
   detail::TableIndex index_;
   tbb::task_arena arena_;
+  NumaPlacement numa_;                   // where the host tier lives (config `numa`, resolved at init)
   std::unique_ptr<gpu::Device> device_;  // declared before the engines: destroyed after them
   std::vector<std::unique_ptr<detail::Engine>> engines_;
   std::vector<int> engine_of_;

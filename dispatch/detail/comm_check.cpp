@@ -299,6 +299,11 @@ void judge_space(CallInfo& info, const BufferSpace& space) {
   if (info.arg_error.empty()) info.device_error = ready_space(space);
 }
 
+void judge_staging(CallInfo& info, const std::string& space_error, const Status& device_error) {
+  if (info.arg_error.empty()) info.arg_error = space_error;
+  if (info.arg_error.empty()) info.device_error = device_error;
+}
+
 void copy_text(char* dst, std::size_t cap, const std::string& text) noexcept {
   static constexpr char kCut[] = "\u2026";  // "…", 3 bytes of UTF-8
   std::size_t n = text.size();
@@ -332,6 +337,82 @@ void decode_failure(std::int32_t has_arg_error, std::int32_t device_code, const 
   } else if (device_code != 0) {
     info.device_error = Status::from_code(static_cast<StatusCode>(device_code), std::move(s));
   }
+}
+
+CallInfo all_to_all_v_call(int size, int me, const void* send, const std::int64_t* send_counts,
+                           const std::int64_t* send_displs, const void* recv, const std::int64_t* recv_counts,
+                           const std::int64_t* recv_displs) {
+  CallInfo c;
+  c.kind = Collective::kAllToAllV;
+  c.send_counts = send_counts;
+  c.recv_counts = recv_counts;
+  c.arg_error = check_a2a_arguments(size, me, send, send_counts, send_displs, recv, recv_counts, recv_displs);
+  return c;
+}
+
+CallInfo all_gather_call(int size, const void* send, std::int64_t bytes, const void* recv) {
+  CallInfo c;
+  c.kind = Collective::kAllGather;
+  c.bytes = bytes;
+  c.arg_error = check_all_gather_arguments(size, send, bytes, recv);
+  return c;
+}
+
+CallInfo all_reduce_call(const void* data, std::int64_t count, DataType type, ReduceOp op) {
+  CallInfo c;
+  c.kind = Collective::kAllReduce;
+  c.count = count;
+  c.type = type;
+  c.op = op;
+  c.arg_error = check_all_reduce_arguments(data, count, type, op);
+  return c;
+}
+
+CallInfo broadcast_call(int size, const void* data, std::int64_t bytes, int root) {
+  CallInfo c;
+  c.kind = Collective::kBroadcast;
+  c.bytes = bytes;
+  c.root = root;
+  c.arg_error = check_broadcast_arguments(size, data, bytes, root);
+  return c;
+}
+
+std::size_t encode_call(const CallInfo& call, std::uint64_t seq, int size, std::int64_t* out) noexcept {
+  WireHeader h;
+  std::memcpy(h.magic, kWireMagic, sizeof(kWireMagic));
+  h.seq = seq;
+  h.bytes = call.bytes;
+  h.count = call.count;
+  h.kind = static_cast<std::int32_t>(call.kind);
+  h.type = static_cast<std::int32_t>(call.type);
+  h.op = static_cast<std::int32_t>(call.op);
+  h.root = call.root;
+  encode_failure(call, h.has_arg_error, h.device_code, h.error, sizeof(h.error));
+  std::memset(out, 0, wire_words(size) * sizeof(std::int64_t));
+  std::memcpy(out, &h, sizeof(h));
+  if (call.kind != Collective::kAllToAllV || !call.arg_error.empty()) return kWireHeaderWords;
+  std::memcpy(out + kWireHeaderWords, call.send_counts, static_cast<std::size_t>(size) * sizeof(std::int64_t));
+  std::memcpy(out + kWireHeaderWords + size, call.recv_counts, static_cast<std::size_t>(size) * sizeof(std::int64_t));
+  return wire_words(size);
+}
+
+bool is_wire_header(const std::int64_t* in) noexcept { return std::memcmp(in, kWireMagic, sizeof(kWireMagic)) == 0; }
+
+std::uint64_t decode_call(const std::int64_t* in, int size, CallInfo& call) {
+  WireHeader h;
+  std::memcpy(static_cast<void*>(&h), in, sizeof(h));
+  call.kind = static_cast<Collective>(h.kind);
+  call.bytes = h.bytes;
+  call.count = h.count;
+  call.type = static_cast<DataType>(h.type);
+  call.op = static_cast<ReduceOp>(h.op);
+  call.root = h.root;
+  decode_failure(h.has_arg_error, h.device_code, h.error, sizeof(h.error), call);
+  if (call.kind == Collective::kAllToAllV && !h.has_arg_error) {
+    call.send_counts = in + kWireHeaderWords;
+    call.recv_counts = in + kWireHeaderWords + size;
+  }
+  return h.seq;
 }
 
 namespace {
@@ -485,6 +566,20 @@ MovedBytes moved_bytes(const CallInfo& call, int me, int size) {
       break;
   }
   return m;
+}
+
+void CallTally::count_moved(const CallInfo& call, int me, int size) noexcept {
+  const MovedBytes m = moved_bytes(call, me, size);
+  sent_.fetch_add(m.sent, std::memory_order_relaxed);
+  received_.fetch_add(m.received, std::memory_order_relaxed);
+}
+
+CommCounters CallTally::counters() const noexcept {
+  CommCounters c;
+  c.sent_bytes = sent_.load(std::memory_order_relaxed);
+  c.received_bytes = received_.load(std::memory_order_relaxed);
+  c.calls = calls_.load(std::memory_order_relaxed);
+  return c;
 }
 
 namespace {

@@ -2,10 +2,13 @@
 // What every communicator does the same way: judging one rank's arguments, judging whether all
 // ranks agree on a collective (kind and sizes), naming ranks in messages, and counting the bytes a
 // collective moves. Each implementation gathers one CallInfo per rank its own way (shared memory,
-// an MPI header exchange, an NCCL all-gather) and then asks check_agreement(), so every rank of a
-// world reaches the same verdict with the same message, whichever transport carried it.
+// an MPI header exchange, an NCCL or Transport all-gather; the last three in one wire format,
+// WireHeader) and then asks check_agreement(), so every rank of a world reaches the same verdict
+// with the same message, whichever transport carried it.
 
+#include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -15,7 +18,7 @@
 
 namespace strata::dispatch::detail {
 
-/// The collectives of Communicator. The values travel in MPI headers: append, never renumber.
+/// The collectives of Communicator. The values travel in headers (WireHeader): append, never renumber.
 enum class Collective : std::int32_t { kAllToAllV = 1, kAllGather = 2, kAllReduce = 3, kBroadcast = 4, kBarrier = 5 };
 
 /// "all_to_all_v", "all_gather", ... ("unknown collective" for a value off the enum).
@@ -58,6 +61,41 @@ void encode_failure(const CallInfo& info, std::int32_t& has_arg_error, std::int3
 void decode_failure(std::int32_t has_arg_error, std::int32_t device_code, const char* text, std::size_t cap,
                     CallInfo& info);
 
+/// A rank's CallInfo as the communicators that exchange headers (mpi, nccl, transport) put it on
+/// the wire: this header, then send_counts[size] and recv_counts[size] (an all_to_all_v with valid
+/// arguments; zeros otherwise), wire_words(size) int64 words in all. Both ends are the same
+/// program, so no byte-order conversion.
+struct WireHeader {
+  char magic[8] = {};     ///< kWireMagic: a header of Strata's, not some other message
+  std::uint64_t seq = 0;  ///< the call's number on its communicator (0 where unused)
+  std::int64_t bytes = 0;
+  std::int64_t count = 0;
+  std::int32_t kind = 0;
+  std::int32_t type = 0;
+  std::int32_t op = 0;
+  std::int32_t root = 0;
+  std::int32_t has_arg_error = 0;
+  std::int32_t device_code = 0;  ///< the StatusCode of CallInfo::device_error, 0 (kOk) when none
+  char error[216] = {};          ///< encode_failure()'s text
+};
+static_assert(sizeof(WireHeader) % sizeof(std::int64_t) == 0, "the counts after the header stay aligned");
+
+inline constexpr char kWireMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'W', '1'};
+/// The header's size in int64 words (without the counts).
+inline constexpr std::size_t kWireHeaderWords = sizeof(WireHeader) / sizeof(std::int64_t);
+/// A header and its counts in a world of `size` ranks, in int64 words.
+constexpr std::size_t wire_words(int size) noexcept { return kWireHeaderWords + 2 * static_cast<std::size_t>(size); }
+
+/// Writes `call` (its number `seq`) into `out` (wire_words(size) words, host): the header, then the
+/// counts of an all_to_all_v with valid arguments, zeros otherwise. Returns how many words carry
+/// something: wire_words(size) with counts, else kWireHeaderWords (what a sender may send alone).
+std::size_t encode_call(const CallInfo& call, std::uint64_t seq, int size, std::int64_t* out) noexcept;
+/// Whether the words at `in` (kWireHeaderWords at least) start with kWireMagic.
+bool is_wire_header(const std::int64_t* in) noexcept;
+/// Sets `call` from the header at `in` (as encode_call() wrote it, in a world of `size`); an
+/// all_to_all_v's counts point into `in`, which must outlive `call`'s use. Returns the call's seq.
+std::uint64_t decode_call(const std::int64_t* in, int size, CallInfo& call);
+
 /// Judges what one rank can judge alone (negative sizes, null buffers with non-zero sizes, a root
 /// or an enum value out of range); returns "" when fine, else the reason (without the kind).
 /// `send`/`recv`/`data` are the caller's pointers, never dereferenced: null-checked and, for
@@ -76,6 +114,15 @@ std::string check_all_gather_arguments(int size, const void* send, std::int64_t 
 std::string check_all_reduce_arguments(const void* data, std::int64_t count, DataType type, ReduceOp op);
 std::string check_broadcast_arguments(int size, const void* data, std::int64_t bytes, int root);
 
+/// A call of each collective as CallInfo, with this rank's own arguments judged (arg_error: the
+/// check_*_arguments() above). The count arrays are borrowed.
+CallInfo all_to_all_v_call(int size, int me, const void* send, const std::int64_t* send_counts,
+                           const std::int64_t* send_displs, const void* recv, const std::int64_t* recv_counts,
+                           const std::int64_t* recv_displs);
+CallInfo all_gather_call(int size, const void* send, std::int64_t bytes, const void* recv);
+CallInfo all_reduce_call(const void* data, std::int64_t count, DataType type, ReduceOp op);
+CallInfo broadcast_call(int size, const void* data, std::int64_t bytes, int root);
+
 /// Judges a BufferSpace: for device buffers, that `stream` is a stream of `device`. "" when fine,
 /// else the reason (this rank's argument error).
 std::string check_space(const BufferSpace& space);
@@ -90,6 +137,10 @@ Status ready_space(const BufferSpace& space);
 /// the space: when the arguments are valid, check_space() as the argument error, else when the
 /// space is fine ready_space() as the device error.
 void judge_space(CallInfo& info, const BufferSpace& space);
+/// The same for a call on host buffers that stand in for device ones (detail/device_stage.hpp):
+/// when the arguments are valid, `space_error` (what staging found of the space) as the argument
+/// error, else when it is "" `device_error` (the device's state, or a staging failure).
+void judge_staging(CallInfo& info, const std::string& space_error, const Status& device_error);
 
 /// What every rank concludes from every rank's CallInfo: OK, or the error every rank returns and
 /// whether it breaks the communicator.
@@ -129,6 +180,19 @@ struct MovedBytes {
   std::int64_t sent = 0, received = 0;
 };
 MovedBytes moved_bytes(const CallInfo& call, int me, int size);
+
+/// A communicator's CommCounters: counted by the thread that makes the calls, read from any thread.
+class CallTally {
+ public:
+  /// A call made, whatever its outcome.
+  void count_call() noexcept { calls_.fetch_add(1, std::memory_order_relaxed); }
+  /// `call` of rank `me` of `size` succeeded: the bytes it moved (moved_bytes()).
+  void count_moved(const CallInfo& call, int me, int size) noexcept;
+  CommCounters counters() const noexcept;
+
+ private:
+  std::atomic<std::int64_t> sent_{0}, received_{0}, calls_{0};
+};
 
 /// Reduces `count` elements of `in` into `acc` (acc = op(acc, in)), element-wise. Every
 /// implementation that reduces on the host uses it, in rank order, so results are bit-identical.

@@ -55,12 +55,16 @@ std::string error_text(cudaError_t err) {
   return std::string(cudaGetErrorName(err)) + " (" + cudaGetErrorString(err) + ")";
 }
 
-// NUMA node of the GPU's PCI device from sysfs (-1 when unknown, e.g. outside Linux or in a VM).
-int numa_node_of(int ordinal) {
+// The GPU's PCI bus id, "0000:3B:00.0" ("" when CUDA does not say).
+std::string pci_bus_id_of(int ordinal) {
   char bus_id[32] = {};
-  if (call_quietly([&] { return cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), ordinal); }) != cudaSuccess) {
-    return -1;
-  }
+  if (call_quietly([&] { return cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), ordinal); }) != cudaSuccess) return "";
+  return bus_id;
+}
+
+// NUMA node of the GPU's PCI device from sysfs (-1 when unknown, e.g. outside Linux or in a VM).
+int numa_node_of(const std::string& bus_id) {
+  if (bus_id.empty()) return -1;
   std::string id(bus_id);
   for (char& c : id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   std::ifstream in("/sys/bus/pci/devices/" + id + "/numa_node");
@@ -577,7 +581,8 @@ Result<std::unique_ptr<Device>> make_cuda_device(int ordinal, std::size_t capaci
   info.name = prop.name;
   info.ordinal = ordinal;
   info.capacity = capacity > 0 ? std::min(free_bytes, capacity) : free_bytes;
-  info.numa_node = numa_node_of(ordinal);
+  info.pci_bus_id = pci_bus_id_of(ordinal);
+  info.numa_node = numa_node_of(info.pci_bus_id);
   return std::unique_ptr<Device>(std::make_unique<CudaDevice>(std::move(info), numa_nodes, grids, std::move(ctx)));
 }
 

@@ -18,6 +18,7 @@
 #include "host/repeats.hpp"
 #include "host/topology.hpp"
 #include "store/detail/json_keys.hpp"
+#include "store/detail/numa_home.hpp"
 #include "store/engines/cache_transfers.hpp"
 #include "store/engines/cached_engine.hpp"
 #include "store/engines/cpu_engine.hpp"
@@ -378,10 +379,10 @@ Result<HostTableMemory> host_table_memory(const StoreConfig& config, int numa_no
     auto topo = Topology::discover();
     nodes = topo ? topo->num_nodes() : 1;
   }
-  HostTableOptions options;  // as StoreImpl::init sets them
-  options.interleave = config.numa == NumaPolicy::kInterleave;
-  options.node = config.numa_node;
-  options.huge_pages = config.huge_pages;
+  // As StoreImpl::init sets them for a store without a GPU: `numa: auto` is priced as interleave (the
+  // node of the GPU is known when the store opens; bound to it, a table's parts share one node's arenas).
+  const HostTableOptions options =
+      detail::resolve_numa_home(config, Topology::fake(nodes), false, "", detail::NumaAbilities{}).host;
   // The engines that hold host tables, each with its own ArenaPacker (store/engines/*_engine.cpp): cpu,
   // offload, cached (with `hybrid` when there is no communicator), and the sharded engine's cached
   // shards of `hybrid` tables.

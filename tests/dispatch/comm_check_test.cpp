@@ -333,5 +333,53 @@ TEST(WireFailure, ALongTextIsCutWithAMark) {
   EXPECT_EQ(out.device_error.message(), std::string(28, 'x') + "\u2026");
 }
 
+// One wire format for every header-exchanging communicator (mpi, nccl, transport): a call comes
+// back as it went, the counts of an all_to_all_v only with valid arguments (and then in the words
+// that follow the header), and anything without the magic is told apart.
+TEST(WireHeader, EncodeThenDecodeKeepsTheCall) {
+  const int size = 3;
+  std::vector<std::int64_t> wire(wire_words(size), -1);
+  const std::vector<std::int64_t> sc{1, 2, 3}, rc{4, 5, 6};
+  CallInfo a2a;
+  a2a.kind = Collective::kAllToAllV;
+  a2a.send_counts = sc.data();
+  a2a.recv_counts = rc.data();
+  EXPECT_EQ(encode_call(a2a, 41, size, wire.data()), wire_words(size));
+  EXPECT_TRUE(is_wire_header(wire.data()));
+  CallInfo out;
+  EXPECT_EQ(decode_call(wire.data(), size, out), 41u);
+  EXPECT_EQ(out.kind, Collective::kAllToAllV);
+  ASSERT_EQ(out.send_counts, wire.data() + kWireHeaderWords);
+  EXPECT_EQ(std::vector<std::int64_t>(out.send_counts, out.send_counts + size), sc);
+  EXPECT_EQ(std::vector<std::int64_t>(out.recv_counts, out.recv_counts + size), rc);
+
+  CallInfo reduce;
+  reduce.kind = Collective::kAllReduce;
+  reduce.count = 7;
+  reduce.type = DataType::kFloat64;
+  reduce.op = ReduceOp::kMax;
+  reduce.device_error = Status::data_loss("device lost rows");
+  EXPECT_EQ(encode_call(reduce, 0, size, wire.data()), kWireHeaderWords);
+  EXPECT_EQ(wire.back(), 0) << "the counts of a call without them are zeros";
+  out = CallInfo{};
+  EXPECT_EQ(decode_call(wire.data(), size, out), 0u);
+  EXPECT_EQ(out.kind, Collective::kAllReduce);
+  EXPECT_EQ(out.count, 7);
+  EXPECT_EQ(out.type, DataType::kFloat64);
+  EXPECT_EQ(out.op, ReduceOp::kMax);
+  EXPECT_EQ(out.device_error.message(), "device lost rows");
+  EXPECT_EQ(out.send_counts, nullptr);
+
+  a2a.arg_error = "send_counts is null";  // invalid arguments: no counts on the wire
+  EXPECT_EQ(encode_call(a2a, 1, size, wire.data()), kWireHeaderWords);
+  out = CallInfo{};
+  decode_call(wire.data(), size, out);
+  EXPECT_EQ(out.arg_error, "send_counts is null");
+  EXPECT_EQ(out.send_counts, nullptr);
+
+  wire[0] = 0;
+  EXPECT_FALSE(is_wire_header(wire.data()));
+}
+
 }  // namespace
 }  // namespace strata::dispatch::detail

@@ -5,10 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <condition_variable>
-#include <cstdlib>
-#include <filesystem>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,37 +14,12 @@
 #include "dispatch/local_communicator.hpp"
 #include "gpu/device.hpp"
 #include "tests/dispatch/conformance.hpp"
+#include "tests/dispatch/thread_world.hpp"
 
 namespace strata::dispatch::testing {
 namespace {
 
 using ::testing::HasSubstr;
-
-// A barrier for the test threads themselves (not under test). Fails the test instead of hanging.
-class ThreadSync {
- public:
-  explicit ThreadSync(int n) : n_(n) {}
-  void arrive() {
-    std::unique_lock<std::mutex> lock(mu_);
-    const std::uint64_t gen = generation_;
-    if (++count_ == n_) {
-      count_ = 0;
-      ++generation_;
-      cv_.notify_all();
-      return;
-    }
-    if (!cv_.wait_for(lock, std::chrono::seconds(60), [&] { return generation_ != gen; })) {
-      ADD_FAILURE() << "test sync: not every rank arrived within 60 s";
-    }
-  }
-
- private:
-  const int n_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int count_ = 0;
-  std::uint64_t generation_ = 0;
-};
 
 class LocalWorld final : public World {
  public:
@@ -60,20 +31,7 @@ class LocalWorld final : public World {
   void run(const CommOptions& options, const std::function<void(RankEnv&)>& body) override {
     auto made = make_local_group(n_, options);
     ASSERT_TRUE(made.is_ok()) << made.status().to_string();
-    auto comms = std::move(made).value();
-    char tmpl[] = "/tmp/strata-local-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    const std::string dir = tmpl;
-    ThreadSync sync(n_);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n_; ++r) {
-      threads.emplace_back([&, r] {
-        RankEnv env{*comms[r], [&] { sync.arrive(); }, dir};
-        body(env);
-      });
-    }
-    for (auto& t : threads) t.join();
-    std::filesystem::remove_all(dir);
+    run_thread_world(made.value(), "local", body);
   }
 
  private:

@@ -251,7 +251,7 @@ TEST(BadConfig, OutOfRangeEnumsAreRefusedNamingTheFieldAndValue) {
        },
        "table 'item': sharding type 9 is out of range (expected replicated, table, row or column)"},
       {[](StoreConfig& c) { c.numa = static_cast<NumaPolicy>(9); },
-       "numa 9 is out of range (expected interleave or bind)"},
+       "numa 9 is out of range (expected auto, interleave or bind)"},
       {[](StoreConfig& c) { c.device.backend = static_cast<BackendChoice>(9); },
        "device backend 9 is out of range (expected auto, cuda or emu)"},
       {[](StoreConfig& c) { c.offload_gather = static_cast<OffloadGather>(-1); },

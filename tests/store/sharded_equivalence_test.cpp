@@ -1,30 +1,27 @@
 // `gpu` and `hybrid` tables sharded over 1..4 thread ranks (the local communicator, one emulated
 // device per rank) against the single-rank reference, for every sharding type: see
-// sharded_harness.hpp for the workloads and the comparison.
+// sharded_harness.hpp for the workloads and the comparison. A few of them over the `transport`
+// communicator too, against the local world bit for bit.
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 #include <thread>
 
-#include "dispatch/local_communicator.hpp"
 #include "tests/store/sharded_harness.hpp"
+#include "tests/store/thread_ranks.hpp"
 
 namespace strata::testing {
 namespace {
 
 class ShardedEquivalence : public ::testing::TestWithParam<ShardCase> {};
 
-/// Runs `body(rank, comm)` on `world` thread ranks; returns the ranks' messages joined.
+/// Runs `body(comm)` on `world` thread ranks of communicator `kind`; returns the ranks' messages joined.
 template <class Body>
-std::string on_ranks(int world, Body body) {
-  dispatch::CommOptions o;
-  o.timeout = std::chrono::milliseconds(20000);
-  auto group = dispatch::make_local_group(world, o);
-  if (!group) return group.status().to_string();
-  std::vector<std::shared_ptr<dispatch::Communicator>> comms;
-  for (auto& c : group.value()) comms.emplace_back(std::move(c));
+std::string on_ranks(int world, Body body, ThreadComm kind = ThreadComm::kLocal) {
+  const std::vector<std::shared_ptr<dispatch::Communicator>> comms = thread_comms(world, 20000, kind);
   std::vector<std::string> errors(static_cast<std::size_t>(world));
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r)
@@ -102,6 +99,83 @@ std::vector<ShardCase> cases() {
 
 INSTANTIATE_TEST_SUITE_P(Worlds, ShardedEquivalence, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<ShardCase>& i) { return case_name(i.param); });
+
+// The same workloads over worlds of the `transport` communicator (thread-rank Transports that
+// stage device buffers through host memory, as a gloo process group, or take them, as NCCL): a
+// store opened with Store::open(config, comm) on it equals the reference as a `local` world does
+// (bit for bit with one rank), and its outputs and final tables are the `local` world's bit for
+// bit: the communicators differ only in how the bytes move.
+struct TransportCase {
+  ShardCase shard;
+  ThreadComm kind = ThreadComm::kTransport;
+};
+
+class TransportWorlds : public ::testing::TestWithParam<TransportCase> {};
+
+TEST_P(TransportWorlds, OutputsAndFinalTablesAreTheLocalWorldsBitForBit) {
+  const ShardCase c = GetParam().shard;
+  const auto n = static_cast<std::size_t>(c.world);
+  std::vector<std::vector<float>> local(n), transport(n);
+  const auto run = [&](std::vector<std::vector<float>>& traces, ThreadComm kind) {
+    return on_ranks(
+        c.world,
+        [&](std::shared_ptr<dispatch::Communicator> comm) {
+          const auto r = static_cast<std::size_t>(comm->rank());
+          return run_sharded_rank(c, std::move(comm), &traces[r]);
+        },
+        kind);
+  };
+  ASSERT_EQ(run(local, ThreadComm::kLocal), "");
+  ASSERT_EQ(run(transport, GetParam().kind), "");
+  for (std::size_t r = 0; r < n; ++r) {
+    ASSERT_FALSE(local[r].empty());
+    ASSERT_EQ(transport[r].size(), local[r].size()) << "rank " << r;
+    std::size_t first = 0;
+    while (first < local[r].size() && std::memcmp(&local[r][first], &transport[r][first], sizeof(float)) == 0) ++first;
+    EXPECT_EQ(first, local[r].size()) << "rank " << r << ": value " << first << " is " << transport[r][first]
+                                      << " over the transport, " << local[r][first] << " over local";
+  }
+}
+
+std::vector<TransportCase> transport_cases() {
+  std::vector<TransportCase> out;
+  std::uint64_t seed = 9001;
+  for (int world : {1, 2, 3, 4}) {  // every type and placement, mixed per table
+    TransportCase t;
+    t.shard.world = world;
+    t.shard.seed = seed++;
+    t.shard.steps = 4;
+    out.push_back(t);
+  }
+  TransportCase tight;  // deferred plans of hybrid caches, with a batch submitted ahead
+  tight.shard.world = 3;
+  tight.shard.placement = static_cast<int>(Placement::kHybrid);
+  tight.shard.seed = seed++;
+  tight.shard.steps = 4;
+  tight.shard.tight = true;
+  out.push_back(tight);
+  TransportCase tiny = tight;  // rows bypassing caches of 1..10 rows
+  tiny.shard.world = 2;
+  tiny.shard.seed = seed++;
+  tiny.shard.tight = false;
+  tiny.shard.tiny = true;
+  out.push_back(tiny);
+  for (int world : {2, 3}) {  // device buffers given to the Transport
+    TransportCase t;
+    t.shard.world = world;
+    t.shard.seed = seed++;
+    t.shard.steps = 4;
+    t.kind = ThreadComm::kTransportDirect;
+    out.push_back(t);
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Transport, TransportWorlds, ::testing::ValuesIn(transport_cases()),
+                         [](const ::testing::TestParamInfo<TransportCase>& i) {
+                           return case_name(i.param.shard) +
+                                  (i.param.kind == ThreadComm::kTransportDirect ? "_direct" : "_staged");
+                         });
 
 }  // namespace
 }  // namespace strata::testing

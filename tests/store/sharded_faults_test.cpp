@@ -4,10 +4,15 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <limits>
+#include <memory>
+#include <thread>
 
 #include "dispatch/local_communicator.hpp"
 #include "store/store.hpp"
+#include "tests/dispatch/thread_transport.hpp"
 #include "tests/store/thread_ranks.hpp"
 
 namespace strata {
@@ -244,6 +249,62 @@ TEST(ShardedFaults, ARankThatNeverArrivesTimesOutNamingIt) {
         << got[static_cast<std::size_t>(r)].to_string();
     EXPECT_NE(got[static_cast<std::size_t>(r)].message().find("1"), std::string::npos)
         << got[static_cast<std::size_t>(r)].message();
+  }
+}
+
+// A store over the `transport` communicator (the world a Python trainer's process group gives):
+// rank 1's Transport raises in the middle of a step (a Python exception in its collective). Rank 1
+// gets its Transport's error. Ranks 0 and 2, left in the collective rank 1 never joined, get an
+// error naming rank 1: at the timeout while rank 1 lives on, at once when it leaves (its store
+// closed, as a process that exits). Every later call fails at once, the stores close (discarding
+// the batch in flight) and nothing hangs.
+TEST(ShardedFaults, ARankWhoseTransportRaisesFailsEveryRankWithinTheTimeout) {
+  for (const bool leaves : {false, true}) {
+    const Placement p = leaves ? Placement::kHybrid : Placement::kGpu;
+    dispatch::CommOptions o;
+    o.timeout = std::chrono::milliseconds(1000);
+    dispatch::testing::TransportGroup g = dispatch::testing::make_transport_group(3, /*direct=*/false, o);
+    std::vector<Status> got(3), later(3);
+    std::vector<double> later_ms(3);
+    std::atomic<int> done{0};
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 3; ++r) {
+      threads.emplace_back([&, r] {
+        const auto i = static_cast<std::size_t>(r);
+        auto store = Store::open(two_tables(p), std::shared_ptr<dispatch::Communicator>(std::move(g.comms[i])));
+        ASSERT_TRUE(store.is_ok()) << store.status().to_string();
+        ASSERT_TRUE((*store)->submit(1, batch_of({1, 2, 50, 51})).is_ok());
+        if (r == 1) {
+          g.transports[1]->fail = [](const char*) { return Status::internal("RuntimeError: raised by the test"); };
+        }
+        std::vector<float> out(8);
+        got[i] = (*store)->forward(1, {MatrixView{out.data(), 1, 8}});
+        const auto t = std::chrono::steady_clock::now();
+        later[i] = (*store)->submit(2, batch_of({3}));
+        later_ms[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+        ++done;
+        // A rank that lives on keeps its store (and the transport's world) open until its peers failed.
+        while (r == 1 && !leaves && done < 3 && std::chrono::steady_clock::now() - start < std::chrono::seconds(20))
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      });
+    }
+    for (auto& t : threads) t.join();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(seconds, 10.0) << "leaves " << leaves;
+    EXPECT_EQ(got[1].code(), StatusCode::kInternal) << got[1].to_string();
+    EXPECT_NE(got[1].message().find("RuntimeError: raised by the test"), std::string::npos) << got[1].to_string();
+    for (int r : {0, 2}) {
+      const Status& s = got[static_cast<std::size_t>(r)];
+      EXPECT_EQ(s.code(), StatusCode::kUnavailable) << "rank " << r << ": " << s.to_string();
+      EXPECT_NE(s.message().find(leaves ? "rank 1 of 3 closed" : "timed out after 1000 ms"), std::string::npos)
+          << s.to_string();
+      EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.to_string();
+    }
+    for (std::size_t r = 0; r < 3; ++r) {
+      EXPECT_FALSE(later[r].is_ok()) << "rank " << r;
+      EXPECT_LT(later_ms[r], 500.0) << "rank " << r << ": a call after the failure waited: " << later[r].to_string();
+    }
   }
 }
 

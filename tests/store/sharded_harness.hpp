@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "dispatch/communicator.hpp"
 #include "store/store.hpp"
 #include "tests/store/device_views.hpp"
 
@@ -201,7 +202,10 @@ inline bool close(float a, float b, bool exact) {
 }
 
 /// Runs the case on rank `rank` of `comm`'s world; returns "" or the first mismatches found.
-inline std::string run_sharded_rank(const ShardCase& c, std::shared_ptr<dispatch::Communicator> comm) {
+/// `trace` (when given) gets every output this rank read and the final tables it read back, in
+/// order, so that two worlds can be compared bit for bit.
+inline std::string run_sharded_rank(const ShardCase& c, std::shared_ptr<dispatch::Communicator> comm,
+                                    std::vector<float>* trace = nullptr) {
   const int r = comm->rank();
   StoreConfig cfg = sharded_config(c);
   std::vector<GlobalStep> steps;
@@ -306,6 +310,7 @@ inline std::string run_sharded_rank(const ShardCase& c, std::shared_ptr<dispatch
       const auto [row0, rows] = slice_of(g, cfg, gf, r);
       check("step " + std::to_string(s) + " output of " + spec.name, out.data[i].data(),
             ref_out[gf].data() + row0 * spec.dim, static_cast<std::size_t>(rows * spec.dim));
+      if (trace) trace->insert(trace->end(), out.data[i].begin(), out.data[i].end());
     }
     std::vector<ConstMatrixView> ref_grads;
     for (std::size_t i = 0; i < g.global.features.size(); ++i)
@@ -348,6 +353,10 @@ inline std::string run_sharded_rank(const ShardCase& c, std::shared_ptr<dispatch
         return err.str();
       check("weights of " + spec.name + " from row " + std::to_string(row0), w.data(), rw.data(), w.size());
       check("state of " + spec.name + " from row " + std::to_string(row0), st.data(), rst.data(), st.size());
+      if (trace) {
+        trace->insert(trace->end(), w.begin(), w.end());
+        trace->insert(trace->end(), st.begin(), st.end());
+      }
     }
   }
   return err.str();

@@ -1,0 +1,185 @@
+// config `numa`: where `auto` puts a store's host tier (store/detail/numa_home.hpp): each rank's
+// memory and arena on its GPU's node on fake topologies of 2 and 4 nodes, the fall-backs and their
+// notes, and the real pages of a host table on this machine (get_mempolicy).
+
+#include <gtest/gtest.h>
+#include <numaif.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "host/host_table.hpp"
+#include "store/detail/numa_home.hpp"
+#include "store/store.hpp"
+
+namespace strata::detail {
+namespace {
+
+// hwloc's form of GPU i's bus id, and CUDA's (upper case) of the same device.
+std::string hwloc_bus(int i) {
+  char b[32];
+  std::snprintf(b, sizeof b, "0000:%02x:00.0", 0x1a + 0x10 * i);
+  return b;
+}
+std::string cuda_bus(int i) {
+  char b[32];
+  std::snprintf(b, sizeof b, "0000:%02X:00.0", 0x1a + 0x10 * i);
+  return b;
+}
+
+StoreConfig with_numa(NumaPolicy p, int node = 0) {
+  StoreConfig c;
+  c.numa = p;
+  c.numa_node = node;
+  return c;
+}
+
+TEST(NumaHome, AutoPutsEachRanksMemoryAndArenaOnItsGpusNode) {
+  // GPU i (rank i's) on node gpu_nodes[i]: two per node, not in node order.
+  for (const std::vector<int>& gpu_nodes : {std::vector<int>{1, 0, 1, 0}, std::vector<int>{2, 3, 0, 1, 3, 2, 1, 0}}) {
+    const int nodes = gpu_nodes.size() == 4 ? 2 : 4;
+    std::vector<GpuInfo> gpus;
+    for (std::size_t i = 0; i < gpu_nodes.size(); ++i)
+      gpus.push_back({hwloc_bus(static_cast<int>(i)), "gpu", gpu_nodes[i]});
+    const Topology topo = Topology::fake(nodes).with_gpus(gpus);
+    NumaAbilities can;
+    for (int n = 0; n < nodes; ++n) can.tbb_nodes.push_back(n);
+    for (std::size_t rank = 0; rank < gpu_nodes.size(); ++rank) {
+      SCOPED_TRACE(std::to_string(nodes) + " nodes, rank " + std::to_string(rank));
+      const NumaHome h = resolve_numa_home(StoreConfig{}, topo, true, cuda_bus(static_cast<int>(rank)), can);
+      EXPECT_FALSE(h.host.interleave);
+      EXPECT_EQ(h.host.node, gpu_nodes[rank]);
+      EXPECT_EQ(h.placement.memory_node, gpu_nodes[rank]);
+      EXPECT_EQ(h.placement.thread_node, gpu_nodes[rank]);
+      EXPECT_EQ(h.placement.note, "");
+    }
+  }
+}
+
+TEST(NumaHome, AutoFallsBackToInterleaveWithANote) {
+  const Topology topo = Topology::fake(2).with_gpus({{hwloc_bus(0), "gpu", 1}, {hwloc_bus(1), "gpu", -1}});
+  const NumaAbilities can{true, {0, 1}};
+  struct Case {
+    bool device;
+    std::string bus, note;
+  };
+  for (const Case& c :
+       {Case{false, "", "numa auto: the store has no device; host tier interleaved"},
+        Case{true, "", "numa auto: the device has no PCI bus id (emu); host tier interleaved"},
+        Case{true, cuda_bus(2),
+             "numa auto: hwloc lists no GPU of PCI bus id " + cuda_bus(2) + "; host tier interleaved"},
+        Case{true, cuda_bus(1),
+             "numa auto: hwloc does not know the NUMA node of GPU " + cuda_bus(1) + "; host tier interleaved"}}) {
+    const NumaHome h = resolve_numa_home(StoreConfig{}, topo, c.device, c.bus, can);
+    EXPECT_TRUE(h.host.interleave) << c.note;
+    EXPECT_EQ(h.placement.memory_node, -1) << c.note;
+    EXPECT_EQ(h.placement.thread_node, -1) << c.note;
+    EXPECT_EQ(h.placement.note, c.note);
+  }
+}
+
+TEST(NumaHome, WithoutNumaSupportDegradesToNoBindingWithANote) {
+  const Topology topo = Topology::fake(2).with_gpus({{hwloc_bus(0), "gpu", 1}});
+  // A kernel (or container) that refuses mbind, and oneTBB without tbbbind (it reports node -1).
+  const NumaHome h = resolve_numa_home(StoreConfig{}, topo, true, cuda_bus(0), NumaAbilities{false, {-1}});
+  EXPECT_EQ(h.placement.memory_node, -1);
+  EXPECT_EQ(h.placement.thread_node, -1);
+  EXPECT_EQ(h.placement.note,
+            "numa auto: GPU " + cuda_bus(0) +
+                " is on node 1, but the kernel does not bind memory (no NUMA support, or a container forbids "
+                "mbind): memory not bound; oneTBB reports no NUMA node 1 (tbbbind not loaded?): threads not "
+                "constrained");
+  // Memory bound, threads not.
+  const NumaHome m = resolve_numa_home(StoreConfig{}, topo, true, cuda_bus(0), NumaAbilities{true, {0}});
+  EXPECT_EQ(m.placement.memory_node, 1);
+  EXPECT_EQ(m.placement.thread_node, -1);
+  EXPECT_EQ(m.placement.note, "numa auto: GPU " + cuda_bus(0) +
+                                  " is on node 1; oneTBB reports no NUMA node 1 (tbbbind not loaded?): threads not "
+                                  "constrained");
+}
+
+TEST(NumaHome, AutoIsAConfigValue) {
+  ASSERT_TRUE(parse_numa_policy("auto").is_ok());
+  EXPECT_EQ(parse_numa_policy("auto").value(), NumaPolicy::kAuto);
+  EXPECT_STREQ(to_string(NumaPolicy::kAuto), "auto");
+  EXPECT_EQ(parse_numa_policy("gpu").status().message(),
+            "unknown numa policy 'gpu' (expected auto, interleave or bind)");
+}
+
+TEST(NumaHome, InterleaveAndBindAsBefore) {
+  const Topology topo = Topology::fake(2).with_gpus({{hwloc_bus(0), "gpu", 0}});
+  const NumaAbilities can{true, {0, 1}};
+  const NumaHome i = resolve_numa_home(with_numa(NumaPolicy::kInterleave), topo, true, cuda_bus(0), can);
+  EXPECT_TRUE(i.host.interleave);
+  EXPECT_EQ(i.placement.memory_node, -1);
+  EXPECT_EQ(i.placement.thread_node, -1);
+  const NumaHome b = resolve_numa_home(with_numa(NumaPolicy::kBind, 1), topo, true, cuda_bus(0), can);
+  EXPECT_FALSE(b.host.interleave);
+  EXPECT_EQ(b.host.node, 1);
+  EXPECT_EQ(b.placement.memory_node, 1);
+  EXPECT_EQ(b.placement.thread_node, -1);
+  EXPECT_EQ(i.placement.note + b.placement.note, "");
+}
+
+// The node the page at `p` lies on (OS index), or -errno.
+int page_node(const void* p) {
+  int node = -1;
+  if (syscall(SYS_get_mempolicy, &node, nullptr, 0, p, MPOL_F_NODE | MPOL_F_ADDR) != 0) return -errno;
+  return node;
+}
+
+TEST(NumaHome, HostTablePagesLieOnTheGpusNode) {
+  auto real = Topology::discover();
+  ASSERT_TRUE(real.is_ok()) << real.status().to_string();
+  const int gpu_node = real->num_nodes() - 1;  // the last node of this machine (node 0 on one node)
+  const Topology topo = real->with_gpus({{hwloc_bus(0), "gpu", gpu_node}});
+  const NumaAbilities can = NumaAbilities::of(topo);
+  const NumaHome h = resolve_numa_home(StoreConfig{}, topo, true, cuda_bus(0), can);
+  if (!can.binds_memory) {
+    EXPECT_EQ(h.placement.memory_node, -1);
+    GTEST_SKIP() << "this kernel does not bind memory: " << h.placement.note;
+  }
+  ASSERT_EQ(h.placement.memory_node, gpu_node) << h.placement.note;
+  TableSpec spec;
+  spec.name = "t";
+  spec.rows = 40000;  // 10 MB: arenas of its own, several huge pages
+  spec.dim = 64;
+  auto table = HostTable::create(topo, spec, h.host);
+  ASSERT_TRUE(table.is_ok()) << table.status().to_string();
+  const int os_node = topo.nodes()[static_cast<std::size_t>(gpu_node)].os_index;
+  for (std::int64_t r : {std::int64_t{0}, spec.rows / 2, spec.rows - 1}) {
+    const int got = page_node(table->row(r));
+    if (got == -ENOSYS || got == -EPERM) GTEST_SKIP() << "get_mempolicy unavailable (errno " << -got << ")";
+    EXPECT_EQ(got, os_node) << "row " << r;
+    int mode = -1;
+    unsigned long mask[16] = {};
+    ASSERT_EQ(syscall(SYS_get_mempolicy, &mode, mask, 64 * 16, table->row(r), MPOL_F_ADDR), 0);
+    // Bound to the node (hwloc's non-strict bind is MPOL_PREFERRED_MANY where the kernel has it).
+    EXPECT_TRUE(mode == MPOL_BIND || mode == MPOL_PREFERRED || mode == 5) << "row " << r << ": mode " << mode;
+    EXPECT_EQ(mask[os_node / 64], 1ul << (os_node % 64)) << "row " << r;
+  }
+}
+
+TEST(NumaHome, StoreStatsSayWhereTheHostTierIs) {
+  auto parsed = parse_store_config(
+      R"({"tables": [{"name": "t", "rows": 10, "dim": 4, "placement": "offload"}], "device": {"backend": "emu"}})");
+  ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
+  StoreConfig c = parsed.value();
+  EXPECT_EQ(c.numa, NumaPolicy::kAuto) << "the default";
+  auto emu = Store::open(c);
+  ASSERT_TRUE(emu.is_ok()) << emu.status().to_string();
+  EXPECT_EQ(emu.value()->stats().numa.note, "numa auto: the device has no PCI bus id (emu); host tier interleaved");
+  c.tables[0].placement = Placement::kCpu;
+  c.numa = NumaPolicy::kBind;
+  auto bound = Store::open(c);
+  ASSERT_TRUE(bound.is_ok()) << bound.status().to_string();
+  EXPECT_EQ(bound.value()->stats().numa.memory_node, 0);
+  EXPECT_EQ(bound.value()->stats().numa.note, "");
+}
+
+}  // namespace
+}  // namespace strata::detail
