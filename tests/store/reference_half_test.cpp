@@ -330,6 +330,7 @@ TEST(ReferenceHalf, StoresRefuseWhatTheirPlacementsDoNotServe) {
   c.tables.resize(1);
   c.tables[0].spec.name = "clicks";
   c.tables[0].spec.rows = 8;
+  c.tables[0].spec.dim = 4;
   for (const Placement p : {Placement::kCpu, Placement::kOffload, Placement::kCached, Placement::kGpu}) {
     for (const DType out : {DType::kBF16, DType::kF16}) {
       c.tables[0].placement = p;
