@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "core/half.hpp"
@@ -168,7 +169,9 @@ inline OptimizerStep make_optimizer_step(const TableSpec& spec, std::int64_t t) 
 
 /// Stores the fp32 value w as element c of a row of `Elem`s (float, Bf16 or F16), rounded as `r`
 /// says; `key` is the row's r.row_key (with the salt of what the row holds: weights or a state
-/// vector). The identity for float.
+/// vector). The identity for float. A half element's 16 bits are copied (memcpy), not assigned
+/// through Bf16 / F16: rows lie in records of fp32 words, which a store of a uint16_t member may
+/// not alias, so the optimizer could keep a word loaded before the store.
 template <class Elem>
 STRATA_HD void store_weight(const Rounding& r, std::uint64_t key, std::int32_t c, float w, Elem* dst) {
   if constexpr (std::is_same_v<Elem, float>) {
@@ -176,7 +179,8 @@ STRATA_HD void store_weight(const Rounding& r, std::uint64_t key, std::int32_t c
     (void)key;
     dst[c] = w;
   } else {
-    dst[c].bits = narrow(Elem::kDType, w, r.stochastic, r.bits(key, c));
+    const std::uint16_t bits = narrow(Elem::kDType, w, r.stochastic, r.bits(key, c));
+    std::memcpy(dst + c, &bits, sizeof bits);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/record_layout.hpp"
 
@@ -52,6 +53,8 @@ Result<HostTable> HostTable::create(const Topology& topo, const TableSpec& spec,
   t.spec_ = spec;
   t.ref_.dim = spec.dim;
   t.ref_.state_dim = optimizer_state_dim(spec.optimizer.kind, spec.dim);
+  t.ref_.dtype = spec.dtype;
+  t.ref_.state_dtype = spec.state_dtype;
   t.ref_.stride = record_words(record_shape(spec));
   const std::size_t record_bytes = static_cast<std::size_t>(t.ref_.stride) * sizeof(float);
   const auto parts = layout_parts(spec, options, topo.num_nodes());
@@ -117,21 +120,72 @@ int HostTable::node_of(std::int64_t r) const noexcept {
   return arena_nodes_[static_cast<std::size_t>((r >> ref_.block_shift) % ref_.parts)];
 }
 
+namespace {
+
+// Stores `n` elements of `dtype` at `dst` from value(c), rounded to nearest even for a half type,
+// and the rest of the last word as zeros.
+template <class Value>
+void store_elements(float* dst, DType dtype, std::int32_t n, const Value& value) {
+  if (dtype == DType::kF32) {
+    for (std::int32_t c = 0; c < n; ++c) dst[c] = value(c);
+    return;
+  }
+  auto* bytes = reinterpret_cast<unsigned char*>(dst);
+  for (std::int32_t c = 0; c < n + (n & 1); ++c) {
+    const std::uint16_t h = c < n ? narrow(dtype, value(c), false, 0) : 0;
+    std::memcpy(bytes + 2 * static_cast<std::size_t>(c), &h, sizeof h);
+  }
+}
+
+// Reads `n` elements of `dtype` at `src` into out, widened.
+void load_elements(const float* src, DType dtype, std::int32_t n, float* out) {
+  if (dtype == DType::kF32) {
+    std::memcpy(out, src, static_cast<std::size_t>(n) * sizeof(float));
+    return;
+  }
+  const auto* bytes = reinterpret_cast<const unsigned char*>(src);
+  for (std::int32_t c = 0; c < n; ++c) {
+    std::uint16_t h;
+    std::memcpy(&h, bytes + 2 * static_cast<std::size_t>(c), sizeof h);
+    out[c] = widen(dtype, h);
+  }
+}
+
+}  // namespace
+
+void HostTable::read_row(std::int64_t r, float* weights, float* state) const {
+  load_elements(ref_.row(r), ref_.dtype, ref_.dim, weights);
+  if (state) load_elements(ref_.state(r), ref_.state_dtype, ref_.state_dim, state);
+}
+
+void HostTable::write_row(std::int64_t r, const float* weights, const float* state) {
+  store_elements(ref_.row(r), ref_.dtype, ref_.dim, [&](std::int32_t c) { return weights[c]; });
+  if (state) store_elements(ref_.state(r), ref_.state_dtype, ref_.state_dim, [&](std::int32_t c) { return state[c]; });
+}
+
 void HostTable::reset() {
   const RowRef ref = ref_;
   const std::uint64_t tseed = table_seed(spec_.init.seed, table_name_hash(spec_.name));
   const float bound = spec_.init.bound;
   const OptimizerSpec opt = spec_.optimizer;
   const InitializerSpec init = spec_.init;
-  tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, spec_.rows, 4096),
-                    [&](const tbb::blocked_range<std::int64_t>& r) {
-                      for (std::int64_t i = r.begin(); i < r.end(); ++i) {
-                        float* rec = ref.row(i);
-                        init_row(rec, tseed, init.global_row(i), ref.dim, bound, init.col_offset);
-                        init_state(rec + ref.dim, opt, ref.state_dim);
-                        for (std::int64_t c = ref.dim + ref.state_dim; c < ref.stride; ++c) rec[c] = 0.0f;
-                      }
-                    });
+  const float state_value = initial_state_value(opt);
+  tbb::parallel_for(
+      tbb::blocked_range<std::int64_t>(0, spec_.rows, 4096), [&](const tbb::blocked_range<std::int64_t>& r) {
+        for (std::int64_t i = r.begin(); i < r.end(); ++i) {
+          float* rec = ref.row(i);
+          const std::int64_t g = init.global_row(i);
+          if (ref.dtype == DType::kF32) {
+            init_row(rec, tseed, g, ref.dim, bound, init.col_offset);
+          } else {  // the fp32 initial values rounded to nearest
+            store_elements(rec, ref.dtype, ref.dim,
+                           [&](std::int32_t c) { return initial_value(tseed, g, init.col_offset + c, bound); });
+          }
+          store_elements(rec + ref.row_words(), ref.state_dtype, ref.state_dim,
+                         [&](std::int32_t) { return state_value; });
+          for (std::int64_t c = ref.row_words() + ref.state_words(); c < ref.stride; ++c) rec[c] = 0.0f;
+        }
+      });
 }
 
 }  // namespace strata

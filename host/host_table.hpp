@@ -54,9 +54,15 @@ class HostTable {
   std::int64_t stride() const noexcept { return ref_.stride; }
   /// Kernel view; valid while this table lives (the bases vector is owned here).
   RowRef ref() const noexcept { return ref_; }
-  /// Row r's weights (dim floats, host) and state (state_dim floats).
+  /// Row r's record (host) and the word its state starts at (RowRef::row / state; elements of
+  /// spec().dtype and spec().state_dtype).
   float* row(std::int64_t r) const noexcept { return ref_.row(r); }
   float* state(std::int64_t r) const noexcept { return ref_.state(r); }
+  /// Reads row r as fp32: its dim weights into `weights` and, unless null, its state_dim state
+  /// elements into `state`, half elements widened (exact).
+  void read_row(std::int64_t r, float* weights, float* state) const;
+  /// Writes row r from fp32 values (state: unless null), half elements rounded to nearest even.
+  void write_row(std::int64_t r, const float* weights, const float* state);
   /// Bytes of records: rows x stride x 4 (when interleaved, whole row blocks per node), before any
   /// rounding to arenas or regions.
   std::size_t bytes() const noexcept { return bytes_; }

@@ -39,17 +39,95 @@ std::int64_t bag_grain(std::int64_t batch) {
   return std::max<std::int64_t>(8, std::min<std::int64_t>(256, batch / 64));
 }
 
-// The instance of a kernel for `dim`: Kernel<dim>::run for the multiples of 16 up to 256 (the
-// per-row loops get compile-time trip counts), Kernel<0>::run (dim at run time) otherwise.
-template <template <std::int32_t> class Kernel, int... C>
+// The instance of a kernel for `dim` and the rows' element type: Kernel<dim, Elem>::run for the
+// multiples of 16 up to 256 (the per-row loops get compile-time trip counts), Kernel<0, Elem>::run
+// (dim at run time) otherwise. Elem is float, Bf16 or F16 (core/half.hpp): rows are widened to
+// fp32 where they are read and rounded back where they are stored, the math between stays fp32.
+template <template <std::int32_t, class> class Kernel, class Elem, int... C>
 auto for_dim(std::int32_t dim, std::integer_sequence<int, C...>) {
-  auto fn = Kernel<0>::run;
-  ((dim == 16 * (C + 1) ? (fn = Kernel<16 * (C + 1)>::run, 0) : 0), ...);
+  auto fn = Kernel<0, Elem>::run;
+  ((dim == 16 * (C + 1) ? (fn = Kernel<16 * (C + 1), Elem>::run, 0) : 0), ...);
   return fn;
 }
-template <template <std::int32_t> class Kernel>
-auto for_dim(std::int32_t dim) {
-  return for_dim<Kernel>(dim, std::make_integer_sequence<int, 16>{});
+template <template <std::int32_t, class> class Kernel>
+auto for_dim(std::int32_t dim, DType dtype) {
+  constexpr auto kSeq = std::make_integer_sequence<int, 16>{};
+  if (dtype == DType::kBF16) return for_dim<Kernel, Bf16>(dim, kSeq);
+  if (dtype == DType::kF16) return for_dim<Kernel, F16>(dim, kSeq);
+  return for_dim<Kernel, float>(dim, kSeq);
+}
+
+// The element type of Elem, and the words `n` of them take.
+template <class Elem>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<Elem, float>) {
+    return DType::kF32;
+  } else {
+    return Elem::kDType;
+  }
+}
+
+// A row's elements at record address `rec`.
+template <class Elem>
+const Elem* elems(const float* rec) {
+  return reinterpret_cast<const Elem*>(rec);
+}
+template <class Elem>
+Elem* elems(float* rec) {
+  return reinterpret_cast<Elem*>(rec);
+}
+
+// Element c of a row, widened to fp32 (exact).
+template <class Elem>
+inline float widen_at(const Elem* row, std::int64_t c) {
+  if constexpr (std::is_same_v<Elem, float>) {
+    return row[c];
+  } else {
+    std::uint16_t h;
+    std::memcpy(&h, row + c, sizeof h);
+    return widen(Elem::kDType, h);
+  }
+}
+
+// kF elements of a row from p, widened to fp32 (exact).
+template <class Elem>
+inline simd::Floats load_elems(const Elem* p) {
+  if constexpr (std::is_same_v<Elem, float>) {
+    return simd::load(p);
+  } else {
+    const simd::U16h h = simd::load_half(reinterpret_cast<const std::uint16_t*>(p));
+    if constexpr (std::is_same_v<Elem, Bf16>) {
+      return simd::widen_bf16(h);
+    } else {
+      return simd::widen_f16(h);
+    }
+  }
+}
+
+// Stores kF fp32 values as the elements c0 .. c0 + kF of a row at `row`, rounded as
+// store_weight rounds each (r.bits(key, c) lane by lane): the vector form of store_weight.
+template <class Elem>
+inline void store_elems(const Rounding& r, std::uint64_t key, std::int32_t c0, const simd::Floats& v, Elem* row) {
+  if constexpr (std::is_same_v<Elem, float>) {
+    (void)r;
+    (void)key;
+    simd::store(row + c0, v);
+  } else {
+    simd::U16h h;
+    if (r.stochastic) {
+      const simd::U32s bits = simd::rounding_bits(key, std::int64_t{r.col_offset} + c0);
+      if constexpr (std::is_same_v<Elem, Bf16>) {
+        h = simd::narrow_bf16_sr(v, bits);
+      } else {
+        h = simd::narrow_f16_sr(v, bits);
+      }
+    } else if constexpr (std::is_same_v<Elem, Bf16>) {
+      h = simd::narrow_bf16_rne(v);
+    } else {
+      h = simd::narrow_f16_rne(v);
+    }
+    simd::store_half(reinterpret_cast<std::uint16_t*>(row + c0), h);
+  }
 }
 
 // A row's gradient accumulator: on the stack for a compile-time dim, else on the heap.
@@ -65,23 +143,33 @@ struct RowAcc {
 
 namespace {
 
-// Pools bags [b0, b1) of any dim, accumulating in the output row (L1-resident).
+// Pools bags [b0, b1) of any dim, accumulating in the output row (L1-resident). Half rows are
+// widened element by element, with row_axpy's / row_add's operations in their order.
+template <class Elem>
 void pool_bags_any(RowRef t, const BagsView& bags, Pooling pooling, float* out, std::int64_t b0, std::int64_t b1) {
   const std::int32_t dim = t.dim;
+  const std::int64_t words = element_words(dim, dtype_of<Elem>());
   const std::int64_t j_end = bags.offsets[b1];
   for (std::int64_t j = bags.offsets[b0]; j < std::min(j_end, bags.offsets[b0] + kPrefetchDistance); ++j)
-    prefetch_row(t.row(bags.keys[j]), dim);
+    prefetch_row(t.row(bags.keys[j]), words);
   for (std::int64_t b = b0; b < b1; ++b) {
     float* o = out + b * dim;
     std::memset(o, 0, sizeof(float) * static_cast<std::size_t>(dim));
     const std::int64_t lo = bags.offsets[b], hi = bags.offsets[b + 1];
     for (std::int64_t j = lo; j < hi; ++j) {
-      if (j + kPrefetchDistance < j_end) prefetch_row(t.row(bags.keys[j + kPrefetchDistance]), dim);
-      const float* row = t.row(bags.keys[j]);
-      if (bags.weights) {
-        row_axpy(o, row, bags.weights[j], dim);
+      if (j + kPrefetchDistance < j_end) prefetch_row(t.row(bags.keys[j + kPrefetchDistance]), words);
+      const Elem* row = elems<Elem>(t.row(bags.keys[j]));
+      if constexpr (std::is_same_v<Elem, float>) {
+        if (bags.weights) {
+          row_axpy(o, row, bags.weights[j], dim);
+        } else {
+          row_add(o, row, dim);
+        }
+      } else if (bags.weights) {
+        const float w = bags.weights[j];
+        for (std::int32_t c = 0; c < dim; ++c) o[c] += w * widen_at(row, c);
       } else {
-        row_add(o, row, dim);
+        for (std::int32_t c = 0; c < dim; ++c) o[c] += widen_at(row, c);
       }
     }
     if (pooling == Pooling::kMean && hi > lo) row_scale(o, bag_scale(pooling, hi - lo), dim);
@@ -96,34 +184,28 @@ void pool_bags_any(RowRef t, const BagsView& bags, Pooling pooling, float* out, 
 // order (sum of w * row, or of row, in key order; then the mean's scale), so the results are
 // bit-identical to pool_bags_any at every width. (A row of more floats than the register file
 // holds, dim 256 with AVX2's 16 registers, is summed in an L1-resident array on the stack.)
-template <int C, bool kWeighted>
+// Half rows (Elem Bf16 or F16) are widened register by register as they are loaded.
+template <int C, bool kWeighted, class Elem>
 void pool_bags_vec(RowRef t, const BagsView& bags, Pooling pooling, float* out, std::int64_t b0, std::int64_t b1) {
   constexpr std::int32_t dim = 16 * C;
   constexpr int kVecs = dim / simd::kFloats;
+  constexpr std::int64_t kWords = element_words(dim, dtype_of<Elem>());
   static_assert(dim % simd::kFloats == 0, "a row is a whole number of registers");
   const std::int64_t j_end = bags.offsets[b1];
   for (std::int64_t j = bags.offsets[b0]; j < std::min(j_end, bags.offsets[b0] + kPrefetchDistance); ++j)
-    prefetch_row(t.row(bags.keys[j]), dim);
+    prefetch_row(t.row(bags.keys[j]), kWords);
   for (std::int64_t b = b0; b < b1; ++b) {
     simd::Floats acc[kVecs];
     for (int c = 0; c < kVecs; ++c) acc[c] = simd::Floats{};
     const std::int64_t lo = bags.offsets[b], hi = bags.offsets[b + 1];
     for (std::int64_t j = lo; j < hi; ++j) {
-      if (j + kPrefetchDistance < j_end) prefetch_row(t.row(bags.keys[j + kPrefetchDistance]), dim);
-      const float* row = t.row(bags.keys[j]);
+      if (j + kPrefetchDistance < j_end) prefetch_row(t.row(bags.keys[j + kPrefetchDistance]), kWords);
+      const Elem* row = elems<Elem>(t.row(bags.keys[j]));
       if constexpr (kWeighted) {
         const float w = bags.weights[j];
-        for (int c = 0; c < kVecs; ++c) {
-          simd::Floats v;
-          std::memcpy(&v, row + kF * c, sizeof v);
-          acc[c] += w * v;
-        }
+        for (int c = 0; c < kVecs; ++c) acc[c] += w * load_elems(row + kF * c);
       } else {
-        for (int c = 0; c < kVecs; ++c) {
-          simd::Floats v;
-          std::memcpy(&v, row + kF * c, sizeof v);
-          acc[c] += v;
-        }
+        for (int c = 0; c < kVecs; ++c) acc[c] += load_elems(row + kF * c);
       }
     }
     if (pooling == Pooling::kMean && hi > lo) {
@@ -135,22 +217,22 @@ void pool_bags_vec(RowRef t, const BagsView& bags, Pooling pooling, float* out, 
   }
 }
 
-template <int C>
+template <int C, class Elem>
 void pool_bags_16(RowRef t, const BagsView& bags, Pooling pooling, float* out, std::int64_t b0, std::int64_t b1) {
   if (bags.weights) {
-    pool_bags_vec<C, true>(t, bags, pooling, out, b0, b1);
+    pool_bags_vec<C, true, Elem>(t, bags, pooling, out, b0, b1);
   } else {
-    pool_bags_vec<C, false>(t, bags, pooling, out, b0, b1);
+    pool_bags_vec<C, false, Elem>(t, bags, pooling, out, b0, b1);
   }
 }
 
-template <std::int32_t kDim>
+template <std::int32_t kDim, class Elem>
 struct PoolBags {
-  static constexpr auto run = pool_bags_16<kDim / 16>;
+  static constexpr auto run = pool_bags_16<kDim / 16, Elem>;
 };
-template <>
-struct PoolBags<0> {
-  static constexpr auto run = pool_bags_any;
+template <class Elem>
+struct PoolBags<0, Elem> {
+  static constexpr auto run = pool_bags_any<Elem>;
 };
 
 }  // namespace
@@ -158,7 +240,7 @@ struct PoolBags<0> {
 void gather_pool(RowRef t, const BagsView& bags, Pooling pooling, float* out) {
   // Register accumulation for dims that are multiples of 16 up to 256 (dim / simd::kFloats
   // registers); other dims accumulate in the output row.
-  const auto pool = for_dim<PoolBags>(t.dim);
+  const auto pool = for_dim<PoolBags>(t.dim, t.dtype);
   tbb::parallel_for(
       tbb::blocked_range<std::int64_t>(0, bags.batch, bag_grain(bags.batch)),
       [&](const tbb::blocked_range<std::int64_t>& r) { pool(t, bags, pooling, out, r.begin(), r.end()); });
@@ -166,20 +248,34 @@ void gather_pool(RowRef t, const BagsView& bags, Pooling pooling, float* out) {
 
 namespace {
 
-// Unpooled lookups [j0, j1) of gather_rows.
-void gather_rows_range(RowRef t, const Key* keys, const float* weights, std::int64_t j0, std::int64_t j1, float* out) {
+// Unpooled lookups [j0, j1) of gather_rows (half rows widened).
+template <class Elem>
+void gather_rows_elems(RowRef t, const Key* keys, const float* weights, std::int64_t j0, std::int64_t j1, float* out) {
   const std::int32_t dim = t.dim;
-  for (std::int64_t j = j0; j < std::min(j1, j0 + kPrefetchDistance); ++j) prefetch_row(t.row(keys[j]), dim);
+  const std::int64_t words = element_words(dim, dtype_of<Elem>());
+  for (std::int64_t j = j0; j < std::min(j1, j0 + kPrefetchDistance); ++j) prefetch_row(t.row(keys[j]), words);
   for (std::int64_t j = j0; j < j1; ++j) {
-    if (j + kPrefetchDistance < j1) prefetch_row(t.row(keys[j + kPrefetchDistance]), dim);
-    const float* row = t.row(keys[j]);
+    if (j + kPrefetchDistance < j1) prefetch_row(t.row(keys[j + kPrefetchDistance]), words);
+    const Elem* row = elems<Elem>(t.row(keys[j]));
     float* o = out + j * dim;
     if (weights) {
       const float w = weights[j];
-      for (std::int32_t c = 0; c < dim; ++c) o[c] = w * row[c];
-    } else {
+      for (std::int32_t c = 0; c < dim; ++c) o[c] = w * widen_at(row, c);
+    } else if constexpr (std::is_same_v<Elem, float>) {
       std::memcpy(o, row, sizeof(float) * (dim));
+    } else {
+      for (std::int32_t c = 0; c < dim; ++c) o[c] = widen_at(row, c);
     }
+  }
+}
+
+void gather_rows_range(RowRef t, const Key* keys, const float* weights, std::int64_t j0, std::int64_t j1, float* out) {
+  if (t.dtype == DType::kBF16) {
+    gather_rows_elems<Bf16>(t, keys, weights, j0, j1, out);
+  } else if (t.dtype == DType::kF16) {
+    gather_rows_elems<F16>(t, keys, weights, j0, j1, out);
+  } else {
+    gather_rows_elems<float>(t, keys, weights, j0, j1, out);
   }
 }
 
@@ -275,12 +371,14 @@ inline float sum_squares(const float* g) {
   return sq;
 }
 
-// One optimizer step of record w (kDim weights, then the state) with gradient `grad`. `scratch`
-// (kDim floats, may be the GradIn's row) holds the row-wise gradient when it must be materialised;
-// `known_sq`, when not null, is that gradient's sum_squares (row-wise Adagrad without decay: the
-// same for every key of a bag).
-template <std::int32_t kDim, class Grad>
-inline void fused_step(const OptimizerStep& st, float* __restrict__ w, const Grad& grad, float* scratch,
+// One optimizer step of the record at `rec` (local row `row`: kDim weights of Elem, then an fp32
+// state) with gradient `grad`. Half weights are widened as they are loaded and stored through
+// store_elems (store_weight's rounding, the bits of (row, column)). `scratch` (kDim floats, may be
+// the GradIn's row) holds the row-wise gradient when it must be materialised; `known_sq`, when not
+// null, is that gradient's sum_squares (row-wise Adagrad without decay: the same for every key of
+// a bag).
+template <std::int32_t kDim, class Elem, class Grad>
+inline void fused_step(const OptimizerStep& st, float* rec, std::int64_t row, const Grad& grad, float* scratch,
                        const float* known_sq) {
   static_assert(kDim % simd::kFloats == 0, "a row is a whole number of registers");
   constexpr int kVecs = kDim / simd::kFloats;
@@ -288,24 +386,32 @@ inline void fused_step(const OptimizerStep& st, float* __restrict__ w, const Gra
   const float lr = o.learning_rate, wd = o.weight_decay, eps = o.eps;
   const bool decays = wd != 0.0f;
   const bool moves = lr != 0.0f;  // a rate of 0 keeps the weights (apply_optimizer says why)
-  float* __restrict__ state = w + kDim;
+  Elem* __restrict__ w = elems<Elem>(rec);
+  float* __restrict__ state = rec + element_words(kDim, dtype_of<Elem>());
+  const Rounding& rd = st.round;
+  std::uint64_t key = 0;
+  if constexpr (!std::is_same_v<Elem, float>) {
+    if (rd.stochastic) key = rd.row_key(row, RoundingSalt::kWeights);
+  } else {
+    (void)row;
+  }
   switch (o.kind) {
     case OptimizerKind::kSgd:
       for (int i = 0; i < kVecs; ++i) {
-        const simd::Floats wv = simd::load(w + kF * i);
+        const simd::Floats wv = load_elems(w + kF * i);
         simd::Floats g = grad(i);
         if (decays) g = g + wd * wv;
-        if (moves) simd::store(w + kF * i, wv - lr * g);
+        if (moves) store_elems(rd, key, kF * i, wv - lr * g, w);
       }
       break;
     case OptimizerKind::kAdagrad:
       for (int i = 0; i < kVecs; ++i) {
-        const simd::Floats wv = simd::load(w + kF * i);
+        const simd::Floats wv = load_elems(w + kF * i);
         simd::Floats g = grad(i);
         if (decays) g = g + wd * wv;
         const simd::Floats a = simd::load(state + kF * i) + g * g;
         simd::store(state + kF * i, a);
-        if (moves) simd::store(w + kF * i, wv - (lr * g) / (simd::sqrt(a) + eps));
+        if (moves) store_elems(rd, key, kF * i, wv - (lr * g) / (simd::sqrt(a) + eps), w);
       }
       break;
     case OptimizerKind::kRowwiseAdagrad: {
@@ -318,7 +424,7 @@ inline void fused_step(const OptimizerStep& st, float* __restrict__ w, const Gra
       if (materialise) {
         for (int i = 0; i < kVecs; ++i) {
           simd::Floats gv = grad(i);
-          if (decays) gv = gv + wd * simd::load(w + kF * i);
+          if (decays) gv = gv + wd * load_elems(w + kF * i);
           simd::store(scratch + kF * i, gv);
         }
       }
@@ -326,7 +432,8 @@ inline void fused_step(const OptimizerStep& st, float* __restrict__ w, const Gra
       state[0] += sq / static_cast<float>(kDim);
       const float m = lr / (std::sqrt(state[0]) + eps);
       if (moves)
-        for (int i = 0; i < kVecs; ++i) simd::store(w + kF * i, simd::load(w + kF * i) - m * simd::load(g + kF * i));
+        for (int i = 0; i < kVecs; ++i)
+          store_elems(rd, key, kF * i, load_elems(w + kF * i) - m * simd::load(g + kF * i), w);
       break;
     }
     case OptimizerKind::kAdam: {
@@ -334,7 +441,7 @@ inline void fused_step(const OptimizerStep& st, float* __restrict__ w, const Gra
       float* __restrict__ var = state + kDim;
       const float b1 = o.beta1, b2 = o.beta2, c1 = 1.0f - o.beta1, c2 = 1.0f - o.beta2;
       for (int i = 0; i < kVecs; ++i) {
-        const simd::Floats wv = simd::load(w + kF * i);
+        const simd::Floats wv = load_elems(w + kF * i);
         simd::Floats g = grad(i);
         if (decays) g = g + wd * wv;
         const simd::Floats m = b1 * simd::load(mom + kF * i) + c1 * g;
@@ -343,10 +450,94 @@ inline void fused_step(const OptimizerStep& st, float* __restrict__ w, const Gra
         simd::store(var + kF * i, v);
         const simd::Floats mh = m / st.bias1;
         const simd::Floats vh = v / st.bias2;
-        if (moves) simd::store(w + kF * i, wv - (lr * mh) / (simd::sqrt(vh) + eps));
+        if (moves) store_elems(rd, key, kF * i, wv - (lr * mh) / (simd::sqrt(vh) + eps), w);
       }
       break;
     }
+  }
+}
+
+// One optimizer step of the record at `rec` (local row `row`) through apply_optimizer: an fp32 row
+// and state in place, as ever; half weights or a bf16 state widened into `wide` (dim + state_dim
+// floats), stepped, then stored through store_weight, the weights with the bits of
+// (row, kWeights), state vector v with those of (row, 1 + v), as the reference rounds them.
+// g: as apply_optimizer's (weight decay is folded into it).
+template <class Elem>
+inline void step_widened(const OptimizerStep& st, RowRef t, float* rec, std::int64_t row, float* g, float* wide) {
+  const std::int32_t dim = t.dim;
+  const bool half_state = t.state_dtype != DType::kF32;
+  float* state = rec + t.row_words();
+  if constexpr (std::is_same_v<Elem, float>) {
+    if (!half_state) {
+      apply_optimizer(st, rec, state, g, dim);
+      return;
+    }
+  }
+  const Rounding& rd = st.round;
+  Elem* w = elems<Elem>(rec);
+  float* wv = rec;
+  if constexpr (!std::is_same_v<Elem, float>) {
+    wv = wide;
+    for (std::int32_t c = 0; c < dim; ++c) wv[c] = widen_at(w, c);
+  }
+  float* sv = state;
+  if (half_state) {
+    sv = wide + dim;
+    const Bf16* s = elems<Bf16>(state);
+    for (std::int32_t c = 0; c < t.state_dim; ++c) sv[c] = widen_at(s, c);
+  }
+  apply_optimizer(st, wv, sv, g, dim);
+  if constexpr (!std::is_same_v<Elem, float>) {
+    const std::uint64_t key = rd.stochastic ? rd.row_key(row, RoundingSalt::kWeights) : 0;
+    for (std::int32_t c = 0; c < dim; ++c) store_weight(rd, key, c, wv[c], w);
+  }
+  if (half_state) {
+    Bf16* s = elems<Bf16>(state);
+    for (std::int32_t v = 0; v * dim < t.state_dim; ++v) {
+      const std::uint64_t key = rd.stochastic ? rd.row_key(row, static_cast<RoundingSalt>(1 + v)) : 0;
+      const std::ptrdiff_t off = static_cast<std::ptrdiff_t>(v) * dim;
+      const std::int32_t n = std::min(dim, t.state_dim - v * dim);
+      for (std::int32_t c = 0; c < n; ++c) store_weight(rd, key, c, sv[off + c], s + off);
+    }
+  }
+}
+
+// Scratch for step_widened: dim + state_dim floats where a table holds a half element, else none.
+std::vector<float> widened_scratch(const RowRef& t) {
+  const bool half = t.dtype != DType::kF32 || t.state_dtype != DType::kF32;
+  return std::vector<float>(half ? static_cast<std::size_t>(t.dim + t.state_dim) : 0);
+}
+
+// The dim whose instance of the update kernels updates table t: its dim (for_dim takes multiples of
+// 16 at compile time), or 0, the run-time-dim instance, for a bf16 state. So an instance of a
+// compile-time dim always has an fp32 state (fused_step keeps one), which it knows at compile time:
+// an fp32 table's update compiles to the code it had before half rows (issue 31 review).
+std::int32_t update_dim(const RowRef& t) { return t.state_dtype == DType::kF32 ? t.dim : 0; }
+
+// Whether the update kernel <kDim, Elem> has fp32 rows and state (update_dim).
+template <std::int32_t kDim, class Elem>
+constexpr bool kFp32Record = kDim > 0 && std::is_same_v<Elem, float>;
+
+// Words of a record's weights and state (the span the update kernels prefetch).
+template <std::int32_t kDim, class Elem>
+std::int64_t record_span(const RowRef& t) {
+  if constexpr (kDim > 0) {
+    return element_words(kDim, dtype_of<Elem>()) + t.state_dim;  // an fp32 state
+  } else {
+    return t.row_words() + t.state_words();
+  }
+}
+
+// The update kernels' optimizer step of a record outside fused_step: apply_optimizer in place for
+// fp32 rows and state of a compile-time dim, else step_widened (which `wide` serves).
+template <std::int32_t kDim, class Elem>
+inline void step_row(const OptimizerStep& st, RowRef t, float* rec, std::int64_t row, float* g, float* wide) {
+  if constexpr (kFp32Record<kDim, Elem>) {
+    (void)row;
+    (void)wide;
+    apply_optimizer(st, rec, rec + kDim, g, kDim);
+  } else {
+    step_widened<Elem>(st, t, rec, row, g, wide);
   }
 }
 
@@ -366,34 +557,37 @@ inline void fused_step(const OptimizerStep& st, float* __restrict__ w, const Gra
 // strata-micro BM_StepBackwardUpdate (dim 128 SGD, 245k unique rows of a 1 GiB table, two threads,
 // 2-core VM): run-time dim with the burst 13.4 ms, without it 12.2 ms, compile-time dim without it
 // 10.5 ms.
-template <std::int32_t kDim>
+template <std::int32_t kDim, class Elem>
 [[gnu::flatten]] void update_rows(RowRef t, const BagsView& bags, Pooling pooling, const UniqueView& unique,
                                   const std::int32_t* bag_of, const float* grads, const OptimizerStep& step,
                                   std::int64_t u0, std::int64_t u1) {
   const std::int32_t dim = kDim > 0 ? kDim : t.dim;
-  const std::int64_t rec = dim + t.state_dim;
+  const std::int64_t rec = record_span<kDim, Elem>(t);
   RowAcc<kDim> row_acc(dim);
   float* acc = row_acc.data();
+  std::vector<float> wide;
+  if constexpr (!kFp32Record<kDim, Elem>) wide = widened_scratch(t);
   const std::int64_t p_end = unique.offsets[u1];
   for (std::int64_t u = u0; u < u1; ++u) {
     if (u + kPrefetchDistance < u1) prefetch_row(t.row(unique.keys[u + kPrefetchDistance]), rec);
     if (u + kUpdatePrefetch < u1) prefetch_row<Into::kWrite>(t.row(unique.keys[u + kUpdatePrefetch]), rec);
     reduce_one<kDim>(bags, pooling, unique, bag_of, grads, dim, u, p_end, acc);
-    float* w = t.row(unique.keys[u]);
+    const Key row = unique.keys[u];
+    float* w = t.row(row);
     bool fused = false;
     if constexpr (kDim > 0) {
       if (step.spec.kind != OptimizerKind::kSgd) {
-        fused_step<kDim>(step, w, GradIn{acc}, acc, nullptr);
+        fused_step<kDim, Elem>(step, w, row, GradIn{acc}, acc, nullptr);
         fused = true;
       }
     }
-    if (!fused) apply_optimizer(step, w, w + dim, acc, dim);
+    if (!fused) step_row<kDim, Elem>(step, t, w, row, acc, wide.data());
   }
 }
 
-template <std::int32_t kDim>
+template <std::int32_t kDim, class Elem>
 struct UpdateRows {
-  static constexpr auto run = update_rows<kDim>;
+  static constexpr auto run = update_rows<kDim, Elem>;
 };
 
 }  // namespace
@@ -401,7 +595,7 @@ struct UpdateRows {
 void backward_update(RowRef t, const BagsView& bags, Pooling pooling, UniqueView unique, const std::int32_t* bag_of,
                      const float* grads, const OptimizerStep& step) {
   // Compile-time dims for multiples of 16 up to 256, as gather_pool; other dims at run time.
-  const auto update = for_dim<UpdateRows>(t.dim);
+  const auto update = for_dim<UpdateRows>(update_dim(t), t.dtype);
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, unique.size, 128),
                     [&](const tbb::blocked_range<std::int64_t>& r) {
                       update(t, bags, pooling, unique, bag_of, grads, step, r.begin(), r.end());
@@ -420,12 +614,14 @@ namespace {
 // record (with weights the gradient 0 + s * g is computed in that pass); for a run-time dim
 // apply_optimizer, with the bag's gradient copied first when weight decay is on (it adds the decay
 // to the gradient in place). Flattened, as update_rows.
-template <std::int32_t kDim>
+template <std::int32_t kDim, class Elem>
 [[gnu::flatten]] void update_used_once(RowRef t, const BagsView& bags, Pooling pooling, const std::uint8_t* repeated,
                                        const float* grads, const OptimizerStep& step, std::int64_t b0,
                                        std::int64_t b1) {
   const std::int32_t dim = kDim > 0 ? kDim : t.dim;
-  const std::int64_t rec = dim + t.state_dim;
+  const std::int64_t rec = record_span<kDim, Elem>(t);
+  std::vector<float> wide;
+  if constexpr (!kFp32Record<kDim, Elem>) wide = widened_scratch(t);
   RowAcc<kDim> row_acc(dim), bag_row_acc(dim);
   float* acc = row_acc.data();
   float* bag_acc = bag_row_acc.data();
@@ -433,7 +629,7 @@ template <std::int32_t kDim>
   const bool per_bag = bags.weights == nullptr;
   const bool decays = step.spec.weight_decay != 0.0f;
   // Row-wise Adagrad without decay: the sum of squares of a bag's gradient, once per bag too.
-  const bool bag_sq = per_bag && !decays && step.spec.kind == OptimizerKind::kRowwiseAdagrad;
+  const bool bag_sq = kDim > 0 && per_bag && !decays && step.spec.kind == OptimizerKind::kRowwiseAdagrad;
   float bag_sq_value = 0.0f;
   const std::int64_t j_end = none ? b1 : bags.offsets[b1];
   for (std::int64_t b = b0; b < b1; ++b) {
@@ -448,7 +644,8 @@ template <std::int32_t kDim>
       if (j + kUpdatePrefetch < j_end && !repeated[j + kUpdatePrefetch])
         prefetch_row<Into::kWrite>(t.row(bags.keys[j + kUpdatePrefetch]), rec);
       if (repeated[j]) continue;
-      float* w = t.row(bags.keys[j]);
+      const Key row = bags.keys[j];
+      float* w = t.row(row);
       if constexpr (kDim > 0) {
         if (per_bag) {
           if (!bag_ready) {
@@ -457,10 +654,10 @@ template <std::int32_t kDim>
             if (bag_sq) bag_sq_value = sum_squares<kDim>(bag_acc);
             bag_ready = true;
           }
-          fused_step<kDim>(step, w, GradIn{bag_acc}, acc, bag_sq ? &bag_sq_value : nullptr);
+          fused_step<kDim, Elem>(step, w, row, GradIn{bag_acc}, acc, bag_sq ? &bag_sq_value : nullptr);
         } else {
-          fused_step<kDim>(step, w, ScaledGradIn{grads + b * dim, grad_scale(pooling, hi - lo, bags.weights, j)}, acc,
-                           nullptr);
+          fused_step<kDim, Elem>(
+              step, w, row, ScaledGradIn{grads + b * dim, grad_scale(pooling, hi - lo, bags.weights, j)}, acc, nullptr);
         }
       } else {
         float* g = acc;
@@ -479,15 +676,15 @@ template <std::int32_t kDim>
           std::fill(acc, acc + dim, 0.0f);
           row_axpy(acc, grads + b * dim, grad_scale(pooling, hi - lo, bags.weights, j), dim);
         }
-        apply_optimizer(step, w, w + dim, g, dim);
+        step_row<kDim, Elem>(step, t, w, row, g, wide.data());
       }
     }
   }
 }
 
-template <std::int32_t kDim>
+template <std::int32_t kDim, class Elem>
 struct UpdateUsedOnce {
-  static constexpr auto run = update_used_once<kDim>;
+  static constexpr auto run = update_used_once<kDim, Elem>;
 };
 
 }  // namespace
@@ -529,12 +726,12 @@ void backward_update_by_bag(RowRef t, const BagsView& bags, Pooling pooling, con
   const std::int64_t n = bags.offsets[bags.batch];
   const std::int64_t batch = pooling == Pooling::kNone ? n : bags.batch;
   const std::int64_t grain = pooling == Pooling::kNone ? 4096 : bag_grain(batch);
-  const auto once = for_dim<UpdateUsedOnce>(t.dim);
+  const auto once = for_dim<UpdateUsedOnce>(update_dim(t), t.dtype);
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, batch, grain), [&](const tbb::blocked_range<std::int64_t>& r) {
     once(t, bags, pooling, repeats.repeated.data(), grads, step, r.begin(), r.end());
   });
   // The repeated keys, range by range (their rows are disjoint from the ones above).
-  const auto rows = for_dim<UpdateRows>(t.dim);
+  const auto rows = for_dim<UpdateRows>(update_dim(t), t.dtype);
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, repeats.ranges.size(), 1),
                     [&](const tbb::blocked_range<std::size_t>& r) {
                       for (std::size_t g = r.begin(); g < r.end(); ++g) {
@@ -545,17 +742,17 @@ void backward_update_by_bag(RowRef t, const BagsView& bags, Pooling pooling, con
 }
 
 void gather_pool_tables(const std::vector<TableBatchItem>& items, TableBatchScratch& scratch) {
-  using Pool = decltype(for_dim<PoolBags>(0));
+  using Pool = decltype(for_dim<PoolBags>(0, DType::kF32));
   std::vector<Pool> pool(items.size(), nullptr);
   auto& chunks = scratch.chunks;
   chunks.clear();
   for (std::size_t i = 0; i < items.size(); ++i) {
     const TableBatchItem& it = items[i];
     const std::int64_t n = it.bags.offsets[it.bags.batch];
-    const std::int64_t row_bytes = std::int64_t{it.table.dim} * static_cast<std::int64_t>(sizeof(float));
+    const std::int64_t row_bytes = it.table.row_words() * static_cast<std::int64_t>(sizeof(float));
     const bool none = it.pooling == Pooling::kNone;
     const std::int64_t units = none ? n : it.bags.batch;
-    if (!none) pool[i] = for_dim<PoolBags>(it.table.dim);
+    if (!none) pool[i] = for_dim<PoolBags>(it.table.dim, it.table.dtype);
     add_chunks(chunks, static_cast<std::int32_t>(i), units, chunk_units(units, none ? units : n, row_bytes));
   }
   for_each_chunk(chunks, [&](const TableBatchScratch::Chunk& c) {
@@ -569,16 +766,16 @@ void gather_pool_tables(const std::vector<TableBatchItem>& items, TableBatchScra
 }
 
 void backward_update_tables(const std::vector<TableBatchItem>& items, TableBatchScratch& scratch) {
-  using Once = decltype(for_dim<UpdateUsedOnce>(0));
-  using Rows = decltype(for_dim<UpdateRows>(0));
+  using Once = decltype(for_dim<UpdateUsedOnce>(0, DType::kF32));
+  using Rows = decltype(for_dim<UpdateRows>(0, DType::kF32));
   std::vector<Once> once(items.size(), nullptr);
   std::vector<Rows> rows(items.size(), nullptr);
   auto& chunks = scratch.chunks;
   chunks.clear();
   for (std::size_t i = 0; i < items.size(); ++i) {
     const TableBatchItem& it = items[i];
-    once[i] = for_dim<UpdateUsedOnce>(it.table.dim);
-    rows[i] = for_dim<UpdateRows>(it.table.dim);
+    once[i] = for_dim<UpdateUsedOnce>(update_dim(it.table), it.table.dtype);
+    rows[i] = for_dim<UpdateRows>(update_dim(it.table), it.table.dtype);
     // backward_update_by_bag's tasks: its bag grain, and each repeated range whole. The update
     // kernels prefetch from a task's first row on, without a burst up front, so a task's first
     // rows wait: smaller chunks (128 KiB of records, 25 bags of 20 keys) made the --pooling 20

@@ -8,6 +8,16 @@
 // FBGEMM's TBE), which give each table what gather_pool / gather_rows and backward_update_by_bag
 // give it, bit for bit. All run in the caller's tbb::task_arena, block until done, and are
 // thread-safe for distinct outputs.
+//
+// Rows may be fp32, bf16 or fp16 (RowRef::dtype; the state fp32 or bf16, RowRef::state_dtype): rows
+// are widened to fp32 where they are read (exact), pooled and reduced in fp32 in the same order as
+// fp32 rows, and the optimizer computes in fp32 with the same operations; each updated element is
+// then stored through store_weight (core/row_math.hpp: to nearest even, or stochastically with the
+// bits of (global row, step, global column, salt) that OptimizerStep::round gives), as the reference
+// store rounds it. Compile-time dims (multiples of 16) with an fp32 state take the vectorised paths,
+// half rows widened and narrowed register by register; a bf16 state and half SGD rows in
+// backward_update step one scalar row at a time. Outputs and gradients are fp32 here: Store::open
+// refuses a half output_dtype (store/store_impl.cpp) until the host path writes half outputs.
 
 #include <cstdint>
 #include <vector>

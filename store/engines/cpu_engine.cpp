@@ -3,7 +3,6 @@
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
-#include <cstring>
 #include <unordered_map>
 
 #include "host/kernels.hpp"
@@ -80,20 +79,16 @@ void HostBatch::backward(const std::vector<HostFeature>& f) {
 
 void HostTableOps::read_rows(std::int64_t row0, std::int64_t n, float* weights, float* state) const {
   const std::size_t dim = static_cast<std::size_t>(table_.dim()), sd = static_cast<std::size_t>(table_.state_dim());
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float* rec = table_.row(row0 + i);
-    std::memcpy(weights + static_cast<std::size_t>(i) * dim, rec, dim * sizeof(float));
-    if (state && sd) std::memcpy(state + static_cast<std::size_t>(i) * sd, rec + dim, sd * sizeof(float));
-  }
+  for (std::int64_t i = 0; i < n; ++i)
+    table_.read_row(row0 + i, weights + static_cast<std::size_t>(i) * dim,
+                    state && sd ? state + static_cast<std::size_t>(i) * sd : nullptr);
 }
 
 void HostTableOps::write_rows(std::int64_t row0, std::int64_t n, const float* weights, const float* state) {
   const std::size_t dim = static_cast<std::size_t>(table_.dim()), sd = static_cast<std::size_t>(table_.state_dim());
-  for (std::int64_t i = 0; i < n; ++i) {
-    float* rec = table_.row(row0 + i);
-    std::memcpy(rec, weights + static_cast<std::size_t>(i) * dim, dim * sizeof(float));
-    if (state && sd) std::memcpy(rec + dim, state + static_cast<std::size_t>(i) * sd, sd * sizeof(float));
-  }
+  for (std::int64_t i = 0; i < n; ++i)
+    table_.write_row(row0 + i, weights + static_cast<std::size_t>(i) * dim,
+                     state && sd ? state + static_cast<std::size_t>(i) * sd : nullptr);
 }
 
 namespace {

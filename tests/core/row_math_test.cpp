@@ -172,6 +172,30 @@ TEST(RowMath, StoreWeightRoundsAsHalfDoes) {
   EXPECT_LT(up, 320);
 }
 
+namespace {
+
+// Stores w as element 0 of the half row at `words` (a record's 32-bit words, as the host tables
+// hold them) between two loads of its first word. Out of line, so the compiler sees only the types.
+template <class Elem>
+[[gnu::noinline]] std::uint32_t store_between_loads(const Rounding& r, float* words, float w) {
+  const float before = words[0];
+  store_weight(r, 0, 0, w, reinterpret_cast<Elem*>(words));
+  return float_bits(words[0]) ^ float_bits(before);
+}
+
+}  // namespace
+
+// Half elements live in records of fp32 words: store_weight writes their 16 bits through a type
+// that may alias the words, so a later load of the word sees them (a store through Bf16 / F16, a
+// struct of a uint16_t, may be assumed by the optimizer not to touch a float).
+TEST(RowMath, StoreWeightIsSeenByLoadsOfTheRecordWords) {
+  const Rounding r;
+  float words[2] = {0.0f, 0.0f};
+  EXPECT_EQ(store_between_loads<Bf16>(r, words, 1.0f), std::uint32_t{narrow_bf16_rne(1.0f)});  // low half (LE)
+  words[0] = 0.0f;
+  EXPECT_EQ(store_between_loads<F16>(r, words, 1.0f), std::uint32_t{narrow_f16_rne(1.0f)});
+}
+
 TEST(RowMath, PoolingScales) {
   EXPECT_EQ(bag_scale(Pooling::kSum, 4), 1.0f);
   EXPECT_EQ(bag_scale(Pooling::kMean, 4), 0.25f);

@@ -1,8 +1,14 @@
 #include "host/host_table.hpp"
 
+#include "core/half.hpp"
+#include "core/record_layout.hpp"
+#include "tests/core/accept_half_dtypes.hpp"
+#include "tests/host/record_pads.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <random>
@@ -58,6 +64,59 @@ TEST_P(HostTableLayout, RowsAreDistinctInitialisedAndNodePlaced) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Nodes, HostTableLayout, ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Bool()));
+
+using testing::half_bits_at;
+
+// A half table starts as the fp32 table rounded to nearest even, element by element (its state
+// too, when bf16), with the pads zero bits (the half after odd-dim weights or an odd-dim bf16
+// state, and the words after); its records take record_words(record_shape(spec)) words,
+// and host_footprint counts what create maps.
+TEST(HalfTables, InitialRowsAreTheFp32RowsRoundedToNearestAndTheFootprintFollows) {
+  const AcceptHalfDTypes accept;
+  Topology topo = Topology::fake(2);
+  HostTableOptions o;
+  o.block_rows_log2 = 6;
+  for (const DType dtype : {DType::kBF16, DType::kF16}) {
+    for (const int dim : {5, 64}) {
+      for (const auto& [opt, state_dtype] :
+           {std::pair{OptimizerKind::kRowwiseAdagrad, DType::kF32}, std::pair{OptimizerKind::kAdagrad, DType::kBF16},
+            std::pair{OptimizerKind::kAdam, DType::kF32}}) {
+        TableSpec f32 = make_spec(1000, dim, opt);
+        f32.init.bound = 3.0f;  // fp16 rounds values of several binades
+        TableSpec spec = f32;
+        spec.dtype = dtype;
+        spec.state_dtype = state_dtype;
+        const std::string what = std::string(to_string(dtype)) + " dim " + std::to_string(dim) + " " + to_string(opt) +
+                                 " state " + to_string(state_dtype);
+        auto a = HostTable::create(topo, f32, o);
+        auto h = HostTable::create(topo, spec, o);
+        ASSERT_TRUE(a.is_ok() && h.is_ok()) << what << ": " << h.status().to_string();
+        const std::int64_t words = record_words(record_shape(spec));
+        ASSERT_EQ(h->stride(), words) << what;
+        ASSERT_LE(words, a->stride()) << what;  // (dim 5 adam: 13 words or 15 both pad to 16)
+        const std::int64_t rw = element_words(dim, dtype);
+        const std::int32_t sd = h->state_dim();
+        for (std::int64_t r = 0; r < spec.rows; ++r) {
+          for (int c = 0; c < dim; ++c)
+            ASSERT_EQ(half_bits_at(h->row(r), c), narrow(dtype, a->row(r)[c], false, 0)) << what << " row " << r;
+          ASSERT_EQ(static_cast<const void*>(h->state(r)), static_cast<const void*>(h->row(r) + rw)) << what;
+          for (int c = 0; c < sd; ++c) {
+            if (state_dtype == DType::kF32) {
+              ASSERT_EQ(h->state(r)[c], a->state(r)[c]) << what;
+            } else {
+              ASSERT_EQ(half_bits_at(h->state(r), c), narrow(state_dtype, a->state(r)[c], false, 0)) << what;
+            }
+          }
+          ASSERT_TRUE(testing::record_pads_are_zero(h->ref(), r)) << what;
+        }
+        EXPECT_EQ(h->bytes(), static_cast<std::size_t>(h->stride()) * 4 * 1024u) << what;  // whole row blocks
+        const HostFootprint fp = host_footprint({spec}, o, 2, false);
+        EXPECT_EQ(fp.record_bytes, h->bytes()) << what;
+        EXPECT_EQ(fp.mapped_bytes, h->mapped_bytes()) << what;
+      }
+    }
+  }
+}
 
 TEST(HostTable, RejectsBadSpec) {
   auto spec = make_spec(0, 4, OptimizerKind::kSgd);

@@ -12,7 +12,10 @@
 #include <random>
 #include <string>
 
+#include "core/half.hpp"
 #include "host/host_table.hpp"
+#include "tests/core/accept_half_dtypes.hpp"
+#include "tests/host/record_pads.hpp"
 
 namespace strata {
 namespace {
@@ -474,6 +477,163 @@ TEST(TableBatched, MixedTablesAreBitIdenticalToThePerTableKernels) {
     });
   }
 }
+
+// Half-size rows (issue 31). Element c of `n` elements of `dtype` at `p`, widened to fp32 (naive:
+// core/half.hpp's scalar conversions on the raw bits).
+float element_at(const float* p, DType dtype, std::int64_t c) {
+  return dtype == DType::kF32 ? p[c] : widen(dtype, testing::half_bits_at(p, c));
+}
+
+struct HalfCase {
+  int dim;
+  DType dtype;
+  bool sr;
+};
+
+class HalfKernels : public ::testing::TestWithParam<HalfCase> {};
+
+// Every kernel on rows of each element type, bit for bit against the naive loops on the rows
+// widened with core/half.hpp: the forward is the row math on the widened rows (fp32 outputs); the
+// backward is the row math's reduction and apply_optimizer on the widened record, then each
+// updated element rounded as the reference rounds it (stored_value with the bits of (global row,
+// step, global column, salt)). For every optimizer, fp32 and bf16 state (where allowed), every
+// pooling, with and without per-sample weights, keys used once and repeated; backward_update,
+// backward_update_by_bag and the table-batched forms. SR cases use a shard's row and column
+// offsets, so the bits must come from global rows and columns. The records' pads stay zero bits.
+TEST_P(HalfKernels, EveryKernelMatchesTheRowMathOnWidenedRowsBitForBit) {
+  const HalfCase hc = GetParam();
+  const AcceptHalfDTypes accept;
+  std::mt19937_64 rng(static_cast<std::uint64_t>(hc.dim * 7 + static_cast<int>(hc.dtype) * 3 + hc.sr));
+  for (const OptimizerKind kind :
+       {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad, OptimizerKind::kAdam}) {
+    for (const DType state_dtype : {DType::kF32, DType::kBF16}) {
+      if (state_dtype != DType::kF32 && (kind == OptimizerKind::kSgd || kind == OptimizerKind::kRowwiseAdagrad))
+        continue;
+      for (const Pooling pooling : {Pooling::kSum, Pooling::kMean, Pooling::kNone}) {
+        for (const bool weighted : {false, true}) {
+          TableSpec spec;
+          spec.name = "half";
+          spec.rows = 150;
+          spec.dim = hc.dim;
+          spec.dtype = hc.dtype;
+          spec.state_dtype = state_dtype;
+          spec.stochastic_rounding = hc.sr;
+          spec.pooling = pooling;
+          spec.init.bound = 1.0f;
+          if (hc.sr) {
+            spec.init.row_stride = 3;
+            spec.init.row_offset = 2;
+            spec.init.col_offset = 5;
+          }
+          spec.optimizer.kind = kind;
+          spec.optimizer.learning_rate = 0.3f;
+          spec.optimizer.weight_decay = weighted ? 0.02f : 0.0f;
+          spec.optimizer.initial_accumulator = 0.1f;
+          const std::string what = "dim " + std::to_string(hc.dim) + " " + to_string(hc.dtype) +
+                                   (hc.sr ? " sr " : " rne ") + to_string(kind) + " state " + to_string(state_dtype) +
+                                   " " + to_string(pooling) + (weighted ? " weighted" : "");
+          auto a = HostTable::create(Topology::fake(2), spec, {});
+          auto b = HostTable::create(Topology::fake(1), spec, {});
+          auto c = HostTable::create(Topology::fake(1), spec, {});
+          ASSERT_TRUE(a.is_ok() && b.is_ok() && c.is_ok()) << what << ": " << a.status().message();
+          const std::int32_t dim = hc.dim, sd = a->state_dim();
+          const std::int64_t rec = dim + sd;
+          // The widened records.
+          std::vector<float> wide(static_cast<std::size_t>(spec.rows * rec));
+          for (std::int64_t r = 0; r < spec.rows; ++r) {
+            for (std::int32_t k = 0; k < dim; ++k) wide[r * rec + k] = element_at(a->row(r), hc.dtype, k);
+            for (std::int32_t k = 0; k < sd; ++k) wide[r * rec + dim + k] = element_at(a->state(r), state_dtype, k);
+          }
+          const std::int64_t batch = 40;
+          const auto [offsets, keys, weights] = random_bags(rng, batch, 50);  // keys used once and repeated
+          const std::int64_t n = static_cast<std::int64_t>(keys.size());
+          const BagsView bags{offsets.data(), batch, keys.data(), weighted ? weights.data() : nullptr};
+          // Forward: the row math on the widened rows.
+          const std::int64_t out_rows = pooling == Pooling::kNone ? n : batch;
+          std::vector<float> want_out(static_cast<std::size_t>(out_rows * dim), 0.0f);
+          for (std::int64_t bag = 0; bag < batch; ++bag) {
+            for (std::int64_t j = offsets[bag]; j < offsets[bag + 1]; ++j) {
+              const float* row = wide.data() + keys[j] * rec;
+              if (pooling == Pooling::kNone) {
+                for (std::int32_t k = 0; k < dim; ++k) want_out[j * dim + k] = weighted ? weights[j] * row[k] : row[k];
+              } else if (weighted) {
+                row_axpy(want_out.data() + bag * dim, row, weights[j], dim);
+              } else {
+                row_add(want_out.data() + bag * dim, row, dim);
+              }
+            }
+            const std::int64_t len = offsets[bag + 1] - offsets[bag];
+            if (pooling == Pooling::kMean && len) row_scale(want_out.data() + bag * dim, bag_scale(pooling, len), dim);
+          }
+          std::vector<float> out(want_out.size(), -1.0f), out_c(want_out.size(), -2.0f);
+          if (pooling == Pooling::kNone) {
+            gather_rows(a->ref(), keys.data(), bags.weights, n, out.data());
+          } else {
+            gather_pool(a->ref(), bags, pooling, out.data());
+          }
+          for (std::size_t i = 0; i < out.size(); ++i)
+            ASSERT_EQ(bits_of(out[i]), bits_of(want_out[i])) << what << ": output " << i;
+          // Backward: the row math on the widened records, then each updated element rounded.
+          std::vector<float> grads(want_out.size());
+          for (auto& g : grads) g = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 613.0f;
+          const UniqueKeys unique = dedup_keys(keys.data(), n);
+          const std::vector<std::int32_t> bag_of = bag_of_positions(offsets.data(), batch);
+          const OptimizerStep step = make_optimizer_step(spec, 4);
+          std::vector<float> want = wide;
+          row_math_update(want, rec, dim, bags, pooling, unique, bag_of, grads, step);
+          for (std::int64_t u = 0; u < unique.size(); ++u) {
+            float* w = want.data() + unique.keys[u] * rec;
+            const std::uint64_t key = step.round.row_key(unique.keys[u], RoundingSalt::kWeights);
+            for (std::int32_t k = 0; k < dim; ++k) w[k] = stored_value(step.round, hc.dtype, key, k, w[k]);
+            for (std::int32_t v = 0; v * dim < sd && state_dtype != DType::kF32; ++v) {
+              const std::uint64_t skey = step.round.row_key(unique.keys[u], static_cast<RoundingSalt>(1 + v));
+              for (std::int32_t k = 0; k < dim; ++k)
+                w[dim + v * dim + k] = stored_value(step.round, state_dtype, skey, k, w[dim + v * dim + k]);
+            }
+          }
+          backward_update(a->ref(), bags, pooling, view_of(unique), bag_of.data(), grads.data(), step);
+          Repeats repeats;
+          RepeatsScratch rs;
+          find_repeats(keys.data(), n, spec.rows, repeats, rs);
+          backward_update_by_bag(b->ref(), bags, pooling, repeats, bag_of.data(), grads.data(), step);
+          TableBatchItem it;
+          it.table = c->ref();
+          it.bags = bags;
+          it.pooling = pooling;
+          it.out = out_c.data();
+          it.grads = grads.data();
+          it.repeats = &repeats;
+          it.bag_of = bag_of.data();
+          it.step = step;
+          TableBatchScratch ts;
+          gather_pool_tables({it}, ts);
+          ASSERT_EQ(std::memcmp(out_c.data(), out.data(), out.size() * sizeof(float)), 0) << what;
+          backward_update_tables({it}, ts);
+          for (const HostTable* t : {&a.value(), &b.value(), &c.value()})
+            for (std::int64_t r = 0; r < spec.rows; ++r) {
+              for (std::int32_t k = 0; k < dim; ++k)
+                ASSERT_EQ(bits_of(element_at(t->row(r), hc.dtype, k)), bits_of(want[r * rec + k]))
+                    << what << ": table "
+                    << (t == &a.value()   ? "a"
+                        : t == &b.value() ? "b"
+                                          : "c")
+                    << " row " << r << " col " << k;
+              for (std::int32_t k = 0; k < sd; ++k)
+                ASSERT_EQ(bits_of(element_at(t->state(r), state_dtype, k)), bits_of(want[r * rec + dim + k]))
+                    << what << ": state, row " << r << " col " << k;
+              ASSERT_TRUE(testing::record_pads_are_zero(t->ref(), r)) << what;
+            }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, HalfKernels,
+                         ::testing::Values(HalfCase{1, DType::kBF16, false}, HalfCase{17, DType::kBF16, true},
+                                           HalfCase{16, DType::kBF16, false}, HalfCase{64, DType::kBF16, true},
+                                           HalfCase{3, DType::kF16, true}, HalfCase{48, DType::kF16, false},
+                                           HalfCase{128, DType::kF16, true}, HalfCase{32, DType::kF32, false}));
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Kernels,
                          ::testing::Values(Case{1, Pooling::kSum, false, 1}, Case{3, Pooling::kMean, true, 2},

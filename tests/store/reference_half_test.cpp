@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -167,6 +168,191 @@ TEST(ReferenceHalf, StochasticRoundingIsUnbiasedWhereRoundingToNearestStalls) {
       EXPECT_NEAR(mean, exact, 0.004);
     else
       EXPECT_EQ(mean, 1.0);
+  }
+}
+
+// Runs `steps` random batches (seeded by `seed`) through the reference and a `cpu` store of config
+// `c` side by side: the outputs of every step and the rows and state at the end must be the same
+// bits.
+::testing::AssertionResult cpu_matches_reference(const StoreConfig& c, std::uint64_t seed, int steps) {
+  auto ref = open_reference(c);
+  auto cpu = Store::open(c);
+  if (!ref || !cpu.is_ok()) return ::testing::AssertionFailure() << "open: " << cpu.status().to_string();
+  std::mt19937_64 batches(seed);
+  for (int step = 1; step <= steps; ++step) {
+    const KeyBatch kb = testing::random_batch(batches, c, 6);
+    Buffers a = testing::make_buffers(c, kb), b = testing::make_buffers(c, kb);
+    if (!ref->submit(step, kb).is_ok() || !cpu.value()->submit(step, kb).is_ok() ||
+        !ref->forward(step, a.views).is_ok() || !cpu.value()->forward(step, b.views).is_ok())
+      return ::testing::AssertionFailure() << "step " << step << ": submit or forward failed";
+    const auto outputs = testing::same_outputs(a, b);
+    if (!outputs) return ::testing::AssertionFailure() << "step " << step << " outputs: " << outputs.message();
+    testing::fill_random(batches, a);
+    for (std::size_t i = 0; i < a.data.size(); ++i) std::copy(a.data[i].begin(), a.data[i].end(), b.data[i].begin());
+    if (!ref->backward(step, a.cviews).is_ok() || !cpu.value()->backward(step, b.cviews).is_ok())
+      return ::testing::AssertionFailure() << "step " << step << ": backward failed";
+  }
+  return testing::same_state(testing::snapshot(*ref), testing::snapshot(*cpu.value()));
+}
+
+// A `cpu` store of half-size tables (bf16 state where the optimizer allows it; rounding to nearest
+// and stochastic) gives the reference's bits: the outputs of every step, the rows and state at the
+// end (the host kernels widen, compute in fp32 and round as the reference does).
+TEST(ReferenceHalf, CpuStoreMatchesTheReferenceBitForBit) {
+  AcceptHalfDTypes accept;
+  std::mt19937_64 rng(57);
+  StoreConfig fp32 = testing::random_config(rng, 6);
+  for (TableConfig& t : fp32.tables) t.placement = Placement::kCpu;
+  for (const DType dtype : {DType::kBF16, DType::kF16})
+    for (const bool sr : {false, true})
+      EXPECT_TRUE(cpu_matches_reference(half_config(fp32, dtype, sr), 5, 5)) << to_string(dtype) << (sr ? " sr" : "");
+}
+
+// fp32, bf16 and fp16 tables of several dims (odd ones and multiples of 16) in one `cpu` store:
+// every forward and backward is one table-batched call over all of them, and gives the
+// reference's bits.
+TEST(ReferenceHalf, CpuStoreOfFp32AndHalfTablesInOneBatchMatchesTheReference) {
+  AcceptHalfDTypes accept;
+  std::mt19937_64 rng(71);
+  StoreConfig c = testing::random_config(rng, 9);
+  const std::int32_t dims[] = {16, 7, 64, 48, 128, 31, 3, 1, 32};  // (table 3: fp32 rows, bf16 state)
+  const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF16};
+  for (std::size_t i = 0; i < c.tables.size(); ++i) {
+    TableSpec& s = c.tables[i].spec;
+    c.tables[i].placement = Placement::kCpu;
+    s.dim = dims[i];
+    s.dtype = dtypes[i % 3];
+    s.optimizer.kind = static_cast<OptimizerKind>(i % 4);
+    const bool state_allowed = s.optimizer.kind == OptimizerKind::kAdagrad || s.optimizer.kind == OptimizerKind::kAdam;
+    if (state_allowed && i % 2 == 1) s.state_dtype = DType::kBF16;
+    s.stochastic_rounding = (s.dtype != DType::kF32 || s.state_dtype != DType::kF32) && i % 4 < 2;
+  }
+  EXPECT_TRUE(cpu_matches_reference(c, 9, 6));
+}
+
+// A learning rate of 0 keeps half-size rows as they are, bit for bit (a -0.0 weight included),
+// whether the update is the fused one (dims of multiples of 16) or the widened one, rounding to
+// nearest or stochastically; the state still advances, as the reference's does.
+TEST(ReferenceHalf, CpuLearningRateZeroKeepsHalfRowsBitForBit) {
+  AcceptHalfDTypes accept;
+  std::mt19937_64 rng(83);
+  StoreConfig fp32 = testing::random_config(rng, 8);
+  const std::int32_t dims[] = {16, 7, 64, 3, 128, 32, 48, 1};
+  for (std::size_t i = 0; i < fp32.tables.size(); ++i) {
+    fp32.tables[i].placement = Placement::kCpu;
+    fp32.tables[i].spec.dim = dims[i];
+    fp32.tables[i].spec.optimizer.kind = static_cast<OptimizerKind>(i % 4);
+    fp32.tables[i].spec.optimizer.learning_rate = 0.0f;
+  }
+  for (const DType dtype : {DType::kBF16, DType::kF16}) {
+    for (const bool sr : {false, true}) {
+      StoreConfig c = half_config(fp32, dtype, sr);
+      c.tables[5].spec.state_dtype = DType::kF32;  // adagrad, dim 32: the fused update
+      const std::string what = std::string(to_string(dtype)) + (sr ? " sr" : " rne");
+      auto ref = open_reference(c);
+      auto cpu = Store::open(c);
+      ASSERT_TRUE(ref && cpu.is_ok()) << what << ": " << cpu.status().to_string();
+      for (std::size_t t = 0; t < c.tables.size(); ++t) {  // row 0 all -0.0
+        const std::vector<float> zeros(static_cast<std::size_t>(c.tables[t].spec.dim), -0.0f);
+        ASSERT_TRUE(ref->write_rows(static_cast<int>(t), 0, 1, zeros.data(), nullptr).is_ok());
+        ASSERT_TRUE(cpu.value()->write_rows(static_cast<int>(t), 0, 1, zeros.data(), nullptr).is_ok());
+      }
+      const Snapshot before = testing::snapshot(*cpu.value());
+      std::mt19937_64 batches(3);
+      for (int step = 1; step <= 4; ++step) {
+        const KeyBatch kb = testing::random_batch(batches, c, 6);
+        Buffers a = testing::make_buffers(c, kb), b = testing::make_buffers(c, kb);
+        ASSERT_TRUE(ref->submit(step, kb).is_ok() && cpu.value()->submit(step, kb).is_ok());
+        ASSERT_TRUE(ref->forward(step, a.views).is_ok() && cpu.value()->forward(step, b.views).is_ok());
+        testing::fill_random(batches, a);
+        for (std::size_t i = 0; i < a.data.size(); ++i)
+          std::copy(a.data[i].begin(), a.data[i].end(), b.data[i].begin());
+        ASSERT_TRUE(ref->backward(step, a.cviews).is_ok() && cpu.value()->backward(step, b.cviews).is_ok());
+      }
+      Snapshot after = testing::snapshot(*cpu.value());
+      for (std::size_t t = 0; t < c.tables.size(); ++t)
+        for (std::size_t i = 0; i < before.weights[t].size(); ++i)
+          ASSERT_TRUE(same_bits(after.weights[t][i], before.weights[t][i]))
+              << what << " table " << c.tables[t].spec.name << " weight " << i << ": " << before.weights[t][i]
+              << " became " << after.weights[t][i];
+      EXPECT_TRUE(testing::same_state(testing::snapshot(*ref), after)) << what;
+    }
+  }
+}
+
+// write_rows into a `cpu` store's half-size tables rounds each value to nearest even (weights and
+// a bf16 state), as the reference's does, and read_rows gives the stored values widened.
+TEST(ReferenceHalf, CpuWriteRowsRoundsToNearestAndReadRowsWidens) {
+  AcceptHalfDTypes accept;
+  std::mt19937_64 rng(91);
+  StoreConfig fp32 = testing::random_config(rng, 6);
+  for (TableConfig& t : fp32.tables) t.placement = Placement::kCpu;
+  std::uniform_real_distribution<float> value(-3.0f, 3.0f);
+  for (const DType dtype : {DType::kBF16, DType::kF16}) {
+    const StoreConfig c = half_config(fp32, dtype, true);
+    auto ref = open_reference(c);
+    auto cpu = Store::open(c);
+    ASSERT_TRUE(ref && cpu.is_ok()) << cpu.status().to_string();
+    std::vector<std::vector<float>> weights, state;
+    for (std::size_t t = 0; t < c.tables.size(); ++t) {
+      const TableSpec& spec = c.tables[t].spec;
+      const std::int64_t n = std::min<std::int64_t>(spec.rows, 5), row0 = spec.rows - n;
+      const std::int32_t sd = optimizer_state_dim(spec.optimizer.kind, spec.dim);
+      weights.emplace_back(static_cast<std::size_t>(n * spec.dim));
+      state.emplace_back(static_cast<std::size_t>(n * sd));
+      for (float& w : weights.back()) w = value(rng);
+      for (float& v : state.back()) v = std::abs(value(rng));
+      const float* st = sd ? state.back().data() : nullptr;
+      ASSERT_TRUE(ref->write_rows(static_cast<int>(t), row0, n, weights.back().data(), st).is_ok());
+      ASSERT_TRUE(cpu.value()->write_rows(static_cast<int>(t), row0, n, weights.back().data(), st).is_ok());
+      std::vector<float> w(weights.back().size()), s(state.back().size());
+      ASSERT_TRUE(cpu.value()->read_rows(static_cast<int>(t), row0, n, w.data(), sd ? s.data() : nullptr).is_ok());
+      for (std::size_t i = 0; i < w.size(); ++i)
+        ASSERT_TRUE(same_bits(w[i], rounded(dtype, weights.back()[i], false, 0)))
+            << to_string(dtype) << " table " << spec.name << " weight " << i << ": wrote " << weights.back()[i]
+            << ", read " << w[i];
+      for (std::size_t i = 0; i < s.size(); ++i)
+        ASSERT_TRUE(same_bits(s[i], rounded(spec.state_dtype, state.back()[i], false, 0)))
+            << to_string(dtype) << " table " << spec.name << " state " << i;
+    }
+    EXPECT_TRUE(testing::same_state(testing::snapshot(*ref), testing::snapshot(*cpu.value()))) << to_string(dtype);
+  }
+}
+
+// The production engines write fp32 outputs and read fp32 gradients: a half-size output_dtype is
+// served by the reference store only, so opening a store with one is refused, naming the table,
+// the value and what is expected, whatever the placement. Half-size rows are stored by the `cpu`
+// placement only.
+TEST(ReferenceHalf, StoresRefuseWhatTheirPlacementsDoNotServe) {
+  AcceptHalfDTypes accept;
+  StoreConfig c;
+  c.device.backend = BackendChoice::kEmu;
+  c.tables.resize(1);
+  c.tables[0].spec.name = "clicks";
+  c.tables[0].spec.rows = 8;
+  c.tables[0].spec.dim = 4;
+  for (const Placement p : {Placement::kCpu, Placement::kOffload, Placement::kCached, Placement::kGpu}) {
+    for (const DType out : {DType::kBF16, DType::kF16}) {
+      c.tables[0].placement = p;
+      c.tables[0].spec.dtype = DType::kF32;
+      c.tables[0].spec.output_dtype = out;
+      auto s = Store::open(c);
+      ASSERT_FALSE(s.is_ok()) << to_string(p) << " " << to_string(out);
+      EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_EQ(s.status().message(), "table 'clicks': output_dtype " + std::string(to_string(out)) +
+                                          " is not served by the " + to_string(p) +
+                                          " placement yet (expected fp32: half-size outputs are written by the "
+                                          "reference store only, issue 31)");
+      if (p == Placement::kCpu) continue;
+      c.tables[0].spec.output_dtype = DType::kF32;
+      c.tables[0].spec.dtype = out;
+      s = Store::open(c);
+      ASSERT_FALSE(s.is_ok()) << to_string(p) << " " << to_string(out);
+      EXPECT_EQ(s.status().message(), "table 'clicks': dtype " + std::string(to_string(out)) +
+                                          " is not stored by the " + to_string(p) +
+                                          " placement yet (expected fp32: half-size rows are stored by the cpu "
+                                          "placement and the reference store only, issue 31)");
+    }
   }
 }
 
