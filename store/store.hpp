@@ -35,7 +35,7 @@ struct ShardInfo {
   dispatch::ShardingType type = dispatch::ShardingType::kReplicated;
   int world = 1, rank = 0;
   std::int64_t rows = 0, dim = 0;                            ///< of the whole table
-  std::int64_t local_rows = 0, row_start = 0, row_step = 1;  ///< local_rows and local_dim are 0 where none is held
+  std::int64_t local_rows = 0, row_start = 0, row_step = 1;  ///< local_rows, local_dim 0 (and row_start 0) if none held
   std::int32_t col_offset = 0, local_dim = 0;
   std::vector<int> replicas;  ///< the ranks holding this same shard, this one included, ascending (empty: none)
 };
@@ -230,8 +230,9 @@ class Store {
   /// This rank's part of table `table` (NotFound for an unknown index). Local: no collective.
   virtual Result<ShardInfo> shard_info(int table) const;
   /// Copies local rows [local_row0, local_row0+n) of this rank's shard: weights (n, local_dim) and, when non-null,
-  /// state (n, optimizer_state_dim(kind, local_dim)). Local (no collective), otherwise as read_rows. Refuses a table
-  /// this rank holds none of and a range outside [0, local_rows), naming the table; nothing changes.
+  /// state (n, optimizer_state_dim(kind, local_dim)): block b's local column j is global state column b * dim +
+  /// col_offset + j (adam: an m then a v slice; rowwise_adagrad is never column-sharded). Local (no collective),
+  /// otherwise as read_rows. Refuses a table this rank does not hold and a range outside [0, local_rows), unchanged.
   Status read_shard(int table, std::int64_t local_row0, std::int64_t n, float* weights, float* state);
   /// Overwrites local rows of this rank's shard, as read_shard reads them; fails if batches are in flight. Local: a
   /// replicated table's other replicas keep their rows (give each the same).

@@ -236,6 +236,106 @@ TEST(ShardAccess, WriteShardLandsWhereReadRowsFindsIt) {
   });
 }
 
+// Bags of one key each, as many as the largest table has rows: bag b of a table looks up row b % rows, so the
+// first `rows` bags of each output are its rows in order.
+constexpr std::int64_t kBags = 11;
+KeyBatch every_row(const StoreConfig& c) {
+  KeyBatch kb;
+  for (const TableConfig& tc : c.tables) {
+    JaggedKeys f;
+    f.table = tc.spec.name;
+    f.offsets.push_back(0);
+    for (Key b = 0; b < kBags; ++b) {
+      f.keys.push_back(b % tc.spec.rows);
+      f.offsets.push_back(b + 1);
+    }
+    kb.features.push_back(std::move(f));
+  }
+  return kb;
+}
+
+// A forward of every row of every table (a collective), discarded: what the store serves for each row.
+std::vector<std::vector<float>> served(Store& s, const StoreConfig& c, std::int64_t batch) {
+  std::vector<std::vector<float>> out;
+  std::vector<MatrixView> views;
+  for (const TableConfig& tc : c.tables) out.emplace_back(static_cast<std::size_t>(kBags * tc.spec.dim), -1.0f);
+  for (std::size_t t = 0; t < out.size(); ++t) views.push_back({out[t].data(), kBags, c.tables[t].spec.dim});
+  const Status submitted = s.submit(batch, every_row(c));
+  EXPECT_TRUE(submitted.is_ok()) << submitted.to_string();
+  const Status forwarded = s.forward(batch, views);
+  EXPECT_TRUE(forwarded.is_ok()) << forwarded.to_string();
+  EXPECT_TRUE(s.discard(batch).is_ok());
+  return out;
+}
+
+// Rows trained into the HBM cache (dirty, not yet written back) are what read_shard reads, and a weights-only
+// write_shard is what the next forward serves (no stale cached row), state unchanged: gpu and hybrid shards of every
+// type.
+TEST(ShardAccess, TrainedCachedRowsAreReadAndWrittenThrough) {
+  for (const Placement p : {Placement::kGpu, Placement::kHybrid}) {
+    StoreConfig c = four_tables();
+    for (TableConfig& tc : c.tables) {
+      tc.placement = p;
+      tc.cache.rows = p == Placement::kHybrid ? 3 : 0;
+      tc.spec.optimizer.learning_rate = 0.25f;
+    }
+    on_ranks(2, 10000, [&](int r, auto comm) {
+      auto opened = Store::open(c, comm);
+      ASSERT_TRUE(opened.is_ok()) << opened.status().message();
+      Store& store = *opened.value();
+      std::vector<std::vector<float>> grads;
+      std::vector<ConstMatrixView> gv;
+      for (const TableConfig& tc : c.tables) grads.emplace_back(static_cast<std::size_t>(kBags * tc.spec.dim), 1.0f);
+      for (std::size_t t = 0; t < grads.size(); ++t) gv.push_back({grads[t].data(), kBags, c.tables[t].spec.dim});
+      std::vector<std::vector<float>> out = served(store, c, 1);  // batch 1's forward is discarded; train batch 2
+      std::vector<MatrixView> ov;
+      for (std::size_t t = 0; t < out.size(); ++t) ov.push_back({out[t].data(), kBags, c.tables[t].spec.dim});
+      ASSERT_TRUE(store.submit(2, every_row(c)).is_ok());
+      ASSERT_TRUE(store.forward(2, ov).is_ok());
+      ASSERT_TRUE(store.backward(2, gv).is_ok());
+      const std::vector<std::vector<float>> trained = served(store, c, 3);
+      for (int t = 0; t < static_cast<int>(c.tables.size()); ++t) {
+        const TableSpec& spec = spec_of(c, t);
+        const std::size_t ut = static_cast<std::size_t>(t);
+        ASSERT_NE(trained[ut], out[ut]) << spec.name << ": the step changed no row";
+        const ShardInfo si = store.shard_info(t).value();
+        std::vector<float> lw(static_cast<std::size_t>(si.local_rows * si.local_dim));
+        if (si.local_rows > 0) {
+          ASSERT_TRUE(store.read_shard(t, 0, si.local_rows, lw.data(), nullptr).is_ok());
+        }
+        for (std::int64_t i = 0; i < si.local_rows; ++i)
+          for (std::int64_t j = 0; j < si.local_dim; ++j)
+            ASSERT_EQ(lw[static_cast<std::size_t>(i * si.local_dim + j)],
+                      trained[ut][static_cast<std::size_t>(global_w(si, i, j))])
+                << to_string(p) << " " << spec.name << " rank " << r << " local row " << i << " column " << j;
+        std::vector<float> gw, before;
+        gathered(store, c, t, gw, before);
+        for (std::int64_t i = 0; i < si.local_rows; ++i)
+          for (std::int64_t j = 0; j < si.local_dim; ++j) {
+            const std::int64_t e = global_w(si, i, j);
+            lw[static_cast<std::size_t>(i * si.local_dim + j)] = weight_at(t, e / spec.dim, e % spec.dim);
+          }
+        if (si.local_rows > 0) {
+          ASSERT_TRUE(store.write_shard(t, 0, si.local_rows, lw.data(), nullptr).is_ok());
+        }
+        std::vector<float> after;
+        gathered(store, c, t, gw, after);
+        EXPECT_EQ(after, before) << to_string(p) << " " << spec.name
+                                 << ": a weights-only write_shard changed the state";
+      }
+      const std::vector<std::vector<float>> written = served(store, c, 4);
+      for (int t = 0; t < static_cast<int>(c.tables.size()); ++t) {
+        const TableSpec& spec = spec_of(c, t);
+        for (std::int64_t g = 0; g < spec.rows; ++g)
+          for (std::int64_t j = 0; j < spec.dim; ++j)
+            ASSERT_EQ(written[static_cast<std::size_t>(t)][static_cast<std::size_t>(g * spec.dim + j)],
+                      weight_at(t, g, j))
+                << to_string(p) << " " << spec.name << " rank " << r << " row " << g << " column " << j;
+      }
+    });
+  }
+}
+
 TEST(ShardAccess, BadCallsAreRefusedNamingTheTableAndChangeNothing) {
   const StoreConfig c = four_tables();
   on_ranks(2, 10000, [&](int r, auto comm) {
