@@ -28,7 +28,9 @@
 // the Transport directly for all_gather and broadcast, and for all_to_all_v when the displacements
 // are the prefix sums of the counts (packed in rank order from 0, as dispatch::exchange() lays
 // them out; the own share then goes too); otherwise they are staged through pinned host memory
-// the communicator owns per device (as `mpi`: D2H, the host path, H2D).
+// the communicator owns per device (as `mpi`: D2H, the host path, H2D). Every rank must take the
+// same path for a call (the same takes_device() answer, packed displacements on all or none): each
+// header says which it took, and a mix is refused on every rank (InvalidArgument) and breaks the world.
 
 #include <cstdint>
 #include <memory>

@@ -257,19 +257,26 @@ TEST(ShardedFaults, ARankWhoseTransportRaisesFailsEveryRankWithinTheTimeout) {
   for (const bool leaves : {false, true}) {
     const Placement p = leaves ? Placement::kHybrid : Placement::kGpu;
     // Rank 1 leaving must beat its peers' timeout: a long one there (sanitizers on a loaded machine
-    // are slow to fail, submit and close a store); the short one is waited for in full.
+    // are slow to fail, submit and close a store); the short one is waited for in full. It also bounds
+    // the opens' collectives, so the ranks start together and meet again before the forward.
     dispatch::CommOptions o;
-    o.timeout = std::chrono::milliseconds(leaves ? 10000 : 1000);
+    o.timeout = std::chrono::milliseconds(leaves ? 10000 : 3000);
     const double timeout_ms = static_cast<double>(o.timeout.count());
     dispatch::testing::TransportGroup g = dispatch::testing::make_transport_group(3, /*direct=*/false, o);
     std::vector<Status> got(3), later(3);
     std::vector<double> later_ms(3);
-    std::atomic<int> done{0};
+    std::atomic<int> done{0}, opening{0}, stepping{0};
     const auto start = std::chrono::steady_clock::now();
+    const auto meet = [start](std::atomic<int>& arrived) {  // bounded: a rank that failed its open never arrives
+      ++arrived;
+      while (arrived < 3 && std::chrono::steady_clock::now() - start < std::chrono::seconds(60))
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    };
     std::vector<std::thread> threads;
     for (int r = 0; r < 3; ++r) {
       threads.emplace_back([&, r] {
         const auto i = static_cast<std::size_t>(r);
+        meet(opening);
         auto store = Store::open(two_tables(p), std::shared_ptr<dispatch::Communicator>(std::move(g.comms[i])));
         ASSERT_TRUE(store.is_ok()) << store.status().to_string();
         ASSERT_TRUE((*store)->submit(1, batch_of({1, 2, 50, 51})).is_ok());
@@ -277,6 +284,7 @@ TEST(ShardedFaults, ARankWhoseTransportRaisesFailsEveryRankWithinTheTimeout) {
           g.transports[1]->fail = [](const char*) { return Status::internal("RuntimeError: raised by the test"); };
         }
         std::vector<float> out(8);
+        meet(stepping);
         got[i] = (*store)->forward(1, {MatrixView{out.data(), 1, 8}});
         const auto t = std::chrono::steady_clock::now();
         later[i] = (*store)->submit(2, batch_of({3}));
@@ -295,7 +303,7 @@ TEST(ShardedFaults, ARankWhoseTransportRaisesFailsEveryRankWithinTheTimeout) {
     for (int r : {0, 2}) {
       const Status& s = got[static_cast<std::size_t>(r)];
       EXPECT_EQ(s.code(), StatusCode::kUnavailable) << "rank " << r << ": " << s.to_string();
-      EXPECT_NE(s.message().find(leaves ? "rank 1 of 3 closed" : "timed out after 1000 ms"), std::string::npos)
+      EXPECT_NE(s.message().find(leaves ? "rank 1 of 3 closed" : "timed out after 3000 ms"), std::string::npos)
           << s.to_string();
       EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.to_string();
     }
