@@ -15,8 +15,9 @@
 // then stored through store_weight (core/row_math.hpp: to nearest even, or stochastically with the
 // bits of (global row, step, global column, salt) that OptimizerStep::round gives), as the reference
 // store rounds it. Compile-time dims (multiples of 16) with an fp32 state take the vectorised paths,
-// half rows widened and narrowed register by register; a bf16 state and half SGD rows in
-// backward_update step one scalar row at a time. Outputs and gradients are fp32 here: Store::open
+// half rows widened and narrowed register by register; scalar, one row at a time: a bf16 state,
+// half SGD rows in backward_update, half rows' repeated-key ranges in backward_update_by_bag and
+// backward_update_tables, and half gather_rows at every dim. Outputs and gradients are fp32 here: Store::open
 // refuses a half output_dtype (store/store_impl.cpp) until the host path writes half outputs.
 
 #include <cstdint>
