@@ -360,7 +360,7 @@ TEST(HostTableMemory, EqualsWhatTheStoreMaps) {
     c.threads = 1;
     c.fake_numa_nodes = 1 + round % 3;
     c.numa = round % 2 ? NumaPolicy::kBind : NumaPolicy::kInterleave;
-    c.numa_node = c.fake_numa_nodes - 1;
+    c.numa_node = c.numa == NumaPolicy::kBind ? c.fake_numa_nodes - 1 : 0;  // numa_node is bind's alone
     c.device.backend = BackendChoice::kEmu;
     for (int t = 0; t < 60; ++t) {
       // Mostly tiny tables, some around the 1 MiB threshold (4096 rows of 256 bytes), a few large.
