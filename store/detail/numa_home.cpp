@@ -5,12 +5,21 @@
 #include <algorithm>
 
 namespace strata::detail {
+namespace {
+// oneTBB loads its NUMA support (tbbbind) with RTLD_DEEPBIND, which the sanitizer runtimes refuse by
+// aborting the process (google/sanitizers#611): a sanitized build treats oneTBB as without it.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kTbbBindLoads = false;
+#else
+constexpr bool kTbbBindLoads = true;
+#endif
+}  // namespace
 
 NumaAbilities NumaAbilities::of(const Topology& topo) {
   NumaAbilities can;
   can.binds_memory = topo.binds_memory();
   // oneTBB numbers nodes by hwloc's logical index, as Topology does (with tbbbind; without it, -1).
-  if (!topo.is_fake()) can.tbb_nodes = tbb::info::numa_nodes();
+  if (!topo.is_fake() && kTbbBindLoads) can.tbb_nodes = tbb::info::numa_nodes();
   return can;
 }
 
