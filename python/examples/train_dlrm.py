@@ -12,18 +12,31 @@ run's figures (the steps run, samples/s per window, their median without the fir
 --device cuda (the default when torch has CUDA) runs the dense model on the GPU and serves the
 Strata tables as CUDA tensors (their placement then defaults to cached; cpu is refused there).
 
+Under torchrun (WORLD_SIZE set) every process is one rank of a Strata world over the trainer's
+process group (gloo on the CPU, nccl on CUDA, on the GPU LOCAL_RANK): the tables are sharded
+(row-sharded above --row-shard-above rows, else whole on one rank), `gpu` on the emulated device
+or `hybrid` on CUDA by default, the dense model is in DistributedDataParallel, each rank trains on
+its own data (seed --seed + rank; --criteo: every world-th batch), prints its loss, and rank 0 the
+world's samples/s and its exchange figures (bytes per step and, where the store reports it, the
+dedup factor).
+
   PYTHONPATH=build/default/python /usr/bin/python3 python/examples/train_dlrm.py --steps 200
+  PYTHONPATH=build/default/python /usr/bin/python3 -m torch.distributed.run --nnodes 1 --nproc_per_node 2 \
+      --master_addr 127.0.0.1 --master_port 29533 python/examples/train_dlrm.py --steps 200
 """
 
 import argparse
+import datetime
 import itertools
 import json
 import math
+import os
 import statistics
 import time
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch import nn
 
 import strata.torch as st
@@ -40,22 +53,34 @@ def mlp(sizes, last_sigmoid=False):
     return nn.Sequential(*layers)
 
 
+class DenseArch(nn.Module):
+    """The dense part: bottom MLP, pairwise dot interaction with the embeddings, top MLP (what
+    DistributedDataParallel wraps under torchrun; the tables are Strata's, sharded)."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.bottom = mlp([DENSE, 64, dim])
+        pairs = (SPARSE + 1) * SPARSE // 2
+        self.top = mlp([dim + pairs, 64, 1])
+
+    def forward(self, dense, embs):
+        x = self.bottom(dense)
+        feats = torch.stack([x] + embs, dim=1)  # (batch, 27, dim)
+        dots = torch.bmm(feats, feats.transpose(1, 2))
+        i, j = torch.tril_indices(feats.shape[1], feats.shape[1], offset=-1)
+        return self.top(torch.cat([x, dots[:, i, j]], dim=1)).squeeze(1)
+
+
 class DLRM(nn.Module):
     def __init__(self, tables, dim, rows):
         super().__init__()
         self.names = [f"c{i}" for i in range(SPARSE)]
         self.tables = tables
-        self.bottom = mlp([DENSE, 64, dim])
-        pairs = (SPARSE + 1) * SPARSE // 2
-        self.top = mlp([dim + pairs, 64, 1])
+        self.dense = DenseArch(dim)
 
     def forward(self, dense, sparse):
-        x = self.bottom(dense)
         emb = self.tables(sparse)
-        feats = torch.stack([x] + [emb[n] for n in self.names], dim=1)  # (batch, 27, dim)
-        dots = torch.bmm(feats, feats.transpose(1, 2))
-        i, j = torch.tril_indices(feats.shape[1], feats.shape[1], offset=-1)
-        return self.top(torch.cat([x, dots[:, i, j]], dim=1)).squeeze(1)
+        return self.dense(dense, [emb[n] for n in self.names])
 
 
 class TorchTables(nn.Module):
@@ -154,6 +179,20 @@ def sparse_features(ids, device=None):
             for i in range(SPARSE)}
 
 
+def report_world(tables, rank, world, samples_per_s, steps):
+    """Rank 0's summary of a world: its samples/s times the ranks (they step together), and from its
+    store's stats()["dispatch"] the bytes it exchanged per step and the dedup factor (the bytes
+    without dedup over those with it) where the stats report both."""
+    if rank != 0:
+        return
+    d = tables.store.stats()["dispatch"]
+    print(f"world: {world} ranks, {samples_per_s * world:,.0f} samples/s", flush=True)
+    line = f"rank 0 exchange: {d['bytes'] / steps:,.0f} bytes/step"
+    if d.get("bytes_no_dedup") and d["bytes"]:
+        line += f", dedup factor {d['bytes_no_dedup'] / d['bytes']:.2f}"
+    print(line, flush=True)
+
+
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """The docstring as written, and every flag's default after its help (where the help does not
     say it already)."""
@@ -165,8 +204,9 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return text
 
 
-def train(a, model, data, dense_opt, sparse_opt, loss_fn):
-    """The training loop: returns the losses and the samples/s of each --log-every window."""
+def train(a, model, data, dense_opt, sparse_opt, loss_fn, prefix=""):
+    """The training loop: returns the losses and the samples/s of each --log-every window (each line
+    starts with `prefix`: "rank r " in a world)."""
     losses, rates, t0, window_loss, window_n = [], [], time.perf_counter(), 0.0, 0
     for step, (dense, sparse, label) in enumerate(data, 1):
         dense_opt.zero_grad()
@@ -181,7 +221,7 @@ def train(a, model, data, dense_opt, sparse_opt, loss_fn):
         window_loss, window_n = window_loss + loss.item(), window_n + 1
         if step % a.log_every == 0:
             rates.append(window_n * a.batch / (time.perf_counter() - t0))
-            print(f"step {step:6d}  loss {window_loss / window_n:.4f}  {rates[-1]:,.0f} samples/s", flush=True)
+            print(f"{prefix}step {step:6d}  loss {window_loss / window_n:.4f}  {rates[-1]:,.0f} samples/s", flush=True)
             t0, window_loss, window_n = time.perf_counter(), 0.0, 0
     return losses, rates
 
@@ -193,7 +233,7 @@ def main(argv=None):
     p.add_argument("--rows", type=int, default=10000, help="rows per table")
     p.add_argument("--dim", type=int, default=16, help="embedding dimension (and the bottom MLP's output)")
     p.add_argument("--mode", help="placement of the Strata tables: cpu, offload, cached, gpu, hybrid (default: "
-                   "cpu, cached on cuda)")
+                   "cpu, cached on cuda; under torchrun gpu, hybrid on cuda)")
     p.add_argument("--cache-fraction", type=float, default=0.2,
                    help="--mode cached or hybrid: the share of each table's rows its device cache holds, in (0, 1]")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
@@ -208,7 +248,10 @@ def main(argv=None):
     p.add_argument("--json", help="write the steps run, samples/s per window, their median and the losses to this "
                    "file (default: none)")
     p.add_argument("--log-every", type=int, default=50, help="print the loss and samples/s every this many steps")
-    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic data, the initial rows and torch")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic data (rank r's: seed + r), the initial "
+                   "rows and torch")
+    p.add_argument("--row-shard-above", type=int, default=4096, help="under torchrun: tables of more rows are "
+                   "row-sharded over the ranks, the others table-sharded (whole on one rank)")
     a = p.parse_args(argv)
     for flag, value in (("--steps", a.steps), ("--batch", a.batch), ("--rows", a.rows), ("--dim", a.dim),
                         ("--log-every", a.log_every)):
@@ -216,8 +259,20 @@ def main(argv=None):
             p.error(f"{flag} {value} (expected an integer > 0)")
     if not 0 < a.cache_fraction <= 1:
         p.error(f"--cache-fraction {a.cache_fraction} (expected a fraction of the rows in (0, 1])")
+    world = int(os.environ.get("WORLD_SIZE", 0))  # under torchrun: one rank of a world
     device = torch.device(a.device)
-    a.mode = a.mode or ("cached" if device.type == "cuda" else "cpu")
+    rank, prefix = 0, ""
+    if world:
+        if a.torch_tables:
+            p.error("--torch-tables runs on one process (under torchrun the tables are Strata's, sharded)")
+        # A clear error in 2 minutes rather than torch's default 30 when a rank fails or hangs.
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=datetime.timedelta(minutes=2))
+        rank, prefix = dist.get_rank(), f"rank {dist.get_rank()} "
+        if device.type == "cuda":
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+            torch.cuda.set_device(device)
+    a.mode = a.mode or ("hybrid" if world and device.type == "cuda" else "gpu" if world
+                        else "cached" if device.type == "cuda" else "cpu")
     torch.manual_seed(a.seed)
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -231,16 +286,25 @@ def main(argv=None):
                  "optimizer": {"kind": "adagrad", "learning_rate": a.lr, "eps": 1e-8}}
         if a.mode in ("cached", "hybrid"):
             table["cache"] = {"fraction": a.cache_fraction}
+        if world:  # big tables split by rows over the ranks, small ones whole on one rank each
+            table["sharding"] = {"type": "row" if a.rows > a.row_shard_above else "table"}
         config = {"threads": threads, "tables": [dict(table, name=f"c{i}") for i in range(SPARSE)]}
         if a.mode != "cpu":
             config["device"] = {"backend": "auto"}
+        # In a world the module joins torch.distributed's default group (process_group=None).
         tables = st.EmbeddingBagCollection(config, device=device)
         sparse_opt = None  # the store's fused Adagrad runs in backward
     model = DLRM(tables, a.dim, a.rows).to(device)
+    if world:  # the dense part data-parallel; each row's update is the sum of every rank's gradients
+        model.dense = nn.parallel.DistributedDataParallel(model.dense,
+                                                          device_ids=[device] if device.type == "cuda" else None)
     dense_opt = torch.optim.Adagrad([p for n, p in model.named_parameters() if not n.startswith("tables.")], lr=a.lr)
     loss_fn = nn.BCEWithLogitsLoss()
 
-    data = criteo_batches(a.criteo, a.batch, a.rows) if a.criteo else synthetic_batches(a.batch, a.rows, a.seed)
+    data_seed = a.seed + rank  # each rank its own samples (the hidden rule is the same)
+    data = criteo_batches(a.criteo, a.batch, a.rows) if a.criteo else synthetic_batches(a.batch, a.rows, data_seed)
+    if world and a.criteo:
+        data = itertools.islice(data, rank, None, world)  # every world-th batch of the file
     # Dense features and labels go to the device; the sparse features stay on the CPU (Strata plans
     # on the host; the torch baselines look up on the device).
     data = ((torch.from_numpy(d).to(device), sparse_features(i, device if a.torch_tables else None),
@@ -248,14 +312,19 @@ def main(argv=None):
     if not a.torch_tables:
         data = ((d, s, y) for (d, _, y), s in st.pipelined(tables, data, sparse=lambda b: b[1], ahead=1))
 
+    start = time.perf_counter()
     try:
-        losses, rates = train(a, model, data, dense_opt, sparse_opt, loss_fn)
+        losses, rates = train(a, model, data, dense_opt, sparse_opt, loss_fn, prefix)
     except (ValueError, RuntimeError) as e:  # e.g. a batch the device cannot hold: say which flags size it
-        if a.torch_tables:
+        if a.torch_tables or world:
             raise
         raise SystemExit(f"train_dlrm: {e} (with --batch {a.batch}, --mode {a.mode}, --cache-fraction "
                          f"{a.cache_fraction}, --rows {a.rows}: lower --batch or change the placement or cache "
                          "size)") from None
+    if world:
+        report_world(tables, rank, world, len(losses) * a.batch / (time.perf_counter() - start), len(losses))
+        tables.close()  # collective: before the group goes
+        dist.destroy_process_group()
     if a.json:
         tables_kind = "strata " + a.mode if not a.torch_tables else "torch " + a.torch_tables
         steady = rates[1:] or rates  # the first window includes warm-up

@@ -1,0 +1,368 @@
+#!/usr/bin/python3
+"""One rank of a Strata world over a torch.distributed process group (gloo), started by
+test_world.py as its own process:
+
+  world_worker.py SCENARIO RANK WORLD INIT_FILE
+
+The ranks meet through a FileStore (init_method=file://INIT_FILE: no ports). Scenarios:
+``equivalence`` (steps through Store with host views and through the EmbeddingBagCollection with
+autograd, checked against a one-rank ``cpu`` reference trained on the concatenated batches, then
+the state_dict checks), and the faults ``config``, ``kill`` and ``sleep`` (3 ranks each).
+Output lines the parent reads: ``EVENT <time>`` (the faulty rank, just before its fault),
+``ERROR <time> <type>: <text>`` (an expected error, as it arrived) and ``OK <scenario>`` at the
+end. Anything unexpected is an uncaught exception: a traceback and a non-zero exit.
+"""
+
+import datetime
+import itertools
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+import strata
+import strata.torch as st
+
+TYPES = ["replicated", "table", "row", "column"]
+PLACEMENTS = ["gpu", "hybrid"]
+# Per table of TYPES x PLACEMENTS: every optimizer, rowwise_adagrad never on a column shard.
+OPTIMIZERS = ["sgd", "adagrad", "rowwise_adagrad", "adam", "rowwise_adagrad", "sgd", "adagrad", "adam"]
+POOLINGS = ["sum", "mean", "none"]
+SHARD_TYPE = {"replicated": 0, "table": 1, "row": 2, "column": 3}  # ShardingType's order (store.hpp)
+TIMEOUT = 60  # seconds: collectives of the healthy scenarios (2 loaded cores)
+
+
+def say(*words):
+    print(*words, flush=True)
+
+
+def expect_error(kind, what, call, *needles):
+    """Runs call(), which must raise `kind` whose text holds every needle; prints its ERROR line."""
+    try:
+        call()
+    except kind as e:
+        say(f"ERROR {time.time():.3f} {type(e).__name__}: {e}")
+        missing = [n for n in needles if n not in str(e)]
+        if missing:
+            raise AssertionError(f"{what}: {type(e).__name__} {e!r} lacks {missing}") from e
+        return e
+    raise AssertionError(f"{what}: no {kind.__name__} was raised")
+
+
+# ---- configs and batches ----
+def world_tables(cache_rows=4):
+    tables = []
+    for i, (stype, placement) in enumerate(itertools.product(TYPES, PLACEMENTS)):
+        t = {"name": f"{stype}_{placement}", "rows": 19 + 3 * i, "dim": 4 + i % 3, "pooling": POOLINGS[i % 3],
+             "placement": placement, "sharding": {"type": stype}, "init": {"bound": 0.1, "seed": 10 + i},
+             "optimizer": {"kind": OPTIMIZERS[i], "learning_rate": 0.1, "eps": 1e-8}}
+        if placement == "hybrid":
+            t["cache"] = {"rows": cache_rows}  # smaller than a batch: rows are evicted and bypass the cache
+        tables.append(t)
+    return tables
+
+
+def world_config(tables):
+    return {"threads": 1, "device": {"backend": "emu"}, "tables": tables}
+
+
+def reference_config(tables):
+    """The same tables whole on one rank, placement cpu."""
+    ref = []
+    for t in tables:
+        t = {k: v for k, v in t.items() if k not in ("sharding", "cache")}
+        t["placement"] = "cpu"
+        ref.append(t)
+    return {"threads": 1, "tables": ref}
+
+
+def rank_batch(seed, step, rank, tables):
+    """Rank `rank`'s batch and output gradients at `step`: (features, grads) by table name."""
+    rng = np.random.default_rng([seed, step, rank])
+    bags = int(rng.integers(1, 5))
+    features, grads = {}, {}
+    for i, t in enumerate(tables):
+        lengths = rng.integers(0, 4, size=bags).astype(np.int64)
+        keys = rng.integers(0, t["rows"], size=int(lengths.sum())).astype(np.int64)
+        f = {"keys": keys, "lengths": lengths}
+        if i % 2 == 1:  # weights on half the features
+            f["weights"] = rng.uniform(0.5, 2.0, size=keys.shape[0]).astype(np.float32)
+        features[t["name"]] = f
+        rows = keys.shape[0] if t["pooling"] == "none" else bags
+        grads[t["name"]] = (rng.integers(-1000, 1001, size=(rows, t["dim"])) / 1000).astype(np.float32)
+    return features, grads
+
+
+def global_batch(seed, step, world, tables):
+    """Every rank's batch (rebuilt from the seeds) and their concatenation in rank order."""
+    per_rank = [rank_batch(seed, step, r, tables) for r in range(world)]
+    features, grads = {}, {}
+    for t in tables:
+        n = t["name"]
+        fs = [p[0][n] for p in per_rank]
+        features[n] = {k: np.concatenate([f[k] for f in fs]) for k in fs[0]}
+        grads[n] = np.concatenate([p[1][n] for p in per_rank])
+    return per_rank, features, grads
+
+
+def output_slice(per_rank, rank, table):
+    """Rank `rank`'s rows of a global output of `table`: its bags, or its keys (pooling none)."""
+    n = table["name"]
+    if table["pooling"] == "none":
+        counts = [p[0][n]["keys"].shape[0] for p in per_rank]
+    else:
+        counts = [p[0][n]["lengths"].shape[0] for p in per_rank]
+    first = sum(counts[:rank])
+    return slice(first, first + counts[rank])
+
+
+def check_close(what, got, want):
+    got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
+    if got.shape != want.shape:
+        raise AssertionError(f"{what}: shape {got.shape}, reference {want.shape}")
+    bad = np.abs(got - want) > 1e-5 + 1e-4 * np.abs(want)  # sharded_harness.hpp's tolerance
+    if bad.any():
+        i = tuple(np.argwhere(bad)[0])
+        raise AssertionError(f"{what}: {int(bad.sum())} values differ from the reference, first at {i}: {got[i]} vs "
+                             f"{want[i]}")
+
+
+def shard_slice(weights, state, dim, rows, local_rows, row_start, row_step, col_offset, local_dim, stype):
+    """The reference's rows of a shard: (weights (local_rows, local_dim), state (local_rows, cols))."""
+    idx = row_start + row_step * np.arange(local_rows)
+    w = weights[idx][:, col_offset:col_offset + local_dim]
+    s = state[idx]
+    if stype == SHARD_TYPE["column"] and s.shape[1] > 0:
+        blocks = s.shape[1] // dim  # adagrad: one block of dim columns, adam: m and v
+        cols = [b * dim + col_offset + j for b in range(blocks) for j in range(local_dim)]
+        s = s[:, cols]
+    return w, s
+
+
+def expected_replicas(stype, info, world):
+    if stype == "replicated":
+        return list(range(world))
+    if stype == "table":
+        return [info["rank"]] if info["local_rows"] > 0 else []
+    return [info["rank"]]
+
+
+# ---- the equivalence scenario ----
+def check_shards(store, ref, tables, rank, world):
+    """Every table's shard (read_shard) against the reference's rows."""
+    owners = []
+    for t in tables:
+        n = t["name"]
+        info = store.shard_info(n)
+        stype = t["sharding"]["type"]
+        assert info["type"] == stype and info["world"] == world and info["rank"] == rank, (n, info)
+        assert info["rows"] == t["rows"] and info["dim"] == t["dim"], (n, info)
+        assert info["replicas"] == expected_replicas(stype, info, world), (n, info)
+        if stype == "row":
+            assert (info["row_start"], info["row_step"]) == (rank, world), (n, info)
+            assert info["local_rows"] == len(range(rank, t["rows"], world)), (n, info)
+        if info["local_rows"] > 0:
+            owners.append(n)
+            w, s = store.read_shard(n, 0, info["local_rows"])
+            rw, rs = ref.read_rows(n)
+            ew, es = shard_slice(rw, rs, t["dim"], t["rows"], info["local_rows"], info["row_start"], info["row_step"],
+                                 info["col_offset"], info["local_dim"], SHARD_TYPE[stype])
+            check_close(f"rank {rank} read_shard({n}) weights", w, ew)
+            check_close(f"rank {rank} read_shard({n}) state", s, es)
+    return owners
+
+
+def store_steps(pg, seed, tables, rank, world, steps):
+    """Steps through strata.Store with host views (NumPy), checked against the reference."""
+    store = strata.Store(world_config(tables), process_group=pg, timeout=TIMEOUT)
+    world_info = store.world
+    assert world_info == {"rank": rank, "size": world, "kind": "torch", "backend": "gloo"}, world_info
+    ref = strata.Store(reference_config(tables))
+    names = [t["name"] for t in tables]
+    for step in steps:
+        per_rank, gfeatures, ggrads = global_batch(seed, step, world, tables)
+        features, grads = per_rank[rank]
+        store.submit(step, features)
+        ref.submit(step, gfeatures)
+        outs, routs = store.forward(step), ref.forward(step)
+        for t, out, rout in zip(tables, outs, routs):
+            check_close(f"rank {rank} step {step} Store output {t['name']}", out,
+                        rout[output_slice(per_rank, rank, t)])
+        store.backward(step, [grads[n] for n in names])
+        ref.backward(step, [ggrads[n] for n in names])
+    assert store.step == ref.step == len(steps)
+    check_shards(store, ref, tables, rank, world)
+    store.close()
+    expect_error(RuntimeError, "a closed store", lambda: store.shard_info(names[0]), "store is closed")
+
+
+def ebc_steps(seed, tables, rank, world, steps):
+    """Steps through the EmbeddingBagCollection with autograd and a StepLR on sparse_optimizer();
+    returns the module and the reference after them."""
+    ebc = st.EmbeddingBagCollection(world_config(tables), timeout=TIMEOUT)  # the default group
+    assert (ebc.rank, ebc.world_size) == (rank, world)
+    ref = st.EmbeddingBagCollection(reference_config(tables), process_group=False)
+    assert (ref.rank, ref.world_size) == (0, 1)
+    scheds = [torch.optim.lr_scheduler.StepLR(m.sparse_optimizer(), step_size=1, gamma=0.5) for m in (ebc, ref)]
+    for step in steps:
+        per_rank, gfeatures, ggrads = global_batch(seed, step, world, tables)
+        features, grads = per_rank[rank]
+        out = ebc(features)
+        rout = ref(gfeatures)
+        for t in tables:
+            n = t["name"]
+            check_close(f"rank {rank} step {step} module output {n}", out[n].detach(),
+                        rout[n].detach()[output_slice(per_rank, rank, t)])
+        sum(((out[n] * torch.from_numpy(grads[n])).sum() for n in grads), torch.zeros(())).backward()
+        sum(((rout[n] * torch.from_numpy(ggrads[n])).sum() for n in ggrads), torch.zeros(())).backward()
+        for s in scheds:
+            s.optimizer.step()
+            s.step()  # a collective set_learning_rate on the world
+    return ebc, ref
+
+
+def check_state_dict(ebc, ref, tables, rank, world):
+    sd, rsd = ebc.state_dict(), ref.state_dict()
+    assert int(sd["step"]) == int(rsd["step"]), (sd["step"], rsd["step"])
+    for t in tables:
+        n = t["name"]
+        p = f"tables.{n}."
+        shard = sd[p + "shard"]
+        assert shard.dtype == torch.int64 and shard.shape == (10,), (n, shard)
+        w_, r_, stype, rows, dim, row_start, row_step, local_rows, col_offset, local_dim = shard.tolist()
+        assert (w_, r_, stype, rows, dim) == (world, rank, SHARD_TYPE[t["sharding"]["type"]], t["rows"], t["dim"]), \
+            (n, shard)
+        replicas = sd[p + "replicas"].tolist()
+        assert replicas == expected_replicas(t["sharding"]["type"], {"rank": rank, "local_rows": local_rows}, world), \
+            (n, replicas)
+        assert float(sd[p + "learning_rate"]) == float(rsd[p + "learning_rate"]), n
+        rstate = rsd.get(p + "optimizer_state", torch.zeros((t["rows"], 0)))
+        ew, es = shard_slice(rsd[p + "weight"].numpy(), rstate.numpy(), dim, rows, local_rows, row_start, row_step,
+                             col_offset, local_dim, stype)
+        check_close(f"rank {rank} state_dict {p}weight", sd[p + "weight"], ew)
+        if es.shape[1] > 0 or p + "optimizer_state" in sd:
+            check_close(f"rank {rank} state_dict {p}optimizer_state", sd[p + "optimizer_state"], es)
+    return sd
+
+
+def state_dicts_equal(a, b):
+    return a.keys() == b.keys() and all(torch.equal(torch.as_tensor(a[k]), torch.as_tensor(b[k])) for k in a)
+
+
+def equivalence(rank, world):
+    seed = 33
+    tables = world_tables()
+    pg = dist.group.WORLD
+    store_steps(pg, seed, tables, rank, world, steps=range(3))
+    ebc, ref = ebc_steps(seed, tables, rank, world, steps=range(3, 5))
+    sd = {k: v.clone() for k, v in check_state_dict(ebc, ref, tables, rank, world).items()}
+
+    # A round trip: one more step changes the state, and loading sd restores it exactly.
+    features, grads = rank_batch(seed, 5, rank, tables)
+    out = ebc(features)
+    sum(((out[n] * torch.from_numpy(grads[n])).sum() for n in grads), torch.zeros(())).backward()
+    assert not state_dicts_equal(ebc.state_dict(), sd)
+    ebc.load_state_dict(sd)
+    assert state_dicts_equal(ebc.state_dict(), sd), "load_state_dict(state_dict()) did not restore the state"
+
+    # A shard saved by another world is refused on every rank, before anything is written.
+    foreign = dict(sd)
+    row = next(t["name"] for t in tables if t["sharding"]["type"] == "row")
+    shard = sd[f"tables.{row}.shard"].clone()
+    shard[0] = world + 1
+    foreign[f"tables.{row}.shard"] = shard
+    foreign[f"tables.{row}.weight"] = sd[f"tables.{row}.weight"] + 1
+    expect_error(ValueError, "a foreign shard", lambda: ebc.load_state_dict(foreign), f"tables.{row}.shard",
+                 "resharding between worlds is not supported")
+    assert state_dicts_equal(ebc.state_dict(), sd), "a refused load_state_dict changed the state"
+    ebc.close()
+
+
+# ---- faults (3 ranks) ----
+def small_config(rows=30):
+    tables = [{"name": "user", "rows": rows, "dim": 4, "placement": "gpu", "sharding": {"type": "row"},
+               "optimizer": {"kind": "adagrad", "learning_rate": 0.1}},
+              {"name": "item", "rows": 17, "dim": 4, "placement": "hybrid", "cache": {"rows": 4},
+               "sharding": {"type": "table"}, "optimizer": {"kind": "sgd", "learning_rate": 0.1}}]
+    return world_config(tables)
+
+
+def one_step(store, batch_id, rank):
+    rng = np.random.default_rng([batch_id, rank])
+    features = {"user": {"keys": rng.integers(0, 30, 6), "lengths": np.full(3, 2)},
+                "item": {"keys": rng.integers(0, 17, 3), "lengths": np.ones(3, np.int64)}}
+    store.submit(batch_id, features)
+    outs = store.forward(batch_id)
+    store.backward(batch_id, [np.ones_like(o) for o in outs])
+
+
+def submit(store, batch_id, rank):
+    rng = np.random.default_rng([batch_id, rank])
+    store.submit(batch_id, {"user": {"keys": rng.integers(0, 30, 6), "lengths": np.full(3, 2)},
+                            "item": {"keys": rng.integers(0, 17, 3), "lengths": np.ones(3, np.int64)}})
+
+
+def fault_config(rank, world):
+    """Rank 2's config has other rows; a set_learning_rate differing on rank 1; then rank 1 raises
+    out of the program before a forward."""
+    pg = dist.group.WORLD
+    expect_error(ValueError, "configs that differ", lambda: strata.Store(small_config(31 if rank == 2 else 30),
+                                                                          process_group=pg, timeout=TIMEOUT),
+                 "rank 2", "rows")
+    store = strata.Store(small_config(), process_group=pg, timeout=TIMEOUT)  # a matching open works
+    one_step(store, 0, rank)
+    expect_error(Exception, "a learning rate differing on rank 1",
+                 lambda: store.set_learning_rate(0.2 if rank == 1 else 0.1, "user"), "rank 1")
+    submit(store, 1, rank)
+    if rank == 1:
+        say(f"EVENT {time.time():.3f}")
+        raise RuntimeError("rank 1 raises out of the program before forward (the test's fault)")
+    expect_error(RuntimeError, "a peer that raised and exited", lambda: store.forward(1), "peer left")
+
+
+def fault_kill(rank, world):
+    """Rank 1 is SIGKILLed between submit and forward."""
+    store = strata.Store(small_config(), process_group=dist.group.WORLD, timeout=TIMEOUT)
+    one_step(store, 0, rank)
+    submit(store, 1, rank)
+    if rank == 1:
+        say(f"EVENT {time.time():.3f}")
+        os.kill(os.getpid(), signal.SIGKILL)
+    expect_error(RuntimeError, "a peer SIGKILLed", lambda: store.forward(1), "peer left")
+
+
+def fault_sleep(rank, world):
+    """Rank 2 sleeps past timeout=3 between submit and forward."""
+    store = strata.Store(small_config(), process_group=dist.group.WORLD, timeout=3)
+    one_step(store, 0, rank)
+    submit(store, 1, rank)
+    if rank == 2:
+        say(f"EVENT {time.time():.3f}")
+        time.sleep(8)
+        try:  # the others have given up: any error, but no hang
+            store.forward(1)
+        except Exception as e:
+            say(f"LATE {type(e).__name__}: {e}")
+        return
+    expect_error(RuntimeError, "a peer that sleeps past the timeout", lambda: store.forward(1),
+                 "timed out after 3000 ms")
+
+
+SCENARIOS = {"equivalence": equivalence, "config": fault_config, "kill": fault_kill, "sleep": fault_sleep}
+
+
+def main():
+    scenario, rank, world, init_file = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=TIMEOUT))
+    SCENARIOS[scenario](rank, world)
+    say(f"OK {scenario}")
+
+
+if __name__ == "__main__":
+    main()
