@@ -1,7 +1,9 @@
 // The extension module strata._strata: Store for Python. Arguments are checked and converted with
 // the GIL held (python/src/arrays.hpp); every Store call then runs with the GIL released, under a
 // per-store mutex (a Store is driven by one thread at a time; Python threads may share one).
-// Device arrays and streams: python/src/device.hpp.
+// Device arrays and streams: python/src/device.hpp. A store of one rank of a world over a
+// torch.distributed ProcessGroup: python/src/process_group.hpp (its transport takes the GIL again
+// per operation, on the thread of the call, which released it before taking the store's mutex).
 //
 // Every argument is taken as a py::handle and converted by the functions of arrays.hpp (to_int,
 // to_name, ...), never by pybind11's casters: a wrong type raises TypeError naming the argument and
@@ -22,6 +24,7 @@
 
 #include "python/src/arrays.hpp"
 #include "python/src/device.hpp"
+#include "python/src/process_group.hpp"
 #include "store/store.hpp"
 
 namespace strata::python {
@@ -105,6 +108,13 @@ class PyStore {
  public:
   explicit PyStore(std::unique_ptr<Store> store) : store_(std::move(store)) {}
 
+  // Destroying a store of a world discards its batches in flight, collectives whose transport takes
+  // the GIL: it is released first (as by every call; close() too).
+  ~PyStore() {
+    py::gil_scoped_release nogil;
+    destroy();
+  }
+
   // Store::open_checkpoint, the recorded config merged with `overrides` (None or a dict).
   static std::unique_ptr<PyStore> from_checkpoint(py::handle dir_obj, py::handle overrides) {
     const std::string dir = to_path(dir_obj, "dir");
@@ -154,15 +164,111 @@ class PyStore {
     return text;
   }
 
-  explicit PyStore(py::handle config) {
+  // Store(config, process_group=None, timeout=None): one rank, or one rank of a world over a
+  // torch.distributed ProcessGroup (python/src/process_group.hpp).
+  PyStore(py::handle config, py::handle process_group, py::handle timeout) {
     StoreConfig c = to_config(config);
     Result<std::unique_ptr<Store>> s = Status::internal("unreachable");
-    {
+    if (process_group.is_none()) {
+      if (!timeout.is_none())
+        throw py::value_error("timeout " + py::repr(timeout).cast<std::string>() +
+                              " without a process_group (expected None: a store of one rank waits for no peer)");
       py::gil_scoped_release nogil;
       s = Store::open(c);
+    } else {
+      ProcessGroupWorld w = make_process_group_world(process_group, timeout, interrupt_);
+      world_ = w.info;
+      Result<std::unique_ptr<dispatch::Communicator>> comm =
+          dispatch::make_transport_communicator(std::move(w.transport));
+      throw_if_error(comm.status());
+      std::shared_ptr<dispatch::Communicator> shared(std::move(comm).value());
+      {
+        py::gil_scoped_release nogil;
+        s = Store::open(c, shared);
+        shared.reset();  // the store holds it (a failed open: its destruction takes the GIL)
+      }
+      interrupt_->raise_if_any();
     }
     throw_if_error(s.status());
     store_ = std::move(s).value();
+  }
+
+  // Store.close(): destroys the store now (in a world a collective: it discards the batches in
+  // flight); later calls raise "store is closed". Closing a closed store does nothing.
+  void close() {
+    {
+      py::gil_scoped_release nogil;
+      destroy();
+    }
+    interrupt_->raise_if_any();
+  }
+
+  py::object world() const { return world_.is_none() ? py::object(py::none()) : py::object(py::dict(world_)); }
+
+  py::dict shard_info(py::handle table_obj) {
+    const int t = table_of(table_obj);
+    ShardInfo info;
+    call([&](Store& s) {
+      auto r = s.shard_info(t);
+      if (r) info = r.value();
+      return r.status();
+    });
+    py::dict d;
+    d["type"] = dispatch::to_string(info.type);
+    d["world"] = info.world;
+    d["rank"] = info.rank;
+    d["rows"] = info.rows;
+    d["dim"] = info.dim;
+    d["local_rows"] = info.local_rows;
+    d["row_start"] = info.row_start;
+    d["row_step"] = info.row_step;
+    d["col_offset"] = info.col_offset;
+    d["local_dim"] = info.local_dim;
+    py::list replicas;
+    for (int r : info.replicas) replicas.append(r);
+    d["replicas"] = replicas;
+    return d;
+  }
+
+  // read_shard(table, local_row0, n): (weights (n, local_dim), state (n, state columns)) of this
+  // rank's shard. 0 rows from 0 of a table this rank does not hold: two empty arrays.
+  py::tuple read_shard(py::handle table_obj, py::handle row0_obj, py::handle n_obj) {
+    const int t = table_of(table_obj);
+    const std::int64_t row0 = to_int(row0_obj, "local_row0");
+    const std::int64_t n = to_int(n_obj, "n");
+    const ShardInfo info = shard_of(t);
+    const std::int64_t sd = shard_state_dim(t, info);
+    const std::int64_t ld = info.local_dim;
+    if (row0 == 0 && n == 0 && info.local_rows == 0) {
+      const std::int64_t none = 0;
+      return py::make_tuple(py::array_t<float>({none, ld}), py::array_t<float>({none, sd}));
+    }
+    if (row0 < 0 || n < 0 || row0 > info.local_rows || n > info.local_rows - row0)
+      call([&](Store& s) { return s.read_shard(t, row0, n, nullptr, nullptr); });  // the store's words for it
+    py::array_t<float> w({n, ld});
+    py::array_t<float> st({n, sd});
+    float* wp = w.mutable_data();
+    float* sp = sd ? st.mutable_data() : nullptr;
+    call([&](Store& s) { return s.read_shard(t, row0, n, wp, sp); });
+    return py::make_tuple(w, st);
+  }
+
+  void write_shard(py::handle table_obj, py::handle row0_obj, py::handle weights, const py::object& state) {
+    const int t = table_of(table_obj);
+    const std::int64_t row0 = to_int(row0_obj, "local_row0");
+    const ShardInfo info = shard_of(t);
+    const std::int64_t sd = shard_state_dim(t, info);
+    const std::string what = "table '" + live().config().tables[static_cast<std::size_t>(t)].spec.name + "'";
+    auto w = to_float_matrix(weights, what + ": weights");
+    const std::int64_t n = w.shape(0);
+    check_shape(w, n, info.local_dim, what + ": weights");
+    py::array_t<float, py::array::c_style> st;
+    if (!state.is_none()) {
+      st = to_float_matrix(state, what + ": state");
+      check_shape(st, n, sd, what + ": state");
+    }
+    const float* sp = !state.is_none() && sd ? st.data() : nullptr;
+    call([&](Store& s) { return s.write_shard(t, row0, n, w.data(), sp); });
   }
 
   void submit(py::handle batch_id, py::handle features) {
@@ -170,9 +276,9 @@ class PyStore {
     KeyBatch batch = to_key_batch(features);
     std::vector<Shape> shapes;
     for (const auto& f : batch.features) {
-      auto t = store_->table_index(f.table);
+      auto t = live().table_index(f.table);
       if (!t) break;  // submit names it
-      const TableSpec& spec = store_->config().tables[static_cast<std::size_t>(t.value())].spec;
+      const TableSpec& spec = live().config().tables[static_cast<std::size_t>(t.value())].spec;
       shapes.push_back({output_rows(f, spec.pooling), spec.dim});
     }
     call([&](Store& s) {
@@ -271,7 +377,7 @@ class PyStore {
     const std::int64_t row0 = to_int(row0_obj, "row0");
     const std::int64_t n_given = n_obj.is_none() ? 0 : to_int(n_obj, "n");
     const int t = index(table);
-    const TableSpec& spec = store_->config().tables[static_cast<std::size_t>(t)].spec;
+    const TableSpec& spec = live().config().tables[static_cast<std::size_t>(t)].spec;
     const std::int32_t sd = optimizer_state_dim(spec.optimizer.kind, spec.dim);
     const std::int64_t n = n_obj.is_none() ? spec.rows - row0 : n_given;
     if (row0 < 0 || n < 0 || row0 > spec.rows || n > spec.rows - row0)
@@ -292,7 +398,7 @@ class PyStore {
     const std::string table = to_name(table_obj, "table");
     const std::int64_t row0 = to_int(row0_obj, "row0");
     const int t = index(table);
-    const TableSpec& spec = store_->config().tables[static_cast<std::size_t>(t)].spec;
+    const TableSpec& spec = live().config().tables[static_cast<std::size_t>(t)].spec;
     const std::int32_t sd = optimizer_state_dim(spec.optimizer.kind, spec.dim);
     auto w = to_float_matrix(weights, "table '" + table + "': weights");
     const std::int64_t n = w.shape(0);
@@ -406,14 +512,23 @@ class PyStore {
   }
 
   // Calls without arguments to convert.
+  // Calls without arguments to convert. A KeyboardInterrupt or SystemExit that interrupted a
+  // collective of the world is raised again here (its Status only says "interrupted").
   template <typename F>
   void call(F&& f) {
     Status s;
+    bool closed = false;
     {
       py::gil_scoped_release nogil;
       std::lock_guard<std::mutex> lock(mu_);
-      s = f(*store_);
+      if (store_) {
+        s = f(*store_);
+      } else {
+        closed = true;
+      }
     }
+    if (closed) throw_closed();
+    interrupt_->raise_if_any();
     throw_if_error(s);
   }
 
@@ -466,12 +581,12 @@ class PyStore {
     return Status::ok();
   }
 
-  gpu::Device* device() noexcept { return store_->device(); }
+  gpu::Device* device() { return live().device(); }
 
   // A value read from the store (GIL released, under the mutex).
   template <typename F>
   auto read(F&& f) {
-    decltype(f(*store_)) v{};
+    decltype(f(live())) v{};
     call([&](Store& s) {
       v = f(s);
       return Status::ok();
@@ -480,12 +595,60 @@ class PyStore {
   }
 
   int index(const std::string& table) {
-    Result<int> t = store_->table_index(table);
+    Result<int> t = live().table_index(table);
     throw_if_error(t.status());
     return t.value();
   }
 
+  // The store, or RuntimeError "store is closed" after close(). For what does not change while it
+  // is open (config, table indices, device); calls go through call().
+  Store& live() {
+    if (!store_) throw_closed();
+    return *store_;
+  }
+
  private:
+  [[noreturn]] static void throw_closed() {
+    throw std::runtime_error("store is closed (close() was called; open a new strata.Store)");
+  }
+
+  // A table by index (an int) or name (a str).
+  int table_of(py::handle table) {
+    if (py::isinstance<py::str>(table)) return index(to_name(table, "table"));
+    if (py::isinstance<py::int_>(table) && !py::isinstance<py::bool_>(table)) {
+      const auto n = static_cast<std::int64_t>(live().config().tables.size());
+      const std::int64_t t = to_int(table, "table");
+      if (t < 0 || t >= n)
+        throw py::value_error("table " + std::to_string(t) + " (expected a table index in [0, " + std::to_string(n) +
+                              ") or a table name)");
+      return static_cast<int>(t);
+    }
+    throw py::type_error("table is a " + type_name(table) + " (expected a table name: str, or index: int)");
+  }
+
+  ShardInfo shard_of(int t) {
+    ShardInfo info;
+    call([&](Store& s) {
+      auto r = s.shard_info(t);
+      if (r) info = r.value();
+      return r.status();
+    });
+    return info;
+  }
+
+  std::int64_t shard_state_dim(int t, const ShardInfo& info) {
+    return optimizer_state_dim(live().config().tables[static_cast<std::size_t>(t)].spec.optimizer.kind,
+                               static_cast<std::int32_t>(info.local_dim));
+  }
+
+  // The store's destruction (GIL released): the producer event of its device first.
+  void destroy() {
+    std::lock_guard<std::mutex> lock(mu_);
+    producer_event_ = gpu::Event();
+    shapes_.clear();
+    store_.reset();
+  }
+
   struct Shape {
     std::int64_t rows, cols;
   };
@@ -498,7 +661,9 @@ class PyStore {
   std::unique_ptr<Store> store_;
   std::mutex mu_;              // one Store call at a time
   gpu::Event producer_event_;  // orders a call's stream after a producer's (order_after; under mu_)
-  std::unordered_map<std::int64_t, std::vector<Shape>> shapes_;  // outputs of each batch in flight (under mu_)
+  std::unordered_map<std::int64_t, std::vector<Shape>> shapes_;           // outputs of each batch in flight (under mu_)
+  std::shared_ptr<Interrupt> interrupt_ = std::make_shared<Interrupt>();  // of the world's transport (GIL held)
+  py::object world_ = py::none();  // Store.world: None, or {"rank", "size", "kind", "backend"}
 };
 
 }  // namespace
@@ -516,7 +681,39 @@ NumPy arrays or CPU tensors (int64; int32 widened); outputs and gradients float3
 in host memory or in the store's device memory (objects with __cuda_array_interface__).
 Bad input raises ValueError/TypeError (RuntimeError for state and device errors) and changes
 nothing. Calls release the GIL; one call runs at a time per store.)")
-      .def(py::init<py::handle>(), py::arg("config"), "config: a dict or a JSON string (README, \"Using the store\").")
+      .def(py::init<py::handle, py::handle, py::handle>(), py::arg("config"), py::arg("process_group") = py::none(),
+           py::arg("timeout") = py::none(),
+           "config: a dict or a JSON string (README, \"Using the store\"). process_group: None (a store of this "
+           "process alone) or a torch.distributed.ProcessGroup: the store is then this process's rank of a world over "
+           "the group's ranks (Store::open(config, comm)): every rank opens it with the same config and makes the "
+           "same calls in the same order (submit, forward, backward, discard, read_rows, set_learning_rate, close "
+           "are collectives), each rank with its own batches; each row's update is the sum of every rank's "
+           "gradients. Anything else is a TypeError. timeout: how long a collective waits for the other ranks "
+           "(seconds, or a datetime.timedelta; None: torch.distributed's default_pg_timeout); a peer that does not "
+           "arrive fails the call with RuntimeError 'timed out after N ms', one that left with 'a peer left the "
+           "process group'. Destroy a world's store with close(): its destruction discards batches in flight, a "
+           "collective.")
+      .def("close", &PyStore::close,
+           "Destroys the store now (in a world a collective: every rank calls it; batches in flight are "
+           "discarded). Later calls raise 'store is closed'; a second close() does nothing.")
+      .def_property_readonly("world", &PyStore::world,
+                             "None for a store of this process alone, else {'rank', 'size', 'kind': 'torch', "
+                             "'backend': 'gloo' | 'nccl' | ...}.")
+      .def("shard_info", &PyStore::shard_info, py::arg("table"),
+           "What this rank holds of a table (by name or index; Store::shard_info): {'type': 'replicated' | "
+           "'table' | 'row' | 'column', 'world', 'rank', 'rows', 'dim' (the whole table's), 'local_rows', "
+           "'row_start', 'row_step' (local row i is global row row_start + i * row_step), 'col_offset', "
+           "'local_dim' (local column j is global column col_offset + j), 'replicas' (the ranks holding the same "
+           "shard)}. Local: no collective. Without a world: the whole table, 'replicated', rank 0 of 1.")
+      .def("read_shard", &PyStore::read_shard, py::arg("table"), py::arg("local_row0"), py::arg("n"),
+           "Returns (weights float32 (n, local_dim), state float32 (n, state columns)) of local rows [local_row0, "
+           "local_row0 + n) of this rank's shard (Store::read_shard; local: no collective). Refuses a table this "
+           "rank does not hold, except for 0 rows from 0 (two empty arrays).")
+      .def("write_shard", &PyStore::write_shard, py::arg("table"), py::arg("local_row0"), py::arg("weights"),
+           py::arg("state") = py::none(),
+           "Overwrites local rows [local_row0, local_row0 + len(weights)) of this rank's shard, and their "
+           "optimizer state when `state` is given (Store::write_shard; local: no collective; no batch may be in "
+           "flight). A replicated table's other replicas keep their rows: give each the same.")
       .def_static("from_checkpoint", &PyStore::from_checkpoint, py::arg("dir"), py::arg("overrides") = py::none(),
                   "Opens a store from a checkpoint alone (Store::open_checkpoint): the config its manifest "
                   "recorded, with the rows, optimizer state, step and learning rates. `overrides` (a dict merged "

@@ -1,0 +1,144 @@
+#include "python/src/process_group.hpp"
+
+#include <Python.h>
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace strata::python {
+namespace {
+
+bool finalizing() noexcept {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
+Status shutting_down() { return Status::failed_precondition("the interpreter is shutting down"); }
+
+class PyTransport final : public dispatch::Transport {
+ public:
+  PyTransport(py::object impl, std::shared_ptr<Interrupt> interrupt)
+      : impl_(std::move(impl)),
+        interrupt_(std::move(interrupt)),
+        rank_(impl_.attr("rank").cast<int>()),
+        size_(impl_.attr("size").cast<int>()),
+        local_rank_(impl_.attr("local_rank").cast<int>()),
+        device_(impl_.attr("device").cast<int>()) {}
+
+  ~PyTransport() override {
+    if (finalizing()) {
+      impl_.release();  // the interpreter is going: leave the object to it
+      return;
+    }
+    py::gil_scoped_acquire gil;
+    impl_ = py::object();
+  }
+
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return size_; }
+  int local_rank() const noexcept override { return local_rank_; }
+  int device() const noexcept override { return device_; }
+  const char* kind() const noexcept override { return "torch"; }
+
+  Result<dispatch::HostStage> host_stage(std::int64_t send_bytes, std::int64_t recv_bytes) override {
+    dispatch::HostStage stage;
+    Status s = run("host_stage", [&] {
+      py::tuple ptrs = impl_.attr("host_stage")(send_bytes, recv_bytes);
+      stage.send = reinterpret_cast<void*>(ptrs[0].cast<std::uintptr_t>());
+      stage.recv = reinterpret_cast<void*>(ptrs[1].cast<std::uintptr_t>());
+      return Status::ok();
+    });
+    if (!s.is_ok()) {
+      if (s.code() == StatusCode::kInternal && s.message() != "interrupted")
+        return Status::resource_exhausted(s.message());
+      return s;
+    }
+    return stage;
+  }
+
+  Status all_gather(std::int64_t bytes, const dispatch::DeviceBuffers* dev) override {
+    if (dev) return no_device();
+    return run("all_gather", [&] { return verdict(impl_.attr("all_gather")(bytes)); });
+  }
+
+  Status all_to_all(const std::int64_t* send_splits, const std::int64_t* recv_splits,
+                    const dispatch::DeviceBuffers* dev) override {
+    if (dev) return no_device();
+    return run("all_to_all", [&] {
+      py::list send, recv;
+      for (int r = 0; r < size_; ++r) {
+        send.append(send_splits[r]);
+        recv.append(recv_splits[r]);
+      }
+      return verdict(impl_.attr("all_to_all")(send, recv));
+    });
+  }
+
+  Status broadcast(std::int64_t bytes, int root, const dispatch::DeviceBuffers* dev) override {
+    if (dev) return no_device();
+    return run("broadcast", [&] { return verdict(impl_.attr("broadcast")(bytes, root)); });
+  }
+
+ private:
+  static Status no_device() {
+    return Status::internal("the torch transport was given device buffers, but takes none (takes_device is false)");
+  }
+
+  // The Python object's answer: None, or (kind, text).
+  static Status verdict(const py::object& r) {
+    if (r.is_none()) return Status::ok();
+    py::tuple t = r;
+    const std::string kind = t[0].cast<std::string>(), text = t[1].cast<std::string>();
+    if (kind == "timeout" || kind == "peer_left") return Status::unavailable(text);
+    return Status::internal(text);
+  }
+
+  // `f` with the GIL held; a Python exception becomes a Status (an interrupt is kept in interrupt_).
+  template <typename F>
+  Status run(const char* op, F&& f) {
+    if (finalizing()) return shutting_down();
+    py::gil_scoped_acquire gil;
+    try {
+      return f();
+    } catch (py::error_already_set& e) {
+      if (e.matches(PyExc_KeyboardInterrupt) || e.matches(PyExc_SystemExit)) {
+        if (!interrupt_->error) interrupt_->error = std::current_exception();
+        return Status::internal("interrupted");
+      }
+      return Status::internal(std::string("the torch transport's ") + op + " raised " + e.what());
+    } catch (const std::exception& e) {
+      return Status::internal(std::string("the torch transport's ") + op + ": " + e.what());
+    }
+  }
+
+  py::object impl_;
+  std::shared_ptr<Interrupt> interrupt_;
+  int rank_, size_, local_rank_, device_;
+};
+
+}  // namespace
+
+void Interrupt::raise_if_any() {
+  if (!error) return;
+  std::exception_ptr e = std::move(error);
+  error = nullptr;
+  std::rethrow_exception(e);
+}
+
+ProcessGroupWorld make_process_group_world(py::handle process_group, py::handle timeout,
+                                           const std::shared_ptr<Interrupt>& interrupt) {
+  py::object impl = py::module_::import("strata._process_group").attr("make_transport")(process_group, timeout);
+  ProcessGroupWorld w;
+  w.info["rank"] = impl.attr("rank");
+  w.info["size"] = impl.attr("size");
+  w.info["kind"] = "torch";
+  w.info["backend"] = impl.attr("backend");
+  w.transport = std::make_unique<PyTransport>(std::move(impl), interrupt);
+  return w;
+}
+
+}  // namespace strata::python

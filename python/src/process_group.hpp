@@ -1,0 +1,53 @@
+#pragma once
+// A Strata world over a torch.distributed ProcessGroup: a dispatch::Transport (the byte mover under
+// dispatch::TransportCommunicator, dispatch/transport_communicator.hpp) that calls the pure-Python
+// strata._process_group.ProcessGroupTransport, which drives the group's allgather, alltoall_base
+// and broadcast (the Python ProcessGroup API, the same from torch 1.13 to 2.x; docs/architecture.md
+// says why not c10d from C++).
+//
+// Threads and the GIL: the communicator calls its Transport on the thread of the Strata call, which
+// released the GIL before it took the store's mutex (module.cpp: PyStore::call); each operation
+// takes the GIL again for its Python call (torch's Work.wait drops it while blocked), so the order
+// is always store mutex -> GIL. Once the interpreter is finalizing, every operation fails at once
+// ("the interpreter is shutting down") without touching Python: a store destroyed at exit discards
+// its batches without a collective.
+//
+// Errors: the Python object reports a timeout or a peer that left (kUnavailable: "timed out after N
+// ms ...", "a peer left the process group ..."), anything else kInternal. A KeyboardInterrupt or
+// SystemExit raised inside an operation is kept in the Interrupt shared with the store
+// (kInternal "interrupted") and raised again by the Strata call once it returned (raise_if_any).
+// host memory: the Python object's uint8 CPU tensors (grown 2x, kept alive by it).
+
+#include <pybind11/pybind11.h>
+
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "dispatch/transport_communicator.hpp"
+
+namespace strata::python {
+
+namespace py = pybind11;
+
+/// A KeyboardInterrupt or SystemExit caught inside a transport operation, to be raised again by the
+/// Python call that ran it. Touched with the GIL held only.
+struct Interrupt {
+  std::exception_ptr error;
+  /// Raises the kept exception (and forgets it); returns when there is none.
+  void raise_if_any();
+};
+
+/// What Store.world reports and the transport is made of.
+struct ProcessGroupWorld {
+  std::unique_ptr<dispatch::Transport> transport;
+  py::dict info;  ///< {"rank", "size", "kind": "torch", "backend"}
+};
+
+/// A Transport over `process_group` (a torch.distributed.ProcessGroup; TypeError otherwise) with
+/// `timeout` (None: torch's default_pg_timeout; seconds or a datetime.timedelta; TypeError or
+/// ValueError otherwise). Called with the GIL held; imports torch.
+ProcessGroupWorld make_process_group_world(py::handle process_group, py::handle timeout,
+                                           const std::shared_ptr<Interrupt>& interrupt);
+
+}  // namespace strata::python

@@ -1,0 +1,196 @@
+"""The byte mover under a Strata world over a ``torch.distributed`` ProcessGroup (internal).
+
+``strata.Store(config, process_group=pg)`` makes this process one rank of a world over ``pg``: the
+C++ ``TransportCommunicator`` (dispatch/transport_communicator.hpp) does everything a Strata
+communicator promises (argument checks, the header all-gather that keeps the ranks in step, the
+verdicts, the counters, device staging) and moves its bytes through a C++ ``Transport``
+(python/src/process_group.hpp), which calls the :class:`ProcessGroupTransport` below with the GIL
+taken, on the thread of the Strata call. This object only moves bytes; it judges nothing.
+
+The protocol with the C++ side (python/src/process_group.cpp):
+
+* ``rank``, ``size``, ``local_rank``, ``device``, ``backend``: fixed for the object's life.
+* ``host_stage(send_bytes, recv_bytes)`` -> ``(send_ptr, recv_ptr)``: the addresses of this
+  object's own uint8 CPU tensors of at least that many bytes (grown 2x, never shrunk), valid until
+  the next ``host_stage`` call. The C++ side writes the send bytes there before an operation and
+  reads the received bytes after it returned.
+* ``all_gather(nbytes)``, ``all_to_all(send_splits, recv_splits)``, ``broadcast(nbytes, root)``:
+  one operation on the stage, then ``work.wait(timeout)``. Each returns None when done, or a pair
+  ``(kind, text)`` when it failed: kind ``"timeout"`` or ``"peer_left"`` (the C++ side makes them
+  kUnavailable) or ``"error"`` (kInternal). KeyboardInterrupt and SystemExit are not caught here:
+  the C++ side keeps them and raises them again when the Strata call returns.
+
+Torch ops (the Python ProcessGroup API, the same from torch 1.13 to 2.x; ranks are the group's):
+all_gather is ``pg.allgather([[views]], [send])`` (gloo in 1.13 has no ``_allgather_base``),
+all_to_all ``pg.alltoall_base(recv, send, recv_splits, send_splits)`` on uint8 tensors, broadcast
+``pg.broadcast([t], BroadcastOptions(rootRank=root))``. Host bytes travel in CPU tensors for a group
+with a CPU backend (gloo, ``cpu:gloo,cuda:nccl``, mpi, ...); a pure NCCL group gets them copied
+through a tensor on this rank's GPU (``torch.cuda.current_device()``). Device buffers are never
+given here: the C++ side stages emu and CUDA buffers through host memory.
+
+An operation abandoned at its timeout may still be running in the process group: its tensors are
+kept in ``_pending`` (never the caller's memory), and the world is broken from then on (the C++
+communicator never calls this object again).
+"""
+
+import datetime
+import math
+import numbers
+import os
+import re
+
+__all__ = ["ProcessGroupTransport", "make_transport", "timeout_of"]
+
+_TIMED_OUT = re.compile(r"timed out|timeout", re.IGNORECASE)
+_PEER_LEFT = re.compile(r"connection (closed|reset) by peer|broken pipe|connection refused", re.IGNORECASE)
+_MS = re.compile(r"(\d+)\s*ms")
+
+
+def timeout_of(timeout):
+    """``timeout`` (None: torch.distributed's default_pg_timeout; seconds as an int or float > 0;
+    or a datetime.timedelta > 0) as a timedelta; TypeError or ValueError naming it otherwise."""
+    if timeout is None:
+        import torch.distributed as dist
+        return dist.default_pg_timeout
+    if isinstance(timeout, datetime.timedelta):
+        if timeout <= datetime.timedelta(0):
+            raise ValueError(f"timeout {timeout!r} (expected a positive duration)")
+        return timeout
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(f"timeout is a {type(timeout).__name__} (expected None, seconds as an int or float, or a "
+                        "datetime.timedelta)")
+    seconds = float(timeout)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"timeout {timeout!r} (expected a finite number of seconds > 0, or a datetime.timedelta)")
+    return datetime.timedelta(seconds=seconds)
+
+
+def _process_group_type():
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    return getattr(dist, "ProcessGroup", None) if dist.is_available() else None
+
+
+def make_transport(process_group, timeout):
+    """A :class:`ProcessGroupTransport` over ``process_group`` (a torch.distributed.ProcessGroup:
+    anything else is a TypeError) with ``timeout`` (see :func:`timeout_of`)."""
+    pg_type = _process_group_type()
+    if pg_type is None or not isinstance(process_group, pg_type):
+        raise TypeError(f"process_group is a {type(process_group).__name__} (expected None or a "
+                        "torch.distributed.ProcessGroup, e.g. torch.distributed.group.WORLD after "
+                        "init_process_group" + ("" if pg_type is not None else "; torch.distributed is not available")
+                        + ")")
+    return ProcessGroupTransport(process_group, timeout_of(timeout))
+
+
+def _backend_of(pg):
+    import torch.distributed as dist
+    try:
+        return str(dist.get_backend(pg))
+    except Exception:  # a group that torch.distributed did not create (ProcessGroupGloo(...) itself)
+        name = getattr(pg, "name", None)
+        return str(name()).lower() if callable(name) else "unknown"
+
+
+class ProcessGroupTransport:
+    """Moves bytes over a ProcessGroup for the C++ TransportCommunicator (see the module's doc)."""
+
+    def __init__(self, pg, timeout):
+        import torch
+        import torch.distributed as dist
+        self._torch = torch
+        self._dist = dist
+        self.pg = pg
+        self.timeout = timeout
+        self.timeout_ms = int(timeout.total_seconds() * 1000)
+        self.rank = int(pg.rank())
+        self.size = int(pg.size())
+        self.backend = _backend_of(pg)
+        self.local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
+        # A pure NCCL group moves only CUDA tensors: host bytes go through this rank's GPU.
+        nccl_only = "nccl" in self.backend and "gloo" not in self.backend and "mpi" not in self.backend
+        self.device = torch.cuda.current_device() if nccl_only else -1
+        self._wire = torch.device("cuda", self.device) if nccl_only else None
+        self._send = torch.empty(0, dtype=torch.uint8)
+        self._recv = torch.empty(0, dtype=torch.uint8)
+        self._pending = []  # (work, tensors) of operations abandoned at a failure
+        self.broken = None  # the first failure's text
+
+    # ---- memory ----
+    def _grown(self, t, n):
+        if t.numel() >= n:
+            return t
+        return self._torch.empty(max(n, 2 * t.numel()), dtype=self._torch.uint8)
+
+    def host_stage(self, send_bytes, recv_bytes):
+        self._send = self._grown(self._send, send_bytes)
+        self._recv = self._grown(self._recv, recv_bytes)
+        return (self._send.data_ptr() if send_bytes else 0, self._recv.data_ptr() if recv_bytes else 0)
+
+    def _on_wire(self, t):
+        """The tensor the process group moves for host tensor ``t`` (itself, or a copy on the GPU)."""
+        return t if self._wire is None else t.to(self._wire)
+
+    # ---- operations ----
+    def _run(self, what, start, tensors, copy_back=()):
+        """Starts an operation (``start()`` returns its Work), waits for it up to the timeout and
+        copies ``copy_back`` pairs (host, wire) back; None, or (kind, text) on failure."""
+        work = None
+        try:
+            work = start()
+            work.wait(self.timeout)
+            for host, wire in copy_back:
+                if host is not wire:
+                    host.copy_(wire)
+            return None
+        except Exception as e:  # KeyboardInterrupt and SystemExit go up to the C++ side
+            self._pending.append((work, tensors))
+            return self._failure(what, e)
+
+    def _failure(self, what, e):
+        text = " ".join(str(e).split()) or type(e).__name__
+        if len(text) > 400:
+            text = text[:400] + "..."
+        if _TIMED_OUT.search(text):
+            m = _MS.search(text)
+            ms = int(m.group(1)) if m and "waiting" in text else self.timeout_ms
+            kind = "timeout"
+            message = (f"timed out after {ms} ms (the process group does not say which ranks did not arrive; "
+                       f"torch {what}: {text})")
+        elif _PEER_LEFT.search(text):
+            kind = "peer_left"
+            message = f"a peer left the process group (its process exited or was killed): torch {what}: {text}"
+        else:
+            kind = "error"
+            message = f"torch {what} on the {self.backend} process group failed: {type(e).__name__}: {text}"
+        self.broken = self.broken or message
+        return kind, message
+
+    def all_gather(self, nbytes):
+        send = self._on_wire(self._send[:nbytes])
+        recv_host = self._recv[:nbytes * self.size]
+        recv = self._on_wire(recv_host) if self._wire is not None else recv_host
+        views = [recv[r * nbytes:(r + 1) * nbytes] for r in range(self.size)]
+        return self._run("allgather", lambda: self.pg.allgather([views], [send]), (send, recv, views),
+                         ((recv_host, recv),))
+
+    def all_to_all(self, send_splits, recv_splits):
+        send_splits = [int(s) for s in send_splits]
+        recv_splits = [int(s) for s in recv_splits]
+        send = self._on_wire(self._send[:sum(send_splits)])
+        recv_host = self._recv[:sum(recv_splits)]
+        recv = self._on_wire(recv_host) if self._wire is not None else recv_host
+        opts = self._dist.AllToAllOptions()
+        return self._run("alltoall_base",
+                         lambda: self.pg.alltoall_base(recv, send, recv_splits, send_splits, opts), (send, recv),
+                         ((recv_host, recv),))
+
+    def broadcast(self, nbytes, root):
+        host = self._send[:nbytes] if self.rank == root else self._recv[:nbytes]
+        t = self._on_wire(host)
+        opts = self._dist.BroadcastOptions()
+        opts.rootRank = root
+        back = () if self.rank == root else ((host, t),)
+        return self._run("broadcast", lambda: self.pg.broadcast([t], opts), (t,), back)
