@@ -154,6 +154,7 @@ class PyStore {
   }
 
   std::string repr() {
+    if (!store_) return "strata.Store(closed)";
     std::string text;
     call([&](Store& s) {
       text = "strata.Store(step=" + std::to_string(s.step()) + ", tables=[";

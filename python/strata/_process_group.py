@@ -39,7 +39,7 @@ import numbers
 import os
 import re
 
-__all__ = ["ProcessGroupTransport", "make_transport", "timeout_of"]
+__all__ = ["ProcessGroupTransport", "agree_counts", "make_transport", "timeout_of"]
 
 _TIMED_OUT = re.compile(r"timed out|timeout", re.IGNORECASE)
 _PEER_LEFT = re.compile(r"connection (closed|reset) by peer|broken pipe|connection refused", re.IGNORECASE)
@@ -85,6 +85,50 @@ def make_transport(process_group, timeout):
     return ProcessGroupTransport(process_group, timeout_of(timeout))
 
 
+def _wire_device(backend):
+    """The device whose tensors a group of ``backend`` moves host bytes in: None (CPU tensors) for
+    a group with a CPU backend, this rank's GPU for a pure NCCL group."""
+    nccl_only = "nccl" in backend and "gloo" not in backend and "mpi" not in backend
+    if not nccl_only:
+        return None
+    import torch
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def _failure(what, e, timeout_ms, backend):
+    """(kind, text) of an exception that a torch operation ``what`` raised (see the module's doc)."""
+    text = " ".join(str(e).split()) or type(e).__name__
+    if len(text) > 400:
+        text = text[:400] + "..."
+    if _TIMED_OUT.search(text):
+        m = _MS.search(text)
+        ms = int(m.group(1)) if m and "waiting" in text else timeout_ms
+        return "timeout", (f"timed out after {ms} ms (the process group does not say which ranks did not arrive; "
+                           f"torch {what}: {text})")
+    if _PEER_LEFT.search(text):
+        return "peer_left", f"a peer left the process group (its process exited or was killed): torch {what}: {text}"
+    return "error", f"torch {what} on the {backend} process group failed: {type(e).__name__}: {text}"
+
+
+def agree_counts(process_group, count, timeout):
+    """Every rank's ``count`` (an int), in rank order: one all-gather on ``process_group`` itself,
+    outside the Strata store (a collective like the trainer's own: every rank must call it at the
+    same point). Used by EmbeddingBagCollection.load_state_dict so that a state_dict refused on
+    one rank is refused on every rank before any of them writes. RuntimeError as a store call's
+    ("timed out after N ms", "a peer left the process group") when the group fails."""
+    import torch
+    timeout = timeout_of(timeout)
+    backend = _backend_of(process_group)
+    device = _wire_device(backend) or torch.device("cpu")
+    mine = torch.tensor([int(count)], dtype=torch.int64, device=device)
+    out = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(process_group.size())]
+    try:
+        process_group.allgather([out], [mine]).wait(timeout)
+    except Exception as e:
+        raise RuntimeError(_failure("allgather", e, int(timeout.total_seconds() * 1000), backend)[1]) from None
+    return [int(t.item()) for t in out]
+
+
 def _backend_of(pg):
     import torch.distributed as dist
     try:
@@ -110,9 +154,8 @@ class ProcessGroupTransport:
         self.backend = _backend_of(pg)
         self.local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
         # A pure NCCL group moves only CUDA tensors: host bytes go through this rank's GPU.
-        nccl_only = "nccl" in self.backend and "gloo" not in self.backend and "mpi" not in self.backend
-        self.device = torch.cuda.current_device() if nccl_only else -1
-        self._wire = torch.device("cuda", self.device) if nccl_only else None
+        self._wire = _wire_device(self.backend)
+        self.device = -1 if self._wire is None else self._wire.index
         self._send = torch.empty(0, dtype=torch.uint8)
         self._recv = torch.empty(0, dtype=torch.uint8)
         self._pending = []  # (work, tensors) of operations abandoned at a failure
@@ -150,21 +193,7 @@ class ProcessGroupTransport:
             return self._failure(what, e)
 
     def _failure(self, what, e):
-        text = " ".join(str(e).split()) or type(e).__name__
-        if len(text) > 400:
-            text = text[:400] + "..."
-        if _TIMED_OUT.search(text):
-            m = _MS.search(text)
-            ms = int(m.group(1)) if m and "waiting" in text else self.timeout_ms
-            kind = "timeout"
-            message = (f"timed out after {ms} ms (the process group does not say which ranks did not arrive; "
-                       f"torch {what}: {text})")
-        elif _PEER_LEFT.search(text):
-            kind = "peer_left"
-            message = f"a peer left the process group (its process exited or was killed): torch {what}: {text}"
-        else:
-            kind = "error"
-            message = f"torch {what} on the {self.backend} process group failed: {type(e).__name__}: {text}"
+        kind, message = _failure(what, e, self.timeout_ms, self.backend)
         self.broken = self.broken or message
         return kind, message
 

@@ -45,6 +45,21 @@ have a device (a ``gpu``, ``cached``, ``offload`` or ``hybrid`` table): a config
 tables only is refused with ``device="cuda"``, as is a torch without CUDA. Keys stay on the CPU
 (the store plans on the host, ahead of the device): keys, lengths and weights on a CUDA device
 are refused (ValueError), not copied; keep the data loader's sparse features on the CPU.
+
+**A world over torch.distributed.** ``process_group`` (default: ``torch.distributed.group.WORLD``
+when ``torch.distributed`` is initialized) makes the module's store this process's rank of a Strata
+world over the group's ranks (``strata.Store(config, process_group=...)``): its ``gpu`` and
+``hybrid`` tables are sharded over the ranks by each table's ``sharding`` plan (with more than one
+rank every table must be ``gpu`` or ``hybrid``; ``process_group=False`` keeps a store of this process
+alone, e.g. per-process tables under DDP). Each rank passes its own batch to forward and gets its
+own outputs, and its backward sends its own gradients; **each row's update is the sum of all ranks'
+gradients** of that row (as TorchRec and FBGEMM do; DDP averages only the dense part: scale the loss
+or the learning rate if you want a mean). Every rank must make the same calls in the same order
+(forward, backward, ``discard_in_flight``, ``set_learning_rate``, ``state_dict``, ``load_state_dict``,
+``close``: they are collectives). A rank that left fails the others' next call with RuntimeError
+("a peer left the process group"), a rank that never arrives fails it after ``timeout`` ("timed out
+after N ms"). Call ``close()`` at the end on every rank: the store's destruction at garbage
+collection (at times that differ per rank) would be a collective.
 """
 
 import collections
@@ -185,6 +200,19 @@ def _store_config(config, device):
     return config
 
 
+def _default_process_group(process_group):
+    """The process group of a module's store: None -> torch.distributed's WORLD when initialized
+    (else None), False -> None, anything else as given (strata.Store checks it)."""
+    if process_group is False:
+        return None
+    if process_group is None:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            return dist.group.WORLD
+        return None
+    return process_group
+
+
 def _features_of(batch):
     """The store's batch dict for a forward input (dict or KeyedJaggedTensor)."""
     if isinstance(batch, dict):
@@ -211,12 +239,30 @@ class EmbeddingBagCollection(nn.Module):
     (rows, dim), ``tables.<name>.optimizer_state`` (rows, state_dim; absent for sgd) and
     ``tables.<name>.learning_rate`` per table, and ``step``, the store's step counter (an int64
     scalar tensor; Adam's bias correction reads it). A module that loads it continues bit for bit as
-    the one that saved it (see ``load_state_dict``)."""
+    the one that saved it (see ``load_state_dict``).
 
-    def __init__(self, config, device="cpu"):
+    ``process_group``: None (the default) is ``torch.distributed.group.WORLD`` when
+    ``torch.distributed`` is available and initialized, else a store of this process alone; False is
+    always a store of this process alone; a ``torch.distributed.ProcessGroup`` makes this module one
+    rank of a world over it (the module's doc, "A world over torch.distributed": each row's update
+    is the sum of all ranks' gradients). ``timeout``: how long a collective waits for the other
+    ranks (seconds or a datetime.timedelta; None: torch.distributed's default_pg_timeout).
+    In a world of more than one rank, ``state_dict()`` holds this rank's shards (see
+    ``state_dict``)."""
+
+    def __init__(self, config, device="cpu", process_group=None, timeout=None):
         super().__init__()
         self.device = _check_device(device)
-        self.store = strata.Store(_store_config(config, self.device))
+        process_group = _default_process_group(process_group)
+        try:
+            self.store = strata.Store(_store_config(config, self.device), process_group=process_group,
+                                      timeout=timeout)
+        except ValueError as e:
+            if process_group is not None and "must be gpu or hybrid" in str(e):
+                raise ValueError(f"{e} (or process_group=False for a store of this process alone)") from None
+            raise
+        self._process_group = process_group
+        self._timeout = timeout
         if self.device.type == "cuda" and self.store.device is None:
             raise ValueError(f"device {self.device}, but the store has no device: its tables are all 'cpu' "
                              "(expected a gpu, cached, offload or hybrid table, or device='cpu')")
@@ -290,8 +336,14 @@ class EmbeddingBagCollection(nn.Module):
                 outs = _Lookup.apply(self._anchor, self, submitted.batch_id, shapes)
             else:
                 outs = self._lookup(submitted.batch_id, shapes)
-        except BaseException:
-            self.store.discard(submitted.batch_id)  # still in flight: the lookup failed
+        except BaseException as first:
+            # Still in flight: the lookup failed. In a world the discard is a collective that may
+            # fail too (a peer left): the lookup's error is the one raised.
+            try:
+                self.store.discard(submitted.batch_id)
+            except Exception as e:
+                if hasattr(first, "add_note"):
+                    first.add_note(f"discarding batch {submitted.batch_id} then failed too: {e}")
             raise
         if train:
             self._in_flight.add(submitted.batch_id)
@@ -353,6 +405,27 @@ class EmbeddingBagCollection(nn.Module):
                 self.store.discard(batch_id)
             self._in_flight.clear()
 
+    # ---- the world ----
+    @property
+    def rank(self):
+        """This process's rank in the store's world (0 for a store of this process alone)."""
+        world = self.store.world
+        return 0 if world is None else world["rank"]
+
+    @property
+    def world_size(self):
+        """The number of ranks of the store's world (1 for a store of this process alone)."""
+        world = self.store.world
+        return 1 if world is None else world["size"]
+
+    def close(self):
+        """Closes the store (``strata.Store.close``): in a world a collective, on every rank; batches
+        in flight are discarded. Later calls raise RuntimeError "store is closed"."""
+        with self._deferred_lock:
+            self._deferred = []
+            self._in_flight.clear()
+        self.store.close()
+
     # ---- learning rate ----
     def set_learning_rate(self, lr, table=None):
         """Sets a table's learning rate (lr: a number; every table's when table is None) from the
@@ -394,7 +467,14 @@ class EmbeddingBagCollection(nn.Module):
             keys.append(f"tables.{name}.learning_rate")
         return keys
 
+    def _keeps_state(self, name):
+        """Whether the table's optimizer keeps state (every optimizer but sgd)."""
+        return self._tables[name]["optimizer"]["kind"] != "sgd"
+
     def _save_to_state_dict(self, destination, prefix, keep_vars):
+        if self.world_size > 1:
+            self._save_shards(destination, prefix)
+            return
         for name in self._tables:
             weights, state = self.store.read_rows(name)
             destination[f"{prefix}tables.{name}.weight"] = torch.from_numpy(weights)
@@ -402,6 +482,34 @@ class EmbeddingBagCollection(nn.Module):
                 destination[f"{prefix}tables.{name}.optimizer_state"] = torch.from_numpy(state)
             destination[f"{prefix}tables.{name}.learning_rate"] = torch.tensor(self.store.learning_rate(name))
         destination[f"{prefix}step"] = torch.tensor(self.store.step, dtype=torch.int64)
+
+    def _save_shards(self, destination, prefix):
+        """state_dict() of a world of more than one rank: this rank's shards (see state_dict)."""
+        for name in self._tables:
+            info = self.store.shard_info(name)
+            weights, state = self.store.read_shard(name, 0, info["local_rows"])
+            key = f"{prefix}tables.{name}."
+            destination[key + "weight"] = torch.from_numpy(weights)
+            if self._keeps_state(name):
+                destination[key + "optimizer_state"] = torch.from_numpy(state)
+            destination[key + "shard"] = torch.tensor(_shard_vector(info), dtype=torch.int64)
+            destination[key + "replicas"] = torch.tensor(info["replicas"], dtype=torch.int64)
+            destination[key + "learning_rate"] = torch.tensor(self.store.learning_rate(name))
+        destination[f"{prefix}step"] = torch.tensor(self.store.step, dtype=torch.int64)
+
+    def state_dict(self, *args, **kwargs):
+        """What the next update reads (the class's doc). In a world of more than one rank each rank
+        saves its own shards, and the call reads only local memory (but every rank should call it at
+        the same point: it reads the learning rates and the step of a store in step): per table
+        ``tables.<name>.weight`` (local_rows, local_dim) and ``tables.<name>.optimizer_state``
+        (local_rows, state columns; absent for sgd) of this rank's shard, ``tables.<name>.shard``
+        (int64[10]: world, rank, type (0 replicated, 1 table, 2 row, 3 column), rows, dim, row_start,
+        row_step, local_rows, col_offset, local_dim: local row i is global row row_start + i *
+        row_step, local column j global column col_offset + j; ``strata.Store.shard_info``),
+        ``tables.<name>.replicas`` (int64: the ranks holding the same shard) and
+        ``tables.<name>.learning_rate``, and ``step``. A table this rank does not hold has 0 rows.
+        Such a state_dict loads only into the same rank of a world of the same size and config."""
+        return super().state_dict(*args, **kwargs)
 
     def load_state_dict(self, state_dict, strict=True, assign=False):
         """Loads what ``state_dict()`` holds: table weights, optimizer state (tensors or NumPy
@@ -432,7 +540,14 @@ class EmbeddingBagCollection(nn.Module):
         parent's load raises. For a partial load of a nested module, call its own
         ``load_state_dict(entries, strict=False)`` with its entries (their prefix removed). An
         error elsewhere in the parent's state dict (a missing or unexpected key of another module)
-        raises after the tables were loaded, as it does after torch's own parameters were copied."""
+        raises after the tables were loaded, as it does after torch's own parameters were copied.
+
+        In a world of more than one rank it is a collective (every rank calls it at the same point)
+        that loads this rank's shards, as ``state_dict()`` of the same rank saved them: each
+        ``tables.<name>.shard`` must equal this rank's layout (a state_dict of another rank or of a
+        world of another size is refused: resharding between worlds is not supported), and every
+        entry of every rank is checked before any rank writes: a state_dict refused on one rank is
+        refused on all (the others' errors name that rank), with nothing written."""
         if not isinstance(state_dict, collections.abc.Mapping):
             raise TypeError(f"state_dict is a {type(state_dict).__name__} (expected a mapping of names to tensors, "
                             "as state_dict() returns)")
@@ -453,6 +568,9 @@ class EmbeddingBagCollection(nn.Module):
         # Every entry under the prefix is the module's (it has no submodules of torch's own).
         ours = {k for k in state_dict if k.startswith(prefix)
                 and not any(k.startswith(f"{prefix}{child}.") for child in self._modules)}
+        if self.world_size > 1:
+            self._load_shards(state_dict, prefix, ours, missing_keys, unexpected_keys, error_msgs)
+            return
         plan, problems, missing = [], [], []
         if self.store.in_flight:
             problems.append(f"{self.store.in_flight} batch(es) in flight (expected none: run their backward or "
@@ -504,6 +622,121 @@ class EmbeddingBagCollection(nn.Module):
                 self.store.set_learning_rate(rate, name)
         if step is not None:
             self.store.set_step(step)
+
+
+    def _load_shards(self, state_dict, prefix, ours, missing_keys, unexpected_keys, error_msgs):
+        """load_state_dict of a world of more than one rank (see load_state_dict)."""
+        plan, problems, missing = [], [], []
+        if self.store.in_flight:
+            problems.append(f"{self.store.in_flight} batch(es) in flight (expected none: run their backward or "
+                            "discard_in_flight() first)")
+        fields = ("weight", "optimizer_state", "shard", "replicas", "learning_rate")
+        for name in self._tables:
+            key = f"{prefix}tables.{name}."
+            weight, state, shard, replicas, lr = (state_dict.get(key + f) for f in fields)
+            ours.difference_update(key + f for f in fields)
+            missing.extend(key + f for f, v in zip(fields, (weight, state, shard, replicas, lr))
+                           if v is None and (f != "optimizer_state" or self._keeps_state(name)))
+            info = self.store.shard_info(name)
+            held = _shard_vector(info)
+            if shard is not None:
+                saved = _int_vector(shard, key + "shard", 10, problems)
+                if saved is not None and saved != held:
+                    problems.append(_shard_refusal(key + "shard", saved, held))
+                    plan.append((name, None, None, None))
+                    continue
+            if replicas is not None:
+                saved = _int_vector(replicas, key + "replicas", None, problems)
+                if saved is not None and saved != info["replicas"]:
+                    problems.append(f"{key}replicas {saved} (expected {info['replicas']}: the ranks holding this "
+                                    "rank's shard)")
+            w = None if weight is None else _host_float32(weight, key + "weight", problems)
+            s = None if state is None else _host_float32(state, key + "optimizer_state", problems)
+            if weight is None and state is not None:
+                problems.append(f"{key}optimizer_state without {key}weight (expected both: a row's state belongs "
+                                "to its weights)")
+            rows, dim = info["local_rows"], info["local_dim"]
+            if w is not None and tuple(w.shape) != (rows, dim):
+                problems.append(f"{key}weight has shape {tuple(w.shape)} (expected ({rows}, {dim}): this rank's "
+                                "shard)")
+            state_dim = self.store.read_shard(name, 0, 0)[1].shape[1]
+            if s is not None and tuple(s.shape) != (rows, state_dim):
+                problems.append(f"{key}optimizer_state has shape {tuple(s.shape)} (expected ({rows}, {state_dim}) "
+                                f"for optimizer {self._tables[name]['optimizer']['kind']}: this rank's shard)")
+            rate = None if lr is None else _float32_rate(lr, key + "learning_rate", problems)
+            plan.append((name, w if rows else None, s, rate))
+        step = state_dict.get(prefix + "step")
+        ours.discard(prefix + "step")
+        if step is None:
+            missing.append(prefix + "step")
+        else:
+            step = _step_count(step, prefix + "step", problems)
+        unexpected = sorted(ours)
+        missing_keys.extend(missing)
+        unexpected_keys.extend(unexpected)
+        if (missing or unexpected) and not self._partial_load:
+            problems.append(f"{type(self).__name__}{' ' + repr(prefix[:-1]) if prefix else ''}: missing keys "
+                            f"{missing}, unexpected keys {unexpected}: nothing was loaded into its tables")
+        # Every rank's verdict before any rank writes: the writes are followed by collectives
+        # (set_learning_rate, set_step) that a rank which refused would never join.
+        from strata._process_group import agree_counts
+        counts = agree_counts(self._process_group, len(problems), self._timeout)
+        others = [r for r, n in enumerate(counts) if n and r != self.rank]
+        if others:
+            problems.append(f"rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} of "
+                            f"{self.world_size} refused {'their' if len(others) > 1 else 'its'} state_dict (see "
+                            "the error there): nothing was loaded on any rank")
+        error_msgs.extend(problems)
+        if problems:
+            return
+        for name, w, s, rate in plan:
+            if w is not None:
+                self.store.write_shard(name, 0, w, s)
+        for name, w, s, rate in plan:
+            if rate is not None:
+                self.store.set_learning_rate(rate, name)
+        if step is not None:
+            self.store.set_step(step)
+
+
+_SHARDING_TYPES = ("replicated", "table", "row", "column")  # ShardingType's order (dispatch/sharding_plan.hpp)
+_SHARD_FIELDS = ("world", "rank", "type", "rows", "dim", "row_start", "row_step", "local_rows", "col_offset",
+                 "local_dim")
+
+
+def _shard_vector(info):
+    """The ``tables.<name>.shard`` entry of a shard_info dict: its 10 values (see state_dict)."""
+    return [_SHARDING_TYPES.index(info["type"]) if f == "type" else int(info[f]) for f in _SHARD_FIELDS]
+
+
+def _shard_refusal(what, saved, held):
+    """Why a saved shard vector does not load into this rank's shard ``held``."""
+    def who(v):
+        kind = _SHARDING_TYPES[v[2]] if 0 <= v[2] < len(_SHARDING_TYPES) else f"type {v[2]}"
+        return f"rank {v[1]} of {v[0]} ({kind}"
+    if saved[:3] != held[:3]:
+        return (f"{what}: saved by {who(saved)} sharding); this module is {who(held)}): resharding between worlds "
+                "is not supported")
+    diff = ", ".join(f"{f} {a} (this rank's {b})" for f, a, b in zip(_SHARD_FIELDS, saved, held) if a != b)
+    return f"{what}: saved by {who(saved)}) with {diff}: the table's config differs from the one that saved it"
+
+
+def _int_vector(t, what, length, problems):
+    """A state-dict int64 vector (a tensor or NumPy array of integers) as a list of ints, or None
+    after noting why not in ``problems``."""
+    expected = f"expected a 1-D integer tensor{f' of {length} values' if length else ''}, as state_dict() saves it"
+    if isinstance(t, torch.Tensor):
+        integral = not (t.dtype.is_floating_point or t.dtype.is_complex) and t.dtype != torch.bool
+        t = t.detach().cpu().numpy()
+    elif isinstance(t, np.ndarray):
+        integral = t.dtype.kind in "iu"
+    else:
+        problems.append(f"{what} is a {type(t).__name__} ({expected})")
+        return None
+    if not integral or t.ndim != 1 or (length is not None and t.shape[0] != length):
+        problems.append(f"{what} has dtype {t.dtype} and shape {tuple(t.shape)} ({expected})")
+        return None
+    return [int(v) for v in t]
 
 
 class _TableGroup(dict):

@@ -58,8 +58,17 @@ def keyed():
 # (call, the valid arguments, {argument: wrong values}); `call(ctx, **arguments)` makes the call
 # on the context's objects.
 CALLS = {
-    "Store": (lambda c, **a: strata.Store(**a), {"config": config([table("a", 4, 2)])},
-              {"config": [42, [1], None, 1.5]}),
+    "Store": (lambda c, **a: strata.Store(**a),
+              {"config": config([table("a", 4, 2)]), "process_group": None, "timeout": None},
+              {"config": [42, [1], None, 1.5], "process_group": [3, "x", True, [1]], "timeout": ["10", [1], 5]}),
+    "Store.shard_info": (lambda c, **a: c["store"].shard_info(**a), {"table": "a"},
+                         {"table": [b"a", ["a"], None, 1.5, 7]}),
+    "Store.read_shard": (lambda c, **a: c["store"].read_shard(**a), {"table": "a", "local_row0": 0, "n": 1},
+                         {"table": [b"a", ["a"], None, 1.5], "local_row0": INT, "n": INT}),
+    "Store.write_shard": (lambda c, **a: c["store"].write_shard(**a),
+                          {"table": "a", "local_row0": 0, "weights": np.zeros((1, 4), np.float32), "state": None},
+                          {"table": [b"a", ["a"], None, 1.5], "local_row0": INT, "weights": ARRAY,
+                           "state": OPTIONAL_ARRAY}),
     "Store.submit": (lambda c, **a: c["store"].submit(**a), {"batch_id": 5, "features": {}},
                      {"batch_id": INT, "features": FEATURES}),
     "Store.preview": (lambda c, **a: c["store"].preview(**a), {"batch_id": 5, "features": {}},
@@ -97,8 +106,10 @@ CALLS = {
                               {"source": ARRAY, "stream": STREAM}),
     "DeviceArray.to_numpy": (lambda c, **a: c["array"].to_numpy(**a), {"stream": None}, {"stream": STREAM}),
     "EmbeddingBagCollection": (lambda c, **a: st.EmbeddingBagCollection(**a),
-                               {"config": config([table("a", 4, 2)]), "device": "cpu"},
-                               {"config": [42, [1], None], "device": [[1], 1.5, None, True, "nonsense"]}),
+                               {"config": config([table("a", 4, 2)]), "device": "cpu", "process_group": None,
+                                "timeout": None},
+                               {"config": [42, [1], None], "device": [[1], 1.5, None, True, "nonsense"],
+                                "process_group": [3, "x", [1]], "timeout": ["10", 5]}),
     "EmbeddingBagCollection.forward": (lambda c, **a: c["module"].forward(**a), {"batch": batch()},
                                        {"batch": FEATURES}),
     "EmbeddingBagCollection.submit": (lambda c, **a: c["module"].submit(**a), {"batch": batch()},
@@ -135,7 +146,8 @@ NO_ARGUMENTS = {
     "Store.in_flight", "Store.previewed", "Store.config", "Stream.synchronize", "DeviceArray.shape",
     "DeviceArray.ptr", "EmbeddingBagCollection.discard_in_flight", "KeyedEmbeddings.keys",
     "KeyedEmbeddings.to_dict", "KeyedEmbeddings.values", "KeyedEmbeddings.__len__",
-    "EmbeddingBagCollection.extra_repr",
+    "EmbeddingBagCollection.extra_repr", "EmbeddingBagCollection.state_dict", "EmbeddingBagCollection.rank",
+    "EmbeddingBagCollection.world_size", "EmbeddingBagCollection.close", "Store.close", "Store.world",
     "SubmittedBatch.owner", "SubmittedBatch.batch_id", "SubmittedBatch.tables", "SubmittedBatch.forwarded",
 }
 

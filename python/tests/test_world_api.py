@@ -1,0 +1,361 @@
+"""The Python API of a Strata world over a torch.distributed ProcessGroup (issue 33), in one process:
+argument errors, a world of one (gloo over a FileStore, world_size 1) through every call, bit for
+bit as a store without a group (gpu, hybrid with a small cache and cpu tables on the emu device),
+Store.world, shard_info/read_shard/write_shard, the EBC's rank/world_size, state_dict keys,
+process_group=False, close(). Then one quick 2-process world (this file run as a worker) whose
+forward and backward match a one-rank `cpu` store trained on the concatenated batches, with a
+world state_dict's keys, its round trip and a refusal on one rank that every rank reports.
+The full multi-process suite is test_world.py."""
+
+import datetime
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+import strata
+import strata.torch as st
+
+BATCH = 4
+STEPS = 3
+
+
+def tables_config(placement, cache_rows=4, sharding=None):
+    """Three tables (sum, mean, none pooling; sgd, adagrad, rowwise_adagrad) of one placement on emu."""
+    tables = []
+    for i, (name, rows, dim, pooling, optimizer) in enumerate(
+            [("user", 40, 8, "sum", "adagrad"), ("item", 25, 4, "mean", "sgd"), ("ctx", 12, 3, "none",
+                                                                                   "rowwise_adagrad")]):
+        t = {"name": name, "rows": rows, "dim": dim, "pooling": pooling, "placement": placement,
+             "init": {"bound": 0.1, "seed": 1 + i},
+             "optimizer": {"kind": optimizer, "learning_rate": 0.1, "eps": 1e-8}}
+        if placement in ("cached", "hybrid"):
+            t["cache"] = {"rows": cache_rows}
+        if sharding and placement in ("gpu", "hybrid"):
+            t["sharding"] = {"type": sharding[i % len(sharding)]}
+        tables.append(t)
+    c = {"threads": 1, "tables": tables}
+    if placement != "cpu":
+        c["device"] = {"backend": "emu"}
+    return c
+
+
+def batch_of(rng, rows=(40, 25, 12), batch=BATCH):
+    out = {}
+    for name, r in zip(("user", "item", "ctx"), rows):
+        lengths = rng.integers(0, 4, size=batch).astype(np.int64)
+        out[name] = {"keys": rng.integers(0, r, size=int(lengths.sum())).astype(np.int64), "lengths": lengths}
+    return out
+
+
+@pytest.fixture(scope="module")
+def pg():
+    """The default group: gloo over a FileStore, a world of one (no ports)."""
+    fd, path = tempfile.mkstemp(prefix="strata_world_api_")
+    os.close(fd)
+    os.unlink(path)
+    dist.init_process_group("gloo", init_method="file://" + path, rank=0, world_size=1)
+    yield dist.group.WORLD
+    dist.destroy_process_group()
+    if os.path.exists(path):
+        os.unlink(path)
+
+
+# ---- arguments ----
+@pytest.mark.parametrize("bad", [3, "gloo", object(), True])
+def test_a_process_group_that_is_not_one_is_a_type_error(bad):
+    with pytest.raises(TypeError, match="process_group is a .* \\(expected None or a torch.distributed.ProcessGroup"):
+        strata.Store(tables_config("gpu"), process_group=bad)
+    with pytest.raises(TypeError, match="process_group is a"):
+        st.EmbeddingBagCollection(tables_config("gpu"), process_group=bad)
+
+
+def test_bad_timeouts_are_refused(pg):
+    c = tables_config("gpu")
+    for bad in ("10", [1], True):
+        with pytest.raises(TypeError, match="timeout is a .* \\(expected None, seconds"):
+            strata.Store(c, process_group=pg, timeout=bad)
+    for bad in (0, -1, float("nan"), float("inf"), datetime.timedelta(0), datetime.timedelta(seconds=-1)):
+        with pytest.raises(ValueError, match="timeout"):
+            strata.Store(c, process_group=pg, timeout=bad)
+    with pytest.raises(ValueError, match="without a process_group"):
+        strata.Store(c, timeout=5)
+    # Accepted: seconds (int or float) and timedelta.
+    for good in (5, 2.5, datetime.timedelta(seconds=3)):
+        strata.Store(c, process_group=pg, timeout=good).close()
+
+
+# ---- a world of one, bit for bit as a store without a group ----
+@pytest.mark.parametrize("placement", ["gpu", "hybrid", "cpu"])
+def test_world_of_one_store_is_bit_identical(pg, placement):
+    c = tables_config(placement)
+    alone, world = strata.Store(c), strata.Store(c, process_group=pg, timeout=30)
+    assert alone.world is None
+    assert world.world == {"rank": 0, "size": 1, "kind": "torch", "backend": "gloo"}
+    rng = np.random.default_rng(1)
+    for step in range(STEPS):
+        batch = batch_of(rng)
+        outs = []
+        for s in (alone, world):
+            s.submit(step, batch)
+            outs.append(s.forward(step))
+        for a, b in zip(*outs):
+            np.testing.assert_array_equal(a, b)
+        grads = [rng.normal(size=o.shape).astype(np.float32) for o in outs[0]]
+        alone.backward(step, grads)
+        world.backward(step, grads)
+    for name in ("user", "item", "ctx"):
+        for a, b in zip(alone.read_rows(name), world.read_rows(name)):
+            np.testing.assert_array_equal(a, b)
+        info = world.shard_info(name)
+        assert info == world.shard_info(["user", "item", "ctx"].index(name))
+        assert info["world"] == 1 and info["rank"] == 0 and info["replicas"] == [0]
+        assert info["local_rows"] == info["rows"] and info["local_dim"] == info["dim"]
+        w, state = world.read_shard(name, 0, info["local_rows"])
+        np.testing.assert_array_equal(w, alone.read_rows(name)[0])
+        np.testing.assert_array_equal(state, alone.read_rows(name)[1])
+    assert world.step == alone.step == STEPS
+    world.close()
+
+
+def test_shard_calls_round_trip_and_refuse_bad_input(pg):
+    s = strata.Store(tables_config("gpu"), process_group=pg)
+    alone = strata.Store(tables_config("gpu"))
+    assert alone.shard_info("user") == {"type": "replicated", "world": 1, "rank": 0, "rows": 40, "dim": 8,
+                                        "local_rows": 40, "row_start": 0, "row_step": 1, "col_offset": 0,
+                                        "local_dim": 8, "replicas": [0]}
+    w = np.arange(3 * 8, dtype=np.float32).reshape(3, 8)
+    state = -np.arange(3 * 8, dtype=np.float32).reshape(3, 8)
+    s.write_shard("user", 5, w, state)
+    got_w, got_s = s.read_shard("user", 5, 3)
+    np.testing.assert_array_equal(got_w, w)
+    np.testing.assert_array_equal(got_s, state)
+    s.write_shard(0, 5, w + 1)  # weights only: the state stays
+    got_w, got_s = s.read_shard(0, 5, 3)
+    np.testing.assert_array_equal(got_w, w + 1)
+    np.testing.assert_array_equal(got_s, state)
+    with pytest.raises(ValueError, match="table 7 \\(expected a table index in \\[0, 3\\)"):
+        s.shard_info(7)
+    with pytest.raises(ValueError, match="nope"):
+        s.shard_info("nope")
+    with pytest.raises(TypeError, match="table is a float"):
+        s.read_shard(1.0, 0, 1)
+    with pytest.raises(ValueError):
+        s.read_shard("user", 39, 2)
+    with pytest.raises(ValueError, match="shape"):
+        s.write_shard("user", 0, np.zeros((2, 7), np.float32))
+    s.close()
+
+
+def test_close_then_a_call_says_store_is_closed(pg):
+    for s in (strata.Store(tables_config("gpu"), process_group=pg), strata.Store(tables_config("cpu"))):
+        s.submit(0, batch_of(np.random.default_rng(2)))  # a batch in flight: close discards it
+        s.close()
+        s.close()  # a second close does nothing
+        assert repr(s) == "strata.Store(closed)"
+        for call in (lambda: s.step, lambda: s.forward(0), lambda: s.shard_info("user"), lambda: s.config,
+                     lambda: s.read_rows("user"), lambda: s.stats()):
+            with pytest.raises(RuntimeError, match="store is closed"):
+                call()
+
+
+# ---- EmbeddingBagCollection ----
+def _tensors(batch):
+    return {n: {k: torch.from_numpy(v) for k, v in f.items()} for n, f in batch.items()}
+
+
+@pytest.mark.parametrize("placement", ["gpu", "hybrid"])
+def test_world_of_one_module_is_bit_identical(pg, placement):
+    c = tables_config(placement)
+    world = st.EmbeddingBagCollection(c)  # the default group is initialized: a world of one
+    alone = st.EmbeddingBagCollection(c, process_group=False)
+    assert world.store.world is not None and alone.store.world is None
+    assert (world.rank, world.world_size, alone.rank, alone.world_size) == (0, 1, 0, 1)
+    rng = np.random.default_rng(3)
+    for _ in range(STEPS):
+        batch = batch_of(rng)
+        outs = [m(_tensors(batch)) for m in (world, alone)]
+        targets = {n: torch.from_numpy(rng.normal(size=tuple(t.shape)).astype(np.float32))
+                   for n, t in outs[0].to_dict().items()}
+        for o in outs:
+            sum(((o[n] - targets[n]) ** 2).sum() for n in o.keys()).backward()
+        for n in targets:
+            assert torch.equal(outs[0][n], outs[1][n]), n
+    a, b = world.state_dict(), alone.state_dict()
+    assert list(a) == list(b)  # today's keys exactly: no shard entries in a world of one
+    assert not any(k.endswith((".shard", ".replicas")) for k in a)
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    world.load_state_dict(b)
+    world.close()
+    with pytest.raises(RuntimeError, match="store is closed"):
+        world(_tensors(batch_of(rng)))
+
+
+def test_module_process_group_false_and_explicit(pg):
+    c = tables_config("gpu")
+    assert st.EmbeddingBagCollection(c, process_group=False).store.world is None
+    m = st.EmbeddingBagCollection(c, process_group=pg, timeout=datetime.timedelta(seconds=30))
+    assert m.store.world == {"rank": 0, "size": 1, "kind": "torch", "backend": "gloo"}
+    m.close()
+    with pytest.raises(ValueError, match="without a process_group"):
+        st.EmbeddingBagCollection(c, process_group=False, timeout=3)
+
+
+def test_forward_failure_is_not_hidden_by_its_discard(pg, monkeypatch):
+    """In a world the discard after a failed lookup is a collective that may fail too (a peer
+    left): the lookup's error is raised, the discard's noted on it."""
+    m = st.EmbeddingBagCollection(tables_config("gpu"))
+    store = m.store
+
+    class DiscardFails:
+        def __getattr__(self, name):
+            return getattr(store, name)
+
+        def discard(self, batch_id):
+            raise RuntimeError("a peer left the process group")
+
+    def lookup_fails(*args):
+        raise KeyError("the lookup's own error")
+
+    monkeypatch.setattr(m, "_lookup", lookup_fails)
+    m.store = DiscardFails()
+    with pytest.raises(KeyError, match="the lookup's own error") as e:
+        m.eval()(_tensors(batch_of(np.random.default_rng(4))))
+    assert any("a peer left" in note for note in getattr(e.value, "__notes__", []))
+    m.store = store
+    m.close()
+
+
+# ---- two processes ----
+SMOKE_SHARDING = ["row", "table", "column"]
+
+
+def smoke_config(placement):
+    c = tables_config(placement, cache_rows=4, sharding=SMOKE_SHARDING if placement != "cpu" else None)
+    c["tables"][2]["optimizer"]["kind"] = "adagrad"  # column sharding takes no rowwise_adagrad
+    return c
+
+
+def smoke_steps(ranks):
+    """Every rank's batch and output weights W (loss = sum(out * W)) of each step, from one seed."""
+    rng = np.random.default_rng(7)
+    steps = []
+    for _ in range(STEPS):
+        per_rank = []
+        for _ in range(ranks):
+            b = batch_of(rng)
+            dims = {"user": 8, "item": 4, "ctx": 3}
+            w = {n: rng.normal(size=(len(f["keys"]) if n == "ctx" else BATCH, dims[n])).astype(np.float32)
+                 for n, f in b.items()}
+            per_rank.append((b, w))
+        steps.append(per_rank)
+    return steps
+
+
+def _concat(batches):
+    return {n: {k: np.concatenate([b[n][k] for b in batches]) for k in ("keys", "lengths")} for n in batches[0]}
+
+
+def _worker(rank, size, init_file, out):
+    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=size,
+                            timeout=datetime.timedelta(seconds=60))
+    m = st.EmbeddingBagCollection(smoke_config("hybrid"), timeout=60)
+    assert (m.rank, m.world_size) == (rank, size)
+    saved = {}
+    for step, per_rank in enumerate(smoke_steps(size)):
+        batch, w = per_rank[rank]
+        o = m(_tensors(batch))
+        sum((o[n] * torch.from_numpy(w[n])).sum() for n in o.keys()).backward()
+        for n in o.keys():
+            saved[f"out{step}_{n}"] = o[n].detach().numpy()
+    sd = m.state_dict()
+    saved["keys"] = np.array(sorted(sd))
+    for n in ("user", "item", "ctx"):
+        saved[f"rows_{n}"] = m.store.read_rows(n)[0]  # a collective: the whole table on every rank
+        saved[f"shard_{n}"] = sd[f"tables.{n}.shard"].numpy()
+        saved[f"weight_{n}"] = sd[f"tables.{n}.weight"].numpy()
+    m.load_state_dict(sd)  # a round trip
+    # Rank 1 is given rank 0's shard of 'user': refused there, and so on rank 0 too; nothing written.
+    bad = dict(sd)
+    if rank == 1:
+        vec = sd["tables.user.shard"].clone()
+        vec[1] = 0
+        bad["tables.user.shard"] = vec
+    try:
+        m.load_state_dict(bad)
+        saved["refusal"] = np.array("none")
+    except RuntimeError as e:
+        saved["refusal"] = np.array(str(e))
+    after = m.state_dict()
+    saved["unchanged"] = np.array(all(torch.equal(after[k], sd[k]) for k in sd))
+    m.close()
+    dist.destroy_process_group()
+    np.savez(os.path.join(out, f"rank{rank}.npz"), **saved)
+
+
+def test_two_ranks_match_a_one_rank_cpu_reference(tmp_path):
+    size = 2
+    init_file = str(tmp_path / "filestore")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, __file__, "worker", str(r), str(size), init_file, str(tmp_path)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(size)]
+    deadline = time.monotonic() + 150
+    logs, late = [], []
+    for r, p in enumerate(procs):
+        try:
+            logs.append(p.communicate(timeout=max(1, deadline - time.monotonic()))[0].decode(errors="replace"))
+        except subprocess.TimeoutExpired:
+            late.append(r)
+            for q in procs:
+                q.kill()
+            logs.append(p.communicate()[0].decode(errors="replace"))
+    assert not late, f"ranks {late} did not finish within 150 s (killed):\n" + "\n".join(logs)
+    for r, p in enumerate(procs):
+        assert p.returncode == 0, f"rank {r} exited with {p.returncode}:\n{logs[r]}"
+    got = [np.load(tmp_path / f"rank{r}.npz") for r in range(size)]
+
+    # The reference: one `cpu` store, the ranks' batches concatenated in rank order.
+    ref = strata.Store(smoke_config("cpu"))
+    for step, per_rank in enumerate(smoke_steps(size)):
+        ref.submit(step, _concat([b for b, _ in per_rank]))
+        outs = ref.forward(step)
+        names = ["user", "item", "ctx"]
+        start = {n: 0 for n in names}
+        for r in range(size):
+            for n, o in zip(names, outs):
+                mine = got[r][f"out{step}_{n}"]
+                np.testing.assert_allclose(mine, o[start[n]:start[n] + len(mine)], rtol=1e-4, atol=1e-5,
+                                           err_msg=f"rank {r} step {step} {n}")
+                start[n] += len(mine)
+        ref.backward(step, [np.concatenate([per_rank[r][1][n] for r in range(size)]) for n in names])
+    for n in ("user", "item", "ctx"):
+        want = ref.read_rows(n)[0]
+        for r in range(size):
+            np.testing.assert_allclose(got[r][f"rows_{n}"], want, rtol=1e-4, atol=1e-5, err_msg=f"rank {r} {n}")
+            shard = got[r][f"shard_{n}"]
+            assert shard[0] == size and shard[1] == r
+            if shard[2] == 2:  # row: local row i is global row rank + i * size
+                np.testing.assert_allclose(got[r][f"weight_{n}"], want[r::size], rtol=1e-4, atol=1e-5)
+            if shard[2] == 3:  # column
+                np.testing.assert_allclose(got[r][f"weight_{n}"], want[:, shard[8]:shard[8] + shard[9]],
+                                           rtol=1e-4, atol=1e-5)
+    keys = list(got[0]["keys"])
+    assert "tables.user.shard" in keys and "tables.user.replicas" in keys and "step" in keys
+    assert "tables.item.optimizer_state" not in keys  # sgd
+    r1 = str(got[1]["refusal"])
+    assert "tables.user.shard: saved by rank 0 of 2 (row sharding); this module is rank 1 of 2 (row): resharding " \
+           "between worlds is not supported" in r1, r1
+    r0 = str(got[0]["refusal"])
+    assert "rank 1 of 2 refused its state_dict" in r0, r0
+    assert bool(got[0]["unchanged"]) and bool(got[1]["unchanged"])
+
+
+if __name__ == "__main__" and len(sys.argv) == 6 and sys.argv[1] == "worker":
+    _worker(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
