@@ -7,6 +7,7 @@ ranks, it never holds up the run."""
 import os
 import pathlib
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -45,10 +46,11 @@ class Rank:
         return f"--- rank {self.rank} (exit {self.returncode}) stdout:\n{self.out}\n--- stderr:\n{self.err[-4000:]}"
 
 
-def run_ranks(commands, tmp_path, deadline, env=None):
+def run_ranks(commands, tmp_path, deadline):
     """Starts one process per command (output to files, so no pipe fills) and waits until they all
-    end or `deadline` seconds pass; then kills those left and fails naming them."""
-    env = dict(os.environ if env is None else env, OMP_NUM_THREADS="1")
+    end or `deadline` seconds pass; then kills those left (after a SIGABRT that makes Python print
+    their stacks) and fails naming them."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1")
     ranks, start = [], time.time()
     for r, cmd in enumerate(commands):
         out, err = tmp_path / f"rank{r}.out", tmp_path / f"rank{r}.err"
@@ -60,13 +62,16 @@ def run_ranks(commands, tmp_path, deadline, env=None):
                 r.returncode, r.ended = r.proc.returncode, time.time()
         time.sleep(0.05)
     hung = [r for r in ranks if r.returncode is None]
+    for r in hung:  # each in its own session: the rank and anything it started (torchrun's workers)
+        os.killpg(r.proc.pid, signal.SIGABRT)  # PYTHONFAULTHANDLER: every thread's stack to stderr
+    time.sleep(2 if hung else 0)
     for r in hung:
-        os.killpg(r.proc.pid, 9)  # the rank's own session: it and anything it started
+        os.killpg(r.proc.pid, signal.SIGKILL)
         r.proc.wait()
         r.returncode = r.proc.returncode
     if hung:
-        pytest.fail(f"ranks {[r.rank for r in hung]} still ran after {deadline} s (killed):\n" +
-                    "\n".join(r.report() for r in ranks))
+        pytest.fail(f"ranks {[r.rank for r in hung]} still ran after {deadline} s (killed; their stacks are in "
+                    "their stderr):\n" + "\n".join(r.report() for r in ranks))
     return ranks, start
 
 

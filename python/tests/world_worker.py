@@ -131,15 +131,16 @@ def check_close(what, got, want):
                              f"{want[i]}")
 
 
-def shard_slice(weights, state, dim, rows, local_rows, row_start, row_step, col_offset, local_dim, stype):
-    """The reference's rows of a shard: (weights (local_rows, local_dim), state (local_rows, cols))."""
+def shard_slice(weights, state, kind, dim, local_rows, row_start, row_step, col_offset, local_dim):
+    """The reference's rows of a shard: (weights (local_rows, local_dim), state (local_rows,
+    optimizer_state_dim(kind, local_dim))): state block b's local column j is global state column
+    b * dim + col_offset + j (rowwise_adagrad: its one column; a rank holding none: local_dim 0)."""
     idx = row_start + row_step * np.arange(local_rows)
     w = weights[idx][:, col_offset:col_offset + local_dim]
     s = state[idx]
-    if stype == SHARD_TYPE["column"] and s.shape[1] > 0:
-        blocks = s.shape[1] // dim  # adagrad: one block of dim columns, adam: m and v
-        cols = [b * dim + col_offset + j for b in range(blocks) for j in range(local_dim)]
-        s = s[:, cols]
+    if kind != "rowwise_adagrad":
+        blocks = s.shape[1] // dim  # sgd none, adagrad one block of dim columns, adam two (m and v)
+        s = s[:, [b * dim + col_offset + j for b in range(blocks) for j in range(local_dim)]]
     return w, s
 
 
@@ -169,8 +170,8 @@ def check_shards(store, ref, tables, rank, world):
             owners.append(n)
             w, s = store.read_shard(n, 0, info["local_rows"])
             rw, rs = ref.read_rows(n)
-            ew, es = shard_slice(rw, rs, t["dim"], t["rows"], info["local_rows"], info["row_start"], info["row_step"],
-                                 info["col_offset"], info["local_dim"], SHARD_TYPE[stype])
+            ew, es = shard_slice(rw, rs, t["optimizer"]["kind"], t["dim"], info["local_rows"], info["row_start"],
+                                 info["row_step"], info["col_offset"], info["local_dim"])
             check_close(f"rank {rank} read_shard({n}) weights", w, ew)
             check_close(f"rank {rank} read_shard({n}) state", s, es)
     return owners
@@ -241,10 +242,13 @@ def check_state_dict(ebc, ref, tables, rank, world):
             (n, replicas)
         assert float(sd[p + "learning_rate"]) == float(rsd[p + "learning_rate"]), n
         rstate = rsd.get(p + "optimizer_state", torch.zeros((t["rows"], 0)))
-        ew, es = shard_slice(rsd[p + "weight"].numpy(), rstate.numpy(), dim, rows, local_rows, row_start, row_step,
-                             col_offset, local_dim, stype)
+        kind = t["optimizer"]["kind"]
+        ew, es = shard_slice(rsd[p + "weight"].numpy(), rstate.numpy(), kind, dim, local_rows, row_start, row_step,
+                             col_offset, local_dim)
         check_close(f"rank {rank} state_dict {p}weight", sd[p + "weight"], ew)
-        if es.shape[1] > 0 or p + "optimizer_state" in sd:
+        # optimizer_state as one rank's: present unless the optimizer keeps none (sgd)
+        assert (p + "optimizer_state" in sd) == (kind != "sgd"), (n, sorted(sd))
+        if kind != "sgd":
             check_close(f"rank {rank} state_dict {p}optimizer_state", sd[p + "optimizer_state"], es)
     return sd
 
@@ -269,14 +273,15 @@ def equivalence(rank, world):
     ebc.load_state_dict(sd)
     assert state_dicts_equal(ebc.state_dict(), sd), "load_state_dict(state_dict()) did not restore the state"
 
-    # A shard saved by another world is refused on every rank, before anything is written.
+    # A shard saved by another world is refused on every rank (torch's RuntimeError of load_state_dict),
+    # before anything is written.
     foreign = dict(sd)
     row = next(t["name"] for t in tables if t["sharding"]["type"] == "row")
     shard = sd[f"tables.{row}.shard"].clone()
     shard[0] = world + 1
     foreign[f"tables.{row}.shard"] = shard
     foreign[f"tables.{row}.weight"] = sd[f"tables.{row}.weight"] + 1
-    expect_error(ValueError, "a foreign shard", lambda: ebc.load_state_dict(foreign), f"tables.{row}.shard",
+    expect_error(RuntimeError, "a foreign shard", lambda: ebc.load_state_dict(foreign), f"tables.{row}.shard",
                  "resharding between worlds is not supported")
     assert state_dicts_equal(ebc.state_dict(), sd), "a refused load_state_dict changed the state"
     ebc.close()
