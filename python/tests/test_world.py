@@ -144,9 +144,10 @@ def test_dlrm_example_under_torchrun(tmp_path):
     stdout with a prefix "[default<rank>]:"."""
     example = SOURCE / "python" / "examples" / "train_dlrm.py"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "--redirects", "1", "--tee", "1", str(example), "--steps", "10",
-           "--batch", "64", "--rows", "500", "--log-every", "5", "--threads", "1", "--device", "cpu"]
-    ranks, _ = run_ranks([cmd], tmp_path, deadline=120)
+           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "--redirects", "1", "--tee", "1",
+           str(example), "--steps", "10", "--batch", "64", "--rows", "500", "--log-every", "5", "--threads", "1",
+           "--device", "cpu"]
+    ranks, _ = run_ranks([cmd], tmp_path, deadline=150)  # past the example's 2-minute group timeout
     out = ranks[0].out
     assert ranks[0].returncode == 0, ranks[0].report()
     line = r"^(?:\[default\d\]:)?"  # torchrun's prefix of a rank's line
