@@ -29,7 +29,7 @@ EQUIVALENCE_WORLDS = [2, 3, 4]
 class Rank:
     def __init__(self, rank, proc, out, err):
         self.rank, self.proc, self.out_path, self.err_path = rank, proc, out, err
-        self.returncode = self.ended = None
+        self.returncode = None
 
     @property
     def out(self):
@@ -59,20 +59,23 @@ def run_ranks(commands, tmp_path, deadline):
     while time.time() - start < deadline and any(r.returncode is None for r in ranks):
         for r in ranks:
             if r.returncode is None and r.proc.poll() is not None:
-                r.returncode, r.ended = r.proc.returncode, time.time()
+                r.returncode = r.proc.returncode
         time.sleep(0.05)
     hung = [r for r in ranks if r.returncode is None]
-    for r in hung:  # each in its own session: the rank and anything it started (torchrun's workers)
-        os.killpg(r.proc.pid, signal.SIGABRT)  # PYTHONFAULTHANDLER: every thread's stack to stderr
-    time.sleep(2 if hung else 0)
+    for sig in (signal.SIGABRT, signal.SIGKILL) if hung else ():  # SIGABRT: PYTHONFAULTHANDLER prints the stacks
+        for r in hung:  # each in its own session: the rank and anything it started (torchrun's workers)
+            try:
+                os.killpg(r.proc.pid, sig)
+            except ProcessLookupError:
+                pass  # ended meanwhile
+        time.sleep(2 if sig == signal.SIGABRT else 0)
     for r in hung:
-        os.killpg(r.proc.pid, signal.SIGKILL)
         r.proc.wait()
         r.returncode = r.proc.returncode
     if hung:
         pytest.fail(f"ranks {[r.rank for r in hung]} still ran after {deadline} s (killed; their stacks are in "
                     "their stderr):\n" + "\n".join(r.report() for r in ranks))
-    return ranks, start
+    return ranks
 
 
 def launch(scenario, world, tmp_path, deadline):
@@ -87,7 +90,7 @@ def test_world_equals_the_one_rank_reference(world, tmp_path):
     every optimizer: 3 steps through Store with host views and 2 through the module with autograd
     and a StepLR; outputs, shards and state_dict against a one-rank cpu reference; a state_dict
     round trip and a foreign shard refused."""
-    ranks, _ = launch("equivalence", world, tmp_path, deadline=150)
+    ranks = launch("equivalence", world, tmp_path, deadline=150)
     for r in ranks:
         assert r.returncode == 0 and r.lines("OK") == ["equivalence"], r.report()
 
@@ -109,7 +112,7 @@ def check_fault(ranks, faulty, expect_exit, pattern):
 
 
 def test_fault_config_differs_then_a_rank_raises_and_exits(tmp_path):
-    ranks, start = launch("config", 3, tmp_path, deadline=60)
+    ranks = launch("config", 3, tmp_path, deadline=60)
     check_fault(ranks, 1, lambda rc: rc == 1, r"RuntimeError: .*peer left")
     assert "rank 1 raises out of the program" in ranks[1].err
     for r in ranks:
@@ -121,12 +124,12 @@ def test_fault_config_differs_then_a_rank_raises_and_exits(tmp_path):
 
 
 def test_fault_rank_killed_between_submit_and_forward(tmp_path):
-    ranks, _ = launch("kill", 3, tmp_path, deadline=60)
+    ranks = launch("kill", 3, tmp_path, deadline=60)
     check_fault(ranks, 1, lambda rc: rc == -9, r"RuntimeError: .*peer left")
 
 
 def test_fault_rank_sleeps_past_the_timeout(tmp_path):
-    ranks, _ = launch("sleep", 3, tmp_path, deadline=60)
+    ranks = launch("sleep", 3, tmp_path, deadline=60)
     check_fault(ranks, 2, lambda rc: rc == 0, r"RuntimeError: .*timed out after 3000 ms")
 
 
@@ -147,7 +150,7 @@ def test_dlrm_example_under_torchrun(tmp_path):
            "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "--redirects", "1", "--tee", "1",
            str(example), "--steps", "10", "--batch", "64", "--rows", "500", "--log-every", "5", "--threads", "1",
            "--device", "cpu"]
-    ranks, _ = run_ranks([cmd], tmp_path, deadline=150)  # past the example's 2-minute group timeout
+    ranks = run_ranks([cmd], tmp_path, deadline=150)  # past the example's 2-minute group timeout
     out = ranks[0].out
     assert ranks[0].returncode == 0, ranks[0].report()
     line = r"^(?:\[default\d\]:)?"  # torchrun's prefix of a rank's line
