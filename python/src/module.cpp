@@ -111,8 +111,11 @@ class PyStore {
   // Destroying a store of a world discards its batches in flight, collectives whose transport takes
   // the GIL: it is released first (as by every call; close() too).
   ~PyStore() {
-    py::gil_scoped_release nogil;
-    destroy();
+    try {
+      py::gil_scoped_release nogil;
+      destroy();
+    } catch (...) {  // a destructor reports nothing (the store's own destruction throws nothing)
+    }
   }
 
   // Store::open_checkpoint, the recorded config merged with `overrides` (None or a dict).
