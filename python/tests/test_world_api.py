@@ -206,6 +206,38 @@ def test_two_thread_ranks_train(pg):
     assert [r for r, _ in got] == [({"rank": r, "size": 2, "kind": "torch", "backend": "gloo"}, 1) for r in (0, 1)]
 
 
+def test_world_comm_collectives_on_two_thread_ranks():
+    """strata._strata._WorldComm (test-only): the transport communicator's collectives by themselves."""
+    def run(rank, pg):
+        c = strata._strata._WorldComm(pg, 20)
+        assert (c.rank, c.size) == (rank, 2)
+        # all_to_all_v: rank r sends r + 1 + p bytes of value 10 * r + p to rank p (its own share too).
+        send_counts = [rank + 1, rank + 2]
+        send = np.concatenate([np.full(n, 10 * rank + p, np.uint8) for p, n in enumerate(send_counts)])
+        recv_counts = [1 + rank, 2 + rank]
+        recv = np.zeros(sum(recv_counts), np.uint8)
+        c.all_to_all_v(send, send_counts, [0, send_counts[0]], recv, recv_counts, [0, recv_counts[0]])
+        gathered = c.all_gather(np.array([rank, 7], np.uint8))
+        data = np.array([5, 6, 7], np.uint8) if rank == 1 else np.zeros(3, np.uint8)
+        c.broadcast(data, 1)
+        total = np.array([1.5 * (rank + 1), -rank], np.float64)
+        c.all_reduce(total, "sum")
+        c.barrier()
+        with pytest.raises(TypeError, match="send is a list"):
+            c.all_gather([1, 2])
+        return recv, gathered, data, total, c.counters()
+
+    got = two_ranks(run)
+    assert [e for _, e in got] == [None, None], got
+    for rank, ((recv, gathered, data, total, counters), _) in enumerate(got):
+        want = np.concatenate([np.full(p + 1 + rank, 10 * p + rank, np.uint8) for p in range(2)])
+        np.testing.assert_array_equal(recv, want)
+        np.testing.assert_array_equal(gathered, [0, 7, 1, 7])
+        np.testing.assert_array_equal(data, [5, 6, 7])
+        np.testing.assert_array_equal(total, [4.5, -1.0])
+        assert counters["calls"] == 5 and counters["sent_bytes"] > 0 and counters["received_bytes"] > 0
+
+
 def _failing_all_gather(error):
     """A ProcessGroupTransport.all_gather that fails as torch would, with `error`."""
     def all_gather(self, nbytes):
