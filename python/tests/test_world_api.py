@@ -238,6 +238,14 @@ def test_world_comm_collectives_on_two_thread_ranks():
         assert counters["calls"] == 5 and counters["sent_bytes"] > 0 and counters["received_bytes"] > 0
 
 
+def test_a_module_of_cpu_tables_in_a_world_names_process_group_false():
+    got = two_ranks(lambda rank, pg: st.EmbeddingBagCollection(tables_config("cpu"), process_group=pg, timeout=20))
+    for rank, (_, e) in enumerate(got):
+        assert isinstance(e, ValueError), (rank, repr(e))
+        assert "every table must be gpu or hybrid" in str(e), (rank, str(e))
+        assert str(e).endswith("(or process_group=False for a store of this process alone)"), (rank, str(e))
+
+
 def _failing_all_gather(error):
     """A ProcessGroupTransport.all_gather that fails as torch would, with `error`."""
     def all_gather(self, nbytes):
