@@ -111,8 +111,11 @@ class PyStore {
   // Destroying a store of a world discards its batches in flight, collectives whose transport takes
   // the GIL: it is released first (as by every call; close() too).
   ~PyStore() {
-    py::gil_scoped_release nogil;
-    destroy();
+    try {
+      py::gil_scoped_release nogil;
+      destroy();
+    } catch (...) {  // a destructor reports nothing (the store's own destruction throws nothing)
+    }
   }
 
   // Store::open_checkpoint, the recorded config merged with `overrides` (None or a dict).
@@ -667,6 +670,136 @@ class PyStore {
   py::object world_ = py::none();  // Store.world: None, or {"rank", "size", "kind", "backend"}
 };
 
+// strata._strata._WorldComm(pg, timeout=None), test-only: the transport communicator of a world over
+// a torch.distributed ProcessGroup by itself, its collectives over NumPy arrays (host memory), for
+// the Python conformance subset. Every call releases the GIL (the transport takes it again per
+// operation); errors raise as Store calls do.
+class PyWorldComm {
+ public:
+  PyWorldComm(py::handle process_group, py::handle timeout) {
+    ProcessGroupWorld w = make_process_group_world(process_group, timeout, interrupt_);
+    auto c = dispatch::make_transport_communicator(std::move(w.transport));
+    throw_if_error(c.status());
+    comm_ = std::move(c).value();
+  }
+  ~PyWorldComm() {
+    try {
+      py::gil_scoped_release nogil;
+      comm_.reset();
+    } catch (...) {  // a destructor reports nothing
+    }
+  }
+
+  int rank() const { return comm_->rank(); }
+  int size() const { return comm_->size(); }
+
+  void all_to_all_v(py::handle send, py::handle send_counts, py::handle send_displs, py::handle recv,
+                    py::handle recv_counts, py::handle recv_displs) {
+    const py::array in = bytes_of(send, "send", false), out = bytes_of(recv, "recv", true);
+    const std::vector<std::int64_t> sc = counts(send_counts, "send_counts"), sd = counts(send_displs, "send_displs"),
+                                    rc = counts(recv_counts, "recv_counts"), rd = counts(recv_displs, "recv_displs");
+    const void* sp = in.data();
+    void* rp = out.request().ptr;
+    run([&] { return comm_->all_to_all_v(sp, sc.data(), sd.data(), rp, rc.data(), rd.data()); });
+  }
+
+  py::array all_gather(py::handle send) {
+    const py::array in = bytes_of(send, "send", false);
+    const std::int64_t n = static_cast<std::int64_t>(in.nbytes());
+    py::array_t<std::uint8_t> out(n * comm_->size());
+    const void* sp = in.data();
+    void* rp = out.mutable_data();
+    run([&] { return comm_->all_gather(sp, n, rp); });
+    return std::move(out);
+  }
+
+  void broadcast(py::handle data, py::handle root_obj) {
+    const py::array a = bytes_of(data, "data", true);
+    const int root = static_cast<int>(to_int(root_obj, "root"));
+    void* p = a.request().ptr;
+    const auto n = static_cast<std::int64_t>(a.nbytes());
+    run([&] { return comm_->broadcast(p, n, root); });
+  }
+
+  // In place over a C-contiguous int32, int64, float32 or float64 array; op "sum", "min" or "max".
+  void all_reduce(py::handle data, py::handle op_obj) {
+    const py::array a = bytes_of(data, "data", true);
+    const std::string op_name = to_name(op_obj, "op");
+    dispatch::ReduceOp op;
+    if (op_name == "sum") {
+      op = dispatch::ReduceOp::kSum;
+    } else if (op_name == "min") {
+      op = dispatch::ReduceOp::kMin;
+    } else if (op_name == "max") {
+      op = dispatch::ReduceOp::kMax;
+    } else {
+      throw py::value_error("op '" + op_name + "' (expected 'sum', 'min' or 'max')");
+    }
+    dispatch::DataType type;
+    const py::dtype dt = a.dtype();
+    if (dt.is(py::dtype::of<std::int32_t>())) {
+      type = dispatch::DataType::kInt32;
+    } else if (dt.is(py::dtype::of<std::int64_t>())) {
+      type = dispatch::DataType::kInt64;
+    } else if (dt.is(py::dtype::of<float>())) {
+      type = dispatch::DataType::kFloat32;
+    } else if (dt.is(py::dtype::of<double>())) {
+      type = dispatch::DataType::kFloat64;
+    } else {
+      throw py::type_error("data has dtype " + py::str(py::handle(dt)).cast<std::string>() +
+                           " (expected int32, int64, float32 or float64)");
+    }
+    void* p = a.request().ptr;
+    const auto n = static_cast<std::int64_t>(a.size());
+    run([&] { return comm_->all_reduce(p, n, type, op); });
+  }
+
+  void barrier() {
+    run([&] { return comm_->barrier(); });
+  }
+
+  py::dict counters() const {
+    const dispatch::CommCounters c = comm_->counters();
+    py::dict d;
+    d["sent_bytes"] = c.sent_bytes;
+    d["received_bytes"] = c.received_bytes;
+    d["calls"] = c.calls;
+    return d;
+  }
+
+ private:
+  // A C-contiguous NumPy array (writable when `writable`) whose bytes a collective reads or writes.
+  static py::array bytes_of(py::handle obj, const std::string& what, bool writable) {
+    if (!py::isinstance<py::array>(obj))
+      throw py::type_error(what + " is a " + type_name(obj) + " (expected a C-contiguous NumPy array)");
+    py::array a = py::reinterpret_borrow<py::array>(obj);
+    if (!(a.flags() & py::array::c_style) || (writable && !a.writeable()))
+      throw py::value_error(what + " must be a C-contiguous" + std::string(writable ? ", writable" : "") +
+                            " NumPy array");
+    return a;
+  }
+  std::vector<std::int64_t> counts(py::handle obj, const std::string& what) const {
+    std::vector<std::int64_t> v = to_int64_vector(obj, what);
+    if (static_cast<int>(v.size()) != comm_->size())
+      throw py::value_error(what + " has " + std::to_string(v.size()) + " entries (expected " +
+                            std::to_string(comm_->size()) + ", one per rank)");
+    return v;
+  }
+  template <typename F>
+  void run(F&& f) {
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = f();
+    }
+    interrupt_->raise_if_any();
+    throw_if_error(s);
+  }
+
+  std::shared_ptr<Interrupt> interrupt_ = std::make_shared<Interrupt>();
+  std::unique_ptr<dispatch::Communicator> comm_;
+};
+
 }  // namespace
 }  // namespace strata::python
 
@@ -833,4 +966,20 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
         const std::string text = p.read([](Store& s) { return to_json(s.config()); });
         return py::module_::import("json").attr("loads")(text);
       });
+  py::class_<PyWorldComm>(m, "_WorldComm",
+                          "Test-only: the transport communicator of a world over a torch.distributed ProcessGroup "
+                          "(python/src/process_group.hpp) by itself, over NumPy arrays in host memory.")
+      .def(py::init<py::handle, py::handle>(), py::arg("process_group"), py::arg("timeout") = py::none())
+      .def_property_readonly("rank", &PyWorldComm::rank)
+      .def_property_readonly("size", &PyWorldComm::size)
+      .def("all_to_all_v", &PyWorldComm::all_to_all_v, py::arg("send"), py::arg("send_counts"), py::arg("send_displs"),
+           py::arg("recv"), py::arg("recv_counts"), py::arg("recv_displs"),
+           "Communicator::all_to_all_v in bytes (counts and displacements: one int per rank).")
+      .def("all_gather", &PyWorldComm::all_gather, py::arg("send"),
+           "Every rank's bytes of `send` in rank order (a new uint8 array).")
+      .def("broadcast", &PyWorldComm::broadcast, py::arg("data"), py::arg("root"), "`root`'s bytes into `data`.")
+      .def("all_reduce", &PyWorldComm::all_reduce, py::arg("data"), py::arg("op") = "sum",
+           "In place over int32, int64, float32 or float64 `data`; op 'sum', 'min' or 'max'.")
+      .def("barrier", &PyWorldComm::barrier)
+      .def("counters", &PyWorldComm::counters, "{'sent_bytes', 'received_bytes', 'calls'}");
 }

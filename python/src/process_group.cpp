@@ -34,8 +34,11 @@ class PyTransport final : public dispatch::Transport {
       impl_.release();  // the interpreter is going: leave the object to it
       return;
     }
-    py::gil_scoped_acquire gil;
-    impl_ = py::object();
+    try {
+      py::gil_scoped_acquire gil;
+      impl_ = py::object();
+    } catch (...) {  // a destructor reports nothing
+    }
   }
 
   int rank() const noexcept override { return rank_; }

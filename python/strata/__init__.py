@@ -23,6 +23,22 @@ RuntimeError for calls in the wrong state or device errors) with the C++ Status 
 changes nothing; an argument of a wrong type raises TypeError naming it and what was expected
 ("batch_id is a float (expected an int)"). Ints may be NumPy integers, numbers NumPy floats or 0-d
 tensors, paths str, bytes or os.PathLike; bools are neither ints nor numbers.
+
+A world over torch.distributed: ``strata.Store(config, process_group=pg, timeout=None)`` with a
+``torch.distributed.ProcessGroup`` (e.g. ``torch.distributed.group.WORLD`` after
+``init_process_group``) makes the store this process's rank of a Strata world over the group's
+ranks; its ``gpu`` and ``hybrid`` tables are sharded by each table's ``sharding`` plan, each rank
+submits its own batches, and each row's update is the sum of every rank's gradients. Every rank
+makes the same store calls in the same order (they are collectives; a rank out of step is named);
+the collectives go through the group from Python (``strata._process_group``; gloo moves host bytes,
+emu and CUDA buffers are staged through host memory). ``timeout`` (seconds or a timedelta; None:
+torch's default_pg_timeout) bounds how long a call waits for the other ranks: RuntimeError "timed
+out after N ms", or "a peer left the process group" when a rank's process exited. ``Store.world``
+says which rank this is; ``Store.shard_info``/``read_shard``/``write_shard`` read and write this
+rank's shard locally; ``Store.close()`` (collective) ends the store on every rank: destroying a
+world's store at garbage collection would be a collective at times that differ per rank (once
+the interpreter is exiting, its collectives are refused instead, so nothing waits at exit).
+torch is imported only when a group is given.
 """
 
 from strata._strata import DeviceArray, Store, Stream

@@ -65,22 +65,29 @@ def timeout_of(timeout):
     return datetime.timedelta(seconds=seconds)
 
 
-def _process_group_type():
+def _process_group_types():
+    """The classes a process group may be: torch.distributed.ProcessGroup, and from torch 2.0 the
+    C++ backends (ProcessGroupGloo(store, rank, size) is one), which have the same operations. ()
+    without torch.distributed."""
     try:
         import torch.distributed as dist
     except ImportError:
-        return None
-    return getattr(dist, "ProcessGroup", None) if dist.is_available() else None
+        return ()
+    if not dist.is_available():
+        return ()
+    from torch._C import _distributed_c10d as c10d
+    backend = getattr(c10d, "Backend", None)  # torch >= 2.0 (dist.Backend is the names' enum)
+    return (dist.ProcessGroup,) + ((backend,) if isinstance(backend, type) and backend is not dist.Backend else ())
 
 
 def make_transport(process_group, timeout):
     """A :class:`ProcessGroupTransport` over ``process_group`` (a torch.distributed.ProcessGroup:
     anything else is a TypeError) with ``timeout`` (see :func:`timeout_of`)."""
-    pg_type = _process_group_type()
-    if pg_type is None or not isinstance(process_group, pg_type):
+    pg_types = _process_group_types()
+    if not pg_types or not isinstance(process_group, pg_types):
         raise TypeError(f"process_group is a {type(process_group).__name__} (expected None or a "
                         "torch.distributed.ProcessGroup, e.g. torch.distributed.group.WORLD after "
-                        "init_process_group" + ("" if pg_type is not None else "; torch.distributed is not available")
+                        "init_process_group" + ("" if pg_types else "; torch.distributed is not available")
                         + ")")
     return ProcessGroupTransport(process_group, timeout_of(timeout))
 
@@ -100,13 +107,13 @@ def _failure(what, e, timeout_ms, backend):
     text = " ".join(str(e).split()) or type(e).__name__
     if len(text) > 400:
         text = text[:400] + "..."
+    if _PEER_LEFT.search(text):
+        return "peer_left", f"a peer left the process group (its process exited or was killed): torch {what}: {text}"
     if _TIMED_OUT.search(text):
         m = _MS.search(text)
         ms = int(m.group(1)) if m and "waiting" in text else timeout_ms
         return "timeout", (f"timed out after {ms} ms (the process group does not say which ranks did not arrive; "
                            f"torch {what}: {text})")
-    if _PEER_LEFT.search(text):
-        return "peer_left", f"a peer left the process group (its process exited or was killed): torch {what}: {text}"
     return "error", f"torch {what} on the {backend} process group failed: {type(e).__name__}: {text}"
 
 

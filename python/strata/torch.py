@@ -568,32 +568,14 @@ class EmbeddingBagCollection(nn.Module):
         # Every entry under the prefix is the module's (it has no submodules of torch's own).
         ours = {k for k in state_dict if k.startswith(prefix)
                 and not any(k.startswith(f"{prefix}{child}.") for child in self._modules)}
-        if self.world_size > 1:
-            self._load_shards(state_dict, prefix, ours, missing_keys, unexpected_keys, error_msgs)
-            return
+        world = self.world_size > 1  # a world of more than one rank: this rank's shards
         plan, problems, missing = [], [], []
         if self.store.in_flight:
             problems.append(f"{self.store.in_flight} batch(es) in flight (expected none: run their backward or "
                             "discard_in_flight() first)")
-        for name, table in self._tables.items():
-            key = f"{prefix}tables.{name}."
-            weight, state, lr = (state_dict.get(key + s) for s in ("weight", "optimizer_state", "learning_rate"))
-            ours.difference_update({key + "weight", key + "optimizer_state", key + "learning_rate"})
-            state_dim = self._state_dim(name)
-            missing.extend(key + s for s, v in (("weight", weight), ("optimizer_state", state), ("learning_rate", lr))
-                           if v is None and (s != "optimizer_state" or state_dim > 0))
-            w = None if weight is None else _host_float32(weight, key + "weight", problems)
-            s = None if state is None else _host_float32(state, key + "optimizer_state", problems)
-            if weight is None and state is not None:
-                problems.append(f"{key}optimizer_state without {key}weight (expected both: a row's state belongs "
-                                "to its weights)")
-            if w is not None and tuple(w.shape) != (table["rows"], table["dim"]):
-                problems.append(f"{key}weight has shape {tuple(w.shape)} (expected ({table['rows']}, {table['dim']}))")
-            if s is not None and tuple(s.shape) != (table["rows"], state_dim):
-                problems.append(f"{key}optimizer_state has shape {tuple(s.shape)} (expected ({table['rows']}, "
-                                f"{state_dim}) for optimizer {table['optimizer']['kind']})")
-            rate = None if lr is None else _float32_rate(lr, key + "learning_rate", problems)
-            plan.append((name, w, s, rate))
+        for name in self._tables:
+            check = self._check_shard_entries if world else self._check_table_entries
+            plan.append(check(state_dict, f"{prefix}tables.{name}.", name, ours, missing, problems))
         step = state_dict.get(prefix + "step")
         ours.discard(prefix + "step")
         if step is None:
@@ -609,94 +591,85 @@ class EmbeddingBagCollection(nn.Module):
             problems.append(f"{type(self).__name__}{' ' + repr(prefix[:-1]) if prefix else ''}: missing keys "
                             f"{missing}, unexpected keys {unexpected}: nothing was loaded into its tables ({how} "
                             "loads what is there)")
+        if world:
+            # Every rank's verdict before any rank writes: the writes are followed by collectives
+            # (set_learning_rate, set_step) that a rank which refused would never join.
+            from strata._process_group import agree_counts
+            counts = agree_counts(self._process_group, len(problems), self._timeout)
+            others = [r for r, n in enumerate(counts) if n and r != self.rank]
+            if others:
+                problems.append(f"rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} of "
+                                f"{self.world_size} refused {'their' if len(others) > 1 else 'its'} state_dict "
+                                "(see the error there): nothing was loaded on any rank")
         error_msgs.extend(problems)
         if problems:
             return  # torch's load_state_dict raises; nothing was changed
         # Every entry is checked and no batch is in flight, so the rates and the step cannot be
         # refused; a write fails only when the device of a gpu, cached or hybrid table has failed,
         # and then the tables before it stay written (load_state_dict's docstring).
+        write = self.store.write_shard if world else self.store.write_rows
         for name, w, s, rate in plan:
             if w is not None:
-                self.store.write_rows(name, 0, w, s)
+                write(name, 0, w, s)
             if rate is not None:
                 self.store.set_learning_rate(rate, name)
         if step is not None:
             self.store.set_step(step)
 
+    def _check_table_entries(self, state_dict, key, name, ours, missing, problems):
+        """A table's entries of a one-rank state_dict: (name, weights, state, rate) to write, each
+        None when absent or refused (noted in ``missing`` and ``problems``)."""
+        table = self._tables[name]
+        weight, state, lr = (state_dict.get(key + s) for s in ("weight", "optimizer_state", "learning_rate"))
+        ours.difference_update({key + "weight", key + "optimizer_state", key + "learning_rate"})
+        state_dim = self._state_dim(name)
+        missing.extend(key + s for s, v in (("weight", weight), ("optimizer_state", state), ("learning_rate", lr))
+                       if v is None and (s != "optimizer_state" or state_dim > 0))
+        w, s = self._checked_rows(weight, state, key, (table["rows"], table["dim"]), (table["rows"], state_dim),
+                                  "", name, problems)
+        rate = None if lr is None else _float32_rate(lr, key + "learning_rate", problems)
+        return name, w, s, rate
 
-    def _load_shards(self, state_dict, prefix, ours, missing_keys, unexpected_keys, error_msgs):
-        """load_state_dict of a world of more than one rank (see load_state_dict)."""
-        plan, problems, missing = [], [], []
-        if self.store.in_flight:
-            problems.append(f"{self.store.in_flight} batch(es) in flight (expected none: run their backward or "
-                            "discard_in_flight() first)")
+    def _check_shard_entries(self, state_dict, key, name, ours, missing, problems):
+        """A table's entries of a world's state_dict (this rank's shard; see state_dict), as
+        _check_table_entries; the shard must be this rank's (resharding is not supported)."""
         fields = ("weight", "optimizer_state", "shard", "replicas", "learning_rate")
-        for name in self._tables:
-            key = f"{prefix}tables.{name}."
-            weight, state, shard, replicas, lr = (state_dict.get(key + f) for f in fields)
-            ours.difference_update(key + f for f in fields)
-            missing.extend(key + f for f, v in zip(fields, (weight, state, shard, replicas, lr))
-                           if v is None and (f != "optimizer_state" or self._keeps_state(name)))
-            info = self.store.shard_info(name)
-            held = _shard_vector(info)
-            if shard is not None:
-                saved = _int_vector(shard, key + "shard", 10, problems)
-                if saved is not None and saved != held:
-                    problems.append(_shard_refusal(key + "shard", saved, held))
-                    plan.append((name, None, None, None))
-                    continue
-            if replicas is not None:
-                saved = _int_vector(replicas, key + "replicas", None, problems)
-                if saved is not None and saved != info["replicas"]:
-                    problems.append(f"{key}replicas {saved} (expected {info['replicas']}: the ranks holding this "
-                                    "rank's shard)")
-            w = None if weight is None else _host_float32(weight, key + "weight", problems)
-            s = None if state is None else _host_float32(state, key + "optimizer_state", problems)
-            if weight is None and state is not None:
-                problems.append(f"{key}optimizer_state without {key}weight (expected both: a row's state belongs "
-                                "to its weights)")
-            rows, dim = info["local_rows"], info["local_dim"]
-            if w is not None and tuple(w.shape) != (rows, dim):
-                problems.append(f"{key}weight has shape {tuple(w.shape)} (expected ({rows}, {dim}): this rank's "
+        weight, state, shard, replicas, lr = (state_dict.get(key + f) for f in fields)
+        ours.difference_update(key + f for f in fields)
+        missing.extend(key + f for f, v in zip(fields, (weight, state, shard, replicas, lr))
+                       if v is None and (f != "optimizer_state" or self._keeps_state(name)))
+        info = self.store.shard_info(name)
+        if shard is not None:
+            saved = _int_vector(shard, key + "shard", 10, problems)
+            if saved is not None and saved != _shard_vector(info):
+                problems.append(_shard_refusal(key + "shard", saved, _shard_vector(info)))
+                return name, None, None, None
+        if replicas is not None:
+            saved = _int_vector(replicas, key + "replicas", None, problems)
+            if saved is not None and saved != info["replicas"]:
+                problems.append(f"{key}replicas {saved} (expected {info['replicas']}: the ranks holding this rank's "
                                 "shard)")
-            state_dim = self.store.read_shard(name, 0, 0)[1].shape[1]
-            if s is not None and tuple(s.shape) != (rows, state_dim):
-                problems.append(f"{key}optimizer_state has shape {tuple(s.shape)} (expected ({rows}, {state_dim}) "
-                                f"for optimizer {self._tables[name]['optimizer']['kind']}: this rank's shard)")
-            rate = None if lr is None else _float32_rate(lr, key + "learning_rate", problems)
-            plan.append((name, w if rows else None, s, rate))
-        step = state_dict.get(prefix + "step")
-        ours.discard(prefix + "step")
-        if step is None:
-            missing.append(prefix + "step")
-        else:
-            step = _step_count(step, prefix + "step", problems)
-        unexpected = sorted(ours)
-        missing_keys.extend(missing)
-        unexpected_keys.extend(unexpected)
-        if (missing or unexpected) and not self._partial_load:
-            problems.append(f"{type(self).__name__}{' ' + repr(prefix[:-1]) if prefix else ''}: missing keys "
-                            f"{missing}, unexpected keys {unexpected}: nothing was loaded into its tables")
-        # Every rank's verdict before any rank writes: the writes are followed by collectives
-        # (set_learning_rate, set_step) that a rank which refused would never join.
-        from strata._process_group import agree_counts
-        counts = agree_counts(self._process_group, len(problems), self._timeout)
-        others = [r for r, n in enumerate(counts) if n and r != self.rank]
-        if others:
-            problems.append(f"rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} of "
-                            f"{self.world_size} refused {'their' if len(others) > 1 else 'its'} state_dict (see "
-                            "the error there): nothing was loaded on any rank")
-        error_msgs.extend(problems)
-        if problems:
-            return
-        for name, w, s, rate in plan:
-            if w is not None:
-                self.store.write_shard(name, 0, w, s)
-        for name, w, s, rate in plan:
-            if rate is not None:
-                self.store.set_learning_rate(rate, name)
-        if step is not None:
-            self.store.set_step(step)
+        rows = info["local_rows"]
+        state_dim = self.store.read_shard(name, 0, 0)[1].shape[1]
+        w, s = self._checked_rows(weight, state, key, (rows, info["local_dim"]), (rows, state_dim),
+                                  ": this rank's shard", name, problems)
+        rate = None if lr is None else _float32_rate(lr, key + "learning_rate", problems)
+        return name, w if rows else None, s, rate
+
+    def _checked_rows(self, weight, state, key, weight_shape, state_shape, whose, name, problems):
+        """(weights, state) of a table's entries as float32 NumPy arrays of the shapes expected,
+        each None when absent or refused (noted in ``problems``)."""
+        w = None if weight is None else _host_float32(weight, key + "weight", problems)
+        s = None if state is None else _host_float32(state, key + "optimizer_state", problems)
+        if weight is None and state is not None:
+            problems.append(f"{key}optimizer_state without {key}weight (expected both: a row's state belongs "
+                            "to its weights)")
+        if w is not None and tuple(w.shape) != weight_shape:
+            problems.append(f"{key}weight has shape {tuple(w.shape)} (expected {weight_shape}{whose})")
+        if s is not None and tuple(s.shape) != state_shape:
+            problems.append(f"{key}optimizer_state has shape {tuple(s.shape)} (expected {state_shape} for optimizer "
+                            f"{self._tables[name]['optimizer']['kind']}{whose})")
+        return w, s
 
 
 _SHARDING_TYPES = ("replicated", "table", "row", "column")  # ShardingType's order (dispatch/sharding_plan.hpp)

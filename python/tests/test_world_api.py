@@ -9,9 +9,11 @@ The full multi-process suite is test_world.py."""
 
 import datetime
 import os
+import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -163,6 +165,185 @@ def test_close_then_a_call_says_store_is_closed(pg):
                      lambda: s.read_rows("user"), lambda: s.stats()):
             with pytest.raises(RuntimeError, match="store is closed"):
                 call()
+
+
+# ---- the transport's failures, as a call sees them ----
+# A world of one never calls its transport (nothing crosses between ranks), so these run two ranks
+# in two threads of this process: two ProcessGroupGloo over one HashStore.
+def two_ranks(fn, seconds=60):
+    """fn(rank, pg) on two thread ranks of a fresh gloo world; [(result, exception)] per rank."""
+    store = dist.HashStore()
+    out = [(None, None), (None, None)]
+
+    def run(rank):
+        try:
+            pg = dist.ProcessGroupGloo(store, rank, 2, datetime.timedelta(seconds=20))
+            out[rank] = (fn(rank, pg), None)
+        except BaseException as e:  # KeyboardInterrupt and SystemExit included: the test looks at them
+            out[rank] = (None, e)
+
+    threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(seconds)
+    assert not any(t.is_alive() for t in threads), f"a thread rank did not finish within {seconds} s"
+    return out
+
+
+def test_two_thread_ranks_train(pg):
+    def train(rank, pg):
+        s = strata.Store(smoke_config("gpu"), process_group=pg, timeout=20)
+        s.submit(0, batch_of(np.random.default_rng(rank)))
+        outs = s.forward(0)
+        s.backward(0, [np.ones_like(o) for o in outs])
+        world, step = s.world, s.step
+        s.close()
+        return world, step
+
+    got = two_ranks(train)
+    assert [e for _, e in got] == [None, None], got
+    assert [r for r, _ in got] == [({"rank": r, "size": 2, "kind": "torch", "backend": "gloo"}, 1) for r in (0, 1)]
+
+
+def test_world_comm_collectives_on_two_thread_ranks():
+    """strata._strata._WorldComm (test-only): the transport communicator's collectives by themselves."""
+    def run(rank, pg):
+        c = strata._strata._WorldComm(pg, 20)
+        assert (c.rank, c.size) == (rank, 2)
+        # all_to_all_v: rank r sends r + 1 + p bytes of value 10 * r + p to rank p (its own share too).
+        send_counts = [rank + 1, rank + 2]
+        send = np.concatenate([np.full(n, 10 * rank + p, np.uint8) for p, n in enumerate(send_counts)])
+        recv_counts = [1 + rank, 2 + rank]
+        recv = np.zeros(sum(recv_counts), np.uint8)
+        c.all_to_all_v(send, send_counts, [0, send_counts[0]], recv, recv_counts, [0, recv_counts[0]])
+        gathered = c.all_gather(np.array([rank, 7], np.uint8))
+        data = np.array([5, 6, 7], np.uint8) if rank == 1 else np.zeros(3, np.uint8)
+        c.broadcast(data, 1)
+        total = np.array([1.5 * (rank + 1), -rank], np.float64)
+        c.all_reduce(total, "sum")
+        c.barrier()
+        with pytest.raises(TypeError, match="send is a list"):
+            c.all_gather([1, 2])
+        return recv, gathered, data, total, c.counters()
+
+    got = two_ranks(run)
+    assert [e for _, e in got] == [None, None], got
+    for rank, ((recv, gathered, data, total, counters), _) in enumerate(got):
+        want = np.concatenate([np.full(p + 1 + rank, 10 * p + rank, np.uint8) for p in range(2)])
+        np.testing.assert_array_equal(recv, want)
+        np.testing.assert_array_equal(gathered, [0, 7, 1, 7])
+        np.testing.assert_array_equal(data, [5, 6, 7])
+        np.testing.assert_array_equal(total, [4.5, -1.0])
+        assert counters["calls"] == 5 and counters["sent_bytes"] > 0 and counters["received_bytes"] > 0
+
+
+def test_a_module_of_cpu_tables_in_a_world_names_process_group_false():
+    got = two_ranks(lambda rank, pg: st.EmbeddingBagCollection(tables_config("cpu"), process_group=pg, timeout=20))
+    for rank, (_, e) in enumerate(got):
+        assert isinstance(e, ValueError), (rank, repr(e))
+        assert "every table must be gpu or hybrid" in str(e), (rank, str(e))
+        assert str(e).endswith("(or process_group=False for a store of this process alone)"), (rank, str(e))
+
+
+def _failing_all_gather(error):
+    """A ProcessGroupTransport.all_gather that fails as torch would, with `error`."""
+    def all_gather(self, nbytes):
+        return self._failure("allgather", error)
+    return all_gather
+
+
+@pytest.mark.parametrize("error, expected", [
+    (RuntimeError("Operation timed out!"), "Unavailable.*timed out after 4000 ms \\(the process group does not say"),
+    (RuntimeError("[gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 2500ms for recv operation to "
+                  "complete"), "timed out after 2500 ms"),
+    (RuntimeError("[gloo/transport/tcp/pair.cc:598] Connection closed by peer [127.0.0.1]:4242"),
+     "Unavailable.*a peer left the process group \\(its process exited or was killed\\): torch allgather: "
+     ".*Connection closed by peer"),
+    (RuntimeError("[gloo/transport/tcp/pair.cc:589] Read error [127.0.0.1]:4242: Connection reset by peer"),
+     "a peer left the process group"),
+    (ValueError("something else"), "Internal.*torch allgather on the gloo process group failed: ValueError: "
+                                   "something else"),
+])
+def test_transport_failures_become_runtime_errors(monkeypatch, error, expected):
+    from strata._process_group import ProcessGroupTransport
+    monkeypatch.setattr(ProcessGroupTransport, "all_gather", _failing_all_gather(error))
+    got = two_ranks(lambda rank, pg: strata.Store(tables_config("gpu"), process_group=pg, timeout=4))
+    for rank, (_, e) in enumerate(got):
+        assert isinstance(e, RuntimeError) and re.search(expected, str(e)), (rank, repr(e))
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_in_a_collective_is_raised_by_the_call(monkeypatch, interrupt):
+    from strata._process_group import ProcessGroupTransport
+    real = ProcessGroupTransport.all_gather
+
+    def all_gather(self, nbytes):
+        if getattr(self, "interrupt", False):
+            raise interrupt
+        return real(self, nbytes)
+
+    monkeypatch.setattr(ProcessGroupTransport, "all_gather", all_gather)
+    opened = threading.Barrier(2)
+
+    def run(rank, pg):
+        s = strata.Store(tables_config("gpu"), process_group=pg, timeout=20)
+        opened.wait(20)
+        ProcessGroupTransport.interrupt = True  # every rank's transport raises from now on
+        try:
+            s.set_learning_rate(0.5)
+        except BaseException as e:
+            first = e
+        else:
+            first = None
+        # The world is broken since (the ranks may be out of step): the next call says why.
+        try:
+            s.set_learning_rate(0.5)
+        except RuntimeError as e:
+            second = str(e)
+        else:
+            second = None
+        return first, second
+
+    try:
+        got = two_ranks(run)
+    finally:
+        ProcessGroupTransport.interrupt = False
+    for rank, (r, e) in enumerate(got):
+        assert e is None, (rank, repr(e))
+        assert isinstance(r[0], interrupt), (rank, r)
+        assert "interrupted" in (r[1] or ""), (rank, r)
+
+
+def test_a_world_store_left_open_at_exit_does_not_wait_for_its_peers(tmp_path):
+    """A store still open (a batch in flight) when the interpreter exits: its destruction's discard
+    is a collective, which the transport refuses once the interpreter finalizes, so the process
+    exits at once instead of waiting for its peers (rank 0 here waits until rank 1 has exited)."""
+    script = f"""
+import numpy as np, torch.distributed as dist, strata, sys
+sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+from test_world_api import tables_config, batch_of
+rank = int(sys.argv[1])
+dist.init_process_group("gloo", init_method="file://{tmp_path / 'fs'}", rank=rank, world_size=2)
+s = strata.Store(tables_config("hybrid", sharding=["row"]), process_group=dist.group.WORLD, timeout=60)
+s.submit(0, batch_of(np.random.default_rng(rank)))
+s.forward(0)
+keep = [s]  # alive until the interpreter finalizes
+print("open", flush=True)
+if rank == 0:
+    sys.stdin.read()  # until the parent saw rank 1 exit
+"""
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], env=dict(os.environ, OMP_NUM_THREADS="1"),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(2)]
+    try:
+        out1, err1 = procs[1].communicate(timeout=30)
+        out0, err0 = procs[0].communicate(input="", timeout=30)
+    finally:
+        for p in procs:
+            p.kill()
+    assert procs[1].returncode == 0 and out1.strip() == "open", (procs[1].returncode, out1, err1)
+    assert procs[0].returncode == 0 and out0.strip() == "open", (procs[0].returncode, out0, err0)
 
 
 # ---- EmbeddingBagCollection ----
