@@ -285,6 +285,42 @@ def equivalence(rank, world):
                  "resharding between worlds is not supported")
     assert state_dicts_equal(ebc.state_dict(), sd), "a refused load_state_dict changed the state"
     ebc.close()
+    if world == 3:
+        comm_subset(rank, world)
+
+
+# ---- the transport communicator by itself (strata._strata._WorldComm, test-only) ----
+def comm_subset(rank, world):
+    """A conformance subset over the process group: all_to_all_v with uneven and zero counts (the
+    own share included), all_gather, broadcast from each root, all_reduce, counters, and a size
+    mismatch that every rank reports."""
+    comm = strata._strata._WorldComm(dist.group.WORLD, TIMEOUT)
+    assert (comm.rank, comm.size) == (rank, world)
+    calls = comm.counters()["calls"]
+    send_counts = [(rank + q) % world for q in range(world)]  # rank r sends (r + q) % n bytes to q: zeros too
+    recv_counts = [(q + rank) % world for q in range(world)]
+    send = np.concatenate([np.full(c, 16 * rank + q, np.uint8) for q, c in enumerate(send_counts)])
+    recv = np.full(sum(recv_counts), 255, np.uint8)
+    comm.all_to_all_v(send, send_counts, np.cumsum([0] + send_counts[:-1]).tolist(), recv, recv_counts,
+                      np.cumsum([0] + recv_counts[:-1]).tolist())
+    want = np.concatenate([np.full(c, 16 * q + rank, np.uint8) for q, c in enumerate(recv_counts)])
+    assert np.array_equal(recv, want), (recv, want)
+    gathered = comm.all_gather(np.full(3, rank, np.uint8))
+    assert np.array_equal(gathered, np.repeat(np.arange(world, dtype=np.uint8), 3)), gathered
+    for root in range(world):
+        data = np.full(5, 10 + rank, np.uint8)
+        comm.broadcast(data, root)
+        assert np.array_equal(data, np.full(5, 10 + root, np.uint8)), (root, data)
+    x = np.array([rank + 0.25, -rank], np.float64)
+    comm.all_reduce(x, "sum")
+    assert x.tolist() == [sum(q + 0.25 for q in range(world)), -sum(range(world))], x
+    m = np.array([rank, -rank], np.int64)
+    comm.all_reduce(m, "max")
+    assert m.tolist() == [world - 1, 0], m
+    counters = comm.counters()
+    assert counters["calls"] > calls and counters["sent_bytes"] > 0 and counters["received_bytes"] > 0, counters
+    expect_error(ValueError, "all_gather sizes that differ",
+                 lambda: comm.all_gather(np.zeros(4 if rank == 1 else 3, np.uint8)), "ranks disagree", "rank 1: 4")
 
 
 # ---- faults (3 ranks) ----
