@@ -18,8 +18,21 @@ std::string hex(std::uintptr_t v) {
 // Memory of a store's device, (rows, cols) float32, C-contiguous.
 class PyDeviceArray {
  public:
-  PyDeviceArray(gpu::Device* device, gpu::DeviceBuffer buffer, std::int64_t rows, std::int64_t cols)
-      : device_(device), buffer_(std::move(buffer)), rows_(rows), cols_(cols) {}
+  PyDeviceArray(std::shared_ptr<gpu::Device> device, gpu::DeviceBuffer buffer, std::int64_t rows, std::int64_t cols)
+      : device_(std::move(device)), buffer_(std::move(buffer)), rows_(rows), cols_(cols) {}
+  PyDeviceArray(PyDeviceArray&&) = default;
+  PyDeviceArray& operator=(PyDeviceArray&&) = delete;
+  // The memory goes back to the device, then the device (and its store, when this was the last
+  // holder after Store.close()) goes, with the GIL released (as every store call).
+  ~PyDeviceArray() {
+    if (!device_) return;  // moved from
+    try {
+      py::gil_scoped_release nogil;
+      buffer_ = gpu::DeviceBuffer();
+      device_.reset();
+    } catch (...) {  // a destructor reports nothing
+    }
+  }
 
   std::uintptr_t ptr() const noexcept { return reinterpret_cast<std::uintptr_t>(buffer_.data()); }
   py::tuple shape() const { return py::make_tuple(rows_, cols_); }
@@ -84,13 +97,13 @@ class PyDeviceArray {
     throw_if_error(st);
   }
 
-  gpu::Device* device_;
+  std::shared_ptr<gpu::Device> device_;  // the store's (declared first: the buffer goes before it)
   gpu::DeviceBuffer buffer_;
   std::int64_t rows_, cols_;
 };
 
-void require_device(const gpu::Device* device, const char* what) {
-  if (!device)
+void require_device(const std::shared_ptr<gpu::Device>& device, const char* what) {
+  if (!device.get())
     throw std::runtime_error(std::string(what) +
                              ": this store has no device (its tables are all 'cpu'; a store has a device when it "
                              "has a gpu, cached, offload or hybrid table)");
@@ -131,14 +144,24 @@ Result<gpu::StreamView> resolve_stream(gpu::Device& device, const StreamArg& arg
   return holder.view();
 }
 
-py::object make_stream(gpu::Device* device) {
+PyStream::~PyStream() {
+  if (!device_) return;  // moved from
+  try {
+    py::gil_scoped_release nogil;
+    stream_ = gpu::Stream();
+    device_.reset();
+  } catch (...) {  // a destructor reports nothing
+  }
+}
+
+py::object make_stream(const std::shared_ptr<gpu::Device>& device) {
   require_device(device, "Store.stream()");
   Result<gpu::Stream> s = device->create_stream();
   throw_if_error(s.status());
-  return py::cast(PyStream(std::move(s).value()));
+  return py::cast(PyStream(device, std::move(s).value()));
 }
 
-py::object make_device_array(gpu::Device* device, std::int64_t rows, std::int64_t cols) {
+py::object make_device_array(const std::shared_ptr<gpu::Device>& device, std::int64_t rows, std::int64_t cols) {
   require_device(device, "Store.device_array()");
   if (rows < 0 || cols < 0)
     throw py::value_error("Store.device_array: shape (" + std::to_string(rows) + ", " + std::to_string(cols) +

@@ -8,6 +8,7 @@ world state_dict's keys, its round trip and a refusal on one rank that every ran
 The full multi-process suite is test_world.py."""
 
 import datetime
+import gc
 import os
 import re
 import subprocess
@@ -204,6 +205,24 @@ def test_two_thread_ranks_train(pg):
     got = two_ranks(train)
     assert [e for _, e in got] == [None, None], got
     assert [r for r, _ in got] == [({"rank": r, "size": 2, "kind": "torch", "backend": "gloo"}, 1) for r in (0, 1)]
+
+
+def test_a_world_store_closed_while_a_device_array_and_stream_live():
+    """close() of a world's store discards its batches in flight (a collective) and lets go of the
+    store; a DeviceArray and a Stream it made keep the device until they go, without a collective."""
+    def run(rank, pg):
+        s = strata.Store(smoke_config("gpu"), process_group=pg, timeout=20)
+        a, st = s.device_array((8, 8)), s.stream()
+        s.submit(0, batch_of(np.random.default_rng(rank)))
+        s.close()
+        a.copy_from(np.full((8, 8), rank, np.float32), stream=st)
+        total = float(a.to_numpy(stream=st).sum())
+        del a, st
+        gc.collect()
+        return total
+
+    got = two_ranks(run)
+    assert got == [(0.0, None), (64.0, None)], got
 
 
 def test_world_comm_collectives_on_two_thread_ranks():
