@@ -863,8 +863,10 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
            "process group'. Destroy a world's store with close(): its destruction discards batches in flight, a "
            "collective.")
       .def("close", &PyStore::close,
-           "Destroys the store now (in a world a collective: every rank calls it; batches in flight are "
-           "discarded). Later calls raise 'store is closed'; a second close() does nothing.")
+           "Discards the batches in flight (in a world a collective: every rank calls it) and destroys the store, "
+           "or, while a DeviceArray or Stream it made is alive, leaves its device and memory to them until the last "
+           "goes (usable meanwhile; no collective then). Later calls raise 'store is closed'; a second close() does "
+           "nothing.")
       .def_property_readonly("world", &PyStore::world,
                              "None for a store of this process alone, else {'rank', 'size', 'kind': 'torch', "
                              "'backend': 'gloo' | 'nccl' | ...}.")
