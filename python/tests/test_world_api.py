@@ -459,6 +459,51 @@ def smoke_steps(ranks):
     return steps
 
 
+@pytest.mark.parametrize("change", ["learning_rate", "step", "step_missing", "learning_rate_missing"])
+def test_a_world_load_whose_ranks_disagree_on_a_rate_or_the_step_writes_nothing(change):
+    """The learning rates and the step are the world's: a state_dict whose rate or step on rank 1
+    differs from rank 0's (or is missing on one rank only, strict=False) is refused on both ranks,
+    naming rank 1 and the key, before any rank writes its shards."""
+    def run(rank, pg):
+        m = st.EmbeddingBagCollection(smoke_config("gpu"), process_group=pg, timeout=20)
+        rng = np.random.default_rng(rank)
+
+        def step():
+            o = m(_tensors(batch_of(rng)))
+            sum(o[n].sum() for n in o.keys()).backward()
+        step()
+        sd = {k: v.clone() for k, v in m.state_dict().items()}
+        step()
+        before = {k: v.clone() for k, v in m.state_dict().items()}
+        if rank == 1:
+            if change == "learning_rate":
+                sd["tables.user.learning_rate"] = torch.tensor(0.05)
+            elif change == "step":
+                sd["step"] = torch.tensor(7, dtype=torch.int64)
+            elif change == "step_missing":
+                del sd["step"]
+            else:
+                del sd["tables.item.learning_rate"]
+        try:
+            m.load_state_dict(sd, strict=False)
+            err = None
+        except RuntimeError as e:
+            err = str(e)
+        after = m.state_dict()
+        unchanged = [k for k in before if torch.equal(before[k], after[k])]
+        m.close()
+        return err, sorted(unchanged) == sorted(before)
+
+    key = {"learning_rate": "tables.user.learning_rate", "step": "step", "step_missing": "step",
+           "learning_rate_missing": "tables.item.learning_rate"}[change]
+    got = two_ranks(run)
+    for rank, (res, e) in enumerate(got):
+        assert e is None, got
+        err, unchanged = res
+        assert err is not None and f"'{key}'" in err and "rank 1" in err, (rank, err)
+        assert unchanged, (rank, err)
+
+
 def _concat(batches):
     return {n: {k: np.concatenate([b[n][k] for b in batches]) for k in ("keys", "lengths")} for n in batches[0]}
 
