@@ -11,6 +11,7 @@ import datetime
 import gc
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -363,6 +364,45 @@ if rank == 0:
             p.kill()
     assert procs[1].returncode == 0 and out1.strip() == "open", (procs[1].returncode, out1, err1)
     assert procs[0].returncode == 0 and out0.strip() == "open", (procs[0].returncode, out0, err0)
+
+
+def test_ctrl_c_interrupts_a_collective_waiting_for_a_peer(tmp_path):
+    """Ctrl-C (SIGINT) while a collective waits for a peer that does not arrive: KeyboardInterrupt
+    from the call at once, not after the timeout (the transport polls the operation)."""
+    script = f"""
+import os, sys, time, torch.distributed as dist, strata
+sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+from test_world_api import tables_config
+rank = int(sys.argv[1])
+dist.init_process_group("gloo", init_method="file://{tmp_path / 'fs'}", rank=rank, world_size=2)
+s = strata.Store(tables_config("gpu"), process_group=dist.group.WORLD, timeout=60)
+print("open", flush=True)
+if rank == 1:
+    sys.stdin.read()  # alive, never arrives
+    os._exit(0)
+t0 = time.monotonic()
+try:
+    s.set_learning_rate(0.5)
+except BaseException as e:
+    print(f"{{type(e).__name__}} after {{time.monotonic() - t0:.1f}} s", flush=True)
+os._exit(0)
+"""
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], env=dict(os.environ, OMP_NUM_THREADS="1"),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(2)]
+    try:
+        for p in procs:
+            assert p.stdout.readline().strip() == "open"
+        time.sleep(1)
+        sent = time.monotonic()
+        procs[0].send_signal(signal.SIGINT)
+        line = procs[0].stdout.readline().strip()
+        waited = time.monotonic() - sent
+    finally:
+        for p in procs:
+            p.kill()
+            p.communicate()
+    assert line.startswith("KeyboardInterrupt after") and waited < 10, (line, waited)
 
 
 # ---- EmbeddingBagCollection ----
