@@ -858,10 +858,10 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
            "same calls in the same order (submit, forward, backward, discard, read_rows, set_learning_rate, close "
            "are collectives), each rank with its own batches; each row's update is the sum of every rank's "
            "gradients. Anything else is a TypeError. timeout: how long a collective waits for the other ranks "
-           "(seconds, or a datetime.timedelta; None: torch.distributed's default_pg_timeout); a peer that does not "
-           "arrive fails the call with RuntimeError 'timed out after N ms', one that left with 'a peer left the "
-           "process group'. Destroy a world's store with close(): its destruction discards batches in flight, a "
-           "collective.")
+           "(seconds, or a datetime.timedelta, from 1 ms to 365 days; None: torch.distributed's "
+           "default_pg_timeout); a peer that does not arrive fails the call with RuntimeError 'timed out after N "
+           "ms', one that left with 'a peer left the process group' (Ctrl-C interrupts the wait). Close a world's "
+           "store with close(): it discards the batches in flight, a collective.")
       .def("close", &PyStore::close,
            "Discards the batches in flight (in a world a collective: every rank calls it) and destroys the store, "
            "or, while a DeviceArray or Stream it made is alive, leaves its device and memory to them until the last "

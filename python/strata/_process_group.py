@@ -47,22 +47,32 @@ _PEER_LEFT = re.compile(r"connection (closed|reset) by peer|broken pipe|connecti
 _MS = re.compile(r"(\d+)\s*ms")
 
 
+_MIN_TIMEOUT = datetime.timedelta(milliseconds=1)
+_MAX_TIMEOUT = datetime.timedelta(days=365)
+
+
 def timeout_of(timeout):
-    """``timeout`` (None: torch.distributed's default_pg_timeout; seconds as an int or float > 0;
-    or a datetime.timedelta > 0) as a timedelta; TypeError or ValueError naming it otherwise."""
+    """``timeout`` (None: torch.distributed's default_pg_timeout; seconds as an int or float, or a
+    datetime.timedelta, from 1 ms to 365 days) as a timedelta; TypeError or ValueError naming it
+    otherwise (under 1 ms torch would read as no timeout at all)."""
     if timeout is None:
         import torch.distributed as dist
         return dist.default_pg_timeout
+    expected = (f"expected seconds from {_MIN_TIMEOUT.total_seconds():g} to {_MAX_TIMEOUT.total_seconds():.0f} "
+                "(365 days), or a datetime.timedelta in that range")
     if isinstance(timeout, datetime.timedelta):
-        if timeout <= datetime.timedelta(0):
-            raise ValueError(f"timeout {timeout!r} (expected a positive duration)")
+        if not _MIN_TIMEOUT <= timeout <= _MAX_TIMEOUT:
+            raise ValueError(f"timeout {timeout!r} ({expected})")
         return timeout
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
         raise TypeError(f"timeout is a {type(timeout).__name__} (expected None, seconds as an int or float, or a "
                         "datetime.timedelta)")
-    seconds = float(timeout)
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ValueError(f"timeout {timeout!r} (expected a finite number of seconds > 0, or a datetime.timedelta)")
+    try:
+        seconds = float(timeout)
+    except OverflowError:  # an int no double holds
+        seconds = math.inf
+    if not _MIN_TIMEOUT.total_seconds() <= seconds <= _MAX_TIMEOUT.total_seconds():  # NaN included
+        raise ValueError(f"timeout {timeout!r} ({expected})")
     return datetime.timedelta(seconds=seconds)
 
 

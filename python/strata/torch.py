@@ -246,7 +246,8 @@ class EmbeddingBagCollection(nn.Module):
     always a store of this process alone; a ``torch.distributed.ProcessGroup`` makes this module one
     rank of a world over it (the module's doc, "A world over torch.distributed": each row's update
     is the sum of all ranks' gradients). ``timeout``: how long a collective waits for the other
-    ranks (seconds or a datetime.timedelta; None: torch.distributed's default_pg_timeout).
+    ranks (seconds or a datetime.timedelta, from 1 ms to 365 days; None: torch.distributed's
+    default_pg_timeout).
     In a world of more than one rank, ``state_dict()`` holds this rank's shards (see
     ``state_dict``)."""
 

@@ -88,10 +88,15 @@ def test_bad_timeouts_are_refused(pg):
     for bad in (0, -1, float("nan"), float("inf"), datetime.timedelta(0), datetime.timedelta(seconds=-1)):
         with pytest.raises(ValueError, match="timeout"):
             strata.Store(c, process_group=pg, timeout=bad)
+    # Under 1 ms (torch would read it as no timeout) or beyond a year (1e300: OverflowError before).
+    for bad in (0.0004, datetime.timedelta(microseconds=999), 1e300, 10 ** 400, 366 * 86400,
+                datetime.timedelta(days=366)):
+        with pytest.raises(ValueError, match="timeout .* \\(expected .*from 0.001 to 31536000"):
+            strata.Store(c, process_group=pg, timeout=bad)
     with pytest.raises(ValueError, match="without a process_group"):
         strata.Store(c, timeout=5)
-    # Accepted: seconds (int or float) and timedelta.
-    for good in (5, 2.5, datetime.timedelta(seconds=3)):
+    # Accepted: seconds (int or float) and timedelta, from 1 ms to 365 days.
+    for good in (5, 2.5, datetime.timedelta(seconds=3), 0.001, 365 * 86400, datetime.timedelta(days=365)):
         strata.Store(c, process_group=pg, timeout=good).close()
 
 
