@@ -733,6 +733,8 @@ class PyWorldComm {
     const py::array in = bytes_of(send, "send", false), out = bytes_of(recv, "recv", true);
     const std::vector<std::int64_t> sc = counts(send_counts, "send_counts"), sd = counts(send_displs, "send_displs"),
                                     rc = counts(recv_counts, "recv_counts"), rd = counts(recv_displs, "recv_displs");
+    within(in, "send", sc, sd);
+    within(out, "recv", rc, rd);
     const void* sp = in.data();
     void* rp = out.request().ptr;
     run([&] { return comm_->all_to_all_v(sp, sc.data(), sd.data(), rp, rc.data(), rd.data()); });
@@ -819,6 +821,21 @@ class PyWorldComm {
       throw py::value_error(what + " has " + std::to_string(v.size()) + " entries (expected " +
                             std::to_string(comm_->size()) + ", one per rank)");
     return v;
+  }
+  // Every rank's bytes [displs[r], displs[r] + counts[r]) of `a` (named `what`) lie inside it.
+  static void within(const py::array& a, const std::string& what, const std::vector<std::int64_t>& counts,
+                     const std::vector<std::int64_t>& displs) {
+    const auto bytes = static_cast<std::int64_t>(a.nbytes());
+    for (std::size_t r = 0; r < counts.size(); ++r) {
+      const std::string at = "[" + std::to_string(r) + "]";
+      for (const auto& [name, v] : {std::pair<const char*, std::int64_t>{"_counts", counts[r]}, {"_displs", displs[r]}})
+        if (v < 0) throw py::value_error(what + name + at + " = " + std::to_string(v) + " (expected >= 0)");
+      if (counts[r] > bytes - displs[r])
+        throw py::value_error(what + "_displs" + at + " + " + what + "_counts" + at + " = " +
+                              std::to_string(displs[r] + counts[r]) + " (expected at most " + what + "'s " +
+                              std::to_string(bytes) + " bytes: rank " + std::to_string(r) + "'s bytes lie in " + what +
+                              ")");
+    }
   }
   template <typename F>
   void run(F&& f) {

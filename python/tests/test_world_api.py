@@ -263,6 +263,23 @@ def test_world_comm_collectives_on_two_thread_ranks():
         assert counters["calls"] == 5 and counters["sent_bytes"] > 0 and counters["received_bytes"] > 0
 
 
+def test_world_comm_all_to_all_v_checks_counts_against_the_arrays(pg):
+    """_WorldComm.all_to_all_v refuses counts or displacements outside its arrays, or negative, naming
+    the argument and the rank, before any byte moves (it read and wrote past them before)."""
+    c = strata._strata._WorldComm(pg, 20)
+    send, recv = np.arange(4, dtype=np.uint8), np.zeros(4, np.uint8)
+    for args, match in [(([2], [3], [2], [0]), r"send_displs\[0\] \+ send_counts\[0\] = 5 .*send's 4 bytes"),
+                        (([2], [0], [2], [1 << 22]), r"recv_displs\[0\] \+ recv_counts\[0\] = 4194306 .*recv's 4"),
+                        (([-1], [0], [2], [0]), r"send_counts\[0\] = -1 \(expected >= 0\)"),
+                        (([2], [0], [2], [-2]), r"recv_displs\[0\] = -2 \(expected >= 0\)")]:
+        sc, sd, rc, rd = args
+        with pytest.raises(ValueError, match=match):
+            c.all_to_all_v(send, sc, sd, recv, rc, rd)
+    assert recv.tolist() == [0, 0, 0, 0]
+    c.all_to_all_v(send, [4], [0], recv, [4], [0])  # a world of one: its own bytes
+    assert recv.tolist() == [0, 1, 2, 3]
+
+
 def test_a_module_of_cpu_tables_in_a_world_names_process_group_false():
     got = two_ranks(lambda rank, pg: st.EmbeddingBagCollection(tables_config("cpu"), process_group=pg, timeout=20))
     for rank, (_, e) in enumerate(got):
