@@ -247,13 +247,19 @@ class EmbeddingBagCollection(nn.Module):
     rank of a world over it (the module's doc, "A world over torch.distributed": each row's update
     is the sum of all ranks' gradients). ``timeout``: how long a collective waits for the other
     ranks (seconds or a datetime.timedelta, from 1 ms to 365 days; None: torch.distributed's
-    default_pg_timeout).
+    default_pg_timeout); with process_group=None and torch.distributed not initialized it is
+    checked and ignored (the same script may run in a world or alone; process_group=False with a
+    timeout is a ValueError).
     In a world of more than one rank, ``state_dict()`` holds this rank's shards (see
     ``state_dict``)."""
 
     def __init__(self, config, device="cpu", process_group=None, timeout=None):
         super().__init__()
         self.device = _check_device(device)
+        if process_group is None and timeout is not None and _default_process_group(None) is None:
+            from strata._process_group import timeout_of
+            timeout_of(timeout)  # checked, then ignored: no group is in effect
+            timeout = None
         process_group = _default_process_group(process_group)
         try:
             self.store = strata.Store(_store_config(config, self.device), process_group=process_group,

@@ -470,6 +470,17 @@ def test_module_process_group_false_and_explicit(pg):
         st.EmbeddingBagCollection(c, process_group=False, timeout=3)
 
 
+def test_module_default_group_without_torch_distributed_ignores_its_timeout(monkeypatch):
+    """process_group=None with torch.distributed not initialized is a store of this process alone: a
+    timeout (for the worlds the same script may run in) is checked, then ignored."""
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    m = st.EmbeddingBagCollection(tables_config("gpu"), timeout=60)
+    assert m.store.world is None and (m.rank, m.world_size) == (0, 1)
+    m.close()
+    with pytest.raises(ValueError, match="timeout 0"):
+        st.EmbeddingBagCollection(tables_config("gpu"), timeout=0)
+
+
 def test_forward_failure_is_not_hidden_by_its_discard(pg, monkeypatch):
     """In a world the discard after a failed lookup is a collective that may fail too (a peer
     left): the lookup's error is raised, the discard's noted on it."""
