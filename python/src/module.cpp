@@ -182,6 +182,7 @@ class PyStore {
     } else {
       ProcessGroupWorld w = make_process_group_world(process_group, timeout, interrupt_);
       world_ = w.info;
+      transport_ = w.transport_object;
       Result<std::unique_ptr<dispatch::Communicator>> comm =
           dispatch::make_transport_communicator(std::move(w.transport));
       throw_if_error(comm.status());
@@ -210,6 +211,10 @@ class PyStore {
   }
 
   py::object world() const { return world_.is_none() ? py::object(py::none()) : py::object(py::dict(world_)); }
+
+  // Store._world_broken: None, or why the world's transport broke (its first failure: a timeout, a
+  // peer that left, an error, an interrupt); from then on every collective of the store fails.
+  py::object world_broken() const { return transport_.is_none() ? py::object(py::none()) : transport_.attr("broken"); }
 
   py::dict shard_info(py::handle table_obj) {
     const int t = table_of(table_obj);
@@ -702,7 +707,8 @@ class PyStore {
   gpu::Event producer_event_;     // orders a call's stream after a producer's (order_after; under mu_)
   std::unordered_map<std::int64_t, std::vector<Shape>> shapes_;           // outputs of each batch in flight (under mu_)
   std::shared_ptr<Interrupt> interrupt_ = std::make_shared<Interrupt>();  // of the world's transport (GIL held)
-  py::object world_ = py::none();  // Store.world: None, or {"rank", "size", "kind", "backend"}
+  py::object world_ = py::none();      // Store.world: None, or {"rank", "size", "kind", "backend"}
+  py::object transport_ = py::none();  // the world's ProcessGroupTransport (its `broken`), or None
 };
 
 // strata._strata._WorldComm(pg, timeout=None), test-only: the transport communicator of a world over
@@ -887,6 +893,9 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
       .def_property_readonly("world", &PyStore::world,
                              "None for a store of this process alone, else {'rank', 'size', 'kind': 'torch', "
                              "'backend': 'gloo' | 'nccl' | ...}.")
+      .def_property_readonly("_world_broken", &PyStore::world_broken,
+                             "Internal: None, or the first failure of the world's transport (every collective of "
+                             "the store fails since).")
       .def("shard_info", &PyStore::shard_info, py::arg("table"),
            "What this rank holds of a table (by name or index; Store::shard_info): {'type': 'replicated' | "
            "'table' | 'row' | 'column', 'world', 'rank', 'rows', 'dim' (the whole table's), 'local_rows', "

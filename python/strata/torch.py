@@ -621,10 +621,15 @@ class EmbeddingBagCollection(nn.Module):
         """A world's load, before any rank writes (one all-gather of every rank's verdict, step and
         rates): the writes are followed by collectives (set_learning_rate, set_step) that a rank
         which refused would never join, and that would refuse a step or rate differing between
-        ranks after every rank wrote its shards. Notes in ``problems`` the other ranks' refusals,
+        ranks after every rank wrote its shards. Notes in ``problems`` a world broken by an earlier
+        failure of its transport (this rank's: a store collective would fail), the other ranks' refusals,
         else the first step or rate that differs from rank 0's (absent counts as a value), so that
         every rank refuses with nothing written."""
         from strata._process_group import agree_values
+        broken = self.store._world_broken
+        if broken:
+            problems.append(f"the world is broken since a collective failed ({broken}): nothing was loaded (every "
+                            "collective of this store fails; open a new world)")
         mine = [len(problems), -1 if step is None else step]
         for _, _, _, rate in plan:
             mine += [0, 0] if rate is None else [1, int(np.float32(rate).view(np.int32))]

@@ -577,6 +577,46 @@ def test_a_world_load_whose_ranks_disagree_on_a_rate_or_the_step_writes_nothing(
         assert unchanged, (rank, err)
 
 
+def test_a_world_load_after_its_world_broke_writes_nothing(monkeypatch):
+    """A collective of the store failed (the transport's all_gather: a timeout, on every rank): the
+    world is broken, so load_state_dict refuses on every rank before writing a shard (write_shard
+    is local and would succeed; set_learning_rate would then fail)."""
+    from strata._process_group import ProcessGroupTransport
+    real = ProcessGroupTransport.all_gather
+    failing = _failing_all_gather(RuntimeError("Operation timed out!"))
+    monkeypatch.setattr(ProcessGroupTransport, "all_gather",
+                        lambda self, n: failing(self, n) if getattr(self, "fail", False) else real(self, n))
+    ready = threading.Barrier(2)
+
+    def run(rank, pg):
+        m = st.EmbeddingBagCollection(smoke_config("gpu"), process_group=pg, timeout=20)
+        rng = np.random.default_rng(rank)
+        sd = {k: v.clone() for k, v in m.state_dict().items()}
+        o = m(_tensors(batch_of(rng)))
+        sum(o[n].sum() for n in o.keys()).backward()
+        before = {k: v.clone() for k, v in m.state_dict().items()}
+        ready.wait(20)
+        ProcessGroupTransport.fail = True
+        with pytest.raises(RuntimeError, match="timed out"):
+            m.set_learning_rate(0.5)
+        ready.wait(20)
+        ProcessGroupTransport.fail = False
+        with pytest.raises(RuntimeError) as e:
+            m.load_state_dict(sd)
+        weights, _ = m.store.read_shard("user", 0, 1)  # local: no collective
+        return str(e.value), torch.equal(torch.from_numpy(weights), before["tables.user.weight"][:1])
+
+    try:
+        got = two_ranks(run)
+    finally:
+        ProcessGroupTransport.fail = False
+    for rank, (res, e) in enumerate(got):
+        assert e is None, (rank, repr(e))
+        err, unchanged = res
+        assert "broken" in err and "timed out" in err and "nothing was loaded" in err, (rank, err)
+        assert unchanged, (rank, err)
+
+
 def _concat(batches):
     return {n: {k: np.concatenate([b[n][k] for b in batches]) for k in ("keys", "lengths")} for n in batches[0]}
 
