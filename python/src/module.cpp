@@ -602,7 +602,7 @@ class PyStore {
   std::shared_ptr<gpu::Device> device() {
     std::shared_ptr<Store> s = live();
     gpu::Device* d = s->device();
-    return std::shared_ptr<gpu::Device>(std::move(s), d);
+    return std::shared_ptr<gpu::Device>(s, d);
   }
 
   // A value read from the store (GIL released, under the mutex).
