@@ -15,6 +15,20 @@ std::string hex(std::uintptr_t v) {
   return buf;
 }
 
+// A destructor's release of `object` (a buffer or stream of `device`), then of `device` (and its
+// store, when this was the last holder after Store.close()), with the GIL released as by every
+// store call; nothing for an object moved from.
+template <typename T>
+void release_device(std::shared_ptr<gpu::Device>& device, T& object) noexcept {
+  if (!device) return;
+  try {
+    py::gil_scoped_release nogil;
+    object = T();
+    device.reset();
+  } catch (...) {  // a destructor reports nothing
+  }
+}
+
 // Memory of a store's device, (rows, cols) float32, C-contiguous.
 class PyDeviceArray {
  public:
@@ -22,17 +36,7 @@ class PyDeviceArray {
       : device_(std::move(device)), buffer_(std::move(buffer)), rows_(rows), cols_(cols) {}
   PyDeviceArray(PyDeviceArray&&) = default;
   PyDeviceArray& operator=(PyDeviceArray&&) = delete;
-  // The memory goes back to the device, then the device (and its store, when this was the last
-  // holder after Store.close()) goes, with the GIL released (as every store call).
-  ~PyDeviceArray() {
-    if (!device_) return;  // moved from
-    try {
-      py::gil_scoped_release nogil;
-      buffer_ = gpu::DeviceBuffer();
-      device_.reset();
-    } catch (...) {  // a destructor reports nothing
-    }
-  }
+  ~PyDeviceArray() { release_device(device_, buffer_); }
 
   std::uintptr_t ptr() const noexcept { return reinterpret_cast<std::uintptr_t>(buffer_.data()); }
   py::tuple shape() const { return py::make_tuple(rows_, cols_); }
@@ -144,15 +148,7 @@ Result<gpu::StreamView> resolve_stream(gpu::Device& device, const StreamArg& arg
   return holder.view();
 }
 
-PyStream::~PyStream() {
-  if (!device_) return;  // moved from
-  try {
-    py::gil_scoped_release nogil;
-    stream_ = gpu::Stream();
-    device_.reset();
-  } catch (...) {  // a destructor reports nothing
-  }
-}
+PyStream::~PyStream() { release_device(device_, stream_); }
 
 py::object make_stream(const std::shared_ptr<gpu::Device>& device) {
   require_device(device, "Store.stream()");

@@ -585,7 +585,8 @@ def test_a_world_load_after_its_world_broke_writes_nothing(monkeypatch):
     real = ProcessGroupTransport.all_gather
     failing = _failing_all_gather(RuntimeError("Operation timed out!"))
     monkeypatch.setattr(ProcessGroupTransport, "all_gather",
-                        lambda self, n: failing(self, n) if getattr(self, "fail", False) else real(self, n))
+                        lambda self, n: failing(self, n) if self.fail else real(self, n))
+    monkeypatch.setattr(ProcessGroupTransport, "fail", False, raising=False)
     ready = threading.Barrier(2)
 
     def run(rank, pg):
@@ -606,11 +607,7 @@ def test_a_world_load_after_its_world_broke_writes_nothing(monkeypatch):
         weights, _ = m.store.read_shard("user", 0, 1)  # local: no collective
         return str(e.value), torch.equal(torch.from_numpy(weights), before["tables.user.weight"][:1])
 
-    try:
-        got = two_ranks(run)
-    finally:
-        ProcessGroupTransport.fail = False
-    for rank, (res, e) in enumerate(got):
+    for rank, (res, e) in enumerate(two_ranks(run)):
         assert e is None, (rank, repr(e))
         err, unchanged = res
         assert "broken" in err and "timed out" in err and "nothing was loaded" in err, (rank, err)
