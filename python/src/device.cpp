@@ -15,11 +15,28 @@ std::string hex(std::uintptr_t v) {
   return buf;
 }
 
+// A destructor's release of `object` (a buffer or stream of `device`), then of `device` (and its
+// store, when this was the last holder after Store.close()), with the GIL released as by every
+// store call; nothing for an object moved from.
+template <typename T>
+void release_device(std::shared_ptr<gpu::Device>& device, T& object) noexcept {
+  if (!device) return;
+  try {
+    py::gil_scoped_release nogil;
+    object = T();
+    device.reset();
+  } catch (...) {  // a destructor reports nothing
+  }
+}
+
 // Memory of a store's device, (rows, cols) float32, C-contiguous.
 class PyDeviceArray {
  public:
-  PyDeviceArray(gpu::Device* device, gpu::DeviceBuffer buffer, std::int64_t rows, std::int64_t cols)
-      : device_(device), buffer_(std::move(buffer)), rows_(rows), cols_(cols) {}
+  PyDeviceArray(std::shared_ptr<gpu::Device> device, gpu::DeviceBuffer buffer, std::int64_t rows, std::int64_t cols)
+      : device_(std::move(device)), buffer_(std::move(buffer)), rows_(rows), cols_(cols) {}
+  PyDeviceArray(PyDeviceArray&&) = default;
+  PyDeviceArray& operator=(PyDeviceArray&&) = delete;
+  ~PyDeviceArray() { release_device(device_, buffer_); }
 
   std::uintptr_t ptr() const noexcept { return reinterpret_cast<std::uintptr_t>(buffer_.data()); }
   py::tuple shape() const { return py::make_tuple(rows_, cols_); }
@@ -84,13 +101,13 @@ class PyDeviceArray {
     throw_if_error(st);
   }
 
-  gpu::Device* device_;
+  std::shared_ptr<gpu::Device> device_;  // the store's (declared first: the buffer goes before it)
   gpu::DeviceBuffer buffer_;
   std::int64_t rows_, cols_;
 };
 
-void require_device(const gpu::Device* device, const char* what) {
-  if (!device)
+void require_device(const std::shared_ptr<gpu::Device>& device, const char* what) {
+  if (!device.get())
     throw std::runtime_error(std::string(what) +
                              ": this store has no device (its tables are all 'cpu'; a store has a device when it "
                              "has a gpu, cached, offload or hybrid table)");
@@ -131,14 +148,16 @@ Result<gpu::StreamView> resolve_stream(gpu::Device& device, const StreamArg& arg
   return holder.view();
 }
 
-py::object make_stream(gpu::Device* device) {
+PyStream::~PyStream() { release_device(device_, stream_); }
+
+py::object make_stream(const std::shared_ptr<gpu::Device>& device) {
   require_device(device, "Store.stream()");
   Result<gpu::Stream> s = device->create_stream();
   throw_if_error(s.status());
-  return py::cast(PyStream(std::move(s).value()));
+  return py::cast(PyStream(device, std::move(s).value()));
 }
 
-py::object make_device_array(gpu::Device* device, std::int64_t rows, std::int64_t cols) {
+py::object make_device_array(const std::shared_ptr<gpu::Device>& device, std::int64_t rows, std::int64_t cols) {
   require_device(device, "Store.device_array()");
   if (rows < 0 || cols < 0)
     throw py::value_error("Store.device_array: shape (" + std::to_string(rows) + ", " + std::to_string(cols) +

@@ -108,12 +108,12 @@ class PyStore {
  public:
   explicit PyStore(std::unique_ptr<Store> store) : store_(std::move(store)) {}
 
-  // Destroying a store of a world discards its batches in flight, collectives whose transport takes
+  // Closing a store of a world discards its batches in flight, collectives whose transport takes
   // the GIL: it is released first (as by every call; close() too).
   ~PyStore() {
     try {
       py::gil_scoped_release nogil;
-      destroy();
+      release();
     } catch (...) {  // a destructor reports nothing (the store's own destruction throws nothing)
     }
   }
@@ -157,7 +157,7 @@ class PyStore {
   }
 
   std::string repr() {
-    if (!store_) return "strata.Store(closed)";
+    if (!held()) return "strata.Store(closed)";
     std::string text;
     call([&](Store& s) {
       text = "strata.Store(step=" + std::to_string(s.step()) + ", tables=[";
@@ -182,6 +182,7 @@ class PyStore {
     } else {
       ProcessGroupWorld w = make_process_group_world(process_group, timeout, interrupt_);
       world_ = w.info;
+      transport_ = w.transport_object;
       Result<std::unique_ptr<dispatch::Communicator>> comm =
           dispatch::make_transport_communicator(std::move(w.transport));
       throw_if_error(comm.status());
@@ -197,17 +198,23 @@ class PyStore {
     store_ = std::move(s).value();
   }
 
-  // Store.close(): destroys the store now (in a world a collective: it discards the batches in
-  // flight); later calls raise "store is closed". Closing a closed store does nothing.
+  // Store.close(): discards the batches in flight (in a world a collective) and lets go of the
+  // store, destroyed now unless a DeviceArray or Stream it made still holds it (then when the last
+  // of them goes: nothing in flight, no collective); later calls raise "store is closed". Closing a
+  // closed store does nothing.
   void close() {
     {
       py::gil_scoped_release nogil;
-      destroy();
+      release();
     }
     interrupt_->raise_if_any();
   }
 
   py::object world() const { return world_.is_none() ? py::object(py::none()) : py::object(py::dict(world_)); }
+
+  // Store._world_broken: None, or why the world's transport broke (its first failure: a timeout, a
+  // peer that left, an error, an interrupt); from then on every collective of the store fails.
+  py::object world_broken() const { return transport_.is_none() ? py::object(py::none()) : transport_.attr("broken"); }
 
   py::dict shard_info(py::handle table_obj) {
     const int t = table_of(table_obj);
@@ -262,7 +269,7 @@ class PyStore {
     const std::int64_t row0 = to_int(row0_obj, "local_row0");
     const ShardInfo info = shard_of(t);
     const std::int64_t sd = shard_state_dim(t, info);
-    const std::string what = "table '" + live().config().tables[static_cast<std::size_t>(t)].spec.name + "'";
+    const std::string what = "table '" + live()->config().tables[static_cast<std::size_t>(t)].spec.name + "'";
     auto w = to_float_matrix(weights, what + ": weights");
     const std::int64_t n = w.shape(0);
     check_shape(w, n, info.local_dim, what + ": weights");
@@ -279,10 +286,11 @@ class PyStore {
     const std::int64_t id = to_int(batch_id, "batch_id");
     KeyBatch batch = to_key_batch(features);
     std::vector<Shape> shapes;
+    const std::shared_ptr<Store> store = live();
     for (const auto& f : batch.features) {
-      auto t = live().table_index(f.table);
+      auto t = store->table_index(f.table);
       if (!t) break;  // submit names it
-      const TableSpec& spec = live().config().tables[static_cast<std::size_t>(t.value())].spec;
+      const TableSpec& spec = store->config().tables[static_cast<std::size_t>(t.value())].spec;
       shapes.push_back({output_rows(f, spec.pooling), spec.dim});
     }
     call([&](Store& s) {
@@ -360,8 +368,11 @@ class PyStore {
       }
     }
     call_on("backward", id, on, producers, [&](Store& s, gpu::StreamView v) {
+      const std::int64_t before = s.in_flight();
       Status st = on.given ? s.backward(id, views, v) : s.backward(id, views);
-      if (st.is_ok()) shapes_.erase(id);
+      // Retired when applied, and when a failed device failed it (shapes_ holds what is in flight:
+      // release() discards exactly those).
+      if (st.is_ok() || s.in_flight() < before) shapes_.erase(id);
       return st;
     });
   }
@@ -381,7 +392,8 @@ class PyStore {
     const std::int64_t row0 = to_int(row0_obj, "row0");
     const std::int64_t n_given = n_obj.is_none() ? 0 : to_int(n_obj, "n");
     const int t = index(table);
-    const TableSpec& spec = live().config().tables[static_cast<std::size_t>(t)].spec;
+    const std::shared_ptr<Store> store = live();
+    const TableSpec& spec = store->config().tables[static_cast<std::size_t>(t)].spec;
     const std::int32_t sd = optimizer_state_dim(spec.optimizer.kind, spec.dim);
     const std::int64_t n = n_obj.is_none() ? spec.rows - row0 : n_given;
     if (row0 < 0 || n < 0 || row0 > spec.rows || n > spec.rows - row0)
@@ -402,7 +414,8 @@ class PyStore {
     const std::string table = to_name(table_obj, "table");
     const std::int64_t row0 = to_int(row0_obj, "row0");
     const int t = index(table);
-    const TableSpec& spec = live().config().tables[static_cast<std::size_t>(t)].spec;
+    const std::shared_ptr<Store> store = live();
+    const TableSpec& spec = store->config().tables[static_cast<std::size_t>(t)].spec;
     const std::int32_t sd = optimizer_state_dim(spec.optimizer.kind, spec.dim);
     auto w = to_float_matrix(weights, "table '" + table + "': weights");
     const std::int64_t n = w.shape(0);
@@ -585,12 +598,17 @@ class PyStore {
     return Status::ok();
   }
 
-  gpu::Device* device() { return live().device(); }
+  // The store's device (null: none), as a pointer that holds the store (Store.stream(), device_array()).
+  std::shared_ptr<gpu::Device> device() {
+    std::shared_ptr<Store> s = live();
+    gpu::Device* d = s->device();
+    return std::shared_ptr<gpu::Device>(s, d);
+  }
 
   // A value read from the store (GIL released, under the mutex).
   template <typename F>
   auto read(F&& f) {
-    decltype(f(live())) v{};
+    decltype(f(std::declval<Store&>())) v{};
     call([&](Store& s) {
       v = f(s);
       return Status::ok();
@@ -599,16 +617,19 @@ class PyStore {
   }
 
   int index(const std::string& table) {
-    Result<int> t = live().table_index(table);
+    Result<int> t = live()->table_index(table);
     throw_if_error(t.status());
     return t.value();
   }
 
   // The store, or RuntimeError "store is closed" after close(). For what does not change while it
-  // is open (config, table indices, device); calls go through call().
-  Store& live() {
-    if (!store_) throw_closed();
-    return *store_;
+  // is open (config, table indices, device), read with the GIL held and without the call mutex (a
+  // call holding it may wait for the GIL); the pointer keeps the store alive meanwhile, should
+  // another thread close it. Calls go through call().
+  std::shared_ptr<Store> live() {
+    std::shared_ptr<Store> s = held();
+    if (!s) throw_closed();
+    return s;
   }
 
  private:
@@ -620,7 +641,7 @@ class PyStore {
   int table_of(py::handle table) {
     if (py::isinstance<py::str>(table)) return index(to_name(table, "table"));
     if (py::isinstance<py::int_>(table) && !py::isinstance<py::bool_>(table)) {
-      const auto n = static_cast<std::int64_t>(live().config().tables.size());
+      const auto n = static_cast<std::int64_t>(live()->config().tables.size());
       const std::int64_t t = to_int(table, "table");
       if (t < 0 || t >= n)
         throw py::value_error("table " + std::to_string(t) + " (expected a table index in [0, " + std::to_string(n) +
@@ -641,16 +662,34 @@ class PyStore {
   }
 
   std::int64_t shard_state_dim(int t, const ShardInfo& info) {
-    return optimizer_state_dim(live().config().tables[static_cast<std::size_t>(t)].spec.optimizer.kind,
+    return optimizer_state_dim(live()->config().tables[static_cast<std::size_t>(t)].spec.optimizer.kind,
                                static_cast<std::int32_t>(info.local_dim));
   }
 
-  // The store's destruction (GIL released): the producer event of its device first.
-  void destroy() {
+  std::shared_ptr<Store> held() const {
+    std::lock_guard<std::mutex> lock(ptr_mu_);
+    return store_;
+  }
+
+  // close() and the destructor (GIL released): discards the batches in flight in id order (in a
+  // world collectives, as the store's destructor would run them), drops the producer event of its
+  // device, then lets go of the store: destroyed here unless a DeviceArray or Stream still holds it
+  // (its destruction then discards nothing, so runs no collective, wherever it happens).
+  void release() {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!store_) return;
+    std::vector<std::int64_t> ids;
+    for (const auto& b : shapes_) ids.push_back(b.first);
+    std::sort(ids.begin(), ids.end());
+    for (std::int64_t id : ids) (void)store_->discard(id);
     producer_event_ = gpu::Event();
     shapes_.clear();
-    store_.reset();
+    std::shared_ptr<Store> last;
+    {
+      std::lock_guard<std::mutex> p(ptr_mu_);
+      last = std::move(store_);
+    }
+    last.reset();
   }
 
   struct Shape {
@@ -662,12 +701,14 @@ class PyStore {
                             ") (expected (" + std::to_string(rows) + ", " + std::to_string(cols) + "))");
   }
 
-  std::unique_ptr<Store> store_;
-  std::mutex mu_;              // one Store call at a time
-  gpu::Event producer_event_;  // orders a call's stream after a producer's (order_after; under mu_)
+  std::shared_ptr<Store> store_;  // null once closed (written under mu_ and ptr_mu_; read under either)
+  mutable std::mutex ptr_mu_;     // store_ itself (held only to copy or reset the pointer)
+  std::mutex mu_;                 // one Store call at a time
+  gpu::Event producer_event_;     // orders a call's stream after a producer's (order_after; under mu_)
   std::unordered_map<std::int64_t, std::vector<Shape>> shapes_;           // outputs of each batch in flight (under mu_)
   std::shared_ptr<Interrupt> interrupt_ = std::make_shared<Interrupt>();  // of the world's transport (GIL held)
-  py::object world_ = py::none();  // Store.world: None, or {"rank", "size", "kind", "backend"}
+  py::object world_ = py::none();      // Store.world: None, or {"rank", "size", "kind", "backend"}
+  py::object transport_ = py::none();  // the world's ProcessGroupTransport (its `broken`), or None
 };
 
 // strata._strata._WorldComm(pg, timeout=None), test-only: the transport communicator of a world over
@@ -698,6 +739,8 @@ class PyWorldComm {
     const py::array in = bytes_of(send, "send", false), out = bytes_of(recv, "recv", true);
     const std::vector<std::int64_t> sc = counts(send_counts, "send_counts"), sd = counts(send_displs, "send_displs"),
                                     rc = counts(recv_counts, "recv_counts"), rd = counts(recv_displs, "recv_displs");
+    within(in, "send", sc, sd);
+    within(out, "recv", rc, rd);
     const void* sp = in.data();
     void* rp = out.request().ptr;
     run([&] { return comm_->all_to_all_v(sp, sc.data(), sd.data(), rp, rc.data(), rd.data()); });
@@ -785,6 +828,21 @@ class PyWorldComm {
                             std::to_string(comm_->size()) + ", one per rank)");
     return v;
   }
+  // Every rank's bytes [displs[r], displs[r] + counts[r]) of `a` (named `what`) lie inside it.
+  static void within(const py::array& a, const std::string& what, const std::vector<std::int64_t>& counts,
+                     const std::vector<std::int64_t>& displs) {
+    const auto bytes = static_cast<std::int64_t>(a.nbytes());
+    for (std::size_t r = 0; r < counts.size(); ++r) {
+      const std::string at = "[" + std::to_string(r) + "]";
+      for (const auto& [name, v] : {std::pair<const char*, std::int64_t>{"_counts", counts[r]}, {"_displs", displs[r]}})
+        if (v < 0) throw py::value_error(what + name + at + " = " + std::to_string(v) + " (expected >= 0)");
+      if (counts[r] > bytes - displs[r])
+        throw py::value_error(what + "_displs" + at + " + " + what + "_counts" + at + " = " +
+                              std::to_string(displs[r] + counts[r]) + " (expected at most " + what + "'s " +
+                              std::to_string(bytes) + " bytes: rank " + std::to_string(r) + "'s bytes lie in " + what +
+                              ")");
+    }
+  }
   template <typename F>
   void run(F&& f) {
     Status s;
@@ -823,16 +881,21 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
            "same calls in the same order (submit, forward, backward, discard, read_rows, set_learning_rate, close "
            "are collectives), each rank with its own batches; each row's update is the sum of every rank's "
            "gradients. Anything else is a TypeError. timeout: how long a collective waits for the other ranks "
-           "(seconds, or a datetime.timedelta; None: torch.distributed's default_pg_timeout); a peer that does not "
-           "arrive fails the call with RuntimeError 'timed out after N ms', one that left with 'a peer left the "
-           "process group'. Destroy a world's store with close(): its destruction discards batches in flight, a "
-           "collective.")
+           "(seconds, or a datetime.timedelta, from 1 ms to 365 days; None: torch.distributed's "
+           "default_pg_timeout); a peer that does not arrive fails the call with RuntimeError 'timed out after N "
+           "ms', one that left with 'a peer left the process group' (Ctrl-C interrupts the wait). Close a world's "
+           "store with close(): it discards the batches in flight, a collective.")
       .def("close", &PyStore::close,
-           "Destroys the store now (in a world a collective: every rank calls it; batches in flight are "
-           "discarded). Later calls raise 'store is closed'; a second close() does nothing.")
+           "Discards the batches in flight (in a world a collective: every rank calls it) and destroys the store, "
+           "or, while a DeviceArray or Stream it made is alive, leaves its device and memory to them until the last "
+           "goes (usable meanwhile; no collective then). Later calls raise 'store is closed'; a second close() does "
+           "nothing.")
       .def_property_readonly("world", &PyStore::world,
                              "None for a store of this process alone, else {'rank', 'size', 'kind': 'torch', "
                              "'backend': 'gloo' | 'nccl' | ...}.")
+      .def_property_readonly("_world_broken", &PyStore::world_broken,
+                             "Internal: None, or the first failure of the world's transport (every collective of "
+                             "the store fails since).")
       .def("shard_info", &PyStore::shard_info, py::arg("table"),
            "What this rank holds of a table (by name or index; Store::shard_info): {'type': 'replicated' | "
            "'table' | 'row' | 'column', 'world', 'rank', 'rows', 'dim' (the whole table's), 'local_rows', "
@@ -939,7 +1002,7 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
            "'device_resources' (allocations, frees, events: a steady training loop adds none), 'staging' and "
            "'activation_staging' ({'pinned', 'device', 'entries'}), 'dispatch', 'step', 'in_flight'.")
       .def_property_readonly(
-          "device", [](PyStore& p) { return device_info(p.device()); },
+          "device", [](PyStore& p) { return device_info(p.device().get()); },
           "None for a store without a device, else {'backend', 'name', 'ordinal', 'capacity'}.")
       .def(
           "stream", [](PyStore& p) { return make_stream(p.device()); }, py::keep_alive<0, 1>(),

@@ -140,6 +140,7 @@ ProcessGroupWorld make_process_group_world(py::handle process_group, py::handle 
   w.info["size"] = impl.attr("size");
   w.info["kind"] = "torch";
   w.info["backend"] = impl.attr("backend");
+  w.transport_object = impl;
   w.transport = std::make_unique<PyTransport>(std::move(impl), interrupt);
   return w;
 }

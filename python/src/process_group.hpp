@@ -41,7 +41,8 @@ struct Interrupt {
 /// What Store.world reports and the transport is made of.
 struct ProcessGroupWorld {
   std::unique_ptr<dispatch::Transport> transport;
-  py::dict info;  ///< {"rank", "size", "kind": "torch", "backend"}
+  py::dict info;                ///< {"rank", "size", "kind": "torch", "backend"}
+  py::object transport_object;  ///< the strata._process_group.ProcessGroupTransport (its `broken`)
 };
 
 /// A Transport over `process_group` (a torch.distributed.ProcessGroup; TypeError otherwise) with

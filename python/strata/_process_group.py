@@ -15,7 +15,8 @@ The protocol with the C++ side (python/src/process_group.cpp):
   the next ``host_stage`` call. The C++ side writes the send bytes there before an operation and
   reads the received bytes after it returned.
 * ``all_gather(nbytes)``, ``all_to_all(send_splits, recv_splits)``, ``broadcast(nbytes, root)``:
-  one operation on the stage, then ``work.wait(timeout)``. Each returns None when done, or a pair
+  one operation on the stage, then a wait for it up to the timeout (:func:`_wait`: it polls, so
+  that Ctrl-C interrupts it). Each returns None when done, or a pair
   ``(kind, text)`` when it failed: kind ``"timeout"`` or ``"peer_left"`` (the C++ side makes them
   kUnavailable) or ``"error"`` (kInternal). KeyboardInterrupt and SystemExit are not caught here:
   the C++ side keeps them and raises them again when the Strata call returns.
@@ -28,8 +29,8 @@ with a CPU backend (gloo, ``cpu:gloo,cuda:nccl``, mpi, ...); a pure NCCL group g
 through a tensor on this rank's GPU (``torch.cuda.current_device()``). Device buffers are never
 given here: the C++ side stages emu and CUDA buffers through host memory.
 
-An operation abandoned at its timeout may still be running in the process group: its tensors are
-kept in ``_pending`` (never the caller's memory), and the world is broken from then on (the C++
+An operation abandoned at its timeout (or interrupted) may still be running in the process group:
+its tensors are kept in ``_pending`` (never the caller's memory), and the world is broken from then on (the C++
 communicator never calls this object again).
 """
 
@@ -39,30 +40,57 @@ import numbers
 import os
 import re
 
-__all__ = ["ProcessGroupTransport", "agree_counts", "make_transport", "timeout_of"]
+__all__ = ["ProcessGroupTransport", "agree_values", "make_transport", "timeout_of"]
 
 _TIMED_OUT = re.compile(r"timed out|timeout", re.IGNORECASE)
 _PEER_LEFT = re.compile(r"connection (closed|reset) by peer|broken pipe|connection refused", re.IGNORECASE)
 _MS = re.compile(r"(\d+)\s*ms")
 
 
+_MIN_TIMEOUT = datetime.timedelta(milliseconds=1)
+_MAX_TIMEOUT = datetime.timedelta(days=365)
+
+
 def timeout_of(timeout):
-    """``timeout`` (None: torch.distributed's default_pg_timeout; seconds as an int or float > 0;
-    or a datetime.timedelta > 0) as a timedelta; TypeError or ValueError naming it otherwise."""
+    """``timeout`` (None: torch.distributed's default_pg_timeout; seconds as an int or float, or a
+    datetime.timedelta, from 1 ms to 365 days) as a timedelta; TypeError or ValueError naming it
+    otherwise (under 1 ms torch would read as no timeout at all)."""
     if timeout is None:
         import torch.distributed as dist
         return dist.default_pg_timeout
+    expected = (f"expected seconds from {_MIN_TIMEOUT.total_seconds():g} to {_MAX_TIMEOUT.total_seconds():.0f} "
+                "(365 days), or a datetime.timedelta in that range")
     if isinstance(timeout, datetime.timedelta):
-        if timeout <= datetime.timedelta(0):
-            raise ValueError(f"timeout {timeout!r} (expected a positive duration)")
+        if not _MIN_TIMEOUT <= timeout <= _MAX_TIMEOUT:
+            raise ValueError(f"timeout {timeout!r} ({expected})")
         return timeout
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
         raise TypeError(f"timeout is a {type(timeout).__name__} (expected None, seconds as an int or float, or a "
                         "datetime.timedelta)")
-    seconds = float(timeout)
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ValueError(f"timeout {timeout!r} (expected a finite number of seconds > 0, or a datetime.timedelta)")
+    try:
+        seconds = float(timeout)
+    except OverflowError:  # an int no double holds
+        seconds = math.inf
+    if not _MIN_TIMEOUT.total_seconds() <= seconds <= _MAX_TIMEOUT.total_seconds():  # NaN included
+        raise ValueError(f"timeout {timeout!r} ({expected})")
     return datetime.timedelta(seconds=seconds)
+
+
+def _wait(work, timeout):
+    """Waits for ``work`` (a torch Work) up to ``timeout`` (a timedelta), raising its own error if it
+    failed, TimeoutError if it did not complete in time. It polls ``is_completed`` between short
+    sleeps (50 us growing to 10 ms) rather than blocking in ``Work.wait``, so that a signal (Ctrl-C:
+    KeyboardInterrupt) interrupts the wait for a peer that does not arrive."""
+    import time
+    deadline = time.monotonic() + timeout.total_seconds()
+    delay = 5e-5
+    while not work.is_completed():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the operation did not complete within the timeout")
+        time.sleep(min(delay, left))
+        delay = min(2 * delay, 0.01)
+    work.wait()  # completed: returns, or raises the operation's error
 
 
 def _process_group_types():
@@ -117,23 +145,25 @@ def _failure(what, e, timeout_ms, backend):
     return "error", f"torch {what} on the {backend} process group failed: {type(e).__name__}: {text}"
 
 
-def agree_counts(process_group, count, timeout):
-    """Every rank's ``count`` (an int), in rank order: one all-gather on ``process_group`` itself,
-    outside the Strata store (a collective like the trainer's own: every rank must call it at the
-    same point). Used by EmbeddingBagCollection.load_state_dict so that a state_dict refused on
-    one rank is refused on every rank before any of them writes. RuntimeError as a store call's
-    ("timed out after N ms", "a peer left the process group") when the group fails."""
+def agree_values(process_group, values, timeout):
+    """Every rank's ``values`` (a list of ints that int64 holds, of the same length on every rank),
+    in rank order: one all-gather on ``process_group`` itself, outside the Strata store (a
+    collective like the trainer's own: every rank must call it at the same point). Used by
+    EmbeddingBagCollection.load_state_dict so that a state_dict refused on one rank, or whose step
+    or rates differ between ranks, is refused on every rank before any of them writes.
+    RuntimeError as a store call's ("timed out after N ms", "a peer left the process group") when
+    the group fails."""
     import torch
     timeout = timeout_of(timeout)
     backend = _backend_of(process_group)
     device = _wire_device(backend) or torch.device("cpu")
-    mine = torch.tensor([int(count)], dtype=torch.int64, device=device)
-    out = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(process_group.size())]
+    mine = torch.tensor([int(v) for v in values], dtype=torch.int64, device=device)
+    out = [torch.zeros_like(mine) for _ in range(process_group.size())]
     try:
-        process_group.allgather([out], [mine]).wait(timeout)
+        _wait(process_group.allgather([out], [mine]), timeout)
     except Exception as e:
         raise RuntimeError(_failure("allgather", e, int(timeout.total_seconds() * 1000), backend)[1]) from None
-    return [int(t.item()) for t in out]
+    return [[int(v) for v in t.tolist()] for t in out]
 
 
 def _backend_of(pg):
@@ -190,14 +220,18 @@ class ProcessGroupTransport:
         work = None
         try:
             work = start()
-            work.wait(self.timeout)
+            _wait(work, self.timeout)
             for host, wire in copy_back:
                 if host is not wire:
                     host.copy_(wire)
             return None
-        except Exception as e:  # KeyboardInterrupt and SystemExit go up to the C++ side
+        except Exception as e:
             self._pending.append((work, tensors))
             return self._failure(what, e)
+        except BaseException:  # KeyboardInterrupt and SystemExit go up to the C++ side
+            self._pending.append((work, tensors))
+            self.broken = self.broken or f"torch {what} was interrupted"
+            raise
 
     def _failure(self, what, e):
         kind, message = _failure(what, e, self.timeout_ms, self.backend)

@@ -246,13 +246,20 @@ class EmbeddingBagCollection(nn.Module):
     always a store of this process alone; a ``torch.distributed.ProcessGroup`` makes this module one
     rank of a world over it (the module's doc, "A world over torch.distributed": each row's update
     is the sum of all ranks' gradients). ``timeout``: how long a collective waits for the other
-    ranks (seconds or a datetime.timedelta; None: torch.distributed's default_pg_timeout).
+    ranks (seconds or a datetime.timedelta, from 1 ms to 365 days; None: torch.distributed's
+    default_pg_timeout); with process_group=None and torch.distributed not initialized it is
+    checked and ignored (the same script may run in a world or alone; process_group=False with a
+    timeout is a ValueError).
     In a world of more than one rank, ``state_dict()`` holds this rank's shards (see
     ``state_dict``)."""
 
     def __init__(self, config, device="cpu", process_group=None, timeout=None):
         super().__init__()
         self.device = _check_device(device)
+        if process_group is None and timeout is not None and _default_process_group(None) is None:
+            from strata._process_group import timeout_of
+            timeout_of(timeout)  # checked, then ignored: no group is in effect
+            timeout = None
         process_group = _default_process_group(process_group)
         try:
             self.store = strata.Store(_store_config(config, self.device), process_group=process_group,
@@ -547,7 +554,9 @@ class EmbeddingBagCollection(nn.Module):
         ``tables.<name>.shard`` must equal this rank's layout (a state_dict of another rank or of a
         world of another size is refused: resharding between worlds is not supported), and every
         entry of every rank is checked before any rank writes: a state_dict refused on one rank is
-        refused on all (the others' errors name that rank), with nothing written."""
+        refused on all (the others' errors name that rank), with nothing written, and so is one whose
+        ``step`` or a ``learning_rate`` differs between ranks or is absent on some ranks only (the
+        error names the key and the rank; the step and the rates are the world's)."""
         if not isinstance(state_dict, collections.abc.Mapping):
             raise TypeError(f"state_dict is a {type(state_dict).__name__} (expected a mapping of names to tensors, "
                             "as state_dict() returns)")
@@ -592,15 +601,7 @@ class EmbeddingBagCollection(nn.Module):
                             f"{missing}, unexpected keys {unexpected}: nothing was loaded into its tables ({how} "
                             "loads what is there)")
         if world:
-            # Every rank's verdict before any rank writes: the writes are followed by collectives
-            # (set_learning_rate, set_step) that a rank which refused would never join.
-            from strata._process_group import agree_counts
-            counts = agree_counts(self._process_group, len(problems), self._timeout)
-            others = [r for r, n in enumerate(counts) if n and r != self.rank]
-            if others:
-                problems.append(f"rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} of "
-                                f"{self.world_size} refused {'their' if len(others) > 1 else 'its'} state_dict "
-                                "(see the error there): nothing was loaded on any rank")
+            self._agree_on_load(prefix, plan, step, problems)
         error_msgs.extend(problems)
         if problems:
             return  # torch's load_state_dict raises; nothing was changed
@@ -615,6 +616,49 @@ class EmbeddingBagCollection(nn.Module):
                 self.store.set_learning_rate(rate, name)
         if step is not None:
             self.store.set_step(step)
+
+    def _agree_on_load(self, prefix, plan, step, problems):
+        """A world's load, before any rank writes (one all-gather of every rank's verdict, step and
+        rates): the writes are followed by collectives (set_learning_rate, set_step) that a rank
+        which refused would never join, and that would refuse a step or rate differing between
+        ranks after every rank wrote its shards. Notes in ``problems`` a world broken by an earlier
+        failure of its transport (this rank's: a store collective would fail), the other ranks' refusals,
+        else the first step or rate that differs from rank 0's (absent counts as a value), so that
+        every rank refuses with nothing written."""
+        from strata._process_group import agree_values
+        broken = self.store._world_broken
+        if broken:
+            problems.append(f"the world is broken since a collective failed ({broken}): nothing was loaded (every "
+                            "collective of this store fails; open a new world)")
+        mine = [len(problems), -1 if step is None else step]
+        for _, _, _, rate in plan:
+            mine += [0, 0] if rate is None else [1, int(np.float32(rate).view(np.int32))]
+        every = agree_values(self._process_group, mine, self._timeout)
+        others = [r for r, v in enumerate(every) if v[0] and r != self.rank]
+        if others:
+            problems.append(f"rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} of "
+                            f"{self.world_size} refused {'their' if len(others) > 1 else 'its'} state_dict "
+                            "(see the error there): nothing was loaded on any rank")
+        if problems:
+            return
+
+        def entry(v, i):  # entry i (0: the step, then each table's rate) of one rank's vector
+            return v[1:2] if i == 0 else v[2 * i:2 * i + 2]
+
+        def value(v, i):
+            if i == 0:
+                return "absent" if v[1] < 0 else str(v[1])
+            present, bits = entry(v, i)
+            return str(np.int32(bits).view(np.float32)) if present else "absent"
+
+        keys = [prefix + "step"] + [f"{prefix}tables.{name}.learning_rate" for name, *_ in plan]
+        for r in range(1, self.world_size):
+            for i, key in enumerate(keys):
+                if entry(every[r], i) != entry(every[0], i):
+                    problems.append(f"'{key}' is {value(every[r], i)} on rank {r} but {value(every[0], i)} on rank "
+                                    f"0 of {self.world_size} (expected the same on every rank: the step and the "
+                                    "learning rates are the world's): nothing was loaded on any rank")
+                    return
 
     def _check_table_entries(self, state_dict, key, name, ours, missing, problems):
         """A table's entries of a one-rank state_dict: (name, weights, state, rate) to write, each

@@ -109,7 +109,8 @@ CALLS = {
                                {"config": config([table("a", 4, 2)]), "device": "cpu", "process_group": None,
                                 "timeout": None},
                                {"config": [42, [1], None], "device": [[1], 1.5, None, True, "nonsense"],
-                                "process_group": [3, "x", [1]], "timeout": ["10", 5]}),
+                                # timeout without a group in effect is checked, then ignored: 0 is refused, 5 not
+                                "process_group": [3, "x", [1]], "timeout": ["10", 0]}),
     "EmbeddingBagCollection.forward": (lambda c, **a: c["module"].forward(**a), {"batch": batch()},
                                        {"batch": FEATURES}),
     "EmbeddingBagCollection.submit": (lambda c, **a: c["module"].submit(**a), {"batch": batch()},

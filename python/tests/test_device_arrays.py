@@ -190,3 +190,44 @@ def test_bad_device_inputs_raise_and_change_nothing():
     # A read-only gradient is fine (the store only reads it).
     s.backward(0, [FakeDeviceArray(grads[0], data=(grads[0].ptr, True)), grads[1]])
     assert s.step == 1 and s.in_flight == 0
+
+
+# A DeviceArray or Stream that outlives Store.close() keeps the store's device (and the store's memory)
+# until it goes: still usable, and destroyed without touching freed memory (a subprocess: the failure
+# was a segfault). A world's close() is the same (test_world_api.py); here a store of one rank.
+_OUTLIVE = r"""
+import gc, sys
+import numpy as np
+import strata
+sys.path.insert(0, sys.argv[1])
+from test_device_arrays import open_store
+s = open_store("gpu")
+what = sys.argv[2]
+a = s.device_array((64, 64))
+st = s.stream()
+s.close()
+if what == "use":
+    a.copy_from(np.ones((64, 64), np.float32), stream=st)
+    st.synchronize()
+    assert a.to_numpy().sum() == 64 * 64
+if what in ("array", "use"):
+    del a
+    gc.collect()
+    junk = [np.ones(1000) for _ in range(1000)]
+del st
+gc.collect()
+if what == "stream":
+    del a
+    gc.collect()
+print("survived", what, flush=True)
+"""
+
+
+@pytest.mark.parametrize("what", ["array", "stream", "use"])
+def test_device_arrays_and_streams_outlive_close(what):
+    import os
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", _OUTLIVE, os.path.dirname(os.path.abspath(__file__)), what],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and f"survived {what}" in r.stdout, (r.returncode, r.stdout, r.stderr[-2000:])

@@ -8,8 +8,10 @@ world state_dict's keys, its round trip and a refusal on one rank that every ran
 The full multi-process suite is test_world.py."""
 
 import datetime
+import gc
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -86,10 +88,15 @@ def test_bad_timeouts_are_refused(pg):
     for bad in (0, -1, float("nan"), float("inf"), datetime.timedelta(0), datetime.timedelta(seconds=-1)):
         with pytest.raises(ValueError, match="timeout"):
             strata.Store(c, process_group=pg, timeout=bad)
+    # Under 1 ms (torch would read it as no timeout) or beyond a year (1e300: OverflowError before).
+    for bad in (0.0004, datetime.timedelta(microseconds=999), 1e300, 10 ** 400, 366 * 86400,
+                datetime.timedelta(days=366)):
+        with pytest.raises(ValueError, match="timeout .* \\(expected .*from 0.001 to 31536000"):
+            strata.Store(c, process_group=pg, timeout=bad)
     with pytest.raises(ValueError, match="without a process_group"):
         strata.Store(c, timeout=5)
-    # Accepted: seconds (int or float) and timedelta.
-    for good in (5, 2.5, datetime.timedelta(seconds=3)):
+    # Accepted: seconds (int or float) and timedelta, from 1 ms to 365 days.
+    for good in (5, 2.5, datetime.timedelta(seconds=3), 0.001, 365 * 86400, datetime.timedelta(days=365)):
         strata.Store(c, process_group=pg, timeout=good).close()
 
 
@@ -206,6 +213,24 @@ def test_two_thread_ranks_train(pg):
     assert [r for r, _ in got] == [({"rank": r, "size": 2, "kind": "torch", "backend": "gloo"}, 1) for r in (0, 1)]
 
 
+def test_a_world_store_closed_while_a_device_array_and_stream_live():
+    """close() of a world's store discards its batches in flight (a collective) and lets go of the
+    store; a DeviceArray and a Stream it made keep the device until they go, without a collective."""
+    def run(rank, pg):
+        s = strata.Store(smoke_config("gpu"), process_group=pg, timeout=20)
+        a, st = s.device_array((8, 8)), s.stream()
+        s.submit(0, batch_of(np.random.default_rng(rank)))
+        s.close()
+        a.copy_from(np.full((8, 8), rank, np.float32), stream=st)
+        total = float(a.to_numpy(stream=st).sum())
+        del a, st
+        gc.collect()
+        return total
+
+    got = two_ranks(run)
+    assert got == [(0.0, None), (64.0, None)], got
+
+
 def test_world_comm_collectives_on_two_thread_ranks():
     """strata._strata._WorldComm (test-only): the transport communicator's collectives by themselves."""
     def run(rank, pg):
@@ -236,6 +261,23 @@ def test_world_comm_collectives_on_two_thread_ranks():
         np.testing.assert_array_equal(data, [5, 6, 7])
         np.testing.assert_array_equal(total, [4.5, -1.0])
         assert counters["calls"] == 5 and counters["sent_bytes"] > 0 and counters["received_bytes"] > 0
+
+
+def test_world_comm_all_to_all_v_checks_counts_against_the_arrays(pg):
+    """_WorldComm.all_to_all_v refuses counts or displacements outside its arrays, or negative, naming
+    the argument and the rank, before any byte moves (it read and wrote past them before)."""
+    c = strata._strata._WorldComm(pg, 20)
+    send, recv = np.arange(4, dtype=np.uint8), np.zeros(4, np.uint8)
+    for args, match in [(([2], [3], [2], [0]), r"send_displs\[0\] \+ send_counts\[0\] = 5 .*send's 4 bytes"),
+                        (([2], [0], [2], [1 << 22]), r"recv_displs\[0\] \+ recv_counts\[0\] = 4194306 .*recv's 4"),
+                        (([-1], [0], [2], [0]), r"send_counts\[0\] = -1 \(expected >= 0\)"),
+                        (([2], [0], [2], [-2]), r"recv_displs\[0\] = -2 \(expected >= 0\)")]:
+        sc, sd, rc, rd = args
+        with pytest.raises(ValueError, match=match):
+            c.all_to_all_v(send, sc, sd, recv, rc, rd)
+    assert recv.tolist() == [0, 0, 0, 0]
+    c.all_to_all_v(send, [4], [0], recv, [4], [0])  # a world of one: its own bytes
+    assert recv.tolist() == [0, 1, 2, 3]
 
 
 def test_a_module_of_cpu_tables_in_a_world_names_process_group_false():
@@ -346,6 +388,45 @@ if rank == 0:
     assert procs[0].returncode == 0 and out0.strip() == "open", (procs[0].returncode, out0, err0)
 
 
+def test_ctrl_c_interrupts_a_collective_waiting_for_a_peer(tmp_path):
+    """Ctrl-C (SIGINT) while a collective waits for a peer that does not arrive: KeyboardInterrupt
+    from the call at once, not after the timeout (the transport polls the operation)."""
+    script = f"""
+import os, sys, time, torch.distributed as dist, strata
+sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+from test_world_api import tables_config
+rank = int(sys.argv[1])
+dist.init_process_group("gloo", init_method="file://{tmp_path / 'fs'}", rank=rank, world_size=2)
+s = strata.Store(tables_config("gpu"), process_group=dist.group.WORLD, timeout=60)
+print("open", flush=True)
+if rank == 1:
+    sys.stdin.read()  # alive, never arrives
+    os._exit(0)
+t0 = time.monotonic()
+try:
+    s.set_learning_rate(0.5)
+except BaseException as e:
+    print(f"{{type(e).__name__}} after {{time.monotonic() - t0:.1f}} s", flush=True)
+os._exit(0)
+"""
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], env=dict(os.environ, OMP_NUM_THREADS="1"),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(2)]
+    try:
+        for p in procs:
+            assert p.stdout.readline().strip() == "open"
+        time.sleep(1)
+        sent = time.monotonic()
+        procs[0].send_signal(signal.SIGINT)
+        line = procs[0].stdout.readline().strip()
+        waited = time.monotonic() - sent
+    finally:
+        for p in procs:
+            p.kill()
+            p.communicate()
+    assert line.startswith("KeyboardInterrupt after") and waited < 10, (line, waited)
+
+
 # ---- EmbeddingBagCollection ----
 def _tensors(batch):
     return {n: {k: torch.from_numpy(v) for k, v in f.items()} for n, f in batch.items()}
@@ -387,6 +468,17 @@ def test_module_process_group_false_and_explicit(pg):
     m.close()
     with pytest.raises(ValueError, match="without a process_group"):
         st.EmbeddingBagCollection(c, process_group=False, timeout=3)
+
+
+def test_module_default_group_without_torch_distributed_ignores_its_timeout(monkeypatch):
+    """process_group=None with torch.distributed not initialized is a store of this process alone: a
+    timeout (for the worlds the same script may run in) is checked, then ignored."""
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    m = st.EmbeddingBagCollection(tables_config("gpu"), timeout=60)
+    assert m.store.world is None and (m.rank, m.world_size) == (0, 1)
+    m.close()
+    with pytest.raises(ValueError, match="timeout 0"):
+        st.EmbeddingBagCollection(tables_config("gpu"), timeout=0)
 
 
 def test_forward_failure_is_not_hidden_by_its_discard(pg, monkeypatch):
@@ -438,6 +530,88 @@ def smoke_steps(ranks):
             per_rank.append((b, w))
         steps.append(per_rank)
     return steps
+
+
+@pytest.mark.parametrize("change", ["learning_rate", "step", "step_missing", "learning_rate_missing"])
+def test_a_world_load_whose_ranks_disagree_on_a_rate_or_the_step_writes_nothing(change):
+    """The learning rates and the step are the world's: a state_dict whose rate or step on rank 1
+    differs from rank 0's (or is missing on one rank only, strict=False) is refused on both ranks,
+    naming rank 1 and the key, before any rank writes its shards."""
+    def run(rank, pg):
+        m = st.EmbeddingBagCollection(smoke_config("gpu"), process_group=pg, timeout=20)
+        rng = np.random.default_rng(rank)
+
+        def step():
+            o = m(_tensors(batch_of(rng)))
+            sum(o[n].sum() for n in o.keys()).backward()
+        step()
+        sd = {k: v.clone() for k, v in m.state_dict().items()}
+        step()
+        before = {k: v.clone() for k, v in m.state_dict().items()}
+        if rank == 1:
+            if change == "learning_rate":
+                sd["tables.user.learning_rate"] = torch.tensor(0.05)
+            elif change == "step":
+                sd["step"] = torch.tensor(7, dtype=torch.int64)
+            elif change == "step_missing":
+                del sd["step"]
+            else:
+                del sd["tables.item.learning_rate"]
+        try:
+            m.load_state_dict(sd, strict=False)
+            err = None
+        except RuntimeError as e:
+            err = str(e)
+        after = m.state_dict()
+        unchanged = [k for k in before if torch.equal(before[k], after[k])]
+        m.close()
+        return err, sorted(unchanged) == sorted(before)
+
+    key = {"learning_rate": "tables.user.learning_rate", "step": "step", "step_missing": "step",
+           "learning_rate_missing": "tables.item.learning_rate"}[change]
+    got = two_ranks(run)
+    for rank, (res, e) in enumerate(got):
+        assert e is None, got
+        err, unchanged = res
+        assert err is not None and f"'{key}'" in err and "rank 1" in err, (rank, err)
+        assert unchanged, (rank, err)
+
+
+def test_a_world_load_after_its_world_broke_writes_nothing(monkeypatch):
+    """A collective of the store failed (the transport's all_gather: a timeout, on every rank): the
+    world is broken, so load_state_dict refuses on every rank before writing a shard (write_shard
+    is local and would succeed; set_learning_rate would then fail)."""
+    from strata._process_group import ProcessGroupTransport
+    real = ProcessGroupTransport.all_gather
+    failing = _failing_all_gather(RuntimeError("Operation timed out!"))
+    monkeypatch.setattr(ProcessGroupTransport, "all_gather",
+                        lambda self, n: failing(self, n) if self.fail else real(self, n))
+    monkeypatch.setattr(ProcessGroupTransport, "fail", False, raising=False)
+    ready = threading.Barrier(2)
+
+    def run(rank, pg):
+        m = st.EmbeddingBagCollection(smoke_config("gpu"), process_group=pg, timeout=20)
+        rng = np.random.default_rng(rank)
+        sd = {k: v.clone() for k, v in m.state_dict().items()}
+        o = m(_tensors(batch_of(rng)))
+        sum(o[n].sum() for n in o.keys()).backward()
+        before = {k: v.clone() for k, v in m.state_dict().items()}
+        ready.wait(20)
+        ProcessGroupTransport.fail = True
+        with pytest.raises(RuntimeError, match="timed out"):
+            m.set_learning_rate(0.5)
+        ready.wait(20)
+        ProcessGroupTransport.fail = False
+        with pytest.raises(RuntimeError) as e:
+            m.load_state_dict(sd)
+        weights, _ = m.store.read_shard("user", 0, 1)  # local: no collective
+        return str(e.value), torch.equal(torch.from_numpy(weights), before["tables.user.weight"][:1])
+
+    for rank, (res, e) in enumerate(two_ranks(run)):
+        assert e is None, (rank, repr(e))
+        err, unchanged = res
+        assert "broken" in err and "timed out" in err and "nothing was loaded" in err, (rank, err)
+        assert unchanged, (rank, err)
 
 
 def _concat(batches):
