@@ -17,8 +17,7 @@ process group (gloo on the CPU, nccl on CUDA, on the GPU LOCAL_RANK): the tables
 (row-sharded above --row-shard-above rows, else whole on one rank), `gpu` on the emulated device
 or `hybrid` on CUDA by default, the dense model is in DistributedDataParallel, each rank trains on
 its own data (seed --seed + rank; --criteo: every world-th batch), prints its loss, and rank 0 the
-world's samples/s and its exchange figures (bytes per step and, where the store reports it, the
-dedup factor).
+world's samples/s and its exchange figures (bytes per step and the dedup factor).
 
   PYTHONPATH=build/default/python /usr/bin/python3 python/examples/train_dlrm.py --steps 200
   PYTHONPATH=build/default/python /usr/bin/python3 -m torch.distributed.run --nnodes 1 --nproc_per_node 2 \
@@ -182,15 +181,13 @@ def sparse_features(ids, device=None):
 def report_world(tables, rank, world, samples_per_s, steps):
     """Rank 0's summary of a world: its samples/s times the ranks (they step together), and from its
     store's stats()["dispatch"] the bytes it exchanged per step and the dedup factor (the bytes
-    without dedup over those with it) where the stats report both."""
+    without dedup over those with it)."""
     if rank != 0:
         return
     d = tables.store.stats()["dispatch"]
     print(f"world: {world} ranks, {samples_per_s * world:,.0f} samples/s", flush=True)
-    line = f"rank 0 exchange: {d['bytes'] / steps:,.0f} bytes/step"
-    if d.get("bytes_no_dedup") and d["bytes"]:
-        line += f", dedup factor {d['bytes_no_dedup'] / d['bytes']:.2f}"
-    print(line, flush=True)
+    factor = d["bytes_no_dedup"] / d["bytes"] if d["bytes"] else 1.0
+    print(f"rank 0 exchange: {d['bytes'] / steps:,.0f} bytes/step, dedup factor {factor:.2f}", flush=True)
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):

@@ -514,6 +514,13 @@ class PyStore {
     dispatch["world"] = st.dispatch.world;
     dispatch["batches"] = st.dispatch.batches;
     dispatch["bytes"] = st.dispatch.bytes();
+    dispatch["key_bytes"] = st.dispatch.key_bytes;
+    dispatch["row_bytes"] = st.dispatch.row_bytes;
+    dispatch["grad_bytes"] = st.dispatch.grad_bytes;
+    dispatch["bytes_no_dedup"] = st.dispatch.bytes_no_dedup;
+    dispatch["exchange_seconds"] = st.dispatch.exchange_seconds;
+    dispatch["lookup_seconds"] = st.dispatch.lookup_seconds;
+    dispatch["local_seconds"] = st.dispatch.local_seconds;
     py::dict out;
     out["cache"] = cache;
     out["device"] = st.device;
@@ -1000,7 +1007,10 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
            "Counters since open (StoreStats): 'cache' per cached table, 'links' (bytes per link; 'host_copy': "
            "activations copied through host memory, 0 while every view is a device array), 'device_peak_bytes', "
            "'device_resources' (allocations, frees, events: a steady training loop adds none), 'staging' and "
-           "'activation_staging' ({'pinned', 'device', 'entries'}), 'dispatch', 'step', 'in_flight'.")
+           "'activation_staging' ({'pinned', 'device', 'entries'}), 'dispatch' (sharded tables: 'rank', 'world', "
+           "'batches', 'bytes' = 'key_bytes' + 'row_bytes' + 'grad_bytes' exchanged with other ranks, 'bytes_no_dedup' "
+           "(what they would be without dedup at the source), 'exchange_seconds', 'lookup_seconds', 'local_seconds'), "
+           "'step', 'in_flight'.")
       .def_property_readonly(
           "device", [](PyStore& p) { return device_info(p.device().get()); },
           "None for a store without a device, else {'backend', 'name', 'ordinal', 'capacity'}.")

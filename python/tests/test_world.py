@@ -158,4 +158,5 @@ def test_dlrm_example_under_torchrun(tmp_path):
         assert re.search(line + rf"rank {rank} step +10  loss \d+\.\d+  [\d,]+ samples/s$", out, re.M), \
             ranks[0].report()
     assert re.search(line + r"world: 2 ranks, [\d,]+ samples/s$", out, re.M), ranks[0].report()
-    assert re.search(line + r"rank 0 exchange: [1-9][\d,]* bytes/step", out, re.M), ranks[0].report()
+    exchange = r"rank 0 exchange: [1-9][\d,]* bytes/step, dedup factor \d+\.\d\d$"
+    assert re.search(line + exchange, out, re.M), ranks[0].report()
