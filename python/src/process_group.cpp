@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "gpu/device.hpp"
+
 namespace strata::python {
 namespace {
 
@@ -27,7 +29,8 @@ class PyTransport final : public dispatch::Transport {
         rank_(impl_.attr("rank").cast<int>()),
         size_(impl_.attr("size").cast<int>()),
         local_rank_(impl_.attr("local_rank").cast<int>()),
-        device_(impl_.attr("device").cast<int>()) {}
+        device_(impl_.attr("device").cast<int>()),
+        cuda_device_(impl_.attr("cuda_device").cast<int>()) {}
 
   ~PyTransport() override {
     if (finalizing()) {
@@ -46,6 +49,12 @@ class PyTransport final : public dispatch::Transport {
   int local_rank() const noexcept override { return local_rank_; }
   int device() const noexcept override { return device_; }
   const char* kind() const noexcept override { return "torch"; }
+  // CUDA buffers of the group's NCCL GPU go to NCCL in place; every other device space (emu: its
+  // tagged addresses are not host memory; CUDA without NCCL or of another GPU) is staged.
+  bool takes_device(const dispatch::BufferSpace& space) const noexcept override {
+    return cuda_device_ >= 0 && space.on_device() && space.device->info().backend == gpu::Backend::kCuda &&
+           space.device->info().ordinal == cuda_device_;
+  }
 
   Result<dispatch::HostStage> host_stage(std::int64_t send_bytes, std::int64_t recv_bytes) override {
     dispatch::HostStage stage;
@@ -64,32 +73,38 @@ class PyTransport final : public dispatch::Transport {
   }
 
   Status all_gather(std::int64_t bytes, const dispatch::DeviceBuffers* dev) override {
-    if (dev) return no_device();
+    if (dev) {
+      return run("all_gather", [&] {
+        return verdict(impl_.attr("all_gather_device")(bytes, address(dev->send), address(dev->recv)));
+      });
+    }
     return run("all_gather", [&] { return verdict(impl_.attr("all_gather")(bytes)); });
   }
 
   Status all_to_all(const std::int64_t* send_splits, const std::int64_t* recv_splits,
                     const dispatch::DeviceBuffers* dev) override {
-    if (dev) return no_device();
     return run("all_to_all", [&] {
       py::list send, recv;
       for (int r = 0; r < size_; ++r) {
         send.append(send_splits[r]);
         recv.append(recv_splits[r]);
       }
+      if (dev) {
+        return verdict(impl_.attr("all_to_all_device")(send, recv, address(dev->send), address(dev->recv)));
+      }
       return verdict(impl_.attr("all_to_all")(send, recv));
     });
   }
 
   Status broadcast(std::int64_t bytes, int root, const dispatch::DeviceBuffers* dev) override {
-    if (dev) return no_device();
+    if (dev) {
+      return run("broadcast", [&] { return verdict(impl_.attr("broadcast_device")(bytes, root, address(dev->recv))); });
+    }
     return run("broadcast", [&] { return verdict(impl_.attr("broadcast")(bytes, root)); });
   }
 
  private:
-  static Status no_device() {
-    return Status::internal("the torch transport was given device buffers, but takes none (takes_device is false)");
-  }
+  static std::uintptr_t address(const void* p) noexcept { return reinterpret_cast<std::uintptr_t>(p); }
 
   // The Python object's answer: None, or (kind, text).
   static Status verdict(const py::object& r) {
@@ -121,6 +136,7 @@ class PyTransport final : public dispatch::Transport {
   py::object impl_;
   std::shared_ptr<Interrupt> interrupt_;
   int rank_, size_, local_rank_, device_;
+  int cuda_device_;  // the GPU whose buffers takes_device() accepts (the group's NCCL), -1: none
 };
 
 }  // namespace

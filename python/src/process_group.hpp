@@ -17,6 +17,15 @@
 // SystemExit raised inside an operation is kept in the Interrupt shared with the store
 // (kInternal "interrupted") and raised again by the Strata call once it returned (raise_if_any).
 // host memory: the Python object's uint8 CPU tensors (grown 2x, kept alive by it).
+//
+// Device buffers: takes_device() is true for CUDA buffers of the group's NCCL GPU (a group whose
+// backend has nccl: "nccl" or "cpu:gloo,cuda:nccl"; the object's cuda_device, torch's current
+// device when it was made), which the Python side wraps as CUDA tensors in place and moves with
+// NCCL (synchronizing torch's current stream before it returns); so rows and gradients of a `gpu`
+// store with device views stay on the GPU. Every other device space is staged through host memory
+// by the communicator: the emulated device's always (its addresses are tagged, so host code,
+// gloo's threads included, cannot dereference them: gpu/detail/emu_device.cpp), CUDA buffers over
+// gloo or of another GPU. The CUDA path needs a GPU and a torch with NCCL: CI runs neither.
 
 #include <pybind11/pybind11.h>
 

@@ -30,8 +30,9 @@ A world over torch.distributed: ``strata.Store(config, process_group=pg, timeout
 ranks; its ``gpu`` and ``hybrid`` tables are sharded by each table's ``sharding`` plan, each rank
 submits its own batches, and each row's update is the sum of every rank's gradients. Every rank
 makes the same store calls in the same order (they are collectives; a rank out of step is named);
-the collectives go through the group from Python (``strata._process_group``; gloo moves host bytes,
-emu and CUDA buffers are staged through host memory). ``timeout`` (seconds or a timedelta; None:
+the collectives go through the group from Python (``strata._process_group``; gloo moves host bytes;
+a group with NCCL moves CUDA buffers of its GPU in place, so rows and gradients stay on the GPU;
+emu buffers, and CUDA buffers over gloo, are staged through host memory). ``timeout`` (seconds or a timedelta; None:
 torch's default_pg_timeout) bounds how long a call waits for the other ranks: RuntimeError "timed
 out after N ms", or "a peer left the process group" when a rank's process exited. ``Store.world``
 says which rank this is; ``Store.shard_info``/``read_shard``/``write_shard`` read and write this

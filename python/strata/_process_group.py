@@ -9,7 +9,8 @@ taken, on the thread of the Strata call. This object only moves bytes; it judges
 
 The protocol with the C++ side (python/src/process_group.cpp):
 
-* ``rank``, ``size``, ``local_rank``, ``device``, ``backend``: fixed for the object's life.
+* ``rank``, ``size``, ``local_rank``, ``device``, ``cuda_device``, ``backend``: fixed for the object's
+  life.
 * ``host_stage(send_bytes, recv_bytes)`` -> ``(send_ptr, recv_ptr)``: the addresses of this
   object's own uint8 CPU tensors of at least that many bytes (grown 2x, never shrunk), valid until
   the next ``host_stage`` call. The C++ side writes the send bytes there before an operation and
@@ -26,12 +27,30 @@ all_gather is ``pg.allgather([[views]], [send])`` (gloo in 1.13 has no ``_allgat
 all_to_all ``pg.alltoall_base(recv, send, recv_splits, send_splits)`` on uint8 tensors, broadcast
 ``pg.broadcast([t], BroadcastOptions(rootRank=root))``. Host bytes travel in CPU tensors for a group
 with a CPU backend (gloo, ``cpu:gloo,cuda:nccl``, mpi, ...); a pure NCCL group gets them copied
-through a tensor on this rank's GPU (``torch.cuda.current_device()``). Device buffers are never
-given here: the C++ side stages emu and CUDA buffers through host memory.
+through a tensor on this rank's GPU (``torch.cuda.current_device()``).
+
+Device buffers (the direct path): a group that has NCCL (``nccl``, or a mixed
+``cpu:gloo,cuda:nccl`` whose CUDA tensors go to NCCL) takes CUDA buffers of its own GPU
+(``cuda_device``, ``torch.cuda.current_device()`` when the object is made): the C++ side then
+calls ``all_gather_device(nbytes, send_ptr, recv_ptr)``, ``all_to_all_device(send_splits,
+recv_splits, send_ptr, recv_ptr)`` and ``broadcast_device(nbytes, root, ptr)`` with the caller's
+device pointers (already ready: the communicator waited for the caller's stream), which are
+wrapped as CUDA uint8 tensors (:class:`_CudaBytes`, a ``__cuda_array_interface__`` given to
+``torch.as_tensor``: no copy), moved by the collective, waited for, and then torch's current stream
+of that device is synchronized, so the received bytes are in place when the call returns. Rows and
+gradients then stay on the GPU: only keys and plan metadata cross PCIe. The C++ side stages every
+other device buffer through host memory: CUDA buffers of another GPU or of a group without NCCL
+(gloo), and the emulated device's always, because its device addresses are tagged so that host
+code (gloo's threads included) cannot dereference them (gpu/detail/emu_device.cpp: only the emu
+backend's own stream work sees through the tag). The CUDA path cannot run without a GPU and a torch
+with NCCL (CI has neither): it is kept small and checked by the tests only as far as a CPU allows
+(which groups take device buffers, the array interface it builds).
 
 An operation abandoned at its timeout (or interrupted) may still be running in the process group:
-its tensors are kept in ``_pending`` (never the caller's memory), and the world is broken from then on (the C++
-communicator never calls this object again).
+its tensors are kept in ``_pending`` (never the caller's memory for a host operation; a device
+operation's are the caller's CUDA buffers, which an abandoned NCCL operation may still write, as
+with the ``nccl`` communicator, until torch's NCCL watchdog aborts it), and the world is broken from
+then on (the C++ communicator never calls this object again).
 """
 
 import datetime
@@ -130,6 +149,26 @@ def _wire_device(backend):
     return torch.device("cuda", torch.cuda.current_device())
 
 
+def _direct_cuda_device(backend):
+    """The CUDA ordinal whose buffers a group of ``backend`` moves in place (``nccl``, or a mixed
+    group such as ``cpu:gloo,cuda:nccl`` whose CUDA tensors go to NCCL): this rank's current GPU;
+    -1 for a group without NCCL (gloo, mpi), whose device buffers the C++ side stages."""
+    if "nccl" not in backend:
+        return -1
+    import torch
+    return int(torch.cuda.current_device())
+
+
+class _CudaBytes:
+    """``nbytes`` bytes of CUDA memory at ``ptr`` as an object with a ``__cuda_array_interface__``
+    (version 2: no stream, the caller's stream was synchronized before), which ``torch.as_tensor``
+    wraps as a uint8 tensor without copying, from torch 1.13 to 2.x. Read-only when ``readonly``."""
+
+    def __init__(self, ptr, nbytes, readonly=False):
+        self.__cuda_array_interface__ = {"shape": (int(nbytes),), "typestr": "|u1",
+                                         "data": (int(ptr), bool(readonly)), "version": 2, "strides": None}
+
+
 def _failure(what, e, timeout_ms, backend):
     """(kind, text) of an exception that a torch operation ``what`` raised (see the module's doc)."""
     text = " ".join(str(e).split()) or type(e).__name__
@@ -193,6 +232,8 @@ class ProcessGroupTransport:
         # A pure NCCL group moves only CUDA tensors: host bytes go through this rank's GPU.
         self._wire = _wire_device(self.backend)
         self.device = -1 if self._wire is None else self._wire.index
+        # The GPU whose buffers the device operations below take (-1: none, the C++ side stages).
+        self.cuda_device = _direct_cuda_device(self.backend)
         self._send = torch.empty(0, dtype=torch.uint8)
         self._recv = torch.empty(0, dtype=torch.uint8)
         self._pending = []  # (work, tensors) of operations abandoned at a failure
@@ -264,3 +305,42 @@ class ProcessGroupTransport:
         opts.rootRank = root
         back = () if self.rank == root else ((host, t),)
         return self._run("broadcast", lambda: self.pg.broadcast([t], opts), (t,), back)
+
+    # ---- device operations (the direct path; CUDA with NCCL only, see the module's doc) ----
+    def _cuda(self, ptr, nbytes, readonly=False):
+        """The caller's device bytes at ``ptr`` as a CUDA uint8 tensor of this object's GPU (no copy)."""
+        torch = self._torch
+        device = torch.device("cuda", self.cuda_device)
+        if nbytes == 0 or ptr == 0:
+            return torch.empty(0, dtype=torch.uint8, device=device)
+        return torch.as_tensor(_CudaBytes(ptr, nbytes, readonly), device=device)
+
+    def _run_device(self, what, start, tensors):
+        """``_run`` for the device operations: after the collective completed, torch's current stream
+        of the GPU is synchronized (the received bytes are in place when this returns)."""
+        failed = self._run(what, start, tensors)
+        if failed is None:
+            self._torch.cuda.current_stream(self.cuda_device).synchronize()
+        return failed
+
+    def all_gather_device(self, nbytes, send_ptr, recv_ptr):
+        send = self._cuda(send_ptr, nbytes, readonly=True)
+        recv = self._cuda(recv_ptr, nbytes * self.size)
+        views = [recv[r * nbytes:(r + 1) * nbytes] for r in range(self.size)]
+        return self._run_device("allgather", lambda: self.pg.allgather([views], [send]), (send, recv, views))
+
+    def all_to_all_device(self, send_splits, recv_splits, send_ptr, recv_ptr):
+        send_splits = [int(s) for s in send_splits]
+        recv_splits = [int(s) for s in recv_splits]
+        send = self._cuda(send_ptr, sum(send_splits), readonly=True)
+        recv = self._cuda(recv_ptr, sum(recv_splits))
+        opts = self._dist.AllToAllOptions()
+        return self._run_device("alltoall_base",
+                                lambda: self.pg.alltoall_base(recv, send, recv_splits, send_splits, opts),
+                                (send, recv))
+
+    def broadcast_device(self, nbytes, root, ptr):
+        t = self._cuda(ptr, nbytes)
+        opts = self._dist.BroadcastOptions()
+        opts.rootRank = root
+        return self._run_device("broadcast", lambda: self.pg.broadcast([t], opts), (t,))

@@ -263,6 +263,125 @@ def test_world_comm_collectives_on_two_thread_ranks():
         assert counters["calls"] == 5 and counters["sent_bytes"] > 0 and counters["received_bytes"] > 0
 
 
+# ---- the direct device path (CUDA with NCCL; CI has neither, so only what a CPU can check) ----
+@pytest.mark.parametrize("backend, direct", [("gloo", False), ("mpi", False), ("nccl", True),
+                                             ("cpu:gloo,cuda:nccl", True)])
+def test_only_a_group_with_nccl_takes_device_buffers(monkeypatch, backend, direct):
+    """The GPU whose buffers the transport moves in place: torch's current device for a group with
+    NCCL, none (-1: the C++ side stages them, the emu device's always) for gloo or mpi."""
+    from strata._process_group import _direct_cuda_device
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    assert _direct_cuda_device(backend) == (3 if direct else -1)
+
+
+def test_a_gloo_world_transport_takes_no_device_buffers():
+    got = two_ranks(lambda rank, pg: strata._process_group.make_transport(pg, 20).cuda_device)
+    assert got == [(-1, None), (-1, None)]
+
+
+def test_cuda_bytes_is_a_uint8_cuda_array_interface_without_a_stream():
+    from strata._process_group import _CudaBytes
+    assert _CudaBytes(0x7f0000001000, 96, readonly=True).__cuda_array_interface__ == {
+        "shape": (96,), "typestr": "|u1", "data": (0x7f0000001000, True), "version": 2, "strides": None}
+    assert _CudaBytes(4096, 5).__cuda_array_interface__["data"] == (4096, False)
+
+
+def test_device_operations_move_the_callers_bytes_in_place(monkeypatch):
+    """all_gather_device, all_to_all_device and broadcast_device on two gloo thread ranks, with the
+    caller's memory wrapped as CPU tensors instead of CUDA ones (the only part a CPU cannot run):
+    the bytes land in the caller's buffers in rank order, and torch's current stream of the GPU is
+    synchronized once after each operation that succeeded."""
+    import ctypes
+    from strata._process_group import ProcessGroupTransport
+
+    def as_cpu(self, ptr, nbytes, readonly=False):
+        if nbytes == 0 or ptr == 0:
+            return torch.empty(0, dtype=torch.uint8)
+        return torch.frombuffer((ctypes.c_uint8 * nbytes).from_address(ptr), dtype=torch.uint8)
+
+    synced = []
+
+    class Stream:
+        def __init__(self, device):
+            self.device = device
+
+        def synchronize(self):
+            synced.append(self.device)
+
+    monkeypatch.setattr(ProcessGroupTransport, "_cuda", as_cpu)
+    monkeypatch.setattr(torch.cuda, "current_stream", Stream)
+
+    def run(rank, pg):
+        t = strata._process_group.make_transport(pg, 20)
+        t.cuda_device = 5  # as a group with NCCL would have it
+        gather_send = np.array([rank, 7, 9], np.uint8)
+        gathered = np.zeros(6, np.uint8)
+        assert t.all_gather_device(3, gather_send.ctypes.data, gathered.ctypes.data) is None
+        # rank r sends r + 1 + p bytes of value 10 * r + p to rank p, its own share included.
+        send_splits = [rank + 1, rank + 2]
+        send = np.concatenate([np.full(n, 10 * rank + p, np.uint8) for p, n in enumerate(send_splits)])
+        recv_splits = [1 + rank, 2 + rank]
+        recv = np.zeros(sum(recv_splits), np.uint8)
+        assert t.all_to_all_device(send_splits, recv_splits, send.ctypes.data, recv.ctypes.data) is None
+        data = np.array([5, 6, 7, 8], np.uint8) if rank == 1 else np.zeros(4, np.uint8)
+        assert t.broadcast_device(4, 1, data.ctypes.data) is None
+        return gathered, recv, data
+
+    got = two_ranks(run)
+    assert [e for _, e in got] == [None, None], got
+    for rank, ((gathered, recv, data), _) in enumerate(got):
+        np.testing.assert_array_equal(gathered, [0, 7, 9, 1, 7, 9])
+        np.testing.assert_array_equal(recv, np.concatenate([np.full(p + 1 + rank, 10 * p + rank, np.uint8)
+                                                            for p in range(2)]))
+        np.testing.assert_array_equal(data, [5, 6, 7, 8])
+    assert synced == [5] * 6
+
+
+def test_a_gpu_world_with_device_views_on_emu_gives_the_bits_of_host_arrays():
+    """A `gpu` world of two on the emu device, forward and backward into device views, gives the
+    outputs and rows of the same world with NumPy arrays, bit for bit. Its exchange is staged (the
+    emu device's addresses are no host memory, so gloo cannot move them in place: see
+    strata._process_group): its rows and gradients cross the host link, so its H2D and D2H bytes
+    exceed those of a one-rank store of the same batches, which moves only keys and metadata."""
+    def run(rank, pg):
+        host = strata.Store(smoke_config("gpu"), process_group=pg, timeout=20)
+        dev = strata.Store(smoke_config("gpu"), process_group=pg, timeout=20)
+        one = strata.Store(smoke_config("gpu"))
+        rng = np.random.default_rng(11 + rank)
+        for step in range(STEPS):
+            b = batch_of(rng)
+            for s in (host, dev, one):
+                s.submit(step, b)
+            outs = host.forward(step)
+            douts = [dev.device_array(o.shape) for o in outs]
+            oouts = [one.device_array(o.shape) for o in outs]
+            dev.forward(step, douts)
+            one.forward(step, oouts)
+            for o, d in zip(outs, douts):
+                np.testing.assert_array_equal(o, d.to_numpy())
+            grads = [rng.standard_normal(o.shape).astype(np.float32) for o in outs]
+            dgrads, ograds = [dev.device_array(g.shape) for g in grads], [one.device_array(g.shape) for g in grads]
+            for g, d, o in zip(grads, dgrads, ograds):
+                d.copy_from(g)
+                o.copy_from(g)
+            host.backward(step, grads)
+            dev.backward(step, dgrads)
+            one.backward(step, ograds)
+        for t in range(3):
+            info = host.shard_info(t)
+            np.testing.assert_array_equal(host.read_shard(t, 0, info["local_rows"])[0],
+                                          dev.read_shard(t, 0, info["local_rows"])[0])
+        links = [s.stats()["links"] for s in (dev, one)]
+        for s in (host, dev):
+            s.close()
+        return [(l["h2d"], l["d2h"]) for l in links]
+
+    got = two_ranks(run)
+    assert [e for _, e in got] == [None, None], got
+    for (world, one), _ in got:
+        assert world[0] > one[0] and world[1] > one[1], (world, one)
+
+
 def test_world_comm_all_to_all_v_checks_counts_against_the_arrays(pg):
     """_WorldComm.all_to_all_v refuses counts or displacements outside its arrays, or negative, naming
     the argument and the rank, before any byte moves (it read and wrote past them before)."""
