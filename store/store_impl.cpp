@@ -511,7 +511,7 @@ namespace {
 Status served_dtypes(const TableConfig& tc) {
   const std::string who = "table '" + tc.spec.name + "': ";
   const std::string where = std::string(" the ") + to_string(tc.placement) + " placement yet (expected fp32: ";
-  if (tc.spec.output_dtype != DType::kF32)
+  if (tc.spec.output_dtype != DType::kF32 && tc.placement != Placement::kCpu)
     return Status::invalid_argument(who + "output_dtype " + to_string(tc.spec.output_dtype) + " is not served by" +
                                     where + "half-size outputs are written by the reference store only, issue 31)");
   if (tc.placement == Placement::kCpu) return Status::ok();
