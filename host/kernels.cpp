@@ -39,22 +39,32 @@ std::int64_t bag_grain(std::int64_t batch) {
   return std::max<std::int64_t>(8, std::min<std::int64_t>(256, batch / 64));
 }
 
-// The instance of a kernel for `dim` and the rows' element type: Kernel<dim, Elem>::run for the
-// multiples of 16 up to 256 (the per-row loops get compile-time trip counts), Kernel<0, Elem>::run
-// (dim at run time) otherwise. Elem is float, Bf16 or F16 (core/half.hpp): rows are widened to
-// fp32 where they are read and rounded back where they are stored, the math between stays fp32.
-template <template <std::int32_t, class> class Kernel, class Elem, int... C>
+// The instance of a kernel for `dim`, the rows' element type and the outputs' and gradients' one:
+// Kernel<dim, Elem, Io>::run for the multiples of 16 up to 256 (the per-row loops get compile-time
+// trip counts), Kernel<0, Elem, Io>::run (dim at run time) otherwise. Elem is float, Bf16 or F16
+// (core/half.hpp): rows are widened to fp32 where they are read and rounded back where they are
+// stored, the math between stays fp32. Io is the table's output_dtype as a type (float, Bf16 or
+// F16): outputs are fp32 sums rounded to nearest even into it once per output row, gradients are
+// widened from it where they are read. Chosen once per table, so fp32 tables run the kernels'
+// float instances, with no per-element test of either type.
+template <template <std::int32_t, class, class> class Kernel, class Elem, class Io, int... C>
 auto for_dim(std::int32_t dim, std::integer_sequence<int, C...>) {
-  auto fn = Kernel<0, Elem>::run;
-  ((dim == 16 * (C + 1) ? (fn = Kernel<16 * (C + 1), Elem>::run, 0) : 0), ...);
+  auto fn = Kernel<0, Elem, Io>::run;
+  ((dim == 16 * (C + 1) ? (fn = Kernel<16 * (C + 1), Elem, Io>::run, 0) : 0), ...);
   return fn;
 }
-template <template <std::int32_t, class> class Kernel>
-auto for_dim(std::int32_t dim, DType dtype) {
+template <template <std::int32_t, class, class> class Kernel, class Elem>
+auto for_dim_io(std::int32_t dim, DType io) {
   constexpr auto kSeq = std::make_integer_sequence<int, 16>{};
-  if (dtype == DType::kBF16) return for_dim<Kernel, Bf16>(dim, kSeq);
-  if (dtype == DType::kF16) return for_dim<Kernel, F16>(dim, kSeq);
-  return for_dim<Kernel, float>(dim, kSeq);
+  if (io == DType::kBF16) return for_dim<Kernel, Elem, Bf16>(dim, kSeq);
+  if (io == DType::kF16) return for_dim<Kernel, Elem, F16>(dim, kSeq);
+  return for_dim<Kernel, Elem, float>(dim, kSeq);
+}
+template <template <std::int32_t, class, class> class Kernel>
+auto for_dim(std::int32_t dim, DType dtype, DType io = DType::kF32) {
+  if (dtype == DType::kBF16) return for_dim_io<Kernel, Bf16>(dim, io);
+  if (dtype == DType::kF16) return for_dim_io<Kernel, F16>(dim, io);
+  return for_dim_io<Kernel, float>(dim, io);
 }
 
 // The element type of Elem, and the words `n` of them take.
@@ -130,6 +140,49 @@ inline void store_elems(const Rounding& r, std::uint64_t key, std::int32_t c0, c
   }
 }
 
+// Element c of an output row of Io at `o`: the fp32 value v, rounded to nearest even when Io is a
+// half type (the reference store rounds its fp32 outputs so, core/half.hpp).
+template <class Io>
+inline void put_out(Io* o, std::int64_t c, float v) {
+  if constexpr (std::is_same_v<Io, float>) {
+    o[c] = v;
+  } else {
+    const std::uint16_t h = std::is_same_v<Io, Bf16> ? narrow_bf16_rne(v) : narrow_f16_rne(v);
+    std::memcpy(o + c, &h, sizeof h);
+  }
+}
+
+// kF fp32 values rounded to nearest even into the half elements at p (put_out's vector form).
+template <class Half>
+inline void put_out_vec(Half* p, const simd::Floats& v) {
+  if constexpr (std::is_same_v<Half, Bf16>) {
+    simd::store_half(reinterpret_cast<std::uint16_t*>(p), simd::narrow_bf16_rne(v));
+  } else {
+    simd::store_half(reinterpret_cast<std::uint16_t*>(p), simd::narrow_f16_rne(v));
+  }
+}
+
+// Row r of a (rows, dim) matrix of Io elements whose first element is at `m` (outputs and
+// gradients keep their views' float* addresses whatever their element type).
+template <class Io>
+inline Io* io_row(float* m, std::int64_t r, std::int32_t dim) {
+  return elems<Io>(m) + r * dim;
+}
+template <class Io>
+inline const Io* io_row(const float* m, std::int64_t r, std::int32_t dim) {
+  return elems<Io>(m) + r * dim;
+}
+
+// acc[0..dim) += s * g[0..dim), g widened from Io where it is read: row_axpy's operations.
+template <class Io>
+inline void grad_axpy(float* acc, const Io* g, float s, std::int32_t dim) {
+  if constexpr (std::is_same_v<Io, float>) {
+    row_axpy(acc, g, s, dim);
+  } else {
+    for (std::int32_t c = 0; c < dim; ++c) acc[c] += s * widen_at(g, c);
+  }
+}
+
 // A row's gradient accumulator: on the stack for a compile-time dim, else on the heap.
 template <std::int32_t kDim>
 struct RowAcc {
@@ -144,16 +197,20 @@ struct RowAcc {
 namespace {
 
 // Pools bags [b0, b1) of any dim, accumulating in the output row (L1-resident). Half rows are
-// widened element by element, with row_axpy's / row_add's operations in their order.
-template <class Elem>
+// widened element by element, with row_axpy's / row_add's operations in their order. Half outputs
+// (Io Bf16 or F16) accumulate in an fp32 row of their own, rounded into the output once per bag.
+template <class Elem, class Io>
 void pool_bags_any(RowRef t, const BagsView& bags, Pooling pooling, float* out, std::int64_t b0, std::int64_t b1) {
   const std::int32_t dim = t.dim;
   const std::int64_t words = element_words(dim, dtype_of<Elem>());
+  std::vector<float> sum;  // half outputs: the bag's fp32 sum
+  if constexpr (!std::is_same_v<Io, float>) sum.resize(static_cast<std::size_t>(dim));
   const std::int64_t j_end = bags.offsets[b1];
   for (std::int64_t j = bags.offsets[b0]; j < std::min(j_end, bags.offsets[b0] + kPrefetchDistance); ++j)
     prefetch_row(t.row(bags.keys[j]), words);
   for (std::int64_t b = b0; b < b1; ++b) {
     float* o = out + b * dim;
+    if constexpr (!std::is_same_v<Io, float>) o = sum.data();
     std::memset(o, 0, sizeof(float) * static_cast<std::size_t>(dim));
     const std::int64_t lo = bags.offsets[b], hi = bags.offsets[b + 1];
     for (std::int64_t j = lo; j < hi; ++j) {
@@ -173,6 +230,8 @@ void pool_bags_any(RowRef t, const BagsView& bags, Pooling pooling, float* out, 
       }
     }
     if (pooling == Pooling::kMean && hi > lo) row_scale(o, bag_scale(pooling, hi - lo), dim);
+    if constexpr (!std::is_same_v<Io, float>)
+      for (std::int32_t c = 0; c < dim; ++c) put_out(io_row<Io>(out, b, dim), c, o[c]);
   }
 }
 
@@ -184,8 +243,9 @@ void pool_bags_any(RowRef t, const BagsView& bags, Pooling pooling, float* out, 
 // order (sum of w * row, or of row, in key order; then the mean's scale), so the results are
 // bit-identical to pool_bags_any at every width. (A row of more floats than the register file
 // holds, dim 256 with AVX2's 16 registers, is summed in an L1-resident array on the stack.)
-// Half rows (Elem Bf16 or F16) are widened register by register as they are loaded.
-template <int C, bool kWeighted, class Elem>
+// Half rows (Elem Bf16 or F16) are widened register by register as they are loaded; half outputs
+// (Io Bf16 or F16) are the sum's registers rounded to nearest even as they are stored.
+template <int C, bool kWeighted, class Elem, class Io>
 void pool_bags_vec(RowRef t, const BagsView& bags, Pooling pooling, float* out, std::int64_t b0, std::int64_t b1) {
   constexpr std::int32_t dim = 16 * C;
   constexpr int kVecs = dim / simd::kFloats;
@@ -212,27 +272,32 @@ void pool_bags_vec(RowRef t, const BagsView& bags, Pooling pooling, float* out, 
       const float s = bag_scale(pooling, hi - lo);
       for (int c = 0; c < kVecs; ++c) acc[c] *= s;
     }
-    float* o = out + b * dim;
-    for (int c = 0; c < kVecs; ++c) std::memcpy(o + kF * c, &acc[c], sizeof acc[c]);
+    if constexpr (std::is_same_v<Io, float>) {
+      float* o = out + b * dim;
+      for (int c = 0; c < kVecs; ++c) std::memcpy(o + kF * c, &acc[c], sizeof acc[c]);
+    } else {
+      Io* o = io_row<Io>(out, b, dim);
+      for (int c = 0; c < kVecs; ++c) put_out_vec(o + kF * c, acc[c]);
+    }
   }
 }
 
-template <int C, class Elem>
+template <int C, class Elem, class Io>
 void pool_bags_16(RowRef t, const BagsView& bags, Pooling pooling, float* out, std::int64_t b0, std::int64_t b1) {
   if (bags.weights) {
-    pool_bags_vec<C, true, Elem>(t, bags, pooling, out, b0, b1);
+    pool_bags_vec<C, true, Elem, Io>(t, bags, pooling, out, b0, b1);
   } else {
-    pool_bags_vec<C, false, Elem>(t, bags, pooling, out, b0, b1);
+    pool_bags_vec<C, false, Elem, Io>(t, bags, pooling, out, b0, b1);
   }
 }
 
-template <std::int32_t kDim, class Elem>
+template <std::int32_t kDim, class Elem, class Io>
 struct PoolBags {
-  static constexpr auto run = pool_bags_16<kDim / 16, Elem>;
+  static constexpr auto run = pool_bags_16<kDim / 16, Elem, Io>;
 };
-template <class Elem>
-struct PoolBags<0, Elem> {
-  static constexpr auto run = pool_bags_any<Elem>;
+template <class Elem, class Io>
+struct PoolBags<0, Elem, Io> {
+  static constexpr auto run = pool_bags_any<Elem, Io>;
 };
 
 }  // namespace
@@ -248,8 +313,9 @@ void gather_pool(RowRef t, const BagsView& bags, Pooling pooling, float* out) {
 
 namespace {
 
-// Unpooled lookups [j0, j1) of gather_rows (half rows widened).
-template <class Elem>
+// Unpooled lookups [j0, j1) of gather_rows (half rows widened; half outputs rounded to nearest
+// even from the fp32 w * row, as the reference rounds them).
+template <class Elem, class Io>
 void gather_rows_elems(RowRef t, const Key* keys, const float* weights, std::int64_t j0, std::int64_t j1, float* out) {
   const std::int32_t dim = t.dim;
   const std::int64_t words = element_words(dim, dtype_of<Elem>());
@@ -257,6 +323,16 @@ void gather_rows_elems(RowRef t, const Key* keys, const float* weights, std::int
   for (std::int64_t j = j0; j < j1; ++j) {
     if (j + kPrefetchDistance < j1) prefetch_row(t.row(keys[j + kPrefetchDistance]), words);
     const Elem* row = elems<Elem>(t.row(keys[j]));
+    if constexpr (!std::is_same_v<Io, float>) {
+      Io* o = io_row<Io>(out, j, dim);
+      const float w = weights ? weights[j] : 1.0f;
+      if (weights) {
+        for (std::int32_t c = 0; c < dim; ++c) put_out(o, c, w * widen_at(row, c));
+      } else {
+        for (std::int32_t c = 0; c < dim; ++c) put_out(o, c, widen_at(row, c));
+      }
+      continue;
+    }
     float* o = out + j * dim;
     if (weights) {
       const float w = weights[j];
@@ -269,13 +345,27 @@ void gather_rows_elems(RowRef t, const Key* keys, const float* weights, std::int
   }
 }
 
-void gather_rows_range(RowRef t, const Key* keys, const float* weights, std::int64_t j0, std::int64_t j1, float* out) {
-  if (t.dtype == DType::kBF16) {
-    gather_rows_elems<Bf16>(t, keys, weights, j0, j1, out);
-  } else if (t.dtype == DType::kF16) {
-    gather_rows_elems<F16>(t, keys, weights, j0, j1, out);
+template <class Elem>
+void gather_rows_io(RowRef t, const Key* keys, const float* weights, std::int64_t j0, std::int64_t j1, float* out,
+                    DType io) {
+  if (io == DType::kBF16) {
+    gather_rows_elems<Elem, Bf16>(t, keys, weights, j0, j1, out);
+  } else if (io == DType::kF16) {
+    gather_rows_elems<Elem, F16>(t, keys, weights, j0, j1, out);
   } else {
-    gather_rows_elems<float>(t, keys, weights, j0, j1, out);
+    gather_rows_elems<Elem, float>(t, keys, weights, j0, j1, out);
+  }
+}
+
+// gather_rows_elems of the table's element type and the outputs' (io).
+void gather_rows_range(RowRef t, const Key* keys, const float* weights, std::int64_t j0, std::int64_t j1, float* out,
+                       DType io = DType::kF32) {
+  if (t.dtype == DType::kBF16) {
+    gather_rows_io<Bf16>(t, keys, weights, j0, j1, out, io);
+  } else if (t.dtype == DType::kF16) {
+    gather_rows_io<F16>(t, keys, weights, j0, j1, out, io);
+  } else {
+    gather_rows_io<float>(t, keys, weights, j0, j1, out, io);
   }
 }
 
@@ -291,8 +381,8 @@ namespace {
 
 // acc = sum of the gradient contributions of positions [p_lo, p_hi) of a unique row, from 0.0f in
 // ascending position order. kDim > 0 fixes the dim at compile time (then `dim` must equal it); 0
-// takes it at run time. p_end: where the prefetches stop.
-template <std::int32_t kDim>
+// takes it at run time. p_end: where the prefetches stop. Gradients are of Io, widened as read.
+template <std::int32_t kDim, class Io>
 inline void reduce_segment(const BagsView& bags, Pooling pooling, const UniqueView& unique, const std::int32_t* bag_of,
                            const float* grads, std::int32_t run_dim, std::int64_t p_lo, std::int64_t p_hi,
                            std::int64_t p_end, float* acc) {
@@ -306,15 +396,17 @@ inline void reduce_segment(const BagsView& bags, Pooling pooling, const UniqueVi
       __builtin_prefetch(&bag_of[unique.positions[p + 2 * kGradPrefetch]]);
     if (p + kGradPrefetch < p_end) {
       const std::int64_t jp = unique.positions[p + kGradPrefetch];
-      prefetch_row<Into::kL1>(grads + (pooling == Pooling::kNone ? jp : bag_of[jp]) * dim, dim);
+      prefetch_row<Into::kL1>(
+          reinterpret_cast<const float*>(io_row<Io>(grads, pooling == Pooling::kNone ? jp : bag_of[jp], dim)),
+          element_words(dim, dtype_of<Io>()));
     }
     const std::int64_t j = unique.positions[p];
     if (pooling == Pooling::kNone) {
-      row_axpy(acc, grads + j * dim, grad_scale(pooling, 1, bags.weights, j), dim);
+      grad_axpy(acc, io_row<Io>(grads, j, dim), grad_scale(pooling, 1, bags.weights, j), dim);
     } else {
       const std::int64_t b = bag_of[j];
       const float s = grad_scale(pooling, bags.offsets[b + 1] - bags.offsets[b], bags.weights, j);
-      row_axpy(acc, grads + b * dim, s, dim);
+      grad_axpy(acc, io_row<Io>(grads, b, dim), s, dim);
     }
   }
 }
@@ -322,18 +414,19 @@ inline void reduce_segment(const BagsView& bags, Pooling pooling, const UniqueVi
 // acc = the summed gradient of unique row u: its uses in segments of kGradSegment positions, each
 // summed from 0.0f, then the segments added in order (core/row_math.hpp; the one reduction every
 // mode shares, so results are bit-exact between modes).
-template <std::int32_t kDim>
+template <std::int32_t kDim, class Io>
 inline void reduce_one(const BagsView& bags, Pooling pooling, const UniqueView& unique, const std::int32_t* bag_of,
                        const float* grads, std::int32_t run_dim, std::int64_t u, std::int64_t p_end, float* acc) {
   const std::int32_t dim = kDim > 0 ? kDim : run_dim;
   const std::int64_t p_lo = unique.offsets[u], p_hi = unique.offsets[u + 1];
-  reduce_segment<kDim>(bags, pooling, unique, bag_of, grads, dim, p_lo, std::min(p_lo + kGradSegment, p_hi), p_end,
-                       acc);
+  reduce_segment<kDim, Io>(bags, pooling, unique, bag_of, grads, dim, p_lo, std::min(p_lo + kGradSegment, p_hi), p_end,
+                           acc);
   if (p_hi - p_lo <= kGradSegment) return;
   RowAcc<kDim> part_acc(dim);
   float* part = part_acc.data();
   for (std::int64_t s = p_lo + kGradSegment; s < p_hi; s += kGradSegment) {
-    reduce_segment<kDim>(bags, pooling, unique, bag_of, grads, dim, s, std::min(s + kGradSegment, p_hi), p_end, part);
+    reduce_segment<kDim, Io>(bags, pooling, unique, bag_of, grads, dim, s, std::min(s + kGradSegment, p_hi), p_end,
+                             part);
     row_add(acc, part, dim);
   }
 }
@@ -356,10 +449,11 @@ struct GradIn {
   const float* g;
   simd::Floats operator()(int i) const noexcept { return simd::load(g + kF * i); }
 };
-struct ScaledGradIn {
-  const float* g;
+template <class Io>
+struct ScaledGradIn {  // g of Io, widened as it is loaded
+  const Io* g;
   float s;
-  simd::Floats operator()(int i) const noexcept { return 0.0f + s * simd::load(g + kF * i); }
+  simd::Floats operator()(int i) const noexcept { return 0.0f + s * load_elems(g + kF * i); }
 };
 
 // The row-wise Adagrad sum of squares, column by column as apply_optimizer adds it (a sequential
@@ -557,7 +651,7 @@ inline void step_row(const OptimizerStep& st, RowRef t, float* rec, std::int64_t
 // strata-micro BM_StepBackwardUpdate (dim 128 SGD, 245k unique rows of a 1 GiB table, two threads,
 // 2-core VM): run-time dim with the burst 13.4 ms, without it 12.2 ms, compile-time dim without it
 // 10.5 ms.
-template <std::int32_t kDim, class Elem>
+template <std::int32_t kDim, class Elem, class Io>
 [[gnu::flatten]] void update_rows(RowRef t, const BagsView& bags, Pooling pooling, const UniqueView& unique,
                                   const std::int32_t* bag_of, const float* grads, const OptimizerStep& step,
                                   std::int64_t u0, std::int64_t u1) {
@@ -571,7 +665,7 @@ template <std::int32_t kDim, class Elem>
   for (std::int64_t u = u0; u < u1; ++u) {
     if (u + kPrefetchDistance < u1) prefetch_row(t.row(unique.keys[u + kPrefetchDistance]), rec);
     if (u + kUpdatePrefetch < u1) prefetch_row<Into::kWrite>(t.row(unique.keys[u + kUpdatePrefetch]), rec);
-    reduce_one<kDim>(bags, pooling, unique, bag_of, grads, dim, u, p_end, acc);
+    reduce_one<kDim, Io>(bags, pooling, unique, bag_of, grads, dim, u, p_end, acc);
     const Key row = unique.keys[u];
     float* w = t.row(row);
     bool fused = false;
@@ -585,9 +679,9 @@ template <std::int32_t kDim, class Elem>
   }
 }
 
-template <std::int32_t kDim, class Elem>
+template <std::int32_t kDim, class Elem, class Io>
 struct UpdateRows {
-  static constexpr auto run = update_rows<kDim, Elem>;
+  static constexpr auto run = update_rows<kDim, Elem, Io>;
 };
 
 }  // namespace
@@ -614,7 +708,7 @@ namespace {
 // record (with weights the gradient 0 + s * g is computed in that pass); for a run-time dim
 // apply_optimizer, with the bag's gradient copied first when weight decay is on (it adds the decay
 // to the gradient in place). Flattened, as update_rows.
-template <std::int32_t kDim, class Elem>
+template <std::int32_t kDim, class Elem, class Io>
 [[gnu::flatten]] void update_used_once(RowRef t, const BagsView& bags, Pooling pooling, const std::uint8_t* repeated,
                                        const float* grads, const OptimizerStep& step, std::int64_t b0,
                                        std::int64_t b1) {
@@ -650,21 +744,22 @@ template <std::int32_t kDim, class Elem>
         if (per_bag) {
           if (!bag_ready) {
             std::fill(bag_acc, bag_acc + dim, 0.0f);
-            row_axpy(bag_acc, grads + b * dim, grad_scale(pooling, hi - lo, nullptr, j), dim);
+            grad_axpy(bag_acc, io_row<Io>(grads, b, dim), grad_scale(pooling, hi - lo, nullptr, j), dim);
             if (bag_sq) bag_sq_value = sum_squares<kDim>(bag_acc);
             bag_ready = true;
           }
           fused_step<kDim, Elem>(step, w, row, GradIn{bag_acc}, acc, bag_sq ? &bag_sq_value : nullptr);
         } else {
           fused_step<kDim, Elem>(
-              step, w, row, ScaledGradIn{grads + b * dim, grad_scale(pooling, hi - lo, bags.weights, j)}, acc, nullptr);
+              step, w, row, ScaledGradIn<Io>{io_row<Io>(grads, b, dim), grad_scale(pooling, hi - lo, bags.weights, j)},
+              acc, nullptr);
         }
       } else {
         float* g = acc;
         if (per_bag) {
           if (!bag_ready) {
             std::fill(bag_acc, bag_acc + dim, 0.0f);
-            row_axpy(bag_acc, grads + b * dim, grad_scale(pooling, hi - lo, nullptr, j), dim);
+            grad_axpy(bag_acc, io_row<Io>(grads, b, dim), grad_scale(pooling, hi - lo, nullptr, j), dim);
             bag_ready = true;
           }
           if (decays) {
@@ -674,7 +769,7 @@ template <std::int32_t kDim, class Elem>
           }
         } else {
           std::fill(acc, acc + dim, 0.0f);
-          row_axpy(acc, grads + b * dim, grad_scale(pooling, hi - lo, bags.weights, j), dim);
+          grad_axpy(acc, io_row<Io>(grads, b, dim), grad_scale(pooling, hi - lo, bags.weights, j), dim);
         }
         step_row<kDim, Elem>(step, t, w, row, g, wide.data());
       }
@@ -682,9 +777,9 @@ template <std::int32_t kDim, class Elem>
   }
 }
 
-template <std::int32_t kDim, class Elem>
+template <std::int32_t kDim, class Elem, class Io>
 struct UpdateUsedOnce {
-  static constexpr auto run = update_used_once<kDim, Elem>;
+  static constexpr auto run = update_used_once<kDim, Elem, Io>;
 };
 
 }  // namespace
@@ -752,13 +847,13 @@ void gather_pool_tables(const std::vector<TableBatchItem>& items, TableBatchScra
     const std::int64_t row_bytes = it.table.row_words() * static_cast<std::int64_t>(sizeof(float));
     const bool none = it.pooling == Pooling::kNone;
     const std::int64_t units = none ? n : it.bags.batch;
-    if (!none) pool[i] = for_dim<PoolBags>(it.table.dim, it.table.dtype);
+    if (!none) pool[i] = for_dim<PoolBags>(it.table.dim, it.table.dtype, it.out_dtype);
     add_chunks(chunks, static_cast<std::int32_t>(i), units, chunk_units(units, none ? units : n, row_bytes));
   }
   for_each_chunk(chunks, [&](const TableBatchScratch::Chunk& c) {
     const TableBatchItem& it = items[static_cast<std::size_t>(c.item)];
     if (it.pooling == Pooling::kNone) {
-      gather_rows_range(it.table, it.bags.keys, it.bags.weights, c.lo, c.hi, it.out);
+      gather_rows_range(it.table, it.bags.keys, it.bags.weights, c.lo, c.hi, it.out, it.out_dtype);
     } else {
       pool[static_cast<std::size_t>(c.item)](it.table, it.bags, it.pooling, it.out, c.lo, c.hi);
     }
@@ -774,8 +869,8 @@ void backward_update_tables(const std::vector<TableBatchItem>& items, TableBatch
   chunks.clear();
   for (std::size_t i = 0; i < items.size(); ++i) {
     const TableBatchItem& it = items[i];
-    once[i] = for_dim<UpdateUsedOnce>(update_dim(it.table), it.table.dtype);
-    rows[i] = for_dim<UpdateRows>(update_dim(it.table), it.table.dtype);
+    once[i] = for_dim<UpdateUsedOnce>(update_dim(it.table), it.table.dtype, it.out_dtype);
+    rows[i] = for_dim<UpdateRows>(update_dim(it.table), it.table.dtype, it.out_dtype);
     // backward_update_by_bag's tasks: its bag grain, and each repeated range whole. The update
     // kernels prefetch from a task's first row on, without a burst up front, so a task's first
     // rows wait: smaller chunks (128 KiB of records, 25 bags of 20 keys) made the --pooling 20
@@ -813,7 +908,7 @@ void reduce_unique_grads(const BagsView& bags, Pooling pooling, UniqueView uniqu
                     [&](const tbb::blocked_range<std::int64_t>& r) {
                       const std::int64_t p_end = unique.offsets[r.end()];
                       for (std::int64_t u = r.begin(); u < r.end(); ++u)
-                        reduce_one<0>(bags, pooling, unique, bag_of, grads, dim, u, p_end, out + u * dim);
+                        reduce_one<0, float>(bags, pooling, unique, bag_of, grads, dim, u, p_end, out + u * dim);
                     });
 }
 

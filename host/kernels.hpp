@@ -17,8 +17,14 @@
 // store rounds it. Compile-time dims (multiples of 16) with an fp32 state take the vectorised paths,
 // half rows widened and narrowed register by register; scalar, one row at a time: a bf16 state,
 // half SGD rows in backward_update, half rows' repeated-key ranges in backward_update_by_bag and
-// backward_update_tables, and half gather_rows at every dim. Outputs and gradients are fp32 here: Store::open
-// refuses a half output_dtype (store/store_impl.cpp) until the host path writes half outputs.
+// backward_update_tables, and half gather_rows at every dim.
+//
+// Outputs and gradients are fp32, except in the table-batched forms, whose items may have half
+// ones (TableBatchItem::out_dtype, the table's output_dtype): the pooled sums stay fp32 and each
+// output row is rounded to nearest even into out_dtype once (sum, mean, or a weighted row for
+// pooling none), as the reference store rounds its outputs; gradients of out_dtype are widened
+// where they are read (the reduction, a bag's gradient), fp32 from there. The element types are
+// template parameters chosen once per table, so an fp32 table runs the float instances.
 
 #include <cstdint>
 #include <vector>
@@ -75,8 +81,9 @@ struct TableBatchItem {
   RowRef table;
   BagsView bags;
   Pooling pooling = Pooling::kSum;
-  float* out = nullptr;                  ///< forward: (output rows, dim) host
-  const float* grads = nullptr;          ///< backward: the shape forward produced, host
+  float* out = nullptr;                  ///< forward: (output rows, dim) host, elements of out_dtype
+  const float* grads = nullptr;          ///< backward: the shape forward produced, host, of out_dtype
+  DType out_dtype = DType::kF32;         ///< out's and grads' element type (at their first element's address)
   const Repeats* repeats = nullptr;      ///< backward: find_repeats of bags.keys
   const std::int32_t* bag_of = nullptr;  ///< backward: bag of each key position (pooled tables)
   OptimizerStep step{};                  ///< backward

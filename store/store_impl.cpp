@@ -506,12 +506,13 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) { return o
 namespace {
 
 // Whether the engine of table `tc`'s placement serves its element types (issue 31, while they are
-// built): every engine writes fp32 outputs and reads fp32 gradients, and only `cpu` stores half-size
-// rows and state. The reference store serves them all.
+// built): only `cpu` writes half-size outputs and reads half-size gradients (host/kernels.hpp; `offload`'s
+// CPU gather stages fp32 outputs and gradients), and only `cpu` stores half-size rows and state. The
+// reference store serves them all.
 Status served_dtypes(const TableConfig& tc) {
   const std::string who = "table '" + tc.spec.name + "': ";
   const std::string where = std::string(" the ") + to_string(tc.placement) + " placement yet (expected fp32: ";
-  if (tc.spec.output_dtype != DType::kF32)
+  if (tc.spec.output_dtype != DType::kF32 && tc.placement != Placement::kCpu)
     return Status::invalid_argument(who + "output_dtype " + to_string(tc.spec.output_dtype) + " is not served by" +
                                     where + "half-size outputs are written by the reference store only, issue 31)");
   if (tc.placement == Placement::kCpu) return Status::ok();

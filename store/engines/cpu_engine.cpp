@@ -25,6 +25,7 @@ TableBatchItem HostTableOps::forward_item(const JaggedKeys& f, float* out) const
   it.bags = bags_of(f);
   it.pooling = table_.spec().pooling;
   it.out = out;
+  it.out_dtype = table_.spec().output_dtype;
   return it;
 }
 

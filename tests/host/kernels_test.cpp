@@ -629,6 +629,127 @@ TEST_P(HalfKernels, EveryKernelMatchesTheRowMathOnWidenedRowsBitForBit) {
   }
 }
 
+// Half-size outputs and gradients (TableBatchItem::out_dtype): in one table-batched call, each
+// half-output item's outputs are its fp32 twin's outputs rounded to nearest even (the fp32 sums
+// rounded once per output row), and writes nothing past them; its update from half gradients is
+// the twin's update from those gradients widened, bit for bit. Rows fp32, bf16 and fp16; dims of
+// the register kernels (16, 64, 144, 256) and the run-time ones (1, 17, 272); every pooling, with
+// and without weights; every optimizer (bf16 state for some, so the run-time-dim update too).
+TEST(HalfOutputs, TableBatchedKernelsRoundOutputsAndWidenGradientsBitForBit) {
+  const AcceptHalfDTypes accept;
+  std::mt19937_64 rng(2311);
+  const std::int32_t dims[] = {1, 16, 17, 64, 144, 256, 272};
+  for (const DType out_dtype : {DType::kBF16, DType::kF16}) {
+    std::vector<HostTable> twins, halves;
+    std::vector<RandomBags> bags;
+    std::vector<std::vector<float>> out32, out16, g32, g16;
+    std::vector<Repeats> repeats;
+    std::vector<std::vector<std::int32_t>> bag_of;
+    std::vector<std::string> what;
+    const std::size_t n_items = 3 * std::size(dims) * 3;  // row dtypes x dims x poolings
+    bags.reserve(n_items);                                // the items point into them
+    repeats.resize(n_items);
+    std::vector<TableBatchItem> items32, items16;
+    int i = 0;
+    for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+      for (const std::int32_t dim : dims) {
+        for (const Pooling pooling : {Pooling::kSum, Pooling::kMean, Pooling::kNone}) {
+          TableSpec spec;
+          spec.name = "t" + std::to_string(i);
+          spec.rows = 90;
+          spec.dim = dim;
+          spec.dtype = dtype;
+          spec.pooling = pooling;
+          spec.init.bound = 1.0f;
+          spec.init.seed = static_cast<std::uint64_t>(i);
+          spec.optimizer.kind = static_cast<OptimizerKind>(i % 4);
+          const bool state_allowed =
+              spec.optimizer.kind == OptimizerKind::kAdagrad || spec.optimizer.kind == OptimizerKind::kAdam;
+          if (state_allowed && i % 3 == 0) spec.state_dtype = DType::kBF16;
+          spec.stochastic_rounding = dtype != DType::kF32 && i % 2 == 0;
+          spec.optimizer.learning_rate = 0.3f;
+          spec.optimizer.weight_decay = i % 5 == 0 ? 0.02f : 0.0f;
+          spec.optimizer.initial_accumulator = 0.1f;
+          const bool weighted = (i / 3) % 2 == 1;
+          what.push_back(spec.name + " " + to_string(dtype) + " dim " + std::to_string(dim) + " " + to_string(pooling) +
+                         (weighted ? " weighted" : "") + " -> " + to_string(out_dtype));
+          auto a = HostTable::create(Topology::fake(1), spec, {});
+          auto b = HostTable::create(Topology::fake(1), spec, {});
+          ASSERT_TRUE(a.is_ok() && b.is_ok()) << what.back();
+          twins.push_back(std::move(a).value());
+          halves.push_back(std::move(b).value());
+          const std::int64_t batch = 45;
+          bags.push_back(random_bags(rng, batch, 60));  // keys used once and repeated; empty bags
+          const RandomBags& r = bags.back();
+          const std::int64_t n = static_cast<std::int64_t>(r.keys.size());
+          const std::int64_t out_rows = pooling == Pooling::kNone ? n : batch;
+          const auto elems = static_cast<std::size_t>(out_rows * dim);
+          out32.emplace_back(elems, -1.0f);
+          out16.emplace_back(elems, -3.0f);  // half elements use its first half; the rest must stay
+          g16.emplace_back(elems, -3.0f);
+          g32.emplace_back(elems);
+          std::vector<std::uint16_t> h(elems);
+          for (std::size_t k = 0; k < elems; ++k) {
+            h[k] = narrow(out_dtype, static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 613.0f, false, 0);
+            g32.back()[k] = widen(out_dtype, h[k]);
+          }
+          if (elems) std::memcpy(g16.back().data(), h.data(), elems * sizeof(std::uint16_t));
+          bag_of.push_back(bag_of_positions(r.offsets.data(), batch));
+          RepeatsScratch rs;
+          find_repeats(r.keys.data(), n, spec.rows, repeats[static_cast<std::size_t>(i)], rs);
+          TableBatchItem it;
+          it.bags = BagsView{r.offsets.data(), batch, r.keys.data(), weighted ? r.weights.data() : nullptr};
+          it.pooling = pooling;
+          it.repeats = &repeats[static_cast<std::size_t>(i)];
+          it.bag_of = bag_of.back().data();
+          it.step = make_optimizer_step(spec, 2);
+          items32.push_back(it);
+          items16.push_back(it);
+          ++i;
+        }
+      }
+    }
+    for (std::size_t k = 0; k < items32.size(); ++k) {
+      items32[k].table = twins[k].ref();
+      items32[k].out = out32[k].data();
+      items32[k].grads = g32[k].data();
+      items16[k].table = halves[k].ref();
+      items16[k].out = out16[k].data();
+      items16[k].grads = g16[k].data();
+      items16[k].out_dtype = out_dtype;
+    }
+    // Half outputs in one call with fp32 ones: every other item's outputs are fp32.
+    for (std::size_t k = 1; k < items16.size(); k += 2) {
+      items16[k].out_dtype = DType::kF32;
+      items16[k].grads = g32[k].data();
+    }
+    TableBatchScratch scratch;
+    gather_pool_tables(items32, scratch);
+    gather_pool_tables(items16, scratch);
+    for (std::size_t k = 0; k < items16.size(); ++k) {
+      const std::vector<float>& o32 = out32[k];
+      if (items16[k].out_dtype == DType::kF32) {
+        ASSERT_EQ(std::memcmp(out16[k].data(), o32.data(), o32.size() * sizeof(float)), 0) << what[k];
+        continue;
+      }
+      for (std::size_t e = 0; e < o32.size(); ++e)
+        ASSERT_EQ(testing::half_bits_at(out16[k].data(), static_cast<std::int64_t>(e)),
+                  narrow(out_dtype, o32[e], false, 0))
+            << what[k] << ": output element " << e << " of " << o32.size();
+      for (std::size_t e = (o32.size() + 1) / 2; e < o32.size(); ++e)
+        ASSERT_EQ(bits_of(out16[k][e]), bits_of(-3.0f)) << what[k] << ": wrote past the half outputs, float " << e;
+    }
+    backward_update_tables(items32, scratch);
+    backward_update_tables(items16, scratch);
+    for (std::size_t k = 0; k < items16.size(); ++k) {
+      const RowRef a = twins[k].ref(), b = halves[k].ref();
+      const std::size_t words = static_cast<std::size_t>(a.row_words() + a.state_words());
+      for (std::int64_t r = 0; r < 90; ++r)
+        ASSERT_EQ(std::memcmp(a.row(r), b.row(r), words * sizeof(float)), 0) << what[k] << ": row " << r;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, HalfKernels,
                          ::testing::Values(HalfCase{1, DType::kBF16, false}, HalfCase{17, DType::kBF16, true},
                                            HalfCase{16, DType::kBF16, false}, HalfCase{64, DType::kBF16, true},

@@ -171,26 +171,61 @@ TEST(ReferenceHalf, StochasticRoundingIsUnbiasedWhereRoundingToNearestStalls) {
   }
 }
 
+// The TableSpec of feature f of kb in c.
+const TableSpec& spec_of(const StoreConfig& c, const JaggedKeys& f) {
+  for (const TableConfig& t : c.tables)
+    if (t.spec.name == f.table) return t.spec;
+  return c.tables.front().spec;
+}
+
+// make_buffers with each view of its table's output_dtype (a half-size view uses the first half of
+// its fp32 buffer; the rest stays zero, so a store writing past it is seen).
+Buffers typed_buffers(const StoreConfig& c, const KeyBatch& kb) {
+  Buffers b = testing::make_buffers(c, kb);
+  for (std::size_t i = 0; i < kb.features.size(); ++i) {
+    b.views[i].dtype = spec_of(c, kb.features[i]).output_dtype;
+    b.cviews[i].dtype = b.views[i].dtype;
+  }
+  return b;
+}
+
+// fill_random, then each half-size view's elements the random values rounded to nearest, packed.
+void fill_gradients(std::mt19937_64& rng, const StoreConfig& c, const KeyBatch& kb, Buffers& b) {
+  testing::fill_random(rng, b);
+  for (std::size_t i = 0; i < kb.features.size(); ++i) {
+    const DType out = spec_of(c, kb.features[i]).output_dtype;
+    if (out == DType::kF32) continue;
+    std::vector<float>& d = b.data[i];
+    std::vector<std::uint16_t> bits(d.size());
+    for (std::size_t k = 0; k < d.size(); ++k) bits[k] = narrow(out, d[k], false, 0);
+    std::fill(d.begin(), d.end(), 0.0f);
+    if (!bits.empty()) std::memcpy(d.data(), bits.data(), bits.size() * sizeof(std::uint16_t));
+  }
+}
+
 // Runs `steps` random batches (seeded by `seed`) through the reference and a `cpu` store of config
 // `c` side by side: the outputs of every step and the rows and state at the end must be the same
-// bits.
-::testing::AssertionResult cpu_matches_reference(const StoreConfig& c, std::uint64_t seed, int steps) {
+// bits. Views are of their tables' output_dtype; batches of `bags` bags.
+::testing::AssertionResult cpu_matches_reference(const StoreConfig& c, std::uint64_t seed, int steps,
+                                                 std::int64_t bags = 6) {
   auto ref = open_reference(c);
   auto cpu = Store::open(c);
   if (!ref || !cpu.is_ok()) return ::testing::AssertionFailure() << "open: " << cpu.status().to_string();
   std::mt19937_64 batches(seed);
   for (int step = 1; step <= steps; ++step) {
-    const KeyBatch kb = testing::random_batch(batches, c, 6);
-    Buffers a = testing::make_buffers(c, kb), b = testing::make_buffers(c, kb);
+    const KeyBatch kb = testing::random_batch(batches, c, bags);
+    Buffers a = typed_buffers(c, kb), b = typed_buffers(c, kb);
     if (!ref->submit(step, kb).is_ok() || !cpu.value()->submit(step, kb).is_ok() ||
         !ref->forward(step, a.views).is_ok() || !cpu.value()->forward(step, b.views).is_ok())
       return ::testing::AssertionFailure() << "step " << step << ": submit or forward failed";
     const auto outputs = testing::same_outputs(a, b);
     if (!outputs) return ::testing::AssertionFailure() << "step " << step << " outputs: " << outputs.message();
-    testing::fill_random(batches, a);
+    fill_gradients(batches, c, kb, a);
     for (std::size_t i = 0; i < a.data.size(); ++i) std::copy(a.data[i].begin(), a.data[i].end(), b.data[i].begin());
-    if (!ref->backward(step, a.cviews).is_ok() || !cpu.value()->backward(step, b.cviews).is_ok())
-      return ::testing::AssertionFailure() << "step " << step << ": backward failed";
+    const Status ra = ref->backward(step, a.cviews), rb = cpu.value()->backward(step, b.cviews);
+    if (!ra.is_ok() || !rb.is_ok())
+      return ::testing::AssertionFailure()
+             << "step " << step << ": backward failed: " << ra.to_string() << " / " << rb.to_string();
   }
   return testing::same_state(testing::snapshot(*ref), testing::snapshot(*cpu.value()));
 }
@@ -228,6 +263,87 @@ TEST(ReferenceHalf, CpuStoreOfFp32AndHalfTablesInOneBatchMatchesTheReference) {
     s.stochastic_rounding = (s.dtype != DType::kF32 || s.state_dtype != DType::kF32) && i % 4 < 2;
   }
   EXPECT_TRUE(cpu_matches_reference(c, 9, 6));
+}
+
+// `cpu` tables of half-size outputs and gradients (bf16, fp16) beside fp32 ones, of fp32, bf16 and
+// fp16 rows, of dims that take the register kernels (multiples of 16 up to 256) and the run-time
+// ones (odd, and above 256), every pooling, with and without per-sample weights, empty bags and
+// repeated keys: every forward and backward is one table-batched call over all of them, and gives
+// the reference's bits (outputs rounded to nearest from the fp32 sums once per bag, gradients
+// widened where read).
+TEST(ReferenceHalf, CpuStoreOfHalfOutputsMatchesTheReferenceBitForBit) {
+  AcceptHalfDTypes accept;
+  std::mt19937_64 rng(113);
+  StoreConfig c = testing::random_config(rng, 27);
+  const std::int32_t dims[] = {16, 7,  64, 48, 128, 31,  3, 1,   32, 144, 256, 130, 272, 33,
+                               80, 96, 2,  17, 160, 240, 5, 112, 8,  208, 63,  176, 224};
+  const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF16};
+  for (std::size_t i = 0; i < c.tables.size(); ++i) {  // every (rows, pooling, outputs) triple
+    TableSpec& s = c.tables[i].spec;
+    c.tables[i].placement = Placement::kCpu;
+    s.dim = dims[i];
+    s.dtype = dtypes[i % 3];
+    s.pooling = static_cast<Pooling>((i / 3) % 3);
+    s.output_dtype = dtypes[(i / 9 + 1) % 3];
+    s.optimizer.kind = static_cast<OptimizerKind>((i / 2) % 4);
+    const bool state_allowed = s.optimizer.kind == OptimizerKind::kAdagrad || s.optimizer.kind == OptimizerKind::kAdam;
+    if (state_allowed && i % 4 == 1) s.state_dtype = DType::kBF16;
+    s.stochastic_rounding = (s.dtype != DType::kF32 || s.state_dtype != DType::kF32) && i % 5 < 2;
+  }
+  EXPECT_TRUE(cpu_matches_reference(c, 17, 6));
+  // Batches of more bags: the kernels' chunks and tasks split them.
+  for (TableConfig& t : c.tables) t.spec.rows = 2000;
+  EXPECT_TRUE(cpu_matches_reference(c, 29, 3, 700));
+}
+
+// A `cpu` store of half-size outputs refuses output and gradient views of another dtype, naming the
+// table and both dtypes, and a half-size gradient holding -Inf, and changes nothing.
+TEST(ReferenceHalf, CpuStoreRefusesViewsOfAnotherDtype) {
+  AcceptHalfDTypes accept;
+  std::mt19937_64 rng(37);
+  StoreConfig c = testing::random_config(rng, 2);
+  for (TableConfig& t : c.tables) {
+    t.placement = Placement::kCpu;
+    t.spec.output_dtype = DType::kBF16;
+  }
+  auto cpu = Store::open(c);
+  ASSERT_TRUE(cpu.is_ok()) << cpu.status().to_string();
+  Store& store = *cpu.value();
+  const KeyBatch kb = testing::random_batch(rng, c, 4);
+  Buffers b = typed_buffers(c, kb);
+  ASSERT_TRUE(store.submit(1, kb).is_ok());
+  const Snapshot before = testing::snapshot(store);
+  b.views[0].dtype = DType::kF32;
+  const Status f = store.forward(1, b.views);
+  EXPECT_EQ(f.code(), StatusCode::kInvalidArgument);
+  const std::string table = "table '" + kb.features[0].table + "'";
+  EXPECT_NE(f.message().find(table), std::string::npos) << f.message();
+  EXPECT_NE(f.message().find("output view dtype fp32 (expected bf16: the table's output_dtype)"), std::string::npos)
+      << f.message();
+  b.views[0].dtype = DType::kBF16;
+  ASSERT_TRUE(store.forward(1, b.views).is_ok());
+  std::fill(b.data[0].begin(), b.data[0].end(), 0.0f);
+  b.cviews[0].dtype = DType::kF16;
+  const Status g = store.backward(1, b.cviews);
+  EXPECT_EQ(g.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(g.message().find(table), std::string::npos) << g.message();
+  EXPECT_NE(g.message().find("gradient view dtype fp16 (expected bf16: the table's output_dtype)"), std::string::npos)
+      << g.message();
+  EXPECT_TRUE(testing::same_state(testing::snapshot(store), before));
+  // A bf16 gradient holding -Inf (the host finite check reads half-size views) is refused too.
+  b.cviews[0].dtype = DType::kBF16;
+  const std::int64_t last = b.cviews[0].rows * b.cviews[0].cols - 1;
+  ASSERT_GE(last, 0);
+  const std::uint16_t minus_inf = 0xff80u;
+  std::memcpy(reinterpret_cast<unsigned char*>(b.data[0].data()) + 2 * last, &minus_inf, sizeof minus_inf);
+  const Status n = store.backward(1, b.cviews);
+  EXPECT_EQ(n.code(), StatusCode::kInvalidArgument) << n.to_string();
+  EXPECT_NE(n.message().find(table + ": gradient of "), std::string::npos) << n.message();
+  EXPECT_NE(n.message().find(" is -inf"), std::string::npos) << n.message();
+  EXPECT_TRUE(testing::same_state(testing::snapshot(store), before));
+  std::fill(b.data[0].begin(), b.data[0].end(), 0.0f);
+  const Status ok = store.backward(1, b.cviews);
+  EXPECT_TRUE(ok.is_ok()) << ok.to_string();
 }
 
 // A learning rate of 0 keeps half-size rows as they are, bit for bit (a -0.0 weight included),
@@ -319,10 +435,9 @@ TEST(ReferenceHalf, CpuWriteRowsRoundsToNearestAndReadRowsWidens) {
   }
 }
 
-// The production engines write fp32 outputs and read fp32 gradients: a half-size output_dtype is
-// served by the reference store only, so opening a store with one is refused, naming the table,
-// the value and what is expected, whatever the placement. Half-size rows are stored by the `cpu`
-// placement only.
+// Half-size outputs and gradients are served by the `cpu` placement (and the reference store) only:
+// opening a store with a half-size output_dtype in another placement is refused, naming the table,
+// the value and what is expected. Half-size rows are stored by the `cpu` placement only.
 TEST(ReferenceHalf, StoresRefuseWhatTheirPlacementsDoNotServe) {
   AcceptHalfDTypes accept;
   StoreConfig c;
@@ -337,13 +452,16 @@ TEST(ReferenceHalf, StoresRefuseWhatTheirPlacementsDoNotServe) {
       c.tables[0].spec.dtype = DType::kF32;
       c.tables[0].spec.output_dtype = out;
       auto s = Store::open(c);
+      if (p == Placement::kCpu) {
+        EXPECT_TRUE(s.is_ok()) << to_string(out) << ": " << s.status().to_string();
+        continue;
+      }
       ASSERT_FALSE(s.is_ok()) << to_string(p) << " " << to_string(out);
       EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
       EXPECT_EQ(s.status().message(), "table 'clicks': output_dtype " + std::string(to_string(out)) +
                                           " is not served by the " + to_string(p) +
                                           " placement yet (expected fp32: half-size outputs are written by the "
                                           "reference store only, issue 31)");
-      if (p == Placement::kCpu) continue;
       c.tables[0].spec.output_dtype = DType::kF32;
       c.tables[0].spec.dtype = out;
       s = Store::open(c);
