@@ -513,8 +513,9 @@ Status served_dtypes(const TableConfig& tc) {
   const std::string who = "table '" + tc.spec.name + "': ";
   const std::string where = std::string(" the ") + to_string(tc.placement) + " placement yet (expected fp32: ";
   if (tc.spec.output_dtype != DType::kF32 && tc.placement != Placement::kCpu)
-    return Status::invalid_argument(who + "output_dtype " + to_string(tc.spec.output_dtype) + " is not served by" +
-                                    where + "half-size outputs are written by the reference store only, issue 31)");
+    return Status::invalid_argument(
+        who + "output_dtype " + to_string(tc.spec.output_dtype) + " is not served by" + where +
+        "half-size outputs are written by the cpu placement and the reference store only, issue 31)");
   if (tc.placement == Placement::kCpu) return Status::ok();
   for (const auto& [field, v] :
        {std::pair<const char*, DType>{"dtype", tc.spec.dtype}, {"state_dtype", tc.spec.state_dtype}})

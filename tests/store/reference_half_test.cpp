@@ -460,8 +460,8 @@ TEST(ReferenceHalf, StoresRefuseWhatTheirPlacementsDoNotServe) {
       EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
       EXPECT_EQ(s.status().message(), "table 'clicks': output_dtype " + std::string(to_string(out)) +
                                           " is not served by the " + to_string(p) +
-                                          " placement yet (expected fp32: half-size outputs are written by the "
-                                          "reference store only, issue 31)");
+                                          " placement yet (expected fp32: half-size outputs are written by the cpu "
+                                          "placement and the reference store only, issue 31)");
       c.tables[0].spec.output_dtype = DType::kF32;
       c.tables[0].spec.dtype = out;
       s = Store::open(c);
