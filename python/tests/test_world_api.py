@@ -17,6 +17,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 import strata
+import strata._process_group
 import strata.torch as st
 
 BATCH = 4
@@ -833,3 +835,69 @@ def test_two_ranks_match_a_one_rank_cpu_reference(tmp_path):
 
 if __name__ == "__main__" and len(sys.argv) == 6 and sys.argv[1] == "worker":
     _worker(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
+
+
+# ---- the tensors a process group holds outlive the operation (the exit abort) ----
+# A tensor that Python drops while gloo's worker thread still holds its operation is released last
+# by that thread, which must then take the GIL: at interpreter exit CPython ends such a thread
+# inside ~TensorImpl (noexcept) and the process aborts ("terminate called without an active
+# exception"). So the transport keeps every tensor it gave the group after the operation returned.
+class _Recording:
+    """A process group that records weak references to every tensor its operations are given."""
+
+    def __init__(self, pg, hang=False):
+        self._pg = pg
+        self.hang = hang
+        self.refs = []
+
+    def _record(self, value):
+        if isinstance(value, torch.Tensor):
+            self.refs.append(weakref.ref(value))
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                self._record(v)
+
+    def __getattr__(self, name):
+        real = getattr(self._pg, name)
+        if name not in ("allgather", "alltoall_base", "broadcast"):
+            return real
+
+        def op(*args):
+            self._record(args)
+            if self.hang:
+                class Never:
+                    def is_completed(self):
+                        return False
+                return Never()
+            return real(*args)
+        return op
+
+
+def _alive(refs):
+    gc.collect()
+    return [r() is not None for r in refs]
+
+
+def test_the_tensors_given_to_the_group_outlive_the_operation_and_the_transport(pg):
+    t = strata._process_group.make_transport(pg, 20)
+    rec = _Recording(pg)
+    t.pg = rec
+    t.host_stage(8, 8)
+    assert t.all_gather(8) is None
+    assert t.all_to_all([8], [8]) is None
+    assert t.broadcast(8, 0) is None
+    assert rec.refs and all(_alive(rec.refs)), _alive(rec.refs)
+    del t
+    assert all(_alive(rec.refs)), "a closed transport freed the tensors of its last operations"
+
+
+def test_the_tensors_of_an_abandoned_operation_are_never_freed(pg):
+    t = strata._process_group.make_transport(pg, 0.01)
+    rec = _Recording(pg, hang=True)
+    t.pg = rec
+    t.host_stage(8, 8)
+    kind, _ = t.all_gather(8)
+    assert kind == "timeout"
+    assert rec.refs and all(_alive(rec.refs))
+    del t
+    assert all(_alive(rec.refs)), "a closed transport freed the tensors of an operation the group still holds"
