@@ -901,3 +901,73 @@ def test_the_tensors_of_an_abandoned_operation_are_never_freed(pg):
     assert rec.refs and all(_alive(rec.refs))
     del t
     assert all(_alive(rec.refs)), "a closed transport freed the tensors of an operation the group still holds"
+
+
+def test_a_world_load_after_its_communicator_broke_writes_nothing(monkeypatch):
+    """The communicator broke without a failure of the transport (every rank received a foreign
+    header: a collective of the trainer's own met one of Strata's): load_state_dict refuses on
+    every rank before writing a shard, naming the error."""
+    from strata._process_group import ProcessGroupTransport
+    real = ProcessGroupTransport.all_gather
+
+    def all_gather(self, nbytes):
+        failed = real(self, nbytes)
+        if self.corrupt:
+            self._recv[:nbytes * self.size].fill_(0)  # no strata header from any rank
+        return failed
+    monkeypatch.setattr(ProcessGroupTransport, "all_gather", all_gather)
+    monkeypatch.setattr(ProcessGroupTransport, "corrupt", False, raising=False)
+    ready = threading.Barrier(2)
+
+    def run(rank, pg):
+        m = st.EmbeddingBagCollection(smoke_config("gpu"), process_group=pg, timeout=20)
+        rng = np.random.default_rng(rank)
+        sd = {k: v.clone() for k, v in m.state_dict().items()}
+        o = m(_tensors(batch_of(rng)))
+        sum(o[n].sum() for n in o.keys()).backward()
+        before = {k: v.clone() for k, v in m.state_dict().items()}
+        ready.wait(20)
+        ProcessGroupTransport.corrupt = True
+        with pytest.raises(RuntimeError, match="sent no strata header"):
+            m.set_learning_rate(0.5)
+        ready.wait(20)
+        ProcessGroupTransport.corrupt = False
+        with pytest.raises(RuntimeError) as e:
+            m.load_state_dict(sd)
+        weights, _ = m.store.read_shard("user", 0, 1)  # local: no collective
+        return str(e.value), torch.equal(torch.from_numpy(weights), before["tables.user.weight"][:1])
+
+    for rank, (res, e) in enumerate(two_ranks(run)):
+        assert e is None, (rank, repr(e))
+        err, unchanged = res
+        assert "broken" in err and "sent no strata header" in err and "nothing was loaded" in err, (rank, err)
+        assert unchanged, (rank, err)
+
+
+def test_a_world_load_whose_check_raises_on_one_rank_is_refused_on_every_rank():
+    """A check of load_state_dict raising on rank 1 (before the agreement) is agreed on as a
+    refusal: rank 1 raises it, rank 0 refuses naming rank 1 at once (not at the timeout), and
+    neither writes."""
+    def run(rank, pg):
+        m = st.EmbeddingBagCollection(smoke_config("gpu"), process_group=pg, timeout=30)
+        sd = {k: v.clone() for k, v in m.state_dict().items()}
+        if rank == 1:
+            def boom(*args):
+                raise ValueError("a check that raised")
+            m._check_shard_entries = boom
+        start = time.monotonic()
+        try:
+            m.load_state_dict(sd)
+            err = None
+        except Exception as e:
+            err = e
+        took = time.monotonic() - start
+        m.close()
+        return err, took
+
+    got = two_ranks(run)
+    assert [e for _, e in got] == [None, None], got
+    (err0, took0), (err1, took1) = got[0][0], got[1][0]
+    assert isinstance(err1, ValueError) and "a check that raised" in str(err1), repr(err1)
+    assert isinstance(err0, RuntimeError) and "rank 1 of 2 refused" in str(err0), repr(err0)
+    assert took0 < 10 and took1 < 10, (took0, took1)
