@@ -698,16 +698,17 @@ def test_a_world_load_whose_ranks_disagree_on_a_rate_or_the_step_writes_nothing(
         assert unchanged, (rank, err)
 
 
-def test_a_world_load_after_its_world_broke_writes_nothing(monkeypatch):
-    """A collective of the store failed (the transport's all_gather: a timeout, on every rank): the
-    world is broken, so load_state_dict refuses on every rank before writing a shard (write_shard
-    is local and would succeed; set_learning_rate would then fail)."""
+def _load_after_the_world_broke(monkeypatch, breaking_all_gather, error):
+    """Both ranks train a step, then every rank's ProcessGroupTransport.all_gather is
+    ``breaking_all_gather(self, nbytes, real)`` for one store collective (set_learning_rate), which
+    fails matching ``error``; load_state_dict then refuses on every rank naming the broken world and
+    ``error``, before writing a shard (write_shard is local and would succeed; set_learning_rate
+    would then fail)."""
     from strata._process_group import ProcessGroupTransport
     real = ProcessGroupTransport.all_gather
-    failing = _failing_all_gather(RuntimeError("Operation timed out!"))
     monkeypatch.setattr(ProcessGroupTransport, "all_gather",
-                        lambda self, n: failing(self, n) if self.fail else real(self, n))
-    monkeypatch.setattr(ProcessGroupTransport, "fail", False, raising=False)
+                        lambda self, n: breaking_all_gather(self, n, real) if self.breaking else real(self, n))
+    monkeypatch.setattr(ProcessGroupTransport, "breaking", False, raising=False)
     ready = threading.Barrier(2)
 
     def run(rank, pg):
@@ -718,11 +719,11 @@ def test_a_world_load_after_its_world_broke_writes_nothing(monkeypatch):
         sum(o[n].sum() for n in o.keys()).backward()
         before = {k: v.clone() for k, v in m.state_dict().items()}
         ready.wait(20)
-        ProcessGroupTransport.fail = True
-        with pytest.raises(RuntimeError, match="timed out"):
+        ProcessGroupTransport.breaking = True
+        with pytest.raises(RuntimeError, match=error):
             m.set_learning_rate(0.5)
         ready.wait(20)
-        ProcessGroupTransport.fail = False
+        ProcessGroupTransport.breaking = False
         with pytest.raises(RuntimeError) as e:
             m.load_state_dict(sd)
         weights, _ = m.store.read_shard("user", 0, 1)  # local: no collective
@@ -731,8 +732,26 @@ def test_a_world_load_after_its_world_broke_writes_nothing(monkeypatch):
     for rank, (res, e) in enumerate(two_ranks(run)):
         assert e is None, (rank, repr(e))
         err, unchanged = res
-        assert "broken" in err and "timed out" in err and "nothing was loaded" in err, (rank, err)
+        assert "broken" in err and re.search(error, err) and "nothing was loaded" in err, (rank, err)
         assert unchanged, (rank, err)
+
+
+def test_a_world_load_after_its_world_broke_writes_nothing(monkeypatch):
+    """A collective of the store failed (the transport's all_gather: a timeout, on every rank): the
+    world is broken, so load_state_dict refuses on every rank before writing a shard."""
+    failing = _failing_all_gather(RuntimeError("Operation timed out!"))
+    _load_after_the_world_broke(monkeypatch, lambda self, n, real: failing(self, n), "timed out")
+
+
+def test_a_world_load_after_its_communicator_broke_writes_nothing(monkeypatch):
+    """The communicator broke without a failure of the transport (every rank received a foreign
+    header: a collective of the trainer's own met one of Strata's): load_state_dict refuses on
+    every rank before writing a shard, naming the error."""
+    def foreign(self, nbytes, real):
+        failed = real(self, nbytes)
+        self._recv[:nbytes * self.size].fill_(0)  # no strata header from any rank
+        return failed
+    _load_after_the_world_broke(monkeypatch, foreign, "sent no strata header")
 
 
 def _concat(batches):
@@ -901,47 +920,6 @@ def test_the_tensors_of_an_abandoned_operation_are_never_freed(pg):
     assert rec.refs and all(_alive(rec.refs))
     del t
     assert all(_alive(rec.refs)), "a closed transport freed the tensors of an operation the group still holds"
-
-
-def test_a_world_load_after_its_communicator_broke_writes_nothing(monkeypatch):
-    """The communicator broke without a failure of the transport (every rank received a foreign
-    header: a collective of the trainer's own met one of Strata's): load_state_dict refuses on
-    every rank before writing a shard, naming the error."""
-    from strata._process_group import ProcessGroupTransport
-    real = ProcessGroupTransport.all_gather
-
-    def all_gather(self, nbytes):
-        failed = real(self, nbytes)
-        if self.corrupt:
-            self._recv[:nbytes * self.size].fill_(0)  # no strata header from any rank
-        return failed
-    monkeypatch.setattr(ProcessGroupTransport, "all_gather", all_gather)
-    monkeypatch.setattr(ProcessGroupTransport, "corrupt", False, raising=False)
-    ready = threading.Barrier(2)
-
-    def run(rank, pg):
-        m = st.EmbeddingBagCollection(smoke_config("gpu"), process_group=pg, timeout=20)
-        rng = np.random.default_rng(rank)
-        sd = {k: v.clone() for k, v in m.state_dict().items()}
-        o = m(_tensors(batch_of(rng)))
-        sum(o[n].sum() for n in o.keys()).backward()
-        before = {k: v.clone() for k, v in m.state_dict().items()}
-        ready.wait(20)
-        ProcessGroupTransport.corrupt = True
-        with pytest.raises(RuntimeError, match="sent no strata header"):
-            m.set_learning_rate(0.5)
-        ready.wait(20)
-        ProcessGroupTransport.corrupt = False
-        with pytest.raises(RuntimeError) as e:
-            m.load_state_dict(sd)
-        weights, _ = m.store.read_shard("user", 0, 1)  # local: no collective
-        return str(e.value), torch.equal(torch.from_numpy(weights), before["tables.user.weight"][:1])
-
-    for rank, (res, e) in enumerate(two_ranks(run)):
-        assert e is None, (rank, repr(e))
-        err, unchanged = res
-        assert "broken" in err and "sent no strata header" in err and "nothing was loaded" in err, (rank, err)
-        assert unchanged, (rank, err)
 
 
 def test_a_world_load_whose_check_raises_on_one_rank_is_refused_on_every_rank():
