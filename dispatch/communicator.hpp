@@ -173,6 +173,11 @@ class Communicator {
 
   virtual CommCounters counters() const noexcept = 0;
 
+  /// OK, or the first error that broke the communicator (every later call fails with it). May be
+  /// read from any thread. Only `transport` reports it (the Python world refuses a load before any
+  /// write with it); the others report OK.
+  virtual Status broken() const { return Status::ok(); }
+
  private:
   virtual Status do_all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs,
                                  void* recv, const std::int64_t* recv_counts, const std::int64_t* recv_displs,

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -59,6 +60,11 @@ class TransportCommunicator final : public Communicator {
   void forget_device(const gpu::Device& device) noexcept override { stages_.forget(device); }
 
   CommCounters counters() const noexcept override { return tally_.counters(); }
+
+  Status broken() const override {
+    std::lock_guard<std::mutex> lock(broken_mu_);
+    return broken_;
+  }
 
  private:
   // ---- host buffers ----
@@ -328,6 +334,7 @@ class TransportCommunicator final : public Communicator {
 
   // Breaks the communicator with `s` (the first error stays).
   Status fail(Status s) {
+    std::lock_guard<std::mutex> lock(broken_mu_);
     if (broken_.is_ok()) broken_ = s;
     return s;
   }
@@ -339,8 +346,9 @@ class TransportCommunicator final : public Communicator {
   std::vector<std::int64_t> mine_;     // this rank's header of the current call
   std::vector<std::int64_t> headers_;  // every rank's header of the current call, rank order
   std::uint64_t seq_ = 0;
-  Status broken_;
-  detail::DeviceStages stages_;  // pinned staging of device buffers the Transport does not take
+  Status broken_;                 // written under broken_mu_ (read without it by the calling thread)
+  mutable std::mutex broken_mu_;  // broken_ for broken(), from any thread
+  detail::DeviceStages stages_;   // pinned staging of device buffers the Transport does not take
   detail::CallTally tally_;
 };
 

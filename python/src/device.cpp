@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "python/src/arrays.hpp"
+#include "python/src/process_group.hpp"
 
 namespace strata::python {
 namespace {
@@ -17,14 +18,15 @@ std::string hex(std::uintptr_t v) {
 
 // A destructor's release of `object` (a buffer or stream of `device`), then of `device` (and its
 // store, when this was the last holder after Store.close()), with the GIL released as by every
-// store call; nothing for an object moved from.
+// store call (held once the interpreter is finalizing: without_gil); nothing for an object moved from.
 template <typename T>
 void release_device(std::shared_ptr<gpu::Device>& device, T& object) noexcept {
   if (!device) return;
   try {
-    py::gil_scoped_release nogil;
-    object = T();
-    device.reset();
+    without_gil([&device, &object] {
+      object = T();
+      device.reset();
+    });
   } catch (...) {  // a destructor reports nothing
   }
 }

@@ -109,11 +109,11 @@ class PyStore {
   explicit PyStore(std::unique_ptr<Store> store) : store_(std::move(store)) {}
 
   // Closing a store of a world discards its batches in flight, collectives whose transport takes
-  // the GIL: it is released first (as by every call; close() too).
+  // the GIL: it is released first (as by every call; close() too), unless the interpreter is
+  // finalizing (then the transport fails at once without Python, see without_gil).
   ~PyStore() {
     try {
-      py::gil_scoped_release nogil;
-      release();
+      without_gil([this] { release(); });
     } catch (...) {  // a destructor reports nothing (the store's own destruction throws nothing)
     }
   }
@@ -182,11 +182,11 @@ class PyStore {
     } else {
       ProcessGroupWorld w = make_process_group_world(process_group, timeout, interrupt_);
       world_ = w.info;
-      transport_ = w.transport_object;
       Result<std::unique_ptr<dispatch::Communicator>> comm =
           dispatch::make_transport_communicator(std::move(w.transport));
       throw_if_error(comm.status());
       std::shared_ptr<dispatch::Communicator> shared(std::move(comm).value());
+      comm_ = shared;
       {
         py::gil_scoped_release nogil;
         s = Store::open(c, shared);
@@ -212,9 +212,17 @@ class PyStore {
 
   py::object world() const { return world_.is_none() ? py::object(py::none()) : py::object(py::dict(world_)); }
 
-  // Store._world_broken: None, or why the world's transport broke (its first failure: a timeout, a
-  // peer that left, an error, an interrupt); from then on every collective of the store fails.
-  py::object world_broken() const { return transport_.is_none() ? py::object(py::none()) : transport_.attr("broken"); }
+  // Store._world_broken: None, or why the world's communicator broke (its first breaking error: a
+  // failure of the transport (a timeout, a peer that left, an error, an interrupt), ranks out of
+  // step, a foreign collective, a verdict that breaks it, ...); from then on every collective of the
+  // store fails. None without a world, and once the store (so its communicator) is gone.
+  py::object world_broken() const {
+    const std::shared_ptr<dispatch::Communicator> comm = comm_.lock();
+    if (!comm) return py::none();
+    const Status broken = comm->broken();
+    if (broken.is_ok()) return py::none();
+    return py::str(broken.to_string());
+  }
 
   py::dict shard_info(py::handle table_obj) {
     const int t = table_of(table_obj);
@@ -714,8 +722,8 @@ class PyStore {
   gpu::Event producer_event_;     // orders a call's stream after a producer's (order_after; under mu_)
   std::unordered_map<std::int64_t, std::vector<Shape>> shapes_;           // outputs of each batch in flight (under mu_)
   std::shared_ptr<Interrupt> interrupt_ = std::make_shared<Interrupt>();  // of the world's transport (GIL held)
-  py::object world_ = py::none();      // Store.world: None, or {"rank", "size", "kind", "backend"}
-  py::object transport_ = py::none();  // the world's ProcessGroupTransport (its `broken`), or None
+  py::object world_ = py::none();               // Store.world: None, or {"rank", "size", "kind", "backend"}
+  std::weak_ptr<dispatch::Communicator> comm_;  // the world's communicator (its broken()), none without a world
 };
 
 // strata._strata._WorldComm(pg, timeout=None), test-only: the transport communicator of a world over
@@ -901,8 +909,8 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
                              "None for a store of this process alone, else {'rank', 'size', 'kind': 'torch', "
                              "'backend': 'gloo' | 'nccl' | ...}.")
       .def_property_readonly("_world_broken", &PyStore::world_broken,
-                             "Internal: None, or the first failure of the world's transport (every collective of "
-                             "the store fails since).")
+                             "Internal: None, or the first error that broke the world's communicator (every "
+                             "collective of the store fails since).")
       .def("shard_info", &PyStore::shard_info, py::arg("table"),
            "What this rank holds of a table (by name or index; Store::shard_info): {'type': 'replicated' | "
            "'table' | 'row' | 'column', 'world', 'rank', 'rows', 'dim' (the whole table's), 'local_rows', "

@@ -9,7 +9,6 @@
 #include "gpu/device.hpp"
 
 namespace strata::python {
-namespace {
 
 bool finalizing() noexcept {
 #if PY_VERSION_HEX >= 0x030D0000
@@ -18,6 +17,8 @@ bool finalizing() noexcept {
   return _Py_IsFinalizing() != 0;
 #endif
 }
+
+namespace {
 
 Status shutting_down() { return Status::failed_precondition("the interpreter is shutting down"); }
 
@@ -156,7 +157,6 @@ ProcessGroupWorld make_process_group_world(py::handle process_group, py::handle 
   w.info["size"] = impl.attr("size");
   w.info["kind"] = "torch";
   w.info["backend"] = impl.attr("backend");
-  w.transport_object = impl;
   w.transport = std::make_unique<PyTransport>(std::move(impl), interrupt);
   return w;
 }

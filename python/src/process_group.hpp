@@ -47,11 +47,26 @@ struct Interrupt {
   void raise_if_any();
 };
 
+/// True once the interpreter is finalizing: a thread that takes the GIL then may be ended by
+/// CPython (pthread_exit), so destructors neither release nor take it from then on.
+bool finalizing() noexcept;
+
+/// Runs `f` with the GIL released (held by the caller), or held once the interpreter is finalizing
+/// (releasing it would mean taking it back).
+template <class F>
+void without_gil(F&& f) {
+  if (finalizing()) {
+    f();
+    return;
+  }
+  py::gil_scoped_release nogil;
+  f();
+}
+
 /// What Store.world reports and the transport is made of.
 struct ProcessGroupWorld {
   std::unique_ptr<dispatch::Transport> transport;
-  py::dict info;                ///< {"rank", "size", "kind": "torch", "backend"}
-  py::object transport_object;  ///< the strata._process_group.ProcessGroupTransport (its `broken`)
+  py::dict info;  ///< {"rank", "size", "kind": "torch", "backend"}
 };
 
 /// A Transport over `process_group` (a torch.distributed.ProcessGroup; TypeError otherwise) with

@@ -51,8 +51,19 @@ its tensors are kept in ``_pending`` (never the caller's memory for a host opera
 operation's are the caller's CUDA buffers, which an abandoned NCCL operation may still write, as
 with the ``nccl`` communicator, until torch's NCCL watchdog aborts it), and the world is broken from
 then on (the C++ communicator never calls this object again).
+
+The tensors given to the group outlive every operation: a tensor that Python drops while a worker
+thread of the group (gloo's) still holds its operation is released last by that thread, which must
+then take the GIL; if the interpreter is finalizing by then, CPython ends the thread inside
+``~TensorImpl`` (noexcept) and the process aborts ("terminate called without an active
+exception"). So each completed operation's Work and tensors stay in a module-level ring of the last
+``_KEEP`` operations (evicted only by later ones, long after the worker let go), an abandoned
+operation's are never freed (``_pending``, moved to ``_abandoned`` when the object goes), and
+neither container is freed at exit.
 """
 
+import collections
+import ctypes
 import datetime
 import math
 import numbers
@@ -64,6 +75,23 @@ __all__ = ["ProcessGroupTransport", "agree_values", "make_transport", "timeout_o
 _TIMED_OUT = re.compile(r"timed out|timeout", re.IGNORECASE)
 _PEER_LEFT = re.compile(r"connection (closed|reset) by peer|broken pipe|connection refused", re.IGNORECASE)
 _MS = re.compile(r"(\d+)\s*ms")
+
+
+# The tensors given to a process group outlive the operation (see the module's doc): the last _KEEP
+# operations of every transport (and agree_values), evicted by later ones once long complete, and
+# every operation abandoned at a failure, freed never. Both containers are leaked on purpose (an
+# extra reference), so that not even the module's teardown at interpreter exit frees them.
+_KEEP = 8
+_recent = collections.deque(maxlen=_KEEP)  # (work, tensors) of the last completed operations
+_abandoned = []  # (work, tensors) of the operations of closed transports abandoned at a failure
+for _kept in (_recent, _abandoned):
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(_kept))
+del _kept
+
+
+def _keep(work, tensors):
+    """Keeps a completed operation's ``work`` and ``tensors`` until _KEEP later operations evicted it."""
+    _recent.append((work, tensors))
 
 
 _MIN_TIMEOUT = datetime.timedelta(milliseconds=1)
@@ -98,7 +126,7 @@ def timeout_of(timeout):
 def _wait(work, timeout):
     """Waits for ``work`` (a torch Work) up to ``timeout`` (a timedelta), raising its own error if it
     failed, TimeoutError if it did not complete in time. It polls ``is_completed`` between short
-    sleeps (50 us growing to 10 ms) rather than blocking in ``Work.wait``, so that a signal (Ctrl-C:
+    sleeps (50 us growing to 1 ms: a completion is noticed at most 1 ms late) rather than blocking in ``Work.wait``, so that a signal (Ctrl-C:
     KeyboardInterrupt) interrupts the wait for a peer that does not arrive."""
     import time
     deadline = time.monotonic() + timeout.total_seconds()
@@ -108,7 +136,7 @@ def _wait(work, timeout):
         if left <= 0:
             raise TimeoutError("the operation did not complete within the timeout")
         time.sleep(min(delay, left))
-        delay = min(2 * delay, 0.01)
+        delay = min(2 * delay, 0.001)
     work.wait()  # completed: returns, or raises the operation's error
 
 
@@ -198,9 +226,15 @@ def agree_values(process_group, values, timeout):
     device = _wire_device(backend) or torch.device("cpu")
     mine = torch.tensor([int(v) for v in values], dtype=torch.int64, device=device)
     out = [torch.zeros_like(mine) for _ in range(process_group.size())]
+    work = None
     try:
-        _wait(process_group.allgather([out], [mine]), timeout)
-    except Exception as e:
+        work = process_group.allgather([out], [mine])
+        _wait(work, timeout)
+        _keep(work, (mine, out))
+    except BaseException as e:
+        _abandoned.append((work, (mine, out)))  # the group may still hold them: never freed
+        if not isinstance(e, Exception):
+            raise
         raise RuntimeError(_failure("allgather", e, int(timeout.total_seconds() * 1000), backend)[1]) from None
     return [[int(v) for v in t.tolist()] for t in out]
 
@@ -262,6 +296,7 @@ class ProcessGroupTransport:
         try:
             work = start()
             _wait(work, self.timeout)
+            _keep(work, tensors)
             for host, wire in copy_back:
                 if host is not wire:
                     host.copy_(wire)
@@ -273,6 +308,10 @@ class ProcessGroupTransport:
             self._pending.append((work, tensors))
             self.broken = self.broken or f"torch {what} was interrupted"
             raise
+
+    def __del__(self):
+        # The group may still hold the tensors of an abandoned operation: never freed.
+        _abandoned.extend(getattr(self, "_pending", ()))
 
     def _failure(self, what, e):
         kind, message = _failure(what, e, self.timeout_ms, self.backend)

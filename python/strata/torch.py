@@ -579,6 +579,40 @@ class EmbeddingBagCollection(nn.Module):
                 and not any(k.startswith(f"{prefix}{child}.") for child in self._modules)}
         world = self.world_size > 1  # a world of more than one rank: this rank's shards
         plan, problems, missing = [], [], []
+        # In a world, a check that raises on this rank is a refusal the other ranks must hear of (they
+        # would wait in agree_values for it until the timeout): noted, agreed on, then raised here.
+        raised = None
+        try:
+            step = self._check_load(state_dict, prefix, ours, plan, problems, missing, missing_keys, unexpected_keys)
+        except Exception as e:
+            if not world:
+                raise
+            raised = e
+            problems.append(f"{type(e).__name__}: {e}")
+            plan, step = [(name, None, None, None) for name in self._tables], None
+        if world:
+            self._agree_on_load(prefix, plan, step, problems)
+        if raised is not None:
+            raise raised
+        error_msgs.extend(problems)
+        if problems:
+            return  # torch's load_state_dict raises; nothing was changed
+        # Every entry is checked and no batch is in flight, so the rates and the step cannot be
+        # refused; a write fails only when the device of a gpu, cached or hybrid table has failed,
+        # and then the tables before it stay written (load_state_dict's docstring).
+        write = self.store.write_shard if world else self.store.write_rows
+        for name, w, s, rate in plan:
+            if w is not None:
+                write(name, 0, w, s)
+            if rate is not None:
+                self.store.set_learning_rate(rate, name)
+        if step is not None:
+            self.store.set_step(step)
+
+    def _check_load(self, state_dict, prefix, ours, plan, problems, missing, missing_keys, unexpected_keys):
+        """The checks of _load_from_state_dict: appends each table's (name, weights, state, rate) to
+        ``plan`` and the refusals to ``problems``; returns the step to write (or None)."""
+        world = self.world_size > 1
         if self.store.in_flight:
             problems.append(f"{self.store.in_flight} batch(es) in flight (expected none: run their backward or "
                             "discard_in_flight() first)")
@@ -600,29 +634,14 @@ class EmbeddingBagCollection(nn.Module):
             problems.append(f"{type(self).__name__}{' ' + repr(prefix[:-1]) if prefix else ''}: missing keys "
                             f"{missing}, unexpected keys {unexpected}: nothing was loaded into its tables ({how} "
                             "loads what is there)")
-        if world:
-            self._agree_on_load(prefix, plan, step, problems)
-        error_msgs.extend(problems)
-        if problems:
-            return  # torch's load_state_dict raises; nothing was changed
-        # Every entry is checked and no batch is in flight, so the rates and the step cannot be
-        # refused; a write fails only when the device of a gpu, cached or hybrid table has failed,
-        # and then the tables before it stay written (load_state_dict's docstring).
-        write = self.store.write_shard if world else self.store.write_rows
-        for name, w, s, rate in plan:
-            if w is not None:
-                write(name, 0, w, s)
-            if rate is not None:
-                self.store.set_learning_rate(rate, name)
-        if step is not None:
-            self.store.set_step(step)
+        return step
 
     def _agree_on_load(self, prefix, plan, step, problems):
         """A world's load, before any rank writes (one all-gather of every rank's verdict, step and
         rates): the writes are followed by collectives (set_learning_rate, set_step) that a rank
         which refused would never join, and that would refuse a step or rate differing between
         ranks after every rank wrote its shards. Notes in ``problems`` a world broken by an earlier
-        failure of its transport (this rank's: a store collective would fail), the other ranks' refusals,
+        error of its communicator (this rank's: a store collective would fail), the other ranks' refusals,
         else the first step or rate that differs from rank 0's (absent counts as a value), so that
         every rank refuses with nothing written."""
         from strata._process_group import agree_values

@@ -81,15 +81,17 @@ TEST(TransportCommunicator, RefusesANullTransportAndABadWorld) {
 
 // Something else on the transport's world (a trainer's own collective on the process group) met
 // one of Strata's: the rank whose bytes carry no strata header is named on every rank, and the
-// communicator is broken.
+// communicator is broken (broken() says so, with that error).
 TEST(TransportCommunicator, AHeaderWithoutTheMagicIsNamedOnEveryRank) {
   TransportGroup g = make_transport_group(3, false);
   g.transports[1]->tamper = [](char* send, std::int64_t) { send[0] = 'X'; };
   std::vector<Status> got(3);
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(g.comms[r]->broken().is_ok());
   on_ranks(3, [&](int r) { got[r] = g.comms[r]->barrier(); });
   for (int r = 0; r < 3; ++r) {
     EXPECT_EQ(got[r].code(), StatusCode::kFailedPrecondition) << got[r].to_string();
     EXPECT_THAT(got[r].message(), HasSubstr("barrier: rank 1 of 3 sent no strata header"));
+    EXPECT_EQ(g.comms[r]->broken().to_string(), got[r].to_string()) << "broken() is not the breaking error";
     const int gathers = g.transports[r]->gathers;
     EXPECT_EQ(g.comms[r]->barrier().code(), StatusCode::kFailedPrecondition);
     EXPECT_EQ(g.transports[r]->gathers, gathers) << "a broken communicator called its transport";
