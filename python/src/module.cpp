@@ -225,13 +225,7 @@ class PyStore {
   }
 
   py::dict shard_info(py::handle table_obj) {
-    const int t = table_of(table_obj);
-    ShardInfo info;
-    call([&](Store& s) {
-      auto r = s.shard_info(t);
-      if (r) info = r.value();
-      return r.status();
-    });
+    const ShardInfo info = shard_of(table_of(table_obj));
     py::dict d;
     d["type"] = dispatch::to_string(info.type);
     d["world"] = info.world;
@@ -543,7 +537,6 @@ class PyStore {
     return out;
   }
 
-  // Calls without arguments to convert.
   // Calls without arguments to convert. A KeyboardInterrupt or SystemExit that interrupted a
   // collective of the world is raised again here (its Status only says "interrupted").
   template <typename F>

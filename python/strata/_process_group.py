@@ -322,9 +322,8 @@ class ProcessGroupTransport:
         send = self._on_wire(self._send[:nbytes])
         recv_host = self._recv[:nbytes * self.size]
         recv = self._on_wire(recv_host) if self._wire is not None else recv_host
-        views = [recv[r * nbytes:(r + 1) * nbytes] for r in range(self.size)]
-        return self._run("allgather", lambda: self.pg.allgather([views], [send]), (send, recv, views),
-                         ((recv_host, recv),))
+        start, tensors = self._all_gather_op(send, recv, nbytes)
+        return self._run("allgather", start, tensors, ((recv_host, recv),))
 
     def all_to_all(self, send_splits, recv_splits):
         send_splits = [int(s) for s in send_splits]
@@ -332,18 +331,29 @@ class ProcessGroupTransport:
         send = self._on_wire(self._send[:sum(send_splits)])
         recv_host = self._recv[:sum(recv_splits)]
         recv = self._on_wire(recv_host) if self._wire is not None else recv_host
-        opts = self._dist.AllToAllOptions()
-        return self._run("alltoall_base",
-                         lambda: self.pg.alltoall_base(recv, send, recv_splits, send_splits, opts), (send, recv),
-                         ((recv_host, recv),))
+        start, tensors = self._all_to_all_op(send, recv, send_splits, recv_splits)
+        return self._run("alltoall_base", start, tensors, ((recv_host, recv),))
 
     def broadcast(self, nbytes, root):
         host = self._send[:nbytes] if self.rank == root else self._recv[:nbytes]
         t = self._on_wire(host)
+        back = () if self.rank == root else ((host, t),)
+        start, tensors = self._broadcast_op(t, root)
+        return self._run("broadcast", start, tensors, back)
+
+    # The group's operation on tensors (host or device): (start, the tensors it uses).
+    def _all_gather_op(self, send, recv, nbytes):
+        views = [recv[r * nbytes:(r + 1) * nbytes] for r in range(self.size)]
+        return (lambda: self.pg.allgather([views], [send])), (send, recv, views)
+
+    def _all_to_all_op(self, send, recv, send_splits, recv_splits):
+        opts = self._dist.AllToAllOptions()
+        return (lambda: self.pg.alltoall_base(recv, send, recv_splits, send_splits, opts)), (send, recv)
+
+    def _broadcast_op(self, t, root):
         opts = self._dist.BroadcastOptions()
         opts.rootRank = root
-        back = () if self.rank == root else ((host, t),)
-        return self._run("broadcast", lambda: self.pg.broadcast([t], opts), (t,), back)
+        return (lambda: self.pg.broadcast([t], opts)), (t,)
 
     # ---- device operations (the direct path; CUDA with NCCL only, see the module's doc) ----
     def _cuda(self, ptr, nbytes, readonly=False):
@@ -365,21 +375,15 @@ class ProcessGroupTransport:
     def all_gather_device(self, nbytes, send_ptr, recv_ptr):
         send = self._cuda(send_ptr, nbytes, readonly=True)
         recv = self._cuda(recv_ptr, nbytes * self.size)
-        views = [recv[r * nbytes:(r + 1) * nbytes] for r in range(self.size)]
-        return self._run_device("allgather", lambda: self.pg.allgather([views], [send]), (send, recv, views))
+        return self._run_device("allgather", *self._all_gather_op(send, recv, nbytes))
 
     def all_to_all_device(self, send_splits, recv_splits, send_ptr, recv_ptr):
         send_splits = [int(s) for s in send_splits]
         recv_splits = [int(s) for s in recv_splits]
         send = self._cuda(send_ptr, sum(send_splits), readonly=True)
         recv = self._cuda(recv_ptr, sum(recv_splits))
-        opts = self._dist.AllToAllOptions()
-        return self._run_device("alltoall_base",
-                                lambda: self.pg.alltoall_base(recv, send, recv_splits, send_splits, opts),
-                                (send, recv))
+        return self._run_device("alltoall_base", *self._all_to_all_op(send, recv, send_splits, recv_splits))
 
     def broadcast_device(self, nbytes, root, ptr):
         t = self._cuda(ptr, nbytes)
-        opts = self._dist.BroadcastOptions()
-        opts.rootRank = root
-        return self._run_device("broadcast", lambda: self.pg.broadcast([t], opts), (t,))
+        return self._run_device("broadcast", *self._broadcast_op(t, root))
