@@ -225,7 +225,8 @@ class PyStore {
   }
 
   py::dict shard_info(py::handle table_obj) {
-    const ShardInfo info = shard_of(table_of(table_obj));
+    const int t = table_of(table_obj);
+    const ShardInfo info = shard_of(t);
     py::dict d;
     d["type"] = dispatch::to_string(info.type);
     d["world"] = info.world;
@@ -237,6 +238,8 @@ class PyStore {
     d["row_step"] = info.row_step;
     d["col_offset"] = info.col_offset;
     d["local_dim"] = info.local_dim;
+    d["state_dim"] = optimizer_state_dim(live()->config().tables[static_cast<std::size_t>(t)].spec.optimizer.kind,
+                                         static_cast<std::int32_t>(info.dim));
     py::list replicas;
     for (int r : info.replicas) replicas.append(r);
     d["replicas"] = replicas;
@@ -908,8 +911,9 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
            "What this rank holds of a table (by name or index; Store::shard_info): {'type': 'replicated' | "
            "'table' | 'row' | 'column', 'world', 'rank', 'rows', 'dim' (the whole table's), 'local_rows', "
            "'row_start', 'row_step' (local row i is global row row_start + i * row_step), 'col_offset', "
-           "'local_dim' (local column j is global column col_offset + j), 'replicas' (the ranks holding the same "
-           "shard)}. Local: no collective. Without a world: the whole table, 'replicated', rank 0 of 1.")
+           "'local_dim' (local column j is global column col_offset + j), 'state_dim' (the whole table's optimizer "
+           "state columns), 'replicas' (the ranks holding the same shard)}. Local: no collective. Without a world: the "
+           "whole table, 'replicated', rank 0 of 1.")
       .def("read_shard", &PyStore::read_shard, py::arg("table"), py::arg("local_row0"), py::arg("n"),
            "Returns (weights float32 (n, local_dim), state float32 (n, state columns)) of local rows [local_row0, "
            "local_row0 + n) of this rank's shard (Store::read_shard; local: no collective). Refuses a table this "

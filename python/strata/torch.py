@@ -74,9 +74,11 @@ import torch
 from torch import nn
 
 import strata
+from strata._reshard import merge_state_dicts
 from strata.pipeline import pipelined
 
-__all__ = ["EmbeddingBagCollection", "KeyedEmbeddings", "SubmittedBatch", "TableOptimizer", "pipelined"]
+__all__ = ["EmbeddingBagCollection", "KeyedEmbeddings", "SubmittedBatch", "TableOptimizer", "merge_state_dicts",
+           "pipelined"]
 
 # torch >= 2.1's Module.load_state_dict takes `assign`; older ones do not.
 _LOAD_TAKES_ASSIGN = "assign" in inspect.signature(nn.Module.load_state_dict).parameters
@@ -515,7 +517,9 @@ class EmbeddingBagCollection(nn.Module):
         row_step, local column j global column col_offset + j; ``strata.Store.shard_info``),
         ``tables.<name>.replicas`` (int64: the ranks holding the same shard) and
         ``tables.<name>.learning_rate``, and ``step``. A table this rank does not hold has 0 rows.
-        Such a state_dict loads only into the same rank of a world of the same size and config."""
+        Such a state_dict loads only into the same rank of a world of the same size and config;
+        ``strata.torch.merge_state_dicts`` of every rank's gives whole tables, which load into a
+        module of any world size."""
         return super().state_dict(*args, **kwargs)
 
     def load_state_dict(self, state_dict, strict=True, assign=False):
@@ -550,9 +554,12 @@ class EmbeddingBagCollection(nn.Module):
         raises after the tables were loaded, as it does after torch's own parameters were copied.
 
         In a world of more than one rank it is a collective (every rank calls it at the same point)
-        that loads this rank's shards, as ``state_dict()`` of the same rank saved them: each
-        ``tables.<name>.shard`` must equal this rank's layout (a state_dict of another rank or of a
-        world of another size is refused: resharding between worlds is not supported), and every
+        that loads either this rank's shards, as ``state_dict()`` of the same rank saved them (each
+        ``tables.<name>.shard`` must equal this rank's layout: a shard of another rank or world is
+        refused), or whole tables (entries without ``shard``: a one-rank module's state_dict, or
+        ``merge_state_dicts`` of every rank's of a world of any size), of which each rank writes the
+        rows and columns it holds. So a world's state_dicts load into a world of another size, or one
+        rank, through ``merge_state_dicts``. Every
         entry of every rank is checked before any rank writes: a state_dict refused on one rank is
         refused on all (the others' errors name that rank), with nothing written, and so is one whose
         ``step`` or a ``learning_rate`` differs between ranks or is absent on some ranks only (the
@@ -616,6 +623,11 @@ class EmbeddingBagCollection(nn.Module):
         if self.store.in_flight:
             problems.append(f"{self.store.in_flight} batch(es) in flight (expected none: run their backward or "
                             "discard_in_flight() first)")
+        shards = sorted(k for k in ours if k.startswith(prefix + "tables.") and k.endswith(".shard"))
+        if shards and not world:
+            problems.append(f"{shards[0]}: a world's state_dict holds shards, which load only into the rank that "
+                            "saved them (merge every rank's state_dict() with strata.torch.merge_state_dicts and "
+                            "load the result)")
         for name in self._tables:
             check = self._check_shard_entries if world else self._check_table_entries
             plan.append(check(state_dict, f"{prefix}tables.{name}.", name, ours, missing, problems))
@@ -699,9 +711,11 @@ class EmbeddingBagCollection(nn.Module):
         fields = ("weight", "optimizer_state", "shard", "replicas", "learning_rate")
         weight, state, shard, replicas, lr = (state_dict.get(key + f) for f in fields)
         ours.difference_update(key + f for f in fields)
+        info = self.store.shard_info(name)
+        if shard is None and replicas is None and weight is not None:
+            return self._check_whole_for_shard(key, name, info, weight, state, lr, missing, problems)
         missing.extend(key + f for f, v in zip(fields, (weight, state, shard, replicas, lr))
                        if v is None and (f != "optimizer_state" or self._keeps_state(name)))
-        info = self.store.shard_info(name)
         if shard is not None:
             saved = _int_vector(shard, key + "shard", 10, problems)
             if saved is not None and saved != _shard_vector(info):
@@ -718,6 +732,30 @@ class EmbeddingBagCollection(nn.Module):
                                   ": this rank's shard", name, problems)
         rate = None if lr is None else _float32_rate(lr, key + "learning_rate", problems)
         return name, w if rows else None, s, rate
+
+    def _check_whole_for_shard(self, key, name, info, weight, state, lr, missing, problems):
+        """A table's whole entries (a one-rank state_dict, or merge_state_dicts' of a world's) loaded
+        into a world: checked as a one-rank module checks them, then sliced to this rank's shard."""
+        state_dim, column = info["state_dim"], info["type"] == "column"
+        blocks = state_dim // info["dim"] if column else 0  # column shards: adagrad 1, adam 2 (never rowwise)
+        if state is None and state_dim > 0:
+            missing.append(key + "optimizer_state")
+        if lr is None:
+            missing.append(key + "learning_rate")
+        w, s = self._checked_rows(weight, state, key, (info["rows"], info["dim"]), (info["rows"], state_dim),
+                                  ": the whole table, as a one-rank module or merge_state_dicts gives it", name,
+                                  problems)
+        rate = None if lr is None else _float32_rate(lr, key + "learning_rate", problems)
+        if w is None or not info["local_rows"]:
+            return name, None, None, rate
+        rows = slice(info["row_start"], info["row_start"] + info["local_rows"] * info["row_step"], info["row_step"])
+        c0, c1 = info["col_offset"], info["col_offset"] + info["local_dim"]
+        w = np.ascontiguousarray(w[rows, c0:c1])
+        if s is not None:
+            d = info["dim"]  # column shards: state block b's local column j is global column b * dim + c0 + j
+            s = np.ascontiguousarray(np.concatenate([s[rows, b * d + c0:b * d + c1] for b in range(blocks)], axis=1)
+                                     if column else s[rows])
+        return name, w, s, rate
 
     def _checked_rows(self, weight, state, key, weight_shape, state_shape, whose, name, problems):
         """(weights, state) of a table's entries as float32 NumPy arrays of the shapes expected,
@@ -751,8 +789,9 @@ def _shard_refusal(what, saved, held):
         kind = _SHARDING_TYPES[v[2]] if 0 <= v[2] < len(_SHARDING_TYPES) else f"type {v[2]}"
         return f"rank {v[1]} of {v[0]} ({kind}"
     if saved[:3] != held[:3]:
-        return (f"{what}: saved by {who(saved)} sharding); this module is {who(held)}): resharding between worlds "
-                "is not supported")
+        return (f"{what}: saved by {who(saved)} sharding); this module is {who(held)}): a shard loads only into "
+                "the rank that saved it (to load into another rank or world, merge every rank's state_dict() with "
+                "strata.torch.merge_state_dicts and load the result)")
     diff = ", ".join(f"{f} {a} (this rank's {b})" for f, a, b in zip(_SHARD_FIELDS, saved, held) if a != b)
     return f"{what}: saved by {who(saved)}) with {diff}: the table's config differs from the one that saved it"
 

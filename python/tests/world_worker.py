@@ -257,6 +257,35 @@ def state_dicts_equal(a, b):
     return a.keys() == b.keys() and all(torch.equal(torch.as_tensor(a[k]), torch.as_tensor(b[k])) for k in a)
 
 
+def across_world_sizes(ebc, ref, tables, sd, rank, world):
+    """Every rank's state_dict merged (strata.torch.merge_state_dicts) holds the reference's whole
+    tables; the world loads the whole tables back into its own shards; a one-rank module loads them
+    as its own. Any world size M thus loads a world of N's state_dicts (whole tables into shards is
+    the same per-rank slicing for every M)."""
+    every = [None] * world
+    dist.all_gather_object(every, sd)
+    merged = st.merge_state_dicts(every)
+    rsd = ref.state_dict()
+    assert sorted(merged) == sorted(rsd), (sorted(merged), sorted(rsd))
+    assert int(merged["step"]) == int(rsd["step"])
+    for t in tables:
+        p = f"tables.{t['name']}."
+        check_close(f"rank {rank} merged {p}weight", merged[p + "weight"], rsd[p + "weight"].numpy())
+        if p + "optimizer_state" in rsd:
+            check_close(f"rank {rank} merged {p}optimizer_state", merged[p + "optimizer_state"],
+                        rsd[p + "optimizer_state"].numpy())
+        assert float(merged[p + "learning_rate"]) == float(rsd[p + "learning_rate"]), p
+    features, grads = rank_batch(33, 6, rank, tables)  # a step that changes the state first
+    out = ebc(features)
+    sum(((out[n] * torch.from_numpy(grads[n])).sum() for n in grads), torch.zeros(())).backward()
+    assert not state_dicts_equal(ebc.state_dict(), sd)
+    ebc.load_state_dict(merged)
+    assert state_dicts_equal(ebc.state_dict(), sd), "the merged whole tables did not load back into the shards"
+    one = st.EmbeddingBagCollection(reference_config(tables), process_group=False)
+    one.load_state_dict(merged)
+    assert state_dicts_equal(one.state_dict(), merged), "a one-rank module did not load the merged tables"
+
+
 def equivalence(rank, world):
     seed = 33
     tables = world_tables()
@@ -282,8 +311,9 @@ def equivalence(rank, world):
     foreign[f"tables.{row}.shard"] = shard
     foreign[f"tables.{row}.weight"] = sd[f"tables.{row}.weight"] + 1
     expect_error(RuntimeError, "a foreign shard", lambda: ebc.load_state_dict(foreign), f"tables.{row}.shard",
-                 "resharding between worlds is not supported")
+                 "a shard loads only into the rank that saved it", "merge_state_dicts")
     assert state_dicts_equal(ebc.state_dict(), sd), "a refused load_state_dict changed the state"
+    across_world_sizes(ebc, ref, tables, sd, rank, world)
     ebc.close()
     if world == 3:
         comm_subset(rank, world)
