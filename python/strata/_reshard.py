@@ -7,6 +7,8 @@ state_dict of one rank holding whole tables, which loads into a module of any wo
 module takes it as its own, and each rank of a world writes its slice.
 """
 
+import collections.abc
+
 import numpy as np
 import torch
 
@@ -19,24 +21,26 @@ _ENTRIES = ("weight", "optimizer_state", "shard", "replicas", "learning_rate")
 def _array(value, what):
     """A host NumPy view of a tensor or array entry."""
     if isinstance(value, torch.Tensor):
-        if value.device.type != "cpu":
-            value = value.cpu()
-        return value.detach().numpy()
+        if value.dtype not in (torch.float32, torch.float64, torch.int64, torch.int32):
+            raise ValueError(f"{what} is a {value.dtype} tensor (expected float32 rows, int64 shard vectors)")
+        return value.detach().cpu().numpy()
     if isinstance(value, np.ndarray):
         return value
     raise ValueError(f"{what} is a {type(value).__name__} (expected a tensor or NumPy array)")
 
 
-def _scalar(value, what):
-    """A number entry (step, learning_rate) as a Python int or float."""
+def _scalar(value, what, integer=False):
+    """A number entry (learning_rate; step with ``integer``) as a Python float or int."""
     if isinstance(value, (torch.Tensor, np.ndarray)):
         a = _array(value, what)
         if a.size != 1:
             raise ValueError(f"{what} has shape {tuple(a.shape)} (expected a single value)")
-        return a.reshape(()).item()
-    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
-        return value.item() if isinstance(value, np.generic) else value
-    raise ValueError(f"{what} is a {type(value).__name__} (expected a number)")
+        value = a.reshape(())[()]
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{what} is a {type(value).__name__} (expected a number)")
+    if integer and not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{what} is {value} (expected an integer: the step)")
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _tables_of(sd, prefix):
@@ -67,26 +71,30 @@ def merge_state_dicts(state_dicts, prefix=""):
         raise ValueError("state_dicts is empty (expected every rank's state_dict() of one world)")
     shards = []  # per input: {table: shard vector}
     for i, sd in enumerate(sds):
+        if not isinstance(sd, collections.abc.Mapping):
+            raise ValueError(f"state_dicts[{i}] is a {type(sd).__name__} (expected a rank's state_dict())")
         tables = _tables_of(sd, prefix)
         if not tables:
             raise ValueError(f"state_dicts[{i}] has no '{prefix}tables.<name>.shard' entry (expected the "
                              "state_dict() of a rank of a world of more than one rank)")
         shards.append({t: _shard(sd, f"{prefix}tables.{t}.", i) for t in tables})
-    world = {next(iter(s.values()))["world"] for s in shards}
-    by_rank = {}
     for i, s in enumerate(shards):
+        first = next(iter(s.values()))
         for t, v in s.items():
-            if v["world"] != next(iter(s.values()))["world"] or v["rank"] != next(iter(s.values()))["rank"]:
+            if (v["world"], v["rank"]) != (first["world"], first["rank"]):
                 raise ValueError(f"state_dicts[{i}]: tables of different ranks or worlds in one state_dict "
                                  f"('{prefix}tables.{t}.shard' says rank {v['rank']} of {v['world']})")
+    world = {next(iter(s.values()))["world"] for s in shards}
+    if len(world) != 1:
+        raise ValueError(f"state_dicts of worlds of {sorted(world)} ranks (expected the state_dicts of one world)")
+    (n,) = world
+    by_rank = {}
+    for i, s in enumerate(shards):
         rank = next(iter(s.values()))["rank"]
         if rank in by_rank:
             raise ValueError(f"state_dicts[{by_rank[rank]}] and state_dicts[{i}] are both rank {rank}'s (expected "
                              "each rank's once)")
         by_rank[rank] = i
-    if len(world) != 1:
-        raise ValueError(f"state_dicts of worlds of {sorted(world)} ranks (expected the state_dicts of one world)")
-    (n,) = world
     if sorted(by_rank) != list(range(n)):
         missing = [r for r in range(n) if r not in by_rank]
         raise ValueError(f"state_dicts of ranks {', '.join(map(str, sorted(by_rank)))} of a world of {n} "
@@ -103,8 +111,9 @@ def merge_state_dicts(state_dicts, prefix=""):
         key = f"{prefix}tables.{t}."
         _check_equal(ordered, key + "learning_rate", "the learning rate")
         merged.update(_merge_table(ordered, t, key))
-    merged[prefix + "step"] = torch.tensor(_scalar(ordered[0][1][prefix + "step"], prefix + "step"),
-                                           dtype=torch.int64)
+    if prefix + "step" in ordered[0][1]:  # absent on every rank: left out, as a strict load then says
+        merged[prefix + "step"] = torch.tensor(_scalar(ordered[0][1][prefix + "step"], prefix + "step", True),
+                                               dtype=torch.int64)
     ours = {prefix + "step"} | {f"{prefix}tables.{t}.{e}" for t in tables for e in _ENTRIES}
     rest = {k: v for k, v in ordered[0][1].items() if k not in ours}
     return {**rest, **merged}
@@ -112,18 +121,38 @@ def merge_state_dicts(state_dicts, prefix=""):
 
 def _shard(sd, key, i):
     """The shard vector of one table entry of state_dicts[i], as a dict of its fields."""
-    v = _array(sd[key + "shard"], f"state_dicts[{i}]['{key}shard']").reshape(-1)
-    if v.size != len(_FIELDS):
-        raise ValueError(f"state_dicts[{i}]['{key}shard'] has {v.size} values (expected {len(_FIELDS)})")
+    what = f"state_dicts[{i}]['{key}shard']"
+    v = _array(sd[key + "shard"], what).reshape(-1)
+    if v.size != len(_FIELDS) or not np.issubdtype(v.dtype, np.integer):
+        raise ValueError(f"{what} is {v.dtype} with {v.size} values (expected {len(_FIELDS)} integers)")
     s = dict(zip(_FIELDS, (int(x) for x in v)))
-    if not 0 <= s["type"] < len(_TYPES) or not 0 <= s["rank"] < s["world"]:
-        raise ValueError(f"state_dicts[{i}]['{key}shard'] is {list(v)} (expected type 0-3 and 0 <= rank < world)")
+    if not 0 <= s["type"] < len(_TYPES) or not 0 <= s["rank"] < s["world"] or s["rows"] < 0 or s["dim"] < 1:
+        raise ValueError(f"{what} is {list(s.values())} (expected type 0-3, 0 <= rank < world, rows >= 0, dim >= 1)")
+    if list(s.values()) not in _layouts(s):
+        raise ValueError(f"{what} is {list(s.values())}, not a {_TYPES[s['type']]} shard of rank {s['rank']} of "
+                         f"{s['world']} (expected one of {_layouts(s)})")
     return s
+
+
+def _layouts(s):
+    """The shard vectors a rank may hold of a table of its type (python/strata/torch.py writes them;
+    dispatch/sharding_plan.hpp: row i of a row shard is global row rank + i * world; a table's owner
+    holds it all, the others nothing; a column shard is any column range of every row)."""
+    w, r, kind, rows, dim = (s[f] for f in _FIELDS[:5])
+    head = [w, r, kind, rows, dim]
+    if kind == 2:
+        return [head + [r, w, max(0, -(-(rows - r) // w)), 0, dim]]
+    if kind == 3:
+        return [head + [0, 1, rows, s["col_offset"], s["local_dim"]]] if (
+            s["local_dim"] >= 1 and 0 <= s["col_offset"] <= dim - s["local_dim"]) else []
+    whole = head + [0, 1, rows, 0, dim]
+    return [whole, head + [0, 1, 0, 0, 0]] if kind == 1 else [whole]
 
 
 def _check_equal(ordered, key, what):
     """Refuses an entry that is absent on some ranks or differs from rank 0's."""
-    values = [(r, None if key not in sd else _scalar(sd[key], f"rank {r}'s '{key}'")) for r, sd, _ in ordered]
+    values = [(r, None if key not in sd else _scalar(sd[key], f"rank {r}'s '{key}'", key.endswith("step")))
+              for r, sd, _ in ordered]
     r0 = values[0][1]
     for r, v in values[1:]:
         if v != r0:
@@ -151,16 +180,29 @@ def _merge_table(ordered, t, key):
     weight = np.full((rows, dim), np.nan, dtype=np.float32)
     state, blocks = None, 0
     filled = np.zeros((rows, dim), dtype=bool)
+    lowest = {}  # a replicated table's lowest replica: (weight, state), which every other must equal
     for r, sd, s in ordered:
         sh = s[t]
+        if key + "weight" not in sd:
+            raise ValueError(f"rank {r}'s state_dict has '{key}shard' but no '{key}weight' (expected both)")
         w = _array(sd[key + "weight"], f"rank {r}'s '{key}weight'")
         if w.dtype != np.float32 or tuple(w.shape) != (sh["local_rows"], sh["local_dim"]):
             raise ValueError(f"rank {r}'s '{key}weight' is {w.dtype} {tuple(w.shape)} (expected float32 "
                              f"{(sh['local_rows'], sh['local_dim'])}: its shard's local_rows and local_dim)")
+        st = _array(sd[key + "optimizer_state"], f"rank {r}'s '{key}optimizer_state'") if any(has_state) else None
+        if st is not None and (st.dtype != np.float32 or st.ndim != 2 or st.shape[0] != sh["local_rows"]):
+            raise ValueError(f"rank {r}'s '{key}optimizer_state' is {st.dtype} {tuple(st.shape)} (expected float32 "
+                             f"with {sh['local_rows']} rows)")
         if sh["local_rows"] == 0:
             continue
-        if kind == 0 and r != _lowest_replica(sd, key, r):
-            continue  # a replicated table: the lowest replica's rows
+        if kind == 0:
+            if lowest:
+                lw, ls = lowest["rows"]
+                if not np.array_equal(lw, w) or (ls is not None and not np.array_equal(ls, st)):
+                    raise ValueError(f"rank {r}'s replica of '{key}weight' (or its optimizer_state) differs from rank "
+                                     f"{lowest['rank']}'s (expected equal replicas of a replicated table)")
+                continue
+            lowest.update(rows=(w, st), rank=r)
         rsel = np.arange(sh["row_start"], sh["row_start"] + sh["local_rows"] * sh["row_step"], sh["row_step"])
         c0, c1 = sh["col_offset"], sh["col_offset"] + sh["local_dim"]
         if rsel.size and (rsel[-1] >= rows or c1 > dim or c0 < 0):
@@ -170,17 +212,14 @@ def _merge_table(ordered, t, key):
                              "held once)")
         weight[rsel, c0:c1] = w
         filled[rsel, c0:c1] = True
-        if any(has_state):
-            st = _array(sd[key + "optimizer_state"], f"rank {r}'s '{key}optimizer_state'")
-            cols = st.shape[1] if st.ndim == 2 else -1
+        if st is not None:
+            cols = st.shape[1]
             # Column shards keep `blocks` state columns per weight column (adagrad 1, adam 2), block b's
             # local column j at global state column b * dim + col_offset + j.
-            b = cols // sh["local_dim"] if kind == 3 and sh["local_dim"] else None
-            if (st.dtype != np.float32 or st.ndim != 2 or st.shape[0] != sh["local_rows"]
-                    or (kind == 3 and (not b or b * sh["local_dim"] != cols))):
+            b = cols // sh["local_dim"] if kind == 3 else None
+            if kind == 3 and b * sh["local_dim"] != cols:
                 raise ValueError(f"rank {r}'s '{key}optimizer_state' is {st.dtype} {tuple(st.shape)} (expected "
-                                 f"float32 with {sh['local_rows']} rows" +
-                                 (f" and a multiple of {sh['local_dim']} columns)" if kind == 3 else ")"))
+                                 f"float32 with {sh['local_rows']} rows and a multiple of {sh['local_dim']} columns)")
             width = b * dim if kind == 3 else cols
             if state is None:
                 state, blocks = np.full((rows, width), np.nan, dtype=np.float32), b
@@ -203,10 +242,3 @@ def _merge_table(ordered, t, key):
                                                   dtype=torch.float32)
     return out
 
-
-def _lowest_replica(sd, key, r):
-    """The lowest rank of a replicated shard's ``replicas`` entry (this rank when absent)."""
-    if key + "replicas" not in sd:
-        return r
-    rep = _array(sd[key + "replicas"], f"rank {r}'s '{key}replicas'").reshape(-1)
-    return int(rep.min()) if rep.size else r

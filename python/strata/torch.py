@@ -707,12 +707,13 @@ class EmbeddingBagCollection(nn.Module):
 
     def _check_shard_entries(self, state_dict, key, name, ours, missing, problems):
         """A table's entries of a world's state_dict (this rank's shard; see state_dict), as
-        _check_table_entries; the shard must be this rank's (resharding is not supported)."""
+        _check_table_entries; the shard must be this rank's (entries without ``shard`` and ``replicas``
+        are whole tables: _check_whole_for_shard)."""
         fields = ("weight", "optimizer_state", "shard", "replicas", "learning_rate")
         weight, state, shard, replicas, lr = (state_dict.get(key + f) for f in fields)
         ours.difference_update(key + f for f in fields)
         info = self.store.shard_info(name)
-        if shard is None and replicas is None and weight is not None:
+        if shard is None and replicas is None:
             return self._check_whole_for_shard(key, name, info, weight, state, lr, missing, problems)
         missing.extend(key + f for f, v in zip(fields, (weight, state, shard, replicas, lr))
                        if v is None and (f != "optimizer_state" or self._keeps_state(name)))
@@ -738,15 +739,14 @@ class EmbeddingBagCollection(nn.Module):
         into a world: checked as a one-rank module checks them, then sliced to this rank's shard."""
         state_dim, column = info["state_dim"], info["type"] == "column"
         blocks = state_dim // info["dim"] if column else 0  # column shards: adagrad 1, adam 2 (never rowwise)
-        if state is None and state_dim > 0:
-            missing.append(key + "optimizer_state")
-        if lr is None:
-            missing.append(key + "learning_rate")
+        missing.extend(key + f for f, v in (("weight", weight), ("optimizer_state", state), ("learning_rate", lr))
+                       if v is None and (f != "optimizer_state" or state_dim > 0))
+        before = len(problems)
         w, s = self._checked_rows(weight, state, key, (info["rows"], info["dim"]), (info["rows"], state_dim),
                                   ": the whole table, as a one-rank module or merge_state_dicts gives it", name,
                                   problems)
         rate = None if lr is None else _float32_rate(lr, key + "learning_rate", problems)
-        if w is None or not info["local_rows"]:
+        if w is None or len(problems) > before or not info["local_rows"]:
             return name, None, None, rate
         rows = slice(info["row_start"], info["row_start"] + info["local_rows"] * info["row_step"], info["row_step"])
         c0, c1 = info["col_offset"], info["col_offset"] + info["local_dim"]
@@ -754,7 +754,7 @@ class EmbeddingBagCollection(nn.Module):
         if s is not None:
             d = info["dim"]  # column shards: state block b's local column j is global column b * dim + c0 + j
             s = np.ascontiguousarray(np.concatenate([s[rows, b * d + c0:b * d + c1] for b in range(blocks)], axis=1)
-                                     if column else s[rows])
+                                     if column and blocks else s[rows, :0] if column else s[rows])
         return name, w, s, rate
 
     def _checked_rows(self, weight, state, key, weight_shape, state_shape, whose, name, problems):

@@ -143,7 +143,7 @@ def test_shards_that_do_not_match_their_vector_or_table_are_refused():
     refused(sds, "rank 0's 'tables.col.optimizer_state'", "a multiple of 4 columns")
     sds, _ = shard_dicts(2, SPECS[:5])
     v = sds[1]["tables.row.shard"].clone()
-    v[3] = 12  # another table's rows
+    v[3], v[7] = 12, 6  # a row shard of another table's rows
     sds[1]["tables.row.shard"] = v
     refused(sds, "rank 1's 'tables.row.shard' is a row shard of a (12, 5) table but rank 0's a row shard of (11, 5)")
     sds, _ = shard_dicts(2, SPECS[:5])
@@ -153,7 +153,12 @@ def test_shards_that_do_not_match_their_vector_or_table_are_refused():
     v = sds[1]["tables.row.shard"].clone()
     v[5] = 0  # rank 1 claims rank 0's rows
     sds[1]["tables.row.shard"] = v
-    refused(sds, "rank 1's 'tables.row.shard'", "overlaps")
+    refused(sds, "state_dicts[1]['tables.row.shard']", "not a row shard of rank 1 of 2")
+    sds, _ = shard_dicts(2, SPECS[:5])
+    v = sds[1]["tables.col.shard"].clone()
+    v[8] = 0  # rank 1's columns start where rank 0's do
+    sds[1]["tables.col.shard"] = v
+    refused(sds, "rank 1's 'tables.col.shard'", "overlaps")
     refused([{"step": torch.tensor(1)}], "has no 'tables.<name>.shard' entry")
 
 
@@ -184,3 +189,40 @@ def test_the_cut_covers_every_row_and_column_once():
         for v in cut(world, kind, rows, dim, owner=world - 1):
             count[v[5]:v[5] + v[7] * v[6]:v[6], v[8]:v[8] + v[9]] += 1
         assert (count == 1).all(), (world, kind)
+
+
+def test_malformed_entries_are_refused_naming_the_entry_and_rank():
+    sds, _ = shard_dicts(2, SPECS[:3])
+    del sds[1]["tables.row.weight"]
+    refused(sds, "rank 1's state_dict has 'tables.row.shard' but no 'tables.row.weight'")
+    sds, _ = shard_dicts(2, [("row", "row", 4, 2, "sgd")])
+    v = sds[1]["tables.row.shard"].clone()
+    v[5], v[6] = 3, -2  # rows 3, 1: a layout no world writes
+    sds[1]["tables.row.shard"] = v
+    refused(sds, "state_dicts[1]['tables.row.shard']", "not a row shard of rank 1 of 2")
+    sds, _ = shard_dicts(2, SPECS[:3])
+    sds[1]["tables.rep.weight"] = sds[1]["tables.rep.weight"] + 100
+    refused(sds, "rank 1's replica of 'tables.rep.weight'", "differs from rank 0's")
+    sds, _ = shard_dicts(2, SPECS[:3])
+    sds[1]["tables.tab.optimizer_state"] = torch.zeros(1, dtype=torch.float64)
+    refused(sds, "rank 1's 'tables.tab.optimizer_state' is float64 (1,)")
+    sds, _ = shard_dicts(2, SPECS[:3])
+    for sd in sds:
+        sd["step"] = torch.tensor(7.5)
+    refused(sds, "'step' is 7.5", "expected an integer")
+    sds, _ = shard_dicts(2, SPECS[:3])
+    sds[0]["tables.row.weight"] = sds[0]["tables.row.weight"].to(torch.bfloat16)
+    refused(sds, "rank 0's 'tables.row.weight' is a torch.bfloat16 tensor")
+    sds, _ = shard_dicts(2, SPECS[:3])
+    sds[1]["tables.row.shard"] = sds[1]["tables.row.shard"].to(torch.float32)
+    refused(sds, "state_dicts[1]['tables.row.shard'] is float32")
+    refused([sds[0], [1, 2]], "state_dicts[1] is a list")
+
+
+def test_a_step_absent_on_every_rank_is_left_out():
+    sds, whole = shard_dicts(2, SPECS[:3])
+    for sd in sds:
+        del sd["step"]
+    merged = st.merge_state_dicts(sds)
+    assert "step" not in merged
+    assert torch.equal(merged["tables.row.weight"], torch.from_numpy(whole["row"][0]))

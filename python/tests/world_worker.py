@@ -275,6 +275,17 @@ def across_world_sizes(ebc, ref, tables, sd, rank, world):
             check_close(f"rank {rank} merged {p}optimizer_state", merged[p + "optimizer_state"],
                         rsd[p + "optimizer_state"].numpy())
         assert float(merged[p + "learning_rate"]) == float(rsd[p + "learning_rate"]), p
+    # Whole entries are checked as a one-rank module checks them, on every rank before any writes.
+    column = next(t["name"] for t in tables if t["sharding"]["type"] == "column")
+    bad = dict(merged)
+    bad[f"tables.{column}.weight"] = merged[f"tables.{column}.weight"].reshape(-1)
+    expect_error(RuntimeError, "a flattened whole weight", lambda: ebc.load_state_dict(bad),
+                 f"tables.{column}.weight has shape")
+    bad = {k: v for k, v in merged.items() if k != f"tables.{column}.weight"}
+    e = expect_error(RuntimeError, "a whole weight missing", lambda: ebc.load_state_dict(bad),
+                     f"tables.{column}.weight")
+    assert f"tables.{column}.shard" not in str(e), e
+    assert state_dicts_equal(ebc.state_dict(), sd), "a refused load_state_dict changed the state"
     features, grads = rank_batch(33, 6, rank, tables)  # a step that changes the state first
     out = ebc(features)
     sum(((out[n] * torch.from_numpy(grads[n])).sum() for n in grads), torch.zeros(())).backward()
