@@ -31,6 +31,7 @@
 #include "store/detail/batch_checks.hpp"
 #include "store/detail/config_agreement.hpp"
 #include "store/io/detail/checkpoint_format.hpp"
+#include "store/io/detail/world_checkpoint.hpp"
 #include "store/io/file_io.hpp"
 #include "store/io/npy.hpp"
 #include "store/store.hpp"
@@ -46,27 +47,18 @@ using detail::kLockFile;
 using detail::kManifest;
 using detail::Manifest;
 using detail::ManifestTable;
-using detail::OpenCheckpoint;
 
 Status Store::save(const std::string& dir) {
+  // A world: each rank writes its pieces into one shared directory, rank 0 commits (format 2).
+  if (dispatch::Communicator* comm = world()) return detail::save_world(*this, *comm, dir);
   // No flush of its own: read_rows flushes, and decides whether a table whose device failed can
   // still be read from host memory (README, "When the device fails").
   STRATA_RETURN_IF_ERROR(detail::make_dirs(dir));
   // Held until the old generation is gone: a second saver waits, then reads our manifest.
   STRATA_ASSIGN_OR_RETURN(detail::DirLock lock, detail::DirLock::acquire(dir, kLockFile));
-  // Only a missing manifest means "no checkpoint here". One that cannot be read or parsed (a newer
-  // format, an I/O error) names files this save must not delete as stale: refuse instead.
-  Manifest old;
-  if (auto m = detail::read_manifest(dir)) {
-    old = std::move(m).value();
-  } else if (m.status().code() != StatusCode::kNotFound) {
-    return m.status().with_context(
-        "save into '" + dir +
-        "': its manifest cannot be read, so this save would replace a checkpoint it does not "
-        "understand (expected no manifest or a valid one; move it away or save elsewhere)");
-  }
+  STRATA_ASSIGN_OR_RETURN(const std::uint64_t generation, detail::next_generation(dir));
   Manifest next;
-  next.generation = old.generation + 1;
+  next.generation = generation;
   next.step = step_;
   for (std::size_t ti = 0; ti < config_.tables.size(); ++ti) {
     const TableSpec& spec = config_.tables[ti].spec;
@@ -120,63 +112,13 @@ Status Store::save(const std::string& dir) {
 Status Store::load(const std::string& dir) { return load_checkpoint(dir, nullptr); }
 
 Status Store::load_checkpoint(const std::string& dir, const std::string* manifest) {
-  if (in_flight() > 0) return detail::busy("load", in_flight());
-  const std::string manifest_path = join(dir, kManifest);
-  // Pass 1: one manifest, every file open and verified, every table matching the config, before
-  // any row changes. A failure caused by a save that replaced the manifest meanwhile (its cleanup
-  // removed a file this manifest names) is retried with the new manifest, unless the manifest is
-  // pinned (open_checkpoint's, whose config must match the rows: it starts over itself).
-  std::string text;
-  if (manifest) {
-    text = *manifest;
-  } else {
-    STRATA_ASSIGN_OR_RETURN(text, detail::read_file(manifest_path));
-  }
-  Result<OpenCheckpoint> opened = detail::open_files(*this, dir, text);
-  if (manifest && !opened.is_ok()) return opened.status();
-  for (int attempt = 1; !opened.is_ok(); ++attempt) {
-    Result<std::string> now = detail::read_file(manifest_path);
-    if (!now.is_ok() || now.value() == text) return opened.status();
-    if (attempt == kLoadAttempts)
-      return opened.status().with_context(dir + ": the checkpoint was replaced " + std::to_string(attempt) +
-                                          " times while load read it");
-    text = std::move(now).value();
-    opened = detail::open_files(*this, dir, text);
-  }
-  OpenCheckpoint& c = opened.value();
-  // Nothing has changed yet. Write dirty cached rows back first, so that a device error there
-  // still leaves the store as it was.
-  STRATA_RETURN_IF_ERROR(flush());
-  // Pass 2: copy the rows in through the descriptors pass 1 verified. The files cannot change under
-  // them (saves write new files and rename them; they never write into a committed one), so this
-  // fails only on a read error, a device error, or a file modified in place by something else
-  // (its checksum is checked again); the tables may then hold a mix (see Store::load).
+  // One loader for every checkpoint (format 1 or 2) and every store (a world: collective; see world_checkpoint.hpp).
+  STRATA_ASSIGN_OR_RETURN(detail::Loaded got, detail::load_pieces(*this, world(), dir, manifest));
+  step_ = got.step;
   for (std::size_t ti = 0; ti < config_.tables.size(); ++ti) {
-    const ManifestTable& mt = c.manifest.tables[c.entry[ti]];
-    std::vector<float> weights, state;
-    Status s = detail::scan_table_file(c.files[ti], mt, [&](std::int64_t r, std::int64_t n, const float* recs) {
-      weights.resize(static_cast<std::size_t>(n * mt.dim));
-      state.resize(static_cast<std::size_t>(n * mt.state_dim));
-      for (std::int64_t i = 0; i < n; ++i) {
-        const float* rec = recs + i * (mt.dim + mt.state_dim);
-        std::memcpy(weights.data() + i * mt.dim, rec, sizeof(float) * static_cast<std::size_t>(mt.dim));
-        if (mt.state_dim)  // sgd keeps no state (and an empty vector's data() may be null)
-          std::memcpy(state.data() + i * mt.state_dim, rec + mt.dim,
-                      sizeof(float) * static_cast<std::size_t>(mt.state_dim));
-      }
-      return write_rows(static_cast<int>(ti), r, n, weights.data(), mt.state_dim ? state.data() : nullptr);
-    });
-    if (!s.is_ok())
-      return s.with_context(dir + ": load failed while copying rows into table '" + mt.name +
-                            "' (the tables may now hold a mix of their previous rows and the checkpoint's; step "
-                            "unchanged; load again)");
-  }
-  step_ = c.manifest.step;
-  for (std::size_t ti = 0; ti < config_.tables.size(); ++ti) {
-    const ManifestTable& mt = c.manifest.tables[c.entry[ti]];
-    // Not recorded: keep the store's. Else checked when the manifest was parsed (0 is a rate).
-    // Local, like the rows (load is not a collective).
-    if (mt.has_learning_rate) apply_learning_rate(static_cast<int>(ti), mt.learning_rate);
+    // Not recorded: keep the store's. Else checked when the manifest was parsed (0 is a rate). The same manifest's on
+    // every rank of a world.
+    if (got.has_rate[ti]) apply_learning_rate(static_cast<int>(ti), got.rate[ti]);
   }
   return Status::ok();
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <thread>
 #include <utility>
@@ -44,8 +45,8 @@ struct Outcome {
 };
 
 struct Gathered {
-  std::vector<Outcome> outcome;     // per rank
-  std::vector<std::string> extra;   // per rank: the bytes it appended (the same size on every rank)
+  std::vector<Outcome> outcome;    // per rank
+  std::vector<std::string> extra;  // per rank: the bytes it appended (the same size on every rank)
 };
 
 // One all_gather of this rank's `status`, two values and `extra` (the same number of bytes on every rank). Fails only
@@ -278,8 +279,10 @@ Status save_world(Store& store, dispatch::Communicator& comm, const std::string&
     Status s;
     if (me == 0) {
       Result<std::uint64_t> next = next_generation(dir);
-      if (next) generation = next.value();
-      else s = next.status();
+      if (next)
+        generation = next.value();
+      else
+        s = next.status();
       std::random_device rd;
       save_id = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
     }
@@ -375,7 +378,8 @@ Result<Prepared> plan_load(const Store& store, int world, const std::string& dir
 // this rank reads. `vanished`: one was not found (a newer manifest may have replaced this one).
 Status open_pieces(Store& store, int me, const std::string& dir, Prepared& c) {
   const auto& tables = store.config().tables;
-  c.readers.assign(tables.size(), {});
+  c.readers.clear();
+  c.readers.resize(tables.size());
   for (std::size_t ti = 0; ti < tables.size(); ++ti) {
     // The plan's target for this rank is this store's shard: else the plan and the engines disagree (a bug).
     Result<ShardInfo> si = store.shard_info(static_cast<int>(ti));
@@ -463,8 +467,7 @@ Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std
   const int me = comm ? comm->rank() : 0, world = comm ? comm->size() : 1;
   const std::string what = "load '" + dir + "'";
   const std::string path = join(dir, kManifest);
-  STRATA_RETURN_IF_ERROR(
-      agreed(comm, store.in_flight() > 0 ? busy("load", store.in_flight()) : Status::ok(), what));
+  STRATA_RETURN_IF_ERROR(agreed(comm, store.in_flight() > 0 ? busy("load", store.in_flight()) : Status::ok(), what));
   // 1. One manifest for all: rank 0's.
   std::string text;
   {
@@ -473,20 +476,26 @@ Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std
       text = *pinned_manifest;
     } else if (me == 0) {
       Result<std::string> t = read_file(path);
-      if (t) text = std::move(t).value();
-      else s = t.status();
+      if (t)
+        text = std::move(t).value();
+      else
+        s = t.status();
     }
     STRATA_RETURN_IF_ERROR(agreed(comm, s, what));
     STRATA_RETURN_IF_ERROR(broadcast_text(comm, text));
   }
   // 2-3. Plan, open and verify, before any row changes. A failure caused by a save that replaced the manifest
   // meanwhile (its cleanup removed a piece this one names) starts over with the new manifest, unless it is pinned.
-  Result<Prepared> prepared = Status::ok();
+  std::optional<Prepared> prepared;
   for (int attempt = 1;; ++attempt) {
     Status s;
-    prepared = plan_load(store, world, dir, text);
-    if (prepared) s = open_pieces(store, me, dir, prepared.value());
-    else s = prepared.status();
+    Result<Prepared> planned = plan_load(store, world, dir, text);
+    if (planned) {
+      prepared = std::move(planned).value();
+      s = open_pieces(store, me, dir, *prepared);
+    } else {
+      s = planned.status();
+    }
     s = agreed(comm, s, what);
     if (s.is_ok()) break;
     if (comm) s = Status::from_code(s.code(), s.message() + " (nothing changed)");
@@ -509,7 +518,7 @@ Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std
     STRATA_RETURN_IF_ERROR(broadcast_text(comm, now));
     text = std::move(now);
   }
-  Prepared& c = prepared.value();
+  Prepared& c = *prepared;
   // 4. Nothing has changed yet. Write dirty cached rows back first, so that a device error there still leaves every
   // rank as it was.
   STRATA_RETURN_IF_ERROR(agreed(comm, store.flush(), what));
@@ -518,10 +527,10 @@ Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std
   for (std::size_t ti = 0; ti < c.plans.size(); ++ti) {
     Status s = copy_table(store, comm, me, world, c, ti);
     if (copied.is_ok() && !s.is_ok())
-      copied = s.with_context(dir + ": load failed while copying rows into table '" +
-                              store.config().tables[ti].spec.name +
-                              "' (the tables may now hold a mix of their previous rows and the checkpoint's; step "
-                              "unchanged; load again)");
+      copied =
+          s.with_context(dir + ": load failed while copying rows into table '" + store.config().tables[ti].spec.name +
+                         "' (the tables may now hold a mix of their previous rows and the checkpoint's; step "
+                         "unchanged; load again)");
   }
   STRATA_RETURN_IF_ERROR(agreed(comm, copied, what));
   // 6. Step and rates, the same manifest's on every rank.
