@@ -460,6 +460,18 @@ Status copy_table(Store& store, dispatch::Communicator* comm, int me, int world,
   return failed;
 }
 
+// 6. Step and rates, the same manifest's on every rank.
+Loaded loaded(const Prepared& c) {
+  Loaded got;
+  got.step = c.manifest.step;
+  for (std::size_t ti = 0; ti < c.entry.size(); ++ti) {
+    const ManifestTable& mt = c.manifest.tables[c.entry[ti]];
+    got.rate.push_back(mt.learning_rate);
+    got.has_rate.push_back(mt.has_learning_rate);
+  }
+  return got;
+}
+
 }  // namespace
 
 Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std::string& dir,
@@ -523,25 +535,23 @@ Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std
   // rank as it was.
   STRATA_RETURN_IF_ERROR(agreed(comm, store.flush(), what));
   // 5. Copy, table by table, span by span, through the descriptors verified above.
+  const std::string mixed =
+      "(the tables may now hold a mix of their previous rows and the checkpoint's; step unchanged; load again)";
   Status copied;
   for (std::size_t ti = 0; ti < c.plans.size(); ++ti) {
     Status s = copy_table(store, comm, me, world, c, ti);
     if (copied.is_ok() && !s.is_ok())
-      copied =
-          s.with_context(dir + ": load failed while copying rows into table '" + store.config().tables[ti].spec.name +
-                         "' (the tables may now hold a mix of their previous rows and the checkpoint's; step "
-                         "unchanged; load again)");
+      copied = s.with_context(dir + ": load failed while copying rows into table '" +
+                              store.config().tables[ti].spec.name + "' " + mixed);
   }
-  STRATA_RETURN_IF_ERROR(agreed(comm, copied, what));
-  // 6. Step and rates, the same manifest's on every rank.
-  Loaded got;
-  got.step = c.manifest.step;
-  for (std::size_t ti = 0; ti < c.entry.size(); ++ti) {
-    const ManifestTable& mt = c.manifest.tables[c.entry[ti]];
-    got.rate.push_back(mt.learning_rate);
-    got.has_rate.push_back(mt.has_learning_rate);
+  if (!comm) {
+    if (!copied.is_ok()) return copied;
+    return loaded(c);
   }
-  return got;
+  Result<Gathered> all = gather_outcomes(*comm, copied, 0, 0);
+  if (!all) return all.status().with_context(dir + ": load failed while copying rows " + mixed);
+  STRATA_RETURN_IF_ERROR(first_failure(all.value(), what));
+  return loaded(c);
 }
 
 }  // namespace strata::detail
