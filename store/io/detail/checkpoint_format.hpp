@@ -183,8 +183,8 @@ class PieceReader {
   /// Checks the size, the header against the manifest (box, shape, save id) and the CRC of the whole file.
   /// kDataLoss naming the file, the table, the box, what was found and what was expected.
   Status verify();
-  /// Reads the next `n` records (host, n * width() floats), from row 0 on, accumulating their CRC. kOutOfRange
-  /// past the piece's rows; the file's read errors.
+  /// Reads the next `n` records (host, n * width() floats), from row 0 on (again after each verify()), accumulating
+  /// their CRC. kFailedPrecondition before verify() succeeded; kOutOfRange past the piece's rows; read errors.
   Status read_next(std::int64_t n, float* records);
   /// kDataLoss when the CRC of header and rows read differs from the manifest's (the file changed in place since
   /// verify()); kFailedPrecondition unless every row was read.
@@ -197,8 +197,10 @@ class PieceReader {
  private:
   FileReader file_;
   std::string name_;
-  std::uint64_t want_bytes_ = 0;  // the manifest's
-  std::uint32_t want_crc_ = 0;
+  std::uint64_t want_bytes_ = 0;      // the size of its box
+  std::uint64_t manifest_bytes_ = 0;  // the size the manifest records
+  std::uint32_t want_crc_ = 0;        // the manifest's
+  bool verified_ = false;
   PieceHeader want_header_{};  // as it must be (format 1: TableHeader's fields, the rest 0)
   std::uint32_t version_ = kFormatVersion;
   std::int64_t rows_ = 0, width_ = 0, next_ = 0;
