@@ -65,7 +65,8 @@ std::vector<float> records_of(const Box& b, std::int32_t dim, OptimizerKind kind
 std::vector<Box> saved_pieces(ShardingType type, std::int64_t rows, std::int32_t dim, OptimizerKind kind, int world) {
   ShardingPlan plan;
   plan.type = type;
-  Result<dispatch::ShardLayout> layout = dispatch::ShardLayout::make(spec_of(rows, dim, kind), plan, world, kTableIndex);
+  Result<dispatch::ShardLayout> layout =
+      dispatch::ShardLayout::make(spec_of(rows, dim, kind), plan, world, kTableIndex);
   EXPECT_TRUE(layout.is_ok()) << layout.status().to_string();
   std::vector<Box> pieces;
   if (type == ShardingType::kReplicated || type == ShardingType::kTable) {
@@ -140,7 +141,8 @@ void reshard_and_check(const Case& c, std::int64_t span) {
       std::vector<std::int64_t> recv_displs;
       for (std::size_t from = 0; from < m; ++from) {
         recv_displs.push_back(static_cast<std::int64_t>(recv.size()) * 4);
-        recv.insert(recv.end(), send[from].begin() + displs[from][to] / 4, send[from].begin() + displs[from][to + 1] / 4);
+        recv.insert(recv.end(), send[from].begin() + displs[from][to] / 4,
+                    send[from].begin() + displs[from][to + 1] / 4);
       }
       const auto run = local_range(t, row0, n);
       ASSERT_EQ(run.first, next_local[to]) << "rank " << to;
@@ -158,11 +160,12 @@ void reshard_and_check(const Case& c, std::int64_t span) {
           ASSERT_EQ(weights[static_cast<std::size_t>(l * t.cols + j)], value(g, t.col_offset + j, 0))
               << "rank " << to << " row " << g << " column " << t.col_offset + j;
         for (std::int64_t s = 0; s < sd; ++s) {
-          const float want = c.kind == OptimizerKind::kRowwiseAdagrad
-                                 ? value(g, c.dim, 1)
-                                 : value(g, t.col_offset + static_cast<std::int32_t>(s % t.cols),
-                                         static_cast<int>(s / t.cols) + 1);
-          ASSERT_EQ(state[static_cast<std::size_t>(l * sd + s)], want) << "rank " << to << " row " << g << " state " << s;
+          const float want =
+              c.kind == OptimizerKind::kRowwiseAdagrad
+                  ? value(g, c.dim, 1)
+                  : value(g, t.col_offset + static_cast<std::int32_t>(s % t.cols), static_cast<int>(s / t.cols) + 1);
+          ASSERT_EQ(state[static_cast<std::size_t>(l * sd + s)], want)
+              << "rank " << to << " row " << g << " state " << s;
         }
       }
     }
@@ -203,9 +206,8 @@ TEST(Reshard, AWorldLoadingItsOwnShardingReadsOnlyItsOwnPieces) {
     }
   // 4 ranks row-sharded into 2: each piece's rows all belong to its reader.
   ShardingPlan row;
-  Result<TablePlan> p =
-      plan_table(spec_of(37, 8, OptimizerKind::kAdagrad), row, kTableIndex, 2,
-                 saved_pieces(ShardingType::kRow, 37, 8, OptimizerKind::kAdagrad, 4));
+  Result<TablePlan> p = plan_table(spec_of(37, 8, OptimizerKind::kAdagrad), row, kTableIndex, 2,
+                                   saved_pieces(ShardingType::kRow, 37, 8, OptimizerKind::kAdagrad, 4));
   ASSERT_TRUE(p.is_ok());
   EXPECT_FALSE(p.value().crosses);
   EXPECT_EQ(p.value().reader, (std::vector<int>{0, 1, 0, 1}));
@@ -218,8 +220,8 @@ TEST(Reshard, AWorldLoadingItsOwnShardingReadsOnlyItsOwnPieces) {
 
 TEST(Reshard, SpansHoldAboutThirtyTwoMebibytesPerReceivingRank) {
   ShardingPlan plan;  // row
-  Result<TablePlan> p = plan_table(spec_of(int64_t{1} << 24, 64, OptimizerKind::kAdagrad), plan, 0, 4,
-                                   {whole_box(int64_t{1} << 24, 64)});
+  Result<TablePlan> p =
+      plan_table(spec_of(int64_t{1} << 24, 64, OptimizerKind::kAdagrad), plan, 0, 4, {whole_box(int64_t{1} << 24, 64)});
   ASSERT_TRUE(p.is_ok());
   EXPECT_EQ(p.value().span_rows, (kSpanBytes / (128 * 4)) * 4);
   plan.type = ShardingType::kColumn;
@@ -275,10 +277,10 @@ TEST(Reshard, LocalRangeIsShardLayoutsRuleForEveryRowShard) {
         for (std::int64_t row0 = 0; row0 <= rows; ++row0)
           for (std::int64_t n = 0; row0 + n <= rows; ++n) {
             const Box b = box_of(layout.value(), r);
-            const auto want = b.empty() ? std::make_pair(std::int64_t{0}, std::int64_t{0})
-                                        : layout.value().local_range(r, row0, n);
-            EXPECT_EQ(local_range(b, row0, n), want) << "world " << world << " rank " << r << " rows [" << row0
-                                                      << ", " << row0 + n << ")";
+            const auto want =
+                b.empty() ? std::make_pair(std::int64_t{0}, std::int64_t{0}) : layout.value().local_range(r, row0, n);
+            EXPECT_EQ(local_range(b, row0, n), want)
+                << "world " << world << " rank " << r << " rows [" << row0 << ", " << row0 + n << ")";
           }
     }
 }
@@ -310,9 +312,9 @@ TEST(Reshard, CheckTilingRefusesGapsOverlapsAndWrongSteps) {
                                   row_piece(11, 3, 4, 8)};
   EXPECT_TRUE(check_tiling("user", 11, 8, rows4, names(4)).is_ok());
   EXPECT_TRUE(check_tiling("user", 11, 8, {whole_box(11, 8)}, names(1)).is_ok());
-  EXPECT_TRUE(check_tiling("user", 3, 8, {row_piece(3, 2, 4, 8), row_piece(3, 0, 4, 8), row_piece(3, 1, 4, 8)},
-                           names(3))
-                  .is_ok());
+  EXPECT_TRUE(
+      check_tiling("user", 3, 8, {row_piece(3, 2, 4, 8), row_piece(3, 0, 4, 8), row_piece(3, 1, 4, 8)}, names(3))
+          .is_ok());
   const std::vector<Box> cols3 = {column_piece(11, 0, 3), column_piece(11, 3, 3), column_piece(11, 6, 2)};
   EXPECT_TRUE(check_tiling("user", 11, 8, cols3, names(3)).is_ok());
 

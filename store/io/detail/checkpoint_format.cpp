@@ -55,8 +55,8 @@ Status parse_v2_pieces(const std::string& path, const Manifest& m, const json& t
     p.crc = static_cast<std::uint32_t>(std::stoul(crc, nullptr, 16));
     if (p.rank < 0 || p.rank >= m.world)
       return Status::data_loss(path + ": table '" + mt.name + "': piece '" + p.file + "': rank " +
-                               std::to_string(p.rank) + " (expected a rank of the world of " +
-                               std::to_string(m.world) + "; corrupt)");
+                               std::to_string(p.rank) + " (expected a rank of the world of " + std::to_string(m.world) +
+                               "; corrupt)");
     mt.pieces.push_back(std::move(p));
   }
   return Status::ok();
@@ -365,8 +365,9 @@ Result<PieceWriter> PieceWriter::create(const std::string& dir, const std::strin
                                         const Box& box, std::uint64_t save_id) {
   const std::string name = piece_name(dir, file, t, box);
   if (!is_plain_file_name(file))
-    return Status::invalid_argument(name + ": not a file name inside the checkpoint directory (expected a name "
-                                           "without '/')");
+    return Status::invalid_argument(name +
+                                    ": not a file name inside the checkpoint directory (expected a name "
+                                    "without '/')");
   if (box.empty() || box.row_start < 0 || box.row_step < 1 || box.col_offset < 0 ||
       std::int64_t{box.col_offset} + box.cols > t.dim)
     return Status::invalid_argument(name + ": not a part of the table (expected at least one row and columns " +
@@ -423,15 +424,15 @@ Status PieceReader::verify() {
   PieceHeader h{};
   STRATA_RETURN_IF_ERROR(file_.read_at(0, &h, sizeof h));
   const std::string diff = header_difference(h, want_header_, version_);
-  if (!diff.empty())
-    return Status::data_loss(name_ + ": header has " + diff + " from the manifest (corrupt)");
+  if (!diff.empty()) return Status::data_loss(name_ + ": header has " + diff + " from the manifest (corrupt)");
   header_crc_ = crc32c(&h, sizeof h);
   std::uint32_t crc = header_crc_;
   const std::int64_t chunk = std::max<std::int64_t>(1, std::min(kChunkRows, rows_));
   std::vector<float> buf(static_cast<std::size_t>(chunk * width_));
   for (std::int64_t r = 0; r < rows_; r += chunk) {
     const std::size_t bytes = static_cast<std::size_t>(std::min(chunk, rows_ - r) * width_) * sizeof(float);
-    STRATA_RETURN_IF_ERROR(file_.read_at(kHeaderBytes + static_cast<std::uint64_t>(r * width_) * 4u, buf.data(), bytes));
+    STRATA_RETURN_IF_ERROR(
+        file_.read_at(kHeaderBytes + static_cast<std::uint64_t>(r * width_) * 4u, buf.data(), bytes));
     crc = crc32c(buf.data(), bytes, crc);
   }
   if (crc != want_crc_)

@@ -21,14 +21,21 @@ std::pair<std::int32_t, std::int32_t> common_cols(const Box& a, const Box& b) {
   return {std::max(a.col_offset, b.col_offset), std::min(a.col_offset + a.cols, b.col_offset + b.cols)};
 }
 
-// Rows of piece `pc` in [row0, row0 + n) that target `t` holds too.
+// Rows of piece `pc` in [row0, row0 + n) that target `t` holds too: the rows of two arithmetic progressions in
+// common, counted without walking them (load plans whole tables with it).
 std::int64_t common_rows(const Box& pc, const Box& t, std::int64_t row0, std::int64_t n) {
-  if (t.empty()) return 0;
   const auto run = local_range(pc, row0, n);
-  std::int64_t count = 0;
-  for (std::int64_t i = run.first; i < run.first + run.second; ++i)
-    count += holds_row(t, pc.row_start + i * std::int64_t{pc.row_step}) ? 1 : 0;
-  return count;
+  if (t.empty() || run.second == 0) return 0;
+  const std::int64_t s = pc.row_step, u = t.row_step;
+  const std::int64_t first = pc.row_start + run.first * s, last = first + (run.second - 1) * s;
+  const std::int64_t lo = std::max(first, std::int64_t{t.row_start});
+  const std::int64_t hi = std::min(last, t.row_start + (t.rows - 1) * u);
+  if (lo > hi) return 0;
+  // The common rows repeat every lcm(s, u); the first is among the next u / gcd(s, u) rows of the piece from lo.
+  std::int64_t g = first + (lo - first + s - 1) / s * s;
+  for (std::int64_t k = 0; k < u / std::gcd(s, u); ++k, g += s)
+    if ((g - t.row_start) % u == 0) return g > hi ? 0 : (hi - g) / std::lcm(s, u) + 1;
+  return 0;
 }
 
 // Copies the columns [lo, hi) of one record of box `from` into one record of box `to` (weights, then every state
@@ -87,8 +94,8 @@ std::string describe(const Box& b) {
   if (b.row_step == 1)
     rows = "rows " + std::to_string(b.row_start) + "-" + std::to_string(b.row_start + b.rows - 1);
   else
-    rows = "rows " + std::to_string(b.row_start) + " + " + std::to_string(b.row_step) + "i (" +
-           std::to_string(b.rows) + (b.rows == 1 ? " row)" : " rows)");
+    rows = "rows " + std::to_string(b.row_start) + " + " + std::to_string(b.row_step) + "i (" + std::to_string(b.rows) +
+           (b.rows == 1 ? " row)" : " rows)");
   return rows + ", columns " + std::to_string(b.col_offset) + "-" + std::to_string(b.col_offset + b.cols - 1);
 }
 
@@ -105,8 +112,8 @@ std::pair<std::int64_t, std::int64_t> local_range(const Box& b, std::int64_t row
 
 Status check_tiling(const std::string& table, std::int64_t rows, std::int32_t dim, const std::vector<Box>& pieces,
                     const std::vector<std::string>& files) {
-  const std::string who = "table '" + table + "' (" + std::to_string(rows) + " rows, " + std::to_string(dim) +
-                          " columns): ";
+  const std::string who =
+      "table '" + table + "' (" + std::to_string(rows) + " rows, " + std::to_string(dim) + " columns): ";
   auto misfit = [&](std::size_t k, const std::string& what, const std::string& expected) {
     const std::string file = k < files.size() ? files[k] : "#" + std::to_string(k);
     return Status::data_loss(who + "piece '" + file + "' (" + describe(pieces[k]) + "): " + what + " (expected " +
@@ -124,8 +131,8 @@ Status check_tiling(const std::string& table, std::int64_t rows, std::int32_t di
       return misfit(k, "not a part of the table",
                     "at least one row, a row step >= 1 and columns inside 0-" + std::to_string(dim - 1));
   }
-  const bool by_rows = std::all_of(pieces.begin(), pieces.end(),
-                                   [&](const Box& b) { return b.col_offset == 0 && b.cols == dim; });
+  const bool by_rows =
+      std::all_of(pieces.begin(), pieces.end(), [&](const Box& b) { return b.col_offset == 0 && b.cols == dim; });
   if (by_rows) {
     // Row pieces: one step k; start s < min(k, rows) holds rows s, s + k, ... below `rows`.
     const std::int32_t k = pieces[0].row_step;
@@ -140,8 +147,9 @@ Status check_tiling(const std::string& table, std::int64_t rows, std::int32_t di
                       "a first row below " + std::to_string(seen.size()) + ", the rows of step " + std::to_string(k));
       int& first = seen[static_cast<std::size_t>(b.row_start)];
       if (first >= 0)
-        return misfit(i, "overlaps piece '" + (static_cast<std::size_t>(first) < files.size() ? files[first] : "") +
-                             "' (rows " + std::to_string(b.row_start) + " + " + std::to_string(k) + "i)",
+        return misfit(i,
+                      "overlaps piece '" + (static_cast<std::size_t>(first) < files.size() ? files[first] : "") +
+                          "' (rows " + std::to_string(b.row_start) + " + " + std::to_string(k) + "i)",
                       "each row in one piece");
       first = static_cast<int>(i);
       const std::int64_t want = (rows - b.row_start + k - 1) / k;
@@ -151,8 +159,7 @@ Status check_tiling(const std::string& table, std::int64_t rows, std::int32_t di
                           std::to_string(k) + " below " + std::to_string(rows));
     }
     for (std::size_t s = 0; s < seen.size(); ++s)
-      if (seen[s] < 0)
-        return gap("rows " + std::to_string(s) + (k == 1 ? "" : " + " + std::to_string(k) + "i"));
+      if (seen[s] < 0) return gap("rows " + std::to_string(s) + (k == 1 ? "" : " + " + std::to_string(k) + "i"));
     return Status::ok();
   }
   // Column pieces: every row each, column ranges tiling [0, dim).
@@ -171,10 +178,8 @@ Status check_tiling(const std::string& table, std::int64_t rows, std::int32_t di
   for (std::size_t i : order) {
     const Box& b = pieces[i];
     if (b.col_offset < next)
-      return misfit(i, "overlaps another piece in column " + std::to_string(b.col_offset),
-                    "each column in one piece");
-    if (b.col_offset > next)
-      return gap("columns " + std::to_string(next) + "-" + std::to_string(b.col_offset - 1));
+      return misfit(i, "overlaps another piece in column " + std::to_string(b.col_offset), "each column in one piece");
+    if (b.col_offset > next) return gap("columns " + std::to_string(next) + "-" + std::to_string(b.col_offset - 1));
     next = b.col_offset + b.cols;
   }
   if (next < dim) return gap("columns " + std::to_string(next) + "-" + std::to_string(dim - 1));
