@@ -16,6 +16,7 @@
 
 #include "store/io/detail/checkpoint_format.hpp"
 #include "store/io/detail/crc32c.hpp"
+#include "tests/store/boxes.hpp"
 
 namespace strata::detail {
 namespace {
@@ -34,19 +35,6 @@ ManifestTable table(const std::string& name, std::int64_t rows, std::int32_t dim
   t.learning_rate = 0.05f;
   t.has_learning_rate = true;
   return t;
-}
-
-Box row_box(std::int64_t rows, int start, int step, std::int32_t dim) {
-  Box b = whole_box((rows - start + step - 1) / step, dim);
-  b.row_start = start;
-  b.row_step = step;
-  return b;
-}
-
-Box column_box(std::int64_t rows, std::int32_t c0, std::int32_t cols) {
-  Box b = whole_box(rows, cols);
-  b.col_offset = c0;
-  return b;
 }
 
 PieceEntry piece(const ManifestTable& t, std::uint64_t save, int rank, const Box& box) {

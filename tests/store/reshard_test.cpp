@@ -9,6 +9,7 @@
 
 #include "store/io/detail/reshard.hpp"
 #include "store/store.hpp"
+#include "tests/store/boxes.hpp"
 
 namespace strata::detail {
 namespace {
@@ -285,21 +286,6 @@ TEST(Reshard, LocalRangeIsShardLayoutsRuleForEveryRowShard) {
     }
 }
 
-Box row_piece(std::int64_t rows, int start, int step, std::int32_t dim) {
-  Box b;
-  b.rows = (rows - start + step - 1) / step;
-  b.row_start = start;
-  b.row_step = step;
-  b.cols = dim;
-  return b;
-}
-
-Box column_piece(std::int64_t rows, std::int32_t c0, std::int32_t cols) {
-  Box b = whole_box(rows, cols);
-  b.col_offset = c0;
-  return b;
-}
-
 TEST(Reshard, CheckTilingRefusesGapsOverlapsAndWrongSteps) {
   const auto refused = [](const std::vector<Box>& pieces, const std::string& what) {
     const Status s = check_tiling("user", 11, 8, pieces, names(pieces.size()));
@@ -308,14 +294,13 @@ TEST(Reshard, CheckTilingRefusesGapsOverlapsAndWrongSteps) {
     EXPECT_NE(s.message().find("corrupt"), std::string::npos) << s.message();
     return s.message();
   };
-  const std::vector<Box> rows4 = {row_piece(11, 0, 4, 8), row_piece(11, 1, 4, 8), row_piece(11, 2, 4, 8),
-                                  row_piece(11, 3, 4, 8)};
+  const std::vector<Box> rows4 = {row_box(11, 0, 4, 8), row_box(11, 1, 4, 8), row_box(11, 2, 4, 8),
+                                  row_box(11, 3, 4, 8)};
   EXPECT_TRUE(check_tiling("user", 11, 8, rows4, names(4)).is_ok());
   EXPECT_TRUE(check_tiling("user", 11, 8, {whole_box(11, 8)}, names(1)).is_ok());
   EXPECT_TRUE(
-      check_tiling("user", 3, 8, {row_piece(3, 2, 4, 8), row_piece(3, 0, 4, 8), row_piece(3, 1, 4, 8)}, names(3))
-          .is_ok());
-  const std::vector<Box> cols3 = {column_piece(11, 0, 3), column_piece(11, 3, 3), column_piece(11, 6, 2)};
+      check_tiling("user", 3, 8, {row_box(3, 2, 4, 8), row_box(3, 0, 4, 8), row_box(3, 1, 4, 8)}, names(3)).is_ok());
+  const std::vector<Box> cols3 = {column_box(11, 0, 3), column_box(11, 3, 3), column_box(11, 6, 2)};
   EXPECT_TRUE(check_tiling("user", 11, 8, cols3, names(3)).is_ok());
 
   // A gap: a row piece missing.
@@ -329,7 +314,7 @@ TEST(Reshard, CheckTilingRefusesGapsOverlapsAndWrongSteps) {
       << overlap;
   // A wrong step.
   std::vector<Box> step = rows4;
-  step[2] = row_piece(11, 2, 5, 8);
+  step[2] = row_box(11, 2, 5, 8);
   EXPECT_NE(refused(step, "step").find("row step 5 (expected the step 4"), std::string::npos);
   // A piece with the wrong row count for its start.
   std::vector<Box> count = rows4;
@@ -337,19 +322,18 @@ TEST(Reshard, CheckTilingRefusesGapsOverlapsAndWrongSteps) {
   EXPECT_NE(refused(count, "count").find("3 rows (expected 2"), std::string::npos);
   // A start outside the step.
   std::vector<Box> start = rows4;
-  start[3] = row_piece(11, 4, 4, 8);
+  start[3] = row_box(11, 4, 4, 8);
   EXPECT_NE(refused(start, "start").find("first row 4"), std::string::npos);
   // A column range missing, in the middle and at the end.
   EXPECT_NE(refused({cols3[0], cols3[2]}, "columns").find("do not cover columns 3-5"), std::string::npos);
   EXPECT_NE(refused({cols3[0], cols3[1]}, "end").find("do not cover columns 6-7"), std::string::npos);
   // Overlapping columns.
-  EXPECT_NE(refused({cols3[0], column_piece(11, 2, 4), cols3[2]}, "column overlap").find("overlaps"),
-            std::string::npos);
+  EXPECT_NE(refused({cols3[0], column_box(11, 2, 4), cols3[2]}, "column overlap").find("overlaps"), std::string::npos);
   // A column piece with part of the rows.
-  EXPECT_NE(refused({cols3[0], column_piece(10, 3, 3), cols3[2]}, "column rows").find("part of the rows"),
+  EXPECT_NE(refused({cols3[0], column_box(10, 3, 3), cols3[2]}, "column rows").find("part of the rows"),
             std::string::npos);
   // Outside the table; no pieces at all.
-  EXPECT_NE(refused({column_piece(11, 6, 3)}, "outside").find("not a part of the table"), std::string::npos);
+  EXPECT_NE(refused({column_box(11, 6, 3)}, "outside").find("not a part of the table"), std::string::npos);
   EXPECT_NE(refused({}, "none").find("do not cover any row"), std::string::npos);
   EXPECT_TRUE(check_tiling("user", 0, 8, {}, {}).is_ok());
 }

@@ -27,6 +27,7 @@ std::int64_t common_rows(const Box& pc, const Box& t, std::int64_t row0, std::in
   const auto run = local_range(pc, row0, n);
   if (t.empty() || run.second == 0) return 0;
   const std::int64_t s = pc.row_step, u = t.row_step;
+  if (s < 1 || u < 1) return 0;  // not boxes of a table (check_tiling refuses such pieces)
   const std::int64_t first = pc.row_start + run.first * s, last = first + (run.second - 1) * s;
   const std::int64_t lo = std::max(first, std::int64_t{t.row_start});
   const std::int64_t hi = std::min(last, t.row_start + (t.rows - 1) * u);
@@ -50,7 +51,7 @@ void copy_record(OptimizerKind kind, const float* src, const Box& from, float* d
     return;
   }
   const int blocks = optimizer_state_dim(kind, 1);
-  for (int b = 0; b < blocks; ++b)
+  for (std::ptrdiff_t b = 0; b < blocks; ++b)
     std::memcpy(dst_s + b * to.cols + (lo - to.col_offset), src_s + b * from.cols + (lo - from.col_offset),
                 w * sizeof(float));
 }
@@ -147,10 +148,12 @@ Status check_tiling(const std::string& table, std::int64_t rows, std::int32_t di
                       "a first row below " + std::to_string(seen.size()) + ", the rows of step " + std::to_string(k));
       int& first = seen[static_cast<std::size_t>(b.row_start)];
       if (first >= 0)
-        return misfit(i,
-                      "overlaps piece '" + (static_cast<std::size_t>(first) < files.size() ? files[first] : "") +
-                          "' (rows " + std::to_string(b.row_start) + " + " + std::to_string(k) + "i)",
-                      "each row in one piece");
+        return misfit(
+            i,
+            "overlaps piece '" +
+                (static_cast<std::size_t>(first) < files.size() ? files[static_cast<std::size_t>(first)] : "") +
+                "' (rows " + std::to_string(b.row_start) + " + " + std::to_string(k) + "i)",
+            "each row in one piece");
       first = static_cast<int>(i);
       const std::int64_t want = (rows - b.row_start + k - 1) / k;
       if (b.rows != want)
