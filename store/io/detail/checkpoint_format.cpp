@@ -498,6 +498,10 @@ Status scan_table_file(const FileReader& reader, const ManifestTable& m,
 Result<OpenCheckpoint> open_files(const Store& store, const std::string& dir, const std::string& text) {
   OpenCheckpoint c;
   STRATA_ASSIGN_OR_RETURN(c.manifest, parse_manifest(join(dir, kManifest), text));
+  // A world's checkpoint needs the loader of pieces; this one reads one whole file per table.
+  if (c.manifest.version != kFormatVersion)
+    return Status::invalid_argument(join(dir, kManifest) + ": format version " + std::to_string(c.manifest.version) +
+                                    " (expected " + std::to_string(kFormatVersion) + ")");
   const auto& tables = store.config().tables;
   constexpr std::size_t kNone = ~std::size_t{0};
   c.entry.assign(tables.size(), kNone);

@@ -175,7 +175,8 @@ class PieceWriter {
 class PieceReader {
  public:
   /// Opens `dir`/p.file, piece of table `t` of a manifest of format `version` and save `save_id`. kNotFound when
-  /// the file does not exist (a newer save removed it: the caller reads the manifest again), kIoError otherwise.
+  /// the file does not exist (a newer save removed it: the caller reads the manifest again), kIoError for another
+  /// OS error; kInvalidArgument when `t` names an unknown dtype or optimizer (format 2, whose header records them).
   static Result<PieceReader> open(const std::string& dir, const ManifestTable& t, const PieceEntry& p,
                                   std::uint32_t version, std::uint64_t save_id);
 
@@ -221,8 +222,9 @@ struct OpenCheckpoint {
   std::vector<FileReader> files;   ///< per config table: its file, open
 };
 
-/// Reads the manifest `text` of `dir`, opens the files it names and verifies them against the store's config
-/// (names, shapes, optimizers) and their sizes and checksums. Changes nothing.
+/// Reads the manifest `text` of `dir` (format 1 only: kInvalidArgument "format version 2 (expected 1)" otherwise, as
+/// before format 2 existed), opens the files it names and verifies them against the store's config (names, shapes,
+/// optimizers) and their sizes and checksums. Changes nothing.
 Result<OpenCheckpoint> open_files(const Store& store, const std::string& dir, const std::string& text);
 
 }  // namespace strata::detail
