@@ -7,10 +7,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "dispatch/sharding_plan.hpp"
 #include "store/io/detail/crc32c.hpp"
 #include "store/store.hpp"
 
@@ -18,10 +20,6 @@ namespace strata::detail {
 namespace {
 
 using nlohmann::json;
-
-Status not_implemented(const char* what) {
-  return Status::internal(std::string(what) + " is not implemented yet (world checkpoints, issue 34)");
-}
 
 // Parses the format 1 table entry `t` into `mt`: its file becomes the one whole piece.
 void parse_v1_file(const json& t, ManifestTable& mt) {
@@ -31,6 +29,54 @@ void parse_v1_file(const json& t, ManifestTable& mt) {
   p.bytes = t.at("bytes").get<std::uint64_t>();
   p.crc = static_cast<std::uint32_t>(std::stoul(t.at("crc32c").get<std::string>(), nullptr, 16));
   mt.pieces.push_back(std::move(p));
+}
+
+// Parses the pieces of the format 2 table entry `t` of manifest `m` into `mt` (their names, ranks and sizes are
+// checked by the caller).
+Status parse_v2_pieces(const std::string& path, const Manifest& m, const json& t, ManifestTable& mt) {
+  mt.sharding = t.at("sharding").get<std::string>();
+  if (!dispatch::parse_sharding(mt.sharding).is_ok())
+    return Status::data_loss(path + ": table '" + mt.name + "': sharding '" + mt.sharding +
+                             "' (expected replicated, table, row or column; corrupt)");
+  for (const auto& e : t.at("pieces")) {
+    PieceEntry p;
+    p.file = e.at("file").get<std::string>();
+    p.rank = e.at("rank").get<int>();
+    p.box.rows = e.at("rows").get<std::int64_t>();
+    p.box.row_start = e.at("row_start").get<std::int32_t>();
+    p.box.row_step = e.at("row_step").get<std::int32_t>();
+    p.box.col_offset = e.at("col_offset").get<std::int32_t>();
+    p.box.cols = e.at("cols").get<std::int32_t>();
+    p.bytes = e.at("bytes").get<std::uint64_t>();
+    const std::string crc = e.at("crc32c").get<std::string>();
+    if (crc.size() != 8 || crc.find_first_not_of("0123456789abcdef") != std::string::npos)
+      return Status::data_loss(path + ": table '" + mt.name + "': piece '" + p.file + "': crc32c '" + crc +
+                               "' (expected 8 lowercase hex digits; corrupt)");
+    p.crc = static_cast<std::uint32_t>(std::stoul(crc, nullptr, 16));
+    if (p.rank < 0 || p.rank >= m.world)
+      return Status::data_loss(path + ": table '" + mt.name + "': piece '" + p.file + "': rank " +
+                               std::to_string(p.rank) + " (expected a rank of the world of " + std::to_string(m.world) +
+                               "; corrupt)");
+    mt.pieces.push_back(std::move(p));
+  }
+  return Status::ok();
+}
+
+// Checks the size the manifest records for each piece of `mt` (tiled) against its box.
+Status check_piece_sizes(const std::string& path, const ManifestTable& mt) {
+  for (const PieceEntry& p : mt.pieces) {
+    const std::string who = path + ": table '" + mt.name + "': piece '" + p.file + "' (" + describe(p.box) + ")";
+    if (p.box.cols != mt.dim && (mt.dim == 0 || mt.state_dim % mt.dim != 0))
+      return Status::data_loss(who + ": a part of the columns of a table whose optimizer state (" +
+                               std::to_string(mt.state_dim) + " floats a row) cannot be split by column (expected " +
+                               "all " + std::to_string(mt.dim) + " columns; corrupt)");
+    const std::uint64_t want = expected_file_bytes(mt, p.box);
+    if (p.bytes != want)
+      return Status::data_loss(who + ": " + std::to_string(p.bytes) + " bytes (expected " + std::to_string(want) +
+                               ", a header and " + std::to_string(p.box.rows) + " records of " +
+                               std::to_string(record_floats(mt, p.box)) + " floats; corrupt)");
+  }
+  return Status::ok();
 }
 
 }  // namespace
@@ -66,15 +112,26 @@ Result<Manifest> parse_manifest(const std::string& path, const std::string& text
   if (want != got)
     return Status::data_loss(path + ": checksum " + got + " does not match the recorded " + want + " (corrupt)");
   Manifest m;
+  std::set<std::string> files_seen;
   try {
     const json j = json::parse(body);
     if (j.at("format").get<std::string>() != "strata-checkpoint")
       return Status::data_loss(path + ": not a Strata checkpoint manifest");
     const auto version = j.at("version").get<std::uint32_t>();
-    if (version != kFormatVersion)
+    if (version != kFormatVersion && version != kWorldFormatVersion)
       return Status::invalid_argument(path + ": format version " + std::to_string(version) + " (expected " +
-                                      std::to_string(kFormatVersion) + ")");
+                                      std::to_string(kFormatVersion) + " or " + std::to_string(kWorldFormatVersion) +
+                                      ")");
     m.version = version;
+    if (version == kWorldFormatVersion) {
+      const std::string save = j.at("save").get<std::string>();
+      if (save.size() != 16 || save.find_first_not_of("0123456789abcdef") != std::string::npos)
+        return Status::data_loss(path + ": save id '" + save + "' (expected 16 lowercase hex digits; corrupt)");
+      m.save_id = std::stoull(save, nullptr, 16);
+      m.world = j.at("world").get<int>();
+      if (m.world < 1)
+        return Status::data_loss(path + ": world " + std::to_string(m.world) + " (expected >= 1; corrupt)");
+    }
     m.generation = j.at("generation").get<std::uint64_t>();
     m.step = j.at("step").get<std::int64_t>();
     if (m.step < 0 || m.step > Store::kMaxStep)
@@ -88,7 +145,11 @@ Result<Manifest> parse_manifest(const std::string& path, const std::string& text
       mt.state_dim = t.at("state_dim").get<std::int32_t>();
       mt.dtype = t.at("dtype").get<std::string>();
       mt.optimizer = t.at("optimizer").get<std::string>();
-      parse_v1_file(t, mt);
+      if (version == kFormatVersion) {
+        parse_v1_file(t, mt);
+      } else {
+        STRATA_RETURN_IF_ERROR(parse_v2_pieces(path, m, t, mt));
+      }
       if (t.contains("learning_rate")) {
         const double lr = t.at("learning_rate").get<double>();
         mt.learning_rate = static_cast<float>(lr);
@@ -106,6 +167,20 @@ Result<Manifest> parse_manifest(const std::string& path, const std::string& text
       for (const auto& other : m.tables)
         if (other.name == mt.name)
           return Status::data_loss(path + ": table '" + mt.name + "' is listed twice (corrupt)");
+      for (const PieceEntry& p : mt.pieces)
+        // A file listed twice would be read for two parts of the tables (or removed as stale under another).
+        if (!files_seen.insert(p.file).second)
+          return Status::data_loss(path + ": table '" + mt.name + "': file '" + p.file +
+                                   "' is listed twice (expected one file per piece; corrupt)");
+      std::vector<Box> boxes;
+      std::vector<std::string> files;
+      for (const PieceEntry& p : mt.pieces) {
+        boxes.push_back(p.box);
+        files.push_back(p.file);
+      }
+      const Status tiled = check_tiling(mt.name, mt.rows, mt.dim, boxes, files);
+      if (!tiled.is_ok()) return tiled.with_context(path);
+      if (version == kWorldFormatVersion) STRATA_RETURN_IF_ERROR(check_piece_sizes(path, mt));
       m.tables.push_back(std::move(mt));
     }
     if (j.contains("config")) m.config = j.at("config").dump();
@@ -122,6 +197,10 @@ std::string manifest_text(const Manifest& m) {
   j["version"] = m.version;
   j["generation"] = m.generation;
   j["step"] = m.step;
+  if (m.version != kFormatVersion) {
+    j["save"] = hex64(m.save_id);
+    j["world"] = m.world;
+  }
   j["tables"] = json::array();
   for (const auto& t : m.tables) {
     // Format 1's table entry, key by key as it always was (json objects sort their keys when dumped).
@@ -137,6 +216,19 @@ std::string manifest_text(const Manifest& m) {
       e["file"] = p.file;
       e["bytes"] = p.bytes;
       e["crc32c"] = hex32(p.crc);
+    } else {
+      e["sharding"] = t.sharding;
+      e["pieces"] = json::array();
+      for (const PieceEntry& p : t.pieces)
+        e["pieces"].push_back({{"file", p.file},
+                               {"rank", p.rank},
+                               {"rows", p.box.rows},
+                               {"row_start", p.box.row_start},
+                               {"row_step", p.box.row_step},
+                               {"col_offset", p.box.col_offset},
+                               {"cols", p.box.cols},
+                               {"bytes", p.bytes},
+                               {"crc32c", hex32(p.crc)}});
     }
     j["tables"].push_back(std::move(e));
   }
@@ -214,20 +306,165 @@ std::string piece_file_name(const std::string& table, std::uint64_t generation, 
   return table + "." + std::to_string(generation) + "." + hex64(save_id) + ".r" + std::to_string(rank) + ".tbl";
 }
 
-Result<PieceWriter> PieceWriter::create(const std::string&, const std::string&, const ManifestTable&, const Box&,
-                                        std::uint64_t) {
-  return not_implemented("PieceWriter::create");
-}
-Status PieceWriter::append(const float*, std::int64_t) { return not_implemented("PieceWriter::append"); }
-Status PieceWriter::commit() { return not_implemented("PieceWriter::commit"); }
+namespace {
 
-Result<PieceReader> PieceReader::open(const std::string&, const ManifestTable&, const PieceEntry&, std::uint32_t,
-                                      std::uint64_t) {
-  return not_implemented("PieceReader::open");
+// "<dir>/<file> (table 't', rows 2 + 4i (9 rows), columns 0-7)": a piece in messages.
+std::string piece_name(const std::string& dir, const std::string& file, const ManifestTable& t, const Box& box) {
+  return join(dir, file) + " (table '" + t.name + "', " + describe(box) + ")";
 }
-Status PieceReader::verify() { return not_implemented("PieceReader::verify"); }
-Status PieceReader::read_next(std::int64_t, float*) { return not_implemented("PieceReader::read_next"); }
-Status PieceReader::finish() const { return not_implemented("PieceReader::finish"); }
+
+// The header a piece of `box` of table `t` has in format `version` (format 1: TableHeader's fields; the rest 0).
+Result<PieceHeader> header_of(const ManifestTable& t, const Box& box, std::uint32_t version, std::uint64_t save_id) {
+  PieceHeader h{};
+  std::memcpy(h.magic, kTableMagic, sizeof kTableMagic);
+  h.version = version;
+  h.rows = box.rows;
+  h.cols = box.cols;
+  h.state_dim = static_cast<std::int32_t>(record_floats(t, box) - box.cols);
+  if (version == kFormatVersion) return h;
+  Result<DType> dtype = parse_dtype(t.dtype);
+  if (!dtype) return dtype.status().with_context("table '" + t.name + "'");
+  Result<OptimizerKind> kind = parse_optimizer(t.optimizer);
+  if (!kind) return kind.status().with_context("table '" + t.name + "'");
+  h.dtype = static_cast<std::uint32_t>(dtype.value());
+  h.optimizer = static_cast<std::uint32_t>(kind.value());
+  h.row_start = box.row_start;
+  h.row_step = box.row_step;
+  h.col_offset = box.col_offset;
+  h.table_dim = t.dim;
+  h.save_id = save_id;
+  return h;
+}
+
+// The first field in which header `got` differs from `want` (format `version`'s fields), "" when none.
+std::string header_difference(const PieceHeader& got, const PieceHeader& want, std::uint32_t version) {
+  auto field = [](const char* name, auto g, auto w) {
+    return g == w ? std::string()
+                  : std::string(name) + " " + std::to_string(g) + " (expected " + std::to_string(w) + ")";
+  };
+  if (std::memcmp(got.magic, want.magic, sizeof want.magic) != 0) return "no Strata table magic";
+  std::string d = field("format version", got.version, want.version);
+  if (d.empty()) d = field("rows", got.rows, want.rows);
+  if (d.empty()) d = field(version == kFormatVersion ? "dim" : "columns", got.cols, want.cols);
+  if (d.empty()) d = field("state_dim", got.state_dim, want.state_dim);
+  if (version == kFormatVersion || !d.empty()) return d;
+  if (d.empty()) d = field("dtype", got.dtype, want.dtype);
+  if (d.empty()) d = field("optimizer", got.optimizer, want.optimizer);
+  if (d.empty()) d = field("first row", got.row_start, want.row_start);
+  if (d.empty()) d = field("row step", got.row_step, want.row_step);
+  if (d.empty()) d = field("first column", got.col_offset, want.col_offset);
+  if (d.empty()) d = field("table dim", got.table_dim, want.table_dim);
+  if (d.empty() && got.save_id != want.save_id)
+    d = "save id " + hex64(got.save_id) + " (expected " + hex64(want.save_id) + ", the manifest's save)";
+  return d;
+}
+
+}  // namespace
+
+Result<PieceWriter> PieceWriter::create(const std::string& dir, const std::string& file, const ManifestTable& t,
+                                        const Box& box, std::uint64_t save_id) {
+  const std::string name = piece_name(dir, file, t, box);
+  if (!is_plain_file_name(file))
+    return Status::invalid_argument(name +
+                                    ": not a file name inside the checkpoint directory (expected a name "
+                                    "without '/')");
+  if (box.empty() || box.row_start < 0 || box.row_step < 1 || box.col_offset < 0 ||
+      std::int64_t{box.col_offset} + box.cols > t.dim)
+    return Status::invalid_argument(name + ": not a part of the table (expected at least one row and columns " +
+                                    "inside 0-" + std::to_string(t.dim - 1) + ")");
+  STRATA_ASSIGN_OR_RETURN(PieceHeader h, header_of(t, box, kWorldFormatVersion, save_id));
+  PieceWriter w;
+  STRATA_ASSIGN_OR_RETURN(w.writer_, AtomicFileWriter::create(join(dir, file)));
+  STRATA_RETURN_IF_ERROR(w.writer_.append(&h, sizeof h));
+  w.name_ = name;
+  w.rows_ = box.rows;
+  w.width_ = record_floats(t, box);
+  return w;
+}
+
+Status PieceWriter::append(const float* records, std::int64_t n) {
+  if (n < 0 || n > rows_ - written_)
+    return Status::failed_precondition(name_ + ": " + std::to_string(n) + " more records after " +
+                                       std::to_string(written_) + " (expected at most " + std::to_string(rows_) +
+                                       " in all)");
+  STRATA_RETURN_IF_ERROR(writer_.append(records, static_cast<std::size_t>(n * width_) * sizeof(float)));
+  written_ += n;
+  return Status::ok();
+}
+
+Status PieceWriter::commit() {
+  if (written_ != rows_)
+    return Status::failed_precondition(name_ + ": commit after " + std::to_string(written_) + " records (expected " +
+                                       std::to_string(rows_) + ")");
+  return writer_.commit();
+}
+
+Result<PieceReader> PieceReader::open(const std::string& dir, const ManifestTable& t, const PieceEntry& p,
+                                      std::uint32_t version, std::uint64_t save_id) {
+  PieceReader r;
+  r.name_ = piece_name(dir, p.file, t, p.box);
+  STRATA_ASSIGN_OR_RETURN(r.want_header_, header_of(t, p.box, version, save_id));
+  STRATA_ASSIGN_OR_RETURN(r.file_, FileReader::open(join(dir, p.file)));
+  r.want_bytes_ = expected_file_bytes(t, p.box);
+  r.manifest_bytes_ = p.bytes;
+  r.want_crc_ = p.crc;
+  r.version_ = version;
+  r.rows_ = p.box.rows;
+  r.width_ = record_floats(t, p.box);
+  return r;
+}
+
+Status PieceReader::verify() {
+  verified_ = false;
+  if (file_.size() != want_bytes_ || manifest_bytes_ != want_bytes_)
+    return Status::data_loss(name_ + ": " + std::to_string(file_.size()) + " bytes, the manifest says " +
+                             std::to_string(manifest_bytes_) + " (expected " + std::to_string(want_bytes_) +
+                             ", a header and " + std::to_string(rows_) + " records of " + std::to_string(width_) +
+                             " floats; truncated or corrupt)");
+  PieceHeader h{};
+  STRATA_RETURN_IF_ERROR(file_.read_at(0, &h, sizeof h));
+  const std::string diff = header_difference(h, want_header_, version_);
+  if (!diff.empty()) return Status::data_loss(name_ + ": header has " + diff + " from the manifest (corrupt)");
+  header_crc_ = crc32c(&h, sizeof h);
+  std::uint32_t crc = header_crc_;
+  const std::int64_t chunk = std::max<std::int64_t>(1, std::min(kChunkRows, rows_));
+  std::vector<float> buf(static_cast<std::size_t>(chunk * width_));
+  for (std::int64_t r = 0; r < rows_; r += chunk) {
+    const std::size_t bytes = static_cast<std::size_t>(std::min(chunk, rows_ - r) * width_) * sizeof(float);
+    STRATA_RETURN_IF_ERROR(
+        file_.read_at(kHeaderBytes + static_cast<std::uint64_t>(r * width_) * 4u, buf.data(), bytes));
+    crc = crc32c(buf.data(), bytes, crc);
+  }
+  if (crc != want_crc_)
+    return Status::data_loss(name_ + ": checksum " + hex32(crc) + " does not match the manifest's " + hex32(want_crc_) +
+                             " (corrupt)");
+  verified_ = true;
+  next_ = 0;
+  crc_ = header_crc_;
+  return Status::ok();
+}
+
+Status PieceReader::read_next(std::int64_t n, float* records) {
+  if (!verified_) return Status::failed_precondition(name_ + ": read before verify() succeeded");
+  if (n < 0 || n > rows_ - next_)
+    return Status::out_of_range(name_ + ": " + std::to_string(n) + " more records after " + std::to_string(next_) +
+                                " (expected at most " + std::to_string(rows_) + " in all)");
+  const std::size_t bytes = static_cast<std::size_t>(n * width_) * sizeof(float);
+  STRATA_RETURN_IF_ERROR(file_.read_at(kHeaderBytes + static_cast<std::uint64_t>(next_ * width_) * 4u, records, bytes));
+  crc_ = crc32c(records, bytes, crc_);
+  next_ += n;
+  return Status::ok();
+}
+
+Status PieceReader::finish() const {
+  if (!verified_ || next_ != rows_)
+    return Status::failed_precondition(name_ + ": finish after " + std::to_string(next_) + " of " +
+                                       std::to_string(rows_) + " records read (expected all, after verify())");
+  if (crc_ != want_crc_)
+    return Status::data_loss(name_ + ": checksum " + hex32(crc_) + " of the rows read does not match the manifest's " +
+                             hex32(want_crc_) + " (the file changed since it was verified; corrupt)");
+  return Status::ok();
+}
 
 Status scan_table_file(const FileReader& reader, const ManifestTable& m,
                        const std::function<Status(std::int64_t, std::int64_t, const float*)>& fn) {
@@ -261,6 +498,10 @@ Status scan_table_file(const FileReader& reader, const ManifestTable& m,
 Result<OpenCheckpoint> open_files(const Store& store, const std::string& dir, const std::string& text) {
   OpenCheckpoint c;
   STRATA_ASSIGN_OR_RETURN(c.manifest, parse_manifest(join(dir, kManifest), text));
+  // A world's checkpoint needs the loader of pieces; this one reads one whole file per table.
+  if (c.manifest.version != kFormatVersion)
+    return Status::invalid_argument(join(dir, kManifest) + ": format version " + std::to_string(c.manifest.version) +
+                                    " (expected " + std::to_string(kFormatVersion) + ")");
   const auto& tables = store.config().tables;
   constexpr std::size_t kNone = ~std::size_t{0};
   c.entry.assign(tables.size(), kNone);

@@ -175,7 +175,8 @@ class PieceWriter {
 class PieceReader {
  public:
   /// Opens `dir`/p.file, piece of table `t` of a manifest of format `version` and save `save_id`. kNotFound when
-  /// the file does not exist (a newer save removed it: the caller reads the manifest again), kIoError otherwise.
+  /// the file does not exist (a newer save removed it: the caller reads the manifest again), kIoError for another
+  /// OS error; kInvalidArgument when `t` names an unknown dtype or optimizer (format 2, whose header records them).
   static Result<PieceReader> open(const std::string& dir, const ManifestTable& t, const PieceEntry& p,
                                   std::uint32_t version, std::uint64_t save_id);
 
@@ -183,8 +184,8 @@ class PieceReader {
   /// Checks the size, the header against the manifest (box, shape, save id) and the CRC of the whole file.
   /// kDataLoss naming the file, the table, the box, what was found and what was expected.
   Status verify();
-  /// Reads the next `n` records (host, n * width() floats), from row 0 on, accumulating their CRC. kOutOfRange
-  /// past the piece's rows; the file's read errors.
+  /// Reads the next `n` records (host, n * width() floats), from row 0 on (again after each verify()), accumulating
+  /// their CRC. kFailedPrecondition before verify() succeeded; kOutOfRange past the piece's rows; read errors.
   Status read_next(std::int64_t n, float* records);
   /// kDataLoss when the CRC of header and rows read differs from the manifest's (the file changed in place since
   /// verify()); kFailedPrecondition unless every row was read.
@@ -197,8 +198,10 @@ class PieceReader {
  private:
   FileReader file_;
   std::string name_;
-  std::uint64_t want_bytes_ = 0;  // the manifest's
-  std::uint32_t want_crc_ = 0;
+  std::uint64_t want_bytes_ = 0;      // the size of its box
+  std::uint64_t manifest_bytes_ = 0;  // the size the manifest records
+  std::uint32_t want_crc_ = 0;        // the manifest's
+  bool verified_ = false;
   PieceHeader want_header_{};  // as it must be (format 1: TableHeader's fields, the rest 0)
   std::uint32_t version_ = kFormatVersion;
   std::int64_t rows_ = 0, width_ = 0, next_ = 0;
@@ -219,8 +222,9 @@ struct OpenCheckpoint {
   std::vector<FileReader> files;   ///< per config table: its file, open
 };
 
-/// Reads the manifest `text` of `dir`, opens the files it names and verifies them against the store's config
-/// (names, shapes, optimizers) and their sizes and checksums. Changes nothing.
+/// Reads the manifest `text` of `dir` (format 1 only: kInvalidArgument "format version 2 (expected 1)" otherwise, as
+/// before format 2 existed), opens the files it names and verifies them against the store's config (names, shapes,
+/// optimizers) and their sizes and checksums. Changes nothing.
 Result<OpenCheckpoint> open_files(const Store& store, const std::string& dir, const std::string& text);
 
 }  // namespace strata::detail
