@@ -10,6 +10,7 @@
 #include <optional>
 #include <random>
 #include <thread>
+#include <type_traits>
 #include <utility>
 
 #include "dispatch/communicator.hpp"
@@ -122,12 +123,12 @@ ManifestTable table_entry(const StoreConfig& config, int t) {
 
 // What a rank tells the others about its piece of one table at the durable gather.
 struct PieceInfo {
-  std::int32_t present = 0, row_start = 0, row_step = 1, col_offset = 0;
-  std::int64_t rows = 0;
-  std::int32_t cols = 0;
+  std::int32_t present = 0;
   std::uint32_t crc = 0;
   std::uint64_t bytes = 0;
+  Box box;
 };
+static_assert(std::is_trivially_copyable<PieceInfo>::value, "gathered as bytes");
 
 // Writes this rank's piece `file` of table `t` (its shard `box`): read_shard in chunks, records interleaved.
 Status write_piece(Store& store, int t, const ManifestTable& mt, const Box& box, const std::string& dir,
@@ -155,11 +156,7 @@ Status write_piece(Store& store, int t, const ManifestTable& mt, const Box& box,
   }
   STRATA_RETURN_IF_ERROR(w.commit());
   info.present = 1;
-  info.rows = box.rows;
-  info.row_start = box.row_start;
-  info.row_step = box.row_step;
-  info.col_offset = box.col_offset;
-  info.cols = box.cols;
+  info.box = box;
   info.bytes = w.bytes();
   info.crc = w.crc();
   return Status::ok();
@@ -188,11 +185,7 @@ Status commit_manifest(const Store& store, const std::string& dir, std::uint64_t
       PieceEntry e;
       e.file = piece_file_name(mt.name, generation, save_id, r);
       e.rank = r;
-      e.box.rows = info.rows;
-      e.box.row_start = info.row_start;
-      e.box.row_step = info.row_step;
-      e.box.col_offset = info.col_offset;
-      e.box.cols = info.cols;
+      e.box = info.box;
       e.bytes = info.bytes;
       e.crc = info.crc;
       struct stat st {};
