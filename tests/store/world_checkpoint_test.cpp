@@ -516,6 +516,22 @@ TEST_F(WorldCheckpointTest, AWorldWaitsForAnotherSaverLongerThanItsTimeout) {
   fs::remove_all(dir);
 }
 
+// Ranks saving into directories of their own (what a world did before its checkpoints were shared): refused on every
+// rank before anything is committed, naming the piece rank 0 cannot see.
+TEST_F(WorldCheckpointTest, RanksSavingIntoDifferentDirectoriesAreRefused) {
+  const std::vector<std::string> dirs = {fresh_dir("own_r0"), fresh_dir("own_r1")};
+  on_world(2, world_config(2, false, 7), [&](int rank, Store& store) {
+    const Status s = store.save(dirs[static_cast<std::size_t>(rank)]);
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << "rank " << rank << ": " << s.to_string();
+    EXPECT_NE(s.message().find("rank 1's piece"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("as rank 0 sees it"), std::string::npos) << s.message();
+  });
+  for (const std::string& d : dirs) {
+    EXPECT_FALSE(fs::exists(d + "/MANIFEST")) << d;
+    fs::remove_all(d);
+  }
+}
+
 // open_checkpoint reopens a world's checkpoint as one store (the recorded config, tables whole).
 TEST_F(WorldCheckpointTest, OpenCheckpointReopensAWorldCheckpointAsOneStore) {
   auto s = Store::open_checkpoint(saved(3));
