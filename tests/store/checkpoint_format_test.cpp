@@ -224,6 +224,62 @@ TEST(CheckpointFormat, ManifestsThatAreCorruptOrOfAnotherVersionAreRefusedNaming
   expect_refused(text + "x", StatusCode::kDataLoss, {"bytes after the checksum line"});
 }
 
+// Shapes no save writes: a negative or too wide table, a state width its optimizer does not keep, an optimizer that
+// does not exist, byte counts past 2^63. Each once parsed (the last but two made expected_file_bytes wrap to 64, and
+// a reader of it threw std::length_error); each is refused naming the table and the field.
+TEST(CheckpointFormat, ImpossibleTableShapesAreRefusedNamingTheField) {
+  Manifest m;  // format 1: one whole piece, no piece sizes checked against boxes
+  m.generation = 3;
+  ManifestTable user = table("user", 3, 4, "adagrad", 4);
+  user.pieces.push_back({"user.3.tbl", 0, whole_box(3, 4), 64 + 3 * 8 * 4, 0x1234abcdu});
+  m.tables = {user};
+  ASSERT_TRUE(parse_manifest("dir/MANIFEST", manifest_text(m)).is_ok());
+  const auto shape = [&](std::int64_t rows, std::int32_t dim, std::int32_t state_dim, const std::string& optimizer,
+                         std::uint64_t bytes) {
+    return edited(m, [&](nlohmann::json& j) {
+      auto& t = j["tables"][0];
+      t["rows"] = rows;
+      t["dim"] = dim;
+      t["state_dim"] = state_dim;
+      t["optimizer"] = optimizer;
+      t["bytes"] = bytes;
+    });
+  };
+  const std::string corrupt = "corrupt";
+  expect_refused(shape(-5, 4, 4, "adagrad", 64), StatusCode::kDataLoss,
+                 {"dir/MANIFEST: table 'user': rows -5 (expected >= 0", corrupt});
+  expect_refused(shape(3, -2, 0, "sgd", 64), StatusCode::kDataLoss,
+                 {"table 'user': dim -2 (expected 1 to 1048576", corrupt});
+  expect_refused(shape(3, kMaxDim + 1, kMaxDim + 1, "adagrad", 64), StatusCode::kDataLoss,
+                 {"table 'user': dim 1048577 (expected 1 to 1048576", corrupt});
+  expect_refused(shape(3, 4, -4, "adagrad", 64), StatusCode::kDataLoss,
+                 {"table 'user': state_dim -4 (expected 4 for optimizer adagrad and dim 4", corrupt});
+  expect_refused(shape(std::int64_t{1} << 62, 1, -2, "adagrad", 64), StatusCode::kDataLoss,
+                 {"table 'user': state_dim -2 (expected 1 for optimizer adagrad and dim 1", corrupt});
+  expect_refused(shape(3, 4, 4, "lion", 64), StatusCode::kDataLoss,
+                 {"table 'user': unknown optimizer 'lion' (expected sgd, adagrad", corrupt});
+  expect_refused(shape(std::int64_t{1} << 62, 4, 4, "adagrad", 64), StatusCode::kDataLoss,
+                 {"table 'user': rows 4611686018427387904 of 8 floats", "more than 2^63 - 1 bytes", corrupt});
+  // Format 2 the same.
+  expect_refused(edited(world_manifest(), [](nlohmann::json& j) { j["tables"][1]["state_dim"] = 5; }),
+                 StatusCode::kDataLoss,
+                 {"table 'item': state_dim 5 (expected 10 for optimizer adam and dim 5", corrupt});
+}
+
+// A table saved without a learning rate (a checkpoint from before rates were recorded, loaded and saved again) keeps
+// none: manifest_text writes the rate only when there is one.
+TEST(CheckpointFormat, ATableWithoutALearningRateKeepsNoneThroughTheManifest) {
+  Manifest m = world_manifest();
+  m.tables[0].has_learning_rate = false;
+  const std::string text = manifest_text(m);
+  Result<Manifest> back = parse_manifest("dir/MANIFEST", text);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_FALSE(back.value().tables[0].has_learning_rate);
+  EXPECT_TRUE(back.value().tables[1].has_learning_rate);
+  EXPECT_EQ(back.value().tables[1].learning_rate, 0.25f);
+  EXPECT_EQ(manifest_text(back.value()), text);
+}
+
 class PieceFiles : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -399,6 +455,30 @@ TEST_F(PieceFiles, AWriterRefusesTooManyOrTooFewRecordsAndLeavesNoFile) {
   bad.optimizer = "lion";
   expect_error(PieceWriter::create(dir_, "b.tbl", bad, whole_box(5, 2), 1).status(), StatusCode::kInvalidArgument,
                {"table 'user'", "lion"});
+}
+
+// The checks parse_manifest makes hold for a table built by hand too: the writer refuses a part of the columns of a
+// table whose state is one float a row (it cannot be split by column), the reader a path outside the directory and a
+// record of negative width (state_dim -2 of dim 1: verify once threw std::length_error), before touching any file.
+TEST_F(PieceFiles, WriterAndReaderRefuseWhatNoManifestHolds) {
+  const ManifestTable ads = table("ads", 3, 4, "rowwise_adagrad", 1);
+  expect_error(PieceWriter::create(dir_, "ads.8.0000000000000001.r0.tbl", ads, column_box(3, 0, 2), 1).status(),
+               StatusCode::kInvalidArgument,
+               {"table 'ads', rows 0-2, columns 0-1", "cannot be split by column", "expected all 4 columns"});
+  EXPECT_TRUE(fs::is_empty(dir_));
+
+  const ManifestTable user = table("user", 3, 2, "sgd", 0);
+  PieceEntry outside{"../user.1.tbl", 0, whole_box(3, 2), expected_file_bytes(user, whole_box(3, 2)), 0};
+  Result<PieceReader> r = PieceReader::open(dir_, user, outside, kFormatVersion, 0);
+  ASSERT_FALSE(r.is_ok());
+  expect_error(r.status(), StatusCode::kInvalidArgument, {"'../user.1.tbl'", "not a file name inside"});
+
+  const ManifestTable negative = table("neg", 3, 1, "adagrad", -2);
+  const PieceEntry p{"neg.1.tbl", 0, whole_box(3, 1), 64, 0};
+  std::ofstream(dir_ + "/neg.1.tbl") << std::string(64, 'x');
+  r = PieceReader::open(dir_, negative, p, kFormatVersion, 0);
+  ASSERT_FALSE(r.is_ok());
+  expect_error(r.status(), StatusCode::kInvalidArgument, {"table 'neg'", "records of -1 floats"});
 }
 
 TEST_F(PieceFiles, RemoveStaleFilesKeepsTheNamedFilesAndWhatIsNotATableFile) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -336,6 +337,30 @@ TEST(Reshard, CheckTilingRefusesGapsOverlapsAndWrongSteps) {
   EXPECT_NE(refused({column_box(11, 6, 3)}, "outside").find("not a part of the table"), std::string::npos);
   EXPECT_NE(refused({}, "none").find("do not cover any row"), std::string::npos);
   EXPECT_TRUE(check_tiling("user", 0, 8, {}, {}).is_ok());
+}
+
+// A manifest's own numbers size nothing before they are checked: a table of 2^40 rows with one piece of step
+// INT32_MAX once sized a vector of INT32_MAX starts (8 GiB; bad_alloc under a memory limit), and negative rows
+// wrapped that size (length_error). Both are refused as corrupt, the first as the gap it is.
+TEST(Reshard, CheckTilingRefusesImpossibleShapesBeforeSizingAnythingByThem) {
+  Box huge_step = whole_box(1, 1);
+  huge_step.row_step = std::numeric_limits<std::int32_t>::max();
+  const Status gap = check_tiling("t", std::int64_t{1} << 40, 1, {huge_step}, {"f"});
+  EXPECT_EQ(gap.code(), StatusCode::kDataLoss) << gap.to_string();
+  EXPECT_NE(gap.message().find("table 't'"), std::string::npos) << gap.message();
+  EXPECT_NE(gap.message().find("do not cover rows 1 + 2147483647i"), std::string::npos) << gap.message();
+
+  const auto refused = [](std::int64_t rows, std::int32_t dim, const std::vector<Box>& pieces,
+                          const std::string& what) {
+    const Status s = check_tiling("user", rows, dim, pieces, names(pieces.size()));
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.to_string();
+    for (const std::string& part : {std::string("table 'user'"), what, std::string("corrupt")})
+      EXPECT_NE(s.message().find(part), std::string::npos) << s.message();
+  };
+  refused(-5, 4, {row_box(3, 0, 4, 4)}, "rows -5");
+  refused(-5, 4, {}, "rows -5");
+  refused(3, 0, {whole_box(3, 0)}, "dim 0");
+  refused(3, -2, {whole_box(3, -2)}, "dim -2");
 }
 
 }  // namespace

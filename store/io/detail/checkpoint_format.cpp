@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <set>
 #include <vector>
 
@@ -62,14 +63,54 @@ Status parse_v2_pieces(const std::string& path, const Manifest& m, const json& t
   return Status::ok();
 }
 
+// Whether `rows` records of `width` floats and a header fit in a file of at most 2^63 - 1 bytes (so every size and
+// offset of it is an int64_t and a size_t).
+bool file_bytes_fit(std::int64_t rows, std::int64_t width) {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  return rows >= 0 && width >= 0 &&
+         rows <= (kMax - static_cast<std::int64_t>(kHeaderBytes)) / 4 / std::max<std::int64_t>(1, width);
+}
+
+// Whether a box of `cols` columns of table `t` can hold its share of the optimizer state: every box that holds all
+// columns can; a part of them only when the state is whole blocks of dim floats (not rowwise_adagrad's one a row).
+bool holds_its_state(const ManifestTable& t, std::int32_t cols) {
+  return cols == t.dim || (t.dim > 0 && t.state_dim % t.dim == 0);
+}
+
+// Why a box refused by holds_its_state is: "a part of the columns ... (expected all 4 columns", unclosed.
+std::string unsplit_state(const ManifestTable& t) {
+  return "a part of the columns of a table whose optimizer state (" + std::to_string(t.state_dim) +
+         " floats a row) cannot be split by column (expected all " + std::to_string(t.dim) + " columns";
+}
+
+// Checks that table `mt` of the manifest at `path` has a shape a store can have: rows >= 0, dim 1 to kMaxDim, an
+// optimizer it knows with the state_dim that optimizer keeps, and a file of every row within 2^63 - 1 bytes (so
+// that no size computed from them wraps).
+Status check_shape(const std::string& path, const ManifestTable& mt) {
+  const std::string who = path + ": table '" + mt.name + "': ";
+  if (mt.rows < 0) return Status::data_loss(who + "rows " + std::to_string(mt.rows) + " (expected >= 0; corrupt)");
+  if (mt.dim < 1 || mt.dim > kMaxDim)
+    return Status::data_loss(who + "dim " + std::to_string(mt.dim) + " (expected 1 to " + std::to_string(kMaxDim) +
+                             "; corrupt)");
+  Result<OptimizerKind> kind = parse_optimizer(mt.optimizer);
+  if (!kind) return Status::data_loss(who + kind.status().message() + " (corrupt)");
+  const std::int32_t state_dim = optimizer_state_dim(kind.value(), mt.dim);
+  if (mt.state_dim != state_dim)
+    return Status::data_loss(who + "state_dim " + std::to_string(mt.state_dim) + " (expected " +
+                             std::to_string(state_dim) + " for optimizer " + mt.optimizer + " and dim " +
+                             std::to_string(mt.dim) + "; corrupt)");
+  const std::int64_t width = std::int64_t{mt.dim} + mt.state_dim;
+  if (!file_bytes_fit(mt.rows, width))
+    return Status::data_loss(who + "rows " + std::to_string(mt.rows) + " of " + std::to_string(width) +
+                             " floats each make more than 2^63 - 1 bytes (expected a table a file can hold; corrupt)");
+  return Status::ok();
+}
+
 // Checks the size the manifest records for each piece of `mt` (tiled) against its box.
 Status check_piece_sizes(const std::string& path, const ManifestTable& mt) {
   for (const PieceEntry& p : mt.pieces) {
     const std::string who = path + ": table '" + mt.name + "': piece '" + p.file + "' (" + describe(p.box) + ")";
-    if (p.box.cols != mt.dim && (mt.dim == 0 || mt.state_dim % mt.dim != 0))
-      return Status::data_loss(who + ": a part of the columns of a table whose optimizer state (" +
-                               std::to_string(mt.state_dim) + " floats a row) cannot be split by column (expected " +
-                               "all " + std::to_string(mt.dim) + " columns; corrupt)");
+    if (!holds_its_state(mt, p.box.cols)) return Status::data_loss(who + ": " + unsplit_state(mt) + "; corrupt)");
     const std::uint64_t want = expected_file_bytes(mt, p.box);
     if (p.bytes != want)
       return Status::data_loss(who + ": " + std::to_string(p.bytes) + " bytes (expected " + std::to_string(want) +
@@ -145,15 +186,16 @@ Result<Manifest> parse_manifest(const std::string& path, const std::string& text
       mt.state_dim = t.at("state_dim").get<std::int32_t>();
       mt.dtype = t.at("dtype").get<std::string>();
       mt.optimizer = t.at("optimizer").get<std::string>();
+      STRATA_RETURN_IF_ERROR(check_shape(path, mt));
       if (version == kFormatVersion) {
         parse_v1_file(t, mt);
       } else {
         STRATA_RETURN_IF_ERROR(parse_v2_pieces(path, m, t, mt));
       }
-      if (t.contains("learning_rate")) {
+      mt.has_learning_rate = t.contains("learning_rate");
+      if (mt.has_learning_rate) {
         const double lr = t.at("learning_rate").get<double>();
         mt.learning_rate = static_cast<float>(lr);
-        mt.has_learning_rate = true;
         if (!(mt.learning_rate >= 0.0f) || !std::isfinite(mt.learning_rate))
           return Status::data_loss(path + ": table '" + mt.name + "': learning_rate " + t.at("learning_rate").dump() +
                                    " (expected a finite number >= 0; corrupt)");
@@ -204,13 +246,14 @@ std::string manifest_text(const Manifest& m) {
   j["tables"] = json::array();
   for (const auto& t : m.tables) {
     // Format 1's table entry, key by key as it always was (json objects sort their keys when dumped).
-    json e = {{"name", t.name},
-              {"rows", t.rows},
-              {"dim", t.dim},
-              {"state_dim", t.state_dim},
-              {"dtype", t.dtype},
-              {"optimizer", t.optimizer},
-              {"learning_rate", t.learning_rate}};
+    json e;
+    e["name"] = t.name;
+    e["rows"] = t.rows;
+    e["dim"] = t.dim;
+    e["state_dim"] = t.state_dim;
+    e["dtype"] = t.dtype;
+    e["optimizer"] = t.optimizer;
+    if (t.has_learning_rate) e["learning_rate"] = t.learning_rate;
     if (m.version == kFormatVersion) {
       const PieceEntry& p = t.pieces.at(0);
       e["file"] = p.file;
@@ -313,6 +356,22 @@ std::string piece_name(const std::string& dir, const std::string& file, const Ma
   return join(dir, file) + " (table '" + t.name + "', " + describe(box) + ")";
 }
 
+// Checks what PieceWriter::create and PieceReader::open take for piece `file` (`name` in messages) of `box` of
+// table `t`: a plain file name and records of a width a file can hold (parse_manifest refuses the rest).
+Status check_piece_args(const std::string& name, const std::string& file, const ManifestTable& t, const Box& box) {
+  if (!is_plain_file_name(file))
+    return Status::invalid_argument(name + ": '" + file +
+                                    "' is not a file name inside the checkpoint directory (expected a name without "
+                                    "'/')");
+  const std::int64_t width = record_floats(t, box);
+  if (width < 1 || !file_bytes_fit(box.rows, width))
+    return Status::invalid_argument(name + ": " + std::to_string(box.rows) + " records of " + std::to_string(width) +
+                                    " floats (dim " + std::to_string(t.dim) + ", state_dim " +
+                                    std::to_string(t.state_dim) +
+                                    "; expected records of at least 1 float within 2^63 - 1 bytes)");
+  return Status::ok();
+}
+
 // The header a piece of `box` of table `t` has in format `version` (format 1: TableHeader's fields; the rest 0).
 Result<PieceHeader> header_of(const ManifestTable& t, const Box& box, std::uint32_t version, std::uint64_t save_id) {
   PieceHeader h{};
@@ -364,14 +423,12 @@ std::string header_difference(const PieceHeader& got, const PieceHeader& want, s
 Result<PieceWriter> PieceWriter::create(const std::string& dir, const std::string& file, const ManifestTable& t,
                                         const Box& box, std::uint64_t save_id) {
   const std::string name = piece_name(dir, file, t, box);
-  if (!is_plain_file_name(file))
-    return Status::invalid_argument(name +
-                                    ": not a file name inside the checkpoint directory (expected a name "
-                                    "without '/')");
   if (box.empty() || box.row_start < 0 || box.row_step < 1 || box.col_offset < 0 ||
       std::int64_t{box.col_offset} + box.cols > t.dim)
     return Status::invalid_argument(name + ": not a part of the table (expected at least one row and columns " +
                                     "inside 0-" + std::to_string(t.dim - 1) + ")");
+  STRATA_RETURN_IF_ERROR(check_piece_args(name, file, t, box));
+  if (!holds_its_state(t, box.cols)) return Status::invalid_argument(name + ": " + unsplit_state(t) + ")");
   STRATA_ASSIGN_OR_RETURN(PieceHeader h, header_of(t, box, kWorldFormatVersion, save_id));
   PieceWriter w;
   STRATA_ASSIGN_OR_RETURN(w.writer_, AtomicFileWriter::create(join(dir, file)));
@@ -403,6 +460,7 @@ Result<PieceReader> PieceReader::open(const std::string& dir, const ManifestTabl
                                       std::uint32_t version, std::uint64_t save_id) {
   PieceReader r;
   r.name_ = piece_name(dir, p.file, t, p.box);
+  STRATA_RETURN_IF_ERROR(check_piece_args(r.name_, p.file, t, p.box));
   STRATA_ASSIGN_OR_RETURN(r.want_header_, header_of(t, p.box, version, save_id));
   STRATA_ASSIGN_OR_RETURN(r.file_, FileReader::open(join(dir, p.file)));
   r.want_bytes_ = expected_file_bytes(t, p.box);

@@ -92,7 +92,9 @@ struct ManifestTable {
   std::int32_t dim = 0, state_dim = 0;
   std::string dtype, optimizer;
   float learning_rate = 0;
-  bool has_learning_rate = false;  ///< false: a checkpoint from before learning rates were saved
+  /// Whether learning_rate is recorded: manifest_text writes it only then, parse_manifest sets this false for a
+  /// checkpoint from before learning rates were saved. True by default: a saver's entry carries its rate.
+  bool has_learning_rate = true;
   std::string sharding;            ///< format 2: the saving world's sharding type ("row"); empty in format 1
   std::vector<PieceEntry> pieces;  ///< tile the table (check_tiling); format 1: one whole piece
 };
@@ -111,9 +113,10 @@ struct Manifest {
 bool is_plain_file_name(const std::string& file);
 
 /// Parses and checks the text of the manifest at `path` (used in messages): the checksum line, format 1 or 2, step
-/// range, plain file names, each table listed once, each piece file named once, learning rates, every table's
-/// pieces tiling it (check_tiling), piece sizes matching their boxes. kDataLoss "... (corrupt)" naming what is
-/// wrong; kInvalidArgument for another format version ("format version 3 (expected 1 or 2)").
+/// range, each table's shape (rows >= 0, dim 1 to kMaxDim, a known optimizer and its state_dim, a file of every row
+/// within 2^63 - 1 bytes), plain file names, each table listed once, each piece file named once, learning rates,
+/// every table's pieces tiling it (check_tiling), piece sizes matching their boxes. kDataLoss "... (corrupt)" naming
+/// what is wrong; kInvalidArgument for another format version ("format version 3 (expected 1 or 2)").
 Result<Manifest> parse_manifest(const std::string& path, const std::string& text);
 /// The manifest text of `m` with its crc32c line, in format m.version: 1 writes one file per table (its one
 /// piece; the bytes older builds read), 2 the pieces with their boxes and the save id.
@@ -149,7 +152,9 @@ std::string piece_file_name(const std::string& table, std::uint64_t generation, 
 class PieceWriter {
  public:
   /// Creates the temp file of `dir`/`file` for `box` of table `t` (its dtype and optimizer names must parse) and
-  /// writes the header. Errors as AtomicFileWriter::create; kInvalidArgument for a bad name or box.
+  /// writes the header. Errors as AtomicFileWriter::create; kInvalidArgument for a name that is not a plain file
+  /// name, a box outside the table, a part of the columns of a table whose state cannot be split by column
+  /// (rowwise_adagrad), or records of no floats or past 2^63 - 1 bytes.
   static Result<PieceWriter> create(const std::string& dir, const std::string& file, const ManifestTable& t,
                                     const Box& box, std::uint64_t save_id);
 
@@ -176,7 +181,9 @@ class PieceReader {
  public:
   /// Opens `dir`/p.file, piece of table `t` of a manifest of format `version` and save `save_id`. kNotFound when
   /// the file does not exist (a newer save removed it: the caller reads the manifest again), kIoError for another
-  /// OS error; kInvalidArgument when `t` names an unknown dtype or optimizer (format 2, whose header records them).
+  /// OS error; kInvalidArgument, before opening anything, when p.file is not a plain file name, when its records
+  /// would hold no floats or pass 2^63 - 1 bytes (a table parse_manifest would refuse), or when `t` names an unknown
+  /// dtype or optimizer (format 2, whose header records them).
   static Result<PieceReader> open(const std::string& dir, const ManifestTable& t, const PieceEntry& p,
                                   std::uint32_t version, std::uint64_t save_id);
 

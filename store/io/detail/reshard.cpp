@@ -39,6 +39,15 @@ std::int64_t common_rows(const Box& pc, const Box& t, std::int64_t row0, std::in
   return 0;
 }
 
+// The indices of `boxes` in ascending order of `field` (manifest order among equals).
+std::vector<std::size_t> order_by(const std::vector<Box>& boxes, std::int32_t Box::*field) {
+  std::vector<std::size_t> order(boxes.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return boxes[a].*field < boxes[b].*field; });
+  return order;
+}
+
 // Copies the columns [lo, hi) of one record of box `from` into one record of box `to` (weights, then every state
 // block; rowwise_adagrad's one float whole). `kind` the table's optimizer.
 void copy_record(OptimizerKind kind, const float* src, const Box& from, float* dst_w, float* dst_s, const Box& to,
@@ -123,6 +132,9 @@ Status check_tiling(const std::string& table, std::int64_t rows, std::int32_t di
   auto gap = [&](const std::string& what) {
     return Status::data_loss(who + "the pieces do not cover " + what + " (corrupt)");
   };
+  if (rows < 0 || dim < 1)
+    return Status::data_loss("table '" + table + "': rows " + std::to_string(rows) + ", dim " + std::to_string(dim) +
+                             " (expected rows >= 0 and dim >= 1; corrupt)");
   if (pieces.size() == 1 && pieces[0] == whole_box(rows, dim)) return Status::ok();
   if (pieces.empty()) return rows == 0 ? Status::ok() : gap("any row");
   for (std::size_t k = 0; k < pieces.size(); ++k) {
@@ -135,50 +147,55 @@ Status check_tiling(const std::string& table, std::int64_t rows, std::int32_t di
   const bool by_rows =
       std::all_of(pieces.begin(), pieces.end(), [&](const Box& b) { return b.col_offset == 0 && b.cols == dim; });
   if (by_rows) {
-    // Row pieces: one step k; start s < min(k, rows) holds rows s, s + k, ... below `rows`.
+    // Row pieces: one step k; start s < min(k, rows) holds rows s, s + k, ... below `rows`. Walked in order of
+    // their starts, so that nothing is sized by the manifest's numbers (a step of 2^31 - 1 is one piece, not a
+    // table of 2^31 - 1 starts).
     const std::int32_t k = pieces[0].row_step;
-    std::vector<int> seen(static_cast<std::size_t>(std::min<std::int64_t>(k, rows)), -1);
+    const std::int64_t starts = std::min<std::int64_t>(k, rows);
+    for (std::size_t i = 0; i < pieces.size(); ++i)
+      if (pieces[i].row_step != k)
+        return misfit(i, "row step " + std::to_string(pieces[i].row_step),
+                      "the step " + std::to_string(k) + " of the first piece, as every row piece of one save");
+    const auto row_gap = [&](std::int64_t s) {
+      return gap("rows " + std::to_string(s) + (k == 1 ? "" : " + " + std::to_string(k) + "i"));
+    };
+    const std::vector<std::size_t> order = order_by(pieces, &Box::row_start);
+    std::int64_t next = 0;  // the first start no piece so far holds
+    for (std::size_t j = 0; j < order.size(); ++j) {
+      const std::size_t i = order[j];
+      const std::int64_t s = pieces[i].row_start;
+      if (s >= starts)
+        return misfit(i, "first row " + std::to_string(s),
+                      "a first row below " + std::to_string(starts) + ", the rows of step " + std::to_string(k));
+      if (s < next)  // the start of the piece before it in this order
+        return misfit(i,
+                      "overlaps piece '" + (order[j - 1] < files.size() ? files[order[j - 1]] : "") + "' (rows " +
+                          std::to_string(s) + " + " + std::to_string(k) + "i)",
+                      "each row in one piece");
+      if (s > next) return row_gap(next);
+      next = s + 1;
+    }
+    if (next < starts) return row_gap(next);
     for (std::size_t i = 0; i < pieces.size(); ++i) {
       const Box& b = pieces[i];
-      if (b.row_step != k)
-        return misfit(i, "row step " + std::to_string(b.row_step),
-                      "the step " + std::to_string(k) + " of the first piece, as every row piece of one save");
-      if (b.row_start >= static_cast<std::int64_t>(seen.size()))
-        return misfit(i, "first row " + std::to_string(b.row_start),
-                      "a first row below " + std::to_string(seen.size()) + ", the rows of step " + std::to_string(k));
-      int& first = seen[static_cast<std::size_t>(b.row_start)];
-      if (first >= 0)
-        return misfit(
-            i,
-            "overlaps piece '" +
-                (static_cast<std::size_t>(first) < files.size() ? files[static_cast<std::size_t>(first)] : "") +
-                "' (rows " + std::to_string(b.row_start) + " + " + std::to_string(k) + "i)",
-            "each row in one piece");
-      first = static_cast<int>(i);
-      const std::int64_t want = (rows - b.row_start + k - 1) / k;
+      const std::int64_t want = (rows - b.row_start - 1) / k + 1;  // b.row_start < rows: at least one
       if (b.rows != want)
         return misfit(i, std::to_string(b.rows) + " rows",
                       std::to_string(want) + ", the rows from " + std::to_string(b.row_start) + " step " +
                           std::to_string(k) + " below " + std::to_string(rows));
     }
-    for (std::size_t s = 0; s < seen.size(); ++s)
-      if (seen[s] < 0) return gap("rows " + std::to_string(s) + (k == 1 ? "" : " + " + std::to_string(k) + "i"));
     return Status::ok();
   }
   // Column pieces: every row each, column ranges tiling [0, dim).
-  std::vector<std::size_t> order(pieces.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  for (std::size_t i : order) {
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
     const Box& b = pieces[i];
     if (b.row_start != 0 || b.row_step != 1 || b.rows != rows)
       return misfit(i, "part of the rows",
                     "all " + std::to_string(rows) + " rows (rows 0-" + std::to_string(rows - 1) +
                         "), as a column piece (the pieces of this table split its columns)");
   }
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return pieces[a].col_offset < pieces[b].col_offset; });
   std::int32_t next = 0;
-  for (std::size_t i : order) {
+  for (std::size_t i : order_by(pieces, &Box::col_offset)) {
     const Box& b = pieces[i];
     if (b.col_offset < next)
       return misfit(i, "overlaps another piece in column " + std::to_string(b.col_offset), "each column in one piece");

@@ -58,7 +58,8 @@ std::pair<std::int64_t, std::int64_t> local_range(const Box& b, std::int64_t row
 /// columns, one step k, distinct starts, one piece per start below min(k, rows), each with its ceil((rows -
 /// start) / k) rows); column pieces (all rows, column ranges that tile [0, dim)). kDataLoss "table '<table>':
 /// piece '<file>' (<box>): <what> (expected <what>; corrupt)" naming the first misfit, or "... the pieces do not
-/// cover <rows or columns> (corrupt)" for a gap. Pure.
+/// cover <rows or columns> (corrupt)" for a gap; rows < 0 or dim < 1 are refused first. Pure, and sizes nothing by
+/// the numbers it checks (a manifest's): its work and memory grow with pieces.size() only.
 Status check_tiling(const std::string& table, std::int64_t rows, std::int32_t dim, const std::vector<Box>& pieces,
                     const std::vector<std::string>& files);
 
