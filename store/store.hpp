@@ -63,9 +63,9 @@ class Store {
   /// One rank of a world: `gpu` and `hybrid` tables are sharded over the ranks of `comm` by each table's ShardingPlan
   /// (with more than one rank, every table must be `gpu` or `hybrid`). Every rank opens its store with the same config,
   /// and then makes the same calls in the same order: submit/forward/backward/discard of each batch (its own keys; a
-  /// batch may be empty on some ranks), read_rows (and so save/export_npy) and set_learning_rate are collectives.
-  /// write_rows/load/import_npy are local and must be given the same rows on every rank. open itself is collective: if
-  /// any rank fails, every rank fails.
+  /// batch may be empty on some ranks), read_rows (and so export_npy), save, load and set_learning_rate are
+  /// collectives. write_rows/import_npy are local and must be given the same rows on every rank. open itself is
+  /// collective: if any rank fails, every rank fails.
   ///
   /// Before building anything, open compares each rank's config with rank 0's and refuses a difference on every rank
   /// with the same InvalidArgument naming the rank and its first differing field ("rank 2: table 'user' rows 1000
@@ -261,26 +261,22 @@ class Store {
   virtual std::int64_t in_flight() const noexcept = 0;
 
   /// Writes a checkpoint of every table (rows and optimizer state), the step counter, the learning rates and the whole
-  /// config (what open_checkpoint reopens) into `dir`: one checksummed file per table plus a manifest, each written to
-  /// a temporary name, fsynced and renamed, the manifest last, so a crash mid-save leaves the previous checkpoint in
-  /// `dir` intact. Flushes first. Savers of several processes (or stores) sharing `dir` take turns on an advisory lock
-  /// (flock) of it, waiting as long as another save holds it; loads running meanwhile are safe (see load()).
+  /// config (what open_checkpoint reopens) into `dir`: checksummed table files plus a manifest, each written to a
+  /// temporary name, fsynced and renamed, the manifest last, so a crash mid-save leaves the previous checkpoint in
+  /// `dir` intact. Savers of several processes (or stores) sharing `dir` take turns on an advisory lock (flock) of
+  /// it; loads running meanwhile are safe (see load()). On a world: a collective into one `dir` all ranks share; each
+  /// rank writes the shards it holds (a replicated table once), and the manifest, listing every piece with its
+  /// checksum, commits once every rank's pieces are durable. Ranks at different steps are refused, nothing written.
   Status save(const std::string& dir);
-  /// Restores a checkpoint written by save() for the same tables (names, rows, dims, optimizers), with each table's
-  /// learning rate: the checkpoint's rate replaces the store's, also when the store was opened with a new rate in its
-  /// config (set_learning_rate after load to change it). A checkpoint saved before learning rates were recorded keeps
-  /// the store's current ones; a build from before then reads a newer checkpoint (same format version) but ignores its
-  /// rates, and a build from before rates of 0 were allowed refuses a checkpoint holding one as corrupt. On a world,
-  /// load is local like write_rows: give every rank a checkpoint of the same save, so that the ranks continue with the
-  /// same rows, step and rates. Reads the manifest once, opens every file it names once, and verifies each file's size
-  /// and checksum through those descriptors before changing any row, then copies the rows in from the same descriptors:
-  /// a save by another process that replaces the checkpoint meanwhile cannot mix two checkpoints (when it removed a
-  /// file before load opened it, load starts over with the new checkpoint, up to 10 times). Any error found before the
-  /// copy (a missing or corrupt file, a manifest naming a path outside `dir` or a negative step, another config)
-  /// changes nothing. The copy itself fails only on a read or device error (or a file modified in place by something
-  /// other than save): load then returns that error with "load failed while copying rows", the tables may hold any mix
-  /// of their previous rows and the checkpoint's, and step() and the learning rates are unchanged; load again before
-  /// training. Fails if batches are in flight.
+  /// Restores a checkpoint of save() (of a store or of a world of any size and sharding) for the same tables (names,
+  /// rows, dims, optimizers): rows and state go where this store's sharding puts them; step and learning rates too (the
+  /// checkpoint's rate replaces the store's; one saved before rates were recorded keeps the store's). Collective on a
+  /// world: each rank reads some pieces and sends their rows to their holders. Reads one manifest (rank 0's, for all
+  /// ranks), opens each file once and verifies sizes and checksums before any row changes, then copies from the same
+  /// descriptors: a concurrent save cannot mix two checkpoints (load starts over, up to 10 times). Errors before the
+  /// copy (a missing or corrupt file, named; a manifest naming a path outside `dir`; another config) change nothing on
+  /// any rank. The copy fails only on a read or device error (or a file modified in place): "load failed while copying
+  /// rows", the tables may hold a mix, step and rates unchanged; load again. Fails if batches are in flight.
   Status load(const std::string& dir);
   /// Writes a table's weights as a NumPy .npy file (rows, dim) fp32.
   Status export_npy(const std::string& table, const std::string& path);

@@ -332,25 +332,25 @@ Status FileReader::read_at(std::uint64_t offset, void* dst, std::size_t n) const
 
 namespace {
 
-// Takes an exclusive flock on `fd`, waiting for it; 0 or errno.
-int lock_fd(int fd) noexcept {
-  while (::flock(fd, LOCK_EX) != 0) {
+// Takes an exclusive flock on `fd`, waiting for it unless `wait` is false; 0, or errno (EWOULDBLOCK: held by another).
+int lock_fd(int fd, bool wait) noexcept {
+  while (::flock(fd, wait ? LOCK_EX : LOCK_EX | LOCK_NB) != 0) {
     if (errno != EINTR) return errno;
   }
   return 0;
 }
 
-}  // namespace
-
-Result<DirLock> DirLock::acquire(const std::string& dir, const std::string& fallback_name) {
+// acquire (`wait`) and try_acquire: a DirLock holding nothing when `wait` is false and another holder has the lock.
+Result<DirLock> lock_dir(const std::string& dir, const std::string& fallback_name, bool wait, DirLock (*held)(int fd)) {
   int fd;
   do {
     fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) return Status::io_error(os_error(dir, "cannot open directory to lock it", errno));
-  int err = lock_fd(fd);
-  if (err == 0) return DirLock(fd);
+  int err = lock_fd(fd, wait);
+  if (err == 0) return held(fd);
   (void)close_fd(fd);
+  if (err == EWOULDBLOCK) return DirLock();
   // EBADF: NFS wants a file open for writing; EINVAL/EOPNOTSUPP/ENOLCK: no flock on directories.
   if (err != EBADF && err != EINVAL && err != EOPNOTSUPP && err != ENOLCK)
     return Status::io_error(os_error(dir, "cannot lock directory", err));
@@ -359,10 +359,21 @@ Result<DirLock> DirLock::acquire(const std::string& dir, const std::string& fall
     fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) return Status::io_error(os_error(path, "cannot create lock file", errno));
-  err = lock_fd(fd);
-  if (err == 0) return DirLock(fd);
+  err = lock_fd(fd, wait);
+  if (err == 0) return held(fd);
   (void)close_fd(fd);
+  if (err == EWOULDBLOCK) return DirLock();
   return Status::io_error(os_error(path, "cannot lock", err));
+}
+
+}  // namespace
+
+Result<DirLock> DirLock::acquire(const std::string& dir, const std::string& fallback_name) {
+  return lock_dir(dir, fallback_name, true, [](int fd) { return DirLock(fd); });
+}
+
+Result<DirLock> DirLock::try_acquire(const std::string& dir, const std::string& fallback_name) {
+  return lock_dir(dir, fallback_name, false, [](int fd) { return DirLock(fd); });
 }
 
 DirLock::DirLock(DirLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}

@@ -121,6 +121,10 @@ class DirLock {
   /// creating it (every process on that file system then does the same). kIoError naming the
   /// path and the OS error.
   static Result<DirLock> acquire(const std::string& dir, const std::string& fallback_name);
+  /// As acquire(), without waiting: a DirLock that is held() when this caller took the lock, or that holds nothing
+  /// when another holder has it (so a caller can poll, e.g. a world's rank 0 that must keep its peers' collectives
+  /// from timing out while it waits). kIoError as acquire().
+  static Result<DirLock> try_acquire(const std::string& dir, const std::string& fallback_name);
 
   DirLock() = default;  ///< holds nothing
   DirLock(DirLock&& o) noexcept;

@@ -356,6 +356,29 @@ TEST_F(FileIoTest, DirLockHoldsTheDirectoryUntilReleased) {
   EXPECT_NE(missing.message().find(path("none")), std::string::npos) << missing.to_string();
 }
 
+// try_acquire never waits: it holds the lock when it is free and nothing while another holds it (a world's rank 0
+// polls it between collectives).
+TEST_F(FileIoTest, DirLockTryAcquireTakesAFreeLockAndNeverWaits) {
+  auto first = DirLock::try_acquire(dir_, "LOCK");
+  ASSERT_TRUE(first.is_ok()) << first.status().to_string();
+  EXPECT_TRUE(first->held());
+  EXPECT_FALSE(lockable(dir_));
+  std::atomic<bool> second_held{true};
+  std::thread t([&] {  // another holder, as another thread or process sees it
+    auto second = DirLock::try_acquire(dir_, "LOCK");
+    second_held = !second.is_ok() || second->held();
+  });
+  t.join();
+  EXPECT_FALSE(second_held.load());
+  first = DirLock();
+  auto third = DirLock::try_acquire(dir_, "LOCK");
+  ASSERT_TRUE(third.is_ok());
+  EXPECT_TRUE(third->held());
+  const Status missing = DirLock::try_acquire(path("none"), "LOCK").status();
+  EXPECT_EQ(missing.code(), StatusCode::kIoError);
+  EXPECT_NE(missing.message().find(path("none")), std::string::npos) << missing.to_string();
+}
+
 TEST_F(FileIoTest, MakeDirsCreatesParentsAndIsIdempotent) {
   const std::string nested = path("a/b//c/d/");
   ASSERT_TRUE(make_dirs(nested).is_ok());

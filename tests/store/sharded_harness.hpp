@@ -317,11 +317,13 @@ inline std::string run_sharded_rank(const ShardCase& c, std::shared_ptr<dispatch
       ref_grads.push_back({g.global_grads[i].data(), ref_views[i].rows, ref_views[i].cols});
     if (fail("reference backward", ref.backward(s, ref_grads))) return err.str();
   }
-  // A checkpoint of the sharded store (save is collective: every rank writes a whole checkpoint
-  // into its own directory), then a reset of every row, then the checkpoint loaded back.
-  const std::string dir = (std::filesystem::temp_directory_path() / ("strata_sharded_" + std::to_string(::getpid()) +
-                                                                     "_" + case_name(c) + "_r" + std::to_string(r)))
-                              .string();
+  // A checkpoint of the sharded store (save and load are collectives into one directory that every rank shares,
+  // named by rank 0's pid: mpi ranks are processes), then a reset of every row, then the checkpoint loaded back.
+  std::int64_t pid0 = ::getpid();
+  if (fail("broadcast of rank 0's pid", comm->broadcast(&pid0, sizeof pid0, 0))) return err.str();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("strata_sharded_" + std::to_string(pid0) + "_" + case_name(c)))
+          .string();
   if (fail("save", store.save(dir))) return err.str();
   for (std::size_t t = 0; t < cfg.tables.size(); ++t) {
     const TableSpec& spec = cfg.tables[t].spec;
@@ -330,7 +332,8 @@ inline std::string run_sharded_rank(const ShardCase& c, std::shared_ptr<dispatch
       return err.str();
   }
   if (fail("load", store.load(dir))) return err.str();
-  std::filesystem::remove_all(dir);
+  if (fail("barrier after load", comm->barrier())) return err.str();
+  if (r == 0) std::filesystem::remove_all(dir);
   if (c.tiny && c.world == 1) {  // one rank serves every row: its caches must have been bypassed
     std::int64_t bypassed = 0;
     for (const auto& [name, st] : store.stats().cache) bypassed += st.bypassed;

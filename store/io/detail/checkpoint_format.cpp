@@ -1,0 +1,595 @@
+#include "store/io/detail/checkpoint_format.hpp"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <set>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dispatch/sharding_plan.hpp"
+#include "store/io/detail/crc32c.hpp"
+#include "store/store.hpp"
+
+namespace strata::detail {
+namespace {
+
+using nlohmann::json;
+
+// Parses the format 1 table entry `t` into `mt`: its file becomes the one whole piece.
+void parse_v1_file(const json& t, ManifestTable& mt) {
+  PieceEntry p;
+  p.file = t.at("file").get<std::string>();
+  p.box = whole_box(mt.rows, mt.dim);
+  p.bytes = t.at("bytes").get<std::uint64_t>();
+  p.crc = static_cast<std::uint32_t>(std::stoul(t.at("crc32c").get<std::string>(), nullptr, 16));
+  mt.pieces.push_back(std::move(p));
+}
+
+// Parses the pieces of the format 2 table entry `t` of manifest `m` into `mt` (their names, ranks and sizes are
+// checked by the caller).
+Status parse_v2_pieces(const std::string& path, const Manifest& m, const json& t, ManifestTable& mt) {
+  mt.sharding = t.at("sharding").get<std::string>();
+  if (!dispatch::parse_sharding(mt.sharding).is_ok())
+    return Status::data_loss(path + ": table '" + mt.name + "': sharding '" + mt.sharding +
+                             "' (expected replicated, table, row or column; corrupt)");
+  for (const auto& e : t.at("pieces")) {
+    PieceEntry p;
+    p.file = e.at("file").get<std::string>();
+    p.rank = e.at("rank").get<int>();
+    p.box.rows = e.at("rows").get<std::int64_t>();
+    p.box.row_start = e.at("row_start").get<std::int32_t>();
+    p.box.row_step = e.at("row_step").get<std::int32_t>();
+    p.box.col_offset = e.at("col_offset").get<std::int32_t>();
+    p.box.cols = e.at("cols").get<std::int32_t>();
+    p.bytes = e.at("bytes").get<std::uint64_t>();
+    const std::string crc = e.at("crc32c").get<std::string>();
+    if (crc.size() != 8 || crc.find_first_not_of("0123456789abcdef") != std::string::npos)
+      return Status::data_loss(path + ": table '" + mt.name + "': piece '" + p.file + "': crc32c '" + crc +
+                               "' (expected 8 lowercase hex digits; corrupt)");
+    p.crc = static_cast<std::uint32_t>(std::stoul(crc, nullptr, 16));
+    if (p.rank < 0 || p.rank >= m.world)
+      return Status::data_loss(path + ": table '" + mt.name + "': piece '" + p.file + "': rank " +
+                               std::to_string(p.rank) + " (expected a rank of the world of " + std::to_string(m.world) +
+                               "; corrupt)");
+    mt.pieces.push_back(std::move(p));
+  }
+  return Status::ok();
+}
+
+// Whether `rows` records of `width` floats and a header fit in a file of at most 2^63 - 1 bytes (so every size and
+// offset of it is an int64_t and a size_t).
+bool file_bytes_fit(std::int64_t rows, std::int64_t width) {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  return rows >= 0 && width >= 0 &&
+         rows <= (kMax - static_cast<std::int64_t>(kHeaderBytes)) / 4 / std::max<std::int64_t>(1, width);
+}
+
+// Whether a box of `cols` columns of table `t` can hold its share of the optimizer state: every box that holds all
+// columns can; a part of them only when the state is whole blocks of dim floats (not rowwise_adagrad's one a row).
+bool holds_its_state(const ManifestTable& t, std::int32_t cols) {
+  return cols == t.dim || (t.dim > 0 && t.state_dim % t.dim == 0);
+}
+
+// Why a box refused by holds_its_state is: "a part of the columns ... (expected all 4 columns", unclosed.
+std::string unsplit_state(const ManifestTable& t) {
+  return "a part of the columns of a table whose optimizer state (" + std::to_string(t.state_dim) +
+         " floats a row) cannot be split by column (expected all " + std::to_string(t.dim) + " columns";
+}
+
+// Checks that table `mt` of the manifest at `path` has a shape a store can have: rows >= 0, dim 1 to kMaxDim, an
+// optimizer it knows with the state_dim that optimizer keeps, and a file of every row within 2^63 - 1 bytes (so
+// that no size computed from them wraps).
+Status check_shape(const std::string& path, const ManifestTable& mt) {
+  const std::string who = path + ": table '" + mt.name + "': ";
+  if (mt.rows < 0) return Status::data_loss(who + "rows " + std::to_string(mt.rows) + " (expected >= 0; corrupt)");
+  if (mt.dim < 1 || mt.dim > kMaxDim)
+    return Status::data_loss(who + "dim " + std::to_string(mt.dim) + " (expected 1 to " + std::to_string(kMaxDim) +
+                             "; corrupt)");
+  Result<OptimizerKind> kind = parse_optimizer(mt.optimizer);
+  if (!kind) return Status::data_loss(who + kind.status().message() + " (corrupt)");
+  const std::int32_t state_dim = optimizer_state_dim(kind.value(), mt.dim);
+  if (mt.state_dim != state_dim)
+    return Status::data_loss(who + "state_dim " + std::to_string(mt.state_dim) + " (expected " +
+                             std::to_string(state_dim) + " for optimizer " + mt.optimizer + " and dim " +
+                             std::to_string(mt.dim) + "; corrupt)");
+  const std::int64_t width = std::int64_t{mt.dim} + mt.state_dim;
+  if (!file_bytes_fit(mt.rows, width))
+    return Status::data_loss(who + "rows " + std::to_string(mt.rows) + " of " + std::to_string(width) +
+                             " floats each make more than 2^63 - 1 bytes (expected a table a file can hold; corrupt)");
+  return Status::ok();
+}
+
+// Checks the size the manifest records for each piece of `mt` (tiled) against its box.
+Status check_piece_sizes(const std::string& path, const ManifestTable& mt) {
+  for (const PieceEntry& p : mt.pieces) {
+    const std::string who = path + ": table '" + mt.name + "': piece '" + p.file + "' (" + describe(p.box) + ")";
+    if (!holds_its_state(mt, p.box.cols)) return Status::data_loss(who + ": " + unsplit_state(mt) + "; corrupt)");
+    const std::uint64_t want = expected_file_bytes(mt, p.box);
+    if (p.bytes != want)
+      return Status::data_loss(who + ": " + std::to_string(p.bytes) + " bytes (expected " + std::to_string(want) +
+                               ", a header and " + std::to_string(p.box.rows) + " records of " +
+                               std::to_string(record_floats(mt, p.box)) + " floats; corrupt)");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+std::string hex32(std::uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+std::string hex64(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::string join(const std::string& dir, const std::string& name) { return dir + "/" + name; }
+
+bool is_plain_file_name(const std::string& file) {
+  return !file.empty() && file != "." && file != ".." && file.find('/') == std::string::npos &&
+         file.find('\0') == std::string::npos;
+}
+
+Result<Manifest> parse_manifest(const std::string& path, const std::string& text) {
+  const std::size_t cut = text.rfind("\ncrc32c ");
+  if (cut == std::string::npos)
+    return Status::data_loss(path + ": no checksum line (truncated or not a Strata manifest)");
+  const std::string body = text.substr(0, cut);
+  if (text.size() != cut + 8 + 8 + 1 || text.back() != '\n')
+    return Status::data_loss(path + ": bytes after the checksum line (expected it to end the file; corrupt)");
+  const std::string want = text.substr(cut + 8, 8);
+  const std::string got = hex32(crc32c(body.data(), body.size()));
+  if (want != got)
+    return Status::data_loss(path + ": checksum " + got + " does not match the recorded " + want + " (corrupt)");
+  Manifest m;
+  std::set<std::string> files_seen;
+  try {
+    const json j = json::parse(body);
+    if (j.at("format").get<std::string>() != "strata-checkpoint")
+      return Status::data_loss(path + ": not a Strata checkpoint manifest");
+    const auto version = j.at("version").get<std::uint32_t>();
+    if (version != kFormatVersion && version != kWorldFormatVersion)
+      return Status::invalid_argument(path + ": format version " + std::to_string(version) + " (expected " +
+                                      std::to_string(kFormatVersion) + " or " + std::to_string(kWorldFormatVersion) +
+                                      ")");
+    m.version = version;
+    if (version == kWorldFormatVersion) {
+      const std::string save = j.at("save").get<std::string>();
+      if (save.size() != 16 || save.find_first_not_of("0123456789abcdef") != std::string::npos)
+        return Status::data_loss(path + ": save id '" + save + "' (expected 16 lowercase hex digits; corrupt)");
+      m.save_id = std::stoull(save, nullptr, 16);
+      m.world = j.at("world").get<int>();
+      if (m.world < 1)
+        return Status::data_loss(path + ": world " + std::to_string(m.world) + " (expected >= 1; corrupt)");
+    }
+    m.generation = j.at("generation").get<std::uint64_t>();
+    m.step = j.at("step").get<std::int64_t>();
+    if (m.step < 0 || m.step > Store::kMaxStep)
+      return Status::data_loss(path + ": step " + std::to_string(m.step) + " (expected a step count from 0 to " +
+                               std::to_string(Store::kMaxStep) + "; corrupt)");
+    for (const auto& t : j.at("tables")) {
+      ManifestTable mt;
+      mt.name = t.at("name").get<std::string>();
+      mt.rows = t.at("rows").get<std::int64_t>();
+      mt.dim = t.at("dim").get<std::int32_t>();
+      mt.state_dim = t.at("state_dim").get<std::int32_t>();
+      mt.dtype = t.at("dtype").get<std::string>();
+      mt.optimizer = t.at("optimizer").get<std::string>();
+      STRATA_RETURN_IF_ERROR(check_shape(path, mt));
+      if (version == kFormatVersion) {
+        parse_v1_file(t, mt);
+      } else {
+        STRATA_RETURN_IF_ERROR(parse_v2_pieces(path, m, t, mt));
+      }
+      mt.has_learning_rate = t.contains("learning_rate");
+      if (mt.has_learning_rate) {
+        const double lr = t.at("learning_rate").get<double>();
+        mt.learning_rate = static_cast<float>(lr);
+        if (!(mt.learning_rate >= 0.0f) || !std::isfinite(mt.learning_rate))
+          return Status::data_loss(path + ": table '" + mt.name + "': learning_rate " + t.at("learning_rate").dump() +
+                                   " (expected a finite number >= 0; corrupt)");
+      }
+      for (const PieceEntry& p : mt.pieces)
+        if (!is_plain_file_name(p.file))
+          return Status::data_loss(path + ": table '" + mt.name + "': file '" + p.file +
+                                   "' is not a file name inside the checkpoint directory (expected a name without "
+                                   "'/', such as '" +
+                                   mt.name + ".1.tbl'; corrupt)");
+      for (const auto& other : m.tables)
+        if (other.name == mt.name)
+          return Status::data_loss(path + ": table '" + mt.name + "' is listed twice (corrupt)");
+      for (const PieceEntry& p : mt.pieces)
+        // A file listed twice would be read for two parts of the tables (or removed as stale under another).
+        if (!files_seen.insert(p.file).second)
+          return Status::data_loss(path + ": table '" + mt.name + "': file '" + p.file +
+                                   "' is listed twice (expected one file per piece; corrupt)");
+      std::vector<Box> boxes;
+      std::vector<std::string> files;
+      for (const PieceEntry& p : mt.pieces) {
+        boxes.push_back(p.box);
+        files.push_back(p.file);
+      }
+      const Status tiled = check_tiling(mt.name, mt.rows, mt.dim, boxes, files);
+      if (!tiled.is_ok()) return tiled.with_context(path);
+      if (version == kWorldFormatVersion) STRATA_RETURN_IF_ERROR(check_piece_sizes(path, mt));
+      m.tables.push_back(std::move(mt));
+    }
+    if (j.contains("config")) m.config = j.at("config").dump();
+  } catch (const std::exception& e) {
+    return Status::data_loss(path + ": malformed manifest (" + e.what() + ")");
+  }
+  return m;
+}
+
+std::string manifest_text(const Manifest& m) {
+  json j;
+  if (!m.config.empty()) j["config"] = json::parse(m.config);
+  j["format"] = "strata-checkpoint";
+  j["version"] = m.version;
+  j["generation"] = m.generation;
+  j["step"] = m.step;
+  if (m.version != kFormatVersion) {
+    j["save"] = hex64(m.save_id);
+    j["world"] = m.world;
+  }
+  j["tables"] = json::array();
+  for (const auto& t : m.tables) {
+    // Format 1's table entry, key by key as it always was (json objects sort their keys when dumped).
+    json e;
+    e["name"] = t.name;
+    e["rows"] = t.rows;
+    e["dim"] = t.dim;
+    e["state_dim"] = t.state_dim;
+    e["dtype"] = t.dtype;
+    e["optimizer"] = t.optimizer;
+    if (t.has_learning_rate) e["learning_rate"] = t.learning_rate;
+    if (m.version == kFormatVersion) {
+      const PieceEntry& p = t.pieces.at(0);
+      e["file"] = p.file;
+      e["bytes"] = p.bytes;
+      e["crc32c"] = hex32(p.crc);
+    } else {
+      e["sharding"] = t.sharding;
+      e["pieces"] = json::array();
+      for (const PieceEntry& p : t.pieces)
+        e["pieces"].push_back({{"file", p.file},
+                               {"rank", p.rank},
+                               {"rows", p.box.rows},
+                               {"row_start", p.box.row_start},
+                               {"row_step", p.box.row_step},
+                               {"col_offset", p.box.col_offset},
+                               {"cols", p.box.cols},
+                               {"bytes", p.bytes},
+                               {"crc32c", hex32(p.crc)}});
+    }
+    j["tables"].push_back(std::move(e));
+  }
+  const std::string body = j.dump(2);
+  return body + "\ncrc32c " + hex32(crc32c(body.data(), body.size())) + "\n";
+}
+
+Result<Manifest> read_manifest(const std::string& dir) {
+  const std::string path = join(dir, kManifest);
+  STRATA_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  return parse_manifest(path, text);
+}
+
+Result<StoreConfig> recorded_config(const std::string& dir, const std::string& text) {
+  const std::string path = join(dir, kManifest);
+  STRATA_ASSIGN_OR_RETURN(Manifest m, parse_manifest(path, text));
+  if (m.config.empty())
+    return Status::failed_precondition(path + ": the manifest holds no store config, so the checkpoint cannot be " +
+                                       "reopened alone (it was saved before checkpoints recorded their config; " +
+                                       "expected a checkpoint saved by this version: open a store with its config " +
+                                       "and load() the checkpoint into it)");
+  Result<StoreConfig> c = parse_store_config(m.config);
+  if (!c) return c.status().with_context(path + ": recorded config");
+  return c;
+}
+
+void remove_stale_files(const std::string& dir, const std::vector<std::string>& keep) {
+  DIR* d = opendir(dir.c_str());
+  if (!d) return;
+  std::vector<std::string> doomed;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    const bool ours = name.size() > 4 && name.compare(name.size() - 4, 4, ".tbl") == 0;
+    const bool temp =
+        name.rfind(std::string(kManifest) + ".tmp-", 0) == 0 || name.find(".tbl.tmp-") != std::string::npos;
+    if (!ours && !temp) continue;
+    if (std::find(keep.begin(), keep.end(), name) == keep.end()) doomed.push_back(name);
+  }
+  closedir(d);
+  for (const auto& name : doomed) ::unlink(join(dir, name).c_str());
+}
+
+std::vector<std::string> file_names(const Manifest& m) {
+  std::vector<std::string> names;
+  for (const auto& t : m.tables)
+    for (const auto& p : t.pieces) names.push_back(p.file);
+  return names;
+}
+
+Status check_entry(const ManifestTable& m, const TableSpec& spec, std::int32_t state_dim, const std::string& dir) {
+  const std::string who = dir + ": table '" + spec.name + "'";
+  auto mismatch = [&](const char* what, const std::string& got, const std::string& want) {
+    return Status::invalid_argument(who + ": " + what + " " + got + " in the checkpoint (expected " + want +
+                                    " from the store config)");
+  };
+  if (m.rows != spec.rows) return mismatch("rows", std::to_string(m.rows), std::to_string(spec.rows));
+  if (m.dim != spec.dim) return mismatch("dim", std::to_string(m.dim), std::to_string(spec.dim));
+  if (m.dtype != to_string(spec.dtype)) return mismatch("dtype", m.dtype, to_string(spec.dtype));
+  if (m.optimizer != to_string(spec.optimizer.kind))
+    return mismatch("optimizer", m.optimizer, to_string(spec.optimizer.kind));
+  if (m.state_dim != state_dim) return mismatch("state_dim", std::to_string(m.state_dim), std::to_string(state_dim));
+  return Status::ok();
+}
+
+std::int64_t record_floats(const ManifestTable& m, const Box& box) {
+  if (box.cols == m.dim || m.dim == 0) return std::int64_t{box.cols} + m.state_dim;
+  return std::int64_t{box.cols} + std::int64_t{m.state_dim} / m.dim * box.cols;
+}
+
+std::uint64_t expected_file_bytes(const ManifestTable& m, const Box& box) {
+  return kHeaderBytes + static_cast<std::uint64_t>(box.rows) * static_cast<std::uint64_t>(record_floats(m, box)) * 4u;
+}
+
+std::string piece_file_name(const std::string& table, std::uint64_t generation, std::uint64_t save_id, int rank) {
+  return table + "." + std::to_string(generation) + "." + hex64(save_id) + ".r" + std::to_string(rank) + ".tbl";
+}
+
+namespace {
+
+// "<dir>/<file> (table 't', rows 2 + 4i (9 rows), columns 0-7)": a piece in messages.
+std::string piece_name(const std::string& dir, const std::string& file, const ManifestTable& t, const Box& box) {
+  return join(dir, file) + " (table '" + t.name + "', " + describe(box) + ")";
+}
+
+// Checks what PieceWriter::create and PieceReader::open take for piece `file` (`name` in messages) of `box` of
+// table `t`: a plain file name and records of a width a file can hold (parse_manifest refuses the rest).
+Status check_piece_args(const std::string& name, const std::string& file, const ManifestTable& t, const Box& box) {
+  if (!is_plain_file_name(file))
+    return Status::invalid_argument(name + ": '" + file +
+                                    "' is not a file name inside the checkpoint directory (expected a name without "
+                                    "'/')");
+  const std::int64_t width = record_floats(t, box);
+  if (width < 1 || !file_bytes_fit(box.rows, width))
+    return Status::invalid_argument(name + ": " + std::to_string(box.rows) + " records of " + std::to_string(width) +
+                                    " floats (dim " + std::to_string(t.dim) + ", state_dim " +
+                                    std::to_string(t.state_dim) +
+                                    "; expected records of at least 1 float within 2^63 - 1 bytes)");
+  return Status::ok();
+}
+
+// The header a piece of `box` of table `t` has in format `version` (format 1: TableHeader's fields; the rest 0).
+Result<PieceHeader> header_of(const ManifestTable& t, const Box& box, std::uint32_t version, std::uint64_t save_id) {
+  PieceHeader h{};
+  std::memcpy(h.magic, kTableMagic, sizeof kTableMagic);
+  h.version = version;
+  h.rows = box.rows;
+  h.cols = box.cols;
+  h.state_dim = static_cast<std::int32_t>(record_floats(t, box) - box.cols);
+  if (version == kFormatVersion) return h;
+  Result<DType> dtype = parse_dtype(t.dtype);
+  if (!dtype) return dtype.status().with_context("table '" + t.name + "'");
+  Result<OptimizerKind> kind = parse_optimizer(t.optimizer);
+  if (!kind) return kind.status().with_context("table '" + t.name + "'");
+  h.dtype = static_cast<std::uint32_t>(dtype.value());
+  h.optimizer = static_cast<std::uint32_t>(kind.value());
+  h.row_start = box.row_start;
+  h.row_step = box.row_step;
+  h.col_offset = box.col_offset;
+  h.table_dim = t.dim;
+  h.save_id = save_id;
+  return h;
+}
+
+// The first field in which header `got` differs from `want` (format `version`'s fields), "" when none.
+std::string header_difference(const PieceHeader& got, const PieceHeader& want, std::uint32_t version) {
+  auto field = [](const char* name, auto g, auto w) {
+    return g == w ? std::string()
+                  : std::string(name) + " " + std::to_string(g) + " (expected " + std::to_string(w) + ")";
+  };
+  if (std::memcmp(got.magic, want.magic, sizeof want.magic) != 0) return "no Strata table magic";
+  std::string d = field("format version", got.version, want.version);
+  if (d.empty()) d = field("rows", got.rows, want.rows);
+  if (d.empty()) d = field(version == kFormatVersion ? "dim" : "columns", got.cols, want.cols);
+  if (d.empty()) d = field("state_dim", got.state_dim, want.state_dim);
+  if (version == kFormatVersion || !d.empty()) return d;
+  if (d.empty()) d = field("dtype", got.dtype, want.dtype);
+  if (d.empty()) d = field("optimizer", got.optimizer, want.optimizer);
+  if (d.empty()) d = field("first row", got.row_start, want.row_start);
+  if (d.empty()) d = field("row step", got.row_step, want.row_step);
+  if (d.empty()) d = field("first column", got.col_offset, want.col_offset);
+  if (d.empty()) d = field("table dim", got.table_dim, want.table_dim);
+  if (d.empty() && got.save_id != want.save_id)
+    d = "save id " + hex64(got.save_id) + " (expected " + hex64(want.save_id) + ", the manifest's save)";
+  return d;
+}
+
+}  // namespace
+
+Result<PieceWriter> PieceWriter::create(const std::string& dir, const std::string& file, const ManifestTable& t,
+                                        const Box& box, std::uint64_t save_id) {
+  const std::string name = piece_name(dir, file, t, box);
+  if (box.empty() || box.row_start < 0 || box.row_step < 1 || box.col_offset < 0 ||
+      std::int64_t{box.col_offset} + box.cols > t.dim)
+    return Status::invalid_argument(name + ": not a part of the table (expected at least one row and columns " +
+                                    "inside 0-" + std::to_string(t.dim - 1) + ")");
+  STRATA_RETURN_IF_ERROR(check_piece_args(name, file, t, box));
+  if (!holds_its_state(t, box.cols)) return Status::invalid_argument(name + ": " + unsplit_state(t) + ")");
+  STRATA_ASSIGN_OR_RETURN(PieceHeader h, header_of(t, box, kWorldFormatVersion, save_id));
+  PieceWriter w;
+  STRATA_ASSIGN_OR_RETURN(w.writer_, AtomicFileWriter::create(join(dir, file)));
+  STRATA_RETURN_IF_ERROR(w.writer_.append(&h, sizeof h));
+  w.name_ = name;
+  w.rows_ = box.rows;
+  w.width_ = record_floats(t, box);
+  return w;
+}
+
+Status PieceWriter::append(const float* records, std::int64_t n) {
+  if (n < 0 || n > rows_ - written_)
+    return Status::failed_precondition(name_ + ": " + std::to_string(n) + " more records after " +
+                                       std::to_string(written_) + " (expected at most " + std::to_string(rows_) +
+                                       " in all)");
+  STRATA_RETURN_IF_ERROR(writer_.append(records, static_cast<std::size_t>(n * width_) * sizeof(float)));
+  written_ += n;
+  return Status::ok();
+}
+
+Status PieceWriter::commit() {
+  if (written_ != rows_)
+    return Status::failed_precondition(name_ + ": commit after " + std::to_string(written_) + " records (expected " +
+                                       std::to_string(rows_) + ")");
+  return writer_.commit();
+}
+
+Result<PieceReader> PieceReader::open(const std::string& dir, const ManifestTable& t, const PieceEntry& p,
+                                      std::uint32_t version, std::uint64_t save_id) {
+  PieceReader r;
+  r.name_ = piece_name(dir, p.file, t, p.box);
+  STRATA_RETURN_IF_ERROR(check_piece_args(r.name_, p.file, t, p.box));
+  STRATA_ASSIGN_OR_RETURN(r.want_header_, header_of(t, p.box, version, save_id));
+  STRATA_ASSIGN_OR_RETURN(r.file_, FileReader::open(join(dir, p.file)));
+  r.want_bytes_ = expected_file_bytes(t, p.box);
+  r.manifest_bytes_ = p.bytes;
+  r.want_crc_ = p.crc;
+  r.version_ = version;
+  r.rows_ = p.box.rows;
+  r.width_ = record_floats(t, p.box);
+  return r;
+}
+
+Status PieceReader::verify() {
+  verified_ = false;
+  if (file_.size() != want_bytes_ || manifest_bytes_ != want_bytes_)
+    return Status::data_loss(name_ + ": " + std::to_string(file_.size()) + " bytes, the manifest says " +
+                             std::to_string(manifest_bytes_) + " (expected " + std::to_string(want_bytes_) +
+                             ", a header and " + std::to_string(rows_) + " records of " + std::to_string(width_) +
+                             " floats; truncated or corrupt)");
+  PieceHeader h{};
+  STRATA_RETURN_IF_ERROR(file_.read_at(0, &h, sizeof h));
+  const std::string diff = header_difference(h, want_header_, version_);
+  if (!diff.empty()) return Status::data_loss(name_ + ": header has " + diff + " from the manifest (corrupt)");
+  header_crc_ = crc32c(&h, sizeof h);
+  std::uint32_t crc = header_crc_;
+  const std::int64_t chunk = std::max<std::int64_t>(1, std::min(kChunkRows, rows_));
+  std::vector<float> buf(static_cast<std::size_t>(chunk * width_));
+  for (std::int64_t r = 0; r < rows_; r += chunk) {
+    const std::size_t bytes = static_cast<std::size_t>(std::min(chunk, rows_ - r) * width_) * sizeof(float);
+    STRATA_RETURN_IF_ERROR(
+        file_.read_at(kHeaderBytes + static_cast<std::uint64_t>(r * width_) * 4u, buf.data(), bytes));
+    crc = crc32c(buf.data(), bytes, crc);
+  }
+  if (crc != want_crc_)
+    return Status::data_loss(name_ + ": checksum " + hex32(crc) + " does not match the manifest's " + hex32(want_crc_) +
+                             " (corrupt)");
+  verified_ = true;
+  next_ = 0;
+  crc_ = header_crc_;
+  return Status::ok();
+}
+
+Status PieceReader::read_next(std::int64_t n, float* records) {
+  if (!verified_) return Status::failed_precondition(name_ + ": read before verify() succeeded");
+  if (n < 0 || n > rows_ - next_)
+    return Status::out_of_range(name_ + ": " + std::to_string(n) + " more records after " + std::to_string(next_) +
+                                " (expected at most " + std::to_string(rows_) + " in all)");
+  const std::size_t bytes = static_cast<std::size_t>(n * width_) * sizeof(float);
+  STRATA_RETURN_IF_ERROR(file_.read_at(kHeaderBytes + static_cast<std::uint64_t>(next_ * width_) * 4u, records, bytes));
+  crc_ = crc32c(records, bytes, crc_);
+  next_ += n;
+  return Status::ok();
+}
+
+Status PieceReader::finish() const {
+  if (!verified_ || next_ != rows_)
+    return Status::failed_precondition(name_ + ": finish after " + std::to_string(next_) + " of " +
+                                       std::to_string(rows_) + " records read (expected all, after verify())");
+  if (crc_ != want_crc_)
+    return Status::data_loss(name_ + ": checksum " + hex32(crc_) + " of the rows read does not match the manifest's " +
+                             hex32(want_crc_) + " (the file changed since it was verified; corrupt)");
+  return Status::ok();
+}
+
+Status scan_table_file(const FileReader& reader, const ManifestTable& m,
+                       const std::function<Status(std::int64_t, std::int64_t, const float*)>& fn) {
+  const std::string& path = reader.path();
+  const PieceEntry& p = m.pieces.at(0);
+  const std::uint64_t want = expected_file_bytes(m, p.box);
+  if (reader.size() != want || p.bytes != want)
+    return Status::data_loss(path + ": " + std::to_string(reader.size()) + " bytes (expected " + std::to_string(want) +
+                             " for table '" + m.name + "'; truncated or corrupt)");
+  TableHeader h{};
+  STRATA_RETURN_IF_ERROR(reader.read_at(0, &h, sizeof h));
+  if (std::memcmp(h.magic, kTableMagic, sizeof kTableMagic) != 0 || h.version != kFormatVersion || h.rows != m.rows ||
+      h.dim != m.dim || h.state_dim != m.state_dim)
+    return Status::data_loss(path + ": table header does not match the manifest (corrupt)");
+  std::uint32_t crc = crc32c(&h, sizeof h);
+  const std::int64_t rec = m.dim + m.state_dim;
+  std::vector<float> buf(static_cast<std::size_t>(std::min(kChunkRows, m.rows) * rec));
+  for (std::int64_t r = 0; r < m.rows; r += kChunkRows) {
+    const std::int64_t n = std::min(kChunkRows, m.rows - r);
+    const std::size_t bytes = static_cast<std::size_t>(n * rec) * sizeof(float);
+    STRATA_RETURN_IF_ERROR(reader.read_at(kHeaderBytes + static_cast<std::uint64_t>(r * rec) * 4u, buf.data(), bytes));
+    crc = crc32c(buf.data(), bytes, crc);
+    STRATA_RETURN_IF_ERROR(fn(r, n, buf.data()));
+  }
+  if (crc != p.crc)
+    return Status::data_loss(path + ": checksum " + hex32(crc) + " does not match the manifest's " + hex32(p.crc) +
+                             " (corrupt)");
+  return Status::ok();
+}
+
+Result<OpenCheckpoint> open_files(const Store& store, const std::string& dir, const std::string& text) {
+  OpenCheckpoint c;
+  STRATA_ASSIGN_OR_RETURN(c.manifest, parse_manifest(join(dir, kManifest), text));
+  // A world's checkpoint needs the loader of pieces; this one reads one whole file per table.
+  if (c.manifest.version != kFormatVersion)
+    return Status::invalid_argument(join(dir, kManifest) + ": format version " + std::to_string(c.manifest.version) +
+                                    " (expected " + std::to_string(kFormatVersion) + ")");
+  const auto& tables = store.config().tables;
+  constexpr std::size_t kNone = ~std::size_t{0};
+  c.entry.assign(tables.size(), kNone);
+  for (std::size_t i = 0; i < c.manifest.tables.size(); ++i) {
+    const ManifestTable& mt = c.manifest.tables[i];
+    auto idx = store.table_index(mt.name);
+    if (!idx)
+      return Status::invalid_argument(dir + ": checkpoint has table '" + mt.name +
+                                      "' that the store config does not define");
+    c.entry[static_cast<std::size_t>(idx.value())] = i;
+  }
+  for (std::size_t ti = 0; ti < tables.size(); ++ti) {
+    const TableSpec& spec = tables[ti].spec;
+    if (c.entry[ti] == kNone)
+      return Status::invalid_argument(dir + ": checkpoint has no table '" + spec.name +
+                                      "' (expected every table of the config)");
+    STRATA_RETURN_IF_ERROR(
+        check_entry(c.manifest.tables[c.entry[ti]], spec, optimizer_state_dim(spec.optimizer.kind, spec.dim), dir));
+  }
+  // Open every file before reading any, to keep the time in which a concurrent save can remove
+  // one of them short (the caller then starts over with the newer manifest).
+  for (std::size_t ti = 0; ti < tables.size(); ++ti) {
+    STRATA_ASSIGN_OR_RETURN(FileReader f,
+                            FileReader::open(join(dir, c.manifest.tables[c.entry[ti]].pieces.at(0).file)));
+    c.files.push_back(std::move(f));
+  }
+  for (std::size_t ti = 0; ti < tables.size(); ++ti)
+    STRATA_RETURN_IF_ERROR(scan_table_file(c.files[ti], c.manifest.tables[c.entry[ti]],
+                                           [](std::int64_t, std::int64_t, const float*) { return Status::ok(); }));
+  return c;
+}
+
+}  // namespace strata::detail

@@ -1,0 +1,237 @@
+#pragma once
+// The on-disk format of checkpoints, shared by a single store's save/load (store/io/checkpoint.cpp, format 1) and a
+// world's (store/io/detail/world_checkpoint.cpp, format 2): the manifest, its parsing and checks, the table and
+// piece files, and the cleanup of stale files. Private to the store library.
+//
+// Format 1 (a store without a world): MANIFEST names one "<table>.<gen>.tbl" per table, a 64-byte TableHeader and
+// then every row's record [dim weights | state_dim state] fp32. Format 2 (a world): each table is split into pieces
+// "<table>.<gen>.<save>.r<rank>.tbl", one per rank that saved a part of it, each with a 64-byte PieceHeader and the
+// records of its Box (reshard.hpp). Both parse into one Manifest, a format 1 table as one whole piece.
+// MANIFEST is JSON followed by a line "crc32c XXXXXXXX" over the JSON text.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/status.hpp"
+#include "core/table_spec.hpp"
+#include "store/io/detail/reshard.hpp"
+#include "store/io/file_io.hpp"
+#include "store/store_config.hpp"
+
+namespace strata {
+class Store;
+}  // namespace strata
+
+namespace strata::detail {
+
+inline constexpr char kManifest[] = "MANIFEST";
+/// Name of the lock file of a directory that cannot be flocked itself (see DirLock).
+inline constexpr char kLockFile[] = "LOCK";
+inline constexpr char kTableMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'T', 'B'};
+/// The format of a single store's checkpoint (what older builds read).
+inline constexpr std::uint32_t kFormatVersion = 1;
+/// The format of a world's checkpoint (pieces); builds before it refuse it ("format version 2 (expected 1)").
+inline constexpr std::uint32_t kWorldFormatVersion = 2;
+inline constexpr std::size_t kHeaderBytes = 64;
+/// Rows per read or write of a table file.
+inline constexpr std::int64_t kChunkRows = 1 << 14;
+/// How many manifests load (and open_checkpoint) try when saves keep replacing the one just read.
+inline constexpr int kLoadAttempts = 10;
+
+/// Header of a format 1 table file.
+struct TableHeader {
+  char magic[8];
+  std::uint32_t version;
+  std::uint32_t dtype;
+  std::int64_t rows;
+  std::int32_t dim;
+  std::int32_t state_dim;
+  std::uint32_t optimizer;
+  std::uint8_t pad[kHeaderBytes - 36];
+};
+static_assert(sizeof(TableHeader) == kHeaderBytes, "table header is 64 bytes");
+
+/// Header of a format 2 piece file: its box and the save it belongs to.
+struct PieceHeader {
+  char magic[8];
+  std::uint32_t version;
+  std::uint32_t dtype;
+  std::int64_t rows;  ///< of the piece
+  std::int32_t cols;
+  std::int32_t state_dim;  ///< of a record: optimizer_state_dim(kind, cols)
+  std::uint32_t optimizer;
+  std::int32_t row_start, row_step, col_offset;
+  std::int32_t table_dim;
+  std::uint32_t pad;
+  std::uint64_t save_id;
+};
+static_assert(sizeof(PieceHeader) == kHeaderBytes, "piece header is 64 bytes");
+
+/// "0000abcd": 8 lowercase hex digits.
+std::string hex32(std::uint32_t v);
+/// "00000000deadbeef": 16 lowercase hex digits (save ids).
+std::string hex64(std::uint64_t v);
+/// dir + "/" + name.
+std::string join(const std::string& dir, const std::string& name);
+
+/// One file of a table: the whole table (format 1) or one rank's part of it (format 2).
+struct PieceEntry {
+  std::string file;  ///< a plain file name inside the checkpoint directory
+  int rank = 0;      ///< the saving rank (0 in format 1)
+  Box box;
+  std::uint64_t bytes = 0;  ///< file size, header included
+  std::uint32_t crc = 0;    ///< CRC-32C of the whole file, header included
+};
+/// One table of a manifest.
+struct ManifestTable {
+  std::string name;
+  std::int64_t rows = 0;
+  std::int32_t dim = 0, state_dim = 0;
+  std::string dtype, optimizer;
+  float learning_rate = 0;
+  /// Whether learning_rate is recorded: manifest_text writes it only then, parse_manifest sets this false for a
+  /// checkpoint from before learning rates were saved. True by default: a saver's entry carries its rate.
+  bool has_learning_rate = true;
+  std::string sharding;            ///< format 2: the saving world's sharding type ("row"); empty in format 1
+  std::vector<PieceEntry> pieces;  ///< tile the table (check_tiling); format 1: one whole piece
+};
+struct Manifest {
+  std::uint32_t version = kFormatVersion;
+  std::uint64_t generation = 0;
+  std::uint64_t save_id = 0;  ///< format 2: the save's random id (in every piece's name and header); 0 in format 1
+  int world = 1;              ///< the saving world's size (1 in format 1)
+  std::int64_t step = 0;
+  std::vector<ManifestTable> tables;
+  std::string config;  ///< the "config" object as JSON text; empty: not recorded (an older checkpoint)
+};
+
+/// Whether `file` names an entry of the checkpoint directory itself: no path components, so a manifest can never
+/// make load read (or save remove) anything outside the directory.
+bool is_plain_file_name(const std::string& file);
+
+/// Parses and checks the text of the manifest at `path` (used in messages): the checksum line, format 1 or 2, step
+/// range, each table's shape (rows >= 0, dim 1 to kMaxDim, a known optimizer and its state_dim, a file of every row
+/// within 2^63 - 1 bytes), plain file names, each table listed once, each piece file named once, learning rates,
+/// every table's pieces tiling it (check_tiling), piece sizes matching their boxes. kDataLoss "... (corrupt)" naming
+/// what is wrong; kInvalidArgument for another format version ("format version 3 (expected 1 or 2)").
+Result<Manifest> parse_manifest(const std::string& path, const std::string& text);
+/// The manifest text of `m` with its crc32c line, in format m.version: 1 writes one file per table (its one
+/// piece; the bytes older builds read), 2 the pieces with their boxes and the save id.
+std::string manifest_text(const Manifest& m);
+/// Reads and parses `dir`/MANIFEST. kNotFound when it does not exist.
+Result<Manifest> read_manifest(const std::string& dir);
+/// The config recorded in the manifest `text` of `dir` (parse_manifest's checks first). kFailedPrecondition when
+/// it records none.
+Result<StoreConfig> recorded_config(const std::string& dir, const std::string& text);
+
+/// Removes the table files ("*.tbl") and temp files (of tables and of the manifest) of `dir` whose names are not in
+/// `keep` (best effort: leftovers cost only space). Call with the directory's DirLock held: no other saver is
+/// writing files there meanwhile, so temp files are those of saves that crashed or failed.
+void remove_stale_files(const std::string& dir, const std::vector<std::string>& keep);
+/// The file names of every piece of `m`.
+std::vector<std::string> file_names(const Manifest& m);
+
+/// Checks a checkpoint's table entry against the store's spec (rows, dim, dtype, optimizer, state_dim; not the
+/// sharding): kInvalidArgument "<dir>: table 'user': dim 8 in the checkpoint (expected 16 from the store config)".
+Status check_entry(const ManifestTable& m, const TableSpec& spec, std::int32_t state_dim, const std::string& dir);
+
+/// Floats of a record of `box` in a file of table `m`: box.cols weights and their state (m.state_dim when the box
+/// holds every column, else the same share of it).
+std::int64_t record_floats(const ManifestTable& m, const Box& box);
+/// The size a file holding `box` of table `m` must have: header and records.
+std::uint64_t expected_file_bytes(const ManifestTable& m, const Box& box);
+
+/// "<table>.<generation>.<save id, 16 hex digits>.r<rank>.tbl": the name of a format 2 piece.
+std::string piece_file_name(const std::string& table, std::uint64_t generation, std::uint64_t save_id, int rank);
+
+/// Writes one format 2 piece: create() writes the header, append() the records in row order, commit() makes the
+/// file durable under its name (AtomicFileWriter: temp, fsync, rename, directory fsync). Move-only; one thread.
+class PieceWriter {
+ public:
+  /// Creates the temp file of `dir`/`file` for `box` of table `t` (its dtype and optimizer names must parse) and
+  /// writes the header. Errors as AtomicFileWriter::create; kInvalidArgument for a name that is not a plain file
+  /// name, a box outside the table, a part of the columns of a table whose state cannot be split by column
+  /// (rowwise_adagrad), or records of no floats or past 2^63 - 1 bytes.
+  static Result<PieceWriter> create(const std::string& dir, const std::string& file, const ManifestTable& t,
+                                    const Box& box, std::uint64_t save_id);
+
+  PieceWriter() = default;
+  /// Appends `n` records (host, n * record_floats(t, box) floats). kFailedPrecondition past box.rows records;
+  /// AtomicFileWriter's errors.
+  Status append(const float* records, std::int64_t n);
+  /// Commits the file. kFailedPrecondition unless exactly box.rows records were appended; AtomicFileWriter's.
+  Status commit();
+  /// Bytes and CRC-32C of the file so far (the manifest's "bytes" and "crc32c" once every record is in).
+  std::uint64_t bytes() const noexcept { return writer_.bytes(); }
+  std::uint32_t crc() const noexcept { return writer_.crc(); }
+
+ private:
+  AtomicFileWriter writer_;
+  std::string name_;  // "<dir>/<file> (table 't', <box>)" for messages
+  std::int64_t rows_ = 0, written_ = 0, width_ = 0;
+};
+
+/// Reads one piece of a manifest (format 1 or 2) through one descriptor: verify() checks it whole, then
+/// read_next() streams its records from row 0 and finish() checks that what was read is what was verified.
+/// Move-only; one thread.
+class PieceReader {
+ public:
+  /// Opens `dir`/p.file, piece of table `t` of a manifest of format `version` and save `save_id`. kNotFound when
+  /// the file does not exist (a newer save removed it: the caller reads the manifest again), kIoError for another
+  /// OS error; kInvalidArgument, before opening anything, when p.file is not a plain file name, when its records
+  /// would hold no floats or pass 2^63 - 1 bytes (a table parse_manifest would refuse), or when `t` names an unknown
+  /// dtype or optimizer (format 2, whose header records them).
+  static Result<PieceReader> open(const std::string& dir, const ManifestTable& t, const PieceEntry& p,
+                                  std::uint32_t version, std::uint64_t save_id);
+
+  PieceReader() = default;
+  /// Checks the size, the header against the manifest (box, shape, save id) and the CRC of the whole file.
+  /// kDataLoss naming the file, the table, the box, what was found and what was expected.
+  Status verify();
+  /// Reads the next `n` records (host, n * width() floats), from row 0 on (again after each verify()), accumulating
+  /// their CRC. kFailedPrecondition before verify() succeeded; kOutOfRange past the piece's rows; read errors.
+  Status read_next(std::int64_t n, float* records);
+  /// kDataLoss when the CRC of header and rows read differs from the manifest's (the file changed in place since
+  /// verify()); kFailedPrecondition unless every row was read.
+  Status finish() const;
+  /// Floats of one record.
+  std::int32_t width() const noexcept { return static_cast<std::int32_t>(width_); }
+  /// "<dir>/<file> (table 't', <box>)": the piece in messages.
+  const std::string& name() const noexcept { return name_; }
+
+ private:
+  FileReader file_;
+  std::string name_;
+  std::uint64_t want_bytes_ = 0;      // the size of its box
+  std::uint64_t manifest_bytes_ = 0;  // the size the manifest records
+  std::uint32_t want_crc_ = 0;        // the manifest's
+  bool verified_ = false;
+  PieceHeader want_header_{};  // as it must be (format 1: TableHeader's fields, the rest 0)
+  std::uint32_t version_ = kFormatVersion;
+  std::int64_t rows_ = 0, width_ = 0, next_ = 0;
+  std::uint32_t header_crc_ = 0, crc_ = 0;
+};
+
+/// Streams a format 1 table file's records through `reader` (the file opened once by load); calls fn(row0, n,
+/// records) per chunk. Verifies header, size and checksum; the checksum only once every chunk went through `fn`.
+/// `m` is the table's entry (its one piece).
+Status scan_table_file(const FileReader& reader, const ManifestTable& m,
+                       const std::function<Status(std::int64_t, std::int64_t, const float*)>& fn);
+
+/// A checkpoint as load sees it: the manifest read once and every table file it names opened once, matched to the
+/// store's tables and verified.
+struct OpenCheckpoint {
+  Manifest manifest;
+  std::vector<std::size_t> entry;  ///< per config table: its index in manifest.tables
+  std::vector<FileReader> files;   ///< per config table: its file, open
+};
+
+/// Reads the manifest `text` of `dir` (format 1 only: kInvalidArgument "format version 2 (expected 1)" otherwise, as
+/// before format 2 existed), opens the files it names and verifies them against the store's config (names, shapes,
+/// optimizers) and their sizes and checksums. Changes nothing.
+Result<OpenCheckpoint> open_files(const Store& store, const std::string& dir, const std::string& text);
+
+}  // namespace strata::detail

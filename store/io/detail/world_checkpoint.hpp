@@ -1,0 +1,65 @@
+#pragma once
+// The checkpoint protocol of a world (format 2, checkpoint_format.hpp) and the one loader of every checkpoint.
+//
+// save_world: a collective into one directory all ranks share. Each rank writes the pieces it holds (its row,
+// column or table shard; a replicated table once, by replicas[t % replicas.size()]); rank 0 alone takes the
+// directory's lock (polled, so that its peers' collectives never time out while it waits), and commits the
+// manifest only once every rank's pieces are durable. Every round ends in one all_gather of each rank's outcome,
+// so every rank returns the same Status.
+//
+// load_pieces: one manifest (rank 0's) for every rank, a plan per table (reshard.hpp: which rank reads which piece,
+// spans of rows), every piece verified (size, header, checksum) by its reader before any row changes, then the rows
+// copied span by span through one all_to_all_v per span and table, each rank writing its own shard (write_shard).
+// A store without a world (comm null) loads v1 and v2 checkpoints through the same code, as a world of one.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/status.hpp"
+
+namespace strata {
+class Store;
+}  // namespace strata
+namespace strata::dispatch {
+class Communicator;
+}  // namespace strata::dispatch
+
+namespace strata::detail {
+
+/// Store::save on a world: see the top of this file. Errors name the rank and the piece, the same text on every rank.
+Status save_world(Store& store, dispatch::Communicator& comm, const std::string& dir);
+
+/// The generation a save into `dir` writes: the manifest's + 1, or 1 when there is none. A manifest that cannot be
+/// read or parsed refuses the save (it names files the save must not remove as stale). Called with the lock held.
+Result<std::uint64_t> next_generation(const std::string& dir);
+
+/// What load_pieces read besides the rows: the caller (Store::load_checkpoint) applies them.
+struct Loaded {
+  std::int64_t step = 0;
+  std::vector<float> rate;     ///< per config table: the checkpoint's learning rate ...
+  std::vector<bool> has_rate;  ///< ... when it recorded one
+};
+
+/// Loads the checkpoint of `dir` into `store` (collective over `comm`; null: a store without a world).
+/// `pinned_manifest`: that manifest text only, no retry with a newer one (open_checkpoint's).
+Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std::string& dir,
+                           const std::string* pinned_manifest);
+
+/// Where a rank of save_world calls the test hook.
+enum class SavePoint {
+  kStart,             ///< before anything (a non-OK status fails the save there, nothing written)
+  kLocked,            ///< rank 0, the directory's lock held
+  kPieceHalfWritten,  ///< each piece, after its first half of the rows
+  kPiecesCommitted,   ///< every piece of this rank renamed into place, before the gather
+  kManifestWritten,   ///< rank 0, the manifest's temp file written, before its rename
+  kManifestRenamed,   ///< rank 0, the manifest committed
+};
+
+/// Test-only: called by each rank at each point; a non-OK Status fails that rank there (a hook may also sleep or
+/// raise SIGKILL). Set it before the ranks start and clear it after they stopped; the calls are concurrent (thread
+/// ranks), their safety is the hook's business. Empty (the default): none.
+void set_world_save_hook(std::function<Status(int rank, SavePoint point)> hook);
+
+}  // namespace strata::detail
