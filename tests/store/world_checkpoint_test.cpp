@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -218,7 +219,10 @@ const std::string& saved(int world) {
 
 class WorldCheckpointTest : public ::testing::Test {
  protected:
-  void TearDown() override { detail::set_world_save_hook({}); }
+  void TearDown() override {
+    detail::set_world_save_hook({});
+    detail::set_world_load_hook({});
+  }
 };
 
 class NToM : public ::testing::TestWithParam<std::pair<int, int>> {};
@@ -530,6 +534,158 @@ TEST_F(WorldCheckpointTest, RanksSavingIntoDifferentDirectoriesAreRefused) {
     EXPECT_FALSE(fs::exists(d + "/MANIFEST")) << d;
     fs::remove_all(d);
   }
+}
+
+// Local work longer than the communicator's timeout (a whole table written or verified by one rank, a table copied
+// without an exchange) does not time out the ranks waiting for it: they keep meeting in short rounds. The stalls sleep
+// past the timeout once each.
+constexpr int kShortTimeoutMs = 3000;
+constexpr auto kStall = std::chrono::milliseconds(4000);
+
+TEST_F(WorldCheckpointTest, ASlowWriterDoesNotTimeOutTheOtherRanks) {
+  const std::string dir = fresh_dir("slow_writer");
+  std::atomic<bool> slept{false};
+  detail::set_world_save_hook([&](int rank, detail::SavePoint p) {
+    if (rank == 1 && p == detail::SavePoint::kPieceHalfWritten && !slept.exchange(true))
+      std::this_thread::sleep_for(kStall);
+    return Status::ok();
+  });
+  on_world(
+      2, world_config(2, false, 7),
+      [&](int rank, Store& store) {
+        write_tagged(store, 1, 3);
+        const Status s = store.save(dir);
+        EXPECT_TRUE(s.is_ok()) << "rank " << rank << ": " << s.to_string();
+      },
+      kShortTimeoutMs);
+  detail::set_world_save_hook({});
+  EXPECT_TRUE(slept);
+  on_world(0, world_config(0, false, 5), [&](int, Store& store) {
+    ASSERT_TRUE(store.load(dir).is_ok());
+    EXPECT_EQ(check_tagged(store, 1, 3), "");
+  });
+  fs::remove_all(dir);
+}
+
+TEST_F(WorldCheckpointTest, ASlowReaderDoesNotTimeOutTheOtherRanks) {
+  const std::string& dir = saved(2);
+  for (const detail::LoadPoint point : {detail::LoadPoint::kPieceVerified, detail::LoadPoint::kSpanWritten}) {
+    std::atomic<bool> slept{false};
+    detail::set_world_load_hook([&](int rank, detail::LoadPoint p) {
+      if (rank == 1 && p == point && !slept.exchange(true)) std::this_thread::sleep_for(kStall);
+      return Status::ok();
+    });
+    // The sharding saved: each rank reads its own pieces, and row, column and table shards cross no rank.
+    on_world(
+        2, world_config(2, false, 5),
+        [&](int rank, Store& store) {
+          const Status s = store.load(dir);
+          EXPECT_TRUE(s.is_ok()) << "rank " << rank << ": " << s.to_string();
+          EXPECT_EQ(check_tagged(store, 1, 3), "") << "rank " << rank;
+        },
+        kShortTimeoutMs);
+    detail::set_world_load_hook({});
+    EXPECT_TRUE(slept);
+  }
+}
+
+// "" when every row of every table of `store` holds tag `a`'s or tag `b`'s weights and state (a mix of rows of
+// both: a load that failed while copying), else the first rows that hold neither.
+std::string rows_of_either(Store& store, int a, int b) {
+  std::ostringstream err;
+  for (int t = 0; t < kNumTables; ++t) {
+    const TableShape& s = kTables[t];
+    const std::int32_t sd = state_dim(s);
+    std::vector<float> w(static_cast<std::size_t>(s.rows * s.dim)), st(static_cast<std::size_t>(s.rows * sd));
+    const Status read = store.read_rows(t, 0, s.rows, w.data(), sd ? st.data() : nullptr);
+    if (!read.is_ok()) return "read_rows " + std::string(s.name) + ": " + read.to_string();
+    for (std::int64_t r = 0; r < s.rows; ++r) {
+      bool is[2] = {true, true};
+      for (int k = 0; k < 2; ++k) {
+        const int tag = k ? b : a;
+        for (int j = 0; j < s.dim; ++j)
+          is[k] = is[k] && w[static_cast<std::size_t>(r * s.dim + j)] == value(tag, t, r, j, -1);
+        for (int j = 0; j < sd; ++j)
+          is[k] = is[k] && st[static_cast<std::size_t>(r * sd + j)] == value(tag, t, r, j, 0);
+      }
+      if (!is[0] && !is[1])
+        err << s.name << " row " << r << " (weight 0: " << w[static_cast<std::size_t>(r * s.dim)] << "); ";
+    }
+  }
+  return err.str();
+}
+
+// A reader whose read fails during the copy: no rank writes rows that are neither its own nor the checkpoint's (the
+// span the reader could not read is written nowhere), and every rank reports the same error.
+TEST_F(WorldCheckpointTest, AReadFailingDuringTheCopyWritesOnlyRowsOfTheStoreOrOfTheCheckpoint) {
+  const std::string& dir = saved(1);
+  detail::set_world_load_hook([](int rank, detail::LoadPoint p) {
+    return rank == 0 && p == detail::LoadPoint::kSpanRead ? Status::io_error("injected read error") : Status::ok();
+  });
+  std::vector<std::string> messages(2);
+  // One rank's checkpoint: rank 0 reads t0 (and every even table) and sends its rows to rank 1.
+  on_world(2, world_config(2, false, 5), [&](int rank, Store& store) {
+    write_tagged(store, 2, 1);
+    const Status s = store.load(dir);
+    EXPECT_EQ(s.code(), StatusCode::kIoError) << "rank " << rank << ": " << s.to_string();
+    messages[static_cast<std::size_t>(rank)] = s.message();
+    EXPECT_EQ(rows_of_either(store, 2, 1), "") << "rank " << rank;
+    EXPECT_EQ(store.step(), 1);
+  });
+  detail::set_world_load_hook({});
+  EXPECT_EQ(messages[0], messages[1]);
+  EXPECT_NE(messages[0].find("load failed while copying rows"), std::string::npos) << messages[0];
+  EXPECT_NE(messages[0].find("injected read error"), std::string::npos) << messages[0];
+}
+
+// A store without a world stops at the first table whose copy fails: the tables after it keep their rows.
+TEST_F(WorldCheckpointTest, AStoreWithoutAWorldStopsCopyingAtTheFirstFailingTable) {
+  const std::string& dir = saved(2);
+  detail::set_world_load_hook([](int, detail::LoadPoint p) {
+    return p == detail::LoadPoint::kSpanWritten ? Status::io_error("injected write error") : Status::ok();
+  });
+  on_world(0, world_config(0, false, 5), [&](int, Store& store) {
+    write_tagged(store, 2, 1);
+    const Status s = store.load(dir);
+    detail::set_world_load_hook({});
+    EXPECT_EQ(s.code(), StatusCode::kIoError) << s.to_string();
+    EXPECT_NE(s.message().find("into table 't0'"), std::string::npos) << s.message();
+    // t0 holds the checkpoint's rows (its one span was written), every later table its own.
+    std::string err = rows_of_either(store, 2, 1);
+    EXPECT_EQ(err, "");
+    std::vector<float> w(static_cast<std::size_t>(kTables[1].rows * kTables[1].dim));
+    std::vector<float> st(static_cast<std::size_t>(kTables[1].rows * state_dim(kTables[1])));
+    for (int t = 1; t < kNumTables; ++t) {
+      const TableShape& sh = kTables[t];
+      w.resize(static_cast<std::size_t>(sh.rows * sh.dim));
+      st.resize(static_cast<std::size_t>(sh.rows * state_dim(sh)));
+      ASSERT_TRUE(store.read_rows(t, 0, sh.rows, w.data(), state_dim(sh) ? st.data() : nullptr).is_ok());
+      EXPECT_EQ(w[0], value(2, t, 0, 0, -1)) << sh.name << " was copied after t0 failed";
+      EXPECT_EQ(w.back(), value(2, t, sh.rows - 1, sh.dim - 1, -1)) << sh.name << " was copied after t0 failed";
+    }
+    EXPECT_EQ(store.step(), 1);
+  });
+}
+
+// A piece whose size rank 0 sees differ from what its saver wrote: refused on every rank with both sizes.
+TEST_F(WorldCheckpointTest, APieceOfAnotherSizeAsRank0SeesItIsRefusedWithBothSizes) {
+  const std::string dir = fresh_dir("resized");
+  detail::set_world_save_hook([&](int rank, detail::SavePoint p) {
+    if (rank == 1 && p == detail::SavePoint::kPiecesCommitted)
+      for (const std::string& f : files_of(dir))
+        if (f.find(".r1.tbl") != std::string::npos && f.find(".tmp") == std::string::npos)
+          std::ofstream(dir + "/" + f, std::ios::binary | std::ios::app) << 'x';
+    return Status::ok();
+  });
+  on_world(2, world_config(2, false, 7), [&](int rank, Store& store) {
+    const Status s = store.save(dir);
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << "rank " << rank << ": " << s.to_string();
+    EXPECT_NE(s.message().find("rank 1's piece"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("bytes as rank 0 sees it (expected "), std::string::npos) << s.message();
+  });
+  detail::set_world_save_hook({});
+  EXPECT_FALSE(fs::exists(dir + "/MANIFEST"));
+  fs::remove_all(dir);
 }
 
 // open_checkpoint reopens a world's checkpoint as one store (the recorded config, tables whole).
