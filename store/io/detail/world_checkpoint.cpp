@@ -429,6 +429,7 @@ Status save_world(Store& store, dispatch::Communicator& comm, const std::string&
                        : Status::ok();
       },
       committed);
+  if (ran) (void)at(me, SavePoint::kCommitted);
   Result<Gathered> done = ran ? gather_outcomes(comm, committed, 0, 0) : Result<Gathered>(ran.status());
   if (!done) {
     if (me != 0)

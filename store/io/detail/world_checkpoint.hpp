@@ -64,6 +64,8 @@ enum class SavePoint {
                       ///< a stall there stalls the rank, unlike one while its pieces are written)
   kManifestWritten,   ///< rank 0, the manifest's temp file written, before its rename
   kManifestRenamed,   ///< rank 0, the manifest committed
+  kCommitted,  ///< each rank, rank 0's commit done, before its outcome is gathered (on the rank's own thread; the
+               ///< hook's status is ignored: the manifest is in place or not by then)
 };
 
 /// Test-only: called by each rank at each point; a non-OK Status fails that rank there (a hook may also sleep or
