@@ -684,6 +684,78 @@ TEST_F(WorldCheckpointTest, AReadFailingDuringTheCopyWritesOnlyRowsOfTheStoreOrO
   EXPECT_NE(messages[0].find("injected read error"), std::string::npos) << messages[0];
 }
 
+// A communicator that passes every call on, except that once armed, its next all_to_all_v moves the data and then
+// fails on this rank only (as a device-staged exchange can when the device fails during the copies), leaving the
+// communicator usable.
+class FailsOneExchange final : public dispatch::Communicator {
+ public:
+  explicit FailsOneExchange(std::shared_ptr<dispatch::Communicator> inner) : inner_(std::move(inner)) {}
+  void arm() { armed_ = true; }
+  int rank() const noexcept override { return inner_->rank(); }
+  int size() const noexcept override { return inner_->size(); }
+  const char* kind() const noexcept override { return inner_->kind(); }
+  int local_rank() const noexcept override { return inner_->local_rank(); }
+  Status all_reduce(void* data, std::int64_t count, dispatch::DataType type, dispatch::ReduceOp op) override {
+    return inner_->all_reduce(data, count, type, op);
+  }
+  Status barrier() override { return inner_->barrier(); }
+  void forget_device(const gpu::Device& device) noexcept override { inner_->forget_device(device); }
+  dispatch::CommCounters counters() const noexcept override { return inner_->counters(); }
+
+ private:
+  Status do_all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
+                         const std::int64_t* recv_counts, const std::int64_t* recv_displs,
+                         const dispatch::BufferSpace& space) override {
+    Status s = inner_->all_to_all_v(send, send_counts, send_displs, recv, recv_counts, recv_displs, space);
+    if (!s.is_ok() || !armed_) return s;
+    armed_ = false;
+    return Status::internal("injected failure of this rank's exchange");
+  }
+  Status do_all_gather(const void* send, std::int64_t bytes, void* recv, const dispatch::BufferSpace& space) override {
+    return inner_->all_gather(send, bytes, recv, space);
+  }
+  Status do_broadcast(void* data, std::int64_t bytes, int root, const dispatch::BufferSpace& space) override {
+    return inner_->broadcast(data, bytes, root, space);
+  }
+
+  std::shared_ptr<dispatch::Communicator> inner_;
+  bool armed_ = false;
+};
+
+// An exchange of the copy that fails on one rank only: that rank writes nothing of the span, every rank stops copying
+// there (the tables after it keep their rows) and reports the same error, without waiting for a timeout.
+TEST_F(WorldCheckpointTest, AnExchangeFailingOnOneRankStopsEveryRanksCopy) {
+  const std::string& dir = saved(1);  // whole pieces: rank 0 reads t0 (replicated) and sends it to rank 1
+  const std::vector<std::shared_ptr<dispatch::Communicator>> inner = thread_comms(2, kTimeoutMs);
+  std::vector<std::string> messages(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      auto comm = std::make_shared<FailsOneExchange>(inner[static_cast<std::size_t>(r)]);
+      auto s = Store::open(world_config(2, false, 5), comm);
+      ASSERT_TRUE(s.is_ok()) << "rank " << r << ": " << s.status().to_string();
+      Store& store = *s.value();
+      write_tagged(store, 2, 1);
+      if (r == 1) comm->arm();
+      const Status loaded = store.load(dir);
+      EXPECT_EQ(loaded.code(), StatusCode::kInternal) << "rank " << r << ": " << loaded.to_string();
+      messages[static_cast<std::size_t>(r)] = loaded.message();
+      EXPECT_EQ(rows_of_either(store, 2, 1), "") << "rank " << r;
+      for (int t = 1; t < kNumTables; ++t) {
+        const TableShape& sh = kTables[t];
+        std::vector<float> w(static_cast<std::size_t>(sh.rows * sh.dim));
+        std::vector<float> st(static_cast<std::size_t>(sh.rows * state_dim(sh)));
+        ASSERT_TRUE(store.read_rows(t, 0, sh.rows, w.data(), state_dim(sh) ? st.data() : nullptr).is_ok());
+        EXPECT_EQ(w.back(), value(2, t, sh.rows - 1, sh.dim - 1, -1)) << sh.name << " was copied after t0 failed";
+      }
+      EXPECT_EQ(store.step(), 1);
+    });
+  for (auto& t : ranks) t.join();
+  EXPECT_EQ(messages[0], messages[1]);
+  EXPECT_NE(messages[0].find("rank 1: "), std::string::npos) << messages[0];
+  EXPECT_NE(messages[0].find("injected failure of this rank's exchange"), std::string::npos) << messages[0];
+}
+
 // A store without a world stops at the first table whose copy fails: the tables after it keep their rows.
 TEST_F(WorldCheckpointTest, AStoreWithoutAWorldStopsCopyingAtTheFirstFailingTable) {
   const std::string& dir = saved(2);
