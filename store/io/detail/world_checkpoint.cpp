@@ -672,10 +672,11 @@ Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std
   for (int attempt = 1;; ++attempt) {
     Status s;
     Result<Prepared> planned = plan_load(store, world, dir, text);
+    const Status plan = planned.status();
     if (planned) prepared = std::move(planned).value();
     // Verifying reads whole pieces (a 1 -> M load reads a big table on one rank): polled.
     Result<bool> verified = run_polled(
-        comm, [&] { return planned ? open_pieces(store, me, dir, *prepared) : planned.status(); }, s);
+        comm, [&] { return plan.is_ok() ? open_pieces(store, me, dir, *prepared) : plan; }, s);
     if (!verified) return nothing_changed(verified.status());
     s = agreed(comm, s, what);
     if (s.is_ok()) break;
