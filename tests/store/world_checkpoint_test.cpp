@@ -390,24 +390,32 @@ TEST_F(WorldCheckpointTest, RanksAtDifferentStepsAreRefusedAndNothingIsWritten) 
   fs::remove_all(dir);
 }
 
+// Each rank's Status of a save of tag `tag` at `step` into `dir` by `world` thread ranks, rank 1 stalling kStall (past
+// the timeout, kShortTimeoutMs) at `point`.
+std::vector<Status> save_with_rank_1_stalled(int world, detail::SavePoint point, const std::string& dir, int tag,
+                                             std::int64_t step) {
+  detail::set_world_save_hook([point](int rank, detail::SavePoint p) {
+    if (rank == 1 && p == point) std::this_thread::sleep_for(kStall);
+    return Status::ok();
+  });
+  std::vector<Status> got(static_cast<std::size_t>(world));
+  on_world(
+      world, world_config(world, false, 7),
+      [&](int rank, Store& store) {
+        write_tagged(store, tag, step);
+        got[static_cast<std::size_t>(rank)] = store.save(dir);
+      },
+      kShortTimeoutMs);
+  detail::set_world_save_hook({});
+  return got;
+}
+
 // A rank that stops during a save (past the others' timeout): the others fail naming it, the manifest stays, the
 // previous checkpoint loads whole into another world and into a store without one, and the next save cleans up.
 TEST_F(WorldCheckpointTest, ARankThatStopsDuringASaveFailsEveryRankAndCommitsNothing) {
   const std::string dir = copy_of(saved(3), "stops");
   const std::string manifest = slurp(dir + "/MANIFEST");
-  detail::set_world_save_hook([](int rank, detail::SavePoint p) {
-    if (rank == 1 && p == detail::SavePoint::kPiecesCommitted) std::this_thread::sleep_for(kStall);
-    return Status::ok();
-  });
-  std::vector<Status> got(3);
-  on_world(
-      3, world_config(3, false, 7),
-      [&](int rank, Store& store) {
-        write_tagged(store, 2, 4);
-        got[static_cast<std::size_t>(rank)] = store.save(dir);
-      },
-      kShortTimeoutMs);
-  detail::set_world_save_hook({});
+  const std::vector<Status> got = save_with_rank_1_stalled(3, detail::SavePoint::kPiecesCommitted, dir, 2, 4);
   for (int r : {0, 2}) {
     const Status& s = got[static_cast<std::size_t>(r)];
     EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.to_string();
@@ -439,19 +447,7 @@ TEST_F(WorldCheckpointTest, ARankThatStopsDuringASaveFailsEveryRankAndCommitsNot
 // that it may be; the checkpoint is whole.
 TEST_F(WorldCheckpointTest, ARankThatStopsAfterTheCommitIsToldWhatTheDirectoryHolds) {
   const std::string dir = fresh_dir("stops_after");
-  detail::set_world_save_hook([](int rank, detail::SavePoint p) {
-    if (rank == 1 && p == detail::SavePoint::kCommitted) std::this_thread::sleep_for(kStall);
-    return Status::ok();
-  });
-  std::vector<Status> got(2);
-  on_world(
-      2, world_config(2, false, 7),
-      [&](int rank, Store& store) {
-        write_tagged(store, 1, 3);
-        got[static_cast<std::size_t>(rank)] = store.save(dir);
-      },
-      kShortTimeoutMs);
-  detail::set_world_save_hook({});
+  const std::vector<Status> got = save_with_rank_1_stalled(2, detail::SavePoint::kCommitted, dir, 1, 3);
   for (const Status& s : got) {
     EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.to_string();
     EXPECT_EQ(s.message().rfind("save '" + dir + "': ", 0), 0u) << s.message();
