@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -43,6 +44,9 @@ namespace fs = std::filesystem;
 using dispatch::ShardingType;
 
 constexpr int kTimeoutMs = 20000;
+// The timeout of tests whose ranks stall (kStall) or wait past it: wide margins, for loaded machines and sanitizers.
+constexpr int kShortTimeoutMs = 3000;
+constexpr auto kStall = std::chrono::milliseconds(5000);
 
 // The tables every test saves: each sharding type on `gpu` and `hybrid` (a cache of 4 rows), every optimizer
 // (rowwise Adagrad never by column), dims 5 and 8, rows 3 (fewer than ranks), 37 and 100.
@@ -200,25 +204,41 @@ std::string leftovers(const std::string& dir) {
   return out;
 }
 
+// The checkpoints of saved(), by world size; removed when the tests end (SavedCheckpoints).
+std::map<int, std::string>& saved_dirs() {
+  static std::map<int, std::string> dirs;
+  return dirs;
+}
+
+class SavedCheckpoints : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    for (const auto& d : saved_dirs()) fs::remove_all(d.second);
+  }
+};
+::testing::Environment* const kSavedCheckpoints = ::testing::AddGlobalTestEnvironment(new SavedCheckpoints);
+
 // A checkpoint of a world of `world` ranks (0: a store without a world), tag 1 at step 3; saved once per size.
 const std::string& saved(int world) {
-  static std::map<int, std::string> dirs;
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
-  auto it = dirs.find(world);
-  if (it != dirs.end()) return it->second;
+  auto it = saved_dirs().find(world);
+  if (it != saved_dirs().end()) return it->second;
   const std::string dir = fresh_dir("saved_n" + std::to_string(world));
   on_world(world, world_config(world, false, 7), [&](int rank, Store& store) {
     write_tagged(store, 1, 3);
     const Status s = store.save(dir);
     EXPECT_TRUE(s.is_ok()) << "rank " << rank << ": " << s.to_string();
   });
-  return dirs.emplace(world, dir).first->second;
+  return saved_dirs().emplace(world, dir).first->second;
 }
 
 class WorldCheckpointTest : public ::testing::Test {
  protected:
-  void TearDown() override { detail::set_world_save_hook({}); }
+  void TearDown() override {
+    detail::set_world_save_hook({});
+    detail::set_world_load_hook({});
+  }
 };
 
 class NToM : public ::testing::TestWithParam<std::pair<int, int>> {};
@@ -370,29 +390,38 @@ TEST_F(WorldCheckpointTest, RanksAtDifferentStepsAreRefusedAndNothingIsWritten) 
   fs::remove_all(dir);
 }
 
+// Each rank's Status of a save of tag `tag` at `step` into `dir` by `world` thread ranks, rank 1 stalling kStall (past
+// the timeout, kShortTimeoutMs) at `point`.
+std::vector<Status> save_with_rank_1_stalled(int world, detail::SavePoint point, const std::string& dir, int tag,
+                                             std::int64_t step) {
+  detail::set_world_save_hook([point](int rank, detail::SavePoint p) {
+    if (rank == 1 && p == point) std::this_thread::sleep_for(kStall);
+    return Status::ok();
+  });
+  std::vector<Status> got(static_cast<std::size_t>(world));
+  on_world(
+      world, world_config(world, false, 7),
+      [&](int rank, Store& store) {
+        write_tagged(store, tag, step);
+        got[static_cast<std::size_t>(rank)] = store.save(dir);
+      },
+      kShortTimeoutMs);
+  detail::set_world_save_hook({});
+  return got;
+}
+
 // A rank that stops during a save (past the others' timeout): the others fail naming it, the manifest stays, the
 // previous checkpoint loads whole into another world and into a store without one, and the next save cleans up.
 TEST_F(WorldCheckpointTest, ARankThatStopsDuringASaveFailsEveryRankAndCommitsNothing) {
   const std::string dir = copy_of(saved(3), "stops");
   const std::string manifest = slurp(dir + "/MANIFEST");
-  detail::set_world_save_hook([](int rank, detail::SavePoint p) {
-    if (rank == 1 && p == detail::SavePoint::kPiecesCommitted) std::this_thread::sleep_for(std::chrono::seconds(3));
-    return Status::ok();
-  });
-  std::vector<Status> got(3);
-  on_world(
-      3, world_config(3, false, 7),
-      [&](int rank, Store& store) {
-        write_tagged(store, 2, 4);
-        got[static_cast<std::size_t>(rank)] = store.save(dir);
-      },
-      2000);
-  detail::set_world_save_hook({});
+  const std::vector<Status> got = save_with_rank_1_stalled(3, detail::SavePoint::kPiecesCommitted, dir, 2, 4);
   for (int r : {0, 2}) {
-    EXPECT_EQ(got[static_cast<std::size_t>(r)].code(), StatusCode::kUnavailable)
-        << got[static_cast<std::size_t>(r)].to_string();
-    EXPECT_NE(got[static_cast<std::size_t>(r)].message().find("rank 1"), std::string::npos)
-        << got[static_cast<std::size_t>(r)].message();
+    const Status& s = got[static_cast<std::size_t>(r)];
+    EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.to_string();
+    EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.message();
+    EXPECT_EQ(s.message().rfind("save '" + dir + "': ", 0), 0u) << s.message();
+    EXPECT_NE(s.message().find("nothing committed; the previous checkpoint stays"), std::string::npos) << s.message();
   }
   EXPECT_FALSE(got[1].is_ok());
   EXPECT_EQ(slurp(dir + "/MANIFEST"), manifest);
@@ -411,6 +440,25 @@ TEST_F(WorldCheckpointTest, ARankThatStopsDuringASaveFailsEveryRankAndCommitsNot
     EXPECT_TRUE(s.is_ok()) << "rank " << rank << ": " << s.to_string();
   });
   EXPECT_EQ(leftovers(dir), "");
+  fs::remove_all(dir);
+}
+
+// A rank that stops once rank 0 committed the manifest: rank 0 says the checkpoint is saved, the rank that stopped
+// that it may be; the checkpoint is whole.
+TEST_F(WorldCheckpointTest, ARankThatStopsAfterTheCommitIsToldWhatTheDirectoryHolds) {
+  const std::string dir = fresh_dir("stops_after");
+  const std::vector<Status> got = save_with_rank_1_stalled(2, detail::SavePoint::kCommitted, dir, 1, 3);
+  for (const Status& s : got) {
+    EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.to_string();
+    EXPECT_EQ(s.message().rfind("save '" + dir + "': ", 0), 0u) << s.message();
+  }
+  EXPECT_NE(got[0].message().find("the manifest was committed: the checkpoint is saved"), std::string::npos)
+      << got[0].message();
+  EXPECT_NE(got[1].message().find("the checkpoint may have been committed"), std::string::npos) << got[1].message();
+  on_world(0, world_config(0, false, 5), [&](int, Store& store) {
+    ASSERT_TRUE(store.load(dir).is_ok());
+    EXPECT_EQ(check_tagged(store, 1, 3), "");
+  });
   fs::remove_all(dir);
 }
 
@@ -497,7 +545,7 @@ TEST_F(WorldCheckpointTest, AWorldWaitsForAnotherSaverLongerThanItsTimeout) {
   auto held = detail::DirLock::acquire(dir, "LOCK");
   ASSERT_TRUE(held.is_ok());
   std::thread release([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    std::this_thread::sleep_for(2 * std::chrono::milliseconds(kShortTimeoutMs));
     held.value() = detail::DirLock();
   });
   on_world(
@@ -507,7 +555,7 @@ TEST_F(WorldCheckpointTest, AWorldWaitsForAnotherSaverLongerThanItsTimeout) {
         const Status s = store.save(dir);
         EXPECT_TRUE(s.is_ok()) << "rank " << rank << ": " << s.to_string();
       },
-      1000);
+      kShortTimeoutMs);
   release.join();
   on_world(0, world_config(0, false, 5), [&](int, Store& store) {
     ASSERT_TRUE(store.load(dir).is_ok());
@@ -530,6 +578,228 @@ TEST_F(WorldCheckpointTest, RanksSavingIntoDifferentDirectoriesAreRefused) {
     EXPECT_FALSE(fs::exists(d + "/MANIFEST")) << d;
     fs::remove_all(d);
   }
+}
+
+// Local work longer than the communicator's timeout (a whole table written or verified by one rank, a table copied
+// without an exchange) does not time out the ranks waiting for it: they keep meeting in short rounds. The stalls sleep
+// past the timeout once each.
+
+TEST_F(WorldCheckpointTest, ASlowWriterDoesNotTimeOutTheOtherRanks) {
+  const std::string dir = fresh_dir("slow_writer");
+  std::atomic<bool> slept{false};
+  detail::set_world_save_hook([&](int rank, detail::SavePoint p) {
+    if (rank == 1 && p == detail::SavePoint::kPieceHalfWritten && !slept.exchange(true))
+      std::this_thread::sleep_for(kStall);
+    return Status::ok();
+  });
+  on_world(
+      2, world_config(2, false, 7),
+      [&](int rank, Store& store) {
+        write_tagged(store, 1, 3);
+        const Status s = store.save(dir);
+        EXPECT_TRUE(s.is_ok()) << "rank " << rank << ": " << s.to_string();
+      },
+      kShortTimeoutMs);
+  detail::set_world_save_hook({});
+  EXPECT_TRUE(slept);
+  on_world(0, world_config(0, false, 5), [&](int, Store& store) {
+    ASSERT_TRUE(store.load(dir).is_ok());
+    EXPECT_EQ(check_tagged(store, 1, 3), "");
+  });
+  fs::remove_all(dir);
+}
+
+TEST_F(WorldCheckpointTest, ASlowReaderDoesNotTimeOutTheOtherRanks) {
+  const std::string& dir = saved(2);
+  for (const detail::LoadPoint point : {detail::LoadPoint::kPieceVerified, detail::LoadPoint::kSpanWritten}) {
+    std::atomic<bool> slept{false};
+    detail::set_world_load_hook([&](int rank, detail::LoadPoint p) {
+      if (rank == 1 && p == point && !slept.exchange(true)) std::this_thread::sleep_for(kStall);
+      return Status::ok();
+    });
+    // The sharding saved: each rank reads its own pieces, and row, column and table shards cross no rank.
+    on_world(
+        2, world_config(2, false, 5),
+        [&](int rank, Store& store) {
+          const Status s = store.load(dir);
+          EXPECT_TRUE(s.is_ok()) << "rank " << rank << ": " << s.to_string();
+          EXPECT_EQ(check_tagged(store, 1, 3), "") << "rank " << rank;
+        },
+        kShortTimeoutMs);
+    detail::set_world_load_hook({});
+    EXPECT_TRUE(slept);
+  }
+}
+
+// "" when every row of every table of `store` holds tag `a`'s or tag `b`'s weights and state (a mix of rows of
+// both: a load that failed while copying), else the first rows that hold neither.
+std::string rows_of_either(Store& store, int a, int b) {
+  std::ostringstream err;
+  for (int t = 0; t < kNumTables; ++t) {
+    const TableShape& s = kTables[t];
+    const std::int32_t sd = state_dim(s);
+    std::vector<float> w(static_cast<std::size_t>(s.rows * s.dim)), st(static_cast<std::size_t>(s.rows * sd));
+    const Status read = store.read_rows(t, 0, s.rows, w.data(), sd ? st.data() : nullptr);
+    if (!read.is_ok()) return "read_rows " + std::string(s.name) + ": " + read.to_string();
+    for (std::int64_t r = 0; r < s.rows; ++r) {
+      bool is[2] = {true, true};
+      for (int k = 0; k < 2; ++k) {
+        const int tag = k ? b : a;
+        for (int j = 0; j < s.dim; ++j)
+          is[k] = is[k] && w[static_cast<std::size_t>(r * s.dim + j)] == value(tag, t, r, j, -1);
+        for (int j = 0; j < sd; ++j)
+          is[k] = is[k] && st[static_cast<std::size_t>(r * sd + j)] == value(tag, t, r, j, 0);
+      }
+      if (!is[0] && !is[1] && err.tellp() < 300)
+        err << s.name << " row " << r << " (weight 0: " << w[static_cast<std::size_t>(r * s.dim)] << "); ";
+    }
+  }
+  return err.str();
+}
+
+// A reader whose read fails during the copy: no rank writes rows that are neither its own nor the checkpoint's (the
+// span the reader could not read is written nowhere), and every rank reports the same error.
+TEST_F(WorldCheckpointTest, AReadFailingDuringTheCopyWritesOnlyRowsOfTheStoreOrOfTheCheckpoint) {
+  const std::string& dir = saved(1);
+  detail::set_world_load_hook([](int rank, detail::LoadPoint p) {
+    return rank == 0 && p == detail::LoadPoint::kSpanRead ? Status::io_error("injected read error") : Status::ok();
+  });
+  std::vector<std::string> messages(2);
+  // One rank's checkpoint: rank 0 reads t0 (and every even table) and sends its rows to rank 1.
+  on_world(2, world_config(2, false, 5), [&](int rank, Store& store) {
+    write_tagged(store, 2, 1);
+    const Status s = store.load(dir);
+    EXPECT_EQ(s.code(), StatusCode::kIoError) << "rank " << rank << ": " << s.to_string();
+    messages[static_cast<std::size_t>(rank)] = s.message();
+    EXPECT_EQ(rows_of_either(store, 2, 1), "") << "rank " << rank;
+    EXPECT_EQ(store.step(), 1);
+  });
+  detail::set_world_load_hook({});
+  EXPECT_EQ(messages[0], messages[1]);
+  EXPECT_NE(messages[0].find("load failed while copying rows"), std::string::npos) << messages[0];
+  EXPECT_NE(messages[0].find("injected read error"), std::string::npos) << messages[0];
+}
+
+// A communicator that passes every call on, except that once armed, its next all_to_all_v moves the data and then
+// fails on this rank only (as a device-staged exchange can when the device fails during the copies), leaving the
+// communicator usable.
+class FailsOneExchange final : public dispatch::Communicator {
+ public:
+  explicit FailsOneExchange(std::shared_ptr<dispatch::Communicator> inner) : inner_(std::move(inner)) {}
+  void arm() { armed_ = true; }
+  int rank() const noexcept override { return inner_->rank(); }
+  int size() const noexcept override { return inner_->size(); }
+  const char* kind() const noexcept override { return inner_->kind(); }
+  int local_rank() const noexcept override { return inner_->local_rank(); }
+  Status all_reduce(void* data, std::int64_t count, dispatch::DataType type, dispatch::ReduceOp op) override {
+    return inner_->all_reduce(data, count, type, op);
+  }
+  Status barrier() override { return inner_->barrier(); }
+  void forget_device(const gpu::Device& device) noexcept override { inner_->forget_device(device); }
+  dispatch::CommCounters counters() const noexcept override { return inner_->counters(); }
+
+ private:
+  Status do_all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
+                         const std::int64_t* recv_counts, const std::int64_t* recv_displs,
+                         const dispatch::BufferSpace& space) override {
+    Status s = inner_->all_to_all_v(send, send_counts, send_displs, recv, recv_counts, recv_displs, space);
+    if (!s.is_ok() || !armed_) return s;
+    armed_ = false;
+    return Status::internal("injected failure of this rank's exchange");
+  }
+  Status do_all_gather(const void* send, std::int64_t bytes, void* recv, const dispatch::BufferSpace& space) override {
+    return inner_->all_gather(send, bytes, recv, space);
+  }
+  Status do_broadcast(void* data, std::int64_t bytes, int root, const dispatch::BufferSpace& space) override {
+    return inner_->broadcast(data, bytes, root, space);
+  }
+
+  std::shared_ptr<dispatch::Communicator> inner_;
+  bool armed_ = false;
+};
+
+// An exchange of the copy that fails on one rank only: that rank writes nothing of the span, every rank stops copying
+// there (the tables after it keep their rows) and reports the same error, without waiting for a timeout.
+TEST_F(WorldCheckpointTest, AnExchangeFailingOnOneRankStopsEveryRanksCopy) {
+  const std::string& dir = saved(1);  // whole pieces: rank 0 reads t0 (replicated) and sends it to rank 1
+  const std::vector<std::shared_ptr<dispatch::Communicator>> inner = thread_comms(2, kTimeoutMs);
+  std::vector<std::string> messages(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      auto comm = std::make_shared<FailsOneExchange>(inner[static_cast<std::size_t>(r)]);
+      auto s = Store::open(world_config(2, false, 5), comm);
+      ASSERT_TRUE(s.is_ok()) << "rank " << r << ": " << s.status().to_string();
+      Store& store = *s.value();
+      write_tagged(store, 2, 1);
+      if (r == 1) comm->arm();
+      const Status loaded = store.load(dir);
+      EXPECT_EQ(loaded.code(), StatusCode::kInternal) << "rank " << r << ": " << loaded.to_string();
+      messages[static_cast<std::size_t>(r)] = loaded.message();
+      EXPECT_EQ(rows_of_either(store, 2, 1), "") << "rank " << r;
+      for (int t = 1; t < kNumTables; ++t) {
+        const TableShape& sh = kTables[t];
+        std::vector<float> w(static_cast<std::size_t>(sh.rows * sh.dim));
+        std::vector<float> st(static_cast<std::size_t>(sh.rows * state_dim(sh)));
+        ASSERT_TRUE(store.read_rows(t, 0, sh.rows, w.data(), state_dim(sh) ? st.data() : nullptr).is_ok());
+        EXPECT_EQ(w.back(), value(2, t, sh.rows - 1, sh.dim - 1, -1)) << sh.name << " was copied after t0 failed";
+      }
+      EXPECT_EQ(store.step(), 1);
+    });
+  for (auto& t : ranks) t.join();
+  EXPECT_EQ(messages[0], messages[1]);
+  EXPECT_NE(messages[0].find("rank 1: "), std::string::npos) << messages[0];
+  EXPECT_NE(messages[0].find("injected failure of this rank's exchange"), std::string::npos) << messages[0];
+}
+
+// A store without a world stops at the first table whose copy fails: the tables after it keep their rows.
+TEST_F(WorldCheckpointTest, AStoreWithoutAWorldStopsCopyingAtTheFirstFailingTable) {
+  const std::string& dir = saved(2);
+  detail::set_world_load_hook([](int, detail::LoadPoint p) {
+    return p == detail::LoadPoint::kSpanWritten ? Status::io_error("injected write error") : Status::ok();
+  });
+  on_world(0, world_config(0, false, 5), [&](int, Store& store) {
+    write_tagged(store, 2, 1);
+    const Status s = store.load(dir);
+    detail::set_world_load_hook({});
+    EXPECT_EQ(s.code(), StatusCode::kIoError) << s.to_string();
+    EXPECT_NE(s.message().find("into table 't0'"), std::string::npos) << s.message();
+    // t0 holds the checkpoint's rows (its one span was written), every later table its own.
+    std::string err = rows_of_either(store, 2, 1);
+    EXPECT_EQ(err, "");
+    std::vector<float> w(static_cast<std::size_t>(kTables[1].rows * kTables[1].dim));
+    std::vector<float> st(static_cast<std::size_t>(kTables[1].rows * state_dim(kTables[1])));
+    for (int t = 1; t < kNumTables; ++t) {
+      const TableShape& sh = kTables[t];
+      w.resize(static_cast<std::size_t>(sh.rows * sh.dim));
+      st.resize(static_cast<std::size_t>(sh.rows * state_dim(sh)));
+      ASSERT_TRUE(store.read_rows(t, 0, sh.rows, w.data(), state_dim(sh) ? st.data() : nullptr).is_ok());
+      EXPECT_EQ(w[0], value(2, t, 0, 0, -1)) << sh.name << " was copied after t0 failed";
+      EXPECT_EQ(w.back(), value(2, t, sh.rows - 1, sh.dim - 1, -1)) << sh.name << " was copied after t0 failed";
+    }
+    EXPECT_EQ(store.step(), 1);
+  });
+}
+
+// A piece whose size rank 0 sees differ from what its saver wrote: refused on every rank with both sizes.
+TEST_F(WorldCheckpointTest, APieceOfAnotherSizeAsRank0SeesItIsRefusedWithBothSizes) {
+  const std::string dir = fresh_dir("resized");
+  detail::set_world_save_hook([&](int rank, detail::SavePoint p) {
+    if (rank == 1 && p == detail::SavePoint::kPiecesCommitted)
+      for (const std::string& f : files_of(dir))
+        if (f.find(".r1.tbl") != std::string::npos && f.find(".tmp") == std::string::npos)
+          std::ofstream(dir + "/" + f, std::ios::binary | std::ios::app) << 'x';
+    return Status::ok();
+  });
+  on_world(2, world_config(2, false, 7), [&](int rank, Store& store) {
+    const Status s = store.save(dir);
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << "rank " << rank << ": " << s.to_string();
+    EXPECT_NE(s.message().find("rank 1's piece"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("bytes as rank 0 sees it (expected "), std::string::npos) << s.message();
+  });
+  detail::set_world_save_hook({});
+  EXPECT_FALSE(fs::exists(dir + "/MANIFEST"));
+  fs::remove_all(dir);
 }
 
 // open_checkpoint reopens a world's checkpoint as one store (the recorded config, tables whole).

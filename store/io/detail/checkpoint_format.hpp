@@ -11,7 +11,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,10 +19,6 @@
 #include "store/io/detail/reshard.hpp"
 #include "store/io/file_io.hpp"
 #include "store/store_config.hpp"
-
-namespace strata {
-class Store;
-}  // namespace strata
 
 namespace strata::detail {
 
@@ -214,24 +209,5 @@ class PieceReader {
   std::int64_t rows_ = 0, width_ = 0, next_ = 0;
   std::uint32_t header_crc_ = 0, crc_ = 0;
 };
-
-/// Streams a format 1 table file's records through `reader` (the file opened once by load); calls fn(row0, n,
-/// records) per chunk. Verifies header, size and checksum; the checksum only once every chunk went through `fn`.
-/// `m` is the table's entry (its one piece).
-Status scan_table_file(const FileReader& reader, const ManifestTable& m,
-                       const std::function<Status(std::int64_t, std::int64_t, const float*)>& fn);
-
-/// A checkpoint as load sees it: the manifest read once and every table file it names opened once, matched to the
-/// store's tables and verified.
-struct OpenCheckpoint {
-  Manifest manifest;
-  std::vector<std::size_t> entry;  ///< per config table: its index in manifest.tables
-  std::vector<FileReader> files;   ///< per config table: its file, open
-};
-
-/// Reads the manifest `text` of `dir` (format 1 only: kInvalidArgument "format version 2 (expected 1)" otherwise, as
-/// before format 2 existed), opens the files it names and verifies them against the store's config (names, shapes,
-/// optimizers) and their sizes and checksums. Changes nothing.
-Result<OpenCheckpoint> open_files(const Store& store, const std::string& dir, const std::string& text);
 
 }  // namespace strata::detail

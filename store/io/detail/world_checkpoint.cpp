@@ -6,7 +6,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <new>
 #include <optional>
 #include <random>
 #include <thread>
@@ -30,6 +35,13 @@ std::function<Status(int, SavePoint)>& save_hook() {
 }
 
 Status at(int rank, SavePoint point) { return save_hook() ? save_hook()(rank, point) : Status::ok(); }
+
+std::function<Status(int, LoadPoint)>& load_hook() {
+  static std::function<Status(int, LoadPoint)> hook;
+  return hook;
+}
+
+Status at(int rank, LoadPoint point) { return load_hook() ? load_hook()(rank, point) : Status::ok(); }
 
 // ---------------------------------------------------------------------------------------------
 // Outcomes: every round of save and load ends in one all_gather of each rank's result, so every rank decides the
@@ -105,6 +117,80 @@ Status broadcast_text(dispatch::Communicator* comm, std::string& text) {
   return n == 0 ? Status::ok() : comm->broadcast(&text[0], n, 0);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Long local work between collectives. A collective waits CommOptions::timeout (30 s by default) for its peers, and a
+// rank may work alone far longer: write a whole table's piece (table sharding puts a table on one rank; one replica
+// writes a replicated table), verify one, copy a table whose rows cross no rank. So such work runs on a thread of its
+// own while the rank's thread meets the others every kPollInterval in an all_gather of one flag each, until every
+// rank's work is done: the ranks that finish first wait in short collectives, never in one long one.
+
+constexpr auto kPollInterval = std::chrono::milliseconds(20);
+
+// `job`'s result, an exception it throws as an error (it runs on a thread of its own: nothing else would catch it).
+Status guarded(const std::function<Status()>& job) {
+  try {
+    return job();
+  } catch (const std::bad_alloc&) {
+    return Status::resource_exhausted("out of host memory");
+  } catch (const std::exception& e) {
+    return Status::internal(std::string("unexpected exception: ") + e.what());
+  }
+}
+
+// Runs `job` (local: it must never call the communicator, which this thread uses meanwhile) on a thread of its own,
+// this thread joining all_gather rounds of each rank's flag (running, done, failed) until every rank's job is done.
+// The rounds end on the same round on every rank (the decision is the gathered flags'), so the collectives stay in
+// step. `job_status`: the job's result. Returns whether any rank's job failed, or the collective's error (the
+// communicator is broken; the job finished first). comm null: the job on this thread.
+Result<bool> run_polled(dispatch::Communicator* comm, const std::function<Status()>& job, Status& job_status) {
+  if (!comm) {
+    job_status = guarded(job);
+    return !job_status.is_ok();
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status result;
+  std::thread worker([&] {
+    Status s = guarded(job);
+    std::lock_guard<std::mutex> lock(mu);
+    result = std::move(s);
+    done = true;
+    cv.notify_one();
+  });
+  enum : std::int32_t { kRunning = 0, kDone = 1, kFailed = 2 };
+  std::vector<std::int32_t> flags(static_cast<std::size_t>(comm->size()));
+  Status collective;
+  bool any_failed = false;
+  for (bool first = true;; first = false) {
+    std::int32_t mine = kRunning;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      if (done && !first) {
+        lock.unlock();
+        std::this_thread::sleep_for(kPollInterval);  // waiting for the others only
+        lock.lock();
+      } else {
+        cv.wait_for(lock, kPollInterval, [&] { return done; });
+      }
+      if (done) mine = result.is_ok() ? kDone : kFailed;
+    }
+    collective = comm->all_gather(&mine, sizeof mine, flags.data());
+    if (!collective.is_ok()) break;
+    bool all_done = true;
+    any_failed = false;
+    for (std::int32_t f : flags) {
+      all_done = all_done && f != kRunning;
+      any_failed = any_failed || f == kFailed;
+    }
+    if (all_done) break;
+  }
+  worker.join();
+  job_status = result;
+  if (!collective.is_ok()) return collective;
+  return any_failed;
+}
+
 // The manifest entry of config table `t` (its pieces not yet listed).
 ManifestTable table_entry(const StoreConfig& config, int t) {
   const TableConfig& tc = config.tables[static_cast<std::size_t>(t)];
@@ -162,6 +248,24 @@ Status write_piece(Store& store, int t, const ManifestTable& mt, const Box& box,
   return Status::ok();
 }
 
+// Step 4 of save_world: the pieces rank `me` writes, the shards it holds (a replicated table by one replica, spread
+// over the ranks by table; a rank holding nothing writes nothing), recorded in `mine` (per config table).
+Status write_pieces(Store& store, int me, const std::string& dir, std::uint64_t generation, std::uint64_t save_id,
+                    std::vector<PieceInfo>& mine) {
+  for (int t = 0; t < static_cast<int>(mine.size()); ++t) {
+    STRATA_ASSIGN_OR_RETURN(const ShardInfo si, store.shard_info(t));
+    if (si.replicas.empty() || si.replicas[static_cast<std::size_t>(t) % si.replicas.size()] != me) continue;
+    const Box box = box_of(si);
+    if (box.empty()) continue;
+    const ManifestTable mt = table_entry(store.config(), t);
+    const std::string file = piece_file_name(mt.name, generation, save_id, me);
+    if (Status s = write_piece(store, t, mt, box, dir, file, save_id, me, mine[static_cast<std::size_t>(t)]);
+        !s.is_ok())
+      return s.with_context("piece '" + file + "'");
+  }
+  return Status::ok();
+}
+
 // Rank 0's commit: the manifest listing every rank's pieces, checked against the directory as rank 0 sees it.
 Status commit_manifest(const Store& store, const std::string& dir, std::uint64_t generation, std::uint64_t save_id,
                        int world, const std::vector<std::string>& extra, std::vector<std::string>& files) {
@@ -188,11 +292,16 @@ Status commit_manifest(const Store& store, const std::string& dir, std::uint64_t
       e.box = info.box;
       e.bytes = info.bytes;
       e.crc = info.crc;
+      const std::string shared = "(every rank must save into one directory on a file system they share)";
       struct stat st {};
-      if (::stat(join(dir, e.file).c_str(), &st) != 0 || static_cast<std::uint64_t>(st.st_size) != e.bytes)
-        return Status::failed_precondition(
-            "rank " + std::to_string(r) + "'s piece '" + e.file + "' is not in '" + dir +
-            "' as rank 0 sees it (every rank must save into one directory on a file system they share)");
+      if (::stat(join(dir, e.file).c_str(), &st) != 0)
+        return Status::failed_precondition("rank " + std::to_string(r) + "'s piece '" + e.file + "' is not in '" + dir +
+                                           "' as rank 0 sees it " + shared);
+      if (static_cast<std::uint64_t>(st.st_size) != e.bytes)
+        return Status::failed_precondition("rank " + std::to_string(r) + "'s piece '" + e.file + "' in '" + dir +
+                                           "' has " + std::to_string(st.st_size) +
+                                           " bytes as rank 0 sees it (expected " + std::to_string(e.bytes) +
+                                           ", as its rank wrote it) " + shared);
       boxes.push_back(e.box);
       names.push_back(e.file);
       files.push_back(e.file);
@@ -214,6 +323,8 @@ Status commit_manifest(const Store& store, const std::string& dir, std::uint64_t
 
 void set_world_save_hook(std::function<Status(int rank, SavePoint point)> hook) { save_hook() = std::move(hook); }
 
+void set_world_load_hook(std::function<Status(int rank, LoadPoint point)> hook) { load_hook() = std::move(hook); }
+
 Result<std::uint64_t> next_generation(const std::string& dir) {
   // Only a missing manifest means "no checkpoint here". One that cannot be read or parsed (a newer format, an I/O
   // error) names files this save must not delete as stale: refuse instead.
@@ -230,16 +341,23 @@ Status save_world(Store& store, dispatch::Communicator& comm, const std::string&
   const std::string what = "save '" + dir + "'";
   const int me = comm.rank(), world = comm.size();
   const int tables = static_cast<int>(store.config().tables.size());
+  // A collective that failed broke the communicator (a rank that never came, named): each rank says what it knows of
+  // the directory.
+  const auto lost = [&](const Status& s, const std::string& state) {
+    return Status::from_code(s.code(), what + ": " + s.message() + " (" + state + ")");
+  };
+  const std::string untouched = "nothing committed; the previous checkpoint stays";
   // 1. Start: the directory, and the same step on every rank (else nothing is written).
   Status local = at(me, SavePoint::kStart);
   if (local.is_ok()) local = make_dirs(dir);
-  STRATA_ASSIGN_OR_RETURN(Gathered start, gather_outcomes(comm, local, store.step(), 0));
-  STRATA_RETURN_IF_ERROR(first_failure(start, what));
+  Result<Gathered> start = gather_outcomes(comm, local, store.step(), 0);
+  if (!start) return lost(start.status(), untouched);
+  STRATA_RETURN_IF_ERROR(first_failure(start.value(), what));
   bool same = true;
   std::string steps;
   for (int r = 0; r < world; ++r) {
-    const std::int64_t s = start.outcome[static_cast<std::size_t>(r)].value[0];
-    same = same && s == start.outcome[0].value[0];
+    const std::int64_t s = start.value().outcome[static_cast<std::size_t>(r)].value[0];
+    same = same && s == start.value().outcome[0].value[0];
     steps += (r ? ", rank " : "rank ") + std::to_string(r) + " at " + std::to_string(s);
   }
   if (!same)
@@ -261,10 +379,11 @@ Status save_world(Store& store, dispatch::Communicator& comm, const std::string&
         s = at(0, SavePoint::kLocked);
       }
     }
-    STRATA_ASSIGN_OR_RETURN(Gathered g, gather_outcomes(comm, s, held, 0));
-    STRATA_RETURN_IF_ERROR(first_failure(g, what));
-    if (g.outcome[0].value[0] == 1) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    Result<Gathered> g = gather_outcomes(comm, s, held, 0);
+    if (!g) return lost(g.status(), untouched);
+    STRATA_RETURN_IF_ERROR(first_failure(g.value(), what));
+    if (g.value().outcome[0].value[0] == 1) break;
+    std::this_thread::sleep_for(kPollInterval);
   }
   // 3. The generation and this save's id (rank 0's).
   std::uint64_t generation = 0, save_id = 0;
@@ -279,44 +398,52 @@ Status save_world(Store& store, dispatch::Communicator& comm, const std::string&
       std::random_device rd;
       save_id = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
     }
-    STRATA_ASSIGN_OR_RETURN(Gathered g, gather_outcomes(comm, s, static_cast<std::int64_t>(generation),
-                                                        static_cast<std::int64_t>(save_id)));
-    STRATA_RETURN_IF_ERROR(first_failure(g, what));
-    generation = static_cast<std::uint64_t>(g.outcome[0].value[0]);
-    save_id = static_cast<std::uint64_t>(g.outcome[0].value[1]);
+    Result<Gathered> g =
+        gather_outcomes(comm, s, static_cast<std::int64_t>(generation), static_cast<std::int64_t>(save_id));
+    if (!g) return lost(g.status(), untouched);
+    STRATA_RETURN_IF_ERROR(first_failure(g.value(), what));
+    generation = static_cast<std::uint64_t>(g.value().outcome[0].value[0]);
+    save_id = static_cast<std::uint64_t>(g.value().outcome[0].value[1]);
   }
-  // 4. This rank's pieces: the shards it holds, a replicated table by one replica (spread over the ranks by table).
+  // 4. This rank's pieces, polled: a rank writing a whole table keeps its peers' collectives short.
   std::vector<PieceInfo> mine(static_cast<std::size_t>(tables));
   Status wrote;
-  for (int t = 0; t < tables && wrote.is_ok(); ++t) {
-    Result<ShardInfo> si = store.shard_info(t);
-    if (!si) {
-      wrote = si.status();
-      break;
-    }
-    const std::vector<int>& replicas = si.value().replicas;
-    if (replicas.empty() || replicas[static_cast<std::size_t>(t) % replicas.size()] != me) continue;
-    const Box box = box_of(si.value());
-    if (box.empty()) continue;
-    const ManifestTable mt = table_entry(store.config(), t);
-    const std::string file = piece_file_name(mt.name, generation, save_id, me);
-    wrote = write_piece(store, t, mt, box, dir, file, save_id, me, mine[static_cast<std::size_t>(t)]);
-    if (!wrote.is_ok()) wrote = wrote.with_context("piece '" + file + "'");
-  }
+  Result<bool> written = run_polled(
+      &comm, [&] { return write_pieces(store, me, dir, generation, save_id, mine); }, wrote);
+  if (!written) return lost(written.status(), untouched);
   if (wrote.is_ok()) wrote = at(me, SavePoint::kPiecesCommitted);
   // 5. Durable: every rank's pieces renamed into place (or the first failure, on every rank; nothing committed).
   std::string extra(sizeof(PieceInfo) * mine.size(), '\0');
   if (!mine.empty()) std::memcpy(&extra[0], mine.data(), extra.size());
   Result<Gathered> durable = gather_outcomes(comm, wrote, 0, 0, extra);
-  if (!durable) return durable.status().with_context(what + " (nothing committed)");
+  if (!durable) return lost(durable.status(), untouched);
   if (Status s = first_failure(durable.value(), what); !s.is_ok())
-    return Status::from_code(s.code(), s.message() + " (nothing committed; the previous checkpoint stays)");
-  // 6. Commit: rank 0 writes the manifest; every rank returns its result.
+    return Status::from_code(s.code(), s.message() + " (" + untouched + ")");
+  // 6. Commit: rank 0 writes the manifest (polled: its fsyncs may take long); every rank returns its result.
   Status committed;
   std::vector<std::string> files;
-  if (me == 0) committed = commit_manifest(store, dir, generation, save_id, world, durable.value().extra, files);
-  STRATA_ASSIGN_OR_RETURN(Gathered done, gather_outcomes(comm, committed, 0, 0));
-  STRATA_RETURN_IF_ERROR(first_failure(done, what));
+  Result<bool> ran = run_polled(
+      &comm,
+      [&] {
+        return me == 0 ? commit_manifest(store, dir, generation, save_id, world, durable.value().extra, files)
+                       : Status::ok();
+      },
+      committed);
+  if (ran) (void)at(me, SavePoint::kCommitted);
+  Result<Gathered> done = ran ? gather_outcomes(comm, committed, 0, 0) : Result<Gathered>(ran.status());
+  if (!done) {
+    if (me != 0)
+      return lost(done.status(),
+                  "the checkpoint may have been committed: every rank's pieces were durable, and rank 0 could not "
+                  "tell whether it renamed the manifest");
+    if (!committed.is_ok())
+      return Status::from_code(committed.code(),
+                               what + ": rank 0: " + committed.message() +
+                                   " (and the other ranks could not be told: " + done.status().message() + ")");
+    remove_stale_files(dir, files);
+    return lost(done.status(), "the manifest was committed: the checkpoint is saved; the other ranks may not know");
+  }
+  STRATA_RETURN_IF_ERROR(first_failure(done.value(), what));
   // 7. Cleanup under the lock: the previous generation and whatever failed saves left.
   if (me == 0) remove_stale_files(dir, files);
   return Status::ok();
@@ -389,33 +516,37 @@ Status open_pieces(Store& store, int me, const std::string& dir, Prepared& c) {
     }
   }
   for (auto& table : c.readers)
-    for (auto& kr : table) STRATA_RETURN_IF_ERROR(kr.second.verify());
+    for (auto& kr : table) {
+      STRATA_RETURN_IF_ERROR(kr.second.verify());
+      STRATA_RETURN_IF_ERROR(at(me, LoadPoint::kPieceVerified));
+    }
   return Status::ok();
 }
 
-// Copies table `ti`'s rows: span by span, each reader reads its pieces' runs, packs what each rank holds, one
-// all_to_all_v (when any row crosses ranks), each rank writes its window. A local failure keeps taking part in the
-// collectives (so the ranks stay in step) and stops writing; returned at the end.
-Status copy_table(Store& store, dispatch::Communicator* comm, int me, int world, Prepared& c, std::size_t ti) {
+// Copies table `ti`'s rows, span by span: each reader reads its pieces' runs and packs what each rank holds, one
+// all_to_all_v moves them (when any row crosses ranks), each rank writes its window. Each side of the exchange runs
+// polled (run_polled: a table that crosses no rank is copied with collectives as short as the others'), and the last
+// round of each tells every rank whether any rank failed: then no rank writes that span or any later one (`stopped`,
+// set alike on every rank), so no rank writes records a failed reader could not read. A rank whose exchange failed
+// alone (a device-staged collective can, leaving the communicator usable) writes nothing of that span and stops every
+// rank after it. Returns this rank's first failure (reported at load_pieces' final gather) or a collective's.
+Status copy_table(Store& store, dispatch::Communicator* comm, int me, int world, Prepared& c, std::size_t ti,
+                  bool& stopped) {
   const TablePlan& p = c.plans[ti];
   const Box& target = p.targets[static_cast<std::size_t>(me)];
   const TableSpec& spec = store.config().tables[ti].spec;
   const std::int32_t sd = optimizer_state_dim(spec.optimizer.kind, target.cols);
-  Status failed;
   std::vector<std::vector<float>> runs(p.pieces.size());
   std::vector<const float*> records(p.pieces.size(), nullptr);
   std::vector<std::int64_t> send_counts(static_cast<std::size_t>(world)), send_displs(send_counts.size()),
       recv_counts(send_counts.size()), recv_displs(send_counts.size());
   std::vector<float> send, recv, weights, state;
-  for (std::int64_t row0 = 0; row0 < p.rows; row0 += p.span_rows) {
+  Status failed;
+  const auto note = [&](const Status& s) {
+    if (failed.is_ok()) failed = s;
+  };
+  for (std::int64_t row0 = 0; row0 < p.rows && !stopped; row0 += p.span_rows) {
     const std::int64_t n = std::min(p.span_rows, p.rows - row0);
-    for (auto& kr : c.readers[ti]) {
-      const std::size_t k = kr.first;
-      const std::int64_t cnt = local_range(p.pieces[k], row0, n).second;
-      runs[k].resize(static_cast<std::size_t>(cnt * kr.second.width()));
-      if (failed.is_ok() && cnt > 0) failed = kr.second.read_next(cnt, runs[k].data());
-      records[k] = runs[k].data();
-    }
     std::int64_t sent = 0, received = 0;
     for (int q = 0; q < world; ++q) {
       const std::size_t qi = static_cast<std::size_t>(q);
@@ -428,11 +559,37 @@ Status copy_table(Store& store, dispatch::Communicator* comm, int me, int world,
     }
     send.resize(static_cast<std::size_t>(sent) / sizeof(float));
     recv.resize(static_cast<std::size_t>(received) / sizeof(float));
-    pack_span(p, me, row0, n, records, send.data(), send_displs);
+    // Read and pack; a piece's last span also checks its CRC (finish), before its last rows are written anywhere.
+    Status read;
+    Result<bool> any = run_polled(
+        comm,
+        [&] {
+          if (!c.readers[ti].empty()) STRATA_RETURN_IF_ERROR(at(me, LoadPoint::kSpanRead));
+          for (auto& kr : c.readers[ti]) {
+            const std::size_t k = kr.first;
+            const std::int64_t cnt = local_range(p.pieces[k], row0, n).second;
+            runs[k].resize(static_cast<std::size_t>(cnt * kr.second.width()));
+            if (cnt > 0) STRATA_RETURN_IF_ERROR(kr.second.read_next(cnt, runs[k].data()));
+            records[k] = runs[k].data();
+            if (row0 + n >= p.rows) STRATA_RETURN_IF_ERROR(kr.second.finish());
+          }
+          pack_span(p, me, row0, n, records, send.data(), send_displs);
+          return Status::ok();
+        },
+        read);
+    if (!any) {
+      stopped = true;
+      return any.status();
+    }
+    note(read);
+    if (any.value()) {
+      stopped = true;  // a reader failed: nobody writes this span
+      break;
+    }
+    Status moved;
     if (comm && p.crosses) {
-      Status s = comm->all_to_all_v(send.data(), send_counts.data(), send_displs.data(), recv.data(),
-                                    recv_counts.data(), recv_displs.data());
-      if (!s.is_ok()) return s;  // the communicator is broken: every rank learns it
+      moved = comm->all_to_all_v(send.data(), send_counts.data(), send_displs.data(), recv.data(), recv_counts.data(),
+                                 recv_displs.data());
     } else {
       // Nothing crosses ranks: this rank's own share is all it receives.
       const std::size_t mi = static_cast<std::size_t>(me);
@@ -441,15 +598,31 @@ Status copy_table(Store& store, dispatch::Communicator* comm, int me, int world,
                     reinterpret_cast<const char*>(send.data()) + send_displs[mi],
                     static_cast<std::size_t>(recv_counts[mi]));
     }
-    const auto [local0, cnt] = local_range(target, row0, n);
-    weights.resize(static_cast<std::size_t>(cnt * target.cols));
-    state.resize(static_cast<std::size_t>(cnt * sd));
-    unpack_span(p, me, row0, n, recv.data(), recv_displs, weights.data(), state.data());
-    if (failed.is_ok() && cnt > 0 && target.cols > 0)
-      failed = store.write_shard(static_cast<int>(ti), local0, cnt, weights.data(), sd ? state.data() : nullptr);
+    // Unpack and write (a failed exchange writes nothing: the window is not the checkpoint's).
+    Status wrote;
+    any = run_polled(
+        comm,
+        [&] {
+          STRATA_RETURN_IF_ERROR(moved);
+          const std::pair<std::int64_t, std::int64_t> run = local_range(target, row0, n);
+          weights.resize(static_cast<std::size_t>(run.second * target.cols));
+          state.resize(static_cast<std::size_t>(run.second * sd));
+          unpack_span(p, me, row0, n, recv.data(), recv_displs, weights.data(), state.data());
+          if (run.second == 0 || target.cols == 0) return Status::ok();
+          STRATA_RETURN_IF_ERROR(store.write_shard(static_cast<int>(ti), run.first, run.second, weights.data(),
+                                                   sd ? state.data() : nullptr));
+          return at(me, LoadPoint::kSpanWritten);
+        },
+        wrote);
+    if (!any) {
+      stopped = true;
+      return any.status();
+    }
+    note(wrote);
+    if (any.value()) stopped = true;
   }
-  for (auto& kr : c.readers[ti])
-    if (failed.is_ok()) failed = kr.second.finish();
+  if (p.rows == 0)  // no span: the (header-only) pieces are checked here
+    for (auto& kr : c.readers[ti]) note(kr.second.finish());
   return failed;
 }
 
@@ -472,6 +645,10 @@ Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std
   const int me = comm ? comm->rank() : 0, world = comm ? comm->size() : 1;
   const std::string what = "load '" + dir + "'";
   const std::string path = join(dir, kManifest);
+  // A collective that failed before the copy (the communicator is broken, naming the rank that never came).
+  const auto nothing_changed = [&](const Status& s) {
+    return Status::from_code(s.code(), what + ": " + s.message() + " (nothing changed)");
+  };
   STRATA_RETURN_IF_ERROR(agreed(comm, store.in_flight() > 0 ? busy("load", store.in_flight()) : Status::ok(), what));
   // 1. One manifest for all: rank 0's.
   std::string text;
@@ -495,12 +672,12 @@ Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std
   for (int attempt = 1;; ++attempt) {
     Status s;
     Result<Prepared> planned = plan_load(store, world, dir, text);
-    if (planned) {
-      prepared = std::move(planned).value();
-      s = open_pieces(store, me, dir, *prepared);
-    } else {
-      s = planned.status();
-    }
+    const Status plan = planned.status();
+    if (planned) prepared = std::move(planned).value();
+    // Verifying reads whole pieces (a 1 -> M load reads a big table on one rank): polled.
+    Result<bool> verified = run_polled(
+        comm, [&] { return plan.is_ok() ? open_pieces(store, me, dir, *prepared) : plan; }, s);
+    if (!verified) return nothing_changed(verified.status());
     s = agreed(comm, s, what);
     if (s.is_ok()) break;
     if (comm) s = Status::from_code(s.code(), s.message() + " (nothing changed)");
@@ -526,13 +703,19 @@ Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std
   Prepared& c = *prepared;
   // 4. Nothing has changed yet. Write dirty cached rows back first, so that a device error there still leaves every
   // rank as it was.
-  STRATA_RETURN_IF_ERROR(agreed(comm, store.flush(), what));
+  Status flushed;
+  Result<bool> ran = run_polled(
+      comm, [&] { return store.flush(); }, flushed);
+  if (!ran) return nothing_changed(ran.status());
+  STRATA_RETURN_IF_ERROR(agreed(comm, flushed, what));
   // 5. Copy, table by table, span by span, through the descriptors verified above.
   const std::string mixed =
       "(the tables may now hold a mix of their previous rows and the checkpoint's; step unchanged; load again)";
+  // The first failure on any rank stops every rank's copy (a store without a world: at its first failing table).
   Status copied;
-  for (std::size_t ti = 0; ti < c.plans.size(); ++ti) {
-    Status s = copy_table(store, comm, me, world, c, ti);
+  bool stopped = false;
+  for (std::size_t ti = 0; ti < c.plans.size() && !stopped; ++ti) {
+    Status s = copy_table(store, comm, me, world, c, ti, stopped);
     if (copied.is_ok() && !s.is_ok())
       copied = s.with_context(dir + ": load failed while copying rows into table '" +
                               store.config().tables[ti].spec.name + "' " + mixed);

@@ -5,12 +5,20 @@
 // column or table shard; a replicated table once, by replicas[t % replicas.size()]); rank 0 alone takes the
 // directory's lock (polled, so that its peers' collectives never time out while it waits), and commits the
 // manifest only once every rank's pieces are durable. Every round ends in one all_gather of each rank's outcome,
-// so every rank returns the same Status.
+// so every rank returns the same Status, except when a collective itself fails (a rank that never came: the
+// communicator is broken): then each rank returns that error with what it knows of the directory (nothing
+// committed; rank 0 once it renamed the manifest: committed; the others after the pieces were durable: maybe).
 //
 // load_pieces: one manifest (rank 0's) for every rank, a plan per table (reshard.hpp: which rank reads which piece,
 // spans of rows), every piece verified (size, header, checksum) by its reader before any row changes, then the rows
 // copied span by span through one all_to_all_v per span and table, each rank writing its own shard (write_shard).
+// A failure on any rank during the copy stops every rank's copy at that span, each keeping what it wrote before.
 // A store without a world (comm null) loads v1 and v2 checkpoints through the same code, as a world of one.
+//
+// Long local work (writing, verifying or copying whole pieces) runs on a thread of its own while the rank's thread
+// meets its peers every 20 ms in a short all_gather, so that no rank waits in one collective for another rank's I/O
+// past the communicator's timeout. Each call spawns and joins such threads; the store is used by one of them at a
+// time.
 
 #include <cstdint>
 #include <functional>
@@ -52,14 +60,27 @@ enum class SavePoint {
   kStart,             ///< before anything (a non-OK status fails the save there, nothing written)
   kLocked,            ///< rank 0, the directory's lock held
   kPieceHalfWritten,  ///< each piece, after its first half of the rows
-  kPiecesCommitted,   ///< every piece of this rank renamed into place, before the gather
+  kPiecesCommitted,   ///< every piece of this rank renamed into place, before the gather (on the rank's own thread:
+                      ///< a stall there stalls the rank, unlike one while its pieces are written)
   kManifestWritten,   ///< rank 0, the manifest's temp file written, before its rename
   kManifestRenamed,   ///< rank 0, the manifest committed
+  kCommitted,  ///< each rank, rank 0's commit done, before its outcome is gathered (on the rank's own thread; the
+               ///< hook's status is ignored: the manifest is in place or not by then)
 };
 
 /// Test-only: called by each rank at each point; a non-OK Status fails that rank there (a hook may also sleep or
 /// raise SIGKILL). Set it before the ranks start and clear it after they stopped; the calls are concurrent (thread
 /// ranks), their safety is the hook's business. Empty (the default): none.
 void set_world_save_hook(std::function<Status(int rank, SavePoint point)> hook);
+
+/// Where a rank of load_pieces calls the test hook (a non-OK status fails that rank there, as an I/O error would).
+enum class LoadPoint {
+  kPieceVerified,  ///< each piece this rank reads, once verified
+  kSpanRead,       ///< each span of a table of which this rank reads pieces, before it reads their runs
+  kSpanWritten,    ///< each span in which this rank holds rows, once it wrote them
+};
+
+/// Test-only: as set_world_save_hook, for load_pieces.
+void set_world_load_hook(std::function<Status(int rank, LoadPoint point)> hook);
 
 }  // namespace strata::detail
