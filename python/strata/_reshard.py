@@ -59,20 +59,22 @@ def merge_state_dicts(state_dicts, prefix=""):
     and the step (a dense model's parameters, equal on every rank under DDP) are taken from rank 0's.
 
     Rows come from the rank that holds them (a replicated table from its lowest replica). Raises
-    ValueError, returning nothing, naming the entry and rank for: a rank missing or given twice,
+    TypeError for arguments of the wrong type, and ValueError, returning nothing, naming the entry and rank for: a rank missing or given twice,
     state_dicts of different worlds, of different steps or learning rates (a world's are equal on
     every rank at one point of training), tables that differ between ranks, and a shard whose
     entries do not match its ``shard`` vector."""
-    if isinstance(state_dicts, dict) or not hasattr(state_dicts, "__iter__"):
-        raise ValueError(f"state_dicts is a {type(state_dicts).__name__} (expected a list of every rank's "
-                         "state_dict())")
+    if isinstance(state_dicts, (collections.abc.Mapping, str, bytes)) or not hasattr(state_dicts, "__iter__"):
+        raise TypeError(f"state_dicts is a {type(state_dicts).__name__} (expected a list of every rank's "
+                        "state_dict())")
+    if not isinstance(prefix, str):
+        raise TypeError(f"prefix is a {type(prefix).__name__} (expected a str, as load_state_dict's keys start)")
     sds = list(state_dicts)
     if not sds:
         raise ValueError("state_dicts is empty (expected every rank's state_dict() of one world)")
     shards = []  # per input: {table: shard vector}
     for i, sd in enumerate(sds):
         if not isinstance(sd, collections.abc.Mapping):
-            raise ValueError(f"state_dicts[{i}] is a {type(sd).__name__} (expected a rank's state_dict())")
+            raise TypeError(f"state_dicts[{i}] is a {type(sd).__name__} (expected a rank's state_dict())")
         tables = _tables_of(sd, prefix)
         if not tables:
             raise ValueError(f"state_dicts[{i}] has no '{prefix}tables.<name>.shard' entry (expected the "

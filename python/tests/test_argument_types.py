@@ -16,6 +16,7 @@ import strata
 import strata.pipeline
 import strata.torch as st
 from conftest import config, random_feature, table
+from test_reshard import SPECS, shard_dicts
 
 # Wrong values per kind of argument (each is the wrong type for that kind; None where None is not
 # accepted).
@@ -136,6 +137,9 @@ CALLS = {
                                     {"key": [0, None, ("user",)]}),
     "SubmittedBatch": (lambda c, **a: st.SubmittedBatch(**a), {"owner": None, "batch_id": 1, "tables": []},
                        {"batch_id": INT, "tables": [3, None, "ab"]}),
+    "merge_state_dicts": (lambda c, **a: st.merge_state_dicts(**a), {"state_dicts": shard_dicts(2, SPECS)[0],
+                                                                     "prefix": ""},
+                          {"state_dicts": [3, None, "x", {"a": 1}, [3]], "prefix": [3, None, b"x"]}),
     "pipelined": (lambda c, **a: st.pipelined(**a),
                   {"module": module(), "batches": [], "sparse": None, "ahead": 1, "preview": 0},
                   {"module": [3, None], "batches": [3, None], "sparse": [3, "x"], "ahead": INT, "preview": INT}),

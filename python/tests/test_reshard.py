@@ -116,7 +116,8 @@ def test_a_missing_or_doubled_rank_is_refused():
     refused([sds[0], sds[1], sds[3]], "ranks 0, 1, 3 of a world of 4", "missing rank 2")
     refused([sds[0], sds[1], sds[1], sds[3]], "are both rank 1's")
     refused([], "empty")
-    refused(sds[0], "expected a list")
+    with pytest.raises(TypeError, match="expected a list"):
+        st.merge_state_dicts(sds[0])
 
 
 def test_state_dicts_of_different_worlds_steps_or_rates_are_refused():
@@ -216,7 +217,8 @@ def test_malformed_entries_are_refused_naming_the_entry_and_rank():
     sds, _ = shard_dicts(2, SPECS[:3])
     sds[1]["tables.row.shard"] = sds[1]["tables.row.shard"].to(torch.float32)
     refused(sds, "state_dicts[1]['tables.row.shard'] is float32")
-    refused([sds[0], [1, 2]], "state_dicts[1] is a list")
+    with pytest.raises(TypeError, match=r"state_dicts\[1\] is a list"):
+        st.merge_state_dicts([sds[0], [1, 2]])
 
 
 def test_a_step_absent_on_every_rank_is_left_out():
