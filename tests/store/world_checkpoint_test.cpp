@@ -23,6 +23,7 @@
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -680,13 +681,15 @@ TEST_F(WorldCheckpointTest, AReadFailingDuringTheCopyWritesOnlyRowsOfTheStoreOrO
   EXPECT_NE(messages[0].find("injected read error"), std::string::npos) << messages[0];
 }
 
-// A communicator that passes every call on, except that once armed, its next all_to_all_v moves the data and then
-// fails on this rank only (as a device-staged exchange can when the device fails during the copies), leaving the
-// communicator usable.
-class FailsOneExchange final : public dispatch::Communicator {
+// A communicator that passes every call on, except where armed: fail_next_exchange(): its next all_to_all_v moves the
+// data and then fails on this rank only (as a device-staged exchange can when the device fails during the copies),
+// leaving the communicator usable; throw_at_next_gather() (from any thread): its next all_gather throws, reaching no
+// peer.
+class FaultyComm final : public dispatch::Communicator {
  public:
-  explicit FailsOneExchange(std::shared_ptr<dispatch::Communicator> inner) : inner_(std::move(inner)) {}
-  void arm() { armed_ = true; }
+  explicit FaultyComm(std::shared_ptr<dispatch::Communicator> inner) : inner_(std::move(inner)) {}
+  void fail_next_exchange() { fail_exchange_ = true; }
+  void throw_at_next_gather() { throw_gather_ = true; }
   int rank() const noexcept override { return inner_->rank(); }
   int size() const noexcept override { return inner_->size(); }
   const char* kind() const noexcept override { return inner_->kind(); }
@@ -703,11 +706,12 @@ class FailsOneExchange final : public dispatch::Communicator {
                          const std::int64_t* recv_counts, const std::int64_t* recv_displs,
                          const dispatch::BufferSpace& space) override {
     Status s = inner_->all_to_all_v(send, send_counts, send_displs, recv, recv_counts, recv_displs, space);
-    if (!s.is_ok() || !armed_) return s;
-    armed_ = false;
+    if (!s.is_ok() || !fail_exchange_) return s;
+    fail_exchange_ = false;
     return Status::internal("injected failure of this rank's exchange");
   }
   Status do_all_gather(const void* send, std::int64_t bytes, void* recv, const dispatch::BufferSpace& space) override {
+    if (throw_gather_.exchange(false)) throw std::runtime_error("injected throw of this rank's all_gather");
     return inner_->all_gather(send, bytes, recv, space);
   }
   Status do_broadcast(void* data, std::int64_t bytes, int root, const dispatch::BufferSpace& space) override {
@@ -715,41 +719,101 @@ class FailsOneExchange final : public dispatch::Communicator {
   }
 
   std::shared_ptr<dispatch::Communicator> inner_;
-  bool armed_ = false;
+  bool fail_exchange_ = false;
+  std::atomic<bool> throw_gather_{false};
 };
+
+// Runs body(rank, store, comm) on `world` thread ranks, each store on a FaultyComm over a `local` world (collectives
+// timing out after `timeout_ms`); `comms` (filled before any rank starts) holds every rank's.
+template <class Body>
+void on_faulty_world(int world, int timeout_ms, std::vector<std::shared_ptr<FaultyComm>>& comms, Body body) {
+  const std::vector<std::shared_ptr<dispatch::Communicator>> inner = thread_comms(world, timeout_ms);
+  comms.clear();
+  for (const auto& c : inner) comms.push_back(std::make_shared<FaultyComm>(c));
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < world; ++r)
+    ranks.emplace_back([&, r] {
+      auto s = Store::open(world_config(world, false, 5), comms[static_cast<std::size_t>(r)]);
+      ASSERT_TRUE(s.is_ok()) << "rank " << r << ": " << s.status().to_string();
+      body(r, *s.value(), *comms[static_cast<std::size_t>(r)]);
+    });
+  for (auto& t : ranks) t.join();
+}
 
 // An exchange of the copy that fails on one rank only: that rank writes nothing of the span, every rank stops copying
 // there (the tables after it keep their rows) and reports the same error, without waiting for a timeout.
 TEST_F(WorldCheckpointTest, AnExchangeFailingOnOneRankStopsEveryRanksCopy) {
   const std::string& dir = saved(1);  // whole pieces: rank 0 reads t0 (replicated) and sends it to rank 1
-  const std::vector<std::shared_ptr<dispatch::Communicator>> inner = thread_comms(2, kTimeoutMs);
   std::vector<std::string> messages(2);
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r)
-    ranks.emplace_back([&, r] {
-      auto comm = std::make_shared<FailsOneExchange>(inner[static_cast<std::size_t>(r)]);
-      auto s = Store::open(world_config(2, false, 5), comm);
-      ASSERT_TRUE(s.is_ok()) << "rank " << r << ": " << s.status().to_string();
-      Store& store = *s.value();
-      write_tagged(store, 2, 1);
-      if (r == 1) comm->arm();
-      const Status loaded = store.load(dir);
-      EXPECT_EQ(loaded.code(), StatusCode::kInternal) << "rank " << r << ": " << loaded.to_string();
-      messages[static_cast<std::size_t>(r)] = loaded.message();
-      EXPECT_EQ(rows_of_either(store, 2, 1), "") << "rank " << r;
-      for (int t = 1; t < kNumTables; ++t) {
-        const TableShape& sh = kTables[t];
-        std::vector<float> w(static_cast<std::size_t>(sh.rows * sh.dim));
-        std::vector<float> st(static_cast<std::size_t>(sh.rows * state_dim(sh)));
-        ASSERT_TRUE(store.read_rows(t, 0, sh.rows, w.data(), state_dim(sh) ? st.data() : nullptr).is_ok());
-        EXPECT_EQ(w.back(), value(2, t, sh.rows - 1, sh.dim - 1, -1)) << sh.name << " was copied after t0 failed";
-      }
-      EXPECT_EQ(store.step(), 1);
-    });
-  for (auto& t : ranks) t.join();
+  std::vector<std::shared_ptr<FaultyComm>> comms;
+  on_faulty_world(2, kTimeoutMs, comms, [&](int r, Store& store, FaultyComm& comm) {
+    write_tagged(store, 2, 1);
+    if (r == 1) comm.fail_next_exchange();
+    const Status loaded = store.load(dir);
+    EXPECT_EQ(loaded.code(), StatusCode::kInternal) << "rank " << r << ": " << loaded.to_string();
+    messages[static_cast<std::size_t>(r)] = loaded.message();
+    EXPECT_EQ(rows_of_either(store, 2, 1), "") << "rank " << r;
+    for (int t = 1; t < kNumTables; ++t) {
+      const TableShape& sh = kTables[t];
+      std::vector<float> w(static_cast<std::size_t>(sh.rows * sh.dim));
+      std::vector<float> st(static_cast<std::size_t>(sh.rows * state_dim(sh)));
+      ASSERT_TRUE(store.read_rows(t, 0, sh.rows, w.data(), state_dim(sh) ? st.data() : nullptr).is_ok());
+      EXPECT_EQ(w.back(), value(2, t, sh.rows - 1, sh.dim - 1, -1)) << sh.name << " was copied after t0 failed";
+    }
+    EXPECT_EQ(store.step(), 1);
+  });
   EXPECT_EQ(messages[0], messages[1]);
   EXPECT_NE(messages[0].find("rank 1: "), std::string::npos) << messages[0];
   EXPECT_NE(messages[0].find("injected failure of this rank's exchange"), std::string::npos) << messages[0];
+}
+
+// A communicator whose all_gather throws on rank 1 while its pieces are written (the poll's rounds): rank 1's save
+// returns an error (its worker joined, no std::terminate), and rank 0 fails naming rank 1 once it times out.
+TEST_F(WorldCheckpointTest, ACommunicatorThatThrowsDuringAPolledSaveFailsTheSaveWithoutAborting) {
+  const std::string dir = fresh_dir("comm_throws");
+  std::vector<std::shared_ptr<FaultyComm>> comms;
+  std::atomic<bool> armed{false};
+  detail::set_world_save_hook([&](int rank, detail::SavePoint p) {
+    if (rank == 1 && p == detail::SavePoint::kPieceHalfWritten && !armed.exchange(true))
+      comms[1]->throw_at_next_gather();
+    return Status::ok();
+  });
+  std::vector<Status> got(2);
+  on_faulty_world(2, kShortTimeoutMs, comms, [&](int r, Store& store, FaultyComm&) {
+    write_tagged(store, 1, 3);
+    got[static_cast<std::size_t>(r)] = store.save(dir);
+  });
+  detail::set_world_save_hook({});
+  EXPECT_TRUE(armed);
+  EXPECT_EQ(got[1].code(), StatusCode::kInternal) << got[1].to_string();
+  EXPECT_NE(got[1].message().find("injected throw of this rank's all_gather"), std::string::npos) << got[1].message();
+  EXPECT_NE(got[1].message().find("nothing committed"), std::string::npos) << got[1].message();
+  EXPECT_EQ(got[0].code(), StatusCode::kUnavailable) << got[0].to_string();
+  EXPECT_NE(got[0].message().find("rank 1"), std::string::npos) << got[0].message();
+  EXPECT_FALSE(fs::exists(dir + "/MANIFEST"));
+  fs::remove_all(dir);
+}
+
+// A job that throws something other than a std::exception (here the hook, on rank 1's writer thread) fails the save on
+// every rank with the same error naming rank 1, instead of std::terminate.
+TEST_F(WorldCheckpointTest, AJobThrowingANonStandardExceptionFailsEveryRank) {
+  const std::string dir = fresh_dir("job_throws");
+  detail::set_world_save_hook([](int rank, detail::SavePoint p) {
+    if (rank == 1 && p == detail::SavePoint::kPieceHalfWritten) throw 42;
+    return Status::ok();
+  });
+  std::vector<Status> got(2);
+  on_world(2, world_config(2, false, 7), [&](int rank, Store& store) {
+    write_tagged(store, 1, 3);
+    got[static_cast<std::size_t>(rank)] = store.save(dir);
+  });
+  detail::set_world_save_hook({});
+  EXPECT_EQ(got[0].message(), got[1].message());
+  EXPECT_EQ(got[0].code(), StatusCode::kInternal) << got[0].to_string();
+  EXPECT_NE(got[0].message().find("rank 1: "), std::string::npos) << got[0].message();
+  EXPECT_NE(got[0].message().find("not a std::exception"), std::string::npos) << got[0].message();
+  EXPECT_FALSE(fs::exists(dir + "/MANIFEST"));
+  fs::remove_all(dir);
 }
 
 // A store without a world stops at the first table whose copy fails: the tables after it keep their rows.

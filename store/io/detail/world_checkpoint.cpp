@@ -14,6 +14,7 @@
 #include <new>
 #include <optional>
 #include <random>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -42,6 +43,21 @@ std::function<Status(int, LoadPoint)>& load_hook() {
 }
 
 Status at(int rank, LoadPoint point) { return load_hook() ? load_hook()(rank, point) : Status::ok(); }
+
+// `job`'s result, an exception it throws (of any type) as an error: a job on a thread of its own has nothing else to
+// catch it, and a communicator's call that throws must still let run_polled join its worker and every caller return a
+// Status.
+Status guarded(const std::function<Status()>& job) {
+  try {
+    return job();
+  } catch (const std::bad_alloc&) {
+    return Status::resource_exhausted("out of host memory");
+  } catch (const std::exception& e) {
+    return Status::internal(std::string("unexpected exception: ") + e.what());
+  } catch (...) {
+    return Status::internal("unexpected exception (not a std::exception)");
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Outcomes: every round of save and load ends in one all_gather of each rank's result, so every rank decides the
@@ -78,7 +94,8 @@ Result<Gathered> gather_outcomes(dispatch::Communicator& comm, const Status& sta
   std::string send(each, '\0'), recv(each * static_cast<std::size_t>(comm.size()), '\0');
   std::memcpy(&send[0], &mine, sizeof mine);
   std::memcpy(&send[sizeof mine], extra.data(), extra.size());
-  STRATA_RETURN_IF_ERROR(comm.all_gather(send.data(), static_cast<std::int64_t>(each), &recv[0]));
+  STRATA_RETURN_IF_ERROR(
+      guarded([&] { return comm.all_gather(send.data(), static_cast<std::int64_t>(each), &recv[0]); }));
   Gathered g;
   for (int r = 0; r < comm.size(); ++r) {
     const char* at_r = recv.data() + each * static_cast<std::size_t>(r);
@@ -126,17 +143,6 @@ Status broadcast_text(dispatch::Communicator* comm, std::string& text) {
 
 constexpr auto kPollInterval = std::chrono::milliseconds(20);
 
-// `job`'s result, an exception it throws as an error (it runs on a thread of its own: nothing else would catch it).
-Status guarded(const std::function<Status()>& job) {
-  try {
-    return job();
-  } catch (const std::bad_alloc&) {
-    return Status::resource_exhausted("out of host memory");
-  } catch (const std::exception& e) {
-    return Status::internal(std::string("unexpected exception: ") + e.what());
-  }
-}
-
 // Runs `job` (local: it must never call the communicator, which this thread uses meanwhile) on a thread of its own,
 // this thread joining all_gather rounds of each rank's flag (running, done, failed) until every rank's job is done.
 // The rounds end on the same round on every rank (the decision is the gathered flags'), so the collectives stay in
@@ -147,19 +153,32 @@ Result<bool> run_polled(dispatch::Communicator* comm, const std::function<Status
     job_status = guarded(job);
     return !job_status.is_ok();
   }
+  enum : std::int32_t { kRunning = 0, kDone = 1, kFailed = 2 };
+  std::vector<std::int32_t> flags(static_cast<std::size_t>(comm->size()));  // before the worker: nothing throws after
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
   Status result;
-  std::thread worker([&] {
-    Status s = guarded(job);
-    std::lock_guard<std::mutex> lock(mu);
-    result = std::move(s);
+  std::thread worker;
+  try {
+    worker = std::thread([&] {
+      Status s = guarded(job);
+      std::lock_guard<std::mutex> lock(mu);
+      result = std::move(s);
+      done = true;
+      cv.notify_one();
+    });
+  } catch (const std::system_error& e) {  // no thread (EAGAIN): the rounds still run, and every rank learns it
+    result = Status::resource_exhausted(std::string("could not start a thread for local I/O: ") + e.what());
     done = true;
-    cv.notify_one();
-  });
-  enum : std::int32_t { kRunning = 0, kDone = 1, kFailed = 2 };
-  std::vector<std::int32_t> flags(static_cast<std::size_t>(comm->size()));
+  }
+  // Joined on every way out (a worker still joinable at its destruction would std::terminate the process).
+  struct Joiner {
+    std::thread& t;
+    ~Joiner() {
+      if (t.joinable()) t.join();
+    }
+  } joiner{worker};
   Status collective;
   bool any_failed = false;
   for (bool first = true;; first = false) {
@@ -175,7 +194,7 @@ Result<bool> run_polled(dispatch::Communicator* comm, const std::function<Status
       }
       if (done) mine = result.is_ok() ? kDone : kFailed;
     }
-    collective = comm->all_gather(&mine, sizeof mine, flags.data());
+    collective = guarded([&] { return comm->all_gather(&mine, sizeof mine, flags.data()); });
     if (!collective.is_ok()) break;
     bool all_done = true;
     any_failed = false;
@@ -185,7 +204,7 @@ Result<bool> run_polled(dispatch::Communicator* comm, const std::function<Status
     }
     if (all_done) break;
   }
-  worker.join();
+  if (worker.joinable()) worker.join();
   job_status = result;
   if (!collective.is_ok()) return collective;
   return any_failed;
