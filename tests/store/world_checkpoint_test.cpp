@@ -19,6 +19,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <set>
@@ -48,6 +50,9 @@ constexpr int kTimeoutMs = 20000;
 // The timeout of tests whose ranks stall (kStall) or wait past it: wide margins, for loaded machines and sanitizers.
 constexpr int kShortTimeoutMs = 3000;
 constexpr auto kStall = std::chrono::milliseconds(5000);
+// Slow local work that keeps making progress: kSlowSteps pauses of kSlowStep each, longer than kShortTimeoutMs in all.
+constexpr auto kSlowStep = std::chrono::milliseconds(1200);
+constexpr int kSlowSteps = 4;
 
 // The tables every test saves: each sharding type on `gpu` and `hybrid` (a cache of 4 rows), every optimizer
 // (rowwise Adagrad never by column), dims 5 and 8, rows 3 (fewer than ranks), 37 and 100.
@@ -456,6 +461,9 @@ TEST_F(WorldCheckpointTest, ARankThatStopsAfterTheCommitIsToldWhatTheDirectoryHo
   EXPECT_NE(got[0].message().find("the manifest was committed: the checkpoint is saved"), std::string::npos)
       << got[0].message();
   EXPECT_NE(got[1].message().find("the checkpoint may have been committed"), std::string::npos) << got[1].message();
+  EXPECT_NE(got[1].message().find("this rank could not learn from rank 0 whether it renamed the manifest"),
+            std::string::npos)
+      << got[1].message();
   on_world(0, world_config(0, false, 5), [&](int, Store& store) {
     ASSERT_TRUE(store.load(dir).is_ok());
     EXPECT_EQ(check_tagged(store, 1, 3), "");
@@ -582,17 +590,21 @@ TEST_F(WorldCheckpointTest, RanksSavingIntoDifferentDirectoriesAreRefused) {
 }
 
 // Local work longer than the communicator's timeout (a whole table written or verified by one rank, a table copied
-// without an exchange) does not time out the ranks waiting for it: they keep meeting in short rounds. The stalls sleep
-// past the timeout once each.
+// without an exchange) does not time out the ranks waiting for it: they keep meeting in short rounds. Rank 1 pauses
+// kSlowStep at each of its first kSlowSteps calls at `point` (longer than the timeout in all; it makes progress between
+// them: a single pause past the timeout is a rank whose I/O is stuck, ARankWhoseLocalIoIsStuckFailsItsPeers).
+template <class Point>
+std::function<Status(int, Point)> slow_rank_1(Point point, std::atomic<int>& pauses) {
+  return [point, &pauses](int rank, Point p) {
+    if (rank == 1 && p == point && pauses.fetch_add(1) < kSlowSteps) std::this_thread::sleep_for(kSlowStep);
+    return Status::ok();
+  };
+}
 
 TEST_F(WorldCheckpointTest, ASlowWriterDoesNotTimeOutTheOtherRanks) {
   const std::string dir = fresh_dir("slow_writer");
-  std::atomic<bool> slept{false};
-  detail::set_world_save_hook([&](int rank, detail::SavePoint p) {
-    if (rank == 1 && p == detail::SavePoint::kPieceHalfWritten && !slept.exchange(true))
-      std::this_thread::sleep_for(kStall);
-    return Status::ok();
-  });
+  std::atomic<int> pauses{0};
+  detail::set_world_save_hook(slow_rank_1(detail::SavePoint::kPieceHalfWritten, pauses));
   on_world(
       2, world_config(2, false, 7),
       [&](int rank, Store& store) {
@@ -602,7 +614,7 @@ TEST_F(WorldCheckpointTest, ASlowWriterDoesNotTimeOutTheOtherRanks) {
       },
       kShortTimeoutMs);
   detail::set_world_save_hook({});
-  EXPECT_TRUE(slept);
+  EXPECT_GE(pauses, kSlowSteps);
   on_world(0, world_config(0, false, 5), [&](int, Store& store) {
     ASSERT_TRUE(store.load(dir).is_ok());
     EXPECT_EQ(check_tagged(store, 1, 3), "");
@@ -613,11 +625,8 @@ TEST_F(WorldCheckpointTest, ASlowWriterDoesNotTimeOutTheOtherRanks) {
 TEST_F(WorldCheckpointTest, ASlowReaderDoesNotTimeOutTheOtherRanks) {
   const std::string& dir = saved(2);
   for (const detail::LoadPoint point : {detail::LoadPoint::kPieceVerified, detail::LoadPoint::kSpanWritten}) {
-    std::atomic<bool> slept{false};
-    detail::set_world_load_hook([&](int rank, detail::LoadPoint p) {
-      if (rank == 1 && p == point && !slept.exchange(true)) std::this_thread::sleep_for(kStall);
-      return Status::ok();
-    });
+    std::atomic<int> pauses{0};
+    detail::set_world_load_hook(slow_rank_1(point, pauses));
     // The sharding saved: each rank reads its own pieces, and row, column and table shards cross no rank.
     on_world(
         2, world_config(2, false, 5),
@@ -628,8 +637,43 @@ TEST_F(WorldCheckpointTest, ASlowReaderDoesNotTimeOutTheOtherRanks) {
         },
         kShortTimeoutMs);
     detail::set_world_load_hook({});
-    EXPECT_TRUE(slept);
+    EXPECT_GE(pauses, kSlowSteps);
   }
+}
+
+// A rank whose local I/O makes no progress (blocked while it writes a piece, here until rank 0's save returned; at
+// most 20 s): every other rank fails after one timeout naming it, instead of waiting for it for ever; the rank itself
+// returns the same error once its I/O returns. Nothing is committed.
+TEST_F(WorldCheckpointTest, ARankWhoseLocalIoIsStuckFailsItsPeersAfterOneTimeout) {
+  const std::string dir = fresh_dir("stuck_io");
+  std::promise<void> rank_0_returned;
+  const std::shared_future<void> released = rank_0_returned.get_future().share();
+  std::atomic<bool> blocked{false}, by_rank_0{false};
+  detail::set_world_save_hook([&](int rank, detail::SavePoint p) {
+    if (rank == 1 && p == detail::SavePoint::kPieceHalfWritten && !blocked.exchange(true))
+      by_rank_0 = released.wait_for(std::chrono::seconds(20)) == std::future_status::ready;  // else the watchdog's
+    return Status::ok();
+  });
+  std::vector<Status> got(2);
+  on_world(
+      2, world_config(2, false, 7),
+      [&](int rank, Store& store) {
+        write_tagged(store, 1, 3);
+        got[static_cast<std::size_t>(rank)] = store.save(dir);
+        if (rank == 0) rank_0_returned.set_value();
+      },
+      kShortTimeoutMs);
+  detail::set_world_save_hook({});
+  EXPECT_TRUE(blocked);
+  EXPECT_TRUE(by_rank_0) << "rank 0 waited for rank 1's stuck I/O";
+  for (const Status& s : got) {
+    EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.to_string();
+    EXPECT_EQ(s.message(), "save '" + dir + "': rank 1's local I/O made no progress for " +
+                               std::to_string(kShortTimeoutMs) +
+                               " ms (nothing committed; the previous checkpoint stays)");
+  }
+  EXPECT_FALSE(fs::exists(dir + "/MANIFEST"));
+  fs::remove_all(dir);
 }
 
 // "" when every row of every table of `store` holds tag `a`'s or tag `b`'s weights and state (a mix of rows of
@@ -694,6 +738,7 @@ class FaultyComm final : public dispatch::Communicator {
   int size() const noexcept override { return inner_->size(); }
   const char* kind() const noexcept override { return inner_->kind(); }
   int local_rank() const noexcept override { return inner_->local_rank(); }
+  std::chrono::milliseconds timeout() const noexcept override { return inner_->timeout(); }
   Status all_reduce(void* data, std::int64_t count, dispatch::DataType type, dispatch::ReduceOp op) override {
     return inner_->all_reduce(data, count, type, op);
   }
@@ -814,6 +859,26 @@ TEST_F(WorldCheckpointTest, AJobThrowingANonStandardExceptionFailsEveryRank) {
   EXPECT_NE(got[0].message().find("not a std::exception"), std::string::npos) << got[0].message();
   EXPECT_FALSE(fs::exists(dir + "/MANIFEST"));
   fs::remove_all(dir);
+}
+
+// A rank that never comes to a load: the other's load fails at its first collective (after the timeout), saying which
+// load and that nothing changed.
+TEST_F(WorldCheckpointTest, ALoadWhosePeerNeverComesSaysWhichLoadAndThatNothingChanged) {
+  const std::string& dir = saved(2);
+  Status got;
+  on_world(
+      2, world_config(2, false, 5),
+      [&](int rank, Store& store) {
+        if (rank == 1) return;
+        got = store.load(dir);
+        EXPECT_EQ(store.step(), 0);
+      },
+      kShortTimeoutMs);
+  EXPECT_EQ(got.code(), StatusCode::kUnavailable) << got.to_string();
+  EXPECT_EQ(got.message().rfind("load '" + dir + "': ", 0), 0u) << got.message();
+  EXPECT_NE(got.message().find("rank 1"), std::string::npos) << got.message();
+  EXPECT_EQ(got.message().substr(got.message().size() - std::string(" (nothing changed)").size()), " (nothing changed)")
+      << got.message();
 }
 
 // A store without a world stops at the first table whose copy fails: the tables after it keep their rows.
