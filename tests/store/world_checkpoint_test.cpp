@@ -641,38 +641,61 @@ TEST_F(WorldCheckpointTest, ASlowReaderDoesNotTimeOutTheOtherRanks) {
   }
 }
 
-// A rank whose local I/O makes no progress (blocked while it writes a piece, here until rank 0's save returned; at
-// most 20 s): every other rank fails after one timeout naming it, instead of waiting for it for ever; the rank itself
-// returns the same error once its I/O returns. Nothing is committed.
+// A hook blocking rank 1 at its first call at `point` until `released` is ready (at most 20 s: the watchdog);
+// `by_rank_0`: it was released in time.
+template <class Point>
+std::function<Status(int, Point)> stuck_rank_1(Point point, std::shared_future<void> released,
+                                               std::atomic<bool>& blocked, std::atomic<bool>& by_rank_0) {
+  return [point, released, &blocked, &by_rank_0](int rank, Point p) {
+    if (rank == 1 && p == point && !blocked.exchange(true))
+      by_rank_0 = released.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+    return Status::ok();
+  };
+}
+
+// A rank whose local I/O makes no progress (blocked while it writes a piece, or copies rows, until rank 0's save or
+// load returned; at most 20 s): every other rank fails after one timeout naming it, instead of waiting for it for ever;
+// the rank itself returns the same error once its I/O returns. A save commits nothing.
 TEST_F(WorldCheckpointTest, ARankWhoseLocalIoIsStuckFailsItsPeersAfterOneTimeout) {
   const std::string dir = fresh_dir("stuck_io");
-  std::promise<void> rank_0_returned;
-  const std::shared_future<void> released = rank_0_returned.get_future().share();
-  std::atomic<bool> blocked{false}, by_rank_0{false};
-  detail::set_world_save_hook([&](int rank, detail::SavePoint p) {
-    if (rank == 1 && p == detail::SavePoint::kPieceHalfWritten && !blocked.exchange(true))
-      by_rank_0 = released.wait_for(std::chrono::seconds(20)) == std::future_status::ready;  // else the watchdog's
-    return Status::ok();
-  });
-  std::vector<Status> got(2);
-  on_world(
-      2, world_config(2, false, 7),
-      [&](int rank, Store& store) {
-        write_tagged(store, 1, 3);
-        got[static_cast<std::size_t>(rank)] = store.save(dir);
-        if (rank == 0) rank_0_returned.set_value();
-      },
-      kShortTimeoutMs);
-  detail::set_world_save_hook({});
-  EXPECT_TRUE(blocked);
-  EXPECT_TRUE(by_rank_0) << "rank 0 waited for rank 1's stuck I/O";
-  for (const Status& s : got) {
-    EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.to_string();
-    EXPECT_EQ(s.message(), "save '" + dir + "': rank 1's local I/O made no progress for " +
-                               std::to_string(kShortTimeoutMs) +
-                               " ms (nothing committed; the previous checkpoint stays)");
+  const std::string stuck = "rank 1's local I/O made no progress for " + std::to_string(kShortTimeoutMs) + " ms";
+  for (const bool load : {false, true}) {
+    std::promise<void> rank_0_returned;
+    std::atomic<bool> blocked{false}, by_rank_0{false};
+    if (load)
+      detail::set_world_load_hook(
+          stuck_rank_1(detail::LoadPoint::kSpanRead, rank_0_returned.get_future().share(), blocked, by_rank_0));
+    else
+      detail::set_world_save_hook(
+          stuck_rank_1(detail::SavePoint::kPieceHalfWritten, rank_0_returned.get_future().share(), blocked, by_rank_0));
+    std::vector<Status> got(2);
+    on_world(
+        2, world_config(2, false, 7),
+        [&](int rank, Store& store) {
+          write_tagged(store, 1, 3);
+          got[static_cast<std::size_t>(rank)] = load ? store.load(saved(2)) : store.save(dir);
+          if (rank == 0) rank_0_returned.set_value();
+        },
+        kShortTimeoutMs);
+    detail::set_world_save_hook({});
+    detail::set_world_load_hook({});
+    EXPECT_TRUE(blocked);
+    EXPECT_TRUE(by_rank_0) << "rank 0 waited for rank 1's stuck I/O (load " << load << ")";
+    for (const Status& s : got) {
+      EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.to_string();
+      if (load) {
+        EXPECT_EQ(s.message().rfind("load '" + saved(2) + "': load failed while copying rows into table '", 0), 0u)
+            << s.message();
+        EXPECT_NE(s.message().find("': " + stuck + " (the tables may now hold a mix"), std::string::npos)
+            << s.message();
+      } else {
+        EXPECT_EQ(s.message(), "save '" + dir + "': " + stuck + " (nothing committed; the previous checkpoint stays)");
+      }
+    }
+    if (!load) {
+      EXPECT_FALSE(fs::exists(dir + "/MANIFEST"));
+    }
   }
-  EXPECT_FALSE(fs::exists(dir + "/MANIFEST"));
   fs::remove_all(dir);
 }
 

@@ -613,9 +613,10 @@ Status open_pieces(Store& store, int me, const std::string& dir, Prepared& c) {
 // round of each tells every rank whether any rank failed: then no rank writes that span or any later one (`stopped`,
 // set alike on every rank), so no rank writes records a failed reader could not read. A rank whose exchange failed
 // alone (a device-staged collective can, leaving the communicator usable) writes nothing of that span and stops every
-// rank after it. Returns this rank's first failure (reported at load_pieces' final gather) or a collective's.
+// rank after it. Returns this rank's first failure (reported at load_pieces' final gather), or the error of the polled
+// rounds, also in `rounds` (the same on every rank: a broken communicator or a rank whose I/O is stuck).
 Status copy_table(Store& store, dispatch::Communicator* comm, int me, int world, Prepared& c, std::size_t ti,
-                  bool& stopped) {
+                  bool& stopped, Status& rounds) {
   const TablePlan& p = c.plans[ti];
   const Box& target = p.targets[static_cast<std::size_t>(me)];
   const TableSpec& spec = store.config().tables[ti].spec;
@@ -664,7 +665,8 @@ Status copy_table(Store& store, dispatch::Communicator* comm, int me, int world,
         read);
     if (!any) {
       stopped = true;
-      return any.status();
+      rounds = any.status();
+      return rounds;
     }
     note(read);
     if (any.value()) {
@@ -702,7 +704,8 @@ Status copy_table(Store& store, dispatch::Communicator* comm, int me, int world,
         wrote);
     if (!any) {
       stopped = true;
-      return any.status();
+      rounds = any.status();
+      return rounds;
     }
     note(wrote);
     if (any.value()) stopped = true;
@@ -807,11 +810,11 @@ Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std
   const std::string mixed =
       "(the tables may now hold a mix of their previous rows and the checkpoint's; step unchanged; load again)";
   // The first failure on any rank stops every rank's copy (a store without a world: at its first failing table).
-  Status copied;
+  Status copied, rounds;
   bool stopped = false;
   std::string at_table = "after every table";  // where this rank's copy ended
   for (std::size_t ti = 0; ti < c.plans.size() && !stopped; ++ti) {
-    Status s = copy_table(store, comm, me, world, c, ti, stopped);
+    Status s = copy_table(store, comm, me, world, c, ti, stopped, rounds);
     if (stopped || !s.is_ok()) at_table = "into table '" + store.config().tables[ti].spec.name + "'";
     if (copied.is_ok() && !s.is_ok())
       copied = s.with_context(dir + ": load failed while copying rows into table '" +
@@ -821,8 +824,10 @@ Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std
     if (!copied.is_ok()) return copied;
     return loaded(c);
   }
-  Result<Gathered> all = gather_outcomes(*comm, copied, 0, 0);
-  if (!all)  // the communicator broke (during the copy of `at_table` or at this gather)
+  // The polled rounds failed (in step on every rank: a broken communicator, a rank's I/O stuck): no final gather, which
+  // would wait for a stuck rank.
+  Result<Gathered> all = rounds.is_ok() ? gather_outcomes(*comm, copied, 0, 0) : Result<Gathered>(rounds);
+  if (!all)  // the communicator broke (during the copy of `at_table` or at this gather), or a rank's I/O is stuck
     return Status::from_code(all.status().code(), what + ": load failed while copying rows " + at_table + ": " +
                                                       all.status().message() + " " + mixed);
   STRATA_RETURN_IF_ERROR(first_failure(all.value(), what));
