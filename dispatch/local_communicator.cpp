@@ -62,6 +62,7 @@ class Group {
   Group(int size, const CommOptions& options) : size_(size), options_(options), posts_(size), arrived_(size, 0) {}
 
   int size() const noexcept { return size_; }
+  std::chrono::milliseconds timeout() const noexcept { return options_.timeout; }
 
   // Step 1 for call number `k` (1-based, per rank) of rank `me`. Returns OK when every rank
   // arrived and the calls agree; otherwise the error, which also breaks the group unless it is
@@ -157,6 +158,7 @@ class LocalCommunicator final : public Communicator {
   int size() const noexcept override { return group_->size(); }
   const char* kind() const noexcept override { return "local"; }
   int local_rank() const noexcept override { return rank_; }
+  std::chrono::milliseconds timeout() const noexcept override { return group_->timeout(); }
 
   Status do_all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
                          const std::int64_t* recv_counts, const std::int64_t* recv_displs,

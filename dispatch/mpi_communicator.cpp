@@ -122,6 +122,7 @@ class MpiCommunicator final : public Communicator {
 
   int rank() const noexcept override { return rank_; }
   int size() const noexcept override { return size_; }
+  std::chrono::milliseconds timeout() const noexcept override { return options_.timeout; }
   const char* kind() const noexcept override { return "mpi"; }
   int local_rank() const noexcept override {
     const int local = launcher_local_rank();

@@ -211,6 +211,7 @@ class NcclCommunicator final : public Communicator {
 
   int rank() const noexcept override { return rank_; }
   int size() const noexcept override { return size_; }
+  std::chrono::milliseconds timeout() const noexcept override { return options_.timeout; }
   const char* kind() const noexcept override { return "nccl"; }
   int local_rank() const noexcept override { return local_rank_; }
   int device() const noexcept override { return device_; }

@@ -262,11 +262,11 @@ class Store {
 
   /// Writes a checkpoint of every table (rows and optimizer state), the step counter, the learning rates and the whole
   /// config (what open_checkpoint reopens) into `dir`: checksummed table files plus a manifest, each written to a
-  /// temporary name, fsynced and renamed, the manifest last, so a crash mid-save leaves the previous checkpoint in
-  /// `dir` intact. Flushes first. Savers of several processes (or stores) sharing `dir` take turns on an advisory lock
-  /// (flock) of it; loads running meanwhile are safe (see load()). On a world: a collective into one `dir` all ranks
-  /// share; each rank writes the shards it holds (a replicated table once), and the manifest, listing every piece with
-  /// its checksum, commits once every rank's pieces are durable. Ranks at different steps are refused, nothing written.
+  /// temporary name, fsynced and renamed, the manifest last, so a crash mid-save leaves the previous checkpoint intact.
+  /// Rows are read through the store, which writes its dirty cached rows back first. Savers (processes, stores) sharing
+  /// `dir` take turns on an advisory lock (flock) of it; loads meanwhile are safe (see load()). On a world: a
+  /// collective into one `dir` all ranks share; each rank writes the shards it holds (a replicated table once), and the
+  /// manifest commits once every rank's pieces are durable. Ranks at different steps are refused, nothing written.
   Status save(const std::string& dir);
   /// Restores a checkpoint of save() (of a store or of a world of any size and sharding) for the same tables (names,
   /// rows, dims, optimizers): rows and state go where this store's sharding puts them; step and learning rates too (the

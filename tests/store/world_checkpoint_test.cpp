@@ -19,10 +19,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,6 +50,9 @@ constexpr int kTimeoutMs = 20000;
 // The timeout of tests whose ranks stall (kStall) or wait past it: wide margins, for loaded machines and sanitizers.
 constexpr int kShortTimeoutMs = 3000;
 constexpr auto kStall = std::chrono::milliseconds(5000);
+// Slow local work that keeps making progress: kSlowSteps pauses of kSlowStep each, longer than kShortTimeoutMs in all.
+constexpr auto kSlowStep = std::chrono::milliseconds(1200);
+constexpr int kSlowSteps = 4;
 
 // The tables every test saves: each sharding type on `gpu` and `hybrid` (a cache of 4 rows), every optimizer
 // (rowwise Adagrad never by column), dims 5 and 8, rows 3 (fewer than ranks), 37 and 100.
@@ -455,6 +461,9 @@ TEST_F(WorldCheckpointTest, ARankThatStopsAfterTheCommitIsToldWhatTheDirectoryHo
   EXPECT_NE(got[0].message().find("the manifest was committed: the checkpoint is saved"), std::string::npos)
       << got[0].message();
   EXPECT_NE(got[1].message().find("the checkpoint may have been committed"), std::string::npos) << got[1].message();
+  EXPECT_NE(got[1].message().find("this rank could not learn from rank 0 whether it renamed the manifest"),
+            std::string::npos)
+      << got[1].message();
   on_world(0, world_config(0, false, 5), [&](int, Store& store) {
     ASSERT_TRUE(store.load(dir).is_ok());
     EXPECT_EQ(check_tagged(store, 1, 3), "");
@@ -581,17 +590,21 @@ TEST_F(WorldCheckpointTest, RanksSavingIntoDifferentDirectoriesAreRefused) {
 }
 
 // Local work longer than the communicator's timeout (a whole table written or verified by one rank, a table copied
-// without an exchange) does not time out the ranks waiting for it: they keep meeting in short rounds. The stalls sleep
-// past the timeout once each.
+// without an exchange) does not time out the ranks waiting for it: they keep meeting in short rounds. Rank 1 pauses
+// kSlowStep at each of its first kSlowSteps calls at `point` (longer than the timeout in all; it makes progress between
+// them: a single pause past the timeout is a rank whose I/O is stuck, ARankWhoseLocalIoIsStuckFailsItsPeers).
+template <class Point>
+std::function<Status(int, Point)> slow_rank_1(Point point, std::atomic<int>& pauses) {
+  return [point, &pauses](int rank, Point p) {
+    if (rank == 1 && p == point && pauses.fetch_add(1) < kSlowSteps) std::this_thread::sleep_for(kSlowStep);
+    return Status::ok();
+  };
+}
 
 TEST_F(WorldCheckpointTest, ASlowWriterDoesNotTimeOutTheOtherRanks) {
   const std::string dir = fresh_dir("slow_writer");
-  std::atomic<bool> slept{false};
-  detail::set_world_save_hook([&](int rank, detail::SavePoint p) {
-    if (rank == 1 && p == detail::SavePoint::kPieceHalfWritten && !slept.exchange(true))
-      std::this_thread::sleep_for(kStall);
-    return Status::ok();
-  });
+  std::atomic<int> pauses{0};
+  detail::set_world_save_hook(slow_rank_1(detail::SavePoint::kPieceHalfWritten, pauses));
   on_world(
       2, world_config(2, false, 7),
       [&](int rank, Store& store) {
@@ -601,7 +614,7 @@ TEST_F(WorldCheckpointTest, ASlowWriterDoesNotTimeOutTheOtherRanks) {
       },
       kShortTimeoutMs);
   detail::set_world_save_hook({});
-  EXPECT_TRUE(slept);
+  EXPECT_GE(pauses, kSlowSteps);
   on_world(0, world_config(0, false, 5), [&](int, Store& store) {
     ASSERT_TRUE(store.load(dir).is_ok());
     EXPECT_EQ(check_tagged(store, 1, 3), "");
@@ -612,11 +625,8 @@ TEST_F(WorldCheckpointTest, ASlowWriterDoesNotTimeOutTheOtherRanks) {
 TEST_F(WorldCheckpointTest, ASlowReaderDoesNotTimeOutTheOtherRanks) {
   const std::string& dir = saved(2);
   for (const detail::LoadPoint point : {detail::LoadPoint::kPieceVerified, detail::LoadPoint::kSpanWritten}) {
-    std::atomic<bool> slept{false};
-    detail::set_world_load_hook([&](int rank, detail::LoadPoint p) {
-      if (rank == 1 && p == point && !slept.exchange(true)) std::this_thread::sleep_for(kStall);
-      return Status::ok();
-    });
+    std::atomic<int> pauses{0};
+    detail::set_world_load_hook(slow_rank_1(point, pauses));
     // The sharding saved: each rank reads its own pieces, and row, column and table shards cross no rank.
     on_world(
         2, world_config(2, false, 5),
@@ -627,8 +637,66 @@ TEST_F(WorldCheckpointTest, ASlowReaderDoesNotTimeOutTheOtherRanks) {
         },
         kShortTimeoutMs);
     detail::set_world_load_hook({});
-    EXPECT_TRUE(slept);
+    EXPECT_GE(pauses, kSlowSteps);
   }
+}
+
+// A hook blocking rank 1 at its first call at `point` until `released` is ready (at most 20 s: the watchdog);
+// `by_rank_0`: it was released in time.
+template <class Point>
+std::function<Status(int, Point)> stuck_rank_1(Point point, std::shared_future<void> released,
+                                               std::atomic<bool>& blocked, std::atomic<bool>& by_rank_0) {
+  return [point, released, &blocked, &by_rank_0](int rank, Point p) {
+    if (rank == 1 && p == point && !blocked.exchange(true))
+      by_rank_0 = released.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+    return Status::ok();
+  };
+}
+
+// A rank whose local I/O makes no progress (blocked while it writes a piece, or copies rows, until rank 0's save or
+// load returned; at most 20 s): every other rank fails after one timeout naming it, instead of waiting for it for ever;
+// the rank itself returns the same error once its I/O returns. A save commits nothing.
+TEST_F(WorldCheckpointTest, ARankWhoseLocalIoIsStuckFailsItsPeersAfterOneTimeout) {
+  const std::string dir = fresh_dir("stuck_io");
+  const std::string stuck = "rank 1's local I/O made no progress for " + std::to_string(kShortTimeoutMs) + " ms";
+  for (const bool load : {false, true}) {
+    std::promise<void> rank_0_returned;
+    std::atomic<bool> blocked{false}, by_rank_0{false};
+    if (load)
+      detail::set_world_load_hook(
+          stuck_rank_1(detail::LoadPoint::kSpanRead, rank_0_returned.get_future().share(), blocked, by_rank_0));
+    else
+      detail::set_world_save_hook(
+          stuck_rank_1(detail::SavePoint::kPieceHalfWritten, rank_0_returned.get_future().share(), blocked, by_rank_0));
+    std::vector<Status> got(2);
+    on_world(
+        2, world_config(2, false, 7),
+        [&](int rank, Store& store) {
+          write_tagged(store, 1, 3);
+          got[static_cast<std::size_t>(rank)] = load ? store.load(saved(2)) : store.save(dir);
+          if (rank == 0) rank_0_returned.set_value();
+        },
+        kShortTimeoutMs);
+    detail::set_world_save_hook({});
+    detail::set_world_load_hook({});
+    EXPECT_TRUE(blocked);
+    EXPECT_TRUE(by_rank_0) << "rank 0 waited for rank 1's stuck I/O (load " << load << ")";
+    for (const Status& s : got) {
+      EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.to_string();
+      if (load) {
+        EXPECT_EQ(s.message().rfind("load '" + saved(2) + "': load failed while copying rows into table '", 0), 0u)
+            << s.message();
+        EXPECT_NE(s.message().find("': " + stuck + " (the tables may now hold a mix"), std::string::npos)
+            << s.message();
+      } else {
+        EXPECT_EQ(s.message(), "save '" + dir + "': " + stuck + " (nothing committed; the previous checkpoint stays)");
+      }
+    }
+    if (!load) {
+      EXPECT_FALSE(fs::exists(dir + "/MANIFEST"));
+    }
+  }
+  fs::remove_all(dir);
 }
 
 // "" when every row of every table of `store` holds tag `a`'s or tag `b`'s weights and state (a mix of rows of
@@ -680,17 +748,20 @@ TEST_F(WorldCheckpointTest, AReadFailingDuringTheCopyWritesOnlyRowsOfTheStoreOrO
   EXPECT_NE(messages[0].find("injected read error"), std::string::npos) << messages[0];
 }
 
-// A communicator that passes every call on, except that once armed, its next all_to_all_v moves the data and then
-// fails on this rank only (as a device-staged exchange can when the device fails during the copies), leaving the
-// communicator usable.
-class FailsOneExchange final : public dispatch::Communicator {
+// A communicator that passes every call on, except where armed: fail_next_exchange(): its next all_to_all_v moves the
+// data and then fails on this rank only (as a device-staged exchange can when the device fails during the copies),
+// leaving the communicator usable; throw_at_next_gather() (from any thread): its next all_gather throws, reaching no
+// peer.
+class FaultyComm final : public dispatch::Communicator {
  public:
-  explicit FailsOneExchange(std::shared_ptr<dispatch::Communicator> inner) : inner_(std::move(inner)) {}
-  void arm() { armed_ = true; }
+  explicit FaultyComm(std::shared_ptr<dispatch::Communicator> inner) : inner_(std::move(inner)) {}
+  void fail_next_exchange() { fail_exchange_ = true; }
+  void throw_at_next_gather() { throw_gather_ = true; }
   int rank() const noexcept override { return inner_->rank(); }
   int size() const noexcept override { return inner_->size(); }
   const char* kind() const noexcept override { return inner_->kind(); }
   int local_rank() const noexcept override { return inner_->local_rank(); }
+  std::chrono::milliseconds timeout() const noexcept override { return inner_->timeout(); }
   Status all_reduce(void* data, std::int64_t count, dispatch::DataType type, dispatch::ReduceOp op) override {
     return inner_->all_reduce(data, count, type, op);
   }
@@ -703,11 +774,12 @@ class FailsOneExchange final : public dispatch::Communicator {
                          const std::int64_t* recv_counts, const std::int64_t* recv_displs,
                          const dispatch::BufferSpace& space) override {
     Status s = inner_->all_to_all_v(send, send_counts, send_displs, recv, recv_counts, recv_displs, space);
-    if (!s.is_ok() || !armed_) return s;
-    armed_ = false;
+    if (!s.is_ok() || !fail_exchange_) return s;
+    fail_exchange_ = false;
     return Status::internal("injected failure of this rank's exchange");
   }
   Status do_all_gather(const void* send, std::int64_t bytes, void* recv, const dispatch::BufferSpace& space) override {
+    if (throw_gather_.exchange(false)) throw std::runtime_error("injected throw of this rank's all_gather");
     return inner_->all_gather(send, bytes, recv, space);
   }
   Status do_broadcast(void* data, std::int64_t bytes, int root, const dispatch::BufferSpace& space) override {
@@ -715,41 +787,121 @@ class FailsOneExchange final : public dispatch::Communicator {
   }
 
   std::shared_ptr<dispatch::Communicator> inner_;
-  bool armed_ = false;
+  bool fail_exchange_ = false;
+  std::atomic<bool> throw_gather_{false};
 };
+
+// Runs body(rank, store, comm) on `world` thread ranks, each store on a FaultyComm over a `local` world (collectives
+// timing out after `timeout_ms`); `comms` (filled before any rank starts) holds every rank's.
+template <class Body>
+void on_faulty_world(int world, int timeout_ms, std::vector<std::shared_ptr<FaultyComm>>& comms, Body body) {
+  const std::vector<std::shared_ptr<dispatch::Communicator>> inner = thread_comms(world, timeout_ms);
+  comms.clear();
+  for (const auto& c : inner) comms.push_back(std::make_shared<FaultyComm>(c));
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < world; ++r)
+    ranks.emplace_back([&, r] {
+      auto s = Store::open(world_config(world, false, 5), comms[static_cast<std::size_t>(r)]);
+      ASSERT_TRUE(s.is_ok()) << "rank " << r << ": " << s.status().to_string();
+      body(r, *s.value(), *comms[static_cast<std::size_t>(r)]);
+    });
+  for (auto& t : ranks) t.join();
+}
 
 // An exchange of the copy that fails on one rank only: that rank writes nothing of the span, every rank stops copying
 // there (the tables after it keep their rows) and reports the same error, without waiting for a timeout.
 TEST_F(WorldCheckpointTest, AnExchangeFailingOnOneRankStopsEveryRanksCopy) {
   const std::string& dir = saved(1);  // whole pieces: rank 0 reads t0 (replicated) and sends it to rank 1
-  const std::vector<std::shared_ptr<dispatch::Communicator>> inner = thread_comms(2, kTimeoutMs);
   std::vector<std::string> messages(2);
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r)
-    ranks.emplace_back([&, r] {
-      auto comm = std::make_shared<FailsOneExchange>(inner[static_cast<std::size_t>(r)]);
-      auto s = Store::open(world_config(2, false, 5), comm);
-      ASSERT_TRUE(s.is_ok()) << "rank " << r << ": " << s.status().to_string();
-      Store& store = *s.value();
-      write_tagged(store, 2, 1);
-      if (r == 1) comm->arm();
-      const Status loaded = store.load(dir);
-      EXPECT_EQ(loaded.code(), StatusCode::kInternal) << "rank " << r << ": " << loaded.to_string();
-      messages[static_cast<std::size_t>(r)] = loaded.message();
-      EXPECT_EQ(rows_of_either(store, 2, 1), "") << "rank " << r;
-      for (int t = 1; t < kNumTables; ++t) {
-        const TableShape& sh = kTables[t];
-        std::vector<float> w(static_cast<std::size_t>(sh.rows * sh.dim));
-        std::vector<float> st(static_cast<std::size_t>(sh.rows * state_dim(sh)));
-        ASSERT_TRUE(store.read_rows(t, 0, sh.rows, w.data(), state_dim(sh) ? st.data() : nullptr).is_ok());
-        EXPECT_EQ(w.back(), value(2, t, sh.rows - 1, sh.dim - 1, -1)) << sh.name << " was copied after t0 failed";
-      }
-      EXPECT_EQ(store.step(), 1);
-    });
-  for (auto& t : ranks) t.join();
+  std::vector<std::shared_ptr<FaultyComm>> comms;
+  on_faulty_world(2, kTimeoutMs, comms, [&](int r, Store& store, FaultyComm& comm) {
+    write_tagged(store, 2, 1);
+    if (r == 1) comm.fail_next_exchange();
+    const Status loaded = store.load(dir);
+    EXPECT_EQ(loaded.code(), StatusCode::kInternal) << "rank " << r << ": " << loaded.to_string();
+    messages[static_cast<std::size_t>(r)] = loaded.message();
+    EXPECT_EQ(rows_of_either(store, 2, 1), "") << "rank " << r;
+    for (int t = 1; t < kNumTables; ++t) {
+      const TableShape& sh = kTables[t];
+      std::vector<float> w(static_cast<std::size_t>(sh.rows * sh.dim));
+      std::vector<float> st(static_cast<std::size_t>(sh.rows * state_dim(sh)));
+      ASSERT_TRUE(store.read_rows(t, 0, sh.rows, w.data(), state_dim(sh) ? st.data() : nullptr).is_ok());
+      EXPECT_EQ(w.back(), value(2, t, sh.rows - 1, sh.dim - 1, -1)) << sh.name << " was copied after t0 failed";
+    }
+    EXPECT_EQ(store.step(), 1);
+  });
   EXPECT_EQ(messages[0], messages[1]);
   EXPECT_NE(messages[0].find("rank 1: "), std::string::npos) << messages[0];
   EXPECT_NE(messages[0].find("injected failure of this rank's exchange"), std::string::npos) << messages[0];
+}
+
+// A communicator whose all_gather throws on rank 1 while its pieces are written (the poll's rounds): rank 1's save
+// returns an error (its worker joined, no std::terminate), and rank 0 fails naming rank 1 once it times out.
+TEST_F(WorldCheckpointTest, ACommunicatorThatThrowsDuringAPolledSaveFailsTheSaveWithoutAborting) {
+  const std::string dir = fresh_dir("comm_throws");
+  std::vector<std::shared_ptr<FaultyComm>> comms;
+  std::atomic<bool> armed{false};
+  detail::set_world_save_hook([&](int rank, detail::SavePoint p) {
+    if (rank == 1 && p == detail::SavePoint::kPieceHalfWritten && !armed.exchange(true))
+      comms[1]->throw_at_next_gather();
+    return Status::ok();
+  });
+  std::vector<Status> got(2);
+  on_faulty_world(2, kShortTimeoutMs, comms, [&](int r, Store& store, FaultyComm&) {
+    write_tagged(store, 1, 3);
+    got[static_cast<std::size_t>(r)] = store.save(dir);
+  });
+  detail::set_world_save_hook({});
+  EXPECT_TRUE(armed);
+  EXPECT_EQ(got[1].code(), StatusCode::kInternal) << got[1].to_string();
+  EXPECT_NE(got[1].message().find("injected throw of this rank's all_gather"), std::string::npos) << got[1].message();
+  EXPECT_NE(got[1].message().find("nothing committed"), std::string::npos) << got[1].message();
+  EXPECT_EQ(got[0].code(), StatusCode::kUnavailable) << got[0].to_string();
+  EXPECT_NE(got[0].message().find("rank 1"), std::string::npos) << got[0].message();
+  EXPECT_FALSE(fs::exists(dir + "/MANIFEST"));
+  fs::remove_all(dir);
+}
+
+// A job that throws something other than a std::exception (here the hook, on rank 1's writer thread) fails the save on
+// every rank with the same error naming rank 1, instead of std::terminate.
+TEST_F(WorldCheckpointTest, AJobThrowingANonStandardExceptionFailsEveryRank) {
+  const std::string dir = fresh_dir("job_throws");
+  detail::set_world_save_hook([](int rank, detail::SavePoint p) {
+    if (rank == 1 && p == detail::SavePoint::kPieceHalfWritten) throw 42;
+    return Status::ok();
+  });
+  std::vector<Status> got(2);
+  on_world(2, world_config(2, false, 7), [&](int rank, Store& store) {
+    write_tagged(store, 1, 3);
+    got[static_cast<std::size_t>(rank)] = store.save(dir);
+  });
+  detail::set_world_save_hook({});
+  EXPECT_EQ(got[0].message(), got[1].message());
+  EXPECT_EQ(got[0].code(), StatusCode::kInternal) << got[0].to_string();
+  EXPECT_NE(got[0].message().find("rank 1: "), std::string::npos) << got[0].message();
+  EXPECT_NE(got[0].message().find("not a std::exception"), std::string::npos) << got[0].message();
+  EXPECT_FALSE(fs::exists(dir + "/MANIFEST"));
+  fs::remove_all(dir);
+}
+
+// A rank that never comes to a load: the other's load fails at its first collective (after the timeout), saying which
+// load and that nothing changed.
+TEST_F(WorldCheckpointTest, ALoadWhosePeerNeverComesSaysWhichLoadAndThatNothingChanged) {
+  const std::string& dir = saved(2);
+  Status got;
+  on_world(
+      2, world_config(2, false, 5),
+      [&](int rank, Store& store) {
+        if (rank == 1) return;
+        got = store.load(dir);
+        EXPECT_EQ(store.step(), 0);
+      },
+      kShortTimeoutMs);
+  EXPECT_EQ(got.code(), StatusCode::kUnavailable) << got.to_string();
+  EXPECT_EQ(got.message().rfind("load '" + dir + "': ", 0), 0u) << got.message();
+  EXPECT_NE(got.message().find("rank 1"), std::string::npos) << got.message();
+  EXPECT_EQ(got.message().substr(got.message().size() - std::string(" (nothing changed)").size()), " (nothing changed)")
+      << got.message();
 }
 
 // A store without a world stops at the first table whose copy fails: the tables after it keep their rows.

@@ -298,7 +298,7 @@ Result<StoreConfig> recorded_config(const std::string& dir, const std::string& t
   return c;
 }
 
-void remove_stale_files(const std::string& dir, const std::vector<std::string>& keep) {
+void remove_stale_files(const std::string& dir, const std::vector<std::string>& keep, Status (*each_file)()) {
   DIR* d = opendir(dir.c_str());
   if (!d) return;
   std::vector<std::string> doomed;
@@ -311,7 +311,10 @@ void remove_stale_files(const std::string& dir, const std::vector<std::string>& 
     if (std::find(keep.begin(), keep.end(), name) == keep.end()) doomed.push_back(name);
   }
   closedir(d);
-  for (const auto& name : doomed) ::unlink(join(dir, name).c_str());
+  for (const auto& name : doomed) {
+    ::unlink(join(dir, name).c_str());
+    if (each_file && !each_file().is_ok()) return;
+  }
 }
 
 std::vector<std::string> file_names(const Manifest& m) {
@@ -472,7 +475,7 @@ Result<PieceReader> PieceReader::open(const std::string& dir, const ManifestTabl
   return r;
 }
 
-Status PieceReader::verify() {
+Status PieceReader::verify(Status (*each_chunk)()) {
   verified_ = false;
   if (file_.size() != want_bytes_ || manifest_bytes_ != want_bytes_)
     return Status::data_loss(name_ + ": " + std::to_string(file_.size()) + " bytes, the manifest says " +
@@ -492,6 +495,7 @@ Status PieceReader::verify() {
     STRATA_RETURN_IF_ERROR(
         file_.read_at(kHeaderBytes + static_cast<std::uint64_t>(r * width_) * 4u, buf.data(), bytes));
     crc = crc32c(buf.data(), bytes, crc);
+    if (each_chunk) STRATA_RETURN_IF_ERROR(each_chunk());
   }
   if (crc != want_crc_)
     return Status::data_loss(name_ + ": checksum " + hex32(crc) + " does not match the manifest's " + hex32(want_crc_) +

@@ -125,7 +125,8 @@ Result<StoreConfig> recorded_config(const std::string& dir, const std::string& t
 /// Removes the table files ("*.tbl") and temp files (of tables and of the manifest) of `dir` whose names are not in
 /// `keep` (best effort: leftovers cost only space). Call with the directory's DirLock held: no other saver is
 /// writing files there meanwhile, so temp files are those of saves that crashed or failed.
-void remove_stale_files(const std::string& dir, const std::vector<std::string>& keep);
+/// `each_file` (optional) is called after each removal; its error stops the removals.
+void remove_stale_files(const std::string& dir, const std::vector<std::string>& keep, Status (*each_file)() = nullptr);
 /// The file names of every piece of `m`.
 std::vector<std::string> file_names(const Manifest& m);
 
@@ -184,8 +185,9 @@ class PieceReader {
 
   PieceReader() = default;
   /// Checks the size, the header against the manifest (box, shape, save id) and the CRC of the whole file.
-  /// kDataLoss naming the file, the table, the box, what was found and what was expected.
-  Status verify();
+  /// kDataLoss naming the file, the table, the box, what was found and what was expected. `each_chunk` (optional) is
+  /// called after each chunk of rows read; its error stops the check with it.
+  Status verify(Status (*each_chunk)() = nullptr);
   /// Reads the next `n` records (host, n * width() floats), from row 0 on (again after each verify()), accumulating
   /// their CRC. kFailedPrecondition before verify() succeeded; kOutOfRange past the piece's rows; read errors.
   Status read_next(std::int64_t n, float* records);

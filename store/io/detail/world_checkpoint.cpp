@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <new>
 #include <optional>
 #include <random>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -42,6 +44,21 @@ std::function<Status(int, LoadPoint)>& load_hook() {
 }
 
 Status at(int rank, LoadPoint point) { return load_hook() ? load_hook()(rank, point) : Status::ok(); }
+
+// `job`'s result, an exception it throws (of any type) as an error: a job on a thread of its own has nothing else to
+// catch it, and a communicator's call that throws must still let run_polled join its worker and every caller return a
+// Status.
+Status guarded(const std::function<Status()>& job) {
+  try {
+    return job();
+  } catch (const std::bad_alloc&) {
+    return Status::resource_exhausted("out of host memory");
+  } catch (const std::exception& e) {
+    return Status::internal(std::string("unexpected exception: ") + e.what());
+  } catch (...) {
+    return Status::internal("unexpected exception (not a std::exception)");
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Outcomes: every round of save and load ends in one all_gather of each rank's result, so every rank decides the
@@ -78,7 +95,8 @@ Result<Gathered> gather_outcomes(dispatch::Communicator& comm, const Status& sta
   std::string send(each, '\0'), recv(each * static_cast<std::size_t>(comm.size()), '\0');
   std::memcpy(&send[0], &mine, sizeof mine);
   std::memcpy(&send[sizeof mine], extra.data(), extra.size());
-  STRATA_RETURN_IF_ERROR(comm.all_gather(send.data(), static_cast<std::int64_t>(each), &recv[0]));
+  STRATA_RETURN_IF_ERROR(
+      guarded([&] { return comm.all_gather(send.data(), static_cast<std::int64_t>(each), &recv[0]); }));
   Gathered g;
   for (int r = 0; r < comm.size(); ++r) {
     const char* at_r = recv.data() + each * static_cast<std::size_t>(r);
@@ -100,14 +118,6 @@ Status first_failure(const Gathered& g, const std::string& what) {
   return Status::ok();
 }
 
-// `status` of this rank, agreed: every rank returns the first failing rank's. A store without a world (comm null)
-// returns its own, unchanged.
-Status agreed(dispatch::Communicator* comm, const Status& status, const std::string& what) {
-  if (!comm) return status;
-  STRATA_ASSIGN_OR_RETURN(Gathered g, gather_outcomes(*comm, status, 0, 0));
-  return first_failure(g, what);
-}
-
 // Rank 0's `text` on every rank.
 Status broadcast_text(dispatch::Communicator* comm, std::string& text) {
   if (!comm) return Status::ok();
@@ -118,52 +128,98 @@ Status broadcast_text(dispatch::Communicator* comm, std::string& text) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Long local work between collectives. A collective waits CommOptions::timeout (30 s by default) for its peers, and a
-// rank may work alone far longer: write a whole table's piece (table sharding puts a table on one rank; one replica
-// writes a replicated table), verify one, copy a table whose rows cross no rank. So such work runs on a thread of its
-// own while the rank's thread meets the others every kPollInterval in an all_gather of one flag each, until every
-// rank's work is done: the ranks that finish first wait in short collectives, never in one long one.
+// Long local work between collectives. A collective waits the communicator's timeout (CommOptions::timeout, 30 s by
+// default) for its peers, and a rank may work alone far longer: write a whole table's piece (table sharding puts a
+// table on one rank; one replica writes a replicated table), verify one, copy a table whose rows cross no rank. So such
+// work runs on a thread of its own while the rank's thread meets the others every kPollInterval in an all_gather of
+// each rank's flag and progress, until every rank's work is done: the ranks that finish first wait in short
+// collectives, never in one long one. The work counts its progress (progressed(), at least once per chunk of rows);
+// when no rank still working made any for one communicator timeout, every rank fails in step naming them.
 
 constexpr auto kPollInterval = std::chrono::milliseconds(20);
 
-// `job`'s result, an exception it throws as an error (it runs on a thread of its own: nothing else would catch it).
-Status guarded(const std::function<Status()>& job) {
-  try {
-    return job();
-  } catch (const std::bad_alloc&) {
-    return Status::resource_exhausted("out of host memory");
-  } catch (const std::exception& e) {
-    return Status::internal(std::string("unexpected exception: ") + e.what());
-  }
+// The job of run_polled running on this thread (its worker), or null.
+struct PolledJob {
+  std::atomic<std::int64_t> progress{0};
+  std::atomic<bool> given_up{false};
+};
+thread_local PolledJob* t_polled_job = nullptr;
+
+// Called by local work at least once per chunk of rows: counts progress for run_polled's stall check. An error once
+// run_polled gave up on the job (its rounds failed: the job stops at its next chunk, and its rank returns that
+// failure as soon as the job ends).
+Status progressed() {
+  if (!t_polled_job) return Status::ok();
+  t_polled_job->progress.fetch_add(1, std::memory_order_relaxed);
+  return t_polled_job->given_up.load(std::memory_order_relaxed)
+             ? Status::unavailable("local I/O abandoned: the ranks gave up waiting for it")
+             : Status::ok();
+}
+
+// "rank 1" or "ranks 1, 3".
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
 }
 
 // Runs `job` (local: it must never call the communicator, which this thread uses meanwhile) on a thread of its own,
-// this thread joining all_gather rounds of each rank's flag (running, done, failed) until every rank's job is done.
-// The rounds end on the same round on every rank (the decision is the gathered flags'), so the collectives stay in
-// step. `job_status`: the job's result. Returns whether any rank's job failed, or the collective's error (the
-// communicator is broken; the job finished first). comm null: the job on this thread.
+// this thread joining all_gather rounds of each rank's flag (running, done, failed) and progress until every rank's job
+// is done. The rounds end on the same round on every rank (the decision is the gathered flags'), so the collectives
+// stay in step. `job_status`: the job's result. Returns whether any rank's job failed, or an error on every rank: the
+// collective's (the communicator is broken), or kUnavailable naming the ranks whose job made no progress for the
+// communicator's timeout (decided in step: a rank that saw none for that long says so in its next round). Either way
+// the worker is joined first (it reads memory of the caller): a rank whose job is stuck in a system call returns only
+// once that call does (its job then stops at its next progressed()), but its peers, done, return at once. comm null:
+// the job on this thread.
 Result<bool> run_polled(dispatch::Communicator* comm, const std::function<Status()>& job, Status& job_status) {
   if (!comm) {
     job_status = guarded(job);
     return !job_status.is_ok();
   }
+  enum : std::int64_t { kRunning = 0, kDone = 1, kFailed = 2 };
+  struct Round {
+    std::int64_t flag = kRunning;
+    std::int64_t progress = 0;
+    std::int64_t stalled_ms = 0;  // > 0: this rank saw no progress of the working ranks for that long (its timeout)
+  };
+  const std::size_t world = static_cast<std::size_t>(comm->size());
+  std::vector<Round> rounds(world), last(world);  // before the worker: the rounds allocate nothing
+  std::vector<int> working;
+  working.reserve(world);
+  PolledJob polled;
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
   Status result;
-  std::thread worker([&] {
-    Status s = guarded(job);
-    std::lock_guard<std::mutex> lock(mu);
-    result = std::move(s);
+  std::thread worker;
+  try {
+    worker = std::thread([&] {
+      t_polled_job = &polled;
+      Status s = guarded(job);
+      t_polled_job = nullptr;
+      std::lock_guard<std::mutex> lock(mu);
+      result = std::move(s);
+      done = true;
+      cv.notify_one();
+    });
+  } catch (const std::system_error& e) {  // no thread (EAGAIN): the rounds still run, and every rank learns it
+    result = Status::resource_exhausted(std::string("could not start a thread for local I/O: ") + e.what());
     done = true;
-    cv.notify_one();
-  });
-  enum : std::int32_t { kRunning = 0, kDone = 1, kFailed = 2 };
-  std::vector<std::int32_t> flags(static_cast<std::size_t>(comm->size()));
-  Status collective;
+  }
+  // Joined on every way out (a worker still joinable at its destruction would std::terminate the process).
+  struct Joiner {
+    std::thread& t;
+    ~Joiner() {
+      if (t.joinable()) t.join();
+    }
+  } joiner{worker};
+  const auto timeout = comm->timeout();
+  auto moved = std::chrono::steady_clock::now();  // when a working rank last made progress (or the rounds began)
+  Status failure;
   bool any_failed = false;
   for (bool first = true;; first = false) {
-    std::int32_t mine = kRunning;
+    Round mine;
     {
       std::unique_lock<std::mutex> lock(mu);
       if (done && !first) {
@@ -173,21 +229,38 @@ Result<bool> run_polled(dispatch::Communicator* comm, const std::function<Status
       } else {
         cv.wait_for(lock, kPollInterval, [&] { return done; });
       }
-      if (done) mine = result.is_ok() ? kDone : kFailed;
+      if (done) mine.flag = result.is_ok() ? kDone : kFailed;
     }
-    collective = comm->all_gather(&mine, sizeof mine, flags.data());
-    if (!collective.is_ok()) break;
+    mine.progress = polled.progress.load(std::memory_order_relaxed);
+    const auto now = std::chrono::steady_clock::now();
+    if (!first && now - moved >= timeout)
+      mine.stalled_ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
+    failure = guarded([&] { return comm->all_gather(&mine, sizeof mine, rounds.data()); });
+    if (!failure.is_ok()) break;
     bool all_done = true;
     any_failed = false;
-    for (std::int32_t f : flags) {
-      all_done = all_done && f != kRunning;
-      any_failed = any_failed || f == kFailed;
+    std::int64_t stalled_ms = 0;
+    working.clear();
+    for (std::size_t r = 0; r < world; ++r) {
+      const Round& g = rounds[r];
+      all_done = all_done && g.flag != kRunning;
+      any_failed = any_failed || g.flag == kFailed;
+      if (g.flag == kRunning) working.push_back(static_cast<int>(r));
+      if (first || g.progress != last[r].progress || g.flag != last[r].flag) moved = now;
+      if (stalled_ms == 0) stalled_ms = g.stalled_ms;
     }
+    last = rounds;
     if (all_done) break;
+    if (stalled_ms > 0) {  // the same decision, and text, on every rank
+      failure = Status::unavailable(rank_list(working) + "'s local I/O made no progress for " +
+                                    std::to_string(stalled_ms) + " ms");
+      polled.given_up = true;
+      break;
+    }
   }
-  worker.join();
+  if (worker.joinable()) worker.join();
   job_status = result;
-  if (!collective.is_ok()) return collective;
+  if (!failure.is_ok()) return failure;
   return any_failed;
 }
 
@@ -235,6 +308,7 @@ Status write_piece(Store& store, int t, const ManifestTable& mt, const Box& box,
       if (sd) std::memcpy(rec + cols, state.data() + i * sd, sizeof(float) * static_cast<std::size_t>(sd));
     }
     STRATA_RETURN_IF_ERROR(w.append(records.data(), n));
+    STRATA_RETURN_IF_ERROR(progressed());
     if (!halfway && 2 * (r + n) >= box.rows) {
       halfway = true;
       STRATA_RETURN_IF_ERROR(at(rank, SavePoint::kPieceHalfWritten));
@@ -434,8 +508,8 @@ Status save_world(Store& store, dispatch::Communicator& comm, const std::string&
   if (!done) {
     if (me != 0)
       return lost(done.status(),
-                  "the checkpoint may have been committed: every rank's pieces were durable, and rank 0 could not "
-                  "tell whether it renamed the manifest");
+                  "the checkpoint may have been committed: every rank's pieces were durable, and this rank could not "
+                  "learn from rank 0 whether it renamed the manifest");
     if (!committed.is_ok())
       return Status::from_code(committed.code(),
                                what + ": rank 0: " + committed.message() +
@@ -444,8 +518,18 @@ Status save_world(Store& store, dispatch::Communicator& comm, const std::string&
     return lost(done.status(), "the manifest was committed: the checkpoint is saved; the other ranks may not know");
   }
   STRATA_RETURN_IF_ERROR(first_failure(done.value(), what));
-  // 7. Cleanup under the lock: the previous generation and whatever failed saves left.
-  if (me == 0) remove_stale_files(dir, files);
+  // 7. Cleanup under the lock: the previous generation and whatever failed saves left (rank 0; polled: many large
+  // unlinks may take long).
+  Status cleaned;
+  Result<bool> swept = run_polled(
+      &comm,
+      [&] {
+        if (me == 0) remove_stale_files(dir, files, progressed);
+        return Status::ok();
+      },
+      cleaned);
+  if (!swept)
+    return lost(swept.status(), "the manifest was committed: the checkpoint is saved; stale files may remain");
   return Status::ok();
 }
 
@@ -517,7 +601,7 @@ Status open_pieces(Store& store, int me, const std::string& dir, Prepared& c) {
   }
   for (auto& table : c.readers)
     for (auto& kr : table) {
-      STRATA_RETURN_IF_ERROR(kr.second.verify());
+      STRATA_RETURN_IF_ERROR(kr.second.verify(progressed));
       STRATA_RETURN_IF_ERROR(at(me, LoadPoint::kPieceVerified));
     }
   return Status::ok();
@@ -529,9 +613,10 @@ Status open_pieces(Store& store, int me, const std::string& dir, Prepared& c) {
 // round of each tells every rank whether any rank failed: then no rank writes that span or any later one (`stopped`,
 // set alike on every rank), so no rank writes records a failed reader could not read. A rank whose exchange failed
 // alone (a device-staged collective can, leaving the communicator usable) writes nothing of that span and stops every
-// rank after it. Returns this rank's first failure (reported at load_pieces' final gather) or a collective's.
+// rank after it. Returns this rank's first failure (reported at load_pieces' final gather), or the error of the polled
+// rounds, also in `rounds` (the same on every rank: a broken communicator or a rank whose I/O is stuck).
 Status copy_table(Store& store, dispatch::Communicator* comm, int me, int world, Prepared& c, std::size_t ti,
-                  bool& stopped) {
+                  bool& stopped, Status& rounds) {
   const TablePlan& p = c.plans[ti];
   const Box& target = p.targets[static_cast<std::size_t>(me)];
   const TableSpec& spec = store.config().tables[ti].spec;
@@ -570,6 +655,7 @@ Status copy_table(Store& store, dispatch::Communicator* comm, int me, int world,
             const std::int64_t cnt = local_range(p.pieces[k], row0, n).second;
             runs[k].resize(static_cast<std::size_t>(cnt * kr.second.width()));
             if (cnt > 0) STRATA_RETURN_IF_ERROR(kr.second.read_next(cnt, runs[k].data()));
+            STRATA_RETURN_IF_ERROR(progressed());
             records[k] = runs[k].data();
             if (row0 + n >= p.rows) STRATA_RETURN_IF_ERROR(kr.second.finish());
           }
@@ -579,7 +665,8 @@ Status copy_table(Store& store, dispatch::Communicator* comm, int me, int world,
         read);
     if (!any) {
       stopped = true;
-      return any.status();
+      rounds = any.status();
+      return rounds;
     }
     note(read);
     if (any.value()) {
@@ -611,12 +698,14 @@ Status copy_table(Store& store, dispatch::Communicator* comm, int me, int world,
           if (run.second == 0 || target.cols == 0) return Status::ok();
           STRATA_RETURN_IF_ERROR(store.write_shard(static_cast<int>(ti), run.first, run.second, weights.data(),
                                                    sd ? state.data() : nullptr));
+          STRATA_RETURN_IF_ERROR(progressed());
           return at(me, LoadPoint::kSpanWritten);
         },
         wrote);
     if (!any) {
       stopped = true;
-      return any.status();
+      rounds = any.status();
+      return rounds;
     }
     note(wrote);
     if (any.value()) stopped = true;
@@ -649,7 +738,16 @@ Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std
   const auto nothing_changed = [&](const Status& s) {
     return Status::from_code(s.code(), what + ": " + s.message() + " (nothing changed)");
   };
-  STRATA_RETURN_IF_ERROR(agreed(comm, store.in_flight() > 0 ? busy("load", store.in_flight()) : Status::ok(), what));
+  // Before the copy: `s` of this rank agreed ("load '<dir>': rank r: ...", the same on every rank), or the failed
+  // collective's error, each saying that nothing changed (a store without a world: its own `s`).
+  const auto agree = [&](const Status& s) {
+    if (!comm) return s;
+    Result<Gathered> g = gather_outcomes(*comm, s, 0, 0);
+    if (!g) return nothing_changed(g.status());
+    const Status first = first_failure(g.value(), what);
+    return first.is_ok() ? first : Status::from_code(first.code(), first.message() + " (nothing changed)");
+  };
+  STRATA_RETURN_IF_ERROR(agree(store.in_flight() > 0 ? busy("load", store.in_flight()) : Status::ok()));
   // 1. One manifest for all: rank 0's.
   std::string text;
   {
@@ -663,8 +761,8 @@ Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std
       else
         s = t.status();
     }
-    STRATA_RETURN_IF_ERROR(agreed(comm, s, what));
-    STRATA_RETURN_IF_ERROR(broadcast_text(comm, text));
+    STRATA_RETURN_IF_ERROR(agree(s));
+    if (Status b = broadcast_text(comm, text); !b.is_ok()) return nothing_changed(b);
   }
   // 2-3. Plan, open and verify, before any row changes. A failure caused by a save that replaced the manifest
   // meanwhile (its cleanup removed a piece this one names) starts over with the new manifest, unless it is pinned.
@@ -678,9 +776,8 @@ Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std
     Result<bool> verified = run_polled(
         comm, [&] { return plan.is_ok() ? open_pieces(store, me, dir, *prepared) : plan; }, s);
     if (!verified) return nothing_changed(verified.status());
-    s = agreed(comm, s, what);
+    s = agree(s);
     if (s.is_ok()) break;
-    if (comm) s = Status::from_code(s.code(), s.message() + " (nothing changed)");
     if (pinned_manifest) return s;
     std::string now;
     Status reread;
@@ -692,12 +789,13 @@ Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std
         now = std::move(n).value();
       }
     }
-    if (comm) STRATA_RETURN_IF_ERROR(comm->broadcast(&changed, sizeof changed, 0));
+    if (comm)
+      if (Status b = comm->broadcast(&changed, sizeof changed, 0); !b.is_ok()) return nothing_changed(b);
     if (!changed) return s;
     if (attempt == kLoadAttempts)
       return s.with_context(dir + ": the checkpoint was replaced " + std::to_string(attempt) +
                             " times while load read it");
-    STRATA_RETURN_IF_ERROR(broadcast_text(comm, now));
+    if (Status b = broadcast_text(comm, now); !b.is_ok()) return nothing_changed(b);
     text = std::move(now);
   }
   Prepared& c = *prepared;
@@ -707,15 +805,17 @@ Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std
   Result<bool> ran = run_polled(
       comm, [&] { return store.flush(); }, flushed);
   if (!ran) return nothing_changed(ran.status());
-  STRATA_RETURN_IF_ERROR(agreed(comm, flushed, what));
+  STRATA_RETURN_IF_ERROR(agree(flushed));
   // 5. Copy, table by table, span by span, through the descriptors verified above.
   const std::string mixed =
       "(the tables may now hold a mix of their previous rows and the checkpoint's; step unchanged; load again)";
   // The first failure on any rank stops every rank's copy (a store without a world: at its first failing table).
-  Status copied;
+  Status copied, rounds;
   bool stopped = false;
+  std::string at_table = "after every table";  // where this rank's copy ended
   for (std::size_t ti = 0; ti < c.plans.size() && !stopped; ++ti) {
-    Status s = copy_table(store, comm, me, world, c, ti, stopped);
+    Status s = copy_table(store, comm, me, world, c, ti, stopped, rounds);
+    if (stopped || !s.is_ok()) at_table = "into table '" + store.config().tables[ti].spec.name + "'";
     if (copied.is_ok() && !s.is_ok())
       copied = s.with_context(dir + ": load failed while copying rows into table '" +
                               store.config().tables[ti].spec.name + "' " + mixed);
@@ -724,8 +824,12 @@ Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std
     if (!copied.is_ok()) return copied;
     return loaded(c);
   }
-  Result<Gathered> all = gather_outcomes(*comm, copied, 0, 0);
-  if (!all) return all.status().with_context(dir + ": load failed while copying rows " + mixed);
+  // The polled rounds failed (in step on every rank: a broken communicator, a rank's I/O stuck): no final gather, which
+  // would wait for a stuck rank.
+  Result<Gathered> all = rounds.is_ok() ? gather_outcomes(*comm, copied, 0, 0) : Result<Gathered>(rounds);
+  if (!all)  // the communicator broke (during the copy of `at_table` or at this gather), or a rank's I/O is stuck
+    return Status::from_code(all.status().code(), what + ": load failed while copying rows " + at_table + ": " +
+                                                      all.status().message() + " " + mixed);
   STRATA_RETURN_IF_ERROR(first_failure(all.value(), what));
   return loaded(c);
 }

@@ -15,10 +15,14 @@
 // A failure on any rank during the copy stops every rank's copy at that span, each keeping what it wrote before.
 // A store without a world (comm null) loads v1 and v2 checkpoints through the same code, as a world of one.
 //
-// Long local work (writing, verifying or copying whole pieces) runs on a thread of its own while the rank's thread
-// meets its peers every 20 ms in a short all_gather, so that no rank waits in one collective for another rank's I/O
-// past the communicator's timeout. Each call spawns and joins such threads; the store is used by one of them at a
-// time.
+// Long local work (writing, verifying or copying whole pieces, rank 0's removal of stale files) runs on a thread of its
+// own while the rank's thread meets its peers every 20 ms in a short all_gather, so that no rank waits in one
+// collective for another rank's I/O past the communicator's timeout. Each call spawns and joins such threads; the store
+// is used by one of them at a time. The work counts its progress (each chunk of rows written, verified, read or
+// copied, each file removed): when no rank still working made any for one communicator timeout
+// (Communicator::timeout()), every rank fails in step with kUnavailable naming them ("rank 1's local I/O made no
+// progress for 3000 ms"). A rank joins its own work before it returns (the work reads the caller's memory; it stops at
+// its next chunk), so a rank stuck in a system call returns only when that call does; its peers return at once.
 
 #include <cstdint>
 #include <functional>
