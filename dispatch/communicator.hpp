@@ -124,8 +124,7 @@ class Communicator {
   /// `mpi`, a `transport` whose Transport names none: they work in host memory and take device
   /// buffers of any device). A store in this rank's world opens that device (device ordinal "auto").
   virtual int device() const noexcept { return -1; }
-  /// How long a collective waits for its peers (CommOptions::timeout; `transport`, whose Transport keeps its own:
-  /// the default CommOptions').
+  /// How long a collective waits for its peers (CommOptions::timeout; `transport`: its Transport's).
   virtual std::chrono::milliseconds timeout() const noexcept { return CommOptions{}.timeout; }
 
   /// All-to-all with variable sizes, in bytes: `send_counts[r]` bytes starting at

@@ -35,6 +35,7 @@ class TransportCommunicator final : public Communicator {
   const char* kind() const noexcept override { return t_->kind(); }
   int local_rank() const noexcept override { return t_->local_rank(); }
   int device() const noexcept override { return t_->device(); }
+  std::chrono::milliseconds timeout() const noexcept override { return t_->timeout(); }
 
   Status all_reduce(void* data, std::int64_t count, DataType type, ReduceOp op) override {
     return run(detail::all_reduce_call(size_, data, count, type, op), [&]() -> Status {

@@ -32,6 +32,7 @@
 // same path for a call (the same takes_device() answer, packed displacements on all or none): each
 // header says which it took, and a mix is refused on every rank (InvalidArgument) and breaks the world.
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 
@@ -100,6 +101,8 @@ class Transport {
   virtual int local_rank() const noexcept = 0;
   /// Communicator::device(): the CUDA ordinal this rank's collectives run on, -1 when none.
   virtual int device() const noexcept { return -1; }
+  /// Communicator::timeout(): how long its operations wait for a peer (the default: CommOptions').
+  virtual std::chrono::milliseconds timeout() const noexcept { return CommOptions{}.timeout; }
   /// Communicator::kind() of the communicator over it ("torch").
   virtual const char* kind() const noexcept = 0;
   /// Whether the device operations may be given device buffers of `space` (a device space)

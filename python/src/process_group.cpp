@@ -2,6 +2,7 @@
 
 #include <Python.h>
 
+#include <chrono>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -31,7 +32,8 @@ class PyTransport final : public dispatch::Transport {
         size_(impl_.attr("size").cast<int>()),
         local_rank_(impl_.attr("local_rank").cast<int>()),
         device_(impl_.attr("device").cast<int>()),
-        cuda_device_(impl_.attr("cuda_device").cast<int>()) {}
+        cuda_device_(impl_.attr("cuda_device").cast<int>()),
+        timeout_(impl_.attr("timeout_ms").cast<std::int64_t>()) {}
 
   ~PyTransport() override {
     if (finalizing()) {
@@ -49,6 +51,7 @@ class PyTransport final : public dispatch::Transport {
   int size() const noexcept override { return size_; }
   int local_rank() const noexcept override { return local_rank_; }
   int device() const noexcept override { return device_; }
+  std::chrono::milliseconds timeout() const noexcept override { return timeout_; }
   const char* kind() const noexcept override { return "torch"; }
   // CUDA buffers of the group's NCCL GPU go to NCCL in place; every other device space (emu: its
   // tagged addresses are not host memory; CUDA without NCCL or of another GPU) is staged.
@@ -138,6 +141,7 @@ class PyTransport final : public dispatch::Transport {
   std::shared_ptr<Interrupt> interrupt_;
   int rank_, size_, local_rank_, device_;
   int cuda_device_;  // the GPU whose buffers takes_device() accepts (the group's NCCL), -1: none
+  std::chrono::milliseconds timeout_;
 };
 
 }  // namespace

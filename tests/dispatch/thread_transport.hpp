@@ -27,6 +27,7 @@ class ThreadTransport final : public Transport {
   int local_rank() const noexcept override { return comm_->local_rank(); }
   const char* kind() const noexcept override { return "threads"; }
   bool takes_device(const BufferSpace& /*space*/) const noexcept override { return direct_; }
+  std::chrono::milliseconds timeout() const noexcept override { return comm_->timeout(); }
 
   Result<HostStage> host_stage(std::int64_t send_bytes, std::int64_t recv_bytes) override {
     ++stages;

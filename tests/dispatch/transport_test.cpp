@@ -79,6 +79,16 @@ TEST(TransportCommunicator, RefusesANullTransportAndABadWorld) {
   EXPECT_THAT(bad.status().message(), HasSubstr("rank 2 of size 2 is not a world (expected 0 <= rank < size)"));
 }
 
+// Communicator::timeout() of a transport communicator is its Transport's (what its operations wait), which local
+// work of the store's collectives (world checkpoints) measures stalls against.
+TEST(TransportCommunicator, ItsTimeoutIsTheTransports) {
+  CommOptions options;
+  options.timeout = std::chrono::milliseconds(1234);
+  TransportGroup g = make_transport_group(2, false, options);
+  for (const auto& c : g.comms) EXPECT_EQ(c->timeout(), std::chrono::milliseconds(1234));
+  EXPECT_EQ(make_local_group(1, options).value()[0]->timeout(), std::chrono::milliseconds(1234));
+}
+
 // Something else on the transport's world (a trainer's own collective on the process group) met
 // one of Strata's: the rank whose bytes carry no strata header is named on every rank, and the
 // communicator is broken (broken() says so, with that error).
