@@ -416,6 +416,26 @@ std::vector<Status> save_with_rank_1_stalled(int world, detail::SavePoint point,
   return got;
 }
 
+// A 2-rank world with the short timeout writes tagged rows and saves them into `dir`; every rank's save must succeed.
+void save_tagged_on_two_ranks(const std::string& dir) {
+  on_world(
+      2, world_config(2, false, 7),
+      [&](int rank, Store& store) {
+        write_tagged(store, 1, 3);
+        const Status s = store.save(dir);
+        EXPECT_TRUE(s.is_ok()) << "rank " << rank << ": " << s.to_string();
+      },
+      kShortTimeoutMs);
+}
+
+// A store without a world loads `dir` and holds the tagged rows.
+void expect_tagged_in_one_store(const std::string& dir) {
+  on_world(0, world_config(0, false, 5), [&](int, Store& store) {
+    ASSERT_TRUE(store.load(dir).is_ok());
+    EXPECT_EQ(check_tagged(store, 1, 3), "");
+  });
+}
+
 // A rank that stops during a save (past the others' timeout): the others fail naming it, the manifest stays, the
 // previous checkpoint loads whole into another world and into a store without one, and the next save cleans up.
 TEST_F(WorldCheckpointTest, ARankThatStopsDuringASaveFailsEveryRankAndCommitsNothing) {
@@ -435,10 +455,7 @@ TEST_F(WorldCheckpointTest, ARankThatStopsDuringASaveFailsEveryRankAndCommitsNot
     ASSERT_TRUE(store.load(dir).is_ok());
     EXPECT_EQ(check_tagged(store, 1, 3), "") << "rank " << rank;
   });
-  on_world(0, world_config(0, false, 5), [&](int, Store& store) {
-    ASSERT_TRUE(store.load(dir).is_ok());
-    EXPECT_EQ(check_tagged(store, 1, 3), "");
-  });
+  expect_tagged_in_one_store(dir);
   // The next save leaves only its own pieces and the manifest.
   on_world(2, world_config(2, false, 5), [&](int rank, Store& store) {
     write_tagged(store, 3, 5);
@@ -464,10 +481,7 @@ TEST_F(WorldCheckpointTest, ARankThatStopsAfterTheCommitIsToldWhatTheDirectoryHo
   EXPECT_NE(got[1].message().find("this rank could not learn from rank 0 whether it renamed the manifest"),
             std::string::npos)
       << got[1].message();
-  on_world(0, world_config(0, false, 5), [&](int, Store& store) {
-    ASSERT_TRUE(store.load(dir).is_ok());
-    EXPECT_EQ(check_tagged(store, 1, 3), "");
-  });
+  expect_tagged_in_one_store(dir);
   fs::remove_all(dir);
 }
 
@@ -557,19 +571,9 @@ TEST_F(WorldCheckpointTest, AWorldWaitsForAnotherSaverLongerThanItsTimeout) {
     std::this_thread::sleep_for(2 * std::chrono::milliseconds(kShortTimeoutMs));
     held.value() = detail::DirLock();
   });
-  on_world(
-      2, world_config(2, false, 7),
-      [&](int rank, Store& store) {
-        write_tagged(store, 1, 3);
-        const Status s = store.save(dir);
-        EXPECT_TRUE(s.is_ok()) << "rank " << rank << ": " << s.to_string();
-      },
-      kShortTimeoutMs);
+  save_tagged_on_two_ranks(dir);
   release.join();
-  on_world(0, world_config(0, false, 5), [&](int, Store& store) {
-    ASSERT_TRUE(store.load(dir).is_ok());
-    EXPECT_EQ(check_tagged(store, 1, 3), "");
-  });
+  expect_tagged_in_one_store(dir);
   fs::remove_all(dir);
 }
 
@@ -605,20 +609,10 @@ TEST_F(WorldCheckpointTest, ASlowWriterDoesNotTimeOutTheOtherRanks) {
   const std::string dir = fresh_dir("slow_writer");
   std::atomic<int> pauses{0};
   detail::set_world_save_hook(slow_rank_1(detail::SavePoint::kPieceHalfWritten, pauses));
-  on_world(
-      2, world_config(2, false, 7),
-      [&](int rank, Store& store) {
-        write_tagged(store, 1, 3);
-        const Status s = store.save(dir);
-        EXPECT_TRUE(s.is_ok()) << "rank " << rank << ": " << s.to_string();
-      },
-      kShortTimeoutMs);
+  save_tagged_on_two_ranks(dir);
   detail::set_world_save_hook({});
   EXPECT_GE(pauses, kSlowSteps);
-  on_world(0, world_config(0, false, 5), [&](int, Store& store) {
-    ASSERT_TRUE(store.load(dir).is_ok());
-    EXPECT_EQ(check_tagged(store, 1, 3), "");
-  });
+  expect_tagged_in_one_store(dir);
   fs::remove_all(dir);
 }
 
