@@ -9,6 +9,7 @@
 // Tables: `gpu` or `hybrid` on the emu device (every rank's device is host memory), every rank's rows set once
 // (write_shard) to values that differ per table, row and column, optimizer state too, and step 1. Each save goes into
 // a fresh directory (removed after its load); the load reads what the page cache holds of the files just written.
+// --warmup rounds run first and are not counted (the first save and load of a process pay one-time costs).
 //
 //   strata-micro-checkpoint --json out.json
 
@@ -41,7 +42,7 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 struct Options {
-  std::int64_t rows = 131072;  // per table
+  std::int64_t rows = 65536;  // per table
   int dim = 64;
   int tables = 4;
   std::string optimizer = "adagrad";
@@ -49,6 +50,7 @@ struct Options {
   std::vector<std::string> shardings = {"row", "table"};
   std::vector<int> ranks = {1, 2, 4};
   int rounds = 5;
+  int warmup = 1;   // rounds run first and not counted
   int threads = 1;  // kernel threads of each rank's store
   std::string dir;  // scratch directory (empty: one under the system's temporary directory)
   std::string json_out;
@@ -275,22 +277,26 @@ Result<CaseResult> run_case(const Options& o, const std::string& sharding, const
     out.table_bytes += tc.spec.rows * (tc.spec.dim + optimizer_state_dim(tc.spec.optimizer.kind, tc.spec.dim)) *
                        static_cast<std::int64_t>(sizeof(float));
   out.samples.resize(o.ranks.size());
-  for (int round = 0; round < o.rounds; ++round) {
+  for (int round = -o.warmup; round < o.rounds; ++round) {
     for (std::size_t i = 0; i < o.ranks.size(); ++i) {
       const std::string dir = scratch + "/" + sharding + "-n" + std::to_string(o.ranks[i]);
       fs::remove_all(dir);
       fs::create_directories(dir);
-      const std::string label = sharding + " round " + std::to_string(round + 1) + "/" + std::to_string(o.rounds) +
-                                ", " + std::to_string(o.ranks[i]) + " ranks: ";
+      const std::string label = sharding + (round < 0 ? " warm-up" : " round " + std::to_string(round + 1)) + "/" +
+                                std::to_string(o.rounds) + ", " + std::to_string(o.ranks[i]) + " ranks: ";
       progress(o, label + "save");
       auto t0 = Clock::now();
       STRATA_RETURN_IF_ERROR(worlds[i]->run([&](int, Store& s) { return s.save(dir); }));
-      out.samples[i].save_s.push_back(seconds_since(t0));
+      const double save_s = seconds_since(t0);
       count_files(dir, out.samples[i]);
       progress(o, label + "load");
       t0 = Clock::now();
       STRATA_RETURN_IF_ERROR(worlds[i]->run([&](int, Store& s) { return s.load(dir); }));
-      out.samples[i].load_s.push_back(seconds_since(t0));
+      const double load_s = seconds_since(t0);
+      if (round >= 0) {
+        out.samples[i].save_s.push_back(save_s);
+        out.samples[i].load_s.push_back(load_s);
+      }
       if (round == o.rounds - 1)
         STRATA_RETURN_IF_ERROR(worlds[i]->run([&](int, Store& s) { return check_rows(o.tables, s); }));
       fs::remove_all(dir);
@@ -323,7 +329,8 @@ nlohmann::json to_json(const Options& o, const std::vector<CaseResult>& cases) {
   nlohmann::json j;
   j["tool"] = "strata-micro-checkpoint";
   j["options"] = {{"rows", o.rows},           {"dim", o.dim},     {"tables", o.tables}, {"optimizer", o.optimizer},
-                  {"placement", o.placement}, {"ranks", o.ranks}, {"rounds", o.rounds}, {"threads", o.threads}};
+                  {"placement", o.placement}, {"ranks", o.ranks}, {"rounds", o.rounds}, {"warmup", o.warmup},
+                  {"threads", o.threads}};
   j["cores"] = std::thread::hardware_concurrency();
   for (const CaseResult& c : cases) {
     nlohmann::json jc;
@@ -372,6 +379,9 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", o.rounds, "save+load of every world size per round")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--warmup", o.warmup, "rounds run first, not counted")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--threads", o.threads, "kernel threads of each rank's store (0: all cores)")->capture_default_str();
   app.add_option("--dir", o.dir, "scratch directory (default: a new one under the temporary directory, removed)");
   app.add_option("--json", o.json_out, "write the results as JSON to this file");
@@ -387,8 +397,8 @@ int main(int argc, char** argv) {
   std::printf("strata-micro-checkpoint: %d tables x %lld rows x dim %d (%s, %s on emu), ranks", o.tables,
               static_cast<long long>(o.rows), o.dim, o.optimizer.c_str(), o.placement.c_str());
   for (int n : o.ranks) std::printf(" %d", n);
-  std::printf(", %d rounds interleaved, %u cores, scratch %s\n", o.rounds, std::thread::hardware_concurrency(),
-              scratch.c_str());
+  std::printf(", %d rounds interleaved after %d warm-up, %u cores, scratch %s\n", o.rounds, o.warmup,
+              std::thread::hardware_concurrency(), scratch.c_str());
   std::vector<CaseResult> cases;
   int rc = 0;
   for (const std::string& sharding : o.shardings) {
