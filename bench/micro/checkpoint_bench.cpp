@@ -49,7 +49,7 @@ struct Options {
   std::string placement = "hybrid";
   std::vector<std::string> shardings = {"row", "table"};
   std::vector<int> ranks = {1, 2, 4};
-  int rounds = 5;
+  int rounds = 3;
   int warmup = 1;   // rounds run first and not counted
   int threads = 1;  // kernel threads of each rank's store
   std::string dir;  // scratch directory (empty: one under the system's temporary directory)
