@@ -72,7 +72,7 @@ double median(std::vector<double> v) {
 }
 
 // A value that differs per (table, row, column, block) and is exact in a float: what rows and state hold.
-float value_at(int t, std::int64_t row, std::int64_t col, int block) {
+float value_at(std::int64_t t, std::int64_t row, std::int64_t col, std::int64_t block) {
   return static_cast<float>((row * 131 + col * 7 + t * 17 + block * 3) % 4093) / 64.0f;
 }
 
@@ -357,37 +357,8 @@ nlohmann::json to_json(const Options& o, const std::vector<CaseResult>& cases) {
   return j;
 }
 
-}  // namespace
-}  // namespace strata
-
-int main(int argc, char** argv) {
-  using namespace strata;
-  Options o;
-  CLI::App app{"World checkpoints: save and load time and bytes written per world size (thread ranks, emu device)"};
-  app.add_option("--rows", o.rows, "rows of each table")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--dim", o.dim, "dim of each table")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--tables", o.tables, "tables")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--optimizer", o.optimizer, "sgd, adagrad, rowwise_adagrad or adam")->capture_default_str();
-  app.add_option("--placement", o.placement, "gpu or hybrid (emu device)")->capture_default_str();
-  app.add_option("--sharding", o.shardings, "cases: row, column, table, replicated")
-      ->capture_default_str()
-      ->delimiter(',');
-  app.add_option("--ranks", o.ranks, "world sizes; the first is the baseline of the ratios")
-      ->capture_default_str()
-      ->delimiter(',')
-      ->check(CLI::PositiveNumber);
-  app.add_option("--rounds", o.rounds, "save+load of every world size per round")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--warmup", o.warmup, "rounds run first, not counted")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--threads", o.threads, "kernel threads of each rank's store (0: all cores)")->capture_default_str();
-  app.add_option("--dir", o.dir, "scratch directory (default: a new one under the temporary directory, removed)");
-  app.add_option("--json", o.json_out, "write the results as JSON to this file");
-  app.add_flag("!--no-progress", o.progress, "no progress on stderr");
-  CLI11_PARSE(app, argc, argv);
-
+// Runs every case, prints each, writes --json; 0, or 1 after the first case that failed (named on stderr).
+int run(const Options& o) {
   namespace fs = std::filesystem;
   const bool own_dir = o.dir.empty();
   const std::string scratch =
@@ -416,4 +387,53 @@ int main(int argc, char** argv) {
     std::ofstream(o.json_out) << to_json(o, cases).dump(2) << "\n";
   }
   return rc;
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace {
+
+// Parses the options and runs; exceptions (CLI11's setup, the scratch directory's filesystem_error, bad_alloc) escape.
+int parse_and_run(int argc, char** argv) {
+  using namespace strata;
+  Options o;
+  CLI::App app{"World checkpoints: save and load time and bytes written per world size (thread ranks, emu device)"};
+  app.add_option("--rows", o.rows, "rows of each table")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--dim", o.dim, "dim of each table")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--tables", o.tables, "tables")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--optimizer", o.optimizer, "sgd, adagrad, rowwise_adagrad or adam")->capture_default_str();
+  app.add_option("--placement", o.placement, "gpu or hybrid (emu device)")->capture_default_str();
+  app.add_option("--sharding", o.shardings, "cases: row, column, table, replicated")
+      ->capture_default_str()
+      ->delimiter(',');
+  app.add_option("--ranks", o.ranks, "world sizes; the first is the baseline of the ratios")
+      ->capture_default_str()
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  app.add_option("--rounds", o.rounds, "save+load of every world size per round")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--warmup", o.warmup, "rounds run first, not counted")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", o.threads, "kernel threads of each rank's store (0: all cores)")->capture_default_str();
+  app.add_option("--dir", o.dir, "scratch directory (default: a new one under the temporary directory, removed)");
+  app.add_option("--json", o.json_out, "write the results as JSON to this file");
+  app.add_flag("!--no-progress", o.progress, "no progress on stderr");
+  CLI11_PARSE(app, argc, argv);
+  return run(o);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return parse_and_run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "strata-micro-checkpoint: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "strata-micro-checkpoint: unknown exception\n");
+  }
+  return 1;
 }
