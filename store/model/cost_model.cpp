@@ -62,23 +62,23 @@ std::string quote_value(const json& v) {
   return " " + (s.size() > 64 ? s.substr(0, 61) + "..." : s);
 }
 
-Result<ProfileNumber> parse_number(const std::string& where, const json& v) {
+// An object {"value": ..., "source": string} (`shape` describes it for messages) into a T with a
+// `source` member; `read_value(x, out)` reads the value, its errors naming where.value.
+template <typename T, typename ReadValue>
+Result<T> parse_sourced(const std::string& where, const json& v, const std::string& shape, ReadValue read_value) {
   if (!v.is_object())
-    return Status::invalid_argument(where + " must be an object {\"value\": number, \"source\": string} (got " +
-                                    std::string(v.type_name()) + ")");
-  ProfileNumber n;
+    return Status::invalid_argument(where + " must be an object " + shape + " (got " + std::string(v.type_name()) +
+                                    ")");
+  T out;
   bool have_value = false, have_source = false;
   for (const auto& [key, x] : v.items()) {
     if (key == "value") {
-      if (!x.is_number())
-        return Status::invalid_argument(where + ".value must be a number (got " + std::string(x.type_name()) +
-                                        quote_value(x) + ")");
-      n.value = x.get<double>();
+      STRATA_RETURN_IF_ERROR(read_value(x, out));
       have_value = true;
     } else if (key == "source") {
       if (!x.is_string())
         return Status::invalid_argument(where + ".source must be a string (got " + std::string(x.type_name()) + ")");
-      n.source = x.get<std::string>();
+      out.source = x.template get<std::string>();
       have_source = true;
     } else {
       return Status::invalid_argument(where + ": unknown field '" + key + "' (expected value, source)");
@@ -86,7 +86,18 @@ Result<ProfileNumber> parse_number(const std::string& where, const json& v) {
   }
   if (!have_value) return Status::invalid_argument(where + ": missing field 'value'");
   if (!have_source) return Status::invalid_argument(where + ": missing field 'source'");
-  return n;
+  return out;
+}
+
+Result<ProfileNumber> parse_number(const std::string& where, const json& v) {
+  return parse_sourced<ProfileNumber>(
+      where, v, "{\"value\": number, \"source\": string}", [&](const json& x, ProfileNumber& n) {
+        if (!x.is_number())
+          return Status::invalid_argument(where + ".value must be a number (got " + std::string(x.type_name()) +
+                                          quote_value(x) + ")");
+        n.value = x.get<double>();
+        return Status::ok();
+      });
 }
 
 // "gather": [{"row_bytes": integer, "local_rows_per_s": N, "remote_rows_per_s": N}, ...].
@@ -131,42 +142,25 @@ Result<std::vector<GatherRate>> parse_gather(const std::string& where, const jso
 
 // "gpu_numa_nodes": {"value": [integer, ...], "source": string}; its size and range are validate's.
 Result<GpuNumaNodes> parse_gpu_nodes(const std::string& where, const json& v) {
-  if (!v.is_object())
-    return Status::invalid_argument(where +
-                                    " must be an object {\"value\": [node of each GPU], \"source\": string} (got " +
-                                    std::string(v.type_name()) + ")");
-  GpuNumaNodes g;
-  bool have_value = false, have_source = false;
-  for (const auto& [key, x] : v.items()) {
-    if (key == "value") {
-      if (!x.is_array())
-        return Status::invalid_argument(where + ".value must be an array of node indices (got " +
-                                        std::string(x.type_name()) + quote_value(x) + ")");
-      for (std::size_t i = 0; i < x.size(); ++i) {
-        const json& e = x[i];
-        if (!e.is_number_integer() || e.get<std::int64_t>() < std::numeric_limits<int>::min() ||
-            e.get<std::int64_t>() > std::numeric_limits<int>::max())
-          return Status::invalid_argument(where + ".value[" + std::to_string(i) + "] must be a node index (got " +
-                                          std::string(e.type_name()) + quote_value(e) + ")");
-        g.value.push_back(e.get<int>());
-      }
-      if (g.value.empty())
-        return Status::invalid_argument(where +
-                                        ".value is empty (expected the node of each GPU; leave gpu_numa_nodes out "
-                                        "when they are not known)");
-      have_value = true;
-    } else if (key == "source") {
-      if (!x.is_string())
-        return Status::invalid_argument(where + ".source must be a string (got " + std::string(x.type_name()) + ")");
-      g.source = x.get<std::string>();
-      have_source = true;
-    } else {
-      return Status::invalid_argument(where + ": unknown field '" + key + "' (expected value, source)");
-    }
-  }
-  if (!have_value) return Status::invalid_argument(where + ": missing field 'value'");
-  if (!have_source) return Status::invalid_argument(where + ": missing field 'source'");
-  return g;
+  return parse_sourced<GpuNumaNodes>(
+      where, v, "{\"value\": [node of each GPU], \"source\": string}", [&](const json& x, GpuNumaNodes& g) {
+        if (!x.is_array())
+          return Status::invalid_argument(where + ".value must be an array of node indices (got " +
+                                          std::string(x.type_name()) + quote_value(x) + ")");
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          const json& e = x[i];
+          if (!e.is_number_integer() || e.get<std::int64_t>() < std::numeric_limits<int>::min() ||
+              e.get<std::int64_t>() > std::numeric_limits<int>::max())
+            return Status::invalid_argument(where + ".value[" + std::to_string(i) + "] must be a node index (got " +
+                                            std::string(e.type_name()) + quote_value(e) + ")");
+          g.value.push_back(e.get<int>());
+        }
+        if (g.value.empty())
+          return Status::invalid_argument(where +
+                                          ".value is empty (expected the node of each GPU; leave gpu_numa_nodes out "
+                                          "when they are not known)");
+        return Status::ok();
+      });
 }
 
 // A number for messages: "-1", "1.5", "nan".
