@@ -246,6 +246,7 @@ Result<std::vector<UniformMode>> uniform_modes(const TuneInput& input, const std
   std::vector<UniformMode> out;
   const auto fill = [&](UniformMode& m, const std::vector<TableCost>& costs) {
     std::vector<const TableCost*> p;
+    p.reserve(costs.size());
     for (const auto& c : costs) p.push_back(&c);
     const Evaluation e = evaluate(p, profile, plan_model(profile, o.cost.ranks, m.mode != to_string(Placement::kCpu)));
     m.step = e.step;
