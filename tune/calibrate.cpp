@@ -138,6 +138,21 @@ Status check_fits_machine(const CalibrateOptions& o) {
   return Status::ok();
 }
 
+GpuNumaNodes gpu_numa_nodes_of(const Topology& topo, int gpus, const std::string& source) {
+  std::vector<GpuInfo> found = topo.gpus();
+  if (gpus < 1 || found.size() != static_cast<std::size_t>(gpus)) return {};
+  std::sort(found.begin(), found.end(), [](const GpuInfo& a, const GpuInfo& b) { return a.pci_bus_id < b.pci_bus_id; });
+  GpuNumaNodes out;
+  std::string where;
+  for (const GpuInfo& g : found) {
+    if (g.numa_node < 0 || g.numa_node >= topo.num_nodes()) return {};
+    out.value.push_back(g.numa_node);
+    where += (where.empty() ? "" : ", ") + g.pci_bus_id + " on node " + std::to_string(g.numa_node);
+  }
+  out.source = source + "hwloc's NUMA locality of the GPUs in PCI bus id order: " + where;
+  return out;
+}
+
 Result<HardwareProfile> calibrate(const CalibrateOptions& o, const ProgressFn& progress) {
   STRATA_RETURN_IF_ERROR(validate(o));
   STRATA_RETURN_IF_ERROR(check_fits_machine(o));
@@ -201,6 +216,7 @@ Result<HardwareProfile> calibrate(const CalibrateOptions& o, const ProgressFn& p
     }
     p.numa_nodes.push_back(std::move(n));
   }
+  p.gpu_numa_nodes = gpu_numa_nodes_of(topo, static_cast<int>(p.gpus.value), here);
   STRATA_RETURN_IF_ERROR(validate(p));
   return p;
 }

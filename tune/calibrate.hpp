@@ -11,13 +11,16 @@
 // Taken from a named profile, each with "from profile 'NAME' (PATH): <its source>": the GPU count,
 // HBM bandwidth and capacity, PCIe bandwidths and latency, all-to-all bandwidth and kernel launch
 // cost (calibrate does not measure a GPU yet). With one NUMA node there is no remote memory: the
-// remote numbers equal the local ones and say so.
+// remote numbers equal the local ones and say so. The node of each GPU (gpu_numa_nodes) comes from
+// hwloc when it lists as many GPUs as the named profile has, each on a known node; else the profile
+// leaves it out (the cost model then assumes the GPUs spread over the nodes in order).
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "host/topology.hpp"
 #include "store/model/cost_model.hpp"
 #include "tune/tune_input.hpp"
 
@@ -56,6 +59,11 @@ double calibrate_peak_bytes(const CalibrateOptions& options);
 /// thread at most, toolkit/machine_info.hpp) fit this machine. Errors (kInvalidArgument) name
 /// --probe-mib and --lookups, or --threads, the value and the limit.
 Status check_fits_machine(const CalibrateOptions& options);
+
+/// The node of each of `gpus` GPUs as `topo` (hwloc) places them, in PCI bus id order (the order
+/// CUDA numbers identical GPUs in), `source` recorded as their source; empty when `topo` lists
+/// another number of GPUs or does not know one's node.
+GpuNumaNodes gpu_numa_nodes_of(const Topology& topo, int gpus, const std::string& source);
 
 /// Measures and returns the profile (validated). Blocks for several seconds per node and row
 /// size; `progress` hears each step. Errors: invalid options or options that do not fit the

@@ -53,6 +53,12 @@ int run_calibrate(const CalibrateArgs& a) {
     for (const GatherRate& g : n.gather) std::cerr << " " << g.row_bytes << " B " << g.local_rows_per_s.value;
     std::cerr << " (measured here)\n";
   }
+  std::cerr << "  gpu_numa_nodes: "
+            << (profile->gpu_numa_nodes.value.empty()
+                    ? "not recorded (hwloc lists another number of GPUs than the profile's, or not their nodes: the "
+                      "cost model assumes them spread over the nodes in order)"
+                    : "measured here (hwloc)")
+            << "\n";
   const std::string json = hardware_profile_to_json(*profile) + "\n";
   if (a.out.empty()) {
     std::cout << json;

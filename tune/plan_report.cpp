@@ -56,6 +56,9 @@ std::string memory_line(const Plan& p, const ReportContext& c) {
   return s;
 }
 
+// Which node's figures priced each rank's host traffic.
+std::string host_line(const Plan& p) { return "host DRAM: " + p.step.host_pricing; }
+
 }  // namespace
 
 std::vector<bench::HitRateLine> curve_lines(const HitCurve& c) {
@@ -97,6 +100,7 @@ std::string console_summary(const Plan& plan, const ReportContext& c) {
     if (t < c.tables.size() && c.tables[t].sample_rate < 1.0) o << "  curve: " << c.tables[t].sampling_note() << "\n";
   }
   o << "\nplan: step " << ms_text(plan.step.step_s) << " (" << plan.step.explanation << ")\n";
+  o << host_line(plan) << "\n";
   o << "memory" << per(plan) << ": " << memory_line(plan, c) << "\n";
   if (plan.ranks > 1) o << exchange_line(plan) << "\n";
   o << "uniform modes:\n";
@@ -124,7 +128,7 @@ std::string html_report(const Plan& plan, const ReportContext& c) {
 
   o << "<section class=\"summary\" id=\"plan\"><h2>Plan</h2><p>modelled step " << html_escape(ms_text(plan.step.step_s))
     << ": " << html_escape(plan.step.explanation) << "</p><p>memory" << per(plan) << ": "
-    << html_escape(memory_line(plan, c)) << "</p>";
+    << html_escape(memory_line(plan, c)) << "</p><p>" << html_escape(host_line(plan)) << "</p>";
   if (plan.ranks > 1) o << "<p>" << html_escape(exchange_line(plan)) << "</p>";
   o << "<table><tr><th>table</th><th>rows</th><th>dim</th>"
     << "<th>placement</th><th>cache rows</th><th>LRU hit</th><th>Belady</th><th>HBM</th><th>host</th>"
@@ -182,6 +186,8 @@ std::string plan_json(const Plan& plan, const ReportContext& c) {
                 {"serial_seconds", m.serial_s},
                 {"bottleneck", m.bottleneck},
                 {"explanation", m.explanation},
+                {"host_node", m.host_node},
+                {"host_pricing", m.host_pricing},
                 {"links", links}};
   };
   json tables = json::array();

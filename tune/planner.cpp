@@ -160,6 +160,15 @@ struct Evaluation {
   ModelledStep step;
 };
 
+// Where a plan puts each rank's host tier (its config's `numa`): the store's default, on the GPU's
+// node wherever the store has a device (a table other than cpu).
+constexpr NumaPolicy kPlanNuma = NumaPolicy::kAuto;
+
+// The model options of a plan over `ranks` ranks whose store has a device or not.
+ModelOptions plan_model(const HardwareProfile& profile, int ranks, bool has_device) {
+  return model_options(profile, ranks, kPlanNuma, has_device);
+}
+
 Evaluation evaluate(const std::vector<const TableCost*>& costs, const HardwareProfile& profile,
                     const ModelOptions& model) {
   Evaluation e;
@@ -233,12 +242,13 @@ std::vector<std::int64_t> cache_grid(const CacheCurve& c, int count) {
 // hybrid (sharded row-wise).
 Result<std::vector<UniformMode>> uniform_modes(const TuneInput& input, const std::vector<CacheCurve>& caches,
                                                const std::vector<TableLoad>& loads, const HardwareProfile& profile,
-                                               const PlanOptions& o, const ModelOptions& model) {
+                                               const PlanOptions& o) {
   std::vector<UniformMode> out;
   const auto fill = [&](UniformMode& m, const std::vector<TableCost>& costs) {
     std::vector<const TableCost*> p;
+    p.reserve(costs.size());
     for (const auto& c : costs) p.push_back(&c);
-    const Evaluation e = evaluate(p, profile, model);
+    const Evaluation e = evaluate(p, profile, plan_model(profile, o.cost.ranks, m.mode != to_string(Placement::kCpu)));
     m.step = e.step;
     m.hbm_bytes = e.hbm;
     m.host_bytes = e.host;
@@ -300,7 +310,6 @@ struct PlanSpace {
   std::vector<TableLoad> loads;              // per table
   std::size_t off_opt = kCpuOpt;             // the option of least HBM
   const HardwareProfile* profile = nullptr;
-  ModelOptions model;
   const PlanOptions* o = nullptr;
 
   // The costs of the tables in the options `p`.
@@ -309,7 +318,11 @@ struct PlanSpace {
     for (std::size_t t = 0; t < p.size(); ++t) c[t] = &options[t][p[t]].cost;
     return c;
   }
-  Evaluation evaluate_pick(const std::vector<std::size_t>& p) const { return evaluate(costs_of(p), *profile, model); }
+  Evaluation evaluate_pick(const std::vector<std::size_t>& p) const {
+    bool has_device = false;
+    for (std::size_t t = 0; t < p.size(); ++t) has_device |= options[t][p[t]].placement != Placement::kCpu;
+    return evaluate(costs_of(p), *profile, plan_model(*profile, o->cost.ranks, has_device));
+  }
   bool fits(const Evaluation& e) const { return e.hbm <= o->hbm_budget_bytes && e.host <= o->host_budget_bytes; }
 };
 
@@ -558,7 +571,6 @@ Result<Plan> make_plan(const TuneInput& input, const std::vector<HitCurve>& curv
   PlanSpace space;
   space.o = &o;
   space.profile = &profile;
-  space.model.ranks_per_host = std::max(1, std::min(N, static_cast<int>(profile.gpus.value)));
   space.loads = loads_of(input, shards, true);
   for (std::size_t t = 0; t < n; ++t) space.loads[t].max_distinct = curves[t].min_rows;
   STRATA_ASSIGN_OR_RETURN(const Split split, split_of(input, space.loads, o));
@@ -606,6 +618,7 @@ Result<Plan> make_plan(const TuneInput& input, const std::vector<HitCurve>& curv
   plan.host_bytes = cur.host;
   plan.exchange_bytes = cur.step.links[static_cast<int>(Link::kAllToAll)].bytes;
   plan.config.threads = o.cost.threads;
+  plan.config.numa = kPlanNuma;
   plan.config.cache.policy = cache::Policy::kLru;
   plan.config.cache.max_in_flight = o.cost.max_in_flight;
   for (std::size_t t = 0; t < n; ++t) {
@@ -632,7 +645,7 @@ Result<Plan> make_plan(const TuneInput& input, const std::vector<HitCurve>& curv
     plan.tables.push_back(std::move(tp));
   }
   STRATA_RETURN_IF_ERROR(validate(plan.config));
-  STRATA_ASSIGN_OR_RETURN(plan.uniform, uniform_modes(input, space.caches, space.loads, profile, o, space.model));
+  STRATA_ASSIGN_OR_RETURN(plan.uniform, uniform_modes(input, space.caches, space.loads, profile, o));
   return plan;
 }
 

@@ -29,6 +29,11 @@
 // table's memory is rank 0's, which holds the largest shards. The modelled step is one rank's, with
 // the all-to-all of keys, rows and gradients on the profile's all_to_all_gbs link and host DRAM
 // shared by min(N, the profile's gpus) ranks (ModelOptions::ranks_per_host).
+// Host DRAM: a plan keeps the store's default `numa: auto`, so wherever it has a table other than
+// cpu (a device) each rank's host tier is priced on its GPU's NUMA node (model_options,
+// store/model/cost_model.hpp: the node's local bandwidth and gather rates, shared by the ranks on
+// it); a plan of cpu tables only is priced spread over the nodes. ModelledStep::host_pricing says
+// which node's figures priced each rank's host traffic.
 // Identical tables (the same rows, dim, optimizer and keys) are placed alike where that fits and the
 // step is no slower; where not (the budget holds the better placement for some of them only: the
 // greedy search gives it to the first in input order), each one's why says it is a tie and what

@@ -356,7 +356,8 @@ Result<RunPrediction> predict_run(const TuneInput& input, const StoreConfig& pla
   }
   STRATA_RETURN_IF_ERROR(ranks > 1 ? predict_sharded(input, plan, steps, counted, o, r)
                                    : predict_bytes(input, plan, steps, counted, o, r));
-  r.step = model_step(profile, r.bytes);
+  r.model = model_options(profile, ranks, plan.numa, o.store_has_device);
+  r.step = model_step(profile, r.bytes, r.model);
   return r;
 }
 

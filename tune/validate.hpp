@@ -53,6 +53,9 @@ struct RunPrediction {
   /// ranks per training step, as DispatchStats counts them (StepBytes::all_to_all less the counts
   /// exchanged with them, 8 bytes per table and peer, which it does not count).
   double exchange_bytes = 0;
+  /// How the steps are modelled (model_options: the plan's ranks and `numa`, so a plan of numa auto
+  /// with a device prices each rank's host DRAM on its GPU's node); the measured bytes too.
+  ModelOptions model;
   ModelledStep step;  ///< on the profile
 
   /// Hits over accesses of every cached or hybrid table; -1 without one.

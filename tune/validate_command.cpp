@@ -287,7 +287,7 @@ int run_bench(const ValidateArgs& a, Validation& v) {
   auto bench_text = bench::read_input_file(bench_json, "strata-bench JSON");
   if (!bench_text) return fail(bench_text.status().message(), 1);
   v.result = json::parse(*bench_text)["results"][0];
-  v.measured_step = model_step(v.profile, measured_step_bytes(counted_bytes(v.result), v.predicted));
+  v.measured_step = model_step(v.profile, measured_step_bytes(counted_bytes(v.result), v.predicted), v.predicted.model);
 
   return 0;
 }
@@ -415,6 +415,7 @@ void compare_step_time(const Validation& v, std::ostream& o, json& out) {
                                       : "priced at sequential bandwidth (the profile has no gather rates)")
       << ", comes from the keys: a counter sees bytes, not rows)\n";
   }
+  o << "  host DRAM: " << predicted.host_pricing << "\n";
   const bool bench_differs = std::abs(bench_ms - modelled.step_s * 1e3) > 1e-6 * std::max(1e-9, bench_ms);
   if (bench_differs)
     o << "  strata-bench's own modelled step (its JSON's modelled.step_ms): " << ms_text(bench_ms / 1e3)
@@ -432,7 +433,8 @@ void compare_step_time(const Validation& v, std::ostream& o, json& out) {
   out["step_ms"] = {{"predicted", predicted.step_s * 1e3}, {"modelled_from_measured_bytes", modelled.step_s * 1e3},
                     {"bench_modelled", bench_ms},          {"measured_p50", measured_ms},
                     {"bottleneck", predicted.bottleneck},  {"bottleneck_from_measured_bytes", modelled.bottleneck},
-                    {"gather_rows_per_step", rows},        {"link_ms", links}};
+                    {"gather_rows_per_step", rows},        {"link_ms", links},
+                    {"host_node", predicted.host_node},    {"host_pricing", predicted.host_pricing}};
 }
 
 // A number of the JSON, or none when it is missing or null.

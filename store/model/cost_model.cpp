@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <sstream>
 #include <thread>
 
@@ -50,7 +51,7 @@ constexpr NumberField kNumberFields[] = {
 std::string expected_top_level() {
   std::string s = "name, description, numa_nodes";
   for (const auto& f : kNumberFields) s += std::string(", ") + f.key;
-  return s;
+  return s + ", gpu_numa_nodes";
 }
 
 // A scalar value as JSON for a message, cut to 64 characters (a user's value can be megabytes
@@ -61,23 +62,23 @@ std::string quote_value(const json& v) {
   return " " + (s.size() > 64 ? s.substr(0, 61) + "..." : s);
 }
 
-Result<ProfileNumber> parse_number(const std::string& where, const json& v) {
+// An object {"value": ..., "source": string} (`shape` describes it for messages) into a T with a
+// `source` member; `read_value(x, out)` reads the value, its errors naming where.value.
+template <typename T, typename ReadValue>
+Result<T> parse_sourced(const std::string& where, const json& v, const std::string& shape, ReadValue read_value) {
   if (!v.is_object())
-    return Status::invalid_argument(where + " must be an object {\"value\": number, \"source\": string} (got " +
-                                    std::string(v.type_name()) + ")");
-  ProfileNumber n;
+    return Status::invalid_argument(where + " must be an object " + shape + " (got " + std::string(v.type_name()) +
+                                    ")");
+  T out;
   bool have_value = false, have_source = false;
   for (const auto& [key, x] : v.items()) {
     if (key == "value") {
-      if (!x.is_number())
-        return Status::invalid_argument(where + ".value must be a number (got " + std::string(x.type_name()) +
-                                        quote_value(x) + ")");
-      n.value = x.get<double>();
+      STRATA_RETURN_IF_ERROR(read_value(x, out));
       have_value = true;
     } else if (key == "source") {
       if (!x.is_string())
         return Status::invalid_argument(where + ".source must be a string (got " + std::string(x.type_name()) + ")");
-      n.source = x.get<std::string>();
+      out.source = x.template get<std::string>();
       have_source = true;
     } else {
       return Status::invalid_argument(where + ": unknown field '" + key + "' (expected value, source)");
@@ -85,7 +86,18 @@ Result<ProfileNumber> parse_number(const std::string& where, const json& v) {
   }
   if (!have_value) return Status::invalid_argument(where + ": missing field 'value'");
   if (!have_source) return Status::invalid_argument(where + ": missing field 'source'");
-  return n;
+  return out;
+}
+
+Result<ProfileNumber> parse_number(const std::string& where, const json& v) {
+  return parse_sourced<ProfileNumber>(
+      where, v, "{\"value\": number, \"source\": string}", [&](const json& x, ProfileNumber& n) {
+        if (!x.is_number())
+          return Status::invalid_argument(where + ".value must be a number (got " + std::string(x.type_name()) +
+                                          quote_value(x) + ")");
+        n.value = x.get<double>();
+        return Status::ok();
+      });
 }
 
 // "gather": [{"row_bytes": integer, "local_rows_per_s": N, "remote_rows_per_s": N}, ...].
@@ -126,6 +138,29 @@ Result<std::vector<GatherRate>> parse_gather(const std::string& where, const jso
     out.push_back(std::move(g));
   }
   return out;
+}
+
+// "gpu_numa_nodes": {"value": [integer, ...], "source": string}; its size and range are validate's.
+Result<GpuNumaNodes> parse_gpu_nodes(const std::string& where, const json& v) {
+  return parse_sourced<GpuNumaNodes>(
+      where, v, "{\"value\": [node of each GPU], \"source\": string}", [&](const json& x, GpuNumaNodes& g) {
+        if (!x.is_array())
+          return Status::invalid_argument(where + ".value must be an array of node indices (got " +
+                                          std::string(x.type_name()) + quote_value(x) + ")");
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          const json& e = x[i];
+          if (!e.is_number_integer() || e.get<std::int64_t>() < std::numeric_limits<int>::min() ||
+              e.get<std::int64_t>() > std::numeric_limits<int>::max())
+            return Status::invalid_argument(where + ".value[" + std::to_string(i) + "] must be a node index (got " +
+                                            std::string(e.type_name()) + quote_value(e) + ")");
+          g.value.push_back(e.get<int>());
+        }
+        if (g.value.empty())
+          return Status::invalid_argument(where +
+                                          ".value is empty (expected the node of each GPU; leave gpu_numa_nodes out "
+                                          "when they are not known)");
+        return Status::ok();
+      });
 }
 
 // A number for messages: "-1", "1.5", "nan".
@@ -256,6 +291,19 @@ Status validate_as(const HardwareProfile& p, const std::string& who) {
                                       ".gather: row sizes differ from numa_nodes[0]'s (expected the same "
                                       "row_bytes on every node, or no gather rates on any)");
   }
+  const std::vector<int>& gpu_nodes = p.gpu_numa_nodes.value;
+  if (gpu_nodes.empty()) return Status::ok();
+  const std::string where = who + ": gpu_numa_nodes";
+  if (gpu_nodes.size() != static_cast<std::size_t>(p.gpus.value))
+    return Status::invalid_argument(where + " lists " + std::to_string(gpu_nodes.size()) +
+                                    " nodes (expected one per GPU: gpus = " + show(p.gpus.value) + ")");
+  for (std::size_t g = 0; g < gpu_nodes.size(); ++g)
+    if (gpu_nodes[g] < 0 || gpu_nodes[g] >= static_cast<int>(p.numa_nodes.size()))
+      return Status::invalid_argument(where + ".value[" + std::to_string(g) + "] = " + std::to_string(gpu_nodes[g]) +
+                                      " (expected a node in [0, " + std::to_string(p.numa_nodes.size()) +
+                                      "): the profile has " + std::to_string(p.numa_nodes.size()) + " numa_nodes)");
+  if (p.gpu_numa_nodes.source.empty())
+    return Status::invalid_argument(where + ": empty source (expected where the GPUs' nodes come from)");
   return Status::ok();
 }
 
@@ -320,6 +368,10 @@ Result<HardwareProfile> parse_hardware_profile(const std::string& json_text, con
       have_numa = true;
       continue;
     }
+    if (key == "gpu_numa_nodes") {
+      STRATA_ASSIGN_OR_RETURN(p.gpu_numa_nodes, parse_gpu_nodes(where, v));
+      continue;
+    }
     bool known = false;
     for (std::size_t f = 0; f < std::size(kNumberFields); ++f) {
       if (key == kNumberFields[f].key) {
@@ -370,6 +422,8 @@ std::string hardware_profile_to_json(const HardwareProfile& p) {
     }
     j["numa_nodes"].push_back(std::move(node));
   }
+  if (!p.gpu_numa_nodes.value.empty())
+    j["gpu_numa_nodes"] = json{{"value", p.gpu_numa_nodes.value}, {"source", p.gpu_numa_nodes.source}};
   return j.dump(2);
 }
 
@@ -474,35 +528,148 @@ bool has_gather_rates(const HardwareProfile& p) noexcept {
   return true;
 }
 
+double node_gather_rows_per_s(const HardwareProfile& p, int node, double row_bytes, bool remote) {
+  if (!has_gather_rates(p) || !(row_bytes > 0) || node < 0 || node >= static_cast<int>(p.numa_nodes.size())) return 0.0;
+  const auto rate = [&](const GatherRate& g) { return (remote ? g.remote_rows_per_s : g.local_rows_per_s).value; };
+  const auto& g = p.numa_nodes[static_cast<std::size_t>(node)].gather;
+  if (row_bytes <= static_cast<double>(g.front().row_bytes)) return rate(g.front());
+  if (row_bytes >= static_cast<double>(g.back().row_bytes))
+    return rate(g.back()) * static_cast<double>(g.back().row_bytes) / row_bytes;  // bandwidth-bound beyond
+  std::size_t i = 1;
+  while (static_cast<double>(g[i].row_bytes) < row_bytes) ++i;
+  const double b0 = static_cast<double>(g[i - 1].row_bytes), b1 = static_cast<double>(g[i].row_bytes);
+  const double w = (row_bytes - b0) / (b1 - b0);
+  const double seconds_per_row = (1 - w) / rate(g[i - 1]) + w / rate(g[i]);  // linear in time per row
+  return 1.0 / seconds_per_row;
+}
+
 double host_gather_rows_per_s(const HardwareProfile& p, double row_bytes, bool remote) {
-  if (!has_gather_rates(p) || !(row_bytes > 0)) return 0.0;
   double total = 0.0;
-  for (const auto& n : p.numa_nodes) {
-    const auto rate = [&](const GatherRate& g) { return (remote ? g.remote_rows_per_s : g.local_rows_per_s).value; };
-    const auto& g = n.gather;
-    if (row_bytes <= static_cast<double>(g.front().row_bytes)) {
-      total += rate(g.front());
-    } else if (row_bytes >= static_cast<double>(g.back().row_bytes)) {
-      total += rate(g.back()) * static_cast<double>(g.back().row_bytes) / row_bytes;  // bandwidth-bound beyond
-    } else {
-      std::size_t i = 1;
-      while (static_cast<double>(g[i].row_bytes) < row_bytes) ++i;
-      const double b0 = static_cast<double>(g[i - 1].row_bytes), b1 = static_cast<double>(g[i].row_bytes);
-      const double w = (row_bytes - b0) / (b1 - b0);
-      const double seconds_per_row = (1 - w) / rate(g[i - 1]) + w / rate(g[i]);  // linear in time per row
-      total += 1.0 / seconds_per_row;
-    }
-  }
+  for (int node = 0; node < static_cast<int>(p.numa_nodes.size()); ++node)
+    total += node_gather_rows_per_s(p, node, row_bytes, remote);
   return total;
 }
 
+int gpu_numa_node(const HardwareProfile& p, int gpu) {
+  const int gpus = std::max(1, static_cast<int>(p.gpus.value));
+  const int nodes = std::max(1, static_cast<int>(p.numa_nodes.size()));
+  gpu = std::clamp(gpu, 0, gpus - 1);
+  if (!p.gpu_numa_nodes.value.empty())
+    return std::clamp(p.gpu_numa_nodes.value[static_cast<std::size_t>(gpu) % p.gpu_numa_nodes.value.size()], 0,
+                      nodes - 1);
+  return static_cast<int>(static_cast<std::int64_t>(gpu) * nodes / gpus);
+}
+
+ModelOptions model_options(const HardwareProfile& profile, int ranks, NumaPolicy numa, bool store_has_device) {
+  ModelOptions o;
+  o.ranks_per_host = std::max(1, std::min(ranks, static_cast<int>(profile.gpus.value)));
+  o.host_on_gpu_node = store_has_device && numa == NumaPolicy::kAuto;
+  return o;
+}
+
+namespace {
+
+// Seconds of host DRAM for `b` on the memory of `nodes` (indices into the profile's numa_nodes), their
+// bandwidth and gather rates shared by `ranks` ranks; `remote_bytes` of the host bytes cross nodes.
+double host_dram_seconds(const HardwareProfile& p, const StepBytes& b, const std::vector<int>& nodes, double ranks,
+                         double remote_bytes) {
+  double local_gbs = 0.0, remote_gbs = 0.0;
+  for (const int n : nodes) {
+    local_gbs += p.numa_nodes[static_cast<std::size_t>(n)].local_gbs.value;
+    remote_gbs += p.numa_nodes[static_cast<std::size_t>(n)].remote_gbs.value;
+  }
+  local_gbs /= ranks;
+  remote_gbs /= ranks;
+  const auto rows_per_s = [&](double row_bytes, bool remote) {
+    double total = 0.0;
+    for (const int n : nodes) total += node_gather_rows_per_s(p, n, row_bytes, remote);
+    return total / ranks;
+  };
+  const double host_bytes = nonneg(b.host_read) + nonneg(b.host_write);
+  if (host_bytes <= 0) return 0.0;
+  const double remote = std::min(remote_bytes, host_bytes);
+  const double remote_share = remote / host_bytes;
+  // Random-row gathers at the profile's rates where it has them; their bytes leave the sequential part.
+  double gather_bytes = 0.0, gather_s = 0.0;
+  if (has_gather_rates(p)) {
+    for (const RowGather& g : b.host_gathers) {
+      const double rows = nonneg(g.rows), row_bytes = nonneg(g.row_bytes);
+      if (rows <= 0 || row_bytes <= 0) continue;
+      gather_bytes += rows * row_bytes;
+      gather_s += rows * (1 - remote_share) / rows_per_s(row_bytes, false);
+      if (remote_share > 0) gather_s += rows * remote_share / rows_per_s(row_bytes, true);
+    }
+  }
+  gather_bytes = std::min(gather_bytes, host_bytes);
+  const double sequential_local = std::max(0.0, (host_bytes - remote) - gather_bytes * (1 - remote_share));
+  const double sequential_remote = std::max(0.0, remote - gather_bytes * remote_share);
+  return sequential_local / (local_gbs * 1e9) + sequential_remote / (remote_gbs * 1e9) + gather_s;
+}
+
+// "0-3", "0, 2, 5": ascending integers, runs joined.
+std::string ranges_text(const std::vector<int>& v) {
+  std::string s;
+  for (std::size_t i = 0; i < v.size();) {
+    std::size_t j = i;
+    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    s += (s.empty() ? "" : ", ") + std::to_string(v[i]) + (j > i ? "-" + std::to_string(v[j]) : "");
+    i = j + 1;
+  }
+  return s;
+}
+
+// Host DRAM as the header comment prices it: the link's seconds, and ModelledStep's host_node and
+// host_pricing.
+void price_host_dram(const HardwareProfile& p, const StepBytes& b, const ModelOptions& options, ModelledStep& m) {
+  const int ranks = std::max(1, options.ranks_per_host);
+  const int nodes = static_cast<int>(p.numa_nodes.size());
+  const auto rank_text = [](int n) { return std::to_string(n) + (n == 1 ? " rank" : " ranks"); };
+  LinkTime& host = m.links[static_cast<int>(Link::kHostDram)];
+  host.bytes = nonneg(b.host_read) + nonneg(b.host_write);
+  if (!options.host_on_gpu_node) {
+    std::vector<int> all(static_cast<std::size_t>(nodes));
+    double local_gbs = 0.0;
+    for (int n = 0; n < nodes; ++n) {
+      all[static_cast<std::size_t>(n)] = n;
+      local_gbs += p.numa_nodes[static_cast<std::size_t>(n)].local_gbs.value;
+    }
+    host.seconds = host_dram_seconds(p, b, all, ranks, nonneg(b.host_remote));
+    m.host_pricing = "spread over the " + std::to_string(nodes) + " NUMA node" + (nodes == 1 ? "" : "s") + " (" +
+                     format_gbs(local_gbs) + " local in all, shared by " + rank_text(ranks) + ")";
+  } else {
+    // Rank r on GPU r; the ranks on each node.
+    std::vector<std::vector<int>> on_node(static_cast<std::size_t>(nodes));
+    for (int r = 0; r < ranks; ++r) on_node[static_cast<std::size_t>(gpu_numa_node(p, r))].push_back(r);
+    m.host_pricing = "each rank's on its GPU's NUMA node (numa auto):";
+    for (int n = 0; n < nodes; ++n) {
+      const auto& rs = on_node[static_cast<std::size_t>(n)];
+      if (rs.empty()) continue;
+      const double s = host_dram_seconds(p, b, {n}, static_cast<double>(rs.size()), 0.0);
+      if (m.host_node < 0 || s > host.seconds) {
+        host.seconds = s;
+        m.host_node = n;
+      }
+      m.host_pricing += std::string(m.host_pricing.back() == ':' ? " " : ", ") + "node " + std::to_string(n) +
+                        " for GPU" + (rs.size() == 1 ? " " : "s ") + ranges_text(rs) + " (" +
+                        format_gbs(p.numa_nodes[static_cast<std::size_t>(n)].local_gbs.value) + " local, shared by " +
+                        rank_text(static_cast<int>(rs.size())) + ")";
+    }
+    if (p.gpu_numa_nodes.value.empty() && nodes > 1)
+      m.host_pricing += " (the profile has no gpu_numa_nodes: GPUs assumed spread over the nodes in order)";
+    const bool several = std::count_if(on_node.begin(), on_node.end(), [](const auto& v) { return !v.empty(); }) > 1;
+    if (several)
+      m.host_pricing += "; node " + std::to_string(m.host_node) + "'s ranks are the slowest and price the step";
+  }
+  host.gbs = host.seconds > 0 ? host.bytes / host.seconds / 1e9 : 0.0;
+}
+
+}  // namespace
+
 ModelledStep model_step(const HardwareProfile& p, const StepBytes& b, const ModelOptions& options) {
   ModelledStep m;
-  const double ranks = std::max(1, options.ranks_per_host);
   auto& hbm = m.links[static_cast<int>(Link::kHbm)];
   auto& h2d = m.links[static_cast<int>(Link::kPcieH2d)];
   auto& d2h = m.links[static_cast<int>(Link::kPcieD2h)];
-  auto& host = m.links[static_cast<int>(Link::kHostDram)];
   auto& a2a = m.links[static_cast<int>(Link::kAllToAll)];
 
   const auto bandwidth_link = [](LinkTime& l, double bytes, double gbs, double latency_s) {
@@ -515,36 +682,8 @@ ModelledStep model_step(const HardwareProfile& p, const StepBytes& b, const Mode
   bandwidth_link(d2h, nonneg(b.d2h), p.pcie_d2h_gbs.value, p.pcie_latency_us.value * 1e-6);
   bandwidth_link(a2a, nonneg(b.all_to_all), p.all_to_all_gbs.value, 0.0);
 
-  double local_gbs = 0.0, remote_gbs = 0.0;
-  for (const auto& n : p.numa_nodes) {
-    local_gbs += n.local_gbs.value;
-    remote_gbs += n.remote_gbs.value;
-  }
-  local_gbs /= ranks;
-  remote_gbs /= ranks;
-  const double host_bytes = nonneg(b.host_read) + nonneg(b.host_write);
-  const double remote = std::min(nonneg(b.host_remote), host_bytes);
-  const double remote_share = host_bytes > 0 ? remote / host_bytes : 0.0;
-  // Random-row gathers at the profile's rates where it has them; their bytes leave the sequential part.
-  double gather_bytes = 0.0, gather_s = 0.0;
-  const bool rates = has_gather_rates(p);
-  if (!b.host_gathers.empty()) m.gather_model = rates ? "gather rates" : "sequential bandwidth";
-  if (rates) {
-    for (const RowGather& g : b.host_gathers) {
-      const double rows = nonneg(g.rows), row_bytes = nonneg(g.row_bytes);
-      if (rows <= 0 || row_bytes <= 0) continue;
-      gather_bytes += rows * row_bytes;
-      gather_s += rows * (1 - remote_share) / (host_gather_rows_per_s(p, row_bytes, false) / ranks) +
-                  rows * remote_share / (host_gather_rows_per_s(p, row_bytes, true) / ranks);
-    }
-  }
-  gather_bytes = std::min(gather_bytes, host_bytes);
-  const double sequential_local = std::max(0.0, (host_bytes - remote) - gather_bytes * (1 - remote_share));
-  const double sequential_remote = std::max(0.0, remote - gather_bytes * remote_share);
-  host.bytes = host_bytes;
-  host.seconds =
-      host_bytes > 0 ? sequential_local / (local_gbs * 1e9) + sequential_remote / (remote_gbs * 1e9) + gather_s : 0.0;
-  host.gbs = host.seconds > 0 ? host_bytes / host.seconds / 1e9 : 0.0;
+  if (!b.host_gathers.empty()) m.gather_model = has_gather_rates(p) ? "gather rates" : "sequential bandwidth";
+  price_host_dram(p, b, options, m);
 
   m.launch_s = nonneg(b.launches) * p.kernel_launch_us.value * 1e-6;
   int slowest = 0;
@@ -583,6 +722,8 @@ ModelledStep model_step(const HardwareProfile& p, const StepBytes& b, const Mode
     m.explanation +=
         "; host gathers priced at sequential bandwidth (the profile has no gather rates: run strata-tune "
         "calibrate)";
+  if (m.host_node >= 0 && p.numa_nodes.size() > 1 && m.bottleneck == link_name(Link::kHostDram))
+    m.explanation += "; host DRAM of node " + std::to_string(m.host_node) + ", the GPU's";
   return m;
 }
 

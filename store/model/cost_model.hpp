@@ -18,10 +18,22 @@
 // Kernel launches are serial work on the host that the model does not hide. The real step lies
 // between step_s (perfect pipelining) and serial_s (none); both are reported.
 //
-// Host DRAM: host_read + host_write bytes are assumed spread evenly over the NUMA nodes and
-// NUMA-local, except `host_remote` bytes (a part of them) that cross the socket interconnect;
-// local bytes run at the sum of the nodes' local bandwidth, remote bytes at the sum of their remote
-// bandwidth, both divided by ModelOptions::ranks_per_host (ranks sharing the host's memory).
+// Host DRAM, in one of two ways (ModelOptions::host_on_gpu_node; model_options picks it from a
+// store's config):
+//   spread      (numa interleave or bind, or a store without a device) host_read + host_write
+//               bytes are assumed spread evenly over the NUMA nodes and NUMA-local, except
+//               `host_remote` bytes (a part of them) that cross the socket interconnect; local bytes
+//               run at the sum of the nodes' local bandwidth, remote bytes at the sum of their remote
+//               bandwidth, both divided by ModelOptions::ranks_per_host (ranks sharing the host's
+//               memory).
+//   GPU's node  (numa auto with a device: store/detail/numa_home.hpp puts a rank's host tables and
+//               the threads of its host kernels on the NUMA node of its GPU) the ranks_per_host ranks
+//               of a host run on GPUs 0 .. ranks_per_host - 1, rank r's GPU on node
+//               gpu_numa_node(profile, r). Each rank's host bytes are all local to that node (no
+//               host_remote part), at the node's local bandwidth and gather rates divided by the
+//               ranks whose GPUs share the node. Every rank moves the bytes given (the model prices
+//               one rank), so the host DRAM time is that of the node whose ranks are slowest
+//               (ModelledStep::host_node; the lowest such node on a tie).
 //
 // Random-row gathers. StepBytes::host_gathers lists the part of host_read + host_write that is
 // random rows (a gather of `rows` rows of `row_bytes` bytes each; row writes, e.g. an optimizer's
@@ -29,10 +41,10 @@
 // has gather rates (every NUMA node lists NumaNodeProfile::gather, measured by `strata-tune
 // calibrate`), such a gather costs rows / rate(row_bytes) seconds instead of bytes / sequential bandwidth: the rate is
 // the sum over the nodes of their local rate (remote for the host_remote share, as for bytes), divided by
-// ranks_per_host, and rate(B) is interpolated between the measured row sizes (linearly in seconds
-// per row), the smallest size's rate below it, and bandwidth-bound above the largest
-// (rate(B) = rate(B_max) * B_max / B). A profile without gather rates prices gathers as bytes at
-// the sequential bandwidth, as before, and ModelledStep::gather_model says so.
+// ranks_per_host (on the GPU's node: that node's local rate over the ranks sharing it), and rate(B) is interpolated
+// between the measured row sizes (linearly in seconds per row), the smallest size's rate below it, and bandwidth-bound
+// above the largest (rate(B) = rate(B_max) * B_max / B). A profile without gather rates prices gathers as bytes at the
+// sequential bandwidth, as before, and ModelledStep::gather_model says so.
 
 #include <array>
 #include <cstdint>
@@ -66,6 +78,12 @@ struct NumaNodeProfile {
   std::vector<GatherRate> gather;
 };
 
+/// The NUMA node each GPU of a machine hangs off, and where that comes from.
+struct GpuNumaNodes {
+  std::vector<int> value;  ///< value[g]: the node (an index into numa_nodes) of GPU g; empty: not recorded
+  std::string source;      ///< hwloc's locality (strata-tune calibrate), a vendor's manual, or "estimate: why"
+};
+
 /// Bandwidths, latencies and capacities of one machine, per GPU where a link is per GPU. Every
 /// number carries its source.
 struct HardwareProfile {
@@ -81,13 +99,17 @@ struct HardwareProfile {
   ProfileNumber kernel_launch_us;  ///< host cost of one kernel launch
   ProfileNumber hbm_capacity_gb;   ///< HBM of one GPU
   ProfileNumber host_memory_gb;    ///< host memory of the whole machine
+  /// Optional: the node of each GPU (one entry per GPU). Not recorded: GPUs spread over the nodes in
+  /// order (gpu_numa_node).
+  GpuNumaNodes gpu_numa_nodes;
 };
 
 /// Parses a profile from JSON text. Format: an object with "name" and "description" (strings),
 /// "numa_nodes" (a non-empty array of {"local_gbs": N, "remote_gbs": N, optional "gather": [
 /// {"row_bytes": integer, "local_rows_per_s": N, "remote_rows_per_s": N}, ...]}) and one number object
 /// {"value": number, "source": "non-empty string"} for each other HardwareProfile field, named as
-/// the field. Every field is required; an unknown field at any level is an error, and so is a key
+/// the field, but "gpu_numa_nodes" ({"value": [integer node of each GPU], "source": string}). Every
+/// field but gpu_numa_nodes is required; an unknown field at any level is an error, and so is a key
 /// given twice in one object ("profile 'p.json': key 'numa_nodes[0].local_gbs.value' is given
 /// twice ..."). `origin` (a file name or "<string>") is named in every message, with the field
 /// path and what was expected. The result is validated.
@@ -99,9 +121,14 @@ Result<HardwareProfile> load_hardware_profile(const std::string& path);
 
 /// Checks a profile: name non-empty; every value finite; bandwidths, rates and capacities > 0;
 /// latencies >= 0; gpus an integer >= 1; at least one NUMA node; gather row sizes > 0, strictly
-/// increasing and the same on every node (or no node has any); every source non-empty. The message
-/// names the profile and the field.
+/// increasing and the same on every node (or no node has any); gpu_numa_nodes empty or one node in
+/// [0, numa_nodes) per GPU; every source non-empty. The message names the profile, the field and
+/// the value.
 Status validate(const HardwareProfile& profile);
+
+/// The NUMA node of GPU `gpu` (in [0, gpus)) of `profile` (validated): gpu_numa_nodes[gpu] where the
+/// profile records them, else gpu * nodes / gpus (GPUs spread over the nodes in order).
+int gpu_numa_node(const HardwareProfile& profile, int gpu);
 
 /// The profile as pretty-printed JSON in the format parse_hardware_profile reads.
 std::string hardware_profile_to_json(const HardwareProfile& profile);
@@ -119,6 +146,8 @@ bool has_gather_rates(const HardwareProfile& profile) noexcept;
 /// local rates, or of their remote rates when `remote`), interpolated as in the header comment.
 /// 0 when the profile has no gather rates.
 double host_gather_rows_per_s(const HardwareProfile& profile, double row_bytes, bool remote = false);
+/// The same for the memory of one node (`node` in [0, numa_nodes)).
+double node_gather_rows_per_s(const HardwareProfile& profile, int node, double row_bytes, bool remote = false);
 
 /// Bytes one training step moves over each link (of one rank), and its kernel launches.
 struct StepBytes {
@@ -180,12 +209,27 @@ struct ModelledStep {
   /// measured random-row rates) or "sequential bandwidth" (the profile has none: the old model,
   /// which overstates the speed of random gathers).
   std::string gather_model;
+  /// The NUMA node whose figures priced host DRAM (ModelOptions::host_on_gpu_node: the slowest
+  /// ranks' GPU's node), or -1 (spread over every node).
+  int host_node = -1;
+  /// How host DRAM was priced, one line: spread over the nodes, or each rank's GPU's node with the
+  /// ranks on each node and which node's figures priced the step. (On a profile of several nodes,
+  /// a host DRAM-bound explanation names the node too.)
+  std::string host_pricing;
 };
 
 /// Options of model_step.
 struct ModelOptions {
   int ranks_per_host = 1;  ///< ranks that share the host's DRAM bandwidth (>= 1; 1 = this rank has all of it)
+  /// Each rank's host DRAM on its GPU's NUMA node (numa auto with a device), as the header comment
+  /// says; false: spread over every node.
+  bool host_on_gpu_node = false;
 };
+
+/// The options of modelling one rank of a store of `ranks` ranks (one per GPU, hosts of `profile`)
+/// placing its host tier by `numa`: ranks_per_host min(ranks, gpus); host_on_gpu_node where the store
+/// has a device (a table other than `cpu`) and `numa` is auto (store/detail/numa_home.hpp).
+ModelOptions model_options(const HardwareProfile& profile, int ranks, NumaPolicy numa, bool store_has_device);
 
 /// Host memory a store maps for its tables' records (weights and optimizer state), as it allocates
 /// them: records padded to record_words, tables of 1 MiB and more in arenas of their own rounded up

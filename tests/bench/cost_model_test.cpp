@@ -196,6 +196,98 @@ TEST(CostModel, GathersRemoteShareAndSharedHost) {
   EXPECT_NEAR(link_s(m, Link::kHostDram), 0.48 + 0.64, 1e-12);
 }
 
+// Issue 34: numa auto puts each rank's host tier on its GPU's node, and the model prices it there.
+TEST(CostModel, HostOnTheGpusNodeAtThatNodesLocalRate) {
+  StepBytes b;
+  b.host_read = 1e9;
+  b.host_remote = 4e8;  // spread: 6e8 at 200 GB/s + 4e8 at 40 GB/s = 13 ms
+  ModelOptions o;
+  o.host_on_gpu_node = true;  // one rank on GPU 0, node 0: every byte local at its 100 GB/s = 10 ms
+  const ModelledStep m = model_step(test_profile(), b, o);
+  EXPECT_NEAR(link_s(m, Link::kHostDram), 10e-3, 1e-12);
+  EXPECT_EQ(m.host_node, 0);
+  EXPECT_EQ(m.host_pricing,
+            "each rank's on its GPU's NUMA node (numa auto): node 0 for GPU 0 (100 GB/s local, shared by 1 rank) (the "
+            "profile has no gpu_numa_nodes: GPUs assumed spread over the nodes in order)");
+  EXPECT_EQ(m.explanation,
+            "host DRAM-bound: 1 GB per step at 100 GB/s = 10 ms of a 10 ms step (serial sum 10 ms); "
+            "host DRAM of node 0, the GPU's");
+  const ModelledStep spread = model_step(test_profile(), b);
+  EXPECT_NEAR(link_s(spread, Link::kHostDram), 13e-3, 1e-12);
+  EXPECT_EQ(spread.host_node, -1);
+  EXPECT_EQ(spread.host_pricing, "spread over the 2 NUMA nodes (200 GB/s local in all, shared by 1 rank)");
+}
+
+TEST(CostModel, RanksSharingAGpusNodeShareItsBandwidthAndTheSlowestNodePrices) {
+  HardwareProfile p = test_profile();
+  p.gpus = n(4);
+  p.numa_nodes[1].local_gbs = n(50);
+  StepBytes b;
+  b.host_read = 1e9;
+  ModelOptions o;
+  o.ranks_per_host = 4;
+  o.host_on_gpu_node = true;
+  // GPUs 0, 1 on node 0 (100 / 2 = 50 GB/s each), GPUs 2, 3 on node 1 (50 / 2 = 25 GB/s): 40 ms.
+  ModelledStep m = model_step(p, b, o);
+  EXPECT_NEAR(link_s(m, Link::kHostDram), 40e-3, 1e-12);
+  EXPECT_EQ(m.host_node, 1);
+  EXPECT_NE(m.host_pricing.find("node 0 for GPUs 0-1 (100 GB/s local, shared by 2 ranks), node 1 for GPUs 2-3 (50 "
+                                "GB/s local, shared by 2 ranks)"),
+            std::string::npos)
+      << m.host_pricing;
+  EXPECT_NE(m.host_pricing.find("; node 1's ranks are the slowest and price the step"), std::string::npos);
+  // The profile's own placement: three GPUs on node 0 (100 / 3 GB/s each, 30 ms), one on node 1 (20 ms).
+  p.gpu_numa_nodes = {{0, 1, 0, 0}, "test placement"};
+  m = model_step(p, b, o);
+  EXPECT_NEAR(link_s(m, Link::kHostDram), 30e-3, 1e-12);
+  EXPECT_EQ(m.host_node, 0);
+  EXPECT_EQ(m.host_pricing,
+            "each rank's on its GPU's NUMA node (numa auto): node 0 for GPUs 0, 2-3 (100 GB/s local, shared by 3 "
+            "ranks), node 1 for GPU 1 (50 GB/s local, shared by 1 rank); node 0's ranks are the slowest and price the "
+            "step");
+  // Two ranks of the four GPUs: GPUs 0 and 1, on nodes 0 and 1 here.
+  o.ranks_per_host = 2;
+  EXPECT_NEAR(link_s(model_step(p, b, o), Link::kHostDram), 20e-3, 1e-12);
+}
+
+TEST(CostModel, GpuNodeOfEachGpuAndModelOptions) {
+  HardwareProfile p = test_profile();
+  p.gpus = n(8);
+  std::vector<int> nodes;
+  for (int g = 0; g < 8; ++g) nodes.push_back(gpu_numa_node(p, g));
+  EXPECT_EQ(nodes, (std::vector<int>{0, 0, 0, 0, 1, 1, 1, 1}));
+  p.gpus = n(3);
+  EXPECT_EQ(gpu_numa_node(p, 2), 1);
+  EXPECT_EQ(gpu_numa_node(p, 1), 0);
+  p.gpu_numa_nodes = {{1, 1, 0}, "test"};
+  EXPECT_EQ(gpu_numa_node(p, 0), 1);
+  EXPECT_EQ(gpu_numa_node(p, 2), 0);
+
+  ModelOptions o = model_options(p, 8, NumaPolicy::kAuto, true);
+  EXPECT_EQ(o.ranks_per_host, 3);
+  EXPECT_TRUE(o.host_on_gpu_node);
+  EXPECT_FALSE(model_options(p, 2, NumaPolicy::kAuto, false).host_on_gpu_node);  // no device: interleaved
+  EXPECT_FALSE(model_options(p, 2, NumaPolicy::kInterleave, true).host_on_gpu_node);
+  EXPECT_FALSE(model_options(p, 2, NumaPolicy::kBind, true).host_on_gpu_node);
+  EXPECT_EQ(model_options(p, 2, NumaPolicy::kBind, true).ranks_per_host, 2);
+}
+
+TEST(CostModel, GathersOnTheGpusNodeAtItsLocalRate) {
+  HardwareProfile p = gather_profile();
+  p.gpus = n(2);
+  StepBytes b;
+  b.host_read = 64e6 * 64;
+  b.host_remote = b.host_read / 4;  // no part crosses nodes on the GPU's node
+  b.host_gathers = {{64e6, 64}};
+  ModelOptions o;
+  o.ranks_per_host = 2;
+  o.host_on_gpu_node = true;
+  // GPU 0 on node 0, GPU 1 on node 1: 64e6 rows at node 0's 100 M/s each.
+  EXPECT_NEAR(link_s(model_step(p, b, o), Link::kHostDram), 0.64, 1e-12);
+  EXPECT_DOUBLE_EQ(node_gather_rows_per_s(p, 1, 256, true), 12.5e6);
+  EXPECT_EQ(node_gather_rows_per_s(p, 2, 256), 0.0);
+}
+
 const char* const kShipped[] = {"h200-pcie5", "a100-pcie4", "dgx-a100", "dgx-h100"};
 
 TEST(HardwareProfile, ShippedProfilesLoad) {
@@ -327,6 +419,45 @@ TEST(HardwareProfile, ErrorsQuoteOnlyAShortScalar) {
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().message(),
             "profile 'my.json': hbm_gbs.value must be a number (got string \"" + std::string(60, 'x') + "...)");
+}
+
+TEST(HardwareProfile, GpuNumaNodesParseValidateAndRoundTrip) {
+  HardwareProfile p = test_profile();
+  p.gpus = n(4);
+  p.gpu_numa_nodes = {{0, 0, 1, 1}, "hwloc on the test machine"};
+  const std::string text = hardware_profile_to_json(p);
+  auto back = parse_hardware_profile(text, "g.json");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->gpu_numa_nodes.value, (std::vector<int>{0, 0, 1, 1}));
+  EXPECT_EQ(hardware_profile_to_json(*back), text);
+  // Optional: a profile without it does not write it.
+  EXPECT_EQ(hardware_profile_to_json(test_profile()).find("gpu_numa_nodes"), std::string::npos);
+
+  const json good = json::parse(text);
+  json j = good;
+  j["gpu_numa_nodes"]["value"] = json::array({0, 0, 1});
+  EXPECT_EQ(error_of(j), "profile 'my.json': gpu_numa_nodes lists 3 nodes (expected one per GPU: gpus = 4)");
+  j = good;
+  j["gpu_numa_nodes"]["value"][2] = 2;
+  EXPECT_EQ(error_of(j),
+            "profile 'my.json': gpu_numa_nodes.value[2] = 2 (expected a node in [0, 2): the profile has 2 numa_nodes)");
+  j = good;
+  j["gpu_numa_nodes"]["value"][3] = -1;
+  EXPECT_EQ(
+      error_of(j),
+      "profile 'my.json': gpu_numa_nodes.value[3] = -1 (expected a node in [0, 2): the profile has 2 numa_nodes)");
+  j = good;
+  j["gpu_numa_nodes"]["value"][0] = "zero";
+  EXPECT_EQ(error_of(j), "profile 'my.json': gpu_numa_nodes.value[0] must be a node index (got string \"zero\")");
+  j = good;
+  j["gpu_numa_nodes"]["value"] = json::array();
+  EXPECT_NE(error_of(j).find("gpu_numa_nodes.value is empty"), std::string::npos);
+  j = good;
+  j["gpu_numa_nodes"].erase("source");
+  EXPECT_EQ(error_of(j), "profile 'my.json': gpu_numa_nodes: missing field 'source'");
+  j = good;
+  j["gpu_numa_nodes"] = json::array({0, 0, 1, 1});
+  EXPECT_NE(error_of(j).find("gpu_numa_nodes must be an object"), std::string::npos);
 }
 
 TEST(HardwareProfile, ValidateNamesTheField) {

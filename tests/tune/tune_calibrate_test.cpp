@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 namespace strata::tune {
 namespace {
@@ -75,6 +76,21 @@ TEST(TuneCalibrate, ProfileParsesValidatesAndNamesEverySource) {
       EXPECT_NE(node.remote_gbs.source.find("single NUMA node"), std::string::npos);
     }
   }
+}
+
+// Issue 34: the node of each GPU, from hwloc's locality, in PCI bus id order; nothing when hwloc
+// lists another number of GPUs or does not know a node.
+TEST(TuneCalibrate, GpuNumaNodesFromHwlocLocality) {
+  const Topology topo =
+      Topology::fake(2).with_gpus({{"0000:3b:00.0", "", 1}, {"0000:1a:00.0", "", 0}, {"0000:5e:00.0", "", 1}});
+  const GpuNumaNodes g = gpu_numa_nodes_of(topo, 3, "measured here: ");
+  EXPECT_EQ(g.value, (std::vector<int>{0, 1, 1}));
+  EXPECT_EQ(g.source,
+            "measured here: hwloc's NUMA locality of the GPUs in PCI bus id order: 0000:1a:00.0 on node 0, "
+            "0000:3b:00.0 on node 1, 0000:5e:00.0 on node 1");
+  EXPECT_TRUE(gpu_numa_nodes_of(topo, 2, "").value.empty());  // the profile has 2 GPUs, hwloc 3
+  EXPECT_TRUE(gpu_numa_nodes_of(Topology::fake(2).with_gpus({{"0000:1a:00.0", "", -1}}), 1, "").value.empty());
+  EXPECT_TRUE(gpu_numa_nodes_of(Topology::fake(1).with_gpus({{"0000:1a:00.0", "", 1}}), 1, "").value.empty());
 }
 
 TEST(TuneCalibrate, BadOptionsNameTheField) {

@@ -139,6 +139,22 @@ TEST(TuneCli, BadProfiles) {
   expect_one_line_error("plan --workload " + kWorkload + " --profile no-such-profile", "no-such-profile");
 }
 
+// Issue 34: the plan's numa auto puts each rank's host tier on its GPU's node, and the report says
+// which node's figures priced each rank's host traffic (dgx-h100: GPUs 0-3 on node 0 by default).
+TEST(TuneCli, PlanSaysWhichNodePricesEachRanksHostTraffic) {
+  const std::string json = temp_dir() + "/numa_report.json";
+  const auto r = run_program(kBin + " plan --workload " + kWorkload + " --profile dgx-h100 --ranks 2 --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\nhost DRAM: each rank's on its GPU's NUMA node (numa auto): node 0 for GPUs 0-1 (240 GB/s "
+                          "local, shared by 2 ranks) (the profile has no gpu_numa_nodes: GPUs assumed spread over the "
+                          "nodes in order)\n"),
+            std::string::npos)
+      << r.output;
+  const auto report = nlohmann::json::parse(read_file(json));
+  EXPECT_EQ(report["step"]["host_node"], 0);
+  EXPECT_EQ(report["step"]["host_pricing"].get<std::string>().rfind("each rank's on its GPU's NUMA node", 0), 0u);
+}
+
 TEST(TuneCli, BadArguments) {
   expect_one_line_error("plan --workload " + kWorkload + " --hbm-budget 80XB", "--hbm-budget '80XB'");
   expect_one_line_error("plan", "give exactly one of --workload, --trace and --criteo");

@@ -18,6 +18,7 @@
 #include "tune/plan_report.hpp"
 #include "tune/shard_traces.hpp"
 #include "tune/tune_input.hpp"
+#include "tune/validate.hpp"
 
 namespace strata::tune {
 namespace {
@@ -230,6 +231,52 @@ TEST(TunePlanner, LargestColdTablesLeaveFirst) {
   EXPECT_EQ(plan->tables[1].placement, Placement::kGpu);
   EXPECT_EQ(plan->tables[2].placement, Placement::kGpu);
   EXPECT_NE(plan->tables[0].why.find("1 of 3 by heat, coldest first"), std::string::npos) << plan->tables[0].why;
+}
+
+// Issue 34: a plan keeps numa auto, which puts the host tier on the GPU's node, so its host traffic
+// is priced there: at node 0's figures alone (as on a machine of that one node), not spread over
+// both nodes; a plan of cpu tables only (no device) is spread. validate prices it the same way.
+TEST(TunePlanner, HostTrafficPricedOnTheGpusNodeAndSaidSo) {
+  const TuneInput in = make_input({500000, 5000, 300000}, {64, 512, 4096}, 20);
+  const HardwareProfile one = profile(true);
+  HardwareProfile two = one;
+  two.numa_nodes.push_back(one.numa_nodes[0]);
+  const auto curves = curves_of(in);
+  const PlanOptions o = budgets(gpu_hbm(in, budgets(1e12, 1e12)) * 0.6, 1e9);
+  auto plan = make_plan(in, curves, two, o);
+  ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+  EXPECT_EQ(plan->config.numa, NumaPolicy::kAuto);
+  StepBytes bytes;
+  for (const TablePlan& t : plan->tables) add_bytes(bytes, t.cost.bytes);
+  ASSERT_GT(bytes.host_read, 0);
+  const auto host_s = [](const ModelledStep& m) { return m.links[static_cast<int>(Link::kHostDram)].seconds; };
+  EXPECT_DOUBLE_EQ(host_s(plan->step), host_s(model_step(one, bytes)));
+  EXPECT_DOUBLE_EQ(host_s(plan->step), 2 * host_s(model_step(two, bytes)));  // spread: both nodes' bandwidth
+  EXPECT_EQ(plan->step.host_node, 0);
+  ReportContext ctx;
+  ctx.source = in.source;
+  ctx.profile = &two;
+  ctx.options = o;
+  ctx.tables = curves;
+  EXPECT_NE(console_summary(*plan, ctx)
+                .find("\nhost DRAM: each rank's on its GPU's NUMA node (numa auto): node 0 for "
+                      "GPU 0 (50 GB/s local, shared by 1 rank)"),
+            std::string::npos)
+      << console_summary(*plan, ctx);
+  EXPECT_NE(plan_json(*plan, ctx).find("\"host_node\": 0"), std::string::npos);
+  for (const UniformMode& m : plan->uniform)
+    EXPECT_EQ(m.step.host_node, m.mode == "cpu" ? -1 : 0) << m.mode << ": " << m.step.host_pricing;
+
+  auto r = predict_run(in, plan->config, 4, kValidatePipeline, two);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_TRUE(r->model.host_on_gpu_node);
+  EXPECT_EQ(r->step.host_node, 0);
+  StoreConfig interleaved = plan->config;
+  interleaved.numa = NumaPolicy::kInterleave;
+  r = predict_run(in, interleaved, 4, kValidatePipeline, two);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->step.host_node, -1);
+  EXPECT_EQ(r->step.host_pricing.rfind("spread over the 2 NUMA nodes", 0), 0u) << r->step.host_pricing;
 }
 
 TEST(TunePlanner, BudgetTooSmallNamesTheSmallestFeasible) {
