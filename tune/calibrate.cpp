@@ -178,6 +178,8 @@ Result<HardwareProfile> calibrate(const CalibrateOptions& o, const ProgressFn& p
   p.host_memory_gb = {static_cast<double>(machine.memory_total_bytes) / 1e9,
                       here + "MemTotal of /proc/meminfo (" + std::to_string(machine.memory_total_bytes) + " bytes)"};
   if (machine.memory_total_bytes == 0) p.host_memory_gb = from_base(o.base.host_memory_gb, o);
+  if (const std::uint64_t l2 = Topology::l2_cache_bytes(); l2 > 0)
+    p.l2_cache_bytes = {static_cast<double>(l2), here + "the smallest L2 cache hwloc lists (Topology::l2_cache_bytes)"};
 
   for (int node = 0; node < nodes; ++node) {
     const auto& cpus = topo.nodes()[static_cast<std::size_t>(node)].cpus;

@@ -110,6 +110,7 @@ int run_plan(const PlanArgs& a) {
   po.cost.trainer_on_device = a.trainer != "host";
   po.cost.threads = a.threads;
   po.cost.numa_nodes = static_cast<int>(profile->numa_nodes.size());
+  po.cost.l2_bytes = static_cast<std::uint64_t>(profile->l2_cache_bytes.value);
   auto optimizer = parse_optimizer(a.optimizer);
   if (!optimizer) return fail("--optimizer: " + optimizer.status().message());
   for (const auto& [flag, path] :

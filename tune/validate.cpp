@@ -330,6 +330,7 @@ Result<RunPrediction> predict_run(const TuneInput& input, const StoreConfig& pla
   o.max_in_flight = plan.cache.max_in_flight;
   o.threads = plan.threads;
   o.numa_nodes = static_cast<int>(std::max<std::size_t>(1, profile.numa_nodes.size()));
+  o.l2_bytes = static_cast<std::uint64_t>(profile.l2_cache_bytes.value);
   o.ranks = ranks;
   RunPrediction r;
   r.steps = steps;

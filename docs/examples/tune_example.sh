@@ -54,4 +54,4 @@ run "strata-tune validate trace_plan.json --trace day1.strtrace --profile calibr
 run "strata-tune validate trace_plan.json --trace day1.strtrace --profile calibrated.json --backend emu --trainer host | sed -n '/^bytes per training step/,/^\$/p'"
 run "strata-tune validate criteo_plan.json --criteo day0.tsv --tables criteo:200000 --batch 512 --dim 32 --profile calibrated.json --backend emu"
 run "strata-tune validate criteo_plan.json --criteo day0.tsv --tables criteo:300000 --batch 512 --dim 32"
-run "strata-tune plan --trace day1.strtrace --dim 32 --hbm-budget 1KB --host-budget 1MB"
+run "strata-tune plan --trace day1.strtrace --profile calibrated.json --dim 32 --hbm-budget 1KB --host-budget 1MB"

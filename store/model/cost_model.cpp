@@ -51,7 +51,7 @@ constexpr NumberField kNumberFields[] = {
 std::string expected_top_level() {
   std::string s = "name, description, numa_nodes";
   for (const auto& f : kNumberFields) s += std::string(", ") + f.key;
-  return s + ", gpu_numa_nodes";
+  return s + ", gpu_numa_nodes, l2_cache_bytes";
 }
 
 // A scalar value as JSON for a message, cut to 64 characters (a user's value can be megabytes
@@ -291,6 +291,12 @@ Status validate_as(const HardwareProfile& p, const std::string& who) {
                                       ".gather: row sizes differ from numa_nodes[0]'s (expected the same "
                                       "row_bytes on every node, or no gather rates on any)");
   }
+  const ProfileNumber& l2 = p.l2_cache_bytes;
+  if (!std::isfinite(l2.value) || l2.value < 0 || l2.value != std::floor(l2.value) || l2.value > 0x1p40)
+    return Status::invalid_argument(who + ": l2_cache_bytes = " + show(l2.value) +
+                                    " (expected a whole number of bytes in [1, 2^40], or leave it out)");
+  if (l2.value > 0 && l2.source.empty())
+    return Status::invalid_argument(who + ": l2_cache_bytes: empty source (expected where the size comes from)");
   const std::vector<int>& gpu_nodes = p.gpu_numa_nodes.value;
   if (gpu_nodes.empty()) return Status::ok();
   const std::string where = who + ": gpu_numa_nodes";
@@ -372,6 +378,10 @@ Result<HardwareProfile> parse_hardware_profile(const std::string& json_text, con
       STRATA_ASSIGN_OR_RETURN(p.gpu_numa_nodes, parse_gpu_nodes(where, v));
       continue;
     }
+    if (key == "l2_cache_bytes") {
+      STRATA_ASSIGN_OR_RETURN(p.l2_cache_bytes, parse_number(where, v));
+      continue;
+    }
     bool known = false;
     for (std::size_t f = 0; f < std::size(kNumberFields); ++f) {
       if (key == kNumberFields[f].key) {
@@ -424,10 +434,12 @@ std::string hardware_profile_to_json(const HardwareProfile& p) {
   }
   if (!p.gpu_numa_nodes.value.empty())
     j["gpu_numa_nodes"] = json{{"value", p.gpu_numa_nodes.value}, {"source", p.gpu_numa_nodes.source}};
+  if (p.l2_cache_bytes.value > 0) j["l2_cache_bytes"] = number_json(p.l2_cache_bytes);
   return j.dump(2);
 }
 
-Result<HostTableMemory> host_table_memory(const StoreConfig& config, int numa_nodes, int world, int rank) {
+Result<HostTableMemory> host_table_memory(const StoreConfig& config, int numa_nodes, int world, int rank,
+                                          std::uint64_t l2_bytes) {
   int nodes = config.fake_numa_nodes > 0 ? config.fake_numa_nodes : numa_nodes;
   if (nodes <= 0) {
     auto topo = Topology::discover();
@@ -477,11 +489,11 @@ Result<HostTableMemory> host_table_memory(const StoreConfig& config, int numa_no
   for (const int g : {kCpuG, kOffloadG}) {
     std::int64_t shared_rows = 0;
     for (const TableSpec& spec : group[g]) {
-      m.scratch_bytes += threads * 8.0 * static_cast<double>(find_repeats_map_entries(spec.rows));
+      m.scratch_bytes += threads * 8.0 * static_cast<double>(find_repeats_map_entries(spec.rows, l2_bytes));
       if (spec.rows <= detail::HostBatch::kSharedRepeatsRows) shared_rows += spec.rows;
     }
     shared_rows = std::min(shared_rows, kRepeatsTablesMaxRows);
-    m.scratch_bytes += threads * 8.0 * static_cast<double>(find_repeats_map_entries(shared_rows));
+    m.scratch_bytes += threads * 8.0 * static_cast<double>(find_repeats_map_entries(shared_rows, l2_bytes));
   }
   for (const auto& specs : group) {
     const HostFootprint f = host_footprint(specs, options, nodes, true);

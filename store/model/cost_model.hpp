@@ -102,6 +102,9 @@ struct HardwareProfile {
   /// Optional: the node of each GPU (one entry per GPU). Not recorded: GPUs spread over the nodes in
   /// order (gpu_numa_node).
   GpuNumaNodes gpu_numa_nodes;
+  /// Optional: the L2 cache of one core in bytes (sizes the CPU optimizer's per-thread scratch,
+  /// host_table_memory). Not recorded (value 0): the L2 of the machine that runs the model.
+  ProfileNumber l2_cache_bytes;
 };
 
 /// Parses a profile from JSON text. Format: an object with "name" and "description" (strings),
@@ -109,7 +112,7 @@ struct HardwareProfile {
 /// {"row_bytes": integer, "local_rows_per_s": N, "remote_rows_per_s": N}, ...]}) and one number object
 /// {"value": number, "source": "non-empty string"} for each other HardwareProfile field, named as
 /// the field, but "gpu_numa_nodes" ({"value": [integer node of each GPU], "source": string}). Every
-/// field but gpu_numa_nodes is required; an unknown field at any level is an error, and so is a key
+/// field but gpu_numa_nodes and l2_cache_bytes is required; an unknown field at any level is an error, and so is a key
 /// given twice in one object ("profile 'p.json': key 'numa_nodes[0].local_gbs.value' is given
 /// twice ..."). `origin` (a file name or "<string>") is named in every message, with the field
 /// path and what was expected. The result is validated.
@@ -122,8 +125,8 @@ Result<HardwareProfile> load_hardware_profile(const std::string& path);
 /// Checks a profile: name non-empty; every value finite; bandwidths, rates and capacities > 0;
 /// latencies >= 0; gpus an integer >= 1; at least one NUMA node; gather row sizes > 0, strictly
 /// increasing and the same on every node (or no node has any); gpu_numa_nodes empty or one node in
-/// [0, numa_nodes) per GPU; every source non-empty. The message names the profile, the field and
-/// the value.
+/// [0, numa_nodes) per GPU; l2_cache_bytes 0 (not recorded) or a positive integer; every source non-empty. The message
+/// names the profile, the field and the value.
 Status validate(const HardwareProfile& profile);
 
 /// The NUMA node of GPU `gpu` (in [0, gpus)) of `profile` (validated): gpu_numa_nodes[gpu] where the
@@ -253,8 +256,11 @@ struct HostTableMemory {
 /// wins when > 0). `world` = 0: Store::open
 /// without a communicator; `world` >= 1: rank `rank` of Store::open(config, communicator) over a
 /// world of that size (gpu and hybrid tables sharded by their plan; gpu shards hold no host rows).
-/// Errors: a sharding plan that does not resolve for the world (dispatch::ShardLayout::make).
-Result<HostTableMemory> host_table_memory(const StoreConfig& config, int numa_nodes, int world = 0, int rank = 0);
+/// `l2_bytes` sizes the CPU optimizer's scratch (0: this machine's L2; a profile's l2_cache_bytes
+/// when the planned machine is another). Errors: a sharding plan that does not resolve for the world
+/// (dispatch::ShardLayout::make).
+Result<HostTableMemory> host_table_memory(const StoreConfig& config, int numa_nodes, int world = 0, int rank = 0,
+                                          std::uint64_t l2_bytes = 0);
 
 /// Staging the engines upload H2D with each batch (store/engines/, gpu/staging.hpp: every array
 /// rounded up to 64 bytes), for a byte-exact cost model.

@@ -55,7 +55,7 @@ Result<HostTableMemory> host_memory(const TableSpec& spec, Placement placement, 
   tc.spec = spec;
   tc.placement = placement;
   one.tables.push_back(tc);
-  return host_table_memory(one, o.numa_nodes, o.ranks > 1 && !o.whole_shards ? o.ranks : 0, 0);
+  return host_table_memory(one, o.numa_nodes, o.ranks > 1 && !o.whole_shards ? o.ranks : 0, 0, o.l2_bytes);
 }
 
 // A device copy of `n` bytes: over PCIe, and written into (H2D) or read from (D2H) HBM.

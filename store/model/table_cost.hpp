@@ -193,6 +193,7 @@ struct CostOptions {
   int max_in_flight = 8;          ///< batches in flight (StoreConfig::cache.max_in_flight)
   int numa_nodes = 1;             ///< NUMA nodes of the planned machine (host table layout)
   int threads = 0;                ///< store worker threads (CPU optimizer scratch; 0: this machine's cores)
+  std::uint64_t l2_bytes = 0;     ///< L2 of one core (CPU optimizer scratch; 0: this machine's)
   int ranks = 1;                  ///< ranks of the world (> 1: gpu and hybrid tables sharded row-wise; costs per rank)
   bool trainer_on_device = true;  ///< the trainer's dense model on the GPU (strata-bench --trainer device)
   bool zero_copy = false;         ///< cached: zero-copy fills and write-backs (else staged; emu always stages)

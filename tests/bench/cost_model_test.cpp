@@ -14,6 +14,8 @@
 
 #include "dispatch/local_communicator.hpp"
 #include "host/numa_arena.hpp"
+#include "host/repeats.hpp"
+#include "host/topology.hpp"
 #include "store/store.hpp"
 
 namespace strata {
@@ -585,6 +587,40 @@ TEST(HostTableMemory, ManySmallTablesAreOneSharedArena) {
   ASSERT_TRUE(m.is_ok());
   EXPECT_EQ(m->packed_tables, 0);
   EXPECT_EQ(m->mapped_bytes, 10 * 2.0 * 1024 * 1024);
+}
+
+// A profile's L2 sizes the CPU optimizer's scratch of the machine it describes, not of the machine that
+// plans (docs/tune.md's example printed other host figures on a machine with another L2).
+TEST(HostTableMemory, ScratchFollowsTheGivenL2NotThisMachines) {
+  StoreConfig c;
+  c.fake_numa_nodes = 1;
+  c.threads = 2;
+  c.tables.push_back(table("big", 1 << 24, 16, Placement::kCpu));
+  const auto at = [&](std::uint64_t l2) { return host_table_memory(c, 0, 0, 0, l2).value().scratch_bytes; };
+  EXPECT_EQ(at(256 << 10), 2 * 8.0 * static_cast<double>(find_repeats_map_entries(1 << 24, 256 << 10)));
+  EXPECT_EQ(at(4 << 20), 2 * 8.0 * static_cast<double>(find_repeats_map_entries(1 << 24, 4 << 20)));
+  EXPECT_NE(at(256 << 10), at(4 << 20));
+  EXPECT_EQ(at(0), at(Topology::l2_cache_bytes()));
+}
+
+TEST(HardwareProfile, L2CacheBytesParseValidateAndRoundTrip) {
+  HardwareProfile p = test_profile();
+  p.l2_cache_bytes = n(2 << 20);
+  const std::string text = hardware_profile_to_json(p);
+  auto back = parse_hardware_profile(text, "l2.json");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->l2_cache_bytes.value, 2 << 20);
+  EXPECT_EQ(hardware_profile_to_json(*back), text);
+  // Optional: a profile without it does not write it, and plans with this machine's L2.
+  EXPECT_EQ(hardware_profile_to_json(test_profile()).find("l2_cache_bytes"), std::string::npos);
+  const json good = json::parse(text);
+  json j = good;
+  j["l2_cache_bytes"]["value"] = 1.5;
+  EXPECT_EQ(error_of(j),
+            "profile 'my.json': l2_cache_bytes = 1.5 (expected a whole number of bytes in [1, 2^40], or leave it out)");
+  j["l2_cache_bytes"]["value"] = -1;
+  EXPECT_EQ(error_of(j),
+            "profile 'my.json': l2_cache_bytes = -1 (expected a whole number of bytes in [1, 2^40], or leave it out)");
 }
 
 TEST(HardwareProfile, GatherRatesParseAndRoundTrip) {
