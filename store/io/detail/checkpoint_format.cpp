@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <set>
 #include <vector>
 
@@ -489,12 +490,12 @@ Status PieceReader::verify(Status (*each_chunk)()) {
   header_crc_ = crc32c(&h, sizeof h);
   std::uint32_t crc = header_crc_;
   const std::int64_t chunk = std::max<std::int64_t>(1, std::min(kChunkRows, rows_));
-  std::vector<float> buf(static_cast<std::size_t>(chunk * width_));
+  // Not zero-filled: each chunk is read into it before its CRC.
+  const std::unique_ptr<float[]> buf(new float[static_cast<std::size_t>(chunk * width_)]);
   for (std::int64_t r = 0; r < rows_; r += chunk) {
     const std::size_t bytes = static_cast<std::size_t>(std::min(chunk, rows_ - r) * width_) * sizeof(float);
-    STRATA_RETURN_IF_ERROR(
-        file_.read_at(kHeaderBytes + static_cast<std::uint64_t>(r * width_) * 4u, buf.data(), bytes));
-    crc = crc32c(buf.data(), bytes, crc);
+    STRATA_RETURN_IF_ERROR(file_.read_at(kHeaderBytes + static_cast<std::uint64_t>(r * width_) * 4u, buf.get(), bytes));
+    crc = crc32c(buf.get(), bytes, crc);
     if (each_chunk) STRATA_RETURN_IF_ERROR(each_chunk());
   }
   if (crc != want_crc_)

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <optional>
@@ -296,18 +297,20 @@ Status write_piece(Store& store, int t, const ManifestTable& mt, const Box& box,
   const std::int32_t cols = box.cols, sd = optimizer_state_dim(spec.optimizer.kind, box.cols);
   STRATA_ASSIGN_OR_RETURN(PieceWriter w, PieceWriter::create(dir, file, mt, box, save_id));
   const std::int64_t n_max = std::min(kChunkRows, box.rows);
-  std::vector<float> weights(static_cast<std::size_t>(n_max * cols)), state(static_cast<std::size_t>(n_max * sd));
-  std::vector<float> records(static_cast<std::size_t>(n_max * (cols + sd)));
+  // Not zero-filled: read_shard fills each chunk's rows before they are copied.
+  const std::unique_ptr<float[]> weights(new float[static_cast<std::size_t>(n_max * cols)]),
+      state(new float[static_cast<std::size_t>(n_max * sd)]),
+      records(new float[static_cast<std::size_t>(n_max * (cols + sd))]);
   bool halfway = false;
   for (std::int64_t r = 0; r < box.rows; r += kChunkRows) {
     const std::int64_t n = std::min(kChunkRows, box.rows - r);
-    STRATA_RETURN_IF_ERROR(store.read_shard(t, r, n, weights.data(), sd ? state.data() : nullptr));
+    STRATA_RETURN_IF_ERROR(store.read_shard(t, r, n, weights.get(), sd ? state.get() : nullptr));
     for (std::int64_t i = 0; i < n; ++i) {
-      float* rec = records.data() + i * (cols + sd);
-      std::memcpy(rec, weights.data() + i * cols, sizeof(float) * static_cast<std::size_t>(cols));
-      if (sd) std::memcpy(rec + cols, state.data() + i * sd, sizeof(float) * static_cast<std::size_t>(sd));
+      float* rec = records.get() + i * (cols + sd);
+      std::memcpy(rec, weights.get() + i * cols, sizeof(float) * static_cast<std::size_t>(cols));
+      if (sd) std::memcpy(rec + cols, state.get() + i * sd, sizeof(float) * static_cast<std::size_t>(sd));
     }
-    STRATA_RETURN_IF_ERROR(w.append(records.data(), n));
+    STRATA_RETURN_IF_ERROR(w.append(records.get(), n));
     STRATA_RETURN_IF_ERROR(progressed());
     if (!halfway && 2 * (r + n) >= box.rows) {
       halfway = true;
@@ -615,17 +618,44 @@ Status open_pieces(Store& store, int me, const std::string& dir, Prepared& c) {
 // alone (a device-staged collective can, leaving the communicator usable) writes nothing of that span and stops every
 // rank after it. Returns this rank's first failure (reported at load_pieces' final gather), or the error of the polled
 // rounds, also in `rounds` (the same on every rank: a broken communicator or a rank whose I/O is stuck).
+// A float buffer that only grows, its memory not zero-filled (every element a span uses is written before it is
+// read): load's span buffers, kept across spans and tables, so that a load neither zero-fills nor faults in fresh
+// memory per table (for tables of one span, that was most of a load's time).
+class SpanBuffer {
+ public:
+  float* get(std::int64_t floats) {
+    const std::size_t n = static_cast<std::size_t>(floats);
+    if (n > size_) {
+      data_.reset();  // the old one first: the peak stays one buffer
+      data_.reset(new float[n]);
+      size_ = n;
+    }
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<float[]> data_;
+  std::size_t size_ = 0;
+};
+
+// copy_table's buffers, kept by load_pieces across its tables.
+struct CopyBuffers {
+  std::vector<SpanBuffer> runs;  // per piece of a table
+  SpanBuffer send, recv, weights, state;
+};
+
 Status copy_table(Store& store, dispatch::Communicator* comm, int me, int world, Prepared& c, std::size_t ti,
-                  bool& stopped, Status& rounds) {
+                  CopyBuffers& buf, bool& stopped, Status& rounds) {
   const TablePlan& p = c.plans[ti];
   const Box& target = p.targets[static_cast<std::size_t>(me)];
   const TableSpec& spec = store.config().tables[ti].spec;
   const std::int32_t sd = optimizer_state_dim(spec.optimizer.kind, target.cols);
-  std::vector<std::vector<float>> runs(p.pieces.size());
+  if (buf.runs.size() < p.pieces.size()) buf.runs.resize(p.pieces.size());
   std::vector<const float*> records(p.pieces.size(), nullptr);
   std::vector<std::int64_t> send_counts(static_cast<std::size_t>(world)), send_displs(send_counts.size()),
       recv_counts(send_counts.size()), recv_displs(send_counts.size());
-  std::vector<float> send, recv, weights, state;
+  // Nothing crosses ranks: this rank's own share of `send` is all it receives, unpacked from there.
+  const bool exchange = comm && p.crosses;
   Status failed;
   const auto note = [&](const Status& s) {
     if (failed.is_ok()) failed = s;
@@ -642,8 +672,8 @@ Status copy_table(Store& store, dispatch::Communicator* comm, int me, int world,
       sent += send_counts[qi];
       received += recv_counts[qi];
     }
-    send.resize(static_cast<std::size_t>(sent) / sizeof(float));
-    recv.resize(static_cast<std::size_t>(received) / sizeof(float));
+    float* const send = buf.send.get(sent / static_cast<std::int64_t>(sizeof(float)));
+    float* const recv = exchange ? buf.recv.get(received / static_cast<std::int64_t>(sizeof(float))) : nullptr;
     // Read and pack; a piece's last span also checks its CRC (finish), before its last rows are written anywhere.
     Status read;
     Result<bool> any = run_polled(
@@ -653,13 +683,13 @@ Status copy_table(Store& store, dispatch::Communicator* comm, int me, int world,
           for (auto& kr : c.readers[ti]) {
             const std::size_t k = kr.first;
             const std::int64_t cnt = local_range(p.pieces[k], row0, n).second;
-            runs[k].resize(static_cast<std::size_t>(cnt * kr.second.width()));
-            if (cnt > 0) STRATA_RETURN_IF_ERROR(kr.second.read_next(cnt, runs[k].data()));
+            float* const run = buf.runs[k].get(cnt * kr.second.width());
+            if (cnt > 0) STRATA_RETURN_IF_ERROR(kr.second.read_next(cnt, run));
             STRATA_RETURN_IF_ERROR(progressed());
-            records[k] = runs[k].data();
+            records[k] = run;
             if (row0 + n >= p.rows) STRATA_RETURN_IF_ERROR(kr.second.finish());
           }
-          pack_span(p, me, row0, n, records, send.data(), send_displs);
+          pack_span(p, me, row0, n, records, send, send_displs);
           return Status::ok();
         },
         read);
@@ -674,17 +704,9 @@ Status copy_table(Store& store, dispatch::Communicator* comm, int me, int world,
       break;
     }
     Status moved;
-    if (comm && p.crosses) {
-      moved = comm->all_to_all_v(send.data(), send_counts.data(), send_displs.data(), recv.data(), recv_counts.data(),
+    if (exchange)
+      moved = comm->all_to_all_v(send, send_counts.data(), send_displs.data(), recv, recv_counts.data(),
                                  recv_displs.data());
-    } else {
-      // Nothing crosses ranks: this rank's own share is all it receives.
-      const std::size_t mi = static_cast<std::size_t>(me);
-      if (recv_counts[mi])
-        std::memcpy(reinterpret_cast<char*>(recv.data()) + recv_displs[mi],
-                    reinterpret_cast<const char*>(send.data()) + send_displs[mi],
-                    static_cast<std::size_t>(recv_counts[mi]));
-    }
     // Unpack and write (a failed exchange writes nothing: the window is not the checkpoint's).
     Status wrote;
     any = run_polled(
@@ -692,12 +714,13 @@ Status copy_table(Store& store, dispatch::Communicator* comm, int me, int world,
         [&] {
           STRATA_RETURN_IF_ERROR(moved);
           const std::pair<std::int64_t, std::int64_t> run = local_range(target, row0, n);
-          weights.resize(static_cast<std::size_t>(run.second * target.cols));
-          state.resize(static_cast<std::size_t>(run.second * sd));
-          unpack_span(p, me, row0, n, recv.data(), recv_displs, weights.data(), state.data());
+          float* const weights = buf.weights.get(run.second * target.cols);
+          float* const state = buf.state.get(run.second * sd);
+          // Without an exchange only this rank's share holds records (at send_displs[me]; the others are empty).
+          unpack_span(p, me, row0, n, exchange ? recv : send, exchange ? recv_displs : send_displs, weights, state);
           if (run.second == 0 || target.cols == 0) return Status::ok();
-          STRATA_RETURN_IF_ERROR(store.write_shard(static_cast<int>(ti), run.first, run.second, weights.data(),
-                                                   sd ? state.data() : nullptr));
+          STRATA_RETURN_IF_ERROR(
+              store.write_shard(static_cast<int>(ti), run.first, run.second, weights, sd ? state : nullptr));
           STRATA_RETURN_IF_ERROR(progressed());
           return at(me, LoadPoint::kSpanWritten);
         },
@@ -811,10 +834,11 @@ Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std
       "(the tables may now hold a mix of their previous rows and the checkpoint's; step unchanged; load again)";
   // The first failure on any rank stops every rank's copy (a store without a world: at its first failing table).
   Status copied, rounds;
+  CopyBuffers buffers;
   bool stopped = false;
   std::string at_table = "after every table";  // where this rank's copy ended
   for (std::size_t ti = 0; ti < c.plans.size() && !stopped; ++ti) {
-    Status s = copy_table(store, comm, me, world, c, ti, stopped, rounds);
+    Status s = copy_table(store, comm, me, world, c, ti, buffers, stopped, rounds);
     if (stopped || !s.is_ok()) at_table = "into table '" + store.config().tables[ti].spec.name + "'";
     if (copied.is_ok() && !s.is_ok())
       copied = s.with_context(dir + ": load failed while copying rows into table '" +
