@@ -627,6 +627,7 @@ class SpanBuffer {
     const std::size_t n = static_cast<std::size_t>(floats);
     if (n > size_) {
       data_.reset();  // the old one first: the peak stays one buffer
+      size_ = 0;      // and no stale size if the next allocation throws
       data_.reset(new float[n]);
       size_ = n;
     }
