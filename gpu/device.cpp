@@ -64,13 +64,17 @@ Result<PinnedBuffer> Device::allocate_pinned(std::size_t bytes) {
     // Bound before it is registered: registration faults the pages in, under the binding.
     Result<void*> m = map_on_node(*topo, bytes, node);
     if (m) {
-      if (Status st = do_register_pinned(m.value(), bytes); !st.is_ok()) {
+      if (Status st = do_register_pinned(m.value(), bytes); st.is_ok()) {
+        p = m.value();
+        std::lock_guard<std::mutex> lock(pinned_m_);
+        placed_.insert(p);
+        ++placed_blocks_;
+      } else {
         unmap_on_node(m.value(), bytes);
-        return st;
+        // Out of pinned memory is so for the backend's allocation too; any other failure falls back.
+        if (st.code() == StatusCode::kResourceExhausted) return st;
+        unplaced = st.message();
       }
-      p = m.value();
-      std::lock_guard<std::mutex> lock(pinned_m_);
-      placed_.insert(p);
     } else {
       unplaced = m.status().message();
     }
@@ -79,6 +83,7 @@ Result<PinnedBuffer> Device::allocate_pinned(std::size_t bytes) {
     STRATA_ASSIGN_OR_RETURN(p, do_allocate_pinned(bytes));
     if (!unplaced.empty()) {
       std::lock_guard<std::mutex> lock(pinned_m_);
+      ++unplaced_blocks_;
       if (pinned_note_.empty())
         pinned_note_ = "pinned staging: a block of " + std::to_string(bytes) + " bytes not placed on node " +
                        std::to_string(node) + " (" + unplaced + ")";
@@ -95,16 +100,24 @@ void Device::place_pinned(const Topology& topo, int node) {
   pinned_topo_ = node >= 0 && binds ? &topo : nullptr;
   pinned_node_ = pinned_topo_ ? node : -1;
   pinned_note_ = binds ? "" : "pinned staging not placed on node " + std::to_string(node) + " (mbind unavailable)";
+  placed_blocks_ = unplaced_blocks_ = 0;
 }
 
 int Device::pinned_node() const {
   std::lock_guard<std::mutex> lock(pinned_m_);
-  return pinned_node_;
+  return unplaced_blocks_ > 0 && placed_blocks_ == 0 ? -1 : pinned_node_;
 }
 
 std::string Device::pinned_note() const {
   std::lock_guard<std::mutex> lock(pinned_m_);
+  if (unplaced_blocks_ > 0 && placed_blocks_ == 0)
+    return "placement failed: no pinned block placed on node " + std::to_string(pinned_node_) + "; " + pinned_note_;
   return pinned_note_;
+}
+
+std::size_t Device::placed_pinned_blocks() const {
+  std::lock_guard<std::mutex> lock(pinned_m_);
+  return placed_.size();
 }
 
 Result<Event> Device::create_event() {

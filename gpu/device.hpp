@@ -207,14 +207,19 @@ class Device {
   /// outlives those calls; the store's home node, store/detail/numa_home.hpp), so that the staging a
   /// GPU copies through sits on the GPU's node; node -1 undoes it. Where `topo` cannot bind memory
   /// (Topology::binds_memory false) nothing is placed and pinned_note() says so; a block that cannot
-  /// be mapped and bound there is allocated as without a node, and the note says that too. Call it
+  /// be mapped and bound there, or registered (for a reason other than ResourceExhausted), is
+  /// allocated as without a node, and the note says that too. Call it
   /// before the pinned allocations it is meant for (blocks already allocated stay where they are).
   /// Thread-safe.
   void place_pinned(const Topology& topo, int node);
-  /// The node place_pinned put pinned memory on (-1: none, the backend's allocation).
+  /// The node place_pinned put pinned memory on (-1: none, the backend's allocation; also when
+  /// every block allocated since fell back to it).
   int pinned_node() const;
-  /// Why pinned memory is placed less than place_pinned asked ("" when it is not).
+  /// Why pinned memory is placed less than place_pinned asked ("" when it is not; it begins
+  /// "placement failed" when no block was placed and some fell back).
   std::string pinned_note() const;
+  /// Live pinned blocks allocate_pinned placed on place_pinned's node.
+  std::size_t placed_pinned_blocks() const;
   std::size_t bytes_in_use() const noexcept;
   std::size_t peak_bytes() const noexcept;
   /// Allocations, frees and events so far (thread-safe snapshot).
@@ -421,11 +426,13 @@ class Device {
   /// The least need whose growth failed (SIZE_MAX: none since the last success), and bytes_in_use
   /// then: retried only once less is in use.
   std::size_t scratch_refused_ = SIZE_MAX, scratch_refused_in_use_ = 0;
-  mutable std::mutex pinned_m_;            ///< guards the four below
+  mutable std::mutex pinned_m_;            ///< guards the six below
   const Topology* pinned_topo_ = nullptr;  ///< place_pinned's topology (null: not placed)
   int pinned_node_ = -1;
   std::string pinned_note_;
   std::unordered_set<void*> placed_;  ///< live pinned blocks of map_on_node (freed by unmapping)
+  std::size_t placed_blocks_ = 0;     ///< blocks placed since place_pinned
+  std::size_t unplaced_blocks_ = 0;   ///< blocks since place_pinned that fell back to do_allocate_pinned
 };
 
 /// An emulated device (always available).

@@ -343,12 +343,11 @@ class CudaDevice final : public Device {
   }
 
   // cudaFreeHost waits for the device's work; cudaHostUnregister is not documented to, so the wait is explicit.
+  // False on any failure (recorded): the range may still be registered or in DMA, so it stays mapped.
   bool do_unregister_pinned(void* p, std::size_t) noexcept override {
     const DeviceScope scope(ctx_);
-    if (!entered(scope)) return true;
-    STRATA_CUDA_RECORD(*this, cudaDeviceSynchronize());
-    STRATA_CUDA_RECORD(*this, cudaHostUnregister(p));
-    return true;
+    if (!entered(scope)) return false;
+    return STRATA_CUDA_RECORD(*this, cudaDeviceSynchronize()) && STRATA_CUDA_RECORD(*this, cudaHostUnregister(p));
   }
 
   void do_copy(StreamView s, void* dst, const void* src, std::size_t bytes, CopyKind kind) override {

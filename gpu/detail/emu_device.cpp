@@ -53,6 +53,7 @@
 #include "gpu/device.hpp"
 #include "gpu/kernels/host_grid.hpp"
 #include "host/fp_env.hpp"
+#include "host/numa_arena.hpp"
 
 namespace strata::gpu {
 namespace {
@@ -443,7 +444,11 @@ class EmuDevice final : public Device {
       } else {
         (void)emu_memory().remove_device(b.p, b.bytes, id_);
       }
-      if (b.heap) std::free(emu_untag(b.p));
+      if (b.heap) {
+        std::free(emu_untag(b.p));
+      } else {
+        unmap_on_node(b.p, b.bytes);  // mapped by Device::allocate_pinned; the streams that used it are done
+      }
     }
   }
 
@@ -642,7 +647,7 @@ class EmuDevice final : public Device {
   // for). False on a stream worker, where CUDA forbids the call (cudaErrorNotPermitted) and the
   // wait could never end: the sticky error, and the block is parked until the device goes.
   // `heap`: the block came from aligned_bytes, and the device frees it when parked (else it only
-  // forgets it: a block mapped by Device::allocate_pinned stays mapped).
+  // unmaps it: a block mapped by Device::allocate_pinned).
   bool may_free(void* p, std::size_t bytes, bool pinned, bool heap = true) noexcept {
     if (t_worker_of >= 0) {
       record_error(Status::internal(
@@ -1072,7 +1077,7 @@ class EmuDevice final : public Device {
     void* p;
     std::size_t bytes;
     bool pinned;
-    bool heap;  // aligned_bytes' (freed with the device), else mapped by Device::allocate_pinned (kept)
+    bool heap;  // aligned_bytes' (freed with the device), else mapped by Device::allocate_pinned (unmapped)
   };
   std::mutex parked_m_;
   std::vector<Parked> parked_;

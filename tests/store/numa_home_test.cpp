@@ -5,13 +5,17 @@
 #include <gtest/gtest.h>
 #include <linux/mempolicy.h>  // MPOL_*: the kernel's UAPI header (no libnuma)
 #include <linux/version.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpu/device.hpp"
@@ -297,6 +301,50 @@ TEST(NumaHome, PinnedStagingPagesLieOnTheHomeNode) {
     EXPECT_TRUE(dev->allocate_pinned(384 << 10).is_ok()) << "the first was freed";
     EXPECT_TRUE(dev->status().is_ok()) << dev->status().to_string();
   }
+}
+
+// A device whose pinned memory is placed on node 0 of this machine (null: the kernel does not bind).
+std::unique_ptr<gpu::Device> placed_device(const Topology& topo) {
+  if (!topo.binds_memory()) return nullptr;
+  auto dev = gpu::make_emu_device().value();
+  dev->place_pinned(topo, 0);
+  return dev;
+}
+
+// As cudaFreeHost, freeing a placed block waits for the work queued on every stream before it.
+TEST(NumaHome, FreeOfAPlacedPinnedBlockWaitsForTheWorkQueuedBeforeIt) {
+  const Topology topo = Topology::discover().value();
+  auto dev = placed_device(topo);
+  if (!dev) GTEST_SKIP() << "this kernel does not bind memory";
+  gpu::Stream other = dev->create_stream().value();
+  auto b = dev->allocate_pinned(4096).value();
+  ASSERT_EQ(dev->placed_pinned_blocks(), 1u);
+  std::atomic<bool> ran{false};
+  dev->host_task(other.view(), [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ran = true;
+  });
+  b = gpu::PinnedBuffer();  // the free
+  EXPECT_TRUE(ran.load()) << "the free returned while work queued before it was still running";
+  EXPECT_EQ(dev->placed_pinned_blocks(), 0u);
+  EXPECT_TRUE(dev->status().is_ok()) << dev->status().to_string();
+}
+
+// A placed block whose free was refused (from a host task) is parked, and unmapped with the device.
+TEST(NumaHome, AParkedPlacedBlockIsUnmappedWithTheDevice) {
+  const Topology topo = Topology::discover().value();
+  auto dev = placed_device(topo);
+  if (!dev) GTEST_SKIP() << "this kernel does not bind memory";
+  auto b = dev->allocate_pinned(4096).value();
+  void* p = b.data();
+  gpu::Stream s = dev->create_stream().value();
+  dev->host_task(s.view(), [&] { b = gpu::PinnedBuffer(); });
+  EXPECT_FALSE(dev->synchronize(s.view()).is_ok()) << "the free from a host task is refused";
+  ASSERT_EQ(msync(p, 4096, MS_ASYNC), 0) << "parked: still mapped";
+  s = gpu::Stream();
+  dev.reset();
+  EXPECT_EQ(msync(p, 4096, MS_ASYNC), -1) << "still mapped after the device went";
+  EXPECT_EQ(errno, ENOMEM);
 }
 
 TEST(NumaHome, StoreStatsSayWhereTheHostTierIs) {
