@@ -40,8 +40,9 @@ struct NumaPlacement {
   int memory_node = -1;  ///< of its host tables (and shards)
   /// Of its threads: the store's oneTBB arena (every call's CPU work: the `cpu` kernels, offload's CPU
   /// gather and optimizer, dedup) and its fill arena (the cache's row copies between the host tables
-  /// and pinned staging, run from host tasks). CUDA's own callback thread, which joins the fill
-  /// arena, and the emulated device's stream threads are not placed.
+  /// and pinned staging, run from host tasks). With tbbbind, every thread that enters a constrained
+  /// arena via execute (CUDA's callback thread, the emulated device's stream threads) is bound to the
+  /// node while it runs fills there.
   int thread_node = -1;
   int pinned_node = -1;  ///< of the pinned memory its device allocates (staging, bounce buffers)
   std::string note;      ///< why placement is less than asked (first touch, no GPU node, ...; "" when it is not)

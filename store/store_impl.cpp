@@ -491,8 +491,9 @@ class StoreImpl final : public Store {
   detail::TableIndex index_;
   tbb::task_arena arena_;
   // The threads of the cache's row copies, which host tasks run (CacheTransfers): an arena of their
-  // own, with arena_'s constraints, because the calling thread holds a slot of arena_ while it waits
-  // for the stream whose host task would wait for a slot (threads: 1 has no other).
+  // own, with arena_'s constraints, because in one arena more host-task threads plus the driving
+  // thread than slots could wait on each other (an arena with a reserved master slot has max(2, n)
+  // slots): the driver holds a slot while it waits for a stream whose host task waits for one.
   tbb::task_arena fill_arena_;
   NumaPlacement numa_;                   // where the host tier lives (config `numa`, resolved at init)
   std::unique_ptr<gpu::Device> device_;  // declared before the engines: destroyed after them
