@@ -38,11 +38,8 @@ struct StagingBytes {
 /// NUMA nodes, -1 when not bound to one.
 struct NumaPlacement {
   int memory_node = -1;  ///< of its host tables (and shards)
-  /// Of its threads: the store's oneTBB arena (every call's CPU work: the `cpu` kernels, offload's CPU
-  /// gather and optimizer, dedup) and its fill arena (the cache's row copies between the host tables
-  /// and pinned staging, run from host tasks). With tbbbind, every thread that enters a constrained
-  /// arena via execute (CUDA's callback thread, the emulated device's stream threads) is bound to the
-  /// node while it runs fills there.
+  /// Of its threads: its oneTBB arena (every call's CPU work) and its fill arena (the cache's row copies run from host
+  /// tasks: with tbbbind, CUDA's callback thread or the emu's stream thread is bound to the node while it copies).
   int thread_node = -1;
   int pinned_node = -1;  ///< of the pinned memory its device allocates (staging, bounce buffers)
   std::string note;      ///< why placement is less than asked (first touch, no GPU node, ...; "" when it is not)
