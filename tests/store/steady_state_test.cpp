@@ -3,6 +3,13 @@
 // stall every stream once per step. The engines size their staging and events from the batches
 // of the first steps (gpu/staging.hpp); the emu device counts what a step makes
 // (Device::resource_counts, StoreStats::device_resources).
+// One thing may still be made, by design: a staging ring makes a new entry (its pinned and device
+// buffers and its three events) rather than block the host when its oldest free entry's device work
+// is still running, up to StagingRing::kMaxBusyFree free entries. A loop whose device falls further
+// behind than it did during warm-up gets one then, once. The emu device here delays its work at
+// random, and under ThreadSanitizer (serial oneTBB, every access checked) it can fall behind at any
+// step: the tests count what the device made against the entries the store gained (its
+// StoreStats::staging and activation_staging), and anything else fails them.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +21,7 @@
 #include <vector>
 
 #include "dispatch/local_communicator.hpp"
+#include "gpu/staging.hpp"
 #include "tests/store/device_views.hpp"
 #include "tests/store/store_test_util.hpp"
 
@@ -89,9 +97,18 @@ using BatchMaker = std::function<KeyBatch(std::mt19937_64& rng, const StoreConfi
 // that the trainer allocated once, and the calls are stream-ordered on the trainer's stream.
 // `links`, when given, receives the bytes per link of the steady steps. `make` gives the batches
 // (jagged_batch by default; every batch must have 64 bags per table).
-Result<gpu::ResourceCounts> steady_loop(Store& store, const StoreConfig& c, int warm_up, int steady,
-                                        bool device_views = false, gpu::LinkBytes* links = nullptr,
-                                        const BatchMaker& make = nullptr) {
+// What the device made during a loop's steady steps, and the staging entries the store gained then.
+struct Made {
+  gpu::ResourceCounts counts;
+  std::size_t new_entries = 0;
+};
+
+// The free staging entries of a store (the same number of batches is in flight at each point
+// steady_loop looks: `depth` submitted ahead of the step).
+std::size_t staging_entries(const StoreStats& st) { return st.staging.entries + st.activation_staging.entries; }
+
+Result<Made> steady_loop(Store& store, const StoreConfig& c, int warm_up, int steady, bool device_views = false,
+                         gpu::LinkBytes* links = nullptr, const BatchMaker& make = nullptr) {
   const int depth = 3;
   std::mt19937_64 rng(7);
   std::vector<KeyBatch> batches;
@@ -108,13 +125,9 @@ Result<gpu::ResourceCounts> steady_loop(Store& store, const StoreConfig& c, int 
     dev_grads = make_device_views(*store.device(), shape);
     mode = StepMode{true, trainer.view(), &dev_out, &dev_grads, {}};
   }
-  gpu::ResourceCounts before;
-  gpu::LinkBytes links_before;
+  StoreStats before;
   for (int i = 0; i < warm_up + steady; ++i) {
-    if (i == warm_up) {
-      before = store.stats().device_resources;
-      links_before = store.stats().links;
-    }
+    if (i == warm_up) before = store.stats();
     const KeyBatch& kb = batches[static_cast<std::size_t>(i)];
     Buffers out = make_buffers(c, kb), grads = make_buffers(c, kb);
     fill_random(rng, grads);
@@ -122,14 +135,24 @@ Result<gpu::ResourceCounts> steady_loop(Store& store, const StoreConfig& c, int 
     STRATA_RETURN_IF_ERROR(store.submit(i + depth, batches[static_cast<std::size_t>(i + depth)]));
   }
   if (device_views) STRATA_RETURN_IF_ERROR(store.device()->synchronize(trainer.view()));
-  if (links) *links = store.stats().links - links_before;
-  return store.stats().device_resources - before;
+  const StoreStats after = store.stats();
+  if (links) *links = after.links - before.links;
+  const std::size_t entries_before = staging_entries(before), entries_after = staging_entries(after);
+  if (entries_after < entries_before)
+    return Status::internal("the store lost staging entries: " + std::to_string(entries_before) + " -> " +
+                            std::to_string(entries_after));
+  return Made{after.device_resources - before.device_resources, entries_after - entries_before};
 }
 
-void expect_none(const gpu::ResourceCounts& during) {
-  EXPECT_EQ(during.allocations, 0u);
-  EXPECT_EQ(during.frees, 0u);
-  EXPECT_EQ(during.events, 0u);
+// Nothing freed, and nothing made but new staging entries (at most two buffers and exactly three
+// events each). A ring holds at most kMaxBusyFree - 1 entries beyond the most its engine has taken
+// at once, which warm-up reached; each engine (at most one per table here) has two rings, for
+// batches and for activations. A ring that made an entry per step would exceed that.
+void expect_none(const Made& during, const StoreConfig& c) {
+  EXPECT_LE(during.new_entries, 2 * (gpu::StagingRing::kMaxBusyFree - 1) * c.tables.size());
+  EXPECT_EQ(during.counts.frees, 0u);
+  EXPECT_LE(during.counts.allocations, 2 * during.new_entries);
+  EXPECT_EQ(during.counts.events, 3 * during.new_entries);
 }
 
 TEST(SteadyState, ATrainingLoopAllocatesNothingAfterWarmUp) {
@@ -146,9 +169,9 @@ TEST(SteadyState, ATrainingLoopAllocatesNothingAfterWarmUp) {
     const StoreConfig c = steady_config(m);
     auto s = Store::open(c);
     ASSERT_TRUE(s.is_ok()) << s.status().to_string();
-    const Result<gpu::ResourceCounts> during = steady_loop(**s, c, 12, 40);
+    const Result<Made> during = steady_loop(**s, c, 12, 40);
     ASSERT_TRUE(during.is_ok()) << during.status().to_string();
-    expect_none(during.value());
+    expect_none(during.value(), c);
     if (m.placement == Placement::kCached) {
       const StoreStats st = (*s)->stats();
       EXPECT_GT(st.cache[0].second.writebacks, 100) << "the cache is too large to write back every step";
@@ -187,9 +210,9 @@ TEST(SteadyState, RowsTurningHotAfterWarmUpAllocateNothing) {
       const StoreConfig c = steady_config(m);
       auto s = Store::open(c);
       ASSERT_TRUE(s.is_ok()) << s.status().to_string();
-      const Result<gpu::ResourceCounts> during = steady_loop(**s, c, warm_up, 10, device_views, nullptr, late_hot);
+      const Result<Made> during = steady_loop(**s, c, warm_up, 10, device_views, nullptr, late_hot);
       ASSERT_TRUE(during.is_ok()) << during.status().to_string();
-      expect_none(during.value());
+      expect_none(during.value(), c);
     }
   }
 }
@@ -237,9 +260,9 @@ TEST(SteadyState, AStreamOrderedLoopWithDeviceViewsAllocatesNothingAfterWarmUp) 
       if (m.placement == Placement::kCpu) c.tables[1].placement = Placement::kGpu;  // a store with a device
       auto s = Store::open(c);
       ASSERT_TRUE(s.is_ok()) << s.status().to_string();
-      const Result<gpu::ResourceCounts> during = steady_loop(**s, c, 12, 30, true);
+      const Result<Made> during = steady_loop(**s, c, 12, 30, true);
       ASSERT_TRUE(during.is_ok()) << during.status().to_string();
-      expect_none(during.value());
+      expect_none(during.value(), c);
     }
   }
 }
@@ -256,7 +279,7 @@ TEST(SteadyState, EveryRankOfAWorldAllocatesNothingAfterWarmUp) {
       for (auto& t : c.tables) t.sharding.type = dispatch::ShardingType::kRow;
       auto group = dispatch::make_local_group(2);
       ASSERT_TRUE(group.is_ok()) << group.status().to_string();
-      std::vector<Result<gpu::ResourceCounts>> during(2, Status::internal("not run"));
+      std::vector<Result<Made>> during(2, Status::internal("not run"));
       std::vector<gpu::LinkBytes> links(2);
       std::vector<std::thread> ranks;
       for (int r = 0; r < 2; ++r) {
@@ -275,7 +298,7 @@ TEST(SteadyState, EveryRankOfAWorldAllocatesNothingAfterWarmUp) {
         SCOPED_TRACE("rank " + std::to_string(r));
         ASSERT_TRUE(during[static_cast<std::size_t>(r)].is_ok())
             << during[static_cast<std::size_t>(r)].status().to_string();
-        expect_none(during[static_cast<std::size_t>(r)].value());
+        expect_none(during[static_cast<std::size_t>(r)].value(), c);
         // Rows and gradients stay on the device: with the trainer's buffers there, a sharded `gpu`
         // table moves nothing D2H but what the test itself downloads, its 64 pooled outputs of
         // dims 16 and 8 per step (a `hybrid` shard also writes its cache's dirty rows back).
