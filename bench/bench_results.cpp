@@ -187,9 +187,11 @@ json result_json(const Options& o, const ModeResult& r, double read_gbs, const S
                   {"device", r.trainer_device.empty() ? json(nullptr) : json(r.trainer_device)},
                   {"device_opened_by_bench", r.trainer_device_own}};
   m["device_peak_bytes"] = r.device_peak_bytes;
-  // Where the store's host tier lived (config `numa`, StoreStats::numa): nodes, -1 when not bound.
+  // Where the store's host tier lived (config `numa`, StoreStats::numa; one for all its engines):
+  // nodes of its host tables, its threads and its pinned staging, -1 when not bound.
   m["numa"] = {{"memory_node", r.train_stats.numa.memory_node},
                {"thread_node", r.train_stats.numa.thread_node},
+               {"pinned_node", r.train_stats.numa.pinned_node},
                {"note", r.train_stats.numa.note}};
   m["peak_host_bytes"] = r.peak_rss_bytes;
   m["peak_host_scope"] = r.peak_rss_per_mode ? "mode" : "process";

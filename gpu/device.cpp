@@ -4,6 +4,7 @@
 #include <string>
 
 #include "gpu/grow_buffer.hpp"
+#include "host/numa_arena.hpp"
 
 namespace strata::gpu {
 
@@ -50,9 +51,73 @@ Result<DeviceBuffer> Device::allocate_once(std::size_t bytes) {
 
 Result<PinnedBuffer> Device::allocate_pinned(std::size_t bytes) {
   if (bytes == 0) return PinnedBuffer();
-  STRATA_ASSIGN_OR_RETURN(void* p, do_allocate_pinned(bytes));
+  const Topology* topo = nullptr;
+  int node = -1;
+  {
+    std::lock_guard<std::mutex> lock(pinned_m_);
+    topo = pinned_topo_;
+    node = pinned_node_;
+  }
+  void* p = nullptr;
+  std::string unplaced;  // why a block meant for `node` was not put there
+  if (topo) {
+    // Bound before it is registered: registration faults the pages in, under the binding.
+    Result<void*> m = map_on_node(*topo, bytes, node);
+    if (m) {
+      if (Status st = do_register_pinned(m.value(), bytes); st.is_ok()) {
+        p = m.value();
+        std::lock_guard<std::mutex> lock(pinned_m_);
+        placed_.insert(p);
+        ++placed_blocks_;
+      } else {
+        unmap_on_node(m.value(), bytes);
+        // Out of pinned memory is so for the backend's allocation too; any other failure falls back.
+        if (st.code() == StatusCode::kResourceExhausted) return st;
+        unplaced = st.message();
+      }
+    } else {
+      unplaced = m.status().message();
+    }
+  }
+  if (!p) {
+    STRATA_ASSIGN_OR_RETURN(p, do_allocate_pinned(bytes));
+    if (!unplaced.empty()) {
+      std::lock_guard<std::mutex> lock(pinned_m_);
+      ++unplaced_blocks_;
+      if (pinned_note_.empty())
+        pinned_note_ = "pinned staging: a block of " + std::to_string(bytes) + " bytes not placed on node " +
+                       std::to_string(node) + " (" + unplaced + ")";
+    }
+  }
   allocations_.fetch_add(1, std::memory_order_relaxed);
   return PinnedBuffer(this, p, bytes);
+}
+
+void Device::place_pinned(const Topology& topo, int node) {
+  STRATA_CHECK(node < topo.num_nodes());
+  const bool binds = node < 0 || topo.binds_memory();
+  std::lock_guard<std::mutex> lock(pinned_m_);
+  pinned_topo_ = node >= 0 && binds ? &topo : nullptr;
+  pinned_node_ = pinned_topo_ ? node : -1;
+  pinned_note_ = binds ? "" : "pinned staging not placed on node " + std::to_string(node) + " (mbind unavailable)";
+  placed_blocks_ = unplaced_blocks_ = 0;
+}
+
+int Device::pinned_node() const {
+  std::lock_guard<std::mutex> lock(pinned_m_);
+  return unplaced_blocks_ > 0 && placed_blocks_ == 0 ? -1 : pinned_node_;
+}
+
+std::string Device::pinned_note() const {
+  std::lock_guard<std::mutex> lock(pinned_m_);
+  if (unplaced_blocks_ > 0 && placed_blocks_ == 0)
+    return "placement failed: no pinned block placed on node " + std::to_string(pinned_node_) + "; " + pinned_note_;
+  return pinned_note_;
+}
+
+std::size_t Device::placed_pinned_blocks() const {
+  std::lock_guard<std::mutex> lock(pinned_m_);
+  return placed_.size();
 }
 
 Result<Event> Device::create_event() {
@@ -124,7 +189,16 @@ void Device::release(void* p, std::size_t bytes) noexcept {
   frees_.fetch_add(1, std::memory_order_relaxed);
 }
 void Device::release_pinned(void* p, std::size_t bytes) noexcept {
-  do_deallocate_pinned(p, bytes);
+  bool placed = false;
+  {
+    std::lock_guard<std::mutex> lock(pinned_m_);
+    placed = placed_.erase(p) > 0;
+  }
+  if (!placed) {
+    do_deallocate_pinned(p, bytes);
+  } else if (do_unregister_pinned(p, bytes)) {
+    unmap_on_node(p, bytes);
+  }
   frees_.fetch_add(1, std::memory_order_relaxed);
 }
 

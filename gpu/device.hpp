@@ -36,12 +36,18 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "core/status.hpp"
 #include "gpu/counters.hpp"
 #include "gpu/types.hpp"
 #include "host/pinner.hpp"
+
+namespace strata {
+class Topology;
+}  // namespace strata
 
 namespace strata::gpu {
 
@@ -191,8 +197,29 @@ class Device {
   /// holder waits for nothing but queued device work, which never waits for this thread: no
   /// host_task allocates).
   Result<DeviceBuffer> allocate(std::size_t bytes);
-  /// Pinned host memory for staging.
+  /// Pinned host memory for staging: where place_pinned named a node, whole pages mapped and bound
+  /// to it (host/numa_arena.hpp map_on_node) and then registered (cuda: cudaHostRegister, portable
+  /// and mapped; emu: recorded as allocate_pinned memory), else the backend's allocation (cuda:
+  /// cudaMallocHost; emu: the heap). Either way ResourceExhausted past the pinned memory there is
+  /// (emu: EmuOptions::pinned_capacity), and the free waits as cudaFreeHost does.
   Result<PinnedBuffer> allocate_pinned(std::size_t bytes);
+  /// Puts the memory of later allocate_pinned calls on logical NUMA node `node` of `topo` (which
+  /// outlives those calls; the store's home node, store/detail/numa_home.hpp), so that the staging a
+  /// GPU copies through sits on the GPU's node; node -1 undoes it. Where `topo` cannot bind memory
+  /// (Topology::binds_memory false) nothing is placed and pinned_note() says so; a block that cannot
+  /// be mapped and bound there, or registered (for a reason other than ResourceExhausted), is
+  /// allocated as without a node, and the note says that too. Call it
+  /// before the pinned allocations it is meant for (blocks already allocated stay where they are).
+  /// Thread-safe.
+  void place_pinned(const Topology& topo, int node);
+  /// The node place_pinned put pinned memory on (-1: none, the backend's allocation; also when
+  /// every block allocated since fell back to it).
+  int pinned_node() const;
+  /// Why pinned memory is placed less than place_pinned asked ("" when it is not; it begins
+  /// "placement failed" when no block was placed and some fell back).
+  std::string pinned_note() const;
+  /// Live pinned blocks allocate_pinned placed on place_pinned's node.
+  std::size_t placed_pinned_blocks() const;
   std::size_t bytes_in_use() const noexcept;
   std::size_t peak_bytes() const noexcept;
   /// Allocations, frees and events so far (thread-safe snapshot).
@@ -352,6 +379,13 @@ class Device {
   virtual void do_deallocate(void* p, std::size_t bytes) noexcept = 0;
   virtual Result<void*> do_allocate_pinned(std::size_t bytes) = 0;
   virtual void do_deallocate_pinned(void* p, std::size_t bytes) noexcept = 0;
+  /// Makes `bytes` of host memory at `p` (mapped by allocate_pinned on place_pinned's node) pinned
+  /// memory of this device, as do_allocate_pinned's: the same capacity (ResourceExhausted) and, once
+  /// freed, the same waits. An error leaves it unregistered.
+  virtual Status do_register_pinned(void* p, std::size_t bytes) = 0;
+  /// Undoes do_register_pinned as do_deallocate_pinned frees (waits, sticky errors); false when the
+  /// range must stay mapped (emu: a free refused and parked, see gpu/detail/emu_device.cpp).
+  virtual bool do_unregister_pinned(void* p, std::size_t bytes) noexcept = 0;
   enum class CopyKind { kH2D, kD2H, kD2D };
   virtual void do_copy(StreamView s, void* dst, const void* src, std::size_t bytes, CopyKind kind) = 0;
   /// copy_peer after the stream and backend checks (src_device has this device's backend).
@@ -392,6 +426,13 @@ class Device {
   /// The least need whose growth failed (SIZE_MAX: none since the last success), and bytes_in_use
   /// then: retried only once less is in use.
   std::size_t scratch_refused_ = SIZE_MAX, scratch_refused_in_use_ = 0;
+  mutable std::mutex pinned_m_;            ///< guards the six below
+  const Topology* pinned_topo_ = nullptr;  ///< place_pinned's topology (null: not placed)
+  int pinned_node_ = -1;
+  std::string pinned_note_;
+  std::unordered_set<void*> placed_;  ///< live pinned blocks of map_on_node (freed by unmapping)
+  std::size_t placed_blocks_ = 0;     ///< blocks placed since place_pinned
+  std::size_t unplaced_blocks_ = 0;   ///< blocks since place_pinned that fell back to do_allocate_pinned
 };
 
 /// An emulated device (always available).

@@ -88,6 +88,33 @@ Result<NumaArena> NumaArena::create(const Topology& topo, std::size_t bytes, con
   return arena;
 }
 
+namespace {
+std::size_t page_bytes() { return static_cast<std::size_t>(sysconf(_SC_PAGESIZE)); }
+}  // namespace
+
+Result<void*> map_on_node(const Topology& topo, std::size_t bytes, int node) {
+  const std::size_t page = page_bytes();
+  if (bytes == 0 || bytes > SIZE_MAX - page)
+    return Status::resource_exhausted("map_on_node: cannot map " + std::to_string(bytes) + " bytes");
+  const std::size_t len = round_up(bytes, page);
+  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    return Status::resource_exhausted("map_on_node: cannot map " + std::to_string(bytes) +
+                                      " bytes: " + std::strerror(errno));
+  const Status bound = topo.bind_memory(p, len, node);
+  if (!bound.is_ok()) {
+    munmap(p, len);
+    return bound;
+  }
+  auto* bytes_at = static_cast<volatile char*>(p);
+  for (std::size_t off = 0; off < len; off += page) bytes_at[off] = 0;
+  return p;
+}
+
+void unmap_on_node(void* p, std::size_t bytes) noexcept {
+  if (p) munmap(p, round_up(bytes, page_bytes()));
+}
+
 NumaArena::NumaArena(NumaArena&& o) noexcept
     : base_(o.base_), size_(o.size_), mapped_(o.mapped_), node_(o.node_), pinner_(o.pinner_) {
   o.base_ = nullptr;

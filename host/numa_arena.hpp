@@ -64,6 +64,17 @@ class NumaArena {
   Pinner* pinner_ = nullptr;
 };
 
+/// `bytes` (> 0) of zeroed host memory, whole pages, mapped and bound to logical node `node` of `topo`
+/// (Topology::bind_memory), then faulted in by the calling thread (the binding, not the thread, puts
+/// the pages on the node; where binding is a no-op, as on a fake topology's nodes, they go where
+/// first touch puts them), so that they are there before anyone registers them. For blocks too small for a
+/// NumaArena's 2 MiB: the device layer's pinned staging (gpu/device.hpp, Device::place_pinned).
+/// ResourceExhausted when the OS refuses the mapping, bind_memory's error when the binding fails;
+/// nothing stays mapped then. Free with unmap_on_node. Thread-safe.
+Result<void*> map_on_node(const Topology& topo, std::size_t bytes, int node);
+/// Unmaps a block of map_on_node (`bytes` as given to it).
+void unmap_on_node(void* p, std::size_t bytes) noexcept;
+
 /// A region of a shared arena handed out by ArenaPacker: keeps its arena alive (the arena is unmapped
 /// and unpinned when its last region and the packer have let go of it).
 struct ArenaRegion {

@@ -34,12 +34,15 @@ struct StagingBytes {
   std::size_t entries = 0;  ///< staging entries (one per batch in flight, reused)
 };
 
-/// Where a store's host tier lives (config `numa`; its host tables and the store's arena: pinned staging
-/// and the cache's fill threads are not placed): the logical NUMA node of its host tables and of its
-/// kernel threads, -1 when not bound to one.
+/// Where a store's host tier lives (config `numa`, the same for every engine of the store): logical
+/// NUMA nodes, -1 when not bound to one.
 struct NumaPlacement {
-  int memory_node = -1, thread_node = -1;
-  std::string note;  ///< why placement is less than asked (first touch, no GPU node, ...; "" when it is not)
+  int memory_node = -1;  ///< of its host tables (and shards)
+  /// Of its threads: its oneTBB arena (every call's CPU work) and its fill arena (the cache's row copies run from host
+  /// tasks: with tbbbind, CUDA's callback thread or the emu's stream thread is bound to the node while it copies).
+  int thread_node = -1;
+  int pinned_node = -1;  ///< of the pinned memory its device allocates (staging, bounce buffers)
+  std::string note;      ///< why placement is less than asked (first touch, no GPU node, ...; "" when it is not)
 };
 
 /// Counters of a store since it was opened (for benchmarks and tuning).

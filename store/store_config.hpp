@@ -125,7 +125,8 @@ inline constexpr int kMaxThreads = 1024;
 struct StoreConfig {
   std::vector<TableConfig> tables;  ///< at least one; names unique
   /// kernel threads (emu: per stream), in [0, kMaxThreads] (0: all cores; under numa auto with a GPU
-  /// on a node oneTBB knows, the cores of that node)
+  /// on a node oneTBB knows, the cores of that node). The store has two arenas of up to `threads`
+  /// each: its kernels' and the cache's fills'.
   int threads = 0;
   NumaPolicy numa = NumaPolicy::kAuto;                    ///< host table placement
   int numa_node = 0;                                      ///< node for NumaPolicy::kBind (other policies: 0)

@@ -86,25 +86,30 @@ class StoreImpl final : public Store {
       auto dev = detail::open_device(config_.device, comm_.get(), config_.threads, topo_.num_nodes());
       if (!dev) return dev.status();
       device_ = std::move(dev).value();
-      bounce_ = std::make_unique<detail::HostBounce>(*device_);
-      finite_ = std::make_unique<detail::FiniteCheck>(*device_);
     }
     const detail::NumaHome home = detail::resolve_numa_home(config_, topo_, device_ != nullptr,
                                                             device_ ? device_->info().pci_bus_id : std::string(),
                                                             [this] { return detail::NumaAbilities::of(topo_); });
     const HostTableOptions& ho = home.host;
     numa_ = home.placement;
+    if (device_) {
+      // Before anything allocates staging: its pinned memory on the host tier's node.
+      detail::place_pinned(*device_, topo_, numa_);
+      bounce_ = std::make_unique<detail::HostBounce>(*device_);
+      finite_ = std::make_unique<detail::FiniteCheck>(*device_);
+    }
     {
       // Every call runs its work in arena_ (its threads on the host tier's node when numa_ says one),
       // and the arena runs it (also on the calling thread, which gets its own environment back on
       // return) with the FP environment it was initialized under: the default one, whatever the
-      // caller set (host/fp_env.hpp).
+      // caller set (host/fp_env.hpp). fill_arena_, alike, runs the cache's host tasks.
       DefaultFpEnv fp;
       tbb::task_arena::constraints where(tbb::task_arena::automatic,
                                          config_.threads > 0 ? config_.threads : tbb::task_arena::automatic);
       if (numa_.thread_node >= 0) where.numa_id = numa_.thread_node;
       STRATA_CHECK(!arena_.is_active());
       arena_.initialize(where);
+      fill_arena_.initialize(where);
     }
     Status status;
     arena_.execute([&] {
@@ -113,10 +118,10 @@ class StoreImpl final : public Store {
         Result<std::unique_ptr<detail::Engine>> e = Status::internal("unreachable");
         switch (g) {
           case kSharded:
-            e = detail::make_sharded_engine(topo_, config_, group[g], ho, *device_, *comm_);
+            e = detail::make_sharded_engine(topo_, config_, group[g], ho, *device_, *comm_, fill_arena_);
             break;
           case kCachedG:
-            e = detail::make_cached_engine(topo_, config_, group[g], ho, *device_);
+            e = detail::make_cached_engine(topo_, config_, group[g], ho, *device_, fill_arena_);
             break;
           case kOffloadG:
             e = detail::make_offload_engine(topo_, config_, group[g], ho, *device_);
@@ -369,7 +374,7 @@ class StoreImpl final : public Store {
       s.device_resources = device_->resource_counts();
     }
     if (collective_) collective_->dispatch_stats(s.dispatch);
-    s.numa = numa_;
+    s.numa = detail::with_pinned(numa_, device_.get());
     return s;
   }
 
@@ -485,6 +490,11 @@ class StoreImpl final : public Store {
   std::shared_ptr<dispatch::Communicator> comm_;
   detail::TableIndex index_;
   tbb::task_arena arena_;
+  // The threads of the cache's row copies, which host tasks run (CacheTransfers): an arena of their
+  // own, with arena_'s constraints, because in one arena more host-task threads plus the driving
+  // thread than slots could wait on each other (an arena with a reserved master slot has max(2, n)
+  // slots): the driver holds a slot while it waits for a stream whose host task waits for one.
+  tbb::task_arena fill_arena_;
   NumaPlacement numa_;                   // where the host tier lives (config `numa`, resolved at init)
   std::unique_ptr<gpu::Device> device_;  // declared before the engines: destroyed after them
   std::vector<std::unique_ptr<detail::Engine>> engines_;

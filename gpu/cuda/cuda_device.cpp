@@ -328,6 +328,28 @@ class CudaDevice final : public Device {
     if (entered(scope)) STRATA_CUDA_RECORD(*this, cudaFreeHost(p));
   }
 
+  // Memory mapped on a node (Device::place_pinned), registered as the pinner registers host tables.
+  Status do_register_pinned(void* p, std::size_t bytes) override {
+    const DeviceScope scope(ctx_);
+    STRATA_RETURN_IF_ERROR(scope.status());
+    const cudaError_t err =
+        call_quietly([&] { return cudaHostRegister(p, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped); });
+    if (err == cudaSuccess) return Status::ok();
+    if (err == cudaErrorMemoryAllocation)
+      return Status::resource_exhausted("device " + info().name + ": cudaHostRegister of " + std::to_string(bytes) +
+                                        " bytes failed: out of pinned host memory (" + error_text(err) + ")");
+    return cuda_status(err, "cudaHostRegister(p, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped)", __FILE__,
+                       __LINE__);
+  }
+
+  // cudaFreeHost waits for the device's work; cudaHostUnregister is not documented to, so the wait is explicit.
+  // False on any failure (recorded): the range may still be registered or in DMA, so it stays mapped.
+  bool do_unregister_pinned(void* p, std::size_t) noexcept override {
+    const DeviceScope scope(ctx_);
+    if (!entered(scope)) return false;
+    return STRATA_CUDA_RECORD(*this, cudaDeviceSynchronize()) && STRATA_CUDA_RECORD(*this, cudaHostUnregister(p));
+  }
+
   void do_copy(StreamView s, void* dst, const void* src, std::size_t bytes, CopyKind kind) override {
     if (bytes == 0) return;
     const DeviceScope scope(ctx_);

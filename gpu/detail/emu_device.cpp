@@ -53,6 +53,7 @@
 #include "gpu/device.hpp"
 #include "gpu/kernels/host_grid.hpp"
 #include "host/fp_env.hpp"
+#include "host/numa_arena.hpp"
 
 namespace strata::gpu {
 namespace {
@@ -443,7 +444,11 @@ class EmuDevice final : public Device {
       } else {
         (void)emu_memory().remove_device(b.p, b.bytes, id_);
       }
-      std::free(emu_untag(b.p));
+      if (b.heap) {
+        std::free(emu_untag(b.p));
+      } else {
+        unmap_on_node(b.p, b.bytes);  // mapped by Device::allocate_pinned; the streams that used it are done
+      }
     }
   }
 
@@ -577,15 +582,7 @@ class EmuDevice final : public Device {
   }
   Result<void*> do_allocate_pinned(std::size_t bytes) override {
     const EmuScope scope(id_);
-    const std::size_t cap = options_.pinned_capacity;
-    std::size_t used = pinned_in_use_.load();
-    do {
-      if (bytes > cap - used) {
-        return Status::resource_exhausted("emu device: pinned allocation of " + std::to_string(bytes) +
-                                          " bytes: " + std::to_string(cap - used) + " of " + std::to_string(cap) +
-                                          " bytes of pinned memory free (EmuOptions::pinned_capacity)");
-      }
-    } while (!pinned_in_use_.compare_exchange_weak(used, used + bytes));
+    STRATA_RETURN_IF_ERROR(reserve_pinned(bytes));
     void* p = aligned_bytes(bytes);
     if (!p) {
       pinned_in_use_.fetch_sub(bytes);
@@ -600,22 +597,58 @@ class EmuDevice final : public Device {
     return p;
   }
   void do_deallocate_pinned(void* p, std::size_t bytes) noexcept override {
+    if (unregister_pinned(p, bytes, HeapBlock::kYes)) std::free(p);
+  }
+  // Memory mapped on a node (Device::place_pinned): pinned as allocate_pinned's, within the same capacity.
+  Status do_register_pinned(void* p, std::size_t bytes) override {
     const EmuScope scope(id_);
-    if (!may_free(p, bytes, true)) return;
+    STRATA_RETURN_IF_ERROR(reserve_pinned(bytes));
+    Status st = emu_memory().add_host(p, bytes, EmuMemory::HostKind::kAllocated);
+    if (!st.is_ok()) {
+      pinned_in_use_.fetch_sub(bytes);
+      return st.with_context(name() + ": pinned allocation");
+    }
+    return Status::ok();
+  }
+  bool do_unregister_pinned(void* p, std::size_t bytes) noexcept override {
+    return unregister_pinned(p, bytes, HeapBlock::kNo);
+  }
+
+  // Charges `bytes` to EmuOptions::pinned_capacity (ResourceExhausted past it).
+  Status reserve_pinned(std::size_t bytes) {
+    const std::size_t cap = options_.pinned_capacity;
+    std::size_t used = pinned_in_use_.load();
+    do {
+      if (bytes > cap - used) {
+        return Status::resource_exhausted("emu device: pinned allocation of " + std::to_string(bytes) +
+                                          " bytes: " + std::to_string(cap - used) + " of " + std::to_string(cap) +
+                                          " bytes of pinned memory free (EmuOptions::pinned_capacity)");
+      }
+    } while (!pinned_in_use_.compare_exchange_weak(used, used + bytes));
+    return Status::ok();
+  }
+  // The free of pinned memory up to releasing its bytes: whether the caller may release them now
+  // (false: refused and parked, or an error). A parked heap block is freed with the device.
+  enum class HeapBlock { kYes, kNo };
+  bool unregister_pinned(void* p, std::size_t bytes, HeapBlock heap) noexcept {
+    const EmuScope scope(id_);
+    if (!may_free(p, bytes, true, heap == HeapBlock::kYes)) return false;
     Status st = emu_memory().remove_host(p, bytes, EmuMemory::HostKind::kAllocated);
     if (!st.is_ok()) {
       record_error(st.with_context(name() + ": free of pinned memory"));
-      return;
+      return false;
     }
-    std::free(p);
     pinned_in_use_.fetch_sub(bytes);
+    return true;
   }
 
   // Before a free: waits for the work issued so far to every stream of this device, as cudaFree
   // and cudaFreeHost synchronize the device (work issued meanwhile by other threads is not waited
   // for). False on a stream worker, where CUDA forbids the call (cudaErrorNotPermitted) and the
   // wait could never end: the sticky error, and the block is parked until the device goes.
-  bool may_free(void* p, std::size_t bytes, bool pinned) noexcept {
+  // `heap`: the block came from aligned_bytes, and the device frees it when parked (else it only
+  // unmaps it: a block mapped by Device::allocate_pinned).
+  bool may_free(void* p, std::size_t bytes, bool pinned, bool heap = true) noexcept {
     if (t_worker_of >= 0) {
       record_error(Status::internal(
           name() + ": free of " + (pinned ? "pinned memory " : "device memory ") + hex(p) + " (" +
@@ -623,7 +656,7 @@ class EmuDevice final : public Device {
           " (host_task): CUDA forbids CUDA calls in a stream callback (cudaErrorNotPermitted), and the free "
           "would wait for the stream running it; free it after the stream passed the task instead"));
       std::lock_guard<std::mutex> lock(parked_m_);
-      parked_.push_back({p, bytes, pinned});
+      parked_.push_back({p, bytes, pinned, heap});
       return false;
     }
     std::vector<std::shared_ptr<EventRecord>> marks;
@@ -1044,6 +1077,7 @@ class EmuDevice final : public Device {
     void* p;
     std::size_t bytes;
     bool pinned;
+    bool heap;  // aligned_bytes' (freed with the device), else mapped by Device::allocate_pinned (unmapped)
   };
   std::mutex parked_m_;
   std::vector<Parked> parked_;

@@ -77,4 +77,16 @@ NumaHome resolve_numa_home(const StoreConfig& config, const Topology& topo, bool
   return home;
 }
 
+void place_pinned(gpu::Device& device, const Topology& topo, const NumaPlacement& placement) {
+  device.place_pinned(topo, placement.memory_node);
+}
+
+NumaPlacement with_pinned(NumaPlacement placement, const gpu::Device* device) {
+  if (!device) return placement;
+  placement.pinned_node = device->pinned_node();
+  const std::string note = device->pinned_note();
+  if (!note.empty()) placement.note += (placement.note.empty() ? "" : "; ") + note;
+  return placement;
+}
+
 }  // namespace strata::detail

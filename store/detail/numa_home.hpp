@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/device.hpp"
 #include "host/host_table.hpp"
 #include "host/topology.hpp"
 #include "store/stats.hpp"
@@ -46,5 +47,13 @@ inline NumaHome resolve_numa_home(const StoreConfig& config, const Topology& top
                                   const std::string& gpu_pci_bus_id, const NumaAbilities& can) {
   return resolve_numa_home(config, topo, has_device, gpu_pci_bus_id, [&can] { return can; });
 }
+
+/// Puts the pinned memory `device` allocates from now on on placement.memory_node of `topo` (which
+/// outlives the device; nothing placed when it is -1, an interleaved host tier), before the store's
+/// engines allocate their staging.
+void place_pinned(gpu::Device& device, const Topology& topo, const NumaPlacement& placement);
+/// `placement` with where `device` (nullptr: none) put its pinned memory (pinned_node) and why that
+/// is less than asked (its note appended).
+NumaPlacement with_pinned(NumaPlacement placement, const gpu::Device* device);
 
 }  // namespace strata::detail

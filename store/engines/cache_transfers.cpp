@@ -16,14 +16,18 @@ using gpu::Staging;
 
 namespace {
 
-// Runs fn(i) for every i in [0, n) on oneTBB threads, from a host task: isolated, so that while the
-// stream's thread waits for the loop it takes none of the arena's other work (which could free
-// memory, refused on a stream's thread: gpu/device.hpp host_task).
+// Runs fn(i) for every i in [0, n) on oneTBB threads of `arena` (the store's fill arena, on its
+// home node), from a host task, whose thread (an emu stream's, or CUDA's callback thread) joins it:
+// isolated, so that while the stream's thread waits for the loop it takes none of the arena's other
+// work (which could free memory, refused on a stream's thread: gpu/device.hpp host_task). Not the
+// store's own arena: its calling thread holds a slot there while it waits for this stream.
 template <class Fn>
-void for_each_row(std::size_t n, const Fn& fn) {
-  tbb::this_task_arena::isolate([&] {
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 256), [&](const tbb::blocked_range<std::size_t>& r) {
-      for (std::size_t i = r.begin(); i < r.end(); ++i) fn(i);
+void for_each_row(tbb::task_arena& arena, std::size_t n, const Fn& fn) {
+  arena.execute([&] {
+    tbb::this_task_arena::isolate([&] {
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 256), [&](const tbb::blocked_range<std::size_t>& r) {
+        for (std::size_t i = r.begin(); i < r.end(); ++i) fn(i);
+      });
     });
   });
 }
@@ -123,7 +127,7 @@ void CacheTransfers::send_home(gpu::StreamView s, const Pool& pool, std::vector<
   count_host(pool, rows, true);
   // The task owns the list: a discarded batch may be destroyed before the task runs.
   dev_.host_task(s, [this, &pool, rows = std::move(rows), host, rec, bytes] {
-    for_each_row(rows.size(), [&](std::size_t i) {
+    for_each_row(fills_, rows.size(), [&](std::size_t i) {
       HostTable& t = host_.at(pool.tables[static_cast<std::size_t>(rows[i].table)]).table();
       std::memcpy(t.row(rows[i].row), host + i * rec, bytes);
     });
@@ -149,7 +153,7 @@ void CacheTransfers::stage_in(gpu::StreamView s, const Pool& pool, const std::ve
   count_host(pool, fills, false);  // at issue (send_home)
   // The task owns a copy of the list: a discarded batch may be destroyed before the task runs.
   dev_.host_task(s, [this, &pool, rows = fills, host, rec, bytes] {
-    for_each_row(rows.size(), [&](std::size_t i) {
+    for_each_row(fills_, rows.size(), [&](std::size_t i) {
       const cache::Transfer& x = rows[i];
       const HostTable& t = host_.at(pool.tables[static_cast<std::size_t>(x.table)]).table();
       std::memcpy(host + i * rec, t.row(x.row), bytes);

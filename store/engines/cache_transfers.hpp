@@ -10,6 +10,8 @@
 // to this object and to the pool: both outlive every stream that runs them (the engine waits for
 // its streams before either goes). Not thread-safe: the store's driving thread owns it.
 
+#include <tbb/task_arena.h>
+
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
@@ -31,7 +33,9 @@ class CacheTransfers {
  public:
   using Pool = SlotPoolEngine::Pool;
 
-  explicit CacheTransfers(gpu::Device& dev) : dev_(dev) {}
+  /// `fills`: the arena whose threads run the staged rows' copies to and from the host tables (the
+  /// store's fill arena, on its home node; it outlives this).
+  CacheTransfers(gpu::Device& dev, tbb::task_arena& fills) : dev_(dev), fills_(fills) {}
   CacheTransfers(const CacheTransfers&) = delete;
   CacheTransfers& operator=(const CacheTransfers&) = delete;
 
@@ -70,6 +74,7 @@ class CacheTransfers {
 
  private:
   gpu::Device& dev_;
+  tbb::task_arena& fills_;
   std::unordered_map<int, HostTableOps> host_;
   MappedRows mapped_;  // the device addresses of the host tables (zero-copy)
 };

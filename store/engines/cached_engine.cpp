@@ -56,9 +56,10 @@ struct CachedBatch final : EngineBatch, cache::Prefetcher::Batch, SlotBatch {
 // on the device (staging, fills and write-backs on the copy and write-back streams).
 class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
  public:
-  CachedEngine(const StoreConfig& config, gpu::Device& dev)
+  CachedEngine(const StoreConfig& config, gpu::Device& dev, tbb::task_arena& fills)
       : config_(config),
         dev_(dev),
+        transfers_(dev, fills),
         prefetcher_(config.cache.lookahead, static_cast<int>(config.tables.size())),
         core_(config, dev) {
     prefetcher_.set_executor(this);
@@ -543,8 +544,8 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
   // Between the copy and write-back streams, recorded by every batch with write-backs (see
   // issue_transfers): its metadata uploaded, its victims packed, its victims in host memory.
   gpu::Event uploaded_, packed_, written_;
-  CacheTransfers transfers_{dev_};  // the host tables, and the row moves between them and the pools
-  std::vector<bool> zero_copy_;     // per pool: fills and write-backs by the zero-copy kernels (else staged)
+  CacheTransfers transfers_;     // the host tables, and the row moves between them and the pools
+  std::vector<bool> zero_copy_;  // per pool: fills and write-backs by the zero-copy kernels (else staged)
   // The window, the planners, deferral, previews and flush planning; plans executed by this engine.
   cache::Prefetcher prefetcher_;
   std::unique_ptr<Staging> flush_staging_;
@@ -566,8 +567,8 @@ std::int64_t cache_flush_rows(std::int64_t slots, std::int64_t stride) {
 
 Result<std::unique_ptr<Engine>> make_cached_engine(const Topology& topo, const StoreConfig& config,
                                                    const std::vector<int>& tables, HostTableOptions options,
-                                                   gpu::Device& device) {
-  auto e = std::make_unique<CachedEngine>(config, device);
+                                                   gpu::Device& device, tbb::task_arena& fills) {
+  auto e = std::make_unique<CachedEngine>(config, device, fills);
   STRATA_RETURN_IF_ERROR(e->init(topo, tables, options));
   return std::unique_ptr<Engine>(std::move(e));
 }

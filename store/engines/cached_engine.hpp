@@ -17,6 +17,8 @@
 // Host sync points: forward (outputs come back), flush, reuse of a staging entry, and growing a
 // pool's overflow region (all three streams).
 
+#include <tbb/task_arena.h>
+
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -33,8 +35,10 @@ namespace strata::detail {
 /// staging for the largest chunk of any pool (twice it, gpu/staging.hpp) and keeps it.
 std::int64_t cache_flush_rows(std::int64_t slots, std::int64_t stride);
 
+/// `fills`: the arena of the threads that copy staged rows to and from the host tables
+/// (CacheTransfers); it outlives the engine.
 Result<std::unique_ptr<Engine>> make_cached_engine(const Topology& topo, const StoreConfig& config,
                                                    const std::vector<int>& tables, HostTableOptions options,
-                                                   gpu::Device& device);
+                                                   gpu::Device& device, tbb::task_arena& fills);
 
 }  // namespace strata::detail

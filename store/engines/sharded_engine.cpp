@@ -52,7 +52,7 @@ class ShardedEngine final : public Engine {
     comm_.forget_device(dev_);  // the communicator's staging of this device's buffers (mpi)
   }
 
-  Status init(const Topology& topo, const std::vector<int>& tables, HostTableOptions options) {
+  Status init(const Topology& topo, const std::vector<int>& tables, HostTableOptions options, tbb::task_arena& fills) {
     STRATA_ASSIGN_OR_RETURN(stream_, dev_.create_stream());
     STRATA_ASSIGN_OR_RETURN(done_, dev_.create_event());
     ws_ = std::make_unique<dispatch::ExchangeWorkspace>(dev_, stream_.view());
@@ -81,8 +81,8 @@ class ShardedEngine final : public Engine {
       STRATA_ASSIGN_OR_RETURN(inner_[kGpuInner], make_gpu_engine(*inner_config_, inner_tables[kGpuInner], dev_));
     }
     if (!inner_tables[kCachedInner].empty()) {
-      STRATA_ASSIGN_OR_RETURN(inner_[kCachedInner],
-                              make_cached_engine(topo, *inner_config_, inner_tables[kCachedInner], options, dev_));
+      STRATA_ASSIGN_OR_RETURN(inner_[kCachedInner], make_cached_engine(topo, *inner_config_, inner_tables[kCachedInner],
+                                                                       options, dev_, fills));
     }
     return Status::ok();
   }
@@ -645,9 +645,10 @@ std::size_t sharded_feature_metadata_bytes(std::int64_t bags, std::int64_t keys,
 
 Result<std::unique_ptr<Engine>> make_sharded_engine(const Topology& topo, const StoreConfig& config,
                                                     const std::vector<int>& tables, HostTableOptions options,
-                                                    gpu::Device& device, dispatch::Communicator& comm) {
+                                                    gpu::Device& device, dispatch::Communicator& comm,
+                                                    tbb::task_arena& fills) {
   auto e = std::make_unique<ShardedEngine>(config, device, comm);
-  STRATA_RETURN_IF_ERROR(e->init(topo, tables, options));
+  STRATA_RETURN_IF_ERROR(e->init(topo, tables, options, fills));
   return std::unique_ptr<Engine>(std::move(e));
 }
 

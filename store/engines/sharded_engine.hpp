@@ -15,6 +15,8 @@
 // starts with dispatch::agree, so a rank at a different call, or a local error on one rank, gives
 // every rank a clear error instead of a hang; a rank that never arrives gives a timeout naming it.
 
+#include <tbb/task_arena.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -37,9 +39,10 @@ std::size_t sharded_feature_metadata_bytes(std::int64_t bags, std::int64_t keys,
                                            std::int64_t unique);
 
 /// `tables`: the global indexes of the sharded tables (all `gpu` or all `hybrid` placements may be
-/// mixed). The communicator and device outlive the engine.
+/// mixed). The communicator, device and `fills` (make_cached_engine's, for cached shards) outlive the engine.
 Result<std::unique_ptr<Engine>> make_sharded_engine(const Topology& topo, const StoreConfig& config,
                                                     const std::vector<int>& tables, HostTableOptions options,
-                                                    gpu::Device& device, dispatch::Communicator& comm);
+                                                    gpu::Device& device, dispatch::Communicator& comm,
+                                                    tbb::task_arena& fills);
 
 }  // namespace strata::detail

@@ -243,6 +243,7 @@ const std::vector<Field> kResult = {
     {"/device_peak_bytes", Type::kInteger},
     {"/numa/memory_node", Type::kInteger},
     {"/numa/thread_node", Type::kInteger},
+    {"/numa/pinned_node", Type::kInteger},
     {"/numa/note", Type::kString},
     {"/peak_host_bytes", Type::kInteger},
     {"/peak_host_scope", Type::kString},

@@ -1,19 +1,24 @@
 // config `numa`: where `auto` puts a store's host tier (store/detail/numa_home.hpp): each rank's
 // memory and arena on its GPU's node on fake topologies of 2 and 4 nodes, the fall-backs and their
-// notes, and the real pages of a host table on this machine (get_mempolicy).
+// notes, and the real pages of a host table and of pinned staging on this machine (get_mempolicy).
 
 #include <gtest/gtest.h>
 #include <linux/mempolicy.h>  // MPOL_*: the kernel's UAPI header (no libnuma)
 #include <linux/version.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "gpu/device.hpp"
 #include "host/host_table.hpp"
 #include "store/detail/numa_home.hpp"
 #include "store/store.hpp"
@@ -241,6 +246,107 @@ TEST(NumaHome, HostTablePagesLieOnTheGpusNode) {
   }
 }
 
+// The node's OS index and the policy of the page at `p`: bound to `os_node` alone, as hwloc binds
+// (its non-strict bind is MPOL_PREFERRED_MANY where the kernel has it).
+void expect_bound_to(const void* p, int os_node, const std::string& what) {
+  const int got = page_node(p);
+  if (got == -ENOSYS || got == -EPERM) GTEST_SKIP() << "get_mempolicy unavailable (errno " << -got << ")";
+  EXPECT_EQ(got, os_node) << what;
+  int mode = -1;
+  unsigned long mask[16] = {};
+  ASSERT_EQ(syscall(SYS_get_mempolicy, &mode, mask, 64 * 16, p, MPOL_F_ADDR), 0) << what;
+  EXPECT_TRUE(mode == MPOL_BIND || mode == MPOL_PREFERRED || mode == MPOL_PREFERRED_MANY) << what << ": mode " << mode;
+  EXPECT_EQ(mask[os_node / 64], 1ul << (os_node % 64)) << what;
+}
+
+TEST(NumaHome, PinnedStagingGoesToTheGpusNode) {
+  // A fake 2-node machine with the store's GPU on node 1: its device's pinned memory goes there.
+  const Topology topo = Topology::fake(2).with_gpus({{hwloc_bus(0), "gpu", 1}});
+  const NumaHome h = resolve_numa_home(StoreConfig{}, topo, true, cuda_bus(0), NumaAbilities{true, {0, 1}});
+  auto dev = gpu::make_emu_device().value();
+  place_pinned(*dev, topo, h.placement);
+  EXPECT_EQ(dev->pinned_node(), 1);
+  EXPECT_EQ(with_pinned(h.placement, dev.get()).pinned_node, 1);
+  EXPECT_EQ(with_pinned(h.placement, dev.get()).note, "");
+  // Interleaved: no one node, nothing placed.
+  const NumaHome i = resolve_numa_home(with_numa(NumaPolicy::kInterleave), topo, true, cuda_bus(0), NumaAbilities{});
+  place_pinned(*dev, topo, i.placement);
+  EXPECT_EQ(dev->pinned_node(), -1);
+}
+
+TEST(NumaHome, PinnedStagingPagesLieOnTheHomeNode) {
+  auto real = Topology::discover();
+  ASSERT_TRUE(real.is_ok()) << real.status().to_string();
+  if (!real->binds_memory()) GTEST_SKIP() << "this kernel does not bind memory";
+  const int gpu_node = real->num_nodes() - 1;
+  const Topology topo = real->with_gpus({{hwloc_bus(0), "gpu", gpu_node}});
+  const int os_node = topo.nodes()[static_cast<std::size_t>(gpu_node)].os_index;
+  // numa auto with a (fake) GPU on the last node, and numa bind to node 0.
+  for (const auto& [config, node] : {std::pair<StoreConfig, int>{StoreConfig{}, gpu_node},
+                                     std::pair<StoreConfig, int>{with_numa(NumaPolicy::kBind, 0), 0}}) {
+    const NumaHome h = resolve_numa_home(config, topo, true, cuda_bus(0), NumaAbilities::of(topo));
+    ASSERT_EQ(h.placement.memory_node, node) << h.placement.note;
+    gpu::EmuOptions o;
+    o.pinned_capacity = 384 << 10;
+    auto dev = gpu::make_emu_device(o).value();
+    place_pinned(*dev, topo, h.placement);
+    {
+      const gpu::PinnedBuffer b = dev->allocate_pinned(256 << 10).value();
+      const char* p = b.as<char>();
+      for (std::size_t off : {std::size_t{0}, b.bytes() / 2, b.bytes() - 1})
+        expect_bound_to(p + off, node == gpu_node ? os_node : topo.nodes()[0].os_index, "byte " + std::to_string(off));
+      // The same capacity as unplaced pinned memory.
+      EXPECT_EQ(dev->allocate_pinned(256 << 10).status().code(), StatusCode::kResourceExhausted);
+    }
+    EXPECT_TRUE(dev->allocate_pinned(384 << 10).is_ok()) << "the first was freed";
+    EXPECT_TRUE(dev->status().is_ok()) << dev->status().to_string();
+  }
+}
+
+// A device whose pinned memory is placed on node 0 of this machine (null: the kernel does not bind).
+std::unique_ptr<gpu::Device> placed_device(const Topology& topo) {
+  if (!topo.binds_memory()) return nullptr;
+  auto dev = gpu::make_emu_device().value();
+  dev->place_pinned(topo, 0);
+  return dev;
+}
+
+// As cudaFreeHost, freeing a placed block waits for the work queued on every stream before it.
+TEST(NumaHome, FreeOfAPlacedPinnedBlockWaitsForTheWorkQueuedBeforeIt) {
+  const Topology topo = Topology::discover().value();
+  auto dev = placed_device(topo);
+  if (!dev) GTEST_SKIP() << "this kernel does not bind memory";
+  gpu::Stream other = dev->create_stream().value();
+  auto b = dev->allocate_pinned(4096).value();
+  ASSERT_EQ(dev->placed_pinned_blocks(), 1u);
+  std::atomic<bool> ran{false};
+  dev->host_task(other.view(), [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ran = true;
+  });
+  b = gpu::PinnedBuffer();  // the free
+  EXPECT_TRUE(ran.load()) << "the free returned while work queued before it was still running";
+  EXPECT_EQ(dev->placed_pinned_blocks(), 0u);
+  EXPECT_TRUE(dev->status().is_ok()) << dev->status().to_string();
+}
+
+// A placed block whose free was refused (from a host task) is parked, and unmapped with the device.
+TEST(NumaHome, AParkedPlacedBlockIsUnmappedWithTheDevice) {
+  const Topology topo = Topology::discover().value();
+  auto dev = placed_device(topo);
+  if (!dev) GTEST_SKIP() << "this kernel does not bind memory";
+  auto b = dev->allocate_pinned(4096).value();
+  void* p = b.data();
+  gpu::Stream s = dev->create_stream().value();
+  dev->host_task(s.view(), [&] { b = gpu::PinnedBuffer(); });
+  EXPECT_FALSE(dev->synchronize(s.view()).is_ok()) << "the free from a host task is refused";
+  ASSERT_EQ(msync(p, 4096, MS_ASYNC), 0) << "parked: still mapped";
+  s = gpu::Stream();
+  dev.reset();
+  EXPECT_EQ(msync(p, 4096, MS_ASYNC), -1) << "still mapped after the device went";
+  EXPECT_EQ(errno, ENOMEM);
+}
+
 TEST(NumaHome, StoreStatsSayWhereTheHostTierIs) {
   auto parsed = parse_store_config(
       R"({"tables": [{"name": "t", "rows": 10, "dim": 4, "placement": "offload"}], "device": {"backend": "emu"}})");
@@ -250,6 +356,12 @@ TEST(NumaHome, StoreStatsSayWhereTheHostTierIs) {
   auto emu = Store::open(c);
   ASSERT_TRUE(emu.is_ok()) << emu.status().to_string();
   EXPECT_EQ(emu.value()->stats().numa.note, "numa auto: the device has no PCI bus id (emu); host tier interleaved");
+  EXPECT_EQ(emu.value()->stats().numa.pinned_node, -1);
+  // numa bind: the device's pinned staging on the node too.
+  c.numa = NumaPolicy::kBind;
+  auto staged = Store::open(c);
+  ASSERT_TRUE(staged.is_ok()) << staged.status().to_string();
+  EXPECT_EQ(staged.value()->stats().numa.pinned_node, Topology::discover()->binds_memory() ? 0 : -1);
   c.tables[0].placement = Placement::kCpu;
   c.numa = NumaPolicy::kBind;
   auto bound = Store::open(c);
