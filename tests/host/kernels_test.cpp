@@ -20,6 +20,25 @@
 namespace strata {
 namespace {
 
+// The bits of a float: ASSERT_EQ takes -0 and +0 as equal, and the fused optimizer must keep
+// the row math's 0 + s * g, which turns a -0 gradient into +0.
+std::uint32_t bits_of(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+// Index of the first of `n` floats where `got` differs from `want`, or -1: by value (+0 equals -0,
+// as ASSERT_EQ has it) or by bits. The exhaustive tests below compare each record in one pass and
+// build a message only for a difference: an assertion per float (and a message built for each)
+// took minutes of CI's sanitizer runs.
+enum class Compare { kValue, kBits };
+std::int64_t first_difference(const float* got, const float* want, std::int64_t n, Compare how) {
+  for (std::int64_t i = 0; i < n; ++i)
+    if (how == Compare::kBits ? bits_of(got[i]) != bits_of(want[i]) : !(got[i] == want[i])) return i;
+  return -1;
+}
+
 struct Case {
   int dim;
   Pooling pooling;
@@ -160,9 +179,9 @@ TEST(GatherPool, EveryDimIsBitIdenticalToTheRowMathLoop) {
           const std::int64_t len = offsets[b + 1] - offsets[b];
           if (pooling == Pooling::kMean && len) row_scale(o, bag_scale(pooling, len), dim);
         }
-        for (std::size_t i = 0; i < got.size(); ++i)
-          ASSERT_EQ(got[i], want[i]) << "dim " << dim << (weighted ? " weighted " : " ") << to_string(pooling) << " at "
-                                     << i;
+        const std::int64_t i =
+            first_difference(got.data(), want.data(), static_cast<std::int64_t>(got.size()), Compare::kValue);
+        ASSERT_EQ(i, -1) << "dim " << dim << (weighted ? " weighted " : " ") << to_string(pooling) << " at " << i;
       }
     }
   }
@@ -239,25 +258,18 @@ TEST(BackwardUpdate, EveryDimAndOptimizerIsBitIdenticalToTheRowMathLoop) {
       RepeatsScratch scratch;
       find_repeats(keys.data(), n, spec.rows, repeats, scratch);
       backward_update_by_bag(by_bag->ref(), bags, pooling, repeats, bag_of.data(), grads.data(), step);
-      for (std::int64_t r = 0; r < spec.rows; ++r)
-        for (std::int64_t c = 0; c < rec; ++c) {
-          ASSERT_EQ(table->row(r)[c], want[static_cast<std::size_t>(r * rec + c)])
-              << "dim " << dim << " " << to_string(kind) << " " << to_string(pooling) << (weighted ? " weighted" : "")
-              << " row " << r << " float " << c;
-          ASSERT_EQ(by_bag->row(r)[c], want[static_cast<std::size_t>(r * rec + c)])
-              << "by bag: dim " << dim << " " << to_string(kind) << " " << to_string(pooling)
-              << (weighted ? " weighted" : "") << " row " << r << " float " << c;
+      for (std::int64_t r = 0; r < spec.rows; ++r) {
+        const float* x = want.data() + r * rec;
+        for (const bool bag : {false, true}) {
+          const float* got = bag ? by_bag->row(r) : table->row(r);
+          const std::int64_t c = first_difference(got, x, rec, Compare::kValue);
+          ASSERT_EQ(c, -1) << (bag ? "by bag: " : "") << "dim " << dim << " " << to_string(kind) << " "
+                           << to_string(pooling) << (weighted ? " weighted" : "") << " row " << r << " float " << c
+                           << ": " << got[c] << " against " << x[c];
         }
+      }
     }
   }
-}
-
-// The bits of a float: ASSERT_EQ takes -0 and +0 as equal, and the fused optimizer must keep
-// the row math's 0 + s * g, which turns a -0 gradient into +0.
-std::uint32_t bits_of(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
 }
 
 // backward_update and backward_update_by_bag apply the optimizer fused (one pass over the record,
@@ -316,18 +328,16 @@ TEST(BackwardUpdate, FusedOptimizerKeepsTheRowMathBitsWithSignedZeros) {
             RepeatsScratch scratch;
             find_repeats(keys.data(), n, spec.rows, repeats, scratch);
             backward_update_by_bag(by_bag->ref(), bags, pooling, repeats, bag_of.data(), grads.data(), step);
-            for (std::int64_t r = 0; r < spec.rows; ++r)
-              for (std::int64_t c = 0; c < rec; ++c) {
-                const float x = want[static_cast<std::size_t>(r * rec + c)];
-                const std::string what = "dim " + std::to_string(dim) + " " + to_string(kind) + " decay " +
-                                         std::to_string(decay) + " " + to_string(pooling) +
-                                         (weighted ? " weighted" : "") + " row " + std::to_string(r) + " float " +
-                                         std::to_string(c);
-                ASSERT_EQ(bits_of(table->row(r)[c]), bits_of(x))
-                    << "backward_update: " << what << ": " << table->row(r)[c] << " against " << x;
-                ASSERT_EQ(bits_of(by_bag->row(r)[c]), bits_of(x))
-                    << "by bag: " << what << ": " << by_bag->row(r)[c] << " against " << x;
+            for (std::int64_t r = 0; r < spec.rows; ++r) {
+              const float* x = want.data() + r * rec;
+              for (const bool bag : {false, true}) {
+                const float* got = bag ? by_bag->row(r) : table->row(r);
+                const std::int64_t c = first_difference(got, x, rec, Compare::kBits);
+                ASSERT_EQ(c, -1) << (bag ? "by bag: " : "backward_update: ") << "dim " << dim << " " << to_string(kind)
+                                 << " decay " << decay << " " << to_string(pooling) << (weighted ? " weighted" : "")
+                                 << " row " << r << " float " << c << ": " << got[c] << " against " << x[c];
               }
+            }
           }
         }
       }
