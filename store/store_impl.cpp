@@ -516,23 +516,27 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) { return o
 namespace {
 
 // Whether the engine of table `tc`'s placement serves its element types (issue 31, while they are
-// built): only `cpu` writes half-size outputs and reads half-size gradients (host/kernels.hpp; `offload`'s
-// CPU gather stages fp32 outputs and gradients), and only `cpu` stores half-size rows and state. The
-// reference store serves them all.
-Status served_dtypes(const TableConfig& tc) {
+// built): `cpu` writes half-size outputs and reads half-size gradients (host/kernels.hpp), and stores
+// half-size rows and state, as does `offload` with the CPU gather (the same host kernels; its pinned
+// outputs and gradients are fp32). The reference store serves them all.
+Status served_dtypes(const StoreConfig& c, const TableConfig& tc) {
   const std::string who = "table '" + tc.spec.name + "': ";
-  const std::string where = std::string(" the ") + to_string(tc.placement) + " placement yet (expected fp32: ";
+  const bool cpu_gather = tc.placement == Placement::kOffload && c.offload_gather == OffloadGather::kCpu;
+  const std::string where = std::string(" the ") + to_string(tc.placement) + " placement" +
+                            (tc.placement == Placement::kOffload ? " with offload_gather device" : "") +
+                            " yet (expected fp32: ";
   if (tc.spec.output_dtype != DType::kF32 && tc.placement != Placement::kCpu)
     return Status::invalid_argument(
-        who + "output_dtype " + to_string(tc.spec.output_dtype) + " is not served by" + where +
-        "half-size outputs are written by the cpu placement and the reference store only, issue 31)");
-  if (tc.placement == Placement::kCpu) return Status::ok();
+        who + "output_dtype " + to_string(tc.spec.output_dtype) + " is not served by the " + to_string(tc.placement) +
+        " placement yet (expected fp32: half-size outputs are written by the cpu placement and the reference store "
+        "only, issue 31)");
+  if (tc.placement == Placement::kCpu || cpu_gather) return Status::ok();
   for (const auto& [field, v] :
        {std::pair<const char*, DType>{"dtype", tc.spec.dtype}, {"state_dtype", tc.spec.state_dtype}})
     if (v != DType::kF32)
       return Status::invalid_argument(who + field + " " + to_string(v) + " is not stored by" + where +
-                                      "half-size rows are stored by the cpu placement and the reference store only, "
-                                      "issue 31)");
+                                      "half-size rows are stored by the cpu placement, the offload placement with "
+                                      "offload_gather cpu and the reference store only, issue 31)");
   return Status::ok();
 }
 
@@ -543,7 +547,7 @@ Result<std::unique_ptr<Store>> open_rank(const StoreConfig& config, std::shared_
   const int world = comm ? comm->size() : 1;
   for (std::size_t t = 0; t < config.tables.size(); ++t) {
     const TableConfig& tc = config.tables[t];
-    STRATA_RETURN_IF_ERROR(served_dtypes(tc));
+    STRATA_RETURN_IF_ERROR(served_dtypes(config, tc));
     if (world > 1 && tc.placement != Placement::kGpu && tc.placement != Placement::kHybrid)
       return Status::invalid_argument("table '" + tc.spec.name + "': placement " + to_string(tc.placement) +
                                       " serves one rank; in a world of " + std::to_string(world) +

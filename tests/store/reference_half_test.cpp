@@ -204,11 +204,11 @@ void fill_gradients(std::mt19937_64& rng, const StoreConfig& c, const KeyBatch& 
   }
 }
 
-// Runs `steps` random batches (seeded by `seed`) through the reference and a `cpu` store of config
-// `c` side by side: the outputs of every step and the rows and state at the end must be the same
-// bits. Views are of their tables' output_dtype; batches of `bags` bags.
-::testing::AssertionResult cpu_matches_reference(const StoreConfig& c, std::uint64_t seed, int steps,
-                                                 std::int64_t bags = 6) {
+// Runs `steps` random batches (seeded by `seed`) through the reference and a store of config `c` (its
+// tables' placements) side by side: the outputs of every step and the rows and state at the end
+// must be the same bits. Views are host views of their tables' output_dtype; batches of `bags` bags.
+::testing::AssertionResult store_matches_reference(const StoreConfig& c, std::uint64_t seed, int steps,
+                                                   std::int64_t bags = 6) {
   auto ref = open_reference(c);
   auto cpu = Store::open(c);
   if (!ref || !cpu.is_ok()) return ::testing::AssertionFailure() << "open: " << cpu.status().to_string();
@@ -241,21 +241,19 @@ TEST(ReferenceHalf, CpuStoreMatchesTheReferenceBitForBit) {
   for (TableConfig& t : fp32.tables) t.placement = Placement::kCpu;
   for (const DType dtype : {DType::kBF16, DType::kF16})
     for (const bool sr : {false, true})
-      EXPECT_TRUE(cpu_matches_reference(half_config(fp32, dtype, sr), 5, 5)) << to_string(dtype) << (sr ? " sr" : "");
+      EXPECT_TRUE(store_matches_reference(half_config(fp32, dtype, sr), 5, 5)) << to_string(dtype) << (sr ? " sr" : "");
 }
 
-// fp32, bf16 and fp16 tables of several dims (odd ones and multiples of 16) in one `cpu` store:
-// every forward and backward is one table-batched call over all of them, and gives the
-// reference's bits.
-TEST(ReferenceHalf, CpuStoreOfFp32AndHalfTablesInOneBatchMatchesTheReference) {
-  AcceptHalfDTypes accept;
+// fp32, bf16 and fp16 tables of several dims (odd ones and multiples of 16) in one store of
+// `placement`: every forward and backward is one table-batched call over all of them.
+StoreConfig mixed_dtypes_config(Placement placement) {
   std::mt19937_64 rng(71);
   StoreConfig c = testing::random_config(rng, 9);
   const std::int32_t dims[] = {16, 7, 64, 48, 128, 31, 3, 1, 32};  // (table 3: fp32 rows, bf16 state)
   const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF16};
   for (std::size_t i = 0; i < c.tables.size(); ++i) {
     TableSpec& s = c.tables[i].spec;
-    c.tables[i].placement = Placement::kCpu;
+    c.tables[i].placement = placement;
     s.dim = dims[i];
     s.dtype = dtypes[i % 3];
     s.optimizer.kind = static_cast<OptimizerKind>(i % 4);
@@ -263,7 +261,33 @@ TEST(ReferenceHalf, CpuStoreOfFp32AndHalfTablesInOneBatchMatchesTheReference) {
     if (state_allowed && i % 2 == 1) s.state_dtype = DType::kBF16;
     s.stochastic_rounding = (s.dtype != DType::kF32 || s.state_dtype != DType::kF32) && i % 4 < 2;
   }
-  EXPECT_TRUE(cpu_matches_reference(c, 9, 6));
+  return c;
+}
+
+// Those tables in a `cpu` store give the reference's bits.
+TEST(ReferenceHalf, CpuStoreOfFp32AndHalfTablesInOneBatchMatchesTheReference) {
+  AcceptHalfDTypes accept;
+  EXPECT_TRUE(store_matches_reference(mixed_dtypes_config(Placement::kCpu), 9, 6));
+}
+
+// `offload` with the CPU gather pools and updates its host rows with the `cpu` placement's host
+// kernels: half-size rows and state (rounding to nearest and stochastic, alone and beside fp32
+// tables of other dims) give the reference's bits. Its outputs and gradients stay fp32 (pinned
+// staging, then H2D into device views).
+TEST(ReferenceHalf, OffloadWithTheCpuGatherMatchesTheReferenceBitForBit) {
+  AcceptHalfDTypes accept;
+  std::mt19937_64 rng(57);
+  StoreConfig fp32 = testing::random_config(rng, 6);
+  fp32.device.backend = BackendChoice::kEmu;
+  fp32.offload_gather = OffloadGather::kCpu;
+  for (TableConfig& t : fp32.tables) t.placement = Placement::kOffload;
+  for (const DType dtype : {DType::kBF16, DType::kF16})
+    for (const bool sr : {false, true})
+      EXPECT_TRUE(store_matches_reference(half_config(fp32, dtype, sr), 5, 5)) << to_string(dtype) << (sr ? " sr" : "");
+  StoreConfig mixed = mixed_dtypes_config(Placement::kOffload);
+  mixed.device.backend = BackendChoice::kEmu;
+  mixed.offload_gather = OffloadGather::kCpu;
+  EXPECT_TRUE(store_matches_reference(mixed, 9, 6));
 }
 
 // `cpu` tables of half-size outputs and gradients (bf16, fp16) beside fp32 ones, of fp32, bf16 and
@@ -291,10 +315,10 @@ TEST(ReferenceHalf, CpuStoreOfHalfOutputsMatchesTheReferenceBitForBit) {
     if (state_allowed && i % 4 == 1) s.state_dtype = DType::kBF16;
     s.stochastic_rounding = (s.dtype != DType::kF32 || s.state_dtype != DType::kF32) && i % 5 < 2;
   }
-  EXPECT_TRUE(cpu_matches_reference(c, 17, 6));
+  EXPECT_TRUE(store_matches_reference(c, 17, 6));
   // Batches of more bags: the kernels' chunks and tasks split them.
   for (TableConfig& t : c.tables) t.spec.rows = 2000;
-  EXPECT_TRUE(cpu_matches_reference(c, 29, 3, 700));
+  EXPECT_TRUE(store_matches_reference(c, 29, 3, 700));
 }
 
 // A `cpu` store of half-size outputs refuses output and gradient views of another dtype, naming the
@@ -438,7 +462,8 @@ TEST(ReferenceHalf, CpuWriteRowsRoundsToNearestAndReadRowsWidens) {
 
 // Half-size outputs and gradients are served by the `cpu` placement (and the reference store) only:
 // opening a store with a half-size output_dtype in another placement is refused, naming the table,
-// the value and what is expected. Half-size rows are stored by the `cpu` placement only.
+// the value and what is expected. Half-size rows are stored by the `cpu` placement and by `offload`
+// with the CPU gather only.
 TEST(ReferenceHalf, StoresRefuseWhatTheirPlacementsDoNotServe) {
   AcceptHalfDTypes accept;
   StoreConfig c;
@@ -467,10 +492,16 @@ TEST(ReferenceHalf, StoresRefuseWhatTheirPlacementsDoNotServe) {
       c.tables[0].spec.dtype = out;
       s = Store::open(c);
       ASSERT_FALSE(s.is_ok()) << to_string(p) << " " << to_string(out);
-      EXPECT_EQ(s.status().message(), "table 'clicks': dtype " + std::string(to_string(out)) +
-                                          " is not stored by the " + to_string(p) +
-                                          " placement yet (expected fp32: half-size rows are stored by the cpu "
-                                          "placement and the reference store only, issue 31)");
+      EXPECT_EQ(s.status().message(),
+                "table 'clicks': dtype " + std::string(to_string(out)) + " is not stored by the " + to_string(p) +
+                    " placement" + (p == Placement::kOffload ? " with offload_gather device" : "") +
+                    " yet (expected fp32: half-size rows are stored by the cpu placement, the offload placement "
+                    "with offload_gather cpu and the reference store only, issue 31)");
+      if (p == Placement::kOffload) {  // the CPU gather stores them
+        c.offload_gather = OffloadGather::kCpu;
+        EXPECT_TRUE(Store::open(c).is_ok()) << to_string(out);
+        c.offload_gather = OffloadGather::kDevice;
+      }
     }
   }
 }
