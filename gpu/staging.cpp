@@ -85,6 +85,7 @@ Result<std::unique_ptr<Staging>> StagingRing::take(const StagingSizes& want) {
   } else {
     STRATA_ASSIGN_OR_RETURN(Staging made, Staging::create(*dev_));
     st = std::make_unique<Staging>(std::move(made));
+    if (grow) ++made_ahead_;
   }
   // The reservation is raised only once an entry could be reserved for the request: a batch whose
   // staging cannot be had must not leave every entry a floor it can never reach.

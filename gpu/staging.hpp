@@ -126,12 +126,16 @@ class StagingRing {
   const StagingSizes& reservation() const noexcept { return reserved_; }
   /// The free entries (those not taken): their number and their region sizes summed.
   std::size_t free_entries() const noexcept { return free_.size(); }
+  /// The entries made so far rather than wait for the oldest free one (the host ran ahead of the
+  /// device; timing decides how many, never more than kMaxBusyFree - 1 beyond the most taken at once).
+  std::size_t made_ahead() const noexcept { return made_ahead_; }
   StagingSizes free_capacity() const noexcept;
 
  private:
   Device* dev_;
   std::deque<std::unique_ptr<Staging>> free_;
   StagingSizes reserved_;
+  std::size_t made_ahead_ = 0;
 };
 
 }  // namespace strata::gpu

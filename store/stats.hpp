@@ -32,6 +32,7 @@ struct StagingBytes {
   std::size_t pinned = 0;   ///< pinned host memory
   std::size_t device = 0;   ///< device memory
   std::size_t entries = 0;  ///< staging entries (one per batch in flight, reused)
+  std::size_t ahead = 0;    ///< entries ever made rather than wait for the device (the host ran ahead of it)
 };
 
 /// Where a store's host tier lives (config `numa`, the same for every engine of the store): logical
@@ -54,12 +55,11 @@ struct StoreStats {
   DispatchStats dispatch;             ///< sharded tables only
   /// Allocations, frees and events of the device so far (a training loop's steady state adds none).
   gpu::ResourceCounts device_resources;
-  /// The staging of the `gpu`, `cached` and `offload` engines, between calls: entries of batches in
-  /// flight are not counted (with none in flight, all are). `staging`: the batches' arguments, the
-  /// rows they move, `cached`'s flush entry and offload's pinned outputs and gradients; `activation_staging`: apart,
-  /// the outputs and gradients of host views, taken by a forward with a host view (none while every output and gradient
-  /// view is a device view, nor for `offload` with `offload_gather: cpu`, which pools into host views in place). Not
-  /// counted: the tables of sharded modes.
+  /// The staging of the `gpu`, `cached` and `offload` engines (sharded tables' too), between calls: entries of batches
+  /// in flight are not counted (with none in flight, all are). `staging`: the batches' arguments, the rows they move,
+  /// `cached`'s flush entry and offload's pinned outputs and gradients; `activation_staging`: apart, the outputs and
+  /// gradients of host views, taken by a forward with a host view (none while every view is a device view, nor for
+  /// `offload` with `offload_gather: cpu`, which pools into host views in place).
   StagingBytes staging;
   StagingBytes activation_staging;  ///< see `staging`
   NumaPlacement numa;

@@ -508,6 +508,7 @@ class PyStore {
       d["pinned"] = b.pinned;
       d["device"] = b.device;
       d["entries"] = b.entries;
+      d["ahead"] = b.ahead;
       return d;
     };
     py::dict resources;

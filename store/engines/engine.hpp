@@ -132,9 +132,10 @@ inline void add_staging(const gpu::StagingSizes& z, std::size_t entries, Staging
   to.entries += entries;
 }
 
-/// Adds the free entries of `ring` to `to`.
+/// Adds the free entries of `ring` to `to`, and the entries it made ahead of the device.
 inline void add_staging(const gpu::StagingRing& ring, StagingBytes& to) {
   add_staging(ring.free_capacity(), ring.free_entries(), to);
+  to.ahead += ring.made_ahead();
 }
 
 }  // namespace strata::detail

@@ -414,6 +414,11 @@ class ShardedEngine final : public Engine {
     return which < 0 ? not_held(table) : inner_[which]->write_rows(inner_table, row0, n, weights, state);
   }
 
+  void staging_stats(StagingBytes& batches, StagingBytes& activations) const override {
+    for (const auto& e : inner_)
+      if (e) e->staging_stats(batches, activations);
+  }
+
   void cache_stats(std::vector<std::pair<int, cache::CacheStats>>& out) const override {
     if (!inner_[kCachedInner]) return;
     std::vector<std::pair<int, cache::CacheStats>> inner;

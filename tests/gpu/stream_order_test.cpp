@@ -55,9 +55,11 @@ TEST(StagingRing, AnEntryStillInUseOnAnotherStreamIsNotWaitedFor) {
   dev->record((*first)->done(), s.view());
   pool.give_back(std::move(first).value());
   // The only free entry's last use waits for the gate: a new entry, without waiting for it.
+  EXPECT_EQ(pool.made_ahead(), 0u);
   auto second = pool.take(want);
   ASSERT_TRUE(second.is_ok()) << second.status().to_string();
   EXPECT_NE(second->get(), first_entry);
+  EXPECT_EQ(pool.made_ahead(), 1u);  // made rather than wait (StoreStats' staging.ahead)
   gate.open();
   ASSERT_TRUE(dev->synchronize(s.view()).is_ok());
   pool.give_back(std::move(second).value());
@@ -65,6 +67,7 @@ TEST(StagingRing, AnEntryStillInUseOnAnotherStreamIsNotWaitedFor) {
   auto third = pool.take(want);
   ASSERT_TRUE(third.is_ok()) << third.status().to_string();
   EXPECT_EQ(third->get(), first_entry);
+  EXPECT_EQ(pool.made_ahead(), 1u);
 }
 
 }  // namespace
