@@ -144,18 +144,27 @@ Result<std::int64_t> tag_of(Store& s) {
   return tag;
 }
 
-// The saver of mode "world": kWorld thread ranks save `saves` times into `dir`, with tags first,
-// first+1, ... Each save is checked whole at its commit, by loading it into a single store while
-// rank 0 still holds the directory's lock (SavePoint::kCommitted: no other saver can replace it
-// yet), so that every generation it commits is checked, even one replaced before any evaluator
-// loaded it.
+// Saves `saves` times into `dir`, with tags first, first+1, ... (a world: every rank calls it).
+void save_tags(Store& s, const std::string& dir, std::int64_t first, std::int64_t saves, const std::string& who) {
+  for (std::int64_t tag = first; tag < first + saves; ++tag) {
+    ASSERT_TRUE(write_tag(s, tag).is_ok());
+    const Status st = s.save(dir);
+    ASSERT_TRUE(st.is_ok()) << who << "save tagged " << tag << ": " << st.to_string();
+  }
+}
+
+// The saver of mode "world": kWorld thread ranks save_tags. Each save is checked whole at its commit, by loading it
+// into a single store while rank 0 still holds the directory's lock (SavePoint::kCommitted: no other saver can replace
+// it yet), so that every generation it commits is checked, even one replaced before any evaluator loaded it.
 void save_as_world(const std::string& dir, std::int64_t first, std::int64_t saves) {
   auto checker = Store::open(saver_config("cpu"));
   ASSERT_TRUE(checker.is_ok()) << checker.status().to_string();
-  std::int64_t saving = 0;  // rank 0's tag; the hook below reads it on rank 0's thread
+  std::int64_t committed = 0;  // rank 0's saves so far: the hook runs on rank 0's thread
   std::string not_whole;
   detail::set_world_save_hook([&](int rank, detail::SavePoint p) {
-    if (rank != 0 || p != detail::SavePoint::kCommitted || !not_whole.empty()) return Status::ok();
+    if (rank != 0 || p != detail::SavePoint::kCommitted) return Status::ok();
+    const std::int64_t saving = first + committed++;
+    if (!not_whole.empty()) return Status::ok();
     const Status loaded = (*checker)->load(dir);
     const Result<std::int64_t> tag = tag_of(**checker);
     if (!loaded.is_ok() || !tag.is_ok() || tag.value() != saving)
@@ -168,14 +177,10 @@ void save_as_world(const std::string& dir, std::int64_t first, std::int64_t save
   on_ranks(kWorld, kTimeoutMs, [&](int rank, std::shared_ptr<dispatch::Communicator> comm) {
     auto s = Store::open(saver_config("world"), comm);
     ASSERT_TRUE(s.is_ok()) << "rank " << rank << ": " << s.status().to_string();
-    for (std::int64_t tag = first; tag < first + saves; ++tag) {
-      if (rank == 0) saving = tag;
-      ASSERT_TRUE(write_tag(**s, tag).is_ok());
-      const Status st = (*s)->save(dir);
-      ASSERT_TRUE(st.is_ok()) << "rank " << rank << ": save tagged " << tag << ": " << st.to_string();
-    }
+    save_tags(**s, dir, first, saves, "rank " + std::to_string(rank) + ": ");
   });
   detail::set_world_save_hook({});
+  EXPECT_EQ(committed, saves) << "commits checked";
   EXPECT_EQ(not_whole, "");
 }
 
@@ -196,13 +201,9 @@ TEST(CheckpointSaverProcess, SavesRepeatedly) {
   }
   auto s = Store::open(saver_config(mode));
   ASSERT_TRUE(s.is_ok()) << s.status().to_string();
-  for (std::int64_t i = 0; i < std::stoll(saves); ++i) {
-    const std::int64_t tag = std::stoll(first) + i;
-    ASSERT_TRUE(write_tag(**s, tag).is_ok());
-    const Status st = (*s)->save(dir);
-    ASSERT_TRUE(st.is_ok()) << "save tagged " << tag << ": " << st.to_string();
-  }
+  save_tags(**s, dir, std::stoll(first), std::stoll(saves), "");
 }
+
 // Starts this test binary as a saver, its output going to `log`; returns its pid. Only the saver
 // test runs there, with no GTEST_* variables (a GTEST_OUTPUT of the parent would make the child
 // overwrite its report).
