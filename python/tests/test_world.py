@@ -1,9 +1,8 @@
 """Strata worlds over a torch.distributed process group, one process per rank (world_worker.py):
 the ranks' outputs and shards equal a one-rank reference's, a world's checkpoint loads into worlds
 of other sizes, faults give every survivor a clear error in time, and the DLRM example trains
-under torchrun. Workers meet through a FileStore (no
-ports), run one thread each, and are killed past their deadline: a hang fails the test naming the
-ranks, it never holds up the run."""
+under torchrun. Workers meet through a FileStore (no ports), run one thread each, and are killed
+past their deadline: a hang fails the test naming the ranks, it never holds up the run."""
 
 import os
 import pathlib
