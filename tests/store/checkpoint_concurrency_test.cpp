@@ -432,7 +432,7 @@ class WorldCheckpointConcurrency : public CheckpointConcurrency {};
 // and over while another process saves into the same directory: each load applies one whole save on
 // every rank, the same save on all, or fails on every rank and changes nothing; tags only grow.
 TEST_P(WorldCheckpointConcurrency, AWorldLoadsWhileAnotherProcessSaves) {
-  constexpr std::int64_t kSaves = 25;
+  constexpr std::int64_t kSaves = 12;
   const pid_t child = spawn_saver(dir_.string(), GetParam(), 1, kSaves, log("a"));
   ASSERT_GT(child, 0);
   int status = 0;
@@ -451,7 +451,7 @@ TEST_P(WorldCheckpointConcurrency, AWorldLoadsWhileAnotherProcessSaves) {
 // whole save or nothing; the directory ends up holding one whole save of one of them, and only its
 // files.
 TEST_P(WorldCheckpointConcurrency, AWorldAndAnotherSaverSaveIntoOneDirectory) {
-  constexpr std::int64_t kSaves = 15;
+  constexpr std::int64_t kSaves = 8;
   const pid_t a = spawn_saver(dir_.string(), "world", 1000, kSaves, log("a"));
   const pid_t b = spawn_saver(dir_.string(), GetParam(), 2000, kSaves, log("b"));
   ASSERT_GT(a, 0);
