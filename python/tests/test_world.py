@@ -1,8 +1,8 @@
 """Strata worlds over a torch.distributed process group, one process per rank (world_worker.py):
-the ranks' outputs and shards equal a one-rank reference's, faults give every survivor a clear
-error in time, and the DLRM example trains under torchrun. Workers meet through a FileStore (no
-ports), run one thread each, and are killed past their deadline: a hang fails the test naming the
-ranks, it never holds up the run."""
+the ranks' outputs and shards equal a one-rank reference's, a world's checkpoint loads into worlds
+of other sizes, faults give every survivor a clear error in time, and the DLRM example trains
+under torchrun. Workers meet through a FileStore (no ports), run one thread each, and are killed
+past their deadline: a hang fails the test naming the ranks, it never holds up the run."""
 
 import os
 import pathlib
@@ -13,12 +13,15 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
+import strata  # noqa: E402 (after the skips, as world_worker, which needs torch.distributed)
+import world_worker  # noqa: E402 (this folder: pytest puts it on sys.path)
 
 HERE = pathlib.Path(__file__).resolve().parent
 WORKER = HERE / "world_worker.py"
@@ -78,9 +81,12 @@ def run_ranks(commands, tmp_path, deadline):
     return ranks
 
 
-def launch(scenario, world, tmp_path, deadline):
+def launch(scenario, world, tmp_path, deadline, *args):
+    """`world` workers of `scenario` (with `args`), meeting through a FileStore in `tmp_path`, their
+    output there too: one launch per folder."""
     init = tmp_path / "filestore"  # fresh per launch: the FileStore's rendezvous file
-    cmds = [[sys.executable, str(WORKER), scenario, str(r), str(world), str(init)] for r in range(world)]
+    cmds = [[sys.executable, str(WORKER), scenario, str(r), str(world), str(init), *map(str, args)]
+            for r in range(world)]
     return run_ranks(cmds, tmp_path, deadline)
 
 
@@ -93,6 +99,29 @@ def test_world_equals_the_one_rank_reference(world, tmp_path):
     ranks = launch("equivalence", world, tmp_path, deadline=150)
     for r in ranks:
         assert r.returncode == 0 and r.lines("OK") == ["equivalence"], r.report()
+
+
+def test_a_world_checkpoint_loads_into_worlds_of_other_sizes(tmp_path):
+    """2 ranks save (Store.save: a collective, each rank writing its shards once) after two steps
+    and a rate change; 3 ranks and one store without a world (cpu tables) load it: every table's
+    rows and optimizer state, the step and the rates equal the saver's, bit for bit."""
+    ckpt, rows = tmp_path / "ckpt", tmp_path / "saved.npz"
+    for scenario, world in (("save", 2), ("load", 3)):
+        folder = tmp_path / scenario
+        folder.mkdir()
+        ranks = launch(scenario, world, folder, 120, ckpt, rows)
+        for r in ranks:
+            assert r.returncode == 0 and r.lines("OK") == [scenario], r.report()
+    saved = np.load(rows)
+    tables = world_worker.world_tables()
+    one = strata.Store(world_worker.reference_config(tables))
+    one.load(ckpt)
+    for t in tables:
+        n = t["name"]
+        w, s = one.read_rows(n)
+        assert np.array_equal(w, saved[f"weight_{n}"]) and np.array_equal(s, saved[f"state_{n}"]), n
+        assert one.learning_rate(n) == saved[f"rate_{n}"], n
+    assert one.step == int(saved["step"]) == 2
 
 
 def check_fault(ranks, faulty, expect_exit, pattern):

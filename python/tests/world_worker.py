@@ -2,12 +2,15 @@
 """One rank of a Strata world over a torch.distributed process group (gloo), started by
 test_world.py as its own process:
 
-  world_worker.py SCENARIO RANK WORLD INIT_FILE
+  world_worker.py SCENARIO RANK WORLD INIT_FILE [ARGS...]
 
 The ranks meet through a FileStore (init_method=file://INIT_FILE: no ports). Scenarios:
 ``equivalence`` (steps through Store with host views and through the EmbeddingBagCollection with
 autograd, checked against a one-rank ``cpu`` reference trained on the concatenated batches, then
-the state_dict checks), and the faults ``config``, ``kill`` and ``sleep`` (3 ranks each).
+the state_dict checks), ``save CKPT ROWS`` and ``load CKPT ROWS`` (a world checkpoint: Store.save
+into CKPT after a few steps, the whole tables, step and rates written to ROWS (.npz); a world of
+another size loads CKPT and must hold exactly those), and the faults ``config``, ``kill`` and
+``sleep`` (3 ranks each).
 Output lines the parent reads: ``EVENT <time>`` (the faulty rank, just before its fault),
 ``ERROR <time> <type>: <text>`` (an expected error, as it arrived) and ``OK <scenario>`` at the
 end. Anything unexpected is an uncaught exception: a traceback and a non-zero exit.
@@ -364,6 +367,51 @@ def comm_subset(rank, world):
                  lambda: comm.all_gather(np.zeros(4 if rank == 1 else 3, np.uint8)), "ranks disagree", "rank 1: 4")
 
 
+# ---- world checkpoints: Store.save on one world, Store.load on another ----
+def whole_tables(store, tables):
+    """Every table's rows and optimizer state (read_rows: a collective, the whole table on every
+    rank), each table's learning rate and the step, as the arrays of an .npz."""
+    out = {"step": np.array(store.step)}
+    for t in tables:
+        n = t["name"]
+        out[f"weight_{n}"], out[f"state_{n}"] = store.read_rows(n)
+        out[f"rate_{n}"] = np.array(store.learning_rate(n), np.float32)
+    return out
+
+
+def checkpoint_save(rank, world, ckpt, rows):
+    """Two steps (every optimizer's state moves), one table's rate changed, then the collective save."""
+    tables = world_tables()
+    store = strata.Store(world_config(tables), process_group=dist.group.WORLD, timeout=TIMEOUT)
+    for step in range(2):
+        features, grads = rank_batch(21, step, rank, tables)
+        store.submit(step, features)
+        store.forward(step)
+        store.backward(step, [grads[t["name"]] for t in tables])
+    store.set_learning_rate(0.025, tables[0]["name"])
+    store.save(ckpt)
+    saved = whole_tables(store, tables)
+    if rank == 0:
+        np.savez(rows, **saved)
+    store.close()
+
+
+def checkpoint_load(rank, world, ckpt, rows):
+    """A store of another init (and world size) loads the checkpoint: every rank then holds exactly
+    the saver's tables, step and rates."""
+    tables = world_tables()
+    for t in tables:
+        t["init"] = {"bound": 0.3, "seed": 99}
+    store = strata.Store(world_config(tables), process_group=dist.group.WORLD, timeout=TIMEOUT)
+    saved = np.load(rows)
+    assert not np.array_equal(store.read_rows(tables[0]["name"])[0], saved[f"weight_{tables[0]['name']}"])
+    store.load(ckpt)
+    got = whole_tables(store, tables)
+    for k in saved.files:
+        assert np.array_equal(got[k], saved[k]), f"rank {rank} of {world}: {k} differs from the saver's"
+    store.close()
+
+
 # ---- faults (3 ranks) ----
 def small_config(rows=30):
     tables = [{"name": "user", "rows": rows, "dim": 4, "placement": "gpu", "sharding": {"type": "row"},
@@ -434,7 +482,8 @@ def fault_sleep(rank, world):
                  "timed out after 3000 ms")
 
 
-SCENARIOS = {"equivalence": equivalence, "config": fault_config, "kill": fault_kill, "sleep": fault_sleep}
+SCENARIOS = {"equivalence": equivalence, "save": checkpoint_save, "load": checkpoint_load, "config": fault_config,
+             "kill": fault_kill, "sleep": fault_sleep}
 
 
 def main():
@@ -442,7 +491,7 @@ def main():
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=TIMEOUT))
-    SCENARIOS[scenario](rank, world)
+    SCENARIOS[scenario](rank, world, *sys.argv[5:])
     say(f"OK {scenario}")
 
 
