@@ -62,15 +62,8 @@ Status Store::save(const std::string& dir) {
   next.step = step_;
   for (std::size_t ti = 0; ti < config_.tables.size(); ++ti) {
     const TableSpec& spec = config_.tables[ti].spec;
-    const std::int32_t sd = optimizer_state_dim(spec.optimizer.kind, spec.dim);
-    ManifestTable mt;
-    mt.name = spec.name;
-    mt.rows = spec.rows;
-    mt.dim = spec.dim;
-    mt.state_dim = sd;
-    mt.dtype = to_string(spec.dtype);
-    mt.optimizer = to_string(spec.optimizer.kind);
-    mt.learning_rate = spec.optimizer.learning_rate;
+    ManifestTable mt = detail::manifest_entry(spec);
+    const std::int32_t sd = mt.state_dim;
     detail::PieceEntry piece;
     piece.file = spec.name + "." + std::to_string(next.generation) + ".tbl";
     piece.box = detail::whole_box(spec.rows, spec.dim);

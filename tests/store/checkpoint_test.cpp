@@ -13,6 +13,7 @@
 
 #include "store/io/detail/crc32c.hpp"
 #include "store/io/file_io.hpp"
+#include "tests/core/accept_half_dtypes.hpp"
 #include "tests/store/store_test_util.hpp"
 
 namespace strata {
@@ -441,6 +442,49 @@ TEST_F(Checkpoint, CheckpointFromAnotherConfigIsRejected) {
   other.tables.pop_back();
   EXPECT_NE((*Store::open(other))->load(dir_).message().find("that the store config does not define"),
             std::string::npos);
+}
+
+// A table's optimizer state element type is recorded (only when it is not fp32, so manifests of fp32
+// state read and write as before): bf16 state round-trips bit for bit, and a checkpoint whose state
+// is of another element type than the store's is refused, naming both, with nothing changed (it
+// loaded, rounding or widening the state without a word).
+TEST_F(Checkpoint, HalfStateRoundTripsAndAnotherStateDtypeIsRefused) {
+  AcceptHalfDTypes accept;
+  StoreConfig half = config_;
+  for (TableConfig& t : half.tables) t.placement = Placement::kCpu;
+  const std::string name = half.tables[0].spec.name;  // adam
+  half.tables[0].spec.dtype = DType::kBF16;
+  half.tables[0].spec.state_dtype = DType::kBF16;
+  StoreConfig fp32_state = half;
+  fp32_state.tables[0].spec.state_dtype = DType::kF32;
+  auto a = Store::open(half);
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  train(**a, 1, 3);
+  ASSERT_TRUE((*a)->save(dir_).is_ok());
+  auto b = Store::open(half);
+  ASSERT_TRUE((*b)->load(dir_).is_ok());
+  EXPECT_TRUE(same_state(snapshot(**a), snapshot(**b)));
+  for (const bool saved_half : {true, false}) {
+    SCOPED_TRACE(saved_half ? "bf16 state into fp32" : "fp32 state into bf16");
+    if (!saved_half) {
+      auto f = Store::open(fp32_state);
+      ASSERT_TRUE(f.is_ok());
+      train(**f, 1, 3);
+      ASSERT_TRUE((*f)->save(dir_).is_ok());
+    }
+    auto c = Store::open(saved_half ? fp32_state : half);
+    ASSERT_TRUE(c.is_ok());
+    const Snapshot before = snapshot(**c);
+    const Status st = (*c)->load(dir_);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(
+        st.message().find("table '" + name + "': state_dtype " + (saved_half ? "bf16" : "fp32") +
+                          " in the checkpoint (expected " + (saved_half ? "fp32" : "bf16") + " from the store config)"),
+        std::string::npos)
+        << st.message();
+    EXPECT_TRUE(same_state(before, snapshot(**c)));
+    EXPECT_EQ((*c)->step(), 0);
+  }
 }
 
 TEST_F(Checkpoint, LoadRefusedWithBatchesInFlight) {

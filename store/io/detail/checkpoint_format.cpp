@@ -186,6 +186,7 @@ Result<Manifest> parse_manifest(const std::string& path, const std::string& text
       mt.dim = t.at("dim").get<std::int32_t>();
       mt.state_dim = t.at("state_dim").get<std::int32_t>();
       mt.dtype = t.at("dtype").get<std::string>();
+      if (t.contains("state_dtype")) mt.state_dtype = t.at("state_dtype").get<std::string>();
       mt.optimizer = t.at("optimizer").get<std::string>();
       STRATA_RETURN_IF_ERROR(check_shape(path, mt));
       if (version == kFormatVersion) {
@@ -253,6 +254,7 @@ std::string manifest_text(const Manifest& m) {
     e["dim"] = t.dim;
     e["state_dim"] = t.state_dim;
     e["dtype"] = t.dtype;
+    if (t.state_dtype != "fp32") e["state_dtype"] = t.state_dtype;
     e["optimizer"] = t.optimizer;
     if (t.has_learning_rate) e["learning_rate"] = t.learning_rate;
     if (m.version == kFormatVersion) {
@@ -325,6 +327,20 @@ std::vector<std::string> file_names(const Manifest& m) {
   return names;
 }
 
+ManifestTable manifest_entry(const TableSpec& spec) {
+  ManifestTable mt;
+  mt.name = spec.name;
+  mt.rows = spec.rows;
+  mt.dim = spec.dim;
+  mt.state_dim = optimizer_state_dim(spec.optimizer.kind, spec.dim);
+  mt.dtype = to_string(spec.dtype);
+  mt.state_dtype = to_string(spec.state_dtype);
+  mt.optimizer = to_string(spec.optimizer.kind);
+  mt.learning_rate = spec.optimizer.learning_rate;
+  mt.has_learning_rate = true;
+  return mt;
+}
+
 Status check_entry(const ManifestTable& m, const TableSpec& spec, std::int32_t state_dim, const std::string& dir) {
   const std::string who = dir + ": table '" + spec.name + "'";
   auto mismatch = [&](const char* what, const std::string& got, const std::string& want) {
@@ -334,6 +350,8 @@ Status check_entry(const ManifestTable& m, const TableSpec& spec, std::int32_t s
   if (m.rows != spec.rows) return mismatch("rows", std::to_string(m.rows), std::to_string(spec.rows));
   if (m.dim != spec.dim) return mismatch("dim", std::to_string(m.dim), std::to_string(spec.dim));
   if (m.dtype != to_string(spec.dtype)) return mismatch("dtype", m.dtype, to_string(spec.dtype));
+  if (m.state_dtype != to_string(spec.state_dtype))
+    return mismatch("state_dtype", m.state_dtype, to_string(spec.state_dtype));
   if (m.optimizer != to_string(spec.optimizer.kind))
     return mismatch("optimizer", m.optimizer, to_string(spec.optimizer.kind));
   if (m.state_dim != state_dim) return mismatch("state_dim", std::to_string(m.state_dim), std::to_string(state_dim));

@@ -86,6 +86,9 @@ struct ManifestTable {
   std::int64_t rows = 0;
   std::int32_t dim = 0, state_dim = 0;
   std::string dtype, optimizer;
+  /// The optimizer state's element type: in the manifest only when it is not fp32 (a checkpoint from
+  /// before half-size state has fp32 state).
+  std::string state_dtype = "fp32";
   float learning_rate = 0;
   /// Whether learning_rate is recorded: manifest_text writes it only then, parse_manifest sets this false for a
   /// checkpoint from before learning rates were saved. True by default: a saver's entry carries its rate.
@@ -130,6 +133,9 @@ void remove_stale_files(const std::string& dir, const std::vector<std::string>& 
 /// The file names of every piece of `m`.
 std::vector<std::string> file_names(const Manifest& m);
 
+/// The manifest entry of a table of `spec`: its shape, element types, optimizer and learning rate
+/// (no sharding, no pieces).
+ManifestTable manifest_entry(const TableSpec& spec);
 /// Checks a checkpoint's table entry against the store's spec (rows, dim, dtype, optimizer, state_dim; not the
 /// sharding): kInvalidArgument "<dir>: table 'user': dim 8 in the checkpoint (expected 16 from the store config)".
 Status check_entry(const ManifestTable& m, const TableSpec& spec, std::int32_t state_dim, const std::string& dir);

@@ -268,15 +268,7 @@ Result<bool> run_polled(dispatch::Communicator* comm, const std::function<Status
 // The manifest entry of config table `t` (its pieces not yet listed).
 ManifestTable table_entry(const StoreConfig& config, int t) {
   const TableConfig& tc = config.tables[static_cast<std::size_t>(t)];
-  ManifestTable mt;
-  mt.name = tc.spec.name;
-  mt.rows = tc.spec.rows;
-  mt.dim = tc.spec.dim;
-  mt.state_dim = optimizer_state_dim(tc.spec.optimizer.kind, tc.spec.dim);
-  mt.dtype = to_string(tc.spec.dtype);
-  mt.optimizer = to_string(tc.spec.optimizer.kind);
-  mt.learning_rate = tc.spec.optimizer.learning_rate;
-  mt.has_learning_rate = true;
+  ManifestTable mt = manifest_entry(tc.spec);
   mt.sharding = dispatch::to_string(tc.sharding.type);
   return mt;
 }
