@@ -1013,7 +1013,8 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
            "Counters since open (StoreStats): 'cache' per cached table, 'links' (bytes per link; 'host_copy': "
            "activations copied through host memory, 0 while every view is a device array), 'device_peak_bytes', "
            "'device_resources' (allocations, frees, events: a steady training loop adds none), 'staging' and "
-           "'activation_staging' ({'pinned', 'device', 'entries'}), 'dispatch' (sharded tables: 'rank', 'world', "
+           "'activation_staging' ({'pinned', 'device', 'entries', 'ahead': entries made rather than wait for the "
+           "device}), 'dispatch' (sharded tables: 'rank', 'world', "
            "'batches', 'bytes' = 'key_bytes' + 'row_bytes' + 'grad_bytes' exchanged with other ranks, 'bytes_no_dedup' "
            "(what they would be without dedup at the source), 'exchange_seconds', 'lookup_seconds', 'local_seconds'), "
            "'step', 'in_flight'.")

@@ -1,6 +1,7 @@
 // The reference store with half-size elements (issue 31): bf16 and fp16 rows, bf16 optimizer state,
-// stochastic rounding and half-size outputs. validate still refuses half dtypes (the engines do not
-// store them yet), so these tests turn half_dtypes_accepted() on around themselves.
+// stochastic rounding and half-size outputs, and the placements that serve them so far (`cpu`, and
+// `offload` with the CPU gather). validate still refuses half dtypes (the other engines do not store
+// them yet), so these tests turn half_dtypes_accepted() on around themselves.
 
 #include <gtest/gtest.h>
 
