@@ -322,7 +322,7 @@ fi
 # bundle library the GPU build links.
 if [ "$mode" = gpu ]; then
   want=(gpu_test gpu_cuda_only_test gpu_cuda_context_test gpu_cuda_range_test gpu_cuda_runtime_test
-        gpu_store_device_test store_test dispatch_nccl_test strata-devbench strata-bench)
+        gpu_store_device_test store_test dispatch_nccl_test strata-devbench strata-bench strata-micro-checkpoint)
 else
   want=(gpu_cuda_only_test strata-devbench strata-bench)
 fi
