@@ -136,8 +136,8 @@ std::vector<std::string> file_names(const Manifest& m);
 /// The manifest entry of a table of `spec`: its shape, element types, optimizer and learning rate
 /// (no sharding, no pieces).
 ManifestTable manifest_entry(const TableSpec& spec);
-/// Checks a checkpoint's table entry against the store's spec (rows, dim, dtype, optimizer, state_dim; not the
-/// sharding): kInvalidArgument "<dir>: table 'user': dim 8 in the checkpoint (expected 16 from the store config)".
+/// Checks a checkpoint's table entry against the store's spec (rows, dim, dtype, state_dtype, optimizer, state_dim; not
+/// the sharding): kInvalidArgument "<dir>: table 'user': dim 8 in the checkpoint (expected 16 from the store config)".
 Status check_entry(const ManifestTable& m, const TableSpec& spec, std::int32_t state_dim, const std::string& dir);
 
 /// Floats of a record of `box` in a file of table `m`: box.cols weights and their state (m.state_dim when the box
