@@ -522,14 +522,14 @@ namespace {
 Status served_dtypes(const StoreConfig& c, const TableConfig& tc) {
   const std::string who = "table '" + tc.spec.name + "': ";
   const bool cpu_gather = tc.placement == Placement::kOffload && c.offload_gather == OffloadGather::kCpu;
-  const std::string where = std::string(" the ") + to_string(tc.placement) + " placement" +
-                            (tc.placement == Placement::kOffload ? " with offload_gather device" : "") +
-                            " yet (expected fp32: ";
+  const std::string placed = std::string(" the ") + to_string(tc.placement) + " placement";
   if (tc.spec.output_dtype != DType::kF32 && tc.placement != Placement::kCpu)
-    return Status::invalid_argument(
-        who + "output_dtype " + to_string(tc.spec.output_dtype) + " is not served by the " + to_string(tc.placement) +
-        " placement yet (expected fp32: half-size outputs are written by the cpu placement and the reference store "
-        "only, issue 31)");
+    return Status::invalid_argument(who + "output_dtype " + to_string(tc.spec.output_dtype) + " is not served by" +
+                                    placed +
+                                    " yet (expected fp32: half-size outputs are written by the cpu placement and the "
+                                    "reference store only, issue 31)");
+  const std::string where =
+      placed + (tc.placement == Placement::kOffload ? " with offload_gather device" : "") + " yet (expected fp32: ";
   if (tc.placement == Placement::kCpu || cpu_gather) return Status::ok();
   for (const auto& [field, v] :
        {std::pair<const char*, DType>{"dtype", tc.spec.dtype}, {"state_dtype", tc.spec.state_dtype}})
