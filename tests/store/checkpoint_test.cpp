@@ -13,7 +13,6 @@
 
 #include "store/io/detail/crc32c.hpp"
 #include "store/io/file_io.hpp"
-#include "tests/core/accept_half_dtypes.hpp"
 #include "tests/store/store_test_util.hpp"
 
 namespace strata {
@@ -449,7 +448,6 @@ TEST_F(Checkpoint, CheckpointFromAnotherConfigIsRejected) {
 // is of another element type than the store's is refused, naming both, with nothing changed (it
 // loaded, rounding or widening the state without a word).
 TEST_F(Checkpoint, HalfStateRoundTripsAndAnotherStateDtypeIsRefused) {
-  AcceptHalfDTypes accept;
   StoreConfig half = config_;
   for (TableConfig& t : half.tables) t.placement = Placement::kCpu;
   const std::string name = half.tables[0].spec.name;  // adam

@@ -1,7 +1,6 @@
 // The reference store with half-size elements (issue 31): bf16 and fp16 rows, bf16 optimizer state,
 // stochastic rounding and half-size outputs, and the placements that serve them so far (`cpu`, and
-// `offload` with the CPU gather). validate still refuses half dtypes (the other engines do not store
-// them yet), so these tests turn half_dtypes_accepted() on around themselves.
+// `offload` with the CPU gather); the store refuses them in the other placements (served_dtypes).
 
 #include <gtest/gtest.h>
 
@@ -15,7 +14,6 @@
 #include "core/half.hpp"
 #include "gpu/device.hpp"
 #include "store/store.hpp"
-#include "tests/core/accept_half_dtypes.hpp"
 #include "tests/store/store_test_util.hpp"
 
 namespace strata {
@@ -89,7 +87,6 @@ Snapshot train(const StoreConfig& c, std::uint64_t seed, int steps) {
 // A half-size table starts as the fp32 table rounded to nearest, optimizer state included (an
 // initial_accumulator of 0.1 is no bf16).
 TEST(ReferenceHalf, InitialRowsAreTheFp32RowsRoundedToNearest) {
-  AcceptHalfDTypes accept;
   std::mt19937_64 rng(131);
   const StoreConfig fp32 = testing::random_config(rng, 6);
   auto base = open_reference(fp32);
@@ -116,7 +113,6 @@ TEST(ReferenceHalf, InitialRowsAreTheFp32RowsRoundedToNearest) {
 // function of the config and the batches, so a second run gives the same bits, and stochastic
 // rounding gives other rows than rounding to nearest.
 TEST(ReferenceHalf, UpdatedRowsStayRepresentableAndRepeatBitForBit) {
-  AcceptHalfDTypes accept;
   std::mt19937_64 rng(7);
   const StoreConfig fp32 = testing::random_config(rng, 5);
   for (const DType dtype : {DType::kBF16, DType::kF16}) {
@@ -130,7 +126,6 @@ TEST(ReferenceHalf, UpdatedRowsStayRepresentableAndRepeatBitForBit) {
 // Updates smaller than half a bf16 step: rounding to nearest puts every weight back where it was
 // (a bias of the whole update), stochastic rounding moves it by the update on average.
 TEST(ReferenceHalf, StochasticRoundingIsUnbiasedWhereRoundingToNearestStalls) {
-  AcceptHalfDTypes accept;
   StoreConfig c;
   TableConfig t;
   t.spec.name = "slow";
@@ -236,7 +231,6 @@ void fill_gradients(std::mt19937_64& rng, const StoreConfig& c, const KeyBatch& 
 // and stochastic) gives the reference's bits: the outputs of every step, the rows and state at the
 // end (the host kernels widen, compute in fp32 and round as the reference does).
 TEST(ReferenceHalf, CpuStoreMatchesTheReferenceBitForBit) {
-  AcceptHalfDTypes accept;
   std::mt19937_64 rng(57);
   StoreConfig fp32 = testing::random_config(rng, 6);
   for (TableConfig& t : fp32.tables) t.placement = Placement::kCpu;
@@ -267,7 +261,6 @@ StoreConfig mixed_dtypes_config(Placement placement) {
 
 // Those tables in a `cpu` store give the reference's bits.
 TEST(ReferenceHalf, CpuStoreOfFp32AndHalfTablesInOneBatchMatchesTheReference) {
-  AcceptHalfDTypes accept;
   EXPECT_TRUE(store_matches_reference(mixed_dtypes_config(Placement::kCpu), 9, 6));
 }
 
@@ -276,7 +269,6 @@ TEST(ReferenceHalf, CpuStoreOfFp32AndHalfTablesInOneBatchMatchesTheReference) {
 // tables of other dims) give the reference's bits. Its outputs and gradients stay fp32 (pinned
 // staging, then H2D into device views).
 TEST(ReferenceHalf, OffloadWithTheCpuGatherMatchesTheReferenceBitForBit) {
-  AcceptHalfDTypes accept;
   std::mt19937_64 rng(57);
   StoreConfig fp32 = testing::random_config(rng, 6);
   fp32.device.backend = BackendChoice::kEmu;
@@ -298,7 +290,6 @@ TEST(ReferenceHalf, OffloadWithTheCpuGatherMatchesTheReferenceBitForBit) {
 // the reference's bits (outputs rounded to nearest from the fp32 sums once per bag, gradients
 // widened where read).
 TEST(ReferenceHalf, CpuStoreOfHalfOutputsMatchesTheReferenceBitForBit) {
-  AcceptHalfDTypes accept;
   std::mt19937_64 rng(113);
   StoreConfig c = testing::random_config(rng, 27);
   const std::int32_t dims[] = {16, 7,  64, 48, 128, 31,  3, 1,   32, 144, 256, 130, 272, 33,
@@ -325,7 +316,6 @@ TEST(ReferenceHalf, CpuStoreOfHalfOutputsMatchesTheReferenceBitForBit) {
 // A `cpu` store of half-size outputs refuses output and gradient views of another dtype, naming the
 // table and both dtypes, and a half-size gradient holding -Inf, and changes nothing.
 TEST(ReferenceHalf, CpuStoreRefusesViewsOfAnotherDtype) {
-  AcceptHalfDTypes accept;
   std::mt19937_64 rng(37);
   StoreConfig c = testing::random_config(rng, 2);
   for (TableConfig& t : c.tables) {
@@ -376,7 +366,6 @@ TEST(ReferenceHalf, CpuStoreRefusesViewsOfAnotherDtype) {
 // whether the update is the fused one (dims of multiples of 16) or the widened one, rounding to
 // nearest or stochastically; the state still advances, as the reference's does.
 TEST(ReferenceHalf, CpuLearningRateZeroKeepsHalfRowsBitForBit) {
-  AcceptHalfDTypes accept;
   std::mt19937_64 rng(83);
   StoreConfig fp32 = testing::random_config(rng, 8);
   const std::int32_t dims[] = {16, 7, 64, 3, 128, 32, 48, 1};
@@ -425,7 +414,6 @@ TEST(ReferenceHalf, CpuLearningRateZeroKeepsHalfRowsBitForBit) {
 // write_rows into a `cpu` store's half-size tables rounds each value to nearest even (weights and
 // a bf16 state), as the reference's does, and read_rows gives the stored values widened.
 TEST(ReferenceHalf, CpuWriteRowsRoundsToNearestAndReadRowsWidens) {
-  AcceptHalfDTypes accept;
   std::mt19937_64 rng(91);
   StoreConfig fp32 = testing::random_config(rng, 6);
   for (TableConfig& t : fp32.tables) t.placement = Placement::kCpu;
@@ -466,7 +454,6 @@ TEST(ReferenceHalf, CpuWriteRowsRoundsToNearestAndReadRowsWidens) {
 // the value and what is expected. Half-size rows are stored by the `cpu` placement and by `offload`
 // with the CPU gather only.
 TEST(ReferenceHalf, StoresRefuseWhatTheirPlacementsDoNotServe) {
-  AcceptHalfDTypes accept;
   StoreConfig c;
   c.device.backend = BackendChoice::kEmu;
   c.tables.resize(1);
@@ -510,7 +497,6 @@ TEST(ReferenceHalf, StoresRefuseWhatTheirPlacementsDoNotServe) {
 // Half-size outputs are the fp32 outputs rounded to nearest; half-size gradients are widened, so a
 // store fed them trains as an fp32-output store fed their widened values.
 TEST(ReferenceHalf, HalfOutputsAreRoundedOutputsAndHalfGradientsAreWidened) {
-  AcceptHalfDTypes accept;
   std::mt19937_64 rng(23);
   StoreConfig wide = testing::random_config(rng, 4);
   for (const DType out : {DType::kBF16, DType::kF16}) {
@@ -555,7 +541,6 @@ TEST(ReferenceHalf, HalfOutputsAreRoundedOutputsAndHalfGradientsAreWidened) {
 // would be bounced and checked as fp32 (twice their bytes: a write past the view, a half NaN unseen),
 // so they are refused naming the table, and a forward with host views serves it (review of out31).
 TEST(ReferenceHalf, DeviceViewsOfAHalfOutputCpuTableAreRefused) {
-  AcceptHalfDTypes accept;
   StoreConfig c;
   c.threads = 2;
   c.device.backend = BackendChoice::kEmu;
@@ -599,7 +584,6 @@ TEST(ReferenceHalf, DeviceViewsOfAHalfOutputCpuTableAreRefused) {
 }
 
 TEST(ReferenceHalf, NonFiniteHalfGradientsAndViewsOfAnotherDtypeAreRefused) {
-  AcceptHalfDTypes accept;
   std::mt19937_64 rng(31);
   StoreConfig wide = testing::random_config(rng, 3);
   for (const DType out : {DType::kBF16, DType::kF16}) {
