@@ -75,8 +75,8 @@ def test_outputs_must_be_arrays_or_tensors():
     s.submit(0, good_batch())
     before = snapshot(s)
     lists = [[[np.float32(0)] * 4] * 3, [[np.float32(0)] * 3] * 3]
-    with pytest.raises(TypeError, match=r"outputs\[0\] is a list \(expected a float32 NumPy array or CPU torch "
-                                        r"tensor to write into\)"):
+    with pytest.raises(TypeError, match=r"outputs\[0\] is a list \(expected a float32, float16 or bfloat16 NumPy "
+                                        r"array or CPU torch tensor to write into\)"):
         s.forward(0, lists)
     with pytest.raises(TypeError, match=r"outputs\[1\] is a list"):
         s.forward(0, [np.zeros((3, 4), np.float32), lists[1]])
