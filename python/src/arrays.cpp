@@ -18,6 +18,10 @@ bool is_tensor(py::handle obj) {
   return py::hasattr(obj, "device") && py::hasattr(obj, "detach") && !py::isinstance<py::array>(obj);
 }
 
+// Whether each element of `a` lies at a multiple of its size (NumPy's ALIGNED flag): the store
+// loads and stores whole elements.
+bool aligned(const py::array& a) { return (a.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_) != 0; }
+
 }  // namespace
 
 std::string type_name(py::handle obj) { return py::str(py::type::of(obj).attr("__name__")).cast<std::string>(); }
@@ -222,8 +226,10 @@ KeyBatch to_key_batch(py::handle features) {
 }
 
 py::array_t<float, py::array::c_style> to_float_matrix(py::handle obj, const std::string& what) {
-  // A strided array becomes one C-contiguous copy; a contiguous one is used as is.
-  return py::array_t<float, py::array::c_style>::ensure(float_array(obj, what, 2));
+  // A strided (or unaligned) array becomes one C-contiguous, aligned copy; a contiguous one is used as is.
+  py::array_t<float, py::array::c_style> a = py::array_t<float, py::array::c_style>::ensure(float_array(obj, what, 2));
+  if (!aligned(a)) a = py::array_t<float, py::array::c_style>(py::module_::import("numpy").attr("array")(a));
+  return a;
 }
 
 namespace {
@@ -236,6 +242,7 @@ void check_in_place(py::handle obj, const py::array& a, const py::array& native,
   if (!(a.flags() & py::array::c_style))
     throw py::value_error(what + " is not C-contiguous (expected a C-contiguous " + kind + " array to write into)");
   if (!a.writeable()) throw py::value_error(what + " is read-only (expected a writable array)");
+  if (!aligned(a)) throw py::value_error(what + " is not aligned (expected an array aligned to its element size)");
   // An array of another byte order converts into a copy, which would not reach the caller.
   if (native.data() != a.data())
     throw py::value_error(what + " is not in native byte order (expected a native " + kind + " array to write into)");
@@ -286,9 +293,11 @@ HostMatrix to_host_matrix(py::handle obj, const std::string& what, bool writable
                          "uint16)");
   }
   if (m.array.ndim() != 2) throw py::value_error(what + " has shape " + shape_of(m.array) + " (expected 2-D)");
-  // The native-order, C-contiguous form of the same dtype (a copy only when the array is not one).
+  if (writable && !(m.array.flags() & py::array::c_style))  // refused before any copy below
+    throw py::value_error(what + " is not C-contiguous (expected a C-contiguous array to write into)");
+  // The native-order, C-contiguous, aligned form of the same dtype (a copy only when the array is not one).
   const py::object native_order = m.array.dtype().attr("newbyteorder")("=");
-  py::array native = py::module_::import("numpy").attr("ascontiguousarray")(m.array, native_order);
+  py::array native = py::module_::import("numpy").attr("require")(m.array, native_order, py::make_tuple("C", "A"));
   if (writable) {
     check_in_place(o, m.array, native, what, kinds);
   } else {
@@ -306,6 +315,13 @@ bool is_device_array(py::handle obj) {
 }
 
 DeviceMatrix to_device_matrix(py::handle obj, const std::string& what, bool writable) {
+  // A tensor's dtype first: torch has no interface typestr for bfloat16 (its own KeyError).
+  if (is_tensor(obj)) {
+    const std::string dtype = py::str(obj.attr("dtype")).cast<std::string>();
+    if (dtype != "torch.float32")
+      throw py::type_error(what + " is a device tensor of " + dtype +
+                           " (expected torch.float32: half-size outputs and gradients are host memory only)");
+  }
   // A tensor that requires grad has no interface until detached (it is the same memory).
   py::object o = is_tensor(obj) ? obj.attr("detach")() : py::reinterpret_borrow<py::object>(obj);
   py::object iface = o.attr("__cuda_array_interface__");

@@ -52,7 +52,7 @@ void check_views(py::handle views, const char* what, bool none_allowed) {
       !py::isinstance<py::sequence>(views))
     throw py::type_error(std::string(what) + " is a " + type_name(views) + " (expected " +
                          (none_allowed ? "None or " : "") +
-                         "a list of float32 arrays, one per feature in submit order)");
+                         "a list of arrays of the tables' output_dtype, one per feature in submit order)");
 }
 
 // An optional table name: None or a str.
@@ -891,8 +891,9 @@ PYBIND11_MODULE(_strata, m) {
   py::class_<PyStore>(m, "Store", R"(An embedding store opened from a config (dict or JSON string).
 
 Training step per batch id: [preview] -> submit -> forward -> backward (or discard). Keys are
-NumPy arrays or CPU tensors (int64; int32 widened); outputs and gradients float32 (rows, dim),
-in host memory or in the store's device memory (objects with __cuda_array_interface__).
+NumPy arrays or CPU tensors (int64; int32 widened); outputs and gradients (rows, dim) of each
+table's output_dtype (float32; float16 or bfloat16 in host memory), in host memory or in the
+store's device memory (float32 objects with __cuda_array_interface__).
 Bad input raises ValueError/TypeError (RuntimeError for state and device errors) and changes
 nothing. Calls release the GIL; one call runs at a time per store.)")
       .def(py::init<py::handle, py::handle, py::handle>(), py::arg("config"), py::arg("process_group") = py::none(),

@@ -12,6 +12,8 @@ import collections.abc
 import numpy as np
 import torch
 
+from strata._dtypes import float32_rows, rows_as
+
 # The shard vector's fields, in order (python/strata/torch.py writes them).
 _FIELDS = ("world", "rank", "type", "rows", "dim", "row_start", "row_step", "local_rows", "col_offset", "local_dim")
 _TYPES = ("replicated", "table", "row", "column")  # ShardingType's order (dispatch/sharding_plan.hpp)
@@ -34,7 +36,7 @@ def _rows(value, what, dtypes):
     its torch dtype appended to ``dtypes``."""
     if isinstance(value, torch.Tensor) and value.dtype in (torch.bfloat16, torch.float16):
         dtypes.append(value.dtype)
-        return value.detach().cpu().to(torch.float32).numpy()
+        return float32_rows(value)
     a = _array(value, what)
     dtypes.append(torch.float16 if a.dtype == np.float16 else torch.float32)
     return a.astype(np.float32) if a.dtype == np.float16 else a
@@ -254,9 +256,9 @@ def _merge_table(ordered, t, key):
         raise ValueError(f"the shards of '{key}weight' leave rows or columns of the ({rows}, {dim}) table unheld "
                          "(expected every rank's state_dict of one world)")
     # Half-size tables' rows go back to their dtype (exact: they were widened from it).
-    out = {key + "weight": torch.from_numpy(weight).to(dtypes["weight"][0])}
+    out = {key + "weight": rows_as(weight, dtypes["weight"][0])}
     if state is not None:
-        out[key + "optimizer_state"] = torch.from_numpy(state).to(dtypes["optimizer_state"][0])
+        out[key + "optimizer_state"] = rows_as(state, dtypes["optimizer_state"][0])
     if key + "learning_rate" in ordered[0][1]:
         out[key + "learning_rate"] = torch.tensor(_scalar(ordered[0][1][key + "learning_rate"], key + "learning_rate"),
                                                   dtype=torch.float32)

@@ -79,6 +79,7 @@ import torch
 from torch import nn
 
 import strata
+from strata._dtypes import TORCH_DTYPES, float32_rows, rows_as
 from strata._reshard import merge_state_dicts
 from strata.pipeline import pipelined
 
@@ -282,6 +283,12 @@ class EmbeddingBagCollection(nn.Module):
             raise ValueError(f"device {self.device}, but the store has no device: its tables are all 'cpu' "
                              "(expected a gpu, cached, offload or hybrid table, or device='cpu')")
         self._tables = {t["name"]: t for t in self.store.config["tables"]}
+        if self.device.type == "cuda":
+            for name, t in self._tables.items():
+                if t.get("output_dtype", "fp32") != "fp32":
+                    raise ValueError(f"table '{name}': output_dtype {t['output_dtype']} with device {self.device}: "
+                                     "half-size outputs are written to host memory only (expected output_dtype fp32 "
+                                     "with device='cuda', or device='cpu')")
         self._next_id = 0
         self._in_flight = set()
         # Gradients of lookups whose backward ran in the current backward pass: [(batch_id, grads, stream)].
@@ -474,7 +481,7 @@ class EmbeddingBagCollection(nn.Module):
     # ---- state dict: table weights, optimizer state and rates by table name, and the step ----
     def _dtype(self, name, field):
         """The torch dtype of a table's ``field`` (dtype, state_dtype or output_dtype)."""
-        return _TORCH_DTYPES[self._tables[name].get(field, "fp32")]
+        return TORCH_DTYPES[self._tables[name].get(field, "fp32")]
 
     def _state_dim(self, name):
         return self.store.read_rows(name, 0, 0)[1].shape[1]
@@ -499,10 +506,9 @@ class EmbeddingBagCollection(nn.Module):
             return
         for name in self._tables:
             weights, state = self.store.read_rows(name)
-            destination[f"{prefix}tables.{name}.weight"] = torch.from_numpy(weights).to(self._dtype(name, "dtype"))
+            destination[f"{prefix}tables.{name}.weight"] = rows_as(weights, self._dtype(name, "dtype"))
             if state.shape[1] > 0:
-                destination[f"{prefix}tables.{name}.optimizer_state"] = torch.from_numpy(state).to(
-                    self._dtype(name, "state_dtype"))
+                destination[f"{prefix}tables.{name}.optimizer_state"] = rows_as(state, self._dtype(name, "state_dtype"))
             destination[f"{prefix}tables.{name}.learning_rate"] = torch.tensor(self.store.learning_rate(name))
         destination[f"{prefix}step"] = torch.tensor(self.store.step, dtype=torch.int64)
 
@@ -512,9 +518,9 @@ class EmbeddingBagCollection(nn.Module):
             info = self.store.shard_info(name)
             weights, state = self.store.read_shard(name, 0, info["local_rows"])
             key = f"{prefix}tables.{name}."
-            destination[key + "weight"] = torch.from_numpy(weights).to(self._dtype(name, "dtype"))
+            destination[key + "weight"] = rows_as(weights, self._dtype(name, "dtype"))
             if self._keeps_state(name):
-                destination[key + "optimizer_state"] = torch.from_numpy(state).to(self._dtype(name, "state_dtype"))
+                destination[key + "optimizer_state"] = rows_as(state, self._dtype(name, "state_dtype"))
             destination[key + "shard"] = torch.tensor(_shard_vector(info), dtype=torch.int64)
             destination[key + "replicas"] = torch.tensor(info["replicas"], dtype=torch.int64)
             destination[key + "learning_rate"] = torch.tensor(self.store.learning_rate(name))
@@ -972,10 +978,6 @@ class TableOptimizer(torch.optim.Optimizer):
                 g["lr"] = held[g["table"]]
 
 
-# A table's dtype names (TableSpec's) -> torch's dtypes.
-_TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
 def _host_rows(t, what, dtype, problems):
     """A state-dict array of torch dtype ``dtype`` (a tensor on any device, or a NumPy array:
     float32 or float16; NumPy has no bfloat16) as a float32 NumPy array (exact: every value of a
@@ -986,7 +988,7 @@ def _host_rows(t, what, dtype, problems):
             problems.append(f"{what} has dtype {t.dtype} (expected {dtype}{mine}; rows of another dtype load only "
                             f"when converted explicitly: .to({dtype}))")
             return None
-        return t.detach().cpu().to(torch.float32).contiguous().numpy()
+        return float32_rows(t)
     if isinstance(t, np.ndarray):
         if dtype == torch.bfloat16:
             problems.append(f"{what} is a NumPy array of {t.dtype} (expected a torch.bfloat16 tensor, the table's "

@@ -25,6 +25,14 @@ def half_table(name, rows, dim, dtype, optimizer="adagrad", output_dtype=None, s
     return t
 
 
+def same_bits(a, b):
+    """Whether two tensors hold the same bits (torch.equal takes -0.0 for 0.0 and no NaN for itself)."""
+    view = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return torch.equal(a.view(view[a.dtype]), b.view(view[b.dtype])) if a.dtype in view else torch.equal(a, b)
+
+
 def tensors(features):
     return {k: {kk: torch.from_numpy(v) for kk, v in f.items()} for k, f in features.items()}
 
@@ -49,14 +57,51 @@ def test_state_dict_has_the_tables_dtypes_and_round_trips(dtype):
     n = st.EmbeddingBagCollection(cfg)
     n.load_state_dict(sd)
     for k, v in n.state_dict().items():
-        assert v.dtype == sd[k].dtype and torch.equal(v, sd[k]), k
+        assert v.dtype == sd[k].dtype and same_bits(v, sd[k]), k
     # Both continue bit for bit.
     features = {"a": random_feature(np.random.default_rng(7), 30, 6), "b": random_feature(rng, 20, 6)}
     for e in (m, n):
         out = e(tensors(features))
         out["a"].float().sum().add(out["b"].sum()).backward()
     for k, v in m.state_dict().items():
-        assert torch.equal(v, n.state_dict()[k]), k
+        assert same_bits(v, n.state_dict()[k]), k
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_special_values_round_trip_bit_for_bit(dtype):
+    """NaNs with a sign and payload, -0.0, subnormals and infinities of a half-size table survive
+    state_dict, load_state_dict and merge_state_dicts bit for bit (torch's .to() would make every
+    bf16 NaN one canonical NaN)."""
+    bits = np.array([0xFFC1, 0x7FC3, 0x8000, 0x0001, 0x8003, 0x7F80, 0xFF80, 0x3F80], np.uint16)
+    if dtype == "fp16":
+        bits = np.array([0xFE01, 0x7E05, 0x8000, 0x0001, 0x8003, 0x7C00, 0xFC00, 0x3C00], np.uint16)
+    half = torch.from_numpy(bits.view(np.int16)).view(TORCH[dtype])
+    cfg = config([half_table("a", 2, 4, dtype, optimizer="sgd")])
+    m = st.EmbeddingBagCollection(cfg)
+    m.store.write_rows("a", 0, half.float().numpy().reshape(2, 4))
+    sd = m.state_dict()
+    assert torch.equal(sd["tables.a.weight"].view(torch.int16).flatten(), half.view(torch.int16))
+    n = st.EmbeddingBagCollection(cfg)
+    n.load_state_dict(sd)
+    assert same_bits(n.state_dict()["tables.a.weight"], sd["tables.a.weight"])
+    shard = dict(sd)
+    shard["tables.a.shard"] = torch.tensor([1, 0, 2, 2, 4, 0, 1, 2, 0, 4])
+    shard["tables.a.replicas"] = torch.tensor([0])
+    merged = st.merge_state_dicts([shard])
+    assert same_bits(merged["tables.a.weight"], sd["tables.a.weight"])
+
+
+def test_half_arrays_of_the_other_half_dtype_or_unaligned_are_refused():
+    s = strata.Store(config([half_table("a", 10, 4, "bf16", output_dtype="bf16")]))
+    s.submit(0, {"a": {"keys": np.array([1, 2]), "lengths": np.array([2])}})
+    with pytest.raises(ValueError, match=r"table 'a'.*fp16.*expected bf16"):
+        s.forward(0, [np.zeros((1, 4), np.float16)])  # float16 for a bf16 table
+    buf = np.zeros(2 * 4 + 1, np.int16)
+    with pytest.raises(ValueError, match=r"outputs\[0\] is not aligned"):
+        s.forward(0, [np.frombuffer(buf.data, np.int16, count=4, offset=1).reshape(1, 4)])
+    s.forward(0)
+    s.backward(0, [np.frombuffer(bytes(10), np.int16, count=4, offset=1).reshape(1, 4)])  # read: copied aligned
+    assert s.in_flight == 0
 
 
 def test_a_state_dict_of_another_dtype_is_refused_and_changes_nothing():
@@ -72,11 +117,11 @@ def test_a_state_dict_of_another_dtype_is_refused_and_changes_nothing():
     with pytest.raises(RuntimeError, match=r"NumPy array of float32 \(expected a torch\.bfloat16 tensor"):
         m.load_state_dict(sd)
     for k, v in m.state_dict().items():
-        assert torch.equal(v, before[k]), k
+        assert same_bits(v, before[k]), k
     # Converted explicitly, it loads.
     sd["tables.a.weight"] = (before["tables.a.weight"].float() + 1).to(torch.bfloat16)
     m.load_state_dict(sd)
-    assert torch.equal(m.state_dict()["tables.a.weight"], sd["tables.a.weight"])
+    assert same_bits(m.state_dict()["tables.a.weight"], sd["tables.a.weight"])
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
@@ -97,7 +142,7 @@ def test_half_outputs_and_gradients_equal_fp32_ones_rounded(dtype):
         wide, half = outs
         half = torch.from_numpy(half).view(torch.bfloat16) if dtype == "bf16" else torch.from_numpy(half)
         assert half.dtype == TORCH[dtype]
-        assert torch.equal(torch.from_numpy(wide).to(TORCH[dtype]), half)
+        assert same_bits(torch.from_numpy(wide).to(TORCH[dtype]), half)
     assert np.array_equal(stores[0].read_rows("a")[0], stores[1].read_rows("a")[0])
     assert np.array_equal(stores[0].read_rows("a")[1], stores[1].read_rows("a")[1])
 
@@ -171,6 +216,6 @@ def test_a_worlds_half_size_shards_merge_as_their_dtype(dtype):
     for name, _, _, _, opt in specs:
         w, s, _ = whole[name]
         assert merged[f"tables.{name}.weight"].dtype == dtype
-        assert torch.equal(merged[f"tables.{name}.weight"], torch.from_numpy(w).to(dtype)), name
+        assert same_bits(merged[f"tables.{name}.weight"], torch.from_numpy(w).to(dtype)), name
         if opt != "sgd":
-            assert torch.equal(merged[f"tables.{name}.optimizer_state"], torch.from_numpy(s).to(dtype)), name
+            assert same_bits(merged[f"tables.{name}.optimizer_state"], torch.from_numpy(s).to(dtype)), name
