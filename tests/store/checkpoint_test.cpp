@@ -11,8 +11,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/half.hpp"
 #include "store/io/detail/crc32c.hpp"
 #include "store/io/file_io.hpp"
+#include "store/io/npy.hpp"
 #include "tests/store/store_test_util.hpp"
 
 namespace strata {
@@ -611,6 +613,48 @@ TEST_F(Checkpoint, NpyExportImport) {
   EXPECT_NE(s.message().find("table '" + config_.tables[0].spec.name + "'"), std::string::npos) << s.message();
   EXPECT_TRUE(same_state(before, snapshot(**b)));
   EXPECT_EQ((*b)->export_npy("nope", path).code(), StatusCode::kNotFound);
+}
+
+// export_npy of half-size tables: fp16 rows as '<f2' (NumPy's float16), bf16 rows widened to '<f4'
+// (NumPy has no bf16), each exactly; import_npy takes either and rounds to nearest into the table's
+// dtype: a bf16 table imports its own export bit for bit, and an fp32 file's values rounded.
+TEST_F(Checkpoint, NpyOfHalfTablesKeepsTheirValuesAndImportRoundsToNearest) {
+  StoreConfig half = config_;
+  for (TableConfig& t : half.tables) t.placement = Placement::kCpu;
+  half.tables[0].spec.dtype = DType::kF16;
+  half.tables[1].spec.dtype = DType::kBF16;
+  auto a = Store::open(half);
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  train(**a, 1, 3);
+  fs::create_directories(dir_);
+  auto b = Store::open(half);
+  ASSERT_TRUE(b.is_ok());
+  for (int t = 0; t < 2; ++t) {
+    const TableSpec& spec = half.tables[static_cast<std::size_t>(t)].spec;
+    const std::string path = dir_ / (spec.name + ".npy");
+    ASSERT_TRUE((*a)->export_npy(spec.name, path).is_ok());
+    std::ifstream in(path, std::ios::binary);
+    std::string head(128, '\0');
+    in.read(head.data(), static_cast<std::streamsize>(head.size()));
+    const auto header = parse_npy_header(head);
+    ASSERT_TRUE(header.is_ok()) << header.status().to_string();
+    EXPECT_EQ(header->descr, spec.dtype == DType::kF16 ? "<f2" : "<f4") << spec.name;
+    ASSERT_TRUE((*b)->import_npy(spec.name, path).is_ok());
+    EXPECT_EQ(snapshot(**a).weights[static_cast<std::size_t>(t)], snapshot(**b).weights[static_cast<std::size_t>(t)])
+        << spec.name;
+  }
+  // fp32 values that bf16 does not hold: rounded to nearest even, the state left as it was.
+  const TableSpec& spec = half.tables[1].spec;
+  std::vector<float> w(static_cast<std::size_t>(spec.rows * spec.dim));
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = 1.0f + static_cast<float>(i % 97) * 0.0001f;
+  const std::string path = dir_ / "wide.npy";
+  ASSERT_TRUE(write_npy(path, w.data(), spec.rows, spec.dim).is_ok());
+  const Snapshot before = snapshot(**b);
+  ASSERT_TRUE((*b)->import_npy(spec.name, path).is_ok());
+  const Snapshot after = snapshot(**b);
+  for (std::size_t i = 0; i < w.size(); ++i)
+    ASSERT_EQ(after.weights[1][i], widen_bf16(narrow_bf16_rne(w[i]))) << "element " << i;
+  EXPECT_EQ(after.state[1], before.state[1]);
 }
 
 }  // namespace
