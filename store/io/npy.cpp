@@ -364,7 +364,8 @@ Result<std::vector<float>> read_npy_matrix(const std::string& path, std::int64_t
   try {
     out.resize(static_cast<std::size_t>(count));
   } catch (const std::bad_alloc&) {
-    return Status::resource_exhausted(path + ": cannot allocate " + std::to_string(want) + " bytes for shape " +
+    return Status::resource_exhausted(path + ": cannot allocate " +
+                                      std::to_string(4 * static_cast<std::uint64_t>(count)) + " bytes for shape " +
                                       format_shape(h.shape));
   }
   if (!half) {

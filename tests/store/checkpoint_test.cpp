@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -640,8 +641,10 @@ TEST_F(Checkpoint, NpyOfHalfTablesKeepsTheirValuesAndImportRoundsToNearest) {
     ASSERT_TRUE(header.is_ok()) << header.status().to_string();
     EXPECT_EQ(header->descr, spec.dtype == DType::kF16 ? "<f2" : "<f4") << spec.name;
     ASSERT_TRUE((*b)->import_npy(spec.name, path).is_ok());
-    EXPECT_EQ(snapshot(**a).weights[static_cast<std::size_t>(t)], snapshot(**b).weights[static_cast<std::size_t>(t)])
-        << spec.name;
+    const std::vector<float> saved = snapshot(**a).weights[static_cast<std::size_t>(t)];
+    const std::vector<float> back = snapshot(**b).weights[static_cast<std::size_t>(t)];
+    ASSERT_EQ(saved.size(), back.size());
+    EXPECT_EQ(std::memcmp(saved.data(), back.data(), 4 * saved.size()), 0) << spec.name;
   }
   // fp32 values that bf16 does not hold: rounded to nearest even, the state left as it was.
   const TableSpec& spec = half.tables[1].spec;
@@ -653,8 +656,32 @@ TEST_F(Checkpoint, NpyOfHalfTablesKeepsTheirValuesAndImportRoundsToNearest) {
   ASSERT_TRUE((*b)->import_npy(spec.name, path).is_ok());
   const Snapshot after = snapshot(**b);
   for (std::size_t i = 0; i < w.size(); ++i)
-    ASSERT_EQ(after.weights[1][i], widen_bf16(narrow_bf16_rne(w[i]))) << "element " << i;
-  EXPECT_EQ(after.state[1], before.state[1]);
+    ASSERT_EQ(float_bits(after.weights[1][i]), float_bits(widen_bf16(narrow_bf16_rne(w[i])))) << "element " << i;
+  ASSERT_EQ(after.state[1].size(), before.state[1].size());
+  EXPECT_EQ(std::memcmp(after.state[1].data(), before.state[1].data(), 4 * before.state[1].size()), 0);
+  // A value the table's dtype cannot hold (it would round to an infinity) is refused, naming it, in
+  // import_npy and write_rows of the store and of the reference: nothing changes.
+  const TableSpec& f16 = half.tables[0].spec;
+  std::vector<float> big(static_cast<std::size_t>(f16.rows * f16.dim), 1.0f);
+  big[static_cast<std::size_t>(f16.dim) + 2] = 65520.0f;  // fp16's largest is 65504; from 65520 it rounds to inf
+  ASSERT_TRUE(write_npy(path, big.data(), f16.rows, f16.dim).is_ok());
+  auto ref = open_reference_store(half);
+  ASSERT_TRUE(ref.is_ok());
+  for (Store* s : {b->get(), ref->get()}) {
+    const Snapshot held = snapshot(*s);
+    for (const bool npy : {true, false}) {
+      const Status st = npy ? s->import_npy(f16.name, path) : s->write_rows(0, 0, f16.rows, big.data(), nullptr);
+      EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(st.message().find("table '" + f16.name +
+                                  "': write_rows weight of row 1, column 2 is 65520, which fp16 "
+                                  "cannot hold (expected a magnitude below 65520"),
+                std::string::npos)
+          << st.message();
+      EXPECT_TRUE(same_state(held, snapshot(*s)));
+    }
+  }
+  big[static_cast<std::size_t>(f16.dim) + 2] = 65519.0f;  // rounds to 65504
+  EXPECT_TRUE((*b)->write_rows(0, 0, f16.rows, big.data(), nullptr).is_ok());
 }
 
 }  // namespace
