@@ -278,9 +278,9 @@ class Store {
   /// any rank. The copy fails only on a read or device error (or a file modified in place): "load failed while copying
   /// rows", the tables may hold a mix, step and rates unchanged; load again. Fails if batches are in flight.
   Status load(const std::string& dir);
-  /// Writes a table's weights as a NumPy .npy file (rows, dim) fp32.
+  /// Writes a table's weights as a NumPy .npy file (rows, dim): fp32, fp16 for an fp16 table, bf16 widened to fp32.
   Status export_npy(const std::string& table, const std::string& path);
-  /// Replaces a table's weights from a .npy file of shape (rows, dim), dtype <f4 (state unchanged).
+  /// Replaces a table's weights from a .npy (rows, dim) of <f4 or <f2, rounded to nearest into its dtype (state kept).
   Status import_npy(const std::string& table, const std::string& path);
 
  protected:

@@ -996,7 +996,9 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
             const std::string t = to_name(table, "table"), f = to_path(path, "path");
             p.call([&](Store& s) { return s.export_npy(t, f); });
           },
-          py::arg("table"), py::arg("path"), "Writes a table's weights as a .npy file (rows, dim) float32.")
+          py::arg("table"), py::arg("path"),
+          "Writes a table's weights as a .npy file (rows, dim): float32, float16 for an fp16 table (bf16 "
+          "rows widened to float32: NumPy has no bfloat16).")
       .def(
           "import_npy",
           [](PyStore& p, py::handle table, py::handle path) {
@@ -1004,8 +1006,8 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
             p.call([&](Store& s) { return s.import_npy(t, f); });
           },
           py::arg("table"), py::arg("path"),
-          "Replaces a table's weights from a .npy file (rows, dim) float32 (optimizer state, rates and step "
-          "unchanged).")
+          "Replaces a table's weights from a .npy file (rows, dim) of float32 or float16, rounded to nearest into "
+          "a half-size table's dtype (optimizer state, rates and step unchanged).")
       .def("read_rows", &PyStore::read_rows, py::arg("table"), py::arg("row0") = 0, py::arg("n") = py::none(),
            py::arg("out") = py::none(), py::arg("state_out") = py::none(),
            "Returns (weights (n, dim), state (n, state_dim)) of rows [row0, row0 + n) (n: to the end), written "

@@ -28,6 +28,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/half.hpp"
 #include "store/detail/batch_checks.hpp"
 #include "store/detail/config_agreement.hpp"
 #include "store/io/detail/checkpoint_format.hpp"
@@ -165,7 +166,14 @@ Status Store::export_npy(const std::string& table, const std::string& path) {
   const TableSpec& spec = config_.tables[static_cast<std::size_t>(ti)].spec;
   std::vector<float> rows(static_cast<std::size_t>(spec.rows * spec.dim));
   STRATA_RETURN_IF_ERROR(read_rows(ti, 0, spec.rows, rows.data(), nullptr));
-  Status s = write_npy(path, rows.data(), spec.rows, spec.dim);
+  Status s;
+  if (spec.dtype == DType::kF16) {  // float16, NumPy's own; bf16 (NumPy has none) widened to float32
+    std::vector<std::uint16_t> bits(rows.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) bits[i] = narrow_f16_rne(rows[i]);  // exact: fp16 values
+    s = write_npy_f16(path, bits.data(), spec.rows, spec.dim);
+  } else {
+    s = write_npy(path, rows.data(), spec.rows, spec.dim);
+  }
   return s.is_ok() ? s : s.with_context("table '" + table + "'");
 }
 
@@ -173,7 +181,7 @@ Status Store::import_npy(const std::string& table, const std::string& path) {
   STRATA_ASSIGN_OR_RETURN(int ti, table_index(table));
   if (in_flight() > 0) return detail::busy("import_npy", in_flight());
   const TableSpec& spec = config_.tables[static_cast<std::size_t>(ti)].spec;
-  auto rows = read_npy_f32_matrix(path, spec.rows, spec.dim);
+  auto rows = read_npy_matrix(path, spec.rows, spec.dim);  // float32 or float16, rounded as write_rows rounds
   if (!rows) return rows.status().with_context("table '" + table + "'");
   return write_rows(ti, 0, spec.rows, rows.value().data(), nullptr);
 }
