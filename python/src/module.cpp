@@ -983,13 +983,18 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
           "and the step.")
       .def(
           "load",
-          [](PyStore& p, py::handle dir) {
+          [](PyStore& p, py::handle dir, py::handle convert) {
             const std::string d = to_path(dir, "dir");
-            p.call([&](Store& s) { return s.load(d); });
+            if (!py::isinstance<py::bool_>(convert))
+              throw py::type_error("convert_dtypes is a " + type_name(convert) + " (expected a bool)");
+            const bool c = convert.cast<bool>();
+            p.call([&](Store& s) { return c ? s.load_converting_dtypes(d) : s.load(d); });
           },
-          py::arg("dir"),
+          py::arg("dir"), py::kw_only(), py::arg("convert_dtypes") = false,
           "Restores a checkpoint written by save(): rows, optimizer state, step and each table's learning rate "
-          "(the checkpoint's rate wins over the config's; call set_learning_rate after load to change it).")
+          "(the checkpoint's rate wins over the config's; call set_learning_rate after load to change it). A table "
+          "saved at another dtype or state_dtype is refused unless convert_dtypes=True (rounded to nearest into a "
+          "half-size dtype, widened exactly into fp32).")
       .def(
           "export_npy",
           [](PyStore& p, py::handle table, py::handle path) {

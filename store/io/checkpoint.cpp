@@ -105,9 +105,11 @@ Status Store::save(const std::string& dir) {
 
 Status Store::load(const std::string& dir) { return load_checkpoint(dir, nullptr); }
 
-Status Store::load_checkpoint(const std::string& dir, const std::string* manifest) {
+Status Store::load_converting_dtypes(const std::string& dir) { return load_checkpoint(dir, nullptr, true); }
+
+Status Store::load_checkpoint(const std::string& dir, const std::string* manifest, bool convert_dtypes) {
   // One loader for every checkpoint (format 1 or 2) and every store (a world: collective; see world_checkpoint.hpp).
-  STRATA_ASSIGN_OR_RETURN(detail::Loaded got, detail::load_pieces(*this, world(), dir, manifest));
+  STRATA_ASSIGN_OR_RETURN(detail::Loaded got, detail::load_pieces(*this, world(), dir, manifest, convert_dtypes));
   step_ = got.step;
   for (std::size_t ti = 0; ti < config_.tables.size(); ++ti) {
     // Not recorded: keep the store's. Else checked when the manifest was parsed (0 is a rate). The same manifest's on

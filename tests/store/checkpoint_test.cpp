@@ -478,13 +478,57 @@ TEST_F(Checkpoint, HalfStateRoundTripsAndAnotherStateDtypeIsRefused) {
     const Snapshot before = snapshot(**c);
     const Status st = (*c)->load(dir_);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(
-        st.message().find("table '" + name + "': state_dtype " + (saved_half ? "bf16" : "fp32") +
-                          " in the checkpoint (expected " + (saved_half ? "fp32" : "bf16") + " from the store config)"),
-        std::string::npos)
+    EXPECT_NE(st.message().find("table '" + name + "': state_dtype " + (saved_half ? "bf16" : "fp32") +
+                                " in the checkpoint (expected " + (saved_half ? "fp32" : "bf16") +
+                                " from the store config; load_converting_dtypes converts it)"),
+              std::string::npos)
         << st.message();
     EXPECT_TRUE(same_state(before, snapshot(**c)));
     EXPECT_EQ((*c)->step(), 0);
+  }
+}
+
+// load_converting_dtypes: a checkpoint of half-size rows and state loads into fp32 tables widened
+// (exactly), and one of fp32 tables into half-size ones rounded to nearest (the values write_rows
+// stores for the same floats); the step and rates come along as with load.
+TEST_F(Checkpoint, LoadConvertingDtypesWidensOrRoundsToNearest) {
+  StoreConfig half = config_, wide = config_;
+  for (StoreConfig* c : {&half, &wide})
+    for (TableConfig& t : c->tables) t.placement = Placement::kCpu;
+  half.tables[0].spec.dtype = DType::kBF16;  // adam: bf16 state too
+  half.tables[0].spec.state_dtype = DType::kBF16;
+  half.tables[1].spec.dtype = DType::kF16;
+  for (const bool from_half : {true, false}) {
+    SCOPED_TRACE(from_half ? "half into fp32" : "fp32 into half");
+    const StoreConfig& saved_config = from_half ? half : wide;
+    const StoreConfig& load_config = from_half ? wide : half;
+    auto a = Store::open(saved_config);
+    ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+    train(**a, 1, 3);
+    fs::remove_all(dir_);
+    ASSERT_TRUE((*a)->save(dir_).is_ok());
+    // What the loaded store must hold: the saved rows written through write_rows.
+    auto want = Store::open(load_config);
+    ASSERT_TRUE(want.is_ok());
+    const Snapshot saved = snapshot(**a);
+    for (int t = 0; t < static_cast<int>(saved.weights.size()); ++t)
+      ASSERT_TRUE((*want)
+                      ->write_rows(t, 0, load_config.tables[static_cast<std::size_t>(t)].spec.rows,
+                                   saved.weights[static_cast<std::size_t>(t)].data(),
+                                   saved.state[static_cast<std::size_t>(t)].empty()
+                                       ? nullptr
+                                       : saved.state[static_cast<std::size_t>(t)].data())
+                      .is_ok());
+    auto b = Store::open(load_config);
+    ASSERT_TRUE(b.is_ok());
+    EXPECT_EQ((*b)->load(dir_).code(), StatusCode::kInvalidArgument);  // not without asking
+    const Status loaded = (*b)->load_converting_dtypes(dir_);
+    ASSERT_TRUE(loaded.is_ok()) << loaded.to_string();
+    EXPECT_TRUE(same_state(snapshot(**want), snapshot(**b)));
+    if (from_half) {
+      EXPECT_TRUE(same_state(saved, snapshot(**b)));  // widening is exact
+    }
+    EXPECT_EQ((*b)->step(), (*a)->step());
   }
 }
 
