@@ -174,6 +174,14 @@ STRATA_HD float rounded(DType dtype, float x, bool stochastic, std::uint32_t r) 
   return dtype == DType::kF32 ? x : widen(dtype, narrow(dtype, x, stochastic, r));
 }
 
+/// Whether a finite x rounds to an infinity when stored as `dtype` (to nearest): fp16 from 65520 in magnitude, bf16
+/// from 0x1.fe8p127 (about 3.39615e38); never for fp32, nor for NaN or an infinity (stored as they are).
+STRATA_HD bool rounds_to_infinity(DType dtype, float x) {
+  if (dtype == DType::kF32 || (float_bits(x) & 0x7F800000u) == 0x7F800000u) return false;
+  const std::uint16_t exponent = dtype == DType::kBF16 ? 0x7F80u : 0x7C00u;
+  return (narrow(dtype, x, false, 0) & exponent) == exponent;
+}
+
 /// Bytes of one element of `dtype`.
 STRATA_HD int element_bytes(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
 

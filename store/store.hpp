@@ -106,14 +106,11 @@ class Store {
   /// Number of backward() calls applied so far (Adam's step t is step() + 1 in the next backward). Restored by load()
   /// and set_step(); write_rows() leaves it alone. At most kMaxStep.
   std::int64_t step() const noexcept { return step_; }
-  /// Sets step() (for a trainer that restores a store from rows it saved itself: read_rows and write_rows carry the
-  /// rows and their optimizer state, learning_rate and set_learning_rate the rates, step and set_step the step counter;
-  /// together they are what save/load restores). The next backward is step `step + 1` (Adam's bias correction). Errors
-  /// (nothing changes): InvalidArgument for `step` < 0 or > kMaxStep, FailedPrecondition with batches in flight (their
-  /// backward would take a step of the old count or the new). On a store opened as a rank of a world of several ranks
-  /// it is a collective like set_learning_rate: every rank sets the same step; a rank whose call is refused, or ranks
-  /// that set different steps, fail every rank ("ranks disagree on the step: rank 0 at set_step(5), rank 1 at
-  /// set_step(6)") and no rank's step changes.
+  /// Sets step() (a trainer restoring a store from what it saved itself: read_rows/write_rows, learning_rate/
+  /// set_learning_rate and step/set_step are together what save/load restore); the next backward is step `step + 1`.
+  /// Errors (nothing changes): InvalidArgument for `step` < 0 or > kMaxStep, FailedPrecondition with batches in flight.
+  /// On a world of several ranks, a collective like set_learning_rate: a rank refused or ranks setting different steps
+  /// fail every rank ("ranks disagree on the step: rank 0 at set_step(5), rank 1 at set_step(6)"), no step changed.
   Status set_step(std::int64_t step);
 
   /// Validates `batch` (known tables, each at most once, one batch size, offsets, key ranges, weights) and dedups its
@@ -262,21 +259,24 @@ class Store {
 
   /// Writes a checkpoint of every table (rows, optimizer state), the step, the rates and the whole config (what
   /// open_checkpoint reopens) into `dir`: checksummed table files, then a manifest, each written to a temporary name,
-  /// fsynced and renamed (a crash mid-save leaves the previous checkpoint intact), from rows read through the store.
-  /// Savers sharing `dir` take turns on a lock (flock); loads meanwhile are safe. On a world, a collective into one
-  /// `dir`: each rank writes the shards it holds (a replicated table once), the manifest commits once every rank's
-  /// pieces are durable; ranks at different steps are refused, nothing written.
+  /// fsynced and renamed (a crash mid-save leaves the previous checkpoint intact), from rows read through the store
+  /// (dirty cached rows written back first). Savers sharing `dir` take turns on a lock (flock); loads meanwhile are
+  /// safe. On a world, a collective into one `dir` all ranks share: each rank writes the shards it holds (a replicated
+  /// table once), the manifest commits once every rank's pieces are durable; ranks at different steps are refused.
   Status save(const std::string& dir);
   /// Restores a checkpoint of save() (of a store or a world of any size and sharding) for the same tables (names,
-  /// rows, dims, dtypes, optimizers): rows and state where this store's sharding puts them, the step and the rates (a
-  /// checkpoint from before rates were recorded keeps the store's). Collective on a world (each rank reads some pieces
-  /// and sends rows to their holders). Reads one manifest (rank 0's), opens each file once and verifies sizes and
-  /// checksums before any row changes, then copies from those descriptors: a concurrent save cannot mix checkpoints
-  /// (load starts over, up to 10 times). Errors before the copy (a missing or corrupt file, named; a path outside
-  /// `dir`; another config) change nothing; the copy fails only on a read or device error (or a file modified in
-  /// place): "load failed while copying rows", tables may hold a mix, step and rates unchanged. Refused in flight.
+  /// rows, dims, dtypes, optimizers): rows and state where this store's sharding puts them, the step and the rates (the
+  /// checkpoint's replace the store's, unless it predates recorded rates). Collective on a world (each rank reads some
+  /// pieces and sends rows to their holders). Reads one manifest (rank 0's), opens each file once and verifies sizes
+  /// and checksums before any row changes, then copies from those descriptors: a concurrent save cannot mix
+  /// checkpoints (load starts over, up to 10 times). Errors before the copy (a missing or corrupt file, named; a path
+  /// outside `dir`; another config) change nothing on any rank; the copy fails only on a read or device error (or a
+  /// file modified in place): "load failed while copying rows", tables may hold a mix, step and rates unchanged: load
+  /// again. Refused with batches in flight.
   Status load(const std::string& dir);
-  /// load() that converts a table's rows or state saved at another dtype: rounded to nearest, or widened (exact).
+  /// load() that converts a table's rows or state saved at another dtype: rounded to nearest (stochastic rounding
+  /// tables too; a value the dtype cannot hold, as write_rows refuses it, refuses the load before the copy), or
+  /// widened.
   Status load_converting_dtypes(const std::string& dir);
   /// Writes a table's weights as a NumPy .npy file (rows, dim): fp32, fp16 for an fp16 table, bf16 widened to fp32.
   Status export_npy(const std::string& table, const std::string& path);

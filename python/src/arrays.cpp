@@ -319,8 +319,10 @@ DeviceMatrix to_device_matrix(py::handle obj, const std::string& what, bool writ
   if (is_tensor(obj)) {
     const std::string dtype = py::str(obj.attr("dtype")).cast<std::string>();
     if (dtype != "torch.float32")
-      throw py::type_error(what + " is a device tensor of " + dtype +
-                           " (expected torch.float32: half-size outputs and gradients are host memory only)");
+      throw py::type_error(what + " is a device tensor of " + dtype + " (expected torch.float32" +
+                           (dtype == "torch.bfloat16" || dtype == "torch.float16"
+                                ? ": half-size outputs and gradients are host memory only)"
+                                : ")"));
   }
   // A tensor that requires grad has no interface until detached (it is the same memory).
   py::object o = is_tensor(obj) ? obj.attr("detach")() : py::reinterpret_borrow<py::object>(obj);

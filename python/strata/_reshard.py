@@ -219,7 +219,9 @@ def _merge_table(ordered, t, key):
         if kind == 0:
             if lowest:
                 lw, ls = lowest["rows"]
-                if not np.array_equal(lw, w) or (ls is not None and not np.array_equal(ls, st)):
+                # By bits: NaN != NaN would refuse equal replicas holding one.
+                if not np.array_equal(lw.view(np.uint32), w.view(np.uint32)) or (
+                        ls is not None and not np.array_equal(ls.view(np.uint32), st.view(np.uint32))):
                     raise ValueError(f"rank {r}'s replica of '{key}weight' (or its optimizer_state) differs from rank "
                                      f"{lowest['rank']}'s (expected equal replicas of a replicated table)")
                 continue

@@ -219,3 +219,23 @@ def test_a_worlds_half_size_shards_merge_as_their_dtype(dtype):
         assert same_bits(merged[f"tables.{name}.weight"], torch.from_numpy(w).to(dtype)), name
         if opt != "sgd":
             assert same_bits(merged[f"tables.{name}.optimizer_state"], torch.from_numpy(s).to(dtype)), name
+
+
+def test_a_checkpoint_of_another_dtype_loads_only_when_converting(tmp_path):
+    half = config([half_table("a", 6, 4, "bf16", optimizer="adam", state_dtype="bf16")])
+    wide = config([table("a", 6, 4, optimizer="adam")])
+    s = strata.Store(half)
+    s.submit(0, {"a": {"keys": np.array([1, 2, 5]), "lengths": np.array([3])}})
+    s.forward(0)
+    s.backward(0, [np.full((1, 4), 0.5, np.float32)])
+    s.save(str(tmp_path))
+    t = strata.Store(wide)
+    before = t.read_rows("a")
+    with pytest.raises(ValueError, match=r"table 'a': dtype bf16 in the checkpoint \(expected fp32 .*convert_dtypes"):
+        t.load(str(tmp_path))
+    assert all(np.array_equal(x.view(np.uint32), y.view(np.uint32)) for x, y in zip(before, t.read_rows("a")))
+    with pytest.raises(TypeError, match="convert_dtypes is a int"):
+        t.load(str(tmp_path), convert_dtypes=1)
+    t.load(str(tmp_path), convert_dtypes=True)  # widened: exact
+    assert all(np.array_equal(x.view(np.uint32), y.view(np.uint32)) for x, y in zip(s.read_rows("a"), t.read_rows("a")))
+    assert t.step == 1

@@ -142,5 +142,8 @@ Status check_row_range(int table, std::int64_t row0, std::int64_t n, const Store
 /// `first_row`: the row of weights[0]; `cols`, `state_cols`: floats per row of each (state may be null).
 Status check_holdable(const char* op, const TableSpec& spec, std::int64_t first_row, std::int64_t n, std::int32_t cols,
                       const float* weights, std::int32_t state_cols, const float* state);
+/// "70000, which fp16 cannot hold (expected a magnitude below 65520: it would round to an infinity)": the end of
+/// check_holdable's messages, for x with rounds_to_infinity(dtype, x).
+std::string unholdable(DType dtype, float x);
 
 }  // namespace strata::detail

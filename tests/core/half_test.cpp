@@ -113,6 +113,23 @@ TEST(Half, RoundToNearestEvenMatchesDoubleOnEveryExponent) {
   }
 }
 
+// The finite values that round to an infinity when stored: the refusal of write_rows and of
+// converting loads. The thresholds from both sides, by bits; NaN, infinities and fp32 never.
+TEST(Half, RoundsToInfinityFromTheHalfwayPointAboveTheLargestFiniteValue) {
+  for (const float sign : {1.0f, -1.0f}) {
+    EXPECT_FALSE(rounds_to_infinity(DType::kF16, sign * 65519.996f));
+    EXPECT_TRUE(rounds_to_infinity(DType::kF16, sign * 65520.0f));
+    EXPECT_FALSE(rounds_to_infinity(DType::kBF16, sign * bits_float(0x7F7F7FFFu)));
+    EXPECT_TRUE(rounds_to_infinity(DType::kBF16, sign * bits_float(0x7F7F8000u)));
+    EXPECT_FALSE(rounds_to_infinity(DType::kF32, sign * std::numeric_limits<float>::max()));
+    for (const DType d : {DType::kF16, DType::kBF16}) {
+      EXPECT_FALSE(rounds_to_infinity(d, sign * std::numeric_limits<float>::infinity()));
+      EXPECT_FALSE(rounds_to_infinity(d, sign * std::numeric_limits<float>::quiet_NaN()));
+      EXPECT_FALSE(rounds_to_infinity(d, sign * 1.0f));
+    }
+  }
+}
+
 TEST(Half, SpecialValues) {
   const float inf = std::numeric_limits<float>::infinity();
   EXPECT_EQ(narrow_bf16_rne(inf), 0x7F80);

@@ -478,10 +478,12 @@ TEST_F(Checkpoint, HalfStateRoundTripsAndAnotherStateDtypeIsRefused) {
     const Snapshot before = snapshot(**c);
     const Status st = (*c)->load(dir_);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(st.message().find("table '" + name + "': state_dtype " + (saved_half ? "bf16" : "fp32") +
-                                " in the checkpoint (expected " + (saved_half ? "fp32" : "bf16") +
-                                " from the store config; load_converting_dtypes converts it)"),
-              std::string::npos)
+    EXPECT_NE(
+        st.message().find(
+            "table '" + name + "': state_dtype " + (saved_half ? "bf16" : "fp32") + " in the checkpoint (expected " +
+            (saved_half ? "fp32" : "bf16") +
+            " from the store config; load_converting_dtypes (Python: load(dir, convert_dtypes=True)) converts it)"),
+        std::string::npos)
         << st.message();
     EXPECT_TRUE(same_state(before, snapshot(**c)));
     EXPECT_EQ((*c)->step(), 0);
@@ -530,6 +532,27 @@ TEST_F(Checkpoint, LoadConvertingDtypesWidensOrRoundsToNearest) {
     }
     EXPECT_EQ((*b)->step(), (*a)->step());
   }
+  // An fp32 value that fp16 cannot hold (it would round to an infinity) refuses the converting load before any row
+  // changes, naming the piece, the record and the value.
+  auto a = Store::open(wide);
+  ASSERT_TRUE(a.is_ok());
+  const TableSpec& f16 = half.tables[1].spec;
+  std::vector<float> row(static_cast<std::size_t>(f16.dim), 0.25f);
+  row[1] = 1e5f;
+  ASSERT_TRUE((*a)->write_rows(1, 3, 1, row.data(), nullptr).is_ok());
+  fs::remove_all(dir_);
+  ASSERT_TRUE((*a)->save(dir_).is_ok());
+  auto b = Store::open(half);
+  ASSERT_TRUE(b.is_ok());
+  const Snapshot before = snapshot(**b);
+  const Status st = (*b)->load_converting_dtypes(dir_);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("table '" + f16.name + "', rows 0-" + std::to_string(f16.rows - 1)), std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("record 3, weight column 1 is 100000, which fp16 cannot hold"), std::string::npos)
+      << st.message();
+  EXPECT_TRUE(same_state(before, snapshot(**b)));
+  EXPECT_EQ((*b)->step(), 0);
 }
 
 TEST_F(Checkpoint, LoadRefusedWithBatchesInFlight) {

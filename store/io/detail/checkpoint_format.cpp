@@ -14,7 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/half.hpp"
 #include "dispatch/sharding_plan.hpp"
+#include "store/detail/batch_checks.hpp"
 #include "store/io/detail/crc32c.hpp"
 #include "store/store.hpp"
 
@@ -84,15 +86,17 @@ std::string unsplit_state(const ManifestTable& t) {
          " floats a row) cannot be split by column (expected all " + std::to_string(t.dim) + " columns";
 }
 
-// Checks that table `mt` of the manifest at `path` has a shape a store can have: rows >= 0, dim 1 to kMaxDim, an
-// optimizer it knows with the state_dim that optimizer keeps, and a file of every row within 2^63 - 1 bytes (so
-// that no size computed from them wraps).
+// Checks that table `mt` of the manifest at `path` has a shape a store can have: rows >= 0, dim 1 to kMaxDim, element
+// types and an optimizer it knows, with the state_dim that optimizer keeps, and a file of every row within 2^63 - 1
+// bytes (so that no size computed from them wraps).
 Status check_shape(const std::string& path, const ManifestTable& mt) {
   const std::string who = path + ": table '" + mt.name + "': ";
   if (mt.rows < 0) return Status::data_loss(who + "rows " + std::to_string(mt.rows) + " (expected >= 0; corrupt)");
   if (mt.dim < 1 || mt.dim > kMaxDim)
     return Status::data_loss(who + "dim " + std::to_string(mt.dim) + " (expected 1 to " + std::to_string(kMaxDim) +
                              "; corrupt)");
+  for (const std::string* dtype : {&mt.dtype, &mt.state_dtype})
+    if (Result<DType> d = parse_dtype(*dtype); !d) return Status::data_loss(who + d.status().message() + " (corrupt)");
   Result<OptimizerKind> kind = parse_optimizer(mt.optimizer);
   if (!kind) return Status::data_loss(who + kind.status().message() + " (corrupt)");
   const std::int32_t state_dim = optimizer_state_dim(kind.value(), mt.dim);
@@ -350,7 +354,7 @@ Status check_entry(const ManifestTable& m, const TableSpec& spec, std::int32_t s
   };
   if (m.rows != spec.rows) return mismatch("rows", std::to_string(m.rows), std::to_string(spec.rows));
   if (m.dim != spec.dim) return mismatch("dim", std::to_string(m.dim), std::to_string(spec.dim));
-  const char* convert = "; load_converting_dtypes converts it";
+  const char* convert = "; load_converting_dtypes (Python: load(dir, convert_dtypes=True)) converts it";
   if (m.dtype != to_string(spec.dtype) && !convert_dtypes)
     return mismatch("dtype", m.dtype, to_string(spec.dtype), convert);
   if (m.state_dtype != to_string(spec.state_dtype) && !convert_dtypes)
@@ -488,6 +492,7 @@ Result<PieceReader> PieceReader::open(const std::string& dir, const ManifestTabl
   STRATA_RETURN_IF_ERROR(check_piece_args(r.name_, p.file, t, p.box));
   STRATA_ASSIGN_OR_RETURN(r.want_header_, header_of(t, p.box, version, save_id));
   STRATA_ASSIGN_OR_RETURN(r.file_, FileReader::open(join(dir, p.file)));
+  r.cols_ = p.box.cols;
   r.want_bytes_ = expected_file_bytes(t, p.box);
   r.manifest_bytes_ = p.bytes;
   r.want_crc_ = p.crc;
@@ -497,7 +502,7 @@ Result<PieceReader> PieceReader::open(const std::string& dir, const ManifestTabl
   return r;
 }
 
-Status PieceReader::verify(Status (*each_chunk)()) {
+Status PieceReader::verify(Status (*each_chunk)(), const TableSpec* into) {
   verified_ = false;
   if (file_.size() != want_bytes_ || manifest_bytes_ != want_bytes_)
     return Status::data_loss(name_ + ": " + std::to_string(file_.size()) + " bytes, the manifest says " +
@@ -517,6 +522,15 @@ Status PieceReader::verify(Status (*each_chunk)()) {
     const std::size_t bytes = static_cast<std::size_t>(std::min(chunk, rows_ - r) * width_) * sizeof(float);
     STRATA_RETURN_IF_ERROR(file_.read_at(kHeaderBytes + static_cast<std::uint64_t>(r * width_) * 4u, buf.get(), bytes));
     crc = crc32c(buf.get(), bytes, crc);
+    for (std::int64_t i = 0; into && i < std::min(chunk, rows_ - r) * width_; ++i) {
+      const bool state = i % width_ >= cols_;
+      const DType dtype = state ? into->state_dtype : into->dtype;
+      if (rounds_to_infinity(dtype, buf[static_cast<std::size_t>(i)]))
+        return Status::invalid_argument(name_ + ": record " + std::to_string(r + i / width_) + ", " +
+                                        (state ? "state" : "weight") + " column " +
+                                        std::to_string(i % width_ - (state ? cols_ : 0)) + " is " +
+                                        unholdable(dtype, buf[static_cast<std::size_t>(i)]));
+    }
     if (each_chunk) STRATA_RETURN_IF_ERROR(each_chunk());
   }
   if (crc != want_crc_)

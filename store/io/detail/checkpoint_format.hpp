@@ -194,8 +194,10 @@ class PieceReader {
   PieceReader() = default;
   /// Checks the size, the header against the manifest (box, shape, save id) and the CRC of the whole file.
   /// kDataLoss naming the file, the table, the box, what was found and what was expected. `each_chunk` (optional) is
-  /// called after each chunk of rows read; its error stops the check with it.
-  Status verify(Status (*each_chunk)() = nullptr);
+  /// called after each chunk of rows read; its error stops the check with it. `into` (a load that converts dtypes:
+  /// the store's spec of the table): kInvalidArgument naming the record, the column and the value for a finite value
+  /// that its dtype (weights) or state_dtype (state) cannot hold, as write_rows refuses it, before any row changes.
+  Status verify(Status (*each_chunk)() = nullptr, const TableSpec* into = nullptr);
   /// Reads the next `n` records (host, n * width() floats), from row 0 on (again after each verify()), accumulating
   /// their CRC. kFailedPrecondition before verify() succeeded; kOutOfRange past the piece's rows; read errors.
   Status read_next(std::int64_t n, float* records);
@@ -216,7 +218,7 @@ class PieceReader {
   bool verified_ = false;
   PieceHeader want_header_{};  // as it must be (format 1: TableHeader's fields, the rest 0)
   std::uint32_t version_ = kFormatVersion;
-  std::int64_t rows_ = 0, width_ = 0, next_ = 0;
+  std::int64_t rows_ = 0, width_ = 0, cols_ = 0, next_ = 0;  // cols_: weights of a record
   std::uint32_t header_crc_ = 0, crc_ = 0;
 };
 

@@ -539,6 +539,7 @@ struct Prepared {
   Manifest manifest;
   std::vector<std::size_t> entry;  // per config table: its index in manifest.tables
   std::vector<TablePlan> plans;    // per config table
+  bool convert_dtypes = false;     // load_converting_dtypes: verify refuses what the tables cannot hold
   std::vector<std::vector<std::pair<std::size_t, PieceReader>>> readers;  // per config table: (piece, reader) I read
 };
 
@@ -572,6 +573,7 @@ Result<Prepared> plan_load(const Store& store, int world, const std::string& dir
     if (!plan) return plan.status().with_context(dir + ": table '" + spec.name + "'");
     c.plans.push_back(std::move(plan).value());
   }
+  c.convert_dtypes = convert_dtypes;
   return c;
 }
 
@@ -596,9 +598,9 @@ Status open_pieces(Store& store, int me, const std::string& dir, Prepared& c) {
       c.readers[ti].emplace_back(k, std::move(r));
     }
   }
-  for (auto& table : c.readers)
-    for (auto& kr : table) {
-      STRATA_RETURN_IF_ERROR(kr.second.verify(progressed));
+  for (std::size_t ti = 0; ti < tables.size(); ++ti)
+    for (auto& kr : c.readers[ti]) {
+      STRATA_RETURN_IF_ERROR(kr.second.verify(progressed, c.convert_dtypes ? &tables[ti].spec : nullptr));
       STRATA_RETURN_IF_ERROR(at(me, LoadPoint::kPieceVerified));
     }
   return Status::ok();
