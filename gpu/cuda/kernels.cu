@@ -11,6 +11,15 @@
 // partials). gpu/cuda/kernel_resources_sm90.txt holds every kernel's registers, spills and shared
 // memory (the counts are there, not here), and the test gpu_kernel_resources_sm90 compares each
 // compile with it.
+//
+// Half-size rows (bf16/fp16 rows, bf16 state): their own instances of the gather and update bodies,
+// the element types as template parameters (gather_half_kernel<Elem>, update_half_kernel<Elem,
+// SElem>), so the fp32 kernels above are the code they were. To keep this file's compile time down
+// (every instance is compiled for each architecture), each half type has one gather instance and
+// one update instance, which take any source or pool (the overflow and interleaved mappings chosen
+// at run time), and the bf16-state instances leave out row-wise adagrad (validate refuses that
+// pair): 2 gather and 5 update instances. They run on the grids of the fp32 kernels they stand for
+// (an instance with fewer resident blocks queues the rest).
 
 #include <cstdint>
 #include <utility>
@@ -50,7 +59,7 @@ __global__ void __launch_bounds__(kBlock, kHeavyMinBlocks) gather_kernel(const G
   const DeviceWarp w = this_warp();
   const std::int64_t total = a.begin[a.count];
   for (std::int64_t item = first_item(); item < total; item += item_step())
-    gather_item<kInterleaved, false>(w, a, item);
+    gather_item<kInterleaved, false, float>(w, a, item);
 }
 
 // The gather and update kernels of a slot pool with an overflow region (rows a `cached`
@@ -59,18 +68,33 @@ __global__ void __launch_bounds__(kBlock, kHeavyMinBlocks) gather_kernel(const G
 __global__ void __launch_bounds__(kBlock, kHeavyMinBlocks) gather_overflow_kernel(const GatherArgs a) {
   const DeviceWarp w = this_warp();
   const std::int64_t total = a.begin[a.count];
-  for (std::int64_t item = first_item(); item < total; item += item_step()) gather_item<false, true>(w, a, item);
+  for (std::int64_t item = first_item(); item < total; item += item_step()) gather_item<false, true, float>(w, a, item);
 }
 
-template <bool kOverflow>
+// Half-size rows of any source (one part with or without an overflow region, or interleaved parts).
+template <class Elem>
+__global__ void __launch_bounds__(kBlock, kHeavyMinBlocks) gather_half_kernel(const GatherArgs a) {
+  const DeviceWarp w = this_warp();
+  const std::int64_t total = a.begin[a.count];
+  for (std::int64_t item = first_item(); item < total; item += item_step()) gather_item<true, true, Elem>(w, a, item);
+}
+
+template <bool kOverflow, class Elem = float, class SElem = float>
 __device__ __forceinline__ void update_items(const UpdateArgs& a) {
   const DeviceWarp w = this_warp();
   const std::int64_t total = a.begin[a.count];
-  for (std::int64_t item = first_item(); item < total; item += item_step()) update_item<kOverflow>(w, a, item);
+  for (std::int64_t item = first_item(); item < total; item += item_step())
+    update_item<kOverflow, Elem, SElem>(w, a, item);
 }
 __global__ void __launch_bounds__(kBlock, kHeavyMinBlocks) update_kernel(const UpdateArgs a) { update_items<false>(a); }
 __global__ void __launch_bounds__(kBlock, kHeavyMinBlocks) update_overflow_kernel(const UpdateArgs a) {
   update_items<true>(a);
+}
+// Half-size rows or state, in a pool with or without an overflow region (kNoOverflow maps every
+// slot into the pool).
+template <class Elem, class SElem>
+__global__ void __launch_bounds__(kBlock, kHeavyMinBlocks) update_half_kernel(const UpdateArgs a) {
+  update_items<true, Elem, SElem>(a);
 }
 
 // The hot rows' segments of a backward or gradient reduction (UpdateArgs::partials), before its
@@ -198,6 +222,16 @@ cudaError_t query_kernel_grids(int sm_count, KernelGrids* grids) {
 cudaError_t launch_gather(const GatherArgs& args, cudaStream_t stream, const KernelGrids& grids) {
   const std::int64_t items = args.begin[args.count];
   if (items <= 0) return cudaSuccess;
+  if (args.source.dtype != DType::kF32) {
+    const Kernel k = args.source.parts > 1  ? Kernel::kGatherInterleaved
+                     : args.source.overflow ? Kernel::kGatherOverflow
+                                            : Kernel::kGather;
+    cudaError_t e = cudaSuccess;
+    with_half_elem(args.source.dtype, [&](auto row) {
+      e = launch(gather_half_kernel<decltype(row)>, warp_grid(items, grids, k), kBlock, stream, args);
+    });
+    return e;
+  }
   if (args.source.parts == 1 && args.source.overflow)
     return launch(gather_overflow_kernel, warp_grid(items, grids, Kernel::kGatherOverflow), kBlock, stream, args);
   if (args.source.parts == 1)
@@ -220,6 +254,13 @@ cudaError_t launch_update(const UpdateArgs& args, cudaStream_t stream, const Ker
   if (cudaError_t e = launch_segments(args, stream, grids); e != cudaSuccess) return e;
   const bool overflow = args.overflow != nullptr;
   const Kernel k = overflow ? Kernel::kUpdateOverflow : Kernel::kUpdate;
+  if (args.dtype != DType::kF32 || args.state_dtype != DType::kF32) {
+    cudaError_t e = cudaSuccess;
+    with_half_elems(args.dtype, args.state_dtype, [&](auto row, auto state) {
+      e = launch(update_half_kernel<decltype(row), decltype(state)>, warp_grid(items, grids, k), kBlock, stream, args);
+    });
+    return e;
+  }
   return launch(overflow ? update_overflow_kernel : update_kernel, warp_grid(items, grids, k), kBlock, stream, args);
 }
 

@@ -35,12 +35,14 @@ def nvcc_release(nvcc):
 
 
 def short_name(demangled):
-    """'void strata::gpu::cuda_detail::(anonymous namespace)::gather_kernel<true>(...)' -> 'gather_kernel<true>'."""
+    """'void strata::gpu::cuda_detail::(anonymous namespace)::gather_kernel<true, float>(...)' -> 'gather_kernel<true,float>'."""
     name = demangled.replace("(anonymous namespace)::", "")
     name = name[5:] if name.startswith("void ") else name
     name = name.split("(")[0]
     head, angle, tail = name.partition("<")
-    return head.split("::")[-1] + angle + tail
+    # Template arguments without namespaces or spaces ('update_kernel<strata::Bf16, float>' ->
+    # 'update_kernel<Bf16,float>'): a name is one word of the table.
+    return head.split("::")[-1] + angle + tail.replace("strata::", "").replace(" ", "")
 
 
 def demangle(names):
