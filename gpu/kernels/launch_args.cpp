@@ -29,17 +29,7 @@ RowSource pool_source(const SlotPool& pool) noexcept {
 }
 
 InitArgs init_args(const SlotPool& pool, std::int64_t first_slot, std::int64_t n, const RecordInit& init) noexcept {
-  InitArgs a;
-  a.base = pool.base;
-  a.stride = pool.stride;
-  a.dim = pool.dim;
-  a.state_dim = pool.state_dim;
-  a.first_slot = first_slot;
-  a.n = n;
-  a.init = init;
-  a.dtype = pool.dtype;
-  a.state_dtype = pool.state_dtype;
-  return a;
+  return {pool.base, pool.stride, pool.dim, pool.state_dim, first_slot, n, init, pool.dtype, pool.state_dtype};
 }
 
 RecordArgs record_args(const SlotPool& pool, const Key* slots, std::int64_t n, float* packed) noexcept {
