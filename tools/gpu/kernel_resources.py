@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The resources of each CUDA kernel of gpu/cuda/kernels.cu for sm_90 (registers, stack frame,
-spill stores and loads, static shared memory), as `nvcc -Xptxas -v` reports them, against the
+"""The resources of each CUDA kernel of gpu/cuda/kernels.cu and kernels_half.cu for sm_90 (registers,
+stack frame, spill stores and loads, static shared memory), as `nvcc -Xptxas -v` reports them, against the
 checked-in table gpu/cuda/kernel_resources_sm90.txt.
 
 usage: tools/gpu/kernel_resources.py [--nvcc NVCC] [--check] [--write FILE]
@@ -23,7 +23,7 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SOURCE = os.path.join(ROOT, "gpu", "cuda", "kernels.cu")
+SOURCES = [os.path.join(ROOT, "gpu", "cuda", f) for f in ("kernels.cu", "kernels_half.cu")]
 TABLE = os.path.join(ROOT, "gpu", "cuda", "kernel_resources_sm90.txt")
 FIELDS = ("registers", "stack", "spill_stores", "spill_loads", "smem")
 
@@ -54,9 +54,16 @@ def demangle(names):
 
 
 def measure(nvcc):
+    kernels = {}
+    for source in SOURCES:
+        kernels.update(measure_source(nvcc, source))
+    return kernels
+
+
+def measure_source(nvcc, source):
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [nvcc, "-I" + ROOT, "-DNDEBUG", "-O3", "-std=c++17", "-fmad=false",
-               "--generate-code=arch=compute_90,code=sm_90", "-Xptxas", "-v", "-x", "cu", "-c", SOURCE,
+               "--generate-code=arch=compute_90,code=sm_90", "-Xptxas", "-v", "-x", "cu", "-c", source,
                "-o", os.path.join(tmp, "kernels.o")]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
@@ -85,10 +92,11 @@ def measure(nvcc):
 
 def write(path, table, version):
     with open(path, "w") as f:
-        f.write("# Resources of each kernel of gpu/cuda/kernels.cu for sm_90, as `nvcc -Xptxas -v` reports them\n"
-                "# (bytes for stack, spills and static shared memory). Made by tools/gpu/kernel_resources.py\n"
-                "# --write; the test gpu_kernel_resources_sm90 compares a fresh compile with it: more spill or\n"
-                "# stack than here fails under any nvcc, any other change under the release below.\n")
+        f.write("# Resources of each kernel of gpu/cuda/kernels.cu and kernels_half.cu for sm_90, as\n"
+                "# `nvcc -Xptxas -v` reports them (bytes for stack, spills and static shared memory). Made by\n"
+                "# tools/gpu/kernel_resources.py --write; the test gpu_kernel_resources_sm90 compares a fresh\n"
+                "# compile with it: more spill or stack than here fails under any nvcc, any other change under\n"
+                "# the release below.\n")
         f.write(f"# nvcc: {version[0]} {version[1]}\n")
         f.write("# kernel" + "".join(f" {x}" for x in FIELDS) + "\n")
         for name in sorted(table):
@@ -114,7 +122,7 @@ def check(fresh, version):
     errors, notes = [], []
     for name in sorted(set(table) | set(fresh)):
         if name not in fresh:
-            errors.append(f"{name}: in the table, not in kernels.cu")
+            errors.append(f"{name}: in the table, not in kernels.cu or kernels_half.cu")
             continue
         if name not in table:
             errors.append(f"{name}: not in the table ({fresh[name]})")
@@ -138,9 +146,9 @@ def main():
     version = nvcc_release(a.nvcc)
     fresh = measure(a.nvcc)
     print(f"nvcc {version[0]} ({version[1]}), sm_90:")
-    print(f"  {'kernel':26s}" + "".join(f"{x:>13s}" for x in FIELDS))
+    print(f"  {'kernel':32s}" + "".join(f"{x:>13s}" for x in FIELDS))
     for name in sorted(fresh):
-        print(f"  {name:26s}" + "".join(f"{fresh[name][x]:13d}" for x in FIELDS))
+        print(f"  {name:32s}" + "".join(f"{fresh[name][x]:13d}" for x in FIELDS))
     if a.write:
         write(a.write, fresh, version)
         print(f"wrote {a.write}")
