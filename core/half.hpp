@@ -174,14 +174,6 @@ STRATA_HD float rounded(DType dtype, float x, bool stochastic, std::uint32_t r) 
   return dtype == DType::kF32 ? x : widen(dtype, narrow(dtype, x, stochastic, r));
 }
 
-/// Whether validate(TableSpec) accepts half-size element types (a dtype, state_dtype or
-/// output_dtype other than fp32). False until every engine stores them (issue 31): validate then
-/// refuses them naming the table and the field, wherever a config enters (C++, JSON, Python). The
-/// one switch for them; tests of the parts that handle them (the reference store) turn it on around
-/// themselves (tests/core/accept_half_dtypes.hpp). Defined in core/table_spec.cpp.
-bool half_dtypes_accepted() noexcept;
-void set_half_dtypes_accepted(bool accepted) noexcept;
-
 /// Bytes of one element of `dtype`.
 STRATA_HD int element_bytes(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
 

@@ -1,18 +1,14 @@
 #include "core/table_spec.hpp"
 
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <utility>
 
-#include "core/half.hpp"
 #include "core/record_layout.hpp"
 #include "core/text.hpp"
 
 namespace strata {
 namespace {
-
-std::atomic<bool> half_accepted{false};  // half_dtypes_accepted()
 
 bool name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
@@ -36,8 +32,9 @@ std::string shown_name(const std::string& name) {
   return name.size() > kShown ? out + "..." : out;
 }
 
-// The element types' rules (their ranges were checked): the state_dtype an optimizer may have,
-// stochastic rounding only where something is rounded, and half-size types only once accepted.
+// The element types' rules (their ranges were checked): the state_dtype an optimizer may have, and
+// stochastic rounding only where something is rounded. Which element types a placement serves is
+// the store's to check (store/store_impl.cpp's served_dtypes).
 Status validate_dtypes(const TableSpec& s, const std::string& who) {
   const OptimizerKind kind = s.optimizer.kind;
   if (s.state_dtype != DType::kF32 && s.state_dtype != DType::kBF16)
@@ -51,21 +48,10 @@ Status validate_dtypes(const TableSpec& s, const std::string& who) {
     return Status::invalid_argument(who +
                                     ": stochastic_rounding on a table of fp32 rows and fp32 state (expected a "
                                     "dtype of bf16 or fp16, or a state_dtype of bf16: fp32 elements are not rounded)");
-  if (half_accepted.load(std::memory_order_relaxed)) return Status::ok();
-  for (const auto& [field, v] : {std::pair<const char*, DType>{"dtype", s.dtype},
-                                 {"state_dtype", s.state_dtype},
-                                 {"output_dtype", s.output_dtype}})
-    if (v != DType::kF32)
-      return Status::invalid_argument(who + ": " + field + " " + to_string(v) +
-                                      " is not supported yet (expected fp32: half-size elements are being built, "
-                                      "issue 31)");
   return Status::ok();
 }
 
 }  // namespace
-
-bool half_dtypes_accepted() noexcept { return half_accepted.load(std::memory_order_relaxed); }
-void set_half_dtypes_accepted(bool accepted) noexcept { half_accepted.store(accepted, std::memory_order_relaxed); }
 
 Status validate_table_name(const std::string& name) {
   const std::string rule = " (expected 1 to " + std::to_string(kMaxTableNameBytes) +

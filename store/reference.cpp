@@ -202,6 +202,8 @@ class ReferenceStore final : public Store {
     Table& t = tables_[static_cast<std::size_t>(table)];
     if (!weights && n > 0) return null_weights("write_rows", t.spec, n);
     if (n <= 0) return Status::ok();  // n < 0 was refused above
+    STRATA_RETURN_IF_ERROR(
+        detail::check_holdable("write_rows", t.spec, row0, n, t.spec.dim, weights, t.state_dim, state));
     std::memcpy(t.row(row0), weights, sizeof(float) * static_cast<std::size_t>(n * t.spec.dim));
     round_to_nearest(t.row(row0), n * t.spec.dim, t.spec.dtype);
     if (state && t.state_dim) {

@@ -62,8 +62,10 @@ Status Store::write_shard(int table, std::int64_t local_row0, std::int64_t n, co
   if (in_flight() > 0) return detail::busy("write_shard", in_flight());
   if (Status s = detail::check_table(table, config_); !s.is_ok()) return s.with_context("write_shard");
   STRATA_ASSIGN_OR_RETURN(const ShardInfo si, shard_info(table));
-  STRATA_RETURN_IF_ERROR(check_shard_rows("write_shard", config_.tables[static_cast<std::size_t>(table)].spec, si,
-                                          local_row0, n, weights));
+  const TableSpec& spec = config_.tables[static_cast<std::size_t>(table)].spec;
+  STRATA_RETURN_IF_ERROR(check_shard_rows("write_shard", spec, si, local_row0, n, weights));
+  STRATA_RETURN_IF_ERROR(detail::check_holdable("write_shard", spec, local_row0, n, si.local_dim, weights,
+                                                optimizer_state_dim(spec.optimizer.kind, si.local_dim), state));
   return write_own_rows(table, local_row0, n, weights, state);
 }
 

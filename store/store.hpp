@@ -260,27 +260,27 @@ class Store {
   /// Batches submitted and not yet retired.
   virtual std::int64_t in_flight() const noexcept = 0;
 
-  /// Writes a checkpoint of every table (rows and optimizer state), the step counter, the learning rates and the whole
-  /// config (what open_checkpoint reopens) into `dir`: checksummed table files plus a manifest, each written to a
-  /// temporary name, fsynced and renamed, the manifest last, so a crash mid-save leaves the previous checkpoint intact.
-  /// Rows are read through the store, which writes its dirty cached rows back first. Savers (processes, stores) sharing
-  /// `dir` take turns on an advisory lock (flock) of it; loads meanwhile are safe (see load()). On a world: a
-  /// collective into one `dir` all ranks share; each rank writes the shards it holds (a replicated table once), and the
-  /// manifest commits once every rank's pieces are durable. Ranks at different steps are refused, nothing written.
+  /// Writes a checkpoint of every table (rows, optimizer state), the step, the rates and the whole config (what
+  /// open_checkpoint reopens) into `dir`: checksummed table files, then a manifest, each written to a temporary name,
+  /// fsynced and renamed (a crash mid-save leaves the previous checkpoint intact), from rows read through the store.
+  /// Savers sharing `dir` take turns on a lock (flock); loads meanwhile are safe. On a world, a collective into one
+  /// `dir`: each rank writes the shards it holds (a replicated table once), the manifest commits once every rank's
+  /// pieces are durable; ranks at different steps are refused, nothing written.
   Status save(const std::string& dir);
-  /// Restores a checkpoint of save() (of a store or of a world of any size and sharding) for the same tables (names,
-  /// rows, dims, optimizers): rows and state go where this store's sharding puts them; step and learning rates too (the
-  /// checkpoint's rate replaces the store's; one saved before rates were recorded keeps the store's). Collective on a
-  /// world: each rank reads some pieces and sends their rows to their holders. Reads one manifest (rank 0's, for all
-  /// ranks), opens each file once and verifies sizes and checksums before any row changes, then copies from the same
-  /// descriptors: a concurrent save cannot mix two checkpoints (load starts over, up to 10 times). Errors before the
-  /// copy (a missing or corrupt file, named; a manifest naming a path outside `dir`; another config) change nothing on
-  /// any rank. The copy fails only on a read or device error (or a file modified in place): "load failed while copying
-  /// rows", the tables may hold a mix, step and rates unchanged; load again. Fails if batches are in flight.
+  /// Restores a checkpoint of save() (of a store or a world of any size and sharding) for the same tables (names,
+  /// rows, dims, dtypes, optimizers): rows and state where this store's sharding puts them, the step and the rates (a
+  /// checkpoint from before rates were recorded keeps the store's). Collective on a world (each rank reads some pieces
+  /// and sends rows to their holders). Reads one manifest (rank 0's), opens each file once and verifies sizes and
+  /// checksums before any row changes, then copies from those descriptors: a concurrent save cannot mix checkpoints
+  /// (load starts over, up to 10 times). Errors before the copy (a missing or corrupt file, named; a path outside
+  /// `dir`; another config) change nothing; the copy fails only on a read or device error (or a file modified in
+  /// place): "load failed while copying rows", tables may hold a mix, step and rates unchanged. Refused in flight.
   Status load(const std::string& dir);
-  /// Writes a table's weights as a NumPy .npy file (rows, dim) fp32.
+  /// load() that converts a table's rows or state saved at another dtype: rounded to nearest, or widened (exact).
+  Status load_converting_dtypes(const std::string& dir);
+  /// Writes a table's weights as a NumPy .npy file (rows, dim): fp32, fp16 for an fp16 table, bf16 widened to fp32.
   Status export_npy(const std::string& table, const std::string& path);
-  /// Replaces a table's weights from a .npy file of shape (rows, dim), dtype <f4 (state unchanged).
+  /// Replaces a table's weights from a .npy (rows, dim) of <f4 or <f2, rounded to nearest into its dtype (state kept).
   Status import_npy(const std::string& table, const std::string& path);
 
  protected:
@@ -303,7 +303,7 @@ class Store {
   void apply_learning_rate(int table, float learning_rate);
   /// load(dir); with `manifest` (the MANIFEST text open_checkpoint read its config from), that manifest only, so that
   /// the config and the rows come from one checkpoint: no retry with a newer one (open_checkpoint starts over instead).
-  Status load_checkpoint(const std::string& dir, const std::string* manifest);
+  Status load_checkpoint(const std::string& dir, const std::string* manifest, bool convert_dtypes = false);
 };
 
 /// The oracle: a deliberately simple implementation (plain loops over std::vector rows, no dedup, computed on the

@@ -396,6 +396,9 @@ class StoreImpl final : public Store {
     if (!batches_.empty()) return detail::busy("write_rows", in_flight());
     STRATA_RETURN_IF_ERROR(detail::check_row_range(table, row0, n, config_));
     STRATA_RETURN_IF_ERROR(check_weights("write_rows", table, n, weights));
+    const TableSpec& spec = config_.tables[static_cast<std::size_t>(table)].spec;
+    STRATA_RETURN_IF_ERROR(detail::check_holdable("write_rows", spec, row0, n, spec.dim, weights,
+                                                  optimizer_state_dim(spec.optimizer.kind, spec.dim), state));
     Status status;
     arena_.execute([&] { status = engine(table).write_rows(table, row0, n, weights, state); });
     return status;

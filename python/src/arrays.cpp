@@ -18,6 +18,10 @@ bool is_tensor(py::handle obj) {
   return py::hasattr(obj, "device") && py::hasattr(obj, "detach") && !py::isinstance<py::array>(obj);
 }
 
+// Whether each element of `a` lies at a multiple of its size (NumPy's ALIGNED flag): the store
+// loads and stores whole elements.
+bool aligned(const py::array& a) { return (a.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_) != 0; }
+
 }  // namespace
 
 std::string type_name(py::handle obj) { return py::str(py::type::of(obj).attr("__name__")).cast<std::string>(); }
@@ -222,32 +226,84 @@ KeyBatch to_key_batch(py::handle features) {
 }
 
 py::array_t<float, py::array::c_style> to_float_matrix(py::handle obj, const std::string& what) {
-  // A strided array becomes one C-contiguous copy; a contiguous one is used as is.
-  return py::array_t<float, py::array::c_style>::ensure(float_array(obj, what, 2));
+  // A strided (or unaligned) array becomes one C-contiguous, aligned copy; a contiguous one is used as is.
+  py::array_t<float, py::array::c_style> a = py::array_t<float, py::array::c_style>::ensure(float_array(obj, what, 2));
+  if (!aligned(a)) a = py::array_t<float, py::array::c_style>(py::module_::import("numpy").attr("array")(a));
+  return a;
 }
 
-py::array_t<float> to_output_matrix(py::handle obj, const std::string& what) {
-  // Anything else (a list) would be converted into a temporary copy: the caller would never see
-  // what the store wrote.
-  const bool tensor = is_tensor(obj);
-  if (!tensor && !py::isinstance<py::array>(obj))
-    throw py::type_error(what + " is a " + type_name(obj) +
-                         " (expected a float32 NumPy array or CPU torch tensor to write into)");
-  py::array a = float_array(obj, what, 2);
+namespace {
+
+// Checks that `a`, the array form of `obj`, is memory a C++ call may write in place for its caller:
+// C-contiguous, writable, in native byte order (checked by `native`, the typed form of `a`) and, for
+// a tensor, a view of its memory rather than a copy. `kind` names the dtype in messages.
+void check_in_place(py::handle obj, const py::array& a, const py::array& native, const std::string& what,
+                    const std::string& kind) {
   if (!(a.flags() & py::array::c_style))
-    throw py::value_error(what + " is not C-contiguous (expected a C-contiguous float32 array to write into)");
+    throw py::value_error(what + " is not C-contiguous (expected a C-contiguous " + kind + " array to write into)");
   if (!a.writeable()) throw py::value_error(what + " is read-only (expected a writable array)");
-  py::array_t<float> out(a);
-  // A float32 of another byte order converts into a copy, which would not reach the caller.
-  if (out.data() != a.data())
-    throw py::value_error(what + " is not in native byte order (expected a native float32 array to write into)");
+  if (!aligned(a)) throw py::value_error(what + " is not aligned (expected an array aligned to its element size)");
+  // An array of another byte order converts into a copy, which would not reach the caller.
+  if (native.data() != a.data())
+    throw py::value_error(what + " is not in native byte order (expected a native " + kind + " array to write into)");
   // The NumPy form of a tensor must be a view of its memory, not a copy.
-  if (tensor && a.size() > 0 &&
+  if (is_tensor(obj) && a.size() > 0 &&
       reinterpret_cast<std::uintptr_t>(a.data()) != obj.attr("data_ptr")().cast<std::uintptr_t>())
-    throw py::value_error(what +
-                          " is a tensor whose memory NumPy cannot view in place (expected a C-contiguous "
-                          "float32 CPU tensor to write into)");
+    throw py::value_error(what + " is a tensor whose memory NumPy cannot view in place (expected a C-contiguous " +
+                          kind + " CPU tensor to write into)");
+}
+
+// Anything but an array or a tensor (a list) would be converted into a temporary copy: the caller
+// would never see what the store wrote.
+void check_writable_kind(py::handle obj, const std::string& what, const std::string& kind) {
+  if (!is_tensor(obj) && !py::isinstance<py::array>(obj))
+    throw py::type_error(what + " is a " + type_name(obj) + " (expected a " + kind +
+                         " NumPy array or CPU torch tensor to write into)");
+}
+
+}  // namespace
+
+py::array_t<float> to_output_matrix(py::handle obj, const std::string& what) {
+  check_writable_kind(obj, what, "float32");
+  py::array a = float_array(obj, what, 2);
+  py::array_t<float> out(a);
+  check_in_place(obj, a, out, what, "float32");
   return out;
+}
+
+HostMatrix to_host_matrix(py::handle obj, const std::string& what, bool writable) {
+  const char* kinds = "float32, float16 or bfloat16";
+  if (writable) check_writable_kind(obj, what, kinds);
+  py::object o = py::reinterpret_borrow<py::object>(obj);
+  // A torch.bfloat16 tensor has no NumPy form: its bits, viewed as int16, have one.
+  if (is_tensor(o) && py::str(o.attr("dtype")).cast<std::string>() == "torch.bfloat16")
+    o = o.attr("view")(py::module_::import("torch").attr("int16"));
+  HostMatrix m{as_array(o, what)};
+  const char kind = m.array.dtype().kind();
+  const py::ssize_t size = m.array.itemsize();
+  if (kind == 'f' && size == 4) {
+    m.dtype = DType::kF32;
+  } else if (kind == 'f' && size == 2) {
+    m.dtype = DType::kF16;
+  } else if ((kind == 'i' || kind == 'u') && size == 2) {
+    m.dtype = DType::kBF16;
+  } else {
+    throw py::type_error(what + " has dtype " + dtype_of(m.array) + " (expected " + kinds +
+                         " as the table's output_dtype: bfloat16 as a torch.bfloat16 tensor or its bits as int16 or "
+                         "uint16)");
+  }
+  if (m.array.ndim() != 2) throw py::value_error(what + " has shape " + shape_of(m.array) + " (expected 2-D)");
+  if (writable && !(m.array.flags() & py::array::c_style))  // refused before any copy below
+    throw py::value_error(what + " is not C-contiguous (expected a C-contiguous array to write into)");
+  // The native-order, C-contiguous, aligned form of the same dtype (a copy only when the array is not one).
+  const py::object native_order = m.array.dtype().attr("newbyteorder")("=");
+  py::array native = py::module_::import("numpy").attr("require")(m.array, native_order, py::make_tuple("C", "A"));
+  if (writable) {
+    check_in_place(o, m.array, native, what, kinds);
+  } else {
+    m.array = native;
+  }
+  return m;
 }
 
 bool is_device_array(py::handle obj) {
@@ -259,6 +315,13 @@ bool is_device_array(py::handle obj) {
 }
 
 DeviceMatrix to_device_matrix(py::handle obj, const std::string& what, bool writable) {
+  // A tensor's dtype first: torch has no interface typestr for bfloat16 (its own KeyError).
+  if (is_tensor(obj)) {
+    const std::string dtype = py::str(obj.attr("dtype")).cast<std::string>();
+    if (dtype != "torch.float32")
+      throw py::type_error(what + " is a device tensor of " + dtype +
+                           " (expected torch.float32: half-size outputs and gradients are host memory only)");
+  }
   // A tensor that requires grad has no interface until detached (it is the same memory).
   py::object o = is_tensor(obj) ? obj.attr("detach")() : py::reinterpret_borrow<py::object>(obj);
   py::object iface = o.attr("__cuda_array_interface__");

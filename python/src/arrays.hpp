@@ -14,6 +14,7 @@
 
 #include "core/key_batch.hpp"
 #include "core/status.hpp"
+#include "core/table_spec.hpp"
 
 namespace strata::python {
 
@@ -64,6 +65,18 @@ py::array_t<float, py::array::c_style> to_float_matrix(py::handle obj, const std
 /// that a C++ call writes into in place: it must be C-contiguous, writable and 2-D. The caller
 /// keeps the returned array alive until the C++ call returned (it holds the tensor's view).
 py::array_t<float> to_output_matrix(py::handle obj, const std::string& what);
+
+/// A host matrix of outputs or gradients for a forward or backward: float32 (fp32), float16
+/// (fp16), or bf16 as a torch.bfloat16 CPU tensor or its bits in a 2-byte integer array (NumPy
+/// has no bfloat16), 2-D and C-contiguous; `writable` (outputs): written in place, so it must be
+/// writable and a view of the caller's memory (as to_output_matrix); read-only (gradients): a
+/// strided array becomes one C-contiguous copy. The store checks the dtype against the table's
+/// output_dtype. `array` keeps the memory alive until the C++ call returned.
+struct HostMatrix {
+  py::array array;
+  DType dtype = DType::kF32;
+};
+HostMatrix to_host_matrix(py::handle obj, const std::string& what, bool writable);
 
 /// Whether `obj` is device memory: a torch tensor on CUDA, or anything else with a
 /// __cuda_array_interface__ (CuPy, Numba, strata.DeviceArray).

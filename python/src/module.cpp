@@ -52,7 +52,7 @@ void check_views(py::handle views, const char* what, bool none_allowed) {
       !py::isinstance<py::sequence>(views))
     throw py::type_error(std::string(what) + " is a " + type_name(views) + " (expected " +
                          (none_allowed ? "None or " : "") +
-                         "a list of float32 arrays, one per feature in submit order)");
+                         "a list of arrays of the tables' output_dtype, one per feature in submit order)");
 }
 
 // An optional table name: None or a str.
@@ -296,7 +296,7 @@ class PyStore {
       auto t = store->table_index(f.table);
       if (!t) break;  // submit names it
       const TableSpec& spec = store->config().tables[static_cast<std::size_t>(t.value())].spec;
-      shapes.push_back({output_rows(f, spec.pooling), spec.dim});
+      shapes.push_back({output_rows(f, spec.pooling), spec.dim, spec.output_dtype});
     }
     call([&](Store& s) {
       Status st = s.submit(id, std::move(batch));
@@ -326,13 +326,18 @@ class PyStore {
     if (!known) call([&](Store& s) { return s.forward(id, {}); });  // the store's words for it
     py::list arrays;
     if (outputs.is_none()) {
-      for (const Shape& sh : shapes) arrays.append(py::array_t<float>({sh.rows, sh.cols}));
+      // A bf16 output is its bits as int16 (NumPy has no bfloat16; torch views int16 as bfloat16).
+      for (const Shape& sh : shapes)
+        arrays.append(py::array(py::dtype(sh.dtype == DType::kF32   ? "float32"
+                                          : sh.dtype == DType::kF16 ? "float16"
+                                                                    : "int16"),
+                                std::vector<py::ssize_t>{sh.rows, sh.cols}));
     } else {
       for (py::handle o : outputs) arrays.append(o);
     }
     // The arrays the store writes into stay alive until it returns (the GIL is released then):
     // `arrays` holds the device ones, `keep` the NumPy views of host ones.
-    std::vector<py::array_t<float>> keep;
+    std::vector<py::array> keep;
     std::vector<MatrixView> views;
     std::vector<std::uintptr_t> producers;
     for (std::size_t i = 0; i < arrays.size(); ++i) {
@@ -342,8 +347,10 @@ class PyStore {
         views.push_back({reinterpret_cast<float*>(m.ptr), m.rows, m.cols, MemorySpace::kDevice});
         if (m.has_stream) producers.push_back(m.stream);
       } else {
-        keep.push_back(to_output_matrix(arrays[i], what));
-        views.push_back({keep.back().mutable_data(), keep.back().shape(0), keep.back().shape(1)});
+        HostMatrix m = to_host_matrix(arrays[i], what, true);
+        keep.push_back(m.array);
+        views.push_back({static_cast<float*>(m.array.mutable_data()), m.array.shape(0), m.array.shape(1),
+                         MemorySpace::kHost, m.dtype});
       }
     }
     call_on("forward", id, on, producers,
@@ -356,7 +363,7 @@ class PyStore {
     check_views(grads, "grads", false);
     const StreamArg on = parse_stream(stream);
     // `grads` holds the device arrays, `keep` the (C-contiguous) NumPy forms of host ones.
-    std::vector<py::array_t<float, py::array::c_style>> keep;
+    std::vector<py::array> keep;
     std::vector<ConstMatrixView> views;
     std::vector<std::uintptr_t> producers;
     keep.reserve(py::len(grads));
@@ -368,8 +375,10 @@ class PyStore {
         views.push_back({reinterpret_cast<const float*>(m.ptr), m.rows, m.cols, MemorySpace::kDevice});
         if (m.has_stream) producers.push_back(m.stream);
       } else {
-        keep.push_back(to_float_matrix(g, what));
-        views.push_back({keep.back().data(), keep.back().shape(0), keep.back().shape(1)});
+        HostMatrix m = to_host_matrix(g, what, false);
+        keep.push_back(m.array);
+        views.push_back({static_cast<const float*>(m.array.data()), m.array.shape(0), m.array.shape(1),
+                         MemorySpace::kHost, m.dtype});
       }
     }
     call_on("backward", id, on, producers, [&](Store& s, gpu::StreamView v) {
@@ -706,6 +715,7 @@ class PyStore {
 
   struct Shape {
     std::int64_t rows, cols;
+    DType dtype;  ///< the table's output_dtype
   };
   static void check_shape(const py::array& a, std::int64_t rows, std::int64_t cols, const std::string& what) {
     if (a.shape(0) != rows || a.shape(1) != cols)
@@ -881,8 +891,9 @@ PYBIND11_MODULE(_strata, m) {
   py::class_<PyStore>(m, "Store", R"(An embedding store opened from a config (dict or JSON string).
 
 Training step per batch id: [preview] -> submit -> forward -> backward (or discard). Keys are
-NumPy arrays or CPU tensors (int64; int32 widened); outputs and gradients float32 (rows, dim),
-in host memory or in the store's device memory (objects with __cuda_array_interface__).
+NumPy arrays or CPU tensors (int64; int32 widened); outputs and gradients (rows, dim) of each
+table's output_dtype (float32; float16 or bfloat16 in host memory), in host memory or in the
+store's device memory (float32 objects with __cuda_array_interface__).
 Bad input raises ValueError/TypeError (RuntimeError for state and device errors) and changes
 nothing. Calls release the GIL; one call runs at a time per store.)")
       .def(py::init<py::handle, py::handle, py::handle>(), py::arg("config"), py::arg("process_group") = py::none(),
@@ -945,15 +956,18 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
            })
       .def("forward", &PyStore::forward, py::arg("batch_id"), py::arg("outputs") = py::none(),
            py::arg("stream") = py::none(),
-           "Looks up a submitted batch. Writes into `outputs` when given (one per feature, C-contiguous float32: "
+           "Looks up a submitted batch. Writes into `outputs` when given (one per feature, C-contiguous, of the "
+           "table's output_dtype: float32, float16, or bfloat16 as a torch.bfloat16 tensor or its bits as int16; "
            "NumPy arrays or CPU tensors, or device arrays of the store's device: CUDA tensors, CuPy arrays, "
-           "DeviceArray; a list is a TypeError), else into new NumPy arrays; returns them. Without `stream` it "
+           "DeviceArray; a list is a TypeError), else into new NumPy arrays (a bf16 one holds the bits as int16: "
+           "torch.from_numpy(a).view(torch.bfloat16)); returns them. Without `stream` it "
            "returns once every output is written; with one (a Stream, or a CUDA stream handle as an int or "
            "torch.cuda.Stream) it is Store::forward(id, views, stream): the writes are ordered after the work "
            "queued on the stream and before what is queued after the call. The store writes with the GIL "
            "released: no other thread may resize or free an output meanwhile.")
       .def("backward", &PyStore::backward, py::arg("batch_id"), py::arg("grads"), py::arg("stream") = py::none(),
-           "Applies gradients (float32, shaped as forward's outputs and in their memory: host or device) with the "
+           "Applies gradients (of the table's output_dtype, as forward's outputs, shaped as they are and in their "
+           "memory: host or device) with the "
            "fused optimizer and retires the batch. `stream` as for forward (stream-ordered: the gradients are read "
            "before what is queued on the stream after the call; store/store.hpp says what the host waits for).")
       .def("discard", &PyStore::discard, py::arg("batch_id"), "Retires a submitted batch without backward.")
@@ -969,20 +983,27 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
           "and the step.")
       .def(
           "load",
-          [](PyStore& p, py::handle dir) {
+          [](PyStore& p, py::handle dir, py::handle convert) {
             const std::string d = to_path(dir, "dir");
-            p.call([&](Store& s) { return s.load(d); });
+            if (!py::isinstance<py::bool_>(convert))
+              throw py::type_error("convert_dtypes is a " + type_name(convert) + " (expected a bool)");
+            const bool c = convert.cast<bool>();
+            p.call([&](Store& s) { return c ? s.load_converting_dtypes(d) : s.load(d); });
           },
-          py::arg("dir"),
+          py::arg("dir"), py::kw_only(), py::arg("convert_dtypes") = false,
           "Restores a checkpoint written by save(): rows, optimizer state, step and each table's learning rate "
-          "(the checkpoint's rate wins over the config's; call set_learning_rate after load to change it).")
+          "(the checkpoint's rate wins over the config's; call set_learning_rate after load to change it). A table "
+          "saved at another dtype or state_dtype is refused unless convert_dtypes=True (rounded to nearest into a "
+          "half-size dtype, widened exactly into fp32).")
       .def(
           "export_npy",
           [](PyStore& p, py::handle table, py::handle path) {
             const std::string t = to_name(table, "table"), f = to_path(path, "path");
             p.call([&](Store& s) { return s.export_npy(t, f); });
           },
-          py::arg("table"), py::arg("path"), "Writes a table's weights as a .npy file (rows, dim) float32.")
+          py::arg("table"), py::arg("path"),
+          "Writes a table's weights as a .npy file (rows, dim): float32, float16 for an fp16 table (bf16 "
+          "rows widened to float32: NumPy has no bfloat16).")
       .def(
           "import_npy",
           [](PyStore& p, py::handle table, py::handle path) {
@@ -990,8 +1011,8 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
             p.call([&](Store& s) { return s.import_npy(t, f); });
           },
           py::arg("table"), py::arg("path"),
-          "Replaces a table's weights from a .npy file (rows, dim) float32 (optimizer state, rates and step "
-          "unchanged).")
+          "Replaces a table's weights from a .npy file (rows, dim) of float32 or float16, rounded to nearest into "
+          "a half-size table's dtype (optimizer state, rates and step unchanged).")
       .def("read_rows", &PyStore::read_rows, py::arg("table"), py::arg("row0") = 0, py::arg("n") = py::none(),
            py::arg("out") = py::none(), py::arg("state_out") = py::none(),
            "Returns (weights (n, dim), state (n, state_dim)) of rows [row0, row0 + n) (n: to the end), written "

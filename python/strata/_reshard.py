@@ -12,6 +12,8 @@ import collections.abc
 import numpy as np
 import torch
 
+from strata._dtypes import float32_rows, rows_as
+
 # The shard vector's fields, in order (python/strata/torch.py writes them).
 _FIELDS = ("world", "rank", "type", "rows", "dim", "row_start", "row_step", "local_rows", "col_offset", "local_dim")
 _TYPES = ("replicated", "table", "row", "column")  # ShardingType's order (dispatch/sharding_plan.hpp)
@@ -27,6 +29,17 @@ def _array(value, what):
     if isinstance(value, np.ndarray):
         return value
     raise ValueError(f"{what} is a {type(value).__name__} (expected a tensor or NumPy array)")
+
+
+def _rows(value, what, dtypes):
+    """A weight or optimizer_state entry as float32 NumPy rows (half-size rows widened: exact),
+    its torch dtype appended to ``dtypes``."""
+    if isinstance(value, torch.Tensor) and value.dtype in (torch.bfloat16, torch.float16):
+        dtypes.append(value.dtype)
+        return float32_rows(value)
+    a = _array(value, what)
+    dtypes.append(torch.float16 if a.dtype == np.float16 else torch.float32)
+    return a.astype(np.float32) if a.dtype == np.float16 else a
 
 
 def _scalar(value, what, integer=False):
@@ -180,6 +193,7 @@ def _merge_table(ordered, t, key):
         raise ValueError(f"'{key}optimizer_state' is on ranks {[r for r, h in enumerate(has_state) if h]} only "
                          "(expected on every rank or none)")
     weight = np.full((rows, dim), np.nan, dtype=np.float32)
+    dtypes = {"weight": [], "optimizer_state": []}  # each rank's torch dtype of the entry
     state, blocks = None, 0
     filled = np.zeros((rows, dim), dtype=bool)
     lowest = {}  # a replicated table's lowest replica: (weight, state), which every other must equal
@@ -187,14 +201,19 @@ def _merge_table(ordered, t, key):
         sh = s[t]
         if key + "weight" not in sd:
             raise ValueError(f"rank {r}'s state_dict has '{key}shard' but no '{key}weight' (expected both)")
-        w = _array(sd[key + "weight"], f"rank {r}'s '{key}weight'")
+        w = _rows(sd[key + "weight"], f"rank {r}'s '{key}weight'", dtypes["weight"])
         if w.dtype != np.float32 or tuple(w.shape) != (sh["local_rows"], sh["local_dim"]):
             raise ValueError(f"rank {r}'s '{key}weight' is {w.dtype} {tuple(w.shape)} (expected float32 "
                              f"{(sh['local_rows'], sh['local_dim'])}: its shard's local_rows and local_dim)")
-        st = _array(sd[key + "optimizer_state"], f"rank {r}'s '{key}optimizer_state'") if any(has_state) else None
+        st = (_rows(sd[key + "optimizer_state"], f"rank {r}'s '{key}optimizer_state'", dtypes["optimizer_state"])
+              if any(has_state) else None)
         if st is not None and (st.dtype != np.float32 or st.ndim != 2 or st.shape[0] != sh["local_rows"]):
             raise ValueError(f"rank {r}'s '{key}optimizer_state' is {st.dtype} {tuple(st.shape)} (expected float32 "
                              f"with {sh['local_rows']} rows)")
+        for entry, seen in dtypes.items():
+            if seen and seen[-1] != seen[0]:
+                raise ValueError(f"rank {r}'s '{key}{entry}' is {seen[-1]} but rank 0's {seen[0]} (expected one "
+                                 "table's dtype on every rank)")
         if sh["local_rows"] == 0:
             continue
         if kind == 0:
@@ -236,9 +255,10 @@ def _merge_table(ordered, t, key):
     if not filled.all():
         raise ValueError(f"the shards of '{key}weight' leave rows or columns of the ({rows}, {dim}) table unheld "
                          "(expected every rank's state_dict of one world)")
-    out = {key + "weight": torch.from_numpy(weight)}
+    # Half-size tables' rows go back to their dtype (exact: they were widened from it).
+    out = {key + "weight": rows_as(weight, dtypes["weight"][0])}
     if state is not None:
-        out[key + "optimizer_state"] = torch.from_numpy(state)
+        out[key + "optimizer_state"] = rows_as(state, dtypes["optimizer_state"][0])
     if key + "learning_rate" in ordered[0][1]:
         out[key + "learning_rate"] = torch.tensor(_scalar(ordered[0][1][key + "learning_rate"], key + "learning_rate"),
                                                   dtype=torch.float32)

@@ -30,6 +30,11 @@ outputs, or ``torch.autograd.grad(loss, inputs)`` whose ``inputs`` are dense par
 lookup's backward does not run). A second backward through the same outputs
 (``retain_graph=True``) raises ValueError: the batch was retired by the first.
 
+**Half-size tables** (a table's ``dtype``, ``state_dtype`` or ``output_dtype`` ``bf16`` or ``fp16``, README
+"Half-size rows"): ``state_dict()`` gives ``torch.bfloat16`` / ``torch.float16`` weights and optimizer state
+of those dtypes and ``load_state_dict`` takes them; outputs and their gradients have the table's
+``output_dtype`` (host memory: the ``cpu`` placement writes half-size outputs).
+
 Outputs are written by the store with the GIL released; other threads must not resize or free
 them meanwhile (the module allocates its own, so this concerns ``strata.Store.forward`` callers).
 
@@ -74,6 +79,7 @@ import torch
 from torch import nn
 
 import strata
+from strata._dtypes import TORCH_DTYPES, float32_rows, rows_as
 from strata._reshard import merge_state_dicts
 from strata.pipeline import pipelined
 
@@ -148,17 +154,18 @@ class _Lookup(torch.autograd.Function):
     """forward: the store's lookup of a submitted batch; backward: the store's fused update."""
 
     @staticmethod
-    def forward(ctx, anchor, module, batch_id, shapes):
-        outs = module._lookup(batch_id, shapes)
+    def forward(ctx, anchor, module, batch_id, shapes, dtypes):
+        outs = module._lookup(batch_id, shapes, dtypes)
         ctx.module = module
         ctx.batch_id = batch_id
+        ctx.dtypes = dtypes
         return tuple(outs)
 
     @staticmethod
     def backward(ctx, *grads):
         # Applied at the end of this backward pass, with the other lookups of the pass, in submit order.
-        ctx.module._defer_backward(ctx.batch_id, *ctx.module._gradients(grads))
-        return None, None, None, None
+        ctx.module._defer_backward(ctx.batch_id, *ctx.module._gradients(grads, ctx.dtypes))
+        return None, None, None, None, None
 
 
 def _check_device(device):
@@ -276,6 +283,12 @@ class EmbeddingBagCollection(nn.Module):
             raise ValueError(f"device {self.device}, but the store has no device: its tables are all 'cpu' "
                              "(expected a gpu, cached, offload or hybrid table, or device='cpu')")
         self._tables = {t["name"]: t for t in self.store.config["tables"]}
+        if self.device.type == "cuda":
+            for name, t in self._tables.items():
+                if t.get("output_dtype", "fp32") != "fp32":
+                    raise ValueError(f"table '{name}': output_dtype {t['output_dtype']} with device {self.device}: "
+                                     "half-size outputs are written to host memory only (expected output_dtype fp32 "
+                                     "with device='cuda', or device='cpu')")
         self._next_id = 0
         self._in_flight = set()
         # Gradients of lookups whose backward ran in the current backward pass: [(batch_id, grads, stream)].
@@ -339,12 +352,13 @@ class EmbeddingBagCollection(nn.Module):
         submitted.forwarded = True
         names = [name for name, _ in submitted.tables]
         shapes = [shape for _, shape in submitted.tables]
+        dtypes = [self._dtype(name, "output_dtype") for name in names]
         train = self.training and torch.is_grad_enabled()
         try:
             if train:
-                outs = _Lookup.apply(self._anchor, self, submitted.batch_id, shapes)
+                outs = _Lookup.apply(self._anchor, self, submitted.batch_id, shapes, dtypes)
             else:
-                outs = self._lookup(submitted.batch_id, shapes)
+                outs = self._lookup(submitted.batch_id, shapes, dtypes)
         except BaseException as first:
             # Still in flight: the lookup failed. In a world the discard is a collective that may
             # fail too (a peer left): the lookup's error is the one raised.
@@ -361,23 +375,25 @@ class EmbeddingBagCollection(nn.Module):
         return KeyedEmbeddings(names, outs)
 
     # ---- the device's side of a lookup ----
-    def _lookup(self, batch_id, shapes):
-        """New output tensors on the module's device, written by the store's forward of the batch."""
-        outs = [torch.empty(shape, dtype=torch.float32, device=self.device) for shape in shapes]
+    def _lookup(self, batch_id, shapes, dtypes):
+        """New output tensors on the module's device, of each table's output_dtype, written by the
+        store's forward of the batch."""
+        outs = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in zip(shapes, dtypes)]
         if self.device.type == "cuda":
             # Allocated on the current stream (torch's caching allocator) and written on it.
             self.store.forward(batch_id, outs, stream=torch.cuda.current_stream(self.device).cuda_stream)
         else:
-            # numpy() views share the tensors' memory: the store writes the outputs in place.
-            self.store.forward(batch_id, [o.numpy() for o in outs])
+            # The store writes the CPU tensors' memory in place.
+            self.store.forward(batch_id, outs)
         return outs
 
-    def _gradients(self, grads):
-        """(gradients, stream) of a lookup's backward as the store takes them: contiguous float32 on
-        the module's device, and on cuda the stream the backward runs on (None on cpu)."""
-        grads = [g.detach().to(torch.float32).contiguous() for g in grads]
+    def _gradients(self, grads, dtypes):
+        """(gradients, stream) of a lookup's backward as the store takes them: contiguous, of each
+        table's output_dtype, on the module's device, and on cuda the stream the backward runs on
+        (None on cpu)."""
+        grads = [g.detach().to(dtype).contiguous() for g, dtype in zip(grads, dtypes)]
         if self.device.type != "cuda":
-            return [g.numpy() for g in grads], None
+            return grads, None
         stream = torch.cuda.current_stream(self.device)
         for g in grads:
             g.record_stream(stream)  # freed after the store's read on `stream`, wherever it was allocated
@@ -463,6 +479,10 @@ class EmbeddingBagCollection(nn.Module):
         return f"device={self.device}, store={self.store!r}"
 
     # ---- state dict: table weights, optimizer state and rates by table name, and the step ----
+    def _dtype(self, name, field):
+        """The torch dtype of a table's ``field`` (dtype, state_dtype or output_dtype)."""
+        return TORCH_DTYPES[self._tables[name].get(field, "fp32")]
+
     def _state_dim(self, name):
         return self.store.read_rows(name, 0, 0)[1].shape[1]
 
@@ -486,9 +506,9 @@ class EmbeddingBagCollection(nn.Module):
             return
         for name in self._tables:
             weights, state = self.store.read_rows(name)
-            destination[f"{prefix}tables.{name}.weight"] = torch.from_numpy(weights)
+            destination[f"{prefix}tables.{name}.weight"] = rows_as(weights, self._dtype(name, "dtype"))
             if state.shape[1] > 0:
-                destination[f"{prefix}tables.{name}.optimizer_state"] = torch.from_numpy(state)
+                destination[f"{prefix}tables.{name}.optimizer_state"] = rows_as(state, self._dtype(name, "state_dtype"))
             destination[f"{prefix}tables.{name}.learning_rate"] = torch.tensor(self.store.learning_rate(name))
         destination[f"{prefix}step"] = torch.tensor(self.store.step, dtype=torch.int64)
 
@@ -498,9 +518,9 @@ class EmbeddingBagCollection(nn.Module):
             info = self.store.shard_info(name)
             weights, state = self.store.read_shard(name, 0, info["local_rows"])
             key = f"{prefix}tables.{name}."
-            destination[key + "weight"] = torch.from_numpy(weights)
+            destination[key + "weight"] = rows_as(weights, self._dtype(name, "dtype"))
             if self._keeps_state(name):
-                destination[key + "optimizer_state"] = torch.from_numpy(state)
+                destination[key + "optimizer_state"] = rows_as(state, self._dtype(name, "state_dtype"))
             destination[key + "shard"] = torch.tensor(_shard_vector(info), dtype=torch.int64)
             destination[key + "replicas"] = torch.tensor(info["replicas"], dtype=torch.int64)
             destination[key + "learning_rate"] = torch.tensor(self.store.learning_rate(name))
@@ -524,7 +544,8 @@ class EmbeddingBagCollection(nn.Module):
 
     def load_state_dict(self, state_dict, strict=True, assign=False):
         """Loads what ``state_dict()`` holds: table weights, optimizer state (tensors or NumPy
-        arrays of float32), learning rates (numbers: an int or float, or a 0-d tensor or NumPy
+        arrays of the table's ``dtype`` and ``state_dtype``: float32, or bfloat16 (tensors only) or
+        float16 for half-size tables; another dtype is refused, not converted), learning rates (numbers: an int or float, or a 0-d tensor or NumPy
         array, that float32 holds) and ``step`` (an integer from 0 to 2^63 - 2, as the next update
         takes step + 1: an int, a 0-d integer tensor or NumPy array), then continues bit for bit as
         the module that saved it. ``assign`` (torch's, passed on where torch takes it) changes
@@ -759,9 +780,12 @@ class EmbeddingBagCollection(nn.Module):
 
     def _checked_rows(self, weight, state, key, weight_shape, state_shape, whose, name, problems):
         """(weights, state) of a table's entries as float32 NumPy arrays of the shapes expected,
-        each None when absent or refused (noted in ``problems``)."""
-        w = None if weight is None else _host_float32(weight, key + "weight", problems)
-        s = None if state is None else _host_float32(state, key + "optimizer_state", problems)
+        each None when absent or refused (noted in ``problems``). Each entry must have its table's
+        dtype (weights) or state_dtype (state): a float32 tensor for a bf16 table is refused, not
+        rounded (convert it explicitly with ``.to(torch.bfloat16)``)."""
+        w = None if weight is None else _host_rows(weight, key + "weight", self._dtype(name, "dtype"), problems)
+        s = None if state is None else _host_rows(state, key + "optimizer_state", self._dtype(name, "state_dtype"),
+                                                  problems)
         if weight is None and state is not None:
             problems.append(f"{key}optimizer_state without {key}weight (expected both: a row's state belongs "
                             "to its weights)")
@@ -954,20 +978,28 @@ class TableOptimizer(torch.optim.Optimizer):
                 g["lr"] = held[g["table"]]
 
 
-def _host_float32(t, what, problems):
-    """A state-dict array (a tensor on any device, or a NumPy array) as a float32 NumPy array, or
-    None after noting why not in ``problems``."""
+def _host_rows(t, what, dtype, problems):
+    """A state-dict array of torch dtype ``dtype`` (a tensor on any device, or a NumPy array:
+    float32 or float16; NumPy has no bfloat16) as a float32 NumPy array (exact: every value of a
+    half-size dtype is a float32), or None after noting why not in ``problems``."""
+    mine = "" if dtype == torch.float32 else ", the table's dtype"
     if isinstance(t, torch.Tensor):
-        if t.dtype != torch.float32:
-            problems.append(f"{what} has dtype {t.dtype} (expected torch.float32)")
+        if t.dtype != dtype:
+            problems.append(f"{what} has dtype {t.dtype} (expected {dtype}{mine}; rows of another dtype load only "
+                            f"when converted explicitly: .to({dtype}))")
             return None
-        return t.detach().cpu().contiguous().numpy()
+        return float32_rows(t)
     if isinstance(t, np.ndarray):
-        if t.dtype != np.float32:
-            problems.append(f"{what} has dtype {t.dtype} (expected float32)")
+        if dtype == torch.bfloat16:
+            problems.append(f"{what} is a NumPy array of {t.dtype} (expected a torch.bfloat16 tensor, the table's "
+                            "dtype: NumPy has no bfloat16)")
             return None
-        return t
-    problems.append(f"{what} is a {type(t).__name__} (expected a torch.float32 tensor or a float32 NumPy array)")
+        want = np.float16 if dtype == torch.float16 else np.float32
+        if t.dtype != want:
+            problems.append(f"{what} has dtype {t.dtype} (expected {np.dtype(want)}{mine})")
+            return None
+        return t.astype(np.float32, copy=False)
+    problems.append(f"{what} is a {type(t).__name__} (expected a {dtype} tensor or NumPy array)")
     return None
 
 

@@ -75,8 +75,8 @@ def test_outputs_must_be_arrays_or_tensors():
     s.submit(0, good_batch())
     before = snapshot(s)
     lists = [[[np.float32(0)] * 4] * 3, [[np.float32(0)] * 3] * 3]
-    with pytest.raises(TypeError, match=r"outputs\[0\] is a list \(expected a float32 NumPy array or CPU torch "
-                                        r"tensor to write into\)"):
+    with pytest.raises(TypeError, match=r"outputs\[0\] is a list \(expected a float32, float16 or bfloat16 NumPy "
+                                        r"array or CPU torch tensor to write into\)"):
         s.forward(0, lists)
     with pytest.raises(TypeError, match=r"outputs\[1\] is a list"):
         s.forward(0, [np.zeros((3, 4), np.float32), lists[1]])
@@ -273,10 +273,12 @@ def test_bad_configs():
         strata.Store("{" + key + ": 1, " + key + ': 2, "tables": []}')
     with pytest.raises(ValueError, match="rows"):
         strata.Store({"tables": [{"name": "a", "rows": "\u00e9" * 40, "dim": 4}]})
-    # Half-size element types are refused as the C++ config refuses them, naming the table and the
-    # field, until the engines store them (issue 31).
-    with pytest.raises(ValueError, match=r"table 'a': output_dtype bf16 is not supported yet \(expected fp32"):
-        strata.Store({"tables": [{"name": "a", "rows": 4, "dim": 4, "output_dtype": "bf16"}]})
+    # Half-size element types a placement does not serve are refused as the C++ store refuses them,
+    # naming the table, the field and the value (issue 31).
+    with pytest.raises(ValueError, match=r"table 'a': output_dtype bf16 is not served by the gpu placement yet "
+                                         r"\(expected fp32"):
+        strata.Store({"device": {"backend": "emu"},
+                      "tables": [{"name": "a", "rows": 4, "dim": 4, "placement": "gpu", "output_dtype": "bf16"}]})
     with pytest.raises(ValueError, match=r"table 'a': stochastic_rounding on a table of fp32 rows and fp32 state"):
         strata.Store({"tables": [{"name": "a", "rows": 4, "dim": 4, "stochastic_rounding": True}]})
 

@@ -268,4 +268,26 @@ Status check_row_range(int table, std::int64_t row0, std::int64_t n, const Store
   return Status::ok();
 }
 
+Status check_holdable(const char* op, const TableSpec& spec, std::int64_t first_row, std::int64_t n, std::int32_t cols,
+                      const float* weights, std::int32_t state_cols, const float* state) {
+  for (const bool of_state : {false, true}) {
+    const DType dtype = of_state ? spec.state_dtype : spec.dtype;
+    const float* p = of_state ? state : weights;
+    const std::int64_t width = of_state ? state_cols : cols;
+    if (dtype == DType::kF32 || p == nullptr) continue;
+    const std::uint16_t exponent = dtype == DType::kBF16 ? 0x7f80u : 0x7c00u;
+    for (std::int64_t i = 0; i < n * width; ++i) {
+      if (!std::isfinite(p[i]) || (narrow(dtype, p[i], false, 0) & exponent) != exponent) continue;
+      std::ostringstream m;
+      m.precision(9);
+      m << "table '" << spec.name << "': " << op << (of_state ? " state" : " weight") << " of row "
+        << first_row + i / width << ", column " << i % width << " is " << p[i] << ", which " << to_string(dtype)
+        << " cannot hold (expected a magnitude below " << (dtype == DType::kBF16 ? "3.3961e38" : "65520")
+        << ": it would round to an infinity)";
+      return Status::invalid_argument(m.str());
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace strata::detail

@@ -136,5 +136,11 @@ Status backward_before_forward(std::int64_t batch_id);
 Status busy(const char* operation, std::int64_t in_flight);
 Status check_table(int table, const StoreConfig& config);
 Status check_row_range(int table, std::int64_t row0, std::int64_t n, const StoreConfig& config);
+/// Refuses (naming `op`, the table, the row, the column and the value) a finite weight or state value of `n` rows being
+/// written into table `spec` that its dtype or state_dtype cannot hold: it would round to an infinity there (fp16 from
+/// 65520 in magnitude, bf16 from about 3.3961e38). fp32 takes anything; NaN and +-Inf are stored as they are.
+/// `first_row`: the row of weights[0]; `cols`, `state_cols`: floats per row of each (state may be null).
+Status check_holdable(const char* op, const TableSpec& spec, std::int64_t first_row, std::int64_t n, std::int32_t cols,
+                      const float* weights, std::int32_t state_cols, const float* state);
 
 }  // namespace strata::detail

@@ -28,6 +28,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/half.hpp"
 #include "store/detail/batch_checks.hpp"
 #include "store/detail/config_agreement.hpp"
 #include "store/io/detail/checkpoint_format.hpp"
@@ -104,9 +105,11 @@ Status Store::save(const std::string& dir) {
 
 Status Store::load(const std::string& dir) { return load_checkpoint(dir, nullptr); }
 
-Status Store::load_checkpoint(const std::string& dir, const std::string* manifest) {
+Status Store::load_converting_dtypes(const std::string& dir) { return load_checkpoint(dir, nullptr, true); }
+
+Status Store::load_checkpoint(const std::string& dir, const std::string* manifest, bool convert_dtypes) {
   // One loader for every checkpoint (format 1 or 2) and every store (a world: collective; see world_checkpoint.hpp).
-  STRATA_ASSIGN_OR_RETURN(detail::Loaded got, detail::load_pieces(*this, world(), dir, manifest));
+  STRATA_ASSIGN_OR_RETURN(detail::Loaded got, detail::load_pieces(*this, world(), dir, manifest, convert_dtypes));
   step_ = got.step;
   for (std::size_t ti = 0; ti < config_.tables.size(); ++ti) {
     // Not recorded: keep the store's. Else checked when the manifest was parsed (0 is a rate). The same manifest's on
@@ -165,7 +168,14 @@ Status Store::export_npy(const std::string& table, const std::string& path) {
   const TableSpec& spec = config_.tables[static_cast<std::size_t>(ti)].spec;
   std::vector<float> rows(static_cast<std::size_t>(spec.rows * spec.dim));
   STRATA_RETURN_IF_ERROR(read_rows(ti, 0, spec.rows, rows.data(), nullptr));
-  Status s = write_npy(path, rows.data(), spec.rows, spec.dim);
+  Status s;
+  if (spec.dtype == DType::kF16) {  // float16, NumPy's own; bf16 (NumPy has none) widened to float32
+    std::vector<std::uint16_t> bits(rows.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) bits[i] = narrow_f16_rne(rows[i]);  // exact: fp16 values
+    s = write_npy_f16(path, bits.data(), spec.rows, spec.dim);
+  } else {
+    s = write_npy(path, rows.data(), spec.rows, spec.dim);
+  }
   return s.is_ok() ? s : s.with_context("table '" + table + "'");
 }
 
@@ -173,7 +183,7 @@ Status Store::import_npy(const std::string& table, const std::string& path) {
   STRATA_ASSIGN_OR_RETURN(int ti, table_index(table));
   if (in_flight() > 0) return detail::busy("import_npy", in_flight());
   const TableSpec& spec = config_.tables[static_cast<std::size_t>(ti)].spec;
-  auto rows = read_npy_f32_matrix(path, spec.rows, spec.dim);
+  auto rows = read_npy_matrix(path, spec.rows, spec.dim);  // float32 or float16, rounded as write_rows rounds
   if (!rows) return rows.status().with_context("table '" + table + "'");
   return write_rows(ti, 0, spec.rows, rows.value().data(), nullptr);
 }

@@ -7,6 +7,7 @@
 #include <new>
 #include <string_view>
 
+#include "core/half.hpp"
 #include "store/io/file_io.hpp"
 
 namespace strata {
@@ -25,6 +26,7 @@ constexpr std::size_t kHeaderAlign = 64;
 // No writer produces headers this large; a bigger length field means a corrupt file.
 constexpr std::size_t kMaxHeaderLen = std::size_t{16} << 20;
 constexpr const char* kF32Descr = "<f4";
+constexpr const char* kF16Descr = "<f2";
 
 std::string format_shape(const std::vector<std::int64_t>& shape) {
   std::string s = "(";
@@ -250,13 +252,17 @@ Result<std::int64_t> element_count(const std::vector<std::int64_t>& shape) {
 
 }  // namespace
 
-Status write_npy(const std::string& path, const float* data, std::int64_t rows, std::int64_t cols) {
+namespace {
+
+// write_npy of elements of `descr`, `element` bytes each.
+Status write_npy_of(const std::string& path, const void* data, std::int64_t rows, std::int64_t cols, const char* descr,
+                    std::int64_t element) {
   if (rows < 0 || cols < 0) {
     return Status::invalid_argument(path + ": cannot write an npy matrix of shape (" + std::to_string(rows) + ", " +
                                     std::to_string(cols) + "): dimensions must be >= 0");
   }
   std::int64_t bytes = 0;
-  if (__builtin_mul_overflow(rows, cols, &bytes) || __builtin_mul_overflow(bytes, std::int64_t{4}, &bytes)) {
+  if (__builtin_mul_overflow(rows, cols, &bytes) || __builtin_mul_overflow(bytes, element, &bytes)) {
     return Status::invalid_argument(path + ": npy matrix (" + std::to_string(rows) + ", " + std::to_string(cols) +
                                     ") is too large");
   }
@@ -264,7 +270,7 @@ Status write_npy(const std::string& path, const float* data, std::int64_t rows, 
     return Status::invalid_argument(path + ": null data for a non-empty npy matrix");
   }
 
-  std::string header = "{'descr': '" + std::string(kF32Descr) + "', 'fortran_order': False, 'shape': (" +
+  std::string header = "{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': (" +
                        std::to_string(rows) + ", " + std::to_string(cols) + "), }";
   // Pad with spaces so that prefix + dict + '\n' is a multiple of 64, as numpy does (aligned data).
   const std::size_t unpadded = kV1Prefix + header.size() + 1;
@@ -283,6 +289,16 @@ Status write_npy(const std::string& path, const float* data, std::int64_t rows, 
   return writer.commit();
 }
 
+}  // namespace
+
+Status write_npy(const std::string& path, const float* data, std::int64_t rows, std::int64_t cols) {
+  return write_npy_of(path, data, rows, cols, kF32Descr, 4);
+}
+
+Status write_npy_f16(const std::string& path, const std::uint16_t* bits, std::int64_t rows, std::int64_t cols) {
+  return write_npy_of(path, bits, rows, cols, kF16Descr, 2);
+}
+
 Result<NpyHeader> parse_npy_header(const std::string& bytes) {
   STRATA_ASSIGN_OR_RETURN(const std::size_t total, npy_header_size(bytes));
   if (bytes.size() < total) {
@@ -295,8 +311,8 @@ Result<NpyHeader> parse_npy_header(const std::string& bytes) {
   return h;
 }
 
-Result<std::vector<float>> read_npy_f32_matrix(const std::string& path, std::int64_t expected_rows,
-                                               std::int64_t expected_cols) {
+Result<std::vector<float>> read_npy_matrix(const std::string& path, std::int64_t expected_rows,
+                                           std::int64_t expected_cols) {
   if (expected_rows < 0 || expected_cols < 0) {
     return Status::invalid_argument(path + ": expected shape (" + std::to_string(expected_rows) + ", " +
                                     std::to_string(expected_cols) + ") has a negative dimension");
@@ -317,10 +333,12 @@ Result<std::vector<float>> read_npy_f32_matrix(const std::string& path, std::int
   if (!parsed.is_ok()) return parsed.status().with_context(path);
   const NpyHeader& h = *parsed;
 
-  if (h.descr != kF32Descr) {
+  const bool half = h.descr == kF16Descr;
+  if (h.descr != kF32Descr && !half) {
     return Status::invalid_argument(path + ": dtype '" + h.descr + "' is not supported (expected '" + kF32Descr +
-                                    "', little-endian float32)");
+                                    "', little-endian float32, or '" + kF16Descr + "', little-endian float16)");
   }
+  const std::uint64_t element = half ? 2 : 4;
   if (h.fortran_order) {
     return Status::invalid_argument(path + ": fortran_order is True (expected False: C order, row-major)");
   }
@@ -331,14 +349,14 @@ Result<std::vector<float>> read_npy_f32_matrix(const std::string& path, std::int
   }
   STRATA_ASSIGN_OR_RETURN(const std::int64_t count, element_count(h.shape));
   std::uint64_t want = 0;
-  if (__builtin_mul_overflow(static_cast<std::uint64_t>(count), std::uint64_t{4}, &want)) {
+  if (__builtin_mul_overflow(static_cast<std::uint64_t>(count), element, &want)) {
     return Status::data_loss(path + ": shape " + format_shape(h.shape) + " is too large");
   }
   const std::uint64_t found = file.size() - h.data_offset;
   if (found != want) {
     return Status::data_loss(path + ": " + (found < want ? "truncated" : "trailing bytes") + ": " +
                              std::to_string(found) + " data bytes found, expected " + std::to_string(want) +
-                             " for shape " + format_shape(h.shape) + " '" + kF32Descr + "' after a " +
+                             " for shape " + format_shape(h.shape) + " '" + h.descr + "' after a " +
                              std::to_string(h.data_offset) + "-byte header");
   }
 
@@ -346,10 +364,24 @@ Result<std::vector<float>> read_npy_f32_matrix(const std::string& path, std::int
   try {
     out.resize(static_cast<std::size_t>(count));
   } catch (const std::bad_alloc&) {
-    return Status::resource_exhausted(path + ": cannot allocate " + std::to_string(want) + " bytes for shape " +
+    return Status::resource_exhausted(path + ": cannot allocate " +
+                                      std::to_string(4 * static_cast<std::uint64_t>(count)) + " bytes for shape " +
                                       format_shape(h.shape));
   }
-  STRATA_RETURN_IF_ERROR(file.read_at(h.data_offset, out.data(), static_cast<std::size_t>(want)));
+  if (!half) {
+    STRATA_RETURN_IF_ERROR(file.read_at(h.data_offset, out.data(), static_cast<std::size_t>(want)));
+    return out;
+  }
+  // fp16: read in chunks of bits, each widened (exactly) into its floats.
+  constexpr std::int64_t kChunk = std::int64_t{1} << 16;
+  std::vector<std::uint16_t> bits(static_cast<std::size_t>(std::min(count, kChunk)));
+  for (std::int64_t i0 = 0; i0 < count; i0 += kChunk) {
+    const std::int64_t n = std::min(kChunk, count - i0);
+    STRATA_RETURN_IF_ERROR(
+        file.read_at(h.data_offset + 2 * static_cast<std::uint64_t>(i0), bits.data(), static_cast<std::size_t>(2 * n)));
+    for (std::int64_t i = 0; i < n; ++i)
+      out[static_cast<std::size_t>(i0 + i)] = widen_f16(bits[static_cast<std::size_t>(i)]);
+  }
   return out;
 }
 

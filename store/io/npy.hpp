@@ -1,6 +1,6 @@
 #pragma once
-// NumPy .npy files for 2-D fp32 matrices: the format checkpoints use for table rows and optimizer
-// state, so they can be inspected (and produced) with numpy.load / numpy.save.
+// NumPy .npy files for 2-D fp32 (and fp16) matrices: how a table's rows are exported and imported
+// (Store::export_npy / import_npy), so they can be inspected (and produced) with numpy.load / numpy.save.
 
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +25,8 @@ struct NpyHeader {
 /// one). kInvalidArgument for negative dimensions; kIoError naming the path when the OS refuses.
 /// Thread-safe for distinct paths.
 Status write_npy(const std::string& path, const float* data, std::int64_t rows, std::int64_t cols);
+/// write_npy of fp16 elements (their bits, `core/half.hpp`): '<f2', numpy's float16.
+Status write_npy_f16(const std::string& path, const std::uint16_t* bits, std::int64_t rows, std::int64_t cols);
 
 /// Parses the header at the start of `bytes` (the beginning of a .npy file: at least the whole
 /// header; any data after it is ignored). Accepts versions 1.0, 2.0 and 3.0 and the dict layouts
@@ -34,14 +36,15 @@ Status write_npy(const std::string& path, const float* data, std::int64_t rows, 
 /// structured dtype. Does not check the descr or the file size. Thread-safe.
 Result<NpyHeader> parse_npy_header(const std::string& bytes);
 
-/// Reads a .npy file that must hold exactly a (expected_rows, expected_cols) '<f4' C-order matrix
-/// and returns its elements, row-major, in host memory. Errors start with the path:
-/// kNotFound when the file is missing; kInvalidArgument for another dtype ("dtype '<f8' ...
-/// (expected '<f4')"), Fortran order, or another shape ("shape (3, 4) does not match the table
-/// (expected (3, 5))"); kDataLoss for a corrupt header or a data section of the wrong size (naming
-/// the bytes found and expected); kResourceExhausted when the matrix does not fit in memory;
-/// kIoError when the OS refuses. Thread-safe.
-Result<std::vector<float>> read_npy_f32_matrix(const std::string& path, std::int64_t expected_rows,
-                                               std::int64_t expected_cols);
+/// Reads a .npy file that must hold exactly a (expected_rows, expected_cols) C-order matrix of '<f4'
+/// (float32) or '<f2' (float16, widened to fp32 exactly) and returns its elements, row-major, in host
+/// memory. Errors start with the path: kNotFound when the file is missing; kInvalidArgument for another
+/// dtype ("dtype '<f8' is not supported (expected '<f4', little-endian float32, or '<f2', little-endian
+/// float16)"), Fortran order, or another shape ("shape (3, 4) does not match the table (expected (3,
+/// 5))"); kDataLoss for a corrupt header or a data section of the wrong size (naming the bytes found and
+/// expected); kResourceExhausted when the matrix does not fit in memory; kIoError when the OS refuses.
+/// Thread-safe.
+Result<std::vector<float>> read_npy_matrix(const std::string& path, std::int64_t expected_rows,
+                                           std::int64_t expected_cols);
 
 }  // namespace strata

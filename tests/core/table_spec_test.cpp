@@ -5,7 +5,6 @@
 #include <limits>
 
 #include "core/record_layout.hpp"
-#include "tests/core/accept_half_dtypes.hpp"
 
 namespace strata {
 
@@ -57,9 +56,6 @@ TEST(TableSpec, BadFieldsNameTableAndValue) {
   s.name = "a/b";
   EXPECT_FALSE(validate(s).is_ok());
   s = good();
-  s.dtype = DType::kF16;
-  EXPECT_NE(validate(s).message().find("fp16"), std::string::npos);
-  s = good();
   s.optimizer.learning_rate = 0;  // a schedule that decays to 0 ends there (issue 37)
   EXPECT_TRUE(validate(s).is_ok());
   s.optimizer.learning_rate = -0.5f;
@@ -71,45 +67,40 @@ TEST(TableSpec, BadFieldsNameTableAndValue) {
   EXPECT_NE(validate(s).message().find("beta1"), std::string::npos);
 }
 
-// Half-size element types are refused, naming the table, the field and the value, until the engines
-// store them (issue 31): one switch, half_dtypes_accepted(), which tests of the reference turn on.
-TEST(TableSpec, HalfDTypesAreRefusedByFieldUntilAccepted) {
-  ASSERT_FALSE(half_dtypes_accepted());
+// Half-size element types are accepted by validate, in every field and for every optimizer the
+// field allows (issue 31): which of them a placement serves is the store's to refuse
+// (tests/store/config_test.cpp). A global switch made validate refuse them all while the engines were
+// built.
+TEST(TableSpec, HalfDTypesAreAccepted) {
   for (const DType d : {DType::kBF16, DType::kF16}) {
-    auto s = good();
-    s.dtype = d;
-    EXPECT_EQ(validate(s).message(), std::string("table 'user': dtype ") + to_string(d) +
-                                         " is not supported yet (expected fp32: half-size elements are being "
-                                         "built, issue 31)");
-    EXPECT_EQ(validate(s).code(), StatusCode::kInvalidArgument);
-    s = good();
-    s.output_dtype = d;
-    EXPECT_EQ(validate(s).message(), std::string("table 'user': output_dtype ") + to_string(d) +
-                                         " is not supported yet (expected fp32: half-size elements are being "
-                                         "built, issue 31)");
+    for (const OptimizerKind kind :
+         {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad, OptimizerKind::kAdam}) {
+      SCOPED_TRACE(std::string(to_string(d)) + " " + to_string(kind));
+      auto s = good();
+      s.optimizer.kind = kind;
+      s.dtype = d;
+      EXPECT_TRUE(validate(s).is_ok()) << validate(s).message();
+      s.stochastic_rounding = true;
+      EXPECT_TRUE(validate(s).is_ok()) << validate(s).message();
+      s = good();
+      s.optimizer.kind = kind;
+      s.output_dtype = d;
+      EXPECT_TRUE(validate(s).is_ok()) << validate(s).message();
+    }
   }
   auto s = good();
   s.optimizer.kind = OptimizerKind::kAdam;
   s.state_dtype = DType::kBF16;
-  EXPECT_EQ(validate(s).message(),
-            "table 'user': state_dtype bf16 is not supported yet (expected fp32: half-size elements are being built, "
-            "issue 31)");
-  {
-    AcceptHalfDTypes accept;
-    EXPECT_TRUE(validate(s).is_ok()) << validate(s).message();
-    s.dtype = DType::kF16;
-    s.output_dtype = DType::kBF16;
-    s.stochastic_rounding = true;
-    EXPECT_TRUE(validate(s).is_ok()) << validate(s).message();
-  }
-  EXPECT_FALSE(half_dtypes_accepted());
-  EXPECT_FALSE(validate(s).is_ok());
+  EXPECT_TRUE(validate(s).is_ok()) << validate(s).message();
+  s.dtype = DType::kF16;
+  s.output_dtype = DType::kBF16;
+  s.stochastic_rounding = true;
+  EXPECT_TRUE(validate(s).is_ok()) << validate(s).message();
 }
 
-// The rules that stay once half-size elements are accepted: the state_dtype an optimizer may have,
+// The rules validate keeps on element types: the state_dtype an optimizer may have,
 // stochastic rounding only where something is rounded, enum values in range.
 TEST(TableSpec, StateDTypeStochasticRoundingAndRangesAreChecked) {
-  AcceptHalfDTypes accept;
   auto s = good();
   s.optimizer.kind = OptimizerKind::kAdagrad;
   s.state_dtype = DType::kF16;
@@ -151,7 +142,6 @@ TEST(TableSpec, StateDTypeStochasticRoundingAndRangesAreChecked) {
 // The 2^48-byte bound counts the records as they are laid out (record_words): a bf16 row takes
 // half the bytes, so a bf16 table may hold twice the rows of an fp32 one.
 TEST(TableSpec, TableSizeBoundCountsRecordWords) {
-  AcceptHalfDTypes accept;
   auto s = good();
   s.dim = 64;  // sgd: fp32 records of 256 bytes, bf16 records of 128
   s.rows = (std::int64_t{1} << 48) / 128;

@@ -2,7 +2,6 @@
 
 #include "core/half.hpp"
 #include "core/record_layout.hpp"
-#include "tests/core/accept_half_dtypes.hpp"
 #include "tests/host/record_pads.hpp"
 
 #include <gtest/gtest.h>
@@ -72,7 +71,6 @@ using testing::half_bits_at;
 // state, and the words after); its records take record_words(record_shape(spec)) words,
 // and host_footprint counts what create maps.
 TEST(HalfTables, InitialRowsAreTheFp32RowsRoundedToNearestAndTheFootprintFollows) {
-  const AcceptHalfDTypes accept;
   Topology topo = Topology::fake(2);
   HostTableOptions o;
   o.block_rows_log2 = 6;

@@ -15,7 +15,6 @@
 
 #include "core/half.hpp"
 #include "host/host_table.hpp"
-#include "tests/core/accept_half_dtypes.hpp"
 #include "tests/host/record_pads.hpp"
 
 namespace strata {
@@ -529,7 +528,6 @@ class HalfKernels : public ::testing::TestWithParam<HalfCase> {};
 // offsets, so the bits must come from global rows and columns. The records' pads stay zero bits.
 TEST_P(HalfKernels, EveryKernelMatchesTheRowMathOnWidenedRowsBitForBit) {
   const HalfCase hc = GetParam();
-  const AcceptHalfDTypes accept;
   std::mt19937_64 rng(static_cast<std::uint64_t>(hc.dim * 7 + static_cast<int>(hc.dtype) * 3 + hc.sr));
   for (const OptimizerKind kind :
        {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad, OptimizerKind::kAdam}) {
@@ -663,7 +661,6 @@ TEST_P(HalfKernels, EveryKernelMatchesTheRowMathOnWidenedRowsBitForBit) {
 // the register kernels (16, 64, 144, 256) and the run-time ones (1, 17, 272); every pooling, with
 // and without weights; every optimizer (bf16 state for some, so the run-time-dim update too).
 TEST(HalfOutputs, TableBatchedKernelsRoundOutputsAndWidenGradientsBitForBit) {
-  const AcceptHalfDTypes accept;
   std::mt19937_64 rng(2311);
   const std::int32_t dims[] = {1, 16, 17, 64, 144, 256, 272};
   // Two runs per output dtype with complementary halves of the items in half outputs, so that every

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -11,9 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/half.hpp"
 #include "store/io/detail/crc32c.hpp"
 #include "store/io/file_io.hpp"
-#include "tests/core/accept_half_dtypes.hpp"
+#include "store/io/npy.hpp"
 #include "tests/store/store_test_util.hpp"
 
 namespace strata {
@@ -449,7 +451,6 @@ TEST_F(Checkpoint, CheckpointFromAnotherConfigIsRejected) {
 // is of another element type than the store's is refused, naming both, with nothing changed (it
 // loaded, rounding or widening the state without a word).
 TEST_F(Checkpoint, HalfStateRoundTripsAndAnotherStateDtypeIsRefused) {
-  AcceptHalfDTypes accept;
   StoreConfig half = config_;
   for (TableConfig& t : half.tables) t.placement = Placement::kCpu;
   const std::string name = half.tables[0].spec.name;  // adam
@@ -477,13 +478,57 @@ TEST_F(Checkpoint, HalfStateRoundTripsAndAnotherStateDtypeIsRefused) {
     const Snapshot before = snapshot(**c);
     const Status st = (*c)->load(dir_);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(
-        st.message().find("table '" + name + "': state_dtype " + (saved_half ? "bf16" : "fp32") +
-                          " in the checkpoint (expected " + (saved_half ? "fp32" : "bf16") + " from the store config)"),
-        std::string::npos)
+    EXPECT_NE(st.message().find("table '" + name + "': state_dtype " + (saved_half ? "bf16" : "fp32") +
+                                " in the checkpoint (expected " + (saved_half ? "fp32" : "bf16") +
+                                " from the store config; load_converting_dtypes converts it)"),
+              std::string::npos)
         << st.message();
     EXPECT_TRUE(same_state(before, snapshot(**c)));
     EXPECT_EQ((*c)->step(), 0);
+  }
+}
+
+// load_converting_dtypes: a checkpoint of half-size rows and state loads into fp32 tables widened
+// (exactly), and one of fp32 tables into half-size ones rounded to nearest (the values write_rows
+// stores for the same floats); the step and rates come along as with load.
+TEST_F(Checkpoint, LoadConvertingDtypesWidensOrRoundsToNearest) {
+  StoreConfig half = config_, wide = config_;
+  for (StoreConfig* c : {&half, &wide})
+    for (TableConfig& t : c->tables) t.placement = Placement::kCpu;
+  half.tables[0].spec.dtype = DType::kBF16;  // adam: bf16 state too
+  half.tables[0].spec.state_dtype = DType::kBF16;
+  half.tables[1].spec.dtype = DType::kF16;
+  for (const bool from_half : {true, false}) {
+    SCOPED_TRACE(from_half ? "half into fp32" : "fp32 into half");
+    const StoreConfig& saved_config = from_half ? half : wide;
+    const StoreConfig& load_config = from_half ? wide : half;
+    auto a = Store::open(saved_config);
+    ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+    train(**a, 1, 3);
+    fs::remove_all(dir_);
+    ASSERT_TRUE((*a)->save(dir_).is_ok());
+    // What the loaded store must hold: the saved rows written through write_rows.
+    auto want = Store::open(load_config);
+    ASSERT_TRUE(want.is_ok());
+    const Snapshot saved = snapshot(**a);
+    for (int t = 0; t < static_cast<int>(saved.weights.size()); ++t)
+      ASSERT_TRUE((*want)
+                      ->write_rows(t, 0, load_config.tables[static_cast<std::size_t>(t)].spec.rows,
+                                   saved.weights[static_cast<std::size_t>(t)].data(),
+                                   saved.state[static_cast<std::size_t>(t)].empty()
+                                       ? nullptr
+                                       : saved.state[static_cast<std::size_t>(t)].data())
+                      .is_ok());
+    auto b = Store::open(load_config);
+    ASSERT_TRUE(b.is_ok());
+    EXPECT_EQ((*b)->load(dir_).code(), StatusCode::kInvalidArgument);  // not without asking
+    const Status loaded = (*b)->load_converting_dtypes(dir_);
+    ASSERT_TRUE(loaded.is_ok()) << loaded.to_string();
+    EXPECT_TRUE(same_state(snapshot(**want), snapshot(**b)));
+    if (from_half) {
+      EXPECT_TRUE(same_state(saved, snapshot(**b)));  // widening is exact
+    }
+    EXPECT_EQ((*b)->step(), (*a)->step());
   }
 }
 
@@ -613,6 +658,74 @@ TEST_F(Checkpoint, NpyExportImport) {
   EXPECT_NE(s.message().find("table '" + config_.tables[0].spec.name + "'"), std::string::npos) << s.message();
   EXPECT_TRUE(same_state(before, snapshot(**b)));
   EXPECT_EQ((*b)->export_npy("nope", path).code(), StatusCode::kNotFound);
+}
+
+// export_npy of half-size tables: fp16 rows as '<f2' (NumPy's float16), bf16 rows widened to '<f4'
+// (NumPy has no bf16), each exactly; import_npy takes either and rounds to nearest into the table's
+// dtype: a bf16 table imports its own export bit for bit, and an fp32 file's values rounded.
+TEST_F(Checkpoint, NpyOfHalfTablesKeepsTheirValuesAndImportRoundsToNearest) {
+  StoreConfig half = config_;
+  for (TableConfig& t : half.tables) t.placement = Placement::kCpu;
+  half.tables[0].spec.dtype = DType::kF16;
+  half.tables[1].spec.dtype = DType::kBF16;
+  auto a = Store::open(half);
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  train(**a, 1, 3);
+  fs::create_directories(dir_);
+  auto b = Store::open(half);
+  ASSERT_TRUE(b.is_ok());
+  for (int t = 0; t < 2; ++t) {
+    const TableSpec& spec = half.tables[static_cast<std::size_t>(t)].spec;
+    const std::string path = dir_ / (spec.name + ".npy");
+    ASSERT_TRUE((*a)->export_npy(spec.name, path).is_ok());
+    std::ifstream in(path, std::ios::binary);
+    std::string head(128, '\0');
+    in.read(head.data(), static_cast<std::streamsize>(head.size()));
+    const auto header = parse_npy_header(head);
+    ASSERT_TRUE(header.is_ok()) << header.status().to_string();
+    EXPECT_EQ(header->descr, spec.dtype == DType::kF16 ? "<f2" : "<f4") << spec.name;
+    ASSERT_TRUE((*b)->import_npy(spec.name, path).is_ok());
+    const std::vector<float> saved = snapshot(**a).weights[static_cast<std::size_t>(t)];
+    const std::vector<float> back = snapshot(**b).weights[static_cast<std::size_t>(t)];
+    ASSERT_EQ(saved.size(), back.size());
+    EXPECT_EQ(std::memcmp(saved.data(), back.data(), 4 * saved.size()), 0) << spec.name;
+  }
+  // fp32 values that bf16 does not hold: rounded to nearest even, the state left as it was.
+  const TableSpec& spec = half.tables[1].spec;
+  std::vector<float> w(static_cast<std::size_t>(spec.rows * spec.dim));
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = 1.0f + static_cast<float>(i % 97) * 0.0001f;
+  const std::string path = dir_ / "wide.npy";
+  ASSERT_TRUE(write_npy(path, w.data(), spec.rows, spec.dim).is_ok());
+  const Snapshot before = snapshot(**b);
+  ASSERT_TRUE((*b)->import_npy(spec.name, path).is_ok());
+  const Snapshot after = snapshot(**b);
+  for (std::size_t i = 0; i < w.size(); ++i)
+    ASSERT_EQ(float_bits(after.weights[1][i]), float_bits(widen_bf16(narrow_bf16_rne(w[i])))) << "element " << i;
+  ASSERT_EQ(after.state[1].size(), before.state[1].size());
+  EXPECT_EQ(std::memcmp(after.state[1].data(), before.state[1].data(), 4 * before.state[1].size()), 0);
+  // A value the table's dtype cannot hold (it would round to an infinity) is refused, naming it, in
+  // import_npy and write_rows of the store and of the reference: nothing changes.
+  const TableSpec& f16 = half.tables[0].spec;
+  std::vector<float> big(static_cast<std::size_t>(f16.rows * f16.dim), 1.0f);
+  big[static_cast<std::size_t>(f16.dim) + 2] = 65520.0f;  // fp16's largest is 65504; from 65520 it rounds to inf
+  ASSERT_TRUE(write_npy(path, big.data(), f16.rows, f16.dim).is_ok());
+  auto ref = open_reference_store(half);
+  ASSERT_TRUE(ref.is_ok());
+  for (Store* s : {b->get(), ref->get()}) {
+    const Snapshot held = snapshot(*s);
+    for (const bool npy : {true, false}) {
+      const Status st = npy ? s->import_npy(f16.name, path) : s->write_rows(0, 0, f16.rows, big.data(), nullptr);
+      EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(st.message().find("table '" + f16.name +
+                                  "': write_rows weight of row 1, column 2 is 65520, which fp16 "
+                                  "cannot hold (expected a magnitude below 65520"),
+                std::string::npos)
+          << st.message();
+      EXPECT_TRUE(same_state(held, snapshot(*s)));
+    }
+  }
+  big[static_cast<std::size_t>(f16.dim) + 2] = 65519.0f;  // rounds to 65504
+  EXPECT_TRUE((*b)->write_rows(0, 0, f16.rows, big.data(), nullptr).is_ok());
 }
 
 }  // namespace

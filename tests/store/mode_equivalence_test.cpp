@@ -13,11 +13,9 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <optional>
 
 #include "gpu/device.hpp"
 #include "host/dedup.hpp"
-#include "tests/core/accept_half_dtypes.hpp"
 #include "tests/gpu/cuda_gate.hpp"
 #include "tests/store/device_views.hpp"
 #include "tests/store/half_tables.hpp"
@@ -47,8 +45,6 @@ std::string temp_dir(const std::string& name) {
 TEST_P(ModeEquivalence, OutputsAndFinalStateEqualTheReference) {
   const ModeCase mc = GetParam();
   if (mc.cuda) STRATA_SKIP_WITHOUT_CUDA_GPU();
-  std::optional<AcceptHalfDTypes> accept;  // validate refuses half dtypes unless asked (issue 31)
-  if (mc.half) accept.emplace();
   std::mt19937_64 rng(static_cast<std::uint64_t>(mc.seed) * 7919 + 13);
   StoreConfig config = random_config(rng, 1 + static_cast<int>(rng() % 4));
   // Bypass cases draw from a generator of their own too: tables of hundreds of rows, batches of

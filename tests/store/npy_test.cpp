@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/half.hpp"
 #include "store/io/file_io.hpp"
 
 namespace strata {
@@ -80,7 +81,7 @@ TEST_P(NpyRoundTrip, WriteThenRead) {
   const auto m = matrix(rows, cols);
   const std::string p = path("m.npy");
   ASSERT_TRUE(write_npy(p, m.data(), rows, cols).is_ok());
-  auto back = read_npy_f32_matrix(p, rows, cols);
+  auto back = read_npy_matrix(p, rows, cols);
   ASSERT_TRUE(back.is_ok()) << back.status().to_string();
   EXPECT_EQ(*back, m);
 
@@ -117,7 +118,7 @@ TEST_F(NpyTest, SpecialFloatsRoundTripBitExactly) {
                                 std::numeric_limits<float>::quiet_NaN(),
                                 std::numeric_limits<float>::denorm_min()};
   ASSERT_TRUE(write_npy(path("s.npy"), m.data(), 2, 3).is_ok());
-  auto back = read_npy_f32_matrix(path("s.npy"), 2, 3);
+  auto back = read_npy_matrix(path("s.npy"), 2, 3);
   ASSERT_TRUE(back.is_ok());
   EXPECT_EQ(std::memcmp(back->data(), m.data(), m.size() * 4), 0);
 }
@@ -143,7 +144,7 @@ TEST_F(NpyTest, InjectedFaultKeepsThePreviousFile) {
   detail::set_fault_after_bytes(-1);
   EXPECT_EQ(s.code(), StatusCode::kIoError);
   EXPECT_NE(s.message().find("injected fault"), std::string::npos);
-  auto back = read_npy_f32_matrix(path("t.npy"), 64, 32);
+  auto back = read_npy_matrix(path("t.npy"), 64, 32);
   ASSERT_TRUE(back.is_ok()) << back.status().to_string();
   EXPECT_EQ(*back, v1);
   EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
@@ -239,22 +240,24 @@ TEST_F(NpyTest, RejectsMalformedHeaders) {
   }
 }
 
-// ---- read_npy_f32_matrix errors ----
+// ---- read_npy_matrix errors ----
 
 TEST_F(NpyTest, WrongDtypeIsRejectedNamingBoth) {
   std::vector<double> d(12, 1.0);
   write_raw("d.npy", npy_bytes("{'descr': '<f8', 'fortran_order': False, 'shape': (3, 4), }", 1,
                                std::string(reinterpret_cast<const char*>(d.data()), d.size() * 8)));
-  auto r = read_npy_f32_matrix(path("d.npy"), 3, 4);
+  auto r = read_npy_matrix(path("d.npy"), 3, 4);
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(r.status().message(),
-            path("d.npy") + ": dtype '<f8' is not supported (expected '<f4', little-endian float32)");
+            path("d.npy") +
+                ": dtype '<f8' is not supported (expected '<f4', little-endian float32, or '<f2', "
+                "little-endian float16)");
 }
 
 TEST_F(NpyTest, BigEndianFloatIsRejected) {
   write_raw("b.npy", npy_bytes("{'descr': '>f4', 'fortran_order': False, 'shape': (1, 1), }", 1, "abcd"));
-  auto r = read_npy_f32_matrix(path("b.npy"), 1, 1);
+  auto r = read_npy_matrix(path("b.npy"), 1, 1);
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("'>f4'"), std::string::npos) << r.status().to_string();
 }
@@ -262,7 +265,7 @@ TEST_F(NpyTest, BigEndianFloatIsRejected) {
 TEST_F(NpyTest, FortranOrderIsRejected) {
   write_raw("f.npy",
             npy_bytes("{'descr': '<f4', 'fortran_order': True, 'shape': (3, 4), }", 1, float_bytes(matrix(3, 4))));
-  auto r = read_npy_f32_matrix(path("f.npy"), 3, 4);
+  auto r = read_npy_matrix(path("f.npy"), 3, 4);
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(r.status().message().rfind(path("f.npy") + ": fortran_order is True", 0), 0u) << r.status().to_string();
@@ -271,13 +274,13 @@ TEST_F(NpyTest, FortranOrderIsRejected) {
 TEST_F(NpyTest, WrongShapeNamesBothShapes) {
   const auto m = matrix(3, 4);
   ASSERT_TRUE(write_npy(path("x.npy"), m.data(), 3, 4).is_ok());
-  auto r = read_npy_f32_matrix(path("x.npy"), 3, 5);
+  auto r = read_npy_matrix(path("x.npy"), 3, 5);
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(r.status().message(), path("x.npy") + ": shape (3, 4) does not match the table (expected (3, 5))");
 
   write_raw("v.npy", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (12,), }", 1, float_bytes(m)));
-  auto v = read_npy_f32_matrix(path("v.npy"), 3, 4);
+  auto v = read_npy_matrix(path("v.npy"), 3, 4);
   ASSERT_FALSE(v.is_ok());
   EXPECT_EQ(v.status().message(), path("v.npy") + ": shape (12,) does not match the table (expected (3, 4))");
 }
@@ -287,14 +290,14 @@ TEST_F(NpyTest, TruncatedDataNamesByteCounts) {
   ASSERT_TRUE(write_npy(path("x.npy"), m.data(), 3, 4).is_ok());
   const std::string full = contents_of(path("x.npy"));
   write_raw("t.npy", full.substr(0, full.size() - 8));
-  auto r = read_npy_f32_matrix(path("t.npy"), 3, 4);
+  auto r = read_npy_matrix(path("t.npy"), 3, 4);
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
   EXPECT_EQ(r.status().message().rfind(path("t.npy") + ": truncated: 40 data bytes found, expected 48", 0), 0u)
       << r.status().to_string();
 
   write_raw("long.npy", full + "xyz");
-  auto l = read_npy_f32_matrix(path("long.npy"), 3, 4);
+  auto l = read_npy_matrix(path("long.npy"), 3, 4);
   ASSERT_FALSE(l.is_ok());
   EXPECT_EQ(l.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(l.status().message().find("51 data bytes found, expected 48"), std::string::npos) << l.status().to_string();
@@ -306,7 +309,7 @@ TEST_F(NpyTest, TruncatedHeaderAndGarbageMagic) {
   const std::string full = contents_of(path("x.npy"));
   for (std::size_t n : {0, 5, 9, 10, 60, 127}) {
     write_raw("h.npy", full.substr(0, n));
-    auto r = read_npy_f32_matrix(path("h.npy"), 3, 4);
+    auto r = read_npy_matrix(path("h.npy"), 3, 4);
     ASSERT_FALSE(r.is_ok()) << n;
     EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status().to_string();
     EXPECT_EQ(r.status().message().rfind(path("h.npy") + ": ", 0), 0u) << r.status().to_string();
@@ -314,25 +317,25 @@ TEST_F(NpyTest, TruncatedHeaderAndGarbageMagic) {
   std::string garbage = full;
   garbage[0] = 'X';
   write_raw("g.npy", garbage);
-  auto g = read_npy_f32_matrix(path("g.npy"), 3, 4);
+  auto g = read_npy_matrix(path("g.npy"), 3, 4);
   ASSERT_FALSE(g.is_ok());
   EXPECT_EQ(g.status().code(), StatusCode::kDataLoss);
   EXPECT_EQ(g.status().message(), path("g.npy") + ": not an npy file: starts with 'XNUMPY' (expected '\\x93NUMPY')");
 }
 
 TEST_F(NpyTest, MissingFileIsNotFound) {
-  auto r = read_npy_f32_matrix(path("missing.npy"), 1, 1);
+  auto r = read_npy_matrix(path("missing.npy"), 1, 1);
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
   EXPECT_EQ(r.status().message().rfind(path("missing.npy"), 0), 0u);
-  EXPECT_EQ(read_npy_f32_matrix(path("missing.npy"), -1, 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(read_npy_matrix(path("missing.npy"), -1, 1).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(NpyTest, ReadsVersion2And3Files) {
   const auto m = matrix(4, 6);
   for (int major : {2, 3}) {
     write_raw("v.npy", npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 6), }", major, float_bytes(m)));
-    auto r = read_npy_f32_matrix(path("v.npy"), 4, 6);
+    auto r = read_npy_matrix(path("v.npy"), 4, 6);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     EXPECT_EQ(*r, m);
   }
@@ -357,7 +360,7 @@ TEST_F(NpyTest, ReadsWhatNumpyWrites) {
                        ".reshape(35, 17); np.save('" +
                        p + "', a)"),
             0);
-  auto r = read_npy_f32_matrix(p, 35, 17);
+  auto r = read_npy_matrix(p, 35, 17);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_EQ(*r, matrix(35, 17));
 }
@@ -371,7 +374,7 @@ TEST_F(NpyTest, ReadsNumpyVersion2And3Files) {
                                      ".reshape(6, 5); f = open('") +
                          p + "', 'wb'); np.lib.format.write_array(f, a, version=" + version + "); f.close()"),
               0);
-    auto r = read_npy_f32_matrix(p, 6, 5);
+    auto r = read_npy_matrix(p, 6, 5);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     EXPECT_EQ(*r, matrix(6, 5));
   }
@@ -392,6 +395,29 @@ TEST_F(NpyTest, NumpyReadsWhatWeWrite) {
             0);
 }
 
+// float16 both ways: numpy reads our '<f2' as its float16 values and we read numpy's, widened
+// exactly (matrix() values are multiples of 0.25 that float16 holds); more elements than one chunk
+// of the reader's conversion.
+TEST_F(NpyTest, Float16FilesRoundTripWithNumpy) {
+  if (!have_numpy()) GTEST_SKIP() << "python3 with numpy is not available";
+  const std::int64_t rows = 70000, cols = 3;  // 210,000 elements
+  std::vector<std::uint16_t> bits(static_cast<std::size_t>(rows * cols));
+  for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = narrow_f16_rne(static_cast<float>(i % 1000) * 0.25f - 3.0f);
+  const std::string ours = path("ours16.npy"), theirs = path("np16.npy");
+  ASSERT_TRUE(write_npy_f16(ours, bits.data(), rows, cols).is_ok());
+  ASSERT_EQ(run_python("import numpy as np, sys; a = np.load('" + ours +
+                       "'); e = ((np.arange(70000 * 3) % 1000) * 0.25 - 3.0).astype(np.float16).reshape(70000, 3); "
+                       "np.save('" +
+                       theirs +
+                       "', e); sys.exit(0 if a.dtype == np.float16 and np.array_equal(a, e) "
+                       "else 1)"),
+            0);
+  auto r = read_npy_matrix(theirs, rows, cols);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  for (std::size_t i = 0; i < bits.size(); ++i)
+    ASSERT_EQ((*r)[i], static_cast<float>(i % 1000) * 0.25f - 3.0f) << "element " << i;
+}
+
 TEST_F(NpyTest, NumpyFilesWithWrongLayoutAreRejected) {
   if (!have_numpy()) GTEST_SKIP() << "python3 with numpy is not available";
   const std::string f8 = path("f8.npy"), fo = path("fortran.npy"), v1 = path("vec.npy");
@@ -399,13 +425,13 @@ TEST_F(NpyTest, NumpyFilesWithWrongLayoutAreRejected) {
       run_python("import numpy as np; a = np.ones((3, 4)); np.save('" + f8 + "', a); np.save('" + fo +
                  "', np.asfortranarray(a.astype(np.float32))); np.save('" + v1 + "', np.ones(12, dtype=np.float32))"),
       0);
-  auto a = read_npy_f32_matrix(f8, 3, 4);
+  auto a = read_npy_matrix(f8, 3, 4);
   EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(a.status().message().find("'<f8'"), std::string::npos) << a.status().to_string();
-  auto b = read_npy_f32_matrix(fo, 3, 4);
+  auto b = read_npy_matrix(fo, 3, 4);
   EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(b.status().message().find("fortran_order"), std::string::npos) << b.status().to_string();
-  auto c = read_npy_f32_matrix(v1, 3, 4);
+  auto c = read_npy_matrix(v1, 3, 4);
   EXPECT_EQ(c.status().message(), v1 + ": shape (12,) does not match the table (expected (3, 4))");
 }
 

@@ -1,8 +1,7 @@
 // The reference store with half-size elements (issue 31): bf16 and fp16 rows, bf16 optimizer state,
 // stochastic rounding and half-size outputs, and every placement against it: `cpu` and `offload`
 // with the CPU gather (the host kernels), `gpu`, `cached`, `hybrid` and `offload` with the device
-// gather (the shared device kernels, on the emu device). validate still refuses half dtypes, so these
-// tests turn half_dtypes_accepted() on around themselves.
+// gather (the shared device kernels, on the emu device).
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -19,7 +18,6 @@
 #include "core/half.hpp"
 #include "gpu/device.hpp"
 #include "store/store.hpp"
-#include "tests/core/accept_half_dtypes.hpp"
 #include "tests/store/half_tables.hpp"
 #include "tests/store/store_test_util.hpp"
 
@@ -84,7 +82,6 @@ Snapshot train(const StoreConfig& c, std::uint64_t seed, int steps) {
 // A half-size table starts as the fp32 table rounded to nearest, optimizer state included (an
 // initial_accumulator of 0.1 is no bf16).
 TEST(ReferenceHalf, InitialRowsAreTheFp32RowsRoundedToNearest) {
-  AcceptHalfDTypes accept;
   std::mt19937_64 rng(131);
   const StoreConfig fp32 = testing::random_config(rng, 6);
   auto base = open_reference(fp32);
@@ -111,7 +108,6 @@ TEST(ReferenceHalf, InitialRowsAreTheFp32RowsRoundedToNearest) {
 // function of the config and the batches, so a second run gives the same bits, and stochastic
 // rounding gives other rows than rounding to nearest.
 TEST(ReferenceHalf, UpdatedRowsStayRepresentableAndRepeatBitForBit) {
-  AcceptHalfDTypes accept;
   std::mt19937_64 rng(7);
   const StoreConfig fp32 = testing::random_config(rng, 5);
   for (const DType dtype : {DType::kBF16, DType::kF16}) {
@@ -125,7 +121,6 @@ TEST(ReferenceHalf, UpdatedRowsStayRepresentableAndRepeatBitForBit) {
 // Updates smaller than half a bf16 step: rounding to nearest puts every weight back where it was
 // (a bias of the whole update), stochastic rounding moves it by the update on average.
 TEST(ReferenceHalf, StochasticRoundingIsUnbiasedWhereRoundingToNearestStalls) {
-  AcceptHalfDTypes accept;
   StoreConfig c;
   TableConfig t;
   t.spec.name = "slow";
@@ -231,7 +226,6 @@ void fill_gradients(std::mt19937_64& rng, const StoreConfig& c, const KeyBatch& 
 // and stochastic) gives the reference's bits: the outputs of every step, the rows and state at the
 // end (the host kernels widen, compute in fp32 and round as the reference does).
 TEST(ReferenceHalf, CpuStoreMatchesTheReferenceBitForBit) {
-  AcceptHalfDTypes accept;
   std::mt19937_64 rng(57);
   StoreConfig fp32 = testing::random_config(rng, 6);
   for (TableConfig& t : fp32.tables) t.placement = Placement::kCpu;
@@ -242,7 +236,6 @@ TEST(ReferenceHalf, CpuStoreMatchesTheReferenceBitForBit) {
 
 // Those tables in a `cpu` store give the reference's bits.
 TEST(ReferenceHalf, CpuStoreOfFp32AndHalfTablesInOneBatchMatchesTheReference) {
-  AcceptHalfDTypes accept;
   EXPECT_TRUE(store_matches_reference(mixed_dtypes_config(Placement::kCpu), 9, 6));
 }
 
@@ -251,7 +244,6 @@ TEST(ReferenceHalf, CpuStoreOfFp32AndHalfTablesInOneBatchMatchesTheReference) {
 // tables of other dims) give the reference's bits. Its outputs and gradients stay fp32 (pinned
 // staging, then H2D into device views).
 TEST(ReferenceHalf, OffloadWithTheCpuGatherMatchesTheReferenceBitForBit) {
-  AcceptHalfDTypes accept;
   std::mt19937_64 rng(57);
   StoreConfig fp32 = testing::random_config(rng, 6);
   fp32.device.backend = BackendChoice::kEmu;
@@ -273,7 +265,6 @@ TEST(ReferenceHalf, OffloadWithTheCpuGatherMatchesTheReferenceBitForBit) {
 // the reference's bits (outputs rounded to nearest from the fp32 sums once per bag, gradients
 // widened where read).
 TEST(ReferenceHalf, CpuStoreOfHalfOutputsMatchesTheReferenceBitForBit) {
-  AcceptHalfDTypes accept;
   std::mt19937_64 rng(113);
   StoreConfig c = testing::random_config(rng, 27);
   const std::int32_t dims[] = {16, 7,  64, 48, 128, 31,  3, 1,   32, 144, 256, 130, 272, 33,
@@ -300,7 +291,6 @@ TEST(ReferenceHalf, CpuStoreOfHalfOutputsMatchesTheReferenceBitForBit) {
 // A `cpu` store of half-size outputs refuses output and gradient views of another dtype, naming the
 // table and both dtypes, and a half-size gradient holding -Inf, and changes nothing.
 TEST(ReferenceHalf, CpuStoreRefusesViewsOfAnotherDtype) {
-  AcceptHalfDTypes accept;
   std::mt19937_64 rng(37);
   StoreConfig c = testing::random_config(rng, 2);
   for (TableConfig& t : c.tables) {
@@ -351,7 +341,6 @@ TEST(ReferenceHalf, CpuStoreRefusesViewsOfAnotherDtype) {
 // whether the update is the fused one (dims of multiples of 16) or the widened one, rounding to
 // nearest or stochastically; the state still advances, as the reference's does.
 TEST(ReferenceHalf, CpuLearningRateZeroKeepsHalfRowsBitForBit) {
-  AcceptHalfDTypes accept;
   std::mt19937_64 rng(83);
   StoreConfig fp32 = testing::random_config(rng, 8);
   const std::int32_t dims[] = {16, 7, 64, 3, 128, 32, 48, 1};
@@ -400,7 +389,6 @@ TEST(ReferenceHalf, CpuLearningRateZeroKeepsHalfRowsBitForBit) {
 // write_rows into a `cpu` store's half-size tables rounds each value to nearest even (weights and
 // a bf16 state), as the reference's does, and read_rows gives the stored values widened.
 TEST(ReferenceHalf, CpuWriteRowsRoundsToNearestAndReadRowsWidens) {
-  AcceptHalfDTypes accept;
   std::mt19937_64 rng(91);
   StoreConfig fp32 = testing::random_config(rng, 6);
   for (TableConfig& t : fp32.tables) t.placement = Placement::kCpu;
@@ -440,7 +428,6 @@ TEST(ReferenceHalf, CpuWriteRowsRoundsToNearestAndReadRowsWidens) {
 // opening a store with a half-size output_dtype in another placement is refused, naming the table,
 // the value and what is expected. Half-size rows are stored by every placement.
 TEST(ReferenceHalf, StoresRefuseWhatTheirPlacementsDoNotServe) {
-  AcceptHalfDTypes accept;
   StoreConfig c;
   c.device.backend = BackendChoice::kEmu;
   c.tables.resize(1);
@@ -497,7 +484,6 @@ StoreConfig on_device(StoreConfig c, Placement placement) {
 // and stochastic, bf16 state where the optimizer allows it), and fp32 and half tables of several
 // dims in one table-batched call.
 TEST(ReferenceHalf, DevicePlacementsMatchTheReferenceBitForBit) {
-  AcceptHalfDTypes accept;
   for (const Placement p : {Placement::kGpu, Placement::kCached, Placement::kHybrid, Placement::kOffload}) {
     std::mt19937_64 rng(57);
     const StoreConfig fp32 = on_device(testing::random_config(rng, 6), p);
@@ -513,7 +499,6 @@ TEST(ReferenceHalf, DevicePlacementsMatchTheReferenceBitForBit) {
 // segments by warps of their own (hot-row partials, fp32) before the half rows are updated; the
 // same bits as the reference.
 TEST(ReferenceHalf, HotHalfRowsOnTheDeviceMatchTheReference) {
-  AcceptHalfDTypes accept;
   for (const Placement p : {Placement::kGpu, Placement::kCached}) {
     StoreConfig c = on_device(mixed_dtypes_config(p), p);
     for (TableConfig& t : c.tables) t.spec.rows = 2;  // 300 bags: some 375 uses of each row
@@ -524,7 +509,6 @@ TEST(ReferenceHalf, HotHalfRowsOnTheDeviceMatchTheReference) {
 // A checkpoint of half-size tables in `gpu` and `cached` (fp32 and half tables, small caches whose
 // dirty rows the save writes back): save, train on, load: the rows and state saved, bit for bit.
 TEST(ReferenceHalf, CheckpointsOfHalfTablesOnTheDeviceRoundTrip) {
-  AcceptHalfDTypes accept;
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("strata_half_ckpt_" + std::to_string(::getpid()));
   for (const Placement p : {Placement::kGpu, Placement::kCached}) {
@@ -559,7 +543,6 @@ TEST(ReferenceHalf, CheckpointsOfHalfTablesOnTheDeviceRoundTrip) {
 // Half-size outputs are the fp32 outputs rounded to nearest; half-size gradients are widened, so a
 // store fed them trains as an fp32-output store fed their widened values.
 TEST(ReferenceHalf, HalfOutputsAreRoundedOutputsAndHalfGradientsAreWidened) {
-  AcceptHalfDTypes accept;
   std::mt19937_64 rng(23);
   StoreConfig wide = testing::random_config(rng, 4);
   for (const DType out : {DType::kBF16, DType::kF16}) {
@@ -604,7 +587,6 @@ TEST(ReferenceHalf, HalfOutputsAreRoundedOutputsAndHalfGradientsAreWidened) {
 // would be bounced and checked as fp32 (twice their bytes: a write past the view, a half NaN unseen),
 // so they are refused naming the table, and a forward with host views serves it (review of out31).
 TEST(ReferenceHalf, DeviceViewsOfAHalfOutputCpuTableAreRefused) {
-  AcceptHalfDTypes accept;
   StoreConfig c;
   c.threads = 2;
   c.device.backend = BackendChoice::kEmu;
@@ -648,7 +630,6 @@ TEST(ReferenceHalf, DeviceViewsOfAHalfOutputCpuTableAreRefused) {
 }
 
 TEST(ReferenceHalf, NonFiniteHalfGradientsAndViewsOfAnotherDtypeAreRefused) {
-  AcceptHalfDTypes accept;
   std::mt19937_64 rng(31);
   StoreConfig wide = testing::random_config(rng, 3);
   for (const DType out : {DType::kBF16, DType::kF16}) {

@@ -8,11 +8,9 @@
 
 #include <algorithm>
 #include <cstring>
-#include <optional>
 #include <set>
 #include <thread>
 
-#include "tests/core/accept_half_dtypes.hpp"
 #include "tests/store/sharded_harness.hpp"
 #include "tests/store/thread_ranks.hpp"
 
@@ -37,8 +35,6 @@ std::string on_ranks(int world, Body body, ThreadComm kind = ThreadComm::kLocal)
 
 TEST_P(ShardedEquivalence, OutputsAndFinalTablesEqualTheReference) {
   const ShardCase c = GetParam();
-  std::optional<AcceptHalfDTypes> accept;  // validate refuses half dtypes unless asked (issue 31)
-  if (c.half) accept.emplace();
   if (c.hot) {  // some row is used thousands of times in a global batch
     const StoreConfig cfg = sharded_config(c);
     std::int64_t most = 0;

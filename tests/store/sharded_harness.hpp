@@ -49,7 +49,7 @@ struct ShardCase {
   /// times a batch (the device kernels' hot rows, summed segment by segment)
   bool hot = false;
   /// tables of bf16, fp16 or fp32 rows, bf16 optimizer state where the optimizer allows it,
-  /// stochastic rounding or not (issue 31; the test turns half_dtypes_accepted() on)
+  /// stochastic rounding or not (issue 31)
   bool half = false;
 };
 

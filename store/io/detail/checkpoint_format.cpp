@@ -341,17 +341,20 @@ ManifestTable manifest_entry(const TableSpec& spec) {
   return mt;
 }
 
-Status check_entry(const ManifestTable& m, const TableSpec& spec, std::int32_t state_dim, const std::string& dir) {
+Status check_entry(const ManifestTable& m, const TableSpec& spec, std::int32_t state_dim, const std::string& dir,
+                   bool convert_dtypes) {
   const std::string who = dir + ": table '" + spec.name + "'";
-  auto mismatch = [&](const char* what, const std::string& got, const std::string& want) {
+  auto mismatch = [&](const char* what, const std::string& got, const std::string& want, const char* note = "") {
     return Status::invalid_argument(who + ": " + what + " " + got + " in the checkpoint (expected " + want +
-                                    " from the store config)");
+                                    " from the store config" + note + ")");
   };
   if (m.rows != spec.rows) return mismatch("rows", std::to_string(m.rows), std::to_string(spec.rows));
   if (m.dim != spec.dim) return mismatch("dim", std::to_string(m.dim), std::to_string(spec.dim));
-  if (m.dtype != to_string(spec.dtype)) return mismatch("dtype", m.dtype, to_string(spec.dtype));
-  if (m.state_dtype != to_string(spec.state_dtype))
-    return mismatch("state_dtype", m.state_dtype, to_string(spec.state_dtype));
+  const char* convert = "; load_converting_dtypes converts it";
+  if (m.dtype != to_string(spec.dtype) && !convert_dtypes)
+    return mismatch("dtype", m.dtype, to_string(spec.dtype), convert);
+  if (m.state_dtype != to_string(spec.state_dtype) && !convert_dtypes)
+    return mismatch("state_dtype", m.state_dtype, to_string(spec.state_dtype), convert);
   if (m.optimizer != to_string(spec.optimizer.kind))
     return mismatch("optimizer", m.optimizer, to_string(spec.optimizer.kind));
   if (m.state_dim != state_dim) return mismatch("state_dim", std::to_string(m.state_dim), std::to_string(state_dim));

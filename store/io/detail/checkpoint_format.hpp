@@ -138,7 +138,9 @@ std::vector<std::string> file_names(const Manifest& m);
 ManifestTable manifest_entry(const TableSpec& spec);
 /// Checks a checkpoint's table entry against the store's spec (rows, dim, dtype, state_dtype, optimizer, state_dim; not
 /// the sharding): kInvalidArgument "<dir>: table 'user': dim 8 in the checkpoint (expected 16 from the store config)".
-Status check_entry(const ManifestTable& m, const TableSpec& spec, std::int32_t state_dim, const std::string& dir);
+/// `convert_dtypes`: another dtype or state_dtype passes (the load converts it).
+Status check_entry(const ManifestTable& m, const TableSpec& spec, std::int32_t state_dim, const std::string& dir,
+                   bool convert_dtypes);
 
 /// Floats of a record of `box` in a file of table `m`: box.cols weights and their state (m.state_dim when the box
 /// holds every column, else the same share of it).

@@ -543,7 +543,8 @@ struct Prepared {
 };
 
 // Parses `text`, matches it to the config and plans every table. The same on every rank (same text, same config).
-Result<Prepared> plan_load(const Store& store, int world, const std::string& dir, const std::string& text) {
+Result<Prepared> plan_load(const Store& store, int world, const std::string& dir, const std::string& text,
+                           bool convert_dtypes) {
   Prepared c;
   STRATA_ASSIGN_OR_RETURN(c.manifest, parse_manifest(join(dir, kManifest), text));
   const auto& tables = store.config().tables;
@@ -563,7 +564,8 @@ Result<Prepared> plan_load(const Store& store, int world, const std::string& dir
       return Status::invalid_argument(dir + ": checkpoint has no table '" + spec.name +
                                       "' (expected every table of the config)");
     const ManifestTable& mt = c.manifest.tables[c.entry[ti]];
-    STRATA_RETURN_IF_ERROR(check_entry(mt, spec, optimizer_state_dim(spec.optimizer.kind, spec.dim), dir));
+    STRATA_RETURN_IF_ERROR(
+        check_entry(mt, spec, optimizer_state_dim(spec.optimizer.kind, spec.dim), dir, convert_dtypes));
     std::vector<Box> pieces;
     for (const PieceEntry& p : mt.pieces) pieces.push_back(p.box);
     Result<TablePlan> plan = plan_table(spec, tables[ti].sharding, static_cast<int>(ti), world, std::move(pieces));
@@ -746,7 +748,7 @@ Loaded loaded(const Prepared& c) {
 }  // namespace
 
 Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std::string& dir,
-                           const std::string* pinned_manifest) {
+                           const std::string* pinned_manifest, bool convert_dtypes) {
   const int me = comm ? comm->rank() : 0, world = comm ? comm->size() : 1;
   const std::string what = "load '" + dir + "'";
   const std::string path = join(dir, kManifest);
@@ -785,7 +787,7 @@ Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std
   std::optional<Prepared> prepared;
   for (int attempt = 1;; ++attempt) {
     Status s;
-    Result<Prepared> planned = plan_load(store, world, dir, text);
+    Result<Prepared> planned = plan_load(store, world, dir, text, convert_dtypes);
     const Status plan = planned.status();
     if (planned) prepared = std::move(planned).value();
     // Verifying reads whole pieces (a 1 -> M load reads a big table on one rank): polled.

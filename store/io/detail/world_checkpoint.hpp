@@ -55,9 +55,11 @@ struct Loaded {
 };
 
 /// Loads the checkpoint of `dir` into `store` (collective over `comm`; null: a store without a world).
-/// `pinned_manifest`: that manifest text only, no retry with a newer one (open_checkpoint's).
+/// `pinned_manifest`: that manifest text only, no retry with a newer one (open_checkpoint's). `convert_dtypes`: a
+/// table saved at another dtype or state_dtype loads (its fp32 records written through the store, which rounds them
+/// to nearest into a half-size table) instead of being refused (check_entry).
 Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std::string& dir,
-                           const std::string* pinned_manifest);
+                           const std::string* pinned_manifest, bool convert_dtypes);
 
 /// Where a rank of save_world calls the test hook.
 enum class SavePoint {
