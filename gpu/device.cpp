@@ -266,7 +266,8 @@ std::uint64_t out_rows(const LookupFeature& f) {
 void Device::gather_pool(StreamView s, SlotPool pool, const std::vector<LookupFeature>& features) {
   if (!own_stream(s, "gather_pool")) return;
   for (const auto& f : features) {
-    counters_.add_hbm_read(static_cast<std::uint64_t>(f.num_keys) * pool.dim * kF + index_bytes(f));
+    counters_.add_hbm_read(static_cast<std::uint64_t>(f.num_keys) * pool.dim * element_bytes(pool.dtype) +
+                           index_bytes(f));
     counters_.add_hbm_write(out_rows(f) * pool.dim * kF);
   }
   do_gather_pool(s, pool, features);
@@ -275,7 +276,7 @@ void Device::gather_pool(StreamView s, SlotPool pool, const std::vector<LookupFe
 void Device::gather_pool_host(StreamView s, RowRef table, const std::vector<LookupFeature>& features) {
   if (!own_stream(s, "gather_pool_host")) return;
   for (const auto& f : features) {
-    const std::uint64_t rows = static_cast<std::uint64_t>(f.num_keys) * table.dim * kF;
+    const std::uint64_t rows = static_cast<std::uint64_t>(f.num_keys) * table.dim * element_bytes(table.dtype);
     counters_.add_h2d(rows);
     counters_.add_host_read(0, rows);
     counters_.add_hbm_read(index_bytes(f));
@@ -288,7 +289,7 @@ void Device::backward_update(StreamView s, SlotPool pool, const std::vector<Upda
   if (!own_stream(s, "backward_update")) return;
   for (const auto& f : features) {
     const std::uint64_t grad_rows = static_cast<std::uint64_t>(f.pooling == Pooling::kNone ? f.num_keys : f.batch);
-    const std::uint64_t rec = static_cast<std::uint64_t>(pool.dim + pool.state_dim) * kF;
+    const std::uint64_t rec = static_cast<std::uint64_t>(pool.row_bytes());
     counters_.add_hbm_read(grad_rows * pool.dim * kF + static_cast<std::uint64_t>(f.num_unique) * (rec + 16) +
                            static_cast<std::uint64_t>(f.num_keys) * 8);
     counters_.add_hbm_write(static_cast<std::uint64_t>(f.num_unique) * rec);
@@ -347,7 +348,7 @@ void Device::records_from_host(StreamView s, SlotPool pool, const Key* slots, st
                                const float* const* rows) {
   if (n <= 0) return;
   if (!own_stream(s, "records_from_host")) return;
-  const std::uint64_t b = static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(pool.dim + pool.state_dim) * kF;
+  const std::uint64_t b = static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(pool.row_bytes());
   counters_.add_h2d(b);
   counters_.add_hbm_read(static_cast<std::uint64_t>(n) * 16);
   counters_.add_hbm_write(b);
@@ -357,7 +358,7 @@ void Device::records_from_host(StreamView s, SlotPool pool, const Key* slots, st
 void Device::records_to_host(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* const* rows) {
   if (n <= 0) return;
   if (!own_stream(s, "records_to_host")) return;
-  const std::uint64_t b = static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(pool.dim + pool.state_dim) * kF;
+  const std::uint64_t b = static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(pool.row_bytes());
   counters_.add_d2h(b);
   counters_.add_hbm_read(b + static_cast<std::uint64_t>(n) * 16);
   do_records_host(s, pool, slots, n, rows, true);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/record_layout.hpp"
 #include "core/row_math.hpp"
 #include "core/table_spec.hpp"
 #include "host/row_ref.hpp"
@@ -20,22 +21,31 @@ enum class Backend {
 /// "emu" or "cuda".
 const char* to_string(Backend b) noexcept;
 
-/// A slot pool in device memory: `slots` records of `stride` floats, [weights (dim) | state (state_dim) | pad].
-/// Slots of one pool are shared by every table of that (dim, state_dim) shape. Slot numbers from
+/// A slot pool in device memory: `slots` records of `stride` words, [weights (dim elements of dtype) |
+/// pad | state (state_dim elements of state_dtype) | pad] (core/record_layout.hpp). Slots of one
+/// pool are shared by every table of that record shape. Slot numbers from
 /// `slots` on, when the pool has an overflow region, address its records instead: slot s >= slots
 /// is overflow record s - slots (the rows a `cached` pool serves outside its cache, for the
 /// batches in flight that use them; every kernel that takes slot numbers follows this mapping).
 struct SlotPool {
   float* base = nullptr;            ///< (slots, stride) device
   std::int64_t slots = 0;           ///< number of records
-  std::int64_t stride = 0;          ///< floats per record (record_stride(dim, state_dim))
+  std::int64_t stride = 0;          ///< words per record (record_words(shape()))
   std::int32_t dim = 0;             ///< weights per row
-  std::int32_t state_dim = 0;       ///< optimizer state floats per row
+  std::int32_t state_dim = 0;       ///< optimizer state elements per row
   float* overflow = nullptr;        ///< (overflow_slots, stride) device, or nullptr: records of slots >= slots
   std::int64_t overflow_slots = 0;  ///< records of the overflow region
+  DType dtype = DType::kF32;        ///< the weights' element type
+  DType state_dtype = DType::kF32;  ///< the optimizer state's element type
 
   /// Bytes of one record.
   std::int64_t record_bytes() const noexcept { return stride * static_cast<std::int64_t>(sizeof(float)); }
+  /// The shape of its records.
+  RecordShape shape() const noexcept { return {dim, dtype, state_dim, state_dtype}; }
+  /// Bytes of a record's weights and state, without padding (what a fill or write-back of a row moves).
+  std::int64_t row_bytes() const noexcept {
+    return (row_words(shape()) + state_words(shape())) * static_cast<std::int64_t>(sizeof(float));
+  }
 };
 
 /// One table's lookups in one launch. `rows` are slot numbers (gather_pool on a SlotPool) or host
@@ -58,7 +68,10 @@ struct UpdateFeature {
   const float* weights = nullptr;  ///< (num_keys) device, or nullptr
   std::int64_t num_keys = 0;
   Pooling pooling = Pooling::kSum;
-  const Key* unique_slots = nullptr;             ///< (num_unique) device, distinct slots
+  const Key* unique_slots = nullptr;  ///< (num_unique) device, distinct slots
+  /// (num_unique) device: the table row (shard-local) of each unique slot, which keys its
+  /// stochastic rounding bits (Rounding::row_key); nullptr where nothing rounds stochastically.
+  const Key* unique_rows = nullptr;
   const std::int64_t* unique_offsets = nullptr;  ///< (num_unique + 1) device, CSR into positions
   const std::int32_t* positions = nullptr;       ///< (num_keys) device, key positions grouped by slot, ascending
   const std::int32_t* bag_of = nullptr;          ///< (num_keys) device, bag of each position (unused for kNone)

@@ -153,14 +153,24 @@ void load_elements(const float* src, DType dtype, std::int32_t n, float* out) {
 
 }  // namespace
 
+void read_record(const float* rec, const RecordShape& shape, float* weights, float* state) {
+  load_elements(rec, shape.dtype, shape.dim, weights);
+  if (state) load_elements(rec + row_words(shape), shape.state_dtype, shape.state_dim, state);
+}
+
+void write_record(float* rec, const RecordShape& shape, const float* weights, const float* state) {
+  store_elements(rec, shape.dtype, shape.dim, [&](std::int32_t c) { return weights[c]; });
+  if (state)
+    store_elements(rec + row_words(shape), shape.state_dtype, shape.state_dim,
+                   [&](std::int32_t c) { return state[c]; });
+}
+
 void HostTable::read_row(std::int64_t r, float* weights, float* state) const {
-  load_elements(ref_.row(r), ref_.dtype, ref_.dim, weights);
-  if (state) load_elements(ref_.state(r), ref_.state_dtype, ref_.state_dim, state);
+  read_record(ref_.row(r), {ref_.dim, ref_.dtype, ref_.state_dim, ref_.state_dtype}, weights, state);
 }
 
 void HostTable::write_row(std::int64_t r, const float* weights, const float* state) {
-  store_elements(ref_.row(r), ref_.dtype, ref_.dim, [&](std::int32_t c) { return weights[c]; });
-  if (state) store_elements(ref_.state(r), ref_.state_dtype, ref_.state_dim, [&](std::int32_t c) { return state[c]; });
+  write_record(ref_.row(r), {ref_.dim, ref_.dtype, ref_.state_dim, ref_.state_dtype}, weights, state);
 }
 
 void HostTable::reset() {

@@ -89,6 +89,13 @@ class HostTable {
   RowRef ref_;
 };
 
+/// Reads the record at `rec` (host memory, of `shape`) as fp32: its dim weights into `weights` and,
+/// unless null, its state_dim state elements into `state`, half elements widened (exact).
+void read_record(const float* rec, const RecordShape& shape, float* weights, float* state);
+/// Writes the record at `rec` from fp32 values (state: unless null, else left as it is), half
+/// elements rounded to nearest even (an odd count's last half word zero).
+void write_record(float* rec, const RecordShape& shape, const float* weights, const float* state);
+
 /// Host memory a set of tables will take, computed without allocating.
 struct HostFootprint {
   std::size_t record_bytes = 0;   ///< sum of HostTable::bytes() (what the tables' records take)

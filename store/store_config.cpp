@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/record_layout.hpp"
 #include "core/text.hpp"
 #include "store/detail/json_keys.hpp"
 
@@ -115,7 +116,8 @@ std::int64_t cache_rows(const TableConfig& t) {
   if (c.rows > 0) {
     rows = c.rows;
   } else if (c.bytes > 0) {
-    const std::int64_t rec = std::int64_t{t.spec.dim + optimizer_state_dim(t.spec.optimizer.kind, t.spec.dim)} * 4;
+    const RecordShape shape = record_shape(t.spec);  // half-size rows: more of them in the bytes
+    const std::int64_t rec = (row_words(shape) + state_words(shape)) * 4;
     rows = c.bytes / rec;
   } else {
     rows = static_cast<std::int64_t>(static_cast<double>(t.spec.rows) * (c.fraction > 0 ? c.fraction : 0.1));

@@ -518,28 +518,16 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) { return o
 
 namespace {
 
-// Whether the engine of table `tc`'s placement serves its element types (issue 31, while they are
-// built): `cpu` writes half-size outputs and reads half-size gradients (host/kernels.hpp), and stores
-// half-size rows and state, as does `offload` with the CPU gather (the same host kernels; its pinned
-// outputs and gradients are fp32). The reference store serves them all.
-Status served_dtypes(const StoreConfig& c, const TableConfig& tc) {
-  const std::string who = "table '" + tc.spec.name + "': ";
-  const bool cpu_gather = tc.placement == Placement::kOffload && c.offload_gather == OffloadGather::kCpu;
-  const std::string placed = std::string(" the ") + to_string(tc.placement) + " placement";
+// Whether the engine of table `tc`'s placement serves its element types (issue 31): every placement
+// stores half-size rows and state (the host kernels of `cpu` and `offload`, the shared device
+// kernels of `gpu`, `cached`, `hybrid` and `offload`'s device gather); half-size outputs and
+// gradients are written and read by `cpu` (host/kernels.hpp) and the reference store only.
+Status served_dtypes(const StoreConfig&, const TableConfig& tc) {
   if (tc.spec.output_dtype != DType::kF32 && tc.placement != Placement::kCpu)
-    return Status::invalid_argument(who + "output_dtype " + to_string(tc.spec.output_dtype) + " is not served by" +
-                                    placed +
-                                    " yet (expected fp32: half-size outputs are written by the cpu placement and the "
-                                    "reference store only, issue 31)");
-  const std::string where =
-      placed + (tc.placement == Placement::kOffload ? " with offload_gather device" : "") + " yet (expected fp32: ";
-  if (tc.placement == Placement::kCpu || cpu_gather) return Status::ok();
-  for (const auto& [field, v] :
-       {std::pair<const char*, DType>{"dtype", tc.spec.dtype}, {"state_dtype", tc.spec.state_dtype}})
-    if (v != DType::kF32)
-      return Status::invalid_argument(who + field + " " + to_string(v) + " is not stored by" + where +
-                                      "half-size rows are stored by the cpu placement, the offload placement with "
-                                      "offload_gather cpu and the reference store only, issue 31)");
+    return Status::invalid_argument("table '" + tc.spec.name + "': output_dtype " + to_string(tc.spec.output_dtype) +
+                                    " is not served by the " + to_string(tc.placement) +
+                                    " placement yet (expected fp32: half-size outputs are written by the cpu "
+                                    "placement and the reference store only, issue 31)");
   return Status::ok();
 }
 

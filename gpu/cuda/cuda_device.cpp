@@ -478,7 +478,7 @@ class CudaDevice final : public Device {
     if (n <= 0) return;
     const DeviceScope scope(ctx_);
     if (!begin_issue(scope)) return;
-    const kernels::InitArgs a{pool.base, pool.stride, pool.dim, pool.state_dim, first_slot, n, init};
+    const kernels::InitArgs a = kernels::init_args(pool, first_slot, n, init);
     STRATA_CUDA_RECORD(*this, cuda_detail::launch_init(a, stream(s), grids_));
   }
 

@@ -11,11 +11,14 @@
 // partials). gpu/cuda/kernel_resources_sm90.txt holds every kernel's registers, spills and shared
 // memory (the counts are there, not here), and the test gpu_kernel_resources_sm90 compares each
 // compile with it.
+//
+// Half-size rows (bf16/fp16 rows, bf16 state) have kernels of their own in kernels_half.cu (a second
+// translation unit, compiled beside this one: see there).
 
 #include <cstdint>
 #include <utility>
 
-#include "gpu/cuda/cuda_try.hpp"
+#include "gpu/cuda/kernel_grid.cuh"
 #include "gpu/cuda/kernels.cuh"
 #include "gpu/kernels/bodies.hpp"
 
@@ -24,33 +27,12 @@ namespace {
 
 using namespace kernels;
 
-constexpr int kBlock = 256;
-constexpr int kWarpsPerBlock = kBlock / kWarp;
-// Resident blocks the register-heavy warp kernels ask of ptxas (__launch_bounds__'s second
-// argument): 65536 / (3 * 256) = 85 registers a thread at most.
-constexpr int kHeavyMinBlocks = 3;
-
-int grid_for(std::int64_t items, int per_block, const KernelGrids& grids, Kernel k) {
-  const std::int64_t blocks = (items + per_block - 1) / per_block;
-  const std::int64_t cap = grids.max_blocks(k);
-  return static_cast<int>(blocks < cap ? blocks : cap);
-}
-int warp_grid(std::int64_t items, const KernelGrids& grids, Kernel k) {
-  return grid_for(items, kWarpsPerBlock, grids, k);
-}
-
-__device__ __forceinline__ DeviceWarp this_warp() { return DeviceWarp{static_cast<int>(threadIdx.x) % kWarp}; }
-__device__ __forceinline__ std::int64_t first_item() {
-  return std::int64_t{blockIdx.x} * kWarpsPerBlock + static_cast<std::int64_t>(threadIdx.x) / kWarp;
-}
-__device__ __forceinline__ std::int64_t item_step() { return std::int64_t{gridDim.x} * kWarpsPerBlock; }
-
 template <bool kInterleaved>
 __global__ void __launch_bounds__(kBlock, kHeavyMinBlocks) gather_kernel(const GatherArgs a) {
   const DeviceWarp w = this_warp();
   const std::int64_t total = a.begin[a.count];
   for (std::int64_t item = first_item(); item < total; item += item_step())
-    gather_item<kInterleaved, false>(w, a, item);
+    gather_item<kInterleaved, false, float>(w, a, item);
 }
 
 // The gather and update kernels of a slot pool with an overflow region (rows a `cached`
@@ -59,20 +41,20 @@ __global__ void __launch_bounds__(kBlock, kHeavyMinBlocks) gather_kernel(const G
 __global__ void __launch_bounds__(kBlock, kHeavyMinBlocks) gather_overflow_kernel(const GatherArgs a) {
   const DeviceWarp w = this_warp();
   const std::int64_t total = a.begin[a.count];
-  for (std::int64_t item = first_item(); item < total; item += item_step()) gather_item<false, true>(w, a, item);
+  for (std::int64_t item = first_item(); item < total; item += item_step()) gather_item<false, true, float>(w, a, item);
 }
 
 template <bool kOverflow>
 __device__ __forceinline__ void update_items(const UpdateArgs& a) {
   const DeviceWarp w = this_warp();
   const std::int64_t total = a.begin[a.count];
-  for (std::int64_t item = first_item(); item < total; item += item_step()) update_item<kOverflow>(w, a, item);
+  for (std::int64_t item = first_item(); item < total; item += item_step())
+    update_item<kOverflow, float, float>(w, a, item);
 }
 __global__ void __launch_bounds__(kBlock, kHeavyMinBlocks) update_kernel(const UpdateArgs a) { update_items<false>(a); }
 __global__ void __launch_bounds__(kBlock, kHeavyMinBlocks) update_overflow_kernel(const UpdateArgs a) {
   update_items<true>(a);
 }
-
 // The hot rows' segments of a backward or gradient reduction (UpdateArgs::partials), before its
 // update or reduce kernel on the same stream.
 __global__ void __launch_bounds__(kBlock) hot_segment_kernel(const UpdateArgs a) {
@@ -120,19 +102,6 @@ __global__ void __launch_bounds__(kBlock) nonfinite_chunk_kernel(const FiniteArg
 __global__ void __launch_bounds__(kBlock) nonfinite_sum_kernel(const FiniteArgs a) {
   const DeviceWarp w = this_warp();
   for (std::int64_t f = first_item(); f < a.count; f += item_step()) sum_nonfinite(w, a, static_cast<int>(f));
-}
-
-// Launches `kernel` over `grid` blocks of `block` threads on `stream` and returns that launch's own
-// error (cudaLaunchKernelEx returns it, where `<<<>>>` needs cudaGetLastError, which would also
-// take an error a trainer left pending on the thread: call_quietly keeps that one).
-template <class... Params, class... Args>
-cudaError_t launch(void (*kernel)(Params...), int grid, int block, cudaStream_t stream, Args&&... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(grid));
-  config.blockDim = dim3(static_cast<unsigned>(block));
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  return call_quietly([&] { return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...); });
 }
 
 struct KernelEntry {
@@ -198,6 +167,7 @@ cudaError_t query_kernel_grids(int sm_count, KernelGrids* grids) {
 cudaError_t launch_gather(const GatherArgs& args, cudaStream_t stream, const KernelGrids& grids) {
   const std::int64_t items = args.begin[args.count];
   if (items <= 0) return cudaSuccess;
+  if (args.source.dtype != DType::kF32) return launch_gather_half(args, stream, grids);
   if (args.source.parts == 1 && args.source.overflow)
     return launch(gather_overflow_kernel, warp_grid(items, grids, Kernel::kGatherOverflow), kBlock, stream, args);
   if (args.source.parts == 1)
@@ -220,6 +190,7 @@ cudaError_t launch_update(const UpdateArgs& args, cudaStream_t stream, const Ker
   if (cudaError_t e = launch_segments(args, stream, grids); e != cudaSuccess) return e;
   const bool overflow = args.overflow != nullptr;
   const Kernel k = overflow ? Kernel::kUpdateOverflow : Kernel::kUpdate;
+  if (args.dtype != DType::kF32 || args.state_dtype != DType::kF32) return launch_update_half(args, stream, grids);
   return launch(overflow ? update_overflow_kernel : update_kernel, warp_grid(items, grids, k), kBlock, stream, args);
 }
 

@@ -63,6 +63,10 @@ cudaError_t launch_gather(const kernels::GatherArgs& args, cudaStream_t stream, 
 /// place; with args.partials first a warp per segment of each hot row, then a warp per row.
 /// Asynchronous on `stream`.
 cudaError_t launch_update(const kernels::UpdateArgs& args, cudaStream_t stream, const KernelGrids& grids);
+/// launch_gather, and launch_update after its hot rows' segments, of half-size rows or state (the
+/// kernels of kernels_half.cu).
+cudaError_t launch_gather_half(const kernels::GatherArgs& args, cudaStream_t stream, const KernelGrids& grids);
+cudaError_t launch_update_half(const kernels::UpdateArgs& args, cudaStream_t stream, const KernelGrids& grids);
 /// Gradient reduction (Device::reduce_grads): launch_update's sums, written instead of applied.
 cudaError_t launch_reduce(const kernels::UpdateArgs& args, cudaStream_t stream, const KernelGrids& grids);
 

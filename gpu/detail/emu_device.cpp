@@ -127,6 +127,7 @@ inline UpdateFeature to_host(UpdateFeature f) noexcept {
   f.offsets = emu_untag(f.offsets);
   f.weights = emu_untag(f.weights);
   f.unique_slots = emu_untag(f.unique_slots);
+  f.unique_rows = emu_untag(f.unique_rows);
   f.unique_offsets = emu_untag(f.unique_offsets);
   f.positions = emu_untag(f.positions);
   f.bag_of = emu_untag(f.bag_of);
@@ -878,7 +879,7 @@ class EmuDevice final : public Device {
     ArgCheck c{this, "init_records", {}};
     c("records", pool.base + first_slot * pool.stride, n * pool.record_bytes(), kDeviceOnly);
     if (!check_done(c)) return;
-    const kernels::InitArgs a{emu_untag(pool.base), pool.stride, pool.dim, pool.state_dim, first_slot, n, init};
+    const kernels::InitArgs a = kernels::init_args(strata::gpu::to_host(pool), first_slot, n, init);
     kernel(s, [a] { kernels::run_init(a); });
   }
 
@@ -1015,6 +1016,12 @@ class EmuDevice final : public Device {
       c("offsets", f.offsets, (f.batch + 1) * 8);
       c("weights", f.weights, f.num_keys * 4);
       c("unique_slots", f.unique_slots, f.num_unique * static_cast<std::int64_t>(sizeof(Key)));
+      c("unique_rows", f.unique_rows, f.num_unique * static_cast<std::int64_t>(sizeof(Key)));
+      // Half elements rounded stochastically draw their bits by row: without the rows every row
+      // would draw row 0's (the CUDA kernels cannot tell).
+      const bool half = pool.dtype != DType::kF32 || pool.state_dtype != DType::kF32;
+      if (half && f.step.round.stochastic && !f.unique_rows && f.num_unique > 0 && c.error.empty())
+        c.error = name() + ": " + op + ": a feature of half elements rounded stochastically has no unique_rows";
       c("unique_offsets", f.unique_offsets, (f.num_unique + 1) * 8);
       c("positions", f.positions, f.num_keys * 4);
       c("bag_of", f.bag_of, f.num_keys * 4);

@@ -16,15 +16,94 @@
 // a batch is split: a segment launch sums each of its segments in a warp of its own into a partial
 // sum in device scratch, and the row's warp adds the partials in segment order, so a hot row is
 // not one warp's serial tail.
+//
+// Half-size rows (core/half.hpp): the row and state element types are template parameters (Elem:
+// float, Bf16 or F16; SElem: float or Bf16), so an fp32 table's kernels are the code they were.
+// Elements are widened to fp32 where they are read (load_elem), all math is fp32, and an update
+// stores each weight and state element rounded once (store_elem: core/row_math.hpp's Rounding,
+// the bits of (table, global row, step, salt, global column)), as the CPU kernels and the
+// reference do.
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "core/row_math.hpp"
 #include "gpu/kernels/launch_args.hpp"
 #include "gpu/kernels/simt.hpp"
 
 namespace strata::gpu::kernels {
+
+/// Element c of a row of Elem whose record starts at `rec`, widened to fp32 (exact). Half elements
+/// are read as 16-bit values (memcpy on the host: records are fp32 words, which a uint16_t load
+/// may not alias there). Indexes are 32-bit, as the fp32 kernels' were (64-bit ones made ptxas
+/// spill in update_kernel).
+template <class Elem>
+STRATA_SIMT float load_elem(const float* rec, std::int32_t c) {
+  if constexpr (std::is_same_v<Elem, float>) {
+    return rec[c];
+  } else {
+#if defined(__CUDA_ARCH__)
+    const std::uint16_t h = reinterpret_cast<const std::uint16_t*>(rec)[c];
+#else
+    std::uint16_t h;
+    std::memcpy(&h, reinterpret_cast<const unsigned char*>(rec) + 2 * static_cast<std::int64_t>(c), sizeof h);
+#endif
+    return widen(Elem::kDType, h);
+  }
+}
+
+/// Stores the fp32 value v as element at + c of a row of Elem at `rec`: as it is for float, else
+/// rounded as `r` says with the bits of column c of the vector keyed `key` (store_weight's rounding;
+/// `at`: where the vector starts, adam's v at dim).
+template <class Elem>
+STRATA_SIMT void store_elem(const Rounding& r, std::uint64_t key, float* rec, std::int32_t c, float v,
+                            std::int32_t at = 0) {
+  if constexpr (std::is_same_v<Elem, float>) {
+    (void)r;
+    (void)key;
+    rec[at + c] = v;
+  } else {
+    const std::uint16_t h = narrow(Elem::kDType, v, r.stochastic, r.bits(key, c));
+#if defined(__CUDA_ARCH__)
+    reinterpret_cast<std::uint16_t*>(rec)[at + c] = h;
+#else
+    std::memcpy(reinterpret_cast<unsigned char*>(rec) + 2 * (static_cast<std::int64_t>(at) + c), &h, sizeof h);
+#endif
+  }
+}
+
+/// Words that dim elements of Elem take (element_words).
+template <class Elem>
+STRATA_SIMT std::int64_t elem_words(std::int64_t n) {
+  return std::is_same_v<Elem, float> ? n : (n + 1) / 2;
+}
+
+/// Calls fn(Elem{}) with the half element type of `dtype` (Bf16 or F16; fp32 calls nothing). Host
+/// code: the launchers of both backends choose the half-size rows' instances with it alike.
+template <class Fn>
+inline void with_half_elem(DType dtype, Fn&& fn) {
+  if (dtype == DType::kBF16) {
+    fn(Bf16{});
+  } else if (dtype == DType::kF16) {
+    fn(F16{});
+  }
+}
+
+/// Calls fn(Elem{}, SElem{}) with the element types of `dtype` (float, Bf16 or F16) and
+/// `state_dtype` (float or Bf16) where either is half; an all-fp32 record calls nothing (the fp32
+/// kernels serve it), so exactly the five half combinations are instantiated. Host code.
+template <class Fn>
+inline void with_half_elems(DType dtype, DType state_dtype, Fn&& fn) {
+  if (state_dtype != DType::kBF16) {
+    with_half_elem(dtype, [&](auto row) { fn(row, float{}); });
+  } else if (dtype == DType::kF32) {
+    fn(float{}, Bf16{});
+  } else {
+    with_half_elem(dtype, [&](auto row) { fn(row, Bf16{}); });
+  }
+}
 
 /// Feature owning work item `item` of a numbering `begin` of `count` features (begin[0] == 0,
 /// begin ascending; count <= 16, so a scan is cheap).
@@ -40,10 +119,12 @@ STRATA_SIMT int feature_of(const Args& a, std::int64_t item) {
 }
 
 /// Record of row r: RowRef::row with the bases held in the launch parameters; kOverflow: a slot
-/// pool with an overflow region (SlotPool), whose mapping only those launches pay for.
+/// pool with an overflow region (SlotPool), whose mapping only those launches pay for. Both: any
+/// source, the mapping chosen at run time (the half-size rows' one gather instance per dtype).
 template <bool kInterleaved, bool kOverflow = false>
 STRATA_SIMT const float* source_row(const RowSource& s, Key r) {
-  if (kOverflow) return slot_record(s.bases[0], s.overflow, s.first_overflow, s.stride, r);
+  if (kOverflow && (!kInterleaved || s.overflow))
+    return slot_record(s.bases[0], s.overflow, s.first_overflow, s.stride, r);
   if (!kInterleaved || s.parts == 1) return s.bases[0] + r * s.stride;
   const std::int64_t block = r >> s.block_shift;
   const std::int64_t local = ((block / s.parts) << s.block_shift) + (r & ((std::int64_t{1} << s.block_shift) - 1));
@@ -65,7 +146,7 @@ struct PoolAcc {
 /// the key's weight, a broadcast load), in key order from 0.0f (row_axpy / row_add), so the sums
 /// are the CPU kernels'. The chunk loop runs to the warp's longest bag (warp-uniform, as the shuffles
 /// need); a lane past its bag's end adds nothing.
-template <bool kInterleaved, bool kOverflow, bool kWeighted, class W>
+template <bool kInterleaved, bool kOverflow, bool kWeighted, class Elem, class W>
 STRATA_SIMT void pool_bags(const W& w, const GatherArgs& a, const GatherFeatureArgs& f, std::int64_t first) {
   const int lanes = a.lanes_per_row;
   const std::int32_t dim = a.dim;
@@ -118,7 +199,8 @@ STRATA_SIMT void pool_bags(const W& w, const GatherArgs& a, const GatherFeatureA
             STRATA_UNROLL
             for (int q = 0; q < 4; ++q) {
               if (!r[q][lane]) break;
-              acc[lane].v[k] += kWeighted ? wt[q] * r[q][lane][c] : r[q][lane][c];
+              const float x = load_elem<Elem>(r[q][lane], c);
+              acc[lane].v[k] += kWeighted ? wt[q] * x : x;
             }
           }
         });
@@ -142,8 +224,9 @@ STRATA_SIMT void pool_bags(const W& w, const GatherArgs& a, const GatherFeatureA
 }
 
 /// One work item of a gather launch: kWarp / lanes_per_row consecutive output rows of one feature.
-/// kOverflow: the source is a slot pool with an overflow region (RowSource::overflow).
-template <bool kInterleaved, bool kOverflow, class W>
+/// kOverflow: the source is a slot pool with an overflow region (RowSource::overflow); with
+/// kInterleaved too, any source (source_row). Elem: the rows' element type (RowSource::dtype).
+template <bool kInterleaved, bool kOverflow, class Elem, class W>
 STRATA_SIMT void gather_item(const W& w, const GatherArgs& a, std::int64_t item) {
   const int fi = feature_of(a, item);
   const GatherFeatureArgs& f = a.features[fi];
@@ -152,9 +235,9 @@ STRATA_SIMT void gather_item(const W& w, const GatherArgs& a, std::int64_t item)
   const std::int32_t dim = a.dim;
   if (f.pooling != Pooling::kNone) {
     if (f.weights) {
-      pool_bags<kInterleaved, kOverflow, true>(w, a, f, first);
+      pool_bags<kInterleaved, kOverflow, true, Elem>(w, a, f, first);
     } else {
-      pool_bags<kInterleaved, kOverflow, false>(w, a, f, first);
+      pool_bags<kInterleaved, kOverflow, false, Elem>(w, a, f, first);
     }
     return;
   }
@@ -167,9 +250,9 @@ STRATA_SIMT void gather_item(const W& w, const GatherArgs& a, std::int64_t item)
     const float* row = source_row<kInterleaved, kOverflow>(a.source, f.rows[i]);
     if (f.weights) {
       const float wt = f.weights[i];
-      for (std::int32_t c = col; c < dim; c += lanes) o[c] = wt * row[c];
+      for (std::int32_t c = col; c < dim; c += lanes) o[c] = wt * load_elem<Elem>(row, c);
     } else {
-      for (std::int32_t c = col; c < dim; c += lanes) o[c] = row[c];
+      for (std::int32_t c = col; c < dim; c += lanes) o[c] = load_elem<Elem>(row, c);
     }
   });
 }
@@ -290,49 +373,72 @@ STRATA_SIMT void row_gradient(const W& w, const UpdateFeatureArgs& f, std::int32
   }
 }
 
+/// The keys of a row's stochastic rounding bits (Rounding::row_key): its weights' and its state
+/// vectors' (adam's m and v; adagrad's one). Zero where nothing of the row rounds stochastically.
+struct RowKeys {
+  std::uint64_t w = 0, s0 = 0, s1 = 0;
+};
+/// An fp32 record's: none (an empty type passed by value, so the fp32 kernels hold no keys).
+struct NoKeys {
+  static constexpr std::uint64_t w = 0, s0 = 0, s1 = 0;
+};
+/// The keys a record of Elem weights and SElem state needs.
+template <class Elem, class SElem>
+using KeysOf = std::conditional_t<std::is_same_v<Elem, float> && std::is_same_v<SElem, float>, NoKeys, RowKeys>;
+
+/// The rounding keys of unique row u of a feature whose weights are Elem and state SElem.
+template <class Elem, class SElem>
+STRATA_SIMT KeysOf<Elem, SElem> row_keys(const UpdateFeatureArgs& f, std::int64_t u) {
+  KeysOf<Elem, SElem> k;
+  (void)f;
+  (void)u;
+  if constexpr (!std::is_same_v<Elem, float> || !std::is_same_v<SElem, float>) {
+    const Rounding& r = f.step.round;
+    if (r.stochastic && f.unique_rows) {
+      const std::int64_t row = f.unique_rows[u];
+      if (!std::is_same_v<Elem, float>) k.w = r.row_key(row, RoundingSalt::kWeights);
+      if (!std::is_same_v<SElem, float>) {
+        k.s0 = r.row_key(row, RoundingSalt::kState0);
+        k.s1 = r.row_key(row, RoundingSalt::kState1);
+      }
+    }
+  }
+  return k;
+}
+
 /// One column of an element-wise optimizer (sgd, adagrad, adam): apply_optimizer itself on a
 /// one-column view, with the column's state gathered (adam keeps m at state[c] and v at
-/// state[dim + c]), so the arithmetic is literally the host's.
+/// state[dim + c]), so the arithmetic is literally the host's. Half elements are widened, stepped
+/// in fp32 and stored rounded once; a learning rate of 0 leaves a half weight's bits as they are
+/// (as the CPU kernels' fused step).
+template <class Elem, class SElem>
 STRATA_SIMT void update_column(const OptimizerStep& st, float* w, float* state, std::int32_t dim, std::int32_t c,
-                               float g) {
+                               float g, KeysOf<Elem, SElem> keys) {
   const OptimizerKind kind = st.spec.kind;
-  float wc = w[c];
+  float wc = load_elem<Elem>(w, c);
   float sc[2] = {0.0f, 0.0f};
   if (kind == OptimizerKind::kAdagrad) {
-    sc[0] = state[c];
+    sc[0] = load_elem<SElem>(state, c);
   } else if (kind == OptimizerKind::kAdam) {
-    sc[0] = state[c];
-    sc[1] = state[dim + c];
+    sc[0] = load_elem<SElem>(state, c);
+    sc[1] = load_elem<SElem>(state, dim + c);
   }
   apply_optimizer(st, &wc, sc, &g, 1);
-  w[c] = wc;
+  if (std::is_same_v<Elem, float> || st.spec.learning_rate != 0.0f) store_elem<Elem>(st.round, keys.w, w, c, wc);
   if (kind == OptimizerKind::kAdagrad) {
-    state[c] = sc[0];
+    store_elem<SElem>(st.round, keys.s0, state, c, sc[0]);
   } else if (kind == OptimizerKind::kAdam) {
-    state[c] = sc[0];
-    state[dim + c] = sc[1];
+    store_elem<SElem>(st.round, keys.s0, state, c, sc[0]);
+    // v's bits: its own key, columns counted within the vector (the CPU kernels' step_widened).
+    store_elem<SElem>(st.round, keys.s1, state, c, sc[1], dim);
   }
 }
 
-/// The optimizer step of one unique row (its record `rec`: weights, then state), by one warp.
-template <class W>
-STRATA_SIMT void update_row(const W& w, const UpdateFeatureArgs& f, std::int32_t dim, const RowUses& r, float* rec) {
-  Cols<W> g;
-  float* state = rec + dim;
-  if (f.step.spec.kind != OptimizerKind::kRowwiseAdagrad) {
-    for (std::int32_t cb = 0; cb < dim; cb += kChunk) {
-      row_gradient(w, f, dim, r, cb, g);
-      w.lanes([&](int lane) {
-        STRATA_UNROLL
-        for (int k = 0; k < kColsPerLane; ++k) {
-          const std::int32_t c = cb + k * kWarp + lane;
-          if (c < dim) update_column(f.step, rec, state, dim, c, g[k][lane]);
-        }
-      });
-    }
-    return;
-  }
-
+/// Row-wise adagrad's step of one unique row (weights of Elem, then its one fp32 state element at
+/// `state`), by one warp, in update_row's registers `g`: update_row's second half.
+template <class Elem, class Keys, class W>
+STRATA_SIMT void rowwise_row(const W& w, const UpdateFeatureArgs& f, std::int32_t dim, const RowUses& r, float* rec,
+                             float* state, Keys keys, Cols<W>& g) {
   // Row-wise adagrad needs sum_c g[c]^2 over the whole row, in column order, before any weight
   // changes. Pass 1 computes it (every lane reads the squares in column order and keeps the same
   // running sum); pass 2 applies the step. Rows wider than one chunk recompute their gradient in
@@ -345,7 +451,7 @@ STRATA_SIMT void update_row(const W& w, const UpdateFeatureArgs& f, std::int32_t
       STRATA_UNROLL
       for (int k = 0; k < kColsPerLane; ++k) {
         const std::int32_t c = cb + k * kWarp + lane;
-        if (c < dim) g[k][lane] += o.weight_decay * rec[c];
+        if (c < dim) g[k][lane] += o.weight_decay * load_elem<Elem>(rec, c);
       }
     });
   };
@@ -382,10 +488,36 @@ STRATA_SIMT void update_row(const W& w, const UpdateFeatureArgs& f, std::int32_t
       STRATA_UNROLL
       for (int k = 0; k < kColsPerLane; ++k) {
         const std::int32_t c = cb + k * kWarp + lane;
-        if (c < dim && o.learning_rate != 0.0f) rec[c] -= m * g[k][lane];  // 0 keeps w (apply_optimizer)
+        if (c < dim && o.learning_rate != 0.0f)  // 0 keeps w (apply_optimizer)
+          store_elem<Elem>(f.step.round, keys.w, rec, c, load_elem<Elem>(rec, c) - m * g[k][lane]);
       }
     });
   }
+}
+
+/// The optimizer step of one unique row (its record `rec`: weights of Elem, then state of SElem;
+/// row-wise adagrad's one state element is always fp32), by one warp.
+template <class Elem, class SElem, class W>
+STRATA_SIMT void update_row(const W& w, const UpdateFeatureArgs& f, std::int32_t dim, const RowUses& r, float* rec,
+                            KeysOf<Elem, SElem> keys) {
+  Cols<W> g;
+  float* state = rec + elem_words<Elem>(dim);
+  if (f.step.spec.kind != OptimizerKind::kRowwiseAdagrad) {
+    for (std::int32_t cb = 0; cb < dim; cb += kChunk) {
+      row_gradient(w, f, dim, r, cb, g);
+      w.lanes([&](int lane) {
+        STRATA_UNROLL
+        for (int k = 0; k < kColsPerLane; ++k) {
+          const std::int32_t c = cb + k * kWarp + lane;
+          if (c < dim) update_column<Elem, SElem>(f.step, rec, state, dim, c, g[k][lane], keys);
+        }
+      });
+    }
+    return;
+  }
+  // A bf16 state is refused for row-wise adagrad (validate: its one state element stays fp32), so
+  // those instances leave its path out.
+  if constexpr (std::is_same_v<SElem, float>) rowwise_row<Elem>(w, f, dim, r, rec, state, keys, g);
 }
 
 /// The record of unique slot `slot` of a backward launch: kOverflow, through the pool's overflow
@@ -395,13 +527,15 @@ STRATA_SIMT float* update_record(const UpdateArgs& a, Key slot) {
   return kOverflow ? a.record(slot) : a.base + slot * a.stride;
 }
 
-/// One work item of a backward launch: unique slot `item` (numbered across features).
-template <bool kOverflow, class W>
+/// One work item of a backward launch: unique slot `item` (numbered across features). Elem, SElem:
+/// the pool's element types (UpdateArgs::dtype, state_dtype).
+template <bool kOverflow, class Elem, class SElem, class W>
 STRATA_SIMT void update_item(const W& w, const UpdateArgs& a, std::int64_t item) {
   const int fi = feature_of(a, item);
   const UpdateFeatureArgs& f = a.features[fi];
   const std::int64_t u = item - a.begin[fi];
-  update_row(w, f, a.dim, row_uses(a, fi, u), update_record<kOverflow>(a, f.unique_slots[u]));
+  update_row<Elem, SElem>(w, f, a.dim, row_uses(a, fi, u), update_record<kOverflow>(a, f.unique_slots[u]),
+                          row_keys<Elem, SElem>(f, u));
 }
 
 /// One work item of a segment launch (before the backward or reduction launch of the same
@@ -512,17 +646,35 @@ STRATA_SIMT void move_host_record(const W& w, const HostRecordArgs& a, std::int6
 // Initialization: a table's initial rows written on the device (no host bounce).
 
 /// Record first_slot + i of the pool = the table's initial row and optimizer state (padding zero).
+/// Half elements get the fp32 values rounded to nearest, two to a word (the word's low half first,
+/// an odd count's last high half zero), as HostTable::reset writes them; the element types are
+/// read at run time (a cheap kernel: one instance for every dtype).
 template <class W>
 STRATA_SIMT void init_record(const W& w, const InitArgs& a, std::int64_t i) {
   float* rec = a.base + (a.first_slot + i) * a.stride;
   const std::int64_t row = a.init.row0 + i * a.init.row_stride;
   const float state = initial_state_value(a.init.optimizer);
+  const bool half_rows = a.dtype != DType::kF32, half_state = a.state_dtype != DType::kF32;
+  const std::int64_t rw = element_words(a.dim, a.dtype), sw = element_words(a.state_dim, a.state_dtype);
+  auto weight = [&](std::int64_t c) {
+    return initial_value(a.init.table_seed, row, a.init.col_offset + static_cast<std::int32_t>(c), a.init.bound);
+  };
   w.lanes([&](int lane) {
     for (std::int64_t c = lane; c < a.stride; c += kWarp) {
-      if (c < a.dim) {
-        rec[c] = initial_value(a.init.table_seed, row, a.init.col_offset + static_cast<std::int32_t>(c), a.init.bound);
+      if (c < rw && !half_rows) {
+        rec[c] = weight(c);
+      } else if (c < rw) {
+        const std::uint32_t lo = narrow(a.dtype, weight(2 * c), false, 0);
+        const std::uint32_t hi = 2 * c + 1 < a.dim ? narrow(a.dtype, weight(2 * c + 1), false, 0) : 0u;
+        reinterpret_cast<std::uint32_t*>(rec)[c] = lo | (hi << 16);
+      } else if (c < rw + sw && !half_state) {
+        rec[c] = state;  // init_state
+      } else if (c < rw + sw) {
+        const std::uint32_t h = narrow(a.state_dtype, state, false, 0);
+        const bool pair = 2 * (c - rw) + 1 < a.state_dim;
+        reinterpret_cast<std::uint32_t*>(rec)[c] = h | (pair ? h << 16 : 0u);
       } else {
-        rec[c] = c < a.dim + a.state_dim ? state : 0.0f;  // init_state, then padding
+        rec[c] = 0.0f;  // padding
       }
     }
   });

@@ -22,12 +22,16 @@ void for_items(std::int64_t items, std::int64_t grain, Item item) {
 
 void run_gather(const GatherArgs& a) {
   const HostWarp w;
-  if (a.source.parts > 1) {
-    for_items(a.begin[a.count], kGrain, [&](std::int64_t i) { gather_item<true, false>(w, a, i); });
+  if (a.source.dtype != DType::kF32) {  // the cuda backend's gather_half_kernel: any source
+    with_half_elem(a.source.dtype, [&](auto row) {
+      for_items(a.begin[a.count], kGrain, [&](std::int64_t i) { gather_item<true, true, decltype(row)>(w, a, i); });
+    });
+  } else if (a.source.parts > 1) {
+    for_items(a.begin[a.count], kGrain, [&](std::int64_t i) { gather_item<true, false, float>(w, a, i); });
   } else if (a.source.overflow) {  // the cuda backend's gather_overflow_kernel
-    for_items(a.begin[a.count], kGrain, [&](std::int64_t i) { gather_item<false, true>(w, a, i); });
+    for_items(a.begin[a.count], kGrain, [&](std::int64_t i) { gather_item<false, true, float>(w, a, i); });
   } else {
-    for_items(a.begin[a.count], kGrain, [&](std::int64_t i) { gather_item<false, false>(w, a, i); });
+    for_items(a.begin[a.count], kGrain, [&](std::int64_t i) { gather_item<false, false, float>(w, a, i); });
   }
 }
 
@@ -45,10 +49,14 @@ void run_update(const UpdateArgs& a) {
   run_segments(a);
   const HostWarp w;
   const std::int64_t items = a.begin[a.count];
-  if (a.overflow) {  // the cuda backend's update_overflow_kernel
-    for_items(items, kGrain, [&](std::int64_t i) { update_item<true>(w, a, i); });
+  if (a.dtype != DType::kF32 || a.state_dtype != DType::kF32) {  // the cuda backend's update_half_kernel
+    with_half_elems(a.dtype, a.state_dtype, [&](auto row, auto state) {
+      for_items(items, kGrain, [&](std::int64_t i) { update_item<true, decltype(row), decltype(state)>(w, a, i); });
+    });
+  } else if (a.overflow) {  // the cuda backend's update_overflow_kernel
+    for_items(items, kGrain, [&](std::int64_t i) { update_item<true, float, float>(w, a, i); });
   } else {
-    for_items(items, kGrain, [&](std::int64_t i) { update_item<false>(w, a, i); });
+    for_items(items, kGrain, [&](std::int64_t i) { update_item<false, float, float>(w, a, i); });
   }
 }
 

@@ -24,7 +24,12 @@ RowSource pool_source(const SlotPool& pool) noexcept {
   s.stride = pool.stride;
   s.overflow = pool.overflow;
   s.first_overflow = first_overflow(pool);
+  s.dtype = pool.dtype;
   return s;
+}
+
+InitArgs init_args(const SlotPool& pool, std::int64_t first_slot, std::int64_t n, const RecordInit& init) noexcept {
+  return {pool.base, pool.stride, pool.dim, pool.state_dim, first_slot, n, init, pool.dtype, pool.state_dtype};
 }
 
 RecordArgs record_args(const SlotPool& pool, const Key* slots, std::int64_t n, float* packed) noexcept {
@@ -43,7 +48,7 @@ HostRecordArgs host_record_args(const SlotPool& pool, const Key* slots, std::int
   HostRecordArgs a;
   a.base = pool.base;
   a.stride = pool.stride;
-  a.floats = pool.dim + pool.state_dim;
+  a.floats = pool.row_bytes() / static_cast<std::int64_t>(sizeof(float));
   a.slots = slots;
   a.rows = rows;
   a.n = n;
@@ -57,6 +62,7 @@ RowSource host_source(const RowRef& table, float* const* bases) noexcept {
   s.parts = table.parts;
   s.block_shift = table.block_shift;
   s.stride = table.stride;
+  s.dtype = table.dtype;
   for (std::int32_t p = 0; p < table.parts && p < kMaxHostParts; ++p) s.bases[p] = bases[p];
   return s;
 }
@@ -127,11 +133,13 @@ std::vector<UpdateArgs> update_launches(const SlotPool& pool, const std::vector<
     a.first_overflow = first_overflow(pool);
     a.dim = pool.dim;
     a.count = static_cast<std::int32_t>(n);
+    a.dtype = pool.dtype;
+    a.state_dtype = pool.state_dtype;
     a.hot_listed = true;
     for (std::size_t i = 0; i < n; ++i) {
       const UpdateFeature& f = features[first + i];
-      a.features[i] = {f.offsets, f.weights, f.unique_slots, f.unique_offsets, f.positions,
-                       f.bag_of,  f.grads,   f.pooling,      f.step,           f.hot};
+      a.features[i] = {f.offsets, f.weights, f.unique_slots, f.unique_rows, f.unique_offsets, f.positions, f.bag_of,
+                       f.grads,   f.pooling, f.step,         f.hot};
       a.begin[i + 1] = a.begin[i] + std::max<std::int64_t>(0, f.num_unique);
       a.hot_begin[i + 1] = a.hot_begin[i] + (f.hot ? std::max<std::int64_t>(0, f.num_hot) : 0);
       a.hot_listed = a.hot_listed && (f.hot != nullptr || f.num_unique <= 0);

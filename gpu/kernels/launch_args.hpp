@@ -65,9 +65,10 @@ struct RowSource {
   float* bases[kMaxHostParts] = {};           ///< (parts) base of each part's records; device or mapped pinned host
   std::int32_t parts = 1;                     ///< number of parts, 1..kMaxHostParts
   std::int32_t block_shift = 62;              ///< log2 rows per interleaving block (as RowRef)
-  std::int64_t stride = 0;                    ///< floats between consecutive records
+  std::int64_t stride = 0;                    ///< words between consecutive records
   float* overflow = nullptr;                  ///< one part: records of rows >= first_overflow (SlotPool::overflow)
   std::int64_t first_overflow = kNoOverflow;  ///< SlotPool::slots when there is an overflow region
+  DType dtype = DType::kF32;                  ///< the rows' element type (widened to fp32 as read)
 };
 
 /// One feature of a gather launch (see LookupFeature; all pointers device).
@@ -96,6 +97,7 @@ struct UpdateFeatureArgs {
   const std::int64_t* offsets = nullptr;         ///< (batch + 1)
   const float* weights = nullptr;                ///< (num_keys) or nullptr
   const Key* unique_slots = nullptr;             ///< (num_unique) distinct slots
+  const Key* unique_rows = nullptr;              ///< (num_unique) their table rows, or nullptr (UpdateFeature)
   const std::int64_t* unique_offsets = nullptr;  ///< (num_unique + 1) CSR into positions
   const std::int32_t* positions = nullptr;       ///< (num_keys) grouped by slot, ascending
   const std::int32_t* bag_of = nullptr;          ///< (num_keys); unused for Pooling::kNone
@@ -120,6 +122,8 @@ struct UpdateArgs {
   std::int64_t first_overflow = kNoOverflow;  ///< SlotPool::slots when there is one
   std::int32_t dim = 0;
   std::int32_t count = 0;
+  DType dtype = DType::kF32;        ///< the weights' element type (a backward; sums are fp32)
+  DType state_dtype = DType::kF32;  ///< the optimizer state's element type
   bool hot_listed = false;
   std::int64_t begin[kMaxFeaturesPerLaunch + 1] = {};
   std::int64_t hot_begin[kMaxFeaturesPerLaunch + 1] = {};
@@ -155,8 +159,8 @@ struct RecordArgs {
 /// records_to_host). Work items are records.
 struct HostRecordArgs {
   float* base = nullptr;         ///< (slots, stride) device: the slot pool
-  std::int64_t stride = 0;       ///< floats per slot record
-  std::int64_t floats = 0;       ///< floats moved per record: dim + state_dim
+  std::int64_t stride = 0;       ///< words per slot record
+  std::int64_t floats = 0;       ///< words moved per record: the weights' and the state's (SlotPool::row_bytes)
   const Key* slots = nullptr;    ///< (n) device; nullptr: slot i
   float* const* rows = nullptr;  ///< (n) device: device-visible addresses of host records
   std::int64_t n = 0;
@@ -179,6 +183,8 @@ struct InitArgs {
   std::int64_t first_slot = 0;
   std::int64_t n = 0;
   RecordInit init;
+  DType dtype = DType::kF32;        ///< the weights' element type: half ones get the values rounded to nearest
+  DType state_dtype = DType::kF32;  ///< the state's, likewise
 };
 
 /// Floats one work item of a finiteness count covers (a warp, strided over its lanes).
@@ -210,6 +216,8 @@ std::int32_t gather_lanes_per_row(std::int32_t dim) noexcept;
 
 /// The row source of a slot pool (with its overflow region).
 RowSource pool_source(const SlotPool& pool) noexcept;
+/// The initialization of records first_slot .. first_slot + n of `pool`.
+InitArgs init_args(const SlotPool& pool, std::int64_t first_slot, std::int64_t n, const RecordInit& init) noexcept;
 /// A whole-record move between the slots of `pool` (its overflow region included) and `packed`.
 RecordArgs record_args(const SlotPool& pool, const Key* slots, std::int64_t n, float* packed) noexcept;
 /// A zero-copy record move between the slots of `pool` (its overflow region included; slots may be

@@ -114,14 +114,16 @@ void CacheTransfers::send_home(gpu::StreamView s, const Pool& pool, std::vector<
                                float* host, float** mapped) {
   const std::int64_t W = static_cast<std::int64_t>(rows.size());
   if (mapped) {
-    const gpu::SlotPool packed{const_cast<float*>(dev), W, pool.view.stride, pool.view.dim, pool.view.state_dim};
+    gpu::SlotPool packed{const_cast<float*>(dev), W, pool.view.stride, pool.view.dim, pool.view.state_dim};
+    packed.dtype = pool.view.dtype;
+    packed.state_dtype = pool.view.state_dtype;
     dev_.records_to_host(s, packed, nullptr, W, mapped);
     count_host(pool, rows, true);
     return;
   }
   const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
   dev_.copy_d2h(s, host, dev, static_cast<std::size_t>(W) * rec * sizeof(float));
-  const std::size_t bytes = static_cast<std::size_t>(pool.view.dim + pool.view.state_dim) * sizeof(float);
+  const std::size_t bytes = static_cast<std::size_t>(pool.view.row_bytes());
   // Counted at issue, as the device counts its own work, so that a snapshot of the counters
   // never depends on how far the write-back stream has run.
   count_host(pool, rows, true);
@@ -135,7 +137,7 @@ void CacheTransfers::send_home(gpu::StreamView s, const Pool& pool, std::vector<
 }
 
 void CacheTransfers::count_host(const Pool& pool, const std::vector<cache::Transfer>& rows, bool write) {
-  const std::size_t bytes = static_cast<std::size_t>(pool.view.dim + pool.view.state_dim) * sizeof(float);
+  const std::size_t bytes = static_cast<std::size_t>(pool.view.row_bytes());
   gpu::NodeBytes per_node;
   for (const cache::Transfer& x : rows)
     per_node.add(host_.at(pool.tables[static_cast<std::size_t>(x.table)]).table().node_of(x.row), bytes);
@@ -149,7 +151,7 @@ void CacheTransfers::count_host(const Pool& pool, const std::vector<cache::Trans
 void CacheTransfers::stage_in(gpu::StreamView s, const Pool& pool, const std::vector<cache::Transfer>& fills,
                               float* host, float* dev) {
   const std::size_t rec = static_cast<std::size_t>(pool.view.stride);
-  const std::size_t bytes = static_cast<std::size_t>(pool.view.dim + pool.view.state_dim) * sizeof(float);
+  const std::size_t bytes = static_cast<std::size_t>(pool.view.row_bytes());
   count_host(pool, fills, false);  // at issue (send_home)
   // The task owns a copy of the list: a discarded batch may be destroyed before the task runs.
   dev_.host_task(s, [this, &pool, rows = fills, host, rec, bytes] {

@@ -85,17 +85,16 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
       cache::CachePlannerOptions po;
       po.policy = config_.cache.policy;
       po.window = config_.cache.lookahead + config_.cache.preview + 1;
-      po.name = "(dim " + std::to_string(shape.first) + ", state " + std::to_string(shape.second) + ")";
-      po.record_bytes = std::int64_t{shape.first + shape.second} * 4;
+      po.name = pool_name(shape);
+      po.record_bytes = (row_words(shape) + state_words(shape)) * 4;
       for (int t : members) {
         const TableConfig& tc = config_.tables[static_cast<std::size_t>(t)];
         po.slots += cache_rows(tc);
         po.tables.push_back({tc.spec.name, tc.cache.cap ? cache_rows(tc) : 0});
       }
       STRATA_RETURN_IF_ERROR(cache::PartitionedPlanner::validate(po, config_.cache.planner_partitions));
-      STRATA_RETURN_IF_ERROR(
-          core_.add_pool(shape.first, shape.second, po.slots, members,
-                         "slot pool " + po.name + " of " + std::to_string(po.slots) + " rows needs "));
+      STRATA_RETURN_IF_ERROR(core_.add_pool(
+          shape, po.slots, members, "slot pool " + po.name + " of " + std::to_string(po.slots) + " rows needs "));
       prefetcher_.add_pool(std::make_unique<cache::PartitionedPlanner>(po, config_.cache.planner_partitions), members);
       zero_copy_.push_back(false);
     }
@@ -339,7 +338,8 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
       }
     }
     for (std::size_t i = 0; i < b.keys.size(); ++i)
-      add_feature_bytes(b.feats[static_cast<std::size_t>(b.features.feature[i])], b.unique[i].size(), want.mirrored);
+      add_feature_bytes(b.feats[static_cast<std::size_t>(b.features.feature[i])], b.unique[i].size(),
+                        spec_of(b.features.table[i]), want.mirrored);
     return want;
   }
 

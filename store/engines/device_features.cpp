@@ -15,15 +15,21 @@ namespace {
 std::size_t max_hot_rows(std::size_t n) { return n / static_cast<std::size_t>(gpu::kernels::kHotUses + 1); }
 }  // namespace
 
-std::size_t feature_metadata_bytes(std::int64_t bags, std::int64_t keys, std::size_t weights, std::int64_t unique) {
+std::size_t feature_metadata_bytes(std::int64_t bags, std::int64_t keys, std::size_t weights, std::int64_t unique,
+                                   bool rows) {
   const std::size_t n = static_cast<std::size_t>(keys), U = static_cast<std::size_t>(unique);
   return Staging::bytes_for<std::int64_t>(static_cast<std::size_t>(bags + 1)) + Staging::bytes_for<Key>(n) +
          Staging::bytes_for<float>(weights) + Staging::bytes_for<Key>(U) + Staging::bytes_for<std::int64_t>(U + 1) +
-         2 * Staging::bytes_for<std::int32_t>(n) + Staging::bytes_for<std::int64_t>(max_hot_rows(n));
+         2 * Staging::bytes_for<std::int32_t>(n) + Staging::bytes_for<std::int64_t>(max_hot_rows(n)) +
+         (rows ? Staging::bytes_for<Key>(U) : 0);
 }
 
-void add_feature_bytes(const JaggedKeys& k, std::int64_t unique, std::size_t& mirrored) {
-  mirrored += feature_metadata_bytes(k.batch_size(), k.num_keys(), k.weights.size(), unique);
+bool rounds_by_row(const TableSpec& spec) {
+  return spec.stochastic_rounding && (spec.dtype != DType::kF32 || spec.state_dtype != DType::kF32);
+}
+
+void add_feature_bytes(const JaggedKeys& k, std::int64_t unique, const TableSpec& spec, std::size_t& mirrored) {
+  mirrored += feature_metadata_bytes(k.batch_size(), k.num_keys(), k.weights.size(), unique, rounds_by_row(spec));
 }
 
 gpu::StagingSizes activation_bytes(const std::vector<DeviceFeature>& feats) {
@@ -67,6 +73,12 @@ DeviceFeature stage_feature(Staging& st, const JaggedKeys& k, const TableSpec& s
   auto bag = st.mirrored<std::int32_t>(n);
   if (spec.pooling != Pooling::kNone) bag_of_positions(k.offsets.data(), k.batch_size(), bag.host);
   auto hot = st.mirrored<std::int64_t>(max_hot_rows(n));
+  const Key* rows = nullptr;
+  if (rounds_by_row(spec)) {
+    auto r = st.mirrored<Key>(static_cast<std::size_t>(u.size()));
+    if (u.size()) std::memcpy(r.host, u.keys.data(), static_cast<std::size_t>(u.size()) * sizeof(Key));
+    rows = r.dev;
+  }
   std::int64_t num_hot = 0;
   for (std::int64_t r = 0; r < u.size(); ++r)
     if (u.offsets[static_cast<std::size_t>(r) + 1] - u.offsets[static_cast<std::size_t>(r)] > gpu::kernels::kHotUses)
@@ -82,6 +94,7 @@ DeviceFeature stage_feature(Staging& st, const JaggedKeys& k, const TableSpec& s
   uf.num_keys = k.num_keys();
   uf.pooling = spec.pooling;
   uf.unique_slots = us.dev;
+  uf.unique_rows = rows;
   uf.unique_offsets = uo.dev;
   uf.positions = pos.dev;
   uf.bag_of = bag.dev;

@@ -27,15 +27,22 @@ struct DeviceFeature {
 };
 
 /// Mirrored staging bytes (uploaded H2D with the batch) that stage_feature takes for a feature of
-/// `bags` bags, `keys` keys, `weights` per-key weights (0 or keys) and `unique` distinct rows.
-std::size_t feature_metadata_bytes(std::int64_t bags, std::int64_t keys, std::size_t weights, std::int64_t unique);
+/// `bags` bags, `keys` keys, `weights` per-key weights (0 or keys) and `unique` distinct rows; with
+/// `rows`, also the unique rows' ids (a table that rounds stochastically: rounds_by_row).
+std::size_t feature_metadata_bytes(std::int64_t bags, std::int64_t keys, std::size_t weights, std::int64_t unique,
+                                   bool rows = false);
 
-/// Mirrored staging bytes that stage_feature takes for a feature: adds them to `mirrored`.
-void add_feature_bytes(const JaggedKeys& k, std::int64_t unique, std::size_t& mirrored);
+/// Whether a table's updates need each unique row's id on the device: half elements rounded
+/// stochastically (the bits are keyed by the row, gpu::UpdateFeature::unique_rows).
+bool rounds_by_row(const TableSpec& spec);
+
+/// Mirrored staging bytes that stage_feature takes for a feature of table `spec`: adds them to `mirrored`.
+void add_feature_bytes(const JaggedKeys& k, std::int64_t unique, const TableSpec& spec, std::size_t& mirrored);
 
 /// Writes the feature's lookup and update arguments into `st` (reserved with add_feature_bytes):
-/// `unique_slots[u]` is the slot of unique key u of `u`. Takes nothing for outputs or gradients:
-/// device views need no staging for them (stage_activations, for host views).
+/// `unique_slots[u]` is the slot of unique key u of `u` (and, where rounds_by_row, u.keys its
+/// rows). Takes nothing for outputs or gradients: device views need no staging for them
+/// (stage_activations, for host views).
 DeviceFeature stage_feature(gpu::Staging& st, const JaggedKeys& k, const TableSpec& spec, const UniqueKeys& u,
                             const std::vector<Key>& unique_slots);
 

@@ -32,9 +32,9 @@ class GpuEngine final : public Engine {
       }
       std::string names;
       for (int t : members) names += (names.empty() ? "'" : ", '") + spec_of(t).name + "'";
-      STRATA_RETURN_IF_ERROR(core_.add_pool(shape.first, shape.second, slots, members,
+      STRATA_RETURN_IF_ERROR(core_.add_pool(shape, slots, members,
                                             "gpu tables " + names + " (" + std::to_string(slots) + " rows of dim " +
-                                                std::to_string(shape.first) + ") need "));
+                                                std::to_string(shape.dim) + ") need "));
     }
     for (int t : tables) STRATA_RETURN_IF_ERROR(initialize(t));
     return Status::ok();
@@ -48,7 +48,7 @@ class GpuEngine final : public Engine {
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
       dedup_keys(k.keys.data(), k.num_keys(), b->unique[i], scratch_);
-      add_feature_bytes(k, b->unique[i].size(), mirrored);
+      add_feature_bytes(k, b->unique[i].size(), spec_of(f.table[i]), mirrored);
     }
     group_by_pool(f, b->work);
     STRATA_ASSIGN_OR_RETURN(b->st, core_.staging().take({mirrored, 0, 0}));
@@ -90,21 +90,18 @@ class GpuEngine final : public Engine {
   Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
     if (Status s = dev_.synchronize(core_.compute()); !s.is_ok())
       return s.with_context("table '" + spec_of(table).name + "' (gpu: its rows live only in device memory)");
-    return bounce(table, row0, n, true, false, [&](float* rec, std::int64_t r, std::size_t dim, std::size_t sd) {
-      std::memcpy(weights + r * static_cast<std::int64_t>(dim), rec, dim * sizeof(float));
-      if (state && sd) std::memcpy(state + r * static_cast<std::int64_t>(sd), rec + dim, sd * sizeof(float));
+    return bounce(table, row0, n, true, false, [&](float* rec, std::int64_t r, const RecordShape& shape) {
+      read_record(rec, shape, weights + r * shape.dim, state ? state + r * shape.state_dim : nullptr);
     });
   }
 
   Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) override {
     STRATA_RETURN_IF_ERROR(dev_.synchronize(core_.compute()));
     // Read-modify-write: without `state` the optimizer state of the rows stays as it is.
-    return bounce(table, row0, n, state == nullptr, true,
-                  [&](float* rec, std::int64_t r, std::size_t dim, std::size_t sd) {
-                    std::memcpy(rec, weights + r * static_cast<std::int64_t>(dim), dim * sizeof(float));
-                    if (state && sd)
-                      std::memcpy(rec + dim, state + r * static_cast<std::int64_t>(sd), sd * sizeof(float));
-                  });
+    // Half elements are rounded to nearest (HostTable::write_row).
+    return bounce(table, row0, n, state == nullptr, true, [&](float* rec, std::int64_t r, const RecordShape& shape) {
+      write_record(rec, shape, weights + r * shape.dim, state ? state + r * shape.state_dim : nullptr);
+    });
   }
 
  private:
@@ -122,12 +119,12 @@ class GpuEngine final : public Engine {
     init.row_stride = spec.init.row_stride;
     init.col_offset = spec.init.col_offset;
     init.optimizer = spec.optimizer;
-    dev_.init_records(core_.copy(), core_.pool(p).view, base, spec.rows, init);
+    dev_.init_records(core_.copy(), core_.pool(p).view, base, spec.rows, init);  // half rows: rounded to nearest
     return dev_.synchronize(core_.copy());
   }
 
   // Visits rows [row0, row0 + n) of a table through pinned memory, in chunks: with `load` the
-  // records come D2H first (else they start zeroed), fn(record, row - row0, dim, state_dim) reads
+  // records come D2H first (else they start zeroed), fn(record, row - row0, record shape) reads
   // or writes each, and with `store` they go back H2D. Synchronous.
   template <class Fn>
   Status bounce(int table, std::int64_t row0, std::int64_t n, bool load, bool store, Fn fn) {
@@ -150,9 +147,7 @@ class GpuEngine final : public Engine {
       } else {
         std::memset(host, 0, bytes);
       }
-      for (std::int64_t r = 0; r < m; ++r)
-        fn(host + r * pool.stride, r0 + r, static_cast<std::size_t>(pool.dim),
-           static_cast<std::size_t>(pool.state_dim));
+      for (std::int64_t r = 0; r < m; ++r) fn(host + r * pool.stride, r0 + r, pool.shape());
       if (store) {
         dev_.copy_h2d(s, dev, host, bytes);
         STRATA_RETURN_IF_ERROR(dev_.synchronize(s));

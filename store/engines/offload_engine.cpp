@@ -12,16 +12,24 @@
 namespace strata::detail {
 namespace {
 
-// Device gather: the distinct rows of the batch's features of one dim, read once from host memory
-// (zero-copy) into `rows`, where the gather finds them.
+// Device gather: the distinct rows of the batch's features of one dim and dtype, read once from
+// host memory (zero-copy) into `rows`, where the gather finds them (half rows stay half there and
+// are widened by the gather).
 struct RowGroup {
   std::int32_t dim = 0;
+  DType dtype = DType::kF32;
   std::int64_t unique = 0;         // distinct rows (of all its features)
   float** sources = nullptr;       // (unique) device: device addresses of their host records
-  float* rows = nullptr;           // (unique, dim) device
+  float* rows = nullptr;           // (unique, words()) device
   std::vector<std::size_t> feats;  // engine features in this group
 
-  gpu::SlotPool pool() const { return gpu::SlotPool{rows, unique, dim, dim, 0}; }
+  // Words of one row's weights (the records' first words; no state).
+  std::int64_t words() const { return element_words(dim, dtype); }
+  gpu::SlotPool pool() const {
+    gpu::SlotPool p{rows, unique, words(), dim, 0};
+    p.dtype = dtype;
+    return p;
+  }
 };
 
 struct OffloadBatch final : EngineBatch {
@@ -58,7 +66,7 @@ class OffloadEngine final : public Engine {
     if (device_gather) group_rows(batch, f, *b);
     for (const RowGroup& g : b->groups) {
       mirrored += gpu::Staging::bytes_for<float*>(static_cast<std::size_t>(g.unique));
-      rows += gpu::Staging::bytes_for<float>(static_cast<std::size_t>(g.unique * g.dim));
+      rows += gpu::Staging::bytes_for<float>(static_cast<std::size_t>(g.unique * g.words()));
     }
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
@@ -101,7 +109,7 @@ class OffloadEngine final : public Engine {
     for (RowGroup& g : b->groups) {
       auto sources = b->st->mirrored<float*>(static_cast<std::size_t>(g.unique));
       g.sources = sources.dev;
-      g.rows = b->st->dev_only<float>(static_cast<std::size_t>(g.unique * g.dim));
+      g.rows = b->st->dev_only<float>(static_cast<std::size_t>(g.unique * g.words()));
       std::int64_t next = 0;
       gpu::NodeBytes read;  // the device reads each row from host memory: counted as cache fills are
       for (std::size_t i : g.feats) {
@@ -110,7 +118,7 @@ class OffloadEngine final : public Engine {
         for (std::int64_t r = 0; r < u.size(); ++r, ++next) {
           const Key row = u.keys[static_cast<std::size_t>(r)];
           sources.host[next] = mapped_.row(f.table[i], row);
-          read.add(table.node_of(row), static_cast<std::uint64_t>(g.dim) * sizeof(float));
+          read.add(table.node_of(row), static_cast<std::uint64_t>(g.words()) * sizeof(float));
           for (std::int64_t p = u.offsets[static_cast<std::size_t>(r)]; p < u.offsets[static_cast<std::size_t>(r) + 1];
                ++p)
             inverse[i][u.positions[static_cast<std::size_t>(p)]] = next;
@@ -333,13 +341,14 @@ class OffloadEngine final : public Engine {
   // Dedups every feature's keys (unique_) and groups the features by dim (b.groups).
   void group_rows(const KeyBatch& batch, const EngineFeatures& f, OffloadBatch& b) {
     if (unique_.size() < f.feature.size()) unique_.resize(f.feature.size());
-    std::unordered_map<std::int32_t, std::size_t> group_of;
+    std::unordered_map<std::int64_t, std::size_t> group_of;  // by dim * 4 + dtype
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
       dedup_keys(k.keys.data(), k.num_keys(), unique_[i], scratch_, DedupOrder::kAny);
-      const std::int32_t dim = spec_of(f.table[i]).dim;
-      auto [it, fresh] = group_of.emplace(dim, b.groups.size());
-      if (fresh) b.groups.push_back(RowGroup{dim, 0, nullptr, nullptr, {}});
+      const TableSpec& spec = spec_of(f.table[i]);
+      auto [it, fresh] =
+          group_of.emplace(std::int64_t{spec.dim} * 4 + static_cast<std::int64_t>(spec.dtype), b.groups.size());
+      if (fresh) b.groups.push_back(RowGroup{spec.dim, spec.dtype, 0, nullptr, nullptr, {}});
       RowGroup& g = b.groups[it->second];
       g.unique += unique_[i].size();
       g.feats.push_back(i);

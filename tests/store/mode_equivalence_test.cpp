@@ -6,7 +6,8 @@
 // for the batches in flight, whose plans wait for batches to retire (CacheStats::deferred); caches
 // of 1..10 rows against batches of hundreds of distinct rows, which bypass them (CacheStats::bypassed); outputs
 // and gradients in host or device memory, passed by synchronous or stream-ordered calls (the strict
-// emu device kills a host dereference of device memory). Results must be bit-exact.
+// emu device kills a host dereference of device memory). Results must be bit-exact. Half cases give
+// the tables bf16 and fp16 rows beside fp32 ones, bf16 optimizer state and stochastic rounding (issue 31).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include "host/dedup.hpp"
 #include "tests/gpu/cuda_gate.hpp"
 #include "tests/store/device_views.hpp"
+#include "tests/store/half_tables.hpp"
 #include "tests/store/store_test_util.hpp"
 
 namespace strata {
@@ -29,6 +31,7 @@ struct ModeCase {
   bool cuda;
   bool overflow = false;  // caches hold one batch, not `depth`: plans are deferred
   bool bypass = false;    // caches of 1..10 rows, batches of hundreds of rows: rows bypass the caches
+  bool half = false;      // tables of bf16, fp16 or fp32 rows, bf16 state, stochastic rounding or not
 };
 
 class ModeEquivalence : public ::testing::TestWithParam<ModeCase> {};
@@ -103,6 +106,11 @@ TEST_P(ModeEquivalence, OutputsAndFinalStateEqualTheReference) {
   for (auto& t : config.tables)
     if (t.placement == Placement::kCached || t.placement == Placement::kHybrid)
       t.cache.rows *= config.cache.planner_partitions;
+  // Half cases: each table's rows fp32, bf16 or fp16, a bf16 state where the optimizer allows it
+  // (half the time), rounding to nearest or stochastic (own generator, as above).
+  std::mt19937_64 half_rng(static_cast<std::uint64_t>(mc.seed) * 97 + 1);
+  if (mc.half)
+    for (auto& t : config.tables) random_dtypes(half_rng, t.spec);
   // Fills and write-backs staged, zero-copy, or measured (own generator, as above).
   std::mt19937_64 transfer_rng(static_cast<std::uint64_t>(mc.seed) * 17 + 5);
   config.cache.transfer = static_cast<CacheTransfer>(transfer_rng() % 3);
@@ -196,13 +204,18 @@ std::vector<ModeCase> cases() {
   for (int s = 10; s < 14; ++s) v.push_back({s, true, true});
   for (int s = 120; s < 144; ++s) v.push_back({s, false, false, true});
   for (int s = 14; s < 17; ++s) v.push_back({s, true, false, true});
+  for (int s = 144; s < 168; ++s) v.push_back({s, false, false, false, true});
+  for (int s = 168; s < 172; ++s) v.push_back({s, false, true, false, true});
+  for (int s = 172; s < 176; ++s) v.push_back({s, false, false, true, true});
+  for (int s = 17; s < 20; ++s) v.push_back({s, true, false, false, true});
   return v;
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, ModeEquivalence, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<ModeCase>& i) {
-                           return std::string(i.param.cuda ? "cuda_" : "emu_") + (i.param.overflow ? "overflow_" : "") +
-                                  (i.param.bypass ? "bypass_" : "") + std::to_string(i.param.seed);
+                           return std::string(i.param.cuda ? "cuda_" : "emu_") + (i.param.half ? "half_" : "") +
+                                  (i.param.overflow ? "overflow_" : "") + (i.param.bypass ? "bypass_" : "") +
+                                  std::to_string(i.param.seed);
                          });
 
 }  // namespace

@@ -1,38 +1,33 @@
 // The reference store with half-size elements (issue 31): bf16 and fp16 rows, bf16 optimizer state,
-// stochastic rounding and half-size outputs, and the placements that serve them so far (`cpu`, and
-// `offload` with the CPU gather); the store refuses them in the other placements (served_dtypes).
+// stochastic rounding and half-size outputs, and every placement against it: `cpu` and `offload`
+// with the CPU gather (the host kernels), `gpu`, `cached`, `hybrid` and `offload` with the device
+// gather (the shared device kernels, on the emu device).
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/half.hpp"
 #include "gpu/device.hpp"
 #include "store/store.hpp"
+#include "tests/store/half_tables.hpp"
 #include "tests/store/store_test_util.hpp"
 
 namespace strata {
 namespace {
 
 using testing::Buffers;
+using testing::half_config;
+using testing::mixed_dtypes_config;
 using testing::Snapshot;
-
-// `c` with every table's rows of `dtype`, bf16 state where the optimizer allows it, and stochastic
-// rounding when `sr`.
-StoreConfig half_config(StoreConfig c, DType dtype, bool sr) {
-  for (TableConfig& t : c.tables) {
-    t.spec.dtype = dtype;
-    const OptimizerKind k = t.spec.optimizer.kind;
-    if (k == OptimizerKind::kAdagrad || k == OptimizerKind::kAdam) t.spec.state_dtype = DType::kBF16;
-    t.spec.stochastic_rounding = sr;
-  }
-  return c;
-}
 
 // `c` with every table's outputs and gradients of `out`.
 StoreConfig with_output_dtype(StoreConfig c, DType out) {
@@ -239,26 +234,6 @@ TEST(ReferenceHalf, CpuStoreMatchesTheReferenceBitForBit) {
       EXPECT_TRUE(store_matches_reference(half_config(fp32, dtype, sr), 5, 5)) << to_string(dtype) << (sr ? " sr" : "");
 }
 
-// fp32, bf16 and fp16 tables of several dims (odd ones and multiples of 16) in one store of
-// `placement`: every forward and backward is one table-batched call over all of them.
-StoreConfig mixed_dtypes_config(Placement placement) {
-  std::mt19937_64 rng(71);
-  StoreConfig c = testing::random_config(rng, 9);
-  const std::int32_t dims[] = {16, 7, 64, 48, 128, 31, 3, 1, 32};  // (table 3: fp32 rows, bf16 state)
-  const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF16};
-  for (std::size_t i = 0; i < c.tables.size(); ++i) {
-    TableSpec& s = c.tables[i].spec;
-    c.tables[i].placement = placement;
-    s.dim = dims[i];
-    s.dtype = dtypes[i % 3];
-    s.optimizer.kind = static_cast<OptimizerKind>(i % 4);
-    const bool state_allowed = s.optimizer.kind == OptimizerKind::kAdagrad || s.optimizer.kind == OptimizerKind::kAdam;
-    if (state_allowed && i % 2 == 1) s.state_dtype = DType::kBF16;
-    s.stochastic_rounding = (s.dtype != DType::kF32 || s.state_dtype != DType::kF32) && i % 4 < 2;
-  }
-  return c;
-}
-
 // Those tables in a `cpu` store give the reference's bits.
 TEST(ReferenceHalf, CpuStoreOfFp32AndHalfTablesInOneBatchMatchesTheReference) {
   EXPECT_TRUE(store_matches_reference(mixed_dtypes_config(Placement::kCpu), 9, 6));
@@ -451,8 +426,7 @@ TEST(ReferenceHalf, CpuWriteRowsRoundsToNearestAndReadRowsWidens) {
 
 // Half-size outputs and gradients are served by the `cpu` placement (and the reference store) only:
 // opening a store with a half-size output_dtype in another placement is refused, naming the table,
-// the value and what is expected. Half-size rows are stored by the `cpu` placement and by `offload`
-// with the CPU gather only.
+// the value and what is expected. Half-size rows are stored by every placement.
 TEST(ReferenceHalf, StoresRefuseWhatTheirPlacementsDoNotServe) {
   StoreConfig c;
   c.device.backend = BackendChoice::kEmu;
@@ -460,7 +434,8 @@ TEST(ReferenceHalf, StoresRefuseWhatTheirPlacementsDoNotServe) {
   c.tables[0].spec.name = "clicks";
   c.tables[0].spec.rows = 8;
   c.tables[0].spec.dim = 4;
-  for (const Placement p : {Placement::kCpu, Placement::kOffload, Placement::kCached, Placement::kGpu}) {
+  for (const Placement p :
+       {Placement::kCpu, Placement::kOffload, Placement::kCached, Placement::kGpu, Placement::kHybrid}) {
     for (const DType out : {DType::kBF16, DType::kF16}) {
       c.tables[0].placement = p;
       c.tables[0].spec.dtype = DType::kF32;
@@ -478,20 +453,91 @@ TEST(ReferenceHalf, StoresRefuseWhatTheirPlacementsDoNotServe) {
                                           "placement and the reference store only, issue 31)");
       c.tables[0].spec.output_dtype = DType::kF32;
       c.tables[0].spec.dtype = out;
-      s = Store::open(c);
-      ASSERT_FALSE(s.is_ok()) << to_string(p) << " " << to_string(out);
-      EXPECT_EQ(s.status().message(),
-                "table 'clicks': dtype " + std::string(to_string(out)) + " is not stored by the " + to_string(p) +
-                    " placement" + (p == Placement::kOffload ? " with offload_gather device" : "") +
-                    " yet (expected fp32: half-size rows are stored by the cpu placement, the offload placement "
-                    "with offload_gather cpu and the reference store only, issue 31)");
-      if (p == Placement::kOffload) {  // the CPU gather stores them
-        c.offload_gather = OffloadGather::kCpu;
-        EXPECT_TRUE(Store::open(c).is_ok()) << to_string(out);
-        c.offload_gather = OffloadGather::kDevice;
+      for (const OffloadGather g : {OffloadGather::kDevice, OffloadGather::kCpu}) {
+        c.offload_gather = g;
+        const auto rows = Store::open(c);
+        EXPECT_TRUE(rows.is_ok()) << to_string(p) << " " << to_string(out) << ": " << rows.status().to_string();
       }
+      c.offload_gather = OffloadGather::kDevice;
     }
   }
+}
+
+// `c` on the emu device with every table in `placement`: `offload` with the device gather, `cached`
+// and `hybrid` with caches of 12 rows, which batches of up to 30 distinct rows overflow (rows served
+// outside the cache) and rows are evicted and written back every step.
+StoreConfig on_device(StoreConfig c, Placement placement) {
+  c.device.backend = BackendChoice::kEmu;
+  c.offload_gather = OffloadGather::kDevice;
+  for (TableConfig& t : c.tables) {
+    t.placement = placement;
+    if (placement == Placement::kCached || placement == Placement::kHybrid)
+      t.cache.rows = std::min<std::int64_t>(t.spec.rows, 12);
+  }
+  return c;
+}
+
+// The device placements store half-size rows and state in their slots and the offload device
+// gather reads them from host memory (the shared kernels widen, compute in fp32 and round once, as
+// the reference does): `gpu`, `cached` (small caches), `hybrid` (a world of one) and `offload` with
+// the device gather give the reference's bits, every table half (bf16 and fp16, rounding to nearest
+// and stochastic, bf16 state where the optimizer allows it), and fp32 and half tables of several
+// dims in one table-batched call.
+TEST(ReferenceHalf, DevicePlacementsMatchTheReferenceBitForBit) {
+  for (const Placement p : {Placement::kGpu, Placement::kCached, Placement::kHybrid, Placement::kOffload}) {
+    std::mt19937_64 rng(57);
+    const StoreConfig fp32 = on_device(testing::random_config(rng, 6), p);
+    for (const DType dtype : {DType::kBF16, DType::kF16})
+      for (const bool sr : {false, true})
+        EXPECT_TRUE(store_matches_reference(half_config(fp32, dtype, sr), 5, 4))
+            << to_string(p) << " " << to_string(dtype) << (sr ? " sr" : "");
+    EXPECT_TRUE(store_matches_reference(on_device(mixed_dtypes_config(p), p), 9, 4)) << to_string(p);
+  }
+}
+
+// Rows used more than gpu/kernels' kHotUses times in a batch: their gradients are summed in
+// segments by warps of their own (hot-row partials, fp32) before the half rows are updated; the
+// same bits as the reference.
+TEST(ReferenceHalf, HotHalfRowsOnTheDeviceMatchTheReference) {
+  for (const Placement p : {Placement::kGpu, Placement::kCached}) {
+    StoreConfig c = on_device(mixed_dtypes_config(p), p);
+    for (TableConfig& t : c.tables) t.spec.rows = 2;  // 300 bags: some 375 uses of each row
+    EXPECT_TRUE(store_matches_reference(c, 5, 2, 300)) << to_string(p);
+  }
+}
+
+// A checkpoint of half-size tables in `gpu` and `cached` (fp32 and half tables, small caches whose
+// dirty rows the save writes back): save, train on, load: the rows and state saved, bit for bit.
+TEST(ReferenceHalf, CheckpointsOfHalfTablesOnTheDeviceRoundTrip) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("strata_half_ckpt_" + std::to_string(::getpid()));
+  for (const Placement p : {Placement::kGpu, Placement::kCached}) {
+    const StoreConfig c = on_device(mixed_dtypes_config(p), p);
+    auto s = Store::open(c);
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    Store& store = *s.value();
+    std::mt19937_64 rng(5);
+    auto train = [&](int first, int steps) {
+      for (int step = first; step < first + steps; ++step) {
+        const KeyBatch kb = testing::random_batch(rng, c, 6);
+        Buffers b = testing::make_buffers(c, kb);
+        ASSERT_TRUE(store.submit(step, kb).is_ok());
+        ASSERT_TRUE(store.forward(step, b.views).is_ok());
+        testing::fill_random(rng, b);
+        ASSERT_TRUE(store.backward(step, b.cviews).is_ok());
+      }
+    };
+    train(1, 3);
+    std::filesystem::remove_all(dir);
+    ASSERT_TRUE(store.save(dir.string()).is_ok()) << to_string(p);
+    const Snapshot saved = testing::snapshot(store);
+    train(4, 3);
+    ASSERT_FALSE(testing::same_state(testing::snapshot(store), saved)) << to_string(p) << ": training changed nothing";
+    const Status load = store.load(dir.string());
+    ASSERT_TRUE(load.is_ok()) << load.to_string();
+    EXPECT_TRUE(testing::same_state(testing::snapshot(store), saved)) << to_string(p);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // Half-size outputs are the fp32 outputs rounded to nearest; half-size gradients are widened, so a

@@ -1,7 +1,8 @@
 // `gpu` and `hybrid` tables sharded over 1..4 thread ranks (the local communicator, one emulated
 // device per rank) against the single-rank reference, for every sharding type: see
 // sharded_harness.hpp for the workloads and the comparison. A few of them over the `transport`
-// communicator too, against the local world bit for bit.
+// communicator too, against the local world bit for bit. Half cases: bf16 and fp16 tables beside
+// fp32 ones over 1..3 ranks (issue 31).
 
 #include <gtest/gtest.h>
 
@@ -94,6 +95,17 @@ std::vector<ShardCase> cases() {
       c.hot = true;
       out.push_back(c);
     }
+  // Half-size tables (bf16, fp16 and fp32 tables in one batch; every sharding type, gpu and hybrid)
+  // over 1..3 ranks, three worlds of each (i < 9), and hot half rows over 2 (i == 9).
+  for (int i = 0; i < 10; ++i) {
+    ShardCase c;
+    c.half = true;
+    c.hot = i == 9;
+    c.world = c.hot ? 2 : 1 + i / 3;
+    c.steps = c.hot ? 3 : 5;
+    c.seed = seed++;
+    out.push_back(c);
+  }
   return out;
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The resources of each CUDA kernel of gpu/cuda/kernels.cu for sm_90 (registers, stack frame,
-spill stores and loads, static shared memory), as `nvcc -Xptxas -v` reports them, against the
+"""The resources of each CUDA kernel of gpu/cuda/kernels.cu and kernels_half.cu for sm_90 (registers,
+stack frame, spill stores and loads, static shared memory), as `nvcc -Xptxas -v` reports them, against the
 checked-in table gpu/cuda/kernel_resources_sm90.txt.
 
 usage: tools/gpu/kernel_resources.py [--nvcc NVCC] [--check] [--write FILE]
@@ -23,7 +23,7 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SOURCE = os.path.join(ROOT, "gpu", "cuda", "kernels.cu")
+SOURCES = [os.path.join(ROOT, "gpu", "cuda", f) for f in ("kernels.cu", "kernels_half.cu")]
 TABLE = os.path.join(ROOT, "gpu", "cuda", "kernel_resources_sm90.txt")
 FIELDS = ("registers", "stack", "spill_stores", "spill_loads", "smem")
 
@@ -35,12 +35,14 @@ def nvcc_release(nvcc):
 
 
 def short_name(demangled):
-    """'void strata::gpu::cuda_detail::(anonymous namespace)::gather_kernel<true>(...)' -> 'gather_kernel<true>'."""
+    """'void strata::gpu::cuda_detail::(anonymous namespace)::gather_kernel<true, float>(...)' -> 'gather_kernel<true,float>'."""
     name = demangled.replace("(anonymous namespace)::", "")
     name = name[5:] if name.startswith("void ") else name
     name = name.split("(")[0]
     head, angle, tail = name.partition("<")
-    return head.split("::")[-1] + angle + tail
+    # Template arguments without namespaces or spaces ('update_kernel<strata::Bf16, float>' ->
+    # 'update_kernel<Bf16,float>'): a name is one word of the table.
+    return head.split("::")[-1] + angle + tail.replace("strata::", "").replace(" ", "")
 
 
 def demangle(names):
@@ -52,9 +54,16 @@ def demangle(names):
 
 
 def measure(nvcc):
+    kernels = {}
+    for source in SOURCES:
+        kernels.update(measure_source(nvcc, source))
+    return kernels
+
+
+def measure_source(nvcc, source):
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [nvcc, "-I" + ROOT, "-DNDEBUG", "-O3", "-std=c++17", "-fmad=false",
-               "--generate-code=arch=compute_90,code=sm_90", "-Xptxas", "-v", "-x", "cu", "-c", SOURCE,
+               "--generate-code=arch=compute_90,code=sm_90", "-Xptxas", "-v", "-x", "cu", "-c", source,
                "-o", os.path.join(tmp, "kernels.o")]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
@@ -83,10 +92,11 @@ def measure(nvcc):
 
 def write(path, table, version):
     with open(path, "w") as f:
-        f.write("# Resources of each kernel of gpu/cuda/kernels.cu for sm_90, as `nvcc -Xptxas -v` reports them\n"
-                "# (bytes for stack, spills and static shared memory). Made by tools/gpu/kernel_resources.py\n"
-                "# --write; the test gpu_kernel_resources_sm90 compares a fresh compile with it: more spill or\n"
-                "# stack than here fails under any nvcc, any other change under the release below.\n")
+        f.write("# Resources of each kernel of gpu/cuda/kernels.cu and kernels_half.cu for sm_90, as\n"
+                "# `nvcc -Xptxas -v` reports them (bytes for stack, spills and static shared memory). Made by\n"
+                "# tools/gpu/kernel_resources.py --write; the test gpu_kernel_resources_sm90 compares a fresh\n"
+                "# compile with it: more spill or stack than here fails under any nvcc, any other change under\n"
+                "# the release below.\n")
         f.write(f"# nvcc: {version[0]} {version[1]}\n")
         f.write("# kernel" + "".join(f" {x}" for x in FIELDS) + "\n")
         for name in sorted(table):
@@ -112,7 +122,7 @@ def check(fresh, version):
     errors, notes = [], []
     for name in sorted(set(table) | set(fresh)):
         if name not in fresh:
-            errors.append(f"{name}: in the table, not in kernels.cu")
+            errors.append(f"{name}: in the table, not in kernels.cu or kernels_half.cu")
             continue
         if name not in table:
             errors.append(f"{name}: not in the table ({fresh[name]})")
@@ -136,9 +146,9 @@ def main():
     version = nvcc_release(a.nvcc)
     fresh = measure(a.nvcc)
     print(f"nvcc {version[0]} ({version[1]}), sm_90:")
-    print(f"  {'kernel':26s}" + "".join(f"{x:>13s}" for x in FIELDS))
+    print(f"  {'kernel':32s}" + "".join(f"{x:>13s}" for x in FIELDS))
     for name in sorted(fresh):
-        print(f"  {name:26s}" + "".join(f"{fresh[name][x]:13d}" for x in FIELDS))
+        print(f"  {name:32s}" + "".join(f"{fresh[name][x]:13d}" for x in FIELDS))
     if a.write:
         write(a.write, fresh, version)
         print(f"wrote {a.write}")

@@ -28,19 +28,23 @@ Status SlotPoolEngine::init(const SlotPoolOptions& options) {
   return Status::ok();
 }
 
-std::map<std::pair<std::int32_t, std::int32_t>, std::vector<int>> SlotPoolEngine::shapes(
-    const StoreConfig& config, const std::vector<int>& tables) {
-  std::map<std::pair<std::int32_t, std::int32_t>, std::vector<int>> out;
-  for (int t : tables) {
-    const TableSpec& spec = config.tables[static_cast<std::size_t>(t)].spec;
-    out[{spec.dim, optimizer_state_dim(spec.optimizer.kind, spec.dim)}].push_back(t);
-  }
+std::string pool_name(const RecordShape& shape) {
+  std::string s = "(dim " + std::to_string(shape.dim) + ", state " + std::to_string(shape.state_dim);
+  if (shape.dtype != DType::kF32 || shape.state_dtype != DType::kF32)
+    s += std::string(", ") + to_string(shape.dtype) + ", state " + to_string(shape.state_dtype);
+  return s + ")";
+}
+
+std::map<RecordShape, std::vector<int>, ShapeLess> SlotPoolEngine::shapes(const StoreConfig& config,
+                                                                          const std::vector<int>& tables) {
+  std::map<RecordShape, std::vector<int>, ShapeLess> out;
+  for (int t : tables) out[record_shape(config.tables[static_cast<std::size_t>(t)].spec)].push_back(t);
   return out;
 }
 
-Status SlotPoolEngine::add_pool(std::int32_t dim, std::int32_t state_dim, std::int64_t slots, std::vector<int> tables,
+Status SlotPoolEngine::add_pool(const RecordShape& shape, std::int64_t slots, std::vector<int> tables,
                                 const std::string& needs) {
-  const std::int64_t stride = record_stride(dim, state_dim);
+  const std::int64_t stride = record_words(shape);
   const std::size_t bytes = static_cast<std::size_t>(slots * stride) * sizeof(float);
   auto mem = dev_.allocate(bytes);
   if (!mem)
@@ -48,7 +52,9 @@ Status SlotPoolEngine::add_pool(std::int32_t dim, std::int32_t state_dim, std::i
                                       " bytes of device memory: " + mem.status().message());
   Pool pool;
   pool.memory = std::move(mem).value();
-  pool.view = gpu::SlotPool{pool.memory.as<float>(), slots, stride, dim, state_dim};
+  pool.view = gpu::SlotPool{pool.memory.as<float>(), slots, stride, shape.dim, shape.state_dim};
+  pool.view.dtype = shape.dtype;
+  pool.view.state_dtype = shape.state_dtype;
   pool.tables = std::move(tables);
   pools_.push_back(std::move(pool));
   return Status::ok();
@@ -68,8 +74,8 @@ Status SlotPoolEngine::reserve_overflow(int p, std::int64_t records) {
   if (!mem)
     return Status::resource_exhausted(std::to_string(static_cast<std::size_t>(records) * rec) +
                                       " bytes of device memory for " + std::to_string(records) +
-                                      " rows outside slot pool (dim " + std::to_string(pool.view.dim) + ", state " +
-                                      std::to_string(pool.view.state_dim) + "): " + mem.status().message());
+                                      " rows outside slot pool " + pool_name(pool.view.shape()) + ": " +
+                                      mem.status().message());
   gpu::DeviceBuffer grown = std::move(mem).value();
   if (pool.view.overflow_slots > 0) {
     dev_.copy_d2d(copy_.view(), grown.data(), pool.view.overflow,

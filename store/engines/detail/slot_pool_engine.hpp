@@ -1,21 +1,22 @@
 #pragma once
-// The device core of the slot-pool placements (`gpu`, `cached`): HBM slot pools, one per
-// (dim, optimizer state) shape and shared by the tables of that shape, a copy and a compute stream,
-// and the lookups and fused updates of a batch whose rows are in their slots. What differs between
-// the placements stays with them: `gpu` maps a row to slot table base + row, with no misses
-// (gpu_engine.cpp); `cached` plans slots with its prefetcher and moves rows in and out of them on
-// the copy and write-back streams (cached_engine.cpp). Both stage a batch's arguments into a
-// staging entry of this core's pool (device_features.hpp) and record its ready() once its rows are
-// in their slots; forward, backward and discard below take it from there.
-// Not thread-safe: the store's driving thread owns it.
+// The device core of the slot-pool placements (`gpu`, `cached`): HBM slot pools, one per record
+// shape (dim, optimizer state, their element types) and shared by the tables of that shape, a copy and a compute
+// stream, and the lookups and fused updates of a batch whose rows are in their slots. What differs between the
+// placements stays with them: `gpu` maps a row to slot table base + row, with no misses (gpu_engine.cpp); `cached`
+// plans slots with its prefetcher and moves rows in and out of them on the copy and write-back streams
+// (cached_engine.cpp). Both stage a batch's arguments into a staging entry of this core's pool (device_features.hpp)
+// and record its ready() once its rows are in their slots; forward, backward and discard below take it from there. Not
+// thread-safe: the store's driving thread owns it.
 
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "core/record_layout.hpp"
 #include "gpu/device.hpp"
 #include "gpu/staging.hpp"
 #include "store/engines/device_features.hpp"
@@ -42,6 +43,18 @@ struct SlotBatch {
   std::vector<PoolWork> work;      ///< per pool touched, in the order the lookups and updates run
 };
 
+/// Orders record shapes: by dim, state elements, then element types (fp32 first).
+struct ShapeLess {
+  bool operator()(const RecordShape& a, const RecordShape& b) const noexcept {
+    auto key = [](const RecordShape& s) { return std::make_tuple(s.dim, s.state_dim, s.dtype, s.state_dtype); };
+    return key(a) < key(b);
+  }
+};
+
+/// A pool's name in messages: "(dim 8, state 8)", with its element types where they are not fp32
+/// ("(dim 8, state 8, bf16, state bf16)").
+std::string pool_name(const RecordShape& shape);
+
 /// What a placement needs beside the copy and compute streams.
 struct SlotPoolOptions {
   bool writeback_stream = false;  ///< a write-back stream (D2H), beside the copy stream (H2D)
@@ -66,19 +79,19 @@ class SlotPoolEngine {
   /// tables, its own staging), so that those die after this waits.
   ~SlotPoolEngine();
 
-  /// `tables` grouped by (dim, optimizer state dim), the shape of a pool, shapes ascending.
-  static std::map<std::pair<std::int32_t, std::int32_t>, std::vector<int>> shapes(const StoreConfig& config,
-                                                                                  const std::vector<int>& tables);
+  /// `tables` grouped by record shape (record_shape: dim, state and element types), the shape of a
+  /// pool, shapes ascending.
+  static std::map<RecordShape, std::vector<int>, ShapeLess> shapes(const StoreConfig& config,
+                                                                   const std::vector<int>& tables);
 
   /// Creates the streams (copy, then write-back, then compute) and the progress event.
   Status init(const SlotPoolOptions& options);
-  /// Allocates pool number pools().size(), of `slots` records of (dim, state_dim), serving
-  /// `tables`. Only while the engine is set up, before any work is queued: queued host tasks and
-  /// the cached engine's transfers keep references into the pool list, which this may reallocate. Out of device memory:
-  /// ResourceExhausted "<needs><bytes> bytes of device memory: ..."
+  /// Allocates pool number pools().size(), of `slots` records of `shape`, serving `tables`. Only while the engine is
+  /// set up, before any work is queued: queued host tasks and the cached engine's transfers keep references into the
+  /// pool list, which this may reallocate. Out of device memory: ResourceExhausted "<needs><bytes> bytes of device
+  /// memory: ..."
   /// (`needs` says what needs them, e.g. "slot pool (dim 8, state 8) of 100 rows needs ").
-  Status add_pool(std::int32_t dim, std::int32_t state_dim, std::int64_t slots, std::vector<int> tables,
-                  const std::string& needs);
+  Status add_pool(const RecordShape& shape, std::int64_t slots, std::vector<int> tables, const std::string& needs);
 
   /// Makes pool `p`'s overflow region (gpu::SlotPool::overflow) hold at least `records` records:
   /// when it holds fewer, waits for the copy, write-back and compute streams (the work queued on
