@@ -99,9 +99,9 @@ void print_limits(const json& j, const RunRecord& run) {
     std::printf(
         "gather limit, dim %d (%lld-byte rows, %s keys, table of %lld rows%s, %d threads): %.3e lookups/s, %.2f GB/s "
         "(median of %d passes, prefetch %d ahead)\n",
-        g.probe.dim, static_cast<long long>(g.probe.row_bytes), g.keys.c_str(),
-        static_cast<long long>(g.probe.table_rows), g.folded ? ", workload tables folded in" : "", g.probe.threads,
-        g.probe.lookups_per_s, g.probe.gb_per_s, g.probe.repetitions, g.probe.prefetch_distance);
+        g.dim, static_cast<long long>(g.probe.row_bytes), g.keys.c_str(), static_cast<long long>(g.probe.table_rows),
+        g.folded ? ", workload tables folded in" : "", g.probe.threads, g.probe.lookups_per_s, g.probe.gb_per_s,
+        g.probe.repetitions, g.probe.prefetch_distance);
   for (const auto& m : j["results"]) {
     if (!m["forward_fraction_of_gather_limit"].is_number()) continue;
     std::printf("%-12s forward at %.0f%% of the gather limit (%.3e lookups/s)", m["mode"].get<std::string>().c_str(),

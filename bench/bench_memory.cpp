@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "bench/bench_probes.hpp"
+#include "core/half.hpp"
 #include "store/model/cost_model.hpp"
 #include "store/model/table_cost.hpp"
 
@@ -93,7 +94,8 @@ MemoryEstimate estimate_memory(const Options& o, const std::vector<const ModeDes
   // mode: a device strata-bench opens, emu: host memory) and, in cpu mode, in the pinned buffers
   // the trainer's copies go through.
   const bool device_trainer = o.trainer == Trainer::kDevice;
-  const double activations = out_floats * 4.0 * 2.0;
+  const auto output_dtype = parse_dtype(o.output_dtype);
+  const double activations = out_floats * (output_dtype ? element_bytes(*output_dtype) : 4) * 2.0;
   e.probe = static_cast<double>(o.read_probe_mib) * 1024.0 * 1024.0;
   if (o.gather_probe)
     for (const GatherProbePlan& p : gather_probe_plans(o))

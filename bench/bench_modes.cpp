@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "bench/bench_memory.hpp"
+#include "core/half.hpp"
 #include "dispatch/local_communicator.hpp"
 #include "gpu/device.hpp"
 #include "toolkit/machine_info.hpp"
@@ -121,6 +122,8 @@ class StepBuffers {
     dev_grad_views.clear();
     out_.resize(batch.features.size());
     grad_.resize(batch.features.size());
+    hgrad_.resize(batch.features.size());
+    half_.resize(batch.features.size(), DType::kF32);
     if (dev_) {
       dout_.resize(batch.features.size());
       dgrad_.resize(batch.features.size());
@@ -138,20 +141,31 @@ class StepBuffers {
         const std::size_t old = grad_[i].size();
         grad_[i].resize(size);
         for (std::size_t k = old; k < size; ++k) grad_[i][k] = u(rng_);
+        half_[i] = DType::kF32;  // its half-size gradients (below) are made again
       }
+      // Half-size outputs: the buffers (sized in floats) hold twice what they need, and the
+      // gradients are the same values rounded, in the first half of a buffer of their own.
+      const DType out_dtype = spec.output_dtype;
+      if (out_dtype != DType::kF32 && half_[i] != out_dtype) {
+        hgrad_[i].assign(grad_[i].size(), 0.0f);
+        auto* h = reinterpret_cast<std::uint16_t*>(hgrad_[i].data());
+        for (std::size_t k = 0; k < grad_[i].size(); ++k) h[k] = narrow(out_dtype, grad_[i][k], false, 0);
+        half_[i] = out_dtype;
+      }
+      const std::vector<float>& grad_src = out_dtype == DType::kF32 ? grad_[i] : hgrad_[i];
       if (dev_ && dout_[i].bytes() < size * sizeof(float)) {
         // The dense model's gradients: the same values as a host trainer's, written once (the
         // bench's own copy, not store traffic: setup_bytes says how much, drive subtracts it).
         STRATA_ASSIGN_OR_RETURN(dout_[i], dev_->allocate(grad_[i].size() * sizeof(float)));
         STRATA_ASSIGN_OR_RETURN(dgrad_[i], dev_->allocate(grad_[i].size() * sizeof(float)));
         STRATA_ASSIGN_OR_RETURN(gpu::PinnedBuffer init, dev_->allocate_pinned(grad_[i].size() * sizeof(float)));
-        std::memcpy(init.data(), grad_[i].data(), grad_[i].size() * sizeof(float));
+        std::memcpy(init.data(), grad_src.data(), grad_[i].size() * sizeof(float));
         dev_->copy_h2d(stream_.view(), dgrad_[i].data(), init.data(), grad_[i].size() * sizeof(float));
         STRATA_RETURN_IF_ERROR(dev_->synchronize(stream_.view()));
         setup_bytes += grad_[i].size() * sizeof(float);
       }
       float* out = out_[i].data();
-      float* grad = grad_[i].data();
+      auto* grad = const_cast<float*>(grad_src.data());  // the store only reads gradients
       if (own_) {
         // The trainer's copies go through pinned memory, as a trainer's would (and strict emu requires).
         if (pout_[i].bytes() < size * sizeof(float)) {
@@ -161,11 +175,11 @@ class StepBuffers {
         out = pout_[i].as<float>();
         grad = pgrad_[i].as<float>();
       }
-      out_views.push_back({out, rows, spec.dim});
-      grad_views.push_back({grad, rows, spec.dim});
+      out_views.push_back({out, rows, spec.dim, MemorySpace::kHost, out_dtype});
+      grad_views.push_back({grad, rows, spec.dim, MemorySpace::kHost, out_dtype});
       if (dev_) {
-        dev_out_views.push_back({dout_[i].as<float>(), rows, spec.dim, MemorySpace::kDevice});
-        dev_grad_views.push_back({dgrad_[i].as<float>(), rows, spec.dim, MemorySpace::kDevice});
+        dev_out_views.push_back({dout_[i].as<float>(), rows, spec.dim, MemorySpace::kDevice, out_dtype});
+        dev_grad_views.push_back({dgrad_[i].as<float>(), rows, spec.dim, MemorySpace::kDevice, out_dtype});
       }
     }
     return Status::ok();
@@ -206,7 +220,7 @@ class StepBuffers {
  private:
   template <class View>
   static std::size_t view_bytes(const View& v) {
-    return static_cast<std::size_t>(v.rows * v.cols) * sizeof(float);
+    return static_cast<std::size_t>(v.rows * v.cols * element_bytes(v.dtype));
   }
   Store& store_;
   Trainer trainer_ = Trainer::kHost;
@@ -215,6 +229,8 @@ class StepBuffers {
   gpu::Stream stream_;
   std::mt19937 rng_;
   std::vector<std::vector<float>> out_, grad_;
+  std::vector<std::vector<float>> hgrad_;  // half-size outputs: grad_ rounded to half_[i], two to a float
+  std::vector<DType> half_;                // the dtype hgrad_[i] holds (fp32: none yet)
   std::vector<gpu::DeviceBuffer> dout_, dgrad_;
   std::vector<gpu::PinnedBuffer> pout_, pgrad_;  // cpu mode: the host side of the trainer's copies
 };
@@ -232,7 +248,8 @@ Status count_timed_batch(const Store& store, const KeyBatch& b, ModeResult& r) {
   for (const JaggedKeys& f : b.features) {
     STRATA_ASSIGN_OR_RETURN(const int t, store.table_index(f.table));
     const TableConfig& tc = c.tables[static_cast<std::size_t>(t)];
-    const double bytes = static_cast<double>(f.num_keys()) * tc.spec.dim * 4.0;
+    const RowSizes z = row_sizes(tc.spec);
+    const double bytes = static_cast<double>(f.num_keys()) * z.row;
     r.timed_key_bytes += bytes;
     const bool cpu = tc.placement == Placement::kCpu, offload = tc.placement == Placement::kOffload;
     if (cpu || (offload && c.offload_gather == OffloadGather::kCpu)) r.timed_host_gather_bytes += bytes;
@@ -240,7 +257,7 @@ Status count_timed_batch(const Store& store, const KeyBatch& b, ModeResult& r) {
       sorted.assign(f.keys.begin(), f.keys.end());
       std::sort(sorted.begin(), sorted.end());
       const auto distinct = std::unique(sorted.begin(), sorted.end()) - sorted.begin();
-      r.timed_host_optimizer_bytes += static_cast<double>(distinct) * row_sizes(tc.spec).record;
+      r.timed_host_optimizer_bytes += static_cast<double>(distinct) * z.record;
     }
   }
   ++r.timed_batches;

@@ -100,6 +100,9 @@ Result<StoreConfig> make_config(const Options& o, const ModeDescriptor& mode, do
   c.cache.planner_partitions = o.planner_partitions;
   STRATA_ASSIGN_OR_RETURN(Pooling pooling, parse_pooling(o.pooling_mode));
   STRATA_ASSIGN_OR_RETURN(OptimizerKind optimizer, parse_optimizer(o.optimizer));
+  STRATA_ASSIGN_OR_RETURN(const DType dtype, parse_dtype(o.dtype));
+  STRATA_ASSIGN_OR_RETURN(const DType state_dtype, parse_dtype(o.state_dtype));
+  STRATA_ASSIGN_OR_RETURN(const DType output_dtype, parse_dtype(o.output_dtype));
   for (const TableShape& shape : workload_tables(o.workload)) {
     TableConfig tc;
     tc.spec.name = shape.name;
@@ -107,6 +110,9 @@ Result<StoreConfig> make_config(const Options& o, const ModeDescriptor& mode, do
     tc.spec.dim = shape.dim;
     tc.spec.pooling = pooling;
     tc.spec.optimizer.kind = optimizer;
+    tc.spec.dtype = dtype;
+    tc.spec.state_dtype = state_dtype;
+    tc.spec.output_dtype = output_dtype;
     tc.spec.optimizer.learning_rate = 0.01f;
     tc.spec.init.seed = o.workload.seed;
     tc.placement = mode.placement;
@@ -196,6 +202,18 @@ void add_workload_flags(CLI::App& app, Options& o, FlagHandles& h) {
       ->capture_default_str();
   app.add_option("--pooling-mode", o.pooling_mode, "sum | mean | none")->capture_default_str();
   app.add_option("--optimizer", o.optimizer, "sgd | adagrad | rowwise_adagrad | adam")->capture_default_str();
+  const auto dtypes = CLI::IsMember({"fp32", "bf16", "fp16"});
+  app.add_option("--dtype", o.dtype, "element type of every table's rows: fp32 | bf16 | fp16")
+      ->capture_default_str()
+      ->check(dtypes);
+  app.add_option("--state-dtype", o.state_dtype,
+                 "element type of every table's optimizer state: fp32 | bf16 (adagrad and adam only)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--output-dtype", o.output_dtype,
+                 "element type of every table's outputs and gradients: fp32 | bf16 | fp16")
+      ->capture_default_str()
+      ->check(dtypes);
   app.add_option("--dist", o.workload.dist, "uniform | zipf:ALPHA | drift:ALPHA:N (hot set moves every N steps)")
       ->capture_default_str();
   h.distinct = app.add_option("--distinct-batches", o.workload.distinct_batches,

@@ -89,6 +89,10 @@ struct Options {
   std::int64_t device_capacity = 0;
   std::string pooling_mode = "sum";
   std::string optimizer = "sgd";
+  /// --dtype, --state-dtype, --output-dtype: the element types of every table of the workload
+  /// (TableSpec::dtype, state_dtype, output_dtype; fp32, bf16 or fp16). The --config mode keeps
+  /// its tables' own.
+  std::string dtype = "fp32", state_dtype = "fp32", output_dtype = "fp32";
   int steps = 20;
   int warmup = 3;
   int threads = 2;

@@ -36,15 +36,18 @@ GatherProbeBatch probe_rows(const GatherProbePlan& plan, const KeyBatch& batch) 
 
 std::vector<GatherProbePlan> gather_probe_plans(const Options& o) {
   const auto kind = parse_optimizer(o.optimizer);
+  const auto dtype = parse_dtype(o.dtype), state_dtype = parse_dtype(o.state_dtype);
   std::vector<GatherProbePlan> plans;
   for (const TableShape& t : workload_tables(o.workload)) {
     auto it = std::find_if(plans.begin(), plans.end(), [&](const GatherProbePlan& p) { return p.dim == t.dim; });
     if (it == plans.end()) {
       GatherProbePlan p;
       p.dim = t.dim;
-      const std::int32_t state = kind ? optimizer_state_dim(kind.value(), t.dim) : 0;
-      p.record_floats = t.dim + state;
-      p.stride = record_stride(t.dim, state);
+      const RecordShape shape{t.dim, dtype ? *dtype : DType::kF32, kind ? optimizer_state_dim(*kind, t.dim) : 0,
+                              state_dtype ? *state_dtype : DType::kF32};
+      p.row_floats = static_cast<std::int32_t>(row_words(shape));
+      p.record_floats = static_cast<std::int32_t>(row_words(shape) + state_words(shape));
+      p.stride = record_words(shape);
       it = plans.insert(plans.end(), p);
     }
     it->base[t.name] = it->rows;
@@ -77,12 +80,12 @@ Result<std::vector<GatherLimit>> measure_gather_limits(const Options& o, const s
       }
       own.push_back(std::move(pb));
     }
-    const GatherProbeSpec spec{plan.dim, plan.stride, plan.rows, threads};
+    const GatherProbeSpec spec{plan.row_floats, plan.stride, plan.rows, threads};
     STRATA_ASSIGN_OR_RETURN(GatherProbeResult r, measure_gather_limit(spec, own, kGatherProbePasses));
-    limits.push_back({r, "workload", plan.folded});
+    limits.push_back({r, plan.dim, "workload", plan.folded});
     if (!uniform) {
       STRATA_ASSIGN_OR_RETURN(GatherProbeResult u, measure_gather_limit(spec, rnd, kGatherProbePasses));
-      limits.push_back({u, "uniform", plan.folded});
+      limits.push_back({u, plan.dim, "uniform", plan.folded});
     }
   }
   return limits;
@@ -141,7 +144,7 @@ double step_gather_limit(const Options& o, const std::vector<GatherLimit>& limit
   for (const JaggedKeys& f : batch.features) {
     const int dim = dim_of[f.table];
     const auto l = std::find_if(limits.begin(), limits.end(),
-                                [&](const GatherLimit& g) { return g.probe.dim == dim && g.keys == keys; });
+                                [&](const GatherLimit& g) { return g.dim == dim && g.keys == keys; });
     if (l == limits.end() || l->probe.lookups_per_s <= 0) return 0;
     total += static_cast<double>(f.keys.size());
     seconds += static_cast<double>(f.keys.size()) / l->probe.lookups_per_s;
@@ -169,7 +172,7 @@ double step_floor_s(const Options& o, const std::vector<GatherLimit>& limits, co
 json gather_limits_json(const std::vector<GatherLimit>& limits) {
   json a = json::array();
   for (const GatherLimit& g : limits)
-    a.push_back({{"dim", g.probe.dim},
+    a.push_back({{"dim", g.dim},
                  {"row_bytes", g.probe.row_bytes},
                  {"keys", g.keys},
                  {"table_rows", g.probe.table_rows},

@@ -15,11 +15,14 @@
 namespace strata::bench {
 
 /// The gather probe's table for one dim: the workload's tables of that dim end to end (the store
-/// keeps each in its own arena), records as wide as the store's (record_stride).
+/// keeps each in its own arena), records as wide as the store's (record_words of the tables'
+/// dtype, state and state_dtype). The probe reads and writes whole 32-bit words: a row of
+/// half-size elements is probed as the fp32 words that hold it, so the limits count its bytes.
 struct GatherProbePlan {
   std::int32_t dim = 0;
-  std::int32_t record_floats = 0;            // row and optimizer state: what an update reads and writes
-  std::int64_t stride = 0;                   // floats per record
+  std::int32_t row_floats = 0;               // words of a row (row_words): what a gather reads
+  std::int32_t record_floats = 0;            // words of the row and optimizer state: what an update reads and writes
+  std::int64_t stride = 0;                   // words per record (record_words)
   std::int64_t rows = 0;                     // rows of the probe table
   std::map<std::string, std::int64_t> base;  // first probe row of each table of this dim
   bool folded = false;                       // more rows than kMaxGatherProbeBytes holds: indices wrap
@@ -32,7 +35,8 @@ std::vector<GatherProbePlan> gather_probe_plans(const Options& o);
 /// random rows with the same bags.
 struct GatherLimit {
   GatherProbeResult probe;
-  std::string keys;  // "workload" or "uniform"
+  std::int32_t dim = 0;  // the tables' dim (probe.dim counts the words read per row)
+  std::string keys;      // "workload" or "uniform"
   bool folded = false;
 };
 

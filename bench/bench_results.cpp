@@ -242,6 +242,9 @@ json workload_json(const Options& o, const RunRecord& run, const BatchSource& ba
   w["total_rows"] = run.total_rows;
   w["pooling_mode"] = o.pooling_mode;
   w["optimizer"] = o.optimizer;
+  w["dtype"] = o.dtype;
+  w["state_dtype"] = o.state_dtype;
+  w["output_dtype"] = o.output_dtype;
   w["steps"] = o.steps;
   w["warmup"] = o.warmup;
   w["steps_note"] = o.steps_note.empty() ? json(nullptr) : json(o.steps_note);
@@ -266,6 +269,7 @@ json workload_json(const Options& o, const RunRecord& run, const BatchSource& ba
     for (const auto& t : workload_tables(o.workload))
       w["tables"].push_back({{"name", t.name}, {"rows", t.rows}, {"dim", t.dim}});
   }
+  for (json& t : w["tables"]) t["dtype"] = o.dtype;  // the report's table bytes count it
   return w;
 }
 

@@ -644,7 +644,7 @@ inline void step_row(const OptimizerStep& st, RowRef t, float* rec, std::int64_t
 //  - with kDim > 0 every per-row loop (reduction, optimizer) has a compile-time trip count and a
 //    stack accumulator, and Adagrad, row-wise Adagrad and Adam are fused_step (vectorised square
 //    roots and divisions: strata-bench cpu uniform dim 128, backward 159 -> 36 ms with Adagrad).
-//    SGD stays apply_optimizer, already one pass without decay: fused_step there measured 1.4-1.5x
+//    SGD on fp32 rows stays apply_optimizer, already one pass without decay: fused_step there measured 1.4-1.5x
 //    slower in BM_StepBackwardUpdate on the 2-core VM (same loads, stores and arithmetic in the
 //    generated code; the time is spent waiting at the row prefetches), so it is not used;
 //  - prefetches start with the task's first row instead of a burst of kPrefetchDistance rows up
@@ -674,7 +674,10 @@ template <std::int32_t kDim, class Elem, class Io>
     float* w = t.row(row);
     bool fused = false;
     if constexpr (kDim > 0) {
-      if (step.spec.kind != OptimizerKind::kSgd) {
+      // SGD on fp32 rows stays apply_optimizer (above); on half rows fused_step widens and rounds
+      // the row register by register, as update_used_once does, where step_widened would go
+      // element by element through scratch.
+      if (step.spec.kind != OptimizerKind::kSgd || !std::is_same_v<Elem, float>) {
         fused_step<kDim, Elem>(step, w, row, GradIn{acc}, acc, nullptr);
         fused = true;
       }

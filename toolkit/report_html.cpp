@@ -364,11 +364,14 @@ void tables_section(std::ostream& o, const ReportInput& in) {
       const Opt d = number_at(t, "dim");
       if (!r || !d) continue;
       ++n;
+      // Rows of the table's dtype (bf16 and fp16: 2 bytes an element; none given: fp32).
+      const std::optional<std::string> dtype = string_at(t, "dtype");
+      const double bytes = *r * *d * (dtype && (*dtype == "bf16" || *dtype == "fp16") ? 2.0 : 4.0);
       total_rows += *r;
-      total_bytes += *r * *d * 4.0;
+      total_bytes += bytes;
       rows << "<tr><td>" << html_escape(string_at(t, "name").value_or("")) << "</td><td class=\"n\">"
            << html_escape(fmt("%.0f", *r)) << "</td><td class=\"n\">" << html_escape(fmt("%.0f", *d))
-           << "</td><td class=\"n\">" << html_escape(bytes_str(*r * *d * 4.0)) << "</td></tr>";
+           << "</td><td class=\"n\">" << html_escape(bytes_str(bytes)) << "</td></tr>";
     }
     if (n > 0) {
       o << "<section class=\"info\" id=\"tables\"><h2>Tables</h2><details><summary>" << n << " table"

@@ -5,6 +5,7 @@
 #include <map>
 #include <utility>
 
+#include "core/half.hpp"
 #include "core/record_layout.hpp"
 #include "host/host_table.hpp"
 
@@ -26,8 +27,11 @@ void add_bytes(StepBytes& total, const StepBytes& b) {
 }
 
 RowSizes row_sizes(const TableSpec& spec) {
-  const double state = optimizer_state_dim(spec.optimizer.kind, spec.dim);
-  return {4.0 * spec.dim, 4.0 * (spec.dim + state), 4.0 * static_cast<double>(record_words(record_shape(spec)))};
+  const RecordShape shape = record_shape(spec);
+  const auto bytes = [](std::int64_t words) { return 4.0 * static_cast<double>(words); };
+  return {static_cast<double>(element_bytes(spec.dtype)) * spec.dim,
+          static_cast<double>(element_bytes(spec.output_dtype)) * spec.dim,
+          bytes(row_words(shape) + state_words(shape)), bytes(record_words(shape))};
 }
 
 void scale_bytes(StepBytes& b, double f) {
@@ -73,11 +77,12 @@ double pooled_rows(const TableSpec& spec, const BatchKeys& k) {
   return static_cast<double>(spec.pooling == Pooling::kNone ? k.keys : k.bags);
 }
 
-// The gather kernel (gpu/device.cpp: gather_pool): K rows and the index read, P rows written.
-void gather(StepBytes& b, const BatchKeys& k, double row, double out_rows) {
+// The gather kernel (gpu/device.cpp: gather_pool): K rows of `row` bytes and the index read,
+// `out_rows` outputs of `out` bytes written.
+void gather(StepBytes& b, const BatchKeys& k, double row, double out_rows, double out) {
   const double K = static_cast<double>(k.keys);
   b.hbm_read += K * row + 8.0 * (static_cast<double>(k.bags) + 1) + K * (8.0 + (k.weights > 0 ? 4.0 : 0.0));
-  b.hbm_write += out_rows * row;
+  b.hbm_write += out_rows * out;
 }
 
 // The store's NaN/Inf count of device gradients (store/engines/finite_check.cpp): the gradients
@@ -151,11 +156,11 @@ StepBytes compute_bytes(const TableSpec& spec, Placement placement, const BatchK
   StepBytes b;
   const RowSizes z = row_sizes(spec);
   const double K = static_cast<double>(k.keys), U = static_cast<double>(k.distinct);
-  const double P = pooled_rows(spec, k), out = P * z.row;
+  const double P = pooled_rows(spec, k), out = P * z.out;
   switch (placement) {
     case Placement::kGpu:
     case Placement::kCached:
-      gather(b, k, z.row, P);
+      gather(b, k, z.row, P, z.out);
       if (o.trainer_on_device) {
         finite_check(b, out, o);
       } else {
@@ -175,7 +180,7 @@ StepBytes compute_bytes(const TableSpec& spec, Placement placement, const BatchK
         b.h2d += U * z.row;  // the distinct rows, zero-copy from pinned host memory
         b.hbm_read += 16.0 * U;
         b.hbm_write += U * z.row;
-        gather(b, k, z.row, P);                      // a device trainer's outputs are written in place
+        gather(b, k, z.row, P, z.out);               // a device trainer's outputs are written in place
         if (!o.trainer_on_device) copy_d2h(b, out);  // a host trainer's come back
       }
       if (o.trainer_on_device) {  // the gradients, D2H once for the CPU optimizer
@@ -248,10 +253,10 @@ StepBytes sharded_compute_bytes(const TableSpec& spec, const ShardStep& k, const
   const RowSizes z = row_sizes(spec);
   const double r = z.row, K = static_cast<double>(k.source.keys), B = static_cast<double>(k.source.bags);
   const double U = static_cast<double>(k.source.distinct), W = static_cast<double>(k.source.weights);
-  const double S = static_cast<double>(k.served.keys), P = pooled_rows(spec, k.source), out = P * r;
+  const double S = static_cast<double>(k.served.keys), P = pooled_rows(spec, k.source), out = P * z.out;
   const bool pooled = spec.pooling != Pooling::kNone;
   // Forward: the shard's inner engine looks the served keys up into device memory.
-  if (S > 0) gather(b, k.served, r, S);
+  if (S > 0) gather(b, k.served, r, S, r);
   // Rows back to their sources (dispatch/exchange.cpp, device form): the index list of the keys
   // sent up; the served rows packed, sent (read at this rank, written at the receivers: peer
   // copies of thread ranks), the returned rows received and put at the unique keys.
@@ -264,7 +269,7 @@ StepBytes sharded_compute_bytes(const TableSpec& spec, const ShardStep& k, const
   // The source pools its bags from its unique rows: offsets, each key's unique index and the
   // weights up (8-byte words), then gather_pool.
   copy_h2d(b, words(8.0 * (B + 1)) + words(8.0 * K) + words(4.0 * W));
-  gather(b, k.source, r, P);
+  gather(b, k.source, r, P, z.out);
   if (o.trainer_on_device) {  // outputs and gradients in the trainer's device buffers
     finite_check(b, out, o);
   } else {  // the engine's own D2H of the outputs and H2D of the gradients
@@ -275,7 +280,7 @@ StepBytes sharded_compute_bytes(const TableSpec& spec, const ShardStep& k, const
   // positions, bag of each position), then reduce_grads.
   copy_h2d(b, words(8.0 * (B + 1)) + words(4.0 * W) + words(8.0 * U) + words(8.0 * (U + 1)) + words(4.0 * K) +
                   (pooled ? words(4.0 * K) : 0.0));
-  b.hbm_read += P * r + 16.0 * U + 8.0 * K;
+  b.hbm_read += out + 16.0 * U + 8.0 * K;
   b.hbm_write += U * r;
   // Sums to the holders: the index list up; the sums taken, sent, received and copied into the
   // served order.
@@ -393,7 +398,7 @@ Staged slot_pool_staging(const TableSpec& spec, bool cached, std::int64_t bags, 
 Staged offload_staging(const TableLoad& load, double b_max, double p_max, const RowSizes& z, const CostOptions& o) {
   const bool device_gather = !o.offload_cpu_gather;
   Regions r;
-  r.host_only = round64(p_max * z.row);
+  r.host_only = round64(p_max * z.out);
   if (device_gather) {
     r.mirrored =
         EngineStaging::offload_feature(std::llround(b_max), load.max_keys, 0) + EngineStaging::list(load.max_distinct);
@@ -402,9 +407,9 @@ Staged offload_staging(const TableLoad& load, double b_max, double p_max, const 
   const Staged entry = r.doubled();
   Staged s{o.max_in_flight * entry.device, o.max_in_flight * entry.pinned};
   if (o.trainer_on_device) {
-    s.device += 2.0 * p_max * z.row;
+    s.device += 2.0 * p_max * z.out;
   } else if (device_gather) {
-    s.device += o.max_in_flight * 2.0 * round64(p_max * z.row);
+    s.device += o.max_in_flight * 2.0 * round64(p_max * z.out);
   }
   return s;
 }
@@ -482,7 +487,7 @@ Result<TableCost> sharded_cost(const TableSpec& spec, const TableLoad& load, Pla
   const double b_max = load.max_bags > 0 ? static_cast<double>(load.max_bags) : std::ceil(load.bags);
   const double p_max = spec.pooling == Pooling::kNone ? k_max : b_max;
   const double meta = 2.0 * EngineStaging::sharded_feature(std::llround(b_max), load.max_keys, 0, load.max_distinct);
-  const double index = 2.0 * 8.0 * u_max, activations = 2.0 * p_max * z.row;
+  const double index = 2.0 * 8.0 * u_max, activations = 2.0 * p_max * z.out;
   c.hbm_bytes += meta + index + activations;
   c.comm_bytes = in_flight * (16.0 * u_max + 12.0 * k_max + 4.0 * u_max + 24.0 * sm) + index;
   c.host_bytes += c.comm_bytes + served.pinned + meta + (o.trainer_on_device ? 0.0 : activations);
@@ -537,7 +542,7 @@ Result<TableCost> table_cost(const TableSpec& spec, const TableLoad& load, Place
       // One step's outputs and gradients: the trainer's own buffers in HBM with it on the device;
       // with it on the host, the activation staging of the host views (an output and a gradient
       // buffer in HBM and pinned, grown to twice the need) of each batch in flight.
-      const double act = o.trainer_on_device ? 2.0 * p_max * z.row : in_flight * 4.0 * round64(p_max * z.row);
+      const double act = o.trainer_on_device ? 2.0 * p_max * z.out : in_flight * 4.0 * round64(p_max * z.out);
       c.hbm_bytes += st.device + act;
       if (cached) {
         c.host_bytes += st.pinned + (o.trainer_on_device ? 0.0 : act);

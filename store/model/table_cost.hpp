@@ -7,8 +7,12 @@
 // run's HBM and pinned staging with it.
 //
 // Per step, with K key occurrences, U distinct rows, B bags, P pooled rows (B; K without pooling),
-// rows of d floats (row bytes r = 4d), records of d + s floats (s the optimizer state; record
-// bytes R = 4(d + s)) padded to the stride S (bytes; record_words) in device slots. Every byte
+// rows of d elements of the table's dtype (row bytes r = 4d for fp32, 2d for bf16 and fp16),
+// outputs and gradients of d elements of its output_dtype (o = 4d or 2d bytes per pooled row),
+// records of the row and s optimizer state elements of its state_dtype (record bytes R = 4
+// (row_words + state_words), core/record_layout.hpp) padded to the stride S (bytes; record_words)
+// in device slots and host tables. Rows move at their dtype wherever they go (the engines keep a
+// half-size row half-size in host memory, slots and staging; gradient sums are counted at r too). Every byte
 // below is what the engines issue and the device layer counts (store/engines/*_engine.cpp,
 // gpu/device.cpp), so on emu the prediction of a run equals its counters exactly
 // (tune/validate.hpp); a copy moves its bytes over PCIe and reads or writes them in HBM.
@@ -17,16 +21,17 @@
 //              offsets, positions, bag of each position, hot rows; each array rounded up to 64
 //              bytes); offload: offsets, keys and weights (EngineStaging::offload_feature), and
 //              per dim group the host addresses of its distinct rows (EngineStaging::list)
-//   gather     HBM reads K rows and the index (8 (B + 1) + 8 K, + 4 K with weights), writes P rows
-//   update     HBM reads P gradient rows, U records and 16 U of slots and offsets, and 8 K of
+//   gather     HBM reads K rows and the index (8 (B + 1) + 8 K, + 4 K with weights), writes P
+//              outputs (P o)
+//   update     HBM reads P gradient rows (P o), U records and 16 U of slots and offsets, and 8 K of
 //              positions; writes U records
-//   trainer    --trainer host: outputs D2H and gradients H2D (P r each; gpu, cached);
+//   trainer    --trainer host: outputs D2H and gradients H2D (P o each; gpu, cached);
 //              --trainer device: gpu and cached write outputs and read gradients in place, and
-//              the store counts the gradients' NaN and Inf on the device (HBM reads P r, 8 bytes
+//              the store counts the gradients' NaN and Inf on the device (HBM reads P o, 8 bytes
 //              of counts D2H); offload writes the outputs in place (offload-cpu: its one H2D
 //              of them goes into the trainer's buffers) and copies each gradient D2H once, for
 //              the CPU optimizer, and the store counts their NaN and Inf as for gpu; cpu: the
-//              host-bounce adaptor's outputs H2D and gradients D2H (P r each, in a store with a
+//              host-bounce adaptor's outputs H2D and gradients D2H (P o each, in a store with a
 //              device, whose check counts them too; else the trainer's own device's: strata-bench
 //              opens one)
 //   gpu        metadata, gather, update
@@ -95,8 +100,8 @@
 // r + N, ...). Per step rank 0 has K keys, B bags and U distinct keys of its own batch, `remote` of
 // them held by other ranks, and serves S keys (S here counts keys, not the stride: every source's
 // distinct keys of its shard, a key that several sources look up once to each) of U_s distinct
-// shard rows (ShardStep). The bytes (sharded_submit_bytes, sharded_compute_bytes; r = 4 d, R the
-// record, words of 8 bytes):
+// shard rows (ShardStep). The bytes (sharded_submit_bytes, sharded_compute_bytes; r, o and R as
+// above, words of 8 bytes):
 //   all-to-all  keys out, their rows back and gradients out, (8 + 2 r) remote, and one count per
 //               table and peer (8 (N - 1)): as dispatch::KeyExchange sends them
 //   served      at submit, as its inner gpu or cached engine stages a feature (S unpooled bags of
@@ -111,12 +116,12 @@
 //               U r), received (writes S r) and copied into the served order (d2d S r); the index
 //               lists of both H2D (8 U each)
 //   source      the device pools the rank's K keys from its U returned rows (gather_pool) and
-//               sums their gradients per unique key (reduce_grads: reads P r + 16 U + 8 K, writes
+//               sums their gradients per unique key (reduce_grads: reads P o + 16 U + 8 K, writes
 //               U r); their metadata H2D in 8-byte words: forward offsets, unique index of each key
 //               and weights, backward offsets, weights, unique slots and offsets, positions and
 //               (pooled) bag of each position; with the trainer on the device the outputs and
 //               gradients are the trainer's device buffers (the gradients' NaN/Inf count as for
-//               one rank), with it on the host the outputs go D2H and the gradients H2D (P r each)
+//               one rank), with it on the host the outputs go D2H and the gradients H2D (P o each)
 //   hybrid      as cached on the shard: fills and write-backs of the served rows at submit (and
 //               the lists of its slot pool, group_submit_bytes)
 // On emu these are rank 0's counters exactly (validate --ranks N, tune/validate.hpp). The
@@ -130,11 +135,11 @@
 // distinct rows (S_max: TableLoad::shard_max_served, the most keys one rank serves in one step;
 // U_s,max: shard_max_distinct), hybrid with its flush staging or probe; and the engine's device
 // scratch in HBM, grown to twice one step's need: served rows, unique rows and their gradient
-// sums, and the exchange's send and receive buffers (8 d (S_max + 2 U_max + 2 max(S_max,
+// sums, and the exchange's send and receive buffers (2 r (S_max + 2 U_max + 2 max(S_max,
 // U_max))); the metadata of the source's pooling and gradient sums (2 M, M =
 // EngineStaging::sharded_feature(B_max, K_max, 0, U_max)) and the exchange's index lists
 // (16 U_max), each in HBM and again in pinned host memory; one step's outputs, then gradients
-// (8 d P_max: the engine's buffer and its pinned staging with the trainer on the host, the
+// (2 o P_max: the engine's buffer and its pinned staging with the trainer on the host, the
 // trainer's own buffers in HBM with it on the device); in host memory the communication metadata
 // per batch in flight: its unique keys, positions and inverse (8 U + 8 U + 12 K) and the keys sent
 // and served (4 U + 24 S_max), and the pinned index lists and staging.
@@ -148,10 +153,11 @@
 
 namespace strata {
 
-/// Per-row sizes of a table, in bytes: a row (dim floats), a record (row and optimizer state) and
-/// a record padded to record_words (core/record_layout.hpp), as slots and staging hold it.
+/// Per-row sizes of a table, in bytes: a row (dim elements of its dtype), an output or gradient
+/// row (dim elements of its output_dtype), a record (row and optimizer state, in whole words) and a
+/// record padded to record_words (core/record_layout.hpp), as host tables, slots and staging hold it.
 struct RowSizes {
-  double row = 0, record = 0, stride = 0;
+  double row = 0, out = 0, record = 0, stride = 0;
 };
 /// The row sizes of `spec`.
 RowSizes row_sizes(const TableSpec& spec);

@@ -126,12 +126,14 @@ const std::vector<Field> kTopLevel = {
 };
 
 const std::vector<Field> kWorkload = {
-    {"/tables", Type::kArray},         {"/tables/0/name", Type::kString}, {"/tables/0/rows", Type::kInteger},
-    {"/tables/0/dim", Type::kInteger}, {"/table_set", Type::kString},     {"/total_rows", Type::kInteger},
-    {"/batch", Type::kInteger},        {"/bag_size", Type::kInteger},     {"/bag_dist", Type::kString},
-    {"/dist", Type::kString},          {"/seed", Type::kInteger},         {"/distinct_batches", Type::kInteger},
-    {"/pooling_mode", Type::kString},  {"/optimizer", Type::kString},     {"/steps", Type::kInteger},
-    {"/warmup", Type::kInteger},       {"/keys_per_step", Type::kNumber}, {"/samples_per_step", Type::kNumber},
+    {"/tables", Type::kArray},          {"/tables/0/name", Type::kString}, {"/tables/0/rows", Type::kInteger},
+    {"/tables/0/dim", Type::kInteger},  {"/table_set", Type::kString},     {"/total_rows", Type::kInteger},
+    {"/batch", Type::kInteger},         {"/bag_size", Type::kInteger},     {"/bag_dist", Type::kString},
+    {"/dist", Type::kString},           {"/seed", Type::kInteger},         {"/distinct_batches", Type::kInteger},
+    {"/pooling_mode", Type::kString},   {"/optimizer", Type::kString},     {"/steps", Type::kInteger},
+    {"/warmup", Type::kInteger},        {"/keys_per_step", Type::kNumber}, {"/samples_per_step", Type::kNumber},
+    {"/dtype", Type::kString},          {"/state_dtype", Type::kString},   {"/output_dtype", Type::kString},
+    {"/tables/0/dtype", Type::kString},
 };
 
 const std::vector<Field> kSettings = {
@@ -372,7 +374,7 @@ TEST_F(BenchRun, JsonMatchesTheSchema) {
   // The workload as given: three tables of their own rows and dims.
   const json& tables = j["workload"]["tables"];
   ASSERT_EQ(tables.size(), 3u);
-  EXPECT_EQ(tables[1], json({{"name", "b"}, {"rows", 3000}, {"dim", 16}}));
+  EXPECT_EQ(tables[1], json({{"name", "b"}, {"rows", 3000}, {"dim", 16}, {"dtype", "fp32"}}));
   EXPECT_EQ(j["workload"]["total_rows"], 5001);
   EXPECT_EQ(j["workload"]["keys_per_step"], 3 * 64 * 2);
 
@@ -526,6 +528,43 @@ TEST(BenchCli, UniformKeysMeasureOneGatherLimitPerDim) {
   EXPECT_DOUBLE_EQ(m["gather_limit_lookups_per_s"].get<double>(), limits[0]["lookups_per_s"].get<double>());
   EXPECT_FALSE(m.contains("forward_fraction_of_uniform_gather_limit"));
   EXPECT_TRUE(j["gather_probe"]["step_uniform_limit_lookups_per_s"].is_null());
+}
+
+// --dtype, --output-dtype (issue 31): the JSON records them, and the byte counts take each
+// element's size: a bf16 row of dim 32 is 64 bytes (the gather limit's rows, the CPU gather's
+// bytes), a record of it with rowwise adagrad's fp32 state 68 bytes (the update floor's records,
+// the CPU optimizer's bytes), against 128 and 132 for fp32 on the same keys.
+TEST(BenchCli, DtypesAreRecordedAndTheBytesCountTheirElementSizes) {
+  const std::string dir = temp_dir();
+  json runs[2];
+  for (const int half : {0, 1}) {
+    const std::string path = dir + "/dtype" + std::to_string(half) + ".json";
+    const RunOutput r = run_bench(
+        "--tables a=4000x32 --batch 32 --pooling 4 --dist uniform --steps 2 --warmup 1 --threads 1 "
+        "--read-probe-mib 1 --modes cpu --optimizer rowwise_adagrad --json " +
+        path + (half ? " --dtype bf16 --output-dtype bf16" : ""));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    runs[half] = json::parse(read_file(path));
+  }
+  const double row[2] = {32 * 4, 32 * 2}, record[2] = {33 * 4, 17 * 4};
+  for (const int half : {0, 1}) {
+    SCOPED_TRACE(half ? "bf16" : "fp32");
+    const json& j = runs[half];
+    EXPECT_EQ(j["workload"]["dtype"], half ? "bf16" : "fp32");
+    EXPECT_EQ(j["workload"]["output_dtype"], half ? "bf16" : "fp32");
+    EXPECT_EQ(j["workload"]["state_dtype"], "fp32");
+    EXPECT_EQ(j["workload"]["tables"][0]["dtype"], half ? "bf16" : "fp32");
+    EXPECT_EQ(j["machine"]["gather_limit"][0]["dim"], 32);
+    EXPECT_EQ(j["machine"]["gather_limit"][0]["row_bytes"], row[half]);
+    EXPECT_EQ(j["machine"]["update_floor"][0]["record_bytes"], record[half]);
+    // The CPU kernels' bytes: every key's row gathered (128 keys a step), each distinct row's
+    // record read and written.
+    const json& bytes = j["results"][0]["cpu_kernel_bytes_per_step"];
+    const double write = bytes["host_write"].get<double>();
+    EXPECT_DOUBLE_EQ(bytes["host_read"].get<double>() - write, 128 * row[half]);
+    EXPECT_DOUBLE_EQ(write / record[half],
+                     runs[0]["results"][0]["cpu_kernel_bytes_per_step"]["host_write"].get<double>() / record[0]);
+  }
 }
 
 TEST(BenchCli, NoGatherProbeSkipsTheLimit) {
@@ -769,6 +808,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"UnknownOptimizer", "--optimizer nosuch", "nosuch"},
         BadInput{"UnknownBackend", "--backend nosuch", "nosuch"},
         BadInput{"UnknownTrainer", "--trainer gpu", "--trainer: gpu not in {device,host}"},
+        BadInput{"UnknownDtype", "--dtype fp8", "--dtype: fp8 not in {fp32,bf16,fp16}"},
+        BadInput{"StateDtypeOfSgd", "--state-dtype bf16 --modes cpu",
+                 "state_dtype bf16 with optimizer sgd (expected fp32: bf16 state is for adagrad and adam"},
         BadInput{"UnknownBagDist", "--bag-dist poisson", "unknown bag length distribution 'poisson'"},
         BadInput{"MalformedTableList", "--tables 100,x64",
                  "--tables: table list item 1 'x64': rows '' is not a positive integer"},

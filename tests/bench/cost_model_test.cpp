@@ -515,6 +515,33 @@ TEST(HostTableMemory, EqualsWhatTheStoreMaps) {
   }
 }
 
+// Half-size rows (issue 31): a host table's records take the words of their elements, a bf16 row
+// of dim 64 two elements to a word, beside the one fp32 word of rowwise adagrad's state, rounded up
+// to 16 bytes (core/record_layout.hpp's rule for records holding half-size elements): 32 + 1 words,
+// 36 words of 4 bytes; fp32 rows take 64 + 1 words rounded up to 64 bytes, 80 words. The model says
+// so, and the store maps what the model says.
+TEST(HostTableMemory, HalfRowsTakeHalfSizeRecordsAndTheStoreMapsThem) {
+  constexpr std::int64_t kRows = 20000;  // above 1 MiB: an arena of its own, rounded up to 2 MiB
+  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(to_string(dtype));
+    StoreConfig c;
+    c.threads = 1;
+    c.fake_numa_nodes = 1;
+    TableConfig tc = table("t", kRows, 64, Placement::kCpu);
+    tc.spec.dtype = dtype;
+    c.tables.push_back(tc);
+    const double record = dtype == DType::kF32 ? 80 * 4 : 36 * 4;
+    auto model = host_table_memory(c, 0);
+    ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+    EXPECT_EQ(model->record_bytes, kRows * record);
+    EXPECT_EQ(model->mapped_bytes, std::ceil(kRows * record / (2 << 20)) * (2 << 20));
+    const std::size_t before = NumaArena::live_mapped_bytes();
+    auto store = Store::open(c);
+    ASSERT_TRUE(store.is_ok()) << store.status().to_string();
+    EXPECT_EQ(static_cast<double>(NumaArena::live_mapped_bytes() - before), model->mapped_bytes);
+  }
+}
+
 // Over a world of thread ranks: each rank's hybrid shards (and none of the gpu ones) add up to what
 // the ranks' stores map.
 TEST(HostTableMemory, ShardsOfAWorld) {

@@ -106,17 +106,28 @@ double gpu_hbm(const TuneInput& in, const PlanOptions& o) {
 // device a gpu table moves only its metadata H2D (and the 8-byte NaN/Inf count D2H); on the host
 // its outputs go D2H and its gradients H2D. A cpu table pays those copies only with the trainer on
 // the device. The CPU kernels' bytes are listed apart.
-TEST(TunePlanner, TableCostByTrainerPlacement) {
+// The table and step of the table cost tests: 10000 rows of dim 16; 400 keys in 100 bags, 300
+// distinct rows.
+TableSpec cost_spec() {
   TableSpec spec;
   spec.name = "t";
   spec.rows = 10000;
   spec.dim = 16;
+  return spec;
+}
+TableLoad cost_load() {
   TableLoad load;
   load.keys = 400;
   load.bags = 100;
   load.distinct = 300;
   load.max_keys = 400;
   load.max_distinct = 300;
+  return load;
+}
+
+TEST(TunePlanner, TableCostByTrainerPlacement) {
+  const TableSpec spec = cost_spec();
+  const TableLoad load = cost_load();
   CostOptions device, host;
   host.trainer_on_device = false;
   const double outputs = 100.0 * 16 * 4;
@@ -139,6 +150,40 @@ TEST(TunePlanner, TableCostByTrainerPlacement) {
   const StepBytes cached = table_cost(spec, load, Placement::kCached, 1000, 0.5, device).value().bytes;
   EXPECT_EQ(cached.d2h, 8.0 + 150.0 * 16 * 4);
   EXPECT_EQ(cached.h2d, metadata + 150.0 * 16 * 4 + 2 * EngineStaging::list(150));
+}
+
+// Half-size rows and outputs (issue 31): the cost counts each element at its size, not 4 bytes.
+// A bf16 table of dim 16 with rowwise adagrad: rows of 32 bytes; records of 16 half elements and
+// one fp32 state word, 36 bytes, padded in slots to 48 (a multiple of 16 bytes); bf16 outputs and
+// gradients of 32 bytes a bag.
+TEST(TunePlanner, TableCostCountsTheElementSizes) {
+  TableSpec spec = cost_spec();
+  spec.optimizer.kind = OptimizerKind::kRowwiseAdagrad;
+  spec.dtype = DType::kBF16;
+  const TableLoad load = cost_load();
+  const double row = 16 * 2, record = 16 * 2 + 4, stride = 48;
+  const RowSizes z = row_sizes(spec);
+  EXPECT_EQ(z.row, row);
+  EXPECT_EQ(z.out, 16 * 4);  // fp32 outputs
+  EXPECT_EQ(z.record, record);
+  EXPECT_EQ(z.stride, stride);
+  CostOptions device, host;
+  host.trainer_on_device = false;
+  const StepBytes cpu = table_cost(spec, load, Placement::kCpu, 0, 0.0, host).value().bytes;
+  EXPECT_EQ(cpu.host_cpu_read, 400.0 * row + 300.0 * record);  // gather every key, optimizer each row
+  EXPECT_EQ(cpu.host_cpu_write, 300.0 * record);
+  spec.output_dtype = DType::kBF16;
+  const double outputs = 100.0 * 16 * 2;
+  const StepBytes cpu_device = table_cost(spec, load, Placement::kCpu, 0, 0.0, device).value().bytes;
+  EXPECT_EQ(cpu_device.h2d, outputs);
+  EXPECT_EQ(cpu_device.d2h, outputs);
+  // A cached table's misses and write-backs move slots at the stride; its HBM holds them.
+  const TableCost cached = table_cost(spec, load, Placement::kCached, 1000, 0.5, device).value();
+  EXPECT_EQ(cached.bytes.d2h, 8.0 + 150.0 * stride);
+  // A gpu table's rows in HBM: each more row one more slot.
+  const double hbm = table_cost(spec, load, Placement::kGpu, 0, 0.0, device).value().hbm_bytes;
+  spec.rows += 1000;
+  EXPECT_EQ(table_cost(spec, load, Placement::kGpu, 0, 0.0, device).value().hbm_bytes - hbm, 1000.0 * stride);
 }
 
 TEST(TunePlanner, EverythingOnTheGpuWhenItFits) {
