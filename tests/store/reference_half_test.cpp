@@ -527,11 +527,11 @@ TEST(ReferenceHalf, CheckpointsOfHalfTablesOnTheDeviceRoundTrip) {
         ASSERT_TRUE(store.backward(step, b.cviews).is_ok());
       }
     };
-    train(1, 3);
+    ASSERT_NO_FATAL_FAILURE(train(1, 3)) << to_string(p);  // an ASSERT in train returns from train alone
     std::filesystem::remove_all(dir);
     ASSERT_TRUE(store.save(dir.string()).is_ok()) << to_string(p);
     const Snapshot saved = testing::snapshot(store);
-    train(4, 3);
+    ASSERT_NO_FATAL_FAILURE(train(4, 3)) << to_string(p);
     ASSERT_FALSE(testing::same_state(testing::snapshot(store), saved)) << to_string(p) << ": training changed nothing";
     const Status load = store.load(dir.string());
     ASSERT_TRUE(load.is_ok()) << load.to_string();
