@@ -859,7 +859,7 @@ class EmuDevice final : public Device {
     kernel(s, [this, a, to_host_records] {
       ArgCheck rc{this, to_host_records ? "records_to_host" : "records_from_host", {}};
       for (std::int64_t i = 0; i < a.n && rc.error.empty(); ++i)
-        rc("host record", a.rows[i], a.floats * static_cast<std::int64_t>(sizeof(float)), kPinnedHostOnly);
+        rc("host record", a.rows[i], a.words * static_cast<std::int64_t>(sizeof(float)), kPinnedHostOnly);
       if (check_done(rc)) kernels::run_host_records(a, to_host_records);
     });
   }

@@ -633,13 +633,14 @@ STRATA_SIMT void unpack_record(const W& w, const RecordArgs& a, std::int64_t i) 
   });
 }
 
-/// Record slots[i] <-> host record rows[i] (to_host: slot -> host), dim + state_dim floats.
+/// Record slots[i] <-> host record rows[i] (to_host: slot -> host): the words of its weights and
+/// state (HostRecordArgs::words).
 template <class W>
 STRATA_SIMT void move_host_record(const W& w, const HostRecordArgs& a, std::int64_t i, bool to_host) {
   auto* slot = reinterpret_cast<std::uint32_t*>(a.record(i));
   auto* host = reinterpret_cast<std::uint32_t*>(a.rows[i]);
   w.lanes([&](int lane) {
-    for (std::int64_t c = lane; c < a.floats; c += kWarp) {
+    for (std::int64_t c = lane; c < a.words; c += kWarp) {
       if (to_host) {
         host[c] = slot[c];
       } else {

@@ -479,7 +479,9 @@ StoreConfig on_device(StoreConfig c, Placement placement) {
 
 // The device placements store half-size rows and state in their slots and the offload device
 // gather reads them from host memory (the shared kernels widen, compute in fp32 and round once, as
-// the reference does): `gpu`, `cached` (small caches), `hybrid` (a world of one) and `offload` with
+// the reference does): `gpu`, `cached` (small caches), `hybrid` (a world of one: on one rank the
+// store serves it with the `cached` engine, so this iteration repeats `cached`'s; the sharded
+// half cases of tests/store/sharded_harness.hpp run `hybrid`'s own) and `offload` with
 // the device gather give the reference's bits, every table half (bf16 and fp16, rounding to nearest
 // and stochastic, bf16 state where the optimizer allows it), and fp32 and half tables of several
 // dims in one table-batched call.
