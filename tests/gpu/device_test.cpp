@@ -328,14 +328,7 @@ TEST_P(DeviceTest, HalfRowsOfAShardMatchHostKernelsBitForBit) {
           DeviceBuffer mem = upload(std::vector<float>(words, -7.0f), s);
           SlotPool p = pool;
           p.base = mem.as<float>();
-          RecordInit init;
-          init.table_seed = table_seed(spec.init.seed, table_name_hash(spec.name));
-          init.bound = spec.init.bound;
-          init.row0 = spec.init.global_row(0);
-          init.row_stride = spec.init.row_stride;
-          init.col_offset = spec.init.col_offset;
-          init.optimizer = spec.optimizer;
-          dev_->init_records(s, p, 0, rows, init);
+          dev_->init_records(s, p, 0, rows, record_init(spec));
           std::vector<float> got = download<float>(mem, words, s);
           ASSERT_EQ(0, std::memcmp(got.data(), host.row(0), words * sizeof(float))) << what << ": init_records";
           // The same records at permuted slots, then one fused backward on each side.
