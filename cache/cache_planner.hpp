@@ -1,9 +1,10 @@
 #pragma once
-// CachePlanner: the host-side brain of one HBM slot pool. Tables of the same (dim, state_dim) share a
-// pool, so hot rows of every table compete for the same slots ("flat" cache), with an optional
-// per-table cap. The pool keeps the key->slot index, the replacement policy, pins (a slot used by a
-// batch that has been planned but not yet retired is never evicted), dirty flags, and statistics.
-// It moves no data: commit() returns which rows to write back and which to fill. cache::Prefetcher
+// CachePlanner: the host-side brain of one HBM slot pool. Tables of the same record shape (dim,
+// state_dim and element types: core/record_layout.hpp) share a pool, so hot rows of every table
+// compete for the same slots ("flat" cache), with an optional per-table cap. The pool keeps the
+// key->slot index, the replacement policy, pins (a slot used by a batch that has been planned but
+// not yet retired is never evicted), dirty flags, and statistics. It moves no data: commit()
+// returns which rows to write back and which to fill. cache::Prefetcher
 // (cache/prefetcher.hpp) drives the pools, and the store's cached engine executes its plans on the
 // device.
 //

@@ -287,6 +287,19 @@ void Device::gather_pool_host(StreamView s, RowRef table, const std::vector<Look
 
 void Device::backward_update(StreamView s, SlotPool pool, const std::vector<UpdateFeature>& features) {
   if (!own_stream(s, "backward_update")) return;
+  // Half elements rounded stochastically draw their bits by row: without the rows the kernels
+  // (which cannot tell) would give every row the bits of row 0. Both backends refuse it alike.
+  const bool half = pool.dtype != DType::kF32 || pool.state_dtype != DType::kF32;
+  for (std::size_t i = 0; i < features.size(); ++i) {
+    const UpdateFeature& f = features[i];
+    if (half && f.step.round.stochastic && f.num_unique > 0 && f.unique_rows == nullptr) {
+      record_error(Status::invalid_argument("device " + describe(info_) + ": backward_update feature " +
+                                            std::to_string(i) +
+                                            ": half elements rounded stochastically need unique_rows (their table "
+                                            "rows key the rounding bits), got nullptr"));
+      return;
+    }
+  }
   for (const auto& f : features) {
     const std::uint64_t grad_rows = static_cast<std::uint64_t>(f.pooling == Pooling::kNone ? f.num_keys : f.batch);
     const std::uint64_t rec = static_cast<std::uint64_t>(pool.row_bytes());

@@ -334,12 +334,13 @@ class Device {
   /// with unique_slots 0..num_unique-1, and has no overflow region (a programmer error).
   /// Where the rows live elsewhere (dispatch sends the sums to the ranks that hold them).
   void reduce_grads(StreamView s, SlotPool sums, const std::vector<UpdateFeature>& features);
-  /// record of slot slots[i] = the dim + state_dim floats at rows[i], read by the device from host
-  /// memory (zero-copy: rows are device_address()es of pinned host records). slots, rows (n)
-  /// device; slots may be null for slots 0..n-1.
+  /// record of slot slots[i] = the weights and state at rows[i] (SlotPool::row_bytes: the words
+  /// core/record_layout.hpp lays them out in, without the record's padding), read by the device
+  /// from host memory (zero-copy: rows are device_address()es of pinned host records). slots, rows
+  /// (n) device; slots may be null for slots 0..n-1.
   void records_from_host(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, const float* const* rows);
-  /// the dim + state_dim floats at rows[i] = record of slot slots[i], written by the device into host
-  /// memory (zero-copy, as records_from_host). slots, rows (n) device.
+  /// the weights and state at rows[i] = those of the record of slot slots[i], written by the
+  /// device into host memory (zero-copy, as records_from_host). slots, rows (n) device.
   void records_to_host(StreamView s, SlotPool pool, const Key* slots, std::int64_t n, float* const* rows);
   /// The address under which the device reads and writes `host`, which must lie in memory
   /// registered through pinner() (cudaHostGetDevicePointer under cuda; the same address under emu).

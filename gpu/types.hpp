@@ -102,6 +102,19 @@ struct RecordInit {
   OptimizerSpec optimizer;       ///< the state's initial value (init_state)
 };
 
+/// How table `spec` (a shard's spec: its initializer holds the shard's origin) initializes its
+/// records: those of HostTable::reset.
+inline RecordInit record_init(const TableSpec& spec) {
+  RecordInit init;
+  init.table_seed = table_seed(spec.init.seed, table_name_hash(spec.name));
+  init.bound = spec.init.bound;
+  init.row0 = spec.init.global_row(0);
+  init.row_stride = spec.init.row_stride;
+  init.col_offset = spec.init.col_offset;
+  init.optimizer = spec.optimizer;
+  return init;
+}
+
 /// What a device is.
 struct DeviceInfo {
   Backend backend = Backend::kEmu;

@@ -859,7 +859,7 @@ class EmuDevice final : public Device {
     kernel(s, [this, a, to_host_records] {
       ArgCheck rc{this, to_host_records ? "records_to_host" : "records_from_host", {}};
       for (std::int64_t i = 0; i < a.n && rc.error.empty(); ++i)
-        rc("host record", a.rows[i], a.floats * static_cast<std::int64_t>(sizeof(float)), kPinnedHostOnly);
+        rc("host record", a.rows[i], a.words * static_cast<std::int64_t>(sizeof(float)), kPinnedHostOnly);
       if (check_done(rc)) kernels::run_host_records(a, to_host_records);
     });
   }
@@ -1017,11 +1017,6 @@ class EmuDevice final : public Device {
       c("weights", f.weights, f.num_keys * 4);
       c("unique_slots", f.unique_slots, f.num_unique * static_cast<std::int64_t>(sizeof(Key)));
       c("unique_rows", f.unique_rows, f.num_unique * static_cast<std::int64_t>(sizeof(Key)));
-      // Half elements rounded stochastically draw their bits by row: without the rows every row
-      // would draw row 0's (the CUDA kernels cannot tell).
-      const bool half = pool.dtype != DType::kF32 || pool.state_dtype != DType::kF32;
-      if (half && f.step.round.stochastic && !f.unique_rows && f.num_unique > 0 && c.error.empty())
-        c.error = name() + ": " + op + ": a feature of half elements rounded stochastically has no unique_rows";
       c("unique_offsets", f.unique_offsets, (f.num_unique + 1) * 8);
       c("positions", f.positions, f.num_keys * 4);
       c("bag_of", f.bag_of, f.num_keys * 4);

@@ -30,6 +30,7 @@
 #include <type_traits>
 
 #include "core/row_math.hpp"
+#include "core/status.hpp"
 #include "gpu/kernels/launch_args.hpp"
 #include "gpu/kernels/simt.hpp"
 
@@ -80,22 +81,28 @@ STRATA_SIMT std::int64_t elem_words(std::int64_t n) {
   return std::is_same_v<Elem, float> ? n : (n + 1) / 2;
 }
 
-/// Calls fn(Elem{}) with the half element type of `dtype` (Bf16 or F16; fp32 calls nothing). Host
-/// code: the launchers of both backends choose the half-size rows' instances with it alike.
+/// Calls fn(Elem{}) with the half element type of `dtype` (Bf16 or F16). Host code: the launchers
+/// of both backends choose the half-size rows' instances with it alike. Any other dtype (fp32,
+/// which the fp32 kernels serve, or a value out of range) is a programmer error: it aborts rather
+/// than launch nothing.
 template <class Fn>
 inline void with_half_elem(DType dtype, Fn&& fn) {
   if (dtype == DType::kBF16) {
     fn(Bf16{});
-  } else if (dtype == DType::kF16) {
+  } else {
+    STRATA_CHECK(dtype == DType::kF16 && "with_half_elem: the dtype of a half-size launch is bf16 or fp16");
     fn(F16{});
   }
 }
 
 /// Calls fn(Elem{}, SElem{}) with the element types of `dtype` (float, Bf16 or F16) and
-/// `state_dtype` (float or Bf16) where either is half; an all-fp32 record calls nothing (the fp32
-/// kernels serve it), so exactly the five half combinations are instantiated. Host code.
+/// `state_dtype` (float or Bf16) where either is half, so exactly the five half combinations are
+/// instantiated. Host code. An all-fp32 record (the fp32 kernels serve it) or a state_dtype other
+/// than fp32 and bf16 is a programmer error: it aborts rather than launch nothing or the wrong one.
 template <class Fn>
 inline void with_half_elems(DType dtype, DType state_dtype, Fn&& fn) {
+  STRATA_CHECK((state_dtype == DType::kF32 || state_dtype == DType::kBF16) &&
+               "with_half_elems: the state of a half-size launch is fp32 or bf16");
   if (state_dtype != DType::kBF16) {
     with_half_elem(dtype, [&](auto row) { fn(row, float{}); });
   } else if (dtype == DType::kF32) {
@@ -626,13 +633,14 @@ STRATA_SIMT void unpack_record(const W& w, const RecordArgs& a, std::int64_t i) 
   });
 }
 
-/// Record slots[i] <-> host record rows[i] (to_host: slot -> host), dim + state_dim floats.
+/// Record slots[i] <-> host record rows[i] (to_host: slot -> host): the words of its weights and
+/// state (HostRecordArgs::words).
 template <class W>
 STRATA_SIMT void move_host_record(const W& w, const HostRecordArgs& a, std::int64_t i, bool to_host) {
   auto* slot = reinterpret_cast<std::uint32_t*>(a.record(i));
   auto* host = reinterpret_cast<std::uint32_t*>(a.rows[i]);
   w.lanes([&](int lane) {
-    for (std::int64_t c = lane; c < a.floats; c += kWarp) {
+    for (std::int64_t c = lane; c < a.words; c += kWarp) {
       if (to_host) {
         host[c] = slot[c];
       } else {

@@ -48,7 +48,7 @@ HostRecordArgs host_record_args(const SlotPool& pool, const Key* slots, std::int
   HostRecordArgs a;
   a.base = pool.base;
   a.stride = pool.stride;
-  a.floats = pool.row_bytes() / static_cast<std::int64_t>(sizeof(float));
+  a.words = pool.row_bytes() / static_cast<std::int64_t>(sizeof(float));
   a.slots = slots;
   a.rows = rows;
   a.n = n;

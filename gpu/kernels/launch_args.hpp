@@ -160,7 +160,7 @@ struct RecordArgs {
 struct HostRecordArgs {
   float* base = nullptr;         ///< (slots, stride) device: the slot pool
   std::int64_t stride = 0;       ///< words per slot record
-  std::int64_t floats = 0;       ///< words moved per record: the weights' and the state's (SlotPool::row_bytes)
+  std::int64_t words = 0;        ///< words moved per record: the weights' and the state's (SlotPool::row_bytes)
   const Key* slots = nullptr;    ///< (n) device; nullptr: slot i
   float* const* rows = nullptr;  ///< (n) device: device-visible addresses of host records
   std::int64_t n = 0;

@@ -112,14 +112,8 @@ class GpuEngine final : public Engine {
   Status initialize(int table) {
     const TableSpec& spec = spec_of(table);
     const auto [p, base] = where_[static_cast<std::size_t>(table)];
-    gpu::RecordInit init;
-    init.table_seed = table_seed(spec.init.seed, table_name_hash(spec.name));
-    init.bound = spec.init.bound;
-    init.row0 = spec.init.global_row(0);
-    init.row_stride = spec.init.row_stride;
-    init.col_offset = spec.init.col_offset;
-    init.optimizer = spec.optimizer;
-    dev_.init_records(core_.copy(), core_.pool(p).view, base, spec.rows, init);  // half rows: rounded to nearest
+    dev_.init_records(core_.copy(), core_.pool(p).view, base, spec.rows,
+                      gpu::record_init(spec));  // half rows: rounded to nearest
     return dev_.synchronize(core_.copy());
   }
 

@@ -235,25 +235,60 @@ INSTANTIATE_TEST_SUITE_P(CudaDims, GatherPool, ::testing::Values(1, 7, 32, 100, 
 
 // ---- backward_update ------------------------------------------------------------------------
 
-class BackwardUpdate : public CudaVsEmu,
-                       public ::testing::WithParamInterface<std::tuple<OptimizerKind, std::int32_t, bool>> {};
+// One backward_update case: the optimizer, dim and decay, and the records' element types and
+// rounding (fp32 records, or one of the five half (dtype, state_dtype) pairs rounded to nearest or
+// stochastically: every instance of the half-size update kernel).
+struct BackwardCase {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  std::int32_t dim = 1;
+  bool decay = false;
+  DType dtype = DType::kF32;
+  DType state_dtype = DType::kF32;
+  bool sr = false;
+};
+
+class BackwardUpdate : public CudaVsEmu, public ::testing::WithParamInterface<BackwardCase> {};
 
 TEST_P(BackwardUpdate, MatchesEmuBitForBit) {
-  const auto [kind, dim, decay] = GetParam();
-  std::mt19937_64 rng(2000 + static_cast<std::uint64_t>(dim) * 8 + static_cast<std::uint64_t>(kind) * 2 + decay);
+  const BackwardCase bc = GetParam();
+  const OptimizerKind kind = bc.kind;
+  const std::int32_t dim = bc.dim;
+  const bool decay = bc.decay;
+  std::mt19937_64 rng(2000 + static_cast<std::uint64_t>(dim) * 8 + static_cast<std::uint64_t>(kind) * 2 + decay +
+                      static_cast<std::uint64_t>(bc.dtype) * 1000 + static_cast<std::uint64_t>(bc.state_dtype) * 3000 +
+                      bc.sr * 9000);
   OptimizerSpec spec;
   spec.kind = kind;
   spec.learning_rate = 0.05f;
   spec.weight_decay = decay ? 0.01f : 0.0f;
   spec.initial_accumulator = 0.1f;
-  const OptimizerStep step = make_optimizer_step(spec, 3);
+  OptimizerStep step = make_optimizer_step(spec, 3);
+  Rounding& round = step.round;  // a shard's origin: the bits come from global rows and columns
+  round.dtype = bc.dtype;
+  round.state_dtype = bc.state_dtype;
+  round.stochastic = bc.sr;
+  round.tseed = 0x5EED;
+  round.row_stride = 3;
+  round.row_offset = 2;
+  round.col_offset = 5;
   const std::int32_t state_dim = optimizer_state_dim(kind, dim);
+  const RecordShape shape{dim, bc.dtype, state_dim, bc.state_dtype};
 
   // Each feature updates its own range of slots (features of one launch never share a slot).
   const int kFeatures = 19;
   const Key kSlotsPerFeature = 40;
-  const std::int64_t slots = kFeatures * kSlotsPerFeature, stride = record_stride(dim, state_dim);
-  const std::vector<float> records = random_records(slots, stride, dim, rng);
+  const std::int64_t slots = kFeatures * kSlotsPerFeature, stride = record_words(shape);
+  std::vector<float> records = random_records(slots, stride, dim, rng);
+  if (bc.dtype != DType::kF32 || bc.state_dtype != DType::kF32) {  // random values rounded to nearest, pads zero
+    std::fill(records.begin(), records.end(), 0.0f);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> w(static_cast<std::size_t>(dim)), state(static_cast<std::size_t>(state_dim));
+    for (std::int64_t s = 0; s < slots; ++s) {
+      for (float& x : w) x = u(rng);
+      for (float& x : state) x = std::abs(u(rng));
+      write_record(records.data() + s * stride, shape, w.data(), state.data());
+    }
+  }
   auto [cpool, epool] = upload_both(records);
 
   std::vector<UpdateFeature> cf, ef;
@@ -268,6 +303,8 @@ TEST_P(BackwardUpdate, MatchesEmuBitForBit) {
     std::vector<float> grads(grad_rows * static_cast<std::size_t>(dim));
     std::uniform_real_distribution<float> g(-1.0f, 1.0f);
     for (auto& x : grads) x = g(rng);
+    std::vector<Key> rows(u.keys.size());  // table rows of the slots: not the slots
+    for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = u.keys[i] * 7 + 1;
 
     UpdateFeature base;
     base.batch = batch;
@@ -280,6 +317,7 @@ TEST_P(BackwardUpdate, MatchesEmuBitForBit) {
     std::tie(c.weights, e.weights) = upload_both(b.weights);
     if (!weighted) c.weights = e.weights = nullptr;
     std::tie(c.unique_slots, e.unique_slots) = upload_both(u.keys);
+    std::tie(c.unique_rows, e.unique_rows) = upload_both(rows);
     std::tie(c.unique_offsets, e.unique_offsets) = upload_both(u.offsets);
     std::tie(c.positions, e.positions) = upload_both(u.positions);
     std::tie(c.bag_of, e.bag_of) = upload_both(bag_of);
@@ -287,8 +325,8 @@ TEST_P(BackwardUpdate, MatchesEmuBitForBit) {
     cf.push_back(c);
     ef.push_back(e);
   }
-  SlotPool cp{cpool, slots, stride, dim, state_dim};
-  SlotPool ep{epool, slots, stride, dim, state_dim};
+  SlotPool cp{cpool, slots, stride, dim, state_dim, nullptr, 0, bc.dtype, bc.state_dtype};
+  SlotPool ep{epool, slots, stride, dim, state_dim, nullptr, 0, bc.dtype, bc.state_dtype};
   cuda_.dev->backward_update(cuda_.s(), cp, cf);
   emu_.dev->backward_update(emu_.s(), ep, ef);
   const std::vector<float> after = cuda_.download(cpool, records.size());
@@ -296,16 +334,46 @@ TEST_P(BackwardUpdate, MatchesEmuBitForBit) {
   EXPECT_FALSE(same_bits(after, records)) << "the update changed nothing: the test checks nothing";
 }
 
-std::string backward_name(const ::testing::TestParamInfo<std::tuple<OptimizerKind, std::int32_t, bool>>& info) {
-  return std::string(to_string(std::get<0>(info.param))) + "_dim" + std::to_string(std::get<1>(info.param)) +
-         (std::get<2>(info.param) ? "_decay" : "");
+std::string backward_name(const ::testing::TestParamInfo<BackwardCase>& info) {
+  const BackwardCase& c = info.param;
+  std::string name = std::string(to_string(c.kind)) + "_dim" + std::to_string(c.dim) + (c.decay ? "_decay" : "");
+  if (c.dtype != DType::kF32 || c.state_dtype != DType::kF32)
+    name += std::string("_") + to_string(c.dtype) + "_state_" + to_string(c.state_dtype) + (c.sr ? "_sr" : "_rne");
+  return name;
 }
 
-INSTANTIATE_TEST_SUITE_P(CudaOptimizers, BackwardUpdate,
-                         ::testing::Combine(::testing::Values(OptimizerKind::kSgd, OptimizerKind::kAdagrad,
-                                                              OptimizerKind::kRowwiseAdagrad, OptimizerKind::kAdam),
-                                            ::testing::Values(1, 5, 32, 128, 129, 300), ::testing::Bool()),
-                         backward_name);
+// fp32 records: every optimizer, dims of each kernel path, with and without decay.
+std::vector<BackwardCase> fp32_backward_cases() {
+  std::vector<BackwardCase> out;
+  for (const OptimizerKind kind :
+       {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad, OptimizerKind::kAdam})
+    for (const std::int32_t dim : {1, 5, 32, 128, 129, 300})
+      for (const bool decay : {false, true}) out.push_back({kind, dim, decay});
+  return out;
+}
+
+// Half records: each of the five (dtype, state_dtype) pairs, each rounding, every optimizer that
+// allows the state (a bf16 state: adagrad and adam), odd and even dims, with decay.
+std::vector<BackwardCase> half_backward_cases() {
+  std::vector<BackwardCase> out;
+  const std::pair<DType, DType> pairs[] = {{DType::kBF16, DType::kF32},
+                                           {DType::kF16, DType::kF32},
+                                           {DType::kF32, DType::kBF16},
+                                           {DType::kBF16, DType::kBF16},
+                                           {DType::kF16, DType::kBF16}};
+  for (const auto& [dtype, state_dtype] : pairs)
+    for (const bool sr : {false, true})
+      for (const OptimizerKind kind :
+           {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad, OptimizerKind::kAdam}) {
+        const bool state_allowed = kind == OptimizerKind::kAdagrad || kind == OptimizerKind::kAdam;
+        if (state_dtype != DType::kF32 && !state_allowed) continue;
+        for (const std::int32_t dim : {5, 129}) out.push_back({kind, dim, true, dtype, state_dtype, sr});
+      }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(CudaOptimizers, BackwardUpdate, ::testing::ValuesIn(fp32_backward_cases()), backward_name);
+INSTANTIATE_TEST_SUITE_P(CudaHalf, BackwardUpdate, ::testing::ValuesIn(half_backward_cases()), backward_name);
 
 // ---- pack / unpack ----------------------------------------------------------------------------
 
@@ -351,7 +419,11 @@ TEST_F(CudaVsEmu, PackUnpackMatchEmuBitForBit) {
 
 // ---- gather_pool_host (zero-copy) -------------------------------------------------------------
 
-TEST_F(CudaVsEmu, ZeroCopyGatherOfInterleavedHostTableMatchesEmu) {
+// Over tables of fp32, bf16 and fp16 rows with an fp32 or a bf16 state (the records' stride; the
+// gather's instances are by row dtype alone, and it rounds nothing).
+class ZeroCopyGather : public CudaVsEmu, public ::testing::WithParamInterface<std::pair<DType, DType>> {};
+
+TEST_P(ZeroCopyGather, OfInterleavedHostTableMatchesEmu) {
   std::mt19937_64 rng(4);
   for (int nodes : {1, 3}) {
     TableSpec spec;
@@ -359,6 +431,8 @@ TEST_F(CudaVsEmu, ZeroCopyGatherOfInterleavedHostTableMatchesEmu) {
     spec.rows = 5000;
     spec.dim = 37;
     spec.optimizer.kind = OptimizerKind::kAdam;  // records wider than the weights
+    spec.dtype = GetParam().first;
+    spec.state_dtype = GetParam().second;
     HostTableOptions ho;
     ho.huge_pages = false;
     ho.block_rows_log2 = 5;  // 32-row blocks dealt over the nodes: rows cross parts often
@@ -395,6 +469,14 @@ TEST_F(CudaVsEmu, ZeroCopyGatherOfInterleavedHostTableMatchesEmu) {
     cuda_.sync();
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, ZeroCopyGather,
+                         ::testing::Values(std::pair(DType::kF32, DType::kF32), std::pair(DType::kBF16, DType::kF32),
+                                           std::pair(DType::kF16, DType::kF32), std::pair(DType::kF32, DType::kBF16),
+                                           std::pair(DType::kBF16, DType::kBF16), std::pair(DType::kF16, DType::kBF16)),
+                         [](const ::testing::TestParamInfo<std::pair<DType, DType>>& i) {
+                           return std::string(to_string(i.param.first)) + "_state_" + to_string(i.param.second);
+                         });
 
 // Zero-copy gathers of one row of a 4-wide host table that is not set up right; their Status.
 class CudaZeroCopyFaults : public CudaVsEmu {

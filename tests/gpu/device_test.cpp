@@ -281,6 +281,165 @@ TEST_P(DeviceTest, GatherPoolAndBackwardMatchHostKernelsBitForBit) {
   }
 }
 
+// Half-size rows of a shard (row_stride 3, row_offset 2, col_offset 5, as host kernels_test's
+// HalfKernels), each pair of element types, rounded to nearest and stochastically: the fused
+// backward on the device gives the bits of the host's backward_update on a HostTable of the same
+// spec, and init_records those of HostTable::reset. The slots are a permutation of the rows, so
+// the bits must be keyed by unique_rows through the shard's global rows and columns (a key of the
+// slot, the local row or the local column moves about half the stochastically rounded elements).
+TEST_P(DeviceTest, HalfRowsOfAShardMatchHostKernelsBitForBit) {
+  auto st = dev_->create_stream().value();
+  const StreamView s = st.view();
+  std::mt19937_64 rng(13);
+  const std::int32_t dim = 7;  // odd: a half row ends in a pad element
+  const std::int64_t rows = 60, batch = 30;
+  std::vector<Key> slot_of(static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r) slot_of[r] = static_cast<Key>((r * 7 + 11) % rows);
+  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (const DType state_dtype : {DType::kF32, DType::kBF16}) {
+      for (const bool sr : {false, true}) {
+        for (const OptimizerKind kind : {OptimizerKind::kAdam, OptimizerKind::kRowwiseAdagrad}) {
+          if ((dtype == DType::kF32 && state_dtype == DType::kF32) ||
+              (state_dtype != DType::kF32 && kind == OptimizerKind::kRowwiseAdagrad))
+            continue;
+          TableSpec spec;
+          spec.name = "shard";
+          spec.rows = rows;
+          spec.dim = dim;
+          spec.dtype = dtype;
+          spec.state_dtype = state_dtype;
+          spec.stochastic_rounding = sr;
+          spec.init.bound = 1.0f;
+          spec.init.row_stride = 3;
+          spec.init.row_offset = 2;
+          spec.init.col_offset = 5;
+          spec.optimizer.kind = kind;
+          spec.optimizer.learning_rate = 0.3f;
+          spec.optimizer.initial_accumulator = 0.1f;
+          const std::string what = std::string(to_string(dtype)) + " state " + to_string(state_dtype) +
+                                   (sr ? " sr " : " rne ") + to_string(kind);
+          auto table = HostTable::create(Topology::fake(1), spec, {});
+          ASSERT_TRUE(table.is_ok()) << what << ": " << table.status().to_string();
+          HostTable& host = table.value();
+          const std::int64_t stride = host.stride();
+          const std::size_t words = static_cast<std::size_t>(rows * stride);
+          const SlotPool pool{nullptr, rows, stride, dim, host.state_dim(), nullptr, 0, dtype, state_dtype};
+          // init_records: the initial records of the shard's rows, slot r holding row r.
+          DeviceBuffer mem = upload(std::vector<float>(words, -7.0f), s);
+          SlotPool p = pool;
+          p.base = mem.as<float>();
+          dev_->init_records(s, p, 0, rows, record_init(spec));
+          std::vector<float> got = download<float>(mem, words, s);
+          ASSERT_EQ(0, std::memcmp(got.data(), host.row(0), words * sizeof(float))) << what << ": init_records";
+          // The same records at permuted slots, then one fused backward on each side.
+          std::vector<float> records(words);
+          for (std::int64_t r = 0; r < rows; ++r)
+            std::memcpy(records.data() + slot_of[r] * stride, host.row(r), static_cast<std::size_t>(stride) * 4);
+          mem = upload(records, s);
+          p.base = mem.as<float>();
+          std::vector<std::int64_t> offs = {0};
+          std::vector<Key> keys;
+          std::vector<float> wts;
+          for (std::int64_t b = 0; b < batch; ++b) {
+            for (std::int64_t j = static_cast<std::int64_t>(rng() % 4); j > 0; --j) {
+              keys.push_back(static_cast<Key>(rng() % rows));
+              wts.push_back(static_cast<float>(rng() % 100) / 50.0f);
+            }
+            offs.push_back(static_cast<std::int64_t>(keys.size()));
+          }
+          const std::int64_t n = static_cast<std::int64_t>(keys.size());
+          std::vector<float> grads(static_cast<std::size_t>(batch * dim));
+          for (auto& g : grads) g = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 613.0f;
+          const UniqueKeys uniq = dedup_keys(keys.data(), n);
+          const std::vector<std::int32_t> bag_of = bag_of_positions(offs.data(), batch);
+          std::vector<Key> slots;
+          for (const Key k : uniq.keys) slots.push_back(slot_of[k]);
+          const OptimizerStep step = make_optimizer_step(spec, 4);
+          backward_update(host.ref(), BagsView{offs.data(), batch, keys.data(), wts.data()}, Pooling::kSum,
+                          view_of(uniq), bag_of.data(), grads.data(), step);
+          const std::vector<DeviceBuffer> keep = [&] {
+            std::vector<DeviceBuffer> k;
+            k.push_back(upload(offs, s));
+            k.push_back(upload(wts, s));
+            k.push_back(upload(slots, s));
+            k.push_back(upload(uniq.keys, s));
+            k.push_back(upload(uniq.offsets, s));
+            k.push_back(upload(uniq.positions, s));
+            k.push_back(upload(bag_of, s));
+            k.push_back(upload(grads, s));
+            return k;
+          }();
+          UpdateFeature f;
+          f.offsets = keep[0].as<std::int64_t>();
+          f.batch = batch;
+          f.weights = keep[1].as<float>();
+          f.num_keys = n;
+          f.unique_slots = keep[2].as<Key>();
+          f.unique_rows = keep[3].as<Key>();
+          f.unique_offsets = keep[4].as<std::int64_t>();
+          f.positions = keep[5].as<std::int32_t>();
+          f.bag_of = keep[6].as<std::int32_t>();
+          f.num_unique = uniq.size();
+          f.grads = keep[7].as<float>();
+          f.step = step;
+          dev_->backward_update(s, p, {f});
+          got = download<float>(mem, words, s);
+          ASSERT_TRUE(dev_->status().is_ok()) << what << ": " << dev_->status().to_string();
+          for (std::int64_t r = 0; r < rows; ++r)
+            ASSERT_EQ(0,
+                      std::memcmp(got.data() + slot_of[r] * stride, host.row(r), static_cast<std::size_t>(stride) * 4))
+                << what << ": row " << r;
+        }
+      }
+    }
+  }
+}
+
+// A fused backward of half elements rounded stochastically without unique_rows is refused by both
+// backends (Device::backward_update): the kernels would give every row row 0's rounding bits.
+// The same feature with its rows runs.
+TEST_P(DeviceTest, StochasticHalfBackwardWithoutUniqueRowsIsRefused) {
+  auto st = dev_->create_stream().value();
+  const StreamView s = st.view();
+  const std::int32_t dim = 4;
+  const RecordShape shape{dim, DType::kBF16, 0, DType::kF32};
+  const std::int64_t stride = record_words(shape);
+  DeviceBuffer pool_mem = upload(std::vector<float>(static_cast<std::size_t>(2 * stride), 0.5f), s);
+  const SlotPool pool{pool_mem.as<float>(), 2, stride, dim, 0, nullptr, 0, DType::kBF16, DType::kF32};
+  const DeviceBuffer offs = upload(std::vector<std::int64_t>{0, 1}, s);
+  const DeviceBuffer slots = upload(std::vector<Key>{1}, s);
+  const DeviceBuffer uoffs = upload(std::vector<std::int64_t>{0, 1}, s);
+  const DeviceBuffer zeros = upload(std::vector<std::int32_t>{0}, s);
+  const DeviceBuffer grads = upload(std::vector<float>(dim, 0.25f), s);
+  UpdateFeature f;
+  f.offsets = offs.as<std::int64_t>();
+  f.batch = 1;
+  f.num_keys = 1;
+  f.unique_slots = slots.as<Key>();
+  f.unique_rows = slots.as<Key>();
+  f.unique_offsets = uoffs.as<std::int64_t>();
+  f.positions = zeros.as<std::int32_t>();
+  f.bag_of = zeros.as<std::int32_t>();
+  f.num_unique = 1;
+  f.grads = grads.as<float>();
+  f.step.spec.kind = OptimizerKind::kSgd;
+  f.step.spec.learning_rate = 0.1f;
+  f.step.round.dtype = DType::kBF16;
+  f.step.round.stochastic = true;
+  f.step.round.step = 1;
+  dev_->backward_update(s, pool, {f});
+  ASSERT_TRUE(dev_->synchronize(s).is_ok()) << dev_->status().to_string();
+  f.unique_rows = nullptr;
+  dev_->backward_update(s, pool, {UpdateFeature{}, f});
+  const Status refused = dev_->synchronize(s);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused.to_string();
+  EXPECT_NE(refused.message().find("backward_update feature 1: half elements rounded stochastically need "
+                                   "unique_rows"),
+            std::string::npos)
+      << refused.message();
+}
+
 // A slot pool with an overflow region (SlotPool::overflow: slot s >= slots is its record s - slots)
 // behaves as one pool holding all the records: the gather (with weights, empty bags, two hot rows
 // used more than kHotUses times, one of them in the overflow region), the fused update (segment

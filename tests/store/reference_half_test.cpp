@@ -479,7 +479,9 @@ StoreConfig on_device(StoreConfig c, Placement placement) {
 
 // The device placements store half-size rows and state in their slots and the offload device
 // gather reads them from host memory (the shared kernels widen, compute in fp32 and round once, as
-// the reference does): `gpu`, `cached` (small caches), `hybrid` (a world of one) and `offload` with
+// the reference does): `gpu`, `cached` (small caches), `hybrid` (a world of one: on one rank the
+// store serves it with the `cached` engine, so this iteration repeats `cached`'s; the sharded
+// half cases of tests/store/sharded_harness.hpp run `hybrid`'s own) and `offload` with
 // the device gather give the reference's bits, every table half (bf16 and fp16, rounding to nearest
 // and stochastic, bf16 state where the optimizer allows it), and fp32 and half tables of several
 // dims in one table-batched call.
@@ -527,11 +529,11 @@ TEST(ReferenceHalf, CheckpointsOfHalfTablesOnTheDeviceRoundTrip) {
         ASSERT_TRUE(store.backward(step, b.cviews).is_ok());
       }
     };
-    train(1, 3);
+    ASSERT_NO_FATAL_FAILURE(train(1, 3)) << to_string(p);  // an ASSERT in train returns from train alone
     std::filesystem::remove_all(dir);
     ASSERT_TRUE(store.save(dir.string()).is_ok()) << to_string(p);
     const Snapshot saved = testing::snapshot(store);
-    train(4, 3);
+    ASSERT_NO_FATAL_FAILURE(train(4, 3)) << to_string(p);
     ASSERT_FALSE(testing::same_state(testing::snapshot(store), saved)) << to_string(p) << ": training changed nothing";
     const Status load = store.load(dir.string());
     ASSERT_TRUE(load.is_ok()) << load.to_string();

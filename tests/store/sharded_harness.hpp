@@ -49,7 +49,8 @@ struct ShardCase {
   /// times a batch (the device kernels' hot rows, summed segment by segment)
   bool hot = false;
   /// tables of bf16, fp16 or fp32 rows, bf16 optimizer state where the optimizer allows it,
-  /// stochastic rounding or not (issue 31)
+  /// stochastic rounding or not (always, where an element is half, in row and column shards of
+  /// several ranks) (issue 31)
   bool half = false;
 };
 
@@ -121,16 +122,27 @@ inline StoreConfig sharded_config(const ShardCase& c) {
   }
   if (c.half) {
     std::mt19937_64 half(c.seed * 97 + static_cast<std::uint64_t>(c.world));
-    for (auto& tc : cfg.tables) random_dtypes(half, tc.spec);
+    for (auto& tc : cfg.tables) {
+      random_dtypes(half, tc.spec);
+      // Row and column shards of several ranks round stochastically wherever an element is half:
+      // their rounding bits must come from the whole table's rows and columns (shard offsets).
+      const bool split = c.world > 1 && (tc.sharding.type == dispatch::ShardingType::kRow ||
+                                         tc.sharding.type == dispatch::ShardingType::kColumn);
+      if (split) tc.spec.stochastic_rounding = tc.spec.dtype != DType::kF32 || tc.spec.state_dtype != DType::kF32;
+    }
   }
   return cfg;
 }
 
-/// The relative precision of a table's elements where results of several ranks may round apart:
-/// its dtype's unit in the last place (2^-8 bf16, 2^-11 fp16), or its state's; 0 for fp32 tables.
+/// The relative precision of elements of `d` where results of several ranks may round apart: its
+/// unit roundoff (2^-8 bf16, 2^-11 fp16: two of them are at least one unit in the last place of a
+/// value); 0 for fp32.
+inline float unit_roundoff(DType d) { return d == DType::kBF16 ? 0x1p-8f : d == DType::kF16 ? 0x1p-11f : 0.0f; }
+/// The smallest subnormal of `d` (the spacing of its values near zero); 0 for fp32.
+inline float smallest_subnormal(DType d) { return d == DType::kBF16 ? 0x1p-133f : d == DType::kF16 ? 0x1p-24f : 0.0f; }
+/// The larger unit roundoff of a table's weights and state: its outputs' (sums of a few weights).
 inline float half_ulp(const TableSpec& spec) {
-  auto ulp = [](DType d) { return d == DType::kBF16 ? 1.0f / 256 : d == DType::kF16 ? 1.0f / 2048 : 0.0f; };
-  return std::max(ulp(spec.dtype), ulp(spec.state_dtype));
+  return std::max(unit_roundoff(spec.dtype), unit_roundoff(spec.state_dtype));
 }
 
 /// One global batch: a local batch per rank (some empty, some missing tables, keys that may all
@@ -215,12 +227,30 @@ inline std::pair<std::int64_t, std::int64_t> slice_of(const GlobalStep& g, const
           all.offsets[static_cast<std::size_t>(bag0 + bags)] - all.offsets[static_cast<std::size_t>(bag0)]};
 }
 
-/// Within the tolerance of several ranks (or bit-exact): `ulp` is half_ulp of the table, whose
-/// rounded elements may differ by a unit (and an output by the sum of a few such weights).
+/// An output within the tolerance of several ranks (or bit-exact): `ulp` is half_ulp of the table,
+/// whose rounded weights may differ by a unit, and an output is the sum of a few such weights.
 inline bool close(float a, float b, bool exact, float ulp = 0.0f) {
   if (exact) return a == b || (std::isnan(a) && std::isnan(b));
   return std::fabs(a - b) <= 1e-5f + 1e-4f * std::fabs(b) + ulp * (8.0f + 4.0f * std::fabs(b));
 }
+
+/// A stored element of type `d` within the tolerance of several ranks (or bit-exact): fp32's (sums
+/// in another order), plus one unit in the last place of the value (two unit roundoffs of it) and
+/// the smallest subnormal, as one rounding apart moves a half element; fp32 elements get fp32's.
+inline bool close_element(float a, float b, bool exact, DType d) {
+  if (exact) return a == b || (std::isnan(a) && std::isnan(b));
+  return std::fabs(a - b) <=
+         1e-5f + 1e-4f * std::fabs(b) + 2.0f * unit_roundoff(d) * std::fabs(b) + smallest_subnormal(d);
+}
+
+/// Half elements of the final tables that differ from the reference's at all, and those the
+/// reference changed (from their initial values): with several ranks only the few rounded apart may
+/// differ (rounding bits of the wrong rows or columns move about half of the changed elements
+/// rounded stochastically).
+struct HalfDiffs {
+  std::int64_t differ = 0;
+  std::int64_t changed = 0;
+};
 
 /// Runs the case on rank `rank` of `comm`'s world; returns "" or the first mismatches found.
 /// `trace` (when given) gets every output this rank read and the final tables it read back, in
@@ -268,6 +298,22 @@ inline std::string run_sharded_rank(const ShardCase& c, std::shared_ptr<dispatch
         ++reported;
       }
   };
+  HalfDiffs half_diffs;
+  // `initial` (or nullptr): the reference's elements before the first step, to count half_diffs.
+  const auto check_elements = [&](const std::string& what, const float* got, const float* want, std::size_t n, DType d,
+                                  const float* initial) {
+    const auto same = [](float a, float b) { return a == b || (std::isnan(a) && std::isnan(b)); };
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!close_element(got[i], want[i], exact, d) && reported < 5) {
+        err << "rank " << r << ": " << what << "[" << i << "] = " << got[i] << ", reference " << want[i] << "\n";
+        ++reported;
+      }
+      if (d != DType::kF32 && initial) {
+        half_diffs.differ += !same(got[i], want[i]);
+        half_diffs.changed += !same(want[i], initial[i]);
+      }
+    }
+  };
   const auto fail = [&](const std::string& what, const Status& s) {
     if (!s.is_ok()) err << "rank " << r << ": " << what << ": " << s.to_string() << "\n";
     return !s.is_ok();
@@ -278,6 +324,15 @@ inline std::string run_sharded_rank(const ShardCase& c, std::shared_ptr<dispatch
     return !fail("submit " + std::to_string(s), store.submit(s, g.local[static_cast<std::size_t>(r)])) &&
            !fail("reference submit", ref.submit(s, g.global));
   };
+  std::vector<std::vector<float>> initial;  // the reference's tables before the first step: weights, state of each
+  for (std::size_t t = 0; t < cfg.tables.size(); ++t) {
+    const TableSpec& spec = cfg.tables[t].spec;
+    initial.emplace_back(static_cast<std::size_t>(spec.rows * spec.dim));
+    initial.emplace_back(static_cast<std::size_t>(spec.rows * optimizer_state_dim(spec.optimizer.kind, spec.dim)));
+    if (fail("reference read_rows", ref.read_rows(static_cast<int>(t), 0, spec.rows, initial[2 * t].data(),
+                                                  initial[2 * t + 1].empty() ? nullptr : initial[2 * t + 1].data())))
+      return err.str();
+  }
   if (!submit(0)) return err.str();
   for (int s = 0; s < c.steps; ++s) {
     if (s + 1 < c.steps && !submit(s + 1)) return err.str();
@@ -363,6 +418,7 @@ inline std::string run_sharded_rank(const ShardCase& c, std::shared_ptr<dispatch
   // Final tables (read_rows is collective: every rank reads every table).
   for (std::size_t t = 0; t < cfg.tables.size(); ++t) {
     const TableSpec& spec = cfg.tables[t].spec;
+    half_diffs = {};
     const std::int32_t sd = optimizer_state_dim(spec.optimizer.kind, spec.dim);
     // A part of the table first (ranges that start and end inside shards), then all of it.
     for (const auto& [row0, n] : {std::make_pair(spec.rows / 3, spec.rows - spec.rows / 3 - spec.rows / 4),
@@ -375,15 +431,20 @@ inline std::string run_sharded_rank(const ShardCase& c, std::shared_ptr<dispatch
       if (fail("reference read_rows",
                ref.read_rows(static_cast<int>(t), row0, n, rw.data(), sd ? rst.data() : nullptr)))
         return err.str();
-      check("weights of " + spec.name + " from row " + std::to_string(row0), w.data(), rw.data(), w.size(),
-            half_ulp(spec));
-      check("state of " + spec.name + " from row " + std::to_string(row0), st.data(), rst.data(), st.size(),
-            half_ulp(spec));
+      const bool whole = n == spec.rows;
+      check_elements("weights of " + spec.name + " from row " + std::to_string(row0), w.data(), rw.data(), w.size(),
+                     spec.dtype, whole ? initial[2 * t].data() : nullptr);
+      check_elements("state of " + spec.name + " from row " + std::to_string(row0), st.data(), rst.data(), st.size(),
+                     spec.state_dtype, whole ? initial[2 * t + 1].data() : nullptr);
       if (trace) {
         trace->insert(trace->end(), w.begin(), w.end());
         trace->insert(trace->end(), st.begin(), st.end());
       }
     }
+    // More than one and 5% (none differed in the cases of this suite).
+    if (half_diffs.differ > 1 && half_diffs.differ * 20 > half_diffs.changed)
+      err << "rank " << r << ": " << half_diffs.differ << " half elements of " << spec.name << " differ from the "
+          << "reference's, of " << half_diffs.changed << " it changed (rounding bits of the wrong rows or columns?)\n";
   }
   return err.str();
 }
