@@ -114,6 +114,17 @@ const std::int32_t kStepDim = [] {
   }
   return dim;
 }();
+// The step table's row type: STRATA_MICRO_STEP_DTYPE fp32 (default), bf16 or fp16 (issue 31).
+const DType kStepDType = [] {
+  const char* env = std::getenv("STRATA_MICRO_STEP_DTYPE");
+  if (!env) return DType::kF32;
+  Result<DType> d = parse_dtype(env);
+  if (!d) {
+    std::fprintf(stderr, "STRATA_MICRO_STEP_DTYPE '%s': expected fp32, bf16 or fp16\n", env);
+    std::exit(2);
+  }
+  return d.value();
+}();
 
 // Bytes of the last-level cache hwloc sees (the largest data or unified cache), or 64 MiB (more
 // than the L3 of most single-socket parts) when it sees none.
@@ -160,6 +171,7 @@ StepFixture& step_fixture() {
   spec.name = "step";
   spec.rows = kRows;
   spec.dim = kStepDim;
+  spec.dtype = kStepDType;
   static Topology topo = std::move(Topology::discover()).value();
   f = std::make_unique<StepFixture>(
       StepFixture{std::move(HostTable::create(topo, spec, {})).value(), {}, {}, {}, {}, {}, {}, {}});
