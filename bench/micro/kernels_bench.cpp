@@ -284,13 +284,15 @@ void BM_StepBackwardByBag(benchmark::State& state) {
 BENCHMARK(BM_StepBackwardByBag)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // The update floor of that backward: a plain read-modify-write (w -= 1e-7, no gradient) of each
-// unique row of the step once, on two threads with the kernels' prefetching (into L2 48 rows
+// unique row's words of the step once, on two threads with the kernels' prefetching (into L2 48 rows
 // ahead, for writing 8 ahead). What BM_StepBackwardByBag would take if the gradient cost nothing.
 void BM_StepUpdateFloor(benchmark::State& state) {
   StepFixture& f = step_fixture();
   HostTable& t = f.table;
   constexpr std::int64_t kL2Ahead = 48, kWriteAhead = 8;
-  const std::int64_t kDim = kStepDim;
+  // The words of a row (kStepDim for fp32, half that for bf16 and fp16 rows), each read and written
+  // as a float: the floor's bytes, whatever they hold.
+  const std::int64_t kDim = t.ref().row_words();
   int i = 0;
   std::int64_t rows = 0;
   for (auto _ : state) {
