@@ -114,6 +114,17 @@ const std::int32_t kStepDim = [] {
   }
   return dim;
 }();
+// The step table's row type: STRATA_MICRO_STEP_DTYPE fp32 (default), bf16 or fp16 (issue 31).
+const DType kStepDType = [] {
+  const char* env = std::getenv("STRATA_MICRO_STEP_DTYPE");
+  if (!env) return DType::kF32;
+  Result<DType> d = parse_dtype(env);
+  if (!d) {
+    std::fprintf(stderr, "STRATA_MICRO_STEP_DTYPE '%s': expected fp32, bf16 or fp16\n", env);
+    std::exit(2);
+  }
+  return d.value();
+}();
 
 // Bytes of the last-level cache hwloc sees (the largest data or unified cache), or 64 MiB (more
 // than the L3 of most single-socket parts) when it sees none.
@@ -160,6 +171,7 @@ StepFixture& step_fixture() {
   spec.name = "step";
   spec.rows = kRows;
   spec.dim = kStepDim;
+  spec.dtype = kStepDType;
   static Topology topo = std::move(Topology::discover()).value();
   f = std::make_unique<StepFixture>(
       StepFixture{std::move(HostTable::create(topo, spec, {})).value(), {}, {}, {}, {}, {}, {}, {}});
@@ -272,13 +284,15 @@ void BM_StepBackwardByBag(benchmark::State& state) {
 BENCHMARK(BM_StepBackwardByBag)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // The update floor of that backward: a plain read-modify-write (w -= 1e-7, no gradient) of each
-// unique row of the step once, on two threads with the kernels' prefetching (into L2 48 rows
+// unique row's words of the step once, on two threads with the kernels' prefetching (into L2 48 rows
 // ahead, for writing 8 ahead). What BM_StepBackwardByBag would take if the gradient cost nothing.
 void BM_StepUpdateFloor(benchmark::State& state) {
   StepFixture& f = step_fixture();
   HostTable& t = f.table;
   constexpr std::int64_t kL2Ahead = 48, kWriteAhead = 8;
-  const std::int64_t kDim = kStepDim;
+  // The words of a row (kStepDim for fp32, half that for bf16 and fp16 rows), each read and written
+  // as a float: the floor's bytes, whatever they hold.
+  const std::int64_t kDim = t.ref().row_words();
   int i = 0;
   std::int64_t rows = 0;
   for (auto _ : state) {
