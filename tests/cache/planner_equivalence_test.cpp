@@ -30,6 +30,7 @@
 #include "cache/detail/frequency_sketch.hpp"
 #include "cache/detail/key_map.hpp"
 #include "cache/prefetcher.hpp"
+#include "tests/sanitizers.hpp"
 
 namespace strata::cache {
 namespace {
@@ -816,13 +817,7 @@ TEST_P(PlannerEquivalence, SmallPoolsManyTablesAndCaps) {
 // Steps of the longer runs below. Under ASan or TSan, which check memory and races rather than
 // which rows are resident, a quarter of them (every path is reached within the first few hundred
 // steps; the 27 cases of each took 20-25 s under ASan at full length); the default preset runs all.
-int long_run_steps(int steps) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  return steps / 4;
-#else
-  return steps;
-#endif
-}
+int long_run_steps(int steps) { return testing::full_or_sanitized(steps, steps / 4); }
 
 // Larger pools and batches over many steps: long-lived residents, deep eviction orders.
 Shape larger_pool_shape(Policy policy, int lookahead, int steps) {

@@ -286,6 +286,10 @@ else
   if [ "$mode" = rehearse ] && command -v ccache >/dev/null 2>&1; then
     launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   fi
+  # Rehearsing checks the build path, not speed: C++ at -O1 (STRATA_QUICK_BUILD; the GPU run keeps
+  # Release's -O3). CI runs the rehearsal without ccache: its build took 683 s of two cores at -O3.
+  quick=()
+  [ "$mode" = rehearse ] && quick=(-DSTRATA_QUICK_BUILD=ON)
   # Only the bundle: no system prefixes (/usr, /usr/local), none from PATH or the environment, no
   # package registries; pkg-config sees the bundle's .pc files alone (the wrapper above).
   # Left out: MPI (not needed for the CUDA path; no OpenMPI there), the Python module, the
@@ -300,7 +304,7 @@ else
       -DPKG_CONFIG_EXECUTABLE="$build/pkg-config" -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
       -DSTRATA_MPI=OFF -DSTRATA_PYTHON=OFF -DSTRATA_BUILD_EXAMPLES=OFF \
       -DSTRATA_INSTALL=OFF -DSTRATA_BUILD_TESTS="$tests" -DSTRATA_BUILD_BENCH="$bench" \
-      -DSTRATA_USE_JEMALLOC="$jemalloc" -DSTRATA_TEST_GPU_REHEARSAL=OFF "${cuda_args[@]}" "${launcher[@]}" "${@:2}"
+      -DSTRATA_USE_JEMALLOC="$jemalloc" -DSTRATA_TEST_GPU_REHEARSAL=OFF "${cuda_args[@]}" "${launcher[@]}" "${quick[@]}" "${@:2}"
   }
   # Retries, each keeping what the one before gave up: without NCCL; with nvcc told to accept a
   # host compiler newer than it knows; without tests.
