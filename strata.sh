@@ -103,13 +103,8 @@ tidy_all() {
   # run-clang-tidy (Debian's clang-tidy package) runs one clang-tidy per file in parallel and prints each
   # file's findings together; the invocation lines and the compiler's "N warnings generated" are noise.
   # Its whole output is kept in build/default/clang-tidy.log.
-  # The static analyzer (clang-analyzer-*, most of clang-tidy's time) runs in its shallow mode here: it
-  # inlines only small callees and explores fewer paths. Every check still runs on every file, in
-  # less than half the time (host/kernels.cpp: 288 s -> 110 s; cached_engine.cpp: 25 s -> 13.5 s),
-  # which CI's time limit needs. `lint` on changed files keeps the deep analysis.
   local rc=0
-  run-clang-tidy -p build/default -j "$(nproc)" -quiet -extra-arg=-Xclang -extra-arg=-analyzer-config \
-    -extra-arg=-Xclang -extra-arg=mode=shallow "^$root/($dirs)/.*\.cpp\$" >build/default/clang-tidy.log 2>&1 ||
+  run-clang-tidy -p build/default -j "$(nproc)" -quiet "^$root/($dirs)/.*\.cpp\$" >build/default/clang-tidy.log 2>&1 ||
     rc=$?
   grep -v -E '^(/usr/bin/)?clang-tidy(-[0-9]+)? |^[0-9]+ warnings? (and [0-9]+ errors? )?generated\.$' \
     build/default/clang-tidy.log || true
