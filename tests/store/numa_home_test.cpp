@@ -4,16 +4,21 @@
 // StoreStats' placement of each engine and table.
 
 #include <gtest/gtest.h>
+#include <linux/filter.h>
 #include <linux/mempolicy.h>  // MPOL_*: the kernel's UAPI header (no libnuma)
+#include <linux/seccomp.h>
 #include <linux/version.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <thread>
@@ -437,6 +442,36 @@ TEST(NumaHome, SampledPagesAreEvenlySpacedAndBounded) {
   EXPECT_EQ(p.unfaulted, 32) << "evenly spaced: half of them in the second half";
   EXPECT_EQ(p.nodes, (std::vector<std::pair<int, int>>{{0, 32}}));
   EXPECT_EQ(sample_page_nodes({}, 64).sampled, 0);
+}
+
+// Where the kernel or container has no NUMA support (move_pages fails with ENOSYS, as a seccomp filter
+// makes it here, on one thread): the nodes are unknown, with a note, and nothing fails.
+TEST(NumaHome, PagesOfAKernelWithoutNumaSupportAreUnknownWithANote) {
+  std::vector<char> rows(1 << 16, 1);
+  PageNodes got;
+  int one = 0;
+  bool filtered = false;
+  std::thread t([&] {
+    sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_move_pages, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog prog{static_cast<unsigned short>(sizeof code / sizeof code[0]), code};
+    // Without SECCOMP_FILTER_FLAG_TSYNC the filter holds for this thread only.
+    filtered = prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
+    if (!filtered) return;
+    got = sample_page_nodes({{rows.data(), rows.size()}});
+    one = page_node(rows.data());
+  });
+  t.join();
+  if (!filtered) GTEST_SKIP() << "cannot install a seccomp filter here";
+  EXPECT_TRUE(got.nodes.empty());
+  EXPECT_EQ(got.unfaulted, 0);
+  EXPECT_EQ(got.note, std::string("unknown: move_pages failed (") + std::strerror(ENOSYS) +
+                          "): no NUMA support in this kernel or container");
+  EXPECT_EQ(one, -ENOSYS);
 }
 
 TEST(NumaHome, StoreStatsGiveEachEnginesNodesOnAFakeTopology) {
