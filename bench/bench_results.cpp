@@ -78,6 +78,41 @@ json per_node(const std::vector<std::uint64_t>& v, double steps) {
   return a;
 }
 
+// A NumaPlacement: nodes of the host tables, the threads and the pinned staging (-1: not bound), and why it is less
+// than asked.
+json placement_json(const NumaPlacement& p) {
+  return {
+      {"memory_node", p.memory_node}, {"thread_node", p.thread_node}, {"pinned_node", p.pinned_node}, {"note", p.note}};
+}
+
+// Each engine's placement and each table of host rows with where a sample of its pages lies (StoreStats::numa_engines
+// and numa_tables).
+json numa_engines_json(const StoreStats& s) {
+  json engines = json::array();
+  for (const auto& [name, p] : s.numa_engines) {
+    json e = {{"engine", name}};
+    e.update(placement_json(p));
+    engines.push_back(e);
+  }
+  return engines;
+}
+json numa_tables_json(const StoreStats& s) {
+  json tables = json::array();
+  for (const TableNuma& t : s.numa_tables) {
+    json nodes = json::array();
+    for (const auto& [node, pages] : t.pages.nodes) nodes.push_back({{"node", node}, {"pages", pages}});
+    tables.push_back(
+        {{"table", t.table},
+         {"placement", t.placement},
+         {"engine", t.engine},
+         {"memory_node", t.memory_node},
+         {"thread_node", t.thread_node},
+         {"pages",
+          {{"sampled", t.pages.sampled}, {"unfaulted", t.pages.unfaulted}, {"nodes", nodes}, {"note", t.pages.note}}}});
+  }
+  return tables;
+}
+
 // Everything measured for one run of a mode (also used for sweep points).
 json result_json(const Options& o, const ModeResult& r, double read_gbs, const StepLimits& limits,
                  const HardwareProfile& profile, bool with_samples) {
@@ -188,11 +223,11 @@ json result_json(const Options& o, const ModeResult& r, double read_gbs, const S
                   {"device_opened_by_bench", r.trainer_device_own}};
   m["device_peak_bytes"] = r.device_peak_bytes;
   // Where the store's host tier lived (config `numa`, StoreStats::numa; one for all its engines):
-  // nodes of its host tables, its threads and its pinned staging, -1 when not bound.
-  m["numa"] = {{"memory_node", r.train_stats.numa.memory_node},
-               {"thread_node", r.train_stats.numa.thread_node},
-               {"pinned_node", r.train_stats.numa.pinned_node},
-               {"note", r.train_stats.numa.note}};
+  // nodes of its host tables, its threads and its pinned staging, -1 when not bound. Then per engine
+  // and per table of host rows, with the nodes its sampled pages were on (this rank's, the first).
+  m["numa"] = placement_json(r.train_stats.numa);
+  m["numa_engines"] = numa_engines_json(r.train_stats);
+  m["numa_tables"] = numa_tables_json(r.train_stats);
   m["peak_host_bytes"] = r.peak_rss_bytes;
   m["peak_host_scope"] = r.peak_rss_per_mode ? "mode" : "process";
   m["host_rss_start_bytes"] = r.rss_start_bytes;

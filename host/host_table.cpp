@@ -115,6 +115,13 @@ HostFootprint host_footprint(const std::vector<TableSpec>& specs, const HostTabl
   return f;
 }
 
+std::vector<std::pair<const void*, std::size_t>> HostTable::memory() const {
+  std::vector<std::pair<const void*, std::size_t>> parts;
+  for (const auto& a : arenas_) parts.emplace_back(a.data(), a.size());
+  for (const auto& r : regions_) parts.emplace_back(r.data(), r.bytes);
+  return parts;
+}
+
 int HostTable::node_of(std::int64_t r) const noexcept {
   if (ref_.parts == 1) return arena_nodes_.front();
   return arena_nodes_[static_cast<std::size_t>((r >> ref_.block_shift) % ref_.parts)];

@@ -12,7 +12,9 @@
 // is pinned whole through the same Pinner, which covers every part in it (a device reads a part at
 // an offset into a registered range). Large tables keep arenas of their own (huge pages, bind).
 
+#include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/table_spec.hpp"
@@ -74,6 +76,9 @@ class HostTable {
   bool packed() const noexcept { return !regions_.empty(); }
   /// NUMA node holding row r.
   int node_of(std::int64_t r) const noexcept;
+  /// Its records' host memory: start and bytes of each part (one per node its row blocks are dealt over), for asking
+  /// where the pages lie (host/page_nodes.hpp).
+  std::vector<std::pair<const void*, std::size_t>> memory() const;
 
   /// Resets every row and its state to the initial values (parallel).
   void reset();

@@ -10,7 +10,8 @@
 #include <vector>
 
 #include "cache/cache_stats.hpp"
-#include "gpu/counters.hpp"
+#include "gpu/link_bytes.hpp"
+#include "host/page_nodes.hpp"
 
 namespace strata {
 
@@ -46,6 +47,13 @@ struct NumaPlacement {
   std::string note;      ///< why placement is less than asked (first touch, no GPU node, ...; "" when it is not)
 };
 
+/// Where one table's host rows are (a host table, a shard, `cached`'s host tier): as configured and as measured.
+struct TableNuma {
+  std::string table, placement, engine;    ///< its name, its config placement, the engine holding its rows
+  int memory_node = -1, thread_node = -1;  ///< configured: NumaPlacement's of its engine
+  PageNodes pages;                         ///< measured: where up to 64 of its pages, evenly spaced, lie
+};
+
 /// Counters of a store since it was opened (for benchmarks and tuning).
 struct StoreStats {
   std::vector<std::pair<std::string, cache::CacheStats>> cache;  ///< per `cached` table, by name
@@ -63,6 +71,10 @@ struct StoreStats {
   StagingBytes staging;
   StagingBytes activation_staging;  ///< see `staging`
   NumaPlacement numa;
+  /// Per engine ("cpu", "offload", "cached", "gpu", "sharded"), in the store's order: `numa` as it applies to it
+  /// (memory_node -1 without host rows, pinned_node -1 without a device); per table with host rows, in config order.
+  std::vector<std::pair<std::string, NumaPlacement>> numa_engines;
+  std::vector<TableNuma> numa_tables;  ///< see numa_engines
 };
 
 }  // namespace strata

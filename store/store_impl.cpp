@@ -5,11 +5,16 @@
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "dispatch/agreement.hpp"
 #include "gpu/device.hpp"
 #include "host/fp_env.hpp"
+#include "host/host_table.hpp"
+#include "host/page_nodes.hpp"
 #include "store/detail/batch_checks.hpp"
 #include "store/detail/config_agreement.hpp"
 #include "store/detail/numa_home.hpp"
@@ -375,7 +380,34 @@ class StoreImpl final : public Store {
     }
     if (collective_) collective_->dispatch_stats(s.dispatch);
     s.numa = detail::with_pinned(numa_, device_.get());
+    numa_stats(s);
     return s;
+  }
+
+  // StoreStats::numa_engines and numa_tables: each engine's placement, and each table of host rows
+  // with a sample of its pages asked of the kernel (a few dozen pages a table: cheap).
+  void numa_stats(StoreStats& s) const {
+    std::vector<std::pair<int, const HostTable*>> held;
+    std::vector<const char*> engine_of(config_.tables.size(), "");
+    for (const auto& e : engines_) {
+      const std::size_t before = held.size();
+      e->host_tables(held);
+      const bool cpu = std::string(e->name()) == "cpu";  // the one engine without a device
+      s.numa_engines.emplace_back(e->name(), detail::engine_placement(s.numa, held.size() > before, !cpu));
+      for (std::size_t i = before; i < held.size(); ++i) engine_of[static_cast<std::size_t>(held[i].first)] = e->name();
+    }
+    std::sort(held.begin(), held.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [t, table] : held) {
+      const TableConfig& tc = config_.tables[static_cast<std::size_t>(t)];
+      TableNuma n;
+      n.table = tc.spec.name;
+      n.placement = to_string(tc.placement);
+      n.engine = engine_of[static_cast<std::size_t>(t)];
+      n.memory_node = s.numa.memory_node;
+      n.thread_node = s.numa.thread_node;
+      n.pages = sample_page_nodes(table->memory());
+      s.numa_tables.push_back(std::move(n));
+    }
   }
 
   std::int64_t in_flight() const noexcept override { return static_cast<std::int64_t>(batches_.size()); }

@@ -81,6 +81,12 @@ void place_pinned(gpu::Device& device, const Topology& topo, const NumaPlacement
   device.place_pinned(topo, placement.memory_node);
 }
 
+NumaPlacement engine_placement(NumaPlacement store, bool host_rows, bool device) {
+  if (!host_rows) store.memory_node = -1;
+  if (!device) store.pinned_node = -1;
+  return store;
+}
+
 NumaPlacement with_pinned(NumaPlacement placement, const gpu::Device* device) {
   if (!device) return placement;
   placement.pinned_node = device->pinned_node();

@@ -52,6 +52,10 @@ inline NumaHome resolve_numa_home(const StoreConfig& config, const Topology& top
 /// outlives the device; nothing placed when it is -1, an interleaved host tier), before the store's
 /// engines allocate their staging.
 void place_pinned(gpu::Device& device, const Topology& topo, const NumaPlacement& placement);
+/// The store's placement (with_pinned's) as it applies to one of its engines (StoreStats::numa_engines): memory_node
+/// where it holds host rows, pinned_node where it has a device, else -1; thread_node and note the store's.
+NumaPlacement engine_placement(NumaPlacement store, bool host_rows, bool device);
+
 /// `placement` with where `device` (nullptr: none) put its pinned memory (pinned_node) and why that
 /// is less than asked (its note appended).
 NumaPlacement with_pinned(NumaPlacement placement, const gpu::Device* device);

@@ -42,6 +42,8 @@ class CacheTransfers {
   /// Adds the host table of global table `table` (pinned through the device's pinner).
   void add_table(int table, HostTable t);
   HostTableOps& host(int table) { return host_.at(table); }
+  /// Adds (table, its host table) of each table added (Engine::host_tables).
+  void host_tables(std::vector<std::pair<int, const HostTable*>>& out) const { add_host_tables(host_, out); }
 
   /// Maps every host table for the zero-copy transfers (MappedRows). The device's error for the
   /// first table that cannot be (with its name); the tables mapped before stay mapped.

@@ -306,6 +306,8 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
     if (f.mirrored + f.host_only + f.dev_only > 0) add_staging(f, 1, batches);
   }
 
+  const char* name() const noexcept override { return "cached"; }
+  void host_tables(std::vector<std::pair<int, const HostTable*>>& out) const override { transfers_.host_tables(out); }
   void cache_stats(std::vector<std::pair<int, cache::CacheStats>>& out) const override {
     for (const auto& pool : core_.pools())
       for (const int t : pool.tables) out.push_back({t, prefetcher_.table_stats(t)});

@@ -139,6 +139,8 @@ class CpuEngine final : public Engine {
 
   Status discard(EngineBatch&, const KeyBatch&, const EngineFeatures&) override { return Status::ok(); }
   Status flush() override { return Status::ok(); }
+  const char* name() const noexcept override { return "cpu"; }
+  void host_tables(std::vector<std::pair<int, const HostTable*>>& out) const override { add_host_tables(tables_, out); }
 
   Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
     tables_.at(table).read_rows(row0, n, weights, state);

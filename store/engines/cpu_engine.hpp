@@ -4,6 +4,8 @@
 // `offload` tables run on their pinned host tables.
 
 #include <memory>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "host/host_table.hpp"
@@ -23,6 +25,7 @@ class HostTableOps {
  public:
   explicit HostTableOps(HostTable table) : table_(std::move(table)) {}
   HostTable& table() noexcept { return table_; }
+  const HostTable& table() const noexcept { return table_; }
   /// The table's part of a table-batched forward. out: host (output_rows(f), dim).
   TableBatchItem forward_item(const JaggedKeys& f, float* out) const;
   /// Prepares a backward of f: each key's bag and, unless `shared` (HostBatch finds them for
@@ -42,6 +45,12 @@ class HostTableOps {
   RepeatsScratch scratch_;
   std::vector<std::int32_t> bag_of_;
 };
+
+/// Adds (table, its host table) of each of `tables` to `out` (Engine::host_tables).
+inline void add_host_tables(const std::unordered_map<int, HostTableOps>& tables,
+                            std::vector<std::pair<int, const HostTable*>>& out) {
+  for (const auto& [t, ops] : tables) out.emplace_back(t, &ops.table());
+}
 
 /// One feature of a batch on its table, for HostBatch.
 struct HostFeature {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "cache/cache_planner.hpp"
@@ -14,6 +15,10 @@
 #include "gpu/device.hpp"
 #include "gpu/staging.hpp"
 #include "store/store.hpp"
+
+namespace strata {
+class HostTable;
+}  // namespace strata
 
 namespace strata::detail {
 
@@ -113,6 +118,11 @@ class Engine {
   /// Adds the staging this engine holds between calls (StoreStats::staging, activation_staging).
   /// Default (no staging): nothing.
   virtual void staging_stats(StagingBytes& /*batches*/, StagingBytes& /*activations*/) const {}
+  /// Its name in StoreStats::numa_engines and numa_tables: "cpu", "offload", "cached", "gpu" or "sharded".
+  virtual const char* name() const noexcept = 0;
+  /// Adds (global table index, its host table) for each table whose rows (or shard) it holds in host memory. Default
+  /// (rows in device memory): nothing.
+  virtual void host_tables(std::vector<std::pair<int, const HostTable*>>& /*out*/) const {}
   /// Traffic between ranks and where the time went, for engines that dispatch.
   virtual void dispatch_stats(DispatchStats&) const {}
 

@@ -86,6 +86,7 @@ class GpuEngine final : public Engine {
   }
 
   Status flush() override { return dev_.synchronize(core_.compute()); }
+  const char* name() const noexcept override { return "gpu"; }
 
   Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
     if (Status s = dev_.synchronize(core_.compute()); !s.is_ok())

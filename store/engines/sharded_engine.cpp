@@ -88,6 +88,16 @@ class ShardedEngine final : public Engine {
   }
 
   bool collective() const noexcept override { return true; }
+  const char* name() const noexcept override { return "sharded"; }
+  // This rank's shards in host memory: the cached inner engine's tables, by their global index.
+  void host_tables(std::vector<std::pair<int, const HostTable*>>& out) const override {
+    if (!inner_[kCachedInner]) return;
+    std::vector<std::pair<int, const HostTable*>> shards;
+    inner_[kCachedInner]->host_tables(shards);
+    for (const auto& [inner_table, table] : shards)
+      for (std::size_t c = 0; c < inner_of_.size(); ++c)
+        if (inner_of_[c] == std::pair<int, int>{kCachedInner, inner_table}) out.emplace_back(tables_[c], table);
+  }
   // Rows are pooled on this rank's device and gradients summed there: device views are written
   // and read in place; host views cost one D2H of the outputs and one H2D of the gradients.
   bool device_views() const noexcept override { return true; }

@@ -247,6 +247,8 @@ const std::vector<Field> kResult = {
     {"/numa/thread_node", Type::kInteger},
     {"/numa/pinned_node", Type::kInteger},
     {"/numa/note", Type::kString},
+    {"/numa_engines", Type::kArray},
+    {"/numa_tables", Type::kArray},
     {"/peak_host_bytes", Type::kInteger},
     {"/peak_host_scope", Type::kString},
     {"/host_rss_start_bytes", Type::kInteger},
@@ -262,6 +264,43 @@ const std::vector<Field> kResult = {
     {"/modelled/bottleneck", Type::kString},
     {"/modelled/explanation", Type::kString},
 };
+
+// Each entry of a result's numa_engines and numa_tables.
+const std::vector<Field> kNumaEngine = {
+    {"/engine", Type::kString},       {"/memory_node", Type::kInteger}, {"/thread_node", Type::kInteger},
+    {"/pinned_node", Type::kInteger}, {"/note", Type::kString},
+};
+const std::vector<Field> kNumaTable = {
+    {"/table", Type::kString},
+    {"/placement", Type::kString},
+    {"/engine", Type::kString},
+    {"/memory_node", Type::kInteger},
+    {"/thread_node", Type::kInteger},
+    {"/pages/sampled", Type::kInteger},
+    {"/pages/unfaulted", Type::kInteger},
+    {"/pages/nodes", Type::kArray},
+    {"/pages/note", Type::kString},
+};
+
+// A result's numa_engines (their names) and numa_tables ("table placement engine" of each), checked against
+// the schema, and each table's sampled pages all on node 0 (this machine's one node) where the kernel told.
+std::pair<std::vector<std::string>, std::vector<std::string>> numa_of(const json& r, const std::string& where) {
+  std::vector<std::string> engines, tables;
+  for (const json& e : r["numa_engines"]) {
+    EXPECT_EQ(check(e, kNumaEngine, where + "/numa_engines/" + std::to_string(engines.size())), "");
+    engines.push_back(e.value("engine", "?"));
+  }
+  for (const json& t : r["numa_tables"]) {
+    EXPECT_EQ(check(t, kNumaTable, where + "/numa_tables/" + std::to_string(tables.size())), "");
+    tables.push_back(t.value("table", "?") + " " + t.value("placement", "?") + " " + t.value("engine", "?"));
+    const json& p = t["pages"];
+    if (!p.value("note", "").empty()) continue;  // no NUMA support in this kernel or container
+    EXPECT_GT(p.value("sampled", 0), 0) << t.dump();
+    EXPECT_EQ(p.value("unfaulted", -1), 0) << t.dump();
+    EXPECT_EQ(p["nodes"], json::array({{{"node", 0}, {"pages", p.value("sampled", 0)}}})) << t.dump();
+  }
+  return {engines, tables};
+}
 
 const std::vector<Field> kCache = {
     {"/accesses", Type::kInteger},           {"/hits", Type::kInteger},       {"/misses", Type::kInteger},
@@ -404,6 +443,17 @@ TEST_F(BenchRun, JsonMatchesTheSchema) {
     EXPECT_GT(r["peak_host_bytes"].get<double>(), 0);
     // Rows of every table, 4-byte floats, sgd (no state): 2000*8 + 3000*16 + 1*8 floats.
     EXPECT_EQ(r["host_table_bytes"].get<double>(), 4.0 * (2000 * 8 + 3000 * 16 + 8));
+    // One engine per mode (hybrid on one rank: cached), and the tables whose rows it holds in host memory.
+    const std::string engine = modes[i] == "offload-cpu" ? "offload" : modes[i] == "hybrid" ? "cached" : modes[i];
+    const std::string placement = modes[i] == "offload-cpu" ? "offload" : modes[i];
+    const auto [engines, host_tables] = numa_of(r, "/results/" + modes[i]);
+    EXPECT_EQ(engines, std::vector<std::string>{engine});
+    if (modes[i] == "gpu") {
+      EXPECT_TRUE(host_tables.empty()) << r["numa_tables"].dump();  // rows in device memory
+    } else {
+      EXPECT_EQ(host_tables, (std::vector<std::string>{"a " + placement + " " + engine, "b " + placement + " " + engine,
+                                                       "c " + placement + " " + engine}));
+    }
     if (modes[i] == "cpu") {
       EXPECT_EQ(r["device"], "none");
       EXPECT_EQ(r["device_peak_bytes"], 0);
@@ -675,6 +725,11 @@ TEST(BenchCli, ShardedModesOverRanksReportTheAllToAll) {
     EXPECT_TRUE(m["forward_fraction_of_gather_limit"].is_null());
   }
   EXPECT_TRUE(j["results"][1]["hit_rate"].is_number());
+  // Over ranks, the sharded engine; rank 0's shards of the hybrid tables in its host memory.
+  EXPECT_EQ(numa_of(j["results"][0], "/results/gpu").first, std::vector<std::string>{"sharded"});
+  const auto [engines, host_tables] = numa_of(j["results"][1], "/results/hybrid");
+  EXPECT_EQ(engines, std::vector<std::string>{"sharded"});
+  EXPECT_EQ(host_tables, (std::vector<std::string>{"a hybrid sharded", "b hybrid sharded"}));
 }
 
 // ---- --trainer: where the outputs and gradients live, and what crosses PCIe for them ----

@@ -1,25 +1,33 @@
 // config `numa`: where `auto` puts a store's host tier (store/detail/numa_home.hpp): each rank's
 // memory and arena on its GPU's node on fake topologies of 2 and 4 nodes, the fall-backs and their
-// notes, and the real pages of a host table and of pinned staging on this machine (get_mempolicy).
+// notes, the real pages of a host table and of pinned staging on this machine (move_pages, get_mempolicy), and
+// StoreStats' placement of each engine and table.
 
 #include <gtest/gtest.h>
+#include <linux/filter.h>
 #include <linux/mempolicy.h>  // MPOL_*: the kernel's UAPI header (no libnuma)
+#include <linux/seccomp.h>
 #include <linux/version.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "gpu/device.hpp"
 #include "host/host_table.hpp"
+#include "host/page_nodes.hpp"
 #include "store/detail/numa_home.hpp"
 #include "store/store.hpp"
 
@@ -206,13 +214,6 @@ TEST(NumaHome, InterleaveAndBindAsBefore) {
   EXPECT_EQ(i.placement.note + b.placement.note, "");
 }
 
-// The node the page at `p` lies on (OS index), or -errno.
-int page_node(const void* p) {
-  int node = -1;
-  if (syscall(SYS_get_mempolicy, &node, nullptr, 0, p, MPOL_F_NODE | MPOL_F_ADDR) != 0) return -errno;
-  return node;
-}
-
 TEST(NumaHome, HostTablePagesLieOnTheGpusNode) {
   auto real = Topology::discover();
   ASSERT_TRUE(real.is_ok()) << real.status().to_string();
@@ -234,7 +235,7 @@ TEST(NumaHome, HostTablePagesLieOnTheGpusNode) {
   const int os_node = topo.nodes()[static_cast<std::size_t>(gpu_node)].os_index;
   for (std::int64_t r : {std::int64_t{0}, spec.rows / 2, spec.rows - 1}) {
     const int got = page_node(table->row(r));
-    if (got == -ENOSYS || got == -EPERM) GTEST_SKIP() << "get_mempolicy unavailable (errno " << -got << ")";
+    if (got == -ENOSYS || got == -EPERM) GTEST_SKIP() << "move_pages unavailable (errno " << -got << ")";
     EXPECT_EQ(got, os_node) << "row " << r;
     int mode = -1;
     unsigned long mask[16] = {};
@@ -250,7 +251,7 @@ TEST(NumaHome, HostTablePagesLieOnTheGpusNode) {
 // (its non-strict bind is MPOL_PREFERRED_MANY where the kernel has it).
 void expect_bound_to(const void* p, int os_node, const std::string& what) {
   const int got = page_node(p);
-  if (got == -ENOSYS || got == -EPERM) GTEST_SKIP() << "get_mempolicy unavailable (errno " << -got << ")";
+  if (got == -ENOSYS || got == -EPERM) GTEST_SKIP() << "move_pages unavailable (errno " << -got << ")";
   EXPECT_EQ(got, os_node) << what;
   int mode = -1;
   unsigned long mask[16] = {};
@@ -371,6 +372,143 @@ TEST(NumaHome, StoreStatsSayWhereTheHostTierIs) {
   ASSERT_TRUE(real.is_ok()) << real.status().to_string();
   EXPECT_EQ(bound.value()->stats().numa.note,
             real->binds_memory() ? "" : "numa bind: node 0 placed by first touch (mbind unavailable)");
+}
+
+// A store of tables in every placement that has one engine each (no world: hybrid is cached).
+std::unique_ptr<Store> open_store(const std::string& numa, int fake_nodes = 0) {
+  const std::string cached = R"(, "placement": "cached", "cache": {"rows": 50}})";
+  auto c = parse_store_config(R"({"numa": )" + numa + R"(, "device": {"backend": "emu"}, "tables": [
+      {"name": "u", "rows": 100, "dim": 4, "placement": "cpu"}, {"name": "v", "rows": 5000, "dim": 16},
+      {"name": "w", "rows": 100, "dim": 4, "placement": "offload"}, {"name": "x", "rows": 100, "dim": 4)" +
+                              cached + R"(, {"name": "y", "rows": 100, "dim": 4, "placement": "gpu"},
+      {"name": "z", "rows": 100, "dim": 4, "placement": "hybrid", "cache": {"rows": 50}}]})");
+  EXPECT_TRUE(c.is_ok()) << c.status().to_string();
+  c->fake_numa_nodes = fake_nodes;
+  auto store = Store::open(c.value());
+  EXPECT_TRUE(store.is_ok()) << store.status().to_string();
+  return store ? std::move(store).value() : nullptr;
+}
+
+TEST(NumaHome, StoreStatsNameEachEngineAndEachTableOfHostRows) {
+  auto store = open_store(R"("interleave")");
+  ASSERT_TRUE(store);
+  const StoreStats s = store->stats();
+  // The engines in the store's order (caches first, host engines last); gpu's rows are in device memory.
+  std::vector<std::string> engines;
+  for (const auto& [name, placement] : s.numa_engines) engines.push_back(name);
+  EXPECT_EQ(engines, (std::vector<std::string>{"cached", "gpu", "offload", "cpu"}));
+  // Every table with host rows, in config order, with its placement and engine; y (gpu) has none.
+  std::vector<std::string> tables;
+  for (const TableNuma& t : s.numa_tables) tables.push_back(t.table + " " + t.placement + " " + t.engine);
+  EXPECT_EQ(tables, (std::vector<std::string>{"u cpu cpu", "v cpu cpu", "w offload offload", "x cached cached",
+                                              "z hybrid cached"}));
+  for (const TableNuma& t : s.numa_tables) {
+    EXPECT_EQ(t.memory_node, -1) << t.table << ": interleaved";
+    EXPECT_EQ(t.thread_node, -1) << t.table;
+  }
+}
+
+TEST(NumaHome, StoreStatsSampleWhereEachTablesPagesLie) {
+  auto store = open_store(R"("bind")");
+  ASSERT_TRUE(store);
+  const StoreStats s = store->stats();
+  ASSERT_EQ(s.numa_tables.size(), 5u);
+  for (const TableNuma& t : s.numa_tables) {
+    EXPECT_EQ(t.memory_node, 0) << t.table;
+    if (!t.pages.note.empty()) GTEST_SKIP() << t.pages.note;  // no NUMA support here: "unknown"
+    // Every row was written when the table was initialized: each sampled page is on this machine's node 0.
+    EXPECT_GT(t.pages.sampled, 0) << t.table;
+    EXPECT_LE(t.pages.sampled, 64) << t.table;
+    EXPECT_EQ(t.pages.unfaulted, 0) << t.table;
+    EXPECT_EQ(t.pages.nodes, (std::vector<std::pair<int, int>>{{0, t.pages.sampled}})) << t.table;
+  }
+  // v's records: 5000 x 64 bytes, more than 64 pages of 4 KiB: 64 sampled.
+  if (sysconf(_SC_PAGESIZE) == 4096) {
+    EXPECT_EQ(s.numa_tables[1].pages.sampled, 64);
+  }
+}
+
+TEST(NumaHome, SampledPagesAreEvenlySpacedAndBounded) {
+  const long page = sysconf(_SC_PAGESIZE);
+  const std::size_t pages = 1000;
+  void* m = mmap(nullptr, pages * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  auto* bytes = static_cast<char*>(m);
+  for (std::size_t i = 0; i < pages / 2; ++i) bytes[i * page] = 1;  // the first half faulted in
+  const PageNodes p = sample_page_nodes({{m, pages * page}}, 64);
+  munmap(m, pages * page);
+  if (!p.note.empty()) GTEST_SKIP() << p.note;
+  EXPECT_EQ(p.sampled, 64);
+  EXPECT_EQ(p.unfaulted, 32) << "evenly spaced: half of them in the second half";
+  EXPECT_EQ(p.nodes, (std::vector<std::pair<int, int>>{{0, 32}}));
+  EXPECT_EQ(sample_page_nodes({}, 64).sampled, 0);
+}
+
+// Where the kernel or container has no NUMA support (move_pages fails with ENOSYS, as a seccomp filter
+// makes it here, on one thread): the nodes are unknown, with a note, and nothing fails.
+TEST(NumaHome, PagesOfAKernelWithoutNumaSupportAreUnknownWithANote) {
+  std::vector<char> rows(1 << 16, 1);
+  PageNodes got;
+  int one = 0;
+  bool filtered = false;
+  std::thread t([&] {
+    sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_move_pages, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog prog{static_cast<unsigned short>(sizeof code / sizeof code[0]), code};
+    // Without SECCOMP_FILTER_FLAG_TSYNC the filter holds for this thread only.
+    filtered = prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
+    if (!filtered) return;
+    got = sample_page_nodes({{rows.data(), rows.size()}});
+    one = page_node(rows.data());
+  });
+  t.join();
+  if (!filtered) GTEST_SKIP() << "cannot install a seccomp filter here";
+  EXPECT_TRUE(got.nodes.empty());
+  EXPECT_EQ(got.unfaulted, 0);
+  EXPECT_EQ(got.note, std::string("unknown: move_pages failed (") + std::strerror(ENOSYS) +
+                          "): no NUMA support in this kernel or container");
+  EXPECT_EQ(one, -ENOSYS);
+}
+
+TEST(NumaHome, StoreStatsGiveEachEnginesNodesOnAFakeTopology) {
+  // Bound to node 1 of a fake 2-node machine: each engine's memory where it holds host rows, its
+  // pinned staging where it has a device.
+  auto store = open_store(R"("bind", "numa_node": 1)", 2);
+  ASSERT_TRUE(store);
+  const StoreStats s = store->stats();
+  std::vector<std::string> got;
+  for (const auto& [name, p] : s.numa_engines)
+    got.push_back(name + " " + std::to_string(p.memory_node) + " " + std::to_string(p.thread_node) + " " +
+                  std::to_string(p.pinned_node));
+  EXPECT_EQ(got, (std::vector<std::string>{"cached 1 -1 1", "gpu -1 -1 1", "offload 1 -1 1", "cpu 1 -1 -1"}));
+  for (const TableNuma& t : s.numa_tables) EXPECT_EQ(t.memory_node, 1) << t.table;
+  // The fake node's memory is the real node 0's.
+  for (const TableNuma& t : s.numa_tables) {
+    if (t.pages.note.empty()) {
+      EXPECT_EQ(t.pages.nodes, (std::vector<std::pair<int, int>>{{0, t.pages.sampled}})) << t.table;
+    }
+  }
+}
+
+TEST(NumaHome, EachEnginesThreadsOnTheGpusNodeOfAFakeTopology) {
+  // numa auto, GPU on node 3 of 4: every engine's threads there, memory and staging where it has them.
+  const Topology topo = Topology::fake(4).with_gpus({{hwloc_bus(0), "gpu", 3}});
+  const NumaHome h = resolve_numa_home(StoreConfig{}, topo, true, cuda_bus(0), NumaAbilities{true, {0, 1, 2, 3}});
+  auto dev = gpu::make_emu_device().value();
+  place_pinned(*dev, topo, h.placement);
+  const NumaPlacement store = with_pinned(h.placement, dev.get());
+  for (const auto& [host_rows, device, memory, pinned] :
+       {std::tuple<bool, bool, int, int>{true, true, 3, 3}, {false, true, -1, 3}, {true, false, 3, -1}}) {
+    const NumaPlacement e = engine_placement(store, host_rows, device);
+    EXPECT_EQ(e.memory_node, memory);
+    EXPECT_EQ(e.thread_node, 3);
+    EXPECT_EQ(e.pinned_node, pinned);
+    EXPECT_EQ(e.note, "");
+  }
 }
 
 }  // namespace
