@@ -512,6 +512,27 @@ TEST(TuneCli, ValidatePredictsShardedRunsExactlyOnEmu) {
   expect_exact_bytes(text, "sharded-made", w + " --ranks 2", "device");
 }
 
+// Slot pools and the offload engine's row groups are keyed by the record's element types as well
+// as its dim (the store's shapes): an fp32 and a bf16 table of one dim are two pools (two lists of
+// fills and write-backs each step) and two offload groups (two lists of distinct rows). validate
+// predicted one of each, merged by (dim, state), before: 19 (cached) and 29 (offload) bytes a step
+// short of the H2D strata-bench measured.
+TEST(TuneCli, ValidatePredictsTablesOfOneDimAndTwoDtypesExactly) {
+  const std::string w =
+      "--workload '{\"tables\":\"a=20000x16,b=3000x16,c=500x8\",\"batch\":64,\"bag_size\":4,"
+      "\"dist\":\"zipf:1.05\",\"distinct_batches\":40}'";
+  const char* const cached_plan = R"({"threads": 1, "tables": [
+ {"name": "a", "rows": 20000, "dim": 16, "placement": "cached", "cache": {"rows": 2000, "cap": true}},
+ {"name": "b", "rows": 3000, "dim": 16, "dtype": "bf16", "placement": "cached", "cache": {"rows": 700, "cap": true}},
+ {"name": "c", "rows": 500, "dim": 8, "placement": "gpu"}]})";
+  const char* const offload_plan = R"({"threads": 1, "tables": [
+ {"name": "a", "rows": 20000, "dim": 16, "placement": "offload"},
+ {"name": "b", "rows": 3000, "dim": 16, "dtype": "bf16", "placement": "offload"},
+ {"name": "c", "rows": 500, "dim": 8, "placement": "cpu"}]})";
+  expect_exact_bytes(cached_plan, "dtypes-cached", w, "device");
+  expect_exact_bytes(offload_plan, "dtypes-offload", w, "device");
+}
+
 // A plan at the smallest feasible budget gives its hybrid tables the planner's smallest cache, one
 // world step of the fullest shard's rows: fewer than the two batches strata-bench keeps in flight
 // pin, so the later plans wait for them (deferred), and the run still matches the prediction. (It

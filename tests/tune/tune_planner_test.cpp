@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "store/engines/detail/slot_pool_engine.hpp"
 #include "store/store.hpp"
 #include "tests/store/thread_ranks.hpp"
 #include "tune/curves.hpp"
@@ -383,6 +385,46 @@ TEST(TunePlanner, PlanIsAStoreConfigStoreOpenAccepts) {
       EXPECT_EQ(config.tables[t].cache.rows, plan->tables[t].cache_rows);
       EXPECT_TRUE(config.tables[t].cache.cap);
     }
+}
+
+// The model's slot pools are the store's: one per record shape (dim, dtype, optimizer state and its
+// dtype; store/engines/detail/slot_pool_engine.hpp). Before, the model keyed them by (dim, state)
+// only, so a bf16 and an fp32 cached table of one dim shared one pool in the model but not in the
+// store.
+TEST(TunePlanner, SlotPoolsAreTheStoresOnePerRecordShape) {
+  StoreConfig config;
+  const auto cached = [&](const char* name, DType dtype, OptimizerKind kind, std::int64_t rows) {
+    TableConfig t;
+    t.spec.name = name;
+    t.spec.rows = 1000;
+    t.spec.dim = 16;
+    t.spec.dtype = dtype;
+    t.spec.optimizer.kind = kind;
+    t.placement = Placement::kCached;
+    t.cache.rows = rows;
+    config.tables.push_back(t);
+  };
+  cached("a", DType::kF32, OptimizerKind::kSgd, 100);
+  cached("b", DType::kBF16, OptimizerKind::kSgd, 200);
+  cached("c", DType::kF32, OptimizerKind::kSgd, 50);
+  cached("d", DType::kF16, OptimizerKind::kSgd, 30);
+  cached("e", DType::kBF16, OptimizerKind::kAdagrad, 20);
+  ASSERT_TRUE(validate(config).is_ok()) << validate(config).to_string();
+  std::vector<int> all(config.tables.size());
+  std::iota(all.begin(), all.end(), 0);
+  const auto store = detail::SlotPoolEngine::shapes(config, all);
+  const std::vector<SlotPool> pools = slot_pools(config);
+  ASSERT_EQ(pools.size(), store.size());
+  auto it = store.begin();
+  for (const SlotPool& p : pools) {
+    std::vector<std::size_t> tables(it->second.begin(), it->second.end());
+    EXPECT_EQ(p.tables, tables) << p.name;
+    EXPECT_EQ(p.name, detail::pool_name(it->first));
+    std::int64_t rows = 0;
+    for (const std::size_t t : tables) rows += config.tables[t].cache.rows;
+    EXPECT_EQ(p.rows, rows) << p.name;
+    ++it;
+  }
 }
 
 TEST(TuneCurves, BeladyAtTheAskedPointsAndNeverBelowLru) {
