@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "store/model/cost_model.hpp"
+#include "store/store.hpp"
 #include "store/store_config.hpp"
 #include "tests/bench/run_program.hpp"
 #include "toolkit/trace.hpp"
@@ -82,6 +83,42 @@ TEST(TuneCli, PlanWritesAStoreConfigAndAReport) {
                 .exit_code,
             0);
   EXPECT_EQ(read_file(plan) + read_file(html), before);
+}
+
+// plan --dtype auto: bf16 for the table that fits in HBM only at half size (b: 30000 x 32, 4.1 MB
+// as gpu at fp32, 2.18 MB at bf16, in a 3 MB budget), fp32 for the others, its why saying so; the
+// config opens in a store. --dtype bf16 makes every table bf16; a bad value is refused naming it.
+TEST(TuneCli, PlanDtypeAutoTakesBf16ForATableThatFitsOnlyAtHalfSize) {
+  const std::string w =
+      "--workload '{\"tables\":\"a=100000x32,b=30000x32,c=2000x16\",\"batch\":128,\"bag_size\":4,"
+      "\"dist\":\"zipf:1.05\",\"distinct_batches\":8}' --hbm-budget 3MB --host-budget 1GB --threads 1";
+  const std::string plan = temp_dir() + "/auto_plan.json", report = temp_dir() + "/auto_report.json";
+  const auto fp32 = run_program(kBin + " plan " + w + " --out " + plan);
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.output;
+  EXPECT_EQ(read_file(plan).find("bf16"), std::string::npos) << "the default keeps fp32";
+  const auto r = run_program(kBin + " plan " + w + " --dtype auto --out " + plan + " --json " + report);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto config = parse_store_config(read_file(plan));
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  ASSERT_EQ(config->tables.size(), 3u);
+  EXPECT_EQ(config->tables[0].spec.dtype, DType::kF32);
+  EXPECT_EQ(config->tables[1].spec.dtype, DType::kBF16);
+  EXPECT_EQ(config->tables[1].placement, Placement::kGpu);
+  EXPECT_EQ(config->tables[2].spec.dtype, DType::kF32);
+  EXPECT_NE(r.output.find("bf16 (--dtype auto): at fp32 the plan makes it cpu; as gpu it needs 4.1"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("fp32 (--dtype auto): at bf16 it would be cpu"), std::string::npos) << r.output;
+  const auto j = nlohmann::json::parse(read_file(report));
+  EXPECT_EQ(j["tables"][1]["dtype"], "bf16");
+  EXPECT_TRUE(Store::open(*config).is_ok());
+  const auto every = run_program(kBin + " plan " + w + " --dtype bf16 --out " + plan);
+  ASSERT_EQ(every.exit_code, 0) << every.output;
+  auto all = parse_store_config(read_file(plan));
+  ASSERT_TRUE(all.is_ok()) << all.status().to_string();
+  for (const TableConfig& t : all->tables) EXPECT_EQ(t.spec.dtype, DType::kBF16) << t.spec.name;
+  expect_one_line_error("plan " + w + " --dtype fp64",
+                        "--dtype: 'fp64' is not a dtype (expected auto, fp32, bf16 or fp16)");
+  expect_one_line_error("plan " + w + " --dtype ''", "--dtype: '' is not a dtype");
 }
 
 TEST(TuneCli, PlanReadsATrace) {
