@@ -564,14 +564,10 @@ Status explain(const TuneInput& input, const std::vector<HitCurve>& curves, cons
   return Status::ok();
 }
 
-// Rules 1-4 with the tables' specs `specs` (input order).
+// Rules 1-4 with the tables' specs `specs` (input order); the arguments checked by make_plan.
 Result<Plan> plan_at(const TuneInput& input, const Specs& specs, const std::vector<HitCurve>& curves,
                      const HardwareProfile& profile, const PlanOptions& o, const ShardInputs& shards) {
   const std::size_t n = input.tables.size();
-  if (curves.size() != n)
-    return Status::invalid_argument("plan: " + std::to_string(curves.size()) + " curves for " + std::to_string(n) +
-                                    " tables (expected one per table)");
-  STRATA_RETURN_IF_ERROR(check_shards(input, o, shards, true));
   const int N = o.cost.ranks;
   PlanSpace space;
   space.specs = specs;
@@ -697,9 +693,13 @@ Result<std::string> bf16_note(const Plan& plan, const std::string& at32, const T
          " and " + bytes_text(same32.host_bytes) + ")";
 }
 
+// What the budgets' error adds where nothing fits even with every fp32 table at bf16.
+constexpr const char* kAllHalf = " (with every fp32 table at bf16: --dtype auto)";
+
 // Where no placement fits with every table at its configured dtype: the fewest fp32 tables at bf16
 // with which one does (rules 1-2), those that save the most memory first (their HBM as gpu and host
-// records off the GPU); `half` marks them. None such: the budgets' error at every fp32 table bf16.
+// records off the GPU); `half` marks them (none where one fits as configured). None such: the
+// budgets' error at every fp32 table bf16.
 Status fewest_half(const TuneInput& input, const Specs& base, const std::vector<TableLoad>& loads, const PlanOptions& o,
                    std::vector<bool>& half) {
   Specs all = base;
@@ -715,7 +715,8 @@ Status fewest_half(const TuneInput& input, const Specs& base, const std::vector<
     if (base[t].dtype == DType::kF32) order.push_back(t);
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return saving(a) > saving(b); });
   Specs specs = base;
-  Cut cut;
+  Cut cut = find_cut(coldest_first(input, loads, s32), s32, o);
+  if (cut.leave >= 0) return Status::ok();
   for (const std::size_t t : order) {
     half[t] = true;
     specs[t].dtype = DType::kBF16;
@@ -724,7 +725,7 @@ Status fewest_half(const TuneInput& input, const Specs& base, const std::vector<
     if (cut.leave >= 0) return Status::ok();
   }
   const Status st = infeasible(cut, o, base.size());
-  return Status::invalid_argument(st.message() + " (with every fp32 table at bf16: --dtype auto)");
+  return Status::invalid_argument(st.message() + kAllHalf);
 }
 
 // Rule 5. The start: the tables at their configured dtypes, or, where no placement fits so, the
@@ -742,6 +743,7 @@ Result<Plan> plan_auto(const TuneInput& input, const std::vector<HitCurve>& curv
   if (!start) {
     const Status fit = fewest_half(input, configured, plan_loads(input, curves, shards), o, forced);
     if (!fit.is_ok()) return fit;
+    if (std::find(forced.begin(), forced.end(), true) == forced.end()) return start.status();  // not the budgets
     for (std::size_t t = 0; t < n; ++t)
       if (forced[t]) base[t].dtype = DType::kBF16;
     start = plan_at(input, base, curves, profile, o, shards);
@@ -817,9 +819,9 @@ Status check_budgets(const TuneInput& input, const PlanOptions& options, const S
   STRATA_ASSIGN_OR_RETURN(const Split s, split_of(specs, loads, options));
   const Cut cut = find_cut(coldest_first(input, loads, s), s, options);
   if (cut.leave >= 0) return Status::ok();
-  const Status st = infeasible(cut, options, input.tables.size());
+  Status st = infeasible(cut, options, input.tables.size());
   if (!options.auto_dtype) return st;
-  return Status::invalid_argument(st.message() + " (with every fp32 table at bf16: --dtype auto)");
+  return Status::invalid_argument(st.message() + kAllHalf);
 }
 
 Status set_plan_dtype(const std::string& text, PlanOptions& options) {
@@ -836,6 +838,10 @@ Result<Plan> make_plan(const TuneInput& input, const std::vector<HitCurve>& curv
                        const PlanOptions& o, const ShardInputs& shards) {
   STRATA_RETURN_IF_ERROR(check_options(o));
   STRATA_RETURN_IF_ERROR(validate(profile));
+  if (curves.size() != input.tables.size())
+    return Status::invalid_argument("plan: " + std::to_string(curves.size()) + " curves for " +
+                                    std::to_string(input.tables.size()) + " tables (expected one per table)");
+  STRATA_RETURN_IF_ERROR(check_shards(input, o, shards, true));
   if (o.auto_dtype) return plan_auto(input, curves, profile, o, shards);
   return plan_at(input, plan_specs(input, o), curves, profile, o, shards);
 }
