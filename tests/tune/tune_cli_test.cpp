@@ -311,6 +311,11 @@ const char* const kCachedPlan =
  {"name": "b", "rows": 3000, "dim": 16, "placement": "cached", "cache": {"rows": 700, "cap": true}},
  {"name": "c", "rows": 500, "dim": 8, "placement": "gpu"}]})";
 
+// The workload the validate tests run: 40 distinct batches of three tables.
+const std::string kExactWorkload =
+    "--workload '{\"tables\":\"a=20000x16,b=3000x16,c=500x8\",\"batch\":64,\"bag_size\":4,"
+    "\"dist\":\"zipf:1.05\",\"distinct_batches\":40}'";
+
 TEST(TuneCli, ValidatePredictsTheLruHitRatesStrataBenchMeasures) {
   const std::string plan = temp_dir() + "/cached_plan.json", out = temp_dir() + "/validate.json";
   write(plan, kCachedPlan);
@@ -382,9 +387,7 @@ nlohmann::json expect_exact_bytes(const std::string& plan_text, const std::strin
 }
 
 TEST(TuneCli, ValidatePredictsTheBytesPerLinkExactlyOnEmu) {
-  const std::string w =
-      "--workload '{\"tables\":\"a=20000x16,b=3000x16,c=500x8\",\"batch\":64,\"bag_size\":4,"
-      "\"dist\":\"zipf:1.05\",\"distinct_batches\":40}'";
+  const std::string& w = kExactWorkload;
   const char* const host_plan = R"({"threads": 1, "tables": [
  {"name": "a", "rows": 20000, "dim": 16, "placement": "offload"},
  {"name": "b", "rows": 3000, "dim": 16, "placement": "offload"},
@@ -448,9 +451,7 @@ std::string profile_with_gather_rates() {
 // per table and per link.
 TEST(TuneCli, ValidateModelsThePredictedAndTheMeasuredBytesAlike) {
   const std::string profile = profile_with_gather_rates();
-  const std::string w =
-      "--workload '{\"tables\":\"a=20000x16,b=3000x16,c=500x8\",\"batch\":64,\"bag_size\":4,"
-      "\"dist\":\"zipf:1.05\",\"distinct_batches\":40}'";
+  const std::string& w = kExactWorkload;
   const char* const mixed_plan = R"({"threads": 1, "tables": [
  {"name": "a", "rows": 20000, "dim": 16, "placement": "cached", "cache": {"rows": 2000, "cap": true}},
  {"name": "b", "rows": 3000, "dim": 16, "placement": "offload"},
@@ -509,9 +510,7 @@ TEST(TuneCli, PlanWarnsOfAShortInputAndABudgetAboveThisMachine) {
 // validate's prediction to the byte, per link and over the all-to-all, and its shard caches' hits
 // equal those of the simulation of its inner cache.
 TEST(TuneCli, ValidatePredictsShardedRunsExactlyOnEmu) {
-  const std::string w =
-      "--workload '{\"tables\":\"a=20000x16,b=3000x16,c=500x8\",\"batch\":64,\"bag_size\":4,"
-      "\"dist\":\"zipf:1.05\",\"distinct_batches\":40}'";
+  const std::string& w = kExactWorkload;
   // Two hybrid tables in one slot pool (each capped at its rows per rank), evicting; a gpu table.
   const char* const hybrid_plan = R"({"threads": 1, "tables": [
  {"name": "a", "rows": 20000, "dim": 16, "placement": "hybrid", "cache": {"rows": 400, "cap": true}},
@@ -555,9 +554,7 @@ TEST(TuneCli, ValidatePredictsShardedRunsExactlyOnEmu) {
 // predicted one of each, merged by (dim, state), before: 19 (cached) and 29 (offload) bytes a step
 // short of the H2D strata-bench measured.
 TEST(TuneCli, ValidatePredictsTablesOfOneDimAndTwoDtypesExactly) {
-  const std::string w =
-      "--workload '{\"tables\":\"a=20000x16,b=3000x16,c=500x8\",\"batch\":64,\"bag_size\":4,"
-      "\"dist\":\"zipf:1.05\",\"distinct_batches\":40}'";
+  const std::string& w = kExactWorkload;
   const char* const cached_plan = R"({"threads": 1, "tables": [
  {"name": "a", "rows": 20000, "dim": 16, "placement": "cached", "cache": {"rows": 2000, "cap": true}},
  {"name": "b", "rows": 3000, "dim": 16, "dtype": "bf16", "placement": "cached", "cache": {"rows": 700, "cap": true}},
