@@ -759,7 +759,11 @@ Result<Plan> plan_auto(const TuneInput& input, const std::vector<HitCurve>& curv
     for (std::size_t t = 0; t < n; ++t)
       if (half[t]) specs[t].dtype = DType::kBF16;
     Result<Plan> p = plan_at(input, specs, curves, profile, o, shards);
-    if (!p) break;  // (less memory than a plan that fits: not expected)
+    if (!p) {  // (less memory than a plan that fits: not expected)
+      for (std::size_t t = 0; t < n; ++t)
+        if (half[t]) notes[t] = "; fp32 (--dtype auto): no plan with it at bf16 (" + p.status().message() + ")";
+      break;
+    }
     bool back = false;
     for (std::size_t t = 0; t < n; ++t)
       if (half[t] && !more_of_the_gpu(p->tables[t], start->tables[t])) {
