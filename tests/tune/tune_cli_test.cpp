@@ -92,11 +92,13 @@ TEST(TuneCli, PlanDtypeAutoTakesBf16ForATableThatFitsOnlyAtHalfSize) {
   const std::string w =
       "--workload '{\"tables\":\"a=100000x32,b=30000x32,c=2000x16\",\"batch\":128,\"bag_size\":4,"
       "\"dist\":\"zipf:1.05\",\"distinct_batches\":8}' --hbm-budget 3MB --host-budget 1GB --threads 1";
-  const std::string plan = temp_dir() + "/auto_plan.json", report = temp_dir() + "/auto_report.json";
+  const std::string plan = temp_dir() + "/auto_plan.json", report = temp_dir() + "/auto_report.json",
+                    html = temp_dir() + "/auto_report.html";
   const auto fp32 = run_program(kBin + " plan " + w + " --out " + plan);
   ASSERT_EQ(fp32.exit_code, 0) << fp32.output;
   EXPECT_EQ(read_file(plan).find("bf16"), std::string::npos) << "the default keeps fp32";
-  const auto r = run_program(kBin + " plan " + w + " --dtype auto --out " + plan + " --json " + report);
+  const auto r =
+      run_program(kBin + " plan " + w + " --dtype auto --out " + plan + " --json " + report + " --html " + html);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto config = parse_store_config(read_file(plan));
   ASSERT_TRUE(config.is_ok()) << config.status().to_string();
@@ -110,6 +112,8 @@ TEST(TuneCli, PlanDtypeAutoTakesBf16ForATableThatFitsOnlyAtHalfSize) {
   EXPECT_NE(r.output.find("fp32 (--dtype auto): at bf16 it would be cpu"), std::string::npos) << r.output;
   const auto j = nlohmann::json::parse(read_file(report));
   EXPECT_EQ(j["tables"][1]["dtype"], "bf16");
+  EXPECT_NE(read_file(html).find("<th>dtype</th>"), std::string::npos);
+  EXPECT_NE(r.output.find(" dim dtype placement "), std::string::npos) << r.output;
   EXPECT_TRUE(Store::open(*config).is_ok());
   const auto every = run_program(kBin + " plan " + w + " --dtype bf16 --out " + plan);
   ASSERT_EQ(every.exit_code, 0) << every.output;
