@@ -188,8 +188,9 @@ Result<std::string> cache_too_small(const Options& o, const StoreConfig& c, cons
   for (std::size_t p = 0; p < pools.size(); ++p) {
     if (pools[p].rows >= need[p]) continue;
     char buf[320];
-    std::snprintf(buf, sizeof buf, "%s gives the dim-%d slot pool %lld rows, but one step needs %lld unique rows in it",
-                  what.c_str(), pools[p].dim, static_cast<long long>(pools[p].rows), static_cast<long long>(need[p]));
+    std::snprintf(buf, sizeof buf, "%s gives the slot pool %s %lld rows, but one step needs %lld unique rows in it",
+                  what.c_str(), pools[p].name.c_str(), static_cast<long long>(pools[p].rows),
+                  static_cast<long long>(need[p]));
     return std::string(buf);
   }
   return std::string();

@@ -13,6 +13,7 @@
 // (dim 64 bf16 with rowwise adagrad: 36 words, not 48), and 16 bytes keeps 128-bit loads aligned.
 
 #include <cstdint>
+#include <tuple>
 
 #include "core/hd.hpp"
 #include "core/table_spec.hpp"
@@ -47,6 +48,16 @@ STRATA_HD constexpr std::int64_t record_words(const RecordShape& s) {
   while (p < n) p *= 2;
   return p;
 }
+
+/// Orders record shapes: by dim, state elements, then element types (fp32 first). The key of a slot
+/// pool, in the store (store/engines/detail/slot_pool_engine.hpp) and in its model
+/// (store/model/table_cost.hpp).
+struct RecordShapeLess {
+  bool operator()(const RecordShape& a, const RecordShape& b) const noexcept {
+    auto key = [](const RecordShape& s) { return std::make_tuple(s.dim, s.state_dim, s.dtype, s.state_dtype); };
+    return key(a) < key(b);
+  }
+};
 
 /// The record shape of a table: its dim and dtype, optimizer_state_dim state elements of its
 /// state_dtype.

@@ -46,9 +46,10 @@ struct PlanArgs {
   std::optional<std::string> hbm_budget;   ///< per rank; none: the profile's HBM capacity (of one GPU)
   std::optional<std::string> host_budget;  ///< per rank; none: the profile's host memory over the ranks sharing it
   std::string optimizer = "sgd";
-  int max_in_flight = 8;           ///< >= 1
-  int threads = 0;                 ///< store worker threads, in [0, kMaxThreads] (0: all cores)
-  int points = 16;                 ///< curve points per table, in [2, kMaxCurvePoints]
+  std::optional<std::string> dtype;  ///< auto | fp32 | bf16 | fp16; none: each table's configured dtype (fp32)
+  int max_in_flight = 8;             ///< >= 1
+  int threads = 0;                   ///< store worker threads, in [0, kMaxThreads] (0: all cores)
+  int points = 16;                   ///< curve points per table, in [2, kMaxCurvePoints]
   int belady_points = 4;           ///< curve points per table with Belady's optimum, in [0, kMaxCurvePoints] (0: none)
   std::string trainer = "device";  ///< where the trainer's dense model lives: device | host
   std::string out;                 ///< plan.json

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <map>
 #include <utility>
+
+#include "store/model/table_cost.hpp"
+#include "store/store_config.hpp"
 
 namespace strata::tune {
 
@@ -150,19 +152,25 @@ Result<HitCurve> table_curve(const TableTrace& table, int points, int belady_poi
   return curve_of(k, table.spec.name, {table.spec.name}, table.spec.rows, points, belady_points);
 }
 
-Result<std::vector<HitCurve>> pool_curves(const TuneInput& input, int points) {
-  std::map<std::pair<int, int>, std::vector<std::size_t>> shapes;
+Result<std::vector<HitCurve>> pool_curves(const TuneInput& input, int points, const std::vector<TableSpec>& specs) {
+  if (!specs.empty() && specs.size() != input.tables.size())
+    return Status::invalid_argument("pool_curves: " + std::to_string(specs.size()) + " specs for " +
+                                    std::to_string(input.tables.size()) + " tables (expected one per table)");
+  // Every table cached: the store's slot pools are the shapes.
+  StoreConfig all_cached;
   for (std::size_t t = 0; t < input.tables.size(); ++t) {
-    const TableSpec& s = input.tables[t].spec;
-    shapes[{s.dim, optimizer_state_dim(s.optimizer.kind, s.dim)}].push_back(t);
+    TableConfig tc;
+    tc.spec = specs.empty() ? input.tables[t].spec : specs[t];
+    tc.placement = Placement::kCached;
+    all_cached.tables.push_back(std::move(tc));
   }
   std::vector<HitCurve> out;
-  for (const auto& [shape, members] : shapes) {
+  for (const SlotPool& pool : slot_pools(all_cached)) {
+    const std::vector<std::size_t>& members = pool.tables;
     if (members.size() < 2) continue;
     if (members.size() > static_cast<std::size_t>(cache::kMaxCacheTables))
-      return Status::invalid_argument("pool (dim " + std::to_string(shape.first) +
-                                      "): " + std::to_string(members.size()) + " tables (expected at most " +
-                                      std::to_string(cache::kMaxCacheTables) + ")");
+      return Status::invalid_argument("pool " + pool.name + ": " + std::to_string(members.size()) +
+                                      " tables (expected at most " + std::to_string(cache::kMaxCacheTables) + ")");
     std::vector<std::string> names;
     std::int64_t rows = 0, min_rows = 0, accesses = 0;
     for (const std::size_t t : members) {
@@ -175,10 +183,7 @@ Result<std::vector<HitCurve>> pool_curves(const TuneInput& input, int points) {
     const cache::KeyTrace check = merged(input, members, &TableTrace::check);
     const cache::KeyTrace check_sample = merged(input, members, &TableTrace::check_sample);
     const CurveKeys k{&keys, input.sample_rate, min_rows, accesses, &check, &check_sample};
-    STRATA_ASSIGN_OR_RETURN(
-        HitCurve c,
-        curve_of(k, "pool (dim " + std::to_string(shape.first) + ", state " + std::to_string(shape.second) + ")",
-                 std::move(names), rows, points, 0));
+    STRATA_ASSIGN_OR_RETURN(HitCurve c, curve_of(k, "pool " + pool.name, std::move(names), rows, points, 0));
     out.push_back(std::move(c));
   }
   return out;

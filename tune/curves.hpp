@@ -75,10 +75,12 @@ std::vector<std::int64_t> log_sizes(std::int64_t lo, std::int64_t hi, int count)
 /// table.check (the tables' sampled trace: TuneInput::sample_rate, given as `sample_rate`).
 Result<HitCurve> table_curve(const TableTrace& table, int points, int belady_points, double sample_rate = 1.0);
 
-/// The curves of the shared pools: the tables of each (dim, optimizer state) shape that has more
-/// than one table, their keys tagged by table (cache::cache_key) so that rows of different tables
-/// never collide, one access per distinct (step, table, row). LRU only; sampled as the tables are
-/// (their keys are the tables' sampled keys), the error measured on the tables' check prefixes.
-Result<std::vector<HitCurve>> pool_curves(const TuneInput& input, int points);
+/// The curves of the shared pools: the tables of each record shape (dim, dtype, optimizer state and
+/// its dtype: the store's slot pools, store/model/table_cost.hpp's slot_pools) that has more than
+/// one table, their keys tagged by table (cache::cache_key) so that rows of different tables never
+/// collide, one access per distinct (step, table, row). LRU only; sampled as the tables are (their
+/// keys are the tables' sampled keys), the error measured on the tables' check prefixes. `specs`:
+/// the tables as planned (their dtypes; input.tables order), or empty for the input's.
+Result<std::vector<HitCurve>> pool_curves(const TuneInput& input, int points, const std::vector<TableSpec>& specs = {});
 
 }  // namespace strata::tune

@@ -113,6 +113,8 @@ int run_plan(const PlanArgs& a) {
   po.cost.l2_bytes = static_cast<std::uint64_t>(profile->l2_cache_bytes.value);
   auto optimizer = parse_optimizer(a.optimizer);
   if (!optimizer) return fail("--optimizer: " + optimizer.status().message());
+  if (a.dtype)
+    if (Status s = set_plan_dtype(*a.dtype, po); !s.is_ok()) return fail(s.message());
   for (const auto& [flag, path] :
        {std::pair<std::string, std::string>{"--out", a.out}, {"--html", a.html}, {"--json", a.json}})
     if (!path.empty())
@@ -136,10 +138,6 @@ int run_plan(const PlanArgs& a) {
     if (!c) return fail(c.status().message(), 1);
     ctx.tables.push_back(std::move(c).value());
   }
-  if (progress) progress("curves of the shared pools");
-  auto pools = pool_curves(*input, a.points);
-  if (!pools) return fail(pools.status().message(), 1);
-  ctx.pools = std::move(pools).value();
   if (po.cost.ranks > 1) {
     auto sc = shard_curves(shards, a.points, input->sample_rate, progress);
     if (!sc) return fail(sc.status().message(), 1);
@@ -147,6 +145,13 @@ int run_plan(const PlanArgs& a) {
   }
   auto plan = make_plan(*input, ctx.tables, *profile, po, shards);
   if (!plan) return fail(plan.status().message());
+  // The pools of the tables' record shapes as planned (their dtypes).
+  if (progress) progress("curves of the shared pools");
+  std::vector<TableSpec> specs;
+  for (const TableConfig& tc : plan->config.tables) specs.push_back(tc.spec);
+  auto pools = pool_curves(*input, a.points, specs);
+  if (!pools) return fail(pools.status().message(), 1);
+  ctx.pools = std::move(pools).value();
 
   std::cout << console_summary(*plan, ctx);
   if (!a.out.empty()) {

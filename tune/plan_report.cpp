@@ -56,6 +56,13 @@ std::string memory_line(const Plan& p, const ReportContext& c) {
   return s;
 }
 
+// Whether some table's rows are not fp32: the table's lines then say each one's dtype.
+bool any_half(const Plan& p) {
+  for (const TableConfig& t : p.config.tables)
+    if (t.spec.dtype != DType::kF32) return true;
+  return false;
+}
+
 // Which node's figures priced each rank's host traffic.
 std::string host_line(const Plan& p) { return "host DRAM: " + p.step.host_pricing; }
 
@@ -83,16 +90,21 @@ std::string console_summary(const Plan& plan, const ReportContext& c) {
   for (const std::string& w : c.warnings) o << "warning: " << w << "\n";
   o << "\n";
   char line[256];
-  std::snprintf(line, sizeof line, "%-16s %12s %5s %-9s %11s %7s %7s %10s %10s\n", "table", "rows", "dim", "placement",
-                "cache rows", "LRU", "Belady", "HBM", "host");
+  // A dtype column where some table is not fp32 (the reports of fp32 plans are as they were).
+  const bool dtypes = any_half(plan);
+  const char* const dtype_format = dtypes ? " %-5s" : "%.0s";
+  const std::string header = std::string("%-16s %12s %5s") + dtype_format + " %-9s %11s %7s %7s %10s %10s\n";
+  const std::string row = std::string("%-16s %12lld %5d") + dtype_format + " %-9s %11s %7s %7s %10s %10s\n";
+  std::snprintf(line, sizeof line, header.c_str(), "table", "rows", "dim", "dtype", "placement", "cache rows", "LRU",
+                "Belady", "HBM", "host");
   o << line;
   for (std::size_t t = 0; t < plan.tables.size(); ++t) {
     const TablePlan& p = plan.tables[t];
     const TableSpec& s = plan.config.tables[t].spec;
-    std::snprintf(line, sizeof line, "%-16s %12lld %5d %-9s %11s %7s %7s %10s %10s\n", p.name.c_str(),
-                  static_cast<long long>(s.rows), s.dim, to_string(p.placement), cache_cell(p).c_str(),
-                  percent_text(p.hit_rate).c_str(), percent_text(p.belady).c_str(),
-                  bytes_text(p.cost.hbm_bytes).c_str(), bytes_text(p.cost.host_bytes).c_str());
+    std::snprintf(line, sizeof line, row.c_str(), p.name.c_str(), static_cast<long long>(s.rows), s.dim,
+                  to_string(s.dtype), to_string(p.placement), cache_cell(p).c_str(), percent_text(p.hit_rate).c_str(),
+                  percent_text(p.belady).c_str(), bytes_text(p.cost.hbm_bytes).c_str(),
+                  bytes_text(p.cost.host_bytes).c_str());
     o << line << "  why: " << p.why << "\n";
     if (plan.ranks > 1)
       o << "  per rank: all-to-all " << bytes_text(p.cost.bytes.all_to_all) << " per step, communication buffers "
@@ -130,17 +142,19 @@ std::string html_report(const Plan& plan, const ReportContext& c) {
     << ": " << html_escape(plan.step.explanation) << "</p><p>memory" << per(plan) << ": "
     << html_escape(memory_line(plan, c)) << "</p><p>" << html_escape(host_line(plan)) << "</p>";
   if (plan.ranks > 1) o << "<p>" << html_escape(exchange_line(plan)) << "</p>";
-  o << "<table><tr><th>table</th><th>rows</th><th>dim</th>"
+  const bool dtypes = any_half(plan);
+  o << "<table><tr><th>table</th><th>rows</th><th>dim</th>" << (dtypes ? "<th>dtype</th>" : "")
     << "<th>placement</th><th>cache rows</th><th>LRU hit</th><th>Belady</th><th>HBM</th><th>host</th>"
     << (plan.ranks > 1 ? "<th>all-to-all per step</th>" : "") << "<th>why</th></tr>";
   for (std::size_t t = 0; t < plan.tables.size(); ++t) {
     const TablePlan& p = plan.tables[t];
     const TableSpec& s = plan.config.tables[t].spec;
     o << "<tr><td>" << html_escape(p.name) << "</td><td class=\"n\">" << s.rows << "</td><td class=\"n\">" << s.dim
-      << "</td><td>" << to_string(p.placement) << "</td><td class=\"n\">" << html_escape(cache_cell(p))
-      << "</td><td class=\"n\">" << html_escape(percent_text(p.hit_rate)) << "</td><td class=\"n\">"
-      << html_escape(percent_text(p.belady)) << "</td><td class=\"n\">" << html_escape(bytes_text(p.cost.hbm_bytes))
-      << "</td><td class=\"n\">" << html_escape(bytes_text(p.cost.host_bytes)) << "</td>";
+      << "</td>" << (dtypes ? std::string("<td>") + to_string(s.dtype) + "</td>" : std::string()) << "<td>"
+      << to_string(p.placement) << "</td><td class=\"n\">" << html_escape(cache_cell(p)) << "</td><td class=\"n\">"
+      << html_escape(percent_text(p.hit_rate)) << "</td><td class=\"n\">" << html_escape(percent_text(p.belady))
+      << "</td><td class=\"n\">" << html_escape(bytes_text(p.cost.hbm_bytes)) << "</td><td class=\"n\">"
+      << html_escape(bytes_text(p.cost.host_bytes)) << "</td>";
     if (plan.ranks > 1) o << "<td class=\"n\">" << html_escape(bytes_text(p.cost.bytes.all_to_all)) << "</td>";
     o << "<td>" << html_escape(p.why) << "</td></tr>";
   }
@@ -197,6 +211,7 @@ std::string plan_json(const Plan& plan, const ReportContext& c) {
     json j{{"name", p.name},
            {"rows", tc.spec.rows},
            {"dim", tc.spec.dim},
+           {"dtype", to_string(tc.spec.dtype)},
            {"placement", to_string(p.placement)},
            {"cache_rows", p.cache_rows},
            {"lru_hit_rate", p.hit_rate},

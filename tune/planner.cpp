@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <numeric>
+#include <optional>
 #include <utility>
 
 #include "tune/shard_traces.hpp"
@@ -13,6 +15,19 @@ namespace strata::tune {
 namespace {
 
 bool several(const PlanOptions& o) { return o.cost.ranks > 1; }
+
+// The tables' specs as a plan sets them (TableSpec::dtype), in input order.
+using Specs = std::vector<TableSpec>;
+
+// The input's specs with PlanOptions::dtype applied (--dtype auto starts from these too).
+Specs plan_specs(const TuneInput& input, const PlanOptions& o) {
+  Specs specs;
+  for (const TableTrace& t : input.tables) {
+    specs.push_back(t.spec);
+    if (o.dtype) specs.back().dtype = *o.dtype;
+  }
+  return specs;
+}
 
 // The placement a table leaves the GPU to first: cpu (one rank), hybrid with its smallest cache
 // (several ranks).
@@ -46,6 +61,14 @@ std::vector<TableLoad> loads_of(const TuneInput& input, const ShardInputs& shard
   return loads;
 }
 
+// The loads a plan prices: exact distinct rows, the most of one step from the curves.
+std::vector<TableLoad> plan_loads(const TuneInput& input, const std::vector<HitCurve>& curves,
+                                  const ShardInputs& shards) {
+  std::vector<TableLoad> loads = loads_of(input, shards, true);
+  for (std::size_t t = 0; t < loads.size(); ++t) loads[t].max_distinct = curves[t].min_rows;
+  return loads;
+}
+
 // The smallest hybrid cache of a table (rows per rank): one world step of its fullest shard.
 std::int64_t smallest_cache(const TableLoad& l) { return std::max<std::int64_t>(1, l.shard_max_distinct); }
 
@@ -54,10 +77,10 @@ struct Split {
   std::vector<double> gpu_hbm, gpu_host, off_hbm, off_host;
 };
 
-Result<Split> split_of(const TuneInput& input, const std::vector<TableLoad>& loads, const PlanOptions& o) {
+Result<Split> split_of(const Specs& specs, const std::vector<TableLoad>& loads, const PlanOptions& o) {
   Split s;
-  for (std::size_t t = 0; t < input.tables.size(); ++t) {
-    const TableSpec& spec = input.tables[t].spec;
+  for (std::size_t t = 0; t < specs.size(); ++t) {
+    const TableSpec& spec = specs[t];
     STRATA_ASSIGN_OR_RETURN(const TableCost g, table_cost(spec, loads[t], Placement::kGpu, 0, 0, o.cost));
     STRATA_ASSIGN_OR_RETURN(const TableCost c,
                             table_cost(spec, loads[t], off_placement(o), smallest_cache(loads[t]), 0, o.cost));
@@ -169,6 +192,9 @@ ModelOptions plan_model(const HardwareProfile& profile, int ranks, bool has_devi
   return model_options(profile, ranks, kPlanNuma, has_device);
 }
 
+// The objective of a modelled step: its time plus 1% of the serial sum (rule 3).
+double objective(const ModelledStep& step) { return step.step_s + 0.01 * step.serial_s; }
+
 Evaluation evaluate(const std::vector<const TableCost*>& costs, const HardwareProfile& profile,
                     const ModelOptions& model) {
   Evaluation e;
@@ -179,7 +205,7 @@ Evaluation evaluate(const std::vector<const TableCost*>& costs, const HardwarePr
     e.host += c->host_bytes;
   }
   e.step = model_step(profile, total, model);
-  e.objective = e.step.step_s + 0.01 * e.step.serial_s;
+  e.objective = objective(e.step);
   return e;
 }
 
@@ -240,7 +266,7 @@ std::vector<std::int64_t> cache_grid(const CacheCurve& c, int count) {
 
 // The uniform modes, for comparison: one rank gpu, cached, offload, cpu; several ranks gpu and
 // hybrid (sharded row-wise).
-Result<std::vector<UniformMode>> uniform_modes(const TuneInput& input, const std::vector<CacheCurve>& caches,
+Result<std::vector<UniformMode>> uniform_modes(const Specs& specs, const std::vector<CacheCurve>& caches,
                                                const std::vector<TableLoad>& loads, const HardwareProfile& profile,
                                                const PlanOptions& o) {
   std::vector<UniformMode> out;
@@ -262,8 +288,8 @@ Result<std::vector<UniformMode>> uniform_modes(const TuneInput& input, const std
     UniformMode m;
     m.mode = to_string(p);
     std::vector<TableCost> costs;
-    for (std::size_t t = 0; t < input.tables.size(); ++t) {
-      STRATA_ASSIGN_OR_RETURN(TableCost c, table_cost(input.tables[t].spec, loads[t], p, 0, 0, o.cost));
+    for (std::size_t t = 0; t < specs.size(); ++t) {
+      STRATA_ASSIGN_OR_RETURN(TableCost c, table_cost(specs[t], loads[t], p, 0, 0, o.cost));
       costs.push_back(std::move(c));
     }
     fill(m, costs);
@@ -278,13 +304,12 @@ Result<std::vector<UniformMode>> uniform_modes(const TuneInput& input, const std
     UniformMode m;
     m.mode = to_string(cached);
     std::vector<TableCost> costs;
-    for (std::size_t t = 0; t < input.tables.size(); ++t) {
+    for (std::size_t t = 0; t < specs.size(); ++t) {
       const CacheCurve& cc = caches[t];
       const std::int64_t rows = std::min(
           cc.rows, std::max<std::int64_t>(
                        {1, cc.min_rows, static_cast<std::int64_t>(std::ceil(f * static_cast<double>(cc.rows)))}));
-      STRATA_ASSIGN_OR_RETURN(TableCost c,
-                              table_cost(input.tables[t].spec, loads[t], cached, rows, cc.hit_rate(rows), o.cost));
+      STRATA_ASSIGN_OR_RETURN(TableCost c, table_cost(specs[t], loads[t], cached, rows, cc.hit_rate(rows), o.cost));
       costs.push_back(std::move(c));
     }
     fill(m, costs);
@@ -305,6 +330,7 @@ constexpr std::size_t kGpuOpt = 0, kOffloadOpt = 1, kCpuOpt = 2;
 
 // The placements make_plan chooses among, and what it knows of each table.
 struct PlanSpace {
+  Specs specs;                               // per table, as planned
   std::vector<std::vector<Option>> options;  // per table
   std::vector<CacheCurve> caches;            // per table
   std::vector<TableLoad> loads;              // per table
@@ -337,7 +363,7 @@ Status add_options(const TuneInput& input, const std::vector<HitCurve>& curves, 
   std::vector<CacheCurve>& caches = space.caches;
   options.resize(n);
   for (std::size_t t = 0; t < n; ++t) {
-    const TableSpec& spec = input.tables[t].spec;
+    const TableSpec& spec = space.specs[t];
     caches.push_back(cache_curve(t, spec, loads[t], curves, shards, o));
     const CacheCurve& cc = caches.back();
     if (several(o)) {
@@ -403,22 +429,23 @@ Evaluation search(const PlanSpace& space, std::vector<std::size_t>& pick, const 
   return cur;
 }
 
-// Whether two tables are identical for the plan: the same rows, dim and optimizer, and the same
-// keys step by step (so the same curves, loads and costs in every option).
-bool identical(const TableTrace& a, const TableTrace& b) {
-  return a.spec.rows == b.spec.rows && a.spec.dim == b.spec.dim && a.spec.optimizer.kind == b.spec.optimizer.kind &&
-         a.step_bags == b.step_bags && a.keys.batch_offsets == b.keys.batch_offsets && a.keys.keys == b.keys.keys;
+// Whether two tables are identical for the plan: the same rows, dim, optimizer and element types as
+// planned, and the same keys step by step (so the same curves, loads and costs in every option).
+bool identical(const TableTrace& a, const TableSpec& as, const TableTrace& b, const TableSpec& bs) {
+  return as.rows == bs.rows && as.dim == bs.dim && as.optimizer.kind == bs.optimizer.kind && as.dtype == bs.dtype &&
+         as.state_dtype == bs.state_dtype && as.output_dtype == bs.output_dtype && a.step_bags == b.step_bags &&
+         a.keys.batch_offsets == b.keys.batch_offsets && a.keys.keys == b.keys.keys;
 }
 
 // The groups of two or more identical tables, each in input order.
-std::vector<std::vector<std::size_t>> identical_groups(const TuneInput& input) {
+std::vector<std::vector<std::size_t>> identical_groups(const TuneInput& input, const Specs& specs) {
   std::vector<std::vector<std::size_t>> groups;
   std::vector<bool> grouped(input.tables.size(), false);
   for (std::size_t t = 0; t < input.tables.size(); ++t) {
     if (grouped[t]) continue;
     std::vector<std::size_t> g{t};
     for (std::size_t u = t + 1; u < input.tables.size(); ++u)
-      if (!grouped[u] && identical(input.tables[t], input.tables[u])) {
+      if (!grouped[u] && identical(input.tables[t], specs[t], input.tables[u], specs[u])) {
         grouped[u] = true;
         g.push_back(u);
       }
@@ -480,7 +507,7 @@ Status explain(const TuneInput& input, const std::vector<HitCurve>& curves, cons
   const std::vector<CacheCurve>& caches = space.caches;
   const std::vector<std::vector<Option>>& options = space.options;
   const Option& opt = options[t][pick[t]];
-  const TableSpec& spec = input.tables[t].spec;
+  const TableSpec& spec = space.specs[t];
   const double all_gpu = std::accumulate(split.gpu_hbm.begin(), split.gpu_hbm.end(), 0.0);
   const std::string sharded = several(o) ? " sharded row-wise over " + std::to_string(o.cost.ranks) + " ranks" : "";
   const std::string per = several(o) ? " per rank" : "";
@@ -537,43 +564,17 @@ Status explain(const TuneInput& input, const std::vector<HitCurve>& curves, cons
   return Status::ok();
 }
 
-}  // namespace
-
-Result<Extremes> memory_extremes(const TuneInput& input, const PlanOptions& options, const ShardInputs& shards) {
-  STRATA_RETURN_IF_ERROR(check_shards(input, options, shards, false));
-  STRATA_ASSIGN_OR_RETURN(const Split s, split_of(input, loads_of(input, shards, false), options));
-  Extremes e;
-  e.all_gpu_hbm = std::accumulate(s.gpu_hbm.begin(), s.gpu_hbm.end(), 0.0);
-  e.all_host = std::accumulate(s.off_host.begin(), s.off_host.end(), 0.0);
-  return e;
-}
-
-Status check_budgets(const TuneInput& input, const PlanOptions& options, const ShardInputs& shards) {
-  STRATA_RETURN_IF_ERROR(check_options(options));
-  STRATA_RETURN_IF_ERROR(check_shards(input, options, shards, false));
-  const std::vector<TableLoad> loads = loads_of(input, shards, false);
-  STRATA_ASSIGN_OR_RETURN(const Split s, split_of(input, loads, options));
-  const Cut cut = find_cut(coldest_first(input, loads, s), s, options);
-  if (cut.leave < 0) return infeasible(cut, options, input.tables.size());
-  return Status::ok();
-}
-
-Result<Plan> make_plan(const TuneInput& input, const std::vector<HitCurve>& curves, const HardwareProfile& profile,
-                       const PlanOptions& o, const ShardInputs& shards) {
-  STRATA_RETURN_IF_ERROR(check_options(o));
-  STRATA_RETURN_IF_ERROR(validate(profile));
+// Rules 1-4 with the tables' specs `specs` (input order); the arguments checked by make_plan.
+Result<Plan> plan_at(const TuneInput& input, const Specs& specs, const std::vector<HitCurve>& curves,
+                     const HardwareProfile& profile, const PlanOptions& o, const ShardInputs& shards) {
   const std::size_t n = input.tables.size();
-  if (curves.size() != n)
-    return Status::invalid_argument("plan: " + std::to_string(curves.size()) + " curves for " + std::to_string(n) +
-                                    " tables (expected one per table)");
-  STRATA_RETURN_IF_ERROR(check_shards(input, o, shards, true));
   const int N = o.cost.ranks;
   PlanSpace space;
+  space.specs = specs;
   space.o = &o;
   space.profile = &profile;
-  space.loads = loads_of(input, shards, true);
-  for (std::size_t t = 0; t < n; ++t) space.loads[t].max_distinct = curves[t].min_rows;
-  STRATA_ASSIGN_OR_RETURN(const Split split, split_of(input, space.loads, o));
+  space.loads = plan_loads(input, curves, shards);
+  STRATA_ASSIGN_OR_RETURN(const Split split, split_of(specs, space.loads, o));
   const std::vector<std::size_t> order = coldest_first(input, space.loads, split);
   const Cut cut = find_cut(order, split, o);
   if (cut.leave < 0) return infeasible(cut, o, n);
@@ -608,7 +609,7 @@ Result<Plan> make_plan(const TuneInput& input, const std::vector<HitCurve>& curv
 
   // Identical tables placed alike where that costs nothing; else their why says so.
   std::vector<std::string> tie_notes(n);
-  for (const std::vector<std::size_t>& group : identical_groups(input))
+  for (const std::vector<std::size_t>& group : identical_groups(input, specs))
     place_alike(input, space, group, pick, cur, tie_notes);
 
   Plan plan;
@@ -623,7 +624,7 @@ Result<Plan> make_plan(const TuneInput& input, const std::vector<HitCurve>& curv
   plan.config.cache.max_in_flight = o.cost.max_in_flight;
   for (std::size_t t = 0; t < n; ++t) {
     const Option& opt = space.options[t][pick[t]];
-    const TableSpec& spec = input.tables[t].spec;
+    const TableSpec& spec = specs[t];
     TablePlan tp;
     tp.name = spec.name;
     tp.placement = opt.placement;
@@ -645,8 +646,208 @@ Result<Plan> make_plan(const TuneInput& input, const std::vector<HitCurve>& curv
     plan.tables.push_back(std::move(tp));
   }
   STRATA_RETURN_IF_ERROR(validate(plan.config));
-  STRATA_ASSIGN_OR_RETURN(plan.uniform, uniform_modes(input, space.caches, space.loads, profile, o));
+  STRATA_ASSIGN_OR_RETURN(plan.uniform, uniform_modes(specs, space.caches, space.loads, profile, o));
   return plan;
+}
+
+// Rule 5 (--dtype auto).
+
+// A table's outcome in a plan: gpu, a cache of so many rows (cached, hybrid), offload or cpu.
+std::string outcome_text(const TablePlan& t) {
+  if (t.placement != Placement::kCached && t.placement != Placement::kHybrid) return to_string(t.placement);
+  return std::string(to_string(t.placement)) + " " + std::to_string(t.cache_rows) +
+         (t.placement == Placement::kHybrid ? " rows per rank" : " rows");
+}
+
+// Whether `b` gives its table more of the GPU than `a`: gpu where `a` is not, or a cache of more
+// rows (offload and cpu hold none).
+bool more_of_the_gpu(const TablePlan& b, const TablePlan& a) {
+  const auto rows = [](const TablePlan& t) -> std::int64_t {
+    if (t.placement == Placement::kGpu) return std::numeric_limits<std::int64_t>::max();
+    return t.placement == Placement::kCached || t.placement == Placement::kHybrid ? t.cache_rows : 0;
+  };
+  return rows(b) > rows(a);
+}
+
+// Why table t of `plan` has bf16 rows: its outcome at fp32 (`at32`: outcome_text in the plan at
+// fp32; empty where no placement of the tables fits with it at fp32), its HBM as gpu at both sizes
+// against the budget, and its memory in its placement at both sizes (table_cost of each spec).
+Result<std::string> bf16_note(const Plan& plan, const std::string& at32, const TableSpec& spec32, std::size_t t,
+                              const PlanOptions& o) {
+  const TablePlan& tp = plan.tables[t];
+  const TableSpec& spec16 = plan.config.tables[t].spec;
+  STRATA_ASSIGN_OR_RETURN(const TableCost gpu32, table_cost(spec32, tp.load, Placement::kGpu, 0, 0, o.cost));
+  STRATA_ASSIGN_OR_RETURN(const TableCost gpu16, table_cost(spec16, tp.load, Placement::kGpu, 0, 0, o.cost));
+  STRATA_ASSIGN_OR_RETURN(const TableCost same32,
+                          table_cost(spec32, tp.load, tp.placement, tp.cache_rows, std::max(0.0, tp.hit_rate), o.cost));
+  const std::string per = several(o) ? " per rank" : "";
+  const std::string fp32 = at32.empty() ? "with it at fp32 no placement of the tables fits the budgets (HBM " +
+                                              bytes_text(o.hbm_budget_bytes) + per + ", host " +
+                                              bytes_text(o.host_budget_bytes) + per + ")"
+                                        : "at fp32 the plan makes it " + at32;
+  return "; bf16 (--dtype auto): " + fp32 + "; as gpu it needs " + bytes_text(gpu32.hbm_bytes) + per +
+         " of HBM at fp32 and " + bytes_text(gpu16.hbm_bytes) + " at bf16, the HBM budget is " +
+         bytes_text(o.hbm_budget_bytes) + per + " (" + bytes_text(plan.hbm_bytes - tp.cost.hbm_bytes) +
+         " of it for the other tables here); at bf16 it is " + outcome_text(tp) + ": " + bytes_text(tp.cost.hbm_bytes) +
+         " of HBM and " + bytes_text(tp.cost.host_bytes) + " of host memory (at fp32 " + bytes_text(same32.hbm_bytes) +
+         " and " + bytes_text(same32.host_bytes) + ")";
+}
+
+// What the budgets' error adds where nothing fits even with every fp32 table at bf16.
+constexpr const char* kAllHalf = " (with every fp32 table at bf16: --dtype auto)";
+
+// Where no placement fits with every table at its configured dtype: the fewest fp32 tables at bf16
+// with which one does (rules 1-2), those that save the most memory first (their HBM as gpu and host
+// records off the GPU); `half` marks them (none where one fits as configured). None such: the
+// budgets' error at every fp32 table bf16.
+Status fewest_half(const TuneInput& input, const Specs& base, const std::vector<TableLoad>& loads, const PlanOptions& o,
+                   std::vector<bool>& half) {
+  Specs all = base;
+  for (TableSpec& spec : all)
+    if (spec.dtype == DType::kF32) spec.dtype = DType::kBF16;
+  STRATA_ASSIGN_OR_RETURN(const Split s32, split_of(base, loads, o));
+  STRATA_ASSIGN_OR_RETURN(const Split s16, split_of(all, loads, o));
+  const auto saving = [&](std::size_t t) {
+    return s32.gpu_hbm[t] - s16.gpu_hbm[t] + s32.off_host[t] - s16.off_host[t];
+  };
+  std::vector<std::size_t> order;
+  for (std::size_t t = 0; t < base.size(); ++t)
+    if (base[t].dtype == DType::kF32) order.push_back(t);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return saving(a) > saving(b); });
+  Specs specs = base;
+  Cut cut = find_cut(coldest_first(input, loads, s32), s32, o);
+  if (cut.leave >= 0) return Status::ok();
+  for (const std::size_t t : order) {
+    half[t] = true;
+    specs[t].dtype = DType::kBF16;
+    STRATA_ASSIGN_OR_RETURN(const Split s, split_of(specs, loads, o));
+    cut = find_cut(coldest_first(input, loads, s), s, o);
+    if (cut.leave >= 0) return Status::ok();
+  }
+  const Status st = infeasible(cut, o, base.size());
+  return Status::invalid_argument(st.message() + kAllHalf);
+}
+
+// Rule 5. The start: the tables at their configured dtypes, or, where no placement fits so, the
+// fewest at bf16 with which one does (fewest_half). Then the fp32 tables the start's plan keeps off
+// the GPU are planned at bf16; one whose bf16 gets it no more of the GPU than it has in the start's
+// plan goes back to fp32, and the others are planned again, until none goes back. The plan with
+// them stands where it is modelled no slower than the start's.
+Result<Plan> plan_auto(const TuneInput& input, const std::vector<HitCurve>& curves, const HardwareProfile& profile,
+                       const PlanOptions& o, const ShardInputs& shards) {
+  const Specs configured = plan_specs(input, o);
+  const std::size_t n = configured.size();
+  std::vector<bool> forced(n, false);  // at bf16 because no placement fits without
+  Specs base = configured;
+  Result<Plan> start = plan_at(input, base, curves, profile, o, shards);
+  if (!start) {
+    const Status fit = fewest_half(input, configured, plan_loads(input, curves, shards), o, forced);
+    if (!fit.is_ok()) return fit;
+    if (std::find(forced.begin(), forced.end(), true) == forced.end()) return start.status();  // not the budgets
+    for (std::size_t t = 0; t < n; ++t)
+      if (forced[t]) base[t].dtype = DType::kBF16;
+    start = plan_at(input, base, curves, profile, o, shards);
+    if (!start) return start.status();
+  }
+  std::vector<bool> half(n, false);
+  for (std::size_t t = 0; t < n; ++t)
+    half[t] = base[t].dtype == DType::kF32 && start->tables[t].placement != Placement::kGpu;
+  std::vector<std::string> notes(n);
+  std::optional<Plan> mixed;
+  while (std::find(half.begin(), half.end(), true) != half.end()) {
+    Specs specs = base;
+    for (std::size_t t = 0; t < n; ++t)
+      if (half[t]) specs[t].dtype = DType::kBF16;
+    Result<Plan> p = plan_at(input, specs, curves, profile, o, shards);
+    if (!p) {  // (less memory than a plan that fits: not expected)
+      for (std::size_t t = 0; t < n; ++t)
+        if (half[t]) notes[t] = "; fp32 (--dtype auto): no plan with it at bf16 (" + p.status().message() + ")";
+      break;
+    }
+    bool back = false;
+    for (std::size_t t = 0; t < n; ++t)
+      if (half[t] && !more_of_the_gpu(p->tables[t], start->tables[t])) {
+        half[t] = false;
+        back = true;
+        notes[t] = "; fp32 (--dtype auto): at bf16 it would be " + outcome_text(p->tables[t]) + ", at fp32 it is " +
+                   outcome_text(start->tables[t]) +
+                   " (bf16 only where it puts a table on the GPU or gives it a larger cache)";
+      }
+    if (!back) {
+      mixed = std::move(p).value();
+      break;
+    }
+  }
+  if (mixed && objective(mixed->step) > objective(start->step)) {
+    for (std::size_t t = 0; t < n; ++t)
+      if (half[t])
+        notes[t] = "; fp32 (--dtype auto): the plan with bf16 rows for it is modelled slower (" +
+                   ms_text(mixed->step.step_s) + " a step against " + ms_text(start->step.step_s) + " at fp32)";
+    mixed.reset();
+  }
+  std::vector<std::string> at_start(n);
+  for (std::size_t t = 0; t < n; ++t) at_start[t] = forced[t] ? "" : outcome_text(start->tables[t]);
+  Plan plan = mixed ? std::move(*mixed) : std::move(start).value();
+  for (std::size_t t = 0; t < n; ++t) {
+    if (configured[t].dtype != DType::kF32) continue;  // half as configured
+    if (plan.config.tables[t].spec.dtype != DType::kF32) {
+      STRATA_ASSIGN_OR_RETURN(notes[t], bf16_note(plan, at_start[t], configured[t], t, o));
+    } else if (notes[t].empty()) {
+      notes[t] = "; fp32 (--dtype auto): the plan at fp32 puts it on the GPU (bf16 only for a table it keeps off)";
+    }
+    plan.tables[t].why += notes[t];
+  }
+  return plan;
+}
+
+}  // namespace
+
+Result<Extremes> memory_extremes(const TuneInput& input, const PlanOptions& options, const ShardInputs& shards) {
+  STRATA_RETURN_IF_ERROR(check_shards(input, options, shards, false));
+  STRATA_ASSIGN_OR_RETURN(const Split s, split_of(plan_specs(input, options), loads_of(input, shards, false), options));
+  Extremes e;
+  e.all_gpu_hbm = std::accumulate(s.gpu_hbm.begin(), s.gpu_hbm.end(), 0.0);
+  e.all_host = std::accumulate(s.off_host.begin(), s.off_host.end(), 0.0);
+  return e;
+}
+
+Status check_budgets(const TuneInput& input, const PlanOptions& options, const ShardInputs& shards) {
+  STRATA_RETURN_IF_ERROR(check_options(options));
+  STRATA_RETURN_IF_ERROR(check_shards(input, options, shards, false));
+  const std::vector<TableLoad> loads = loads_of(input, shards, false);
+  // --dtype auto: whether some placement fits with every fp32 table at bf16 (the least memory).
+  Specs specs = plan_specs(input, options);
+  if (options.auto_dtype)
+    for (TableSpec& s : specs)
+      if (s.dtype == DType::kF32) s.dtype = DType::kBF16;
+  STRATA_ASSIGN_OR_RETURN(const Split s, split_of(specs, loads, options));
+  const Cut cut = find_cut(coldest_first(input, loads, s), s, options);
+  if (cut.leave >= 0) return Status::ok();
+  Status st = infeasible(cut, options, input.tables.size());
+  if (!options.auto_dtype) return st;
+  return Status::invalid_argument(st.message() + kAllHalf);
+}
+
+Status set_plan_dtype(const std::string& text, PlanOptions& options) {
+  options.dtype.reset();
+  options.auto_dtype = text == "auto";
+  if (options.auto_dtype) return Status::ok();
+  auto d = parse_dtype(text);
+  if (!d) return Status::invalid_argument("--dtype: '" + text + "' is not a dtype (expected auto, fp32, bf16 or fp16)");
+  options.dtype = *d;
+  return Status::ok();
+}
+
+Result<Plan> make_plan(const TuneInput& input, const std::vector<HitCurve>& curves, const HardwareProfile& profile,
+                       const PlanOptions& o, const ShardInputs& shards) {
+  STRATA_RETURN_IF_ERROR(check_options(o));
+  STRATA_RETURN_IF_ERROR(validate(profile));
+  if (curves.size() != input.tables.size())
+    return Status::invalid_argument("plan: " + std::to_string(curves.size()) + " curves for " +
+                                    std::to_string(input.tables.size()) + " tables (expected one per table)");
+  STRATA_RETURN_IF_ERROR(check_shards(input, o, shards, true));
+  if (o.auto_dtype) return plan_auto(input, curves, profile, o, shards);
+  return plan_at(input, plan_specs(input, o), curves, profile, o, shards);
 }
 
 }  // namespace strata::tune

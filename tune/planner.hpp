@@ -18,6 +18,16 @@
 //     lowers it. The objective is the modelled step time plus 1% of the serial sum (so a link
 //     that is not the bottleneck still counts a little). Search B buys HBM where it pays most, so
 //     the largest cold tables are the last to get it.
+//  5. Element types (PlanOptions::dtype, plan --dtype): every table's rows of one type, or each
+//     table's configured dtype (the default). With auto_dtype (--dtype auto), bf16 where it changes
+//     the outcome, never where fp32 fits. The start: the tables at their configured dtypes, or,
+//     where no placement fits so, the fewest fp32 tables at bf16 with which one does (those saving
+//     the most memory first: HBM as gpu plus host records off the GPU). Every fp32 table the
+//     start's plan (rules 1-4) keeps off the GPU is a candidate; the candidates are planned at bf16,
+//     and one whose bf16 plan gives it no more of the GPU than the start's (gpu where it was not, or
+//     a cache of more rows; offload and cpu hold none) goes back to fp32, the rest planned again,
+//     until none goes back. That plan stands where its objective is no worse than the start's.
+//     Each table's why says which dtype and why, with its memory at both sizes (table_cost).
 // Several ranks (PlanOptions::cost.ranks = N > 1; store/model/table_cost.hpp has the per-rank costs):
 // every table is `gpu` or `hybrid`, sharded row-wise (dispatch/sharding_plan.hpp: row-wise splits
 // every table's memory evenly and sends each key to one rank; table-wise would put a whole table on
@@ -41,6 +51,7 @@
 // Deterministic: the same input gives the same plan. Cached tables are capped at their share
 // (cache.cap), so each gets exactly its own LRU hit rate, as planned.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,7 +69,13 @@ struct PlanOptions {
   double host_budget_bytes = 0;  ///< host memory the plan may use (> 0)
   CostOptions cost;              ///< batches in flight, NUMA nodes, threads
   int cache_sizes = 24;          ///< cached sizes tried per table (>= 2)
+  std::optional<DType> dtype;    ///< every table's rows of this type; none: each table's configured dtype
+  bool auto_dtype = false;       ///< rule 5 (plan --dtype auto): bf16 for a table that fits only at half size
 };
+
+/// Sets `options`' dtype from plan --dtype's `text`: "auto" (rule 5), or "fp32", "bf16" or "fp16" for
+/// every table. Else an error naming the value and the accepted ones.
+Status set_plan_dtype(const std::string& text, PlanOptions& options);
 
 /// Several ranks: every table's shards (tune/shard_traces.hpp) and their curves.
 struct ShardInputs {

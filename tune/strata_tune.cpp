@@ -103,6 +103,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->transform(integer_in(1, strata::kMaxDim));
   plan->add_option("--optimizer", p.optimizer, "optimizer of every table: sgd | adagrad | rowwise_adagrad | adam");
+  std::string dtype;
+  CLI::Option* dtype_flag = plan->add_option(
+      "--dtype", dtype,
+      "rows of every table: fp32 | bf16 | fp16, or auto: bf16 for a table that fits only at half size (default: "
+      "each table's configured dtype)");
   plan->add_option("--max-in-flight", p.max_in_flight, "batches in flight (staging)")
       ->capture_default_str()
       ->transform(integer_in(1, kIntMax, "INT >= 1"));
@@ -152,6 +157,7 @@ int main(int argc, char** argv) {
   // An empty budget is refused as a size (not taken for the default).
   if (hbm->count() > 0) p.hbm_budget = hbm_budget;
   if (host->count() > 0) p.host_budget = host_budget;
+  if (dtype_flag->count() > 0) p.dtype = dtype;
   std::string command = "strata-tune";
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
   if (cal->parsed()) {

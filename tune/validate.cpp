@@ -5,6 +5,8 @@
 #include <map>
 #include <unordered_map>
 
+#include "core/record_layout.hpp"
+
 namespace strata::tune {
 
 namespace {
@@ -179,8 +181,9 @@ Status predict_bytes(const TuneInput& input, const StoreConfig& plan, std::int64
   std::unordered_map<std::uint64_t, std::int64_t> seen;
   std::int64_t stamp = 0;
   for (std::int64_t i = 0; i < end; ++i) {
-    // Groups of tables whose lists share one staging array: slot pools (dim, state), offload dims.
-    std::map<std::pair<int, int>, BatchKeys> groups;
+    // Groups of tables whose lists share one staging array: slot pools (a record shape), and the
+    // offload engine's row groups (rows of one dim and dtype: a record shape without state).
+    std::map<RecordShape, BatchKeys, RecordShapeLess> pools, offload;
     for (std::size_t t = 0; t < plan.tables.size(); ++t) {
       const TableConfig& tc = plan.tables[t];
       const cache::KeyTrace& keys = traces[t]->keys;
@@ -193,17 +196,17 @@ Status predict_bytes(const TuneInput& input, const StoreConfig& plan, std::int64
       if (i < counted) continue;  // submitted before the counters started
       add_bytes(mine, submit_bytes(tc.spec, tc.placement, sk.k, o));
       if (tc.placement == Placement::kCached || tc.placement == Placement::kOffload) {
-        const int state =
-            tc.placement == Placement::kCached ? optimizer_state_dim(tc.spec.optimizer.kind, tc.spec.dim) : 0;
-        BatchKeys& g = groups[{tc.spec.dim, tc.placement == Placement::kCached ? state : -1}];
+        BatchKeys& g = tc.placement == Placement::kCached ? pools[record_shape(tc.spec)]
+                                                          : offload[RecordShape{tc.spec.dim, tc.spec.dtype}];
         g.fills += sk.k.fills;
         g.writebacks += sk.k.writebacks;
         g.distinct += sk.k.distinct;
       }
     }
-    for (const auto& [key, g] : groups)
-      add_bytes(r.bytes, group_submit_bytes(key.second >= 0 ? Placement::kCached : Placement::kOffload, g.fills,
-                                            g.writebacks, g.distinct, o));
+    for (const auto& [shape, g] : pools)
+      add_bytes(r.bytes, group_submit_bytes(Placement::kCached, g.fills, g.writebacks, g.distinct, o));
+    for (const auto& [shape, g] : offload)
+      add_bytes(r.bytes, group_submit_bytes(Placement::kOffload, g.fills, g.writebacks, g.distinct, o));
   }
   for (TablePrediction& p : r.tables) {
     add_bytes(r.bytes, p.bytes);
@@ -232,7 +235,7 @@ Status predict_sharded(const TuneInput& input, const StoreConfig& plan, std::int
   std::int64_t stamp = 0;
   std::vector<std::uint64_t> served;
   for (std::int64_t i = 0; i < end; ++i) {
-    std::map<std::pair<int, int>, BatchKeys> pools;  // the hybrid tables' slot pools (dim, state)
+    std::map<RecordShape, BatchKeys, RecordShapeLess> pools;  // the hybrid tables' slot pools
     for (std::size_t t = 0; t < plan.tables.size(); ++t) {
       const TableConfig& tc = plan.tables[t];
       const std::int64_t batches = traces[t]->keys.num_batches();
@@ -274,7 +277,7 @@ Status predict_sharded(const TuneInput& input, const StoreConfig& plan, std::int
       if (i < counted) continue;  // submitted before the counters started
       add_bytes(p.bytes, sharded_submit_bytes(tc.spec, tc.placement, k, o));
       if (tc.placement == Placement::kHybrid && k.served.keys > 0) {
-        BatchKeys& g = pools[{tc.spec.dim, optimizer_state_dim(tc.spec.optimizer.kind, tc.spec.dim)}];
+        BatchKeys& g = pools[record_shape(tc.spec)];
         g.fills += k.served.fills;
         g.writebacks += k.served.writebacks;
       }

@@ -47,6 +47,7 @@ echo
 run "strata-bench --tables a=200000x32,b=50000x32,c=2000x16 --batch 256 --pooling 4 --dist zipf:1.05 --steps 50 --warmup 0 --modes cpu --no-gather-probe --read-probe-mib 1 --threads 1 --no-progress --dump-trace day1.strtrace > /dev/null 2>&1"
 run "strata-tune plan --trace day1.strtrace --dim 32 --profile calibrated.json --hbm-budget 6MB --host-budget 1GB --threads 1 --out trace_plan.json"
 run "strata-tune plan --trace day1.strtrace --dim 32 --profile calibrated.json --hbm-budget 6MB --host-budget 1GB --threads 1 --sample 0.1 --sample-check-keys 20000"
+run "strata-tune plan --trace day1.strtrace --dim 32 --profile calibrated.json --hbm-budget 6MB --host-budget 1GB --threads 1 --dtype auto | sed -n '/^table/,/^memory/p'"
 
 echo "# 3. Validate"
 echo

@@ -8,6 +8,7 @@
 #include "core/half.hpp"
 #include "core/record_layout.hpp"
 #include "host/host_table.hpp"
+#include "store/engines/detail/slot_pool_engine.hpp"
 
 namespace strata {
 
@@ -588,14 +589,14 @@ TableLoad largest_load(const TableSpec& spec, std::int64_t keys, std::int64_t ba
 }
 
 std::vector<SlotPool> slot_pools(const StoreConfig& config) {
-  std::map<std::pair<std::int32_t, std::int32_t>, SlotPool> by_shape;
+  std::map<RecordShape, SlotPool, RecordShapeLess> by_shape;
   for (std::size_t t = 0; t < config.tables.size(); ++t) {
     const TableConfig& tc = config.tables[t];
     if (tc.placement != Placement::kCached && tc.placement != Placement::kHybrid) continue;
-    const std::int32_t state = optimizer_state_dim(tc.spec.optimizer.kind, tc.spec.dim);
-    SlotPool& p = by_shape[{tc.spec.dim, state}];
-    p.dim = tc.spec.dim;
-    p.state = state;
+    const RecordShape shape = record_shape(tc.spec);
+    SlotPool& p = by_shape[shape];
+    p.shape = shape;
+    p.name = detail::pool_name(shape);
     p.rows += cache_rows(tc);
     p.tables.push_back(t);
   }
@@ -613,7 +614,7 @@ Result<StoreMemory> store_memory(const StoreConfig& config, const std::vector<Ta
   StoreMemory m;
   // The caches' slot pools of rank 0 (one per shape): the store keeps one flush staging, for the
   // largest chunk of any pool (store/engines/cached_engine.cpp flush).
-  std::map<std::pair<std::int32_t, std::int32_t>, std::pair<TableSpec, std::int64_t>> pools;
+  std::map<RecordShape, std::pair<TableSpec, std::int64_t>, RecordShapeLess> pools;
   for (std::size_t t = 0; t < config.tables.size(); ++t) {
     const TableConfig& tc = config.tables[t];
     // Without a world a hybrid table is a world of one: its shard is the table, cached.
@@ -627,7 +628,7 @@ Result<StoreMemory> store_memory(const StoreConfig& config, const std::vector<Ta
       TableConfig shard = tc;
       if (options.ranks > 1 && !o.whole_shards) shard.spec.rows = (tc.spec.rows + options.ranks - 1) / options.ranks;
       rows = cache_rows(shard);
-      auto& pool = pools[{tc.spec.dim, optimizer_state_dim(tc.spec.optimizer.kind, tc.spec.dim)}];
+      auto& pool = pools[record_shape(tc.spec)];
       pool.first = tc.spec;
       pool.second += rows;
     }

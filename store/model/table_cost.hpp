@@ -146,8 +146,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "core/record_layout.hpp"
 #include "store/model/cost_model.hpp"
 #include "store/store_config.hpp"
 
@@ -285,11 +287,12 @@ void scale_bytes(StepBytes& b, double f);
 /// maxima.
 TableLoad largest_load(const TableSpec& spec, std::int64_t keys, std::int64_t bags, int ranks = 1);
 
-/// A slot pool of a store's caches: the `cached` and `hybrid` tables of one (dim, optimizer state
-/// dim) shape share one, as the slot-pool engines group them (store/engines/detail/slot_pool_engine.hpp).
+/// A slot pool of a store's caches: the `cached` and `hybrid` tables of one record shape (dim,
+/// dtype, optimizer state elements and their dtype: record_shape) share one, as the slot-pool
+/// engines group them (store/engines/detail/slot_pool_engine.hpp, keyed by RecordShapeLess).
 struct SlotPool {
-  std::int32_t dim = 0;
-  std::int32_t state = 0;           ///< optimizer state floats per row
+  RecordShape shape;                ///< the tables' record shape
+  std::string name;                 ///< as the store names it in messages: "(dim 16, state 0)"
   std::int64_t rows = 0;            ///< slots: the sum of the tables' cache_rows
   std::vector<std::size_t> tables;  ///< indices into the config's tables
 };

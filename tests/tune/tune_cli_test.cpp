@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "store/model/cost_model.hpp"
+#include "store/store.hpp"
 #include "store/store_config.hpp"
 #include "tests/bench/run_program.hpp"
 #include "toolkit/trace.hpp"
@@ -82,6 +83,46 @@ TEST(TuneCli, PlanWritesAStoreConfigAndAReport) {
                 .exit_code,
             0);
   EXPECT_EQ(read_file(plan) + read_file(html), before);
+}
+
+// plan --dtype auto: bf16 for the table that fits in HBM only at half size (b: 30000 x 32, 4.1 MB
+// as gpu at fp32, 2.18 MB at bf16, in a 3 MB budget), fp32 for the others, its why saying so; the
+// config opens in a store. --dtype bf16 makes every table bf16; a bad value is refused naming it.
+TEST(TuneCli, PlanDtypeAutoTakesBf16ForATableThatFitsOnlyAtHalfSize) {
+  const std::string w =
+      "--workload '{\"tables\":\"a=100000x32,b=30000x32,c=2000x16\",\"batch\":128,\"bag_size\":4,"
+      "\"dist\":\"zipf:1.05\",\"distinct_batches\":8}' --hbm-budget 3MB --host-budget 1GB --threads 1";
+  const std::string plan = temp_dir() + "/auto_plan.json", report = temp_dir() + "/auto_report.json",
+                    html = temp_dir() + "/auto_report.html";
+  const auto fp32 = run_program(kBin + " plan " + w + " --out " + plan);
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.output;
+  EXPECT_EQ(read_file(plan).find("bf16"), std::string::npos) << "the default keeps fp32";
+  const auto r =
+      run_program(kBin + " plan " + w + " --dtype auto --out " + plan + " --json " + report + " --html " + html);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto config = parse_store_config(read_file(plan));
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  ASSERT_EQ(config->tables.size(), 3u);
+  EXPECT_EQ(config->tables[0].spec.dtype, DType::kF32);
+  EXPECT_EQ(config->tables[1].spec.dtype, DType::kBF16);
+  EXPECT_EQ(config->tables[1].placement, Placement::kGpu);
+  EXPECT_EQ(config->tables[2].spec.dtype, DType::kF32);
+  EXPECT_NE(r.output.find("bf16 (--dtype auto): at fp32 the plan makes it cpu; as gpu it needs 4.1"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("fp32 (--dtype auto): at bf16 it would be cpu"), std::string::npos) << r.output;
+  const auto j = nlohmann::json::parse(read_file(report));
+  EXPECT_EQ(j["tables"][1]["dtype"], "bf16");
+  EXPECT_NE(read_file(html).find("<th>dtype</th>"), std::string::npos);
+  EXPECT_NE(r.output.find(" dim dtype placement "), std::string::npos) << r.output;
+  EXPECT_TRUE(Store::open(*config).is_ok());
+  const auto every = run_program(kBin + " plan " + w + " --dtype bf16 --out " + plan);
+  ASSERT_EQ(every.exit_code, 0) << every.output;
+  auto all = parse_store_config(read_file(plan));
+  ASSERT_TRUE(all.is_ok()) << all.status().to_string();
+  for (const TableConfig& t : all->tables) EXPECT_EQ(t.spec.dtype, DType::kBF16) << t.spec.name;
+  expect_one_line_error("plan " + w + " --dtype fp64",
+                        "--dtype: 'fp64' is not a dtype (expected auto, fp32, bf16 or fp16)");
+  expect_one_line_error("plan " + w + " --dtype ''", "--dtype: '' is not a dtype");
 }
 
 TEST(TuneCli, PlanReadsATrace) {
@@ -274,6 +315,11 @@ const char* const kCachedPlan =
  {"name": "b", "rows": 3000, "dim": 16, "placement": "cached", "cache": {"rows": 700, "cap": true}},
  {"name": "c", "rows": 500, "dim": 8, "placement": "gpu"}]})";
 
+// The workload the validate tests run: 40 distinct batches of three tables.
+const std::string kExactWorkload =
+    "--workload '{\"tables\":\"a=20000x16,b=3000x16,c=500x8\",\"batch\":64,\"bag_size\":4,"
+    "\"dist\":\"zipf:1.05\",\"distinct_batches\":40}'";
+
 TEST(TuneCli, ValidatePredictsTheLruHitRatesStrataBenchMeasures) {
   const std::string plan = temp_dir() + "/cached_plan.json", out = temp_dir() + "/validate.json";
   write(plan, kCachedPlan);
@@ -345,9 +391,7 @@ nlohmann::json expect_exact_bytes(const std::string& plan_text, const std::strin
 }
 
 TEST(TuneCli, ValidatePredictsTheBytesPerLinkExactlyOnEmu) {
-  const std::string w =
-      "--workload '{\"tables\":\"a=20000x16,b=3000x16,c=500x8\",\"batch\":64,\"bag_size\":4,"
-      "\"dist\":\"zipf:1.05\",\"distinct_batches\":40}'";
+  const std::string& w = kExactWorkload;
   const char* const host_plan = R"({"threads": 1, "tables": [
  {"name": "a", "rows": 20000, "dim": 16, "placement": "offload"},
  {"name": "b", "rows": 3000, "dim": 16, "placement": "offload"},
@@ -411,9 +455,7 @@ std::string profile_with_gather_rates() {
 // per table and per link.
 TEST(TuneCli, ValidateModelsThePredictedAndTheMeasuredBytesAlike) {
   const std::string profile = profile_with_gather_rates();
-  const std::string w =
-      "--workload '{\"tables\":\"a=20000x16,b=3000x16,c=500x8\",\"batch\":64,\"bag_size\":4,"
-      "\"dist\":\"zipf:1.05\",\"distinct_batches\":40}'";
+  const std::string& w = kExactWorkload;
   const char* const mixed_plan = R"({"threads": 1, "tables": [
  {"name": "a", "rows": 20000, "dim": 16, "placement": "cached", "cache": {"rows": 2000, "cap": true}},
  {"name": "b", "rows": 3000, "dim": 16, "placement": "offload"},
@@ -472,9 +514,7 @@ TEST(TuneCli, PlanWarnsOfAShortInputAndABudgetAboveThisMachine) {
 // validate's prediction to the byte, per link and over the all-to-all, and its shard caches' hits
 // equal those of the simulation of its inner cache.
 TEST(TuneCli, ValidatePredictsShardedRunsExactlyOnEmu) {
-  const std::string w =
-      "--workload '{\"tables\":\"a=20000x16,b=3000x16,c=500x8\",\"batch\":64,\"bag_size\":4,"
-      "\"dist\":\"zipf:1.05\",\"distinct_batches\":40}'";
+  const std::string& w = kExactWorkload;
   // Two hybrid tables in one slot pool (each capped at its rows per rank), evicting; a gpu table.
   const char* const hybrid_plan = R"({"threads": 1, "tables": [
  {"name": "a", "rows": 20000, "dim": 16, "placement": "hybrid", "cache": {"rows": 400, "cap": true}},
@@ -510,6 +550,24 @@ TEST(TuneCli, ValidatePredictsShardedRunsExactlyOnEmu) {
   const std::string text = read_file(made);
   EXPECT_NE(text.find("\"hybrid\""), std::string::npos) << text;
   expect_exact_bytes(text, "sharded-made", w + " --ranks 2", "device");
+}
+
+// Slot pools and the offload engine's row groups are keyed by the record's element types as well
+// as its dim (the store's shapes): an fp32 and a bf16 table of one dim are two pools (two lists of
+// fills and write-backs each step) and two offload groups (two lists of distinct rows). validate
+// predicted one of each, merged by (dim, state), before: 51 bytes a step short of the H2D
+// strata-bench measured (a and b cached, d and e offload, in one run).
+TEST(TuneCli, ValidatePredictsTablesOfOneDimAndTwoDtypesExactly) {
+  const std::string w =
+      "--workload '{\"tables\":\"a=20000x16,b=3000x16,c=500x8,d=8000x16,e=4000x16\",\"batch\":64,"
+      "\"bag_size\":4,\"dist\":\"zipf:1.05\",\"distinct_batches\":40}'";
+  const char* const plan = R"({"threads": 1, "tables": [
+ {"name": "a", "rows": 20000, "dim": 16, "placement": "cached", "cache": {"rows": 2000, "cap": true}},
+ {"name": "b", "rows": 3000, "dim": 16, "dtype": "bf16", "placement": "cached", "cache": {"rows": 700, "cap": true}},
+ {"name": "c", "rows": 500, "dim": 8, "placement": "gpu"},
+ {"name": "d", "rows": 8000, "dim": 16, "placement": "offload"},
+ {"name": "e", "rows": 4000, "dim": 16, "dtype": "bf16", "placement": "offload"}]})";
+  expect_exact_bytes(plan, "dtypes", w, "device");
 }
 
 // A plan at the smallest feasible budget gives its hybrid tables the planner's smallest cache, one

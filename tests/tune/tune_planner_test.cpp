@@ -8,15 +8,19 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "store/engines/detail/slot_pool_engine.hpp"
 #include "store/store.hpp"
 #include "tests/store/thread_ranks.hpp"
 #include "tune/curves.hpp"
 #include "tune/plan_report.hpp"
 #include "tune/shard_traces.hpp"
+#include "tune/text.hpp"
 #include "tune/tune_input.hpp"
 #include "tune/validate.hpp"
 
@@ -383,6 +387,46 @@ TEST(TunePlanner, PlanIsAStoreConfigStoreOpenAccepts) {
       EXPECT_EQ(config.tables[t].cache.rows, plan->tables[t].cache_rows);
       EXPECT_TRUE(config.tables[t].cache.cap);
     }
+}
+
+// The model's slot pools are the store's: one per record shape (dim, dtype, optimizer state and its
+// dtype; store/engines/detail/slot_pool_engine.hpp). Before, the model keyed them by (dim, state)
+// only, so a bf16 and an fp32 cached table of one dim shared one pool in the model but not in the
+// store.
+TEST(TunePlanner, SlotPoolsAreTheStoresOnePerRecordShape) {
+  StoreConfig config;
+  const auto cached = [&](const char* name, DType dtype, OptimizerKind kind, std::int64_t rows) {
+    TableConfig t;
+    t.spec.name = name;
+    t.spec.rows = 1000;
+    t.spec.dim = 16;
+    t.spec.dtype = dtype;
+    t.spec.optimizer.kind = kind;
+    t.placement = Placement::kCached;
+    t.cache.rows = rows;
+    config.tables.push_back(t);
+  };
+  cached("a", DType::kF32, OptimizerKind::kSgd, 100);
+  cached("b", DType::kBF16, OptimizerKind::kSgd, 200);
+  cached("c", DType::kF32, OptimizerKind::kSgd, 50);
+  cached("d", DType::kF16, OptimizerKind::kSgd, 30);
+  cached("e", DType::kBF16, OptimizerKind::kAdagrad, 20);
+  ASSERT_TRUE(validate(config).is_ok()) << validate(config).to_string();
+  std::vector<int> all(config.tables.size());
+  std::iota(all.begin(), all.end(), 0);
+  const auto store = detail::SlotPoolEngine::shapes(config, all);
+  const std::vector<SlotPool> pools = slot_pools(config);
+  ASSERT_EQ(pools.size(), store.size());
+  auto it = store.begin();
+  for (const SlotPool& p : pools) {
+    std::vector<std::size_t> tables(it->second.begin(), it->second.end());
+    EXPECT_EQ(p.tables, tables) << p.name;
+    EXPECT_EQ(p.name, detail::pool_name(it->first));
+    std::int64_t rows = 0;
+    for (const std::size_t t : tables) rows += config.tables[t].cache.rows;
+    EXPECT_EQ(p.rows, rows) << p.name;
+    ++it;
+  }
 }
 
 TEST(TuneCurves, BeladyAtTheAskedPointsAndNeverBelowLru) {
@@ -858,6 +902,113 @@ TEST(TunePlannerRanks, MemoryModelCoversTheDeviceMemoryOfOffloadTables) {
       EXPECT_GE(got, 0.9 * mode->hbm_bytes) << what;
     }
   }
+}
+
+// The HBM and host memory of every table gpu, and of every table off the GPU, with every table's
+// rows of `dtype`.
+Extremes extremes_at(const TuneInput& in, DType dtype) {
+  PlanOptions o = budgets(1e12, 1e12);
+  o.dtype = dtype;
+  auto e = memory_extremes(in, o);
+  EXPECT_TRUE(e.is_ok()) << e.status().to_string();
+  return e.is_ok() ? *e : Extremes{};
+}
+
+// How much of the GPU a table has: every row (gpu), its cache rows, or none (offload, cpu).
+std::int64_t gpu_rows(const TablePlan& t) {
+  if (t.placement == Placement::kGpu) return std::numeric_limits<std::int64_t>::max();
+  return t.placement == Placement::kCached ? t.cache_rows : 0;
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// Rule 5 (--dtype auto): bf16 exactly for a table that fits only at half size, each one's why says
+// so with its numbers; fp32 for every table where everything fits at fp32 (the fp32 plan exactly).
+TEST(TunePlanner, AutoDtypeTakesBf16ExactlyForATableThatFitsOnlyAtHalfSize) {
+  const TuneInput in = make_input({60000, 20000, 3000}, {256, 128, 64}, 20);
+  const auto curves = curves_of(in);
+  const Extremes fp32 = extremes_at(in, DType::kF32), bf16 = extremes_at(in, DType::kBF16);
+  ASSERT_LT(bf16.all_gpu_hbm, fp32.all_gpu_hbm);
+  // Every table fits in HBM at fp32: the fp32 plan, every table's why saying it stays fp32.
+  PlanOptions o = budgets(fp32.all_gpu_hbm, 1e9);
+  auto at32 = make_plan(in, curves, profile(true), o);
+  o.auto_dtype = true;
+  auto a = make_plan(in, curves, profile(true), o);
+  ASSERT_TRUE(at32.is_ok() && a.is_ok()) << a.status().to_string();
+  EXPECT_EQ(to_json(a->config), to_json(at32->config));
+  for (const TablePlan& t : a->tables)
+    EXPECT_TRUE(has(t.why, "fp32 (--dtype auto): the plan at fp32 puts it on the GPU"));
+  // HBM for every table at bf16 but not at fp32: the fp32 plan keeps some off the GPU; a table
+  // that gets more of the GPU at bf16 takes it, the others stay fp32, and each why says which.
+  o = budgets(bf16.all_gpu_hbm, 1e9);
+  at32 = make_plan(in, curves, profile(true), o);
+  o.auto_dtype = true;
+  a = make_plan(in, curves, profile(true), o);
+  ASSERT_TRUE(at32.is_ok() && a.is_ok()) << a.status().to_string();
+  EXPECT_LE(a->hbm_bytes, o.hbm_budget_bytes);
+  int half = 0;
+  for (std::size_t t = 0; t < a->tables.size(); ++t) {
+    const TablePlan& got = a->tables[t];
+    const TablePlan& full = at32->tables[t];
+    if (a->config.tables[t].spec.dtype == DType::kBF16) {
+      ++half;
+      EXPECT_NE(full.placement, Placement::kGpu) << got.name << ": fits at fp32";
+      EXPECT_GT(gpu_rows(got), gpu_rows(full)) << got.name << ": bf16 changes nothing";
+      EXPECT_TRUE(
+          has(got.why, "bf16 (--dtype auto): at fp32 the plan makes it " + std::string(to_string(full.placement))))
+          << got.why;
+      EXPECT_TRUE(has(got.why, " of HBM at fp32 and ")) << got.why;
+      EXPECT_TRUE(has(got.why, "the HBM budget is " + bytes_text(o.hbm_budget_bytes))) << got.why;
+    } else {
+      EXPECT_EQ(a->config.tables[t].spec.dtype, DType::kF32) << got.name;
+      EXPECT_TRUE(has(got.why, "fp32 (--dtype auto): ")) << got.why;
+    }
+  }
+  EXPECT_GE(half, 1) << to_json(a->config);
+  EXPECT_LT(half, 3) << to_json(a->config);
+  // The plan opens in a store and trains, bf16 tables and all.
+  auto parsed = parse_store_config(to_json(a->config));
+  ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
+  open_and_train(in, *parsed, 1);
+}
+
+// Where no placement fits at fp32, --dtype auto takes bf16 for the fewest tables with which one
+// does (the largest first) and says so; without it the budgets' error stands.
+TEST(TunePlanner, AutoDtypeFitsWhatOnlyFitsAtHalfSize) {
+  const TuneInput in = make_input({60000, 20000, 3000}, {256, 128, 64}, 20);
+  const auto curves = curves_of(in);
+  const Extremes fp32 = extremes_at(in, DType::kF32), bf16 = extremes_at(in, DType::kBF16);
+  // No HBM; host memory for the largest table at bf16 and the others at fp32, not for all at fp32.
+  PlanOptions o = budgets(0, (fp32.all_host + bf16.all_host) / 2);
+  EXPECT_FALSE(check_budgets(in, o).is_ok());
+  EXPECT_FALSE(make_plan(in, curves, profile(true), o).is_ok());
+  o.auto_dtype = true;
+  EXPECT_TRUE(check_budgets(in, o).is_ok());
+  auto a = make_plan(in, curves, profile(true), o);
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  EXPECT_LE(a->host_bytes, o.host_budget_bytes);
+  EXPECT_EQ(a->config.tables[0].spec.dtype, DType::kBF16);
+  EXPECT_TRUE(has(a->tables[0].why, "bf16 (--dtype auto): with it at fp32 no placement of the tables fits"))
+      << a->tables[0].why;
+  EXPECT_EQ(a->config.tables[2].spec.dtype, DType::kF32) << to_json(a->config);
+  // Too small even at bf16: the error says so.
+  o.host_budget_bytes = bf16.all_host / 2;
+  const Status s = check_budgets(in, o);
+  EXPECT_TRUE(has(s.message(), "(with every fp32 table at bf16: --dtype auto)")) << s.to_string();
+  EXPECT_FALSE(make_plan(in, curves, profile(true), o).is_ok());
+}
+
+// --dtype names: auto, or a dtype for every table; anything else names the value and the choices.
+TEST(TunePlanner, DtypeFlagTakesAutoOrADtype) {
+  PlanOptions o;
+  EXPECT_TRUE(set_plan_dtype("auto", o).is_ok());
+  EXPECT_TRUE(o.auto_dtype);
+  EXPECT_FALSE(o.dtype.has_value());
+  ASSERT_TRUE(set_plan_dtype("fp16", o).is_ok());
+  EXPECT_FALSE(o.auto_dtype);
+  EXPECT_EQ(o.dtype, DType::kF16);
+  const Status bad = set_plan_dtype("fp64", o);
+  EXPECT_EQ(bad.message(), "--dtype: 'fp64' is not a dtype (expected auto, fp32, bf16 or fp16)");
 }
 
 }  // namespace

@@ -35,9 +35,9 @@ std::string pool_name(const RecordShape& shape) {
   return s + ")";
 }
 
-std::map<RecordShape, std::vector<int>, ShapeLess> SlotPoolEngine::shapes(const StoreConfig& config,
-                                                                          const std::vector<int>& tables) {
-  std::map<RecordShape, std::vector<int>, ShapeLess> out;
+std::map<RecordShape, std::vector<int>, RecordShapeLess> SlotPoolEngine::shapes(const StoreConfig& config,
+                                                                                const std::vector<int>& tables) {
+  std::map<RecordShape, std::vector<int>, RecordShapeLess> out;
   for (int t : tables) out[record_shape(config.tables[static_cast<std::size_t>(t)].spec)].push_back(t);
   return out;
 }

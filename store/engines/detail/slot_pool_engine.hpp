@@ -12,7 +12,6 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -41,14 +40,6 @@ struct SlotBatch {
   std::unique_ptr<gpu::Staging> act;
   std::vector<DeviceFeature> dev;  ///< per engine feature
   std::vector<PoolWork> work;      ///< per pool touched, in the order the lookups and updates run
-};
-
-/// Orders record shapes: by dim, state elements, then element types (fp32 first).
-struct ShapeLess {
-  bool operator()(const RecordShape& a, const RecordShape& b) const noexcept {
-    auto key = [](const RecordShape& s) { return std::make_tuple(s.dim, s.state_dim, s.dtype, s.state_dtype); };
-    return key(a) < key(b);
-  }
 };
 
 /// A pool's name in messages: "(dim 8, state 8)", with its element types where they are not fp32
@@ -81,8 +72,8 @@ class SlotPoolEngine {
 
   /// `tables` grouped by record shape (record_shape: dim, state and element types), the shape of a
   /// pool, shapes ascending.
-  static std::map<RecordShape, std::vector<int>, ShapeLess> shapes(const StoreConfig& config,
-                                                                   const std::vector<int>& tables);
+  static std::map<RecordShape, std::vector<int>, RecordShapeLess> shapes(const StoreConfig& config,
+                                                                         const std::vector<int>& tables);
 
   /// Creates the streams (copy, then write-back, then compute) and the progress event.
   Status init(const SlotPoolOptions& options);
