@@ -2,7 +2,8 @@
 // one directory and loads them back, for each N of --ranks, interleaved (round r runs every N once, then round r + 1),
 // so that a drift of the machine's load touches every N alike. Per N it reports the median save and load times, their
 // ratio to the first N's (N = 1 by default), and the bytes the save wrote (the files of the checkpoint: pieces,
-// MANIFEST and any other) against the tables' bytes (rows x (dim + optimizer state) floats). The targets of issue 34:
+// MANIFEST and any other) against the tables' bytes (rows x (dim weights of --dtype + optimizer state of
+// --state-dtype), what a checkpoint holds of each element). The targets of issue 34:
 // bytes written = the tables' bytes plus the manifest (ratio 1.0 + a little), not N times; a 4-rank save and load of
 // row-sharded tables at most 0.4x the time of one rank's (which needs at least 4 cores: ranks are threads here).
 //
@@ -32,6 +33,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/half.hpp"
 #include "dispatch/local_communicator.hpp"
 #include "store/store.hpp"
 
@@ -46,6 +48,8 @@ struct Options {
   int dim = 64;
   int tables = 4;
   std::string optimizer = "adagrad";
+  std::string dtype = "fp32";        // of the rows
+  std::string state_dtype = "fp32";  // of the optimizer state
   std::string placement = "hybrid";
   std::vector<std::string> shardings = {"row", "table"};
   std::vector<int> ranks = {1, 2, 4};
@@ -71,9 +75,10 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
-// A value that differs per (table, row, column, block) and is exact in a float: what rows and state hold.
+// A value that differs per (table, row, column, block) and is exact in every dtype (8 significant bits): what rows and
+// state hold.
 float value_at(std::int64_t t, std::int64_t row, std::int64_t col, std::int64_t block) {
-  return static_cast<float>((row * 131 + col * 7 + t * 17 + block * 3) % 4093) / 64.0f;
+  return static_cast<float>((row * 131 + col * 7 + t * 17 + block * 3) % 251) / 64.0f;
 }
 
 Result<StoreConfig> make_config(const Options& o, dispatch::ShardingType type) {
@@ -83,7 +88,9 @@ Result<StoreConfig> make_config(const Options& o, dispatch::ShardingType type) {
   c.device.backend = BackendChoice::kEmu;
   STRATA_ASSIGN_OR_RETURN(const Placement placement, parse_placement(o.placement));
   STRATA_ASSIGN_OR_RETURN(const OptimizerKind kind, parse_optimizer(o.optimizer));
-  std::int64_t bytes = 0;
+  STRATA_ASSIGN_OR_RETURN(const DType dtype, parse_dtype(o.dtype));
+  STRATA_ASSIGN_OR_RETURN(const DType state_dtype, parse_dtype(o.state_dtype));
+  std::int64_t bytes = 0;  // as fp32: at least what the emu device holds of the records
   for (int t = 0; t < o.tables; ++t) {
     TableConfig tc;
     tc.spec.name = "t" + std::to_string(t);
@@ -91,6 +98,8 @@ Result<StoreConfig> make_config(const Options& o, dispatch::ShardingType type) {
     tc.spec.dim = o.dim;
     tc.spec.optimizer.kind = kind;
     tc.spec.optimizer.learning_rate = 0.05f;
+    tc.spec.dtype = dtype;
+    tc.spec.state_dtype = state_dtype;
     tc.placement = placement;
     if (placement == Placement::kHybrid) tc.cache.rows = 1024;
     tc.sharding.type = type;
@@ -274,8 +283,9 @@ Result<CaseResult> run_case(const Options& o, const std::string& sharding, const
     worlds.push_back(std::move(w));
   }
   for (const TableConfig& tc : configs.front().tables)
-    out.table_bytes += tc.spec.rows * (tc.spec.dim + optimizer_state_dim(tc.spec.optimizer.kind, tc.spec.dim)) *
-                       static_cast<std::int64_t>(sizeof(float));
+    out.table_bytes +=
+        tc.spec.rows * (tc.spec.dim * element_bytes(tc.spec.dtype) +
+                        optimizer_state_dim(tc.spec.optimizer.kind, tc.spec.dim) * element_bytes(tc.spec.state_dtype));
   out.samples.resize(o.ranks.size());
   for (int round = -o.warmup; round < o.rounds; ++round) {
     for (std::size_t i = 0; i < o.ranks.size(); ++i) {
@@ -309,7 +319,7 @@ Result<CaseResult> run_case(const Options& o, const std::string& sharding, const
 
 void print_case(const CaseResult& c) {
   constexpr double kMiB = 1024.0 * 1024.0;
-  std::printf("\n%s-sharded tables: %.1f MiB (rows x record bytes, optimizer state included)\n", c.sharding.c_str(),
+  std::printf("\n%s-sharded tables: %.1f MiB (rows x element bytes, optimizer state included)\n", c.sharding.c_str(),
               static_cast<double>(c.table_bytes) / kMiB);
   std::printf("%5s %12s %10s %10s %13s %11s %10s %10s %10s %10s\n", "ranks", "written MiB", "files", "manifest",
               "bytes/tables", "save p50 s", "x first", "load p50 s", "x first", "GiB/s s/l");
@@ -328,9 +338,10 @@ void print_case(const CaseResult& c) {
 nlohmann::json to_json(const Options& o, const std::vector<CaseResult>& cases) {
   nlohmann::json j;
   j["tool"] = "strata-micro-checkpoint";
-  j["options"] = {{"rows", o.rows},           {"dim", o.dim},     {"tables", o.tables}, {"optimizer", o.optimizer},
-                  {"placement", o.placement}, {"ranks", o.ranks}, {"rounds", o.rounds}, {"warmup", o.warmup},
-                  {"threads", o.threads}};
+  j["options"] = {
+      {"rows", o.rows},           {"dim", o.dim},     {"tables", o.tables},          {"optimizer", o.optimizer},
+      {"placement", o.placement}, {"ranks", o.ranks}, {"rounds", o.rounds},          {"warmup", o.warmup},
+      {"threads", o.threads},     {"dtype", o.dtype}, {"state_dtype", o.state_dtype}};
   j["cores"] = std::thread::hardware_concurrency();
   for (const CaseResult& c : cases) {
     nlohmann::json jc;
@@ -365,8 +376,9 @@ int run(const Options& o) {
       own_dir ? (fs::temp_directory_path() / ("strata-micro-checkpoint-" + std::to_string(::getpid()))).string()
               : o.dir;
   fs::create_directories(scratch);
-  std::printf("strata-micro-checkpoint: %d tables x %lld rows x dim %d (%s, %s on emu), ranks", o.tables,
-              static_cast<long long>(o.rows), o.dim, o.optimizer.c_str(), o.placement.c_str());
+  std::printf("strata-micro-checkpoint: %d tables x %lld rows x dim %d (%s rows, %s %s state, %s on emu), ranks",
+              o.tables, static_cast<long long>(o.rows), o.dim, o.dtype.c_str(), o.optimizer.c_str(),
+              o.state_dtype.c_str(), o.placement.c_str());
   for (int n : o.ranks) std::printf(" %d", n);
   std::printf(", %d rounds interleaved after %d warm-up, %u cores, scratch %s\n", o.rounds, o.warmup,
               std::thread::hardware_concurrency(), scratch.c_str());
@@ -403,6 +415,9 @@ int parse_and_run(int argc, char** argv) {
   app.add_option("--dim", o.dim, "dim of each table")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--tables", o.tables, "tables")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--optimizer", o.optimizer, "sgd, adagrad, rowwise_adagrad or adam")->capture_default_str();
+  app.add_option("--dtype", o.dtype, "element type of the rows: fp32, bf16 or fp16")->capture_default_str();
+  app.add_option("--state-dtype", o.state_dtype, "element type of the optimizer state: fp32 or bf16 (adagrad, adam)")
+      ->capture_default_str();
   app.add_option("--placement", o.placement, "gpu or hybrid (emu device)")->capture_default_str();
   app.add_option("--sharding", o.shardings, "cases: row, column, table, replicated")
       ->capture_default_str()

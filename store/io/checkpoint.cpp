@@ -11,6 +11,9 @@
 //                       be reopened alone (open_checkpoint). Both came with the same format version,
 //                       so a build from before them loads a newer checkpoint and ignores them.
 //   <table>.<gen>.tbl   64-byte header, then rows records of (dim weights | state_dim state) fp32
+//                       (format 1: a store whose tables are all fp32, the format older builds read)
+//   <table>.<gen>.<save>.r0.tbl  the same in format 3 (a store with a bf16 or fp16 table, or bf16 state: a world of
+//                       one's pieces), each element of its table's element type
 // (the format, its parsing and checks: store/io/detail/checkpoint_format.hpp).
 // Table files of a new save get a new generation number, so the old ones stay untouched until the
 // new MANIFEST has been renamed into place (the commit point); then the old generation is removed.
@@ -41,7 +44,6 @@ namespace strata {
 
 // The checkpoint format (checkpoint_format.hpp).
 using detail::join;
-using detail::kChunkRows;
 using detail::kFormatVersion;
 using detail::kLoadAttempts;
 using detail::kLockFile;
@@ -59,41 +61,21 @@ Status Store::save(const std::string& dir) {
   STRATA_ASSIGN_OR_RETURN(detail::DirLock lock, detail::DirLock::acquire(dir, kLockFile));
   STRATA_ASSIGN_OR_RETURN(const std::uint64_t generation, detail::next_generation(dir));
   Manifest next;
+  next.version = detail::save_format(config_, false);  // 1, or 3 (pieces) when a table holds half-size elements
   next.generation = generation;
   next.step = step_;
+  if (next.version != kFormatVersion) next.save_id = detail::new_save_id();
   for (std::size_t ti = 0; ti < config_.tables.size(); ++ti) {
     const TableSpec& spec = config_.tables[ti].spec;
-    ManifestTable mt = detail::manifest_entry(spec);
-    const std::int32_t sd = mt.state_dim;
+    ManifestTable mt = detail::table_entry(config_, static_cast<int>(ti));
     detail::PieceEntry piece;
-    piece.file = spec.name + "." + std::to_string(next.generation) + ".tbl";
+    piece.file = next.version == kFormatVersion ? spec.name + "." + std::to_string(next.generation) + ".tbl"
+                                                : detail::piece_file_name(spec.name, generation, next.save_id, 0);
     piece.box = detail::whole_box(spec.rows, spec.dim);
-    STRATA_ASSIGN_OR_RETURN(detail::AtomicFileWriter w, detail::AtomicFileWriter::create(join(dir, piece.file)));
-    detail::TableHeader h{};
-    std::memcpy(h.magic, detail::kTableMagic, sizeof detail::kTableMagic);
-    h.version = kFormatVersion;
-    h.dtype = static_cast<std::uint32_t>(spec.dtype);
-    h.rows = spec.rows;
-    h.dim = spec.dim;
-    h.state_dim = sd;
-    h.optimizer = static_cast<std::uint32_t>(spec.optimizer.kind);
-    STRATA_RETURN_IF_ERROR(w.append(&h, sizeof h));
-    const std::int64_t n_max = std::min(kChunkRows, spec.rows);
-    std::vector<float> weights(static_cast<std::size_t>(n_max * spec.dim)), state(static_cast<std::size_t>(n_max * sd));
-    std::vector<float> records(static_cast<std::size_t>(n_max * (spec.dim + sd)));
-    for (std::int64_t r = 0; r < spec.rows; r += kChunkRows) {
-      const std::int64_t n = std::min(kChunkRows, spec.rows - r);
-      STRATA_RETURN_IF_ERROR(read_rows(static_cast<int>(ti), r, n, weights.data(), sd ? state.data() : nullptr));
-      for (std::int64_t i = 0; i < n; ++i) {
-        float* rec = records.data() + i * (spec.dim + sd);
-        std::memcpy(rec, weights.data() + i * spec.dim, sizeof(float) * static_cast<std::size_t>(spec.dim));
-        if (sd) std::memcpy(rec + spec.dim, state.data() + i * sd, sizeof(float) * static_cast<std::size_t>(sd));
-      }
-      STRATA_RETURN_IF_ERROR(w.append(records.data(), sizeof(float) * static_cast<std::size_t>(n * (spec.dim + sd))));
-    }
-    piece.bytes = w.bytes();
-    piece.crc = w.crc();
-    STRATA_RETURN_IF_ERROR(w.commit());
+    const auto read = [&](std::int64_t row0, std::int64_t n, float* weights, float* state) {
+      return read_rows(static_cast<int>(ti), row0, n, weights, state);
+    };
+    STRATA_RETURN_IF_ERROR(detail::write_piece(read, mt, dir, next.save_id, next.version, 0, piece));
     mt.pieces.push_back(std::move(piece));
     next.tables.push_back(std::move(mt));
   }

@@ -1,6 +1,7 @@
 // The checkpoint format (store/io/detail/checkpoint_format.hpp): manifests of format 1 (a store) and 2 (a world)
-// parse into one Manifest and are refused when corrupt; piece files round-trip and are refused when truncated,
-// mismatched or changed between verify and read; stale files go, kept ones stay.
+// parse into one Manifest and are refused when corrupt; piece files round-trip (format 3: each element at its table's
+// element type) and are refused when truncated, mismatched or changed between verify and read; stale files go, kept
+// ones stay.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "store/io/detail/checkpoint_format.hpp"
 #include "store/io/detail/crc32c.hpp"
 #include "tests/store/boxes.hpp"
+#include "tests/store/half_tables.hpp"
 
 namespace strata::detail {
 namespace {
@@ -38,7 +41,8 @@ ManifestTable table(const std::string& name, std::int64_t rows, std::int32_t dim
 }
 
 PieceEntry piece(const ManifestTable& t, std::uint64_t save, int rank, const Box& box) {
-  return {piece_file_name(t.name, 8, save, rank), rank, box, expected_file_bytes(t, box), 0x1a2b3c4du + rank};
+  return {piece_file_name(t.name, 8, save, rank), rank, box, expected_file_bytes(t, box, kWorldFormatVersion),
+          0x1a2b3c4du + rank};
 }
 
 // A world of 4's manifest: "user" row-sharded (adagrad), "item" column-sharded (adam), "ads" replicated (rowwise).
@@ -180,8 +184,8 @@ TEST(CheckpointFormat, AStoreManifestIsFormatOneByteForByteAndParsesToOneWholePi
 
 TEST(CheckpointFormat, ManifestsThatAreCorruptOrOfAnotherVersionAreRefusedNamingWhatIsWrong) {
   const Manifest m = world_manifest();
-  expect_refused(edited(m, [](nlohmann::json& j) { j["version"] = 3; }), StatusCode::kInvalidArgument,
-                 {"dir/MANIFEST", "format version 3 (expected 1 or 2)"});
+  expect_refused(edited(m, [](nlohmann::json& j) { j["version"] = 4; }), StatusCode::kInvalidArgument,
+                 {"dir/MANIFEST", "format version 4 (expected 1, 2 or 3)"});
   // A piece path outside the directory.
   expect_refused(edited(m, [](nlohmann::json& j) { j["tables"][0]["pieces"][1]["file"] = "../user.8.r1.tbl"; }),
                  StatusCode::kDataLoss, {"table 'user'", "'../user.8.r1.tbl' is not a file name inside"});
@@ -301,7 +305,7 @@ class PieceFiles : public ::testing::Test {
   // Writes `box` of `t` as piece `file` in two appends; returns its manifest entry.
   PieceEntry write(const ManifestTable& t, const std::string& file, const Box& box, std::uint64_t save) {
     const std::vector<float> recs = records(t, box);
-    Result<PieceWriter> w = PieceWriter::create(dir_, file, t, box, save);
+    Result<PieceWriter> w = PieceWriter::create(dir_, file, t, box, save, kWorldFormatVersion);
     EXPECT_TRUE(w.is_ok()) << w.status().to_string();
     const std::int64_t half = box.rows / 2;
     EXPECT_TRUE(w.value().append(recs.data(), half).is_ok());
@@ -336,7 +340,7 @@ TEST_F(PieceFiles, APieceRoundTripsThroughWriterAndReader) {
   const std::string file = piece_file_name("item", 8, 0xabcull, 1);
   EXPECT_EQ(file, "item.8.0000000000000abc.r1.tbl");
   const PieceEntry p = write(t, file, box, 0xabc);
-  EXPECT_EQ(p.bytes, expected_file_bytes(t, box));
+  EXPECT_EQ(p.bytes, expected_file_bytes(t, box, kWorldFormatVersion));
   EXPECT_EQ(p.bytes, 64u + 11u * 6u * 4u);
   EXPECT_EQ(fs::file_size(dir_ + "/" + file), p.bytes);
 
@@ -357,15 +361,64 @@ TEST_F(PieceFiles, APieceRoundTripsThroughWriterAndReader) {
   EXPECT_TRUE(r.value().finish().is_ok());
 }
 
+// Format 3: a piece of a bf16 table with bf16 state holds 2 bytes an element (its header records the state's element
+// type), reads back bit for bit, and its writer refuses a value bf16 does not hold exactly instead of rounding it.
+TEST_F(PieceFiles, ATypedPieceHoldsEachElementAtItsSizeAndRefusesWhatItsTypeDoesNotHold) {
+  ManifestTable t = table("item", 11, 5, "adam", 10);
+  t.dtype = "bf16";
+  t.state_dtype = "bf16";
+  const Box box = column_box(11, 2, 2);  // records of 2 weights and 4 state elements
+  const std::vector<float> recs = testing::values_of(DType::kBF16, 11 * 6, 3);
+  const std::string file = piece_file_name("item", 8, 0xabcull, 1);
+  Result<PieceWriter> w = PieceWriter::create(dir_, file, t, box, 0xabc, kTypedFormatVersion);
+  ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+  ASSERT_TRUE(w.value().append(recs.data(), 11).is_ok());
+  const PieceEntry p{file, 1, box, w.value().bytes(), w.value().crc()};
+  ASSERT_TRUE(w.value().commit().is_ok());
+  EXPECT_EQ(p.bytes, 64u + 11u * 6u * 2u);
+  EXPECT_EQ(p.bytes, expected_file_bytes(t, box, kTypedFormatVersion));
+  EXPECT_EQ(fs::file_size(dir_ + "/" + file), p.bytes);
+  Result<PieceReader> r = PieceReader::open(dir_, t, p, kTypedFormatVersion, 0xabc);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_TRUE(r.value().verify().is_ok()) << r.value().verify().to_string();
+  std::vector<float> got(recs.size());
+  ASSERT_TRUE(r.value().read_next(11, got.data()).is_ok());
+  EXPECT_TRUE(r.value().finish().is_ok());
+  EXPECT_EQ(std::memcmp(got.data(), recs.data(), recs.size() * sizeof(float)), 0);
+  // The same bytes read as a piece of fp16 state: its header says bf16.
+  ManifestTable f16_state = t;
+  f16_state.state_dtype = "fp16";
+  r = PieceReader::open(dir_, f16_state, p, kTypedFormatVersion, 0xabc);
+  ASSERT_TRUE(r.is_ok());
+  expect_error(r.value().verify(), StatusCode::kDataLoss, {file, "header has state dtype 2 (expected 1)", "corrupt"});
+
+  std::vector<float> bad(recs.begin(), recs.begin() + 12);
+  bad[6 + 2 + 1] = 1.0f + 1.0f / 1024;  // record 1, state column 1: between two bf16 values
+  w = PieceWriter::create(dir_, piece_file_name("item", 9, 1, 0), t, box, 1, kTypedFormatVersion);
+  ASSERT_TRUE(w.is_ok());
+  expect_error(w.value().append(bad.data(), 2), StatusCode::kInvalidArgument,
+               {"table 'item', rows 0-10, columns 2-3", "record 1, state column 1 is 1.0009765", "(bits 3f802000)",
+                "bf16 does not hold exactly"});
+  bad[6 + 2 + 1] = 1.0f;
+  bad[0] = 1e-3f;  // record 0, weight column 0
+  expect_error(w.value().append(bad.data(), 2), StatusCode::kInvalidArgument, {"record 0, weight column 0 is 0.001"});
+  // Format 1 holds whole tables only.
+  expect_error(PieceWriter::create(dir_, "item.1.tbl", t, box, 0, kFormatVersion).status(),
+               StatusCode::kInvalidArgument, {"a part of the table in format 1"});
+}
+
 TEST_F(PieceFiles, AStoreTableFileReadsAsOneWholePiece) {
-  // Written as Store::save writes format 1: TableHeader, then the records; the manifest's crc over both.
+  // Written as Store::save wrote format 1 before PieceWriter wrote it: TableHeader, then the records; the manifest's
+  // crc over both.
   ManifestTable t = table("user", 3, 2, "adagrad", 2);
   TableHeader h{};
   std::memcpy(h.magic, kTableMagic, sizeof kTableMagic);
   h.version = kFormatVersion;
+  h.dtype = static_cast<std::uint32_t>(DType::kF32);
   h.rows = 3;
   h.dim = 2;
   h.state_dim = 2;
+  h.optimizer = static_cast<std::uint32_t>(OptimizerKind::kAdagrad);
   const std::vector<float> recs = records(t, whole_box(3, 2));
   Result<AtomicFileWriter> w = AtomicFileWriter::create(dir_ + "/user.1.tbl");
   ASSERT_TRUE(w.is_ok());
@@ -380,6 +433,17 @@ TEST_F(PieceFiles, AStoreTableFileReadsAsOneWholePiece) {
   ASSERT_TRUE(r.value().read_next(3, got.data()).is_ok());
   EXPECT_TRUE(r.value().finish().is_ok());
   EXPECT_EQ(got, recs);
+  // PieceWriter writes format 1 byte for byte as that.
+  Result<PieceWriter> pw = PieceWriter::create(dir_, "user.2.tbl", t, whole_box(3, 2), 0, kFormatVersion);
+  ASSERT_TRUE(pw.is_ok()) << pw.status().to_string();
+  ASSERT_TRUE(pw.value().append(recs.data(), 3).is_ok());
+  EXPECT_EQ(pw.value().crc(), p.crc);
+  ASSERT_TRUE(pw.value().commit().is_ok());
+  const auto bytes = [&](const std::string& file) {
+    std::ifstream in(dir_ + "/" + file, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(bytes("user.2.tbl"), bytes("user.1.tbl"));
 }
 
 TEST_F(PieceFiles, ATruncatedMismatchedOrMissingPieceIsRefusedNamingIt) {
@@ -438,7 +502,8 @@ TEST_F(PieceFiles, AWriterRefusesTooManyOrTooFewRecordsAndLeavesNoFile) {
   const ManifestTable t = table("user", 5, 2, "sgd", 0);
   const std::vector<float> recs(12, 1.0f);
   {
-    Result<PieceWriter> w = PieceWriter::create(dir_, "user.1.0000000000000001.r0.tbl", t, whole_box(5, 2), 1);
+    Result<PieceWriter> w =
+        PieceWriter::create(dir_, "user.1.0000000000000001.r0.tbl", t, whole_box(5, 2), 1, kWorldFormatVersion);
     ASSERT_TRUE(w.is_ok()) << w.status().to_string();
     ASSERT_TRUE(w.value().append(recs.data(), 4).is_ok());
     expect_error(w.value().append(recs.data(), 2), StatusCode::kFailedPrecondition,
@@ -447,14 +512,14 @@ TEST_F(PieceFiles, AWriterRefusesTooManyOrTooFewRecordsAndLeavesNoFile) {
     expect_error(w.value().commit(), StatusCode::kFailedPrecondition, {"commit after 4 records (expected 5)"});
   }
   EXPECT_TRUE(fs::is_empty(dir_));
-  expect_error(PieceWriter::create(dir_, "a/b.tbl", t, whole_box(5, 2), 1).status(), StatusCode::kInvalidArgument,
-               {"not a file name inside"});
-  expect_error(PieceWriter::create(dir_, "b.tbl", t, column_box(5, 1, 2), 1).status(), StatusCode::kInvalidArgument,
-               {"not a part of the table"});
+  expect_error(PieceWriter::create(dir_, "a/b.tbl", t, whole_box(5, 2), 1, kWorldFormatVersion).status(),
+               StatusCode::kInvalidArgument, {"not a file name inside"});
+  expect_error(PieceWriter::create(dir_, "b.tbl", t, column_box(5, 1, 2), 1, kWorldFormatVersion).status(),
+               StatusCode::kInvalidArgument, {"not a part of the table"});
   ManifestTable bad = t;
   bad.optimizer = "lion";
-  expect_error(PieceWriter::create(dir_, "b.tbl", bad, whole_box(5, 2), 1).status(), StatusCode::kInvalidArgument,
-               {"table 'user'", "lion"});
+  expect_error(PieceWriter::create(dir_, "b.tbl", bad, whole_box(5, 2), 1, kWorldFormatVersion).status(),
+               StatusCode::kInvalidArgument, {"table 'user'", "lion"});
 }
 
 // The checks parse_manifest makes hold for a table built by hand too: the writer refuses a part of the columns of a
@@ -462,13 +527,16 @@ TEST_F(PieceFiles, AWriterRefusesTooManyOrTooFewRecordsAndLeavesNoFile) {
 // record of negative width (state_dim -2 of dim 1: verify once threw std::length_error), before touching any file.
 TEST_F(PieceFiles, WriterAndReaderRefuseWhatNoManifestHolds) {
   const ManifestTable ads = table("ads", 3, 4, "rowwise_adagrad", 1);
-  expect_error(PieceWriter::create(dir_, "ads.8.0000000000000001.r0.tbl", ads, column_box(3, 0, 2), 1).status(),
-               StatusCode::kInvalidArgument,
-               {"table 'ads', rows 0-2, columns 0-1", "cannot be split by column", "expected all 4 columns"});
+  expect_error(
+      PieceWriter::create(dir_, "ads.8.0000000000000001.r0.tbl", ads, column_box(3, 0, 2), 1, kWorldFormatVersion)
+          .status(),
+      StatusCode::kInvalidArgument,
+      {"table 'ads', rows 0-2, columns 0-1", "cannot be split by column", "expected all 4 columns"});
   EXPECT_TRUE(fs::is_empty(dir_));
 
   const ManifestTable user = table("user", 3, 2, "sgd", 0);
-  PieceEntry outside{"../user.1.tbl", 0, whole_box(3, 2), expected_file_bytes(user, whole_box(3, 2)), 0};
+  PieceEntry outside{"../user.1.tbl", 0, whole_box(3, 2),
+                     expected_file_bytes(user, whole_box(3, 2), kWorldFormatVersion), 0};
   Result<PieceReader> r = PieceReader::open(dir_, user, outside, kFormatVersion, 0);
   ASSERT_FALSE(r.is_ok());
   expect_error(r.status(), StatusCode::kInvalidArgument, {"'../user.1.tbl'", "not a file name inside"});

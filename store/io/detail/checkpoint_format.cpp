@@ -10,6 +10,7 @@
 #include <limits>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -111,16 +112,21 @@ Status check_shape(const std::string& path, const ManifestTable& mt) {
   return Status::ok();
 }
 
-// Checks the size the manifest records for each piece of `mt` (tiled) against its box.
-Status check_piece_sizes(const std::string& path, const ManifestTable& mt) {
+// "a header and 9 records of 16 bytes": what a file of `box` of table `t` in format `version` holds, in messages.
+std::string file_contents(const ManifestTable& t, const Box& box, std::uint32_t version) {
+  return "a header and " + std::to_string(box.rows) + " records of " +
+         std::to_string(file_record_bytes(file_record(t, box, version))) + " bytes";
+}
+
+// Checks the size the manifest (of format `version`) records for each piece of `mt` (tiled) against its box.
+Status check_piece_sizes(const std::string& path, const ManifestTable& mt, std::uint32_t version) {
   for (const PieceEntry& p : mt.pieces) {
     const std::string who = path + ": table '" + mt.name + "': piece '" + p.file + "' (" + describe(p.box) + ")";
     if (!holds_its_state(mt, p.box.cols)) return Status::data_loss(who + ": " + unsplit_state(mt) + "; corrupt)");
-    const std::uint64_t want = expected_file_bytes(mt, p.box);
+    const std::uint64_t want = expected_file_bytes(mt, p.box, version);
     if (p.bytes != want)
       return Status::data_loss(who + ": " + std::to_string(p.bytes) + " bytes (expected " + std::to_string(want) +
-                               ", a header and " + std::to_string(p.box.rows) + " records of " +
-                               std::to_string(record_floats(mt, p.box)) + " floats; corrupt)");
+                               ", " + file_contents(mt, p.box, version) + "; corrupt)");
   }
   return Status::ok();
 }
@@ -164,12 +170,12 @@ Result<Manifest> parse_manifest(const std::string& path, const std::string& text
     if (j.at("format").get<std::string>() != "strata-checkpoint")
       return Status::data_loss(path + ": not a Strata checkpoint manifest");
     const auto version = j.at("version").get<std::uint32_t>();
-    if (version != kFormatVersion && version != kWorldFormatVersion)
+    if (version < kFormatVersion || version > kTypedFormatVersion)
       return Status::invalid_argument(path + ": format version " + std::to_string(version) + " (expected " +
-                                      std::to_string(kFormatVersion) + " or " + std::to_string(kWorldFormatVersion) +
-                                      ")");
+                                      std::to_string(kFormatVersion) + ", " + std::to_string(kWorldFormatVersion) +
+                                      " or " + std::to_string(kTypedFormatVersion) + ")");
     m.version = version;
-    if (version == kWorldFormatVersion) {
+    if (version != kFormatVersion) {  // pieces
       const std::string save = j.at("save").get<std::string>();
       if (save.size() != 16 || save.find_first_not_of("0123456789abcdef") != std::string::npos)
         return Status::data_loss(path + ": save id '" + save + "' (expected 16 lowercase hex digits; corrupt)");
@@ -228,7 +234,7 @@ Result<Manifest> parse_manifest(const std::string& path, const std::string& text
       }
       const Status tiled = check_tiling(mt.name, mt.rows, mt.dim, boxes, files);
       if (!tiled.is_ok()) return tiled.with_context(path);
-      if (version == kWorldFormatVersion) STRATA_RETURN_IF_ERROR(check_piece_sizes(path, mt));
+      if (version != kFormatVersion) STRATA_RETURN_IF_ERROR(check_piece_sizes(path, mt, version));
       m.tables.push_back(std::move(mt));
     }
     if (j.contains("config")) m.config = j.at("config").dump();
@@ -370,8 +376,35 @@ std::int64_t record_floats(const ManifestTable& m, const Box& box) {
   return std::int64_t{box.cols} + std::int64_t{m.state_dim} / m.dim * box.cols;
 }
 
-std::uint64_t expected_file_bytes(const ManifestTable& m, const Box& box) {
-  return kHeaderBytes + static_cast<std::uint64_t>(box.rows) * static_cast<std::uint64_t>(record_floats(m, box)) * 4u;
+std::uint32_t save_format(const StoreConfig& config, bool world) {
+  for (const TableConfig& t : config.tables)
+    if (t.spec.dtype != DType::kF32 || t.spec.state_dtype != DType::kF32) return kTypedFormatVersion;
+  return world ? kWorldFormatVersion : kFormatVersion;
+}
+
+RecordShape file_record(const ManifestTable& m, const Box& box, std::uint32_t version) {
+  RecordShape s;
+  s.dim = box.cols;
+  s.state_dim = static_cast<std::int32_t>(record_floats(m, box) - box.cols);
+  if (typed_records(version)) {
+    const auto dtype = [](const std::string& name) {
+      Result<DType> d = parse_dtype(name);
+      return d ? d.value() : DType::kF32;
+    };
+    s.dtype = dtype(m.dtype);
+    s.state_dtype = dtype(m.state_dtype);
+  }
+  return s;
+}
+
+std::int64_t file_record_bytes(const RecordShape& shape) {
+  return std::int64_t{shape.dim} * element_bytes(shape.dtype) +
+         std::int64_t{shape.state_dim} * element_bytes(shape.state_dtype);
+}
+
+std::uint64_t expected_file_bytes(const ManifestTable& m, const Box& box, std::uint32_t version) {
+  return kHeaderBytes + static_cast<std::uint64_t>(box.rows) *
+                            static_cast<std::uint64_t>(file_record_bytes(file_record(m, box, version)));
 }
 
 std::string piece_file_name(const std::string& table, std::uint64_t generation, std::uint64_t save_id, int rank) {
@@ -401,7 +434,8 @@ Status check_piece_args(const std::string& name, const std::string& file, const 
   return Status::ok();
 }
 
-// The header a piece of `box` of table `t` has in format `version` (format 1: TableHeader's fields; the rest 0).
+// The header a piece of `box` of table `t` has in format `version` (format 1: TableHeader's fields, the rest 0; the
+// state's element type from format 3 on).
 Result<PieceHeader> header_of(const ManifestTable& t, const Box& box, std::uint32_t version, std::uint64_t save_id) {
   PieceHeader h{};
   std::memcpy(h.magic, kTableMagic, sizeof kTableMagic);
@@ -409,17 +443,20 @@ Result<PieceHeader> header_of(const ManifestTable& t, const Box& box, std::uint3
   h.rows = box.rows;
   h.cols = box.cols;
   h.state_dim = static_cast<std::int32_t>(record_floats(t, box) - box.cols);
-  if (version == kFormatVersion) return h;
   Result<DType> dtype = parse_dtype(t.dtype);
   if (!dtype) return dtype.status().with_context("table '" + t.name + "'");
+  Result<DType> state_dtype = parse_dtype(t.state_dtype);
+  if (!state_dtype) return state_dtype.status().with_context("table '" + t.name + "': state_dtype");
   Result<OptimizerKind> kind = parse_optimizer(t.optimizer);
   if (!kind) return kind.status().with_context("table '" + t.name + "'");
   h.dtype = static_cast<std::uint32_t>(dtype.value());
   h.optimizer = static_cast<std::uint32_t>(kind.value());
+  if (version == kFormatVersion) return h;
   h.row_start = box.row_start;
   h.row_step = box.row_step;
   h.col_offset = box.col_offset;
   h.table_dim = t.dim;
+  if (typed_records(version)) h.state_dtype = static_cast<std::uint32_t>(state_dtype.value());
   h.save_id = save_id;
   return h;
 }
@@ -442,29 +479,108 @@ std::string header_difference(const PieceHeader& got, const PieceHeader& want, s
   if (d.empty()) d = field("row step", got.row_step, want.row_step);
   if (d.empty()) d = field("first column", got.col_offset, want.col_offset);
   if (d.empty()) d = field("table dim", got.table_dim, want.table_dim);
+  if (d.empty()) d = field("state dtype", got.state_dtype, want.state_dtype);
   if (d.empty() && got.save_id != want.save_id)
     d = "save id " + hex64(got.save_id) + " (expected " + hex64(want.save_id) + ", the manifest's save)";
   return d;
 }
 
+// Stores the `n` fp32 elements at `in` as half elements at `out` (2 bytes each) through `narrow_one` (bf16's or fp16's
+// rounding to nearest, core/half.hpp), checked back through `widen_one`. Returns the index of the first element the
+// half type does not hold exactly (its narrowing widens to other bits), or n. The conversions are the template's
+// parameters (lambdas: one loop per half type, each inlined).
+template <class Narrow, class Widen>
+std::int64_t store_halves(const float* in, std::int64_t n, unsigned char* out, Narrow narrow_one, Widen widen_one) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::uint16_t h = narrow_one(in[i]);
+    if (float_bits(widen_one(h)) != float_bits(in[i])) return i;
+    std::memcpy(out + 2 * i, &h, sizeof h);
+  }
+  return n;
+}
+
+// Stores the `n` fp32 elements at `in` as `dtype` elements at `out` (n * element_bytes(dtype) bytes), exactly: returns
+// the index of the first element that `dtype` does not hold exactly (the caller refuses the record), or n.
+std::int64_t store_exactly(DType dtype, const float* in, std::int64_t n, unsigned char* out) {
+  if (dtype == DType::kBF16)
+    return store_halves(
+        in, n, out, [](float x) { return narrow_bf16_rne(x); }, [](std::uint16_t h) { return widen_bf16(h); });
+  if (dtype == DType::kF16)
+    return store_halves(
+        in, n, out, [](float x) { return narrow_f16_rne(x); }, [](std::uint16_t h) { return widen_f16(h); });
+  std::memcpy(out, in, static_cast<std::size_t>(n) * sizeof(float));
+  return n;
+}
+
+// Loads `n` half elements at `in` (as store_halves stores them) as fp32 at `out` through `widen_one`, element by
+// element from the first: `in` may lie inside `out` as load_records allows.
+template <class Widen>
+void load_halves(const unsigned char* in, std::int64_t n, float* out, Widen widen_one) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint16_t h;
+    std::memcpy(&h, in + 2 * i, sizeof h);
+    out[i] = widen_one(h);
+  }
+}
+
+// Loads the `n` `dtype` elements at `in` (as store_exactly stores them) as fp32 at `out`, half elements widened; `in`
+// may lie inside `out` as load_records allows.
+void load_elements(DType dtype, const unsigned char* in, std::int64_t n, float* out) {
+  if (dtype == DType::kBF16) {
+    load_halves(in, n, out, [](std::uint16_t h) { return widen_bf16(h); });
+  } else if (dtype == DType::kF16) {
+    load_halves(in, n, out, [](std::uint16_t h) { return widen_f16(h); });
+  } else {
+    std::memmove(out, in, static_cast<std::size_t>(n) * sizeof(float));
+  }
+}
+
+// Whether every element of `shape` is fp32: its records are the in-memory ones, byte for byte.
+bool all_fp32(const RecordShape& shape) {
+  return (shape.dim == 0 || shape.dtype == DType::kF32) && (shape.state_dim == 0 || shape.state_dtype == DType::kF32);
+}
+
+// Loads `n` records of `shape` (`record_bytes` each, as a file holds them) at `in` as fp32 records at `out`, record by
+// record and element by element from the first. In place too: `in` may be the last n * record_bytes bytes of `out`'s
+// n records, since no element is wider in the file than in memory, so each element written ends before the next one
+// to read begins.
+void load_records(const RecordShape& shape, std::int64_t record_bytes, const unsigned char* in, std::int64_t n,
+                  float* out) {
+  const std::int64_t width = std::int64_t{shape.dim} + shape.state_dim;
+  const std::int64_t state_at = std::int64_t{shape.dim} * element_bytes(shape.dtype);
+  for (std::int64_t r = 0; r < n; ++r) {
+    const unsigned char* rec = in + r * record_bytes;
+    load_elements(shape.dtype, rec, shape.dim, out + r * width);
+    load_elements(shape.state_dtype, rec + state_at, shape.state_dim, out + r * width + shape.dim);
+  }
+}
+
 }  // namespace
 
 Result<PieceWriter> PieceWriter::create(const std::string& dir, const std::string& file, const ManifestTable& t,
-                                        const Box& box, std::uint64_t save_id) {
+                                        const Box& box, std::uint64_t save_id, std::uint32_t version) {
   const std::string name = piece_name(dir, file, t, box);
+  if (version < kFormatVersion || version > kTypedFormatVersion)
+    return Status::invalid_argument(name + ": format version " + std::to_string(version) + " (expected " +
+                                    std::to_string(kFormatVersion) + " to " + std::to_string(kTypedFormatVersion) +
+                                    ")");
   if (box.empty() || box.row_start < 0 || box.row_step < 1 || box.col_offset < 0 ||
       std::int64_t{box.col_offset} + box.cols > t.dim)
     return Status::invalid_argument(name + ": not a part of the table (expected at least one row and columns " +
                                     "inside 0-" + std::to_string(t.dim - 1) + ")");
+  if (version == kFormatVersion && box != whole_box(t.rows, t.dim))
+    return Status::invalid_argument(name + ": a part of the table in format 1 (expected the whole table)");
   STRATA_RETURN_IF_ERROR(check_piece_args(name, file, t, box));
   if (!holds_its_state(t, box.cols)) return Status::invalid_argument(name + ": " + unsplit_state(t) + ")");
-  STRATA_ASSIGN_OR_RETURN(PieceHeader h, header_of(t, box, kWorldFormatVersion, save_id));
+  STRATA_ASSIGN_OR_RETURN(PieceHeader h, header_of(t, box, version, save_id));
   PieceWriter w;
   STRATA_ASSIGN_OR_RETURN(w.writer_, AtomicFileWriter::create(join(dir, file)));
   STRATA_RETURN_IF_ERROR(w.writer_.append(&h, sizeof h));
   w.name_ = name;
+  w.shape_ = file_record(t, box, version);
   w.rows_ = box.rows;
   w.width_ = record_floats(t, box);
+  w.record_bytes_ = file_record_bytes(w.shape_);
   return w;
 }
 
@@ -473,7 +589,40 @@ Status PieceWriter::append(const float* records, std::int64_t n) {
     return Status::failed_precondition(name_ + ": " + std::to_string(n) + " more records after " +
                                        std::to_string(written_) + " (expected at most " + std::to_string(rows_) +
                                        " in all)");
-  STRATA_RETURN_IF_ERROR(writer_.append(records, static_cast<std::size_t>(n * width_) * sizeof(float)));
+  if (all_fp32(shape_)) {
+    STRATA_RETURN_IF_ERROR(writer_.append(records, static_cast<std::size_t>(n * width_) * sizeof(float)));
+    written_ += n;
+    return Status::ok();
+  }
+  if (narrowed_bytes_ < n * record_bytes_) {  // grown, never zero-filled: an append fills every byte it writes out
+    narrowed_.reset();
+    narrowed_bytes_ = 0;
+    narrowed_.reset(new unsigned char[static_cast<std::size_t>(n * record_bytes_)]);
+    narrowed_bytes_ = n * record_bytes_;
+  }
+  unsigned char* const out = narrowed_.get();
+  const std::int64_t state_at = std::int64_t{shape_.dim} * element_bytes(shape_.dtype);
+  for (std::int64_t r = 0; r < n; ++r) {
+    const float* rec = records + r * width_;
+    unsigned char* const o = out + r * record_bytes_;
+    bool state = false;
+    std::int64_t c = store_exactly(shape_.dtype, rec, shape_.dim, o);
+    if (c == shape_.dim) {
+      state = true;
+      c = store_exactly(shape_.state_dtype, rec + shape_.dim, shape_.state_dim, o + state_at);
+      if (c == shape_.state_dim) continue;
+    }
+    const float x = rec[(state ? shape_.dim : 0) + c];
+    std::ostringstream value;
+    value.precision(9);
+    value << x << " (bits " << hex32(float_bits(x)) << ")";
+    return Status::invalid_argument(name_ + ": record " + std::to_string(written_ + r) + ", " +
+                                    (state ? "state" : "weight") + " column " + std::to_string(c) + " is " +
+                                    value.str() + ", which " + to_string(state ? shape_.state_dtype : shape_.dtype) +
+                                    " does not hold exactly (expected a value of the table's elements: a checkpoint "
+                                    "never rounds; none of these records written)");
+  }
+  STRATA_RETURN_IF_ERROR(writer_.append(out, static_cast<std::size_t>(n * record_bytes_)));
   written_ += n;
   return Status::ok();
 }
@@ -493,12 +642,14 @@ Result<PieceReader> PieceReader::open(const std::string& dir, const ManifestTabl
   STRATA_ASSIGN_OR_RETURN(r.want_header_, header_of(t, p.box, version, save_id));
   STRATA_ASSIGN_OR_RETURN(r.file_, FileReader::open(join(dir, p.file)));
   r.cols_ = p.box.cols;
-  r.want_bytes_ = expected_file_bytes(t, p.box);
+  r.want_bytes_ = expected_file_bytes(t, p.box, version);
   r.manifest_bytes_ = p.bytes;
   r.want_crc_ = p.crc;
   r.version_ = version;
+  r.shape_ = file_record(t, p.box, version);
   r.rows_ = p.box.rows;
   r.width_ = record_floats(t, p.box);
+  r.record_bytes_ = file_record_bytes(r.shape_);
   return r;
 }
 
@@ -507,8 +658,8 @@ Status PieceReader::verify(Status (*each_chunk)(), const TableSpec* into) {
   if (file_.size() != want_bytes_ || manifest_bytes_ != want_bytes_)
     return Status::data_loss(name_ + ": " + std::to_string(file_.size()) + " bytes, the manifest says " +
                              std::to_string(manifest_bytes_) + " (expected " + std::to_string(want_bytes_) +
-                             ", a header and " + std::to_string(rows_) + " records of " + std::to_string(width_) +
-                             " floats; truncated or corrupt)");
+                             ", a header and " + std::to_string(rows_) + " records of " +
+                             std::to_string(record_bytes_) + " bytes; truncated or corrupt)");
   PieceHeader h{};
   STRATA_RETURN_IF_ERROR(file_.read_at(0, &h, sizeof h));
   const std::string diff = header_difference(h, want_header_, version_);
@@ -516,20 +667,24 @@ Status PieceReader::verify(Status (*each_chunk)(), const TableSpec* into) {
   header_crc_ = crc32c(&h, sizeof h);
   std::uint32_t crc = header_crc_;
   const std::int64_t chunk = std::max<std::int64_t>(1, std::min(kChunkRows, rows_));
-  // Not zero-filled: each chunk is read into it before its CRC.
-  const std::unique_ptr<float[]> buf(new float[static_cast<std::size_t>(chunk * width_)]);
+  // Not zero-filled: each chunk is read into it before its CRC (and widened before its values are checked).
+  const std::unique_ptr<unsigned char[]> buf(new unsigned char[static_cast<std::size_t>(chunk * record_bytes_)]);
+  const std::unique_ptr<float[]> values(into ? new float[static_cast<std::size_t>(chunk * width_)] : nullptr);
   for (std::int64_t r = 0; r < rows_; r += chunk) {
-    const std::size_t bytes = static_cast<std::size_t>(std::min(chunk, rows_ - r) * width_) * sizeof(float);
-    STRATA_RETURN_IF_ERROR(file_.read_at(kHeaderBytes + static_cast<std::uint64_t>(r * width_) * 4u, buf.get(), bytes));
+    const std::int64_t n = std::min(chunk, rows_ - r);
+    const std::size_t bytes = static_cast<std::size_t>(n * record_bytes_);
+    STRATA_RETURN_IF_ERROR(
+        file_.read_at(kHeaderBytes + static_cast<std::uint64_t>(r * record_bytes_), buf.get(), bytes));
     crc = crc32c(buf.get(), bytes, crc);
-    for (std::int64_t i = 0; into && i < std::min(chunk, rows_ - r) * width_; ++i) {
+    if (into) load_records(shape_, record_bytes_, buf.get(), n, values.get());
+    for (std::int64_t i = 0; into && i < n * width_; ++i) {
       const bool state = i % width_ >= cols_;
       const DType dtype = state ? into->state_dtype : into->dtype;
-      if (rounds_to_infinity(dtype, buf[static_cast<std::size_t>(i)]))
+      if (rounds_to_infinity(dtype, values[static_cast<std::size_t>(i)]))
         return Status::invalid_argument(name_ + ": record " + std::to_string(r + i / width_) + ", " +
                                         (state ? "state" : "weight") + " column " +
                                         std::to_string(i % width_ - (state ? cols_ : 0)) + " is " +
-                                        unholdable(dtype, buf[static_cast<std::size_t>(i)]));
+                                        unholdable(dtype, values[static_cast<std::size_t>(i)]));
     }
     if (each_chunk) STRATA_RETURN_IF_ERROR(each_chunk());
   }
@@ -547,9 +702,15 @@ Status PieceReader::read_next(std::int64_t n, float* records) {
   if (n < 0 || n > rows_ - next_)
     return Status::out_of_range(name_ + ": " + std::to_string(n) + " more records after " + std::to_string(next_) +
                                 " (expected at most " + std::to_string(rows_) + " in all)");
-  const std::size_t bytes = static_cast<std::size_t>(n * width_) * sizeof(float);
-  STRATA_RETURN_IF_ERROR(file_.read_at(kHeaderBytes + static_cast<std::uint64_t>(next_ * width_) * 4u, records, bytes));
-  crc_ = crc32c(records, bytes, crc_);
+  const std::size_t bytes = static_cast<std::size_t>(n * record_bytes_);
+  const std::uint64_t offset = kHeaderBytes + static_cast<std::uint64_t>(next_ * record_bytes_);
+  // Read into the end of `records` and widened in place (load_records): no buffer of its own to allocate and fault in
+  // per piece. All fp32: the file's records are the caller's, byte for byte.
+  unsigned char* const in =
+      reinterpret_cast<unsigned char*>(records) + (static_cast<std::size_t>(n * width_) * sizeof(float) - bytes);
+  STRATA_RETURN_IF_ERROR(file_.read_at(offset, in, bytes));
+  crc_ = crc32c(in, bytes, crc_);
+  if (!all_fp32(shape_)) load_records(shape_, record_bytes_, in, n, records);
   next_ += n;
   return Status::ok();
 }

@@ -1,19 +1,30 @@
 #pragma once
-// The on-disk format of checkpoints, shared by a single store's save/load (store/io/checkpoint.cpp, format 1) and a
-// world's (store/io/detail/world_checkpoint.cpp, format 2): the manifest, its parsing and checks, the table and
-// piece files, and the cleanup of stale files. Private to the store library.
+// The on-disk format of checkpoints, shared by a single store's save/load (store/io/checkpoint.cpp, formats 1 and 3)
+// and a world's (store/io/detail/world_checkpoint.cpp, formats 2 and 3): the manifest, its parsing and checks, the
+// table and piece files, and the cleanup of stale files. Private to the store library.
 //
 // Format 1 (a store without a world): MANIFEST names one "<table>.<gen>.tbl" per table, a 64-byte TableHeader and
 // then every row's record [dim weights | state_dim state] fp32. Format 2 (a world): each table is split into pieces
 // "<table>.<gen>.<save>.r<rank>.tbl", one per rank that saved a part of it, each with a 64-byte PieceHeader and the
-// records of its Box (reshard.hpp). Both parse into one Manifest, a format 1 table as one whole piece.
-// MANIFEST is JSON followed by a line "crc32c XXXXXXXX" over the JSON text.
+// records of its Box (reshard.hpp), fp32 too. Format 3: format 2's pieces, each record's elements of its table's
+// element types, packed: [cols weights of dtype | state of state_dtype] (core/record_layout.hpp's RecordShape without
+// its padding; rowwise_adagrad's one state element a row is fp32, as its state_dtype always is), half elements as
+// their 16 bits, every element in the machine's (little-endian) byte order. A save writes the oldest format that holds
+// it (save_format): 3 only when a table has half-size weights or state, so that older builds read the rest; every
+// format loads. All parse into one Manifest, a format 1 table as one whole piece. MANIFEST is JSON followed by a line
+// "crc32c XXXXXXXX" over the JSON text; each piece's CRC covers its bytes as written.
+//
+// In memory a record is fp32 in every format ([cols weights | state] floats, what read_shard and write_shard take):
+// PieceWriter narrows a format 3 record's half elements, exactly (they were read from a table of that dtype, so they
+// are half values: a value that is not is refused, never rounded), and PieceReader widens them (exact).
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "core/record_layout.hpp"
 #include "core/status.hpp"
 #include "core/table_spec.hpp"
 #include "store/io/detail/reshard.hpp"
@@ -30,6 +41,11 @@ inline constexpr char kTableMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'T', 'B'};
 inline constexpr std::uint32_t kFormatVersion = 1;
 /// The format of a world's checkpoint (pieces); builds before it refuse it ("format version 2 (expected 1)").
 inline constexpr std::uint32_t kWorldFormatVersion = 2;
+/// Pieces whose records hold each element in its table's element type; builds before it refuse it ("format version 3
+/// (expected 1 or 2)").
+inline constexpr std::uint32_t kTypedFormatVersion = 3;
+/// Whether a file of format `version` holds each element in its table's element type (else every element is fp32).
+constexpr bool typed_records(std::uint32_t version) { return version >= kTypedFormatVersion; }
 inline constexpr std::size_t kHeaderBytes = 64;
 /// Rows per read or write of a table file.
 inline constexpr std::int64_t kChunkRows = 1 << 14;
@@ -49,7 +65,7 @@ struct TableHeader {
 };
 static_assert(sizeof(TableHeader) == kHeaderBytes, "table header is 64 bytes");
 
-/// Header of a format 2 piece file: its box and the save it belongs to.
+/// Header of a format 2 or 3 piece file: its box and the save it belongs to.
 struct PieceHeader {
   char magic[8];
   std::uint32_t version;
@@ -60,7 +76,7 @@ struct PieceHeader {
   std::uint32_t optimizer;
   std::int32_t row_start, row_step, col_offset;
   std::int32_t table_dim;
-  std::uint32_t pad;
+  std::uint32_t state_dtype;  ///< format 3: the DType of the state elements; 0 before
   std::uint64_t save_id;
 };
 static_assert(sizeof(PieceHeader) == kHeaderBytes, "piece header is 64 bytes");
@@ -97,7 +113,7 @@ struct ManifestTable {
   std::vector<PieceEntry> pieces;  ///< tile the table (check_tiling); format 1: one whole piece
 };
 struct Manifest {
-  std::uint32_t version = kFormatVersion;
+  std::uint32_t version = kFormatVersion;  ///< 1, 2 or 3
   std::uint64_t generation = 0;
   std::uint64_t save_id = 0;  ///< format 2: the save's random id (in every piece's name and header); 0 in format 1
   int world = 1;              ///< the saving world's size (1 in format 1)
@@ -110,14 +126,14 @@ struct Manifest {
 /// make load read (or save remove) anything outside the directory.
 bool is_plain_file_name(const std::string& file);
 
-/// Parses and checks the text of the manifest at `path` (used in messages): the checksum line, format 1 or 2, step
+/// Parses and checks the text of the manifest at `path` (used in messages): the checksum line, format 1, 2 or 3, step
 /// range, each table's shape (rows >= 0, dim 1 to kMaxDim, a known optimizer and its state_dim, a file of every row
 /// within 2^63 - 1 bytes), plain file names, each table listed once, each piece file named once, learning rates,
 /// every table's pieces tiling it (check_tiling), piece sizes matching their boxes. kDataLoss "... (corrupt)" naming
-/// what is wrong; kInvalidArgument for another format version ("format version 3 (expected 1 or 2)").
+/// what is wrong; kInvalidArgument for another format version ("format version 4 (expected 1, 2 or 3)").
 Result<Manifest> parse_manifest(const std::string& path, const std::string& text);
 /// The manifest text of `m` with its crc32c line, in format m.version: 1 writes one file per table (its one
-/// piece; the bytes older builds read), 2 the pieces with their boxes and the save id.
+/// piece; the bytes older builds read), 2 and 3 the pieces with their boxes and the save id.
 std::string manifest_text(const Manifest& m);
 /// Reads and parses `dir`/MANIFEST. kNotFound when it does not exist.
 Result<Manifest> read_manifest(const std::string& dir);
@@ -142,28 +158,41 @@ ManifestTable manifest_entry(const TableSpec& spec);
 Status check_entry(const ManifestTable& m, const TableSpec& spec, std::int32_t state_dim, const std::string& dir,
                    bool convert_dtypes);
 
-/// Floats of a record of `box` in a file of table `m`: box.cols weights and their state (m.state_dim when the box
-/// holds every column, else the same share of it).
+/// The format a save of `config` writes: kTypedFormatVersion when a table has half-size weights or state, else
+/// kWorldFormatVersion (`world`) or kFormatVersion: the oldest that holds it, so that older builds read what they can.
+std::uint32_t save_format(const StoreConfig& config, bool world);
+
+/// Floats of a record of `box` in a file of table `m` (in memory): box.cols weights and their state (m.state_dim when
+/// the box holds every column, else the same share of it).
 std::int64_t record_floats(const ManifestTable& m, const Box& box);
-/// The size a file holding `box` of table `m` must have: header and records.
-std::uint64_t expected_file_bytes(const ManifestTable& m, const Box& box);
+/// What a record of `box` of table `m` holds in a file of format `version`: record_floats' elements, of m's dtype and
+/// state_dtype in format 3, fp32 before. m's element types must parse (parse_manifest, PieceWriter::create and
+/// PieceReader::open check them first); one that does not counts as fp32.
+RecordShape file_record(const ManifestTable& m, const Box& box, std::uint32_t version);
+/// Bytes of a record of `shape` in a file: its elements packed (no padding).
+std::int64_t file_record_bytes(const RecordShape& shape);
+/// The size a file of format `version` holding `box` of table `m` must have: header and records.
+std::uint64_t expected_file_bytes(const ManifestTable& m, const Box& box, std::uint32_t version);
 
 /// "<table>.<generation>.<save id, 16 hex digits>.r<rank>.tbl": the name of a format 2 piece.
 std::string piece_file_name(const std::string& table, std::uint64_t generation, std::uint64_t save_id, int rank);
 
-/// Writes one format 2 piece: create() writes the header, append() the records in row order, commit() makes the
-/// file durable under its name (AtomicFileWriter: temp, fsync, rename, directory fsync). Move-only; one thread.
+/// Writes one piece of format `version`: create() writes the header, append() the records in row order, commit() makes
+/// the file durable under its name (AtomicFileWriter: temp, fsync, rename, directory fsync). Move-only; one thread.
 class PieceWriter {
  public:
   /// Creates the temp file of `dir`/`file` for `box` of table `t` (its dtype and optimizer names must parse) and
-  /// writes the header. Errors as AtomicFileWriter::create; kInvalidArgument for a name that is not a plain file
-  /// name, a box outside the table, a part of the columns of a table whose state cannot be split by column
-  /// (rowwise_adagrad), or records of no floats or past 2^63 - 1 bytes.
+  /// writes the header of format `version` (1: a TableHeader, the whole table only; 2 or 3: a PieceHeader). Errors as
+  /// AtomicFileWriter::create; kInvalidArgument for a name that is not a plain file name, a box outside the table, a
+  /// part of the columns of a table whose state cannot be split by column (rowwise_adagrad), records of no floats or
+  /// past 2^63 - 1 bytes, or another version.
   static Result<PieceWriter> create(const std::string& dir, const std::string& file, const ManifestTable& t,
-                                    const Box& box, std::uint64_t save_id);
+                                    const Box& box, std::uint64_t save_id, std::uint32_t version);
 
   PieceWriter() = default;
-  /// Appends `n` records (host, n * record_floats(t, box) floats). kFailedPrecondition past box.rows records;
+  /// Appends `n` records (host, n * record_floats(t, box) floats), each element stored as file_record gives it: a
+  /// half element narrowed, exactly. kInvalidArgument naming the record, the column and the value for one that its
+  /// element type does not hold exactly (none is written); kFailedPrecondition past box.rows records;
   /// AtomicFileWriter's errors.
   Status append(const float* records, std::int64_t n);
   /// Commits the file. kFailedPrecondition unless exactly box.rows records were appended; AtomicFileWriter's.
@@ -174,11 +203,14 @@ class PieceWriter {
 
  private:
   AtomicFileWriter writer_;
-  std::string name_;  // "<dir>/<file> (table 't', <box>)" for messages
-  std::int64_t rows_ = 0, written_ = 0, width_ = 0;
+  std::string name_;   // "<dir>/<file> (table 't', <box>)" for messages
+  RecordShape shape_;  // of a record in the file
+  std::int64_t rows_ = 0, written_ = 0, width_ = 0, record_bytes_ = 0;
+  std::unique_ptr<unsigned char[]> narrowed_;  // an append's records as the file holds them (half elements)
+  std::int64_t narrowed_bytes_ = 0;
 };
 
-/// Reads one piece of a manifest (format 1 or 2) through one descriptor: verify() checks it whole, then
+/// Reads one piece of a manifest (format 1, 2 or 3) through one descriptor: verify() checks it whole, then
 /// read_next() streams its records from row 0 and finish() checks that what was read is what was verified.
 /// Move-only; one thread.
 class PieceReader {
@@ -187,19 +219,21 @@ class PieceReader {
   /// the file does not exist (a newer save removed it: the caller reads the manifest again), kIoError for another
   /// OS error; kInvalidArgument, before opening anything, when p.file is not a plain file name, when its records
   /// would hold no floats or pass 2^63 - 1 bytes (a table parse_manifest would refuse), or when `t` names an unknown
-  /// dtype or optimizer (format 2, whose header records them).
+  /// dtype, state_dtype or optimizer.
   static Result<PieceReader> open(const std::string& dir, const ManifestTable& t, const PieceEntry& p,
                                   std::uint32_t version, std::uint64_t save_id);
 
   PieceReader() = default;
-  /// Checks the size, the header against the manifest (box, shape, save id) and the CRC of the whole file.
+  /// Checks the size, the header against the manifest (box, shape, element types, save id) and the CRC of the whole
+  /// file.
   /// kDataLoss naming the file, the table, the box, what was found and what was expected. `each_chunk` (optional) is
   /// called after each chunk of rows read; its error stops the check with it. `into` (a load that converts dtypes:
   /// the store's spec of the table): kInvalidArgument naming the record, the column and the value for a finite value
   /// that its dtype (weights) or state_dtype (state) cannot hold, as write_rows refuses it, before any row changes.
   Status verify(Status (*each_chunk)() = nullptr, const TableSpec* into = nullptr);
-  /// Reads the next `n` records (host, n * width() floats), from row 0 on (again after each verify()), accumulating
-  /// their CRC. kFailedPrecondition before verify() succeeded; kOutOfRange past the piece's rows; read errors.
+  /// Reads the next `n` records (host, n * width() floats, half elements widened), from row 0 on (again after each
+  /// verify()), accumulating their CRC. kFailedPrecondition before verify() succeeded; kOutOfRange past the piece's
+  /// rows; read errors.
   Status read_next(std::int64_t n, float* records);
   /// kDataLoss when the CRC of header and rows read differs from the manifest's (the file changed in place since
   /// verify()); kFailedPrecondition unless every row was read.
@@ -218,7 +252,9 @@ class PieceReader {
   bool verified_ = false;
   PieceHeader want_header_{};  // as it must be (format 1: TableHeader's fields, the rest 0)
   std::uint32_t version_ = kFormatVersion;
+  RecordShape shape_;                                        // of a record in the file
   std::int64_t rows_ = 0, width_ = 0, cols_ = 0, next_ = 0;  // cols_: weights of a record
+  std::int64_t record_bytes_ = 0;
   std::uint32_t header_crc_ = 0, crc_ = 0;
 };
 

@@ -265,14 +265,6 @@ Result<bool> run_polled(dispatch::Communicator* comm, const std::function<Status
   return any_failed;
 }
 
-// The manifest entry of config table `t` (its pieces not yet listed).
-ManifestTable table_entry(const StoreConfig& config, int t) {
-  const TableConfig& tc = config.tables[static_cast<std::size_t>(t)];
-  ManifestTable mt = manifest_entry(tc.spec);
-  mt.sharding = dispatch::to_string(tc.sharding.type);
-  return mt;
-}
-
 // What a rank tells the others about its piece of one table at the durable gather.
 struct PieceInfo {
   std::int32_t present = 0;
@@ -282,65 +274,40 @@ struct PieceInfo {
 };
 static_assert(std::is_trivially_copyable<PieceInfo>::value, "gathered as bytes");
 
-// Writes this rank's piece `file` of table `t` (its shard `box`): read_shard in chunks, records interleaved.
-Status write_piece(Store& store, int t, const ManifestTable& mt, const Box& box, const std::string& dir,
-                   const std::string& file, std::uint64_t save_id, int rank, PieceInfo& info) {
-  const TableSpec& spec = store.config().tables[static_cast<std::size_t>(t)].spec;
-  const std::int32_t cols = box.cols, sd = optimizer_state_dim(spec.optimizer.kind, box.cols);
-  STRATA_ASSIGN_OR_RETURN(PieceWriter w, PieceWriter::create(dir, file, mt, box, save_id));
-  const std::int64_t n_max = std::min(kChunkRows, box.rows);
-  // Not zero-filled: read_shard fills each chunk's rows before they are copied.
-  const std::unique_ptr<float[]> weights(new float[static_cast<std::size_t>(n_max * cols)]),
-      state(new float[static_cast<std::size_t>(n_max * sd)]),
-      records(new float[static_cast<std::size_t>(n_max * (cols + sd))]);
-  bool halfway = false;
-  for (std::int64_t r = 0; r < box.rows; r += kChunkRows) {
-    const std::int64_t n = std::min(kChunkRows, box.rows - r);
-    STRATA_RETURN_IF_ERROR(store.read_shard(t, r, n, weights.get(), sd ? state.get() : nullptr));
-    for (std::int64_t i = 0; i < n; ++i) {
-      float* rec = records.get() + i * (cols + sd);
-      std::memcpy(rec, weights.get() + i * cols, sizeof(float) * static_cast<std::size_t>(cols));
-      if (sd) std::memcpy(rec + cols, state.get() + i * sd, sizeof(float) * static_cast<std::size_t>(sd));
-    }
-    STRATA_RETURN_IF_ERROR(w.append(records.get(), n));
-    STRATA_RETURN_IF_ERROR(progressed());
-    if (!halfway && 2 * (r + n) >= box.rows) {
-      halfway = true;
-      STRATA_RETURN_IF_ERROR(at(rank, SavePoint::kPieceHalfWritten));
-    }
-  }
-  STRATA_RETURN_IF_ERROR(w.commit());
-  info.present = 1;
-  info.box = box;
-  info.bytes = w.bytes();
-  info.crc = w.crc();
-  return Status::ok();
-}
-
-// Step 4 of save_world: the pieces rank `me` writes, the shards it holds (a replicated table by one replica, spread
-// over the ranks by table; a rank holding nothing writes nothing), recorded in `mine` (per config table).
+// Step 4 of save_world: the pieces rank `me` writes in format `version`, the shards it holds (a replicated table by
+// one replica, spread over the ranks by table; a rank holding nothing writes nothing), recorded in `mine` (per config
+// table).
 Status write_pieces(Store& store, int me, const std::string& dir, std::uint64_t generation, std::uint64_t save_id,
-                    std::vector<PieceInfo>& mine) {
+                    std::uint32_t version, std::vector<PieceInfo>& mine) {
   for (int t = 0; t < static_cast<int>(mine.size()); ++t) {
     STRATA_ASSIGN_OR_RETURN(const ShardInfo si, store.shard_info(t));
     if (si.replicas.empty() || si.replicas[static_cast<std::size_t>(t) % si.replicas.size()] != me) continue;
-    const Box box = box_of(si);
-    if (box.empty()) continue;
+    PieceEntry piece;
+    piece.box = box_of(si);
+    if (piece.box.empty()) continue;
     const ManifestTable mt = table_entry(store.config(), t);
-    const std::string file = piece_file_name(mt.name, generation, save_id, me);
-    if (Status s = write_piece(store, t, mt, box, dir, file, save_id, me, mine[static_cast<std::size_t>(t)]);
-        !s.is_ok())
-      return s.with_context("piece '" + file + "'");
+    piece.file = piece_file_name(mt.name, generation, save_id, me);
+    const auto read = [&](std::int64_t row0, std::int64_t n, float* weights, float* state) {
+      return store.read_shard(t, row0, n, weights, state);
+    };
+    if (Status s = write_piece(read, mt, dir, save_id, version, me, piece); !s.is_ok())
+      return s.with_context("piece '" + piece.file + "'");
+    PieceInfo& info = mine[static_cast<std::size_t>(t)];
+    info.present = 1;
+    info.box = piece.box;
+    info.bytes = piece.bytes;
+    info.crc = piece.crc;
   }
   return Status::ok();
 }
 
 // Rank 0's commit: the manifest listing every rank's pieces, checked against the directory as rank 0 sees it.
 Status commit_manifest(const Store& store, const std::string& dir, std::uint64_t generation, std::uint64_t save_id,
-                       int world, const std::vector<std::string>& extra, std::vector<std::string>& files) {
+                       std::uint32_t version, int world, const std::vector<std::string>& extra,
+                       std::vector<std::string>& files) {
   const StoreConfig& config = store.config();
   Manifest m;
-  m.version = 2;
+  m.version = version;
   m.generation = generation;
   m.save_id = save_id;
   m.world = world;
@@ -393,6 +360,50 @@ Status commit_manifest(const Store& store, const std::string& dir, std::uint64_t
 void set_world_save_hook(std::function<Status(int rank, SavePoint point)> hook) { save_hook() = std::move(hook); }
 
 void set_world_load_hook(std::function<Status(int rank, LoadPoint point)> hook) { load_hook() = std::move(hook); }
+
+ManifestTable table_entry(const StoreConfig& config, int t) {
+  const TableConfig& tc = config.tables[static_cast<std::size_t>(t)];
+  ManifestTable mt = manifest_entry(tc.spec);
+  mt.sharding = dispatch::to_string(tc.sharding.type);
+  return mt;
+}
+
+std::uint64_t new_save_id() {
+  std::random_device rd;
+  return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+}
+
+Status write_piece(const ReadRecords& read, const ManifestTable& mt, const std::string& dir, std::uint64_t save_id,
+                   std::uint32_t version, int rank, PieceEntry& piece) {
+  const Box& box = piece.box;
+  const std::int32_t cols = box.cols, sd = static_cast<std::int32_t>(record_floats(mt, box) - box.cols);
+  STRATA_ASSIGN_OR_RETURN(PieceWriter w, PieceWriter::create(dir, piece.file, mt, box, save_id, version));
+  const std::int64_t n_max = std::min(kChunkRows, box.rows);
+  // Not zero-filled: `read` fills each chunk's rows before they are copied.
+  const std::unique_ptr<float[]> weights(new float[static_cast<std::size_t>(n_max * cols)]),
+      state(new float[static_cast<std::size_t>(n_max * sd)]),
+      records(new float[static_cast<std::size_t>(n_max * (cols + sd))]);
+  bool halfway = false;
+  for (std::int64_t r = 0; r < box.rows; r += kChunkRows) {
+    const std::int64_t n = std::min(kChunkRows, box.rows - r);
+    STRATA_RETURN_IF_ERROR(read(r, n, weights.get(), sd ? state.get() : nullptr));
+    for (std::int64_t i = 0; i < n; ++i) {
+      float* rec = records.get() + i * (cols + sd);
+      std::memcpy(rec, weights.get() + i * cols, sizeof(float) * static_cast<std::size_t>(cols));
+      if (sd) std::memcpy(rec + cols, state.get() + i * sd, sizeof(float) * static_cast<std::size_t>(sd));
+    }
+    STRATA_RETURN_IF_ERROR(w.append(records.get(), n));
+    STRATA_RETURN_IF_ERROR(progressed());
+    if (!halfway && 2 * (r + n) >= box.rows) {
+      halfway = true;
+      STRATA_RETURN_IF_ERROR(at(rank, SavePoint::kPieceHalfWritten));
+    }
+  }
+  STRATA_RETURN_IF_ERROR(w.commit());
+  piece.bytes = w.bytes();
+  piece.crc = w.crc();
+  return Status::ok();
+}
 
 Result<std::uint64_t> next_generation(const std::string& dir) {
   // Only a missing manifest means "no checkpoint here". One that cannot be read or parsed (a newer format, an I/O
@@ -464,8 +475,7 @@ Status save_world(Store& store, dispatch::Communicator& comm, const std::string&
         generation = next.value();
       else
         s = next.status();
-      std::random_device rd;
-      save_id = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+      save_id = new_save_id();
     }
     Result<Gathered> g =
         gather_outcomes(comm, s, static_cast<std::int64_t>(generation), static_cast<std::int64_t>(save_id));
@@ -474,11 +484,13 @@ Status save_world(Store& store, dispatch::Communicator& comm, const std::string&
     generation = static_cast<std::uint64_t>(g.value().outcome[0].value[0]);
     save_id = static_cast<std::uint64_t>(g.value().outcome[0].value[1]);
   }
-  // 4. This rank's pieces, polled: a rank writing a whole table keeps its peers' collectives short.
+  // 4. This rank's pieces, polled: a rank writing a whole table keeps its peers' collectives short. Every rank has the
+  // same config, so the same format.
+  const std::uint32_t version = save_format(store.config(), true);
   std::vector<PieceInfo> mine(static_cast<std::size_t>(tables));
   Status wrote;
   Result<bool> written = run_polled(
-      &comm, [&] { return write_pieces(store, me, dir, generation, save_id, mine); }, wrote);
+      &comm, [&] { return write_pieces(store, me, dir, generation, save_id, version, mine); }, wrote);
   if (!written) return lost(written.status(), untouched);
   if (wrote.is_ok()) wrote = at(me, SavePoint::kPiecesCommitted);
   // 5. Durable: every rank's pieces renamed into place (or the first failure, on every rank; nothing committed).
@@ -494,7 +506,7 @@ Status save_world(Store& store, dispatch::Communicator& comm, const std::string&
   Result<bool> ran = run_polled(
       &comm,
       [&] {
-        return me == 0 ? commit_manifest(store, dir, generation, save_id, world, durable.value().extra, files)
+        return me == 0 ? commit_manifest(store, dir, generation, save_id, version, world, durable.value().extra, files)
                        : Status::ok();
       },
       committed);

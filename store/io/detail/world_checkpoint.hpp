@@ -1,5 +1,6 @@
 #pragma once
-// The checkpoint protocol of a world (format 2, checkpoint_format.hpp) and the one loader of every checkpoint.
+// The checkpoint protocol of a world (formats 2 and 3, checkpoint_format.hpp), the piece writer of every save and the
+// one loader of every checkpoint.
 //
 // save_world: a collective into one directory all ranks share. Each rank writes the pieces it holds (its row,
 // column or table shard; a replicated table once, by replicas[t % replicas.size()]); rank 0 alone takes the
@@ -13,7 +14,7 @@
 // spans of rows), every piece verified (size, header, checksum) by its reader before any row changes, then the rows
 // copied span by span through one all_to_all_v per span and table, each rank writing its own shard (write_shard).
 // A failure on any rank during the copy stops every rank's copy at that span, each keeping what it wrote before.
-// A store without a world (comm null) loads v1 and v2 checkpoints through the same code, as a world of one.
+// A store without a world (comm null) loads v1, v2 and v3 checkpoints through the same code, as a world of one.
 //
 // Long local work (writing, verifying or copying whole pieces, rank 0's removal of stale files) runs on a thread of its
 // own while the rank's thread meets its peers every 20 ms in a short all_gather, so that no rank waits in one
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "core/status.hpp"
+#include "store/io/detail/checkpoint_format.hpp"
 
 namespace strata {
 class Store;
@@ -42,6 +44,21 @@ namespace strata::detail {
 
 /// Store::save on a world: see the top of this file. Errors name the rank and the piece, the same text on every rank.
 Status save_world(Store& store, dispatch::Communicator& comm, const std::string& dir);
+
+/// The manifest entry of config table `t`: manifest_entry and the table's sharding type (its pieces not yet listed).
+ManifestTable table_entry(const StoreConfig& config, int t);
+/// A random save id (format 2 and 3: in every piece's name and header).
+std::uint64_t new_save_id();
+
+/// Reads local rows [row0, row0 + n) of what a piece holds as fp32: n x cols weights, n x state cols state (null when
+/// the table keeps none). Store::read_shard on a world, Store::read_rows on a store without one.
+using ReadRecords = std::function<Status(std::int64_t row0, std::int64_t n, float* weights, float* state)>;
+/// Writes piece `piece.file` of table `mt` holding `piece.box` in format `version` into `dir` (PieceWriter: durable
+/// under its name once this returns OK), its rows read by `read` in chunks, and sets piece.bytes and piece.crc.
+/// Counts progress per chunk (run_polled) and calls the save hook at kPieceHalfWritten as rank `rank`. PieceWriter's
+/// and `read`'s errors.
+Status write_piece(const ReadRecords& read, const ManifestTable& mt, const std::string& dir, std::uint64_t save_id,
+                   std::uint32_t version, int rank, PieceEntry& piece);
 
 /// The generation a save into `dir` writes: the manifest's + 1, or 1 when there is none. A manifest that cannot be
 /// read or parsed refuses the save (it names files the save must not remove as stale). Called with the lock held.
