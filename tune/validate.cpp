@@ -273,7 +273,7 @@ Status predict_sharded(const TuneInput& input, const StoreConfig& plan, std::int
       }
       if (i < steps) continue;  // the forward phase: not counted
       add_bytes(p.bytes, sharded_compute_bytes(tc.spec, k, o));
-      r.exchange_bytes += (8.0 + 2.0 * row_sizes(tc.spec).row) * static_cast<double>(k.remote);
+      r.exchange_bytes += exchange_bytes(tc.spec, static_cast<double>(k.remote));
       if (i < counted) continue;  // submitted before the counters started
       add_bytes(p.bytes, sharded_submit_bytes(tc.spec, tc.placement, k, o));
       if (tc.placement == Placement::kHybrid && k.served.keys > 0) {

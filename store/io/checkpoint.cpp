@@ -52,7 +52,8 @@ using detail::Manifest;
 using detail::ManifestTable;
 
 Status Store::save(const std::string& dir) {
-  // A world: each rank writes its pieces into one shared directory, rank 0 commits (format 2).
+  // A world: each rank writes its pieces into one shared directory, rank 0 commits (format 2, or 3 with half-size
+  // tables).
   if (dispatch::Communicator* comm = world()) return detail::save_world(*this, *comm, dir);
   // No flush of its own: read_rows flushes, and decides whether a table whose device failed can
   // still be read from host memory (README, "When the device fails").
@@ -90,7 +91,7 @@ Status Store::load(const std::string& dir) { return load_checkpoint(dir, nullptr
 Status Store::load_converting_dtypes(const std::string& dir) { return load_checkpoint(dir, nullptr, true); }
 
 Status Store::load_checkpoint(const std::string& dir, const std::string* manifest, bool convert_dtypes) {
-  // One loader for every checkpoint (format 1 or 2) and every store (a world: collective; see world_checkpoint.hpp).
+  // One loader for every checkpoint (format 1, 2 or 3) and every store (a world: collective; see world_checkpoint.hpp).
   STRATA_ASSIGN_OR_RETURN(detail::Loaded got, detail::load_pieces(*this, world(), dir, manifest, convert_dtypes));
   step_ = got.step;
   for (std::size_t ti = 0; ti < config_.tables.size(); ++ti) {

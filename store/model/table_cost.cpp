@@ -35,6 +35,10 @@ RowSizes row_sizes(const TableSpec& spec) {
           bytes(row_words(shape) + state_words(shape)), bytes(record_words(shape))};
 }
 
+double exchanged_row_bytes(const TableSpec& spec) { return 4.0 * spec.dim; }
+
+double exchange_bytes(const TableSpec& spec, double remote) { return (8.0 + 2.0 * exchanged_row_bytes(spec)) * remote; }
+
 void scale_bytes(StepBytes& b, double f) {
   for (double* x : {&b.hbm_read, &b.hbm_write, &b.h2d, &b.d2h, &b.host_read, &b.host_write, &b.host_remote,
                     &b.all_to_all, &b.launches, &b.host_cpu_read, &b.host_cpu_write})
@@ -252,25 +256,27 @@ StepBytes sharded_submit_bytes(const TableSpec& spec, Placement placement, const
 StepBytes sharded_compute_bytes(const TableSpec& spec, const ShardStep& k, const CostOptions& o) {
   StepBytes b;
   const RowSizes z = row_sizes(spec);
-  const double r = z.row, K = static_cast<double>(k.source.keys), B = static_cast<double>(k.source.bags);
-  const double U = static_cast<double>(k.source.distinct), W = static_cast<double>(k.source.weights);
-  const double S = static_cast<double>(k.served.keys), P = pooled_rows(spec, k.source), out = P * z.out;
+  // r: a stored row; x: a row as it moves between ranks and through the exchange's buffers.
+  const double r = z.row, x = exchanged_row_bytes(spec), K = static_cast<double>(k.source.keys);
+  const double B = static_cast<double>(k.source.bags), U = static_cast<double>(k.source.distinct);
+  const double W = static_cast<double>(k.source.weights), S = static_cast<double>(k.served.keys);
+  const double P = pooled_rows(spec, k.source), out = P * z.out;
   const bool pooled = spec.pooling != Pooling::kNone;
   // Forward: the shard's inner engine looks the served keys up into device memory.
-  if (S > 0) gather(b, k.served, r, S, r);
+  if (S > 0) gather(b, k.served, r, S, x);
   // Rows back to their sources (dispatch/exchange.cpp, device form): the index list of the keys
   // sent up; the served rows packed, sent (read at this rank, written at the receivers: peer
   // copies of thread ranks), the returned rows received and put at the unique keys.
   copy_h2d(b, 8.0 * U);
-  b.hbm_read += 2.0 * S * r;
-  b.hbm_write += S * r;
-  b.hbm_write += U * r;
-  b.hbm_read += U * r + 8.0 * U;
-  b.hbm_write += U * r;
+  b.hbm_read += 2.0 * S * x;
+  b.hbm_write += S * x;
+  b.hbm_write += U * x;
+  b.hbm_read += U * x + 8.0 * U;
+  b.hbm_write += U * x;
   // The source pools its bags from its unique rows: offsets, each key's unique index and the
   // weights up (8-byte words), then gather_pool.
   copy_h2d(b, words(8.0 * (B + 1)) + words(8.0 * K) + words(4.0 * W));
-  gather(b, k.source, r, P, z.out);
+  gather(b, k.source, x, P, z.out);
   if (o.trainer_on_device) {  // outputs and gradients in the trainer's device buffers
     finite_check(b, out, o);
   } else {  // the engine's own D2H of the outputs and H2D of the gradients
@@ -282,24 +288,24 @@ StepBytes sharded_compute_bytes(const TableSpec& spec, const ShardStep& k, const
   copy_h2d(b, words(8.0 * (B + 1)) + words(4.0 * W) + words(8.0 * U) + words(8.0 * (U + 1)) + words(4.0 * K) +
                   (pooled ? words(4.0 * K) : 0.0));
   b.hbm_read += out + 16.0 * U + 8.0 * K;
-  b.hbm_write += U * r;
+  b.hbm_write += U * x;
   // Sums to the holders: the index list up; the sums taken, sent, received and copied into the
   // served order.
   copy_h2d(b, 8.0 * U);
-  b.hbm_read += U * r + 8.0 * U;
-  b.hbm_write += U * r;
-  b.hbm_read += U * r;
-  b.hbm_write += S * r;
-  b.hbm_read += S * r;
-  b.hbm_write += S * r;
+  b.hbm_read += U * x + 8.0 * U;
+  b.hbm_write += U * x;
+  b.hbm_read += U * x;
+  b.hbm_write += S * x;
+  b.hbm_read += S * x;
+  b.hbm_write += S * x;
   // The inner engine's update of the served rows' U_s records from the served gradients (one
   // unpooled bag each; device views, which the store does not check).
   const double Us = static_cast<double>(k.served.distinct);
-  b.hbm_read += S * r + Us * (z.record + 16.0) + 8.0 * S;
+  b.hbm_read += S * x + Us * (z.record + 16.0) + 8.0 * S;
   b.hbm_write += Us * z.record;
   // Keys out, their rows back and their gradients out, to and from the other ranks, and one count
   // per table and peer (dispatch::KeyExchange).
-  b.all_to_all += (8.0 + 2.0 * r) * static_cast<double>(k.remote) + 8.0 * (o.ranks - 1.0);
+  b.all_to_all += exchange_bytes(spec, static_cast<double>(k.remote)) + 8.0 * (o.ranks - 1.0);
   return b;
 }
 

@@ -163,6 +163,12 @@ struct RowSizes {
 };
 /// The row sizes of `spec`.
 RowSizes row_sizes(const TableSpec& spec);
+/// A row of `spec` as it moves between ranks and through the exchange's buffers (an inner engine's
+/// lookup, a gradient sum): fp32 whatever the table's dtype (dispatch/exchange.cpp).
+double exchanged_row_bytes(const TableSpec& spec);
+/// All-to-all bytes of `remote` keys of `spec` sent to other ranks: each key out, its row back and
+/// its gradient out.
+double exchange_bytes(const TableSpec& spec, double remote);
 
 /// Host bytes per cache slot of the pool's bookkeeping (estimate from cache/cache_planner.hpp: the
 /// 32-byte slot record, the key map's entry of about 16 bytes at its load, the slot's version and

@@ -568,6 +568,16 @@ TEST(TuneCli, ValidatePredictsTablesOfOneDimAndTwoDtypesExactly) {
  {"name": "d", "rows": 8000, "dim": 16, "placement": "offload"},
  {"name": "e", "rows": 4000, "dim": 16, "dtype": "bf16", "placement": "offload"}]})";
   expect_exact_bytes(plan, "dtypes", w, "device");
+  // Over ranks, rows move between them (and through the exchange's buffers) as the inner engines'
+  // fp32 lookups and gradient sums, whatever the table's dtype: validate counted bf16 rows at half
+  // size there (all-to-all 19471 bytes a step predicted, 23964 measured).
+  const char* const sharded = R"({"threads": 1, "tables": [
+ {"name": "a", "rows": 20000, "dim": 16, "dtype": "bf16", "placement": "hybrid", "cache": {"rows": 400, "cap": true}},
+ {"name": "b", "rows": 3000, "dim": 16, "dtype": "bf16", "placement": "gpu"},
+ {"name": "c", "rows": 500, "dim": 8, "placement": "gpu"},
+ {"name": "d", "rows": 8000, "dim": 16, "placement": "hybrid", "cache": {"rows": 400, "cap": true}},
+ {"name": "e", "rows": 4000, "dim": 16, "dtype": "bf16", "placement": "hybrid", "cache": {"rows": 300, "cap": true}}]})";
+  expect_exact_bytes(sharded, "dtypes-sharded", w + " --ranks 2", "device");
 }
 
 // A plan at the smallest feasible budget gives its hybrid tables the planner's smallest cache, one

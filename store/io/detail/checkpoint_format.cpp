@@ -22,6 +22,10 @@
 #include "store/store.hpp"
 
 namespace strata::detail {
+
+// Records are written and read in this machine's byte order; the header says little-endian.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "checkpoint files are little-endian");
+
 namespace {
 
 using nlohmann::json;

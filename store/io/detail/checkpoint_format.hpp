@@ -88,7 +88,7 @@ std::string hex64(std::uint64_t v);
 /// dir + "/" + name.
 std::string join(const std::string& dir, const std::string& name);
 
-/// One file of a table: the whole table (format 1) or one rank's part of it (format 2).
+/// One file of a table: the whole table (format 1) or one rank's part of it (formats 2 and 3).
 struct PieceEntry {
   std::string file;  ///< a plain file name inside the checkpoint directory
   int rank = 0;      ///< the saving rank (0 in format 1)
@@ -109,14 +109,15 @@ struct ManifestTable {
   /// Whether learning_rate is recorded: manifest_text writes it only then, parse_manifest sets this false for a
   /// checkpoint from before learning rates were saved. True by default: a saver's entry carries its rate.
   bool has_learning_rate = true;
-  std::string sharding;            ///< format 2: the saving world's sharding type ("row"); empty in format 1
+  std::string sharding;            ///< formats 2 and 3: the saving world's sharding type ("row"); empty in format 1
   std::vector<PieceEntry> pieces;  ///< tile the table (check_tiling); format 1: one whole piece
 };
 struct Manifest {
   std::uint32_t version = kFormatVersion;  ///< 1, 2 or 3
   std::uint64_t generation = 0;
-  std::uint64_t save_id = 0;  ///< format 2: the save's random id (in every piece's name and header); 0 in format 1
-  int world = 1;              ///< the saving world's size (1 in format 1)
+  std::uint64_t save_id =
+      0;          ///< formats 2 and 3: the save's random id (in every piece's name and header); 0 in format 1
+  int world = 1;  ///< the saving world's size (1 in format 1)
   std::int64_t step = 0;
   std::vector<ManifestTable> tables;
   std::string config;  ///< the "config" object as JSON text; empty: not recorded (an older checkpoint)
@@ -174,7 +175,7 @@ std::int64_t file_record_bytes(const RecordShape& shape);
 /// The size a file of format `version` holding `box` of table `m` must have: header and records.
 std::uint64_t expected_file_bytes(const ManifestTable& m, const Box& box, std::uint32_t version);
 
-/// "<table>.<generation>.<save id, 16 hex digits>.r<rank>.tbl": the name of a format 2 piece.
+/// "<table>.<generation>.<save id, 16 hex digits>.r<rank>.tbl": the name of a format 2 or 3 piece.
 std::string piece_file_name(const std::string& table, std::uint64_t generation, std::uint64_t save_id, int rank);
 
 /// Writes one piece of format `version`: create() writes the header, append() the records in row order, commit() makes
