@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -636,6 +637,54 @@ TEST_F(Checkpoint, HalfTablesSaveAtTheirOwnSizeAndLoadBitForBit) {
   EXPECT_NE(st.message().find(gone), std::string::npos) << st.message();
   EXPECT_TRUE(same_state(fresh, snapshot(**d)));
   EXPECT_EQ((*d)->step(), 0);
+}
+
+// A converting load of a format 3 checkpoint whose bf16 rows hold a value fp16 cannot (99840, bf16's nearest to 1e5;
+// fp16's largest is 65504) into a store whose table is fp16 is refused naming the piece, the record, the column and the
+// value, before any table changes (t0, converted bf16 to fp32 first, included): rows, state, step and rates as before.
+// The same checkpoint into fp32 tables is widened bit for bit.
+TEST_F(Checkpoint, ConvertingAHalfCheckpointIntoAnElementTypeThatCannotHoldItIsRefusedAndChangesNothing) {
+  StoreConfig half = half_tables(config_);
+  half.tables[2].spec.dtype = DType::kBF16;
+  StoreConfig narrow = half, wide = half;
+  narrow.tables[0].spec.dtype = DType::kF32;
+  narrow.tables[2].spec.dtype = DType::kF16;
+  for (TableConfig& t : wide.tables) t.spec.dtype = t.spec.state_dtype = DType::kF32;
+  const TableSpec& spec = half.tables[2].spec;
+  Snapshot values = typed_values(half);
+  for (float& x : values.weights[2])  // t2's others fp16 holds: those past its largest scaled by 2^-128 (exact)
+    if (std::fabs(x) > 65504.0f && !std::isnan(x)) x = std::ldexp(x, -128);
+  const std::int64_t row = spec.rows - 1, col = spec.dim - 1;
+  values.weights[2][static_cast<std::size_t>(row * spec.dim + col)] = 99840.0f;
+  auto a = Store::open(half);
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  write_snapshot(**a, values);
+  ASSERT_TRUE((*a)->set_step(9).is_ok());
+  ASSERT_TRUE((*a)->set_learning_rate(half.tables[0].spec.name, 0.125f).is_ok());
+  ASSERT_TRUE((*a)->save(dir_).is_ok());
+  Result<detail::Manifest> m = detail::read_manifest(dir_.string());
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  EXPECT_EQ(m.value().version, detail::kTypedFormatVersion);
+
+  auto b = Store::open(narrow);
+  ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+  const Snapshot before = snapshot(**b);
+  const Status st = (*b)->load_converting_dtypes(dir_);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  for (const std::string& part :
+       {table_file(2) + " (table '" + spec.name + "'", "record " + std::to_string(row) + ", weight column " +
+                                                           std::to_string(col) + " is 99840, which fp16 cannot hold"})
+    EXPECT_NE(st.message().find(part), std::string::npos) << st.message();
+  EXPECT_TRUE(same_state(before, snapshot(**b)));
+  EXPECT_EQ((*b)->step(), 0);
+  EXPECT_EQ((*b)->learning_rate(half.tables[0].spec.name).value(), half.tables[0].spec.optimizer.learning_rate);
+
+  auto w = Store::open(wide);
+  ASSERT_TRUE(w.is_ok());
+  ASSERT_TRUE((*w)->load_converting_dtypes(dir_).is_ok());
+  EXPECT_TRUE(same_state(values, snapshot(**w)));
+  EXPECT_EQ((*w)->step(), 9);
+  EXPECT_EQ((*w)->learning_rate(half.tables[0].spec.name).value(), 0.125f);
 }
 
 // Before format 3 a checkpoint held every element as fp32, half-size tables' too: format 1 (a store) and format 2 (a
