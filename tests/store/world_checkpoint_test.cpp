@@ -292,19 +292,38 @@ StoreConfig half_world_config(int world, bool rotate) {
   return c;
 }
 
+// `values` written (write_snapshot) into a world of 2 opened with `config` at step 5 and saved into `dir`; its
+// manifest.
+Result<detail::Manifest> save_on_two_ranks(const std::string& dir, const StoreConfig& config, const Snapshot& values) {
+  on_world(2, config, [&](int rank, Store& store) {
+    write_snapshot(store, values);
+    ASSERT_TRUE(store.set_step(5).is_ok());
+    const Status s = store.save(dir);
+    ASSERT_TRUE(s.is_ok()) << "rank " << rank << ": " << s.to_string();
+  });
+  return detail::read_manifest(dir);
+}
+
+// `dir` (save_on_two_ranks') loads into a world of 3 and into a store without a world, opened with config_of(world):
+// `values` bit for bit at step 5 on every rank.
+void expect_loads_bit_for_bit(const std::string& dir, const Snapshot& values,
+                              const std::function<StoreConfig(int)>& config_of) {
+  for (const int world : {3, 0})
+    on_world(world, config_of(world), [&](int rank, Store& store) {
+      const Status s = store.load(dir);
+      ASSERT_TRUE(s.is_ok()) << "world " << world << ", rank " << rank << ": " << s.to_string();
+      EXPECT_TRUE(same_state(values, snapshot(store))) << "world " << world << ", rank " << rank;
+      EXPECT_EQ(store.step(), 5);
+    });
+}
+
 // Half-size elements in tables of every sharding and optimizer (format 3): a world of 2 saves each element at its own
 // size and the checkpoint loads into a world of 3 with every sharding rotated, and into a store without a world, bit
 // for bit (NaN payloads and signed zeros included).
 TEST_F(WorldCheckpointTest, HalfTablesSaveAtTheirOwnSizeAndReshardBitForBit) {
   const std::string dir = fresh_dir("half");
   const Snapshot values = typed_values(half_world_config(2, false));
-  on_world(2, half_world_config(2, false), [&](int rank, Store& store) {
-    write_snapshot(store, values);
-    ASSERT_TRUE(store.set_step(5).is_ok());
-    const Status s = store.save(dir);
-    ASSERT_TRUE(s.is_ok()) << "rank " << rank << ": " << s.to_string();
-  });
-  Result<detail::Manifest> m = detail::read_manifest(dir);
+  const Result<detail::Manifest> m = save_on_two_ranks(dir, half_world_config(2, false), values);
   ASSERT_TRUE(m.is_ok()) << m.status().to_string();
   EXPECT_EQ(m.value().version, detail::kTypedFormatVersion);
   std::uint64_t got = 0, want = 0;
@@ -315,13 +334,45 @@ TEST_F(WorldCheckpointTest, HalfTablesSaveAtTheirOwnSizeAndReshardBitForBit) {
         t.spec.rows * (t.spec.dim * element_bytes(t.spec.dtype) +
                        optimizer_state_dim(t.spec.optimizer.kind, t.spec.dim) * element_bytes(t.spec.state_dtype)));
   EXPECT_EQ(got, want);  // the records, each element at its size
-  for (const int world : {3, 0})
-    on_world(world, half_world_config(world, true), [&](int rank, Store& store) {
-      const Status s = store.load(dir);
-      ASSERT_TRUE(s.is_ok()) << "world " << world << ", rank " << rank << ": " << s.to_string();
-      EXPECT_TRUE(same_state(values, snapshot(store))) << "world " << world << ", rank " << rank;
-      EXPECT_EQ(store.step(), 5);
-    });
+  expect_loads_bit_for_bit(dir, values, [](int world) { return half_world_config(world, true); });
+  fs::remove_all(dir);
+}
+
+// Tables of dim 5 (world_config's t4 and t0 shapes) of `type` on a world of `world` (0: a store without a world): fp32
+// rows with bf16 adam state, bf16 rows with fp32 adam state, bf16 rows with bf16 adagrad state.
+StoreConfig odd_half_config(int world, ShardingType type) {
+  const StoreConfig all = world_config(world, false, 7);
+  StoreConfig c = all;
+  c.tables.clear();
+  const struct {
+    int base;
+    DType dtype, state_dtype;
+  } tables[] = {{4, DType::kF32, DType::kBF16}, {4, DType::kBF16, DType::kF32}, {0, DType::kBF16, DType::kBF16}};
+  for (const auto& t : tables) {
+    TableConfig tc = all.tables[static_cast<std::size_t>(t.base)];
+    tc.spec.name = "odd" + std::to_string(c.tables.size());
+    tc.spec.dtype = t.dtype;
+    tc.spec.state_dtype = t.state_dtype;
+    if (world > 0) tc.sharding.type = type;
+    c.tables.push_back(tc);
+  }
+  return c;
+}
+
+// Format 3 pieces of a part of the columns of an odd dim (5 over 2 ranks: records of 3 and 2 columns and their share of
+// the state, half elements among them) reshard into 3 row-sharded ranks and into a store without a world bit for bit.
+TEST_F(WorldCheckpointTest, HalfRecordsSplitByColumnOfAnOddDimReshardIntoRowsBitForBit) {
+  const std::string dir = fresh_dir("odd_half");
+  const Snapshot values = typed_values(odd_half_config(2, ShardingType::kColumn));
+  const Result<detail::Manifest> m = save_on_two_ranks(dir, odd_half_config(2, ShardingType::kColumn), values);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  EXPECT_EQ(m.value().version, detail::kTypedFormatVersion);
+  for (const detail::ManifestTable& t : m.value().tables) {
+    std::multiset<std::int32_t> cols;
+    for (const detail::PieceEntry& p : t.pieces) cols.insert(p.box.cols);
+    EXPECT_EQ(cols, (std::multiset<std::int32_t>{2, 3})) << t.name;
+  }
+  expect_loads_bit_for_bit(dir, values, [](int world) { return odd_half_config(world, ShardingType::kRow); });
   fs::remove_all(dir);
 }
 
