@@ -536,6 +536,36 @@ class PyStore {
     dispatch["exchange_seconds"] = st.dispatch.exchange_seconds;
     dispatch["lookup_seconds"] = st.dispatch.lookup_seconds;
     dispatch["local_seconds"] = st.dispatch.local_seconds;
+    const auto placement = [](const NumaPlacement& n) {
+      py::dict d;
+      d["memory_node"] = n.memory_node;
+      d["thread_node"] = n.thread_node;
+      d["pinned_node"] = n.pinned_node;
+      d["note"] = n.note;
+      return d;
+    };
+    py::list numa_engines, numa_tables;
+    for (const auto& [engine, n] : st.numa_engines) {
+      py::dict d = placement(n);
+      d["engine"] = engine;
+      numa_engines.append(d);
+    }
+    for (const TableNuma& t : st.numa_tables) {
+      py::dict pages, nodes;
+      for (const auto& [node, count] : t.pages.nodes) nodes[py::int_(node)] = count;
+      pages["sampled"] = t.pages.sampled;
+      pages["unfaulted"] = t.pages.unfaulted;
+      pages["nodes"] = nodes;
+      pages["note"] = t.pages.note;
+      py::dict d;
+      d["table"] = t.table;
+      d["placement"] = t.placement;
+      d["engine"] = t.engine;
+      d["memory_node"] = t.memory_node;
+      d["thread_node"] = t.thread_node;
+      d["pages"] = pages;
+      numa_tables.append(d);
+    }
     py::dict out;
     out["cache"] = cache;
     out["device"] = st.device;
@@ -545,6 +575,9 @@ class PyStore {
     out["staging"] = staging(st.staging);
     out["activation_staging"] = staging(st.activation_staging);
     out["dispatch"] = dispatch;
+    out["numa"] = placement(st.numa);
+    out["numa_engines"] = numa_engines;
+    out["numa_tables"] = numa_tables;
     out["step"] = step;
     out["in_flight"] = in_flight;
     return out;
@@ -1038,7 +1071,10 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
            "device}), 'dispatch' (sharded tables: 'rank', 'world', "
            "'batches', 'bytes' = 'key_bytes' + 'row_bytes' + 'grad_bytes' exchanged with other ranks, 'bytes_no_dedup' "
            "(what they would be without dedup at the source), 'exchange_seconds', 'lookup_seconds', 'local_seconds'), "
-           "'step', 'in_flight'.")
+           "'numa' (the host tier's {'memory_node', 'thread_node', 'pinned_node', 'note'}, -1: not bound), "
+           "'numa_engines' (a list: that per engine, with 'engine'), 'numa_tables' (a list, per table of host rows: "
+           "'table', 'placement', 'engine', 'memory_node', 'thread_node' and 'pages': {'sampled', 'unfaulted', "
+           "'nodes': {OS node: sampled pages on it}, 'note'}, where up to 64 of its pages are), 'step', 'in_flight'.")
       .def_property_readonly(
           "device", [](PyStore& p) { return device_info(p.device().get()); },
           "None for a store without a device, else {'backend', 'name', 'ordinal', 'capacity'}.")

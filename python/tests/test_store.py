@@ -144,6 +144,23 @@ def test_stats_of_a_cached_store():
     assert st["cache"]["a"]["bypassed"] == 0  # every batch's rows fit the 13 cache rows
 
 
+def test_stats_say_where_each_engine_and_table_lives():
+    s = strata.Store(config([table("a", 20, 4), table("b", 30, 8, mode="cached", cache_rows=5)], "cached"))
+    s.write_rows("a", 0, np.ones((20, 4), np.float32))  # touches a's pages
+    st = s.stats()
+    assert sorted(e["engine"] for e in st["numa_engines"]) == ["cached", "cpu"]
+    assert set(st["numa"]) == {"memory_node", "thread_node", "pinned_node", "note"}
+    tables = {t["table"]: t for t in st["numa_tables"]}
+    assert set(tables) == {"a", "b"}  # b: the cached table's host tier
+    assert (tables["a"]["engine"], tables["a"]["placement"]) == ("cpu", "cpu")
+    assert (tables["b"]["engine"], tables["b"]["placement"]) == ("cached", "cached")
+    pages = tables["a"]["pages"]
+    assert pages["sampled"] > 0
+    if not pages["note"]:  # a kernel that answers move_pages: every touched page is on a node
+        assert sum(pages["nodes"].values()) + pages["unfaulted"] == pages["sampled"]
+        assert all(n >= 0 for n in pages["nodes"])
+
+
 def test_a_batch_larger_than_the_cache_trains_and_counts_its_bypassed_rows():
     s = strata.Store(config([table("a", 20, 4, mode="cached", cache_rows=2)], "cached"))
     ref = strata.Store(config([table("a", 20, 4)]))
