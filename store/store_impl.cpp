@@ -392,8 +392,7 @@ class StoreImpl final : public Store {
     for (const auto& e : engines_) {
       const std::size_t before = held.size();
       e->host_tables(held);
-      const bool cpu = std::string(e->name()) == "cpu";  // the one engine without a device
-      s.numa_engines.emplace_back(e->name(), detail::engine_placement(s.numa, held.size() > before, !cpu));
+      s.numa_engines.emplace_back(e->name(), detail::engine_placement(s.numa, held.size() > before, e->uses_device()));
       for (std::size_t i = before; i < held.size(); ++i) engine_of[static_cast<std::size_t>(held[i].first)] = e->name();
     }
     std::sort(held.begin(), held.end(), [](const auto& a, const auto& b) { return a.first < b.first; });

@@ -140,6 +140,7 @@ class CpuEngine final : public Engine {
   Status discard(EngineBatch&, const KeyBatch&, const EngineFeatures&) override { return Status::ok(); }
   Status flush() override { return Status::ok(); }
   const char* name() const noexcept override { return "cpu"; }
+  bool uses_device() const noexcept override { return false; }
   void host_tables(std::vector<std::pair<int, const HostTable*>>& out) const override { add_host_tables(tables_, out); }
 
   Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {

@@ -120,6 +120,8 @@ class Engine {
   virtual void staging_stats(StagingBytes& /*batches*/, StagingBytes& /*activations*/) const {}
   /// Its name in StoreStats::numa_engines and numa_tables: "cpu", "offload", "cached", "gpu" or "sharded".
   virtual const char* name() const noexcept = 0;
+  /// Whether it works through the store's device (its pinned staging counts in StoreStats::numa_engines). Default: yes.
+  virtual bool uses_device() const noexcept { return true; }
   /// Adds (global table index, its host table) for each table whose rows (or shard) it holds in host memory. Default
   /// (rows in device memory): nothing.
   virtual void host_tables(std::vector<std::pair<int, const HostTable*>>& /*out*/) const {}
