@@ -286,8 +286,9 @@ else
   if [ "$mode" = rehearse ] && command -v ccache >/dev/null 2>&1; then
     launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   fi
-  # Rehearsing checks the build path, not speed: C++ at -O1 (STRATA_QUICK_BUILD; the GPU run keeps
-  # Release's -O3). CI runs the rehearsal without ccache: its build took 683 s of two cores at -O3.
+  # Rehearsing checks the build path, not speed: C++ at -O0 (STRATA_QUICK_BUILD; the GPU run keeps
+  # Release's -O3). CI runs the rehearsal without ccache: its build took 683 s of two cores at -O3,
+  # 946 s at -O1 on a loaded machine.
   quick=()
   [ "$mode" = rehearse ] && quick=(-DSTRATA_QUICK_BUILD=ON)
   # Only the bundle: no system prefixes (/usr, /usr/local), none from PATH or the environment, no
