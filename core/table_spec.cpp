@@ -32,9 +32,9 @@ std::string shown_name(const std::string& name) {
   return name.size() > kShown ? out + "..." : out;
 }
 
-// The element types' rules (their ranges were checked): the state_dtype an optimizer may have, and
-// stochastic rounding only where something is rounded. Which element types a placement serves is
-// the store's to check (store/store_impl.cpp's served_dtypes).
+}  // namespace
+
+// Which element types a placement serves is the store's to check (store/store_impl.cpp's served_dtypes).
 Status validate_dtypes(const TableSpec& s, const std::string& who) {
   const OptimizerKind kind = s.optimizer.kind;
   if (s.state_dtype != DType::kF32 && s.state_dtype != DType::kBF16)
@@ -50,8 +50,6 @@ Status validate_dtypes(const TableSpec& s, const std::string& who) {
                                     "dtype of bf16 or fp16, or a state_dtype of bf16: fp32 elements are not rounded)");
   return Status::ok();
 }
-
-}  // namespace
 
 Status validate_table_name(const std::string& name) {
   const std::string rule = " (expected 1 to " + std::to_string(kMaxTableNameBytes) +

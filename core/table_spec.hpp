@@ -88,6 +88,11 @@ Status validate_table_name(const std::string& name);
 /// Optimizer-state elements kept per row: sgd 0, adagrad dim, rowwise_adagrad 1, adam 2*dim.
 std::int32_t optimizer_state_dim(OptimizerKind kind, std::int32_t dim) noexcept;
 
+/// The element types' rules, their ranges checked: the state_dtype an optimizer may have (fp32, or bf16 for
+/// adagrad and adam), and stochastic rounding only where something is rounded. Errors (kInvalidArgument) start with
+/// `who`. validate(TableSpec) calls it, and checkpoint manifests are checked with it.
+Status validate_dtypes(const TableSpec& spec, const std::string& who);
+
 /// Checks a spec: its name (validate_table_name), then "table 'user': dim 0 must be > 0", its dtypes. Does not check
 /// name uniqueness, nor the shard origin in `init` (validate(StoreConfig) does).
 Status validate(const TableSpec& spec);

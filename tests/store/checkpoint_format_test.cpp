@@ -229,7 +229,7 @@ TEST(CheckpointFormat, ManifestsThatAreCorruptOrOfAnotherVersionAreRefusedNaming
 }
 
 // Shapes no save writes: a negative or too wide table, a state width its optimizer does not keep, an optimizer that
-// does not exist, byte counts past 2^63. Each once parsed (the last but two made expected_file_bytes wrap to 64, and
+// does not exist, byte counts past 2^63, element types a table cannot have. Each once parsed (the last but two made expected_file_bytes wrap to 64, and
 // a reader of it threw std::length_error); each is refused naming the table and the field.
 TEST(CheckpointFormat, ImpossibleTableShapesAreRefusedNamingTheField) {
   Manifest m;  // format 1: one whole piece, no piece sizes checked against boxes
@@ -268,6 +268,11 @@ TEST(CheckpointFormat, ImpossibleTableShapesAreRefusedNamingTheField) {
   expect_refused(edited(world_manifest(), [](nlohmann::json& j) { j["tables"][1]["state_dim"] = 5; }),
                  StatusCode::kDataLoss,
                  {"table 'item': state_dim 5 (expected 10 for optimizer adam and dim 5", corrupt});
+  // Element types no store has: bf16 state of rowwise_adagrad (one fp32 a row), fp16 state.
+  expect_refused(edited(world_manifest(), [](nlohmann::json& j) { j["tables"][2]["state_dtype"] = "bf16"; }),
+                 StatusCode::kDataLoss, {"table 'ads': state_dtype bf16 with optimizer rowwise_adagrad", corrupt});
+  expect_refused(edited(world_manifest(), [](nlohmann::json& j) { j["tables"][0]["state_dtype"] = "fp16"; }),
+                 StatusCode::kDataLoss, {"table 'user': state_dtype fp16 (expected fp32 or bf16)", corrupt});
 }
 
 // A table saved without a learning rate (a checkpoint from before rates were recorded, loaded and saved again) keeps

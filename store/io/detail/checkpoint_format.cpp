@@ -104,6 +104,13 @@ Status check_shape(const std::string& path, const ManifestTable& mt) {
     if (Result<DType> d = parse_dtype(*dtype); !d) return Status::data_loss(who + d.status().message() + " (corrupt)");
   Result<OptimizerKind> kind = parse_optimizer(mt.optimizer);
   if (!kind) return Status::data_loss(who + kind.status().message() + " (corrupt)");
+  // The element types a table may have (no store writes a rowwise_adagrad table with bf16 state).
+  TableSpec types;
+  types.optimizer.kind = kind.value();
+  types.dtype = parse_dtype(mt.dtype).value();
+  types.state_dtype = parse_dtype(mt.state_dtype).value();
+  if (Status s = validate_dtypes(types, path + ": table '" + mt.name + "'"); !s.is_ok())
+    return Status::data_loss(s.message() + " (corrupt)");
   const std::int32_t state_dim = optimizer_state_dim(kind.value(), mt.dim);
   if (mt.state_dim != state_dim)
     return Status::data_loss(who + "state_dim " + std::to_string(mt.state_dim) + " (expected " +
