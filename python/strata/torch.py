@@ -7,9 +7,12 @@ feature's name is the table's):
 * a dict ``{table: {"keys" | "values": ..., "lengths" | "offsets": ..., "weights" |
   "per_sample_weights": ...}}`` of CPU tensors or NumPy arrays (keys int64 or int32, weights float32
   and optional; "values" and "per_sample_weights" are torch's names, and a feature gives one name
-  of each). ``offsets`` are torch.nn.EmbeddingBag's: with the module's ``include_last_offset=True``
-  (the default) batch + 1 of them, the last the key count; with ``include_last_offset=False`` one
-  per bag (batch), the last bag running to the end of the keys. Every feature has the first's
+  of each; None is an absent entry). ``offsets`` read as torch.nn.EmbeddingBag's do under its
+  ``include_last_offset``: with the module's ``include_last_offset=True`` (Strata's default; torch's
+  is False) batch + 1 of them, the last the key count; with ``include_last_offset=False`` one per
+  bag (batch), the last bag running to the end of the keys. Offsets of torch's default given to a
+  module of Strata's are refused (the last is not the key count), unless the last bag is empty,
+  when they read as one bag fewer. Every feature has the first's
   batch size (ValueError naming the feature, the length given and the one expected), or
 * TorchRec's ``KeyedJaggedTensor`` (anything with its ``to_dict()`` of jagged tensors; its offsets
   are always batch + 1, whatever ``include_last_offset``), or
@@ -267,24 +270,29 @@ def _features_of(batch, include_last_offset=True):
         "'weights'}} or a KeyedJaggedTensor; forward takes a SubmittedBatch too)")
 
 
-# (Strata's name, torch's) of a feature's entries that torch names otherwise: one of each pair.
-_ENTRY_ALIASES = (("keys", "values"), ("weights", "per_sample_weights"))
+def _entry(f, ours, torchs=None):
+    """A feature's entry by Strata's name or torch's (``keys``/``values``), None where absent: an
+    entry given as None is absent, as the store reads it (which refuses both names given)."""
+    x = f.get(ours)
+    return f.get(torchs) if x is None and torchs else x
 
 
 def _host_vector(x):
-    """A feature's entry as a 1-D vector of integers whose length and values Python reads (a CPU
-    tensor as it is, a NumPy array or list as a NumPy array), or None for anything else (absent, on
-    a device, of another shape or dtype: the store names it)."""
+    """A feature's entry as a vector that Python reads, where the store would read it as keys,
+    offsets or lengths (1-D, int64 or int32): a CPU tensor as it is, anything else as
+    ``np.asarray`` reads it (a NumPy array, list, array.array, range, memoryview, anything with
+    ``__array__``), as the store does. None for anything else (absent, on a device, of another
+    shape or dtype): the store refuses it, naming it."""
     if isinstance(x, torch.Tensor):
-        integral = not (x.dtype.is_floating_point or x.dtype.is_complex) and x.dtype != torch.bool
-        return x if integral and x.dim() == 1 and x.device.type == "cpu" else None
-    if not isinstance(x, (np.ndarray, list, tuple)):
+        ok = x.dtype in (torch.int64, torch.int32) and x.dim() == 1 and x.device.type == "cpu"
+        return x if ok else None
+    if x is None:
         return None
     try:
         a = np.asarray(x)
     except (ValueError, TypeError):  # a ragged list
         return None
-    return a if a.ndim == 1 and a.dtype.kind in "iu" else None
+    return a if a.ndim == 1 and a.dtype in (np.int64, np.int32) else None
 
 
 def _dict_features(batch, include_last_offset):
@@ -297,14 +305,10 @@ def _dict_features(batch, include_last_offset):
         if not isinstance(f, dict):
             features[name] = f
             continue
-        for ours, torchs in _ENTRY_ALIASES:
-            if ours in f and torchs in f:
-                raise ValueError(f"feature {name!r}: both {ours!r} and {torchs!r} (expected one: {torchs!r} is "
-                                 f"torch's name of {ours!r})")
-        if ("offsets" in f) == ("lengths" in f):
+        if (_entry(f, "offsets") is None) == (_entry(f, "lengths") is None):
             features[name] = f
             continue
-        entry = "offsets" if "offsets" in f else "lengths"
+        entry = "offsets" if _entry(f, "offsets") is not None else "lengths"
         bags = _host_vector(f[entry])
         if bags is None:
             features[name] = f
@@ -329,8 +333,8 @@ def _dict_features(batch, include_last_offset):
 def _last_offset_added(name, f, offsets):
     """Feature ``f`` with offsets of length batch (the last bag runs to the end of the keys, as
     torch.nn.EmbeddingBag's include_last_offset=False) completed to batch + 1."""
-    keys = f.get("keys", f.get("values"))
-    if keys is None or not hasattr(keys, "__len__"):
+    keys = _host_vector(_entry(f, "keys", "values"))
+    if keys is None:
         return f  # the store names it
     n = len(keys)
     if len(offsets) == 0 and n:
@@ -359,8 +363,8 @@ class EmbeddingBagCollection(nn.Module):
     ``tables.<name>.*``, load too).
 
     ``include_last_offset``: how the forward reads a dict feature's ``offsets``, as
-    torch.nn.EmbeddingBag does (True, the default: batch + 1 offsets; False: batch offsets, the
-    last bag to the end of the keys; see the module's doc).
+    torch.nn.EmbeddingBag does (True, Strata's default, torch's is False: batch + 1 offsets; False:
+    batch offsets, the last bag to the end of the keys; see the module's doc).
 
     ``process_group``: None (the default) is ``torch.distributed.group.WORLD`` when
     ``torch.distributed`` is available and initialized, else a store of this process alone; False is
@@ -429,11 +433,13 @@ class EmbeddingBagCollection(nn.Module):
             if table is None:
                 return None  # the store names it
             if table["pooling"] == "none":
-                rows = len(f.get("keys", f.get("values", ())))
-            elif "lengths" in f:
+                keys = _entry(f, "keys", "values")
+                rows = 0 if keys is None else len(keys)
+            elif _entry(f, "lengths") is not None:
                 rows = len(f["lengths"])
             else:
-                rows = max(len(f.get("offsets", ())) - 1, 0)
+                offsets = _entry(f, "offsets")
+                rows = 0 if offsets is None else max(len(offsets) - 1, 0)
             shapes.append((rows, table["dim"]))
         return shapes
 
@@ -657,8 +663,10 @@ class EmbeddingBagCollection(nn.Module):
         the module that saved it. ``assign`` (torch's, passed on where torch takes it) changes
         nothing here: the rows are always copied into the store. A table's entries may have the names
         state_dicts had before ``embedding_bags.<name>.*``, ``tables.<name>.*`` (a table's entries
-        under both names are refused); errors name the entries as given, ``missing_keys`` by
-        today's names.
+        under both names are refused); errors name the entries as given, except that in a world
+        of more than one rank a step or learning rate that differs between ranks is named by
+        today's names (``step``, ``embedding_bags.<name>.learning_rate``), as ``missing_keys``
+        are.
 
         With ``strict`` (the default) every entry of ``state_dict()`` must be there: a state_dict
         without ``step`` (saved before the step was part of it) or without a table's optimizer

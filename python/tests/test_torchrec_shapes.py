@@ -3,10 +3,13 @@ outputs, offsets of length batch (include_last_offset=False, against torch.nn.Em
 per_sample_weights, and the state_dict names embedding_bags.<table>.* (those before, tables.<table>.*,
 still load)."""
 
+import array
+
 import numpy as np
 import pytest
 import torch
 
+import strata
 import strata.torch as st
 from conftest import FakeKJT, config, table
 
@@ -50,7 +53,7 @@ def test_offsets_of_length_batch_match_torch_embedding_bag(pooling, weighted):
         ((ref - target) ** 2).sum().backward()
         opt.step()
         np.testing.assert_allclose(ebc.store.read_rows("user")[0], bag.weight.detach().numpy(), rtol=0, atol=1e-5)
-    # The default is torch's include_last_offset=True: offsets of length batch + 1.
+    # Strata's default, include_last_offset=True (torch's is False): offsets of length batch + 1.
     out = make().eval()({"user": feature([1, 2, 2, 5, 7, 0], [0, 2, 2, 5, 6])})
     assert out["user"].shape == (4, 3)
 
@@ -75,6 +78,25 @@ def test_offsets_of_a_wrong_length_are_refused_naming_the_feature():
     assert ebc({"user": feature([], [])})["user"].shape == (0, 3)
 
 
+@pytest.mark.parametrize("kind", ["array", "range", "memoryview"])
+def test_offsets_of_length_batch_in_any_type_the_store_reads_get_the_key_count(kind):
+    offsets = {"array": array.array("q", [0, 2, 4]), "range": range(0, 6, 2),
+               "memoryview": memoryview(array.array("q", [0, 2, 4]))}[kind]
+    ebc = make(include_last_offset=False).eval()
+    out = ebc({"user": {"keys": torch.tensor([1, 2, 3, 4]), "offsets": offsets}})["user"]
+    assert torch.equal(out, ebc({"user": feature([1, 2, 3, 4], [0, 2, 4])})["user"])
+
+
+@pytest.mark.filterwarnings("error")  # NumPy 1's DeprecationWarning of an out-of-range conversion, too
+@pytest.mark.parametrize("dtype", ["int8", "int16", "uint8", "uint16", "uint64", "torch.int8"])
+def test_offsets_of_length_batch_of_another_dtype_are_refused_as_the_store_does(dtype):
+    keys = np.zeros(70000, dtype=np.int64)  # more keys than int8, int16, uint8 and uint16 hold
+    offsets = torch.tensor([0, 2], dtype=torch.int8) if dtype == "torch.int8" else np.array([0, 2], dtype=dtype)
+    name = dtype.removeprefix("torch.")
+    with pytest.raises(TypeError, match=rf"table 'user': offsets has dtype {name} \(expected int64"):
+        make(include_last_offset=False).eval()({"user": {"keys": keys, "offsets": offsets}})
+
+
 def test_keyed_jagged_tensors_and_lengths_are_unaffected_by_include_last_offset():
     keys, lengths = np.array([1, 2, 3, 4]), np.array([2, 0, 2])
     b = {"user": {"keys": keys, "lengths": lengths}}
@@ -89,9 +111,22 @@ def test_per_sample_weights_is_torchs_name_of_the_weights():
     w = torch.tensor([0.5, 2.0, 3.0])
     by_ours = ebc({"user": feature([1, 2, 3], [0, 1, 3], weights=w)})["user"]
     assert torch.equal(ebc({"user": feature([1, 2, 3], [0, 1, 3], per_sample_weights=w)})["user"], by_ours)
-    with pytest.raises(ValueError, match="feature 'user': both 'weights' and 'per_sample_weights'"):
-        ebc({"user": feature([1, 2, 3], [0, 1, 3], weights=w, per_sample_weights=w)})
-    assert ebc.store.in_flight == 0
+    # None is an absent entry: the other name is the feature's.
+    assert torch.equal(ebc({"user": feature([1, 2, 3], [0, 1, 3], weights=w, per_sample_weights=None)})["user"],
+                       by_ours)
+    assert torch.equal(ebc({"user": feature([1, 2, 3], [0, 1, 3], weights=None, per_sample_weights=w)})["user"],
+                       by_ours)
+    k = torch.tensor([1, 2, 3])
+    assert torch.equal(ebc({"user": {"keys": None, "values": k, "offsets": torch.tensor([0, 1, 3]),
+                                     "weights": w}})["user"], by_ours)
+    store = strata.Store(config([table("user", 10, 3)]))
+    for name, f in (("ebc", None), ("submit", store.submit), ("preview", store.preview)):
+        for both in ({"weights": w, "per_sample_weights": w}, {"keys": k, "values": k}):
+            batch = {"user": {"keys": k, "offsets": torch.tensor([0, 1, 3])} | both}
+            ours, torchs = both
+            with pytest.raises(ValueError, match=f"table 'user': both '{ours}' and '{torchs}'"):
+                ebc(batch) if f is None else f(0, batch)
+    assert ebc.store.in_flight == 0 and store.in_flight == 0
 
 
 def trained():
