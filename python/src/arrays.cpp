@@ -165,11 +165,20 @@ py::array float_array(py::handle obj, const std::string& what, int ndim) {
   return a;
 }
 
-// The entry `name` (or its alias) of a feature's mapping, or None.
-py::object entry(const py::dict& d, const char* name, const char* alias) {
+// The entry `name` of a feature's mapping, or None where absent (an entry given as None is).
+py::object entry(const py::dict& d, const char* name) {
   if (d.contains(name)) return d[name];
-  if (alias && d.contains(alias)) return d[alias];
   return py::none();
+}
+
+// The entry `name` or its alias `torchs` (torch's name of it), or None; both given is refused
+// (`who` names the table).
+py::object entry(const py::dict& d, const char* name, const char* torchs, const std::string& who) {
+  py::object ours = entry(d, name), theirs = entry(d, torchs);
+  if (!ours.is_none() && !theirs.is_none())
+    throw py::value_error(who + "both '" + name + "' and '" + torchs + "' (expected one: '" + torchs +
+                          "' is torch's name of '" + name + "')");
+  return ours.is_none() ? theirs : ours;
 }
 
 }  // namespace
@@ -197,8 +206,8 @@ KeyBatch to_key_batch(py::handle features) {
         throw py::value_error(who + "unknown entry '" + name +
                               "' (expected keys (or values), offsets or lengths, and optional weights)");
     }
-    py::object keys = entry(d, "keys", "values"), offsets = entry(d, "offsets", nullptr),
-               lengths = entry(d, "lengths", nullptr), weights = entry(d, "weights", "per_sample_weights");
+    py::object keys = entry(d, "keys", "values", who), offsets = entry(d, "offsets"), lengths = entry(d, "lengths"),
+               weights = entry(d, "weights", "per_sample_weights", who);
     if (keys.is_none()) throw py::value_error(who + "no 'keys' (expected a 1-D integer array)");
     if (offsets.is_none() == lengths.is_none())
       throw py::value_error(who + "give exactly one of 'offsets' (batch + 1) and 'lengths' (batch)");

@@ -1,7 +1,7 @@
 """Whole tables from the state_dicts of a world's ranks (``strata.torch.merge_state_dicts``).
 
 A world's ``EmbeddingBagCollection.state_dict()`` holds one rank's shards, each table's described by
-``tables.<name>.shard`` (int64[10]: world, rank, type, rows, dim, row_start, row_step, local_rows,
+``embedding_bags.<name>.shard`` (int64[10]: world, rank, type, rows, dim, row_start, row_step, local_rows,
 col_offset, local_dim; see ``EmbeddingBagCollection.state_dict``). Merging every rank's gives the
 state_dict of one rank holding whole tables, which loads into a module of any world size: a one-rank
 module takes it as its own, and each rank of a world writes its slice.
@@ -17,7 +17,43 @@ from strata._dtypes import float32_rows, rows_as
 # The shard vector's fields, in order (python/strata/torch.py writes them).
 _FIELDS = ("world", "rank", "type", "rows", "dim", "row_start", "row_step", "local_rows", "col_offset", "local_dim")
 _TYPES = ("replicated", "table", "row", "column")  # ShardingType's order (dispatch/sharding_plan.hpp)
-_ENTRIES = ("weight", "optimizer_state", "shard", "replicas", "learning_rate")
+ENTRIES = ("weight", "optimizer_state", "shard", "replicas", "learning_rate")
+# A table's entries are <prefix>embedding_bags.<table>.<entry> (TorchRec's EmbeddingBagCollection
+# names its tables' weights so); state_dicts saved before hold <prefix>tables.<table>.<entry>, which load too.
+HEAD, OLD_HEAD = "embedding_bags.", "tables."
+
+
+def table_entries(prefix, table, head=HEAD):
+    """The name of a table's entries in state_dict(), up to the entry: '<prefix>embedding_bags.<table>.'
+    (with ``head=OLD_HEAD``, the name before: '<prefix>tables.<table>.')."""
+    return f"{prefix}{head}{table}."
+
+
+def saved_table_entries(state_dict, prefix, table):
+    """Where a table's entries are in a state_dict to load: ``table_entries``, or the names saved
+    before them ('<prefix>tables.<table>.') where the state_dict holds the table's entries under
+    those only. ValueError when it holds entries of the table under both."""
+    new, old = table_entries(prefix, table), table_entries(prefix, table, OLD_HEAD)
+    if not any(old + e in state_dict for e in ENTRIES):
+        return new
+    if any(new + e in state_dict for e in ENTRIES):
+        raise ValueError(f"entries '{old}*' and '{new}*' of one table (expected either name, not both: "
+                         f"'{old}*' is the name state_dicts held before '{new}*')")
+    return old
+
+
+def with_current_names(state_dict, prefix, tables):
+    """A copy of ``state_dict`` whose entries of ``tables`` saved under the names before
+    ('tables.<table>.*') are renamed to today's ('embedding_bags.<table>.*'; see
+    saved_table_entries)."""
+    out = dict(state_dict)
+    for table in tables:
+        saved, new = saved_table_entries(state_dict, prefix, table), table_entries(prefix, table)
+        if saved != new:
+            for e in ENTRIES:
+                if saved + e in out:
+                    out[new + e] = out.pop(saved + e)
+    return out
 
 
 def _array(value, what):
@@ -57,19 +93,22 @@ def _scalar(value, what, integer=False):
 
 
 def _tables_of(sd, prefix):
-    """The table names of one rank's state_dict: those with a ``tables.<name>.shard`` entry."""
-    head, tail = prefix + "tables.", ".shard"
-    return sorted(k[len(head):-len(tail)] for k in sd if k.startswith(head) and k.endswith(tail))
+    """The table names of one rank's state_dict: those with a ``embedding_bags.<name>.shard`` entry
+    (or one named as before, ``tables.<name>.shard``)."""
+    tail = ".shard"
+    return sorted({k[len(prefix + head):-len(tail)] for head in (HEAD, OLD_HEAD) for k in sd
+                   if k.startswith(prefix + head) and k.endswith(tail)})
 
 
 def merge_state_dicts(state_dicts, prefix=""):
     """Merges the ``state_dict()`` of every rank of one world (any order, each rank once) into the
-    state_dict of one rank holding whole tables: ``<prefix>tables.<name>.weight`` (rows, dim),
+    state_dict of one rank holding whole tables: ``<prefix>embedding_bags.<name>.weight`` (rows, dim),
     ``.optimizer_state`` (rows, state columns; absent for sgd) and ``.learning_rate`` per table, and
     ``<prefix>step``, exactly the entries a one-rank ``EmbeddingBagCollection`` saves. It loads into
     a module of any world size with the same tables (``load_state_dict``: a one-rank module takes it
     whole; each rank of a world writes the rows and columns it holds). Entries outside the tables
     and the step (a dense model's parameters, equal on every rank under DDP) are taken from rank 0's.
+    State_dicts saved with the names before, ``<prefix>tables.<name>.*``, merge too (into today's).
 
     Rows come from the rank that holds them (a replicated table from its lowest replica). Raises
     TypeError for arguments of the wrong type, and ValueError, returning nothing, naming the entry and rank for: a rank missing or given twice,
@@ -90,15 +129,19 @@ def merge_state_dicts(state_dicts, prefix=""):
             raise TypeError(f"state_dicts[{i}] is a {type(sd).__name__} (expected a rank's state_dict())")
         tables = _tables_of(sd, prefix)
         if not tables:
-            raise ValueError(f"state_dicts[{i}] has no '{prefix}tables.<name>.shard' entry (expected the "
+            raise ValueError(f"state_dicts[{i}] has no '{table_entries(prefix, '<name>')}shard' entry (expected the "
                              "state_dict() of a rank of a world of more than one rank)")
-        shards.append({t: _shard(sd, f"{prefix}tables.{t}.", i) for t in tables})
+        try:
+            sds[i] = sd = with_current_names(sd, prefix, tables)
+        except ValueError as e:
+            raise ValueError(f"state_dicts[{i}]: {e}") from None
+        shards.append({t: _shard(sd, table_entries(prefix, t), i) for t in tables})
     for i, s in enumerate(shards):
         first = next(iter(s.values()))
         for t, v in s.items():
             if (v["world"], v["rank"]) != (first["world"], first["rank"]):
                 raise ValueError(f"state_dicts[{i}]: tables of different ranks or worlds in one state_dict "
-                                 f"('{prefix}tables.{t}.shard' says rank {v['rank']} of {v['world']})")
+                                 f"('{table_entries(prefix, t)}shard' says rank {v['rank']} of {v['world']})")
     world = {next(iter(s.values()))["world"] for s in shards}
     if len(world) != 1:
         raise ValueError(f"state_dicts of worlds of {sorted(world)} ranks (expected the state_dicts of one world)")
@@ -123,13 +166,13 @@ def merge_state_dicts(state_dicts, prefix=""):
     _check_equal(ordered, prefix + "step", "the step")
     merged = {}
     for t in tables:
-        key = f"{prefix}tables.{t}."
+        key = table_entries(prefix, t)
         _check_equal(ordered, key + "learning_rate", "the learning rate")
         merged.update(_merge_table(ordered, t, key))
     if prefix + "step" in ordered[0][1]:  # absent on every rank: left out, as a strict load then says
         merged[prefix + "step"] = torch.tensor(_scalar(ordered[0][1][prefix + "step"], prefix + "step", True),
                                                dtype=torch.int64)
-    ours = {prefix + "step"} | {f"{prefix}tables.{t}.{e}" for t in tables for e in _ENTRIES}
+    ours = {prefix + "step"} | {table_entries(prefix, t) + e for t in tables for e in ENTRIES}
     rest = {k: v for k, v in ordered[0][1].items() if k not in ours}
     return {**rest, **merged}
 

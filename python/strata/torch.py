@@ -4,13 +4,23 @@
 (``device="cuda"``: see the end). Its forward takes a batch of sparse features, one per table (the
 feature's name is the table's):
 
-* a dict ``{table: {"keys" | "values": ..., "lengths" | "offsets": ..., "weights": ...}}`` of CPU
-  tensors or NumPy arrays (keys int64 or int32, weights float32 and optional), or
-* TorchRec's ``KeyedJaggedTensor`` (anything with its ``to_dict()`` of jagged tensors), or
+* a dict ``{table: {"keys" | "values": ..., "lengths" | "offsets": ..., "weights" |
+  "per_sample_weights": ...}}`` of CPU tensors or NumPy arrays (keys int64 or int32, weights float32
+  and optional; "values" and "per_sample_weights" are torch's names, and a feature gives one name
+  of each; None is an absent entry). ``offsets`` read as torch.nn.EmbeddingBag's do under its
+  ``include_last_offset``: with the module's ``include_last_offset=True`` (Strata's default; torch's
+  is False) batch + 1 of them, the last the key count; with ``include_last_offset=False`` one per
+  bag (batch), the last bag running to the end of the keys. Offsets of torch's default given to a
+  module of Strata's are refused (the last is not the key count), unless the last bag is empty,
+  when they read as one bag fewer. Every feature has the first's
+  batch size (ValueError naming the feature, the length given and the one expected), or
+* TorchRec's ``KeyedJaggedTensor`` (anything with its ``to_dict()`` of jagged tensors; its offsets
+  are always batch + 1, whatever ``include_last_offset``), or
 * a ``SubmittedBatch`` yielded by :func:`pipelined` (the batch is already submitted),
 
 and returns a :class:`KeyedEmbeddings`: the pooled embeddings per feature, (batch, dim) each (or
-(num_keys, dim) for tables with pooling ``none``), and ``values()``, their concatenation.
+(num_keys, dim) for tables with pooling ``none``), and ``values()``, their concatenation, with
+TorchRec ``KeyedTensor``'s ``keys()``, ``length_per_key()``, ``offset_per_key()`` and ``key_dim()``.
 
 The backward of the outputs applies the gradients to the store with each table's fused optimizer
 (as FBGEMM's table-batched embedding does): the tables are not parameters, so dense optimizers
@@ -80,7 +90,7 @@ from torch import nn
 
 import strata
 from strata._dtypes import TORCH_DTYPES, float32_rows, rows_as
-from strata._reshard import merge_state_dicts
+from strata._reshard import ENTRIES, HEAD, OLD_HEAD, merge_state_dicts, saved_table_entries, table_entries
 from strata.pipeline import pipelined
 
 __all__ = ["EmbeddingBagCollection", "KeyedEmbeddings", "SubmittedBatch", "TableOptimizer", "merge_state_dicts",
@@ -91,7 +101,9 @@ _LOAD_TAKES_ASSIGN = "assign" in inspect.signature(nn.Module.load_state_dict).pa
 
 
 class KeyedEmbeddings:
-    """The outputs of one forward, by feature (like TorchRec's ``KeyedTensor``)."""
+    """The outputs of one forward, by feature, as TorchRec's ``KeyedTensor`` gives them: ``keys()``,
+    ``values()`` (the features side by side), ``length_per_key()``, ``offset_per_key()``,
+    ``key_dim()``, ``to_dict()`` and ``[feature]``."""
 
     def __init__(self, keys, tensors):
         if isinstance(keys, str) or not isinstance(keys, collections.abc.Iterable):
@@ -131,6 +143,23 @@ class KeyedEmbeddings:
     def values(self):
         """The features' embeddings side by side: (batch, sum of dims), differentiable."""
         return torch.cat(self._tensors, dim=1)
+
+    def key_dim(self):
+        """The dimension of ``values()`` along which the features lie side by side: 1 (TorchRec's
+        ``KeyedTensor.key_dim``)."""
+        return 1
+
+    def length_per_key(self):
+        """Each feature's width in ``values()``: its table's dim, in the order of ``keys()``."""
+        return [t.shape[self.key_dim()] for t in self._tensors]
+
+    def offset_per_key(self):
+        """Where each feature's columns start in ``values()``, and the total width last (n + 1 ints
+        from 0): feature i is ``values()[:, offset_per_key()[i]:offset_per_key()[i + 1]]``."""
+        offsets = [0]
+        for length in self.length_per_key():
+            offsets.append(offsets[-1] + length)
+        return offsets
 
 
 class SubmittedBatch:
@@ -222,10 +251,10 @@ def _default_process_group(process_group):
     return process_group
 
 
-def _features_of(batch):
+def _features_of(batch, include_last_offset=True):
     """The store's batch dict for a forward input (dict or KeyedJaggedTensor)."""
     if isinstance(batch, dict):
-        return batch
+        return _dict_features(batch, include_last_offset)
     to_dict = getattr(batch, "to_dict", None)
     if callable(to_dict) and callable(getattr(batch, "keys", None)):  # a KeyedJaggedTensor
         features = {}
@@ -241,14 +270,101 @@ def _features_of(batch):
         "'weights'}} or a KeyedJaggedTensor; forward takes a SubmittedBatch too)")
 
 
+def _entry(f, ours, torchs=None):
+    """A feature's entry by Strata's name or torch's (``keys``/``values``), None where absent: an
+    entry given as None is absent, as the store reads it (which refuses both names given)."""
+    x = f.get(ours)
+    return f.get(torchs) if x is None and torchs else x
+
+
+def _host_vector(x):
+    """A feature's entry as a vector that Python reads, where the store would read it as keys,
+    offsets or lengths (1-D, int64 or int32): a CPU tensor as it is, anything else as
+    ``np.asarray`` reads it (a NumPy array, list, array.array, range, memoryview, anything with
+    ``__array__``), as the store does. None for anything else (absent, on a device, of another
+    shape or dtype): the store refuses it, naming it."""
+    if isinstance(x, torch.Tensor):
+        ok = x.dtype in (torch.int64, torch.int32) and x.dim() == 1 and x.device.type == "cpu"
+        return x if ok else None
+    if x is None:
+        return None
+    try:
+        a = np.asarray(x)
+    except (ValueError, TypeError):  # a ragged list
+        return None
+    return a if a.ndim == 1 and a.dtype in (np.int64, np.int32) else None
+
+
+def _dict_features(batch, include_last_offset):
+    """A forward's dict input as the store takes it: each feature's bags checked against the first
+    feature's batch size (naming the length as given), and offsets of length batch
+    (``include_last_offset=False``, torch.nn.EmbeddingBag's) completed with the key count. What
+    Python cannot read (a wrong type, shape or dtype) goes to the store as given, which names it."""
+    features, first = {}, None  # first: (feature, batch size) of the first feature with bags
+    for name, f in batch.items():
+        if not isinstance(f, dict):
+            features[name] = f
+            continue
+        if (_entry(f, "offsets") is None) == (_entry(f, "lengths") is None):
+            features[name] = f
+            continue
+        entry = "offsets" if _entry(f, "offsets") is not None else "lengths"
+        bags = _host_vector(f[entry])
+        if bags is None:
+            features[name] = f
+            continue
+        extra = 1 if entry == "offsets" and include_last_offset else 0  # the offset past the last bag
+        if first is None:
+            if len(bags) < extra:
+                raise ValueError(f"feature {name!r}: offsets of length 0 (expected batch + 1 >= 1 values with "
+                                 "include_last_offset=True: one per bag, then the key count)")
+            first = (name, len(bags) - extra)
+        elif len(bags) != first[1] + extra:
+            how = ("one per sample, then the key count (include_last_offset=True)" if extra else
+                   "one per sample" + (" (include_last_offset=False)" if entry == "offsets" else ""))
+            raise ValueError(f"feature {name!r}: {entry} of length {len(bags)} (expected {first[1] + extra}, "
+                             f"{how}: feature {first[0]!r} has {first[1]} samples)")
+        if entry == "offsets" and not include_last_offset:
+            f = _last_offset_added(name, f, bags)
+        features[name] = f
+    return features
+
+
+def _last_offset_added(name, f, offsets):
+    """Feature ``f`` with offsets of length batch (the last bag runs to the end of the keys, as
+    torch.nn.EmbeddingBag's include_last_offset=False) completed to batch + 1."""
+    keys = _host_vector(_entry(f, "keys", "values"))
+    if keys is None:
+        return f  # the store names it
+    n = len(keys)
+    if len(offsets) == 0 and n:
+        raise ValueError(f"feature {name!r}: offsets of length 0 with {n} keys (expected one offset per bag, "
+                         "the first 0: the keys belong to no bag)")
+    if len(offsets) and int(offsets[-1]) > n:
+        raise ValueError(f"feature {name!r}: offsets[{len(offsets) - 1}] is {int(offsets[-1])}, past the {n} keys "
+                         "(expected at most the key count: with include_last_offset=False the last bag runs from "
+                         "the last offset to the end of the keys)")
+    if isinstance(offsets, torch.Tensor):
+        offsets = torch.cat([offsets, torch.tensor([n], dtype=offsets.dtype)])
+    else:
+        offsets = np.append(offsets, np.array(n, dtype=offsets.dtype))
+    return dict(f, offsets=offsets)
+
+
 class EmbeddingBagCollection(nn.Module):
     """Embedding tables held in a ``strata.Store`` (any placement mode), trained by the store's
     fused optimizer. ``config``: the store config as a dict or JSON string (README, "Using the
-    store"). ``state_dict()`` holds everything the next update reads: ``tables.<name>.weight``
-    (rows, dim), ``tables.<name>.optimizer_state`` (rows, state_dim; absent for sgd) and
-    ``tables.<name>.learning_rate`` per table, and ``step``, the store's step counter (an int64
+    store"). ``state_dict()`` holds everything the next update reads: ``embedding_bags.<name>.weight``
+    (rows, dim; TorchRec's ``EmbeddingBagCollection`` names its weights so),
+    ``embedding_bags.<name>.optimizer_state`` (rows, state_dim; absent for sgd) and
+    ``embedding_bags.<name>.learning_rate`` per table, and ``step``, the store's step counter (an int64
     scalar tensor; Adam's bias correction reads it). A module that loads it continues bit for bit as
-    the one that saved it (see ``load_state_dict``).
+    the one that saved it (see ``load_state_dict``; the names state_dicts had before,
+    ``tables.<name>.*``, load too).
+
+    ``include_last_offset``: how the forward reads a dict feature's ``offsets``, as
+    torch.nn.EmbeddingBag does (True, Strata's default, torch's is False: batch + 1 offsets; False:
+    batch offsets, the last bag to the end of the keys; see the module's doc).
 
     ``process_group``: None (the default) is ``torch.distributed.group.WORLD`` when
     ``torch.distributed`` is available and initialized, else a store of this process alone; False is
@@ -262,8 +378,11 @@ class EmbeddingBagCollection(nn.Module):
     In a world of more than one rank, ``state_dict()`` holds this rank's shards (see
     ``state_dict``)."""
 
-    def __init__(self, config, device="cpu", process_group=None, timeout=None):
+    def __init__(self, config, device="cpu", process_group=None, timeout=None, include_last_offset=True):
         super().__init__()
+        if not isinstance(include_last_offset, bool):
+            raise TypeError(f"include_last_offset is a {type(include_last_offset).__name__} (expected a bool)")
+        self.include_last_offset = include_last_offset
         self.device = _check_device(device)
         if process_group is None and timeout is not None and _default_process_group(None) is None:
             from strata._process_group import timeout_of
@@ -314,31 +433,33 @@ class EmbeddingBagCollection(nn.Module):
             if table is None:
                 return None  # the store names it
             if table["pooling"] == "none":
-                rows = len(f.get("keys", f.get("values", ())))
-            elif "lengths" in f:
+                keys = _entry(f, "keys", "values")
+                rows = 0 if keys is None else len(keys)
+            elif _entry(f, "lengths") is not None:
                 rows = len(f["lengths"])
             else:
-                rows = max(len(f.get("offsets", ())) - 1, 0)
+                offsets = _entry(f, "offsets")
+                rows = 0 if offsets is None else max(len(offsets) - 1, 0)
             shapes.append((rows, table["dim"]))
         return shapes
 
     def submit(self, batch):
         """Submits a batch now (for prefetching) and returns the SubmittedBatch to forward later."""
-        features = _features_of(batch)
+        features = _features_of(batch, self.include_last_offset)
         batch_id = self._take_id()
         self.store.submit(batch_id, features)
         return SubmittedBatch(self, batch_id, [(name, shape) for name, shape in zip(features, self._shapes(features))])
 
     def preview(self, batch):
         """Announces a batch's keys (store.preview) and returns the id its submit must use."""
-        features = _features_of(batch)
+        features = _features_of(batch, self.include_last_offset)
         batch_id = self._take_id()
         self.store.preview(batch_id, features)
         return batch_id
 
     def submit_previewed(self, batch_id, batch):
         """Submits a previewed batch under its id (see preview)."""
-        features = _features_of(batch)
+        features = _features_of(batch, self.include_last_offset)
         self.store.submit(batch_id, features)
         return SubmittedBatch(self, batch_id, [(name, shape) for name, shape in zip(features, self._shapes(features))])
 
@@ -486,16 +607,6 @@ class EmbeddingBagCollection(nn.Module):
     def _state_dim(self, name):
         return self.store.read_rows(name, 0, 0)[1].shape[1]
 
-    def _state_keys(self):
-        """The keys of state_dict() (without prefix): what the next update reads."""
-        keys = ["step"]
-        for name in self._tables:
-            keys.append(f"tables.{name}.weight")
-            if self._state_dim(name) > 0:
-                keys.append(f"tables.{name}.optimizer_state")
-            keys.append(f"tables.{name}.learning_rate")
-        return keys
-
     def _keeps_state(self, name):
         """Whether the table's optimizer keeps state (every optimizer but sgd)."""
         return self._tables[name]["optimizer"]["kind"] != "sgd"
@@ -506,10 +617,11 @@ class EmbeddingBagCollection(nn.Module):
             return
         for name in self._tables:
             weights, state = self.store.read_rows(name)
-            destination[f"{prefix}tables.{name}.weight"] = rows_as(weights, self._dtype(name, "dtype"))
+            key = table_entries(prefix, name)
+            destination[key + "weight"] = rows_as(weights, self._dtype(name, "dtype"))
             if state.shape[1] > 0:
-                destination[f"{prefix}tables.{name}.optimizer_state"] = rows_as(state, self._dtype(name, "state_dtype"))
-            destination[f"{prefix}tables.{name}.learning_rate"] = torch.tensor(self.store.learning_rate(name))
+                destination[key + "optimizer_state"] = rows_as(state, self._dtype(name, "state_dtype"))
+            destination[key + "learning_rate"] = torch.tensor(self.store.learning_rate(name))
         destination[f"{prefix}step"] = torch.tensor(self.store.step, dtype=torch.int64)
 
     def _save_shards(self, destination, prefix):
@@ -517,7 +629,7 @@ class EmbeddingBagCollection(nn.Module):
         for name in self._tables:
             info = self.store.shard_info(name)
             weights, state = self.store.read_shard(name, 0, info["local_rows"])
-            key = f"{prefix}tables.{name}."
+            key = table_entries(prefix, name)
             destination[key + "weight"] = rows_as(weights, self._dtype(name, "dtype"))
             if self._keeps_state(name):
                 destination[key + "optimizer_state"] = rows_as(state, self._dtype(name, "state_dtype"))
@@ -530,13 +642,13 @@ class EmbeddingBagCollection(nn.Module):
         """What the next update reads (the class's doc). In a world of more than one rank each rank
         saves its own shards, and the call reads only local memory (but every rank should call it at
         the same point: it reads the learning rates and the step of a store in step): per table
-        ``tables.<name>.weight`` (local_rows, local_dim) and ``tables.<name>.optimizer_state``
-        (local_rows, state columns; absent for sgd) of this rank's shard, ``tables.<name>.shard``
+        ``embedding_bags.<name>.weight`` (local_rows, local_dim) and ``embedding_bags.<name>.optimizer_state``
+        (local_rows, state columns; absent for sgd) of this rank's shard, ``embedding_bags.<name>.shard``
         (int64[10]: world, rank, type (0 replicated, 1 table, 2 row, 3 column), rows, dim, row_start,
         row_step, local_rows, col_offset, local_dim: local row i is global row row_start + i *
         row_step, local column j global column col_offset + j; ``strata.Store.shard_info``),
-        ``tables.<name>.replicas`` (int64: the ranks holding the same shard) and
-        ``tables.<name>.learning_rate``, and ``step``. A table this rank does not hold has 0 rows.
+        ``embedding_bags.<name>.replicas`` (int64: the ranks holding the same shard) and
+        ``embedding_bags.<name>.learning_rate``, and ``step``. A table this rank does not hold has 0 rows.
         Such a state_dict loads only into the same rank of a world of the same size and config;
         ``strata.torch.merge_state_dicts`` of every rank's gives whole tables, which load into a
         module of any world size."""
@@ -549,7 +661,12 @@ class EmbeddingBagCollection(nn.Module):
         array, that float32 holds) and ``step`` (an integer from 0 to 2^63 - 2, as the next update
         takes step + 1: an int, a 0-d integer tensor or NumPy array), then continues bit for bit as
         the module that saved it. ``assign`` (torch's, passed on where torch takes it) changes
-        nothing here: the rows are always copied into the store.
+        nothing here: the rows are always copied into the store. A table's entries may have the names
+        state_dicts had before ``embedding_bags.<name>.*``, ``tables.<name>.*`` (a table's entries
+        under both names are refused); errors name the entries as given, except that in a world
+        of more than one rank a step or learning rate that differs between ranks is named by
+        today's names (``step``, ``embedding_bags.<name>.learning_rate``), as ``missing_keys``
+        are.
 
         With ``strict`` (the default) every entry of ``state_dict()`` must be there: a state_dict
         without ``step`` (saved before the step was part of it) or without a table's optimizer
@@ -576,7 +693,7 @@ class EmbeddingBagCollection(nn.Module):
 
         In a world of more than one rank it is a collective (every rank calls it at the same point)
         that loads either this rank's shards, as ``state_dict()`` of the same rank saved them (each
-        ``tables.<name>.shard`` must equal this rank's layout: a shard of another rank or world is
+        ``embedding_bags.<name>.shard`` must equal this rank's layout: a shard of another rank or world is
         refused), or whole tables (entries without ``shard``: a one-rank module's state_dict, or
         ``merge_state_dicts`` of every rank's of a world of any size), of which each rank writes the
         rows and columns it holds. So a world's state_dicts load into a world of another size, or one
@@ -644,14 +761,25 @@ class EmbeddingBagCollection(nn.Module):
         if self.store.in_flight:
             problems.append(f"{self.store.in_flight} batch(es) in flight (expected none: run their backward or "
                             "discard_in_flight() first)")
-        shards = sorted(k for k in ours if k.startswith(prefix + "tables.") and k.endswith(".shard"))
+        shards = sorted(k for k in ours if k.endswith(".shard") and k.startswith((prefix + HEAD, prefix + OLD_HEAD)))
         if shards and not world:
             problems.append(f"{shards[0]}: a world's state_dict holds shards, which load only into the rank that "
                             "saved them (merge every rank's state_dict() with strata.torch.merge_state_dicts and "
                             "load the result)")
         for name in self._tables:
             check = self._check_shard_entries if world else self._check_table_entries
-            plan.append(check(state_dict, f"{prefix}tables.{name}.", name, ours, missing, problems))
+            try:
+                key = saved_table_entries(state_dict, prefix, name)  # errors name the entries as given
+            except ValueError as e:  # entries under both names
+                problems.append(str(e))
+                ours.difference_update(table_entries(prefix, name, head) + entry for head in (HEAD, OLD_HEAD)
+                                       for entry in ENTRIES)
+                plan.append((name, None, None, None))
+                continue
+            before = len(missing)
+            plan.append(check(state_dict, key, name, ours, missing, problems))
+            # Missing entries by the names state_dict() gives, whichever the others were given by.
+            missing[before:] = [table_entries(prefix, name) + k[len(key):] for k in missing[before:]]
         step = state_dict.get(prefix + "step")
         ours.discard(prefix + "step")
         if step is None:
@@ -703,7 +831,7 @@ class EmbeddingBagCollection(nn.Module):
             present, bits = entry(v, i)
             return str(np.int32(bits).view(np.float32)) if present else "absent"
 
-        keys = [prefix + "step"] + [f"{prefix}tables.{name}.learning_rate" for name, *_ in plan]
+        keys = [prefix + "step"] + [table_entries(prefix, name) + "learning_rate" for name, *_ in plan]
         for r in range(1, self.world_size):
             for i, key in enumerate(keys):
                 if entry(every[r], i) != entry(every[0], i):
@@ -803,7 +931,7 @@ _SHARD_FIELDS = ("world", "rank", "type", "rows", "dim", "row_start", "row_step"
 
 
 def _shard_vector(info):
-    """The ``tables.<name>.shard`` entry of a shard_info dict: its 10 values (see state_dict)."""
+    """The ``embedding_bags.<name>.shard`` entry of a shard_info dict: its 10 values (see state_dict)."""
     return [_SHARDING_TYPES.index(info["type"]) if f == "type" else int(info[f]) for f in _SHARD_FIELDS]
 
 

@@ -1,7 +1,9 @@
-"""Shared helpers of the Python tests: store configs in every mode and random jagged batches."""
+"""Shared helpers of the Python tests: store configs in every mode, random jagged batches, and the
+part of TorchRec's KeyedJaggedTensor that the module reads."""
 
 import numpy as np
 import pytest
+import torch
 
 MODES = ["cpu", "cached", "offload"]
 PLACEMENTS = ["cpu", "offload", "cached", "gpu", "hybrid"]  # every placement (gpu and hybrid on one rank)
@@ -36,3 +38,32 @@ def random_feature(rng, rows, batch, max_len=3, weighted=False):
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+class FakeJagged:
+    """The part of TorchRec's JaggedTensor that the module reads."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def values(self):
+        return torch.from_numpy(self.f["keys"])
+
+    def lengths(self):
+        return torch.from_numpy(self.f["lengths"])
+
+    def weights_or_none(self):
+        return torch.from_numpy(self.f["weights"]) if "weights" in self.f else None
+
+
+class FakeKJT:
+    """The part of TorchRec's KeyedJaggedTensor that the module reads (torchrec is not a Debian package)."""
+
+    def __init__(self, b):
+        self.b = b
+
+    def keys(self):
+        return list(self.b)
+
+    def to_dict(self):
+        return {k: FakeJagged(f) for k, f in self.b.items()}

@@ -48,12 +48,13 @@ def test_state_dict_has_the_tables_dtypes_and_round_trips(dtype):
         assert out["a"].dtype == TORCH[dtype] and out["b"].dtype == torch.float32
         out["a"].float().pow(2).sum().add(out["b"].pow(2).sum()).backward()
     sd = m.state_dict()
-    assert sd["tables.a.weight"].dtype == TORCH[dtype] and sd["tables.a.optimizer_state"].dtype == torch.bfloat16
-    assert sd["tables.b.weight"].dtype == torch.float32
+    assert sd["embedding_bags.a.weight"].dtype == TORCH[dtype]
+    assert sd["embedding_bags.a.optimizer_state"].dtype == torch.bfloat16
+    assert sd["embedding_bags.b.weight"].dtype == torch.float32
     # The tensors hold the rows exactly: widened, they are the store's fp32 reads.
     w, s = m.store.read_rows("a")
-    assert np.array_equal(sd["tables.a.weight"].float().numpy(), w)
-    assert np.array_equal(sd["tables.a.optimizer_state"].float().numpy(), s)
+    assert np.array_equal(sd["embedding_bags.a.weight"].float().numpy(), w)
+    assert np.array_equal(sd["embedding_bags.a.optimizer_state"].float().numpy(), s)
     n = st.EmbeddingBagCollection(cfg)
     n.load_state_dict(sd)
     for k, v in n.state_dict().items():
@@ -80,15 +81,15 @@ def test_special_values_round_trip_bit_for_bit(dtype):
     m = st.EmbeddingBagCollection(cfg)
     m.store.write_rows("a", 0, half.float().numpy().reshape(2, 4))
     sd = m.state_dict()
-    assert torch.equal(sd["tables.a.weight"].view(torch.int16).flatten(), half.view(torch.int16))
+    assert torch.equal(sd["embedding_bags.a.weight"].view(torch.int16).flatten(), half.view(torch.int16))
     n = st.EmbeddingBagCollection(cfg)
     n.load_state_dict(sd)
-    assert same_bits(n.state_dict()["tables.a.weight"], sd["tables.a.weight"])
+    assert same_bits(n.state_dict()["embedding_bags.a.weight"], sd["embedding_bags.a.weight"])
     shard = dict(sd)
-    shard["tables.a.shard"] = torch.tensor([1, 0, 2, 2, 4, 0, 1, 2, 0, 4])
-    shard["tables.a.replicas"] = torch.tensor([0])
+    shard["embedding_bags.a.shard"] = torch.tensor([1, 0, 2, 2, 4, 0, 1, 2, 0, 4])
+    shard["embedding_bags.a.replicas"] = torch.tensor([0])
     merged = st.merge_state_dicts([shard])
-    assert same_bits(merged["tables.a.weight"], sd["tables.a.weight"])
+    assert same_bits(merged["embedding_bags.a.weight"], sd["embedding_bags.a.weight"])
 
 
 def test_half_arrays_of_the_other_half_dtype_or_unaligned_are_refused():
@@ -109,19 +110,20 @@ def test_a_state_dict_of_another_dtype_is_refused_and_changes_nothing():
     m = st.EmbeddingBagCollection(cfg)
     before = m.state_dict()
     sd = dict(before)
-    sd["tables.a.weight"] = before["tables.a.weight"].float() + 1  # float32 rows for a bf16 table
-    with pytest.raises(RuntimeError, match=r"tables\.a\.weight has dtype torch\.float32 \(expected torch\.bfloat16, "
-                                           r"the table's dtype; .*explicitly: \.to\(torch\.bfloat16\)\)"):
+    sd["embedding_bags.a.weight"] = before["embedding_bags.a.weight"].float() + 1  # float32 rows for a bf16 table
+    with pytest.raises(RuntimeError, match=r"embedding_bags\.a\.weight has dtype torch\.float32 \(expected "
+                                           r"torch\.bfloat16, the table's dtype; .*explicitly: "
+                                           r"\.to\(torch\.bfloat16\)\)"):
         m.load_state_dict(sd)
-    sd["tables.a.weight"] = before["tables.a.weight"].float().numpy()
+    sd["embedding_bags.a.weight"] = before["embedding_bags.a.weight"].float().numpy()
     with pytest.raises(RuntimeError, match=r"NumPy array of float32 \(expected a torch\.bfloat16 tensor"):
         m.load_state_dict(sd)
     for k, v in m.state_dict().items():
         assert same_bits(v, before[k]), k
     # Converted explicitly, it loads.
-    sd["tables.a.weight"] = (before["tables.a.weight"].float() + 1).to(torch.bfloat16)
+    sd["embedding_bags.a.weight"] = (before["embedding_bags.a.weight"].float() + 1).to(torch.bfloat16)
     m.load_state_dict(sd)
-    assert same_bits(m.state_dict()["tables.a.weight"], sd["tables.a.weight"])
+    assert same_bits(m.state_dict()["embedding_bags.a.weight"], sd["embedding_bags.a.weight"])
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
@@ -215,10 +217,10 @@ def test_a_worlds_half_size_shards_merge_as_their_dtype(dtype):
     merged = st.merge_state_dicts(sds)
     for name, _, _, _, opt in specs:
         w, s, _ = whole[name]
-        assert merged[f"tables.{name}.weight"].dtype == dtype
-        assert same_bits(merged[f"tables.{name}.weight"], torch.from_numpy(w).to(dtype)), name
+        assert merged[f"embedding_bags.{name}.weight"].dtype == dtype
+        assert same_bits(merged[f"embedding_bags.{name}.weight"], torch.from_numpy(w).to(dtype)), name
         if opt != "sgd":
-            assert same_bits(merged[f"tables.{name}.optimizer_state"], torch.from_numpy(s).to(dtype)), name
+            assert same_bits(merged[f"embedding_bags.{name}.optimizer_state"], torch.from_numpy(s).to(dtype)), name
 
 
 def test_a_checkpoint_of_another_dtype_loads_only_when_converting(tmp_path):

@@ -32,17 +32,18 @@ def test_zero_rate_keeps_the_weights_and_advances_the_state():
         train_step(ebc, rng)
     after = ebc.state_dict()
     for name in ("user", "item"):
-        assert torch.equal(after[f"tables.{name}.weight"], before[f"tables.{name}.weight"]), name
-        assert not torch.equal(after[f"tables.{name}.optimizer_state"], before[f"tables.{name}.optimizer_state"]), name
+        key = f"embedding_bags.{name}."
+        assert torch.equal(after[key + "weight"], before[key + "weight"]), name
+        assert not torch.equal(after[key + "optimizer_state"], before[key + "optimizer_state"]), name
     assert int(after["step"]) == 3
     for bad in (-0.1, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="expected a finite number >= 0"):
             ebc.set_learning_rate(bad, "user")
         assert ebc.learning_rate("user") == 0.0
     # A state_dict's rate of 0 loads; a negative one is refused.
-    ebc.load_state_dict(dict(after, **{"tables.user.learning_rate": torch.tensor(0.0)}))
-    with pytest.raises(RuntimeError, match="tables.user.learning_rate -0.5 "):
-        ebc.load_state_dict(dict(after, **{"tables.user.learning_rate": -0.5}))
+    ebc.load_state_dict(dict(after, **{"embedding_bags.user.learning_rate": torch.tensor(0.0)}))
+    with pytest.raises(RuntimeError, match="embedding_bags.user.learning_rate -0.5 "):
+        ebc.load_state_dict(dict(after, **{"embedding_bags.user.learning_rate": -0.5}))
 
 
 @pytest.mark.parametrize("kind", ["cosine", "step"])
@@ -67,9 +68,9 @@ def test_one_scheduler_drives_the_dense_and_the_table_rates_through_the_last_ste
             assert ebc.learning_rate(name) == np.float32(dense_lr), (name, dense_lr)
     assert dense_lr == (0.0 if kind == "cosine" else 0.1 * 0.5 ** 3)
     # At the last rate (0 for the cosine) the next step changes no weight.
-    weights = ebc.state_dict()["tables.user.weight"].clone()
+    weights = ebc.state_dict()["embedding_bags.user.weight"].clone()
     train_step(ebc, rng, opt)
-    assert torch.equal(weights, ebc.state_dict()["tables.user.weight"]) == (kind == "cosine")
+    assert torch.equal(weights, ebc.state_dict()["embedding_bags.user.weight"]) == (kind == "cosine")
     # A rate set by other means shows in the group; a bad one from a scheduler raises and changes nothing.
     ebc.set_learning_rate(0.25, "item")
     assert opt.param_groups[2]["lr"] == 0.25
@@ -135,8 +136,8 @@ def test_a_tiny_negative_rate_is_refused_not_taken_for_zero():
     with pytest.raises(ValueError, match=r"set_learning_rate: learning_rate -1e-50 \(expected a finite number >= 0\)"):
         ebc.store.set_learning_rate(-1e-50)
     assert ebc.learning_rate("user") == np.float32(0.1) and ebc.learning_rate("item") == np.float32(0.1)
-    with pytest.raises(RuntimeError, match="tables.user.learning_rate -1e-50 "):
-        ebc.load_state_dict(dict(ebc.state_dict(), **{"tables.user.learning_rate": -1e-50}))
+    with pytest.raises(RuntimeError, match="embedding_bags.user.learning_rate -1e-50 "):
+        ebc.load_state_dict(dict(ebc.state_dict(), **{"embedding_bags.user.learning_rate": -1e-50}))
     for tiny in (-1e-50, 1e-50):  # in a config: a number float32 holds only as 0 is not that number
         with pytest.raises(ValueError, match="learning_rate"):
             strata.Store(config([table("user", 30, 4, lr=tiny)]))

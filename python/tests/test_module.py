@@ -7,7 +7,7 @@ import torch
 
 import strata
 import strata.torch as st
-from conftest import config, random_feature, table
+from conftest import FakeKJT, config, random_feature, table
 
 
 def make(mode="cpu", optimizer="adagrad", **extra):
@@ -36,10 +36,11 @@ def test_state_dict_round_trip_by_table():
         step(a, tensors(batch(rng)))
     a.set_learning_rate(0.03, "item")
     sd = a.state_dict()
-    assert set(sd) == {f"tables.{n}.{k}" for n in ("user", "item") for k in ("weight", "optimizer_state",
+    assert set(sd) == {f"embedding_bags.{n}.{k}" for n in ("user", "item") for k in ("weight", "optimizer_state",
                                                                             "learning_rate")} | {"step"}
     assert sd["step"].dtype == torch.int64 and int(sd["step"]) == 3
-    assert sd["tables.user.weight"].shape == (30, 4) and sd["tables.user.optimizer_state"].shape == (30, 4)
+    assert sd["embedding_bags.user.weight"].shape == (30, 4)
+    assert sd["embedding_bags.user.optimizer_state"].shape == (30, 4)
     b = make()
     b.load_state_dict(sd)
     assert b.learning_rate("item") == pytest.approx(0.03)
@@ -48,7 +49,8 @@ def test_state_dict_round_trip_by_table():
     # Both continue identically.
     for m in (a, b):
         step(m, tensors(batch(np.random.default_rng(5))))
-    torch.testing.assert_close(a.state_dict()["tables.user.weight"], b.state_dict()["tables.user.weight"], rtol=0, atol=0)
+    key = "embedding_bags.user.weight"
+    torch.testing.assert_close(a.state_dict()[key], b.state_dict()[key], rtol=0, atol=0)
     # Nested in a model, under a prefix.
     model = torch.nn.Sequential(make())
     model.load_state_dict({"0." + k: v for k, v in sd.items()})
@@ -59,12 +61,12 @@ def test_bad_state_dict_raises_and_changes_nothing():
     before = {k: v.clone() for k, v in a.state_dict().items()}
     sd = {k: v.clone() + 1 for k, v in before.items()}
     bad = [
-        dict(sd, **{"tables.user.weight": torch.zeros(29, 4)}),
-        dict(sd, **{"tables.user.weight": torch.zeros(30, 4, dtype=torch.float64)}),
-        dict(sd, **{"tables.item.learning_rate": torch.tensor(-1.0)}),
-        dict(sd, **{"tables.item.optimizer_state": torch.zeros(20, 3)}),
-        {k: v for k, v in sd.items() if k != "tables.item.weight"},
-        dict(sd, **{"tables.other.weight": torch.zeros(1, 1)}),
+        dict(sd, **{"embedding_bags.user.weight": torch.zeros(29, 4)}),
+        dict(sd, **{"embedding_bags.user.weight": torch.zeros(30, 4, dtype=torch.float64)}),
+        dict(sd, **{"embedding_bags.item.learning_rate": torch.tensor(-1.0)}),
+        dict(sd, **{"embedding_bags.item.optimizer_state": torch.zeros(20, 3)}),
+        {k: v for k, v in sd.items() if k != "embedding_bags.item.weight"},
+        dict(sd, **{"embedding_bags.other.weight": torch.zeros(1, 1)}),
     ]
     for b in bad:
         with pytest.raises(RuntimeError):
@@ -86,7 +88,8 @@ def test_nested_load_checks_every_entry_before_writing_any():
     before = model.state_dict()
     no_step = {k: v for k, v in sd.items() if k != "0.step"}
     for bad, words in [(no_step, 'Missing key(s) in state_dict: "0.step"'),
-                       (dict(sd, **{"0.tables.other.weight": torch.zeros(1, 1)}), '"0.tables.other.weight"'),
+                       (dict(sd, **{"0.embedding_bags.other.weight": torch.zeros(1, 1)}),
+                        '"0.embedding_bags.other.weight"'),
                        (dict(sd, **{"0.foo": torch.zeros(1)}), 'Unexpected key(s) in state_dict: "0.foo"')]:
         for strict in (True, False):
             with pytest.raises(RuntimeError) as e:
@@ -98,8 +101,8 @@ def test_nested_load_checks_every_entry_before_writing_any():
     # A partial load of the nested module: its own load_state_dict, non-strict.
     result = model[0].load_state_dict({k[2:]: v for k, v in no_step.items()}, strict=False)
     assert result.missing_keys == ["step"] and model[0].store.step == 0
-    loaded = model[0].state_dict()["tables.user.weight"]
-    torch.testing.assert_close(loaded, sd["0.tables.user.weight"], rtol=0, atol=0)
+    loaded = model[0].state_dict()["embedding_bags.user.weight"]
+    torch.testing.assert_close(loaded, sd["0.embedding_bags.user.weight"], rtol=0, atol=0)
     result = model[0].load_state_dict({"foo": 1, **{k[2:]: v for k, v in sd.items()}}, strict=False, assign=False)
     assert result.unexpected_keys == ["foo"] and model[0].store.step == 2
 
@@ -110,20 +113,21 @@ def test_load_state_dict_checks_every_table_before_writing_any():
     a = make()
     before = {k: v.clone() for k, v in a.state_dict().items()}
     sd = {k: v.clone() + 1 for k, v in before.items()}  # "user" (first) is fine in every case
-    item = sd["tables.item.weight"]
+    key = "embedding_bags.item."
+    item = sd[key + "weight"]
     bad = [
-        ("tables.item.weight has dtype float64 (expected float32)", {"tables.item.weight": item.numpy().astype(np.float64)}),
-        ("tables.item.weight is a list", {"tables.item.weight": item.tolist()}),
-        ("tables.item.optimizer_state has dtype int64", {"tables.item.optimizer_state": np.zeros((20, 2), np.int64)}),
-        ("tables.item.learning_rate 1e+39 (expected a finite number >= 0", {"tables.item.learning_rate": 1e39}),
-        ("tables.item.learning_rate -0.5 (expected a finite number >= 0", {"tables.item.learning_rate": -0.5}),
-        ("tables.item.learning_rate 1e-50", {"tables.item.learning_rate": 1e-50}),
-        ("tables.item.learning_rate 1e+39", {"tables.item.learning_rate": torch.tensor(1e39, dtype=torch.float64)}),
-        ("tables.item.learning_rate is", {"tables.item.learning_rate": torch.tensor([0.1, 0.2])}),
+        (key + "weight has dtype float64 (expected float32)", {key + "weight": item.numpy().astype(np.float64)}),
+        (key + "weight is a list", {key + "weight": item.tolist()}),
+        (key + "optimizer_state has dtype int64", {key + "optimizer_state": np.zeros((20, 2), np.int64)}),
+        (key + "learning_rate 1e+39 (expected a finite number >= 0", {key + "learning_rate": 1e39}),
+        (key + "learning_rate -0.5 (expected a finite number >= 0", {key + "learning_rate": -0.5}),
+        (key + "learning_rate 1e-50", {key + "learning_rate": 1e-50}),
+        (key + "learning_rate 1e+39", {key + "learning_rate": torch.tensor(1e39, dtype=torch.float64)}),
+        (key + "learning_rate is", {key + "learning_rate": torch.tensor([0.1, 0.2])}),
         # Only numbers are rates, as for set_learning_rate (float() took these).
-        ("tables.item.learning_rate is a str", {"tables.item.learning_rate": "0.1"}),
-        ("tables.item.learning_rate is a bool", {"tables.item.learning_rate": True}),
-        ("tables.item.learning_rate is a Tensor of shape (1,)", {"tables.item.learning_rate": torch.tensor([0.1])}),
+        (key + "learning_rate is a str", {key + "learning_rate": "0.1"}),
+        (key + "learning_rate is a bool", {key + "learning_rate": True}),
+        (key + "learning_rate is a Tensor of shape (1,)", {key + "learning_rate": torch.tensor([0.1])}),
     ]
     for words, change in bad:
         with pytest.raises(RuntimeError) as e:
@@ -184,35 +188,6 @@ def test_backward_that_never_comes_retain_graph_and_grad_of_dense_parameters():
     assert m.store.step == 2 and m.store.in_flight == 0
 
 
-class FakeJagged:
-    """The part of TorchRec's JaggedTensor that the module reads."""
-
-    def __init__(self, f):
-        self.f = f
-
-    def values(self):
-        return torch.from_numpy(self.f["keys"])
-
-    def lengths(self):
-        return torch.from_numpy(self.f["lengths"])
-
-    def weights_or_none(self):
-        return torch.from_numpy(self.f["weights"]) if "weights" in self.f else None
-
-
-class FakeKJT:
-    """The part of TorchRec's KeyedJaggedTensor that the module reads (torchrec is not a Debian package)."""
-
-    def __init__(self, b):
-        self.b = b
-
-    def keys(self):
-        return list(self.b)
-
-    def to_dict(self):
-        return {k: FakeJagged(f) for k, f in self.b.items()}
-
-
 def test_keyed_jagged_tensor_input_eval_mode_and_outputs():
     rng = np.random.default_rng(1)
     b = batch(rng)
@@ -245,8 +220,8 @@ def test_pipelined_training_equals_plain_training(mode):
         seen.append(i)
         step(piped, submitted)
     assert seen == list(range(12)) and piped.store.in_flight == 0
-    torch.testing.assert_close(plain.state_dict()["tables.user.weight"], piped.state_dict()["tables.user.weight"],
-                               rtol=0, atol=0)
+    torch.testing.assert_close(plain.state_dict()["embedding_bags.user.weight"],
+                               piped.state_dict()["embedding_bags.user.weight"], rtol=0, atol=0)
     # Stopping early discards the batches submitted ahead.
     gen = st.pipelined(piped, loader, sparse=lambda b: b[0], ahead=2)
     (_, submitted) = next(gen)

@@ -40,8 +40,9 @@ def cut(world, kind, rows, dim, owner=0):
     return out
 
 
-def shard_dicts(world, specs, step=7, prefix=""):
-    """(every rank's state_dict, the whole tables) for specs [(name, kind, rows, dim, optimizer)]."""
+def shard_dicts(world, specs, step=7, prefix="", head="embedding_bags."):
+    """(every rank's state_dict, the whole tables) for specs [(name, kind, rows, dim, optimizer)];
+    head="tables." names the entries as state_dicts did before."""
     rng = np.random.default_rng(world)
     whole, sds = {}, [{} for _ in range(world)]
     for name, kind, rows, dim, opt in specs:
@@ -60,7 +61,7 @@ def shard_dicts(world, specs, step=7, prefix=""):
                                     [np.zeros((rows, 0), np.float32)], axis=1)
             else:
                 ls = s[sel] if v[7] else np.zeros((0, s.shape[1]), np.float32)
-            key = f"{prefix}tables.{name}."
+            key = f"{prefix}{head}{name}."
             sds[r][key + "weight"] = torch.from_numpy(np.ascontiguousarray(lw))
             if opt != "sgd":
                 sds[r][key + "optimizer_state"] = torch.from_numpy(np.ascontiguousarray(ls))
@@ -87,13 +88,27 @@ def test_the_shards_of_every_rank_merge_into_the_whole_tables(world):
         assert int(merged["ebc.step"]) == 7 and merged["ebc.step"].dtype == torch.int64
         for name, _, _, _, opt in specs:
             w, s, lr = whole[name]
-            assert torch.equal(merged[f"ebc.tables.{name}.weight"], torch.from_numpy(w)), name
+            assert torch.equal(merged[f"ebc.embedding_bags.{name}.weight"], torch.from_numpy(w)), name
             if opt == "sgd":
-                assert f"ebc.tables.{name}.optimizer_state" not in merged
+                assert f"ebc.embedding_bags.{name}.optimizer_state" not in merged
             else:
-                assert torch.equal(merged[f"ebc.tables.{name}.optimizer_state"], torch.from_numpy(s)), name
-            assert float(merged[f"ebc.tables.{name}.learning_rate"]) == lr
-            assert f"ebc.tables.{name}.shard" not in merged and f"ebc.tables.{name}.replicas" not in merged
+                assert torch.equal(merged[f"ebc.embedding_bags.{name}.optimizer_state"], torch.from_numpy(s)), name
+            assert float(merged[f"ebc.embedding_bags.{name}.learning_rate"]) == lr
+            assert f"ebc.embedding_bags.{name}.shard" not in merged
+            assert f"ebc.embedding_bags.{name}.replicas" not in merged
+
+
+def test_state_dicts_saved_with_the_names_before_merge_into_todays():
+    sds, _ = shard_dicts(2, SPECS[:3], prefix="ebc.")
+    old, _ = shard_dicts(2, SPECS[:3], prefix="ebc.", head="tables.")
+    old[0]["tables.dense"] = torch.ones(1)  # not a table's entry: kept as it is
+    merged, from_old = st.merge_state_dicts(sds, prefix="ebc."), st.merge_state_dicts(old, prefix="ebc.")
+    assert list(from_old) == ["tables.dense"] + list(merged)
+    assert all(torch.equal(from_old[k], v) for k, v in merged.items())
+    both = [dict(sd) for sd in old]
+    both[1]["ebc.embedding_bags.rep.weight"] = both[1]["ebc.tables.rep.weight"]
+    refused(both, "state_dicts[1]: entries 'ebc.tables.rep.*' and 'ebc.embedding_bags.rep.*' of one table",
+            prefix="ebc.")
 
 
 def test_entries_outside_the_tables_come_from_rank_0():
@@ -128,8 +143,8 @@ def test_state_dicts_of_different_worlds_steps_or_rates_are_refused():
     sds[2]["step"] = torch.tensor(8)
     refused(sds, "'step' is 8 on rank 2 but 7 on rank 0")
     sds, _ = shard_dicts(3, SPECS[:3])
-    sds[1]["tables.row.learning_rate"] = torch.tensor(0.5)
-    refused(sds, "'tables.row.learning_rate' is 0.5 on rank 1 but 0.25 on rank 0")
+    sds[1]["embedding_bags.row.learning_rate"] = torch.tensor(0.5)
+    refused(sds, "'embedding_bags.row.learning_rate' is 0.5 on rank 1 but 0.25 on rank 0")
     sds, _ = shard_dicts(2, SPECS[:3])
     del sds[1]["step"]
     refused(sds, "'step' is absent on rank 1")
@@ -137,30 +152,31 @@ def test_state_dicts_of_different_worlds_steps_or_rates_are_refused():
 
 def test_shards_that_do_not_match_their_vector_or_table_are_refused():
     sds, _ = shard_dicts(2, SPECS[:5])
-    sds[1]["tables.row.weight"] = sds[1]["tables.row.weight"][:-1]
-    refused(sds, "rank 1's 'tables.row.weight'", "expected float32 (5, 5)")
+    sds[1]["embedding_bags.row.weight"] = sds[1]["embedding_bags.row.weight"][:-1]
+    refused(sds, "rank 1's 'embedding_bags.row.weight'", "expected float32 (5, 5)")
     sds, _ = shard_dicts(2, SPECS[:5])
-    sds[0]["tables.col.optimizer_state"] = sds[0]["tables.col.optimizer_state"][:, :-1]
-    refused(sds, "rank 0's 'tables.col.optimizer_state'", "a multiple of 4 columns")
+    sds[0]["embedding_bags.col.optimizer_state"] = sds[0]["embedding_bags.col.optimizer_state"][:, :-1]
+    refused(sds, "rank 0's 'embedding_bags.col.optimizer_state'", "a multiple of 4 columns")
     sds, _ = shard_dicts(2, SPECS[:5])
-    v = sds[1]["tables.row.shard"].clone()
+    v = sds[1]["embedding_bags.row.shard"].clone()
     v[3], v[7] = 12, 6  # a row shard of another table's rows
-    sds[1]["tables.row.shard"] = v
-    refused(sds, "rank 1's 'tables.row.shard' is a row shard of a (12, 5) table but rank 0's a row shard of (11, 5)")
+    sds[1]["embedding_bags.row.shard"] = v
+    refused(sds, "rank 1's 'embedding_bags.row.shard' is a row shard of a (12, 5) table but rank 0's a row shard of "
+            "(11, 5)")
     sds, _ = shard_dicts(2, SPECS[:5])
-    del sds[1]["tables.tab.shard"]
+    del sds[1]["embedding_bags.tab.shard"]
     refused(sds, "rank 1's state_dict has tables")
     sds, _ = shard_dicts(2, SPECS[:5])
-    v = sds[1]["tables.row.shard"].clone()
+    v = sds[1]["embedding_bags.row.shard"].clone()
     v[5] = 0  # rank 1 claims rank 0's rows
-    sds[1]["tables.row.shard"] = v
-    refused(sds, "state_dicts[1]['tables.row.shard']", "not a row shard of rank 1 of 2")
+    sds[1]["embedding_bags.row.shard"] = v
+    refused(sds, "state_dicts[1]['embedding_bags.row.shard']", "not a row shard of rank 1 of 2")
     sds, _ = shard_dicts(2, SPECS[:5])
-    v = sds[1]["tables.col.shard"].clone()
+    v = sds[1]["embedding_bags.col.shard"].clone()
     v[8] = 0  # rank 1's columns start where rank 0's do
-    sds[1]["tables.col.shard"] = v
-    refused(sds, "rank 1's 'tables.col.shard'", "overlaps")
-    refused([{"step": torch.tensor(1)}], "has no 'tables.<name>.shard' entry")
+    sds[1]["embedding_bags.col.shard"] = v
+    refused(sds, "rank 1's 'embedding_bags.col.shard'", "overlaps")
+    refused([{"step": torch.tensor(1)}], "has no 'embedding_bags.<name>.shard' entry")
 
 
 def test_a_one_rank_module_loads_the_merge_and_refuses_the_shards_naming_the_way():
@@ -170,13 +186,13 @@ def test_a_one_rank_module_loads_the_merge_and_refuses_the_shards_naming_the_way
     with pytest.raises(RuntimeError, match="merge_state_dicts"):
         m.load_state_dict(sds[0])
     before = m.state_dict()
-    assert not torch.equal(before["tables.user.weight"], torch.from_numpy(whole["user"][0]))
+    assert not torch.equal(before["embedding_bags.user.weight"], torch.from_numpy(whole["user"][0]))
     m.load_state_dict(st.merge_state_dicts(sds))
     after = m.state_dict()
     for name in ("user", "item"):
-        assert torch.equal(after[f"tables.{name}.weight"], torch.from_numpy(whole[name][0]))
-    assert torch.equal(after["tables.user.optimizer_state"], torch.from_numpy(whole["user"][1]))
-    assert int(after["step"]) == 7 and float(after["tables.item.learning_rate"]) == 0.25
+        assert torch.equal(after[f"embedding_bags.{name}.weight"], torch.from_numpy(whole[name][0]))
+    assert torch.equal(after["embedding_bags.user.optimizer_state"], torch.from_numpy(whole["user"][1]))
+    assert int(after["step"]) == 7 and float(after["embedding_bags.item.learning_rate"]) == 0.25
 
 
 def test_the_cut_covers_every_row_and_column_once():
@@ -194,30 +210,30 @@ def test_the_cut_covers_every_row_and_column_once():
 
 def test_malformed_entries_are_refused_naming_the_entry_and_rank():
     sds, _ = shard_dicts(2, SPECS[:3])
-    del sds[1]["tables.row.weight"]
-    refused(sds, "rank 1's state_dict has 'tables.row.shard' but no 'tables.row.weight'")
+    del sds[1]["embedding_bags.row.weight"]
+    refused(sds, "rank 1's state_dict has 'embedding_bags.row.shard' but no 'embedding_bags.row.weight'")
     sds, _ = shard_dicts(2, [("row", "row", 4, 2, "sgd")])
-    v = sds[1]["tables.row.shard"].clone()
+    v = sds[1]["embedding_bags.row.shard"].clone()
     v[5], v[6] = 3, -2  # rows 3, 1: a layout no world writes
-    sds[1]["tables.row.shard"] = v
-    refused(sds, "state_dicts[1]['tables.row.shard']", "not a row shard of rank 1 of 2")
+    sds[1]["embedding_bags.row.shard"] = v
+    refused(sds, "state_dicts[1]['embedding_bags.row.shard']", "not a row shard of rank 1 of 2")
     sds, _ = shard_dicts(2, SPECS[:3])
-    sds[1]["tables.rep.weight"] = sds[1]["tables.rep.weight"] + 100
-    refused(sds, "rank 1's replica of 'tables.rep.weight'", "differs from rank 0's")
+    sds[1]["embedding_bags.rep.weight"] = sds[1]["embedding_bags.rep.weight"] + 100
+    refused(sds, "rank 1's replica of 'embedding_bags.rep.weight'", "differs from rank 0's")
     sds, _ = shard_dicts(2, SPECS[:3])
-    sds[1]["tables.tab.optimizer_state"] = torch.zeros(1, dtype=torch.float64)
-    refused(sds, "rank 1's 'tables.tab.optimizer_state' is float64 (1,)")
+    sds[1]["embedding_bags.tab.optimizer_state"] = torch.zeros(1, dtype=torch.float64)
+    refused(sds, "rank 1's 'embedding_bags.tab.optimizer_state' is float64 (1,)")
     sds, _ = shard_dicts(2, SPECS[:3])
     for sd in sds:
         sd["step"] = torch.tensor(7.5)
     refused(sds, "'step' is 7.5", "expected an integer")
     sds, _ = shard_dicts(2, SPECS[:3])
-    sds[0]["tables.row.weight"] = sds[0]["tables.row.weight"].to(torch.bfloat16)
+    sds[0]["embedding_bags.row.weight"] = sds[0]["embedding_bags.row.weight"].to(torch.bfloat16)
     # A bf16 table's rows on one rank only (half-size rows merge as their dtype: test_half.py).
-    refused(sds, "rank 1's 'tables.row.weight' is torch.float32 but rank 0's torch.bfloat16")
+    refused(sds, "rank 1's 'embedding_bags.row.weight' is torch.float32 but rank 0's torch.bfloat16")
     sds, _ = shard_dicts(2, SPECS[:3])
-    sds[1]["tables.row.shard"] = sds[1]["tables.row.shard"].to(torch.float32)
-    refused(sds, "state_dicts[1]['tables.row.shard'] is float32")
+    sds[1]["embedding_bags.row.shard"] = sds[1]["embedding_bags.row.shard"].to(torch.float32)
+    refused(sds, "state_dicts[1]['embedding_bags.row.shard'] is float32")
     with pytest.raises(TypeError, match=r"state_dicts\[1\] is a list"):
         st.merge_state_dicts([sds[0], [1, 2]])
 
@@ -228,4 +244,4 @@ def test_a_step_absent_on_every_rank_is_left_out():
         del sd["step"]
     merged = st.merge_state_dicts(sds)
     assert "step" not in merged
-    assert torch.equal(merged["tables.row.weight"], torch.from_numpy(whole["row"][0]))
+    assert torch.equal(merged["embedding_bags.row.weight"], torch.from_numpy(whole["row"][0]))

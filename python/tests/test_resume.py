@@ -128,7 +128,7 @@ def test_strict_loading_needs_every_entry_the_next_update_reads():
     """Under strict, a table's optimizer state and learning rate are required like its weight: a
     state_dict without them would leave the module's own (silently another run's state)."""
     sd = trained("adagrad").state_dict()
-    for key in ("tables.user.optimizer_state", "tables.item.learning_rate"):
+    for key in ("embedding_bags.user.optimizer_state", "embedding_bags.item.learning_rate"):
         m = make("adagrad", "cpu")
         before = m.state_dict()
         with pytest.raises(RuntimeError, match=rf"missing keys \['{key}'\]"):

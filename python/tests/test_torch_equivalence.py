@@ -31,10 +31,10 @@ def make_pair(tmp_path, mode, optimizer, pooling, lr, rng):
     first = TABLES[0][0]
     np.save(tmp_path / "first.npy", init[first])
     ebc.store.import_npy(first, str(tmp_path / "first.npy"))
-    given = {f"tables.{n}.weight": torch.from_numpy(init[n]) for n, _, _ in TABLES[1:]}
+    given = {f"embedding_bags.{n}.weight": torch.from_numpy(init[n]) for n, _, _ in TABLES[1:]}
     missing = ebc.load_state_dict(given, strict=False).missing_keys
     # Every other entry (the first table's weight, optimizer states, rates, step) keeps its value.
-    assert f"tables.{first}.weight" in missing and sorted(missing) == sorted(set(ebc.state_dict()) - set(given))
+    assert f"embedding_bags.{first}.weight" in missing and sorted(missing) == sorted(set(ebc.state_dict()) - set(given))
     for n, _, _ in TABLES:
         np.testing.assert_array_equal(ebc.store.read_rows(n)[0], init[n])
     return ebc, bags

@@ -671,13 +671,13 @@ def test_a_world_load_whose_ranks_disagree_on_a_rate_or_the_step_writes_nothing(
         before = {k: v.clone() for k, v in m.state_dict().items()}
         if rank == 1:
             if change == "learning_rate":
-                sd["tables.user.learning_rate"] = torch.tensor(0.05)
+                sd["embedding_bags.user.learning_rate"] = torch.tensor(0.05)
             elif change == "step":
                 sd["step"] = torch.tensor(7, dtype=torch.int64)
             elif change == "step_missing":
                 del sd["step"]
             else:
-                del sd["tables.item.learning_rate"]
+                del sd["embedding_bags.item.learning_rate"]
         try:
             m.load_state_dict(sd, strict=False)
             err = None
@@ -688,8 +688,8 @@ def test_a_world_load_whose_ranks_disagree_on_a_rate_or_the_step_writes_nothing(
         m.close()
         return err, sorted(unchanged) == sorted(before)
 
-    key = {"learning_rate": "tables.user.learning_rate", "step": "step", "step_missing": "step",
-           "learning_rate_missing": "tables.item.learning_rate"}[change]
+    key = {"learning_rate": "embedding_bags.user.learning_rate", "step": "step", "step_missing": "step",
+           "learning_rate_missing": "embedding_bags.item.learning_rate"}[change]
     got = two_ranks(run)
     for rank, (res, e) in enumerate(got):
         assert e is None, got
@@ -727,7 +727,7 @@ def _load_after_the_world_broke(monkeypatch, breaking_all_gather, error):
         with pytest.raises(RuntimeError) as e:
             m.load_state_dict(sd)
         weights, _ = m.store.read_shard("user", 0, 1)  # local: no collective
-        return str(e.value), torch.equal(torch.from_numpy(weights), before["tables.user.weight"][:1])
+        return str(e.value), torch.equal(torch.from_numpy(weights), before["embedding_bags.user.weight"][:1])
 
     for rank, (res, e) in enumerate(two_ranks(run)):
         assert e is None, (rank, repr(e))
@@ -774,15 +774,16 @@ def _worker(rank, size, init_file, out):
     saved["keys"] = np.array(sorted(sd))
     for n in ("user", "item", "ctx"):
         saved[f"rows_{n}"] = m.store.read_rows(n)[0]  # a collective: the whole table on every rank
-        saved[f"shard_{n}"] = sd[f"tables.{n}.shard"].numpy()
-        saved[f"weight_{n}"] = sd[f"tables.{n}.weight"].numpy()
+        saved[f"shard_{n}"] = sd[f"embedding_bags.{n}.shard"].numpy()
+        saved[f"weight_{n}"] = sd[f"embedding_bags.{n}.weight"].numpy()
     m.load_state_dict(sd)  # a round trip
+    m.load_state_dict({k.replace("embedding_bags.", "tables.", 1): v for k, v in sd.items()})  # the names before
     # Rank 1 is given rank 0's shard of 'user': refused there, and so on rank 0 too; nothing written.
     bad = dict(sd)
     if rank == 1:
-        vec = sd["tables.user.shard"].clone()
+        vec = sd["embedding_bags.user.shard"].clone()
         vec[1] = 0
-        bad["tables.user.shard"] = vec
+        bad["embedding_bags.user.shard"] = vec
     try:
         m.load_state_dict(bad)
         saved["refusal"] = np.array("none")
@@ -842,11 +843,11 @@ def test_two_ranks_match_a_one_rank_cpu_reference(tmp_path):
                 np.testing.assert_allclose(got[r][f"weight_{n}"], want[:, shard[8]:shard[8] + shard[9]],
                                            rtol=1e-4, atol=1e-5)
     keys = list(got[0]["keys"])
-    assert "tables.user.shard" in keys and "tables.user.replicas" in keys and "step" in keys
-    assert "tables.item.optimizer_state" not in keys  # sgd
+    assert "embedding_bags.user.shard" in keys and "embedding_bags.user.replicas" in keys and "step" in keys
+    assert "embedding_bags.item.optimizer_state" not in keys  # sgd
     r1 = str(got[1]["refusal"])
-    assert "tables.user.shard: saved by rank 0 of 2 (row sharding); this module is rank 1 of 2 (row): a shard loads " \
-           "only into the rank that saved it" in r1, r1
+    assert "embedding_bags.user.shard: saved by rank 0 of 2 (row sharding); this module is rank 1 of 2 (row): a " \
+           "shard loads only into the rank that saved it" in r1, r1
     r0 = str(got[0]["refusal"])
     assert "rank 1 of 2 refused its state_dict" in r0, r0
     assert bool(got[0]["unchanged"]) and bool(got[1]["unchanged"])

@@ -234,7 +234,7 @@ def check_state_dict(ebc, ref, tables, rank, world):
     assert int(sd["step"]) == int(rsd["step"]), (sd["step"], rsd["step"])
     for t in tables:
         n = t["name"]
-        p = f"tables.{n}."
+        p = f"embedding_bags.{n}."
         shard = sd[p + "shard"]
         assert shard.dtype == torch.int64 and shard.shape == (10,), (n, shard)
         w_, r_, stype, rows, dim, row_start, row_step, local_rows, col_offset, local_dim = shard.tolist()
@@ -272,7 +272,7 @@ def across_world_sizes(ebc, ref, tables, sd, rank, world):
     assert sorted(merged) == sorted(rsd), (sorted(merged), sorted(rsd))
     assert int(merged["step"]) == int(rsd["step"])
     for t in tables:
-        p = f"tables.{t['name']}."
+        p = f"embedding_bags.{t['name']}."
         check_close(f"rank {rank} merged {p}weight", merged[p + "weight"], rsd[p + "weight"].numpy())
         if p + "optimizer_state" in rsd:
             check_close(f"rank {rank} merged {p}optimizer_state", merged[p + "optimizer_state"],
@@ -281,13 +281,13 @@ def across_world_sizes(ebc, ref, tables, sd, rank, world):
     # Whole entries are checked as a one-rank module checks them, on every rank before any writes.
     column = next(t["name"] for t in tables if t["sharding"]["type"] == "column")
     bad = dict(merged)
-    bad[f"tables.{column}.weight"] = merged[f"tables.{column}.weight"].reshape(-1)
+    bad[f"embedding_bags.{column}.weight"] = merged[f"embedding_bags.{column}.weight"].reshape(-1)
     expect_error(RuntimeError, "a flattened whole weight", lambda: ebc.load_state_dict(bad),
-                 f"tables.{column}.weight has shape")
-    bad = {k: v for k, v in merged.items() if k != f"tables.{column}.weight"}
+                 f"embedding_bags.{column}.weight has shape")
+    bad = {k: v for k, v in merged.items() if k != f"embedding_bags.{column}.weight"}
     e = expect_error(RuntimeError, "a whole weight missing", lambda: ebc.load_state_dict(bad),
-                     f"tables.{column}.weight")
-    assert f"tables.{column}.shard" not in str(e), e
+                     f"embedding_bags.{column}.weight")
+    assert f"embedding_bags.{column}.shard" not in str(e), e
     assert state_dicts_equal(ebc.state_dict(), sd), "a refused load_state_dict changed the state"
     features, grads = rank_batch(33, 6, rank, tables)  # a step that changes the state first
     out = ebc(features)
@@ -320,11 +320,11 @@ def equivalence(rank, world):
     # before anything is written.
     foreign = dict(sd)
     row = next(t["name"] for t in tables if t["sharding"]["type"] == "row")
-    shard = sd[f"tables.{row}.shard"].clone()
+    shard = sd[f"embedding_bags.{row}.shard"].clone()
     shard[0] = world + 1
-    foreign[f"tables.{row}.shard"] = shard
-    foreign[f"tables.{row}.weight"] = sd[f"tables.{row}.weight"] + 1
-    expect_error(RuntimeError, "a foreign shard", lambda: ebc.load_state_dict(foreign), f"tables.{row}.shard",
+    foreign[f"embedding_bags.{row}.shard"] = shard
+    foreign[f"embedding_bags.{row}.weight"] = sd[f"embedding_bags.{row}.weight"] + 1
+    expect_error(RuntimeError, "a foreign shard", lambda: ebc.load_state_dict(foreign), f"embedding_bags.{row}.shard",
                  "a shard loads only into the rank that saved it", "merge_state_dicts")
     assert state_dicts_equal(ebc.state_dict(), sd), "a refused load_state_dict changed the state"
     across_world_sizes(ebc, ref, tables, sd, rank, world)
