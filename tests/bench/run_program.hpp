@@ -19,11 +19,13 @@ struct RunOutput {
 };
 
 /// Runs `command` through the shell with stderr merged into stdout, without the GoogleTest shard of
-/// this test program (under the sanitizers, tests/CMakeLists.txt): a test program run as the child
-/// would otherwise run only its cases of that shard.
+/// this test program (under the sanitizers, tests/CMakeLists.txt) and its report file: a test
+/// program run as the child would otherwise run only its cases of that shard, and overwrite the
+/// report.
 inline RunOutput run_program(const std::string& command) {
   RunOutput r;
-  std::FILE* p = ::popen(("unset GTEST_TOTAL_SHARDS GTEST_SHARD_INDEX; " + command + " 2>&1").c_str(), "r");
+  std::FILE* p =
+      ::popen(("unset GTEST_TOTAL_SHARDS GTEST_SHARD_INDEX GTEST_OUTPUT; " + command + " 2>&1").c_str(), "r");
   if (!p) return r;
   char buf[4096];
   for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);

@@ -42,9 +42,11 @@ std::int64_t first_difference(const float* got, const float* want, std::int64_t 
 
 // The dims of the exhaustive tests below: 1 to 272 (the compile-time dims, multiples of 16 up to
 // 256, and the run-time ones between and beyond). Under ASan or TSan, which check memory and races,
-// not bits (the default preset checks every dim's bits), the compile-time dims, the run-time dims
-// on each side of them and a few more: every code path, in a fifth of the time (EveryDim... took
-// 119 s under TSan).
+// not bits (the default preset checks every dim's bits), the default preset's compile-time dims,
+// the run-time dims on each side of them and a few more: every code path, in a fifth of the time
+// (EveryDim... took 119 s under TSan). The sanitizer presets compile only 64 and 128 as
+// compile-time dims (STRATA_FEW_KERNEL_DIMS, host/kernels.cpp); the other multiples of 16 run the
+// run-time-dim instance there.
 std::vector<int> exhaustive_dims() {
   std::vector<int> dims;
   if (testing::kSanitized) {

@@ -117,7 +117,14 @@ TEST(TuneCalibrate, CountsBeyondTheMachineAreRefusedBeforeAnyProbe) {
   EXPECT_NE(s.message().find("--probe-mib 2 --lookups 1125899906842624: the probes hold up to "), std::string::npos)
       << s.to_string();
   EXPECT_NE(s.message().find("this machine can use"), std::string::npos) << s.to_string();
-  EXPECT_EQ(calibrate(o).status().message(), s.message());
+  // calibrate() refuses with the same check, whose MemAvailable, read again, may have moved (a
+  // loaded machine once gave 21172 MiB, then 21168 MiB).
+  const auto without_available = [](std::string m) {
+    const std::size_t at = m.find("more than "), end = m.find(" MiB this machine can use");
+    if (at != std::string::npos && end != std::string::npos && at < end) m.replace(at, end - at, "more than N");
+    return m;
+  };
+  EXPECT_EQ(without_available(calibrate(o).status().message()), without_available(s.message()));
   o = small_options();
   o.threads = 1 << 30;
   EXPECT_NE(check_fits_machine(o).message().find("--threads 1073741824 is more than 4 x the "), std::string::npos)
