@@ -229,8 +229,9 @@ TEST(CheckpointFormat, ManifestsThatAreCorruptOrOfAnotherVersionAreRefusedNaming
 }
 
 // Shapes no save writes: a negative or too wide table, a state width its optimizer does not keep, an optimizer that
-// does not exist, byte counts past 2^63, element types a table cannot have. Each once parsed (the last but two made expected_file_bytes wrap to 64, and
-// a reader of it threw std::length_error); each is refused naming the table and the field.
+// does not exist, byte counts past 2^63, element types a table cannot have. Each once parsed (the last but two made
+// expected_file_bytes wrap to 64, and a reader of it threw std::length_error); each is refused naming the table and the
+// field.
 TEST(CheckpointFormat, ImpossibleTableShapesAreRefusedNamingTheField) {
   Manifest m;  // format 1: one whole piece, no piece sizes checked against boxes
   m.generation = 3;
