@@ -171,13 +171,13 @@ py::object entry(const py::dict& d, const char* name) {
   return py::none();
 }
 
-// The entry `name` or its alias `torchs` (torch's name of it), or None; both given is refused
-// (`who` names the table).
-py::object entry(const py::dict& d, const char* name, const char* torchs, const std::string& who) {
-  py::object ours = entry(d, name), theirs = entry(d, torchs);
+// The entry `name` or its `alias` (TorchRec's or torch's name of it), or None; both given is
+// refused (`who` names the table).
+py::object entry(const py::dict& d, const char* name, const char* alias, const std::string& who) {
+  py::object ours = entry(d, name), theirs = entry(d, alias);
   if (!ours.is_none() && !theirs.is_none())
-    throw py::value_error(who + "both '" + name + "' and '" + torchs + "' (expected one: '" + torchs +
-                          "' is torch's name of '" + name + "')");
+    throw py::value_error(who + "both '" + name + "' and '" + alias + "' (expected one: '" + alias +
+                          "' is another name of '" + name + "')");
   return ours.is_none() ? theirs : ours;
 }
 

@@ -6,8 +6,8 @@ feature's name is the table's):
 
 * a dict ``{table: {"keys" | "values": ..., "lengths" | "offsets": ..., "weights" |
   "per_sample_weights": ...}}`` of CPU tensors or NumPy arrays (keys int64 or int32, weights float32
-  and optional; "values" and "per_sample_weights" are torch's names, and a feature gives one name
-  of each; None is an absent entry). ``offsets`` read as torch.nn.EmbeddingBag's do under its
+  and optional; "values" is TorchRec's name and "per_sample_weights" torch's, and a feature gives
+  one name of each; None is an absent entry). ``offsets`` read as torch.nn.EmbeddingBag's do under its
   ``include_last_offset``: with the module's ``include_last_offset=True`` (Strata's default; torch's
   is False) batch + 1 of them, the last the key count; with ``include_last_offset=False`` one per
   bag (batch), the last bag running to the end of the keys. Offsets of torch's default given to a
@@ -270,11 +270,11 @@ def _features_of(batch, include_last_offset=True):
         "'weights'}} or a KeyedJaggedTensor; forward takes a SubmittedBatch too)")
 
 
-def _entry(f, ours, torchs=None):
-    """A feature's entry by Strata's name or torch's (``keys``/``values``), None where absent: an
+def _entry(f, ours, alias=None):
+    """A feature's entry by Strata's name or its alias (``keys``/``values``), None where absent: an
     entry given as None is absent, as the store reads it (which refuses both names given)."""
     x = f.get(ours)
-    return f.get(torchs) if x is None and torchs else x
+    return f.get(alias) if x is None and alias else x
 
 
 def _host_vector(x):
