@@ -1,6 +1,6 @@
 #pragma once
-// KeyBatch: one training batch for several tables, jagged per table, in the shape of TorchRec's
-// KeyedJaggedTensor (one offsets array per table of length batch+1, keys, optional weights).
+// KeyBatch: one training batch of several features, jagged per feature, in the shape of TorchRec's
+// KeyedJaggedTensor (per feature an offsets array of length batch+1, keys, optional weights).
 
 #include <cstdint>
 #include <string>
@@ -11,9 +11,9 @@
 
 namespace strata {
 
-/// The keys of one table for one batch. Bag b holds keys[offsets[b] .. offsets[b+1]).
+/// The keys of one feature for one batch. Bag b holds keys[offsets[b] .. offsets[b+1]).
 struct JaggedKeys {
-  std::string table;                  ///< table name
+  std::string table;                  ///< the feature's name (a table's own name unless it lists features)
   std::vector<std::int64_t> offsets;  ///< (batch + 1), offsets[0] == 0, non-decreasing, back() == keys.size()
   std::vector<Key> keys;              ///< (num_keys) row ids in [0, rows)
   std::vector<float> weights;         ///< empty, or (num_keys) per-key weights multiplied into the pooled sum
@@ -24,13 +24,13 @@ struct JaggedKeys {
   std::int64_t num_keys() const noexcept { return static_cast<std::int64_t>(keys.size()); }
 };
 
-/// One batch: every table's keys for the same `batch_size` samples. A table may appear at most once.
+/// One batch: every feature's keys for the same `batch_size` samples. A feature may appear at most once.
 struct KeyBatch {
-  std::vector<JaggedKeys> features;  ///< one entry per table used by this batch
+  std::vector<JaggedKeys> features;  ///< one entry per feature used by this batch
 
-  /// Batch size (bags per table); 0 when there are no features.
+  /// Batch size (bags per feature); 0 when there are no features.
   std::int64_t batch_size() const noexcept { return features.empty() ? 0 : features.front().batch_size(); }
-  /// Total keys over all tables.
+  /// Total keys over all features.
   std::int64_t total_keys() const noexcept;
 };
 
@@ -64,8 +64,7 @@ struct ConstMatrixView {
 /// "host" or "device".
 inline const char* to_string(MemorySpace s) noexcept { return s == MemorySpace::kDevice ? "device" : "host"; }
 
-/// Shape of a table's forward output for a feature: (batch, dim) when pooled, (num_keys, dim) for pooling none.
-/// Gradients given to backward() have the same shape.
+/// Rows of a feature's forward output (and backward gradient): batch when pooled, num_keys for pooling none.
 inline std::int64_t output_rows(const JaggedKeys& f, Pooling p) noexcept {
   return p == Pooling::kNone ? f.num_keys() : f.batch_size();
 }

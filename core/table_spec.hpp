@@ -43,10 +43,9 @@ struct OptimizerSpec {
 struct InitializerSpec {
   float bound = 0.01f;     ///< half-width of the uniform range (>= 0)
   std::uint64_t seed = 0;  ///< seed shared by all tables; the table name is mixed in
-  /// Origin of a shard (set by dispatch for the local part of a sharded table, not by users): local row l, column c
-  /// starts as row l * row_stride + row_offset, column c + col_offset of the whole table. validate(StoreConfig) refuses
-  /// a config whose tables set them to anything but 1, 0, 0 (the whole table), and the JSON config has no fields for
-  /// them.
+  /// Origin of a shard (set by dispatch for a sharded table's local part): local row l, column c starts as row
+  /// l * row_stride + row_offset, column c + col_offset of the whole table. A config's tables must leave them at 1, 0,
+  /// 0.
   std::int64_t row_stride = 1;
   std::int64_t row_offset = 0;
   std::int32_t col_offset = 0;
@@ -73,16 +72,14 @@ struct TableSpec {
 inline constexpr std::int32_t kMaxDim = 1 << 20;
 inline constexpr std::int64_t kMaxTableBytes = std::int64_t{1} << 48;
 
-/// Longest table name, in bytes. A name is part of the names of its checkpoint files ("<name>.<generation>.tbl",
-/// written as "<name>.<generation>.tbl.tmp-<pid>-<n>" first: at most 61 bytes more), which must fit the 255 bytes a
-/// file name may have on Linux file systems.
+/// Longest table name, in bytes: it is part of its checkpoint files' names ("<name>.<generation>.tbl.tmp-<pid>-<n>",
+/// at most 61 bytes more), which must fit the 255 bytes of a Linux file name.
 inline constexpr std::size_t kMaxTableNameBytes = 128;
 
 /// Checks that `name` can name a table, and so a file: 1 to kMaxTableNameBytes bytes of ASCII letters, digits, '_', '-'
-/// and '.', not starting with '.' (never ".", ".." or a hidden file). The one place this rule lives:
-/// validate(TableSpec) and tools that take table names (strata-bench's --tables) call it. Errors (kInvalidArgument)
-/// name the table (its first 32 bytes, bytes outside the rule as \xNN), what is wrong and the rule: "table 'user id':
-/// name holds ' ' at byte 4 (expected 1 to 128 bytes of letters, digits, '_', '-' and '.', not starting with '.')".
+/// and '.', not starting with '.' (never ".", ".." or a hidden file); validate(TableSpec) and tools call it. Errors
+/// name the table (its first 32 bytes, others as \xNN), what is wrong and the rule: "table 'user id': name holds ' '
+/// at byte 4 (expected 1 to 128 bytes of letters, digits, '_', '-' and '.', not starting with '.')".
 Status validate_table_name(const std::string& name);
 
 /// Optimizer-state elements kept per row: sgd 0, adagrad dim, rowwise_adagrad 1, adam 2*dim.

@@ -18,6 +18,7 @@
 
 #include "core/row_math.hpp"
 #include "store/detail/batch_checks.hpp"
+#include "store/detail/features.hpp"
 #include "store/store.hpp"
 
 namespace strata {
@@ -73,7 +74,7 @@ const float* widened(const ConstMatrixView& v, DType dtype, std::vector<float>& 
 
 class ReferenceStore final : public Store {
  public:
-  explicit ReferenceStore(StoreConfig config) : Store(std::move(config)), index_(detail::make_table_index(config_)) {
+  explicit ReferenceStore(StoreConfig config) : Store(std::move(config)), features_(config_) {
     for (const auto& t : config_.tables) {
       Table tab;
       tab.spec = t.spec;
@@ -93,7 +94,8 @@ class ReferenceStore final : public Store {
 
   Status submit(std::int64_t id, KeyBatch batch) override {
     if (batches_.count(id)) return detail::duplicate_batch(id);
-    STRATA_ASSIGN_OR_RETURN(std::vector<int> tables, detail::check_batch(id, batch, config_, index_));
+    STRATA_ASSIGN_OR_RETURN(std::vector<int> tables,
+                            detail::check_batch(id, batch, features_.features(), features_.index()));
     batches_.emplace(id, Entry{std::move(batch), std::move(tables), false, {}});
     (void)previews_.submitted(id);
     return Status::ok();
@@ -102,7 +104,8 @@ class ReferenceStore final : public Store {
   // Previews only steer a cache: checked like every mode checks them, then only their ids are kept.
   Status preview(std::int64_t id, const KeyBatch& batch) override {
     STRATA_RETURN_IF_ERROR(
-        detail::check_preview(id, batch, config_, index_, previews_, batches_.count(id) > 0).status());
+        detail::check_preview(id, batch, features_.features(), features_.index(), previews_, batches_.count(id) > 0)
+            .status());
     previews_.add(id);
     return Status::ok();
   }
@@ -111,20 +114,21 @@ class ReferenceStore final : public Store {
 
   Status forward(std::int64_t id, const std::vector<MatrixView>& outputs) override {
     STRATA_ASSIGN_OR_RETURN(Entry * found,
-                            detail::find_batch(batches_, id, config_, outputs, "output", false, nullptr));
+                            detail::find_batch(batches_, id, features_.features(), outputs, "output", false, nullptr));
     Entry& e = *found;
     for (std::size_t i = 0; i < e.tables.size(); ++i) {
-      const Table& t = tables_[static_cast<std::size_t>(e.tables[i])];
+      const Table& t = tables_[static_cast<std::size_t>(features_.table_of(e.tables[i]))];
+      const Pooling pooling = features_.features().tables[static_cast<std::size_t>(e.tables[i])].spec.pooling;
       const JaggedKeys& f = e.batch.features[i];
       const MatrixView& view = outputs[i];
       if (t.spec.output_dtype == DType::kF32) {
-        pool(t, f, view.data);
+        pool(t, f, pooling, view.data);
         continue;
       }
       // Pooled in fp32, then each element rounded to nearest into the half-size view.
       const auto n = static_cast<std::size_t>(view.rows * view.cols);
       std::vector<float> out(n);
-      pool(t, f, out.data());
+      pool(t, f, pooling, out.data());
       std::vector<std::uint16_t> bits(n);
       for (std::size_t k = 0; k < n; ++k) bits[k] = narrow(t.spec.output_dtype, out[k], false, 0);
       if (n > 0) std::memcpy(view.data, bits.data(), n * sizeof(std::uint16_t));  // data may be null when empty
@@ -135,36 +139,51 @@ class ReferenceStore final : public Store {
   }
   // No device: every stream is refused (after the views are checked, as the store checks them).
   Status forward(std::int64_t id, const std::vector<MatrixView>& outputs, gpu::StreamView stream) override {
-    STRATA_RETURN_IF_ERROR(detail::find_batch(batches_, id, config_, outputs, "output", false, nullptr).status());
+    STRATA_RETURN_IF_ERROR(
+        detail::find_batch(batches_, id, features_.features(), outputs, "output", false, nullptr).status());
     return detail::check_stream("forward", id, nullptr, stream);
   }
   Status backward(std::int64_t id, const std::vector<ConstMatrixView>& grads, gpu::StreamView stream) override {
-    STRATA_RETURN_IF_ERROR(detail::find_batch(batches_, id, config_, grads, "gradient", true, nullptr).status());
+    STRATA_RETURN_IF_ERROR(
+        detail::find_batch(batches_, id, features_.features(), grads, "gradient", true, nullptr).status());
     return detail::check_stream("backward", id, nullptr, stream);
   }
 
   Status backward(std::int64_t id, const std::vector<ConstMatrixView>& grads) override {
-    STRATA_ASSIGN_OR_RETURN(Entry * found, detail::find_batch(batches_, id, config_, grads, "gradient", true, nullptr));
+    STRATA_ASSIGN_OR_RETURN(Entry * found,
+                            detail::find_batch(batches_, id, features_.features(), grads, "gradient", true, nullptr));
     Entry& e = *found;
     ++step_;
-    for (std::size_t i = 0; i < e.tables.size(); ++i) {
-      Table& t = tables_[static_cast<std::size_t>(e.tables[i])];
-      const JaggedKeys& f = e.batch.features[i];
+    // The batch's features of each table, in the table's feature order (features_ lists them so).
+    std::map<int, std::map<int, std::size_t>> of_table;  // table -> feature -> position in the batch
+    for (std::size_t i = 0; i < e.tables.size(); ++i) of_table[features_.table_of(e.tables[i])][e.tables[i]] = i;
+    for (const auto& [table, mine] : of_table) {
+      Table& t = tables_[static_cast<std::size_t>(table)];
       const std::int32_t dim = t.spec.dim;
-      const float* w = f.weights.empty() ? nullptr : f.weights.data();
-      std::vector<float> wide;
-      const float* grad = widened(grads[i], t.spec.output_dtype, wide);
-      // Per-row gradient sums, each accumulated in the order its keys appear, in segments of
-      // kGradSegment uses (core/row_math.hpp).
+      std::vector<std::vector<float>> wide(mine.size());
+      std::vector<const float*> grad_of;  // per feature of `mine`, fp32
+      for (const auto& [feature, i] : mine)
+        grad_of.push_back(widened(grads[i], t.spec.output_dtype, wide[grad_of.size()]));
+      // Per-row gradient sums, each accumulated in the order its uses appear (bag by bag; in a bag, the table's
+      // features in their order, each in its key order), in segments of kGradSegment uses (core/row_math.hpp). All
+      // the table's features add to one sum per row: a row two features use gets both in one update.
       std::map<Key, GradSum> sums;
-      for (std::int64_t b = 0; b < f.batch_size(); ++b) {
-        const std::int64_t lo = f.offsets[static_cast<std::size_t>(b)], hi = f.offsets[static_cast<std::size_t>(b) + 1];
-        for (std::int64_t j = lo; j < hi; ++j) {
-          GradSum& sum = sums[f.keys[static_cast<std::size_t>(j)]];
-          if (t.spec.pooling == Pooling::kNone) {
-            sum.add(grad + j * dim, grad_scale(Pooling::kNone, 1, w, j), dim);
-          } else {
-            sum.add(grad + b * dim, grad_scale(t.spec.pooling, hi - lo, w, j), dim);
+      for (std::int64_t b = 0; b < e.batch.batch_size(); ++b) {
+        std::size_t n = 0;
+        for (const auto& [feature, i] : mine) {
+          const JaggedKeys& f = e.batch.features[i];
+          const Pooling pooling = features_.features().tables[static_cast<std::size_t>(feature)].spec.pooling;
+          const float* w = f.weights.empty() ? nullptr : f.weights.data();
+          const float* grad = grad_of[n++];
+          const std::int64_t lo = f.offsets[static_cast<std::size_t>(b)];
+          const std::int64_t hi = f.offsets[static_cast<std::size_t>(b) + 1];
+          for (std::int64_t j = lo; j < hi; ++j) {
+            GradSum& sum = sums[f.keys[static_cast<std::size_t>(j)]];
+            if (pooling == Pooling::kNone) {
+              sum.add(grad + j * dim, grad_scale(Pooling::kNone, 1, w, j), dim);
+            } else {
+              sum.add(grad + b * dim, grad_scale(pooling, hi - lo, w, j), dim);
+            }
           }
         }
       }
@@ -246,11 +265,11 @@ class ReferenceStore final : public Store {
       }
     }
   };
-  // The fp32 outputs of feature f of table t into `out` (output_rows x dim).
-  static void pool(const Table& t, const JaggedKeys& f, float* out) {
+  // The fp32 outputs of feature f of table t, pooled by `pooling`, into `out` (output_rows x dim).
+  static void pool(const Table& t, const JaggedKeys& f, Pooling pooling, float* out) {
     const std::int32_t dim = t.spec.dim;
     const float* w = f.weights.empty() ? nullptr : f.weights.data();
-    if (t.spec.pooling == Pooling::kNone) {
+    if (pooling == Pooling::kNone) {
       for (std::int64_t j = 0; j < f.num_keys(); ++j) {
         // The row, or the weight times it (not 0 + w * row: the sign of a zero must survive).
         float* o = out + j * dim;
@@ -265,7 +284,7 @@ class ReferenceStore final : public Store {
       const std::int64_t lo = f.offsets[static_cast<std::size_t>(b)], hi = f.offsets[static_cast<std::size_t>(b) + 1];
       for (std::int64_t j = lo; j < hi; ++j)
         row_axpy(o, t.row(f.keys[static_cast<std::size_t>(j)]), w ? w[j] : 1.0f, dim);
-      if (t.spec.pooling == Pooling::kMean && hi > lo) row_scale(o, bag_scale(t.spec.pooling, hi - lo), dim);
+      if (pooling == Pooling::kMean && hi > lo) row_scale(o, bag_scale(pooling, hi - lo), dim);
     }
   }
 
@@ -275,7 +294,7 @@ class ReferenceStore final : public Store {
     bool forwarded = false;
     std::vector<MemorySpace> spaces;  // of forward's outputs, per feature
   };
-  detail::TableIndex index_;
+  detail::FeatureMap features_;  // the store's features (a table's own name when it lists none)
   std::vector<Table> tables_;
   std::unordered_map<std::int64_t, Entry> batches_;
   detail::PreviewIds previews_;  // previewed, not yet submitted

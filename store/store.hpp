@@ -14,9 +14,8 @@
 #include "store/stats.hpp"
 #include "store/store_config.hpp"
 
-// Declared only (StreamView is taken by value by the calls that use it, which need its definition): a
-// trainer that calls them includes gpu/device.hpp (device(), its streams and buffers) or a
-// dispatch/ communicator header.
+// Declared only (calls taking a StreamView need its definition): a trainer that calls them includes
+// gpu/device.hpp (device(), its streams and buffers) or a dispatch/ communicator header.
 namespace strata::gpu {
 class Device;
 class StreamView;
@@ -113,12 +112,13 @@ class Store {
   /// fail every rank ("ranks disagree on the step: rank 0 at set_step(5), rank 1 at set_step(6)"), no step changed.
   Status set_step(std::int64_t step);
 
-  /// Validates `batch` (known tables, each at most once, one batch size, offsets, key ranges, weights) and dedups its
-  /// keys. Fails with AlreadyExists when `batch_id` is in flight. A `cached` table takes a batch of any size: rows that
-  /// do not fit its cache are read and updated outside it (CacheStats::bypassed); only a batch whose rows beyond the
-  /// cache and staging could not fit the device's memory beside the cache is refused (ResourceExhausted).
+  /// Validates `batch` (known features, each at most once, one batch size, offsets, key ranges, weights) and dedups
+  /// its keys: a table's features share its rows (StoreConfig features). Fails with AlreadyExists when `batch_id` is in
+  /// flight. A `cached` table takes a batch of any size: rows that do not fit its cache are read and updated outside it
+  /// (CacheStats::bypassed); only a batch whose rows beyond the cache and staging could not fit the device's memory
+  /// beside the cache is refused (ResourceExhausted).
   virtual Status submit(std::int64_t batch_id, KeyBatch batch) = 0;
-  /// Looks up a submitted batch. `outputs[i]` receives feature i of the batch: (batch, dim) for pooled tables,
+  /// Looks up a submitted batch. `outputs[i]` receives feature i of the batch: (batch, dim) for pooled features,
   /// (num_keys, dim) for pooling none. Each view is host memory or, with `space = MemorySpace::kDevice`, memory of
   /// device() (see "Outputs and gradients on the device" below). Synchronous: on return every output is written (the
   /// host waited for the device). Device views are written with no order against any caller stream: work of the caller

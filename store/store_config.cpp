@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 #include <type_traits>
@@ -125,6 +126,16 @@ std::int64_t cache_rows(const TableConfig& t) {
   return std::max<std::int64_t>(1, std::min(rows, t.spec.rows));
 }
 
+Result<std::pair<int, Pooling>> find_feature(const StoreConfig& config, const std::string& name) {
+  for (std::size_t t = 0; t < config.tables.size(); ++t) {
+    const TableConfig& tc = config.tables[t];
+    if (tc.features.empty() && tc.spec.name == name) return std::make_pair(static_cast<int>(t), tc.spec.pooling);
+    for (const FeatureConfig& f : tc.features)
+      if (f.name == name) return std::make_pair(static_cast<int>(t), f.pooling.value_or(tc.spec.pooling));
+  }
+  return Status::not_found("unknown feature '" + name + "'");
+}
+
 namespace {
 
 // A JSON value for an error message, as written when it is a scalar or a small flat array or
@@ -186,6 +197,34 @@ Status validate_sharding(const TableConfig& t) {
   return dispatch::validate_plan(t.spec, p,
                                  static_cast<int>(std::min<std::int64_t>(world, std::numeric_limits<int>::max())));
 }
+
+// Every feature names one table: names non-empty and unique over the store (a table without a features list has
+// one feature of its own name), poolings within their enum.
+Status validate_features(const StoreConfig& c) {
+  std::map<std::string, std::string> table_of;  // feature -> table
+  for (const auto& t : c.tables) {
+    const std::string who = "table '" + t.spec.name + "': ";
+    std::vector<std::string> names;
+    for (const FeatureConfig& f : t.features) {
+      if (f.name.empty()) return Status::invalid_argument(who + "a feature has an empty name (expected a name)");
+      if (f.pooling)
+        STRATA_RETURN_IF_ERROR(check_enum(*f.pooling, who + "feature '" + f.name + "': pooling", "sum, mean or none"));
+      names.push_back(f.name);
+    }
+    if (t.features.empty()) names.push_back(t.spec.name);
+    for (const std::string& n : names) {
+      const auto [it, fresh] = table_of.emplace(n, t.spec.name);
+      if (fresh) continue;
+      if (it->second == t.spec.name)
+        return Status::invalid_argument(who + "feature '" + n + "' is listed twice (expected each feature once)");
+      return Status::invalid_argument("feature '" + n + "' looks up table '" + it->second + "' and table '" +
+                                      t.spec.name +
+                                      "' (expected one table per feature; a table without a features "
+                                      "list has one feature of its own name)");
+    }
+  }
+  return Status::ok();
+}
 }  // namespace
 
 Status validate(const StoreConfig& c) {
@@ -211,6 +250,7 @@ Status validate(const StoreConfig& c) {
     STRATA_RETURN_IF_ERROR(validate_cache(t));
     STRATA_RETURN_IF_ERROR(validate_sharding(t));
   }
+  STRATA_RETURN_IF_ERROR(validate_features(c));
   if (c.cache.policy != cache::Policy::kLru && c.cache.policy != cache::Policy::kLfu &&
       c.cache.policy != cache::Policy::kLookahead)
     return Status::invalid_argument("cache policy " + std::to_string(static_cast<int>(c.cache.policy)) +
@@ -447,6 +487,39 @@ class Fields {
   std::set<std::string> known_;
 };
 
+// "features": a non-empty array of names or {"name": ..., "pooling": ...} objects (pooling optional).
+Status parse_features(Fields& f, TableConfig& t) {
+  STRATA_ASSIGN_OR_RETURN(const json* features, f.array("features"));
+  if (!features) return Status::ok();
+  const std::string at = "table '" + t.spec.name + "': features";
+  if (features->empty())
+    return Status::invalid_argument(at +
+                                    ": empty (expected at least one feature; leave the field out for one feature "
+                                    "named as the table)");
+  for (std::size_t i = 0; i < features->size(); ++i) {
+    const json& item = (*features)[i];
+    FeatureConfig fc;
+    if (item.is_string()) {
+      fc.name = item.get<std::string>();
+    } else if (item.is_object()) {
+      Fields g(item, at + "[" + std::to_string(i) + "]");
+      if (!item.contains("name")) return Status::invalid_argument(at + "[" + std::to_string(i) + "]: name is required");
+      STRATA_RETURN_IF_ERROR(g.string("name", fc.name));
+      Pooling p = Pooling::kSum;
+      STRATA_RETURN_IF_ERROR(g.choice("pooling", p, parse_pooling));
+      if (item.contains("pooling")) fc.pooling = p;
+      STRATA_RETURN_IF_ERROR(g.check_unknown());
+    } else {
+      return Status::invalid_argument(at + "[" + std::to_string(i) +
+                                      "]: expected a name or an object with name and "
+                                      "pooling, got " +
+                                      quoted(item));
+    }
+    t.features.push_back(std::move(fc));
+  }
+  return Status::ok();
+}
+
 Status parse_table(const json& j, std::size_t index, TableConfig& t) {
   const std::string at = "tables[" + std::to_string(index) + "]";
   if (!j.is_object()) return Status::invalid_argument(at + ": expected an object, got " + quoted(j));
@@ -489,6 +562,7 @@ Status parse_table(const json& j, std::size_t index, TableConfig& t) {
     STRATA_RETURN_IF_ERROR(g.choice("type", t.sharding.type, dispatch::parse_sharding));
     return g.integer("owner", t.sharding.owner);
   }));
+  STRATA_RETURN_IF_ERROR(parse_features(f, t));
   return f.check_unknown();
 }
 
@@ -611,6 +685,14 @@ std::string to_json(const StoreConfig& c) {
     if (t.spec.state_dtype != DType::kF32) table["state_dtype"] = to_string(t.spec.state_dtype);
     if (t.spec.stochastic_rounding) table["stochastic_rounding"] = true;
     if (t.spec.output_dtype != DType::kF32) table["output_dtype"] = to_string(t.spec.output_dtype);
+    if (t.features.empty()) continue;
+    json& features = table["features"] = json::array();
+    for (const FeatureConfig& fc : t.features) {
+      if (fc.pooling)
+        features.push_back({{"name", fc.name}, {"pooling", to_string(*fc.pooling)}});
+      else
+        features.push_back(fc.name);
+    }
   }
   return j.dump(2);
 }

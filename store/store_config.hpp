@@ -1,7 +1,9 @@
 #pragma once
 // StoreConfig: tables, placement per table, threads and NUMA policy; in C++ and in JSON.
 
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cache/policy.hpp"
@@ -35,11 +37,10 @@ enum class BackendChoice { kAuto = 0, kCuda = 1, kEmu = 2 };
 /// DeviceConfig::ordinal "auto": a rank of a world opens the GPU of its local rank (the nccl communicator's own GPU,
 /// else Communicator::local_rank() modulo the visible GPUs); a store without a communicator opens GPU 0.
 inline constexpr int kDeviceOrdinalAuto = -2;
-/// DeviceConfig::ordinal "current": the CUDA device current on the thread that calls Store::open (cudaGetDevice; what a
-/// trainer selected with cudaSetDevice or torch.cuda.set_device), in its primary context, the one the runtime API and
-/// PyTorch use. It needs the caller's context current: a CUDA 12+ runtime's cudaSetDevice makes it so; under a CUDA 11
-/// runtime (PyTorch cu11x) set_device alone does not, until the thread does CUDA work after it. With a communicator
-/// that has a GPU (nccl), a pinned or current ordinal must be that GPU.
+/// DeviceConfig::ordinal "current": the CUDA device current on the thread that calls Store::open (cudaGetDevice: what a
+/// trainer set with cudaSetDevice or torch.cuda.set_device), in its primary context, which must be current (README,
+/// "Using the store": which GPU). With a communicator that has a GPU (nccl), a pinned or current ordinal must be that
+/// GPU.
 inline constexpr int kDeviceOrdinalCurrent = -1;
 
 /// The device of a store (used only when a table is `offload`, `cached`, `gpu` or `hybrid`).
@@ -74,11 +75,9 @@ enum class CacheTransfer {
 /// window of hundreds of batches costs host memory for their unique keys and nothing on the device).
 struct CacheConfig {
   cache::Policy policy = cache::Policy::kLru;  ///< replacement policy
-  int lookahead =
-      0;  ///< submitted batches the planner waits for beyond the one it plans (lookahead policy); < max_in_flight
+  int lookahead = 0;      ///< batches submitted beyond the one planned, which it sees (lookahead); < max_in_flight
   int max_in_flight = 8;  ///< batches submitted and not yet retired (staging ring entries)
-  int preview =
-      0;  ///< most batches previewed (Store::preview) and not yet submitted, in [0, kMaxPreview]; 0: no previews
+  int preview = 0;        ///< most batches previewed and not yet submitted, in [0, kMaxPreview]; 0: no previews
   /// Cores that plan each slot pool, in [1, kMaxPlannerPartitions]: the pool's slots are split into this many
   /// partitions planned in parallel (cache/partitioned_planner.hpp; rows are ranked within their partition). Every
   /// partition of a pool, and of a capped table's cap, needs at least one row.
@@ -105,20 +104,27 @@ enum class NumaPolicy {
   kAuto = 2,
 };
 
+/// A named input of a batch (a KeyBatch entry) that looks up a table: several features of one table share its rows,
+/// dedup, cache and optimizer, each with its own bags, pooling, weights and output (docs/architecture.md, "Features").
+struct FeatureConfig {
+  std::string name;                ///< unique over the store's features
+  std::optional<Pooling> pooling;  ///< unset: the table's
+};
+
 /// One table and its placement.
 struct TableConfig {
   TableSpec spec;                         ///< shape, pooling, initializer, optimizer
   Placement placement = Placement::kCpu;  ///< placement mode of this table
+  std::vector<FeatureConfig> features;    ///< empty: one feature named as the table, with its pooling
   TableCacheConfig cache;                 ///< `cached` and `hybrid` (per rank: a fraction of the rank's shard)
   /// `gpu` and `hybrid`: how the table is split over the ranks. Store::open checks it against the world (a store
   /// without a communicator is one rank): a table-wise owner must be in [0, world).
   dispatch::ShardingPlan sharding;
 };
 
-/// Upper bound of StoreConfig::threads. A fixed number, not a multiple of this machine's cores, so that a config valid
-/// on one machine is valid on every machine (and on every rank of a world). It is far above the cores of any machine
-/// this store targets (more workers than cores only oversubscribe them) and well within what oneTBB handles: a store of
-/// 100,000 threads crashed inside oneTBB (tearing down its arena when the store closed).
+/// Upper bound of StoreConfig::threads: fixed (not a multiple of this machine's cores), so a config valid on one
+/// machine is valid on every machine and rank; far above any machine's cores, and within what oneTBB handles (100,000
+/// crashed).
 inline constexpr int kMaxThreads = 1024;
 
 /// Everything Store::open needs.
@@ -142,6 +148,8 @@ struct StoreConfig {
 
 /// Rows of a cached table's share of its pool (resolving rows/bytes/fraction); >= 1.
 std::int64_t cache_rows(const TableConfig& t);
+/// The index of the table that feature `name` looks up and the feature's pooling (NotFound naming it when none does).
+Result<std::pair<int, Pooling>> find_feature(const StoreConfig& config, const std::string& name);
 
 const char* to_string(Placement p) noexcept;
 Result<Placement> parse_placement(const std::string& s);
@@ -163,10 +171,10 @@ Status validate(const StoreConfig& config);
 /// Parses a JSON config. Schema (every field but tables[].name/rows/dim optional):
 ///   {"threads": 2, "numa": "auto"|"interleave"|"bind", "numa_node": 0, "huge_pages": true,
 ///    "tables": [{"name": "user", "rows": 1000, "dim": 64, "dtype": "fp32", "pooling": "sum",
+///                "features": ["clicked", {"name": "bought", "pooling": "mean"}],
 ///                "placement": "cpu"|"offload"|"cached"|"gpu"|"hybrid", "init": {"bound": 0.01, "seed": 0},
-///                "optimizer": {"kind": "adagrad", "learning_rate": 0.01, "eps": 1e-8,
-///                              "beta1": 0.9, "beta2": 0.999, "weight_decay": 0,
-///                              "initial_accumulator": 0},
+///                "optimizer": {"kind": "adagrad", "learning_rate": 0.01, "eps": 1e-8, "beta1": 0.9, "beta2": 0.999,
+///                              "weight_decay": 0, "initial_accumulator": 0},
 ///                "cache": {"rows": 0, "bytes": 0, "fraction": 0.1, "cap": false},
 ///                "sharding": {"type": "replicated"|"table"|"row"|"column", "owner": -1}}],
 ///    "device": {"backend": "auto"|"cuda"|"emu", "ordinal": "auto"|"current"|-1|0, "capacity": 0,
@@ -174,17 +182,14 @@ Status validate(const StoreConfig& config);
 ///    "cache": {"policy": "lru"|"lfu"|"lookahead", "lookahead": 0, "max_in_flight": 8, "preview": 0,
 ///              "planner_partitions": 1, "flush_every": 0, "transfer": "auto"|"staged"|"zero_copy"},
 ///    "offload_gather": "device"|"cpu", "accept_nonfinite_gradients": false}
-/// cache.planner_partitions was called planner_shards, a name still read (not both at once). device.ordinal: an integer
-/// >= 0 pins that CUDA device (on every rank of a world); "auto" (the default) opens, on a rank of a world, the GPU of
-/// its local rank, and GPU 0 without a world; "current" (or -1) the calling thread's current CUDA device at
-/// Store::open. A config that says `"ordinal": 0` (as to_json wrote before "auto" existed) pins GPU 0 on every rank:
-/// leave the field out, or write "auto", to spread the ranks of a host over its GPUs. Unknown keys are errors (a typo
-/// must not silently fall back to a default), and so is a value of the wrong JSON type, never coerced: integers must be
-/// JSON integers within their field's type (8.9, true, 1e6, or -1 for the seed are refused), numbers numbers, booleans
-/// true or false, names strings; errors quote what was written ("table 'user': dim: expected an integer in [-2^31,
-/// 2^31), got 8.9"). A key given twice in one object is refused too, naming it with its path ("config: key
-/// 'tables[1].optimizer.kind' is given twice ..."), where a JSON parser would keep one of the values without a word.
-/// Validates the result.
+/// cache.planner_partitions was called planner_shards, a name still read (not both at once). device.ordinal: as
+/// DeviceConfig::ordinal (`"ordinal": 0`, as to_json wrote before "auto" existed, pins GPU 0 on every rank of a world).
+/// Unknown keys are errors (a typo must not silently fall back to a default), and so is a value of the wrong JSON type,
+/// never coerced: integers must be JSON integers within their field's type (8.9, true, 1e6, or -1 for the seed are
+/// refused), numbers numbers, booleans true or false, names strings; errors quote what was written ("table 'user': dim:
+/// expected an integer in [-2^31, 2^31), got 8.9"). A key given twice in one object is refused too, naming it with its
+/// path ("config: key 'tables[1].optimizer.kind' is given twice ..."), where a JSON parser would keep one of the values
+/// without a word. Validates the result.
 Result<StoreConfig> parse_store_config(const std::string& json_text);
 /// Reads and parses a JSON config file.
 Result<StoreConfig> load_store_config(const std::string& path);

@@ -17,6 +17,7 @@
 #include "host/page_nodes.hpp"
 #include "store/detail/batch_checks.hpp"
 #include "store/detail/config_agreement.hpp"
+#include "store/detail/features.hpp"
 #include "store/detail/numa_home.hpp"
 #include "store/detail/open_device.hpp"
 #include "store/engines/cached_engine.hpp"
@@ -37,7 +38,8 @@ class StoreImpl final : public Store {
       : Store(std::move(config)),
         topo_(std::move(topo)),
         comm_(std::move(comm)),
-        index_(detail::make_table_index(config_)) {}
+        index_(detail::make_table_index(config_)),
+        features_(config_) {}
 
   ~StoreImpl() override {
     // A store whose open failed before it had engines has nothing to write back (and arena_ may not
@@ -117,25 +119,27 @@ class StoreImpl final : public Store {
       fill_arena_.initialize(where);
     }
     Status status;
+    // The tables as the engines serve them (features.hpp: a table of several features unpooled).
+    const StoreConfig& served = features_.engines();
     arena_.execute([&] {
       for (int g = 0; g < kGroups; ++g) {
         if (group[g].empty()) continue;
         Result<std::unique_ptr<detail::Engine>> e = Status::internal("unreachable");
         switch (g) {
           case kSharded:
-            e = detail::make_sharded_engine(topo_, config_, group[g], ho, *device_, *comm_, fill_arena_);
+            e = detail::make_sharded_engine(topo_, served, group[g], ho, *device_, *comm_, fill_arena_);
             break;
           case kCachedG:
-            e = detail::make_cached_engine(topo_, config_, group[g], ho, *device_, fill_arena_);
+            e = detail::make_cached_engine(topo_, served, group[g], ho, *device_, fill_arena_);
             break;
           case kOffloadG:
-            e = detail::make_offload_engine(topo_, config_, group[g], ho, *device_);
+            e = detail::make_offload_engine(topo_, served, group[g], ho, *device_);
             break;
           case kCpuG:
-            e = detail::make_cpu_engine(topo_, config_, group[g], ho);
+            e = detail::make_cpu_engine(topo_, served, group[g], ho);
             break;
           case kGpuG:
-            e = detail::make_gpu_engine(config_, group[g], *device_);
+            e = detail::make_gpu_engine(served, group[g], *device_);
             break;
         }
         if (!e) {
@@ -152,30 +156,28 @@ class StoreImpl final : public Store {
 
   Status submit(std::int64_t id, KeyBatch batch) override {
     if (batches_.count(id)) return refuse("submit", id, detail::duplicate_batch(id));
-    auto checked = detail::check_batch(id, batch, config_, index_);
+    auto checked = detail::check_batch(id, batch, checked_config(), checked_index());
     if (!checked) return refuse("submit", id, checked.status());
     std::vector<int> tables = std::move(checked).value();
     Entry e;
     e.batch = std::move(batch);
     e.tables = std::move(tables);
-    e.parts.resize(engines_.size());
-    for (std::size_t i = 0; i < e.tables.size(); ++i) {
-      auto& p = e.parts[static_cast<std::size_t>(engine_of_[static_cast<std::size_t>(e.tables[i])])];
-      p.features.feature.push_back(static_cast<int>(i));
-      p.features.table.push_back(e.tables[i]);
-    }
+    e.front = !features_.trivial();
+    if (e.front) e.served = features_.merge(e.batch, e.tables);
+    e.parts = parts_of(e.served_tables());
     // The Entry moves into the map only after every engine accepted. Engines may keep pointers to
-    // e.batch.features' elements (that buffer survives the move), never to e.batch itself.
+    // the elements of its batches' features (those buffers survive the move), never to a KeyBatch itself.
+    const KeyBatch& served = e.served_batch();
     Status status;
     arena_.execute([&] {
       for (std::size_t k = 0; k < engines_.size() && status.is_ok(); ++k) {
         auto& p = e.parts[k];
         if (p.features.empty() && engines_[k].get() != collective_) continue;
-        auto b = engines_[k]->submit(id, e.batch, p.features);
+        auto b = engines_[k]->submit(id, served, p.features);
         if (!b) {
           status = b.status();
           for (std::size_t j = 0; j < k; ++j)
-            if (e.parts[j].state) (void)engines_[j]->discard(*e.parts[j].state, e.batch, e.parts[j].features);
+            if (e.parts[j].state) (void)engines_[j]->discard(*e.parts[j].state, served, e.parts[j].features);
           return;
         }
         p.state = std::move(b).value();
@@ -192,17 +194,15 @@ class StoreImpl final : public Store {
   }
 
   Status preview(std::int64_t id, const KeyBatch& batch) override {
-    STRATA_ASSIGN_OR_RETURN(std::vector<int> tables,
-                            detail::check_preview(id, batch, config_, index_, previews_, batches_.count(id) > 0));
-    std::vector<detail::EngineFeatures> parts(engines_.size());
-    for (std::size_t i = 0; i < tables.size(); ++i) {
-      auto& p = parts[static_cast<std::size_t>(engine_of_[static_cast<std::size_t>(tables[i])])];
-      p.feature.push_back(static_cast<int>(i));
-      p.table.push_back(tables[i]);
-    }
+    STRATA_ASSIGN_OR_RETURN(std::vector<int> tables, detail::check_preview(id, batch, checked_config(), checked_index(),
+                                                                           previews_, batches_.count(id) > 0));
+    detail::TableBatch merged;
+    if (!features_.trivial()) merged = features_.merge(batch, tables);
+    const KeyBatch& served = features_.trivial() ? batch : merged.batch;
+    const std::vector<Part> parts = parts_of(features_.trivial() ? tables : merged.tables);
     arena_.execute([&] {
       for (std::size_t k = 0; k < engines_.size(); ++k)
-        if (!parts[k].empty()) engines_[k]->preview(id, batch, parts[k]);
+        if (!parts[k].features.empty()) engines_[k]->preview(id, served, parts[k].features);
     });
     previews_.add(id);
     return Status::ok();
@@ -232,26 +232,36 @@ class StoreImpl final : public Store {
   gpu::Device* device() noexcept override { return device_.get(); }
 
   Status forward_on(std::int64_t id, const std::vector<MatrixView>& outputs, gpu::StreamView stream, bool ordered) {
-    auto found = detail::find_batch(batches_, id, config_, outputs, "output", false, device_.get());
+    auto found = detail::find_batch(batches_, id, checked_config(), outputs, "output", false, device_.get());
     if (found && ordered) found = refusal_or(detail::check_stream("forward", id, device_.get(), stream), found);
     if (!found) return refuse("forward", id, found.status());
     Entry& e = *found.value();
-    // Views of engines that take host views only go through pinned host memory (host_bounce.hpp).
+    // Views of engines that take host views only, and those of features pooled here, go through
+    // pinned host memory (host_bounce.hpp).
     const std::vector<bool> bounce = bounced(e, outputs);
     const bool any_bounce = std::find(bounce.begin(), bounce.end(), true) != bounce.end();
     Result<detail::CallOrder> order = order_after(stream);
     Result<std::vector<MatrixView>> host = outputs;
     if (order && any_bounce) host = bounce_->host_outputs(outputs, bounce);
     if (!order || !host) return refuse("forward", id, order ? host.status() : order.status());
+    // The engines' views: the trainer's, or the unpooled rows of a table of several features.
+    std::vector<MatrixView> native = outputs, adapted = host.value();
+    if (!features_.trivial()) {
+      native = served_views(e, outputs, e.rows);
+      adapted = served_views(e, host.value(), e.rows);
+    }
     Status status;
     arena_.execute([&] {
       for (std::size_t k = 0; k < engines_.size() && status.is_ok(); ++k) {
         if (!e.parts[k].state) continue;
-        const bool native = engines_[k]->device_views();
-        status = engines_[k]->forward(*e.parts[k].state, e.batch, e.parts[k].features, native ? outputs : host.value(),
-                                      native ? order.value() : detail::CallOrder{});
+        const bool own = engines_[k]->device_views();
+        status = engines_[k]->forward(*e.parts[k].state, e.served_batch(), e.parts[k].features, own ? native : adapted,
+                                      own ? order.value() : detail::CallOrder{});
       }
+      if (status.is_ok() && e.front)
+        detail::pool_features(features_, e.batch, e.tables, e.served, row_pointers<const float*>(e.rows), host.value());
     });
+    e.rows.clear();  // backward spreads the gradients into fresh ones
     if (status.is_ok() && any_bounce) status = bounce_->copy_outputs(outputs, host.value(), bounce, order.value());
     if (!status.is_ok()) return status;
     e.forwarded = true;
@@ -263,7 +273,7 @@ class StoreImpl final : public Store {
   Status backward_on(std::int64_t id, const std::vector<ConstMatrixView>& grads, gpu::StreamView stream, bool ordered) {
     // In the arena: the gradients' finiteness check reads them on the store's threads.
     auto found = arena_.execute(
-        [&] { return detail::find_batch(batches_, id, config_, grads, "gradient", true, device_.get()); });
+        [&] { return detail::find_batch(batches_, id, checked_config(), grads, "gradient", true, device_.get()); });
     if (found && ordered) found = refusal_or(detail::check_stream("backward", id, device_.get(), stream), found);
     if (found && step_ >= kMaxStep)
       found = Status::out_of_range("batch " + std::to_string(id) + ": backward at step " + std::to_string(step_) +
@@ -280,8 +290,8 @@ class StoreImpl final : public Store {
     if (!order) return refuse("backward", id, order.status());
     // Device gradients: counted on the device, and the host waits for the count (see store.hpp).
     if (finite_) {
-      Status finite =
-          arena_.execute([&] { return finite_->check(id, e.batch, e.tables, config_, grads, order.value().after); });
+      Status finite = arena_.execute(
+          [&] { return finite_->check(id, e.batch, e.tables, checked_config(), grads, order.value().after); });
       if (!finite.is_ok()) return refuse("backward", id, finite);
     }
     const std::vector<bool> bounce = bounced(e, grads);
@@ -289,6 +299,16 @@ class StoreImpl final : public Store {
     if (std::find(bounce.begin(), bounce.end(), true) != bounce.end())
       host = bounce_->host_gradients(grads, bounce, order.value());
     if (!host) return refuse("backward", id, host.status());
+    // The engines' gradients: the trainer's, or a table of several features' spread onto its keys.
+    std::vector<ConstMatrixView> native = grads, adapted = host.value();
+    if (!features_.trivial()) {
+      native = served_views(e, grads, e.rows);
+      adapted = served_views(e, host.value(), e.rows);
+      arena_.execute([&] {
+        detail::spread_gradients(features_, e.batch, e.tables, e.served, host.value(), row_pointers<float*>(e.rows));
+      });
+    }
+    const KeyBatch& served = e.served_batch();
     // What can fail without changing a table runs for every engine before any engine applies:
     // an engine that updates on the CPU copies its device gradients to the host here, so a device
     // that fails on that copy refuses the call before a device engine (first below) updated.
@@ -296,10 +316,9 @@ class StoreImpl final : public Store {
     arena_.execute([&] {
       for (std::size_t k = 0; k < engines_.size() && prepared.is_ok(); ++k) {
         if (!e.parts[k].state) continue;
-        const bool native = engines_[k]->device_views();
-        prepared =
-            engines_[k]->prepare_backward(*e.parts[k].state, e.batch, e.parts[k].features,
-                                          native ? grads : host.value(), native ? order.value() : detail::CallOrder{});
+        const bool own = engines_[k]->device_views();
+        prepared = engines_[k]->prepare_backward(*e.parts[k].state, served, e.parts[k].features, own ? native : adapted,
+                                                 own ? order.value() : detail::CallOrder{});
       }
     });
     if (!prepared.is_ok())
@@ -316,12 +335,12 @@ class StoreImpl final : public Store {
       for (std::size_t k = 0; k < engines_.size(); ++k) {
         if (!e.parts[k].state) continue;
         if (status.is_ok()) {
-          const bool native = engines_[k]->device_views();
-          status = engines_[k]->backward(*e.parts[k].state, e.batch, e.parts[k].features, native ? grads : host.value(),
-                                         t, native ? order.value() : detail::CallOrder{});
+          const bool own = engines_[k]->device_views();
+          status = engines_[k]->backward(*e.parts[k].state, served, e.parts[k].features, own ? native : adapted, t,
+                                         own ? order.value() : detail::CallOrder{});
           if (status.is_ok()) applied.push_back(k);
         } else {
-          (void)engines_[k]->discard(*e.parts[k].state, e.batch, e.parts[k].features);
+          (void)engines_[k]->discard(*e.parts[k].state, served, e.parts[k].features);
         }
       }
       // A later engine failed (the device failed during the call): the call is refused, so what
@@ -347,7 +366,7 @@ class StoreImpl final : public Store {
     arena_.execute([&] {
       for (std::size_t k = 0; k < engines_.size(); ++k) {
         if (!e.parts[k].state) continue;
-        Status s = engines_[k]->discard(*e.parts[k].state, e.batch, e.parts[k].features);
+        Status s = engines_[k]->discard(*e.parts[k].state, e.served_batch(), e.parts[k].features);
         if (status.is_ok()) status = s;
       }
     });
@@ -464,11 +483,18 @@ class StoreImpl final : public Store {
     std::unique_ptr<detail::EngineBatch> state;
   };
   struct Entry {
-    KeyBatch batch;
-    std::vector<int> tables;
-    std::vector<Part> parts;  // per engine
+    KeyBatch batch;             // as submitted: by feature
+    std::vector<int> tables;    // index in checked_config() of each feature: its table, or (features) the feature
+    detail::TableBatch served;  // unless features_ is trivial: the batch as the engines serve it
+    std::vector<Part> parts;    // per engine
     bool forwarded = false;
     std::vector<MemorySpace> spaces;  // of forward's outputs, per feature
+    // Per entry of `served` of a table of several features: its unpooled rows (forward), then its gradients
+    // spread onto its keys (backward); (keys, dim) fp32.
+    std::vector<std::vector<float>> rows;
+    bool front = false;  // `served` is set: the store has features (batches go to the engines by table)
+    const KeyBatch& served_batch() const { return front ? served.batch : batch; }
+    const std::vector<int>& served_tables() const { return front ? served.tables : tables; }
   };
   // `found`, unless `check` failed.
   template <class T>
@@ -477,14 +503,64 @@ class StoreImpl final : public Store {
     return found;
   }
 
-  // Per feature: a device view of an engine that takes host views only (bounced through pinned
-  // host memory).
+  // Per feature: a device view of an engine that takes host views only, or of a feature pooled at
+  // the front (features.hpp), bounced through pinned host memory.
   template <class View>
   std::vector<bool> bounced(const Entry& e, const std::vector<View>& views) {
     std::vector<bool> b(views.size(), false);
-    for (std::size_t i = 0; i < views.size(); ++i)
-      b[i] = views[i].space == MemorySpace::kDevice && !engine(e.tables[i]).device_views();
+    for (std::size_t i = 0; i < views.size(); ++i) {
+      const int table = table_of(e, i);
+      b[i] = views[i].space == MemorySpace::kDevice && (features_.merged(table) || !engine(table).device_views());
+    }
     return b;
+  }
+
+  // The table of feature i of a batch.
+  int table_of(const Entry& e, std::size_t i) const {
+    return features_.trivial() ? e.tables[i] : features_.table_of(e.tables[i]);
+  }
+  // What batches and views by feature are checked against: the tables, or (features) one entry per feature.
+  const StoreConfig& checked_config() const { return features_.trivial() ? config_ : features_.features(); }
+  const detail::TableIndex& checked_index() const { return features_.trivial() ? index_ : features_.index(); }
+
+  // The engine parts of a batch whose entries are of `tables`.
+  std::vector<Part> parts_of(const std::vector<int>& tables) const {
+    std::vector<Part> parts(engines_.size());
+    for (std::size_t i = 0; i < tables.size(); ++i) {
+      auto& p = parts[static_cast<std::size_t>(engine_of_[static_cast<std::size_t>(tables[i])])];
+      p.features.feature.push_back(static_cast<int>(i));
+      p.features.table.push_back(tables[i]);
+    }
+    return parts;
+  }
+
+  // The engines' views of a batch with features (one per entry of e.served): a table of one
+  // feature gets that feature's view; a table of several its unpooled rows in `rows` (host, fp32,
+  // sized here).
+  template <class View>
+  std::vector<View> served_views(const Entry& e, const std::vector<View>& views,
+                                 std::vector<std::vector<float>>& rows) {
+    const detail::TableBatch& tb = e.served;
+    std::vector<View> out(tb.batch.features.size());
+    rows.resize(out.size());
+    for (std::size_t i = 0; i < views.size(); ++i) {
+      const auto k = static_cast<std::size_t>(tb.entry_of[i]);
+      if (!features_.merged(tb.tables[k])) out[k] = views[i];
+    }
+    for (std::size_t k = 0; k < out.size(); ++k) {
+      if (!features_.merged(tb.tables[k])) continue;
+      const std::int64_t keys = tb.batch.features[k].num_keys();
+      const std::int32_t dim = config_.tables[static_cast<std::size_t>(tb.tables[k])].spec.dim;
+      rows[k].resize(static_cast<std::size_t>(keys * dim));
+      out[k] = View{rows[k].data(), keys, dim, MemorySpace::kHost, DType::kF32};
+    }
+    return out;
+  }
+  template <class P>
+  static std::vector<P> row_pointers(std::vector<std::vector<float>>& rows) {
+    std::vector<P> p;
+    for (auto& r : rows) p.push_back(r.data());
+    return p;
   }
 
   // Orders a call after the work queued on `stream` so far (none for an empty view): records
@@ -523,6 +599,7 @@ class StoreImpl final : public Store {
   Topology topo_;
   std::shared_ptr<dispatch::Communicator> comm_;
   detail::TableIndex index_;
+  detail::FeatureMap features_;  // declared before the engines, which hold its engines() config
   tbb::task_arena arena_;
   // The threads of the cache's row copies, which host tasks run (CacheTransfers): an arena of their
   // own, with arena_'s constraints, because in one arena more host-task threads plus the driving

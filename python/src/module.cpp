@@ -293,10 +293,10 @@ class PyStore {
     std::vector<Shape> shapes;
     const std::shared_ptr<Store> store = live();
     for (const auto& f : batch.features) {
-      auto t = store->table_index(f.table);
+      auto t = find_feature(store->config(), f.table);
       if (!t) break;  // submit names it
-      const TableSpec& spec = store->config().tables[static_cast<std::size_t>(t.value())].spec;
-      shapes.push_back({output_rows(f, spec.pooling), spec.dim, spec.output_dtype});
+      const TableSpec& spec = store->config().tables[static_cast<std::size_t>(t.value().first)].spec;
+      shapes.push_back({output_rows(f, t.value().second), spec.dim, spec.output_dtype});
     }
     call([&](Store& s) {
       Status st = s.submit(id, std::move(batch));

@@ -402,6 +402,12 @@ class EmbeddingBagCollection(nn.Module):
             raise ValueError(f"device {self.device}, but the store has no device: its tables are all 'cpu' "
                              "(expected a gpu, cached, offload or hybrid table, or device='cpu')")
         self._tables = {t["name"]: t for t in self.store.config["tables"]}
+        # Feature name -> (its table's config, its pooling): a table lists its features, or is its own one.
+        self._features = {}
+        for t in self._tables.values():
+            for f in t.get("features", [t["name"]]):
+                name, pooling = (f, t["pooling"]) if isinstance(f, str) else (f["name"], f.get("pooling", t["pooling"]))
+                self._features[name] = (t, pooling)
         if self.device.type == "cuda":
             for name, t in self._tables.items():
                 if t.get("output_dtype", "fp32") != "fp32":
@@ -429,10 +435,10 @@ class EmbeddingBagCollection(nn.Module):
     def _shapes(self, features):
         shapes = []
         for name, f in features.items():
-            table = self._tables.get(name)
+            table, pooling = self._features.get(name, (None, None))
             if table is None:
                 return None  # the store names it
-            if table["pooling"] == "none":
+            if pooling == "none":
                 keys = _entry(f, "keys", "values")
                 rows = 0 if keys is None else len(keys)
             elif _entry(f, "lengths") is not None:

@@ -164,3 +164,37 @@ def test_state_dict_names_are_torchrecs_and_the_names_before_still_load():
             assert torch.equal(v, before[k]), k
     missing = fresh.load_state_dict({"tables.user.weight": sd["embedding_bags.user.weight"]}, strict=False)
     assert "embedding_bags.user.optimizer_state" in missing.missing_keys and not missing.unexpected_keys
+
+
+@pytest.mark.parametrize("mode", ["cpu", "cached"])
+def test_several_features_of_one_table_train_it_as_torch_trains_a_shared_weight(mode):
+    # "item" is looked up by "clicked" (the table's sum) and "bought" (mean), as one weight shared by two
+    # torch.nn.EmbeddingBags; a KeyedJaggedTensor names the features, and both features' gradients reach the rows.
+    t = table("item", 12, 3, "sum", "sgd", mode=mode)
+    t["features"] = ["clicked", {"name": "bought", "pooling": "mean"}]
+    ebc = st.EmbeddingBagCollection(config([t, table("user", 5, 2)], mode=mode), device="cpu")
+    weight = torch.nn.Parameter(torch.tensor(ebc.store.read_rows("item")[0]))
+    opt = torch.optim.SGD([weight], lr=0.1)
+    rng = np.random.default_rng(3)
+    for _ in range(4):
+        clicked = {"keys": torch.tensor(rng.integers(0, 12, 7)), "lengths": torch.tensor([2, 0, 3, 2])}
+        bought = {"keys": torch.tensor(rng.integers(0, 4, 5)), "lengths": torch.tensor([1, 2, 0, 2])}
+        user = {"keys": torch.tensor([1, 2, 3, 4]), "lengths": torch.tensor([1, 1, 1, 1])}
+        out = ebc(FakeKJT({"clicked": clicked, "user": user, "bought": bought}))
+        assert out.keys() == ["clicked", "user", "bought"] and out.length_per_key() == [3, 2, 3]
+        offsets = {k: torch.cat([torch.zeros(1, dtype=torch.int64), f["lengths"].cumsum(0)]) for k, f in
+                   (("clicked", clicked), ("bought", bought))}
+        ref_c = torch.nn.functional.embedding_bag(clicked["keys"], weight, offsets["clicked"][:-1], mode="sum")
+        ref_b = torch.nn.functional.embedding_bag(bought["keys"], weight, offsets["bought"][:-1], mode="mean")
+        torch.testing.assert_close(out["clicked"], ref_c, rtol=0, atol=1e-6)
+        torch.testing.assert_close(out["bought"], ref_b, rtol=0, atol=1e-6)
+        target = torch.linspace(-1, 1, 12).reshape(4, 3)
+        ((out["clicked"] - target) ** 2 + (out["bought"] + target) ** 2).sum().backward()
+        opt.zero_grad()
+        ((ref_c - target) ** 2 + (ref_b + target) ** 2).sum().backward()
+        opt.step()
+        np.testing.assert_allclose(ebc.store.read_rows("item")[0], weight.detach().numpy(), rtol=0, atol=1e-6)
+    # The table's own name is not one of its features.
+    with pytest.raises(ValueError, match="unknown feature 'item'"):
+        ebc({"item": {"keys": torch.tensor([1]), "lengths": torch.tensor([1])}})
+    assert ebc.store.in_flight == 0

@@ -33,9 +33,11 @@ Result<std::vector<int>> check_batch(const std::string& who, const KeyBatch& bat
   const std::int64_t batch_size = batch.batch_size();
   for (const JaggedKeys& f : batch.features) {
     auto it = index.find(f.table);
-    if (it == index.end()) return Status::not_found(who + ": unknown table '" + f.table + "'");
+    if (it == index.end())
+      return Status::not_found(who + ": unknown feature '" + f.table +
+                               "' (expected a table's name, or one of its features for a table that lists them)");
     if (seen[static_cast<std::size_t>(it->second)])
-      return Status::invalid_argument(who + ": table '" + f.table + "' appears twice (expected at most once)");
+      return Status::invalid_argument(who + ": feature '" + f.table + "' appears twice (expected at most once)");
     seen[static_cast<std::size_t>(it->second)] = true;
     const TableSpec& spec = config.tables[static_cast<std::size_t>(it->second)].spec;
     Status s = validate(f, spec, batch_size);

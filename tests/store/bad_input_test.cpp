@@ -96,7 +96,9 @@ TEST_P(BadInput, OffsetsDoNotEndAtKeyCount) {
 TEST_P(BadInput, UnknownTable) {
   auto kb = good_batch();
   kb.features[1].table = "ads";
-  EXPECT_EQ(submit_bad(kb).message(), "batch 8: unknown table 'ads'");
+  EXPECT_EQ(submit_bad(kb).message(),
+            "batch 8: unknown feature 'ads' (expected a table's name, or one of its features for a table that lists "
+            "them)");
   ExpectUnchanged();
 }
 

@@ -106,6 +106,16 @@ std::vector<ShardCase> cases() {
     c.seed = seed++;
     out.push_back(c);
   }
+  // Tables of several features (issue 35): the all-to-all dedups across a table's features, over 1..4 ranks.
+  for (int world = 1; world <= 4; ++world)
+    for (int repeat = 0; repeat < 2; ++repeat) {
+      ShardCase c;
+      c.world = world;
+      c.features = true;
+      c.seed = seed++;
+      c.steps = 4;
+      out.push_back(c);
+    }
   return out;
 }
 

@@ -52,6 +52,8 @@ struct ShardCase {
   /// stochastic rounding or not (always, where an element is half, in row and column shards of
   /// several ranks) (issue 31)
   bool half = false;
+  /// tables looked up by two or three features each, of their own poolings (issue 35)
+  bool features = false;
 };
 
 inline std::string case_name(const ShardCase& c) {
@@ -61,8 +63,8 @@ inline std::string case_name(const ShardCase& c) {
     << (c.placement < 0                                    ? "mixed"
         : c.placement == static_cast<int>(Placement::kGpu) ? "gpu"
                                                            : "hybrid")
-    << (c.tight ? "_tight" : "") << (c.tiny ? "_tiny" : "") << (c.hot ? "_hot" : "") << (c.half ? "_half" : "") << "_s"
-    << c.seed;
+    << (c.tight ? "_tight" : "") << (c.tiny ? "_tiny" : "") << (c.hot ? "_hot" : "") << (c.half ? "_half" : "")
+    << (c.features ? "_features" : "") << "_s" << c.seed;
   return o.str();
 }
 
@@ -131,6 +133,10 @@ inline StoreConfig sharded_config(const ShardCase& c) {
       if (split) tc.spec.stochastic_rounding = tc.spec.dtype != DType::kF32 || tc.spec.state_dtype != DType::kF32;
     }
   }
+  if (c.features) {
+    std::mt19937_64 features(c.seed * 113 + static_cast<std::uint64_t>(c.world));
+    random_features(features, cfg);
+  }
   return cfg;
 }
 
@@ -154,10 +160,11 @@ struct GlobalStep {
   std::vector<std::vector<float>> global_grads;  ///< per global feature
 };
 
-inline const TableSpec& spec_of(const StoreConfig& c, const std::string& name) {
-  for (const auto& t : c.tables)
-    if (t.spec.name == name) return t.spec;
-  std::abort();
+/// The spec a feature is served with (its table's, pooled as the feature).
+inline TableSpec spec_of(const StoreConfig& c, const std::string& name) {
+  const TableSpec s = feature_spec(c, name);
+  if (s.name.empty()) std::abort();
+  return s;
 }
 
 inline GlobalStep make_step(const ShardCase& c, const StoreConfig& cfg, int step) {
@@ -169,40 +176,41 @@ inline GlobalStep make_step(const ShardCase& c, const StoreConfig& cfg, int step
     sizes.push_back(c.hot            ? 500 * (1 + static_cast<std::int64_t>(rng() % 6))
                     : rng() % 5 == 0 ? 0
                                      : (c.tiny ? 80 : 1) + static_cast<std::int64_t>(rng() % (c.tiny ? 80 : 6)));
-  for (const auto& t : cfg.tables) {
-    JaggedKeys all;
-    all.table = t.spec.name;
-    all.offsets.push_back(0);
-    const bool weighted = rng() % 3 == 0;
-    for (int r = 0; r < c.world; ++r) {
-      const bool has = rng() % 4 != 0;
-      // Keys of this rank: sometimes only keys that live on one other rank (row sharding).
-      const int only = c.world > 1 && rng() % 3 == 0 ? static_cast<int>((r + 1) % c.world) : -1;
-      JaggedKeys mine;
-      mine.table = t.spec.name;
-      mine.offsets.push_back(0);
-      for (std::int64_t b = 0; b < sizes[static_cast<std::size_t>(r)]; ++b) {
-        const int len = has ? static_cast<int>(rng() % 5) : 0;
-        for (int i = 0; i < len; ++i) {
-          Key k = static_cast<Key>(
-              rng() % static_cast<std::uint64_t>(std::min<std::int64_t>(t.spec.rows, rng() % 2 ? 7 : t.spec.rows)));
-          if (only >= 0 && t.spec.rows > c.world)
-            k = (k / c.world) * c.world + only < t.spec.rows ? (k / c.world) * c.world + only : only;
-          const float w = static_cast<float>(rng() % 1000) / 500.0f;
-          mine.keys.push_back(k);
-          all.keys.push_back(k);
-          if (weighted) {
-            mine.weights.push_back(w);
-            all.weights.push_back(w);
+  for (const auto& t : cfg.tables)
+    for (const std::string& name : feature_names(t)) {
+      JaggedKeys all;
+      all.table = name;
+      all.offsets.push_back(0);
+      const bool weighted = rng() % 3 == 0;
+      for (int r = 0; r < c.world; ++r) {
+        const bool has = rng() % 4 != 0;
+        // Keys of this rank: sometimes only keys that live on one other rank (row sharding).
+        const int only = c.world > 1 && rng() % 3 == 0 ? static_cast<int>((r + 1) % c.world) : -1;
+        JaggedKeys mine;
+        mine.table = name;
+        mine.offsets.push_back(0);
+        for (std::int64_t b = 0; b < sizes[static_cast<std::size_t>(r)]; ++b) {
+          const int len = has ? static_cast<int>(rng() % 5) : 0;
+          for (int i = 0; i < len; ++i) {
+            Key k = static_cast<Key>(
+                rng() % static_cast<std::uint64_t>(std::min<std::int64_t>(t.spec.rows, rng() % 2 ? 7 : t.spec.rows)));
+            if (only >= 0 && t.spec.rows > c.world)
+              k = (k / c.world) * c.world + only < t.spec.rows ? (k / c.world) * c.world + only : only;
+            const float w = static_cast<float>(rng() % 1000) / 500.0f;
+            mine.keys.push_back(k);
+            all.keys.push_back(k);
+            if (weighted) {
+              mine.weights.push_back(w);
+              all.weights.push_back(w);
+            }
           }
+          mine.offsets.push_back(static_cast<std::int64_t>(mine.keys.size()));
+          all.offsets.push_back(static_cast<std::int64_t>(all.keys.size()));
         }
-        mine.offsets.push_back(static_cast<std::int64_t>(mine.keys.size()));
-        all.offsets.push_back(static_cast<std::int64_t>(all.keys.size()));
+        if (has) g.local[static_cast<std::size_t>(r)].features.push_back(std::move(mine));
       }
-      if (has) g.local[static_cast<std::size_t>(r)].features.push_back(std::move(mine));
+      g.global.features.push_back(std::move(all));
     }
-    g.global.features.push_back(std::move(all));
-  }
   for (const auto& f : g.global.features) {
     const TableSpec& spec = spec_of(cfg, f.table);
     std::vector<float> grad(static_cast<std::size_t>(output_rows(f, spec.pooling) * spec.dim));

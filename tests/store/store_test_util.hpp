@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -35,27 +36,64 @@ inline StoreConfig random_config(std::mt19937_64& rng, int tables) {
   return c;
 }
 
-/// A batch over a random subset of the tables (at least one), batch size `batch`.
+/// Gives about half the tables of `c` (at least one) two or three features named "<table>.<letter>", each with the
+/// table's pooling or one of its own.
+inline void random_features(std::mt19937_64& rng, StoreConfig& c) {
+  for (std::size_t t = 0; t < c.tables.size(); ++t) {
+    if (t > 0 && rng() % 2) continue;
+    TableConfig& tc = c.tables[t];
+    const int n = 2 + static_cast<int>(rng() % 2);
+    for (int i = 0; i < n; ++i) {
+      FeatureConfig f{tc.spec.name + "." + static_cast<char>('a' + i), std::nullopt};
+      if (rng() % 2) f.pooling = static_cast<Pooling>(rng() % 3);
+      tc.features.push_back(f);
+    }
+  }
+}
+
+/// The names a batch of `t` goes by: its features, or its own name when it lists none.
+inline std::vector<std::string> feature_names(const TableConfig& t) {
+  std::vector<std::string> names;
+  for (const FeatureConfig& f : t.features) names.push_back(f.name);
+  if (names.empty()) names.push_back(t.spec.name);
+  return names;
+}
+
+/// The spec of the table of the feature `name`, pooled as the feature (an unknown feature: an empty spec).
+inline TableSpec feature_spec(const StoreConfig& c, const std::string& name) {
+  const Result<std::pair<int, Pooling>> f = find_feature(c, name);
+  if (!f) return TableSpec{};
+  TableSpec s = c.tables[static_cast<std::size_t>(f.value().first)].spec;
+  s.pooling = f.value().second;
+  return s;
+}
+
+/// A batch over a random subset of the features (at least one), batch size `batch`. The features of one table share
+/// its hot range, so that they often look up the same rows.
 inline KeyBatch random_batch(std::mt19937_64& rng, const StoreConfig& c, std::int64_t batch) {
   KeyBatch kb;
   for (const auto& t : c.tables) {
-    if (c.tables.size() > 1 && rng() % 4 == 0) continue;
-    JaggedKeys f;
-    f.table = t.spec.name;
-    f.offsets.push_back(0);
-    const bool weighted = rng() % 3 == 0;
-    const std::int64_t hot = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(t.spec.rows));
-    for (std::int64_t b = 0; b < batch; ++b) {
-      const int len = static_cast<int>(rng() % 6);  // 0: empty bag
-      for (int i = 0; i < len; ++i) {
-        // A small hot range makes duplicate keys (within and across bags) common.
-        const std::int64_t range = (rng() % 2) ? hot : t.spec.rows;
-        f.keys.push_back(static_cast<Key>(rng() % static_cast<std::uint64_t>(range)));
-        if (weighted) f.weights.push_back(static_cast<float>(rng() % 1000) / 500.0f);
+    std::int64_t hot = 0;
+    for (const std::string& name : feature_names(t)) {
+      if (c.tables.size() + t.features.size() > 1 && rng() % 4 == 0) continue;
+      JaggedKeys f;
+      f.table = name;
+      f.offsets.push_back(0);
+      const bool weighted = rng() % 3 == 0;
+      if (hot == 0 || t.features.empty())
+        hot = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(t.spec.rows));
+      for (std::int64_t b = 0; b < batch; ++b) {
+        const int len = static_cast<int>(rng() % 6);  // 0: empty bag
+        for (int i = 0; i < len; ++i) {
+          // A small hot range makes duplicate keys (within and across bags) common.
+          const std::int64_t range = (rng() % 2) ? hot : t.spec.rows;
+          f.keys.push_back(static_cast<Key>(rng() % static_cast<std::uint64_t>(range)));
+          if (weighted) f.weights.push_back(static_cast<float>(rng() % 1000) / 500.0f);
+        }
+        f.offsets.push_back(static_cast<std::int64_t>(f.keys.size()));
       }
-      f.offsets.push_back(static_cast<std::int64_t>(f.keys.size()));
+      kb.features.push_back(std::move(f));
     }
-    kb.features.push_back(std::move(f));
   }
   if (kb.features.empty()) return random_batch(rng, c, batch);
   return kb;
@@ -87,18 +125,12 @@ struct Buffers {
 inline Buffers make_buffers(const StoreConfig& c, const KeyBatch& kb) {
   Buffers b;
   for (const auto& f : kb.features) {
-    const TableSpec* spec = nullptr;
-    for (const auto& t : c.tables)
-      if (t.spec.name == f.table) spec = &t.spec;
-    const std::int64_t rows = output_rows(f, spec->pooling);
-    b.data.emplace_back(static_cast<std::size_t>(rows * spec->dim), 0.0f);
+    const TableSpec spec = feature_spec(c, f.table);
+    const std::int64_t rows = output_rows(f, spec.pooling);
+    b.data.emplace_back(static_cast<std::size_t>(rows * spec.dim), 0.0f);
   }
   for (std::size_t i = 0; i < b.data.size(); ++i) {
-    const std::int64_t cols = [&] {
-      for (const auto& t : c.tables)
-        if (t.spec.name == kb.features[i].table) return static_cast<std::int64_t>(t.spec.dim);
-      return std::int64_t{0};
-    }();
+    const std::int64_t cols = feature_spec(c, kb.features[i].table).dim;
     const std::int64_t rows = cols ? static_cast<std::int64_t>(b.data[i].size()) / cols : 0;
     b.views.push_back({b.data[i].data(), rows, cols});
     b.cviews.push_back({b.data[i].data(), rows, cols});

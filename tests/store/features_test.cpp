@@ -1,0 +1,164 @@
+// Features separate from tables (issue 35): a table looked up by several features, each with its own
+// bags, pooling, weights and output, all sharing the table's rows and optimizer. The config's
+// features in C++ and JSON and their refusals; one step worked by hand (a row two features use gets
+// the sum of both gradients in one update, in the order the reference defines), in the cpu store and
+// the reference; batches naming unknown features refused with nothing changed. The randomized
+// equivalence of every placement is ModeEquivalence's features_ cases and ShardedEquivalence's.
+#include <gtest/gtest.h>
+
+#include "tests/store/store_test_util.hpp"
+
+namespace strata {
+namespace {
+
+using namespace strata::testing;
+
+// One table "item" (8 x 4, SGD at 0.5) looked up by "clicked" (the table's sum) and "bought" (mean).
+StoreConfig item_config() {
+  StoreConfig c;
+  c.threads = 2;
+  TableConfig t;
+  t.spec.name = "item";
+  t.spec.rows = 8;
+  t.spec.dim = 4;
+  t.spec.init.bound = 0.5f;
+  t.spec.optimizer.kind = OptimizerKind::kSgd;
+  t.spec.optimizer.learning_rate = 0.5f;
+  t.features = {{"clicked", std::nullopt}, {"bought", Pooling::kMean}};
+  c.tables.push_back(t);
+  return c;
+}
+
+Status config_error(const std::string& json) { return parse_store_config(json).status(); }
+
+TEST(Features, ParseWriteAndRoundTrip) {
+  auto c = parse_store_config(R"({"tables": [{"name": "item", "rows": 10, "dim": 4, "pooling": "sum",
+      "features": ["clicked", {"name": "bought", "pooling": "mean"}, {"name": "seen"}]},
+      {"name": "user", "rows": 5, "dim": 4}]})");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  const auto& f = c.value().tables[0].features;
+  ASSERT_EQ(f.size(), 3u);
+  EXPECT_EQ(f[0].name, "clicked");
+  EXPECT_FALSE(f[0].pooling.has_value());
+  EXPECT_EQ(f[1].name, "bought");
+  EXPECT_EQ(f[1].pooling, Pooling::kMean);
+  EXPECT_FALSE(f[2].pooling.has_value());
+  EXPECT_TRUE(c.value().tables[1].features.empty());
+  const std::string j = to_json(c.value());
+  auto again = parse_store_config(j);
+  ASSERT_TRUE(again.is_ok()) << again.status().to_string();
+  EXPECT_EQ(to_json(again.value()), j);
+  EXPECT_EQ(j.find("\"features\"", j.find("\"user\"")), std::string::npos);  // a table without features writes none
+}
+
+TEST(Features, BadConfigsAreRefusedNamingTheFeatureAndTheTables) {
+  const std::string head = R"({"tables": [{"name": "item", "rows": 10, "dim": 4, "features": )";
+  EXPECT_NE(config_error(head + R"([]}]})").message().find("table 'item': features: empty"), std::string::npos);
+  EXPECT_NE(config_error(head + R"(["a", "a"]}]})").message().find("feature 'a' is listed twice"), std::string::npos);
+  EXPECT_NE(config_error(head + R"([""]}]})").message().find("empty name"), std::string::npos);
+  EXPECT_NE(config_error(head + R"([7]}]})").message().find("features[0]: expected a name or an object"),
+            std::string::npos);
+  EXPECT_NE(config_error(head + R"([{"pooling": "sum"}]}]})").message().find("features[0]: name is required"),
+            std::string::npos);
+  EXPECT_NE(config_error(head + R"([{"name": "a", "pool": "sum"}]}]})").message().find("unknown field 'pool'"),
+            std::string::npos);
+  EXPECT_NE(config_error(head + R"([{"name": "a", "pooling": "max"}]}]})").message().find("max"), std::string::npos);
+  // A feature in two tables, also where the other table's feature is its own name.
+  const Status twice = config_error(head + R"(["a"]}, {"name": "user", "rows": 5, "dim": 4, "features": ["a"]}]})");
+  EXPECT_NE(twice.message().find("feature 'a' looks up table 'item' and table 'user'"), std::string::npos)
+      << twice.to_string();
+  const Status named = config_error(head + R"(["user"]}, {"name": "user", "rows": 5, "dim": 4}]})");
+  EXPECT_NE(named.message().find("feature 'user' looks up table 'item' and table 'user'"), std::string::npos)
+      << named.to_string();
+  // A table listed twice.
+  EXPECT_NE(config_error(R"({"tables": [{"name": "t", "rows": 1, "dim": 4}, {"name": "t", "rows": 1, "dim": 4}]})")
+                .message()
+                .find("table 't' is defined twice"),
+            std::string::npos);
+  // The C++ config is validated alike (a cast pooling outside the enum).
+  StoreConfig c = item_config();
+  c.tables[0].features[1].pooling = static_cast<Pooling>(9);
+  EXPECT_NE(validate(c).message().find("feature 'bought': pooling 9 is out of range"), std::string::npos)
+      << validate(c).to_string();
+}
+
+using Opener = Result<std::unique_ptr<Store>> (*)(const StoreConfig&);
+class FeatureStep : public ::testing::TestWithParam<Opener> {};
+
+// Row 3 is used by both features in bag 0 (once by clicked, twice by bought) and by clicked in bag 1.
+TEST_P(FeatureStep, ARowTwoFeaturesUseGetsBothGradientsInOneUpdate) {
+  auto opened = GetParam()(item_config());
+  ASSERT_TRUE(opened.is_ok()) << opened.status().to_string();
+  Store& s = **opened;
+  std::vector<float> rows(8 * 4);
+  ASSERT_TRUE(s.read_rows(0, 0, 8, rows.data(), nullptr).is_ok());
+  const auto row = [&](int r, int c) { return rows[static_cast<std::size_t>(r * 4 + c)]; };
+  KeyBatch kb;
+  kb.features.push_back({"bought", {0, 2, 2}, {3, 3}, {}});  // given before clicked: the table's order decides
+  kb.features.push_back({"clicked", {0, 1, 3}, {3, 3, 5}, {}});
+  ASSERT_TRUE(s.submit(1, kb).is_ok());
+  std::vector<float> bought(2 * 4), clicked(2 * 4);
+  ASSERT_TRUE(s.forward(1, {{bought.data(), 2, 4}, {clicked.data(), 2, 4}}).is_ok());
+  for (int c = 0; c < 4; ++c) {
+    EXPECT_EQ(clicked[static_cast<std::size_t>(c)], 0.0f + row(3, c));
+    EXPECT_EQ(clicked[static_cast<std::size_t>(4 + c)], (0.0f + row(3, c)) + row(5, c));
+    EXPECT_EQ(bought[static_cast<std::size_t>(c)], ((0.0f + row(3, c)) + row(3, c)) * 0.5f);
+    EXPECT_EQ(bought[static_cast<std::size_t>(4 + c)], 0.0f);  // an empty bag
+  }
+  std::vector<float> g_bought(2 * 4), g_clicked(2 * 4);
+  for (std::size_t k = 0; k < 8; ++k) {
+    g_bought[k] = 0.25f * static_cast<float>(k + 1);
+    g_clicked[k] = -0.125f * static_cast<float>(k + 3);
+  }
+  ASSERT_TRUE(s.backward(1, {{g_bought.data(), 2, 4}, {g_clicked.data(), 2, 4}}).is_ok());
+  std::vector<float> after(8 * 4);
+  ASSERT_TRUE(s.read_rows(0, 0, 8, after.data(), nullptr).is_ok());
+  for (int c = 0; c < 4; ++c) {
+    const auto gc = [&](int b) { return g_clicked[static_cast<std::size_t>(b * 4 + c)]; };
+    const float gb0 = g_bought[static_cast<std::size_t>(c)];
+    // Bag by bag; in a bag, the table's features in their order (clicked, bought), each in key order.
+    const float sum3 = (((0.0f + gc(0)) + 0.5f * gb0) + 0.5f * gb0) + gc(1);
+    EXPECT_EQ(after[static_cast<std::size_t>(3 * 4 + c)], row(3, c) - 0.5f * sum3) << c;
+    EXPECT_EQ(after[static_cast<std::size_t>(5 * 4 + c)], row(5, c) - 0.5f * (0.0f + gc(1))) << c;
+    EXPECT_EQ(after[static_cast<std::size_t>(0 * 4 + c)], row(0, c));  // unused
+  }
+}
+
+TEST_P(FeatureStep, BatchesNamingTablesOrUnknownFeaturesAreRefusedWithNothingChanged) {
+  auto opened = GetParam()(item_config());
+  ASSERT_TRUE(opened.is_ok());
+  Store& s = **opened;
+  KeyBatch by_table;
+  by_table.features.push_back({"item", {0, 1}, {3}, {}});
+  const Status table = s.submit(1, by_table);
+  EXPECT_EQ(table.code(), StatusCode::kNotFound);
+  EXPECT_NE(table.message().find("unknown feature 'item'"), std::string::npos) << table.to_string();
+  KeyBatch twice;
+  twice.features.push_back({"clicked", {0, 1}, {3}, {}});
+  twice.features.push_back({"clicked", {0, 1}, {4}, {}});
+  EXPECT_NE(s.submit(1, twice).message().find("feature 'clicked' appears twice"), std::string::npos);
+  KeyBatch out_of_range;
+  out_of_range.features.push_back({"clicked", {0, 1}, {3}, {}});
+  out_of_range.features.push_back({"bought", {0, 1}, {8}, {}});
+  EXPECT_FALSE(s.submit(1, out_of_range).is_ok());
+  KeyBatch sizes;  // features of one table with different batch sizes
+  sizes.features.push_back({"clicked", {0, 1}, {3}, {}});
+  sizes.features.push_back({"bought", {0, 1, 1}, {3}, {}});
+  EXPECT_FALSE(s.submit(1, sizes).is_ok());
+  EXPECT_EQ(s.in_flight(), 0);
+  // Views shaped by the feature's pooling: bought is mean (2 rows), not its rows' count.
+  KeyBatch good;
+  good.features.push_back({"bought", {0, 3}, {1, 2, 3}, {}});
+  ASSERT_TRUE(s.submit(2, good).is_ok());
+  std::vector<float> out(3 * 4);
+  EXPECT_FALSE(s.forward(2, {{out.data(), 3, 4}}).is_ok());
+  EXPECT_TRUE(s.forward(2, {{out.data(), 1, 4}}).is_ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, FeatureStep,
+                         ::testing::Values(static_cast<Opener>(&open_reference_store),
+                                           static_cast<Opener>([](const StoreConfig& c) { return Store::open(c); })),
+                         [](const ::testing::TestParamInfo<Opener>& i) { return i.index == 0 ? "reference" : "cpu"; });
+
+}  // namespace
+}  // namespace strata
