@@ -13,55 +13,87 @@ std::int64_t KeyBatch::total_keys() const noexcept {
   return n;
 }
 
-Status validate(const JaggedKeys& f, const TableSpec& spec, std::int64_t expected_batch) {
-  const std::string who = "table '" + spec.name + "'";
-  if (f.offsets.empty())
+namespace {
+
+// Offsets of length batch+1 starting at 0, non-decreasing, ending at the key count.
+template <typename T>
+Status check_offsets(const std::vector<T>& offsets, const std::string& who, std::int64_t expected_batch,
+                     std::int64_t keys) {
+  if (offsets.empty())
     return Status::invalid_argument(
         who + ": offsets are empty (expected batch+1 = " + std::to_string(expected_batch + 1) + " entries)");
-  if (f.batch_size() != expected_batch)
-    return Status::invalid_argument(who + ": batch size " + std::to_string(f.batch_size()) + " (offsets of length " +
-                                    std::to_string(f.offsets.size()) + ") differs from the batch size " +
-                                    std::to_string(expected_batch) + " of the other tables");
-  if (f.offsets.front() != 0)
-    return Status::invalid_argument(who + ": offsets[0] is " + std::to_string(f.offsets.front()) + " (expected 0)");
-  for (std::size_t b = 1; b < f.offsets.size(); ++b) {
-    if (f.offsets[b] < f.offsets[b - 1])
+  if (static_cast<std::int64_t>(offsets.size()) - 1 != expected_batch)
+    return Status::invalid_argument(who + ": batch size " + std::to_string(offsets.size() - 1) +
+                                    " (offsets of length " + std::to_string(offsets.size()) +
+                                    ") differs from the batch size " + std::to_string(expected_batch) +
+                                    " of the other tables");
+  if (offsets.front() != 0)
+    return Status::invalid_argument(who + ": offsets[0] is " + std::to_string(offsets.front()) + " (expected 0)");
+  for (std::size_t b = 1; b < offsets.size(); ++b) {
+    if (offsets[b] < offsets[b - 1])
       return Status::invalid_argument(who + ": offsets are not monotone: offsets[" + std::to_string(b) +
-                                      "] = " + std::to_string(f.offsets[b]) + " < offsets[" + std::to_string(b - 1) +
-                                      "] = " + std::to_string(f.offsets[b - 1]));
+                                      "] = " + std::to_string(offsets[b]) + " < offsets[" + std::to_string(b - 1) +
+                                      "] = " + std::to_string(offsets[b - 1]));
   }
-  if (f.offsets.back() != f.num_keys())
-    return Status::invalid_argument(who + ": offsets end at " + std::to_string(f.offsets.back()) +
-                                    " (expected the key count " + std::to_string(f.num_keys()) + ")");
-  if (!f.weights.empty() && f.weights.size() != f.keys.size())
-    return Status::invalid_argument(who + ": " + std::to_string(f.weights.size()) + " weights for " +
-                                    std::to_string(f.keys.size()) + " keys (expected none or one per key)");
-  // A key k is in range when neither k nor rows - 1 - k has its top bit set (in unsigned
-  // arithmetic, so nothing overflows): one OR over all of them says whether every key is. A
-  // register of lanes at a time (GCC's vector extension; -O2 does not vectorize the plain loop).
-  // Only when some key is bad is the first one looked for, to name it.
-  using simd::kU64s;
-  const auto last_row = static_cast<std::uint64_t>(spec.rows - 1);
-  const std::size_t n = f.keys.size(), n_vec = n / kU64s * kU64s;
-  simd::U64s acc{};
-  for (std::size_t i = 0; i < n_vec; i += kU64s) {
-    simd::U64s v;
-    std::memcpy(&v, f.keys.data() + i, sizeof v);
-    acc |= v | (last_row - v);
-  }
+  if (offsets.back() != keys)
+    return Status::invalid_argument(who + ": offsets end at " + std::to_string(offsets.back()) +
+                                    " (expected the key count " + std::to_string(keys) + ")");
+  return Status::ok();
+}
+
+// Every key in [0, rows). A key k is in range when neither k nor rows - 1 - k has its top bit set (in unsigned
+// arithmetic, so nothing overflows): one OR over all of them says whether every key is. A register of lanes at a
+// time for int64 keys (GCC's vector extension; -O2 does not vectorize the plain loop); int32 keys, widened as they are
+// read, in a plain loop. Only when some key is bad is the first one looked for, to name it.
+template <typename T>
+Status check_keys(const std::vector<T>& keys, const std::string& who, std::int64_t rows) {
+  const auto last_row = static_cast<std::uint64_t>(rows - 1);
+  const std::size_t n = keys.size();
+  std::size_t i = 0;
   std::uint64_t bits = 0;
-  for (int l = 0; l < kU64s; ++l) bits |= acc[l];
-  for (std::size_t i = n_vec; i < n; ++i) {
-    const auto k = static_cast<std::uint64_t>(f.keys[i]);
+  if constexpr (sizeof(T) == sizeof(std::uint64_t)) {
+    using simd::kU64s;
+    simd::U64s acc{};
+    for (; i + kU64s <= n; i += kU64s) {
+      simd::U64s v;
+      std::memcpy(&v, keys.data() + i, sizeof v);
+      acc |= v | (last_row - v);
+    }
+    for (int l = 0; l < kU64s; ++l) bits |= acc[l];
+  }
+  for (; i < n; ++i) {
+    const auto k = static_cast<std::uint64_t>(static_cast<std::int64_t>(keys[i]));
     bits |= k | (last_row - k);
   }
   const bool any = (bits >> 63) != 0;
-  for (std::size_t i = 0; any && i < n; ++i) {
-    const Key k = f.keys[i];
-    if (k < 0 || k >= spec.rows)
-      return Status::out_of_range(who + ": key " + std::to_string(k) + " at position " + std::to_string(i) +
-                                  " out of range [0, " + std::to_string(spec.rows) + ")");
+  for (std::size_t j = 0; any && j < n; ++j) {
+    const std::int64_t k = keys[j];
+    if (k < 0 || k >= rows)
+      return Status::out_of_range(who + ": key " + std::to_string(k) + " at position " + std::to_string(j) +
+                                  " out of range [0, " + std::to_string(rows) + ")");
   }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status validate(const JaggedKeys& f, const TableSpec& spec, std::int64_t expected_batch) {
+  const std::string who = "table '" + spec.name + "'";
+  if (!f.keys.empty() && !f.keys32.empty())
+    return Status::invalid_argument(who + ": " + std::to_string(f.keys.size()) + " int64 keys and " +
+                                    std::to_string(f.keys32.size()) +
+                                    " int32 keys (expected one key width per feature: keys or keys32)");
+  if (!f.offsets.empty() && !f.offsets32.empty())
+    return Status::invalid_argument(who +
+                                    ": int64 offsets and int32 offsets (expected one width per feature: offsets "
+                                    "or offsets32)");
+  const std::int64_t keys = f.num_keys();
+  STRATA_RETURN_IF_ERROR(f.offsets32.empty() ? check_offsets(f.offsets, who, expected_batch, keys)
+                                             : check_offsets(f.offsets32, who, expected_batch, keys));
+  if (!f.weights.empty() && static_cast<std::int64_t>(f.weights.size()) != keys)
+    return Status::invalid_argument(who + ": " + std::to_string(f.weights.size()) + " weights for " +
+                                    std::to_string(keys) + " keys (expected none or one per key)");
+  STRATA_RETURN_IF_ERROR(f.keys32.empty() ? check_keys(f.keys, who, spec.rows) : check_keys(f.keys32, who, spec.rows));
   for (std::size_t i = 0; i < f.weights.size(); ++i) {
     if (!std::isfinite(f.weights[i]))
       return Status::invalid_argument(who + ": weight at position " + std::to_string(i) + " is not finite");

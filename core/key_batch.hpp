@@ -2,6 +2,7 @@
 // KeyBatch: one training batch of several features, jagged per feature, in the shape of TorchRec's
 // KeyedJaggedTensor (per feature an offsets array of length batch+1, keys, optional weights).
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -11,17 +12,23 @@
 
 namespace strata {
 
-/// The keys of one feature for one batch. Bag b holds keys[offsets[b] .. offsets[b+1]).
+/// The keys of one feature for one batch. Bag b holds keys[offsets[b] .. offsets[b+1]). Keys and offsets are int64, or
+/// int32 in keys32 and offsets32 (read as they are, never widened into a copy): a feature gives one of each pair.
 struct JaggedKeys {
   std::string table;                  ///< the feature's name (a table's own name unless it lists features)
-  std::vector<std::int64_t> offsets;  ///< (batch + 1), offsets[0] == 0, non-decreasing, back() == keys.size()
+  std::vector<std::int64_t> offsets;  ///< (batch + 1), offsets[0] == 0, non-decreasing, back() == num_keys()
   std::vector<Key> keys;              ///< (num_keys) row ids in [0, rows)
   std::vector<float> weights;         ///< empty, or (num_keys) per-key weights multiplied into the pooled sum
+  std::vector<std::int32_t> offsets32{}, keys32{};  ///< int32 offsets, keys (instead of offsets, keys)
 
-  std::int64_t batch_size() const noexcept {
-    return offsets.empty() ? 0 : static_cast<std::int64_t>(offsets.size()) - 1;
+  std::int64_t batch_size() const noexcept { return std::max<std::int64_t>(0, size_of(offsets, offsets32) - 1); }
+  std::int64_t num_keys() const noexcept { return size_of(keys, keys32); }
+  Key key(std::int64_t j) const { return keys32.empty() ? keys.data()[j] : keys32.data()[j]; }
+  std::int64_t offset(std::int64_t b) const { return offsets32.empty() ? offsets.data()[b] : offsets32.data()[b]; }
+  template <class W, class N>
+  static std::int64_t size_of(const W& w, const N& n) noexcept {
+    return static_cast<std::int64_t>(n.empty() ? w.size() : n.size());
   }
-  std::int64_t num_keys() const noexcept { return static_cast<std::int64_t>(keys.size()); }
 };
 
 /// One batch: every feature's keys for the same `batch_size` samples. A feature may appear at most once.

@@ -5,6 +5,7 @@
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/row_math.hpp"
 
@@ -59,12 +60,13 @@ std::uint32_t dedup_into(std::int64_t m, KeyAt key_at, std::vector<std::uint64_t
   return count;
 }
 
-void dedup_serial(const Key* keys, std::int64_t n, UniqueKeys& u, DedupScratch& scratch) {
+template <class K>
+void dedup_serial(const K* keys, std::int64_t n, UniqueKeys& u, DedupScratch& scratch) {
   std::vector<std::int32_t>& uid = scratch.uid;
   uid.resize(static_cast<std::size_t>(n));
   u.keys.resize(static_cast<std::size_t>(n));
   const std::uint32_t count = dedup_into(
-      n, [keys](std::int64_t j) { return keys[j]; }, scratch.slots, u.keys.data(), uid.data());
+      n, [keys](std::int64_t j) { return static_cast<Key>(keys[j]); }, scratch.slots, u.keys.data(), uid.data());
   u.keys.resize(count);
   const std::size_t U = u.keys.size();
   u.offsets.assign(U + 1, 0);
@@ -98,7 +100,8 @@ inline int part_of(Key k) noexcept {
   return static_cast<int>(mix64(static_cast<std::uint64_t>(k)) >> (64 - kPartBits));
 }
 
-void dedup_parallel(const Key* keys, std::int64_t n, UniqueKeys& u, DedupScratch& s) {
+template <class K>
+void dedup_parallel(const K* keys, std::int64_t n, UniqueKeys& u, DedupScratch& s) {
   const std::int64_t chunks = (n + kChunk - 1) / kChunk;
   const auto chunk_range = tbb::blocked_range<std::int64_t>(0, chunks, 1);
   s.part.resize(static_cast<std::size_t>(n));
@@ -186,14 +189,10 @@ void dedup_parallel(const Key* keys, std::int64_t n, UniqueKeys& u, DedupScratch
 
 }  // namespace
 
-UniqueKeys dedup_keys(const Key* keys, std::int64_t n) {
-  UniqueKeys u;
-  DedupScratch scratch;
-  dedup_keys(keys, n, u, scratch);
-  return u;
-}
+namespace {
 
-void dedup_keys(const Key* keys, std::int64_t n, UniqueKeys& u, DedupScratch& scratch, DedupOrder order) {
+template <class K>
+void dedup_any(const K* keys, std::int64_t n, UniqueKeys& u, DedupScratch& scratch, DedupOrder order) {
   STRATA_CHECK(n >= 0 && n < (std::int64_t{1} << 31));
   u.keys.clear();
   u.offsets.assign(1, 0);
@@ -206,15 +205,74 @@ void dedup_keys(const Key* keys, std::int64_t n, UniqueKeys& u, DedupScratch& sc
   }
 }
 
-void bag_of_positions(const std::int64_t* offsets, std::int64_t batch, std::int32_t* bag) {
+template <class O>
+void bag_of_any(const O* offsets, std::int64_t batch, std::int32_t* bag) {
   for (std::int64_t b = 0; b < batch; ++b) {
     for (std::int64_t j = offsets[b]; j < offsets[b + 1]; ++j) bag[j] = static_cast<std::int32_t>(b);
   }
 }
 
+}  // namespace
+
+UniqueKeys dedup_keys(const Key* keys, std::int64_t n) {
+  UniqueKeys u;
+  DedupScratch scratch;
+  dedup_keys(keys, n, u, scratch);
+  return u;
+}
+
+void dedup_keys(const Key* keys, std::int64_t n, UniqueKeys& u, DedupScratch& scratch, DedupOrder order) {
+  dedup_any(keys, n, u, scratch, order);
+}
+
+void dedup_keys(const std::int32_t* keys, std::int64_t n, UniqueKeys& u, DedupScratch& scratch, DedupOrder order) {
+  dedup_any(keys, n, u, scratch, order);
+}
+
+void dedup_keys(const JaggedKeys& f, UniqueKeys& u, DedupScratch& scratch, DedupOrder order) {
+  if (f.keys32.empty()) {
+    dedup_any(f.keys.data(), f.num_keys(), u, scratch, order);
+  } else {
+    dedup_any(f.keys32.data(), f.num_keys(), u, scratch, order);
+  }
+}
+
+void bag_of_positions(const std::int64_t* offsets, std::int64_t batch, std::int32_t* bag) {
+  bag_of_any(offsets, batch, bag);
+}
+
 void bag_of_positions(const std::int64_t* offsets, std::int64_t batch, std::vector<std::int32_t>& bag) {
   bag.resize(static_cast<std::size_t>(batch > 0 ? offsets[batch] : 0));
   bag_of_positions(offsets, batch, bag.data());
+}
+
+void bag_of_positions(const JaggedKeys& f, std::int32_t* bag) {
+  if (f.offsets32.empty()) {
+    bag_of_any(f.offsets.data(), f.batch_size(), bag);
+  } else {
+    bag_of_any(f.offsets32.data(), f.batch_size(), bag);
+  }
+}
+
+void bag_of_positions(const JaggedKeys& f, std::vector<std::int32_t>& bag) {
+  bag.resize(static_cast<std::size_t>(f.num_keys()));
+  bag_of_positions(f, bag.data());
+}
+
+void copy_offsets(const JaggedKeys& f, std::int64_t* out) {
+  if (f.offsets32.empty()) {
+    if (!f.offsets.empty()) std::memcpy(out, f.offsets.data(), f.offsets.size() * sizeof(std::int64_t));
+  } else {
+    std::copy(f.offsets32.begin(), f.offsets32.end(), out);
+  }
+}
+
+void copy_keys(const JaggedKeys& f, Key* out) {
+  if (f.keys32.empty()) {
+    if (!f.keys.empty()) std::memcpy(out, f.keys.data(), f.keys.size() * sizeof(Key));
+  } else {
+    std::copy(f.keys32.begin(), f.keys32.end(), out);
+  }
 }
 
 std::vector<std::int32_t> bag_of_positions(const std::int64_t* offsets, std::int64_t batch) {

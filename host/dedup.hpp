@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/key_batch.hpp"
 #include "core/table_spec.hpp"
 
 namespace strata {
@@ -73,11 +74,23 @@ struct DedupScratch {
 /// out and scratch).
 void dedup_keys(const Key* keys, std::int64_t n, UniqueKeys& out, DedupScratch& scratch,
                 DedupOrder order = DedupOrder::kFirstUse);
+/// The same of int32 keys, read as they are.
+void dedup_keys(const std::int32_t* keys, std::int64_t n, UniqueKeys& out, DedupScratch& scratch,
+                DedupOrder order = DedupOrder::kFirstUse);
+/// The same of a feature's keys (int64 or int32: JaggedKeys::keys32).
+void dedup_keys(const JaggedKeys& f, UniqueKeys& out, DedupScratch& scratch, DedupOrder order = DedupOrder::kFirstUse);
 /// Convenience form with fresh memory.
 UniqueKeys dedup_keys(const Key* keys, std::int64_t n);
 
 /// bag_of[j] = the bag of key position j, for offsets (batch + 1); `out` is resized to offsets[batch].
 void bag_of_positions(const std::int64_t* offsets, std::int64_t batch, std::vector<std::int32_t>& out);
+/// The same of a feature's offsets (int64 or int32: JaggedKeys::offsets32), into `out` or its num_keys() entries.
+void bag_of_positions(const JaggedKeys& f, std::vector<std::int32_t>& out);
+void bag_of_positions(const JaggedKeys& f, std::int32_t* out);
+/// A feature's offsets (batch + 1) or keys (num_keys) into `out` as int64: copied, or widened from int32 (for copies
+/// that are made anyway, into pinned staging).
+void copy_offsets(const JaggedKeys& f, std::int64_t* out);
+void copy_keys(const JaggedKeys& f, Key* out);
 /// The same into `out` (offsets[batch] entries, host memory, e.g. pinned staging).
 void bag_of_positions(const std::int64_t* offsets, std::int64_t batch, std::int32_t* out);
 std::vector<std::int32_t> bag_of_positions(const std::int64_t* offsets, std::int64_t batch);

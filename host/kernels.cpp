@@ -216,17 +216,17 @@ void pool_bags_any(RowRef t, const BagsView& bags, Pooling pooling, float* out, 
   const std::int64_t words = element_words(dim, dtype_of<Elem>());
   std::vector<float> sum;  // half outputs: the bag's fp32 sum
   if constexpr (!std::is_same_v<Io, float>) sum.resize(static_cast<std::size_t>(dim));
-  const std::int64_t j_end = bags.offsets[b1];
-  for (std::int64_t j = bags.offsets[b0]; j < std::min(j_end, bags.offsets[b0] + kPrefetchDistance); ++j)
-    prefetch_row(t.row(bags.keys[j]), words);
+  const std::int64_t j_end = bags.offset(b1);
+  for (std::int64_t j = bags.offset(b0); j < std::min(j_end, bags.offset(b0) + kPrefetchDistance); ++j)
+    prefetch_row(t.row(bags.key(j)), words);
   for (std::int64_t b = b0; b < b1; ++b) {
     float* o = out + b * dim;
     if constexpr (!std::is_same_v<Io, float>) o = sum.data();
     std::memset(o, 0, sizeof(float) * static_cast<std::size_t>(dim));
-    const std::int64_t lo = bags.offsets[b], hi = bags.offsets[b + 1];
+    const std::int64_t lo = bags.offset(b), hi = bags.offset(b + 1);
     for (std::int64_t j = lo; j < hi; ++j) {
-      if (j + kPrefetchDistance < j_end) prefetch_row(t.row(bags.keys[j + kPrefetchDistance]), words);
-      const Elem* row = elems<Elem>(t.row(bags.keys[j]));
+      if (j + kPrefetchDistance < j_end) prefetch_row(t.row(bags.key(j + kPrefetchDistance)), words);
+      const Elem* row = elems<Elem>(t.row(bags.key(j)));
       if constexpr (std::is_same_v<Elem, float>) {
         if (bags.weights) {
           row_axpy(o, row, bags.weights[j], dim);
@@ -262,16 +262,16 @@ void pool_bags_vec(RowRef t, const BagsView& bags, Pooling pooling, float* out, 
   constexpr int kVecs = dim / simd::kFloats;
   constexpr std::int64_t kWords = element_words(dim, dtype_of<Elem>());
   static_assert(dim % simd::kFloats == 0, "a row is a whole number of registers");
-  const std::int64_t j_end = bags.offsets[b1];
-  for (std::int64_t j = bags.offsets[b0]; j < std::min(j_end, bags.offsets[b0] + kPrefetchDistance); ++j)
-    prefetch_row(t.row(bags.keys[j]), kWords);
+  const std::int64_t j_end = bags.offset(b1);
+  for (std::int64_t j = bags.offset(b0); j < std::min(j_end, bags.offset(b0) + kPrefetchDistance); ++j)
+    prefetch_row(t.row(bags.key(j)), kWords);
   for (std::int64_t b = b0; b < b1; ++b) {
     simd::Floats acc[kVecs];
     for (int c = 0; c < kVecs; ++c) acc[c] = simd::Floats{};
-    const std::int64_t lo = bags.offsets[b], hi = bags.offsets[b + 1];
+    const std::int64_t lo = bags.offset(b), hi = bags.offset(b + 1);
     for (std::int64_t j = lo; j < hi; ++j) {
-      if (j + kPrefetchDistance < j_end) prefetch_row(t.row(bags.keys[j + kPrefetchDistance]), kWords);
-      const Elem* row = elems<Elem>(t.row(bags.keys[j]));
+      if (j + kPrefetchDistance < j_end) prefetch_row(t.row(bags.key(j + kPrefetchDistance)), kWords);
+      const Elem* row = elems<Elem>(t.row(bags.key(j)));
       if constexpr (kWeighted) {
         const float w = bags.weights[j];
         for (int c = 0; c < kVecs; ++c) acc[c] += w * load_elems(row + kF * c);
@@ -327,13 +327,14 @@ namespace {
 // Unpooled lookups [j0, j1) of gather_rows (half rows widened; half outputs rounded to nearest
 // even from the fp32 w * row, as the reference rounds them).
 template <class Elem, class Io>
-void gather_rows_elems(RowRef t, const Key* keys, const float* weights, std::int64_t j0, std::int64_t j1, float* out) {
+void gather_rows_elems(RowRef t, const BagsView& bags, std::int64_t j0, std::int64_t j1, float* out) {
+  const float* weights = bags.weights;
   const std::int32_t dim = t.dim;
   const std::int64_t words = element_words(dim, dtype_of<Elem>());
-  for (std::int64_t j = j0; j < std::min(j1, j0 + kPrefetchDistance); ++j) prefetch_row(t.row(keys[j]), words);
+  for (std::int64_t j = j0; j < std::min(j1, j0 + kPrefetchDistance); ++j) prefetch_row(t.row(bags.key(j)), words);
   for (std::int64_t j = j0; j < j1; ++j) {
-    if (j + kPrefetchDistance < j1) prefetch_row(t.row(keys[j + kPrefetchDistance]), words);
-    const Elem* row = elems<Elem>(t.row(keys[j]));
+    if (j + kPrefetchDistance < j1) prefetch_row(t.row(bags.key(j + kPrefetchDistance)), words);
+    const Elem* row = elems<Elem>(t.row(bags.key(j)));
     if constexpr (!std::is_same_v<Io, float>) {
       Io* o = io_row<Io>(out, j, dim);
       const float w = weights ? weights[j] : 1.0f;
@@ -357,34 +358,36 @@ void gather_rows_elems(RowRef t, const Key* keys, const float* weights, std::int
 }
 
 template <class Elem>
-void gather_rows_io(RowRef t, const Key* keys, const float* weights, std::int64_t j0, std::int64_t j1, float* out,
-                    DType io) {
+void gather_rows_io(RowRef t, const BagsView& bags, std::int64_t j0, std::int64_t j1, float* out, DType io) {
   if (io == DType::kBF16) {
-    gather_rows_elems<Elem, Bf16>(t, keys, weights, j0, j1, out);
+    gather_rows_elems<Elem, Bf16>(t, bags, j0, j1, out);
   } else if (io == DType::kF16) {
-    gather_rows_elems<Elem, F16>(t, keys, weights, j0, j1, out);
+    gather_rows_elems<Elem, F16>(t, bags, j0, j1, out);
   } else {
-    gather_rows_elems<Elem, float>(t, keys, weights, j0, j1, out);
+    gather_rows_elems<Elem, float>(t, bags, j0, j1, out);
   }
 }
 
 // gather_rows_elems of the table's element type and the outputs' (io).
-void gather_rows_range(RowRef t, const Key* keys, const float* weights, std::int64_t j0, std::int64_t j1, float* out,
+void gather_rows_range(RowRef t, const BagsView& bags, std::int64_t j0, std::int64_t j1, float* out,
                        DType io = DType::kF32) {
   if (t.dtype == DType::kBF16) {
-    gather_rows_io<Bf16>(t, keys, weights, j0, j1, out, io);
+    gather_rows_io<Bf16>(t, bags, j0, j1, out, io);
   } else if (t.dtype == DType::kF16) {
-    gather_rows_io<F16>(t, keys, weights, j0, j1, out, io);
+    gather_rows_io<F16>(t, bags, j0, j1, out, io);
   } else {
-    gather_rows_io<float>(t, keys, weights, j0, j1, out, io);
+    gather_rows_io<float>(t, bags, j0, j1, out, io);
   }
 }
 
 }  // namespace
 
 void gather_rows(RowRef t, const Key* keys, const float* weights, std::int64_t n, float* out) {
+  BagsView bags;
+  bags.keys = keys;
+  bags.weights = weights;
   tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, n, 256), [&](const tbb::blocked_range<std::int64_t>& r) {
-    gather_rows_range(t, keys, weights, r.begin(), r.end(), out);
+    gather_rows_range(t, bags, r.begin(), r.end(), out);
   });
 }
 
@@ -416,7 +419,7 @@ inline void reduce_segment(const BagsView& bags, Pooling pooling, const UniqueVi
       grad_axpy(acc, io_row<Io>(grads, j, dim), grad_scale(pooling, 1, bags.weights, j), dim);
     } else {
       const std::int64_t b = bag_of[j];
-      const float s = grad_scale(pooling, bags.offsets[b + 1] - bags.offsets[b], bags.weights, j);
+      const float s = grad_scale(pooling, bags.offset(b + 1) - bags.offset(b), bags.weights, j);
       grad_axpy(acc, io_row<Io>(grads, b, dim), s, dim);
     }
   }
@@ -739,20 +742,20 @@ template <std::int32_t kDim, class Elem, class Io>
   // Row-wise Adagrad without decay: the sum of squares of a bag's gradient, once per bag too.
   const bool bag_sq = kDim > 0 && per_bag && !decays && step.spec.kind == OptimizerKind::kRowwiseAdagrad;
   float bag_sq_value = 0.0f;
-  const std::int64_t j_end = none ? b1 : bags.offsets[b1];
+  const std::int64_t j_end = none ? b1 : bags.offset(b1);
   for (std::int64_t b = b0; b < b1; ++b) {
-    const std::int64_t lo = none ? b : bags.offsets[b], hi = none ? b + 1 : bags.offsets[b + 1];
+    const std::int64_t lo = none ? b : bags.offset(b), hi = none ? b + 1 : bags.offset(b + 1);
     bool bag_ready = false;
     for (std::int64_t j = lo; j < hi; ++j) {
       // (Repeated rows are not prefetched: with skewed keys they are the hot rows, and both
       // threads taking them for writing would bounce their lines between the cores: zipf:1.05
       // backward 10.7 -> 8.6 ms.)
       if (j + kPrefetchDistance < j_end && !repeated[j + kPrefetchDistance])
-        prefetch_row(t.row(bags.keys[j + kPrefetchDistance]), rec);
+        prefetch_row(t.row(bags.key(j + kPrefetchDistance)), rec);
       if (j + kUpdatePrefetch < j_end && !repeated[j + kUpdatePrefetch])
-        prefetch_row<Into::kWrite>(t.row(bags.keys[j + kUpdatePrefetch]), rec);
+        prefetch_row<Into::kWrite>(t.row(bags.key(j + kUpdatePrefetch)), rec);
       if (repeated[j]) continue;
-      const Key row = bags.keys[j];
+      const Key row = bags.key(j);
       float* w = t.row(row);
       if constexpr (kDim > 0) {
         if (per_bag) {
@@ -832,7 +835,7 @@ void for_each_chunk(const std::vector<TableBatchScratch::Chunk>& chunks, Fn fn) 
 
 void backward_update_by_bag(RowRef t, const BagsView& bags, Pooling pooling, const Repeats& repeats,
                             const std::int32_t* bag_of, const float* grads, const OptimizerStep& step) {
-  const std::int64_t n = bags.offsets[bags.batch];
+  const std::int64_t n = bags.offset(bags.batch);
   const std::int64_t batch = pooling == Pooling::kNone ? n : bags.batch;
   const std::int64_t grain = pooling == Pooling::kNone ? 4096 : bag_grain(batch);
   const auto once = for_dim<UpdateUsedOnce>(update_dim(t), t.dtype);
@@ -857,7 +860,7 @@ void gather_pool_tables(const std::vector<TableBatchItem>& items, TableBatchScra
   chunks.clear();
   for (std::size_t i = 0; i < items.size(); ++i) {
     const TableBatchItem& it = items[i];
-    const std::int64_t n = it.bags.offsets[it.bags.batch];
+    const std::int64_t n = it.bags.offset(it.bags.batch);
     const std::int64_t row_bytes = it.table.row_words() * static_cast<std::int64_t>(sizeof(float));
     const bool none = it.pooling == Pooling::kNone;
     const std::int64_t units = none ? n : it.bags.batch;
@@ -867,7 +870,7 @@ void gather_pool_tables(const std::vector<TableBatchItem>& items, TableBatchScra
   for_each_chunk(chunks, [&](const TableBatchScratch::Chunk& c) {
     const TableBatchItem& it = items[static_cast<std::size_t>(c.item)];
     if (it.pooling == Pooling::kNone) {
-      gather_rows_range(it.table, it.bags.keys, it.bags.weights, c.lo, c.hi, it.out, it.out_dtype);
+      gather_rows_range(it.table, it.bags, c.lo, c.hi, it.out, it.out_dtype);
     } else {
       pool[static_cast<std::size_t>(c.item)](it.table, it.bags, it.pooling, it.out, c.lo, c.hi);
     }
@@ -889,7 +892,7 @@ void backward_update_tables(const std::vector<TableBatchItem>& items, TableBatch
     // kernels prefetch from a task's first row on, without a burst up front, so a task's first
     // rows wait: smaller chunks (128 KiB of records, 25 bags of 20 keys) made the --pooling 20
     // training step slower (321 -> 387 ms p50 in two loaded pairs).
-    const std::int64_t n = it.bags.offsets[it.bags.batch];
+    const std::int64_t n = it.bags.offset(it.bags.batch);
     const bool none = it.pooling == Pooling::kNone;
     const std::int64_t units = none ? n : it.bags.batch;
     add_chunks(chunks, static_cast<std::int32_t>(i), units, none ? 4096 : bag_grain(units));

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/key_batch.hpp"
 #include "core/row_math.hpp"
 #include "host/dedup.hpp"
 #include "host/repeats.hpp"
@@ -36,13 +37,31 @@
 
 namespace strata {
 
-/// The keys of one table in one batch, as raw host pointers (a view of a JaggedKeys).
+/// The keys of one table in one batch, as raw host pointers (a view of a JaggedKeys): int64 or int32 offsets and keys
+/// (offsets32, keys32 instead of offsets, keys), read in place through offset() and key().
 struct BagsView {
   const std::int64_t* offsets = nullptr;  ///< (batch + 1)
   std::int64_t batch = 0;
-  const Key* keys = nullptr;       ///< (offsets[batch]) row ids, already validated
-  const float* weights = nullptr;  ///< (offsets[batch]) or nullptr
+  const Key* keys = nullptr;                ///< (offsets[batch]) row ids, already validated
+  const float* weights = nullptr;           ///< (offsets[batch]) or nullptr
+  const std::int32_t* offsets32 = nullptr;  ///< set instead of offsets
+  const std::int32_t* keys32 = nullptr;     ///< set instead of keys
+
+  std::int64_t offset(std::int64_t b) const { return offsets32 ? offsets32[b] : offsets[b]; }
+  Key key(std::int64_t j) const { return keys32 ? keys32[j] : keys[j]; }
 };
+
+/// The view of a feature's keys (host memory, already validated).
+inline BagsView bags_of(const JaggedKeys& f) {
+  BagsView v;
+  v.offsets = f.offsets.data();
+  v.offsets32 = f.offsets32.empty() ? nullptr : f.offsets32.data();
+  v.batch = f.batch_size();
+  v.keys = f.keys.data();
+  v.keys32 = f.keys32.empty() ? nullptr : f.keys32.data();
+  v.weights = f.weights.empty() ? nullptr : f.weights.data();
+  return v;
+}
 
 /// Pooled lookup: out[b] = scale(b) * sum_j w_j * row(keys[j]) over bag b (empty bags give zeros).
 ///   out: (batch, dim) host, row-major, fully overwritten.

@@ -93,7 +93,8 @@ void scan_range(RepeatsScratch& s, std::int64_t b, std::int64_t e, Key base, Rep
 }
 
 // find_repeats by a full dedup (any order), for key spaces too large for the maps.
-void repeats_by_dedup(const Key* keys, std::int64_t n, Repeats& out, RepeatsScratch& s) {
+template <class K>
+void repeats_by_dedup(const K* keys, std::int64_t n, Repeats& out, RepeatsScratch& s) {
   dedup_keys(keys, n, s.unique, s.dedup, DedupOrder::kAny);
   out.repeated.assign(static_cast<std::size_t>(n), 0);
   out.ranges.resize(1);
@@ -123,7 +124,10 @@ std::int64_t find_repeats_map_entries(std::int64_t key_space, std::uint64_t l2_b
   return shift > kMaxShift ? 0 : std::min(std::int64_t{1} << shift, key_space);
 }
 
-void find_repeats(const Key* keys, std::int64_t n, std::int64_t key_space, Repeats& out, RepeatsScratch& s) {
+namespace {
+
+template <class K>
+void find_repeats_of(const K* keys, std::int64_t n, std::int64_t key_space, Repeats& out, RepeatsScratch& s) {
   STRATA_CHECK(n >= 0 && n < (std::int64_t{1} << 31) && key_space > 0);
   const int shift = range_shift(key_space, s.l2_bytes);
   if (shift > kMaxShift) {
@@ -201,6 +205,16 @@ void find_repeats(const Key* keys, std::int64_t n, std::int64_t key_space, Repea
   });
 }
 
+}  // namespace
+
+void find_repeats(const Key* keys, std::int64_t n, std::int64_t key_space, Repeats& out, RepeatsScratch& s) {
+  find_repeats_of(keys, n, key_space, out, s);
+}
+
+void find_repeats(const std::int32_t* keys, std::int64_t n, std::int64_t key_space, Repeats& out, RepeatsScratch& s) {
+  find_repeats_of(keys, n, key_space, out, s);
+}
+
 void find_repeats_tables(const std::vector<TableKeys>& tables, std::vector<Repeats*>& out, TablesRepeatsScratch& s) {
   const std::size_t nt = tables.size();
   STRATA_CHECK(out.size() == nt);
@@ -218,7 +232,12 @@ void find_repeats_tables(const std::vector<TableKeys>& tables, std::vector<Repea
     for (std::size_t i = r.begin(); i < r.end(); ++i) {
       Key* to = s.keys.data() + s.pos_base[i];
       const Key base = s.key_base[i];
-      for (std::int64_t j = 0; j < tables[i].n; ++j) to[j] = tables[i].keys[j] + base;
+      const TableKeys& t = tables[i];
+      if (t.keys32) {
+        for (std::int64_t j = 0; j < t.n; ++j) to[j] = t.keys32[j] + base;
+      } else {
+        for (std::int64_t j = 0; j < t.n; ++j) to[j] = t.keys[j] + base;
+      }
     }
   });
   for (std::size_t i = 0; i < nt; ++i) {

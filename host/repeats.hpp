@@ -56,12 +56,16 @@ struct RepeatsScratch {
 /// depend on scratch.l2_bytes; how they are split into `ranges` does. Runs on the calling thread's
 /// oneTBB arena.
 void find_repeats(const Key* keys, std::int64_t n, std::int64_t key_space, Repeats& out, RepeatsScratch& scratch);
+/// The same of int32 keys, read as they are.
+void find_repeats(const std::int32_t* keys, std::int64_t n, std::int64_t key_space, Repeats& out,
+                  RepeatsScratch& scratch);
 
 /// One table's keys for find_repeats_tables.
 struct TableKeys {
   const Key* keys = nullptr;  ///< (n) host, each in [0, rows)
   std::int64_t n = 0;
   std::int64_t rows = 0;
+  const std::int32_t* keys32 = nullptr;  ///< set instead of keys: int32 keys, read as they are
 };
 
 /// Reusable memory of find_repeats_tables.

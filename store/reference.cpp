@@ -175,10 +175,9 @@ class ReferenceStore final : public Store {
           const Pooling pooling = features_.features().tables[static_cast<std::size_t>(feature)].spec.pooling;
           const float* w = f.weights.empty() ? nullptr : f.weights.data();
           const float* grad = grad_of[n++];
-          const std::int64_t lo = f.offsets[static_cast<std::size_t>(b)];
-          const std::int64_t hi = f.offsets[static_cast<std::size_t>(b) + 1];
+          const std::int64_t lo = f.offset(b), hi = f.offset(b + 1);
           for (std::int64_t j = lo; j < hi; ++j) {
-            GradSum& sum = sums[f.keys[static_cast<std::size_t>(j)]];
+            GradSum& sum = sums[f.key(j)];
             if (pooling == Pooling::kNone) {
               sum.add(grad + j * dim, grad_scale(Pooling::kNone, 1, w, j), dim);
             } else {
@@ -273,7 +272,7 @@ class ReferenceStore final : public Store {
       for (std::int64_t j = 0; j < f.num_keys(); ++j) {
         // The row, or the weight times it (not 0 + w * row: the sign of a zero must survive).
         float* o = out + j * dim;
-        const float* row = t.row(f.keys[static_cast<std::size_t>(j)]);
+        const float* row = t.row(f.key(j));
         for (std::int32_t c = 0; c < dim; ++c) o[c] = w ? w[j] * row[c] : row[c];
       }
       return;
@@ -281,9 +280,8 @@ class ReferenceStore final : public Store {
     for (std::int64_t b = 0; b < f.batch_size(); ++b) {
       float* o = out + b * dim;
       for (std::int32_t c = 0; c < dim; ++c) o[c] = 0.0f;
-      const std::int64_t lo = f.offsets[static_cast<std::size_t>(b)], hi = f.offsets[static_cast<std::size_t>(b) + 1];
-      for (std::int64_t j = lo; j < hi; ++j)
-        row_axpy(o, t.row(f.keys[static_cast<std::size_t>(j)]), w ? w[j] : 1.0f, dim);
+      const std::int64_t lo = f.offset(b), hi = f.offset(b + 1);
+      for (std::int64_t j = lo; j < hi; ++j) row_axpy(o, t.row(f.key(j)), w ? w[j] : 1.0f, dim);
       if (pooling == Pooling::kMean && hi > lo) row_scale(o, bag_scale(pooling, hi - lo), dim);
     }
   }

@@ -66,28 +66,22 @@ class Store {
   /// collectives. write_rows/import_npy are local and must be given the same rows on every rank. open itself is
   /// collective: if any rank fails, every rank fails.
   ///
-  /// Before building anything, open compares each rank's config with rank 0's and refuses a difference on every rank
-  /// with the same InvalidArgument naming the rank and its first differing field ("rank 2: table 'user' rows 1000
-  /// differs from rank 0's 2000"). Must match: the tables (their number, order, names, rows, dim, dtypes, pooling,
-  /// placement, sharding, initializer, optimizer and its hyper-parameters) and cache.max_in_flight and cache.preview
-  /// (which batches and previews a store accepts: ranks must accept the same calls). May differ per rank, as they
-  /// describe the rank's machine or tune its speed and never change results: threads, numa, numa_node, huge_pages,
-  /// fake_numa_nodes, the whole `device` (backend, ordinal, capacity, emu settings), offload_gather (no offload table
-  /// serves a world), cache.policy, cache.lookahead, cache.planner_partitions, cache.transfer, and each table's `cache`
-  /// size and cap (a rank with a smaller device caches less of its shard; rows its cache cannot hold bypass it, and a
-  /// batch its device cannot hold fails every rank at submit).
+  /// Before building anything, open refuses on every rank a config that differs from rank 0's, naming the rank and the
+  /// first field ("rank 2: table 'user' rows 1000 differs from rank 0's 2000"). Must match: the tables (all but their
+  /// `cache`), cache.max_in_flight and cache.preview (ranks must accept the same calls). May differ, as they describe
+  /// the rank's machine or its speed and never change results: threads, numa, numa_node, huge_pages, fake_numa_nodes,
+  /// `device`, offload_gather, cache.policy, cache.lookahead, cache.planner_partitions, cache.transfer, and each
+  /// table's `cache` size and cap (rows a rank's cache cannot hold bypass it; a batch its device cannot hold fails
+  /// every rank).
   static Result<std::unique_ptr<Store>> open(const StoreConfig& config,
                                              const std::shared_ptr<dispatch::Communicator>& comm);
 
-  /// Opens a store from a checkpoint alone: the config save() recorded in its manifest (tables, placements, cache,
-  /// sharding, optimizers, store-wide settings), then load() of that manifest's rows, state, step and rates; it
-  /// continues bit for bit as the store that saved it. `overrides` edits the recorded config first, only in the fields
-  /// that may differ per rank (open(config, comm) lists them). Errors, nothing opened: FailedPrecondition for a
-  /// manifest without a config (saved before manifests recorded it: open with its config, then load()); InvalidArgument
-  /// naming another field overridden ("open_checkpoint 'ckpt': table 'user' rows 10 differs from the checkpoint's 20";
-  /// rates: set_learning_rate after opening); open()'s and load()'s. A save that replaces the checkpoint meanwhile
-  /// makes it start over (10 times at most, then load()'s error). One store, no communicator: a world's ranks
-  /// open(config, comm) with the saved config, then load.
+  /// Opens a store from a checkpoint alone: the config save() recorded in its manifest, then load() of its rows, state,
+  /// step and rates; it continues bit for bit as the store that saved it. `overrides` edits the recorded config first,
+  /// only in the fields that may differ per rank (see open(config, comm)). Errors, nothing opened: FailedPrecondition
+  /// for a manifest without a config (open with its config, then load()); InvalidArgument naming another field
+  /// overridden ("open_checkpoint 'ckpt': table 'user' rows 10 differs from the checkpoint's 20"); open()'s and
+  /// load()'s. A concurrent save makes it start over (10 times at most). One store: a world's ranks open(config, comm).
   static Result<std::unique_ptr<Store>> open_checkpoint(const std::string& dir, const ConfigOverrides& overrides = {});
 
   virtual ~Store() = default;
@@ -153,9 +147,9 @@ class Store {
   ///    the device fails as the synchronous call does, and growing the device memory for rows outside the cache waits
   ///    for the cache's streams; an `offload` table with offload_gather cpu pools on the host first). Tables staged
   ///    through host memory compute their outputs on the host first; their H2D copies are then ordered on `stream`, not
-  ///    waited for. Sharded tables over a communicator wait for their lookups and exchanges (host-synchronous
-  ///    collectives); only their pooling into the device views is left ordered after `stream`. With a host view the
-  ///    host waits for the outputs.
+  ///    waited for. Sharded tables over a communicator, and tables of several features (pooled on the host), wait for
+  ///    their lookups, so for `stream`; only their pooling or copies into the device views is left ordered after it.
+  ///    With a host view the host waits for the outputs.
   ///  - backward(id, grads, stream): with device gradients and accept_nonfinite_gradients false, the host waits for
   ///    `stream` up to the gradients and for the store's count of their NaN and Inf values (8 bytes per view come back
   ///    D2H): it must refuse them before anything changes. It then returns without waiting for the updates. With
@@ -163,8 +157,9 @@ class Store {
   ///    the device, as FBGEMM's TBE runs (except where a `cached` table plans a deferred batch into a staging entry
   ///    still in use, gpu/staging.hpp, and in the steps where cache.flush_every flushes). Sharded tables over a
   ///    communicator read device gradients on the device but wait for their exchange (so for `stream` up to the
-  ///    gradients) and for their shards' updates. Host gradients, and device gradients of `offload` tables and of the
-  ///    tables staged through host memory (copied D2H after `stream`), are read by the host before the call returns. A
+  ///    gradients) and for their shards' updates. Host gradients, and device gradients of `offload` tables, of tables
+  ///    of several features and of tables staged through host memory (copied D2H after `stream`), are read by the host
+  ///    before the call returns. A
   ///    backward of `offload` tables (looked up on the device) also waits, on the host, for a stream-ordered forward
   ///    with device views that may still read their host rows, and so for `stream` up to that forward: the CPU
   ///    optimizer must not change rows the device reads.
@@ -198,10 +193,8 @@ class Store {
   ///    every batch where you can.
   ///  - drop_previews() forgets every preview (the loader was reset or reshuffled). A preview only ever affects which
   ///    rows stay cached: outputs and updates are those of the batches submitted.
-  /// Only `cached` tables (and `hybrid` ones on a single rank without a communicator) with the lookahead policy use
-  /// previews; every other mode and policy validates and ignores them, so the same trainer code runs in every mode.
-  /// Local to this rank (not a collective call). Errors (nothing changes): "preview of batch ID: ...", e.g. an unknown
-  /// table, a key out of range, a non-increasing id, the horizon reached.
+  /// Only `cached` tables (and `hybrid` ones without a communicator) with the lookahead policy use previews; every
+  /// other mode validates and ignores them. Local to this rank. Errors (nothing changes): "preview of batch ID: ...".
   virtual Status preview(std::int64_t batch_id, const KeyBatch& batch) = 0;
   /// Forgets every preview not yet submitted (see preview()). Never fails.
   virtual void drop_previews() = 0;

@@ -202,11 +202,17 @@ Status validate_sharding(const TableConfig& t) {
 // one feature of its own name), poolings within their enum.
 Status validate_features(const StoreConfig& c) {
   std::map<std::string, std::string> table_of;  // feature -> table
+  std::set<std::string> tables;
+  for (const auto& t : c.tables) tables.insert(t.spec.name);
   for (const auto& t : c.tables) {
     const std::string who = "table '" + t.spec.name + "': ";
     std::vector<std::string> names;
     for (const FeatureConfig& f : t.features) {
       if (f.name.empty()) return Status::invalid_argument(who + "a feature has an empty name (expected a name)");
+      if (f.name != t.spec.name && tables.count(f.name))
+        return Status::invalid_argument(who + "feature '" + f.name +
+                                        "' is named as another table (expected a name no "
+                                        "other table has: a batch entry of that name would look up this table)");
       if (f.pooling)
         STRATA_RETURN_IF_ERROR(check_enum(*f.pooling, who + "feature '" + f.name + "': pooling", "sum, mean or none"));
       names.push_back(f.name);

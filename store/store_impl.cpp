@@ -119,8 +119,9 @@ class StoreImpl final : public Store {
       fill_arena_.initialize(where);
     }
     Status status;
-    // The tables as the engines serve them (features.hpp: a table of several features unpooled).
-    const StoreConfig& served = features_.engines();
+    // The tables as the engines serve them (features.hpp: a table of several features unpooled). Engines keep a
+    // reference to it: learning_rate_changed keeps its rates.
+    const StoreConfig& served = features_.trivial() ? config_ : features_.engines();
     arena_.execute([&] {
       for (int g = 0; g < kGroups; ++g) {
         if (group[g].empty()) continue;
@@ -462,6 +463,7 @@ class StoreImpl final : public Store {
 
  protected:
   void learning_rate_changed(int table, float learning_rate) override {
+    features_.set_learning_rate(table, learning_rate);
     engine(table).learning_rate_changed(table, learning_rate);
   }
   dispatch::Communicator* world() noexcept override { return comm_.get(); }

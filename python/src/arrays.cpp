@@ -141,7 +141,7 @@ std::vector<std::int64_t> to_int64_vector(py::handle obj, const std::string& wha
   py::array a = as_array(obj, what);
   const char kind = a.dtype().kind();
   if (!(kind == 'i' && (a.itemsize() == 8 || a.itemsize() == 4)))
-    throw py::type_error(what + " has dtype " + dtype_of(a) + " (expected int64, or int32 which is widened)");
+    throw py::type_error(what + " has dtype " + dtype_of(a) + " (expected int64 or int32)");
   if (a.ndim() != 1) throw py::value_error(what + " has shape " + shape_of(a) + " (expected 1-D)");
   std::vector<std::int64_t> out(static_cast<std::size_t>(a.shape(0)));
   if (a.itemsize() == 8) {
@@ -155,6 +155,19 @@ std::vector<std::int64_t> to_int64_vector(py::handle obj, const std::string& wha
 }
 
 namespace {
+
+// A 1-D int64 array into `wide`, or an int32 one into `narrow` as it is (the store reads int32 keys and offsets).
+void to_key_vector(py::handle obj, const std::string& what, std::vector<std::int64_t>& wide,
+                   std::vector<std::int32_t>& narrow) {
+  py::array a = as_array(obj, what);
+  if (a.dtype().kind() == 'i' && a.itemsize() == 4 && a.ndim() == 1) {
+    auto v = py::array_t<std::int32_t>(a).unchecked<1>();
+    narrow.resize(static_cast<std::size_t>(v.shape(0)));
+    for (py::ssize_t i = 0; i < v.shape(0); ++i) narrow[static_cast<std::size_t>(i)] = v(i);
+    return;
+  }
+  wide = to_int64_vector(obj, what);
+}
 
 py::array float_array(py::handle obj, const std::string& what, int ndim) {
   py::array a = as_array(obj, what);
@@ -211,9 +224,9 @@ KeyBatch to_key_batch(py::handle features) {
     if (keys.is_none()) throw py::value_error(who + "no 'keys' (expected a 1-D integer array)");
     if (offsets.is_none() == lengths.is_none())
       throw py::value_error(who + "give exactly one of 'offsets' (batch + 1) and 'lengths' (batch)");
-    f.keys = to_int64_vector(keys, who + "keys");
+    to_key_vector(keys, who + "keys", f.keys, f.keys32);
     if (!offsets.is_none()) {
-      f.offsets = to_int64_vector(offsets, who + "offsets");
+      to_key_vector(offsets, who + "offsets", f.offsets, f.offsets32);
     } else {
       const std::vector<std::int64_t> len = to_int64_vector(lengths, who + "lengths");
       f.offsets.assign(1, 0);

@@ -52,7 +52,8 @@ py::array as_array(py::handle obj, const std::string& what);
 /// TypeError, e.g. float keys). Strided arrays are read in place.
 std::vector<std::int64_t> to_int64_vector(py::handle obj, const std::string& what);
 
-/// A batch from {table: {"keys": ..., "offsets" | "lengths": ..., "weights": ... (optional)}}
+/// A batch from {feature: {"keys": ..., "offsets" | "lengths": ..., "weights": ... (optional)}}; int32 keys and
+/// offsets go to JaggedKeys::keys32 and offsets32 as they are
 /// (a dict keeps its order: outputs come back in that order). "values" is accepted for "keys" and
 /// "per_sample_weights" for "weights" (TorchRec's and torch.nn.EmbeddingBag's names).
 KeyBatch to_key_batch(py::handle features);

@@ -4,8 +4,8 @@
 PyTorch module ``EmbeddingBagCollection`` and the pipelining helper (it imports torch, so it is a
 separate import).
 
-Keys are NumPy arrays or CPU torch tensors of int64 (int32 is accepted and widened; other dtypes
-raise TypeError); weights are float32, and outputs and gradients float32 or, for a table with a
+Keys and offsets are NumPy arrays or CPU torch tensors of int64 or int32 (int32 ones are read as
+int32 by the store, not widened; lengths are summed into int64 offsets; other dtypes raise TypeError); weights are float32, and outputs and gradients float32 or, for a table with a
 half-size ``output_dtype``, float16 or bfloat16 (a ``torch.bfloat16`` CPU tensor, or its bits as
 int16: NumPy has no bfloat16; host memory only). Strided inputs are read with one copy; what Strata
 writes into (``forward(outputs=...)``, ``read_rows(out=...)``) must be a NumPy array or a CPU tensor

@@ -479,7 +479,7 @@ class EmbeddingBagCollection(nn.Module):
         submitted.forwarded = True
         names = [name for name, _ in submitted.tables]
         shapes = [shape for _, shape in submitted.tables]
-        dtypes = [self._dtype(name, "output_dtype") for name in names]
+        dtypes = [TORCH_DTYPES[self._features[name][0].get("output_dtype", "fp32")] for name in names]
         train = self.training and torch.is_grad_enabled()
         try:
             if train:

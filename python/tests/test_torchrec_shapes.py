@@ -198,3 +198,23 @@ def test_several_features_of_one_table_train_it_as_torch_trains_a_shared_weight(
     with pytest.raises(ValueError, match="unknown feature 'item'"):
         ebc({"item": {"keys": torch.tensor([1]), "lengths": torch.tensor([1])}})
     assert ebc.store.in_flight == 0
+
+
+@pytest.mark.parametrize("mode", ["cpu", "cached"])
+def test_int32_keys_and_offsets_train_as_int64_ones(mode):
+    # int32 keys and offsets go to the store as int32 (JaggedKeys::keys32, offsets32): the same outputs and rows.
+    stores = [st.EmbeddingBagCollection(config([table("user", 10, 3, "mean", "adagrad", mode=mode)], mode=mode))
+              for _ in range(2)]
+    rng = np.random.default_rng(7)
+    for _ in range(3):
+        keys, offsets = rng.integers(0, 10, 9), np.array([0, 2, 2, 6, 9])
+        outs = []
+        for ebc, dtype in zip(stores, (torch.int64, torch.int32)):
+            f = {"keys": torch.tensor(keys, dtype=dtype), "offsets": torch.tensor(offsets, dtype=dtype)}
+            out = ebc({"user": f})["user"]
+            (out * torch.linspace(-1, 1, 12).reshape(4, 3)).sum().backward()
+            outs.append(out.detach())
+        assert torch.equal(outs[0], outs[1])
+        assert np.array_equal(stores[0].store.read_rows("user")[0], stores[1].store.read_rows("user")[0])
+    with pytest.raises(ValueError, match="key 10 at position 0 out of range"):
+        stores[1]({"user": {"keys": torch.tensor([10], dtype=torch.int32), "offsets": torch.tensor([0, 1])}})

@@ -191,7 +191,8 @@ Status nonfinite_gradient(std::int64_t batch_id, const KeyBatch& batch, const st
     const JaggedKeys& f = batch.features[i];
     std::string where;
     if (spec.pooling == Pooling::kNone) {
-      const auto bag = std::upper_bound(f.offsets.begin(), f.offsets.end(), r) - f.offsets.begin() - 1;
+      std::int64_t bag = 0;  // the last bag that starts at or before r
+      while (bag + 1 < f.batch_size() && f.offset(bag + 1) <= r) ++bag;
       where = "key position " + std::to_string(r) + " (bag " + std::to_string(bag) + ")";
     } else {
       where = "bag " + std::to_string(r);

@@ -30,7 +30,7 @@ FeatureMap::FeatureMap(const StoreConfig& config) : features_(config), engines_(
     }
     for (const FeatureConfig& f : list) {
       TableConfig fc = tc;
-      fc.spec.name = f.name;
+      if (!tc.features.empty()) fc.spec.name = tc.spec.name + "' feature '" + f.name;
       fc.spec.pooling = f.pooling.value_or(tc.spec.pooling);
       fc.features.clear();
       if (list.size() > 1 || f.name != tc.spec.name || fc.spec.pooling != tc.spec.pooling) trivial_ = false;
@@ -39,6 +39,12 @@ FeatureMap::FeatureMap(const StoreConfig& config) : features_(config), engines_(
       features_.tables.push_back(std::move(fc));
     }
   }
+}
+
+void FeatureMap::set_learning_rate(int table, float learning_rate) {
+  engines_.tables[static_cast<std::size_t>(table)].spec.optimizer.learning_rate = learning_rate;
+  for (std::size_t f = 0; f < table_of_.size(); ++f)
+    if (table_of_[f] == table) features_.tables[f].spec.optimizer.learning_rate = learning_rate;
 }
 
 TableBatch FeatureMap::merge(const KeyBatch& batch, const std::vector<int>& features) const {
@@ -65,6 +71,8 @@ TableBatch FeatureMap::merge(const KeyBatch& batch, const std::vector<int>& feat
       e.offsets = f.offsets;
       e.keys = f.keys;
       e.weights = f.weights;
+      e.offsets32 = f.offsets32;
+      e.keys32 = f.keys32;
     } else {
       std::int64_t total = 0;
       for (const std::size_t i : mine) {
@@ -77,10 +85,9 @@ TableBatch FeatureMap::merge(const KeyBatch& batch, const std::vector<int>& feat
       for (std::int64_t b = 0; b < bags; ++b) {
         for (const std::size_t i : mine) {
           const JaggedKeys& f = batch.features[i];
-          for (std::int64_t j = f.offsets[static_cast<std::size_t>(b)]; j < f.offsets[static_cast<std::size_t>(b) + 1];
-               ++j) {
+          for (std::int64_t j = f.offset(b); j < f.offset(b + 1); ++j) {
             tb.positions[i][static_cast<std::size_t>(j)] = at;
-            e.keys[static_cast<std::size_t>(at++)] = f.keys[static_cast<std::size_t>(j)];
+            e.keys[static_cast<std::size_t>(at++)] = f.key(j);
           }
         }
         e.offsets[static_cast<std::size_t>(b) + 1] = at;
@@ -106,8 +113,9 @@ void pool_features(const FeatureMap& map, const KeyBatch& batch, const std::vect
     it.table.bases = &bases[i];
     it.table.stride = spec.dim;
     it.table.dim = spec.dim;
-    it.bags = BagsView{f.offsets.data(), f.batch_size(), tb.positions[i].data(),
-                       f.weights.empty() ? nullptr : f.weights.data()};
+    it.bags = bags_of(f);
+    it.bags.keys = tb.positions[i].data();  // the rows of its keys in the table's unpooled rows
+    it.bags.keys32 = nullptr;
     it.pooling = spec.pooling;
     it.out = outputs[i].data;
     it.out_dtype = spec.output_dtype;
@@ -145,8 +153,7 @@ void spread_gradients(const FeatureMap& map, const KeyBatch& batch, const std::v
     tbb::parallel_for(
         tbb::blocked_range<std::int64_t>(0, f.batch_size()), [&](const tbb::blocked_range<std::int64_t>& r) {
           for (std::int64_t b = r.begin(); b < r.end(); ++b) {
-            const std::int64_t lo = f.offsets[static_cast<std::size_t>(b)],
-                               hi = f.offsets[static_cast<std::size_t>(b) + 1];
+            const std::int64_t lo = f.offset(b), hi = f.offset(b + 1);
             for (std::int64_t j = lo; j < hi; ++j) {
               // The use's term of its row's gradient sum, as the reference and the kernels form it.
               const bool none = spec.pooling == Pooling::kNone;

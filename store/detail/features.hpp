@@ -38,7 +38,8 @@ class FeatureMap {
   /// Every table has one feature of its own name and pooling: batches and views go to the engines as they are.
   bool trivial() const noexcept { return trivial_; }
   /// One "table" per feature (in table order, each table's features in its order): the config of the feature's
-  /// table, named and pooled as the feature. Batches and views by feature are checked against it.
+  /// table, pooled as the feature and named for messages (`item' feature 'bought`, so that a check's "table '...'"
+  /// names both). Batches and views by feature are checked against it.
   const StoreConfig& features() const noexcept { return features_; }
   const TableIndex& index() const noexcept { return index_; }
   /// The tables as the engines serve them: a merged table unpooled with fp32 outputs; a table with one feature with
@@ -46,6 +47,9 @@ class FeatureMap {
   const StoreConfig& engines() const noexcept { return engines_; }
   int table_of(int feature) const { return table_of_[static_cast<std::size_t>(feature)]; }
   bool merged(int table) const { return merged_[static_cast<std::size_t>(table)] != 0; }
+
+  /// Sets a table's rate in features() and engines() (Store::learning_rate_changed: the engines read engines()).
+  void set_learning_rate(int table, float learning_rate);
 
   /// The engines' batch of a checked batch by feature (`features`: the feature index of each entry).
   TableBatch merge(const KeyBatch& batch, const std::vector<int>& features) const;

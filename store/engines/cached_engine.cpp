@@ -106,7 +106,7 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
     std::vector<UniqueKeys> unique(f.feature.size());
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
-      dedup_keys(k.keys.data(), k.num_keys(), unique[i], scratch_);
+      dedup_keys(k, unique[i], scratch_);
       unique[i].offsets = {};
       unique[i].positions = {};
     }
@@ -132,7 +132,7 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
     b->unique.resize(f.feature.size());
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
-      dedup_keys(k.keys.data(), k.num_keys(), b->unique[i], scratch_);
+      dedup_keys(k, b->unique[i], scratch_);
       b->keys.push_back({f.table[i], &b->unique[i]});
     }
     // A batch that could not fit even an empty cache bypasses it for the rows that do not fit,

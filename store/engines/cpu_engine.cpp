@@ -10,15 +10,6 @@
 
 namespace strata::detail {
 
-BagsView bags_of(const JaggedKeys& f) {
-  BagsView v;
-  v.offsets = f.offsets.data();
-  v.batch = f.batch_size();
-  v.keys = f.keys.data();
-  v.weights = f.weights.empty() ? nullptr : f.weights.data();
-  return v;
-}
-
 TableBatchItem HostTableOps::forward_item(const JaggedKeys& f, float* out) const {
   TableBatchItem it;
   it.table = table_.ref();
@@ -32,8 +23,13 @@ TableBatchItem HostTableOps::forward_item(const JaggedKeys& f, float* out) const
 void HostTableOps::prepare_backward(const JaggedKeys& f, bool shared) {
   // Repeated keys are only needed by backward, so they are found here: inference never pays for
   // it. Rows used once are updated straight from their bag's gradient.
-  if (table_.spec().pooling != Pooling::kNone) bag_of_positions(f.offsets.data(), f.batch_size(), bag_of_);
-  if (!shared) find_repeats(f.keys.data(), f.num_keys(), table_.spec().rows, repeats_, scratch_);
+  if (table_.spec().pooling != Pooling::kNone) bag_of_positions(f, bag_of_);
+  if (shared) return;
+  if (f.keys32.empty()) {
+    find_repeats(f.keys.data(), f.num_keys(), table_.spec().rows, repeats_, scratch_);
+  } else {
+    find_repeats(f.keys32.data(), f.num_keys(), table_.spec().rows, repeats_, scratch_);
+  }
 }
 
 TableBatchItem HostTableOps::backward_item(const JaggedKeys& f, const float* grads, const OptimizerStep& step) const {
@@ -64,7 +60,8 @@ void HostBatch::backward(const std::vector<HostFeature>& f) {
     rows += r;
     keys += n;
     shared_[i] = 1;
-    shared_keys_.push_back({f[i].keys->keys.data(), f[i].keys->num_keys(), r});
+    const JaggedKeys& k = *f[i].keys;
+    shared_keys_.push_back({k.keys.data(), k.num_keys(), r, k.keys32.empty() ? nullptr : k.keys32.data()});
     shared_out_.push_back(&f[i].ops->repeats());
   }
   // Each key's bag, and the large tables' repeated keys, the tables side by side (each

@@ -16,9 +16,6 @@
 
 namespace strata::detail {
 
-/// BagsView of a feature.
-BagsView bags_of(const JaggedKeys& f);
-
 /// Host-side lookups and updates of one HostTable, with reusable scratch. Lookups and updates go
 /// through HostBatch, all the batch's tables at once.
 class HostTableOps {

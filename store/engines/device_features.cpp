@@ -54,8 +54,8 @@ void stage_activations(Staging& act, std::vector<DeviceFeature>& feats) {
 DeviceFeature stage_feature(Staging& st, const JaggedKeys& k, const TableSpec& spec, const UniqueKeys& u,
                             const std::vector<Key>& unique_slots) {
   const std::size_t n = static_cast<std::size_t>(k.num_keys());
-  auto offs = st.mirrored<std::int64_t>(k.offsets.size());
-  std::memcpy(offs.host, k.offsets.data(), k.offsets.size() * sizeof(std::int64_t));
+  auto offs = st.mirrored<std::int64_t>(static_cast<std::size_t>(k.batch_size() + 1));
+  copy_offsets(k, offs.host);
   auto slots = st.mirrored<Key>(n);
   cache::expand_slots(u, unique_slots, slots.host);
   const float* wdev = nullptr;
@@ -71,7 +71,7 @@ DeviceFeature stage_feature(Staging& st, const JaggedKeys& k, const TableSpec& s
   auto pos = st.mirrored<std::int32_t>(n);
   if (n) std::memcpy(pos.host, u.positions.data(), n * sizeof(std::int32_t));
   auto bag = st.mirrored<std::int32_t>(n);
-  if (spec.pooling != Pooling::kNone) bag_of_positions(k.offsets.data(), k.batch_size(), bag.host);
+  if (spec.pooling != Pooling::kNone) bag_of_positions(k, bag.host);
   auto hot = st.mirrored<std::int64_t>(max_hot_rows(n));
   const Key* rows = nullptr;
   if (rounds_by_row(spec)) {

@@ -47,7 +47,7 @@ class GpuEngine final : public Engine {
     std::size_t mirrored = 0;
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
-      dedup_keys(k.keys.data(), k.num_keys(), b->unique[i], scratch_);
+      dedup_keys(k, b->unique[i], scratch_);
       add_feature_bytes(k, b->unique[i].size(), spec_of(f.table[i]), mirrored);
     }
     group_by_pool(f, b->work);

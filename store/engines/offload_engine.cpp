@@ -90,9 +90,9 @@ class OffloadEngine final : public Engine {
       lf.num_keys = k.num_keys();
       lf.pooling = spec.pooling;
       if (device_gather) {
-        auto offs = b->st->mirrored<std::int64_t>(k.offsets.size());
-        std::memcpy(offs.host, k.offsets.data(), k.offsets.size() * sizeof(std::int64_t));
-        auto keys = b->st->mirrored<Key>(k.keys.size());
+        auto offs = b->st->mirrored<std::int64_t>(static_cast<std::size_t>(k.batch_size() + 1));
+        copy_offsets(k, offs.host);
+        auto keys = b->st->mirrored<Key>(static_cast<std::size_t>(k.num_keys()));
         inverse[i] = keys.host;
         lf.offsets = offs.dev;
         lf.rows = keys.dev;  // the key's row in its group's buffer, set below
@@ -346,7 +346,7 @@ class OffloadEngine final : public Engine {
     std::unordered_map<std::int64_t, std::size_t> group_of;  // by dim * 4 + dtype
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
-      dedup_keys(k.keys.data(), k.num_keys(), unique_[i], scratch_, DedupOrder::kAny);
+      dedup_keys(k, unique_[i], scratch_, DedupOrder::kAny);
       const TableSpec& spec = spec_of(f.table[i]);
       auto [it, fresh] =
           group_of.emplace(std::int64_t{spec.dim} * 4 + static_cast<std::int64_t>(spec.dtype), b.groups.size());

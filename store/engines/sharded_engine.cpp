@@ -125,7 +125,7 @@ class ShardedEngine final : public Engine {
       b->canon_of.push_back(c);
       const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
       UniqueKeys& u = b->unique[static_cast<std::size_t>(c)];
-      dedup_keys(k.keys.data(), k.num_keys(), u, scratch_);
+      dedup_keys(k, u, scratch_);
       std::vector<Key>& inv = b->inverse[i];
       inv.resize(static_cast<std::size_t>(k.num_keys()));
       for (std::int64_t x = 0; x < u.size(); ++x)
@@ -230,7 +230,7 @@ class ShardedEngine final : public Engine {
       const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
       const TableSpec& spec = config_.tables[static_cast<std::size_t>(tables_[c])].spec;
       gpu::LookupFeature& l = looks[i];
-      l.offsets = take(k.offsets.data(), k.offsets.size());
+      l.offsets = take(int64_offsets(k), static_cast<std::size_t>(k.batch_size() + 1));
       l.batch = k.batch_size();
       l.rows = take(b.inverse[i].data(), b.inverse[i].size());
       l.weights = k.weights.empty() ? nullptr : take(k.weights.data(), k.weights.size());
@@ -291,7 +291,7 @@ class ShardedEngine final : public Engine {
       const TableSpec& spec = config_.tables[static_cast<std::size_t>(tables_[c])].spec;
       const UniqueKeys& u = b.unique[c];
       gpu::UpdateFeature& x = sums[i];
-      x.offsets = take(k.offsets.data(), k.offsets.size());
+      x.offsets = take(int64_offsets(k), static_cast<std::size_t>(k.batch_size() + 1));
       x.batch = k.batch_size();
       x.weights = k.weights.empty() ? nullptr : take(k.weights.data(), k.weights.size());
       x.num_keys = k.num_keys();
@@ -300,7 +300,7 @@ class ShardedEngine final : public Engine {
       x.unique_offsets = take(u.offsets.data(), u.offsets.size());
       x.positions = take(u.positions.data(), u.positions.size());
       if (spec.pooling != Pooling::kNone) {
-        bag_of_positions(k.offsets.data(), k.batch_size(), bag_of);
+        bag_of_positions(k, bag_of);
         x.bag_of = take(bag_of.data(), bag_of.size());
       }
       x.num_unique = u.size();
@@ -461,6 +461,14 @@ class ShardedEngine final : public Engine {
 
   // Host metadata -> the pinned metadata at `at` (8-byte aligned); returns where it will be on the
   // device once meta_host_ is copied into meta_.
+  // A feature's offsets as int64: its own, or int32 ones widened into wide_offsets_ (valid until the next call).
+  const std::int64_t* int64_offsets(const JaggedKeys& k) {
+    if (k.offsets32.empty()) return k.offsets.data();
+    wide_offsets_.resize(k.offsets32.size());
+    copy_offsets(k, wide_offsets_.data());
+    return wide_offsets_.data();
+  }
+
   template <class T>
   T* stage_meta(std::size_t& at, const T* host, std::size_t n) {
     T* d = reinterpret_cast<T*>(meta_.as<char>() + at);
@@ -544,8 +552,9 @@ class ShardedEngine final : public Engine {
   // Device scratch, grown to twice the largest batch (no allocation in a steady state). Each batch
   // has its layout in it (reserve, at forward); batches share the memory, as no device work of a
   // call outlives the next call (each starts by waiting for stream_).
-  gpu::Stream stream_;  // exchange packing, pooling and gradient sums
-  gpu::Event done_;     // the end of this engine's work on stream_, for the caller's or inner stream
+  gpu::Stream stream_;                      // exchange packing, pooling and gradient sums
+  std::vector<std::int64_t> wide_offsets_;  // int64_offsets
+  gpu::Event done_;  // the end of this engine's work on stream_, for the caller's or inner stream
   std::unique_ptr<dispatch::ExchangeWorkspace> ws_;
   gpu::DeviceBuffer served_;     // served rows, then at backward the served gradients: per table (served, local dim)
   gpu::DeviceBuffer unique_;     // returned rows: per table (unique keys, dim)

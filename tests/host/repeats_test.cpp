@@ -49,7 +49,7 @@ void expect_repeats(const std::vector<Key>& keys, const Repeats& r) {
 TEST(FindRepeats, EmptySingleAndAllTheSame) {
   Repeats r;
   RepeatsScratch s;
-  find_repeats(nullptr, 0, 10, r, s);
+  find_repeats(static_cast<const Key*>(nullptr), 0, 10, r, s);
   EXPECT_TRUE(r.repeated.empty());
   for (const auto& u : r.ranges) EXPECT_TRUE(u.keys.empty());
   const std::vector<Key> one{9};

@@ -79,6 +79,36 @@ TEST_P(BadInput, NegativeKey) {
   ExpectUnchanged();
 }
 
+// int32 keys and offsets (JaggedKeys::keys32, offsets32) are checked as int64 ones are; a feature gives one width
+// of each (issue 35).
+TEST_P(BadInput, Int32KeysOutOfRangeAndMixedWidths) {
+  auto kb = good_batch();
+  kb.features[1].keys32 = {100};
+  kb.features[1].keys.clear();
+  EXPECT_EQ(submit_bad(kb).message(), "batch 8: table 'item': key 100 at position 0 out of range [0, 100)");
+  kb.features[1].keys32 = {-1};
+  EXPECT_EQ(submit_bad(kb).message(), "batch 8: table 'item': key -1 at position 0 out of range [0, 100)");
+  kb = good_batch();
+  kb.features[0].keys32 = {1, 2, 3};
+  EXPECT_EQ(submit_bad(kb).message(),
+            "batch 8: table 'user': 3 int64 keys and 3 int32 keys (expected one key width "
+            "per feature: keys or keys32)");
+  kb = good_batch();
+  kb.features[0].offsets32 = {0, 2, 3};
+  EXPECT_NE(submit_bad(kb).message().find("table 'user': int64 offsets and int32 offsets"), std::string::npos);
+  kb = good_batch();
+  kb.features[0].offsets.clear();
+  kb.features[0].offsets32 = {0, 3, 2};
+  EXPECT_NE(submit_bad(kb).message().find("table 'user': offsets are not monotone"), std::string::npos);
+  kb.features[0].offsets32 = {0, 1, 2};
+  EXPECT_EQ(submit_bad(kb).message(), "batch 8: table 'user': offsets end at 2 (expected the key count 3)");
+  kb = good_batch();
+  kb.features[1].offsets.clear();
+  kb.features[1].offsets32 = {0, 1};
+  EXPECT_NE(submit_bad(kb).message().find("table 'item': batch size 1"), std::string::npos);
+  ExpectUnchanged();
+}
+
 TEST_P(BadInput, OffsetsNotMonotone) {
   auto kb = good_batch();
   kb.features[0].offsets = {0, 3, 2};

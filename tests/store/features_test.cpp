@@ -68,8 +68,11 @@ TEST(Features, BadConfigsAreRefusedNamingTheFeatureAndTheTables) {
   EXPECT_NE(twice.message().find("feature 'a' looks up table 'item' and table 'user'"), std::string::npos)
       << twice.to_string();
   const Status named = config_error(head + R"(["user"]}, {"name": "user", "rows": 5, "dim": 4}]})");
-  EXPECT_NE(named.message().find("feature 'user' looks up table 'item' and table 'user'"), std::string::npos)
+  EXPECT_NE(named.message().find("table 'item': feature 'user' is named as another table"), std::string::npos)
       << named.to_string();
+  // Also where that table lists features of its own (a batch entry "user" would look up "item", read_rows "user").
+  const Status other = config_error(head + R"(["user"]}, {"name": "user", "rows": 5, "dim": 4, "features": ["x"]}]})");
+  EXPECT_NE(other.message().find("feature 'user' is named as another table"), std::string::npos) << other.to_string();
   // A table listed twice.
   EXPECT_NE(config_error(R"({"tables": [{"name": "t", "rows": 1, "dim": 4}, {"name": "t", "rows": 1, "dim": 4}]})")
                 .message()
@@ -83,6 +86,19 @@ TEST(Features, BadConfigsAreRefusedNamingTheFeatureAndTheTables) {
 }
 
 using Opener = Result<std::unique_ptr<Store>> (*)(const StoreConfig&);
+
+// The store of item_config() with its table in placement P (on the emu device).
+template <Placement P>
+Result<std::unique_ptr<Store>> open_in(const StoreConfig& config) {
+  StoreConfig c = config;
+  c.device.backend = BackendChoice::kEmu;
+  for (TableConfig& t : c.tables) {
+    t.placement = P;
+    if (P == Placement::kCached || P == Placement::kHybrid) t.cache.rows = 2;  // evicts
+  }
+  return Store::open(c);
+}
+
 class FeatureStep : public ::testing::TestWithParam<Opener> {};
 
 // Row 3 is used by both features in bag 0 (once by clicked, twice by bought) and by clicked in bag 1.
@@ -110,6 +126,8 @@ TEST_P(FeatureStep, ARowTwoFeaturesUseGetsBothGradientsInOneUpdate) {
     g_bought[k] = 0.25f * static_cast<float>(k + 1);
     g_clicked[k] = -0.125f * static_cast<float>(k + 3);
   }
+  // The rate in force reaches the table however it is served (set_learning_rate after the config's 0.5).
+  ASSERT_TRUE(s.set_learning_rate("item", 0.25f).is_ok());
   ASSERT_TRUE(s.backward(1, {{g_bought.data(), 2, 4}, {g_clicked.data(), 2, 4}}).is_ok());
   std::vector<float> after(8 * 4);
   ASSERT_TRUE(s.read_rows(0, 0, 8, after.data(), nullptr).is_ok());
@@ -118,8 +136,8 @@ TEST_P(FeatureStep, ARowTwoFeaturesUseGetsBothGradientsInOneUpdate) {
     const float gb0 = g_bought[static_cast<std::size_t>(c)];
     // Bag by bag; in a bag, the table's features in their order (clicked, bought), each in key order.
     const float sum3 = (((0.0f + gc(0)) + 0.5f * gb0) + 0.5f * gb0) + gc(1);
-    EXPECT_EQ(after[static_cast<std::size_t>(3 * 4 + c)], row(3, c) - 0.5f * sum3) << c;
-    EXPECT_EQ(after[static_cast<std::size_t>(5 * 4 + c)], row(5, c) - 0.5f * (0.0f + gc(1))) << c;
+    EXPECT_EQ(after[static_cast<std::size_t>(3 * 4 + c)], row(3, c) - 0.25f * sum3) << c;
+    EXPECT_EQ(after[static_cast<std::size_t>(5 * 4 + c)], row(5, c) - 0.25f * (0.0f + gc(1))) << c;
     EXPECT_EQ(after[static_cast<std::size_t>(0 * 4 + c)], row(0, c));  // unused
   }
 }
@@ -155,10 +173,16 @@ TEST_P(FeatureStep, BatchesNamingTablesOrUnknownFeaturesAreRefusedWithNothingCha
   EXPECT_TRUE(s.forward(2, {{out.data(), 1, 4}}).is_ok());
 }
 
+std::string store_name(const ::testing::TestParamInfo<Opener>& i) {
+  static const char* const kNames[] = {"reference", "cpu", "offload", "cached", "gpu", "hybrid"};
+  return kNames[i.index];
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores, FeatureStep,
-                         ::testing::Values(static_cast<Opener>(&open_reference_store),
-                                           static_cast<Opener>([](const StoreConfig& c) { return Store::open(c); })),
-                         [](const ::testing::TestParamInfo<Opener>& i) { return i.index == 0 ? "reference" : "cpu"; });
+                         ::testing::Values(static_cast<Opener>(&open_reference_store), &open_in<Placement::kCpu>,
+                                           &open_in<Placement::kOffload>, &open_in<Placement::kCached>,
+                                           &open_in<Placement::kGpu>, &open_in<Placement::kHybrid>),
+                         store_name);
 
 }  // namespace
 }  // namespace strata

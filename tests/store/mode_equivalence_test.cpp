@@ -34,6 +34,7 @@ struct ModeCase {
   bool bypass = false;    // caches of 1..10 rows, batches of hundreds of rows: rows bypass the caches
   bool half = false;      // tables of bf16, fp16 or fp32 rows, bf16 state, stochastic rounding or not
   bool features = false;  // tables looked up by two or three features each, of their own poolings (issue 35)
+  bool int32 = false;     // the store gets some features' keys and offsets as int32, the reference int64 (issue 35)
 };
 
 class ModeEquivalence : public ::testing::TestWithParam<ModeCase> {};
@@ -142,8 +143,16 @@ TEST_P(ModeEquivalence, OutputsAndFinalStateEqualTheReference) {
   const std::string ckpt_dev = temp_dir("dev" + std::to_string(mc.seed)),
                     ckpt_ref = temp_dir("ref" + std::to_string(mc.seed));
 
+  // Feature cases give a batch's features in any order (the table's feature order decides how a row's uses are summed).
+  if (mc.features)
+    for (KeyBatch& kb : batches) std::shuffle(kb.features.begin(), kb.features.end(), feature_rng);
+  // int32 cases: the store's batches with some keys and offsets as int32 (own generator, as above).
+  std::mt19937_64 int32_rng(static_cast<std::uint64_t>(mc.seed) * 59 + 23);
+  std::vector<KeyBatch> dev_batches = batches;
+  if (mc.int32)
+    for (KeyBatch& kb : dev_batches) kb = with_int32(int32_rng, kb);
   for (int i = 0; i < std::min(depth, steps); ++i) {
-    ASSERT_TRUE((*dev)->submit(i, batches[static_cast<std::size_t>(i)]).is_ok());
+    ASSERT_TRUE((*dev)->submit(i, dev_batches[static_cast<std::size_t>(i)]).is_ok());
     ASSERT_TRUE((*ref)->submit(i, batches[static_cast<std::size_t>(i)]).is_ok());
   }
   gpu::Stream trainer;  // the trainer's stream, for stream-ordered calls
@@ -176,7 +185,7 @@ TEST_P(ModeEquivalence, OutputsAndFinalStateEqualTheReference) {
       ASSERT_TRUE((*ref)->save(ckpt_ref).is_ok());
     }
     if (i + depth < steps) {
-      Status ss = (*dev)->submit(i + depth, batches[static_cast<std::size_t>(i + depth)]);
+      Status ss = (*dev)->submit(i + depth, dev_batches[static_cast<std::size_t>(i + depth)]);
       ASSERT_TRUE(ss.is_ok()) << ss.to_string();
       ASSERT_TRUE((*ref)->submit(i + depth, batches[static_cast<std::size_t>(i + depth)]).is_ok());
     }
@@ -221,14 +230,17 @@ std::vector<ModeCase> cases() {
   for (int s = 176; s < 200; ++s) v.push_back({s, false, false, false, s % 3 == 0, true});
   for (int s = 200; s < 206; ++s) v.push_back({s, false, s % 2 == 0, s % 2 == 1, false, true});
   for (int s = 20; s < 22; ++s) v.push_back({s, true, false, false, s % 2 == 0, true});
+  for (int s = 206; s < 222; ++s) v.push_back({s, false, s % 4 == 1, s % 4 == 3, s % 3 == 0, s % 2 == 0, true});
+  for (int s = 22; s < 24; ++s) v.push_back({s, true, false, false, false, s % 2 == 0, true});
   return v;
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, ModeEquivalence, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<ModeCase>& i) {
                            return std::string(i.param.cuda ? "cuda_" : "emu_") + (i.param.half ? "half_" : "") +
-                                  (i.param.features ? "features_" : "") + (i.param.overflow ? "overflow_" : "") +
-                                  (i.param.bypass ? "bypass_" : "") + std::to_string(i.param.seed);
+                                  (i.param.features ? "features_" : "") + (i.param.int32 ? "int32_" : "") +
+                                  (i.param.overflow ? "overflow_" : "") + (i.param.bypass ? "bypass_" : "") +
+                                  std::to_string(i.param.seed);
                          });
 
 }  // namespace

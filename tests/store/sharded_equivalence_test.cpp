@@ -116,6 +116,16 @@ std::vector<ShardCase> cases() {
       c.steps = 4;
       out.push_back(c);
     }
+  // int32 keys and offsets over 1..4 ranks (issue 35), features in half of them.
+  for (int world = 1; world <= 4; ++world) {
+    ShardCase c;
+    c.world = world;
+    c.int32 = true;
+    c.features = world % 2 == 0;
+    c.seed = seed++;
+    c.steps = 4;
+    out.push_back(c);
+  }
   return out;
 }
 

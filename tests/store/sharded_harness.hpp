@@ -54,6 +54,8 @@ struct ShardCase {
   bool half = false;
   /// tables looked up by two or three features each, of their own poolings (issue 35)
   bool features = false;
+  /// each rank gives some features' keys and offsets as int32 (issue 35)
+  bool int32 = false;
 };
 
 inline std::string case_name(const ShardCase& c) {
@@ -64,7 +66,7 @@ inline std::string case_name(const ShardCase& c) {
         : c.placement == static_cast<int>(Placement::kGpu) ? "gpu"
                                                            : "hybrid")
     << (c.tight ? "_tight" : "") << (c.tiny ? "_tiny" : "") << (c.hot ? "_hot" : "") << (c.half ? "_half" : "")
-    << (c.features ? "_features" : "") << "_s" << c.seed;
+    << (c.features ? "_features" : "") << (c.int32 ? "_int32" : "") << "_s" << c.seed;
   return o.str();
 }
 
@@ -329,7 +331,10 @@ inline std::string run_sharded_rank(const ShardCase& c, std::shared_ptr<dispatch
 
   const auto submit = [&](int s) {
     const GlobalStep& g = steps[static_cast<std::size_t>(s)];
-    return !fail("submit " + std::to_string(s), store.submit(s, g.local[static_cast<std::size_t>(r)])) &&
+    KeyBatch local = g.local[static_cast<std::size_t>(r)];
+    std::mt19937_64 narrow(c.seed * 7 + static_cast<std::uint64_t>(s) * 31 + static_cast<std::uint64_t>(r));
+    if (c.int32) local = with_int32(narrow, std::move(local));
+    return !fail("submit " + std::to_string(s), store.submit(s, local)) &&
            !fail("reference submit", ref.submit(s, g.global));
   };
   std::vector<std::vector<float>> initial;  // the reference's tables before the first step: weights, state of each

@@ -116,6 +116,22 @@ inline KeyBatch uniform_batch(std::mt19937_64& rng, const StoreConfig& c, int ba
   return kb;
 }
 
+/// The batch with some features' keys and offsets (each drawn apart) as int32 (JaggedKeys::keys32, offsets32): the
+/// same batch to the store, which must give the same results as for the int64 one.
+inline KeyBatch with_int32(std::mt19937_64& rng, KeyBatch kb) {
+  for (JaggedKeys& f : kb.features) {
+    if (rng() % 2) {
+      f.keys32.assign(f.keys.begin(), f.keys.end());
+      f.keys.clear();
+    }
+    if (rng() % 2) {
+      f.offsets32.assign(f.offsets.begin(), f.offsets.end());
+      f.offsets.clear();
+    }
+  }
+  return kb;
+}
+
 /// Output/gradient buffers shaped for a batch.
 struct Buffers {
   std::vector<std::vector<float>> data;
