@@ -561,6 +561,7 @@ class StoreImpl final : public Store {
   template <class P>
   static std::vector<P> row_pointers(std::vector<std::vector<float>>& rows) {
     std::vector<P> p;
+    p.reserve(rows.size());
     for (auto& r : rows) p.push_back(r.data());
     return p;
   }
