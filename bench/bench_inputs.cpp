@@ -6,11 +6,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <map>
 
 #include "store/io/file_io.hpp"
 #include "toolkit/bounded_input.hpp"
 #include "toolkit/cli_flags.hpp"
 #include "toolkit/criteo_tsv.hpp"
+#include "toolkit/feature_tables.hpp"
 #include "toolkit/trace.hpp"
 
 namespace strata::bench {
@@ -93,7 +96,8 @@ Status load_config_mode(Options& o) {
   return Status::ok();
 }
 
-Status check_config_tables(const StoreConfig& c, const std::vector<TableShape>& shapes) {
+Status check_config_tables(const StoreConfig& c, const std::vector<TableShape>& shapes,
+                           const std::map<std::string, std::vector<std::string>>& features) {
   const auto config_names = [&] { return some_names(c.tables, [](const TableConfig& t) { return t.spec.name; }); };
   const auto workload_names = [&] { return some_names(shapes, [](const TableShape& t) { return t.name; }); };
   for (const TableShape& w : shapes) {
@@ -108,6 +112,14 @@ Status check_config_tables(const StoreConfig& c, const std::vector<TableShape>& 
     if (t->spec.dim != w.dim)
       return Status::invalid_argument("table '" + w.name + "' has dim " + std::to_string(t->spec.dim) +
                                       " in the config but " + std::to_string(w.dim) + " in the workload");
+    std::vector<std::string> listed;
+    for (const FeatureConfig& f : t->features) listed.push_back(f.name);
+    const auto it = features.find(w.name);
+    const std::vector<std::string> used = it == features.end() ? std::vector<std::string>{} : it->second;
+    if (Status s = check_same_features(w.name, listed, "config", used, "workload"); !s.is_ok())
+      return Status::invalid_argument(s.message() +
+                                      " (a generated workload has one feature per table: give a --trace or --criteo "
+                                      "file and, for other features than the config's, --tables TABLE=FEATURE+...)");
   }
   for (const TableConfig& t : c.tables)
     if (std::none_of(shapes.begin(), shapes.end(), [&](const TableShape& w) { return w.name == t.spec.name; }))
@@ -156,13 +168,82 @@ void fit_steps_to_source(Options& o, const BatchSource& src, int world) {
   std::fprintf(stderr, "strata-bench: note: %s\n", note);
 }
 
+namespace {
+
+// The mapping of the file's features to tables: --tables TABLE=FEATURE+..., else the --config's features lists.
+std::vector<TableFeatures> feature_map_of(const Options& o) {
+  if (!o.feature_map.empty() || o.config_file.empty()) return o.feature_map;
+  std::vector<TableFeatures> m;
+  for (const TableConfig& t : o.config.tables) {
+    if (t.features.empty()) continue;
+    m.push_back({t.spec.name, {}});
+    for (const FeatureConfig& f : t.features) m.back().features.push_back(f.name);
+  }
+  return m;
+}
+
+// Sets the workload's tables (and which features look them up) to the file's: `tables` of its
+// `features`, each of dim `dims[its first feature]` (the --config's dim of the table with
+// `config_dims` and no --dim).
+void set_file_tables(Options& o, const std::vector<SourceTable>& tables, const std::vector<TraceTable>& features,
+                     const std::vector<int>& dims, bool config_dims) {
+  o.workload.table_list.clear();
+  o.table_features.clear();
+  o.feature_table.clear();
+  for (const SourceTable& t : tables) {
+    int dim = dims[t.features.front()];
+    const auto c = std::find_if(o.config.tables.begin(), o.config.tables.end(),
+                                [&](const TableConfig& tc) { return tc.spec.name == t.name; });
+    if (config_dims && !o.config_file.empty() && !o.dim_given && c != o.config.tables.end()) dim = c->spec.dim;
+    o.workload.table_list.push_back({t.name, t.rows, dim});
+    const std::vector<std::string> names = feature_names(t, features);
+    if (names.empty()) continue;
+    o.table_features[t.name] = names;
+    for (const std::string& f : names) o.feature_table[f] = t.name;
+  }
+}
+
+// Opens the --criteo file: the 26 columns of the table set (a mapping: of criteo:--criteo-rows), their tables.
+Result<BatchSource> open_criteo_source(Options& o, std::int64_t needed,
+                                       const std::function<void(std::int64_t, std::int64_t)>& progress) {
+  const std::string& path = o.criteo_file;
+  const std::vector<TableFeatures> mapping = feature_map_of(o);
+  std::vector<TableSpec> set;
+  for (const TableShape& t : workload_tables(o.workload)) {
+    TableSpec spec;
+    spec.name = t.name;
+    spec.rows = t.rows;
+    spec.dim = t.dim;
+    set.push_back(spec);
+  }
+  if (set.size() != static_cast<std::size_t>(kCriteoSparseFeatures))
+    return Status::invalid_argument("--criteo " + path + ": the table set has " + std::to_string(set.size()) +
+                                    " tables (expected 26, one per categorical column C1..C26: --tables criteo, "
+                                    "criteo:TOTAL_ROWS or a list of 26)");
+  auto columns = map_criteo_columns(mapping, set);
+  if (!columns) return Status::invalid_argument("--criteo " + path + ": " + columns.status().message());
+  CriteoTsvOptions options;
+  options.batch_size = o.workload.batch;
+  options.has_label = o.criteo_label;
+  options.key_columns = columns->key_columns;
+  STRATA_ASSIGN_OR_RETURN(BatchSource src, BatchSource::open_criteo(path, columns->columns, options, needed, progress));
+  std::vector<int> dims;
+  dims.reserve(set.size());
+  for (const TableSpec& t : set) dims.push_back(mapping.empty() ? t.dim : o.workload.dim);
+  set_file_tables(o, columns->tables, src.tables(), dims, !mapping.empty());
+  return src;
+}
+
+}  // namespace
+
 Result<BatchSource> open_file_source(Options& o, std::string& table_set, int world) {
   if (!o.trace_file.empty() && !o.criteo_file.empty())
     return Status::invalid_argument("give --trace or --criteo, not both");
-  if (!o.trace_file.empty() && (o.tables_given || !o.workload_file.empty()))
+  if (!o.trace_file.empty() && ((o.tables_given && o.feature_map.empty()) || !o.workload_file.empty()))
     return Status::invalid_argument("--trace " + o.trace_file +
-                                    ": the tables are the trace's (its header); --tables, --rows and --workload do "
-                                    "not apply (--dim sets their dim)");
+                                    ": the tables are the trace's features (its header), or the tables a mapping "
+                                    "--tables TABLE=FEATURE[+FEATURE...],... makes of them; other --tables, --rows "
+                                    "and --workload do not apply (--dim sets their dim)");
   std::int64_t per_phase = static_cast<std::int64_t>(o.warmup + o.steps) * world;
   const std::string& path = o.trace_file.empty() ? o.criteo_file : o.trace_file;
   const auto progress = [&](std::int64_t done, std::int64_t total) {
@@ -174,20 +255,13 @@ Result<BatchSource> open_file_source(Options& o, std::string& table_set, int wor
   Result<BatchSource> src = Status::invalid_argument("no source");
   if (!o.trace_file.empty()) {
     src = BatchSource::open_trace(path, 2 * per_phase, progress);
-  } else {
-    std::vector<TableSpec> specs;
-    for (const TableShape& t : workload_tables(o.workload)) {
-      TableSpec spec;
-      spec.name = t.name;
-      spec.rows = t.rows;
-      spec.dim = t.dim;
-      specs.push_back(spec);
+    if (src) {
+      auto tables = map_features(feature_map_of(o), src->tables(), "trace " + path, MappedRows::kMax);
+      if (!tables) return Status::invalid_argument("--trace " + path + ": " + tables.status().message());
+      set_file_tables(o, *tables, src->tables(), std::vector<int>(src->tables().size(), o.workload.dim), true);
     }
-    if (specs.size() != static_cast<std::size_t>(kCriteoSparseFeatures))
-      return Status::invalid_argument("--criteo " + path + ": the table set has " + std::to_string(specs.size()) +
-                                      " tables (expected 26, one per categorical column C1..C26: --tables criteo, "
-                                      "criteo:TOTAL_ROWS or a list of 26)");
-    src = BatchSource::open_criteo(path, specs, o.workload.batch, o.criteo_label, 2 * per_phase, progress);
+  } else {
+    src = open_criteo_source(o, 2 * per_phase, progress);
   }
   if (o.progress) std::fprintf(stderr, "\n");
   if (!src) return src.status();
@@ -200,16 +274,6 @@ Result<BatchSource> open_file_source(Options& o, std::string& table_set, int wor
     return Status::invalid_argument(s.message() + ", or give a smaller --batch: --batch " + std::to_string(batch) +
                                     " splits its " + std::to_string(src->summary().samples) + " lines into at least " +
                                     std::to_string((o.warmup + o.steps) * world) + " batches");
-  }
-  if (!o.trace_file.empty()) {
-    o.workload.table_list.clear();
-    for (const TraceTable& t : src->tables()) {
-      int dim = o.workload.dim;
-      const auto c = std::find_if(o.config.tables.begin(), o.config.tables.end(),
-                                  [&](const TableConfig& tc) { return tc.spec.name == t.name; });
-      if (!o.config_file.empty() && !o.dim_given && c != o.config.tables.end()) dim = c->spec.dim;
-      o.workload.table_list.push_back({t.name, t.rows, dim});
-    }
   }
   // The shape the memory estimate reads: the widest batch, the mean bag, the batches held.
   o.workload.batch = src->summary().max_batch_size;
@@ -226,8 +290,11 @@ Result<BatchSource> open_file_source(Options& o, std::string& table_set, int wor
 
 // Writes the source's batches (the sequence the run cycles) to --dump-trace.
 Status dump_trace(const Options& o, const BatchSource& source) {
+  // The header names the features, each with its table's rows (a file's features may have fewer: its keys are below).
+  std::map<std::string, std::int64_t> rows;
+  for (const TableShape& t : workload_tables(o.workload)) rows[t.name] = t.rows;
   std::vector<TraceTable> tables;
-  for (const TableShape& t : workload_tables(o.workload)) tables.push_back({t.name, t.rows});
+  for (const TraceTable& f : source.tables()) tables.push_back({f.name, rows.at(table_of(o, f.name))});
   STRATA_ASSIGN_OR_RETURN(TraceWriter writer, TraceWriter::create(o.dump_trace, tables));
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<BatchCursor> cursor, source.cursor(0, 1));
   for (std::int64_t i = 0; i < source.size(); ++i) {

@@ -30,11 +30,15 @@ Status check_output_path(const std::string& flag, const std::string& path, bool 
 /// --criteo, the workload's tables are the config's.
 Status load_config_mode(Options& o);
 
-/// The workload's tables and the config's must be the same set (names), with the same rows and dims.
-Status check_config_tables(const StoreConfig& c, const std::vector<TableShape>& shapes);
+/// The workload's tables and the config's must be the same set (names), with the same rows and dims, each looked up
+/// by the same features: `features` (Options::table_features; a table not in it is its own one feature) and the
+/// config's features lists.
+Status check_config_tables(const StoreConfig& c, const std::vector<TableShape>& shapes,
+                           const std::map<std::string, std::vector<std::string>>& features = {});
 
 /// Opens --trace or --criteo for a run of `world` ranks, reading and checking the batches it uses
-/// (2 x (warmup + steps) per rank at most), and sets the workload's tables and shape from it; a
+/// (2 x (warmup + steps) per rank at most), and sets the workload's tables and shape from it (its
+/// features' tables: o.feature_map, else the --config's features lists; o.table_features); a
 /// file too short for the steps fits them (fit_steps_to_source) or is refused, naming the flags
 /// to lower.
 Result<BatchSource> open_file_source(Options& o, std::string& table_set, int world);

@@ -42,7 +42,11 @@ std::vector<TableLoad> largest_loads(const Options& o, const StoreConfig& c, int
   const double keys_per_bag = o.workload.bag_dist == "uniform" ? 2.0 * o.workload.bag_size : o.workload.bag_size;
   const auto keys = static_cast<std::int64_t>(static_cast<double>(o.workload.batch) * keys_per_bag);
   std::vector<TableLoad> loads;
-  for (const TableConfig& t : c.tables) loads.push_back(largest_load(t.spec, keys, o.workload.batch, world));
+  for (const TableConfig& t : c.tables) {
+    // Each feature of a table brings its bags and keys to the table's step.
+    const auto features = static_cast<std::int64_t>(std::max<std::size_t>(1, t.features.size()));
+    loads.push_back(largest_load(t.spec, features * keys, features * o.workload.batch, world));
+  }
   return loads;
 }
 
@@ -153,7 +157,7 @@ Result<std::vector<std::int64_t>> rows_needed_per_pool(const Options& o, const S
     for (const KeyBatch& batch : step)
       for (const std::size_t t : pool.tables)
         for (const auto& f : batch.features)
-          if (f.table == c.tables[t].spec.name)
+          if (table_of(o, f.table) == c.tables[t].spec.name)
             for (const Key k : f.keys)
               if (ranks == 1 || static_cast<int>(k % static_cast<Key>(ranks)) == rank)
                 rows.emplace_back(t, k / static_cast<Key>(ranks));

@@ -131,9 +131,9 @@ class StepBuffers {
       pgrad_.resize(batch.features.size());
     }
     for (std::size_t i = 0; i < batch.features.size(); ++i) {
-      STRATA_ASSIGN_OR_RETURN(const int t, store_.table_index(batch.features[i].table));
-      const TableSpec& spec = store_.config().tables[static_cast<std::size_t>(t)].spec;
-      const std::int64_t rows = output_rows(batch.features[i], spec.pooling);
+      STRATA_ASSIGN_OR_RETURN(const auto feature, find_feature(store_.config(), batch.features[i].table));
+      const TableSpec& spec = store_.config().tables[static_cast<std::size_t>(feature.first)].spec;
+      const std::int64_t rows = output_rows(batch.features[i], feature.second);
       const auto size = static_cast<std::size_t>(rows * spec.dim);
       if (out_[i].size() < size) {
         out_[i].resize(size);
@@ -244,21 +244,22 @@ Status count_timed_batch(const Store& store, const KeyBatch& b, ModeResult& r) {
   const StoreConfig& c = store.config();
   r.timed_keys += static_cast<double>(b.total_keys());
   r.timed_samples += static_cast<double>(b.batch_size());
-  std::vector<Key> sorted;
+  std::map<int, std::vector<Key>> host_keys;  // cpu and offload tables: the keys of all their features
   for (const JaggedKeys& f : b.features) {
-    STRATA_ASSIGN_OR_RETURN(const int t, store.table_index(f.table));
-    const TableConfig& tc = c.tables[static_cast<std::size_t>(t)];
-    const RowSizes z = row_sizes(tc.spec);
-    const double bytes = static_cast<double>(f.num_keys()) * z.row;
+    STRATA_ASSIGN_OR_RETURN(const auto feature, find_feature(c, f.table));
+    const TableConfig& tc = c.tables[static_cast<std::size_t>(feature.first)];
+    const double bytes = static_cast<double>(f.num_keys()) * row_sizes(tc.spec).row;
     r.timed_key_bytes += bytes;
     const bool cpu = tc.placement == Placement::kCpu, offload = tc.placement == Placement::kOffload;
     if (cpu || (offload && c.offload_gather == OffloadGather::kCpu)) r.timed_host_gather_bytes += bytes;
-    if (cpu || offload) {
-      sorted.assign(f.keys.begin(), f.keys.end());
-      std::sort(sorted.begin(), sorted.end());
-      const auto distinct = std::unique(sorted.begin(), sorted.end()) - sorted.begin();
-      r.timed_host_optimizer_bytes += static_cast<double>(distinct) * z.record;
-    }
+    if (cpu || offload) host_keys[feature.first].insert(host_keys[feature.first].end(), f.keys.begin(), f.keys.end());
+  }
+  // The optimizer updates each distinct row of a table once, over all its features.
+  for (auto& [t, keys] : host_keys) {
+    std::sort(keys.begin(), keys.end());
+    const auto distinct = std::unique(keys.begin(), keys.end()) - keys.begin();
+    r.timed_host_optimizer_bytes +=
+        static_cast<double>(distinct) * row_sizes(c.tables[static_cast<std::size_t>(t)].spec).record;
   }
   ++r.timed_batches;
   return Status::ok();
@@ -305,17 +306,21 @@ Status drive(const Options& o, Store& store, const BatchSource& source, int rank
   const std::int64_t base = id;
   // The keys of the timed training batches: duplication (dedup is per table and batch) and sums.
   double dup_keys = 0, dup_unique = 0;
-  std::vector<Key> sorted;
   const auto count_submitted = [&](int s, const KeyBatch& b) -> Status {
     if (!r || s < o.warmup) return Status::ok();
     STRATA_RETURN_IF_ERROR(count_timed_batch(store, b, *r));
-    if (ranks > 1)
+    if (ranks > 1) {
+      std::map<std::string, std::vector<Key>> keys;  // dedup is per table: all its features' keys
       for (const auto& f : b.features) {
-        sorted.assign(f.keys.begin(), f.keys.end());
+        std::vector<Key>& k = keys[table_of(o, f.table)];
+        k.insert(k.end(), f.keys.begin(), f.keys.end());
+      }
+      for (auto& [table, sorted] : keys) {
         std::sort(sorted.begin(), sorted.end());
         dup_keys += static_cast<double>(sorted.size());
         dup_unique += static_cast<double>(std::unique(sorted.begin(), sorted.end()) - sorted.begin());
       }
+    }
     return Status::ok();
   };
   const auto submit = [&](int s) -> Status {
@@ -471,8 +476,9 @@ Result<std::vector<std::int64_t>> touched_rows_per_pool(const Options& o, const 
   for (std::int64_t i = 0; i < n; ++i) {
     STRATA_ASSIGN_OR_RETURN(const KeyBatch* b, window.at(i));
     for (const auto& f : b->features) {
-      if (pool_of.count(f.table) == 0) continue;
-      std::vector<Key>& v = keys[f.table];
+      const std::string& table = table_of(o, f.table);
+      if (pool_of.count(table) == 0) continue;
+      std::vector<Key>& v = keys[table];
       v.insert(v.end(), f.keys.begin(), f.keys.end());
       if (v.size() > (std::size_t{1} << 22)) compact(v);  // bounded memory for long runs
     }

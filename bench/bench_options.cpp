@@ -54,6 +54,11 @@ Result<const ModeDescriptor*> find_mode(const std::string& name) {
   return Status::invalid_argument("unknown mode '" + name + "' (expected one of " + mode_names(", ") + ")");
 }
 
+const std::string& table_of(const Options& o, const std::string& feature) {
+  const auto it = o.feature_table.find(feature);
+  return it == o.feature_table.end() ? feature : it->second;
+}
+
 WorkloadSpec default_workload() {
   WorkloadSpec w;
   w.dim = 64;
@@ -116,6 +121,8 @@ Result<StoreConfig> make_config(const Options& o, const ModeDescriptor& mode, do
     tc.spec.optimizer.learning_rate = 0.01f;
     tc.spec.init.seed = o.workload.seed;
     tc.placement = mode.placement;
+    if (const auto f = o.table_features.find(shape.name); f != o.table_features.end())
+      for (const std::string& name : f->second) tc.features.push_back({name, std::nullopt});
     if (caches(mode)) tc.cache.fraction = cache_fraction;
     if (sharded(mode)) {
       STRATA_ASSIGN_OR_RETURN(tc.sharding.type, dispatch::parse_sharding(o.sharding));
@@ -182,7 +189,10 @@ void add_workload_flags(CLI::App& app, Options& o, FlagHandles& h) {
   h.tables = app.add_option("--tables", o.table_set,
                             "table set: N (N tables of --rows x --dim), criteo (26 Criteo Kaggle-shaped tables, "
                             "--criteo-rows rows in total, dim --dim), criteo:TOTAL_ROWS, or a list "
-                            "[NAME=]ROWS[xDIM],... (e.g. user=1000000x128,item=50000x32)")
+                            "[NAME=]ROWS[xDIM],... (e.g. user=1000000x128,item=50000x32); with --trace or --criteo "
+                            "also a mapping of the file's features to tables, TABLE=FEATURE[+FEATURE...],... (e.g. "
+                            "item=clicked+bought; Criteo's features are its columns C1..C26; features left out are "
+                            "tables of their own)")
                  ->capture_default_str();
   app.add_option("--criteo-rows", o.criteo_rows, "total rows of the built-in criteo table set")
       ->capture_default_str()

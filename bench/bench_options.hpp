@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,6 +16,7 @@
 
 #include "dispatch/communicator.hpp"
 #include "store/store_config.hpp"
+#include "toolkit/feature_tables.hpp"
 #include "toolkit/workload.hpp"
 
 namespace strata::bench {
@@ -125,7 +127,17 @@ struct Options {
   std::string steps_note;                        ///< why --warmup and --steps were fitted to a short file ("": not)
   bool progress = ::isatty(STDERR_FILENO) != 0;  // progress only on a terminal (--no-progress hides it there too)
   std::vector<std::string> argv;
+  /// --tables in its mapping form (TABLE=FEATURE[+FEATURE...],...; toolkit/feature_tables.hpp): which features of a
+  /// --trace or --criteo file look up which table. Empty: none given.
+  std::vector<TableFeatures> feature_map;
+  /// The tables of the file looked up by features other than themselves (from feature_map, or the --config's
+  /// features lists): table -> its features, in order. Every mode's config lists them (TableConfig::features).
+  std::map<std::string, std::vector<std::string>> table_features;
+  std::map<std::string, std::string> feature_table;  ///< feature -> table, for the features of table_features
 };
+
+/// The table that feature `feature` of a batch looks up (Options::feature_table; else the feature's own name).
+const std::string& table_of(const Options& o, const std::string& feature);
 
 /// The built-in workload: Criteo Kaggle-shaped tables (set by table_set = "criteo"), one common
 /// dim, one-hot bags as in the data set, Zipf keys (docs/bench.md, "Default workload").

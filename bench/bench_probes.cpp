@@ -19,11 +19,11 @@ constexpr std::int64_t kMaxGatherProbeBytes = std::int64_t{2} << 30;
 constexpr int kGatherProbePasses = 9;
 
 // The bags of `batch` over the tables of `plan`'s dim, as rows of the probe table.
-GatherProbeBatch probe_rows(const GatherProbePlan& plan, const KeyBatch& batch) {
+GatherProbeBatch probe_rows(const Options& o, const GatherProbePlan& plan, const KeyBatch& batch) {
   GatherProbeBatch pb;
   pb.offsets.push_back(0);
   for (const JaggedKeys& f : batch.features) {
-    const auto base = plan.base.find(f.table);
+    const auto base = plan.base.find(table_of(o, f.table));
     if (base == plan.base.end()) continue;
     for (std::size_t i = 1; i < f.offsets.size(); ++i)
       pb.offsets.push_back(static_cast<std::int64_t>(pb.rows.size()) + f.offsets[i]);
@@ -72,7 +72,7 @@ Result<std::vector<GatherLimit>> measure_gather_limits(const Options& o, const s
     STRATA_ASSIGN_OR_RETURN(KeySampler sampler, KeySampler::create("uniform", plan.rows, o.workload.seed ^ 0x5eedull));
     const std::size_t n = std::min<std::size_t>(batches.size(), kGatherProbePasses);
     for (std::size_t b = 0; b < n; ++b) {
-      GatherProbeBatch pb = probe_rows(plan, batches[b]);
+      GatherProbeBatch pb = probe_rows(o, plan, batches[b]);
       if (!uniform) {
         GatherProbeBatch u{pb.offsets, std::vector<std::int64_t>(pb.rows.size())};
         sampler.fill(u.rows.data(), static_cast<std::int64_t>(u.rows.size()));
@@ -99,7 +99,7 @@ Result<std::vector<UpdateFloor>> measure_update_floors(const Options& o, const s
     double distinct = 0;
     const std::size_t n = std::min<std::size_t>(batches.size(), kGatherProbePasses);
     for (std::size_t b = 0; b < n; ++b) {
-      const GatherProbeBatch pb = probe_rows(plan, batches[b]);
+      const GatherProbeBatch pb = probe_rows(o, plan, batches[b]);
       std::unordered_set<std::int64_t> seen(pb.rows.size());
       std::vector<std::int64_t> rows;
       for (const std::int64_t r : pb.rows)
@@ -142,7 +142,7 @@ double step_gather_limit(const Options& o, const std::vector<GatherLimit>& limit
   for (const TableShape& t : workload_tables(o.workload)) dim_of[t.name] = t.dim;
   double total = 0, seconds = 0;
   for (const JaggedKeys& f : batch.features) {
-    const int dim = dim_of[f.table];
+    const int dim = dim_of[table_of(o, f.table)];
     const auto l = std::find_if(limits.begin(), limits.end(),
                                 [&](const GatherLimit& g) { return g.dim == dim && g.keys == keys; });
     if (l == limits.end() || l->probe.lookups_per_s <= 0) return 0;

@@ -39,6 +39,7 @@
 #include "store/io/file_io.hpp"
 #include "toolkit/bounded_input.hpp"
 #include "toolkit/cli_flags.hpp"
+#include "toolkit/feature_tables.hpp"
 #include "toolkit/machine_info.hpp"
 #include "toolkit/profiles.hpp"
 #include "toolkit/report_html.hpp"
@@ -70,6 +71,18 @@ int read_workload(Options& o, RunRecord& run, std::optional<BatchSource>& source
     if (!parse_json_limited(text.value(), o.workload_file).value().contains("distinct_batches"))
       o.workload.distinct_batches = 2 * (o.warmup + o.steps) * (o.mpi ? o.mpi->size() : o.ranks);
   } else {
+    // A mapping of a file's features to tables: --trace takes no table set, so any NAME=... is one.
+    if (o.tables_given &&
+        (is_table_mapping(table_set) || (!o.trace_file.empty() && table_set.find('=') != std::string::npos))) {
+      if (o.trace_file.empty() && o.criteo_file.empty())
+        return fail("--tables " + quote_prefix(table_set) +
+                    ": a mapping of features to tables (TABLE=FEATURE[+FEATURE...]) applies to --trace and --criteo "
+                    "files (without one, expected a table set: N, criteo, criteo:TOTAL_ROWS or [NAME=]ROWS[xDIM],...)");
+      auto mapping = parse_table_mapping(table_set);
+      if (!mapping) return fail("--tables: " + mapping.status().message());
+      o.feature_map = std::move(mapping).value();
+      table_set = "criteo";  // a Criteo file's columns C1..C26, of the criteo set
+    }
     if (table_set == "criteo") table_set = "criteo:" + std::to_string(o.criteo_rows);
     if (Status s = apply_table_set(o.workload, table_set); !s.is_ok()) return fail("--tables: " + s.message());
   }
@@ -87,7 +100,7 @@ int read_workload(Options& o, RunRecord& run, std::optional<BatchSource>& source
     source = std::move(src).value();
   }
   if (!o.config_file.empty()) {
-    if (Status s = check_config_tables(o.config, workload_tables(o.workload)); !s.is_ok())
+    if (Status s = check_config_tables(o.config, workload_tables(o.workload), o.table_features); !s.is_ok())
       return fail("--config " + o.config_file + ": " + s.message());
   }
   return 0;

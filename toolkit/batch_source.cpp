@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "toolkit/criteo_tsv.hpp"
-
 namespace strata::bench {
 namespace {
 
@@ -80,6 +78,7 @@ class FileCursor : public BatchCursor {
 
 std::vector<TraceTable> trace_tables(const std::vector<TableSpec>& specs) {
   std::vector<TraceTable> t;
+  t.reserve(specs.size());
   for (const TableSpec& s : specs) t.push_back({s.name, s.rows});
   return t;
 }
@@ -175,19 +174,15 @@ Result<BatchSource> BatchSource::open_trace(const std::string& path, std::int64_
 }
 
 Result<BatchSource> BatchSource::open_criteo(const std::string& path, const std::vector<TableSpec>& tables,
-                                             std::int64_t batch_size, bool has_label, std::int64_t needed,
+                                             const CriteoTsvOptions& options, std::int64_t needed,
                                              const ProgressFn& progress) {
-  CriteoTsvOptions options;
-  options.batch_size = batch_size;
-  options.has_label = has_label;
   STRATA_ASSIGN_OR_RETURN(CriteoTsvReader reader, CriteoTsvReader::open(path, tables, options));
   BatchSource s;
   s.kind_ = "criteo";
   s.path_ = path;
   s.tables_ = trace_tables(tables);
   s.criteo_tables_ = tables;
-  s.criteo_batch_ = batch_size;
-  s.criteo_label_ = has_label;
+  s.criteo_options_ = options;
   STRATA_RETURN_IF_ERROR(
       scan([&](KeyBatch& b) { return reader.next(b); }, s.tables_, needed, 0, progress, s.size_, s.head_, s.summary_));
   if (s.size_ == 0) return Status::invalid_argument("criteo " + path + " has no samples");
@@ -202,9 +197,7 @@ Result<std::unique_ptr<BatchCursor>> BatchSource::cursor(std::int64_t first, std
     return std::unique_ptr<BatchCursor>(new FileCursor([r](KeyBatch& b) { return r->next(b); },
                                                        [r] { return r->rewind(); }, tables_, size_, first, stride));
   }
-  CriteoTsvOptions options;
-  options.batch_size = criteo_batch_;
-  options.has_label = criteo_label_;
+  const CriteoTsvOptions options = criteo_options_;
   STRATA_ASSIGN_OR_RETURN(CriteoTsvReader reader, CriteoTsvReader::open(path_, criteo_tables_, options));
   auto r = std::make_shared<CriteoTsvReader>(std::move(reader));
   const std::string path = path_;

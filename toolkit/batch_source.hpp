@@ -21,6 +21,7 @@
 #include "core/key_batch.hpp"
 #include "core/status.hpp"
 #include "core/table_spec.hpp"
+#include "toolkit/criteo_tsv.hpp"
 #include "toolkit/trace.hpp"
 
 namespace strata::bench {
@@ -74,16 +75,18 @@ class BatchSource {
                                         const std::function<void(std::int64_t, std::int64_t)>& progress = {});
 
   /// A Criteo TSV file for the 26 `tables` (C1..C26 in order; criteo_key maps each value into
-  /// its table's rows), `batch_size` samples per batch (the last batch may be shorter); the first
-  /// `needed` batches (or all when the file has fewer) are the sequence, read and checked now.
-  /// Errors: the reader's (line and field named), "criteo F has no samples".
+  /// its table's rows, column t as options.key_columns says), options.batch_size samples per batch
+  /// (the last batch may be shorter); the first `needed` batches (or all when the file has fewer)
+  /// are the sequence, read and checked now. Errors: the reader's (line and field named), "criteo F
+  /// has no samples".
   static Result<BatchSource> open_criteo(const std::string& path, const std::vector<TableSpec>& tables,
-                                         std::int64_t batch_size, bool has_label, std::int64_t needed,
+                                         const CriteoTsvOptions& options, std::int64_t needed,
                                          const std::function<void(std::int64_t, std::int64_t)>& progress = {});
 
   /// Batches in the sequence (>= 1).
   std::int64_t size() const noexcept { return size_; }
-  /// The tables (name and rows), in feature order.
+  /// The features (name and rows: a trace's header entries, a Criteo file's 26 columns), in the
+  /// batches' order. Which tables they look up: toolkit/feature_tables.hpp.
   const std::vector<TraceTable>& tables() const noexcept { return tables_; }
   /// The first min(size(), kSourceHeadBatches) batches.
   const std::vector<KeyBatch>& head() const noexcept { return head_; }
@@ -105,8 +108,7 @@ class BatchSource {
   std::string path_;
   std::vector<TraceTable> tables_;
   std::vector<TableSpec> criteo_tables_;
-  std::int64_t criteo_batch_ = 0;
-  bool criteo_label_ = true;
+  CriteoTsvOptions criteo_options_;
   std::int64_t size_ = 0;
   std::vector<KeyBatch> head_;
   std::shared_ptr<const std::vector<KeyBatch>> all_;  // generated batches

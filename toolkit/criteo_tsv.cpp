@@ -1,5 +1,6 @@
 #include "toolkit/criteo_tsv.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -46,6 +47,11 @@ Result<CriteoTsvReader> CriteoTsvReader::open(const std::string& path, std::vect
       return Status::invalid_argument(who + ": table '" + t.name + "': rows " + std::to_string(t.rows) +
                                       " must be > 0");
   }
+  const auto column = [](int c) { return c >= 0 && c < kCriteoSparseFeatures; };
+  if (!options.key_columns.empty() && (options.key_columns.size() != tables.size() ||
+                                       !std::all_of(options.key_columns.begin(), options.key_columns.end(), column)))
+    return Status::invalid_argument(who + ": key_columns has " + std::to_string(options.key_columns.size()) +
+                                    " entries (expected none, or 26 column indices in [0, 26))");
   if (options.batch_size <= 0)
     return Status::invalid_argument(who + ": batch_size " + std::to_string(options.batch_size) + " must be > 0");
   CriteoTsvReader r;
@@ -136,7 +142,8 @@ Result<bool> CriteoTsvReader::next(KeyBatch& out) {
                                              std::to_string(field) + " (C" + std::to_string(t + 1) + "): '" +
                                              show_field(p, len) +
                                              "' is not a categorical value (expected 1 to 8 hex digits, or empty)"));
-      keys[t] = criteo_key(v, t, tables_[static_cast<std::size_t>(t)].rows);
+      const int key_column = options_.key_columns.empty() ? t : options_.key_columns[static_cast<std::size_t>(t)];
+      keys[t] = criteo_key(v, key_column, tables_[static_cast<std::size_t>(t)].rows);
     }
     for (std::size_t t = 0; t < n_tables; ++t) {
       JaggedKeys& f = kb.features[t];
@@ -156,7 +163,7 @@ Result<bool> CriteoTsvReader::next(KeyBatch& out) {
 
 Result<std::vector<KeyBatch>> read_criteo_tsv(const std::string& path, const std::vector<TableSpec>& tables,
                                               CriteoTsvOptions options, std::int64_t max_batches) {
-  STRATA_ASSIGN_OR_RETURN(CriteoTsvReader r, CriteoTsvReader::open(path, tables, options));
+  STRATA_ASSIGN_OR_RETURN(CriteoTsvReader r, CriteoTsvReader::open(path, tables, std::move(options)));
   std::vector<KeyBatch> out;
   while (max_batches <= 0 || static_cast<std::int64_t>(out.size()) < max_batches) {
     KeyBatch b;

@@ -48,6 +48,9 @@ struct CriteoTsvOptions {
   std::int64_t batch_size = 8192;  ///< samples (bags per table) per batch (> 0)
   bool has_label = true;           ///< lines start with the label (40 fields) or not (39 fields)
   bool drop_last = false;          ///< drop a final batch with fewer than batch_size samples
+  /// Column t's values are keyed as those of column key_columns[t] (criteo_key's `table`), so that the columns of one
+  /// table (toolkit/feature_tables.hpp) key a value to one row; empty: each column as itself. 26 entries in [0, 26).
+  std::vector<int> key_columns;
 };
 
 /// Reads batches from a Criteo TSV file. Lines may end in "\n" or "\r\n"; completely empty lines
@@ -58,7 +61,8 @@ class CriteoTsvReader {
  public:
   /// Opens `path` for the 26 `tables` (their names and rows are used: feature t of every batch is
   /// tables[t], fed from column C(t+1)). Errors: tables.size() != 26, a table with rows <= 0, a
-  /// batch_size <= 0 (invalid_argument); a missing or unreadable file (not_found / io_error).
+  /// batch_size <= 0, key_columns neither empty nor 26 columns (invalid_argument); a missing or
+  /// unreadable file (not_found / io_error).
   static Result<CriteoTsvReader> open(const std::string& path, std::vector<TableSpec> tables,
                                       CriteoTsvOptions options = {});
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace strata::tune {
@@ -25,10 +26,15 @@ struct CalibrateArgs {
 
 /// The keys of `plan` and `validate`: exactly one of workload, trace and criteo.
 struct InputArgs {
-  std::string workload;                ///< workload JSON file, or inline JSON starting with '{'
-  std::string trace;                   ///< STRTRACE file
-  std::string criteo;                  ///< Criteo TSV file
-  std::string tables = "criteo";       ///< criteo: the table set (as strata-bench --tables)
+  std::string workload;  ///< workload JSON file, or inline JSON starting with '{'
+  std::string trace;     ///< STRTRACE file
+  std::string criteo;    ///< Criteo TSV file
+  /// criteo: the table set (as strata-bench --tables); trace or criteo: or a mapping of the file's features to tables,
+  /// TABLE=FEATURE[+FEATURE...],... (toolkit/feature_tables.hpp)
+  std::string tables = "criteo";
+  /// trace or criteo without a mapping in `tables`: which features look up which table (validate: the plan's
+  /// features lists); empty: each feature its own table
+  std::vector<std::pair<std::string, std::vector<std::string>>> features;
   std::int64_t criteo_rows = 1953125;  ///< criteo: total rows of the "criteo" set (bench::kCriteoDefaultMaxRows)
   std::int64_t batch = 8192;           ///< criteo: samples per step (strata-bench's default --batch)
   bool criteo_label = true;            ///< criteo: lines start with the label

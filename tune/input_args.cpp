@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "toolkit/bounded_input.hpp"
+#include "toolkit/feature_tables.hpp"
 #include "toolkit/machine_info.hpp"
 #include "toolkit/trace.hpp"
 #include "tune/text.hpp"
@@ -35,7 +36,29 @@ Status check_workload_memory(const bench::WorkloadSpec& spec, std::int64_t steps
                                   std::to_string(fit) + " steps of this workload fit");
 }
 
+// The mapping of a file's features to tables: --tables TABLE=FEATURE+..., else args.features.
+Result<std::vector<bench::TableFeatures>> feature_map(const InputArgs& a) {
+  if (!tables_map_features(a)) {
+    std::vector<bench::TableFeatures> m;
+    for (const auto& [table, features] : a.features) m.push_back({table, features});
+    return m;
+  }
+  auto m = bench::parse_table_mapping(a.tables);
+  if (!m) return Status::invalid_argument("--tables: " + m.status().message());
+  return m;
+}
+
+// The tables of the file: a trace's header, or the Criteo table set's 26 columns (a mapping's: the criteo set's).
+Result<std::vector<TableSpec>> criteo_set(const InputArgs& a) {
+  return criteo_tables(tables_map_features(a) ? "criteo" : a.tables, a.criteo_rows, a.dim);
+}
+
 }  // namespace
+
+bool tables_map_features(const InputArgs& a) {
+  if (!a.trace.empty()) return a.tables.find('=') != std::string::npos;
+  return !a.criteo.empty() && bench::is_table_mapping(a.tables);
+}
 
 Status check_input_args(const InputArgs& a) {
   const int given = !a.workload.empty() + !a.trace.empty() + !a.criteo.empty();
@@ -45,6 +68,13 @@ Status check_input_args(const InputArgs& a) {
     std::snprintf(buf, sizeof buf, "%g", a.sample);
     return Status::invalid_argument(std::string("--sample ") + buf + " (expected a rate in (0, 1], e.g. 0.01)");
   }
+  if (!a.trace.empty() && a.tables != "criteo" && !tables_map_features(a))
+    return Status::invalid_argument("--tables " + bench::quote_prefix(a.tables) +
+                                    ": with --trace, --tables maps the trace's features to tables, "
+                                    "TABLE=FEATURE[+FEATURE...],... (the tables are the trace's)");
+  if (!a.workload.empty() && bench::is_table_mapping(a.tables))
+    return Status::invalid_argument("--tables " + bench::quote_prefix(a.tables) +
+                                    ": a mapping of features to tables applies to --trace and --criteo files");
   if (!a.workload.empty() && a.sample < 1.0)
     return Status::invalid_argument("--sample applies to --trace and --criteo (a workload is generated in memory)");
   return Status::ok();
@@ -61,20 +91,33 @@ Result<bench::WorkloadSpec> workload_of(const std::string& w) {
   return spec;
 }
 
-Result<std::vector<bench::TableShape>> input_tables(const InputArgs& a) {
+Result<std::vector<bench::TableShape>> input_tables(const InputArgs& a,
+                                                    std::map<std::string, std::vector<std::string>>* features) {
   if (!a.workload.empty()) {
     auto spec = workload_of(a.workload);
     if (!spec) return Status::invalid_argument("--workload: " + spec.status().message());
     return bench::workload_tables(*spec);
   }
+  STRATA_ASSIGN_OR_RETURN(const std::vector<bench::TableFeatures> mapping, feature_map(a));
   std::vector<bench::TableShape> shapes;
+  std::vector<bench::SourceTable> tables;
+  std::vector<bench::TraceTable> names;  // the file's features
   if (!a.trace.empty()) {
     STRATA_ASSIGN_OR_RETURN(const bench::TraceReader reader, bench::TraceReader::open(a.trace));
-    for (const bench::TraceTable& t : reader.tables()) shapes.push_back({t.name, t.rows, a.dim});
-    return shapes;
+    names = reader.tables();
+    STRATA_ASSIGN_OR_RETURN(tables,
+                            bench::map_features(mapping, names, "trace '" + a.trace + "'", bench::MappedRows::kMax));
+    for (const bench::SourceTable& t : tables) shapes.push_back({t.name, t.rows, a.dim});
+  } else {
+    STRATA_ASSIGN_OR_RETURN(const std::vector<TableSpec> specs, criteo_set(a));
+    STRATA_ASSIGN_OR_RETURN(const bench::CriteoColumns columns, bench::map_criteo_columns(mapping, specs));
+    tables = columns.tables;
+    for (const TableSpec& s : specs) names.push_back({s.name, s.rows});
+    for (const bench::SourceTable& t : tables) shapes.push_back({t.name, t.rows, specs[t.features.front()].dim});
   }
-  STRATA_ASSIGN_OR_RETURN(const std::vector<TableSpec> specs, criteo_tables(a.tables, a.criteo_rows, a.dim));
-  for (const TableSpec& s : specs) shapes.push_back({s.name, s.rows, s.dim});
+  if (features)
+    for (const bench::SourceTable& t : tables)
+      if (auto f = bench::feature_names(t, names); !f.empty()) (*features)[t.name] = std::move(f);
   return shapes;
 }
 
@@ -89,9 +132,10 @@ Result<TuneInput> load_input(const InputArgs& a, OptimizerKind optimizer, const 
     STRATA_RETURN_IF_ERROR(check_workload_memory(*spec, steps, a.steps > 0));
     return load_workload(*spec, steps, optimizer, sampling, progress);
   }
-  if (!a.trace.empty()) return load_trace(a.trace, a.dim, optimizer, sampling, progress);
-  STRATA_ASSIGN_OR_RETURN(const std::vector<TableSpec> specs, criteo_tables(a.tables, a.criteo_rows, a.dim));
-  return load_criteo(a.criteo, specs, a.batch, a.criteo_label, optimizer, sampling, progress);
+  STRATA_ASSIGN_OR_RETURN(const std::vector<bench::TableFeatures> mapping, feature_map(a));
+  if (!a.trace.empty()) return load_trace(a.trace, a.dim, optimizer, sampling, progress, mapping);
+  STRATA_ASSIGN_OR_RETURN(const std::vector<TableSpec> specs, criteo_set(a));
+  return load_criteo(a.criteo, specs, a.batch, a.criteo_label, optimizer, sampling, progress, mapping);
 }
 
 }  // namespace strata::tune

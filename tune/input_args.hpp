@@ -2,6 +2,8 @@
 // The keys `strata-tune plan` and `validate` read, from their command-line arguments
 // (commands.hpp's InputArgs): a workload, a STRTRACE trace or a Criteo TSV file.
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "toolkit/workload.hpp"
@@ -16,9 +18,16 @@ Status check_input_args(const InputArgs& args);
 /// The workload of --workload (a file, or inline JSON starting with '{'), validated.
 Result<bench::WorkloadSpec> workload_of(const std::string& text_or_path);
 
+/// Whether --tables is a mapping of a file's features to tables (TABLE=FEATURE+...) rather than a
+/// table set: with --trace, any value holding '=' (a trace takes no table set).
+bool tables_map_features(const InputArgs& args);
+
 /// The tables of the source (names, rows, dims) from what is cheap to read: the trace's header,
-/// the Criteo table set, the workload. For checks before the long work.
-Result<std::vector<bench::TableShape>> input_tables(const InputArgs& args);
+/// the Criteo table set, the workload; a file's features mapped to tables (--tables
+/// TABLE=FEATURE+..., else args.features). `features`, when given, gets each table's features
+/// when other than itself (table -> features). For checks before the long work.
+Result<std::vector<bench::TableShape>> input_tables(
+    const InputArgs& args, std::map<std::string, std::vector<std::string>>* features = nullptr);
 
 /// Reads the keys (tune_input.hpp), every table with `optimizer`.
 Result<TuneInput> load_input(const InputArgs& args, OptimizerKind optimizer, const ProgressFn& progress);

@@ -637,6 +637,7 @@ Result<Plan> plan_at(const TuneInput& input, const Specs& specs, const std::vect
     TableConfig tc;
     tc.spec = spec;
     tc.placement = opt.placement;
+    for (const std::string& f : input.tables[t].features) tc.features.push_back({f, std::nullopt});
     if (opt.placement == Placement::kCached || opt.placement == Placement::kHybrid) {
       tc.cache.rows = opt.cache_rows;
       tc.cache.cap = true;

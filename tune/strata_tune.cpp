@@ -31,7 +31,10 @@ void add_input_options(CLI::App* app, strata::tune::InputArgs& in) {
   app->add_option("--trace", in.trace, "recorded trace (STRTRACE, docs/trace-format.md)");
   app->add_option("--criteo", in.criteo,
                   "Criteo TSV file (label, I1..I13, C1..C26 per line), keyed as strata-bench --criteo");
-  app->add_option("--tables", in.tables, "criteo: table set, as strata-bench --tables (26 tables)")
+  app->add_option("--tables", in.tables,
+                  "criteo: table set, as strata-bench --tables (26 tables); trace or criteo: or a mapping of the "
+                  "file's features to tables, TABLE=FEATURE[+FEATURE...],... (e.g. item=clicked+bought; Criteo's "
+                  "features are its columns C1..C26; features left out are tables of their own)")
       ->capture_default_str();
   app->add_option("--criteo-rows", in.criteo_rows, "criteo: total rows of the criteo table set")
       ->capture_default_str()

@@ -35,7 +35,13 @@ double TableTrace::keys_per_step() const noexcept { return per_step(key_count, k
 double TableTrace::bags_per_step() const noexcept { return per_step(bags, keys.num_batches()); }
 double TableTrace::distinct_per_step() const noexcept { return per_step(distinct_count, keys.num_batches()); }
 
-InputBuilder::InputBuilder(const std::vector<TableSpec>& specs, const Sampling& sampling) : sampling_(sampling) {
+InputBuilder::InputBuilder(const std::vector<TableSpec>& specs, const Sampling& sampling,
+                           std::vector<std::vector<std::size_t>> features)
+    : features_(std::move(features)), sampling_(sampling) {
+  if (features_.empty())
+    for (std::size_t t = 0; t < specs.size(); ++t) features_.push_back({t});
+  for (const auto& f : features_)
+    for (const std::size_t i : f) num_features_ = std::max(num_features_, i + 1);
   in_.sample_rate = sampling.rate < 1.0 ? sampling.effective_rate() : 1.0;
   checking_ = in_.sample_rate < 1.0 && sampling.check_keys > 0;
   for (const TableSpec& s : specs) {
@@ -51,10 +57,10 @@ InputBuilder::InputBuilder(const std::vector<TableSpec>& specs, const Sampling& 
 }
 
 Status InputBuilder::add(const KeyBatch& batch) {
-  if (batch.features.size() > in_.tables.size())
+  if (batch.features.size() > num_features_)
     return Status::invalid_argument("step " + std::to_string(in_.steps) + " has " +
                                     std::to_string(batch.features.size()) + " features (expected at most " +
-                                    std::to_string(in_.tables.size()) + ", one per table)");
+                                    std::to_string(num_features_) + ", those of the tables)");
   const bool sampled = in_.sample_rate < 1.0;
   std::int64_t step_keys = 0;
   for (const JaggedKeys& f : batch.features) step_keys += f.num_keys();
@@ -63,17 +69,15 @@ Status InputBuilder::add(const KeyBatch& batch) {
   if (checking_) checked_ += step_keys;
   for (std::size_t t = 0; t < in_.tables.size(); ++t) {
     TableTrace& tt = in_.tables[t];
-    if (t < batch.features.size()) {
-      const JaggedKeys& f = batch.features[t];
-      tt.key_count += f.num_keys();
-      tt.bags += f.batch_size();
-      tt.step_bags.push_back(f.batch_size());
-      tt.max_keys = std::max(tt.max_keys, f.num_keys());
-      scratch_.assign(f.keys.begin(), f.keys.end());
-      std::sort(scratch_.begin(), scratch_.end());
-      const auto distinct = static_cast<std::int64_t>(std::unique(scratch_.begin(), scratch_.end()) - scratch_.begin());
-      tt.distinct_count += distinct;
-      tt.max_distinct = std::max(tt.max_distinct, distinct);
+    // The table's keys this step: those of all its features, which the store dedups together.
+    std::int64_t keys = 0, bags = 0;
+    scratch_.clear();
+    for (const std::size_t i : features_[t]) {
+      if (i >= batch.features.size()) continue;
+      const JaggedKeys& f = batch.features[i];
+      keys += f.num_keys();
+      bags += f.batch_size();
+      scratch_.insert(scratch_.end(), f.keys.begin(), f.keys.end());
       for (const Key k : f.keys) {
         const auto key = static_cast<std::uint64_t>(k);
         const bool kept = !sampled || sampling_.keeps(cache::cache_key(static_cast<int>(t), k));
@@ -84,7 +88,14 @@ Status InputBuilder::add(const KeyBatch& batch) {
         }
       }
     }
-    if (t >= batch.features.size()) tt.step_bags.push_back(0);
+    tt.key_count += keys;
+    tt.bags += bags;
+    tt.step_bags.push_back(bags);
+    tt.max_keys = std::max(tt.max_keys, keys);
+    std::sort(scratch_.begin(), scratch_.end());
+    const auto distinct = static_cast<std::int64_t>(std::unique(scratch_.begin(), scratch_.end()) - scratch_.begin());
+    tt.distinct_count += distinct;
+    tt.max_distinct = std::max(tt.max_distinct, distinct);
     tt.keys.batch_offsets.push_back(tt.keys.num_keys());
     if (checking_) {
       tt.check.batch_offsets.push_back(tt.check.num_keys());
@@ -107,7 +118,7 @@ TuneInput InputBuilder::finish(std::string source) && {
 
 namespace {
 
-std::vector<TableSpec> specs_of(const std::vector<bench::TraceTable>& tables, const std::vector<int>& dims,
+std::vector<TableSpec> specs_of(const std::vector<bench::SourceTable>& tables, const std::vector<int>& dims,
                                 OptimizerKind optimizer) {
   std::vector<TableSpec> specs;
   for (std::size_t t = 0; t < tables.size(); ++t) {
@@ -139,10 +150,10 @@ Result<TuneInput> load_workload(const bench::WorkloadSpec& spec, std::int64_t st
                                 const Sampling& sampling, const ProgressFn& progress) {
   STRATA_RETURN_IF_ERROR(bench::validate(spec));
   if (steps < 1) return Status::invalid_argument("--steps " + std::to_string(steps) + " (expected >= 1)");
-  std::vector<bench::TraceTable> tables;
+  std::vector<bench::SourceTable> tables;
   std::vector<int> dims;
   for (const bench::TableShape& s : bench::workload_tables(spec)) {
-    tables.push_back({s.name, s.rows});
+    tables.push_back({s.name, s.rows, {tables.size()}});
     dims.push_back(s.dim);
   }
   InputBuilder builder(specs_of(tables, dims, optimizer), sampling);
@@ -154,14 +165,18 @@ Result<TuneInput> load_workload(const bench::WorkloadSpec& spec, std::int64_t st
                                    " steps");
 }
 
-Result<TuneInput> load_source(const bench::BatchSource& source, const std::vector<int>& dims, OptimizerKind optimizer,
-                              const Sampling& sampling, const ProgressFn& progress) {
-  if (dims.size() != source.tables().size())
-    return Status::invalid_argument(std::to_string(dims.size()) + " dims for " +
-                                    std::to_string(source.tables().size()) + " tables");
+Result<TuneInput> load_source(const bench::BatchSource& source, const std::vector<bench::SourceTable>& tables,
+                              const std::vector<int>& dims, OptimizerKind optimizer, const Sampling& sampling,
+                              const ProgressFn& progress) {
+  if (dims.size() != tables.size())
+    return Status::invalid_argument(std::to_string(dims.size()) + " dims for " + std::to_string(tables.size()) +
+                                    " tables");
   if (!(sampling.rate > 0.0 && sampling.rate <= 1.0))
     return Status::invalid_argument("--sample " + std::to_string(sampling.rate) + " (expected a rate in (0, 1])");
-  InputBuilder builder(specs_of(source.tables(), dims, optimizer), sampling);
+  std::vector<std::vector<std::size_t>> features;
+  features.reserve(tables.size());
+  for (const bench::SourceTable& t : tables) features.push_back(t.features);
+  InputBuilder builder(specs_of(tables, dims, optimizer), sampling, std::move(features));
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<bench::BatchCursor> cursor, source.cursor(0, 1));
   for (std::int64_t i = 0; i < source.size(); ++i) {
     STRATA_ASSIGN_OR_RETURN(const KeyBatch b, cursor->next());
@@ -171,6 +186,8 @@ Result<TuneInput> load_source(const bench::BatchSource& source, const std::vecto
   }
   TuneInput in =
       std::move(builder).finish(source.kind() + " " + source.path() + ", " + std::to_string(source.size()) + " steps");
+  for (std::size_t t = 0; t < tables.size(); ++t)
+    in.tables[t].features = bench::feature_names(tables[t], source.tables());
   std::int64_t keys = 0;
   for (const TableTrace& t : in.tables) keys += t.key_count;
   if (keys == 0)
@@ -193,7 +210,7 @@ std::function<void(std::int64_t, std::int64_t)> check_progress(const ProgressFn&
 }  // namespace
 
 Result<TuneInput> load_trace(const std::string& path, int dim, OptimizerKind optimizer, const Sampling& sampling,
-                             const ProgressFn& progress) {
+                             const ProgressFn& progress, const std::vector<bench::TableFeatures>& mapping) {
   STRATA_RETURN_IF_ERROR(check_dim(dim));
   {
     STRATA_ASSIGN_OR_RETURN(const bench::TraceReader header, bench::TraceReader::open(path));
@@ -204,7 +221,10 @@ Result<TuneInput> load_trace(const std::string& path, int dim, OptimizerKind opt
   STRATA_ASSIGN_OR_RETURN(
       const bench::BatchSource source,
       bench::BatchSource::open_trace(path, std::numeric_limits<std::int64_t>::max(), check_progress(progress, path)));
-  return load_source(source, std::vector<int>(source.tables().size(), dim), optimizer, sampling, progress);
+  STRATA_ASSIGN_OR_RETURN(
+      const std::vector<bench::SourceTable> tables,
+      bench::map_features(mapping, source.tables(), "trace '" + path + "'", bench::MappedRows::kMax));
+  return load_source(source, tables, std::vector<int>(tables.size(), dim), optimizer, sampling, progress);
 }
 
 Result<std::vector<TableSpec>> criteo_tables(const std::string& table_set, std::int64_t criteo_rows, int dim) {
@@ -231,15 +251,20 @@ Result<std::vector<TableSpec>> criteo_tables(const std::string& table_set, std::
 
 Result<TuneInput> load_criteo(const std::string& path, const std::vector<TableSpec>& tables, std::int64_t batch,
                               bool has_label, OptimizerKind optimizer, const Sampling& sampling,
-                              const ProgressFn& progress) {
+                              const ProgressFn& progress, const std::vector<bench::TableFeatures>& mapping) {
   if (batch < 1) return Status::invalid_argument("--batch " + std::to_string(batch) + " (expected >= 1)");
+  STRATA_ASSIGN_OR_RETURN(const bench::CriteoColumns columns, bench::map_criteo_columns(mapping, tables));
+  bench::CriteoTsvOptions options;
+  options.batch_size = batch;
+  options.has_label = has_label;
+  options.key_columns = columns.key_columns;
   STRATA_ASSIGN_OR_RETURN(
       const bench::BatchSource source,
-      bench::BatchSource::open_criteo(path, tables, batch, has_label, std::numeric_limits<std::int64_t>::max(),
+      bench::BatchSource::open_criteo(path, columns.columns, options, std::numeric_limits<std::int64_t>::max(),
                                       check_progress(progress, path)));
   std::vector<int> dims;
-  for (const TableSpec& t : tables) dims.push_back(t.dim);
-  return load_source(source, dims, optimizer, sampling, progress);
+  for (const bench::SourceTable& t : columns.tables) dims.push_back(tables[t.features.front()].dim);
+  return load_source(source, columns.tables, dims, optimizer, sampling, progress);
 }
 
 }  // namespace strata::tune

@@ -22,6 +22,7 @@
 #include "core/status.hpp"
 #include "core/table_spec.hpp"
 #include "toolkit/batch_source.hpp"
+#include "toolkit/feature_tables.hpp"
 #include "toolkit/workload.hpp"
 
 namespace strata::tune {
@@ -47,9 +48,10 @@ struct Sampling {
   bool keeps(std::uint64_t key) const noexcept;
 };
 
-/// One table's keys over the steps.
+/// One table's keys over the steps: the keys of all its features, as a batch dedups them per table.
 struct TableTrace {
   TableSpec spec;                       ///< name, rows, dim and optimizer (what the plan's store config gets)
+  std::vector<std::string> features;    ///< its features, when other than itself (the plan's features list)
   cache::KeyTrace keys;                 ///< rows used (all, or the sampled ones), batch b = step b
   cache::KeyTrace check;                ///< sampled traces: every row of the first steps (see the header)
   cache::KeyTrace check_sample;         ///< sampled traces: the rows of `check` in the sample
@@ -76,18 +78,24 @@ struct TuneInput {
   std::vector<TableTrace> tables;  ///< in workload, trace-header or Criteo column order
 };
 
-/// Builds a TuneInput one step at a time (one KeyBatch per step, features in table order).
+/// Builds a TuneInput one step at a time (one KeyBatch per step, features in a fixed order).
 class InputBuilder {
  public:
-  /// Tables `specs` (names unique), keys sampled by `sampling` (rate in (0, 1]).
-  InputBuilder(const std::vector<TableSpec>& specs, const Sampling& sampling);
-  /// Adds one step: feature f of `batch` is table f (features beyond the tables are an error).
+  /// Tables `specs` (names unique), keys sampled by `sampling` (rate in (0, 1]). `features[t]`: the
+  /// positions in every batch of table t's features, whose keys it takes together (empty: table t
+  /// is feature t).
+  InputBuilder(const std::vector<TableSpec>& specs, const Sampling& sampling,
+               std::vector<std::vector<std::size_t>> features = {});
+  /// Adds one step: table t takes the keys of its features (features beyond those of the tables
+  /// are an error).
   Status add(const KeyBatch& batch);
   /// The input, with `source` and the steps added.
   TuneInput finish(std::string source) &&;
 
  private:
   TuneInput in_;
+  std::vector<std::vector<std::size_t>> features_;  // per table: its features' positions in a batch
+  std::size_t num_features_ = 0;
   Sampling sampling_;
   bool checking_ = false;  // the first steps: exact keys into TableTrace::check too
   std::int64_t checked_ = 0;
@@ -107,27 +115,33 @@ Result<TuneInput> load_workload(const bench::WorkloadSpec& spec, std::int64_t st
                                 const Sampling& sampling = {}, const ProgressFn& progress = {});
 
 /// The keys of a file source (bench::BatchSource::open_trace or open_criteo, opened with every
-/// batch of the file): one step per batch, in file order, streamed through a cursor. `dims` gives
-/// each table's dim (by position in source.tables()), every table gets `optimizer`. An empty source
-/// (no keys at all) is an error ("trace X has no keys").
-Result<TuneInput> load_source(const bench::BatchSource& source, const std::vector<int>& dims, OptimizerKind optimizer,
-                              const Sampling& sampling = {}, const ProgressFn& progress = {});
+/// batch of the file): one step per batch, in file order, streamed through a cursor. `tables` are
+/// the tables of the source's features (bench::map_features), `dims` gives each table's dim, every
+/// table gets `optimizer`. An empty source (no keys at all) is an error ("trace X has no keys").
+Result<TuneInput> load_source(const bench::BatchSource& source, const std::vector<bench::SourceTable>& tables,
+                              const std::vector<int>& dims, OptimizerKind optimizer, const Sampling& sampling = {},
+                              const ProgressFn& progress = {});
 
-/// The keys of a STRTRACE file (load_source of open_trace): every header table with `dim` (> 0)
-/// and `optimizer` (a trace records rows, not dims). The whole file is checked before it is
-/// streamed (bad magic, truncation, checksums): errors name the file and the offset.
+/// The keys of a STRTRACE file (load_source of open_trace): the tables of its header's features
+/// under `mapping` (bench::map_features: each feature its own table where it says nothing; a table
+/// of several has the most rows of its features), every one with `dim` (> 0) and `optimizer` (a
+/// trace records rows, not dims). The whole file is checked before it is streamed (bad magic,
+/// truncation, checksums): errors name the file and the offset; a mapping that does not fit the
+/// header names the feature or table.
 Result<TuneInput> load_trace(const std::string& path, int dim, OptimizerKind optimizer, const Sampling& sampling = {},
-                             const ProgressFn& progress = {});
+                             const ProgressFn& progress = {}, const std::vector<bench::TableFeatures>& mapping = {});
 
 /// The tables of a Criteo TSV file as strata-bench --criteo builds them: `table_set` in the syntax
 /// of bench::apply_table_set ("criteo" meaning "criteo:<criteo_rows>"), 26 tables (C1..C26), every
 /// one of `dim` (where the set gives none). Errors: a bad set, a set of other than 26 tables.
 Result<std::vector<TableSpec>> criteo_tables(const std::string& table_set, std::int64_t criteo_rows, int dim);
 
-/// The keys of a Criteo TSV file (load_source of open_criteo) for `tables` (criteo_tables),
-/// `batch` samples per step (the last step may be shorter), lines with or without the label.
+/// The keys of a Criteo TSV file (load_source of open_criteo) for the columns `tables`
+/// (criteo_tables) and the tables `mapping` makes of them (bench::map_criteo_columns: a table of
+/// several columns has their rows summed and the dim of the first), `batch` samples per step (the
+/// last step may be shorter), lines with or without the label.
 Result<TuneInput> load_criteo(const std::string& path, const std::vector<TableSpec>& tables, std::int64_t batch,
                               bool has_label, OptimizerKind optimizer, const Sampling& sampling = {},
-                              const ProgressFn& progress = {});
+                              const ProgressFn& progress = {}, const std::vector<bench::TableFeatures>& mapping = {});
 
 }  // namespace strata::tune

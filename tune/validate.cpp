@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "core/record_layout.hpp"
+#include "toolkit/feature_tables.hpp"
 
 namespace strata::tune {
 
@@ -31,8 +32,19 @@ double RunPrediction::hit_rate() const noexcept {
   return a > 0 ? static_cast<double>(h) / static_cast<double>(a) : 0.0;
 }
 
+std::vector<std::pair<std::string, std::vector<std::string>>> plan_features(const StoreConfig& plan) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> out;
+  for (const TableConfig& t : plan.tables) {
+    if (t.features.empty()) continue;
+    out.push_back({t.spec.name, {}});
+    for (const FeatureConfig& f : t.features) out.back().second.push_back(f.name);
+  }
+  return out;
+}
+
 Status check_plan_tables(const StoreConfig& plan, const std::vector<std::string>& names,
-                         const std::vector<std::int64_t>& rows, const std::vector<int>& dims, const std::string& what) {
+                         const std::vector<std::int64_t>& rows, const std::vector<int>& dims, const std::string& what,
+                         const std::map<std::string, std::vector<std::string>>& features) {
   for (std::size_t i = 0; i < names.size(); ++i) {
     const auto t = std::find_if(plan.tables.begin(), plan.tables.end(),
                                 [&](const TableConfig& c) { return c.spec.name == names[i]; });
@@ -46,6 +58,11 @@ Status check_plan_tables(const StoreConfig& plan, const std::vector<std::string>
     if (!dims.empty() && t->spec.dim != dims[i])
       return Status::invalid_argument("table '" + names[i] + "' has dim " + std::to_string(t->spec.dim) +
                                       " in the plan but " + std::to_string(dims[i]) + " in the " + what);
+    std::vector<std::string> listed;
+    for (const FeatureConfig& f : t->features) listed.push_back(f.name);
+    const auto it = features.find(names[i]);
+    const std::vector<std::string> used = it == features.end() ? std::vector<std::string>{} : it->second;
+    STRATA_RETURN_IF_ERROR(bench::check_same_features(names[i], listed, "plan", used, what));
   }
   for (const TableConfig& c : plan.tables)
     if (std::find(names.begin(), names.end(), c.spec.name) == names.end())

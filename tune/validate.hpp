@@ -19,7 +19,9 @@
 // reports rank 0's counters, and the prediction is rank 0's (predict_run).
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "store/model/cost_model.hpp"
@@ -63,10 +65,15 @@ struct RunPrediction {
 };
 
 /// Checks that `plan` has the tables of the source (`names`, `rows`; `dims` too unless empty, one
-/// per table): one line naming the first difference ("table 'c' has 500 rows in the plan but 800
-/// in the trace"); `what` names the source.
+/// per table), each looked up by the same features (`features`: table -> its features when other
+/// than itself; the plan's features lists): one line naming the first difference ("table 'c' has
+/// 500 rows in the plan but 800 in the trace"); `what` names the source.
 Status check_plan_tables(const StoreConfig& plan, const std::vector<std::string>& names,
-                         const std::vector<std::int64_t>& rows, const std::vector<int>& dims, const std::string& what);
+                         const std::vector<std::int64_t>& rows, const std::vector<int>& dims, const std::string& what,
+                         const std::map<std::string, std::vector<std::string>>& features = {});
+
+/// The features lists of `plan`'s tables that have one (table, its features), as InputArgs::features takes them.
+std::vector<std::pair<std::string, std::vector<std::string>>> plan_features(const StoreConfig& plan);
 
 /// Predicts the run of `plan` (its specs, placements and caches) over `input` (exact keys, its
 /// tables those of the plan by name) with `steps` (>= 1) training steps and strata-bench's

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -161,7 +162,10 @@ int check_arguments(const ValidateArgs& a, Validation& v) {
                   std::to_string(*ranks) + " ranks takes gpu or hybrid tables (a plan made with plan --ranks " +
                   std::to_string(*ranks) + ")");
   }
-  auto shapes = input_tables(a.input);
+  InputArgs in = a.input;
+  if (!tables_map_features(in)) in.features = plan_features(v.plan);
+  std::map<std::string, std::vector<std::string>> features;
+  auto shapes = input_tables(in, &features);
   if (!shapes) return fail(shapes.status().message());
   const std::string what = !a.input.trace.empty() ? "trace" : !a.input.criteo.empty() ? "criteo table set" : "workload";
   std::vector<std::string> names;
@@ -173,7 +177,7 @@ int check_arguments(const ValidateArgs& a, Validation& v) {
     dims.push_back(s.dim);
   }
   if (!a.input.trace.empty()) dims.clear();  // a trace records no dims: the plan's are used
-  if (Status s = check_plan_tables(v.plan, names, rows, dims, what); !s.is_ok())
+  if (Status s = check_plan_tables(v.plan, names, rows, dims, what, features); !s.is_ok())
     return fail("plan " + a.plan + " does not match the " + what + ": " + s.message());
   v.bench = a.bench.empty() ? sibling_bench() : a.bench;
   if (::access(v.bench.c_str(), X_OK) != 0)
@@ -186,6 +190,7 @@ int predict(const ValidateArgs& a, Validation& v) {
   v.progress = progress_printer(a.progress);
   const ProgressFn& progress = v.progress;
   InputArgs in = a.input;
+  if (!tables_map_features(in)) in.features = plan_features(v.plan);
   if (!a.input.workload.empty()) {
     auto spec = workload_of(a.input.workload);
     if (!spec) return fail("--workload: " + spec.status().message());
@@ -270,6 +275,7 @@ int run_bench(const ValidateArgs& a, Validation& v) {
                                 bench_json};
   if (!a.input.trace.empty()) {
     argv.insert(argv.end(), {"--trace", a.input.trace});
+    if (tables_map_features(a.input)) argv.insert(argv.end(), {"--tables", a.input.tables});
   } else if (!a.input.criteo.empty()) {
     argv.insert(argv.end(), {"--criteo", a.input.criteo, "--tables", a.input.tables, "--criteo-rows",
                              std::to_string(a.input.criteo_rows), "--batch", std::to_string(a.input.batch), "--dim",

@@ -226,6 +226,100 @@ TEST(BenchSources, APlanWrittenByStrataTuneRunsAsAConfig) {
   EXPECT_GT(j["results"][0]["train_lookups_per_s"].get<double>(), 0);
 }
 
+// ---- several features per table: --tables TABLE=FEATURE+..., or a config's features lists ----
+
+// Features clicked and bought (used by one table in the runs below) with keys both use in a batch,
+// and user; `merged`: the same keys with clicked's and bought's bags joined in one feature "item".
+std::string write_feature_trace(const std::string& name, bool merged) {
+  std::vector<strata::KeyBatch> batches;
+  for (int i = 0; i < 12; ++i) {
+    const strata::Key a = (13 * i) % 24, b = (7 * i + 1) % 24, c = (5 * i) % 16;
+    strata::KeyBatch kb;
+    if (merged) {
+      kb.features.push_back({"item", {0, 3, 6}, {a, b, b, c, a, (a + 1) % 24}, {}});
+    } else {
+      kb.features.push_back({"clicked", {0, 2, 3}, {a, b, c}, {}});
+      kb.features.push_back({"bought", {0, 1, 3}, {b, a, (a + 1) % 24}, {}});
+    }
+    kb.features.push_back({"user", {0, 1, 2}, {i % 50, 3}, {}});
+    batches.push_back(std::move(kb));
+  }
+  const std::string path = temp_dir() + "/" + name;
+  const std::vector<strata::bench::TraceTable> features =
+      merged ? std::vector<strata::bench::TraceTable>{{"item", 400}, {"user", 50}}
+             : std::vector<strata::bench::TraceTable>{{"clicked", 400}, {"bought", 300}, {"user", 50}};
+  EXPECT_TRUE(strata::bench::write_trace(path, features, batches).is_ok());
+  return path;
+}
+
+// Two features on one table are one table to the store and to strata-bench's counts: the cache sees
+// the rows of both, deduplicated per batch, exactly as one feature holding both bags.
+TEST(BenchSources, TwoFeaturesOfATableShareItsRowsAndCache) {
+  const std::string two = write_feature_trace("two_features.strtrace", false);
+  const std::string one = write_feature_trace("one_feature.strtrace", true);
+  const std::string common = kQuick + "--dim 8 --modes cpu,cached --cache-fraction 0.02 ";
+  const json j = run_json(common + "--trace " + two + " --tables item=clicked+bought", "two_features");
+  const json k = run_json(common + "--trace " + one, "one_feature");
+  ASSERT_FALSE(j.empty());
+  ASSERT_FALSE(k.empty());
+  EXPECT_EQ(j["workload"]["tables"], k["workload"]["tables"]);  // item (400 rows, the most of its features), user
+  for (const char* c : {"accesses", "hits", "misses", "evictions"})
+    EXPECT_EQ(mode(j, "cached")["cache"][c], mode(k, "cached")["cache"][c]) << c;
+  EXPECT_GT(mode(j, "cached")["cache"]["hits"].get<double>(), 0);
+  // The cpu optimizer updates each row of the table once a batch, over both features.
+  EXPECT_EQ(mode(j, "cpu")["cpu_kernel_bytes_per_step"], mode(k, "cpu")["cpu_kernel_bytes_per_step"]);
+  // A config's features lists are the mapping; the mapping must be the config's.
+  const std::string config = write_temp("features.json", R"({"threads": 1, "tables": [
+ {"name": "item", "rows": 400, "dim": 8, "features": ["clicked", "bought"], "placement": "cached",
+  "cache": {"rows": 8}},
+ {"name": "user", "rows": 50, "dim": 8, "placement": "cpu"}]})");
+  const json c = run_json(kQuick + "--modes '' --trace " + two + " --config " + config, "features_config");
+  ASSERT_FALSE(c.empty());
+  EXPECT_GT(c["results"][0]["cache"]["accesses"].get<double>(), 0);
+  expect_refused(kQuick + "--modes '' --trace " + two + " --tables item=clicked,bought=bought --config " + config,
+                 "table 'item' is looked up by features clicked, bought in the config but by features clicked");
+  expect_refused(kQuick + "--modes '' --tables item=400x8,user=50x8 --config " + config,
+                 "table 'item' is looked up by features clicked, bought in the config but by its own name");
+}
+
+TEST(BenchSources, CriteoColumnsMappedToOneTableKeyAValueToOneRow) {
+  // 20 lines; C1 and C2 hold the same value on each line.
+  std::string text;
+  for (int line = 0; line < 20; ++line) {
+    text += "1";
+    for (int i = 0; i < 13; ++i) text += "\t" + std::to_string(i);
+    for (int t = 0; t < 26; ++t) text += "\t" + std::to_string(100 + (t < 2 ? 0 : t) + 7 * line);
+    text += "\n";
+  }
+  const std::string tsv = write_temp("pair.tsv", text), trace = temp_dir() + "/pair.strtrace";
+  const json j = run_json(kQuick + "--dim 8 --tables pair=C2+C1 --criteo-rows 50000 --batch 5 --modes cpu --criteo " +
+                              tsv + " --dump-trace " + trace,
+                          "criteo_pair");
+  ASSERT_FALSE(j.empty());
+  EXPECT_EQ(j["workload"]["tables"].size(), 25u);
+  auto read = strata::bench::read_trace(trace);
+  ASSERT_TRUE(read.is_ok()) << read.status().to_string();
+  ASSERT_EQ(read->tables.size(), 26u);  // the features, each with its table's rows
+  EXPECT_EQ(read->tables[0].rows, read->tables[1].rows);
+  for (const strata::KeyBatch& b : read->batches) EXPECT_EQ(b.features[0].keys, b.features[1].keys);
+  expect_refused(kQuick + "--tables pair=C2+C27 --batch 5 --modes cpu --criteo " + tsv,
+                 "table 'pair': feature 'C27' is not in a Criteo file (its columns: C1..C26");
+}
+
+TEST(BenchSources, BadFeatureMappingsAreRefused) {
+  const std::string two = write_feature_trace("bad_features.strtrace", false);
+  const std::string base = kQuick + "--dim 8 --modes cpu --trace " + two + " --tables ";
+  expect_refused(base + "item=clicked,item=bought", "--tables: item 2 'item=bought': table 'item' is listed twice");
+  expect_refused(base + "item=clicked+bought,x=bought",
+                 "feature 'bought' is mapped to table 'item' and to table 'x' (expected one table per feature)");
+  expect_refused(base + "item=clicked+boughtt",
+                 "table 'item': feature 'boughtt' is not in trace " + two + " (its features: clicked, bought, user)");
+  expect_refused(base + "user=clicked", "table 'user' is listed twice: in the mapping and as feature 'user'");
+  expect_refused(base + "3", "other --tables, --rows and --workload do not apply");
+  expect_refused(kQuick + "--modes cpu --tables item=clicked+bought",
+                 "a mapping of features to tables (TABLE=FEATURE[+FEATURE...]) applies to --trace and --criteo");
+}
+
 // ---- bad input: one line, non-zero exit, before the long work ----
 
 TEST(BenchSources, ConfigsThatDoNotMatchTheWorkloadAreRefused) {

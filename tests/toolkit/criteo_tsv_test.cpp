@@ -149,7 +149,7 @@ TEST(CriteoTsv, ReadsBatchesWithEmptyFields) {
   auto dropped = read_criteo_tsv(path, t, o);
   ASSERT_TRUE(dropped.is_ok()) << dropped.status().to_string();
   EXPECT_EQ(dropped->size(), 2u);
-  auto limited = read_criteo_tsv(path, t, {2, true, false}, 1);
+  auto limited = read_criteo_tsv(path, t, {2, true, false, {}}, 1);
   ASSERT_TRUE(limited.is_ok());
   EXPECT_EQ(limited->size(), 1u);
 }

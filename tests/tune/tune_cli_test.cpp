@@ -52,6 +52,16 @@ void expect_one_line_error(const std::string& args, const std::string& needle) {
   EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
 }
 
+// Runs `plan ARGS --host-budget 1GB --out <temp>/NAME` and parses the store config it writes.
+StoreConfig written_plan(const std::string& args, const std::string& name) {
+  const std::string path = temp_dir() + "/" + name;
+  const auto r = run_program(kBin + " plan " + args + " --host-budget 1GB --out " + path);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  auto config = parse_store_config(read_file(path));
+  EXPECT_TRUE(config.is_ok()) << config.status().to_string();
+  return config.is_ok() ? *config : StoreConfig{};
+}
+
 // A small valid trace at `path`.
 void write_trace(const std::string& path, int batches) {
   std::vector<bench::TraceTable> tables{{"a", 1000}, {"b", 50}};
@@ -275,6 +285,15 @@ TEST(TuneCli, PlanReadsACriteoTsvWithStrataBenchsTables) {
   auto tables = bench::criteo_default_tables(100000, 16);
   ASSERT_TRUE(tables.is_ok());
   for (const TableSpec& t : *tables) EXPECT_NE(r.output.find("\n" + t.name + " "), std::string::npos) << t.name;
+  // Columns mapped to one table: its rows are theirs summed, its features list is the columns.
+  const StoreConfig config = written_plan(
+      "--criteo " + tsv + " --tables pair=C3+C1 --criteo-rows 100000 --batch 256 --dim 16 --hbm-budget 2MB",
+      "criteo_pair_plan.json");
+  ASSERT_EQ(config.tables.size(), 25u);
+  EXPECT_EQ(config.tables[0].spec.name, "pair");
+  EXPECT_EQ(config.tables[0].spec.rows, (*tables)[0].rows + (*tables)[2].rows);
+  ASSERT_EQ(config.tables[0].features.size(), 2u);
+  EXPECT_EQ(config.tables[0].features[0].name, "C3");
 }
 
 TEST(TuneCli, PlanSamplesATraceAndSaysTheMeasuredError) {
@@ -435,6 +454,71 @@ TEST(TuneCli, ValidatePredictsTheBytesPerLinkExactlyOnEmu) {
       EXPECT_GT(j["bytes_per_step"]["measured"]["host_write"].get<double>(), 0);
     }
   }
+}
+
+// A trace of three features: clicked and bought (400 and 300 rows, keys below 24, most of them used
+// by both in each batch, so a table of the two dedups them together) and user (50 rows).
+void write_feature_trace(const std::string& path, int batches) {
+  std::vector<bench::TraceTable> features{{"clicked", 400}, {"bought", 300}, {"user", 50}};
+  std::vector<KeyBatch> bs;
+  for (int i = 0; i < batches; ++i) {
+    const Key a = (13 * i) % 24, b = (7 * i + 1) % 24, c = (5 * i) % 16;
+    KeyBatch kb;
+    kb.features.push_back({"clicked", {0, 2, 3}, {a, b, c}, {}});
+    kb.features.push_back({"bought", {0, 1, 3}, {b, a, (a + 1) % 24}, {}});
+    kb.features.push_back({"user", {0, 1, 2}, {i % 50, 3}, {}});
+    bs.push_back(std::move(kb));
+  }
+  ASSERT_TRUE(bench::write_trace(path, features, bs).is_ok());
+}
+
+// Two features on one table share its rows: the plan's curves, the validate prediction and the
+// bytes count the table's keys over both (a row both use in a batch is one access), and equal
+// what strata-bench measures on the store. Counted per feature, the accesses would be more.
+TEST(TuneCli, TwoFeaturesOfOneTableCountTheTablesKeys) {
+  const std::string trace = temp_dir() + "/features.strtrace", plan = temp_dir() + "/features_plan.json";
+  write_feature_trace(trace, 30);
+  const StoreConfig written = written_plan(
+      "--trace " + trace + " --tables item=clicked+bought --dim 8 --hbm-budget 10KB", "features_plan.json");
+  ASSERT_EQ(written.tables.size(), 2u);
+  EXPECT_EQ(written.tables[0].spec.name, "item");
+  EXPECT_EQ(written.tables[0].spec.rows, 400);  // the most rows of its features
+  ASSERT_EQ(written.tables[0].features.size(), 2u);
+  EXPECT_EQ(written.tables[0].features[1].name, "bought");
+  EXPECT_TRUE(written.tables[1].features.empty());
+  // A cache of 8 rows that evicts; the features come from the plan.
+  const char* const cached_plan = R"({"threads": 1, "tables": [
+ {"name": "item", "rows": 400, "dim": 8, "features": ["clicked", "bought"], "placement": "cached",
+  "cache": {"rows": 8, "cap": true}},
+ {"name": "user", "rows": 50, "dim": 8, "placement": "gpu"}]})";
+  const std::string out = temp_dir() + "/features_validate.json";
+  write(plan, cached_plan);
+  const auto r = run_program(kBin + " validate " + plan + " --trace " + trace + " --backend emu --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(read_file(out));
+  bool seen = false;
+  for (const auto& t : j["tables"]) {
+    if (t["name"] != "item") continue;
+    seen = true;
+    EXPECT_EQ(t["predicted"]["accesses"], t["measured"]["accesses"]) << t.dump();
+    EXPECT_EQ(t["predicted"]["hits"], t["measured"]["hits"]) << t.dump();
+    EXPECT_GT(t["measured"]["hits"].get<int>(), 0) << t.dump();
+  }
+  EXPECT_TRUE(seen) << j.dump();
+  // Bad mappings: one line naming the value, exit 2, before any work.
+  const std::string p = "plan --trace " + trace + " --dim 8 --tables ";
+  expect_one_line_error(p + "item=clicked,item=bought", "--tables: item 2 'item=bought': table 'item' is listed twice");
+  expect_one_line_error(p + "item=clicked+bought,x=bought",
+                        "feature 'bought' is mapped to table 'item' and to table 'x'");
+  expect_one_line_error(p + "item=clicked+nope", "table 'item': feature 'nope' is not in trace '" + trace +
+                                                     "' (its features: clicked, bought, user)");
+  expect_one_line_error(p + "user=clicked", "table 'user' is listed twice: in the mapping and as feature 'user'");
+  expect_one_line_error(p + "criteo:100", "with --trace, --tables maps the trace's features to tables");
+  expect_one_line_error("plan --workload " + kWorkload + " --tables item=a+b",
+                        "a mapping of features to tables applies to --trace and --criteo files");
+  expect_one_line_error("validate " + plan + " --trace " + trace + " --tables item=clicked",
+                        "table 'item' is looked up by features clicked, bought in the plan but by features clicked in "
+                        "the trace");
 }
 
 // The default profile (h200-pcie5) with random-row gather rates, slow enough that host DRAM is the
