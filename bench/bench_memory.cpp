@@ -43,9 +43,16 @@ std::vector<TableLoad> largest_loads(const Options& o, const StoreConfig& c, int
   const auto keys = static_cast<std::int64_t>(static_cast<double>(o.workload.batch) * keys_per_bag);
   std::vector<TableLoad> loads;
   for (const TableConfig& t : c.tables) {
-    // Each feature of a table brings its bags and keys to the table's step.
+    // Each feature of a table brings its keys to the table's step, whose entry has the batch's bags
+    // (features merged bag by bag), and its outputs to the store's front.
     const auto features = static_cast<std::int64_t>(std::max<std::size_t>(1, t.features.size()));
-    loads.push_back(largest_load(t.spec, features * keys, features * o.workload.batch, world));
+    TableLoad l = largest_load(t.spec, features * keys, o.workload.batch, world);
+    if (features > 1) {
+      l.features = static_cast<int>(features);
+      l.max_feature_rows = feature_rows(t, o.workload.batch, std::vector<std::int64_t>(t.features.size(), keys));
+      l.feature_rows = static_cast<double>(l.max_feature_rows);
+    }
+    loads.push_back(l);
   }
   return loads;
 }

@@ -237,7 +237,8 @@ class StepBuffers {
 
 // Adds one timed training batch to r's sums: keys, samples, the bytes of their rows, and the host
 // bytes of the CPU kernels, which no device counts: the rows the CPU gather reads (cpu tables,
-// offload tables pooled on the CPU; every key's row) and the records the CPU optimizer reads and
+// offload tables pooled on the CPU; every key's row; the unpooled fp32 rows a table of several
+// features is pooled from at the store's front) and the records the CPU optimizer reads and
 // writes (cpu and offload tables; each distinct row of the batch once, as host/repeats.hpp sums
 // its gradients).
 Status count_timed_batch(const Store& store, const KeyBatch& b, ModeResult& r) {
@@ -252,6 +253,9 @@ Status count_timed_batch(const Store& store, const KeyBatch& b, ModeResult& r) {
     r.timed_key_bytes += bytes;
     const bool cpu = tc.placement == Placement::kCpu, offload = tc.placement == Placement::kOffload;
     if (cpu || (offload && c.offload_gather == OffloadGather::kCpu)) r.timed_host_gather_bytes += bytes;
+    // A table of several features is pooled per feature on the host from its unpooled fp32 rows.
+    if (tc.features.size() > 1)
+      r.timed_host_gather_bytes += static_cast<double>(f.num_keys()) * exchanged_row_bytes(tc.spec);
     if (cpu || offload) host_keys[feature.first].insert(host_keys[feature.first].end(), f.keys.begin(), f.keys.end());
   }
   // The optimizer updates each distinct row of a table once, over all its features.
@@ -433,6 +437,7 @@ Result<ModeResult> run_mode(const Options& o, const ModeDescriptor& mode, double
     STRATA_ASSIGN_OR_RETURN(auto group, dispatch::make_local_group(ranks, comm_options(o)));
     std::vector<Status> status(static_cast<std::size_t>(ranks));
     std::vector<std::thread> threads;
+    threads.reserve(static_cast<std::size_t>(ranks));
     for (int q = 0; q < ranks; ++q)
       threads.emplace_back([&, q] {
         auto store =
@@ -451,8 +456,9 @@ Result<ModeResult> run_mode(const Options& o, const ModeDescriptor& mode, double
   r.keys_per_step = r.timed_keys / n * ranks;
   r.samples_per_step = r.timed_samples / n * ranks;
   r.bytes_per_lookup = r.timed_keys > 0 ? r.timed_key_bytes / r.timed_keys : 0;
-  r.host_gather_bytes_per_step = r.timed_host_gather_bytes / n * ranks;
-  r.host_optimizer_bytes_per_step = r.timed_host_optimizer_bytes / n * ranks;
+  // The CPU kernels' host bytes are rank 0's, as its counters are (each rank pools its own batch).
+  r.host_gather_bytes_per_step = r.timed_host_gather_bytes / n;
+  r.host_optimizer_bytes_per_step = r.timed_host_optimizer_bytes / n;
   r.device = r.train_stats.device;
   r.device_peak_bytes = r.train_stats.device_peak_bytes;
   r.peak_rss_bytes = process_peak_rss_bytes();

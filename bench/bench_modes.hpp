@@ -26,7 +26,7 @@ struct ModeResult {
   double timed_keys = 0, timed_samples = 0, timed_key_bytes = 0;
   double timed_host_gather_bytes = 0, timed_host_optimizer_bytes = 0;  // rows read by CPU kernels
   int timed_batches = 0;
-  double host_gather_bytes_per_step = 0, host_optimizer_bytes_per_step = 0;
+  double host_gather_bytes_per_step = 0, host_optimizer_bytes_per_step = 0;  // rank 0's, as its counters
   double setup_s = 0;
   StoreStats train_stats;           // counters over the timed training steps only
   std::string trainer_device;       // --trainer device: the trainer's device ("" with --trainer host)

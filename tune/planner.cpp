@@ -45,6 +45,17 @@ TableLoad load_of(const TuneInput& input, std::size_t t, const ShardInputs& shar
   l.max_keys = tr.max_keys;
   for (const std::int64_t b : tr.step_bags) l.max_bags = std::max(l.max_bags, b);
   l.max_distinct = tr.max_distinct;
+  if (tr.features.size() > 1) {  // served as the plan lists them, each with the table's pooling
+    TableConfig tc;
+    tc.spec = tr.spec;
+    for (const std::string& f : tr.features) tc.features.push_back({f, std::nullopt});
+    l.features = static_cast<int>(tr.features.size());
+    for (std::int64_t b = 0; b < static_cast<std::int64_t>(tr.step_bags.size()); ++b) {
+      const std::int64_t rows = step_feature_rows(tr, tc, b);
+      l.feature_rows += static_cast<double>(rows) / static_cast<double>(tr.step_bags.size());
+      l.max_feature_rows = std::max(l.max_feature_rows, rows);
+    }
+  }
   if (t < shards.traces.size()) {
     for (const TableTrace& s : shards.traces[t]) {
       l.shard_distinct = std::max(l.shard_distinct, s.distinct_per_step());
@@ -434,7 +445,7 @@ Evaluation search(const PlanSpace& space, std::vector<std::size_t>& pick, const 
 bool identical(const TableTrace& a, const TableSpec& as, const TableTrace& b, const TableSpec& bs) {
   return as.rows == bs.rows && as.dim == bs.dim && as.optimizer.kind == bs.optimizer.kind && as.dtype == bs.dtype &&
          as.state_dtype == bs.state_dtype && as.output_dtype == bs.output_dtype && a.step_bags == b.step_bags &&
-         a.keys.batch_offsets == b.keys.batch_offsets && a.keys.keys == b.keys.keys;
+         a.feature_keys == b.feature_keys && a.keys.batch_offsets == b.keys.batch_offsets && a.keys.keys == b.keys.keys;
 }
 
 // The groups of two or more identical tables, each in input order.

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/row_math.hpp"
+#include "store/model/table_cost.hpp"
 #include "toolkit/criteo_tsv.hpp"
 
 namespace strata::tune {
@@ -56,6 +57,12 @@ InputBuilder::InputBuilder(const std::vector<TableSpec>& specs, const Sampling& 
   }
 }
 
+std::int64_t step_feature_rows(const TableTrace& t, const TableConfig& table, std::int64_t b) {
+  if (t.feature_keys.empty()) return 0;
+  const auto i = static_cast<std::size_t>(b);
+  return feature_rows(table, t.step_bags[i], t.feature_keys[i]);
+}
+
 Status InputBuilder::add(const KeyBatch& batch) {
   if (batch.features.size() > num_features_)
     return Status::invalid_argument("step " + std::to_string(in_.steps) + " has " +
@@ -70,13 +77,19 @@ Status InputBuilder::add(const KeyBatch& batch) {
   for (std::size_t t = 0; t < in_.tables.size(); ++t) {
     TableTrace& tt = in_.tables[t];
     // The table's keys this step: those of all its features, which the store dedups together.
+    // Its bags: the batch's, once (a table of several features merges them bag by bag).
     std::int64_t keys = 0, bags = 0;
     scratch_.clear();
+    std::vector<std::int64_t> feature_keys;
     for (const std::size_t i : features_[t]) {
-      if (i >= batch.features.size()) continue;
+      if (i >= batch.features.size()) {
+        feature_keys.push_back(0);
+        continue;
+      }
       const JaggedKeys& f = batch.features[i];
       keys += f.num_keys();
-      bags += f.batch_size();
+      bags = std::max(bags, f.batch_size());
+      feature_keys.push_back(f.num_keys());
       scratch_.insert(scratch_.end(), f.keys.begin(), f.keys.end());
       for (const Key k : f.keys) {
         const auto key = static_cast<std::uint64_t>(k);
@@ -91,6 +104,7 @@ Status InputBuilder::add(const KeyBatch& batch) {
     tt.key_count += keys;
     tt.bags += bags;
     tt.step_bags.push_back(bags);
+    if (feature_keys.size() > 1) tt.feature_keys.push_back(std::move(feature_keys));
     tt.max_keys = std::max(tt.max_keys, keys);
     std::sort(scratch_.begin(), scratch_.end());
     const auto distinct = static_cast<std::int64_t>(std::unique(scratch_.begin(), scratch_.end()) - scratch_.begin());

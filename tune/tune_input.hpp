@@ -21,6 +21,7 @@
 #include "cache/analysis.hpp"
 #include "core/status.hpp"
 #include "core/table_spec.hpp"
+#include "store/store_config.hpp"
 #include "toolkit/batch_source.hpp"
 #include "toolkit/feature_tables.hpp"
 #include "toolkit/workload.hpp"
@@ -55,12 +56,14 @@ struct TableTrace {
   cache::KeyTrace keys;                 ///< rows used (all, or the sampled ones), batch b = step b
   cache::KeyTrace check;                ///< sampled traces: every row of the first steps (see the header)
   cache::KeyTrace check_sample;         ///< sampled traces: the rows of `check` in the sample
-  std::int64_t bags = 0;                ///< bags over all steps
-  std::vector<std::int64_t> step_bags;  ///< bags of each step
-  std::int64_t key_count = 0;           ///< key occurrences over all steps (exact, sampled or not)
-  std::int64_t distinct_count = 0;      ///< distinct rows of each step, summed over the steps (exact)
-  std::int64_t max_keys = 0;            ///< the most key occurrences of one step
-  std::int64_t max_distinct = 0;        ///< the most distinct rows of one step (the smallest cache)
+  std::int64_t bags = 0;                ///< bags over all steps (each step's once, whatever its features)
+  std::vector<std::int64_t> step_bags;  ///< bags of each step (a table of several features: the batch's, once)
+  /// A table of several features: each step's key occurrences of each of them (`features` order).
+  std::vector<std::vector<std::int64_t>> feature_keys;
+  std::int64_t key_count = 0;       ///< key occurrences over all steps (exact, sampled or not)
+  std::int64_t distinct_count = 0;  ///< distinct rows of each step, summed over the steps (exact)
+  std::int64_t max_keys = 0;        ///< the most key occurrences of one step
+  std::int64_t max_distinct = 0;    ///< the most distinct rows of one step (the smallest cache)
 
   /// Key occurrences per step, averaged over the steps.
   double keys_per_step() const noexcept;
@@ -69,6 +72,10 @@ struct TableTrace {
   /// Distinct rows per step, averaged over the steps.
   double distinct_per_step() const noexcept;
 };
+
+/// The rows of the outputs of `table`'s features (store/model/table_cost.hpp's feature_rows) at
+/// step `b` of `t`, whose features are `table`'s; 0 for a table of one feature.
+std::int64_t step_feature_rows(const TableTrace& t, const TableConfig& table, std::int64_t b);
 
 /// The tables and their traces; every table has the same number of steps.
 struct TuneInput {

@@ -88,8 +88,9 @@ cache::KeyTrace run_keys(const cache::KeyTrace& source, std::int64_t from, std::
 
 // The per-step load of run batches [from, to) of rank 0 of `ranks` (run batch i is source batch
 // i * ranks, mod the source's batches).
-TableLoad window_load(const TableTrace& t, std::int64_t from, std::int64_t to, int ranks) {
+TableLoad window_load(const TableTrace& t, const TableConfig& tc, std::int64_t from, std::int64_t to, int ranks) {
   TableLoad l;
+  if (tc.features.size() > 1) l.features = static_cast<int>(tc.features.size());
   const cache::KeyTrace& k = t.keys;
   const std::int64_t n = k.num_batches();
   std::vector<std::uint64_t> scratch;
@@ -105,11 +106,15 @@ TableLoad window_load(const TableTrace& t, std::int64_t from, std::int64_t to, i
     l.max_keys = std::max(l.max_keys, static_cast<std::int64_t>(scratch.size()));
     l.max_distinct = std::max(l.max_distinct, u);
     l.max_bags = std::max(l.max_bags, t.step_bags[static_cast<std::size_t>(b)]);
+    const std::int64_t rows = step_feature_rows(t, tc, b);
+    l.feature_rows += static_cast<double>(rows);
+    l.max_feature_rows = std::max(l.max_feature_rows, rows);
   }
   const double steps = static_cast<double>(to - from);
   l.keys = keys / steps;
   l.bags = bags / steps;
   l.distinct = distinct / steps;
+  l.feature_rows /= steps;
   return l;
 }
 
@@ -119,8 +124,8 @@ struct StepKeys {
   std::vector<std::uint64_t> first_use;  // distinct rows, in the order of their first occurrence
 };
 
-StepKeys step_keys(const TableTrace& t, std::int64_t b, std::unordered_map<std::uint64_t, std::int64_t>& seen,
-                   std::int64_t stamp) {
+StepKeys step_keys(const TableTrace& t, const TableConfig& tc, std::int64_t b,
+                   std::unordered_map<std::uint64_t, std::int64_t>& seen, std::int64_t stamp) {
   StepKeys s;
   const cache::KeyTrace& k = t.keys;
   for (std::int64_t i = k.batch_offsets[b]; i < k.batch_offsets[b + 1]; ++i) {
@@ -133,6 +138,8 @@ StepKeys step_keys(const TableTrace& t, std::int64_t b, std::unordered_map<std::
   s.k.keys = k.batch_offsets[b + 1] - k.batch_offsets[b];
   s.k.bags = t.step_bags[static_cast<std::size_t>(b)];
   s.k.distinct = static_cast<std::int64_t>(s.first_use.size());
+  if (tc.features.size() > 1) s.k.features = static_cast<std::int64_t>(tc.features.size());
+  s.k.feature_rows = step_feature_rows(t, tc, b);
   return s;
 }
 
@@ -205,7 +212,7 @@ Status predict_bytes(const TuneInput& input, const StoreConfig& plan, std::int64
       const TableConfig& tc = plan.tables[t];
       const cache::KeyTrace& keys = traces[t]->keys;
       seen.clear();
-      StepKeys sk = step_keys(*traces[t], i % keys.num_batches(), seen, ++stamp);
+      StepKeys sk = step_keys(*traces[t], tc, i % keys.num_batches(), seen, ++stamp);
       if (tc.placement == Placement::kCached) caches[t].step(sk.first_use, i >= steps, sk.k.fills, sk.k.writebacks);
       if (i < steps) continue;  // the forward phase: not counted
       StepBytes& mine = r.tables[t].bytes;
@@ -260,7 +267,7 @@ Status predict_sharded(const TuneInput& input, const StoreConfig& plan, std::int
       served.clear();
       for (int q = 0; q < N; ++q) {
         seen.clear();
-        const StepKeys sk = step_keys(*traces[t], (i * N + q) % batches, seen, ++stamp);
+        const StepKeys sk = step_keys(*traces[t], tc, (i * N + q) % batches, seen, ++stamp);
         if (q == 0) k.source = sk.k;
         for (const std::uint64_t key : sk.first_use) {
           if (key % n == 0) served.push_back(key / n);
@@ -362,7 +369,7 @@ Result<RunPrediction> predict_run(const TuneInput& input, const StoreConfig& pla
     TablePrediction p;
     p.name = tc.spec.name;
     p.placement = tc.placement;
-    p.load = window_load(*it, steps, 2 * steps, ranks);
+    p.load = window_load(*it, tc, steps, 2 * steps, ranks);
     if (tc.placement == Placement::kHybrid) p.cache_rows = cache_rows(tc);  // hits: predict_sharded
     if (tc.placement == Placement::kCached) {
       p.cache_rows = cache_rows(tc);

@@ -92,11 +92,45 @@ void gather(StepBytes& b, const BatchKeys& k, double row, double out_rows, doubl
 
 // The store's NaN/Inf count of device gradients (store/engines/finite_check.cpp): the gradients
 // read, one 8-byte count per view written and copied D2H.
-void finite_check(StepBytes& b, double grad_bytes, const CostOptions& o) {
+void finite_check(StepBytes& b, double grad_bytes, const CostOptions& o, double views = 1) {
   if (!o.check_finite || grad_bytes <= 0) return;
   b.hbm_read += grad_bytes;
-  b.hbm_write += 8;
-  copy_d2h(b, 8);
+  b.hbm_write += 8 * views;
+  copy_d2h(b, 8 * views);
+}
+
+// A table of several features as its engine serves it (store/detail/features.hpp): unpooled, fp32
+// outputs, into host views (the store's buffers of its unpooled rows, then of its spread
+// gradients), one entry of its keys (`k` less its features).
+bool merged(const BatchKeys& k) { return k.features > 1; }
+TableSpec served_spec(const TableSpec& spec) {
+  TableSpec s = spec;
+  s.pooling = Pooling::kNone;
+  s.output_dtype = DType::kF32;
+  return s;
+}
+BatchKeys served_keys(BatchKeys k) {
+  k.features = k.feature_rows = 0;
+  return k;
+}
+CostOptions host_views(CostOptions o) {
+  o.trainer_on_device = false;
+  return o;
+}
+
+// The store's front of a table of several features (store/store_impl.cpp): with the trainer on the
+// device, its features' views go through the host bounce (outputs H2D, gradients D2H), the
+// gradients counted for NaN and Inf first (a count per view). The host pools the features from the
+// unpooled rows (a CPU gather of K fp32 rows) and spreads their gradients onto the keys.
+void front_bytes(StepBytes& b, const TableSpec& spec, Placement placement, const BatchKeys& k, const CostOptions& o) {
+  const double out = static_cast<double>(k.feature_rows) * row_sizes(spec).out;
+  const double K = static_cast<double>(k.keys);
+  host_rows(b, K, exchanged_row_bytes(spec), true);
+  b.host_cpu_read += K * exchanged_row_bytes(spec);
+  if (!o.trainer_on_device) return;
+  copy_h2d(b, out);
+  if (placement != Placement::kCpu || o.store_has_device) finite_check(b, out, o, static_cast<double>(k.features));
+  copy_d2h(b, out);
 }
 
 // The CPU optimizer: U records read and written by CPU threads.
@@ -157,7 +191,24 @@ StepBytes submit_bytes(const TableSpec& spec, Placement placement, const BatchKe
   return b;
 }
 
+std::int64_t feature_rows(const TableConfig& table, std::int64_t bags, const std::vector<std::int64_t>& keys) {
+  if (table.features.size() <= 1) {
+    const Pooling p =
+        table.features.empty() ? table.spec.pooling : table.features[0].pooling.value_or(table.spec.pooling);
+    return p == Pooling::kNone ? (keys.empty() ? 0 : keys[0]) : bags;
+  }
+  std::int64_t rows = 0;
+  for (std::size_t j = 0; j < table.features.size(); ++j)
+    rows += table.features[j].pooling.value_or(table.spec.pooling) == Pooling::kNone ? keys.at(j) : bags;
+  return rows;
+}
+
 StepBytes compute_bytes(const TableSpec& spec, Placement placement, const BatchKeys& k, const CostOptions& o) {
+  if (merged(k)) {
+    StepBytes b = compute_bytes(served_spec(spec), placement, served_keys(k), host_views(o));
+    front_bytes(b, spec, placement, k, o);
+    return b;
+  }
   StepBytes b;
   const RowSizes z = row_sizes(spec);
   const double K = static_cast<double>(k.keys), U = static_cast<double>(k.distinct);
@@ -254,6 +305,13 @@ StepBytes sharded_submit_bytes(const TableSpec& spec, Placement placement, const
 }
 
 StepBytes sharded_compute_bytes(const TableSpec& spec, const ShardStep& k, const CostOptions& o) {
+  if (merged(k.source)) {
+    ShardStep served = k;
+    served.source = served_keys(k.source);
+    StepBytes b = sharded_compute_bytes(served_spec(spec), served, host_views(o));
+    front_bytes(b, spec, Placement::kGpu, k.source, o);
+    return b;
+  }
   StepBytes b;
   const RowSizes z = row_sizes(spec);
   // r: a stored row; x: a row as it moves between ranks and through the exchange's buffers.
@@ -421,6 +479,22 @@ Staged offload_staging(const TableLoad& load, double b_max, double p_max, const 
   return s;
 }
 
+// The front of a table of several features (store/store_impl.cpp): with the trainer on the device,
+// its own buffers of the features' outputs and gradients in HBM (as a cpu table's, not counted)
+// and the host bounce's pinned scratch (store/engines/host_bounce.cpp: two buffers, each grown to
+// twice a call's views, every view rounded up to 64 bytes); the unpooled rows of a batch in host
+// memory (keys x dim fp32: forward's rows, then backward's spread gradients). `pinned`: the host
+// side, the bounce's scratch and the rows' buffer.
+Staged front_memory(const TableSpec& spec, const TableLoad& load, Placement placement, const CostOptions& o) {
+  Staged s;
+  s.pinned = static_cast<double>(load.max_keys) * exchanged_row_bytes(spec);
+  if (!o.trainer_on_device) return s;
+  const double out = static_cast<double>(load.max_feature_rows) * row_sizes(spec).out;
+  if (placement != Placement::kCpu) s.device += 2.0 * out;
+  s.pinned += 4.0 * (out + 64.0 * load.features);
+  return s;
+}
+
 // A cache of `cache_rows` rows over host records (the table's, or rank 0's shard's): its slots
 // in HBM; in host memory the mapped records and the cache index.
 Status add_cache(TableCost& c, const TableSpec& spec, std::int64_t cache_rows, Placement placement,
@@ -512,6 +586,24 @@ Result<TableCost> sharded_cost(const TableSpec& spec, const TableLoad& load, Pla
 
 Result<TableCost> table_cost(const TableSpec& spec, const TableLoad& load, Placement placement, std::int64_t cache_rows,
                              double hit_rate, const CostOptions& o) {
+  if (load.features > 1) {
+    // The engine's part as it serves the table (unpooled, fp32, host views), then the front's.
+    TableLoad served = load;
+    served.features = 0;
+    served.feature_rows = 0;
+    served.max_feature_rows = 0;
+    STRATA_ASSIGN_OR_RETURN(TableCost c,
+                            table_cost(served_spec(spec), served, placement, cache_rows, hit_rate, host_views(o)));
+    BatchKeys k;
+    k.keys = std::llround(load.keys);
+    k.features = load.features;
+    k.feature_rows = std::llround(load.feature_rows);
+    front_bytes(c.bytes, spec, o.ranks > 1 ? Placement::kGpu : placement, k, o);
+    const Staged front = front_memory(spec, load, placement, o);
+    c.hbm_bytes += front.device;
+    (placement == Placement::kGpu ? c.gpu_pinned_bytes : c.host_bytes) += front.pinned;
+    return c;
+  }
   if (o.ranks > 1) {
     if (placement != Placement::kGpu && placement != Placement::kHybrid)
       return Status::invalid_argument("table '" + spec.name + "': placement " + to_string(placement) +

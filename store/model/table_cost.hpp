@@ -93,6 +93,26 @@
 //        flush_host_bytes, as if the table's pool were the only one; the planner sums them, an
 //        upper bound), store_memory once, from the store's pools.
 //
+// A table of several features (TableConfig::features; TableLoad::features and BatchKeys::features
+// > 1; store/detail/features.hpp, store/store_impl.cpp). The engines get one entry of its keys,
+// the features merged bag by bag (B: the batch's bags, once), and serve it unpooled with fp32
+// outputs into host views (the store's buffers of its rows, then of its spread gradients): every
+// count above is that of the table with pooling none, output_dtype fp32 and the trainer on the
+// host (gpu and cached: P = K rows of 4d D2H, their gradients H2D, the activation staging of host
+// views; offload: the device gather's outputs D2H, the gradients read in place; sharded: the
+// source's outputs D2H and gradients H2D). Then the store's front: the host pools each feature
+// from the K unpooled fp32 rows (a CPU gather: host reads K 4d), and with the trainer on the
+// device its features' views go through the host bounce (store/engines/host_bounce.hpp): outputs
+// H2D and gradients D2H, F o bytes each, with F the rows of its features' outputs (a bag each per
+// pooled feature, a key each per unpooled one: feature_rows) and o the table's output row, the
+// gradients' NaN and Inf counted first (reads F o, one 8-byte count per feature written and D2H;
+// a cpu table's only in a store with a device). Memory: the engine's as above, plus the unpooled
+// rows of a batch in host memory (K_max 4d) and, with the trainer on the device, its own buffers
+// of the features' outputs and gradients (2 F_max o in HBM; none counted for a cpu table, as for
+// one feature) and the bounce's pinned scratch (two buffers grown to twice a call's views, each
+// rounded up to 64 bytes: at most 4 (F_max o + 64 features)); in host memory (gpu:
+// gpu_pinned_bytes).
+//
 // Several ranks (CostOptions::ranks = N > 1; store/engines/sharded_engine.hpp). Every table is
 // `gpu` or `hybrid`, sharded row-wise (key k on rank k % N, local row k / N), and the costs are
 // those of one rank: rank 0, which holds the largest shard (ceil(rows / N) rows). Each rank trains
@@ -190,6 +210,12 @@ struct TableLoad {
   /// Several ranks: most keys one rank serves in one step (every source's distinct keys of its
   /// shard; 0: the larger of max_distinct and shard_max_distinct).
   std::int64_t shard_max_served = 0;
+  /// A table of several features (TableConfig::features; see the header): how many (0 or 1: a
+  /// table served with its feature's pooling), and the rows of their outputs per step (mean, and
+  /// the most of one step; feature_rows). `bags` is then the table's entry's: the batch's bags.
+  int features = 0;
+  double feature_rows = 0;
+  std::int64_t max_feature_rows = 0;
 };
 
 /// One table's keys in one step: exact counts (validate) or rounded means (the planner).
@@ -200,7 +226,17 @@ struct BatchKeys {
   std::int64_t weights = 0;     ///< per-key weights given (0 or K)
   std::int64_t fills = 0;       ///< cached: rows filled into the cache (F)
   std::int64_t writebacks = 0;  ///< cached: dirty rows written back (W)
+  /// A table of several features (see the header): its features in the batch (0 or 1: a table
+  /// served with its feature's pooling) and the rows of their outputs (feature_rows); `bags` is
+  /// then the table's entry's (the batch's bags, once).
+  std::int64_t features = 0;
+  std::int64_t feature_rows = 0;
 };
+
+/// The rows of the outputs of `table`'s features in a batch of `bags` bags whose features have
+/// `keys[j]` key occurrences (the table's features' order; TableConfig::features): a bag each per
+/// pooled feature, a key each per unpooled one. A table of one feature: its pooled rows.
+std::int64_t feature_rows(const TableConfig& table, std::int64_t bags, const std::vector<std::int64_t>& keys);
 
 /// Options shared by every table's cost.
 struct CostOptions {

@@ -491,11 +491,9 @@ TEST(TuneCli, TwoFeaturesOfOneTableCountTheTablesKeys) {
  {"name": "item", "rows": 400, "dim": 8, "features": ["clicked", "bought"], "placement": "cached",
   "cache": {"rows": 8, "cap": true}},
  {"name": "user", "rows": 50, "dim": 8, "placement": "gpu"}]})";
-  const std::string out = temp_dir() + "/features_validate.json";
-  write(plan, cached_plan);
-  const auto r = run_program(kBin + " validate " + plan + " --trace " + trace + " --backend emu --out " + out);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto j = nlohmann::json::parse(read_file(out));
+  // The bytes per link too (the store serves the table unpooled: ValidatePricesTablesOfSeveralFeaturesExactlyOnEmu).
+  const auto j = expect_exact_bytes(cached_plan, "features_validate", "--trace " + trace, "device");
+  ASSERT_FALSE(j.is_null());
   bool seen = false;
   for (const auto& t : j["tables"]) {
     if (t["name"] != "item") continue;
@@ -519,6 +517,57 @@ TEST(TuneCli, TwoFeaturesOfOneTableCountTheTablesKeys) {
   expect_one_line_error("validate " + plan + " --trace " + trace + " --tables item=clicked",
                         "table 'item' is looked up by features clicked, bought in the plan but by features clicked in "
                         "the trace");
+}
+
+// A trace of four tables of two features each (features tN_a and tN_b of 400 and 300 rows, bags of
+// several sizes, keys below 24 shared by both) and one table u of its own.
+void write_paired_trace(const std::string& path, int batches) {
+  std::vector<bench::TraceTable> features;
+  for (int t = 0; t < 4; ++t) {
+    features.push_back({"t" + std::to_string(t) + "_a", 400});
+    features.push_back({"t" + std::to_string(t) + "_b", 300});
+  }
+  features.push_back({"u", 50});
+  std::vector<KeyBatch> bs;
+  for (int i = 0; i < batches; ++i) {
+    KeyBatch kb;
+    for (int t = 0; t < 4; ++t) {
+      const Key a = (13 * i + t) % 24, b = (7 * i + 1) % 24, c = (5 * i + 3 * t) % 16;
+      kb.features.push_back({"t" + std::to_string(t) + "_a", {0, 2, 3}, {a, b, c}, {}});
+      kb.features.push_back({"t" + std::to_string(t) + "_b", {0, (i + t) % 4, 3}, {b, a, (a + 1) % 24}, {}});
+    }
+    kb.features.push_back({"u", {0, 1, 2}, {i % 50, 3}, {}});
+    bs.push_back(std::move(kb));
+  }
+  ASSERT_TRUE(bench::write_trace(path, features, bs).is_ok());
+}
+
+// The store serves a table of several features unpooled in fp32 into host buffers and pools each
+// feature on the host, its device views through the host bounce: validate's model prices that to
+// the byte, per link, in every placement and over ranks, a feature unpooled (bags of its keys'
+// rows) among them.
+TEST(TuneCli, ValidatePricesTablesOfSeveralFeaturesExactlyOnEmu) {
+  const std::string trace = temp_dir() + "/paired.strtrace";
+  write_paired_trace(trace, 24);
+  const auto table = [](int t, const std::string& placement, const std::string& more = "") {
+    const std::string n = "t" + std::to_string(t);
+    return R"({"name": ")" + n + R"(", "rows": 400, "dim": 8, "features": [")" + n + R"(_a", {"name": ")" + n +
+           R"(_b", "pooling": "none"}], "placement": ")" + placement + "\"" + more + "},\n";
+  };
+  const std::string cache = R"(, "cache": {"rows": 6, "cap": true})", u = R"({"name": "u", "rows": 50, "dim": 8, )";
+  const std::string mixed = R"({"threads": 1, "tables": [)" + table(0, "cached", cache) + table(1, "gpu") +
+                            table(2, "offload") + table(3, "cpu") + u + R"("placement": "gpu"}]})";
+  const std::string offload_cpu = R"({"threads": 1, "offload_gather": "cpu", "tables": [)" + table(0, "offload") +
+                                  table(1, "offload") + table(2, "cpu") + table(3, "gpu") + u +
+                                  R"("placement": "cpu"}]})";
+  const std::string sharded = R"({"threads": 1, "tables": [)" + table(0, "hybrid", cache) + table(1, "gpu") +
+                              table(2, "hybrid", cache) + table(3, "gpu") + u + R"("placement": "gpu"}]})";
+  const std::string in = "--trace " + trace;
+  expect_exact_bytes(offload_cpu, "features-offload-cpu", in, "device");
+  for (const std::string trainer : {"device", "host"}) {
+    expect_exact_bytes(mixed, "features-mixed", in, trainer);
+    expect_exact_bytes(sharded, "features-sharded", in + " --ranks 2", trainer);
+  }
 }
 
 // The default profile (h200-pcie5) with random-row gather rates, slow enough that host DRAM is the
