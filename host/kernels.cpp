@@ -212,37 +212,45 @@ namespace {
 // (Io Bf16 or F16) accumulate in an fp32 row of their own, rounded into the output once per bag.
 template <class Elem, class Io>
 void pool_bags_any(RowRef t, const BagsView& bags, Pooling pooling, float* out, std::int64_t b0, std::int64_t b1) {
-  const std::int32_t dim = t.dim;
-  const std::int64_t words = element_words(dim, dtype_of<Elem>());
-  std::vector<float> sum;  // half outputs: the bag's fp32 sum
-  if constexpr (!std::is_same_v<Io, float>) sum.resize(static_cast<std::size_t>(dim));
-  const std::int64_t j_end = bags.offset(b1);
-  for (std::int64_t j = bags.offset(b0); j < std::min(j_end, bags.offset(b0) + kPrefetchDistance); ++j)
-    prefetch_row(t.row(bags.key(j)), words);
-  for (std::int64_t b = b0; b < b1; ++b) {
-    float* o = out + b * dim;
-    if constexpr (!std::is_same_v<Io, float>) o = sum.data();
-    std::memset(o, 0, sizeof(float) * static_cast<std::size_t>(dim));
-    const std::int64_t lo = bags.offset(b), hi = bags.offset(b + 1);
-    for (std::int64_t j = lo; j < hi; ++j) {
-      if (j + kPrefetchDistance < j_end) prefetch_row(t.row(bags.key(j + kPrefetchDistance)), words);
-      const Elem* row = elems<Elem>(t.row(bags.key(j)));
-      if constexpr (std::is_same_v<Elem, float>) {
-        if (bags.weights) {
-          row_axpy(o, row, bags.weights[j], dim);
+  // The keys through one typed pointer (int64, or int32 read as they are): no width test per key.
+  const auto run = [&](const auto* keys) {
+    const std::int32_t dim = t.dim;
+    const std::int64_t words = element_words(dim, dtype_of<Elem>());
+    std::vector<float> sum;  // half outputs: the bag's fp32 sum
+    if constexpr (!std::is_same_v<Io, float>) sum.resize(static_cast<std::size_t>(dim));
+    const std::int64_t j_end = bags.offset(b1);
+    for (std::int64_t j = bags.offset(b0); j < std::min(j_end, bags.offset(b0) + kPrefetchDistance); ++j)
+      prefetch_row(t.row(static_cast<Key>(keys[j])), words);
+    for (std::int64_t b = b0; b < b1; ++b) {
+      float* o = out + b * dim;
+      if constexpr (!std::is_same_v<Io, float>) o = sum.data();
+      std::memset(o, 0, sizeof(float) * static_cast<std::size_t>(dim));
+      const std::int64_t lo = bags.offset(b), hi = bags.offset(b + 1);
+      for (std::int64_t j = lo; j < hi; ++j) {
+        if (j + kPrefetchDistance < j_end) prefetch_row(t.row(static_cast<Key>(keys[j + kPrefetchDistance])), words);
+        const Elem* row = elems<Elem>(t.row(static_cast<Key>(keys[j])));
+        if constexpr (std::is_same_v<Elem, float>) {
+          if (bags.weights) {
+            row_axpy(o, row, bags.weights[j], dim);
+          } else {
+            row_add(o, row, dim);
+          }
+        } else if (bags.weights) {
+          const float w = bags.weights[j];
+          for (std::int32_t c = 0; c < dim; ++c) o[c] += w * widen_at(row, c);
         } else {
-          row_add(o, row, dim);
+          for (std::int32_t c = 0; c < dim; ++c) o[c] += widen_at(row, c);
         }
-      } else if (bags.weights) {
-        const float w = bags.weights[j];
-        for (std::int32_t c = 0; c < dim; ++c) o[c] += w * widen_at(row, c);
-      } else {
-        for (std::int32_t c = 0; c < dim; ++c) o[c] += widen_at(row, c);
       }
+      if (pooling == Pooling::kMean && hi > lo) row_scale(o, bag_scale(pooling, hi - lo), dim);
+      if constexpr (!std::is_same_v<Io, float>)
+        for (std::int32_t c = 0; c < dim; ++c) put_out(io_row<Io>(out, b, dim), c, o[c]);
     }
-    if (pooling == Pooling::kMean && hi > lo) row_scale(o, bag_scale(pooling, hi - lo), dim);
-    if constexpr (!std::is_same_v<Io, float>)
-      for (std::int32_t c = 0; c < dim; ++c) put_out(io_row<Io>(out, b, dim), c, o[c]);
+  };
+  if (bags.keys32) {
+    run(bags.keys32);
+  } else {
+    run(bags.keys);
   }
 }
 
@@ -258,38 +266,46 @@ void pool_bags_any(RowRef t, const BagsView& bags, Pooling pooling, float* out, 
 // (Io Bf16 or F16) are the sum's registers rounded to nearest even as they are stored.
 template <int C, bool kWeighted, class Elem, class Io>
 void pool_bags_vec(RowRef t, const BagsView& bags, Pooling pooling, float* out, std::int64_t b0, std::int64_t b1) {
-  constexpr std::int32_t dim = 16 * C;
-  constexpr int kVecs = dim / simd::kFloats;
-  constexpr std::int64_t kWords = element_words(dim, dtype_of<Elem>());
-  static_assert(dim % simd::kFloats == 0, "a row is a whole number of registers");
-  const std::int64_t j_end = bags.offset(b1);
-  for (std::int64_t j = bags.offset(b0); j < std::min(j_end, bags.offset(b0) + kPrefetchDistance); ++j)
-    prefetch_row(t.row(bags.key(j)), kWords);
-  for (std::int64_t b = b0; b < b1; ++b) {
-    simd::Floats acc[kVecs];
-    for (int c = 0; c < kVecs; ++c) acc[c] = simd::Floats{};
-    const std::int64_t lo = bags.offset(b), hi = bags.offset(b + 1);
-    for (std::int64_t j = lo; j < hi; ++j) {
-      if (j + kPrefetchDistance < j_end) prefetch_row(t.row(bags.key(j + kPrefetchDistance)), kWords);
-      const Elem* row = elems<Elem>(t.row(bags.key(j)));
-      if constexpr (kWeighted) {
-        const float w = bags.weights[j];
-        for (int c = 0; c < kVecs; ++c) acc[c] += w * load_elems(row + kF * c);
+  // The keys through one typed pointer (int64, or int32 read as they are): no width test per key.
+  const auto run = [&](const auto* keys) {
+    constexpr std::int32_t dim = 16 * C;
+    constexpr int kVecs = dim / simd::kFloats;
+    constexpr std::int64_t kWords = element_words(dim, dtype_of<Elem>());
+    static_assert(dim % simd::kFloats == 0, "a row is a whole number of registers");
+    const std::int64_t j_end = bags.offset(b1);
+    for (std::int64_t j = bags.offset(b0); j < std::min(j_end, bags.offset(b0) + kPrefetchDistance); ++j)
+      prefetch_row(t.row(static_cast<Key>(keys[j])), kWords);
+    for (std::int64_t b = b0; b < b1; ++b) {
+      simd::Floats acc[kVecs];
+      for (int c = 0; c < kVecs; ++c) acc[c] = simd::Floats{};
+      const std::int64_t lo = bags.offset(b), hi = bags.offset(b + 1);
+      for (std::int64_t j = lo; j < hi; ++j) {
+        if (j + kPrefetchDistance < j_end) prefetch_row(t.row(static_cast<Key>(keys[j + kPrefetchDistance])), kWords);
+        const Elem* row = elems<Elem>(t.row(static_cast<Key>(keys[j])));
+        if constexpr (kWeighted) {
+          const float w = bags.weights[j];
+          for (int c = 0; c < kVecs; ++c) acc[c] += w * load_elems(row + kF * c);
+        } else {
+          for (int c = 0; c < kVecs; ++c) acc[c] += load_elems(row + kF * c);
+        }
+      }
+      if (pooling == Pooling::kMean && hi > lo) {
+        const float s = bag_scale(pooling, hi - lo);
+        for (int c = 0; c < kVecs; ++c) acc[c] *= s;
+      }
+      if constexpr (std::is_same_v<Io, float>) {
+        float* o = out + b * dim;
+        for (int c = 0; c < kVecs; ++c) std::memcpy(o + kF * c, &acc[c], sizeof acc[c]);
       } else {
-        for (int c = 0; c < kVecs; ++c) acc[c] += load_elems(row + kF * c);
+        Io* o = io_row<Io>(out, b, dim);
+        for (int c = 0; c < kVecs; ++c) put_out_vec(o + kF * c, acc[c]);
       }
     }
-    if (pooling == Pooling::kMean && hi > lo) {
-      const float s = bag_scale(pooling, hi - lo);
-      for (int c = 0; c < kVecs; ++c) acc[c] *= s;
-    }
-    if constexpr (std::is_same_v<Io, float>) {
-      float* o = out + b * dim;
-      for (int c = 0; c < kVecs; ++c) std::memcpy(o + kF * c, &acc[c], sizeof acc[c]);
-    } else {
-      Io* o = io_row<Io>(out, b, dim);
-      for (int c = 0; c < kVecs; ++c) put_out_vec(o + kF * c, acc[c]);
-    }
+  };
+  if (bags.keys32) {
+    run(bags.keys32);
+  } else {
+    run(bags.keys);
   }
 }
 
@@ -328,32 +344,41 @@ namespace {
 // even from the fp32 w * row, as the reference rounds them).
 template <class Elem, class Io>
 void gather_rows_elems(RowRef t, const BagsView& bags, std::int64_t j0, std::int64_t j1, float* out) {
-  const float* weights = bags.weights;
-  const std::int32_t dim = t.dim;
-  const std::int64_t words = element_words(dim, dtype_of<Elem>());
-  for (std::int64_t j = j0; j < std::min(j1, j0 + kPrefetchDistance); ++j) prefetch_row(t.row(bags.key(j)), words);
-  for (std::int64_t j = j0; j < j1; ++j) {
-    if (j + kPrefetchDistance < j1) prefetch_row(t.row(bags.key(j + kPrefetchDistance)), words);
-    const Elem* row = elems<Elem>(t.row(bags.key(j)));
-    if constexpr (!std::is_same_v<Io, float>) {
-      Io* o = io_row<Io>(out, j, dim);
-      const float w = weights ? weights[j] : 1.0f;
-      if (weights) {
-        for (std::int32_t c = 0; c < dim; ++c) put_out(o, c, w * widen_at(row, c));
-      } else {
-        for (std::int32_t c = 0; c < dim; ++c) put_out(o, c, widen_at(row, c));
+  // The keys through one typed pointer (int64, or int32 read as they are): no width test per key.
+  const auto run = [&](const auto* keys) {
+    const float* weights = bags.weights;
+    const std::int32_t dim = t.dim;
+    const std::int64_t words = element_words(dim, dtype_of<Elem>());
+    for (std::int64_t j = j0; j < std::min(j1, j0 + kPrefetchDistance); ++j)
+      prefetch_row(t.row(static_cast<Key>(keys[j])), words);
+    for (std::int64_t j = j0; j < j1; ++j) {
+      if (j + kPrefetchDistance < j1) prefetch_row(t.row(static_cast<Key>(keys[j + kPrefetchDistance])), words);
+      const Elem* row = elems<Elem>(t.row(static_cast<Key>(keys[j])));
+      if constexpr (!std::is_same_v<Io, float>) {
+        Io* o = io_row<Io>(out, j, dim);
+        const float w = weights ? weights[j] : 1.0f;
+        if (weights) {
+          for (std::int32_t c = 0; c < dim; ++c) put_out(o, c, w * widen_at(row, c));
+        } else {
+          for (std::int32_t c = 0; c < dim; ++c) put_out(o, c, widen_at(row, c));
+        }
+        continue;
       }
-      continue;
+      float* o = out + j * dim;
+      if (weights) {
+        const float w = weights[j];
+        for (std::int32_t c = 0; c < dim; ++c) o[c] = w * widen_at(row, c);
+      } else if constexpr (std::is_same_v<Elem, float>) {
+        std::memcpy(o, row, sizeof(float) * (dim));
+      } else {
+        for (std::int32_t c = 0; c < dim; ++c) o[c] = widen_at(row, c);
+      }
     }
-    float* o = out + j * dim;
-    if (weights) {
-      const float w = weights[j];
-      for (std::int32_t c = 0; c < dim; ++c) o[c] = w * widen_at(row, c);
-    } else if constexpr (std::is_same_v<Elem, float>) {
-      std::memcpy(o, row, sizeof(float) * (dim));
-    } else {
-      for (std::int32_t c = 0; c < dim; ++c) o[c] = widen_at(row, c);
-    }
+  };
+  if (bags.keys32) {
+    run(bags.keys32);
+  } else {
+    run(bags.keys);
   }
 }
 
@@ -729,68 +754,77 @@ template <std::int32_t kDim, class Elem, class Io>
 [[gnu::flatten]] void update_used_once(RowRef t, const BagsView& bags, Pooling pooling, const std::uint8_t* repeated,
                                        const float* grads, const OptimizerStep& step, std::int64_t b0,
                                        std::int64_t b1) {
-  const std::int32_t dim = kDim > 0 ? kDim : t.dim;
-  const std::int64_t rec = record_span<kDim, Elem>(t);
-  std::vector<float> wide;
-  if constexpr (!kFp32Record<kDim, Elem>) wide = widened_scratch(t);
-  RowAcc<kDim> row_acc(dim), bag_row_acc(dim);
-  float* acc = row_acc.data();
-  float* bag_acc = bag_row_acc.data();
-  const bool none = pooling == Pooling::kNone;
-  const bool per_bag = bags.weights == nullptr;
-  const bool decays = step.spec.weight_decay != 0.0f;
-  // Row-wise Adagrad without decay: the sum of squares of a bag's gradient, once per bag too.
-  const bool bag_sq = kDim > 0 && per_bag && !decays && step.spec.kind == OptimizerKind::kRowwiseAdagrad;
-  float bag_sq_value = 0.0f;
-  const std::int64_t j_end = none ? b1 : bags.offset(b1);
-  for (std::int64_t b = b0; b < b1; ++b) {
-    const std::int64_t lo = none ? b : bags.offset(b), hi = none ? b + 1 : bags.offset(b + 1);
-    bool bag_ready = false;
-    for (std::int64_t j = lo; j < hi; ++j) {
-      // (Repeated rows are not prefetched: with skewed keys they are the hot rows, and both
-      // threads taking them for writing would bounce their lines between the cores: zipf:1.05
-      // backward 10.7 -> 8.6 ms.)
-      if (j + kPrefetchDistance < j_end && !repeated[j + kPrefetchDistance])
-        prefetch_row(t.row(bags.key(j + kPrefetchDistance)), rec);
-      if (j + kUpdatePrefetch < j_end && !repeated[j + kUpdatePrefetch])
-        prefetch_row<Into::kWrite>(t.row(bags.key(j + kUpdatePrefetch)), rec);
-      if (repeated[j]) continue;
-      const Key row = bags.key(j);
-      float* w = t.row(row);
-      if constexpr (kDim > 0) {
-        if (per_bag) {
-          if (!bag_ready) {
-            std::fill(bag_acc, bag_acc + dim, 0.0f);
-            grad_axpy(bag_acc, io_row<Io>(grads, b, dim), grad_scale(pooling, hi - lo, nullptr, j), dim);
-            if (bag_sq) bag_sq_value = sum_squares<kDim>(bag_acc);
-            bag_ready = true;
-          }
-          fused_step<kDim, Elem>(step, w, row, GradIn{bag_acc}, acc, bag_sq ? &bag_sq_value : nullptr);
-        } else {
-          fused_step<kDim, Elem>(
-              step, w, row, ScaledGradIn<Io>{io_row<Io>(grads, b, dim), grad_scale(pooling, hi - lo, bags.weights, j)},
-              acc, nullptr);
-        }
-      } else {
-        float* g = acc;
-        if (per_bag) {
-          if (!bag_ready) {
-            std::fill(bag_acc, bag_acc + dim, 0.0f);
-            grad_axpy(bag_acc, io_row<Io>(grads, b, dim), grad_scale(pooling, hi - lo, nullptr, j), dim);
-            bag_ready = true;
-          }
-          if (decays) {
-            std::copy(bag_acc, bag_acc + dim, acc);
+  // The keys through one typed pointer (int64, or int32 read as they are): no width test per key.
+  const auto run = [&](const auto* keys) {
+    const std::int32_t dim = kDim > 0 ? kDim : t.dim;
+    const std::int64_t rec = record_span<kDim, Elem>(t);
+    std::vector<float> wide;
+    if constexpr (!kFp32Record<kDim, Elem>) wide = widened_scratch(t);
+    RowAcc<kDim> row_acc(dim), bag_row_acc(dim);
+    float* acc = row_acc.data();
+    float* bag_acc = bag_row_acc.data();
+    const bool none = pooling == Pooling::kNone;
+    const bool per_bag = bags.weights == nullptr;
+    const bool decays = step.spec.weight_decay != 0.0f;
+    // Row-wise Adagrad without decay: the sum of squares of a bag's gradient, once per bag too.
+    const bool bag_sq = kDim > 0 && per_bag && !decays && step.spec.kind == OptimizerKind::kRowwiseAdagrad;
+    float bag_sq_value = 0.0f;
+    const std::int64_t j_end = none ? b1 : bags.offset(b1);
+    for (std::int64_t b = b0; b < b1; ++b) {
+      const std::int64_t lo = none ? b : bags.offset(b), hi = none ? b + 1 : bags.offset(b + 1);
+      bool bag_ready = false;
+      for (std::int64_t j = lo; j < hi; ++j) {
+        // (Repeated rows are not prefetched: with skewed keys they are the hot rows, and both
+        // threads taking them for writing would bounce their lines between the cores: zipf:1.05
+        // backward 10.7 -> 8.6 ms.)
+        if (j + kPrefetchDistance < j_end && !repeated[j + kPrefetchDistance])
+          prefetch_row(t.row(static_cast<Key>(keys[j + kPrefetchDistance])), rec);
+        if (j + kUpdatePrefetch < j_end && !repeated[j + kUpdatePrefetch])
+          prefetch_row<Into::kWrite>(t.row(static_cast<Key>(keys[j + kUpdatePrefetch])), rec);
+        if (repeated[j]) continue;
+        const Key row = static_cast<Key>(keys[j]);
+        float* w = t.row(row);
+        if constexpr (kDim > 0) {
+          if (per_bag) {
+            if (!bag_ready) {
+              std::fill(bag_acc, bag_acc + dim, 0.0f);
+              grad_axpy(bag_acc, io_row<Io>(grads, b, dim), grad_scale(pooling, hi - lo, nullptr, j), dim);
+              if (bag_sq) bag_sq_value = sum_squares<kDim>(bag_acc);
+              bag_ready = true;
+            }
+            fused_step<kDim, Elem>(step, w, row, GradIn{bag_acc}, acc, bag_sq ? &bag_sq_value : nullptr);
           } else {
-            g = bag_acc;
+            fused_step<kDim, Elem>(
+                step, w, row,
+                ScaledGradIn<Io>{io_row<Io>(grads, b, dim), grad_scale(pooling, hi - lo, bags.weights, j)}, acc,
+                nullptr);
           }
         } else {
-          std::fill(acc, acc + dim, 0.0f);
-          grad_axpy(acc, io_row<Io>(grads, b, dim), grad_scale(pooling, hi - lo, bags.weights, j), dim);
+          float* g = acc;
+          if (per_bag) {
+            if (!bag_ready) {
+              std::fill(bag_acc, bag_acc + dim, 0.0f);
+              grad_axpy(bag_acc, io_row<Io>(grads, b, dim), grad_scale(pooling, hi - lo, nullptr, j), dim);
+              bag_ready = true;
+            }
+            if (decays) {
+              std::copy(bag_acc, bag_acc + dim, acc);
+            } else {
+              g = bag_acc;
+            }
+          } else {
+            std::fill(acc, acc + dim, 0.0f);
+            grad_axpy(acc, io_row<Io>(grads, b, dim), grad_scale(pooling, hi - lo, bags.weights, j), dim);
+          }
+          step_row<kDim, Elem>(step, t, w, row, g, wide.data());
         }
-        step_row<kDim, Elem>(step, t, w, row, g, wide.data());
       }
     }
+  };
+  if (bags.keys32) {
+    run(bags.keys32);
+  } else {
+    run(bags.keys);
   }
 }
 

@@ -269,9 +269,18 @@ Status TraceWriter::append(const KeyBatch& batch) {
     const JaggedKeys& f = batch.features[i];
     put_u32(r, feature_table[i]);
     put_u32(r, f.weights.empty() ? 0u : kFeatureHasWeights);
-    put_u64(r, static_cast<std::uint64_t>(f.keys.size()));
-    put_i64_array(r, f.offsets.data(), f.offsets.size());
-    put_i64_array(r, f.keys.data(), f.keys.size());
+    put_u64(r, static_cast<std::uint64_t>(f.num_keys()));
+    // int32 keys and offsets (JaggedKeys::keys32, offsets32) are written as int64, as the format holds them.
+    if (f.offsets32.empty()) {
+      put_i64_array(r, f.offsets.data(), f.offsets.size());
+    } else {
+      for (const std::int32_t o : f.offsets32) put_u64(r, static_cast<std::uint64_t>(std::int64_t{o}));
+    }
+    if (f.keys32.empty()) {
+      put_i64_array(r, f.keys.data(), f.keys.size());
+    } else {
+      for (const std::int32_t k : f.keys32) put_u64(r, static_cast<std::uint64_t>(std::int64_t{k}));
+    }
     if (!f.weights.empty()) put_f32_array(r, f.weights.data(), f.weights.size());
   }
   patch_u64(r, 4, r.size() - kRecordHeadBytes);

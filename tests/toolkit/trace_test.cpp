@@ -115,6 +115,23 @@ TEST(Trace, RoundTrip) {
   expect_same(t->batches, sample_batches());
 }
 
+// A batch of int32 keys and offsets (JaggedKeys::keys32, offsets32) is written as its int64 form is (issue 35).
+TEST(Trace, Int32KeysAndOffsetsAreWrittenAsTheirValues) {
+  std::vector<KeyBatch> narrow = sample_batches();
+  for (KeyBatch& kb : narrow)
+    for (JaggedKeys& f : kb.features) {
+      f.keys32.assign(f.keys.begin(), f.keys.end());
+      f.keys.clear();
+      f.offsets32.assign(f.offsets.begin(), f.offsets.end());
+      f.offsets.clear();
+    }
+  const std::string path = temp_path("int32");
+  ASSERT_TRUE(write_trace(path, kTables, narrow).is_ok());
+  auto t = read_trace(path);
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  expect_same(t->batches, sample_batches());
+}
+
 TEST(Trace, ReaderApiAndRewind) {
   const std::string path = small_trace("reader_api");
   auto r = TraceReader::open(path);
