@@ -117,4 +117,43 @@ TEST(Dedup, BagOfPositions) {
   EXPECT_EQ(bag_of_positions(offsets, 3), (std::vector<std::int32_t>{0, 0, 2, 2, 2}));
 }
 
+// int32 keys (read as they are) dedup as the same keys as int64 do, in first-use and in any order (its parallel
+// path forced), and a feature's int32 offsets give the bags int64 ones give (issue 35).
+TEST(Dedup, Int32KeysGiveTheInt64Result) {
+  std::mt19937_64 rng(36);
+  JaggedKeys wide;
+  wide.offsets = {0, 3, 3, 7, 10};
+  for (int j = 0; j < 10; ++j) wide.keys.push_back(static_cast<Key>(rng() % 6));
+  JaggedKeys narrow;
+  narrow.offsets32.assign(wide.offsets.begin(), wide.offsets.end());
+  narrow.keys32.assign(wide.keys.begin(), wide.keys.end());
+  std::vector<std::int32_t> bag_wide, bag_narrow;
+  bag_of_positions(wide, bag_wide);
+  bag_of_positions(narrow, bag_narrow);
+  EXPECT_EQ(bag_wide, bag_narrow);
+  EXPECT_EQ(bag_wide, (std::vector<std::int32_t>{0, 0, 0, 2, 2, 2, 2, 3, 3, 3}));
+  std::vector<std::int64_t> offsets(5);
+  std::vector<Key> keys(10);
+  copy_offsets(narrow, offsets.data());
+  copy_keys(narrow, keys.data());
+  EXPECT_EQ(offsets, wide.offsets);
+  EXPECT_EQ(keys, wide.keys);
+  std::vector<Key> many(100000);
+  for (Key& k : many) k = static_cast<Key>(rng() % 30000);
+  const std::vector<std::int32_t> many32(many.begin(), many.end());
+  tbb::task_arena arena(2);
+  arena.execute([&] {
+    for (const DedupOrder order : {DedupOrder::kFirstUse, DedupOrder::kAny}) {
+      UniqueKeys a, b;
+      DedupScratch sa, sb;
+      sa.parallel_from = sb.parallel_from = 1000;
+      dedup_keys(many.data(), static_cast<std::int64_t>(many.size()), a, sa, order);
+      dedup_keys(many32.data(), static_cast<std::int64_t>(many32.size()), b, sb, order);
+      EXPECT_EQ(a.keys, b.keys);
+      EXPECT_EQ(a.offsets, b.offsets);
+      EXPECT_EQ(a.positions, b.positions);
+    }
+  });
+}
+
 }  // namespace strata

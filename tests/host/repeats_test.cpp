@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <tbb/task_arena.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <iterator>
 #include <limits>
 #include <map>
@@ -182,6 +184,43 @@ TEST(FindRepeatsTables, EachTableMatchesAMapOfItsOwnKeys) {
       }
     });
   }
+}
+
+// int32 keys (read as they are) give what the same keys as int64 give: find_repeats on the maps and on the dedup path
+// (a key space past the maps'), and find_repeats_tables with tables of either width side by side (issue 35).
+TEST(FindRepeats, Int32KeysGiveTheInt64Results) {
+  std::mt19937_64 rng(35);
+  const auto same = [](const Repeats& a, const Repeats& b) {
+    ASSERT_EQ(a.repeated, b.repeated);
+    ASSERT_EQ(a.ranges.size(), b.ranges.size());
+    for (std::size_t g = 0; g < a.ranges.size(); ++g) {
+      EXPECT_EQ(a.ranges[g].keys, b.ranges[g].keys);
+      EXPECT_EQ(a.ranges[g].offsets, b.ranges[g].offsets);
+      EXPECT_EQ(a.ranges[g].positions, b.ranges[g].positions);
+    }
+  };
+  for (const std::int64_t rows : {std::int64_t{7}, std::int64_t{70000}, std::int64_t{INT32_MAX}}) {
+    std::vector<Key> wide(20000);
+    for (Key& k : wide) k = static_cast<Key>(rng() % static_cast<std::uint64_t>(std::min<std::int64_t>(rows, 5000)));
+    const std::vector<std::int32_t> narrow(wide.begin(), wide.end());
+    Repeats a, b;
+    RepeatsScratch sa, sb;
+    find_repeats(wide.data(), static_cast<std::int64_t>(wide.size()), rows, a, sa);
+    find_repeats(narrow.data(), static_cast<std::int64_t>(narrow.size()), rows, b, sb);
+    SCOPED_TRACE("rows " + std::to_string(rows));
+    same(a, b);
+  }
+  std::vector<Key> k0(3000), k1(500);
+  for (Key& k : k0) k = static_cast<Key>(rng() % 1000);
+  for (Key& k : k1) k = static_cast<Key>(rng() % 40);
+  const std::vector<std::int32_t> n1(k1.begin(), k1.end());
+  std::vector<Repeats> wide(2), mixed(2);
+  std::vector<Repeats*> pw{&wide[0], &wide[1]}, pm{&mixed[0], &mixed[1]};
+  TablesRepeatsScratch sw, sm;
+  find_repeats_tables({{k0.data(), 3000, 1000}, {k1.data(), 500, 40}}, pw, sw);
+  find_repeats_tables({{k0.data(), 3000, 1000}, {nullptr, 500, 40, n1.data()}}, pm, sm);
+  same(wide[0], mixed[0]);
+  same(wide[1], mixed[1]);
 }
 
 }  // namespace

@@ -173,6 +173,47 @@ TEST_P(FeatureStep, BatchesNamingTablesOrUnknownFeaturesAreRefusedWithNothingCha
   EXPECT_TRUE(s.forward(2, {{out.data(), 1, 4}}).is_ok());
 }
 
+// int32 keys and offsets with features through previews, a discard and a step of a cached table planned with the
+// lookahead policy: as the reference takes the batch in int64.
+TEST(Features, Int32BatchesArePreviewedDiscardedAndTrainedAsTheReference) {
+  StoreConfig c = item_config();
+  c.device.backend = BackendChoice::kEmu;
+  c.cache.policy = cache::Policy::kLookahead;
+  c.cache.preview = 2;
+  c.tables[0].placement = Placement::kCached;
+  c.tables[0].cache.rows = 3;
+  auto opened = Store::open(c);
+  auto reference = open_reference_store(c);
+  ASSERT_TRUE(opened.is_ok() && reference.is_ok()) << opened.status().to_string();
+  Store& s = **opened;
+  KeyBatch wide;
+  wide.features.push_back({"clicked", {0, 2, 5}, {3, 1, 3, 5, 7}, {}});
+  wide.features.push_back({"bought", {0, 1, 3}, {3, 6, 3}, {0.5f, 2.0f, 1.0f}});
+  KeyBatch narrow = wide;
+  narrow.features[0].keys32 = {3, 1, 3, 5, 7};
+  narrow.features[0].keys.clear();
+  narrow.features[1].offsets32 = {0, 1, 3};
+  narrow.features[1].offsets.clear();
+  ASSERT_TRUE(s.preview(1, narrow).is_ok());
+  ASSERT_TRUE(s.preview(2, narrow).is_ok());
+  ASSERT_TRUE(s.submit(1, narrow).is_ok());
+  std::vector<float> a(2 * 4), b(2 * 4);
+  ASSERT_TRUE(s.forward(1, {{a.data(), 2, 4}, {b.data(), 2, 4}}).is_ok());
+  ASSERT_TRUE(s.discard(1).is_ok());
+  EXPECT_EQ(s.in_flight(), 0);
+  ASSERT_TRUE(s.submit(2, narrow).is_ok());
+  ASSERT_TRUE((*reference)->submit(2, wide).is_ok());
+  Buffers out = make_buffers(c, wide), want = make_buffers(c, wide), grads = make_buffers(c, wide);
+  std::mt19937_64 rng(9);
+  fill_random(rng, grads);
+  ASSERT_TRUE(s.forward(2, out.views).is_ok());
+  ASSERT_TRUE((*reference)->forward(2, want.views).is_ok());
+  EXPECT_EQ(out.data, want.data);
+  ASSERT_TRUE(s.backward(2, grads.cviews).is_ok());
+  ASSERT_TRUE((*reference)->backward(2, grads.cviews).is_ok());
+  EXPECT_TRUE(same_state(snapshot(s), snapshot(**reference)));
+}
+
 std::string store_name(const ::testing::TestParamInfo<Opener>& i) {
   static const char* const kNames[] = {"reference", "cpu", "offload", "cached", "gpu", "hybrid"};
   return kNames[i.index];
