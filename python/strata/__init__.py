@@ -5,12 +5,14 @@ PyTorch module ``EmbeddingBagCollection`` and the pipelining helper (it imports 
 separate import).
 
 Keys and offsets are NumPy arrays or CPU torch tensors of int64 or int32 (int32 ones are read as
-int32 by the store, not widened; lengths are summed into int64 offsets; other dtypes raise TypeError); weights are float32, and outputs and gradients float32 or, for a table with a
+int32 by the store, not widened; lengths are summed into int64 offsets; other dtypes raise
+TypeError); weights are float32, and outputs and gradients float32 or, for a table with a
 half-size ``output_dtype``, float16 or bfloat16 (a ``torch.bfloat16`` CPU tensor, or its bits as
 int16: NumPy has no bfloat16; host memory only). Strided inputs are read with one copy; what Strata
 writes into (``forward(outputs=...)``, ``read_rows(out=...)``) must be a NumPy array or a CPU tensor
-(anything else, a list, is a TypeError), C-contiguous, aligned and writable, else ValueError; the store writes into it with the GIL released, so no other thread may resize or free
-it during the call.
+(anything else, a list, is a TypeError), C-contiguous, aligned and writable, else ValueError; the
+store writes into it with the GIL released, so no other thread may resize or free it during the
+call.
 
 Outputs and gradients may also live in the store's device memory: objects with
 ``__cuda_array_interface__`` (CUDA tensors, CuPy arrays, ``strata.DeviceArray`` from
