@@ -1,5 +1,7 @@
 #include "core/key_batch.hpp"
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 
@@ -43,8 +45,8 @@ Status check_offsets(const std::vector<T>& offsets, const std::string& who, std:
 
 // Every key in [0, rows). A key k is in range when neither k nor rows - 1 - k has its top bit set (in unsigned
 // arithmetic, so nothing overflows): one OR over all of them says whether every key is. A register of lanes at a
-// time for int64 keys (GCC's vector extension; -O2 does not vectorize the plain loop); int32 keys, widened as they are
-// read, in a plain loop. Only when some key is bad is the first one looked for, to name it.
+// time (GCC's vector extension; -O2 does not vectorize the plain loop): 64-bit lanes for int64 keys, 32-bit ones for
+// int32 keys. Only when some key is bad is the first one looked for, to name it.
 template <typename T>
 Status check_keys(const std::vector<T>& keys, const std::string& who, std::int64_t rows) {
   const auto last_row = static_cast<std::uint64_t>(rows - 1);
@@ -60,6 +62,20 @@ Status check_keys(const std::vector<T>& keys, const std::string& who, std::int64
       acc |= v | (last_row - v);
     }
     for (int l = 0; l < kU64s; ++l) bits |= acc[l];
+  } else {
+    // In 32-bit lanes, against the last row an int32 can name: v | (last - v) has bit 31 set exactly when v is
+    // negative or past it.
+    constexpr int kLanes = static_cast<int>(sizeof(simd::U32s) / sizeof(std::uint32_t));
+    const auto last32 = static_cast<std::uint32_t>(std::min<std::int64_t>(rows - 1, INT32_MAX));
+    simd::U32s acc{};
+    for (; i + kLanes <= n; i += kLanes) {
+      simd::U32s v;
+      std::memcpy(&v, keys.data() + i, sizeof v);
+      acc |= v | (last32 - v);
+    }
+    std::uint32_t lanes = 0;
+    for (int l = 0; l < kLanes; ++l) lanes |= acc[l];
+    if (lanes >> 31) bits |= std::uint64_t{1} << 63;
   }
   for (; i < n; ++i) {
     const auto k = static_cast<std::uint64_t>(static_cast<std::int64_t>(keys[i]));

@@ -77,6 +77,38 @@ TEST(KeyBatch, KeyOutOfRangeFoundAtEveryPositionAndExtreme) {
   EXPECT_TRUE(validate(f, spec(), 1).is_ok());
 }
 
+// int32 keys are checked in 32-bit lanes plus a scalar tail: a bad key is found at every position, at every extreme,
+// against tables of few rows and of more rows than an int32 names (then only negative keys are out of range).
+TEST(KeyBatch, Int32KeyOutOfRangeFoundAtEveryPositionAndExtreme) {
+  const std::int32_t bad_values[] = {-1, 10, 11, std::numeric_limits<std::int32_t>::min(),
+                                     std::numeric_limits<std::int32_t>::max()};
+  for (const std::size_t n : {std::size_t{1}, std::size_t{15}, std::size_t{16}, std::size_t{17}, std::size_t{70}}) {
+    for (std::size_t pos = 0; pos < n; pos += 3) {
+      for (const std::int32_t bad : bad_values) {
+        JaggedKeys f;
+        f.table = "item";
+        f.offsets = {0, static_cast<std::int64_t>(n)};
+        for (std::size_t i = 0; i < n; ++i) f.keys32.push_back(static_cast<std::int32_t>(i % 10));
+        ASSERT_TRUE(validate(f, spec(), 1).is_ok());
+        f.keys32[pos] = bad;
+        const Status st = validate(f, spec(), 1);
+        EXPECT_EQ(st.message(), "table 'item': key " + std::to_string(bad) + " at position " + std::to_string(pos) +
+                                    " out of range [0, 10)")
+            << "n " << n << " pos " << pos;
+      }
+    }
+  }
+  TableSpec big = spec();
+  big.rows = std::int64_t{1} << 40;
+  JaggedKeys f;
+  f.table = "item";
+  f.offsets = {0, 40};
+  for (int i = 0; i < 40; ++i) f.keys32.push_back(i % 2 ? std::numeric_limits<std::int32_t>::max() : 0);
+  EXPECT_TRUE(validate(f, big, 1).is_ok());
+  f.keys32[33] = -5;
+  EXPECT_EQ(validate(f, big, 1).code(), StatusCode::kOutOfRange);
+}
+
 TEST(KeyBatch, BadOffsets) {
   auto f = feature();
   f.offsets = {0, 3, 2, 5};
