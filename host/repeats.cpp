@@ -215,6 +215,14 @@ void find_repeats(const std::int32_t* keys, std::int64_t n, std::int64_t key_spa
   find_repeats_of(keys, n, key_space, out, s);
 }
 
+void find_repeats(const JaggedKeys& f, std::int64_t key_space, Repeats& out, RepeatsScratch& s) {
+  if (f.keys32.empty()) {
+    find_repeats_of(f.keys.data(), f.num_keys(), key_space, out, s);
+  } else {
+    find_repeats_of(f.keys32.data(), f.num_keys(), key_space, out, s);
+  }
+}
+
 void find_repeats_tables(const std::vector<TableKeys>& tables, std::vector<Repeats*>& out, TablesRepeatsScratch& s) {
   const std::size_t nt = tables.size();
   STRATA_CHECK(out.size() == nt);

@@ -59,6 +59,8 @@ void find_repeats(const Key* keys, std::int64_t n, std::int64_t key_space, Repea
 /// The same of int32 keys, read as they are.
 void find_repeats(const std::int32_t* keys, std::int64_t n, std::int64_t key_space, Repeats& out,
                   RepeatsScratch& scratch);
+/// The same of a feature's keys (int64 or int32: JaggedKeys::keys32).
+void find_repeats(const JaggedKeys& f, std::int64_t key_space, Repeats& out, RepeatsScratch& scratch);
 
 /// One table's keys for find_repeats_tables.
 struct TableKeys {

@@ -199,11 +199,11 @@ py::object entry(const py::dict& d, const char* name, const char* alias, const s
 KeyBatch to_key_batch(py::handle features) {
   if (!py::isinstance<py::dict>(features))
     throw py::type_error("features is a " + type_name(features) +
-                         " (expected a dict {table: {'keys': ..., 'offsets' or 'lengths': ..., 'weights': ...}})");
+                         " (expected a dict {feature: {'keys': ..., 'offsets' or 'lengths': ..., 'weights': ...}})");
   KeyBatch batch;
   for (auto [key, value] : py::reinterpret_borrow<py::dict>(features)) {
     if (!py::isinstance<py::str>(key))
-      throw py::type_error("features key " + py::repr(key).cast<std::string>() + " (expected a table name)");
+      throw py::type_error("features key " + py::repr(key).cast<std::string>() + " (expected a feature name: str)");
     JaggedKeys f;
     f.table = key.cast<std::string>();
     const std::string who = "table '" + f.table + "': ";

@@ -976,7 +976,7 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
                   "other change lists it); any other change raises ValueError naming the field.")
       .def("__repr__", &PyStore::repr)
       .def("submit", &PyStore::submit, py::arg("batch_id"), py::arg("features"),
-           "Validates and submits a batch (batch_id: an int) of features {table: {'keys', 'offsets' | 'lengths', "
+           "Validates and submits a batch (batch_id: an int) of features {feature: {'keys', 'offsets' | 'lengths', "
            "['weights']}}.")
       .def("preview", &PyStore::preview, py::arg("batch_id"), py::arg("features"),
            "Announces the keys of a batch to be submitted later (cache planning only).")

@@ -1,10 +1,11 @@
 """PyTorch front end of Strata: ``EmbeddingBagCollection`` and the pipelining helper.
 
 ``EmbeddingBagCollection(config, device="cpu")`` is a ``torch.nn.Module`` over a ``strata.Store``
-(``device="cuda"``: see the end). Its forward takes a batch of sparse features, one per table (the
-feature's name is the table's):
+(``device="cuda"``: see the end). Its forward takes a batch of sparse features by name (a table's
+own name, or one of the ``features`` its config lists: several features may look up one table, as
+README "Features" says):
 
-* a dict ``{table: {"keys" | "values": ..., "lengths" | "offsets": ..., "weights" |
+* a dict ``{feature: {"keys" | "values": ..., "lengths" | "offsets": ..., "weights" |
   "per_sample_weights": ...}}`` of CPU tensors or NumPy arrays (keys int64 or int32, weights float32
   and optional; "values" is TorchRec's name and "per_sample_weights" torch's, and a feature gives
   one name of each; None is an absent entry). ``offsets`` read as torch.nn.EmbeddingBag's do under its
@@ -266,7 +267,7 @@ def _features_of(batch, include_last_offset=True):
             features[name] = f
         return features
     raise TypeError(
-        f"batch is a {type(batch).__name__} (expected a dict {{table: {{'keys', 'lengths' or 'offsets', "
+        f"batch is a {type(batch).__name__} (expected a dict {{feature: {{'keys', 'lengths' or 'offsets', "
         "'weights'}} or a KeyedJaggedTensor; forward takes a SubmittedBatch too)")
 
 

@@ -150,13 +150,13 @@ void spread_gradients(const FeatureMap& map, const KeyBatch& batch, const std::v
     const std::int32_t dim = spec.dim;
     float* out = spread[static_cast<std::size_t>(tb.entry_of[i])];
     const std::vector<Key>& pos = tb.positions[i];
+    const bool none = spec.pooling == Pooling::kNone;
     tbb::parallel_for(
         tbb::blocked_range<std::int64_t>(0, f.batch_size()), [&](const tbb::blocked_range<std::int64_t>& r) {
           for (std::int64_t b = r.begin(); b < r.end(); ++b) {
             const std::int64_t lo = f.offset(b), hi = f.offset(b + 1);
             for (std::int64_t j = lo; j < hi; ++j) {
               // The use's term of its row's gradient sum, as the reference and the kernels form it.
-              const bool none = spec.pooling == Pooling::kNone;
               const float s = none ? grad_scale(Pooling::kNone, 1, w, j) : grad_scale(spec.pooling, hi - lo, w, j);
               const std::int64_t src = none ? j : b;
               float* o = out + pos[static_cast<std::size_t>(j)] * dim;

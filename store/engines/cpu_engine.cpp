@@ -24,12 +24,7 @@ void HostTableOps::prepare_backward(const JaggedKeys& f, bool shared) {
   // Repeated keys are only needed by backward, so they are found here: inference never pays for
   // it. Rows used once are updated straight from their bag's gradient.
   if (table_.spec().pooling != Pooling::kNone) bag_of_positions(f, bag_of_);
-  if (shared) return;
-  if (f.keys32.empty()) {
-    find_repeats(f.keys.data(), f.num_keys(), table_.spec().rows, repeats_, scratch_);
-  } else {
-    find_repeats(f.keys32.data(), f.num_keys(), table_.spec().rows, repeats_, scratch_);
-  }
+  if (!shared) find_repeats(f, table_.spec().rows, repeats_, scratch_);
 }
 
 TableBatchItem HostTableOps::backward_item(const JaggedKeys& f, const float* grads, const OptimizerStep& step) const {

@@ -230,7 +230,7 @@ class ShardedEngine final : public Engine {
       const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
       const TableSpec& spec = config_.tables[static_cast<std::size_t>(tables_[c])].spec;
       gpu::LookupFeature& l = looks[i];
-      l.offsets = take(int64_offsets(k), static_cast<std::size_t>(k.batch_size() + 1));
+      l.offsets = stage_offsets(meta, k);
       l.batch = k.batch_size();
       l.rows = take(b.inverse[i].data(), b.inverse[i].size());
       l.weights = k.weights.empty() ? nullptr : take(k.weights.data(), k.weights.size());
@@ -291,7 +291,7 @@ class ShardedEngine final : public Engine {
       const TableSpec& spec = config_.tables[static_cast<std::size_t>(tables_[c])].spec;
       const UniqueKeys& u = b.unique[c];
       gpu::UpdateFeature& x = sums[i];
-      x.offsets = take(int64_offsets(k), static_cast<std::size_t>(k.batch_size() + 1));
+      x.offsets = stage_offsets(meta, k);
       x.batch = k.batch_size();
       x.weights = k.weights.empty() ? nullptr : take(k.weights.data(), k.weights.size());
       x.num_keys = k.num_keys();
@@ -461,19 +461,18 @@ class ShardedEngine final : public Engine {
 
   // Host metadata -> the pinned metadata at `at` (8-byte aligned); returns where it will be on the
   // device once meta_host_ is copied into meta_.
-  // A feature's offsets as int64: its own, or int32 ones widened into wide_offsets_ (valid until the next call).
-  const std::int64_t* int64_offsets(const JaggedKeys& k) {
-    if (k.offsets32.empty()) return k.offsets.data();
-    wide_offsets_.resize(k.offsets32.size());
-    copy_offsets(k, wide_offsets_.data());
-    return wide_offsets_.data();
-  }
-
   template <class T>
   T* stage_meta(std::size_t& at, const T* host, std::size_t n) {
     T* d = reinterpret_cast<T*>(meta_.as<char>() + at);
     if (n) std::memcpy(meta_host_.as<char>() + at, host, n * sizeof(T));
     at += (n * sizeof(T) + 7) / 8 * 8;
+    return d;
+  }
+  // stage_meta of a feature's offsets (batch + 1) as int64: copied, or widened from int32 as they are written.
+  const std::int64_t* stage_offsets(std::size_t& at, const JaggedKeys& k) {
+    const auto* d = reinterpret_cast<const std::int64_t*>(meta_.as<char>() + at);
+    copy_offsets(k, reinterpret_cast<std::int64_t*>(meta_host_.as<char>() + at));
+    at += static_cast<std::size_t>(k.batch_size() + 1) * sizeof(std::int64_t);
     return d;
   }
 
@@ -552,9 +551,8 @@ class ShardedEngine final : public Engine {
   // Device scratch, grown to twice the largest batch (no allocation in a steady state). Each batch
   // has its layout in it (reserve, at forward); batches share the memory, as no device work of a
   // call outlives the next call (each starts by waiting for stream_).
-  gpu::Stream stream_;                      // exchange packing, pooling and gradient sums
-  std::vector<std::int64_t> wide_offsets_;  // int64_offsets
-  gpu::Event done_;  // the end of this engine's work on stream_, for the caller's or inner stream
+  gpu::Stream stream_;  // exchange packing, pooling and gradient sums
+  gpu::Event done_;     // the end of this engine's work on stream_, for the caller's or inner stream
   std::unique_ptr<dispatch::ExchangeWorkspace> ws_;
   gpu::DeviceBuffer served_;     // served rows, then at backward the served gradients: per table (served, local dim)
   gpu::DeviceBuffer unique_;     // returned rows: per table (unique keys, dim)

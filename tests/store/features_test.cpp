@@ -158,7 +158,9 @@ TEST_P(FeatureStep, BatchesNamingTablesOrUnknownFeaturesAreRefusedWithNothingCha
   KeyBatch out_of_range;
   out_of_range.features.push_back({"clicked", {0, 1}, {3}, {}});
   out_of_range.features.push_back({"bought", {0, 1}, {8}, {}});
-  EXPECT_FALSE(s.submit(1, out_of_range).is_ok());
+  // The message names the feature and its table.
+  EXPECT_EQ(s.submit(1, out_of_range).message(),
+            "batch 1: table 'item' feature 'bought': key 8 at position 0 out of range [0, 8)");
   KeyBatch sizes;  // features of one table with different batch sizes
   sizes.features.push_back({"clicked", {0, 1}, {3}, {}});
   sizes.features.push_back({"bought", {0, 1, 1}, {3}, {}});
