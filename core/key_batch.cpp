@@ -93,7 +93,7 @@ Status check_keys(const std::vector<T>& keys, const std::string& who, std::int64
 
 }  // namespace
 
-Status validate(const JaggedKeys& f, const TableSpec& spec, std::int64_t expected_batch) {
+Status validate(const JaggedKeys& f, const TableSpec& spec, std::int64_t expected_batch, bool any_key) {
   const std::string who = "table '" + spec.name + "'";
   if (!f.keys.empty() && !f.keys32.empty())
     return Status::invalid_argument(who + ": " + std::to_string(f.keys.size()) + " int64 keys and " +
@@ -109,7 +109,9 @@ Status validate(const JaggedKeys& f, const TableSpec& spec, std::int64_t expecte
   if (!f.weights.empty() && static_cast<std::int64_t>(f.weights.size()) != keys)
     return Status::invalid_argument(who + ": " + std::to_string(f.weights.size()) + " weights for " +
                                     std::to_string(keys) + " keys (expected none or one per key)");
-  STRATA_RETURN_IF_ERROR(f.keys32.empty() ? check_keys(f.keys, who, spec.rows) : check_keys(f.keys32, who, spec.rows));
+  if (!any_key)
+    STRATA_RETURN_IF_ERROR(f.keys32.empty() ? check_keys(f.keys, who, spec.rows)
+                                            : check_keys(f.keys32, who, spec.rows));
   for (std::size_t i = 0; i < f.weights.size(); ++i) {
     if (!std::isfinite(f.weights[i]))
       return Status::invalid_argument(who + ": weight at position " + std::to_string(i) + " is not finite");

@@ -34,6 +34,8 @@ struct JaggedKeys {
 /// One batch: every feature's keys for the same `batch_size` samples. A feature may appear at most once.
 struct KeyBatch {
   std::vector<JaggedKeys> features;  ///< one entry per feature used by this batch
+  /// false: an evaluation batch (forward, then discard): backward refuses it, and dynamic tables admit nothing for it.
+  bool train = true;
 
   /// Batch size (bags per feature); 0 when there are no features.
   std::int64_t batch_size() const noexcept { return features.empty() ? 0 : features.front().batch_size(); }
@@ -43,8 +45,8 @@ struct KeyBatch {
 
 /// Checks the shape of one feature against its table: offsets of length batch+1 starting at 0, non-decreasing, ending
 /// at the key count; keys in [0, rows); weights empty or one per key. The message names the table, the offending value
-/// and what was expected.
-Status validate(const JaggedKeys& f, const TableSpec& spec, std::int64_t expected_batch);
+/// and what was expected. `any_key`: every int64 key is valid (a dynamic table's).
+Status validate(const JaggedKeys& f, const TableSpec& spec, std::int64_t expected_batch, bool any_key = false);
 
 /// Where the memory of a view lives. kDevice: memory of the store's device (Store::device(); on `emu` a
 /// Device::allocate block, on `cuda` device memory of that GPU), which the host must not dereference. Keys (KeyBatch)

@@ -203,6 +203,10 @@ class ReferenceStore final : public Store {
   Status flush() override { return Status::ok(); }
   std::int64_t in_flight() const noexcept override { return static_cast<std::int64_t>(batches_.size()); }
 
+  Result<std::vector<Key>> keys_held(int) const override { return Status::internal("keys_held: not built yet"); }
+  Status read_keys(int, const std::vector<Key>&, float*, float*) override {
+    return Status::internal("read_keys: not built yet");
+  }
   Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
     STRATA_RETURN_IF_ERROR(detail::check_row_range(table, row0, n, config_));
     const Table& t = tables_[static_cast<std::size_t>(table)];

@@ -40,9 +40,7 @@ struct StagingBytes {
 /// NUMA nodes, -1 when not bound to one.
 struct NumaPlacement {
   int memory_node = -1;  ///< of its host tables (and shards)
-  /// Of its threads: its oneTBB arena (every call's CPU work) and its fill arena (the cache's row copies run from host
-  /// tasks: with tbbbind, CUDA's callback thread or the emu's stream thread is bound to the node while it copies).
-  int thread_node = -1;
+  int thread_node = -1;  ///< of its threads: its oneTBB arena and its fill arena (the cache's row copies)
   int pinned_node = -1;  ///< of the pinned memory its device allocates (staging, bounce buffers)
   std::string note;      ///< why placement is less than asked (first touch, no GPU node, ...; "" when it is not)
 };
@@ -54,6 +52,14 @@ struct TableNuma {
   PageNodes pages;                         ///< measured: where up to 64 of its pages, evenly spaced, lie
 };
 
+/// A dynamic table's key index (core/dynamic_spec.hpp): rows in use, what admission and eviction did, its memory.
+struct DynamicStats {
+  std::int64_t rows = 0, capacity = 0;                          ///< rows in use, of capacity
+  std::int64_t admissions = 0, evictions = 0, expirations = 0;  ///< rows created; evicted when full; by the TTL
+  std::int64_t not_admitted = 0, unseen = 0;  ///< uses of keys without a row: training batches, evaluation ones
+  std::int64_t index_bytes = 0;               ///< host memory of the index and its admission sketch
+};
+
 /// Counters of a store since it was opened (for benchmarks and tuning).
 struct StoreStats {
   std::vector<std::pair<std::string, cache::CacheStats>> cache;  ///< per `cached` table, by name
@@ -63,18 +69,17 @@ struct StoreStats {
   DispatchStats dispatch;             ///< sharded tables only
   /// Allocations, frees and events of the device so far (a training loop's steady state adds none).
   gpu::ResourceCounts device_resources;
-  /// The staging of the `gpu`, `cached` and `offload` engines (sharded tables' too), between calls: entries of batches
-  /// in flight are not counted (with none in flight, all are). `staging`: the batches' arguments, the rows they move,
-  /// `cached`'s flush entry and offload's pinned outputs and gradients; `activation_staging`: apart, the outputs and
-  /// gradients of host views, taken by a forward with a host view (none while every view is a device view, nor for
-  /// `offload` with `offload_gather: cpu`, which pools into host views in place).
+  /// The device engines' staging between calls, entries of batches in flight not counted. `staging`: the batches'
+  /// arguments and rows, `cached`'s flush entry, offload's pinned outputs and gradients; `activation_staging`: the
+  /// outputs and gradients of host views (none with device views only, nor offload_gather cpu, which pools in place).
   StagingBytes staging;
   StagingBytes activation_staging;  ///< see `staging`
   NumaPlacement numa;
   /// Per engine ("cpu", "offload", "cached", "gpu", "sharded"), in the store's order: `numa` as it applies to it
   /// (memory_node -1 without host rows, pinned_node -1 without a device); per table with host rows, in config order.
   std::vector<std::pair<std::string, NumaPlacement>> numa_engines;
-  std::vector<TableNuma> numa_tables;  ///< see numa_engines
+  std::vector<TableNuma> numa_tables;                         ///< see numa_engines
+  std::vector<std::pair<std::string, DynamicStats>> dynamic;  ///< per dynamic table, by name
 };
 
 }  // namespace strata

@@ -43,17 +43,13 @@ struct ShardInfo {
 using ConfigOverrides = std::function<void(StoreConfig&)>;
 
 /// An embedding store. Create with Store::open (or open_reference_store for the oracle).
-///
 /// Training step protocol, per batch id (any int64, unique among batches in flight):
-///   [preview(id, batch)] -> submit(id, batch) -> forward(id, outputs) -> backward(id, grads)
-///   (or discard(id) for inference)
+///   [preview(id, batch)] -> submit(id, batch) -> forward(id, outputs) -> backward(id, grads) (or discard(id))
 /// Several batches may be in flight (submitted, not yet backward); `cached` tables prefetch their missing rows for them
 /// at submit. Previews (optional) announce the keys of batches further ahead to the cache planner. forward reads the
 /// rows as of the call; backward applies the optimizer to the rows the batch used. Every call validates all its input
 /// before changing anything: on error nothing changed.
-///
-/// Thread-safety: one thread drives a Store (calls are not concurrent); CPU kernels run on the store's own oneTBB arena
-/// of `threads` threads (on the emulated device, each stream's kernels on an arena of that many more).
+/// Thread-safety: one thread drives a Store (calls are not concurrent); CPU kernels run on its own oneTBB arena.
 class Store {
  public:
   /// Validates the config and builds the tables (allocating and initialising host memory). `gpu` tables live on this
@@ -107,10 +103,11 @@ class Store {
   Status set_step(std::int64_t step);
 
   /// Validates `batch` (known features, each at most once, one batch size, offsets, key ranges, weights) and dedups
-  /// its keys: a table's features share its rows (StoreConfig features). Fails with AlreadyExists when `batch_id` is in
-  /// flight. A `cached` table takes a batch of any size: rows that do not fit its cache are read and updated outside it
-  /// (CacheStats::bypassed); only a batch whose rows beyond the cache and staging could not fit the device's memory
-  /// beside the cache is refused (ResourceExhausted).
+  /// its keys: a table's features share its rows (StoreConfig features). A dynamic table admits keys here, unless
+  /// batch.train is false (core/dynamic_spec.hpp), and refuses a batch whose new keys cannot fit (ResourceExhausted).
+  /// Fails with AlreadyExists when `batch_id` is in flight. A `cached` table takes a batch of any size: rows that do
+  /// not fit its cache are read and updated outside it (CacheStats::bypassed); only a batch whose rows beyond the cache
+  /// and staging could not fit the device's memory beside the cache is refused (ResourceExhausted).
   virtual Status submit(std::int64_t batch_id, KeyBatch batch) = 0;
   /// Looks up a submitted batch. `outputs[i]` receives feature i of the batch: (batch, dim) for pooled features,
   /// (num_keys, dim) for pooling none. Each view is host memory or, with `space = MemorySpace::kDevice`, memory of
@@ -142,36 +139,15 @@ class Store {
   /// after everything queued on `stream` before the call, and whatever is queued on `stream` after the call runs after
   /// it (forward: the outputs written; backward: the gradients read), so the trainer's kernels and the store's need no
   /// host sync between them.
-  ///  - forward(id, outputs, stream): with only device views of `gpu`, `cached` and `offload` tables, the host waits
-  ///    for nothing on the device (it still plans: a `cached` table whose staging or rows outside the cache do not fit
-  ///    the device fails as the synchronous call does, and growing the device memory for rows outside the cache waits
-  ///    for the cache's streams; an `offload` table with offload_gather cpu pools on the host first). Tables staged
-  ///    through host memory compute their outputs on the host first; their H2D copies are then ordered on `stream`, not
-  ///    waited for. Sharded tables over a communicator, and tables of several features (pooled on the host), wait for
-  ///    their lookups, so for `stream`; only their pooling or copies into the device views is left ordered after it.
-  ///    With a host view the host waits for the outputs.
-  ///  - backward(id, grads, stream): with device gradients and accept_nonfinite_gradients false, the host waits for
-  ///    `stream` up to the gradients and for the store's count of their NaN and Inf values (8 bytes per view come back
-  ///    D2H): it must refuse them before anything changes. It then returns without waiting for the updates. With
-  ///    accept_nonfinite_gradients true, backward with device gradients of `gpu` and `cached` tables does not wait for
-  ///    the device, as FBGEMM's TBE runs (except where a `cached` table plans a deferred batch into a staging entry
-  ///    still in use, gpu/staging.hpp, and in the steps where cache.flush_every flushes). Sharded tables over a
-  ///    communicator read device gradients on the device but wait for their exchange (so for `stream` up to the
-  ///    gradients) and for their shards' updates. Host gradients, and device gradients of `offload` tables, of tables
-  ///    of several features and of tables staged through host memory (copied D2H after `stream`), are read by the host
-  ///    before the call returns. A
-  ///    backward of `offload` tables (looked up on the device) also waits, on the host, for a stream-ordered forward
-  ///    with device views that may still read their host rows, and so for `stream` up to that forward: the CPU
-  ///    optimizer must not change rows the device reads.
+  /// What the host waits for in each case: README.md, "What a stream-ordered call waits for".
   /// Both keep the views and `stream` in use until the work queued on `stream` after the call has run: do not free or
   /// reuse them before. Errors, as for every bad input, change nothing (the batch stays in flight): a device view on a
   /// store without a device or outside device()'s memory (a host pointer marked kDevice), a gradient view in another
   /// space than forward's output, a null stream or one of another device (a store without a device takes none).
   virtual Status forward(std::int64_t batch_id, const std::vector<MatrixView>& outputs, gpu::StreamView stream) = 0;
   virtual Status backward(std::int64_t batch_id, const std::vector<ConstMatrixView>& grads, gpu::StreamView stream) = 0;
-  /// The device of this store's `gpu`, `cached`, `offload` and `hybrid` tables, or nullptr when it has none (only `cpu`
-  /// tables; the reference store). Trainers allocate device views (allocate) and streams (create_stream) on it; it
-  /// lives as long as the store.
+  /// The device of its `gpu`, `cached`, `offload` and `hybrid` tables (nullptr without one), for device views and
+  /// streams; it lives as long as the store.
   virtual gpu::Device* device() noexcept { return nullptr; }
   /// Retires a submitted batch without backward (inference).
   virtual Status discard(std::int64_t batch_id) = 0;
@@ -181,18 +157,7 @@ class Store {
   /// before the staging ring has room to submit them. Keys only: nothing is pinned, fetched, staged or planned, and no
   /// row changes; `batch` is validated as submit validates it and need not stay alive (only its unique keys are kept).
   ///
-  /// Rules (the previews describe the submissions to come, in order):
-  ///  - Batch ids of previews increase: `batch_id` must be above every id previewed and not yet submitted, and not in
-  ///    flight. At most `cache.preview` batches are previewed and not yet submitted (0, the default, refuses every
-  ///    preview).
-  ///  - submit(id) of a previewed id uses its preview: the window entry is kept when the keys are the same (the same
-  ///    unique keys per table in the same first-use order) and replaced by the submitted keys otherwise; the previews
-  ///    of lower ids are dropped (those batches were skipped).
-  ///  - submit(id) of an id never previewed leaves the previews alone (e.g. an evaluation batch between training
-  ///    batches); while previews are pending the planner ranks that batch's rows as if it came after them, so preview
-  ///    every batch where you can.
-  ///  - drop_previews() forgets every preview (the loader was reset or reshuffled). A preview only ever affects which
-  ///    rows stay cached: outputs and updates are those of the batches submitted.
+  /// The rules (ids increase, at most cache.preview pending, what submit and drop_previews do): README.md, "Previews".
   /// Only `cached` tables (and `hybrid` ones without a communicator) with the lookahead policy use previews; every
   /// other mode validates and ignores them. Local to this rank. Errors (nothing changes): "preview of batch ID: ...".
   virtual Status preview(std::int64_t batch_id, const KeyBatch& batch) = 0;
@@ -217,6 +182,10 @@ class Store {
   /// write_rows of the table named `table` (NotFound for an unknown name).
   Status write_rows(const std::string& table, std::int64_t row0, std::int64_t n, const float* weights,
                     const float* state);
+  /// A dynamic table's keys that have a row, ascending; read_keys reads their rows as read_rows (NotFound naming a key
+  /// without one, nothing copied). InvalidArgument for a dense table.
+  virtual Result<std::vector<Key>> keys_held(int table) const = 0;
+  virtual Status read_keys(int table, const std::vector<Key>& keys, float* weights, float* state) = 0;
   /// This rank's part of table `table` (NotFound for an unknown index). Local: no collective.
   virtual Result<ShardInfo> shard_info(int table) const;
   /// Copies local rows [local_row0, local_row0+n) of this rank's shard: weights (n, local_dim) and, when non-null,
@@ -263,15 +232,13 @@ class Store {
   /// pieces and sends rows to their holders). Reads one manifest (rank 0's), opens each file once and verifies sizes
   /// and checksums before any row changes, then copies from those descriptors: a concurrent save cannot mix
   /// checkpoints (load starts over, up to 10 times). Errors before the copy (a missing or corrupt file, named; a path
-  /// outside `dir`; another config) change nothing on any rank; the copy fails only on a read or device error (or a
-  /// file modified in place): "load failed while copying rows", tables may hold a mix, step and rates unchanged: load
-  /// again. Refused with batches in flight.
+  /// outside `dir`; another config) change nothing on any rank; a read or device error during it: "load failed while
+  /// copying rows" (a mix of rows; step and rates unchanged: load again). Refused with batches in flight.
   Status load(const std::string& dir);
-  /// load() that converts a table's rows or state saved at another dtype: rounded to nearest (stochastic rounding
-  /// tables too; a value the dtype cannot hold, as write_rows refuses it, refuses the load before the copy), or
-  /// widened.
+  /// load() that converts rows or state saved at another dtype: widened, or rounded to nearest (a value the dtype
+  /// cannot hold refuses the load before the copy).
   Status load_converting_dtypes(const std::string& dir);
-  /// Writes a table's weights as a NumPy .npy file (rows, dim): fp32, fp16 for an fp16 table, bf16 widened to fp32.
+  /// Writes a table's weights as a NumPy .npy (rows, dim): fp32, fp16 for an fp16 table, bf16 widened to fp32.
   Status export_npy(const std::string& table, const std::string& path);
   /// Replaces a table's weights from a .npy (rows, dim) of <f4 or <f2, rounded to nearest into its dtype (state kept).
   Status import_npy(const std::string& table, const std::string& path);

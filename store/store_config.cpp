@@ -111,6 +111,36 @@ Result<CacheTransfer> parse_cache_transfer(const std::string& s) {
   return Status::invalid_argument("unknown cache transfer '" + s + "' (expected auto, staged or zero_copy)");
 }
 
+const char* to_string(Eviction e) noexcept {
+  switch (e) {
+    case Eviction::kLru:
+      return "lru";
+    case Eviction::kLfu:
+      return "lfu";
+  }
+  return "?";
+}
+Result<Eviction> parse_eviction(const std::string& s) {
+  if (s == "lru") return Eviction::kLru;
+  if (s == "lfu") return Eviction::kLfu;
+  return Status::invalid_argument("unknown eviction '" + s + "' (expected lru or lfu)");
+}
+
+const char* to_string(Unseen u) noexcept {
+  switch (u) {
+    case Unseen::kInitial:
+      return "initial";
+    case Unseen::kZeros:
+      return "zeros";
+  }
+  return "?";
+}
+Result<Unseen> parse_unseen(const std::string& s) {
+  if (s == "initial") return Unseen::kInitial;
+  if (s == "zeros") return Unseen::kZeros;
+  return Status::invalid_argument("unknown unseen '" + s + "' (expected initial or zeros)");
+}
+
 std::int64_t cache_rows(const TableConfig& t) {
   const TableCacheConfig& c = t.cache;
   std::int64_t rows;
@@ -198,6 +228,25 @@ Status validate_sharding(const TableConfig& t) {
                                  static_cast<int>(std::min<std::int64_t>(world, std::numeric_limits<int>::max())));
 }
 
+// A dynamic table's options, in range.
+Status validate_dynamic(const TableConfig& t) {
+  if (!t.dynamic) return Status::ok();
+  const DynamicSpec& d = *t.dynamic;
+  const std::string who = "table '" + t.spec.name + "': ";
+  if (t.spec.rows > kMaxDynamicCapacity)
+    return Status::invalid_argument(who + "capacity " + std::to_string(t.spec.rows) + " is past a dynamic table's " +
+                                    std::to_string(kMaxDynamicCapacity) + " rows (expected a capacity in [1, " +
+                                    std::to_string(kMaxDynamicCapacity) + "])");
+  if (d.admit_after < 1 || d.admit_after > kMaxAdmitAfter)
+    return Status::invalid_argument(who + "admit_after " + std::to_string(d.admit_after) +
+                                    " is out of range (expected [1, " + std::to_string(kMaxAdmitAfter) + "])");
+  if (d.evict_after_steps < 0 || d.evict_after_steps >= (std::int64_t{1} << 62))
+    return Status::invalid_argument(who + "evict_after_steps " + std::to_string(d.evict_after_steps) +
+                                    " is out of range (expected [0, 2^62): 0 for no TTL)");
+  STRATA_RETURN_IF_ERROR(check_enum(d.eviction, who + "eviction", "lru or lfu"));
+  return check_enum(d.unseen, who + "unseen", "initial or zeros");
+}
+
 // Every feature names one table: names non-empty and unique over the store (a table without a features list has
 // one feature of its own name), poolings within their enum.
 Status validate_features(const StoreConfig& c) {
@@ -255,6 +304,7 @@ Status validate(const StoreConfig& c) {
       return Status::invalid_argument("table '" + t.spec.name + "' is defined twice (names must be unique)");
     STRATA_RETURN_IF_ERROR(validate_cache(t));
     STRATA_RETURN_IF_ERROR(validate_sharding(t));
+    STRATA_RETURN_IF_ERROR(validate_dynamic(t));
   }
   STRATA_RETURN_IF_ERROR(validate_features(c));
   if (c.cache.policy != cache::Policy::kLru && c.cache.policy != cache::Policy::kLfu &&
@@ -526,17 +576,45 @@ Status parse_features(Fields& f, TableConfig& t) {
   return Status::ok();
 }
 
+// "kind": "dense" (the default) or "dynamic", with a dynamic table's options; a table's size is its "rows" or, dynamic,
+// its "capacity", never the other.
+Status parse_kind(Fields& f, const json& j, TableConfig& t) {
+  std::string kind = "dense";
+  STRATA_RETURN_IF_ERROR(f.string("kind", kind));
+  const std::string who = "table '" + t.spec.name + "': ";
+  if (kind != "dense" && kind != "dynamic")
+    return Status::invalid_argument(who + "kind '" + kind + "' (expected dense or dynamic)");
+  const char* options[] = {"capacity", "admit_after", "eviction", "evict_after_steps", "unseen"};
+  if (kind == "dense") {
+    for (const char* o : options)
+      if (j.contains(o))
+        return Status::invalid_argument(
+            who + "'" + o + "' is given but the table is dense (expected \"kind\": " + "\"dynamic\" with it)");
+    return Status::ok();
+  }
+  if (j.contains("rows"))
+    return Status::invalid_argument(who + "a dynamic table has a capacity, not rows (expected \"capacity\")");
+  DynamicSpec d;
+  STRATA_RETURN_IF_ERROR(f.integer("admit_after", d.admit_after));
+  STRATA_RETURN_IF_ERROR(f.choice("eviction", d.eviction, parse_eviction));
+  STRATA_RETURN_IF_ERROR(f.integer("evict_after_steps", d.evict_after_steps));
+  STRATA_RETURN_IF_ERROR(f.choice("unseen", d.unseen, parse_unseen));
+  t.dynamic = d;
+  return Status::ok();
+}
+
 Status parse_table(const json& j, std::size_t index, TableConfig& t) {
   const std::string at = "tables[" + std::to_string(index) + "]";
   if (!j.is_object()) return Status::invalid_argument(at + ": expected an object, got " + quoted(j));
   Fields f(j, at);
   STRATA_RETURN_IF_ERROR(f.string("name", t.spec.name));
   if (!t.spec.name.empty()) f.rename("table '" + t.spec.name + "'");
-  if (!j.contains("name") || !j.contains("rows") || !j.contains("dim"))
-    return Status::invalid_argument((t.spec.name.empty() ? at : "table '" + t.spec.name + "'") +
-                                    ": name, rows and dim are required");
   TableSpec& s = t.spec;
-  STRATA_RETURN_IF_ERROR(f.integer("rows", s.rows));
+  STRATA_RETURN_IF_ERROR(parse_kind(f, j, t));
+  if (!j.contains("name") || !j.contains(t.dynamic ? "capacity" : "rows") || !j.contains("dim"))
+    return Status::invalid_argument((t.spec.name.empty() ? at : "table '" + t.spec.name + "'") + ": name, " +
+                                    (t.dynamic ? "capacity" : "rows") + " and dim are required");
+  STRATA_RETURN_IF_ERROR(f.integer(t.dynamic ? "capacity" : "rows", s.rows));
   STRATA_RETURN_IF_ERROR(f.integer("dim", s.dim));
   STRATA_RETURN_IF_ERROR(f.choice("dtype", s.dtype, parse_dtype));
   STRATA_RETURN_IF_ERROR(f.choice("state_dtype", s.state_dtype, parse_dtype));
@@ -691,6 +769,15 @@ std::string to_json(const StoreConfig& c) {
     if (t.spec.state_dtype != DType::kF32) table["state_dtype"] = to_string(t.spec.state_dtype);
     if (t.spec.stochastic_rounding) table["stochastic_rounding"] = true;
     if (t.spec.output_dtype != DType::kF32) table["output_dtype"] = to_string(t.spec.output_dtype);
+    if (t.dynamic) {
+      table.erase("rows");
+      table["kind"] = "dynamic";
+      table["capacity"] = t.spec.rows;
+      table["admit_after"] = t.dynamic->admit_after;
+      table["eviction"] = to_string(t.dynamic->eviction);
+      table["evict_after_steps"] = t.dynamic->evict_after_steps;
+      table["unseen"] = to_string(t.dynamic->unseen);
+    }
     if (t.features.empty()) continue;
     json& features = table["features"] = json::array();
     for (const FeatureConfig& fc : t.features) {

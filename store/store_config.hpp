@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cache/policy.hpp"
+#include "core/dynamic_spec.hpp"
 #include "core/status.hpp"
 #include "core/table_spec.hpp"
 #include "dispatch/sharding_plan.hpp"
@@ -34,13 +35,10 @@ struct TableCacheConfig {
 /// Which device backs `offload`, `cached`, `gpu` and `hybrid` tables.
 enum class BackendChoice { kAuto = 0, kCuda = 1, kEmu = 2 };
 
-/// DeviceConfig::ordinal "auto": a rank of a world opens the GPU of its local rank (the nccl communicator's own GPU,
-/// else Communicator::local_rank() modulo the visible GPUs); a store without a communicator opens GPU 0.
+/// DeviceConfig::ordinal "auto": a rank of a world opens the GPU of its local rank (the nccl communicator's, else
+/// local_rank() modulo the visible GPUs); a store without a communicator GPU 0. "current": the CUDA device current on
+/// the thread that calls Store::open, in its primary context (README, "Using the store": which GPU).
 inline constexpr int kDeviceOrdinalAuto = -2;
-/// DeviceConfig::ordinal "current": the CUDA device current on the thread that calls Store::open (cudaGetDevice: what a
-/// trainer set with cudaSetDevice or torch.cuda.set_device), in its primary context, which must be current (README,
-/// "Using the store": which GPU). With a communicator that has a GPU (nccl), a pinned or current ordinal must be that
-/// GPU.
 inline constexpr int kDeviceOrdinalCurrent = -1;
 
 /// The device of a store (used only when a table is `offload`, `cached`, `gpu` or `hybrid`).
@@ -89,11 +87,8 @@ struct CacheConfig {
   CacheTransfer transfer = CacheTransfer::kAuto;  ///< fills and write-backs
 };
 
-/// Upper bound of CacheConfig::planner_partitions.
-inline constexpr int kMaxPlannerPartitions = 256;
-
-/// Upper bound of CacheConfig::preview.
-inline constexpr int kMaxPreview = 1 << 16;
+inline constexpr int kMaxPlannerPartitions = 256;  ///< upper bound of CacheConfig::planner_partitions
+inline constexpr int kMaxPreview = 1 << 16;        ///< upper bound of CacheConfig::preview
 
 /// How host tables are spread over NUMA nodes.
 enum class NumaPolicy {
@@ -115,16 +110,16 @@ struct FeatureConfig {
 struct TableConfig {
   TableSpec spec;                         ///< shape, pooling, initializer, optimizer
   Placement placement = Placement::kCpu;  ///< placement mode of this table
-  std::vector<FeatureConfig> features;    ///< empty: one feature named as the table, with its pooling
-  TableCacheConfig cache;                 ///< `cached` and `hybrid` (per rank: a fraction of the rank's shard)
+  /// Set: a dynamic table (any int64 key; spec.rows is its capacity; core/dynamic_spec.hpp). Unset: keys in [0, rows).
+  std::optional<DynamicSpec> dynamic;
+  std::vector<FeatureConfig> features;  ///< empty: one feature named as the table, with its pooling
+  TableCacheConfig cache;               ///< `cached` and `hybrid` (per rank: a fraction of the rank's shard)
   /// `gpu` and `hybrid`: how the table is split over the ranks. Store::open checks it against the world (a store
   /// without a communicator is one rank): a table-wise owner must be in [0, world).
   dispatch::ShardingPlan sharding;
 };
 
-/// Upper bound of StoreConfig::threads: fixed (not a multiple of this machine's cores), so a config valid on one
-/// machine is valid on every machine and rank; far above any machine's cores, and within what oneTBB handles (100,000
-/// crashed).
+/// Upper bound of StoreConfig::threads: fixed, so a config valid on one machine is valid on every one.
 inline constexpr int kMaxThreads = 1024;
 
 /// Everything Store::open needs.
@@ -161,6 +156,10 @@ const char* to_string(OffloadGather g) noexcept;
 Result<OffloadGather> parse_offload_gather(const std::string& s);
 const char* to_string(CacheTransfer t) noexcept;
 Result<CacheTransfer> parse_cache_transfer(const std::string& s);
+const char* to_string(Eviction e) noexcept;
+Result<Eviction> parse_eviction(const std::string& s);
+const char* to_string(Unseen u) noexcept;
+Result<Unseen> parse_unseen(const std::string& s);
 
 /// Checks every table and the store-wide fields, enums included (a value outside its enum, say
 /// static_cast<Placement>(9), is named with its integer); errors name the table and the value. Also refuses what only
@@ -172,6 +171,8 @@ Status validate(const StoreConfig& config);
 ///   {"threads": 2, "numa": "auto"|"interleave"|"bind", "numa_node": 0, "huge_pages": true,
 ///    "tables": [{"name": "user", "rows": 1000, "dim": 64, "dtype": "fp32", "pooling": "sum",
 ///                "features": ["clicked", {"name": "bought", "pooling": "mean"}],
+///                "kind": "dense"|"dynamic", "capacity": 1000 (dynamic: in place of rows), "admit_after": 1,
+///                "eviction": "lru"|"lfu", "evict_after_steps": 0, "unseen": "initial"|"zeros" (these four: dynamic),
 ///                "placement": "cpu"|"offload"|"cached"|"gpu"|"hybrid", "init": {"bound": 0.01, "seed": 0},
 ///                "optimizer": {"kind": "adagrad", "learning_rate": 0.01, "eps": 1e-8, "beta1": 0.9, "beta2": 0.999,
 ///                              "weight_decay": 0, "initial_accumulator": 0},
@@ -182,14 +183,10 @@ Status validate(const StoreConfig& config);
 ///    "cache": {"policy": "lru"|"lfu"|"lookahead", "lookahead": 0, "max_in_flight": 8, "preview": 0,
 ///              "planner_partitions": 1, "flush_every": 0, "transfer": "auto"|"staged"|"zero_copy"},
 ///    "offload_gather": "device"|"cpu", "accept_nonfinite_gradients": false}
-/// cache.planner_partitions was called planner_shards, a name still read (not both at once). device.ordinal: as
-/// DeviceConfig::ordinal (`"ordinal": 0`, as to_json wrote before "auto" existed, pins GPU 0 on every rank of a world).
-/// Unknown keys are errors (a typo must not silently fall back to a default), and so is a value of the wrong JSON type,
-/// never coerced: integers must be JSON integers within their field's type (8.9, true, 1e6, or -1 for the seed are
-/// refused), numbers numbers, booleans true or false, names strings; errors quote what was written ("table 'user': dim:
-/// expected an integer in [-2^31, 2^31), got 8.9"). A key given twice in one object is refused too, naming it with its
-/// path ("config: key 'tables[1].optimizer.kind' is given twice ..."), where a JSON parser would keep one of the values
-/// without a word. Validates the result.
+/// cache.planner_partitions was called planner_shards, a name still read (not both at once). Unknown keys, values of
+/// the wrong JSON type (never coerced: 8.9, true or 1e6 for an integer) and a key given twice in one object are
+/// refused, quoting what was written and its path ("table 'user': dim: expected an integer in [-2^31, 2^31), got
+/// 8.9"). Validates the result.
 Result<StoreConfig> parse_store_config(const std::string& json_text);
 /// Reads and parses a JSON config file.
 Result<StoreConfig> load_store_config(const std::string& path);

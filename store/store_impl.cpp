@@ -455,6 +455,10 @@ class StoreImpl final : public Store {
     return status;
   }
 
+  Result<std::vector<Key>> keys_held(int) const override { return Status::internal("keys_held: not built yet"); }
+  Status read_keys(int, const std::vector<Key>&, float*, float*) override {
+    return Status::internal("read_keys: not built yet");
+  }
   Result<ShardInfo> shard_info(int table) const override {
     STRATA_ASSIGN_OR_RETURN(ShardInfo si, Store::shard_info(table));
     engine(table).shard_info(table, si);
@@ -634,6 +638,11 @@ namespace {
 // kernels of `gpu`, `cached`, `hybrid` and `offload`'s device gather); half-size outputs and
 // gradients are written and read by `cpu` (host/kernels.hpp) and the reference store only.
 Status served_dtypes(const StoreConfig&, const TableConfig& tc) {
+  if (tc.dynamic && tc.placement != Placement::kCpu)
+    return Status::invalid_argument("table '" + tc.spec.name + "': a dynamic table is not served by the " +
+                                    to_string(tc.placement) +
+                                    " placement yet (expected cpu: dynamic tables are served by the cpu placement and "
+                                    "the reference store only, issue 36)");
   if (tc.spec.output_dtype != DType::kF32 && tc.placement != Placement::kCpu)
     return Status::invalid_argument("table '" + tc.spec.name + "': output_dtype " + to_string(tc.spec.output_dtype) +
                                     " is not served by the " + to_string(tc.placement) +

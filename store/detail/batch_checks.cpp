@@ -39,8 +39,8 @@ Result<std::vector<int>> check_batch(const std::string& who, const KeyBatch& bat
     if (seen[static_cast<std::size_t>(it->second)])
       return Status::invalid_argument(who + ": feature '" + f.table + "' appears twice (expected at most once)");
     seen[static_cast<std::size_t>(it->second)] = true;
-    const TableSpec& spec = config.tables[static_cast<std::size_t>(it->second)].spec;
-    Status s = validate(f, spec, batch_size);
+    const TableConfig& tc = config.tables[static_cast<std::size_t>(it->second)];
+    Status s = validate(f, tc.spec, batch_size, tc.dynamic.has_value());
     if (!s.is_ok()) return s.with_context(who);
     if (f.num_keys() >= (std::int64_t{1} << 31))
       return Status::invalid_argument(who + ", table '" + f.table + "': " + std::to_string(f.num_keys()) +

@@ -21,7 +21,13 @@ FeatureMap::FeatureMap(const StoreConfig& config) : features_(config), engines_(
     std::vector<FeatureConfig> list = tc.features;
     if (list.empty()) list.push_back({tc.spec.name, std::nullopt});
     TableSpec& served = engines_.tables[t].spec;
-    if (list.size() > 1) {
+    // A dynamic table is served unpooled too (dynamic_keys.hpp: its keys without a row read values set here), with
+    // one more row, which those keys look up.
+    if (tc.dynamic) {
+      served.rows = tc.spec.rows + 1;
+      trivial_ = false;
+    }
+    if (list.size() > 1 || tc.dynamic) {
       merged_[t] = 1;
       served.pooling = Pooling::kNone;
       served.output_dtype = DType::kF32;

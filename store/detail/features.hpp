@@ -3,7 +3,8 @@
 // by feature, a view per feature) against what the engines serve (a batch by table).
 //
 // A table with one feature is served with that feature's pooling; its batch entry goes to the
-// engines as it is, renamed to the table. A table with several features ("merged") is served
+// engines as it is, renamed to the table. A dynamic table (dynamic_keys.hpp) is merged as one of
+// several features is. A table with several features ("merged") is served
 // unpooled in fp32: merge() puts its features' keys in one entry, bag by bag (bag b holds each of
 // its features' bag b in the table's feature order, each in its key order), so the engines dedup,
 // cache, exchange and update the table's rows once for all its features; forward's unpooled rows

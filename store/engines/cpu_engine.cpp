@@ -143,6 +143,15 @@ class CpuEngine final : public Engine {
     tables_.at(table).write_rows(row0, n, weights, state);
     return Status::ok();
   }
+  Status reset_rows(int table, const std::vector<std::int64_t>& rows, const float* weights,
+                    const float* state) override {
+    HostTableOps& t = tables_.at(table);
+    const std::size_t dim = static_cast<std::size_t>(t.table().dim()),
+                      sd = static_cast<std::size_t>(t.table().state_dim());
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      t.write_rows(rows[i], 1, weights + i * dim, state ? state + i * sd : nullptr);
+    return Status::ok();
+  }
 
  private:
   const StoreConfig& config_;

@@ -100,6 +100,13 @@ class Engine {
   /// write_rows is only called with no batch in flight.
   virtual Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) = 0;
   virtual Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) = 0;
+  /// Overwrites rows of a dynamic table that no batch in flight uses (given to new keys at submit), with batches in
+  /// flight: n = rows.size() rows of fp32 weights and state, rounded into the table's dtypes as write_rows rounds.
+  /// Default: the engine serves no dynamic table.
+  virtual Status reset_rows(int /*table*/, const std::vector<std::int64_t>& /*rows*/, const float* /*weights*/,
+                            const float* /*state*/) {
+    return Status::internal(std::string(name()) + " engine: reset_rows of a dynamic table it does not serve");
+  }
   /// This rank's part of a table this engine serves: narrows `info` (the whole table, Store::shard_info's default) for
   /// engines that shard. Rows of that part (range checked by the store against it; by default the whole table's).
   virtual void shard_info(int /*table*/, ShardInfo& /*info*/) const {}

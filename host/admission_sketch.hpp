@@ -1,0 +1,75 @@
+#pragma once
+// AdmissionSketch: a dynamic table's count of the uses of keys without a row (core/dynamic_spec.hpp,
+// admit_after), bounded in memory: a count-min sketch of kDepth rows of 16-bit saturating counters,
+// `width` (a power of two, at least the table's capacity and 64) counters a row. A key's estimate is
+// the least of its kDepth counters, never below its true count since the last aging. Aging: when
+// the uses added since the last halving reach 10 x width, every counter is halved (age(), which the
+// caller calls after a batch's adds), so old counts fade. The key index and the reference store
+// share this one sketch, so their admissions agree bit for bit.
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "core/row_math.hpp"
+
+namespace strata {
+
+class AdmissionSketch {
+ public:
+  static constexpr int kDepth = 4;
+  static constexpr std::uint32_t kMaxCount = 0xFFFF;
+
+  AdmissionSketch() = default;
+  explicit AdmissionSketch(std::int64_t capacity) {
+    width_ = 64;
+    while (width_ < capacity) width_ *= 2;
+    counters_.assign(static_cast<std::size_t>(width_) * kDepth, 0);
+  }
+
+  std::int64_t width() const noexcept { return width_; }
+  /// The least of the key's counters.
+  std::uint32_t estimate(std::int64_t key) const {
+    std::uint32_t least = kMaxCount;
+    for (int d = 0; d < kDepth; ++d) least = std::min<std::uint32_t>(least, counters_[slot(key, d)]);
+    return least;
+  }
+  /// Adds `uses` to each of the key's counters, saturating at kMaxCount.
+  void add(std::int64_t key, std::int64_t uses) {
+    for (int d = 0; d < kDepth; ++d) {
+      std::uint16_t& c = counters_[slot(key, d)];
+      c = static_cast<std::uint16_t>(std::min<std::int64_t>(kMaxCount, c + uses));
+    }
+    added_ += uses;
+  }
+  /// Halves every counter when the uses added since the last halving reach 10 x width.
+  void age() {
+    if (added_ < 10 * width_) return;
+    for (std::uint16_t& c : counters_) c = static_cast<std::uint16_t>(c >> 1);
+    added_ = 0;
+  }
+  /// The counters and the uses added since the last halving, for checkpoints.
+  const std::vector<std::uint16_t>& counters() const noexcept { return counters_; }
+  std::int64_t added() const noexcept { return added_; }
+  /// Restores what counters() and added() gave (false when the size differs: nothing changes).
+  bool restore(const std::vector<std::uint16_t>& counters, std::int64_t added) {
+    if (counters.size() != counters_.size() || added < 0) return false;
+    counters_ = counters;
+    added_ = added;
+    return true;
+  }
+  std::int64_t bytes() const noexcept { return static_cast<std::int64_t>(counters_.size() * sizeof(std::uint16_t)); }
+
+ private:
+  std::size_t slot(std::int64_t key, int d) const {
+    const std::uint64_t h = mix64(static_cast<std::uint64_t>(key) ^ (0x9E3779B97F4A7C15ull * (d + 1)));
+    return static_cast<std::size_t>(d) * static_cast<std::size_t>(width_) +
+           static_cast<std::size_t>(h & static_cast<std::uint64_t>(width_ - 1));
+  }
+
+  std::int64_t width_ = 0;
+  std::int64_t added_ = 0;
+  std::vector<std::uint16_t> counters_;
+};
+
+}  // namespace strata
