@@ -1,0 +1,164 @@
+#include "store/detail/dynamic_keys.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "core/half.hpp"
+#include "core/row_math.hpp"
+#include "host/dedup.hpp"
+
+namespace strata::detail {
+
+DynamicKeys::DynamicKeys(const StoreConfig& config) {
+  for (std::size_t t = 0; t < config.tables.size(); ++t) {
+    const TableConfig& tc = config.tables[t];
+    if (!tc.dynamic) continue;
+    Table x;
+    x.table = static_cast<int>(t);
+    x.spec = tc.spec;
+    x.dyn = *tc.dynamic;
+    x.index = std::make_unique<KeyIndex>(tc.spec.rows, *tc.dynamic);
+    tables_.push_back(std::move(x));
+  }
+}
+
+DynamicKeys::Table* DynamicKeys::find(int table) {
+  for (Table& t : tables_)
+    if (t.table == table) return &t;
+  return nullptr;
+}
+const DynamicKeys::Table* DynamicKeys::find(int table) const {
+  for (const Table& t : tables_)
+    if (t.table == table) return &t;
+  return nullptr;
+}
+
+const KeyIndex* DynamicKeys::index(int table) const {
+  const Table* t = find(table);
+  return t ? t->index.get() : nullptr;
+}
+
+Result<Admitted> DynamicKeys::admit(TableBatch& tb, bool train, const Reset& reset) {
+  const std::size_t n = tb.batch.features.size();
+  Admitted a;
+  a.rows.resize(n);
+  a.missing_at.resize(n);
+  a.missing_key.resize(n);
+  // Each dynamic entry's distinct keys in first-use order and their uses; every table checked before any changes.
+  std::vector<UniqueKeys> unique(n);
+  std::vector<std::vector<std::int64_t>> uses(n);
+  DedupScratch scratch;
+  for (std::size_t e = 0; e < n; ++e) {
+    Table* t = find(tb.tables[e]);
+    if (!t) continue;
+    const JaggedKeys& f = tb.batch.features[e];
+    dedup_keys(f.keys.data(), static_cast<std::int64_t>(f.keys.size()), unique[e], scratch, DedupOrder::kFirstUse);
+    std::vector<std::int64_t>& u = uses[e];
+    u.resize(unique[e].keys.size());
+    for (std::size_t i = 0; i < u.size(); ++i) u[i] = unique[e].offsets[i + 1] - unique[e].offsets[i];
+    if (train) {
+      const Status fits = t->index->check(unique[e].keys, u);
+      if (!fits.is_ok()) return fits.with_context("table '" + t->spec.name + "'");
+    }
+  }
+  for (std::size_t e = 0; e < n; ++e) {
+    Table* t = find(tb.tables[e]);
+    if (!t) continue;
+    std::vector<std::int64_t>& rows = a.rows[e];
+    std::vector<std::pair<std::int64_t, Key>> created;
+    if (train) {
+      // Checked above: train() applies (a failure here would be a bug of check()).
+      STRATA_CHECK(t->index->train(unique[e].keys, uses[e], rows, created).is_ok());
+    } else {
+      t->index->find(unique[e].keys, rows);
+    }
+    if (!created.empty()) {
+      const std::int32_t dim = t->spec.dim;
+      const std::int32_t sd = optimizer_state_dim(t->spec.optimizer.kind, dim);
+      const std::uint64_t tseed = table_seed(t->spec.init.seed, table_name_hash(t->spec.name));
+      std::vector<float> w(created.size() * static_cast<std::size_t>(dim));
+      std::vector<float> s(created.size() * static_cast<std::size_t>(sd));
+      std::vector<std::int64_t> at(created.size());
+      for (std::size_t i = 0; i < created.size(); ++i) {
+        at[i] = created[i].first;
+        init_row(w.data() + i * static_cast<std::size_t>(dim), tseed, created[i].second, dim, t->spec.init.bound);
+        init_state(s.data() + i * static_cast<std::size_t>(sd), t->spec.optimizer, sd);
+      }
+      STRATA_RETURN_IF_ERROR(reset(t->table, at, w.data(), s.data()));
+    }
+    // The keys become rows; a key without one reads the table's last row, replaced at forward.
+    JaggedKeys& f = tb.batch.features[e];
+    const UniqueKeys& u = unique[e];
+    std::vector<std::pair<std::int64_t, Key>> missing;  // (position, key)
+    for (std::size_t i = 0; i < u.keys.size(); ++i) {
+      const std::int64_t row = rows[i] == KeyIndex::kNone ? t->spec.rows : rows[i];
+      for (std::int64_t p = u.offsets[i]; p < u.offsets[i + 1]; ++p) {
+        const std::int32_t at = u.positions[static_cast<std::size_t>(p)];
+        if (rows[i] == KeyIndex::kNone) missing.emplace_back(at, u.keys[i]);
+        f.keys[static_cast<std::size_t>(at)] = row;
+      }
+    }
+    std::sort(missing.begin(), missing.end());
+    for (const auto& [at, key] : missing) {
+      a.missing_at[e].push_back(at);
+      a.missing_key[e].push_back(key);
+    }
+  }
+  return a;
+}
+
+void DynamicKeys::release(const TableBatch& tb, const Admitted& a) {
+  for (std::size_t e = 0; e < a.rows.size(); ++e) {
+    Table* t = find(tb.tables[e]);
+    if (t) t->index->release(a.rows[e]);
+  }
+}
+
+void DynamicKeys::fill_missing(const TableBatch& tb, const Admitted& a, const std::vector<float*>& rows) const {
+  for (std::size_t e = 0; e < a.missing_at.size(); ++e) {
+    const Table* t = find(tb.tables[e]);
+    if (!t || a.missing_at[e].empty()) continue;
+    const std::int32_t dim = t->spec.dim;
+    const std::uint64_t tseed = table_seed(t->spec.init.seed, table_name_hash(t->spec.name));
+    for (std::size_t i = 0; i < a.missing_at[e].size(); ++i) {
+      float* r = rows[e] + a.missing_at[e][i] * dim;
+      if (t->dyn.unseen == Unseen::kZeros) {
+        std::fill(r, r + dim, 0.0f);
+        continue;
+      }
+      // What a row of this key would start as: the initial values rounded into the table's dtype.
+      init_row(r, tseed, a.missing_key[e][i], dim, t->spec.init.bound);
+      if (t->spec.dtype != DType::kF32)
+        for (std::int32_t c = 0; c < dim; ++c) r[c] = rounded(t->spec.dtype, r[c], false, 0);
+    }
+  }
+}
+
+void DynamicKeys::drop_missing(const TableBatch& tb, const Admitted& a, const std::vector<float*>& grads) const {
+  for (std::size_t e = 0; e < a.missing_at.size(); ++e) {
+    const Table* t = find(tb.tables[e]);
+    if (!t) continue;
+    const std::int32_t dim = t->spec.dim;
+    for (const std::int64_t at : a.missing_at[e]) std::fill(grads[e] + at * dim, grads[e] + (at + 1) * dim, 0.0f);
+  }
+}
+
+void DynamicKeys::stats(std::vector<std::pair<std::string, DynamicStats>>& out) const {
+  for (const Table& t : tables_) {
+    const KeyIndex& x = *t.index;
+    const KeyIndex::Counts c = x.counts();
+    DynamicStats s;
+    s.rows = x.size();
+    s.capacity = x.capacity();
+    s.admissions = c.admissions;
+    s.evictions = c.evictions;
+    s.expirations = c.expirations;
+    s.not_admitted = c.not_admitted;
+    s.unseen = c.unseen;
+    s.index_bytes = x.bytes();
+    out.emplace_back(t.spec.name, s);
+  }
+}
+
+}  // namespace strata::detail

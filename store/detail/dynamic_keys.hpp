@@ -1,0 +1,85 @@
+#pragma once
+// Dynamic tables (TableConfig::dynamic) at the store's front: a key index per table (host/key_index.hpp) gives each
+// key of a batch a row of the table's capacity, and the engines serve a dense table of capacity + 1 rows, the last
+// one standing for keys without a row. Such a table is served unpooled (features.hpp: "merged"): forward's rows of
+// keys without a row are replaced by their initial values (or zeros) before the front pools them, and backward's
+// gradients of those keys are dropped (zero rows, so the last row stays as it was for every optimizer).
+//
+// The rules (core/dynamic_spec.hpp holds the options), which host/key_index.hpp implements and the reference store
+// restates (docs/architecture.md, "Dynamic tables"):
+// - The clock: every training submit of a store advances each dynamic table's clock by one (1, 2, ...); a row's last
+//   use is the clock of the last training batch that used it, its count the uses (key occurrences) since it was
+//   admitted. A batch's distinct keys are taken in first-use order (the served entry: bag by bag, the table's features
+//   in order, each in key order).
+// - A training submit at clock T: a key with a row is a hit (last use T, count + its uses). A key without one is
+//   admitted when admit_after <= 1 or when its admission count (host/admission_sketch.hpp: the estimate before this
+//   batch, plus its uses in it) reaches admit_after; the sketch then counts the uses of every key that had no row.
+// - Room: rows in use by batches in flight (submitted, not retired) and by this batch are pinned. With
+//   evict_after_steps S > 0, unpinned rows with T - last use > S are evicted first (TTL). Admitted keys, in first-use
+//   order, take the lowest free row, else evict the unpinned row first in the eviction order (lru: the least recent
+//   last use, ties to the row touched earlier, rows being touched in first-use order; lfu: the smallest count, then
+//   as lru) and take its row. When the admitted keys outnumber the free and unpinned rows, the batch is refused and
+//   nothing changes.
+// - A new row's weights are init_row(seed, key) (core/row_math.hpp: what dense row `key` starts as), its optimizer
+//   state the initial state. An evicted key's training is gone.
+// - A key without a row after this (not admitted), or in a batch that does not train (KeyBatch::train false: no
+//   admission, no clock, no counts), reads its initial values (or zeros, Unseen::kZeros); its gradient is dropped.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "host/key_index.hpp"
+#include "store/detail/features.hpp"
+#include "store/stats.hpp"
+#include "store/store_config.hpp"
+
+namespace strata::detail {
+
+/// What admission gave one batch's dynamic entries (per entry of its TableBatch; empty for dense ones).
+struct Admitted {
+  std::vector<std::vector<std::int64_t>> rows;  ///< each distinct key's row or KeyIndex::kNone (pinned until release)
+  std::vector<std::vector<std::int64_t>> missing_at;  ///< key positions without a row, ascending
+  std::vector<std::vector<Key>> missing_key;          ///< their keys
+};
+
+class DynamicKeys {
+ public:
+  /// Overwrites rows of a table (rows no batch in flight uses) with fp32 weights and state, n rows of each.
+  using Reset = std::function<Status(int table, const std::vector<std::int64_t>& rows, const float* weights,
+                                     const float* state)>;
+
+  explicit DynamicKeys(const StoreConfig& config);
+  bool any() const noexcept { return !tables_.empty(); }
+  bool dynamic(int table) const { return index(table) != nullptr; }
+
+  /// Gives the keys of tb's dynamic entries (int64, as merge() copies them) their rows, in place (keys without a row:
+  /// the table's last row, `capacity`), admitting keys when `train` and writing the new rows' initial values through
+  /// `reset`. Refused (ResourceExhausted naming the table; nothing changed) when admitted keys cannot fit.
+  Result<Admitted> admit(TableBatch& tb, bool train, const Reset& reset);
+  /// Unpins what admit() pinned.
+  void release(const TableBatch& tb, const Admitted& a);
+  /// Forward: the rows of the keys without a row (in each dynamic entry's unpooled fp32 rows) become their initial
+  /// values rounded to the table's dtype, or zeros.
+  void fill_missing(const TableBatch& tb, const Admitted& a, const std::vector<float*>& rows) const;
+  /// Backward: the gradient rows of the keys without a row become zeros.
+  void drop_missing(const TableBatch& tb, const Admitted& a, const std::vector<float*>& grads) const;
+
+  /// The index of a dynamic table (null for a dense one).
+  const KeyIndex* index(int table) const;
+  void stats(std::vector<std::pair<std::string, DynamicStats>>& out) const;
+
+ private:
+  struct Table {
+    int table = 0;
+    TableSpec spec;
+    DynamicSpec dyn;
+    std::unique_ptr<KeyIndex> index;
+  };
+  Table* find(int table);
+  const Table* find(int table) const;
+  std::vector<Table> tables_;
+};
+
+}  // namespace strata::detail
