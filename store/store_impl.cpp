@@ -17,6 +17,7 @@
 #include "host/page_nodes.hpp"
 #include "store/detail/batch_checks.hpp"
 #include "store/detail/config_agreement.hpp"
+#include "store/detail/dynamic_keys.hpp"
 #include "store/detail/features.hpp"
 #include "store/detail/numa_home.hpp"
 #include "store/detail/open_device.hpp"
@@ -39,7 +40,8 @@ class StoreImpl final : public Store {
         topo_(std::move(topo)),
         comm_(std::move(comm)),
         index_(detail::make_table_index(config_)),
-        features_(config_) {}
+        features_(config_),
+        dynamic_(config_) {}
 
   ~StoreImpl() override {
     // A store whose open failed before it had engines has nothing to write back (and arena_ may not
@@ -177,14 +179,28 @@ class StoreImpl final : public Store {
         auto b = engines_[k]->submit(id, served, p.features);
         if (!b) {
           status = b.status();
-          for (std::size_t j = 0; j < k; ++j)
-            if (e.parts[j].state) (void)engines_[j]->discard(*e.parts[j].state, served, e.parts[j].features);
+          discard_parts(e, served, k);
           return;
         }
         p.state = std::move(b).value();
       }
     });
     if (!status.is_ok()) return status;
+    // Dynamic tables' keys get their rows once every engine accepted the batch (a refusal changes no index): the cpu
+    // engine, the only one serving them, reads no key at submit.
+    if (dynamic_.any()) {
+      auto admitted = arena_.execute([&] {
+        return dynamic_.admit(e.served, e.batch.train,
+                              [&](int t, const std::vector<std::int64_t>& rows, const float* w, const float* st) {
+                                return engine(t).reset_rows(t, rows, w, st);
+                              });
+      });
+      if (!admitted) {
+        arena_.execute([&] { discard_parts(e, served, engines_.size()); });
+        return refuse("submit", id, admitted.status().with_context("batch " + std::to_string(id)));
+      }
+      e.admitted = std::move(admitted).value();
+    }
     batches_.emplace(id, std::move(e));
     if (previews_.submitted(id)) {
       arena_.execute([&] {
@@ -259,6 +275,7 @@ class StoreImpl final : public Store {
         status = engines_[k]->forward(*e.parts[k].state, e.served_batch(), e.parts[k].features, own ? native : adapted,
                                       own ? order.value() : detail::CallOrder{});
       }
+      if (status.is_ok() && dynamic_.any()) dynamic_.fill_missing(e.served, e.admitted, row_pointers<float*>(e.rows));
       if (status.is_ok() && e.front)
         detail::pool_features(features_, e.batch, e.tables, e.served, row_pointers<const float*>(e.rows), host.value());
     });
@@ -276,6 +293,10 @@ class StoreImpl final : public Store {
     auto found = arena_.execute(
         [&] { return detail::find_batch(batches_, id, checked_config(), grads, "gradient", true, device_.get()); });
     if (found && ordered) found = refusal_or(detail::check_stream("backward", id, device_.get(), stream), found);
+    if (found && !found.value()->batch.train)
+      found =
+          Status::failed_precondition("batch " + std::to_string(id) +
+                                      ": backward of an evaluation batch (KeyBatch::train false; expected discard)");
     if (found && step_ >= kMaxStep)
       found = Status::out_of_range("batch " + std::to_string(id) + ": backward at step " + std::to_string(step_) +
                                    ", the largest step count (expected a store below it: set_step a smaller one)");
@@ -307,6 +328,7 @@ class StoreImpl final : public Store {
       adapted = served_views(e, host.value(), e.rows);
       arena_.execute([&] {
         detail::spread_gradients(features_, e.batch, e.tables, e.served, host.value(), row_pointers<float*>(e.rows));
+        if (dynamic_.any()) dynamic_.drop_missing(e.served, e.admitted, row_pointers<float*>(e.rows));
       });
     }
     const KeyBatch& served = e.served_batch();
@@ -349,6 +371,7 @@ class StoreImpl final : public Store {
       if (!status.is_ok())
         for (const std::size_t k : applied) engines_[k]->backward_not_applied();
     });
+    dynamic_.release(e.served, e.admitted);
     batches_.erase(id);
     if (!status.is_ok()) return status;
     step_ = t;
@@ -371,6 +394,7 @@ class StoreImpl final : public Store {
         if (status.is_ok()) status = s;
       }
     });
+    dynamic_.release(e.served, e.admitted);
     batches_.erase(it);
     return status;
   }
@@ -399,6 +423,7 @@ class StoreImpl final : public Store {
       s.device_resources = device_->resource_counts();
     }
     if (collective_) collective_->dispatch_stats(s.dispatch);
+    dynamic_.stats(s.dynamic);
     s.numa = detail::with_pinned(numa_, device_.get());
     numa_stats(s);
     return s;
@@ -433,6 +458,7 @@ class StoreImpl final : public Store {
 
   Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
     Status range = detail::check_row_range(table, row0, n, config_);
+    if (range.is_ok()) range = dense_only("read_rows", table);
     if (range.is_ok()) range = check_weights("read_rows", table, n, weights);
     if (!range.is_ok())
       return table >= 0 && static_cast<std::size_t>(table) < config_.tables.size() && &engine(table) == collective_
@@ -446,6 +472,7 @@ class StoreImpl final : public Store {
   Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) override {
     if (!batches_.empty()) return detail::busy("write_rows", in_flight());
     STRATA_RETURN_IF_ERROR(detail::check_row_range(table, row0, n, config_));
+    STRATA_RETURN_IF_ERROR(dense_only("write_rows", table));
     STRATA_RETURN_IF_ERROR(check_weights("write_rows", table, n, weights));
     const TableSpec& spec = config_.tables[static_cast<std::size_t>(table)].spec;
     STRATA_RETURN_IF_ERROR(detail::check_holdable("write_rows", spec, row0, n, spec.dim, weights,
@@ -455,10 +482,36 @@ class StoreImpl final : public Store {
     return status;
   }
 
-  Result<std::vector<Key>> keys_held(int) const override { return Status::internal("keys_held: not built yet"); }
-  Status read_keys(int, const std::vector<Key>&, float*, float*) override {
-    return Status::internal("read_keys: not built yet");
+  Result<std::vector<Key>> keys_held(int table) const override {
+    STRATA_ASSIGN_OR_RETURN(const KeyIndex* index, dynamic_index("keys_held", table));
+    std::vector<Key> keys;
+    for (const KeyIndex::Entry& x : index->entries()) keys.push_back(x.key);
+    std::sort(keys.begin(), keys.end());
+    return keys;
   }
+  Status read_keys(int table, const std::vector<Key>& keys, float* weights, float* state) override {
+    STRATA_ASSIGN_OR_RETURN(const KeyIndex* index, dynamic_index("read_keys", table));
+    const auto n = static_cast<std::int64_t>(keys.size());
+    STRATA_RETURN_IF_ERROR(check_weights("read_keys", table, n, weights));
+    std::vector<std::int64_t> rows(keys.size());
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      rows[i] = index->row_of(keys[i]);
+      if (rows[i] == KeyIndex::kNone)
+        return Status::not_found("table '" + config_.tables[static_cast<std::size_t>(table)].spec.name + "': key " +
+                                 std::to_string(keys[i]) + " at position " + std::to_string(i) +
+                                 " has no row (expected keys that keys_held lists)");
+    }
+    const TableSpec& spec = config_.tables[static_cast<std::size_t>(table)].spec;
+    const std::size_t dim = static_cast<std::size_t>(spec.dim);
+    const std::size_t sd = static_cast<std::size_t>(optimizer_state_dim(spec.optimizer.kind, spec.dim));
+    Status status;
+    arena_.execute([&] {
+      for (std::size_t i = 0; i < rows.size() && status.is_ok(); ++i)
+        status = engine(table).read_rows(table, rows[i], 1, weights + i * dim, state ? state + i * sd : nullptr);
+    });
+    return status;
+  }
+
   Result<ShardInfo> shard_info(int table) const override {
     STRATA_ASSIGN_OR_RETURN(ShardInfo si, Store::shard_info(table));
     engine(table).shard_info(table, si);
@@ -472,12 +525,14 @@ class StoreImpl final : public Store {
   }
   dispatch::Communicator* world() noexcept override { return comm_.get(); }
   Status read_own_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
+    STRATA_RETURN_IF_ERROR(dense_only("read_shard", table));
     Status status;
     arena_.execute([&] { status = engine(table).read_shard(table, row0, n, weights, state); });
     return status;
   }
   Status write_own_rows(int table, std::int64_t row0, std::int64_t n, const float* weights,
                         const float* state) override {
+    STRATA_RETURN_IF_ERROR(dense_only("write_shard", table));
     Status status;
     arena_.execute([&] { status = engine(table).write_shard(table, row0, n, weights, state); });
     return status;
@@ -498,7 +553,8 @@ class StoreImpl final : public Store {
     // Per entry of `served` of a table of several features: its unpooled rows (forward), then its gradients
     // spread onto its keys (backward); (keys, dim) fp32.
     std::vector<std::vector<float>> rows;
-    bool front = false;  // `served` is set: the store has features (batches go to the engines by table)
+    bool front = false;         // `served` is set: the store has features (batches go to the engines by table)
+    detail::Admitted admitted;  // dynamic tables: what admission gave each entry of `served` (pinned until retired)
     const KeyBatch& served_batch() const { return front ? served.batch : batch; }
     const std::vector<int>& served_tables() const { return front ? served.tables : tables; }
   };
@@ -599,6 +655,30 @@ class StoreImpl final : public Store {
                                     std::to_string(n) + " x " + std::to_string(s.dim) + " floats)");
   }
 
+  // Retires the parts of a batch the engines before engine `upto` accepted (a refused submit).
+  void discard_parts(Entry& e, const KeyBatch& served, std::size_t upto) {
+    for (std::size_t j = 0; j < upto; ++j)
+      if (e.parts[j].state) (void)engines_[j]->discard(*e.parts[j].state, served, e.parts[j].features);
+  }
+
+  // Row access by row id is for dense tables: a dynamic table's rows are read by key.
+  Status dense_only(const char* op, int table) const {
+    if (!dynamic_.dynamic(table)) return Status::ok();
+    return Status::invalid_argument("table '" + config_.tables[static_cast<std::size_t>(table)].spec.name + "': " + op +
+                                    " of a dynamic table (expected a dense table; a dynamic table's rows are read "
+                                    "by key: keys_held, read_keys)");
+  }
+  Result<const KeyIndex*> dynamic_index(const char* op, int table) const {
+    if (table < 0 || static_cast<std::size_t>(table) >= config_.tables.size())
+      return Status::not_found(std::string(op) + ": table index " + std::to_string(table) + " out of range [0, " +
+                               std::to_string(config_.tables.size()) + ")");
+    const KeyIndex* index = dynamic_.index(table);
+    if (!index)
+      return Status::invalid_argument("table '" + config_.tables[static_cast<std::size_t>(table)].spec.name +
+                                      "': " + op + " of a dense table (expected a dynamic table)");
+    return index;
+  }
+
   detail::Engine& engine(int table) const {
     return *engines_[static_cast<std::size_t>(engine_of_[static_cast<std::size_t>(table)])];
   }
@@ -607,6 +687,7 @@ class StoreImpl final : public Store {
   std::shared_ptr<dispatch::Communicator> comm_;
   detail::TableIndex index_;
   detail::FeatureMap features_;  // declared before the engines, which hold its engines() config
+  detail::DynamicKeys dynamic_;  // the key indexes of dynamic tables
   tbb::task_arena arena_;
   // The threads of the cache's row copies, which host tasks run (CacheTransfers): an arena of their
   // own, with arena_'s constraints, because in one arena more host-task threads plus the driving

@@ -105,6 +105,15 @@ Result<Admitted> DynamicKeys::admit(TableBatch& tb, bool train, const Reset& res
       a.missing_key[e].push_back(key);
     }
   }
+  // Every training submit advances every dynamic table's clock (and its TTL), whether or not the batch has its keys.
+  if (train) {
+    for (Table& t : tables_) {
+      if (std::find(tb.tables.begin(), tb.tables.end(), t.table) != tb.tables.end()) continue;
+      std::vector<std::int64_t> rows;
+      std::vector<std::pair<std::int64_t, Key>> created;
+      STRATA_CHECK(t.index->train({}, {}, rows, created).is_ok());
+    }
+  }
   return a;
 }
 

@@ -47,8 +47,8 @@ struct Admitted {
 class DynamicKeys {
  public:
   /// Overwrites rows of a table (rows no batch in flight uses) with fp32 weights and state, n rows of each.
-  using Reset = std::function<Status(int table, const std::vector<std::int64_t>& rows, const float* weights,
-                                     const float* state)>;
+  using Reset =
+      std::function<Status(int table, const std::vector<std::int64_t>& rows, const float* weights, const float* state)>;
 
   explicit DynamicKeys(const StoreConfig& config);
   bool any() const noexcept { return !tables_.empty(); }

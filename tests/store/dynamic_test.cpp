@@ -1,0 +1,265 @@
+// Dynamic tables (issue 36) in the production store against the reference store, bit for bit: randomized batches
+// over a key space several times the capacity (eviction every few batches), keys at the ends of int64, duplicate
+// keys and empty bags, two batches in flight (pinned rows, refusals when new keys cannot fit beside them),
+// evaluation batches between training ones, admission thresholds, lru and lfu, TTL, unseen zeros, half-size rows
+// with stochastic rounding, several features of one dynamic table beside a dense table. Each forward's outputs, each
+// submit's outcome and, at the end, every key's row and state and the tables' counters must agree. The config's
+// dynamic fields and their refusals are checked here too.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <limits>
+#include <map>
+#include <random>
+
+#include "tests/store/store_test_util.hpp"
+
+namespace strata {
+namespace {
+
+using namespace strata::testing;
+
+struct Case {
+  const char* name;
+  std::int64_t admit_after;
+  Eviction eviction;
+  std::int64_t ttl;
+  Unseen unseen;
+  DType dtype;
+  OptimizerKind optimizer;
+  bool two_features;
+};
+
+std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
+
+StoreConfig config_of(const Case& k) {
+  StoreConfig c;
+  c.threads = 2;
+  TableConfig user;
+  user.spec.name = "user";
+  user.spec.rows = 10;  // the capacity
+  user.spec.dim = 8;
+  user.spec.init.bound = 0.5f;
+  user.spec.dtype = k.dtype;
+  user.spec.stochastic_rounding = k.dtype != DType::kF32;
+  user.spec.optimizer.kind = k.optimizer;
+  user.spec.optimizer.learning_rate = 0.25f;
+  user.dynamic = DynamicSpec{k.admit_after, k.eviction, k.ttl, k.unseen};
+  if (k.two_features) user.features = {{"clicked", std::nullopt}, {"bought", Pooling::kMean}};
+  c.tables.push_back(user);
+  TableConfig item;
+  item.spec.name = "item";
+  item.spec.rows = 6;
+  item.spec.dim = 4;
+  item.spec.optimizer.kind = OptimizerKind::kAdagrad;
+  c.tables.push_back(item);
+  return c;
+}
+
+// 30 keys: the ends of int64, -1, 0 and random ones; drawn skewed (low indexes more often).
+std::vector<Key> key_space(std::mt19937_64& rng) {
+  std::vector<Key> keys = {std::numeric_limits<Key>::min(), std::numeric_limits<Key>::max(), -1, 0};
+  while (keys.size() < 30) keys.push_back(static_cast<Key>(rng()));
+  return keys;
+}
+
+JaggedKeys random_feature(std::mt19937_64& rng, const std::string& name, int bags, const std::vector<Key>& space) {
+  JaggedKeys f;
+  f.table = name;
+  f.offsets.push_back(0);
+  for (int b = 0; b < bags; ++b) {
+    const int n = static_cast<int>(rng() % 4);  // empty bags too
+    for (int j = 0; j < n; ++j) {
+      const double u = std::uniform_real_distribution<double>(0, 1)(rng);
+      f.keys.push_back(space[static_cast<std::size_t>(u * u * static_cast<double>(space.size()))]);
+    }
+    f.offsets.push_back(static_cast<std::int64_t>(f.keys.size()));
+  }
+  return f;
+}
+
+KeyBatch random_batch(std::mt19937_64& rng, const StoreConfig& c, const std::vector<Key>& space) {
+  KeyBatch kb;
+  const int bags = 3;
+  for (const std::string& name : feature_names(c.tables[0]))
+    kb.features.push_back(random_feature(rng, name, bags, space));
+  JaggedKeys item;
+  item.table = "item";
+  item.offsets = {0, 1, 1, 2};
+  item.keys = {static_cast<Key>(rng() % 6), static_cast<Key>(rng() % 6)};
+  if (rng() % 2) kb.features.push_back(item);
+  return kb;
+}
+
+::testing::AssertionResult same_tables(Store& a, Store& b) {
+  auto ka = a.keys_held(0), kb = b.keys_held(0);
+  if (!ka.is_ok() || !kb.is_ok()) return ::testing::AssertionFailure() << ka.status().to_string();
+  if (ka.value() != kb.value()) return ::testing::AssertionFailure() << "different keys held";
+  const TableSpec& spec = a.config().tables[0].spec;
+  const auto sd = static_cast<std::size_t>(optimizer_state_dim(spec.optimizer.kind, spec.dim));
+  const std::size_t n = ka.value().size(), dim = static_cast<std::size_t>(spec.dim);
+  std::vector<float> wa(n * dim), wb(n * dim), sa(n * sd + 1), sb(n * sd + 1);
+  if (!a.read_keys(0, ka.value(), wa.data(), sd ? sa.data() : nullptr).is_ok() ||
+      !b.read_keys(0, kb.value(), wb.data(), sd ? sb.data() : nullptr).is_ok())
+    return ::testing::AssertionFailure() << "read_keys failed";
+  if (std::memcmp(wa.data(), wb.data(), wa.size() * sizeof(float)) != 0 ||
+      std::memcmp(sa.data(), sb.data(), sa.size() * sizeof(float)) != 0)
+    return ::testing::AssertionFailure() << "rows differ";
+  const DynamicStats x = a.stats().dynamic.at(0).second, y = b.stats().dynamic.at(0).second;
+  if (x.rows != y.rows || x.admissions != y.admissions || x.evictions != y.evictions ||
+      x.expirations != y.expirations || x.not_admitted != y.not_admitted || x.unseen != y.unseen)
+    return ::testing::AssertionFailure() << "counters differ: rows " << x.rows << "/" << y.rows << ", admissions "
+                                         << x.admissions << "/" << y.admissions << ", evictions " << x.evictions << "/"
+                                         << y.evictions << ", expirations " << x.expirations << "/" << y.expirations
+                                         << ", not admitted " << x.not_admitted << "/" << y.not_admitted << ", unseen "
+                                         << x.unseen << "/" << y.unseen;
+  return ::testing::AssertionSuccess();
+}
+
+class DynamicEquivalence : public ::testing::TestWithParam<Case> {};
+
+TEST_P(DynamicEquivalence, TrainsAsTheReferenceBitForBit) {
+  const Case k = GetParam();
+  const StoreConfig c = config_of(k);
+  auto opened = Store::open(c);
+  auto reference = open_reference_store(c);
+  ASSERT_TRUE(opened.is_ok() && reference.is_ok()) << opened.status().to_string();
+  Store& s = **opened;
+  Store& r = **reference;
+  std::mt19937_64 rng(0x5eed + static_cast<std::uint64_t>(k.admit_after) * 7 + static_cast<std::uint64_t>(k.ttl));
+  const std::vector<Key> space = key_space(rng);
+  std::map<std::int64_t, KeyBatch> in_flight;  // submitted, not yet retired (up to two)
+  int refused = 0, evaluated = 0, trained = 0;
+  const auto retire = [&](std::int64_t id) {
+    const KeyBatch& kb = in_flight.at(id);
+    Buffers a = make_buffers(c, kb), b = make_buffers(c, kb);
+    ASSERT_TRUE(s.forward(id, a.views).is_ok());
+    ASSERT_TRUE(r.forward(id, b.views).is_ok());
+    ASSERT_TRUE(same_outputs(a, b)) << "batch " << id;
+    if (!kb.train) {
+      EXPECT_EQ(s.backward(id, a.cviews).code(), StatusCode::kFailedPrecondition);
+      ASSERT_TRUE(s.discard(id).is_ok());
+      ASSERT_TRUE(r.discard(id).is_ok());
+      ++evaluated;
+    } else {
+      fill_random(rng, a);
+      b = a;
+      for (std::size_t i = 0; i < b.data.size(); ++i) b.cviews[i].data = b.data[i].data();
+      ASSERT_TRUE(s.backward(id, a.cviews).is_ok());
+      ASSERT_TRUE(r.backward(id, b.cviews).is_ok());
+      ++trained;
+    }
+    in_flight.erase(id);
+  };
+  for (std::int64_t id = 0; id < 60; ++id) {
+    KeyBatch kb = random_batch(rng, c, space);
+    kb.train = id % 5 != 4;
+    const Status x = s.submit(id, kb), y = r.submit(id, kb);
+    ASSERT_EQ(x.code(), y.code()) << "batch " << id << ": " << x.to_string() << " vs " << y.to_string();
+    if (x.is_ok()) {
+      in_flight.emplace(id, kb);
+    } else {
+      ASSERT_EQ(x.code(), StatusCode::kResourceExhausted) << x.to_string();
+      ++refused;
+    }
+    if (in_flight.size() == 2 || (!x.is_ok() && !in_flight.empty())) retire(in_flight.begin()->first);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  while (!in_flight.empty()) retire(in_flight.begin()->first);
+  EXPECT_TRUE(same_tables(s, r));
+  EXPECT_GT(trained, 20);
+  EXPECT_GT(evaluated, 5);
+  const DynamicStats st = s.stats().dynamic.at(0).second;
+  EXPECT_GT(st.evictions + st.expirations, 0) << "the workload must evict";
+  if (k.admit_after > 1) EXPECT_GT(st.not_admitted, 0);
+  RecordProperty("refused", refused);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, DynamicEquivalence,
+    ::testing::Values(
+        Case{"lru", 1, Eviction::kLru, 0, Unseen::kInitial, DType::kF32, OptimizerKind::kSgd, false},
+        Case{"lru_admit3", 3, Eviction::kLru, 0, Unseen::kInitial, DType::kF32, OptimizerKind::kAdagrad, false},
+        Case{"lfu", 1, Eviction::kLfu, 0, Unseen::kInitial, DType::kF32, OptimizerKind::kRowwiseAdagrad, false},
+        Case{"lfu_admit2_ttl", 2, Eviction::kLfu, 3, Unseen::kZeros, DType::kF32, OptimizerKind::kAdam, false},
+        Case{"lru_ttl_bf16", 1, Eviction::kLru, 2, Unseen::kInitial, DType::kBF16, OptimizerKind::kAdagrad, false},
+        Case{"features_fp16", 2, Eviction::kLru, 0, Unseen::kInitial, DType::kF16, OptimizerKind::kSgd, true}),
+    [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+
+TEST(DynamicConfig, ParsesWritesAndRefuses) {
+  auto c = parse_store_config(R"({"tables": [{"name": "user", "kind": "dynamic", "capacity": 100, "dim": 4,
+      "admit_after": 3, "eviction": "lfu", "evict_after_steps": 50, "unseen": "zeros"}]})");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  const TableConfig& t = c.value().tables[0];
+  ASSERT_TRUE(t.dynamic.has_value());
+  EXPECT_EQ(t.spec.rows, 100);
+  EXPECT_EQ(t.dynamic->admit_after, 3);
+  EXPECT_EQ(t.dynamic->eviction, Eviction::kLfu);
+  EXPECT_EQ(t.dynamic->evict_after_steps, 50);
+  EXPECT_EQ(t.dynamic->unseen, Unseen::kZeros);
+  const std::string j = to_json(c.value());
+  auto again = parse_store_config(j);
+  ASSERT_TRUE(again.is_ok()) << again.status().to_string();
+  EXPECT_EQ(to_json(again.value()), j);
+  const auto error = [](const std::string& json) { return parse_store_config(json).status().message(); };
+  const std::string head = R"({"tables": [{"name": "user", "dim": 4, )";
+  EXPECT_NE(error(head + R"("kind": "dynamic", "rows": 5}]})").find("a dynamic table has a capacity, not rows"),
+            std::string::npos);
+  EXPECT_NE(error(head + R"("rows": 5, "capacity": 5}]})").find("'capacity' is given but the table is dense"),
+            std::string::npos);
+  EXPECT_NE(error(head + R"("rows": 5, "admit_after": 2}]})").find("'admit_after' is given but the table is dense"),
+            std::string::npos);
+  EXPECT_NE(error(head + R"("kind": "sparse", "rows": 5}]})").find("kind 'sparse' (expected dense or dynamic)"),
+            std::string::npos);
+  EXPECT_NE(error(head + R"("kind": "dynamic"}]})").find("name, capacity and dim are required"), std::string::npos);
+  EXPECT_NE(error(head + R"("kind": "dynamic", "capacity": 0}]})").find("rows"), std::string::npos);
+  EXPECT_NE(error(head + R"("kind": "dynamic", "capacity": 4294967296}]})").find("capacity 4294967296 is past"),
+            std::string::npos);
+  EXPECT_NE(error(head + R"("kind": "dynamic", "capacity": 5, "admit_after": 0}]})").find("admit_after 0 is out"),
+            std::string::npos);
+  EXPECT_NE(error(head + R"("kind": "dynamic", "capacity": 5, "evict_after_steps": -1}]})")
+                .find("evict_after_steps -1 is out of range"),
+            std::string::npos);
+  EXPECT_NE(error(head + R"("kind": "dynamic", "capacity": 5, "eviction": "fifo"}]})").find("unknown eviction 'fifo'"),
+            std::string::npos);
+  // Placements that do not serve dynamic tables yet are refused at open, naming the table and the placement.
+  StoreConfig cached = c.value();
+  cached.tables[0].placement = Placement::kCached;
+  cached.device.backend = BackendChoice::kEmu;
+  const Status open = Store::open(cached).status();
+  EXPECT_NE(open.message().find("table 'user': a dynamic table is not served by the cached placement yet"),
+            std::string::npos)
+      << open.to_string();
+}
+
+// Row access by row id is refused for a dynamic table; keys_held and read_keys refuse a dense one; a key without a
+// row is named; nothing changes.
+TEST(DynamicStore, RowAccessIsByKeyAndNamesWhatIsWrong) {
+  const StoreConfig c =
+      config_of({"x", 1, Eviction::kLru, 0, Unseen::kInitial, DType::kF32, OptimizerKind::kSgd, false});
+  auto opened = Store::open(c);
+  ASSERT_TRUE(opened.is_ok()) << opened.status().to_string();
+  Store& s = **opened;
+  std::vector<float> w(8 * 10);
+  EXPECT_NE(s.read_rows(0, 0, 1, w.data(), nullptr).message().find("read_rows of a dynamic table"), std::string::npos);
+  EXPECT_NE(s.write_rows(0, 0, 1, w.data(), nullptr).message().find("write_rows of a dynamic table"),
+            std::string::npos);
+  EXPECT_NE(s.keys_held(1).status().message().find("table 'item': keys_held of a dense table"), std::string::npos);
+  EXPECT_EQ(s.keys_held(7).status().code(), StatusCode::kNotFound);
+  KeyBatch kb;
+  kb.features.push_back({"user", {0, 2}, {-5, std::numeric_limits<Key>::max()}, {}});
+  ASSERT_TRUE(s.submit(1, kb).is_ok());
+  auto held = s.keys_held(0);
+  ASSERT_TRUE(held.is_ok());
+  EXPECT_EQ(held.value(), (std::vector<Key>{-5, std::numeric_limits<Key>::max()}));
+  const Status missing = s.read_keys(0, {-5, 3}, w.data(), nullptr);
+  EXPECT_EQ(missing.message(), "table 'user': key 3 at position 1 has no row (expected keys that keys_held lists)");
+  // A new key's row starts as dense row `key` would: the initializer's values of (seed, table, key).
+  ASSERT_TRUE(s.read_keys(0, {-5}, w.data(), nullptr).is_ok());
+  std::vector<float> expect(8);
+  init_row(expect.data(), table_seed(0, table_name_hash("user")), -5, 8, 0.5f);
+  EXPECT_EQ(0, std::memcmp(w.data(), expect.data(), 8 * sizeof(float)));
+}
+
+}  // namespace
+}  // namespace strata
