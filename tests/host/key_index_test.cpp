@@ -334,6 +334,17 @@ class Model {
     for (const auto& [stamp, e] : by_stamp) out.push_back(e);
     return out;
   }
+  // In KeyIndex::sketch_state()'s format (empty: admit_after <= 1 keeps no sketch).
+  std::vector<std::uint8_t> sketch_state() const {
+    std::vector<std::uint8_t> out;
+    if (spec_.admit_after <= 1) return out;
+    for (int b = 0; b < 8; ++b) out.push_back(static_cast<std::uint8_t>(tally_ >> (8 * b)));
+    for (const std::uint16_t c : sketch_) {
+      out.push_back(static_cast<std::uint8_t>(c % 256));
+      out.push_back(static_cast<std::uint8_t>(c / 256));
+    }
+    return out;
+  }
   const KeyIndex::Counts& counts() const { return counts_; }
   std::int64_t clock() const { return clock_; }
 
@@ -445,6 +456,7 @@ TEST_P(KeyIndexModel, EveryBatchPlacesKeysAsTheModelDoes) {
       held.erase(held.begin() + static_cast<std::ptrdiff_t>(at));
     }
     ASSERT_EQ(index.entries(), model.entries()) << "step " << step;
+    ASSERT_EQ(index.sketch_state(), model.sketch_state()) << "step " << step;
     ASSERT_EQ(index.clock(), model.clock());
   }
   const auto got = index.counts(), want = model.counts();
@@ -459,7 +471,12 @@ TEST_P(KeyIndexModel, EveryBatchPlacesKeysAsTheModelDoes) {
 
 INSTANTIATE_TEST_SUITE_P(Rules, KeyIndexModel,
                          ::testing::Combine(::testing::Values(1, 3), ::testing::Values(Eviction::kLru, Eviction::kLfu),
-                                            ::testing::Values(0, 4)));
+                                            ::testing::Values(0, 4)),
+                         [](const auto& info) {
+                           return "admit" + std::to_string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) == Eviction::kLru ? "_lru" : "_lfu") + "_ttl" +
+                                  std::to_string(std::get<2>(info.param));
+                         });
 
 // ---- checkpoints ------------------------------------------------------------------------------
 
