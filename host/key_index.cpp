@@ -210,9 +210,8 @@ void KeyIndex::lfu_insert(std::uint32_t row) {
   (l.next == kNil ? lfu_tail_ : lfu_[l.next].prev) = row;
 }
 
-void KeyIndex::remove_row(std::uint32_t row) {
-  const Key key = meta_[row].key;
-  erase_slot(find_slot(key, key_hash(key)));
+void KeyIndex::remove_row(std::uint32_t row, std::uint32_t hash) {
+  erase_slot(find_slot(meta_[row].key, hash));
   lru_unlink(row);
   if (!lfu_.empty()) lfu_unlink(row);
   free_.set(row);
@@ -263,6 +262,7 @@ Status KeyIndex::train(const std::vector<Key>& keys, const std::vector<std::int6
   std::int64_t admitted = 0;
   std::int64_t hits_pinned_now = 0;  // hit rows no earlier batch pins
   for (std::size_t i = 0; i < n; ++i) {
+    if (i + kAhead < n && rows[i + kAhead] != kNone) prefetch(&pins_[static_cast<std::size_t>(rows[i + kAhead])]);
     if (rows[i] != kNone) {
       kinds_[i] = kHit;
       if (pins_[static_cast<std::size_t>(rows[i])] == 0) ++hits_pinned_now;
@@ -292,26 +292,43 @@ Status KeyIndex::train(const std::vector<Key>& keys, const std::vector<std::int6
     for (std::uint32_t r = lru_head_; r != kNil && now - meta_[r].last_use > spec_.evict_after_steps;) {
       const std::uint32_t next = meta_[r].next;
       if (pins_[r] == 0) {
-        remove_row(r);
+        remove_row(r, key_hash(meta_[r].key));
         ++counts_.expirations;
       }
       r = next;
     }
   }
   // Admissions in first-use order: the lowest free row, else the first unpinned row in eviction
-  // order. New rows join the lists only below, so the victim cursor only moves forward.
+  // order. The victims are collected first (new rows join the lists only below) so that their
+  // slots, and those of the new keys, are prefetched a few admissions ahead.
   const bool lfu = !lfu_.empty();
-  std::uint32_t cursor = lfu ? lfu_head_ : lru_head_;
+  admits_.clear();
   for (std::size_t i = 0; i < n; ++i) {
-    if (kinds_[i] != kAdmitted) continue;
+    if (kinds_[i] == kAdmitted) admits_.push_back(static_cast<std::uint32_t>(i));
+  }
+  victims_.clear();
+  for (std::uint32_t r = lfu ? lfu_head_ : lru_head_;
+       static_cast<std::int64_t>(victims_.size()) < admitted - (capacity_ - size_);
+       r = lfu ? lfu_[r].next : meta_[r].next) {
+    if (pins_[r] == 0) victims_.push_back(Victim{r, key_hash(meta_[r].key)});
+  }
+  const std::size_t first_eviction = admits_.size() - victims_.size();  // the free rows go first
+  const auto prefetch_admission = [&](std::size_t a) {
+    if (a >= admits_.size()) return;
+    prefetch(&slots_[home(hashes_[admits_[a]])]);
+    if (a >= first_eviction) prefetch(&slots_[home(victims_[a - first_eviction].hash)]);
+  };
+  for (std::size_t a = 0; a < std::min(kAhead, admits_.size()); ++a) prefetch_admission(a);
+  std::size_t next_victim = 0;
+  for (std::size_t a = 0; a < admits_.size(); ++a) {
+    prefetch_admission(a + kAhead);
+    const std::uint32_t i = admits_[a];
     std::int64_t row = free_.lowest();
     if (row == kNone) {
-      while (pins_[cursor] != 0) cursor = lfu ? lfu_[cursor].next : meta_[cursor].next;
-      const std::uint32_t victim = cursor;
-      cursor = lfu ? lfu_[cursor].next : meta_[cursor].next;
-      remove_row(victim);
+      const Victim& victim = victims_[next_victim++];
+      remove_row(victim.row, victim.hash);
       ++counts_.evictions;
-      row = victim;
+      row = victim.row;
     }
     free_.clear(row);
     const auto r = static_cast<std::uint32_t>(row);
@@ -325,6 +342,12 @@ Status KeyIndex::train(const std::vector<Key>& keys, const std::vector<std::int6
   }
   // Touch the batch's rows in first-use order.
   for (std::size_t i = 0; i < n; ++i) {
+    if (i + kAhead / 2 < n && kinds_[i + kAhead / 2] == kHit) {
+      // The LRU neighbours the hit unlinks from (a few may move before it is reached).
+      const Meta& ahead = meta_[static_cast<std::size_t>(rows[i + kAhead / 2])];
+      if (ahead.prev != kNil) prefetch(&meta_[ahead.prev]);
+      if (ahead.next != kNil) prefetch(&meta_[ahead.next]);
+    }
     if (kinds_[i] == kRejected) continue;
     const auto r = static_cast<std::uint32_t>(rows[i]);
     Meta& m = meta_[r];
@@ -379,7 +402,7 @@ std::int64_t KeyIndex::bytes() const noexcept {
   const auto held = [](const auto& v) { return static_cast<std::int64_t>(v.capacity() * sizeof(v[0])); };
   return static_cast<std::int64_t>(sizeof(*this)) + held(slots_) + held(meta_) + held(pins_) + held(lfu_) +
          static_cast<std::int64_t>(buckets_.size()) * kMapNode + free_.bytes() + held(sketch_) + held(hashes_) +
-         held(kinds_);
+         held(kinds_) + held(admits_) + held(victims_);
 }
 
 std::vector<KeyIndex::Entry> KeyIndex::entries() const {

@@ -176,7 +176,7 @@ class KeyIndex {
   void lru_append(std::uint32_t row);
   void lfu_unlink(std::uint32_t row);
   void lfu_insert(std::uint32_t row);
-  void remove_row(std::uint32_t row);  // out of the hash, the lists; into the free rows
+  void remove_row(std::uint32_t row, std::uint32_t hash);  // out of the hash, the lists; into the free rows
   void pin(std::uint32_t row);
 
   std::int64_t sketch_estimate(Key key) const;
@@ -205,7 +205,12 @@ class KeyIndex {
 
   // Scratch reused across batches (not state).
   std::vector<std::uint32_t> hashes_;
-  std::vector<std::uint8_t> kinds_;  // per key of a train(): hit, admitted, not admitted
+  std::vector<std::uint8_t> kinds_;    // per key of a train(): hit, admitted, not admitted
+  std::vector<std::uint32_t> admits_;  // the admitted keys' positions
+  struct Victim {
+    std::uint32_t row, hash;
+  };
+  std::vector<Victim> victims_;  // the rows the admissions evict, in order
 };
 
 }  // namespace strata
