@@ -415,7 +415,7 @@ std::vector<KeyIndex::Entry> KeyIndex::entries() const {
 }
 
 std::int64_t KeyIndex::sketch_state_bytes() const noexcept {
-  return sketch_width_ == 0 ? 0 : 8 + 2 * kSketchDepth * sketch_width_;
+  return sketch_width_ == 0 ? 0 : 8 + 2 * std::int64_t{kSketchDepth} * sketch_width_;
 }
 
 std::vector<std::uint8_t> KeyIndex::sketch_state() const {

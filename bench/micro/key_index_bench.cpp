@@ -73,7 +73,7 @@ void BM_TrainRelease(benchmark::State& state) {
   const auto before = index.counts();
   std::int64_t distinct = 0;
   std::size_t i = 0;
-  for (auto _ : state) {
+  for (auto _ : state) {  // NOLINT(clang-analyzer-deadcode.DeadStores): the loop variable is unused by design
     const Batch& b = batches[i++ % batches.size()];
     step(b);
     distinct += static_cast<std::int64_t>(b.keys.size());
