@@ -267,6 +267,7 @@ Status KeyIndex::train(const std::vector<Key>& keys, const std::vector<std::int6
       kinds_[i] = kHit;
       if (pins_[static_cast<std::size_t>(rows[i])] == 0) ++hits_pinned_now;
     } else {
+      STRATA_CHECK(uses[i] >= 1);
       const bool admit = spec_.admit_after <= 1 || uses[i] >= spec_.admit_after - sketch_estimate(keys[i]);
       kinds_[i] = admit ? kAdmitted : kRejected;
       admitted += admit ? 1 : 0;

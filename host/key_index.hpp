@@ -42,8 +42,8 @@
 
 namespace strata {
 
-/// A dynamic table's key index (see the top of this file). Move-only in spirit (copyable, but a
-/// copy is a full copy of the tables). Not thread-safe.
+/// A dynamic table's key index (see the top of this file). Copyable (a deep copy). Not
+/// thread-safe.
 class KeyIndex {
  public:
   /// The row of a key without one.
@@ -71,7 +71,7 @@ class KeyIndex {
   /// rows, are never evicted) it returns ResourceExhausted saying how many rows were needed, free,
   /// evictable and pinned, and the capacity, and changes nothing at all (not the sketch, not the
   /// clock); rows is then all kNone and created empty. Keys repeated in `keys` are a programmer
-  /// error (a repeated new key aborts).
+  /// error (a repeated new key aborts), as are uses below 1 and sizes that differ (abort).
   Status train(const std::vector<Key>& keys, const std::vector<std::int64_t>& uses, std::vector<std::int64_t>& rows,
                std::vector<std::pair<std::int64_t, Key>>& created);
 

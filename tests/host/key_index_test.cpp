@@ -419,20 +419,19 @@ class Stream {
 
 class KeyIndexModel : public ::testing::TestWithParam<std::tuple<std::int64_t, Eviction, std::int64_t>> {};
 
-TEST_P(KeyIndexModel, EveryBatchPlacesKeysAsTheModelDoes) {
-  const auto [admit_after, eviction, ttl] = GetParam();
-  const DynamicSpec spec = make_spec(admit_after, eviction, ttl);
-  constexpr std::int64_t kCap = 12;
-  KeyIndex index(kCap, spec);
-  Model model(kCap, spec);
-  Stream stream(admit_after * 31 + static_cast<int>(eviction) * 7 + ttl, kCap);
+// `steps` batches (1 in 8 a find()) through the index and the model, each batch's rows and the
+// state after it compared; `refused` gets the trains refused.
+void run_against_model(const DynamicSpec& spec, std::int64_t capacity, int steps, std::uint64_t seed, int& refused) {
+  KeyIndex index(capacity, spec);
+  Model model(capacity, spec);
+  Stream stream(seed, capacity);
   std::vector<Rows> held;  // batches in flight (the index's rows == the model's)
   std::vector<Key> keys;
   std::vector<std::int64_t> uses;
   Rows rows, want_rows;
   Created created, want_created;
-  int refused = 0;
-  for (int step = 0; step < 2500; ++step) {
+  refused = 0;
+  for (int step = 0; step < steps; ++step) {
     stream.batch(keys, uses);
     if (stream.pick(8) == 0) {
       index.find(keys, rows);
@@ -466,7 +465,21 @@ TEST_P(KeyIndexModel, EveryBatchPlacesKeysAsTheModelDoes) {
   EXPECT_EQ(got.not_admitted, want.not_admitted);
   EXPECT_EQ(got.unseen, want.unseen);
   EXPECT_GT(got.evictions + got.expirations, 100);  // the stream does force room to be made
+}
+
+TEST_P(KeyIndexModel, EveryBatchPlacesKeysAsTheModelDoes) {
+  const auto [admit_after, eviction, ttl] = GetParam();
+  int refused = 0;
+  run_against_model(make_spec(admit_after, eviction, ttl), 12, 2500,
+                    admit_after * 31 + static_cast<int>(eviction) * 7 + ttl, refused);
   EXPECT_GT(refused, 0);
+}
+
+TEST(KeyIndex, ALargerTablePlacesKeysAsTheModelDoes) {
+  // Longer probe clusters and backward shifts in the hash index than 12 rows give.
+  int refused = 0;
+  run_against_model(make_spec(1, Eviction::kLru, 0), 300, 150, 5, refused);
+  run_against_model(make_spec(3, Eviction::kLfu, 6), 300, 150, 6, refused);
 }
 
 INSTANTIATE_TEST_SUITE_P(Rules, KeyIndexModel,
