@@ -24,9 +24,10 @@
 // - Admission sketch (admit_after > 1 only): count-min, depth 4, width W = max(64, bit_ceil
 //   (capacity)), 16-bit saturating counters; column of key k in row d: mix64(uint64(k) ^
 //   kSketchSeeds[d]) & (W - 1) (core/row_math.hpp); the estimate is the smallest of the 4. A
-//   training batch adds each rowless key's uses (min(uses, 65535)) to its 4 counters; once the
-//   uses added since the last halving reach 10 * W (checked after the batch's adds), every counter
-//   is halved and that tally restarts at 0.
+//   training batch adds each rowless key's uses to its 4 counters (each saturating at 65535) and
+//   to a tally (int64, saturating); once the tally reaches 10 * W (checked once, after the batch's
+//   adds), every counter is halved (c >> 1) and the tally restarts at 0. The decision for a
+//   rowless key: admitted iff admit_after <= 1 or estimate (before the batch) + uses >= admit_after.
 // Counts are int64, saturating at INT64_MAX. Rows are 32-bit inside: capacity < kMaxCapacity (2^31,
 // so that ceil(capacity * 5 / 4) slots stay addressable by 32 hash bits).
 
