@@ -12,7 +12,6 @@ namespace {
 
 constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
 constexpr std::uint16_t kPinMax = std::numeric_limits<std::uint16_t>::max();
-constexpr std::int64_t kCounterMax = std::numeric_limits<std::uint16_t>::max();
 // Seed of the index's own hash (independent of the sketch's).
 constexpr std::uint64_t kIndexSeed = 0x9E6C63D0676A9A99ull;
 // Keys looked up ahead of the one probed: their slots are prefetched.
@@ -78,18 +77,15 @@ std::int64_t KeyIndex::FreeRows::bytes() const noexcept {
 
 // ---- KeyIndex ---------------------------------------------------------------------------------
 
-KeyIndex::KeyIndex(std::int64_t capacity, const DynamicSpec& spec) : capacity_(capacity), spec_(spec), free_(capacity) {
-  STRATA_CHECK(capacity >= 1 && capacity < kMaxCapacity);
+KeyIndex::KeyIndex(std::int64_t capacity, const DynamicSpec& spec)
+    : capacity_(capacity), spec_(spec), free_(capacity), sketched_(spec.admit_after > 1) {
+  STRATA_CHECK(capacity >= 1 && capacity <= kMaxDynamicCapacity);
   const std::int64_t slots = std::max<std::int64_t>(capacity + 1, (capacity * 5 + 3) / 4);
   slots_.assign(static_cast<std::size_t>(slots), Slot{0, kNil});
   meta_.resize(static_cast<std::size_t>(capacity));
   pins_.assign(static_cast<std::size_t>(capacity), 0);
   if (spec.eviction == Eviction::kLfu) lfu_.assign(static_cast<std::size_t>(capacity), Links{kNil, kNil});
-  if (spec.admit_after > 1) {
-    sketch_width_ = 64;
-    while (sketch_width_ < capacity) sketch_width_ *= 2;
-    sketch_.assign(static_cast<std::size_t>(kSketchDepth * sketch_width_), 0);
-  }
+  if (sketched_) sketch_ = AdmissionSketch(capacity);
 }
 
 std::uint32_t KeyIndex::key_hash(Key key) noexcept {
@@ -223,31 +219,35 @@ void KeyIndex::pin(std::uint32_t row) {
   if (pins_[row]++ == 0) ++pinned_rows_;
 }
 
-std::int64_t KeyIndex::sketch_estimate(Key key) const {
-  std::int64_t estimate = kCounterMax;
-  for (int d = 0; d < kSketchDepth; ++d) {
-    const auto col = mix64(static_cast<std::uint64_t>(key) ^ kSketchSeeds[static_cast<std::size_t>(d)]) &
-                     static_cast<std::uint64_t>(sketch_width_ - 1);
-    estimate = std::min<std::int64_t>(estimate, sketch_[static_cast<std::size_t>(d * sketch_width_) + col]);
-  }
-  return estimate;
+bool KeyIndex::admits(Key key, std::int64_t uses) const {
+  STRATA_CHECK(uses >= 1);
+  return !sketched_ || uses >= spec_.admit_after - static_cast<std::int64_t>(sketch_.estimate(key));
 }
 
-void KeyIndex::sketch_add(Key key, std::int64_t uses) {
-  const std::int64_t add = std::min(uses, kCounterMax);
-  for (int d = 0; d < kSketchDepth; ++d) {
-    const auto col = mix64(static_cast<std::uint64_t>(key) ^ kSketchSeeds[static_cast<std::size_t>(d)]) &
-                     static_cast<std::uint64_t>(sketch_width_ - 1);
-    std::uint16_t& c = sketch_[static_cast<std::size_t>(d * sketch_width_) + col];
-    c = static_cast<std::uint16_t>(std::min(kCounterMax, c + add));
-  }
-  sketch_tally_ = sat_add(sketch_tally_, uses);
+Status KeyIndex::room(std::int64_t admitted, std::int64_t hits_pinned_now) const {
+  const std::int64_t free_rows = capacity_ - size_;
+  const std::int64_t pinned = pinned_rows_ + hits_pinned_now;
+  const std::int64_t evictable = size_ - pinned;
+  if (admitted <= free_rows + evictable) return Status::ok();
+  return Status::resource_exhausted("dynamic table full: " + std::to_string(admitted) + " new keys need rows, " +
+                                    std::to_string(free_rows) + " free, " + std::to_string(evictable) + " evictable, " +
+                                    std::to_string(pinned) + " pinned (by batches in flight and this one), capacity " +
+                                    std::to_string(capacity_));
 }
 
-void KeyIndex::sketch_age() {
-  if (sketch_tally_ < kSketchAgingPerColumn * sketch_width_) return;
-  for (std::uint16_t& c : sketch_) c = static_cast<std::uint16_t>(c >> 1);
-  sketch_tally_ = 0;
+Status KeyIndex::check(const std::vector<Key>& keys, const std::vector<std::int64_t>& uses) const {
+  STRATA_CHECK(keys.size() == uses.size());
+  std::int64_t admitted = 0;
+  std::int64_t hits_pinned_now = 0;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const std::int64_t row = row_of(keys[i]);
+    if (row != kNone) {
+      hits_pinned_now += pins_[static_cast<std::size_t>(row)] == 0 ? 1 : 0;
+    } else {
+      admitted += admits(keys[i], uses[i]) ? 1 : 0;
+    }
+  }
+  return room(admitted, hits_pinned_now);
 }
 
 Status KeyIndex::train(const std::vector<Key>& keys, const std::vector<std::int64_t>& uses,
@@ -267,21 +267,14 @@ Status KeyIndex::train(const std::vector<Key>& keys, const std::vector<std::int6
       kinds_[i] = kHit;
       if (pins_[static_cast<std::size_t>(rows[i])] == 0) ++hits_pinned_now;
     } else {
-      STRATA_CHECK(uses[i] >= 1);
-      const bool admit = spec_.admit_after <= 1 || uses[i] >= spec_.admit_after - sketch_estimate(keys[i]);
+      const bool admit = admits(keys[i], uses[i]);
       kinds_[i] = admit ? kAdmitted : kRejected;
       admitted += admit ? 1 : 0;
     }
   }
-  const std::int64_t free_rows = capacity_ - size_;
-  const std::int64_t pinned = pinned_rows_ + hits_pinned_now;
-  const std::int64_t evictable = size_ - pinned;
-  if (admitted > free_rows + evictable) {
+  if (Status fits = room(admitted, hits_pinned_now); !fits.is_ok()) {
     rows.assign(n, kNone);
-    return Status::resource_exhausted(
-        "dynamic table full: " + std::to_string(admitted) + " new keys need rows, " + std::to_string(free_rows) +
-        " free, " + std::to_string(evictable) + " evictable, " + std::to_string(pinned) +
-        " pinned (by batches in flight and this one), capacity " + std::to_string(capacity_));
+    return fits;
   }
 
   const std::int64_t now = ++clock_;
@@ -367,19 +360,30 @@ Status KeyIndex::train(const std::vector<Key>& keys, const std::vector<std::int6
   for (std::size_t i = 0; i < n; ++i) {
     if (kinds_[i] == kHit) continue;
     if (kinds_[i] == kRejected) counts_.not_admitted = sat_add(counts_.not_admitted, uses[i]);
-    if (sketch_width_ > 0) sketch_add(keys[i], uses[i]);
+    if (sketched_) sketch_.add(keys[i], uses[i]);
   }
-  if (sketch_width_ > 0) sketch_age();
+  if (sketched_) sketch_.age();
   return Status::ok();
 }
 
 void KeyIndex::find(const std::vector<Key>& keys, std::vector<std::int64_t>& rows) {
   lookup(keys, rows);
-  for (const std::int64_t row : rows) {
-    if (row == kNone) {
-      counts_.unseen = sat_add(counts_.unseen, 1);
+  pin_found(rows, nullptr);
+}
+
+void KeyIndex::find(const std::vector<Key>& keys, const std::vector<std::int64_t>& uses,
+                    std::vector<std::int64_t>& rows) {
+  STRATA_CHECK(keys.size() == uses.size());
+  lookup(keys, rows);
+  pin_found(rows, &uses);
+}
+
+void KeyIndex::pin_found(const std::vector<std::int64_t>& rows, const std::vector<std::int64_t>* uses) {
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] == kNone) {
+      counts_.unseen = sat_add(counts_.unseen, uses ? (*uses)[i] : 1);
     } else {
-      pin(static_cast<std::uint32_t>(row));
+      pin(static_cast<std::uint32_t>(rows[i]));
     }
   }
 }
@@ -402,7 +406,7 @@ std::int64_t KeyIndex::bytes() const noexcept {
   constexpr std::int64_t kMapNode = 32 + sizeof(std::pair<const std::int64_t, std::uint32_t>);
   const auto held = [](const auto& v) { return static_cast<std::int64_t>(v.capacity() * sizeof(v[0])); };
   return static_cast<std::int64_t>(sizeof(*this)) + held(slots_) + held(meta_) + held(pins_) + held(lfu_) +
-         static_cast<std::int64_t>(buckets_.size()) * kMapNode + free_.bytes() + held(sketch_) + held(hashes_) +
+         static_cast<std::int64_t>(buckets_.size()) * kMapNode + free_.bytes() + sketch_.bytes() + held(hashes_) +
          held(kinds_) + held(admits_) + held(victims_);
 }
 
@@ -416,16 +420,16 @@ std::vector<KeyIndex::Entry> KeyIndex::entries() const {
 }
 
 std::int64_t KeyIndex::sketch_state_bytes() const noexcept {
-  return sketch_width_ == 0 ? 0 : 8 + 2 * std::int64_t{kSketchDepth} * sketch_width_;
+  return sketched_ ? 8 + 2 * static_cast<std::int64_t>(sketch_.counters().size()) : 0;
 }
 
 std::vector<std::uint8_t> KeyIndex::sketch_state() const {
   std::vector<std::uint8_t> out;
-  if (sketch_width_ == 0) return out;
+  if (!sketched_) return out;
   out.reserve(static_cast<std::size_t>(sketch_state_bytes()));
   for (int b = 0; b < 8; ++b)
-    out.push_back(static_cast<std::uint8_t>(static_cast<std::uint64_t>(sketch_tally_) >> (8 * b)));
-  for (const std::uint16_t c : sketch_) {
+    out.push_back(static_cast<std::uint8_t>(static_cast<std::uint64_t>(sketch_.added()) >> (8 * b)));
+  for (const std::uint16_t c : sketch_.counters()) {
     out.push_back(static_cast<std::uint8_t>(c & 0xFF));
     out.push_back(static_cast<std::uint8_t>(c >> 8));
   }
@@ -474,20 +478,21 @@ Status KeyIndex::restore(std::int64_t clock, const std::vector<Entry>& entries,
     if (static_cast<std::int64_t>(sketch.size()) != sketch_state_bytes()) {
       return Status::invalid_argument("restore: sketch of " + std::to_string(sketch.size()) + " bytes, expected " +
                                       std::to_string(sketch_state_bytes()) +
-                                      (sketch_width_ == 0 ? " (admit_after <= 1 keeps no sketch)" : ""));
+                                      (sketched_ ? "" : " (admit_after <= 1 keeps no sketch)"));
     }
-    std::uint64_t tally = 0;
-    for (int b = 0; b < 8; ++b) tally |= std::uint64_t{sketch[static_cast<std::size_t>(b)]} << (8 * b);
-    const std::int64_t threshold = kSketchAgingPerColumn * sketch_width_;
-    if (tally >= static_cast<std::uint64_t>(threshold)) {
-      return Status::invalid_argument("restore: sketch tally " + std::to_string(tally) + " outside [0, " +
+    std::uint64_t added = 0;
+    for (int b = 0; b < 8; ++b) added |= std::uint64_t{sketch[static_cast<std::size_t>(b)]} << (8 * b);
+    // A sketch ages once its uses added reach 10 x width: a saved one is always below.
+    const std::int64_t threshold = 10 * sketch_.width();
+    if (added >= static_cast<std::uint64_t>(threshold)) {
+      return Status::invalid_argument("restore: sketch's uses added " + std::to_string(added) + " outside [0, " +
                                       std::to_string(threshold) + ")");
     }
-    fresh.sketch_tally_ = static_cast<std::int64_t>(tally);
-    for (std::size_t c = 0; c < fresh.sketch_.size(); ++c) {
-      fresh.sketch_[c] =
-          static_cast<std::uint16_t>(sketch[8 + 2 * c] | static_cast<unsigned>(sketch[8 + 2 * c + 1]) << 8);
+    std::vector<std::uint16_t> counters(sketch_.counters().size());
+    for (std::size_t c = 0; c < counters.size(); ++c) {
+      counters[c] = static_cast<std::uint16_t>(sketch[8 + 2 * c] | static_cast<unsigned>(sketch[8 + 2 * c + 1]) << 8);
     }
+    STRATA_CHECK(fresh.sketch_.restore(counters, static_cast<std::int64_t>(added)));
   }
   fresh.clock_ = clock;
   fresh.counts_ = counts_;

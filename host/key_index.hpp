@@ -1,7 +1,8 @@
 #pragma once
-// KeyIndex: a dynamic table's key -> row map with the rules of core/dynamic_spec.hpp (admission
-// through a count-min sketch, TTL expiry, LRU or LFU eviction, pins of rows in flight). Host
-// memory only; not thread-safe (one caller at a time).
+// KeyIndex: a dynamic table's key -> row map with the rules that store/detail/dynamic_keys.hpp
+// states (admission through a count-min sketch, TTL expiry, LRU or LFU eviction, pins of rows in
+// flight); the reference store restates them. Host memory only; not thread-safe (one caller at a
+// time).
 //
 // Data structures (per row of capacity, `bytes()` reports the total):
 // - Hash index: open addressing with linear probing over ceil(capacity * 5 / 4) 8-byte slots (load
@@ -21,17 +22,13 @@
 //   touch stamp, row) would cost ~56 bytes per row and a stamp per row besides).
 // - Free rows: a hierarchical bitset (1 bit per row, one summary bit per 64 below it), the lowest
 //   free row in O(log64 capacity).
-// - Admission sketch (admit_after > 1 only): count-min, depth 4, width W = max(64, bit_ceil
-//   (capacity)), 16-bit saturating counters; column of key k in row d: mix64(uint64(k) ^
-//   kSketchSeeds[d]) & (W - 1) (core/row_math.hpp); the estimate is the smallest of the 4. A
-//   training batch adds each rowless key's uses to its 4 counters (each saturating at 65535) and
-//   to a tally (int64, saturating); once the tally reaches 10 * W (checked once, after the batch's
-//   adds), every counter is halved (c >> 1) and the tally restarts at 0. The decision for a
-//   rowless key: admitted iff admit_after <= 1 or estimate (before the batch) + uses >= admit_after.
-// Counts are int64, saturating at INT64_MAX. Rows are 32-bit inside: capacity < kMaxCapacity (2^31,
-// so that ceil(capacity * 5 / 4) slots stay addressable by 32 hash bits).
+// - Admission (admit_after > 1 only): host/admission_sketch.hpp, the sketch the reference store
+//   uses too. A rowless key is admitted iff estimate (before the batch) + uses >= admit_after; after
+//   the batch's admissions every key that had no row adds its uses, then the sketch ages once.
+//   admit_after <= 1 admits every key and keeps no sketch (no memory).
+// Counts are int64, saturating at INT64_MAX. Rows are 32-bit inside: capacity <= kMaxDynamicCapacity
+// (core/dynamic_spec.hpp), so ceil(capacity * 5 / 4) slots stay addressable by 32 hash bits.
 
-#include <array>
 #include <cstdint>
 #include <map>
 #include <utility>
@@ -40,6 +37,7 @@
 #include "core/dynamic_spec.hpp"
 #include "core/status.hpp"
 #include "core/table_spec.hpp"
+#include "host/admission_sketch.hpp"
 
 namespace strata {
 
@@ -49,18 +47,9 @@ class KeyIndex {
  public:
   /// The row of a key without one.
   static constexpr std::int64_t kNone = -1;
-  /// Capacities are below this (rows are 32-bit inside).
-  static constexpr std::int64_t kMaxCapacity = std::int64_t{1} << 31;
-  /// Depth of the admission sketch.
-  static constexpr int kSketchDepth = 4;
-  /// Seeds of the sketch's 4 hash rows: column = mix64(uint64(key) ^ seed) & (width - 1).
-  static constexpr std::array<std::uint64_t, kSketchDepth> kSketchSeeds = {
-      0x243F6A8885A308D3ull, 0x13198A2E03707344ull, 0xA4093822299F31D0ull, 0x082EFA98EC4E6C89ull};
-  /// Uses added between halvings of the sketch, per column of its width.
-  static constexpr std::int64_t kSketchAgingPerColumn = 10;
 
-  /// An empty index of `capacity` rows, 1 <= capacity < kMaxCapacity (the caller validates it;
-  /// outside aborts), under `spec`'s admission and eviction rules.
+  /// An empty index of `capacity` rows, 1 <= capacity <= kMaxDynamicCapacity (the caller validates
+  /// it; outside aborts), under `spec`'s admission and eviction rules.
   KeyIndex(std::int64_t capacity, const DynamicSpec& spec);
 
   /// A training batch at clock()+1: `keys` are its distinct keys in first-use order, uses[i] >= 1
@@ -76,10 +65,16 @@ class KeyIndex {
   Status train(const std::vector<Key>& keys, const std::vector<std::int64_t>& uses, std::vector<std::int64_t>& rows,
                std::vector<std::pair<std::int64_t, Key>>& created);
 
+  /// What train(keys, uses, ...) would return now, changing nothing (OK: it would apply), so that
+  /// a caller can check every table before it trains any.
+  Status check(const std::vector<Key>& keys, const std::vector<std::int64_t>& uses) const;
+
   /// An evaluation batch: rows[i] = the row of keys[i] or kNone (keys may repeat); the found rows
   /// are pinned (once per occurrence); nothing else changes (no clock, counts, sketch, LRU order)
   /// but counts().unseen.
   void find(const std::vector<Key>& keys, std::vector<std::int64_t>& rows);
+  /// find() of distinct keys with their uses (counts().unseen adds the uses of the keys not found).
+  void find(const std::vector<Key>& keys, const std::vector<std::int64_t>& uses, std::vector<std::int64_t>& rows);
 
   /// Unpins the rows one train() or find() returned (kNone entries skipped). Rows pinned by several
   /// batches stay pinned until each released them. Releasing a row not pinned aborts.
@@ -120,9 +115,9 @@ class KeyIndex {
   };
   /// Every row in use in the eviction tie order (the row touched earliest first).
   std::vector<Entry> entries() const;
-  /// The admission sketch's state: the uses added since the last halving (8 bytes, little endian),
-  /// then depth x width counters (uint16, little endian, hash row by hash row). Empty when
-  /// admit_after <= 1 (no sketch kept).
+  /// The admission sketch's state: its added() (the uses added since the last halving; 8 bytes,
+  /// little endian), then its counters() (uint16, little endian). Empty when admit_after <= 1 (no
+  /// sketch kept).
   std::vector<std::uint8_t> sketch_state() const;
   /// Size of sketch_state() (0 without a sketch).
   std::int64_t sketch_state_bytes() const noexcept;
@@ -130,8 +125,8 @@ class KeyIndex {
   /// Replaces the clock, the rows and the sketch (counts() stay). No row may be pinned
   /// (FailedPrecondition otherwise). `entries` in the order entries() gives: rows distinct in
   /// [0, capacity), keys distinct, 1 <= last_use <= clock and not decreasing, count >= 1; the
-  /// sketch empty (a zeroed sketch) or of sketch_state_bytes() with its tally below the aging
-  /// threshold. InvalidArgument naming the bad entry or field otherwise, nothing changed.
+  /// sketch empty (a zeroed sketch) or of sketch_state_bytes() with its uses added below 10 x its
+  /// width. InvalidArgument naming the bad entry or field otherwise, nothing changed.
   Status restore(std::int64_t clock, const std::vector<Entry>& entries, const std::vector<std::uint8_t>& sketch);
 
  private:
@@ -180,9 +175,9 @@ class KeyIndex {
   void remove_row(std::uint32_t row, std::uint32_t hash);  // out of the hash, the lists; into the free rows
   void pin(std::uint32_t row);
 
-  std::int64_t sketch_estimate(Key key) const;
-  void sketch_add(Key key, std::int64_t uses);
-  void sketch_age();
+  bool admits(Key key, std::int64_t uses) const;  // a key without a row, now
+  Status room(std::int64_t admitted, std::int64_t hits_pinned_now) const;
+  void pin_found(const std::vector<std::int64_t>& rows, const std::vector<std::int64_t>* uses);
 
   std::int64_t capacity_;
   DynamicSpec spec_;
@@ -200,9 +195,8 @@ class KeyIndex {
   std::map<std::int64_t, std::uint32_t> buckets_;  // count -> last row with it in the LFU list
   FreeRows free_;
 
-  std::int64_t sketch_width_ = 0;  // 0: no sketch (admit_after <= 1)
-  std::vector<std::uint16_t> sketch_;
-  std::int64_t sketch_tally_ = 0;  // uses added since the last halving
+  bool sketched_;           // admit_after > 1
+  AdmissionSketch sketch_;  // empty unless sketched_
 
   // Scratch reused across batches (not state).
   std::vector<std::uint32_t> hashes_;

@@ -182,6 +182,37 @@ TEST(KeyIndex, ABatchThatCannotFitBesidePinnedRowsIsRefusedAndChangesNothing) {
   EXPECT_EQ(index.pinned(), 0);
 }
 
+TEST(KeyIndex, CheckSaysWhatTrainWouldAndChangesNothing) {
+  KeyIndex index(2, make_spec(2, Eviction::kLru, 0));
+  Rows held;
+  Created created;
+  ASSERT_TRUE(index.train({1, 2}, {2, 3}, held, created).is_ok());
+  const auto entries = index.entries();
+  const auto sketch = index.sketch_state();
+  const Status checked = index.check({3, 1}, {2, 1});
+  EXPECT_EQ(checked.code(), StatusCode::kResourceExhausted);
+  Rows rows;
+  EXPECT_EQ(index.train({3, 1}, {2, 1}, rows, created).to_string(), checked.to_string());
+  EXPECT_TRUE(index.check({3, 1}, {1, 1}).is_ok());  // 3 not admitted: no room needed
+  EXPECT_TRUE(index.check({1, 2}, {1, 1}).is_ok());
+  EXPECT_EQ(index.entries(), entries);
+  EXPECT_EQ(index.sketch_state(), sketch);
+  EXPECT_EQ(index.clock(), 1);
+  index.release(held);
+  EXPECT_TRUE(index.check({3, 1}, {2, 1}).is_ok());
+}
+
+TEST(KeyIndex, FindWithUsesCountsTheUnseenUses) {
+  KeyIndex index(2, make_spec(1, Eviction::kLru, 0));
+  train_released(index, {1});
+  Rows rows;
+  index.find({9, 1, 8}, {2, 4, 3}, rows);
+  EXPECT_EQ(rows, (Rows{kNone, 0, kNone}));
+  EXPECT_EQ(index.counts().unseen, 5);
+  index.release(rows);
+  EXPECT_EQ(index.pinned(), 0);
+}
+
 TEST(KeyIndex, FindPinsButNeverAdmitsOrReorders) {
   KeyIndex index(2, make_spec(1, Eviction::kLru, 0));
   train_released(index, {1, 2});
@@ -212,7 +243,8 @@ TEST(KeyIndex, ExtremeKeysAreKeysLikeAnyOther) {
 
 // ---- the model --------------------------------------------------------------------------------
 
-// The rules restated from core/dynamic_spec.hpp and the sketch from host/key_index.hpp's comment.
+// The rules restated from store/detail/dynamic_keys.hpp, and host/admission_sketch.hpp's sketch
+// restated too (a change to either shows here).
 class Model {
  public:
   Model(std::int64_t capacity, const DynamicSpec& spec) : capacity_(capacity), spec_(spec) {
@@ -357,9 +389,7 @@ class Model {
     return a.stamp < b.stamp;
   }
   std::uint64_t column(Key key, int d) const {
-    static constexpr std::array<std::uint64_t, 4> kSeeds = {0x243F6A8885A308D3ull, 0x13198A2E03707344ull,
-                                                            0xA4093822299F31D0ull, 0x082EFA98EC4E6C89ull};
-    return mix64(static_cast<std::uint64_t>(key) ^ kSeeds[static_cast<std::size_t>(d)]) &
+    return mix64(static_cast<std::uint64_t>(key) ^ (0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(d + 1))) &
            static_cast<std::uint64_t>(width_ - 1);
   }
   std::int64_t estimate(Key key) const {
@@ -440,6 +470,7 @@ void run_against_model(const DynamicSpec& spec, std::int64_t capacity, int steps
       held.push_back(rows);
     } else {
       const bool ok = model.train(keys, uses, want_rows, want_created);
+      ASSERT_EQ(index.check(keys, uses).is_ok(), ok) << "step " << step;
       const Status st = index.train(keys, uses, rows, created);
       ASSERT_EQ(st.is_ok(), ok) << "step " << step << ": " << st.to_string();
       refused += ok ? 0 : 1;
@@ -549,7 +580,7 @@ TEST(KeyIndex, RestoreRefusesBadInputAndChangesNothing) {
   refused(5, {}, {1, 2, 3}, "sketch of 3 bytes, expected 520");
   std::vector<std::uint8_t> tally_too_big(520, 0);
   tally_too_big[1] = 3;  // 768 >= 10 * 64
-  refused(5, {}, tally_too_big, "sketch tally 768 outside [0, 640)");
+  refused(5, {}, tally_too_big, "sketch's uses added 768 outside [0, 640)");
   refused(-1, {}, {}, "clock -1");
   refused(5, std::vector<E>(5, E{0, 0, 1, 1}), {}, "5 entries, more than the 4 rows");
 
