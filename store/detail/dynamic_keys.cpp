@@ -71,7 +71,7 @@ Result<Admitted> DynamicKeys::admit(TableBatch& tb, bool train, const Reset& res
       // Checked above: train() applies (a failure here would be a bug of check()).
       STRATA_CHECK(t->index->train(unique[e].keys, uses[e], rows, created).is_ok());
     } else {
-      t->index->find(unique[e].keys, rows);
+      t->index->find(unique[e].keys, uses[e], rows);
     }
     if (!created.empty()) {
       const std::int32_t dim = t->spec.dim;

@@ -12,6 +12,7 @@
 #include <map>
 #include <random>
 
+#include "core/row_math.hpp"
 #include "tests/store/store_test_util.hpp"
 
 namespace strata {
@@ -171,7 +172,9 @@ TEST_P(DynamicEquivalence, TrainsAsTheReferenceBitForBit) {
   EXPECT_GT(evaluated, 5);
   const DynamicStats st = s.stats().dynamic.at(0).second;
   EXPECT_GT(st.evictions + st.expirations, 0) << "the workload must evict";
-  if (k.admit_after > 1) EXPECT_GT(st.not_admitted, 0);
+  if (k.admit_after > 1) {
+    EXPECT_GT(st.not_admitted, 0);
+  }
   RecordProperty("refused", refused);
 }
 
