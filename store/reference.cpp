@@ -160,15 +160,14 @@ class ReferenceStore final : public Store {
     return detail::check_stream("forward", id, nullptr, stream);
   }
   Status backward(std::int64_t id, const std::vector<ConstMatrixView>& grads, gpu::StreamView stream) override {
+    STRATA_RETURN_IF_ERROR(trains(id));
     STRATA_RETURN_IF_ERROR(
         detail::find_batch(batches_, id, features_.features(), grads, "gradient", true, nullptr).status());
     return detail::check_stream("backward", id, nullptr, stream);
   }
 
   Status backward(std::int64_t id, const std::vector<ConstMatrixView>& grads) override {
-    if (auto it = batches_.find(id); it != batches_.end() && !it->second.batch.train)
-      return Status::failed_precondition("batch " + std::to_string(id) +
-                                         ": backward of an evaluation batch (KeyBatch::train false; expected discard)");
+    STRATA_RETURN_IF_ERROR(trains(id));
     STRATA_ASSIGN_OR_RETURN(Entry * found,
                             detail::find_batch(batches_, id, features_.features(), grads, "gradient", true, nullptr));
     Entry& e = *found;
@@ -401,6 +400,14 @@ class ReferenceStore final : public Store {
     std::vector<MemorySpace> spaces;  // of forward's outputs, per feature
     HeldRows held;                    // of its dynamic tables
   };
+
+  // Backward refuses an evaluation batch (an unknown id is left to find_batch).
+  Status trains(std::int64_t id) const {
+    const auto it = batches_.find(id);
+    if (it == batches_.end() || it->second.batch.train) return Status::ok();
+    return Status::failed_precondition("batch " + std::to_string(id) +
+                                       ": backward of an evaluation batch (KeyBatch::train false; expected discard)");
+  }
 
   static const std::map<Key, std::int64_t>* held_rows(const Entry& e, int table) {
     const auto it = e.held.find(table);
