@@ -9,14 +9,22 @@
 // nearest or stochastically with the bits of (seed, table, global row, step, global column, what).
 // The math is fp32, as everywhere. Half-size outputs are rounded to nearest once per output row
 // element; half-size gradients are widened where read.
+//
+// Dynamic tables restate the rules of store/detail/dynamic_keys.hpp as plainly as they read: a
+// std::map from key to row, a slot per row (its key, last use, count, touch order, pins), linear
+// scans for the lowest free row and for victims, and the shared AdmissionSketch for admission
+// counts. A row is a row as a dense table's: stochastic rounding draws with the row, not the key.
 
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
 #include "core/row_math.hpp"
+#include "host/admission_sketch.hpp"
 #include "store/detail/batch_checks.hpp"
 #include "store/detail/features.hpp"
 #include "store/store.hpp"
@@ -81,9 +89,14 @@ class ReferenceStore final : public Store {
       tab.state_dim = optimizer_state_dim(t.spec.optimizer.kind, t.spec.dim);
       tab.weights.resize(static_cast<std::size_t>(t.spec.rows * t.spec.dim));
       tab.state.resize(static_cast<std::size_t>(t.spec.rows * tab.state_dim));
-      const std::uint64_t seed = table_seed(t.spec.init.seed, table_name_hash(t.spec.name));
+      tab.seed = table_seed(t.spec.init.seed, table_name_hash(t.spec.name));
+      if (t.dynamic) {  // its rows get their values when a key is admitted
+        tab.dyn = std::make_unique<Dynamic>(*t.dynamic, t.spec.rows);
+        tables_.push_back(std::move(tab));
+        continue;
+      }
       for (std::int64_t r = 0; r < t.spec.rows; ++r) {
-        init_row(tab.weights.data() + r * t.spec.dim, seed, r, t.spec.dim, t.spec.init.bound);
+        init_row(tab.weights.data() + r * t.spec.dim, tab.seed, r, t.spec.dim, t.spec.init.bound);
         init_state(tab.state.data() + r * tab.state_dim, t.spec.optimizer, tab.state_dim);
       }
       round_to_nearest(tab.weights.data(), static_cast<std::int64_t>(tab.weights.size()), t.spec.dtype);
@@ -96,7 +109,8 @@ class ReferenceStore final : public Store {
     if (batches_.count(id)) return detail::duplicate_batch(id);
     STRATA_ASSIGN_OR_RETURN(std::vector<int> tables,
                             detail::check_batch(id, batch, features_.features(), features_.index()));
-    batches_.emplace(id, Entry{std::move(batch), std::move(tables), false, {}});
+    STRATA_ASSIGN_OR_RETURN(HeldRows rows, admit(id, batch, tables));
+    batches_.emplace(id, Entry{std::move(batch), std::move(tables), false, {}, std::move(rows)});
     (void)previews_.submitted(id);
     return Status::ok();
   }
@@ -117,18 +131,20 @@ class ReferenceStore final : public Store {
                             detail::find_batch(batches_, id, features_.features(), outputs, "output", false, nullptr));
     Entry& e = *found;
     for (std::size_t i = 0; i < e.tables.size(); ++i) {
-      const Table& t = tables_[static_cast<std::size_t>(features_.table_of(e.tables[i]))];
+      const int table = features_.table_of(e.tables[i]);
+      const Table& t = tables_[static_cast<std::size_t>(table)];
+      const std::map<Key, std::int64_t>* held = held_rows(e, table);
       const Pooling pooling = features_.features().tables[static_cast<std::size_t>(e.tables[i])].spec.pooling;
       const JaggedKeys& f = e.batch.features[i];
       const MatrixView& view = outputs[i];
       if (t.spec.output_dtype == DType::kF32) {
-        pool(t, f, pooling, view.data);
+        pool(t, held, f, pooling, view.data);
         continue;
       }
       // Pooled in fp32, then each element rounded to nearest into the half-size view.
       const auto n = static_cast<std::size_t>(view.rows * view.cols);
       std::vector<float> out(n);
-      pool(t, f, pooling, out.data());
+      pool(t, held, f, pooling, out.data());
       std::vector<std::uint16_t> bits(n);
       for (std::size_t k = 0; k < n; ++k) bits[k] = narrow(t.spec.output_dtype, out[k], false, 0);
       if (n > 0) std::memcpy(view.data, bits.data(), n * sizeof(std::uint16_t));  // data may be null when empty
@@ -144,21 +160,21 @@ class ReferenceStore final : public Store {
     return detail::check_stream("forward", id, nullptr, stream);
   }
   Status backward(std::int64_t id, const std::vector<ConstMatrixView>& grads, gpu::StreamView stream) override {
+    STRATA_RETURN_IF_ERROR(trains(id));
     STRATA_RETURN_IF_ERROR(
         detail::find_batch(batches_, id, features_.features(), grads, "gradient", true, nullptr).status());
     return detail::check_stream("backward", id, nullptr, stream);
   }
 
   Status backward(std::int64_t id, const std::vector<ConstMatrixView>& grads) override {
+    STRATA_RETURN_IF_ERROR(trains(id));
     STRATA_ASSIGN_OR_RETURN(Entry * found,
                             detail::find_batch(batches_, id, features_.features(), grads, "gradient", true, nullptr));
     Entry& e = *found;
     ++step_;
-    // The batch's features of each table, in the table's feature order (features_ lists them so).
-    std::map<int, std::map<int, std::size_t>> of_table;  // table -> feature -> position in the batch
-    for (std::size_t i = 0; i < e.tables.size(); ++i) of_table[features_.table_of(e.tables[i])][e.tables[i]] = i;
-    for (const auto& [table, mine] : of_table) {
+    for (const auto& [table, mine] : of_tables(e.tables)) {
       Table& t = tables_[static_cast<std::size_t>(table)];
+      const std::map<Key, std::int64_t>* held = held_rows(e, table);
       const std::int32_t dim = t.spec.dim;
       std::vector<std::vector<float>> wide(mine.size());
       std::vector<const float*> grad_of;  // per feature of `mine`, fp32
@@ -166,8 +182,9 @@ class ReferenceStore final : public Store {
         grad_of.push_back(widened(grads[i], t.spec.output_dtype, wide[grad_of.size()]));
       // Per-row gradient sums, each accumulated in the order its uses appear (bag by bag; in a bag, the table's
       // features in their order, each in its key order), in segments of kGradSegment uses (core/row_math.hpp). All
-      // the table's features add to one sum per row: a row two features use gets both in one update.
-      std::map<Key, GradSum> sums;
+      // the table's features add to one sum per row: a row two features use gets both in one update. A dynamic table's
+      // key without a row at submit adds nothing.
+      std::map<std::int64_t, GradSum> sums;  // row -> its sum
       for (std::int64_t b = 0; b < e.batch.batch_size(); ++b) {
         std::size_t n = 0;
         for (const auto& [feature, i] : mine) {
@@ -177,7 +194,9 @@ class ReferenceStore final : public Store {
           const float* grad = grad_of[n++];
           const std::int64_t lo = f.offset(b), hi = f.offset(b + 1);
           for (std::int64_t j = lo; j < hi; ++j) {
-            GradSum& sum = sums[f.key(j)];
+            const auto row = held ? held->find(f.key(j)) : std::map<Key, std::int64_t>::const_iterator{};
+            if (held && row == held->end()) continue;
+            GradSum& sum = sums[held ? row->second : f.key(j)];
             if (pooling == Pooling::kNone) {
               sum.add(grad + j * dim, grad_scale(Pooling::kNone, 1, w, j), dim);
             } else {
@@ -187,27 +206,55 @@ class ReferenceStore final : public Store {
         }
       }
       const OptimizerStep st = make_optimizer_step(t.spec, step_);
-      for (auto& [key, sum] : sums) {
-        apply_optimizer(st, t.row(key), t.state_of(key), sum.finish(dim), dim);
-        t.store(st.round, key);
+      for (auto& [row, sum] : sums) {
+        apply_optimizer(st, t.row(row), t.state_of(row), sum.finish(dim), dim);
+        t.store(st.round, row);
       }
     }
+    release(e);
     batches_.erase(id);
     return Status::ok();
   }
 
   Status discard(std::int64_t id) override {
-    if (!batches_.erase(id)) return detail::unknown_batch(id);
+    auto it = batches_.find(id);
+    if (it == batches_.end()) return detail::unknown_batch(id);
+    release(it->second);
+    batches_.erase(it);
     return Status::ok();
   }
   Status flush() override { return Status::ok(); }
   std::int64_t in_flight() const noexcept override { return static_cast<std::int64_t>(batches_.size()); }
 
-  Result<std::vector<Key>> keys_held(int) const override { return Status::internal("keys_held: not built yet"); }
-  Status read_keys(int, const std::vector<Key>&, float*, float*) override {
-    return Status::internal("read_keys: not built yet");
+  Result<std::vector<Key>> keys_held(int table) const override {
+    STRATA_ASSIGN_OR_RETURN(const Table* t, dynamic_table("keys_held", table));
+    std::vector<Key> keys;
+    for (const auto& [key, row] : t->dyn->row_of) keys.push_back(key);
+    return keys;
+  }
+  Status read_keys(int table, const std::vector<Key>& keys, float* weights, float* state) override {
+    STRATA_ASSIGN_OR_RETURN(const Table* found, dynamic_table("read_keys", table));
+    const Table& t = *found;
+    const auto n = static_cast<std::int64_t>(keys.size());
+    if (!weights && n > 0) return null_weights("read_keys", t.spec, n);
+    std::vector<std::int64_t> rows;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      const auto it = t.dyn->row_of.find(keys[i]);
+      if (it == t.dyn->row_of.end())
+        return Status::not_found("table '" + t.spec.name + "': key " + std::to_string(keys[i]) + " at position " +
+                                 std::to_string(i) + " has no row (expected keys that keys_held lists)");
+      rows.push_back(it->second);
+    }
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      std::memcpy(weights + i * t.spec.dim, t.row(rows[i]), sizeof(float) * static_cast<std::size_t>(t.spec.dim));
+      if (state && t.state_dim)
+        std::memcpy(state + i * t.state_dim, t.state.data() + rows[i] * t.state_dim,
+                    sizeof(float) * static_cast<std::size_t>(t.state_dim));
+    }
+    return Status::ok();
   }
   Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
+    STRATA_RETURN_IF_ERROR(dense_table("read_rows", table));
     STRATA_RETURN_IF_ERROR(detail::check_row_range(table, row0, n, config_));
     const Table& t = tables_[static_cast<std::size_t>(table)];
     if (!weights && n > 0) return null_weights("read_rows", t.spec, n);
@@ -220,6 +267,7 @@ class ReferenceStore final : public Store {
   }
   Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) override {
     if (!batches_.empty()) return detail::busy("write_rows", in_flight());
+    STRATA_RETURN_IF_ERROR(dense_table("write_rows", table));
     STRATA_RETURN_IF_ERROR(detail::check_row_range(table, row0, n, config_));
     Table& t = tables_[static_cast<std::size_t>(table)];
     if (!weights && n > 0) return null_weights("write_rows", t.spec, n);
@@ -235,6 +283,18 @@ class ReferenceStore final : public Store {
     return Status::ok();
   }
 
+  StoreStats stats() const override {
+    StoreStats s;
+    for (const Table& t : tables_) {
+      if (!t.dyn) continue;
+      DynamicStats d = t.dyn->stats;
+      d.rows = static_cast<std::int64_t>(t.dyn->row_of.size());
+      d.capacity = t.spec.rows;
+      s.dynamic.emplace_back(t.spec.name, d);
+    }
+    return s;
+  }
+
  protected:
   // Each table keeps its own copy of the spec.
   void learning_rate_changed(int table, float learning_rate) override {
@@ -242,14 +302,46 @@ class ReferenceStore final : public Store {
   }
 
  private:
+  // One row of a dynamic table.
+  struct Slot {
+    bool held = false;  // a key has this row
+    Key key = 0;
+    std::int64_t last_use = 0;  // the clock of the last training batch that used it
+    std::int64_t count = 0;     // uses since it was admitted
+    std::int64_t touch = 0;     // when it was last touched (hit or admitted), in first-use order
+    std::int64_t pins = 0;      // batches in flight that use it
+  };
+  // A dynamic table's keys and rows.
+  struct Dynamic {
+    Dynamic(const DynamicSpec& s, std::int64_t capacity)
+        : spec(s), sketch(capacity), slots(static_cast<std::size_t>(capacity)) {}
+    DynamicSpec spec;
+    AdmissionSketch sketch;
+    std::map<Key, std::int64_t> row_of;  // key -> row
+    std::vector<Slot> slots;             // (capacity)
+    std::int64_t clock = 0, touches = 0;
+    DynamicStats stats;  // its counters (rows, capacity: filled in by stats())
+  };
   struct Table {
     TableSpec spec;
     std::int32_t state_dim = 0;
-    std::vector<float> weights;  // (rows, dim)
-    std::vector<float> state;    // (rows, state_dim)
+    std::uint64_t seed = 0;        // table_seed of the table
+    std::vector<float> weights;    // (rows, dim)
+    std::vector<float> state;      // (rows, state_dim)
+    std::unique_ptr<Dynamic> dyn;  // a dynamic table's (null: dense)
     float* row(Key k) { return weights.data() + k * spec.dim; }
     const float* row(Key k) const { return weights.data() + k * spec.dim; }
     float* state_of(Key k) { return state.data() + k * state_dim; }
+    // What key k of a dynamic table reads without a row (dim floats into `out`): its initial values, as dense row k
+    // starts, or zeros.
+    const float* unseen(Key k, std::vector<float>& out) const {
+      out.assign(static_cast<std::size_t>(spec.dim), 0.0f);
+      if (dyn->spec.unseen == Unseen::kInitial) {
+        init_row(out.data(), seed, k, spec.dim, spec.init.bound);
+        round_to_nearest(out.data(), spec.dim, spec.dtype);
+      }
+      return out.data();
+    }
     // Row k's weights and state after an update, as its element types store them (fp32: as is).
     // A state of several vectors (adam's m and v) salts each with its own RoundingSalt.
     void store(const Rounding& round, Key k) {
@@ -268,15 +360,26 @@ class ReferenceStore final : public Store {
       }
     }
   };
-  // The fp32 outputs of feature f of table t, pooled by `pooling`, into `out` (output_rows x dim).
-  static void pool(const Table& t, const JaggedKeys& f, Pooling pooling, float* out) {
+  // A dynamic table's keys of a batch that have a row (key -> row), pinned while the batch is in flight.
+  using HeldRows = std::map<int, std::map<Key, std::int64_t>>;  // per dynamic table of the batch
+
+  // The fp32 outputs of feature f of table t, pooled by `pooling`, into `out` (output_rows x dim). `held`: a dynamic
+  // table's rows of the batch's keys (null for a dense table, whose key is its row).
+  static void pool(const Table& t, const std::map<Key, std::int64_t>* held, const JaggedKeys& f, Pooling pooling,
+                   float* out) {
     const std::int32_t dim = t.spec.dim;
     const float* w = f.weights.empty() ? nullptr : f.weights.data();
+    std::vector<float> scratch;
+    const auto row_of = [&](Key k) -> const float* {
+      if (!held) return t.row(k);
+      const auto it = held->find(k);
+      return it == held->end() ? t.unseen(k, scratch) : t.row(it->second);
+    };
     if (pooling == Pooling::kNone) {
       for (std::int64_t j = 0; j < f.num_keys(); ++j) {
         // The row, or the weight times it (not 0 + w * row: the sign of a zero must survive).
         float* o = out + j * dim;
-        const float* row = t.row(f.key(j));
+        const float* row = row_of(f.key(j));
         for (std::int32_t c = 0; c < dim; ++c) o[c] = w ? w[j] * row[c] : row[c];
       }
       return;
@@ -285,7 +388,7 @@ class ReferenceStore final : public Store {
       float* o = out + b * dim;
       for (std::int32_t c = 0; c < dim; ++c) o[c] = 0.0f;
       const std::int64_t lo = f.offset(b), hi = f.offset(b + 1);
-      for (std::int64_t j = lo; j < hi; ++j) row_axpy(o, t.row(f.key(j)), w ? w[j] : 1.0f, dim);
+      for (std::int64_t j = lo; j < hi; ++j) row_axpy(o, row_of(f.key(j)), w ? w[j] : 1.0f, dim);
       if (pooling == Pooling::kMean && hi > lo) row_scale(o, bag_scale(pooling, hi - lo), dim);
     }
   }
@@ -295,7 +398,226 @@ class ReferenceStore final : public Store {
     std::vector<int> tables;
     bool forwarded = false;
     std::vector<MemorySpace> spaces;  // of forward's outputs, per feature
+    HeldRows held;                    // of its dynamic tables
   };
+
+  // Backward refuses an evaluation batch (an unknown id is left to find_batch).
+  Status trains(std::int64_t id) const {
+    const auto it = batches_.find(id);
+    if (it == batches_.end() || it->second.batch.train) return Status::ok();
+    return Status::failed_precondition("batch " + std::to_string(id) +
+                                       ": backward of an evaluation batch (KeyBatch::train false; expected discard)");
+  }
+
+  static const std::map<Key, std::int64_t>* held_rows(const Entry& e, int table) {
+    const auto it = e.held.find(table);
+    return it == e.held.end() ? nullptr : &it->second;
+  }
+
+  // The batch's features of each table, in the table's feature order (features_ lists them so): table -> feature ->
+  // position in the batch.
+  std::map<int, std::map<int, std::size_t>> of_tables(const std::vector<int>& features) const {
+    std::map<int, std::map<int, std::size_t>> of_table;
+    for (std::size_t i = 0; i < features.size(); ++i) of_table[features_.table_of(features[i])][features[i]] = i;
+    return of_table;
+  }
+
+  // A table's distinct keys in a batch, in first-use order (bag by bag, its features in order, each in key order),
+  // with their uses.
+  static std::vector<std::pair<Key, std::int64_t>> first_uses(const KeyBatch& batch,
+                                                              const std::map<int, std::size_t>& mine) {
+    std::vector<std::pair<Key, std::int64_t>> keys;
+    std::map<Key, std::size_t> at;
+    for (std::int64_t b = 0; b < batch.batch_size(); ++b) {
+      for (const auto& [feature, i] : mine) {
+        const JaggedKeys& f = batch.features[i];
+        for (std::int64_t j = f.offset(b); j < f.offset(b + 1); ++j) {
+          const auto [it, fresh] = at.emplace(f.key(j), keys.size());
+          if (fresh) keys.emplace_back(f.key(j), 0);
+          ++keys[it->second].second;
+        }
+      }
+    }
+    return keys;
+  }
+
+  // What a training batch does to one dynamic table, decided before anything changes.
+  struct Plan {
+    int table = 0;
+    std::vector<std::pair<Key, std::int64_t>> keys;  // distinct, first-use order, with uses
+    std::vector<char> admit;                         // per key: without a row and admitted
+    std::vector<char> used;                          // per row: used by this batch
+  };
+
+  // The admissions of a training batch's dynamic table, or ResourceExhausted when they cannot fit beside the rows
+  // this batch and the batches in flight pin.
+  Status plan(std::int64_t id, const Table& t, Plan& p) const {
+    const Dynamic& d = *t.dyn;
+    p.used.assign(d.slots.size(), 0);
+    std::int64_t admitted = 0;
+    for (const auto& [key, uses] : p.keys) {
+      const auto it = d.row_of.find(key);
+      if (it != d.row_of.end()) p.used[static_cast<std::size_t>(it->second)] = 1;
+      const bool in =
+          it == d.row_of.end() &&
+          (d.spec.admit_after <= 1 || static_cast<std::int64_t>(d.sketch.estimate(key)) + uses >= d.spec.admit_after);
+      p.admit.push_back(in ? 1 : 0);
+      admitted += in ? 1 : 0;
+    }
+    std::int64_t free = 0, evictable = 0;
+    for (std::size_t r = 0; r < d.slots.size(); ++r) {
+      if (!d.slots[r].held)
+        ++free;
+      else if (d.slots[r].pins == 0 && !p.used[r])
+        ++evictable;
+    }
+    if (admitted <= free + evictable) return Status::ok();
+    const std::int64_t capacity = t.spec.rows;
+    return Status::resource_exhausted(
+        "batch " + std::to_string(id) + ": table '" + t.spec.name + "': " + std::to_string(admitted) +
+        " new keys need rows: " + std::to_string(free) + " free and " + std::to_string(evictable) +
+        " evictable of capacity " + std::to_string(capacity) + " (" + std::to_string(capacity - free - evictable) +
+        " rows pinned by batches in flight)");
+  }
+
+  // Row r of a dynamic table loses its key.
+  static void drop(Dynamic& d, std::int64_t r) {
+    Slot& s = d.slots[static_cast<std::size_t>(r)];
+    d.row_of.erase(s.key);
+    s = Slot{};
+  }
+
+  // The unpinned row, not used by this batch, first in the eviction order (-1: none).
+  static std::int64_t victim(const Dynamic& d, const std::vector<char>& used) {
+    std::int64_t best = -1;
+    for (std::size_t r = 0; r < d.slots.size(); ++r) {
+      const Slot& s = d.slots[r];
+      if (!s.held || s.pins > 0 || used[r]) continue;
+      if (best >= 0) {
+        const Slot& b = d.slots[static_cast<std::size_t>(best)];
+        const bool lfu = d.spec.eviction == Eviction::kLfu;
+        if (std::make_tuple(lfu ? s.count : 0, s.last_use, s.touch) >=
+            std::make_tuple(lfu ? b.count : 0, b.last_use, b.touch))
+          continue;
+      }
+      best = static_cast<std::int64_t>(r);
+    }
+    return best;
+  }
+
+  // A training batch's keys of a dynamic table at its clock (after plan()): hits, the sketch, the TTL, admissions.
+  void train(Table& t, Plan& p, std::map<Key, std::int64_t>& held) {
+    Dynamic& d = *t.dyn;
+    const std::int64_t now = d.clock;
+    for (const auto& [key, uses] : p.keys)
+      if (!d.row_of.count(key)) d.sketch.add(key, uses);
+    d.sketch.age();
+    const std::int64_t ttl = d.spec.evict_after_steps;
+    for (std::size_t r = 0; r < d.slots.size() && ttl > 0; ++r) {
+      const Slot& s = d.slots[r];
+      if (s.held && s.pins == 0 && !p.used[r] && now - s.last_use > ttl) {
+        drop(d, static_cast<std::int64_t>(r));
+        ++d.stats.expirations;
+      }
+    }
+    for (std::size_t i = 0; i < p.keys.size(); ++i) {
+      const auto [key, uses] = p.keys[i];
+      const auto it = d.row_of.find(key);
+      if (it != d.row_of.end()) {  // a hit
+        Slot& s = d.slots[static_cast<std::size_t>(it->second)];
+        s.last_use = now;
+        s.count += uses;
+        s.touch = ++d.touches;
+        held[key] = it->second;
+        continue;
+      }
+      if (!p.admit[i]) {
+        d.stats.not_admitted += uses;
+        continue;
+      }
+      std::int64_t row = -1;
+      for (std::size_t r = 0; r < d.slots.size() && row < 0; ++r)
+        if (!d.slots[r].held) row = static_cast<std::int64_t>(r);
+      if (row < 0) {
+        row = victim(d, p.used);  // plan() counted one for each admitted key
+        drop(d, row);
+        ++d.stats.evictions;
+      }
+      d.slots[static_cast<std::size_t>(row)] = Slot{true, key, now, uses, ++d.touches, 0};
+      d.row_of[key] = row;
+      p.used[static_cast<std::size_t>(row)] = 1;
+      ++d.stats.admissions;
+      init_row(t.row(row), t.seed, key, t.spec.dim, t.spec.init.bound);
+      round_to_nearest(t.row(row), t.spec.dim, t.spec.dtype);
+      init_state(t.state_of(row), t.spec.optimizer, t.state_dim);
+      round_to_nearest(t.state_of(row), t.state_dim, t.spec.state_dtype);
+      held[key] = row;
+    }
+  }
+
+  // Gives the keys of a batch's dynamic tables their rows and pins them: a training batch advances every dynamic
+  // table's clock and admits (train()); an evaluation batch reads the rows there are. Refused (nothing changed) when
+  // a table's admitted keys cannot fit.
+  Result<HeldRows> admit(std::int64_t id, const KeyBatch& batch, const std::vector<int>& features) {
+    std::vector<Plan> plans;
+    for (const auto& [table, mine] : of_tables(features)) {
+      const Table& t = tables_[static_cast<std::size_t>(table)];
+      if (!t.dyn) continue;
+      Plan p;
+      p.table = table;
+      p.keys = first_uses(batch, mine);
+      if (batch.train) STRATA_RETURN_IF_ERROR(plan(id, t, p));
+      plans.push_back(std::move(p));
+    }
+    if (batch.train)
+      for (Table& t : tables_)
+        if (t.dyn) ++t.dyn->clock;
+    HeldRows held;
+    for (Plan& p : plans) {
+      Table& t = tables_[static_cast<std::size_t>(p.table)];
+      std::map<Key, std::int64_t>& mine = held[p.table];
+      if (batch.train) {
+        train(t, p, mine);
+      } else {
+        for (const auto& [key, uses] : p.keys) {
+          const auto it = t.dyn->row_of.find(key);
+          if (it != t.dyn->row_of.end())
+            mine[key] = it->second;
+          else
+            t.dyn->stats.unseen += uses;
+        }
+      }
+      for (const auto& [key, row] : mine) ++t.dyn->slots[static_cast<std::size_t>(row)].pins;
+    }
+    return held;
+  }
+
+  // Unpins what admit() pinned for a batch.
+  void release(const Entry& e) {
+    for (const auto& [table, mine] : e.held)
+      for (const auto& [key, row] : mine)
+        --tables_[static_cast<std::size_t>(table)].dyn->slots[static_cast<std::size_t>(row)].pins;
+  }
+
+  // Table `table` if it is dynamic: NotFound for an unknown index, InvalidArgument for a dense table (`op` names the
+  // call).
+  Result<const Table*> dynamic_table(const char* op, int table) const {
+    STRATA_RETURN_IF_ERROR(detail::check_table(table, config_).with_context(op));
+    const Table& t = tables_[static_cast<std::size_t>(table)];
+    if (!t.dyn)
+      return Status::invalid_argument("table '" + t.spec.name + "': " + op +
+                                      " of a dense table (expected a dynamic table)");
+    return &t;
+  }
+  // Ok for a dense table (or an unknown index, which the caller's range check refuses); InvalidArgument for a dynamic
+  // one, whose rows are read by key.
+  Status dense_table(const char* op, int table) const {
+    if (table < 0 || table >= static_cast<int>(tables_.size()) || !tables_[static_cast<std::size_t>(table)].dyn)
+      return Status::ok();
+    return Status::invalid_argument("table '" + tables_[static_cast<std::size_t>(table)].spec.name + "': " + op +
+                                    " of a dynamic table (expected a dense table; a dynamic table's rows are read by "
+                                    "key: keys_held, read_keys)");
+  }
   detail::FeatureMap features_;  // the store's features (a table's own name when it lists none)
   std::vector<Table> tables_;
   std::unordered_map<std::int64_t, Entry> batches_;
