@@ -15,6 +15,7 @@
 // scans for the lowest free row and for victims, and the shared AdmissionSketch for admission
 // counts. A row is a row as a dense table's: stochastic rounding draws with the row, not the key.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -226,6 +227,9 @@ class ReferenceStore final : public Store {
   Status flush() override { return Status::ok(); }
   std::int64_t in_flight() const noexcept override { return static_cast<std::int64_t>(batches_.size()); }
 
+  Status write_keys(int, const std::vector<Key>&, const float*, const float*) override {
+    return Status::internal("write_keys: not built yet");
+  }
   Result<std::vector<Key>> keys_held(int table) const override {
     STRATA_ASSIGN_OR_RETURN(const Table* t, dynamic_table("keys_held", table));
     std::vector<Key> keys;
@@ -568,6 +572,17 @@ class ReferenceStore final : public Store {
       p.keys = first_uses(batch, mine);
       if (batch.train) STRATA_RETURN_IF_ERROR(plan(id, t, p));
       plans.push_back(std::move(p));
+    }
+    // Every training batch is one at every dynamic table's clock: a table the batch has no keys of expires rows too.
+    if (batch.train) {
+      for (std::size_t table = 0; table < tables_.size(); ++table) {
+        const auto has = [&](const Plan& p) { return p.table == static_cast<int>(table); };
+        if (!tables_[table].dyn || std::any_of(plans.begin(), plans.end(), has)) continue;
+        Plan p;
+        p.table = static_cast<int>(table);
+        STRATA_RETURN_IF_ERROR(plan(id, tables_[table], p));  // no keys: fits
+        plans.push_back(std::move(p));
+      }
     }
     if (batch.train)
       for (Table& t : tables_)

@@ -179,13 +179,16 @@ class Store {
   /// Overwrites rows [row0, row0+n) (weights, and state when non-null). Fails if batches are in flight. Rows only: the
   /// learning rates and step() stay as they are (set_learning_rate, set_step).
   virtual Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) = 0;
-  /// write_rows of the table named `table` (NotFound for an unknown name).
   Status write_rows(const std::string& table, std::int64_t row0, std::int64_t n, const float* weights,
-                    const float* state);
+                    const float* state);  ///< by name, as read_rows
   /// A dynamic table's keys that have a row, ascending; read_keys reads their rows as read_rows (NotFound naming a key
   /// without one, nothing copied). InvalidArgument for a dense table.
   virtual Result<std::vector<Key>> keys_held(int table) const = 0;
   virtual Status read_keys(int table, const std::vector<Key>& keys, float* weights, float* state) = 0;
+  /// Makes a dynamic table hold exactly `keys` (distinct, at most its capacity), with these weights and state (null:
+  /// initial state; a key it held keeps its own), each as just used. Fails with batches in flight; errors change
+  /// nothing.
+  virtual Status write_keys(int table, const std::vector<Key>& keys, const float* weights, const float* state) = 0;
   /// This rank's part of table `table` (NotFound for an unknown index). Local: no collective.
   virtual Result<ShardInfo> shard_info(int table) const;
   /// Copies local rows [local_row0, local_row0+n) of this rank's shard: weights (n, local_dim) and, when non-null,
@@ -201,12 +204,9 @@ class Store {
   /// config: 0 (-0.0 is held as 0) is an update of zero, which keeps every weight's bits while Adagrad's and Adam's
   /// state still advance as the optimizer defines (a schedule that decays to 0). Errors (nothing changes): NotFound for
   /// an unknown table, InvalidArgument "set_learning_rate: table 'user': learning_rate -1 (expected a finite number >=
-  /// 0)". Saved by save() and restored by load(). On a store opened as a rank of a world of several ranks (each rank
-  /// updates its own shards) it is a collective, like submit: every rank calls it with the same table and rate at the
-  /// same step(). A rank whose call is refused fails every rank (naming it and its error), and ranks that set different
-  /// tables, rates or steps are all refused with FailedPrecondition naming each rank's call ("set_learning_rate: ranks
-  /// disagree: rank 0 sets table 'user' to 0.1 at step 5, rank 1 sets table 'user' to 0.2 at step 5 (...)"); then no
-  /// rank changes its rate.
+  /// 0)". Saved by save() and restored by load(). On a world of several ranks a collective like submit: every rank sets
+  /// the same table and rate at the same step(); a rank refused, or ranks that disagree, fail every rank (naming each
+  /// rank's call: "set_learning_rate: ranks disagree: rank 0 sets table 'user' to 0.1 at step 5, ..."), none changed.
   Status set_learning_rate(const std::string& table, float learning_rate);
   /// Sets the learning rate of every table (checked for all before any changes; collective on a world, as above, where
   /// setting every table differs from setting each one).

@@ -482,6 +482,9 @@ class StoreImpl final : public Store {
     return status;
   }
 
+  Status write_keys(int, const std::vector<Key>&, const float*, const float*) override {
+    return Status::internal("write_keys: not built yet");
+  }
   Result<std::vector<Key>> keys_held(int table) const override {
     STRATA_ASSIGN_OR_RETURN(const KeyIndex* index, dynamic_index("keys_held", table));
     std::vector<Key> keys;
