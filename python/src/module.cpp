@@ -287,9 +287,10 @@ class PyStore {
     call([&](Store& s) { return s.write_shard(t, row0, n, w.data(), sp); });
   }
 
-  void submit(py::handle batch_id, py::handle features) {
+  void submit(py::handle batch_id, py::handle features, bool train) {
     const std::int64_t id = to_int(batch_id, "batch_id");
     KeyBatch batch = to_key_batch(features);
+    batch.train = train;
     std::vector<Shape> shapes;
     const std::shared_ptr<Store> store = live();
     for (const auto& f : batch.features) {
@@ -975,9 +976,9 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
                   "ranks (what describes this machine or tunes speed and never changes results; the error of any "
                   "other change lists it); any other change raises ValueError naming the field.")
       .def("__repr__", &PyStore::repr)
-      .def("submit", &PyStore::submit, py::arg("batch_id"), py::arg("features"),
+      .def("submit", &PyStore::submit, py::arg("batch_id"), py::arg("features"), py::kw_only(), py::arg("train") = true,
            "Validates and submits a batch (batch_id: an int) of features {feature: {'keys', 'offsets' | 'lengths', "
-           "['weights']}}.")
+           "['weights']}}. train=False: an evaluation batch (forward, then discard; dynamic tables admit nothing).")
       .def("preview", &PyStore::preview, py::arg("batch_id"), py::arg("features"),
            "Announces the keys of a batch to be submitted later (cache planning only).")
       .def("drop_previews",

@@ -167,9 +167,9 @@ class SubmittedBatch:
     """A batch already submitted (or previewed) to a module's store by :func:`pipelined`; pass it
     to the module's forward in place of the features."""
 
-    __slots__ = ("owner", "batch_id", "tables", "forwarded")
+    __slots__ = ("owner", "batch_id", "tables", "forwarded", "train")
 
-    def __init__(self, owner, batch_id, tables):
+    def __init__(self, owner, batch_id, tables, train=True):
         if isinstance(batch_id, bool) or not isinstance(batch_id, numbers.Integral):
             raise TypeError(f"batch_id is a {type(batch_id).__name__} (expected an int)")
         if not isinstance(tables, list):
@@ -178,6 +178,7 @@ class SubmittedBatch:
         self.batch_id = batch_id
         self.tables = tables
         self.forwarded = False  # set by the owner's forward, which then retires it (or keeps it for backward)
+        self.train = train  # submitted as a training batch (dynamic tables admitted its keys) or an evaluation one
 
 
 class _Lookup(torch.autograd.Function):
@@ -451,11 +452,14 @@ class EmbeddingBagCollection(nn.Module):
         return shapes
 
     def submit(self, batch):
-        """Submits a batch now (for prefetching) and returns the SubmittedBatch to forward later."""
+        """Submits a batch now (for prefetching) and returns the SubmittedBatch to forward later: a training batch
+        in training mode with gradients enabled, else an evaluation one (dynamic tables admit no key for it)."""
         features = _features_of(batch, self.include_last_offset)
         batch_id = self._take_id()
-        self.store.submit(batch_id, features)
-        return SubmittedBatch(self, batch_id, [(name, shape) for name, shape in zip(features, self._shapes(features))])
+        train = self.training and torch.is_grad_enabled()
+        self.store.submit(batch_id, features, train=train)
+        shapes = [(name, shape) for name, shape in zip(features, self._shapes(features))]
+        return SubmittedBatch(self, batch_id, shapes, train)
 
     def preview(self, batch):
         """Announces a batch's keys (store.preview) and returns the id its submit must use."""
@@ -465,10 +469,12 @@ class EmbeddingBagCollection(nn.Module):
         return batch_id
 
     def submit_previewed(self, batch_id, batch):
-        """Submits a previewed batch under its id (see preview)."""
+        """Submits a previewed batch under its id (see preview), for training or evaluation as submit() decides."""
         features = _features_of(batch, self.include_last_offset)
-        self.store.submit(batch_id, features)
-        return SubmittedBatch(self, batch_id, [(name, shape) for name, shape in zip(features, self._shapes(features))])
+        train = self.training and torch.is_grad_enabled()
+        self.store.submit(batch_id, features, train=train)
+        shapes = [(name, shape) for name, shape in zip(features, self._shapes(features))]
+        return SubmittedBatch(self, batch_id, shapes, train)
 
     def forward(self, batch):
         if isinstance(batch, SubmittedBatch):
@@ -482,6 +488,12 @@ class EmbeddingBagCollection(nn.Module):
         shapes = [shape for _, shape in submitted.tables]
         dtypes = [TORCH_DTYPES[self._features[name][0].get("output_dtype", "fp32")] for name in names]
         train = self.training and torch.is_grad_enabled()
+        if train and not submitted.train:
+            self.store.discard(submitted.batch_id)
+            raise RuntimeError(
+                f"batch {submitted.batch_id} was submitted for evaluation (the module in eval mode or under "
+                "torch.no_grad()) and is now looked up for training: submit it again in training mode"
+            )
         try:
             if train:
                 outs = _Lookup.apply(self._anchor, self, submitted.batch_id, shapes, dtypes)
