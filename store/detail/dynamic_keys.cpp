@@ -49,9 +49,7 @@ Result<Admitted> DynamicKeys::admit(TableBatch& tb, bool train, const Reset& res
   a.missing_at.resize(n);
   a.missing_key.resize(n);
   // Each dynamic entry's distinct keys in first-use order and their uses; every table checked before any changes.
-  // The tables side by side (each index is its own).
-  std::vector<UniqueKeys> unique(n);
-  std::vector<std::vector<std::int64_t>> uses(n);
+  // The tables side by side (each index is its own; a batch has one entry per table).
   std::vector<Status> status(n);
   const auto each_entry = [&](auto&& work) {
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 1), [&](const tbb::blocked_range<std::size_t>& r) {
@@ -61,12 +59,13 @@ Result<Admitted> DynamicKeys::admit(TableBatch& tb, bool train, const Reset& res
   };
   each_entry([&](std::size_t e, Table& t) {
     const JaggedKeys& f = tb.batch.features[e];
-    DedupScratch scratch;
-    dedup_keys(f.keys.data(), static_cast<std::int64_t>(f.keys.size()), unique[e], scratch, DedupOrder::kFirstUse);
-    std::vector<std::int64_t>& u = uses[e];
-    u.resize(unique[e].keys.size());
-    for (std::size_t i = 0; i < u.size(); ++i) u[i] = unique[e].offsets[i + 1] - unique[e].offsets[i];
-    if (train) status[e] = t.index->check(unique[e].keys, u).with_context("table '" + t.spec.name + "'");
+    dedup_keys(f.keys.data(), static_cast<std::int64_t>(f.keys.size()), t.unique, t.scratch, DedupOrder::kFirstUse);
+    std::vector<std::int64_t>& u = t.uses;
+    u.resize(t.unique.keys.size());
+    for (std::size_t i = 0; i < u.size(); ++i) u[i] = t.unique.offsets[i + 1] - t.unique.offsets[i];
+    // A batch whose distinct keys fit the free rows cannot be refused: no need to look them up twice.
+    const bool fits = t.index->capacity() - t.index->size() >= static_cast<std::int64_t>(u.size());
+    if (train && !fits) status[e] = t.index->check(t.unique.keys, u).with_context("table '" + t.spec.name + "'");
   });
   for (const Status& st : status) STRATA_RETURN_IF_ERROR(st);
   each_entry([&](std::size_t e, Table& t) {
@@ -74,12 +73,12 @@ Result<Admitted> DynamicKeys::admit(TableBatch& tb, bool train, const Reset& res
     std::vector<std::pair<std::int64_t, Key>> created;
     if (train) {
       // Checked above: train() applies (a failure here would be a bug of check()).
-      STRATA_CHECK(t.index->train(unique[e].keys, uses[e], rows, created).is_ok());
+      STRATA_CHECK(t.index->train(t.unique.keys, t.uses, rows, created).is_ok());
     } else {
-      t.index->find(unique[e].keys, uses[e], rows);
+      t.index->find(t.unique.keys, t.uses, rows);
     }
     if (!created.empty()) status[e] = reset_rows(t, created, reset);
-    translate(t, unique[e], rows, tb.batch.features[e], a.missing_at[e], a.missing_key[e]);
+    translate(t, t.unique, rows, tb.batch.features[e], a.missing_at[e], a.missing_key[e]);
   });
   // Every training submit advances every dynamic table's clock (and its TTL), whether or not the batch has its keys.
   if (train) {

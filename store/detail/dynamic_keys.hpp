@@ -78,6 +78,10 @@ class DynamicKeys {
     TableSpec spec;
     DynamicSpec dyn;
     std::unique_ptr<KeyIndex> index;
+    // Scratch of admit(), kept across batches (a fresh one page-faulted its hash table every batch).
+    DedupScratch scratch;
+    UniqueKeys unique;
+    std::vector<std::int64_t> uses;
   };
   Table* find(int table);
   const Table* find(int table) const;
