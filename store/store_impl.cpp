@@ -18,6 +18,7 @@
 #include "store/detail/batch_checks.hpp"
 #include "store/detail/config_agreement.hpp"
 #include "store/detail/dynamic_keys.hpp"
+#include "store/detail/dynamic_state.hpp"
 #include "store/detail/features.hpp"
 #include "store/detail/numa_home.hpp"
 #include "store/detail/open_device.hpp"
@@ -33,7 +34,7 @@
 namespace strata {
 namespace {
 
-class StoreImpl final : public Store {
+class StoreImpl final : public Store, public detail::DynamicAccess {
  public:
   StoreImpl(StoreConfig config, Topology topo, std::shared_ptr<dispatch::Communicator> comm)
       : Store(std::move(config)),
@@ -493,9 +494,6 @@ class StoreImpl final : public Store {
     return status;
   }
 
-  Status write_keys(int, const std::vector<Key>&, const float*, const float*) override {
-    return Status::internal("write_keys: not built yet");
-  }
   Result<std::vector<Key>> keys_held(int table) const override {
     STRATA_ASSIGN_OR_RETURN(const KeyIndex* index, dynamic_index("keys_held", table));
     std::vector<Key> keys;
@@ -550,6 +548,41 @@ class StoreImpl final : public Store {
     Status status;
     arena_.execute([&] { status = engine(table).write_shard(table, row0, n, weights, state); });
     return status;
+  }
+  Status read_dynamic(int table, detail::DynamicState& out) override {
+    STRATA_ASSIGN_OR_RETURN(const KeyIndex* index, dynamic_index("read_dynamic", table));
+    out.clock = index->clock();
+    out.entries = index->entries();
+    out.sketch = index->sketch_state();
+    const TableSpec& spec = config_.tables[static_cast<std::size_t>(table)].spec;
+    const std::size_t dim = static_cast<std::size_t>(spec.dim);
+    const std::size_t sd = static_cast<std::size_t>(optimizer_state_dim(spec.optimizer.kind, spec.dim));
+    out.weights.resize(out.entries.size() * dim);
+    out.state.resize(out.entries.size() * sd);
+    Status status;
+    arena_.execute([&] {
+      for (std::size_t i = 0; i < out.entries.size() && status.is_ok(); ++i)
+        status = engine(table).read_rows(table, out.entries[i].row, 1, out.weights.data() + i * dim,
+                                         sd ? out.state.data() + i * sd : nullptr);
+    });
+    return status;
+  }
+  Status write_dynamic(int table, const detail::DynamicState& in) override {
+    STRATA_ASSIGN_OR_RETURN(const KeyIndex* held, dynamic_index("write_dynamic", table));
+    KeyIndex next = *held;  // the index changes only once the rows are written
+    STRATA_RETURN_IF_ERROR(next.restore(in.clock, in.entries, in.sketch));
+    const TableSpec& spec = config_.tables[static_cast<std::size_t>(table)].spec;
+    const std::size_t dim = static_cast<std::size_t>(spec.dim);
+    const std::size_t sd = static_cast<std::size_t>(optimizer_state_dim(spec.optimizer.kind, spec.dim));
+    Status status;
+    arena_.execute([&] {
+      for (std::size_t i = 0; i < in.entries.size() && status.is_ok(); ++i)
+        status = engine(table).write_rows(table, in.entries[i].row, 1, in.weights.data() + i * dim,
+                                          sd ? in.state.data() + i * sd : nullptr);
+    });
+    STRATA_RETURN_IF_ERROR(status);
+    *dynamic_.index(table) = std::move(next);
+    return Status::ok();
   }
 
  private:
