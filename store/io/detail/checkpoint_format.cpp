@@ -520,10 +520,7 @@ Result<PieceHeader> header_of(const ManifestTable& t, const Box& box, std::uint3
 
 // The first field in which header `got` differs from `want` (format `version`'s fields), "" when none.
 std::string header_difference(const PieceHeader& got, const PieceHeader& want, std::uint32_t version) {
-  auto field = [](const char* name, auto g, auto w) {
-    return g == w ? std::string()
-                  : std::string(name) + " " + std::to_string(g) + " (expected " + std::to_string(w) + ")";
-  };
+  const auto field = [](const char* name, auto g, decltype(g) w) { return field_difference(name, g, w); };
   if (std::memcmp(got.magic, want.magic, sizeof want.magic) != 0) return "no Strata table magic";
   std::string d = field("format version", got.version, want.version);
   if (d.empty()) d = field("rows", got.rows, want.rows);

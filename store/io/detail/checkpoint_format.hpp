@@ -92,6 +92,12 @@ std::string hex32(std::uint32_t v);
 std::string hex64(std::uint64_t v);
 /// dir + "/" + name.
 std::string join(const std::string& dir, const std::string& name);
+/// "<name> <got> (expected <want>)", or "" when they are equal: a header field that differs, in messages.
+template <class T>
+std::string field_difference(const char* name, T got, T want) {
+  return got == want ? std::string()
+                     : std::string(name) + " " + std::to_string(got) + " (expected " + std::to_string(want) + ")";
+}
 
 /// One file of a table: the whole table (format 1) or one rank's part of it (formats 2 and 3).
 struct PieceEntry {

@@ -32,10 +32,7 @@ DynamicHeader header_of(const ManifestTable& t, std::int64_t clock, std::uint32_
 
 // The first field in which `got` differs from `want` (the clock is the file's own), "" when none.
 std::string header_difference(const DynamicHeader& got, const DynamicHeader& want) {
-  auto field = [](const char* name, auto g, auto w) {
-    return g == w ? std::string()
-                  : std::string(name) + " " + std::to_string(g) + " (expected " + std::to_string(w) + ")";
-  };
+  const auto field = [](const char* name, auto g, decltype(g) w) { return field_difference(name, g, w); };
   if (std::memcmp(got.magic, want.magic, sizeof want.magic) != 0) return "no Strata dynamic table magic";
   std::string d = field("format version", got.version, want.version);
   if (d.empty()) d = field("capacity", got.capacity, want.capacity);
