@@ -568,9 +568,10 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
     return status;
   }
   Status write_dynamic(int table, const detail::DynamicState& in) override {
-    STRATA_ASSIGN_OR_RETURN(const KeyIndex* held, dynamic_index("write_dynamic", table));
-    KeyIndex next = *held;  // the index changes only once the rows are written
-    STRATA_RETURN_IF_ERROR(next.restore(in.clock, in.entries, in.sketch));
+    STRATA_RETURN_IF_ERROR(dynamic_index("write_dynamic", table).status());
+    // The index first: restore checks everything and changes nothing on error (no copy of it, which would hold a
+    // third index of the capacity beside restore's own new one); then the rows, which the cpu engine writes.
+    STRATA_RETURN_IF_ERROR(dynamic_.index(table)->restore(in.clock, in.entries, in.sketch));
     const TableSpec& spec = config_.tables[static_cast<std::size_t>(table)].spec;
     const std::size_t dim = static_cast<std::size_t>(spec.dim);
     const std::size_t sd = static_cast<std::size_t>(optimizer_state_dim(spec.optimizer.kind, spec.dim));
@@ -580,9 +581,7 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
         status = engine(table).write_rows(table, in.entries[i].row, 1, in.weights.data() + i * dim,
                                           sd ? in.state.data() + i * sd : nullptr);
     });
-    STRATA_RETURN_IF_ERROR(status);
-    *dynamic_.index(table) = std::move(next);
-    return Status::ok();
+    return status;
   }
 
  private:

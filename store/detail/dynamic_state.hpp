@@ -23,7 +23,7 @@ struct DynamicState {
 /// What every Store of this library also is (StoreImpl, the reference store; a dynamic_cast finds it), kept out of
 /// store/store.hpp: a dynamic table's whole state, for checkpoints and Store::write_keys. write_dynamic's `in` is
 /// checked by the caller (KeyIndex::restore's rules, values its element types hold) and no batch is in flight; it
-/// returns the engine's errors (the table's rows may then be partly written; its keys are unchanged).
+/// returns the engine's errors (its keys then changed, its rows partly written).
 class DynamicAccess {
  public:
   virtual ~DynamicAccess() = default;
