@@ -555,33 +555,21 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
     out.entries = index->entries();
     out.sketch = index->sketch_state();
     const TableSpec& spec = config_.tables[static_cast<std::size_t>(table)].spec;
-    const std::size_t dim = static_cast<std::size_t>(spec.dim);
-    const std::size_t sd = static_cast<std::size_t>(optimizer_state_dim(spec.optimizer.kind, spec.dim));
-    out.weights.resize(out.entries.size() * dim);
-    out.state.resize(out.entries.size() * sd);
-    Status status;
-    arena_.execute([&] {
-      for (std::size_t i = 0; i < out.entries.size() && status.is_ok(); ++i)
-        status = engine(table).read_rows(table, out.entries[i].row, 1, out.weights.data() + i * dim,
-                                         sd ? out.state.data() + i * sd : nullptr);
-    });
-    return status;
+    out.weights.resize(out.entries.size() * static_cast<std::size_t>(spec.dim));
+    out.state.resize(out.entries.size() * static_cast<std::size_t>(optimizer_state_dim(spec.optimizer.kind, spec.dim)));
+    return entry_rows(
+        table, out.entries, out.weights.data(), out.state.data(),
+        [&](std::int64_t row, float* w, float* s) { return engine(table).read_rows(table, row, 1, w, s); });
   }
   Status write_dynamic(int table, const detail::DynamicState& in) override {
     STRATA_RETURN_IF_ERROR(dynamic_index("write_dynamic", table).status());
     // The index first: restore checks everything and changes nothing on error (no copy of it, which would hold a
     // third index of the capacity beside restore's own new one); then the rows, which the cpu engine writes.
     STRATA_RETURN_IF_ERROR(dynamic_.index(table)->restore(in.clock, in.entries, in.sketch));
-    const TableSpec& spec = config_.tables[static_cast<std::size_t>(table)].spec;
-    const std::size_t dim = static_cast<std::size_t>(spec.dim);
-    const std::size_t sd = static_cast<std::size_t>(optimizer_state_dim(spec.optimizer.kind, spec.dim));
-    Status status;
-    arena_.execute([&] {
-      for (std::size_t i = 0; i < in.entries.size() && status.is_ok(); ++i)
-        status = engine(table).write_rows(table, in.entries[i].row, 1, in.weights.data() + i * dim,
-                                          sd ? in.state.data() + i * sd : nullptr);
-    });
-    return status;
+    return entry_rows(table, in.entries, in.weights.data(), in.state.data(),
+                      [&](std::int64_t row, const float* w, const float* s) {
+                        return engine(table).write_rows(table, row, 1, w, s);
+                      });
   }
 
  private:
@@ -715,6 +703,21 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
   void discard_parts(Entry& e, const KeyBatch& served, std::size_t upto) {
     for (std::size_t j = 0; j < upto; ++j)
       if (e.parts[j].state) (void)engines_[j]->discard(*e.parts[j].state, served, e.parts[j].features);
+  }
+
+  // `io(row, weights, state)` on the arena for each entry of a dynamic table's state in turn (its dim weights and
+  // state_dim state at `w` and `s`, entry by entry; state null without one), until an error.
+  template <class T, class F>
+  Status entry_rows(int table, const std::vector<KeyIndex::Entry>& entries, T* w, T* s, const F& io) {
+    const TableSpec& spec = config_.tables[static_cast<std::size_t>(table)].spec;
+    const auto dim = static_cast<std::size_t>(spec.dim);
+    const auto sd = static_cast<std::size_t>(optimizer_state_dim(spec.optimizer.kind, spec.dim));
+    Status status;
+    arena_.execute([&] {
+      for (std::size_t i = 0; i < entries.size() && status.is_ok(); ++i)
+        status = io(entries[i].row, w + i * dim, sd ? s + i * sd : nullptr);
+    });
+    return status;
   }
 
   // Row access by row id is for dense tables: a dynamic table's rows are read by key.
