@@ -17,6 +17,7 @@
 
 #include "core/row_math.hpp"
 #include "store/io/detail/checkpoint_format.hpp"
+#include "store/io/file_io.hpp"
 #include "store/io/npy.hpp"
 #include "tests/store/dynamic_harness.hpp"
 
@@ -336,6 +337,26 @@ TEST(DynamicCheckpointLoad, RefusesAMismatchOrACorruptFileNamingItAndChangesNoth
     EXPECT_NE(st.message().find(file + " (dynamic table 'user'): checksum"), std::string::npos) << st.message();
     unchanged();
     flip_byte(file, -1);
+    // A manifest whose dynamic entry does not match its file's size is corrupt.
+    Result<detail::Manifest> m = detail::read_manifest(dir.path());
+    ASSERT_TRUE(m.is_ok());
+    const std::string manifest = dir / detail::kManifest;
+    const Result<std::string> good = detail::read_file(manifest);
+    ASSERT_TRUE(good.is_ok());
+    detail::Manifest bad = m.value();
+    bad.tables[0].keys = 9;
+    ASSERT_TRUE(detail::write_file_atomic(manifest, detail::manifest_text(bad)).is_ok());
+    st = t.load(dir.path());
+    EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.to_string();
+    EXPECT_NE(st.message().find("dynamic table 'user': keys 9 (expected 0 to its capacity 3; corrupt)"),
+              std::string::npos)
+        << st.message();
+    bad.tables[0].keys = 1;
+    ASSERT_TRUE(detail::write_file_atomic(manifest, detail::manifest_text(bad)).is_ok());
+    st = t.load(dir.path());
+    EXPECT_NE(st.message().find("for its keys and sketch; corrupt"), std::string::npos) << st.message();
+    unchanged();
+    ASSERT_TRUE(detail::write_file_atomic(manifest, good.value()).is_ok());
     ASSERT_TRUE(t.load(dir.path()).is_ok());  // restored: it loads
     EXPECT_EQ(t.keys_held(0).value(), (std::vector<Key>{1, 2}));
     EXPECT_EQ(weights_of(t, {1, 2}), weights_of(**saver, {1, 2}));
