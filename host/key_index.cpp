@@ -128,6 +128,7 @@ void KeyIndex::erase_slot(std::int64_t slot) {
 }
 
 void KeyIndex::lookup(const std::vector<Key>& keys, std::vector<std::int64_t>& rows) {
+  checked_ = false;  // hashes_ is about to hold other keys' hashes
   const std::size_t n = keys.size();
   hashes_.resize(n);
   rows.resize(n);
@@ -235,12 +236,15 @@ Status KeyIndex::room(std::int64_t admitted, std::int64_t hits_pinned_now) const
                                     std::to_string(capacity_));
 }
 
-Status KeyIndex::check(const std::vector<Key>& keys, const std::vector<std::int64_t>& uses) const {
+Status KeyIndex::check(const std::vector<Key>& keys, const std::vector<std::int64_t>& uses) {
   STRATA_CHECK(keys.size() == uses.size());
+  lookup(keys, checked_rows_);  // batched and prefetched; kept for the train() that follows
+  checked_keys_ = keys;
+  checked_ = true;
   std::int64_t admitted = 0;
   std::int64_t hits_pinned_now = 0;
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    const std::int64_t row = row_of(keys[i]);
+    const std::int64_t row = checked_rows_[i];
     if (row != kNone) {
       hits_pinned_now += pins_[static_cast<std::size_t>(row)] == 0 ? 1 : 0;
     } else {
@@ -255,7 +259,12 @@ Status KeyIndex::train(const std::vector<Key>& keys, const std::vector<std::int6
   STRATA_CHECK(keys.size() == uses.size());
   const std::size_t n = keys.size();
   created.clear();
-  lookup(keys, rows);
+  if (checked_ && keys == checked_keys_) {
+    rows.swap(checked_rows_);  // check() looked them up (and left their hashes in hashes_); nothing changed since
+  } else {
+    lookup(keys, rows);
+  }
+  checked_ = false;
 
   // Decide without changing anything: hits, admissions (estimates from before this batch).
   kinds_.resize(n);

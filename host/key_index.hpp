@@ -66,8 +66,9 @@ class KeyIndex {
                std::vector<std::pair<std::int64_t, Key>>& created);
 
   /// What train(keys, uses, ...) would return now, changing nothing (OK: it would apply), so that
-  /// a caller can check every table before it trains any.
-  Status check(const std::vector<Key>& keys, const std::vector<std::int64_t>& uses) const;
+  /// a caller can check every table before it trains any. A train() of the same keys right after
+  /// (no train, find or restore between) reuses its lookups.
+  Status check(const std::vector<Key>& keys, const std::vector<std::int64_t>& uses);
 
   /// An evaluation batch: rows[i] = the row of keys[i] or kNone (keys may repeat); the found rows
   /// are pinned (once per occurrence); nothing else changes (no clock, counts, sketch, LRU order)
@@ -206,6 +207,10 @@ class KeyIndex {
     std::uint32_t row, hash;
   };
   std::vector<Victim> victims_;  // the rows the admissions evict, in order
+  // The last check()'s keys and rows (hashes_ holds their hashes), while checked_ says they are current.
+  std::vector<Key> checked_keys_;
+  std::vector<std::int64_t> checked_rows_;
+  bool checked_ = false;
 };
 
 }  // namespace strata
