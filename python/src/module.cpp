@@ -447,6 +447,71 @@ class PyStore {
     call([&](Store& s) { return s.write_rows(t, row0, n, w.data(), sp); });
   }
 
+  // keys_held(table): a dynamic table's keys that have a row, ascending (int64).
+  py::array_t<std::int64_t> keys_held(py::handle table_obj) {
+    const int t = index(to_name(table_obj, "table"));
+    std::vector<Key> keys;
+    call([&](Store& s) {
+      auto r = s.keys_held(t);
+      if (r) keys = std::move(r).value();
+      return r.status();
+    });
+    py::array_t<std::int64_t> out(static_cast<py::ssize_t>(keys.size()));
+    std::copy(keys.begin(), keys.end(), out.mutable_data());
+    return out;
+  }
+
+  // read_keys(table, keys, out=None, state_out=None): (weights (n, dim), state (n, state_dim)) of a
+  // dynamic table's rows of `keys`, as read_rows reads rows.
+  py::tuple read_keys(py::handle table_obj, py::handle keys_obj, const py::object& out, const py::object& state_out) {
+    const std::string table = to_name(table_obj, "table");
+    const int t = index(table);
+    const std::string what = "table '" + table + "': ";
+    const std::vector<Key> keys = to_int64_vector(keys_obj, what + "keys");
+    const auto n = static_cast<std::int64_t>(keys.size());
+    const std::shared_ptr<Store> store = live();
+    const TableSpec& spec = store->config().tables[static_cast<std::size_t>(t)].spec;
+    const std::int32_t sd = optimizer_state_dim(spec.optimizer.kind, spec.dim);
+    py::array_t<float> w = out.is_none() ? py::array_t<float>({n, static_cast<std::int64_t>(spec.dim)})
+                                         : to_output_matrix(out, what + "out");
+    py::array_t<float> st = state_out.is_none() ? py::array_t<float>({n, static_cast<std::int64_t>(sd)})
+                                                : to_output_matrix(state_out, what + "state_out");
+    check_shape(w, n, spec.dim, what + "out");
+    check_shape(st, n, sd, what + "state_out");
+    float* wp = w.mutable_data();
+    float* sp = sd ? st.mutable_data() : nullptr;
+    call([&](Store& s) { return s.read_keys(t, keys, wp, sp); });
+    return py::make_tuple(w, st);
+  }
+
+  // write_keys(table, keys, weights, state=None): the dynamic table holds exactly `keys`, with these rows.
+  void write_keys(py::handle table_obj, py::handle keys_obj, py::handle weights, const py::object& state) {
+    const std::string table = to_name(table_obj, "table");
+    const int t = index(table);
+    const std::string what = "table '" + table + "': ";
+    const std::vector<Key> keys = to_int64_vector(keys_obj, what + "keys");
+    const auto n = static_cast<std::int64_t>(keys.size());
+    const std::shared_ptr<Store> store = live();
+    const TableSpec& spec = store->config().tables[static_cast<std::size_t>(t)].spec;
+    const std::int32_t sd = optimizer_state_dim(spec.optimizer.kind, spec.dim);
+    auto w = to_float_matrix(weights, what + "weights");
+    if (w.shape(0) != n)
+      throw py::value_error(what + "weights has " + std::to_string(w.shape(0)) + " rows for " + std::to_string(n) +
+                            " keys (expected one row per key: (" + std::to_string(n) + ", " + std::to_string(spec.dim) +
+                            "))");
+    check_shape(w, n, spec.dim, what + "weights");
+    py::array_t<float, py::array::c_style> st;
+    if (!state.is_none()) {
+      st = to_float_matrix(state, what + "state");
+      if (sd == 0 && st.size() > 0)
+        throw py::value_error(what + "state given, but optimizer " + to_string(spec.optimizer.kind) +
+                              " keeps no state (expected None)");
+      check_shape(st, n, sd, what + "state");
+    }
+    const float* sp = !state.is_none() && sd ? st.data() : nullptr;
+    call([&](Store& s) { return s.write_keys(t, keys, w.data(), sp); });
+  }
+
   void set_learning_rate(py::handle lr_obj, py::handle table_obj) {
     const double rate = to_number(lr_obj, "lr");
     const py::object table = optional_name(table_obj, "table");
@@ -567,6 +632,19 @@ class PyStore {
       d["pages"] = pages;
       numa_tables.append(d);
     }
+    py::dict dynamic;
+    for (const auto& [name, table_stats] : st.dynamic) {
+      py::dict d;
+      d["rows"] = table_stats.rows;
+      d["capacity"] = table_stats.capacity;
+      d["admissions"] = table_stats.admissions;
+      d["evictions"] = table_stats.evictions;
+      d["expirations"] = table_stats.expirations;
+      d["not_admitted"] = table_stats.not_admitted;
+      d["unseen"] = table_stats.unseen;
+      d["index_bytes"] = table_stats.index_bytes;
+      dynamic[py::str(name)] = d;
+    }
     py::dict out;
     out["cache"] = cache;
     out["device"] = st.device;
@@ -579,6 +657,7 @@ class PyStore {
     out["numa"] = placement(st.numa);
     out["numa_engines"] = numa_engines;
     out["numa_tables"] = numa_tables;
+    out["dynamic"] = dynamic;
     out["step"] = step;
     out["in_flight"] = in_flight;
     return out;
@@ -1056,6 +1135,20 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
            py::arg("state") = py::none(),
            "Overwrites rows [row0, row0 + len(weights)) (and their state when given). Rows only: the learning rates "
            "and the step stay (set_learning_rate, set_step).")
+      .def("keys_held", &PyStore::keys_held, py::arg("table"),
+           "A dynamic table's keys that have a row, ascending (an int64 NumPy array; Store::keys_held). ValueError "
+           "for a dense table.")
+      .def("read_keys", &PyStore::read_keys, py::arg("table"), py::arg("keys"), py::arg("out") = py::none(),
+           py::arg("state_out") = py::none(),
+           "Returns (weights (n, dim), state (n, state_dim)) of a dynamic table's rows of `keys` (1-D int64 or "
+           "int32), written into `out`/`state_out` when given (as read_rows). ValueError naming the first key "
+           "without a row (keys_held lists those with one), nothing copied.")
+      .def("write_keys", &PyStore::write_keys, py::arg("table"), py::arg("keys"), py::arg("weights"),
+           py::arg("state") = py::none(),
+           "Makes a dynamic table hold exactly `keys` (distinct, at most its capacity) with `weights` (len(keys), "
+           "dim) and `state` (len(keys), state_dim; None: a key it held keeps its own state, a new one gets the "
+           "initial state), each as just used (Store::write_keys). No batch may be in flight; errors change "
+           "nothing.")
       .def("set_learning_rate", &PyStore::set_learning_rate, py::arg("lr"), py::arg("table") = py::none(),
            "Sets a table's learning rate (lr: a number; every table's when table is None), used from the next "
            "backward.")
@@ -1075,7 +1168,10 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
            "'numa' (the host tier's {'memory_node', 'thread_node', 'pinned_node', 'note'}, -1: not bound), "
            "'numa_engines' (a list: that per engine, with 'engine'), 'numa_tables' (a list, per table of host rows: "
            "'table', 'placement', 'engine', 'memory_node', 'thread_node' and 'pages': {'sampled', 'unfaulted', "
-           "'nodes': {OS node: sampled pages on it}, 'note'}, where up to 64 of its pages are), 'step', 'in_flight'.")
+           "'nodes': {OS node: sampled pages on it}, 'note'}, where up to 64 of its pages are), 'dynamic' (per "
+           "dynamic table: {'rows' in use, 'capacity', 'admissions', 'evictions' (when full), 'expirations' (by "
+           "evict_after_steps), 'not_admitted' and 'unseen' (uses of keys without a row: by training batches, by "
+           "evaluation ones), 'index_bytes'}), 'step', 'in_flight'.")
       .def_property_readonly(
           "device", [](PyStore& p) { return device_info(p.device().get()); },
           "None for a store without a device, else {'backend', 'name', 'ordinal', 'capacity'}.")
