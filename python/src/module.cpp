@@ -287,10 +287,12 @@ class PyStore {
     call([&](Store& s) { return s.write_shard(t, row0, n, w.data(), sp); });
   }
 
-  void submit(py::handle batch_id, py::handle features, bool train) {
+  void submit(py::handle batch_id, py::handle features, py::handle train) {
     const std::int64_t id = to_int(batch_id, "batch_id");
+    if (!py::isinstance<py::bool_>(train))
+      throw py::type_error("train is a " + type_name(train) + " (expected a bool)");
     KeyBatch batch = to_key_batch(features);
-    batch.train = train;
+    batch.train = train.cast<bool>();
     std::vector<Shape> shapes;
     const std::shared_ptr<Store> store = live();
     for (const auto& f : batch.features) {

@@ -179,6 +179,8 @@ class SubmittedBatch:
             raise TypeError(f"batch_id is a {type(batch_id).__name__} (expected an int)")
         if not isinstance(tables, list):
             raise TypeError(f"tables is a {type(tables).__name__} (expected a list of (name, (rows, dim)))")
+        if not isinstance(train, bool):
+            raise TypeError(f"train is a {type(train).__name__} (expected a bool)")
         self.owner = owner
         self.batch_id = batch_id
         self.tables = tables
