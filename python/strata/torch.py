@@ -46,6 +46,16 @@ lookup's backward does not run). A second backward through the same outputs
 of those dtypes and ``load_state_dict`` takes them; outputs and their gradients have the table's
 ``output_dtype`` (host memory: the ``cpu`` placement writes half-size outputs).
 
+**Dynamic tables** (``"kind": "dynamic"`` with a ``"capacity"``, README "Dynamic tables"; the ``cpu``
+placement serves them): their keys are any int64, and a key gets a row the first time a training
+batch uses it (``admit_after``: its N-th use), starting at its initial values. A forward in training
+mode with gradients enabled submits a training batch; in ``eval()`` or under ``torch.no_grad()`` an
+evaluation batch, which admits no key (keys without a row read their initial values, or zeros, and
+count in ``store.stats()["dynamic"][table]["unseen"]``). A :class:`SubmittedBatch` submitted for
+evaluation and forwarded in training raises RuntimeError and is retired. ``state_dict()`` holds a
+dynamic table's keys held, ``embedding_bags.<name>.keys`` (int64, ascending), and their rows
+(``weight`` (n, dim), ``optimizer_state`` (n, state_dim)): see ``EmbeddingBagCollection``.
+
 Outputs are written by the store with the GIL released; other threads must not resize or free
 them meanwhile (the module allocates its own, so this concerns ``strata.Store.forward`` callers).
 
@@ -370,6 +380,19 @@ class EmbeddingBagCollection(nn.Module):
     scalar tensor; Adam's bias correction reads it). A module that loads it continues bit for bit as
     the one that saved it (see ``load_state_dict``; the names state_dicts had before,
     ``tables.<name>.*``, load too).
+
+    A dynamic table's entries are its keys held, ``embedding_bags.<name>.keys`` (an int64 tensor,
+    ascending), and their rows in that order: ``weight`` (n, dim) and ``optimizer_state`` (n,
+    state_dim), of the table's ``dtype`` and ``state_dtype`` as a dense table's. ``load_state_dict``
+    makes the table hold exactly those keys with those rows (``strata.Store.write_keys``; keys distinct,
+    at most the capacity, one row per key); without ``optimizer_state`` (``strict=False``) a key the
+    table held keeps its own state and a new one gets the initial state. A dense table's entries (no
+    ``keys``) are refused by a dynamic table and a dynamic one's by a dense table, naming the table.
+    What a dynamic table's state_dict does not carry (its key index's bookkeeping): each key's last
+    use and use count, the admission counts of keys without a row, and the tables' clock. The loaded
+    keys are as just used (touched in key order), so rows, updates and outputs continue bit for bit
+    until the table is full or a key without a row is counted: which row a full table evicts (lru,
+    lfu), when a row expires (``evict_after_steps``) and when a key reaches ``admit_after`` start afresh.
 
     ``include_last_offset``: how the forward reads a dict feature's ``offsets``, as
     torch.nn.EmbeddingBag does (True, Strata's default, torch's is False: batch + 1 offsets; False:
