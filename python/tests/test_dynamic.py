@@ -107,17 +107,22 @@ def test_store_bad_arguments_name_what_is_wrong():
 @needs_write_keys
 def test_store_write_keys_makes_the_table_hold_exactly_those_keys():
     s = strata.Store(config([dynamic_table("u", 4, optimizer="adagrad")]))
-    s.submit(0, {"u": bags(9)})
-    s.discard(0)
-    w = np.arange(2 * DIM, dtype=np.float32).reshape(2, DIM)
-    s.write_keys("u", np.array([INT64_MAX, INT64_MIN]), w)
-    assert s.keys_held("u").tolist() == [INT64_MIN, INT64_MAX]
-    got_w, got_s = s.read_keys("u", [INT64_MAX, INT64_MIN])
+    for key in (9, 10):
+        s.submit(0, {"u": bags(key)})
+        s.backward(0, [np.ones_like(o) for o in s.forward(0)])
+    state9 = s.read_keys("u", [9])[1]
+    w = np.arange(3 * DIM, dtype=np.float32).reshape(3, DIM)
+    s.write_keys("u", np.array([INT64_MAX, 9, INT64_MIN]), w)  # key 10 goes; 9 stays
+    assert s.keys_held("u").tolist() == [INT64_MIN, 9, INT64_MAX]
+    got_w, got_s = s.read_keys("u", [INT64_MAX, 9, INT64_MIN])
     np.testing.assert_array_equal(got_w, w)
-    np.testing.assert_array_equal(got_s, np.zeros((2, DIM), np.float32))  # new keys: the initial state
-    with pytest.raises(ValueError, match="INT64|distinct|more than once|twice|duplicate"):
+    # Without state: a key held keeps its own, a new one gets the initial state (adagrad's 0).
+    np.testing.assert_array_equal(got_s, np.concatenate([np.zeros((1, DIM)), state9, np.zeros((1, DIM))]))
+    with pytest.raises(ValueError, match=r"table 'u'.* key 1 .*distinct"):
         s.write_keys("u", [1, 1], np.zeros((2, DIM), np.float32))
-    assert s.keys_held("u").tolist() == [INT64_MIN, INT64_MAX]
+    with pytest.raises(ValueError, match=r"table 'u'.* 5 keys .*capacity"):
+        s.write_keys("u", np.arange(5), np.zeros((5, DIM), np.float32))
+    assert s.keys_held("u").tolist() == [INT64_MIN, 9, INT64_MAX]
 
 
 def test_torch_new_key_starts_at_its_initial_row_and_trains():
