@@ -729,7 +729,11 @@ class EmbeddingBagCollection(nn.Module):
         under both names are refused); errors name the entries as given, except that in a world
         of more than one rank a step or learning rate that differs between ranks is named by
         today's names (``step``, ``embedding_bags.<name>.learning_rate``), as ``missing_keys``
-        are.
+        are. A dynamic table takes its ``keys`` (int64, distinct, at most its capacity) with one row
+        of ``weight`` and ``optimizer_state`` per key and then holds exactly those keys
+        (``strata.Store.write_keys``; the class's doc says what such a state_dict does not carry);
+        a dense table's entries given to a dynamic table, or a dynamic one's to a dense table, are
+        refused naming the table.
 
         With ``strict`` (the default) every entry of ``state_dict()`` must be there: a state_dict
         without ``step`` (saved before the step was part of it) or without a table's optimizer
