@@ -56,16 +56,34 @@ StoreStats stats_delta(const StoreStats& after, const StoreStats& before) {
   return d;
 }
 
+// A key of a dynamic workload (--dynamic): row id k spread over [0, 2^63) one to one (times an odd number modulo 2^63,
+// a bijection there), so the workload's skew stays.
+Key spread_key(Key k) {
+  return static_cast<Key>((static_cast<std::uint64_t>(k) * 0x9E3779B97F4A7C15ull) & 0x7FFFFFFFFFFFFFFFull);
+}
+
+void spread_keys(KeyBatch& b) {
+  for (JaggedKeys& f : b.features) {
+    if (!f.keys32.empty()) {
+      f.keys.assign(f.keys32.begin(), f.keys32.end());
+      f.keys32.clear();
+    }
+    for (Key& k : f.keys) k = spread_key(k);
+  }
+}
+
 // The batches of one rank's run in order (run index i is batch i * ranks + rank of the source),
 // read from a cursor as the steps ask for them and dropped once used: at most the batches in
 // flight and previewed are held.
 class BatchWindow {
  public:
-  explicit BatchWindow(std::unique_ptr<BatchCursor> cursor) : cursor_(std::move(cursor)) {}
+  // `spread`: keys spread over [0, 2^63) (--dynamic), before any clock starts.
+  BatchWindow(std::unique_ptr<BatchCursor> cursor, bool spread) : cursor_(std::move(cursor)), spread_(spread) {}
   // Run batch i (i >= the last drop_before); valid until drop_before passes it.
   Result<const KeyBatch*> at(std::int64_t i) {
     while (base_ + static_cast<std::int64_t>(held_.size()) <= i) {
       STRATA_ASSIGN_OR_RETURN(KeyBatch b, cursor_->next());
+      if (spread_) spread_keys(b);
       held_.push_back(std::move(b));
     }
     return &held_[static_cast<std::size_t>(i - base_)];
@@ -78,6 +96,7 @@ class BatchWindow {
 
  private:
   std::unique_ptr<BatchCursor> cursor_;
+  bool spread_ = false;
   std::deque<KeyBatch> held_;
   std::int64_t base_ = 0;
 };
@@ -276,7 +295,7 @@ Status count_timed_batch(const Store& store, const KeyBatch& b, ModeResult& r) {
 Status drive(const Options& o, Store& store, const BatchSource& source, int rank, int ranks, const std::string& label,
              ModeResult* r) {
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<BatchCursor> cursor, source.cursor(rank, ranks));
-  BatchWindow window(std::move(cursor));
+  BatchWindow window(std::move(cursor), o.dynamic);
   StepBuffers buffers(store, rank, o.trainer);
   STRATA_RETURN_IF_ERROR(buffers.init());
   const bool show = r != nullptr && o.progress;
@@ -477,7 +496,7 @@ Result<std::vector<std::int64_t>> touched_rows_per_pool(const Options& o, const 
     v.erase(std::unique(v.begin(), v.end()), v.end());
   };
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<BatchCursor> cursor, source.cursor(0, 1));
-  BatchWindow window(std::move(cursor));
+  BatchWindow window(std::move(cursor), o.dynamic);
   const std::int64_t n = 2 * std::int64_t{o.warmup + o.steps};
   for (std::int64_t i = 0; i < n; ++i) {
     STRATA_ASSIGN_OR_RETURN(const KeyBatch* b, window.at(i));

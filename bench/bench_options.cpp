@@ -121,6 +121,7 @@ Result<StoreConfig> make_config(const Options& o, const ModeDescriptor& mode, do
     tc.spec.optimizer.learning_rate = 0.01f;
     tc.spec.init.seed = o.workload.seed;
     tc.placement = mode.placement;
+    if (o.dynamic) tc.dynamic = DynamicSpec{};
     if (const auto f = o.table_features.find(shape.name); f != o.table_features.end())
       for (const std::string& name : f->second) tc.features.push_back({name, std::nullopt});
     if (caches(mode)) tc.cache.fraction = cache_fraction;
@@ -224,6 +225,9 @@ void add_workload_flags(CLI::App& app, Options& o, FlagHandles& h) {
                  "element type of every table's outputs and gradients: fp32 | bf16 | fp16")
       ->capture_default_str()
       ->check(dtypes);
+  app.add_flag(
+      "--dynamic", o.dynamic,
+      "dynamic tables (capacity = rows), keys spread over [0, 2^63) with the workload's skew (cpu mode only, so far)");
   app.add_option("--dist", o.workload.dist, "uniform | zipf:ALPHA | drift:ALPHA:N (hot set moves every N steps)")
       ->capture_default_str();
   h.distinct = app.add_option("--distinct-batches", o.workload.distinct_batches,

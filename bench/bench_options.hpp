@@ -95,6 +95,9 @@ struct Options {
   /// (TableSpec::dtype, state_dtype, output_dtype; fp32, bf16 or fp16). The --config mode keeps
   /// its tables' own.
   std::string dtype = "fp32", state_dtype = "fp32", output_dtype = "fp32";
+  /// --dynamic: every table of the workload dynamic (TableConfig::dynamic, capacity = its rows), its keys spread over
+  /// [0, 2^63) (spread_key: one-to-one, so the workload's skew is kept). Other modes fail at open (cpu only, so far).
+  bool dynamic = false;
   int steps = 20;
   int warmup = 3;
   int threads = 2;

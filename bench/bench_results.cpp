@@ -280,6 +280,7 @@ json workload_json(const Options& o, const RunRecord& run, const BatchSource& ba
   w["dtype"] = o.dtype;
   w["state_dtype"] = o.state_dtype;
   w["output_dtype"] = o.output_dtype;
+  w["dynamic"] = o.dynamic;
   w["steps"] = o.steps;
   w["warmup"] = o.warmup;
   w["steps_note"] = o.steps_note.empty() ? json(nullptr) : json(o.steps_note);

@@ -11,7 +11,7 @@ namespace strata {
 namespace {
 
 constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
-constexpr std::uint16_t kPinMax = std::numeric_limits<std::uint16_t>::max();
+constexpr std::uint32_t kPinMax = std::numeric_limits<std::uint32_t>::max();
 // Seed of the index's own hash (independent of the sketch's).
 constexpr std::uint64_t kIndexSeed = 0x9E6C63D0676A9A99ull;
 // Keys looked up ahead of the one probed: their slots are prefetched.
@@ -215,7 +215,7 @@ void KeyIndex::remove_row(std::uint32_t row, std::uint32_t hash) {
 }
 
 void KeyIndex::pin(std::uint32_t row) {
-  STRATA_CHECK(pins_[row] < kPinMax);  // 65535 batches in flight holding one row: pins leaked
+  STRATA_CHECK(pins_[row] < kPinMax);  // 2^32 - 1 batches in flight holding one row: pins leaked
   if (pins_[row]++ == 0) ++pinned_rows_;
 }
 

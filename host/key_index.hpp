@@ -10,7 +10,7 @@
 //   stored hash bits, so a deletion shifts the following entries back (no tombstones) without
 //   touching the rows' keys; a probe reads a row's key only when the hash bits match.
 // - Row metadata in one 32-byte record per row (key, last use, count, LRU links): a hit verifies
-//   the key and touches the row on one cache line. Pin counts in a 16-bit array of their own.
+//   the key and touches the row on one cache line. Pin counts in a 32-bit array of their own.
 // - Exact LRU order: an intrusive doubly linked list of rows by touch (a batch touches its rows in
 //   first-use order at the tail), so last uses never decrease from the head; TTL expiry walks the
 //   prefix with T - last use > S from the head, the eviction victim is the first unpinned row.
@@ -188,7 +188,7 @@ class KeyIndex {
 
   std::vector<Slot> slots_;
   std::vector<Meta> meta_;
-  std::vector<std::uint16_t> pins_;
+  std::vector<std::uint32_t> pins_;
   std::uint32_t lru_head_ = kNil, lru_tail_ = kNil;
   std::vector<Links> lfu_;  // kLfu only
   std::uint32_t lfu_head_ = kNil, lfu_tail_ = kNil;

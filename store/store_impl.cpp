@@ -216,7 +216,17 @@ class StoreImpl final : public Store {
     detail::TableBatch merged;
     if (!features_.trivial()) merged = features_.merge(batch, tables);
     const KeyBatch& served = features_.trivial() ? batch : merged.batch;
-    const std::vector<Part> parts = parts_of(features_.trivial() ? tables : merged.tables);
+    std::vector<Part> parts = parts_of(features_.trivial() ? tables : merged.tables);
+    // A dynamic table's keys are no row ids until submit gives them rows: no engine previews them.
+    for (Part& p : parts) {
+      detail::EngineFeatures kept;
+      for (std::size_t i = 0; i < p.features.table.size(); ++i) {
+        if (dynamic_.dynamic(p.features.table[i])) continue;
+        kept.feature.push_back(p.features.feature[i]);
+        kept.table.push_back(p.features.table[i]);
+      }
+      p.features = std::move(kept);
+    }
     arena_.execute([&] {
       for (std::size_t k = 0; k < engines_.size(); ++k)
         if (!parts[k].features.empty()) engines_[k]->preview(id, served, parts[k].features);
@@ -279,7 +289,8 @@ class StoreImpl final : public Store {
       if (status.is_ok() && e.front)
         detail::pool_features(features_, e.batch, e.tables, e.served, row_pointers<const float*>(e.rows), host.value());
     });
-    e.rows.clear();  // backward spreads the gradients into fresh ones
+    // Backward spreads the gradients into the same buffers (every element written), which go back to rows_pool_ when
+    // the batch retires: a step allocates and page-faults none.
     if (status.is_ok() && any_bounce) status = bounce_->copy_outputs(outputs, host.value(), bounce, order.value());
     if (!status.is_ok()) return status;
     e.forwarded = true;
@@ -371,7 +382,7 @@ class StoreImpl final : public Store {
       if (!status.is_ok())
         for (const std::size_t k : applied) engines_[k]->backward_not_applied();
     });
-    dynamic_.release(e.served, e.admitted);
+    retire(e);
     batches_.erase(id);
     if (!status.is_ok()) return status;
     step_ = t;
@@ -394,7 +405,7 @@ class StoreImpl final : public Store {
         if (status.is_ok()) status = s;
       }
     });
-    dynamic_.release(e.served, e.admitted);
+    retire(e);
     batches_.erase(it);
     return status;
   }
@@ -607,6 +618,10 @@ class StoreImpl final : public Store {
                                  std::vector<std::vector<float>>& rows) {
     const detail::TableBatch& tb = e.served;
     std::vector<View> out(tb.batch.features.size());
+    if (rows.empty() && !rows_pool_.empty()) {
+      rows = std::move(rows_pool_.back());  // sized as another batch's: a resize to the same size touches nothing
+      rows_pool_.pop_back();
+    }
     rows.resize(out.size());
     for (std::size_t i = 0; i < views.size(); ++i) {
       const auto k = static_cast<std::size_t>(tb.entry_of[i]);
@@ -656,6 +671,12 @@ class StoreImpl final : public Store {
     const TableSpec& s = config_.tables[static_cast<std::size_t>(table)].spec;
     return Status::invalid_argument("table '" + s.name + "': " + op + " weights is null (expected a buffer of " +
                                     std::to_string(n) + " x " + std::to_string(s.dim) + " floats)");
+  }
+
+  // What a batch held beyond the engines' parts, given back as it retires (backward applied, discard).
+  void retire(Entry& e) {
+    dynamic_.release(e.served, e.admitted);
+    if (!e.rows.empty() && rows_pool_.size() < kRowsPool) rows_pool_.push_back(std::move(e.rows));
   }
 
   // Retires the parts of a batch the engines before engine `upto` accepted (a refused submit).
@@ -708,6 +729,9 @@ class StoreImpl final : public Store {
   std::unique_ptr<detail::FiniteCheck> finite_;
   gpu::Event in_;
   std::unordered_map<std::int64_t, Entry> batches_;
+  // Unpooled rows of retired batches (Entry::rows), reused by the next ones; at most kRowsPool sets.
+  static constexpr std::size_t kRowsPool = 2;
+  std::vector<std::vector<std::vector<float>>> rows_pool_;
   detail::PreviewIds previews_;  // previewed, not yet submitted
 };
 

@@ -1,5 +1,8 @@
 #include "store/detail/dynamic_keys.hpp"
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -46,65 +49,37 @@ Result<Admitted> DynamicKeys::admit(TableBatch& tb, bool train, const Reset& res
   a.missing_at.resize(n);
   a.missing_key.resize(n);
   // Each dynamic entry's distinct keys in first-use order and their uses; every table checked before any changes.
-  std::vector<UniqueKeys> unique(n);
-  std::vector<std::vector<std::int64_t>> uses(n);
-  DedupScratch scratch;
-  for (std::size_t e = 0; e < n; ++e) {
-    Table* t = find(tb.tables[e]);
-    if (!t) continue;
+  // The tables side by side (each index is its own; a batch has one entry per table).
+  std::vector<Status> status(n);
+  const auto each_entry = [&](auto&& work) {
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 1), [&](const tbb::blocked_range<std::size_t>& r) {
+      for (std::size_t e = r.begin(); e < r.end(); ++e)
+        if (Table* t = find(tb.tables[e])) work(e, *t);
+    });
+  };
+  each_entry([&](std::size_t e, Table& t) {
     const JaggedKeys& f = tb.batch.features[e];
-    dedup_keys(f.keys.data(), static_cast<std::int64_t>(f.keys.size()), unique[e], scratch, DedupOrder::kFirstUse);
-    std::vector<std::int64_t>& u = uses[e];
-    u.resize(unique[e].keys.size());
-    for (std::size_t i = 0; i < u.size(); ++i) u[i] = unique[e].offsets[i + 1] - unique[e].offsets[i];
-    if (train) {
-      const Status fits = t->index->check(unique[e].keys, u);
-      if (!fits.is_ok()) return fits.with_context("table '" + t->spec.name + "'");
-    }
-  }
-  for (std::size_t e = 0; e < n; ++e) {
-    Table* t = find(tb.tables[e]);
-    if (!t) continue;
+    dedup_keys(f.keys.data(), static_cast<std::int64_t>(f.keys.size()), t.unique, t.scratch, DedupOrder::kFirstUse);
+    std::vector<std::int64_t>& u = t.uses;
+    u.resize(t.unique.keys.size());
+    for (std::size_t i = 0; i < u.size(); ++i) u[i] = t.unique.offsets[i + 1] - t.unique.offsets[i];
+    // A batch whose distinct keys fit the free rows cannot be refused: no need to look them up twice.
+    const bool fits = t.index->capacity() - t.index->size() >= static_cast<std::int64_t>(u.size());
+    if (train && !fits) status[e] = t.index->check(t.unique.keys, u).with_context("table '" + t.spec.name + "'");
+  });
+  for (const Status& st : status) STRATA_RETURN_IF_ERROR(st);
+  each_entry([&](std::size_t e, Table& t) {
     std::vector<std::int64_t>& rows = a.rows[e];
     std::vector<std::pair<std::int64_t, Key>> created;
     if (train) {
       // Checked above: train() applies (a failure here would be a bug of check()).
-      STRATA_CHECK(t->index->train(unique[e].keys, uses[e], rows, created).is_ok());
+      STRATA_CHECK(t.index->train(t.unique.keys, t.uses, rows, created).is_ok());
     } else {
-      t->index->find(unique[e].keys, uses[e], rows);
+      t.index->find(t.unique.keys, t.uses, rows);
     }
-    if (!created.empty()) {
-      const std::int32_t dim = t->spec.dim;
-      const std::int32_t sd = optimizer_state_dim(t->spec.optimizer.kind, dim);
-      const std::uint64_t tseed = table_seed(t->spec.init.seed, table_name_hash(t->spec.name));
-      std::vector<float> w(created.size() * static_cast<std::size_t>(dim));
-      std::vector<float> s(created.size() * static_cast<std::size_t>(sd));
-      std::vector<std::int64_t> at(created.size());
-      for (std::size_t i = 0; i < created.size(); ++i) {
-        at[i] = created[i].first;
-        init_row(w.data() + i * static_cast<std::size_t>(dim), tseed, created[i].second, dim, t->spec.init.bound);
-        init_state(s.data() + i * static_cast<std::size_t>(sd), t->spec.optimizer, sd);
-      }
-      STRATA_RETURN_IF_ERROR(reset(t->table, at, w.data(), s.data()));
-    }
-    // The keys become rows; a key without one reads the table's last row, replaced at forward.
-    JaggedKeys& f = tb.batch.features[e];
-    const UniqueKeys& u = unique[e];
-    std::vector<std::pair<std::int64_t, Key>> missing;  // (position, key)
-    for (std::size_t i = 0; i < u.keys.size(); ++i) {
-      const std::int64_t row = rows[i] == KeyIndex::kNone ? t->spec.rows : rows[i];
-      for (std::int64_t p = u.offsets[i]; p < u.offsets[i + 1]; ++p) {
-        const std::int32_t at = u.positions[static_cast<std::size_t>(p)];
-        if (rows[i] == KeyIndex::kNone) missing.emplace_back(at, u.keys[i]);
-        f.keys[static_cast<std::size_t>(at)] = row;
-      }
-    }
-    std::sort(missing.begin(), missing.end());
-    for (const auto& [at, key] : missing) {
-      a.missing_at[e].push_back(at);
-      a.missing_key[e].push_back(key);
-    }
-  }
+    if (!created.empty()) status[e] = reset_rows(t, created, reset);
+    translate(t, t.unique, rows, tb.batch.features[e], a.missing_at[e], a.missing_key[e]);
+  });
   // Every training submit advances every dynamic table's clock (and its TTL), whether or not the batch has its keys.
   if (train) {
     for (Table& t : tables_) {
@@ -114,7 +89,49 @@ Result<Admitted> DynamicKeys::admit(TableBatch& tb, bool train, const Reset& res
       STRATA_CHECK(t.index->train({}, {}, rows, created).is_ok());
     }
   }
+  // A row an engine could not initialize fails the submit: its keys stay admitted (the index cannot take that back)
+  // and the batch's pins are released; the engine's failure is sticky (a failed device), so no batch trains on them.
+  for (const Status& st : status) {
+    if (st.is_ok()) continue;
+    release(tb, a);
+    return st;
+  }
   return a;
+}
+
+Status DynamicKeys::reset_rows(const Table& t, const std::vector<std::pair<std::int64_t, Key>>& created,
+                               const Reset& reset) const {
+  const std::int32_t dim = t.spec.dim;
+  const std::int32_t sd = optimizer_state_dim(t.spec.optimizer.kind, dim);
+  const std::uint64_t tseed = table_seed(t.spec.init.seed, table_name_hash(t.spec.name));
+  std::vector<float> w(created.size() * static_cast<std::size_t>(dim));
+  std::vector<float> s(created.size() * static_cast<std::size_t>(sd));
+  std::vector<std::int64_t> at(created.size());
+  for (std::size_t i = 0; i < created.size(); ++i) {
+    at[i] = created[i].first;
+    init_row(w.data() + i * static_cast<std::size_t>(dim), tseed, created[i].second, dim, t.spec.init.bound);
+    init_state(s.data() + i * static_cast<std::size_t>(sd), t.spec.optimizer, sd);
+  }
+  return reset(t.table, at, w.data(), s.data());
+}
+
+void DynamicKeys::translate(const Table& t, const UniqueKeys& u, const std::vector<std::int64_t>& rows, JaggedKeys& f,
+                            std::vector<std::int64_t>& missing_at, std::vector<Key>& missing_key) {
+  // The keys become rows; a key without one reads the table's last row, replaced at forward.
+  std::vector<std::pair<std::int64_t, Key>> missing;  // (position, key)
+  for (std::size_t i = 0; i < u.keys.size(); ++i) {
+    const std::int64_t row = rows[i] == KeyIndex::kNone ? t.spec.rows : rows[i];
+    for (std::int64_t p = u.offsets[i]; p < u.offsets[i + 1]; ++p) {
+      const std::int32_t at = u.positions[static_cast<std::size_t>(p)];
+      if (rows[i] == KeyIndex::kNone) missing.emplace_back(at, u.keys[i]);
+      f.keys[static_cast<std::size_t>(at)] = row;
+    }
+  }
+  std::sort(missing.begin(), missing.end());
+  for (const auto& [at, key] : missing) {
+    missing_at.push_back(at);
+    missing_key.push_back(key);
+  }
 }
 
 void DynamicKeys::release(const TableBatch& tb, const Admitted& a) {

@@ -30,6 +30,7 @@
 #include <memory>
 #include <vector>
 
+#include "host/dedup.hpp"
 #include "host/key_index.hpp"
 #include "store/detail/features.hpp"
 #include "store/stats.hpp"
@@ -46,7 +47,8 @@ struct Admitted {
 
 class DynamicKeys {
  public:
-  /// Overwrites rows of a table (rows no batch in flight uses) with fp32 weights and state, n rows of each.
+  /// Overwrites rows of a table (rows no batch in flight uses) with fp32 weights and state, n rows of each; called for
+  /// several tables at once (from the calling arena's threads), once per table.
   using Reset =
       std::function<Status(int table, const std::vector<std::int64_t>& rows, const float* weights, const float* state)>;
 
@@ -76,9 +78,18 @@ class DynamicKeys {
     TableSpec spec;
     DynamicSpec dyn;
     std::unique_ptr<KeyIndex> index;
+    // Scratch of admit(), kept across batches (a fresh one page-faulted its hash table every batch).
+    DedupScratch scratch;
+    UniqueKeys unique;
+    std::vector<std::int64_t> uses;
   };
   Table* find(int table);
   const Table* find(int table) const;
+  // Writes the initial rows of the keys a batch admitted ((row, key), created by KeyIndex::train) through `reset`.
+  Status reset_rows(const Table& t, const std::vector<std::pair<std::int64_t, Key>>& created, const Reset& reset) const;
+  // Rewrites an entry's keys f to their rows (the last row for keys without one), listing those keys' positions.
+  static void translate(const Table& t, const UniqueKeys& u, const std::vector<std::int64_t>& rows, JaggedKeys& f,
+                        std::vector<std::int64_t>& missing_at, std::vector<Key>& missing_key);
   std::vector<Table> tables_;
 };
 
