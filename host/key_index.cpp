@@ -448,7 +448,7 @@ Status KeyIndex::restore(std::int64_t clock, const std::vector<Entry>& entries,
                                     std::to_string(capacity_) + " rows");
   }
   KeyIndex fresh(capacity_, spec_);
-  std::int64_t last = 1;
+  std::int64_t last = 0;  // 0: a row written at clock 0 (Store::write_keys)
   for (std::size_t k = 0; k < entries.size(); ++k) {
     const Entry& e = entries[k];
     const std::string what = "restore: entry " + std::to_string(k) + " (key " + std::to_string(e.key) + ", row " +

@@ -124,7 +124,7 @@ class KeyIndex {
 
   /// Replaces the clock, the rows and the sketch (counts() stay). No row may be pinned
   /// (FailedPrecondition otherwise). `entries` in the order entries() gives: rows distinct in
-  /// [0, capacity), keys distinct, 1 <= last_use <= clock and not decreasing, count >= 1; the
+  /// [0, capacity), keys distinct, 0 <= last_use <= clock and not decreasing, count >= 1; the
   /// sketch empty (a zeroed sketch) or of sketch_state_bytes() with its uses added below 10 x its
   /// width. InvalidArgument naming the bad entry or field otherwise, nothing changed.
   Status restore(std::int64_t clock, const std::vector<Entry>& entries, const std::vector<std::uint8_t>& sketch);

@@ -27,6 +27,7 @@
 #include "core/row_math.hpp"
 #include "host/admission_sketch.hpp"
 #include "store/detail/batch_checks.hpp"
+#include "store/detail/dynamic_state.hpp"
 #include "store/detail/features.hpp"
 #include "store/store.hpp"
 
@@ -81,7 +82,7 @@ const float* widened(const ConstMatrixView& v, DType dtype, std::vector<float>& 
   return scratch.data();
 }
 
-class ReferenceStore final : public Store {
+class ReferenceStore final : public Store, public detail::DynamicAccess {
  public:
   explicit ReferenceStore(StoreConfig config) : Store(std::move(config)), features_(config_) {
     for (const auto& t : config_.tables) {
@@ -227,9 +228,6 @@ class ReferenceStore final : public Store {
   Status flush() override { return Status::ok(); }
   std::int64_t in_flight() const noexcept override { return static_cast<std::int64_t>(batches_.size()); }
 
-  Status write_keys(int, const std::vector<Key>&, const float*, const float*) override {
-    return Status::internal("write_keys: not built yet");
-  }
   Result<std::vector<Key>> keys_held(int table) const override {
     STRATA_ASSIGN_OR_RETURN(const Table* t, dynamic_table("keys_held", table));
     std::vector<Key> keys;
@@ -303,6 +301,61 @@ class ReferenceStore final : public Store {
   // Each table keeps its own copy of the spec.
   void learning_rate_changed(int table, float learning_rate) override {
     tables_[static_cast<std::size_t>(table)].spec.optimizer.learning_rate = learning_rate;
+  }
+  // The rows in use by touch (the tie order), the clock, the sketch as KeyIndex writes it (none for admit_after <= 1).
+  Status read_dynamic(int table, detail::DynamicState& out) override {
+    STRATA_ASSIGN_OR_RETURN(const Table* found, dynamic_table("read_dynamic", table));
+    const Table& t = *found;
+    const Dynamic& d = *t.dyn;
+    std::vector<std::int64_t> rows;
+    for (const auto& [key, row] : d.row_of) rows.push_back(row);
+    std::sort(rows.begin(), rows.end(), [&](std::int64_t a, std::int64_t b) {
+      return d.slots[static_cast<std::size_t>(a)].touch < d.slots[static_cast<std::size_t>(b)].touch;
+    });
+    out = detail::DynamicState{};
+    out.clock = d.clock;
+    if (d.spec.admit_after > 1) out.sketch = detail::sketch_bytes(d.sketch.added(), d.sketch.counters());
+    for (const std::int64_t r : rows) {
+      const Slot& s = d.slots[static_cast<std::size_t>(r)];
+      out.entries.push_back(KeyIndex::Entry{s.key, r, s.last_use, s.count});
+      out.weights.insert(out.weights.end(), t.row(r), t.row(r) + t.spec.dim);
+      const float* st = t.state.data() + r * t.state_dim;
+      out.state.insert(out.state.end(), st, st + t.state_dim);
+    }
+    return Status::ok();
+  }
+  // Trusts `in` (checked by the caller): each entry's row takes its key, touched in order; an empty sketch is zeroed.
+  Status write_dynamic(int table, const detail::DynamicState& in) override {
+    STRATA_RETURN_IF_ERROR(dynamic_table("write_dynamic", table).status());
+    Table& t = tables_[static_cast<std::size_t>(table)];
+    Dynamic& d = *t.dyn;
+    AdmissionSketch sketch(t.spec.rows);
+    if (in.sketch.size() >= 8) {
+      std::uint64_t added = 0;
+      for (int b = 0; b < 8; ++b) added |= std::uint64_t{in.sketch[static_cast<std::size_t>(b)]} << (8 * b);
+      std::vector<std::uint16_t> counters((in.sketch.size() - 8) / 2);
+      for (std::size_t c = 0; c < counters.size(); ++c)
+        counters[c] = static_cast<std::uint16_t>(in.sketch[8 + 2 * c] | in.sketch[9 + 2 * c] << 8);
+      if (!sketch.restore(counters, static_cast<std::int64_t>(added)))
+        return Status::invalid_argument("write_dynamic: a sketch of another size");
+    }
+    d.sketch = std::move(sketch);
+    d.row_of.clear();
+    d.slots.assign(d.slots.size(), Slot{});
+    d.clock = in.clock;
+    d.touches = 0;
+    for (std::size_t i = 0; i < in.entries.size(); ++i) {
+      const KeyIndex::Entry& e = in.entries[i];
+      d.slots[static_cast<std::size_t>(e.row)] = Slot{true, e.key, e.last_use, e.count, ++d.touches, 0};
+      d.row_of[e.key] = e.row;
+      std::memcpy(t.row(e.row), in.weights.data() + i * static_cast<std::size_t>(t.spec.dim),
+                  sizeof(float) * static_cast<std::size_t>(t.spec.dim));
+      round_to_nearest(t.row(e.row), t.spec.dim, t.spec.dtype);
+      std::memcpy(t.state_of(e.row), in.state.data() + i * static_cast<std::size_t>(t.state_dim),
+                  sizeof(float) * static_cast<std::size_t>(t.state_dim));
+      round_to_nearest(t.state_of(e.row), t.state_dim, t.spec.state_dtype);
+    }
+    return Status::ok();
   }
 
  private:

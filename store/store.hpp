@@ -84,8 +84,7 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  /// The config this store was opened with, except each table's optimizer.learning_rate, which holds the rate in force
-  /// (set_learning_rate, load).
+  /// The config it was opened with, each table's optimizer.learning_rate the rate in force (set_learning_rate, load).
   const StoreConfig& config() const noexcept { return config_; }
   /// Index of a table by name, or NotFound.
   Result<int> table_index(const std::string& name) const;
@@ -138,8 +137,7 @@ class Store {
   /// Stream-ordered calls: forward/backward(id, views, stream) with a stream of device(). The store's device work runs
   /// after everything queued on `stream` before the call, and whatever is queued on `stream` after the call runs after
   /// it (forward: the outputs written; backward: the gradients read), so the trainer's kernels and the store's need no
-  /// host sync between them.
-  /// What the host waits for in each case: README.md, "What a stream-ordered call waits for".
+  /// host sync between them. What the host waits for in each case: README.md, "What a stream-ordered call waits for".
   /// Both keep the views and `stream` in use until the work queued on `stream` after the call has run: do not free or
   /// reuse them before. Errors, as for every bad input, change nothing (the batch stays in flight): a device view on a
   /// store without a device or outside device()'s memory (a host pointer marked kDevice), a gradient view in another
@@ -185,10 +183,10 @@ class Store {
   /// without one, nothing copied). InvalidArgument for a dense table.
   virtual Result<std::vector<Key>> keys_held(int table) const = 0;
   virtual Status read_keys(int table, const std::vector<Key>& keys, float* weights, float* state) = 0;
-  /// Makes a dynamic table hold exactly `keys` (distinct, at most its capacity), with these weights and state (null:
-  /// initial state; a key it held keeps its own), each as just used. Fails with batches in flight; errors change
-  /// nothing.
-  virtual Status write_keys(int table, const std::vector<Key>& keys, const float* weights, const float* state) = 0;
+  /// Makes a dynamic table hold exactly `keys` (distinct, at most its capacity; key i in row i), with these weights
+  /// (n, dim) and state (null: initial state; a key it held keeps its own), rounded as write_rows rounds, each as just
+  /// used (last use the clock, count 1, touched in list order). Fails with batches in flight; errors change nothing.
+  Status write_keys(int table, const std::vector<Key>& keys, const float* weights, const float* state);
   /// This rank's part of table `table` (NotFound for an unknown index). Local: no collective.
   virtual Result<ShardInfo> shard_info(int table) const;
   /// Copies local rows [local_row0, local_row0+n) of this rank's shard: weights (n, local_dim) and, when non-null,
@@ -239,8 +237,10 @@ class Store {
   /// cannot hold refuses the load before the copy).
   Status load_converting_dtypes(const std::string& dir);
   /// Writes a table's weights as a NumPy .npy (rows, dim): fp32, fp16 for an fp16 table, bf16 widened to fp32.
+  /// A dynamic table's: (keys held, dim) in keys_held order, its keys (int64) in `<path stem>.keys.npy` beside it.
   Status export_npy(const std::string& table, const std::string& path);
   /// Replaces a table's weights from a .npy (rows, dim) of <f4 or <f2, rounded to nearest into its dtype (state kept).
+  /// A dynamic table's: both files export_npy writes, through write_keys (state kept for keys held, else initial).
   Status import_npy(const std::string& table, const std::string& path);
 
  protected:

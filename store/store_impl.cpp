@@ -18,6 +18,7 @@
 #include "store/detail/batch_checks.hpp"
 #include "store/detail/config_agreement.hpp"
 #include "store/detail/dynamic_keys.hpp"
+#include "store/detail/dynamic_state.hpp"
 #include "store/detail/features.hpp"
 #include "store/detail/numa_home.hpp"
 #include "store/detail/open_device.hpp"
@@ -33,7 +34,7 @@
 namespace strata {
 namespace {
 
-class StoreImpl final : public Store {
+class StoreImpl final : public Store, public detail::DynamicAccess {
  public:
   StoreImpl(StoreConfig config, Topology topo, std::shared_ptr<dispatch::Communicator> comm)
       : Store(std::move(config)),
@@ -493,9 +494,6 @@ class StoreImpl final : public Store {
     return status;
   }
 
-  Status write_keys(int, const std::vector<Key>&, const float*, const float*) override {
-    return Status::internal("write_keys: not built yet");
-  }
   Result<std::vector<Key>> keys_held(int table) const override {
     STRATA_ASSIGN_OR_RETURN(const KeyIndex* index, dynamic_index("keys_held", table));
     std::vector<Key> keys;
@@ -550,6 +548,28 @@ class StoreImpl final : public Store {
     Status status;
     arena_.execute([&] { status = engine(table).write_shard(table, row0, n, weights, state); });
     return status;
+  }
+  Status read_dynamic(int table, detail::DynamicState& out) override {
+    STRATA_ASSIGN_OR_RETURN(const KeyIndex* index, dynamic_index("read_dynamic", table));
+    out.clock = index->clock();
+    out.entries = index->entries();
+    out.sketch = index->sketch_state();
+    const TableSpec& spec = config_.tables[static_cast<std::size_t>(table)].spec;
+    out.weights.resize(out.entries.size() * static_cast<std::size_t>(spec.dim));
+    out.state.resize(out.entries.size() * static_cast<std::size_t>(optimizer_state_dim(spec.optimizer.kind, spec.dim)));
+    return entry_rows(
+        table, out.entries, out.weights.data(), out.state.data(),
+        [&](std::int64_t row, float* w, float* s) { return engine(table).read_rows(table, row, 1, w, s); });
+  }
+  Status write_dynamic(int table, const detail::DynamicState& in) override {
+    STRATA_RETURN_IF_ERROR(dynamic_index("write_dynamic", table).status());
+    // The index first: restore checks everything and changes nothing on error (no copy of it, which would hold a
+    // third index of the capacity beside restore's own new one); then the rows, which the cpu engine writes.
+    STRATA_RETURN_IF_ERROR(dynamic_.index(table)->restore(in.clock, in.entries, in.sketch));
+    return entry_rows(table, in.entries, in.weights.data(), in.state.data(),
+                      [&](std::int64_t row, const float* w, const float* s) {
+                        return engine(table).write_rows(table, row, 1, w, s);
+                      });
   }
 
  private:
@@ -683,6 +703,21 @@ class StoreImpl final : public Store {
   void discard_parts(Entry& e, const KeyBatch& served, std::size_t upto) {
     for (std::size_t j = 0; j < upto; ++j)
       if (e.parts[j].state) (void)engines_[j]->discard(*e.parts[j].state, served, e.parts[j].features);
+  }
+
+  // `io(row, weights, state)` on the arena for each entry of a dynamic table's state in turn (its dim weights and
+  // state_dim state at `w` and `s`, entry by entry; state null without one), until an error.
+  template <class T, class F>
+  Status entry_rows(int table, const std::vector<KeyIndex::Entry>& entries, T* w, T* s, const F& io) {
+    const TableSpec& spec = config_.tables[static_cast<std::size_t>(table)].spec;
+    const auto dim = static_cast<std::size_t>(spec.dim);
+    const auto sd = static_cast<std::size_t>(optimizer_state_dim(spec.optimizer.kind, spec.dim));
+    Status status;
+    arena_.execute([&] {
+      for (std::size_t i = 0; i < entries.size() && status.is_ok(); ++i)
+        status = io(entries[i].row, w + i * dim, sd ? s + i * sd : nullptr);
+    });
+    return status;
   }
 
   // Row access by row id is for dense tables: a dynamic table's rows are read by key.

@@ -41,6 +41,10 @@ const KeyIndex* DynamicKeys::index(int table) const {
   const Table* t = find(table);
   return t ? t->index.get() : nullptr;
 }
+KeyIndex* DynamicKeys::index(int table) {
+  Table* t = find(table);
+  return t ? t->index.get() : nullptr;
+}
 
 Result<Admitted> DynamicKeys::admit(TableBatch& tb, bool train, const Reset& reset) {
   const std::size_t n = tb.batch.features.size();

@@ -70,6 +70,7 @@ class DynamicKeys {
 
   /// The index of a dynamic table (null for a dense one).
   const KeyIndex* index(int table) const;
+  KeyIndex* index(int table);
   void stats(std::vector<std::pair<std::string, DynamicStats>>& out) const;
 
  private:

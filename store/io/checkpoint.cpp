@@ -14,6 +14,8 @@
 //                       (format 1: a store whose tables are all fp32, the format older builds read)
 //   <table>.<gen>.<save>.r0.tbl  the same in format 3 (a store with a bf16 or fp16 table, or bf16 state: a world of
 //                       one's pieces), each element of its table's element type
+//   format 4: a store with a dynamic table, format 3 with one such file per dynamic table holding its rows in use,
+//                       clock and sketch (store/io/detail/dynamic_piece.hpp); a world's save of one is refused
 // (the format, its parsing and checks: store/io/detail/checkpoint_format.hpp).
 // Table files of a new save get a new generation number, so the old ones stay untouched until the
 // new MANIFEST has been renamed into place (the commit point); then the old generation is removed.
@@ -28,13 +30,19 @@
 //    before the reader opened it means a newer manifest is in place; the reader starts over with
 //    that one.
 
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <map>
 #include <vector>
 
 #include "core/half.hpp"
+#include "core/row_math.hpp"
 #include "store/detail/batch_checks.hpp"
 #include "store/detail/config_agreement.hpp"
+#include "store/detail/dynamic_state.hpp"
 #include "store/io/detail/checkpoint_format.hpp"
+#include "store/io/detail/dynamic_piece.hpp"
 #include "store/io/detail/world_checkpoint.hpp"
 #include "store/io/file_io.hpp"
 #include "store/io/npy.hpp"
@@ -50,6 +58,17 @@ using detail::kLockFile;
 using detail::kManifest;
 using detail::Manifest;
 using detail::ManifestTable;
+
+namespace {
+
+// The DynamicAccess every Store of this library is (store/detail/dynamic_state.hpp).
+detail::DynamicAccess& dynamic_access(Store& store) {
+  auto* access = dynamic_cast<detail::DynamicAccess*>(&store);
+  STRATA_CHECK(access != nullptr);
+  return *access;
+}
+
+}  // namespace
 
 Status Store::save(const std::string& dir) {
   // A world: each rank writes its pieces into one shared directory, rank 0 commits (format 2, or 3 with half-size
@@ -72,6 +91,17 @@ Status Store::save(const std::string& dir) {
     detail::PieceEntry piece;
     piece.file = next.version == kFormatVersion ? spec.name + "." + std::to_string(next.generation) + ".tbl"
                                                 : detail::piece_file_name(spec.name, generation, next.save_id, 0);
+    if (config_.tables[ti].dynamic) {  // its rows in use, clock and sketch: one file (dynamic_piece.hpp)
+      detail::DynamicState state;
+      STRATA_RETURN_IF_ERROR(dynamic_access(*this).read_dynamic(static_cast<int>(ti), state));
+      mt.dynamic = true;
+      mt.keys = static_cast<std::int64_t>(state.entries.size());
+      mt.sketch_bytes = static_cast<std::int64_t>(state.sketch.size());
+      STRATA_RETURN_IF_ERROR(detail::write_dynamic_piece(dir, mt, state, next.save_id, next.version, piece));
+      mt.pieces.push_back(std::move(piece));
+      next.tables.push_back(std::move(mt));
+      continue;
+    }
     piece.box = detail::whole_box(spec.rows, spec.dim);
     const auto read = [&](std::int64_t row0, std::int64_t n, float* weights, float* state) {
       return read_rows(static_cast<int>(ti), row0, n, weights, state);
@@ -93,6 +123,15 @@ Status Store::load_converting_dtypes(const std::string& dir) { return load_check
 Status Store::load_checkpoint(const std::string& dir, const std::string* manifest, bool convert_dtypes) {
   // One loader for every checkpoint (format 1, 2 or 3) and every store (a world: collective; see world_checkpoint.hpp).
   STRATA_ASSIGN_OR_RETURN(detail::Loaded got, detail::load_pieces(*this, world(), dir, manifest, convert_dtypes));
+  // Dynamic tables after the dense ones, from states checked before any row changed.
+  for (std::size_t ti = 0; ti < config_.tables.size(); ++ti) {
+    if (!config_.tables[ti].dynamic) continue;
+    const Status s = dynamic_access(*this).write_dynamic(static_cast<int>(ti), got.dynamic[ti]);
+    if (!s.is_ok())
+      return s.with_context(dir + ": load failed while copying rows into table '" + config_.tables[ti].spec.name +
+                            "' (the tables may now hold a mix of their previous rows and the checkpoint's; step "
+                            "unchanged; load again)");
+  }
   step_ = got.step;
   for (std::size_t ti = 0; ti < config_.tables.size(); ++ti) {
     // Not recorded: keep the store's. Else checked when the manifest was parsed (0 is a rate). The same manifest's on
@@ -146,29 +185,102 @@ Status Store::write_rows(const std::string& table, std::int64_t row0, std::int64
   return write_rows(t.value(), row0, n, weights, state);
 }
 
+Status Store::write_keys(int table, const std::vector<Key>& keys, const float* weights, const float* state) {
+  STRATA_RETURN_IF_ERROR(detail::check_table(table, config_).with_context("write_keys"));
+  const TableConfig& tc = config_.tables[static_cast<std::size_t>(table)];
+  const TableSpec& spec = tc.spec;
+  const std::string who = "table '" + spec.name + "': write_keys";
+  if (!tc.dynamic) return Status::invalid_argument(who + " of a dense table (expected a dynamic table)");
+  if (in_flight() > 0) return detail::busy("write_keys", in_flight());
+  const auto n = static_cast<std::int64_t>(keys.size());
+  if (n > spec.rows)
+    return Status::invalid_argument(who + ": " + std::to_string(n) + " keys (expected at most the capacity, " +
+                                    std::to_string(spec.rows) + ")");
+  if (!weights && n > 0)
+    return Status::invalid_argument(who + ": weights is null (expected a buffer of " + std::to_string(n) + " x " +
+                                    std::to_string(spec.dim) + " floats)");
+  std::map<Key, std::size_t> at;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const auto [it, fresh] = at.emplace(keys[i], i);
+    if (!fresh)
+      return Status::invalid_argument(who + ": key " + std::to_string(keys[i]) + " at positions " +
+                                      std::to_string(it->second) + " and " + std::to_string(i) +
+                                      " (expected distinct keys)");
+  }
+  const std::int32_t sd = optimizer_state_dim(spec.optimizer.kind, spec.dim);
+  STRATA_RETURN_IF_ERROR(detail::check_holdable("write_keys", spec, 0, n, spec.dim, weights, sd, state));
+  detail::DynamicState now, next;
+  STRATA_RETURN_IF_ERROR(dynamic_access(*this).read_dynamic(table, now));
+  std::map<Key, std::size_t> held;  // key -> its entry in `now`
+  for (std::size_t i = 0; i < now.entries.size(); ++i) held.emplace(now.entries[i].key, i);
+  next.clock = now.clock;
+  next.sketch = std::move(now.sketch);
+  const auto dim = static_cast<std::size_t>(spec.dim), sdim = static_cast<std::size_t>(sd);
+  if (n > 0) next.weights.assign(weights, weights + keys.size() * dim);
+  next.state.resize(keys.size() * sdim);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    next.entries.push_back(KeyIndex::Entry{keys[i], static_cast<std::int64_t>(i), now.clock, 1});
+    float* s = next.state.data() + i * sdim;
+    const auto it = held.find(keys[i]);
+    if (state)
+      std::copy(state + i * sdim, state + (i + 1) * sdim, s);
+    else if (it != held.end())
+      std::copy(now.state.data() + it->second * sdim, now.state.data() + (it->second + 1) * sdim, s);
+    else
+      init_state(s, spec.optimizer, sd);
+  }
+  return dynamic_access(*this).write_dynamic(table, next);
+}
+
+namespace {
+
+// Where export_npy writes a dynamic table's keys: `<path stem>.keys.npy` beside `path`.
+std::string keys_path(const std::string& path) {
+  return std::filesystem::path(path).replace_extension(".keys.npy").string();
+}
+
+}  // namespace
+
 Status Store::export_npy(const std::string& table, const std::string& path) {
   STRATA_ASSIGN_OR_RETURN(int ti, table_index(table));
-  const TableSpec& spec = config_.tables[static_cast<std::size_t>(ti)].spec;
-  std::vector<float> rows(static_cast<std::size_t>(spec.rows * spec.dim));
-  STRATA_RETURN_IF_ERROR(read_rows(ti, 0, spec.rows, rows.data(), nullptr));
+  const TableConfig& tc = config_.tables[static_cast<std::size_t>(ti)];
+  const TableSpec& spec = tc.spec;
+  std::vector<Key> keys;  // a dynamic table's, in keys_held order
+  if (tc.dynamic) {
+    STRATA_ASSIGN_OR_RETURN(keys, keys_held(ti));
+  }
+  const std::int64_t n = tc.dynamic ? static_cast<std::int64_t>(keys.size()) : spec.rows;
+  std::vector<float> rows(static_cast<std::size_t>(n * spec.dim));
+  STRATA_RETURN_IF_ERROR(tc.dynamic ? read_keys(ti, keys, rows.data(), nullptr)
+                                    : read_rows(ti, 0, spec.rows, rows.data(), nullptr));
   Status s;
   if (spec.dtype == DType::kF16) {  // float16, NumPy's own; bf16 (NumPy has none) widened to float32
     std::vector<std::uint16_t> bits(rows.size());
     for (std::size_t i = 0; i < rows.size(); ++i) bits[i] = narrow_f16_rne(rows[i]);  // exact: fp16 values
-    s = write_npy_f16(path, bits.data(), spec.rows, spec.dim);
+    s = write_npy_f16(path, bits.data(), n, spec.dim);
   } else {
-    s = write_npy(path, rows.data(), spec.rows, spec.dim);
+    s = write_npy(path, rows.data(), n, spec.dim);
   }
+  if (s.is_ok() && tc.dynamic) s = write_npy_i64(keys_path(path), keys.data(), n);
   return s.is_ok() ? s : s.with_context("table '" + table + "'");
 }
 
 Status Store::import_npy(const std::string& table, const std::string& path) {
   STRATA_ASSIGN_OR_RETURN(int ti, table_index(table));
   if (in_flight() > 0) return detail::busy("import_npy", in_flight());
-  const TableSpec& spec = config_.tables[static_cast<std::size_t>(ti)].spec;
-  auto rows = read_npy_matrix(path, spec.rows, spec.dim);  // float32 or float16, rounded as write_rows rounds
+  const TableConfig& tc = config_.tables[static_cast<std::size_t>(ti)];
+  const TableSpec& spec = tc.spec;
+  std::vector<Key> keys;
+  if (tc.dynamic) {
+    Result<std::vector<Key>> read = read_npy_i64(keys_path(path));
+    if (!read) return read.status().with_context("table '" + table + "'");
+    keys = std::move(read).value();
+  }
+  const std::int64_t n = tc.dynamic ? static_cast<std::int64_t>(keys.size()) : spec.rows;
+  auto rows = read_npy_matrix(path, n, spec.dim);  // float32 or float16, rounded as write_rows rounds
   if (!rows) return rows.status().with_context("table '" + table + "'");
-  return write_rows(ti, 0, spec.rows, rows.value().data(), nullptr);
+  return tc.dynamic ? write_keys(ti, keys, rows.value().data(), nullptr)
+                    : write_rows(ti, 0, spec.rows, rows.value().data(), nullptr);
 }
 
 }  // namespace strata

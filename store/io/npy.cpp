@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <new>
 #include <string_view>
@@ -27,6 +28,7 @@ constexpr std::size_t kHeaderAlign = 64;
 constexpr std::size_t kMaxHeaderLen = std::size_t{16} << 20;
 constexpr const char* kF32Descr = "<f4";
 constexpr const char* kF16Descr = "<f2";
+constexpr const char* kI64Descr = "<i8";
 
 std::string format_shape(const std::vector<std::int64_t>& shape) {
   std::string s = "(";
@@ -254,24 +256,23 @@ Result<std::int64_t> element_count(const std::vector<std::int64_t>& shape) {
 
 namespace {
 
-// write_npy of elements of `descr`, `element` bytes each.
-Status write_npy_of(const std::string& path, const void* data, std::int64_t rows, std::int64_t cols, const char* descr,
-                    std::int64_t element) {
-  if (rows < 0 || cols < 0) {
-    return Status::invalid_argument(path + ": cannot write an npy matrix of shape (" + std::to_string(rows) + ", " +
-                                    std::to_string(cols) + "): dimensions must be >= 0");
-  }
-  std::int64_t bytes = 0;
-  if (__builtin_mul_overflow(rows, cols, &bytes) || __builtin_mul_overflow(bytes, element, &bytes)) {
-    return Status::invalid_argument(path + ": npy matrix (" + std::to_string(rows) + ", " + std::to_string(cols) +
-                                    ") is too large");
-  }
+// write_npy of elements of `descr`, `element` bytes each, of `shape` (1 or 2 dimensions).
+Status write_npy_of(const std::string& path, const void* data, const std::vector<std::int64_t>& shape,
+                    const char* descr, std::int64_t element) {
+  for (const std::int64_t d : shape)
+    if (d < 0)
+      return Status::invalid_argument(path + ": cannot write an npy array of shape " + format_shape(shape) +
+                                      ": dimensions must be >= 0");
+  std::int64_t bytes = element;
+  for (const std::int64_t d : shape)
+    if (__builtin_mul_overflow(bytes, d, &bytes))
+      return Status::invalid_argument(path + ": npy array " + format_shape(shape) + " is too large");
   if (data == nullptr && bytes > 0) {
-    return Status::invalid_argument(path + ": null data for a non-empty npy matrix");
+    return Status::invalid_argument(path + ": null data for a non-empty npy array");
   }
 
-  std::string header = "{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': (" +
-                       std::to_string(rows) + ", " + std::to_string(cols) + "), }";
+  std::string header =
+      "{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': " + format_shape(shape) + ", }";
   // Pad with spaces so that prefix + dict + '\n' is a multiple of 64, as numpy does (aligned data).
   const std::size_t unpadded = kV1Prefix + header.size() + 1;
   header.append((kHeaderAlign - unpadded % kHeaderAlign) % kHeaderAlign, ' ');
@@ -292,11 +293,15 @@ Status write_npy_of(const std::string& path, const void* data, std::int64_t rows
 }  // namespace
 
 Status write_npy(const std::string& path, const float* data, std::int64_t rows, std::int64_t cols) {
-  return write_npy_of(path, data, rows, cols, kF32Descr, 4);
+  return write_npy_of(path, data, {rows, cols}, kF32Descr, 4);
 }
 
 Status write_npy_f16(const std::string& path, const std::uint16_t* bits, std::int64_t rows, std::int64_t cols) {
-  return write_npy_of(path, bits, rows, cols, kF16Descr, 2);
+  return write_npy_of(path, bits, {rows, cols}, kF16Descr, 2);
+}
+
+Status write_npy_i64(const std::string& path, const std::int64_t* data, std::int64_t n) {
+  return write_npy_of(path, data, {n}, kI64Descr, 8);
 }
 
 Result<NpyHeader> parse_npy_header(const std::string& bytes) {
@@ -311,14 +316,19 @@ Result<NpyHeader> parse_npy_header(const std::string& bytes) {
   return h;
 }
 
-Result<std::vector<float>> read_npy_matrix(const std::string& path, std::int64_t expected_rows,
-                                           std::int64_t expected_cols) {
-  if (expected_rows < 0 || expected_cols < 0) {
-    return Status::invalid_argument(path + ": expected shape (" + std::to_string(expected_rows) + ", " +
-                                    std::to_string(expected_cols) + ") has a negative dimension");
-  }
-  STRATA_ASSIGN_OR_RETURN(detail::FileReader file, detail::FileReader::open(path));
+namespace {
 
+// An opened .npy file whose header parsed, of C order and of a data section that holds its shape's elements. `check`
+// refuses a dtype or shape (with C order; Fortran order is refused after it) or gives the element's bytes.
+struct OpenNpy {
+  detail::FileReader file;
+  NpyHeader h;
+  std::int64_t count = 0;  // elements
+};
+Result<OpenNpy> open_npy(const std::string& path, const std::function<Result<std::uint64_t>(const NpyHeader&)>& check) {
+  OpenNpy o;
+  STRATA_ASSIGN_OR_RETURN(o.file, detail::FileReader::open(path));
+  detail::FileReader& file = o.file;
   std::string head(static_cast<std::size_t>(std::min<std::uint64_t>(file.size(), kV2Prefix)), '\0');
   STRATA_RETURN_IF_ERROR(file.read_at(0, head.data(), head.size()));
   Result<std::size_t> header_size = npy_header_size(head);
@@ -331,25 +341,15 @@ Result<std::vector<float>> read_npy_matrix(const std::string& path, std::int64_t
   STRATA_RETURN_IF_ERROR(file.read_at(0, head.data(), head.size()));
   Result<NpyHeader> parsed = parse_npy_header(head);
   if (!parsed.is_ok()) return parsed.status().with_context(path);
-  const NpyHeader& h = *parsed;
-
-  const bool half = h.descr == kF16Descr;
-  if (h.descr != kF32Descr && !half) {
-    return Status::invalid_argument(path + ": dtype '" + h.descr + "' is not supported (expected '" + kF32Descr +
-                                    "', little-endian float32, or '" + kF16Descr + "', little-endian float16)");
-  }
-  const std::uint64_t element = half ? 2 : 4;
+  o.h = std::move(parsed).value();
+  const NpyHeader& h = o.h;
+  STRATA_ASSIGN_OR_RETURN(const std::uint64_t element, check(h));
   if (h.fortran_order) {
     return Status::invalid_argument(path + ": fortran_order is True (expected False: C order, row-major)");
   }
-  const std::vector<std::int64_t> expected_shape = {expected_rows, expected_cols};
-  if (h.shape != expected_shape) {
-    return Status::invalid_argument(path + ": shape " + format_shape(h.shape) + " does not match the table (expected " +
-                                    format_shape(expected_shape) + ")");
-  }
-  STRATA_ASSIGN_OR_RETURN(const std::int64_t count, element_count(h.shape));
+  STRATA_ASSIGN_OR_RETURN(o.count, element_count(h.shape));
   std::uint64_t want = 0;
-  if (__builtin_mul_overflow(static_cast<std::uint64_t>(count), element, &want)) {
+  if (__builtin_mul_overflow(static_cast<std::uint64_t>(o.count), element, &want)) {
     return Status::data_loss(path + ": shape " + format_shape(h.shape) + " is too large");
   }
   const std::uint64_t found = file.size() - h.data_offset;
@@ -359,6 +359,36 @@ Result<std::vector<float>> read_npy_matrix(const std::string& path, std::int64_t
                              " for shape " + format_shape(h.shape) + " '" + h.descr + "' after a " +
                              std::to_string(h.data_offset) + "-byte header");
   }
+  return o;
+}
+
+}  // namespace
+
+Result<std::vector<float>> read_npy_matrix(const std::string& path, std::int64_t expected_rows,
+                                           std::int64_t expected_cols) {
+  if (expected_rows < 0 || expected_cols < 0) {
+    return Status::invalid_argument(path + ": expected shape (" + std::to_string(expected_rows) + ", " +
+                                    std::to_string(expected_cols) + ") has a negative dimension");
+  }
+  bool half = false;
+  const auto check = [&](const NpyHeader& h) -> Result<std::uint64_t> {
+    half = h.descr == kF16Descr;
+    if (h.descr != kF32Descr && !half) {
+      return Status::invalid_argument(path + ": dtype '" + h.descr + "' is not supported (expected '" + kF32Descr +
+                                      "', little-endian float32, or '" + kF16Descr + "', little-endian float16)");
+    }
+    const std::vector<std::int64_t> expected_shape = {expected_rows, expected_cols};
+    if (h.shape != expected_shape && !h.fortran_order) {
+      return Status::invalid_argument(path + ": shape " + format_shape(h.shape) +
+                                      " does not match the table (expected " + format_shape(expected_shape) + ")");
+    }
+    return std::uint64_t{half ? 2u : 4u};
+  };
+  STRATA_ASSIGN_OR_RETURN(OpenNpy opened, open_npy(path, check));
+  detail::FileReader& file = opened.file;
+  const NpyHeader& h = opened.h;
+  const std::int64_t count = opened.count;
+  const std::uint64_t want = static_cast<std::uint64_t>(count) * (half ? 2 : 4);
 
   std::vector<float> out;
   try {
@@ -382,6 +412,21 @@ Result<std::vector<float>> read_npy_matrix(const std::string& path, std::int64_t
     for (std::int64_t i = 0; i < n; ++i)
       out[static_cast<std::size_t>(i0 + i)] = widen_f16(bits[static_cast<std::size_t>(i)]);
   }
+  return out;
+}
+
+Result<std::vector<std::int64_t>> read_npy_i64(const std::string& path) {
+  const auto check = [&](const NpyHeader& h) -> Result<std::uint64_t> {
+    if (h.descr != kI64Descr)
+      return Status::invalid_argument(path + ": dtype '" + h.descr + "' is not supported (expected '" + kI64Descr +
+                                      "', little-endian int64)");
+    if (h.shape.size() != 1 && !h.fortran_order)
+      return Status::invalid_argument(path + ": shape " + format_shape(h.shape) + " (expected one dimension, (n,))");
+    return std::uint64_t{8};
+  };
+  STRATA_ASSIGN_OR_RETURN(OpenNpy opened, open_npy(path, check));
+  std::vector<std::int64_t> out(static_cast<std::size_t>(opened.count));
+  STRATA_RETURN_IF_ERROR(opened.file.read_at(opened.h.data_offset, out.data(), out.size() * sizeof(std::int64_t)));
   return out;
 }
 

@@ -27,6 +27,8 @@ struct NpyHeader {
 Status write_npy(const std::string& path, const float* data, std::int64_t rows, std::int64_t cols);
 /// write_npy of fp16 elements (their bits, `core/half.hpp`): '<f2', numpy's float16.
 Status write_npy_f16(const std::string& path, const std::uint16_t* bits, std::int64_t rows, std::int64_t cols);
+/// write_npy of a vector of `n` int64 ('<i8', shape (n,)): a dynamic table's keys.
+Status write_npy_i64(const std::string& path, const std::int64_t* data, std::int64_t n);
 
 /// Parses the header at the start of `bytes` (the beginning of a .npy file: at least the whole
 /// header; any data after it is ignored). Accepts versions 1.0, 2.0 and 3.0 and the dict layouts
@@ -46,5 +48,7 @@ Result<NpyHeader> parse_npy_header(const std::string& bytes);
 /// Thread-safe.
 Result<std::vector<float>> read_npy_matrix(const std::string& path, std::int64_t expected_rows,
                                            std::int64_t expected_cols);
+/// Reads a .npy file of a vector of '<i8' (int64, shape (n,)), as write_npy_i64 writes it; errors as read_npy_matrix's.
+Result<std::vector<std::int64_t>> read_npy_i64(const std::string& path);
 
 }  // namespace strata

@@ -574,7 +574,7 @@ TEST(KeyIndex, RestoreRefusesBadInputAndChangesNothing) {
   refused(5, {{1, 4, 1, 1}}, {}, "entry 0 (key 1, row 4): row outside [0, 4)");
   refused(5, {{1, 0, 1, 1}, {2, 0, 1, 1}}, {}, "entry 1 (key 2, row 0): row given twice");
   refused(5, {{1, 0, 1, 1}, {1, 1, 1, 1}}, {}, "entry 1 (key 1, row 1): key given twice");
-  refused(5, {{1, 0, 6, 1}}, {}, "last use 6 outside [1, 5]");
+  refused(5, {{1, 0, 6, 1}}, {}, "last use 6 outside [0, 5]");
   refused(5, {{1, 0, 3, 1}, {2, 1, 2, 1}}, {}, "entry 1 (key 2, row 1): last use 2 outside [3, 5]");
   refused(5, {{1, 0, 1, 0}}, {}, "count 0 < 1");
   refused(5, {}, {1, 2, 3}, "sketch of 3 bytes, expected 520");
@@ -596,6 +596,13 @@ TEST(KeyIndex, RestoreRefusesBadInputAndChangesNothing) {
   EXPECT_EQ(index.counts().admissions, 3);
   KeyIndex no_sketch(4, make_spec(1, Eviction::kLru, 0));
   EXPECT_EQ(no_sketch.restore(0, {}, {0}).code(), StatusCode::kInvalidArgument);
+  // Rows written at clock 0 (Store::write_keys of a store that never trained) have last use 0.
+  KeyIndex at_zero(2, make_spec(1, Eviction::kLru, 0));
+  ASSERT_TRUE(at_zero.restore(0, {{5, 1, 0, 1}, {6, 0, 0, 1}}, {}).is_ok());
+  train_released(at_zero, {7});  // evicts key 5, first in the tie order
+  EXPECT_EQ(at_zero.row_of(5), KeyIndex::kNone);
+  EXPECT_EQ(at_zero.row_of(7), 1);
+  EXPECT_EQ(at_zero.row_of(6), 0);
 }
 
 TEST(KeyIndex, BytesPerRowStayNearTheTarget) {

@@ -283,7 +283,7 @@ TEST(DynamicReference, RefusesDenseCallsAndKeysWithoutRows) {
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // A dynamic table that admits every key (admit_after 1, capacity beyond the keys used) against a dense table of the

@@ -19,6 +19,7 @@
 #include "dispatch/sharding_plan.hpp"
 #include "store/detail/batch_checks.hpp"
 #include "store/io/detail/crc32c.hpp"
+#include "store/io/detail/dynamic_piece.hpp"
 #include "store/store.hpp"
 
 namespace strata::detail {
@@ -68,6 +69,35 @@ Status parse_v2_pieces(const std::string& path, const Manifest& m, const json& t
                                "; corrupt)");
     mt.pieces.push_back(std::move(p));
   }
+  return Status::ok();
+}
+
+// Parses the "dynamic" object `d` of a format 4 table entry into `mt` (its shape already checked): its file becomes its
+// one piece, whose size must be what its keys and sketch make.
+Status parse_dynamic(const std::string& path, const json& d, ManifestTable& mt) {
+  mt.dynamic = true;
+  mt.keys = d.at("keys").get<std::int64_t>();
+  mt.sketch_bytes = d.at("sketch_bytes").get<std::int64_t>();
+  const std::string who = path + ": dynamic table '" + mt.name + "': ";
+  if (mt.keys < 0 || mt.keys > mt.rows)
+    return Status::data_loss(who + "keys " + std::to_string(mt.keys) + " (expected 0 to its capacity " +
+                             std::to_string(mt.rows) + "; corrupt)");
+  if (mt.rows > kMaxDynamicCapacity || mt.sketch_bytes < 0 || mt.sketch_bytes > (std::int64_t{1} << 40))
+    return Status::data_loss(who + "capacity " + std::to_string(mt.rows) + ", sketch_bytes " +
+                             std::to_string(mt.sketch_bytes) + " (expected a capacity up to " +
+                             std::to_string(kMaxDynamicCapacity) + " and a sketch below 2^40 bytes; corrupt)");
+  PieceEntry p;
+  p.file = d.at("file").get<std::string>();
+  p.box = whole_box(mt.keys, mt.dim);
+  p.bytes = d.at("bytes").get<std::uint64_t>();
+  const std::string crc = d.at("crc32c").get<std::string>();
+  if (crc.size() != 8 || crc.find_first_not_of("0123456789abcdef") != std::string::npos)
+    return Status::data_loss(who + "crc32c '" + crc + "' (expected 8 lowercase hex digits; corrupt)");
+  p.crc = static_cast<std::uint32_t>(std::stoul(crc, nullptr, 16));
+  if (p.bytes != dynamic_file_bytes(mt))
+    return Status::data_loss(who + "file '" + p.file + "': " + std::to_string(p.bytes) + " bytes (expected " +
+                             std::to_string(dynamic_file_bytes(mt)) + " for its keys and sketch; corrupt)");
+  mt.pieces.push_back(std::move(p));
   return Status::ok();
 }
 
@@ -181,10 +211,11 @@ Result<Manifest> parse_manifest(const std::string& path, const std::string& text
     if (j.at("format").get<std::string>() != "strata-checkpoint")
       return Status::data_loss(path + ": not a Strata checkpoint manifest");
     const auto version = j.at("version").get<std::uint32_t>();
-    if (version < kFormatVersion || version > kTypedFormatVersion)
+    if (version < kFormatVersion || version > kDynamicFormatVersion)
       return Status::invalid_argument(path + ": format version " + std::to_string(version) + " (expected " +
                                       std::to_string(kFormatVersion) + ", " + std::to_string(kWorldFormatVersion) +
-                                      " or " + std::to_string(kTypedFormatVersion) + ")");
+                                      ", " + std::to_string(kTypedFormatVersion) + " or " +
+                                      std::to_string(kDynamicFormatVersion) + ")");
     m.version = version;
     if (version != kFormatVersion) {  // pieces
       const std::string save = j.at("save").get<std::string>();
@@ -210,7 +241,9 @@ Result<Manifest> parse_manifest(const std::string& path, const std::string& text
       if (t.contains("state_dtype")) mt.state_dtype = t.at("state_dtype").get<std::string>();
       mt.optimizer = t.at("optimizer").get<std::string>();
       STRATA_RETURN_IF_ERROR(check_shape(path, mt));
-      if (version == kFormatVersion) {
+      if (version >= kDynamicFormatVersion && t.contains("dynamic")) {
+        STRATA_RETURN_IF_ERROR(parse_dynamic(path, t.at("dynamic"), mt));
+      } else if (version == kFormatVersion) {
         parse_v1_file(t, mt);
       } else {
         STRATA_RETURN_IF_ERROR(parse_v2_pieces(path, m, t, mt));
@@ -237,6 +270,10 @@ Result<Manifest> parse_manifest(const std::string& path, const std::string& text
         if (!files_seen.insert(p.file).second)
           return Status::data_loss(path + ": table '" + mt.name + "': file '" + p.file +
                                    "' is listed twice (expected one file per piece; corrupt)");
+      if (mt.dynamic) {  // its size checked by parse_dynamic; no tiles
+        m.tables.push_back(std::move(mt));
+        continue;
+      }
       std::vector<Box> boxes;
       std::vector<std::string> files;
       for (const PieceEntry& p : mt.pieces) {
@@ -278,7 +315,14 @@ std::string manifest_text(const Manifest& m) {
     if (t.state_dtype != "fp32") e["state_dtype"] = t.state_dtype;
     e["optimizer"] = t.optimizer;
     if (t.has_learning_rate) e["learning_rate"] = t.learning_rate;
-    if (m.version == kFormatVersion) {
+    if (t.dynamic) {
+      const PieceEntry& p = t.pieces.at(0);
+      e["dynamic"] = {{"keys", t.keys},
+                      {"sketch_bytes", t.sketch_bytes},
+                      {"file", p.file},
+                      {"bytes", p.bytes},
+                      {"crc32c", hex32(p.crc)}};
+    } else if (m.version == kFormatVersion) {
       const PieceEntry& p = t.pieces.at(0);
       e["file"] = p.file;
       e["bytes"] = p.bytes;
@@ -389,6 +433,8 @@ std::int64_t record_floats(const ManifestTable& m, const Box& box) {
 
 std::uint32_t save_format(const StoreConfig& config, bool world) {
   for (const TableConfig& t : config.tables)
+    if (t.dynamic) return kDynamicFormatVersion;
+  for (const TableConfig& t : config.tables)
     if (t.spec.dtype != DType::kF32 || t.spec.state_dtype != DType::kF32) return kTypedFormatVersion;
   return world ? kWorldFormatVersion : kFormatVersion;
 }
@@ -474,10 +520,7 @@ Result<PieceHeader> header_of(const ManifestTable& t, const Box& box, std::uint3
 
 // The first field in which header `got` differs from `want` (format `version`'s fields), "" when none.
 std::string header_difference(const PieceHeader& got, const PieceHeader& want, std::uint32_t version) {
-  auto field = [](const char* name, auto g, auto w) {
-    return g == w ? std::string()
-                  : std::string(name) + " " + std::to_string(g) + " (expected " + std::to_string(w) + ")";
-  };
+  const auto field = [](const char* name, auto g, decltype(g) w) { return field_difference(name, g, w); };
   if (std::memcmp(got.magic, want.magic, sizeof want.magic) != 0) return "no Strata table magic";
   std::string d = field("format version", got.version, want.version);
   if (d.empty()) d = field("rows", got.rows, want.rows);
@@ -571,9 +614,9 @@ void load_records(const RecordShape& shape, std::int64_t record_bytes, const uns
 Result<PieceWriter> PieceWriter::create(const std::string& dir, const std::string& file, const ManifestTable& t,
                                         const Box& box, std::uint64_t save_id, std::uint32_t version) {
   const std::string name = piece_name(dir, file, t, box);
-  if (version < kFormatVersion || version > kTypedFormatVersion)
+  if (version < kFormatVersion || version > kDynamicFormatVersion)
     return Status::invalid_argument(name + ": format version " + std::to_string(version) + " (expected " +
-                                    std::to_string(kFormatVersion) + " to " + std::to_string(kTypedFormatVersion) +
+                                    std::to_string(kFormatVersion) + " to " + std::to_string(kDynamicFormatVersion) +
                                     ")");
   if (box.empty() || box.row_start < 0 || box.row_step < 1 || box.col_offset < 0 ||
       std::int64_t{box.col_offset} + box.cols > t.dim)

@@ -12,7 +12,9 @@
 // their 16 bits, every element in the machine's (little-endian) byte order. A save writes the oldest format that holds
 // it (save_format): 3 only when a table has half-size weights or state, so that older builds read the rest; every
 // format loads. All parse into one Manifest, a format 1 table as one whole piece. MANIFEST is JSON followed by a line
-// "crc32c XXXXXXXX" over the JSON text; each piece's CRC covers its bytes as written.
+// "crc32c XXXXXXXX" over the JSON text; each piece's CRC covers its bytes as written. Format 4 (a store with a dynamic
+// table; save_format gives it before 3): format 3 whose dynamic tables each have one file instead of pieces
+// (dynamic_piece.hpp).
 //
 // In memory a record is fp32 in every format ([cols weights | state] floats, what read_shard and write_shard take):
 // PieceWriter narrows a format 3 record's half elements, exactly (they were read from a table of that dtype, so they
@@ -44,6 +46,9 @@ inline constexpr std::uint32_t kWorldFormatVersion = 2;
 /// Pieces whose records hold each element in its table's element type; builds before it refuse it ("format version 3
 /// (expected 1 or 2)").
 inline constexpr std::uint32_t kTypedFormatVersion = 3;
+/// Format 3 with dynamic tables (dynamic_piece.hpp): the format of a save of a store with a dynamic table; builds
+/// before it refuse it ("format version 4 (expected 1, 2 or 3)").
+inline constexpr std::uint32_t kDynamicFormatVersion = 4;
 /// Whether a file of format `version` holds each element in its table's element type (else every element is fp32).
 constexpr bool typed_records(std::uint32_t version) { return version >= kTypedFormatVersion; }
 inline constexpr std::size_t kHeaderBytes = 64;
@@ -87,6 +92,12 @@ std::string hex32(std::uint32_t v);
 std::string hex64(std::uint64_t v);
 /// dir + "/" + name.
 std::string join(const std::string& dir, const std::string& name);
+/// "<name> <got> (expected <want>)", or "" when they are equal: a header field that differs, in messages.
+template <class T>
+std::string field_difference(const char* name, T got, T want) {
+  return got == want ? std::string()
+                     : std::string(name) + " " + std::to_string(got) + " (expected " + std::to_string(want) + ")";
+}
 
 /// One file of a table: the whole table (format 1) or one rank's part of it (formats 2 and 3).
 struct PieceEntry {
@@ -110,10 +121,15 @@ struct ManifestTable {
   /// checkpoint from before learning rates were saved. True by default: a saver's entry carries its rate.
   bool has_learning_rate = true;
   std::string sharding;            ///< formats 2 and 3: the saving world's sharding type ("row"); empty in format 1
-  std::vector<PieceEntry> pieces;  ///< tile the table (check_tiling); format 1: one whole piece
+  std::vector<PieceEntry> pieces;  ///< tile the table (check_tiling); format 1: one whole piece; dynamic: its file
+  /// Format 4: a dynamic table (rows: its capacity), its one file (dynamic_piece.hpp) of `keys` records after
+  /// `sketch_bytes` of admission sketch. In the manifest: "dynamic": {"keys", "sketch_bytes", "file", "bytes",
+  /// "crc32c"} instead of "sharding" and "pieces".
+  bool dynamic = false;
+  std::int64_t keys = 0, sketch_bytes = 0;
 };
 struct Manifest {
-  std::uint32_t version = kFormatVersion;  ///< 1, 2 or 3
+  std::uint32_t version = kFormatVersion;  ///< 1, 2, 3 or 4
   std::uint64_t generation = 0;
   std::uint64_t save_id =
       0;          ///< formats 2 and 3: the save's random id (in every piece's name and header); 0 in format 1
@@ -159,8 +175,9 @@ ManifestTable manifest_entry(const TableSpec& spec);
 Status check_entry(const ManifestTable& m, const TableSpec& spec, std::int32_t state_dim, const std::string& dir,
                    bool convert_dtypes);
 
-/// The format a save of `config` writes: kTypedFormatVersion when a table has half-size weights or state, else
-/// kWorldFormatVersion (`world`) or kFormatVersion: the oldest that holds it, so that older builds read what they can.
+/// The format a save of `config` writes: kDynamicFormatVersion with a dynamic table, kTypedFormatVersion when a table
+/// has half-size weights or state, else kWorldFormatVersion (`world`) or kFormatVersion: the oldest that holds it, so
+/// that older builds read what they can.
 std::uint32_t save_format(const StoreConfig& config, bool world);
 
 /// Floats of a record of `box` in a file of table `m` (in memory): box.cols weights and their state (m.state_dim when

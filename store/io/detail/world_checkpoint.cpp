@@ -25,6 +25,7 @@
 #include "dispatch/sharding_plan.hpp"
 #include "store/detail/batch_checks.hpp"
 #include "store/io/detail/checkpoint_format.hpp"
+#include "store/io/detail/dynamic_piece.hpp"
 #include "store/io/detail/reshard.hpp"
 #include "store/io/file_io.hpp"
 #include "store/store.hpp"
@@ -427,6 +428,10 @@ Status save_world(Store& store, dispatch::Communicator& comm, const std::string&
     return Status::from_code(s.code(), what + ": " + s.message() + " (" + state + ")");
   };
   const std::string untouched = "nothing committed; the previous checkpoint stays";
+  for (const TableConfig& t : store.config().tables)
+    if (t.dynamic)  // the same config on every rank: every rank refuses
+      return Status::failed_precondition(what + ": dynamic table '" + t.spec.name +
+                                         "': saved by a store without a world only (nothing written)");
   // 1. Start: the directory, and the same step on every rank (else nothing is written).
   Status local = at(me, SavePoint::kStart);
   if (local.is_ok()) local = make_dirs(dir);
@@ -553,6 +558,7 @@ struct Prepared {
   std::vector<TablePlan> plans;    // per config table
   bool convert_dtypes = false;     // load_converting_dtypes: verify refuses what the tables cannot hold
   std::vector<std::vector<std::pair<std::size_t, PieceReader>>> readers;  // per config table: (piece, reader) I read
+  std::vector<DynamicState> dynamic;  // per config table: a dynamic table's state, read and checked (dense: empty)
 };
 
 // Parses `text`, matches it to the config and plans every table. The same on every rank (same text, same config).
@@ -577,8 +583,25 @@ Result<Prepared> plan_load(const Store& store, int world, const std::string& dir
       return Status::invalid_argument(dir + ": checkpoint has no table '" + spec.name +
                                       "' (expected every table of the config)");
     const ManifestTable& mt = c.manifest.tables[c.entry[ti]];
+    const bool dynamic = tables[ti].dynamic.has_value();
+    const auto kind = [](bool d) { return d ? "a dynamic table" : "a dense table"; };
+    if (mt.dynamic != dynamic)
+      return Status::invalid_argument(dir + ": table '" + spec.name + "' is " + kind(mt.dynamic) +
+                                      " in the checkpoint and " + kind(dynamic) + " in the store config (expected " +
+                                      kind(dynamic) + ")");
+    if (dynamic && mt.rows != spec.rows)
+      return Status::invalid_argument(dir + ": dynamic table '" + spec.name + "': capacity " + std::to_string(mt.rows) +
+                                      " in the checkpoint (expected " + std::to_string(spec.rows) +
+                                      " from the store config)");
+    if (dynamic && world > 1)
+      return Status::failed_precondition(dir + ": dynamic table '" + spec.name +
+                                         "': loads into a store without a world only (expected Store::open(config))");
     STRATA_RETURN_IF_ERROR(
         check_entry(mt, spec, optimizer_state_dim(spec.optimizer.kind, spec.dim), dir, convert_dtypes));
+    if (dynamic) {  // no plan: its one file is read whole (open_pieces) and applied by the store (load_checkpoint)
+      c.plans.emplace_back();
+      continue;
+    }
     std::vector<Box> pieces;
     for (const PieceEntry& p : mt.pieces) pieces.push_back(p.box);
     Result<TablePlan> plan = plan_table(spec, tables[ti].sharding, static_cast<int>(ti), world, std::move(pieces));
@@ -595,14 +618,22 @@ Status open_pieces(Store& store, int me, const std::string& dir, Prepared& c) {
   const auto& tables = store.config().tables;
   c.readers.clear();
   c.readers.resize(tables.size());
+  c.dynamic.clear();
+  c.dynamic.resize(tables.size());
   for (std::size_t ti = 0; ti < tables.size(); ++ti) {
+    const ManifestTable& mt = c.manifest.tables[c.entry[ti]];
+    if (mt.dynamic) {
+      STRATA_ASSIGN_OR_RETURN(c.dynamic[ti], read_dynamic_piece(dir, mt, mt.pieces.at(0), c.manifest.version,
+                                                                c.manifest.save_id, tables[ti], c.convert_dtypes));
+      STRATA_RETURN_IF_ERROR(progressed());
+      continue;
+    }
     // The plan's target for this rank is this store's shard: else the plan and the engines disagree (a bug).
     Result<ShardInfo> si = store.shard_info(static_cast<int>(ti));
     if (!si) return si.status();
     if (box_of(si.value()) != c.plans[ti].targets[static_cast<std::size_t>(me)])
       return Status::internal("table '" + tables[ti].spec.name +
                               "': the load plan's shard of this rank differs from the store's (a bug)");
-    const ManifestTable& mt = c.manifest.tables[c.entry[ti]];
     for (std::size_t k = 0; k < mt.pieces.size(); ++k) {
       if (c.plans[ti].reader[k] != me) continue;
       STRATA_ASSIGN_OR_RETURN(PieceReader r,
@@ -747,9 +778,10 @@ Status copy_table(Store& store, dispatch::Communicator* comm, int me, int world,
   return failed;
 }
 
-// 6. Step and rates, the same manifest's on every rank.
-Loaded loaded(const Prepared& c) {
+// 6. Step, rates and dynamic tables, the same manifest's on every rank.
+Loaded loaded(Prepared& c) {
   Loaded got;
+  got.dynamic = std::move(c.dynamic);
   got.step = c.manifest.step;
   for (std::size_t ti = 0; ti < c.entry.size(); ++ti) {
     const ManifestTable& mt = c.manifest.tables[c.entry[ti]];
@@ -847,6 +879,7 @@ Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std
   bool stopped = false;
   std::string at_table = "after every table";  // where this rank's copy ended
   for (std::size_t ti = 0; ti < c.plans.size() && !stopped; ++ti) {
+    if (c.manifest.tables[c.entry[ti]].dynamic) continue;  // applied by the store (Store::load_checkpoint)
     Status s = copy_table(store, comm, me, world, c, ti, buffers, stopped, rounds);
     if (stopped || !s.is_ok()) at_table = "into table '" + store.config().tables[ti].spec.name + "'";
     if (copied.is_ok() && !s.is_ok())

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "core/status.hpp"
+#include "store/detail/dynamic_state.hpp"
 #include "store/io/detail/checkpoint_format.hpp"
 
 namespace strata {
@@ -67,14 +68,16 @@ Result<std::uint64_t> next_generation(const std::string& dir);
 /// What load_pieces read besides the rows: the caller (Store::load_checkpoint) applies them.
 struct Loaded {
   std::int64_t step = 0;
-  std::vector<float> rate;     ///< per config table: the checkpoint's learning rate ...
-  std::vector<bool> has_rate;  ///< ... when it recorded one
+  std::vector<float> rate;            ///< per config table: the checkpoint's learning rate ...
+  std::vector<bool> has_rate;         ///< ... when it recorded one
+  std::vector<DynamicState> dynamic;  ///< per config table: a dynamic table's state, checked (dense: empty)
 };
 
 /// Loads the checkpoint of `dir` into `store` (collective over `comm`; null: a store without a world).
 /// `pinned_manifest`: that manifest text only, no retry with a newer one (open_checkpoint's). `convert_dtypes`: a
 /// table saved at another dtype or state_dtype loads (its fp32 records written through the store, which rounds them
-/// to nearest into a half-size table) instead of being refused (check_entry).
+/// to nearest into a half-size table) instead of being refused (check_entry). Dynamic tables (a store without a world
+/// only): their files read and checked with the rest before any row changes, returned in Loaded::dynamic, not applied.
 Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std::string& dir,
                            const std::string* pinned_manifest, bool convert_dtypes);
 

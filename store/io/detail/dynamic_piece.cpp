@@ -1,0 +1,134 @@
+#include "store/io/detail/dynamic_piece.hpp"
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "store/detail/batch_checks.hpp"
+#include "store/io/detail/crc32c.hpp"
+#include "store/io/file_io.hpp"
+
+namespace strata::detail {
+namespace {
+
+constexpr std::int64_t kEntryBytes = 4 * sizeof(std::int64_t);  // key, row, last use, count
+
+// The header the file of dynamic table `t` has (its element types and optimizer parse: parse_manifest checked them).
+DynamicHeader header_of(const ManifestTable& t, std::int64_t clock, std::uint32_t version, std::uint64_t save_id) {
+  DynamicHeader h{};
+  std::memcpy(h.magic, kDynamicMagic, sizeof kDynamicMagic);
+  h.version = version;
+  h.dtype = static_cast<std::uint32_t>(parse_dtype(t.dtype).value());
+  h.capacity = t.rows;
+  h.dim = t.dim;
+  h.state_dim = t.state_dim;
+  h.optimizer = static_cast<std::uint32_t>(parse_optimizer(t.optimizer).value());
+  h.state_dtype = static_cast<std::uint32_t>(parse_dtype(t.state_dtype).value());
+  h.keys = t.keys;
+  h.clock = clock;
+  h.save_id = save_id;
+  return h;
+}
+
+// The first field in which `got` differs from `want` (the clock is the file's own), "" when none.
+std::string header_difference(const DynamicHeader& got, const DynamicHeader& want) {
+  const auto field = [](const char* name, auto g, decltype(g) w) { return field_difference(name, g, w); };
+  if (std::memcmp(got.magic, want.magic, sizeof want.magic) != 0) return "no Strata dynamic table magic";
+  std::string d = field("format version", got.version, want.version);
+  if (d.empty()) d = field("capacity", got.capacity, want.capacity);
+  if (d.empty()) d = field("keys", got.keys, want.keys);
+  if (d.empty()) d = field("dim", got.dim, want.dim);
+  if (d.empty()) d = field("state_dim", got.state_dim, want.state_dim);
+  if (d.empty()) d = field("dtype", got.dtype, want.dtype);
+  if (d.empty()) d = field("state dtype", got.state_dtype, want.state_dtype);
+  if (d.empty()) d = field("optimizer", got.optimizer, want.optimizer);
+  if (d.empty()) d = field("save id", got.save_id, want.save_id);
+  return d;
+}
+
+}  // namespace
+
+std::int64_t dynamic_record_bytes(const ManifestTable& t) {
+  return kEntryBytes + 4 * (std::int64_t{t.dim} + t.state_dim);
+}
+
+std::uint64_t dynamic_file_bytes(const ManifestTable& t) {
+  return kHeaderBytes + static_cast<std::uint64_t>(t.sketch_bytes) +
+         static_cast<std::uint64_t>(t.keys) * static_cast<std::uint64_t>(dynamic_record_bytes(t));
+}
+
+Status write_dynamic_piece(const std::string& dir, const ManifestTable& t, const DynamicState& state,
+                           std::uint64_t save_id, std::uint32_t version, PieceEntry& piece) {
+  STRATA_ASSIGN_OR_RETURN(AtomicFileWriter w, AtomicFileWriter::create(join(dir, piece.file)));
+  const DynamicHeader h = header_of(t, state.clock, version, save_id);
+  STRATA_RETURN_IF_ERROR(w.append(&h, sizeof h));
+  STRATA_RETURN_IF_ERROR(w.append(state.sketch.data(), state.sketch.size()));
+  const auto dim = static_cast<std::size_t>(t.dim), sd = static_cast<std::size_t>(t.state_dim);
+  std::vector<unsigned char> rec(static_cast<std::size_t>(dynamic_record_bytes(t)));
+  for (std::size_t i = 0; i < state.entries.size(); ++i) {
+    const KeyIndex::Entry& e = state.entries[i];
+    const std::int64_t head[4] = {e.key, e.row, e.last_use, e.count};
+    std::memcpy(rec.data(), head, sizeof head);
+    std::memcpy(rec.data() + sizeof head, state.weights.data() + i * dim, dim * sizeof(float));
+    if (sd)
+      std::memcpy(rec.data() + sizeof head + dim * sizeof(float), state.state.data() + i * sd, sd * sizeof(float));
+    STRATA_RETURN_IF_ERROR(w.append(rec.data(), rec.size()));
+  }
+  STRATA_RETURN_IF_ERROR(w.commit());
+  piece.bytes = w.bytes();
+  piece.crc = w.crc();
+  return Status::ok();
+}
+
+Result<DynamicState> read_dynamic_piece(const std::string& dir, const ManifestTable& t, const PieceEntry& piece,
+                                        std::uint32_t version, std::uint64_t save_id, const TableConfig& into,
+                                        bool convert_dtypes) {
+  const std::string name = join(dir, piece.file) + " (dynamic table '" + t.name + "')";
+  if (!is_plain_file_name(piece.file))
+    return Status::invalid_argument(name + ": not a file name inside the checkpoint directory");
+  STRATA_ASSIGN_OR_RETURN(FileReader file, FileReader::open(join(dir, piece.file)));
+  const std::uint64_t want = dynamic_file_bytes(t);
+  if (file.size() != want || piece.bytes != want)
+    return Status::data_loss(name + ": " + std::to_string(file.size()) + " bytes, the manifest says " +
+                             std::to_string(piece.bytes) + " (expected " + std::to_string(want) + ", a header, " +
+                             std::to_string(t.sketch_bytes) + " bytes of sketch and " + std::to_string(t.keys) +
+                             " records of " + std::to_string(dynamic_record_bytes(t)) +
+                             " bytes; truncated or corrupt)");
+  const std::unique_ptr<unsigned char[]> bytes(new unsigned char[want]);
+  STRATA_RETURN_IF_ERROR(file.read_at(0, bytes.get(), want));
+  const std::uint32_t crc = crc32c(bytes.get(), want);
+  if (crc != piece.crc)
+    return Status::data_loss(name + ": checksum " + hex32(crc) + " does not match the manifest's " + hex32(piece.crc) +
+                             " (corrupt)");
+  DynamicHeader h{};
+  std::memcpy(&h, bytes.get(), sizeof h);
+  const std::string diff = header_difference(h, header_of(t, h.clock, version, save_id));
+  if (!diff.empty()) return Status::data_loss(name + ": header has " + diff + " from the manifest (corrupt)");
+  DynamicState s;
+  s.clock = h.clock;
+  const unsigned char* at = bytes.get() + kHeaderBytes;
+  s.sketch.assign(at, at + t.sketch_bytes);
+  at += t.sketch_bytes;
+  const auto dim = static_cast<std::size_t>(t.dim), sd = static_cast<std::size_t>(t.state_dim);
+  const auto n = static_cast<std::size_t>(t.keys);
+  s.weights.resize(n * dim);
+  s.state.resize(n * sd);
+  for (std::size_t i = 0; i < n; ++i, at += dynamic_record_bytes(t)) {
+    std::int64_t head[4];
+    std::memcpy(head, at, sizeof head);
+    s.entries.push_back(KeyIndex::Entry{head[0], head[1], head[2], head[3]});
+    std::memcpy(s.weights.data() + i * dim, at + sizeof head, dim * sizeof(float));
+    if (sd) std::memcpy(s.state.data() + i * sd, at + sizeof head + dim * sizeof(float), sd * sizeof(float));
+  }
+  // What the store's index would refuse, refused before any table changes (a probe of its capacity and options).
+  KeyIndex probe(into.spec.rows, *into.dynamic);
+  if (Status r = probe.restore(s.clock, s.entries, s.sketch); !r.is_ok())
+    return Status::data_loss(name + ": " + r.message() + " (corrupt)");
+  if (convert_dtypes)
+    STRATA_RETURN_IF_ERROR(check_holdable("load", into.spec, 0, t.keys, into.spec.dim, s.weights.data(),
+                                          optimizer_state_dim(into.spec.optimizer.kind, into.spec.dim), s.state.data())
+                               .with_context(name));
+  return s;
+}
+
+}  // namespace strata::detail
