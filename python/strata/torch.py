@@ -393,6 +393,8 @@ class EmbeddingBagCollection(nn.Module):
     keys are as just used (touched in key order), so rows, updates and outputs continue bit for bit
     until the table is full or a key without a row is counted: which row a full table evicts (lru,
     lfu), when a row expires (``evict_after_steps``) and when a key reaches ``admit_after`` start afresh.
+    The store's checkpoints keep those too (``module.store.save(dir)`` and ``load``, or
+    ``strata.Store.from_checkpoint``: README "Dynamic tables").
 
     ``include_last_offset``: how the forward reads a dict feature's ``offsets``, as
     torch.nn.EmbeddingBag does (True, Strata's default, torch's is False: batch + 1 offsets; False:
