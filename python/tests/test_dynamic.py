@@ -35,21 +35,6 @@ def initial_rows(name, keys, optimizer="sgd"):
     return dense.read_rows(name)[0][list(keys)]
 
 
-def write_keys_built():
-    """Whether Store::write_keys is built (a stub returning Internal before it was)."""
-    s = strata.Store(config([dynamic_table("u", 2)]))
-    try:
-        s.write_keys("u", np.array([1]), np.zeros((1, DIM), np.float32))
-    except RuntimeError as e:
-        if "not built yet" in str(e):
-            return False
-        raise
-    return True
-
-
-needs_write_keys = pytest.mark.skipif(not write_keys_built(), reason="Store::write_keys is not built yet")
-
-
 def test_store_keys_held_read_keys_and_stats():
     s = strata.Store(config([dynamic_table("u", 8, optimizer="adagrad"), table("d", 5, DIM)]))
     held = s.keys_held("u")
@@ -104,7 +89,6 @@ def test_store_bad_arguments_name_what_is_wrong():
     assert s.keys_held("u").tolist() == [-5]
 
 
-@needs_write_keys
 def test_store_write_keys_makes_the_table_hold_exactly_those_keys():
     s = strata.Store(config([dynamic_table("u", 4, optimizer="adagrad")]))
     for key in (9, 10):
@@ -218,7 +202,6 @@ def test_state_dict_entries_of_a_dynamic_table(dtype):
     assert "embedding_bags.d.keys" not in sd and sd["embedding_bags.d.weight"].shape == (6, DIM)
 
 
-@needs_write_keys
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_state_dict_round_trip_loses_nothing(dtype):
     cfg = config([dict(dynamic_table("u", 16, optimizer="adam"), dtype=dtype, state_dtype=dtype),
