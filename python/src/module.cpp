@@ -287,10 +287,12 @@ class PyStore {
     call([&](Store& s) { return s.write_shard(t, row0, n, w.data(), sp); });
   }
 
-  void submit(py::handle batch_id, py::handle features, bool train) {
+  void submit(py::handle batch_id, py::handle features, py::handle train) {
     const std::int64_t id = to_int(batch_id, "batch_id");
+    if (!py::isinstance<py::bool_>(train))
+      throw py::type_error("train is a " + type_name(train) + " (expected a bool)");
     KeyBatch batch = to_key_batch(features);
-    batch.train = train;
+    batch.train = train.cast<bool>();
     std::vector<Shape> shapes;
     const std::shared_ptr<Store> store = live();
     for (const auto& f : batch.features) {
@@ -406,45 +408,64 @@ class PyStore {
     const std::string table = to_name(table_obj, "table");
     const std::int64_t row0 = to_int(row0_obj, "row0");
     const std::int64_t n_given = n_obj.is_none() ? 0 : to_int(n_obj, "n");
-    const int t = index(table);
-    const std::shared_ptr<Store> store = live();
-    const TableSpec& spec = store->config().tables[static_cast<std::size_t>(t)].spec;
-    const std::int32_t sd = optimizer_state_dim(spec.optimizer.kind, spec.dim);
-    const std::int64_t n = n_obj.is_none() ? spec.rows - row0 : n_given;
-    if (row0 < 0 || n < 0 || row0 > spec.rows || n > spec.rows - row0)
-      call([&](Store& s) { return s.read_rows(t, row0, n, nullptr, nullptr); });  // the store's words for it
-    py::array_t<float> w = out.is_none() ? py::array_t<float>({n, static_cast<std::int64_t>(spec.dim)})
-                                         : to_output_matrix(out, "table '" + table + "': out");
-    py::array_t<float> st = state_out.is_none() ? py::array_t<float>({n, static_cast<std::int64_t>(sd)})
-                                                : to_output_matrix(state_out, "table '" + table + "': state_out");
-    check_shape(w, n, spec.dim, "table '" + table + "': out");
-    check_shape(st, n, sd, "table '" + table + "': state_out");
-    float* wp = w.mutable_data();
-    float* sp = sd ? st.mutable_data() : nullptr;
-    call([&](Store& s) { return s.read_rows(t, row0, n, wp, sp); });
-    return py::make_tuple(w, st);
+    const TableArg t = table_arg(table);
+    const std::int64_t n = n_obj.is_none() ? t.spec.rows - row0 : n_given;
+    if (row0 < 0 || n < 0 || row0 > t.spec.rows || n > t.spec.rows - row0)
+      call([&](Store& s) { return s.read_rows(t.index, row0, n, nullptr, nullptr); });  // the store's words for it
+    RowsOut rows = rows_out(t, n, out, state_out);
+    call([&](Store& s) { return s.read_rows(t.index, row0, n, rows.weights_ptr, rows.state_ptr); });
+    return py::make_tuple(rows.weights, rows.state);
   }
 
   void write_rows(py::handle table_obj, py::handle row0_obj, py::handle weights, const py::object& state) {
     const std::string table = to_name(table_obj, "table");
     const std::int64_t row0 = to_int(row0_obj, "row0");
-    const int t = index(table);
-    const std::shared_ptr<Store> store = live();
-    const TableSpec& spec = store->config().tables[static_cast<std::size_t>(t)].spec;
-    const std::int32_t sd = optimizer_state_dim(spec.optimizer.kind, spec.dim);
-    auto w = to_float_matrix(weights, "table '" + table + "': weights");
+    const TableArg t = table_arg(table);
+    auto w = to_float_matrix(weights, t.what + "weights");
     const std::int64_t n = w.shape(0);
-    check_shape(w, n, spec.dim, "table '" + table + "': weights");
-    py::array_t<float, py::array::c_style> st;
-    if (!state.is_none()) {
-      st = to_float_matrix(state, "table '" + table + "': state");
-      if (sd == 0 && st.size() > 0)
-        throw py::value_error("table '" + table + "': state given, but optimizer " + to_string(spec.optimizer.kind) +
-                              " keeps no state (expected None)");
-      check_shape(st, n, sd, "table '" + table + "': state");
-    }
-    const float* sp = !state.is_none() && sd ? st.data() : nullptr;
-    call([&](Store& s) { return s.write_rows(t, row0, n, w.data(), sp); });
+    check_shape(w, n, t.spec.dim, t.what + "weights");
+    const RowsIn st = state_in(t, n, state);
+    call([&](Store& s) { return s.write_rows(t.index, row0, n, w.data(), st.ptr); });
+  }
+
+  // keys_held(table): a dynamic table's keys that have a row, ascending (int64).
+  py::array_t<std::int64_t> keys_held(py::handle table_obj) {
+    const int t = index(to_name(table_obj, "table"));
+    std::vector<Key> keys;
+    call([&](Store& s) {
+      Result<std::vector<Key>> r = s.keys_held(t);
+      if (!r) return r.status();
+      keys = std::move(r).value();
+      return Status::ok();
+    });
+    py::array_t<std::int64_t> out(static_cast<py::ssize_t>(keys.size()));
+    std::copy(keys.begin(), keys.end(), out.mutable_data());
+    return out;
+  }
+
+  // read_keys(table, keys, out=None, state_out=None): (weights (n, dim), state (n, state_dim)) of a
+  // dynamic table's rows of `keys`, as read_rows reads rows.
+  py::tuple read_keys(py::handle table_obj, py::handle keys_obj, const py::object& out, const py::object& state_out) {
+    const TableArg t = table_arg(to_name(table_obj, "table"));
+    const std::vector<Key> keys = to_int64_vector(keys_obj, t.what + "keys");
+    RowsOut rows = rows_out(t, static_cast<std::int64_t>(keys.size()), out, state_out);
+    call([&](Store& s) { return s.read_keys(t.index, keys, rows.weights_ptr, rows.state_ptr); });
+    return py::make_tuple(rows.weights, rows.state);
+  }
+
+  // write_keys(table, keys, weights, state=None): the dynamic table holds exactly `keys`, with these rows.
+  void write_keys(py::handle table_obj, py::handle keys_obj, py::handle weights, const py::object& state) {
+    const TableArg t = table_arg(to_name(table_obj, "table"));
+    const std::vector<Key> keys = to_int64_vector(keys_obj, t.what + "keys");
+    const auto n = static_cast<std::int64_t>(keys.size());
+    auto w = to_float_matrix(weights, t.what + "weights");
+    if (w.shape(0) != n)
+      throw py::value_error(t.what + "weights has " + std::to_string(w.shape(0)) + " rows for " + std::to_string(n) +
+                            " keys (expected one row per key: (" + std::to_string(n) + ", " +
+                            std::to_string(t.spec.dim) + "))");
+    check_shape(w, n, t.spec.dim, t.what + "weights");
+    const RowsIn st = state_in(t, n, state);
+    call([&](Store& s) { return s.write_keys(t.index, keys, w.data(), st.ptr); });
   }
 
   void set_learning_rate(py::handle lr_obj, py::handle table_obj) {
@@ -567,6 +588,19 @@ class PyStore {
       d["pages"] = pages;
       numa_tables.append(d);
     }
+    py::dict dynamic;
+    for (const auto& [name, table_stats] : st.dynamic) {
+      py::dict d;
+      d["rows"] = table_stats.rows;
+      d["capacity"] = table_stats.capacity;
+      d["admissions"] = table_stats.admissions;
+      d["evictions"] = table_stats.evictions;
+      d["expirations"] = table_stats.expirations;
+      d["not_admitted"] = table_stats.not_admitted;
+      d["unseen"] = table_stats.unseen;
+      d["index_bytes"] = table_stats.index_bytes;
+      dynamic[py::str(name)] = d;
+    }
     py::dict out;
     out["cache"] = cache;
     out["device"] = st.device;
@@ -579,6 +613,7 @@ class PyStore {
     out["numa"] = placement(st.numa);
     out["numa_engines"] = numa_engines;
     out["numa_tables"] = numa_tables;
+    out["dynamic"] = dynamic;
     out["step"] = step;
     out["in_flight"] = in_flight;
     return out;
@@ -755,6 +790,59 @@ class PyStore {
     if (a.shape(0) != rows || a.shape(1) != cols)
       throw py::value_error(what + " has shape (" + std::to_string(a.shape(0)) + ", " + std::to_string(a.shape(1)) +
                             ") (expected (" + std::to_string(rows) + ", " + std::to_string(cols) + "))");
+  }
+
+  // A table named in a row call: its index and spec, its optimizer's state columns, and the start of
+  // the call's messages about its arrays ("table 'user': ").
+  struct TableArg {
+    int index = 0;
+    TableSpec spec;
+    std::int32_t state_dim = 0;
+    std::string what;
+  };
+  TableArg table_arg(const std::string& table) {
+    TableArg t;
+    t.index = index(table);
+    t.spec = live()->config().tables[static_cast<std::size_t>(t.index)].spec;
+    t.state_dim = optimizer_state_dim(t.spec.optimizer.kind, t.spec.dim);
+    t.what = "table '" + table + "': ";
+    return t;
+  }
+
+  // The arrays a read of n rows of `t` writes: `out` and `state_out` as given (checked), or new ones.
+  struct RowsOut {
+    py::array_t<float> weights, state;
+    float* weights_ptr = nullptr;
+    float* state_ptr = nullptr;  // null without state columns
+  };
+  static RowsOut rows_out(const TableArg& t, std::int64_t n, const py::object& out, const py::object& state_out) {
+    RowsOut r;
+    r.weights = out.is_none() ? py::array_t<float>({n, static_cast<std::int64_t>(t.spec.dim)})
+                              : to_output_matrix(out, t.what + "out");
+    r.state = state_out.is_none() ? py::array_t<float>({n, static_cast<std::int64_t>(t.state_dim)})
+                                  : to_output_matrix(state_out, t.what + "state_out");
+    check_shape(r.weights, n, t.spec.dim, t.what + "out");
+    check_shape(r.state, n, t.state_dim, t.what + "state_out");
+    r.weights_ptr = r.weights.mutable_data();
+    r.state_ptr = t.state_dim ? r.state.mutable_data() : nullptr;
+    return r;
+  }
+
+  // The optional `state` of a write of n rows of `t` (None: ptr null, the rows keep theirs).
+  struct RowsIn {
+    py::array_t<float, py::array::c_style> array;
+    const float* ptr = nullptr;
+  };
+  static RowsIn state_in(const TableArg& t, std::int64_t n, const py::object& state) {
+    RowsIn r;
+    if (state.is_none()) return r;
+    r.array = to_float_matrix(state, t.what + "state");
+    if (t.state_dim == 0 && r.array.size() > 0)
+      throw py::value_error(t.what + "state given, but optimizer " + to_string(t.spec.optimizer.kind) +
+                            " keeps no state (expected None)");
+    check_shape(r.array, n, t.state_dim, t.what + "state");
+    r.ptr = t.state_dim ? r.array.data() : nullptr;
+    return r;
   }
 
   std::shared_ptr<Store> store_;  // null once closed (written under mu_ and ptr_mu_; read under either)
@@ -1056,6 +1144,20 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
            py::arg("state") = py::none(),
            "Overwrites rows [row0, row0 + len(weights)) (and their state when given). Rows only: the learning rates "
            "and the step stay (set_learning_rate, set_step).")
+      .def("keys_held", &PyStore::keys_held, py::arg("table"),
+           "A dynamic table's keys that have a row, ascending (an int64 NumPy array; Store::keys_held). ValueError "
+           "for a dense table.")
+      .def("read_keys", &PyStore::read_keys, py::arg("table"), py::arg("keys"), py::arg("out") = py::none(),
+           py::arg("state_out") = py::none(),
+           "Returns (weights (n, dim), state (n, state_dim)) of a dynamic table's rows of `keys` (1-D int64 or "
+           "int32), written into `out`/`state_out` when given (as read_rows). ValueError naming the first key "
+           "without a row (keys_held lists those with one), nothing copied.")
+      .def("write_keys", &PyStore::write_keys, py::arg("table"), py::arg("keys"), py::arg("weights"),
+           py::arg("state") = py::none(),
+           "Makes a dynamic table hold exactly `keys` (distinct, at most its capacity) with `weights` (len(keys), "
+           "dim) and `state` (len(keys), state_dim; None: a key it held keeps its own state, a new one gets the "
+           "initial state), each as just used (Store::write_keys). No batch may be in flight; errors change "
+           "nothing.")
       .def("set_learning_rate", &PyStore::set_learning_rate, py::arg("lr"), py::arg("table") = py::none(),
            "Sets a table's learning rate (lr: a number; every table's when table is None), used from the next "
            "backward.")
@@ -1075,7 +1177,10 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
            "'numa' (the host tier's {'memory_node', 'thread_node', 'pinned_node', 'note'}, -1: not bound), "
            "'numa_engines' (a list: that per engine, with 'engine'), 'numa_tables' (a list, per table of host rows: "
            "'table', 'placement', 'engine', 'memory_node', 'thread_node' and 'pages': {'sampled', 'unfaulted', "
-           "'nodes': {OS node: sampled pages on it}, 'note'}, where up to 64 of its pages are), 'step', 'in_flight'.")
+           "'nodes': {OS node: sampled pages on it}, 'note'}, where up to 64 of its pages are), 'dynamic' (per "
+           "dynamic table: {'rows' in use, 'capacity', 'admissions', 'evictions' (when full), 'expirations' (by "
+           "evict_after_steps), 'not_admitted' and 'unseen' (uses of keys without a row: by training batches, by "
+           "evaluation ones), 'index_bytes'}), 'step', 'in_flight'.")
       .def_property_readonly(
           "device", [](PyStore& p) { return device_info(p.device().get()); },
           "None for a store without a device, else {'backend', 'name', 'ordinal', 'capacity'}.")

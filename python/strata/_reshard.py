@@ -17,7 +17,7 @@ from strata._dtypes import float32_rows, rows_as
 # The shard vector's fields, in order (python/strata/torch.py writes them).
 _FIELDS = ("world", "rank", "type", "rows", "dim", "row_start", "row_step", "local_rows", "col_offset", "local_dim")
 _TYPES = ("replicated", "table", "row", "column")  # ShardingType's order (dispatch/sharding_plan.hpp)
-ENTRIES = ("weight", "optimizer_state", "shard", "replicas", "learning_rate")
+ENTRIES = ("keys", "weight", "optimizer_state", "shard", "replicas", "learning_rate")  # keys: a dynamic table's
 # A table's entries are <prefix>embedding_bags.<table>.<entry> (TorchRec's EmbeddingBagCollection
 # names its tables' weights so); state_dicts saved before hold <prefix>tables.<table>.<entry>, which load too.
 HEAD, OLD_HEAD = "embedding_bags.", "tables."

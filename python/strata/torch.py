@@ -46,6 +46,16 @@ lookup's backward does not run). A second backward through the same outputs
 of those dtypes and ``load_state_dict`` takes them; outputs and their gradients have the table's
 ``output_dtype`` (host memory: the ``cpu`` placement writes half-size outputs).
 
+**Dynamic tables** (``"kind": "dynamic"`` with a ``"capacity"``, README "Dynamic tables"; the ``cpu``
+placement serves them): their keys are any int64, and a key gets a row the first time a training
+batch uses it (``admit_after``: its N-th use), starting at its initial values. A forward in training
+mode with gradients enabled submits a training batch; in ``eval()`` or under ``torch.no_grad()`` an
+evaluation batch, which admits no key (keys without a row read their initial values, or zeros, and
+count in ``store.stats()["dynamic"][table]["unseen"]``). A :class:`SubmittedBatch` submitted for
+evaluation and forwarded in training raises RuntimeError and is retired. ``state_dict()`` holds a
+dynamic table's keys held, ``embedding_bags.<name>.keys`` (int64, ascending), and their rows
+(``weight`` (n, dim), ``optimizer_state`` (n, state_dim)): see ``EmbeddingBagCollection``.
+
 Outputs are written by the store with the GIL released; other threads must not resize or free
 them meanwhile (the module allocates its own, so this concerns ``strata.Store.forward`` callers).
 
@@ -99,6 +109,11 @@ __all__ = ["EmbeddingBagCollection", "KeyedEmbeddings", "SubmittedBatch", "Table
 
 # torch >= 2.1's Module.load_state_dict takes `assign`; older ones do not.
 _LOAD_TAKES_ASSIGN = "assign" in inspect.signature(nn.Module.load_state_dict).parameters
+
+# What load_state_dict writes into one table: weights and state (float32 NumPy rows, None: keep the
+# table's), the learning rate (None: keep it), and a dynamic table's keys (the rows' keys; None for a
+# dense table).
+_TableLoad = collections.namedtuple("_TableLoad", "name weights state rate keys", defaults=(None,))
 
 
 class KeyedEmbeddings:
@@ -174,6 +189,8 @@ class SubmittedBatch:
             raise TypeError(f"batch_id is a {type(batch_id).__name__} (expected an int)")
         if not isinstance(tables, list):
             raise TypeError(f"tables is a {type(tables).__name__} (expected a list of (name, (rows, dim)))")
+        if not isinstance(train, bool):
+            raise TypeError(f"train is a {type(train).__name__} (expected a bool)")
         self.owner = owner
         self.batch_id = batch_id
         self.tables = tables
@@ -363,6 +380,21 @@ class EmbeddingBagCollection(nn.Module):
     scalar tensor; Adam's bias correction reads it). A module that loads it continues bit for bit as
     the one that saved it (see ``load_state_dict``; the names state_dicts had before,
     ``tables.<name>.*``, load too).
+
+    A dynamic table's entries are its keys held, ``embedding_bags.<name>.keys`` (an int64 tensor,
+    ascending), and their rows in that order: ``weight`` (n, dim) and ``optimizer_state`` (n,
+    state_dim), of the table's ``dtype`` and ``state_dtype`` as a dense table's. ``load_state_dict``
+    makes the table hold exactly those keys with those rows (``strata.Store.write_keys``; keys distinct,
+    at most the capacity, one row per key); without ``optimizer_state`` (``strict=False``) a key the
+    table held keeps its own state and a new one gets the initial state. A dense table's entries (no
+    ``keys``) are refused by a dynamic table and a dynamic one's by a dense table, naming the table.
+    What a dynamic table's state_dict does not carry (its key index's bookkeeping): each key's last
+    use and use count, the admission counts of keys without a row, and the tables' clock. The loaded
+    keys are as just used (touched in key order), so rows, updates and outputs continue bit for bit
+    until the table is full or a key without a row is counted: which row a full table evicts (lru,
+    lfu), when a row expires (``evict_after_steps``) and when a key reaches ``admit_after`` start afresh.
+    The store's checkpoints keep those too (``module.store.save(dir)`` and ``load``, or
+    ``strata.Store.from_checkpoint``: README "Dynamic tables").
 
     ``include_last_offset``: how the forward reads a dict feature's ``offsets``, as
     torch.nn.EmbeddingBag does (True, Strata's default, torch's is False: batch + 1 offsets; False:
@@ -624,7 +656,19 @@ class EmbeddingBagCollection(nn.Module):
         return TORCH_DTYPES[self._tables[name].get(field, "fp32")]
 
     def _state_dim(self, name):
-        return self.store.read_rows(name, 0, 0)[1].shape[1]
+        return self.store.shard_info(name)["state_dim"]
+
+    def _dynamic(self, name):
+        """Whether a table is dynamic (``"kind": "dynamic"``: rows by key, up to its capacity)."""
+        return self._tables[name].get("kind", "dense") == "dynamic"
+
+    def _rows_of(self, name):
+        """(keys, weights, state) of a table as the store holds it: a dynamic table's keys held
+        (ascending) and their rows, a dense table's every row (keys None)."""
+        if not self._dynamic(name):
+            return (None, *self.store.read_rows(name))
+        keys = self.store.keys_held(name)
+        return (keys, *self.store.read_keys(name, keys))
 
     def _keeps_state(self, name):
         """Whether the table's optimizer keeps state (every optimizer but sgd)."""
@@ -635,8 +679,10 @@ class EmbeddingBagCollection(nn.Module):
             self._save_shards(destination, prefix)
             return
         for name in self._tables:
-            weights, state = self.store.read_rows(name)
+            keys, weights, state = self._rows_of(name)
             key = table_entries(prefix, name)
+            if keys is not None:
+                destination[key + "keys"] = torch.from_numpy(keys)
             destination[key + "weight"] = rows_as(weights, self._dtype(name, "dtype"))
             if state.shape[1] > 0:
                 destination[key + "optimizer_state"] = rows_as(state, self._dtype(name, "state_dtype"))
@@ -685,7 +731,11 @@ class EmbeddingBagCollection(nn.Module):
         under both names are refused); errors name the entries as given, except that in a world
         of more than one rank a step or learning rate that differs between ranks is named by
         today's names (``step``, ``embedding_bags.<name>.learning_rate``), as ``missing_keys``
-        are.
+        are. A dynamic table takes its ``keys`` (int64, distinct, at most its capacity) with one row
+        of ``weight`` and ``optimizer_state`` per key and then holds exactly those keys
+        (``strata.Store.write_keys``; the class's doc says what such a state_dict does not carry);
+        a dense table's entries given to a dynamic table, or a dynamic one's to a dense table, are
+        refused naming the table.
 
         With ``strict`` (the default) every entry of ``state_dict()`` must be there: a state_dict
         without ``step`` (saved before the step was part of it) or without a table's optimizer
@@ -753,7 +803,7 @@ class EmbeddingBagCollection(nn.Module):
                 raise
             raised = e
             problems.append(f"{type(e).__name__}: {e}")
-            plan, step = [(name, None, None, None) for name in self._tables], None
+            plan, step = [_TableLoad(name, None, None, None) for name in self._tables], None
         if world:
             self._agree_on_load(prefix, plan, step, problems)
         if raised is not None:
@@ -765,8 +815,10 @@ class EmbeddingBagCollection(nn.Module):
         # refused; a write fails only when the device of a gpu, cached or hybrid table has failed,
         # and then the tables before it stay written (load_state_dict's docstring).
         write = self.store.write_shard if world else self.store.write_rows
-        for name, w, s, rate in plan:
-            if w is not None:
+        for name, w, s, rate, keys in plan:
+            if keys is not None:
+                self.store.write_keys(name, keys, w, s)
+            elif w is not None:
                 write(name, 0, w, s)
             if rate is not None:
                 self.store.set_learning_rate(rate, name)
@@ -793,7 +845,7 @@ class EmbeddingBagCollection(nn.Module):
                 problems.append(str(e))
                 ours.difference_update(table_entries(prefix, name, head) + entry for head in (HEAD, OLD_HEAD)
                                        for entry in ENTRIES)
-                plan.append((name, None, None, None))
+                plan.append(_TableLoad(name, None, None, None))
                 continue
             before = len(missing)
             plan.append(check(state_dict, key, name, ours, missing, problems))
@@ -830,7 +882,7 @@ class EmbeddingBagCollection(nn.Module):
             problems.append(f"the world is broken since a collective failed ({broken}): nothing was loaded (every "
                             "collective of this store fails; open a new world)")
         mine = [len(problems), -1 if step is None else step]
-        for _, _, _, rate in plan:
+        for *_, rate, _ in plan:
             mine += [0, 0] if rate is None else [1, int(np.float32(rate).view(np.int32))]
         every = agree_values(self._process_group, mine, self._timeout)
         others = [r for r, v in enumerate(every) if v[0] and r != self.rank]
@@ -860,18 +912,42 @@ class EmbeddingBagCollection(nn.Module):
                     return
 
     def _check_table_entries(self, state_dict, key, name, ours, missing, problems):
-        """A table's entries of a one-rank state_dict: (name, weights, state, rate) to write, each
-        None when absent or refused (noted in ``missing`` and ``problems``)."""
+        """A table's entries of a one-rank state_dict: the _TableLoad to write, each part None when
+        absent or refused (noted in ``missing`` and ``problems``)."""
         table = self._tables[name]
-        weight, state, lr = (state_dict.get(key + s) for s in ("weight", "optimizer_state", "learning_rate"))
-        ours.difference_update({key + "weight", key + "optimizer_state", key + "learning_rate"})
+        fields = ("keys", "weight", "optimizer_state", "learning_rate")
+        keys, weight, state, lr = (state_dict.get(key + f) for f in fields)
+        ours.difference_update(key + f for f in fields)
         state_dim = self._state_dim(name)
-        missing.extend(key + s for s, v in (("weight", weight), ("optimizer_state", state), ("learning_rate", lr))
-                       if v is None and (s != "optimizer_state" or state_dim > 0))
-        w, s = self._checked_rows(weight, state, key, (table["rows"], table["dim"]), (table["rows"], state_dim),
-                                  "", name, problems)
+        dynamic = self._dynamic(name)
+        missing.extend(key + f for f, v in zip(fields, (keys, weight, state, lr))
+                       if v is None and (f != "optimizer_state" or state_dim > 0) and (f != "keys" or dynamic))
         rate = None if lr is None else _float32_rate(lr, key + "learning_rate", problems)
-        return name, w, s, rate
+        if not dynamic:
+            if keys is not None:
+                problems.append(f"{key}keys given, but table '{name}' is dense (expected no keys: its rows are rows 0 "
+                                f"to {table['rows'] - 1}; a dynamic table's entries do not load into a dense one)")
+                return _TableLoad(name, None, None, rate)
+            w, s = self._checked_rows(weight, state, key, (table["rows"], table["dim"]), (table["rows"], state_dim),
+                                      "", name, problems)
+            return _TableLoad(name, w, s, rate)
+        if keys is None and weight is not None:
+            problems.append(f"{key}weight without {key}keys: table '{name}' is dynamic (expected the keys of its rows "
+                            "beside them, as state_dict() of a dynamic table saves them; a dense table's entries do "
+                            "not load into a dynamic one)")
+            return _TableLoad(name, None, None, rate)
+        if keys is not None and weight is None:
+            problems.append(f"{key}keys without {key}weight (expected both: the keys are those of the rows)")
+            return _TableLoad(name, None, None, rate)
+        if keys is None:
+            return _TableLoad(name, None, None, rate)
+        held = _key_vector(keys, key + "keys", table["capacity"], problems)
+        if held is None:
+            return _TableLoad(name, None, None, rate)
+        n = len(held)
+        w, s = self._checked_rows(weight, state, key, (n, table["dim"]), (n, state_dim),
+                                  f": one row per key of {key}keys", name, problems)
+        return _TableLoad(name, w, s, rate, held if w is not None else None)
 
     def _check_shard_entries(self, state_dict, key, name, ours, missing, problems):
         """A table's entries of a world's state_dict (this rank's shard; see state_dict), as
@@ -889,7 +965,7 @@ class EmbeddingBagCollection(nn.Module):
             saved = _int_vector(shard, key + "shard", 10, problems)
             if saved is not None and saved != _shard_vector(info):
                 problems.append(_shard_refusal(key + "shard", saved, _shard_vector(info)))
-                return name, None, None, None
+                return _TableLoad(name, None, None, None)
         if replicas is not None:
             saved = _int_vector(replicas, key + "replicas", None, problems)
             if saved is not None and saved != info["replicas"]:
@@ -900,7 +976,7 @@ class EmbeddingBagCollection(nn.Module):
         w, s = self._checked_rows(weight, state, key, (rows, info["local_dim"]), (rows, state_dim),
                                   ": this rank's shard", name, problems)
         rate = None if lr is None else _float32_rate(lr, key + "learning_rate", problems)
-        return name, w if rows else None, s, rate
+        return _TableLoad(name, w if rows else None, s, rate)
 
     def _check_whole_for_shard(self, key, name, info, weight, state, lr, missing, problems):
         """A table's whole entries (a one-rank state_dict, or merge_state_dicts' of a world's) loaded
@@ -915,7 +991,7 @@ class EmbeddingBagCollection(nn.Module):
                                   problems)
         rate = None if lr is None else _float32_rate(lr, key + "learning_rate", problems)
         if w is None or len(problems) > before or not info["local_rows"]:
-            return name, None, None, rate
+            return _TableLoad(name, None, None, rate)
         rows = slice(info["row_start"], info["row_start"] + info["local_rows"] * info["row_step"], info["row_step"])
         c0, c1 = info["col_offset"], info["col_offset"] + info["local_dim"]
         w = np.ascontiguousarray(w[rows, c0:c1])
@@ -923,7 +999,7 @@ class EmbeddingBagCollection(nn.Module):
             d = info["dim"]  # column shards: state block b's local column j is global column b * dim + c0 + j
             s = np.ascontiguousarray(np.concatenate([s[rows, b * d + c0:b * d + c1] for b in range(blocks)], axis=1)
                                      if column and blocks else s[rows, :0] if column else s[rows])
-        return name, w, s, rate
+        return _TableLoad(name, w, s, rate)
 
     def _checked_rows(self, weight, state, key, weight_shape, state_shape, whose, name, problems):
         """(weights, state) of a table's entries as float32 NumPy arrays of the shapes expected,
@@ -965,6 +1041,29 @@ def _shard_refusal(what, saved, held):
                 "strata.torch.merge_state_dicts and load the result)")
     diff = ", ".join(f"{f} {a} (this rank's {b})" for f, a, b in zip(_SHARD_FIELDS, saved, held) if a != b)
     return f"{what}: saved by {who(saved)}) with {diff}: the table's config differs from the one that saved it"
+
+
+def _key_vector(t, what, capacity, problems):
+    """A dynamic table's ``keys`` entry (a 1-D int64 tensor or NumPy array: distinct, at most
+    ``capacity`` of them) as an int64 NumPy array, or None after noting why not in ``problems``."""
+    expected = f"expected a 1-D int64 tensor of distinct keys, at most the table's capacity {capacity}, as state_dict() saves them"
+    if isinstance(t, torch.Tensor):
+        t = t.detach().cpu().numpy() if t.dtype == torch.int64 else t
+    if not isinstance(t, np.ndarray):
+        kind = f"a {t.dtype} tensor" if isinstance(t, torch.Tensor) else f"a {type(t).__name__}"
+        problems.append(f"{what} is {kind} ({expected})")
+        return None
+    if t.dtype != np.int64 or t.ndim != 1:
+        problems.append(f"{what} has dtype {t.dtype} and shape {tuple(t.shape)} ({expected})")
+        return None
+    if len(t) > capacity:
+        problems.append(f"{what} holds {len(t)} keys ({expected})")
+        return None
+    unique, counts = np.unique(t, return_counts=True)
+    if len(unique) != len(t):
+        problems.append(f"{what} holds key {int(unique[counts > 1][0])} more than once ({expected})")
+        return None
+    return np.ascontiguousarray(t)
 
 
 def _int_vector(t, what, length, problems):
