@@ -21,10 +21,14 @@ class AdmissionSketch {
   static constexpr std::uint32_t kMaxCount = 0xFFFF;
 
   AdmissionSketch() = default;
-  explicit AdmissionSketch(std::int64_t capacity) {
-    width_ = 64;
-    while (width_ < capacity) width_ *= 2;
+  explicit AdmissionSketch(std::int64_t capacity) : width_(width_for(capacity)) {
     counters_.assign(static_cast<std::size_t>(width_) * kDepth, 0);
+  }
+  /// The width of the sketch of a table of `capacity` rows: a power of two, at least the capacity and 64.
+  static std::int64_t width_for(std::int64_t capacity) {
+    std::int64_t w = 64;
+    while (w < capacity) w *= 2;
+    return w;
   }
 
   std::int64_t width() const noexcept { return width_; }

@@ -451,7 +451,8 @@ Status KeyIndex::restore(std::int64_t clock, const std::vector<Entry>& entries,
     return Status::failed_precondition("restore of a dynamic table's index with " + std::to_string(pinned_rows_) +
                                        " rows pinned by batches in flight; expected none");
   }
-  if (clock < 0) return Status::invalid_argument("restore: clock " + std::to_string(clock) + " < 0");
+  if (clock < 0 || clock > kMaxClock)
+    return Status::invalid_argument("restore: clock " + std::to_string(clock) + " out of range [0, 2^62]");
   if (static_cast<std::int64_t>(entries.size()) > capacity_) {
     return Status::invalid_argument("restore: " + std::to_string(entries.size()) + " entries, more than the " +
                                     std::to_string(capacity_) + " rows");

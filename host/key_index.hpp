@@ -47,6 +47,8 @@ class KeyIndex {
  public:
   /// The row of a key without one.
   static constexpr std::int64_t kNone = -1;
+  /// The largest clock restore() takes (training submits can never reach it; past it they would overflow).
+  static constexpr std::int64_t kMaxClock = std::int64_t{1} << 62;
 
   /// An empty index of `capacity` rows, 1 <= capacity <= kMaxDynamicCapacity (the caller validates
   /// it; outside aborts), under `spec`'s admission and eviction rules.

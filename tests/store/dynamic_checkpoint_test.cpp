@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,8 @@
 
 #include "core/row_math.hpp"
 #include "store/io/detail/checkpoint_format.hpp"
+#include "store/io/detail/crc32c.hpp"
+#include "store/io/detail/dynamic_piece.hpp"
 #include "store/io/file_io.hpp"
 #include "store/io/npy.hpp"
 #include "tests/store/dynamic_harness.hpp"
@@ -393,5 +396,163 @@ TEST(DynamicNpy, ExportAndImportRoundTripKeysAndWeights) {
   }
 }
 
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+using namespace strata::testing;
+
+// a save that commits between load reading the manifest and opening the dynamic file: load starts over.
+TEST(DynamicCheckpointFiles, LoadStartsOverWhenASaveReplacesTheDynamicFile) {
+  for (const auto& [name, open] : stores()) {
+    SCOPED_TRACE(name);
+    TempDir dir;
+    auto a = open(small_config());
+    ASSERT_TRUE(a.is_ok());
+    ASSERT_TRUE(train(**a, 1, {1, 2}).is_ok());
+    ASSERT_TRUE((*a)->save(dir.path()).is_ok());
+    const std::string old_file = user_file(dir.path());
+    ASSERT_TRUE(train(**a, 2, {3}).is_ok());
+    auto b = open(small_config());
+    ASSERT_TRUE(b.is_ok());
+    int opens = 0;
+    detail::set_before_open_hook([&](const std::string&) {
+      if (opens++ == 0) {
+        ASSERT_TRUE((*a)->save(dir.path()).is_ok());
+      }
+    });
+    const Status s = (*b)->load(dir.path());
+    detail::set_before_open_hook({});
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    EXPECT_FALSE(fs::exists(old_file));  // the previous generation's dynamic file is gone after the commit
+    EXPECT_TRUE(same_table(**a, **b, 0, false));
+    EXPECT_EQ((*b)->step(), (*a)->step());
+    // Only what the manifest lists (and the manifest, the lock) remains.
+    Result<detail::Manifest> m = detail::read_manifest(dir.path());
+    ASSERT_TRUE(m.is_ok());
+    const std::vector<std::string> listed = detail::file_names(m.value());
+    for (const auto& e : fs::directory_iterator(dir.path())) {
+      const std::string f = e.path().filename().string();
+      if (f.size() > 4 && f.compare(f.size() - 4, 4, ".tbl") == 0) {
+        EXPECT_NE(std::find(listed.begin(), listed.end(), f), listed.end()) << f;
+      }
+    }
+  }
+}
+
+// a save with a training batch in flight is the state of that batch discarded (clock and admissions kept).
+TEST(DynamicCheckpointFiles, SaveWithABatchInFlightEqualsItsDiscard) {
+  for (const auto& [name, open] : stores()) {
+    SCOPED_TRACE(name);
+    TempDir dir;
+    auto a = open(small_config());
+    ASSERT_TRUE(a.is_ok());
+    ASSERT_TRUE(train(**a, 1, {1, 2}).is_ok());
+    const KeyBatch kb = user_batch({3, 4});
+    ASSERT_TRUE((*a)->submit(2, kb).is_ok());
+    ASSERT_TRUE((*a)->save(dir.path()).is_ok());
+    ASSERT_TRUE((*a)->discard(2).is_ok());
+    auto b = open(small_config());
+    ASSERT_TRUE(b.is_ok());
+    ASSERT_TRUE((*b)->load(dir.path()).is_ok());
+    EXPECT_TRUE(same_table(**a, **b, 0, false));
+    for (std::int64_t id = 3; id < 9; ++id) {
+      const std::vector<Key> keys = {id, id % 3 + 1};
+      ASSERT_TRUE(train(**a, id, keys).is_ok());
+      ASSERT_TRUE(train(**b, id, keys).is_ok());
+      EXPECT_TRUE(same_table(**a, **b, 0, false)) << id;
+    }
+  }
+}
+
+// a checkpoint saved with admit_after 3 loaded into a store with admit_after 1 (a config change, not a corrupt
+// file) is called "corrupt" (DataLoss); the reverse loads silently with a zeroed sketch.
+TEST(DynamicCheckpointFiles, AnotherAdmitAfterLoadsTheRowsAndKeepsCountsOnlyWhereBothCount) {
+  for (const auto& [name, open] : stores()) {
+    SCOPED_TRACE(name);
+    TempDir dir;
+    StoreConfig sketched = small_config();
+    sketched.tables[0].dynamic->admit_after = 3;
+    auto a = open(sketched);
+    ASSERT_TRUE(a.is_ok());
+    ASSERT_TRUE(train(**a, 1, {1, 2}).is_ok());
+    ASSERT_TRUE((*a)->save(dir.path()).is_ok());
+    // A store that admits at once keeps no admission counts: it loads the rows and drops the counts.
+    auto b = open(small_config());  // admit_after 1
+    ASSERT_TRUE(b.is_ok());
+    const Status s = (*b)->load(dir.path());
+    EXPECT_TRUE(s.is_ok()) << s.to_string();
+    EXPECT_EQ((*b)->keys_held(0).value(), (*a)->keys_held(0).value());
+    // And back: a store that counts loads a checkpoint without counts from zero counts.
+    TempDir again;
+    ASSERT_TRUE((*b)->save(again.path()).is_ok());
+    const Status back = (*a)->load(again.path());
+    EXPECT_TRUE(back.is_ok()) << back.to_string();
+  }
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+using namespace strata::testing;
+// a dynamic file whose header clock is INT64_MAX (sizes and checksums consistent) loads, and the next training
+// submit overflows the clock (signed overflow: ++clock_ in KeyIndex::train, ++clock in the reference).
+TEST(DynamicCheckpointFiles, AClockTheNextSubmitWouldOverflowIsRefused) {
+  for (const auto& [name, open] : stores()) {
+    SCOPED_TRACE(name);
+    TempDir dir;
+    auto a = open(small_config());
+    ASSERT_TRUE(a.is_ok());
+    ASSERT_TRUE(train(**a, 1, {1, 2}).is_ok());
+    ASSERT_TRUE((*a)->save(dir.path()).is_ok());
+    const std::string file = user_file(dir.path());
+    Result<std::string> bytes = detail::read_file(file);
+    ASSERT_TRUE(bytes.is_ok());
+    std::string b = bytes.value();
+    const std::int64_t clock = std::numeric_limits<std::int64_t>::max();
+    std::memcpy(&b[offsetof(detail::DynamicHeader, clock)], &clock, sizeof clock);
+    ASSERT_TRUE(detail::write_file_atomic(file, b).is_ok());
+    Result<detail::Manifest> m = detail::read_manifest(dir.path());
+    ASSERT_TRUE(m.is_ok());
+    detail::Manifest edited = m.value();
+    for (auto& t : edited.tables)
+      if (t.name == "user") t.pieces[0].crc = detail::crc32c(b.data(), b.size());
+    ASSERT_TRUE(detail::write_file_atomic(dir / detail::kManifest, detail::manifest_text(edited)).is_ok());
+    auto t = open(small_config());
+    ASSERT_TRUE(t.is_ok());
+    const Status s = (*t)->load(dir.path());
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << "loaded a clock of INT64_MAX: " << s.to_string();
+  }
+}
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+using namespace strata::testing;
+// write_keys of fp32 weights into a bf16 (stochastic rounding) table: both stores round alike.
+TEST(DynamicCheckpointFiles, WriteKeysRoundsAlikeInBothStoresForBf16) {
+  StoreConfig c = small_config();
+  c.tables[0].spec.dtype = DType::kBF16;
+  c.tables[0].spec.stochastic_rounding = true;
+  auto p = Store::open(c);
+  auto r = open_reference_store(c);
+  ASSERT_TRUE(p.is_ok() && r.is_ok());
+  std::mt19937_64 rng(7);
+  std::vector<float> w(3 * 8), st(3 * 8);
+  for (float& x : w) x = std::uniform_real_distribution<float>(-1, 1)(rng);
+  for (float& x : st) x = std::uniform_real_distribution<float>(0, 1)(rng);
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_TRUE((*p)->write_keys(0, {4, -9, 12}, w.data(), round ? st.data() : nullptr).is_ok());
+    ASSERT_TRUE((*r)->write_keys(0, {4, -9, 12}, w.data(), round ? st.data() : nullptr).is_ok());
+    EXPECT_TRUE(same_table(**p, **r, 0, false));
+    ASSERT_TRUE(train(**p, 1 + round, {4, 7}).is_ok());
+    ASSERT_TRUE(train(**r, 1 + round, {4, 7}).is_ok());
+    EXPECT_TRUE(same_table(**p, **r, 0, false));
+  }
+}
 }  // namespace
 }  // namespace strata

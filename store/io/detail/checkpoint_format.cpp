@@ -17,6 +17,7 @@
 
 #include "core/half.hpp"
 #include "dispatch/sharding_plan.hpp"
+#include "host/admission_sketch.hpp"
 #include "store/detail/batch_checks.hpp"
 #include "store/io/detail/crc32c.hpp"
 #include "store/io/detail/dynamic_piece.hpp"
@@ -82,10 +83,14 @@ Status parse_dynamic(const std::string& path, const json& d, ManifestTable& mt) 
   if (mt.keys < 0 || mt.keys > mt.rows)
     return Status::data_loss(who + "keys " + std::to_string(mt.keys) + " (expected 0 to its capacity " +
                              std::to_string(mt.rows) + "; corrupt)");
-  if (mt.rows > kMaxDynamicCapacity || mt.sketch_bytes < 0 || mt.sketch_bytes > (std::int64_t{1} << 40))
+  // A sketch is none (admit_after 1) or its added count and kDepth x width 16-bit counters (KeyIndex::sketch_state).
+  const std::int64_t sketch =
+      mt.rows > kMaxDynamicCapacity ? -1 : 8 + 2 * AdmissionSketch::kDepth * AdmissionSketch::width_for(mt.rows);
+  if (mt.rows > kMaxDynamicCapacity || (mt.sketch_bytes != 0 && mt.sketch_bytes != sketch))
     return Status::data_loss(who + "capacity " + std::to_string(mt.rows) + ", sketch_bytes " +
                              std::to_string(mt.sketch_bytes) + " (expected a capacity up to " +
-                             std::to_string(kMaxDynamicCapacity) + " and a sketch below 2^40 bytes; corrupt)");
+                             std::to_string(kMaxDynamicCapacity) + " and a sketch of 0 or " + std::to_string(sketch) +
+                             " bytes; corrupt)");
   PieceEntry p;
   p.file = d.at("file").get<std::string>();
   p.box = whole_box(mt.keys, mt.dim);

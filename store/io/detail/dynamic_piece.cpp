@@ -122,6 +122,9 @@ Result<DynamicState> read_dynamic_piece(const std::string& dir, const ManifestTa
   }
   // What the store's index would refuse, refused before any table changes (a probe of its capacity and options).
   KeyIndex probe(into.spec.rows, *into.dynamic);
+  // A store that admits at once (admit_after 1) keeps no admission counts: those saved are dropped; one that counts
+  // loading a checkpoint without them starts from zero counts.
+  if (probe.sketch_state_bytes() == 0) s.sketch.clear();
   if (Status r = probe.restore(s.clock, s.entries, s.sketch); !r.is_ok())
     return Status::data_loss(name + ": " + r.message() + " (corrupt)");
   if (convert_dtypes)
