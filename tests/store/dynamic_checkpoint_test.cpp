@@ -396,22 +396,22 @@ TEST(DynamicNpy, ExportAndImportRoundTripKeysAndWeights) {
   }
 }
 
-}  // namespace
-}  // namespace strata
+// A store of small_config() opened by `open`, trained on one batch of keys 1 and 2 and saved into `dir`.
+template <class Open>
+Result<std::unique_ptr<Store>> trained_and_saved(const Open& open, const std::string& dir) {
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Store> s, open(small_config()));
+  STRATA_RETURN_IF_ERROR(train(*s, 1, {1, 2}));
+  STRATA_RETURN_IF_ERROR(s->save(dir));
+  return s;
+}
 
-namespace strata {
-namespace {
-using namespace strata::testing;
-
-// a save that commits between load reading the manifest and opening the dynamic file: load starts over.
+// A save that commits between load reading the manifest and opening the dynamic file: load starts over.
 TEST(DynamicCheckpointFiles, LoadStartsOverWhenASaveReplacesTheDynamicFile) {
   for (const auto& [name, open] : stores()) {
     SCOPED_TRACE(name);
     TempDir dir;
-    auto a = open(small_config());
-    ASSERT_TRUE(a.is_ok());
-    ASSERT_TRUE(train(**a, 1, {1, 2}).is_ok());
-    ASSERT_TRUE((*a)->save(dir.path()).is_ok());
+    auto a = trained_and_saved(open, dir.path());
+    ASSERT_TRUE(a.is_ok()) << a.status().to_string();
     const std::string old_file = user_file(dir.path());
     ASSERT_TRUE(train(**a, 2, {3}).is_ok());
     auto b = open(small_config());
@@ -441,7 +441,7 @@ TEST(DynamicCheckpointFiles, LoadStartsOverWhenASaveReplacesTheDynamicFile) {
   }
 }
 
-// a save with a training batch in flight is the state of that batch discarded (clock and admissions kept).
+// A save with a training batch in flight is the state of that batch discarded (clock and admissions kept).
 TEST(DynamicCheckpointFiles, SaveWithABatchInFlightEqualsItsDiscard) {
   for (const auto& [name, open] : stores()) {
     SCOPED_TRACE(name);
@@ -466,8 +466,8 @@ TEST(DynamicCheckpointFiles, SaveWithABatchInFlightEqualsItsDiscard) {
   }
 }
 
-// a checkpoint saved with admit_after 3 loaded into a store with admit_after 1 (a config change, not a corrupt
-// file) is called "corrupt" (DataLoss); the reverse loads silently with a zeroed sketch.
+// A checkpoint saved with admit_after 3 loads into a store with admit_after 1 (a config change, not a corrupt file),
+// which drops the admission counts, and back, which starts them from zero.
 TEST(DynamicCheckpointFiles, AnotherAdmitAfterLoadsTheRowsAndKeepsCountsOnlyWhereBothCount) {
   for (const auto& [name, open] : stores()) {
     SCOPED_TRACE(name);
@@ -492,22 +492,14 @@ TEST(DynamicCheckpointFiles, AnotherAdmitAfterLoadsTheRowsAndKeepsCountsOnlyWher
   }
 }
 
-}  // namespace
-}  // namespace strata
-
-namespace strata {
-namespace {
-using namespace strata::testing;
-// a dynamic file whose header clock is INT64_MAX (sizes and checksums consistent) loads, and the next training
-// submit overflows the clock (signed overflow: ++clock_ in KeyIndex::train, ++clock in the reference).
+// A dynamic file whose header clock is INT64_MAX (sizes and checksums consistent) is refused: the next training
+// submit would overflow the clock.
 TEST(DynamicCheckpointFiles, AClockTheNextSubmitWouldOverflowIsRefused) {
   for (const auto& [name, open] : stores()) {
     SCOPED_TRACE(name);
     TempDir dir;
-    auto a = open(small_config());
-    ASSERT_TRUE(a.is_ok());
-    ASSERT_TRUE(train(**a, 1, {1, 2}).is_ok());
-    ASSERT_TRUE((*a)->save(dir.path()).is_ok());
+    auto a = trained_and_saved(open, dir.path());
+    ASSERT_TRUE(a.is_ok()) << a.status().to_string();
     const std::string file = user_file(dir.path());
     Result<std::string> bytes = detail::read_file(file);
     ASSERT_TRUE(bytes.is_ok());
@@ -527,12 +519,7 @@ TEST(DynamicCheckpointFiles, AClockTheNextSubmitWouldOverflowIsRefused) {
     EXPECT_EQ(s.code(), StatusCode::kDataLoss) << "loaded a clock of INT64_MAX: " << s.to_string();
   }
 }
-}  // namespace
-}  // namespace strata
 
-namespace strata {
-namespace {
-using namespace strata::testing;
 // write_keys of fp32 weights into a bf16 (stochastic rounding) table: both stores round alike.
 TEST(DynamicCheckpointFiles, WriteKeysRoundsAlikeInBothStoresForBf16) {
   StoreConfig c = small_config();
