@@ -84,8 +84,9 @@ Status parse_dynamic(const std::string& path, const json& d, ManifestTable& mt) 
     return Status::data_loss(who + "keys " + std::to_string(mt.keys) + " (expected 0 to its capacity " +
                              std::to_string(mt.rows) + "; corrupt)");
   // A sketch is none (admit_after 1) or its added count and kDepth x width 16-bit counters (KeyIndex::sketch_state).
-  const std::int64_t sketch =
-      mt.rows > kMaxDynamicCapacity ? -1 : 8 + 2 * AdmissionSketch::kDepth * AdmissionSketch::width_for(mt.rows);
+  const std::int64_t sketch = mt.rows > kMaxDynamicCapacity
+                                  ? -1
+                                  : 8 + std::int64_t{2} * AdmissionSketch::kDepth * AdmissionSketch::width_for(mt.rows);
   if (mt.rows > kMaxDynamicCapacity || (mt.sketch_bytes != 0 && mt.sketch_bytes != sketch))
     return Status::data_loss(who + "capacity " + std::to_string(mt.rows) + ", sketch_bytes " +
                              std::to_string(mt.sketch_bytes) + " (expected a capacity up to " +
