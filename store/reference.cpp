@@ -351,6 +351,7 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
       std::memcpy(t.row(e.row), in.weights.data() + i * static_cast<std::size_t>(t.spec.dim),
                   sizeof(float) * static_cast<std::size_t>(t.spec.dim));
       round_to_nearest(t.row(e.row), t.spec.dim, t.spec.dtype);
+      if (t.state_dim == 0) continue;  // sgd: no state (and no buffer to copy from)
       std::memcpy(t.state_of(e.row), in.state.data() + i * static_cast<std::size_t>(t.state_dim),
                   sizeof(float) * static_cast<std::size_t>(t.state_dim));
       round_to_nearest(t.state_of(e.row), t.state_dim, t.spec.state_dtype);
