@@ -48,18 +48,33 @@ class AdmissionSketch {
   }
   /// Halves every counter when the uses added since the last halving reach 10 x width.
   void age() {
-    if (added_ < 10 * width_) return;
+    if (added_ < 10 * width_) return;  // the aging threshold
     for (std::uint16_t& c : counters_) c = static_cast<std::uint16_t>(c >> 1);
     added_ = 0;
   }
-  /// The counters and the uses added since the last halving, for checkpoints.
-  const std::vector<std::uint16_t>& counters() const noexcept { return counters_; }
-  std::int64_t added() const noexcept { return added_; }
-  /// Restores what counters() and added() gave (false when the size differs: nothing changes).
-  bool restore(const std::vector<std::uint16_t>& counters, std::int64_t added) {
-    if (counters.size() != counters_.size() || added < 0) return false;
-    counters_ = counters;
-    added_ = added;
+  /// Its state for checkpoints: the uses added since the last halving (8 bytes), then the counters (2 bytes each, row
+  /// by row), little endian.
+  std::vector<std::uint8_t> state() const {
+    std::vector<std::uint8_t> out;
+    out.reserve(static_cast<std::size_t>(state_bytes()));
+    for (int b = 0; b < 8; ++b) out.push_back(static_cast<std::uint8_t>(static_cast<std::uint64_t>(added_) >> (8 * b)));
+    for (const std::uint16_t c : counters_) {
+      out.push_back(static_cast<std::uint8_t>(c & 0xFF));
+      out.push_back(static_cast<std::uint8_t>(c >> 8));
+    }
+    return out;
+  }
+  std::int64_t state_bytes() const noexcept { return 8 + 2 * static_cast<std::int64_t>(counters_.size()); }
+  /// Restores what state() gave: false, nothing changed, when its size is another or its uses added reach the aging
+  /// threshold (10 x width: a saved sketch is always below it).
+  bool restore_state(const std::vector<std::uint8_t>& bytes) {
+    if (static_cast<std::int64_t>(bytes.size()) != state_bytes()) return false;
+    std::uint64_t added = 0;
+    for (int b = 0; b < 8; ++b) added |= std::uint64_t{bytes[static_cast<std::size_t>(b)]} << (8 * b);
+    if (added >= static_cast<std::uint64_t>(10 * width_)) return false;
+    for (std::size_t c = 0; c < counters_.size(); ++c)
+      counters_[c] = static_cast<std::uint16_t>(bytes[8 + 2 * c] | static_cast<unsigned>(bytes[9 + 2 * c]) << 8);
+    added_ = static_cast<std::int64_t>(added);
     return true;
   }
   std::int64_t bytes() const noexcept { return static_cast<std::int64_t>(counters_.size() * sizeof(std::uint16_t)); }

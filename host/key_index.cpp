@@ -428,21 +428,10 @@ std::vector<KeyIndex::Entry> KeyIndex::entries() const {
   return out;
 }
 
-std::int64_t KeyIndex::sketch_state_bytes() const noexcept {
-  return sketched_ ? 8 + 2 * static_cast<std::int64_t>(sketch_.counters().size()) : 0;
-}
+std::int64_t KeyIndex::sketch_state_bytes() const noexcept { return sketched_ ? sketch_.state_bytes() : 0; }
 
 std::vector<std::uint8_t> KeyIndex::sketch_state() const {
-  std::vector<std::uint8_t> out;
-  if (!sketched_) return out;
-  out.reserve(static_cast<std::size_t>(sketch_state_bytes()));
-  for (int b = 0; b < 8; ++b)
-    out.push_back(static_cast<std::uint8_t>(static_cast<std::uint64_t>(sketch_.added()) >> (8 * b)));
-  for (const std::uint16_t c : sketch_.counters()) {
-    out.push_back(static_cast<std::uint8_t>(c & 0xFF));
-    out.push_back(static_cast<std::uint8_t>(c >> 8));
-  }
-  return out;
+  return sketched_ ? sketch_.state() : std::vector<std::uint8_t>{};
 }
 
 Status KeyIndex::restore(std::int64_t clock, const std::vector<Entry>& entries,
@@ -490,19 +479,13 @@ Status KeyIndex::restore(std::int64_t clock, const std::vector<Entry>& entries,
                                       std::to_string(sketch_state_bytes()) +
                                       (sketched_ ? "" : " (admit_after <= 1 keeps no sketch)"));
     }
-    std::uint64_t added = 0;
-    for (int b = 0; b < 8; ++b) added |= std::uint64_t{sketch[static_cast<std::size_t>(b)]} << (8 * b);
-    // A sketch ages once its uses added reach 10 x width: a saved one is always below.
-    const std::int64_t threshold = 10 * sketch_.width();
-    if (added >= static_cast<std::uint64_t>(threshold)) {
+    // The size is right: only uses added at or past the aging threshold (10 x width) are refused.
+    if (!fresh.sketch_.restore_state(sketch)) {
+      std::uint64_t added = 0;
+      for (int b = 0; b < 8; ++b) added |= std::uint64_t{sketch[static_cast<std::size_t>(b)]} << (8 * b);
       return Status::invalid_argument("restore: sketch's uses added " + std::to_string(added) + " outside [0, " +
-                                      std::to_string(threshold) + ")");
+                                      std::to_string(10 * sketch_.width()) + ")");
     }
-    std::vector<std::uint16_t> counters(sketch_.counters().size());
-    for (std::size_t c = 0; c < counters.size(); ++c) {
-      counters[c] = static_cast<std::uint16_t>(sketch[8 + 2 * c] | static_cast<unsigned>(sketch[8 + 2 * c + 1]) << 8);
-    }
-    STRATA_CHECK(fresh.sketch_.restore(counters, static_cast<std::int64_t>(added)));
   }
   fresh.clock_ = clock;
   fresh.counts_ = counts_;

@@ -118,8 +118,7 @@ class KeyIndex {
   };
   /// Every row in use in the eviction tie order (the row touched earliest first).
   std::vector<Entry> entries() const;
-  /// The admission sketch's state: its added() (the uses added since the last halving; 8 bytes,
-  /// little endian), then its counters() (uint16, little endian). Empty when admit_after <= 1 (no
+  /// The admission sketch's state (AdmissionSketch::state()). Empty when admit_after <= 1 (no
   /// sketch kept).
   std::vector<std::uint8_t> sketch_state() const;
   /// Size of sketch_state() (0 without a sketch).

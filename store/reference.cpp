@@ -242,9 +242,7 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
     std::vector<std::int64_t> rows;
     for (std::size_t i = 0; i < keys.size(); ++i) {
       const auto it = t.dyn->row_of.find(keys[i]);
-      if (it == t.dyn->row_of.end())
-        return Status::not_found("table '" + t.spec.name + "': key " + std::to_string(keys[i]) + " at position " +
-                                 std::to_string(i) + " has no row (expected keys that keys_held lists)");
+      if (it == t.dyn->row_of.end()) return detail::key_without_row(t.spec, keys[i], i);
       rows.push_back(it->second);
     }
     for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -256,7 +254,7 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
     return Status::ok();
   }
   Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
-    STRATA_RETURN_IF_ERROR(dense_table("read_rows", table));
+    STRATA_RETURN_IF_ERROR(detail::dense_only("read_rows", table, config_));
     STRATA_RETURN_IF_ERROR(detail::check_row_range(table, row0, n, config_));
     const Table& t = tables_[static_cast<std::size_t>(table)];
     if (!weights && n > 0) return null_weights("read_rows", t.spec, n);
@@ -269,7 +267,7 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
   }
   Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) override {
     if (!batches_.empty()) return detail::busy("write_rows", in_flight());
-    STRATA_RETURN_IF_ERROR(dense_table("write_rows", table));
+    STRATA_RETURN_IF_ERROR(detail::dense_only("write_rows", table, config_));
     STRATA_RETURN_IF_ERROR(detail::check_row_range(table, row0, n, config_));
     Table& t = tables_[static_cast<std::size_t>(table)];
     if (!weights && n > 0) return null_weights("write_rows", t.spec, n);
@@ -314,7 +312,7 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
     });
     out = detail::DynamicState{};
     out.clock = d.clock;
-    if (d.spec.admit_after > 1) out.sketch = detail::sketch_bytes(d.sketch.added(), d.sketch.counters());
+    if (d.spec.admit_after > 1) out.sketch = d.sketch.state();
     for (const std::int64_t r : rows) {
       const Slot& s = d.slots[static_cast<std::size_t>(r)];
       out.entries.push_back(KeyIndex::Entry{s.key, r, s.last_use, s.count});
@@ -330,15 +328,8 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
     Table& t = tables_[static_cast<std::size_t>(table)];
     Dynamic& d = *t.dyn;
     AdmissionSketch sketch(t.spec.rows);
-    if (in.sketch.size() >= 8) {
-      std::uint64_t added = 0;
-      for (int b = 0; b < 8; ++b) added |= std::uint64_t{in.sketch[static_cast<std::size_t>(b)]} << (8 * b);
-      std::vector<std::uint16_t> counters((in.sketch.size() - 8) / 2);
-      for (std::size_t c = 0; c < counters.size(); ++c)
-        counters[c] = static_cast<std::uint16_t>(in.sketch[8 + 2 * c] | in.sketch[9 + 2 * c] << 8);
-      if (!sketch.restore(counters, static_cast<std::int64_t>(added)))
-        return Status::invalid_argument("write_dynamic: a sketch of another size");
-    }
+    if (!in.sketch.empty() && !sketch.restore_state(in.sketch))
+      return Status::invalid_argument("write_dynamic: a sketch of another size");
     d.sketch = std::move(sketch);
     d.row_of.clear();
     d.slots.assign(d.slots.size(), Slot{});
@@ -463,8 +454,7 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
   Status trains(std::int64_t id) const {
     const auto it = batches_.find(id);
     if (it == batches_.end() || it->second.batch.train) return Status::ok();
-    return Status::failed_precondition("batch " + std::to_string(id) +
-                                       ": backward of an evaluation batch (KeyBatch::train false; expected discard)");
+    return detail::evaluation_backward(id);
   }
 
   static const std::map<Key, std::int64_t>* held_rows(const Entry& e, int table) {
@@ -671,21 +661,8 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
   // Table `table` if it is dynamic: NotFound for an unknown index, InvalidArgument for a dense table (`op` names the
   // call).
   Result<const Table*> dynamic_table(const char* op, int table) const {
-    STRATA_RETURN_IF_ERROR(detail::check_table(table, config_).with_context(op));
-    const Table& t = tables_[static_cast<std::size_t>(table)];
-    if (!t.dyn)
-      return Status::invalid_argument("table '" + t.spec.name + "': " + op +
-                                      " of a dense table (expected a dynamic table)");
-    return &t;
-  }
-  // Ok for a dense table (or an unknown index, which the caller's range check refuses); InvalidArgument for a dynamic
-  // one, whose rows are read by key.
-  Status dense_table(const char* op, int table) const {
-    if (table < 0 || table >= static_cast<int>(tables_.size()) || !tables_[static_cast<std::size_t>(table)].dyn)
-      return Status::ok();
-    return Status::invalid_argument("table '" + tables_[static_cast<std::size_t>(table)].spec.name + "': " + op +
-                                    " of a dynamic table (expected a dense table; a dynamic table's rows are read by "
-                                    "key: keys_held, read_keys)");
+    STRATA_RETURN_IF_ERROR(detail::dynamic_only(op, table, config_));
+    return &tables_[static_cast<std::size_t>(table)];
   }
   detail::FeatureMap features_;  // the store's features (a table's own name when it lists none)
   std::vector<Table> tables_;

@@ -305,10 +305,7 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
     auto found = arena_.execute(
         [&] { return detail::find_batch(batches_, id, checked_config(), grads, "gradient", true, device_.get()); });
     if (found && ordered) found = refusal_or(detail::check_stream("backward", id, device_.get(), stream), found);
-    if (found && !found.value()->batch.train)
-      found =
-          Status::failed_precondition("batch " + std::to_string(id) +
-                                      ": backward of an evaluation batch (KeyBatch::train false; expected discard)");
+    if (found && !found.value()->batch.train) found = detail::evaluation_backward(id);
     if (found && step_ >= kMaxStep)
       found = Status::out_of_range("batch " + std::to_string(id) + ": backward at step " + std::to_string(step_) +
                                    ", the largest step count (expected a store below it: set_step a smaller one)");
@@ -470,7 +467,7 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
 
   Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
     Status range = detail::check_row_range(table, row0, n, config_);
-    if (range.is_ok()) range = dense_only("read_rows", table);
+    if (range.is_ok()) range = detail::dense_only("read_rows", table, config_);
     if (range.is_ok()) range = check_weights("read_rows", table, n, weights);
     if (!range.is_ok())
       return table >= 0 && static_cast<std::size_t>(table) < config_.tables.size() && &engine(table) == collective_
@@ -484,7 +481,7 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
   Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) override {
     if (!batches_.empty()) return detail::busy("write_rows", in_flight());
     STRATA_RETURN_IF_ERROR(detail::check_row_range(table, row0, n, config_));
-    STRATA_RETURN_IF_ERROR(dense_only("write_rows", table));
+    STRATA_RETURN_IF_ERROR(detail::dense_only("write_rows", table, config_));
     STRATA_RETURN_IF_ERROR(check_weights("write_rows", table, n, weights));
     const TableSpec& spec = config_.tables[static_cast<std::size_t>(table)].spec;
     STRATA_RETURN_IF_ERROR(detail::check_holdable("write_rows", spec, row0, n, spec.dim, weights,
@@ -509,19 +506,11 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
     for (std::size_t i = 0; i < keys.size(); ++i) {
       rows[i] = index->row_of(keys[i]);
       if (rows[i] == KeyIndex::kNone)
-        return Status::not_found("table '" + config_.tables[static_cast<std::size_t>(table)].spec.name + "': key " +
-                                 std::to_string(keys[i]) + " at position " + std::to_string(i) +
-                                 " has no row (expected keys that keys_held lists)");
+        return detail::key_without_row(config_.tables[static_cast<std::size_t>(table)].spec, keys[i], i);
     }
-    const TableSpec& spec = config_.tables[static_cast<std::size_t>(table)].spec;
-    const std::size_t dim = static_cast<std::size_t>(spec.dim);
-    const std::size_t sd = static_cast<std::size_t>(optimizer_state_dim(spec.optimizer.kind, spec.dim));
-    Status status;
-    arena_.execute([&] {
-      for (std::size_t i = 0; i < rows.size() && status.is_ok(); ++i)
-        status = engine(table).read_rows(table, rows[i], 1, weights + i * dim, state ? state + i * sd : nullptr);
-    });
-    return status;
+    return each_row(
+        table, rows.size(), [&](std::size_t i) { return rows[i]; }, weights, state,
+        [&](std::int64_t row, float* w, float* s) { return engine(table).read_rows(table, row, 1, w, s); });
   }
 
   Result<ShardInfo> shard_info(int table) const override {
@@ -537,14 +526,14 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
   }
   dispatch::Communicator* world() noexcept override { return comm_.get(); }
   Status read_own_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
-    STRATA_RETURN_IF_ERROR(dense_only("read_shard", table));
+    STRATA_RETURN_IF_ERROR(detail::dense_only("read_shard", table, config_));
     Status status;
     arena_.execute([&] { status = engine(table).read_shard(table, row0, n, weights, state); });
     return status;
   }
   Status write_own_rows(int table, std::int64_t row0, std::int64_t n, const float* weights,
                         const float* state) override {
-    STRATA_RETURN_IF_ERROR(dense_only("write_shard", table));
+    STRATA_RETURN_IF_ERROR(detail::dense_only("write_shard", table, config_));
     Status status;
     arena_.execute([&] { status = engine(table).write_shard(table, row0, n, weights, state); });
     return status;
@@ -557,8 +546,9 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
     const TableSpec& spec = config_.tables[static_cast<std::size_t>(table)].spec;
     out.weights.resize(out.entries.size() * static_cast<std::size_t>(spec.dim));
     out.state.resize(out.entries.size() * static_cast<std::size_t>(optimizer_state_dim(spec.optimizer.kind, spec.dim)));
-    return entry_rows(
-        table, out.entries, out.weights.data(), out.state.data(),
+    return each_row(
+        table, out.entries.size(), [&](std::size_t i) { return out.entries[i].row; }, out.weights.data(),
+        out.state.data(),
         [&](std::int64_t row, float* w, float* s) { return engine(table).read_rows(table, row, 1, w, s); });
   }
   Status write_dynamic(int table, const detail::DynamicState& in) override {
@@ -566,10 +556,11 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
     // The index first: restore checks everything and changes nothing on error (no copy of it, which would hold a
     // third index of the capacity beside restore's own new one); then the rows, which the cpu engine writes.
     STRATA_RETURN_IF_ERROR(dynamic_.index(table)->restore(in.clock, in.entries, in.sketch));
-    return entry_rows(table, in.entries, in.weights.data(), in.state.data(),
-                      [&](std::int64_t row, const float* w, const float* s) {
-                        return engine(table).write_rows(table, row, 1, w, s);
-                      });
+    return each_row(
+        table, in.entries.size(), [&](std::size_t i) { return in.entries[i].row; }, in.weights.data(), in.state.data(),
+        [&](std::int64_t row, const float* w, const float* s) {
+          return engine(table).write_rows(table, row, 1, w, s);
+        });
   }
 
  private:
@@ -705,37 +696,26 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
       if (e.parts[j].state) (void)engines_[j]->discard(*e.parts[j].state, served, e.parts[j].features);
   }
 
-  // `io(row, weights, state)` on the arena for each entry of a dynamic table's state in turn (its dim weights and
-  // state_dim state at `w` and `s`, entry by entry; state null without one), until an error.
-  template <class T, class F>
-  Status entry_rows(int table, const std::vector<KeyIndex::Entry>& entries, T* w, T* s, const F& io) {
+  // `io(row(i), weights, state)` on the arena for i in [0, n), a dynamic table's rows one at a time (row i's dim
+  // weights and state_dim state at `w` and `s`, i by i; state null when `s` is or the table keeps none), until an
+  // error.
+  template <class Row, class T, class F>
+  Status each_row(int table, std::size_t n, const Row& row, T* w, T* s, const F& io) {
     const TableSpec& spec = config_.tables[static_cast<std::size_t>(table)].spec;
     const auto dim = static_cast<std::size_t>(spec.dim);
     const auto sd = static_cast<std::size_t>(optimizer_state_dim(spec.optimizer.kind, spec.dim));
     Status status;
     arena_.execute([&] {
-      for (std::size_t i = 0; i < entries.size() && status.is_ok(); ++i)
-        status = io(entries[i].row, w + i * dim, sd ? s + i * sd : nullptr);
+      for (std::size_t i = 0; i < n && status.is_ok(); ++i)
+        status = io(row(i), w + i * dim, s && sd ? s + i * sd : nullptr);
     });
     return status;
   }
 
-  // Row access by row id is for dense tables: a dynamic table's rows are read by key.
-  Status dense_only(const char* op, int table) const {
-    if (!dynamic_.dynamic(table)) return Status::ok();
-    return Status::invalid_argument("table '" + config_.tables[static_cast<std::size_t>(table)].spec.name + "': " + op +
-                                    " of a dynamic table (expected a dense table; a dynamic table's rows are read "
-                                    "by key: keys_held, read_keys)");
-  }
+  // The key index of dynamic table `table` (detail::dynamic_only's errors otherwise).
   Result<const KeyIndex*> dynamic_index(const char* op, int table) const {
-    if (table < 0 || static_cast<std::size_t>(table) >= config_.tables.size())
-      return Status::not_found(std::string(op) + ": table index " + std::to_string(table) + " out of range [0, " +
-                               std::to_string(config_.tables.size()) + ")");
-    const KeyIndex* index = dynamic_.index(table);
-    if (!index)
-      return Status::invalid_argument("table '" + config_.tables[static_cast<std::size_t>(table)].spec.name +
-                                      "': " + op + " of a dense table (expected a dynamic table)");
-    return index;
+    STRATA_RETURN_IF_ERROR(detail::dynamic_only(op, table, config_));
+    return dynamic_.index(table);
   }
 
   detail::Engine& engine(int table) const {
@@ -776,11 +756,11 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) { return o
 
 namespace {
 
-// Whether the engine of table `tc`'s placement serves its element types (issue 31): every placement
-// stores half-size rows and state (the host kernels of `cpu` and `offload`, the shared device
-// kernels of `gpu`, `cached`, `hybrid` and `offload`'s device gather); half-size outputs and
-// gradients are written and read by `cpu` (host/kernels.hpp) and the reference store only.
-Status served_dtypes(const StoreConfig&, const TableConfig& tc) {
+// Whether the engine of table `tc`'s placement serves it: a dynamic table (issue 36) only `cpu`; its element types
+// (issue 31): every placement stores half-size rows and state (the host kernels of `cpu` and `offload`, the shared
+// device kernels of `gpu`, `cached`, `hybrid` and `offload`'s device gather); half-size outputs and gradients are
+// written and read by `cpu` (host/kernels.hpp) and the reference store only.
+Status placement_serves(const StoreConfig&, const TableConfig& tc) {
   if (tc.dynamic && tc.placement != Placement::kCpu)
     return Status::invalid_argument("table '" + tc.spec.name + "': a dynamic table is not served by the " +
                                     to_string(tc.placement) +
@@ -801,7 +781,7 @@ Result<std::unique_ptr<Store>> open_rank(const StoreConfig& config, std::shared_
   const int world = comm ? comm->size() : 1;
   for (std::size_t t = 0; t < config.tables.size(); ++t) {
     const TableConfig& tc = config.tables[t];
-    STRATA_RETURN_IF_ERROR(served_dtypes(config, tc));
+    STRATA_RETURN_IF_ERROR(placement_serves(config, tc));
     if (world > 1 && tc.placement != Placement::kGpu && tc.placement != Placement::kHybrid)
       return Status::invalid_argument("table '" + tc.spec.name + "': placement " + to_string(tc.placement) +
                                       " serves one rank; in a world of " + std::to_string(world) +

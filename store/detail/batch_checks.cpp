@@ -256,6 +256,33 @@ Status busy(const char* operation, std::int64_t in_flight) {
   return Status::failed_precondition(std::string(operation) + " with " + std::to_string(in_flight) +
                                      " batch(es) in flight (expected none: finish or discard them first)");
 }
+
+Status dense_only(const char* op, int table, const StoreConfig& config) {
+  if (table < 0 || static_cast<std::size_t>(table) >= config.tables.size()) return Status::ok();
+  const TableConfig& tc = config.tables[static_cast<std::size_t>(table)];
+  if (!tc.dynamic) return Status::ok();
+  return Status::invalid_argument("table '" + tc.spec.name + "': " + op +
+                                  " of a dynamic table (expected a dense table; a dynamic table's rows are read by "
+                                  "key: keys_held, read_keys)");
+}
+
+Status dynamic_only(const char* op, int table, const StoreConfig& config) {
+  STRATA_RETURN_IF_ERROR(check_table(table, config).with_context(op));
+  const TableConfig& tc = config.tables[static_cast<std::size_t>(table)];
+  if (tc.dynamic) return Status::ok();
+  return Status::invalid_argument("table '" + tc.spec.name + "': " + op +
+                                  " of a dense table (expected a dynamic table)");
+}
+
+Status key_without_row(const TableSpec& spec, Key key, std::size_t position) {
+  return Status::not_found("table '" + spec.name + "': key " + std::to_string(key) + " at position " +
+                           std::to_string(position) + " has no row (expected keys that keys_held lists)");
+}
+
+Status evaluation_backward(std::int64_t batch_id) {
+  return Status::failed_precondition("batch " + std::to_string(batch_id) +
+                                     ": backward of an evaluation batch (KeyBatch::train false; expected discard)");
+}
 Status check_table(int table, const StoreConfig& config) {
   if (table < 0 || table >= static_cast<int>(config.tables.size()))
     return Status::not_found("table index " + std::to_string(table) + " out of range [0, " +

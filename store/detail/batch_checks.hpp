@@ -135,6 +135,13 @@ Status duplicate_batch(std::int64_t batch_id);
 Status backward_before_forward(std::int64_t batch_id);
 Status busy(const char* operation, std::int64_t in_flight);
 Status check_table(int table, const StoreConfig& config);
+/// Dynamic tables (TableConfig::dynamic), worded alike by every store: `op` by row id refused for a dynamic table (ok
+/// for a dense one or an unknown index, which the caller's range check names); `op` by key refused for a dense table
+/// or an unknown index; a key without a row; backward of an evaluation batch (KeyBatch::train false).
+Status dense_only(const char* op, int table, const StoreConfig& config);
+Status dynamic_only(const char* op, int table, const StoreConfig& config);
+Status key_without_row(const TableSpec& spec, Key key, std::size_t position);
+Status evaluation_backward(std::int64_t batch_id);
 Status check_row_range(int table, std::int64_t row0, std::int64_t n, const StoreConfig& config);
 /// Refuses (naming `op`, the table, the row, the column and the value) a finite weight or state value of `n` rows being
 /// written into table `spec` that its dtype or state_dtype cannot hold: it would round to an infinity there (fp16 from

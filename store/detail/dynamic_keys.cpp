@@ -4,7 +4,6 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
-#include <cstring>
 #include <utility>
 
 #include "core/half.hpp"
@@ -21,6 +20,7 @@ DynamicKeys::DynamicKeys(const StoreConfig& config) {
     x.table = static_cast<int>(t);
     x.spec = tc.spec;
     x.dyn = *tc.dynamic;
+    x.seed = table_seed(tc.spec.init.seed, table_name_hash(tc.spec.name));
     x.index = std::make_unique<KeyIndex>(tc.spec.rows, *tc.dynamic);
     tables_.push_back(std::move(x));
   }
@@ -107,13 +107,12 @@ Status DynamicKeys::reset_rows(const Table& t, const std::vector<std::pair<std::
                                const Reset& reset) const {
   const std::int32_t dim = t.spec.dim;
   const std::int32_t sd = optimizer_state_dim(t.spec.optimizer.kind, dim);
-  const std::uint64_t tseed = table_seed(t.spec.init.seed, table_name_hash(t.spec.name));
   std::vector<float> w(created.size() * static_cast<std::size_t>(dim));
   std::vector<float> s(created.size() * static_cast<std::size_t>(sd));
   std::vector<std::int64_t> at(created.size());
   for (std::size_t i = 0; i < created.size(); ++i) {
     at[i] = created[i].first;
-    init_row(w.data() + i * static_cast<std::size_t>(dim), tseed, created[i].second, dim, t.spec.init.bound);
+    init_row(w.data() + i * static_cast<std::size_t>(dim), t.seed, created[i].second, dim, t.spec.init.bound);
     init_state(s.data() + i * static_cast<std::size_t>(sd), t.spec.optimizer, sd);
   }
   return reset(t.table, at, w.data(), s.data());
@@ -150,7 +149,6 @@ void DynamicKeys::fill_missing(const TableBatch& tb, const Admitted& a, const st
     const Table* t = find(tb.tables[e]);
     if (!t || a.missing_at[e].empty()) continue;
     const std::int32_t dim = t->spec.dim;
-    const std::uint64_t tseed = table_seed(t->spec.init.seed, table_name_hash(t->spec.name));
     for (std::size_t i = 0; i < a.missing_at[e].size(); ++i) {
       float* r = rows[e] + a.missing_at[e][i] * dim;
       if (t->dyn.unseen == Unseen::kZeros) {
@@ -158,7 +156,7 @@ void DynamicKeys::fill_missing(const TableBatch& tb, const Admitted& a, const st
         continue;
       }
       // What a row of this key would start as: the initial values rounded into the table's dtype.
-      init_row(r, tseed, a.missing_key[e][i], dim, t->spec.init.bound);
+      init_row(r, t->seed, a.missing_key[e][i], dim, t->spec.init.bound);
       if (t->spec.dtype != DType::kF32)
         for (std::int32_t c = 0; c < dim; ++c) r[c] = rounded(t->spec.dtype, r[c], false, 0);
     }

@@ -78,6 +78,7 @@ class DynamicKeys {
     int table = 0;
     TableSpec spec;
     DynamicSpec dyn;
+    std::uint64_t seed = 0;  // table_seed of the table: a key's initial values are init_row(seed, key)
     std::unique_ptr<KeyIndex> index;
     // Scratch of admit(), kept across batches (a fresh one page-faulted its hash table every batch).
     DedupScratch scratch;

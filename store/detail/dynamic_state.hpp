@@ -31,16 +31,4 @@ class DynamicAccess {
   virtual Status write_dynamic(int table, const DynamicState& in) = 0;
 };
 
-/// The sketch_state() bytes of an AdmissionSketch's added() and counters() (little endian): what KeyIndex gives.
-inline std::vector<std::uint8_t> sketch_bytes(std::int64_t added, const std::vector<std::uint16_t>& counters) {
-  std::vector<std::uint8_t> out;
-  out.reserve(8 + 2 * counters.size());
-  for (int b = 0; b < 8; ++b) out.push_back(static_cast<std::uint8_t>(static_cast<std::uint64_t>(added) >> (8 * b)));
-  for (const std::uint16_t c : counters) {
-    out.push_back(static_cast<std::uint8_t>(c & 0xFF));
-    out.push_back(static_cast<std::uint8_t>(c >> 8));
-  }
-  return out;
-}
-
 }  // namespace strata::detail

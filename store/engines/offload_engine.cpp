@@ -183,7 +183,7 @@ class OffloadEngine final : public Engine {
       b.outputs_pending = false;
       // Every table pooled in one table-batched pass (HostBatch), then the device views' copies.
       // host_out and the copies are fp32-sized: forward_item takes the table's output_dtype, so
-      // serving a half one here (store_impl.cpp's served_dtypes) needs them sized by it first.
+      // serving a half one here (store_impl.cpp's placement_serves) needs them sized by it first.
       features_.clear();
       for (std::size_t i = 0; i < f.feature.size(); ++i) {
         const MatrixView& o = out(outputs, f, i);

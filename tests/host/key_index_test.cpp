@@ -74,6 +74,28 @@ TEST(KeyIndex, HitsKeepTheirRowsAndFreeRowsGoLowestFirst) {
   EXPECT_EQ(index.sketch_state_bytes(), 0);  // admit_after 1 keeps no sketch
 }
 
+// More batches in flight on one row than 16-bit pin counts hold (65,535 aborted the process): the row stays pinned,
+// not evictable, until the last of them is released.
+TEST(KeyIndex, ARowPinnedByMoreThan65535BatchesStaysPinnedUntilTheLast) {
+  KeyIndex index(1, make_spec(1, Eviction::kLru, 0));
+  Rows rows;
+  Created created;
+  ASSERT_TRUE(index.train({7}, {1}, rows, created).is_ok());
+  constexpr int kBatches = 70000;
+  for (int i = 0; i < kBatches; ++i) {
+    Rows found;
+    index.find({7}, found);
+    ASSERT_EQ(found, Rows{0});
+  }
+  index.release(rows);
+  for (int i = 0; i < kBatches - 1; ++i) index.release({0});
+  EXPECT_EQ(index.pinned(), 1);
+  EXPECT_EQ(index.check({8}, {1}).code(), StatusCode::kResourceExhausted);  // the one row is pinned
+  index.release({0});
+  EXPECT_EQ(index.pinned(), 0);
+  EXPECT_TRUE(index.check({8}, {1}).is_ok());
+}
+
 TEST(KeyIndex, AdmissionCountsUsesAcrossBatchesThroughTheSketch) {
   KeyIndex index(8, make_spec(3, Eviction::kLru, 0));
   // Key 7: 1 use per batch (1, 2, 3: admitted at the third); key 8: 3 uses at once; key 9: 2.

@@ -287,7 +287,7 @@ TEST(StoreConfig, ElementTypeKeysRoundTripAndFp32ConfigsReadAsBefore) {
 
 // Half-size element types are accepted wherever the config enters (JSON, C++; Python reads the JSON
 // parser), by the reference and by a placement that serves them; a placement that does not serve
-// one refuses it at Store::open (served_dtypes), naming the table, the field, the value and what is
+// one refuses it at Store::open (placement_serves), naming the table, the field, the value and what is
 // expected, the same for a config parsed from JSON as for one built in C++. The rules validate keeps
 // are refused the same way everywhere too.
 TEST(StoreConfig, ElementTypesAreAcceptedAndRefusalsNameTableFieldAndValueWhereverTheConfigEnters) {
