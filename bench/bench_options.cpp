@@ -227,7 +227,7 @@ void add_workload_flags(CLI::App& app, Options& o, FlagHandles& h) {
       ->check(dtypes);
   app.add_flag(
       "--dynamic", o.dynamic,
-      "dynamic tables (capacity = rows), keys spread over [0, 2^63) with the workload's skew (cpu mode only, so far)");
+      "dynamic tables (capacity = rows), keys spread over [0, 2^63) with the workload's skew");
   app.add_option("--dist", o.workload.dist, "uniform | zipf:ALPHA | drift:ALPHA:N (hot set moves every N steps)")
       ->capture_default_str();
   h.distinct = app.add_option("--distinct-batches", o.workload.distinct_batches,

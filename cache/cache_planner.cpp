@@ -601,6 +601,23 @@ void CachePlanner::invalidate_table(int table) {
   table_[static_cast<std::size_t>(table)].count = 0;
 }
 
+void CachePlanner::drop_rows(int table, const std::vector<Key>& rows) {
+  for (const Key row : rows) {
+    const std::uint64_t ck = cache_key(table, row);
+    const std::uint64_t h = detail::KeyMap::hash(ck);
+    const std::int64_t i = index_.find(ck, h, key_of());
+    if (i < 0) continue;
+    Slot& s = slots_[static_cast<std::size_t>(i)];
+    STRATA_CHECK(s.pins() == 0);
+    index_.erase(h, i);
+    s = Slot();
+    ++version_[static_cast<std::size_t>(i)];  // leaves the order
+    free_.push_back(i);
+    --resident_;
+    if (any_cap_) --table_[static_cast<std::size_t>(table)].count;
+  }
+}
+
 std::int64_t CachePlanner::slot_of(int table, Key row) const noexcept {
   const std::uint64_t ck = cache_key(table, row);
   return index_.find(ck, detail::KeyMap::hash(ck), key_of());

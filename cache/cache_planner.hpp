@@ -153,6 +153,9 @@ class alignas(64) CachePlanner {
   void mark_clean(const std::vector<Transfer>& rows);
   /// Drops every resident row of `table` (none may be pinned or dirty: flush first).
   void invalidate_table(int table);
+  /// Drops `rows` of `table` where resident, dirty ones too: their contents are discarded, not written back (a dynamic
+  /// table's rows given to new keys, whose host rows are then rewritten). None may be pinned (aborts).
+  void drop_rows(int table, const std::vector<Key>& rows);
 
   /// Resident rows, pinned slots (of the cache: overflow rows are not counted).
   std::int64_t resident() const noexcept { return resident_; }

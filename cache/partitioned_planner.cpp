@@ -261,6 +261,13 @@ void PartitionedPlanner::invalidate_table(int table) {
   for (auto& partition : partitions_) partition->invalidate_table(table);
 }
 
+void PartitionedPlanner::drop_rows(int table, const std::vector<Key>& rows) {
+  std::vector<std::vector<Key>> of(partitions_.size());
+  for (const Key row : rows) of[partition_of(detail::KeyMap::hash(CachePlanner::cache_key(table, row)))].push_back(row);
+  for (std::size_t s = 0; s < partitions_.size(); ++s)
+    if (!of[s].empty()) partitions_[s]->drop_rows(table, of[s]);
+}
+
 std::int64_t PartitionedPlanner::resident() const noexcept {
   std::int64_t n = 0;
   for (const auto& partition : partitions_) n += partition->resident();

@@ -78,6 +78,8 @@ class PartitionedPlanner {
   void mark_clean(const std::vector<Transfer>& rows);
   /// As CachePlanner::invalidate_table.
   void invalidate_table(int table);
+  /// As CachePlanner::drop_rows.
+  void drop_rows(int table, const std::vector<Key>& rows);
 
   std::int64_t resident() const noexcept;
   std::int64_t pinned() const noexcept;

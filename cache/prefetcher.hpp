@@ -198,6 +198,12 @@ class BasicPrefetcher {
   Status flush();
   /// Drops every resident row of `table` (flush first; no batch in flight may use it).
   void invalidate_table(int table);
+  /// Drops `rows` of `table` from the cache without writing them back (Planner::drop_rows; no batch in flight may use
+  /// them).
+  void drop_rows(int table, const std::vector<Key>& rows) {
+    const auto [p, local] = where_[static_cast<std::size_t>(table)];
+    pools_[static_cast<std::size_t>(p)].planner->drop_rows(local, rows);
+  }
 
   /// A table's statistics, with the prefetcher's deferral count.
   CacheStats table_stats(int table) const;

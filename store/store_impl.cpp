@@ -169,8 +169,26 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
     e.front = !features_.trivial();
     if (e.front) e.served = features_.merge(e.batch, e.tables);
     e.parts = parts_of(e.served_tables());
+    // Dynamic tables' keys get their rows before any engine sees them (a device placement plans and copies rows at
+    // submit). What an engine refuses whatever the keys, it refuses first, so that such a refusal changes no index.
+    if (dynamic_.any()) {
+      for (std::size_t k = 0; k < engines_.size(); ++k) {
+        if (e.parts[k].features.empty() && engines_[k].get() != collective_) continue;
+        if (Status ready = engines_[k]->accepting(); !ready.is_ok()) return ready;
+      }
+      auto admitted = arena_.execute([&] {
+        return dynamic_.admit(e.served, e.batch.train,
+                              [&](int t, const std::vector<std::int64_t>& rows, const float* w, const float* st) {
+                                return engine(t).reset_rows(t, rows, w, st);
+                              });
+      });
+      if (!admitted) return refuse("submit", id, admitted.status().with_context("batch " + std::to_string(id)));
+      e.admitted = std::move(admitted).value();
+    }
     // The Entry moves into the map only after every engine accepted. Engines may keep pointers to
     // the elements of its batches' features (those buffers survive the move), never to a KeyBatch itself.
+    // An engine refusing a batch whose keys were admitted (a device without room for its staging) leaves the admission
+    // in place (dynamic_keys.hpp); the batch's pins are released.
     const KeyBatch& served = e.served_batch();
     Status status;
     arena_.execute([&] {
@@ -186,21 +204,9 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
         p.state = std::move(b).value();
       }
     });
-    if (!status.is_ok()) return status;
-    // Dynamic tables' keys get their rows once every engine accepted the batch (a refusal changes no index): the cpu
-    // engine, the only one serving them, reads no key at submit.
-    if (dynamic_.any()) {
-      auto admitted = arena_.execute([&] {
-        return dynamic_.admit(e.served, e.batch.train,
-                              [&](int t, const std::vector<std::int64_t>& rows, const float* w, const float* st) {
-                                return engine(t).reset_rows(t, rows, w, st);
-                              });
-      });
-      if (!admitted) {
-        arena_.execute([&] { discard_parts(e, served, engines_.size()); });
-        return refuse("submit", id, admitted.status().with_context("batch " + std::to_string(id)));
-      }
-      e.admitted = std::move(admitted).value();
+    if (!status.is_ok()) {
+      if (dynamic_.any()) dynamic_.release(e.served, e.admitted);
+      return status;
     }
     batches_.emplace(id, std::move(e));
     if (previews_.submitted(id)) {
@@ -508,9 +514,11 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
       if (rows[i] == KeyIndex::kNone)
         return detail::key_without_row(config_.tables[static_cast<std::size_t>(table)].spec, keys[i], i);
     }
-    return each_row(
+    return each_run(
         table, rows.size(), [&](std::size_t i) { return rows[i]; }, weights, state,
-        [&](std::int64_t row, float* w, float* s) { return engine(table).read_rows(table, row, 1, w, s); });
+        [&](std::int64_t row0, std::int64_t m, float* w, float* s) {
+          return engine(table).read_rows(table, row0, m, w, s);
+        });
   }
 
   Result<ShardInfo> shard_info(int table) const override {
@@ -546,20 +554,22 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
     const TableSpec& spec = config_.tables[static_cast<std::size_t>(table)].spec;
     out.weights.resize(out.entries.size() * static_cast<std::size_t>(spec.dim));
     out.state.resize(out.entries.size() * static_cast<std::size_t>(optimizer_state_dim(spec.optimizer.kind, spec.dim)));
-    return each_row(
+    return each_run(
         table, out.entries.size(), [&](std::size_t i) { return out.entries[i].row; }, out.weights.data(),
         out.state.data(),
-        [&](std::int64_t row, float* w, float* s) { return engine(table).read_rows(table, row, 1, w, s); });
+        [&](std::int64_t row0, std::int64_t m, float* w, float* s) {
+          return engine(table).read_rows(table, row0, m, w, s);
+        });
   }
   Status write_dynamic(int table, const detail::DynamicState& in) override {
     STRATA_RETURN_IF_ERROR(dynamic_index("write_dynamic", table).status());
     // The index first: restore checks everything and changes nothing on error (no copy of it, which would hold a
-    // third index of the capacity beside restore's own new one); then the rows, which the cpu engine writes.
+    // third index of the capacity beside restore's own new one); then the rows, run by run.
     STRATA_RETURN_IF_ERROR(dynamic_.index(table)->restore(in.clock, in.entries, in.sketch));
-    return each_row(
+    return each_run(
         table, in.entries.size(), [&](std::size_t i) { return in.entries[i].row; }, in.weights.data(), in.state.data(),
-        [&](std::int64_t row, const float* w, const float* s) {
-          return engine(table).write_rows(table, row, 1, w, s);
+        [&](std::int64_t row0, std::int64_t m, const float* w, const float* s) {
+          return engine(table).write_rows(table, row0, m, w, s);
         });
   }
 
@@ -696,18 +706,39 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
       if (e.parts[j].state) (void)engines_[j]->discard(*e.parts[j].state, served, e.parts[j].features);
   }
 
-  // `io(row(i), weights, state)` on the arena for i in [0, n), a dynamic table's rows one at a time (row i's dim
-  // weights and state_dim state at `w` and `s`, i by i; state null when `s` is or the table keeps none), until an
-  // error.
+  // A dynamic table's rows row(i), i in [0, n), read into (T float) or written from (T const float) row i's dim weights
+  // and state_dim state at `w` and `s` (state null when `s` is or the table keeps none): `io(row0, m, weights, state)`
+  // on the arena for each run of m consecutive rows (rows sorted, at most kRunRows a run: a cached or gpu engine's
+  // read or write of a run is one flush or copy), through buffers of the run, until an error.
   template <class Row, class T, class F>
-  Status each_row(int table, std::size_t n, const Row& row, T* w, T* s, const F& io) {
+  Status each_run(int table, std::size_t n, const Row& row, T* w, T* s, const F& io) {
+    constexpr bool reading = !std::is_const_v<T>;
+    constexpr std::size_t kRunRows = 4096;
     const TableSpec& spec = config_.tables[static_cast<std::size_t>(table)].spec;
     const auto dim = static_cast<std::size_t>(spec.dim);
-    const auto sd = static_cast<std::size_t>(optimizer_state_dim(spec.optimizer.kind, spec.dim));
+    const std::size_t sd = s ? static_cast<std::size_t>(optimizer_state_dim(spec.optimizer.kind, spec.dim)) : 0;
+    std::vector<std::pair<std::int64_t, std::size_t>> order(n);
+    for (std::size_t i = 0; i < n; ++i) order[i] = {row(i), i};
+    std::sort(order.begin(), order.end());
+    std::vector<float> rw, rs;
     Status status;
     arena_.execute([&] {
-      for (std::size_t i = 0; i < n && status.is_ok(); ++i)
-        status = io(row(i), w + i * dim, s && sd ? s + i * sd : nullptr);
+      for (std::size_t a = 0, b = 0; a < n && status.is_ok(); a = b) {
+        for (b = a + 1; b < n && b - a < kRunRows && order[b].first == order[b - 1].first + 1;) ++b;
+        rw.resize((b - a) * dim);
+        rs.resize((b - a) * sd);
+        for (std::size_t j = a; !reading && j < b; ++j) {
+          std::copy_n(w + order[j].second * dim, dim, rw.data() + (j - a) * dim);
+          std::copy_n(s + order[j].second * sd, sd, rs.data() + (j - a) * sd);
+        }
+        status = io(order[a].first, static_cast<std::int64_t>(b - a), rw.data(), sd ? rs.data() : nullptr);
+        if constexpr (reading) {
+          for (std::size_t j = a; status.is_ok() && j < b; ++j) {
+            std::copy_n(rw.data() + (j - a) * dim, dim, w + order[j].second * dim);
+            std::copy_n(rs.data() + (j - a) * sd, sd, s + order[j].second * sd);
+          }
+        }
+      }
     });
     return status;
   }
@@ -756,16 +787,17 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) { return o
 
 namespace {
 
-// Whether the engine of table `tc`'s placement serves it: a dynamic table (issue 36) only `cpu`; its element types
+// Whether the engine of table `tc`'s placement serves it: a dynamic table (issue 36) every placement but a sharded one
+// (`gpu` or `hybrid` in a store with a communicator); its element types
 // (issue 31): every placement stores half-size rows and state (the host kernels of `cpu` and `offload`, the shared
 // device kernels of `gpu`, `cached`, `hybrid` and `offload`'s device gather); half-size outputs and gradients are
 // written and read by `cpu` (host/kernels.hpp) and the reference store only.
-Status placement_serves(const StoreConfig&, const TableConfig& tc) {
-  if (tc.dynamic && tc.placement != Placement::kCpu)
-    return Status::invalid_argument("table '" + tc.spec.name + "': a dynamic table is not served by the " +
+Status placement_serves(const TableConfig& tc, bool world) {
+  if (tc.dynamic && world && (tc.placement == Placement::kGpu || tc.placement == Placement::kHybrid))
+    return Status::invalid_argument("table '" + tc.spec.name + "': a dynamic table is not sharded over ranks yet (a " +
                                     to_string(tc.placement) +
-                                    " placement yet (expected cpu: dynamic tables are served by the cpu placement and "
-                                    "the reference store only, issue 36)");
+                                    " table of a store opened with a communicator is; expected a store opened without "
+                                    "one, issue 36)");
   if (tc.spec.output_dtype != DType::kF32 && tc.placement != Placement::kCpu)
     return Status::invalid_argument("table '" + tc.spec.name + "': output_dtype " + to_string(tc.spec.output_dtype) +
                                     " is not served by the " + to_string(tc.placement) +
@@ -781,7 +813,7 @@ Result<std::unique_ptr<Store>> open_rank(const StoreConfig& config, std::shared_
   const int world = comm ? comm->size() : 1;
   for (std::size_t t = 0; t < config.tables.size(); ++t) {
     const TableConfig& tc = config.tables[t];
-    STRATA_RETURN_IF_ERROR(placement_serves(config, tc));
+    STRATA_RETURN_IF_ERROR(placement_serves(tc, comm != nullptr));
     if (world > 1 && tc.placement != Placement::kGpu && tc.placement != Placement::kHybrid)
       return Status::invalid_argument("table '" + tc.spec.name + "': placement " + to_string(tc.placement) +
                                       " serves one rank; in a world of " + std::to_string(world) +

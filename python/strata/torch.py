@@ -46,8 +46,8 @@ lookup's backward does not run). A second backward through the same outputs
 of those dtypes and ``load_state_dict`` takes them; outputs and their gradients have the table's
 ``output_dtype`` (host memory: the ``cpu`` placement writes half-size outputs).
 
-**Dynamic tables** (``"kind": "dynamic"`` with a ``"capacity"``, README "Dynamic tables"; the ``cpu``
-placement serves them): their keys are any int64, and a key gets a row the first time a training
+**Dynamic tables** (``"kind": "dynamic"`` with a ``"capacity"``, README "Dynamic tables"; every
+placement of one rank serves them): their keys are any int64, and a key gets a row the first time a training
 batch uses it (``admit_after``: its N-th use), starting at its initial values. A forward in training
 mode with gradients enabled submits a training batch; in ``eval()`` or under ``torch.no_grad()`` an
 evaluation batch, which admits no key (keys without a row read their initial values, or zeros, and

@@ -72,18 +72,23 @@ Result<Admitted> DynamicKeys::admit(TableBatch& tb, bool train, const Reset& res
     if (train && !fits) status[e] = t.index->check(t.unique.keys, u).with_context("table '" + t.spec.name + "'");
   });
   for (const Status& st : status) STRATA_RETURN_IF_ERROR(st);
+  std::vector<NewRows> created(n);
   each_entry([&](std::size_t e, Table& t) {
     std::vector<std::int64_t>& rows = a.rows[e];
-    std::vector<std::pair<std::int64_t, Key>> created;
+    std::vector<std::pair<std::int64_t, Key>> made;
     if (train) {
       // Checked above: train() applies (a failure here would be a bug of check()).
-      STRATA_CHECK(t.index->train(t.unique.keys, t.uses, rows, created).is_ok());
+      STRATA_CHECK(t.index->train(t.unique.keys, t.uses, rows, made).is_ok());
     } else {
       t.index->find(t.unique.keys, t.uses, rows);
     }
-    if (!created.empty()) status[e] = reset_rows(t, created, reset);
+    if (!made.empty()) created[e] = new_rows(t, made);
     translate(t, t.unique, rows, tb.batch.features[e], a.missing_at[e], a.missing_key[e]);
   });
+  // The engines write the new rows one table at a time (an engine is not thread-safe; several tables share one).
+  for (std::size_t e = 0; e < n; ++e)
+    if (!created[e].rows.empty())
+      status[e] = reset(tb.tables[e], created[e].rows, created[e].w.data(), created[e].s.data());
   // Every training submit advances every dynamic table's clock (and its TTL), whether or not the batch has its keys.
   if (train) {
     for (Table& t : tables_) {
@@ -103,19 +108,19 @@ Result<Admitted> DynamicKeys::admit(TableBatch& tb, bool train, const Reset& res
   return a;
 }
 
-Status DynamicKeys::reset_rows(const Table& t, const std::vector<std::pair<std::int64_t, Key>>& created,
-                               const Reset& reset) const {
+DynamicKeys::NewRows DynamicKeys::new_rows(const Table& t, const std::vector<std::pair<std::int64_t, Key>>& created) {
   const std::int32_t dim = t.spec.dim;
   const std::int32_t sd = optimizer_state_dim(t.spec.optimizer.kind, dim);
-  std::vector<float> w(created.size() * static_cast<std::size_t>(dim));
-  std::vector<float> s(created.size() * static_cast<std::size_t>(sd));
-  std::vector<std::int64_t> at(created.size());
+  NewRows x;
+  x.rows.resize(created.size());
+  x.w.resize(created.size() * static_cast<std::size_t>(dim));
+  x.s.resize(created.size() * static_cast<std::size_t>(sd));
   for (std::size_t i = 0; i < created.size(); ++i) {
-    at[i] = created[i].first;
-    init_row(w.data() + i * static_cast<std::size_t>(dim), t.seed, created[i].second, dim, t.spec.init.bound);
-    init_state(s.data() + i * static_cast<std::size_t>(sd), t.spec.optimizer, sd);
+    x.rows[i] = created[i].first;
+    init_row(x.w.data() + i * static_cast<std::size_t>(dim), t.seed, created[i].second, dim, t.spec.init.bound);
+    init_state(x.s.data() + i * static_cast<std::size_t>(sd), t.spec.optimizer, sd);
   }
-  return reset(t.table, at, w.data(), s.data());
+  return x;
 }
 
 void DynamicKeys::translate(const Table& t, const UniqueKeys& u, const std::vector<std::int64_t>& rows, JaggedKeys& f,

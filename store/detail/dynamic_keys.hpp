@@ -24,6 +24,11 @@
 //   state the initial state. An evicted key's training is gone.
 // - A key without a row after this (not admitted), or in a batch that does not train (KeyBatch::train false: no
 //   admission, no clock, no counts), reads its initial values (or zeros, Unseen::kZeros); its gradient is dropped.
+// - When: at submit, before any engine sees the batch (every placement serves dynamic tables; the device ones plan and
+//   copy rows at submit), after the engines' refusals that do not depend on keys (Engine::accepting). New rows are
+//   written in every tier (Engine::reset_rows: a cached row's copy is dropped unwritten). An engine refusing the batch
+//   after that (a device without room for its staging, a failed device) leaves the admission in place: the index and
+//   the rows agree, the keys admitted hold their initial rows, the clock has ticked.
 
 #include <cstdint>
 #include <functional>
@@ -47,8 +52,8 @@ struct Admitted {
 
 class DynamicKeys {
  public:
-  /// Overwrites rows of a table (rows no batch in flight uses) with fp32 weights and state, n rows of each; called for
-  /// several tables at once (from the calling arena's threads), once per table.
+  /// Overwrites rows of a table (rows no batch in flight uses) with fp32 weights and state, n rows of each
+  /// (Engine::reset_rows); called on the calling thread, once per table of a batch, one table at a time.
   using Reset =
       std::function<Status(int table, const std::vector<std::int64_t>& rows, const float* weights, const float* state)>;
 
@@ -87,8 +92,12 @@ class DynamicKeys {
   };
   Table* find(int table);
   const Table* find(int table) const;
-  // Writes the initial rows of the keys a batch admitted ((row, key), created by KeyIndex::train) through `reset`.
-  Status reset_rows(const Table& t, const std::vector<std::pair<std::int64_t, Key>>& created, const Reset& reset) const;
+  // The initial rows of the keys a batch admitted ((row, key), created by KeyIndex::train), for `reset`.
+  struct NewRows {
+    std::vector<std::int64_t> rows;
+    std::vector<float> w, s;
+  };
+  static NewRows new_rows(const Table& t, const std::vector<std::pair<std::int64_t, Key>>& created);
   // Rewrites an entry's keys f to their rows (the last row for keys without one), listing those keys' positions.
   static void translate(const Table& t, const UniqueKeys& u, const std::vector<std::int64_t>& rows, JaggedKeys& f,
                         std::vector<std::int64_t>& missing_at, std::vector<Key>& missing_key);

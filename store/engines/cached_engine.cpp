@@ -117,14 +117,19 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
 
   void drop_previews() override { prefetcher_.drop_previews(); }
 
+  Status accepting() override {
+    STRATA_RETURN_IF_ERROR(dev_.status());  // a failed device accepts no more work
+    if (prefetcher_.in_flight() < config_.cache.max_in_flight) return Status::ok();
+    return Status::failed_precondition(std::to_string(prefetcher_.in_flight()) +
+                                       " batches are already in flight and the staging ring holds "
+                                       "cache.max_in_flight = " +
+                                       std::to_string(config_.cache.max_in_flight) + "; retire one first");
+  }
+
   Result<std::unique_ptr<EngineBatch>> submit(std::int64_t id, const KeyBatch& batch,
                                               const EngineFeatures& f) override {
     STRATA_RETURN_IF_ERROR(dev_.status());  // a failed device accepts no more work
-    if (prefetcher_.in_flight() >= config_.cache.max_in_flight)
-      return Status::failed_precondition(
-          "batch " + std::to_string(id) + ": " + std::to_string(prefetcher_.in_flight()) +
-          " batches are already in flight and the staging ring holds cache.max_in_flight = " +
-          std::to_string(config_.cache.max_in_flight) + "; retire one first");
+    STRATA_RETURN_IF_ERROR(accepting().with_context("batch " + std::to_string(id)));
     auto b = std::make_unique<CachedBatch>();
     b->id = id;
     b->feats = batch.features.data();
@@ -294,6 +299,16 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
     STRATA_RETURN_IF_ERROR(flush());
     prefetcher_.invalidate_table(table);
     transfers_.host(table).write_rows(row0, n, weights, state);
+    return Status::ok();
+  }
+
+  // A row given to a new key may still be on its way home (the write-back of a plan that evicted it, or of an overflow
+  // row): those land first. Its cached copy, if any, is dropped unwritten, so that the batch using it fills it anew.
+  Status reset_rows(int table, const std::vector<std::int64_t>& rows, const float* weights,
+                    const float* state) override {
+    STRATA_RETURN_IF_ERROR(dev_.synchronize(core_.writeback()));
+    prefetcher_.drop_rows(table, rows);
+    transfers_.host(table).write_rows(rows, weights, state);
     return Status::ok();
   }
 

@@ -84,6 +84,12 @@ void HostTableOps::write_rows(std::int64_t row0, std::int64_t n, const float* we
                      state && sd ? state + static_cast<std::size_t>(i) * sd : nullptr);
 }
 
+void HostTableOps::write_rows(const std::vector<std::int64_t>& rows, const float* weights, const float* state) {
+  const std::size_t dim = static_cast<std::size_t>(table_.dim()), sd = static_cast<std::size_t>(table_.state_dim());
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    table_.write_row(rows[i], weights + i * dim, state && sd ? state + i * sd : nullptr);
+}
+
 namespace {
 
 // `cpu` mode has nothing to prepare at submit.
@@ -145,11 +151,7 @@ class CpuEngine final : public Engine {
   }
   Status reset_rows(int table, const std::vector<std::int64_t>& rows, const float* weights,
                     const float* state) override {
-    HostTableOps& t = tables_.at(table);
-    const std::size_t dim = static_cast<std::size_t>(t.table().dim()),
-                      sd = static_cast<std::size_t>(t.table().state_dim());
-    for (std::size_t i = 0; i < rows.size(); ++i)
-      t.write_rows(rows[i], 1, weights + i * dim, state ? state + i * sd : nullptr);
+    tables_.at(table).write_rows(rows, weights, state);
     return Status::ok();
   }
 

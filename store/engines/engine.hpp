@@ -49,6 +49,10 @@ class Engine {
   /// table state. `batch` stays alive and unchanged until the batch is retired.
   virtual Result<std::unique_ptr<EngineBatch>> submit(std::int64_t id, const KeyBatch& batch,
                                                       const EngineFeatures& f) = 0;
+  /// The refusals of submit that do not depend on a batch's keys (a failed device, batches in flight at a limit),
+  /// asked before the batch's keys of dynamic tables get rows (an admission a later refusal leaves in place).
+  /// Default: none.
+  virtual Status accepting() { return Status::ok(); }
   /// Writes the outputs of the engine's features (views indexed like batch.features; shapes,
   /// spaces and device ranges checked). Views are host memory unless device_views().
   virtual Status forward(EngineBatch& b, const KeyBatch& batch, const EngineFeatures& f,
@@ -100,9 +104,10 @@ class Engine {
   /// write_rows is only called with no batch in flight.
   virtual Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) = 0;
   virtual Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) = 0;
-  /// Overwrites rows of a dynamic table that no batch in flight uses (given to new keys at submit), with batches in
-  /// flight: n = rows.size() rows of fp32 weights and state, rounded into the table's dtypes as write_rows rounds.
-  /// Default: the engine serves no dynamic table.
+  /// Overwrites rows of a dynamic table that no batch in flight uses, in every tier that holds them: they are given to
+  /// new keys before the batch that uses them is submitted, with earlier batches in flight (and forwards of discarded
+  /// ones that may still read them). n = rows.size() rows of fp32 weights and state, rounded into the table's dtypes as
+  /// write_rows rounds. Default: the engine serves no dynamic table.
   virtual Status reset_rows(int /*table*/, const std::vector<std::int64_t>& /*rows*/, const float* /*weights*/,
                             const float* /*state*/) {
     return Status::internal(std::string(name()) + " engine: reset_rows of a dynamic table it does not serve");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 
 #include "host/host_table.hpp"
 #include "store/engines/detail/slot_pool_engine.hpp"
@@ -40,8 +41,10 @@ class GpuEngine final : public Engine {
     return Status::ok();
   }
 
+  Status accepting() override { return dev_.status(); }  // a failed device accepts no more work
+
   Result<std::unique_ptr<EngineBatch>> submit(std::int64_t, const KeyBatch& batch, const EngineFeatures& f) override {
-    STRATA_RETURN_IF_ERROR(dev_.status());  // a failed device accepts no more work
+    STRATA_RETURN_IF_ERROR(accepting());
     auto b = std::make_unique<GpuBatch>();
     b->unique.resize(f.feature.size());
     std::size_t mirrored = 0;
@@ -103,6 +106,27 @@ class GpuEngine final : public Engine {
     return bounce(table, row0, n, state == nullptr, true, [&](float* rec, std::int64_t r, const RecordShape& shape) {
       write_record(rec, shape, weights + r * shape.dim, state ? state + r * shape.state_dim : nullptr);
     });
+  }
+
+  // After the device work in flight (a stream-ordered forward of a discarded batch may still read the rows), through
+  // pinned memory, one run of consecutive rows at a time.
+  Status reset_rows(int table, const std::vector<std::int64_t>& rows, const float* weights,
+                    const float* state) override {
+    STRATA_RETURN_IF_ERROR(dev_.synchronize(core_.compute()));
+    std::vector<std::size_t> order(rows.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return rows[a] < rows[b]; });
+    for (std::size_t a = 0, b = 0; a < order.size(); a = b) {
+      for (b = a + 1; b < order.size() && rows[order[b]] == rows[order[b - 1]] + 1;) ++b;
+      STRATA_RETURN_IF_ERROR(bounce(table, rows[order[a]], static_cast<std::int64_t>(b - a), state == nullptr, true,
+                                    [&](float* rec, std::int64_t r, const RecordShape& shape) {
+                                      const std::size_t i = order[a + static_cast<std::size_t>(r)];
+                                      write_record(
+                                          rec, shape, weights + i * static_cast<std::size_t>(shape.dim),
+                                          state ? state + i * static_cast<std::size_t>(shape.state_dim) : nullptr);
+                                    }));
+    }
+    return Status::ok();
   }
 
  private:

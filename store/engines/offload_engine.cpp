@@ -58,8 +58,10 @@ class OffloadEngine final : public Engine {
     (void)dev_.synchronize(compute_.view());
   }
 
+  Status accepting() override { return dev_.status(); }  // a failed device accepts no more work
+
   Result<std::unique_ptr<EngineBatch>> submit(std::int64_t, const KeyBatch& batch, const EngineFeatures& f) override {
-    STRATA_RETURN_IF_ERROR(dev_.status());  // a failed device accepts no more work
+    STRATA_RETURN_IF_ERROR(accepting());
     auto b = std::make_unique<OffloadBatch>();
     const bool device_gather = config_.offload_gather == OffloadGather::kDevice;
     std::size_t mirrored = 0, outs = 0, rows = 0;
@@ -297,17 +299,27 @@ class OffloadEngine final : public Engine {
     return Status::ok();
   }
   Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) override {
-    // A stream-ordered forward of a discarded batch may still be reading the rows (only then does
-    // this wait on the device: offload rows stay writable after a device fault).
-    if (reads_pending_) {
-      STRATA_RETURN_IF_ERROR(dev_.synchronize(compute_.view()));
-      reads_pending_ = false;
-    }
+    STRATA_RETURN_IF_ERROR(reads_done());
     tables_.at(table).write_rows(row0, n, weights, state);
+    return Status::ok();
+  }
+  Status reset_rows(int table, const std::vector<std::int64_t>& rows, const float* weights,
+                    const float* state) override {
+    STRATA_RETURN_IF_ERROR(reads_done());
+    tables_.at(table).write_rows(rows, weights, state);
     return Status::ok();
   }
 
  private:
+  // A stream-ordered forward of a discarded batch may still be reading the rows (only then does
+  // this wait on the device: offload rows stay writable after a device fault).
+  Status reads_done() {
+    if (reads_pending_) {
+      STRATA_RETURN_IF_ERROR(dev_.synchronize(compute_.view()));
+      reads_pending_ = false;
+    }
+    return Status::ok();
+  }
   const TableSpec& spec_of(int table) const { return config_.tables[static_cast<std::size_t>(table)].spec; }
   static const MatrixView& out(const std::vector<MatrixView>& outputs, const EngineFeatures& f, std::size_t i) {
     return outputs[static_cast<std::size_t>(f.feature[i])];

@@ -14,6 +14,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/row_math.hpp"
@@ -89,12 +90,13 @@ void step_all(const std::vector<Store*>& stores, std::int64_t id, const KeyBatch
   }
 }
 
-class DynamicCheckpoint : public ::testing::TestWithParam<Case> {};
+class DynamicCheckpoint : public ::testing::TestWithParam<std::tuple<Case, Placement>> {};
 
-// Save mid-run, then continue the savers and a store loaded from each other's checkpoint on the same batches.
+// Save mid-run, then continue the savers and a store loaded from each other's checkpoint on the same batches (a case a
+// placement: the production stores save and load through its engine).
 TEST_P(DynamicCheckpoint, LoadedStoresContinueBitForBit) {
-  const Case k = GetParam();
-  const StoreConfig c = config_of(k);
+  const auto [k, placement] = GetParam();
+  const StoreConfig c = config_of(k, placement);
   auto prod = Store::open(c);
   auto ref = open_reference_store(c);
   ASSERT_TRUE(prod.is_ok() && ref.is_ok()) << prod.status().to_string();
@@ -139,16 +141,25 @@ TEST_P(DynamicCheckpoint, LoadedStoresContinueBitForBit) {
   EXPECT_GT(st.evictions + st.expirations, 0) << "the workload must evict";
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, DynamicCheckpoint,
-    ::testing::Values(
-        Case{"lru", 1, Eviction::kLru, 0, Unseen::kInitial, DType::kF32, OptimizerKind::kAdagrad, false},
-        Case{"lfu", 1, Eviction::kLfu, 0, Unseen::kInitial, DType::kF32, OptimizerKind::kAdam, false},
-        Case{"lru_admit3", 3, Eviction::kLru, 0, Unseen::kInitial, DType::kF32, OptimizerKind::kSgd, false},
-        Case{"lfu_admit2_ttl", 2, Eviction::kLfu, 3, Unseen::kZeros, DType::kF32, OptimizerKind::kRowwiseAdagrad,
-             false},
-        Case{"lru_ttl_bf16", 1, Eviction::kLru, 2, Unseen::kInitial, DType::kBF16, OptimizerKind::kAdagrad, false}),
-    [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+INSTANTIATE_TEST_SUITE_P(Cases, DynamicCheckpoint,
+                         ::testing::Values(std::make_tuple(Case{"lru", 1, Eviction::kLru, 0, Unseen::kInitial,
+                                                                DType::kF32, OptimizerKind::kAdagrad, false},
+                                                           Placement::kCached),
+                                           std::make_tuple(Case{"lfu", 1, Eviction::kLfu, 0, Unseen::kInitial,
+                                                                DType::kF32, OptimizerKind::kAdam, false},
+                                                           Placement::kGpu),
+                                           std::make_tuple(Case{"lru_admit3", 3, Eviction::kLru, 0, Unseen::kInitial,
+                                                                DType::kF32, OptimizerKind::kSgd, false},
+                                                           Placement::kOffload),
+                                           std::make_tuple(Case{"lfu_admit2_ttl", 2, Eviction::kLfu, 3, Unseen::kZeros,
+                                                                DType::kF32, OptimizerKind::kRowwiseAdagrad, false},
+                                                           Placement::kHybrid),
+                                           std::make_tuple(Case{"lru_ttl_bf16", 1, Eviction::kLru, 2, Unseen::kInitial,
+                                                                DType::kBF16, OptimizerKind::kAdagrad, false},
+                                                           Placement::kCpu)),
+                         [](const ::testing::TestParamInfo<std::tuple<Case, Placement>>& i) {
+                           return std::string(std::get<0>(i.param).name) + "_" + to_string(std::get<1>(i.param));
+                         });
 
 // Both stores, for the tests that run on each.
 const std::vector<std::pair<const char*, Opener>>& stores() {

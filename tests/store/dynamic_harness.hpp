@@ -61,6 +61,18 @@ inline StoreConfig config_of(const Case& k) {
   return c;
 }
 
+// Every table of config_of(k) in `placement` (emu device); a cache of 3 rows a table (of 11, 7 and 5 served), so that
+// rows given to new keys are often cached, dirty or on their way home.
+inline StoreConfig config_of(const Case& k, Placement placement) {
+  StoreConfig c = config_of(k);
+  c.device.backend = BackendChoice::kEmu;
+  for (TableConfig& t : c.tables) {
+    t.placement = placement;
+    if (placement == Placement::kCached || placement == Placement::kHybrid) t.cache.rows = 3;
+  }
+  return c;
+}
+
 // 30 keys: the ends of int64, -1, 0 and random ones; drawn skewed (low indexes more often).
 inline std::vector<Key> key_space(std::mt19937_64& rng) {
   std::vector<Key> keys = {std::numeric_limits<Key>::min(), std::numeric_limits<Key>::max(), -1, 0};

@@ -11,8 +11,10 @@
 #include <limits>
 #include <map>
 #include <random>
+#include <tuple>
 
 #include "core/row_math.hpp"
+#include "dispatch/local_communicator.hpp"
 #include "tests/store/dynamic_harness.hpp"
 
 namespace strata {
@@ -20,11 +22,11 @@ namespace {
 
 using namespace strata::testing;
 
-class DynamicEquivalence : public ::testing::TestWithParam<Case> {};
+class DynamicEquivalence : public ::testing::TestWithParam<std::tuple<Case, Placement>> {};
 
 TEST_P(DynamicEquivalence, TrainsAsTheReferenceBitForBit) {
-  const Case k = GetParam();
-  const StoreConfig c = config_of(k);
+  const auto [k, placement] = GetParam();
+  const StoreConfig c = config_of(k, placement);
   auto opened = Store::open(c);
   auto reference = open_reference_store(c);
   ASSERT_TRUE(opened.is_ok() && reference.is_ok()) << opened.status().to_string();
@@ -84,14 +86,19 @@ TEST_P(DynamicEquivalence, TrainsAsTheReferenceBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, DynamicEquivalence,
-    ::testing::Values(
-        Case{"lru", 1, Eviction::kLru, 0, Unseen::kInitial, DType::kF32, OptimizerKind::kSgd, false},
-        Case{"lru_admit3", 3, Eviction::kLru, 0, Unseen::kInitial, DType::kF32, OptimizerKind::kAdagrad, false},
-        Case{"lfu", 1, Eviction::kLfu, 0, Unseen::kInitial, DType::kF32, OptimizerKind::kRowwiseAdagrad, false},
-        Case{"lfu_admit2_ttl", 2, Eviction::kLfu, 3, Unseen::kZeros, DType::kF32, OptimizerKind::kAdam, false},
-        Case{"lru_ttl_bf16", 1, Eviction::kLru, 2, Unseen::kInitial, DType::kBF16, OptimizerKind::kAdagrad, false},
-        Case{"features_fp16", 2, Eviction::kLru, 0, Unseen::kInitial, DType::kF16, OptimizerKind::kSgd, true}),
-    [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+    ::testing::Combine(
+        ::testing::Values(
+            Case{"lru", 1, Eviction::kLru, 0, Unseen::kInitial, DType::kF32, OptimizerKind::kSgd, false},
+            Case{"lru_admit3", 3, Eviction::kLru, 0, Unseen::kInitial, DType::kF32, OptimizerKind::kAdagrad, false},
+            Case{"lfu", 1, Eviction::kLfu, 0, Unseen::kInitial, DType::kF32, OptimizerKind::kRowwiseAdagrad, false},
+            Case{"lfu_admit2_ttl", 2, Eviction::kLfu, 3, Unseen::kZeros, DType::kF32, OptimizerKind::kAdam, false},
+            Case{"lru_ttl_bf16", 1, Eviction::kLru, 2, Unseen::kInitial, DType::kBF16, OptimizerKind::kAdagrad, false},
+            Case{"features_fp16", 2, Eviction::kLru, 0, Unseen::kInitial, DType::kF16, OptimizerKind::kSgd, true}),
+        ::testing::Values(Placement::kCpu, Placement::kOffload, Placement::kCached, Placement::kGpu,
+                          Placement::kHybrid)),
+    [](const ::testing::TestParamInfo<std::tuple<Case, Placement>>& i) {
+      return std::string(std::get<0>(i.param).name) + "_" + to_string(std::get<1>(i.param));
+    });
 
 TEST(DynamicConfig, ParsesWritesAndRefuses) {
   auto c = parse_store_config(R"({"tables": [{"name": "user", "kind": "dynamic", "capacity": 100, "dim": 4,
@@ -129,13 +136,15 @@ TEST(DynamicConfig, ParsesWritesAndRefuses) {
             std::string::npos);
   EXPECT_NE(error(head + R"("kind": "dynamic", "capacity": 5, "eviction": "fifo"}]})").find("unknown eviction 'fifo'"),
             std::string::npos);
-  // Placements that do not serve dynamic tables yet are refused at open, naming the table and the placement.
-  StoreConfig cached = c.value();
-  cached.tables[0].placement = Placement::kCached;
-  cached.device.backend = BackendChoice::kEmu;
-  const Status open = Store::open(cached).status();
-  EXPECT_NE(open.message().find("table 'user': a dynamic table is not served by the cached placement yet"),
-            std::string::npos)
+  // A dynamic table sharded over ranks (gpu or hybrid, with a communicator) is refused at open, naming the table.
+  StoreConfig sharded = c.value();
+  sharded.tables[0].placement = Placement::kHybrid;
+  sharded.device.backend = BackendChoice::kEmu;
+  auto group = dispatch::make_local_group(1);
+  ASSERT_TRUE(group.is_ok());
+  const Status open =
+      Store::open(sharded, std::shared_ptr<dispatch::Communicator>(std::move(group.value()[0]))).status();
+  EXPECT_NE(open.message().find("table 'user': a dynamic table is not sharded over ranks yet"), std::string::npos)
       << open.to_string();
 }
 
