@@ -36,6 +36,9 @@ Status check_capacity_options(const CapacityOptions& o) {
                                     std::to_string(kMaxCurvePoints) + "])");
   if (!(o.tolerance >= 0.0 && o.tolerance <= 1.0))
     return Status::invalid_argument("--tolerance " + percent_text(o.tolerance) + " (expected in [0, 100] points)");
+  if (o.refine < 0 || o.refine > kMaxCurvePoints)
+    return Status::invalid_argument("--refine " + std::to_string(o.refine) + " (expected in [0, " +
+                                    std::to_string(kMaxCurvePoints) + "])");
   if (o.in_flight < 1)
     return Status::invalid_argument("--in-flight " + std::to_string(o.in_flight) + " (expected >= 1)");
   return Status::ok();
@@ -218,6 +221,87 @@ Status count_keys(const BatchPass& pass, std::int64_t steps, bool spread, std::v
 
 }  // namespace
 
+namespace {
+
+// Replays every batch of `pass` through runs of `capacities` (per table; each in [1, kMaxDynamicCapacity]) and
+// returns the runs, per table in the order given. The memory of their indexes is checked against `memory_limit`
+// (> 0) before any is made.
+Result<std::vector<std::vector<CapacityRun>>> replay(const BatchPass& pass, std::int64_t steps,
+                                                     const std::vector<std::vector<std::int64_t>>& capacities,
+                                                     std::vector<TableKeys>& keys, const CapacityOptions& o,
+                                                     double memory_limit, const ProgressFn& progress) {
+  double bytes = 0;
+  std::size_t runs = 0;
+  for (const std::vector<std::int64_t>& caps : capacities)
+    for (const std::int64_t c : caps) {
+      bytes += estimated_index_bytes(c, o.dynamic);
+      ++runs;
+    }
+  if (memory_limit > 0 && bytes > memory_limit)
+    return Status::invalid_argument("the key indexes of the " + std::to_string(runs) + " runs take about " +
+                                    bytes_text(bytes) + ", more than the " + bytes_text(memory_limit) +
+                                    " this machine can use (expected fewer or smaller --capacities, or fewer "
+                                    "--points)");
+  std::vector<Replay> replays;
+  for (std::size_t t = 0; t < capacities.size(); ++t)
+    for (const std::int64_t c : capacities[t]) {
+      Replay rp;
+      rp.table = t;
+      rp.index = std::make_unique<KeyIndex>(c, o.dynamic);
+      rp.run.capacity = c;
+      replays.push_back(std::move(rp));
+    }
+  std::int64_t step = 0;
+  KeyBatch spread_batch;
+  STRATA_RETURN_IF_ERROR(pass([&](const KeyBatch& in) -> Status {
+    const KeyBatch* b = o.spread ? &spread_copy(in, spread_batch) : &in;
+    tbb::parallel_for(std::size_t{0}, keys.size(), [&](std::size_t t) { keys[t].take(*b); });
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, replays.size(), 1),
+                      [&](const tbb::blocked_range<std::size_t>& r) {
+                        for (std::size_t i = r.begin(); i < r.end(); ++i)
+                          replays[i].train(keys[replays[i].table], o.in_flight);
+                      });
+    ++step;
+    if (progress && (step % 256 == 0 || step == steps))
+      progress("replaying " + std::to_string(replays.size()) + " runs: " + std::to_string(step) + " of " +
+               std::to_string(steps) + " batches");
+    return Status::ok();
+  }));
+  std::vector<std::vector<CapacityRun>> out(capacities.size());
+  for (Replay& rp : replays) {
+    rp.run.counts = rp.index->counts();
+    rp.run.rows_in_use = rp.index->size();
+    rp.run.index_bytes = rp.index->bytes();
+    out[rp.table].push_back(rp.run);
+  }
+  return out;
+}
+
+// Adds `runs` to a table's, in capacity order, and finds its unbounded run again.
+void merge_runs(TableCapacity& t, std::vector<CapacityRun> runs) {
+  const std::int64_t unbounded = std::min(t.distinct, kMaxDynamicCapacity);
+  t.runs.insert(t.runs.end(), runs.begin(), runs.end());
+  std::sort(t.runs.begin(), t.runs.end(),
+            [](const CapacityRun& a, const CapacityRun& b) { return a.capacity < b.capacity; });
+  t.unbounded = -1;
+  for (std::size_t i = 0; i < t.runs.size(); ++i)
+    if (t.runs[i].capacity == unbounded) t.unbounded = static_cast<int>(i);
+}
+
+}  // namespace
+
+std::vector<std::int64_t> refinement(const TableCapacity& t, int points) {
+  std::vector<std::int64_t> out;
+  if (t.recommended <= 0) return out;
+  const std::int64_t lo = t.runs[static_cast<std::size_t>(t.recommended) - 1].capacity;
+  const std::int64_t hi = t.runs[static_cast<std::size_t>(t.recommended)].capacity;
+  for (int i = 1; i <= points; ++i) {
+    const std::int64_t c = lo + (hi - lo) * i / (points + 1);
+    if (c > lo && c < hi && (out.empty() || c > out.back())) out.push_back(c);
+  }
+  return out;
+}
+
 Result<CapacityPlan> plan_capacity(const std::vector<bench::SourceTable>& tables, std::int64_t steps,
                                    const BatchPass& pass, const CapacityOptions& o, double memory_limit,
                                    const ProgressFn& progress) {
@@ -235,66 +319,35 @@ Result<CapacityPlan> plan_capacity(const std::vector<bench::SourceTable>& tables
   plan.steps = plan.tables.empty() ? 0 : static_cast<std::int64_t>(plan.tables.front().distinct_by_step.size());
 
   // The runs: each table's candidates and its unbounded capacity.
-  std::vector<Replay> replays;
-  double bytes = 0;
+  std::vector<std::vector<std::int64_t>> capacities(plan.tables.size());
   for (std::size_t t = 0; t < plan.tables.size(); ++t) {
     TableCapacity& tc = plan.tables[t];
     tc.distinct = tc.distinct_by_step.empty() ? 0 : tc.distinct_by_step.back();
     if (tc.distinct == 0) continue;
-    std::vector<std::int64_t> caps =
-        o.capacities.empty() ? default_capacities(tc.max_step_distinct, tc.distinct, o.points) : o.capacities;
-    const std::int64_t unbounded = std::min(tc.distinct, kMaxDynamicCapacity);
-    caps.push_back(unbounded);
+    std::vector<std::int64_t>& caps = capacities[t];
+    caps = o.capacities.empty() ? default_capacities(tc.max_step_distinct, tc.distinct, o.points) : o.capacities;
+    caps.push_back(std::min(tc.distinct, kMaxDynamicCapacity));
     std::sort(caps.begin(), caps.end());
     caps.erase(std::unique(caps.begin(), caps.end()), caps.end());
-    for (const std::int64_t c : caps) {
-      CapacityRun r;
-      r.capacity = c;
-      if (c == unbounded) tc.unbounded = static_cast<int>(tc.runs.size());
-      tc.runs.push_back(r);
-      bytes += estimated_index_bytes(c, o.dynamic);
-    }
   }
-  if (memory_limit > 0 && bytes > memory_limit)
-    return Status::invalid_argument("the key indexes of the runs take about " + bytes_text(bytes) + ", more than the " +
-                                    bytes_text(memory_limit) +
-                                    " this machine can use (expected fewer or smaller --capacities, or fewer "
-                                    "--points)");
-  for (std::size_t t = 0; t < plan.tables.size(); ++t)
-    for (const CapacityRun& r : plan.tables[t].runs) {
-      Replay rp;
-      rp.table = t;
-      rp.index = std::make_unique<KeyIndex>(r.capacity, o.dynamic);
-      rp.run = r;
-      replays.push_back(std::move(rp));
-    }
-
-  // Pass 2: every batch through every run.
-  std::int64_t step = 0;
-  KeyBatch spread_batch;
-  STRATA_RETURN_IF_ERROR(pass([&](const KeyBatch& in) -> Status {
-    const KeyBatch* b = o.spread ? &spread_copy(in, spread_batch) : &in;
-    tbb::parallel_for(std::size_t{0}, keys.size(), [&](std::size_t t) { keys[t].take(*b); });
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, replays.size(), 1),
-                      [&](const tbb::blocked_range<std::size_t>& r) {
-                        for (std::size_t i = r.begin(); i < r.end(); ++i)
-                          replays[i].train(keys[replays[i].table], o.in_flight);
-                      });
-    ++step;
-    if (progress && (step % 256 == 0 || step == plan.steps))
-      progress("replaying " + std::to_string(replays.size()) + " runs: " + std::to_string(step) + " of " +
-               std::to_string(plan.steps) + " batches");
-    return Status::ok();
-  }));
-
-  std::vector<std::size_t> next(plan.tables.size(), 0);
-  for (Replay& rp : replays) {
-    rp.run.counts = rp.index->counts();
-    rp.run.rows_in_use = rp.index->size();
-    rp.run.index_bytes = rp.index->bytes();
-    plan.tables[rp.table].runs[next[rp.table]++] = rp.run;
+  STRATA_ASSIGN_OR_RETURN(std::vector<std::vector<CapacityRun>> runs,
+                          replay(pass, plan.steps, capacities, keys, o, memory_limit, progress));
+  bool refine = false;
+  for (std::size_t t = 0; t < plan.tables.size(); ++t) {
+    TableCapacity& tc = plan.tables[t];
+    merge_runs(tc, std::move(runs[t]));
+    tc.recommended = recommend(tc, o.tolerance);
+    capacities[t] = o.refine > 0 ? refinement(tc, o.refine) : std::vector<std::int64_t>{};
+    refine = refine || !capacities[t].empty();
   }
-  for (TableCapacity& tc : plan.tables) tc.recommended = recommend(tc, o.tolerance);
+  if (!refine) return plan;
+  // One more pass: capacities between the recommended one and the candidate below it.
+  STRATA_ASSIGN_OR_RETURN(runs, replay(pass, plan.steps, capacities, keys, o, memory_limit, progress));
+  for (std::size_t t = 0; t < plan.tables.size(); ++t) {
+    TableCapacity& tc = plan.tables[t];
+    merge_runs(tc, std::move(runs[t]));
+    tc.recommended = recommend(tc, o.tolerance);
+  }
   return plan;
 }
 

@@ -17,7 +17,8 @@
 //
 // The unbounded capacity is the table's distinct keys over the whole input: no row is ever evicted (the TTL still
 // expires rows). The recommended capacity is the smallest candidate that refuses no batch and whose hit fraction is
-// at least the unbounded one's minus `tolerance`.
+// at least the unbounded one's minus `tolerance`; one more pass then replays `refine` capacities evenly between it
+// and the candidate below it, and the rule picks again among all the runs.
 
 #include <cstdint>
 #include <functional>
@@ -38,6 +39,7 @@ struct CapacityOptions {
   DynamicSpec dynamic;                   ///< admit_after, eviction and evict_after_steps of every table
   std::vector<std::int64_t> capacities;  ///< candidates, each in [1, kMaxDynamicCapacity]; empty: the default sweep
   int points = 12;                       ///< the default sweep's candidates, in [2, kMaxCurvePoints]
+  int refine = 8;                        ///< capacities of the refining pass, in [0, kMaxCurvePoints] (0: none)
   double tolerance = 0.01;               ///< the recommendation's, as a fraction of the uses, in [0, 1]
   int in_flight = 1;                     ///< training batches in flight (their rows pinned), >= 1
   bool spread = false;                   ///< keys spread over [0, 2^63) first (spread_key, as strata-bench --dynamic)
@@ -96,16 +98,20 @@ std::vector<std::int64_t> default_capacities(std::int64_t max_step_distinct, std
 /// unbounded run's - tolerance; -1 when there is no unbounded run.
 int recommend(const TableCapacity& table, double tolerance);
 
+/// The capacities of the refining pass: up to `points` capacities evenly spaced strictly between the recommended
+/// run's and the run's below it (none when the recommended run is the smallest or there is none).
+std::vector<std::int64_t> refinement(const TableCapacity& table, int points);
+
 /// Calls `each` with the input's batches in order (one feature per source feature, as bench::BatchSource gives
 /// them); called twice (a file is streamed again). Stops at the first error and returns it.
 using BatchPass = std::function<Status(const std::function<Status(const KeyBatch&)>& each)>;
 
 /// The capacity plan of `tables` (their `features` index the batches' features) over the batches of `pass`
 /// (`steps` of them, for progress): a first pass counts each table's distinct keys, a second replays the batches
-/// through a KeyIndex per (table, capacity), the runs of a batch in parallel (oneTBB). `memory_limit` > 0: the
-/// indexes' memory (KeyIndex::bytes, estimated from a small index of the same options) above it is refused before
-/// they are made (InvalidArgument saying how much and how many runs). Errors: the options' (check_capacity_options),
-/// the pass's.
+/// through a KeyIndex per (table, capacity), the runs of a batch in parallel (oneTBB), and a third the refinement.
+/// `memory_limit` > 0: the indexes' memory (KeyIndex::bytes, estimated from a small index of the same options) above it
+/// is refused before they are made (InvalidArgument saying how much and how many runs). Errors: the options'
+/// (check_capacity_options), the pass's.
 Result<CapacityPlan> plan_capacity(const std::vector<bench::SourceTable>& tables, std::int64_t steps,
                                    const BatchPass& pass, const CapacityOptions& options, double memory_limit = 0,
                                    const ProgressFn& progress = {});

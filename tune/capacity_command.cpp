@@ -29,6 +29,7 @@ Result<CapacityOptions> capacity_options(const CapacityArgs& a) {
     o.capacities = std::move(caps).value();
   }
   o.points = a.points;
+  o.refine = a.refine;
   if (!std::isfinite(a.tolerance_points) || a.tolerance_points < 0 || a.tolerance_points > 100) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%g", a.tolerance_points);

@@ -61,8 +61,8 @@ std::string recommendation_text(const TableCapacity& t, const CapacityOptions& o
   char tol[32];
   std::snprintf(tol, sizeof tol, "%.3g", 100.0 * o.tolerance);
   return "capacity " + std::to_string(r.capacity) + ": " + percent_text(t.fraction(r.hits)) +
-         " of the uses find their row, within " + tol + " points of the unbounded capacity's " +
-         percent_text(t.fraction(u.hits)) + " (" + std::to_string(u.capacity) +
+         " of the uses find their row, within " + tol + (o.tolerance == 0.01 ? " point" : " points") +
+         " of the unbounded capacity's " + percent_text(t.fraction(u.hits)) + " (" + std::to_string(u.capacity) +
          " rows, every distinct key), the smallest of the capacities simulated that refuses no batch";
 }
 

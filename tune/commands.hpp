@@ -88,6 +88,7 @@ struct CapacityArgs {
   std::int64_t evict_after_steps = 0;  ///< TTL in steps, in [0, 2^62) (0: none)
   std::string capacities;         ///< comma-separated capacities, each in [1, kMaxDynamicCapacity]; empty: the sweep
   int points = 12;                ///< the default sweep's capacities, in [2, kMaxCurvePoints]
+  int refine = 8;                 ///< capacities of the refining pass, in [0, kMaxCurvePoints]
   double tolerance_points = 1.0;  ///< the recommendation's tolerance in percentage points, in [0, 100]
   int in_flight = 1;              ///< training batches in flight (their rows pinned), in [1, 1024]
   bool spread = false;            ///< keys spread over [0, 2^63) as strata-bench --dynamic spreads them

@@ -188,6 +188,12 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->transform(integer_in(2, strata::tune::kMaxCurvePoints));
   capacity
+      ->add_option("--refine", k.refine,
+                   "capacities replayed in one more pass between the recommended one and the capacity below it (0: "
+                   "none)")
+      ->capture_default_str()
+      ->transform(integer_in(0, strata::tune::kMaxCurvePoints));
+  capacity
       ->add_option("--tolerance", k.tolerance_points,
                    "the recommended capacity is the smallest whose uses that find their row are within this many "
                    "percentage points of the unbounded capacity's")

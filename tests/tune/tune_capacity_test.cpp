@@ -145,6 +145,10 @@ TEST(TuneCapacity, RecommendsTheSmallestCapacityWithinTheToleranceThatRefusesNoB
   EXPECT_EQ(recommend(t, 0.012), 2);  // 58.9% >= 58.8%
   EXPECT_EQ(recommend(t, 0.0), 4);    // only the unbounded one
   EXPECT_EQ(recommend(t, 1.0), 1);    // anything that refuses nothing
+  t.recommended = 3;                  // refined between 200 and 300
+  EXPECT_EQ(refinement(t, 3), (std::vector<std::int64_t>{225, 250, 275}));
+  t.recommended = 0;
+  EXPECT_TRUE(refinement(t, 3).empty());
   t.unbounded = -1;
   EXPECT_EQ(recommend(t, 0.01), -1);
 
