@@ -219,7 +219,11 @@ std::string capacity_html(const CapacityPlan& p) {
       hits.points.emplace_back(x(r), t.fraction(r.hits));
       found.points.emplace_back(x(r), t.fraction(r.hits + r.admitted));
     }
-    std::vector<bench::HitRateLine> lines{hits, found};
+    // Uses left without a row (admit_after) or refused: the uses that find or get a row, a line of their own.
+    bool all_found = true;
+    for (const CapacityRun& r : t.runs) all_found = all_found && r.not_admitted == 0 && r.refused == 0;
+    std::vector<bench::HitRateLine> lines{hits};
+    if (!all_found) lines.push_back(found);
     if (t.recommended >= 0) {
       const CapacityRun& r = t.runs[static_cast<std::size_t>(t.recommended)];
       lines.push_back({"recommended", {{x(r), t.fraction(r.hits)}}, true});
@@ -231,21 +235,21 @@ std::string capacity_html(const CapacityPlan& p) {
                                "capacity (fraction of the distinct keys)")
       << "</section>\n";
 
-    // The growth: new distinct keys per step, in at most 20 groups of steps.
+    // The growth: new distinct keys per step, in at most 10 groups of steps, each named by its last step.
     const auto n = static_cast<std::int64_t>(t.distinct_by_step.size());
-    const std::int64_t groups = std::min<std::int64_t>(20, n);
+    const std::int64_t groups = std::min<std::int64_t>(10, n);
     std::vector<std::string> names;
     bench::BarLine fresh{"new keys per step", {}};
     for (std::int64_t g = 0; g < groups; ++g) {
       const std::int64_t first = g * n / groups, last = (g + 1) * n / groups;  // steps [first, last)
       const std::int64_t before = first > 0 ? t.distinct_by_step[static_cast<std::size_t>(first - 1)] : 0;
       const std::int64_t after = t.distinct_by_step[static_cast<std::size_t>(last - 1)];
-      names.push_back(last - first == 1 ? std::to_string(first + 1)
-                                        : std::to_string(first + 1) + "-" + std::to_string(last));
+      names.push_back(std::to_string(last));
       fresh.values.emplace_back(static_cast<double>(after - before) / static_cast<double>(last - first));
     }
     o << "<section class=\"chart\" id=\"growth-" << ti << "\"><h2>" << html_escape(t.name)
-      << ": new distinct keys per step</h2><p class=\"note\">steps in groups; a table whose new keys do not fall "
+      << ": new distinct keys per step</h2><p class=\"note\">each bar a group of steps, named by its last; a table "
+         "whose new keys do not fall "
          "towards zero keeps growing: its capacity holds the keys of a window of steps, and evicts or expires the "
          "rest</p>"
       << bench::bar_chart("new distinct keys per step of " + t.name, names, {fresh}, bench::ChartUnit::kCount,
