@@ -87,16 +87,17 @@ std::string capacity_console(const CapacityPlan& p) {
     }
     o << "  " << growth_text(t) << "\n";
     char line[256];
-    std::snprintf(line, sizeof line, "  %12s %7s %9s %9s %8s %11s %11s %10s\n", "capacity", "hits", "admitted",
-                  "not adm.", "refused", "evictions", "expirations", "index");
+    std::snprintf(line, sizeof line, "  %12s %7s %9s %9s %8s %9s %11s %11s %10s\n", "capacity", "hits", "admitted",
+                  "not adm.", "refused", "deferred", "evictions", "expirations", "index");
     o << line;
     for (std::size_t i = 0; i < t.runs.size(); ++i) {
       const CapacityRun& r = t.runs[i];
       const std::string cap = std::to_string(r.capacity) + (static_cast<int>(i) == t.recommended ? "*" : " ");
-      std::snprintf(line, sizeof line, "  %12s %7s %9s %9s %8s %11lld %11lld %10s%s\n", cap.c_str(),
+      std::snprintf(line, sizeof line, "  %12s %7s %9s %9s %8s %9lld %11lld %11lld %10s%s\n", cap.c_str(),
                     percent_text(t.fraction(r.hits)).c_str(), percent_text(t.fraction(r.admitted)).c_str(),
                     percent_text(t.fraction(r.not_admitted)).c_str(), percent_text(t.fraction(r.refused)).c_str(),
-                    static_cast<long long>(r.counts.evictions), static_cast<long long>(r.counts.expirations),
+                    static_cast<long long>(r.deferred_batches), static_cast<long long>(r.counts.evictions),
+                    static_cast<long long>(r.counts.expirations),
                     bytes_text(static_cast<double>(r.index_bytes)).c_str(),
                     static_cast<int>(i) == t.unbounded ? "  (unbounded: every distinct key)" : "");
       o << line;

@@ -1,13 +1,17 @@
 // strata-tune capacity (tune/capacity.hpp): its replay through the key index against an independent LRU of its own
-// (a std::map, features merged bag by bag), and the recommendation rule.
+// (a std::map, features merged bag by bag) and against the store's own counters (a cpu store trained on the same
+// batches), and the recommendation rule.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
 #include <vector>
 
+#include "store/store.hpp"
+#include "tests/store/store_test_util.hpp"
 #include "tune/capacity.hpp"
 
 namespace strata::tune {
@@ -123,6 +127,63 @@ TEST(TuneCapacity, ReplayMatchesAnIndependentLruOnRandomKeys) {
       }
       // The unbounded capacity admits each distinct key exactly once.
       EXPECT_EQ(tc.runs[static_cast<std::size_t>(tc.unbounded)].counts.admissions, tc.distinct);
+    }
+  }
+}
+
+// The store trained on the same batches (one in flight) counts what the replay counts at its capacities: admissions,
+// evictions, expirations, uses without a row and rows in use, for a table of one feature and one of two.
+TEST(TuneCapacity, ReplayCountsWhatTheStoreCounts) {
+  struct Options {
+    std::int64_t admit_after;
+    Eviction eviction;
+    std::int64_t ttl;
+  };
+  for (const Options& k : {Options{1, Eviction::kLru, 0}, Options{2, Eviction::kLfu, 3}}) {
+    const std::vector<KeyBatch> batches = random_batches(7 + static_cast<std::uint64_t>(k.admit_after), 40);
+    StoreConfig c;
+    c.threads = 1;
+    for (const char* name : {"a", "xy"}) {
+      TableConfig t;
+      t.spec.name = name;
+      t.spec.rows = name[1] ? 30 : 15;  // the capacity: a batch's distinct keys always fit
+      t.spec.dim = 4;
+      t.dynamic = DynamicSpec{k.admit_after, k.eviction, k.ttl, Unseen::kInitial};
+      if (name[1]) t.features = {{"x", std::nullopt}, {"y", std::nullopt}};
+      c.tables.push_back(t);
+    }
+    auto opened = Store::open(c);
+    ASSERT_TRUE(opened.is_ok()) << opened.status().to_string();
+    Store& s = **opened;
+    for (std::size_t id = 0; id < batches.size(); ++id) {
+      ASSERT_TRUE(s.submit(static_cast<std::int64_t>(id), batches[id]).is_ok());
+      testing::Buffers b = testing::make_buffers(c, batches[id]);
+      ASSERT_TRUE(s.forward(static_cast<std::int64_t>(id), b.views).is_ok());
+      ASSERT_TRUE(s.backward(static_cast<std::int64_t>(id), b.cviews).is_ok());
+    }
+    const BatchPass pass = [&](const std::function<Status(const KeyBatch&)>& each) {
+      for (const KeyBatch& b : batches) STRATA_RETURN_IF_ERROR(each(b));
+      return Status::ok();
+    };
+    CapacityOptions o;
+    o.dynamic = *c.tables[0].dynamic;
+    o.capacities = {15, 30};
+    auto plan = plan_capacity({{"a", 1, {0}}, {"xy", 1, {1, 2}}}, 40, pass, o);
+    ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+    for (std::size_t t = 0; t < 2; ++t) {
+      const DynamicStats st = s.stats().dynamic.at(t).second;
+      const TableCapacity& tc = plan->tables[t];
+      const auto run =
+          std::find_if(tc.runs.begin(), tc.runs.end(), [&](const CapacityRun& r) { return r.capacity == st.capacity; });
+      ASSERT_NE(run, tc.runs.end());
+      SCOPED_TRACE("admit_after " + std::to_string(k.admit_after) + ", table " + tc.name);
+      EXPECT_EQ(run->counts.admissions, st.admissions);
+      EXPECT_EQ(run->counts.evictions, st.evictions);
+      EXPECT_EQ(run->counts.expirations, st.expirations);
+      EXPECT_EQ(run->not_admitted, st.not_admitted);
+      EXPECT_EQ(run->rows_in_use, st.rows);
+      EXPECT_GT(st.evictions + st.expirations, 0);
+      EXPECT_EQ(run->refused_batches, 0);
     }
   }
 }
