@@ -120,7 +120,7 @@ std::string capacity_json(const CapacityPlan& p) {
              {"eviction", to_string(d.eviction)},
              {"evict_after_steps", d.evict_after_steps},
              {"in_flight", p.options.in_flight},
-             {"tolerance", p.options.tolerance},
+             {"tolerance_points", 100.0 * p.options.tolerance},
              {"spread", p.options.spread}}}};
   json tables = json::array();
   for (const TableCapacity& t : p.tables) {

@@ -61,7 +61,7 @@ void add_input_options(CLI::App* app, strata::tune::InputArgs& in, bool sampling
 int main(int argc, char** argv) {
   using strata::tune::CalibrateArgs;
   using strata::tune::PlanArgs;
-  CLI::App app{"strata-tune: memory-tier tuning (calibrate a profile, plan placements)"};
+  CLI::App app{"strata-tune: memory-tier tuning (calibrate a profile, plan placements, size dynamic tables)"};
   app.require_subcommand(1);
 
   CalibrateArgs c;
