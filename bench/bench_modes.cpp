@@ -56,22 +56,6 @@ StoreStats stats_delta(const StoreStats& after, const StoreStats& before) {
   return d;
 }
 
-// A key of a dynamic workload (--dynamic): row id k spread over [0, 2^63) one to one (times an odd number modulo 2^63,
-// a bijection there), so the workload's skew stays.
-Key spread_key(Key k) {
-  return static_cast<Key>((static_cast<std::uint64_t>(k) * 0x9E3779B97F4A7C15ull) & 0x7FFFFFFFFFFFFFFFull);
-}
-
-void spread_keys(KeyBatch& b) {
-  for (JaggedKeys& f : b.features) {
-    if (!f.keys32.empty()) {
-      f.keys.assign(f.keys32.begin(), f.keys32.end());
-      f.keys32.clear();
-    }
-    for (Key& k : f.keys) k = spread_key(k);
-  }
-}
-
 // The batches of one rank's run in order (run index i is batch i * ranks + rank of the source),
 // read from a cursor as the steps ask for them and dropped once used: at most the batches in
 // flight and previewed are held.

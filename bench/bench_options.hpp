@@ -96,7 +96,8 @@ struct Options {
   /// its tables' own.
   std::string dtype = "fp32", state_dtype = "fp32", output_dtype = "fp32";
   /// --dynamic: every table of the workload dynamic (TableConfig::dynamic, capacity = its rows), its keys spread over
-  /// [0, 2^63) (spread_key: one-to-one, so the workload's skew is kept). Other modes fail at open (cpu only, so far).
+  /// [0, 2^63) (toolkit/workload.hpp's spread_key: one-to-one, so the workload's skew is kept). Other modes fail at
+  /// open (cpu only, so far).
   bool dynamic = false;
   int steps = 20;
   int warmup = 3;

@@ -671,6 +671,20 @@ std::vector<KeyBatch> make_batches(const WorkloadSpec& spec, const std::vector<s
   return batches;
 }
 
+Key spread_key(Key k) noexcept {
+  return static_cast<Key>((static_cast<std::uint64_t>(k) * 0x9E3779B97F4A7C15ull) & 0x7FFFFFFFFFFFFFFFull);
+}
+
+void spread_keys(KeyBatch& b) {
+  for (JaggedKeys& f : b.features) {
+    if (!f.keys32.empty()) {
+      f.keys.assign(f.keys32.begin(), f.keys32.end());
+      f.keys32.clear();
+    }
+    for (Key& k : f.keys) k = spread_key(k);
+  }
+}
+
 std::vector<KeyBatch> make_batches(const WorkloadSpec& spec, int threads) {
   std::vector<std::string> names;
   for (const TableShape& t : workload_tables(spec)) names.push_back(t.name);

@@ -243,6 +243,13 @@ std::vector<KeyBatch> make_batches(const WorkloadSpec& spec, const std::vector<s
 /// make_batches with the names of workload_tables(spec).
 std::vector<KeyBatch> make_batches(const WorkloadSpec& spec, int threads = 0);
 
+/// A key of a dynamic workload (strata-bench --dynamic, strata-tune capacity --spread): row id k spread over
+/// [0, 2^63) one to one (times an odd number modulo 2^63, a bijection there), so a workload's skew stays.
+Key spread_key(Key k) noexcept;
+
+/// spread_key on every key of `b` (int32 keys become int64 ones).
+void spread_keys(KeyBatch& b);
+
 /// Row counts of the 26 categorical features of the Criteo Kaggle display-advertising data set
 /// (C1..C26, in column order), 33,762,577 rows in total.
 extern const std::int64_t kCriteoKaggleRows[26];

@@ -80,7 +80,25 @@ struct ValidateArgs {
   bool progress = true;
 };
 
+/// Arguments of `strata-tune capacity` (tune/capacity.hpp): the capacity of dynamic tables.
+struct CapacityArgs {
+  InputArgs input;                     ///< the keys (no sampling: every key is replayed)
+  std::int64_t admit_after = 1;        ///< in [1, kMaxAdmitAfter]
+  std::string eviction = "lru";        ///< lru | lfu
+  std::int64_t evict_after_steps = 0;  ///< TTL in steps, in [0, 2^62) (0: none)
+  std::string capacities;         ///< comma-separated capacities, each in [1, kMaxDynamicCapacity]; empty: the sweep
+  int points = 12;                ///< the default sweep's capacities, in [2, kMaxCurvePoints]
+  int refine = 8;                 ///< capacities of the refining pass, in [0, kMaxCurvePoints]
+  double tolerance_points = 1.0;  ///< the recommendation's tolerance in percentage points, in [0, 100]
+  int in_flight = 1;              ///< training batches in flight (their rows pinned), in [1, 1024]
+  bool spread = false;            ///< keys spread over [0, 2^63) as strata-bench --dynamic spreads them
+  std::string out;                ///< JSON output
+  std::string html;               ///< HTML page
+  bool progress = true;
+};
+
 int run_calibrate(const CalibrateArgs& args);
+int run_capacity(const CapacityArgs& args);
 int run_plan(const PlanArgs& args);
 int run_validate(const ValidateArgs& args);
 

@@ -1,6 +1,8 @@
 #include "tune/input_args.hpp"
 
 #include <cstdio>
+#include <functional>
+#include <limits>
 
 #include "toolkit/bounded_input.hpp"
 #include "toolkit/feature_tables.hpp"
@@ -136,6 +138,50 @@ Result<TuneInput> load_input(const InputArgs& a, OptimizerKind optimizer, const 
   if (!a.trace.empty()) return load_trace(a.trace, a.dim, optimizer, sampling, progress, mapping);
   STRATA_ASSIGN_OR_RETURN(const std::vector<TableSpec> specs, criteo_set(a));
   return load_criteo(a.criteo, specs, a.batch, a.criteo_label, optimizer, sampling, progress, mapping);
+}
+
+Result<InputSource> open_input_source(const InputArgs& a, const ProgressFn& progress) {
+  InputSource in;
+  if (!a.workload.empty()) {
+    auto spec = workload_of(a.workload);
+    if (!spec) return Status::invalid_argument("--workload: " + spec.status().message());
+    in.steps = a.steps > 0 ? a.steps : 2 * std::int64_t{spec->distinct_batches};
+    STRATA_RETURN_IF_ERROR(check_workload_memory(*spec, 0, a.steps > 0));  // its distinct batches (streamed after)
+    if (progress) progress("generating " + std::to_string(spec->distinct_batches) + " distinct batches");
+    in.source = bench::BatchSource::generated(bench::make_batches(*spec));
+    for (const bench::TableShape& t : bench::workload_tables(*spec))
+      in.tables.push_back({t.name, t.rows, {in.tables.size()}});
+    in.what = "workload " + bench::workload_to_json(*spec) + ", " + std::to_string(in.steps) + " steps";
+    return in;
+  }
+  STRATA_ASSIGN_OR_RETURN(const std::vector<bench::TableFeatures> mapping, feature_map(a));
+  std::function<void(std::int64_t, std::int64_t)> checked;
+  const std::string path = a.trace.empty() ? a.criteo : a.trace;
+  if (progress)
+    checked = [progress, path](std::int64_t done, std::int64_t total) {
+      progress("checking " + path + ": " + std::to_string(done) + (total > 0 ? " of " + std::to_string(total) : "") +
+               " batches");
+    };
+  constexpr std::int64_t kAll = std::numeric_limits<std::int64_t>::max();
+  if (!a.trace.empty()) {
+    STRATA_ASSIGN_OR_RETURN(in.source, bench::BatchSource::open_trace(a.trace, kAll, checked));
+    STRATA_ASSIGN_OR_RETURN(in.tables, bench::map_features(mapping, in.source.tables(), "trace '" + a.trace + "'",
+                                                           bench::MappedRows::kMax));
+  } else {
+    if (a.batch < 1) return Status::invalid_argument("--batch " + std::to_string(a.batch) + " (expected >= 1)");
+    STRATA_ASSIGN_OR_RETURN(const std::vector<TableSpec> specs, criteo_set(a));
+    STRATA_ASSIGN_OR_RETURN(const bench::CriteoColumns columns, bench::map_criteo_columns(mapping, specs));
+    bench::CriteoTsvOptions options;
+    options.batch_size = a.batch;
+    options.has_label = a.criteo_label;
+    options.key_columns = columns.key_columns;
+    STRATA_ASSIGN_OR_RETURN(in.source,
+                            bench::BatchSource::open_criteo(a.criteo, columns.columns, options, kAll, checked));
+    in.tables = columns.tables;
+  }
+  in.steps = in.source.size();
+  in.what = in.source.kind() + " " + path + ", " + std::to_string(in.steps) + " steps";
+  return in;
 }
 
 }  // namespace strata::tune

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "toolkit/batch_source.hpp"
 #include "toolkit/workload.hpp"
 #include "tune/commands.hpp"
 #include "tune/tune_input.hpp"
@@ -28,6 +29,17 @@ bool tables_map_features(const InputArgs& args);
 /// when other than itself (table -> features). For checks before the long work.
 Result<std::vector<bench::TableShape>> input_tables(
     const InputArgs& args, std::map<std::string, std::vector<std::string>>* features = nullptr);
+
+/// The batches of the source, for commands that stream them (capacity): a workload's distinct batches generated
+/// (`steps` of them run: --steps, else twice its distinct batches), a file's checked (BatchSource::open_*), and the
+/// tables of its features (--tables TABLE=FEATURE+..., else args.features; a table's `rows` unused).
+struct InputSource {
+  bench::BatchSource source;
+  std::vector<bench::SourceTable> tables;
+  std::int64_t steps = 0;  ///< batches to read, in order (a workload's cycled)
+  std::string what;        ///< for reports: "trace day0.strtrace, 100 steps"
+};
+Result<InputSource> open_input_source(const InputArgs& args, const ProgressFn& progress);
 
 /// Reads the keys (tune_input.hpp), every table with `optimizer`.
 Result<TuneInput> load_input(const InputArgs& args, OptimizerKind optimizer, const ProgressFn& progress);

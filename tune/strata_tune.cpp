@@ -1,4 +1,5 @@
 // strata-tune: sizes memory tiers. `calibrate` measures this machine into a hardware profile;
+// `capacity` replays the keys through a dynamic table's key index at several capacities;
 // `plan` turns a workload, a recorded trace or a Criteo TSV file, a profile and memory budgets into
 // a placement for every table (a store config), with hit-rate curves and a report; `validate` runs
 // a plan with strata-bench on the same keys and sets what it measures against what the plan
@@ -10,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "core/dynamic_spec.hpp"
 #include "core/table_spec.hpp"
 #include "store/store_config.hpp"
 #include "toolkit/batch_source.hpp"
@@ -25,8 +27,8 @@ using strata::bench::integer_in;
 constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
 constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
 
-// The key source options `plan` and `validate` share.
-void add_input_options(CLI::App* app, strata::tune::InputArgs& in) {
+// The key source options `plan`, `validate` and `capacity` share (capacity: no sampling).
+void add_input_options(CLI::App* app, strata::tune::InputArgs& in, bool sampling = true) {
   app->add_option("--workload", in.workload, "workload JSON (a file, or inline starting with '{')");
   app->add_option("--trace", in.trace, "recorded trace (STRTRACE, docs/trace-format.md)");
   app->add_option("--criteo", in.criteo,
@@ -43,6 +45,7 @@ void add_input_options(CLI::App* app, strata::tune::InputArgs& in) {
       ->capture_default_str()
       ->transform(integer_in(1, kInt64Max, "SAMPLES >= 1"));
   app->add_flag("!--criteo-no-label", in.criteo_label, "criteo: the lines have no label column");
+  if (!sampling) return;
   app->add_option("--sample", in.sample,
                   "trace, criteo: keep this fraction of the keys (SHARDS spatial sampling, e.g. 0.01); the curves "
                   "say their error measured against exact on the first lookups")
@@ -58,7 +61,7 @@ void add_input_options(CLI::App* app, strata::tune::InputArgs& in) {
 int main(int argc, char** argv) {
   using strata::tune::CalibrateArgs;
   using strata::tune::PlanArgs;
-  CLI::App app{"strata-tune: memory-tier tuning (calibrate a profile, plan placements)"};
+  CLI::App app{"strata-tune: memory-tier tuning (calibrate a profile, plan placements, size dynamic tables)"};
   app.require_subcommand(1);
 
   CalibrateArgs c;
@@ -156,6 +159,58 @@ int main(int argc, char** argv) {
                   "write predicted against measured (per table and per link) as a self-contained HTML page");
   val->add_flag("!--no-progress", v.progress, "no progress lines");
 
+  strata::tune::CapacityArgs k;
+  CLI::App* capacity = app.add_subcommand(
+      "capacity", "the capacity of dynamic tables: the keys replayed through the key index at several capacities");
+  add_input_options(capacity, k.input, false);
+  capacity
+      ->add_option("--steps", k.input.steps,
+                   "workload: steps replayed (0: twice its distinct batches; a file: all its batches)")
+      ->capture_default_str()
+      ->transform(integer_in(0, kInt64Max, "INT >= 0"));
+  capacity->add_option("--admit-after", k.admit_after, "uses before a key gets a row (the table's admit_after)")
+      ->capture_default_str()
+      ->transform(integer_in(1, strata::kMaxAdmitAfter));
+  capacity->add_option("--eviction", k.eviction, "which row a full table evicts: lru | lfu")
+      ->check(CLI::IsMember({"lru", "lfu"}))
+      ->capture_default_str();
+  capacity
+      ->add_option("--evict-after-steps", k.evict_after_steps,
+                   "TTL: rows unused for this many training steps are freed (0: none)")
+      ->capture_default_str()
+      ->transform(integer_in(0, (std::int64_t{1} << 62) - 1));
+  capacity->add_option("--capacities", k.capacities,
+                       "capacities to simulate, comma-separated, each in [1, " +
+                           std::to_string(strata::kMaxDynamicCapacity) +
+                           "] (default: a geometric sweep from the most distinct keys of a step to the distinct keys "
+                           "of the input)");
+  capacity->add_option("--points", k.points, "capacities of the default sweep")
+      ->capture_default_str()
+      ->transform(integer_in(2, strata::tune::kMaxCurvePoints));
+  capacity
+      ->add_option("--refine", k.refine,
+                   "capacities replayed in one more pass between the recommended one and the capacity below it (0: "
+                   "none)")
+      ->capture_default_str()
+      ->transform(integer_in(0, strata::tune::kMaxCurvePoints));
+  capacity
+      ->add_option("--tolerance", k.tolerance_points,
+                   "the recommended capacity is the smallest whose uses that find their row are within this many "
+                   "percentage points of the unbounded capacity's")
+      ->capture_default_str();
+  capacity
+      ->add_option("--in-flight", k.in_flight,
+                   "training batches in flight: a batch's rows stay pinned until this many - 1 later ones were "
+                   "submitted")
+      ->capture_default_str()
+      ->transform(integer_in(1, 1024));
+  capacity->add_flag("--spread", k.spread,
+                     "spread the keys over [0, 2^63) first, as strata-bench --dynamic does (row ids of a workload or "
+                     "a dense trace)");
+  capacity->add_flag("!--no-progress", k.progress, "no progress lines");
+  capacity->add_option("--out", k.out, "write the runs and the recommendation as JSON");
+  capacity->add_option("--html", k.html, "write the report with the curves as a self-contained HTML page");
+
   if (const std::optional<int> code = strata::bench::parse_command_line(app, argc, argv, "strata-tune")) return *code;
   // An empty budget is refused as a size (not taken for the default).
   if (hbm->count() > 0) p.hbm_budget = hbm_budget;
@@ -168,5 +223,6 @@ int main(int argc, char** argv) {
     return strata::tune::run_calibrate(c);
   }
   if (val->parsed()) return strata::tune::run_validate(v);
+  if (capacity->parsed()) return strata::tune::run_capacity(k);
   return strata::tune::run_plan(p);
 }

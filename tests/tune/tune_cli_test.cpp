@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -848,8 +849,61 @@ TEST(TuneCli, EveryUsageErrorExitsTwo) {
     EXPECT_EQ(r.output.rfind("strata-tune: ", 0), 0u) << args << "\n" << r.output;
     EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << args << ": expected one line:\n" << r.output;
   }
-  for (const std::string args : {"--help", "plan --help", "validate --help", "calibrate --help"})
+  for (const std::string args : {"--help", "plan --help", "validate --help", "calibrate --help", "capacity --help"})
     EXPECT_EQ(run_program(kBin + " " + args).exit_code, 0) << args;
+}
+
+// capacity: raw 64-bit keys in a trace (header rows 2^63 - 1), two features of one table, JSON and HTML out; the
+// library's replay is checked against an independent LRU in tune_capacity_test.cpp.
+TEST(TuneCli, CapacityOfATraceOfRawKeys) {
+  const std::string trace = temp_dir() + "/raw.strtrace", out = temp_dir() + "/capacity.json",
+                    html = temp_dir() + "/capacity.html";
+  constexpr Key kMax = std::numeric_limits<Key>::max();
+  std::vector<KeyBatch> bs;
+  for (int i = 0; i < 30; ++i) {
+    KeyBatch b;
+    // x: a hot key and a new one each step; y: keys shared with x, the largest key and a cold one.
+    b.features.push_back(
+        {"x", {0, 2, 3}, {bench::spread_key(1), bench::spread_key(100 + i), bench::spread_key(2)}, {}});
+    b.features.push_back({"y", {0, 1, 3}, {kMax - 1, bench::spread_key(2), bench::spread_key(i % 5)}, {}});
+    bs.push_back(std::move(b));
+  }
+  ASSERT_TRUE(bench::write_trace(trace, {{"x", kMax}, {"y", kMax}}, bs).is_ok());
+  const auto r = run_program(kBin + " capacity --trace " + trace +
+                             " --tables xy=x+y --capacities 5,20 --refine 0 --out " + out + " --html " + html);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(read_file(out));
+  ASSERT_EQ(j["tables"].size(), 1u);
+  const auto& t = j["tables"][0];
+  EXPECT_EQ(t["name"], "xy");
+  EXPECT_EQ(t["uses"], 30 * 6);
+  EXPECT_EQ(t["distinct_keys"], 30 + 2 + 1 + 3);  // x's new keys, keys 1 and 2, kMax - 1, keys 0, 3 and 4
+  EXPECT_EQ(t["unbounded_capacity"], 36);
+  ASSERT_EQ(t["capacities"].size(), 3u);
+  for (const auto& c : t["capacities"]) {
+    EXPECT_EQ(c["hits"].get<std::int64_t>() + c["admitted"].get<std::int64_t>() + c["refused"].get<std::int64_t>(),
+              180);
+    EXPECT_EQ(c["refused_batches"], 0);
+  }
+  // Unbounded: each distinct key admitted once (its first step's uses), every later use a hit.
+  EXPECT_EQ(t["capacities"][2]["admissions"], 36);
+  EXPECT_EQ(t["capacities"][2]["evictions"], 0);
+  EXPECT_EQ(t["config"]["kind"], "dynamic");
+  EXPECT_NE(read_file(html).find("<svg"), std::string::npos);
+}
+
+TEST(TuneCli, CapacityBadInput) {
+  const std::string w = "capacity --workload " + kWorkload;
+  expect_one_line_error(w + " --capacities 0", "--capacities '0': item 1 '0' is not an integer in [1, 2147483646]");
+  expect_one_line_error(w + " --capacities 10,2147483647", "is not an integer in [1, 2147483646]");
+  expect_one_line_error(w + " --capacities 10,", "item 2 '' is not an integer");
+  expect_one_line_error(w + " --admit-after 0", "--admit-after: '0' is not an integer in [1, 65535]");
+  expect_one_line_error(w + " --admit-after 65536", "--admit-after: '65536' is not an integer in [1, 65535]");
+  expect_one_line_error(w + " --evict-after-steps -1", "--evict-after-steps: '-1' is not an integer in [0, ");
+  expect_one_line_error(w + " --eviction fifo", "--eviction");
+  expect_one_line_error(w + " --tolerance 101", "--tolerance 101 (expected points in [0, 100])");
+  expect_one_line_error(w + " --sample 0.5", "--sample");
+  expect_one_line_error("capacity --trace /nonexistent.strtrace", "/nonexistent.strtrace");
 }
 
 TEST(TuneCli, ValidateChecksItsStepsBeforeItPredictsOrRuns) {
