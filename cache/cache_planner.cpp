@@ -605,6 +605,7 @@ void CachePlanner::drop_rows(int table, const std::vector<Key>& rows) {
   for (const Key row : rows) {
     const std::uint64_t ck = cache_key(table, row);
     const std::uint64_t h = detail::KeyMap::hash(ck);
+    STRATA_CHECK(overflow_slot_of(ck) < 0);  // an overflow row is used by a batch in flight
     const std::int64_t i = index_.find(ck, h, key_of());
     if (i < 0) continue;
     Slot& s = slots_[static_cast<std::size_t>(i)];

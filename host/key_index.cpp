@@ -405,6 +405,15 @@ void KeyIndex::release(const std::vector<std::int64_t>& rows) {
   }
 }
 
+void KeyIndex::forget(const std::vector<std::int64_t>& rows) {
+  checked_ = false;
+  for (const std::int64_t row : rows) {
+    STRATA_CHECK(row >= 0 && row < capacity_ && !free_.test(row) && pins_[static_cast<std::size_t>(row)] == 0);
+    const auto r = static_cast<std::uint32_t>(row);
+    remove_row(r, key_hash(meta_[r].key));
+  }
+}
+
 std::int64_t KeyIndex::row_of(Key key) const {
   const std::int64_t s = find_slot(key, key_hash(key));
   return s == kNone ? kNone : std::int64_t{slots_[static_cast<std::size_t>(s)].row};

@@ -83,6 +83,11 @@ class KeyIndex {
   /// batches stay pinned until each released them. Releasing a row not pinned aborts.
   void release(const std::vector<std::int64_t>& rows);
 
+  /// Takes rows in use back from their keys, which then have none (as if never admitted): for a
+  /// caller that could not write the rows train() gave new keys. counts() stay. A row free or
+  /// pinned aborts.
+  void forget(const std::vector<std::int64_t>& rows);
+
   /// The clock: training batches applied (the last one's clock).
   std::int64_t clock() const noexcept { return clock_; }
   /// Rows in all.

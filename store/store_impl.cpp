@@ -174,7 +174,8 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
     if (dynamic_.any()) {
       for (std::size_t k = 0; k < engines_.size(); ++k) {
         if (e.parts[k].features.empty() && engines_[k].get() != collective_) continue;
-        if (Status ready = engines_[k]->accepting(); !ready.is_ok()) return ready;
+        if (Status ready = engines_[k]->accepting(); !ready.is_ok())
+          return refuse("submit", id, ready.with_context("batch " + std::to_string(id)));
       }
       auto admitted = arena_.execute([&] {
         return dynamic_.admit(e.served, e.batch.train,

@@ -46,6 +46,12 @@ KeyIndex* DynamicKeys::index(int table) {
   return t ? t->index.get() : nullptr;
 }
 
+namespace {
+bool ok(const std::vector<Status>& status) {
+  return std::all_of(status.begin(), status.end(), [](const Status& s) { return s.is_ok(); });
+}
+}  // namespace
+
 Result<Admitted> DynamicKeys::admit(TableBatch& tb, bool train, const Reset& reset) {
   const std::size_t n = tb.batch.features.size();
   Admitted a;
@@ -86,7 +92,7 @@ Result<Admitted> DynamicKeys::admit(TableBatch& tb, bool train, const Reset& res
     translate(t, t.unique, rows, tb.batch.features[e], a.missing_at[e], a.missing_key[e]);
   });
   // The engines write the new rows one table at a time (an engine is not thread-safe; several tables share one).
-  for (std::size_t e = 0; e < n; ++e)
+  for (std::size_t e = 0; e < n && ok(status); ++e)
     if (!created[e].rows.empty())
       status[e] = reset(tb.tables[e], created[e].rows, created[e].w.data(), created[e].s.data());
   // Every training submit advances every dynamic table's clock (and its TTL), whether or not the batch has its keys.
@@ -98,13 +104,18 @@ Result<Admitted> DynamicKeys::admit(TableBatch& tb, bool train, const Reset& res
       STRATA_CHECK(t.index->train({}, {}, rows, created).is_ok());
     }
   }
-  // A row an engine could not initialize fails the submit: its keys stay admitted (the index cannot take that back)
-  // and the batch's pins are released; the engine's failure is sticky (a failed device), so no batch trains on them.
-  for (const Status& st : status) {
-    if (st.is_ok()) continue;
-    release(tb, a);
-    return st;
+  // Rows an engine could not write (a failed device, no pinned memory) fail the submit: the batch's pins are released
+  // and the keys given rows whose writes failed or were not made take none (KeyIndex::forget), so that no key reads
+  // another's row; the keys evicted for them stay evicted.
+  if (ok(status)) return a;
+  release(tb, a);
+  bool failed = false;
+  for (std::size_t e = 0; e < n; ++e) {
+    failed = failed || !status[e].is_ok();
+    if (failed && !created[e].rows.empty()) find(tb.tables[e])->index->forget(created[e].rows);
   }
+  for (const Status& st : status)
+    if (!st.is_ok()) return st;
   return a;
 }
 

@@ -26,8 +26,9 @@
 //   admission, no clock, no counts), reads its initial values (or zeros, Unseen::kZeros); its gradient is dropped.
 // - When: at submit, before any engine sees the batch (every placement serves dynamic tables; the device ones plan and
 //   copy rows at submit), after the engines' refusals that do not depend on keys (Engine::accepting). New rows are
-//   written in every tier (Engine::reset_rows: a cached row's copy is dropped unwritten). An engine refusing the batch
-//   after that (a device without room for its staging, a failed device) leaves the admission in place: the index and
+//   written in every tier (Engine::reset_rows: a cached row's copy is dropped unwritten); a key whose new row an engine
+//   could not write has none after all (KeyIndex::forget) and the submit fails. An engine refusing the batch after
+//   admission (a device without room for its staging, a failed device) leaves the admission in place: the index and
 //   the rows agree, the keys admitted hold their initial rows, the clock has ticked.
 
 #include <cstdint>

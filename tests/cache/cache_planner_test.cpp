@@ -3,6 +3,7 @@
 // behaviour that tells the policies apart.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <set>
 
@@ -137,6 +138,29 @@ TEST_P(PolicyConformance, InvalidateDropsOnlyThatTable) {
   EXPECT_EQ(pool.slot_of(0, 1), -1);
   EXPECT_GE(pool.slot_of(1, 3), 0);
   EXPECT_EQ(pool.resident(), 1);
+}
+
+// drop_rows forgets rows, dirty or not, without a write-back; the table's cap counts them out.
+TEST_P(PolicyConformance, DropRowsForgetsThemUnwritten) {
+  CachePlanner pool(options(8, GetParam(), {{"a", 3}, {"b", 0}}));
+  UniqueKeys a = uniq({1, 2, 3}), b = uniq({4});
+  auto pr = pool.probe(0, {{0, &a}, {1, &b}});
+  ASSERT_TRUE(pr.is_ok());
+  pool.retire(pool.commit(std::move(pr).value()), true);  // all dirty; 'a' at its cap
+  pool.drop_rows(0, {1, 2, 99});
+  EXPECT_EQ(pool.slot_of(0, 1), -1);
+  EXPECT_EQ(pool.slot_of(0, 2), -1);
+  EXPECT_EQ(pool.resident(), 2);
+  std::vector<Key> dirty;
+  for (const Transfer& t : pool.dirty()) dirty.push_back(t.table * 100 + t.row);
+  std::sort(dirty.begin(), dirty.end());
+  EXPECT_EQ(dirty, (std::vector<Key>{3, 104}));
+  // Two rows of 'a' fit beside row 3 again: misses, filled into free slots, row 3 kept.
+  UniqueKeys again = uniq({1, 2});
+  PoolPlan p = plan(pool, 1, 0, again);
+  EXPECT_EQ(p.fills.size(), 2u);
+  EXPECT_TRUE(p.writebacks.empty());
+  EXPECT_GE(pool.slot_of(0, 3), 0);
 }
 
 // With bypass a probe never refuses: the misses that fit the free slots (and the table's cap) go to

@@ -165,6 +165,14 @@ class ModelPlanner {
   void invalidate_table(int table) {
     for (auto& m : model_.pools) m->invalidate_table(table);
   }
+  void drop_rows(int table, const std::vector<Key>& rows) {
+    for (int s = 0; s < model_.partitions; ++s) {
+      std::vector<Key> mine;
+      for (const Key r : rows)
+        if (model_.partition(table, r) == s) mine.push_back(r);
+      model_.pools[static_cast<std::size_t>(s)]->drop_rows(table, mine);
+    }
+  }
   CacheStats table_stats(int t) const {
     CacheStats want;
     for (const auto& m : model_.pools) want += m->table_stats(t);
@@ -288,6 +296,15 @@ TEST_P(PartitionedPlannerMatchesPartitions, OnRandomTraffic) {
         real.invalidate_table(table);
         model.invalidate_table(table);
       }
+    } else if (action == 9 && in_flight.empty()) {
+      // Rows dropped unwritten, dirty ones too (a dynamic table's rows given to new keys).
+      const int table = static_cast<int>(rng() % 3);
+      std::vector<Key> rows;
+      for (int i = 0; i < 6; ++i) rows.push_back(static_cast<Key>(rng() % (table == 0 ? 40 : 300)));
+      std::sort(rows.begin(), rows.end());
+      rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+      real.drop_rows(table, rows);
+      model.drop_rows(table, rows);
     } else if (policy == Policy::kLookahead && !pending.empty()) {
       // A batch leaves the window without being planned (discarded before its forward).
       real.discard(pending.back()->real);

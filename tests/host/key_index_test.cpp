@@ -74,6 +74,22 @@ TEST(KeyIndex, HitsKeepTheirRowsAndFreeRowsGoLowestFirst) {
   EXPECT_EQ(index.sketch_state_bytes(), 0);  // admit_after 1 keeps no sketch
 }
 
+// forget() takes rows back from their keys (an engine could not write them): the keys read as unseen, the rows are the
+// lowest free ones again, the other keys keep theirs in their order.
+TEST(KeyIndex, ForgottenRowsAreFreeAndTheirKeysHaveNone) {
+  for (const Eviction eviction : {Eviction::kLru, Eviction::kLfu}) {
+    KeyIndex index(4, make_spec(1, eviction, 0));
+    train_released(index, {10, 20, 30});
+    index.forget({0, 2});
+    EXPECT_EQ(index.row_of(10), kNone);
+    EXPECT_EQ(index.row_of(30), kNone);
+    EXPECT_EQ(index.size(), 1);
+    EXPECT_EQ(keys_of(index), (std::vector<Key>{20}));
+    EXPECT_EQ(train_released(index, {40, 10, 50, 60}), (Rows{0, 2, 3, 1})) << "evicts 20 last";
+    EXPECT_EQ(keys_of(index), (std::vector<Key>{40, 10, 50, 60}));
+  }
+}
+
 // More batches in flight on one row than 16-bit pin counts hold (65,535 aborted the process): the row stays pinned,
 // not evictable, until the last of them is released.
 TEST(KeyIndex, ARowPinnedByMoreThan65535BatchesStaysPinnedUntilTheLast) {

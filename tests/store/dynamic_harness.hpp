@@ -51,24 +51,34 @@ inline StoreConfig config_of(const Case& k) {
   item.spec.optimizer.kind = OptimizerKind::kAdagrad;
   c.tables.push_back(item);
   // A second dynamic table, in some batches only: every training submit ticks its clock (and its TTL) all the same.
+  // It shares item's slot pool in `cached` and `hybrid`.
   TableConfig ad;
   ad.spec.name = "ad";
   ad.spec.rows = 4;
   ad.spec.dim = 4;
-  ad.spec.optimizer.kind = OptimizerKind::kSgd;
+  ad.spec.optimizer.kind = OptimizerKind::kAdagrad;  // item's record shape: one slot pool for both
   ad.dynamic = DynamicSpec{1, k.eviction, k.ttl, Unseen::kInitial};
   c.tables.push_back(ad);
   return c;
 }
 
-// Every table of config_of(k) in `placement` (emu device); a cache of 3 rows a table (of 11, 7 and 5 served), so that
-// rows given to new keys are often cached, dirty or on their way home.
+// Every table of config_of(k) in `placement` on the emu device, with random delays before its stream operations (so
+// that a missing wait shows); a cache of 3 rows a table (of 11, 7 and 5 served), so that rows given to new keys are
+// often cached, dirty or on their way home: `cached` with staged transfers, `hybrid` (one rank: the cached engine)
+// with the lookahead policy, two planner partitions and zero-copy transfers.
 inline StoreConfig config_of(const Case& k, Placement placement) {
   StoreConfig c = config_of(k);
   c.device.backend = BackendChoice::kEmu;
+  c.device.emu_max_delay_us = 20;
   for (TableConfig& t : c.tables) {
     t.placement = placement;
     if (placement == Placement::kCached || placement == Placement::kHybrid) t.cache.rows = 3;
+  }
+  c.cache.transfer = placement == Placement::kHybrid ? CacheTransfer::kZeroCopy : CacheTransfer::kStaged;
+  if (placement == Placement::kHybrid) {
+    c.cache.policy = cache::Policy::kLookahead;
+    c.cache.lookahead = 1;
+    c.cache.planner_partitions = 2;
   }
   return c;
 }

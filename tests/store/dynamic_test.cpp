@@ -177,5 +177,31 @@ TEST(DynamicStore, RowAccessIsByKeyAndNamesWhatIsWrong) {
   EXPECT_EQ(0, std::memcmp(w.data(), expect.data(), 8 * sizeof(float)));
 }
 
+// A refusal an engine makes whatever the keys (cached: batches in flight at cache.max_in_flight) comes before admission
+// and changes no index; the batch is accepted once one retires.
+TEST(DynamicStore, AnEngineRefusalBeforeAdmissionChangesNothing) {
+  StoreConfig c = config_of({"x", 1, Eviction::kLru, 0, Unseen::kInitial, DType::kF32, OptimizerKind::kSgd, false},
+                            Placement::kCached);
+  c.cache.max_in_flight = 1;
+  auto opened = Store::open(c);
+  ASSERT_TRUE(opened.is_ok()) << opened.status().to_string();
+  Store& s = **opened;
+  KeyBatch first, second;
+  first.features.push_back({"user", {0, 2}, {7, 8}, {}});
+  second.features.push_back({"user", {0, 2}, {9, -9}, {}});
+  ASSERT_TRUE(s.submit(0, first).is_ok());
+  const Status refused = s.submit(1, second);
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition) << refused.to_string();
+  EXPECT_NE(refused.message().find("batch 1: 1 batches are already in flight"), std::string::npos) << refused.message();
+  EXPECT_EQ(s.keys_held(0).value(), (std::vector<Key>{7, 8}));
+  EXPECT_EQ(s.stats().dynamic.at(0).second.admissions, 2);
+  Buffers b = make_buffers(c, first);
+  ASSERT_TRUE(s.forward(0, b.views).is_ok());
+  ASSERT_TRUE(s.backward(0, b.cviews).is_ok());
+  ASSERT_TRUE(s.submit(1, second).is_ok());
+  EXPECT_EQ(s.keys_held(0).value(), (std::vector<Key>{-9, 7, 8, 9}));
+  EXPECT_EQ(s.stats().dynamic.at(0).second.admissions, 4);
+}
+
 }  // namespace
 }  // namespace strata
