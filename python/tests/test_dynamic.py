@@ -252,3 +252,23 @@ def test_load_state_dict_refuses_entries_of_the_other_kind_naming_the_table():
     assert m.store.keys_held("u").tolist() == keys.tolist()
     np.testing.assert_array_equal(m.store.read_keys("u", keys)[0], w.numpy())
     np.testing.assert_array_equal(m.store.read_rows("d")[0], dense_w.numpy())
+
+
+@pytest.mark.parametrize("mode", ["offload", "cached", "gpu"])
+def test_device_placements_train_as_cpu_bit_for_bit(mode):
+    """A dynamic table of a device placement (emu) next to a dense one trains as the cpu placement does, bit for bit:
+    outputs each step and the state_dict at the end, with evictions (capacity 5 of 7 keys) and a cache of 2 rows."""
+    def cfg(m):
+        u = dict(dynamic_table("u", 5, optimizer="adagrad"), placement=m)
+        if m == "cached":
+            u["cache"] = {"rows": 2}
+        return config([u, table("d", 6, DIM, optimizer="adagrad", mode=m)], mode=m)
+    cpu, dev = st.EmbeddingBagCollection(cfg("cpu")), st.EmbeddingBagCollection(cfg(mode))
+    for b in batches(np.random.default_rng(3), 12):
+        a, z = cpu(b), dev(b)
+        assert all(same_bits(a[k], z[k].cpu()) for k in ("u", "d"))
+        for out in (a, z):
+            sum(o.float().pow(2).sum() for o in out.to_dict().values()).backward()
+    assert dev.store.stats()["dynamic"]["u"]["evictions"] > 0
+    want, got = cpu.state_dict(), dev.state_dict()
+    assert list(got) == list(want) and all(same_bits(got[k], want[k]) for k in want)
