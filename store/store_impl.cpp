@@ -515,11 +515,8 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
       if (rows[i] == KeyIndex::kNone)
         return detail::key_without_row(config_.tables[static_cast<std::size_t>(table)].spec, keys[i], i);
     }
-    return each_run(
-        table, rows.size(), [&](std::size_t i) { return rows[i]; }, weights, state,
-        [&](std::int64_t row0, std::int64_t m, float* w, float* s) {
-          return engine(table).read_rows(table, row0, m, w, s);
-        });
+    const TableSpec& spec = config_.tables[static_cast<std::size_t>(table)].spec;
+    return on_engine(table, [&](detail::Engine& e) { return e.read_rows_at(table, spec, rows, weights, state); });
   }
 
   Result<ShardInfo> shard_info(int table) const override {
@@ -555,23 +552,21 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
     const TableSpec& spec = config_.tables[static_cast<std::size_t>(table)].spec;
     out.weights.resize(out.entries.size() * static_cast<std::size_t>(spec.dim));
     out.state.resize(out.entries.size() * static_cast<std::size_t>(optimizer_state_dim(spec.optimizer.kind, spec.dim)));
-    return each_run(
-        table, out.entries.size(), [&](std::size_t i) { return out.entries[i].row; }, out.weights.data(),
-        out.state.data(),
-        [&](std::int64_t row0, std::int64_t m, float* w, float* s) {
-          return engine(table).read_rows(table, row0, m, w, s);
-        });
+    std::vector<std::int64_t> rows(out.entries.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = out.entries[i].row;
+    return on_engine(table, [&](detail::Engine& e) {
+      return e.read_rows_at(table, spec, rows, out.weights.data(), out.state.data());
+    });
   }
   Status write_dynamic(int table, const detail::DynamicState& in) override {
     STRATA_RETURN_IF_ERROR(dynamic_index("write_dynamic", table).status());
     // The index first: restore checks everything and changes nothing on error (no copy of it, which would hold a
-    // third index of the capacity beside restore's own new one); then the rows, run by run.
+    // third index of the capacity beside restore's own new one); then the rows (as rows given to new keys are written).
     STRATA_RETURN_IF_ERROR(dynamic_.index(table)->restore(in.clock, in.entries, in.sketch));
-    return each_run(
-        table, in.entries.size(), [&](std::size_t i) { return in.entries[i].row; }, in.weights.data(), in.state.data(),
-        [&](std::int64_t row0, std::int64_t m, const float* w, const float* s) {
-          return engine(table).write_rows(table, row0, m, w, s);
-        });
+    std::vector<std::int64_t> rows(in.entries.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = in.entries[i].row;
+    return on_engine(table,
+                     [&](detail::Engine& e) { return e.reset_rows(table, rows, in.weights.data(), in.state.data()); });
   }
 
  private:
@@ -707,40 +702,11 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
       if (e.parts[j].state) (void)engines_[j]->discard(*e.parts[j].state, served, e.parts[j].features);
   }
 
-  // A dynamic table's rows row(i), i in [0, n), read into (T float) or written from (T const float) row i's dim weights
-  // and state_dim state at `w` and `s` (state null when `s` is or the table keeps none): `io(row0, m, weights, state)`
-  // on the arena for each run of m consecutive rows (rows sorted, at most kRunRows a run: a cached or gpu engine's
-  // read or write of a run is one flush or copy), through buffers of the run, until an error.
-  template <class Row, class T, class F>
-  Status each_run(int table, std::size_t n, const Row& row, T* w, T* s, const F& io) {
-    constexpr bool reading = !std::is_const_v<T>;
-    constexpr std::size_t kRunRows = 4096;
-    const TableSpec& spec = config_.tables[static_cast<std::size_t>(table)].spec;
-    const auto dim = static_cast<std::size_t>(spec.dim);
-    const std::size_t sd = s ? static_cast<std::size_t>(optimizer_state_dim(spec.optimizer.kind, spec.dim)) : 0;
-    std::vector<std::pair<std::int64_t, std::size_t>> order(n);
-    for (std::size_t i = 0; i < n; ++i) order[i] = {row(i), i};
-    std::sort(order.begin(), order.end());
-    std::vector<float> rw, rs;
+  // `io(engine)` of a table's engine on the arena.
+  template <class F>
+  Status on_engine(int table, const F& io) {
     Status status;
-    arena_.execute([&] {
-      for (std::size_t a = 0, b = 0; a < n && status.is_ok(); a = b) {
-        for (b = a + 1; b < n && b - a < kRunRows && order[b].first == order[b - 1].first + 1;) ++b;
-        rw.resize((b - a) * dim);
-        rs.resize((b - a) * sd);
-        for (std::size_t j = a; !reading && j < b; ++j) {
-          std::copy_n(w + order[j].second * dim, dim, rw.data() + (j - a) * dim);
-          std::copy_n(s + order[j].second * sd, sd, rs.data() + (j - a) * sd);
-        }
-        status = io(order[a].first, static_cast<std::int64_t>(b - a), rw.data(), sd ? rs.data() : nullptr);
-        if constexpr (reading) {
-          for (std::size_t j = a; status.is_ok() && j < b; ++j) {
-            std::copy_n(rw.data() + (j - a) * dim, dim, w + order[j].second * dim);
-            std::copy_n(rs.data() + (j - a) * sd, sd, s + order[j].second * sd);
-          }
-        }
-      }
-    });
+    arena_.execute([&] { status = io(engine(table)); });
     return status;
   }
 

@@ -283,15 +283,14 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
   // backward that failed applied nothing). Otherwise those updates died with the device, and the
   // error says how many steps' worth.
   Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
-    if (Status flushed = flush(); !flushed.is_ok()) {
-      if (dev_.status().is_ok()) return flushed;
-      if (unflushed_ > 0)
-        return Status::data_loss("table '" + spec_of(table).name + "': the device failed (" + dev_.status().message() +
-                                 ") with the updates of " + std::to_string(unflushed_) +
-                                 " backward call(s) since the last flush only in its memory; host memory holds the "
-                                 "table as of that flush (cache.flush_every bounds what a device fault loses)");
-    }
+    STRATA_RETURN_IF_ERROR(flushed(table));
     transfers_.host(table).read_rows(row0, n, weights, state);
+    return Status::ok();
+  }
+  Status read_rows_at(int table, const TableSpec&, const std::vector<std::int64_t>& rows, float* weights,
+                      float* state) override {
+    STRATA_RETURN_IF_ERROR(flushed(table));
+    transfers_.host(table).read_rows(rows, weights, state);
     return Status::ok();
   }
 
@@ -330,6 +329,19 @@ class CachedEngine final : public Engine, private cache::Prefetcher::Executor {
 
  private:
   const TableSpec& spec_of(int table) const { return config_.tables[static_cast<std::size_t>(table)].spec; }
+
+  // A flush before a read of host rows; after a device fault, whether host memory holds every update (DataLoss else).
+  Status flushed(int table) {
+    if (Status flushed = flush(); !flushed.is_ok()) {
+      if (dev_.status().is_ok()) return flushed;
+      if (unflushed_ > 0)
+        return Status::data_loss("table '" + spec_of(table).name + "': the device failed (" + dev_.status().message() +
+                                 ") with the updates of " + std::to_string(unflushed_) +
+                                 " backward call(s) since the last flush only in its memory; host memory holds the "
+                                 "table as of that flush (cache.flush_every bounds what a device fault loses)");
+    }
+    return Status::ok();
+  }
 
   // The staging of a batch, from its shape, not from the cache's state: its fills, its write-backs
   // and (`overflow`: when some of its rows are outside the cache) its overflow rows are each at

@@ -84,6 +84,12 @@ void HostTableOps::write_rows(std::int64_t row0, std::int64_t n, const float* we
                      state && sd ? state + static_cast<std::size_t>(i) * sd : nullptr);
 }
 
+void HostTableOps::read_rows(const std::vector<std::int64_t>& rows, float* weights, float* state) const {
+  const std::size_t dim = static_cast<std::size_t>(table_.dim()), sd = static_cast<std::size_t>(table_.state_dim());
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    table_.read_row(rows[i], weights + i * dim, state && sd ? state + i * sd : nullptr);
+}
+
 void HostTableOps::write_rows(const std::vector<std::int64_t>& rows, const float* weights, const float* state) {
   const std::size_t dim = static_cast<std::size_t>(table_.dim()), sd = static_cast<std::size_t>(table_.state_dim());
   for (std::size_t i = 0; i < rows.size(); ++i)
@@ -141,6 +147,11 @@ class CpuEngine final : public Engine {
   bool uses_device() const noexcept override { return false; }
   void host_tables(std::vector<std::pair<int, const HostTable*>>& out) const override { add_host_tables(tables_, out); }
 
+  Status read_rows_at(int table, const TableSpec&, const std::vector<std::int64_t>& rows, float* weights,
+                      float* state) override {
+    tables_.at(table).read_rows(rows, weights, state);
+    return Status::ok();
+  }
   Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
     tables_.at(table).read_rows(row0, n, weights, state);
     return Status::ok();

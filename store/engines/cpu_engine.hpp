@@ -35,7 +35,9 @@ class HostTableOps {
   TableBatchItem backward_item(const JaggedKeys& f, const float* grads, const OptimizerStep& step) const;
   void read_rows(std::int64_t row0, std::int64_t n, float* weights, float* state) const;
   void write_rows(std::int64_t row0, std::int64_t n, const float* weights, const float* state);
-  /// write_rows of rows[i] from row i of `weights` and `state` (Engine::reset_rows).
+  /// read_rows and write_rows of rows[i] into or from row i of `weights` and `state` (Engine::read_rows_at,
+  /// Engine::reset_rows).
+  void read_rows(const std::vector<std::int64_t>& rows, float* weights, float* state) const;
   void write_rows(const std::vector<std::int64_t>& rows, const float* weights, const float* state);
 
  private:

@@ -104,6 +104,11 @@ class Engine {
   /// write_rows is only called with no batch in flight.
   virtual Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) = 0;
   virtual Status write_rows(int table, std::int64_t row0, std::int64_t n, const float* weights, const float* state) = 0;
+  /// Rows `rows` of table `table` (its spec; any order, repeats allowed; range checked by the store), as read_rows of
+  /// each; state may be null. Default: read_rows of each run of consecutive rows (the rows sorted, through buffers of
+  /// a run); engines whose read_rows flushes flush once.
+  virtual Status read_rows_at(int table, const TableSpec& spec, const std::vector<std::int64_t>& rows, float* weights,
+                              float* state);
   /// Overwrites rows of a dynamic table that no batch in flight uses, in every tier that holds them: they are given to
   /// new keys before the batch that uses them is submitted, with earlier batches in flight (and forwards of discarded
   /// ones that may still read them). n = rows.size() rows of fp32 weights and state, rounded into the table's dtypes as

@@ -294,6 +294,11 @@ class OffloadEngine final : public Engine {
   const char* name() const noexcept override { return "offload"; }
   void host_tables(std::vector<std::pair<int, const HostTable*>>& out) const override { add_host_tables(tables_, out); }
 
+  Status read_rows_at(int table, const TableSpec&, const std::vector<std::int64_t>& rows, float* weights,
+                      float* state) override {
+    tables_.at(table).read_rows(rows, weights, state);
+    return Status::ok();
+  }
   Status read_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
     tables_.at(table).read_rows(row0, n, weights, state);
     return Status::ok();
