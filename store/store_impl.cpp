@@ -560,13 +560,21 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
   }
   Status write_dynamic(int table, const detail::DynamicState& in) override {
     STRATA_RETURN_IF_ERROR(dynamic_index("write_dynamic", table).status());
-    // The index first: restore checks everything and changes nothing on error (no copy of it, which would hold a
-    // third index of the capacity beside restore's own new one); then the rows (as rows given to new keys are written).
-    STRATA_RETURN_IF_ERROR(dynamic_.index(table)->restore(in.clock, in.entries, in.sketch));
+    // An engine that cannot write (a failed device) refuses first, nothing changed. Then the index: restore checks
+    // everything and changes nothing on error (no copy of it, which would hold a third index of the capacity beside
+    // restore's own new one); then the rows, as rows given to new keys are written. Rows an engine could not write
+    // after all are no key's: the table then holds none (a restore of nothing), and the error says so.
+    STRATA_RETURN_IF_ERROR(on_engine(table, [](detail::Engine& e) { return e.accepting(); }));
+    KeyIndex& index = *dynamic_.index(table);
+    STRATA_RETURN_IF_ERROR(index.restore(in.clock, in.entries, in.sketch));
     std::vector<std::int64_t> rows(in.entries.size());
     for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = in.entries[i].row;
-    return on_engine(table,
-                     [&](detail::Engine& e) { return e.reset_rows(table, rows, in.weights.data(), in.state.data()); });
+    const Status written = on_engine(
+        table, [&](detail::Engine& e) { return e.reset_rows(table, rows, in.weights.data(), in.state.data()); });
+    if (written.is_ok()) return written;
+    STRATA_CHECK(index.restore(in.clock, {}, in.sketch).is_ok());
+    return written.with_context("table '" + config_.tables[static_cast<std::size_t>(table)].spec.name +
+                                "': its rows could not be written, so it holds no keys now");
   }
 
  private:

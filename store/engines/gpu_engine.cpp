@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <numeric>
 
 #include "host/host_table.hpp"
 #include "store/engines/detail/slot_pool_engine.hpp"
@@ -108,25 +107,34 @@ class GpuEngine final : public Engine {
     });
   }
 
-  // After the device work in flight (a stream-ordered forward of a discarded batch may still read the rows), through
-  // pinned memory, one run of consecutive rows at a time.
+  // Without a host wait: the records and their slots go through a staging entry and are unpacked into the slots on the
+  // compute stream, after its work in flight (a retired batch's updates, a discarded batch's stream-ordered forward
+  // may still touch the rows' slots) and before the lookups of the batch that uses them (queued there later).
   Status reset_rows(int table, const std::vector<std::int64_t>& rows, const float* weights,
                     const float* state) override {
-    STRATA_RETURN_IF_ERROR(dev_.synchronize(core_.compute()));
-    std::vector<std::size_t> order(rows.size());
-    std::iota(order.begin(), order.end(), std::size_t{0});
-    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return rows[a] < rows[b]; });
-    for (std::size_t a = 0, b = 0; a < order.size(); a = b) {
-      for (b = a + 1; b < order.size() && rows[order[b]] == rows[order[b - 1]] + 1;) ++b;
-      STRATA_RETURN_IF_ERROR(bounce(table, rows[order[a]], static_cast<std::int64_t>(b - a), state == nullptr, true,
-                                    [&](float* rec, std::int64_t r, const RecordShape& shape) {
-                                      const std::size_t i = order[a + static_cast<std::size_t>(r)];
-                                      write_record(
-                                          rec, shape, weights + i * static_cast<std::size_t>(shape.dim),
-                                          state ? state + i * static_cast<std::size_t>(shape.state_dim) : nullptr);
-                                    }));
+    if (rows.empty()) return Status::ok();
+    const auto [p, base] = where_[static_cast<std::size_t>(table)];
+    const gpu::SlotPool& pool = core_.pool(p).view;
+    const RecordShape shape = pool.shape();
+    STRATA_CHECK(state || shape.state_dim == 0);
+    const std::size_t n = rows.size(), rec = static_cast<std::size_t>(pool.stride);
+    STRATA_ASSIGN_OR_RETURN(
+        std::unique_ptr<gpu::Staging> st,
+        core_.staging().take({gpu::Staging::bytes_for<Key>(n) + gpu::Staging::bytes_for<float>(n * rec), 0, 0}));
+    const auto slots = st->mirrored<Key>(n);
+    const auto records = st->mirrored<float>(n * rec);
+    std::memset(records.host, 0, n * rec * sizeof(float));
+    for (std::size_t i = 0; i < n; ++i) {
+      slots.host[i] = base + rows[i];
+      write_record(records.host + i * rec, shape, weights + i * static_cast<std::size_t>(shape.dim),
+                   state ? state + i * static_cast<std::size_t>(shape.state_dim) : nullptr);
     }
-    return Status::ok();
+    const gpu::StreamView s = core_.compute();
+    st->upload(s);
+    dev_.unpack_records(s, pool, slots.dev, static_cast<std::int64_t>(n), records.dev);
+    dev_.record(st->done(), s);
+    core_.staging().give_back(std::move(st));
+    return dev_.status();
   }
 
  private:

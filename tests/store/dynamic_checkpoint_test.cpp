@@ -161,6 +161,53 @@ INSTANTIATE_TEST_SUITE_P(Cases, DynamicCheckpoint,
                            return std::string(std::get<0>(i.param).name) + "_" + to_string(std::get<1>(i.param));
                          });
 
+class DynamicLoadIntoTrained : public ::testing::TestWithParam<Placement> {};
+
+// A store trained on other keys (rows resident and dirty in a cache) loads a checkpoint and continues as its saver, bit
+// for bit; then write_keys of the saver's rows, after more training on other keys, holds exactly them.
+TEST_P(DynamicLoadIntoTrained, ContinuesAsTheSaverBitForBit) {
+  const StoreConfig c = config_of(
+      {"lru", 1, Eviction::kLru, 0, Unseen::kInitial, DType::kF32, OptimizerKind::kAdagrad, false}, GetParam());
+  auto a = Store::open(c);
+  auto b = Store::open(c);
+  ASSERT_TRUE(a.is_ok() && b.is_ok()) << a.status().to_string();
+  std::mt19937_64 rng(7), other_rng(99);
+  const std::vector<Key> space = key_space(rng), other = key_space(other_rng);
+  std::int64_t id = 0;
+  const auto train_b_on_others = [&](std::int64_t until) {
+    for (; id < until && !::testing::Test::HasFatalFailure(); ++id)
+      step_all({b->get()}, id, random_batch(other_rng, c, other), other_rng);
+  };
+  for (; id < 20 && !HasFatalFailure(); ++id) {
+    step_all({a->get()}, id, random_batch(rng, c, space), rng);
+    step_all({b->get()}, id, random_batch(other_rng, c, other), other_rng);
+  }
+  TempDir dir;
+  ASSERT_TRUE((*a)->save(dir / "a").is_ok());
+  const Status loaded = (*b)->load(dir / "a");
+  ASSERT_TRUE(loaded.is_ok()) << loaded.to_string();
+  for (; id < 40 && !HasFatalFailure(); ++id) {
+    KeyBatch kb = random_batch(rng, c, space);
+    kb.train = id % 5 != 4;
+    step_all({a->get(), b->get()}, id, kb, rng);
+  }
+  EXPECT_TRUE(same_table(**a, **b, 0, false));
+  EXPECT_TRUE(same_table(**a, **b, 2, false));
+  train_b_on_others(50);
+  const std::vector<Key> keys = (*a)->keys_held(0).value();
+  std::vector<float> w(keys.size() * 8), st(keys.size() * 8), w2(w.size()), st2(st.size());
+  ASSERT_TRUE((*a)->read_keys(0, keys, w.data(), st.data()).is_ok());
+  ASSERT_TRUE((*b)->write_keys(0, keys, w.data(), st.data()).is_ok());
+  ASSERT_TRUE((*b)->read_keys(0, keys, w2.data(), st2.data()).is_ok());
+  EXPECT_EQ(w, w2);
+  EXPECT_EQ(st, st2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Placements, DynamicLoadIntoTrained,
+                         ::testing::Values(Placement::kCpu, Placement::kOffload, Placement::kCached, Placement::kGpu,
+                                           Placement::kHybrid),
+                         [](const ::testing::TestParamInfo<Placement>& i) { return to_string(i.param); });
+
 // Both stores, for the tests that run on each.
 const std::vector<std::pair<const char*, Opener>>& stores() {
   static const std::vector<std::pair<const char*, Opener>> all = {{"production", open_production},
@@ -552,5 +599,42 @@ TEST(DynamicCheckpointFiles, WriteKeysRoundsAlikeInBothStoresForBf16) {
     EXPECT_TRUE(same_table(**p, **r, 0, false));
   }
 }
+
+// A device that fails before or while write_keys or load writes a cached dynamic table's rows: the table keeps its keys
+// (refused before anything changed) or holds none (its rows could not be written), never a key with another's row.
+TEST(DynamicCheckpointFiles, AFailedWriteOrLoadLeavesTheKeysOrNone) {
+  StoreConfig c = small_config();
+  c.device.backend = BackendChoice::kEmu;
+  for (TableConfig& t : c.tables) {
+    t.placement = Placement::kCached;
+    t.cache.rows = 2;
+  }
+  auto saver = Store::open(c);
+  ASSERT_TRUE(saver.is_ok()) << saver.status().to_string();
+  ASSERT_TRUE(train(**saver, 0, {1, 2}).is_ok());
+  TempDir dir;
+  ASSERT_TRUE((*saver)->save(dir / "ck").is_ok());
+  const std::vector<float> want = weights_of(**saver, {1, 2});
+  int failed_calls = 0;
+  for (std::int64_t fail_at = 20; fail_at < 200; fail_at += 3) {
+    for (const bool load : {false, true}) {
+      StoreConfig f = c;
+      f.device.emu_fail_after_ops = fail_at;
+      auto s = Store::open(f);
+      if (!s.is_ok()) continue;
+      std::int64_t id = 1;
+      while (id < 6 && train(**s, id, {5 + id, 6 + id}).is_ok()) ++id;
+      (void)(*s)->discard(id);
+      const std::vector<Key> before = (*s)->keys_held(0).value();
+      const Status st = load ? (*s)->load(dir / "ck") : (*s)->write_keys(0, {1, 2}, want.data(), nullptr);
+      if (st.is_ok()) continue;
+      ++failed_calls;
+      const std::vector<Key> after = (*s)->keys_held(0).value();
+      EXPECT_TRUE(after == before || after.empty()) << "fail_at " << fail_at << ": " << st.to_string();
+    }
+  }
+  EXPECT_GT(failed_calls, 0) << "no device fault reached a write";
+}
+
 }  // namespace
 }  // namespace strata
