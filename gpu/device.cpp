@@ -268,7 +268,7 @@ void Device::gather_pool(StreamView s, SlotPool pool, const std::vector<LookupFe
   for (const auto& f : features) {
     counters_.add_hbm_read(static_cast<std::uint64_t>(f.num_keys) * pool.dim * element_bytes(pool.dtype) +
                            index_bytes(f));
-    counters_.add_hbm_write(out_rows(f) * pool.dim * kF);
+    counters_.add_hbm_write(out_rows(f) * pool.dim * element_bytes(f.out_dtype));
   }
   do_gather_pool(s, pool, features);
 }
@@ -280,7 +280,7 @@ void Device::gather_pool_host(StreamView s, RowRef table, const std::vector<Look
     counters_.add_h2d(rows);
     counters_.add_host_read(0, rows);
     counters_.add_hbm_read(index_bytes(f));
-    counters_.add_hbm_write(out_rows(f) * table.dim * kF);
+    counters_.add_hbm_write(out_rows(f) * table.dim * element_bytes(f.out_dtype));
   }
   do_gather_pool_host(s, table, features);
 }

@@ -58,6 +58,7 @@ struct LookupFeature {
   std::int64_t num_keys = 0;
   Pooling pooling = Pooling::kSum;  ///< kNone: out is (num_keys, dim), one row per lookup
   float* out = nullptr;             ///< (batch, dim) or (num_keys, dim) device, fully overwritten
+  DType out_dtype = DType::kF32;    ///< out's element type: half ones are fp32 sums rounded to nearest once
 };
 
 /// One table's fused backward in one launch: for each unique slot, the sum of the gradients of its
@@ -76,7 +77,7 @@ struct UpdateFeature {
   const std::int32_t* positions = nullptr;       ///< (num_keys) device, key positions grouped by slot, ascending
   const std::int32_t* bag_of = nullptr;          ///< (num_keys) device, bag of each position (unused for kNone)
   std::int64_t num_unique = 0;
-  const float* grads = nullptr;  ///< (batch, dim) or (num_keys, dim) device
+  const float* grads = nullptr;  ///< (batch, dim) or (num_keys, dim) device, fp32 (half ones widened before)
   OptimizerStep step;            ///< the table's optimizer for this step
   /// (num_hot) device: every unique row used more than gpu/kernels' kHotUses times, or nullptr
   /// (then the device searches every unique row for them). With the list, a backward without hot
@@ -85,10 +86,11 @@ struct UpdateFeature {
   std::int64_t num_hot = 0;
 };
 
-/// n floats at data, for Device::count_nonfinite.
+/// n elements of dtype at data, for Device::count_nonfinite.
 struct FloatRange {
   const float* data = nullptr;  ///< (n) device
   std::int64_t n = 0;
+  DType dtype = DType::kF32;
 };
 
 /// How a device initializes the records of a table (Device::init_records): record i holds row

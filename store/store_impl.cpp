@@ -766,18 +766,22 @@ namespace {
 // (`gpu` or `hybrid` in a store with a communicator); its element types
 // (issue 31): every placement stores half-size rows and state (the host kernels of `cpu` and `offload`, the shared
 // device kernels of `gpu`, `cached`, `hybrid` and `offload`'s device gather); half-size outputs and gradients are
-// written and read by `cpu` (host/kernels.hpp) and the reference store only.
+// written and read by `cpu` (host/kernels.hpp), the slot-pool engines of `gpu`, `cached` and `hybrid` on one rank
+// without a communicator (gpu/kernels/bodies.hpp), and the reference store; not by `offload` nor a sharded table.
 Status placement_serves(const TableConfig& tc, bool world) {
   if (tc.dynamic && world && (tc.placement == Placement::kGpu || tc.placement == Placement::kHybrid))
     return Status::invalid_argument("table '" + tc.spec.name + "': a dynamic table is not sharded over ranks yet (a " +
                                     to_string(tc.placement) +
                                     " table of a store opened with a communicator is; expected a store opened without "
                                     "one, issue 36)");
-  if (tc.spec.output_dtype != DType::kF32 && tc.placement != Placement::kCpu)
+  const bool sharded = world && (tc.placement == Placement::kGpu || tc.placement == Placement::kHybrid);
+  if (tc.spec.output_dtype != DType::kF32 && (tc.placement == Placement::kOffload || sharded))
     return Status::invalid_argument("table '" + tc.spec.name + "': output_dtype " + to_string(tc.spec.output_dtype) +
-                                    " is not served by the " + to_string(tc.placement) +
-                                    " placement yet (expected fp32: half-size outputs are written by the cpu "
-                                    "placement and the reference store only, issue 31)");
+                                    " is not served by the " + to_string(tc.placement) + " placement" +
+                                    (sharded ? " of a store opened with a communicator" : "") +
+                                    " yet (expected fp32: half-size outputs are written by the cpu, gpu, cached and "
+                                    "hybrid placements of a store opened without a communicator and the reference "
+                                    "store, issue 31)");
   return Status::ok();
 }
 

@@ -888,7 +888,7 @@ class EmuDevice final : public Device {
     const EmuScope scope(id_);
     ArgCheck c{this, "count_nonfinite", {}};
     std::vector<FloatRange> ranges = device_ranges;
-    for (const FloatRange& r : ranges) c("data", r.data, r.n * static_cast<std::int64_t>(sizeof(float)));
+    for (const FloatRange& r : ranges) c("data", r.data, r.n * element_bytes(r.dtype));
     c("partial", partial, kernels::finite_partials(ranges) * 8, kDeviceOnly);
     c("totals", totals, static_cast<std::int64_t>(ranges.size()) * 8, kDeviceOnly);
     if (!check_done(c)) return;
@@ -974,7 +974,7 @@ class EmuDevice final : public Device {
     c("pool overflow", pool.overflow, pool.overflow_slots * pool.record_bytes(), kDeviceOnly);
   }
   static std::int64_t out_bytes(const LookupFeature& f, std::int32_t dim) {
-    return (f.pooling == Pooling::kNone ? f.num_keys : f.batch) * dim * static_cast<std::int64_t>(sizeof(float));
+    return (f.pooling == Pooling::kNone ? f.num_keys : f.batch) * dim * element_bytes(f.out_dtype);
   }
   void check_lookups(ArgCheck& c, const std::vector<LookupFeature>& features, std::int32_t dim) const {
     for (const LookupFeature& f : features) {

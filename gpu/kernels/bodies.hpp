@@ -81,6 +81,34 @@ STRATA_SIMT std::int64_t elem_words(std::int64_t n) {
   return std::is_same_v<Elem, float> ? n : (n + 1) / 2;
 }
 
+/// Element i of a buffer of `dtype` at p (gradients in device memory: FiniteArgs::dtype), widened
+/// to fp32 (exact).
+STRATA_SIMT float load_activation(const float* p, DType dtype, std::int64_t i) {
+  if (dtype == DType::kF32) return p[i];
+#if defined(__CUDA_ARCH__)
+  const std::uint16_t h = reinterpret_cast<const std::uint16_t*>(p)[i];
+#else
+  std::uint16_t h;
+  std::memcpy(&h, reinterpret_cast<const unsigned char*>(p) + 2 * i, sizeof h);
+#endif
+  return widen(dtype, h);
+}
+
+/// Stores the fp32 value v as element i of an output buffer of `dtype` at p (LookupFeature::out_dtype):
+/// rounded to nearest even once where it is half, as the CPU kernels and the reference round outputs.
+STRATA_SIMT void store_activation(float* p, DType dtype, std::int64_t i, float v) {
+  if (dtype == DType::kF32) {
+    p[i] = v;
+    return;
+  }
+  const std::uint16_t h = narrow(dtype, v, false, 0);
+#if defined(__CUDA_ARCH__)
+  reinterpret_cast<std::uint16_t*>(p)[i] = h;
+#else
+  std::memcpy(reinterpret_cast<unsigned char*>(p) + 2 * i, &h, sizeof h);
+#endif
+}
+
 /// Calls fn(Elem{}) with the half element type of `dtype` (Bf16 or F16). Host code: the launchers
 /// of both backends choose the half-size rows' instances with it alike. Any other dtype (fp32,
 /// which the fp32 kernels serve, or a value out of range) is a programmer error: it aborts rather
@@ -217,14 +245,15 @@ STRATA_SIMT void pool_bags(const W& w, const GatherArgs& a, const GatherFeatureA
       const std::int64_t i = first + lane / lanes;
       if (i >= f.outputs) return;
       const int col = lane % lanes;
-      float* o = f.out + i * dim;
+      const std::int64_t o = i * dim;
       const float s = bag_scale(f.pooling, len[lane]);
       STRATA_UNROLL
       for (int k = 0; k < kColsPerLane; ++k) {
         const std::int32_t c = cb + k * lanes + col;
         if (c >= dim) break;
-        o[c] = f.pooling == Pooling::kMean && len[lane] > 0 ? acc[lane].v[k] * s
-                                                            : acc[lane].v[k];  // row_scale, once per bag
+        store_activation(f.out, f.out_dtype, o + c,
+                         f.pooling == Pooling::kMean && len[lane] > 0 ? acc[lane].v[k] * s
+                                                                      : acc[lane].v[k]);  // row_scale, once per bag
       }
     });
   }
@@ -253,13 +282,15 @@ STRATA_SIMT void gather_item(const W& w, const GatherArgs& a, std::int64_t item)
     const std::int64_t i = first + lane / lanes;
     if (i >= f.outputs) return;
     const int col = lane % lanes;
-    float* o = f.out + i * dim;
+    const std::int64_t o = i * dim;
     const float* row = source_row<kInterleaved, kOverflow>(a.source, f.rows[i]);
     if (f.weights) {
       const float wt = f.weights[i];
-      for (std::int32_t c = col; c < dim; c += lanes) o[c] = wt * load_elem<Elem>(row, c);
+      for (std::int32_t c = col; c < dim; c += lanes)
+        store_activation(f.out, f.out_dtype, o + c, wt * load_elem<Elem>(row, c));
     } else {
-      for (std::int32_t c = col; c < dim; c += lanes) o[c] = load_elem<Elem>(row, c);
+      for (std::int32_t c = col; c < dim; c += lanes)
+        store_activation(f.out, f.out_dtype, o + c, load_elem<Elem>(row, c));
     }
   });
 }
@@ -695,7 +726,7 @@ STRATA_SIMT void init_record(const W& w, const InitArgs& a, std::int64_t i) {
 /// Whether x is NaN or +-Inf (x - x is NaN for both, 0 for every finite x; IEEE arithmetic).
 STRATA_SIMT bool nonfinite(float x) { return !(x - x == 0.0f); }
 
-/// partial[item] = the non-finite values among chunk `item`'s kFiniteChunk floats (lanes strided).
+/// partial[item] = the non-finite values among chunk `item`'s kFiniteChunk elements (lanes strided).
 template <class W>
 STRATA_SIMT void count_nonfinite_chunk(const W& w, const FiniteArgs& a, std::int64_t item) {
   const int f = feature_of(a, item);
@@ -705,7 +736,7 @@ STRATA_SIMT void count_nonfinite_chunk(const W& w, const FiniteArgs& a, std::int
   typename W::template Reg<std::int64_t> c;
   w.lanes([&](int lane) {
     std::int64_t k = 0;
-    for (std::int64_t j = lo + lane; j < hi; j += kWarp) k += nonfinite(p[j]) ? 1 : 0;
+    for (std::int64_t j = lo + lane; j < hi; j += kWarp) k += nonfinite(load_activation(p, a.dtype[f], j)) ? 1 : 0;
     c[lane] = k;
   });
   const std::int64_t total = w.sum(c);

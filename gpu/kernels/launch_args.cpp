@@ -82,7 +82,7 @@ std::vector<GatherArgs> gather_launches(const RowSource& source, std::int32_t di
     for (std::size_t i = 0; i < n; ++i) {
       const LookupFeature& f = features[first + i];
       const std::int64_t outputs = std::max<std::int64_t>(0, f.pooling == Pooling::kNone ? f.num_keys : f.batch);
-      a.features[i] = {f.offsets, f.rows, f.weights, f.out, outputs, f.pooling};
+      a.features[i] = {f.offsets, f.rows, f.weights, f.out, outputs, f.pooling, f.out_dtype};
       a.begin[i + 1] = a.begin[i] + (outputs + per_warp - 1) / per_warp;
     }
     if (a.begin[a.count] > 0) out.push_back(a);
@@ -114,6 +114,7 @@ std::vector<FiniteArgs> finite_launches(const std::vector<FloatRange>& ranges, s
     for (std::size_t i = 0; i < n; ++i) {
       a.data[i] = ranges[first + i].data;
       a.n[i] = std::max<std::int64_t>(0, ranges[first + i].n);
+      a.dtype[i] = ranges[first + i].dtype;
       a.begin[i + 1] = a.begin[i] + chunks_of(ranges[first + i]);
     }
     partial += a.begin[a.count];

@@ -79,6 +79,7 @@ struct GatherFeatureArgs {
   float* out = nullptr;                   ///< (bags, dim) or (num_keys, dim) for Pooling::kNone
   std::int64_t outputs = 0;               ///< output rows: bags, or keys for Pooling::kNone
   Pooling pooling = Pooling::kSum;
+  DType out_dtype = DType::kF32;  ///< out's element type (store_activation)
 };
 
 /// Parameters of one gather launch. A work item is one warp's share: `per_warp` consecutive
@@ -187,7 +188,7 @@ struct InitArgs {
   DType state_dtype = DType::kF32;  ///< the state's, likewise
 };
 
-/// Floats one work item of a finiteness count covers (a warp, strided over its lanes).
+/// Elements one work item of a finiteness count covers (a warp, strided over its lanes).
 inline constexpr std::int64_t kFiniteChunk = 8192;
 
 /// Parameters of one launch pair of a finiteness count (Device::count_nonfinite): the chunk kernel
@@ -198,7 +199,8 @@ struct FiniteArgs {
   std::int32_t count = 0;
   std::int64_t begin[kMaxFeaturesPerLaunch + 1] = {};
   const float* data[kMaxFeaturesPerLaunch] = {};  ///< device
-  std::int64_t n[kMaxFeaturesPerLaunch] = {};
+  std::int64_t n[kMaxFeaturesPerLaunch] = {};     ///< elements of dtype
+  DType dtype[kMaxFeaturesPerLaunch] = {};
   std::int64_t* partial = nullptr;  ///< (begin[count]) device
   std::int64_t* totals = nullptr;   ///< (count) device
 };

@@ -44,7 +44,7 @@ lookup's backward does not run). A second backward through the same outputs
 **Half-size tables** (a table's ``dtype``, ``state_dtype`` or ``output_dtype`` ``bf16`` or ``fp16``, README
 "Half-size rows"): ``state_dict()`` gives ``torch.bfloat16`` / ``torch.float16`` weights and optimizer state
 of those dtypes and ``load_state_dict`` takes them; outputs and their gradients have the table's
-``output_dtype`` (host memory: the ``cpu`` placement writes half-size outputs).
+``output_dtype`` (host memory: the module refuses a half-size ``output_dtype`` with ``device='cuda'``).
 
 **Dynamic tables** (``"kind": "dynamic"`` with a ``"capacity"``, README "Dynamic tables"; every
 placement of one rank serves them): their keys are any int64, and a key gets a row the first time a training

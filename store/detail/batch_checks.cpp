@@ -207,7 +207,8 @@ Status nonfinite_gradient(std::int64_t batch_id, const KeyBatch& batch, const st
 }
 
 Status check_space(std::int64_t batch_id, const TableSpec& spec, const char* what, std::size_t index, MemorySpace space,
-                   const void* data, std::int64_t floats, const gpu::Device* device, const MemorySpace* forward_space) {
+                   const void* data, std::int64_t elements, const gpu::Device* device,
+                   const MemorySpace* forward_space) {
   const std::string who =
       "batch " + std::to_string(batch_id) + ", table '" + spec.name + "': " + what + " view " + std::to_string(index);
   if (forward_space && space != *forward_space)
@@ -218,11 +219,9 @@ Status check_space(std::int64_t batch_id, const TableSpec& spec, const char* wha
   if (!device)
     return Status::invalid_argument(who + " is device memory, but this store has no device (expected a host view; " +
                                     "a store has a device when it has a gpu, cached, offload or hybrid table)");
-  // Device views are bounced and checked as fp32 (store/engines/host_bounce.cpp, finite_check.cpp).
-  if (spec.output_dtype != DType::kF32)
-    return Status::invalid_argument(who + " is device memory of output_dtype " + to_string(spec.output_dtype) +
-                                    " (expected a host view: half-size device views are not served yet, issue 31)");
-  const Status range = device->check_device_range(data, static_cast<std::size_t>(floats) * sizeof(float));
+  // `elements` of the table's output_dtype (the view's, checked before).
+  const Status range =
+      device->check_device_range(data, static_cast<std::size_t>(elements * element_bytes(spec.output_dtype)));
   if (!range.is_ok()) return Status::invalid_argument(who + " (device memory): " + range.message());
   return Status::ok();
 }

@@ -88,7 +88,8 @@ Status backward_before_forward(std::int64_t batch_id);
 /// (Device::check_device_range; never dereferenced). `forward_space`: for gradients, the space of
 /// forward's output, which they must share (null for outputs).
 Status check_space(std::int64_t batch_id, const TableSpec& spec, const char* what, std::size_t index, MemorySpace space,
-                   const void* data, std::int64_t floats, const gpu::Device* device, const MemorySpace* forward_space);
+                   const void* data, std::int64_t elements, const gpu::Device* device,
+                   const MemorySpace* forward_space);
 
 /// The stream of Store::forward/backward(id, views, stream) (`op`): a stream of `device`. Errors
 /// name the call and what was expected (a store without a device takes no stream).

@@ -13,6 +13,8 @@ using gpu::Staging;
 namespace {
 // Most unique rows of n key positions that can be hot (used more than kHotUses times).
 std::size_t max_hot_rows(std::size_t n) { return n / static_cast<std::size_t>(gpu::kernels::kHotUses + 1); }
+// 32-bit words that hold `bytes` (an activation buffer of half elements may end mid-word).
+std::size_t words(std::size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(float); }
 }  // namespace
 
 std::size_t feature_metadata_bytes(std::int64_t bags, std::int64_t keys, std::size_t weights, std::int64_t unique,
@@ -32,22 +34,27 @@ void add_feature_bytes(const JaggedKeys& k, std::int64_t unique, const TableSpec
   mirrored += feature_metadata_bytes(k.batch_size(), k.num_keys(), k.weights.size(), unique, rounds_by_row(spec));
 }
 
+bool needs_activation_staging(const DeviceFeature& f, const MatrixView& out) {
+  return f.out_bytes && (out.space == MemorySpace::kHost || f.look.out_dtype != DType::kF32);
+}
+
 gpu::StagingSizes activation_bytes(const std::vector<DeviceFeature>& feats) {
   gpu::StagingSizes z;
   for (const DeviceFeature& f : feats) {
-    const std::size_t out = Staging::bytes_for<float>(f.out_floats);
-    z.host_only += 2 * out;
-    z.dev_only += 2 * out;
+    const std::size_t both =
+        Staging::bytes_for<float>(words(f.out_bytes)) + Staging::bytes_for<float>(words(f.grad_bytes));
+    z.host_only += both;
+    z.dev_only += both;
   }
   return z;
 }
 
 void stage_activations(Staging& act, std::vector<DeviceFeature>& feats) {
   for (DeviceFeature& f : feats) {
-    f.look.out = act.dev_only<float>(f.out_floats);
-    f.update.grads = act.dev_only<float>(f.out_floats);
-    f.host_out = act.host_only<float>(f.out_floats);
-    f.host_grad = act.host_only<float>(f.out_floats);
+    f.look.out = act.dev_only<float>(words(f.out_bytes));
+    f.update.grads = act.dev_only<float>(words(f.grad_bytes));
+    f.host_out = act.host_only<float>(words(f.out_bytes));
+    f.host_grad = act.host_only<float>(words(f.grad_bytes));
   }
 }
 
@@ -85,8 +92,11 @@ DeviceFeature stage_feature(Staging& st, const JaggedKeys& k, const TableSpec& s
       hot.host[num_hot++] = r;
 
   DeviceFeature f;
-  f.out_floats = static_cast<std::size_t>(output_rows(k, spec.pooling) * spec.dim);
-  f.look = gpu::LookupFeature{offs.dev, k.batch_size(), slots.dev, wdev, k.num_keys(), spec.pooling, nullptr};
+  const std::int64_t elements = output_rows(k, spec.pooling) * spec.dim;
+  f.out_bytes = static_cast<std::size_t>(elements * element_bytes(spec.output_dtype));
+  f.grad_bytes = static_cast<std::size_t>(elements) * sizeof(float);
+  f.look = gpu::LookupFeature{offs.dev,     k.batch_size(), slots.dev, wdev,
+                              k.num_keys(), spec.pooling,   nullptr,   spec.output_dtype};
   gpu::UpdateFeature& uf = f.update;
   uf.offsets = offs.dev;
   uf.batch = k.batch_size();
@@ -113,7 +123,7 @@ gpu::LookupFeature lookup_into(const DeviceFeature& f, const MatrixView& out) {
 
 gpu::UpdateFeature update_from(const DeviceFeature& f, const ConstMatrixView& grads) {
   gpu::UpdateFeature u = f.update;
-  if (grads.space == MemorySpace::kDevice) u.grads = grads.data;
+  if (grads.space == MemorySpace::kDevice && f.look.out_dtype == DType::kF32) u.grads = grads.data;
   return u;
 }
 
@@ -122,11 +132,11 @@ Status finish_outputs(gpu::Device& dev, gpu::StreamView s, Staging& st, const st
   bool host = false, device = false;
   for (std::size_t i = 0; i < feats.size(); ++i) {
     const DeviceFeature& f = feats[i];
-    if (f.out_floats == 0) continue;  // a feature of zero rows may have null views
+    if (f.out_bytes == 0) continue;  // a feature of zero rows may have null views
     if (outputs[static_cast<std::size_t>(feature[i])].space == MemorySpace::kDevice) {
       device = true;
     } else {
-      dev.copy_d2h(s, f.host_out, f.look.out, f.out_floats * sizeof(float));
+      dev.copy_d2h(s, f.host_out, f.look.out, f.out_bytes);
       host = true;
     }
   }
@@ -136,25 +146,42 @@ Status finish_outputs(gpu::Device& dev, gpu::StreamView s, Staging& st, const st
   STRATA_RETURN_IF_ERROR(dev.synchronize(st.done()));
   for (std::size_t i = 0; i < feats.size(); ++i) {
     const MatrixView& out = outputs[static_cast<std::size_t>(feature[i])];
-    if (feats[i].out_floats && out.space == MemorySpace::kHost)
-      copy_activations(dev.counters(), out.data, feats[i].host_out, feats[i].out_floats * sizeof(float));
+    if (feats[i].out_bytes && out.space == MemorySpace::kHost)
+      copy_activations(dev.counters(), out.data, feats[i].host_out, feats[i].out_bytes);
   }
   return Status::ok();
 }
 
-bool copy_gradients(gpu::Device& dev, gpu::StreamView s, std::vector<DeviceFeature>& feats,
-                    const std::vector<int>& feature, const std::vector<ConstMatrixView>& grads) {
-  bool device = false;
+Result<bool> copy_gradients(gpu::Device& dev, gpu::StreamView s, std::vector<DeviceFeature>& feats,
+                            const std::vector<int>& feature, const std::vector<ConstMatrixView>& grads) {
+  bool device = false, widen_later = false;
   for (std::size_t i = 0; i < feats.size(); ++i) {
     DeviceFeature& f = feats[i];
-    if (f.out_floats == 0) continue;
+    if (f.out_bytes == 0) continue;
     const ConstMatrixView& g = grads[static_cast<std::size_t>(feature[i])];
+    const DType dtype = f.look.out_dtype;
     if (g.space == MemorySpace::kDevice) {
       device = true;
+      if (dtype == DType::kF32) continue;
+      dev.copy_d2h(s, f.host_out, g.data, f.out_bytes);  // widened below, once the host has it
+      widen_later = true;
       continue;
     }
-    copy_activations(dev.counters(), f.host_grad, g.data, f.out_floats * sizeof(float));
-    dev.copy_h2d(s, const_cast<float*>(f.update.grads), f.host_grad, f.out_floats * sizeof(float));
+    if (dtype == DType::kF32) {
+      copy_activations(dev.counters(), f.host_grad, g.data, f.grad_bytes);
+    } else {
+      widen_activations(dev.counters(), f.host_grad, g.data, dtype, f.grad_bytes / sizeof(float));
+    }
+    dev.copy_h2d(s, const_cast<float*>(f.update.grads), f.host_grad, f.grad_bytes);
+  }
+  if (!widen_later) return device;
+  STRATA_RETURN_IF_ERROR(dev.synchronize(s));
+  for (std::size_t i = 0; i < feats.size(); ++i) {
+    DeviceFeature& f = feats[i];
+    const ConstMatrixView& g = grads[static_cast<std::size_t>(feature[i])];
+    if (f.out_bytes == 0 || g.space != MemorySpace::kDevice || f.look.out_dtype == DType::kF32) continue;
+    widen_activations(dev.counters(), f.host_grad, f.host_out, f.look.out_dtype, f.grad_bytes / sizeof(float));
+    dev.copy_h2d(s, const_cast<float*>(f.update.grads), f.host_grad, f.grad_bytes);
   }
   return device;
 }

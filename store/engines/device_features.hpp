@@ -21,9 +21,10 @@ namespace strata::detail {
 struct DeviceFeature {
   gpu::LookupFeature look;
   gpu::UpdateFeature update;
-  float* host_out = nullptr;   ///< pinned (out_floats), for a host view's output
-  float* host_grad = nullptr;  ///< pinned (out_floats), for a host view's gradient
-  std::size_t out_floats = 0;  ///< output_rows * dim
+  float* host_out = nullptr;   ///< pinned (out_bytes), for a host view's output (or a half device view's gradient)
+  float* host_grad = nullptr;  ///< pinned (grad_bytes), for a host view's gradient, or a half one widened
+  std::size_t out_bytes = 0;   ///< output_rows * dim elements of the table's output_dtype (look.out_dtype)
+  std::size_t grad_bytes = 0;  ///< the same elements in fp32, as the update reads them (half gradients widened)
 };
 
 /// Mirrored staging bytes (uploaded H2D with the batch) that stage_feature takes for a feature of
@@ -46,6 +47,9 @@ void add_feature_bytes(const JaggedKeys& k, std::int64_t unique, const TableSpec
 DeviceFeature stage_feature(gpu::Staging& st, const JaggedKeys& k, const TableSpec& spec, const UniqueKeys& u,
                             const std::vector<Key>& unique_slots);
 
+/// Whether feature `f` needs the activation staging (stage_activations) for `out`, its output view: a
+/// host view, or half-size outputs (their gradients are widened to fp32 through it, copy_gradients).
+bool needs_activation_staging(const DeviceFeature& f, const MatrixView& out);
 /// The host-only and device-only bytes that stage_activations takes for `feats`: an output and a
 /// gradient buffer per feature on each side.
 gpu::StagingSizes activation_bytes(const std::vector<DeviceFeature>& feats);
@@ -66,10 +70,12 @@ gpu::UpdateFeature update_from(const DeviceFeature& f, const ConstMatrixView& gr
 Status finish_outputs(gpu::Device& dev, gpu::StreamView s, gpu::Staging& st, const std::vector<DeviceFeature>& feats,
                       const std::vector<int>& feature, const std::vector<MatrixView>& outputs, const CallOrder& order);
 
-/// On `s`: copies every host gradient among `grads[feature[i]]` through its pinned buffer H2D.
-/// Returns whether any feature reads a device view (lookup_into/update_from use it in place).
-bool copy_gradients(gpu::Device& dev, gpu::StreamView s, std::vector<DeviceFeature>& feats,
-                    const std::vector<int>& feature, const std::vector<ConstMatrixView>& grads);
+/// On `s`: copies every host gradient among `grads[feature[i]]` through its pinned buffer H2D, a
+/// half-size one widened to fp32 on the host first; a half-size device view goes D2H, the host
+/// waits for `s` and widens it, and it goes back H2D in fp32. Returns whether any feature reads a
+/// device view (update_from uses an fp32 one in place).
+Result<bool> copy_gradients(gpu::Device& dev, gpu::StreamView s, std::vector<DeviceFeature>& feats,
+                            const std::vector<int>& feature, const std::vector<ConstMatrixView>& grads);
 
 /// After the updates, with `done` recorded after them: when some gradient was a device view, the
 /// caller's stream waits for `done` (the gradients are consumed before anything it runs next), or

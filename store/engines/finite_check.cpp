@@ -16,7 +16,7 @@ Status FiniteCheck::check(std::int64_t batch_id, const KeyBatch& batch, const st
   std::vector<std::size_t> feature;  // of each range
   for (std::size_t i = 0; i < grads.size(); ++i) {
     if (grads[i].space != MemorySpace::kDevice || grads[i].rows * grads[i].cols == 0) continue;
-    ranges.push_back({grads[i].data, grads[i].rows * grads[i].cols});
+    ranges.push_back({grads[i].data, grads[i].rows * grads[i].cols, grads[i].dtype});
     feature.push_back(i);
   }
   if (ranges.empty()) return Status::ok();
@@ -50,12 +50,13 @@ Status FiniteCheck::check(std::int64_t batch_id, const KeyBatch& batch, const st
     if (host_totals_.as<std::int64_t>()[r] == 0) continue;
     // The error path: bring this view to the host to name the first bag and column.
     const std::size_t i = feature[r];
-    const std::size_t bytes = static_cast<std::size_t>(ranges[r].n) * sizeof(float);
+    const std::size_t bytes = static_cast<std::size_t>(ranges[r].n * element_bytes(ranges[r].dtype));
     STRATA_ASSIGN_OR_RETURN(gpu::PinnedBuffer copy, dev_.allocate_pinned(bytes));
     dev_.copy_d2h(s, copy.data(), ranges[r].data, bytes);
     STRATA_RETURN_IF_ERROR(dev_.synchronize(s));
-    STRATA_RETURN_IF_ERROR(nonfinite_gradient(batch_id, batch, tables, config, i,
-                                              ConstMatrixView{copy.as<float>(), grads[i].rows, grads[i].cols}));
+    STRATA_RETURN_IF_ERROR(nonfinite_gradient(
+        batch_id, batch, tables, config, i,
+        ConstMatrixView{copy.as<float>(), grads[i].rows, grads[i].cols, MemorySpace::kHost, grads[i].dtype}));
     // The device counted some, the copy holds none: the view changed while the store read it (the
     // caller's work was not ordered before the call). Still a refusal: the count is what was seen.
     return Status::invalid_argument(

@@ -6,7 +6,7 @@ constexpr std::size_t kAlign = 64;
 std::size_t aligned(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 template <class View>
 std::size_t view_bytes(const View& v) {
-  return static_cast<std::size_t>(v.rows * v.cols) * sizeof(float);
+  return static_cast<std::size_t>(v.rows * v.cols * element_bytes(v.dtype));  // of the table's output_dtype
 }
 }  // namespace
 
@@ -49,7 +49,8 @@ Result<std::vector<MatrixView>> HostBounce::host_outputs(const std::vector<Matri
   char* at = slots_[cur_].scratch.as<char>();
   for (std::size_t i = 0; i < views.size(); ++i) {
     if (!bounce[i]) continue;
-    host[i] = MatrixView{reinterpret_cast<float*>(at), views[i].rows, views[i].cols};
+    host[i] =
+        MatrixView{reinterpret_cast<float*>(at), views[i].rows, views[i].cols, MemorySpace::kHost, views[i].dtype};
     at += aligned(view_bytes(views[i]));
   }
   return host;
@@ -80,7 +81,7 @@ Result<std::vector<ConstMatrixView>> HostBounce::host_gradients(const std::vecto
     if (!bounce[i]) continue;
     float* to = reinterpret_cast<float*>(at);
     dev_.copy_d2h(s, to, grads[i].data, view_bytes(grads[i]));
-    host[i] = ConstMatrixView{to, grads[i].rows, grads[i].cols};
+    host[i] = ConstMatrixView{to, grads[i].rows, grads[i].cols, MemorySpace::kHost, grads[i].dtype};
     at += aligned(view_bytes(grads[i]));
   }
   const gpu::EventView done = slots_[cur_].done.view();

@@ -342,16 +342,17 @@ TEST(StoreConfig, ElementTypesAreAcceptedAndRefusalsNameTableFieldAndValueWherev
   // What a placement does not serve: refused by the store, served by the reference.
   s.stochastic_rounding = false;
   s.output_dtype = DType::kBF16;
-  c.tables[0].placement = Placement::kGpu;
+  c.tables[0].placement = Placement::kOffload;
   const std::string not_served =
-      "table 'u': output_dtype bf16 is not served by the gpu placement yet (expected fp32: half-size outputs are "
-      "written by the cpu placement and the reference store only, issue 31)";
+      "table 'u': output_dtype bf16 is not served by the offload placement yet (expected fp32: half-size outputs are "
+      "written by the cpu, gpu, cached and hybrid placements of a store opened without a communicator and the "
+      "reference store, issue 31)";
   EXPECT_TRUE(validate(c).is_ok()) << validate(c).message();
   EXPECT_EQ(Store::open(c).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(Store::open(c).status().message(), not_served);
   EXPECT_TRUE(open_reference_store(c).is_ok());
   const Result<StoreConfig> parsed = parse_store_config(
-      R"({"device": {"backend": "emu"}, "tables": [{"name": "u", "rows": 5, "dim": 4, "placement": "gpu",
+      R"({"device": {"backend": "emu"}, "tables": [{"name": "u", "rows": 5, "dim": 4, "placement": "offload",
           "output_dtype": "bf16"}]})");
   ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
   EXPECT_EQ(Store::open(*parsed).status().message(), not_served);

@@ -36,16 +36,23 @@ inline DeviceViews make_device_views(gpu::Device& dev, const Buffers& like) {
     d.nan.push_back(std::move(nan).value());
     for (std::size_t k = 0; k < like.data[i].size(); ++k)
       d.nan.back().as<float>()[k] = std::numeric_limits<float>::quiet_NaN();
-    d.views.push_back({d.mem.back().as<float>(), like.views[i].rows, like.views[i].cols, MemorySpace::kDevice});
-    d.cviews.push_back({d.mem.back().as<float>(), like.views[i].rows, like.views[i].cols, MemorySpace::kDevice});
+    d.views.push_back(
+        {d.mem.back().as<float>(), like.views[i].rows, like.views[i].cols, MemorySpace::kDevice, like.views[i].dtype});
+    d.cviews.push_back(
+        {d.mem.back().as<float>(), like.views[i].rows, like.views[i].cols, MemorySpace::kDevice, like.views[i].dtype});
   }
   return d;
+}
+
+/// Bytes of view i of `d`: its elements of its dtype (a half-size view fills the first half of its buffer).
+inline std::size_t view_bytes(const DeviceViews& d, std::size_t i) {
+  return static_cast<std::size_t>(d.views[i].rows * d.views[i].cols * element_bytes(d.views[i].dtype));
 }
 
 /// Queues on `s` the copy of `from` into the device buffers (not waited for).
 inline void upload(gpu::Device& dev, gpu::StreamView s, const Buffers& from, DeviceViews& to) {
   for (std::size_t i = 0; i < from.data.size(); ++i) {
-    const std::size_t bytes = from.data[i].size() * sizeof(float);
+    const std::size_t bytes = view_bytes(to, i);
     if (!bytes) continue;
     std::memcpy(to.pinned[i].data(), from.data[i].data(), bytes);
     dev.copy_h2d(s, to.mem[i].data(), to.pinned[i].data(), bytes);
@@ -59,13 +66,13 @@ inline void poison(gpu::Device& dev, gpu::StreamView s, DeviceViews& d) {
   }
 }
 
-/// Copies the device buffers into `to` on `s` and waits for `s`.
+/// Copies the device views into `to` on `s` and waits for `s`.
 inline Status download(gpu::Device& dev, gpu::StreamView s, DeviceViews& from, Buffers& to) {
   for (std::size_t i = 0; i < to.data.size(); ++i)
-    if (from.mem[i].bytes()) dev.copy_d2h(s, from.pinned[i].data(), from.mem[i].data(), from.mem[i].bytes());
+    if (view_bytes(from, i)) dev.copy_d2h(s, from.pinned[i].data(), from.mem[i].data(), view_bytes(from, i));
   STRATA_RETURN_IF_ERROR(dev.synchronize(s));
   for (std::size_t i = 0; i < to.data.size(); ++i)
-    if (from.mem[i].bytes()) std::memcpy(to.data[i].data(), from.pinned[i].data(), from.mem[i].bytes());
+    if (view_bytes(from, i)) std::memcpy(to.data[i].data(), from.pinned[i].data(), view_bytes(from, i));
   return Status::ok();
 }
 

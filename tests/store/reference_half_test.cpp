@@ -16,8 +16,10 @@
 #include <vector>
 
 #include "core/half.hpp"
+#include "dispatch/local_communicator.hpp"
 #include "gpu/device.hpp"
 #include "store/store.hpp"
+#include "tests/store/device_views.hpp"
 #include "tests/store/half_tables.hpp"
 #include "tests/store/store_test_util.hpp"
 
@@ -195,31 +197,46 @@ void fill_gradients(std::mt19937_64& rng, const StoreConfig& c, const KeyBatch& 
   }
 }
 
+// How the store under test takes its outputs and gradients (the reference's: host views, synchronous calls).
+enum class Views { kHost, kDevice, kDeviceOrdered };
+const char* to_string(Views v) {
+  return v == Views::kHost ? "host views" : v == Views::kDevice ? "device views" : "device views, stream-ordered";
+}
+
 // Runs `steps` random batches (seeded by `seed`) through the reference and a store of config `c` (its
 // tables' placements) side by side: the outputs of every step and the rows and state at the end
-// must be the same bits. Views are host views of their tables' output_dtype; batches of `bags` bags.
+// must be the same bits. Views are of their tables' output_dtype (the store's as `views` says:
+// testing::run_step); batches of `bags` bags.
 ::testing::AssertionResult store_matches_reference(const StoreConfig& c, std::uint64_t seed, int steps,
-                                                   std::int64_t bags = 6) {
+                                                   std::int64_t bags = 6, Views views = Views::kHost) {
   auto ref = open_reference(c);
-  auto cpu = Store::open(c);
-  if (!ref || !cpu.is_ok()) return ::testing::AssertionFailure() << "open: " << cpu.status().to_string();
+  auto opened = Store::open(c);
+  if (!ref || !opened.is_ok()) return ::testing::AssertionFailure() << "open: " << opened.status().to_string();
+  Store& store = *opened.value();
+  testing::StepMode mode;
+  mode.device = views != Views::kHost;
+  gpu::Stream stream;
+  if (views == Views::kDeviceOrdered) {
+    auto made = store.device()->create_stream();
+    if (!made.is_ok()) return ::testing::AssertionFailure() << made.status().to_string();
+    stream = std::move(made).value();
+    mode.stream = stream.view();
+  }
   std::mt19937_64 batches(seed);
   for (int step = 1; step <= steps; ++step) {
     const KeyBatch kb = testing::random_batch(batches, c, bags);
-    Buffers a = typed_buffers(c, kb), b = typed_buffers(c, kb);
-    if (!ref->submit(step, kb).is_ok() || !cpu.value()->submit(step, kb).is_ok() ||
-        !ref->forward(step, a.views).is_ok() || !cpu.value()->forward(step, b.views).is_ok())
+    Buffers a = typed_buffers(c, kb), b = typed_buffers(c, kb), g = typed_buffers(c, kb);
+    fill_gradients(batches, c, kb, g);
+    if (!ref->submit(step, kb).is_ok() || !store.submit(step, kb).is_ok() || !ref->forward(step, a.views).is_ok())
       return ::testing::AssertionFailure() << "step " << step << ": submit or forward failed";
-    const auto outputs = testing::same_outputs(a, b);
-    if (!outputs) return ::testing::AssertionFailure() << "step " << step << " outputs: " << outputs.message();
-    fill_gradients(batches, c, kb, a);
-    for (std::size_t i = 0; i < a.data.size(); ++i) std::copy(a.data[i].begin(), a.data[i].end(), b.data[i].begin());
-    const Status ra = ref->backward(step, a.cviews), rb = cpu.value()->backward(step, b.cviews);
+    const Status ra = ref->backward(step, g.cviews), rb = testing::run_step(store, step, g, b, mode);
     if (!ra.is_ok() || !rb.is_ok())
       return ::testing::AssertionFailure()
-             << "step " << step << ": backward failed: " << ra.to_string() << " / " << rb.to_string();
+             << "step " << step << ": a step failed: " << ra.to_string() << " / " << rb.to_string();
+    const auto outputs = testing::same_outputs(a, b);
+    if (!outputs) return ::testing::AssertionFailure() << "step " << step << " outputs: " << outputs.message();
   }
-  return testing::same_state(testing::snapshot(*ref), testing::snapshot(*cpu.value()));
+  return testing::same_state(testing::snapshot(*ref), testing::snapshot(store));
 }
 
 // A `cpu` store of half-size tables (bf16 state where the optimizer allows it; rounding to nearest
@@ -424,9 +441,10 @@ TEST(ReferenceHalf, CpuWriteRowsRoundsToNearestAndReadRowsWidens) {
   }
 }
 
-// Half-size outputs and gradients are served by the `cpu` placement (and the reference store) only:
-// opening a store with a half-size output_dtype in another placement is refused, naming the table,
-// the value and what is expected. Half-size rows are stored by every placement.
+// Half-size outputs and gradients are served by `cpu`, `gpu`, `cached` and `hybrid` in a store opened
+// without a communicator (and the reference store): opening a store with a half-size output_dtype in
+// `offload`, or in `gpu` or `hybrid` with a communicator (the sharded engine, even a world of one), is
+// refused, naming the table, the value and what is expected. Half-size rows are stored by every placement.
 TEST(ReferenceHalf, StoresRefuseWhatTheirPlacementsDoNotServe) {
   StoreConfig c;
   c.device.backend = BackendChoice::kEmu;
@@ -434,6 +452,22 @@ TEST(ReferenceHalf, StoresRefuseWhatTheirPlacementsDoNotServe) {
   c.tables[0].spec.name = "clicks";
   c.tables[0].spec.rows = 8;
   c.tables[0].spec.dim = 4;
+  const std::string expected =
+      " yet (expected fp32: half-size outputs are written by the cpu, gpu, cached and hybrid placements of a store "
+      "opened without a communicator and the reference store, issue 31)";
+  for (const Placement p : {Placement::kGpu, Placement::kHybrid}) {
+    std::shared_ptr<dispatch::Communicator> comm = std::move(dispatch::make_local_group(1).value().front());
+    c.tables[0].placement = p;
+    c.tables[0].spec.output_dtype = DType::kBF16;
+    auto s = Store::open(c, comm);
+    ASSERT_FALSE(s.is_ok()) << to_string(p);
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.status().message(), "rank 0: table 'clicks': output_dtype bf16 is not served by the " +
+                                        std::string(to_string(p)) + " placement of a store opened with a communicator" +
+                                        expected);
+    c.tables[0].spec.output_dtype = DType::kF32;
+    EXPECT_TRUE(Store::open(c, comm).is_ok()) << to_string(p);
+  }
   for (const Placement p :
        {Placement::kCpu, Placement::kOffload, Placement::kCached, Placement::kGpu, Placement::kHybrid}) {
     for (const DType out : {DType::kBF16, DType::kF16}) {
@@ -441,16 +475,14 @@ TEST(ReferenceHalf, StoresRefuseWhatTheirPlacementsDoNotServe) {
       c.tables[0].spec.dtype = DType::kF32;
       c.tables[0].spec.output_dtype = out;
       auto s = Store::open(c);
-      if (p == Placement::kCpu) {
-        EXPECT_TRUE(s.is_ok()) << to_string(out) << ": " << s.status().to_string();
+      if (p != Placement::kOffload) {
+        EXPECT_TRUE(s.is_ok()) << to_string(p) << " " << to_string(out) << ": " << s.status().to_string();
         continue;
       }
       ASSERT_FALSE(s.is_ok()) << to_string(p) << " " << to_string(out);
       EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
       EXPECT_EQ(s.status().message(), "table 'clicks': output_dtype " + std::string(to_string(out)) +
-                                          " is not served by the " + to_string(p) +
-                                          " placement yet (expected fp32: half-size outputs are written by the cpu "
-                                          "placement and the reference store only, issue 31)");
+                                          " is not served by the offload placement" + expected);
       c.tables[0].spec.output_dtype = DType::kF32;
       c.tables[0].spec.dtype = out;
       for (const OffloadGather g : {OffloadGather::kDevice, OffloadGather::kCpu}) {
@@ -585,50 +617,37 @@ TEST(ReferenceHalf, HalfOutputsAreRoundedOutputsAndHalfGradientsAreWidened) {
 // A half-size gradient holding NaN or Inf is refused, naming the table, the bag, the column and the
 // value, and changes nothing; a view whose dtype is not the table's output_dtype is refused naming
 // both, in a store of half-size outputs and in an fp32 one.
-// A `cpu` table of bf16 outputs in a store with a device (a gpu table beside it): its device views
-// would be bounced and checked as fp32 (twice their bytes: a write past the view, a half NaN unseen),
-// so they are refused naming the table, and a forward with host views serves it (review of out31).
-TEST(ReferenceHalf, DeviceViewsOfAHalfOutputCpuTableAreRefused) {
-  StoreConfig c;
-  c.threads = 2;
-  c.device.backend = BackendChoice::kEmu;
-  for (int t = 0; t < 2; ++t) {
-    TableConfig tc;
-    tc.spec.name = t == 0 ? "g" : "c";
-    tc.spec.rows = 200;
-    tc.spec.dim = 16;
-    tc.spec.pooling = Pooling::kSum;
-    tc.spec.optimizer.kind = OptimizerKind::kSgd;
-    tc.spec.optimizer.learning_rate = 0.05f;
-    tc.placement = t == 0 ? Placement::kGpu : Placement::kCpu;
-    if (t == 1) tc.spec.output_dtype = DType::kBF16;
-    c.tables.push_back(tc);
+// Tables of half-size outputs and gradients (bf16, fp16) beside fp32 ones, of fp32, bf16 and fp16
+// rows, dims of less than a lane's columns to more than a warp's chunk, every pooling, with and
+// without per-sample weights: in `gpu`, in `cached` and `hybrid` (caches of 12 rows: rows served
+// outside the cache, evictions; `hybrid` on one rank is the cached engine), and `cpu`, `gpu` and
+// `cached` tables in one store (the `cpu` tables' device views bounced through pinned memory), on
+// the emu device, with host views, device views and stream-ordered device views: the reference's
+// bits (the device kernels round each fp32 pooled sum to nearest once, and widen gradients as read).
+TEST(ReferenceHalf, DevicePlacementsOfHalfOutputsMatchTheReferenceBitForBit) {
+  std::mt19937_64 rng(131);
+  StoreConfig c = testing::random_config(rng, 9);
+  const std::int32_t dims[] = {16, 7, 130, 48, 1, 33, 272, 8, 64};
+  const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF16};
+  for (std::size_t i = 0; i < c.tables.size(); ++i) {  // every (pooling, outputs) pair
+    TableSpec& s = c.tables[i].spec;
+    s.dim = dims[i];
+    s.dtype = dtypes[(i + i / 3) % 3];
+    s.pooling = static_cast<Pooling>(i / 3);
+    s.output_dtype = dtypes[i % 3];
   }
-  auto s = Store::open(c);
-  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
-  Store& store = *s.value();
-  std::mt19937_64 rng(1);
-  const KeyBatch kb = testing::uniform_batch(rng, c, 8, 3);
-  gpu::Device& dev = *store.device();
-  auto g = dev.allocate(8 * 16 * sizeof(float));
-  auto h = dev.allocate(2 * 8 * 16 * 2);  // a bf16 (8, 16) view in a larger allocation
-  ASSERT_TRUE(g.is_ok() && h.is_ok());
-  const std::vector<MatrixView> device_views = {{g.value().as<float>(), 8, 16, MemorySpace::kDevice, DType::kF32},
-                                                {h.value().as<float>(), 8, 16, MemorySpace::kDevice, DType::kBF16}};
-  ASSERT_TRUE(store.submit(1, kb).is_ok());
-  const Status f = store.forward(1, device_views);
-  ASSERT_EQ(f.code(), StatusCode::kInvalidArgument) << f.to_string();
-  EXPECT_NE(f.message().find("table 'c': output view 1 is device memory of output_dtype bf16 (expected a host view: "
-                             "half-size device views are not served yet, issue 31)"),
-            std::string::npos)
-      << f.message();
-  std::vector<float> g_out(8 * 16);
-  std::vector<std::uint16_t> c_out(8 * 16);
-  const std::vector<MatrixView> host_views = {
-      {g_out.data(), 8, 16, MemorySpace::kHost, DType::kF32},
-      {reinterpret_cast<float*>(c_out.data()), 8, 16, MemorySpace::kHost, DType::kBF16}};
-  const Status again = store.forward(1, host_views);
-  EXPECT_TRUE(again.is_ok()) << again.to_string();
+  const Placement mixed[] = {Placement::kCpu, Placement::kGpu, Placement::kCached};
+  for (const Placement p : {Placement::kGpu, Placement::kCached, Placement::kHybrid, Placement::kCpu}) {
+    StoreConfig d = on_device(c, p == Placement::kCpu ? Placement::kCached : p);
+    if (p == Placement::kCpu)  // the mixed store
+      for (std::size_t i = 0; i < d.tables.size(); ++i) {
+        d.tables[i].placement = mixed[i % 3];
+        if (mixed[i % 3] != Placement::kCached) d.tables[i].cache = TableConfig{}.cache;
+      }
+    for (const Views v : {Views::kHost, Views::kDevice, Views::kDeviceOrdered})
+      EXPECT_TRUE(store_matches_reference(d, 7, 3, 6, v))
+          << (p == Placement::kCpu ? "cpu, gpu and cached" : to_string(p)) << ", " << to_string(v);
+  }
 }
 
 TEST(ReferenceHalf, NonFiniteHalfGradientsAndViewsOfAnotherDtypeAreRefused) {

@@ -91,7 +91,7 @@ Status SlotPoolEngine::reserve_overflow(int p, std::int64_t records) {
 Status SlotPoolEngine::forward(SlotBatch& b, const EngineFeatures& f, const std::vector<MatrixView>& outputs,
                                const CallOrder& order) {
   for (std::size_t i = 0; i < b.dev.size() && !b.act; ++i)
-    if (b.dev[i].out_floats && outputs[static_cast<std::size_t>(f.feature[i])].space == MemorySpace::kHost)
+    if (needs_activation_staging(b.dev[i], outputs[static_cast<std::size_t>(f.feature[i])]))
       STRATA_RETURN_IF_ERROR(stage_activations(b));
   const gpu::StreamView s = compute_.view();
   if (order.after.state()) dev_.wait(s, order.after);
@@ -109,14 +109,16 @@ Status SlotPoolEngine::forward(SlotBatch& b, const EngineFeatures& f, const std:
 
 Status SlotPoolEngine::backward(SlotBatch& b, const EngineFeatures& f, const std::vector<ConstMatrixView>& grads,
                                 std::int64_t t, const CallOrder& order) {
-  // Host gradients land in the activation staging that forward took for the host outputs: the
-  // store refuses a gradient in another space than its output (batch_checks.cpp), so one is there.
+  // Host and half-size gradients land in the activation staging that forward took for the host or
+  // half-size outputs: the store refuses a gradient in another space than its output
+  // (batch_checks.cpp), so one is there.
   for (std::size_t i = 0; i < b.dev.size(); ++i)
-    STRATA_CHECK(b.act || !b.dev[i].out_floats ||
-                 grads[static_cast<std::size_t>(f.feature[i])].space != MemorySpace::kHost);
+    STRATA_CHECK(b.act || !b.dev[i].out_bytes ||
+                 (grads[static_cast<std::size_t>(f.feature[i])].space != MemorySpace::kHost &&
+                  b.dev[i].look.out_dtype == DType::kF32));
   const gpu::StreamView s = compute_.view();
   if (order.after.state()) dev_.wait(s, order.after);
-  const bool device_grads = copy_gradients(dev_, s, b.dev, f.feature, grads);
+  STRATA_ASSIGN_OR_RETURN(const bool device_grads, copy_gradients(dev_, s, b.dev, f.feature, grads));
   for (PoolWork& w : b.work) {
     w.updates.resize(w.feats.size());
     for (std::size_t j = 0; j < w.feats.size(); ++j) {
