@@ -769,12 +769,12 @@ namespace {
 // written and read by `cpu` (host/kernels.hpp), the slot-pool engines of `gpu`, `cached` and `hybrid` on one rank
 // without a communicator (gpu/kernels/bodies.hpp), and the reference store; not by `offload` nor a sharded table.
 Status placement_serves(const TableConfig& tc, bool world) {
-  if (tc.dynamic && world && (tc.placement == Placement::kGpu || tc.placement == Placement::kHybrid))
+  const bool sharded = world && (tc.placement == Placement::kGpu || tc.placement == Placement::kHybrid);
+  if (tc.dynamic && sharded)
     return Status::invalid_argument("table '" + tc.spec.name + "': a dynamic table is not sharded over ranks yet (a " +
                                     to_string(tc.placement) +
                                     " table of a store opened with a communicator is; expected a store opened without "
                                     "one, issue 36)");
-  const bool sharded = world && (tc.placement == Placement::kGpu || tc.placement == Placement::kHybrid);
   if (tc.spec.output_dtype != DType::kF32 && (tc.placement == Placement::kOffload || sharded))
     return Status::invalid_argument("table '" + tc.spec.name + "': output_dtype " + to_string(tc.spec.output_dtype) +
                                     " is not served by the " + to_string(tc.placement) + " placement" +
