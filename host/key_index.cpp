@@ -19,7 +19,7 @@ constexpr std::uint32_t kPinMax = std::numeric_limits<std::uint32_t>::max();
 // Seed of the index's own hash (independent of the sketch's).
 constexpr std::uint64_t kIndexSeed = 0x9E6C63D0676A9A99ull;
 // Keys handled ahead of the current one whose cache lines are prefetched (pin counts, records, slots of admissions).
-constexpr std::size_t kAhead = 16;
+constexpr std::size_t kAhead = 32;
 // Keys ahead of the one probed whose home slots are prefetched: a probe is a few instructions, so a miss needs more
 // keys in flight to be hidden.
 constexpr std::size_t kSlotsAhead = 32;
