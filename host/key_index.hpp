@@ -70,7 +70,8 @@ class KeyIndex {
 
   /// What train(keys, uses, ...) would return now, changing nothing (OK: it would apply), so that
   /// a caller can check every table before it trains any. A train() of the same keys right after
-  /// (no train, find or restore between) reuses its lookups.
+  /// (no train, find or restore between) reuses its lookups, and with the same uses and no release
+  /// between its decision too.
   Status check(const std::vector<Key>& keys, const std::vector<std::int64_t>& uses);
 
   /// An evaluation batch: rows[i] = the row of keys[i] or kNone (keys may repeat); the found rows
