@@ -30,12 +30,21 @@ std::uint32_t dedup_into(std::int64_t m, KeyAt key_at, std::vector<std::uint64_t
   const std::size_t mask = cap - 1;
   slots.assign(cap, 0);
   std::uint32_t count = 0;
-  for (std::int64_t i = 0; i < std::min(m, kAhead); ++i)
-    __builtin_prefetch(&slots[mix64(static_cast<std::uint64_t>(key_at(i))) & mask], 1, 3);
+  // The hashes of the keys ahead, computed once for the prefetch and kept for the probe.
+  std::uint64_t ahead[kAhead];
+  for (std::int64_t i = 0; i < std::min(m, kAhead); ++i) {
+    ahead[i] = mix64(static_cast<std::uint64_t>(key_at(i)));
+    __builtin_prefetch(&slots[ahead[i] & mask], 1, 3);
+  }
   for (std::int64_t i = 0; i < m; ++i) {
-    if (i + kAhead < m) __builtin_prefetch(&slots[mix64(static_cast<std::uint64_t>(key_at(i + kAhead))) & mask], 1, 3);
     const Key k = key_at(i);
-    const std::uint64_t hv = mix64(static_cast<std::uint64_t>(k));
+    const auto at = static_cast<std::size_t>(i) % static_cast<std::size_t>(kAhead);
+    const std::uint64_t hv = ahead[at];
+    if (i + kAhead < m) {
+      const std::uint64_t next = mix64(static_cast<std::uint64_t>(key_at(i + kAhead)));
+      ahead[at] = next;
+      __builtin_prefetch(&slots[next & mask], 1, 3);
+    }
     const std::uint64_t tag = hv & ~std::uint64_t{0xffffffff};
     std::size_t h = hv & mask;
     for (;;) {

@@ -1,8 +1,12 @@
 #include "host/key_index.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <iterator>
 #include <limits>
+#include <new>
 #include <string>
 
 #include "core/row_math.hpp"
@@ -14,8 +18,11 @@ constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
 constexpr std::uint32_t kPinMax = std::numeric_limits<std::uint32_t>::max();
 // Seed of the index's own hash (independent of the sketch's).
 constexpr std::uint64_t kIndexSeed = 0x9E6C63D0676A9A99ull;
-// Keys looked up ahead of the one probed: their slots are prefetched.
-constexpr std::size_t kAhead = 16;
+// Keys handled ahead of the current one whose cache lines are prefetched (pin counts, records, slots of admissions).
+constexpr std::size_t kAhead = 32;
+// Keys ahead of the one probed whose home slots are prefetched: a probe is a few instructions, so a miss needs more
+// keys in flight to be hidden.
+constexpr std::size_t kSlotsAhead = 32;
 
 enum Kind : std::uint8_t { kHit = 0, kAdmitted = 1, kRejected = 2 };
 
@@ -77,6 +84,20 @@ std::int64_t KeyIndex::FreeRows::bytes() const noexcept {
 
 // ---- KeyIndex ---------------------------------------------------------------------------------
 
+void* KeyIndex::allocate_bytes(std::size_t bytes) {
+  // Cache-line aligned (Meta's 32-byte records never straddle two lines), huge-page aligned from 2 MiB on.
+  constexpr std::size_t kLine = 64;
+  constexpr std::size_t kHuge = std::size_t{2} << 20;
+  void* p = nullptr;
+  if (posix_memalign(&p, bytes < kHuge ? kLine : kHuge, bytes == 0 ? 1 : bytes) != 0) throw std::bad_alloc();
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (bytes >= kHuge) (void)madvise(p, bytes, MADV_HUGEPAGE);  // advisory: ignore failure
+#endif
+  return p;
+}
+
+void KeyIndex::free_bytes(void* p, std::size_t /*bytes*/) noexcept { std::free(p); }
+
 KeyIndex::KeyIndex(std::int64_t capacity, const DynamicSpec& spec)
     : capacity_(capacity), spec_(spec), free_(capacity), sketched_(spec.admit_after > 1) {
   STRATA_CHECK(capacity >= 1 && capacity <= kMaxDynamicCapacity);
@@ -129,14 +150,15 @@ void KeyIndex::erase_slot(std::int64_t slot) {
 
 void KeyIndex::lookup(const std::vector<Key>& keys, std::vector<std::int64_t>& rows) {
   checked_ = false;  // hashes_ is about to hold other keys' hashes
+  decided_ = false;
   const std::size_t n = keys.size();
   hashes_.resize(n);
   rows.resize(n);
   for (std::size_t i = 0; i < n; ++i) hashes_[i] = key_hash(keys[i]);
-  for (std::size_t i = 0; i < std::min(kAhead, n); ++i) prefetch(&slots_[home(hashes_[i])]);
+  for (std::size_t i = 0; i < std::min(kSlotsAhead, n); ++i) prefetch(&slots_[home(hashes_[i])]);
   // First pass: the first slot whose hash bits match (or none); its row's record is prefetched.
   for (std::size_t i = 0; i < n; ++i) {
-    if (i + kAhead < n) prefetch(&slots_[home(hashes_[i + kAhead])]);
+    if (i + kSlotsAhead < n) prefetch(&slots_[home(hashes_[i + kSlotsAhead])]);
     std::uint64_t s = home(hashes_[i]);
     while (slots_[s].row != kNil && slots_[s].hash != hashes_[i]) s = next_slot(s);
     if (slots_[s].row == kNil) {
@@ -146,16 +168,18 @@ void KeyIndex::lookup(const std::vector<Key>& keys, std::vector<std::int64_t>& r
       prefetch(&meta_[slots_[s].row]);
     }
   }
-  // Second pass: the key confirms the candidate, else the probe goes on.
+  // Second pass: the key confirms the candidate, else the probe goes on. The found row's pin count (which the
+  // decision reads next) is prefetched.
   for (std::size_t i = 0; i < n; ++i) {
     if (rows[i] == kNone) continue;
     const Slot& slot = slots_[static_cast<std::size_t>(rows[i])];
     if (meta_[slot.row].key == keys[i]) {
       rows[i] = slot.row;
-      continue;
+    } else {
+      const std::int64_t s = find_slot(keys[i], hashes_[i]);
+      rows[i] = s == kNone ? kNone : std::int64_t{slots_[static_cast<std::size_t>(s)].row};
     }
-    const std::int64_t s = find_slot(keys[i], hashes_[i]);
-    rows[i] = s == kNone ? kNone : std::int64_t{slots_[static_cast<std::size_t>(s)].row};
+    if (rows[i] != kNone) prefetch(&pins_[static_cast<std::size_t>(rows[i])]);
   }
 }
 
@@ -236,22 +260,34 @@ Status KeyIndex::room(std::int64_t admitted, std::int64_t hits_pinned_now) const
                                     std::to_string(capacity_));
 }
 
+void KeyIndex::decide(const std::vector<Key>& keys, const std::vector<std::int64_t>& uses,
+                      const std::vector<std::int64_t>& rows) {
+  const std::size_t n = keys.size();
+  kinds_.resize(n);
+  decided_admitted_ = 0;
+  decided_hits_pinned_now_ = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i + kAhead < n && rows[i + kAhead] != kNone) prefetch(&pins_[static_cast<std::size_t>(rows[i + kAhead])]);
+    if (rows[i] != kNone) {
+      kinds_[i] = kHit;
+      if (pins_[static_cast<std::size_t>(rows[i])] == 0) ++decided_hits_pinned_now_;
+    } else {
+      const bool admit = admits(keys[i], uses[i]);
+      kinds_[i] = admit ? kAdmitted : kRejected;
+      decided_admitted_ += admit ? 1 : 0;
+    }
+  }
+  decided_ = true;
+}
+
 Status KeyIndex::check(const std::vector<Key>& keys, const std::vector<std::int64_t>& uses) {
   STRATA_CHECK(keys.size() == uses.size());
   lookup(keys, checked_rows_);  // batched and prefetched; kept for the train() that follows
   checked_keys_ = keys;
+  checked_uses_ = uses;
   checked_ = true;
-  std::int64_t admitted = 0;
-  std::int64_t hits_pinned_now = 0;
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    const std::int64_t row = checked_rows_[i];
-    if (row != kNone) {
-      hits_pinned_now += pins_[static_cast<std::size_t>(row)] == 0 ? 1 : 0;
-    } else {
-      admitted += admits(keys[i], uses[i]) ? 1 : 0;
-    }
-  }
-  return room(admitted, hits_pinned_now);
+  decide(keys, uses, checked_rows_);  // kept too, while no pin changes (release() forgets it)
+  return room(decided_admitted_, decided_hits_pinned_now_);
 }
 
 Status KeyIndex::train(const std::vector<Key>& keys, const std::vector<std::int64_t>& uses,
@@ -260,34 +296,26 @@ Status KeyIndex::train(const std::vector<Key>& keys, const std::vector<std::int6
   const std::size_t n = keys.size();
   created.clear();
   if (checked_ && keys == checked_keys_) {
-    rows.swap(checked_rows_);  // check() looked them up (and left their hashes in hashes_); nothing changed since
+    // check() looked them up (and left their hashes in hashes_); nothing changed since. With the same uses and no
+    // release since, its decision stands too.
+    rows.swap(checked_rows_);
+    if (!decided_ || uses != checked_uses_) decide(keys, uses, rows);
   } else {
     lookup(keys, rows);
+    decide(keys, uses, rows);
   }
   checked_ = false;
-
-  // Decide without changing anything: hits, admissions (estimates from before this batch).
-  kinds_.resize(n);
-  std::int64_t admitted = 0;
-  std::int64_t hits_pinned_now = 0;  // hit rows no earlier batch pins
-  for (std::size_t i = 0; i < n; ++i) {
-    if (i + kAhead < n && rows[i + kAhead] != kNone) prefetch(&pins_[static_cast<std::size_t>(rows[i + kAhead])]);
-    if (rows[i] != kNone) {
-      kinds_[i] = kHit;
-      if (pins_[static_cast<std::size_t>(rows[i])] == 0) ++hits_pinned_now;
-    } else {
-      const bool admit = admits(keys[i], uses[i]);
-      kinds_[i] = admit ? kAdmitted : kRejected;
-      admitted += admit ? 1 : 0;
-    }
-  }
-  if (Status fits = room(admitted, hits_pinned_now); !fits.is_ok()) {
+  decided_ = false;
+  // The decision (kinds_), made without changing anything: hits, admissions (estimates from before this batch).
+  const std::int64_t admitted = decided_admitted_;
+  if (Status fits = room(admitted, decided_hits_pinned_now_); !fits.is_ok()) {
     rows.assign(n, kNone);
     return fits;
   }
 
   const std::int64_t now = ++clock_;
   for (std::size_t i = 0; i < n; ++i) {
+    if (i + kAhead < n && kinds_[i + kAhead] == kHit) prefetch(&pins_[static_cast<std::size_t>(rows[i + kAhead])]);
     if (kinds_[i] == kHit) pin(static_cast<std::uint32_t>(rows[i]));
   }
   // TTL: the rows past it are a prefix of the LRU list (last uses do not decrease along it).
@@ -344,9 +372,14 @@ Status KeyIndex::train(const std::vector<Key>& keys, const std::vector<std::int6
     created.emplace_back(row, keys[i]);
   }
   // Touch the batch's rows in first-use order.
+  // Prefetched in two stages: a row's record kAhead keys ahead, then, kAhead / 2 ahead, the LRU neighbours a hit
+  // unlinks from (read from that record; a few may move before the hit is reached).
+  for (std::size_t i = 0; i < std::min(kAhead, n); ++i) {
+    if (kinds_[i] != kRejected) prefetch(&meta_[static_cast<std::size_t>(rows[i])]);
+  }
   for (std::size_t i = 0; i < n; ++i) {
+    if (i + kAhead < n && kinds_[i + kAhead] != kRejected) prefetch(&meta_[static_cast<std::size_t>(rows[i + kAhead])]);
     if (i + kAhead / 2 < n && kinds_[i + kAhead / 2] == kHit) {
-      // The LRU neighbours the hit unlinks from (a few may move before it is reached).
       const Meta& ahead = meta_[static_cast<std::size_t>(rows[i + kAhead / 2])];
       if (ahead.prev != kNil) prefetch(&meta_[ahead.prev]);
       if (ahead.next != kNil) prefetch(&meta_[ahead.next]);
@@ -398,7 +431,11 @@ void KeyIndex::pin_found(const std::vector<std::int64_t>& rows, const std::vecto
 }
 
 void KeyIndex::release(const std::vector<std::int64_t>& rows) {
-  for (const std::int64_t row : rows) {
+  decided_ = false;  // a check()'s count of hit rows pinned by no earlier batch may change
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (i + kAhead < rows.size() && rows[i + kAhead] >= 0 && rows[i + kAhead] < capacity_)
+      prefetch(&pins_[static_cast<std::size_t>(rows[i + kAhead])]);
+    const std::int64_t row = rows[i];
     if (row == kNone) continue;
     STRATA_CHECK(row >= 0 && row < capacity_ && pins_[static_cast<std::size_t>(row)] > 0);
     if (--pins_[static_cast<std::size_t>(row)] == 0) --pinned_rows_;

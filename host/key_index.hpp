@@ -29,6 +29,7 @@
 // Counts are int64, saturating at INT64_MAX. Rows are 32-bit inside: capacity <= kMaxDynamicCapacity
 // (core/dynamic_spec.hpp), so ceil(capacity * 5 / 4) slots stay addressable by 32 hash bits.
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <utility>
@@ -69,7 +70,8 @@ class KeyIndex {
 
   /// What train(keys, uses, ...) would return now, changing nothing (OK: it would apply), so that
   /// a caller can check every table before it trains any. A train() of the same keys right after
-  /// (no train, find or restore between) reuses its lookups.
+  /// (no train, find or restore between) reuses its lookups, and with the same uses and no release
+  /// between its decision too.
   Status check(const std::vector<Key>& keys, const std::vector<std::int64_t>& uses);
 
   /// An evaluation batch: rows[i] = the row of keys[i] or kNone (keys may repeat); the found rows
@@ -167,6 +169,27 @@ class KeyIndex {
     std::vector<std::vector<std::uint64_t>> levels_;  // [0]: a bit per row, each above: a bit per word below
   };
 
+  // The allocator of the per-row arrays: cache-line aligned, and those of 2 MiB and more on transparent huge pages
+  // (madvise), since a batch reads them at random (a TLB miss a key on 4 KiB pages).
+  template <class T>
+  struct RowAlloc {
+    using value_type = T;
+    RowAlloc() = default;
+    template <class U>
+    RowAlloc(const RowAlloc<U>&) noexcept {}  // NOLINT(google-explicit-constructor): allocators convert
+    T* allocate(std::size_t n) {
+      static_assert(alignof(T) <= 64, "allocate_bytes aligns to cache lines");
+      return static_cast<T*>(allocate_bytes(n * sizeof(T)));
+    }
+    void deallocate(T* p, std::size_t n) noexcept { free_bytes(p, n * sizeof(T)); }
+    bool operator==(const RowAlloc&) const noexcept { return true; }
+    bool operator!=(const RowAlloc&) const noexcept { return false; }
+  };
+  template <class T>
+  using RowVector = std::vector<T, RowAlloc<T>>;
+  static void* allocate_bytes(std::size_t bytes);
+  static void free_bytes(void* p, std::size_t bytes) noexcept;
+
   static std::uint32_t key_hash(Key key) noexcept;
   std::uint64_t home(std::uint32_t hash) const noexcept;
   std::uint64_t next_slot(std::uint64_t slot) const noexcept { return slot + 1 == slots_.size() ? 0 : slot + 1; }
@@ -183,6 +206,9 @@ class KeyIndex {
   void pin(std::uint32_t row);
 
   bool admits(Key key, std::int64_t uses) const;  // a key without a row, now
+  // kinds_ and the decided_ counts of a batch of looked-up rows, changing nothing else.
+  void decide(const std::vector<Key>& keys, const std::vector<std::int64_t>& uses,
+              const std::vector<std::int64_t>& rows);
   Status room(std::int64_t admitted, std::int64_t hits_pinned_now) const;
   void pin_found(const std::vector<std::int64_t>& rows, const std::vector<std::int64_t>* uses);
 
@@ -193,11 +219,11 @@ class KeyIndex {
   std::int64_t pinned_rows_ = 0;
   Counts counts_;
 
-  std::vector<Slot> slots_;
-  std::vector<Meta> meta_;
-  std::vector<std::uint32_t> pins_;
+  RowVector<Slot> slots_;
+  RowVector<Meta> meta_;
+  RowVector<std::uint32_t> pins_;
   std::uint32_t lru_head_ = kNil, lru_tail_ = kNil;
-  std::vector<Links> lfu_;  // kLfu only
+  RowVector<Links> lfu_;  // kLfu only
   std::uint32_t lfu_head_ = kNil, lfu_tail_ = kNil;
   std::map<std::int64_t, std::uint32_t> buckets_;  // count -> last row with it in the LFU list
   FreeRows free_;
@@ -217,6 +243,12 @@ class KeyIndex {
   std::vector<Key> checked_keys_;
   std::vector<std::int64_t> checked_rows_;
   bool checked_ = false;
+  // The last decide()'s admissions and hit rows no earlier batch pins, while decided_ says kinds_ and they are current
+  // for checked_keys_ with checked_uses_ (a check() followed by no lookup or release).
+  std::vector<std::int64_t> checked_uses_;
+  std::int64_t decided_admitted_ = 0;
+  std::int64_t decided_hits_pinned_now_ = 0;
+  bool decided_ = false;
 };
 
 }  // namespace strata

@@ -30,18 +30,19 @@ struct Batch {
   std::vector<std::int64_t> uses;
 };
 
-// Batches of kDraws draws; P(rank < x) = (x / kUniverse)^(1 - skew) (inverse power-law sampling),
+// Batches of kDraws draws; P(rank < x) = (x / universe)^(1 - skew) (inverse power-law sampling),
 // ranks scattered over the int64 keys.
-std::vector<Batch> make_batches(double skew) {
-  std::mt19937_64 rng(7);
+std::vector<Batch> make_batches(double skew, std::int64_t universe = kUniverse, int count = kBatches,
+                                unsigned seed = 7) {
+  std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> u(0.0, 1.0);
-  std::vector<Batch> batches(kBatches);
+  std::vector<Batch> batches(static_cast<std::size_t>(count));
   std::unordered_map<Key, std::size_t> at;
   for (Batch& b : batches) {
     at.clear();
     for (std::int64_t j = 0; j < kDraws; ++j) {
       const double x = std::pow(u(rng), 1.0 / (1.0 - skew));
-      const auto rank = static_cast<std::uint64_t>(x * static_cast<double>(kUniverse - 1));
+      const auto rank = static_cast<std::uint64_t>(x * static_cast<double>(universe - 1));
       const auto key = static_cast<Key>(rank * 0x9E3779B97F4A7C15ull);
       const auto [it, added] = at.emplace(key, b.keys.size());
       if (added) {
@@ -96,5 +97,51 @@ BENCHMARK(BM_TrainRelease)
     ->Args({1, 3, 80})
     ->Args({0, 1, 50})
     ->Unit(benchmark::kMicrosecond);
+
+// A store's submit of several dynamic tables (store/detail/dynamic_keys.cpp): check() of every table, then
+// train() of every table, the batch before released after. Each table's index has left the caches by the time its
+// train() comes. Args: tables, capacity (the universe of keys: as many, as in strata-bench --dynamic), skew in
+// percent, check (1: check() before train(), as for a full table).
+void BM_StoreStep(benchmark::State& state) {
+  const auto tables = static_cast<std::size_t>(state.range(0));
+  const std::int64_t capacity = state.range(1);
+  const double skew = static_cast<double>(state.range(2)) / 100.0;
+  const bool check = state.range(3) != 0;
+  std::vector<std::vector<Batch>> batches(tables);
+  std::vector<KeyIndex> index;
+  for (std::size_t t = 0; t < tables; ++t) {
+    batches[t] = make_batches(skew, capacity, 32, static_cast<unsigned>(7 + t));
+    index.emplace_back(capacity, strata::DynamicSpec{});
+  }
+  std::vector<std::vector<std::int64_t>> rows(tables), before(tables);
+  std::vector<std::pair<std::int64_t, Key>> created;
+  std::size_t i = 0;
+  const auto step = [&] {
+    const std::size_t b = i++ % 32;
+    for (std::size_t t = 0; t < tables; ++t) {
+      if (check && !index[t].check(batches[t][b].keys, batches[t][b].uses).is_ok()) state.SkipWithError("refused");
+    }
+    for (std::size_t t = 0; t < tables; ++t) {
+      if (!index[t].train(batches[t][b].keys, batches[t][b].uses, rows[t], created).is_ok())
+        state.SkipWithError("train refused");
+      index[t].release(before[t]);
+      std::swap(rows[t], before[t]);
+    }
+  };
+  for (int s = 0; s < 64; ++s) step();  // to the steady state
+  std::int64_t distinct = 0;
+  for (auto _ : state) {  // NOLINT(clang-analyzer-deadcode.DeadStores): the loop variable is unused by design
+    for (std::size_t t = 0; t < tables; ++t) distinct += static_cast<std::int64_t>(batches[t][i % 32].keys.size());
+    step();
+  }
+  state.counters["ns_per_distinct_key"] =
+      benchmark::Counter(static_cast<double>(distinct), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_StoreStep)
+    ->ArgNames({"tables", "capacity", "skew", "check"})
+    ->Args({26, 20000, 90, 1})
+    ->Args({26, 20000, 90, 0})
+    ->Args({4, 1 << 20, 90, 1})
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
