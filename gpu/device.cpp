@@ -388,7 +388,8 @@ void Device::init_records(StreamView s, SlotPool pool, std::int64_t first_slot, 
 void Device::count_nonfinite(StreamView s, const std::vector<FloatRange>& ranges, std::int64_t* partial,
                              std::int64_t* totals) {
   if (ranges.empty()) return;
-  for (const FloatRange& r : ranges) counters_.add_hbm_read(static_cast<std::uint64_t>(r.n) * kF);
+  for (const FloatRange& r : ranges)
+    counters_.add_hbm_read(static_cast<std::uint64_t>(r.n) * static_cast<std::uint64_t>(element_bytes(r.dtype)));
   counters_.add_hbm_write(ranges.size() * 8);
   do_count_nonfinite(s, ranges, partial, totals);
 }

@@ -444,6 +444,7 @@ void KeyIndex::release(const std::vector<std::int64_t>& rows) {
 
 void KeyIndex::forget(const std::vector<std::int64_t>& rows) {
   checked_ = false;
+  decided_ = false;
   for (const std::int64_t row : rows) {
     STRATA_CHECK(row >= 0 && row < capacity_ && !free_.test(row) && pins_[static_cast<std::size_t>(row)] == 0);
     const auto r = static_cast<std::uint32_t>(row);

@@ -127,7 +127,7 @@ class Store {
 
   /// Outputs and gradients on the device. A trainer whose dense model runs on the GPU gives views of device() memory
   /// (MemorySpace::kDevice): `gpu`, `cached` and `hybrid` tables (sharded over a communicator or not) look up straight
-  /// into them and read gradients straight from them, with no copy over PCIe and no host memcpy. `offload` tables look
+  /// into them and read fp32 gradients straight from them, with no PCIe copy and no host memcpy. `offload` tables look
   /// up into them too (with offload_gather cpu, the CPU's outputs are copied H2D into them once) and copy each gradient
   /// D2H once for their CPU optimizer. `cpu` tables go through pinned host memory: their outputs are copied H2D into
   /// the device views and their gradients D2H (all counted in stats().links). Views of one call may mix spaces; a

@@ -73,8 +73,9 @@ Result<Admitted> DynamicKeys::admit(TableBatch& tb, bool train, const Reset& res
     std::vector<std::int64_t>& u = t.uses;
     u.resize(t.unique.keys.size());
     for (std::size_t i = 0; i < u.size(); ++i) u[i] = t.unique.offsets[i + 1] - t.unique.offsets[i];
-    // A batch whose distinct keys fit the free rows cannot be refused: no need to look them up twice.
-    const bool fits = t.index->capacity() - t.index->size() >= static_cast<std::int64_t>(u.size());
+    // A batch whose distinct keys fit beside the rows earlier batches pin cannot be refused (its admissions and its
+    // hits no earlier batch pins are at most its distinct keys): no need to look them up twice.
+    const bool fits = t.index->capacity() - t.index->pinned() >= static_cast<std::int64_t>(u.size());
     if (train && !fits) status[e] = t.index->check(t.unique.keys, u).with_context("table '" + t.spec.name + "'");
   });
   for (const Status& st : status) STRATA_RETURN_IF_ERROR(st);
@@ -89,7 +90,7 @@ Result<Admitted> DynamicKeys::admit(TableBatch& tb, bool train, const Reset& res
       t.index->find(t.unique.keys, t.uses, rows);
     }
     if (!made.empty()) created[e] = new_rows(t, made);
-    translate(t, t.unique, rows, tb.batch.features[e], a.missing_at[e], a.missing_key[e]);
+    translate(t, t.scratch.uid, rows, tb.batch.features[e], a.missing_at[e], a.missing_key[e]);
   });
   // The engines write the new rows one table at a time (an engine is not thread-safe; several tables share one).
   for (std::size_t e = 0; e < n && ok(status); ++e)
@@ -134,22 +135,18 @@ DynamicKeys::NewRows DynamicKeys::new_rows(const Table& t, const std::vector<std
   return x;
 }
 
-void DynamicKeys::translate(const Table& t, const UniqueKeys& u, const std::vector<std::int64_t>& rows, JaggedKeys& f,
-                            std::vector<std::int64_t>& missing_at, std::vector<Key>& missing_key) {
-  // The keys become rows; a key without one reads the table's last row, replaced at forward.
-  std::vector<std::pair<std::int64_t, Key>> missing;  // (position, key)
-  for (std::size_t i = 0; i < u.keys.size(); ++i) {
-    const std::int64_t row = rows[i] == KeyIndex::kNone ? t.spec.rows : rows[i];
-    for (std::int64_t p = u.offsets[i]; p < u.offsets[i + 1]; ++p) {
-      const std::int32_t at = u.positions[static_cast<std::size_t>(p)];
-      if (rows[i] == KeyIndex::kNone) missing.emplace_back(at, u.keys[i]);
-      f.keys[static_cast<std::size_t>(at)] = row;
+void DynamicKeys::translate(const Table& t, const std::vector<std::int32_t>& uid, const std::vector<std::int64_t>& rows,
+                            JaggedKeys& f, std::vector<std::int64_t>& missing_at, std::vector<Key>& missing_key) {
+  // The keys become rows; a key without one reads the table's last row, replaced at forward. Positions ascend.
+  for (std::size_t j = 0; j < f.keys.size(); ++j) {
+    const std::int64_t row = rows[static_cast<std::size_t>(uid[j])];
+    if (row != KeyIndex::kNone) {
+      f.keys[j] = row;
+      continue;
     }
-  }
-  std::sort(missing.begin(), missing.end());
-  for (const auto& [at, key] : missing) {
-    missing_at.push_back(at);
-    missing_key.push_back(key);
+    missing_at.push_back(static_cast<std::int64_t>(j));
+    missing_key.push_back(f.keys[j]);
+    f.keys[j] = t.spec.rows;
   }
 }
 

@@ -99,9 +99,10 @@ class DynamicKeys {
     std::vector<float> w, s;
   };
   static NewRows new_rows(const Table& t, const std::vector<std::pair<std::int64_t, Key>>& created);
-  // Rewrites an entry's keys f to their rows (the last row for keys without one), listing those keys' positions.
-  static void translate(const Table& t, const UniqueKeys& u, const std::vector<std::int64_t>& rows, JaggedKeys& f,
-                        std::vector<std::int64_t>& missing_at, std::vector<Key>& missing_key);
+  // Rewrites an entry's keys f to their rows (the last row for keys without one), listing those keys' positions; uid:
+  // the unique key of each position (DedupScratch::uid of f's first-use dedup), rows: each unique key's row.
+  static void translate(const Table& t, const std::vector<std::int32_t>& uid, const std::vector<std::int64_t>& rows,
+                        JaggedKeys& f, std::vector<std::int64_t>& missing_at, std::vector<Key>& missing_key);
   std::vector<Table> tables_;
 };
 

@@ -118,7 +118,14 @@ Status SlotPoolEngine::backward(SlotBatch& b, const EngineFeatures& f, const std
                   b.dev[i].look.out_dtype == DType::kF32));
   const gpu::StreamView s = compute_.view();
   if (order.after.state()) dev_.wait(s, order.after);
-  STRATA_ASSIGN_OR_RETURN(const bool device_grads, copy_gradients(dev_, s, b.dev, f.feature, grads));
+  // Half-size device gradients are widened on the host (a host wait on the device): a failed device fails the call
+  // there, and the batch retires (its staging back to the rings) as after any failed update.
+  const Result<bool> copied = copy_gradients(dev_, s, b.dev, f.feature, grads);
+  if (!copied) {
+    retire(b);
+    return copied.status();
+  }
+  const bool device_grads = copied.value();
   for (PoolWork& w : b.work) {
     w.updates.resize(w.feats.size());
     for (std::size_t j = 0; j < w.feats.size(); ++j) {
