@@ -569,7 +569,7 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
     STRATA_RETURN_IF_ERROR(index.restore(in.clock, in.entries, in.sketch));
     std::vector<std::int64_t> rows(in.entries.size());
     for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = in.entries[i].row;
-    const Status written = on_engine(
+    Status written = on_engine(
         table, [&](detail::Engine& e) { return e.reset_rows(table, rows, in.weights.data(), in.state.data()); });
     if (written.is_ok()) return written;
     STRATA_CHECK(index.restore(in.clock, {}, in.sketch).is_ok());
