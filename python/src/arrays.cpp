@@ -343,7 +343,7 @@ DeviceMatrix to_device_matrix(py::handle obj, const std::string& what, bool writ
     if (dtype != "torch.float32")
       throw py::type_error(what + " is a device tensor of " + dtype + " (expected torch.float32" +
                            (dtype == "torch.bfloat16" || dtype == "torch.float16"
-                                ? ": half-size outputs and gradients are host memory only)"
+                                ? ": the Python module passes half-size outputs and gradients in host memory only)"
                                 : ")"));
   }
   // A tensor that requires grad has no interface until detached (it is the same memory).

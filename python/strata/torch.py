@@ -446,8 +446,8 @@ class EmbeddingBagCollection(nn.Module):
             for name, t in self._tables.items():
                 if t.get("output_dtype", "fp32") != "fp32":
                     raise ValueError(f"table '{name}': output_dtype {t['output_dtype']} with device {self.device}: "
-                                     "half-size outputs are written to host memory only (expected output_dtype fp32 "
-                                     "with device='cuda', or device='cpu')")
+                                     "the Python module passes half-size outputs in host memory only (expected "
+                                     "output_dtype fp32 with device='cuda', or device='cpu')")
         self._next_id = 0
         self._in_flight = set()
         # Gradients of lookups whose backward ran in the current backward pass: [(batch_id, grads, stream)].
