@@ -16,7 +16,7 @@ DIM = 4
 
 
 def dynamic_table(name, capacity, optimizer="sgd", lr=0.1, **options):
-    """A dynamic table of the cpu placement (the placement that serves them), initialized as conftest's
+    """A dynamic table of the cpu placement (the default; every placement serves them), initialized as conftest's
     dense tables are (init seed 1, bound 0.1)."""
     t = table(name, capacity, DIM, optimizer=optimizer, lr=lr)
     del t["rows"]

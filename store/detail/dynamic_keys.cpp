@@ -79,30 +79,29 @@ Result<Admitted> DynamicKeys::admit(TableBatch& tb, bool train, const Reset& res
     if (train && !fits) status[e] = t.index->check(t.unique.keys, u).with_context("table '" + t.spec.name + "'");
   });
   for (const Status& st : status) STRATA_RETURN_IF_ERROR(st);
-  std::vector<NewRows> created(n);
   each_entry([&](std::size_t e, Table& t) {
     std::vector<std::int64_t>& rows = a.rows[e];
-    std::vector<std::pair<std::int64_t, Key>> made;
+    t.made.clear();
     if (train) {
       // Checked above: train() applies (a failure here would be a bug of check()).
-      STRATA_CHECK(t.index->train(t.unique.keys, t.uses, rows, made).is_ok());
+      STRATA_CHECK(t.index->train(t.unique.keys, t.uses, rows, t.made).is_ok());
     } else {
       t.index->find(t.unique.keys, t.uses, rows);
     }
-    if (!made.empty()) created[e] = new_rows(t, made);
+    new_rows(t);
     translate(t, t.scratch.uid, rows, tb.batch.features[e], a.missing_at[e], a.missing_key[e]);
   });
   // The engines write the new rows one table at a time (an engine is not thread-safe; several tables share one).
-  for (std::size_t e = 0; e < n && ok(status); ++e)
-    if (!created[e].rows.empty())
-      status[e] = reset(tb.tables[e], created[e].rows, created[e].w.data(), created[e].s.data());
+  for (std::size_t e = 0; e < n && ok(status); ++e) {
+    const Table* t = find(tb.tables[e]);
+    if (t && !t->fresh.rows.empty()) status[e] = reset(t->table, t->fresh.rows, t->fresh.w.data(), t->fresh.s.data());
+  }
   // Every training submit advances every dynamic table's clock (and its TTL), whether or not the batch has its keys.
   if (train) {
     for (Table& t : tables_) {
       if (std::find(tb.tables.begin(), tb.tables.end(), t.table) != tb.tables.end()) continue;
       std::vector<std::int64_t> rows;
-      std::vector<std::pair<std::int64_t, Key>> created;
-      STRATA_CHECK(t.index->train({}, {}, rows, created).is_ok());
+      STRATA_CHECK(t.index->train({}, {}, rows, t.made).is_ok());
     }
   }
   // Rows an engine could not write (a failed device, no pinned memory) fail the submit: the batch's pins are released
@@ -113,26 +112,26 @@ Result<Admitted> DynamicKeys::admit(TableBatch& tb, bool train, const Reset& res
   bool failed = false;
   for (std::size_t e = 0; e < n; ++e) {
     failed = failed || !status[e].is_ok();
-    if (failed && !created[e].rows.empty()) find(tb.tables[e])->index->forget(created[e].rows);
+    Table* t = find(tb.tables[e]);
+    if (failed && t) t->index->forget(t->fresh.rows);
   }
   for (const Status& st : status)
     if (!st.is_ok()) return st;
   return a;
 }
 
-DynamicKeys::NewRows DynamicKeys::new_rows(const Table& t, const std::vector<std::pair<std::int64_t, Key>>& created) {
+void DynamicKeys::new_rows(Table& t) {
   const std::int32_t dim = t.spec.dim;
   const std::int32_t sd = optimizer_state_dim(t.spec.optimizer.kind, dim);
-  NewRows x;
-  x.rows.resize(created.size());
-  x.w.resize(created.size() * static_cast<std::size_t>(dim));
-  x.s.resize(created.size() * static_cast<std::size_t>(sd));
-  for (std::size_t i = 0; i < created.size(); ++i) {
-    x.rows[i] = created[i].first;
-    init_row(x.w.data() + i * static_cast<std::size_t>(dim), t.seed, created[i].second, dim, t.spec.init.bound);
+  NewRows& x = t.fresh;
+  x.rows.resize(t.made.size());
+  x.w.resize(t.made.size() * static_cast<std::size_t>(dim));
+  x.s.resize(t.made.size() * static_cast<std::size_t>(sd));
+  for (std::size_t i = 0; i < t.made.size(); ++i) {
+    x.rows[i] = t.made[i].first;
+    init_row(x.w.data() + i * static_cast<std::size_t>(dim), t.seed, t.made[i].second, dim, t.spec.init.bound);
     init_state(x.s.data() + i * static_cast<std::size_t>(sd), t.spec.optimizer, sd);
   }
-  return x;
 }
 
 void DynamicKeys::translate(const Table& t, const std::vector<std::int32_t>& uid, const std::vector<std::int64_t>& rows,

@@ -80,6 +80,11 @@ class DynamicKeys {
   void stats(std::vector<std::pair<std::string, DynamicStats>>& out) const;
 
  private:
+  // A batch's new rows of one table and their initial weights and state.
+  struct NewRows {
+    std::vector<std::int64_t> rows;
+    std::vector<float> w, s;
+  };
   struct Table {
     int table = 0;
     TableSpec spec;
@@ -90,15 +95,14 @@ class DynamicKeys {
     DedupScratch scratch;
     UniqueKeys unique;
     std::vector<std::int64_t> uses;
+    std::vector<std::pair<std::int64_t, Key>> made;  // (row, key) train() admitted
+    NewRows fresh;                                   // the new rows of the last batch that had the table
   };
   Table* find(int table);
   const Table* find(int table) const;
-  // The initial rows of the keys a batch admitted ((row, key), created by KeyIndex::train), for `reset`.
-  struct NewRows {
-    std::vector<std::int64_t> rows;
-    std::vector<float> w, s;
-  };
-  static NewRows new_rows(const Table& t, const std::vector<std::pair<std::int64_t, Key>>& created);
+  // Fills t.fresh with the initial rows of the keys t.made lists ((row, key) that KeyIndex::train admitted), for
+  // `reset`.
+  static void new_rows(Table& t);
   // Rewrites an entry's keys f to their rows (the last row for keys without one), listing those keys' positions; uid:
   // the unique key of each position (DedupScratch::uid of f's first-use dedup), rows: each unique key's row.
   static void translate(const Table& t, const std::vector<std::int32_t>& uid, const std::vector<std::int64_t>& rows,
