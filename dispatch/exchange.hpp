@@ -24,7 +24,7 @@
 #include "core/status.hpp"
 #include "core/table_spec.hpp"
 #include "dispatch/communicator.hpp"
-#include "dispatch/sharding_plan.hpp"
+#include "dispatch/shard_layout.hpp"
 #include "gpu/device.hpp"
 
 namespace strata::dispatch {

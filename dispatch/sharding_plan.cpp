@@ -1,5 +1,9 @@
 #include "dispatch/sharding_plan.hpp"
 
+#include "dispatch/shard_layout.hpp"
+
+#include "core/row_math.hpp"
+
 namespace strata::dispatch {
 
 const char* to_string(ShardingType t) noexcept {
@@ -58,6 +62,22 @@ Status validate_plan(const TableSpec& spec, const ShardingPlan& plan, int world)
   return Status::ok();
 }
 
+Status validate_dynamic_plan(const TableSpec& spec, const ShardingPlan& plan, int world) {
+  STRATA_RETURN_IF_ERROR(validate_plan(spec, plan, world));
+  const std::string who = "dynamic table '" + spec.name + "': ";
+  if (plan.type != ShardingType::kRow && plan.type != ShardingType::kTable && world > 1)
+    return Status::invalid_argument(who + to_string(plan.type) + " sharding over " + std::to_string(world) +
+                                    " ranks cannot hold its keys (expected row sharding, by a hash of the key, or "
+                                    "table sharding)");
+  if (plan.type == ShardingType::kRow && spec.rows < world)
+    return Status::invalid_argument(who + "capacity " + std::to_string(spec.rows) + " is below the world size " +
+                                    std::to_string(world) +
+                                    " (row sharding gives every rank a shard of capacity / ranks rows; expected a "
+                                    "capacity of at least " +
+                                    std::to_string(world) + ")");
+  return Status::ok();
+}
+
 Result<ShardLayout> ShardLayout::make(const TableSpec& spec, const ShardingPlan& plan, int world, int table_index) {
   STRATA_RETURN_IF_ERROR(validate_plan(spec, plan, world));
   ShardLayout l;
@@ -105,6 +125,14 @@ std::pair<std::int64_t, std::int64_t> ShardLayout::local_range(int r, std::int64
     default:
       return {row0, n};
   }
+}
+
+int ShardLayout::key_owner(Key k) const noexcept {
+  if (type_ != ShardingType::kRow) return owner_;
+  // A seed of its own: KeyIndex hashes the keys a rank holds with mix64 too, and a shared hash would leave the keys of
+  // one rank in a fraction of its index's slots.
+  constexpr std::uint64_t kShardSeed = 0x5EED'D15B'A7C4'0001ull;
+  return static_cast<int>(mix64(static_cast<std::uint64_t>(k) ^ kShardSeed) % static_cast<std::uint64_t>(world_));
 }
 
 TableSpec ShardLayout::shard_spec(const TableSpec& whole, int r) const {

@@ -1,6 +1,6 @@
 #pragma once
-// ShardingPlan: how one table is split over the ranks of a world, and ShardLayout: what that means
-// for a given world size (who owns a key, which local row it is, which columns a rank holds).
+// ShardingPlan: how one table is split over the ranks of a world (dispatch/shard_layout.hpp: what that means for a
+// given world size).
 //
 //   replicated  every rank holds the whole table (data parallel); gradients of every rank are
 //               applied on every rank, so the replicas stay identical
@@ -32,43 +32,9 @@ Result<ShardingType> parse_sharding(const std::string& s);
 /// refused. Capacities are checked by the caller, which knows its devices.
 Status validate_plan(const TableSpec& spec, const ShardingPlan& plan, int world);
 
-/// A validated plan resolved for a world size. Cheap to copy.
-class ShardLayout {
- public:
-  /// `table_index` resolves the default owner of table-wise plans.
-  static Result<ShardLayout> make(const TableSpec& spec, const ShardingPlan& plan, int world, int table_index);
+/// Checks the plan of a dynamic table of `capacity` rows (TableSpec::rows) for a world size, beyond validate_plan: row
+/// or table sharding only, and with row sharding every rank's shard holds at least one key (capacity >= world).
+Status validate_dynamic_plan(const TableSpec& spec, const ShardingPlan& plan, int world);
 
-  ShardingType type() const noexcept { return type_; }
-  int world() const noexcept { return world_; }
-  std::int64_t rows() const noexcept { return rows_; }
-  std::int32_t dim() const noexcept { return dim_; }
-  /// True when every rank holds a part of every row (column, replicated): keys go to all ranks.
-  bool to_all() const noexcept { return type_ == ShardingType::kColumn || type_ == ShardingType::kReplicated; }
-  /// The rank holding key k (row, table); meaningless when to_all().
-  int owner_of(Key k) const noexcept { return type_ == ShardingType::kRow ? static_cast<int>(k % world_) : owner_; }
-  /// The row of key k in its holder's shard.
-  Key local_row(Key k) const noexcept { return type_ == ShardingType::kRow ? k / world_ : k; }
-  /// Rows of rank r's shard (0 when it holds nothing).
-  std::int64_t local_rows(int r) const noexcept;
-  /// Columns of rank r's shard and where they start in the whole row.
-  std::int32_t local_dim(int r) const noexcept;
-  std::int32_t col_offset(int r) const noexcept;
-  /// Whether rank r holds any part of the table.
-  bool holds(int r) const noexcept { return local_rows(r) > 0 && local_dim(r) > 0; }
-  /// Whether owner `o` sends rows back to source `s` in forward (replicated: each rank reads its own).
-  bool returns_rows(int o, int s) const noexcept { return type_ != ShardingType::kReplicated || o == s; }
-  /// First local row of rank r among global rows [row0, row0 + n) and how many there are.
-  std::pair<std::int64_t, std::int64_t> local_range(int r, std::int64_t row0, std::int64_t n) const noexcept;
-  /// The spec of rank r's shard: local rows and columns, pooling none (the source pools), and an
-  /// initializer origin so the shard starts as the matching slice of the whole table.
-  TableSpec shard_spec(const TableSpec& whole, int r) const;
-
- private:
-  ShardingType type_ = ShardingType::kRow;
-  int world_ = 1;
-  int owner_ = 0;
-  std::int64_t rows_ = 0;
-  std::int32_t dim_ = 0;
-};
 
 }  // namespace strata::dispatch

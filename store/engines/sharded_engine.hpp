@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "dispatch/communicator.hpp"
+#include "dispatch/shard_layout.hpp"
 #include "gpu/device.hpp"
 #include "host/host_table.hpp"
 #include "store/engines/engine.hpp"

@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "core/status.hpp"
+#include "dispatch/shard_layout.hpp"
 #include "store/store_config.hpp"
 
 namespace strata {

@@ -6,7 +6,7 @@
 #include <random>
 
 #include "core/row_math.hpp"
-#include "dispatch/sharding_plan.hpp"
+#include "dispatch/shard_layout.hpp"
 
 namespace strata::dispatch {
 namespace {

@@ -18,7 +18,7 @@
 
 #include "core/status.hpp"
 #include "core/table_spec.hpp"
-#include "dispatch/sharding_plan.hpp"
+#include "dispatch/shard_layout.hpp"
 
 namespace strata {
 struct ShardInfo;
