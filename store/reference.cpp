@@ -673,7 +673,9 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
 
 }  // namespace
 
-Result<std::unique_ptr<Store>> open_reference_store(const StoreConfig& config, int world) {
+Result<std::unique_ptr<Store>> open_reference_store(const StoreConfig& config) { return open_reference_world(config, 1); }
+
+Result<std::unique_ptr<Store>> open_reference_world(const StoreConfig& config, int world) {
   STRATA_RETURN_IF_ERROR(validate(config));
   if (world != 1) return Status::failed_precondition("open_reference_store: a world of " + std::to_string(world));
   return std::unique_ptr<Store>(std::make_unique<ReferenceStore>(config));

@@ -42,7 +42,7 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
         comm_(std::move(comm)),
         index_(detail::make_table_index(config_)),
         features_(config_),
-        dynamic_(config_) {}
+        dynamic_(config_, comm_.get()) {}
 
   ~StoreImpl() override {
     // A store whose open failed before it had engines has nothing to write back (and arena_ may not
@@ -178,7 +178,7 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
           return refuse("submit", id, ready.with_context("batch " + std::to_string(id)));
       }
       auto admitted = arena_.execute([&] {
-        return dynamic_.admit(e.served, e.batch.train,
+        return dynamic_.admit(e.served, e.batch.train, id,
                               [&](int t, const std::vector<std::int64_t>& rows, const float* w, const float* st) {
                                 return engine(t).reset_rows(t, rows, w, st);
                               });
@@ -513,8 +513,10 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
     for (std::size_t i = 0; i < keys.size(); ++i) {
       rows[i] = index->row_of(keys[i]);
       if (rows[i] == KeyIndex::kNone)
-        return detail::key_without_row(config_.tables[static_cast<std::size_t>(table)].spec, keys[i], i);
+        return detail::key_without_row(config_.tables[static_cast<std::size_t>(table)].spec, keys[i], i,
+                                       dynamic_.owner(table, keys[i]), rank());
     }
+    dynamic_.engine_rows(table, rows);
     const TableSpec& spec = config_.tables[static_cast<std::size_t>(table)].spec;
     return on_engine(table, [&](detail::Engine& e) { return e.read_rows_at(table, spec, rows, weights, state); });
   }
@@ -531,6 +533,7 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
     engine(table).learning_rate_changed(table, learning_rate);
   }
   dispatch::Communicator* world() noexcept override { return comm_.get(); }
+  int rank() const noexcept { return comm_ ? comm_->rank() : 0; }
   Status read_own_rows(int table, std::int64_t row0, std::int64_t n, float* weights, float* state) override {
     STRATA_RETURN_IF_ERROR(detail::dense_only("read_shard", table, config_));
     Status status;
@@ -554,6 +557,7 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
     out.state.resize(out.entries.size() * static_cast<std::size_t>(optimizer_state_dim(spec.optimizer.kind, spec.dim)));
     std::vector<std::int64_t> rows(out.entries.size());
     for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = out.entries[i].row;
+    dynamic_.engine_rows(table, rows);
     return on_engine(table, [&](detail::Engine& e) {
       return e.read_rows_at(table, spec, rows, out.weights.data(), out.state.data());
     });
@@ -565,10 +569,15 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
     // restore's own new one); then the rows, as rows given to new keys are written. Rows an engine could not write
     // after all are no key's: the table then holds none (a restore of nothing), and the error says so.
     STRATA_RETURN_IF_ERROR(on_engine(table, [](detail::Engine& e) { return e.accepting(); }));
+    for (const KeyIndex::Entry& x : in.entries)
+      if (dynamic_.owner(table, x.key) != rank())
+        return detail::key_of_another_rank(config_.tables[static_cast<std::size_t>(table)].spec, x.key,
+                                           dynamic_.owner(table, x.key), rank());
     KeyIndex& index = *dynamic_.index(table);
     STRATA_RETURN_IF_ERROR(index.restore(in.clock, in.entries, in.sketch));
     std::vector<std::int64_t> rows(in.entries.size());
     for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = in.entries[i].row;
+    dynamic_.engine_rows(table, rows);
     Status written = on_engine(
         table, [&](detail::Engine& e) { return e.reset_rows(table, rows, in.weights.data(), in.state.data()); });
     if (written.is_ok()) return written;
@@ -762,19 +771,13 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) { return o
 
 namespace {
 
-// Whether the engine of table `tc`'s placement serves it: a dynamic table (issue 36) every placement but a sharded one
-// (`gpu` or `hybrid` in a store with a communicator); its element types
-// (issue 31): every placement stores half-size rows and state (the host kernels of `cpu` and `offload`, the shared
+// Whether the engine of table `tc`'s placement serves it: a dynamic table (issue 36) every placement (sharded: by row or
+// table, dispatch::validate_dynamic_plan); its element types (issue 31): every placement stores half-size rows and state (the host kernels of `cpu` and `offload`, the shared
 // device kernels of `gpu`, `cached`, `hybrid` and `offload`'s device gather); half-size outputs and gradients are
 // written and read by `cpu` (host/kernels.hpp), the slot-pool engines of `gpu`, `cached` and `hybrid` on one rank
 // without a communicator (gpu/kernels/bodies.hpp), and the reference store; not by `offload` nor a sharded table.
 Status placement_serves(const TableConfig& tc, bool world) {
   const bool sharded = world && (tc.placement == Placement::kGpu || tc.placement == Placement::kHybrid);
-  if (tc.dynamic && sharded)
-    return Status::invalid_argument("table '" + tc.spec.name + "': a dynamic table is not sharded over ranks yet (a " +
-                                    to_string(tc.placement) +
-                                    " table of a store opened with a communicator is; expected a store opened without "
-                                    "one, issue 36)");
   if (tc.spec.output_dtype != DType::kF32 && (tc.placement == Placement::kOffload || sharded))
     return Status::invalid_argument("table '" + tc.spec.name + "': output_dtype " + to_string(tc.spec.output_dtype) +
                                     " is not served by the " + to_string(tc.placement) + " placement" +
@@ -798,7 +801,8 @@ Result<std::unique_ptr<Store>> open_rank(const StoreConfig& config, std::shared_
                                       " serves one rank; in a world of " + std::to_string(world) +
                                       " ranks every table must be gpu or hybrid");
     if (tc.placement != Placement::kGpu && tc.placement != Placement::kHybrid) continue;
-    const Status plan = dispatch::validate_plan(tc.spec, tc.sharding, world);
+    const Status plan = tc.dynamic ? dispatch::validate_dynamic_plan(tc.spec, tc.sharding, world)
+                                   : dispatch::validate_plan(tc.spec, tc.sharding, world);
     if (!plan.is_ok() && !comm)
       return Status::invalid_argument(plan.message() + " (a store opened without a communicator is one rank)");
     STRATA_RETURN_IF_ERROR(plan);

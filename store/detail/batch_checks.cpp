@@ -273,9 +273,21 @@ Status dynamic_only(const char* op, int table, const StoreConfig& config) {
                                   " of a dense table (expected a dynamic table)");
 }
 
-Status key_without_row(const TableSpec& spec, Key key, std::size_t position) {
+Status key_without_row(const TableSpec& spec, Key key, std::size_t position, int owner, int me) {
+  if (owner != me)
+    return Status::not_found("table '" + spec.name + "': key " + std::to_string(key) + " at position " +
+                             std::to_string(position) + " belongs to rank " + std::to_string(owner) +
+                             "'s shard, not rank " + std::to_string(me) +
+                             "'s (expected keys that this rank's keys_held lists)");
   return Status::not_found("table '" + spec.name + "': key " + std::to_string(key) + " at position " +
                            std::to_string(position) + " has no row (expected keys that keys_held lists)");
+}
+
+Status key_of_another_rank(const TableSpec& spec, Key key, int owner, int me) {
+  return Status::invalid_argument("table '" + spec.name + "': key " + std::to_string(key) + " belongs to rank " +
+                                  std::to_string(owner) + "'s shard, not rank " + std::to_string(me) +
+                                  "'s (expected keys of this rank's shard: a world's dynamic table is written shard "
+                                  "by shard)");
 }
 
 Status evaluation_backward(std::int64_t batch_id) {

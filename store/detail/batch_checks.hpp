@@ -141,7 +141,10 @@ Status check_table(int table, const StoreConfig& config);
 /// or an unknown index; a key without a row; backward of an evaluation batch (KeyBatch::train false).
 Status dense_only(const char* op, int table, const StoreConfig& config);
 Status dynamic_only(const char* op, int table, const StoreConfig& config);
-Status key_without_row(const TableSpec& spec, Key key, std::size_t position);
+/// In a world, `owner` is the rank whose shard holds the key and `me` this rank (a key of another rank's shard).
+Status key_without_row(const TableSpec& spec, Key key, std::size_t position, int owner = 0, int me = 0);
+/// A key written to a shard of a world that does not hold it (InvalidArgument).
+Status key_of_another_rank(const TableSpec& spec, Key key, int owner, int me);
 Status evaluation_backward(std::int64_t batch_id);
 Status check_row_range(int table, std::int64_t row0, std::int64_t n, const StoreConfig& config);
 /// Refuses (naming `op`, the table, the row, the column and the value) a finite weight or state value of `n` rows being

@@ -12,7 +12,7 @@
 
 namespace strata::detail {
 
-DynamicKeys::DynamicKeys(const StoreConfig& config) {
+DynamicKeys::DynamicKeys(const StoreConfig& config, dispatch::Communicator* comm) : comm_(comm) {
   for (std::size_t t = 0; t < config.tables.size(); ++t) {
     const TableConfig& tc = config.tables[t];
     if (!tc.dynamic) continue;
@@ -21,9 +21,30 @@ DynamicKeys::DynamicKeys(const StoreConfig& config) {
     x.spec = tc.spec;
     x.dyn = *tc.dynamic;
     x.seed = table_seed(tc.spec.init.seed, table_name_hash(tc.spec.name));
-    x.index = std::make_unique<KeyIndex>(tc.spec.rows, *tc.dynamic);
+    x.capacity = tc.spec.rows;
+    if (comm) {  // the store validated the plan (dispatch::validate_dynamic_plan)
+      TableSpec served = tc.spec;
+      served.rows = tc.spec.rows + 1;
+      auto layout = dispatch::ShardLayout::make(served, tc.sharding, comm->size(), static_cast<int>(t));
+      STRATA_CHECK(layout.is_ok());
+      x.layout = layout.value();
+      x.capacity = x.layout.key_capacity(comm->rank());
+    }
+    // A table-wise shard of another rank holds no key: an index of one row that none is ever routed to.
+    x.index = std::make_unique<KeyIndex>(std::max<std::int64_t>(x.capacity, 1), *tc.dynamic);
     tables_.push_back(std::move(x));
   }
+}
+
+void DynamicKeys::engine_rows(int table, std::vector<std::int64_t>& rows) const {
+  const Table* t = find(table);
+  if (!comm_ || !t) return;
+  for (std::int64_t& r : rows) r = t->layout.global_row(comm_->rank(), r);
+}
+
+int DynamicKeys::owner(int table, Key key) const {
+  const Table* t = find(table);
+  return comm_ && t ? t->layout.key_owner(key) : 0;
 }
 
 DynamicKeys::Table* DynamicKeys::find(int table) {
@@ -52,7 +73,8 @@ bool ok(const std::vector<Status>& status) {
 }
 }  // namespace
 
-Result<Admitted> DynamicKeys::admit(TableBatch& tb, bool train, const Reset& reset) {
+Result<Admitted> DynamicKeys::admit(TableBatch& tb, bool train, std::int64_t id, const Reset& reset) {
+  if (comm_) return admit_world(tb, train, id, reset);
   const std::size_t n = tb.batch.features.size();
   Admitted a;
   a.rows.resize(n);
@@ -150,6 +172,7 @@ void DynamicKeys::translate(const Table& t, const std::vector<std::int32_t>& uid
 }
 
 void DynamicKeys::release(const TableBatch& tb, const Admitted& a) {
+  for (std::size_t j = 0; j < a.held.size(); ++j) tables_[j].index->release(a.held[j]);
   for (std::size_t e = 0; e < a.rows.size(); ++e) {
     Table* t = find(tb.tables[e]);
     if (t) t->index->release(a.rows[e]);
@@ -190,7 +213,7 @@ void DynamicKeys::stats(std::vector<std::pair<std::string, DynamicStats>>& out) 
     const KeyIndex::Counts c = x.counts();
     DynamicStats s;
     s.rows = x.size();
-    s.capacity = x.capacity();
+    s.capacity = t.capacity;
     s.admissions = c.admissions;
     s.evictions = c.evictions;
     s.expirations = c.expirations;

@@ -30,12 +30,21 @@
 //   could not write has none after all (KeyIndex::forget) and the submit fails. An engine refusing the batch after
 //   admission (a device without room for its staging, a failed device) leaves the admission in place: the index and
 //   the rows agree, the keys admitted hold their initial rows, the clock has ticked.
+// - A world (a store opened with a communicator; its dynamic tables are sharded, row or table): rank r's index holds
+//   the keys dispatch::ShardLayout::key_owner gives it, in key_capacity(r) rows of its own (its "local" rows; the
+//   engines serve global_row(r, local)), under the rules above. A submit is collective (dynamic_world.cpp): each rank
+//   sends its distinct keys and their uses to their owners; an owner takes its sources in rank order, each in first-use
+//   order (so a key's first use is its first in the ranks' batches concatenated in rank order), checks every table,
+//   and after every rank's check agreed trains its shard, writes the new rows and answers each key's global row. Every
+//   shard's clock ticks at every training submit. The reference store with a world restates it (shards side by side).
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
 
+#include "dispatch/communicator.hpp"
+#include "dispatch/shard_layout.hpp"
 #include "host/dedup.hpp"
 #include "host/key_index.hpp"
 #include "store/detail/features.hpp"
@@ -49,6 +58,8 @@ struct Admitted {
   std::vector<std::vector<std::int64_t>> rows;  ///< each distinct key's row or KeyIndex::kNone (pinned until release)
   std::vector<std::vector<std::int64_t>> missing_at;  ///< key positions without a row, ascending
   std::vector<std::vector<Key>> missing_key;          ///< their keys
+  /// In a world: per dynamic table (DynamicKeys order), the rows this rank's shard pinned for every rank's keys.
+  std::vector<std::vector<std::int64_t>> held;
 };
 
 class DynamicKeys {
@@ -58,14 +69,16 @@ class DynamicKeys {
   using Reset =
       std::function<Status(int table, const std::vector<std::int64_t>& rows, const float* weights, const float* state)>;
 
-  explicit DynamicKeys(const StoreConfig& config);
+  /// `comm`: the world of a sharded store (null: one rank), which outlives this.
+  DynamicKeys(const StoreConfig& config, dispatch::Communicator* comm);
   bool any() const noexcept { return !tables_.empty(); }
   bool dynamic(int table) const { return index(table) != nullptr; }
 
   /// Gives the keys of tb's dynamic entries (int64, as merge() copies them) their rows, in place (keys without a row:
   /// the table's last row, `capacity`), admitting keys when `train` and writing the new rows' initial values through
   /// `reset`. Refused (ResourceExhausted naming the table; nothing changed) when admitted keys cannot fit.
-  Result<Admitted> admit(TableBatch& tb, bool train, const Reset& reset);
+  /// In a world the call is collective (batch `id`: every rank calls it, for the same id, in the same order).
+  Result<Admitted> admit(TableBatch& tb, bool train, std::int64_t id, const Reset& reset);
   /// Unpins what admit() pinned.
   void release(const TableBatch& tb, const Admitted& a);
   /// Forward: the rows of the keys without a row (in each dynamic entry's unpooled fp32 rows) become their initial
@@ -74,6 +87,10 @@ class DynamicKeys {
   /// Backward: the gradient rows of the keys without a row become zeros.
   void drop_missing(const TableBatch& tb, const Admitted& a, const std::vector<float*>& grads) const;
 
+  /// The engines' rows of local rows of `table`'s index (a world's global rows; identical on one rank), in place.
+  void engine_rows(int table, std::vector<std::int64_t>& rows) const;
+  /// The rank whose shard of `table` holds `key` (0 on one rank).
+  int owner(int table, Key key) const;
   /// The index of a dynamic table (null for a dense one).
   const KeyIndex* index(int table) const;
   KeyIndex* index(int table);
@@ -91,23 +108,36 @@ class DynamicKeys {
     DynamicSpec dyn;
     std::uint64_t seed = 0;  // table_seed of the table: a key's initial values are init_row(seed, key)
     std::unique_ptr<KeyIndex> index;
+    dispatch::ShardLayout layout;  // in a world (rows: capacity + 1)
+    std::int64_t capacity = 0;     // this rank's shard's (a world's table-wise shard of another rank: none, 0)
     // Scratch of admit(), kept across batches (a fresh one page-faulted its hash table every batch).
     DedupScratch scratch;
     UniqueKeys unique;
     std::vector<std::int64_t> uses;
     std::vector<std::pair<std::int64_t, Key>> made;  // (row, key) train() admitted
     NewRows fresh;                                   // the new rows of the last batch that had the table
+    // A world's submit (dynamic_world.cpp): this rank's keys by owner (their unique indexes), the keys and uses it
+    // received, its own merged distinct keys (first use over the sources in rank order) and their uses, and the global
+    // row its owner answered for each of this rank's distinct keys.
+    std::vector<std::vector<std::int32_t>> sent;
+    std::vector<Key> got;
+    std::vector<std::int64_t> got_uses;
+    UniqueKeys merged;
+    DedupScratch merged_scratch;
+    std::vector<std::int64_t> merged_uses, answered;
   };
   Table* find(int table);
   const Table* find(int table) const;
   // Fills t.fresh with the initial rows of the keys t.made lists ((row, key) that KeyIndex::train admitted), for
   // `reset`.
   static void new_rows(Table& t);
+  Result<Admitted> admit_world(TableBatch& tb, bool train, std::int64_t id, const Reset& reset);
   // Rewrites an entry's keys f to their rows (the last row for keys without one), listing those keys' positions; uid:
   // the unique key of each position (DedupScratch::uid of f's first-use dedup), rows: each unique key's row.
   static void translate(const Table& t, const std::vector<std::int32_t>& uid, const std::vector<std::int64_t>& rows,
                         JaggedKeys& f, std::vector<std::int64_t>& missing_at, std::vector<Key>& missing_key);
   std::vector<Table> tables_;
+  dispatch::Communicator* comm_ = nullptr;
 };
 
 }  // namespace strata::detail

@@ -424,6 +424,25 @@ class ShardedEngine final : public Engine {
     return which < 0 ? not_held(table) : inner_[which]->write_rows(inner_table, row0, n, weights, state);
   }
 
+  // A dynamic table (store/detail/dynamic_keys.hpp, "A world"): rows of this rank's shard, by their global rows, in
+  // its inner engine. Local: no collective (the key exchange before it agreed who holds what).
+  Status accepting() override {
+    for (const auto& e : inner_)
+      if (e) STRATA_RETURN_IF_ERROR(e->accepting());
+    return Status::ok();
+  }
+  Status reset_rows(int table, const std::vector<std::int64_t>& rows, const float* weights,
+                    const float* state) override {
+    STRATA_ASSIGN_OR_RETURN(const auto held, held_rows(table, rows));
+    return inner_[held.first]->reset_rows(held.second, local_, weights, state);
+  }
+  Status read_rows_at(int table, const TableSpec& /*spec*/, const std::vector<std::int64_t>& rows, float* weights,
+                      float* state) override {
+    STRATA_ASSIGN_OR_RETURN(const auto held, held_rows(table, rows));
+    return inner_[held.first]->read_rows_at(
+        held.second, inner_config_->tables[static_cast<std::size_t>(held.second)].spec, local_, weights, state);
+  }
+
   void staging_stats(StagingBytes& batches, StagingBytes& activations) const override {
     for (const auto& e : inner_)
       if (e) e->staging_stats(batches, activations);
@@ -457,7 +476,21 @@ class ShardedEngine final : public Engine {
     return s;
   }
 
+  // The inner engine and table of table `table` and, into local_, the local rows of `rows` (global rows this rank
+  // holds: a dynamic table's shard's).
+  Result<std::pair<int, int>> held_rows(int table, const std::vector<std::int64_t>& rows) {
+    const std::size_t c = static_cast<std::size_t>(canon_[static_cast<std::size_t>(table)]);
+    if (inner_of_[c].first < 0) return not_held(table);
+    local_.resize(rows.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      STRATA_CHECK(layouts_[c].owner_of(rows[i]) == me_);
+      local_[i] = layouts_[c].local_row(rows[i]);
+    }
+    return inner_of_[c];
+  }
+
   std::vector<int> applied_;  // inner engines whose backward applied the last call (backward_not_applied)
+  std::vector<std::int64_t> local_;  // held_rows' local rows
 
   // Host metadata -> the pinned metadata at `at` (8-byte aligned); returns where it will be on the
   // device once meta_host_ is copied into meta_.

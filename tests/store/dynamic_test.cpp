@@ -136,16 +136,6 @@ TEST(DynamicConfig, ParsesWritesAndRefuses) {
             std::string::npos);
   EXPECT_NE(error(head + R"("kind": "dynamic", "capacity": 5, "eviction": "fifo"}]})").find("unknown eviction 'fifo'"),
             std::string::npos);
-  // A dynamic table sharded over ranks (gpu or hybrid, with a communicator) is refused at open, naming the table.
-  StoreConfig sharded = c.value();
-  sharded.tables[0].placement = Placement::kHybrid;
-  sharded.device.backend = BackendChoice::kEmu;
-  auto group = dispatch::make_local_group(1);
-  ASSERT_TRUE(group.is_ok());
-  const Status open =
-      Store::open(sharded, std::shared_ptr<dispatch::Communicator>(std::move(group.value()[0]))).status();
-  EXPECT_NE(open.message().find("table 'user': a dynamic table is not sharded over ranks yet"), std::string::npos)
-      << open.to_string();
 }
 
 // Row access by row id is refused for a dynamic table; keys_held and read_keys refuse a dense one; a key without a
