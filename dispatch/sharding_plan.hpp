@@ -36,5 +36,4 @@ Status validate_plan(const TableSpec& spec, const ShardingPlan& plan, int world)
 /// or table sharding only, and with row sharding every rank's shard holds at least one key (capacity >= world).
 Status validate_dynamic_plan(const TableSpec& spec, const ShardingPlan& plan, int world);
 
-
 }  // namespace strata::dispatch

@@ -552,6 +552,7 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
     out.clock = index->clock();
     out.entries = index->entries();
     out.sketch = index->sketch_state();
+    if (dynamic_.capacity(table) == 0) out.sketch.clear();  // a world's rank without a shard: nothing to count
     const TableSpec& spec = config_.tables[static_cast<std::size_t>(table)].spec;
     out.weights.resize(out.entries.size() * static_cast<std::size_t>(spec.dim));
     out.state.resize(out.entries.size() * static_cast<std::size_t>(optimizer_state_dim(spec.optimizer.kind, spec.dim)));
@@ -574,7 +575,9 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
         return detail::key_of_another_rank(config_.tables[static_cast<std::size_t>(table)].spec, x.key,
                                            dynamic_.owner(table, x.key), rank());
     KeyIndex& index = *dynamic_.index(table);
-    STRATA_RETURN_IF_ERROR(index.restore(in.clock, in.entries, in.sketch));
+    // A world's rank without a shard of the table (table sharding) holds no key and counts none (read_dynamic).
+    STRATA_RETURN_IF_ERROR(
+        index.restore(in.clock, in.entries, dynamic_.capacity(table) == 0 ? index.sketch_state() : in.sketch));
     std::vector<std::int64_t> rows(in.entries.size());
     for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = in.entries[i].row;
     dynamic_.engine_rows(table, rows);
@@ -771,11 +774,12 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) { return o
 
 namespace {
 
-// Whether the engine of table `tc`'s placement serves it: a dynamic table (issue 36) every placement (sharded: by row or
-// table, dispatch::validate_dynamic_plan); its element types (issue 31): every placement stores half-size rows and state (the host kernels of `cpu` and `offload`, the shared
-// device kernels of `gpu`, `cached`, `hybrid` and `offload`'s device gather); half-size outputs and gradients are
-// written and read by `cpu` (host/kernels.hpp), the slot-pool engines of `gpu`, `cached` and `hybrid` on one rank
-// without a communicator (gpu/kernels/bodies.hpp), and the reference store; not by `offload` nor a sharded table.
+// Whether the engine of table `tc`'s placement serves it: a dynamic table (issue 36) every placement (sharded: by row
+// or table, dispatch::validate_dynamic_plan); its element types (issue 31): every placement stores half-size rows and
+// state (the host kernels of `cpu` and `offload`, the shared device kernels of `gpu`, `cached`, `hybrid` and
+// `offload`'s device gather); half-size outputs and gradients are written and read by `cpu` (host/kernels.hpp), the
+// slot-pool engines of `gpu`, `cached` and `hybrid` on one rank without a communicator (gpu/kernels/bodies.hpp), and
+// the reference store; not by `offload` nor a sharded table.
 Status placement_serves(const TableConfig& tc, bool world) {
   const bool sharded = world && (tc.placement == Placement::kGpu || tc.placement == Placement::kHybrid);
   if (tc.spec.output_dtype != DType::kF32 && (tc.placement == Placement::kOffload || sharded))

@@ -42,6 +42,11 @@ void DynamicKeys::engine_rows(int table, std::vector<std::int64_t>& rows) const 
   for (std::int64_t& r : rows) r = t->layout.global_row(comm_->rank(), r);
 }
 
+std::int64_t DynamicKeys::capacity(int table) const {
+  const Table* t = find(table);
+  return t ? t->capacity : 0;
+}
+
 int DynamicKeys::owner(int table, Key key) const {
   const Table* t = find(table);
   return comm_ && t ? t->layout.key_owner(key) : 0;

@@ -89,8 +89,10 @@ class DynamicKeys {
 
   /// The engines' rows of local rows of `table`'s index (a world's global rows; identical on one rank), in place.
   void engine_rows(int table, std::vector<std::int64_t>& rows) const;
-  /// The rank whose shard of `table` holds `key` (0 on one rank).
+  /// The rank whose shard of `table` holds `key` (0 on one rank), and how many keys this rank's shard holds at most
+  /// (a world's table-wise shard of another rank: 0, its index a placeholder of one row that no key reaches).
   int owner(int table, Key key) const;
+  std::int64_t capacity(int table) const;
   /// The index of a dynamic table (null for a dense one).
   const KeyIndex* index(int table) const;
   KeyIndex* index(int table);
@@ -138,6 +140,7 @@ class DynamicKeys {
                         JaggedKeys& f, std::vector<std::int64_t>& missing_at, std::vector<Key>& missing_key);
   std::vector<Table> tables_;
   dispatch::Communicator* comm_ = nullptr;
+  std::vector<std::int64_t> wire_send_, wire_got_;  // admit_world's all-to-all buffers, kept across batches
 };
 
 }  // namespace strata::detail

@@ -65,7 +65,8 @@ Result<Admitted> DynamicKeys::admit_world(TableBatch& tb, bool train, std::int64
       t.sent[static_cast<std::size_t>(t.layout.key_owner(t.unique.keys[u]))].push_back(static_cast<std::int32_t>(u));
     for (std::size_t d = 0; d < W; ++d) counts[d * T + j] = static_cast<std::int64_t>(t.sent[d].size());
   }
-  std::vector<std::int64_t> send, got;
+  std::vector<std::int64_t>&send = wire_send_, &got = wire_got_;  // kept across batches
+  send.clear();
   {
     const std::vector<std::int64_t> per_rank(W, static_cast<std::int64_t>(T));
     STRATA_RETURN_IF_ERROR(exchange(comm, counts, per_rank, got_counts, per_rank));
@@ -76,7 +77,8 @@ Result<Admitted> DynamicKeys::admit_world(TableBatch& tb, bool train, std::int64
       const Table& t = tables_[j];
       for (const std::int32_t u : t.sent[d]) {
         send.push_back(t.unique.keys[static_cast<std::size_t>(u)]);
-        send.push_back(t.unique.offsets[static_cast<std::size_t>(u) + 1] - t.unique.offsets[static_cast<std::size_t>(u)]);
+        send.push_back(t.unique.offsets[static_cast<std::size_t>(u) + 1] -
+                       t.unique.offsets[static_cast<std::size_t>(u)]);
       }
       scounts[d] += 2 * counts[d * T + j];
       rcounts[d] += 2 * got_counts[d * T + j];
@@ -148,7 +150,8 @@ Result<Admitted> DynamicKeys::admit_world(TableBatch& tb, bool train, std::int64
   }
 
   // Each source learns its keys' global rows (KeyIndex::kNone: no row), in the order it sent them.
-  std::vector<std::int64_t> answer;
+  std::vector<std::int64_t>& answer = send;
+  answer.clear();
   std::vector<std::size_t> cursor(T, 0);  // per table: its next received key
   for (std::size_t s = 0; s < W; ++s)
     for (std::size_t j = 0; j < T; ++j) {

@@ -489,7 +489,7 @@ class ShardedEngine final : public Engine {
     return inner_of_[c];
   }
 
-  std::vector<int> applied_;  // inner engines whose backward applied the last call (backward_not_applied)
+  std::vector<int> applied_;         // inner engines whose backward applied the last call (backward_not_applied)
   std::vector<std::int64_t> local_;  // held_rows' local rows
 
   // Host metadata -> the pinned metadata at `at` (8-byte aligned); returns where it will be on the

@@ -31,6 +31,8 @@ std::string name_of(const WorldCase& w) {
   return std::string(w.k.name) + "_n" + std::to_string(w.world) + "_" + dispatch::to_string(w.type);
 }
 
+void PrintTo(const WorldCase& w, std::ostream* os) { *os << name_of(w); }
+
 // config_of(k) on thread ranks: user and ad sharded by `type` (capacities grown with the world, so that every shard
 // has a few rows and still evicts), item dense; gpu and hybrid (a 3-row cache) tables side by side.
 StoreConfig world_config(const WorldCase& w) {
@@ -59,13 +61,13 @@ KeyBatch concatenated(const std::vector<KeyBatch>& local, const std::vector<std:
     all.offsets.push_back(0);
     bool any = false;
     for (const KeyBatch& kb : local) {
-      const auto f = std::find_if(kb.features.begin(), kb.features.end(),
-                                  [&](const JaggedKeys& x) { return x.table == name; });
+      const auto f =
+          std::find_if(kb.features.begin(), kb.features.end(), [&](const JaggedKeys& x) { return x.table == name; });
       any = any || f != kb.features.end();
       for (int b = 0; b < bags; ++b) {
         if (f != kb.features.end())
-          for (std::int64_t p = f->offsets[static_cast<std::size_t>(b)]; p < f->offsets[static_cast<std::size_t>(b) + 1];
-               ++p)
+          for (std::int64_t p = f->offsets[static_cast<std::size_t>(b)];
+               p < f->offsets[static_cast<std::size_t>(b) + 1]; ++p)
             all.keys.push_back(f->keys[static_cast<std::size_t>(p)]);
         all.offsets.push_back(static_cast<std::int64_t>(all.keys.size()));
       }
@@ -173,8 +175,8 @@ TEST_P(DynamicWorld, ShardsDecideAsTheReferenceOfTheWorld) {
       const Step& st = plan[static_cast<std::size_t>(i)];
       const KeyBatch& kb = st.local[static_cast<std::size_t>(r)];
       const Status x = s.submit(i, kb);
-      ASSERT_EQ(x.code(), ref_code[static_cast<std::size_t>(i)]) << "rank " << r << " batch " << i << ": "
-                                                                  << x.to_string();
+      ASSERT_EQ(x.code(), ref_code[static_cast<std::size_t>(i)])
+          << "rank " << r << " batch " << i << ": " << x.to_string();
       if (!x.is_ok()) continue;
       Buffers out = make_buffers(c, kb);
       ASSERT_TRUE(s.forward(i, out.views).is_ok());
@@ -276,7 +278,8 @@ TEST(DynamicWorldConfig, RefusesPlansThatCannotHoldTheKeys) {
   EXPECT_TRUE(twice(refusal(dispatch::ShardingType::kColumn, 10),
                     "dynamic table 'user': column sharding over 2 ranks cannot hold its keys"));
   EXPECT_TRUE(twice(refusal(dispatch::ShardingType::kReplicated, 10), "replicated sharding over 2 ranks"));
-  EXPECT_TRUE(twice(refusal(dispatch::ShardingType::kRow, 1), "dynamic table 'user': capacity 1 is below the world size 2"));
+  EXPECT_TRUE(
+      twice(refusal(dispatch::ShardingType::kRow, 1), "dynamic table 'user': capacity 1 is below the world size 2"));
 }
 
 std::vector<WorldCase> world_cases() {
