@@ -774,24 +774,8 @@ Result<std::unique_ptr<Store>> Store::open(const StoreConfig& config) { return o
 
 namespace {
 
-// Whether the engine of table `tc`'s placement serves it: a dynamic table (issue 36) every placement (sharded: by row
-// or table, dispatch::validate_dynamic_plan); its element types (issue 31): every placement stores half-size rows and
-// state (the host kernels of `cpu` and `offload`, the shared device kernels of `gpu`, `cached`, `hybrid` and
-// `offload`'s device gather); half-size outputs and gradients are written and read by `cpu` (host/kernels.hpp), the
-// slot-pool engines of `gpu`, `cached` and `hybrid` on one rank without a communicator (gpu/kernels/bodies.hpp), and
-// the reference store; not by `offload` nor a sharded table.
-Status placement_serves(const TableConfig& tc, bool world) {
-  const bool sharded = world && (tc.placement == Placement::kGpu || tc.placement == Placement::kHybrid);
-  if (tc.spec.output_dtype != DType::kF32 && (tc.placement == Placement::kOffload || sharded))
-    return Status::invalid_argument("table '" + tc.spec.name + "': output_dtype " + to_string(tc.spec.output_dtype) +
-                                    " is not served by the " + to_string(tc.placement) + " placement" +
-                                    (sharded ? " of a store opened with a communicator" : "") +
-                                    " yet (expected fp32: half-size outputs are written by the cpu, gpu, cached and "
-                                    "hybrid placements of a store opened without a communicator and the reference "
-                                    "store, issue 31)");
-  return Status::ok();
-}
-
+// Every placement serves every table kind and element type (dynamic tables: issue 36, sharded by row or table;
+// half-size rows, state, outputs and gradients: issue 31); what a world refuses is its placements and plans, here.
 Result<std::unique_ptr<Store>> open_rank(const StoreConfig& config, std::shared_ptr<dispatch::Communicator> comm) {
   STRATA_RETURN_IF_ERROR(validate(config));
   // Without a communicator the store is a world of one rank: a plan must hold there too (a
@@ -799,7 +783,6 @@ Result<std::unique_ptr<Store>> open_rank(const StoreConfig& config, std::shared_
   const int world = comm ? comm->size() : 1;
   for (std::size_t t = 0; t < config.tables.size(); ++t) {
     const TableConfig& tc = config.tables[t];
-    STRATA_RETURN_IF_ERROR(placement_serves(tc, comm != nullptr));
     if (world > 1 && tc.placement != Placement::kGpu && tc.placement != Placement::kHybrid)
       return Status::invalid_argument("table '" + tc.spec.name + "': placement " + to_string(tc.placement) +
                                       " serves one rank; in a world of " + std::to_string(world) +

@@ -36,7 +36,7 @@ struct OffloadBatch final : EngineBatch {
   std::unique_ptr<gpu::Staging> st;       // its ready(): metadata uploaded (device gather)
   std::unique_ptr<gpu::Staging> act;      // device gather, host views: the device buffers of the outputs (looks[i].out)
   std::vector<gpu::LookupFeature> looks;  // per engine feature, device pointers (out: set with act)
-  std::vector<float*> host_out;           // per engine feature, pinned
+  std::vector<float*> host_out;           // per engine feature, pinned: its output elements (or gradient, as given)
   std::vector<RowGroup> groups;           // device gather: one per dim
   std::vector<const float*> grads;        // per engine feature, host: set by prepare_backward
   bool outputs_pending = false;           // CPU gather: a stream-ordered forward's copies out of host_out may be queued
@@ -72,13 +72,12 @@ class OffloadEngine final : public Engine {
     }
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
-      const TableSpec& spec = spec_of(f.table[i]);
       if (device_gather) {
         mirrored += gpu::Staging::bytes_for<std::int64_t>(static_cast<std::size_t>(k.batch_size() + 1)) +
                     gpu::Staging::bytes_for<Key>(static_cast<std::size_t>(k.num_keys())) +
                     gpu::Staging::bytes_for<float>(k.weights.size());
       }
-      outs += gpu::Staging::bytes_for<float>(static_cast<std::size_t>(output_rows(k, spec.pooling) * spec.dim));
+      outs += gpu::Staging::bytes_for<float>(words(bytes_of(batch, f, i)));
     }
     // The device buffers of the outputs are taken only by a device gather's forward of host views
     // (activation_staging).
@@ -91,6 +90,7 @@ class OffloadEngine final : public Engine {
       lf.batch = k.batch_size();
       lf.num_keys = k.num_keys();
       lf.pooling = spec.pooling;
+      lf.out_dtype = spec.output_dtype;
       if (device_gather) {
         auto offs = b->st->mirrored<std::int64_t>(static_cast<std::size_t>(k.batch_size() + 1));
         copy_offsets(k, offs.host);
@@ -104,8 +104,7 @@ class OffloadEngine final : public Engine {
           lf.weights = w.dev;
         }
       }
-      const std::size_t n = static_cast<std::size_t>(output_rows(k, spec.pooling) * spec.dim);
-      b->host_out.push_back(b->st->host_only<float>(n));
+      b->host_out.push_back(b->st->host_only<float>(words(bytes_of(batch, f, i))));
       b->looks.push_back(lf);
     }
     for (RowGroup& g : b->groups) {
@@ -183,9 +182,8 @@ class OffloadEngine final : public Engine {
       // of it may still be queued (a stream-ordered call returned without waiting).
       if (b.outputs_pending) STRATA_RETURN_IF_ERROR(dev_.synchronize(b.st->done()));
       b.outputs_pending = false;
-      // Every table pooled in one table-batched pass (HostBatch), then the device views' copies.
-      // host_out and the copies are fp32-sized: forward_item takes the table's output_dtype, so
-      // serving a half one here (store_impl.cpp's placement_serves) needs them sized by it first.
+      // Every table pooled in one table-batched pass (HostBatch), then the device views' copies:
+      // each output of its table's output_dtype (forward_item), as host_out and the copies are.
       features_.clear();
       for (std::size_t i = 0; i < f.feature.size(); ++i) {
         const MatrixView& o = out(outputs, f, i);
@@ -232,7 +230,8 @@ class OffloadEngine final : public Engine {
 
   // Brings every gradient to host memory before any engine of the call applies anything: each
   // device view D2H once into the batch's pinned staging (host_out, free since forward: its last
-  // use is ordered before on this stream), after the caller's work (order.after). The host then
+  // use is ordered before on this stream), after the caller's work (order.after); half ones stay
+  // half there, widened exactly as the CPU optimizer reads them (backward_item). The host then
   // waits for this stream, also with host gradients only while a stream-ordered forward of device
   // views may still be reading the host rows the CPU is about to update. Changes no table.
   Status prepare_backward(EngineBatch& eb, const KeyBatch& batch, const EngineFeatures& f,
@@ -270,7 +269,8 @@ class OffloadEngine final : public Engine {
       release(b);
       return dev;
     }
-    // The CPU optimizer of every table in one table-batched pass (HostBatch).
+    // The CPU optimizer of every table in one table-batched pass (HostBatch), reading each
+    // gradient of its table's output_dtype (half ones widened exactly as read, as `cpu` does).
     features_.clear();
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       HostFeature x;
@@ -329,12 +329,15 @@ class OffloadEngine final : public Engine {
   static const MatrixView& out(const std::vector<MatrixView>& outputs, const EngineFeatures& f, std::size_t i) {
     return outputs[static_cast<std::size_t>(f.feature[i])];
   }
+  // Bytes of feature i's output (and gradient): its elements of the table's output_dtype.
   std::size_t bytes_of(const KeyBatch& batch, const EngineFeatures& f, std::size_t i) const {
     const TableSpec& spec = spec_of(f.table[i]);
     return static_cast<std::size_t>(output_rows(batch.features[static_cast<std::size_t>(f.feature[i])], spec.pooling) *
                                     spec.dim) *
-           sizeof(float);
+           static_cast<std::size_t>(element_bytes(spec.output_dtype));
   }
+  // 32-bit words that hold `bytes` (an output of half elements may end mid-word).
+  static std::size_t words(std::size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(float); }
   void release(OffloadBatch& b) {
     staging_.give_back(std::move(b.st));
     activations_.give_back(std::move(b.act));  // its done() was recorded by the forward that took it
@@ -346,14 +349,14 @@ class OffloadEngine final : public Engine {
     if (b.act) return Status::ok();
     std::size_t outs = 0;
     for (std::size_t i = 0; i < f.feature.size(); ++i)
-      outs += gpu::Staging::bytes_for<float>(bytes_of(batch, f, i) / sizeof(float));
+      outs += gpu::Staging::bytes_for<float>(words(bytes_of(batch, f, i)));
     auto act = activations_.take({0, 0, outs});
     if (!act)
       return act.status().with_context("staging of " + std::to_string(outs) +
                                        " bytes of device memory for the outputs of host views");
     b.act = std::move(act).value();
     for (std::size_t i = 0; i < f.feature.size(); ++i)
-      b.looks[i].out = b.act->dev_only<float>(bytes_of(batch, f, i) / sizeof(float));
+      b.looks[i].out = b.act->dev_only<float>(words(bytes_of(batch, f, i)));
     return Status::ok();
   }
 

@@ -72,6 +72,9 @@ class ShardedEngine final : public Engine {
       TableConfig shard = tc;
       shard.spec = layout.shard_spec(tc.spec, me_);
       shard.placement = tc.placement == Placement::kGpu ? Placement::kGpu : Placement::kCached;
+      // A shard serves its rows to the exchange in fp32 (exactly as stored); the sources pool them
+      // and round each pooled sum once into the table's output_dtype.
+      shard.spec.output_dtype = DType::kF32;
       const int which = tc.placement == Placement::kGpu ? kGpuInner : kCachedInner;
       inner_of_.back() = {which, static_cast<int>(inner_config_->tables.size())};
       inner_tables[which].push_back(static_cast<int>(inner_config_->tables.size()));
@@ -219,7 +222,8 @@ class ShardedEngine final : public Engine {
     stats_.exchange_seconds += since(t0);
     STRATA_RETURN_IF_ERROR(s);
     // Each source pools its bags from its unique rows on the device (gather_pool over a slot pool
-    // of the unique rows: same kernel and order as every other mode).
+    // of the unique rows: same kernel and order as every other mode), each output of its table's
+    // output_dtype (half ones: the fp32 sum rounded to nearest once). `out` counts 32-bit words.
     t0 = Clock::now();
     const gpu::StreamView st = stream_.view();
     std::size_t meta = 0, out = 0;
@@ -236,12 +240,13 @@ class ShardedEngine final : public Engine {
       l.weights = k.weights.empty() ? nullptr : take(k.weights.data(), k.weights.size());
       l.num_keys = k.num_keys();
       l.pooling = spec.pooling;
+      l.out_dtype = spec.output_dtype;
       const MatrixView& o = outputs[static_cast<std::size_t>(f.feature[i])];
       if (o.space == MemorySpace::kDevice) {
         l.out = o.data;
       } else {
         l.out = out_.as<float>() + out;
-        out += static_cast<std::size_t>(o.rows * o.cols);
+        out += words(view_bytes(o.rows * o.cols, spec.output_dtype));
       }
     }
     dev_.copy_h2d(st, meta_.data(), meta_host_.data(), meta);
@@ -258,9 +263,9 @@ class ShardedEngine final : public Engine {
       for (std::size_t i = 0; i < f.feature.size() && s.is_ok(); ++i) {
         const MatrixView& o = outputs[static_cast<std::size_t>(f.feature[i])];
         if (o.space == MemorySpace::kDevice) continue;
-        const std::size_t n = static_cast<std::size_t>(o.rows * o.cols);
-        if (n) copy_activations(dev_.counters(), o.data, host_out_.as<float>() + at, n * sizeof(float));
-        at += n;
+        const std::size_t n = view_bytes(o.rows * o.cols, out_dtype(b, i));
+        if (n) copy_activations(dev_.counters(), o.data, host_out_.as<float>() + at, n);
+        at += words(n);
       }
     } else {
       dev_.record(done_.view(), st);
@@ -276,7 +281,9 @@ class ShardedEngine final : public Engine {
     auto& b = static_cast<ShardedBatch&>(eb);
     // Every rank agreed on this backward already (the store, before any engine retires a batch).
     // Each source sums the gradient of each of its unique keys on the device (ascending
-    // positions); forward reserved every buffer used here.
+    // positions), from fp32 gradients: half ones widened exactly on the host first (a host view's
+    // as it is staged; a device view's D2H, a host wait, then H2D with the host views'). Forward
+    // reserved every buffer used here.
     const std::size_t T = tables_.size();
     const gpu::StreamView st = stream_.view();
     Clock::time_point t0 = Clock::now();
@@ -285,6 +292,7 @@ class ShardedEngine final : public Engine {
     auto take = [&](auto* host, std::size_t n) { return stage_meta(meta, host, n); };
     std::vector<gpu::UpdateFeature> sums(f.feature.size());
     std::vector<std::int32_t> bag_of;
+    std::vector<std::pair<std::size_t, std::size_t>> half_views;  // half device views: (feature, offset in host_out_)
     for (std::size_t i = 0; i < f.feature.size() && local.is_ok(); ++i) {
       const std::size_t c = static_cast<std::size_t>(b.canon_of[i]);
       const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
@@ -305,13 +313,41 @@ class ShardedEngine final : public Engine {
       }
       x.num_unique = u.size();
       const ConstMatrixView& g = grads[static_cast<std::size_t>(f.feature[i])];
-      if (g.space == MemorySpace::kDevice) {
+      const DType dtype = spec.output_dtype;
+      if (g.space == MemorySpace::kDevice && dtype == DType::kF32) {
         x.grads = g.data;
+        continue;
+      }
+      const std::size_t n = static_cast<std::size_t>(g.rows * g.cols);
+      if (g.space == MemorySpace::kDevice) {
+        if (n) half_views.emplace_back(i, in);  // widened below, once the host has it
+      } else if (dtype == DType::kF32) {
+        copy_activations(dev_.counters(), host_out_.as<float>() + in, g.data, n * sizeof(float));
       } else {
+        widen_activations(dev_.counters(), host_out_.as<float>() + in, g.data, dtype, n);
+      }
+      x.grads = out_.as<float>() + in;
+      in += n;
+    }
+    if (local.is_ok() && !half_views.empty()) {
+      if (order.after.state()) dev_.wait(st, order.after);  // the caller's gradients are written
+      std::size_t at = 0;
+      for (const auto& view : half_views) {
+        const std::size_t i = view.first;
+        const ConstMatrixView& g = grads[static_cast<std::size_t>(f.feature[i])];
+        const std::size_t bytes = view_bytes(g.rows * g.cols, out_dtype(b, i));
+        dev_.copy_d2h(st, half_grads_.as<float>() + at, g.data, bytes);
+        at += words(bytes);
+      }
+      local = dev_.synchronize(st);
+      at = 0;
+      for (std::size_t w = 0; w < half_views.size() && local.is_ok(); ++w) {
+        const auto [i, to] = half_views[w];
+        const ConstMatrixView& g = grads[static_cast<std::size_t>(f.feature[i])];
         const std::size_t n = static_cast<std::size_t>(g.rows * g.cols);
-        if (n) copy_activations(dev_.counters(), host_out_.as<float>() + in, g.data, n * sizeof(float));
-        x.grads = out_.as<float>() + in;
-        in += n;
+        widen_activations(dev_.counters(), host_out_.as<float>() + to, half_grads_.as<float>() + at, out_dtype(b, i),
+                          n);
+        at += words(view_bytes(g.rows * g.cols, out_dtype(b, i)));
       }
     }
     if (local.is_ok()) {
@@ -509,19 +545,30 @@ class ShardedEngine final : public Engine {
     return d;
   }
 
+  // The element type of engine feature i's outputs and gradients: its table's output_dtype.
+  DType out_dtype(const ShardedBatch& b, std::size_t i) const {
+    return config_.tables[static_cast<std::size_t>(tables_[static_cast<std::size_t>(b.canon_of[i])])].spec.output_dtype;
+  }
+  // Bytes of `n` elements of `dtype`, and the 32-bit words that hold `bytes` (half ones may end mid-word).
+  static std::size_t view_bytes(std::int64_t n, DType dtype) {
+    return static_cast<std::size_t>(n) * static_cast<std::size_t>(element_bytes(dtype));
+  }
+  static std::size_t words(std::size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(float); }
+
   template <class B>
   Status grow(B& buf, std::size_t bytes) {
     return gpu::grow_buffer(buf, bytes, dev_);  // keeps its old capacity when growing fails
   }
 
   // Lays out this batch in the device scratch (served rows, unique rows and their gradient sums
-  // per table; host views' outputs and gradients; the metadata) and grows what is too small.
+  // per table; host views' outputs and gradients, and half device views' gradients widened; the
+  // metadata) and grows what is too small.
   Status reserve(ShardedBatch& b, const KeyBatch& batch, const EngineFeatures& f,
                  const std::vector<MatrixView>& outputs) {
     const std::size_t T = tables_.size();
     b.served_at.assign(T, 0);
     b.unique_at.assign(T, 0);
-    std::size_t served = 0, unique = 0, host = 0, meta = 0, most_unique = 0;
+    std::size_t served = 0, unique = 0, host = 0, half = 0, meta = 0, most_unique = 0;
     for (std::size_t c = 0; c < T; ++c) {
       b.served_at[c] = served;
       b.unique_at[c] = unique;
@@ -532,7 +579,10 @@ class ShardedEngine final : public Engine {
     for (std::size_t i = 0; i < f.feature.size(); ++i) {
       const JaggedKeys& k = batch.features[static_cast<std::size_t>(f.feature[i])];
       const MatrixView& o = outputs[static_cast<std::size_t>(f.feature[i])];
-      if (o.space != MemorySpace::kDevice) host += static_cast<std::size_t>(o.rows * o.cols);
+      const DType dtype = out_dtype(b, i);
+      // fp32 gradients (words of outputs of dtype fit in them); a half device view's gradient also D2H, half.
+      if (o.space != MemorySpace::kDevice || dtype != DType::kF32) host += static_cast<std::size_t>(o.rows * o.cols);
+      if (o.space == MemorySpace::kDevice && dtype != DType::kF32) half += words(view_bytes(o.rows * o.cols, dtype));
       meta += sharded_feature_metadata_bytes(k.batch_size(), k.num_keys(), k.weights.size(),
                                              b.unique[static_cast<std::size_t>(b.canon_of[i])].size());
     }
@@ -545,6 +595,7 @@ class ShardedEngine final : public Engine {
     STRATA_RETURN_IF_ERROR(grow(sums_, unique * sizeof(float)));
     STRATA_RETURN_IF_ERROR(grow(out_, host * sizeof(float)));
     STRATA_RETURN_IF_ERROR(grow(host_out_, host * sizeof(float)));
+    STRATA_RETURN_IF_ERROR(grow(half_grads_, half * sizeof(float)));
     STRATA_RETURN_IF_ERROR(grow(meta_, meta));
     STRATA_RETURN_IF_ERROR(grow(meta_host_, meta));
     return ws_->reserve(static_cast<std::size_t>(b.exchange.wire_bytes()),
@@ -587,14 +638,15 @@ class ShardedEngine final : public Engine {
   gpu::Stream stream_;  // exchange packing, pooling and gradient sums
   gpu::Event done_;     // the end of this engine's work on stream_, for the caller's or inner stream
   std::unique_ptr<dispatch::ExchangeWorkspace> ws_;
-  gpu::DeviceBuffer served_;     // served rows, then at backward the served gradients: per table (served, local dim)
-  gpu::DeviceBuffer unique_;     // returned rows: per table (unique keys, dim)
-  gpu::DeviceBuffer sums_;       // gradient sums: per table (unique keys, dim)
-  gpu::DeviceBuffer out_;        // host views' outputs, then their gradients
-  gpu::PinnedBuffer host_out_;   // the same, staged
-  gpu::DeviceBuffer meta_;       // lookup or reduction metadata
-  gpu::PinnedBuffer meta_host_;  // the same, staged
-  std::vector<Key> iota_;        // 0, 1, ...: the sums' slots
+  gpu::DeviceBuffer served_;      // served rows, then at backward the served gradients: per table (served, local dim)
+  gpu::DeviceBuffer unique_;      // returned rows: per table (unique keys, dim)
+  gpu::DeviceBuffer sums_;        // gradient sums: per table (unique keys, dim)
+  gpu::DeviceBuffer out_;         // host views' outputs, then their gradients and half device views' widened
+  gpu::PinnedBuffer host_out_;    // the same, staged
+  gpu::PinnedBuffer half_grads_;  // half device views' gradients, D2H to be widened into host_out_
+  gpu::DeviceBuffer meta_;        // lookup or reduction metadata
+  gpu::PinnedBuffer meta_host_;   // the same, staged
+  std::vector<Key> iota_;         // 0, 1, ...: the sums' slots
 };
 
 // State floats of a row are `blocks` runs of `dim` (adagrad 1, adam 2: m then v) or, for rowwise

@@ -286,10 +286,9 @@ TEST(StoreConfig, ElementTypeKeysRoundTripAndFp32ConfigsReadAsBefore) {
 }
 
 // Half-size element types are accepted wherever the config enters (JSON, C++; Python reads the JSON
-// parser), by the reference and by a placement that serves them; a placement that does not serve
-// one refuses it at Store::open (placement_serves), naming the table, the field, the value and what is
-// expected, the same for a config parsed from JSON as for one built in C++. The rules validate keeps
-// are refused the same way everywhere too.
+// parser), by the reference and by the placements (every one serves them), the same
+// for a config parsed from JSON as for one built in C++. The rules validate keeps are refused naming
+// the table, the field, the value and what is expected, the same way everywhere.
 TEST(StoreConfig, ElementTypesAreAcceptedAndRefusalsNameTableFieldAndValueWhereverTheConfigEnters) {
   const std::string accepted[] = {R"("dtype": "bf16")", R"("dtype": "fp16", "stochastic_rounding": true)",
                                   R"("output_dtype": "bf16")", R"("output_dtype": "fp16")",
@@ -339,23 +338,18 @@ TEST(StoreConfig, ElementTypesAreAcceptedAndRefusalsNameTableFieldAndValueWherev
   s.stochastic_rounding = true;
   EXPECT_EQ(Store::open(c).status().message(), cases[3].second);
   EXPECT_EQ(open_reference_store(c).status().message(), cases[3].second);
-  // What a placement does not serve: refused by the store, served by the reference.
+  // Half-size outputs (issue 31), here in `offload`: served by the store and the reference, built in C++ or parsed.
   s.stochastic_rounding = false;
   s.output_dtype = DType::kBF16;
   c.tables[0].placement = Placement::kOffload;
-  const std::string not_served =
-      "table 'u': output_dtype bf16 is not served by the offload placement yet (expected fp32: half-size outputs are "
-      "written by the cpu, gpu, cached and hybrid placements of a store opened without a communicator and the "
-      "reference store, issue 31)";
   EXPECT_TRUE(validate(c).is_ok()) << validate(c).message();
-  EXPECT_EQ(Store::open(c).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(Store::open(c).status().message(), not_served);
+  EXPECT_TRUE(Store::open(c).is_ok()) << Store::open(c).status().to_string();
   EXPECT_TRUE(open_reference_store(c).is_ok());
   const Result<StoreConfig> parsed = parse_store_config(
       R"({"device": {"backend": "emu"}, "tables": [{"name": "u", "rows": 5, "dim": 4, "placement": "offload",
           "output_dtype": "bf16"}]})");
   ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
-  EXPECT_EQ(Store::open(*parsed).status().message(), not_served);
+  EXPECT_TRUE(Store::open(*parsed).is_ok()) << Store::open(*parsed).status().to_string();
 }
 
 }  // namespace strata

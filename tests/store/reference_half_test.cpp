@@ -1,7 +1,7 @@
 // The reference store with half-size elements (issue 31): bf16 and fp16 rows, bf16 optimizer state,
-// stochastic rounding and half-size outputs, and every placement against it: `cpu` and `offload`
-// with the CPU gather (the host kernels), `gpu`, `cached`, `hybrid` and `offload` with the device
-// gather (the shared device kernels, on the emu device).
+// stochastic rounding and half-size outputs, and every placement of one rank against it: `cpu` and
+// `offload` with the CPU gather (the host kernels), `gpu`, `cached`, `hybrid` and `offload` with the
+// device gather (the shared device kernels, on the emu device). Sharded tables: sharded_harness.hpp.
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -441,58 +441,37 @@ TEST(ReferenceHalf, CpuWriteRowsRoundsToNearestAndReadRowsWidens) {
   }
 }
 
-// Half-size outputs and gradients are served by `cpu`, `gpu`, `cached` and `hybrid` in a store opened
-// without a communicator (and the reference store): opening a store with a half-size output_dtype in
-// `offload`, or in `gpu` or `hybrid` with a communicator (the sharded engine, even a world of one), is
-// refused, naming the table, the value and what is expected. Half-size rows are stored by every placement.
-TEST(ReferenceHalf, StoresRefuseWhatTheirPlacementsDoNotServe) {
+// Every placement opens tables of half-size rows and of half-size outputs and gradients: `cpu`,
+// `offload` (both gathers), `cached`, `gpu` and `hybrid` without a communicator, and `gpu` and
+// `hybrid` with one (the sharded engine, even a world of one).
+TEST(ReferenceHalf, EveryPlacementOpensHalfRowsAndHalfOutputs) {
   StoreConfig c;
   c.device.backend = BackendChoice::kEmu;
   c.tables.resize(1);
   c.tables[0].spec.name = "clicks";
   c.tables[0].spec.rows = 8;
   c.tables[0].spec.dim = 4;
-  const std::string expected =
-      " yet (expected fp32: half-size outputs are written by the cpu, gpu, cached and hybrid placements of a store "
-      "opened without a communicator and the reference store, issue 31)";
-  for (const Placement p : {Placement::kGpu, Placement::kHybrid}) {
-    std::shared_ptr<dispatch::Communicator> comm = std::move(dispatch::make_local_group(1).value().front());
-    c.tables[0].placement = p;
-    c.tables[0].spec.output_dtype = DType::kBF16;
-    auto s = Store::open(c, comm);
-    ASSERT_FALSE(s.is_ok()) << to_string(p);
-    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_EQ(s.status().message(), "rank 0: table 'clicks': output_dtype bf16 is not served by the " +
-                                        std::string(to_string(p)) + " placement of a store opened with a communicator" +
-                                        expected);
-    c.tables[0].spec.output_dtype = DType::kF32;
-    EXPECT_TRUE(Store::open(c, comm).is_ok()) << to_string(p);
-  }
-  for (const Placement p :
-       {Placement::kCpu, Placement::kOffload, Placement::kCached, Placement::kGpu, Placement::kHybrid}) {
+  for (const Placement p : {Placement::kGpu, Placement::kHybrid})
     for (const DType out : {DType::kBF16, DType::kF16}) {
+      std::shared_ptr<dispatch::Communicator> comm = std::move(dispatch::make_local_group(1).value().front());
       c.tables[0].placement = p;
-      c.tables[0].spec.dtype = DType::kF32;
       c.tables[0].spec.output_dtype = out;
-      auto s = Store::open(c);
-      if (p != Placement::kOffload) {
-        EXPECT_TRUE(s.is_ok()) << to_string(p) << " " << to_string(out) << ": " << s.status().to_string();
-        continue;
-      }
-      ASSERT_FALSE(s.is_ok()) << to_string(p) << " " << to_string(out);
-      EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
-      EXPECT_EQ(s.status().message(), "table 'clicks': output_dtype " + std::string(to_string(out)) +
-                                          " is not served by the offload placement" + expected);
-      c.tables[0].spec.output_dtype = DType::kF32;
-      c.tables[0].spec.dtype = out;
-      for (const OffloadGather g : {OffloadGather::kDevice, OffloadGather::kCpu}) {
-        c.offload_gather = g;
-        const auto rows = Store::open(c);
-        EXPECT_TRUE(rows.is_ok()) << to_string(p) << " " << to_string(out) << ": " << rows.status().to_string();
-      }
-      c.offload_gather = OffloadGather::kDevice;
+      const auto s = Store::open(c, comm);
+      EXPECT_TRUE(s.is_ok()) << to_string(p) << " " << to_string(out) << ": " << s.status().to_string();
     }
-  }
+  for (const Placement p :
+       {Placement::kCpu, Placement::kOffload, Placement::kCached, Placement::kGpu, Placement::kHybrid})
+    for (const OffloadGather g : {OffloadGather::kDevice, OffloadGather::kCpu})
+      for (const DType out : {DType::kBF16, DType::kF16})
+        for (const bool rows : {false, true}) {
+          c.tables[0].placement = p;
+          c.offload_gather = g;
+          c.tables[0].spec.dtype = rows ? out : DType::kF32;
+          c.tables[0].spec.output_dtype = rows ? DType::kF32 : out;
+          const auto s = Store::open(c);
+          EXPECT_TRUE(s.is_ok()) << to_string(p) << " " << to_string(out) << (rows ? " rows: " : " outputs: ")
+                                 << s.status().to_string();
+        }
 }
 
 // `c` on the emu device with every table in `placement`: `offload` with the device gather, `cached`
@@ -622,8 +601,10 @@ TEST(ReferenceHalf, HalfOutputsAreRoundedOutputsAndHalfGradientsAreWidened) {
 // without per-sample weights: in `gpu`, in `cached` and `hybrid` (caches of 12 rows: rows served
 // outside the cache, evictions; `hybrid` on one rank is the cached engine), and `cpu`, `gpu` and
 // `cached` tables in one store (the `cpu` tables' device views bounced through pinned memory), on
-// the emu device, with host views, device views and stream-ordered device views: the reference's
-// bits (the device kernels round each fp32 pooled sum to nearest once, and widen gradients as read).
+// the emu device, and in `offload` with the device gather (the same kernels over rows read from host
+// memory) and with the CPU gather (the host kernels; device views go through its pinned outputs and
+// gradients), with host views, device views and stream-ordered device views: the reference's bits
+// (the kernels round each fp32 pooled sum to nearest once, and widen gradients as read).
 TEST(ReferenceHalf, DevicePlacementsOfHalfOutputsMatchTheReferenceBitForBit) {
   std::mt19937_64 rng(131);
   StoreConfig c = testing::random_config(rng, 9);
@@ -637,17 +618,23 @@ TEST(ReferenceHalf, DevicePlacementsOfHalfOutputsMatchTheReferenceBitForBit) {
     s.output_dtype = dtypes[i % 3];
   }
   const Placement mixed[] = {Placement::kCpu, Placement::kGpu, Placement::kCached};
-  for (const Placement p : {Placement::kGpu, Placement::kCached, Placement::kHybrid, Placement::kCpu}) {
-    StoreConfig d = on_device(c, p == Placement::kCpu ? Placement::kCached : p);
-    if (p == Placement::kCpu)  // the mixed store
-      for (std::size_t i = 0; i < d.tables.size(); ++i) {
-        d.tables[i].placement = mixed[i % 3];
-        if (mixed[i % 3] != Placement::kCached) d.tables[i].cache = TableConfig{}.cache;
-      }
-    for (const Views v : {Views::kHost, Views::kDevice, Views::kDeviceOrdered})
-      EXPECT_TRUE(store_matches_reference(d, 7, 3, 6, v))
-          << (p == Placement::kCpu ? "cpu, gpu and cached" : to_string(p)) << ", " << to_string(v);
-  }
+  for (const Placement p :
+       {Placement::kGpu, Placement::kCached, Placement::kHybrid, Placement::kOffload, Placement::kCpu})
+    for (const OffloadGather g : {OffloadGather::kDevice, OffloadGather::kCpu}) {
+      if (g == OffloadGather::kCpu && p != Placement::kOffload) continue;
+      StoreConfig d = on_device(c, p == Placement::kCpu ? Placement::kCached : p);
+      d.offload_gather = g;
+      if (p == Placement::kCpu)  // the mixed store
+        for (std::size_t i = 0; i < d.tables.size(); ++i) {
+          d.tables[i].placement = mixed[i % 3];
+          if (mixed[i % 3] != Placement::kCached) d.tables[i].cache = TableConfig{}.cache;
+        }
+      const std::string name = p == Placement::kCpu       ? std::string("cpu, gpu and cached")
+                               : p == Placement::kOffload ? std::string("offload, ") + to_string(g) + " gather"
+                                                          : std::string(to_string(p));
+      for (const Views v : {Views::kHost, Views::kDevice, Views::kDeviceOrdered})
+        EXPECT_TRUE(store_matches_reference(d, 7, 3, 6, v)) << name << ", " << to_string(v);
+    }
 }
 
 TEST(ReferenceHalf, NonFiniteHalfGradientsAndViewsOfAnotherDtypeAreRefused) {

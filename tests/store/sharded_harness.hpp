@@ -7,8 +7,9 @@
 // Sums of gradients reach a row from several ranks in rank order, while the reference sums them
 // in position order: the same numbers added in a different order, so with more than one rank
 // results are compared within a tolerance (for half-size tables, also a few units in the last place
-// of their dtype: a sum that differs in its last fp32 bit can round to the neighbouring half value);
-// with one rank they must be bit-exact. Each rank draws,
+// of their dtype: a sum that differs in its last fp32 bit can round to the neighbouring half value;
+// for half-size outputs, of the output dtype too: each output is such a sum rounded once); with one
+// rank they must be bit-exact. Each rank draws,
 // per step, host or device views and a synchronous or stream-ordered step (device_views.hpp:
 // run_step), so the sharded engine's device pooling and gradient path and its host-view path are
 // both held to the reference, under thread ranks and under mpirun.
@@ -18,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <random>
@@ -50,7 +52,7 @@ struct ShardCase {
   bool hot = false;
   /// tables of bf16, fp16 or fp32 rows, bf16 optimizer state where the optimizer allows it,
   /// stochastic rounding or not (always, where an element is half, in row and column shards of
-  /// several ranks) (issue 31)
+  /// several ranks), outputs and gradients of bf16, fp16 or fp32 (the first table's half) (issue 31)
   bool half = false;
   /// tables looked up by two or three features each, of their own poolings (issue 35)
   bool features = false;
@@ -134,6 +136,11 @@ inline StoreConfig sharded_config(const ShardCase& c) {
                                          tc.sharding.type == dispatch::ShardingType::kColumn);
       if (split) tc.spec.stochastic_rounding = tc.spec.dtype != DType::kF32 || tc.spec.state_dtype != DType::kF32;
     }
+    // Outputs and gradients (a generator of their own, so that the element types above stay as they were).
+    std::mt19937_64 outs(c.seed * 53 + static_cast<std::uint64_t>(c.world));
+    for (std::size_t t = 0; t < cfg.tables.size(); ++t)
+      cfg.tables[t].spec.output_dtype =
+          t == 0 ? (outs() % 2 ? DType::kBF16 : DType::kF16) : static_cast<DType>(outs() % 3);
   }
   if (c.features) {
     std::mt19937_64 features(c.seed * 113 + static_cast<std::uint64_t>(c.world));
@@ -151,6 +158,29 @@ inline float smallest_subnormal(DType d) { return d == DType::kBF16 ? 0x1p-133f 
 /// The larger unit roundoff of a table's weights and state: its outputs' (sums of a few weights).
 inline float half_ulp(const TableSpec& spec) {
   return std::max(unit_roundoff(spec.dtype), unit_roundoff(spec.state_dtype));
+}
+
+/// `n` fp32 values as a view of elements of `d` holds them: themselves (fp32), or rounded to nearest
+/// and packed two to a float into the buffer's first half (the rest zero).
+inline std::vector<float> packed(DType d, const float* v, std::size_t n) {
+  std::vector<float> out(v, v + n);
+  if (d == DType::kF32) return out;
+  std::vector<std::uint16_t> bits(n);
+  for (std::size_t k = 0; k < n; ++k) bits[k] = narrow(d, v[k], false, 0);
+  std::fill(out.begin(), out.end(), 0.0f);
+  if (n) std::memcpy(out.data(), bits.data(), n * sizeof(std::uint16_t));
+  return out;
+}
+/// Elements [at, at + n) of a view of elements of `d` at `p`, widened to fp32.
+inline std::vector<float> elements(DType d, const float* p, std::size_t at, std::size_t n) {
+  if (d == DType::kF32) return std::vector<float>(p + at, p + at + n);
+  std::vector<float> out(n);
+  for (std::size_t k = 0; k < n; ++k) {
+    std::uint16_t h;
+    std::memcpy(&h, reinterpret_cast<const unsigned char*>(p) + 2 * (at + k), sizeof h);
+    out[k] = widen(d, h);
+  }
+  return out;
 }
 
 /// One global batch: a local batch per rank (some empty, some missing tables, keys that may all
@@ -360,7 +390,8 @@ inline std::string run_sharded_rank(const ShardCase& c, std::shared_ptr<dispatch
     }
     for (std::size_t i = 0; i < ref_out.size(); ++i) {
       const TableSpec& spec = spec_of(cfg, g.global.features[i].table);
-      ref_views.push_back({ref_out[i].data(), static_cast<std::int64_t>(ref_out[i].size()) / spec.dim, spec.dim});
+      ref_views.push_back({ref_out[i].data(), static_cast<std::int64_t>(ref_out[i].size()) / spec.dim, spec.dim,
+                           MemorySpace::kHost, spec.output_dtype});
     }
     if (fail("reference forward", ref.forward(s, ref_views))) return err.str();
     // This rank's part: its outputs, and its slice of the global gradients.
@@ -374,14 +405,14 @@ inline std::string run_sharded_rank(const ShardCase& c, std::shared_ptr<dispatch
       const auto [row0, rows] = slice_of(g, cfg, gf, r);
       out.data.emplace_back(static_cast<std::size_t>(output_rows(f, spec.pooling) * spec.dim));
       const float* slice = g.global_grads[gf].data() + row0 * spec.dim;
-      grads.data.emplace_back(slice, slice + rows * spec.dim);
+      grads.data.push_back(packed(spec.output_dtype, slice, static_cast<std::size_t>(rows * spec.dim)));
     }
     for (Buffers* b : {&out, &grads})
       for (std::size_t i = 0; i < b->data.size(); ++i) {
-        const std::int32_t dim = spec_of(cfg, mine.features[i].table).dim;
-        const std::int64_t rows = static_cast<std::int64_t>(b->data[i].size()) / dim;
-        b->views.push_back({b->data[i].data(), rows, dim});
-        b->cviews.push_back({b->data[i].data(), rows, dim});
+        const TableSpec& spec = spec_of(cfg, mine.features[i].table);
+        const std::int64_t rows = static_cast<std::int64_t>(b->data[i].size()) / spec.dim;
+        b->views.push_back({b->data[i].data(), rows, spec.dim, MemorySpace::kHost, spec.output_dtype});
+        b->cviews.push_back({b->data[i].data(), rows, spec.dim, MemorySpace::kHost, spec.output_dtype});
       }
     // Each rank draws, per step, host or device views and a synchronous or stream-ordered step
     // (ranks may differ: each is its own trainer).
@@ -397,13 +428,20 @@ inline std::string run_sharded_rank(const ShardCase& c, std::shared_ptr<dispatch
       const std::size_t gf = global_feature[i];
       const TableSpec& spec = spec_of(cfg, mine.features[i].table);
       const auto [row0, rows] = slice_of(g, cfg, gf, r);
-      check("step " + std::to_string(s) + " output of " + spec.name, out.data[i].data(),
-            ref_out[gf].data() + row0 * spec.dim, static_cast<std::size_t>(rows * spec.dim), half_ulp(spec));
+      const DType od = spec.output_dtype;
+      const std::size_t n = static_cast<std::size_t>(rows * spec.dim);
+      check("step " + std::to_string(s) + " output of " + spec.name, elements(od, out.data[i].data(), 0, n).data(),
+            elements(od, ref_out[gf].data(), static_cast<std::size_t>(row0 * spec.dim), n).data(), n,
+            std::max(half_ulp(spec), unit_roundoff(od)));
       if (trace) trace->insert(trace->end(), out.data[i].begin(), out.data[i].end());
     }
     std::vector<ConstMatrixView> ref_grads;
+    std::vector<std::vector<float>> ref_grad_data;
     for (std::size_t i = 0; i < g.global.features.size(); ++i)
-      ref_grads.push_back({g.global_grads[i].data(), ref_views[i].rows, ref_views[i].cols});
+      ref_grad_data.push_back(packed(ref_views[i].dtype, g.global_grads[i].data(), g.global_grads[i].size()));
+    for (std::size_t i = 0; i < g.global.features.size(); ++i)
+      ref_grads.push_back(
+          {ref_grad_data[i].data(), ref_views[i].rows, ref_views[i].cols, MemorySpace::kHost, ref_views[i].dtype});
     if (fail("reference backward", ref.backward(s, ref_grads))) return err.str();
   }
   // A checkpoint of the sharded store (save and load are collectives into one directory that every rank shares,
