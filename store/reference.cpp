@@ -366,7 +366,8 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
   }
   // Trusts `in` (checked by the caller) but for what a world adds: each entry goes to its key's shard, whose capacity
   // its row must be below, and the sketch is the shards' in order. Each entry's row takes its key, touched in order; an
-  // empty sketch is zeroed. Refused with nothing changed.
+  // empty sketch is zeroed. Refused with nothing changed. (Store::write_keys, giving its i-th key row i, thus holds in
+  // a world only while each key's position is below its shard's capacity.)
   Status write_dynamic(int table, const detail::DynamicState& in) override {
     STRATA_RETURN_IF_ERROR(dynamic_table("write_dynamic", table).status());
     Table& t = tables_[static_cast<std::size_t>(table)];

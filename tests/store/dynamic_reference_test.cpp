@@ -1,7 +1,9 @@
 // The reference store's dynamic tables (issue 36; the rules: store/detail/dynamic_keys.hpp): small
 // cases computed by hand (admission by count, LRU and LFU victims, the TTL, evaluation batches, a
 // batch refused beside pinned rows, extreme keys, zeros for unseen keys, the errors), and a dynamic
-// table that admits every key training bit for bit as a dense table of those keys.
+// table that admits every key training bit for bit as a dense table of those keys. A world of the reference
+// (open_reference_store(config, world)): its shards against independent world-1 references, a batch one shard cannot
+// fit, read_dynamic/write_dynamic by shard, the global rows stochastic rounding draws with.
 
 #include <gtest/gtest.h>
 
@@ -16,6 +18,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/half.hpp"
 #include "core/row_math.hpp"
 #include "dispatch/shard_layout.hpp"
 #include "store/detail/dynamic_state.hpp"
@@ -640,6 +643,39 @@ TEST(ReferenceWorld, ReadWriteDynamicRoundTripContinuesBitForBit) {
   EXPECT_EQ(held(*b), held(*a));
   for (std::int64_t id = 16; id <= 30; ++id) step(id, {a.get(), b.get()});
   EXPECT_TRUE(same_state(state_of(*b), state_of(*a)));
+}
+
+// A shard's row is held at its global row, which stochastic rounding draws with (as the engines, serving global rows).
+TEST(ReferenceWorld, StochasticRoundingDrawsWithTheGlobalRow) {
+  StoreConfig c = world_config(4, spec(1), {dispatch::ShardingType::kRow, -1});
+  TableSpec& t = c.tables[0].spec;
+  t.dim = 8;
+  t.dtype = DType::kBF16;
+  t.stochastic_rounding = true;
+  t.optimizer.kind = OptimizerKind::kSgd;
+  auto s = open_world(c, 2);
+  ASSERT_TRUE(s);
+  const dispatch::ShardLayout l = layout_of(c, 2);
+  const Key k = keys_of(l, 1, 1)[0];  // shard 1's row 0: global row 1
+  ASSERT_TRUE(s->submit(1, batch({k})).is_ok());
+  std::vector<float> out(8), grad(8), w(8);
+  ASSERT_TRUE(s->forward(1, {{out.data(), 1, 8}}).is_ok());
+  for (std::size_t i = 0; i < grad.size(); ++i) grad[i] = 0.0123f * static_cast<float>(i + 1);
+  ASSERT_TRUE(s->backward(1, {{grad.data(), 1, 8}}).is_ok());
+  ASSERT_TRUE(s->read_keys(0, {k}, w.data(), nullptr).is_ok());
+  const auto want = [&](std::int64_t row) {  // the initial row rounded to nearest, minus rate x gradient, rounded
+    std::vector<float> v(8);
+    init_row(v.data(), table_seed(7, table_name_hash("item")), k, 8, 0.5f);
+    const std::uint64_t key = rounding_row_key(rounding_seed(t), row, 1, RoundingSalt::kWeights);
+    for (std::int32_t i = 0; i < 8; ++i) {
+      const float x =
+          rounded(DType::kBF16, v[static_cast<std::size_t>(i)], false, 0) - kRate * grad[static_cast<std::size_t>(i)];
+      v[static_cast<std::size_t>(i)] = rounded(DType::kBF16, x, true, rounding_bits(key, i));
+    }
+    return v;
+  };
+  EXPECT_TRUE(same_bits(w, want(l.global_row(1, 0))));
+  EXPECT_FALSE(same_bits(w, want(0)));  // the shard's own row draws other bits
 }
 
 TEST(ReferenceWorld, OpenRefusesWorldsAndPlansThatCannotHoldTheKeys) {
