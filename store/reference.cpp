@@ -14,6 +14,13 @@
 // std::map from key to row, a slot per row (its key, last use, count, touch order, pins), linear
 // scans for the lowest free row and for victims, and the shared AdmissionSketch for admission
 // counts. A row is a row as a dense table's: stochastic rounding draws with the row, not the key.
+//
+// In a world of several ranks (open_reference_store's `world`) a dynamic table is `world` such indexes, shards, one per
+// rank (dispatch::ShardLayout: key_owner, key_capacity), each with its own rows, sketch, touches and counters, their
+// clocks ticking together: a batch's keys of a table go to their owners' shards in first-use order, each shard applies
+// the rules above with its own capacity, and a batch that one shard cannot fit is refused with nothing changed in
+// any. A shard's rows are its own (0 .. key_capacity - 1); the weights are held at their global rows (global_row),
+// which stochastic rounding draws with, as the engines see them.
 
 #include <algorithm>
 #include <cstdint>
@@ -25,6 +32,7 @@
 #include <vector>
 
 #include "core/row_math.hpp"
+#include "dispatch/shard_layout.hpp"
 #include "host/admission_sketch.hpp"
 #include "store/detail/batch_checks.hpp"
 #include "store/detail/dynamic_state.hpp"
@@ -84,7 +92,8 @@ const float* widened(const ConstMatrixView& v, DType dtype, std::vector<float>& 
 
 class ReferenceStore final : public Store, public detail::DynamicAccess {
  public:
-  explicit ReferenceStore(StoreConfig config) : Store(std::move(config)), features_(config_) {
+  // `world`: checked by open_reference_store, as each dynamic table's plan for it.
+  ReferenceStore(StoreConfig config, int world) : Store(std::move(config)), features_(config_) {
     for (const auto& t : config_.tables) {
       Table tab;
       tab.spec = t.spec;
@@ -93,7 +102,16 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
       tab.state.resize(static_cast<std::size_t>(t.spec.rows * tab.state_dim));
       tab.seed = table_seed(t.spec.init.seed, table_name_hash(t.spec.name));
       if (t.dynamic) {  // its rows get their values when a key is admitted
-        tab.dyn = std::make_unique<Dynamic>(*t.dynamic, t.spec.rows);
+        tab.dyn_spec = *t.dynamic;
+        TableSpec served = t.spec;  // the engines' rows: the capacity and the row of keys without one
+        served.rows = t.spec.rows + 1;
+        auto layout = dispatch::ShardLayout::make(served, t.sharding, world, static_cast<int>(tables_.size()));
+        STRATA_CHECK(layout.is_ok());
+        tab.layout = layout.value();
+        for (int r = 0; r < world; ++r) {
+          const std::int64_t capacity = tab.layout.key_capacity(r);
+          tab.shards.push_back(capacity > 0 ? std::make_unique<Dynamic>(*t.dynamic, capacity) : nullptr);
+        }
         tables_.push_back(std::move(tab));
         continue;
       }
@@ -231,7 +249,10 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
   Result<std::vector<Key>> keys_held(int table) const override {
     STRATA_ASSIGN_OR_RETURN(const Table* t, dynamic_table("keys_held", table));
     std::vector<Key> keys;
-    for (const auto& [key, row] : t->dyn->row_of) keys.push_back(key);
+    for (const auto& d : t->shards)
+      if (d)
+        for (const auto& [key, row] : d->row_of) keys.push_back(key);
+    std::sort(keys.begin(), keys.end());
     return keys;
   }
   Status read_keys(int table, const std::vector<Key>& keys, float* weights, float* state) override {
@@ -242,9 +263,11 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
     if (!weights) return null_weights("read_keys", t.spec, n);
     std::vector<std::int64_t> rows;
     for (std::size_t i = 0; i < keys.size(); ++i) {
-      const auto it = t.dyn->row_of.find(keys[i]);
-      if (it == t.dyn->row_of.end()) return detail::key_without_row(t.spec, keys[i], i);
-      rows.push_back(it->second);
+      const int shard = t.layout.key_owner(keys[i]);
+      const Dynamic& d = t.shard(shard);
+      const auto it = d.row_of.find(keys[i]);
+      if (it == d.row_of.end()) return detail::key_without_row(t.spec, keys[i], i);
+      rows.push_back(t.layout.global_row(shard, it->second));
     }
     for (std::size_t i = 0; i < rows.size(); ++i) {
       std::memcpy(weights + i * t.spec.dim, t.row(rows[i]), sizeof(float) * static_cast<std::size_t>(t.spec.dim));
@@ -287,9 +310,18 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
   StoreStats stats() const override {
     StoreStats s;
     for (const Table& t : tables_) {
-      if (!t.dyn) continue;
-      DynamicStats d = t.dyn->stats;
-      d.rows = static_cast<std::int64_t>(t.dyn->row_of.size());
+      if (!t.dynamic()) continue;
+      DynamicStats d;  // the shards' counters summed
+      for (const auto& shard : t.shards) {
+        if (!shard) continue;
+        d.rows += static_cast<std::int64_t>(shard->row_of.size());
+        d.admissions += shard->stats.admissions;
+        d.evictions += shard->stats.evictions;
+        d.expirations += shard->stats.expirations;
+        d.not_admitted += shard->stats.not_admitted;
+        d.unseen += shard->stats.unseen;
+        d.index_bytes += shard->stats.index_bytes;
+      }
       d.capacity = t.spec.rows;
       s.dynamic.emplace_back(t.spec.name, d);
     }
@@ -302,51 +334,103 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
     tables_[static_cast<std::size_t>(table)].spec.optimizer.learning_rate = learning_rate;
   }
   // The rows in use by touch (the tie order), the clock, the sketch as KeyIndex writes it (none for admit_after <= 1).
+  // In a world: shard 0's entries, then shard 1's, ..., with the shards' own rows, and the shards' sketches one after
+  // the other (a rank holding none of the keys has none).
   Status read_dynamic(int table, detail::DynamicState& out) override {
     STRATA_ASSIGN_OR_RETURN(const Table* found, dynamic_table("read_dynamic", table));
     const Table& t = *found;
-    const Dynamic& d = *t.dyn;
-    std::vector<std::int64_t> rows;
-    for (const auto& [key, row] : d.row_of) rows.push_back(row);
-    std::sort(rows.begin(), rows.end(), [&](std::int64_t a, std::int64_t b) {
-      return d.slots[static_cast<std::size_t>(a)].touch < d.slots[static_cast<std::size_t>(b)].touch;
-    });
     out = detail::DynamicState{};
-    out.clock = d.clock;
-    if (d.spec.admit_after > 1) out.sketch = d.sketch.state();
-    for (const std::int64_t r : rows) {
-      const Slot& s = d.slots[static_cast<std::size_t>(r)];
-      out.entries.push_back(KeyIndex::Entry{s.key, r, s.last_use, s.count});
-      out.weights.insert(out.weights.end(), t.row(r), t.row(r) + t.spec.dim);
-      const float* st = t.state.data() + r * t.state_dim;
-      out.state.insert(out.state.end(), st, st + t.state_dim);
+    for (std::size_t r = 0; r < t.shards.size(); ++r) {
+      if (!t.shards[r]) continue;
+      const Dynamic& d = *t.shards[r];
+      std::vector<std::int64_t> rows;
+      for (const auto& [key, row] : d.row_of) rows.push_back(row);
+      std::sort(rows.begin(), rows.end(), [&](std::int64_t a, std::int64_t b) {
+        return d.slots[static_cast<std::size_t>(a)].touch < d.slots[static_cast<std::size_t>(b)].touch;
+      });
+      out.clock = d.clock;  // the same in every shard
+      if (d.spec.admit_after > 1) {
+        const std::vector<std::uint8_t> sketch = d.sketch.state();
+        out.sketch.insert(out.sketch.end(), sketch.begin(), sketch.end());
+      }
+      for (const std::int64_t l : rows) {
+        const Slot& s = d.slots[static_cast<std::size_t>(l)];
+        out.entries.push_back(KeyIndex::Entry{s.key, l, s.last_use, s.count});
+        const Key g = t.layout.global_row(static_cast<int>(r), l);
+        out.weights.insert(out.weights.end(), t.row(g), t.row(g) + t.spec.dim);
+        const float* st = t.state.data() + g * t.state_dim;
+        out.state.insert(out.state.end(), st, st + t.state_dim);
+      }
     }
     return Status::ok();
   }
-  // Trusts `in` (checked by the caller): each entry's row takes its key, touched in order; an empty sketch is zeroed.
+  // Trusts `in` (checked by the caller) but for what a world adds: each entry goes to its key's shard, whose capacity
+  // its row must be below, and the sketch is the shards' in order. Each entry's row takes its key, touched in order; an
+  // empty sketch is zeroed. Refused with nothing changed. (Store::write_keys, giving its i-th key row i, thus holds in
+  // a world only while each key's position is below its shard's capacity.)
   Status write_dynamic(int table, const detail::DynamicState& in) override {
     STRATA_RETURN_IF_ERROR(dynamic_table("write_dynamic", table).status());
     Table& t = tables_[static_cast<std::size_t>(table)];
-    Dynamic& d = *t.dyn;
-    AdmissionSketch sketch(t.spec.rows);
-    if (!in.sketch.empty() && !sketch.restore_state(in.sketch))
+    const int world = t.layout.world();
+    const std::string who = "write_dynamic: table '" + t.spec.name + "': ";
+    std::vector<AdmissionSketch> sketches;  // per shard (a rank without one: an unused empty sketch)
+    std::size_t at = 0, total = 0;
+    for (const auto& d : t.shards) {
+      sketches.emplace_back(d ? AdmissionSketch(static_cast<std::int64_t>(d->slots.size())) : AdmissionSketch());
+      total += d ? static_cast<std::size_t>(sketches.back().state_bytes()) : 0;
+    }
+    if (!in.sketch.empty() && world == 1 && !sketches[0].restore_state(in.sketch))
       return Status::invalid_argument("write_dynamic: a sketch of another size");
-    d.sketch = std::move(sketch);
-    d.row_of.clear();
-    d.slots.assign(d.slots.size(), Slot{});
-    d.clock = in.clock;
-    d.touches = 0;
+    if (!in.sketch.empty() && world > 1) {
+      if (in.sketch.size() != total)
+        return Status::invalid_argument(who + "a sketch of " + std::to_string(in.sketch.size()) + " bytes (expected " +
+                                        std::to_string(total) + ": its " + std::to_string(world) +
+                                        " shards' sketches in shard order)");
+      for (std::size_t r = 0; r < t.shards.size(); ++r) {
+        if (!t.shards[r]) continue;
+        const auto n = static_cast<std::size_t>(sketches[r].state_bytes());
+        const auto from = in.sketch.begin() + static_cast<std::ptrdiff_t>(at);
+        if (!sketches[r].restore_state(std::vector<std::uint8_t>(from, from + static_cast<std::ptrdiff_t>(n))))
+          return Status::invalid_argument(who + "the sketch of shard " + std::to_string(r) + " of " +
+                                          std::to_string(world) +
+                                          " is not one (its uses added reach the aging "
+                                          "threshold)");
+        at += n;
+      }
+    }
     for (std::size_t i = 0; i < in.entries.size(); ++i) {
       const KeyIndex::Entry& e = in.entries[i];
+      const int r = t.layout.key_owner(e.key);
+      const auto capacity = t.layout.key_capacity(r);
+      if (e.row < 0 || e.row >= capacity)
+        return Status::invalid_argument(who + "key " + std::to_string(e.key) + " (entry " + std::to_string(i) +
+                                        ") at row " + std::to_string(e.row) + " of shard " + std::to_string(r) +
+                                        " of " + std::to_string(world) + " (expected a row below its capacity, " +
+                                        std::to_string(capacity) + ")");
+    }
+    for (std::size_t r = 0; r < t.shards.size(); ++r) {
+      if (!t.shards[r]) continue;
+      Dynamic& d = *t.shards[r];
+      d.sketch = std::move(sketches[r]);
+      d.row_of.clear();
+      d.slots.assign(d.slots.size(), Slot{});
+      d.clock = in.clock;
+      d.touches = 0;
+    }
+    for (std::size_t i = 0; i < in.entries.size(); ++i) {
+      const KeyIndex::Entry& e = in.entries[i];
+      const int r = t.layout.key_owner(e.key);
+      Dynamic& d = t.shard(r);
       d.slots[static_cast<std::size_t>(e.row)] = Slot{true, e.key, e.last_use, e.count, ++d.touches, 0};
       d.row_of[e.key] = e.row;
-      std::memcpy(t.row(e.row), in.weights.data() + i * static_cast<std::size_t>(t.spec.dim),
+      const Key g = t.layout.global_row(r, e.row);
+      std::memcpy(t.row(g), in.weights.data() + i * static_cast<std::size_t>(t.spec.dim),
                   sizeof(float) * static_cast<std::size_t>(t.spec.dim));
-      round_to_nearest(t.row(e.row), t.spec.dim, t.spec.dtype);
+      round_to_nearest(t.row(g), t.spec.dim, t.spec.dtype);
       if (t.state_dim == 0) continue;  // sgd: no state (and no buffer to copy from)
-      std::memcpy(t.state_of(e.row), in.state.data() + i * static_cast<std::size_t>(t.state_dim),
+      std::memcpy(t.state_of(g), in.state.data() + i * static_cast<std::size_t>(t.state_dim),
                   sizeof(float) * static_cast<std::size_t>(t.state_dim));
-      round_to_nearest(t.state_of(e.row), t.state_dim, t.spec.state_dtype);
+      round_to_nearest(t.state_of(g), t.state_dim, t.spec.state_dtype);
     }
     return Status::ok();
   }
@@ -361,7 +445,7 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
     std::int64_t touch = 0;     // when it was last touched (hit or admitted), in first-use order
     std::int64_t pins = 0;      // batches in flight that use it
   };
-  // A dynamic table's keys and rows.
+  // A dynamic table's keys and rows (in a world: one shard's, its rows the shard's own).
   struct Dynamic {
     Dynamic(const DynamicSpec& s, std::int64_t capacity)
         : spec(s), sketch(capacity), slots(static_cast<std::size_t>(capacity)) {}
@@ -375,10 +459,17 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
   struct Table {
     TableSpec spec;
     std::int32_t state_dim = 0;
-    std::uint64_t seed = 0;        // table_seed of the table
-    std::vector<float> weights;    // (rows, dim)
-    std::vector<float> state;      // (rows, state_dim)
-    std::unique_ptr<Dynamic> dyn;  // a dynamic table's (null: dense)
+    std::uint64_t seed = 0;      // table_seed of the table
+    std::vector<float> weights;  // (rows, dim)
+    std::vector<float> state;    // (rows, state_dim)
+    // A dynamic table's: its options, its shards (one per rank of the world; null: a rank holding none of its keys;
+    // none: a dense table), and the layout that says which shard holds a key and the global row of a shard's row.
+    DynamicSpec dyn_spec;
+    std::vector<std::unique_ptr<Dynamic>> shards;
+    dispatch::ShardLayout layout;
+    bool dynamic() const noexcept { return !shards.empty(); }
+    Dynamic& shard(int r) { return *shards[static_cast<std::size_t>(r)]; }
+    const Dynamic& shard(int r) const { return *shards[static_cast<std::size_t>(r)]; }
     float* row(Key k) { return weights.data() + k * spec.dim; }
     const float* row(Key k) const { return weights.data() + k * spec.dim; }
     float* state_of(Key k) { return state.data() + k * state_dim; }
@@ -386,7 +477,7 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
     // starts, or zeros.
     const float* unseen(Key k, std::vector<float>& out) const {
       out.assign(static_cast<std::size_t>(spec.dim), 0.0f);
-      if (dyn->spec.unseen == Unseen::kInitial) {
+      if (dyn_spec.unseen == Unseen::kInitial) {
         init_row(out.data(), seed, k, spec.dim, spec.init.bound);
         round_to_nearest(out.data(), spec.dim, spec.dtype);
       }
@@ -410,7 +501,7 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
       }
     }
   };
-  // A dynamic table's keys of a batch that have a row (key -> row), pinned while the batch is in flight.
+  // A dynamic table's keys of a batch that have a row (key -> global row), pinned while the batch is in flight.
   using HeldRows = std::map<int, std::map<Key, std::int64_t>>;  // per dynamic table of the batch
 
   // The fp32 outputs of feature f of table t, pooled by `pooling`, into `out` (output_rows x dim). `held`: a dynamic
@@ -490,18 +581,18 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
     return keys;
   }
 
-  // What a training batch does to one dynamic table, decided before anything changes.
+  // What a training batch does to one shard of a dynamic table, decided before anything changes.
   struct Plan {
-    int table = 0;
-    std::vector<std::pair<Key, std::int64_t>> keys;  // distinct, first-use order, with uses
+    int table = 0, shard = 0;
+    std::vector<std::pair<Key, std::int64_t>> keys;  // the shard's, distinct, first-use order, with uses
     std::vector<char> admit;                         // per key: without a row and admitted
     std::vector<char> used;                          // per row: used by this batch
   };
 
-  // The admissions of a training batch's dynamic table, or ResourceExhausted when they cannot fit beside the rows
-  // this batch and the batches in flight pin.
+  // The admissions of a training batch's shard of a dynamic table, or ResourceExhausted when they cannot fit beside the
+  // rows this batch and the batches in flight pin.
   Status plan(std::int64_t id, const Table& t, Plan& p) const {
-    const Dynamic& d = *t.dyn;
+    const Dynamic& d = t.shard(p.shard);
     p.used.assign(d.slots.size(), 0);
     std::int64_t admitted = 0;
     for (const auto& [key, uses] : p.keys) {
@@ -521,12 +612,15 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
         ++evictable;
     }
     if (admitted <= free + evictable) return Status::ok();
-    const std::int64_t capacity = t.spec.rows;
-    return Status::resource_exhausted(
-        "batch " + std::to_string(id) + ": table '" + t.spec.name + "': " + std::to_string(admitted) +
-        " new keys need rows: " + std::to_string(free) + " free and " + std::to_string(evictable) +
-        " evictable of capacity " + std::to_string(capacity) + " (" + std::to_string(capacity - free - evictable) +
-        " rows pinned by batches in flight)");
+    const auto capacity = static_cast<std::int64_t>(d.slots.size());
+    const int world = t.layout.world();
+    const std::string shard =
+        world > 1 ? ", shard " + std::to_string(p.shard) + " of " + std::to_string(world) : std::string();
+    return Status::resource_exhausted("batch " + std::to_string(id) + ": table '" + t.spec.name + "'" + shard + ": " +
+                                      std::to_string(admitted) + " new keys need rows: " + std::to_string(free) +
+                                      " free and " + std::to_string(evictable) + " evictable of capacity " +
+                                      std::to_string(capacity) + " (" + std::to_string(capacity - free - evictable) +
+                                      " rows pinned by batches in flight)");
   }
 
   // Row r of a dynamic table loses its key.
@@ -554,9 +648,10 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
     return best;
   }
 
-  // A training batch's keys of a dynamic table at its clock (after plan()): hits, the sketch, the TTL, admissions.
+  // A training batch's keys of a shard of a dynamic table at its clock (after plan()): hits, the sketch, the TTL,
+  // admissions. `held` gets global rows.
   void train(Table& t, Plan& p, std::map<Key, std::int64_t>& held) {
-    Dynamic& d = *t.dyn;
+    Dynamic& d = t.shard(p.shard);
     const std::int64_t now = d.clock;
     for (const auto& [key, uses] : p.keys)
       if (!d.row_of.count(key)) d.sketch.add(key, uses);
@@ -577,7 +672,7 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
         s.last_use = now;
         s.count += uses;
         s.touch = ++d.touches;
-        held[key] = it->second;
+        held[key] = t.layout.global_row(p.shard, it->second);
         continue;
       }
       if (!p.admit[i]) {
@@ -596,67 +691,91 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
       d.row_of[key] = row;
       p.used[static_cast<std::size_t>(row)] = 1;
       ++d.stats.admissions;
-      init_row(t.row(row), t.seed, key, t.spec.dim, t.spec.init.bound);
-      round_to_nearest(t.row(row), t.spec.dim, t.spec.dtype);
-      init_state(t.state_of(row), t.spec.optimizer, t.state_dim);
-      round_to_nearest(t.state_of(row), t.state_dim, t.spec.state_dtype);
-      held[key] = row;
+      const Key g = t.layout.global_row(p.shard, row);
+      init_row(t.row(g), t.seed, key, t.spec.dim, t.spec.init.bound);
+      round_to_nearest(t.row(g), t.spec.dim, t.spec.dtype);
+      init_state(t.state_of(g), t.spec.optimizer, t.state_dim);
+      round_to_nearest(t.state_of(g), t.state_dim, t.spec.state_dtype);
+      held[key] = g;
     }
   }
 
+  // The plans of a batch's keys of table t (empty: none), one per shard of the table, each with the keys its shard
+  // holds in first-use order.
+  static std::vector<Plan> shard_plans(int table, const Table& t,
+                                       const std::vector<std::pair<Key, std::int64_t>>& keys) {
+    std::vector<Plan> plans;
+    std::vector<std::size_t> at(t.shards.size());  // shard -> its plan
+    for (std::size_t r = 0; r < t.shards.size(); ++r) {
+      if (!t.shards[r]) continue;
+      at[r] = plans.size();
+      plans.emplace_back();
+      plans.back().table = table;
+      plans.back().shard = static_cast<int>(r);
+    }
+    for (const auto& ku : keys) plans[at[static_cast<std::size_t>(t.layout.key_owner(ku.first))]].keys.push_back(ku);
+    return plans;
+  }
+
   // Gives the keys of a batch's dynamic tables their rows and pins them: a training batch advances every dynamic
-  // table's clock and admits (train()); an evaluation batch reads the rows there are. Refused (nothing changed) when
-  // a table's admitted keys cannot fit.
+  // table's clock (every shard's) and admits (train()); an evaluation batch reads the rows there are. Refused (nothing
+  // changed) when a shard's admitted keys cannot fit.
   Result<HeldRows> admit(std::int64_t id, const KeyBatch& batch, const std::vector<int>& features) {
     std::vector<Plan> plans;
     for (const auto& [table, mine] : of_tables(features)) {
       const Table& t = tables_[static_cast<std::size_t>(table)];
-      if (!t.dyn) continue;
-      Plan p;
-      p.table = table;
-      p.keys = first_uses(batch, mine);
-      if (batch.train) STRATA_RETURN_IF_ERROR(plan(id, t, p));
-      plans.push_back(std::move(p));
+      if (!t.dynamic()) continue;
+      for (Plan& p : shard_plans(table, t, first_uses(batch, mine))) {
+        if (batch.train) STRATA_RETURN_IF_ERROR(plan(id, t, p));
+        plans.push_back(std::move(p));
+      }
     }
     // Every training batch is one at every dynamic table's clock: a table the batch has no keys of expires rows too.
     if (batch.train) {
       for (std::size_t table = 0; table < tables_.size(); ++table) {
         const auto has = [&](const Plan& p) { return p.table == static_cast<int>(table); };
-        if (!tables_[table].dyn || std::any_of(plans.begin(), plans.end(), has)) continue;
-        Plan p;
-        p.table = static_cast<int>(table);
-        STRATA_RETURN_IF_ERROR(plan(id, tables_[table], p));  // no keys: fits
-        plans.push_back(std::move(p));
+        if (!tables_[table].dynamic() || std::any_of(plans.begin(), plans.end(), has)) continue;
+        for (Plan& p : shard_plans(static_cast<int>(table), tables_[table], {})) {
+          STRATA_RETURN_IF_ERROR(plan(id, tables_[table], p));  // no keys: fits
+          plans.push_back(std::move(p));
+        }
       }
     }
     if (batch.train)
       for (Table& t : tables_)
-        if (t.dyn) ++t.dyn->clock;
+        for (auto& d : t.shards)
+          if (d) ++d->clock;
     HeldRows held;
     for (Plan& p : plans) {
       Table& t = tables_[static_cast<std::size_t>(p.table)];
+      Dynamic& d = t.shard(p.shard);
       std::map<Key, std::int64_t>& mine = held[p.table];
       if (batch.train) {
         train(t, p, mine);
       } else {
         for (const auto& [key, uses] : p.keys) {
-          const auto it = t.dyn->row_of.find(key);
-          if (it != t.dyn->row_of.end())
-            mine[key] = it->second;
+          const auto it = d.row_of.find(key);
+          if (it != d.row_of.end())
+            mine[key] = t.layout.global_row(p.shard, it->second);
           else
-            t.dyn->stats.unseen += uses;
+            d.stats.unseen += uses;
         }
       }
-      for (const auto& [key, row] : mine) ++t.dyn->slots[static_cast<std::size_t>(row)].pins;
     }
+    for (const auto& [table, mine] : held) pin(table, mine, 1);
     return held;
+  }
+
+  // Adds `by` to the pins of the rows of a batch's keys of a table (key -> global row).
+  void pin(int table, const std::map<Key, std::int64_t>& rows, std::int64_t by) {
+    Table& t = tables_[static_cast<std::size_t>(table)];
+    for (const auto& [key, row] : rows)
+      t.shard(t.layout.key_owner(key)).slots[static_cast<std::size_t>(t.layout.local_row(row))].pins += by;
   }
 
   // Unpins what admit() pinned for a batch.
   void release(const Entry& e) {
-    for (const auto& [table, mine] : e.held)
-      for (const auto& [key, row] : mine)
-        --tables_[static_cast<std::size_t>(table)].dyn->slots[static_cast<std::size_t>(row)].pins;
+    for (const auto& [table, mine] : e.held) pin(table, mine, -1);
   }
 
   // Table `table` if it is dynamic: NotFound for an unknown index, InvalidArgument for a dense table (`op` names the
@@ -677,8 +796,12 @@ Result<std::unique_ptr<Store>> open_reference_store(const StoreConfig& config) {
 
 Result<std::unique_ptr<Store>> open_reference_world(const StoreConfig& config, int world) {
   STRATA_RETURN_IF_ERROR(validate(config));
-  if (world != 1) return Status::failed_precondition("open_reference_store: a world of " + std::to_string(world));
-  return std::unique_ptr<Store>(std::make_unique<ReferenceStore>(config));
+  if (world < 1)
+    return Status::invalid_argument("open_reference_store: a world of " + std::to_string(world) +
+                                    " ranks (expected at least 1)");
+  for (const TableConfig& t : config.tables)
+    if (t.dynamic) STRATA_RETURN_IF_ERROR(dispatch::validate_dynamic_plan(t.spec, t.sharding, world));
+  return std::unique_ptr<Store>(std::make_unique<ReferenceStore>(config, world));
 }
 
 }  // namespace strata

@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
+#include <vector>
 
 #include "core/row_math.hpp"
 #include "dispatch/shard_layout.hpp"
@@ -108,6 +110,82 @@ TEST(ValidatePlan, NamesTheTableTheValueAndWhatWasExpected) {
   EXPECT_TRUE(validate_plan(s, {ShardingType::kRow, -1}, 2).is_ok());
   EXPECT_EQ(parse_sharding("diagonal").status().message(),
             "unknown sharding 'diagonal' (expected replicated, table, row or column)");
+}
+
+// A dynamic table's layout: made from its spec with one row more (the engines' row of keys without a row).
+ShardLayout dynamic_layout(std::int64_t capacity, ShardingPlan plan, int world) {
+  TableSpec s = table(capacity + 1, 4);
+  auto l = ShardLayout::make(s, plan, world, 1);
+  EXPECT_TRUE(l.is_ok()) << l.status().to_string();
+  return l.is_ok() ? l.value() : ShardLayout{};
+}
+
+TEST(DynamicLayout, KeyOwnerSpreadsSequentialAndRandomKeysEvenly) {
+  const ShardLayout l = dynamic_layout(1000, {ShardingType::kRow, -1}, 4);
+  std::mt19937_64 rng(3);
+  for (const bool sequential : {true, false}) {
+    std::vector<std::int64_t> per_rank(4, 0);
+    constexpr std::int64_t kKeys = 200000;
+    for (std::int64_t i = 0; i < kKeys; ++i) {
+      const Key k = sequential ? i : static_cast<Key>(rng());
+      const int o = l.key_owner(k);
+      ASSERT_TRUE(o >= 0 && o < 4) << k;
+      ++per_rank[static_cast<std::size_t>(o)];
+    }
+    for (int r = 0; r < 4; ++r)  // within 2% of an even share
+      EXPECT_NEAR(static_cast<double>(per_rank[static_cast<std::size_t>(r)]), kKeys / 4.0, 0.02 * kKeys / 4.0)
+          << (sequential ? "sequential" : "random") << " keys, rank " << r;
+  }
+  // Table sharding: every key to the owner.
+  const ShardLayout t = dynamic_layout(10, {ShardingType::kTable, 2}, 3);
+  for (const Key k : {std::numeric_limits<Key>::min(), Key{-1}, Key{0}, Key{7}, std::numeric_limits<Key>::max()})
+    EXPECT_EQ(t.key_owner(k), 2);
+}
+
+TEST(DynamicLayout, ShardRowsMapOneToOneOntoTheCapacity) {
+  for (int world = 1; world <= 5; ++world)
+    for (const ShardingPlan plan : {ShardingPlan{ShardingType::kRow, -1}, ShardingPlan{ShardingType::kTable, -1},
+                                    ShardingPlan{ShardingType::kTable, world - 1}})
+      for (const std::int64_t capacity : {5, 6, 17, 64}) {
+        const ShardLayout l = dynamic_layout(capacity, plan, world);
+        std::int64_t total = 0;
+        std::vector<int> hit(static_cast<std::size_t>(capacity), 0);
+        for (int r = 0; r < world; ++r) {
+          const std::int64_t n = l.key_capacity(r);
+          if (plan.type == ShardingType::kTable) {
+            EXPECT_EQ(n, r == (plan.owner >= 0 ? plan.owner : 1 % world) ? capacity : 0);
+          }
+          total += n;
+          for (Key lr = 0; lr < n; ++lr) {
+            const Key g = l.global_row(r, lr);
+            ASSERT_TRUE(g >= 0 && g < capacity) << "world " << world << " rank " << r << " row " << lr << ": " << g;
+            ++hit[static_cast<std::size_t>(g)];
+          }
+        }
+        EXPECT_EQ(total, capacity) << "world " << world;
+        for (std::int64_t g = 0; g < capacity; ++g)
+          EXPECT_EQ(hit[static_cast<std::size_t>(g)], 1) << "world " << world << " global row " << g;
+      }
+}
+
+TEST(ValidateDynamicPlan, RowOrTableShardingWithARowPerRank) {
+  const TableSpec s = table(3, 4);
+  EXPECT_TRUE(validate_dynamic_plan(s, {ShardingType::kRow, -1}, 3).is_ok());
+  EXPECT_TRUE(validate_dynamic_plan(s, {ShardingType::kTable, 1}, 2).is_ok());
+  EXPECT_TRUE(validate_dynamic_plan(s, {ShardingType::kColumn, -1}, 1).is_ok());  // a world of one: the whole table
+  EXPECT_EQ(validate_dynamic_plan(s, {ShardingType::kColumn, -1}, 2).message(),
+            "dynamic table 't': column sharding over 2 ranks cannot hold its keys (expected row sharding, by a hash of "
+            "the key, or table sharding)");
+  EXPECT_EQ(validate_dynamic_plan(s, {ShardingType::kReplicated, -1}, 2).message(),
+            "dynamic table 't': replicated sharding over 2 ranks cannot hold its keys (expected row sharding, by a "
+            "hash of the key, or table sharding)");
+  const Status st = validate_dynamic_plan(s, {ShardingType::kRow, -1}, 4);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(),
+            "dynamic table 't': capacity 3 is below the world size 4 (row sharding gives every rank a shard of "
+            "capacity / ranks rows; expected a capacity of at least 4)");
+  EXPECT_EQ(validate_dynamic_plan(s, {ShardingType::kTable, 2}, 2).message(),
+            "table 't': table sharding owner rank 2 out of range [0, 2) for a world of 2 ranks");
 }
 
 }  // namespace
