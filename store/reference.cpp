@@ -15,7 +15,7 @@
 // scans for the lowest free row and for victims, and the shared AdmissionSketch for admission
 // counts. A row is a row as a dense table's: stochastic rounding draws with the row, not the key.
 //
-// In a world of several ranks (open_reference_store's `world`) a dynamic table is `world` such indexes, shards, one per
+// In a world of several ranks (open_reference_world) a dynamic table is `world` such indexes, shards, one per
 // rank (dispatch::ShardLayout: key_owner, key_capacity), each with its own rows, sketch, touches and counters, their
 // clocks ticking together: a batch's keys of a table go to their owners' shards in first-use order, each shard applies
 // the rules above with its own capacity, and a batch that one shard cannot fit is refused with nothing changed in
@@ -92,7 +92,7 @@ const float* widened(const ConstMatrixView& v, DType dtype, std::vector<float>& 
 
 class ReferenceStore final : public Store, public detail::DynamicAccess {
  public:
-  // `world`: checked by open_reference_store, as each dynamic table's plan for it.
+  // `world`: checked by open_reference_world, as each dynamic table's plan for it.
   ReferenceStore(StoreConfig config, int world) : Store(std::move(config)), features_(config_) {
     for (const auto& t : config_.tables) {
       Table tab;
@@ -797,7 +797,7 @@ Result<std::unique_ptr<Store>> open_reference_store(const StoreConfig& config) {
 Result<std::unique_ptr<Store>> open_reference_world(const StoreConfig& config, int world) {
   STRATA_RETURN_IF_ERROR(validate(config));
   if (world < 1)
-    return Status::invalid_argument("open_reference_store: a world of " + std::to_string(world) +
+    return Status::invalid_argument("open_reference_world: a world of " + std::to_string(world) +
                                     " ranks (expected at least 1)");
   for (const TableConfig& t : config.tables)
     if (t.dynamic) STRATA_RETURN_IF_ERROR(dispatch::validate_dynamic_plan(t.spec, t.sharding, world));

@@ -469,11 +469,13 @@ class ShardedEngine final : public Engine {
   }
   Status reset_rows(int table, const std::vector<std::int64_t>& rows, const float* weights,
                     const float* state) override {
+    if (rows.empty()) return Status::ok();  // a rank without a shard of a table-wise table has none
     STRATA_ASSIGN_OR_RETURN(const auto held, held_rows(table, rows));
     return inner_[held.first]->reset_rows(held.second, local_, weights, state);
   }
   Status read_rows_at(int table, const TableSpec& /*spec*/, const std::vector<std::int64_t>& rows, float* weights,
                       float* state) override {
+    if (rows.empty()) return Status::ok();
     STRATA_ASSIGN_OR_RETURN(const auto held, held_rows(table, rows));
     return inner_[held.first]->read_rows_at(
         held.second, inner_config_->tables[static_cast<std::size_t>(held.second)].spec, local_, weights, state);

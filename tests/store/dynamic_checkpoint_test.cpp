@@ -210,8 +210,8 @@ INSTANTIATE_TEST_SUITE_P(Placements, DynamicLoadIntoTrained,
 
 // Both stores, for the tests that run on each.
 const std::vector<std::pair<const char*, Opener>>& stores() {
-  static const std::vector<std::pair<const char*, Opener>> all = {
-      {"production", open_production}, {"reference", [](const StoreConfig& c) { return open_reference_store(c); }}};
+  static const std::vector<std::pair<const char*, Opener>> all = {{"production", open_production},
+                                                                  {"reference", open_reference_store}};
   return all;
 }
 

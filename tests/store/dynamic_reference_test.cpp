@@ -2,7 +2,7 @@
 // cases computed by hand (admission by count, LRU and LFU victims, the TTL, evaluation batches, a
 // batch refused beside pinned rows, extreme keys, zeros for unseen keys, the errors), and a dynamic
 // table that admits every key training bit for bit as a dense table of those keys. A world of the reference
-// (open_reference_store(config, world)): its shards against independent world-1 references, a batch one shard cannot
+// (open_reference_world(config, world)): its shards against independent world-1 references, a batch one shard cannot
 // fit, read_dynamic/write_dynamic by shard, the global rows stochastic rounding draws with.
 
 #include <gtest/gtest.h>
@@ -367,7 +367,7 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, DynamicAsDense,
                          ::testing::Combine(::testing::Values(OptimizerKind::kSgd, OptimizerKind::kAdagrad),
                                             ::testing::Values(DType::kF32, DType::kBF16)));
 
-// A world of the reference (open_reference_store's world): each dynamic table in shards, one per rank.
+// A world of the reference (open_reference_world): each dynamic table in shards, one per rank.
 
 using detail::DynamicAccess;
 using detail::DynamicState;
@@ -384,7 +384,7 @@ StoreConfig world_config(std::int64_t capacity, const DynamicSpec& d, dispatch::
 }
 
 std::unique_ptr<Store> open_world(const StoreConfig& c, int world) {
-  auto s = open_reference_store(c, world);
+  auto s = open_reference_world(c, world);
   EXPECT_TRUE(s.is_ok()) << s.status().to_string();
   return s.is_ok() ? std::move(s).value() : nullptr;
 }
@@ -680,16 +680,16 @@ TEST(ReferenceWorld, StochasticRoundingDrawsWithTheGlobalRow) {
 
 TEST(ReferenceWorld, OpenRefusesWorldsAndPlansThatCannotHoldTheKeys) {
   StoreConfig c = world_config(3, spec(1), {dispatch::ShardingType::kRow, -1});
-  EXPECT_EQ(open_reference_store(c, 0).status().message(),
-            "open_reference_store: a world of 0 ranks (expected at least 1)");
-  EXPECT_EQ(open_reference_store(c, 4).status().message(),
+  EXPECT_EQ(open_reference_world(c, 0).status().message(),
+            "open_reference_world: a world of 0 ranks (expected at least 1)");
+  EXPECT_EQ(open_reference_world(c, 4).status().message(),
             "dynamic table 'item': capacity 3 is below the world size 4 (row sharding gives every rank a shard of "
             "capacity / ranks rows; expected a capacity of at least 4)");
   c.tables[0].sharding = {dispatch::ShardingType::kColumn, -1};
-  EXPECT_EQ(open_reference_store(c, 2).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(open_reference_store(c, 1).is_ok()) << open_reference_store(c, 1).status().to_string();
+  EXPECT_EQ(open_reference_world(c, 2).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(open_reference_world(c, 1).is_ok()) << open_reference_world(c, 1).status().to_string();
   c.tables[0].dynamic.reset();  // a dense table: any plan in any world
-  EXPECT_TRUE(open_reference_store(c, 2).is_ok()) << open_reference_store(c, 2).status().to_string();
+  EXPECT_TRUE(open_reference_world(c, 2).is_ok()) << open_reference_world(c, 2).status().to_string();
 }
 
 }  // namespace
