@@ -363,8 +363,9 @@ def dynamic_world(rank, world):
     """3 training steps of a 2-rank world against a one-rank cpu reference trained on the ranks'
     batches concatenated; each rank's state_dict holds its shard's keys (key_owner: its own) and
     rows; merge_state_dicts of both is the reference's state_dict (keys exactly, rows within the
-    tolerance) and loads into a one-rank module and back into the world; a rank given the other
-    rank's keys refuses naming the entry and a key, on every rank, nothing changed."""
+    tolerance) and loads into a one-rank module and back into the world, as each rank's own
+    state_dict does; a rank given the other rank's keys refuses naming the entry and a key, on
+    every rank, nothing changed."""
     tables = dynamic_tables()
     ebc = st.EmbeddingBagCollection(world_config(tables), timeout=TIMEOUT)
     ref = st.EmbeddingBagCollection(reference_config(tables), process_group=False)
@@ -423,6 +424,10 @@ def dynamic_world(rank, world):
     assert not state_dicts_equal(ebc.state_dict(), sd)
     ebc.load_state_dict(merged)
     assert state_dicts_equal(ebc.state_dict(), sd), "the merged whole tables did not load back into the shards"
+    out = ebc(features)  # and each rank's own shard loads back into it
+    sum((out[n] * torch.from_numpy(grads[n])).sum() for n in grads).backward()
+    ebc.load_state_dict(sd)
+    assert state_dicts_equal(ebc.state_dict(), sd), "load_state_dict(state_dict()) did not restore the shards"
     ebc.close()
 
 
