@@ -22,6 +22,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "dispatch/shard_layout.hpp"
 #include "python/src/arrays.hpp"
 #include "python/src/device.hpp"
 #include "python/src/process_group.hpp"
@@ -451,6 +452,28 @@ class PyStore {
     RowsOut rows = rows_out(t, static_cast<std::int64_t>(keys.size()), out, state_out);
     call([&](Store& s) { return s.read_keys(t.index, keys, rows.weights_ptr, rows.state_ptr); });
     return py::make_tuple(rows.weights, rows.state);
+  }
+
+  // key_owner(table, keys): the rank whose shard holds each key of a dynamic table (int32), as the store routes it
+  // (dispatch::ShardLayout::key_owner for this store's world and the table's plan); 0 for each key without a world.
+  py::array_t<std::int32_t> key_owner(py::handle table_obj, py::handle keys_obj) {
+    const TableArg t = table_arg(to_name(table_obj, "table"));
+    const std::vector<Key> keys = to_int64_vector(keys_obj, t.what + "keys");
+    const TableConfig& tc = live()->config().tables[static_cast<std::size_t>(t.index)];
+    if (!tc.dynamic) throw py::value_error(t.what + "key_owner of a dense table (expected a dynamic table)");
+    py::array_t<std::int32_t> out(static_cast<py::ssize_t>(keys.size()));
+    std::int32_t* owner = out.mutable_data();
+    if (world_.is_none()) {
+      std::fill(owner, owner + keys.size(), 0);
+      return out;
+    }
+    TableSpec served = tc.spec;  // as the store's key index lays it out: the capacity and the row of keys without one
+    served.rows = tc.spec.rows + 1;
+    Result<dispatch::ShardLayout> layout =
+        dispatch::ShardLayout::make(served, tc.sharding, py::cast<int>(world_["size"]), t.index);
+    throw_if_error(layout.status());
+    for (std::size_t i = 0; i < keys.size(); ++i) owner[i] = layout.value().key_owner(keys[i]);
+    return out;
   }
 
   // write_keys(table, keys, weights, state=None): the dynamic table holds exactly `keys`, with these rows.
@@ -1152,6 +1175,11 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
            "Returns (weights (n, dim), state (n, state_dim)) of a dynamic table's rows of `keys` (1-D int64 or "
            "int32), written into `out`/`state_out` when given (as read_rows). ValueError naming the first key "
            "without a row (keys_held lists those with one), nothing copied.")
+      .def("key_owner", &PyStore::key_owner, py::arg("table"), py::arg("keys"),
+           "The rank whose shard of a dynamic table holds each key (1-D int64 or int32 keys; an int32 NumPy array "
+           "of ranks), as the store's world routes them (dispatch::ShardLayout::key_owner: row sharding a hash of the "
+           "key, table sharding the owner); 0 for every key of a store without a world. Local: no collective. "
+           "ValueError for a dense table.")
       .def("write_keys", &PyStore::write_keys, py::arg("table"), py::arg("keys"), py::arg("weights"),
            py::arg("state") = py::none(),
            "Makes a dynamic table hold exactly `keys` (distinct, at most its capacity) with `weights` (len(keys), "

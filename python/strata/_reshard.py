@@ -2,7 +2,8 @@
 
 A world's ``EmbeddingBagCollection.state_dict()`` holds one rank's shards, each table's described by
 ``embedding_bags.<name>.shard`` (int64[10]: world, rank, type, rows, dim, row_start, row_step, local_rows,
-col_offset, local_dim; see ``EmbeddingBagCollection.state_dict``). Merging every rank's gives the
+col_offset, local_dim; see ``EmbeddingBagCollection.state_dict``; a dynamic table's, beside its ``keys``,
+int64[6]: world, rank, type, capacity, dim, shard_capacity). Merging every rank's gives the
 state_dict of one rank holding whole tables, which loads into a module of any world size: a one-rank
 module takes it as its own, and each rank of a world writes its slice.
 """
@@ -16,6 +17,8 @@ from strata._dtypes import float32_rows, rows_as
 
 # The shard vector's fields, in order (python/strata/torch.py writes them).
 _FIELDS = ("world", "rank", "type", "rows", "dim", "row_start", "row_step", "local_rows", "col_offset", "local_dim")
+# A dynamic table's shard vector (beside its ``keys``): keys, not rows, are sharded (ShardLayout::key_owner).
+_KEY_FIELDS = ("world", "rank", "type", "capacity", "dim", "shard_capacity")
 _TYPES = ("replicated", "table", "row", "column")  # ShardingType's order (dispatch/sharding_plan.hpp)
 ENTRIES = ("keys", "weight", "optimizer_state", "shard", "replicas", "learning_rate")  # keys: a dynamic table's
 # A table's entries are <prefix>embedding_bags.<table>.<entry> (TorchRec's EmbeddingBagCollection
@@ -110,6 +113,11 @@ def merge_state_dicts(state_dicts, prefix=""):
     and the step (a dense model's parameters, equal on every rank under DDP) are taken from rank 0's.
     State_dicts saved with the names before, ``<prefix>tables.<name>.*``, merge too (into today's).
 
+    A dynamic table (its shards' ``keys`` beside a 6-value ``shard``) merges into
+    ``<prefix>embedding_bags.<name>.keys`` (every rank's keys, ascending), ``.weight`` and
+    ``.optimizer_state`` (their rows in that order) and ``.learning_rate``, as a one-rank module's
+    state_dict holds it; a key in two ranks' shards is refused naming it.
+
     Rows come from the rank that holds them (a replicated table from its lowest replica). Raises
     TypeError for arguments of the wrong type, and ValueError, returning nothing, naming the entry and rank for: a rank missing or given twice,
     state_dicts of different worlds, of different steps or learning rates (a world's are equal on
@@ -168,7 +176,12 @@ def merge_state_dicts(state_dicts, prefix=""):
     for t in tables:
         key = table_entries(prefix, t)
         _check_equal(ordered, key + "learning_rate", "the learning rate")
-        merged.update(_merge_table(ordered, t, key))
+        dynamic = [r for r, _, s in ordered if s[t].get("dynamic")]
+        if dynamic and len(dynamic) != n:
+            r = next(r for r in range(n) if r not in dynamic)
+            raise ValueError(f"rank {r}'s '{key}*' is a dense table's shard but rank {dynamic[0]}'s a dynamic one's "
+                             f"(with '{key}keys'; expected one table)")
+        merged.update(_merge_keys(ordered, t, key) if dynamic else _merge_table(ordered, t, key))
     if prefix + "step" in ordered[0][1]:  # absent on every rank: left out, as a strict load then says
         merged[prefix + "step"] = torch.tensor(_scalar(ordered[0][1][prefix + "step"], prefix + "step", True),
                                                dtype=torch.int64)
@@ -178,9 +191,20 @@ def merge_state_dicts(state_dicts, prefix=""):
 
 
 def _shard(sd, key, i):
-    """The shard vector of one table entry of state_dicts[i], as a dict of its fields."""
+    """The shard vector of one table entry of state_dicts[i], as a dict of its fields (a dynamic
+    table's, beside its ``keys``: _KEY_FIELDS, and "dynamic" True)."""
     what = f"state_dicts[{i}]['{key}shard']"
     v = _array(sd[key + "shard"], what).reshape(-1)
+    if key + "keys" in sd:
+        if v.size != len(_KEY_FIELDS) or not np.issubdtype(v.dtype, np.integer):
+            raise ValueError(f"{what} is {v.dtype} with {v.size} values (expected the {len(_KEY_FIELDS)} integers of a "
+                             f"dynamic table's shard beside its '{key}keys': {', '.join(_KEY_FIELDS)})")
+        s = dict(zip(_KEY_FIELDS, (int(x) for x in v)))
+        if s["type"] not in (1, 2) or not 0 <= s["rank"] < s["world"] or s["dim"] < 1 or not (
+                0 <= s["shard_capacity"] <= s["capacity"]):
+            raise ValueError(f"{what} is {list(s.values())} (expected type 1 (table) or 2 (row), 0 <= rank < world, "
+                             "dim >= 1, 0 <= shard_capacity <= capacity)")
+        return dict(s, dynamic=True)
     if v.size != len(_FIELDS) or not np.issubdtype(v.dtype, np.integer):
         raise ValueError(f"{what} is {v.dtype} with {v.size} values (expected {len(_FIELDS)} integers)")
     s = dict(zip(_FIELDS, (int(x) for x in v)))
@@ -220,6 +244,62 @@ def _check_equal(ordered, key, what):
 
 def _shown(value):
     return "absent" if value is None else str(value)
+
+
+def _merge_keys(ordered, t, key):
+    """A dynamic table's whole keys (ascending), their rows and the rate from every rank's shard."""
+    first = ordered[0][2][t]
+    for r, _, s in ordered:
+        if any(s[t][f] != first[f] for f in ("type", "capacity", "dim")):
+            raise ValueError(f"rank {r}'s '{key}shard' is {[s[t][f] for f in _KEY_FIELDS]} but rank 0's "
+                             f"{[first[f] for f in _KEY_FIELDS]} (expected one table: type, capacity and dim equal)")
+    has_state = [key + "optimizer_state" in sd for _, sd, _ in ordered]
+    if any(has_state) != all(has_state):
+        raise ValueError(f"'{key}optimizer_state' is on ranks {[r for r, h in enumerate(has_state) if h]} only "
+                         "(expected on every rank or none)")
+    keys, weights, states, dtypes = [], [], [], {"weight": [], "optimizer_state": []}
+    for r, sd, s in ordered:
+        if key + "weight" not in sd:
+            raise ValueError(f"rank {r}'s state_dict has '{key}keys' but no '{key}weight' (expected both)")
+        k = _array(sd[key + "keys"], f"rank {r}'s '{key}keys'")
+        if k.dtype != np.int64 or k.ndim != 1:
+            raise ValueError(f"rank {r}'s '{key}keys' is {k.dtype} {tuple(k.shape)} (expected 1-D int64)")
+        if len(k) > s[t]["shard_capacity"]:
+            raise ValueError(f"rank {r}'s '{key}keys' holds {len(k)} keys (expected at most its shard's capacity, "
+                             f"{s[t]['shard_capacity']})")
+        w = _rows(sd[key + "weight"], f"rank {r}'s '{key}weight'", dtypes["weight"])
+        if w.dtype != np.float32 or tuple(w.shape) != (len(k), first["dim"]):
+            raise ValueError(f"rank {r}'s '{key}weight' is {w.dtype} {tuple(w.shape)} (expected float32 "
+                             f"{(len(k), first['dim'])}: one row per key of its '{key}keys')")
+        if any(has_state):
+            st = _rows(sd[key + "optimizer_state"], f"rank {r}'s '{key}optimizer_state'", dtypes["optimizer_state"])
+            if st.dtype != np.float32 or st.ndim != 2 or st.shape[0] != len(k) or (
+                    states and st.shape[1] != states[0].shape[1]):
+                raise ValueError(f"rank {r}'s '{key}optimizer_state' is {st.dtype} {tuple(st.shape)} (expected float32 "
+                                 f"with {len(k)} rows, one per key, and rank 0's columns)")
+            states.append(st)
+        for entry, seen in dtypes.items():
+            if seen and seen[-1] != seen[0]:
+                raise ValueError(f"rank {r}'s '{key}{entry}' is {seen[-1]} but rank 0's {seen[0]} (expected one "
+                                 "table's dtype on every rank)")
+        keys.append(k)
+        weights.append(w)
+    every = np.concatenate(keys)
+    order = np.argsort(every, kind="stable")
+    ranks = np.repeat(np.arange(len(keys)), [len(k) for k in keys])
+    twice = np.flatnonzero(every[order][1:] == every[order][:-1])
+    if twice.size:
+        a, b = sorted((int(ranks[order[twice[0]]]), int(ranks[order[twice[0] + 1]])))
+        raise ValueError(f"key {int(every[order[twice[0]]])} is in rank {a}'s and rank {b}'s '{key}keys' (expected "
+                         "each key in one rank's shard)")
+    out = {key + "keys": torch.from_numpy(np.ascontiguousarray(every[order])),
+           key + "weight": rows_as(np.concatenate(weights)[order], dtypes["weight"][0])}
+    if states:
+        out[key + "optimizer_state"] = rows_as(np.concatenate(states)[order], dtypes["optimizer_state"][0])
+    if key + "learning_rate" in ordered[0][1]:
+        out[key + "learning_rate"] = torch.tensor(_scalar(ordered[0][1][key + "learning_rate"], key + "learning_rate"),
+                                                  dtype=torch.float32)
+    return out
 
 
 def _merge_table(ordered, t, key):

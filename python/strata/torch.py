@@ -47,14 +47,20 @@ of those dtypes and ``load_state_dict`` takes them; outputs and their gradients 
 ``output_dtype`` (host memory: the module refuses a half-size ``output_dtype`` with ``device='cuda'``).
 
 **Dynamic tables** (``"kind": "dynamic"`` with a ``"capacity"``, README "Dynamic tables"; every
-placement of one rank serves them): their keys are any int64, and a key gets a row the first time a training
-batch uses it (``admit_after``: its N-th use), starting at its initial values. A forward in training
-mode with gradients enabled submits a training batch; in ``eval()`` or under ``torch.no_grad()`` an
+placement of one rank serves them, and a world's ``gpu`` and ``hybrid`` ones, sharded by key):
+their keys are any int64, and a key gets a row the first time a training batch uses it
+(``admit_after``: its N-th use), starting at its initial values. A forward in training mode with
+gradients enabled submits a training batch; in ``eval()`` or under ``torch.no_grad()`` an
 evaluation batch, which admits no key (keys without a row read their initial values, or zeros, and
 count in ``store.stats()["dynamic"][table]["unseen"]``). A :class:`SubmittedBatch` submitted for
 evaluation and forwarded in training raises RuntimeError and is retired. ``state_dict()`` holds a
 dynamic table's keys held, ``embedding_bags.<name>.keys`` (int64, ascending), and their rows
-(``weight`` (n, dim), ``optimizer_state`` (n, state_dim)): see ``EmbeddingBagCollection``.
+(``weight`` (n, dim), ``optimizer_state`` (n, state_dim)): see ``EmbeddingBagCollection``. In a world
+of more than one rank each rank's shard holds the keys ``strata.Store.key_owner`` gives it (row
+sharding: a hash of the key; table sharding: one rank holds them all), and ``state_dict()`` holds
+that shard's keys and rows with a ``shard`` vector; ``merge_state_dicts`` of every rank's gives the
+whole table, which loads into a module of any world size, each rank taking its own keys (see
+``state_dict`` and ``load_state_dict``).
 
 Outputs are written by the store with the GIL released; other threads must not resize or free
 them meanwhile (the module allocates its own, so this concerns ``strata.Store.forward`` callers).
@@ -668,6 +674,9 @@ class EmbeddingBagCollection(nn.Module):
         if not self._dynamic(name):
             return (None, *self.store.read_rows(name))
         keys = self.store.keys_held(name)
+        if not len(keys):  # read_keys refuses even no keys on a world's rank without a shard (table sharding)
+            dim, state_dim = self._tables[name]["dim"], self._state_dim(name)
+            return keys, np.zeros((0, dim), np.float32), np.zeros((0, state_dim), np.float32)
         return (keys, *self.store.read_keys(name, keys))
 
     def _keeps_state(self, name):
@@ -692,6 +701,9 @@ class EmbeddingBagCollection(nn.Module):
     def _save_shards(self, destination, prefix):
         """state_dict() of a world of more than one rank: this rank's shards (see state_dict)."""
         for name in self._tables:
+            if self._dynamic(name):
+                self._save_key_shard(destination, prefix, name)
+                continue
             info = self.store.shard_info(name)
             weights, state = self.store.read_shard(name, 0, info["local_rows"])
             key = table_entries(prefix, name)
@@ -702,6 +714,17 @@ class EmbeddingBagCollection(nn.Module):
             destination[key + "replicas"] = torch.tensor(info["replicas"], dtype=torch.int64)
             destination[key + "learning_rate"] = torch.tensor(self.store.learning_rate(name))
         destination[f"{prefix}step"] = torch.tensor(self.store.step, dtype=torch.int64)
+
+    def _save_key_shard(self, destination, prefix, name):
+        """A dynamic table's entries in a world's state_dict: this rank's shard (see state_dict)."""
+        keys, weights, state = self._rows_of(name)  # keys_held and read_keys: this rank's shard's
+        key = table_entries(prefix, name)
+        destination[key + "keys"] = torch.from_numpy(keys)
+        destination[key + "weight"] = rows_as(weights, self._dtype(name, "dtype"))
+        if state.shape[1] > 0:
+            destination[key + "optimizer_state"] = rows_as(state, self._dtype(name, "state_dtype"))
+        destination[key + "shard"] = torch.tensor(_key_shard_vector(self, name), dtype=torch.int64)
+        destination[key + "learning_rate"] = torch.tensor(self.store.learning_rate(name))
 
     def state_dict(self, *args, **kwargs):
         """What the next update reads (the class's doc). In a world of more than one rank each rank
@@ -714,9 +737,18 @@ class EmbeddingBagCollection(nn.Module):
         row_step, local column j global column col_offset + j; ``strata.Store.shard_info``),
         ``embedding_bags.<name>.replicas`` (int64: the ranks holding the same shard) and
         ``embedding_bags.<name>.learning_rate``, and ``step``. A table this rank does not hold has 0 rows.
+        A dynamic table's entries are its shard's keys and their rows: ``embedding_bags.<name>.keys``
+        (int64, ascending: ``strata.Store.keys_held`` of this rank, every key one that
+        ``strata.Store.key_owner`` gives this rank), ``weight`` (n, dim) and ``optimizer_state`` (n,
+        state_dim; absent for sgd) of the table's dtypes, ``learning_rate`` and
+        ``embedding_bags.<name>.shard`` (int64[6]: world, rank, type (1 table, 2 row), capacity, dim,
+        shard_capacity: the keys this rank's shard holds at most, 0 on a rank without a shard of a
+        table-sharded table; its 6 values, a dense shard's 10, and the ``keys`` beside it mark a
+        dynamic table's shard; no ``replicas``).
         Such a state_dict loads only into the same rank of a world of the same size and config;
-        ``strata.torch.merge_state_dicts`` of every rank's gives whole tables, which load into a
-        module of any world size."""
+        ``strata.torch.merge_state_dicts`` of every rank's gives whole tables (a dynamic table's:
+        every rank's keys, ascending, with their rows, as a one-rank module's state_dict has it),
+        which load into a module of any world size."""
         return super().state_dict(*args, **kwargs)
 
     def load_state_dict(self, state_dict, strict=True, assign=False):
@@ -770,7 +802,19 @@ class EmbeddingBagCollection(nn.Module):
         entry of every rank is checked before any rank writes: a state_dict refused on one rank is
         refused on all (the others' errors name that rank), with nothing written, and so is one whose
         ``step`` or a ``learning_rate`` differs between ranks or is absent on some ranks only (the
-        error names the key and the rank; the step and the rates are the world's)."""
+        error names the key and the rank; the step and the rates are the world's).
+
+        A dynamic table in such a world: each rank writes its own shard with
+        ``strata.Store.write_keys``, which then holds exactly the keys it takes. Given this rank's
+        shard (entries with ``shard``, as ``state_dict()`` of this rank saved them: the vector must
+        equal this rank's), every key must be one of this rank's shard: a key of another rank's is
+        refused naming the entry, the key and its rank (``strata.Store.key_owner``), on every rank
+        before any writes. Given the whole table (no ``shard``: a one-rank module's state_dict, or
+        ``merge_state_dicts``' of a world of any size; checked as a one-rank module checks it), each
+        rank takes the keys its shard owns, with their rows; more of them than its shard holds
+        (``shard_capacity``: the capacity is split between the ranks, so a full table may not fit a
+        world's shards) is refused naming the entry. The key index's bookkeeping starts afresh as
+        in a one-rank load (the class's doc)."""
         if not isinstance(state_dict, collections.abc.Mapping):
             raise TypeError(f"state_dict is a {type(state_dict).__name__} (expected a mapping of names to tensors, "
                             "as state_dict() returns)")
@@ -838,7 +882,9 @@ class EmbeddingBagCollection(nn.Module):
                             "saved them (merge every rank's state_dict() with strata.torch.merge_state_dicts and "
                             "load the result)")
         for name in self._tables:
-            check = self._check_shard_entries if world else self._check_table_entries
+            check = self._check_table_entries
+            if world:
+                check = self._check_key_shard_entries if self._dynamic(name) else self._check_shard_entries
             try:
                 key = saved_table_entries(state_dict, prefix, name)  # errors name the entries as given
             except ValueError as e:  # entries under both names
@@ -957,6 +1003,11 @@ class EmbeddingBagCollection(nn.Module):
         weight, state, shard, replicas, lr = (state_dict.get(key + f) for f in fields)
         ours.difference_update(key + f for f in fields)
         info = self.store.shard_info(name)
+        if key + "keys" in state_dict:
+            ours.discard(key + "keys")
+            problems.append(f"{key}keys given, but table '{name}' is dense (expected no keys: a dynamic table's "
+                            "entries do not load into a dense one)")
+            return _TableLoad(name, None, None, None)
         if shard is None and replicas is None:
             return self._check_whole_for_shard(key, name, info, weight, state, lr, missing, problems)
         missing.extend(key + f for f, v in zip(fields, (weight, state, shard, replicas, lr))
@@ -977,6 +1028,67 @@ class EmbeddingBagCollection(nn.Module):
                                   ": this rank's shard", name, problems)
         rate = None if lr is None else _float32_rate(lr, key + "learning_rate", problems)
         return _TableLoad(name, w if rows else None, s, rate)
+
+    def _check_key_shard_entries(self, state_dict, key, name, ours, missing, problems):
+        """A dynamic table's entries of a world's state_dict: this rank's shard (``shard`` equal to this
+        rank's, every key this rank's), or the whole table (no ``shard``: a one-rank module's, or
+        merge_state_dicts'), checked as a one-rank module checks it, of which this rank takes the keys
+        its shard owns (``strata.Store.key_owner``). The _TableLoad writes them with write_keys."""
+        shard = state_dict.get(key + "shard")
+        capacity = self.store.stats()["dynamic"][name]["capacity"]  # this rank's shard's
+        if shard is None:
+            load = self._check_table_entries(state_dict, key, name, ours, missing, problems)
+            if load.keys is None:
+                return load
+            mine = self.store.key_owner(name, load.keys) == self.rank
+            if int(mine.sum()) > capacity:
+                problems.append(f"{key}keys: {int(mine.sum())} of its {len(load.keys)} keys are rank {self.rank}'s "
+                                f"(by strata.Store.key_owner), but rank {self.rank}'s shard of table '{name}' holds "
+                                f"at most {capacity} keys (expected a table whose keys fit the shards of this world: "
+                                "its capacity is split between the ranks)")
+                return _TableLoad(name, None, None, load.rate)
+            if not capacity:  # a rank without a shard (table sharding): no key to write (nor can it write none)
+                return _TableLoad(name, None, None, load.rate)
+            return _TableLoad(name, np.ascontiguousarray(load.weights[mine]),
+                              None if load.state is None else np.ascontiguousarray(load.state[mine]), load.rate,
+                              np.ascontiguousarray(load.keys[mine]))
+        fields = ("keys", "weight", "optimizer_state", "shard", "learning_rate")
+        keys, weight, state, _, lr = (state_dict.get(key + f) for f in fields)
+        ours.difference_update(key + f for f in fields)
+        state_dim = self._state_dim(name)
+        missing.extend(key + f for f, v in zip(fields, (keys, weight, state, shard, lr))
+                       if v is None and (f != "optimizer_state" or state_dim > 0))
+        rate = None if lr is None else _float32_rate(lr, key + "learning_rate", problems)
+        held_vector = _key_shard_vector(self, name)
+        saved = _int_vector(shard, key + "shard", None, problems)
+        if saved is None:
+            return _TableLoad(name, None, None, rate)
+        if saved != held_vector:
+            problems.append(_shard_refusal(key + "shard", saved, held_vector, _KEY_SHARD_FIELDS))
+            return _TableLoad(name, None, None, None)
+        if (keys is None) != (weight is None):
+            given, absent = ("keys", "weight") if weight is None else ("weight", "keys")
+            problems.append(f"{key}{given} without {key}{absent} (expected both: the keys are those of the rows)")
+            return _TableLoad(name, None, None, rate)
+        if keys is None:
+            return _TableLoad(name, None, None, rate)
+        held = _key_vector(keys, key + "keys", capacity, problems, f"rank {self.rank}'s shard's capacity")
+        if held is None:
+            return _TableLoad(name, None, None, rate)
+        owners = self.store.key_owner(name, held)
+        other = np.flatnonzero(owners != self.rank)
+        if other.size:
+            k, owner = int(held[other[0]]), int(owners[other[0]])
+            problems.append(f"{key}keys holds key {k}, of rank {owner}'s shard of table '{name}' (expected only keys "
+                            f"of rank {self.rank}'s shard, as its state_dict() saves them; {other.size} of its "
+                            f"{len(held)} keys are other ranks')")
+            return _TableLoad(name, None, None, rate)
+        n = len(held)
+        w, s = self._checked_rows(weight, state, key, (n, self._tables[name]["dim"]), (n, state_dim),
+                                  f": one row per key of {key}keys", name, problems)
+        if not capacity:  # a rank without a shard (table sharding): no key (checked above) to write
+            return _TableLoad(name, None, None, rate)
+        return _TableLoad(name, w, s, rate, held if w is not None else None)
 
     def _check_whole_for_shard(self, key, name, info, weight, state, lr, missing, problems):
         """A table's whole entries (a one-rank state_dict, or merge_state_dicts' of a world's) loaded
@@ -1023,6 +1135,7 @@ class EmbeddingBagCollection(nn.Module):
 _SHARDING_TYPES = ("replicated", "table", "row", "column")  # ShardingType's order (dispatch/sharding_plan.hpp)
 _SHARD_FIELDS = ("world", "rank", "type", "rows", "dim", "row_start", "row_step", "local_rows", "col_offset",
                  "local_dim")
+_KEY_SHARD_FIELDS = ("world", "rank", "type", "capacity", "dim", "shard_capacity")  # a dynamic table's shard
 
 
 def _shard_vector(info):
@@ -1030,8 +1143,25 @@ def _shard_vector(info):
     return [_SHARDING_TYPES.index(info["type"]) if f == "type" else int(info[f]) for f in _SHARD_FIELDS]
 
 
-def _shard_refusal(what, saved, held):
-    """Why a saved shard vector does not load into this rank's shard ``held``."""
+def _key_shard_vector(module, name):
+    """The ``embedding_bags.<name>.shard`` entry of a dynamic table in a world: its 6 values (see state_dict):
+    world, rank, type (1 table, 2 row), capacity, dim, and the keys this rank's shard holds at most."""
+    info = module.store.shard_info(name)
+    shard_capacity = module.store.stats()["dynamic"][name]["capacity"]
+    return [info["world"], info["rank"], _SHARDING_TYPES.index(info["type"]), module._tables[name]["capacity"],
+            info["dim"], int(shard_capacity)]
+
+
+def _shard_refusal(what, saved, held, fields=_SHARD_FIELDS):
+    """Why a saved shard vector does not load into this rank's shard ``held`` (``fields``: a dense
+    table's shard vector's, or _KEY_SHARD_FIELDS, a dynamic table's)."""
+    if len(saved) != len(held):
+        dense = len(held) == len(_SHARD_FIELDS)
+        return (f"{what} has {len(saved)} values, a {'dynamic' if dense else 'dense'} table's shard (expected the "
+                f"{len(held)} of a {'dense' if dense else 'dynamic'} table's: {', '.join(fields)}; a "
+                f"{'dynamic' if dense else 'dense'} table's entries do not load into a "
+                f"{'dense' if dense else 'dynamic'} one)")
+
     def who(v):
         kind = _SHARDING_TYPES[v[2]] if 0 <= v[2] < len(_SHARDING_TYPES) else f"type {v[2]}"
         return f"rank {v[1]} of {v[0]} ({kind}"
@@ -1039,14 +1169,15 @@ def _shard_refusal(what, saved, held):
         return (f"{what}: saved by {who(saved)} sharding); this module is {who(held)}): a shard loads only into "
                 "the rank that saved it (to load into another rank or world, merge every rank's state_dict() with "
                 "strata.torch.merge_state_dicts and load the result)")
-    diff = ", ".join(f"{f} {a} (this rank's {b})" for f, a, b in zip(_SHARD_FIELDS, saved, held) if a != b)
+    diff = ", ".join(f"{f} {a} (this rank's {b})" for f, a, b in zip(fields, saved, held) if a != b)
     return f"{what}: saved by {who(saved)}) with {diff}: the table's config differs from the one that saved it"
 
 
-def _key_vector(t, what, capacity, problems):
+def _key_vector(t, what, capacity, problems, whose="the table's capacity"):
     """A dynamic table's ``keys`` entry (a 1-D int64 tensor or NumPy array: distinct, at most
-    ``capacity`` of them) as an int64 NumPy array, or None after noting why not in ``problems``."""
-    expected = f"expected a 1-D int64 tensor of distinct keys, at most the table's capacity {capacity}, as state_dict() saves them"
+    ``capacity`` of them, ``whose`` says what bounds them) as an int64 NumPy array, or None after
+    noting why not in ``problems``."""
+    expected = f"expected a 1-D int64 tensor of distinct keys, at most {whose} {capacity}, as state_dict() saves them"
     if isinstance(t, torch.Tensor):
         t = t.detach().cpu().numpy() if t.dtype == torch.int64 else t
     if not isinstance(t, np.ndarray):

@@ -96,6 +96,8 @@ CALLS = {
                         {"table": "a", "keys": np.zeros(1, np.int64), "out": None, "state_out": None},
                         {"table": NAME, "keys": ARRAY + [np.zeros(1)], "out": OPTIONAL_ARRAY,
                          "state_out": OPTIONAL_ARRAY}),
+    "Store.key_owner": (lambda c, **a: c["store"].key_owner(**a), {"table": "a", "keys": np.zeros(1, np.int64)},
+                        {"table": NAME, "keys": ARRAY + [np.zeros(1)]}),
     "Store.write_keys": (lambda c, **a: c["store"].write_keys(**a),
                          {"table": "a", "keys": np.zeros(1, np.int64), "weights": np.zeros((1, 4), np.float32),
                           "state": None},

@@ -272,3 +272,16 @@ def test_device_placements_train_as_cpu_bit_for_bit(mode):
     assert dev.store.stats()["dynamic"]["u"]["evictions"] > 0
     want, got = cpu.state_dict(), dev.state_dict()
     assert list(got) == list(want) and all(same_bits(got[k], want[k]) for k in want)
+
+
+def test_store_key_owner_without_a_world_is_rank_0():
+    """Store.key_owner: every key's owner is rank 0 in a store without a world (test_world.py asks a world's);
+    a dense table is refused."""
+    s = strata.Store(config([dynamic_table("u", 8), table("d", 5, DIM)]))
+    owners = s.key_owner("u", np.array([INT64_MIN, -1, 0, INT64_MAX]))
+    assert owners.dtype == np.int32 and owners.tolist() == [0, 0, 0, 0]
+    assert s.key_owner("u", torch.tensor([], dtype=torch.int64)).shape == (0,)
+    with pytest.raises(ValueError, match=r"table 'd': key_owner of a dense table \(expected a dynamic table\)"):
+        s.key_owner("d", [0])
+    with pytest.raises(TypeError, match=r"table 'u': keys has dtype float64"):
+        s.key_owner("u", np.array([1.0]))

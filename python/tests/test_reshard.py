@@ -245,3 +245,35 @@ def test_a_step_absent_on_every_rank_is_left_out():
     merged = st.merge_state_dicts(sds)
     assert "step" not in merged
     assert torch.equal(merged["embedding_bags.row.weight"], torch.from_numpy(whole["row"][0]))
+
+
+def test_dynamic_shards_merge_into_the_whole_table_by_key():
+    """A dynamic table's shards (keys, their rows, the 6-value shard vector) beside a dense table's:
+    the keys of both ranks ascending with their rows; a key in two ranks' shards, a dense shard
+    beside a dynamic one's and a shard vector of the wrong length are refused naming them."""
+    sds, whole = shard_dicts(2, SPECS[:3])
+    keys = np.array([-2**63, 9, -4, 2**62, 5], np.int64)
+    rows = np.arange(10, dtype=np.float32).reshape(5, 2)
+    p = "embedding_bags.dyn."
+    for r, mine in enumerate(([0, 2, 4], [1, 3])):  # each rank's keys ascending, as keys_held gives them
+        mine = sorted(mine, key=lambda i: keys[i])
+        sds[r].update({p + "keys": torch.from_numpy(keys[mine]), p + "weight": torch.from_numpy(rows[mine]),
+                       p + "optimizer_state": torch.from_numpy(rows[mine, :1] + 100),
+                       p + "shard": torch.tensor([2, r, 2, 8, 2, 4]), p + "learning_rate": torch.tensor(0.5)})
+    merged = st.merge_state_dicts(sds)
+    order = np.argsort(keys)
+    assert merged[p + "keys"].tolist() == keys[order].tolist()
+    assert torch.equal(merged[p + "weight"], torch.from_numpy(rows[order]))
+    assert torch.equal(merged[p + "optimizer_state"], torch.from_numpy(rows[order, :1] + 100))
+    assert float(merged[p + "learning_rate"]) == 0.5 and p + "shard" not in merged
+    assert torch.equal(merged["embedding_bags.row.weight"], torch.from_numpy(whole["row"][0]))
+    twice = [dict(sd) for sd in sds]
+    twice[1][p + "keys"] = torch.tensor([-4, 2**62])  # key -4 is rank 0's too
+    refused(twice, "key -4 is in rank 0's and rank 1's 'embedding_bags.dyn.keys'")
+    mixed = [dict(sd) for sd in sds]
+    del mixed[1][p + "keys"]
+    mixed[1][p + "shard"] = torch.tensor(cut(2, "row", 2, 2)[1])
+    refused(mixed, "rank 1's 'embedding_bags.dyn.*' is a dense table's shard but rank 0's a dynamic one's")
+    short = [dict(sd) for sd in sds]
+    short[0][p + "shard"] = torch.tensor([2, 0, 2, 8, 2])
+    refused(short, "state_dicts[0]['embedding_bags.dyn.shard'] is int64 with 5 values", "dynamic table's shard")

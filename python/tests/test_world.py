@@ -101,6 +101,15 @@ def test_world_equals_the_one_rank_reference(world, tmp_path):
         assert r.returncode == 0 and r.lines("OK") == ["equivalence"], r.report()
 
 
+def test_dynamic_tables_state_dicts_over_two_ranks(tmp_path):
+    """A row-sharded and a table-sharded dynamic table train 3 steps as a one-rank reference on the
+    concatenated batches; merge_state_dicts of both ranks' state_dicts is the reference's (keys,
+    rows) and loads into one rank and back into the world; another rank's key is refused by name."""
+    ranks = launch("dynamic", 2, tmp_path, deadline=120)
+    for r in ranks:
+        assert r.returncode == 0 and r.lines("OK") == ["dynamic"], r.report()
+
+
 def test_a_world_checkpoint_loads_into_worlds_of_other_sizes(tmp_path):
     """2 ranks save (Store.save: a collective, each rank writing its shards once) after two steps
     and a rate change; 3 ranks and one store without a world (cpu tables) load it: every table's

@@ -9,7 +9,8 @@ The ranks meet through a FileStore (init_method=file://INIT_FILE: no ports). Sce
 autograd, checked against a one-rank ``cpu`` reference trained on the concatenated batches, then
 the state_dict checks), ``save CKPT ROWS`` and ``load CKPT ROWS`` (a world checkpoint: Store.save
 into CKPT after a few steps, the whole tables, step and rates written to ROWS (.npz); a world of
-another size loads CKPT and must hold exactly those), and the faults ``config``, ``kill`` and
+another size loads CKPT and must hold exactly those), ``dynamic`` (dynamic tables over 2 ranks: training
+against the reference, state_dict shards, merge_state_dicts and loads), and the faults ``config``, ``kill`` and
 ``sleep`` (3 ranks each).
 Output lines the parent reads: ``EVENT <time>`` (the faulty rank, just before its fault),
 ``ERROR <time> <type>: <text>`` (an expected error, as it arrived) and ``OK <scenario>`` at the
@@ -333,6 +334,103 @@ def equivalence(rank, world):
         comm_subset(rank, world)
 
 
+# ---- dynamic tables (2 ranks) ----
+def dynamic_tables():
+    """A row-sharded dynamic table (keys by a hash; adagrad, sum) and a table-sharded one (rank 1's
+    by its index; adam, mean), of capacities no shard fills (no eviction: the reference's single
+    key index then holds the same keys as the shards together)."""
+    return [{"name": "users", "kind": "dynamic", "capacity": 64, "dim": 4, "pooling": "sum", "placement": "gpu",
+             "init": {"bound": 0.1, "seed": 5}, "optimizer": {"kind": "adagrad", "learning_rate": 0.1}},
+            {"name": "items", "kind": "dynamic", "capacity": 48, "dim": 3, "pooling": "mean", "placement": "hybrid",
+             "cache": {"rows": 4}, "sharding": {"type": "table"}, "init": {"bound": 0.1, "seed": 6},
+             "optimizer": {"kind": "adam", "learning_rate": 0.05, "eps": 1e-8}}]
+
+
+def dynamic_batch(step, rank, tables):
+    """Rank `rank`'s batch and output gradients at `step`: keys from a pool of 24 int64 keys of any
+    magnitude (shared by the ranks and the steps, so rows are updated by both ranks and again)."""
+    pool = np.random.default_rng(7).integers(-2**62, 2**62, size=24)
+    rng = np.random.default_rng([step, rank])
+    features, grads = {}, {}
+    for t in tables:
+        lengths = rng.integers(0, 4, size=3).astype(np.int64)
+        features[t["name"]] = {"keys": pool[rng.integers(0, len(pool), size=int(lengths.sum()))], "lengths": lengths}
+        grads[t["name"]] = (rng.integers(-1000, 1001, size=(3, t["dim"])) / 1000).astype(np.float32)
+    return features, grads
+
+
+def dynamic_world(rank, world):
+    """3 training steps of a 2-rank world against a one-rank cpu reference trained on the ranks'
+    batches concatenated; each rank's state_dict holds its shard's keys (key_owner: its own) and
+    rows; merge_state_dicts of both is the reference's state_dict (keys exactly, rows within the
+    tolerance) and loads into a one-rank module and back into the world, as each rank's own
+    state_dict does; a rank given the other rank's keys refuses naming the entry and a key, on
+    every rank, nothing changed."""
+    tables = dynamic_tables()
+    ebc = st.EmbeddingBagCollection(world_config(tables), timeout=TIMEOUT)
+    ref = st.EmbeddingBagCollection(reference_config(tables), process_group=False)
+    for step in range(3):
+        per_rank = [dynamic_batch(step, r, tables) for r in range(world)]
+        features, grads = per_rank[rank]
+        gfeatures = {t["name"]: {k: np.concatenate([p[0][t["name"]][k] for p in per_rank]) for k in ("keys", "lengths")}
+                     for t in tables}
+        out, rout = ebc(features), ref(gfeatures)
+        for t in tables:
+            n = t["name"]
+            check_close(f"rank {rank} step {step} output {n}", out[n].detach(), rout[n].detach()[3 * rank:3 * rank + 3])
+        sum((out[n] * torch.from_numpy(grads[n])).sum() for n in grads).backward()
+        sum((rout[n] * torch.from_numpy(np.concatenate([p[1][n] for p in per_rank]))).sum() for n in grads).backward()
+    sd = {k: v.clone() for k, v in ebc.state_dict().items()}
+    rsd = ref.state_dict()
+    for i, t in enumerate(tables):
+        n, p = t["name"], f"embedding_bags.{t['name']}."
+        keys = sd[p + "keys"]
+        assert keys.dtype == torch.int64 and torch.equal(keys, keys.sort().values), (n, keys)
+        assert np.array_equal(ebc.store.key_owner(n, keys.numpy()), np.full(len(keys), rank)), (n, keys)
+        shard_type = SHARD_TYPE[t.get("sharding", {"type": "row"})["type"]]
+        shard_capacity = t["capacity"] // world if shard_type == 2 else t["capacity"] * (rank == i % world)
+        assert sd[p + "shard"].tolist() == [world, rank, shard_type, t["capacity"], t["dim"], shard_capacity], \
+            (n, sd[p + "shard"])
+        assert p + "replicas" not in sd and sd[p + "weight"].shape == (len(keys), t["dim"]), (n, sorted(sd))
+    every = [None] * world
+    dist.all_gather_object(every, sd)
+    merged = st.merge_state_dicts(every)
+    assert sorted(merged) == sorted(rsd), (sorted(merged), sorted(rsd))
+    assert int(merged["step"]) == int(rsd["step"]) == 3
+    for t in tables:
+        p = f"embedding_bags.{t['name']}."
+        assert torch.equal(merged[p + "keys"], rsd[p + "keys"]), (p, merged[p + "keys"], rsd[p + "keys"])
+        for e in ("weight", "optimizer_state"):
+            check_close(f"rank {rank} merged {p}{e}", merged[p + e], rsd[p + e].numpy())
+        assert float(merged[p + "learning_rate"]) == float(rsd[p + "learning_rate"]), p
+
+    # A key of rank 0's shard given to rank 1 (its own state_dict with rank 0's users entries): refused on
+    # both ranks, rank 1 naming the entry and a key, nothing loaded.
+    p = "embedding_bags.users."
+    bad = dict(sd)
+    if rank == 1:
+        bad.update({p + e: every[0][p + e] for e in ("keys", "weight", "optimizer_state")})
+    needles = ([f"{p}keys holds key {int(every[0][p + 'keys'][0])}, of rank 0's shard of table 'users'"] if rank == 1
+               else ["rank 1 of 2 refused its state_dict"])
+    expect_error(RuntimeError, "a key of another rank's shard", lambda: ebc.load_state_dict(bad), *needles)
+    assert state_dicts_equal(ebc.state_dict(), sd), "a refused load_state_dict changed the state"
+
+    one = st.EmbeddingBagCollection(reference_config(tables), process_group=False)
+    one.load_state_dict(merged)
+    assert state_dicts_equal(one.state_dict(), merged), "a one-rank module did not load the merged tables"
+    features, grads = dynamic_batch(9, rank, tables)  # a step that changes the state (and admits new keys) first
+    out = ebc(features)
+    sum((out[n] * torch.from_numpy(grads[n])).sum() for n in grads).backward()
+    assert not state_dicts_equal(ebc.state_dict(), sd)
+    ebc.load_state_dict(merged)
+    assert state_dicts_equal(ebc.state_dict(), sd), "the merged whole tables did not load back into the shards"
+    out = ebc(features)  # and each rank's own shard loads back into it
+    sum((out[n] * torch.from_numpy(grads[n])).sum() for n in grads).backward()
+    ebc.load_state_dict(sd)
+    assert state_dicts_equal(ebc.state_dict(), sd), "load_state_dict(state_dict()) did not restore the shards"
+    ebc.close()
+
+
 # ---- the transport communicator by itself (strata._strata._WorldComm, test-only) ----
 def comm_subset(rank, world):
     """A conformance subset over the process group: all_to_all_v with uneven and zero counts (the
@@ -482,8 +580,8 @@ def fault_sleep(rank, world):
                  "timed out after 3000 ms")
 
 
-SCENARIOS = {"equivalence": equivalence, "save": checkpoint_save, "load": checkpoint_load, "config": fault_config,
-             "kill": fault_kill, "sleep": fault_sleep}
+SCENARIOS = {"equivalence": equivalence, "dynamic": dynamic_world, "save": checkpoint_save, "load": checkpoint_load,
+             "config": fault_config, "kill": fault_kill, "sleep": fault_sleep}
 
 
 def main():
