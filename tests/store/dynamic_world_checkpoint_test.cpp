@@ -13,13 +13,18 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "dispatch/shard_layout.hpp"
 #include "store/detail/dynamic_state.hpp"
 #include "store/io/detail/checkpoint_format.hpp"
+#include "store/io/detail/crc32c.hpp"
+#include "store/io/file_io.hpp"
 #include "tests/store/dynamic_harness.hpp"
 #include "tests/store/thread_ranks.hpp"
 
@@ -328,16 +333,21 @@ void expect_refused(const std::string& dir, int world, StatusCode code, const st
   });
 }
 
-// A piece whose byte changed is refused naming it, on every rank, whether it is a rank's own (the same layout) or read
-// by every rank (a reshard); nothing changes.
-TEST(DynamicWorldCheckpointFiles, ACorruptPieceIsRefusedNamingItAndNothingChanges) {
+// A world of 2 trained 10 steps and saved into `dir`.
+void save_two_ranks(const std::string& dir) {
   const StoreConfig c = test_config();
   const std::vector<Step> plan = make_plan(c, 2, 10, 0, 10, 0x5eed);
-  const std::string dir = fresh_dir("corrupt");
   on_world(2, c, [&](int r, Store& s) {
     run_steps(s, r, plan, 0, 10, nullptr);
     ASSERT_TRUE(s.save(dir).is_ok()) << "rank " << r;
   });
+}
+
+// A piece whose byte changed is refused naming it, on every rank, whether it is a rank's own (the same layout) or read
+// by every rank (a reshard); nothing changes.
+TEST(DynamicWorldCheckpointFiles, ACorruptPieceIsRefusedNamingItAndNothingChanges) {
+  const std::string dir = fresh_dir("corrupt");
+  save_two_ranks(dir);
   if (HasFatalFailure()) return;
   Result<detail::Manifest> manifest = detail::read_manifest(dir);
   ASSERT_TRUE(manifest.is_ok()) << manifest.status().to_string();
@@ -350,6 +360,55 @@ TEST(DynamicWorldCheckpointFiles, ACorruptPieceIsRefusedNamingItAndNothingChange
   }
   expect_refused(dir, 2, StatusCode::kDataLoss, {file, "dynamic table 'user'", "checksum"});
   expect_refused(dir, 3, StatusCode::kDataLoss, {file, "dynamic table 'user'", "checksum"});
+  fs::remove_all(dir);
+}
+
+// `text` (a manifest) with its JSON edited by `edit` and its checksum line remade.
+std::string edited(const std::string& text, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json j = nlohmann::json::parse(text.substr(0, text.rfind("\ncrc32c ")));
+  edit(j);
+  const std::string body = j.dump(2);
+  return body + "\ncrc32c " + detail::hex32(detail::crc32c(body.data(), body.size())) + "\n";
+}
+
+// A format 5 manifest's dynamic entries are checked as the rest (each refusal naming the table and what is wrong), and
+// a clock that the pieces' headers do not hold is refused at load, naming a piece, nothing changed.
+TEST(DynamicWorldCheckpointFiles, AFormatFiveManifestIsCheckedAsTheRest) {
+  const std::string dir = fresh_dir("manifest");
+  save_two_ranks(dir);
+  if (HasFatalFailure()) return;
+  const std::string path = dir + "/" + detail::kManifest;
+  const Result<std::string> text = detail::read_file(path);
+  ASSERT_TRUE(text.is_ok());
+  ASSERT_TRUE(detail::parse_manifest(path, text.value()).is_ok());
+  const auto refused = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& what) {
+    const Result<detail::Manifest> m = detail::parse_manifest(path, edited(text.value(), edit));
+    EXPECT_EQ(m.status().code(), StatusCode::kDataLoss) << what << ": " << m.status().to_string();
+    EXPECT_NE(m.status().message().find(what), std::string::npos) << m.status().to_string();
+    EXPECT_NE(m.status().message().find("corrupt"), std::string::npos) << m.status().to_string();
+  };
+  // user: capacity 32 by row over 2 ranks (16 each); ad: capacity 16 by table, on rank 0.
+  const auto user = [](nlohmann::json& j) -> nlohmann::json& { return j["tables"][0]["dynamic"]; };
+  refused([&](nlohmann::json& j) { user(j)["pieces"][1]["capacity"] = 17; },
+          "dynamic table 'user': piece 1: capacity 17 (expected 16, rank 1's shard of row sharding over 2 ranks");
+  refused([&](nlohmann::json& j) { user(j)["pieces"][1]["rank"] = 0; }, "piece 1: rank 0 (expected 1");
+  refused([&](nlohmann::json& j) { user(j)["pieces"].erase(1); },
+          "dynamic table 'user': 1 pieces (expected one per rank of the world of 2");
+  refused([&](nlohmann::json& j) { user(j)["sharding"] = "column"; }, "sharding 'column' (expected row or table");
+  refused([&](nlohmann::json& j) { user(j)["clock"] = -1; }, "dynamic table 'user': clock -1 (expected >= 0");
+  refused([&](nlohmann::json& j) { user(j)["pieces"][0]["keys"] = 17; },
+          "piece 0: keys 17 (expected 0 to its capacity 16");
+  refused([&](nlohmann::json& j) { user(j)["pieces"][0]["sketch_bytes"] = 7; }, "piece 0: capacity 16, sketch_bytes 7");
+  refused([&](nlohmann::json& j) { j["tables"][2]["dynamic"]["pieces"][1]["capacity"] = 16; },
+          "dynamic table 'ad': piece 0: capacity 16 (expected 0");
+  // A clock the headers do not hold: the manifest parses, the load is refused naming a piece of 'user'.
+  const detail::Manifest m = detail::parse_manifest(path, text.value()).value();
+  ASSERT_TRUE(detail::write_file_atomic(
+                  path, edited(text.value(), [&](nlohmann::json& j) { user(j)["clock"] = m.tables[0].clock + 1; }))
+                  .is_ok());
+  expect_refused(dir, 2, StatusCode::kDataLoss,
+                 {"dynamic table 'user'", "header has clock " + std::to_string(m.tables[0].clock) + " (expected " +
+                                              std::to_string(m.tables[0].clock + 1)});
   fs::remove_all(dir);
 }
 
