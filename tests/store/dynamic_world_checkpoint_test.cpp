@@ -38,9 +38,9 @@ constexpr int kTimeoutMs = 60000;
 constexpr int kTables[] = {0, 2};  // the dynamic tables: user (row sharding), ad (table sharding)
 constexpr std::int64_t kTtl = 6;
 
-// user (dynamic, capacity 32: shards of 16, 11 and 8 rows over 2, 3 and 4 ranks; admit_after 2, so a sketch; lfu;
-// adagrad), item (dense) and ad (dynamic, capacity 16, table-sharded: its owner, 2 % world, moves with the world size);
-// gpu and hybrid tables on thread ranks (or in a store without a world).
+// user (dynamic, capacity 32: shards of 16, 11 or 10, and 8 rows over 2, 3 and 4 ranks; admit_after 2: a sketch; lfu;
+// adagrad), item (dense) and ad (dynamic, capacity 16, admit_after 2, table-sharded: its owner, 2 % world, moves with
+// the world size); gpu and hybrid tables on thread ranks (or in a store without a world).
 StoreConfig test_config() {
   const Case k{"x", 2, Eviction::kLfu, kTtl, Unseen::kZeros, DType::kF32, OptimizerKind::kAdagrad, false};
   StoreConfig c = thread_rank_config(64 << 20);
@@ -48,6 +48,7 @@ StoreConfig test_config() {
   c.device.emu_max_delay_us = 20;
   c.tables[0].spec.rows = 32;
   c.tables[2].spec.rows = 16;
+  c.tables[2].dynamic->admit_after = 2;
   for (std::size_t t = 0; t < c.tables.size(); ++t) {
     TableConfig& tc = c.tables[t];
     tc.placement = t == 1 ? Placement::kGpu : Placement::kHybrid;
