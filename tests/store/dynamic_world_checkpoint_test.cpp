@@ -159,7 +159,7 @@ void on_world(int world, const StoreConfig& c, Body body) {
     body(0, **s);
     return;
   }
-  on_ranks(world, kTimeoutMs, [&](int r, std::shared_ptr<dispatch::Communicator> comm) {
+  on_ranks(world, kTimeoutMs, [&](int r, const std::shared_ptr<dispatch::Communicator>& comm) {
     auto s = Store::open(c, comm);
     ASSERT_TRUE(s.is_ok()) << "rank " << r << ": " << s.status().to_string();
     body(r, **s);
