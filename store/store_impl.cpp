@@ -558,6 +558,7 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
     out.state.resize(out.entries.size() * static_cast<std::size_t>(optimizer_state_dim(spec.optimizer.kind, spec.dim)));
     std::vector<std::int64_t> rows(out.entries.size());
     for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = out.entries[i].row;
+    if (rows.empty()) return Status::ok();  // no engine call: a table-wise shard of another rank has no rows here
     dynamic_.engine_rows(table, rows);
     return on_engine(table, [&](detail::Engine& e) {
       return e.read_rows_at(table, spec, rows, out.weights.data(), out.state.data());
@@ -580,6 +581,7 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
         index.restore(in.clock, in.entries, dynamic_.capacity(table) == 0 ? index.sketch_state() : in.sketch));
     std::vector<std::int64_t> rows(in.entries.size());
     for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = in.entries[i].row;
+    if (rows.empty()) return Status::ok();  // as read_dynamic: no rows to write (none on another rank's table shard)
     dynamic_.engine_rows(table, rows);
     Status written = on_engine(
         table, [&](detail::Engine& e) { return e.reset_rows(table, rows, in.weights.data(), in.state.data()); });

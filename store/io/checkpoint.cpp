@@ -15,7 +15,13 @@
 //   <table>.<gen>.<save>.r0.tbl  the same in format 3 (a store with a bf16 or fp16 table, or bf16 state: a world of
 //                       one's pieces), each element of its table's element type
 //   format 4: a store with a dynamic table, format 3 with one such file per dynamic table holding its rows in use,
-//                       clock and sketch (store/io/detail/dynamic_piece.hpp); a world's save of one is refused
+//                       clock and sketch (store/io/detail/dynamic_piece.hpp)
+//   format 5: a world with a dynamic table, format 4 with one such file per rank of the world (its shard: local rows,
+//                       the common clock, its sketch); the manifest lists each with its keys, sketch bytes and shard
+//                       capacity, and the table's sharding and clock. Loaded into the same layout (world size,
+//                       sharding, owner), each rank restores its own file exactly; into another (or from a store's
+//                       format 4 file into a world, or a world's into a store), each rank reads every file and keeps
+//                       the keys it now owns (store/io/detail/world_checkpoint.hpp), their admission counts afresh
 // (the format, its parsing and checks: store/io/detail/checkpoint_format.hpp).
 // Table files of a new save get a new generation number, so the old ones stay untouched until the
 // new MANIFEST has been renamed into place (the commit point); then the old generation is removed.
@@ -71,8 +77,8 @@ detail::DynamicAccess& dynamic_access(Store& store) {
 }  // namespace
 
 Status Store::save(const std::string& dir) {
-  // A world: each rank writes its pieces into one shared directory, rank 0 commits (format 2, or 3 with half-size
-  // tables).
+  // A world: each rank writes its pieces into one shared directory, rank 0 commits (format 2, 3 with half-size
+  // tables, 5 with a dynamic table).
   if (dispatch::Communicator* comm = world()) return detail::save_world(*this, *comm, dir);
   // No flush of its own: read_rows flushes, and decides whether a table whose device failed can
   // still be read from host memory (README, "When the device fails").
@@ -95,9 +101,10 @@ Status Store::save(const std::string& dir) {
       detail::DynamicState state;
       STRATA_RETURN_IF_ERROR(dynamic_access(*this).read_dynamic(static_cast<int>(ti), state));
       mt.dynamic = true;
-      mt.keys = static_cast<std::int64_t>(state.entries.size());
-      mt.sketch_bytes = static_cast<std::int64_t>(state.sketch.size());
+      piece.capacity = spec.rows;
       STRATA_RETURN_IF_ERROR(detail::write_dynamic_piece(dir, mt, state, next.save_id, next.version, piece));
+      mt.keys = piece.keys;
+      mt.sketch_bytes = piece.sketch_bytes;
       mt.pieces.push_back(std::move(piece));
       next.tables.push_back(std::move(mt));
       continue;
@@ -121,17 +128,9 @@ Status Store::load(const std::string& dir) { return load_checkpoint(dir, nullptr
 Status Store::load_converting_dtypes(const std::string& dir) { return load_checkpoint(dir, nullptr, true); }
 
 Status Store::load_checkpoint(const std::string& dir, const std::string* manifest, bool convert_dtypes) {
-  // One loader for every checkpoint (format 1, 2 or 3) and every store (a world: collective; see world_checkpoint.hpp).
+  // One loader for every checkpoint (format 1 to 5) and every store (a world: collective; see world_checkpoint.hpp). It
+  // writes every table, a dynamic table's shard on each rank (DynamicAccess::write_dynamic), with agreed errors.
   STRATA_ASSIGN_OR_RETURN(detail::Loaded got, detail::load_pieces(*this, world(), dir, manifest, convert_dtypes));
-  // Dynamic tables after the dense ones, from states checked before any row changed.
-  for (std::size_t ti = 0; ti < config_.tables.size(); ++ti) {
-    if (!config_.tables[ti].dynamic) continue;
-    const Status s = dynamic_access(*this).write_dynamic(static_cast<int>(ti), got.dynamic[ti]);
-    if (!s.is_ok())
-      return s.with_context(dir + ": load failed while copying rows into table '" + config_.tables[ti].spec.name +
-                            "' (the tables may now hold a mix of their previous rows and the checkpoint's; step "
-                            "unchanged; load again)");
-  }
   step_ = got.step;
   for (std::size_t ti = 0; ti < config_.tables.size(); ++ti) {
     // Not recorded: keep the store's. Else checked when the manifest was parsed (0 is a rate). The same manifest's on

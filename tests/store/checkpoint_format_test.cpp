@@ -184,8 +184,8 @@ TEST(CheckpointFormat, AStoreManifestIsFormatOneByteForByteAndParsesToOneWholePi
 
 TEST(CheckpointFormat, ManifestsThatAreCorruptOrOfAnotherVersionAreRefusedNamingWhatIsWrong) {
   const Manifest m = world_manifest();
-  expect_refused(edited(m, [](nlohmann::json& j) { j["version"] = 5; }), StatusCode::kInvalidArgument,
-                 {"dir/MANIFEST", "format version 5 (expected 1, 2, 3 or 4)"});
+  expect_refused(edited(m, [](nlohmann::json& j) { j["version"] = 6; }), StatusCode::kInvalidArgument,
+                 {"dir/MANIFEST", "format version 6 (expected 1, 2, 3, 4 or 5)"});
   // A piece path outside the directory.
   expect_refused(edited(m, [](nlohmann::json& j) { j["tables"][0]["pieces"][1]["file"] = "../user.8.r1.tbl"; }),
                  StatusCode::kDataLoss, {"table 'user'", "'../user.8.r1.tbl' is not a file name inside"});

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/half.hpp"
+#include "dispatch/shard_layout.hpp"
 #include "dispatch/sharding_plan.hpp"
 #include "host/admission_sketch.hpp"
 #include "store/detail/batch_checks.hpp"
@@ -73,37 +74,102 @@ Status parse_v2_pieces(const std::string& path, const Manifest& m, const json& t
   return Status::ok();
 }
 
-// Parses the "dynamic" object `d` of a format 4 table entry into `mt` (its shape already checked): its file becomes its
-// one piece, whose size must be what its keys and sketch make.
-Status parse_dynamic(const std::string& path, const json& d, ManifestTable& mt) {
-  mt.dynamic = true;
-  mt.keys = d.at("keys").get<std::int64_t>();
-  mt.sketch_bytes = d.at("sketch_bytes").get<std::int64_t>();
-  const std::string who = path + ": dynamic table '" + mt.name + "': ";
-  if (mt.keys < 0 || mt.keys > mt.rows)
-    return Status::data_loss(who + "keys " + std::to_string(mt.keys) + " (expected 0 to its capacity " +
-                             std::to_string(mt.rows) + "; corrupt)");
-  // A sketch is none (admit_after 1) or its added count and kDepth x width 16-bit counters (KeyIndex::sketch_state).
-  const std::int64_t sketch = mt.rows > kMaxDynamicCapacity
-                                  ? -1
-                                  : 8 + std::int64_t{2} * AdmissionSketch::kDepth * AdmissionSketch::width_for(mt.rows);
-  if (mt.rows > kMaxDynamicCapacity || (mt.sketch_bytes != 0 && mt.sketch_bytes != sketch))
-    return Status::data_loss(who + "capacity " + std::to_string(mt.rows) + ", sketch_bytes " +
-                             std::to_string(mt.sketch_bytes) + " (expected a capacity up to " +
+// The bytes of an admission sketch of a key index of `capacity` rows (KeyIndex::sketch_state: its added count and
+// kDepth x width 16-bit counters; an index of no rows has one, a table-wise shard of another rank's).
+std::int64_t sketch_bytes_for(std::int64_t capacity) {
+  return 8 +
+         std::int64_t{2} * AdmissionSketch::kDepth * AdmissionSketch::width_for(std::max<std::int64_t>(capacity, 1));
+}
+
+// Parses a dynamic table's file `d` (format 4: the "dynamic" object; format 5: one of its "pieces") of `mt` (its shape
+// already checked) into `p`, whose capacity is set: its keys within the capacity, its sketch none or of the capacity's
+// bytes, its size what they make. `who`: "<path>: dynamic table 't': " and the piece, for messages.
+Status parse_dynamic_file(const std::string& who, const json& d, const ManifestTable& mt, PieceEntry& p) {
+  p.keys = d.at("keys").get<std::int64_t>();
+  p.sketch_bytes = d.at("sketch_bytes").get<std::int64_t>();
+  if (p.keys < 0 || p.keys > p.capacity)
+    return Status::data_loss(who + "keys " + std::to_string(p.keys) + " (expected 0 to its capacity " +
+                             std::to_string(p.capacity) + "; corrupt)");
+  // A sketch is none (admit_after 1) or that of an index of its capacity.
+  const std::int64_t sketch = p.capacity > kMaxDynamicCapacity ? -1 : sketch_bytes_for(p.capacity);
+  if (p.capacity > kMaxDynamicCapacity || (p.sketch_bytes != 0 && p.sketch_bytes != sketch))
+    return Status::data_loss(who + "capacity " + std::to_string(p.capacity) + ", sketch_bytes " +
+                             std::to_string(p.sketch_bytes) + " (expected a capacity up to " +
                              std::to_string(kMaxDynamicCapacity) + " and a sketch of 0 or " + std::to_string(sketch) +
                              " bytes; corrupt)");
-  PieceEntry p;
   p.file = d.at("file").get<std::string>();
-  p.box = whole_box(mt.keys, mt.dim);
+  p.box = whole_box(p.keys, mt.dim);
   p.bytes = d.at("bytes").get<std::uint64_t>();
   const std::string crc = d.at("crc32c").get<std::string>();
   if (crc.size() != 8 || crc.find_first_not_of("0123456789abcdef") != std::string::npos)
     return Status::data_loss(who + "crc32c '" + crc + "' (expected 8 lowercase hex digits; corrupt)");
   p.crc = static_cast<std::uint32_t>(std::stoul(crc, nullptr, 16));
-  if (p.bytes != dynamic_file_bytes(mt))
+  if (p.bytes != dynamic_file_bytes(mt, p))
     return Status::data_loss(who + "file '" + p.file + "': " + std::to_string(p.bytes) + " bytes (expected " +
-                             std::to_string(dynamic_file_bytes(mt)) + " for its keys and sketch; corrupt)");
+                             std::to_string(dynamic_file_bytes(mt, p)) + " for its keys and sketch; corrupt)");
+  return Status::ok();
+}
+
+// Parses the "dynamic" object `d` of a format 4 table entry into `mt` (its shape already checked): its file becomes its
+// one piece, of the table's capacity.
+Status parse_dynamic(const std::string& path, const json& d, ManifestTable& mt) {
+  mt.dynamic = true;
+  PieceEntry p;
+  p.capacity = mt.rows;
+  STRATA_RETURN_IF_ERROR(parse_dynamic_file(path + ": dynamic table '" + mt.name + "': ", d, mt, p));
+  mt.keys = p.keys;
+  mt.sketch_bytes = p.sketch_bytes;
   mt.pieces.push_back(std::move(p));
+  return Status::ok();
+}
+
+// Parses the "dynamic" object `d` of a format 5 table entry of manifest `m` into `mt`: its sharding, clock and one
+// piece per rank of the saving world, in rank order, each of its rank's capacity under that sharding.
+Status parse_dynamic_shards(const std::string& path, const Manifest& m, const json& d, ManifestTable& mt) {
+  mt.dynamic = true;
+  const std::string who = path + ": dynamic table '" + mt.name + "': ";
+  mt.sharding = d.at("sharding").get<std::string>();
+  const Result<dispatch::ShardingType> type = dispatch::parse_sharding(mt.sharding);
+  if (!type || (type.value() != dispatch::ShardingType::kRow && type.value() != dispatch::ShardingType::kTable))
+    return Status::data_loss(who + "sharding '" + mt.sharding + "' (expected row or table; corrupt)");
+  mt.clock = d.at("clock").get<std::int64_t>();
+  if (mt.clock < 0) return Status::data_loss(who + "clock " + std::to_string(mt.clock) + " (expected >= 0; corrupt)");
+  const json& pieces = d.at("pieces");
+  if (pieces.size() != static_cast<std::size_t>(m.world))
+    return Status::data_loss(who + std::to_string(pieces.size()) + " pieces (expected one per rank of the world of " +
+                             std::to_string(m.world) + "; corrupt)");
+  // The capacities of the saving world's shards: row sharding's for rows capacity + 1, or the whole on one owner (the
+  // rank whose piece has any).
+  dispatch::ShardingPlan plan{type.value(), -1};
+  for (int r = 0; r < m.world; ++r)
+    if (type.value() == dispatch::ShardingType::kTable && pieces[static_cast<std::size_t>(r)].at("capacity") != 0)
+      plan.owner = r;
+  TableSpec served;
+  served.name = mt.name;
+  served.rows = mt.rows + 1;
+  served.dim = mt.dim;
+  const Result<dispatch::ShardLayout> layout = dispatch::ShardLayout::make(served, plan, m.world, 0);
+  if (!layout)
+    return Status::data_loss(who + "capacity " + std::to_string(mt.rows) + " cannot be " + mt.sharding +
+                             "-sharded over " + std::to_string(m.world) + " ranks (" + layout.status().message() +
+                             "; corrupt)");
+  for (int r = 0; r < m.world; ++r) {
+    const json& e = pieces[static_cast<std::size_t>(r)];
+    PieceEntry p;
+    p.rank = e.at("rank").get<int>();
+    p.capacity = e.at("capacity").get<std::int64_t>();
+    const std::string piece = who + "piece " + std::to_string(r) + ": ";
+    if (p.rank != r)
+      return Status::data_loss(piece + "rank " + std::to_string(p.rank) + " (expected " + std::to_string(r) +
+                               ": one piece per rank, in rank order; corrupt)");
+    if (p.capacity != layout.value().key_capacity(r))
+      return Status::data_loss(piece + "capacity " + std::to_string(p.capacity) + " (expected " +
+                               std::to_string(layout.value().key_capacity(r)) + ", rank " + std::to_string(r) +
+                               "'s shard of " + mt.sharding + " sharding over " + std::to_string(m.world) +
+                               " ranks; corrupt)");
+    STRATA_RETURN_IF_ERROR(parse_dynamic_file(piece, e, mt, p));
+    mt.pieces.push_back(std::move(p));
+  }
   return Status::ok();
 }
 
@@ -217,11 +283,11 @@ Result<Manifest> parse_manifest(const std::string& path, const std::string& text
     if (j.at("format").get<std::string>() != "strata-checkpoint")
       return Status::data_loss(path + ": not a Strata checkpoint manifest");
     const auto version = j.at("version").get<std::uint32_t>();
-    if (version < kFormatVersion || version > kDynamicFormatVersion)
-      return Status::invalid_argument(path + ": format version " + std::to_string(version) + " (expected " +
-                                      std::to_string(kFormatVersion) + ", " + std::to_string(kWorldFormatVersion) +
-                                      ", " + std::to_string(kTypedFormatVersion) + " or " +
-                                      std::to_string(kDynamicFormatVersion) + ")");
+    if (version < kFormatVersion || version > kNewestFormatVersion)
+      return Status::invalid_argument(
+          path + ": format version " + std::to_string(version) + " (expected " + std::to_string(kFormatVersion) + ", " +
+          std::to_string(kWorldFormatVersion) + ", " + std::to_string(kTypedFormatVersion) + ", " +
+          std::to_string(kDynamicFormatVersion) + " or " + std::to_string(kWorldDynamicFormatVersion) + ")");
     m.version = version;
     if (version != kFormatVersion) {  // pieces
       const std::string save = j.at("save").get<std::string>();
@@ -247,7 +313,9 @@ Result<Manifest> parse_manifest(const std::string& path, const std::string& text
       if (t.contains("state_dtype")) mt.state_dtype = t.at("state_dtype").get<std::string>();
       mt.optimizer = t.at("optimizer").get<std::string>();
       STRATA_RETURN_IF_ERROR(check_shape(path, mt));
-      if (version >= kDynamicFormatVersion && t.contains("dynamic")) {
+      if (version >= kWorldDynamicFormatVersion && t.contains("dynamic")) {
+        STRATA_RETURN_IF_ERROR(parse_dynamic_shards(path, m, t.at("dynamic"), mt));
+      } else if (version == kDynamicFormatVersion && t.contains("dynamic")) {
         STRATA_RETURN_IF_ERROR(parse_dynamic(path, t.at("dynamic"), mt));
       } else if (version == kFormatVersion) {
         parse_v1_file(t, mt);
@@ -321,7 +389,18 @@ std::string manifest_text(const Manifest& m) {
     if (t.state_dtype != "fp32") e["state_dtype"] = t.state_dtype;
     e["optimizer"] = t.optimizer;
     if (t.has_learning_rate) e["learning_rate"] = t.learning_rate;
-    if (t.dynamic) {
+    if (t.dynamic && m.version >= kWorldDynamicFormatVersion) {
+      json pieces = json::array();
+      for (const PieceEntry& p : t.pieces)
+        pieces.push_back({{"rank", p.rank},
+                          {"capacity", p.capacity},
+                          {"keys", p.keys},
+                          {"sketch_bytes", p.sketch_bytes},
+                          {"file", p.file},
+                          {"bytes", p.bytes},
+                          {"crc32c", hex32(p.crc)}});
+      e["dynamic"] = {{"sharding", t.sharding}, {"clock", t.clock}, {"pieces", std::move(pieces)}};
+    } else if (t.dynamic) {
       const PieceEntry& p = t.pieces.at(0);
       e["dynamic"] = {{"keys", t.keys},
                       {"sketch_bytes", t.sketch_bytes},
@@ -439,7 +518,7 @@ std::int64_t record_floats(const ManifestTable& m, const Box& box) {
 
 std::uint32_t save_format(const StoreConfig& config, bool world) {
   for (const TableConfig& t : config.tables)
-    if (t.dynamic) return kDynamicFormatVersion;
+    if (t.dynamic) return world ? kWorldDynamicFormatVersion : kDynamicFormatVersion;
   for (const TableConfig& t : config.tables)
     if (t.spec.dtype != DType::kF32 || t.spec.state_dtype != DType::kF32) return kTypedFormatVersion;
   return world ? kWorldFormatVersion : kFormatVersion;
@@ -620,9 +699,9 @@ void load_records(const RecordShape& shape, std::int64_t record_bytes, const uns
 Result<PieceWriter> PieceWriter::create(const std::string& dir, const std::string& file, const ManifestTable& t,
                                         const Box& box, std::uint64_t save_id, std::uint32_t version) {
   const std::string name = piece_name(dir, file, t, box);
-  if (version < kFormatVersion || version > kDynamicFormatVersion)
+  if (version < kFormatVersion || version > kNewestFormatVersion)
     return Status::invalid_argument(name + ": format version " + std::to_string(version) + " (expected " +
-                                    std::to_string(kFormatVersion) + " to " + std::to_string(kDynamicFormatVersion) +
+                                    std::to_string(kFormatVersion) + " to " + std::to_string(kNewestFormatVersion) +
                                     ")");
   if (box.empty() || box.row_start < 0 || box.row_step < 1 || box.col_offset < 0 ||
       std::int64_t{box.col_offset} + box.cols > t.dim)

@@ -14,7 +14,9 @@
 // format loads. All parse into one Manifest, a format 1 table as one whole piece. MANIFEST is JSON followed by a line
 // "crc32c XXXXXXXX" over the JSON text; each piece's CRC covers its bytes as written. Format 4 (a store with a dynamic
 // table; save_format gives it before 3): format 3 whose dynamic tables each have one file instead of pieces
-// (dynamic_piece.hpp).
+// (dynamic_piece.hpp). Format 5 (a world with a dynamic table): format 3 whose dynamic tables each have one such file
+// per rank of the saving world, its shard (a table-wise shard of another rank: no keys), with the table's sharding and
+// common clock.
 //
 // In memory a record is fp32 in every format ([cols weights | state] floats, what read_shard and write_shard take):
 // PieceWriter narrows a format 3 record's half elements, exactly (they were read from a table of that dtype, so they
@@ -49,6 +51,11 @@ inline constexpr std::uint32_t kTypedFormatVersion = 3;
 /// Format 3 with dynamic tables (dynamic_piece.hpp): the format of a save of a store with a dynamic table; builds
 /// before it refuse it ("format version 4 (expected 1, 2 or 3)").
 inline constexpr std::uint32_t kDynamicFormatVersion = 4;
+/// Format 4 with a dynamic table's file per rank (its shard): a world's save of a store with a dynamic table; builds
+/// before it refuse it ("format version 5 (expected 1, 2, 3 or 4)").
+inline constexpr std::uint32_t kWorldDynamicFormatVersion = 5;
+/// The newest format this build reads and writes.
+inline constexpr std::uint32_t kNewestFormatVersion = kWorldDynamicFormatVersion;
 /// Whether a file of format `version` holds each element in its table's element type (else every element is fp32).
 constexpr bool typed_records(std::uint32_t version) { return version >= kTypedFormatVersion; }
 inline constexpr std::size_t kHeaderBytes = 64;
@@ -99,13 +106,18 @@ std::string field_difference(const char* name, T got, T want) {
                      : std::string(name) + " " + std::to_string(got) + " (expected " + std::to_string(want) + ")";
 }
 
-/// One file of a table: the whole table (format 1) or one rank's part of it (formats 2 and 3).
+/// One file of a table: the whole table (format 1) or one rank's part of it (formats 2 and 3); a dynamic table's file
+/// (format 4) or one rank's shard of it (format 5).
 struct PieceEntry {
-  std::string file;  ///< a plain file name inside the checkpoint directory
-  int rank = 0;      ///< the saving rank (0 in format 1)
-  Box box;
+  std::string file;         ///< a plain file name inside the checkpoint directory
+  int rank = 0;             ///< the saving rank (0 in format 1)
+  Box box;                  ///< a dynamic table's: its keys' records (whole_box(keys, dim))
   std::uint64_t bytes = 0;  ///< file size, header included
   std::uint32_t crc = 0;    ///< CRC-32C of the whole file, header included
+  /// A dynamic table's (dynamic_piece.hpp): the keys it holds (records), the bytes of its admission sketch, and the
+  /// capacity of its shard (format 4: the table's; format 5: the saving rank's key_capacity, 0 for a table-wise shard
+  /// of another rank).
+  std::int64_t keys = 0, sketch_bytes = 0, capacity = 0;
 };
 /// One table of a manifest.
 struct ManifestTable {
@@ -121,15 +133,21 @@ struct ManifestTable {
   /// checkpoint from before learning rates were saved. True by default: a saver's entry carries its rate.
   bool has_learning_rate = true;
   std::string sharding;            ///< formats 2 and 3: the saving world's sharding type ("row"); empty in format 1
-  std::vector<PieceEntry> pieces;  ///< tile the table (check_tiling); format 1: one whole piece; dynamic: its file
-  /// Format 4: a dynamic table (rows: its capacity), its one file (dynamic_piece.hpp) of `keys` records after
-  /// `sketch_bytes` of admission sketch. In the manifest: "dynamic": {"keys", "sketch_bytes", "file", "bytes",
-  /// "crc32c"} instead of "sharding" and "pieces".
+  std::vector<PieceEntry> pieces;  ///< tile the table (check_tiling); format 1: one whole piece; dynamic: its files
+  /// Formats 4 and 5: a dynamic table (rows: its capacity) and its files (dynamic_piece.hpp). In the manifest, instead
+  /// of "sharding" and "pieces": format 4 "dynamic": {"keys", "sketch_bytes", "file", "bytes", "crc32c"} (its one
+  /// file); format 5 "dynamic": {"sharding", "clock", "pieces": [{"rank", "capacity", "keys", "sketch_bytes", "file",
+  /// "bytes", "crc32c"}, one per rank in rank order]}, sharding (in `sharding`) row or table, the capacities each
+  /// rank's key_capacity under it (dispatch::ShardLayout, rows capacity + 1; table: the owner's is the whole).
   bool dynamic = false;
+  /// Format 5: the clock every piece's header holds (the shards tick together); -1 before (the file's own).
+  std::int64_t clock = -1;
+  /// Format 4 only: its one file's keys and sketch_bytes as the manifest records them (manifest_text writes these;
+  /// parse_manifest sets them and its piece's, which the loader reads).
   std::int64_t keys = 0, sketch_bytes = 0;
 };
 struct Manifest {
-  std::uint32_t version = kFormatVersion;  ///< 1, 2, 3 or 4
+  std::uint32_t version = kFormatVersion;  ///< 1 to 5
   std::uint64_t generation = 0;
   std::uint64_t save_id =
       0;          ///< formats 2 and 3: the save's random id (in every piece's name and header); 0 in format 1
@@ -143,14 +161,17 @@ struct Manifest {
 /// make load read (or save remove) anything outside the directory.
 bool is_plain_file_name(const std::string& file);
 
-/// Parses and checks the text of the manifest at `path` (used in messages): the checksum line, format 1, 2 or 3, step
+/// Parses and checks the text of the manifest at `path` (used in messages): the checksum line, format 1 to 5, step
 /// range, each table's shape (rows >= 0, dim 1 to kMaxDim, a known optimizer and its state_dim, a file of every row
 /// within 2^63 - 1 bytes), plain file names, each table listed once, each piece file named once, learning rates,
-/// every table's pieces tiling it (check_tiling), piece sizes matching their boxes. kDataLoss "... (corrupt)" naming
-/// what is wrong; kInvalidArgument for another format version ("format version 4 (expected 1, 2 or 3)").
+/// every table's pieces tiling it (check_tiling), piece sizes matching their boxes; a dynamic table's files: one per
+/// rank (format 5: its capacity its rank's shard's, row or table sharding), keys within the capacity, a sketch of 0 or
+/// its capacity's bytes, sizes matching them, a clock >= 0. kDataLoss "... (corrupt)" naming what is wrong;
+/// kInvalidArgument for another format version ("format version 6 (expected 1, 2, 3, 4 or 5)").
 Result<Manifest> parse_manifest(const std::string& path, const std::string& text);
 /// The manifest text of `m` with its crc32c line, in format m.version: 1 writes one file per table (its one
-/// piece; the bytes older builds read), 2 and 3 the pieces with their boxes and the save id.
+/// piece; the bytes older builds read), 2 and 3 the pieces with their boxes and the save id, 4 and 5 a dynamic table's
+/// files as ManifestTable::dynamic says.
 std::string manifest_text(const Manifest& m);
 /// Reads and parses `dir`/MANIFEST. kNotFound when it does not exist.
 Result<Manifest> read_manifest(const std::string& dir);
@@ -175,9 +196,9 @@ ManifestTable manifest_entry(const TableSpec& spec);
 Status check_entry(const ManifestTable& m, const TableSpec& spec, std::int32_t state_dim, const std::string& dir,
                    bool convert_dtypes);
 
-/// The format a save of `config` writes: kDynamicFormatVersion with a dynamic table, kTypedFormatVersion when a table
-/// has half-size weights or state, else kWorldFormatVersion (`world`) or kFormatVersion: the oldest that holds it, so
-/// that older builds read what they can.
+/// The format a save of `config` writes: with a dynamic table kWorldDynamicFormatVersion (`world`) or
+/// kDynamicFormatVersion, else kTypedFormatVersion when a table has half-size weights or state, else
+/// kWorldFormatVersion (`world`) or kFormatVersion: the oldest that holds it, so that older builds read what they can.
 std::uint32_t save_format(const StoreConfig& config, bool world);
 
 /// Floats of a record of `box` in a file of table `m` (in memory): box.cols weights and their state (m.state_dim when

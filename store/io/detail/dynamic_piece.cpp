@@ -1,5 +1,6 @@
 #include "store/io/detail/dynamic_piece.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -13,25 +14,26 @@ namespace {
 
 constexpr std::int64_t kEntryBytes = 4 * sizeof(std::int64_t);  // key, row, last use, count
 
-// The header the file of dynamic table `t` has (its element types and optimizer parse: parse_manifest checked them).
-DynamicHeader header_of(const ManifestTable& t, std::int64_t clock, std::uint32_t version, std::uint64_t save_id) {
+// The header file `p` of dynamic table `t` has (its element types and optimizer parse: parse_manifest checked them).
+DynamicHeader header_of(const ManifestTable& t, const PieceEntry& p, std::int64_t clock, std::uint32_t version,
+                        std::uint64_t save_id) {
   DynamicHeader h{};
   std::memcpy(h.magic, kDynamicMagic, sizeof kDynamicMagic);
   h.version = version;
   h.dtype = static_cast<std::uint32_t>(parse_dtype(t.dtype).value());
-  h.capacity = t.rows;
+  h.capacity = p.capacity;
   h.dim = t.dim;
   h.state_dim = t.state_dim;
   h.optimizer = static_cast<std::uint32_t>(parse_optimizer(t.optimizer).value());
   h.state_dtype = static_cast<std::uint32_t>(parse_dtype(t.state_dtype).value());
-  h.keys = t.keys;
+  h.keys = p.keys;
   h.clock = clock;
   h.save_id = save_id;
   return h;
 }
 
-// The first field in which `got` differs from `want` (the clock is the file's own), "" when none.
-std::string header_difference(const DynamicHeader& got, const DynamicHeader& want) {
+// The first field in which `got` differs from `want` (the clock too when `clock`), "" when none.
+std::string header_difference(const DynamicHeader& got, const DynamicHeader& want, bool clock) {
   const auto field = [](const char* name, auto g, decltype(g) w) { return field_difference(name, g, w); };
   if (std::memcmp(got.magic, want.magic, sizeof want.magic) != 0) return "no Strata dynamic table magic";
   std::string d = field("format version", got.version, want.version);
@@ -43,6 +45,7 @@ std::string header_difference(const DynamicHeader& got, const DynamicHeader& wan
   if (d.empty()) d = field("state dtype", got.state_dtype, want.state_dtype);
   if (d.empty()) d = field("optimizer", got.optimizer, want.optimizer);
   if (d.empty()) d = field("save id", got.save_id, want.save_id);
+  if (d.empty() && clock) d = field("clock", got.clock, want.clock);
   return d;
 }
 
@@ -52,15 +55,18 @@ std::int64_t dynamic_record_bytes(const ManifestTable& t) {
   return kEntryBytes + 4 * (std::int64_t{t.dim} + t.state_dim);
 }
 
-std::uint64_t dynamic_file_bytes(const ManifestTable& t) {
-  return kHeaderBytes + static_cast<std::uint64_t>(t.sketch_bytes) +
-         static_cast<std::uint64_t>(t.keys) * static_cast<std::uint64_t>(dynamic_record_bytes(t));
+std::uint64_t dynamic_file_bytes(const ManifestTable& t, const PieceEntry& p) {
+  return kHeaderBytes + static_cast<std::uint64_t>(p.sketch_bytes) +
+         static_cast<std::uint64_t>(p.keys) * static_cast<std::uint64_t>(dynamic_record_bytes(t));
 }
 
 Status write_dynamic_piece(const std::string& dir, const ManifestTable& t, const DynamicState& state,
                            std::uint64_t save_id, std::uint32_t version, PieceEntry& piece) {
+  piece.keys = static_cast<std::int64_t>(state.entries.size());
+  piece.sketch_bytes = static_cast<std::int64_t>(state.sketch.size());
+  piece.box = whole_box(piece.keys, t.dim);
   STRATA_ASSIGN_OR_RETURN(AtomicFileWriter w, AtomicFileWriter::create(join(dir, piece.file)));
-  const DynamicHeader h = header_of(t, state.clock, version, save_id);
+  const DynamicHeader h = header_of(t, piece, state.clock, version, save_id);
   STRATA_RETURN_IF_ERROR(w.append(&h, sizeof h));
   STRATA_RETURN_IF_ERROR(w.append(state.sketch.data(), state.sketch.size()));
   const auto dim = static_cast<std::size_t>(t.dim), sd = static_cast<std::size_t>(t.state_dim);
@@ -82,16 +88,16 @@ Status write_dynamic_piece(const std::string& dir, const ManifestTable& t, const
 
 Result<DynamicState> read_dynamic_piece(const std::string& dir, const ManifestTable& t, const PieceEntry& piece,
                                         std::uint32_t version, std::uint64_t save_id, const TableConfig& into,
-                                        bool convert_dtypes) {
+                                        bool convert_dtypes, bool keep_sketch) {
   const std::string name = join(dir, piece.file) + " (dynamic table '" + t.name + "')";
   if (!is_plain_file_name(piece.file))
     return Status::invalid_argument(name + ": not a file name inside the checkpoint directory");
   STRATA_ASSIGN_OR_RETURN(FileReader file, FileReader::open(join(dir, piece.file)));
-  const std::uint64_t want = dynamic_file_bytes(t);
+  const std::uint64_t want = dynamic_file_bytes(t, piece);
   if (file.size() != want || piece.bytes != want)
     return Status::data_loss(name + ": " + std::to_string(file.size()) + " bytes, the manifest says " +
                              std::to_string(piece.bytes) + " (expected " + std::to_string(want) + ", a header, " +
-                             std::to_string(t.sketch_bytes) + " bytes of sketch and " + std::to_string(t.keys) +
+                             std::to_string(piece.sketch_bytes) + " bytes of sketch and " + std::to_string(piece.keys) +
                              " records of " + std::to_string(dynamic_record_bytes(t)) +
                              " bytes; truncated or corrupt)");
   const std::unique_ptr<unsigned char[]> bytes(new unsigned char[want]);
@@ -102,15 +108,15 @@ Result<DynamicState> read_dynamic_piece(const std::string& dir, const ManifestTa
                              " (corrupt)");
   DynamicHeader h{};
   std::memcpy(&h, bytes.get(), sizeof h);
-  const std::string diff = header_difference(h, header_of(t, h.clock, version, save_id));
+  const std::string diff = header_difference(h, header_of(t, piece, t.clock, version, save_id), t.clock >= 0);
   if (!diff.empty()) return Status::data_loss(name + ": header has " + diff + " from the manifest (corrupt)");
   DynamicState s;
   s.clock = h.clock;
   const unsigned char* at = bytes.get() + kHeaderBytes;
-  s.sketch.assign(at, at + t.sketch_bytes);
-  at += t.sketch_bytes;
+  s.sketch.assign(at, at + piece.sketch_bytes);
+  at += piece.sketch_bytes;
   const auto dim = static_cast<std::size_t>(t.dim), sd = static_cast<std::size_t>(t.state_dim);
-  const auto n = static_cast<std::size_t>(t.keys);
+  const auto n = static_cast<std::size_t>(piece.keys);
   s.weights.resize(n * dim);
   s.state.resize(n * sd);
   for (std::size_t i = 0; i < n; ++i, at += dynamic_record_bytes(t)) {
@@ -120,15 +126,16 @@ Result<DynamicState> read_dynamic_piece(const std::string& dir, const ManifestTa
     std::memcpy(s.weights.data() + i * dim, at + sizeof head, dim * sizeof(float));
     if (sd) std::memcpy(s.state.data() + i * sd, at + sizeof head + dim * sizeof(float), sd * sizeof(float));
   }
-  // What the store's index would refuse, refused before any table changes (a probe of its capacity and options).
-  KeyIndex probe(into.spec.rows, *into.dynamic);
+  // What an index of the piece's capacity would refuse, refused before any table changes (a probe of its capacity and
+  // `into`'s options; an index of no rows has one row, as a table-wise shard of another rank's).
+  KeyIndex probe(std::max<std::int64_t>(piece.capacity, 1), *into.dynamic);
   // A store that admits at once (admit_after 1) keeps no admission counts: those saved are dropped; one that counts
   // loading a checkpoint without them starts from zero counts.
-  if (probe.sketch_state_bytes() == 0) s.sketch.clear();
+  if (probe.sketch_state_bytes() == 0 || !keep_sketch) s.sketch.clear();
   if (Status r = probe.restore(s.clock, s.entries, s.sketch); !r.is_ok())
     return Status::data_loss(name + ": " + r.message() + " (corrupt)");
   if (convert_dtypes)
-    STRATA_RETURN_IF_ERROR(check_holdable("load", into.spec, 0, t.keys, into.spec.dim, s.weights.data(),
+    STRATA_RETURN_IF_ERROR(check_holdable("load", into.spec, 0, piece.keys, into.spec.dim, s.weights.data(),
                                           optimizer_state_dim(into.spec.optimizer.kind, into.spec.dim), s.state.data())
                                .with_context(name));
   return s;

@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "dispatch/communicator.hpp"
+#include "dispatch/shard_layout.hpp"
 #include "dispatch/sharding_plan.hpp"
 #include "store/detail/batch_checks.hpp"
 #include "store/io/detail/checkpoint_format.hpp"
@@ -272,15 +273,63 @@ struct PieceInfo {
   std::uint32_t crc = 0;
   std::uint64_t bytes = 0;
   Box box;
+  std::int64_t keys = 0, sketch_bytes = 0, capacity = 0, clock = 0;  // a dynamic table's piece (PieceEntry's)
 };
 static_assert(std::is_trivially_copyable<PieceInfo>::value, "gathered as bytes");
 
+// The layout of the keys of dynamic table `t` of `config` over a world of `world` ranks: ShardLayout of its plan for
+// rows capacity + 1, as the store's key indexes have it (store/detail/dynamic_keys.hpp; the store validated the plan).
+dispatch::ShardLayout key_layout(const StoreConfig& config, int t, int world) {
+  const TableConfig& tc = config.tables[static_cast<std::size_t>(t)];
+  TableSpec served = tc.spec;
+  served.rows = tc.spec.rows + 1;
+  Result<dispatch::ShardLayout> layout = dispatch::ShardLayout::make(served, tc.sharding, world, t);
+  STRATA_CHECK(layout.is_ok());
+  return layout.value();
+}
+
+// The DynamicAccess every Store of this library is (store/detail/dynamic_state.hpp).
+DynamicAccess& dynamic_access(Store& store) {
+  auto* access = dynamic_cast<DynamicAccess*>(&store);
+  STRATA_CHECK(access != nullptr);
+  return *access;
+}
+
+// Step 4 of save_world for dynamic table `t`: rank `me`'s shard (DynamicAccess::read_dynamic: its local rows, clock
+// and sketch) as its piece, of its key capacity (a table-wise shard of another rank: no keys, capacity 0).
+Status write_dynamic_shard(Store& store, int t, int me, int world, const std::string& dir, std::uint64_t generation,
+                           std::uint64_t save_id, std::uint32_t version, PieceInfo& info) {
+  const ManifestTable mt = table_entry(store.config(), t);
+  PieceEntry piece;
+  piece.file = piece_file_name(mt.name, generation, save_id, me);
+  piece.capacity = key_layout(store.config(), t, world).key_capacity(me);
+  DynamicState state;
+  STRATA_RETURN_IF_ERROR(dynamic_access(store).read_dynamic(t, state));
+  STRATA_RETURN_IF_ERROR(progressed());
+  if (Status s = write_dynamic_piece(dir, mt, state, save_id, version, piece); !s.is_ok())
+    return s.with_context("piece '" + piece.file + "'");
+  info.present = 1;
+  info.box = piece.box;
+  info.bytes = piece.bytes;
+  info.crc = piece.crc;
+  info.keys = piece.keys;
+  info.sketch_bytes = piece.sketch_bytes;
+  info.capacity = piece.capacity;
+  info.clock = state.clock;
+  return progressed();
+}
+
 // Step 4 of save_world: the pieces rank `me` writes in format `version`, the shards it holds (a replicated table by
-// one replica, spread over the ranks by table; a rank holding nothing writes nothing), recorded in `mine` (per config
-// table).
-Status write_pieces(Store& store, int me, const std::string& dir, std::uint64_t generation, std::uint64_t save_id,
-                    std::uint32_t version, std::vector<PieceInfo>& mine) {
+// one replica, spread over the ranks by table; a rank holding nothing writes nothing; a dynamic table: every rank its
+// shard), recorded in `mine` (per config table).
+Status write_pieces(Store& store, int me, int world, const std::string& dir, std::uint64_t generation,
+                    std::uint64_t save_id, std::uint32_t version, std::vector<PieceInfo>& mine) {
   for (int t = 0; t < static_cast<int>(mine.size()); ++t) {
+    if (store.config().tables[static_cast<std::size_t>(t)].dynamic) {
+      STRATA_RETURN_IF_ERROR(write_dynamic_shard(store, t, me, world, dir, generation, save_id, version,
+                                                 mine[static_cast<std::size_t>(t)]));
+      continue;
+    }
     STRATA_ASSIGN_OR_RETURN(const ShardInfo si, store.shard_info(t));
     if (si.replicas.empty() || si.replicas[static_cast<std::size_t>(t) % si.replicas.size()] != me) continue;
     PieceEntry piece;
@@ -316,6 +365,7 @@ Status commit_manifest(const Store& store, const std::string& dir, std::uint64_t
   m.config = to_json(config);
   for (int t = 0; t < static_cast<int>(config.tables.size()); ++t) {
     ManifestTable mt = table_entry(config, t);
+    mt.dynamic = config.tables[static_cast<std::size_t>(t)].dynamic.has_value();
     std::vector<Box> boxes;
     std::vector<std::string> names;
     for (int r = 0; r < world; ++r) {
@@ -329,6 +379,14 @@ Status commit_manifest(const Store& store, const std::string& dir, std::uint64_t
       e.box = info.box;
       e.bytes = info.bytes;
       e.crc = info.crc;
+      e.keys = info.keys;
+      e.sketch_bytes = info.sketch_bytes;
+      e.capacity = info.capacity;
+      if (mt.dynamic && r == 0) mt.clock = info.clock;
+      if (mt.dynamic && info.clock != mt.clock)  // every training submit ticks every shard's clock
+        return Status::internal("dynamic table '" + mt.name + "': rank " + std::to_string(r) + "'s clock " +
+                                std::to_string(info.clock) + " differs from rank 0's " + std::to_string(mt.clock) +
+                                " (a bug)");
       const std::string shared = "(every rank must save into one directory on a file system they share)";
       struct stat st {};
       if (::stat(join(dir, e.file).c_str(), &st) != 0)
@@ -343,6 +401,10 @@ Status commit_manifest(const Store& store, const std::string& dir, std::uint64_t
       names.push_back(e.file);
       files.push_back(e.file);
       mt.pieces.push_back(std::move(e));
+    }
+    if (mt.dynamic) {  // one piece per rank, no tiles
+      m.tables.push_back(std::move(mt));
+      continue;
     }
     if (Status s = check_tiling(mt.name, mt.rows, mt.dim, boxes, names); !s.is_ok())
       return Status::internal("the pieces saved do not tile their table (a bug): " + s.message());
@@ -428,10 +490,6 @@ Status save_world(Store& store, dispatch::Communicator& comm, const std::string&
     return Status::from_code(s.code(), what + ": " + s.message() + " (" + state + ")");
   };
   const std::string untouched = "nothing committed; the previous checkpoint stays";
-  for (const TableConfig& t : store.config().tables)
-    if (t.dynamic)  // the same config on every rank: every rank refuses
-      return Status::failed_precondition(what + ": dynamic table '" + t.spec.name +
-                                         "': saved by a store without a world only (nothing written)");
   // 1. Start: the directory, and the same step on every rank (else nothing is written).
   Status local = at(me, SavePoint::kStart);
   if (local.is_ok()) local = make_dirs(dir);
@@ -495,7 +553,7 @@ Status save_world(Store& store, dispatch::Communicator& comm, const std::string&
   std::vector<PieceInfo> mine(static_cast<std::size_t>(tables));
   Status wrote;
   Result<bool> written = run_polled(
-      &comm, [&] { return write_pieces(store, me, dir, generation, save_id, version, mine); }, wrote);
+      &comm, [&] { return write_pieces(store, me, world, dir, generation, save_id, version, mine); }, wrote);
   if (!written) return lost(written.status(), untouched);
   if (wrote.is_ok()) wrote = at(me, SavePoint::kPiecesCommitted);
   // 5. Durable: every rank's pieces renamed into place (or the first failure, on every rank; nothing committed).
@@ -558,7 +616,7 @@ struct Prepared {
   std::vector<TablePlan> plans;    // per config table
   bool convert_dtypes = false;     // load_converting_dtypes: verify refuses what the tables cannot hold
   std::vector<std::vector<std::pair<std::size_t, PieceReader>>> readers;  // per config table: (piece, reader) I read
-  std::vector<DynamicState> dynamic;  // per config table: a dynamic table's state, read and checked (dense: empty)
+  std::vector<DynamicState> dynamic;  // per config table: this rank's shard of a dynamic table, checked (dense: empty)
 };
 
 // Parses `text`, matches it to the config and plans every table. The same on every rank (same text, same config).
@@ -593,12 +651,9 @@ Result<Prepared> plan_load(const Store& store, int world, const std::string& dir
       return Status::invalid_argument(dir + ": dynamic table '" + spec.name + "': capacity " + std::to_string(mt.rows) +
                                       " in the checkpoint (expected " + std::to_string(spec.rows) +
                                       " from the store config)");
-    if (dynamic && world > 1)
-      return Status::failed_precondition(dir + ": dynamic table '" + spec.name +
-                                         "': loads into a store without a world only (expected Store::open(config))");
     STRATA_RETURN_IF_ERROR(
         check_entry(mt, spec, optimizer_state_dim(spec.optimizer.kind, spec.dim), dir, convert_dtypes));
-    if (dynamic) {  // no plan: its one file is read whole (open_pieces) and applied by the store (load_checkpoint)
+    if (dynamic) {  // no plan: its files are read whole (open_pieces, dynamic_shard) and applied at the end
       c.plans.emplace_back();
       continue;
     }
@@ -612,9 +667,99 @@ Result<Prepared> plan_load(const Store& store, int world, const std::string& dir
   return c;
 }
 
+// Whether the pieces of dynamic table `mt` are the shards of the store's layout (`layout`: of a world of `world`): as
+// many as ranks, and (past one rank) of the same sharding, each of its rank's capacity (table: the same owner).
+bool same_layout(const ManifestTable& mt, const TableConfig& tc, int world, const dispatch::ShardLayout& layout) {
+  if (mt.pieces.size() != static_cast<std::size_t>(world)) return false;
+  if (world == 1) return true;  // one index of the whole capacity, whatever the sharding
+  if (mt.sharding != dispatch::to_string(tc.sharding.type)) return false;
+  for (int r = 0; r < world; ++r)
+    if (mt.pieces[static_cast<std::size_t>(r)].capacity != layout.key_capacity(r)) return false;
+  return true;
+}
+
+// This rank's shard of dynamic table `ti` from the pieces of `c` (read and checked, nothing changed; `world` 0: a store
+// without a world). The same layout: its own piece exactly (rows, order, clock, sketch). Else (a reshard) every piece,
+// keeping the keys this rank owns under the store's layout, ordered by last use, then piece (the saving rank), then
+// position in it, on rows 0 to n - 1, at the pieces' clock, with an empty sketch (keys seen but not admitted count
+// afresh): kFailedPrecondition naming the table, the rank, the keys and its capacity when they do not fit.
+Result<DynamicState> dynamic_shard(const StoreConfig& config, int me, int world, const std::string& dir,
+                                   const Prepared& c, std::size_t ti) {
+  const ManifestTable& mt = c.manifest.tables[c.entry[ti]];
+  const TableConfig& tc = config.tables[ti];
+  const auto t = static_cast<int>(ti);
+  dispatch::ShardLayout layout;  // a world's (a store without one: one index of the whole capacity)
+  if (world > 0) layout = key_layout(config, t, world);
+  const auto owner = [&](Key k) { return world > 0 ? layout.key_owner(k) : 0; };
+  const std::int64_t capacity = world > 0 ? layout.key_capacity(me) : tc.spec.rows;
+  const auto read = [&](const PieceEntry& p, bool keep_sketch) {
+    return read_dynamic_piece(dir, mt, p, c.manifest.version, c.manifest.save_id, tc, c.convert_dtypes, keep_sketch);
+  };
+  if (same_layout(mt, tc, std::max(world, 1), layout)) {
+    const PieceEntry& p = mt.pieces[static_cast<std::size_t>(me)];
+    STRATA_ASSIGN_OR_RETURN(DynamicState s, read(p, true));
+    for (const KeyIndex::Entry& e : s.entries)
+      if (owner(e.key) != me)
+        return Status::data_loss(join(dir, p.file) + " (dynamic table '" + mt.name + "'): key " +
+                                 std::to_string(e.key) + " is rank " + std::to_string(owner(e.key)) +
+                                 "'s under the table's layout (expected only rank " + std::to_string(me) +
+                                 "'s keys in its piece; corrupt)");
+    STRATA_RETURN_IF_ERROR(progressed());
+    return s;
+  }
+  // A reshard: the kept entries in piece order (then position), each with its weights and state.
+  const auto dim = static_cast<std::size_t>(tc.spec.dim);
+  const auto sd = static_cast<std::size_t>(optimizer_state_dim(tc.spec.optimizer.kind, tc.spec.dim));
+  DynamicState kept;
+  for (const PieceEntry& p : mt.pieces) {
+    STRATA_ASSIGN_OR_RETURN(DynamicState s, read(p, false));
+    kept.clock = s.clock;  // the manifest's (checked against each header), or format 4's one piece's
+    for (std::size_t i = 0; i < s.entries.size(); ++i) {
+      if (owner(s.entries[i].key) != me) continue;
+      kept.entries.push_back(s.entries[i]);
+      kept.weights.insert(kept.weights.end(), s.weights.begin() + static_cast<std::ptrdiff_t>(i * dim),
+                          s.weights.begin() + static_cast<std::ptrdiff_t>((i + 1) * dim));
+      kept.state.insert(kept.state.end(), s.state.begin() + static_cast<std::ptrdiff_t>(i * sd),
+                        s.state.begin() + static_cast<std::ptrdiff_t>((i + 1) * sd));
+    }
+    STRATA_RETURN_IF_ERROR(progressed());
+  }
+  const auto n = static_cast<std::int64_t>(kept.entries.size());
+  if (n > capacity)
+    return Status::failed_precondition("dynamic table '" + mt.name + "': rank " + std::to_string(me) + "'s shard of " +
+                                       std::to_string(capacity) + " rows would hold " + std::to_string(n) +
+                                       " of the checkpoint's keys (expected at most its capacity " +
+                                       std::to_string(capacity) + "; the checkpoint's " +
+                                       std::to_string(mt.pieces.size()) + " shards do not reshard into this world)");
+  // Last use ascending; ties keep piece, then position, order (stable).
+  std::vector<std::size_t> order(kept.entries.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return kept.entries[a].last_use < kept.entries[b].last_use; });
+  DynamicState s;
+  s.clock = kept.clock;
+  s.weights.resize(kept.weights.size());
+  s.state.resize(kept.state.size());
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const std::size_t k = order[i];
+    s.entries.push_back(KeyIndex::Entry{kept.entries[k].key, static_cast<std::int64_t>(i), kept.entries[k].last_use,
+                                        kept.entries[k].count});
+    std::copy_n(kept.weights.begin() + static_cast<std::ptrdiff_t>(k * dim), dim,
+                s.weights.begin() + static_cast<std::ptrdiff_t>(i * dim));
+    std::copy_n(kept.state.begin() + static_cast<std::ptrdiff_t>(k * sd), sd,
+                s.state.begin() + static_cast<std::ptrdiff_t>(i * sd));
+  }
+  // What this shard's index would refuse (a key in two pieces), refused before any table changes.
+  KeyIndex probe(std::max<std::int64_t>(capacity, 1), *tc.dynamic);
+  if (Status r = probe.restore(s.clock, s.entries, {}); !r.is_ok())
+    return Status::data_loss(dir + ": dynamic table '" + mt.name + "': the keys of its pieces for rank " +
+                             std::to_string(me) + "'s shard: " + r.message() + " (corrupt)");
+  return s;
+}
+
 // Opens (every one first, to keep the window in which a concurrent save removes one short) and verifies the pieces
-// this rank reads. `vanished`: one was not found (a newer manifest may have replaced this one).
-Status open_pieces(Store& store, int me, const std::string& dir, Prepared& c) {
+// this rank reads; reads this rank's shard of each dynamic table (dynamic_shard). `world` 0: a store without a world.
+Status open_pieces(Store& store, int me, int world, const std::string& dir, Prepared& c) {
   const auto& tables = store.config().tables;
   c.readers.clear();
   c.readers.resize(tables.size());
@@ -623,9 +768,7 @@ Status open_pieces(Store& store, int me, const std::string& dir, Prepared& c) {
   for (std::size_t ti = 0; ti < tables.size(); ++ti) {
     const ManifestTable& mt = c.manifest.tables[c.entry[ti]];
     if (mt.dynamic) {
-      STRATA_ASSIGN_OR_RETURN(c.dynamic[ti], read_dynamic_piece(dir, mt, mt.pieces.at(0), c.manifest.version,
-                                                                c.manifest.save_id, tables[ti], c.convert_dtypes));
-      STRATA_RETURN_IF_ERROR(progressed());
+      STRATA_ASSIGN_OR_RETURN(c.dynamic[ti], dynamic_shard(store.config(), me, world, dir, c, ti));
       continue;
     }
     // The plan's target for this rank is this store's shard: else the plan and the engines disagree (a bug).
@@ -778,10 +921,9 @@ Status copy_table(Store& store, dispatch::Communicator* comm, int me, int world,
   return failed;
 }
 
-// 6. Step, rates and dynamic tables, the same manifest's on every rank.
+// 6. Step and rates, the same manifest's on every rank.
 Loaded loaded(Prepared& c) {
   Loaded got;
-  got.dynamic = std::move(c.dynamic);
   got.step = c.manifest.step;
   for (std::size_t ti = 0; ti < c.entry.size(); ++ti) {
     const ManifestTable& mt = c.manifest.tables[c.entry[ti]];
@@ -838,7 +980,7 @@ Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std
     if (planned) prepared = std::move(planned).value();
     // Verifying reads whole pieces (a 1 -> M load reads a big table on one rank): polled.
     Result<bool> verified = run_polled(
-        comm, [&] { return plan.is_ok() ? open_pieces(store, me, dir, *prepared) : plan; }, s);
+        comm, [&] { return plan.is_ok() ? open_pieces(store, me, comm ? world : 0, dir, *prepared) : plan; }, s);
     if (!verified) return nothing_changed(verified.status());
     s = agree(s);
     if (s.is_ok()) break;
@@ -879,12 +1021,29 @@ Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std
   bool stopped = false;
   std::string at_table = "after every table";  // where this rank's copy ended
   for (std::size_t ti = 0; ti < c.plans.size() && !stopped; ++ti) {
-    if (c.manifest.tables[c.entry[ti]].dynamic) continue;  // applied by the store (Store::load_checkpoint)
+    if (c.manifest.tables[c.entry[ti]].dynamic) continue;  // after the dense ones
     Status s = copy_table(store, comm, me, world, c, ti, buffers, stopped, rounds);
     if (stopped || !s.is_ok()) at_table = "into table '" + store.config().tables[ti].spec.name + "'";
     if (copied.is_ok() && !s.is_ok())
       copied = s.with_context(dir + ": load failed while copying rows into table '" +
                               store.config().tables[ti].spec.name + "' " + mixed);
+  }
+  // Then each rank's shard of each dynamic table (local: DynamicAccess::write_dynamic), polled as the copy is, a
+  // failure on any rank stopping every rank before the next table.
+  for (std::size_t ti = 0; ti < c.plans.size() && !stopped; ++ti) {
+    if (!c.manifest.tables[c.entry[ti]].dynamic) continue;
+    const std::string table = store.config().tables[ti].spec.name;
+    Status s;
+    Result<bool> any = run_polled(
+        comm, [&] { return dynamic_access(store).write_dynamic(static_cast<int>(ti), c.dynamic[ti]); }, s);
+    c.dynamic[ti] = DynamicState();
+    if (!any) rounds = any.status();
+    if (!any || any.value()) {
+      stopped = true;
+      at_table = "into table '" + table + "'";
+    }
+    if (copied.is_ok() && !s.is_ok())
+      copied = s.with_context(dir + ": load failed while copying rows into table '" + table + "' " + mixed);
   }
   if (!comm) {
     if (!copied.is_ok()) return copied;

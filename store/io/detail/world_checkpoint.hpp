@@ -1,9 +1,10 @@
 #pragma once
-// The checkpoint protocol of a world (formats 2 and 3, checkpoint_format.hpp), the piece writer of every save and the
-// one loader of every checkpoint.
+// The checkpoint protocol of a world (formats 2, 3 and 5, checkpoint_format.hpp), the piece writer of every save and
+// the one loader of every checkpoint.
 //
 // save_world: a collective into one directory all ranks share. Each rank writes the pieces it holds (its row,
-// column or table shard; a replicated table once, by replicas[t % replicas.size()]); rank 0 alone takes the
+// column or table shard; a replicated table once, by replicas[t % replicas.size()]; a dynamic table: every rank its
+// shard, DynamicAccess::read_dynamic, as a file of dynamic_piece.hpp); rank 0 alone takes the
 // directory's lock (polled, so that its peers' collectives never time out while it waits), and commits the
 // manifest only once every rank's pieces are durable. Every round ends in one all_gather of each rank's outcome,
 // so every rank returns the same Status, except when a collective itself fails (a rank that never came: the
@@ -14,7 +15,16 @@
 // spans of rows), every piece verified (size, header, checksum) by its reader before any row changes, then the rows
 // copied span by span through one all_to_all_v per span and table, each rank writing its own shard (write_shard).
 // A failure on any rank during the copy stops every rank's copy at that span, each keeping what it wrote before.
-// A store without a world (comm null) loads v1, v2 and v3 checkpoints through the same code, as a world of one.
+// A store without a world (comm null) loads every format through the same code, as a world of one.
+//
+// A dynamic table's N files (a world's shards; a store's format 4 file: N = 1) load into M ranks (a store without a
+// world: M = 1). When they are the store's layout (N == M, the same sharding and owner, so the same capacities), each
+// rank reads its own file and restores it exactly: rows, order, clock, sketch (the store continues bit for bit). Else
+// (a reshard) each rank reads and checks every file and keeps the keys ShardLayout::key_owner gives it now, ordered by
+// last use, then the saving rank, then position in its file, on its rows 0 to n - 1, at the files' clock (the
+// manifest's, checked in each header); its sketch starts empty (keys seen but not admitted count afresh). A shard that
+// cannot hold its keys refuses the load on every rank (naming the table, the rank, the keys and the capacity). Every
+// rank's shard is read and checked, and agreed, before any row changes; written after the dense tables.
 //
 // Long local work (writing, verifying or copying whole pieces, rank 0's removal of stale files) runs on a thread of its
 // own while the rank's thread meets its peers every 20 ms in a short all_gather, so that no rank waits in one
@@ -68,16 +78,16 @@ Result<std::uint64_t> next_generation(const std::string& dir);
 /// What load_pieces read besides the rows: the caller (Store::load_checkpoint) applies them.
 struct Loaded {
   std::int64_t step = 0;
-  std::vector<float> rate;            ///< per config table: the checkpoint's learning rate ...
-  std::vector<bool> has_rate;         ///< ... when it recorded one
-  std::vector<DynamicState> dynamic;  ///< per config table: a dynamic table's state, checked (dense: empty)
+  std::vector<float> rate;     ///< per config table: the checkpoint's learning rate ...
+  std::vector<bool> has_rate;  ///< ... when it recorded one
 };
 
 /// Loads the checkpoint of `dir` into `store` (collective over `comm`; null: a store without a world).
 /// `pinned_manifest`: that manifest text only, no retry with a newer one (open_checkpoint's). `convert_dtypes`: a
 /// table saved at another dtype or state_dtype loads (its fp32 records written through the store, which rounds them
-/// to nearest into a half-size table) instead of being refused (check_entry). Dynamic tables (a store without a world
-/// only): their files read and checked with the rest before any row changes, returned in Loaded::dynamic, not applied.
+/// to nearest into a half-size table) instead of being refused (check_entry). Dynamic tables: each rank's shard read
+/// from the files and checked with the rest before any row changes (the same layout: its own file exactly; else every
+/// file, resharded: see the top of this file), then written after the dense tables (DynamicAccess::write_dynamic).
 Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std::string& dir,
                            const std::string* pinned_manifest, bool convert_dtypes);
 
