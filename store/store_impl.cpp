@@ -183,7 +183,8 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
                                 return engine(t).reset_rows(t, rows, w, st);
                               });
       });
-      if (!admitted) return refuse("submit", id, admitted.status().with_context("batch " + std::to_string(id)));
+      // Admission agreed its outcome already (in a world: its collectives did), so no refuse() here.
+      if (!admitted) return admitted.status().with_context("batch " + std::to_string(id));
       e.admitted = std::move(admitted).value();
     }
     // The Entry moves into the map only after every engine accepted. Engines may keep pointers to

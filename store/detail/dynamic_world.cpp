@@ -114,7 +114,7 @@ Result<Admitted> DynamicKeys::admit_world(TableBatch& tb, bool train, std::int64
   Status checked;
   for (const Status& st : status)
     if (checked.is_ok()) checked = st;
-  STRATA_RETURN_IF_ERROR(dispatch::agree(comm, {"admit", id, 0, 0}, checked));
+  STRATA_RETURN_IF_ERROR(dispatch::agree(comm, {"admit", id, train ? 1 : 0, 0}, checked));
 
   // Train (or look up) every shard and write the new rows.
   for (std::size_t j = 0; j < T; ++j) {
@@ -166,7 +166,11 @@ Result<Admitted> DynamicKeys::admit_world(TableBatch& tb, bool train, std::int64
     scounts[r] /= 2;
     rcounts[r] /= 2;
   }
-  STRATA_RETURN_IF_ERROR(exchange(comm, answer, scounts, got, rcounts));
+  // A failed exchange broke the communicator; the batch's pins go with it (no retire will release them).
+  if (Status sent = exchange(comm, answer, scounts, got, rcounts); !sent.is_ok()) {
+    release(tb, a);
+    return sent;
+  }
   std::size_t at = 0;
   for (std::size_t d = 0; d < W; ++d)
     for (std::size_t j = 0; j < T; ++j) {

@@ -40,8 +40,8 @@ StoreConfig world_config(const WorldCase& w) {
   const StoreConfig base = config_of(w.k);
   c.tables = base.tables;
   c.device.emu_max_delay_us = 20;
-  c.tables[0].spec.rows = 5 * w.world;
-  c.tables[2].spec.rows = 2 * w.world;
+  c.tables[0].spec.rows = 7 * w.world;
+  c.tables[2].spec.rows = 3 * w.world;
   for (std::size_t t = 0; t < c.tables.size(); ++t) {
     TableConfig& tc = c.tables[t];
     tc.placement = t == 1 ? Placement::kGpu : Placement::kHybrid;
