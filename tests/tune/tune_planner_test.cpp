@@ -181,9 +181,10 @@ TEST(TunePlanner, TableCostCountsTheElementSizes) {
   const StepBytes cpu_device = table_cost(spec, load, Placement::kCpu, 0, 0.0, device).value().bytes;
   EXPECT_EQ(cpu_device.h2d, outputs);
   EXPECT_EQ(cpu_device.d2h, outputs);
-  // A cached table's misses and write-backs move slots at the stride; its HBM holds them.
+  // A cached table's misses and write-backs move slots at the stride; its HBM holds them. Its bf16
+  // gradients come D2H at their size (widened on the host, then H2D at 4 bytes an element).
   const TableCost cached = table_cost(spec, load, Placement::kCached, 1000, 0.5, device).value();
-  EXPECT_EQ(cached.bytes.d2h, 8.0 + 150.0 * stride);
+  EXPECT_EQ(cached.bytes.d2h, 8.0 + outputs + 150.0 * stride);
   // A gpu table's rows in HBM: each more row one more slot.
   const double hbm = table_cost(spec, load, Placement::kGpu, 0, 0.0, device).value().hbm_bytes;
   spec.rows += 1000;
