@@ -34,7 +34,8 @@ std::string shown_name(const std::string& name) {
 
 }  // namespace
 
-// Which element types a placement serves is the store's to check (store/store_impl.cpp's placement_serves).
+// The element types alone, whatever the placement: every placement serves every one (store/store_impl.cpp, above
+// open_rank).
 Status validate_dtypes(const TableSpec& s, const std::string& who) {
   const OptimizerKind kind = s.optimizer.kind;
   if (s.state_dtype != DType::kF32 && s.state_dtype != DType::kBF16)

@@ -31,7 +31,7 @@ RowSizes row_sizes(const TableSpec& spec) {
   const RecordShape shape = record_shape(spec);
   const auto bytes = [](std::int64_t words) { return 4.0 * static_cast<double>(words); };
   return {static_cast<double>(element_bytes(spec.dtype)) * spec.dim,
-          static_cast<double>(element_bytes(spec.output_dtype)) * spec.dim,
+          static_cast<double>(element_bytes(spec.output_dtype)) * spec.dim, 4.0 * spec.dim,
           bytes(row_words(shape) + state_words(shape)), bytes(record_words(shape))};
 }
 
@@ -216,14 +216,20 @@ StepBytes compute_bytes(const TableSpec& spec, Placement placement, const BatchK
   switch (placement) {
     case Placement::kGpu:
     case Placement::kCached:
+      // Gradients are updated from fp32 (store/engines/device_features.cpp): half ones widened on
+      // the host, a device view's brought there first (D2H at its size), then H2D at 4 bytes an element.
       gather(b, k, z.row, P, z.out);
       if (o.trainer_on_device) {
         finite_check(b, out, o);
+        if (spec.output_dtype != DType::kF32) {
+          copy_d2h(b, out);
+          copy_h2d(b, P * z.grad);
+        }
       } else {
-        copy_d2h(b, out);  // outputs
-        copy_h2d(b, out);  // gradients
+        copy_d2h(b, out);         // outputs
+        copy_h2d(b, P * z.grad);  // gradients
       }
-      b.hbm_read += out + U * (z.record + 16.0) + 8.0 * K;  // the update
+      b.hbm_read += P * z.grad + U * (z.record + 16.0) + 8.0 * K;  // the update
       b.hbm_write += U * z.record;
       break;
     case Placement::kOffload:
@@ -318,7 +324,7 @@ StepBytes sharded_compute_bytes(const TableSpec& spec, const ShardStep& k, const
   const double r = z.row, x = exchanged_row_bytes(spec), K = static_cast<double>(k.source.keys);
   const double B = static_cast<double>(k.source.bags), U = static_cast<double>(k.source.distinct);
   const double W = static_cast<double>(k.source.weights), S = static_cast<double>(k.served.keys);
-  const double P = pooled_rows(spec, k.source), out = P * z.out;
+  const double P = pooled_rows(spec, k.source), out = P * z.out, grad = P * z.grad;
   const bool pooled = spec.pooling != Pooling::kNone;
   // Forward: the shard's inner engine looks the served keys up into device memory.
   if (S > 0) gather(b, k.served, r, S, x);
@@ -335,17 +341,23 @@ StepBytes sharded_compute_bytes(const TableSpec& spec, const ShardStep& k, const
   // weights up (8-byte words), then gather_pool.
   copy_h2d(b, words(8.0 * (B + 1)) + words(8.0 * K) + words(4.0 * W));
   gather(b, k.source, x, P, z.out);
+  // Gradients are summed from fp32: half ones widened on the host, a device view's brought there
+  // first (D2H at its size), then H2D at 4 bytes an element.
   if (o.trainer_on_device) {  // outputs and gradients in the trainer's device buffers
     finite_check(b, out, o);
-  } else {  // the engine's own D2H of the outputs and H2D of the gradients
-    copy_d2h(b, out);
-    copy_h2d(b, out);
+    if (spec.output_dtype != DType::kF32) {
+      copy_d2h(b, out);
+      copy_h2d(b, grad);
+    }
+  } else {  // the engine's own D2H of the outputs (in 32-bit words) and H2D of the gradients
+    copy_d2h(b, 4.0 * std::ceil(out / 4.0));
+    copy_h2d(b, grad);
   }
   // Backward: the gradient sums' arguments up (offsets, weights, unique slots and offsets,
   // positions, bag of each position), then reduce_grads.
   copy_h2d(b, words(8.0 * (B + 1)) + words(4.0 * W) + words(8.0 * U) + words(8.0 * (U + 1)) + words(4.0 * K) +
                   (pooled ? words(4.0 * K) : 0.0));
-  b.hbm_read += out + 16.0 * U + 8.0 * K;
+  b.hbm_read += grad + 16.0 * U + 8.0 * K;
   b.hbm_write += U * x;
   // Sums to the holders: the index list up; the sums taken, sent, received and copied into the
   // served order.
@@ -563,15 +575,24 @@ Result<TableCost> sharded_cost(const TableSpec& spec, const TableLoad& load, Pla
   // Its metadata scratch, grown likewise (store/engines/sharded_engine.cpp, reserve): the arguments
   // of the source's pooling and gradient sums, in HBM and again in pinned staging (no per-key
   // weights, as everywhere in this model); the exchange's index lists of the keys sent, in HBM and
-  // pinned; one step's outputs, then their gradients: with the trainer on the host the engine's
-  // buffer of them in HBM and its pinned staging, on the device the trainer's own buffers in HBM.
+  // pinned; one step's outputs, then their gradients (fp32, half ones widened): with the trainer on
+  // the host the engine's buffer of them in HBM (out_) and its pinned staging (host_out_); on the
+  // device the trainer's own buffers in HBM (of the output dtype) and, for half outputs, the
+  // engine's buffers too, and its pinned buffer of the half gradients brought to the host
+  // (half_grads_, in 32-bit words).
   const double b_max = load.max_bags > 0 ? static_cast<double>(load.max_bags) : std::ceil(load.bags);
   const double p_max = spec.pooling == Pooling::kNone ? k_max : b_max;
   const double meta = 2.0 * EngineStaging::sharded_feature(std::llround(b_max), load.max_keys, 0, load.max_distinct);
-  const double index = 2.0 * 8.0 * u_max, activations = 2.0 * p_max * z.out;
-  c.hbm_bytes += meta + index + activations;
+  const double index = 2.0 * 8.0 * u_max, staged = 2.0 * p_max * z.grad;
+  const bool half = spec.output_dtype != DType::kF32;
+  double dev_act = staged, host_act = staged;
+  if (o.trainer_on_device) {
+    dev_act = 2.0 * p_max * z.out + (half ? staged : 0.0);
+    host_act = half ? staged + 2.0 * 4.0 * std::ceil(p_max * z.out / 4.0) : 0.0;
+  }
+  c.hbm_bytes += meta + index + dev_act;
   c.comm_bytes = in_flight * (16.0 * u_max + 12.0 * k_max + 4.0 * u_max + 24.0 * sm) + index;
-  c.host_bytes += c.comm_bytes + served.pinned + meta + (o.trainer_on_device ? 0.0 : activations);
+  c.host_bytes += c.comm_bytes + served.pinned + meta + host_act;
   if (placement == Placement::kGpu) {
     c.hbm_bytes +=
         (o.whole_shards ? static_cast<double>(spec.rows) : std::ceil(static_cast<double>(spec.rows) / o.ranks)) *
@@ -639,16 +660,18 @@ Result<TableCost> table_cost(const TableSpec& spec, const TableLoad& load, Place
       c.flush_hbm_bytes = flush.device;
       c.flush_host_bytes = flush.pinned;
       // One step's outputs and gradients: the trainer's own buffers in HBM with it on the device;
-      // with it on the host, the activation staging of the host views (an output and a gradient
-      // buffer in HBM and pinned, grown to twice the need) of each batch in flight.
-      const double act = o.trainer_on_device ? 2.0 * p_max * z.out : in_flight * 4.0 * round64(p_max * z.out);
-      c.hbm_bytes += st.device + act;
+      // the activation staging (an output buffer and an fp32 gradient buffer in HBM and pinned,
+      // grown to twice the need) of each batch in flight with it on the host, and for half outputs
+      // (device_features.cpp: needs_activation_staging) also with it on the device.
+      const bool staged = !o.trainer_on_device || spec.output_dtype != DType::kF32;
+      const double staging = staged ? in_flight * 2.0 * (round64(p_max * z.out) + round64(p_max * z.grad)) : 0.0;
+      c.hbm_bytes += st.device + staging + (o.trainer_on_device ? 2.0 * p_max * z.out : 0.0);
       if (cached) {
-        c.host_bytes += st.pinned + (o.trainer_on_device ? 0.0 : act);
+        c.host_bytes += st.pinned + staging;
         STRATA_RETURN_IF_ERROR(add_cache(c, spec, cache_rows, placement, o));
       } else {
         c.hbm_bytes += static_cast<double>(spec.rows) * z.stride;
-        c.gpu_pinned_bytes = st.pinned + (o.trainer_on_device ? 0.0 : act);
+        c.gpu_pinned_bytes = st.pinned + staging;
       }
       break;
     }

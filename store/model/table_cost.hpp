@@ -176,10 +176,11 @@
 namespace strata {
 
 /// Per-row sizes of a table, in bytes: a row (dim elements of its dtype), an output or gradient
-/// row (dim elements of its output_dtype), a record (row and optimizer state, in whole words) and a
-/// record padded to record_words (core/record_layout.hpp), as host tables, slots and staging hold it.
+/// row (dim elements of its output_dtype), a gradient row as the device engines update or sum it
+/// (dim fp32: half ones widened), a record (row and optimizer state, in whole words) and a record
+/// padded to record_words (core/record_layout.hpp), as host tables, slots and staging hold it.
 struct RowSizes {
-  double row = 0, out = 0, record = 0, stride = 0;
+  double row = 0, out = 0, grad = 0, record = 0, stride = 0;
 };
 /// The row sizes of `spec`.
 RowSizes row_sizes(const TableSpec& spec);

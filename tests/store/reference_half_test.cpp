@@ -593,9 +593,6 @@ TEST(ReferenceHalf, HalfOutputsAreRoundedOutputsAndHalfGradientsAreWidened) {
   }
 }
 
-// A half-size gradient holding NaN or Inf is refused, naming the table, the bag, the column and the
-// value, and changes nothing; a view whose dtype is not the table's output_dtype is refused naming
-// both, in a store of half-size outputs and in an fp32 one.
 // Tables of half-size outputs and gradients (bf16, fp16) beside fp32 ones, of fp32, bf16 and fp16
 // rows, dims of less than a lane's columns to more than a warp's chunk, every pooling, with and
 // without per-sample weights: in `gpu`, in `cached` and `hybrid` (caches of 12 rows: rows served
@@ -603,8 +600,9 @@ TEST(ReferenceHalf, HalfOutputsAreRoundedOutputsAndHalfGradientsAreWidened) {
 // `cached` tables in one store (the `cpu` tables' device views bounced through pinned memory), on
 // the emu device, and in `offload` with the device gather (the same kernels over rows read from host
 // memory) and with the CPU gather (the host kernels; device views go through its pinned outputs and
-// gradients), with host views, device views and stream-ordered device views: the reference's bits
-// (the kernels round each fp32 pooled sum to nearest once, and widen gradients as read).
+// gradients), with host views, device views and stream-ordered device views (also without the
+// finiteness check, accept_nonfinite_gradients): the reference's bits (the kernels round each fp32
+// pooled sum to nearest once, and widen gradients as read).
 TEST(ReferenceHalf, DevicePlacementsOfHalfOutputsMatchTheReferenceBitForBit) {
   std::mt19937_64 rng(131);
   StoreConfig c = testing::random_config(rng, 9);
@@ -634,9 +632,19 @@ TEST(ReferenceHalf, DevicePlacementsOfHalfOutputsMatchTheReferenceBitForBit) {
                                                           : std::string(to_string(p));
       for (const Views v : {Views::kHost, Views::kDevice, Views::kDeviceOrdered})
         EXPECT_TRUE(store_matches_reference(d, 7, 3, 6, v)) << name << ", " << to_string(v);
+      // Without the finiteness check, whose host wait for the caller's stream would hide a missing
+      // wait of an engine's, and the caller's stream late (random delays before each of its
+      // operations): gradients read before the caller's upload lands are NaN, and reach the tables.
+      d.accept_nonfinite_gradients = true;
+      d.device.emu_max_delay_us = 50;
+      EXPECT_TRUE(store_matches_reference(d, 7, 3, 6, Views::kDeviceOrdered))
+          << name << ", " << to_string(Views::kDeviceOrdered) << ", accept_nonfinite_gradients";
     }
 }
 
+// A half-size gradient holding NaN or Inf is refused, naming the table, the bag, the column and the
+// value, and changes nothing; a view whose dtype is not the table's output_dtype is refused naming
+// both, in a store of half-size outputs and in an fp32 one.
 TEST(ReferenceHalf, NonFiniteHalfGradientsAndViewsOfAnotherDtypeAreRefused) {
   std::mt19937_64 rng(31);
   StoreConfig wide = testing::random_config(rng, 3);

@@ -96,10 +96,14 @@ std::vector<ShardCase> cases() {
       out.push_back(c);
     }
   // Half-size tables (bf16, fp16 and fp32 tables in one batch; every sharding type, gpu and hybrid)
-  // over 1..3 ranks, three worlds of each (i < 9), and hot half rows over 2 (i == 9).
+  // over 1..3 ranks, three worlds of each (i < 9): one of them with accept_nonfinite_gradients (no
+  // finiteness check waits for the caller's stream), one of tables of several features; and hot
+  // half rows over 2 (i == 9).
   for (int i = 0; i < 10; ++i) {
     ShardCase c;
     c.half = true;
+    c.accept = i < 9 && i % 3 == 1;
+    c.features = i < 9 && i % 3 == 2;
     c.hot = i == 9;
     c.world = c.hot ? 2 : 1 + i / 3;
     c.steps = c.hot ? 3 : 5;

@@ -9,10 +9,11 @@
 // results are compared within a tolerance (for half-size tables, also a few units in the last place
 // of their dtype: a sum that differs in its last fp32 bit can round to the neighbouring half value;
 // for half-size outputs, of the output dtype too: each output is such a sum rounded once); with one
-// rank they must be bit-exact. Each rank draws,
-// per step, host or device views and a synchronous or stream-ordered step (device_views.hpp:
-// run_step), so the sharded engine's device pooling and gradient path and its host-view path are
-// both held to the reference, under thread ranks and under mpirun.
+// rank they must be bit-exact. Each rank takes, step by step in turn, host views, device views and
+// both in one call (alternating by feature), and draws a synchronous or stream-ordered step
+// (device_views.hpp: run_step), so the sharded engine's device pooling and gradient path and its
+// host-view path are both held to the reference, under thread ranks and under mpirun; no output is
+// written past its view's bytes (guard bytes after each).
 
 #include <unistd.h>
 
@@ -52,12 +53,16 @@ struct ShardCase {
   bool hot = false;
   /// tables of bf16, fp16 or fp32 rows, bf16 optimizer state where the optimizer allows it,
   /// stochastic rounding or not (always, where an element is half, in row and column shards of
-  /// several ranks), outputs and gradients of bf16, fp16 or fp32 (the first table's half) (issue 31)
+  /// several ranks), outputs and gradients of bf16, fp16 or fp32 (the first table's half), three
+  /// tables (issue 31)
   bool half = false;
   /// tables looked up by two or three features each, of their own poolings (issue 35)
   bool features = false;
   /// each rank gives some features' keys and offsets as int32 (issue 35)
   bool int32 = false;
+  /// accept_nonfinite_gradients: no finiteness check, whose host wait for the caller's stream would
+  /// hide a missing stream wait of the engine's (stream-ordered device gradients)
+  bool accept = false;
 };
 
 inline std::string case_name(const ShardCase& c) {
@@ -68,7 +73,7 @@ inline std::string case_name(const ShardCase& c) {
         : c.placement == static_cast<int>(Placement::kGpu) ? "gpu"
                                                            : "hybrid")
     << (c.tight ? "_tight" : "") << (c.tiny ? "_tiny" : "") << (c.hot ? "_hot" : "") << (c.half ? "_half" : "")
-    << (c.features ? "_features" : "") << (c.int32 ? "_int32" : "") << "_s" << c.seed;
+    << (c.features ? "_features" : "") << (c.int32 ? "_int32" : "") << (c.accept ? "_accept" : "") << "_s" << c.seed;
   return o.str();
 }
 
@@ -82,10 +87,13 @@ inline StoreConfig sharded_config(const ShardCase& c) {
   cfg.huge_pages = false;
   cfg.device.backend = BackendChoice::kEmu;
   cfg.device.capacity = 64 << 20;
+  cfg.accept_nonfinite_gradients = c.accept;
+  if (c.accept) cfg.device.emu_max_delay_us = 50;  // the caller's stream late: a missing wait reads NaN
   cfg.cache.policy = static_cast<cache::Policy>(rng() % 3);
   cfg.cache.lookahead = cfg.cache.policy == cache::Policy::kLookahead ? 1 : 0;
   const int dims[] = {4, 5, 8, 13, 16};
-  const int tables = 1 + static_cast<int>(rng() % 3);
+  const int drawn = 1 + static_cast<int>(rng() % 3);
+  const int tables = c.half ? 3 : drawn;  // half: three tables, outputs of several dtypes in each call
   for (int t = 0; t < tables; ++t) {
     TableConfig tc;
     tc.spec.name = "t" + std::to_string(t);
@@ -292,6 +300,11 @@ struct HalfDiffs {
   std::int64_t changed = 0;
 };
 
+/// Guard words after each output view of a rank beyond as many as the view's, and the byte they
+/// hold (no call may write them).
+constexpr std::size_t kGuardWords = 2;
+constexpr unsigned char kGuardByte = 0xa5;
+
 /// Runs the case on rank `rank` of `comm`'s world; returns "" or the first mismatches found.
 /// `trace` (when given) gets every output this rank read and the final tables it read back, in
 /// order, so that two worlds can be compared bit for bit.
@@ -394,33 +407,41 @@ inline std::string run_sharded_rank(const ShardCase& c, std::shared_ptr<dispatch
                            MemorySpace::kHost, spec.output_dtype});
     }
     if (fail("reference forward", ref.forward(s, ref_views))) return err.str();
-    // This rank's part: its outputs, and its slice of the global gradients.
+    // This rank's part: its outputs, and its slice of the global gradients. Each output buffer holds
+    // its view's bytes (of the output dtype), then as many guard bytes and kGuardWords more, which no
+    // call may write.
     Buffers out, grads;
-    std::vector<std::size_t> global_feature;
+    std::vector<std::size_t> global_feature, out_bytes;
     for (const auto& f : mine.features) {
       std::size_t gf = 0;
       while (g.global.features[gf].table != f.table) ++gf;
       global_feature.push_back(gf);
       const TableSpec& spec = spec_of(cfg, f.table);
       const auto [row0, rows] = slice_of(g, cfg, gf, r);
-      out.data.emplace_back(static_cast<std::size_t>(output_rows(f, spec.pooling) * spec.dim));
+      out_bytes.push_back(static_cast<std::size_t>(rows * spec.dim * element_bytes(spec.output_dtype)));
+      out.data.emplace_back(2 * ((out_bytes.back() + 3) / 4) + kGuardWords);
+      std::memset(out.data.back().data(), kGuardByte, out.data.back().size() * sizeof(float));
+      out.views.push_back({out.data.back().data(), rows, spec.dim, MemorySpace::kHost, spec.output_dtype});
       const float* slice = g.global_grads[gf].data() + row0 * spec.dim;
       grads.data.push_back(packed(spec.output_dtype, slice, static_cast<std::size_t>(rows * spec.dim)));
+      grads.views.push_back({grads.data.back().data(), rows, spec.dim, MemorySpace::kHost, spec.output_dtype});
+      grads.cviews.push_back({grads.data.back().data(), rows, spec.dim, MemorySpace::kHost, spec.output_dtype});
     }
-    for (Buffers* b : {&out, &grads})
-      for (std::size_t i = 0; i < b->data.size(); ++i) {
-        const TableSpec& spec = spec_of(cfg, mine.features[i].table);
-        const std::int64_t rows = static_cast<std::int64_t>(b->data[i].size()) / spec.dim;
-        b->views.push_back({b->data[i].data(), rows, spec.dim, MemorySpace::kHost, spec.output_dtype});
-        b->cviews.push_back({b->data[i].data(), rows, spec.dim, MemorySpace::kHost, spec.output_dtype});
-      }
-    // Each rank draws, per step, host or device views and a synchronous or stream-ordered step
-    // (ranks may differ: each is its own trainer).
+    // Each rank takes, step by step in turn, host views, host and device views alternating in one
+    // call (the first feature's a host one), device views, and both alternating again (the first a
+    // device one); it draws a synchronous or stream-ordered step (ranks may differ: each is its own
+    // trainer).
     std::mt19937_64 draw(c.seed * 1000003 + static_cast<std::uint64_t>(s) * 131 + static_cast<std::uint64_t>(r));
+    const std::uint64_t views = (c.seed + static_cast<std::uint64_t>(s + r)) % 4;
     StepMode mode;
-    mode.device = draw() % 2 == 0;
+    mode.device = views != 0;
     if (draw() % 2 == 0) mode.stream = trainer.view();
-    if (fail("step " + std::to_string(s) + (mode.device ? " (device views" : " (host views") +
+    if (views % 2 == 1)
+      for (std::size_t i = 0; i < mine.features.size(); ++i) mode.on_device.push_back((i + views / 2) % 2 == 1);
+    if (fail("step " + std::to_string(s) +
+                 (!mode.device             ? " (host views"
+                  : mode.on_device.empty() ? " (device views"
+                                           : " (mixed views") +
                  (mode.ordered() ? ", stream-ordered)" : ", synchronous)"),
              run_step(store, s, grads, out, mode)))
       return err.str();
@@ -433,6 +454,13 @@ inline std::string run_sharded_rank(const ShardCase& c, std::shared_ptr<dispatch
       check("step " + std::to_string(s) + " output of " + spec.name, elements(od, out.data[i].data(), 0, n).data(),
             elements(od, ref_out[gf].data(), static_cast<std::size_t>(row0 * spec.dim), n).data(), n,
             std::max(half_ulp(spec), unit_roundoff(od)));
+      const auto* bytes = reinterpret_cast<const unsigned char*>(out.data[i].data());
+      for (std::size_t k = out_bytes[i]; k < out.data[i].size() * sizeof(float); ++k)
+        if (bytes[k] != kGuardByte) {
+          err << "rank " << r << ": step " << s << ": the output of " << spec.name << " (" << out_bytes[i]
+              << " bytes of " << to_string(od) << ") was written past its end, at byte " << k << "\n";
+          break;
+        }
       if (trace) trace->insert(trace->end(), out.data[i].begin(), out.data[i].end());
     }
     std::vector<ConstMatrixView> ref_grads;

@@ -126,7 +126,10 @@ Result<Made> steady_loop(Store& store, const StoreConfig& c, int warm_up, int st
     STRATA_ASSIGN_OR_RETURN(trainer, store.device()->create_stream());
     dev_out = make_device_views(*store.device(), shape);
     dev_grads = make_device_views(*store.device(), shape);
-    mode = StepMode{true, trainer.view(), &dev_out, &dev_grads, {}};
+    mode.device = true;
+    mode.stream = trainer.view();
+    mode.outputs = &dev_out;
+    mode.grads = &dev_grads;
   }
   StoreStats before;
   for (int i = 0; i < warm_up + steady; ++i) {

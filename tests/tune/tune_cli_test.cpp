@@ -712,6 +712,25 @@ TEST(TuneCli, ValidatePredictsTablesOfOneDimAndTwoDtypesExactly) {
  {"name": "d", "rows": 8000, "dim": 16, "placement": "hybrid", "cache": {"rows": 400, "cap": true}},
  {"name": "e", "rows": 4000, "dim": 16, "dtype": "bf16", "placement": "hybrid", "cache": {"rows": 300, "cap": true}}]})";
   expect_exact_bytes(sharded, "dtypes-sharded", w + " --ranks 2", "device");
+  // Half-size outputs (issue 31): written at their size, while the gradients are updated (`gpu`,
+  // `cached`) or summed (sharded) as fp32, widened on the host: a host trainer's gradients go H2D at
+  // 4 bytes an element, a device trainer's half ones D2H at their size and back H2D widened.
+  const char* const outputs = R"({"threads": 1, "tables": [
+ {"name": "a", "rows": 20000, "dim": 16, "output_dtype": "bf16", "placement": "cached", "cache": {"rows": 2000, "cap": true}},
+ {"name": "b", "rows": 3000, "dim": 16, "dtype": "bf16", "output_dtype": "fp16", "placement": "gpu"},
+ {"name": "c", "rows": 500, "dim": 8, "output_dtype": "bf16", "placement": "gpu"},
+ {"name": "d", "rows": 8000, "dim": 16, "output_dtype": "bf16", "placement": "offload"},
+ {"name": "e", "rows": 4000, "dim": 16, "dtype": "bf16", "output_dtype": "fp16", "placement": "offload"}]})";
+  const char* const sharded_outputs = R"({"threads": 1, "tables": [
+ {"name": "a", "rows": 20000, "dim": 16, "output_dtype": "bf16", "placement": "hybrid", "cache": {"rows": 400, "cap": true}},
+ {"name": "b", "rows": 3000, "dim": 16, "dtype": "bf16", "output_dtype": "fp16", "placement": "gpu"},
+ {"name": "c", "rows": 500, "dim": 8, "placement": "gpu"},
+ {"name": "d", "rows": 8000, "dim": 16, "placement": "hybrid", "cache": {"rows": 400, "cap": true}},
+ {"name": "e", "rows": 4000, "dim": 16, "output_dtype": "bf16", "placement": "gpu"}]})";
+  for (const std::string trainer : {"device", "host"}) {
+    expect_exact_bytes(outputs, "half-outputs", w, trainer);
+    expect_exact_bytes(sharded_outputs, "half-outputs-sharded", w + " --ranks 2", trainer);
+  }
 }
 
 // A plan at the smallest feasible budget gives its hybrid tables the planner's smallest cache, one

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/half.hpp"
 #include "store/engines/detail/slot_pool_engine.hpp"
 #include "store/store.hpp"
 #include "tests/store/thread_ranks.hpp"
@@ -181,9 +182,10 @@ TEST(TunePlanner, TableCostCountsTheElementSizes) {
   const StepBytes cpu_device = table_cost(spec, load, Placement::kCpu, 0, 0.0, device).value().bytes;
   EXPECT_EQ(cpu_device.h2d, outputs);
   EXPECT_EQ(cpu_device.d2h, outputs);
-  // A cached table's misses and write-backs move slots at the stride; its HBM holds them.
+  // A cached table's misses and write-backs move slots at the stride; its HBM holds them. Its bf16
+  // gradients come D2H at their size (widened on the host, then H2D at 4 bytes an element).
   const TableCost cached = table_cost(spec, load, Placement::kCached, 1000, 0.5, device).value();
-  EXPECT_EQ(cached.bytes.d2h, 8.0 + 150.0 * stride);
+  EXPECT_EQ(cached.bytes.d2h, 8.0 + outputs + 150.0 * stride);
   // A gpu table's rows in HBM: each more row one more slot.
   const double hbm = table_cost(spec, load, Placement::kGpu, 0, 0.0, device).value().hbm_bytes;
   spec.rows += 1000;
@@ -757,26 +759,32 @@ std::vector<std::size_t> open_and_train(const TuneInput& in, const StoreConfig& 
       std::vector<ConstMatrixView> grads;
       for (std::size_t t = 0; t < in.tables.size() && s.is_ok(); ++t) {
         const std::int64_t bags = batch.features[t].batch_size(), dim = in.tables[t].spec.dim;
-        const std::size_t n = static_cast<std::size_t>(bags * dim);
+        const DType od = in.tables[t].spec.output_dtype;
+        const std::size_t n = static_cast<std::size_t>(bags * dim), bytes = n * element_bytes(od);
         out.emplace_back(n, 0.0f);
         grad.emplace_back(n, 0.01f);
+        if (od != DType::kF32)  // 0.01 of the output dtype, packed two to a float
+          for (std::size_t i = 0; i < n; ++i) {
+            const std::uint16_t h = narrow(od, 0.01f, false, 0);
+            std::memcpy(reinterpret_cast<unsigned char*>(grad[t].data()) + 2 * i, &h, sizeof h);
+          }
         if (!device_views) {
-          outs.push_back({out[t].data(), bags, dim});
-          grads.push_back({grad[t].data(), bags, dim});
+          outs.push_back({out[t].data(), bags, dim, MemorySpace::kHost, od});
+          grads.push_back({grad[t].data(), bags, dim, MemorySpace::kHost, od});
           continue;
         }
-        auto o = dev->allocate(n * sizeof(float));
-        auto g = dev->allocate(n * sizeof(float));
-        auto h = dev->allocate_pinned(n * sizeof(float));
+        auto o = dev->allocate(bytes);
+        auto g = dev->allocate(bytes);
+        auto h = dev->allocate_pinned(bytes);
         if (!o || !g || !h) {
           s = Status::resource_exhausted("the trainer's buffers");
           break;
         }
-        std::memcpy(h->data(), grad[t].data(), n * sizeof(float));
-        dev->copy_h2d(stream.view(), g->data(), h->data(), n * sizeof(float));
+        std::memcpy(h->data(), grad[t].data(), bytes);
+        dev->copy_h2d(stream.view(), g->data(), h->data(), bytes);
         s = dev->synchronize(stream.view());
-        outs.push_back({o->as<float>(), bags, dim, MemorySpace::kDevice});
-        grads.push_back({g->as<float>(), bags, dim, MemorySpace::kDevice});
+        outs.push_back({o->as<float>(), bags, dim, MemorySpace::kDevice, od});
+        grads.push_back({g->as<float>(), bags, dim, MemorySpace::kDevice, od});
         dev_out.push_back(std::move(o).value());
         dev_grad.push_back(std::move(g).value());
       }
@@ -825,43 +833,49 @@ TEST(TunePlannerRanks, PlanOpensOnEveryRankOfTwoAndFourThreadRanksAndTrains) {
 // 1.24 over four, and 1% more in the all-gpu plan on one rank. (Caches smaller than the batches in
 // flight defer the later ones' plans and stage fewer batches than the model counts: not tested.)
 TEST(TunePlannerRanks, MemoryModelCoversTheDeviceMemoryEachRankAllocates) {
-  const TuneInput in = make_input({60000, 20000, 3000}, {256, 128, 64}, 16);
-  const auto curves = curves_of(in);
+  const TuneInput fp32 = make_input({60000, 20000, 3000}, {256, 128, 64}, 16);
+  const auto curves = curves_of(fp32);
   struct Case {
     int ranks;
     double budget;  // of every table gpu
     int off_gpu;    // tables cached or hybrid
   };
+  TuneInput half_outputs = fp32;  // bf16 outputs and gradients: the engines' fp32 gradient buffers beside them
+  for (TableTrace& t : half_outputs.tables) t.spec.output_dtype = DType::kBF16;
+  const TuneInput* const inputs[] = {&fp32, &half_outputs};
   for (const Case c : {Case{1, 2.0, 0}, Case{1, 0.5, 1}, Case{1, 0.2, 2}, Case{2, 2.0, 0}, Case{2, 0.5, 1},
-                       Case{2, 0.3, 2}, Case{4, 2.0, 0}, Case{4, 0.7, 1}, Case{4, 0.5, 2}}) {
-    const ShardInputs sh = c.ranks > 1 ? shards_of(in, c.ranks) : ShardInputs{};
-    const double all_gpu = c.ranks > 1 ? sharded_gpu_hbm(in, c.ranks, sh) : gpu_hbm(in, budgets(1e12, 1e12));
-    for (const bool device_views : {false, true}) {
-      PlanOptions o = rank_budgets(all_gpu * c.budget, 1e12, c.ranks);
-      o.cost.trainer_on_device = device_views;
-      auto plan = make_plan(in, curves, profile(true), o, sh);
-      ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
-      std::string what = std::to_string(c.ranks) + " ranks, device views " + std::to_string(device_views) + ":";
-      int off = 0;
-      for (const TablePlan& t : plan->tables) {
-        what += std::string(" ") + to_string(t.placement);
-        off += t.placement != Placement::kGpu;
-        EXPECT_TRUE(t.placement == Placement::kGpu ||
-                    t.placement == (c.ranks > 1 ? Placement::kHybrid : Placement::kCached))
-            << what;
-      }
-      EXPECT_EQ(off, c.off_gpu) << what;
-      auto parsed = parse_store_config(to_json(plan->config));
-      ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
-      const std::vector<std::size_t> peak =
-          open_and_train(in, *parsed, c.ranks, in.steps / c.ranks, device_views, o.cost.max_in_flight);
-      for (int r = 0; r < c.ranks; ++r) {
-        const double got = static_cast<double>(peak[static_cast<std::size_t>(r)]);
-        EXPECT_LE(got, plan->hbm_bytes) << what << ", rank " << r;
-        EXPECT_GE(got, 0.9 * plan->hbm_bytes) << what << ", rank " << r;
+                       Case{2, 0.3, 2}, Case{4, 2.0, 0}, Case{4, 0.7, 1}, Case{4, 0.5, 2}})
+    for (const TuneInput* input : inputs) {
+      const TuneInput& in = *input;
+      const ShardInputs sh = c.ranks > 1 ? shards_of(in, c.ranks) : ShardInputs{};
+      const double all_gpu = c.ranks > 1 ? sharded_gpu_hbm(in, c.ranks, sh) : gpu_hbm(in, budgets(1e12, 1e12));
+      for (const bool device_views : {false, true}) {
+        PlanOptions o = rank_budgets(all_gpu * c.budget, 1e12, c.ranks);
+        o.cost.trainer_on_device = device_views;
+        auto plan = make_plan(in, curves, profile(true), o, sh);
+        ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+        std::string what = std::to_string(c.ranks) + " ranks, device views " + std::to_string(device_views) +
+                           (input == &half_outputs ? ", bf16 outputs:" : ":");
+        int off = 0;
+        for (const TablePlan& t : plan->tables) {
+          what += std::string(" ") + to_string(t.placement);
+          off += t.placement != Placement::kGpu;
+          EXPECT_TRUE(t.placement == Placement::kGpu ||
+                      t.placement == (c.ranks > 1 ? Placement::kHybrid : Placement::kCached))
+              << what;
+        }
+        EXPECT_EQ(off, c.off_gpu) << what;
+        auto parsed = parse_store_config(to_json(plan->config));
+        ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
+        const std::vector<std::size_t> peak =
+            open_and_train(in, *parsed, c.ranks, in.steps / c.ranks, device_views, o.cost.max_in_flight);
+        for (int r = 0; r < c.ranks; ++r) {
+          const double got = static_cast<double>(peak[static_cast<std::size_t>(r)]);
+          EXPECT_LE(got, plan->hbm_bytes) << what << ", rank " << r;
+          EXPECT_GE(got, 0.9 * plan->hbm_bytes) << what << ", rank " << r;
+        }
       }
     }
-  }
 }
 
 // The memory model covers the device memory a store of offload tables allocates, and not by much
