@@ -102,7 +102,7 @@ Status Store::save(const std::string& dir) {
       STRATA_RETURN_IF_ERROR(dynamic_access(*this).read_dynamic(static_cast<int>(ti), state));
       mt.dynamic = true;
       piece.capacity = spec.rows;
-      STRATA_RETURN_IF_ERROR(detail::write_dynamic_piece(dir, mt, state, next.save_id, next.version, piece));
+      STRATA_RETURN_IF_ERROR(detail::write_dynamic_piece(dir, mt, state, next.save_id, next.version, 0, piece));
       mt.keys = piece.keys;
       mt.sketch_bytes = piece.sketch_bytes;
       mt.pieces.push_back(std::move(piece));
