@@ -128,12 +128,16 @@ Result<DynamicState> read_dynamic_piece(const std::string& dir, const ManifestTa
   const auto dim = static_cast<std::size_t>(t.dim), sd = static_cast<std::size_t>(t.state_dim);
   const auto n = static_cast<std::size_t>(piece.keys), chunk = static_cast<std::size_t>(kChunkRows);
   const auto record = static_cast<std::size_t>(dynamic_record_bytes(t));
-  s.entries.resize(n);
-  s.weights.resize(n * dim);
-  s.state.resize(n * sd);
+  // Reserved (its pages untouched), then filled chunk by chunk: no step as long as the whole shard.
+  s.entries.reserve(n);
+  s.weights.reserve(n * dim);
+  s.state.reserve(n * sd);
   std::vector<unsigned char> recs(std::min(n, chunk) * record);
   for (std::size_t i0 = 0; i0 < n; i0 += chunk) {
     const std::size_t m = std::min(chunk, n - i0);
+    s.entries.resize(i0 + m);
+    s.weights.resize((i0 + m) * dim);
+    s.state.resize((i0 + m) * sd);
     STRATA_RETURN_IF_ERROR(file.read_at(kHeaderBytes + s.sketch.size() + i0 * record, recs.data(), m * record));
     crc = crc32c(recs.data(), m * record, crc);
     for (std::size_t j = 0; j < m; ++j) {

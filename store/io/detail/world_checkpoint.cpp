@@ -764,16 +764,17 @@ Result<DynamicState> dynamic_shard(const StoreConfig& config, int me, int world,
   }));
   DynamicState s;
   s.clock = kept.clock;
-  s.weights.resize(kept.weights.size());
-  s.state.resize(kept.state.size());
+  s.entries.reserve(order.size());  // its pages untouched until filled, chunk by chunk
+  s.weights.reserve(kept.weights.size());
+  s.state.reserve(kept.state.size());
   for (std::size_t i = 0; i < order.size(); ++i) {
     const std::size_t k = order[i];
     s.entries.push_back(KeyIndex::Entry{kept.entries[k].key, static_cast<std::int64_t>(i), kept.entries[k].last_use,
                                         kept.entries[k].count});
-    std::copy_n(kept.weights.begin() + static_cast<std::ptrdiff_t>(k * dim), dim,
-                s.weights.begin() + static_cast<std::ptrdiff_t>(i * dim));
-    std::copy_n(kept.state.begin() + static_cast<std::ptrdiff_t>(k * sd), sd,
-                s.state.begin() + static_cast<std::ptrdiff_t>(i * sd));
+    const auto w = kept.weights.begin() + static_cast<std::ptrdiff_t>(k * dim);
+    s.weights.insert(s.weights.end(), w, w + static_cast<std::ptrdiff_t>(dim));
+    const auto x = kept.state.begin() + static_cast<std::ptrdiff_t>(k * sd);
+    s.state.insert(s.state.end(), x, x + static_cast<std::ptrdiff_t>(sd));
     if ((i + 1) % kChunkRows == 0) STRATA_RETURN_IF_ERROR(progressed());
   }
   // What this shard's index would refuse (a key in two pieces), refused before any table changes.
