@@ -37,6 +37,7 @@
 #include "store/detail/batch_checks.hpp"
 #include "store/detail/dynamic_state.hpp"
 #include "store/detail/features.hpp"
+#include "store/detail/reference_world.hpp"
 #include "store/store.hpp"
 
 namespace strata {
@@ -90,10 +91,10 @@ const float* widened(const ConstMatrixView& v, DType dtype, std::vector<float>& 
   return scratch.data();
 }
 
-class ReferenceStore final : public Store, public detail::DynamicAccess {
+class ReferenceStore final : public Store, public detail::DynamicAccess, public detail::ReferenceWorld {
  public:
   // `world`: checked by open_reference_world, as each dynamic table's plan for it.
-  ReferenceStore(StoreConfig config, int world) : Store(std::move(config)), features_(config_) {
+  ReferenceStore(StoreConfig config, int world) : Store(std::move(config)), world_(world), features_(config_) {
     for (const auto& t : config_.tables) {
       Table tab;
       tab.spec = t.spec;
@@ -329,6 +330,7 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
   }
 
  protected:
+  int reference_world() const noexcept override { return world_; }
   // Each table keeps its own copy of the spec.
   void learning_rate_changed(int table, float learning_rate) override {
     tables_[static_cast<std::size_t>(table)].spec.optimizer.learning_rate = learning_rate;
@@ -784,6 +786,7 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
     STRATA_RETURN_IF_ERROR(detail::dynamic_only(op, table, config_));
     return &tables_[static_cast<std::size_t>(table)];
   }
+  int world_;                    // open_reference_world's
   detail::FeatureMap features_;  // the store's features (a table's own name when it lists none)
   std::vector<Table> tables_;
   std::unordered_map<std::int64_t, Entry> batches_;
@@ -792,7 +795,9 @@ class ReferenceStore final : public Store, public detail::DynamicAccess {
 
 }  // namespace
 
-Result<std::unique_ptr<Store>> open_reference_store(const StoreConfig& config) { return open_reference_world(config, 1); }
+Result<std::unique_ptr<Store>> open_reference_store(const StoreConfig& config) {
+  return open_reference_world(config, 1);
+}
 
 Result<std::unique_ptr<Store>> open_reference_world(const StoreConfig& config, int world) {
   STRATA_RETURN_IF_ERROR(validate(config));

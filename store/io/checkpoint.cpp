@@ -47,6 +47,7 @@
 #include "store/detail/batch_checks.hpp"
 #include "store/detail/config_agreement.hpp"
 #include "store/detail/dynamic_state.hpp"
+#include "store/detail/reference_world.hpp"
 #include "store/io/detail/checkpoint_format.hpp"
 #include "store/io/detail/dynamic_piece.hpp"
 #include "store/io/detail/world_checkpoint.hpp"
@@ -74,12 +75,29 @@ detail::DynamicAccess& dynamic_access(Store& store) {
   return *access;
 }
 
+// `what` ("save '<dir>'") refused when `store` is the reference of a world of several ranks with a dynamic table: its
+// shards side by side (detail::ReferenceWorld) are no checkpoint's (one store's file of a single index, or one file per
+// rank of a world); reading them as a store's would write a file its own load refuses.
+Status refuse_reference_world(const Store& store, const std::string& what) {
+  const auto* reference = dynamic_cast<const detail::ReferenceWorld*>(&store);
+  if (!reference || reference->reference_world() <= 1) return Status::ok();
+  const std::string world = std::to_string(reference->reference_world());
+  for (const TableConfig& t : store.config().tables)
+    if (t.dynamic)
+      return Status::failed_precondition(what + ": dynamic table '" + t.spec.name +
+                                         "': the reference store of a world of " + world + " ranks holds its " + world +
+                                         " shards side by side; a reference of a world is not saved or loaded "
+                                         "(expected a reference of one rank, open_reference_store; nothing changed)");
+  return Status::ok();
+}
+
 }  // namespace
 
 Status Store::save(const std::string& dir) {
   // A world: each rank writes its pieces into one shared directory, rank 0 commits (format 2, 3 with half-size
   // tables, 5 with a dynamic table).
   if (dispatch::Communicator* comm = world()) return detail::save_world(*this, *comm, dir);
+  STRATA_RETURN_IF_ERROR(refuse_reference_world(*this, "save '" + dir + "'"));
   // No flush of its own: read_rows flushes, and decides whether a table whose device failed can
   // still be read from host memory (README, "When the device fails").
   STRATA_RETURN_IF_ERROR(detail::make_dirs(dir));
@@ -102,7 +120,7 @@ Status Store::save(const std::string& dir) {
       STRATA_RETURN_IF_ERROR(dynamic_access(*this).read_dynamic(static_cast<int>(ti), state));
       mt.dynamic = true;
       piece.capacity = spec.rows;
-      STRATA_RETURN_IF_ERROR(detail::write_dynamic_piece(dir, mt, state, next.save_id, next.version, piece));
+      STRATA_RETURN_IF_ERROR(detail::write_dynamic_piece(dir, mt, state, next.save_id, next.version, 0, piece));
       mt.keys = piece.keys;
       mt.sketch_bytes = piece.sketch_bytes;
       mt.pieces.push_back(std::move(piece));
@@ -130,6 +148,7 @@ Status Store::load_converting_dtypes(const std::string& dir) { return load_check
 Status Store::load_checkpoint(const std::string& dir, const std::string* manifest, bool convert_dtypes) {
   // One loader for every checkpoint (format 1 to 5) and every store (a world: collective; see world_checkpoint.hpp). It
   // writes every table, a dynamic table's shard on each rank (DynamicAccess::write_dynamic), with agreed errors.
+  STRATA_RETURN_IF_ERROR(refuse_reference_world(*this, "load '" + dir + "'"));
   STRATA_ASSIGN_OR_RETURN(detail::Loaded got, detail::load_pieces(*this, world(), dir, manifest, convert_dtypes));
   step_ = got.step;
   for (std::size_t ti = 0; ti < config_.tables.size(); ++ti) {

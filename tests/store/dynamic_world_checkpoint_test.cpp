@@ -10,10 +10,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,6 +26,7 @@
 #include "store/detail/dynamic_state.hpp"
 #include "store/io/detail/checkpoint_format.hpp"
 #include "store/io/detail/crc32c.hpp"
+#include "store/io/detail/world_checkpoint.hpp"
 #include "store/io/file_io.hpp"
 #include "tests/store/dynamic_harness.hpp"
 #include "tests/store/thread_ranks.hpp"
@@ -307,20 +310,32 @@ INSTANTIATE_TEST_SUITE_P(Worlds, DynamicWorldCheckpoint,
                            return std::to_string(i.param.first) + "_to_" + std::to_string(i.param.second);
                          });
 
-// Every rank's states and step, to check that a refused load changed nothing.
-struct Held {
-  std::vector<DynamicState> states;
-  std::int64_t step = 0;
-};
+// This rank's shard of the dense table (item) as fp32: its weights, then its state.
+std::vector<float> dense_of(Store& s) {
+  const Result<ShardInfo> si = s.shard_info(1);
+  EXPECT_TRUE(si.is_ok()) << si.status().to_string();
+  if (!si.is_ok()) return {};
+  const std::int64_t n = si.value().local_rows, cols = si.value().local_dim;
+  const std::int64_t sd = optimizer_state_dim(s.config().tables[1].spec.optimizer.kind, si.value().local_dim);
+  std::vector<float> out(static_cast<std::size_t>(n * (cols + sd)));
+  if (n > 0) {
+    EXPECT_TRUE(s.read_shard(1, 0, n, out.data(), sd ? out.data() + n * cols : nullptr).is_ok());
+  }
+  return out;
+}
 
-// Loads `dir` into `world` ranks trained a few steps first: every rank refused with `code` and a message holding each
-// of `names`, its dynamic tables and step as they were.
+// Loads `dir` into `world` ranks trained a few steps first (their rates then set apart from the checkpoint's): every
+// rank refused with `code` and a message holding each of `names`, its dynamic tables, dense rows, rates and step as
+// they were.
 void expect_refused(const std::string& dir, int world, StatusCode code, const std::vector<std::string>& names) {
   const StoreConfig c = test_config();
   const std::vector<Step> plan = make_plan(c, world, 3, 0, 3, 0xbad);
+  constexpr float kRate = 0.03125f;
   on_world(world, c, [&](int r, Store& s) {
     run_steps(s, r, plan, 0, 3, nullptr);
+    ASSERT_TRUE(s.set_learning_rate(kRate).is_ok()) << "rank " << r;
     const std::vector<DynamicState> before = states_of(s);
+    const std::vector<float> dense = dense_of(s);
     const std::int64_t step = s.step();
     const Status st = s.load(dir);
     EXPECT_EQ(st.code(), code) << "rank " << r << ": " << st.to_string();
@@ -330,6 +345,12 @@ void expect_refused(const std::string& dir, int world, StatusCode code, const st
     const std::vector<DynamicState> after = states_of(s);
     for (std::size_t i = 0; i < after.size(); ++i)
       EXPECT_EQ(state_difference(after[i], before[i]), "") << "rank " << r << " table " << kTables[i];
+    EXPECT_TRUE(same_floats(dense_of(s), dense)) << "rank " << r << ": the dense table's rows changed";
+    for (const TableConfig& t : c.tables) {
+      const Result<float> rate = s.learning_rate(t.spec.name);
+      ASSERT_TRUE(rate.is_ok()) << rate.status().to_string();
+      EXPECT_EQ(rate.value(), kRate) << "rank " << r << " table '" << t.spec.name << "'";
+    }
     EXPECT_EQ(s.step(), step) << "rank " << r;
   });
 }
@@ -429,6 +450,218 @@ TEST(DynamicWorldCheckpointFiles, AReshardThatOverflowsAShardIsRefused) {
   if (HasFatalFailure()) return;
   expect_refused(dir, 4, StatusCode::kFailedPrecondition,
                  {"dynamic table 'user'", "rank 0's shard of 8 rows would hold 9", "capacity 8"});
+  fs::remove_all(dir);
+}
+
+// Rank 0's and rank 1's pieces of 'user' swapped, the manifest patched to match (each entry's size, CRC and keys
+// follow its file's contents): every file is whole, but each holds the other rank's keys, which the same layout refuses
+// (the check that a rank's own piece holds only its keys), nothing changed.
+TEST(DynamicWorldCheckpointFiles, APieceOfAnotherRankIsRefused) {
+  const std::string dir = fresh_dir("swapped");
+  save_two_ranks(dir);
+  if (HasFatalFailure()) return;
+  const std::string path = dir + "/" + detail::kManifest;
+  const Result<std::string> text = detail::read_file(path);
+  ASSERT_TRUE(text.is_ok());
+  std::string files[2];
+  const std::string patched = edited(text.value(), [&](nlohmann::json& j) {
+    nlohmann::json& pieces = j["tables"][0]["dynamic"]["pieces"];
+    for (int r = 0; r < 2; ++r) files[r] = pieces[r]["file"].get<std::string>();
+    std::swap(pieces[0], pieces[1]);
+    for (int r = 0; r < 2; ++r) {
+      pieces[r]["file"] = files[r];
+      pieces[r]["rank"] = r;
+    }
+  });
+  fs::rename(dir + "/" + files[0], dir + "/swap.tmp");
+  fs::rename(dir + "/" + files[1], dir + "/" + files[0]);
+  fs::rename(dir + "/swap.tmp", dir + "/" + files[1]);
+  ASSERT_TRUE(detail::write_file_atomic(path, patched).is_ok());
+  expect_refused(dir, 2, StatusCode::kDataLoss,
+                 {files[0], "dynamic table 'user'", "is rank 1's under the table's layout (expected only rank 0's"});
+  fs::remove_all(dir);
+}
+
+// A piece of a saved world of 2 spoiled: (what, the table, its rank, how) -> the refusal's code and a piece of its
+// text.
+struct Spoiled {
+  const char* name;
+  int table, rank;
+  std::function<void(const std::string& dir, const std::string& file, nlohmann::json& piece)> spoil;
+  StatusCode code;
+  std::string says;
+};
+
+std::ostream& operator<<(std::ostream& os, const Spoiled& s) { return os << s.name; }
+
+class DynamicWorldSpoiledPiece : public ::testing::TestWithParam<Spoiled> {};
+
+// Each refused on every rank naming the piece, nothing changed.
+TEST_P(DynamicWorldSpoiledPiece, IsRefusedNamingItAndNothingChanges) {
+  const Spoiled& k = GetParam();
+  const std::string dir = fresh_dir(std::string("spoiled_") + k.name);
+  save_two_ranks(dir);
+  if (HasFatalFailure()) return;
+  const std::string path = dir + "/" + detail::kManifest;
+  const Result<std::string> text = detail::read_file(path);
+  ASSERT_TRUE(text.is_ok());
+  std::string file;
+  const std::string patched = edited(text.value(), [&](nlohmann::json& j) {
+    nlohmann::json& piece = j["tables"][static_cast<std::size_t>(k.table)]["dynamic"]["pieces"][k.rank];
+    file = piece["file"].get<std::string>();
+    k.spoil(dir, file, piece);
+  });
+  ASSERT_TRUE(detail::write_file_atomic(path, patched).is_ok());
+  const std::string table = k.table == 0 ? "user" : "ad";
+  expect_refused(dir, 2, k.code, {file, "dynamic table '" + table + "'", k.says});
+  fs::remove_all(dir);
+}
+
+// The same piece of another save (a world of 2 trained alike, saved elsewhere), its manifest entry (size, CRC, keys)
+// taken along: whole, but not this save's.
+void foreign(const std::string& dir, const std::string& file, nlohmann::json& piece) {
+  const std::string other = dir + "_other";
+  save_two_ranks(other);
+  const Result<detail::Manifest> m = detail::read_manifest(other);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  const detail::PieceEntry& p = m.value().tables.at(0).pieces.at(1);
+  fs::copy_file(other + "/" + p.file, dir + "/" + file, fs::copy_options::overwrite_existing);
+  piece["bytes"] = p.bytes;
+  piece["crc32c"] = detail::hex32(p.crc);
+  piece["keys"] = p.keys;
+  fs::remove_all(other);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Pieces, DynamicWorldSpoiledPiece,
+    ::testing::Values(Spoiled{"missing", 0, 1,
+                              [](const std::string& dir, const std::string& file, nlohmann::json&) {
+                                fs::remove(dir + "/" + file);
+                              },
+                              StatusCode::kNotFound, "cannot open"},
+                      Spoiled{"truncated", 0, 1,
+                              [](const std::string& dir, const std::string& file, nlohmann::json&) {
+                                fs::resize_file(dir + "/" + file, fs::file_size(dir + "/" + file) - 1);
+                              },
+                              StatusCode::kDataLoss, "truncated or corrupt"},
+                      Spoiled{"foreign", 0, 1, foreign, StatusCode::kDataLoss, "header has save id"},
+                      // 'ad' is table-sharded onto rank 0: rank 1's piece is its header only.
+                      Spoiled{"header_only_corrupt", 2, 1,
+                              [](const std::string& dir, const std::string& file, nlohmann::json& piece) {
+                                ASSERT_EQ(fs::file_size(dir + "/" + file), 64u);
+                                ASSERT_EQ(piece["keys"], 0);
+                                std::fstream f(dir + "/" + file, std::ios::in | std::ios::out | std::ios::binary);
+                                f.seekp(20);
+                                const char x = 0x5a;
+                                f.write(&x, 1);
+                              },
+                              StatusCode::kDataLoss, "checksum"}),
+    [](const ::testing::TestParamInfo<Spoiled>& i) { return std::string(i.param.name); });
+
+// The save hook is called at kPieceHalfWritten for a dynamic table's piece as for a dense one: rank 1's first piece is
+// user's (table 0), so failing rank 1 there fails the save naming that piece, and the previous checkpoint stays.
+TEST(DynamicWorldCheckpointFiles, ASaveFailedHalfwayThroughADynamicPieceCommitsNothing) {
+  const std::string dir = fresh_dir("halfway");
+  save_two_ranks(dir);
+  if (HasFatalFailure()) return;
+  const Result<std::string> before = detail::read_file(dir + "/" + detail::kManifest);
+  ASSERT_TRUE(before.is_ok());
+  detail::set_world_save_hook([](int rank, detail::SavePoint p) {
+    return rank == 1 && p == detail::SavePoint::kPieceHalfWritten ? Status::io_error("injected halfway") : Status::ok();
+  });
+  const StoreConfig c = test_config();
+  const std::vector<Step> plan = make_plan(c, 2, 4, 0, 4, 0x4a1f);
+  on_world(2, c, [&](int r, Store& s) {
+    run_steps(s, r, plan, 0, 4, nullptr);
+    const Status st = s.save(dir);
+    EXPECT_EQ(st.code(), StatusCode::kIoError) << "rank " << r << ": " << st.to_string();
+    for (const std::string& part : {std::string("rank 1"), std::string("piece 'user."), std::string("injected halfway"),
+                                    std::string("nothing committed")})
+      EXPECT_NE(st.message().find(part), std::string::npos) << "rank " << r << ": " << st.to_string();
+  });
+  detail::set_world_save_hook(nullptr);
+  const Result<std::string> after = detail::read_file(dir + "/" + detail::kManifest);
+  ASSERT_TRUE(after.is_ok());
+  EXPECT_EQ(after.value(), before.value());
+  fs::remove_all(dir);
+}
+
+// A communicator whose collectives wait as `inner`'s (kTimeoutMs: a rank slow to come, the machine busy, fails no
+// collective) but whose timeout(), what save and load give up on a rank's local work after, is `stall`.
+class ShortStall final : public dispatch::Communicator {
+ public:
+  ShortStall(std::shared_ptr<dispatch::Communicator> inner, std::chrono::milliseconds stall)
+      : inner_(std::move(inner)), stall_(stall) {}
+  int rank() const noexcept override { return inner_->rank(); }
+  int size() const noexcept override { return inner_->size(); }
+  const char* kind() const noexcept override { return inner_->kind(); }
+  int local_rank() const noexcept override { return inner_->local_rank(); }
+  std::chrono::milliseconds timeout() const noexcept override { return stall_; }
+  Status all_reduce(void* data, std::int64_t count, dispatch::DataType type, dispatch::ReduceOp op) override {
+    return inner_->all_reduce(data, count, type, op);
+  }
+  Status barrier() override { return inner_->barrier(); }
+  void forget_device(const gpu::Device& device) noexcept override { inner_->forget_device(device); }
+  dispatch::CommCounters counters() const noexcept override { return inner_->counters(); }
+  Status broken() const override { return inner_->broken(); }
+
+ private:
+  Status do_all_to_all_v(const void* send, const std::int64_t* send_counts, const std::int64_t* send_displs, void* recv,
+                         const std::int64_t* recv_counts, const std::int64_t* recv_displs,
+                         const dispatch::BufferSpace& space) override {
+    return inner_->all_to_all_v(send, send_counts, send_displs, recv, recv_counts, recv_displs, space);
+  }
+  Status do_all_gather(const void* send, std::int64_t bytes, void* recv, const dispatch::BufferSpace& space) override {
+    return inner_->all_gather(send, bytes, recv, space);
+  }
+  Status do_broadcast(void* data, std::int64_t bytes, int root, const dispatch::BufferSpace& space) override {
+    return inner_->broadcast(data, bytes, root, space);
+  }
+
+  std::shared_ptr<dispatch::Communicator> inner_;
+  std::chrono::milliseconds stall_;
+};
+
+// A shard whose save and load take far longer than the communicator's timeout (the review's: 2 ranks, a timeout of
+// 1000 ms, 900k keys of dim 64 a rank, failed "ranks 0, 1's local I/O made no progress"; here 200k keys and 100 ms):
+// its file is written and read chunk by chunk, each chunk progress, and the calls that cannot be split (read_dynamic,
+// the probe restore, write_dynamic) count as progress while they run, so the world saves and loads it, bit for bit.
+// (Before, its load failed: the piece was read whole, then checked, then probed, some 200 ms without progress.)
+TEST(DynamicWorldCheckpointFiles, ABigShardSavesAndLoadsUnderAShortTimeout) {
+  constexpr auto kStall = std::chrono::milliseconds(100);
+  constexpr std::int64_t kKeys = 200000;  // a rank
+  constexpr std::int32_t kDim = 64;
+  StoreConfig c = thread_rank_config(std::int64_t{256} << 20);
+  TableConfig t;
+  t.spec.name = "big";
+  t.spec.rows = 2 * kKeys + 1000;
+  t.spec.dim = kDim;
+  t.spec.optimizer.kind = OptimizerKind::kSgd;
+  t.dynamic = DynamicSpec{1, Eviction::kLru, 0, Unseen::kZeros};
+  t.placement = Placement::kGpu;
+  t.sharding.type = dispatch::ShardingType::kRow;
+  c.tables.push_back(t);
+  const std::string dir = fresh_dir("big");
+  on_ranks(2, kTimeoutMs, [&](int r, const std::shared_ptr<dispatch::Communicator>& comm) {
+    auto s = Store::open(c, std::make_shared<ShortStall>(comm, kStall));
+    ASSERT_TRUE(s.is_ok()) << "rank " << r << ": " << s.status().to_string();
+    std::vector<Key> keys;
+    for (Key k = 1; static_cast<std::int64_t>(keys.size()) < kKeys; ++k)
+      if (owner_of(c, 0, 2, k * 7919) == r) keys.push_back(k * 7919);
+    std::vector<float> w(keys.size() * kDim);
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 1000) / 1000.0f;
+    ASSERT_TRUE((*s)->write_keys(0, keys, w.data(), nullptr).is_ok()) << "rank " << r;
+    auto& access = dynamic_cast<detail::DynamicAccess&>(**s);
+    DynamicState before, after;
+    ASSERT_TRUE(access.read_dynamic(0, before).is_ok());
+    const Status saved = (*s)->save(dir);
+    ASSERT_TRUE(saved.is_ok()) << "rank " << r << ": " << saved.to_string();
+    ASSERT_TRUE((*s)->write_keys(0, {}, nullptr, nullptr).is_ok()) << "rank " << r;
+    const Status loaded = (*s)->load(dir);
+    ASSERT_TRUE(loaded.is_ok()) << "rank " << r << ": " << loaded.to_string();
+    ASSERT_TRUE(access.read_dynamic(0, after).is_ok());
+    EXPECT_EQ(state_difference(after, before), "") << "rank " << r;
+  });
   fs::remove_all(dir);
 }
 

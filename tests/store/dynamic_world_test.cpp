@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <random>
 #include <string>
@@ -280,6 +281,22 @@ TEST(DynamicWorldConfig, RefusesPlansThatCannotHoldTheKeys) {
   EXPECT_TRUE(twice(refusal(dispatch::ShardingType::kReplicated, 10), "replicated sharding over 2 ranks"));
   EXPECT_TRUE(
       twice(refusal(dispatch::ShardingType::kRow, 1), "dynamic table 'user': capacity 1 is below the world size 2"));
+}
+
+// The reference of a world of 2 holds its shards side by side, which no checkpoint describes: save and load are refused
+// naming the table, nothing written or changed (before: save wrote one file of both shards that load refused).
+TEST(DynamicWorldConfig, TheReferenceOfAWorldIsNotSaved) {
+  const Case k{"x", 2, Eviction::kLru, 0, Unseen::kInitial, DType::kF32, OptimizerKind::kSgd, false};
+  const StoreConfig c = world_config({2, k, dispatch::ShardingType::kRow});
+  auto ref = open_reference_world(c, 2);
+  ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
+  const std::string dir = ::testing::TempDir() + "strata_reference_world_ckpt";
+  for (const Status& st : {(*ref)->save(dir), (*ref)->load(dir)}) {
+    EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.to_string();
+    EXPECT_NE(st.message().find("dynamic table 'user'"), std::string::npos) << st.to_string();
+    EXPECT_NE(st.message().find("a reference of a world is not saved"), std::string::npos) << st.to_string();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "a refused save writes nothing";
 }
 
 std::vector<WorldCase> world_cases() {

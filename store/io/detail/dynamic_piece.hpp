@@ -46,9 +46,10 @@ std::uint64_t dynamic_file_bytes(const ManifestTable& t, const PieceEntry& p);
 
 /// Writes `state` of dynamic table `t` (piece.capacity set: its index's) as `dir`/piece.file, its header's clock
 /// state.clock, durable under that name once this returns OK (AtomicFileWriter), and sets piece's keys, sketch_bytes,
-/// box, bytes and crc. AtomicFileWriter's errors.
+/// box, bytes and crc. As write_piece: counts progress per chunk of kChunkRows records (progressed()) and calls the
+/// save hook at kPieceHalfWritten as rank `rank`. AtomicFileWriter's, progressed()'s and the hook's errors.
 Status write_dynamic_piece(const std::string& dir, const ManifestTable& t, const DynamicState& state,
-                           std::uint64_t save_id, std::uint32_t version, PieceEntry& piece);
+                           std::uint64_t save_id, std::uint32_t version, int rank, PieceEntry& piece);
 
 /// Reads and checks the file `piece` of dynamic table `t` of a manifest of format `version` and save `save_id`, for
 /// the table `into` of a store: its size (the manifest's and the records'), header (against the manifest: its clock
@@ -56,7 +57,8 @@ Status write_dynamic_piece(const std::string& dir, const ManifestTable& t, const
 /// options. `keep_sketch` false: the sketch is dropped (a reshard); else kept when `into`'s options keep one. kNotFound
 /// when the file does not exist (a newer save removed it), kDataLoss naming the file and what is wrong; with
 /// `convert_dtypes`, kInvalidArgument for a value `into`'s element types cannot hold (check_holdable). Changes no
-/// store.
+/// store. Reads chunk by chunk, each one progress (progressed()), its probe restore one long_call
+/// (world_checkpoint.hpp).
 Result<DynamicState> read_dynamic_piece(const std::string& dir, const ManifestTable& t, const PieceEntry& piece,
                                         std::uint32_t version, std::uint64_t save_id, const TableConfig& into,
                                         bool convert_dtypes, bool keep_sketch);

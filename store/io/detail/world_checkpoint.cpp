@@ -39,7 +39,7 @@ std::function<Status(int, SavePoint)>& save_hook() {
   return hook;
 }
 
-Status at(int rank, SavePoint point) { return save_hook() ? save_hook()(rank, point) : Status::ok(); }
+Status at(int rank, SavePoint point) { return at_save_point(rank, point); }
 
 std::function<Status(int, LoadPoint)>& load_hook() {
   static std::function<Status(int, LoadPoint)> hook;
@@ -145,19 +145,9 @@ constexpr auto kPollInterval = std::chrono::milliseconds(20);
 struct PolledJob {
   std::atomic<std::int64_t> progress{0};
   std::atomic<bool> given_up{false};
+  std::atomic<std::int64_t> call_since{-1};  // long_call: when its call began (steady_clock ticks), -1 outside one
 };
 thread_local PolledJob* t_polled_job = nullptr;
-
-// Called by local work at least once per chunk of rows: counts progress for run_polled's stall check. An error once
-// run_polled gave up on the job (its rounds failed: the job stops at its next chunk, and its rank returns that
-// failure as soon as the job ends).
-Status progressed() {
-  if (!t_polled_job) return Status::ok();
-  t_polled_job->progress.fetch_add(1, std::memory_order_relaxed);
-  return t_polled_job->given_up.load(std::memory_order_relaxed)
-             ? Status::unavailable("local I/O abandoned: the ranks gave up waiting for it")
-             : Status::ok();
-}
 
 // "rank 1" or "ranks 1, 3".
 std::string rank_list(const std::vector<int>& ranks) {
@@ -234,8 +224,13 @@ Result<bool> run_polled(dispatch::Communicator* comm, const std::function<Status
       }
       if (done) mine.flag = result.is_ok() ? kDone : kFailed;
     }
-    mine.progress = polled.progress.load(std::memory_order_relaxed);
     const auto now = std::chrono::steady_clock::now();
+    // A long call (long_call) running for less than its allowance counts as progress.
+    if (const std::int64_t since = polled.call_since.load(std::memory_order_relaxed);
+        since >= 0 && now - std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(since)) <
+                          kLongCallTimeouts * timeout)
+      polled.progress.fetch_add(1, std::memory_order_relaxed);
+    mine.progress = polled.progress.load(std::memory_order_relaxed);
     if (!first && now - moved >= timeout)
       mine.stalled_ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
     failure = guarded([&] { return comm->all_gather(&mine, sizeof mine, rounds.data()); });
@@ -304,9 +299,8 @@ Status write_dynamic_shard(Store& store, int t, int me, int world, const std::st
   piece.file = piece_file_name(mt.name, generation, save_id, me);
   piece.capacity = key_layout(store.config(), t, world).key_capacity(me);
   DynamicState state;
-  STRATA_RETURN_IF_ERROR(dynamic_access(store).read_dynamic(t, state));
-  STRATA_RETURN_IF_ERROR(progressed());
-  if (Status s = write_dynamic_piece(dir, mt, state, save_id, version, piece); !s.is_ok())
+  STRATA_RETURN_IF_ERROR(long_call([&] { return dynamic_access(store).read_dynamic(t, state); }));
+  if (Status s = write_dynamic_piece(dir, mt, state, save_id, version, me, piece); !s.is_ok())
     return s.with_context("piece '" + piece.file + "'");
   info.present = 1;
   info.box = piece.box;
@@ -421,6 +415,31 @@ Status commit_manifest(const Store& store, const std::string& dir, std::uint64_t
 }  // namespace
 
 void set_world_save_hook(std::function<Status(int rank, SavePoint point)> hook) { save_hook() = std::move(hook); }
+
+Status at_save_point(int rank, SavePoint point) { return save_hook() ? save_hook()(rank, point) : Status::ok(); }
+
+// An error once run_polled gave up on the job (its rounds failed: the job stops at its next chunk, and its rank returns
+// that failure as soon as the job ends).
+Status progressed() {
+  if (!t_polled_job) return Status::ok();
+  t_polled_job->progress.fetch_add(1, std::memory_order_relaxed);
+  return t_polled_job->given_up.load(std::memory_order_relaxed)
+             ? Status::unavailable("local I/O abandoned: the ranks gave up waiting for it")
+             : Status::ok();
+}
+
+Status long_call(const std::function<Status()>& call) {
+  PolledJob* const job = t_polled_job;
+  if (!job) return call();
+  // Ended on every way out (an exception too: run_polled's worker catches it).
+  struct Ended {
+    PolledJob& job;
+    ~Ended() { job.call_since.store(-1, std::memory_order_relaxed); }
+  } ended{*job};
+  job->call_since.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  STRATA_RETURN_IF_ERROR(call());
+  return progressed();
+}
 
 void set_world_load_hook(std::function<Status(int rank, LoadPoint point)> hook) { load_hook() = std::move(hook); }
 
@@ -698,12 +717,15 @@ Result<DynamicState> dynamic_shard(const StoreConfig& config, int me, int world,
   if (same_layout(mt, tc, std::max(world, 1), layout)) {
     const PieceEntry& p = mt.pieces[static_cast<std::size_t>(me)];
     STRATA_ASSIGN_OR_RETURN(DynamicState s, read(p, true));
-    for (const KeyIndex::Entry& e : s.entries)
-      if (owner(e.key) != me)
-        return Status::data_loss(join(dir, p.file) + " (dynamic table '" + mt.name + "'): key " +
-                                 std::to_string(e.key) + " is rank " + std::to_string(owner(e.key)) +
+    for (std::size_t i = 0; i < s.entries.size(); ++i) {
+      const Key k = s.entries[i].key;
+      if (owner(k) != me)
+        return Status::data_loss(join(dir, p.file) + " (dynamic table '" + mt.name + "'): key " + std::to_string(k) +
+                                 " is rank " + std::to_string(owner(k)) +
                                  "'s under the table's layout (expected only rank " + std::to_string(me) +
                                  "'s keys in its piece; corrupt)");
+      if ((i + 1) % kChunkRows == 0) STRATA_RETURN_IF_ERROR(progressed());
+    }
     STRATA_RETURN_IF_ERROR(progressed());
     return s;
   }
@@ -715,6 +737,7 @@ Result<DynamicState> dynamic_shard(const StoreConfig& config, int me, int world,
     STRATA_ASSIGN_OR_RETURN(DynamicState s, read(p, false));
     kept.clock = s.clock;  // the manifest's (checked against each header), or format 4's one piece's
     for (std::size_t i = 0; i < s.entries.size(); ++i) {
+      if ((i + 1) % kChunkRows == 0) STRATA_RETURN_IF_ERROR(progressed());
       if (owner(s.entries[i].key) != me) continue;
       kept.entries.push_back(s.entries[i]);
       kept.weights.insert(kept.weights.end(), s.weights.begin() + static_cast<std::ptrdiff_t>(i * dim),
@@ -734,24 +757,34 @@ Result<DynamicState> dynamic_shard(const StoreConfig& config, int me, int world,
   // Last use ascending; ties keep piece, then position, order (stable).
   std::vector<std::size_t> order(kept.entries.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return kept.entries[a].last_use < kept.entries[b].last_use; });
+  STRATA_RETURN_IF_ERROR(long_call([&] {
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return kept.entries[a].last_use < kept.entries[b].last_use; });
+    return Status::ok();
+  }));
   DynamicState s;
   s.clock = kept.clock;
-  s.weights.resize(kept.weights.size());
-  s.state.resize(kept.state.size());
+  s.entries.reserve(order.size());  // its pages untouched until filled, chunk by chunk
+  s.weights.reserve(kept.weights.size());
+  s.state.reserve(kept.state.size());
   for (std::size_t i = 0; i < order.size(); ++i) {
     const std::size_t k = order[i];
     s.entries.push_back(KeyIndex::Entry{kept.entries[k].key, static_cast<std::int64_t>(i), kept.entries[k].last_use,
                                         kept.entries[k].count});
-    std::copy_n(kept.weights.begin() + static_cast<std::ptrdiff_t>(k * dim), dim,
-                s.weights.begin() + static_cast<std::ptrdiff_t>(i * dim));
-    std::copy_n(kept.state.begin() + static_cast<std::ptrdiff_t>(k * sd), sd,
-                s.state.begin() + static_cast<std::ptrdiff_t>(i * sd));
+    const auto w = kept.weights.begin() + static_cast<std::ptrdiff_t>(k * dim);
+    s.weights.insert(s.weights.end(), w, w + static_cast<std::ptrdiff_t>(dim));
+    const auto x = kept.state.begin() + static_cast<std::ptrdiff_t>(k * sd);
+    s.state.insert(s.state.end(), x, x + static_cast<std::ptrdiff_t>(sd));
+    if ((i + 1) % kChunkRows == 0) STRATA_RETURN_IF_ERROR(progressed());
   }
   // What this shard's index would refuse (a key in two pieces), refused before any table changes.
-  KeyIndex probe(std::max<std::int64_t>(capacity, 1), *tc.dynamic);
-  if (Status r = probe.restore(s.clock, s.entries, {}); !r.is_ok())
+  Status r;
+  STRATA_RETURN_IF_ERROR(long_call([&] {
+    KeyIndex probe(std::max<std::int64_t>(capacity, 1), *tc.dynamic);
+    r = probe.restore(s.clock, s.entries, {});
+    return Status::ok();
+  }));
+  if (!r.is_ok())
     return Status::data_loss(dir + ": dynamic table '" + mt.name + "': the keys of its pieces for rank " +
                              std::to_string(me) + "'s shard: " + r.message() + " (corrupt)");
   return s;
@@ -1035,7 +1068,11 @@ Result<Loaded> load_pieces(Store& store, dispatch::Communicator* comm, const std
     const std::string table = store.config().tables[ti].spec.name;
     Status s;
     Result<bool> any = run_polled(
-        comm, [&] { return dynamic_access(store).write_dynamic(static_cast<int>(ti), c.dynamic[ti]); }, s);
+        comm,
+        [&] {
+          return long_call([&] { return dynamic_access(store).write_dynamic(static_cast<int>(ti), c.dynamic[ti]); });
+        },
+        s);
     c.dynamic[ti] = DynamicState();
     if (!any) rounds = any.status();
     if (!any || any.value()) {

@@ -71,6 +71,16 @@ using ReadRecords = std::function<Status(std::int64_t row0, std::int64_t n, floa
 Status write_piece(const ReadRecords& read, const ManifestTable& mt, const std::string& dir, std::uint64_t save_id,
                    std::uint32_t version, int rank, PieceEntry& piece);
 
+/// Counts progress of the local work running on this thread (run_polled's stall check: a rank's work calls it at least
+/// once per chunk of rows). An error once its ranks gave up waiting for the work (it then stops); OK off such work.
+Status progressed();
+/// Runs `call`, one call into the store or an index whose time grows with a shard and that cannot be split (a dynamic
+/// table's read_dynamic, write_dynamic, KeyIndex::restore), counting as progress while it runs for at most
+/// kLongCallTimeouts communicator timeouts (a call stuck longer, say on a device that never answers, is a stall), then
+/// progressed(). `call`'s error, else progressed()'s.
+Status long_call(const std::function<Status()>& call);
+inline constexpr int kLongCallTimeouts = 10;
+
 /// The generation a save into `dir` writes: the manifest's + 1, or 1 when there is none. A manifest that cannot be
 /// read or parsed refuses the save (it names files the save must not remove as stale). Called with the lock held.
 Result<std::uint64_t> next_generation(const std::string& dir);
@@ -103,6 +113,9 @@ enum class SavePoint {
   kCommitted,  ///< each rank, rank 0's commit done, before its outcome is gathered (on the rank's own thread; the
                ///< hook's status is ignored: the manifest is in place or not by then)
 };
+
+/// The save hook's call at `point` as rank `rank` (OK without a hook): write_piece's and write_dynamic_piece's.
+Status at_save_point(int rank, SavePoint point);
 
 /// Test-only: called by each rank at each point; a non-OK Status fails that rank there (a hook may also sleep or
 /// raise SIGKILL). Set it before the ranks start and clear it after they stopped; the calls are concurrent (thread
