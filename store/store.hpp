@@ -269,7 +269,7 @@ class Store {
 /// The oracle: a deliberately simple implementation (plain loops over std::vector rows, no dedup, computed on the
 /// calling thread; only the gradients' finiteness check, shared with the store, reads them in parallel in the caller's
 /// oneTBB arena) that every mode is tested against. Same API, same results. open_reference_world holds each dynamic
-/// table in `world` shards as a store of that many ranks does (dispatch::ShardLayout::key_owner), all in this one store.
+/// table in `world` shards, as a store of that many ranks does (dispatch::ShardLayout::key_owner), side by side.
 Result<std::unique_ptr<Store>> open_reference_store(const StoreConfig& config);
 Result<std::unique_ptr<Store>> open_reference_world(const StoreConfig& config, int world);
 
