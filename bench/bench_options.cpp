@@ -127,6 +127,14 @@ Result<StoreConfig> make_config(const Options& o, const ModeDescriptor& mode, do
     if (caches(mode)) tc.cache.fraction = cache_fraction;
     if (sharded(mode)) {
       STRATA_ASSIGN_OR_RETURN(tc.sharding.type, dispatch::parse_sharding(o.sharding));
+      // A dynamic table row-sharded needs a row per rank (dispatch::validate_dynamic_plan): smaller ones go whole to
+      // one rank.
+      if (o.dynamic && tc.sharding.type == dispatch::ShardingType::kRow && tc.spec.rows < o.ranks)
+        tc.sharding.type = dispatch::ShardingType::kTable;
+      // Over ranks a hash spreads a batch's keys unevenly over the shards, each of capacity / ranks rows: a table whose
+      // batches use most of its rows needs headroom (a quarter more) for its fullest shard.
+      if (o.dynamic && o.ranks > 1 && tc.sharding.type == dispatch::ShardingType::kRow)
+        tc.spec.rows += (tc.spec.rows + 3) / 4;
     }
     c.tables.push_back(tc);
   }
@@ -226,7 +234,9 @@ void add_workload_flags(CLI::App& app, Options& o, FlagHandles& h) {
       ->capture_default_str()
       ->check(dtypes);
   app.add_flag("--dynamic", o.dynamic,
-               "dynamic tables (capacity = rows), keys spread over [0, 2^63) with the workload's skew");
+               "dynamic tables (capacity = rows), keys spread over [0, 2^63) with the workload's skew; with --ranks N > 1 "
+               "and row sharding, capacity = rows + a quarter (the hash's uneven spread over the shards), and a table "
+               "of fewer than N rows is sharded table-wise");
   app.add_option("--dist", o.workload.dist, "uniform | zipf:ALPHA | drift:ALPHA:N (hot set moves every N steps)")
       ->capture_default_str();
   h.distinct = app.add_option("--distinct-batches", o.workload.distinct_batches,
