@@ -50,6 +50,7 @@ StoreStats stats_delta(const StoreStats& after, const StoreStats& before) {
   x.row_bytes -= y.row_bytes;
   x.grad_bytes -= y.grad_bytes;
   x.bytes_no_dedup -= y.bytes_no_dedup;
+  x.admission_bytes -= y.admission_bytes;
   x.exchange_seconds -= y.exchange_seconds;
   x.lookup_seconds -= y.lookup_seconds;
   x.local_seconds -= y.local_seconds;

@@ -22,9 +22,11 @@ struct DispatchStats {
   std::int64_t batches = 0;                                   ///< batches exchanged (submitted and looked up)
   std::int64_t key_bytes = 0, row_bytes = 0, grad_bytes = 0;  ///< exchanged with other ranks (dedup on)
   std::int64_t bytes_no_dedup = 0;  ///< what keys + rows + gradients would have been without dedup
-  double exchange_seconds = 0;      ///< in collectives (agreement, counts, keys, rows, gradients)
-  double lookup_seconds = 0;        ///< in this rank's shards (the inner engine)
-  double local_seconds = 0;         ///< dedup, pooling and gradient sums at the source
+  std::int64_t admission_bytes =
+      0;                        ///< dynamic tables' keys, uses and rows sent to their shards' ranks (not in bytes())
+  double exchange_seconds = 0;  ///< in collectives (agreement, counts, keys, rows, gradients)
+  double lookup_seconds = 0;    ///< in this rank's shards (the inner engine)
+  double local_seconds = 0;     ///< dedup, pooling and gradient sums at the source
   std::int64_t bytes() const noexcept { return key_bytes + row_bytes + grad_bytes; }
 };
 

@@ -440,6 +440,7 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
       s.device_resources = device_->resource_counts();
     }
     if (collective_) collective_->dispatch_stats(s.dispatch);
+    s.dispatch.admission_bytes = dynamic_.admission_bytes();
     dynamic_.stats(s.dynamic);
     s.numa = detail::with_pinned(numa_, device_.get());
     numa_stats(s);

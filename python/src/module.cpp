@@ -578,6 +578,7 @@ class PyStore {
     dispatch["row_bytes"] = st.dispatch.row_bytes;
     dispatch["grad_bytes"] = st.dispatch.grad_bytes;
     dispatch["bytes_no_dedup"] = st.dispatch.bytes_no_dedup;
+    dispatch["admission_bytes"] = st.dispatch.admission_bytes;
     dispatch["exchange_seconds"] = st.dispatch.exchange_seconds;
     dispatch["lookup_seconds"] = st.dispatch.lookup_seconds;
     dispatch["local_seconds"] = st.dispatch.local_seconds;
@@ -1201,7 +1202,9 @@ nothing. Calls release the GIL; one call runs at a time per store.)")
            "'activation_staging' ({'pinned', 'device', 'entries', 'ahead': entries made rather than wait for the "
            "device}), 'dispatch' (sharded tables: 'rank', 'world', "
            "'batches', 'bytes' = 'key_bytes' + 'row_bytes' + 'grad_bytes' exchanged with other ranks, 'bytes_no_dedup' "
-           "(what they would be without dedup at the source), 'exchange_seconds', 'lookup_seconds', 'local_seconds'), "
+           "(what they would be without dedup at the source), 'admission_bytes' (dynamic tables' keys, uses and rows "
+           "sent "
+           "to their shards' ranks at submit), 'exchange_seconds', 'lookup_seconds', 'local_seconds'), "
            "'numa' (the host tier's {'memory_node', 'thread_node', 'pinned_node', 'note'}, -1: not bound), "
            "'numa_engines' (a list: that per engine, with 'engine'), 'numa_tables' (a list, per table of host rows: "
            "'table', 'placement', 'engine', 'memory_node', 'thread_node' and 'pages': {'sampled', 'unfaulted', "

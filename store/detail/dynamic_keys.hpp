@@ -97,6 +97,8 @@ class DynamicKeys {
   const KeyIndex* index(int table) const;
   KeyIndex* index(int table);
   void stats(std::vector<std::pair<std::string, DynamicStats>>& out) const;
+  /// In a world: bytes this rank sent to other ranks in admit_world's exchanges (counts, keys and uses, rows).
+  std::int64_t admission_bytes() const noexcept { return admission_bytes_; }
 
  private:
   // A batch's new rows of one table and their initial weights and state.
@@ -141,6 +143,7 @@ class DynamicKeys {
   std::vector<Table> tables_;
   dispatch::Communicator* comm_ = nullptr;
   std::vector<std::int64_t> wire_send_, wire_got_;  // admit_world's all-to-all buffers, kept across batches
+  std::int64_t admission_bytes_ = 0;
 };
 
 }  // namespace strata::detail

@@ -18,10 +18,10 @@ std::vector<std::int64_t> displs_of(const std::vector<std::int64_t>& counts) {
 }
 
 // An all-to-all of int64 values: counts[d] values from `send` (grouped by destination) to rank d; `recv` is sized
-// from recv_counts.
+// from recv_counts. Adds the bytes sent to other ranks to `sent`.
 Status exchange(dispatch::Communicator& comm, const std::vector<std::int64_t>& send,
                 const std::vector<std::int64_t>& send_counts, std::vector<std::int64_t>& recv,
-                const std::vector<std::int64_t>& recv_counts) {
+                const std::vector<std::int64_t>& recv_counts, std::int64_t& sent) {
   std::vector<std::int64_t> sbytes(send_counts.size()), rbytes(recv_counts.size());
   std::int64_t total = 0;
   for (std::size_t r = 0; r < sbytes.size(); ++r) sbytes[r] = send_counts[r] * 8;
@@ -30,6 +30,8 @@ Status exchange(dispatch::Communicator& comm, const std::vector<std::int64_t>& s
     total += recv_counts[r];
   }
   recv.resize(static_cast<std::size_t>(total));
+  for (std::size_t r = 0; r < sbytes.size(); ++r)
+    if (static_cast<int>(r) != comm.rank()) sent += sbytes[r];
   const auto sd = displs_of(sbytes), rd = displs_of(rbytes);
   return comm.all_to_all_v(send.data(), sbytes.data(), sd.data(), recv.data(), rbytes.data(), rd.data());
 }
@@ -69,7 +71,7 @@ Result<Admitted> DynamicKeys::admit_world(TableBatch& tb, bool train, std::int64
   send.clear();
   {
     const std::vector<std::int64_t> per_rank(W, static_cast<std::int64_t>(T));
-    STRATA_RETURN_IF_ERROR(exchange(comm, counts, per_rank, got_counts, per_rank));
+    STRATA_RETURN_IF_ERROR(exchange(comm, counts, per_rank, got_counts, per_rank, admission_bytes_));
   }
   std::vector<std::int64_t> scounts(W, 0), rcounts(W, 0);
   for (std::size_t d = 0; d < W; ++d)
@@ -83,7 +85,7 @@ Result<Admitted> DynamicKeys::admit_world(TableBatch& tb, bool train, std::int64
       scounts[d] += 2 * counts[d * T + j];
       rcounts[d] += 2 * got_counts[d * T + j];
     }
-  STRATA_RETURN_IF_ERROR(exchange(comm, send, scounts, got, rcounts));
+  STRATA_RETURN_IF_ERROR(exchange(comm, send, scounts, got, rcounts, admission_bytes_));
 
   // This rank's shard: the keys it received, sources in rank order, merged into distinct keys in first-use order.
   for (Table& t : tables_) {
@@ -167,7 +169,7 @@ Result<Admitted> DynamicKeys::admit_world(TableBatch& tb, bool train, std::int64
     rcounts[r] /= 2;
   }
   // A failed exchange broke the communicator; the batch's pins go with it (no retire will release them).
-  if (Status sent = exchange(comm, answer, scounts, got, rcounts); !sent.is_ok()) {
+  if (Status sent = exchange(comm, answer, scounts, got, rcounts, admission_bytes_); !sent.is_ok()) {
     release(tb, a);
     return sent;
   }

@@ -207,6 +207,13 @@ TEST_P(DynamicWorld, ShardsDecideAsTheReferenceOfTheWorld) {
     held_rows[static_cast<std::size_t>(r)].resize(keys.value().size() * 8);
     ASSERT_TRUE(s.read_keys(0, keys.value(), held_rows[static_cast<std::size_t>(r)].data(), nullptr).is_ok());
     stats[static_cast<std::size_t>(r)] = s.stats().dynamic.at(0).second;
+    // Keys, uses and rows crossed to other ranks at admission (none in a world of one: a rank's own share stays).
+    const std::int64_t admission = s.stats().dispatch.admission_bytes;
+    if (W == 1) {
+      EXPECT_EQ(admission, 0);
+    } else {
+      EXPECT_GT(admission, 0) << "rank " << r;
+    }
   });
   if (HasFatalFailure()) return;
 
