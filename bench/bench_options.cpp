@@ -233,10 +233,11 @@ void add_workload_flags(CLI::App& app, Options& o, FlagHandles& h) {
                  "element type of every table's outputs and gradients: fp32 | bf16 | fp16")
       ->capture_default_str()
       ->check(dtypes);
-  app.add_flag("--dynamic", o.dynamic,
-               "dynamic tables (capacity = rows), keys spread over [0, 2^63) with the workload's skew; with --ranks N > 1 "
-               "and row sharding, capacity = rows + a quarter (the hash's uneven spread over the shards), and a table "
-               "of fewer than N rows is sharded table-wise");
+  app.add_flag(
+      "--dynamic", o.dynamic,
+      "dynamic tables (capacity = rows), keys spread over [0, 2^63) with the workload's skew; with --ranks N > 1 "
+      "and row sharding, capacity = rows + a quarter (the hash's uneven spread over the shards), and a table "
+      "of fewer than N rows is sharded table-wise");
   app.add_option("--dist", o.workload.dist, "uniform | zipf:ALPHA | drift:ALPHA:N (hot set moves every N steps)")
       ->capture_default_str();
   h.distinct = app.add_option("--distinct-batches", o.workload.distinct_batches,
