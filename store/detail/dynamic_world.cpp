@@ -58,7 +58,8 @@ Result<Admitted> DynamicKeys::admit_world(TableBatch& tb, bool train, std::int64
   std::vector<std::int64_t> counts(W * T, 0), got_counts(W * T);
   for (std::size_t j = 0; j < T; ++j) {
     Table& t = tables_[j];
-    t.sent.assign(W, {});
+    t.sent.resize(W);  // each destination's list keeps its memory across batches
+    for (auto& v : t.sent) v.clear();
     t.unique.keys.clear();
     if (entry[j] < 0) continue;
     const JaggedKeys& f = tb.batch.features[static_cast<std::size_t>(entry[j])];
