@@ -315,13 +315,9 @@ class ReferenceStore final : public Store, public detail::DynamicAccess, public 
       DynamicStats d;  // the shards' counters summed
       for (const auto& shard : t.shards) {
         if (!shard) continue;
-        d.rows += static_cast<std::int64_t>(shard->row_of.size());
-        d.admissions += shard->stats.admissions;
-        d.evictions += shard->stats.evictions;
-        d.expirations += shard->stats.expirations;
-        d.not_admitted += shard->stats.not_admitted;
-        d.unseen += shard->stats.unseen;
-        d.index_bytes += shard->stats.index_bytes;
+        DynamicStats x = shard->stats;
+        x.rows = static_cast<std::int64_t>(shard->row_of.size());
+        d += x;
       }
       d.capacity = t.spec.rows;
       s.dynamic.emplace_back(t.spec.name, d);

@@ -60,6 +60,18 @@ struct DynamicStats {
   std::int64_t admissions = 0, evictions = 0, expirations = 0;  ///< rows created; evicted when full; by the TTL
   std::int64_t not_admitted = 0, unseen = 0;  ///< uses of keys without a row: training batches, evaluation ones
   std::int64_t index_bytes = 0;               ///< host memory of the index and its admission sketch
+  /// Adds another shard's (or rank's) counters, every field.
+  DynamicStats& operator+=(const DynamicStats& o) noexcept {
+    rows += o.rows;
+    capacity += o.capacity;
+    admissions += o.admissions;
+    evictions += o.evictions;
+    expirations += o.expirations;
+    not_admitted += o.not_admitted;
+    unseen += o.unseen;
+    index_bytes += o.index_bytes;
+    return *this;
+  }
 };
 
 /// Counters of a store since it was opened (for benchmarks and tuning).

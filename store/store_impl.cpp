@@ -554,13 +554,11 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
     out.clock = index->clock();
     out.entries = index->entries();
     out.sketch = index->sketch_state();
-    if (dynamic_.capacity(table) == 0) out.sketch.clear();  // a world's rank without a shard: nothing to count
     const TableSpec& spec = config_.tables[static_cast<std::size_t>(table)].spec;
     out.weights.resize(out.entries.size() * static_cast<std::size_t>(spec.dim));
     out.state.resize(out.entries.size() * static_cast<std::size_t>(optimizer_state_dim(spec.optimizer.kind, spec.dim)));
     std::vector<std::int64_t> rows(out.entries.size());
     for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = out.entries[i].row;
-    if (rows.empty()) return Status::ok();  // no engine call: a table-wise shard of another rank has no rows here
     dynamic_.engine_rows(table, rows);
     return on_engine(table, [&](detail::Engine& e) {
       return e.read_rows_at(table, spec, rows, out.weights.data(), out.state.data());
@@ -578,12 +576,9 @@ class StoreImpl final : public Store, public detail::DynamicAccess {
         return detail::key_of_another_rank(config_.tables[static_cast<std::size_t>(table)].spec, x.key,
                                            dynamic_.owner(table, x.key), rank());
     KeyIndex& index = *dynamic_.index(table);
-    // A world's rank without a shard of the table (table sharding) holds no key and counts none (read_dynamic).
-    STRATA_RETURN_IF_ERROR(
-        index.restore(in.clock, in.entries, dynamic_.capacity(table) == 0 ? index.sketch_state() : in.sketch));
+    STRATA_RETURN_IF_ERROR(index.restore(in.clock, in.entries, in.sketch));
     std::vector<std::int64_t> rows(in.entries.size());
     for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = in.entries[i].row;
-    if (rows.empty()) return Status::ok();  // as read_dynamic: no rows to write (none on another rank's table shard)
     dynamic_.engine_rows(table, rows);
     Status written = on_engine(
         table, [&](detail::Engine& e) { return e.reset_rows(table, rows, in.weights.data(), in.state.data()); });

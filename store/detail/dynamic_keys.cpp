@@ -30,8 +30,11 @@ DynamicKeys::DynamicKeys(const StoreConfig& config, dispatch::Communicator* comm
       x.layout = layout.value();
       x.capacity = x.layout.key_capacity(comm->rank());
     }
-    // A table-wise shard of another rank holds no key: an index of one row that none is ever routed to.
-    x.index = std::make_unique<KeyIndex>(std::max<std::int64_t>(x.capacity, 1), *tc.dynamic);
+    // A table-wise shard of another rank holds no key: an index of one row that none is ever routed to, counting none
+    // (no admission sketch: its state, read and restored, is empty).
+    DynamicSpec spec = *tc.dynamic;
+    if (x.capacity == 0) spec.admit_after = 1;
+    x.index = std::make_unique<KeyIndex>(std::max<std::int64_t>(x.capacity, 1), spec);
     tables_.push_back(std::move(x));
   }
 }
@@ -40,11 +43,6 @@ void DynamicKeys::engine_rows(int table, std::vector<std::int64_t>& rows) const 
   const Table* t = find(table);
   if (!comm_ || !t) return;
   for (std::int64_t& r : rows) r = t->layout.global_row(comm_->rank(), r);
-}
-
-std::int64_t DynamicKeys::capacity(int table) const {
-  const Table* t = find(table);
-  return t ? t->capacity : 0;
 }
 
 int DynamicKeys::owner(int table, Key key) const {

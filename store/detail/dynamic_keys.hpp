@@ -89,10 +89,8 @@ class DynamicKeys {
 
   /// The engines' rows of local rows of `table`'s index (a world's global rows; identical on one rank), in place.
   void engine_rows(int table, std::vector<std::int64_t>& rows) const;
-  /// The rank whose shard of `table` holds `key` (0 on one rank), and how many keys this rank's shard holds at most
-  /// (a world's table-wise shard of another rank: 0, its index a placeholder of one row that no key reaches).
+  /// The rank whose shard of `table` holds `key` (0 on one rank).
   int owner(int table, Key key) const;
-  std::int64_t capacity(int table) const;
   /// The index of a dynamic table (null for a dense one).
   const KeyIndex* index(int table) const;
   KeyIndex* index(int table);
@@ -113,7 +111,8 @@ class DynamicKeys {
     std::uint64_t seed = 0;  // table_seed of the table: a key's initial values are init_row(seed, key)
     std::unique_ptr<KeyIndex> index;
     dispatch::ShardLayout layout;  // in a world (rows: capacity + 1)
-    std::int64_t capacity = 0;     // this rank's shard's (a world's table-wise shard of another rank: none, 0)
+    std::int64_t capacity = 0;     // this rank's shard's (a world's table-wise shard of another rank: 0, its index a
+                                   // placeholder of one row that no key reaches, without an admission sketch)
     // Scratch of admit(), kept across batches (a fresh one page-faulted its hash table every batch).
     DedupScratch scratch;
     UniqueKeys unique;

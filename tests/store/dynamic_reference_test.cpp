@@ -537,13 +537,7 @@ TEST_P(ReferenceWorld, ShardsAreIndependentIndexes) {
         // The world lists shard 0's entries, then shard 1's, ...
         for (std::size_t i = 0; i < want.entries.size(); ++i) ASSERT_EQ(whole.entries[entries + i], want.entries[i]);
         entries += want.entries.size();
-        const DynamicStats st = stats(s);
-        sum.rows += st.rows;
-        sum.admissions += st.admissions;
-        sum.evictions += st.evictions;
-        sum.expirations += st.expirations;
-        sum.not_admitted += st.not_admitted;
-        sum.unseen += st.unseen;
+        sum += stats(s);
       }
       ASSERT_EQ(sketch_at, whole.sketch.size());
       ASSERT_EQ(entries, whole.entries.size());

@@ -247,13 +247,7 @@ TEST_P(DynamicWorld, ShardsDecideAsTheReferenceOfTheWorld) {
     ASSERT_TRUE(ref.read_keys(0, keys, want.data(), nullptr).is_ok());
     for (std::size_t i = 0; i < want.size(); ++i)
       EXPECT_NEAR(held_rows[static_cast<std::size_t>(r)][i], want[i], tol * (1 + std::fabs(want[i])));
-    const DynamicStats& x = stats[static_cast<std::size_t>(r)];
-    sum.rows += x.rows;
-    sum.admissions += x.admissions;
-    sum.evictions += x.evictions;
-    sum.expirations += x.expirations;
-    sum.not_admitted += x.not_admitted;
-    sum.unseen += x.unseen;
+    sum += stats[static_cast<std::size_t>(r)];
   }
   const DynamicStats want = ref.stats().dynamic.at(0).second;
   EXPECT_EQ(sum.rows, want.rows);
