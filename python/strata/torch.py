@@ -674,9 +674,6 @@ class EmbeddingBagCollection(nn.Module):
         if not self._dynamic(name):
             return (None, *self.store.read_rows(name))
         keys = self.store.keys_held(name)
-        if not len(keys):  # read_keys refuses even no keys on a world's rank without a shard (table sharding)
-            dim, state_dim = self._tables[name]["dim"], self._state_dim(name)
-            return keys, np.zeros((0, dim), np.float32), np.zeros((0, state_dim), np.float32)
         return (keys, *self.store.read_keys(name, keys))
 
     def _keeps_state(self, name):
